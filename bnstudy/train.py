@@ -1,0 +1,366 @@
+"""Training and evaluation: stage 1 (source training) and stage 2 (freeze and transfer).
+
+Both stages run *packed*: a list of run configs that differ only in per-replica
+fields (``seed``, the task-B shift) trains as one grouped network whose
+replicas never exchange a number (see :mod:`bnstudy.models`). A single run is a
+pack of one. Each replica draws its initialisation, templates, batch stream and
+evaluation sets from its own generators (:func:`bnstudy.tasks.derive_seed`), so
+a run's numbers do not depend on what it was packed with, and within a seed
+every freeze mode sees the same trained backbone, head-B initialisation and
+task-B batch stream (a paired design).
+
+Configs are plain dicts; :data:`DEFAULTS` documents every key.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+from . import freeze as fz
+from .models import ConvBackbone, Classifier, make_head, pack_states, unpack_state, NORM_KINDS, HEAD_KINDS
+from .tasks import BatchStream, make_task, eval_set, generator, derive_seed, pack_images, SAMPLERS
+
+#: Every config key, its default, and (in the comment) its meaning and unit.
+DEFAULTS: dict = dict(
+    seed=0,                 # run seed: templates, initialisation, batch streams, eval sets
+    n_classes=10,           # classes per task
+    noise=3.0,              # per-pixel noise std (templates have std 1)
+    widths=(16, 32, 64),    # backbone block widths
+    norm="batch",           # backbone norm: batch | group | layer | none
+    momentum=0.1,           # BatchNorm momentum (PyTorch convention: weight of the new batch)
+    stage1_steps=400,       # stage-1 optimizer steps on task A (backbone + head A)
+    stage1_lr=3e-3,         # Adam learning rate, stage 1
+    stage1_batch_size=64,   # stage-1 batch size
+    mode="train_mode",      # freeze mode for stage 2 (bnstudy.freeze.MODE_NAMES)
+    head="linear",          # new head kind: linear | mlp | mlp_bn
+    hidden=64,              # hidden units of mlp heads
+    steps=800,              # stage-2 optimizer steps on task B (head B only)
+    batch_size=64,          # stage-2 batch size
+    optimizer="sgd",        # stage-2 optimizer for head B: sgd (momentum 0.9) | adam
+    lr=0.05,                # stage-2 learning rate
+    brightness=4.0,         # task-B additive shift (template std units)
+    contrast=5.0,           # task-B multiplicative gain (1 = none)
+    sampler="shuffled",     # stage-2 batch sampler: shuffled | class_sorted
+    n_eval=1000,            # held-out samples per task
+    epoch_steps=100,        # the loop calls model.train() every epoch_steps steps, as real loops do
+)
+
+STAGE1_KEYS = ("seed", "n_classes", "noise", "widths", "norm", "momentum",
+               "stage1_steps", "stage1_lr", "stage1_batch_size", "n_eval")
+#: Keys that may differ inside one pack (each replica has its own value).
+REPLICA_KEYS = ("seed", "brightness", "contrast")
+#: Log-spaced stage-2 steps at which running statistics are recorded.
+DRIFT_STEPS = (0, 1, 2, 3, 5, 8, 12, 17, 25, 35, 50, 66, 80, 100, 150, 200, 300, 400, 600, 800)
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """``device`` if given, else CUDA when available, else CPU."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """``sgd``: SGD with momentum 0.9 (no weight decay); ``adam``: Adam with PyTorch defaults.
+
+    Both act element-wise, so packed replicas stay independent.
+    """
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"optimizer={name!r} is not allowed; choose one of {list(OPTIMIZERS)}")
+
+
+def complete_config(config: dict) -> dict:
+    """``config`` with defaults filled in and every value checked.
+
+    Raises ``ValueError`` naming the key for an unknown key, an unknown mode,
+    norm, head or sampler, a non-positive step count or learning rate, or a
+    batch size below 2 where a train-mode BatchNorm would see the batch
+    (BatchNorm cannot estimate a variance from one value per channel).
+    """
+    unknown = set(config) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown config keys {sorted(unknown)}; allowed keys are {sorted(DEFAULTS)}")
+    cfg = {**DEFAULTS, **config}
+    cfg["widths"] = tuple(cfg["widths"])
+    fz.get_mode(cfg["mode"])
+    for key, allowed in (("norm", NORM_KINDS), ("head", HEAD_KINDS), ("sampler", SAMPLERS), ("optimizer", OPTIMIZERS)):
+        if cfg[key] not in allowed:
+            raise ValueError(f"{key}={cfg[key]!r} is not allowed; choose one of {list(allowed)}")
+    for key in ("steps", "stage1_steps", "batch_size", "stage1_batch_size", "n_eval", "epoch_steps", "hidden"):
+        v = cfg[key]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{key} must be a positive integer, got {v!r}")
+    for key in ("lr", "stage1_lr"):
+        if not cfg[key] > 0:
+            raise ValueError(f"{key} must be > 0, got {cfg[key]!r}")
+    if cfg["momentum"] is not None and not 0.0 <= cfg["momentum"] <= 1.0:
+        raise ValueError(f"momentum must be in [0, 1] or None, got {cfg['momentum']!r}")
+    if cfg["contrast"] <= 0:
+        raise ValueError(f"contrast must be > 0 (a multiplicative gain), got {cfg['contrast']!r}")
+    uses_batch_stats = cfg["norm"] == "batch" or cfg["head"] == "mlp_bn"
+    if uses_batch_stats and cfg["stage1_batch_size"] < 2:
+        raise ValueError(f"stage1_batch_size must be >= 2 with a train-mode BatchNorm, got {cfg['stage1_batch_size']}")
+    train_bn_in_stage2 = (cfg["norm"] == "batch" and cfg["mode"] in ("train_mode", "separate_stats")) or (
+        cfg["head"] == "mlp_bn" and cfg["mode"] != "all_eval")
+    if train_bn_in_stage2 and cfg["batch_size"] < 2:
+        raise ValueError(f"batch_size must be >= 2 when mode={cfg['mode']!r} leaves a BatchNorm in train mode, "
+                         f"got {cfg['batch_size']}")
+    return cfg
+
+
+def _check_pack(cfgs: list[dict], keys_that_may_differ) -> dict:
+    base = {k: v for k, v in cfgs[0].items() if k not in keys_that_may_differ}
+    for c in cfgs[1:]:
+        other = {k: v for k, v in c.items() if k not in keys_that_may_differ}
+        if other != base:
+            diff = sorted(k for k in base if base[k] != other.get(k))
+            raise ValueError(f"configs in one pack may differ only in {list(keys_that_may_differ)}; they differ in {diff}")
+    return base
+
+
+def _seeded(seed_parts, build):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(*seed_parts))
+        return build()
+
+
+def _packed_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Sum over replicas of each replica's mean cross-entropy. logits (B, R*K), y (B, R)."""
+    b, r = y.shape
+    return F.cross_entropy(logits.reshape(b * r, -1), y.reshape(b * r)) * r
+
+
+@torch.no_grad()
+def packed_logits(forward, xs: list[torch.Tensor], device, chunk: int = 500) -> torch.Tensor:
+    """Logits ``(N, R, K)`` of ``forward`` on ``R`` aligned evaluation sets ``xs[r]: (N, 3, H, W)``."""
+    outs = []
+    for i in range(0, xs[0].shape[0], chunk):
+        x = pack_images([x[i:i + chunk] for x in xs]).to(device)
+        outs.append(forward(x).float().cpu())
+    logits = torch.cat(outs)
+    return logits.reshape(logits.shape[0], len(xs), -1)
+
+
+def accuracy(logits: torch.Tensor, ys: list[torch.Tensor]) -> list[float]:
+    """Per-replica accuracy (fraction 0..1) of ``logits (N, R, K)`` against ``ys[r]: (N,)``."""
+    pred = logits.argmax(-1)
+    return [float((pred[:, r] == y).float().mean()) for r, y in enumerate(ys)]
+
+
+def _sources(cfgs):
+    return [make_task(c["seed"], "A", c["n_classes"], c["noise"]) for c in cfgs]
+
+
+def train_source(configs: list[dict], device=None) -> list[dict]:
+    """Stage 1: train backbone + head A on task A for each config, packed.
+
+    ``configs`` must agree on every key in :data:`STAGE1_KEYS` except ``seed``.
+    Returns one dict per config: ``backbone`` and ``head_a`` state dicts
+    (single-replica, on CPU), ``task_a_accuracy`` (eval mode, fraction) and
+    ``wall_s`` (the pack's seconds divided by its size).
+    """
+    t0 = time.perf_counter()
+    device = pick_device(device)
+    cfgs = [complete_config({k: c[k] for k in STAGE1_KEYS if k in c}) for c in configs]
+    base = _check_pack(cfgs, ("seed",))
+    r = len(cfgs)
+    backbone = ConvBackbone(3, base["widths"], base["norm"], r, base["momentum"])
+    head = make_head("linear", backbone.out_features, base["n_classes"], r)
+    backbone.load_state_dict(pack_states([_seeded((c["seed"], "init", "backbone"), lambda: ConvBackbone(
+        3, base["widths"], base["norm"], 1, base["momentum"])).state_dict() for c in cfgs]))
+    head.load_state_dict(pack_states([_seeded((c["seed"], "init", "head_a"), lambda: make_head(
+        "linear", backbone.out_features, base["n_classes"], 1)).state_dict() for c in cfgs]))
+    model = Classifier(backbone, head).to(device)
+    tasks = _sources(cfgs)
+    streams = [BatchStream(t, base["stage1_batch_size"], generator(c["seed"], "stream", "A")) for t, c in zip(tasks, cfgs)]
+    opt = torch.optim.Adam(model.parameters(), lr=base["stage1_lr"])
+    model.train()
+    for _ in range(base["stage1_steps"]):
+        batches = [s.next() for s in streams]
+        x = pack_images([b[0] for b in batches]).to(device)
+        y = torch.stack([b[1] for b in batches], 1).to(device)
+        loss = _packed_ce(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()
+    evals = [eval_set(t, base["n_eval"], c["seed"], "A") for t, c in zip(tasks, cfgs)]
+    acc = accuracy(packed_logits(model, [e[0] for e in evals], device), [e[1] for e in evals])
+    bb = unpack_state({k: v.cpu() for k, v in model.backbone.state_dict().items()}, r)
+    hd = unpack_state({k: v.cpu() for k, v in model.head.state_dict().items()}, r)
+    wall = (time.perf_counter() - t0) / r
+    return [dict(backbone=b, head_a=h, task_a_accuracy=a, wall_s=wall) for b, h, a in zip(bb, hd, acc)]
+
+
+def _replica_slices(state: dict, r: int) -> list[dict]:
+    return unpack_state({k: v.detach().cpu() for k, v in state.items()}, r)
+
+
+def _max_abs_change(before: dict, after: dict, include) -> float:
+    m = 0.0
+    for k in before:
+        if include(k):
+            d = (after[k].double() - before[k].double()).abs()
+            m = max(m, float(d.max()) if d.numel() else 0.0)
+    return m
+
+
+def _bn_stats(backbone, r: int) -> dict[str, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Per BN layer, per replica: (running_mean, running_var) copies on CPU."""
+    out = {}
+    for name, m in fz.batchnorm_layers(backbone).items():
+        if m.running_mean is None:
+            continue
+        means = torch.chunk(m.running_mean.detach().cpu().clone(), r)
+        varis = torch.chunk(m.running_var.detach().cpu().clone(), r)
+        out[name] = list(zip(means, varis))
+    return out
+
+
+@torch.no_grad()
+def _population_means(backbone, streams_b, device, n_batches: int = 20) -> dict[str, list[torch.Tensor]]:
+    """Task-B population mean at each BN layer (precise BN on a copy; see bnstudy.stats)."""
+    from .stats import precise_bn_statistics
+    batches = []
+    for _ in range(n_batches):
+        bs = [s.next() for s in streams_b]
+        batches.append(pack_images([b[0] for b in bs]).to(device))
+    stats = precise_bn_statistics(backbone, batches)
+    r = len(streams_b)
+    return {n: list(torch.chunk(mean.cpu(), r)) for n, (mean, _var) in stats.items()}
+
+
+def transfer(configs: list[dict], sources: list[dict], device=None) -> list[dict]:
+    """Stage 2: freeze the trained backbone, train a new head on task B, measure both tasks.
+
+    ``configs`` (one per replica, differing only in :data:`REPLICA_KEYS`) and
+    ``sources`` (the matching :func:`train_source` outputs). The freeze mode
+    (``config["mode"]``) is applied by :meth:`bnstudy.freeze.FreezeMode.apply`;
+    the loop then calls ``model.train()`` every ``epoch_steps`` steps, as an
+    ordinary training loop does, and trains only head B with Adam.
+
+    Returns one row per config: the config, then ``task_a_before``,
+    ``task_a_after``, ``task_b`` (accuracies 0..1, eval mode), ``max_param_change``
+    (largest absolute change of any backbone or head-A parameter),
+    ``max_buffer_change`` (largest change of the original backbone's
+    running_mean/running_var), ``num_batches_tracked_change``,
+    ``max_old_logit_change`` and quantiles ``old_logit_change_q`` (head A's
+    logits on the task-A eval set, after minus before, absolute), per-layer
+    drift ``drift_mean_<layer>`` / ``drift_var_<layer>`` (max |change| of the
+    running statistics), and ``drift_steps`` / ``drift_weight_<layer>``: the
+    weight left on the original running_mean after t steps, by projection on
+    the task-B population mean (compare with ``(1 - momentum) ** t``).
+    """
+    t0 = time.perf_counter()
+    device = pick_device(device)
+    cfgs = [complete_config(c) for c in configs]
+    if len(sources) != len(cfgs):
+        raise ValueError(f"transfer needs one source per config: {len(cfgs)} configs, {len(sources)} sources")
+    base = _check_pack(cfgs, REPLICA_KEYS)
+    r = len(cfgs)
+    mode = fz.get_mode(base["mode"])
+    backbone = ConvBackbone(3, base["widths"], base["norm"], r, base["momentum"])
+    backbone.load_state_dict(pack_states([s["backbone"] for s in sources]))
+    head_a = make_head("linear", backbone.out_features, base["n_classes"], r)
+    head_a.load_state_dict(pack_states([s["head_a"] for s in sources]))
+    head_b = make_head(base["head"], backbone.out_features, base["n_classes"], r, base["hidden"], base["momentum"])
+    head_b.load_state_dict(pack_states([_seeded((c["seed"], "init", "head_b", base["head"]), lambda: make_head(
+        base["head"], backbone.out_features, base["n_classes"], 1, base["hidden"], base["momentum"])).state_dict()
+        for c in cfgs]))
+    model = fz.TransferModel(backbone, head_a, head_b).to(device)
+
+    tasks_a = _sources(cfgs)
+    tasks_b = [make_task(c["seed"], "B", c["n_classes"], c["noise"], c["brightness"], c["contrast"]) for c in cfgs]
+    evals_a = [eval_set(t, c["n_eval"], c["seed"], "A") for t, c in zip(tasks_a, cfgs)]
+    evals_b = [eval_set(t, c["n_eval"], c["seed"], "B") for t, c in zip(tasks_b, cfgs)]
+
+    model.eval()
+    logits_a0 = packed_logits(model.forward_a, [e[0] for e in evals_a], device)
+    acc_a0 = accuracy(logits_a0, [e[1] for e in evals_a])
+    frozen_before = {k: v.detach().cpu().clone() for k, v in
+                     list(model.backbone.state_dict().items()) + [("head_a." + k, v) for k, v in model.head_a.state_dict().items()]}
+    stats0 = _bn_stats(model.backbone, r)
+
+    mode.apply(model)
+    stat_owner = model.backbone if model.backbone_b is None else model.backbone_b
+    track_drift = base["norm"] == "batch"
+    pop_means = None
+    if track_drift:
+        pop_streams = [BatchStream(t, base["batch_size"] if base["batch_size"] > 1 else 2,
+                                   generator(c["seed"], "population", "B")) for t, c in zip(tasks_b, cfgs)]
+        pop_means = _population_means(model.backbone, pop_streams, device)
+    drift_record = {0: _bn_stats(stat_owner, r)} if track_drift else {}
+
+    streams = [BatchStream(t, base["batch_size"], generator(c["seed"], "stream", "B"), base["sampler"])
+               for t, c in zip(tasks_b, cfgs)]
+    opt = make_optimizer(base["optimizer"], model.head_b.parameters(), base["lr"])
+    for step in range(1, base["steps"] + 1):
+        if (step - 1) % base["epoch_steps"] == 0:
+            model.train()  # what every training loop does at the start of an epoch
+        batches = [s.next() for s in streams]
+        x = pack_images([b[0] for b in batches]).to(device)
+        y = torch.stack([b[1] for b in batches], 1).to(device)
+        loss = _packed_ce(model.forward_b(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if track_drift and step in DRIFT_STEPS:
+            drift_record[step] = _bn_stats(stat_owner, r)
+
+    model.eval()
+    logits_a1 = packed_logits(model.forward_a, [e[0] for e in evals_a], device)
+    acc_a1 = accuracy(logits_a1, [e[1] for e in evals_a])
+    acc_b = accuracy(packed_logits(model.forward_b, [e[0] for e in evals_b], device), [e[1] for e in evals_b])
+    frozen_after = {k: v.detach().cpu().clone() for k, v in
+                    list(model.backbone.state_dict().items()) + [("head_a." + k, v) for k, v in model.head_a.state_dict().items()]}
+    before_r, after_r = _replica_slices(frozen_before, r), _replica_slices(frozen_after, r)
+    param_names = {n for n, _ in model.backbone.named_parameters()} | {"head_a." + n for n, _ in model.head_a.named_parameters()}
+    stats1 = _bn_stats(model.backbone, r)
+    wall = (time.perf_counter() - t0) / r
+    qs = torch.linspace(0, 1, 21, dtype=torch.float64)
+
+    rows = []
+    for i, c in enumerate(cfgs):
+        d_logit = (logits_a1[:, i].double() - logits_a0[:, i].double()).abs().flatten()
+        row = dict(c)
+        row["widths"] = "-".join(map(str, c["widths"]))
+        row.update(
+            task_a_before=acc_a0[i], task_a_after=acc_a1[i], task_b=acc_b[i],
+            max_param_change=_max_abs_change(before_r[i], after_r[i], lambda k: k in param_names),
+            max_buffer_change=_max_abs_change(before_r[i], after_r[i],
+                                              lambda k: k.endswith("running_mean") or k.endswith("running_var")),
+            num_batches_tracked_change=int(_max_abs_change(before_r[i], after_r[i],
+                                                           lambda k: k.endswith("num_batches_tracked"))),
+            max_old_logit_change=float(d_logit.max()),
+            old_logit_change_q=[float(v) for v in torch.quantile(d_logit, qs)],
+            source_task_a_accuracy=sources[i]["task_a_accuracy"],
+            wall_s=wall, pack_size=r,
+        )
+        for layer_i, name in enumerate(stats0):
+            m0, v0 = stats0[name][i]
+            m1, v1 = stats1[name][i]
+            row[f"drift_mean_l{layer_i}"] = float((m1 - m0).abs().max())
+            row[f"drift_var_l{layer_i}"] = float((v1 - v0).abs().max())
+        if track_drift:
+            row["drift_steps"] = sorted(drift_record)
+            for layer_i, name in enumerate(stats0):
+                start = drift_record[0][name][i][0]
+                target = pop_means[name][i]
+                gap = start - target
+                denom = float(gap @ gap)
+                row[f"drift_weight_l{layer_i}"] = [
+                    float((drift_record[t][name][i][0] - target) @ gap) / denom if denom > 0 else math.nan
+                    for t in row["drift_steps"]]
+        rows.append(row)
+    return rows
