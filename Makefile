@@ -1,0 +1,39 @@
+# bnstudy: `make book` (full profile) or `make book PROFILE=quick`; `make test`; `make bench`.
+PROFILE ?= full
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.bnstudy-installed
+export BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy
+
+.PHONY: venv chapters book test bench clean clean-cache
+
+# Set-up: a venv in the repo. torch is installed first, pinned, so nothing can pull a CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Execute every chapter with papermill into book/executed (fails loudly on any cell error).
+chapters: $(STAMP)
+	$(PY) -m bnstudy.book --profile $(PROFILE)
+
+# Build the HTML from the executed notebooks; warnings are errors.
+book: chapters
+	$(VENV)/bin/jupyter-book build . --path-output book -W -n --keep-going
+	@echo "Book: $(CURDIR)/book/_build/html/index.html"
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_engine.py
+
+clean:
+	rm -rf book/_build book/executed book/results book/figures
+
+clean-cache:
+	rm -rf $(BNSTUDY_CACHE_DIR)

@@ -1,0 +1,53 @@
+"""Helpers the chapters use to put measured numbers into prose and tables.
+
+Values are glued as plain Python numbers (a NumPy scalar's text form,
+``np.float64(0.5)``, would break ``{glue:text}`key:.3f```), and sentences whose
+wording depends on the data are glued as Markdown for ``{glue:md}``.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .sweep import atomic_write_bytes, code_version
+
+
+def glue_number(key: str, value) -> float:
+    """Glue ``value`` as a Python float under ``key`` (for ``{glue:text}`key:.3f```)."""
+    from myst_nb import glue
+    value = float(value)
+    glue(key, value, display=False)
+    return value
+
+
+def glue_md(key: str, text: str) -> str:
+    """Glue Markdown ``text`` under ``key`` (for ``{glue:md}`key```)."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+    glue(key, Markdown(text), display=False)
+    return text
+
+
+def fmt_ci(mean: float, low: float, high: float, digits: int = 3) -> str:
+    """``"0.512 [0.498, 0.526]"``: a mean and its interval."""
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def run_line(profile: str, n_seeds: int, **params) -> str:
+    """A one-line, human-readable record of what a chapter ran with."""
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    extra = ", ".join(f"{k}={v}" for k, v in params.items())
+    return (f"Ran with profile={profile}, {n_seeds} seeds, {extra}; bnstudy code {code_version()}, "
+            f"torch {torch.__version__}, device {dev}, Python {platform.python_version()}.")
+
+
+def save_table(df: pd.DataFrame, path) -> Path:
+    """Write ``df`` as CSV atomically, dropping list-valued columns (kept in the run cache)."""
+    scalar = [c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()]
+    path = Path(path)
+    atomic_write_bytes(path, df[scalar].to_csv(index=False).encode())
+    return path

@@ -1,0 +1,204 @@
+"""Parallel, cached, resumable sweeps.
+
+:func:`run_sweep` takes a list of run configs (plain dicts), groups them into
+*packs* (runs that can share one packed network, see :mod:`bnstudy.train`),
+runs the packs in parallel through joblib (processes by default, one torch
+thread each) and returns one tidy :class:`pandas.DataFrame`, one row per config,
+in the order given.
+
+Every finished run is written to a :class:`RunCache` at once, by the worker
+that computed it, atomically (a temporary file renamed into place), under a key
+derived from the namespace, the full config and :func:`code_version`. A rerun
+skips finished runs; an interrupted sweep (Ctrl-C, a killed worker or a killed
+parent) loses nothing that had finished, and the final table reads each config
+exactly once from the cache, so nothing is counted twice. Pack composition
+depends only on the config list and ``pack_size``, never on what is already
+cached, so a resumed sweep computes exactly what an uninterrupted one would.
+
+The joblib backend is a parameter: ``"loky"`` (default, local processes),
+``"threading"``, ``"sequential"``, or ``"dask"`` / ``"ray"`` for a cluster
+(register the backend first, e.g. create a ``dask.distributed.Client``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import joblib
+import pandas as pd
+from tqdm import tqdm
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def code_version() -> str:
+    """A 12-hex-digit hash of every ``.py`` file in the ``bnstudy`` package.
+
+    Part of every cache key, so changing any code invalidates cached runs
+    instead of silently mixing results of two versions.
+    """
+    h = hashlib.sha256()
+    for p in sorted(_PACKAGE_DIR.rglob("*.py")):
+        h.update(str(p.relative_to(_PACKAGE_DIR)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def config_key(config: dict, namespace: str, version: str | None = None) -> str:
+    """The cache key (40 hex digits) of ``config`` in ``namespace`` for a code version."""
+    payload = json.dumps({"namespace": namespace, "version": version or code_version(),
+                          "config": _jsonable(config)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:40]
+
+
+def default_cache_dir() -> Path:
+    """``$BNSTUDY_CACHE_DIR`` if set, else ``~/.cache/bnstudy``."""
+    return Path(os.environ.get("BNSTUDY_CACHE_DIR") or Path.home() / ".cache" / "bnstudy")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that ``path`` is either absent or complete.
+
+    The bytes go to a temporary file in the same directory, are flushed and
+    fsynced, then renamed over ``path`` (``os.replace`` is atomic on POSIX).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class RunCache:
+    """Finished runs on disk: ``<root>/<namespace>/<key>.json``, one file per run."""
+
+    def __init__(self, root, namespace: str, version: str | None = None):
+        if not namespace or "/" in namespace:
+            raise ValueError(f"namespace must be a non-empty name without '/', got {namespace!r}")
+        self.root, self.namespace = Path(root), namespace
+        self.version = version or code_version()
+        self.dir = self.root / namespace
+
+    def key(self, config: dict) -> str:
+        return config_key(config, self.namespace, self.version)
+
+    def path(self, config: dict) -> Path:
+        return self.dir / f"{self.key(config)}.json"
+
+    def get(self, config: dict) -> dict | None:
+        """The cached row of ``config``, or ``None`` if it has not finished."""
+        p = self.path(config)
+        if not p.exists():
+            return None
+        return json.loads(p.read_text())["row"]
+
+    def put(self, config: dict, row: dict) -> None:
+        """Store ``row`` for ``config`` atomically."""
+        doc = {"namespace": self.namespace, "version": self.version, "config": _jsonable(config), "row": _jsonable(row)}
+        atomic_write_bytes(self.path(config), json.dumps(doc).encode())
+
+
+def make_packs(configs: list[dict], pack_by: Callable[[dict], object] | None, pack_size: int) -> list[list[int]]:
+    """Indices of ``configs`` grouped by ``pack_by(config)`` (first-seen order), chunked to ``pack_size``."""
+    if not isinstance(pack_size, int) or pack_size < 1:
+        raise ValueError(f"pack_size must be a positive integer, got {pack_size!r}")
+    groups: dict = {}
+    for i, c in enumerate(configs):
+        g = json.dumps(_jsonable(pack_by(c)), sort_keys=True) if pack_by else str(i)
+        groups.setdefault(g, []).append(i)
+    packs = []
+    for idx in groups.values():
+        packs += [idx[j:j + pack_size] for j in range(0, len(idx), pack_size)]
+    return packs
+
+
+def _run_pack_and_cache(run_pack, pack_cfgs, cache_root, namespace, version, threads, pack_kwargs):
+    import torch
+    if threads:
+        torch.set_num_threads(threads)
+    rows = run_pack(pack_cfgs, **pack_kwargs)
+    if len(rows) != len(pack_cfgs):
+        raise RuntimeError(f"{getattr(run_pack, '__name__', run_pack)} returned {len(rows)} rows for {len(pack_cfgs)} configs")
+    cache = RunCache(cache_root, namespace, version)
+    for c, r in zip(pack_cfgs, rows):
+        cache.put(c, r)
+    return len(rows)
+
+
+def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, namespace: str, cache_dir=None,
+              pack_by: Callable[[dict], object] | None = None, pack_size: int = 5, n_jobs: int | None = None,
+              backend: str = "loky", threads_per_worker: int = 1, progress: bool = True,
+              desc: str | None = None, pack_kwargs: dict | None = None) -> pd.DataFrame:
+    """Run every config (skipping cached ones) and return their rows as a DataFrame.
+
+    ``run_pack(list_of_configs, **pack_kwargs) -> list_of_rows`` must be a
+    module-level function (workers import it) that returns one dict per config.
+    ``pack_by(config)`` gives the part of a config that must agree inside a pack
+    (``None``: every run alone). ``n_jobs`` defaults to the CPU count (1 on a
+    CUDA machine, where one process owns the GPU). ``threads_per_worker`` sets
+    ``torch.set_num_threads`` in each worker (0 leaves torch's default).
+
+    Raises ``ValueError`` for an empty config list, a non-positive ``pack_size``
+    or ``n_jobs``; errors inside a run propagate after the runs finished so far
+    are safely cached.
+    """
+    if not configs:
+        raise ValueError("run_sweep: configs is empty")
+    if n_jobs is None:
+        import torch
+        n_jobs = 1 if torch.cuda.is_available() else (os.cpu_count() or 1)
+    if not isinstance(n_jobs, int) or n_jobs < 1:
+        raise ValueError(f"n_jobs must be a positive integer, got {n_jobs!r}")
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache = RunCache(root, namespace)
+    packs = make_packs(configs, pack_by, pack_size)
+    pending = [p for p in packs if any(cache.get(configs[i]) is None for i in p)]
+    if pending:
+        n_runs = sum(len(p) for p in pending)
+        bar = tqdm(total=n_runs, desc=desc or namespace, unit="run", disable=not progress,
+                   postfix={"cached": len(configs) - n_runs})
+        jobs = (joblib.delayed(_run_pack_and_cache)(run_pack, [configs[i] for i in p], str(root), namespace,
+                                                    cache.version, threads_per_worker, pack_kwargs or {})
+                for p in pending)
+        try:
+            if n_jobs == 1 or len(pending) == 1 or backend == "sequential":
+                for fn, args, kwargs in jobs:
+                    args = args[:5] + (0,) + args[6:]  # in-process: leave the caller's torch threads alone
+                    bar.update(fn(*args, **kwargs))
+            else:
+                # parallel_config (unlike Parallel(backend=...)) also registers joblib's external
+                # backends, "dask" and "ray", on first use.
+                with joblib.parallel_config(backend=backend, n_jobs=min(n_jobs, len(pending))):
+                    for n in joblib.Parallel(return_as="generator_unordered")(jobs):
+                        bar.update(n)
+        finally:
+            bar.close()
+    rows = []
+    for c in configs:
+        row = cache.get(c)
+        if row is None:
+            raise RuntimeError(f"run_sweep: no cached result for config {c} after the sweep")
+        rows.append(row)
+    return pd.DataFrame(rows)

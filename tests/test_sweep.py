@@ -1,0 +1,137 @@
+"""The study engine: parallel sweeps, the run cache, resuming after a kill, other joblib backends."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bnstudy import sweep
+from bnstudy.experiments import freeze_modes
+
+TINY = dict(widths=[4, 8], stage1_steps=20, steps=30, n_eval=40, batch_size=16, stage1_batch_size=16)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _tiny_run(cache_dir, **kw):
+    return freeze_modes.run(dict(TINY, seeds=[0, 1], cache_dir=str(cache_dir), progress=False, **kw))
+
+
+def _comparable(df):
+    return df.drop(columns=["wall_s"]).reset_index(drop=True)
+
+
+def test_parallel_sweep_equals_sequential_sweep(tmp_path):
+    par = _tiny_run(tmp_path / "a", n_jobs=2, pack_size=1)
+    seq = _tiny_run(tmp_path / "b", n_jobs=1, pack_size=1)
+    pd.testing.assert_frame_equal(_comparable(par), _comparable(seq))
+    assert len(par) == 8 and list(par["mode"][:4]) == list(freeze_modes.MODE_NAMES)
+
+
+def test_rerun_reads_the_cache_and_writes_nothing(tmp_path):
+    first = _tiny_run(tmp_path, n_jobs=1)
+    files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    second = _tiny_run(tmp_path, n_jobs=1)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
+    pd.testing.assert_frame_equal(first, second)
+
+
+def test_cache_key_depends_on_config_namespace_and_code_version():
+    c = dict(seed=0, steps=10)
+    k = sweep.config_key(c, "ns", "v1")
+    assert k != sweep.config_key(dict(c, steps=11), "ns", "v1")
+    assert k != sweep.config_key(c, "other", "v1")
+    assert k != sweep.config_key(c, "ns", "v2")
+    assert k == sweep.config_key(dict(steps=10, seed=0), "ns", "v1")
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    class Boom(bytes):
+        pass
+    target = tmp_path / "x.json"
+    with pytest.raises(TypeError):
+        sweep.atomic_write_bytes(target, object())  # not bytes: the write fails midway
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+    sweep.atomic_write_bytes(target, b"ok")
+    assert target.read_bytes() == b"ok"
+
+
+def test_packs_depend_only_on_configs_and_pack_size():
+    cfgs = [dict(seed=s, mode=m) for s in range(5) for m in ("a", "b")]
+    packs = sweep.make_packs(cfgs, lambda c: c["mode"], 2)
+    assert packs == [[0, 2], [4, 6], [8], [1, 3], [5, 7], [9]]
+    with pytest.raises(ValueError, match="pack_size"):
+        sweep.make_packs(cfgs, None, 0)
+
+
+def test_bad_sweep_arguments_raise(tmp_path):
+    with pytest.raises(ValueError, match="configs is empty"):
+        sweep.run_sweep([], len, namespace="x", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="n_jobs"):
+        sweep.run_sweep([{}], len, namespace="x", cache_dir=tmp_path, n_jobs=0)
+    with pytest.raises(ValueError, match="unknown config keys"):
+        freeze_modes.run(dict(seeds=2, colour="red"))
+    with pytest.raises(ValueError, match="profile='huge'"):
+        freeze_modes.run(dict(profile="huge"))
+
+
+_SCRIPT = textwrap.dedent("""
+    import sys
+    from bnstudy.experiments import freeze_modes
+    cfg = dict({tiny}, seeds=[0, 1, 2], steps=150, cache_dir=sys.argv[1], n_jobs=2, pack_size=1, progress=False)
+    freeze_modes.run(cfg).drop(columns=["wall_s"]).to_json(sys.argv[2])
+""")
+
+
+def _children(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.slow
+def test_killed_worker_resumes_without_loss_or_double_counting(tmp_path):
+    script = tmp_path / "sweep_script.py"
+    script.write_text(_SCRIPT.format(tiny=repr(TINY)))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    stage2 = tmp_path / "killed" / freeze_modes.NAMESPACE
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "killed"), str(tmp_path / "k.json")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(stage2.glob("*.json"))) < 2:
+        time.sleep(0.05)
+    done_before_kill = len(list(stage2.glob("*.json")))
+    assert 2 <= done_before_kill < 12, "the sweep must be interrupted midway"
+    for child in _children(proc.pid):  # kill the worker processes, not the parent
+        os.kill(child, signal.SIGKILL)
+    rc = proc.wait(timeout=120)
+    assert rc != 0, "a sweep whose workers died must fail loudly"
+    finished = {p.name: p.read_bytes() for p in stage2.glob("*.json")}
+    assert len(finished) >= done_before_kill
+    assert not any(p.name.endswith(".tmp") for p in stage2.iterdir()), "no partial files"
+    # resume, then compare with a run that was never interrupted
+    subprocess.run([sys.executable, str(script), str(tmp_path / "killed"), str(tmp_path / "k.json")],
+                   env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "clean"), str(tmp_path / "c.json")],
+                   env=env, check=True, capture_output=True)
+    for name, data in finished.items():  # finished runs were kept, not recomputed
+        assert (stage2 / name).read_bytes() == data
+    resumed, clean = pd.read_json(tmp_path / "k.json"), pd.read_json(tmp_path / "c.json")
+    assert len(resumed) == 12 and not resumed.duplicated(["seed", "mode"]).any()
+    pd.testing.assert_frame_equal(resumed, clean)
+
+
+@pytest.mark.slow
+def test_sweep_runs_on_a_local_dask_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
+            distributed.Client(cl):
+        on_dask = _tiny_run(tmp_path / "dask", backend="dask", pack_size=2)
+    local = _tiny_run(tmp_path / "loky", pack_size=2, n_jobs=1)
+    pd.testing.assert_frame_equal(_comparable(on_dask), _comparable(local))
