@@ -74,6 +74,21 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
     return final
 
 
+def record_time(chapter: str, profile: str, wall_s: float, path: Path | None = None) -> Path:
+    """Record a chapter's wall time in ``book/results/chapter_times.csv`` (one row per chapter and profile)."""
+    import pandas as pd
+    from .sweep import atomic_write_bytes
+
+    path = Path(path or REPO / "book" / "results" / "chapter_times.csv")
+    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["chapter", "profile", "wall_s", "finished"])
+    old = old[~((old["chapter"] == chapter) & (old["profile"] == profile))]
+    new = pd.DataFrame([dict(chapter=chapter, profile=profile, wall_s=round(wall_s, 1),
+                             finished=time.strftime("%Y-%m-%dT%H:%M:%S"))])
+    out = pd.concat([old, new], ignore_index=True) if len(old) else new
+    atomic_write_bytes(path, out.to_csv(index=False).encode())
+    return path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bnstudy.book", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", choices=PROFILES, default="quick", help="quick (minutes) or full (published book)")
@@ -94,7 +109,9 @@ def main(argv=None) -> int:
         except Exception as e:  # papermill's error already names the failing cell
             print(f"[bnstudy.book] FAILED: {p.name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             return 1
-        print(f"[bnstudy.book] {p.name} done in {time.perf_counter() - t0:.1f} s", flush=True)
+        wall = time.perf_counter() - t0
+        record_time(p.stem, args.profile, wall)
+        print(f"[bnstudy.book] {p.name} done in {wall:.1f} s", flush=True)
     return 0
 
 

@@ -193,3 +193,262 @@ def get_mode(name: str) -> FreezeMode:
 def batchnorm_layers(module: nn.Module) -> dict[str, _BatchNorm]:
     """Every BatchNorm layer (``_BatchNorm`` subclasses, SyncBatchNorm included) by qualified name."""
     return {n: m for n, m in module.named_modules() if isinstance(m, _BatchNorm)}
+
+
+# ---------------------------------------------------------------------------
+# FrozenBatchNorm, pinning only the norm layers, and where statistics come from
+# ---------------------------------------------------------------------------
+
+
+class FrozenBatchNorm(nn.Module):
+    """BatchNorm with fixed statistics: ``running_mean``/``running_var`` and the affine as buffers.
+
+    Computes what ``BatchNorm{1,2,3}d.eval()`` computes, per channel ``c``::
+
+        y = (x - running_mean[c]) / sqrt(running_var[c] + eps) * weight[c] + bias[c]
+
+    through the same kernel (``torch.nn.functional.batch_norm`` with
+    ``training=False``), so its outputs are bit-identical to the source layer
+    in eval mode, whatever the module's own train/eval flag. Because ``weight``
+    and ``bias`` are buffers, no optimizer can move them and ``requires_grad``
+    has nothing to act on; because the kernel never runs in training mode, no
+    forward pass can move the statistics. This is torchvision's
+    ``ops.FrozenBatchNorm2d`` generalised to any input rank (torchvision
+    rewrites the formula as ``x * scale + shift``, which differs from
+    ``BatchNorm.eval()`` by rounding).
+
+    Input ``(N, C)``, ``(N, C, L)``, ``(N, C, H, W)`` or ``(N, C, D, H, W)`` with
+    ``C == num_features``; output has the input's shape. ``weight``/``bias`` are
+    ``None`` when the source had ``affine=False``. ``num_batches_tracked`` is
+    kept (never incremented) so that a conversion round trip is exact.
+    ``source_class`` and ``momentum`` remember the source layer for
+    :meth:`to_batchnorm`. Raises ``ValueError`` for an input of rank below 2 or
+    with the wrong number of channels.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True,
+                 momentum: float | None = 0.1, source_class: type = nn.BatchNorm2d):
+        super().__init__()
+        if not isinstance(num_features, int) or isinstance(num_features, bool) or num_features < 1:
+            raise ValueError(f"num_features must be a positive integer, got {num_features!r}")
+        if not eps > 0:
+            raise ValueError(f"eps must be > 0, got {eps!r}")
+        self.num_features, self.eps, self.affine = num_features, float(eps), bool(affine)
+        self.momentum, self.source_class = momentum, source_class
+        self.register_buffer("weight", torch.ones(num_features) if affine else None)
+        self.register_buffer("bias", torch.zeros(num_features) if affine else None)
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    @classmethod
+    def from_batchnorm(cls, bn: _BatchNorm, name: str = "") -> "FrozenBatchNorm":
+        """A FrozenBatchNorm holding copies of ``bn``'s statistics and affine (same device and dtype).
+
+        Raises ``ValueError`` (naming the layer as ``name``) when ``bn`` is not a
+        ``_BatchNorm``, has ``track_running_stats=False`` (there are no running
+        statistics to freeze: such a layer normalises with batch statistics even
+        in eval mode) or is a lazy layer that has not seen an input yet.
+        """
+        label = repr(name) if name else type(bn).__name__
+        if not isinstance(bn, _BatchNorm):
+            raise ValueError(f"bn={label} is a {type(bn).__name__}, not a BatchNorm (_BatchNorm subclass)")
+        if bn.running_mean is None or bn.running_var is None:
+            raise ValueError(f"BatchNorm {label} has track_running_stats=False: it has no running statistics "
+                             "to freeze (it normalises with batch statistics even in eval mode)")
+        lazy = [t for t in (bn.weight, bn.running_mean) if t is not None and nn.parameter.is_lazy(t)]
+        if lazy:
+            raise ValueError(f"BatchNorm {label} is lazy and uninitialised; run one forward pass before freezing it")
+        frozen = cls(bn.num_features, bn.eps, bn.affine, bn.momentum, type(bn))
+        if bn.affine:
+            frozen.weight = bn.weight.detach().clone()
+            frozen.bias = bn.bias.detach().clone()
+        frozen.running_mean = bn.running_mean.detach().clone()
+        frozen.running_var = bn.running_var.detach().clone()
+        if bn.num_batches_tracked is not None:
+            frozen.num_batches_tracked = bn.num_batches_tracked.detach().clone()
+        frozen.train(bn.training)
+        return frozen
+
+    def to_batchnorm(self) -> _BatchNorm:
+        """The inverse conversion: a ``source_class`` layer with this layer's statistics and affine.
+
+        The affine comes back as ``nn.Parameter`` with ``requires_grad=True``
+        (BatchNorm's default; freeze it again if you need to). The new layer's
+        train/eval flag copies this module's. Raises ``ValueError`` when
+        ``source_class`` cannot be built as ``source_class(num_features, eps=,
+        momentum=, affine=)`` (a subclass with another constructor).
+        """
+        try:
+            bn = self.source_class(self.num_features, eps=self.eps, momentum=self.momentum, affine=self.affine)
+        except TypeError as e:
+            raise ValueError(f"cannot rebuild {self.source_class.__name__}(num_features, eps=, momentum=, affine=): "
+                             f"{e}") from None
+        if self.affine:
+            bn.weight = nn.Parameter(self.weight.detach().clone())
+            bn.bias = nn.Parameter(self.bias.detach().clone())
+        bn.running_mean = self.running_mean.detach().clone()
+        bn.running_var = self.running_var.detach().clone()
+        bn.num_batches_tracked = self.num_batches_tracked.detach().clone()
+        bn.train(self.training)
+        return bn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() < 2 or x.shape[1] != self.num_features:
+            raise ValueError(f"FrozenBatchNorm({self.num_features}) expects input (N, {self.num_features}, ...), "
+                             f"got {tuple(x.shape)}")
+        return torch.nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                              False, 0.0, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, affine={self.affine}, "
+                f"source={self.source_class.__name__}")
+
+
+def freeze_batchnorm(module: nn.Module) -> nn.Module:
+    """Replace every BatchNorm in ``module`` by a :class:`FrozenBatchNorm`; returns the converted module.
+
+    Recursive and in place, like timm's ``freeze_batch_norm_2d``: children are
+    swapped inside their parents; if ``module`` itself is a BatchNorm the
+    returned object is its replacement, so always use the return value. Covers
+    BatchNorm1d/2d/3d, SyncBatchNorm and any ``_BatchNorm`` subclass; a layer
+    reached twice (shared) becomes one shared FrozenBatchNorm. The converted
+    model computes what the original computes in eval mode, bit for bit, and
+    stays that way through ``.train()``. Undo with :func:`unfreeze_batchnorm`.
+    Raises ``ValueError`` naming the first layer with
+    ``track_running_stats=False`` or an uninitialised lazy layer.
+    """
+    return _convert(module, "", {}, lambda m, name: FrozenBatchNorm.from_batchnorm(m, name)
+                    if isinstance(m, _BatchNorm) else None)
+
+
+def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
+    """Inverse of :func:`freeze_batchnorm`: every :class:`FrozenBatchNorm` back to its source class.
+
+    Recursive and in place; returns the converted module (the replacement if
+    ``module`` itself is a FrozenBatchNorm). The affine parameters come back
+    with ``requires_grad=True``. Raises ``ValueError`` as
+    :meth:`FrozenBatchNorm.to_batchnorm` does.
+    """
+    return _convert(module, "", {}, lambda m, name: m.to_batchnorm() if isinstance(m, FrozenBatchNorm) else None)
+
+
+def _convert(module: nn.Module, name: str, memo: dict, make) -> nn.Module:
+    if id(module) in memo:
+        return memo[id(module)]
+    new = make(module, name)
+    if new is not None:
+        memo[id(module)] = new
+        return new
+    memo[id(module)] = module
+    for child_name, child in list(module._modules.items()):  # not named_children(): it skips a repeated child
+        if child is None:
+            continue
+        converted = _convert(child, f"{name}.{child_name}" if name else child_name, memo, make)
+        if converted is not child:
+            setattr(module, child_name, converted)
+    return module
+
+
+def pin_norm_eval(module: nn.Module) -> list[str]:
+    """Pin every BatchNorm and InstanceNorm layer inside ``module`` in eval mode; returns their names.
+
+    Each norm layer gets :func:`pin_eval`, so a parent's ``.train()`` leaves it
+    normalising with its running statistics and never updating them, while the
+    other layers (dropout included) follow the parent's mode as usual. This is
+    mmdetection's ``norm_eval=True`` for any ``nn.Module``. Layers with
+    ``track_running_stats=False`` are pinned too, but they normalise with batch
+    statistics even in eval mode (see :func:`batch_stats_report`).
+    """
+    names = []
+    for name, m in module.named_modules():
+        if isinstance(m, nn.modules.batchnorm._NormBase):
+            pin_eval(m)
+            names.append(name)
+    return names
+
+
+def is_frozen_batchnorm(module: nn.Module) -> bool:
+    """Whether ``module`` is a FrozenBatchNorm: this module's, or a library's of that class name (torchvision, detectron2)."""
+    return isinstance(module, FrozenBatchNorm) or type(module).__name__.startswith("FrozenBatchNorm")
+
+
+_STATELESS_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.CrossMapLRN2d) + (
+    (nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
+
+
+def statistics_source(module: nn.Module, training: bool | None = None) -> str | None:
+    """Which statistics ``module`` normalises with when its train/eval flag is ``training``.
+
+    ``training=None`` uses the module's current flag. Returns ``"batch"``
+    (BatchNorm in train mode, or with ``track_running_stats=False`` in any
+    mode: PyTorch's ``_BatchNorm.forward`` rule), ``"running"`` (BatchNorm or
+    InstanceNorm in eval mode with running statistics; any FrozenBatchNorm),
+    ``"per-sample"`` (statistics of each sample alone: LayerNorm, GroupNorm,
+    RMSNorm, LocalResponseNorm, InstanceNorm without running statistics or in
+    train mode), or ``None`` for a module that is not a normalisation layer.
+    """
+    training = module.training if training is None else training
+    if isinstance(module, _BatchNorm):
+        return "batch" if training or module.running_mean is None else "running"
+    if isinstance(module, nn.modules.instancenorm._InstanceNorm):
+        return "per-sample" if training or not module.track_running_stats else "running"
+    if is_frozen_batchnorm(module):
+        return "running"
+    if isinstance(module, _STATELESS_NORMS):
+        return "per-sample"
+    return None
+
+
+def updates_running_stats(module: nn.Module, training: bool | None = None) -> bool:
+    """Whether a forward pass of ``module`` with flag ``training`` writes its running statistics.
+
+    True for a BatchNorm/InstanceNorm with ``track_running_stats=True`` in train
+    mode (``num_batches_tracked`` is incremented even at ``momentum=0.0``, whose
+    running_mean/running_var then stay put), whatever ``torch.no_grad()`` says.
+    """
+    training = module.training if training is None else training
+    return bool(isinstance(module, nn.modules.batchnorm._NormBase) and training and module.track_running_stats)
+
+
+def batch_stats_report(model: nn.Module):
+    """Per normalisation layer: does it use batch statistics now, after ``model.train()``, after ``model.eval()``?
+
+    Returns a pandas DataFrame with one row per normalisation layer (see
+    :func:`statistics_source`; stateless norms are listed with ``"per-sample"``)
+    and columns ``layer`` (qualified name), ``type``, ``pinned``
+    (:func:`pin_eval`), ``training`` (current flag), ``stats_now``,
+    ``stats_after_train``, ``stats_after_eval`` (``batch``/``running``/
+    ``per-sample``), ``batch_stats_after_train``, ``batch_stats_after_eval``
+    (bool) and ``updates_running_stats_after_train``.
+
+    "After train/eval" is measured, not guessed: the function calls
+    ``model.train()`` and ``model.eval()`` (so overrides such as :func:`pin_eval`
+    or mmdetection-style ``train`` methods take effect), reads every flag, and
+    restores every module's flag exactly as it found it.
+    """
+    import pandas as pd
+
+    modules = list(model.modules())
+    saved = [m.training for m in modules]
+    try:
+        model.train()
+        after_train = {id(m): m.training for m in modules}
+        model.eval()
+        after_eval = {id(m): m.training for m in modules}
+    finally:
+        for m, flag in zip(modules, saved):
+            m.training = flag
+    rows = []
+    for name, m in model.named_modules():
+        if statistics_source(m) is None:
+            continue
+        s_train = statistics_source(m, after_train[id(m)])
+        s_eval = statistics_source(m, after_eval[id(m)])
+        rows.append(dict(layer=name, type=type(m).__name__, pinned=is_pinned(m), training=m.training,
+                         stats_now=statistics_source(m), stats_after_train=s_train, stats_after_eval=s_eval,
+                         batch_stats_after_train=s_train == "batch", batch_stats_after_eval=s_eval == "batch",
+                         updates_running_stats_after_train=updates_running_stats(m, after_train[id(m)])))
+    columns = ["layer", "type", "pinned", "training", "stats_now", "stats_after_train", "stats_after_eval",
+               "batch_stats_after_train", "batch_stats_after_eval", "updates_running_stats_after_train"]
+    return pd.DataFrame(rows, columns=columns)

@@ -150,7 +150,8 @@ def _run_pack_and_cache(run_pack, pack_cfgs, cache_root, namespace, version, thr
 def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, namespace: str, cache_dir=None,
               pack_by: Callable[[dict], object] | None = None, pack_size: int = 5, n_jobs: int | None = None,
               backend: str = "loky", threads_per_worker: int = 1, progress: bool = True,
-              desc: str | None = None, pack_kwargs: dict | None = None) -> pd.DataFrame:
+              desc: str | None = None, pack_kwargs: dict | None = None,
+              version: str | None = None) -> pd.DataFrame:
     """Run every config (skipping cached ones) and return their rows as a DataFrame.
 
     ``run_pack(list_of_configs, **pack_kwargs) -> list_of_rows`` must be a
@@ -159,6 +160,8 @@ def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, names
     (``None``: every run alone). ``n_jobs`` defaults to the CPU count (1 on a
     CUDA machine, where one process owns the GPU). ``threads_per_worker`` sets
     ``torch.set_num_threads`` in each worker (0 leaves torch's default).
+    ``version`` fixes the code version used in cache keys (default: :func:`code_version`
+    now), so the keys of one sweep cannot change if files are edited while it runs.
 
     Raises ``ValueError`` for an empty config list, a non-positive ``pack_size``
     or ``n_jobs``; errors inside a run propagate after the runs finished so far
@@ -172,7 +175,7 @@ def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, names
     if not isinstance(n_jobs, int) or n_jobs < 1:
         raise ValueError(f"n_jobs must be a positive integer, got {n_jobs!r}")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cache = RunCache(root, namespace)
+    cache = RunCache(root, namespace, version)
     packs = make_packs(configs, pack_by, pack_size)
     pending = [p for p in packs if any(cache.get(configs[i]) is None for i in p)]
     if pending:

@@ -16,7 +16,7 @@ import torch
 from scipy import stats as sps
 
 from .. import train
-from ..sweep import RunCache, atomic_write_bytes, default_cache_dir, run_sweep
+from ..sweep import RunCache, atomic_write_bytes, code_version, default_cache_dir, run_sweep
 
 #: How many seeds each profile runs by default (``full``: the published book).
 PROFILE_SEEDS = {"quick": 3, "full": 10}
@@ -44,31 +44,35 @@ def stage1_config(config: dict) -> dict:
     return {k: cfg[k] for k in train.STAGE1_KEYS}
 
 
-def _source_path(cache_root, cfg) -> Path:
-    cache = RunCache(cache_root, "source")
-    return cache.path(cfg).with_suffix(".pt")
+def _source_path(cache_root, cfg, version) -> Path:
+    return RunCache(cache_root, "source", version).path(cfg).with_suffix(".pt")
 
 
-def stage1_pack(configs: list[dict], cache_root: str) -> list[dict]:
+def stage1_pack(configs: list[dict], cache_root: str, version: str) -> list[dict]:
     """Train a pack of source backbones, save each state atomically, return summary rows."""
     outs = train.train_source(configs)
     rows = []
     for c, o in zip(configs, outs):
         buf = io.BytesIO()
         torch.save({"backbone": o["backbone"], "head_a": o["head_a"], "task_a_accuracy": o["task_a_accuracy"]}, buf)
-        atomic_write_bytes(_source_path(cache_root, c), buf.getvalue())
+        atomic_write_bytes(_source_path(cache_root, c, version), buf.getvalue())
         rows.append(dict(seed=c["seed"], source_task_a_accuracy=o["task_a_accuracy"], stage1_wall_s=o["wall_s"]))
     return rows
 
 
-def load_source(cache_root, config: dict) -> dict:
-    """The cached stage-1 result for ``config`` (state dicts and accuracy)."""
-    return torch.load(_source_path(cache_root, stage1_config(config)), map_location="cpu", weights_only=True)
+def load_source(cache_root, config: dict, version: str | None = None) -> dict:
+    """The cached stage-1 result for ``config`` (state dicts and accuracy) under code ``version``.
+
+    Raises ``FileNotFoundError`` if that source has not been trained (run
+    :func:`run_transfer_sweep` first).
+    """
+    return torch.load(_source_path(cache_root, stage1_config(config), version or code_version()),
+                      map_location="cpu", weights_only=True)
 
 
-def transfer_pack(configs: list[dict], cache_root: str) -> list[dict]:
+def transfer_pack(configs: list[dict], cache_root: str, version: str) -> list[dict]:
     """Stage 2 for a pack of configs, reading their source backbones from the cache."""
-    return train.transfer(configs, [load_source(cache_root, c) for c in configs])
+    return train.transfer(configs, [load_source(cache_root, c, version) for c in configs])
 
 
 def _structural(keys_that_vary):
@@ -81,15 +85,16 @@ def run_transfer_sweep(configs: list[dict], *, namespace: str, cache_dir=None, n
                        backend: str = "loky", progress: bool = True) -> pd.DataFrame:
     """Stage 1 (cached per distinct source config) then stage 2 for every config; one row per config."""
     root = str(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    version = code_version()  # fixed for the whole sweep
     full = [train.complete_config(c) for c in configs]
     sources = list({repr(sorted(stage1_config(c).items())): stage1_config(c) for c in full}.values())
     run_sweep(sources, stage1_pack, namespace="source", cache_dir=root, pack_by=_structural(("seed",)),
               pack_size=pack_size, n_jobs=n_jobs, backend=backend, progress=progress, desc="stage 1 (source)",
-              pack_kwargs={"cache_root": root})
+              pack_kwargs={"cache_root": root, "version": version}, version=version)
     return run_sweep(full, transfer_pack, namespace=namespace, cache_dir=root,
                      pack_by=_structural(train.REPLICA_KEYS), pack_size=pack_size, n_jobs=n_jobs,
                      backend=backend, progress=progress, desc=f"stage 2 ({namespace})",
-                     pack_kwargs={"cache_root": root})
+                     pack_kwargs={"cache_root": root, "version": version}, version=version)
 
 
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:

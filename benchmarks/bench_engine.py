@@ -1,0 +1,125 @@
+"""Engine benchmark: the same workload three ways, side by side, in one run.
+
+Workload: 4 stage-1 trainings (seeds 0-3) and 16 stage-2 runs (4 freeze modes x the same 4 seeds), chapter 1's
+default config. Compared:
+
+* naive  - one model at a time in this process, torch's default intra-op threads, no packing, no cache;
+* engine - bnstudy.experiments.common.run_transfer_sweep: joblib processes (one torch thread each), seeds
+           packed into grouped networks, a fresh cache;
+* ceiling - this machine's measured fp32 matrix-multiply rate (torch.mm, all cores), the most either could do.
+
+Achieved GFLOP/s counts the convolutions' and linear layers' multiply-adds (2 FLOPs each): forward only
+for stage 2 (the backbone is frozen and needs no backward; the head's backward is counted), forward +
+2x backward for stage 1. Prints a table and the engine/naive ratio, then the chapters' recorded wall
+times (written by `python -m bnstudy.book`, i.e. `make book`).
+
+Usage: python benchmarks/bench_engine.py [--steps 800] [--seeds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from bnstudy import train
+from bnstudy.experiments.common import run_transfer_sweep
+from bnstudy.freeze import MODE_NAMES
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def matmul_gflops(n: int = 1024, seconds: float = 2.0) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+def flops_per_sample(cfg: dict) -> tuple[float, float]:
+    """(backbone forward FLOPs, head forward FLOPs) for one 3x32x32 sample."""
+    macs, c_in, hw = 0, 3, 32
+    for w in cfg["widths"]:
+        hw = (hw + 1) // 2
+        macs += c_in * w * 9 * hw * hw
+        c_in = w
+    head = c_in * cfg["n_classes"]
+    return 2.0 * macs, 2.0 * head
+
+
+def workload_flops(cfg: dict, n_sources: int, n_transfers: int) -> float:
+    bb, hd = flops_per_sample(cfg)
+    stage1 = 3 * (bb + hd) * cfg["stage1_batch_size"] * cfg["stage1_steps"] * n_sources
+    stage2 = (bb + 3 * hd) * cfg["batch_size"] * cfg["steps"] * n_transfers
+    return stage1 + stage2
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=800, help="stage-2 steps per run")
+    ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--pack-size", type=int, default=4)
+    args = ap.parse_args(argv)
+    seeds = list(range(args.seeds))
+    cfgs = [train.complete_config(dict(seed=s, mode=m, steps=args.steps)) for s in seeds for m in MODE_NAMES]
+    base = cfgs[0]
+    n_src, n_tr = len(seeds), len(cfgs)
+    model_steps = n_src * base["stage1_steps"] + n_tr * base["steps"]
+    flops = workload_flops(base, n_src, n_tr)
+
+    print(f"machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op threads")
+    ceiling = matmul_gflops()
+
+    t0 = time.perf_counter()
+    naive_rows = []
+    for s in seeds:
+        [src] = train.train_source([dict(seed=s)])
+        for m in MODE_NAMES:
+            naive_rows += train.transfer([dict(seed=s, mode=m, steps=args.steps)], [src])
+    naive_s = time.perf_counter() - t0
+
+    with tempfile.TemporaryDirectory() as cache:
+        t0 = time.perf_counter()
+        engine = run_transfer_sweep(cfgs, namespace="bench", cache_dir=cache, pack_size=args.pack_size,
+                                    progress=False)
+        engine_s = time.perf_counter() - t0
+
+    recs = []
+    for name, wall in (("naive loop", naive_s), ("engine", engine_s)):
+        gf = flops / wall / 1e9
+        recs.append(dict(method=name, wall_s=wall, runs_per_s=(n_src + n_tr) / wall,
+                         model_steps_per_s=model_steps / wall, gflop_per_s=gf, fraction_of_ceiling=gf / ceiling))
+    recs.append(dict(method="fp32 matmul ceiling", wall_s=float("nan"), runs_per_s=float("nan"),
+                     model_steps_per_s=float("nan"), gflop_per_s=ceiling, fraction_of_ceiling=1.0))
+    table = pd.DataFrame(recs).set_index("method")
+    print(f"\nworkload: {n_src} stage-1 trainings x {base['stage1_steps']} steps + {n_tr} stage-2 runs x "
+          f"{base['steps']} steps ({model_steps} model-steps, {flops / 1e12:.2f} TFLOP)")
+    with pd.option_context("display.float_format", "{:.3g}".format, "display.width", 120):
+        print(table)
+    print(f"\nengine / naive throughput: {naive_s / engine_s:.2f}x")
+    # same answers both ways (packing changes float rounding only)
+    naive = pd.DataFrame(naive_rows)
+    diff = (naive.set_index(["seed", "mode"])["task_b"] - engine.set_index(["seed", "mode"])["task_b"]).abs().max()
+    print(f"largest task-B accuracy difference naive vs engine: {diff:.4f}")
+
+    times = REPO / "book" / "results" / "chapter_times.csv"
+    print("\nchapter wall times (last recorded run per chapter and profile, from `python -m bnstudy.book`):")
+    if times.exists():
+        t = pd.read_csv(times)
+        print(t.pivot_table(index="chapter", columns="profile", values="wall_s", aggfunc="last").to_string(
+            float_format="{:.0f} s".format))
+    else:
+        print("  none recorded yet: run `make book PROFILE=quick` and `make book` first")
+
+
+if __name__ == "__main__":
+    main()
