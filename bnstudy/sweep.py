@@ -136,9 +136,15 @@ def make_packs(configs: list[dict], pack_by: Callable[[dict], object] | None, pa
 
 def _run_pack_and_cache(run_pack, pack_cfgs, cache_root, namespace, version, threads, pack_kwargs):
     import torch
+    old_threads = torch.get_num_threads()
     if threads:
+        # The same thread count everywhere: intra-op threading changes float summation order, and
+        # long training amplifies rounding, so a run's numbers must not depend on where it ran.
         torch.set_num_threads(threads)
-    rows = run_pack(pack_cfgs, **pack_kwargs)
+    try:
+        rows = run_pack(pack_cfgs, **pack_kwargs)
+    finally:
+        torch.set_num_threads(old_threads)
     if len(rows) != len(pack_cfgs):
         raise RuntimeError(f"{getattr(run_pack, '__name__', run_pack)} returned {len(rows)} rows for {len(pack_cfgs)} configs")
     cache = RunCache(cache_root, namespace, version)
@@ -159,7 +165,8 @@ def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, names
     ``pack_by(config)`` gives the part of a config that must agree inside a pack
     (``None``: every run alone). ``n_jobs`` defaults to the CPU count (1 on a
     CUDA machine, where one process owns the GPU). ``threads_per_worker`` sets
-    ``torch.set_num_threads`` in each worker (0 leaves torch's default).
+    ``torch.set_num_threads`` while a pack runs, in a worker or in this process
+    (restored afterwards; 0 leaves torch's setting alone).
     ``version`` fixes the code version used in cache keys (default: :func:`code_version`
     now), so the keys of one sweep cannot change if files are edited while it runs.
 
@@ -188,7 +195,6 @@ def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, names
         try:
             if n_jobs == 1 or len(pending) == 1 or backend == "sequential":
                 for fn, args, kwargs in jobs:
-                    args = args[:5] + (0,) + args[6:]  # in-process: leave the caller's torch threads alone
                     bar.update(fn(*args, **kwargs))
             else:
                 # parallel_config (unlike Parallel(backend=...)) also registers joblib's external

@@ -45,5 +45,5 @@ def run(config: dict | None = None) -> pd.DataFrame:
     overrides = {k: v for k, v in config.items() if k in train.DEFAULTS and k not in ("seed", "mode")}
     cfgs = make_configs(seeds, tuple(config.get("modes", MODE_NAMES)), **overrides)
     return run_transfer_sweep(cfgs, namespace=NAMESPACE, cache_dir=config.get("cache_dir"),
-                              n_jobs=config.get("n_jobs"), pack_size=config.get("pack_size", 5),
+                              n_jobs=config.get("n_jobs"), pack_size=config.get("pack_size"),
                               backend=config.get("backend", "loky"), progress=config.get("progress", True))
