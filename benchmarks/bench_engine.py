@@ -164,7 +164,7 @@ def main(argv=None):
     table = pd.DataFrame(recs).set_index("method")
     print(f"\nworkload: {n_src} stage-1 trainings x {base['stage1_steps']} steps + {n_tr} stage-2 runs x "
           f"{base['steps']} steps ({model_steps} model-steps, {flops / 1e12:.2f} TFLOP)")
-    with pd.option_context("display.float_format", "{:.3g}".format, "display.width", 120):
+    with pd.option_context("display.float_format", "{:.3g}".format, "display.width", 200, "display.max_columns", None):
         print(table)
     print(f"\nengine / naive throughput: {naive_s / engine_s:.2f}x   engine / plain: {plain_s / engine_s:.2f}x   "
           f"plain / naive: {naive_s / plain_s:.2f}x")

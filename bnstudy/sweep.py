@@ -157,7 +157,7 @@ def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, names
               pack_by: Callable[[dict], object] | None = None, pack_size: int = 5, n_jobs: int | None = None,
               backend: str = "loky", threads_per_worker: int = 1, progress: bool = True,
               desc: str | None = None, pack_kwargs: dict | None = None,
-              version: str | None = None) -> pd.DataFrame:
+              version: str | None = None, packs: list[list[int]] | None = None) -> pd.DataFrame:
     """Run every config (skipping cached ones) and return their rows as a DataFrame.
 
     ``run_pack(list_of_configs, **pack_kwargs) -> list_of_rows`` must be a
@@ -169,6 +169,8 @@ def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, names
     (restored afterwards; 0 leaves torch's setting alone).
     ``version`` fixes the code version used in cache keys (default: :func:`code_version`
     now), so the keys of one sweep cannot change if files are edited while it runs.
+    ``packs`` (indices into ``configs``) replaces the packs ``pack_by``/``pack_size``
+    would make; each config must appear in exactly one pack.
 
     Raises ``ValueError`` for an empty config list, a non-positive ``pack_size``
     or ``n_jobs``; errors inside a run propagate after the runs finished so far
@@ -183,7 +185,10 @@ def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, names
         raise ValueError(f"n_jobs must be a positive integer, got {n_jobs!r}")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache = RunCache(root, namespace, version)
-    packs = make_packs(configs, pack_by, pack_size)
+    if packs is None:
+        packs = make_packs(configs, pack_by, pack_size)
+    elif sorted(i for p in packs for i in p) != list(range(len(configs))):
+        raise ValueError("packs must list every config index exactly once")
     pending = [p for p in packs if any(cache.get(configs[i]) is None for i in p)]
     if pending:
         n_runs = sum(len(p) for p in pending)

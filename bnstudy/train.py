@@ -267,13 +267,21 @@ def _population_means(backbone, streams_b, device, fmt, n_batches: int = 20) -> 
 def transfer(configs: list[dict], sources: list[dict], device=None) -> list[dict]:
     """Stage 2: freeze the trained backbone, train a new head on task B, measure both tasks.
 
-    ``configs`` (one per replica, differing only in :data:`REPLICA_KEYS`) and
-    ``sources`` (the matching :func:`train_source` outputs). The freeze mode
-    (``config["mode"]``) is applied by :meth:`bnstudy.freeze.FreezeMode.apply`;
-    the loop then calls ``model.train()`` every ``epoch_steps`` steps, as an
-    ordinary training loop does, and trains only head B with Adam.
+    ``configs`` (one per run; they may differ in :data:`REPLICA_KEYS` and in
+    ``mode``) and ``sources`` (the matching :func:`train_source` outputs). Runs
+    with the same mode are packed into one network; the modes run in lockstep,
+    one model each, and runs with the same seed and shift consume the *same*
+    task-B batch tensors (each stream is drawn once per step). That saves the
+    data generation, makes the pairing literal, and changes no number: every
+    model runs its own mode's code path on the values it would have drawn alone
+    (``tests/test_packing.py`` checks lockstep against separate runs with ==).
 
-    Returns one row per config: the config, then ``task_a_before``,
+    The freeze mode (``config["mode"]``) is applied by
+    :meth:`bnstudy.freeze.FreezeMode.apply`; the loop then calls ``model.train()``
+    every ``epoch_steps`` steps, as an ordinary training loop does, and trains
+    only head B (``optimizer``, ``lr``).
+
+    Returns one row per config, in order: the config, then ``task_a_before``,
     ``task_a_after``, ``task_b`` (accuracies 0..1, eval mode), ``max_param_change``
     (largest absolute change of any backbone or head-A parameter),
     ``max_buffer_change`` (largest change of the original backbone's
@@ -284,107 +292,153 @@ def transfer(configs: list[dict], sources: list[dict], device=None) -> list[dict
     running statistics), and ``drift_steps`` / ``drift_weight_<layer>``: the
     weight left on the original running_mean after t steps, by projection on
     the task-B population mean (compare with ``(1 - momentum) ** t``).
+    ``wall_s`` is the call's wall time divided by the number of runs.
+    Raises ``ValueError`` if the configs differ in anything else, or the
+    numbers of configs and sources differ.
     """
     t0 = time.perf_counter()
     device = pick_device(device)
     cfgs = [complete_config(c) for c in configs]
     if len(sources) != len(cfgs):
         raise ValueError(f"transfer needs one source per config: {len(cfgs)} configs, {len(sources)} sources")
-    base = _check_pack(cfgs, REPLICA_KEYS)
-    r = len(cfgs)
-    mode = fz.get_mode(base["mode"])
-    backbone = ConvBackbone(3, base["widths"], base["norm"], r, base["momentum"])
-    backbone.load_state_dict(pack_states([s["backbone"] for s in sources]))
-    head_a = make_head("linear", backbone.out_features, base["n_classes"], r)
-    head_a.load_state_dict(pack_states([s["head_a"] for s in sources]))
-    head_b = make_head(base["head"], backbone.out_features, base["n_classes"], r, base["hidden"], base["momentum"])
-    head_b.load_state_dict(pack_states([_seeded((c["seed"], "init", "head_b", base["head"]), lambda: make_head(
-        base["head"], backbone.out_features, base["n_classes"], 1, base["hidden"], base["momentum"])).state_dict()
-        for c in cfgs]))
-    fmt = memory_format_for(base["mode"])
-    model = fz.TransferModel(backbone, head_a, head_b).to(device, memory_format=fmt)
-
-    tasks_a = _sources(cfgs)
-    tasks_b = [make_task(c["seed"], "B", c["n_classes"], c["noise"], c["brightness"], c["contrast"]) for c in cfgs]
-    evals_a = [eval_set(t, c["n_eval"], c["seed"], "A") for t, c in zip(tasks_a, cfgs)]
-    evals_b = [eval_set(t, c["n_eval"], c["seed"], "B") for t, c in zip(tasks_b, cfgs)]
-
-    model.eval()
-    logits_a0 = packed_logits(model.forward_a, [e[0] for e in evals_a], device, fmt=fmt)
-    acc_a0 = accuracy(logits_a0, [e[1] for e in evals_a])
-    frozen_before = {k: v.detach().cpu().clone() for k, v in
-                     list(model.backbone.state_dict().items()) + [("head_a." + k, v) for k, v in model.head_a.state_dict().items()]}
-    stats0 = _bn_stats(model.backbone, r)
-
-    mode.apply(model)
-    stat_owner = model.backbone if model.backbone_b is None else model.backbone_b
-    track_drift = base["norm"] == "batch"
-    pop_means = None
-    if track_drift:
-        pop_streams = [BatchStream(t, base["batch_size"] if base["batch_size"] > 1 else 2,
-                                   generator(c["seed"], "population", "B")) for t, c in zip(tasks_b, cfgs)]
-        pop_means = _population_means(model.backbone, pop_streams, device, fmt)
-    drift_record = {0: _bn_stats(stat_owner, r)} if track_drift else {}
-
-    streams = [BatchStream(t, base["batch_size"], generator(c["seed"], "stream", "B"), base["sampler"])
-               for t, c in zip(tasks_b, cfgs)]
-    opt = make_optimizer(base["optimizer"], model.head_b.parameters(), base["lr"])
+    base = _check_pack(cfgs, REPLICA_KEYS + ("mode",))
+    data = _TaskData(cfgs)
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(cfgs):
+        groups.setdefault(c["mode"], []).append(i)
+    runs = {mode: _ModeRun(mode, [cfgs[i] for i in idx], [sources[i] for i in idx], [data.key(cfgs[i]) for i in idx],
+                           data, device) for mode, idx in groups.items()}
+    streams = {k: BatchStream(data.tasks_b[k], base["batch_size"], generator(k[0], "stream", "B"), base["sampler"])
+               for k in data.keys}
     for step in range(1, base["steps"] + 1):
+        batches = {k: st.next() for k, st in streams.items()}
+        for run in runs.values():
+            run.step(step, batches)
+    wall = (time.perf_counter() - t0) / len(cfgs)
+    rows: list[dict | None] = [None] * len(cfgs)
+    for mode, idx in groups.items():
+        for i, row in zip(idx, runs[mode].finish()):
+            row.update(wall_s=wall, pack_size=len(cfgs))
+            rows[i] = row
+    return rows
+
+
+class _TaskData:
+    """Tasks and evaluation sets per distinct (seed, brightness, contrast), shared by all modes."""
+
+    def __init__(self, cfgs):
+        self.keys = list(dict.fromkeys(self.key(c) for c in cfgs))
+        first = {self.key(c): c for c in reversed(cfgs)}
+        self.tasks_a, self.tasks_b, self.evals_a, self.evals_b = {}, {}, {}, {}
+        for k in self.keys:
+            c = first[k]
+            self.tasks_a[k] = make_task(c["seed"], "A", c["n_classes"], c["noise"])
+            self.tasks_b[k] = make_task(c["seed"], "B", c["n_classes"], c["noise"], c["brightness"], c["contrast"])
+            self.evals_a[k] = eval_set(self.tasks_a[k], c["n_eval"], c["seed"], "A")
+            self.evals_b[k] = eval_set(self.tasks_b[k], c["n_eval"], c["seed"], "B")
+
+    @staticmethod
+    def key(c: dict) -> tuple:
+        return (c["seed"], float(c["brightness"]), float(c["contrast"]))
+
+
+class _ModeRun:
+    """The runs of one freeze mode inside :func:`transfer`: one packed model, its own code path."""
+
+    def __init__(self, mode_name, cfgs, sources, keys, data: _TaskData, device):
+        self.cfgs, self.sources, self.keys, self.data, self.device = cfgs, sources, keys, data, device
+        base = cfgs[0]
+        self.base, r = base, len(cfgs)
+        self.r = r
+        mode = fz.get_mode(mode_name)
+        backbone = ConvBackbone(3, base["widths"], base["norm"], r, base["momentum"])
+        backbone.load_state_dict(pack_states([s["backbone"] for s in sources]))
+        head_a = make_head("linear", backbone.out_features, base["n_classes"], r)
+        head_a.load_state_dict(pack_states([s["head_a"] for s in sources]))
+        head_b = make_head(base["head"], backbone.out_features, base["n_classes"], r, base["hidden"], base["momentum"])
+        head_b.load_state_dict(pack_states([_seeded((c["seed"], "init", "head_b", base["head"]), lambda: make_head(
+            base["head"], backbone.out_features, base["n_classes"], 1, base["hidden"], base["momentum"])).state_dict()
+            for c in cfgs]))
+        self.fmt = fmt = memory_format_for(mode_name)
+        self.model = model = fz.TransferModel(backbone, head_a, head_b).to(device, memory_format=fmt)
+
+        model.eval()
+        self.logits_a0 = packed_logits(model.forward_a, [data.evals_a[k][0] for k in keys], device, fmt=fmt)
+        self.frozen_before = self._frozen_state()
+        self.stats0 = _bn_stats(model.backbone, r)
+
+        mode.apply(model)
+        self.stat_owner = model.backbone if model.backbone_b is None else model.backbone_b
+        self.track_drift = base["norm"] == "batch"
+        self.pop_means = None
+        if self.track_drift:
+            pop_streams = [BatchStream(data.tasks_b[k], max(base["batch_size"], 2), generator(k[0], "population", "B"))
+                           for k in keys]
+            self.pop_means = _population_means(model.backbone, pop_streams, device, fmt)
+        self.drift_record = {0: _bn_stats(self.stat_owner, r)} if self.track_drift else {}
+        self.opt = make_optimizer(base["optimizer"], model.head_b.parameters(), base["lr"])
+
+    def _frozen_state(self) -> dict:
+        m = self.model
+        items = list(m.backbone.state_dict().items()) + [("head_a." + k, v) for k, v in m.head_a.state_dict().items()]
+        return {k: v.detach().cpu().clone() for k, v in items}
+
+    def step(self, step: int, batches: dict) -> None:
+        model, base = self.model, self.base
         if (step - 1) % base["epoch_steps"] == 0:
             model.train()  # what every training loop does at the start of an epoch
-        batches = [s.next() for s in streams]
-        x = _input(pack_images([b[0] for b in batches]), device, fmt)
-        y = torch.stack([b[1] for b in batches], 1).to(device)
+        x = _input(pack_images([batches[k][0] for k in self.keys]), self.device, self.fmt)
+        y = torch.stack([batches[k][1] for k in self.keys], 1).to(self.device)
         loss = _packed_ce(model.forward_b(x), y)
-        opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
-        if track_drift and step in DRIFT_STEPS:
-            drift_record[step] = _bn_stats(stat_owner, r)
+        self.opt.step()
+        if self.track_drift and step in DRIFT_STEPS:
+            self.drift_record[step] = _bn_stats(self.stat_owner, self.r)
 
-    model.eval()
-    logits_a1 = packed_logits(model.forward_a, [e[0] for e in evals_a], device, fmt=fmt)
-    acc_a1 = accuracy(logits_a1, [e[1] for e in evals_a])
-    acc_b = accuracy(packed_logits(model.forward_b, [e[0] for e in evals_b], device, fmt=fmt), [e[1] for e in evals_b])
-    frozen_after = {k: v.detach().cpu().clone() for k, v in
-                    list(model.backbone.state_dict().items()) + [("head_a." + k, v) for k, v in model.head_a.state_dict().items()]}
-    before_r, after_r = _replica_slices(frozen_before, r), _replica_slices(frozen_after, r)
-    param_names = {n for n, _ in model.backbone.named_parameters()} | {"head_a." + n for n, _ in model.head_a.named_parameters()}
-    stats1 = _bn_stats(model.backbone, r)
-    wall = (time.perf_counter() - t0) / r
-    qs = torch.linspace(0, 1, 21, dtype=torch.float64)
-
-    rows = []
-    for i, c in enumerate(cfgs):
-        d_logit = (logits_a1[:, i].double() - logits_a0[:, i].double()).abs().flatten()
-        row = dict(c)
-        row["widths"] = "-".join(map(str, c["widths"]))
-        row.update(
-            task_a_before=acc_a0[i], task_a_after=acc_a1[i], task_b=acc_b[i],
-            max_param_change=_max_abs_change(before_r[i], after_r[i], lambda k: k in param_names),
-            max_buffer_change=_max_abs_change(before_r[i], after_r[i],
-                                              lambda k: k.endswith("running_mean") or k.endswith("running_var")),
-            num_batches_tracked_change=int(_max_abs_change(before_r[i], after_r[i],
-                                                           lambda k: k.endswith("num_batches_tracked"))),
-            max_old_logit_change=float(d_logit.max()),
-            old_logit_change_q=[float(v) for v in torch.quantile(d_logit, qs)],
-            source_task_a_accuracy=sources[i]["task_a_accuracy"],
-            wall_s=wall, pack_size=r,
-        )
-        for layer_i, name in enumerate(stats0):
-            m0, v0 = stats0[name][i]
-            m1, v1 = stats1[name][i]
-            row[f"drift_mean_l{layer_i}"] = float((m1 - m0).abs().max())
-            row[f"drift_var_l{layer_i}"] = float((v1 - v0).abs().max())
-        if track_drift:
-            row["drift_steps"] = sorted(drift_record)
-            for layer_i, name in enumerate(stats0):
-                start = drift_record[0][name][i][0]
-                target = pop_means[name][i]
-                gap = start - target
-                denom = float(gap @ gap)
-                row[f"drift_weight_l{layer_i}"] = [
-                    float((drift_record[t][name][i][0] - target) @ gap) / denom if denom > 0 else math.nan
-                    for t in row["drift_steps"]]
-        rows.append(row)
-    return rows
+    def finish(self) -> list[dict]:
+        model, data, keys, r, fmt, device = self.model, self.data, self.keys, self.r, self.fmt, self.device
+        model.eval()
+        acc_a0 = accuracy(self.logits_a0, [data.evals_a[k][1] for k in keys])
+        logits_a1 = packed_logits(model.forward_a, [data.evals_a[k][0] for k in keys], device, fmt=fmt)
+        acc_a1 = accuracy(logits_a1, [data.evals_a[k][1] for k in keys])
+        acc_b = accuracy(packed_logits(model.forward_b, [data.evals_b[k][0] for k in keys], device, fmt=fmt),
+                         [data.evals_b[k][1] for k in keys])
+        before_r, after_r = _replica_slices(self.frozen_before, r), _replica_slices(self._frozen_state(), r)
+        param_names = ({n for n, _ in model.backbone.named_parameters()}
+                       | {"head_a." + n for n, _ in model.head_a.named_parameters()})
+        stats1 = _bn_stats(model.backbone, r)
+        qs = torch.linspace(0, 1, 21, dtype=torch.float64)
+        rows = []
+        for i, c in enumerate(self.cfgs):
+            d_logit = (logits_a1[:, i].double() - self.logits_a0[:, i].double()).abs().flatten()
+            row = dict(c)
+            row["widths"] = "-".join(map(str, c["widths"]))
+            row.update(
+                task_a_before=acc_a0[i], task_a_after=acc_a1[i], task_b=acc_b[i],
+                max_param_change=_max_abs_change(before_r[i], after_r[i], lambda k: k in param_names),
+                max_buffer_change=_max_abs_change(before_r[i], after_r[i],
+                                                  lambda k: k.endswith("running_mean") or k.endswith("running_var")),
+                num_batches_tracked_change=int(_max_abs_change(before_r[i], after_r[i],
+                                                               lambda k: k.endswith("num_batches_tracked"))),
+                max_old_logit_change=float(d_logit.max()),
+                old_logit_change_q=[float(v) for v in torch.quantile(d_logit, qs)],
+                source_task_a_accuracy=self.sources[i]["task_a_accuracy"],
+            )
+            for layer_i, name in enumerate(self.stats0):
+                m0, v0 = self.stats0[name][i]
+                m1, v1 = stats1[name][i]
+                row[f"drift_mean_l{layer_i}"] = float((m1 - m0).abs().max())
+                row[f"drift_var_l{layer_i}"] = float((v1 - v0).abs().max())
+            if self.track_drift:
+                row["drift_steps"] = sorted(self.drift_record)
+                for layer_i, name in enumerate(self.stats0):
+                    start = self.drift_record[0][name][i][0]
+                    target = self.pop_means[name][i]
+                    gap = start - target
+                    denom = float(gap @ gap)
+                    row[f"drift_weight_l{layer_i}"] = [
+                        float((self.drift_record[t][name][i][0] - target) @ gap) / denom if denom > 0 else math.nan
+                        for t in row["drift_steps"]]
+            rows.append(row)
+        return rows

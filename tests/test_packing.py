@@ -58,3 +58,30 @@ def test_packed_and_unpacked_stage2_give_the_same_results(mode):
         for k in ("max_param_change", "max_buffer_change", "max_old_logit_change"):
             assert s[k] == pytest.approx(p[k], rel=1e-5, abs=1e-6), k
         assert s["old_logit_change_q"] == pytest.approx(p["old_logit_change_q"], rel=1e-4, abs=1e-5)
+
+
+def test_modes_in_lockstep_equal_modes_run_alone_exactly():
+    """Lockstep shares the task-B batches between modes; it must not change a single number."""
+    from bnstudy.freeze import MODE_NAMES
+    cfgs = [dict(SMALL, seed=4, mode=m, brightness=1.0, contrast=2.0) for m in MODE_NAMES]
+    [src] = train.train_source([cfgs[0]])
+    together = train.transfer(cfgs, [src] * len(cfgs))
+    for c, t in zip(cfgs, together):
+        [alone] = train.transfer([c], [src])
+        assert t["mode"] == c["mode"]
+        for k in ("task_a_before", "task_a_after", "task_b", "max_param_change", "max_buffer_change",
+                  "max_old_logit_change", "old_logit_change_q", "drift_weight_l0", "drift_mean_l1"):
+            assert t[k] == alone[k], (c["mode"], k)
+
+
+def test_transfer_packs_keep_every_mode_of_a_stream_together():
+    from bnstudy.experiments.common import transfer_packs
+    cfgs = [train.complete_config(dict(seed=s, mode=m, brightness=b))
+            for b in (0.0, 1.0) for s in (0, 1, 2) for m in ("train_mode", "all_eval")]
+    packs = transfer_packs(cfgs, 1)
+    assert len(packs) == 6 and all(len(p) == 2 for p in packs)
+    for p in packs:
+        assert len({(cfgs[i]["seed"], cfgs[i]["brightness"]) for i in p}) == 1
+    assert sorted(i for p in transfer_packs(cfgs, 4) for i in p) == list(range(len(cfgs)))
+    with pytest.raises(ValueError, match="pack_size"):
+        transfer_packs(cfgs, 0)

@@ -82,16 +82,40 @@ def _structural(keys_that_vary):
 
 
 def default_pack_size() -> int:
-    """Runs per packed network: 1 on a CPU, 16 on CUDA.
+    """Data streams (distinct seed and shift) per packed network: 1 on a CPU, 16 on CUDA.
 
-    On this project's 2-core CPU, packing 5 seeds into one grouped network ran at 2.41 ms per
-    model-step against 2.54 ms unpacked (5%), while packed and unpacked runs agree only to float
-    rounding, which long training can amplify (at strong shifts a pinned-mode head's accuracy moved by
-    up to 0.04 between pack sizes). So on a CPU every run is computed alone and its numbers depend on its
-    config only. On a GPU many small runs packed together use the device far better; there a run's
-    numbers also depend on the packs it was computed in (see ``tests/test_packing.py``).
+    Runs of the same seed and shift in different freeze modes always share a
+    pack: they run in lockstep on the same batch tensors, one model per mode,
+    which changes no number (:func:`bnstudy.train.transfer`). Packing several
+    seeds into one grouped network is different: on this project's 2-core CPU
+    it ran at 2.41 ms per model-step against 2.54 ms unpacked (5%), while packed
+    and unpacked runs agree only to float rounding, which long training can
+    amplify (at strong shifts a pinned-mode head's task-B accuracy moved by up to
+    0.04 between pack sizes). So on a CPU each seed and shift is computed alone,
+    and a run's numbers depend on its config only. On a GPU many small runs
+    packed together use the device far better; there a run's numbers also
+    depend on the packs it was computed in.
     """
     return 16 if torch.cuda.is_available() else 1
+
+
+def transfer_packs(configs: list[dict], streams_per_pack: int) -> list[list[int]]:
+    """Packs for stage 2: configs equal up to seed, shift and mode, ``streams_per_pack``
+    distinct (seed, shift) streams per pack, every mode of a stream in the same pack."""
+    if not isinstance(streams_per_pack, int) or streams_per_pack < 1:
+        raise ValueError(f"pack_size must be a positive integer, got {streams_per_pack!r}")
+    vary = train.REPLICA_KEYS + ("mode",)
+    groups: dict = {}
+    for i, c in enumerate(configs):
+        struct = repr(sorted((k, v) for k, v in c.items() if k not in vary))
+        stream = (c["seed"], float(c["brightness"]), float(c["contrast"]))
+        groups.setdefault(struct, {}).setdefault(stream, []).append(i)
+    packs = []
+    for streams in groups.values():
+        lists = list(streams.values())
+        for j in range(0, len(lists), streams_per_pack):
+            packs.append([i for idx in lists[j:j + streams_per_pack] for i in idx])
+    return packs
 
 
 def run_transfer_sweep(configs: list[dict], *, namespace: str, cache_dir=None, n_jobs=None,
@@ -99,8 +123,9 @@ def run_transfer_sweep(configs: list[dict], *, namespace: str, cache_dir=None, n
                        version: str | None = None) -> pd.DataFrame:
     """Stage 1 (cached per distinct source config) then stage 2 for every config; one row per config.
 
-    ``pack_size`` defaults to :func:`default_pack_size`. Other arguments as in
-    :func:`bnstudy.sweep.run_sweep`.
+    ``pack_size`` (default :func:`default_pack_size`) counts seeds per stage-1
+    pack and (seed, shift) streams per stage-2 pack; all freeze modes of a
+    stream share its pack. Other arguments as in :func:`bnstudy.sweep.run_sweep`.
     """
     if pack_size is None:
         pack_size = default_pack_size()
@@ -111,10 +136,10 @@ def run_transfer_sweep(configs: list[dict], *, namespace: str, cache_dir=None, n
     run_sweep(sources, stage1_pack, namespace="source", cache_dir=root, pack_by=_structural(("seed",)),
               pack_size=pack_size, n_jobs=n_jobs, backend=backend, progress=progress, desc="stage 1 (source)",
               pack_kwargs={"cache_root": root, "version": version}, version=version)
-    return run_sweep(full, transfer_pack, namespace=namespace, cache_dir=root,
-                     pack_by=_structural(train.REPLICA_KEYS), pack_size=pack_size, n_jobs=n_jobs,
+    return run_sweep(full, transfer_pack, namespace=namespace, cache_dir=root, n_jobs=n_jobs,
                      backend=backend, progress=progress, desc=f"stage 2 ({namespace})",
-                     pack_kwargs={"cache_root": root, "version": version}, version=version)
+                     pack_kwargs={"cache_root": root, "version": version}, version=version,
+                     packs=transfer_packs(full, pack_size))
 
 
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
