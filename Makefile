@@ -8,10 +8,11 @@ export BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy
 
 .PHONY: venv chapters book test bench clean clean-cache
 
-# Set-up: a venv in the repo. torch is installed first, pinned, so nothing can pull a CUDA build.
+# Set-up: a venv in the repo. torch is installed first and pinned exactly; TORCH_INDEX (optional) is the
+# package index to take it from, e.g. PyTorch's CPU-only wheel index on a machine without a GPU.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
@@ -36,4 +37,5 @@ clean:
 	rm -rf book/_build book/executed book/results book/figures
 
 clean-cache:
-	rm -rf $(BNSTUDY_CACHE_DIR)
+	@test -n "$(BNSTUDY_CACHE_DIR)" || { echo "BNSTUDY_CACHE_DIR is empty; nothing removed"; exit 1; }
+	rm -rf "$(BNSTUDY_CACHE_DIR)"

@@ -134,12 +134,16 @@ def main(argv=None):
     flops = workload_flops(base, n_src, n_tr)
 
     print(f"machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op threads")
+    print("Takes about 2 minutes on an idle 2-core machine (much longer if other jobs share the cores).", flush=True)
+    print("[1/4] fp32 matmul ceiling ...", flush=True)
     ceiling = matmul_gflops()
+    print("[2/4] naive loop ...", flush=True)
 
     t0 = time.perf_counter()
     naive_workload(seeds, args.steps)
     naive_s = time.perf_counter() - t0
 
+    print("[3/4] plain loop ...", flush=True)
     t0 = time.perf_counter()
     plain_rows = []
     for s in seeds:
@@ -148,6 +152,7 @@ def main(argv=None):
             plain_rows += train.transfer([dict(seed=s, mode=m, steps=args.steps)], [src])
     plain_s = time.perf_counter() - t0
 
+    print("[4/4] engine ...", flush=True)
     with tempfile.TemporaryDirectory() as cache:
         t0 = time.perf_counter()
         engine = run_transfer_sweep(cfgs, namespace="bench", cache_dir=cache, pack_size=args.pack_size,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -127,7 +128,7 @@ def lints_frame(lints: Sequence[Lint]) -> pd.DataFrame:
 
 
 def _check_positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
@@ -430,7 +431,17 @@ def batch_label_dependence(labels_per_batch: Sequence) -> dict[str, float]:
     dependence is undefined and reported as NaN. Raises ``ValueError`` for an
     empty input or a label below 0.
     """
-    ys = [torch.as_tensor(y).reshape(-1).long() for y in labels_per_batch]
+    if hasattr(labels_per_batch, "ndim") and labels_per_batch.ndim != 2:
+        raise ValueError("labels_per_batch must hold one sequence of labels per batch (a list of 1-D label "
+                         "tensors, or a 2-D (batches, batch_size) tensor), got an array with shape "
+                         f"{tuple(labels_per_batch.shape)}")
+    ys = []
+    for y in labels_per_batch:
+        t = torch.as_tensor(y)
+        if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ValueError("labels_per_batch must hold 1-D integer class labels per batch (not one-hot, not "
+                             f"floats), got a batch of dtype {t.dtype} and shape {tuple(t.shape)}")
+        ys.append(t.long())
     ys = [y for y in ys if y.numel()]
     if not ys:
         raise ValueError("labels_per_batch must hold at least one non-empty batch of labels")
@@ -481,7 +492,7 @@ def lint_loader(dataset_len: int | None, batch_size: int, drop_last: bool = Fals
     lints = []
     if dataset_len is not None and not drop_last:
         rem = dataset_len % batch_size
-        if rem == 1 and dataset_len > 1:
+        if rem == 1:
             lints.append(_lint("last_batch_single", "loader",
                                f"len(dataset) = {dataset_len} and batch_size = {batch_size} leave a last batch of 1 "
                                "sample every epoch: a train-mode BatchNorm1d on (N, C) input raises ValueError, and "

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -28,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHAPTERS_DIR = REPO / "chapters"
 EXECUTED_DIR = REPO / "book" / "executed"
 PROFILES = ("quick", "full")
+PARTIAL_DIR = ".partial"
 
 
 def chapter_paths(chapters_dir: Path = CHAPTERS_DIR) -> list[Path]:
@@ -61,12 +64,17 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     final = output_dir / notebook.name
-    fd, tmp = tempfile.mkstemp(dir=output_dir, prefix=f".{notebook.stem}.", suffix=".ipynb")
+    # The partial notebook lives in a hidden folder that the book's exclude_patterns skip, so even a
+    # SIGKILLed run leaves nothing the build would read; main() also clears it on start.
+    work = output_dir / PARTIAL_DIR
+    work.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=work, prefix=f"{notebook.stem}.", suffix=".ipynb")
     os.close(fd)
     try:
         pm.execute_notebook(str(notebook), tmp, parameters={"profile": profile, **(parameters or {})},
                             kernel_name="python3", cwd=str(cwd or notebook.parent), progress_bar=False)
         hide_injected_parameters(Path(tmp))
+        os.chmod(tmp, 0o644)
         os.replace(tmp, final)
     finally:
         if os.path.exists(tmp):
@@ -95,6 +103,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="chapter file stems to run (default: all)")
     ap.add_argument("--output-dir", default=str(EXECUTED_DIR))
     args = ap.parse_args(argv)
+    # A kill signal becomes an ordinary exit, so the cleanup in execute_chapter runs.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    shutil.rmtree(Path(args.output_dir) / PARTIAL_DIR, ignore_errors=True)  # left by a SIGKILLed run
     paths = chapter_paths()
     if args.only:
         unknown = set(args.only) - {p.stem for p in paths}
@@ -106,6 +117,10 @@ def main(argv=None) -> int:
         print(f"[bnstudy.book] {p.name} ({args.profile}) ...", flush=True)
         try:
             execute_chapter(p, Path(args.output_dir), args.profile)
+        except KeyboardInterrupt:
+            print(f"[bnstudy.book] interrupted during {p.name}; finished runs are cached, rerun to resume",
+                  file=sys.stderr, flush=True)
+            return 130
         except Exception as e:  # papermill's error already names the failing cell
             print(f"[bnstudy.book] FAILED: {p.name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             return 1

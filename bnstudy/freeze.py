@@ -16,7 +16,6 @@ sets a :class:`TransferModel` up for stage 2.
 from __future__ import annotations
 
 import copy
-import types
 from dataclasses import dataclass
 
 import torch
@@ -49,10 +48,19 @@ class TransferModel(nn.Module):
         return self.forward_b(x)
 
 
-def _pinned_train(self: nn.Module, mode: bool = True) -> nn.Module:
-    # Ignore the requested mode: a pinned module and everything below it stays in eval.
-    nn.Module.train(self, False)
-    return self
+class _PinnedTrain:
+    """The ``train`` of a pinned module: ignores the requested mode and keeps the module in eval.
+
+    A small callable object rather than a bound method, so a pinned model can be
+    deep-copied and pickled (``torch.save(model)``) with its pin intact.
+    """
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def __call__(self, mode: bool = True) -> nn.Module:
+        nn.Module.train(self.module, False)
+        return self.module
 
 
 def pin_eval(module: nn.Module) -> nn.Module:
@@ -63,16 +71,23 @@ def pin_eval(module: nn.Module) -> nn.Module:
     freeze survives the ``model.train()`` at the start of every epoch. This is
     the habit of mmdetection's backbones (``norm_eval`` re-applied in an
     overridden ``train``), done per instance so it works on any ``nn.Module``.
-    Returns ``module``. Undo with :func:`unpin`.
+    A pinned model deep-copies and pickles with its pin; TorchScript cannot
+    compile the instance-level override (convert with :func:`freeze_batchnorm`
+    instead). Returns ``module``. Undo with :func:`unpin`.
+    Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"pin_eval needs an nn.Module, got {type(module).__name__}")
     for m in module.modules():
-        m.train = types.MethodType(_pinned_train, m)
+        m.train = _PinnedTrain(m)
     nn.Module.train(module, False)
     return module
 
 
 def unpin(module: nn.Module) -> nn.Module:
     """Undo :func:`pin_eval` on ``module`` and its descendants (their mode is left as is)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"unpin needs an nn.Module, got {type(module).__name__}")
     for m in module.modules():
         if "train" in m.__dict__:
             del m.__dict__["train"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import time
 
 import torch
@@ -113,8 +114,25 @@ def complete_config(config: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown config keys {sorted(unknown)}; allowed keys are {sorted(DEFAULTS)}")
     cfg = {**DEFAULTS, **config}
-    cfg["widths"] = tuple(cfg["widths"])
+    for key in ("noise", "momentum", "stage1_lr", "lr", "brightness", "contrast"):
+        v = cfg[key]
+        if key == "momentum" and v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise ValueError(f"{key} must be a finite number, got {v!r}")
+        cfg[key] = float(v)
+    for key in ("seed", "n_classes", "steps", "stage1_steps", "batch_size", "stage1_batch_size", "n_eval",
+                "epoch_steps", "hidden"):
+        v = cfg[key]
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            cfg[key] = int(v)
+    if isinstance(cfg["widths"], (str, bytes)) or not all(
+            isinstance(w, numbers.Integral) and not isinstance(w, bool) and w > 0 for w in cfg["widths"]):
+        raise ValueError(f"widths must be a sequence of positive integers, got {cfg['widths']!r}")
+    cfg["widths"] = tuple(int(w) for w in cfg["widths"])
     fz.get_mode(cfg["mode"])
+    if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or cfg["seed"] < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {cfg['seed']!r}")
     for key, allowed in (("norm", NORM_KINDS), ("head", HEAD_KINDS), ("sampler", SAMPLERS), ("optimizer", OPTIMIZERS)):
         if cfg[key] not in allowed:
             raise ValueError(f"{key}={cfg[key]!r} is not allowed; choose one of {list(allowed)}")
@@ -177,7 +195,7 @@ def packed_logits(forward, xs: list[torch.Tensor], device, chunk: int = 500,
 def accuracy(logits: torch.Tensor, ys: list[torch.Tensor]) -> list[float]:
     """Per-replica accuracy (fraction 0..1) of ``logits (N, R, K)`` against ``ys[r]: (N,)``."""
     pred = logits.argmax(-1)
-    return [float((pred[:, r] == y).float().mean()) for r, y in enumerate(ys)]
+    return [int((pred[:, r] == y).sum()) / len(y) for r, y in enumerate(ys)]  # exact fraction, no float32 noise
 
 
 def _sources(cfgs):

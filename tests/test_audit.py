@@ -421,3 +421,20 @@ def test_modes_cover_syncbatchnorm_bn_subclasses_and_frozen_batchnorm():
     assert modes.loc[["1", "4", "5"], "stats"].tolist() == ["batch", "batch", "running"]
     assert set(b.moved()["tensor"]) >= {"1.running_mean", "4.running_mean"}
     assert not b.moved("5").shape[0]
+
+
+def test_lint_loader_rejects_labels_not_given_per_batch():
+    import torch
+    from bnstudy.audit import lint_loader
+    flat = torch.arange(4).repeat_interleave(16)
+    with pytest.raises(ValueError, match="one sequence of labels per batch"):
+        lint_loader(64, 16, labels_per_batch=flat, warn=False)
+    with pytest.raises(ValueError, match="1-D integer class labels"):
+        lint_loader(64, 16, labels_per_batch=[torch.eye(4)] * 4, warn=False)
+    codes = [l.code for l in lint_loader(64, 16, labels_per_batch=flat.reshape(4, 16), warn=False)]
+    assert codes == ["label_sorted_batches"]
+
+
+def test_lint_loader_flags_a_dataset_of_one_sample():
+    from bnstudy.audit import lint_loader
+    assert [l.code for l in lint_loader(1, 16, warn=False)] == ["last_batch_single"]

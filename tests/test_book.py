@@ -53,7 +53,7 @@ def test_toc_lists_every_chapter_notebook(built_book):
 def test_chapter_one_outputs_land_with_stable_names(built_book):
     root, _ = built_book
     assert (root / "book" / "results" / "01_freeze_modes.csv").exists()
-    for name in ("01-accuracy", "01-drift", "01-logit-change"):
+    for name in ("01-accuracy", "01-drift", "01-logits"):
         assert (root / "book" / "figures" / f"{name}.png").exists()
         assert (root / "book" / "figures" / f"{name}.svg").exists()
 

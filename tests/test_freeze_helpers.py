@@ -125,3 +125,33 @@ def test_batch_stats_report_measures_modes_after_train_and_eval_and_restores_fla
     assert rep.loc["3", "stats_after_train"] == "per-sample"
     assert rep["updates_running_stats_after_train"].to_dict() == {"1": True, "2": False, "3": False, "4": False}
     assert rep.loc["4", "pinned"]
+
+
+def test_readme_library_snippet_passes_on_a_correctly_frozen_backbone():
+    """The README's 'Use the library on your own model' snippet, on a small model of our own."""
+    import torch
+    from torch import nn
+    from bnstudy import freeze
+    from bnstudy.audit import FreezeAudit
+
+    torch.manual_seed(0)
+    model = nn.Module()
+    model.backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                                   nn.Flatten())
+    model.head = nn.Linear(4, 2)
+    model.forward = lambda x: model.head(model.backbone(x))
+    x_old_batch = torch.randn(8, 3, 8, 8)
+
+    for p in model.backbone.parameters():
+        p.requires_grad_(False)
+    freeze.pin_eval(model.backbone)
+    opt = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    with FreezeAudit(model, probe=x_old_batch, forward=model.backbone) as audit:
+        model.train()
+        for _ in range(3):
+            loss = model.forward(torch.randn(16, 3, 8, 8) + 2).pow(2).mean()
+            opt.zero_grad(); loss.backward(); opt.step()
+    audit.assert_frozen("backbone")
+    report = audit.report()
+    assert report[report["module"].str.startswith("head")]["changed"].any()  # the head did train
+    assert not report[report["module"].str.startswith("backbone")]["changed"].any()

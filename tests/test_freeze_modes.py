@@ -142,3 +142,37 @@ def test_batch_size_one_is_allowed_when_no_bn_is_in_train_mode():
 def test_get_mode_lists_allowed_names():
     with pytest.raises(ValueError, match="train_mode"):
         fz.get_mode("nope")
+
+
+def test_pinned_model_survives_pickling_and_stays_pinned(tmp_path):
+    m = _small_model()
+    fz.pin_eval(m.backbone)
+    torch.save(m, tmp_path / "m.pt")
+    back = torch.load(tmp_path / "m.pt", weights_only=False)
+    back.train()
+    assert fz.is_pinned(back.backbone)
+    assert not any(mod.training for mod in back.backbone.modules())
+    assert back.head_b.training
+
+
+def test_pin_eval_rejects_non_modules():
+    with pytest.raises(TypeError, match="nn.Module"):
+        fz.pin_eval(None)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(brightness="bright"), "brightness must be a finite number, got 'bright'"),
+    (dict(noise=float("nan")), "noise must be a finite number"),
+    (dict(widths=[16, 0]), "widths must be a sequence of positive integers"),
+    (dict(seed=1.5), "seed must be a non-negative integer"),
+])
+def test_non_numeric_parameters_name_the_key(bad, match):
+    with pytest.raises(ValueError, match=match):
+        train.complete_config(bad)
+
+
+@pytest.mark.parametrize("seeds", [-3, 2.5, "3", [0, 0], [0, 1.5], 1])
+def test_bad_seeds_give_a_clear_error(seeds):
+    from bnstudy.experiments.common import seeds_for
+    with pytest.raises(ValueError, match="seeds"):
+        seeds_for("quick", seeds)

@@ -8,6 +8,7 @@ config, then runs the stage-2 configs in packs through :func:`bnstudy.sweep.run_
 from __future__ import annotations
 
 import io
+import numbers
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,16 @@ def seeds_for(profile: str, seeds=None) -> list[int]:
         raise ValueError(f"profile={profile!r} is not allowed; choose one of {list(PROFILES)}")
     if seeds is None:
         seeds = PROFILE_SEEDS[profile]
-    seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
+        seeds = list(range(int(seeds)))
+    elif isinstance(seeds, (list, tuple)) and all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
+                                                  for s in seeds):
+        seeds = [int(s) for s in seeds]
+    else:
+        raise ValueError(f"seeds must be None, an integer n >= 2 (seeds 0..n-1) or a list of integer seeds, "
+                         f"got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must not repeat a seed, got {seeds}")
     if len(seeds) < 2:
         raise ValueError(f"seeds must name at least 2 seeds for a 95% interval, got {seeds}")
     return seeds
