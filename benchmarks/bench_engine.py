@@ -181,7 +181,8 @@ def main(argv=None):
         print(f"plain vs engine, {col}: mean |difference| {d.mean():.4f}, max {d.max():.4f}")
 
     times = REPO / "book" / "results" / "chapter_times.csv"
-    print("\nchapter wall times (last recorded run per chapter and profile, from `python -m bnstudy.book`):")
+    print("\nchapter wall times (last recorded run per chapter and profile, from `python -m bnstudy.book`;\n"
+          "a rerun that reads the run cache is much faster: `make clean-cache` first for cold times):")
     if times.exists():
         t = pd.read_csv(times)
         print(t.pivot_table(index="chapter", columns="profile", values="wall_s", aggfunc="last").to_string(
