@@ -16,7 +16,6 @@ Configs are plain dicts; :data:`DEFAULTS` documents every key.
 
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 import time

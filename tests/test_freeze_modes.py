@@ -1,6 +1,5 @@
 """Invariants of the four freeze modes, checked exactly on a small packed run."""
 
-import math
 
 import pytest
 import torch

@@ -1,6 +1,5 @@
 """The study engine: parallel sweeps, the run cache, resuming after a kill, other joblib backends."""
 
-import json
 import os
 import signal
 import subprocess
@@ -52,8 +51,6 @@ def test_cache_key_depends_on_config_namespace_and_code_version():
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path):
-    class Boom(bytes):
-        pass
     target = tmp_path / "x.json"
     with pytest.raises(TypeError):
         sweep.atomic_write_bytes(target, object())  # not bytes: the write fails midway
