@@ -1,27 +1,30 @@
 """Parallel, cached, resumable sweeps.
 
-:func:`run_sweep` takes a list of run configs (plain dicts), groups them into
-*packs* (runs that can share one packed network, see :mod:`bnstudy.train`),
-runs the packs in parallel through joblib (processes by default, one torch
-thread each) and returns one tidy :class:`pandas.DataFrame`, one row per config,
-in the order given.
+:func:`run_sweep` takes a list of run configs (frozen dataclasses such as
+:class:`bnstudy.config.RunConfig`, or plain dicts), optionally grouped (runs that
+execute together, e.g. the freeze modes of one seed in lockstep, see
+:mod:`bnstudy.engine`), runs the groups in parallel through joblib (processes by
+default, one torch thread each) and returns one tidy :class:`pandas.DataFrame`,
+one row per config, in the order given.
 
 Every finished run is written to a :class:`RunCache` at once, by the worker
 that computed it, atomically (a temporary file renamed into place), under a key
 derived from the namespace, the full config and :func:`code_version`. A rerun
 skips finished runs; an interrupted sweep (Ctrl-C, a killed worker or a killed
 parent) loses nothing that had finished, and the final table reads each config
-exactly once from the cache, so nothing is counted twice. Pack composition
-depends only on the config list and ``pack_size``, never on what is already
-cached, so a resumed sweep computes exactly what an uninterrupted one would.
+exactly once from the cache, so nothing is counted twice. A run's numbers depend
+on its own config only (never on its group mates: lockstep groups share data
+tensors, not arithmetic), so a resumed sweep computes exactly what an
+uninterrupted one would.
 
-The joblib backend is a parameter: ``"loky"`` (default, local processes),
-``"threading"``, ``"sequential"``, or ``"dask"`` / ``"ray"`` for a cluster
-(register the backend first, e.g. create a ``dask.distributed.Client``).
+The joblib backend is :attr:`bnstudy.config.Execution.backend`: ``"loky"``
+(default, local processes), ``"threading"``, ``"sequential"``, or ``"dask"`` /
+``"ray"`` for a cluster (see the README for the client set-up each needs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -50,6 +53,8 @@ def code_version() -> str:
 
 
 def _jsonable(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -57,8 +62,8 @@ def _jsonable(obj):
     return obj
 
 
-def config_key(config: dict, namespace: str, version: str | None = None) -> str:
-    """The cache key (40 hex digits) of ``config`` in ``namespace`` for a code version."""
+def config_key(config, namespace: str, version: str | None = None) -> str:
+    """The cache key (40 hex digits) of ``config`` (a dataclass or dict) in ``namespace`` for a code version."""
     payload = json.dumps({"namespace": namespace, "version": version or code_version(),
                           "config": _jsonable(config)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:40]
@@ -107,110 +112,93 @@ class RunCache:
         self.version = version or code_version()
         self.dir = self.root / namespace
 
-    def key(self, config: dict) -> str:
+    def key(self, config) -> str:
         return config_key(config, self.namespace, self.version)
 
-    def path(self, config: dict) -> Path:
+    def path(self, config) -> Path:
         return self.dir / f"{self.key(config)}.json"
 
-    def get(self, config: dict) -> dict | None:
+    def get(self, config) -> dict | None:
         """The cached row of ``config``, or ``None`` if it has not finished."""
         p = self.path(config)
         if not p.exists():
             return None
         return json.loads(p.read_text())["row"]
 
-    def put(self, config: dict, row: dict) -> None:
+    def put(self, config, row: dict) -> None:
         """Store ``row`` for ``config`` atomically."""
         doc = {"namespace": self.namespace, "version": self.version, "config": _jsonable(config), "row": _jsonable(row)}
         atomic_write_bytes(self.path(config), json.dumps(doc).encode())
 
 
-def make_packs(configs: list[dict], pack_by: Callable[[dict], object] | None, pack_size: int) -> list[list[int]]:
-    """Indices of ``configs`` grouped by ``pack_by(config)`` (first-seen order), chunked to ``pack_size``."""
-    if not isinstance(pack_size, int) or pack_size < 1:
-        raise ValueError(f"pack_size must be a positive integer, got {pack_size!r}")
-    groups: dict = {}
-    for i, c in enumerate(configs):
-        g = json.dumps(_jsonable(pack_by(c)), sort_keys=True) if pack_by else str(i)
-        groups.setdefault(g, []).append(i)
-    packs = []
-    for idx in groups.values():
-        packs += [idx[j:j + pack_size] for j in range(0, len(idx), pack_size)]
-    return packs
-
-
-def _run_pack_and_cache(run_pack, pack_cfgs, cache_root, namespace, version, threads, pack_kwargs):
+def _run_group_and_cache(run_group, group_cfgs, cache_root, namespace, version, threads, group_kwargs):
     import torch
     old_threads = torch.get_num_threads()
-    if threads:
-        # The same thread count everywhere: intra-op threading changes float summation order, and
-        # long training amplifies rounding, so a run's numbers must not depend on where it ran.
-        torch.set_num_threads(threads)
+    # The same thread count everywhere: intra-op threading changes float summation order, and
+    # long training amplifies rounding, so a run's numbers must not depend on where it ran.
+    torch.set_num_threads(threads)
     try:
-        rows = run_pack(pack_cfgs, **pack_kwargs)
+        rows = run_group(group_cfgs, **group_kwargs)
     finally:
         torch.set_num_threads(old_threads)
-    if len(rows) != len(pack_cfgs):
-        raise RuntimeError(f"{getattr(run_pack, '__name__', run_pack)} returned {len(rows)} rows for {len(pack_cfgs)} configs")
+    if len(rows) != len(group_cfgs):
+        raise RuntimeError(f"{getattr(run_group, '__name__', run_group)} returned {len(rows)} rows for "
+                           f"{len(group_cfgs)} configs")
     cache = RunCache(cache_root, namespace, version)
-    for c, r in zip(pack_cfgs, rows):
+    for c, r in zip(group_cfgs, rows):
         cache.put(c, r)
     return len(rows)
 
 
-def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, namespace: str, cache_dir=None,
-              pack_by: Callable[[dict], object] | None = None, pack_size: int = 5, n_jobs: int | None = None,
-              backend: str = "loky", threads_per_worker: int = 1, progress: bool = True,
-              desc: str | None = None, pack_kwargs: dict | None = None,
-              version: str | None = None, packs: list[list[int]] | None = None) -> pd.DataFrame:
-    """Run every config (skipping cached ones) and return their rows as a DataFrame.
+def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace: str, cache_dir=None,
+              execution=None, groups: list[list[int]] | None = None, desc: str | None = None,
+              group_kwargs: dict | None = None, version: str | None = None) -> pd.DataFrame:
+    """Run every config (skipping cached ones) and return their rows as a DataFrame, in order.
 
-    ``run_pack(list_of_configs, **pack_kwargs) -> list_of_rows`` must be a
-    module-level function (workers import it) that returns one dict per config.
-    ``pack_by(config)`` gives the part of a config that must agree inside a pack
-    (``None``: every run alone). ``n_jobs`` defaults to the CPU count (1 on a
-    CUDA machine, where one process owns the GPU). ``threads_per_worker`` sets
-    ``torch.set_num_threads`` while a pack runs, in a worker or in this process
-    (restored afterwards; 0 leaves torch's setting alone).
-    ``version`` fixes the code version used in cache keys (default: :func:`code_version`
-    now), so the keys of one sweep cannot change if files are edited while it runs.
-    ``packs`` (indices into ``configs``) replaces the packs ``pack_by``/``pack_size``
-    would make; each config must appear in exactly one pack.
+    ``run_group(list_of_configs, **group_kwargs) -> list_of_rows`` must be a module-level
+    function (workers import it) that returns one dict per config. ``groups`` (indices into
+    ``configs``, each exactly once) says which configs run together in one call (default:
+    each alone). ``execution`` (:class:`bnstudy.config.Execution`) sets workers
+    (``n_jobs``: default the CPU count, 1 on a CUDA machine where one process owns the
+    GPU), the joblib backend, progress bars and torch threads per run; ``cache_dir``
+    overrides its cache folder. ``version`` fixes the code version used in cache keys
+    (default: :func:`code_version` now), so the keys of one sweep cannot change if files
+    are edited while it runs.
 
-    Raises ``ValueError`` for an empty config list, a non-positive ``pack_size``
-    or ``n_jobs``; errors inside a run propagate after the runs finished so far
-    are safely cached.
+    Raises ``ValueError`` for an empty config list or bad ``groups``; errors inside a run
+    propagate after the runs finished so far are safely cached.
     """
+    from .config import Execution
+    ex = execution or Execution()
     if not configs:
         raise ValueError("run_sweep: configs is empty")
+    n_jobs = ex.n_jobs
     if n_jobs is None:
         import torch
         n_jobs = 1 if torch.cuda.is_available() else (os.cpu_count() or 1)
-    if not isinstance(n_jobs, int) or n_jobs < 1:
-        raise ValueError(f"n_jobs must be a positive integer, got {n_jobs!r}")
+    cache_dir = cache_dir if cache_dir is not None else ex.cache_dir
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache = RunCache(root, namespace, version)
-    if packs is None:
-        packs = make_packs(configs, pack_by, pack_size)
-    elif sorted(i for p in packs for i in p) != list(range(len(configs))):
-        raise ValueError("packs must list every config index exactly once")
-    pending = [p for p in packs if any(cache.get(configs[i]) is None for i in p)]
+    if groups is None:
+        groups = [[i] for i in range(len(configs))]
+    elif sorted(i for g in groups for i in g) != list(range(len(configs))):
+        raise ValueError("groups must list every config index exactly once")
+    pending = [g for g in groups if any(cache.get(configs[i]) is None for i in g)]
     if pending:
-        n_runs = sum(len(p) for p in pending)
-        bar = tqdm(total=n_runs, desc=desc or namespace, unit="run", disable=not progress,
+        n_runs = sum(len(g) for g in pending)
+        bar = tqdm(total=n_runs, desc=desc or namespace, unit="run", disable=not ex.progress,
                    postfix={"cached": len(configs) - n_runs})
-        jobs = (joblib.delayed(_run_pack_and_cache)(run_pack, [configs[i] for i in p], str(root), namespace,
-                                                    cache.version, threads_per_worker, pack_kwargs or {})
-                for p in pending)
+        jobs = (joblib.delayed(_run_group_and_cache)(run_group, [configs[i] for i in g], str(root), namespace,
+                                                     cache.version, ex.threads, group_kwargs or {})
+                for g in pending)
         try:
-            if n_jobs == 1 or len(pending) == 1 or backend == "sequential":
+            if n_jobs == 1 or len(pending) == 1 or ex.backend == "sequential":
                 for fn, args, kwargs in jobs:
                     bar.update(fn(*args, **kwargs))
             else:
                 # parallel_config (unlike Parallel(backend=...)) also registers joblib's external
                 # backends, "dask" and "ray", on first use.
-                with joblib.parallel_config(backend=backend, n_jobs=min(n_jobs, len(pending))):
+                with joblib.parallel_config(backend=ex.backend, n_jobs=min(n_jobs, len(pending))):
                     for n in joblib.Parallel(return_as="generator_unordered")(jobs):
                         bar.update(n)
         finally:

@@ -1,0 +1,299 @@
+"""Typed, frozen run configurations, validated once where they are built; execution settings apart.
+
+Three kinds of settings, kept apart on purpose:
+
+* :class:`SourceConfig`: what stage 1 (training backbone + head A on task A) depends on.
+* :class:`RunConfig`: one transfer run (stage 1's settings plus stage 2's: freeze mode,
+  new head, its optimizer, task B's shift). Its fields are the columns every results row
+  carries and, with the namespace and the code version, the run cache's key.
+* :class:`Execution`: where and how runs execute (cache folder, workers, joblib backend,
+  progress bars). Never part of a result or of a cache key.
+
+Each chapter's experiment module (:mod:`bnstudy.experiments`) has its own frozen
+``Config`` built from a per-chapter profile table (``PROFILES``) with
+:func:`from_profile`, and turns it into a list of :class:`RunConfig`.
+
+Every check raises ``ValueError`` naming the parameter, what was given and what is
+allowed, in the same words wherever the parameter is set (library call, notebook
+parameter, papermill ``-p``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass, field, fields
+
+NORM_KINDS = ("batch", "group", "layer", "none")
+HEAD_KINDS = ("linear", "mlp", "mlp_bn")
+OPTIMIZERS = ("sgd", "adam")
+SAMPLERS = ("shuffled", "class_sorted")
+PROFILE_NAMES = ("quick", "full")
+BACKENDS = ("loky", "threading", "sequential", "multiprocessing", "dask", "ray")
+
+
+# --- checks shared by every config ---------------------------------------------------------------------------------
+
+def _papermill_hint(value) -> str:
+    if isinstance(value, str) and value.strip()[:1] in "[{(":
+        return (" (papermill's -p passes text; give lists and mappings as YAML with -y, "
+                "e.g. -y \"seeds: [0, 5]\")")
+    return ""
+
+
+def check_int(name: str, value, minimum: int | None = None) -> int:
+    """``value`` as an ``int``; ``ValueError`` naming ``name`` unless it is an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} must be an integer{'' if minimum is None else f' >= {minimum}'}, "
+                             f"got {value!r}{_papermill_hint(value)}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_float(name: str, value, low: float | None = None, high: float | None = None,
+                low_open: bool = False, allow_none: bool = False) -> float | None:
+    """``value`` as a finite ``float`` in the stated range; ``ValueError`` naming ``name`` otherwise."""
+    if value is None and allow_none:
+        return None
+    rng = ""
+    if low is not None or high is not None:
+        lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
+        hi = "" if high is None else f"<= {high}"
+        rng = " " + " and ".join(s for s in (lo, hi) if s)
+    none = " or None" if allow_none else ""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number{rng}{none}, got {value!r}{_papermill_hint(value)}")
+    value = float(value)
+    if (low is not None and (value <= low if low_open else value < low)) or (high is not None and value > high):
+        raise ValueError(f"{name} must be a finite number{rng}{none}, got {value!r}")
+    return value
+
+
+def check_choice(name: str, value, allowed) -> str:
+    """``value`` if it is one of ``allowed``; ``ValueError`` listing them otherwise."""
+    if value not in tuple(allowed):
+        raise ValueError(f"{name}={value!r} is not allowed; choose one of {list(allowed)}")
+    return value
+
+
+def check_sequence(name: str, value, item, min_len: int = 0) -> tuple:
+    """``value`` (a list or tuple) as a tuple with ``item(name[i], v)`` applied to each element."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"{name} must be a list of values, got {value!r}{_papermill_hint(value)}")
+    if len(value) < min_len:
+        raise ValueError(f"{name} must have at least {min_len} element(s), got {list(value)!r}")
+    return tuple(item(f"{name}[{i}]", v) for i, v in enumerate(value))
+
+
+def check_seeds(seeds) -> tuple[int, ...]:
+    """Seeds as a tuple: an int ``n`` means seeds ``0..n-1``; a list names them.
+
+    Raises ``ValueError`` for a repeated or negative seed, or fewer than 2 seeds (a 95%
+    interval over seeds needs at least two).
+    """
+    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
+        seeds = tuple(range(int(seeds)))
+    elif isinstance(seeds, (list, tuple)):
+        seeds = check_sequence("seeds", seeds, lambda n, v: check_int(n, v, 0))
+    else:
+        raise ValueError(f"seeds must be an integer n >= 2 (seeds 0..n-1) or a list of distinct non-negative "
+                         f"integer seeds, got {seeds!r}{_papermill_hint(seeds)}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must not repeat a seed, got {list(seeds)}")
+    if len(seeds) < 2:
+        raise ValueError(f"seeds must name at least 2 seeds for a 95% interval, got {list(seeds)}")
+    return seeds
+
+
+def seeds_label(seeds) -> str:
+    """How a run line names its seeds: ``"10 seeds (0-9)"`` or ``"2 seeds (0, 5)"``."""
+    s = tuple(seeds)
+    if s == tuple(range(s[0], s[0] + len(s))) and len(s) > 2:
+        return f"{len(s)} seeds ({s[0]}-{s[-1]})"
+    return f"{len(s)} seeds ({', '.join(map(str, s))})"
+
+
+# --- configs -------------------------------------------------------------------------------------------------------
+
+class _Frozen:
+    """Shared behaviour of the frozen configs: ``replace``, ``asdict``, unknown-key errors."""
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied (validated again). Unknown names raise ``ValueError``."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ValueError(f"unknown {type(self).__name__} parameters {unknown}; allowed: {sorted(names)}")
+        return dataclasses.replace(self, **changes)
+
+    def asdict(self) -> dict:
+        """The fields as a plain dict (tuples kept)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def create(cls, **kwargs):
+        """Build from keyword arguments; unknown names raise ``ValueError`` listing the allowed ones."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} parameters {unknown}; allowed: {sorted(names)}")
+        return cls(**kwargs)
+
+    def _set(self, name, value):
+        object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True)
+class SourceConfig(_Frozen):
+    """Stage 1: train a backbone and head A on task A (Adam, train mode throughout).
+
+    ``noise``: per-pixel Gaussian noise std (templates have std 1). ``widths``: the
+    backbone's block widths. ``norm``: the backbone's norm layer (``batch``, ``group``,
+    ``layer``, ``none``). ``momentum``: BatchNorm momentum in PyTorch's convention (the
+    weight of the new batch; ``None``: cumulative average). ``n_eval``: held-out samples
+    per task.
+    """
+
+    seed: int = 0
+    n_classes: int = 10
+    noise: float = 3.0
+    widths: tuple = (16, 32, 64)
+    norm: str = "batch"
+    momentum: float | None = 0.1
+    stage1_steps: int = 400
+    stage1_lr: float = 3e-3
+    stage1_batch_size: int = 64
+    n_eval: int = 1000
+
+    def __post_init__(self):
+        self._set("seed", check_int("seed", self.seed, 0))
+        self._set("n_classes", check_int("n_classes", self.n_classes, 2))
+        self._set("noise", check_float("noise", self.noise, 0.0))
+        self._set("widths", check_sequence("widths", self.widths, lambda n, v: check_int(n, v, 1), 1))
+        check_choice("norm", self.norm, NORM_KINDS)
+        self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, allow_none=True))
+        self._set("stage1_steps", check_int("stage1_steps", self.stage1_steps, 1))
+        self._set("stage1_lr", check_float("stage1_lr", self.stage1_lr, 0.0, low_open=True))
+        self._set("stage1_batch_size", check_int("stage1_batch_size", self.stage1_batch_size, 1))
+        self._set("n_eval", check_int("n_eval", self.n_eval, 1))
+        if self.norm == "batch" and self.stage1_batch_size < 2:
+            raise ValueError(f"stage1_batch_size must be >= 2 with a train-mode BatchNorm (a variance needs two "
+                             f"values per channel), got {self.stage1_batch_size}")
+
+
+SOURCE_FIELDS = tuple(f.name for f in fields(SourceConfig))
+
+
+@dataclass(frozen=True)
+class RunConfig(SourceConfig):
+    """One transfer run: stage 1 (see :class:`SourceConfig`) and stage 2.
+
+    Stage 2 freezes the backbone in ``mode`` (:data:`bnstudy.modes.MODE_NAMES`), trains a
+    new ``head`` (``linear``, ``mlp`` with ``hidden`` units, ``mlp_bn``) on task B for
+    ``steps`` steps of ``batch_size`` with ``optimizer`` (``sgd``: SGD with momentum 0.9;
+    ``adam``) at learning rate ``lr``, calling ``model.train()`` every ``epoch_steps``
+    steps as ordinary loops do. Task B's inputs are ``contrast * x + brightness``
+    (``contrast`` > 0 a gain, ``brightness`` in template std units); ``sampler`` is
+    ``shuffled`` or ``class_sorted``.
+    """
+
+    mode: str = "train_mode"
+    head: str = "linear"
+    hidden: int = 64
+    steps: int = 800
+    batch_size: int = 64
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    brightness: float = 4.0
+    contrast: float = 5.0
+    sampler: str = "shuffled"
+    epoch_steps: int = 100
+
+    def __post_init__(self):
+        super().__post_init__()
+        from .modes import MODE_NAMES, get_mode
+        check_choice("mode", self.mode, MODE_NAMES)
+        check_choice("head", self.head, HEAD_KINDS)
+        self._set("hidden", check_int("hidden", self.hidden, 1))
+        self._set("steps", check_int("steps", self.steps, 1))
+        self._set("batch_size", check_int("batch_size", self.batch_size, 1))
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
+        self._set("brightness", check_float("brightness", self.brightness))
+        self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
+        check_choice("sampler", self.sampler, SAMPLERS)
+        self._set("epoch_steps", check_int("epoch_steps", self.epoch_steps, 1))
+        mode = get_mode(self.mode)
+        if mode.batch_statistics(self.norm, self.head) and self.batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2 when mode={self.mode!r} leaves a BatchNorm in train mode, "
+                             f"got {self.batch_size}")
+
+    @property
+    def source(self) -> SourceConfig:
+        """The stage-1 part of this run."""
+        return SourceConfig(**{k: getattr(self, k) for k in SOURCE_FIELDS})
+
+    @property
+    def stream_key(self) -> tuple:
+        """Runs with equal keys draw the same task-B data (they differ only in mode): ``(seed, brightness, contrast)``."""
+        return (self.seed, self.brightness, self.contrast)
+
+
+RUN_FIELDS = tuple(f.name for f in fields(RunConfig))
+
+
+@dataclass(frozen=True)
+class Execution(_Frozen):
+    """How runs execute; never part of a result or a cache key.
+
+    ``cache_dir``: the run cache (``None``: ``$BNSTUDY_CACHE_DIR``, else
+    ``~/.cache/bnstudy``). ``n_jobs``: worker processes (``None``: one per CPU core, 1 on
+    CUDA). ``backend``: joblib backend (``loky`` local processes; ``dask`` or ``ray`` for
+    a cluster, see the README). ``progress``: tqdm bars. ``threads``: torch threads per
+    run (fixed so that a run's numbers do not depend on where it ran).
+    """
+
+    cache_dir: str | None = None
+    n_jobs: int | None = None
+    backend: str = "loky"
+    progress: bool = True
+    threads: int = 1
+
+    def __post_init__(self):
+        if self.cache_dir is not None:
+            self._set("cache_dir", str(self.cache_dir))
+        if self.n_jobs is not None:
+            self._set("n_jobs", check_int("n_jobs", self.n_jobs, 1))
+        check_choice("backend", self.backend, BACKENDS)
+        if not isinstance(self.progress, bool):
+            raise ValueError(f"progress must be True or False, got {self.progress!r}")
+        self._set("threads", check_int("threads", self.threads, 1))
+
+
+def from_profile(cls, profiles: dict, profile: str = "quick", **overrides):
+    """``cls`` built from ``profiles[profile]`` with ``overrides``.
+
+    An override of ``None`` for a parameter the profile table sets means "the profile's value"
+    (a notebook's ``seeds = None``); for any other parameter ``None`` is passed on and validated.
+
+    Raises ``ValueError`` for an unknown profile or parameter, or any bad value.
+    """
+    check_choice("profile", profile, tuple(profiles))
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__module__.rsplit('.', 1)[-1]} parameters {unknown}; "
+                         f"allowed: {sorted(names - {'profile'})}")
+    base = profiles[profile]
+    values = {**base, **{k: v for k, v in overrides.items() if not (v is None and k in base)}}
+    return cls(profile=profile, **values)
+
+
+__all__ = ["SourceConfig", "RunConfig", "Execution", "from_profile", "check_seeds", "seeds_label", "field",
+           "NORM_KINDS", "HEAD_KINDS", "OPTIMIZERS", "SAMPLERS", "PROFILE_NAMES"]

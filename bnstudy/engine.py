@@ -1,0 +1,353 @@
+"""The one training engine: device choice, seeding, stage 1, stage 2, accuracy, cached sweeps.
+
+*Stage 1* (:func:`train_source`) trains a backbone and head A on task A. *Stage 2*
+(:func:`transfer`) freezes the backbone in a freeze mode (:mod:`bnstudy.modes`), trains a new
+head on task B and measures both tasks. Every chapter runs through these two functions and
+:func:`transfer_sweep`, which caches stage 1 per distinct :class:`~bnstudy.config.SourceConfig`
+and stage 2 per :class:`~bnstudy.config.RunConfig` (:mod:`bnstudy.sweep`).
+
+Randomness: every run draws its initialisation, templates, batch streams and evaluation sets
+from generators derived from ``(seed, purpose)`` (:func:`bnstudy.tasks.derive_seed`), never from
+global RNG state, so within a seed every freeze mode sees the same trained backbone, head-B
+initialisation and task-B batch stream (a paired design).
+
+*Mode lockstep:* the runs of one seed and shift that differ only in freeze mode run together,
+one model per mode, consuming the *same* task-B batch tensors (each batch is drawn once per
+step). That saves the data generation, makes the pairing literal, and changes no number:
+every model runs its own mode's code path on the values it would have drawn alone
+(``tests/test_engine.py`` checks lockstep against separate runs with ``==``).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from .config import RunConfig, SourceConfig, Execution
+from .freeze import batchnorm_layers
+from .models import ConvBackbone, Classifier, make_head
+from .modes import TransferModel, get_mode
+from .sweep import RunCache, atomic_write_bytes, code_version, default_cache_dir, run_sweep
+from .tasks import BatchStream, derive_seed, eval_set, generator, make_task
+
+#: Log-spaced stage-2 steps at which running statistics are recorded.
+DRIFT_STEPS = (0, 1, 2, 3, 5, 8, 12, 17, 25, 35, 50, 66, 80, 100, 150, 200, 300, 400, 600, 800)
+
+#: Memory format of images and conv weights when the backbone's BatchNorm normalises with batch
+#: statistics (stage 1; stage 2 in modes with ``backbone_batch_stats``). Channels-last (NHWC) lets
+#: oneDNN run convolution and train-mode BatchNorm without layout conversions: measured on this
+#: project's 2-core CPU, a train-mode backbone forward at batch 64 took 0.89 ms against 1.86 ms in NCHW.
+TRAIN_MEMORY_FORMAT = torch.channels_last
+#: ... and when it uses running statistics throughout (``backbone_eval``, ``all_eval``), where NCHW
+#: measured faster (0.92 ms against 1.17 ms channels-last).
+EVAL_MEMORY_FORMAT = torch.contiguous_format
+
+#: Evaluation chunk (samples per forward pass).
+EVAL_CHUNK = 500
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` if given, else CUDA when available, else CPU."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def memory_format_for(mode: str | None) -> torch.memory_format:
+    """The memory format stage 2 uses for ``mode`` (``None``: stage 1). A speed choice only."""
+    if mode is None or get_mode(mode).backbone_batch_stats:
+        return TRAIN_MEMORY_FORMAT
+    return EVAL_MEMORY_FORMAT
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """``sgd``: SGD with momentum 0.9 (no weight decay); ``adam``: Adam with PyTorch's defaults."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"optimizer={name!r} is not allowed; choose one of ['sgd', 'adam']")
+
+
+def seeded(seed_parts: tuple, build):
+    """``build()`` under a torch RNG seeded with ``derive_seed(*seed_parts)``; global RNG state untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(*seed_parts))
+        return build()
+
+
+@torch.no_grad()
+def logits_of(forward, x: torch.Tensor, device, fmt=torch.contiguous_format, chunk: int = EVAL_CHUNK) -> torch.Tensor:
+    """Logits ``(N, K)`` of ``forward`` on ``x (N, C, H, W)``, in chunks, returned on the CPU as float32."""
+    outs = [forward(x[i:i + chunk].to(device, memory_format=fmt)).float().cpu() for i in range(0, x.shape[0], chunk)]
+    return torch.cat(outs)
+
+
+def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
+    """Fraction (0..1) of rows of ``logits (N, K)`` whose argmax equals ``y (N,)``: an exact ratio of counts."""
+    return int((logits.argmax(-1) == y).sum()) / len(y)
+
+
+def build_backbone(cfg: SourceConfig) -> ConvBackbone:
+    """The seed's initial backbone (drawn from ``(seed, "init", "backbone")``)."""
+    return seeded((cfg.seed, "init", "backbone"), lambda: ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum))
+
+
+def train_source(cfg: SourceConfig, device=None) -> dict:
+    """Stage 1: train backbone + head A on task A with Adam (train mode throughout).
+
+    Returns ``backbone`` and ``head_a`` state dicts (on CPU), ``task_a_accuracy`` (eval mode,
+    fraction 0..1 on the held-out set) and ``wall_s`` (seconds).
+    """
+    t0 = time.perf_counter()
+    if not isinstance(cfg, SourceConfig):
+        raise TypeError(f"train_source needs a SourceConfig, got {type(cfg).__name__}")
+    cfg = SourceConfig(**{k: getattr(cfg, k) for k in SourceConfig.__dataclass_fields__})
+    device = pick_device(device)
+    backbone = build_backbone(cfg)
+    head = seeded((cfg.seed, "init", "head_a"), lambda: make_head("linear", backbone.out_features, cfg.n_classes))
+    fmt = memory_format_for(None)
+    model = Classifier(backbone, head).to(device, memory_format=fmt)
+    task = make_task(cfg.seed, "A", cfg.n_classes, cfg.noise)
+    stream = BatchStream(task, cfg.stage1_batch_size, generator(cfg.seed, "stream", "A"))
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.stage1_lr)
+    model.train()
+    for _ in range(cfg.stage1_steps):
+        x, y = stream.next()
+        loss = F.cross_entropy(model(x.to(device, memory_format=fmt)), y.to(device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()
+    xe, ye = eval_set(task, cfg.n_eval, cfg.seed, "A")
+    acc = accuracy(logits_of(model, xe, device, fmt), ye)
+    state = lambda m: {k: v.detach().cpu().clone() for k, v in m.state_dict().items()}
+    return dict(backbone=state(model.backbone), head_a=state(model.head), task_a_accuracy=acc,
+                wall_s=time.perf_counter() - t0)
+
+
+def _running_stats(backbone) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per BatchNorm layer with buffers: (running_mean, running_var) copies on CPU."""
+    return {name: (m.running_mean.detach().cpu().clone(), m.running_var.detach().cpu().clone())
+            for name, m in batchnorm_layers(backbone).items() if m.running_mean is not None}
+
+
+def _max_abs_change(before: dict, after: dict, include) -> float:
+    m = 0.0
+    for k in before:
+        if include(k):
+            d = (after[k].double() - before[k].double()).abs()
+            m = max(m, float(d.max()) if d.numel() else 0.0)
+    return m
+
+
+class _Stream:
+    """Task A and B, their evaluation sets and the task-B batch stream of one (seed, shift)."""
+
+    def __init__(self, c: RunConfig):
+        self.task_a = make_task(c.seed, "A", c.n_classes, c.noise)
+        self.task_b = make_task(c.seed, "B", c.n_classes, c.noise, c.brightness, c.contrast)
+        self.eval_a = eval_set(self.task_a, c.n_eval, c.seed, "A")
+        self.eval_b = eval_set(self.task_b, c.n_eval, c.seed, "B")
+        self.batches = BatchStream(self.task_b, c.batch_size, generator(c.seed, "stream", "B"), c.sampler)
+
+
+class _ModeRun:
+    """One freeze mode's model inside :func:`transfer`: its own code path on the shared batches."""
+
+    def __init__(self, c: RunConfig, source: dict, data: _Stream, device):
+        self.c, self.source, self.data, self.device = c, source, data, device
+        mode = get_mode(c.mode)
+        backbone = ConvBackbone(3, c.widths, c.norm, c.momentum)
+        backbone.load_state_dict(source["backbone"])
+        head_a = make_head("linear", backbone.out_features, c.n_classes)
+        head_a.load_state_dict(source["head_a"])
+        head_b = seeded((c.seed, "init", "head_b", c.head),
+                        lambda: make_head(c.head, backbone.out_features, c.n_classes, c.hidden, c.momentum))
+        self.fmt = fmt = memory_format_for(c.mode)
+        self.model = model = TransferModel(backbone, head_a, head_b).to(device, memory_format=fmt)
+        model.eval()
+        self.logits_a0 = logits_of(model.forward_a, data.eval_a[0], device, fmt)
+        self.frozen_before = self._frozen_state()
+        self.stats0 = _running_stats(model.backbone)
+        mode.apply(model)
+        self.stat_owner = model.backbone if model.backbone_b is None else model.backbone_b
+        self.track_drift = c.norm == "batch"
+        self.pop_means = None
+        if self.track_drift:
+            self.pop_means = self._population_means()
+        self.drift_record = {0: _running_stats(self.stat_owner)} if self.track_drift else {}
+        self.opt = make_optimizer(c.optimizer, model.head_b.parameters(), c.lr)
+
+    @torch.no_grad()
+    def _population_means(self, n_batches: int = 20) -> dict[str, torch.Tensor]:
+        """Task-B population mean at each BN layer (precise BN on a copy; see :mod:`bnstudy.stats`)."""
+        from .stats import precise_bn_statistics
+        c = self.c
+        stream = BatchStream(self.data.task_b, max(c.batch_size, 2), generator(c.seed, "population", "B"))
+        batches = [stream.next()[0].to(self.device, memory_format=self.fmt) for _ in range(n_batches)]
+        return {n: mean.cpu() for n, (mean, _var) in precise_bn_statistics(self.model.backbone, batches).items()}
+
+    def _frozen_state(self) -> dict:
+        m = self.model
+        items = list(m.backbone.state_dict().items()) + [("head_a." + k, v) for k, v in m.head_a.state_dict().items()]
+        return {k: v.detach().cpu().clone() for k, v in items}
+
+    def step(self, step: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        model, c = self.model, self.c
+        if (step - 1) % c.epoch_steps == 0:
+            model.train()  # what every training loop does at the start of an epoch
+        loss = F.cross_entropy(model.forward_b(x.to(self.device, memory_format=self.fmt)), y.to(self.device))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        if self.track_drift and step in DRIFT_STEPS:
+            self.drift_record[step] = _running_stats(self.stat_owner)
+
+    def finish(self) -> dict:
+        model, data, c, fmt, device = self.model, self.data, self.c, self.fmt, self.device
+        model.eval()
+        logits_a1 = logits_of(model.forward_a, data.eval_a[0], device, fmt)
+        before, after = self.frozen_before, self._frozen_state()
+        param_names = ({n for n, _ in model.backbone.named_parameters()}
+                       | {"head_a." + n for n, _ in model.head_a.named_parameters()})
+        stats1 = _running_stats(model.backbone)
+        d_logit = (logits_a1.double() - self.logits_a0.double()).abs().flatten()
+        row = c.asdict()
+        row["widths"] = "-".join(map(str, c.widths))
+        row.update(
+            task_a_before=accuracy(self.logits_a0, data.eval_a[1]),
+            task_a_after=accuracy(logits_a1, data.eval_a[1]),
+            task_b=accuracy(logits_of(model.forward_b, data.eval_b[0], device, fmt), data.eval_b[1]),
+            max_param_change=_max_abs_change(before, after, lambda k: k in param_names),
+            max_buffer_change=_max_abs_change(before, after,
+                                              lambda k: k.endswith("running_mean") or k.endswith("running_var")),
+            num_batches_tracked_change=int(_max_abs_change(before, after, lambda k: k.endswith("num_batches_tracked"))),
+            max_old_logit_change=float(d_logit.max()),
+            old_logit_change_q=[float(v) for v in torch.quantile(d_logit, torch.linspace(0, 1, 21, dtype=torch.float64))],
+            source_task_a_accuracy=self.source["task_a_accuracy"],
+        )
+        for i, name in enumerate(self.stats0):
+            (m0, v0), (m1, v1) = self.stats0[name], stats1[name]
+            row[f"drift_mean_l{i}"] = float((m1 - m0).abs().max())
+            row[f"drift_var_l{i}"] = float((v1 - v0).abs().max())
+        if self.track_drift:
+            row["drift_steps"] = sorted(self.drift_record)
+            for i, name in enumerate(self.stats0):
+                target = self.pop_means[name]
+                gap = self.drift_record[0][name][0] - target
+                denom = float(gap @ gap)
+                row[f"drift_weight_l{i}"] = [float((self.drift_record[t][name][0] - target) @ gap) / denom
+                                             if denom > 0 else math.nan for t in row["drift_steps"]]
+        return row
+
+
+def transfer(configs: list[RunConfig], source: dict, device=None) -> list[dict]:
+    """Stage 2 for runs of one seed and shift in lockstep (they may differ only in ``mode``).
+
+    ``source`` is the :func:`train_source` output of their common :attr:`RunConfig.source`.
+    The freeze mode is applied by :meth:`bnstudy.modes.FreezeMode.apply`; the loop then calls
+    ``model.train()`` every ``epoch_steps`` steps and trains only head B.
+
+    Returns one row per config, in order: the config's fields, then ``task_a_before``,
+    ``task_a_after``, ``task_b`` (accuracies 0..1, eval mode), ``max_param_change`` (largest
+    absolute change of any backbone or head-A parameter), ``max_buffer_change`` (of the
+    original backbone's running_mean/running_var), ``num_batches_tracked_change``,
+    ``max_old_logit_change`` and ``old_logit_change_q`` (21 quantiles of head A's absolute
+    logit change on the task-A held-out set), per-layer drift ``drift_mean_l<i>`` /
+    ``drift_var_l<i>`` (max absolute change of the running statistics), and with BatchNorm
+    ``drift_steps`` / ``drift_weight_l<i>``: the weight left on the original running_mean at
+    :data:`DRIFT_STEPS`, by projection on the task-B population mean (compare with
+    ``(1 - momentum) ** t``). ``wall_s`` is the call's wall time divided by the number of runs.
+    Raises ``ValueError`` if the configs differ in anything but ``mode`` or repeat a mode.
+    """
+    t0 = time.perf_counter()
+    if not configs:
+        raise ValueError("transfer needs at least one config")
+    base = {k: v for k, v in configs[0].asdict().items() if k != "mode"}
+    for c in configs[1:]:
+        other = {k: v for k, v in c.asdict().items() if k != "mode"}
+        if other != base:
+            raise ValueError(f"configs run in lockstep may differ only in mode; they differ in "
+                             f"{sorted(k for k in base if base[k] != other[k])}")
+    if len({c.mode for c in configs}) != len(configs):
+        raise ValueError(f"configs run in lockstep must have distinct modes, got {[c.mode for c in configs]}")
+    device = pick_device(device)
+    data = _Stream(configs[0])
+    runs = [_ModeRun(c, source, data, device) for c in configs]
+    for step in range(1, configs[0].steps + 1):
+        x, y = data.batches.next()
+        for run in runs:
+            run.step(step, x, y)
+    wall = (time.perf_counter() - t0) / len(configs)
+    rows = [run.finish() for run in runs]
+    for r in rows:
+        r["wall_s"] = wall
+    return rows
+
+
+# --- cached sweeps -------------------------------------------------------------------------------------------------
+
+def _source_path(cache_root, cfg: SourceConfig, version: str) -> Path:
+    return RunCache(cache_root, "source", version).path(cfg.asdict()).with_suffix(".pt")
+
+
+def _stage1_group(configs: list[SourceConfig], cache_root: str, version: str) -> list[dict]:
+    rows = []
+    for c in configs:
+        out = train_source(c)
+        buf = io.BytesIO()
+        torch.save({k: out[k] for k in ("backbone", "head_a", "task_a_accuracy")}, buf)
+        atomic_write_bytes(_source_path(cache_root, c, version), buf.getvalue())
+        rows.append(dict(seed=c.seed, source_task_a_accuracy=out["task_a_accuracy"], stage1_wall_s=out["wall_s"]))
+    return rows
+
+
+def load_source(cfg: SourceConfig, cache_dir=None, version: str | None = None) -> dict:
+    """The cached stage-1 result for ``cfg`` (state dicts and accuracy).
+
+    Raises ``FileNotFoundError`` if that source has not been trained (run :func:`transfer_sweep`).
+    """
+    root = cache_dir if cache_dir is not None else default_cache_dir()
+    return torch.load(_source_path(root, cfg, version or code_version()), map_location="cpu", weights_only=True)
+
+
+def _stage2_group(configs: list[RunConfig], cache_root: str, version: str) -> list[dict]:
+    return transfer(configs, load_source(configs[0].source, cache_root, version))
+
+
+def lockstep_groups(configs: list[RunConfig]) -> list[list[int]]:
+    """Indices of ``configs`` grouped by everything but ``mode`` (first-seen order)."""
+    groups: dict = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(repr(c.replace(mode="train_mode")), []).append(i)
+    return list(groups.values())
+
+
+def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Execution | None = None,
+                   version: str | None = None, desc: str | None = None) -> pd.DataFrame:
+    """Stage 1 (cached per distinct source) then stage 2 for every config; one row per config, in order.
+
+    Runs in parallel and resumes from the run cache (:func:`bnstudy.sweep.run_sweep`); the runs
+    of one seed and shift run in lockstep (:func:`transfer`). ``version`` fixes the code
+    version of every cache key (default: now).
+    """
+    if not configs:
+        raise ValueError("transfer_sweep: configs is empty")
+    for c in configs:
+        if not isinstance(c, RunConfig):
+            raise TypeError(f"transfer_sweep needs RunConfig objects, got {type(c).__name__}")
+    ex = execution or Execution()
+    root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
+    version = version or code_version()
+    sources = list(dict.fromkeys(c.source for c in configs))
+    kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
+    run_sweep(sources, _stage1_group, namespace="source", desc="stage 1 (source)", **kw)
+    return run_sweep(configs, _stage2_group, namespace=namespace, groups=lockstep_groups(configs),
+                     desc=desc or f"stage 2 ({namespace})", **kw)
