@@ -46,11 +46,28 @@ def run_line(profile: str, n_seeds: int, **params) -> str:
 
 
 def save_table(df: pd.DataFrame, path) -> Path:
-    """Write ``df`` as CSV atomically, dropping list-valued columns (kept in the run cache)."""
-    scalar = [c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()]
+    """Write the tidy table ``df`` as CSV atomically (a complete file or none).
+
+    Raises ``ValueError`` naming the columns if any holds lists, tuples or dicts: a CSV cannot
+    hold them faithfully, so turn them into a long table first instead of losing them.
+    """
+    nested = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()]
+    if nested:
+        raise ValueError(f"save_table: columns {nested} hold lists or dicts; save them as a tidy long table "
+                         f"(one value per row) instead")
     path = Path(path)
-    atomic_write_bytes(path, df[scalar].to_csv(index=False).encode())
+    atomic_write_bytes(path, df.to_csv(index=False).encode())
     return path
+
+
+def provenance() -> str:
+    """Which code produced a result: ``bnstudy <version> code <hash>``."""
+    from importlib.metadata import version
+    try:
+        v = version("bnstudy")
+    except Exception:
+        v = "unknown"
+    return f"bnstudy {v} code {code_version()}"
 
 
 def profile_note(profile: str, n_seeds: int) -> str:
