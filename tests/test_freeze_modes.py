@@ -1,177 +1,111 @@
-"""Invariants of the four freeze modes, checked exactly on a small packed run."""
+"""Chapter 1's experiment module: config checks and findings on hand-made tables with known answers."""
 
+import math
 
+import numpy as np
+import pandas as pd
 import pytest
-import torch
-from torch import nn
 
-from bnstudy import freeze as fz
-from bnstudy import train
-from bnstudy.models import ConvBackbone, make_head
-
-SMALL = dict(widths=(4, 8), stage1_steps=30, steps=40, n_eval=40, batch_size=16, stage1_batch_size=16, epoch_steps=10)
+from bnstudy.experiments import freeze_modes as ch
+from bnstudy.modes import MODE_NAMES
 
 
-@pytest.fixture(scope="module")
-def rows():
-    cfgs = [dict(SMALL, seed=s) for s in (0, 1)]
-    sources = train.train_source(cfgs)
-    out = {}
-    for mode in fz.MODE_NAMES:
-        out[mode] = train.transfer([dict(c, mode=mode) for c in cfgs], sources)
-    return out
+def table(task_a_after_tm=(0.1, 0.12, 0.11), task_b=None, buffer_tm=(5.0, 6.0, 7.0), logit_sep=0.0):
+    """3 seeds x 4 modes; task A starts at 0.9 and stays there except in train_mode."""
+    task_b = task_b or dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.31, 0.29),
+                            all_eval=(0.30, 0.31, 0.29), separate_stats=(0.40, 0.42, 0.41))
+    rows = []
+    for s in range(3):
+        for m in MODE_NAMES:
+            rows.append(dict(seed=s, mode=m, n_classes=10, momentum=0.1, task_a_before=0.9,
+                             task_a_after=task_a_after_tm[s] if m == "train_mode" else 0.9,
+                             task_b=task_b[m][s], max_param_change=0.0,
+                             max_buffer_change=buffer_tm[s] if m == "train_mode" else 0.0,
+                             max_old_logit_change=(3.0 if m == "train_mode" else (logit_sep if m == "separate_stats" else 0.0))))
+    return pd.DataFrame(rows)
 
 
-def test_no_mode_changes_any_weight(rows):
-    for mode, rs in rows.items():
-        for r in rs:
-            assert r["max_param_change"] == 0.0, mode
+def test_findings_on_a_table_where_every_finding_holds():
+    f = ch.findings(table())
+    assert (f.f1_weights_unchanged, f.f2_chance, f.f2_buffers_move, f.f3_pinned_keep_a, f.f3_pinned_lower_b,
+            f.f4_separate_exact, f.f4_separate_matches_b) == ("holds",) * 7
+    assert f.gap_b["backbone_eval"].mean == pytest.approx(0.11)
+    assert f.diff_b_separate.mean == 0 and f.separate_equals_train_b_every_seed
+    assert f.n_seeds == 3 and f.chance == 0.1 and f.steps_gone == 66
 
 
-def test_train_mode_rewrites_buffers_and_pinned_modes_do_not(rows):
-    for r in rows["train_mode"]:
-        assert r["max_buffer_change"] > 0.1
-        assert r["num_batches_tracked_change"] == SMALL["steps"]
-    for mode in ("backbone_eval", "all_eval", "separate_stats"):
-        for r in rows[mode]:
-            assert r["max_buffer_change"] == 0.0, mode
-            assert r["num_batches_tracked_change"] == 0, mode
+def test_findings_flip_when_the_data_say_otherwise():
+    tb = dict(train_mode=(0.40, 0.30, 0.35), backbone_eval=(0.35, 0.36, 0.34), all_eval=(0.35, 0.36, 0.34),
+              separate_stats=(0.50, 0.41, 0.47))
+    f = ch.findings(table(task_a_after_tm=(0.5, 0.55, 0.52), task_b=tb, buffer_tm=(5.0, 0.5, 7.0), logit_sep=1e-7))
+    assert f.f2_chance == "holds in part"          # far below 0.9, not near chance
+    assert f.f2_buffers_move == "does not hold"    # one seed moved by less than one unit
+    assert f.f3_pinned_lower_b == "does not hold"  # the paired interval includes 0
+    assert f.f4_separate_exact == "does not hold"  # a logit moved by 1e-7: exact means == 0
+    assert f.f4_separate_matches_b == "does not hold"  # separate beats train_mode in every seed
+    assert not f.separate_equals_train_b_every_seed
 
 
-def test_separate_stats_keeps_old_logits_bit_identical(rows):
-    for r in rows["separate_stats"]:
-        assert r["max_old_logit_change"] == 0.0
-        assert r["task_a_after"] == r["task_a_before"]
-    for r in rows["train_mode"]:
-        assert r["max_old_logit_change"] > 0.0
+def test_task_a_that_does_not_fall_is_reported_as_not_holding():
+    assert ch.findings(table(task_a_after_tm=(0.9, 0.88, 0.91))).f2_chance == "does not hold"
 
 
-def test_pinned_modes_keep_old_logits_bit_identical(rows):
-    for mode in ("backbone_eval", "all_eval"):
-        for r in rows[mode]:
-            assert r["max_old_logit_change"] == 0.0, mode
+def test_findings_need_all_four_modes():
+    with pytest.raises(ValueError, match="missing \\['separate_stats'\\]"):
+        ch.findings(table().query("mode != 'separate_stats'"))
 
 
-def test_modes_share_the_source_backbone_within_a_seed(rows):
-    befores = {mode: [r["task_a_before"] for r in rs] for mode, rs in rows.items()}
-    assert len({tuple(v) for v in befores.values()}) == 1
+@pytest.mark.parametrize("m", [0.1, 0.01, 0.5, 0.3, 1.0])
+def test_steps_until_is_the_first_step_below_the_weight(m):
+    t = ch.steps_until(m, 1e-3)
+    assert (1 - m) ** t < 1e-3
+    assert t == 1 or (1 - m) ** (t - 1) >= 1e-3
 
 
-def _small_model():
-    bb = ConvBackbone(3, (4, 8))
-    return fz.TransferModel(bb, make_head("linear", 8, 10), make_head("linear", 8, 10))
+def test_steps_until_for_the_books_momentum_is_66():
+    assert ch.steps_until(0.1) == 66
 
 
-def test_pinned_backbone_survives_parent_train_call():
-    m = _small_model()
-    fz.BACKBONE_EVAL.apply(m)
-    m.train()
-    assert not any(mod.training for mod in m.backbone.modules())
-    assert m.head_b.training
-    before = {k: v.clone() for k, v in m.backbone.state_dict().items()}
-    m.forward_b(torch.randn(8, 3, 16, 16))
-    after = m.backbone.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
-
-
-def test_separate_stats_copy_shares_parameters_but_not_buffers():
-    m = _small_model()
-    fz.SEPARATE_STATS.apply(m)
-    pa = dict(m.backbone.named_parameters())
-    pb = dict(m.backbone_b.named_parameters())
-    assert all(pa[k] is pb[k] for k in pa)
-    ba = dict(m.backbone.named_buffers())
-    bb = dict(m.backbone_b.named_buffers())
-    assert all(ba[k].data_ptr() != bb[k].data_ptr() for k in ba)
-    m.forward_b(torch.randn(8, 3, 16, 16) * 3 + 1)
-    assert not torch.equal(ba["blocks.0.norm.running_mean"], bb["blocks.0.norm.running_mean"])
-    assert torch.equal(ba["blocks.0.norm.running_mean"], torch.zeros(4))
-
-
-def test_running_mean_decays_as_one_minus_momentum_to_the_t():
-    """After t identical batches the start value keeps exactly the weight (1-m)^t."""
+def test_drift_findings_on_a_hand_made_drift_table():
     m = 0.1
-    bn = nn.BatchNorm1d(3, momentum=m)
-    start = torch.tensor([5.0, -2.0, 1.0])
-    bn.running_mean.copy_(start)
-    x = torch.randn(32, 3, generator=torch.Generator().manual_seed(0)) + torch.tensor([1.0, 2.0, 3.0])
-    target = x.mean(0)
-    bn.train()
-    for t in range(1, 80):
-        bn(x)
-        expected = (1 - m) ** t * start + (1 - (1 - m) ** t) * target
-        assert torch.allclose(bn.running_mean, expected, atol=1e-5), t
-    assert (1 - m) ** 66 < 1e-3 < (1 - m) ** 65
+    steps = sorted({0, 1, 2, 3, 5, 8, 12, 17, 25, 35, 50, 66, 80, 100})
+    rows = []
+    for s in range(2):
+        for layer, noise in (("block 1", 0.01), ("block 2", 0.02)):
+            for t in steps:
+                w = (1 - m) ** t + (noise if t >= 88 else 0.0) * (1 if s else -1)
+                rows.append(dict(seed=s, layer=layer, step=t, weight=w))
+    d = ch.drift_findings(pd.DataFrame(rows), m, 100)
+    assert d.floor_first_step == 100 and d.floor_last_step == 100
+    assert d.floor["block 1"] == pytest.approx(0.01, abs=1e-4) and d.floor["block 2"] == pytest.approx(0.02, abs=1e-4)
+    assert d.last_step == 35  # 0.9^35 = 0.025 > 0.02 >= 0.9^50
+    assert d.theory_12 == pytest.approx(0.9 ** 12) and d.weight_12["block 1"] == pytest.approx(0.9 ** 12)
 
 
-def test_measured_drift_follows_the_decay_in_train_mode():
-    cfg = dict(SMALL, seed=3, steps=70)
-    src = train.train_source([cfg])
-    row = train.transfer([dict(cfg, mode="train_mode")], src)[0]
-    steps = row["drift_steps"]
-    m = row["momentum"]
-    for layer in ("drift_weight_l0", "drift_weight_l1"):
-        w = dict(zip(steps, row[layer]))
-        assert w[0] == pytest.approx(1.0)
-        for t in (1, 2, 3, 5, 8):
-            assert w[t] == pytest.approx((1 - m) ** t, abs=0.08), (layer, t)
-        assert abs(w[66]) < 0.1
-
-
-@pytest.mark.parametrize("bad, match", [
-    (dict(mode="frozen"), "mode='frozen' is not a freeze mode"),
-    (dict(batch_size=1), "batch_size must be >= 2"),
-    (dict(steps=0), "steps must be a positive integer"),
-    (dict(steps=-5), "steps must be a positive integer"),
-    (dict(stage1_batch_size=1), "stage1_batch_size must be >= 2"),
-    (dict(norm="instance"), "norm='instance' is not allowed"),
-    (dict(lr=0), "lr must be > 0"),
-    (dict(contrast=0), "contrast must be > 0"),
-    (dict(colour=1), "unknown config keys"),
+@pytest.mark.parametrize("kw, match", [
+    (dict(momentum=None), "momentum must be a number in \\(0, 1\\] for this chapter"),
+    (dict(momentum=0), "momentum must be a finite number > 0.0"),
+    (dict(steps=50), "steps must be >= 100 for this chapter's drift analysis with momentum=0.1"),
+    (dict(noise=-1), "noise must be a finite number >= 0.0, got -1"),
+    (dict(seeds="[0,5]"), "-y"),
+    (dict(modes=("train_mode", "frozen")), "modes\\[1\\]='frozen' is not allowed"),
+    (dict(colour="red"), "unknown freeze_modes parameters \\['colour'\\]"),
 ])
-def test_bad_parameters_raise_clear_value_errors(bad, match):
+def test_every_parameter_is_checked_before_any_work(kw, match):
     with pytest.raises(ValueError, match=match):
-        train.complete_config(bad)
+        ch.make_config("quick", **kw)
 
 
-def test_batch_size_one_is_allowed_when_no_bn_is_in_train_mode():
-    assert train.complete_config(dict(batch_size=1, mode="backbone_eval"))["batch_size"] == 1
+def test_profiles_set_the_seed_count_and_describe_names_the_seeds():
+    assert len(ch.make_config("full").seeds) == 10 and len(ch.make_config("quick").seeds) == 3
+    assert "2 seeds (0, 5)" in ch.make_config("quick", seeds=[0, 5]).describe()
+    assert ch.make_config("quick", seeds=[0, 5]).seeds == (0, 5)
 
 
-def test_get_mode_lists_allowed_names():
-    with pytest.raises(ValueError, match="train_mode"):
-        fz.get_mode("nope")
-
-
-def test_pinned_model_survives_pickling_and_stays_pinned(tmp_path):
-    m = _small_model()
-    fz.pin_eval(m.backbone)
-    torch.save(m, tmp_path / "m.pt")
-    back = torch.load(tmp_path / "m.pt", weights_only=False)
-    back.train()
-    assert fz.is_pinned(back.backbone)
-    assert not any(mod.training for mod in back.backbone.modules())
-    assert back.head_b.training
-
-
-def test_pin_eval_rejects_non_modules():
-    with pytest.raises(TypeError, match="nn.Module"):
-        fz.pin_eval(None)
-
-
-@pytest.mark.parametrize("bad, match", [
-    (dict(brightness="bright"), "brightness must be a finite number, got 'bright'"),
-    (dict(noise=float("nan")), "noise must be a finite number"),
-    (dict(widths=[16, 0]), "widths must be a sequence of positive integers"),
-    (dict(seed=1.5), "seed must be a non-negative integer"),
-])
-def test_non_numeric_parameters_name_the_key(bad, match):
-    with pytest.raises(ValueError, match=match):
-        train.complete_config(bad)
-
-
-@pytest.mark.parametrize("seeds", [-3, 2.5, "3", [0, 0], [0, 1.5], 1])
-def test_bad_seeds_give_a_clear_error(seeds):
-    from bnstudy.experiments.common import seeds_for
-    with pytest.raises(ValueError, match="seeds"):
-        seeds_for("quick", seeds)
+def test_tidy_tables_hold_the_list_columns_one_value_per_row():
+    df = table().assign(drift_steps=[[0, 1]] * 12, drift_weight_l0=[[1.0, 0.9]] * 12,
+                        old_logit_change_q=[list(np.linspace(0, 1, 21))] * 12)
+    d = ch.drift_table(df)
+    assert len(d) == 3 * 2 and set(d.layer) == {"block 1"}
+    assert len(ch.logit_quantile_table(df)) == 12 * 21
+    assert "drift_steps" not in ch.results_table(df).columns

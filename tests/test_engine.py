@@ -1,0 +1,113 @@
+"""The engine: freeze-mode invariants checked exactly, lockstep equal to separate runs, determinism."""
+
+import pytest
+import torch
+
+from bnstudy import engine
+from bnstudy.config import RunConfig
+from bnstudy.modes import MODE_NAMES
+
+SMALL = dict(widths=(4, 8), stage1_steps=30, steps=40, n_eval=40, batch_size=16, stage1_batch_size=16, epoch_steps=10)
+
+
+def _cfgs(seed, **kw):
+    return [RunConfig(**{**SMALL, **kw}, seed=seed, mode=m) for m in MODE_NAMES]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    out = {m: [] for m in MODE_NAMES}
+    for seed in (0, 1):
+        cfgs = _cfgs(seed)
+        for r in engine.transfer(cfgs, engine.train_source(cfgs[0].source)):
+            out[r["mode"]].append(r)
+    return out
+
+
+def test_no_mode_changes_any_weight(rows):
+    for mode, rs in rows.items():
+        for r in rs:
+            assert r["max_param_change"] == 0.0, mode
+
+
+def test_train_mode_rewrites_buffers_and_pinned_modes_do_not(rows):
+    for r in rows["train_mode"]:
+        assert r["max_buffer_change"] > 0.1
+        assert r["num_batches_tracked_change"] == SMALL["steps"]
+    for mode in ("backbone_eval", "all_eval", "separate_stats"):
+        for r in rows[mode]:
+            assert r["max_buffer_change"] == 0.0, mode
+            assert r["num_batches_tracked_change"] == 0, mode
+
+
+def test_separate_stats_and_pinned_modes_keep_old_logits_bit_identical(rows):
+    for mode in ("separate_stats", "backbone_eval", "all_eval"):
+        for r in rows[mode]:
+            assert r["max_old_logit_change"] == 0.0, mode
+            assert r["task_a_after"] == r["task_a_before"], mode
+    for r in rows["train_mode"]:
+        assert r["max_old_logit_change"] > 0.0
+
+
+def test_modes_share_the_source_backbone_within_a_seed(rows):
+    befores = {mode: tuple(r["task_a_before"] for r in rs) for mode, rs in rows.items()}
+    assert len(set(befores.values())) == 1
+
+
+def test_lockstep_rows_equal_runs_made_one_mode_at_a_time():
+    cfgs = _cfgs(2, steps=25)
+    src = engine.train_source(cfgs[0].source)
+    together = engine.transfer(cfgs, src)
+    for c, row in zip(cfgs, together):
+        alone = engine.transfer([c], src)[0]
+        for k in row:
+            if k != "wall_s":
+                assert alone[k] == row[k], (c.mode, k)
+
+
+def test_same_config_gives_the_same_numbers_twice():
+    c = _cfgs(4, steps=15)[:1]
+    a = engine.transfer(c, engine.train_source(c[0].source))[0]
+    b = engine.transfer(c, engine.train_source(c[0].source))[0]
+    assert {k: v for k, v in a.items() if k != "wall_s"} == {k: v for k, v in b.items() if k != "wall_s"}
+
+
+def test_global_rng_state_does_not_change_a_run():
+    c = _cfgs(5, steps=10)[:1]
+    torch.manual_seed(123)
+    a = engine.transfer(c, engine.train_source(c[0].source))[0]
+    torch.manual_seed(999)
+    torch.rand(1000)
+    b = engine.transfer(c, engine.train_source(c[0].source))[0]
+    assert a["task_b"] == b["task_b"] and a["drift_weight_l0"] == b["drift_weight_l0"]
+
+
+def test_transfer_refuses_configs_that_differ_in_more_than_mode():
+    a, b = _cfgs(0)[:2]
+    with pytest.raises(ValueError, match="differ only in mode; they differ in \\['brightness'\\]"):
+        engine.transfer([a, b.replace(brightness=1.0)], {})
+    with pytest.raises(ValueError, match="distinct modes"):
+        engine.transfer([a, a], {})
+
+
+def test_measured_drift_follows_the_decay_in_train_mode():
+    c = RunConfig(**{**SMALL, "steps": 70}, seed=3)
+    row = engine.transfer([c], engine.train_source(c.source))[0]
+    m = row["momentum"]
+    for layer in ("drift_weight_l0", "drift_weight_l1"):
+        w = dict(zip(row["drift_steps"], row[layer]))
+        assert w[0] == pytest.approx(1.0)
+        for t in (1, 2, 3, 5, 8):
+            assert w[t] == pytest.approx((1 - m) ** t, abs=0.08), (layer, t)
+        assert abs(w[66]) < 0.1
+
+
+def test_accuracy_is_an_exact_fraction_of_counts():
+    logits = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    assert engine.accuracy(logits, torch.tensor([0, 1, 1])) == 2 / 3
+
+
+def test_memory_format_follows_what_the_mode_says():
+    assert engine.memory_format_for("train_mode") == engine.TRAIN_MEMORY_FORMAT
+    assert engine.memory_format_for("separate_stats") == engine.TRAIN_MEMORY_FORMAT
+    assert engine.memory_format_for("backbone_eval") == engine.EVAL_MEMORY_FORMAT
