@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -75,9 +76,16 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
     raise ValueError(f"optimizer={name!r} is not allowed; choose one of ['sgd', 'adam']")
 
 
+_SEED_LOCK = threading.Lock()
+
+
 def seeded(seed_parts: tuple, build):
-    """``build()`` under a torch RNG seeded with ``derive_seed(*seed_parts)``; global RNG state untouched."""
-    with torch.random.fork_rng(devices=[]):
+    """``build()`` under a torch RNG seeded with ``derive_seed(*seed_parts)``; global RNG state untouched.
+
+    Thread-safe: torch's default generator is process-global, so runs executing in threads (joblib's
+    ``threading`` backend, an in-process dask cluster) would otherwise reseed it under each other.
+    """
+    with _SEED_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(*seed_parts))
         return build()
 

@@ -11,15 +11,21 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bnstudy import sweep
-from bnstudy.experiments import freeze_modes
+from bnstudy import engine, sweep
+from bnstudy.config import Execution, RunConfig
+from bnstudy.modes import MODE_NAMES
 
-TINY = dict(widths=[4, 8], stage1_steps=20, steps=30, n_eval=40, batch_size=16, stage1_batch_size=16)
+TINY = dict(widths=(4, 8), stage1_steps=20, steps=30, n_eval=40, batch_size=16, stage1_batch_size=16)
 REPO = Path(__file__).resolve().parent.parent
+NS = "test_sweep"
 
 
-def _tiny_run(cache_dir, **kw):
-    return freeze_modes.run(dict(TINY, seeds=[0, 1], cache_dir=str(cache_dir), progress=False, **kw))
+def _tiny_configs(seeds=(0, 1), **kw):
+    return [RunConfig(**{**TINY, **kw}, seed=s, mode=m) for s in seeds for m in MODE_NAMES]
+
+
+def _tiny_run(cache_dir, **execution):
+    return engine.transfer_sweep(_tiny_configs(), NS, Execution(cache_dir=str(cache_dir), progress=False, **execution))
 
 
 def _comparable(df):
@@ -27,10 +33,10 @@ def _comparable(df):
 
 
 def test_parallel_sweep_equals_sequential_sweep(tmp_path):
-    par = _tiny_run(tmp_path / "a", n_jobs=2, pack_size=1)
-    seq = _tiny_run(tmp_path / "b", n_jobs=1, pack_size=1)
+    par = _tiny_run(tmp_path / "a", n_jobs=2)
+    seq = _tiny_run(tmp_path / "b", n_jobs=1)
     pd.testing.assert_frame_equal(_comparable(par), _comparable(seq))
-    assert len(par) == 8 and list(par["mode"][:4]) == list(freeze_modes.MODE_NAMES)
+    assert len(par) == 8 and list(par["mode"][:4]) == list(MODE_NAMES)
 
 
 def test_rerun_reads_the_cache_and_writes_nothing(tmp_path):
@@ -42,12 +48,18 @@ def test_rerun_reads_the_cache_and_writes_nothing(tmp_path):
 
 
 def test_cache_key_depends_on_config_namespace_and_code_version():
-    c = dict(seed=0, steps=10)
+    c = RunConfig(seed=0, steps=10)
     k = sweep.config_key(c, "ns", "v1")
-    assert k != sweep.config_key(dict(c, steps=11), "ns", "v1")
+    assert k != sweep.config_key(c.replace(steps=11), "ns", "v1")
     assert k != sweep.config_key(c, "other", "v1")
     assert k != sweep.config_key(c, "ns", "v2")
-    assert k == sweep.config_key(dict(steps=10, seed=0), "ns", "v1")
+    assert k == sweep.config_key(RunConfig(steps=10, seed=0), "ns", "v1")
+    assert k == sweep.config_key(c.asdict(), "ns", "v1")  # a dataclass keys like the dict of its fields
+
+
+def test_execution_settings_are_not_part_of_any_row_or_key(tmp_path):
+    df = _tiny_run(tmp_path, n_jobs=1, threads=1)
+    assert not {"cache_dir", "n_jobs", "backend", "progress", "threads", "pack_size"} & set(df.columns)
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path):
@@ -60,30 +72,33 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
     assert target.read_bytes() == b"ok"
 
 
-def test_packs_depend_only_on_configs_and_pack_size():
-    cfgs = [dict(seed=s, mode=m) for s in range(5) for m in ("a", "b")]
-    packs = sweep.make_packs(cfgs, lambda c: c["mode"], 2)
-    assert packs == [[0, 2], [4, 6], [8], [1, 3], [5, 7], [9]]
-    with pytest.raises(ValueError, match="pack_size"):
-        sweep.make_packs(cfgs, None, 0)
+def test_lockstep_groups_are_the_modes_of_one_seed_and_shift():
+    cfgs = _tiny_configs(seeds=(0, 1)) + [RunConfig(**TINY, seed=0, mode="train_mode", brightness=1.0)]
+    assert engine.lockstep_groups(cfgs) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
 
 
 def test_bad_sweep_arguments_raise(tmp_path):
+    from bnstudy.experiments import freeze_modes
     with pytest.raises(ValueError, match="configs is empty"):
         sweep.run_sweep([], len, namespace="x", cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="n_jobs"):
-        sweep.run_sweep([{}], len, namespace="x", cache_dir=tmp_path, n_jobs=0)
-    with pytest.raises(ValueError, match="unknown config keys"):
-        freeze_modes.run(dict(seeds=2, colour="red"))
-    with pytest.raises(ValueError, match="profile='huge'"):
-        freeze_modes.run(dict(profile="huge"))
+    with pytest.raises(ValueError, match="groups must list every config index exactly once"):
+        sweep.run_sweep([{}, {}], len, namespace="x", cache_dir=tmp_path, groups=[[0]])
+    with pytest.raises(TypeError, match="RunConfig"):
+        engine.transfer_sweep([dict(seed=0)], "x")
+    with pytest.raises(ValueError, match="unknown freeze_modes parameters \\['colour'\\]"):
+        freeze_modes.make_config("quick", colour="red")
+    with pytest.raises(ValueError, match="profile='huge' is not allowed"):
+        freeze_modes.make_config("huge")
 
 
 _SCRIPT = textwrap.dedent("""
     import sys
-    from bnstudy.experiments import freeze_modes
-    cfg = dict({tiny}, seeds=[0, 1, 2], steps=150, cache_dir=sys.argv[1], n_jobs=2, pack_size=1, progress=False)
-    freeze_modes.run(cfg).drop(columns=["wall_s"]).to_json(sys.argv[2])
+    from bnstudy import engine
+    from bnstudy.config import Execution, RunConfig
+    from bnstudy.modes import MODE_NAMES
+    cfgs = [RunConfig(**{tiny}, seed=s, mode=m, steps=150) for s in range(3) for m in MODE_NAMES]
+    ex = Execution(cache_dir=sys.argv[1], n_jobs=2, progress=False)
+    engine.transfer_sweep(cfgs, "{ns}", ex).drop(columns=["wall_s"]).to_json(sys.argv[2])
 """)
 
 
@@ -95,12 +110,12 @@ def _children(pid):
 @pytest.mark.slow
 def test_killed_worker_resumes_without_loss_or_double_counting(tmp_path):
     script = tmp_path / "sweep_script.py"
-    script.write_text(_SCRIPT.format(tiny=repr(TINY)))
+    script.write_text(_SCRIPT.format(tiny=repr(TINY), ns=NS))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    stage2 = tmp_path / "killed" / freeze_modes.NAMESPACE
+    stage2 = tmp_path / "killed" / NS
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "killed"), str(tmp_path / "k.json")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
+    deadline = time.time() + 600
     while time.time() < deadline and len(list(stage2.glob("*.json"))) < 2:
         time.sleep(0.05)
     done_before_kill = len(list(stage2.glob("*.json")))
@@ -129,6 +144,6 @@ def test_sweep_runs_on_a_local_dask_cluster(tmp_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
             distributed.Client(cl):
-        on_dask = _tiny_run(tmp_path / "dask", backend="dask", pack_size=2)
-    local = _tiny_run(tmp_path / "loky", pack_size=2, n_jobs=1)
+        on_dask = _tiny_run(tmp_path / "dask", backend="dask")
+    local = _tiny_run(tmp_path / "loky", n_jobs=1)
     pd.testing.assert_frame_equal(_comparable(on_dask), _comparable(local))
