@@ -429,6 +429,17 @@ def pin_norm_eval(module: nn.Module) -> list[str]:
     mmdetection's ``norm_eval=True`` for any ``nn.Module``. Layers with
     ``track_running_stats=False`` are pinned too, but they normalise with batch
     statistics even in eval mode (see :func:`batch_stats_report`).
+
+    It pins the *mode* only: the affine ``weight``/``bias`` keep their
+    ``requires_grad`` and stay trainable (turn them off with
+    ``requires_grad_(False)`` if they must not move).
+
+    Porting from Keras: ``layer.trainable = False`` on a Keras BatchNormalization
+    both stops its weights and puts it in inference mode. PyTorch splits the two:
+    ``requires_grad_(False)`` stops the weights only (the layer still normalises
+    with batch statistics and overwrites its buffers after ``model.train()``);
+    this function (or :func:`pin_eval`, :func:`freeze_batchnorm`,
+    :func:`freeze_modules`) supplies the inference mode.
     """
     names = []
     for name, m in module.named_modules():

@@ -310,11 +310,22 @@ def test_forward_that_changes_structure_with_mode_is_linted_and_recorded():
 
 
 def test_assert_frozen_passes_on_exact_equality_and_rejects_unknown_modules_and_bad_arguments():
-    model = _mlp().eval()
-    with FreezeAudit(model, probe=_batch(4)) as a:
-        model(_batch())
-    a.assert_frozen()
-    assert "moved: nothing" in str(a)
+    # A real optimizer step on the head, with the frozen part pinned: the frozen part passes exactly,
+    # the whole model does not (the head moved), so the check can fail.
+    model = _mlp()
+    model[0].requires_grad_(False)
+    model[1].requires_grad_(False)
+    pin_eval(model[1])
+    model.train()
+    opt = torch.optim.SGD(model[3].parameters(), lr=0.1)
+    with FreezeAudit(model, probe=_batch(4), warn=False) as a:
+        model(_batch()).pow(2).sum().backward()
+        opt.step()
+    a.assert_frozen(["0", "1"])
+    a.assert_frozen([model[0], model[1]])
+    with pytest.raises(AssertionError, match=r"param '3\.weight'"):
+        a.assert_frozen()
+    assert "moved: 2 tensors (2 parameters, 0 buffers)" in str(a)
     with pytest.raises(ValueError, match="modules='backbone' is not a module"):
         a.assert_frozen("backbone")
     with pytest.raises(ValueError, match="tol must be >= 0"):
