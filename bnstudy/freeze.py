@@ -22,6 +22,9 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, keeps_running_stats,  # noqa: F401
+                    statistics_source, updates_running_stats)
+
 
 class TransferModel(nn.Module):
     """A backbone with an old head (task A) and a new head (task B).
@@ -75,6 +78,18 @@ def pin_eval(module: nn.Module) -> nn.Module:
     compile the instance-level override (convert with :func:`freeze_batchnorm`
     instead). Returns ``module``. Undo with :func:`unpin`.
     Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
+
+    Everything inside ``module`` is pinned, **Dropout included**: a pinned
+    backbone trains with its dropout switched off. To keep dropout (and any other
+    layer) following ``.train()`` and pin only the norm layers, use
+    :func:`pin_norm_eval`. Pins survive ``copy.deepcopy`` and pickling; a
+    conversion that builds new modules (``torch.nn.SyncBatchNorm.
+    convert_sync_batchnorm``) drops them: use :func:`convert_sync_batchnorm`,
+    which re-pins, and :class:`bnstudy.audit.FreezeAudit` reports a pin lost
+    during its block (``pin_lost``). ``torch.optim.swa_utils.update_bn`` resets a
+    pinned BatchNorm to mean 0 / variance 1 and then, because the pin keeps it in
+    eval mode, never re-estimates it (linted as ``reset_stats_pinned``); use
+    :func:`bnstudy.stats.update_bn_stats`, which estimates pinned layers too.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"pin_eval needs an nn.Module, got {type(module).__name__}")
@@ -123,10 +138,24 @@ class FreezeMode:
     ``head_b``'s parameters are trained, so no backbone weight can change. The
     modes differ in what happens to the backbone's BatchNorm buffers
     (``running_mean``, ``running_var``, ``num_batches_tracked``).
+
+    ``apply(model)`` works on any backbone/head pair wrapped as
+    :class:`TransferModel` (``TransferModel(my_backbone, old_head, new_head)``):
+    it needs the attributes ``backbone``, ``head_a`` and ``head_b`` and raises
+    ``TypeError`` naming the missing ones otherwise.
+
+    Declarative attributes (what the mode means, for code that asks instead of
+    comparing names): ``backbone_stats`` (``"batch"`` or ``"running"``: the
+    statistics the backbone's BatchNorm layers normalise task B with during
+    stage 2), ``buffers_may_change`` (the submodules of a :class:`TransferModel`
+    whose norm buffers stage 2 may change: among ``"backbone"``,
+    ``"backbone_b"``, ``"head_b"``).
     """
 
     name: str
     summary: str
+    backbone_stats: str = "running"
+    buffers_may_change: tuple = ()
 
     def apply(self, model: TransferModel) -> TransferModel:
         """Set ``model`` up for stage 2 in this mode; returns ``model``."""
@@ -134,6 +163,13 @@ class FreezeMode:
 
     @staticmethod
     def _freeze_weights(model: TransferModel) -> None:
+        missing = [a for a in ("backbone", "head_a", "head_b") if not isinstance(getattr(model, a, None), nn.Module)]
+        if missing:
+            raise TypeError(f"FreezeMode.apply needs a model with modules backbone, head_a and head_b (wrap yours: "
+                            f"bnstudy.freeze.TransferModel(backbone, head_a, head_b)); {type(model).__name__} lacks "
+                            f"{missing}")
+        if not hasattr(model, "backbone_b"):
+            model.backbone_b = None
         model.backbone.requires_grad_(False)
         model.head_a.requires_grad_(False)
         model.head_b.requires_grad_(True)
@@ -175,23 +211,27 @@ TRAIN_MODE = _TrainMode(
     "Gradients off for the backbone, which is left in train mode (the one-line freeze). "
     "Weights cannot change. Every stage-2 forward pass normalises task-B batches with their own "
     "statistics and overwrites the backbone's running_mean/running_var (and increments "
-    "num_batches_tracked), so task A is later normalised with task B's statistics.")
+    "num_batches_tracked), so task A is later normalised with task B's statistics.",
+    backbone_stats="batch", buffers_may_change=("backbone", "head_b"))
 BACKBONE_EVAL = _BackboneEval(
     "backbone_eval",
     "Gradients off and the backbone pinned in eval mode (surviving model.train()). "
     "Weights and buffers cannot change: BatchNorm normalises task B with task A's running statistics. "
-    "The head is in train mode (matters only for heads with their own norm or dropout).")
+    "The head is in train mode (matters only for heads with their own norm or dropout).",
+    buffers_may_change=("head_b",))
 ALL_EVAL = _AllEval(
     "all_eval",
     "Gradients off and the whole model pinned in eval mode, new head included. Backbone weights and "
     "buffers cannot change; a head with its own BatchNorm also normalises with stored statistics and "
-    "never updates them.")
+    "never updates them.",
+    buffers_may_change=())
 SEPARATE_STATS = _SeparateStats(
     "separate_stats",
     "Gradients off; task B runs through a shared-weight copy of the backbone that owns its own "
     "BatchNorm buffers and is in train mode, so only that copy's running statistics change. Task A "
     "runs through the original backbone, pinned in eval mode: its weights and buffers cannot change, "
-    "so its logits are bit-identical (domain-specific BN, Chang et al. 2019).")
+    "so its logits are bit-identical (domain-specific BN, Chang et al. 2019).",
+    buffers_may_change=("backbone_b", "head_b"))
 
 MODES = {m.name: m for m in (TRAIN_MODE, BACKBONE_EVAL, ALL_EVAL, SEPARATE_STATS)}
 MODE_NAMES = tuple(MODES)
@@ -260,17 +300,28 @@ class FrozenBatchNorm(nn.Module):
     def from_batchnorm(cls, bn: _BatchNorm, name: str = "") -> "FrozenBatchNorm":
         """A FrozenBatchNorm holding copies of ``bn``'s statistics and affine (same device and dtype).
 
-        Raises ``ValueError`` (naming the layer as ``name``) when ``bn`` is not a
-        ``_BatchNorm``, has ``track_running_stats=False`` (there are no running
-        statistics to freeze: such a layer normalises with batch statistics even
-        in eval mode) or is a lazy layer that has not seen an input yet.
+        ``bn``: a layer that follows torch's BatchNorm rule (``_BatchNorm``, or a
+        third-party ``_NormBase`` subclass that is not an InstanceNorm; see
+        :mod:`bnstudy.norms`). What decides convertibility is what the layer
+        computes in eval mode, not its ``track_running_stats`` flag: a layer
+        with ``running_mean``/``running_var`` buffers normalises with them in
+        eval mode, and that is what the frozen layer computes. Raises
+        ``ValueError`` (naming the layer as ``name``) when ``bn`` is not such a
+        layer (InstanceNorm: pin it with :func:`pin_norm_eval` instead), has no
+        running-statistics buffers (it normalises with batch statistics even in
+        eval mode, whatever its flag says), or is a lazy layer that has not seen
+        an input yet.
         """
         label = repr(name) if name else type(bn).__name__
-        if not isinstance(bn, _BatchNorm):
-            raise ValueError(f"bn={label} is a {type(bn).__name__}, not a BatchNorm (_BatchNorm subclass)")
-        if bn.running_mean is None or bn.running_var is None:
-            raise ValueError(f"BatchNorm {label} has track_running_stats=False: it has no running statistics "
-                             "to freeze (it normalises with batch statistics even in eval mode)")
+        if not is_batch_norm(bn):
+            hint = " (InstanceNorm is not converted: pin it with bnstudy.freeze.pin_norm_eval)" if isinstance(
+                bn, nn.modules.batchnorm._NormBase) else ""
+            raise ValueError(f"bn={label} is a {type(bn).__name__}, not a BatchNorm (_BatchNorm or _NormBase "
+                             f"subclass){hint}")
+        if not has_running_stats(bn):
+            raise ValueError(f"BatchNorm {label} has no running_mean/running_var buffers (its track_running_stats "
+                             f"flag is {bn.track_running_stats}): there are no running statistics to freeze, and it "
+                             "normalises with batch statistics even in eval mode")
         lazy = [t for t in (bn.weight, bn.running_mean) if t is not None and nn.parameter.is_lazy(t)]
         if lazy:
             raise ValueError(f"BatchNorm {label} is lazy and uninitialised; run one forward pass before freezing it")
@@ -280,7 +331,7 @@ class FrozenBatchNorm(nn.Module):
             frozen.bias = bn.bias.detach().clone()
         frozen.running_mean = bn.running_mean.detach().clone()
         frozen.running_var = bn.running_var.detach().clone()
-        if bn.num_batches_tracked is not None:
+        if getattr(bn, "num_batches_tracked", None) is not None:
             frozen.num_batches_tracked = bn.num_batches_tracked.detach().clone()
         frozen.train(bn.training)
         return frozen
@@ -326,15 +377,19 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     Recursive and in place, like timm's ``freeze_batch_norm_2d``: children are
     swapped inside their parents; if ``module`` itself is a BatchNorm the
     returned object is its replacement, so always use the return value. Covers
-    BatchNorm1d/2d/3d, SyncBatchNorm and any ``_BatchNorm`` subclass; a layer
-    reached twice (shared) becomes one shared FrozenBatchNorm. The converted
+    BatchNorm1d/2d/3d, SyncBatchNorm, the (initialised) lazy variants, any
+    ``_BatchNorm`` subclass and third-party ``_NormBase`` subclasses that are not
+    InstanceNorm; a layer reached twice (shared) becomes one shared
+    FrozenBatchNorm. InstanceNorm with ``track_running_stats=True`` is *not*
+    converted (its train-mode output is per-sample, not a BatchNorm's): pin it
+    with :func:`pin_norm_eval`, or use :func:`freeze_modules`, which does both. The converted
     model computes what the original computes in eval mode, bit for bit, and
     stays that way through ``.train()``. Undo with :func:`unfreeze_batchnorm`.
     Raises ``ValueError`` naming the first layer with
     ``track_running_stats=False`` or an uninitialised lazy layer.
     """
     return _convert(module, "", {}, lambda m, name: FrozenBatchNorm.from_batchnorm(m, name)
-                    if isinstance(m, _BatchNorm) else None)
+                    if is_batch_norm(m) else None)
 
 
 def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
@@ -374,6 +429,17 @@ def pin_norm_eval(module: nn.Module) -> list[str]:
     mmdetection's ``norm_eval=True`` for any ``nn.Module``. Layers with
     ``track_running_stats=False`` are pinned too, but they normalise with batch
     statistics even in eval mode (see :func:`batch_stats_report`).
+
+    It pins the *mode* only: the affine ``weight``/``bias`` keep their
+    ``requires_grad`` and stay trainable (turn them off with
+    ``requires_grad_(False)`` if they must not move).
+
+    Porting from Keras: ``layer.trainable = False`` on a Keras BatchNormalization
+    both stops its weights and puts it in inference mode. PyTorch splits the two:
+    ``requires_grad_(False)`` stops the weights only (the layer still normalises
+    with batch statistics and overwrites its buffers after ``model.train()``);
+    this function (or :func:`pin_eval`, :func:`freeze_batchnorm`,
+    :func:`freeze_modules`) supplies the inference mode.
     """
     names = []
     for name, m in module.named_modules():
@@ -381,49 +447,6 @@ def pin_norm_eval(module: nn.Module) -> list[str]:
             pin_eval(m)
             names.append(name)
     return names
-
-
-def is_frozen_batchnorm(module: nn.Module) -> bool:
-    """Whether ``module`` is a FrozenBatchNorm: this module's, or a library's of that class name (torchvision, detectron2)."""
-    return isinstance(module, FrozenBatchNorm) or type(module).__name__.startswith("FrozenBatchNorm")
-
-
-_STATELESS_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.CrossMapLRN2d) + (
-    (nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
-
-
-def statistics_source(module: nn.Module, training: bool | None = None) -> str | None:
-    """Which statistics ``module`` normalises with when its train/eval flag is ``training``.
-
-    ``training=None`` uses the module's current flag. Returns ``"batch"``
-    (BatchNorm in train mode, or with ``track_running_stats=False`` in any
-    mode: PyTorch's ``_BatchNorm.forward`` rule), ``"running"`` (BatchNorm or
-    InstanceNorm in eval mode with running statistics; any FrozenBatchNorm),
-    ``"per-sample"`` (statistics of each sample alone: LayerNorm, GroupNorm,
-    RMSNorm, LocalResponseNorm, InstanceNorm without running statistics or in
-    train mode), or ``None`` for a module that is not a normalisation layer.
-    """
-    training = module.training if training is None else training
-    if isinstance(module, _BatchNorm):
-        return "batch" if training or module.running_mean is None else "running"
-    if isinstance(module, nn.modules.instancenorm._InstanceNorm):
-        return "per-sample" if training or not module.track_running_stats else "running"
-    if is_frozen_batchnorm(module):
-        return "running"
-    if isinstance(module, _STATELESS_NORMS):
-        return "per-sample"
-    return None
-
-
-def updates_running_stats(module: nn.Module, training: bool | None = None) -> bool:
-    """Whether a forward pass of ``module`` with flag ``training`` writes its running statistics.
-
-    True for a BatchNorm/InstanceNorm with ``track_running_stats=True`` in train
-    mode (``num_batches_tracked`` is incremented even at ``momentum=0.0``, whose
-    running_mean/running_var then stay put), whatever ``torch.no_grad()`` says.
-    """
-    training = module.training if training is None else training
-    return bool(isinstance(module, nn.modules.batchnorm._NormBase) and training and module.track_running_stats)
 
 
 def batch_stats_report(model: nn.Module):
@@ -467,3 +490,129 @@ def batch_stats_report(model: nn.Module):
     columns = ["layer", "type", "pinned", "training", "stats_now", "stats_after_train", "stats_after_eval",
                "batch_stats_after_train", "batch_stats_after_eval", "updates_running_stats_after_train"]
     return pd.DataFrame(rows, columns=columns)
+
+
+# ---------------------------------------------------------------------------
+# Freezing named submodules in one call (timm's call shape), and undoing it exactly
+# ---------------------------------------------------------------------------
+
+_FREEZE_STATE = "_bnstudy_freeze_state"
+
+
+def _resolve(model: nn.Module, names, fn: str) -> list[str]:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{fn} needs an nn.Module, got {type(model).__name__}")
+    if names is None:
+        names = [""]
+    elif isinstance(names, str):
+        names = [names]
+    names = list(names)
+    known = dict(model.named_modules(remove_duplicate=False))
+    for n in names:
+        if not isinstance(n, str) or n not in known:
+            raise ValueError(f"names={n!r} is not a submodule of {type(model).__name__}; choose qualified names such "
+                             f"as {[k for k in known if k][:6]}")
+    return names
+
+
+def _swap(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name), child, new)
+
+
+def freeze_modules(model: nn.Module, names: str | list[str] | None = None) -> nn.Module:
+    """Freeze the named submodules of ``model`` in one call, the way timm's ``freeze(model, ['layer1', 'layer2.0'])``
+    does; returns ``model`` (changed in place).
+
+    For each qualified name (``None``: the whole model; a single string is one
+    name): every parameter gets ``requires_grad=False``; every BatchNorm inside
+    becomes a :class:`FrozenBatchNorm` (:func:`freeze_batchnorm`; a BatchNorm
+    without running-statistics buffers raises ``ValueError``, as there is
+    nothing to freeze); every InstanceNorm that keeps running statistics, which
+    cannot be converted, is pinned in eval mode (:func:`pin_eval`). A single norm
+    layer can be named from the root (``freeze_modules(model, ['layer1.0.bn1'])``)
+    or from its parent (``freeze_modules(model.layer1[0], ['bn1'])``); it is
+    replaced inside its parent. The root itself cannot be a norm layer (there is
+    no parent to put the replacement in): raises ``ValueError``. The previous
+    ``requires_grad`` flags and pins are remembered on ``model`` so that
+    :func:`unfreeze_modules` with the same names undoes the call exactly.
+    Raises ``ValueError`` naming an unknown name.
+    """
+    names = _resolve(model, names, "freeze_modules")
+    if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
+        raise ValueError(f"freeze_modules: the root is a {type(model).__name__}; name it from its parent "
+                         "(freeze_modules(parent, ['bn'])) or use freeze_batchnorm(layer) and keep the return value")
+    state = model.__dict__.setdefault(_FREEZE_STATE, {})
+    for name in names:
+        sub = model.get_submodule(name)
+        record = dict(requires_grad={n: p.requires_grad for n, p in sub.named_parameters()},
+                      pinned=[], was_pinned={n for n, m in sub.named_modules() if is_pinned(m)})
+        sub.requires_grad_(False)
+        if is_batch_norm(sub):
+            _swap(model, name, FrozenBatchNorm.from_batchnorm(sub, name))
+        else:
+            freeze_batchnorm(sub)
+            for n, m in sub.named_modules():
+                if keeps_running_stats(m) and not is_pinned(m):
+                    record["pinned"].append((n, m.training))
+                    pin_eval(m)
+        state[name] = record
+    return model
+
+
+def unfreeze_modules(model: nn.Module, names: str | list[str] | None = None) -> nn.Module:
+    """Undo :func:`freeze_modules` for the named submodules; returns ``model`` (changed in place).
+
+    Each :class:`FrozenBatchNorm` inside goes back to its source class
+    (:func:`unfreeze_batchnorm`, same statistics, same train/eval flag), the
+    InstanceNorm layers ``freeze_modules`` pinned are unpinned with their flag
+    restored, and every parameter gets back the ``requires_grad`` it had before
+    the freeze; for a name that ``freeze_modules`` did not freeze on this
+    ``model`` (timm's ``unfreeze`` on a model frozen otherwise), parameters get
+    ``requires_grad=True``. Raises ``ValueError`` naming an unknown name.
+    """
+    names = _resolve(model, names, "unfreeze_modules")
+    state = model.__dict__.get(_FREEZE_STATE, {})
+    for name in names:
+        sub = model.get_submodule(name)
+        record = state.pop(name, None)
+        if isinstance(sub, FrozenBatchNorm):
+            if name == "":
+                raise ValueError("unfreeze_modules: the root is a FrozenBatchNorm; name it from its parent")
+            sub = sub.to_batchnorm()
+            _swap(model, name, sub)
+        else:
+            unfreeze_batchnorm(sub)
+        if record is None:
+            sub.requires_grad_(True)
+            continue
+        for n, flag in record["pinned"]:
+            m = sub.get_submodule(n)
+            unpin(m)
+            m.training = flag
+        params = dict(sub.named_parameters())
+        for n, flag in record["requires_grad"].items():
+            if n in params:
+                params[n].requires_grad_(flag)
+    return model
+
+
+def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
+    """``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` that keeps :func:`pin_eval` pins.
+
+    torch's conversion builds new SyncBatchNorm modules and copies the train/eval
+    flag but not an instance-level ``train`` override, so a pinned BatchNorm
+    silently comes back unpinned and the next ``model.train()`` puts it in train
+    mode. This wrapper re-pins, by qualified name, every module that was pinned.
+    Returns the converted module (use the return value: a bare BatchNorm is
+    replaced).
+    """
+    pinned = [n for n, m in module.named_modules() if is_pinned(m)]
+    out = nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
+    mods = dict(out.named_modules())
+    for n in pinned:
+        m = mods.get(n)
+        if m is not None and not is_pinned(m):
+            m.train = _PinnedTrain(m)
+            nn.Module.train(m, False)
+    return out

@@ -85,7 +85,7 @@ def test_freeze_batchnorm_returns_the_replacement_for_a_bare_bn_and_shares_a_sha
 
 def test_freeze_batchnorm_refuses_a_layer_without_running_statistics_and_names_it():
     model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.BatchNorm1d(3, track_running_stats=False)))
-    with pytest.raises(ValueError, match=r"'1\.0' has track_running_stats=False"):
+    with pytest.raises(ValueError, match=r"'1\.0' has no running_mean/running_var buffers \(its track_running_stats flag is False\)"):
         fz.freeze_batchnorm(model)
     with pytest.raises(ValueError, match="num_features must be a positive integer"):
         fz.FrozenBatchNorm(0)
@@ -128,30 +128,40 @@ def test_batch_stats_report_measures_modes_after_train_and_eval_and_restores_fla
 
 
 def test_readme_library_snippet_passes_on_a_correctly_frozen_backbone():
-    """The README's 'Use the library on your own model' snippet, on a small model of our own."""
+    """The README's 'Use the library on your own model' snippet, read from README.md and run on a small model."""
+    import pathlib
+    import re
+
     import torch
     from torch import nn
-    from bnstudy import freeze
-    from bnstudy.audit import FreezeAudit
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## Use the library on your own model"):]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                                          nn.Flatten())
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(self.backbone(x))
 
     torch.manual_seed(0)
-    model = nn.Module()
-    model.backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                                   nn.Flatten())
-    model.head = nn.Linear(4, 2)
-    model.forward = lambda x: model.head(model.backbone(x))
-    x_old_batch = torch.randn(8, 3, 8, 8)
-
-    for p in model.backbone.parameters():
-        p.requires_grad_(False)
-    freeze.pin_eval(model.backbone)
+    model = Net()
+    model.train()(torch.randn(16, 3, 8, 8))  # statistics that are not the reset values
     opt = torch.optim.SGD(model.head.parameters(), lr=0.1)
-    with FreezeAudit(model, probe=x_old_batch, forward=model.backbone) as audit:
-        model.train()
+
+    def train_one_epoch(m):
+        m.train()
         for _ in range(3):
-            loss = model.forward(torch.randn(16, 3, 8, 8) + 2).pow(2).mean()
+            loss = m(torch.randn(16, 3, 8, 8) + 2).pow(2).mean()
             opt.zero_grad(); loss.backward(); opt.step()
-    audit.assert_frozen("backbone")
-    report = audit.report()
+
+    ns = dict(model=model, x_old_batch=torch.randn(8, 3, 8, 8), train_one_epoch=train_one_epoch)
+    exec(snippet, ns)  # ends with audit.assert_frozen(model.backbone): raises if the backbone moved
+    report = ns["audit"].report()
     assert report[report["module"].str.startswith("head")]["changed"].any()  # the head did train
     assert not report[report["module"].str.startswith("backbone")]["changed"].any()

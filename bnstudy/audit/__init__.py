@@ -1,0 +1,36 @@
+"""The freeze audit: what moved, what the model computes now, and which mode each layer ran in.
+
+"Frozen" has to mean more than ``requires_grad=False``. A BatchNorm layer in
+train mode overwrites its buffers on every forward pass (``running_mean``,
+``running_var``, ``num_batches_tracked``), with or without gradients, and
+``model.train()`` at the top of a training loop puts it there. This package
+checks a freeze the three ways that catch every failure of that kind, one idea
+per module:
+
+1. :mod:`~bnstudy.audit.snapshot`: **every tensor, by name** (:func:`snapshot`,
+   :func:`diff`) and **outputs on a fixed probe batch** (:func:`probe_outputs`).
+2. :mod:`~bnstudy.audit.inspect`: **each layer's mode** as seen by hooks
+   (:func:`layer_kind`, :class:`LayerRecord`), decided by :mod:`bnstudy.norms`
+   the way torch's own forward decides.
+3. :mod:`~bnstudy.audit.lints`: **known traps** by layer name (:func:`lint_model`,
+   :func:`lint_loader`, :func:`lint_forward_modes`; codes in :data:`LINT_CODES`).
+4. :mod:`~bnstudy.audit.freeze_audit`: :class:`FreezeAudit`, all of the above
+   around a block of code.
+
+Covered layers: BatchNorm1d/2d/3d, SyncBatchNorm, lazy variants, InstanceNorm
+(tracked or not), third-party ``_NormBase`` subclasses, FrozenBatchNorm (this
+package's, torchvision's, detectron2's); stateless norms (LayerNorm, GroupNorm,
+RMSNorm, LocalResponseNorm) are listed as ``per-sample``.
+"""
+
+from .freeze_audit import FreezeAudit
+from .inspect import LAYER_KINDS, LayerRecord, layer_kind
+from .lints import (LINT_CODES, MAX_MOMENTUM, MIN_BATCH, SEVERITIES, BNLintWarning, Lint, batch_label_dependence,
+                    call_forward, format_lints, group_lints, lint_forward_modes, lint_loader, lint_model,
+                    lints_frame, resolve_forward)
+from .snapshot import Snapshot, compare_outputs, diff, output_signature, probe_outputs, snapshot
+
+__all__ = ["FreezeAudit", "LAYER_KINDS", "LayerRecord", "layer_kind", "LINT_CODES", "MAX_MOMENTUM", "MIN_BATCH",
+           "SEVERITIES", "BNLintWarning", "Lint", "batch_label_dependence", "call_forward", "format_lints",
+           "group_lints", "lint_forward_modes", "lint_loader", "lint_model", "lints_frame", "resolve_forward",
+           "Snapshot", "compare_outputs", "diff", "output_signature", "probe_outputs", "snapshot"]

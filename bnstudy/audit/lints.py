@@ -1,0 +1,550 @@
+"""Lints: known BatchNorm traps, flagged by layer name before (or while) they cost a run.
+
+Static lints read a model (:func:`lint_model`), a data loader
+(:func:`lint_loader`) or a forward pass in both modes (:func:`lint_forward_modes`);
+:class:`bnstudy.audit.FreezeAudit` adds live lints from its hooks. Every finding
+is a :class:`Lint` with a code from :data:`LINT_CODES`, and ``warning`` ones are
+also raised as :class:`BNLintWarning`. What a layer does is decided by
+:mod:`bnstudy.norms`, the way torch's own ``forward`` decides it (train/eval
+flag, presence of ``running_mean``/``running_var``, ``momentum`` and
+``track_running_stats`` together), so every message is true in every state the
+buffers and flags can be in.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+import textwrap
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import pandas as pd
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
+
+from ..freeze import batch_stats_report, is_pinned
+from ..norms import (counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm, is_instance_norm,
+                     statistics_source, updates_running_stats)
+
+#: Per-device batch size below which a train-mode BatchNorm gets a ``small_batch`` lint.
+#: Why 16: a batch mean of N i.i.d. values misses the population mean by
+#: ``sigma / sqrt(N)`` (one standard error), so every sample in the batch is
+#: shifted by that much after normalisation; at N = 16 the shift is a quarter
+#: of a standard deviation, at N = 4 half of one, and at N = 2 every normalised
+#: value is exactly +-1 (up to eps). Chapter 2 measures the train/eval gap this
+#: causes as a function of N.
+MIN_BATCH = 16
+
+#: ``momentum`` above this gets ``momentum_high``: PyTorch's momentum is the weight of the *new* batch, and
+#: values near 1 are almost always TensorFlow/Keras's convention (weight of the *old* value, default 0.99).
+MAX_MOMENTUM = 0.5
+
+#: Every lint code, with what it flags.
+LINT_CODES = {
+    "frozen_bn_in_train_mode": "a norm layer that keeps running statistics (BatchNorm, tracked InstanceNorm) whose "
+                               "affine is frozen (requires_grad=False) will write its running statistics after "
+                               "model.train(): a frozen backbone whose statistics still move",
+    "train_mode_under_no_grad": "a norm layer wrote its running statistics under torch.no_grad(): no gradient, but "
+                                "its statistics were overwritten (a teacher or validation pass left in train mode)",
+    "single_value_per_channel": "a BatchNorm using batch statistics saw one value per channel: PyTorch raises "
+                                "ValueError",
+    "single_sample_batch": "a BatchNorm using batch statistics saw a batch of one sample: it normalises with that "
+                           "sample's own statistics (BN2d/3d: over its pixels), and BatchNorm1d on (N, C) raises",
+    "small_batch": f"a BatchNorm using batch statistics saw a per-device batch below min_batch (default {MIN_BATCH}): "
+                   "its batch statistics are noisy estimates and every output depends on the batch mates",
+    "batch_dependent_in_eval": "a BatchNorm without running_mean/running_var buffers uses batch statistics even in "
+                               "eval mode: its outputs depend on the batch mates at inference, and a batch of one "
+                               "raises (whatever its track_running_stats flag says)",
+    "stats_never_updated": "a norm layer holds running statistics that no forward pass in train mode updates "
+                           "(track_running_stats=False set after construction), while eval mode uses them",
+    "momentum_zero": "running_mean/running_var never change in any mode (momentum=0.0; on InstanceNorm also "
+                     "momentum=None; on a BatchNorm without num_batches_tracked also momentum=None)",
+    "momentum_high": f"momentum > {MAX_MOMENTUM}: PyTorch's momentum is the weight of the new batch "
+                     "(running = (1 - m) * running + m * batch), TensorFlow/Keras's the weight of the old value; "
+                     "Keras's 0.99 is PyTorch's 0.01",
+    "momentum_invalid": "momentum outside [0, 1] or not a number: the running statistics are not an average",
+    "momentum_cumulative": "momentum=None on a BatchNorm: running statistics are the cumulative (equal-weight) "
+                           "average of the batches counted by num_batches_tracked (information)",
+    "cumulative_overwrites_loaded": "momentum=None with num_batches_tracked=0 but statistics that are not the reset "
+                                    "values (loaded without num_batches_tracked?): the next train-mode batch gets "
+                                    "weight 1 and replaces them entirely",
+    "reset_stats_pinned": "a norm layer that will normalise with its running statistics (pinned, eval mode or "
+                          "frozen) holds the reset values mean 0 / variance 1 (never estimated, or reset by "
+                          "torch.optim.swa_utils.update_bn, which cannot re-estimate a pinned layer)",
+    "double_update": "a norm layer wrote its running statistics more than once per model call (activation "
+                     "checkpointing recomputes the forward in backward; or the layer is reused)",
+    "pin_lost": "a module pinned in eval mode when the audit started is no longer pinned (a conversion such as "
+                "SyncBatchNorm.convert_sync_batchnorm replaced it)",
+    "dropout_off_in_training": "a dropout layer next to trainable parameters was in eval mode during a forward pass "
+                               "with gradients on: dropout is off while training (model.eval() on the whole model)",
+    "forward_changes_with_mode": "the model's forward returns a different structure in train and eval mode (e.g. "
+                                 "auxiliary logits or a loss dictionary only in train mode)",
+    "dropout_present": "dropout layers that model.eval() switches off (information)",
+    "last_batch_single": "len(dataset) % batch_size == 1 without drop_last: the last batch of every epoch has one "
+                         "sample",
+    "small_last_batch": "without drop_last the last batch of every epoch is smaller than min_batch (information)",
+    "label_sorted_batches": "batch composition depends on the label (not a random draw): the batch mean carries the "
+                            "label, and train-mode outputs differ from eval-mode outputs",
+}
+SEVERITIES = ("warning", "info")
+_INFO_CODES = {"momentum_cumulative", "dropout_present", "small_last_batch"}
+
+
+class BNLintWarning(UserWarning):
+    """Warning category of every lint from this module; filter it with ``warnings.simplefilter``."""
+
+
+@dataclass(frozen=True)
+class Lint:
+    """One finding: ``code`` (a key of :data:`LINT_CODES`), ``layer`` (qualified module name,
+    ``""`` for the model itself, ``"loader"`` for data-loader lints), ``message`` and ``severity``
+    (``"warning"`` or ``"info"``)."""
+
+    code: str
+    layer: str
+    message: str
+    severity: str = "warning"
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {_label(self.layer)}: {self.message}"
+
+
+def _label(name: str) -> str:
+    return name if name else "(model)"
+
+
+def _lint(code: str, layer: str, message: str) -> Lint:
+    return Lint(code, layer, message, "info" if code in _INFO_CODES else "warning")
+
+
+def _emit(lints: Iterable[Lint], warn: bool, stacklevel: int = 3) -> None:
+    if warn:
+        for lint in lints:
+            if lint.severity == "warning":
+                warnings.warn(str(lint), BNLintWarning, stacklevel=stacklevel)
+
+
+def lints_frame(lints: Sequence[Lint]) -> pd.DataFrame:
+    """``lints`` as a DataFrame with columns ``code``, ``layer``, ``severity``, ``message``."""
+    return pd.DataFrame([dict(code=x.code, layer=x.layer, severity=x.severity, message=x.message) for x in lints],
+                        columns=["code", "layer", "severity", "message"])
+
+
+def group_lints(lints: Sequence[Lint]) -> list[tuple[Lint, list[str]]]:
+    """Identical findings (same code, severity and message) grouped: ``[(first lint, [layer, ...]), ...]``
+    in first-seen order, so 40 BatchNorm layers with the same problem read as one finding."""
+    groups: dict = {}
+    for x in lints:
+        groups.setdefault((x.code, x.severity, x.message), (x, []))[1].append(x.layer)
+    return list(groups.values())
+
+
+def format_lints(lints: Sequence[Lint], width: int = 100, max_layers: int = 6, indent: str = "  ") -> list[str]:
+    """Grouped (:func:`group_lints`), wrapped text lines: ``[code] N layers (a, b, ... and K more): message``."""
+    lines = []
+    for lint, layers in group_lints(lints):
+        shown = ", ".join(_label(n) for n in layers[:max_layers])
+        more = f" and {len(layers) - max_layers} more" if len(layers) > max_layers else ""
+        where = _label(layers[0]) if len(layers) == 1 else f"{len(layers)} layers ({shown}{more})"
+        lines += textwrap.wrap(f"[{lint.code}] {where}: {lint.message}", width=width, initial_indent=indent,
+                               subsequent_indent=indent + "    ", break_on_hyphens=False)
+    return lines
+
+
+def _check_positive_int(name: str, value) -> None:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+# ---------------------------------------------------------------------------
+# Model lints
+# ---------------------------------------------------------------------------
+
+
+def _at_reset_values(m: nn.Module) -> bool:
+    return bool((m.running_mean == 0).all() and (m.running_var == 1).all())
+
+
+def _momentum_lints(name: str, m: nn.Module) -> list[Lint]:
+    kind, mom = type(m).__name__, m.momentum
+    if mom is not None and (not isinstance(mom, numbers.Real) or isinstance(mom, bool) or not 0 <= mom <= 1):
+        return [_lint("momentum_invalid", name, f"{kind} has momentum={mom!r}: PyTorch needs a number in [0, 1] "
+                      "(the weight of each new batch) or None (cumulative average)")]
+    if mom is not None and mom > MAX_MOMENTUM:
+        return [_lint("momentum_high", name,
+                      f"{kind} has momentum={mom}: each train-mode batch gets weight {mom} and the old running "
+                      f"statistics keep only {1 - mom:.3g} (PyTorch: running = (1 - momentum) * running + momentum * "
+                      "batch). TensorFlow/Keras's momentum is the weight of the old value (moving = momentum * "
+                      f"moving + (1 - momentum) * batch): Keras's {mom} is PyTorch's {1 - mom:.3g}")]
+    if mom == 0:
+        nbt = " (num_batches_tracked still counts)" if counts_batches(m, True) else ""
+        return [_lint("momentum_zero", name, f"{kind} has momentum=0.0: running_mean/running_var never change in "
+                      f"train mode{nbt}; use momentum=None on a BatchNorm for a cumulative average")]
+    if mom is None:
+        if is_instance_norm(m):
+            return [_lint("momentum_zero", name, f"{kind} has momentum=None, which InstanceNorm treats as 0.0: "
+                          "running_mean/running_var never change (it has no cumulative average)")]
+        nbt = getattr(m, "num_batches_tracked", None)
+        if nbt is None:
+            return [_lint("momentum_zero", name, f"{kind} has momentum=None but no num_batches_tracked buffer: "
+                          "torch then weights each batch by 0.0 and running_mean/running_var never change")]
+        k = int(nbt)
+        if k == 0 and not _at_reset_values(m):
+            return [_lint("cumulative_overwrites_loaded", name,
+                          f"{kind} has momentum=None and num_batches_tracked=0, but its running statistics are not "
+                          "the reset values (mean 0, variance 1): they were set or loaded without "
+                          "num_batches_tracked, and the next train-mode batch gets weight 1/1 and replaces them "
+                          "entirely; load num_batches_tracked too, or set it to the number of batches they average")]
+        if k == 0:
+            return [_lint("momentum_cumulative", name,
+                          f"{kind} has momentum=None: its statistics hold the reset values and num_batches_tracked=0; "
+                          "the first train-mode batch replaces them and the n-th gets weight 1/n (an equal-weight "
+                          "average, not an exponential moving average)")]
+        return [_lint("momentum_cumulative", name,
+                      f"{kind} has momentum=None: running statistics are the equal-weight average of the {k} "
+                      f"batches counted by num_batches_tracked (since a reset, or as loaded); the next train-mode "
+                      f"batch gets weight 1/{k + 1}")]
+    return []
+
+
+def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int = MIN_BATCH,
+               warn: bool = True) -> list[Lint]:
+    """Static lints for every norm layer of ``model`` that keeps (or should keep) running statistics.
+
+    Covers every torch ``_NormBase`` layer: BatchNorm1d/2d/3d, SyncBatchNorm,
+    the lazy variants, InstanceNorm (with or without tracking) and third-party
+    subclasses, plus FrozenBatchNorm for ``reset_stats_pinned``. Judging each
+    layer the way torch's forward does (:mod:`bnstudy.norms`) and in the mode it
+    will be in after the ``model.train()`` every training loop calls (measured by
+    :func:`bnstudy.freeze.batch_stats_report`, flags restored), it checks:
+    no running-statistics buffers (``batch_dependent_in_eval``), buffers that
+    train mode never updates (``stats_never_updated``), momentum
+    (``momentum_invalid``, ``momentum_high``, ``momentum_zero``,
+    ``momentum_cumulative``, ``cumulative_overwrites_loaded``), a frozen affine
+    whose statistics still move (``frozen_bn_in_train_mode``), and reset
+    statistics in a layer that will use them (``reset_stats_pinned``). With
+    ``batch_size`` (the per-device batch), layers using batch statistics get
+    ``single_sample_batch`` at 1 and ``small_batch`` below ``min_batch``.
+
+    Returns the lints (grouped display: :func:`format_lints`) and warns the
+    ``warning`` ones. Raises ``ValueError`` naming ``batch_size`` or
+    ``min_batch`` when it is not a positive integer, and ``TypeError`` when
+    ``model`` is not an ``nn.Module``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if batch_size is not None:
+        _check_positive_int("batch_size", batch_size)
+    _check_positive_int("min_batch", min_batch)
+    report = batch_stats_report(model).set_index("layer")
+    lints = []
+    for name, m in model.named_modules():
+        kind = type(m).__name__
+        if is_frozen_batchnorm(m):
+            if has_running_stats(m) and _at_reset_values(m):
+                lints.append(_lint("reset_stats_pinned", name, f"{kind} holds the reset statistics mean 0 / "
+                                   "variance 1: it normalises with them forever (it cannot re-estimate)"))
+            continue
+        if not isinstance(m, _NormBase):
+            continue
+        row = report.loc[name]
+        writes = bool(row["updates_running_stats_after_train"])
+        if is_batch_norm(m) and statistics_source(m, False) == "batch":
+            lints.append(_lint("batch_dependent_in_eval", name,
+                               f"{kind} has no running_mean/running_var buffers (its track_running_stats flag is "
+                               f"{m.track_running_stats}): it normalises with batch statistics in eval mode too, so a "
+                               "sample's output depends on its batch mates at inference and a batch of one value per "
+                               "channel raises"))
+        elif has_running_stats(m) and not m.track_running_stats:
+            if is_batch_norm(m):
+                lints.append(_lint("stats_never_updated", name,
+                                   f"{kind} has running statistics but track_running_stats=False: train mode never "
+                                   "updates them, while eval mode normalises with them (stale statistics at "
+                                   "inference)"))
+            else:
+                lints.append(_lint("stats_never_updated", name,
+                                   f"{kind} has running statistics but track_running_stats=False: it normalises each "
+                                   "sample with its own statistics in every mode, never uses the running ones, and "
+                                   "still overwrites them on every forward pass"))
+        if has_running_stats(m):
+            lints.extend(_momentum_lints(name, m))
+        frozen_affine = m.affine and not any(p.requires_grad for p in m.parameters(recurse=False))
+        if frozen_affine and writes:
+            lints.append(_lint("frozen_bn_in_train_mode", name,
+                               f"{kind}'s weight and bias have requires_grad=False, but after model.train() it "
+                               + ("normalises with batch statistics and " if is_batch_norm(m) else "")
+                               + "overwrites running_mean/running_var on every forward pass (pin it: "
+                               "bnstudy.freeze.pin_eval or pin_norm_eval, or convert it: freeze_batchnorm / "
+                               "freeze_modules)"))
+        if has_running_stats(m) and row["stats_after_train"] == "running" and _at_reset_values(m):
+            why = "pinned in eval mode" if is_pinned(m) else "in eval mode after model.train()"
+            trained = m.affine and not (bool((m.weight == 1).all()) and bool((m.bias == 0).all()))
+            msg = (f"{kind} is {why} and holds the reset statistics mean 0 / variance 1, so it normalises with "
+                   "them and never re-estimates them (torch.optim.swa_utils.update_bn resets pinned layers this "
+                   "way; re-estimate with bnstudy.stats.update_bn_stats, which reaches pinned layers)")
+            # Trained affine parameters next to reset statistics: the statistics were reset, not never estimated.
+            # A freshly built layer (affine at 1/0 or absent) gets the same finding as information.
+            lints.append(Lint("reset_stats_pinned", name, msg if trained else msg + " (information: the layer "
+                              "looks freshly built)", "warning" if trained else "info"))
+        if batch_size is not None and row["batch_stats_after_train"]:
+            lints.extend(_batch_lints(name, m, batch_size, None, min_batch))
+    _emit(lints, warn)
+    return lints
+
+
+def _batch_lints(name: str, m: nn.Module, batch: int, values_per_channel: int | None, min_batch: int) -> list[Lint]:
+    kind = type(m).__name__
+    if values_per_channel == 1:
+        return [_lint("single_value_per_channel", name,
+                      f"{kind} normalises with batch statistics and saw 1 value per channel (batch of {batch}): "
+                      "PyTorch raises ValueError ('Expected more than 1 value per channel when training')")]
+    if batch == 1:
+        how = ("raises on (N, C) input and, on (N, C, L) input, " if isinstance(m, nn.BatchNorm1d) else "")
+        return [_lint("single_sample_batch", name,
+                      f"{kind} normalises with batch statistics at a batch of 1: it {how}normalises each channel "
+                      "with one sample's own statistics (its output no longer depends on the running statistics "
+                      "and is a different function from eval mode)")]
+    if batch < min_batch:
+        return [_lint("small_batch", name,
+                      f"{kind} normalises with batch statistics at a per-device batch of {batch} < {min_batch}: "
+                      f"the batch mean misses the population mean by about 1/sqrt({batch}) = "
+                      f"{1 / math.sqrt(batch):.2f} standard deviations, shifting every output"
+                      + (" (at a batch of 2 every normalised value is +-1)" if batch == 2 else ""))]
+    return []
+
+
+# ---------------------------------------------------------------------------
+# Loader lints
+# ---------------------------------------------------------------------------
+
+def batch_label_dependence(labels_per_batch: Sequence) -> dict[str, float]:
+    """How much a loader's batch composition depends on the label: 0 for random batches, 1 for class-sorted.
+
+    ``labels_per_batch``: one epoch's labels, one 1-D integer sequence (tensor,
+    array or list) per batch. Builds the batch x class contingency table and its
+    Pearson chi-square statistic, then rescales it between its expectation
+    under random batching (``(B-1)(K-1) N/(N-1)``, exact for a random
+    permutation of the same labels into batches of the same sizes) and its
+    maximum (``N (min(B, K) - 1)``, reached when every batch holds one class
+    and B >= K)::
+
+        dependence = (chi2 - E0) / (chi2_max - E0)
+
+    Returns ``dependence``, ``chi2``, ``df`` and ``p_value`` (chi-square
+    survival function by the Wilson-Hilferty approximation, fine for the
+    decision "is this a random draw?"). With one batch or one class the
+    dependence is undefined and reported as NaN. Raises ``ValueError`` for an
+    empty input or a label below 0.
+    """
+    if hasattr(labels_per_batch, "ndim") and labels_per_batch.ndim != 2:
+        raise ValueError("labels_per_batch must hold one sequence of labels per batch (a list of 1-D label "
+                         "tensors, or a 2-D (batches, batch_size) tensor), got an array with shape "
+                         f"{tuple(labels_per_batch.shape)}")
+    ys = []
+    for y in labels_per_batch:
+        t = torch.as_tensor(y)
+        if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ValueError("labels_per_batch must hold 1-D integer class labels per batch (not one-hot, not "
+                             f"floats), got a batch of dtype {t.dtype} and shape {tuple(t.shape)}")
+        ys.append(t.long())
+    ys = [y for y in ys if y.numel()]
+    if not ys:
+        raise ValueError("labels_per_batch must hold at least one non-empty batch of labels")
+    all_y = torch.cat(ys)
+    if int(all_y.min()) < 0:
+        raise ValueError("labels_per_batch must hold non-negative integer labels")
+    classes = torch.unique(all_y)
+    n, b, k = all_y.numel(), len(ys), classes.numel()
+    if b < 2 or k < 2 or n < 2:
+        return dict(dependence=math.nan, chi2=math.nan, df=0.0, p_value=math.nan)
+    index = torch.searchsorted(classes, all_y)
+    batch_of = torch.repeat_interleave(torch.arange(b), torch.tensor([y.numel() for y in ys]))
+    table = torch.zeros(b, k, dtype=torch.float64)
+    table.index_put_((batch_of, index), torch.ones(n, dtype=torch.float64), accumulate=True)
+    expected = table.sum(1, keepdim=True) * table.sum(0, keepdim=True) / n
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    df = (b - 1) * (k - 1)
+    e0 = df * n / (n - 1)
+    chi2_max = n * (min(b, k) - 1)
+    dep = (chi2 - e0) / (chi2_max - e0) if chi2_max > e0 else math.nan
+    # Wilson-Hilferty: (chi2/df)^(1/3) is close to normal with mean 1 - 2/(9 df) and variance 2/(9 df).
+    z = ((chi2 / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return dict(dependence=dep, chi2=chi2, df=float(df), p_value=0.5 * math.erfc(z / math.sqrt(2)))
+
+
+
+
+def _loader_labels(loader, label_fn: Callable | None) -> list:
+    def default(batch):
+        if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+            return batch[1]
+        if isinstance(batch, dict):
+            for k in ("label", "labels", "y", "target", "targets"):
+                if k in batch:
+                    return batch[k]
+        raise TypeError("cannot find labels in a batch (need (x, y) pairs or a dict with 'label'/'labels'/'y'/"
+                        "'target'); pass label_fn=")
+    fn = label_fn or default
+    return [torch.as_tensor(fn(b)).reshape(-1) for b in loader]
+
+
+def lint_loader(dataset_len: Any, batch_size: int | None = None, drop_last: bool = False,
+                labels_per_batch: Sequence | None = None, min_batch: int = MIN_BATCH,
+                max_dependence: float = 0.05, warn: bool = True, *, scan_labels: bool = False,
+                label_fn: Callable | None = None) -> list[Lint]:
+    """Lints for a data loader's batches, before any BatchNorm sees them; layer name ``"loader"``.
+
+    Pass a ``torch.utils.data.DataLoader`` as the first argument (its dataset
+    length, ``batch_size`` and ``drop_last`` are read from it; with
+    ``scan_labels=True`` one epoch is iterated to collect its labels, taken by
+    ``label_fn(batch)``, default the second element of a tuple or the
+    ``label``/``labels``/``y``/``target`` entry of a dict), or the numbers
+    themselves: ``dataset_len`` (None: unknown) and ``batch_size`` (per device)
+    with ``drop_last``.
+
+    Gives ``last_batch_single`` when ``dataset_len % batch_size == 1`` (a
+    train-mode BatchNorm1d on ``(N, C)`` input then raises at the end of every
+    epoch) and ``small_last_batch`` (information) for a remainder below
+    ``min_batch``. ``labels_per_batch`` (one epoch's labels, one sequence per
+    batch) gives ``label_sorted_batches`` when :func:`batch_label_dependence`
+    exceeds ``max_dependence`` with ``p_value < 1e-3``. Returns the lints and
+    warns the ``warning`` ones. Raises ``ValueError`` naming the argument for a
+    non-positive ``batch_size``/``min_batch``/``dataset_len``, a missing
+    ``batch_size``, or ``max_dependence`` outside [0, 1].
+    """
+    if isinstance(dataset_len, torch.utils.data.DataLoader):
+        loader = dataset_len
+        bs = loader.batch_size if loader.batch_size is not None else getattr(loader.batch_sampler, "batch_size", None)
+        batch_size = bs if batch_size is None else batch_size
+        drop_last = loader.drop_last or bool(getattr(loader.batch_sampler, "drop_last", False))
+        try:
+            dataset_len = len(loader.dataset)
+        except TypeError:
+            dataset_len = None
+        if scan_labels and labels_per_batch is None:
+            labels_per_batch = _loader_labels(loader, label_fn)
+    elif scan_labels:
+        raise ValueError("scan_labels=True needs a DataLoader as the first argument")
+    if batch_size is None:
+        raise ValueError("batch_size must be a positive integer (or pass a DataLoader with a batch_size), got None")
+    _check_positive_int("batch_size", batch_size)
+    _check_positive_int("min_batch", min_batch)
+    if dataset_len is not None:
+        _check_positive_int("dataset_len", dataset_len)
+    if not 0.0 <= max_dependence <= 1.0:
+        raise ValueError(f"max_dependence must be in [0, 1], got {max_dependence!r}")
+    lints = []
+    if dataset_len is not None and not drop_last:
+        rem = dataset_len % batch_size
+        if rem == 1:
+            lints.append(_lint("last_batch_single", "loader",
+                               f"len(dataset) = {dataset_len} and batch_size = {batch_size} leave a last batch of 1 "
+                               "sample every epoch: a train-mode BatchNorm1d on (N, C) input raises ValueError, and "
+                               "BatchNorm2d normalises that image with its own statistics; pass drop_last=True"))
+        elif 1 < rem < min_batch:
+            lints.append(_lint("small_last_batch", "loader",
+                               f"the last batch of every epoch has {rem} samples (< {min_batch}); consider "
+                               "drop_last=True"))
+    if labels_per_batch is not None:
+        dep = batch_label_dependence(labels_per_batch)
+        if dep["dependence"] > max_dependence and dep["p_value"] < 1e-3:
+            lints.append(_lint("label_sorted_batches", "loader",
+                               f"batch composition depends on the label (dependence {dep['dependence']:.2f} on a 0 "
+                               f"(random) to 1 (class-sorted) scale, chi2 = {dep['chi2']:.0f} on {dep['df']:.0f} df): "
+                               "the batch mean carries the label; shuffle the loader"))
+    _emit(lints, warn)
+    return lints
+
+
+# ---------------------------------------------------------------------------
+# Forward in both modes
+# ---------------------------------------------------------------------------
+
+
+def _is_dropout(m: nn.Module) -> bool:
+    return isinstance(m, nn.modules.dropout._DropoutNd)
+
+
+def _required_positional(fn) -> int | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return sum(1 for p in sig.parameters.values()
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+
+
+def resolve_forward(model: nn.Module, forward: Callable | nn.Module | None, where: str) -> Callable:
+    """The one ``forward`` convention of :class:`FreezeAudit` and :func:`lint_forward_modes`: ``None`` (call
+    ``model``), a module or any callable taking the input (``model.backbone``, ``model.forward_a``,
+    ``lambda x: ...``). The old ``lint_forward_modes`` form ``forward(model, example)`` (two required positional
+    parameters) still works with a ``DeprecationWarning``. Raises ``TypeError`` for anything else."""
+    if forward is None:
+        return model
+    if isinstance(forward, nn.Module):
+        return forward
+    if not callable(forward):
+        raise TypeError(f"{where}: forward must be None, an nn.Module or a callable taking the input, got "
+                        f"{type(forward).__name__}")
+    if _required_positional(forward) == 2:
+        warnings.warn(f"{where}: forward(model, example) is deprecated; pass a callable of the input alone "
+                      "(e.g. model.forward_a or lambda x: model(x)), as FreezeAudit takes it", DeprecationWarning,
+                      stacklevel=3)
+        return lambda x: forward(model, x)
+    return forward
+
+
+def call_forward(fn: Callable, x: Any) -> Any:
+    """``fn(*x)`` for a tuple ``x`` (several inputs), else ``fn(x)``: how the audit calls a forward on a probe."""
+    return fn(*x) if isinstance(x, tuple) else fn(x)
+
+
+def lint_forward_modes(model: nn.Module, example: Any, forward: Callable | nn.Module | None = None,
+                       warn: bool = True) -> list[Lint]:
+    """Run ``forward(example)`` once after ``model.train()`` and once after ``model.eval()``, and compare.
+
+    Lints ``forward_changes_with_mode`` when the return value's structure
+    (:func:`output_signature`) differs between the modes (torchvision's
+    Inception v3 returns auxiliary logits only in train mode; its detection
+    models return a loss dict in train mode), and ``dropout_present``
+    (information) naming the dropout layers that ``model.eval()`` turns off.
+    ``forward`` follows :class:`FreezeAudit`'s convention (:func:`resolve_forward`:
+    None for ``model``, a submodule, or a callable of the input; the old
+    ``forward(model, example)`` is deprecated). A tuple ``example`` is unpacked.
+    ``model`` ends as it started: every buffer is copied back, every train/eval
+    flag restored, the global RNG forked; the passes run under
+    ``torch.no_grad()``. Costs a copy of the buffers and two forward passes.
+    """
+    from .snapshot import output_signature
+
+    call = resolve_forward(model, forward, "lint_forward_modes")
+    flags = [(m, m.training) for m in model.modules()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers() if b is not None and not nn.parameter.is_lazy(b)]
+    sigs = {}
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            for mode in (True, False):
+                model.train(mode)
+                sigs[mode] = output_signature(call_forward(call, example))
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        for m, flag in flags:
+            m.training = flag
+    lints = []
+    if sigs[True] != sigs[False]:
+        lints.append(_lint("forward_changes_with_mode", "",
+                           f"{type(model).__name__}.forward returns {sigs[True]} after model.train() but "
+                           f"{sigs[False]} after model.eval(): a loop that puts the whole model in eval mode "
+                           "trains on a different output (a missing term raises, or is silently dropped)"))
+    drops = [n for n, m in model.named_modules() if _is_dropout(m) and not is_pinned(m)]
+    if drops:
+        lints.append(_lint("dropout_present", drops[0] if len(drops) == 1 else "",
+                           f"model.eval() turns off dropout in {', '.join(map(_label, drops))}"))
+    _emit(lints, warn)
+    return lints

@@ -1,0 +1,218 @@
+"""Snapshots and diffs of every parameter and buffer, and outputs on a fixed probe batch.
+
+The first two of the audit's three checks (see :mod:`bnstudy.audit`): every
+tensor by name (:func:`snapshot`, :func:`diff`) and the model's eval-mode
+outputs on the same inputs before and after (:func:`probe_outputs`,
+:func:`compare_outputs`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+from torch import nn
+
+
+# ---------------------------------------------------------------------------
+# 1. Snapshots and diffs of every parameter and buffer
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    """Copies of a model's tensors at one moment.
+
+    ``tensors`` maps each qualified name (``"backbone.blocks.0.norm.running_mean"``)
+    to a detached copy; ``kinds`` maps it to ``"param"`` or ``"buffer"``;
+    ``modules`` to the qualified name of the module that owns it (``""`` for the
+    model itself). A tensor shared by several modules appears once, under its
+    first name in ``named_modules()`` order.
+    """
+
+    tensors: dict[str, torch.Tensor]
+    kinds: dict[str, str]
+    modules: dict[str, str]
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
+def snapshot(model: nn.Module, device: str | torch.device | None = "cpu") -> Snapshot:
+    """Copy every parameter and buffer of ``model`` (``num_batches_tracked`` included).
+
+    ``device``: where the copies live (``"cpu"`` by default, so a snapshot of
+    a GPU model costs host memory, not device memory; ``None`` keeps each on its
+    own device). Uninitialised lazy tensors and ``None`` buffers (e.g.
+    BatchNorm with ``track_running_stats=False``) are skipped. Raises
+    ``ValueError`` if ``model`` is not an ``nn.Module``.
+    """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+    tensors, kinds, owners, seen = {}, {}, {}, set()
+    for mod_name, m in model.named_modules():
+        for kind, store in (("param", m._parameters), ("buffer", m._buffers)):
+            for local, t in store.items():
+                if t is None or id(t) in seen or nn.parameter.is_lazy(t):
+                    continue
+                seen.add(id(t))
+                name = f"{mod_name}.{local}" if mod_name else local
+                copy_ = t.detach()
+                copy_ = copy_.to(device, copy=True) if device is not None else copy_.clone()
+                tensors[name], kinds[name], owners[name] = copy_, kind, mod_name
+    return Snapshot(tensors, kinds, owners)
+
+
+def _max_abs_change(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |b - a| (0 when equal; NaN in both places counts as equal; inf for NaN against a number)."""
+    if a.numel() == 0:
+        return 0.0
+    if a.dtype == torch.bool:
+        return float((a != b).any())
+    if a.is_complex():
+        a, b = torch.view_as_real(a), torch.view_as_real(b)
+    if a.is_floating_point() or b.is_floating_point():
+        a64, b64 = a.double(), b.double()
+        both_nan = a64.isnan() & b64.isnan()
+        d = (b64 - a64).abs().masked_fill(both_nan, 0.0).nan_to_num(nan=math.inf)
+        return float(d.max())
+    return float((b.long() - a.long()).abs().max())
+
+
+_DIFF_COLUMNS = ["tensor", "module", "name", "kind", "shape", "max_abs_change", "changed", "status", "before", "after"]
+
+
+def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
+    """One row per tensor: how much it moved between two snapshots.
+
+    Columns: ``tensor`` (qualified name), ``module``, ``name`` (local name),
+    ``kind`` (``param``/``buffer``), ``shape``, ``max_abs_change`` (largest
+    absolute element-wise change, in the tensor's own units; exact, computed in
+    float64), ``changed`` (bool), ``status`` (``unchanged``, ``changed``,
+    ``added``, ``removed``, ``reshaped``), and ``before``/``after`` for 0-d
+    tensors such as ``num_batches_tracked`` (``None`` otherwise). Rows follow
+    the model's order. Raises ``ValueError`` if an argument is not a
+    :class:`Snapshot`.
+    """
+    for pname, s in (("before", before), ("after", after)):
+        if not isinstance(s, Snapshot):
+            raise ValueError(f"{pname} must be a Snapshot (from bnstudy.audit.snapshot), got {type(s).__name__}")
+    rows = []
+    names = list(before.tensors) + [n for n in after.tensors if n not in before.tensors]
+    for n in names:
+        a, b = before.tensors.get(n), after.tensors.get(n)
+        src = before if a is not None else after
+        ref = a if a is not None else b
+        row = dict(tensor=n, module=src.modules[n], name=n.rsplit(".", 1)[-1], kind=src.kinds[n],
+                   shape=tuple(ref.shape), before=None, after=None)
+        if a is None or b is None:
+            row.update(max_abs_change=math.nan, changed=True, status="added" if a is None else "removed")
+        elif a.shape != b.shape:
+            row.update(max_abs_change=math.nan, changed=True, status="reshaped")
+        else:
+            d = _max_abs_change(a, b.to(a.device))
+            row.update(max_abs_change=d, changed=d != 0, status="changed" if d != 0 else "unchanged")
+            if a.dim() == 0:
+                row.update(before=a.item(), after=b.item())
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=_DIFF_COLUMNS)
+    for col in ("before", "after"):  # keep ints as ints and None as None (not float NaN)
+        df[col] = pd.Series([r[col] for r in rows], index=df.index, dtype=object)
+    return df
+
+
+# ---------------------------------------------------------------------------
+# 2. Outputs on a fixed probe batch
+# ---------------------------------------------------------------------------
+
+
+def _flatten(out: Any, path: str = "") -> dict[str, torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return {path: out}
+    if isinstance(out, dict):
+        res = {}
+        for k, v in out.items():
+            res.update(_flatten(v, f"{path}[{k!r}]"))
+        return res
+    if isinstance(out, tuple) and hasattr(out, "_fields"):
+        res = {}
+        for k in out._fields:
+            res.update(_flatten(getattr(out, k), f"{path}.{k}"))
+        return res
+    if isinstance(out, (tuple, list)):
+        res = {}
+        for i, v in enumerate(out):
+            res.update(_flatten(v, f"{path}[{i}]"))
+        return res
+    return {}
+
+
+def output_signature(out: Any) -> str:
+    """The structure of a forward's return value without sizes: ``Tensor``, ``dict(logits, aux)``,
+    ``AuxOutputs(logits, aux_logits)``, ``tuple(Tensor, Tensor)``..."""
+    if isinstance(out, torch.Tensor):
+        return "Tensor"
+    if isinstance(out, dict):
+        return "dict(" + ", ".join(map(str, out)) + ")"
+    if isinstance(out, tuple) and hasattr(out, "_fields"):
+        return f"{type(out).__name__}(" + ", ".join(out._fields) + ")"
+    if isinstance(out, (tuple, list)):
+        return f"{type(out).__name__}(" + ", ".join(output_signature(v) for v in out) + ")"
+    return type(out).__name__
+
+
+def _set_all_eval(model: nn.Module) -> list[tuple[nn.Module, bool]]:
+    saved = [(m, m.training) for m in model.modules()]
+    for m, _ in saved:
+        m.training = False  # direct assignment: bypasses pinned/overridden train() methods
+    return saved
+
+
+def _restore(saved: list[tuple[nn.Module, bool]]) -> None:
+    for m, flag in saved:
+        m.training = flag
+
+
+@torch.no_grad()
+def probe_outputs(model: nn.Module, probe: Any, forward: Callable | None = None) -> dict[str, torch.Tensor]:
+    """The model's outputs on ``probe`` in eval mode, as CPU copies keyed by output path.
+
+    ``forward`` (default ``model``) is called as ``forward(probe)`` (or
+    ``forward(*probe)`` when ``probe`` is a tuple) under ``torch.no_grad()``,
+    with every module of ``model`` temporarily in eval mode and the global RNG
+    state forked, so the probe neither writes running statistics nor shifts a
+    training run's random stream; every train/eval flag is restored exactly.
+    Paths: ``""`` for a tensor output, ``"['logits']"``, ``"[0]"``, ``".aux_logits"``
+    for dicts, sequences and named tuples. Non-tensor leaves are ignored.
+    """
+    fn = model if forward is None else forward
+    saved = _set_all_eval(model)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            out = fn(*probe) if isinstance(probe, tuple) else fn(probe)
+    finally:
+        _restore(saved)
+    return {k: v.detach().to("cpu", copy=True) for k, v in _flatten(out).items()}
+
+
+def compare_outputs(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> pd.DataFrame:
+    """One row per output path: ``output``, ``shape``, ``max_abs_change`` (output units, e.g. logits),
+    ``changed``, ``status`` (``unchanged``/``changed``/``added``/``removed``/``reshaped``)."""
+    rows = []
+    for k in list(before) + [k for k in after if k not in before]:
+        a, b = before.get(k), after.get(k)
+        ref = a if a is not None else b
+        if a is None or b is None:
+            rows.append(dict(output=k, shape=tuple(ref.shape), max_abs_change=math.nan, changed=True,
+                             status="added" if a is None else "removed"))
+        elif a.shape != b.shape:
+            rows.append(dict(output=k, shape=tuple(ref.shape), max_abs_change=math.nan, changed=True,
+                             status="reshaped"))
+        else:
+            d = _max_abs_change(a, b)
+            rows.append(dict(output=k, shape=tuple(a.shape), max_abs_change=d, changed=d != 0,
+                             status="changed" if d != 0 else "unchanged"))
+    return pd.DataFrame(rows, columns=["output", "shape", "max_abs_change", "changed", "status"])

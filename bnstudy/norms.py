@@ -1,0 +1,156 @@
+"""What a normalisation layer computes, decided the way torch's own ``forward`` decides it.
+
+Every tool in this package (lints, the audit, conversion, estimators) asks this
+module, so they agree with each other and with torch. The rules, read from
+torch 2.x ``_BatchNorm.forward`` and ``_InstanceNorm._apply_instance_norm``:
+
+BatchNorm (``_BatchNorm`` and, by assumption, any other ``_NormBase`` subclass
+that is not an InstanceNorm)::
+
+    batch statistics   = training or (running_mean is None and running_var is None)
+    writes mean/var    = training and track_running_stats and the buffers exist
+    counts a batch     = training and track_running_stats and num_batches_tracked exists
+    weight of a batch  = momentum, or 1 / num_batches_tracked when momentum is None
+
+So ``track_running_stats`` alone decides nothing: a layer built with
+``track_running_stats=False`` whose flag is later set to True has no buffers and
+still uses batch statistics in eval mode; a layer whose flag is set to False
+after construction keeps its buffers and uses them in eval mode.
+
+InstanceNorm (``_InstanceNorm``)::
+
+    per-sample statistics = training or not track_running_stats
+    writes mean/var       = per-sample and the buffers exist (even in eval mode when the flag is False)
+    weight of a batch     = momentum, or 0.0 when momentum is None (the buffers never move)
+
+InstanceNorm never counts batches. ``FrozenBatchNorm`` (this package's,
+torchvision's, detectron2's) always uses its stored statistics; LayerNorm,
+GroupNorm, RMSNorm and LocalResponseNorm use each sample's own.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
+from torch.nn.modules.instancenorm import _InstanceNorm
+
+_STATELESS_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.CrossMapLRN2d) + (
+    (nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
+
+#: Values of :func:`statistics_source`.
+STATISTICS_SOURCES = ("batch", "running", "per-sample")
+
+
+def is_frozen_batchnorm(module: nn.Module) -> bool:
+    """Whether ``module`` is a FrozenBatchNorm: this package's, or a library's of that class name
+    (torchvision, detectron2)."""
+    return type(module).__name__.startswith("FrozenBatchNorm")
+
+
+def is_instance_norm(module: nn.Module) -> bool:
+    """Whether ``module`` follows torch's InstanceNorm rule (a ``_InstanceNorm`` subclass)."""
+    return isinstance(module, _InstanceNorm)
+
+
+def is_batch_norm(module: nn.Module) -> bool:
+    """Whether ``module`` follows torch's BatchNorm rule: ``_BatchNorm`` (BatchNorm1d/2d/3d, SyncBatchNorm,
+    the lazy variants) or another ``_NormBase`` subclass that is not an InstanceNorm (a third-party layer
+    is assumed to keep torch's BatchNorm semantics)."""
+    return isinstance(module, _BatchNorm) or (isinstance(module, _NormBase) and not isinstance(module, _InstanceNorm))
+
+
+def has_running_stats(module: nn.Module) -> bool:
+    """Whether ``module`` holds ``running_mean`` and ``running_var`` buffers (not ``None``), whatever its
+    ``track_running_stats`` flag says."""
+    return (getattr(module, "running_mean", None) is not None
+            and getattr(module, "running_var", None) is not None)
+
+
+def keeps_running_stats(module: nn.Module) -> bool:
+    """Whether ``module`` is a torch norm layer (``_NormBase``) that holds running statistics: the layers
+    a freeze has to protect (BatchNorm 1d/2d/3d, SyncBatchNorm, lazy variants, tracked InstanceNorm,
+    third-party ``_NormBase`` subclasses)."""
+    return isinstance(module, _NormBase) and has_running_stats(module)
+
+
+def statistics_source(module: nn.Module, training: bool | None = None) -> str | None:
+    """Which statistics ``module`` normalises with when its train/eval flag is ``training``.
+
+    ``training=None`` uses the module's current flag. Returns ``"batch"``
+    (BatchNorm rule above), ``"running"`` (stored statistics: BatchNorm or
+    tracked InstanceNorm in eval mode, any FrozenBatchNorm), ``"per-sample"``
+    (each sample alone: InstanceNorm in train mode or untracked, LayerNorm,
+    GroupNorm, RMSNorm, LocalResponseNorm), or ``None`` for a module that is not
+    a normalisation layer. An eval-mode InstanceNorm whose flag says tracked
+    but which has no buffers makes torch raise; it is reported as ``"running"``.
+    """
+    training = module.training if training is None else bool(training)
+    if is_instance_norm(module):
+        return "per-sample" if training or not module.track_running_stats else "running"
+    if is_batch_norm(module):
+        no_buffers = getattr(module, "running_mean", None) is None and getattr(module, "running_var", None) is None
+        return "batch" if training or no_buffers else "running"
+    if is_frozen_batchnorm(module):
+        return "running"
+    if isinstance(module, _STATELESS_NORMS):
+        return "per-sample"
+    return None
+
+
+def updates_running_stats(module: nn.Module, training: bool | None = None) -> bool:
+    """Whether a forward pass of ``module`` with flag ``training`` writes ``running_mean``/``running_var``.
+
+    By the rules in this module's docstring; true at ``momentum=0.0`` too (the
+    kernel writes the same values back; see :func:`changes_running_stats`), and
+    whatever ``torch.no_grad()`` says.
+    """
+    training = module.training if training is None else bool(training)
+    if not has_running_stats(module):
+        return False
+    if is_instance_norm(module):
+        return training or not module.track_running_stats
+    if is_batch_norm(module):
+        return training and bool(module.track_running_stats)
+    return False
+
+
+def counts_batches(module: nn.Module, training: bool | None = None) -> bool:
+    """Whether a forward pass increments ``num_batches_tracked`` (BatchNorm rule only)."""
+    training = module.training if training is None else bool(training)
+    return (is_batch_norm(module) and training and bool(module.track_running_stats)
+            and getattr(module, "num_batches_tracked", None) is not None)
+
+
+def changes_running_stats(module: nn.Module, training: bool | None = None) -> bool:
+    """Whether a forward pass can change the *values* of ``running_mean``/``running_var``: a write
+    (:func:`updates_running_stats`) with a nonzero weight for the new batch (``momentum`` 0, or
+    ``None`` on an InstanceNorm, keep the old values)."""
+    if not updates_running_stats(module, training):
+        return False
+    m = module.momentum
+    if m is None:
+        return not is_instance_norm(module)
+    return m != 0
+
+
+def changes_buffers(module: nn.Module, training: bool | None = None) -> bool:
+    """Whether a forward pass changes any buffer of ``module`` (statistics or ``num_batches_tracked``)."""
+    return changes_running_stats(module, training) or counts_batches(module, training)
+
+
+def batch_dependent(module: nn.Module, training: bool | None = None) -> bool:
+    """Whether a sample's output depends on the other samples of its batch (BatchNorm with batch statistics)."""
+    return is_batch_norm(module) and statistics_source(module, training) == "batch"
+
+
+def norm_layers(model: nn.Module, with_running_stats: bool = False) -> dict[str, nn.Module]:
+    """Every normalisation layer of ``model`` by qualified name (those :func:`statistics_source` knows);
+    with ``with_running_stats=True`` only those that hold running statistics (:func:`keeps_running_stats`)."""
+    out = {}
+    for name, m in model.named_modules():
+        if with_running_stats:
+            if keeps_running_stats(m):
+                out[name] = m
+        elif statistics_source(m) is not None:
+            out[name] = m
+    return out
