@@ -1,4 +1,4 @@
-"""The four freeze modes, eval-mode pinning that survives ``.train()``, shared-weight copies.
+"""Freezing tools: eval-mode pinning that survives ``.train()``, FrozenBatchNorm, freeze by name, shared-weight copies.
 
 Turning off gradients (``requires_grad_(False)``) stops the optimizer; it does
 not stop BatchNorm. In train mode every forward pass normalises with the batch's
@@ -7,10 +7,8 @@ own statistics and overwrites the buffers::
     running_mean <- (1 - momentum) * running_mean + momentum * batch_mean
     running_var  <- (1 - momentum) * running_var  + momentum * batch_var (unbiased)
 
-(PyTorch's convention; Ioffe & Szegedy, 2015). The freeze modes below differ
-only in which batch-norm layers are in train mode during stage 2, and which
-buffers they own. Each is a named object with an ``apply(model)`` method that
-sets a :class:`TransferModel` up for stage 2.
+(PyTorch's convention; Ioffe & Szegedy, 2015). The book's four freeze modes are
+in :mod:`bnstudy.modes` (re-exported here).
 """
 
 from __future__ import annotations
@@ -22,33 +20,11 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+# The freeze modes live in bnstudy.modes; these names stay importable from here.
+from .modes import (ALL_EVAL, BACKBONE_EVAL, MODE_NAMES, MODES, SEPARATE_STATS, TRAIN_MODE,  # noqa: F401
+                    FreezeMode, TransferModel, get_mode)
 from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, keeps_running_stats,  # noqa: F401
                     statistics_source, updates_running_stats)
-
-
-class TransferModel(nn.Module):
-    """A backbone with an old head (task A) and a new head (task B).
-
-    ``forward_a(x)`` is ``head_a(backbone(x))``; ``forward_b(x)`` is
-    ``head_b(backbone_b(x))`` where ``backbone_b`` is the backbone itself unless
-    a freeze mode gave task B its own statistics (``separate_stats``).
-    Shapes: ``x (B, R*3, H, W)`` -> logits ``(B, R*n_classes)``.
-    """
-
-    def __init__(self, backbone: nn.Module, head_a: nn.Module, head_b: nn.Module):
-        super().__init__()
-        self.backbone, self.head_a, self.head_b = backbone, head_a, head_b
-        self.backbone_b: nn.Module | None = None
-
-    def forward_a(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head_a(self.backbone(x))
-
-    def forward_b(self, x: torch.Tensor) -> torch.Tensor:
-        bb = self.backbone if self.backbone_b is None else self.backbone_b
-        return self.head_b(bb(x))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_b(x)
 
 
 class _PinnedTrain:
@@ -128,121 +104,6 @@ def shared_weight_copy(module: nn.Module) -> nn.Module:
         for name, p in m_orig._parameters.items():
             m_clone._parameters[name] = p
     return clone
-
-
-@dataclass(frozen=True)
-class FreezeMode:
-    """A way of freezing a backbone for stage 2 (training a new head on task B).
-
-    In every mode the backbone's parameters get ``requires_grad=False`` and only
-    ``head_b``'s parameters are trained, so no backbone weight can change. The
-    modes differ in what happens to the backbone's BatchNorm buffers
-    (``running_mean``, ``running_var``, ``num_batches_tracked``).
-
-    ``apply(model)`` works on any backbone/head pair wrapped as
-    :class:`TransferModel` (``TransferModel(my_backbone, old_head, new_head)``):
-    it needs the attributes ``backbone``, ``head_a`` and ``head_b`` and raises
-    ``TypeError`` naming the missing ones otherwise.
-
-    Declarative attributes (what the mode means, for code that asks instead of
-    comparing names): ``backbone_stats`` (``"batch"`` or ``"running"``: the
-    statistics the backbone's BatchNorm layers normalise task B with during
-    stage 2), ``buffers_may_change`` (the submodules of a :class:`TransferModel`
-    whose norm buffers stage 2 may change: among ``"backbone"``,
-    ``"backbone_b"``, ``"head_b"``).
-    """
-
-    name: str
-    summary: str
-    backbone_stats: str = "running"
-    buffers_may_change: tuple = ()
-
-    def apply(self, model: TransferModel) -> TransferModel:
-        """Set ``model`` up for stage 2 in this mode; returns ``model``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def _freeze_weights(model: TransferModel) -> None:
-        missing = [a for a in ("backbone", "head_a", "head_b") if not isinstance(getattr(model, a, None), nn.Module)]
-        if missing:
-            raise TypeError(f"FreezeMode.apply needs a model with modules backbone, head_a and head_b (wrap yours: "
-                            f"bnstudy.freeze.TransferModel(backbone, head_a, head_b)); {type(model).__name__} lacks "
-                            f"{missing}")
-        if not hasattr(model, "backbone_b"):
-            model.backbone_b = None
-        model.backbone.requires_grad_(False)
-        model.head_a.requires_grad_(False)
-        model.head_b.requires_grad_(True)
-
-
-class _TrainMode(FreezeMode):
-    def apply(self, model):
-        self._freeze_weights(model)
-        model.train()
-        return model
-
-
-class _BackboneEval(FreezeMode):
-    def apply(self, model):
-        self._freeze_weights(model)
-        model.train()
-        pin_eval(model.backbone)
-        return model
-
-
-class _AllEval(FreezeMode):
-    def apply(self, model):
-        self._freeze_weights(model)
-        pin_eval(model)
-        return model
-
-
-class _SeparateStats(FreezeMode):
-    def apply(self, model):
-        self._freeze_weights(model)
-        model.backbone_b = shared_weight_copy(model.backbone)
-        model.train()
-        pin_eval(model.backbone)
-        return model
-
-
-TRAIN_MODE = _TrainMode(
-    "train_mode",
-    "Gradients off for the backbone, which is left in train mode (the one-line freeze). "
-    "Weights cannot change. Every stage-2 forward pass normalises task-B batches with their own "
-    "statistics and overwrites the backbone's running_mean/running_var (and increments "
-    "num_batches_tracked), so task A is later normalised with task B's statistics.",
-    backbone_stats="batch", buffers_may_change=("backbone", "head_b"))
-BACKBONE_EVAL = _BackboneEval(
-    "backbone_eval",
-    "Gradients off and the backbone pinned in eval mode (surviving model.train()). "
-    "Weights and buffers cannot change: BatchNorm normalises task B with task A's running statistics. "
-    "The head is in train mode (matters only for heads with their own norm or dropout).",
-    buffers_may_change=("head_b",))
-ALL_EVAL = _AllEval(
-    "all_eval",
-    "Gradients off and the whole model pinned in eval mode, new head included. Backbone weights and "
-    "buffers cannot change; a head with its own BatchNorm also normalises with stored statistics and "
-    "never updates them.",
-    buffers_may_change=())
-SEPARATE_STATS = _SeparateStats(
-    "separate_stats",
-    "Gradients off; task B runs through a shared-weight copy of the backbone that owns its own "
-    "BatchNorm buffers and is in train mode, so only that copy's running statistics change. Task A "
-    "runs through the original backbone, pinned in eval mode: its weights and buffers cannot change, "
-    "so its logits are bit-identical (domain-specific BN, Chang et al. 2019).",
-    buffers_may_change=("backbone_b", "head_b"))
-
-MODES = {m.name: m for m in (TRAIN_MODE, BACKBONE_EVAL, ALL_EVAL, SEPARATE_STATS)}
-MODE_NAMES = tuple(MODES)
-
-
-def get_mode(name: str) -> FreezeMode:
-    """The :class:`FreezeMode` called ``name``; raises ``ValueError`` listing the allowed names."""
-    try:
-        return MODES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"mode={name!r} is not a freeze mode; choose one of {list(MODE_NAMES)}") from None
 
 
 def batchnorm_layers(module: nn.Module) -> dict[str, _BatchNorm]:

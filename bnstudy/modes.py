@@ -10,7 +10,7 @@ overwrites the buffers (PyTorch's convention; Ioffe & Szegedy, 2015)::
 The modes differ only in which norm layers are in train mode during stage 2 (training a new
 head on task B) and which buffers they own. Each :class:`FreezeMode` states that
 declaratively (:attr:`FreezeMode.backbone_batch_stats`, :attr:`FreezeMode.head_batch_stats`,
-:attr:`FreezeMode.buffers_that_may_change`), and :meth:`FreezeMode.apply` sets a
+:attr:`FreezeMode.buffers_may_change`), and :meth:`FreezeMode.apply` sets a
 :class:`TransferModel` up accordingly. The engine asks these attributes instead of
 comparing mode names.
 
@@ -66,8 +66,8 @@ class FreezeMode:
         head_batch_stats: whether a norm layer inside the new head is in train mode.
         separate_buffers: whether task B gets its own copy of the backbone's buffers
             (shared weights; domain-specific BN).
-        buffers_that_may_change: which buffers stage 2 may write: a subset of
-            ``{"backbone", "backbone_b", "head_b"}`` (``backbone_b`` is the separate copy).
+        buffers_may_change: which buffers stage 2 may write: among ``"backbone"``, ``"backbone_b"``
+            (the separate copy) and ``"head_b"``.
     """
 
     name: str
@@ -77,13 +77,19 @@ class FreezeMode:
     separate_buffers: bool
 
     @property
-    def buffers_that_may_change(self) -> frozenset:
-        out = set()
+    def buffers_may_change(self) -> tuple:
+        """The parts of a :class:`TransferModel` whose norm buffers stage 2 may write, in model order."""
+        out = []
         if self.backbone_batch_stats:
-            out.add("backbone_b" if self.separate_buffers else "backbone")
+            out.append("backbone_b" if self.separate_buffers else "backbone")
         if self.head_batch_stats:
-            out.add("head_b")
-        return frozenset(out)
+            out.append("head_b")
+        return tuple(out)
+
+    @property
+    def backbone_stats(self) -> str:
+        """What the backbone's BatchNorm layers normalise task B with: ``"batch"`` or ``"running"`` statistics."""
+        return "batch" if self.backbone_batch_stats else "running"
 
     def batch_statistics(self, norm: str, head: str) -> bool:
         """Whether stage 2 runs some BatchNorm in train mode, for a backbone ``norm`` and ``head`` kind."""
@@ -95,10 +101,13 @@ class FreezeMode:
         Raises ``TypeError`` if ``model`` lacks ``backbone``, ``head_a`` or ``head_b``.
         """
         from .freeze import pin_eval, shared_weight_copy
-        for part in ("backbone", "head_a", "head_b"):
-            if not isinstance(getattr(model, part, None), nn.Module):
-                raise TypeError(f"FreezeMode.apply needs a model with modules backbone, head_a and head_b "
-                                f"(wrap yours in bnstudy.modes.TransferModel); {part!r} is missing")
+        missing = [a for a in ("backbone", "head_a", "head_b") if not isinstance(getattr(model, a, None), nn.Module)]
+        if missing:
+            raise TypeError(f"FreezeMode.apply needs a model with modules backbone, head_a and head_b (wrap yours: "
+                            f"bnstudy.modes.TransferModel(backbone, head_a, head_b)); {type(model).__name__} lacks "
+                            f"{missing}")
+        if not hasattr(model, "backbone_b"):
+            model.backbone_b = None
         model.backbone.requires_grad_(False)
         model.head_a.requires_grad_(False)
         model.head_b.requires_grad_(True)
