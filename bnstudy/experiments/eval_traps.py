@@ -521,6 +521,14 @@ def first_seed_audit(config: Config, trap: str, case: str, execution: Execution 
     return a, lints
 
 
+def first_seed_printout(config: Config, trap: str, case: str, execution: Execution | None = None,
+                        lint_codes: tuple = ()) -> str:
+    """What the page shows for one case: the lints whose code is in ``lint_codes``, then the audit's printout."""
+    a, lints = first_seed_audit(config, trap, case, execution)
+    shown = [str(x) for x in lints if x.code in lint_codes]
+    return "\n".join(shown + ([""] if shown else []) + [str(a)])
+
+
 def trap_table(df: pd.DataFrame, trap: str) -> pd.DataFrame:
     """The rows of ``trap`` with only the columns that trap fills (a figure's tidy table)."""
     sub = df[df["trap"] == trap]
