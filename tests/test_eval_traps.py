@@ -1,8 +1,6 @@
 """Chapter 2 (bnstudy.experiments.eval_traps): config checks, findings on hand-made tables, and a tiny real run."""
 
-import dataclasses
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
