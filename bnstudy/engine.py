@@ -102,6 +102,23 @@ def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
     return int((logits.argmax(-1) == y).sum()) / len(y)
 
 
+def train_step(model: torch.nn.Module, forward, optimizer: torch.optim.Optimizer, step: int, x: torch.Tensor,
+               y: torch.Tensor, epoch_steps: int, device, fmt=torch.contiguous_format,
+               loss_fn=F.cross_entropy) -> torch.Tensor:
+    """Step ``step`` (counted from 1) of the one stage-2 training loop; returns the loss (detached).
+
+    ``model.train()`` at the start of every epoch (steps 1, 1 + ``epoch_steps``, ...), as ordinary
+    loops do; then ``loss_fn(forward(x), y)``, ``zero_grad``, ``backward`` and ``optimizer.step()``.
+    """
+    if (step - 1) % epoch_steps == 0:
+        model.train()  # what every training loop does at the start of an epoch
+    loss = loss_fn(forward(x.to(device, memory_format=fmt)), y.to(device))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
 def build_backbone(cfg: SourceConfig) -> ConvBackbone:
     """The seed's initial backbone (drawn from ``(seed, "init", "backbone")``)."""
     return seeded((cfg.seed, "init", "backbone"), lambda: ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum))
@@ -208,13 +225,7 @@ class _ModeRun:
         return {k: v.detach().cpu().clone() for k, v in items}
 
     def step(self, step: int, x: torch.Tensor, y: torch.Tensor) -> None:
-        model, c = self.model, self.c
-        if (step - 1) % c.epoch_steps == 0:
-            model.train()  # what every training loop does at the start of an epoch
-        loss = F.cross_entropy(model.forward_b(x.to(self.device, memory_format=self.fmt)), y.to(self.device))
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
+        train_step(self.model, self.model.forward_b, self.opt, step, x, y, self.c.epoch_steps, self.device, self.fmt)
         if self.track_drift and step in DRIFT_STEPS:
             self.drift_record[step] = _running_stats(self.stat_owner)
 
@@ -326,6 +337,23 @@ def load_source(cfg: SourceConfig, cache_dir=None, version: str | None = None) -
     return torch.load(_source_path(root, cfg, version or code_version()), map_location="cpu", weights_only=True)
 
 
+def ensure_sources(sources: list[SourceConfig], execution: Execution | None = None,
+                   version: str | None = None) -> pd.DataFrame:
+    """Train (or find in the run cache) the stage-1 result of every distinct ``SourceConfig``.
+
+    The results are stored under the cache's ``source`` namespace, shared by every chapter, and
+    read back with :func:`load_source`. Returns one row per distinct source (``seed``,
+    ``source_task_a_accuracy``, ``stage1_wall_s``), in first-seen order.
+    """
+    ex = execution or Execution()
+    root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
+    version = version or code_version()
+    sources = list(dict.fromkeys(sources))
+    return run_sweep(sources, _stage1_group, namespace="source", cache_dir=root, execution=ex,
+                     group_kwargs={"cache_root": root, "version": version}, version=version,
+                     desc="stage 1 (source)")
+
+
 def _stage2_group(configs: list[RunConfig], cache_root: str, version: str) -> list[dict]:
     return transfer(configs, load_source(configs[0].source, cache_root, version))
 
@@ -354,8 +382,7 @@ def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Executio
     ex = execution or Execution()
     root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
     version = version or code_version()
-    sources = list(dict.fromkeys(c.source for c in configs))
+    ensure_sources([c.source for c in configs], ex, version)
     kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
-    run_sweep(sources, _stage1_group, namespace="source", desc="stage 1 (source)", **kw)
     return run_sweep(configs, _stage2_group, namespace=namespace, groups=lockstep_groups(configs),
                      desc=desc or f"stage 2 ({namespace})", **kw)

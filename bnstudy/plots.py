@@ -121,3 +121,69 @@ def summary_table(summary: pd.DataFrame, by: str, labels: dict, order=None, digi
     table = table.loc[order if order is not None else table.index, list(labels)]
     table.columns = list(labels.values())
     return table
+
+
+def _curve(table: pd.DataFrame, x: str, value: str) -> pd.DataFrame:
+    """Mean and 95% interval over seeds of ``value`` at each ``x``: columns ``x, mean, lo, hi``."""
+    return interval_frame(table, x, value).reset_index()
+
+
+def sorted_batches_figure(t4: pd.DataFrame):
+    """Chapter 2, trap 4: task-A accuracy against the share of each batch drawn from one class.
+
+    ``t4``: the trap's tidy table (``seed, sorted_fraction, module_eval_accuracy,
+    module_train_accuracy, module_eval_accuracy_after_pass, label_dependence, sorted_lint``).
+    Lines: the module in eval mode (running statistics), in train mode (batch statistics), and
+    in eval mode after the train-mode pass; means over seeds with 95% Student-t bands. The top
+    axis gives each loader's label dependence; circled points are loaders the lint flagged (in
+    most seeds). Returns the figure.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    series = [("module_eval_accuracy", "eval mode (running statistics)", "C0", "o"),
+              ("module_train_accuracy", "train mode (batch statistics)", "C3", "s"),
+              ("module_eval_accuracy_after_pass", "eval mode, after the train-mode pass", "C2", "^")]
+    for q, label, color, marker in series:
+        c = _curve(t4, "sorted_fraction", q)
+        ax.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
+        ax.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
+    flagged = _curve(t4, "sorted_fraction", "sorted_lint")
+    dep = _curve(t4, "sorted_fraction", "label_dependence")
+    tm = _curve(t4, "sorted_fraction", "module_train_accuracy")
+    hit = flagged["mean"] > 0.5
+    ax.scatter(tm["sorted_fraction"][hit], tm["mean"][hit], s=70, facecolors="none", edgecolors="k", zorder=5,
+               label="loader flagged by the lint")
+    ax.set_xlabel("share of each batch drawn from one class (0 = shuffled, 1 = class-sorted)")
+    ax.set_ylabel("accuracy on task A")
+    ax.set_ylim(0, 1.02)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(dep["sorted_fraction"].tolist())
+    top.set_xticklabels([f"{v:.2f}".replace("-0.00", "0.00") for v in dep["mean"]])
+    top.set_xlabel("label dependence of the batches (audit)")
+    ax.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def batch_size_figure(t5: pd.DataFrame, min_batch: int, chance: float):
+    """Chapter 2, trap 5: task-A accuracy with BatchNorm in train mode against the per-device batch size.
+
+    ``t5``: the trap's tidy table (``seed, device_batch_size, module_train_accuracy,
+    module_eval_accuracy``). Mean over seeds with a 95% Student-t band; the eval-mode accuracy
+    and ``chance`` as reference lines; the shaded region is where the small-batch lints fire
+    (below ``min_batch``). Returns the figure.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    c = _curve(t5, "device_batch_size", "module_train_accuracy")
+    ax.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
+    ax.plot(c["device_batch_size"], c["mean"], "s-", ms=4, color="C3", label="train mode (batch statistics)")
+    ax.fill_between(c["device_batch_size"], c["lo"], c["hi"], color="C3", alpha=0.2)
+    ax.axhline(float(t5["module_eval_accuracy"].mean()), color="C0", ls="--", label="eval mode (running statistics)")
+    ax.axhline(chance, color="0.4", ls=":", label="chance")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(c["device_batch_size"].tolist())
+    ax.set_xticklabels([str(int(b)) for b in c["device_batch_size"]])
+    ax.set_xlim(0.8, c["device_batch_size"].max() * 1.25)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("per-device batch size")
+    ax.set_ylabel("accuracy on task A")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig

@@ -1,0 +1,198 @@
+"""Chapter 2 (bnstudy.experiments.eval_traps): config checks, findings on hand-made tables, and a tiny real run."""
+
+
+import pandas as pd
+import pytest
+import torch
+
+from bnstudy.config import Execution
+from bnstudy.experiments import eval_traps as ch
+
+
+# --- config ------------------------------------------------------------------------------------------------------
+
+def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
+    assert ch.make_config("quick").seeds == (0, 1, 2)
+    assert ch.make_config("full").seeds == tuple(range(10))
+    assert ch.make_config("quick", seeds=None).seeds == (0, 1, 2)
+    with pytest.raises(ValueError, match=r"profile='fast' is not allowed; choose one of \['quick', 'full'\]"):
+        ch.make_config("fast")
+    with pytest.raises(ValueError, match=r"unknown eval_traps parameters \['stepz'\]"):
+        ch.make_config("quick", stepz=3)
+    with pytest.raises(ValueError, match=r"sorted_fractions\[1\] must be a finite number >= 0.0 and <= 1.0"):
+        ch.make_config("quick", sorted_fractions=(0.0, 1.5))
+    with pytest.raises(ValueError, match=r"batch_sizes\[0\] must be an integer >= 1"):
+        ch.make_config("quick", batch_sizes=(0, 2))
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 2"):
+        ch.make_config("quick", batch_size=1)
+    with pytest.raises(ValueError, match="n_eval must be an integer >= 64"):
+        ch.make_config("quick", n_eval=40)
+    with pytest.raises(ValueError, match="noise must be a finite number >= 0.0"):  # SourceConfig's own message
+        ch.make_config("quick", noise=-1)
+    with pytest.raises(ValueError, match="seeds must not repeat"):
+        ch.make_config("quick", seeds=[1, 1])
+    with pytest.raises(ValueError, match="sorted_fraction must be a finite number"):
+        ch.sorted_fraction_labels(2, 4, 3, -0.1, torch.Generator())
+
+
+def test_run_configs_one_per_seed_trap_and_case_with_unique_keys():
+    cfg = ch.make_config("quick", seeds=[0, 5], sorted_fractions=(0.0, 1.0), batch_sizes=(1, 16))
+    runs = cfg.run_configs()
+    assert len(runs) == 2 * (2 + 2 + 2 + 2 + 2)
+    assert len({(r.seed, r.trap, r.case) for r in runs}) == len(runs)
+    assert {r.seed for r in runs} == {0, 5}
+    t5 = [r for r in runs if r.trap == "tiny_batch"]
+    assert [r.device_batch_size for r in t5[:2]] == [1, 16] and all(r.sorted_fraction is None for r in t5)
+    assert runs[0].source == cfg.source(0)
+    assert "2 seeds (0, 5)" in cfg.describe()
+
+
+def test_sorted_fraction_labels_put_the_stated_share_in_one_class():
+    labels = ch.sorted_fraction_labels(6, 8, 5, 0.75, torch.Generator().manual_seed(0))
+    assert all(torch.bincount(y, minlength=5).max() >= 6 for y in labels)
+
+
+# --- findings on hand-made tables --------------------------------------------------------------------------------
+
+def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole=0.1, shuffled_lint=0.0,
+           sorted_train=(0.9, 0.7, 0.3), lint_b16=0.0, after=0.95):
+    """A results table in run()'s shape whose right answers are known."""
+    rows = []
+    base = dict(n_classes=10, steps=60, epoch_steps=10, batch_size=32, teacher_batches=3, n_eval=512, min_batch=16)
+    for i, s in enumerate(seeds):
+        r = lambda trap, case, **q: rows.append(dict(seed=s, trap=trap, case=case, source_task_a_accuracy=0.95,
+                                                     **base, **q))
+        r("train_call", "eval_once", bn_train_fraction=1.0, num_batches_tracked_change=60.0, max_param_change=0.0,
+          max_buffer_change=2.0 + i, max_probe_change=5.0 + i, task_a_before=0.95, task_a_after=0.2 + 0.1 * i,
+          task_b=0.9, frozen_bn_lint=1.0)
+        r("train_call", "pinned", bn_train_fraction=0.0, num_batches_tracked_change=0.0, max_param_change=0.0,
+          max_buffer_change=0.0, max_probe_change=pinned_probe, task_a_before=0.95, task_a_after=0.95,
+          task_b=0.9 - price[i], frozen_bn_lint=0.0)
+        r("no_grad", "teacher_train", num_batches_tracked_change=3.0, max_buffer_change=1.0 + i, max_probe_change=4.0,
+          task_a_before=0.95, task_a_after=0.5, accuracy_with_a_mates=0.9, accuracy_with_b_mates=0.3,
+          max_logit_change_by_mates=3.0)
+        r("no_grad", "teacher_eval", num_batches_tracked_change=0.0, max_buffer_change=0.0, max_probe_change=0.0,
+          task_a_before=0.95, task_a_after=0.95, accuracy_with_a_mates=0.95, accuracy_with_b_mates=0.95,
+          max_logit_change_by_mates=0.0)
+        r("whole_eval", "whole_model", aux_loss_fraction=0.0, aux_max_param_change=0.0, dropout_train_fraction=0.0,
+          task_b_aux=aux_whole, task_b_main=0.8)
+        r("whole_eval", "backbone_only", aux_loss_fraction=1.0, aux_max_param_change=0.3,
+          dropout_train_fraction=1.0, task_b_aux=0.7, task_b_main=0.8)
+        for p, acc, lint in zip((0.0, 0.5, 1.0), sorted_train, (shuffled_lint, 1.0, 1.0)):
+            r("sorted_batches", f"fraction_{p:g}", sorted_fraction=p, module_eval_accuracy=0.95,
+              module_train_accuracy=acc, module_eval_accuracy_after_pass=after, label_dependence=p,
+              sorted_lint=lint)
+        for b, acc, lint in ((1, 0.1, 1.0), (4, 0.6, 1.0), (16, 0.95, lint_b16), (32, 0.95, 0.0)):
+            r("tiny_batch", f"batch_{b}", device_batch_size=b, module_eval_accuracy=0.95, module_train_accuracy=acc,
+              small_batch_lint=lint)
+    return pd.DataFrame(rows)
+
+
+def test_findings_on_a_table_where_every_claim_holds():
+    f = ch.findings(_table())
+    assert (f.n_seeds, f.chance, f.steps, f.min_batch) == (3, 0.1, 60, 16) and f.source_acc == pytest.approx(0.95)
+    assert f.t1_buffer == pytest.approx(3.0) and (f.t1_buffer_min, f.t1_buffer_max) == (2.0, 4.0)
+    assert f.t1_task_a_after == pytest.approx(0.3)
+    assert f.t1_pinned_exact == "holds" and f.t1_lint_every_seed == "holds"
+    assert f.t1_price_b.mean == pytest.approx(0.1) and f.t1_price_b.low > 0
+    assert f.t1_price_b_significant == "holds"
+    assert f.t2_eval_exact == "holds" and f.t2_acc_b_mates == pytest.approx(0.3)
+    assert f.t3_aux_at_chance == "holds" and f.t3_aux_change_fixed == pytest.approx(0.3)
+    assert (f.t4_train_shuffled, f.t4_train_half, f.t4_half, f.t4_train_sorted) == pytest.approx((0.9, 0.7, 0.5, 0.3))
+    assert f.t4_monotone == "holds" and f.t4_shuffled_clean == "holds"
+    assert (f.t4_first_flagged, f.t4_dep_first_flagged) == (0.5, 0.5)
+    assert f.t4_after_unchanged == "holds" and f.t4_after_change == pytest.approx(0.0)
+    assert f.t5_train == pytest.approx({"b1": 0.1, "b4": 0.6, "b16": 0.95, "b32": 0.95})
+    assert (f.t5_smallest, f.t5_first_ok) == (1, 16.0) and f.t5_eval == pytest.approx(0.95)
+    assert f.t5_lint_matches == "holds"
+
+
+def test_findings_say_when_a_claim_does_not_hold():
+    # Issue 10: a task-B price whose interval straddles zero must not be called a price.
+    f = ch.findings(_table(price=(0.15, -0.05, 0.09)))
+    assert f.t1_price_b.low < 0 < f.t1_price_b.high and f.t1_price_b_significant == "does not hold"
+    assert ch.findings(_table(pinned_probe=1e-7)).t1_pinned_exact == "does not hold"
+    assert ch.findings(_table(aux_whole=0.2)).t3_aux_at_chance == "does not hold"
+    assert ch.findings(_table(shuffled_lint=1.0)).t4_shuffled_clean == "does not hold"
+    assert ch.findings(_table(sorted_train=(0.9, 0.92, 0.3))).t4_monotone == "does not hold"
+    assert ch.findings(_table(sorted_train=(0.9, 0.905, 0.3))).t4_monotone == "holds"  # within the 0.01 allowance
+    assert ch.findings(_table(after=0.9)).t4_after_unchanged == "does not hold"
+    assert ch.findings(_table(lint_b16=1.0)).t5_lint_matches == "does not hold"
+
+
+def test_findings_reject_a_table_without_a_case():
+    df = _table()
+    with pytest.raises(KeyError, match="pinned"):
+        ch.findings(df[df["case"] != "pinned"])
+
+
+def test_single_layer_facts():
+    s = ch.single_layer_cases(0)
+    assert s.t5_error.startswith("ValueError: Expected more than 1 value per channel")
+    assert "norm" in s.t5_lint1 and s.t5_loader == "last_batch_single" or "last_batch" in s.t5_loader
+    assert s.t5_bn2d_mean < 1e-5 and s.t5_dev2 < 1e-3
+    assert s.t4_sorted_rm > s.t4_data_mean + 1 and abs(s.t4_shuffled_rm - s.t4_data_mean) < 1
+
+
+# --- a tiny real run: each trap shows, and each fix holds exactly ------------------------------------------------
+
+TINY = dict(seeds=[0, 1], stage1_steps=30, n_eval=64, steps=6, epoch_steps=3, batch_size=8, teacher_batches=2,
+            sorted_fractions=(0.0, 1.0), batch_sizes=(1, 2, 16))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    cfg = ch.make_config("quick", **TINY)
+    ex = Execution(cache_dir=str(tmp_path_factory.mktemp("cache")), n_jobs=1, progress=False)
+    return cfg, ex, ch.run(cfg, ex)
+
+
+def _q(df, trap, case, quantity):
+    vals = df[(df["trap"] == trap) & (df["case"] == case)][quantity]
+    assert len(vals) == len(TINY["seeds"])
+    return vals
+
+
+def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
+    cfg, ex, t = tiny
+    assert len(t) == len(cfg.run_configs()) and not t.duplicated(["seed", "trap", "case"]).any()
+    assert "train_mode" not in set(t["case"]) and not any("train_mode" in c for c in t.columns)
+    assert set(t.loc[t["trap"] == "no_grad", "module_mode"]) == {"train", "eval"}
+    assert (_q(t, "train_call", "eval_once", "num_batches_tracked_change") == TINY["steps"]).all()
+    assert (_q(t, "train_call", "eval_once", "max_buffer_change") > 0).all()
+    assert (_q(t, "train_call", "eval_once", "max_param_change") == 0).all()
+    assert (_q(t, "train_call", "eval_once", "frozen_bn_lint") == 1).all()
+    for q in ("max_buffer_change", "num_batches_tracked_change", "max_probe_change", "n_lint_warnings"):
+        assert (_q(t, "train_call", "pinned", q) == 0).all(), q
+    assert (_q(t, "no_grad", "teacher_train", "num_batches_tracked_change") == TINY["teacher_batches"]).all()
+    assert (_q(t, "no_grad", "teacher_train", "no_grad_lint") == 1).all()
+    assert (_q(t, "no_grad", "teacher_train", "max_logit_change_by_mates") > 0).all()
+    for q in ("max_logit_change_by_mates", "max_buffer_change", "max_probe_change"):
+        assert (_q(t, "no_grad", "teacher_eval", q) == 0).all(), q
+    for q, v in (("aux_max_param_change", 0), ("aux_loss_fraction", 0), ("dropout_train_fraction", 0),
+                 ("forward_mode_lint", 1), ("dropout_lint", 1)):
+        assert (_q(t, "whole_eval", "whole_model", q) == v).all(), q
+    assert (_q(t, "whole_eval", "backbone_only", "aux_max_param_change") > 0).all()
+    assert (_q(t, "whole_eval", "backbone_only", "aux_loss_fraction") == 1).all()
+    assert (_q(t, "sorted_batches", "fraction_1", "sorted_lint") == 1).all()
+    assert (_q(t, "sorted_batches", "fraction_0", "sorted_lint") == 0).all()
+    for b, flagged in ((1, 1), (2, 1), (16, 0)):
+        assert (_q(t, "tiny_batch", f"batch_{b}", "small_batch_lint") == flagged).all()
+    # accuracies are exact fractions of the evaluated samples
+    n = TINY["n_eval"]
+    assert ((_q(t, "train_call", "pinned", "task_a_after") * n).round(9) % 1 == 0).all()
+    # the cache: a second run computes nothing and returns the same table
+    again = ch.run(cfg, ex)
+    pd.testing.assert_frame_equal(t, again)
+    f = ch.findings(t)
+    assert f.t1_pinned_exact == "holds" and f.t2_eval_exact == "holds"
+
+
+def test_first_seed_audit_recomputes_the_cached_row(tiny):
+    cfg, ex, t = tiny
+    a, lints = ch.first_seed_audit(cfg, "train_call", "eval_once", ex)
+    assert any(x.code == "frozen_bn_in_train_mode" for x in lints)
+    cached = t[(t["seed"] == 0) & (t["trap"] == "train_call") & (t["case"] == "eval_once")].iloc[0]
+    assert float(a.outputs()["max_abs_change"].max()) == cached["max_probe_change"]
+    with pytest.raises(ValueError, match="no case 'nope'"):
+        ch.first_seed_audit(cfg, "train_call", "nope", ex)
