@@ -1,0 +1,39 @@
+"""bnstudy: what batch normalization does when you freeze, fine-tune and transfer networks.
+
+The practitioner's API (everything else lives in its submodule):
+
+* **freeze** so that it stays frozen: :func:`pin_eval` (eval mode that survives ``model.train()``;
+  also switches Dropout off), :func:`pin_norm_eval` (only norm layers; affine parameters stay
+  trainable), :func:`unpin`, :func:`freeze_batchnorm` / :func:`unfreeze_batchnorm`
+  (BatchNorm <-> :class:`FrozenBatchNorm`), :func:`freeze_modules` / :func:`unfreeze_modules`
+  (by name, timm's call shape), :func:`shared_weight_copy` (domain-specific BN);
+* the book's **freeze modes**: :data:`MODES`, :func:`get_mode`, :class:`FreezeMode`,
+  :class:`TransferModel`;
+* **audit**: :class:`FreezeAudit`, :func:`lint_model`, :func:`lint_loader`, :func:`lint_forward_modes`;
+* **re-estimate** statistics: :func:`update_bn_stats` (precise BN / AdaBN, in place, fvcore's
+  contract), :func:`precise_bn_statistics` (the same estimate, returned);
+* **mismatch**: :func:`statistics_mismatch` (a model's stored statistics against new data),
+  :func:`compare_statistics` (two models', or a model's and data's, layer by layer).
+
+Note for users coming from Keras: ``layer.trainable = False`` on a Keras BatchNormalization layer
+also switches it to inference mode; PyTorch's ``requires_grad_(False)`` does not. Use
+:func:`pin_eval` or :func:`pin_norm_eval` (or :func:`freeze_batchnorm`) as well.
+"""
+
+from .audit import FreezeAudit, lint_forward_modes, lint_loader, lint_model
+from .freeze import (FrozenBatchNorm, freeze_batchnorm, freeze_modules, pin_eval, pin_norm_eval,
+                     shared_weight_copy, unfreeze_batchnorm, unfreeze_modules, unpin)
+from .modes import MODES, FreezeMode, TransferModel, get_mode
+from .stats import compare_statistics, precise_bn_statistics, statistics_mismatch, update_bn_stats
+
+__all__ = [
+    # freeze
+    "pin_eval", "pin_norm_eval", "unpin", "freeze_batchnorm", "unfreeze_batchnorm", "FrozenBatchNorm",
+    "freeze_modules", "unfreeze_modules", "shared_weight_copy",
+    # the book's freeze modes
+    "MODES", "get_mode", "FreezeMode", "TransferModel",
+    # audit and lints
+    "FreezeAudit", "lint_model", "lint_loader", "lint_forward_modes",
+    # re-estimate and compare statistics
+    "update_bn_stats", "precise_bn_statistics", "statistics_mismatch", "compare_statistics",
+]

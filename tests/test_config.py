@@ -70,3 +70,12 @@ def test_execution_checks_its_values():
         Execution(backend="spark")
     with pytest.raises(ValueError, match="n_jobs must be an integer >= 1"):
         Execution(n_jobs=0)
+
+
+def test_front_door_names_exist_and_every_readme_import_still_works():
+    import bnstudy
+    assert all(hasattr(bnstudy, n) for n in bnstudy.__all__)
+    from bnstudy import freeze  # noqa: F401  (names the README shows, from where they were)
+    from bnstudy.audit import FreezeAudit, lint_forward_modes, lint_loader, lint_model  # noqa: F401
+    from bnstudy.freeze import MODES, pin_eval, shared_weight_copy, batch_stats_report  # noqa: F401
+    from bnstudy.stats import precise_bn_statistics  # noqa: F401
