@@ -61,6 +61,10 @@ CH1_STEPS = RunConfig.steps
 #: What identifies a run apart from its mode: the keys paired comparisons match on.
 PAIR_KEYS = ("seed", "brightness", "contrast", "steps")
 EFFECTS = ("cost", "benefit", "net")
+#: Each line's axis label and where chapter 1's shift sits on it (figures).
+LINE_XLABELS = {"brightness": "brightness offset b (contrast 1)", "contrast": "contrast gain c (brightness 0)",
+                "both": f"strength t (b = {REFERENCE_SHIFT[0]:g}t, c = 1 + {REFERENCE_SHIFT[1] - 1:g}t)"}
+REFERENCE_STRENGTH = {"brightness": REFERENCE_SHIFT[0], "contrast": REFERENCE_SHIFT[1], "both": 1.0}
 
 #: The profiles' sweep sizes (the only place they are set). quick: 144 runs, about a minute on
 #: 2 cores; full: 1,080 runs, measured at 10.1 min of wall time on 2 cores from an empty cache.
