@@ -187,3 +187,120 @@ def batch_size_figure(t5: pd.DataFrame, min_batch: int, chance: float):
     ax.set_ylabel("accuracy on task A")
     ax.legend(fontsize=8, loc="lower right")
     return fig
+
+# --- chapter 3: shift strength (tidy tables from bnstudy.experiments.shift_strength) ------------------------------
+
+EFFECT_COLORS = {"cost": sns.color_palette("colorblind")[3], "benefit": sns.color_palette("colorblind")[0]}
+
+
+def _band(ax, g, x, name, **kw):
+    g = g.sort_values(x)
+    ax.plot(g[x], g["mean"], "o-", ms=4, color=EFFECT_COLORS[name], label=name, **kw)
+    ax.fill_between(g[x], g["ci_low"], g["ci_high"], color=EFFECT_COLORS[name], alpha=0.25, lw=0)
+
+
+def cost_benefit_lines(lines: pd.DataFrame, cross: dict, xlabels: dict, reference: dict):
+    """One panel per line (``lines``: shift_strength.line_table): mean cost and benefit with 95% bands, the
+    crossover (``cross[line]``: estimate, ci_low, ci_high) dashed with its interval shaded, and ``reference[line]``
+    (chapter 1's shift) dotted."""
+    shifts = list(dict.fromkeys(lines["shift"]))
+    fig, axes = plt.subplots(1, len(shifts), figsize=(4 * len(shifts), 3.7), sharey=True, squeeze=False)
+    for ax, t in zip(axes[0], shifts):
+        for name in ("cost", "benefit"):
+            _band(ax, lines[(lines["shift"] == t) & (lines["metric"] == name)], "strength", name)
+        cr, x = cross[t], lines.loc[lines["shift"] == t, "strength"]
+        if not np.isnan(cr["estimate"]):
+            ax.axvspan(cr["ci_low"], cr["ci_high"], color="grey", alpha=0.2, lw=0)
+            ax.axvline(cr["estimate"], color="black", lw=1, ls="--", label="crossover (95% CI)")
+        if x.min() <= reference[t] <= x.max():
+            ax.axvline(reference[t], color="grey", lw=1, ls=":", label="chapter 1's shift")
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_xlabel(xlabels[t]); ax.set_title(t)
+    axes[0][0].set_ylabel("accuracy (fraction)")
+    handles = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8,
+               bbox_to_anchor=(0.5, -0.08), frameon=False)
+    return fig
+
+
+def budget_figure(budget: pd.DataFrame):
+    """Cost and benefit against stage-2 steps, one panel per strength (``budget``: shift_strength.budget_table)."""
+    ts = sorted(budget["t"].unique())
+    steps = sorted(budget["steps"].unique())
+    fig, axes = plt.subplots(1, len(ts), figsize=(4.6 * len(ts), 3.5), sharey=True, squeeze=False)
+    for ax, t in zip(axes[0], ts):
+        for name in ("cost", "benefit"):
+            _band(ax, budget[(budget["t"] == t) & (budget["metric"] == name)], "steps", name)
+        ax.set_xscale("log"); ax.set_xticks(steps); ax.set_xticklabels(steps); ax.minorticks_off()
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_xlabel("stage-2 steps (new head)"); ax.set_title(f"both line, t = {t:g}")
+    axes[0][0].set_ylabel("accuracy (fraction)"); axes[0][0].legend(fontsize=8)
+    return fig
+
+
+def effect_heatmaps(grid: pd.DataFrame):
+    """Cost, benefit and net on the brightness x contrast grid (``grid``: shift_strength.grid_table); each cell
+    shows the mean and the half-width of its 95% interval. Cost and benefit share one color scale."""
+    gb, gc = sorted(grid["brightness"].unique()), sorted(grid["contrast"].unique())
+    wide = {m: grid[grid["metric"] == m].set_index(["brightness", "contrast"]) for m in ("cost", "benefit", "net")}
+    vmax = max(wide["cost"]["mean"].max(), wide["benefit"]["mean"].max())
+    titles = {"cost": "cost (task A lost)", "benefit": "benefit (task B gained)", "net": "benefit minus cost"}
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.9))
+    for ax, (name, cmap) in zip(axes, (("cost", "Reds"), ("benefit", "Blues"), ("net", "RdBu"))):
+        a = wide[name]
+        M = a["mean"].unstack("contrast").reindex(index=gb, columns=gc).values
+        H = ((a["ci_high"] - a["ci_low"]) / 2).unstack("contrast").reindex(index=gb, columns=gc).values
+        top = np.nanmax(np.abs(M)) if name == "net" else vmax
+        ax.imshow(M, origin="lower", cmap=cmap, aspect="auto", vmin=-top if name == "net" else 0, vmax=top)
+        for i, j in np.ndindex(M.shape):
+            ax.text(j, i, f"{M[i, j]:.2f}\n±{H[i, j]:.2f}", ha="center", va="center", fontsize=7.5,
+                    color="white" if abs(M[i, j]) > 0.6 * top else "black")
+        ax.set_xticks(range(len(gc))); ax.set_xticklabels([f"{c:g}" for c in gc])
+        ax.set_yticks(range(len(gb))); ax.set_yticklabels([f"{b:g}" for b in gb])
+        ax.set_xlabel("contrast gain c"); ax.set_ylabel("brightness offset b"); ax.set_title(titles[name])
+        ax.grid(False)
+    return fig
+
+
+def mismatch_figure(conditions: pd.DataFrame):
+    """Cost and benefit against the statistics mismatch, one point per shift with 95% bars in both directions
+    (``conditions``: shift_strength.condition_table); markers by the line a shift illustrates."""
+    marks = {"no shift": "s", "brightness": "o", "contrast": "^", "both": "D", "grid only": "x"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.9), sharey=True)
+    for ax, name in zip(axes, ("cost", "benefit")):
+        for kind, g in conditions.groupby("kind"):
+            ax.errorbar(g["mismatch_kl"], g[name],
+                        xerr=[g["mismatch_kl"] - g["mismatch_kl_lo"], g["mismatch_kl_hi"] - g["mismatch_kl"]],
+                        yerr=[g[name] - g[name + "_lo"], g[name + "_hi"] - g[name]], fmt=marks[kind], ms=5,
+                        capsize=2, lw=0.8, color=EFFECT_COLORS[name], alpha=0.85, label=kind,
+                        mfc="none" if kind == "grid only" else EFFECT_COLORS[name])
+        ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6); ax.set_title(name)
+    fig.supxlabel("statistics mismatch before stage 2: mean over BN layers of KL(new || stored), nats",
+                  fontsize=10, y=-0.02)
+    axes[0].set_ylabel("accuracy (fraction)")
+    axes[0].legend(fontsize=8, title="shift", title_fontsize=8)
+    return fig
+
+
+def retention_scatter(scatter: pd.DataFrame):
+    """Task-A change against task-B gain over ``backbone_eval``, one point per mode and shift with 95% bars
+    (``scatter``: shift_strength.scatter_table); the dashed line is gain = loss."""
+    fig, ax = plt.subplots(figsize=(6.6, 4.6))
+    for mode in [m for m in MODE_ORDER if m in set(scatter["mode"])]:
+        g = scatter[scatter["mode"] == mode]
+        xa = g[g["metric"] == "task_a_change"].set_index(["brightness", "contrast"])
+        yb = g[g["metric"] == "task_b_gain"].set_index(["brightness", "contrast"]).loc[xa.index]
+        ax.errorbar(xa["mean"], yb["mean"], xerr=[xa["mean"] - xa["ci_low"], xa["ci_high"] - xa["mean"]],
+                    yerr=[yb["mean"] - yb["ci_low"], yb["ci_high"] - yb["mean"]], fmt="o", ms=4, alpha=0.8,
+                    capsize=2, color=MODE_PALETTE[mode], label=mode, lw=0.8)
+    # Accuracy changes live in [-1, 1]; t-intervals over few seeds can overshoot, so the axes stop at the possible range.
+    ax.set_xlim(-1.05, 0.1); ax.set_ylim(min(-0.1, ax.get_ylim()[0]), min(1.05, max(0.3, ax.get_ylim()[1])))
+    xx = np.linspace(-1.0, 0, 10)
+    ax.plot(xx, -xx, color="grey", ls="--", lw=1, label="gain = loss")
+    ax.axhline(0, color="black", lw=0.6); ax.axvline(0, color="black", lw=0.6)
+    ax.set_xlabel("task A accuracy change (after - before)"); ax.set_ylabel("task B gain over backbone_eval")
+    ax.legend(fontsize=8, loc="lower left")
+    return fig

@@ -1,4 +1,4 @@
-"""Chapter 3's experiment: the sweep grid, paired cost/benefit, and the crossover estimate."""
+"""Chapter 3's experiment: config checks, the sweep's points, paired cost/benefit, crossover and findings."""
 
 import math
 
@@ -6,13 +6,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bnstudy import train
+from bnstudy.config import Execution, RunConfig
 from bnstudy.experiments import shift_strength as ss
+from bnstudy.modes import MODE_NAMES
 
+SMALL = dict(brightness_levels=(0.0, 1.0, 2.0), contrast_levels=(1.0, 2.0, 3.0), both_levels=(0.0, 0.5, 1.0),
+             grid_brightness=(0.0, 2.0), grid_contrast=(1.0, 2.0), budget_levels=(1.0,), budget_steps=(300,))
+
+
+# --- shifts and config ---------------------------------------------------------------------------------------------
 
 def test_both_line_passes_through_chapter_one_shift_at_strength_one():
     assert ss.shift_of("both", 0.0) == (0.0, 1.0)
-    assert ss.shift_of("both", 1.0) == (train.DEFAULTS["brightness"], train.DEFAULTS["contrast"])
+    assert ss.shift_of("both", 1.0) == (RunConfig().brightness, RunConfig().contrast)
     assert ss.shift_of("brightness", 2.0) == (2.0, 1.0)
     assert ss.shift_of("contrast", 3.0) == (0.0, 3.0)
     with pytest.raises(ValueError, match="shift_type"):
@@ -21,40 +27,170 @@ def test_both_line_passes_through_chapter_one_shift_at_strength_one():
         ss.shift_of("contrast", 0.0)
 
 
-def test_make_configs_runs_each_distinct_point_once_with_the_modes_it_needs():
-    levels = {"brightness": (0.0, 1.0), "contrast": (1.0, 2.0), "both": (0.0, 0.25)}
-    grid = {"brightness": (0.0, 1.0), "contrast": (1.0, 2.0)}
-    cfgs = ss.make_configs([0, 1], levels, grid, steps=7)
-    keys = [(c["seed"], c["mode"], c["brightness"], c["contrast"]) for c in cfgs]
-    assert len(keys) == len(set(keys))
-    assert all(c["steps"] == 7 for c in cfgs)
-    # (0, 1) is on every line: all four modes; (1, 2) is on the grid and the both line (t=0.25): all four;
-    # nothing is grid-only here except none, so add a grid-only point and check it gets only the grid modes.
-    per_point = {}
-    for s, m, b, c in keys:
-        per_point.setdefault((b, c), set()).add(m)
-    assert per_point[(0.0, 1.0)] == set(ss.MODE_NAMES)
-    assert per_point[(1.0, 2.0)] == set(ss.MODE_NAMES)
-    cfgs2 = ss.make_configs([0], {"brightness": (0.0, 1.0)}, {"brightness": (0.0, 3.0), "contrast": (1.0, 3.0)})
-    pts = {}
-    for c in cfgs2:
-        pts.setdefault((c["brightness"], c["contrast"]), set()).add(c["mode"])
-    assert pts[(3.0, 3.0)] == set(ss.GRID_MODES)
-    assert pts[(1.0, 1.0)] == set(ss.MODE_NAMES)
+def test_profiles_set_every_size_and_overrides_win():
+    q = ss.make_config("quick")
+    assert q.seeds == (0, 1, 2) and q.steps == 100 and q.budget_steps == (300,)
+    f = ss.make_config("full")
+    assert len(f.seeds) == 10 and f.both_levels[-1] == 1.5
+    c = ss.make_config("quick", seeds=[0, 5], steps=None, contrast_levels=[1, 4])
+    assert c.seeds == (0, 5) and c.steps == 100 and c.contrast_levels == (1.0, 4.0)
+    assert "2 seeds (0, 5)" in c.describe()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(levels={"hue": (0, 1)}), "shift type"),
-    (dict(levels={"brightness": (1.0, 0.0)}), "increasing"),
-    (dict(levels={"brightness": (1.0,)}), "at least 2"),
-    (dict(line_modes=("frozen",)), "freeze mode"),
-    (dict(brightness=2.0), "swept"),
-    (dict(grid={"brightness": (0, 1)}), "exactly the keys"),
+@pytest.mark.parametrize("overrides, match", [
+    (dict(noise=-1), "noise must be a finite number >= 0"),
+    (dict(seeds="[0,5]"), "-y"),
+    (dict(seeds=1), "at least 2 seeds"),
+    (dict(profile="huge"), "profile='huge' is not allowed"),
+    (dict(steps=0), "steps must be an integer >= 1"),
+    (dict(brightness_levels=(1.0, 0.0)), "brightness_levels must be strictly increasing"),
+    (dict(brightness_levels=(1.0,)), "brightness_levels needs at least 2"),
+    (dict(contrast_levels=(0.0, 1.0)), "contrast_levels: .*contrast must be > 0"),
+    (dict(both_levels="[0, 1]"), "both_levels must be a list.*-y"),
+    (dict(grid_contrast=()), "both be given or both be empty"),
+    (dict(budget_steps=(0,)), r"budget_steps\[0\] must be an integer >= 1"),
+    (dict(line_modes=("frozen",)), r"line_modes\[0\]='frozen' is not allowed"),
+    (dict(grid_modes=("train_mode",)), "grid_modes must include"),
+    (dict(mismatch_batches=0), "mismatch_batches must be an integer >= 1"),
+    (dict(min_effect=-0.1), "min_effect"),
+    (dict(batch_size=0), "batch_size must be an integer >= 1"),
+    (dict(brightness=2.0), "unknown shift_strength parameters"),
+    (dict(brightness_levels=(), contrast_levels=(), both_levels=(), grid_brightness=(), grid_contrast=(),
+          budget_levels=()),
+     "nothing to run"),
 ])
-def test_make_configs_rejects_bad_input_naming_it(kwargs, match):
+def test_bad_parameters_fail_up_front_naming_the_parameter(overrides, match):
     with pytest.raises(ValueError, match=match):
-        ss.make_configs([0, 1], **kwargs)
+        ss.make_config(**{"profile": "quick", **overrides})
 
+
+def test_each_distinct_point_runs_once_with_the_modes_it_needs():
+    cfg = ss.make_config("quick", seeds=2, steps=7, brightness_levels=(0.0, 1.0), contrast_levels=(),
+                         both_levels=(), grid_brightness=(0.0, 3.0), grid_contrast=(1.0, 3.0),
+                         budget_levels=(0.25,), budget_steps=(9,))
+    runs = cfg.run_configs()
+    keys = [(c.seed, c.mode, c.brightness, c.contrast, c.steps) for c in runs]
+    assert len(keys) == len(set(keys))
+    modes = {}
+    for s, m, b, c, n in keys:
+        modes.setdefault((b, c, n), set()).add(m)
+    assert modes[(0.0, 1.0, 7)] == set(MODE_NAMES)          # on the line and the grid: all four, once
+    assert modes[(1.0, 1.0, 7)] == set(MODE_NAMES)
+    assert modes[(3.0, 3.0, 7)] == set(ss.GRID_MODES)       # grid only
+    assert modes[(1.0, 2.0, 7)] == modes[(1.0, 2.0, 9)] == set(ss.GRID_MODES)  # budget t = 0.25, both step counts
+    assert len(runs) == 2 * (2 * 4 + 3 * 2 + 2 * 2)
+    assert [c.seed for c in runs] == sorted(c.seed for c in runs)  # seeds outermost
+
+
+# --- a results table made by hand ------------------------------------------------------------------------------------
+
+def _effects(b, c, steps):
+    """(cost, benefit) at a shift: no cost or benefit at no shift; brightness costs more than it helps; on the
+    both line benefit 0.2 t and cost 0.3 t^2, so the curves cross at t = 0.6 (0.5 + 0.5 * 0.025 / 0.125)."""
+    t = b / 4.0
+    if c == 1.0:                    # brightness line
+        return 0.1 * b, 0.02 * b
+    if b == 0.0:                    # contrast line
+        return 0.05 * (c - 1), 0.01 * (c - 1)
+    if math.isclose(c, 1 + 4 * t):  # both line
+        return 0.3 * t * t, 0.2 * t * (0.5 if steps > 100 else 1.0)
+    return 0.1 * b + 0.05 * (c - 1), 0.0  # grid only: costs add up
+
+
+def _table(cfg, effects=_effects, sep_b_offset=0.0):
+    rows = []
+    for r in cfg.run_configs():
+        cost, benefit = effects(r.brightness, r.contrast, r.steps)
+        tm = r.mode == "train_mode"
+        rows.append(dict(r.asdict(), task_a_before=0.9, task_a_after=0.9 - cost if tm else 0.9,
+                         task_b=0.5 + benefit if tm else (0.5 + benefit - sep_b_offset if r.mode == "separate_stats"
+                                                          else 0.5),
+                         mismatch_kl=0.01 + r.brightness ** 2 / 2 + (r.contrast - 1) ** 2,
+                         mismatch_kl_train=2 * (0.01 + r.brightness ** 2 / 2 + (r.contrast - 1) ** 2),
+                         wall_s=0.5))
+    return ss.annotate(pd.DataFrame(rows), cfg)
+
+
+def _cfg(**kw):
+    return ss.make_config("quick", seeds=3, **{**SMALL, "both_levels": (0.0, 0.25, 0.5, 1.0), **kw})
+
+
+def test_findings_find_the_known_crossover_and_name_the_lines():
+    F = ss.findings(_table(_cfg()), n_boot=50)
+    assert F.cross["both"]["estimate"] == pytest.approx(0.6)
+    assert F.curves_cross == {"brightness": "do not cross", "contrast": "do not cross", "both": "cross"}
+    assert F.crossing_lines == "both" and F.any_crossover
+    assert math.isnan(F.cross["brightness"]["estimate"]) and F.cross["brightness"]["dominant"] == "cost"
+    assert F.cost["brightness_max"].mean == pytest.approx(0.2) and F.benefit["brightness_max"].mean == pytest.approx(0.04)
+    assert F.cost["t1"].mean == pytest.approx(0.3) and F.benefit["t1"].mean == pytest.approx(0.2)
+    assert F.cost["noshift"].mean == 0 and F.benefit["noshift"].mean == 0
+    assert F.lines["brightness"]["n_cost_wins"] == 2 and F.lines["both"]["n_benefit_wins"] == 2
+    assert F.net_best == pytest.approx(0.05 - 0.01875) and F.net_worst == pytest.approx(-0.16)
+    assert F.n_seeds == 3 and F.chance == 0.1 and F.ch1_steps == 800
+
+
+def test_findings_verdicts_flip_when_the_data_do():
+    F = ss.findings(_table(_cfg()), n_boot=20)
+    assert (F.budget_direction, F.grid_compound, F.sep_gain_without_loss) == ("shrinks", "more", "holds")
+    assert F.budget_t == 1.0 and (F.budget_s_lo, F.budget_s_hi) == (100, 300)
+    assert F.budget["benefit_change"].mean == pytest.approx(-0.1)
+    assert F.grid_cost_corner == pytest.approx(0.25) and F.grid_cost_bonly == pytest.approx(0.2)
+
+    def flipped(b, c, steps):
+        if b > 0 and c > 1 and not math.isclose(c, 1 + b):   # grid only: no dearer than a pure shift
+            return 0.1, 0.0
+        if b > 0 and math.isclose(c, 1 + b):               # both line: cost above benefit everywhere
+            return 0.3 * b / 4, 0.1 * b / 4
+        return _effects(b, c, steps)
+    G = ss.findings(_table(_cfg(), flipped, sep_b_offset=0.05), n_boot=20)
+    assert G.grid_compound == "no more"
+    assert G.sep_gain_without_loss == "does not hold" and G.sep_vs_train_max_b_diff == pytest.approx(0.05)
+    assert G.curves_cross["both"] == "do not cross" and G.crossing_lines == "none" and not G.any_crossover
+
+
+def test_budget_direction_grows_and_stays():
+    def grows(b, c, steps):
+        cost, ben = _effects(b, c, steps)
+        return cost, (ben * 4 if steps > 100 and b > 0 and c > 1 else ben)
+    assert ss.findings(_table(_cfg(), grows), n_boot=10).budget_direction == "grows"
+    same = lambda b, c, steps: _effects(b, c, 100)
+    assert ss.findings(_table(_cfg(), same), n_boot=10).budget_direction == "does not change significantly"
+
+
+def test_findings_of_the_mismatch_measure():
+    F = ss.findings(_table(_cfg()), n_boot=10)
+    assert F.rho_eval_train == pytest.approx(1.0)
+    assert F.rho_cost_line_min == pytest.approx(1.0)       # within a line, cost rises with the mismatch
+    assert F.noshift_kl == pytest.approx(0.01)
+    # safe: cost < 0.01 with 95% confidence (only no shift); harmed: cost > 0.01 (every other shift)
+    assert F.safe_max_kl == pytest.approx(0.01) and F.harm_min_kl > F.safe_max_kl
+    assert F.threshold_clean == "do not overlap"
+    assert F.n_conditions == len({(b, c) for b, c, n in _cfg().points() if n == 100})
+
+
+def test_figure_tables_are_tidy_and_hold_the_effects():
+    df = _table(_cfg())
+    lt = ss.line_table(df)
+    assert set(lt.columns) == {"shift", "strength", "metric", "mean", "ci_low", "ci_high", "n_seeds"}
+    row = lt[(lt["shift"] == "both") & (lt["strength"] == 1.0) & (lt["metric"] == "net")]
+    assert row["mean"].item() == pytest.approx(-0.1)
+    bt = ss.budget_table(df)
+    assert set(bt["steps"]) == {100, 300} and set(bt["t"]) == {1.0}
+    gt = ss.grid_table(df)
+    assert len(gt) == 4 * 3
+    st = ss.scatter_table(df)
+    assert set(st["mode"]) == set(MODE_NAMES)
+    for t in (lt, bt, gt, st, ss.condition_table(df), ss.crossover_long(ss.findings(df, n_boot=5))):
+        assert not any(t[c].map(lambda v: isinstance(v, (list, tuple, dict))).any() for c in t.columns)
+
+
+def test_findings_need_every_line():
+    df = _table(_cfg())
+    with pytest.raises(ValueError, match="contrast line"):
+        ss.findings(df.assign(on_contrast=False))
+
+
+# --- paired effects and the crossover (kept from the first version) -----------------------------------------------
 
 def _runs():
     # Two seeds, two shifts, three modes; numbers chosen so each effect is known.
@@ -160,23 +296,21 @@ def test_crossover_rejects_bad_input_naming_it(kwargs, match):
         ss.crossover(**args)
 
 
-def test_run_rejects_swept_and_unknown_keys(cache_dir):
-    with pytest.raises(ValueError, match="swept"):
-        ss.run(dict(contrast=2.0, cache_dir=cache_dir))
-    with pytest.raises(ValueError, match="unknown config keys"):
-        ss.run(dict(shift=2.0, cache_dir=cache_dir))
-    with pytest.raises(ValueError, match="mismatch_batches"):
-        ss.run(dict(mismatch_batches=0, cache_dir=cache_dir))
-
+# --- a tiny real run -----------------------------------------------------------------------------------------------
 
 TINY = dict(seeds=2, steps=3, stage1_steps=3, n_eval=20, widths=(4, 4), batch_size=8, stage1_batch_size=8,
             brightness_levels=(0.0, 2.0), contrast_levels=(1.0, 2.0), both_levels=(0.0, 0.5),
-            grid_brightness=(0.0, 2.0), grid_contrast=(1.0, 2.0), mismatch_batches=1, n_jobs=1, budget_levels=(),
-            progress=False, pack_size=8)
+            grid_brightness=(0.0, 2.0), grid_contrast=(1.0, 2.0), mismatch_batches=1, budget_levels=())
+
+
+def test_run_needs_a_config():
+    with pytest.raises(TypeError, match="make_config"):
+        ss.run(dict(TINY))
 
 
 def test_tiny_sweep_gives_one_paired_row_per_run_with_its_mismatch(cache_dir):
-    df = ss.run({**TINY, "cache_dir": cache_dir})
+    ex = Execution(cache_dir=cache_dir, n_jobs=1, progress=False)
+    df = ss.run(ss.make_config("quick", **TINY), ex)
     # Points: (0,1) (2,1) (0,2) (2,3) on lines, (2,2) grid-only. Lines x 4 modes, grid-only x 2 modes.
     assert len(df) == 2 * (4 * 4 + 1 * 2)
     assert not df.duplicated(["seed", "mode", "brightness", "contrast"]).any()
@@ -189,30 +323,18 @@ def test_tiny_sweep_gives_one_paired_row_per_run_with_its_mismatch(cache_dir):
     assert len(eff) == 2 * 5
     x, seeds, cost = ss.line_matrix(eff, "both", "cost")
     assert list(x) == [0.0, 0.5] and cost.shape == (2, 2)
-    again = ss.run({**TINY, "cache_dir": cache_dir})
+    again = ss.run(ss.make_config("quick", **TINY), ex)
     pd.testing.assert_frame_equal(df, again)
 
 
 def test_budget_check_reruns_its_points_at_each_step_count_without_duplicating_the_sweep(cache_dir):
-    cfg = {**TINY, "cache_dir": cache_dir, "budget_levels": (0.5,), "budget_steps": (3, 5),
-           "brightness_levels": (), "contrast_levels": (), "grid_brightness": (), "grid_contrast": ()}
-    df = ss.run(cfg)
+    cfg = ss.make_config("quick", **{**TINY, "budget_levels": (0.5,), "budget_steps": (3, 5),
+                                     "brightness_levels": (), "contrast_levels": (), "grid_brightness": (),
+                                     "grid_contrast": ()})
+    df = ss.run(cfg, Execution(cache_dir=cache_dir, n_jobs=1, progress=False))
     # both line (0, 0.5) x 4 modes at 3 steps, plus t=0.5 at 5 steps for the two budget modes.
     assert len(df) == 2 * (2 * 4 + 2)
     assert not df.duplicated(["seed", "mode", "brightness", "contrast", "steps"]).any()
     assert set(df.loc[df.part == "budget", "steps"]) == {5}
     eff = ss.paired_effects(df)
     assert set(eff.loc[eff.both_strength == 0.5, "steps"]) == {3, 5}
-
-
-def test_every_mode_in_a_block_lists_the_same_seeds_and_shifts_so_packs_align():
-    levels = {"brightness": (0.0, 1.0), "contrast": (1.0, 2.0)}
-    grid = {"brightness": (0.0, 3.0), "contrast": (1.0, 3.0)}
-    blocks = ss.make_config_blocks([0, 1], levels, grid)
-    assert len(blocks) == 2
-    for block in blocks:
-        seqs = {}
-        for c in block:
-            seqs.setdefault(c["mode"], []).append((c["seed"], c["brightness"], c["contrast"]))
-        assert len({tuple(v) for v in seqs.values()}) == 1
-    assert {c["mode"] for c in blocks[1]} == set(ss.GRID_MODES)
