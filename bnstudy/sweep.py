@@ -36,14 +36,22 @@ from tqdm import tqdm
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+# Modules that only present results (book runner, CLI, Sphinx extension, report and plot helpers): no run
+# computes anything with them, so editing them must not invalidate the run cache.
+_PRESENTATION_ONLY = {"book.py", "cli.py", "sphinxext.py", "report.py", "plots.py"}
+
+
 def code_version() -> str:
-    """A 12-hex-digit hash of every ``.py`` file in the ``bnstudy`` package.
+    """A 12-hex-digit hash of every ``.py`` file in the ``bnstudy`` package that runs can execute.
 
     Part of every cache key, so changing any code invalidates cached runs
-    instead of silently mixing results of two versions.
+    instead of silently mixing results of two versions. The presentation-only
+    modules (``_PRESENTATION_ONLY``) are left out.
     """
     h = hashlib.sha256()
     for p in sorted(_PACKAGE_DIR.rglob("*.py")):
+        if p.parent == _PACKAGE_DIR and p.name in _PRESENTATION_ONLY:
+            continue
         h.update(str(p.relative_to(_PACKAGE_DIR)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
@@ -198,8 +206,13 @@ def run_sweep(configs: list[dict], run_pack: Callable[..., list[dict]], *, names
     pending = [p for p in packs if any(cache.get(configs[i]) is None for i in p)]
     if pending:
         n_runs = sum(len(p) for p in pending)
-        bar = tqdm(total=n_runs, desc=desc or namespace, unit="run", disable=not progress,
-                   postfix={"cached": len(configs) - n_runs})
+        # $BNSTUDY_PROGRESS (set by `bnstudy chapter` and `python -m bnstudy.book`) turns the bar on even
+        # where a notebook asked for none: papermill streams it to the terminal, and the runner strips its
+        # lines (tagged below) from the executed notebook.
+        forced = bool(os.environ.get("BNSTUDY_PROGRESS"))
+        bar = tqdm(total=n_runs, desc=desc or namespace, unit="run", disable=not (progress or forced),
+                   postfix={"cached": len(configs) - n_runs}, mininterval=2.0 if forced else 0.1,
+                   bar_format="{l_bar}{bar}{r_bar} (bnstudy progress)" if forced else None)
         jobs = (joblib.delayed(_run_pack_and_cache)(run_pack, [configs[i] for i in p], str(root), namespace,
                                                     cache.version, threads_per_worker, pack_kwargs or {})
                 for p in pending)
