@@ -86,6 +86,8 @@ def hide_injected_parameters(path: Path) -> None:
             continue
         outputs = []
         for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr" and not out["text"].strip():
+                continue  # what a closed progress bar leaves behind
             if out.get("output_type") == "stream" and out.get("name") == "stderr" and PROGRESS_TAG in out["text"]:
                 kept = [ln for ln in re.split(r"[\r\n]", out["text"]) if ln.strip() and PROGRESS_TAG not in ln]
                 if not kept:

@@ -155,6 +155,8 @@ def fill_glue(nb) -> None:
     for cell in nb.cells:  # second pass: numrefs may point forward
         if cell.cell_type == "markdown":
             cell.source = _ROLE.sub(role, cell.source)
+        elif cell.cell_type == "code":  # the glued values are now in the text; nbconvert cannot show them
+            cell.outputs = [o for o in cell.get("outputs", []) if not o.get("metadata", {}).get("scrapbook")]
 
 
 def render_html(executed: Path, out: Path) -> Path:

@@ -10,6 +10,7 @@ It does four things the stock Jupyter Book build does not:
   (300 dpi) and ``.svg``, and to the tidy CSV it was drawn from and that CSV's JSON sidecar (both named by
   ``figures/NN-name.json``, written by :func:`bnstudy.plots.save_figure`). A labelled figure with no file
   is a build warning (an error in the strict build).
+* **A clean console.** Repeated ``<script>`` entries (sphinx-thebe declares a constant twice) are dropped.
 * **The files behind the links.** After the build, ``figures/`` and ``results/`` (next to ``_config.yml``)
   are copied to ``_build/html/figures/`` and ``_build/html/results/``, so the links resolve and the file
   names are the stable ones the chapters write.
@@ -84,8 +85,7 @@ class BookFigures(Transform):
             else:
                 self._add_downloads(fig, env)
 
-    @staticmethod
-    def _to_table(fig: nodes.figure) -> None:
+    def _to_table(self, fig: nodes.figure) -> None:
         table = table_figure(fig.rawsource, **fig.attributes)
         caption = [c for c in fig.children if isinstance(c, nodes.caption)]
         rest = [c for c in fig.children if not isinstance(c, nodes.caption)]
@@ -93,6 +93,8 @@ class BookFigures(Transform):
         table["classes"] = list(fig["classes"]) + ["bn-table"]
         table.source, table.line = fig.source, fig.line
         fig.replace_self(table)
+        for i in table["ids"]:  # numref looks the label's node up here: it must be the new node
+            self.document.ids[i] = table
 
     @staticmethod
     def _add_downloads(fig: nodes.figure, env) -> None:
@@ -140,6 +142,18 @@ def _depart_table_figure(self, node):
     self.depart_figure(node)
 
 
+def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
+    """Drop repeated <script> entries: sphinx-thebe adds its inline ``const THEBE_JS_URL`` once per read
+    pass, and the second declaration is a console error in every page."""
+    seen, kept = set(), []
+    for js in context.get("script_files", []):
+        key = (getattr(js, "filename", None) or "", tuple(sorted((k, str(v)) for k, v in getattr(js, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            kept.append(js)
+    context["script_files"] = kept
+
+
 def _set_mathjax_path(app, config) -> None:
     mathjax_source()  # fail early, naming the missing package
     config.mathjax_path = MATHJAX_ENTRY
@@ -167,4 +181,5 @@ def setup(app):
     app.add_transform(BookFigures)
     app.connect("config-inited", _set_mathjax_path)
     app.connect("build-finished", _copy_outputs)
+    app.connect("html-page-context", _dedupe_scripts)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

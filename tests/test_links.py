@@ -34,7 +34,8 @@ def parse(path: Path) -> _Page:
 
 def broken_links(html_root: Path) -> list[str]:
     """Every internal link or loaded resource of every page under ``html_root`` that does not resolve."""
-    pages = sorted(html_root.rglob("*.html"))
+    # the pages, not the theme's template fragments that ship as .html files under _static/
+    pages = sorted(p for p in html_root.rglob("*.html") if not p.relative_to(html_root).parts[0].startswith("_"))
     parsed = {p: parse(p) for p in pages}
     problems = []
     for page, info in parsed.items():
