@@ -93,7 +93,7 @@ def environment() -> dict:
                 python=platform.python_version())
 
 
-def run_line(profile: str, n_seeds: int, width: int = 96, **params) -> str:
+def run_line(profile: str, n_seeds: int, width: int = 78, **params) -> str:
     """A short, human-readable record of what a chapter ran with, wrapped to ``width`` characters.
 
     Names the profile, seeds, the chapter's parameters, the git commit of the code (``+dirty`` with

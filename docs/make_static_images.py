@@ -27,8 +27,9 @@ MODES = [
 
 
 def draw(path: Path) -> None:
-    fig, axes = plt.subplots(1, 4, figsize=(11, 2.7))
-    for ax, (name, sub, boxes) in zip(axes, MODES):
+    # 2 x 2 panels: at the book's text width (about 700 px) every label stays readable.
+    fig, axes = plt.subplots(2, 2, figsize=(7.2, 5.0))
+    for ax, (name, sub, boxes) in zip(axes.flat, MODES):
         ax.set_xlim(0, 1); ax.set_ylim(0, 1); ax.axis("off")
         ax.text(0.5, 0.95, name, ha="center", va="top", fontsize=12, family="monospace", weight="bold")
         ax.text(0.5, 0.80, sub, ha="center", va="top", fontsize=9, color="#333333")
@@ -41,21 +42,19 @@ def draw(path: Path) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="black", lw=0.6) for c in (TRAIN, EVAL, COPY)]
     fig.legend(handles, ["train mode (batch statistics, buffers updated)", "eval mode (stored statistics)",
                          "train mode on a private copy of the buffers"],
-               loc="lower center", ncol=3, fontsize=8.5, frameon=False, bbox_to_anchor=(0.5, -0.04))
-    fig.subplots_adjust(left=0.01, right=0.99, top=0.98, bottom=0.12, wspace=0.08)
+               loc="lower center", ncol=1, fontsize=9, frameon=False, bbox_to_anchor=(0.5, -0.09))
+    fig.subplots_adjust(left=0.01, right=0.99, top=0.98, bottom=0.08, wspace=0.06, hspace=0.12)
     matplotlib.rcParams["svg.fonttype"] = "none"
     fig.savefig(path, format="svg", bbox_inches="tight")
     plt.close(fig)
 
 
-def thumbnail(src: Path, dst: Path, width: int = 640) -> None:
-    img = plt.imread(src)
-    h, w = img.shape[:2]
-    fig = plt.figure(figsize=(width / 100, width / 100 * h / w), dpi=100)
-    fig.figimage(img, resize=True)
-    ax = fig.add_axes([0, 0, 1, 1]); ax.imshow(img); ax.axis("off")
-    fig.savefig(dst, dpi=100)
-    plt.close(fig)
+def thumbnail(src: Path, dst: Path, width: int = 560) -> None:
+    """A small palette PNG of a book figure for the README."""
+    from PIL import Image
+    img = Image.open(src).convert("RGB")
+    img = img.resize((width, round(img.height * width / img.width)), Image.LANCZOS)
+    img.quantize(colors=64).save(dst, optimize=True)
 
 
 if __name__ == "__main__":

@@ -56,5 +56,5 @@ def test_run_line_names_the_git_commit_device_and_threads_and_is_wrapped():
     line = report.run_line("quick", 3, steps=800)
     commit = report.git_commit()
     assert commit in line and "threads" in line and "device cpu" in line.replace("\n  ", " ")
-    assert all(len(ln) <= 96 for ln in line.splitlines())
+    assert all(len(ln) <= 78 for ln in line.splitlines())
     assert commit == "unknown" or len(commit.split("+")[0]) == 10
