@@ -18,13 +18,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Execute every chapter with papermill into book/executed (fails loudly on any cell error).
+# Execute every chapter with papermill into book/chapters (fails loudly on any cell error); tables and
+# figures go to book/results and book/figures.
 chapters: $(STAMP)
 	$(PY) -m bnstudy.book --profile $(PROFILE)
 
-# Build the HTML from the executed notebooks; warnings are errors.
+# Build the HTML from the executed notebooks (the book's root is book/); warnings are errors.
 book: chapters
-	$(VENV)/bin/jupyter-book build . --path-output book -W -n --keep-going
+	$(VENV)/bin/jupyter-book build book -W -n --keep-going
 	@echo "Book: $(CURDIR)/book/_build/html/index.html"
 
 test: $(STAMP)
@@ -34,7 +35,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_engine.py
 
 clean:
-	rm -rf book/_build book/executed book/results book/figures
+	rm -rf book/_build book/chapters book/results book/figures
 
 clean-cache:
 	@test -n "$(BNSTUDY_CACHE_DIR)" || { echo "BNSTUDY_CACHE_DIR is empty; nothing removed"; exit 1; }

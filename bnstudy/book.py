@@ -1,8 +1,11 @@
 """Execute the book's chapter notebooks with papermill.
 
 ``python -m bnstudy.book --profile quick`` runs every chapter in
-``chapters/`` (``NN_name.ipynb``, in order) into ``book/executed/``; ``make book``
-calls it before ``jupyter-book build``. Each chapter runs with the working
+``chapters/`` (``NN_name.ipynb``, in order) into ``book/chapters/NN-name.ipynb``
+(the book's page, and so its URL, ``chapters/NN-name.html``), its tables into
+``book/results/`` and its figures into ``book/figures/``; ``make book`` calls it
+before ``jupyter-book build book``. ``--output-dir DIR`` moves all three under
+``DIR`` (``DIR/chapters``, ``DIR/results``, ``DIR/figures``). Each chapter runs with the working
 directory ``chapters/`` and kernel ``python3``; the executed copy is first
 written to a temporary file and renamed into place only if the whole notebook
 ran, so a failed or interrupted chapter never leaves a complete-looking
@@ -10,14 +13,22 @@ notebook behind, and the command exits non-zero naming the chapter.
 
 Papermill tags the cell it injects ``injected-parameters``; we add
 ``remove-cell`` to it so readers see the chapter's own short parameter summary
-instead of raw code.
+instead of raw code. The chapter's full parameters (its defaults with the
+overrides applied) reach the kernel in ``$BNSTUDY_RUN_PARAMETERS`` (JSON), which
+:func:`bnstudy.report.save_table` writes into each table's JSON sidecar. With
+``log_output`` the cells' outputs stream to the terminal as they run, and sweeps
+show a progress bar there (``$BNSTUDY_PROGRESS``); the bar's lines are removed
+from the executed notebook afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import os
 import shutil
+import re
 import signal
 import sys
 import tempfile
@@ -28,7 +39,8 @@ import nbformat
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS_DIR = REPO / "chapters"
-EXECUTED_DIR = REPO / "book" / "executed"
+BOOK_DIR = REPO / "book"
+EXECUTED_DIR = BOOK_DIR / "chapters"
 PROFILES = ("quick", "full")
 PARTIAL_DIR = ".partial"
 
@@ -38,22 +50,62 @@ def chapter_paths(chapters_dir: Path = CHAPTERS_DIR) -> list[Path]:
     return sorted(p for p in Path(chapters_dir).glob("[0-9][0-9]_*.ipynb"))
 
 
+def page_name(notebook) -> str:
+    """The executed notebook's stem, and so its page's URL: ``01_freeze_modes.ipynb`` -> ``01-freeze-modes``."""
+    return Path(notebook).stem.replace("_", "-")
+
+
+def notebook_parameters(notebook) -> dict:
+    """The chapter's parameters and their defaults, read from its ``parameters`` cell (values as Python objects)."""
+    import papermill as pm
+
+    out = {}
+    for name, spec in pm.inspect_notebook(str(notebook)).items():
+        try:
+            out[name] = ast.literal_eval(spec["default"])
+        except (ValueError, SyntaxError):
+            out[name] = spec["default"]
+    return out
+
+
+PROGRESS_TAG = "(bnstudy progress)"
+
+
 def hide_injected_parameters(path: Path) -> None:
-    """Add the ``remove-cell`` tag to papermill's ``injected-parameters`` cell in ``path``."""
+    """Add ``remove-cell`` to papermill's ``injected-parameters`` cell in ``path`` and drop progress-bar lines.
+
+    Progress lines are those ending in :data:`PROGRESS_TAG` (written by sweeps when ``$BNSTUDY_PROGRESS`` is
+    set); they belong on the terminal, not on the page.
+    """
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         tags = cell.get("metadata", {}).get("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
             cell["metadata"]["tags"] = tags + ["remove-cell"]
+        if cell.cell_type != "code":
+            continue
+        outputs = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr" and not out["text"].strip():
+                continue  # what a closed progress bar leaves behind
+            if out.get("output_type") == "stream" and out.get("name") == "stderr" and PROGRESS_TAG in out["text"]:
+                kept = [ln for ln in re.split(r"[\r\n]", out["text"]) if ln.strip() and PROGRESS_TAG not in ln]
+                if not kept:
+                    continue
+                out["text"] = "\n".join(kept) + "\n"
+            outputs.append(out)
+        cell["outputs"] = outputs
     nbformat.write(nb, path)
 
 
 def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: str = "quick",
-                    parameters: dict | None = None, cwd: Path | None = None) -> Path:
-    """Execute one chapter with papermill; returns the executed notebook's path.
+                    parameters: dict | None = None, cwd: Path | None = None, log_output: bool = False) -> Path:
+    """Execute one chapter with papermill; returns the executed notebook's path, ``output_dir/NN-name.ipynb``.
 
     ``parameters`` override the notebook's ``parameters`` cell (``profile`` is
-    always passed). Raises ``ValueError`` for an unknown profile and papermill's
+    always passed). ``log_output`` streams cell outputs and a sweep progress bar to
+    the terminal. Raises ``ValueError`` for an unknown profile or a parameter the
+    notebook does not have (naming the allowed ones), and papermill's
     ``PapermillExecutionError`` if a cell fails (the output is then not written).
     """
     import papermill as pm
@@ -61,29 +113,45 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
     if profile not in PROFILES:
         raise ValueError(f"profile={profile!r} is not allowed; choose one of {list(PROFILES)}")
     notebook = Path(notebook).resolve()
+    params = {"profile": profile, **(parameters or {})}
+    defaults = notebook_parameters(notebook)
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise ValueError(f"{notebook.name} has no parameter(s) {unknown}; its parameters are {sorted(defaults)}")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    final = output_dir / notebook.name
+    final = output_dir / f"{page_name(notebook)}.ipynb"
     # The partial notebook lives in a hidden folder that the book's exclude_patterns skip, so even a
     # SIGKILLed run leaves nothing the build would read; main() also clears it on start.
     work = output_dir / PARTIAL_DIR
     work.mkdir(exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=work, prefix=f"{notebook.stem}.", suffix=".ipynb")
     os.close(fd)
+    # The kernel inherits this process's environment: the full parameters go to the tables' sidecars.
+    env = {"BNSTUDY_RUN_PARAMETERS": json.dumps({"chapter": notebook.stem, **defaults, **params}, default=str)}
+    if log_output:
+        env["BNSTUDY_PROGRESS"] = "1"
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
-        pm.execute_notebook(str(notebook), tmp, parameters={"profile": profile, **(parameters or {})},
-                            kernel_name="python3", cwd=str(cwd or notebook.parent), progress_bar=False)
+        pm.execute_notebook(str(notebook), tmp, parameters=params, kernel_name="python3",
+                            cwd=str(cwd or notebook.parent), progress_bar=log_output, log_output=log_output)
         hide_injected_parameters(Path(tmp))
         os.chmod(tmp, 0o644)
         os.replace(tmp, final)
     finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         if os.path.exists(tmp):
             os.unlink(tmp)
     return final
 
 
 def record_time(chapter: str, profile: str, wall_s: float, path: Path | None = None) -> Path:
-    """Record a chapter's wall time in ``book/results/chapter_times.csv`` (one row per chapter and profile)."""
+    """Record a chapter's wall time in ``path`` (default ``book/results/chapter_times.csv``), one row per chapter and profile."""
     import pandas as pd
     from .sweep import atomic_write_bytes
 
@@ -101,11 +169,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bnstudy.book", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", choices=PROFILES, default="quick", help="quick (minutes) or full (published book)")
     ap.add_argument("--only", nargs="*", default=None, help="chapter file stems to run (default: all)")
-    ap.add_argument("--output-dir", default=str(EXECUTED_DIR))
+    ap.add_argument("--output-dir", default=str(BOOK_DIR),
+                    help="root of the outputs: DIR/chapters (executed notebooks), DIR/results, DIR/figures "
+                         "(default: book/)")
+    ap.add_argument("--quiet", action="store_true", help="do not stream cell outputs and progress to the terminal")
     args = ap.parse_args(argv)
     # A kill signal becomes an ordinary exit, so the cleanup in execute_chapter runs.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    shutil.rmtree(Path(args.output_dir) / PARTIAL_DIR, ignore_errors=True)  # left by a SIGKILLed run
+    out = Path(args.output_dir).resolve()
+    shutil.rmtree(out / "chapters" / PARTIAL_DIR, ignore_errors=True)  # left by a SIGKILLed run
     paths = chapter_paths()
     if args.only:
         unknown = set(args.only) - {p.stem for p in paths}
@@ -116,7 +188,8 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         print(f"[bnstudy.book] {p.name} ({args.profile}) ...", flush=True)
         try:
-            execute_chapter(p, Path(args.output_dir), args.profile)
+            execute_chapter(p, out / "chapters", args.profile, log_output=not args.quiet,
+                            parameters=dict(results_dir=str(out / "results"), figures_dir=str(out / "figures")))
         except KeyboardInterrupt:
             print(f"[bnstudy.book] interrupted during {p.name}; finished runs are cached, rerun to resume",
                   file=sys.stderr, flush=True)
@@ -125,7 +198,7 @@ def main(argv=None) -> int:
             print(f"[bnstudy.book] FAILED: {p.name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             return 1
         wall = time.perf_counter() - t0
-        record_time(p.stem, args.profile, wall)
+        record_time(p.stem, args.profile, wall, out / "results" / "chapter_times.csv")
         print(f"[bnstudy.book] {p.name} done in {wall:.1f} s", flush=True)
     return 0
 

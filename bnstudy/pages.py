@@ -77,13 +77,11 @@ def glue_findings(prefix: str, findings) -> None:
         glue_value(f"{prefix}_{f.name}", getattr(findings, f.name))
 
 
-def run_line(config) -> str:
-    """The page's "Ran with" line: the chapter config's parameters, then code, torch, device and threads."""
-    import platform
-
-    import torch
-
-    from .report import provenance
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    return (f"Ran with {config.describe()}; {provenance()}, torch {torch.__version__}, device {dev}, "
-            f"1 torch thread per run, Python {platform.python_version()}.")
+def run_line(config, execution=None, width: int = 78) -> str:
+    """The page's "Ran with" line for a chapter ``config`` (its ``describe()``), then the git commit,
+    device, torch and the threads each run used (``execution.threads``, default 1); wrapped to ``width``.
+    Also records the config's fields for the JSON sidecars of the chapter's tables."""
+    from .config import Execution
+    from .report import describe_run
+    ex = execution or Execution()
+    return describe_run(config.describe(), config.asdict(), width, run_threads=ex.threads)

@@ -1,13 +1,17 @@
 """One figure style for the book, and stable figure files.
 
-``save_figure(fig, "01-accuracy", figures_dir)`` writes ``01-accuracy.png`` (150 dpi)
+``save_figure(fig, "01-accuracy", figures_dir)`` writes ``01-accuracy.png`` (300 dpi)
 and ``01-accuracy.svg`` atomically, so a reader can cite and link a file whose
-name does not change between builds.
+name does not change between builds, and ``01-accuracy.json``, which names the
+tidy CSV the figure was drawn from. The book (``bnstudy.sphinxext``) links all of
+them under the figure labelled ``fig-ch01-accuracy``.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
 from pathlib import Path
 
 import matplotlib
@@ -35,20 +39,34 @@ def set_style() -> None:
                                 "xtick.labelsize": 10, "ytick.labelsize": 10, "axes.labelsize": 10.5})
 
 
-def save_figure(fig: plt.Figure, name: str, figures_dir) -> list[Path]:
-    """Write ``fig`` as ``<figures_dir>/<name>.png`` and ``.svg``; returns both paths.
+PNG_DPI = 300
 
-    Raises ``ValueError`` if ``name`` has a suffix or a path separator (names are stable ids).
+
+def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path]:
+    """Write ``fig`` as ``<figures_dir>/<name>.png`` (300 dpi) and ``.svg``; returns both paths.
+
+    Also writes ``<name>.json`` naming the files and ``data``, the tidy CSV the figure was drawn from
+    (default: the table that :func:`bnstudy.report.save_table` wrote last in this process; pass the
+    path when the figure comes from another one). Raises ``ValueError`` if ``name`` has a suffix or a
+    path separator (names are stable ids).
     """
+    from . import report
+
     if "/" in name or "." in name:
         raise ValueError(f"name must be a bare figure id like '01-accuracy', got {name!r}")
     paths = []
-    for ext, kw in (("png", {"dpi": 150}), ("svg", {})):
+    for ext, kw in (("png", {"dpi": PNG_DPI}), ("svg", {})):
         buf = io.BytesIO()
         fig.savefig(buf, format=ext, **kw)
         p = Path(figures_dir) / f"{name}.{ext}"
         atomic_write_bytes(p, buf.getvalue())
         paths.append(p)
+    data = Path(data) if data is not None else report.last_table
+    meta = dict(figure=name, png=f"{name}.png", png_dpi=PNG_DPI, svg=f"{name}.svg",
+                data=data.name if data is not None else None,
+                data_sidecar=report.sidecar_path(data).name if data is not None else None)
+    side = Path(figures_dir) / f"{name}.json"
+    atomic_write_bytes(side, (json.dumps(meta, indent=2) + "\n").encode())
     return paths
 
 

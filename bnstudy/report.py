@@ -1,19 +1,38 @@
-"""Helpers the chapters use to put measured numbers into prose and tables.
+"""Helpers the chapters use to put measured numbers into prose and tables, and to record provenance.
 
 Values are glued as plain Python numbers (a NumPy scalar's text form,
 ``np.float64(0.5)``, would break ``{glue:text}`key:.3f```), and sentences whose
 wording depends on the data are glued as Markdown for ``{glue:md}``.
+
+Provenance: :func:`run_line` prints what a chapter ran with (profile, seeds,
+parameters, the git commit of the code, device, torch and its thread count), and
+:func:`save_table` writes, next to every CSV, a JSON sidecar with the same facts
+plus the chapter's full parameters (from ``$BNSTUDY_RUN_PARAMETERS``, set by the
+book runner and the ``bnstudy`` command, else from the last :func:`run_line`).
 """
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import json
+import os
 import platform
+import subprocess
+import textwrap
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from .sweep import atomic_write_bytes, code_version
+from .sweep import atomic_write_bytes
+
+_REPO = Path(__file__).resolve().parent.parent
+# What the last run_line() call said, and the tables saved in this process (their sidecars are rewritten
+# when run_line comes after save_table, as it does in the chapters).
+_RUN: dict = {}
+_SAVED: list[Path] = []
 
 
 def glue_number(key: str, value) -> float:
@@ -37,37 +56,150 @@ def fmt_ci(mean: float, low: float, high: float, digits: int = 3) -> str:
     return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def run_line(profile: str, n_seeds: int, **params) -> str:
-    """A one-line, human-readable record of what a chapter ran with."""
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+@lru_cache(maxsize=None)
+def git_commit(repo=None) -> str:
+    """The code's git commit: a short hash, ``"+dirty"`` appended when tracked files have uncommitted changes.
+
+    ``"unknown"`` outside a git checkout (an installed package) or without ``git``.
+    """
+    repo = str(repo or _REPO)
+    try:
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "--short=10", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def package_version() -> str:
+    """The installed ``bnstudy`` version."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("bnstudy")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def environment() -> dict:
+    """Where the code ran: package version, git commit, device, torch and its thread count, Python."""
+    cuda = torch.cuda.is_available()
+    return dict(bnstudy=package_version(), git_commit=git_commit(),
+                device=f"cuda ({torch.cuda.get_device_name(0)})" if cuda else "cpu",
+                torch=torch.__version__, torch_threads=torch.get_num_threads(),
+                python=platform.python_version())
+
+
+def run_line(profile: str, n_seeds: int, width: int = 78, **params) -> str:
+    """A short, human-readable record of what a chapter ran with, wrapped to ``width`` characters.
+
+    Names the profile, seeds, the chapter's parameters, the git commit of the code (``+dirty`` with
+    uncommitted changes), the device, and torch with its thread count. Wrapped so that the whole line is
+    visible on a page without scrolling. Also remembered for the tables' JSON sidecars.
+    """
     extra = ", ".join(f"{k}={v}" for k, v in params.items())
-    return (f"Ran with profile={profile}, {n_seeds} seeds, {extra}; bnstudy code {code_version()}, "
-            f"torch {torch.__version__}, device {dev}, Python {platform.python_version()}.")
+    return describe_run(f"profile={profile}, {n_seeds} seeds, {extra}",
+                        dict(profile=profile, n_seeds=int(n_seeds), **params), width)
+
+
+def describe_run(description: str, parameters: dict, width: int = 78, run_threads: int | None = None) -> str:
+    """``"Ran with <description>; bnstudy ... at git commit ...; device ..., torch ..."``, wrapped to ``width``.
+
+    ``parameters`` are remembered for the JSON sidecars of the tables this process saves (those saved
+    earlier are rewritten). ``run_threads``: torch threads each run used, if fixed by the sweep.
+    """
+    env = environment()
+    threads = (f"{run_threads} thread{'s' if run_threads != 1 else ''} per run" if run_threads
+               else f"{env['torch_threads']} threads")
+    text = (f"Ran with {description}; bnstudy {env['bnstudy']} at git commit {env['git_commit']}; device "
+            f"{env['device']}, torch {env['torch']} with {threads}, Python {env['python']}.")
+    _RUN.clear()
+    _RUN.update(parameters)
+    for p in _SAVED:  # tables saved before this call get the run's parameters too
+        if p.exists():
+            write_sidecar(p)
+    return textwrap.fill(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "item") and callable(v.item):  # NumPy scalars
+        return v.item()
+    return v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+
+
+def sidecar_path(csv_path) -> Path:
+    """``results/NN_name.csv`` -> ``results/NN_name.json``."""
+    return Path(csv_path).with_suffix(".json")
+
+
+def write_sidecar(csv_path, parameters: dict | None = None, seeds=None) -> Path:
+    """Write the JSON sidecar of ``csv_path``: what the table is and what it ran with.
+
+    Keys: ``table`` (file name), ``rows``, ``columns``, ``sha256`` of the CSV, ``seeds`` (from the
+    table's ``seed`` column unless given), ``parameters`` (``parameters``, else ``$BNSTUDY_RUN_PARAMETERS``
+    merged with the last :func:`run_line`), ``environment`` (:func:`environment`) and ``written`` (UTC time).
+    """
+    csv_path = Path(csv_path)
+    data = csv_path.read_bytes()
+    df = pd.read_csv(csv_path)
+    if parameters is None:
+        parameters = json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}")
+        parameters = {**parameters, **{k: v for k, v in _RUN.items() if k not in parameters}}
+    if seeds is None and "seed" in df.columns:
+        seeds = sorted(int(s) for s in df["seed"].dropna().unique())
+    meta = dict(table=csv_path.name, rows=len(df), columns=list(df.columns),
+                sha256=hashlib.sha256(data).hexdigest(), seeds=seeds, parameters=_jsonable(parameters),
+                environment=environment(),
+                written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    out = sidecar_path(csv_path)
+    atomic_write_bytes(out, (json.dumps(meta, indent=2) + "\n").encode())
+    return out
+
+
+# The last table written in this process: figures saved after it are taken to be drawn from it
+# (bnstudy.plots.save_figure records it unless given data=...).
+last_table: Path | None = None
 
 
 def save_table(df: pd.DataFrame, path) -> Path:
-    """Write the tidy table ``df`` as CSV atomically (a complete file or none).
+    """Write the tidy table ``df`` as CSV atomically (a complete file or none), and its sidecar.
 
     Raises ``ValueError`` naming the columns if any holds lists, tuples or dicts: a CSV cannot
-    hold them faithfully, so turn them into a long table first instead of losing them.
+    hold them faithfully, so turn them into a long table first instead of losing them. The sidecar
+    ``NN_name.json`` (see :func:`write_sidecar`) records the run's parameters, seeds, package
+    version and git commit.
     """
+    global last_table
     nested = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()]
     if nested:
         raise ValueError(f"save_table: columns {nested} hold lists or dicts; save them as a tidy long table "
                          f"(one value per row) instead")
     path = Path(path)
     atomic_write_bytes(path, df.to_csv(index=False).encode())
+    write_sidecar(path)
+    if path.resolve() not in [p.resolve() for p in _SAVED]:
+        _SAVED.append(path)
+    last_table = path
     return path
 
 
-def provenance() -> str:
-    """Which code produced a result: ``bnstudy <version> code <hash>``."""
-    from importlib.metadata import version
-    try:
-        v = version("bnstudy")
-    except Exception:
-        v = "unknown"
-    return f"bnstudy {v} code {code_version()}"
+def glue_table(key: str, table: pd.DataFrame) -> pd.DataFrame:
+    """Glue a DataFrame for a ``{glue:figure}`` that the book renders and numbers as a *table*.
+
+    Any ``{glue:figure}`` whose content is not an image is numbered in the table series (Table 1.1) by
+    ``bnstudy.sphinxext``; name it ``tbl-chNN-...`` so the label says so. Cells are never cut ("...").
+    """
+    from myst_nb import glue
+    with pd.option_context("display.max_colwidth", None):
+        glue(key, table, display=False)
+    return table
 
 
 def profile_note(profile: str, n_seeds: int) -> str:

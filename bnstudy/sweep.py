@@ -39,14 +39,22 @@ from tqdm import tqdm
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+# Modules that only present results (book runner, CLI, Sphinx extension, report and plot helpers): no run
+# computes anything with them, so editing them must not invalidate the run cache.
+_PRESENTATION_ONLY = {"book.py", "cli.py", "sphinxext.py", "report.py", "plots.py"}
+
+
 def code_version() -> str:
-    """A 12-hex-digit hash of every ``.py`` file in the ``bnstudy`` package.
+    """A 12-hex-digit hash of every ``.py`` file in the ``bnstudy`` package that runs can execute.
 
     Part of every cache key, so changing any code invalidates cached runs
-    instead of silently mixing results of two versions.
+    instead of silently mixing results of two versions. The presentation-only
+    modules (``_PRESENTATION_ONLY``) are left out.
     """
     h = hashlib.sha256()
     for p in sorted(_PACKAGE_DIR.rglob("*.py")):
+        if p.parent == _PACKAGE_DIR and p.name in _PRESENTATION_ONLY:
+            continue
         h.update(str(p.relative_to(_PACKAGE_DIR)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
@@ -186,8 +194,13 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
     pending = [g for g in groups if any(cache.get(configs[i]) is None for i in g)]
     if pending:
         n_runs = sum(len(g) for g in pending)
-        bar = tqdm(total=n_runs, desc=desc or namespace, unit="run", disable=not ex.progress,
-                   postfix={"cached": len(configs) - n_runs})
+        # $BNSTUDY_PROGRESS (set by `bnstudy chapter` and `python -m bnstudy.book`) turns the bar on even
+        # where a notebook asked for none: papermill streams it to the terminal, and the runner strips its
+        # lines (tagged below) from the executed notebook.
+        forced = bool(os.environ.get("BNSTUDY_PROGRESS"))
+        bar = tqdm(total=n_runs, desc=desc or namespace, unit="run", disable=not (ex.progress or forced),
+                   postfix={"cached": len(configs) - n_runs}, mininterval=2.0 if forced else 0.1,
+                   bar_format="{l_bar}{bar}{r_bar} (bnstudy progress)" if forced else None)
         jobs = (joblib.delayed(_run_group_and_cache)(run_group, [configs[i] for i in g], str(root), namespace,
                                                      cache.version, ex.threads, group_kwargs or {})
                 for g in pending)

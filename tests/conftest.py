@@ -1,3 +1,8 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -5,7 +10,42 @@ import torch
 # One thread per test process: the tests check exact equalities, and small nets gain nothing from more.
 torch.set_num_threads(1)
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 @pytest.fixture
 def cache_dir(tmp_path):
     return tmp_path / "cache"
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory):
+    """Every chapter executed (quick profile, empty cache) and the book built with -W, in a temporary copy
+    of book/ so the repository's outputs are untouched. Returns (book root, CompletedProcess of the build);
+    the HTML is in root/_build/html. Shared by test_book.py and test_browser.py (built once per session)."""
+    from bnstudy import book
+
+    root = tmp_path_factory.mktemp("book_root")
+    src = REPO / "book"
+    for p in src.iterdir():
+        if p.is_file() and p.suffix in (".md", ".yml", ".bib"):
+            shutil.copy(p, root / p.name)
+    shutil.copytree(src / "_static", root / "_static")
+    for nb_path in book.chapter_paths():
+        book.execute_chapter(nb_path, root / "chapters", "quick", parameters=dict(
+            results_dir=str(root / "results"), figures_dir=str(root / "figures"), cache_dir=str(root / "cache")))
+    jb = Path(sys.executable).parent / "jupyter-book"
+    res = subprocess.run([str(jb), "build", str(root), "-W", "-n", "--keep-going"], capture_output=True, text=True)
+    return root, res
+
+
+@pytest.fixture(scope="session")
+def built_html(request):
+    """The built HTML folder: $BNSTUDY_BOOK_HTML when set (an existing build, e.g. book/_build/html after
+    `make book`), else the session's built_book."""
+    given = os.environ.get("BNSTUDY_BOOK_HTML")
+    if given:
+        return Path(given).resolve()
+    root, res = request.getfixturevalue("built_book")
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    return root / "_build" / "html"

@@ -1,0 +1,256 @@
+"""``bnstudy``: rerun a chapter of the book with your own parameters and read the result as a web page.
+
+    bnstudy list                                   # chapters and their parameters, with defaults
+    bnstudy chapter 01 -p seeds 20 --out rerun/    # run chapter 1 with 20 seeds into rerun/
+    bnstudy chapter 03 -y "brightness_levels: [0, 2, 4]" --profile quick --out rerun3/
+
+``bnstudy chapter`` executes the chapter notebook with papermill and writes every output under ``--out``:
+the executed notebook ``NN-name.ipynb``, its tables ``results/`` (CSV, each with a JSON sidecar of what it
+ran with), its figures ``figures/`` (PNG, SVG), and ``NN-name.html``, the executed chapter rendered with
+nbconvert, glued numbers filled in, for a person to open. Cell outputs and a sweep progress bar stream to
+the terminal while it runs. Finished runs are cached (``--cache-dir``, default ``$BNSTUDY_CACHE_DIR`` or
+``~/.cache/bnstudy``), so rerunning with more seeds computes only the new ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import re
+import sys
+import time
+from pathlib import Path
+
+from . import book
+
+RESERVED = ("results_dir", "figures_dir")  # set from --out
+
+
+def chapters() -> dict[str, Path]:
+    """``{"01": chapters/01_freeze_modes.ipynb, ...}``."""
+    return {p.stem[:2]: p for p in book.chapter_paths()}
+
+
+def resolve_chapter(name: str) -> Path:
+    """A chapter notebook from ``01``, ``1``, ``01_freeze_modes``, ``01-freeze-modes`` or ``freeze_modes``."""
+    table = chapters()
+    key = name.strip().replace("-", "_").removesuffix(".ipynb")
+    for num, path in table.items():
+        stem = path.stem
+        if key in (num, stem, stem[3:]) or (key.isdigit() and int(key) == int(num)):
+            return path
+    allowed = ", ".join(f"{n} ({p.stem})" for n, p in table.items())
+    raise SystemExit(f"bnstudy: unknown chapter {name!r}; choose one of: {allowed}")
+
+
+def parse_value(text: str):
+    """Papermill's ``-p`` typing: ``True``/``False``/``None``, int, float, else the string itself."""
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def collect_parameters(args, defaults: dict) -> dict:
+    import yaml
+
+    params: dict = {}
+    for path in args.parameters_file or []:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise SystemExit(f"bnstudy: -f {path}: expected a YAML mapping of parameter names to values")
+        params.update(loaded)
+    for text in args.yaml or []:
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise SystemExit(f"bnstudy: -y {text!r} is not valid YAML: {e}")
+        if not isinstance(loaded, dict):
+            raise SystemExit(f"bnstudy: -y {text!r}: expected 'name: value', e.g. -y \"brightness_levels: [0, 2, 4]\"")
+        params.update(loaded)
+    for name, value in args.param or []:
+        params[name] = parse_value(value)
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise SystemExit(f"bnstudy: unknown parameter(s) {unknown} for this chapter; allowed: "
+                         f"{sorted(k for k in defaults if k not in RESERVED)}")
+    reserved = sorted(set(params) & set(RESERVED))
+    if reserved:
+        raise SystemExit(f"bnstudy: {reserved} are set by --out (DIR/results, DIR/figures); do not pass them")
+    if "profile" in params:
+        raise SystemExit("bnstudy: give the profile as --profile quick|full, not as a parameter")
+    return params
+
+
+# --- rendering the executed notebook for a person: glued values filled into the Markdown ---------------
+
+GLUE_PREFIX = "application/papermill.record/"
+_FIGURE = re.compile(r"```\{glue:figure\}\s*(\S+)\s*\n(.*?)```", re.S)
+_ROLE = re.compile(r"\{(glue(?::\w*)?|numref|cite(?::\w+)?|ref)\}`([^`]*)`")
+
+
+def glue_data(nb) -> dict[str, dict]:
+    """``{key: mime bundle}`` of every value the notebook glued."""
+    out = {}
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                out[name] = {k.removeprefix(GLUE_PREFIX): v for k, v in o.get("data", {}).items()}
+    return out
+
+
+def _figure_markdown(bundle: dict, label: str, caption: str, kind: str, number: int) -> str:
+    if "image/png" in bundle:
+        body = f'<img alt="{label}" src="data:image/png;base64,{bundle["image/png"]}" style="max-width:100%">'
+    elif "text/html" in bundle:
+        body = bundle["text/html"]
+    else:
+        body = f"<pre>{bundle.get('text/plain', '')}</pre>"
+    return f'<div id="{label}">\n\n{body}\n\n**{kind} {number}.** {caption.strip()}\n\n</div>\n'
+
+
+def fill_glue(nb) -> None:
+    """Replace ``{glue:*}``, ``{glue:figure}``, ``{numref}`` and ``{cite}`` in Markdown cells with their values."""
+    data = glue_data(nb)
+    numbers: dict[str, str] = {}
+    counts = {"Figure": 0, "Table": 0}
+
+    def figure(m):
+        key, rest = m.group(1), m.group(2)
+        name = re.search(r"^:name:\s*(\S+)", rest, re.M)
+        label = name.group(1) if name else key
+        caption = "\n".join(ln for ln in rest.splitlines() if not ln.startswith(":"))
+        bundle = data.get(key, {})
+        kind = "Figure" if "image/png" in bundle else "Table"
+        counts[kind] += 1
+        numbers[label] = f"{kind} {counts[kind]}"
+        return _figure_markdown(bundle, label, caption, kind, counts[kind])
+
+    def role(m):
+        kind, text = m.group(1), m.group(2)
+        if kind in ("numref", "ref"):
+            return f"[{numbers.get(text, text)}](#{text})"
+        if kind.startswith("cite"):
+            return f"[{text}]"
+        if kind == "glue:text":
+            key, _, fmt = text.rpartition(":") if ":" in text else (text, "", "")
+            raw = data.get(key, {}).get("text/plain", key)
+            try:
+                return format(float(raw), fmt)
+            except ValueError:
+                return str(raw)
+        if kind == "glue:md":
+            return data.get(text, {}).get("text/markdown", text)
+        return str(data.get(text, {}).get("text/plain", text))
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            src = _FIGURE.sub(figure, cell.source)
+            cell.source = src
+    for cell in nb.cells:  # second pass: numrefs may point forward
+        if cell.cell_type == "markdown":
+            cell.source = _ROLE.sub(role, cell.source)
+        elif cell.cell_type == "code":  # the glued values are now in the text; nbconvert cannot show them
+            cell.outputs = [o for o in cell.get("outputs", []) if not o.get("metadata", {}).get("scrapbook")]
+
+
+def render_html(executed: Path, out: Path) -> Path:
+    """Render ``executed`` to a self-contained HTML file ``out``, hidden cells removed, glue filled in."""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
+
+    nb = nbformat.read(executed, as_version=4)
+    fill_glue(nb)
+    exporter = HTMLExporter()
+    exporter.register_preprocessor(TagRemovePreprocessor(
+        remove_cell_tags=("remove-cell",), remove_input_tags=("remove-input", "hide-input"),
+        remove_all_outputs_tags=("remove-output",), enabled=True), enabled=True)
+    html, _ = exporter.from_notebook_node(nb)
+    out.write_text(html, encoding="utf-8")
+    return out
+
+
+# --- the commands -----------------------------------------------------------------------------------------
+
+def cmd_list(args) -> int:
+    for num, path in chapters().items():
+        print(f"{num}  {path.stem}  (page chapters/{book.page_name(path)}.html)")
+        import papermill as pm
+        for name, spec in pm.inspect_notebook(str(path)).items():
+            if name in RESERVED:
+                continue
+            help_ = f"  # {spec['help']}" if spec.get("help") else ""
+            print(f"      {name} = {spec['default']}{help_}")
+    print("\nRun one: bnstudy chapter NN [-p NAME VALUE ...] [-y 'name: [list]'] [--profile quick|full] --out DIR")
+    return 0
+
+
+def cmd_chapter(args) -> int:
+    nb_path = resolve_chapter(args.chapter)
+    defaults = book.notebook_parameters(nb_path)
+    params = collect_parameters(args, defaults)
+    out = Path(args.out).resolve()
+    params.update(results_dir=str(out / "results"), figures_dir=str(out / "figures"))
+    if args.cache_dir is not None and "cache_dir" in defaults:
+        params["cache_dir"] = str(Path(args.cache_dir).resolve())
+    print(f"bnstudy: running {nb_path.name} (profile {args.profile}) into {out}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    try:
+        executed = book.execute_chapter(nb_path, out, args.profile, parameters=params, log_output=not args.quiet)
+    except KeyboardInterrupt:
+        print("bnstudy: interrupted; finished runs are cached, rerun to resume", file=sys.stderr)
+        return 130
+    except ValueError as e:
+        print(f"bnstudy: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # papermill names the failing cell
+        print(f"bnstudy: {nb_path.name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    wall = time.perf_counter() - t0
+    lines = [f"executed notebook: {executed}", f"tables:            {out / 'results'}",
+             f"figures:           {out / 'figures'}"]
+    if not args.no_html:
+        html = render_html(executed, executed.with_suffix(".html"))
+        lines.append(f"open in a browser: {html}")
+    print(f"bnstudy: {nb_path.name} done in {wall:.0f} s\n  " + "\n  ".join(lines), flush=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="bnstudy", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,chapter}")
+    sub.add_parser("list", help="list the chapters and their parameters").set_defaults(func=cmd_list)
+    ch = sub.add_parser("chapter", help="rerun one chapter with other parameters",
+                        description="Rerun one chapter; every output goes under --out.")
+    ch.add_argument("chapter", help="chapter number (01) or name (01_freeze_modes); see `bnstudy list`")
+    ch.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                    help="a parameter (numbers, True/False/None are typed as papermill does)")
+    ch.add_argument("-y", "--yaml", action="append", metavar="YAML",
+                    help="parameters as YAML, for lists: -y \"brightness_levels: [0.0, 2.0]\"")
+    ch.add_argument("-f", "--parameters-file", action="append", metavar="FILE", help="parameters from a YAML file")
+    ch.add_argument("--profile", choices=book.PROFILES, default="quick",
+                    help="quick (minutes, 3 seeds) or full (the published book); default quick")
+    ch.add_argument("--out", required=True, metavar="DIR", help="folder for every output of the rerun")
+    ch.add_argument("--cache-dir", metavar="DIR", default=None,
+                    help="run cache (default $BNSTUDY_CACHE_DIR or ~/.cache/bnstudy); e.g. DIR/cache to keep it apart")
+    ch.add_argument("--no-html", action="store_true", help="skip rendering the executed notebook to HTML")
+    ch.add_argument("--quiet", action="store_true", help="do not stream cell outputs and progress")
+    ch.set_defaults(func=cmd_chapter)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The built book in a real browser: every page opened in headless Chromium (Debian's /usr/bin/chromium,
+driven by playwright), served from localhost with no other network. Checks on every page: no console errors,
+no failed requests, no request leaving localhost, no broken images, math rendered by MathJax (no raw ``\\(``,
+``\\[`` or ``$$`` left in the visible text), every figure with a caption and an id. A full-page screenshot of
+every page goes to ``$BNSTUDY_SCREENSHOTS`` (default: ``screenshots/`` next to the HTML folder, i.e.
+``_build/screenshots``) for a person to look at."""
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("BNSTUDY_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(built_html):
+    handler = functools.partial(_QuietHandler, directory=str(built_html))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium chromium-driver (.ci/run does)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    with sync_api.sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
+            args=FLAGS, viewport={"width": 1280, "height": 900}, service_workers="block")
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+def _pages(html_root: Path) -> list[str]:
+    return sorted(str(p.relative_to(html_root)) for p in html_root.rglob("*.html")
+                  if not p.relative_to(html_root).parts[0].startswith("_"))
+
+
+MATH_DONE = """async () => {
+  if (!window.MathJax) return 'none';
+  if (MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  return 'done';
+}"""
+
+PAGE_FACTS = """() => {
+  const main = document.querySelector('main') || document.body;
+  const figures = [...document.querySelectorAll('figure')].map(f => ({
+      id: f.id || (f.querySelector('[id]') || {}).id || '',
+      caption: (f.querySelector('figcaption') || {innerText: ''}).innerText.trim()}));
+  return {
+    text: main.innerText,
+    brokenImages: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src),
+    figures,
+    mathSource: document.querySelectorAll('.math, span.math, div.math').length,
+    mathRendered: document.querySelectorAll('mjx-container').length,
+  };
+}"""
+
+
+def test_every_page_renders_offline_without_errors(built_html, server, browser):
+    shots = Path(os.environ.get("BNSTUDY_SCREENSHOTS") or built_html.parent / "screenshots")
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    pages = _pages(built_html)
+    assert "index.html" in pages and any(p.startswith("chapters/") for p in pages)
+    problems = []
+    for rel in pages:
+        page = browser.new_page()
+        seen = {"console": [], "failed": [], "external": [], "status": []}
+        page.on("console", lambda m: m.type == "error" and seen["console"].append(m.text))
+        page.on("pageerror", lambda e: seen["console"].append(str(e)))
+        page.on("requestfailed", lambda r: seen["failed"].append(f"{r.url} ({r.failure})"))
+        page.on("response", lambda r: r.status >= 400 and seen["status"].append(f"{r.status} {r.url}"))
+
+        def route(r):
+            if r.request.url.startswith(server) or r.request.url.startswith("data:"):
+                r.continue_()
+            else:
+                seen["external"].append(r.request.url)
+                r.abort()
+        page.route("**/*", route)
+        page.goto(f"{server}/{rel}", wait_until="load")
+        page.evaluate(MATH_DONE)
+        page.wait_for_load_state("networkidle")
+        facts = page.evaluate(PAGE_FACTS)
+        page.screenshot(path=str(shots / (rel.replace("/", "__").removesuffix(".html") + ".png")), full_page=True)
+        page.close()
+        for kind, items in seen.items():
+            problems += [f"{rel}: {kind}: {x}" for x in items]
+        problems += [f"{rel}: broken image {src}" for src in facts["brokenImages"]]
+        for raw in ("\\(", "\\[", "$$"):
+            if raw in facts["text"]:
+                i = facts["text"].index(raw)
+                problems.append(f"{rel}: raw math {raw!r} left in the text: ...{facts['text'][max(0, i - 60):i + 60]!r}")
+        if facts["mathSource"] and not facts["mathRendered"]:
+            problems.append(f"{rel}: {facts['mathSource']} math elements, none rendered by MathJax")
+        for f in facts["figures"]:
+            if not f["id"] or not f["caption"]:
+                problems.append(f"{rel}: figure without {'an id' if not f['id'] else 'a caption'}: {f}")
+    print(f"screenshots of {len(pages)} pages in {shots}")
+    assert not problems, "\n".join(problems[:60])
