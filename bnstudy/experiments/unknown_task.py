@@ -538,9 +538,9 @@ def _routed_head_gap(m: pd.DataFrame, k: int, t: float, b: int, router: str) -> 
 def full_profile_estimate(df: pd.DataFrame, config: Config, workers: int = 2) -> float:
     """Estimated wall time (seconds) of the full profile from this run's measured per-unit cost.
 
-    Per-unit cost is fitted per ``n_tasks`` as ``a + b * steps`` cannot be separated from one run, so
-    the estimate scales the mean unit time linearly by ``steps`` and ``n_eval`` ratios (an upper
-    bound's shape: training and evaluation scale about linearly) and divides by ``workers``.
+    The mean measured unit time per ``n_tasks`` is scaled by the larger of the ``steps`` and ``n_eval``
+    ratios (full over this run), times the full profile's unit count, divided by ``workers``. Crude: training
+    scales with steps and evaluation with n_eval, not both with the larger ratio, so it overestimates.
     """
     full = make_config("full")
     units = df.drop_duplicates(["seed", "n_tasks", "strength"])
