@@ -322,3 +322,95 @@ def retention_scatter(scatter: pd.DataFrame):
     ax.set_xlabel("task A accuracy change (after - before)"); ax.set_ylabel("task B gain over backbone_eval")
     ax.legend(fontsize=8, loc="lower left")
     return fig
+
+
+# --- chapter 6 (issue 14): routing inputs to statistic banks ------------------------------------------------------
+
+CH06_CONDITIONS = ("nearest_first", "nearest_all", "classifier", "mixture", "oracle", "train_mode", "pinned")
+CH06_PALETTE = dict(zip(CH06_CONDITIONS, sns.color_palette("colorblind", len(CH06_CONDITIONS))))
+
+
+def _ch06_positions(strengths) -> dict:
+    """Strengths at evenly spaced x positions (they span zero to orders of magnitude apart)."""
+    return {t: i for i, t in enumerate(sorted(set(strengths)))}
+
+
+def _ch06_axis(ax, pos, label):
+    ax.set_xticks(list(pos.values()))
+    ax.set_xticklabels([f"{t:g}" for t in pos], rotation=45)
+    ax.set_xlabel(label)
+
+
+def routing_figure(table: pd.DataFrame, routers=("nearest_first", "nearest_all", "classifier", "mixture")):
+    """Routing accuracy (mean, 95% band over seeds) against shift strength, one line per inference batch size;
+    rows: number of tasks, columns: routers (``table``: unknown_task.routing_table). Chance (1/K) dotted."""
+    ks = sorted(table.n_tasks.unique())
+    batches = sorted(table.inference_batch.unique())
+    colors = dict(zip(batches, sns.color_palette("viridis", len(batches))))
+    pos = _ch06_positions(table.strength)
+    fig, axes = plt.subplots(len(ks), len(routers), figsize=(3.2 * len(routers), 3.0 * len(ks)), sharey=True,
+                             squeeze=False)
+    for r, k in enumerate(ks):
+        for c, name in enumerate(routers):
+            ax = axes[r][c]
+            for b in batches:
+                g = table[(table.n_tasks == k) & (table.condition == name) & (table.inference_batch == b)]
+                f = interval_frame(g, "strength", "routing_accuracy").reset_index()
+                x = f.strength.map(pos)
+                ax.plot(x, f["mean"], "o-", ms=3, color=colors[b], label=f"batch {b}")
+                ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
+            ax.axhline(1 / k, color="grey", ls=":", lw=1, label="chance (1/K)")
+            ax.set_title(f"{name}, {k} tasks")
+            _ch06_axis(ax, pos, "shift strength t")
+        axes[r][0].set_ylabel("routing accuracy")
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=len(lab), frameon=False, bbox_to_anchor=(0.5, -0.04))
+    fig.tight_layout()
+    return fig
+
+
+def router_accuracy_figure(table: pd.DataFrame, inference_batch: int = 1):
+    """Task accuracy (mean over tasks, then mean and 95% band over seeds) against shift strength, one line per
+    router and baseline, one panel per number of tasks (``table``: unknown_task.accuracy_table)."""
+    t = table[table.inference_batch == inference_batch]
+    ks = sorted(t.n_tasks.unique())
+    pos = _ch06_positions(t.strength)
+    fig, axes = plt.subplots(1, len(ks), figsize=(5.2 * len(ks), 3.8), sharey=True, squeeze=False)
+    for ax, k in zip(axes[0], ks):
+        for i, name in enumerate(CH06_CONDITIONS):
+            f = interval_frame(t[(t.n_tasks == k) & (t.condition == name)], "strength", "accuracy").reset_index()
+            x = f.strength.map(pos) + (i - 3) * 0.04   # small offsets keep overlapping series visible
+            ls = "--" if name in ("oracle", "train_mode", "pinned") else "-"
+            ax.errorbar(x, f["mean"], yerr=[f["mean"] - f["lo"], f["hi"] - f["mean"]], fmt="o", ls=ls, ms=3,
+                        capsize=2, color=CH06_PALETTE[name], label=name)
+        ax.set_title(f"{k} tasks, inference batch {inference_batch}")
+        _ch06_axis(ax, pos, "shift strength t")
+    axes[0][0].set_ylabel("task accuracy (mean over tasks)")
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.12))
+    fig.tight_layout()
+    return fig
+
+
+def routing_cost_figure(gaps: pd.DataFrame, inference_batch: int = 1):
+    """Accuracy minus the oracle's (mean, 95% interval over seeds of paired differences) against shift strength,
+    for routers and the shared (``train_mode``) and pinned baselines (``gaps``: unknown_task.gap_table)."""
+    g = gaps[gaps.inference_batch == inference_batch]
+    ks = sorted(g.n_tasks.unique())
+    pos = _ch06_positions(g.strength)
+    fig, axes = plt.subplots(1, len(ks), figsize=(5.2 * len(ks), 3.8), sharey=True, squeeze=False)
+    for ax, k in zip(axes[0], ks):
+        for i, name in enumerate(c for c in CH06_CONDITIONS if c != "oracle"):
+            f = g[(g.n_tasks == k) & (g.condition == name)].sort_values("strength")
+            x = f.strength.map(pos) + (i - 3) * 0.04
+            ls = "--" if name in ("train_mode", "pinned") else "-"
+            ax.errorbar(x, f["mean"], yerr=[f["mean"] - f["ci_low"], f["ci_high"] - f["mean"]], fmt="o", ls=ls,
+                        ms=3, capsize=2, color=CH06_PALETTE[name], label=name)
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_title(f"{k} tasks, inference batch {inference_batch}")
+        _ch06_axis(ax, pos, "shift strength t")
+    axes[0][0].set_ylabel("difference in accuracy\n(condition - oracle)")
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.14))
+    fig.tight_layout()
+    return fig
