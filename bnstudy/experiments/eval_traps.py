@@ -509,15 +509,18 @@ def run(config: Config, execution: Execution | None = None, version: str | None 
 def first_seed_audit(config: Config, trap: str, case: str, execution: Execution | None = None):
     """The first seed's audit and lints for one case (recomputed from the cached source, deterministically).
 
-    Returns ``(audit, lints)``; the audit is ``None`` for traps 4 and 5. Call :func:`run` first.
+    Returns ``(audit, lints)``; the audit is ``None`` for traps 4 and 5. Uses the source cached by
+    :func:`run` (trained again if the code changed since).
     """
-    _, root = _cache(execution)
+    ex, root = _cache(execution)
     c = next((r for r in config.run_configs() if r.seed == config.seeds[0] and r.trap == trap and r.case == case),
              None)
     if c is None:
         raise ValueError(f"no case {case!r} in trap {trap!r}; cases: "
                          f"{[r.case for r in config.run_configs() if r.trap == trap and r.seed == config.seeds[0]]}")
-    _, a, lints = run_case(c, load_source(c.source, root))
+    version = code_version()  # one version for both calls; trains the source if this code has none cached
+    ensure_sources([c.source], ex, version)
+    _, a, lints = run_case(c, load_source(c.source, root, version))
     return a, lints
 
 
