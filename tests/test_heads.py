@@ -153,6 +153,13 @@ def test_gap_verdicts_closed_lower_higher_unresolved():
     assert ch.findings(df, margin=0.001).gap_verdict["ref_linear_adam"] == ch.UNRESOLVED
 
 
+def test_no_verdict_from_two_seeds_even_when_their_differences_agree():
+    from bnstudy.analysis import Interval
+    assert ch.gap_verdict(Interval(-0.006, -0.006, -0.006, 2), 0.02) == ch.UNRESOLVED
+    assert ch.gap_verdict(Interval(-0.3, -0.3, -0.3, 2), 0.02) == ch.UNRESOLVED
+    assert ch.gap_verdict(Interval(-0.006, -0.006, -0.006, 3), 0.02) == ch.CLOSED
+
+
 def test_gap_intervals_are_bonferroni_corrected_over_the_cells():
     df = _table({("ref", h, o): -0.05 for h in ("linear", "mlp_bn") for o in ("sgd", "adam")})
     F = ch.findings(df)

@@ -268,7 +268,10 @@ def gap_values(df: pd.DataFrame, shift: str, head: str, optimizer: str) -> tuple
 def gap_verdict(iv: Interval, margin: float) -> str:
     """``closed`` if the interval lies inside ``(-margin, margin)`` (an equivalence test, conservative: a
     95% interval where TOST needs 90%); ``pinned lower`` / ``pinned higher`` if it excludes zero; else
-    ``unresolved``."""
+    ``unresolved``. With fewer than 3 seeds always ``unresolved``: a 2-seed interval has one degree of
+    freedom and collapses to a point whenever the two differences agree."""
+    if iv.n < 3:
+        return UNRESOLVED
     if -margin < iv.low and iv.high < margin:
         return CLOSED
     if iv.high < 0:
