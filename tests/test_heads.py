@@ -77,6 +77,13 @@ def test_config_errors_name_the_parameter(override, message):
         ch.make_config("quick", **override)
 
 
+def test_full_profile_grids_contain_the_quick_grids_and_reach_further():
+    q, f = ch.make_config("quick"), ch.make_config("full")
+    for o in ch.OPTIMIZERS:
+        assert set(q.lr_grid(o)) < set(f.lr_grid(o)) and min(f.lr_grid(o)) < min(q.lr_grid(o))
+    assert len(f.seeds) >= 10 and set(f.heads) == set(ch.HEADS)
+
+
 def test_config_shifts_and_runs_are_paired_grids():
     cfg = ch.make_config("quick", heads=("linear", "mlp_ln"), optimizers=("sgd", "adam"), mid_strength=0.25)
     assert cfg.shifts() == {"none": (0.0, 1.0), "mid": (1.0, 2.0), "ref": (4.0, 5.0)}

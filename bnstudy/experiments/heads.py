@@ -42,7 +42,7 @@ import torch
 from ..analysis import Interval, mean_ci
 from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
     check_seeds, check_sequence, from_profile, seeds_label, HEAD_KINDS, OPTIMIZERS as ALL_OPTIMIZERS
-from ..engine import train_source, transfer_sweep
+from ..engine import seeded, train_source, transfer_sweep
 from ..models import ConvBackbone, make_head
 from ..modes import MODE_NAMES, TransferModel, get_mode
 from ..sweep import run_sweep
@@ -68,10 +68,13 @@ LR_GRIDS = {"sgd": (0.005, 0.016, 0.05, 0.16), "sgd_plain": (0.05, 0.16, 0.5, 1.
             "adam": (0.001, 0.003, 0.01, 0.03)}
 
 #: Profile sizes (the only place they are set). quick: 2 heads, 2 seeds, 150 steps, one tuning seed;
-#: full: every head, 10 seeds, chapter 1's 800 steps, three tuning seeds.
+#: full: every head, 10 seeds, chapter 1's 800 steps, three tuning seeds, and grids one point wider (two for
+#: Adam), because the quick run chose 5 of its 6 rates at an end of the 4-point grids.
 PROFILES = {
     "quick": dict(seeds=2, steps=150, heads=("linear", "mlp_bn"), tuning_seeds=(1000,), feature_seeds=2),
-    "full": dict(seeds=10, steps=800, heads=HEADS, tuning_seeds=(1000, 1001, 1002), feature_seeds=10),
+    "full": dict(seeds=10, steps=800, heads=HEADS, tuning_seeds=(1000, 1001, 1002), feature_seeds=10,
+                 lr_sgd=(0.0016, *LR_GRIDS["sgd"]), lr_sgd_plain=(0.016, *LR_GRIDS["sgd_plain"]),
+                 lr_adam=(0.0003, *LR_GRIDS["adam"], 0.1)),
 }
 
 
@@ -614,8 +617,9 @@ def audit_buffers(seed: int = 0, head: str = "mlp_bn", steps: int = 5, brightnes
         backbone.load_state_dict(source["backbone"])
         head_a = make_head("linear", backbone.out_features, src_cfg.n_classes)
         head_a.load_state_dict(source["head_a"])
-        torch.manual_seed(seed)
-        model = mode.apply(TransferModel(backbone, head_a, make_head(head, backbone.out_features, src_cfg.n_classes)))
+        head_b = seeded((seed, "init", "audit_head", head), lambda: make_head(head, backbone.out_features,
+                                                                              src_cfg.n_classes))
+        model = mode.apply(TransferModel(backbone, head_a, head_b))
         opt = torch.optim.SGD(model.head_b.parameters(), lr=0.01)
         stream = BatchStream(task, 64, generator(seed, "audit", "B"))
         with FreezeAudit(model, warn=False) as a:
