@@ -26,11 +26,14 @@ import numbers
 from dataclasses import dataclass, field, fields
 
 NORM_KINDS = ("batch", "group", "layer", "none")
-HEAD_KINDS = ("linear", "mlp", "mlp_bn")
-OPTIMIZERS = ("sgd", "adam")
+HEAD_KINDS = ("linear", "mlp", "mlp_bn", "mlp2", "mlp_ln")
+OPTIMIZERS = ("sgd", "adam", "sgd_plain")
 SAMPLERS = ("shuffled", "class_sorted")
 PROFILE_NAMES = ("quick", "full")
 BACKENDS = ("loky", "threading", "sequential", "multiprocessing", "dask", "ray")
+#: Which task-B held-out set a run reports as ``task_b`` (chapter 4, issue 12): the test set, or a validation set
+#: drawn from its own generator tag for choosing settings (see :func:`bnstudy.engine.eval_tag`).
+EVAL_SPLITS = ("test", "validation")
 
 
 # --- checks shared by every config ---------------------------------------------------------------------------------
@@ -198,7 +201,10 @@ class RunConfig(SourceConfig):
     new ``head`` (``linear``, ``mlp`` with ``hidden`` units, ``mlp_bn``) on task B for
     ``steps`` steps of ``batch_size`` with ``optimizer`` (``sgd``: SGD with momentum 0.9;
     ``adam``) at learning rate ``lr``, calling ``model.train()`` every ``epoch_steps``
-    steps as ordinary loops do. Task B's inputs are ``contrast * x + brightness``
+    steps as ordinary loops do (``sgd_plain``: SGD without momentum; heads ``mlp2``, two hidden
+    layers of ``hidden`` units, and ``mlp_ln``, with its own LayerNorm: see
+    :func:`bnstudy.models.make_head`). ``eval_split``: ``test`` (the held-out set every chapter
+    reports) or ``validation`` (a separate task-B set, for choosing settings). Task B's inputs are ``contrast * x + brightness``
     (``contrast`` > 0 a gain, ``brightness`` in template std units); ``sampler`` is
     ``shuffled`` or ``class_sorted``.
     """
@@ -214,6 +220,7 @@ class RunConfig(SourceConfig):
     contrast: float = 5.0
     sampler: str = "shuffled"
     epoch_steps: int = 100
+    eval_split: str = "test"
 
     def __post_init__(self):
         super().__post_init__()
@@ -229,6 +236,7 @@ class RunConfig(SourceConfig):
         self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
         check_choice("sampler", self.sampler, SAMPLERS)
         self._set("epoch_steps", check_int("epoch_steps", self.epoch_steps, 1))
+        check_choice("eval_split", self.eval_split, EVAL_SPLITS)
         mode = get_mode(self.mode)
         if mode.batch_statistics(self.norm, self.head) and self.batch_size < 2:
             raise ValueError(f"batch_size must be >= 2 when mode={self.mode!r} leaves a BatchNorm in train mode, "
@@ -296,4 +304,4 @@ def from_profile(cls, profiles: dict, profile: str = "quick", **overrides):
 
 
 __all__ = ["SourceConfig", "RunConfig", "Execution", "from_profile", "check_seeds", "seeds_label", "field",
-           "NORM_KINDS", "HEAD_KINDS", "OPTIMIZERS", "SAMPLERS", "PROFILE_NAMES"]
+           "NORM_KINDS", "HEAD_KINDS", "OPTIMIZERS", "SAMPLERS", "PROFILE_NAMES", "EVAL_SPLITS"]

@@ -68,12 +68,15 @@ def memory_format_for(mode: str | None) -> torch.memory_format:
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
-    """``sgd``: SGD with momentum 0.9 (no weight decay); ``adam``: Adam with PyTorch's defaults."""
+    """``sgd``: SGD with momentum 0.9 (no weight decay); ``adam``: Adam with PyTorch's defaults;
+    ``sgd_plain``: SGD without momentum (no weight decay)."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "sgd_plain":
+        return torch.optim.SGD(params, lr=lr)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
-    raise ValueError(f"optimizer={name!r} is not allowed; choose one of ['sgd', 'adam']")
+    raise ValueError(f"optimizer={name!r} is not allowed; choose one of ['sgd', 'adam', 'sgd_plain']")
 
 
 _SEED_LOCK = threading.Lock()
@@ -179,7 +182,7 @@ class _Stream:
         self.task_a = make_task(c.seed, "A", c.n_classes, c.noise)
         self.task_b = make_task(c.seed, "B", c.n_classes, c.noise, c.brightness, c.contrast)
         self.eval_a = eval_set(self.task_a, c.n_eval, c.seed, "A")
-        self.eval_b = eval_set(self.task_b, c.n_eval, c.seed, "B")
+        self.eval_b = eval_set(self.task_b, c.n_eval, c.seed, eval_tag("B", c.eval_split))
         self.batches = BatchStream(self.task_b, c.batch_size, generator(c.seed, "stream", "B"), c.sampler)
 
 
@@ -386,3 +389,19 @@ def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Executio
     kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
     return run_sweep(configs, _stage2_group, namespace=namespace, groups=lockstep_groups(configs),
                      desc=desc or f"stage 2 ({namespace})", **kw)
+
+
+# --- chapter 4 (issue 12): a validation set for choosing settings ----------------------------------------------------
+
+def eval_tag(task: str, split: str = "test") -> str:
+    """The generator tag of ``task``'s held-out set for ``split`` (:data:`bnstudy.config.EVAL_SPLITS`).
+
+    ``test`` is the task name itself (the set every chapter reports, unchanged); ``validation`` is
+    ``"<task>/validation"``, an independent draw of the same size and class balance, used to choose
+    settings (chapter 4's learning rates) without touching the test set. Raises ``ValueError`` for
+    another ``split``.
+    """
+    from .config import EVAL_SPLITS
+    if split not in EVAL_SPLITS:
+        raise ValueError(f"eval_split={split!r} is not allowed; choose one of {list(EVAL_SPLITS)}")
+    return task if split == "test" else f"{task}/validation"

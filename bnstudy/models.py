@@ -116,7 +116,10 @@ def make_head(kind: str, in_features: int, n_classes: int, hidden: int = 64,
 
     ``linear``: one :class:`Linear`. ``mlp``: linear, ReLU, linear with
     ``hidden`` units. ``mlp_bn``: linear, BatchNorm1d, ReLU, linear: a head with
-    its own normalisation (and its own running statistics).
+    its own normalisation (and its own running statistics). ``mlp2``: two hidden
+    layers of ``hidden`` units (fc1, ReLU, fc2, ReLU, fc3). ``mlp_ln``: linear,
+    LayerNorm over the ``hidden`` units (Ba et al., 2016; per sample, no running
+    statistics), ReLU, linear.
     Raises ``ValueError`` for an unknown ``kind``.
     """
     _check_choice("head", kind, HEAD_KINDS)
@@ -125,7 +128,13 @@ def make_head(kind: str, in_features: int, n_classes: int, hidden: int = 64,
     layers = [("fc1", Linear(in_features, hidden))]
     if kind == "mlp_bn":
         layers.append(("norm", nn.BatchNorm1d(hidden, momentum=momentum)))
-    layers += [("act", nn.ReLU()), ("fc2", Linear(hidden, n_classes))]
+    if kind == "mlp_ln":
+        layers.append(("norm", nn.LayerNorm(hidden)))
+    if kind == "mlp2":
+        layers += [("act1", nn.ReLU()), ("fc2", Linear(hidden, hidden)), ("act", nn.ReLU()),
+                   ("fc3", Linear(hidden, n_classes))]
+    else:
+        layers += [("act", nn.ReLU()), ("fc2", Linear(hidden, n_classes))]
     seq = nn.Sequential()
     for name, m in layers:
         seq.add_module(name, m)

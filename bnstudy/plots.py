@@ -413,4 +413,85 @@ def routing_cost_figure(gaps: pd.DataFrame, inference_batch: int = 1):
     h, lab = axes[0][0].get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
+# --- chapter 4 (issue 12): heads and optimizers -------------------------------------------------------------------
+
+OPTIMIZER_PALETTE = dict(zip(("sgd", "sgd_plain", "adam"), sns.color_palette("Dark2", 3)))
+OPTIMIZER_LABELS = {"sgd": "SGD + momentum 0.9", "sgd_plain": "plain SGD", "adam": "Adam"}
+
+
+def _dodge(n: int, width: float = 0.6) -> np.ndarray:
+    return (np.arange(n) - (n - 1) / 2) * (width / max(n, 1))
+
+
+def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
+    """Chapter 4: the gap ``task_b(best pinned) - task_b(separate_stats)`` per head (x) and optimizer (colour),
+    one panel per shift, with the table's (multiplicity-corrected) intervals and the equivalence band
+    ``±margin``. ``gaps``: :func:`bnstudy.experiments.heads.gap_table`'s output."""
+    shifts = [s for s in shift_labels if s in set(gaps["shift"])]
+    heads = list(dict.fromkeys(gaps["head"]))
+    opts = [o for o in OPTIMIZER_PALETTE if o in set(gaps["optimizer"])]
+    fig, axes = plt.subplots(1, len(shifts), figsize=(4.2 * len(shifts), 3.9), sharey=True, squeeze=False)
+    off = _dodge(len(opts))
+    for ax, s in zip(axes[0], shifts):
+        ax.axhspan(-margin, margin, color="grey", alpha=0.15, lw=0)
+        ax.axhline(0, color="black", lw=0.8)
+        for k, o in enumerate(opts):
+            g = gaps[(gaps["shift"] == s) & (gaps["optimizer"] == o)].set_index("head").reindex(heads)
+            x = np.arange(len(heads)) + off[k]
+            ax.errorbar(x, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]], fmt="o", capsize=3,
+                        color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=5)
+        ax.set_xticks(range(len(heads)), heads, rotation=20)
+        ax.set_title(shift_labels[s])
+    axes[0][0].set_ylabel("task-B accuracy difference\n(best pinned - separate_stats)")
+    axes[0][-1].legend(loc="lower right", fontsize=9)
+    return fig
+
+
+def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "task_b"):
+    """Chapter 4: ``metric`` per head (x) and freeze mode (colour), rows = shifts, columns = optimizers, with
+    95% intervals over seeds. ``acc``: :func:`bnstudy.experiments.heads.accuracy_table`'s output."""
+    a = acc[acc["metric"] == metric]
+    shifts = [s for s in shift_labels if s in set(a["shift"])]
+    opts = [o for o in OPTIMIZER_PALETTE if o in set(a["optimizer"])]
+    heads = list(dict.fromkeys(a["head"]))
+    modes = [m for m in MODE_ORDER if m in set(a["mode"])]
+    fig, axes = plt.subplots(len(shifts), len(opts), figsize=(4.0 * len(opts), 3.0 * len(shifts)), sharey=True,
+                             sharex=True, squeeze=False)
+    off = _dodge(len(modes), 0.7)
+    for i, s in enumerate(shifts):
+        for j, o in enumerate(opts):
+            ax = axes[i][j]
+            for k, m in enumerate(modes):
+                g = a[(a["shift"] == s) & (a["optimizer"] == o) & (a["mode"] == m)].set_index("head").reindex(heads)
+                ax.errorbar(np.arange(len(heads)) + off[k], g["mean"], yerr=[g["mean"] - g["ci_low"],
+                            g["ci_high"] - g["mean"]], fmt="o", ms=4, capsize=2, color=MODE_PALETTE[m], label=m)
+            ax.set_xticks(range(len(heads)), heads, rotation=20)
+            if i == 0:
+                ax.set_title(OPTIMIZER_LABELS[o])
+            if j == 0:
+                ax.set_ylabel(f"task-B accuracy\n{shift_labels[s]}")
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def lr_search_figure(search: pd.DataFrame, chosen: dict):
+    """Chapter 4: validation accuracy (mean over the four modes and the tuning seeds) against the learning
+    rate, one panel per optimizer, one line per head; the chosen rate ringed. ``search``:
+    :func:`bnstudy.experiments.heads.search_table`; ``chosen``: ``{(head, optimizer): lr}``."""
+    s = search[search["mode"] == "mean"]
+    opts = [o for o in OPTIMIZER_PALETTE if o in set(s["optimizer"])]
+    heads = list(dict.fromkeys(s["head"]))
+    colors = dict(zip(heads, sns.color_palette("colorblind", len(heads))))
+    fig, axes = plt.subplots(1, len(opts), figsize=(4.0 * len(opts), 3.4), sharey=True, squeeze=False)
+    for ax, o in zip(axes[0], opts):
+        for h in heads:
+            g = s[(s["optimizer"] == o) & (s["head"] == h)].sort_values("lr")
+            ax.plot(g["lr"], g["val_accuracy"], "o-", color=colors[h], label=h, ms=4)
+            c = g[g["lr"] == chosen.get((h, o))]
+            ax.plot(c["lr"], c["val_accuracy"], "o", ms=11, mfc="none", color=colors[h])
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_title(OPTIMIZER_LABELS[o])
+    axes[0][0].set_ylabel("validation task-B accuracy\n(mean over modes)")
+    axes[0][-1].legend(fontsize=9)
     return fig

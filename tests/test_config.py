@@ -19,7 +19,7 @@ from bnstudy.config import Execution, RunConfig, SourceConfig, check_seeds, seed
     (dict(widths=[16, 0]), "widths\\[1\\] must be an integer >= 1"),
     (dict(seed=1.5), "seed must be an integer >= 0"),
     (dict(momentum=1.5), "momentum must be a finite number >= 0.0 and <= 1.0 or None"),
-    (dict(optimizer="rmsprop"), "optimizer='rmsprop' is not allowed; choose one of \\['sgd', 'adam'\\]"),
+    (dict(optimizer="rmsprop"), "optimizer='rmsprop' is not allowed; choose one of \\['sgd', 'adam', 'sgd_plain'\\]"),
 ])
 def test_bad_parameters_raise_clear_value_errors(bad, match):
     with pytest.raises(ValueError, match=match):

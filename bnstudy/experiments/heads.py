@@ -1,0 +1,648 @@
+"""Chapter 4: does the head absorb the shift? Head depth, the head's own normalization, and its optimizer.
+
+Chapter 1 found that pinning the backbone's statistics (``backbone_eval``, ``all_eval``) keeps
+task A exactly but leaves the new head with task-B features normalized by task A's
+statistics, and that with SGD and momentum the new head then scores lower on task B than
+with task B's own statistics (the seed article's finding 3). This module asks whether a
+different head or a different head optimizer closes that gap:
+
+* heads (:func:`bnstudy.models.make_head`, ``hidden`` units per hidden layer, 64 by default):
+  ``linear``; ``mlp`` (one hidden layer); ``mlp2`` (two); ``mlp_bn`` (one, with its own
+  BatchNorm1d and running statistics); ``mlp_ln`` (one, with its own LayerNorm);
+* optimizers (:func:`bnstudy.engine.make_optimizer`): ``sgd`` (momentum 0.9), ``sgd_plain``
+  (no momentum), ``adam``, each at a learning rate chosen per head by the same small search
+  (:func:`lr_search`, :func:`chosen_lrs`) on held-out tuning seeds and a task-B *validation*
+  set (``RunConfig(eval_split="validation")``), never on the reported seeds or the test set;
+* the four freeze modes; three shifts: none, chapter 1's ``(brightness 4, contrast 5)`` and one
+  point between on chapter 3's ``both`` line (:func:`bnstudy.experiments.shift_strength.shift_of`).
+
+Within a seed every head, optimizer and mode sees the same trained backbone and the same
+task-B batch stream, and every mode and optimizer of a head the same head initialization
+(the engine draws it from ``(seed, "init", "head_b", head)``): comparisons are paired per seed.
+
+The *gap* of a (shift, head, optimizer) cell is ``task_b(best pinned mode) -
+task_b(separate_stats)`` per seed, the best pinned mode being the one of ``backbone_eval`` /
+``all_eval`` with the higher mean over seeds. Its interval is Bonferroni-corrected over the
+head x optimizer cells of that shift. ``Config`` -> :func:`run` -> results table ->
+:func:`findings`; the tidy figure tables :func:`gap_table`, :func:`accuracy_table`,
+:func:`search_table`; the measured explanation :func:`feature_geometry`; the buffer audit
+:func:`audit_buffers`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..analysis import Interval, mean_ci
+from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
+    check_seeds, check_sequence, from_profile, seeds_label, HEAD_KINDS, OPTIMIZERS as ALL_OPTIMIZERS
+from ..engine import seeded, train_source, transfer_sweep
+from ..models import ConvBackbone, make_head
+from ..modes import MODE_NAMES, TransferModel, get_mode
+from ..sweep import run_sweep
+from ..tasks import BatchStream, eval_set, generator, make_task
+from .shift_strength import shift_of
+
+NAMESPACE = "ch04_heads"
+SEARCH_NAMESPACE = "ch04_lr_search"
+FEATURE_NAMESPACE = "ch04_features"
+HEADS = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln")
+OPTIMIZERS = ("sgd", "sgd_plain", "adam")
+PINNED_MODES = ("backbone_eval", "all_eval")
+#: Chapter 1's shift (RunConfig's defaults).
+REFERENCE_SHIFT = (RunConfig.brightness, RunConfig.contrast)
+#: Names of the three shifts in results, glue keys and figures.
+SHIFT_NAMES = ("none", "mid", "ref")
+#: Verdict words of a gap cell.
+CLOSED, LOWER, HIGHER, UNRESOLVED = "closed", "pinned lower", "pinned higher", "unresolved"
+
+#: Learning-rate grids of the search, half a decade apart. SGD with momentum 0.9 takes steps about
+#: 1 / (1 - 0.9) = 10 times larger than plain SGD at the same rate, so plain SGD's grid is ten times higher.
+LR_GRIDS = {"sgd": (0.005, 0.016, 0.05, 0.16), "sgd_plain": (0.05, 0.16, 0.5, 1.6),
+            "adam": (0.001, 0.003, 0.01, 0.03)}
+
+#: Profile sizes (the only place they are set). quick: 2 heads, 2 seeds, 150 steps, one tuning seed;
+#: full: every head, 10 seeds, chapter 1's 800 steps, three tuning seeds, and grids one point wider (two for
+#: Adam), because the quick run chose 5 of its 6 rates at an end of the 4-point grids.
+PROFILES = {
+    "quick": dict(seeds=2, steps=150, heads=("linear", "mlp_bn"), tuning_seeds=(1000,), feature_seeds=2),
+    "full": dict(seeds=10, steps=800, heads=HEADS, tuning_seeds=(1000, 1001, 1002), feature_seeds=10,
+                 lr_sgd=(0.0016, *LR_GRIDS["sgd"]), lr_sgd_plain=(0.016, *LR_GRIDS["sgd_plain"]),
+                 lr_adam=(0.0003, *LR_GRIDS["adam"], 0.1)),
+}
+
+
+def _grid(name: str, value) -> tuple:
+    out = check_sequence(name, value, lambda n, v: check_float(n, v, 0.0, low_open=True), 1)
+    if list(out) != sorted(set(out)):
+        raise ValueError(f"{name} must be strictly increasing, got {list(out)!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class Config(_Frozen):
+    """Chapter 4's parameters (the notebook's parameters cell, one for one).
+
+    ``seeds``: reported seeds (int n: 0..n-1, or a list). ``steps``: stage-2 steps. ``heads`` and
+    ``optimizers``: subsets of :data:`HEADS` / :data:`OPTIMIZERS`. ``mid_strength``: the middle shift
+    as a strength ``t`` on chapter 3's ``both`` line (brightness ``4t``, contrast ``1 + 4t``), in
+    (0, 1). ``tuning_seeds``: held-out seeds of the learning-rate search (disjoint from ``seeds``).
+    ``lr_sgd``, ``lr_sgd_plain``, ``lr_adam``: each optimizer's grid (increasing). ``feature_seeds``:
+    seeds (the first of ``seeds``) of the feature-geometry measurement. ``margin``: the equivalence
+    margin (accuracy fraction) within which a gap counts as closed. ``hidden``, ``noise``,
+    ``momentum``, ``batch_size``, ``n_eval``, ``stage1_steps``: run sizes (RunConfig's defaults).
+    Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
+    """
+
+    profile: str
+    seeds: tuple
+    steps: int
+    heads: tuple
+    tuning_seeds: tuple
+    feature_seeds: int
+    optimizers: tuple = OPTIMIZERS
+    mid_strength: float = 0.25
+    lr_sgd: tuple = LR_GRIDS["sgd"]
+    lr_sgd_plain: tuple = LR_GRIDS["sgd_plain"]
+    lr_adam: tuple = LR_GRIDS["adam"]
+    margin: float = 0.02
+    hidden: int = RunConfig.hidden
+    noise: float = RunConfig.noise
+    momentum: float = RunConfig.momentum
+    batch_size: int = RunConfig.batch_size
+    n_eval: int = RunConfig.n_eval
+    stage1_steps: int = RunConfig.stage1_steps
+
+    def __post_init__(self):
+        check_choice("profile", self.profile, tuple(PROFILES))
+        self._set("seeds", check_seeds(self.seeds))
+        self._set("steps", check_int("steps", self.steps, 1))
+        for name, allowed in (("heads", HEADS), ("optimizers", OPTIMIZERS)):
+            v = check_sequence(name, getattr(self, name), lambda n, x, a=allowed: check_choice(n, x, a), 1)
+            if len(set(v)) != len(v):
+                raise ValueError(f"{name} must not repeat an entry, got {list(v)}")
+            self._set(name, v)
+        ts = check_sequence("tuning_seeds", self.tuning_seeds, lambda n, v: check_int(n, v, 0), 1)
+        if set(ts) & set(self.seeds):
+            raise ValueError(f"tuning_seeds must be disjoint from seeds (a learning rate chosen on a reported seed "
+                             f"biases it); both contain {sorted(set(ts) & set(self.seeds))}")
+        self._set("tuning_seeds", ts)
+        self._set("feature_seeds", check_int("feature_seeds", self.feature_seeds, 1))
+        self._set("mid_strength", check_float("mid_strength", self.mid_strength, 0.0, 1.0, low_open=True))
+        if self.mid_strength >= 1.0:
+            raise ValueError(f"mid_strength must be a number > 0.0 and < 1.0 (between no shift and chapter 1's), "
+                             f"got {self.mid_strength!r}")
+        for opt in OPTIMIZERS:
+            self._set(f"lr_{opt}", _grid(f"lr_{opt}", getattr(self, f"lr_{opt}")))
+        self._set("margin", check_float("margin", self.margin, 0.0, 1.0, low_open=True))
+        self._set("hidden", check_int("hidden", self.hidden, 1))
+        RunConfig(**self._base())  # sizes checked with the engine's own messages
+        self.shifts()
+
+    def _base(self) -> dict:
+        return dict(noise=self.noise, momentum=self.momentum, batch_size=self.batch_size, n_eval=self.n_eval,
+                    hidden=self.hidden, steps=self.steps, stage1_steps=self.stage1_steps)
+
+    def shifts(self) -> dict[str, tuple[float, float]]:
+        """``{name: (brightness, contrast)}`` for ``none``, ``mid`` and ``ref`` (chapter 1's)."""
+        return {"none": (0.0, 1.0), "mid": shift_of("both", self.mid_strength), "ref": REFERENCE_SHIFT}
+
+    def lr_grid(self, optimizer: str) -> tuple:
+        """The learning-rate grid searched for ``optimizer``."""
+        return getattr(self, f"lr_{optimizer}")
+
+    def search_configs(self) -> list[RunConfig]:
+        """The search: tuning seeds x heads x optimizers x grid x modes at chapter 1's shift, validation set."""
+        b, c = REFERENCE_SHIFT
+        return [RunConfig(seed=s, head=h, optimizer=o, lr=lr, mode=m, brightness=b, contrast=c,
+                          eval_split="validation", **self._base())
+                for s in self.tuning_seeds for h in self.heads for o in self.optimizers
+                for lr in self.lr_grid(o) for m in MODE_NAMES]
+
+    def run_configs(self, lrs: dict) -> list[RunConfig]:
+        """The sweep: seeds x shifts x heads x optimizers x modes, each (head, optimizer) at ``lrs[(head, opt)]``."""
+        return [RunConfig(seed=s, head=h, optimizer=o, lr=lrs[(h, o)], mode=m, brightness=b, contrast=c,
+                          **self._base())
+                for s in self.seeds for (b, c) in self.shifts().values() for h in self.heads
+                for o in self.optimizers for m in MODE_NAMES]
+
+    def describe(self) -> str:
+        """The parameters for the page's run line."""
+        b, c = self.shifts()["mid"]
+        grids = "; ".join(f"{o} " + "/".join(f"{v:g}" for v in self.lr_grid(o)) for o in self.optimizers)
+        return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, heads={'/'.join(self.heads)}, "
+                f"optimizers={'/'.join(self.optimizers)}, shifts none/(b={b:g}, c={c:g})/(b={REFERENCE_SHIFT[0]:g}, "
+                f"c={REFERENCE_SHIFT[1]:g}), tuning seeds {'/'.join(map(str, self.tuning_seeds))}, lr grids {grids}, "
+                f"hidden={self.hidden}, margin={self.margin:g}, noise={self.noise:g}")
+
+
+def make_config(profile: str = "quick", **overrides) -> Config:
+    """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
+    return from_profile(Config, PROFILES, profile, **overrides)
+
+
+# --- the learning-rate search ------------------------------------------------------------------------------------
+
+def lr_search(config: Config, execution: Execution | None = None) -> pd.DataFrame:
+    """Run the learning-rate search (cached); one row per run, ``task_b`` on the task-B *validation* set."""
+    if not isinstance(config, Config):
+        raise TypeError(f"lr_search needs a heads.Config (see make_config), got {type(config).__name__}")
+    return transfer_sweep(config.search_configs(), SEARCH_NAMESPACE, execution, desc="stage 2 (learning-rate search)")
+
+
+def search_table(search: pd.DataFrame) -> pd.DataFrame:
+    """Tidy search table: ``head, optimizer, lr, mode, val_accuracy`` (mean over tuning seeds), plus
+    ``mode="mean"``: the mean over the four modes, the selection criterion."""
+    t = search.groupby(["head", "optimizer", "lr", "mode"], sort=False)["task_b"].mean().rename("val_accuracy")
+    t = t.reset_index()
+    crit = t.groupby(["head", "optimizer", "lr"], sort=False)["val_accuracy"].mean().reset_index().assign(mode="mean")
+    return pd.concat([t, crit[t.columns]], ignore_index=True)
+
+
+def chosen_lrs(search: pd.DataFrame) -> dict:
+    """``{(head, optimizer): lr}``: the grid value with the highest validation accuracy averaged over the
+    four freeze modes and the tuning seeds (ties: the smaller rate). The same rule for every head and
+    optimizer, and neutral between the modes the chapter compares."""
+    if set(search.get("eval_split", pd.Series(["validation"]))) != {"validation"}:
+        raise ValueError("chosen_lrs: the search must be scored on the validation set (eval_split='validation')")
+    crit = search_table(search)
+    crit = crit[crit["mode"] == "mean"].sort_values(["head", "optimizer", "lr"])
+    out = {}
+    for (h, o), g in crit.groupby(["head", "optimizer"], sort=False):
+        best = g["val_accuracy"].max()
+        out[(h, o)] = float(g[g["val_accuracy"] == best]["lr"].min())
+    return out
+
+
+def run(config: Config, execution: Execution | None = None, lrs: dict | None = None) -> pd.DataFrame:
+    """Chapter 4's sweep at the chosen learning rates (``lrs``: default, from :func:`lr_search`).
+
+    One row per (seed, shift, head, optimizer, mode) with :func:`bnstudy.engine.transfer`'s columns
+    and ``shift`` (:data:`SHIFT_NAMES`).
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"run needs a heads.Config (see make_config), got {type(config).__name__}")
+    if lrs is None:
+        lrs = chosen_lrs(lr_search(config, execution))
+    df = transfer_sweep(config.run_configs(lrs), NAMESPACE, execution)
+    return annotate(df, config)
+
+
+def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
+    """``df`` with a ``shift`` column naming each row's shift (``none``, ``mid``, ``ref``)."""
+    names = {v: k for k, v in config.shifts().items()}
+    out = df.copy()
+    out["shift"] = [names[(float(b), float(c))] for b, c in zip(out["brightness"], out["contrast"])]
+    return out
+
+
+def results_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The results without list-valued columns (drift traces and logit quantiles; chapter 1 draws them)."""
+    return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple))).any()]]
+
+
+# --- the gap and the findings ------------------------------------------------------------------------------------
+
+def _confidence(n_cells: int, alpha: float = 0.05) -> float:
+    return 1 - alpha / n_cells
+
+
+def gap_values(df: pd.DataFrame, shift: str, head: str, optimizer: str) -> tuple[str, pd.Series]:
+    """The best pinned mode of a cell and its per-seed gap ``task_b(pinned) - task_b(separate_stats)``.
+
+    The best pinned mode has the higher mean task-B accuracy over seeds (``backbone_eval`` on a tie).
+    Raises ``ValueError`` if the cell lacks a pinned mode or ``separate_stats`` for some seed.
+    """
+    cell = df[(df["shift"] == shift) & (df["head"] == head) & (df["optimizer"] == optimizer)]
+    piv = cell.pivot(index="seed", columns="mode", values="task_b")
+    for m in (*PINNED_MODES, "separate_stats"):
+        if m not in piv.columns or piv[m].isna().any():
+            raise ValueError(f"gap: mode {m!r} missing for some seed in cell ({shift}, {head}, {optimizer})")
+    best = max(PINNED_MODES, key=lambda m: (piv[m].mean(), m == "backbone_eval"))
+    return best, piv[best] - piv["separate_stats"]
+
+
+def gap_verdict(iv: Interval, margin: float) -> str:
+    """``closed`` if the interval lies inside ``(-margin, margin)`` (an equivalence test, conservative: a
+    95% interval where TOST needs 90%); ``pinned lower`` / ``pinned higher`` if it excludes zero; else
+    ``unresolved``. With fewer than 3 seeds always ``unresolved``: a 2-seed interval has one degree of
+    freedom and collapses to a point whenever the two differences agree."""
+    if iv.n < 3:
+        return UNRESOLVED
+    if -margin < iv.low and iv.high < margin:
+        return CLOSED
+    if iv.high < 0:
+        return LOWER
+    if iv.low > 0:
+        return HIGHER
+    return UNRESOLVED
+
+
+def gap_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
+    """Tidy gap table, one row per (shift, head, optimizer): ``best_pinned, mean, ci_low, ci_high, n_seeds,
+    confidence, verdict, task_b_pinned, task_b_separate``. Intervals are Student-t over seeds at confidence
+    ``1 - alpha / m`` (Bonferroni over the ``m`` head x optimizer cells of each shift)."""
+    rows = []
+    for shift, g in df.groupby("shift", sort=False):
+        cells = g[["head", "optimizer"]].drop_duplicates().itertuples(index=False)
+        cells = list(cells)
+        conf = _confidence(len(cells), alpha)
+        for head, opt in cells:
+            best, d = gap_values(df, shift, head, opt)
+            iv = mean_ci(d, conf)
+            c = g[(g["head"] == head) & (g["optimizer"] == opt)]
+            rows.append(dict(shift=shift, head=head, optimizer=opt, best_pinned=best, mean=iv.mean, ci_low=iv.low,
+                             ci_high=iv.high, n_seeds=iv.n, confidence=conf, verdict=gap_verdict(iv, margin),
+                             task_b_pinned=float(c[c["mode"] == best]["task_b"].mean()),
+                             task_b_separate=float(c[c["mode"] == "separate_stats"]["task_b"].mean())))
+    return pd.DataFrame(rows)
+
+
+def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Tidy task-B and task-A accuracy per ``shift, head, optimizer, mode``: ``metric, mean, ci_low, ci_high,
+    n_seeds`` (95% Student-t over seeds, not corrected; for display)."""
+    rows = []
+    for key, g in df.groupby(["shift", "head", "optimizer", "mode"], sort=False):
+        for metric in ("task_b", "task_a_after"):
+            iv = mean_ci(g[metric])
+            rows.append(dict(zip(("shift", "head", "optimizer", "mode"), key), metric=metric, mean=iv.mean,
+                             ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Every number and verdict chapter 4's prose cites (accuracies are fractions 0..1).
+
+    ``gap``: ``{"<shift>_<head>_<optimizer>": Interval}`` (Bonferroni-corrected, see :func:`gap_table`) and
+    ``gap_verdict`` the matching words; ``best_pinned`` the pinned mode used. ``n_closed`` / ``n_lower`` /
+    ``n_higher`` / ``n_unresolved``: counts per shift; ``closed_ref`` / ``lower_ref``: the cells at chapter 1's
+    shift, as ``head/optimizer`` lists (``none`` if empty). ``opt_mean_gap_ref``: per optimizer, the mean gap
+    over heads at chapter 1's shift. ``f3_lower_b``: per optimizer, the seed's finding 3 on task B with its
+    linear head at chapter 1's shift (``train_mode`` beats both pinned modes, paired 95% intervals above
+    zero); ``f3_heads_holding``: for how many heads that holds; ``f3_keep_a``: pinned modes keep task A
+    exactly (every head, optimizer, shift and seed). ``train_mode_task_a_drop``: per optimizer at chapter 1's
+    shift, ``task_a_after - task_a_before`` of ``train_mode`` (linear head). ``bn_head_modes_differ``: per
+    optimizer at chapter 1's shift, ``task_b(backbone_eval) - task_b(all_eval)`` of ``mlp_bn`` (NaN without it).
+    ``lrs``: the chosen learning rates (``"<head>_<optimizer>"``); ``n_lr_at_edge``: how many sit at an end of
+    their grid.
+    """
+
+    n_seeds: int
+    n_cells: int
+    confidence: float
+    margin: float
+    chance: float
+    gap: dict
+    gap_verdict: dict
+    best_pinned: dict
+    n_closed: dict
+    n_lower: dict
+    n_higher: dict
+    n_unresolved: dict
+    closed_ref: str
+    lower_ref: str
+    largest_gap_ref: float
+    smallest_gap_ref: float
+    opt_mean_gap_ref: dict
+    f3_lower_b: dict
+    f3_heads_holding: dict
+    f3_keep_a: str
+    train_mode_task_a_drop: dict
+    bn_head_modes_differ: dict
+    lrs: dict
+    n_lr_at_edge: int
+
+
+def _cells(names) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = None, margin: float = 0.02,
+             alpha: float = 0.05) -> Findings:
+    """Chapter 4's findings from :func:`run`'s table (``shift`` column; all four modes; at least two seeds).
+
+    ``lrs``: :func:`chosen_lrs`' output and ``grids`` (``{optimizer: grid}``) for the search's numbers.
+    Raises ``ValueError`` if a mode or chapter 1's shift (``shift == "ref"``) is missing.
+    """
+    missing = set(MODE_NAMES) - set(df["mode"])
+    if missing:
+        raise ValueError(f"findings needs all four modes; missing {sorted(missing)}")
+    if "ref" not in set(df["shift"]):
+        raise ValueError("findings needs chapter 1's shift (rows with shift == 'ref')")
+    gt = gap_table(df, margin, alpha)
+    key = lambda r: f"{r['shift']}_{r['head']}_{r['optimizer']}"
+    gap = {key(r): Interval(r["mean"], r["ci_low"], r["ci_high"], int(r["n_seeds"])) for _, r in gt.iterrows()}
+    words = {key(r): r["verdict"] for _, r in gt.iterrows()}
+    count = lambda w: {s: int((g["verdict"] == w).sum()) for s, g in gt.groupby("shift", sort=False)}
+    ref = gt[gt["shift"] == "ref"]
+    label = lambda d: [f"{h}/{o}" for h, o in zip(d["head"], d["optimizer"])]
+
+    f3, holding, drop, bn = {}, {}, {}, {}
+    dref = df[df["shift"] == "ref"]
+    for opt in sorted(set(df["optimizer"]), key=lambda o: OPTIMIZERS.index(o) if o in OPTIMIZERS else 99):
+        ok_heads = []
+        for head in sorted(set(dref["head"])):
+            c = dref[(dref["optimizer"] == opt) & (dref["head"] == head)]
+            piv = c.pivot(index="seed", columns="mode", values="task_b")
+            ok_heads.append((head, all(mean_ci(piv["train_mode"] - piv[p]).low > 0 for p in PINNED_MODES)))
+        ok = dict(ok_heads)
+        f3[opt] = ("holds" if ok["linear"] else "does not hold") if "linear" in ok else "not measured"
+        holding[opt] = sum(ok.values())
+        lin = dref[(dref["optimizer"] == opt) & (dref["head"] == "linear") & (dref["mode"] == "train_mode")]
+        drop[opt] = mean_ci(lin["task_a_after"] - lin["task_a_before"]) if len(lin) else Interval(math.nan, math.nan,
+                                                                                                   math.nan, 0)
+        c = dref[(dref["optimizer"] == opt) & (dref["head"] == "mlp_bn")]
+        if len(c):
+            piv = c.pivot(index="seed", columns="mode", values="task_b")
+            bn[opt] = mean_ci(piv["backbone_eval"] - piv["all_eval"])
+        else:
+            bn[opt] = Interval(math.nan, math.nan, math.nan, 0)
+    pinned = df[df["mode"].isin(PINNED_MODES)]
+    lrs = lrs or {}
+    edge = sum(1 for (h, o), v in lrs.items() if grids and o in grids and v in (min(grids[o]), max(grids[o])))
+    return Findings(
+        n_seeds=int(df["seed"].nunique()), n_cells=int(len(ref)), confidence=float(ref["confidence"].iloc[0]),
+        margin=margin, chance=1 / int(df["n_classes"].iloc[0]) if "n_classes" in df else 0.1,
+        gap=gap, gap_verdict=words, best_pinned={key(r): r["best_pinned"] for _, r in gt.iterrows()},
+        n_closed=count(CLOSED), n_lower=count(LOWER), n_higher=count(HIGHER), n_unresolved=count(UNRESOLVED),
+        closed_ref=_cells(label(ref[ref["verdict"] == CLOSED])), lower_ref=_cells(label(ref[ref["verdict"] == LOWER])),
+        largest_gap_ref=float(ref["mean"].min()), smallest_gap_ref=float(ref["mean"].abs().min()),
+        opt_mean_gap_ref={o: float(g["mean"].mean()) for o, g in ref.groupby("optimizer", sort=False)},
+        f3_lower_b=f3, f3_heads_holding=holding,
+        f3_keep_a="holds" if bool((pinned["task_a_after"] == pinned["task_a_before"]).all()) else "does not hold",
+        train_mode_task_a_drop=drop, bn_head_modes_differ=bn,
+        lrs={f"{h}_{o}": v for (h, o), v in lrs.items()}, n_lr_at_edge=int(edge),
+    )
+
+
+def gap_display(F: Findings, heads, optimizers, shift: str = "ref") -> pd.DataFrame:
+    """The page's gap table at ``shift``: one row per head, one column per optimizer, cells
+    ``mean [low, high] verdict`` from :class:`Findings` (display only; the numbers are the findings')."""
+    rows = {}
+    for h in heads:
+        rows[h] = {o: (f"{F.gap[k].mean:+.3f} [{F.gap[k].low:+.3f}, {F.gap[k].high:+.3f}] {F.gap_verdict[k]}"
+                       if (k := f"{shift}_{h}_{o}") in F.gap else "") for o in optimizers}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# --- why: what the pinned features look like to the head ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class FeatureConfig(SourceConfig):
+    """One feature-geometry measurement: a source backbone (:class:`SourceConfig`) at task-B shifts
+    ``shifts`` (``((brightness, contrast), ...)``), ``n_features`` samples per set, ``population_batches``
+    batches of ``batch_size`` for task B's own statistics."""
+
+    shifts: tuple = (REFERENCE_SHIFT,)
+    n_features: int = 2000
+    population_batches: int = 20
+    batch_size: int = RunConfig.batch_size
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._set("shifts", tuple(tuple(float(v) for v in s) for s in self.shifts))
+        self._set("n_features", check_int("n_features", self.n_features, 2))
+        self._set("population_batches", check_int("population_batches", self.population_batches, 1))
+        self._set("batch_size", check_int("batch_size", self.batch_size, 2))
+
+    @property
+    def source(self) -> SourceConfig:
+        return SourceConfig(**{k: getattr(self, k) for k in SourceConfig.__dataclass_fields__})
+
+
+@torch.no_grad()
+def _features(backbone, x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([backbone(x[i:i + 500]) for i in range(0, len(x), 500)]).double()
+
+
+def _ridge_probe(f_train, y_train, f_test, y_test, n_classes: int, ridge: float = 1e-3) -> float:
+    """Accuracy of a least-squares one-hot classifier on z-scored features (train statistics): what a linear
+    head could reach with exact optimization, invariant to each feature's scale and offset."""
+    mu, sd = f_train.mean(0), f_train.std(0).clamp_min(1e-12)
+    z = lambda f: torch.cat([(f - mu) / sd, torch.ones(len(f), 1, dtype=f.dtype)], 1)
+    X, Y = z(f_train), torch.nn.functional.one_hot(y_train, n_classes).double()
+    W = torch.linalg.solve(X.T @ X + ridge * len(X) * torch.eye(X.shape[1], dtype=X.dtype), X.T @ Y)
+    return float(((z(f_test) @ W).argmax(1) == y_test).double().mean())
+
+
+def geometry_rows(cfg: FeatureConfig, source: dict) -> list[dict]:
+    """Feature geometry of ``source``'s backbone on task B under pinned (task A's) and separate (task B's
+    precise-BN) statistics, per shift. One row per (shift, statistics); see :func:`feature_geometry`."""
+    from ..stats import update_bn_stats
+    pinned = ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum)
+    pinned.load_state_dict(source["backbone"])
+    pinned.eval()
+    rows = []
+    for b, c in cfg.shifts:
+        task = make_task(cfg.seed, "B", cfg.n_classes, cfg.noise, b, c)
+        stream = BatchStream(task, cfg.batch_size, generator(cfg.seed, "features", "population"))
+        separate = copy.deepcopy(pinned)
+        update_bn_stats(separate, [stream.next()[0] for _ in range(cfg.population_batches)])
+        separate.eval()
+        xtr, ytr = eval_set(task, cfg.n_features, cfg.seed, "B/features-train")
+        xte, yte = eval_set(task, cfg.n_features, cfg.seed, "B/features-test")
+        F = {name: (_features(m, xtr), _features(m, xte)) for name, m in (("pinned", pinned), ("separate", separate))}
+        s_mu, s_sd = F["separate"][0].mean(0), F["separate"][0].std(0)
+        live = s_sd > 1e-9
+        for name, (ftr, fte) in F.items():
+            mu, sd = ftr.mean(0), ftr.std(0)
+            cov = torch.cov(ftr.T)
+            second = ftr.T @ ftr / len(ftr)
+            xs = F["separate"][0]
+            r2 = []
+            for j in torch.nonzero(live).flatten().tolist():  # affine fit of this feature on the separate one
+                if sd[j] <= 1e-12:
+                    r2.append(0.0)
+                    continue
+                r = torch.corrcoef(torch.stack([ftr[:, j], xs[:, j]]))[0, 1]
+                r2.append(float(r ** 2))
+            rows.append(dict(seed=cfg.seed, brightness=b, contrast=c, statistics=name,
+                             scale_ratio=float((sd[live] / s_sd[live]).median()),
+                             offset_sd=float(((mu[live] - s_mu[live]).abs() / s_sd[live]).median()),
+                             dead_fraction=float((sd <= 1e-9).double().mean()),
+                             affine_r2=float(np.median(r2)) if r2 else math.nan,
+                             curvature=float(torch.linalg.eigvalsh(second)[-1]),
+                             curvature_centered=float(torch.linalg.eigvalsh(cov)[-1]),
+                             mean_share=float((mu @ mu) / torch.trace(second)),
+                             probe_accuracy=_ridge_probe(ftr, ytr, fte, yte, cfg.n_classes)))
+    return rows
+
+
+def _feature_group(configs: list[FeatureConfig]) -> list[dict]:
+    out = []
+    for cfg in configs:
+        rows = geometry_rows(cfg, train_source(cfg.source))
+        out.append(dict(rows=rows))
+    return out
+
+
+def feature_geometry(config: Config, execution: Execution | None = None) -> pd.DataFrame:
+    """What the backbone's 64 output features look like on task B under pinned and separate statistics.
+
+    For the first ``config.feature_seeds`` seeds and each shift: ``scale_ratio`` (median over features of
+    their standard deviation under these statistics over that under task B's own), ``offset_sd`` (median
+    |mean difference| in separate-statistics standard deviations), ``dead_fraction`` (features constant at
+    zero), ``affine_r2`` (median squared correlation with the same feature under separate statistics: 1 means
+    an exact per-feature affine change, which one linear layer can undo), ``curvature`` (largest eigenvalue of
+    the features' second moment E[f f^T], which bounds the stable step of gradient descent on a linear head)
+    and ``curvature_centered`` (of the covariance: without the mean's rank-one part), ``mean_share``
+    (||E f||^2 / E||f||^2) and ``probe_accuracy`` (a closed-form least-squares classifier on z-scored features:
+    what exact optimization of a linear head reaches). Cached; one row per (seed, shift, statistics).
+    """
+    seeds = config.seeds[:config.feature_seeds]
+    shifts = tuple(config.shifts().values())
+    src = RunConfig(**config._base()).source
+    cfgs = [FeatureConfig(**{**src.asdict(), "seed": s}, shifts=shifts, batch_size=config.batch_size) for s in seeds]
+    res = run_sweep(cfgs, _feature_group, namespace=FEATURE_NAMESPACE, execution=execution,
+                    cache_dir=None if execution is None else execution.cache_dir, desc="feature geometry")
+    df = pd.DataFrame([r for rows in res["rows"] for r in rows])
+    return annotate(df, config)
+
+
+def geometry_summary(geom: pd.DataFrame) -> pd.DataFrame:
+    """Mean and 95% interval over seeds of each geometry measure per ``shift, statistics`` (tidy)."""
+    rows = []
+    for key, g in geom.groupby(["shift", "statistics"], sort=False):
+        for metric in ("scale_ratio", "offset_sd", "dead_fraction", "affine_r2", "curvature", "curvature_centered",
+                       "mean_share", "probe_accuracy"):
+            iv = mean_ci(g[metric])
+            rows.append(dict(shift=key[0], statistics=key[1], metric=metric, mean=iv.mean, ci_low=iv.low,
+                             ci_high=iv.high, n_seeds=iv.n))
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class GeometryFindings:
+    """The explanation's numbers at chapter 1's shift (means over seeds; intervals 95% Student-t)."""
+
+    scale_ratio: float
+    offset_sd: float
+    dead_fraction: float
+    affine_r2: float
+    curvature_ratio: float
+    curvature_centered_ratio: float
+    mean_share_pinned: float
+    mean_share_separate: float
+    probe_pinned: float
+    probe_separate: float
+    probe_diff: Interval
+
+
+def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> GeometryFindings:
+    """The numbers the "why" section cites, from :func:`feature_geometry`'s table at ``shift``."""
+    g = geom[geom["shift"] == shift]
+    p = g[g["statistics"] == "pinned"].set_index("seed")
+    s = g[g["statistics"] == "separate"].set_index("seed").loc[p.index]
+    return GeometryFindings(
+        scale_ratio=float(p["scale_ratio"].mean()), offset_sd=float(p["offset_sd"].mean()),
+        dead_fraction=float(p["dead_fraction"].mean()), affine_r2=float(p["affine_r2"].mean()),
+        curvature_ratio=float((p["curvature"] / s["curvature"]).mean()),
+        curvature_centered_ratio=float((p["curvature_centered"] / s["curvature_centered"]).mean()),
+        mean_share_pinned=float(p["mean_share"].mean()), mean_share_separate=float(s["mean_share"].mean()),
+        probe_pinned=float(p["probe_accuracy"].mean()), probe_separate=float(s["probe_accuracy"].mean()),
+        probe_diff=mean_ci(p["probe_accuracy"] - s["probe_accuracy"]))
+
+
+# --- the audit: which buffers each mode lets move, with a head that has its own BatchNorm ---------------------------
+
+PARTS = ("backbone", "backbone_b", "head_b")
+
+
+def audit_buffers(seed: int = 0, head: str = "mlp_bn", steps: int = 5, brightness: float = REFERENCE_SHIFT[0],
+                  contrast: float = REFERENCE_SHIFT[1], stage1_steps: int = 50) -> tuple[pd.DataFrame, dict]:
+    """Run ``steps`` stage-2 steps in each freeze mode inside a :class:`bnstudy.audit.FreezeAudit` and report
+    which running statistics moved.
+
+    Returns a tidy table ``mode, part, declared, moved, max_change`` (``part``: ``backbone``, ``backbone_b``
+    (separate_stats' copy), ``head_b``; ``declared``: listed in :attr:`FreezeMode.buffers_may_change`;
+    ``moved``: some running_mean/running_var there changed; ``max_change``: the largest absolute change) and
+    the audits by mode. The backbone comes from a short stage 1 (``stage1_steps``): the audit is about which
+    buffers move, not about accuracy.
+    """
+    from ..audit import FreezeAudit
+    src_cfg = SourceConfig(seed=seed, stage1_steps=stage1_steps)
+    source = train_source(src_cfg)
+    task = make_task(seed, "B", src_cfg.n_classes, src_cfg.noise, brightness, contrast)
+    rows, audits = [], {}
+    for name in MODE_NAMES:
+        mode = get_mode(name)
+        backbone = ConvBackbone(3, src_cfg.widths, src_cfg.norm, src_cfg.momentum)
+        backbone.load_state_dict(source["backbone"])
+        head_a = make_head("linear", backbone.out_features, src_cfg.n_classes)
+        head_a.load_state_dict(source["head_a"])
+        head_b = seeded((seed, "init", "audit_head", head), lambda: make_head(head, backbone.out_features,
+                                                                              src_cfg.n_classes))
+        model = mode.apply(TransferModel(backbone, head_a, head_b))
+        opt = torch.optim.SGD(model.head_b.parameters(), lr=0.01)
+        stream = BatchStream(task, 64, generator(seed, "audit", "B"))
+        with FreezeAudit(model, warn=False) as a:
+            for _ in range(steps):
+                model.train()
+                x, y = stream.next()
+                loss = torch.nn.functional.cross_entropy(model.forward_b(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        audits[name] = a
+        rep = a.report()
+        stats = rep[rep["tensor"].str.endswith(("running_mean", "running_var"))] if "tensor" in rep else rep
+        for part in PARTS:
+            inside = stats[stats["module"].map(lambda m, p=part: m == p or m.startswith(p + "."))]
+            if part == "backbone_b" and not len(inside):
+                continue
+            ch = inside["max_abs_change"].fillna(0)
+            rows.append(dict(mode=name, part=part, declared=part in mode.buffers_may_change,
+                             moved=bool((ch > 0).any()), max_change=float(ch.max()) if len(ch) else 0.0))
+    return pd.DataFrame(rows), audits
+
+
+def audit_matches_declaration(table: pd.DataFrame) -> bool:
+    """Whether every part moved exactly where its mode declares it may (``moved == declared`` on every row)."""
+    return bool((table["moved"] == table["declared"]).all())

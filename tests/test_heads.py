@@ -1,0 +1,261 @@
+"""Chapter 4 (heads x optimizers): new heads and optimizer, the validation split, config checks, the
+learning-rate rule, findings on hand-made tables with known answers, and the buffer audit."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bnstudy.config import Execution, RunConfig
+from bnstudy.engine import eval_tag, make_optimizer
+from bnstudy.experiments import heads as ch
+from bnstudy.models import make_head
+from bnstudy.modes import MODE_NAMES
+
+
+# --- shared-module additions ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["mlp2", "mlp_ln"])
+def test_new_heads_map_features_to_logits(kind):
+    head = make_head(kind, 64, 10, hidden=32)
+    assert head(torch.randn(5, 64)).shape == (5, 10)
+
+
+def test_mlp2_has_two_hidden_layers_and_mlp_ln_a_layernorm():
+    h2 = make_head("mlp2", 64, 10, hidden=32)
+    assert [m.out_features for m in h2 if isinstance(m, torch.nn.Linear)] == [32, 32, 10]
+    hl = make_head("mlp_ln", 64, 10, hidden=32)
+    assert isinstance(hl.norm, torch.nn.LayerNorm) and hl.norm.normalized_shape == (32,)
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in hl.modules())
+
+
+def test_existing_heads_draw_the_same_initialization_as_before():
+    # the branches added for mlp2/mlp_ln must not change what linear/mlp/mlp_bn draw from the RNG
+    torch.manual_seed(3)
+    mlp = make_head("mlp", 64, 10, hidden=16)
+    torch.manual_seed(3)
+    w1 = torch.empty(16, 64).uniform_(-1 / 8, 1 / 8)
+    assert torch.equal(mlp.fc1.weight, w1)
+
+
+def test_sgd_plain_has_no_momentum_and_sgd_keeps_it():
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    assert make_optimizer("sgd_plain", p, 0.1).param_groups[0]["momentum"] == 0
+    assert make_optimizer("sgd", p, 0.1).param_groups[0]["momentum"] == 0.9
+    with pytest.raises(ValueError, match="sgd_plain"):
+        make_optimizer("rmsprop", p, 0.1)
+
+
+def test_validation_split_has_its_own_tag_and_test_is_unchanged():
+    assert eval_tag("B") == "B" and eval_tag("B", "test") == "B"
+    assert eval_tag("B", "validation") != "B"
+    with pytest.raises(ValueError, match="eval_split"):
+        eval_tag("B", "train")
+    with pytest.raises(ValueError, match="eval_split"):
+        RunConfig(eval_split="train")
+
+
+# --- config ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("override, message", [
+    (dict(tuning_seeds=(0,)), "tuning_seeds must be disjoint"),
+    (dict(heads=("linear", "cnn")), "heads\\[1\\]='cnn' is not allowed"),
+    (dict(heads=("linear", "linear")), "heads must not repeat"),
+    (dict(optimizers=("sgd", "lbfgs")), "optimizers\\[1\\]='lbfgs'"),
+    (dict(mid_strength=1.0), "mid_strength must be a number > 0.0 and < 1.0"),
+    (dict(mid_strength=0.0), "mid_strength"),
+    (dict(lr_sgd=(0.1, 0.01)), "lr_sgd must be strictly increasing"),
+    (dict(lr_adam=(0.0, 0.01)), "lr_adam\\[0\\]"),
+    (dict(margin=0.0), "margin"),
+    (dict(seeds=1), "seeds must name at least 2"),
+    (dict(steps=0), "steps must be an integer >= 1"),
+])
+def test_config_errors_name_the_parameter(override, message):
+    with pytest.raises(ValueError, match=message):
+        ch.make_config("quick", **override)
+
+
+def test_full_profile_grids_contain_the_quick_grids_and_reach_further():
+    q, f = ch.make_config("quick"), ch.make_config("full")
+    for o in ch.OPTIMIZERS:
+        assert set(q.lr_grid(o)) < set(f.lr_grid(o)) and min(f.lr_grid(o)) < min(q.lr_grid(o))
+    assert len(f.seeds) >= 10 and set(f.heads) == set(ch.HEADS)
+
+
+def test_config_shifts_and_runs_are_paired_grids():
+    cfg = ch.make_config("quick", heads=("linear", "mlp_ln"), optimizers=("sgd", "adam"), mid_strength=0.25)
+    assert cfg.shifts() == {"none": (0.0, 1.0), "mid": (1.0, 2.0), "ref": (4.0, 5.0)}
+    lrs = {(h, o): 0.01 for h in cfg.heads for o in cfg.optimizers}
+    runs = cfg.run_configs(lrs)
+    assert len(runs) == len(cfg.seeds) * 3 * 2 * 2 * 4
+    assert all(r.eval_split == "test" for r in runs)
+    search = cfg.search_configs()
+    assert {r.seed for r in search} == set(cfg.tuning_seeds)
+    assert all(r.eval_split == "validation" and (r.brightness, r.contrast) == (4.0, 5.0) for r in search)
+    assert {r.lr for r in search if r.optimizer == "adam"} == set(cfg.lr_adam)
+
+
+# --- the learning-rate rule ------------------------------------------------------------------------------------------
+
+def _search(acc: dict) -> pd.DataFrame:
+    rows = [dict(seed=s, head=h, optimizer=o, lr=lr, mode=m, task_b=a + 0.01 * (m == "train_mode"),
+                 eval_split="validation")
+            for (h, o, lr), a in acc.items() for s in (1000, 1001) for m in MODE_NAMES]
+    return pd.DataFrame(rows)
+
+
+def test_chosen_lr_is_the_best_mean_over_modes_with_ties_to_the_smaller():
+    s = _search({("linear", "sgd", 0.01): 0.5, ("linear", "sgd", 0.1): 0.7, ("linear", "sgd", 1.0): 0.6,
+                 ("mlp", "adam", 0.001): 0.8, ("mlp", "adam", 0.01): 0.8})
+    assert ch.chosen_lrs(s) == {("linear", "sgd"): 0.1, ("mlp", "adam"): 0.001}
+    tab = ch.search_table(s)
+    crit = tab[(tab["mode"] == "mean") & (tab["lr"] == 0.1)]["val_accuracy"].iloc[0]
+    assert crit == pytest.approx(0.7025)
+
+
+def test_chosen_lr_refuses_a_search_scored_on_the_test_set():
+    s = _search({("linear", "sgd", 0.01): 0.5}).assign(eval_split="test")
+    with pytest.raises(ValueError, match="validation"):
+        ch.chosen_lrs(s)
+
+
+# --- findings on hand-made tables ------------------------------------------------------------------------------------
+
+SEEDS = range(6)
+NOISE = np.array([0.01, -0.01, 0.005, -0.005, 0.0, 0.002])
+
+
+def _table(gaps: dict, train_adv: dict | None = None, bn_diff: float = 0.0) -> pd.DataFrame:
+    """task_b(separate) = 0.6 + noise; pinned = separate + gap (+ per-seed wiggle); train_mode = separate +
+    train_adv[opt]; mlp_bn's all_eval = backbone_eval - bn_diff. gaps: {(shift, head, opt): gap}."""
+    rows = []
+    for (shift, head, opt), gap in gaps.items():
+        for s in SEEDS:
+            sep = 0.6 + NOISE[s]
+            wig = 0.004 * (-1) ** s
+            tb = {"separate_stats": sep, "train_mode": sep + (train_adv or {}).get(opt, 0.0),
+                  "backbone_eval": sep + gap + wig, "all_eval": sep + gap + wig - (bn_diff if head == "mlp_bn" else 0)}
+            for m in MODE_NAMES:
+                a0 = 0.9
+                rows.append(dict(seed=s, shift=shift, head=head, optimizer=opt, mode=m, task_b=tb[m], n_classes=10,
+                                 task_a_before=a0, task_a_after=a0 - (0.5 if m == "train_mode" else 0.0)))
+    return pd.DataFrame(rows)
+
+
+def test_gap_verdicts_closed_lower_higher_unresolved():
+    df = _table({("ref", "linear", "sgd"): -0.15, ("ref", "linear", "adam"): 0.0,
+                 ("ref", "mlp_bn", "sgd"): 0.10, ("ref", "mlp_bn", "adam"): -0.01})
+    F = ch.findings(df, margin=0.02)
+    assert F.gap_verdict["ref_linear_sgd"] == ch.LOWER
+    assert F.gap_verdict["ref_linear_adam"] == ch.CLOSED
+    assert F.gap_verdict["ref_mlp_bn_sgd"] == ch.HIGHER
+    assert F.gap["ref_linear_sgd"].mean == pytest.approx(-0.15, abs=1e-12)
+    assert F.gap_verdict["ref_mlp_bn_adam"] == ch.CLOSED  # -0.01 with a tight interval lies inside +-0.02
+    assert F.n_closed["ref"] == 2 and F.n_lower["ref"] == 1 and F.n_higher["ref"] == 1
+    assert F.closed_ref == "linear/adam, mlp_bn/adam" and F.lower_ref == "linear/sgd"
+    assert F.largest_gap_ref == pytest.approx(-0.15)
+    # a tiny margin turns the exact tie into "unresolved": no tie is claimed without the equivalence test
+    assert ch.findings(df, margin=0.001).gap_verdict["ref_linear_adam"] == ch.UNRESOLVED
+
+
+def test_no_verdict_from_two_seeds_even_when_their_differences_agree():
+    from bnstudy.analysis import Interval
+    assert ch.gap_verdict(Interval(-0.006, -0.006, -0.006, 2), 0.02) == ch.UNRESOLVED
+    assert ch.gap_verdict(Interval(-0.3, -0.3, -0.3, 2), 0.02) == ch.UNRESOLVED
+    assert ch.gap_verdict(Interval(-0.006, -0.006, -0.006, 3), 0.02) == ch.CLOSED
+
+
+def test_gap_intervals_are_bonferroni_corrected_over_the_cells():
+    df = _table({("ref", h, o): -0.05 for h in ("linear", "mlp_bn") for o in ("sgd", "adam")})
+    F = ch.findings(df)
+    assert F.n_cells == 4 and F.confidence == pytest.approx(1 - 0.05 / 4)
+    from bnstudy.analysis import mean_ci
+    _, d = ch.gap_values(df, "ref", "linear", "sgd")
+    wide, narrow = mean_ci(d, 1 - 0.05 / 4), mean_ci(d)
+    assert F.gap["ref_linear_sgd"].low == pytest.approx(wide.low) and wide.low < narrow.low
+
+
+def test_best_pinned_mode_is_the_higher_mean_and_bn_head_modes_differ():
+    df = _table({("ref", "linear", "sgd"): -0.1, ("ref", "mlp_bn", "sgd"): -0.1}, bn_diff=-0.05)
+    F = ch.findings(df)
+    assert F.best_pinned["ref_mlp_bn_sgd"] == "all_eval"
+    assert F.best_pinned["ref_linear_sgd"] == "backbone_eval"  # exact tie: backbone_eval
+    assert F.gap["ref_mlp_bn_sgd"].mean == pytest.approx(-0.05)
+    assert F.bn_head_modes_differ["sgd"].mean == pytest.approx(-0.05)
+    assert math.isnan(ch.findings(_table({("ref", "linear", "sgd"): 0.0})).bn_head_modes_differ["sgd"].mean)
+
+
+def test_finding3_verdict_flips_per_optimizer():
+    gaps = {("ref", h, o): -0.1 for h in ("linear", "mlp") for o in ("sgd", "adam")}
+    F = ch.findings(_table(gaps, train_adv={"sgd": 0.0, "adam": -0.2}))
+    # sgd: train_mode = separate > pinned -> holds; adam: train_mode below pinned -> does not hold
+    assert F.f3_lower_b == {"sgd": "holds", "adam": "does not hold"}
+    assert F.f3_heads_holding == {"sgd": 2, "adam": 0}
+    assert F.f3_keep_a == "holds"
+    assert F.train_mode_task_a_drop["sgd"].mean == pytest.approx(-0.5)
+
+
+def test_finding3_keep_a_fails_when_a_pinned_mode_changes_task_a():
+    df = _table({("ref", "linear", "sgd"): -0.1})
+    df.loc[(df["mode"] == "all_eval") & (df["seed"] == 2), "task_a_after"] -= 0.001
+    assert ch.findings(df).f3_keep_a == "does not hold"
+
+
+def test_findings_needs_every_mode_and_the_reference_shift():
+    df = _table({("ref", "linear", "sgd"): -0.1})
+    with pytest.raises(ValueError, match="separate_stats"):
+        ch.findings(df[df["mode"] != "separate_stats"])
+    with pytest.raises(ValueError, match="ref"):
+        ch.findings(df.assign(shift="none"))
+
+
+def test_lr_edge_count():
+    df = _table({("ref", "linear", "sgd"): -0.1})
+    F = ch.findings(df, lrs={("linear", "sgd"): 0.16, ("linear", "adam"): 0.003}, grids=ch.LR_GRIDS)
+    assert F.n_lr_at_edge == 1 and F.lrs == {"linear_sgd": 0.16, "linear_adam": 0.003}
+
+
+def test_tidy_tables_have_one_value_per_row():
+    df = _table({("ref", "linear", "sgd"): -0.1, ("none", "linear", "sgd"): 0.0})
+    gt = ch.gap_table(df)
+    assert len(gt) == 2 and set(gt["verdict"]) <= {ch.CLOSED, ch.LOWER, ch.HIGHER, ch.UNRESOLVED}
+    at = ch.accuracy_table(df)
+    assert len(at) == 2 * 4 * 2 and not at.isna().any().any()
+
+
+# --- the audit -------------------------------------------------------------------------------------------------------
+
+def test_audit_matches_declaration_catches_an_unexpected_move():
+    t = pd.DataFrame([dict(mode="all_eval", part="head_b", declared=False, moved=False, max_change=0.0)])
+    assert ch.audit_matches_declaration(t)
+    assert not ch.audit_matches_declaration(t.assign(moved=True))
+
+
+def test_bn_head_buffers_move_exactly_where_each_mode_declares():
+    table, audits = ch.audit_buffers(seed=0, steps=2, stage1_steps=3)
+    assert ch.audit_matches_declaration(table)
+    t = table.set_index(["mode", "part"])["moved"]
+    assert t[("backbone_eval", "head_b")] and not t[("all_eval", "head_b")]  # the two pinned modes now differ
+    assert not t[("backbone_eval", "backbone")] and t[("separate_stats", "backbone_b")]
+    assert set(audits) == set(MODE_NAMES)
+
+
+# --- a tiny real run --------------------------------------------------------------------------------------------------
+
+def test_tiny_run_end_to_end(tmp_path):
+    cfg = ch.make_config("quick", heads=("linear", "mlp_ln"), optimizers=("sgd_plain", "adam"), steps=3,
+                         stage1_steps=3, n_eval=50, lr_sgd_plain=(0.1, 1.0), lr_adam=(0.01,), feature_seeds=1)
+    ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
+    search = ch.lr_search(cfg, ex)
+    assert set(search["eval_split"]) == {"validation"}
+    lrs = ch.chosen_lrs(search)
+    df = ch.run(cfg, ex, lrs)
+    assert len(df) == 2 * 3 * 2 * 2 * 4 and set(df["shift"]) == {"none", "mid", "ref"}
+    F = ch.findings(df, lrs, ch.LR_GRIDS)
+    assert F.f3_keep_a == "holds"
+    geom = ch.feature_geometry(cfg, ex)
+    sep = geom[geom["statistics"] == "separate"]
+    assert np.allclose(sep["scale_ratio"], 1.0) and np.allclose(sep["offset_sd"], 0.0)
+    ch.geometry_findings(geom)
