@@ -324,6 +324,18 @@ def _ch3_grid(n: int, height: float = 2.6):
     return fig, axes.flat[:n]
 
 
+def _ch3_log_levels(ax, x, ylim=(-1.05, 1.05)):
+    """Log x axis labelled at the levels themselves; y cut to ``ylim`` (accuracy differences cannot leave
+    [-1, 1]; a t interval over few seeds can)."""
+    x = sorted(set(float(v) for v in x))
+    ax.set_xscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{v:g}" for v in x])
+    ax.minorticks_off()
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(max(lo, ylim[0]), min(hi, ylim[1]))
+
+
 def _ch3_legend(fig, axes, ncol=4):
     handles = {}
     for ax in axes:
@@ -354,7 +366,7 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
             if t in reference and lv.loc[lv["line"] == t, "strength"].between(0, np.inf).any():
                 ax.axvline(reference[t], color="grey", ls=":", lw=1.2, label="chapter 1's shift")
             ax.axhline(0, color="black", lw=0.6)
-            ax.set_xscale("log")
+            _ch3_log_levels(ax, lv.loc[lv["line"] == t, "strength"])
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
             ax.set_xlabel(xlabels.get(t, "strength"))
         for ax in axes[::4]:
@@ -379,7 +391,7 @@ def ch3_net_views(levels, margin: float):
                             fmt=mk + "-", ms=4.5, lw=1, capsize=2, color=col[view],
                             label="accuracy points" if view == "raw" else "share of room above chance")
             ax.axhline(0, color="black", lw=0.6)
-            ax.set_xscale("log")
+            _ch3_log_levels(ax, levels.loc[levels["line"] == t, "strength"])
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
             ax.set_xlabel("strength")
         for ax in axes[::4]:

@@ -542,3 +542,15 @@ def test_tiny_sweep_runs_the_new_lines_through_the_engine(cache_dir):
     eff = ss.paired_effects(df)
     x, _, _ = ss.line_matrix(eff, "blur", "cost")
     assert list(x) == [0.0, 1.0]
+
+
+def test_selection_findings_name_the_winner_and_its_limits():
+    df = _table10(_cfg10())
+    F = ss.findings(df, n_boot=10, n_boot_select=30)
+    assert F.winner in ss.CANDIDATES and F.n_candidates == 3      # _table10 has KL, mean shift, KL (train pass)
+    assert F.winner_clear in ("clearly", "not clearly") and 0 <= F.n_beaten <= 2
+    sel = F.selection[F.winner]["per_type"]
+    assert F.winner_worst_error == max(sel.values()) and sel[F.winner_worst_type] == F.winner_worst_error
+    # no shift costs nothing (below 0.01 with confidence), every shift of the hand-made table costs more
+    assert F.winner_safe_max < F.winner_harm_min and F.winner_threshold_clean == "do not overlap"
+    assert F.n_cost_larger["raw"] + F.n_benefit_larger["raw"] == F.n_resolved["raw"]

@@ -10,9 +10,10 @@ task B. This module measures both as the shift between the tasks grows, along th
 * ``both``: strength ``t`` with ``brightness = t * b0`` and ``contrast = 1 + t * (c0 - 1)``
   (``t = 1`` is chapter 1's shift);
 
-plus a brightness x contrast grid for heatmaps and a training-budget check (points of the
-``both`` line rerun with longer stage-2 training). Each distinct ``(seed, mode, brightness,
-contrast, steps)`` runs once, through :func:`bnstudy.engine.transfer_sweep`; every run also
+plus (issue 10) two corruptions no per-channel affine map undoes, ``blur`` (Gaussian blur std) and
+``noise`` (extra pixel-noise std), and a second task family where task B has task A's classes seen through
+the shift (``same_both``, ``same_noise``; :func:`bnstudy.tasks.make_task_b`); a brightness x contrast grid
+for heatmaps and a training-budget check (points of the ``both`` line rerun with longer stage-2 training). Each distinct ``(seed, mode, shift, steps)`` runs once, through :func:`bnstudy.engine.transfer_sweep`; every run also
 carries the statistics mismatch between its source backbone's stored statistics and its
 task-B data (:func:`bnstudy.stats.mismatch_from_statistics`), which needs no training.
 
@@ -23,7 +24,11 @@ initialisation and task-B batch stream, so effects are paired differences per se
     cost    = task_a_after(pinned) - task_a_after(train_mode)
     benefit = task_b(train_mode)   - task_b(pinned)
 
-with ``pinned = "backbone_eval"``. ``Config`` -> :func:`run` -> results table ->
+with ``pinned = "backbone_eval"``. Issue 10's analysis: per-level verdicts with Bonferroni intervals and a
+TOST for ties (:func:`level_table`), the crossover against the tie threshold (:func:`threshold_table`), each
+effect over its task's room above chance (:func:`normalized_effects`), mismatch candidates compared on a
+held-out shift type (:func:`mismatch_selection`) and the heads' convergence (:func:`convergence_table`).
+``Config`` -> :func:`run` -> results table ->
 :func:`findings` (every number and verdict the chapter's prose cites) and the tidy figure
 tables :func:`line_table`, :func:`budget_table`, :func:`grid_table`, :func:`condition_table`,
 :func:`scatter_table`.
@@ -178,12 +183,14 @@ class Config(_Frozen):
 
     Profile-sized (no defaults; :data:`PROFILES` sets them): ``seeds``; ``steps`` (stage-2 steps of
     the sweep); ``brightness_levels`` / ``contrast_levels`` / ``both_levels`` (strengths on each line,
-    strictly increasing, an empty list skips the line); ``grid_brightness`` / ``grid_contrast`` (the
+    strictly increasing, an empty list skips the line; issue 10's ``blur_levels``, ``noise_levels``,
+    ``same_both_levels``, ``same_noise_levels`` likewise, default empty); ``grid_brightness`` / ``grid_contrast`` (the
     heatmap axes, both empty: no grid); ``budget_levels`` (``both``-line strengths of the budget check)
     and ``budget_steps`` (its longer step counts; either empty: no check). Others: ``line_modes`` and
     ``grid_modes`` (must include ``train_mode`` and ``backbone_eval``), ``mismatch_batches`` (unlabelled
     task-B batches per mismatch measurement), ``n_boot`` and ``min_effect`` (the crossover's bootstrap
-    and tie tolerance, accuracy fraction), and the run sizes ``noise``, ``momentum``, ``widths``,
+    and tie tolerance, accuracy fraction), ``tie_margin`` (the TOST's equivalence margin), and the run
+    sizes ``noise``, ``momentum``, ``widths``,
     ``batch_size``, ``stage1_steps``, ``stage1_batch_size``, ``n_eval`` (defaults: :class:`RunConfig`'s).
     Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
     """
@@ -1123,6 +1130,8 @@ class Findings:
     n_undetermined: dict
     n_tie: dict
     n_resolved: dict
+    n_cost_larger: dict
+    n_benefit_larger: dict
     threshold_lines: dict
     threshold_n: dict
     room_a: float
@@ -1135,6 +1144,17 @@ class Findings:
     selection: dict
     winner: str
     winner_is_kl: str
+    winner_clear: str
+    n_beaten: int
+    n_candidates: int
+    winner_worst_type: str
+    winner_worst_error: float
+    winner_best_type: str
+    winner_best_error: float
+    winner_noshift: float
+    winner_safe_max: float
+    winner_harm_min: float
+    winner_threshold_clean: str
     kl_spread: dict
     winner_spread: dict
     # issue 10: the training budget at every point
@@ -1217,7 +1237,7 @@ def _slug_t(x: float) -> str:
 def _level_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int, min_effect: float) -> dict:
     lv = level_table(df, alpha, margin)
     net = lv[lv["metric"] == "net"]
-    counts, n_und, n_tie, n_res, weakest = {}, {}, {}, {}, {}
+    counts, n_und, n_tie, n_res, weakest, n_cl, n_bl = {}, {}, {}, {}, {}, {}, {}
     for view in VIEWS:
         v = net[net["view"] == view]
         counts[view] = {t: {w: int((g["verdict"] == w).sum()) for w in VERDICTS} | {"levels": len(g)}
@@ -1225,6 +1245,8 @@ def _level_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int, 
         n_und[view] = int((v["verdict"] == "undetermined").sum())
         n_tie[view] = int((v["verdict"] == "tie").sum())
         n_res[view] = int(v["verdict"].isin(["benefit larger", "cost larger"]).sum())
+        n_cl[view] = int((v["verdict"] == "cost larger").sum())
+        n_bl[view] = int((v["verdict"] == "benefit larger").sum())
         weakest[view] = {t: g.sort_values("strength").iloc[0]["verdict"] for t, g in v.groupby("line", sort=False)}
     at_t1 = {}
     for t in ("both", "same_both"):
@@ -1264,6 +1286,7 @@ def _level_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int, 
                             taskb_pinned=float(g["task_b_pinned"].mean()))
     return dict(alpha=alpha, tie_margin=margin, m_tests=int(lv["m_tests"].iloc[0]) if len(lv) else 0, counts=counts,
                 at_t1=at_t1, weakest=weakest, n_undetermined=n_und, n_tie=n_tie, n_resolved=n_res,
+                n_cost_larger=n_cl, n_benefit_larger=n_bl,
                 threshold_lines=tl, threshold_n=tn, room_a=room_a, room_b=room_b,
                 exchange_rate=room_b.get("new", math.nan) / room_a if room_a > 0 else math.nan,
                 family=family, extra=extra)
@@ -1285,7 +1308,20 @@ def _selection_findings(df: pd.DataFrame, n_boot: int, min_effect: float) -> dic
         on = eff[eff[f"on_{t}"].astype(bool)]
         rho[f"kl_cost_{t}"] = _boot_rho(on, keys, "mismatch_kl", "cost", n_boot)
     sel_flat = {name: {k: v for k, v in r.items()} for name, r in sel["candidates"].items()}
-    return dict(rho=rho, selection=sel_flat, winner=sel["winner"], winner_is_kl="is" if sel["winner"] == "KL" else "is not",
+    w = sel["winner"]
+    per = sel["candidates"][w]["per_type"]
+    n_beaten = sum(r["beaten"] == "yes" for n, r in sel["candidates"].items() if n != w)
+    col = cands[w]
+    safe, harm = pc[pc["cost_hi"] < min_effect][col], pc[pc["cost_lo"] > min_effect][col]
+    ns = pc[pc["kind"].astype(str).str.startswith("no shift")][col]
+    return dict(rho=rho, selection=sel_flat, winner=w, winner_is_kl="is" if w == "KL" else "is not",
+                winner_clear="clearly" if n_beaten == len(cands) - 1 else "not clearly", n_beaten=n_beaten,
+                n_candidates=len(cands), winner_worst_type=max(per, key=per.get), winner_worst_error=max(per.values()),
+                winner_best_type=min(per, key=per.get), winner_best_error=min(per.values()),
+                winner_noshift=float(ns.mean()) if len(ns) else math.nan,
+                winner_safe_max=float(safe.max()) if len(safe) else math.nan,
+                winner_harm_min=float(harm.min()) if len(harm) else math.nan,
+                winner_threshold_clean="overlap" if len(safe) and len(harm) and harm.min() < safe.max() else "do not overlap",
                 kl_spread=equal_measure_spread(pc, "mismatch_kl"),
                 winner_spread=equal_measure_spread(pc, cands[sel["winner"]]))
 
