@@ -221,6 +221,11 @@ class RunConfig(SourceConfig):
     sampler: str = "shuffled"
     epoch_steps: int = 100
     eval_split: str = "test"
+    # Chapter 3 (issue 10): task B's classes and an input corruption after the shift (bnstudy.tasks.make_task_b);
+    # the defaults are today's task B, so every existing run is unchanged.
+    task_b_classes: str = "new"
+    corruption: str = "none"
+    corruption_level: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
@@ -241,6 +246,10 @@ class RunConfig(SourceConfig):
         if mode.batch_statistics(self.norm, self.head) and self.batch_size < 2:
             raise ValueError(f"batch_size must be >= 2 when mode={self.mode!r} leaves a BatchNorm in train mode, "
                              f"got {self.batch_size}")
+        from .tasks import CORRUPTIONS, TASK_B_CLASSES
+        check_choice("task_b_classes", self.task_b_classes, TASK_B_CLASSES)
+        check_choice("corruption", self.corruption, CORRUPTIONS)
+        self._set("corruption_level", check_float("corruption_level", self.corruption_level, 0.0))
 
     @property
     def source(self) -> SourceConfig:

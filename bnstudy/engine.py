@@ -35,7 +35,7 @@ from .freeze import batchnorm_layers
 from .models import ConvBackbone, Classifier, make_head
 from .modes import TransferModel, get_mode
 from .sweep import RunCache, atomic_write_bytes, code_version, default_cache_dir, run_sweep
-from .tasks import BatchStream, derive_seed, eval_set, generator, make_task
+from .tasks import BatchStream, derive_seed, eval_set, generator, make_task, task_b_of
 
 #: Log-spaced stage-2 steps at which running statistics are recorded.
 DRIFT_STEPS = (0, 1, 2, 3, 5, 8, 12, 17, 25, 35, 50, 66, 80, 100, 150, 200, 300, 400, 600, 800)
@@ -180,7 +180,7 @@ class _Stream:
 
     def __init__(self, c: RunConfig):
         self.task_a = make_task(c.seed, "A", c.n_classes, c.noise)
-        self.task_b = make_task(c.seed, "B", c.n_classes, c.noise, c.brightness, c.contrast)
+        self.task_b = task_b_of(c)  # make_task(seed, "B", ...) unless the run asks for issue 10's options
         self.eval_a = eval_set(self.task_a, c.n_eval, c.seed, "A")
         self.eval_b = eval_set(self.task_b, c.n_eval, c.seed, eval_tag("B", c.eval_split))
         self.batches = BatchStream(self.task_b, c.batch_size, generator(c.seed, "stream", "B"), c.sampler)

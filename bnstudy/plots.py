@@ -494,4 +494,207 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict):
         ax.set_title(OPTIMIZER_LABELS[o])
     axes[0][0].set_ylabel("validation task-B accuracy\n(mean over modes)")
     axes[0][-1].legend(fontsize=9)
+# --- chapter 3, issue 10: per-level effects, normalized view, budget points, candidates -----------------------------
+# Figures at most 9 in wide (the page's width), text at least 9 pt, so nothing is shrunk below 9 pt on the page.
+
+CH3_FONT = {"font.size": 9.5, "axes.titlesize": 9.5, "axes.labelsize": 9.5, "xtick.labelsize": 9,
+            "ytick.labelsize": 9, "legend.fontsize": 9, "legend.title_fontsize": 9}
+CH3_LINE_COLORS = dict(zip(("brightness", "contrast", "both", "blur", "noise", "same_both", "same_noise"),
+                           sns.color_palette("colorblind", 7)))
+
+
+def _ch3_grid(n: int, height: float = 2.6):
+    ncol = min(n, 4)
+    nrow = int(np.ceil(n / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(9, height * nrow + 0.6), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, axes.flat[:n]
+
+
+def _ch3_log_levels(ax, x, ylim=(-1.05, 1.05)):
+    """Log x axis labelled at the levels themselves; y cut to ``ylim`` (accuracy differences cannot leave
+    [-1, 1]; a t interval over few seeds can)."""
+    x = sorted(set(float(v) for v in x))
+    ax.set_xscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{v:g}" for v in x])
+    ax.minorticks_off()
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(max(lo, ylim[0]), min(hi, ylim[1]))
+
+
+def _ch3_legend(fig, axes, ncol=4):
+    handles = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(ncol, len(handles)), frameon=False,
+               bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+
+
+def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, view: str = "raw"):
+    """Cost and benefit per level (``levels``: shift_strength.level_table) with their Bonferroni intervals, one
+    panel per line, log strength axis (so the weak shifts get as much room as the strong ones); the two series
+    are drawn side by side (dodged), never on top of each other. ``crossings[line]``: the crossover strength drawn
+    as a dashed line when finite; ``reference[line]``: chapter 1's shift, dotted."""
+    with plt.rc_context(CH3_FONT):
+        lv = levels[levels["view"] == view]
+        lines = list(dict.fromkeys(lv["line"]))
+        fig, axes = _ch3_grid(len(lines))
+        for ax, t in zip(axes, lines):
+            for name, f, mk in (("cost", 0.93, "v"), ("benefit", 1.07, "^")):
+                g = lv[(lv["line"] == t) & (lv["metric"] == name)].sort_values("strength")
+                ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
+                            fmt=mk + "-", ms=5, lw=1, capsize=2, color=EFFECT_COLORS[name], label=name)
+            cx = crossings.get(t, np.nan)
+            if np.isfinite(cx):
+                ax.axvline(cx, color="black", ls="--", lw=1, label="crossover of the mean curves")
+            if t in reference and lv.loc[lv["line"] == t, "strength"].between(0, np.inf).any():
+                ax.axvline(reference[t], color="grey", ls=":", lw=1.2, label="chapter 1's shift")
+            ax.axhline(0, color="black", lw=0.6)
+            _ch3_log_levels(ax, lv.loc[lv["line"] == t, "strength"])
+            ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
+            ax.set_xlabel(xlabels.get(t, "strength"))
+        for ax in axes[::4]:
+            ax.set_ylabel("difference in accuracy" if view == "raw" else "difference in share of room")
+        _ch3_legend(fig, axes)
+    return fig
+
+
+def ch3_net_views(levels, margin: float):
+    """Benefit minus cost per level in both views (raw accuracy, and each effect over its task's room above
+    chance), Bonferroni intervals, the equivalence band ``±margin`` shaded; one panel per line, log strength."""
+    with plt.rc_context(CH3_FONT):
+        lines = list(dict.fromkeys(levels["line"]))
+        fig, axes = _ch3_grid(len(lines))
+        col = {"raw": "0.15", "normalized": sns.color_palette("colorblind")[2]}
+        for ax, t in zip(axes, lines):
+            ax.axhspan(-margin, margin, color="grey", alpha=0.2, lw=0, label=f"tie band ±{margin:g}")
+            for view, f, mk in (("raw", 0.93, "o"), ("normalized", 1.07, "s")):
+                g = levels[(levels["line"] == t) & (levels["metric"] == "net") & (levels["view"] == view)]
+                g = g.sort_values("strength")
+                ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
+                            fmt=mk + "-", ms=4.5, lw=1, capsize=2, color=col[view],
+                            label="accuracy points" if view == "raw" else "share of room above chance")
+            ax.axhline(0, color="black", lw=0.6)
+            _ch3_log_levels(ax, levels.loc[levels["line"] == t, "strength"])
+            ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
+            ax.set_xlabel("strength")
+        for ax in axes[::4]:
+            ax.set_ylabel("benefit − cost (difference)")
+        _ch3_legend(fig, axes)
+    return fig
+
+
+def ch3_budget_points(bp):
+    """Every budget point (``bp``: shift_strength.budget_points): top row task-B accuracy of the drifting and the
+    pinned head against stage-2 steps, bottom row cost and benefit (differences in accuracy); one column per
+    strength ``t`` of the both line; 95% t intervals over seeds."""
+    with plt.rc_context(CH3_FONT):
+        ts = sorted(bp["t"].unique())
+        fig, axes = plt.subplots(2, len(ts), figsize=(9, 5.4), squeeze=False, sharex=True)
+        for j, t in enumerate(ts):
+            g = bp[bp["t"] == t]
+            for mode, mk in (("train_mode", "o"), ("backbone_eval", "s")):
+                h = g[(g["mode"] == mode)].sort_values("steps")
+                axes[0][j].errorbar(h["steps"], h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
+                                    fmt=mk + "-", ms=4.5, capsize=2, lw=1, color=MODE_PALETTE[mode], label=mode)
+            for name, mk in (("cost", "v"), ("benefit", "^")):
+                h = g[(g["metric"] == name)].sort_values("steps")
+                axes[1][j].errorbar(h["steps"], h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
+                                    fmt=mk + "-", ms=5, capsize=2, lw=1, color=EFFECT_COLORS[name], label=name)
+            axes[1][j].axhline(0, color="black", lw=0.6)
+            axes[0][j].set_title(f"both line, t = {t:g}")
+            axes[1][j].set_xscale("log")
+            steps = sorted(g["steps"].unique())
+            axes[1][j].set_xticks(steps); axes[1][j].set_xticklabels([str(int(s)) for s in steps]); axes[1][j].minorticks_off()
+            axes[1][j].set_xlabel("stage-2 steps")
+        axes[0][0].set_ylabel("task-B accuracy")
+        axes[1][0].set_ylabel("difference in accuracy")
+        _ch3_legend(fig, [axes[0][0], axes[1][0]])
+    return fig
+
+
+def ch3_heatmaps(grid):
+    """Cost, benefit and benefit - cost on the brightness x contrast grid (``grid``: shift_strength.grid_table),
+    each with its colour bar; cells show the mean and the half-width of the 95% interval."""
+    with plt.rc_context(CH3_FONT):
+        gb, gc = sorted(grid["brightness"].unique()), sorted(grid["contrast"].unique())
+        wide = {m: grid[grid["metric"] == m].set_index(["brightness", "contrast"]) for m in ("cost", "benefit", "net")}
+        vmax = max(wide["cost"]["mean"].max(), wide["benefit"]["mean"].max(), 1e-9)
+        titles = {"cost": "cost (task A lost)", "benefit": "benefit (task B gained)", "net": "benefit − cost"}
+        fig, axes = plt.subplots(1, 3, figsize=(9, 3.3))
+        for ax, (name, cmap) in zip(axes, (("cost", "Reds"), ("benefit", "Blues"), ("net", "RdBu"))):
+            a = wide[name]
+            M = a["mean"].unstack("contrast").reindex(index=gb, columns=gc).values
+            H = ((a["ci_high"] - a["ci_low"]) / 2).unstack("contrast").reindex(index=gb, columns=gc).values
+            top = max(np.nanmax(np.abs(M)), 1e-9) if name == "net" else vmax
+            im = ax.imshow(M, origin="lower", cmap=cmap, aspect="auto", vmin=-top if name == "net" else 0, vmax=top)
+            cb = fig.colorbar(im, ax=ax, fraction=0.06, pad=0.03)
+            cb.set_label("difference in accuracy")
+            for i, j in np.ndindex(M.shape):
+                ax.text(j, i, f"{M[i, j]:.2f}\n±{H[i, j]:.2f}", ha="center", va="center", fontsize=9,
+                        color="white" if abs(M[i, j]) > 0.6 * top else "black")
+            ax.set_xticks(range(len(gc))); ax.set_xticklabels([f"{c:g}" for c in gc])
+            ax.set_yticks(range(len(gb))); ax.set_yticklabels([f"{b:g}" for b in gb])
+            ax.set_xlabel("contrast gain c"); ax.set_ylabel("brightness offset b"); ax.set_title(titles[name])
+            ax.grid(False)
+        fig.tight_layout()
+    return fig
+
+
+def ch3_candidates(conditions, selection: dict, candidates: dict):
+    """Cost against each mismatch candidate (``conditions``: shift_strength.condition_table; one point per shift,
+    coloured by the line it lies on, 95% bars in both directions), log measure axis; the last panel gives each
+    candidate's leave-one-type-out error with its bootstrap interval (``selection``: Findings.selection)."""
+    with plt.rc_context(CH3_FONT):
+        names = [n for n in candidates if candidates[n] in conditions.columns]
+        fig, axes = _ch3_grid(len(names) + 1, height=2.5)
+        c = conditions[conditions["kind"] != "grid only"]
+        for ax, n in zip(axes, names):
+            col = candidates[n]
+            for kind, g in c.groupby("kind", sort=False):
+                color = CH3_LINE_COLORS.get(kind, "0.4")
+                ax.errorbar(g[col], g["cost"], xerr=[g[col] - g[col + "_lo"], g[col + "_hi"] - g[col]],
+                            yerr=[g["cost"] - g["cost_lo"], g["cost_hi"] - g["cost"]], fmt="o" if kind in
+                            CH3_LINE_COLORS else "s", ms=4.5, lw=0.8, capsize=1.5, color=color, label=kind)
+            ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
+            ax.set_title(f"{n}: error {selection[n]['score']:.3f}")
+            ax.set_xlabel(f"{n} (before stage 2)")
+        for ax in axes[:len(names)][::4]:
+            ax.set_ylabel("cost (difference in\ntask-A accuracy)")
+        ax = axes[len(names)]
+        sc = np.array([selection[n]["score"] for n in names])
+        lo = np.array([selection[n]["score_lo"] for n in names]); hi = np.array([selection[n]["score_hi"] for n in names])
+        ax.errorbar(sc, range(len(names)), xerr=[sc - lo, hi - sc], fmt="o", color="0.2", capsize=2)
+        ax.set_yticks(range(len(names))); ax.set_yticklabels(names); ax.invert_yaxis()
+        ax.set_xlabel("held-out-type error (accuracy)"); ax.set_title("leave one type out")
+        _ch3_legend(fig, axes[:len(names)], ncol=5)
+    return fig
+
+
+def ch3_retention(scatter):
+    """Task-A change against task-B gain over ``backbone_eval`` (``scatter``: shift_strength.scatter_table), one
+    marker shape and size per mode so that modes that coincide (the two pinned modes at the origin) stay visible."""
+    marks = {"train_mode": ("o", 5), "backbone_eval": ("s", 9), "all_eval": ("D", 5), "separate_stats": ("^", 6)}
+    with plt.rc_context(CH3_FONT):
+        fig, ax = plt.subplots(figsize=(6.5, 4.6))
+        for mode in [m for m in MODE_ORDER if m in set(scatter["mode"])]:
+            g = scatter[scatter["mode"] == mode]
+            xa = g[g["metric"] == "task_a_change"].set_index(["brightness", "contrast"])
+            yb = g[g["metric"] == "task_b_gain"].set_index(["brightness", "contrast"]).loc[xa.index]
+            mk, ms = marks.get(mode, ("o", 5))
+            ax.errorbar(xa["mean"], yb["mean"], xerr=[xa["mean"] - xa["ci_low"], xa["ci_high"] - xa["mean"]],
+                        yerr=[yb["mean"] - yb["ci_low"], yb["ci_high"] - yb["mean"]], fmt=mk, ms=ms, capsize=2, lw=0.8,
+                        color=MODE_PALETTE[mode], mfc="none" if mode == "backbone_eval" else MODE_PALETTE[mode],
+                        mew=1.4, label=mode)
+        ax.set_xlim(-1.05, 0.1); ax.set_ylim(min(-0.1, ax.get_ylim()[0]), min(1.05, max(0.3, ax.get_ylim()[1])))
+        xx = np.linspace(-1.0, 0, 10)
+        ax.plot(xx, -xx, color="grey", ls="--", lw=1, label="gain = loss")
+        ax.axhline(0, color="black", lw=0.6); ax.axvline(0, color="black", lw=0.6)
+        ax.set_xlabel("task-A accuracy change (difference, after − before)")
+        ax.set_ylabel("task-B gain over backbone_eval\n(difference in accuracy)")
+        ax.legend(loc="lower left")
     return fig

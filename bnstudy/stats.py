@@ -201,7 +201,7 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
 # --- Statistics mismatch: how far stored running statistics are from new data's -------------------------------
 
 #: Distances :func:`statistics_mismatch` can report, per channel.
-MISMATCH_MEASURES = ("kl", "mean_shift")
+MISMATCH_MEASURES = ("kl", "mean_shift", "log_var_ratio", "wasserstein")  # the last two: issue 10
 #: Which forward pass produces the activations that are compared with the stored statistics.
 MISMATCH_PASSES = ("eval", "train")
 
@@ -300,6 +300,9 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
       pure mean shift it is ``mean_shift ** 2 / 2``.
     * ``"mean_shift"``: ``|mean_new - running_mean| / sqrt(running_var + eps)``,
       the standardised mean shift. Blind to a change of variance.
+    * ``"log_var_ratio"``: ``|log(var_new / running_var)|`` (both with ``eps``). Blind to a moved mean.
+    * ``"wasserstein"``: the 2-Wasserstein distance between the two Gaussians in units of the stored
+      standard deviation, ``sqrt((mean_new - running_mean)**2 + (sd_new - sd_run)**2) / sd_run``.
 
     It is the early diagnostic practitioners recommend before fine-tuning or
     deploying a BN network on new data: do its running statistics still
@@ -355,8 +358,10 @@ def mismatch_from_statistics(model: nn.Module, statistics: dict, measure: str = 
         var_s = m.running_var.detach().double().to(mean_new.device) + m.eps
         if measure == "kl":
             d = gaussian_kl(mean_new, var_new + m.eps, mean_s, var_s)
-        else:
+        elif measure == "mean_shift":
             d = (mean_new - mean_s).abs() / var_s.sqrt()
+        else:  # issue 10's candidates (mismatch_candidate)
+            d = mismatch_candidate(measure, mean_new, var_new + m.eps, mean_s, var_s)
         out[name] = d.cpu() if per_channel else float(d.mean())
     return out
 
@@ -454,3 +459,19 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
                          num_batches_tracked=None if nbt is None else int(nbt),
                          other_num_batches_tracked=None if rnbt is None else int(rnbt)))
     return pd.DataFrame(rows, columns=_COMPARE_COLUMNS)
+
+
+# --- chapter 3 (issue 10): more cheap candidates for the mismatch measure ------------------------------------------
+
+def mismatch_candidate(measure: str, mean_new: torch.Tensor, var_new: torch.Tensor, mean_run: torch.Tensor,
+                       var_run: torch.Tensor) -> torch.Tensor:
+    """Per-channel value of a candidate measure ``"log_var_ratio"`` or ``"wasserstein"`` (see
+    :func:`statistics_mismatch`) from new and stored means and variances ``(C,)`` (variances with ``eps`` added).
+
+    Both are zero exactly when mean and variance agree. Raises ``ValueError`` for another ``measure``.
+    """
+    if measure == "log_var_ratio":
+        return torch.log(var_new / var_run).abs()
+    if measure == "wasserstein":
+        return torch.sqrt((mean_new - mean_run) ** 2 + (var_new.sqrt() - var_run.sqrt()) ** 2) / var_run.sqrt()
+    raise ValueError(f"measure={measure!r} is not a mismatch_candidate; choose 'log_var_ratio' or 'wasserstein'")

@@ -129,3 +129,85 @@ def eval_set(task: TemplateTask, n: int, seed: int, tag: str) -> tuple[torch.Ten
 def pack_images(xs: list[torch.Tensor]) -> torch.Tensor:
     """Concatenate ``R`` batches ``(B, C, H, W)`` into one packed batch ``(B, R*C, H, W)``."""
     return torch.cat(xs, 1)
+
+
+# --- chapter 3 (issue 10): task B with task A's classes, and shifts a BatchNorm layer cannot undo -------------------
+
+#: Which templates task B uses: ``"new"`` its own (tag ``"B"``, today's tasks), ``"same"`` task A's (tag ``"A"``):
+#: the same classes as task A seen through the shift, the setting of AdaBN (Li et al., 2016).
+TASK_B_CLASSES = ("new", "same")
+#: Input corruptions applied after the affine shift: ``"none"``; ``"blur"``, a Gaussian blur of standard
+#: deviation ``level`` pixels per channel (reflect padding, kernel radius ``ceil(3 * level)``), which removes
+#: fine detail no per-channel affine map can restore; ``"noise"``, extra Gaussian pixel noise of standard
+#: deviation ``level``, drawn from the sample's own generator, which no per-channel affine map can remove.
+CORRUPTIONS = ("none", "blur", "noise")
+
+
+def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
+    """``x (N, C, H, W)`` blurred per channel by a normalised Gaussian of std ``sigma`` pixels (``0``: ``x``).
+
+    Separable kernel of radius ``ceil(3 sigma)`` with reflect padding (a constant image stays constant).
+    Raises ``ValueError`` for a negative ``sigma`` or a radius that reflect padding cannot take (>= H or W).
+    """
+    if sigma < 0:
+        raise ValueError(f"blur sigma must be >= 0, got {sigma!r}")
+    if sigma == 0:
+        return x
+    import math
+    import torch.nn.functional as F
+    r = max(1, math.ceil(3 * sigma))
+    if r >= min(x.shape[-2:]):
+        raise ValueError(f"blur sigma={sigma!r} needs a kernel radius {r} below the image size {tuple(x.shape[-2:])}")
+    k = torch.exp(-0.5 * (torch.arange(-r, r + 1, dtype=x.dtype) / sigma) ** 2)
+    k = k / k.sum()
+    c = x.shape[1]
+    x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="reflect"), k.view(1, 1, 1, -1).repeat(c, 1, 1, 1), groups=c)
+    return F.conv2d(F.pad(x, (0, 0, r, r), mode="reflect"), k.view(1, 1, -1, 1).repeat(c, 1, 1, 1), groups=c)
+
+
+@dataclass(frozen=True)
+class CorruptedTask(TemplateTask):
+    """A :class:`TemplateTask` whose samples are corrupted after the affine shift (see :data:`CORRUPTIONS`).
+
+    ``corruption``: one of :data:`CORRUPTIONS`; ``level``: the blur's std in pixels or the extra noise's std.
+    """
+
+    corruption: str = "none"
+    level: float = 0.0
+
+    def sample(self, labels: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """Images ``(len(labels), 3, 32, 32)``: the shifted sample, then the corruption."""
+        x = super().sample(labels, gen)
+        if self.corruption == "blur":
+            return gaussian_blur(x, self.level)
+        if self.corruption == "noise" and self.level > 0:
+            return x + self.level * torch.randn(x.shape, generator=gen)
+        return x
+
+
+def make_task_b(seed: int, n_classes: int = 10, noise: float = 1.0, brightness: float = 0.0, contrast: float = 1.0,
+                classes: str = "new", corruption: str = "none", level: float = 0.0) -> TemplateTask:
+    """Task B of ``seed``: :func:`make_task` with tag ``"B"`` (``classes="new"``) or ``"A"`` (``"same"``: task A's
+    templates), shifted by ``contrast * x + brightness`` and then corrupted (:class:`CorruptedTask`).
+
+    With the defaults it returns exactly ``make_task(seed, "B", n_classes, noise, brightness, contrast)``, so
+    every run that does not ask for the new options draws the same numbers as before.
+    Raises ``ValueError`` for an unknown ``classes`` or ``corruption``, a negative ``level``, and as :func:`make_task`.
+    """
+    if classes not in TASK_B_CLASSES:
+        raise ValueError(f"task_b_classes={classes!r} is not allowed; choose one of {list(TASK_B_CLASSES)}")
+    if corruption not in CORRUPTIONS:
+        raise ValueError(f"corruption={corruption!r} is not allowed; choose one of {list(CORRUPTIONS)}")
+    if not level >= 0:
+        raise ValueError(f"corruption_level must be >= 0, got {level!r}")
+    base = make_task(seed, "B" if classes == "new" else "A", n_classes, noise, brightness, contrast)
+    if corruption == "none" or level == 0:
+        return base
+    return CorruptedTask(base.templates, base.noise, base.brightness, base.contrast, corruption, float(level))
+
+
+def task_b_of(c) -> TemplateTask:
+    """Task B of a run config ``c`` (:class:`bnstudy.config.RunConfig` or anything with its fields); the options
+    ``task_b_classes``, ``corruption`` and ``corruption_level`` default to today's task B when ``c`` lacks them."""
+    return make_task_b(c.seed, c.n_classes, c.noise, c.brightness, c.contrast, getattr(c, "task_b_classes", "new"),
+                       getattr(c, "corruption", "none"), getattr(c, "corruption_level", 0.0))

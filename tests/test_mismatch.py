@@ -153,3 +153,35 @@ def test_mismatch_from_statistics_rejects_statistics_of_another_model():
         mismatch_from_statistics(_known_bn(), stats)
     with pytest.raises(ValueError, match="shape"):
         mismatch_from_statistics(_known_bn(channels=4), {"0": (torch.zeros(3), torch.ones(3))})
+
+
+# --- issue 10: the added candidates, on layers whose answer is known -------------------------------------------------
+
+def _stats_of(model, mean, var):
+    (name,) = [n for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)]
+    return {name: (torch.full((3,), mean, dtype=torch.float64), torch.full((3,), var, dtype=torch.float64))}
+
+
+def test_log_var_ratio_and_wasserstein_on_known_statistics():
+    model = _known_bn(mean=0.0, var=1.0)          # stored N(0, 1); eps 1e-5 is added to both variances
+    eps = 1e-5
+    # New data N(0, 4 - eps): variance ratio exactly 4, same mean.
+    st = _stats_of(model, 0.0, 4.0 - eps)
+    (lvr,) = mismatch_from_statistics(model, st, "log_var_ratio").values()
+    assert lvr == pytest.approx(math.log(4.0 / (1 + eps)), rel=1e-12)
+    (w2,) = mismatch_from_statistics(model, st, "wasserstein").values()
+    assert w2 == pytest.approx((2.0 - math.sqrt(1 + eps)) / math.sqrt(1 + eps), rel=1e-12)
+    (ms,) = mismatch_from_statistics(model, st, "mean_shift").values()
+    assert ms == 0.0                               # blind to the variance change
+    # A pure mean shift of 3 stored standard deviations: the log variance ratio is blind to it, W2 = mean shift.
+    st = _stats_of(model, 3.0 * math.sqrt(1 + eps), 1.0)
+    (lvr,) = mismatch_from_statistics(model, st, "log_var_ratio").values()
+    (w2,) = mismatch_from_statistics(model, st, "wasserstein").values()
+    assert lvr == 0.0 and w2 == pytest.approx(3.0, rel=1e-12)
+
+
+def test_mismatch_candidate_rejects_an_unknown_measure():
+    from bnstudy.stats import mismatch_candidate
+    z = torch.ones(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="not a mismatch_candidate"):
+        mismatch_candidate("kl", z, z, z, z)

@@ -10,8 +10,10 @@ from bnstudy.config import Execution, RunConfig
 from bnstudy.experiments import shift_strength as ss
 from bnstudy.modes import MODE_NAMES
 
+NO_EXTRA = dict(blur_levels=(), noise_levels=(), same_both_levels=(), same_noise_levels=())
 SMALL = dict(brightness_levels=(0.0, 1.0, 2.0), contrast_levels=(1.0, 2.0, 3.0), both_levels=(0.0, 0.5, 1.0),
-             grid_brightness=(0.0, 2.0), grid_contrast=(1.0, 2.0), budget_levels=(1.0,), budget_steps=(300,))
+             grid_brightness=(0.0, 2.0), grid_contrast=(1.0, 2.0), budget_levels=(1.0,), budget_steps=(300,),
+             **NO_EXTRA)
 
 
 # --- shifts and config ---------------------------------------------------------------------------------------------
@@ -29,9 +31,10 @@ def test_both_line_passes_through_chapter_one_shift_at_strength_one():
 
 def test_profiles_set_every_size_and_overrides_win():
     q = ss.make_config("quick")
-    assert q.seeds == (0, 1, 2) and q.steps == 100 and q.budget_steps == (300,)
+    assert q.seeds == (0, 1, 2) and q.steps == 100 and q.budget_steps == (200,) and q.budget_levels == (0.25, 1.0)
     f = ss.make_config("full")
-    assert len(f.seeds) == 10 and f.both_levels[-1] == 1.5
+    assert len(f.seeds) == 16 and f.both_levels[-1] == 1.5 and 0.0625 in f.budget_levels
+    assert q.blur_levels and q.noise_levels and q.same_both_levels and q.same_noise_levels
     c = ss.make_config("quick", seeds=[0, 5], steps=None, contrast_levels=[1, 4])
     assert c.seeds == (0, 5) and c.steps == 100 and c.contrast_levels == (1.0, 4.0)
     assert "2 seeds (0, 5)" in c.describe()
@@ -56,8 +59,11 @@ def test_profiles_set_every_size_and_overrides_win():
     (dict(batch_size=0), "batch_size must be an integer >= 1"),
     (dict(brightness=2.0), "unknown shift_strength parameters"),
     (dict(brightness_levels=(), contrast_levels=(), both_levels=(), grid_brightness=(), grid_contrast=(),
-          budget_levels=()),
+          budget_levels=(), **NO_EXTRA),
      "nothing to run"),
+    (dict(blur_levels=(0.0, -1.0)), "blur_levels"),
+    (dict(noise_levels=(0.0, -1.0)), "noise_levels"),
+    (dict(tie_margin=0.0), "tie_margin must be a finite number > 0"),
 ])
 def test_bad_parameters_fail_up_front_naming_the_parameter(overrides, match):
     with pytest.raises(ValueError, match=match):
@@ -67,7 +73,7 @@ def test_bad_parameters_fail_up_front_naming_the_parameter(overrides, match):
 def test_each_distinct_point_runs_once_with_the_modes_it_needs():
     cfg = ss.make_config("quick", seeds=2, steps=7, brightness_levels=(0.0, 1.0), contrast_levels=(),
                          both_levels=(), grid_brightness=(0.0, 3.0), grid_contrast=(1.0, 3.0),
-                         budget_levels=(0.25,), budget_steps=(9,))
+                         budget_levels=(0.25,), budget_steps=(9,), **NO_EXTRA)
     runs = cfg.run_configs()
     keys = [(c.seed, c.mode, c.brightness, c.contrast, c.steps) for c in runs]
     assert len(keys) == len(set(keys))
@@ -165,7 +171,7 @@ def test_findings_of_the_mismatch_measure():
     # safe: cost < 0.01 with 95% confidence (only no shift); harmed: cost > 0.01 (every other shift)
     assert F.safe_max_kl == pytest.approx(0.01) and F.harm_min_kl > F.safe_max_kl
     assert F.threshold_clean == "do not overlap"
-    assert F.n_conditions == len({(b, c) for b, c, n in _cfg().points() if n == 100})
+    assert F.n_conditions == len({p[:5] for p in _cfg().points() if p[5] == 100})
 
 
 def test_figure_tables_are_tidy_and_hold_the_effects():
@@ -300,7 +306,7 @@ def test_crossover_rejects_bad_input_naming_it(kwargs, match):
 
 TINY = dict(seeds=2, steps=3, stage1_steps=3, n_eval=20, widths=(4, 4), batch_size=8, stage1_batch_size=8,
             brightness_levels=(0.0, 2.0), contrast_levels=(1.0, 2.0), both_levels=(0.0, 0.5),
-            grid_brightness=(0.0, 2.0), grid_contrast=(1.0, 2.0), mismatch_batches=1, budget_levels=())
+            grid_brightness=(0.0, 2.0), grid_contrast=(1.0, 2.0), mismatch_batches=1, budget_levels=(), **NO_EXTRA)
 
 
 def test_run_needs_a_config():
@@ -338,3 +344,213 @@ def test_budget_check_reruns_its_points_at_each_step_count_without_duplicating_t
     assert set(df.loc[df.part == "budget", "steps"]) == {5}
     eff = ss.paired_effects(df)
     assert set(eff.loc[eff.both_strength == 0.5, "steps"]) == {3, 5}
+
+
+# --- issue 10: multiplicity, equivalence, the normalized view, leave-one-type-out, the budget ----------------------
+
+def test_bonferroni_interval_widens_to_confidence_one_minus_alpha_over_m():
+    v = [1.0, 2.0, 3.0]                                   # mean 2, standard error 1/sqrt(3)
+    one = ss.bonferroni_interval(v, 1)
+    assert one.high - 2 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)   # t(0.975, 2)
+    five = ss.bonferroni_interval(v, 5)                   # confidence 0.99: t(0.995, 2) = 9.924843
+    assert five.mean == 2 and five.high - 2 == pytest.approx(9.924843 / math.sqrt(3), rel=1e-6)
+    with pytest.raises(ValueError, match="m must be an integer >= 1"):
+        ss.bonferroni_interval(v, 0)
+
+
+def test_tost_claims_a_tie_only_inside_the_margin():
+    v = [-0.01, 0.01, -0.01, 0.01]                        # mean 0, sd 0.011547, se 0.0057735, 3 df
+    # t = 0.02 / se = 2 sqrt(3) on 3 df; closed form sf = 1/2 - (t/sqrt3 / (1 + t^2/3) + atan(t/sqrt3)) / pi
+    assert ss.tost_pvalue(v, 0.02) == pytest.approx(0.5 - (2 / 5 + math.atan(2)) / math.pi, rel=1e-9)
+    # margin 0.005: t = sqrt(3) / 2, t/sqrt3 = 1/2; p = 0.2251, no tie at 5%
+    assert ss.tost_pvalue(v, 0.005) == pytest.approx(0.5 - (0.5 / 1.25 + math.atan(0.5)) / math.pi, rel=1e-9)
+    assert ss.tost_pvalue([0.005] * 4, 0.01) == 0.0 and ss.tost_pvalue([0.02] * 3, 0.01) == 1.0
+    with pytest.raises(ValueError, match="margin"):
+        ss.tost_pvalue(v, 0.0)
+
+
+def test_level_verdict_reads_sign_tie_or_undetermined():
+    from bnstudy.analysis import Interval
+    assert ss.level_verdict(Interval(0.1, 0.05, 0.15, 5), 0.9, 0.01) == "benefit larger"
+    assert ss.level_verdict(Interval(-0.1, -0.15, -0.05, 5), 0.0, 0.01) == "cost larger"
+    assert ss.level_verdict(Interval(0.0, -0.01, 0.01, 5), 0.001, 0.01) == "tie"
+    assert ss.level_verdict(Interval(0.0, -0.1, 0.1, 5), 0.3, 0.01) == "undetermined"
+
+
+def _cfg10(**kw):
+    return ss.make_config("quick", seeds=3, **{**SMALL, "both_levels": (0.0, 0.25, 0.5, 1.0), "blur_levels": (0.0, 1.0),
+                                               "same_both_levels": (0.0, 1.0), **kw})
+
+
+def _table10(cfg, seed_noise=0.0):
+    """Known effects. Task A 0.6 before (room 0.5 over chance 0.1); train_mode's task B 0.35 (room 0.25), pinned
+    0.35 - benefit. Affine lines as _effects; blur: cost 0.05 benefit 0; same classes at t=1: cost 0.3, benefit 0.2."""
+    rows = []
+    for r in cfg.run_configs():
+        if r.corruption == "blur":
+            cost, ben = 0.05, 0.0
+        elif r.task_b_classes == "same":
+            cost, ben = (0.3, 0.2) if r.brightness > 0 else (0.0, 0.0)
+        else:
+            cost, ben = _effects(r.brightness, r.contrast, r.steps)
+        wob = seed_noise * (r.seed - 1)
+        tm = r.mode == "train_mode"
+        rows.append(dict(r.asdict(), task_a_before=0.6, task_a_after=0.6 - cost - wob if tm else 0.6,
+                         task_b=0.35 if tm else 0.35 - ben, mismatch_kl=0.01 + r.brightness ** 2 / 2 + (r.contrast - 1) ** 2
+                         + r.corruption_level, mismatch_kl_train=0.02, mismatch_mean_shift=r.brightness + 0.01 +
+                         r.corruption_level, wall_s=0.1))
+    return ss.annotate(pd.DataFrame(rows), cfg)
+
+
+def test_normalized_view_divides_each_effect_by_its_tasks_room_above_chance():
+    df = _table10(_cfg10())
+    eff = ss.normalized_effects(ss.paired_effects(ss._main(df)), 0.1)
+    both1 = eff[(eff["s_both"] == 1.0)]
+    assert both1["room_a"].to_numpy() == pytest.approx(0.5) and both1["room_b"].to_numpy() == pytest.approx(0.25)
+    assert both1["cost_n"].iloc[0] == pytest.approx(0.3 / 0.5) and both1["benefit_n"].iloc[0] == pytest.approx(0.2 / 0.25)
+    assert both1["net_n"].iloc[0] == pytest.approx(0.8 - 0.6)   # raw net -0.1, normalized +0.2: the verdict flips
+
+
+def test_level_table_counts_the_tests_and_gives_the_verdict_per_level():
+    cfg = _cfg10()
+    lv = ss.level_table(_table10(cfg, seed_noise=0.001), margin=0.02)
+    n_levels = sum(sum(1 for s in levels if ss.point_of(t, s)[1:] != ("none", 0.0, 0.0, 1.0))
+                   for t, levels in cfg.levels().items())
+    assert (lv["m_tests"] == n_levels).all() and n_levels == 2 + 2 + 3 + 1 + 1
+    net = lv[lv["metric"] == "net"].set_index(["line", "strength", "view"])
+    assert net.loc[("both", 1.0, "raw"), "verdict"] == "cost larger"          # -0.1, tiny spread
+    assert net.loc[("both", 1.0, "normalized"), "verdict"] == "benefit larger"
+    assert net.loc[("both", 0.25, "raw"), "verdict"] == "benefit larger"       # 0.05 - 0.01875, tiny spread
+    assert net.loc[("blur", 1.0, "raw"), "mean"] == pytest.approx(-0.05)
+    assert net.loc[("both", 1.0, "raw"), "breakeven_rate"] == pytest.approx(0.2 / 0.3)
+    vt = ss.verdict_table(lv)
+    assert vt.loc[("both", "1"), "verdict (accuracy)"] == "cost larger"
+
+
+def test_threshold_table_moves_the_crossing_with_the_tie_threshold():
+    th = ss.threshold_table(_table10(_cfg10()), (0.0, 0.02), n_boot=20)
+    both = th[(th["line"] == "both") & (th["view"] == "raw")].set_index("threshold")
+    assert both.loc[0.0, "estimate"] == pytest.approx(0.6) and both.loc[0.02, "estimate"] == pytest.approx(0.6)
+    br = th[(th["line"] == "brightness") & (th["view"] == "raw")].set_index("threshold")
+    assert np.isnan(br.loc[0.02, "estimate"])
+    assert set(ss.threshold_display(th).columns) == {"tie < 0", "tie < 0.02"}
+
+
+def test_isotonic_prediction_and_leave_one_type_out_error():
+    pred = ss.isotonic_predict([1, 2, 3], [1.0, 0.0, 2.0], [2.5, 0.0, 9.0])
+    assert pred == pytest.approx([1.25, 0.5, 2.0])          # pooled (0.5, 0.5, 2), constant beyond the ends
+    x = [0.0, 1.0, 2.0, 3.0, 4.0]
+    y = [0.0, 0.1, 0.2, 0.3, 0.4]
+    kinds = ["no shift", "a", "b", "a", "b"]
+    assert ss.loo_errors(x, y, kinds, ["a", "b"]) == pytest.approx({"a": 0.0, "b": 0.05})
+
+
+def test_mismatch_selection_picks_the_measure_that_predicts_a_held_out_type():
+    df = _table10(_cfg10())
+    # A candidate equal to the cost itself (plus a constant) must win with zero error; the KL of _table10 puts
+    # the blur line at a different cost for the same value, so it cannot.
+    df = df.assign(mismatch_oracle=0.0)
+    eff = ss.paired_effects(ss._main(df))
+    cost = eff.set_index(["seed", *ss.POINT_COLS])["cost"]
+    key = pd.MultiIndex.from_frame(df[["seed", *ss.POINT_COLS]])
+    df["mismatch_oracle"] = 0.001 + cost.reindex(key).to_numpy()
+    sel = ss.mismatch_selection(df, {"KL": "mismatch_kl", "oracle": "mismatch_oracle"}, n_boot=30)
+    assert sel["winner"] == "oracle" and sel["candidates"]["oracle"]["score"] == pytest.approx(0.0, abs=1e-12)
+    assert sel["candidates"]["KL"]["score"] > 0 and "blur" in sel["types"]
+    assert sel["candidates"]["oracle"]["rho"] == pytest.approx(1.0)
+    assert set(ss.selection_table(sel)["held_out"]) >= {"mean", "blur", "both"}
+
+
+def test_equal_measure_spread_finds_lines_with_equal_mismatch_and_different_cost():
+    cond = pd.DataFrame(dict(m=[1.0, 10.0, 1.0, 10.0], cost=[0.0, 0.5, 0.0, 0.1],
+                             on_brightness=[True, True, False, False], on_contrast=[False, False, True, True]))
+    out = ss.equal_measure_spread(cond, "m")
+    assert out["value"] == pytest.approx(10.0) and (out["line_low"], out["line_high"]) == ("contrast", "brightness")
+    assert (out["cost_low"], out["cost_high"]) == (pytest.approx(0.1), pytest.approx(0.5))
+
+
+def test_convergence_flags_a_head_still_improving():
+    cfg = _cfg10(budget_levels=(0.25, 1.0), budget_steps=(200, 300))
+    df = _table10(cfg)
+    # The pinned head gains 0.01 * seed + 0.02 from 200 to 300 steps at t = 1: still improving; elsewhere flat.
+    bump = (df["mode"] == "backbone_eval") & (df["steps"] == 300) & (df["both_strength"] == 1.0)
+    df.loc[bump, "task_b"] += 0.02 + 0.01 * df.loc[bump, "seed"]
+    cv = ss.convergence_table(df).set_index(["t", "mode"])
+    assert cv.loc[(1.0, "backbone_eval"), "verdict"] == "still improving"
+    assert cv.loc[(1.0, "train_mode"), "verdict"] == "no significant change"
+    assert cv.loc[(1.0, "benefit"), "verdict"] == "shrinks"
+    assert cv.loc[(0.25, "backbone_eval"), "steps_from"] == 200
+    F = ss.findings(df, n_boot=10, n_boot_select=10)
+    assert F.n_heads_improving == 1 and F.n_heads_checked == 4
+    assert F.convergence["t1"]["backbone_eval"] == "still improving"
+    bp = ss.budget_points(df)
+    assert set(bp["steps"]) == {100, 200, 300} and {"train_mode", "backbone_eval", "paired"} <= set(bp["mode"])
+
+
+def test_findings_of_issue_ten_on_a_hand_made_table():
+    F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
+    assert F.room_a == pytest.approx(0.5) and F.room_b["new"] == pytest.approx(0.25)
+    assert F.exchange_rate == pytest.approx(0.5)
+    assert F.at_t1["both_raw"]["verdict"] == "cost larger" and F.at_t1["both_normalized"]["verdict"] == "benefit larger"
+    assert F.family["benefit"].mean == pytest.approx(0.2) and F.family["cost"].mean == pytest.approx(0.3)
+    assert F.extra["blur"]["cost"].mean == pytest.approx(0.05)
+    assert F.threshold_lines["raw"]["thr0.02"] == "both"
+    assert F.counts["raw"]["both"]["levels"] == 3 and F.m_tests == 9
+
+
+def test_task_b_options_default_to_todays_task_and_change_it_when_asked():
+    from bnstudy.tasks import generator, make_task, make_task_b, task_b_of
+    a, b = make_task(3, "B", 10, 3.0, 1.0, 2.0), make_task_b(3, 10, 3.0, 1.0, 2.0)
+    y = torch_arange()
+    assert (a.sample(y, generator(1)) == b.sample(y, generator(1))).all()        # exactly today's task B
+    assert (task_b_of(RunConfig(seed=3)).templates == make_task(3, "B", 10, 3.0).templates).all()
+    same = make_task_b(3, 10, 3.0, classes="same")
+    assert (same.templates == make_task(3, "A", 10, 3.0).templates).all()      # the AdaBN setting
+    blur = make_task_b(3, 10, 0.0, corruption="blur", level=1.0).sample(y, generator(1))
+    assert blur.std() < make_task_b(3, 10, 0.0).sample(y, generator(1)).std()
+    with pytest.raises(ValueError, match="corruption="):
+        make_task_b(3, corruption="jpeg")
+    with pytest.raises(ValueError, match="corruption_level"):
+        RunConfig(corruption="noise", corruption_level=-1.0)
+
+
+def torch_arange():
+    import torch
+    return torch.arange(10)
+
+
+def test_gaussian_blur_keeps_a_constant_image_and_its_mean():
+    import torch
+    from bnstudy.tasks import gaussian_blur
+    x = torch.full((1, 3, 8, 8), 2.5)
+    assert torch.allclose(gaussian_blur(x, 1.0), x)
+    z = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    assert gaussian_blur(z, 0.0) is z
+    with pytest.raises(ValueError, match="radius"):
+        gaussian_blur(z, 6.0)
+
+
+def test_tiny_sweep_runs_the_new_lines_through_the_engine(cache_dir):
+    cfg = ss.make_config("quick", **{**TINY, "brightness_levels": (0.0, 2.0), "contrast_levels": (1.0, 2.0),
+                                     "both_levels": (0.0, 0.5), "grid_brightness": (), "grid_contrast": (),
+                                     "blur_levels": (0.0, 1.0), "same_noise_levels": (0.0, 2.0)})
+    df = ss.run(cfg, Execution(cache_dir=cache_dir, n_jobs=1, progress=False))
+    assert set(df["task_b_classes"]) == {"new", "same"} and set(df["corruption"]) == {"none", "blur", "noise"}
+    assert df["mismatch_wasserstein"].notna().all() and df["mismatch_log_var_ratio"].notna().all()
+    same0 = df[(df.task_b_classes == "same") & (df.corruption == "none")]
+    assert same0["on_same_noise"].all() and same0["s_same_noise"].eq(0).all()
+    eff = ss.paired_effects(df)
+    x, _, _ = ss.line_matrix(eff, "blur", "cost")
+    assert list(x) == [0.0, 1.0]
+
+
+def test_selection_findings_name_the_winner_and_its_limits():
+    df = _table10(_cfg10())
+    F = ss.findings(df, n_boot=10, n_boot_select=30)
+    assert F.winner in ss.CANDIDATES and F.n_candidates == 3      # _table10 has KL, mean shift, KL (train pass)
+    assert F.winner_clear in ("clearly", "not clearly") and 0 <= F.n_beaten <= 2
+    sel = F.selection[F.winner]["per_type"]
+    assert F.winner_worst_error == max(sel.values()) and sel[F.winner_worst_type] == F.winner_worst_error
+    # no shift costs nothing (below 0.01 with confidence), every shift of the hand-made table costs more
+    assert F.winner_safe_max < F.winner_harm_min and F.winner_threshold_clean == "do not overlap"
+    assert F.n_cost_larger["raw"] + F.n_benefit_larger["raw"] == F.n_resolved["raw"]

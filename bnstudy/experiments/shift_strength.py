@@ -10,9 +10,10 @@ task B. This module measures both as the shift between the tasks grows, along th
 * ``both``: strength ``t`` with ``brightness = t * b0`` and ``contrast = 1 + t * (c0 - 1)``
   (``t = 1`` is chapter 1's shift);
 
-plus a brightness x contrast grid for heatmaps and a training-budget check (points of the
-``both`` line rerun with longer stage-2 training). Each distinct ``(seed, mode, brightness,
-contrast, steps)`` runs once, through :func:`bnstudy.engine.transfer_sweep`; every run also
+plus (issue 10) two corruptions no per-channel affine map undoes, ``blur`` (Gaussian blur std) and
+``noise`` (extra pixel-noise std), and a second task family where task B has task A's classes seen through
+the shift (``same_both``, ``same_noise``; :func:`bnstudy.tasks.make_task_b`); a brightness x contrast grid
+for heatmaps and a training-budget check (points of the ``both`` line rerun with longer stage-2 training). Each distinct ``(seed, mode, shift, steps)`` runs once, through :func:`bnstudy.engine.transfer_sweep`; every run also
 carries the statistics mismatch between its source backbone's stored statistics and its
 task-B data (:func:`bnstudy.stats.mismatch_from_statistics`), which needs no training.
 
@@ -23,7 +24,11 @@ initialisation and task-B batch stream, so effects are paired differences per se
     cost    = task_a_after(pinned) - task_a_after(train_mode)
     benefit = task_b(train_mode)   - task_b(pinned)
 
-with ``pinned = "backbone_eval"``. ``Config`` -> :func:`run` -> results table ->
+with ``pinned = "backbone_eval"``. Issue 10's analysis: per-level verdicts with Bonferroni intervals and a
+TOST for ties (:func:`level_table`), the crossover against the tie threshold (:func:`threshold_table`), each
+effect over its task's room above chance (:func:`normalized_effects`), mismatch candidates compared on a
+held-out shift type (:func:`mismatch_selection`) and the heads' convergence (:func:`convergence_table`).
+``Config`` -> :func:`run` -> results table ->
 :func:`findings` (every number and verdict the chapter's prose cites) and the tidy figure
 tables :func:`line_table`, :func:`budget_table`, :func:`grid_table`, :func:`condition_table`,
 :func:`scatter_table`.
@@ -47,11 +52,28 @@ from ..models import ConvBackbone
 from ..modes import MODE_NAMES
 from ..stats import bn_input_statistics, mismatch_from_statistics
 from ..sweep import code_version, default_cache_dir, run_sweep
-from ..tasks import BatchStream, generator, make_task
+from ..tasks import BatchStream, generator, make_task, make_task_b
 
 NAMESPACE = "ch03_shift_strength"
 MISMATCH_NAMESPACE = "ch03_mismatch"
 SHIFT_TYPES = ("brightness", "contrast", "both")
+#: Every line (issue 10): the three affine lines above on task B's own classes, two corruptions a BatchNorm layer
+#: cannot undo (``blur``: Gaussian blur std in pixels; ``noise``: extra pixel-noise std), and the second task family
+#: where task B has task A's classes seen through the shift (``same_both``: the both line; ``same_noise``).
+LINES = SHIFT_TYPES + ("blur", "noise", "same_both", "same_noise")
+#: ``line: (task_b_classes, kind)``; kind is ``brightness``/``contrast``/``both`` (affine) or a corruption.
+LINE_SPEC = {"brightness": ("new", "brightness"), "contrast": ("new", "contrast"), "both": ("new", "both"),
+             "blur": ("new", "blur"), "noise": ("new", "noise"), "same_both": ("same", "both"),
+             "same_noise": ("same", "noise")}
+#: The lines that only need the cost and the benefit (they run :data:`GRID_MODES`).
+EXTRA_LINES = LINES[len(SHIFT_TYPES):]
+#: What identifies a shift: task B's classes, the corruption and its level, brightness, contrast (RunConfig fields).
+POINT_COLS = ("task_b_classes", "corruption", "corruption_level", "brightness", "contrast")
+#: Tie thresholds of the crossover's sensitivity table (accuracy fraction, or share of room in the normalized view).
+TIE_THRESHOLDS = (0.0, 0.005, 0.01, 0.02)
+#: The mismatch candidates compared on predicting a held-out shift type's cost: name -> results column.
+CANDIDATES = {"KL": "mismatch_kl", "mean shift": "mismatch_mean_shift", "log variance ratio": "mismatch_log_var_ratio",
+              "Wasserstein": "mismatch_wasserstein", "KL (train pass)": "mismatch_kl_train"}
 PINNED_MODES = ("backbone_eval", "all_eval")
 #: Modes the grid and the budget check run (all the cost and benefit need).
 GRID_MODES = ("train_mode", "backbone_eval")
@@ -59,24 +81,31 @@ GRID_MODES = ("train_mode", "backbone_eval")
 REFERENCE_SHIFT = (RunConfig.brightness, RunConfig.contrast)
 CH1_STEPS = RunConfig.steps
 #: What identifies a run apart from its mode: the keys paired comparisons match on.
-PAIR_KEYS = ("seed", "brightness", "contrast", "steps")
+PAIR_KEYS = ("seed", *POINT_COLS, "steps")
 EFFECTS = ("cost", "benefit", "net")
 #: Each line's axis label and where chapter 1's shift sits on it (figures).
 LINE_XLABELS = {"brightness": "brightness offset b (contrast 1)", "contrast": "contrast gain c (brightness 0)",
-                "both": f"strength t (b = {REFERENCE_SHIFT[0]:g}t, c = 1 + {REFERENCE_SHIFT[1] - 1:g}t)"}
-REFERENCE_STRENGTH = {"brightness": REFERENCE_SHIFT[0], "contrast": REFERENCE_SHIFT[1], "both": 1.0}
+                "both": f"strength t (b = {REFERENCE_SHIFT[0]:g}t, c = 1 + {REFERENCE_SHIFT[1] - 1:g}t)",
+                "blur": "blur std (pixels)", "noise": "extra noise std", "same_both": "strength t (as both)",
+                "same_noise": "extra noise std"}
+REFERENCE_STRENGTH = {"brightness": REFERENCE_SHIFT[0], "contrast": REFERENCE_SHIFT[1], "both": 1.0, "same_both": 1.0}
 
-#: The profiles' sweep sizes (the only place they are set). quick: 144 runs, about a minute on
-#: 2 cores; full: 1,080 runs, measured at 10.1 min of wall time on 2 cores from an empty cache.
+#: The profiles' sweep sizes (the only place they are set). quick: 3 seeds, the grid's corners only (all on the
+#: lines), a short budget check at a weak and at chapter 1's shift; full: 16 seeds (issue 10: more seeds where the
+#: engine makes it cheap).
 PROFILES = {
     "quick": dict(seeds=3, steps=100, brightness_levels=(0.0, 1.0, 2.0, 4.0), contrast_levels=(1.0, 1.5, 2.0, 5.0),
-                  both_levels=(0.0, 0.25, 0.5, 1.0), grid_brightness=(0.0, 2.0, 4.0), grid_contrast=(1.0, 2.0, 5.0),
-                  budget_levels=(1.0,), budget_steps=(300,)),
-    "full": dict(seeds=10, steps=300, brightness_levels=(0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 6.0),
+                  both_levels=(0.0, 0.25, 0.5, 1.0), grid_brightness=(0.0, 4.0), grid_contrast=(1.0, 5.0),
+                  budget_levels=(0.25, 1.0), budget_steps=(200,), blur_levels=(0.0, 1.0, 2.0),
+                  noise_levels=(0.0, 3.0, 6.0), same_both_levels=(0.0, 0.25, 1.0), same_noise_levels=(0.0, 3.0, 6.0)),
+    "full": dict(seeds=16, steps=300, brightness_levels=(0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 6.0),
                  contrast_levels=(1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0),
                  both_levels=(0.0, 0.0625, 0.125, 0.25, 0.375, 0.5, 1.0, 1.5),
                  grid_brightness=(0.0, 1.0, 2.0, 4.0), grid_contrast=(1.0, 2.0, 3.0, 5.0),
-                 budget_levels=(0.25, 1.0), budget_steps=(800, 1600)),
+                 budget_levels=(0.0625, 0.25, 1.0), budget_steps=(800, 1600),
+                 blur_levels=(0.0, 0.5, 1.0, 1.5, 2.0, 3.0), noise_levels=(0.0, 1.0, 2.0, 3.0, 4.5, 6.0),
+                 same_both_levels=(0.0, 0.0625, 0.125, 0.25, 0.5, 1.0, 1.5),
+                 same_noise_levels=(0.0, 1.0, 2.0, 3.0, 4.5, 6.0)),
 }
 
 
@@ -104,6 +133,27 @@ def shift_of(shift_type: str, strength: float) -> tuple[float, float]:
     return _r(b), _r(c)
 
 
+def point_of(line: str, strength: float) -> tuple:
+    """The shift at ``strength`` on ``line``: ``(task_b_classes, corruption, corruption_level, brightness, contrast)``
+    (:data:`POINT_COLS`). A corruption at level 0 is no corruption, so every line of a family starts at its
+    no-shift point. Raises ``ValueError`` for an unknown line or a bad strength (negative corruption level,
+    non-positive contrast)."""
+    check_choice("line", line, LINES)
+    classes, kind = LINE_SPEC[line]
+    if kind in SHIFT_TYPES:
+        return (classes, "none", 0.0, *shift_of(kind, strength))
+    s = float(strength)
+    if not s >= 0:
+        raise ValueError(f"strength={strength!r} on the {line} line: a {kind} level must be >= 0")
+    return (classes, kind, _r(s), 0.0, 1.0) if s > 0 else (classes, "none", 0.0, 0.0, 1.0)
+
+
+def _key(row) -> tuple:
+    """A results row's (or dict's) shift as a :func:`point_of` tuple, floats rounded."""
+    return (row["task_b_classes"], row["corruption"], _r(row["corruption_level"]), _r(row["brightness"]),
+            _r(row["contrast"]))
+
+
 def _levels(name: str, value, shift_type: str) -> tuple[float, ...]:
     """Strictly increasing, finite levels valid on ``shift_type``'s line; empty (skip) or at least 2."""
     out = check_sequence(name, value, check_float)
@@ -113,7 +163,7 @@ def _levels(name: str, value, shift_type: str) -> tuple[float, ...]:
         raise ValueError(f"{name} must be strictly increasing, got {list(out)!r}")
     for v in out:
         try:
-            shift_of(shift_type, v)
+            point_of(shift_type, v)
         except ValueError as e:
             raise ValueError(f"{name}: {e}") from None
     return out
@@ -133,12 +183,14 @@ class Config(_Frozen):
 
     Profile-sized (no defaults; :data:`PROFILES` sets them): ``seeds``; ``steps`` (stage-2 steps of
     the sweep); ``brightness_levels`` / ``contrast_levels`` / ``both_levels`` (strengths on each line,
-    strictly increasing, an empty list skips the line); ``grid_brightness`` / ``grid_contrast`` (the
+    strictly increasing, an empty list skips the line; issue 10's ``blur_levels``, ``noise_levels``,
+    ``same_both_levels``, ``same_noise_levels`` likewise, default empty); ``grid_brightness`` / ``grid_contrast`` (the
     heatmap axes, both empty: no grid); ``budget_levels`` (``both``-line strengths of the budget check)
     and ``budget_steps`` (its longer step counts; either empty: no check). Others: ``line_modes`` and
     ``grid_modes`` (must include ``train_mode`` and ``backbone_eval``), ``mismatch_batches`` (unlabelled
     task-B batches per mismatch measurement), ``n_boot`` and ``min_effect`` (the crossover's bootstrap
-    and tie tolerance, accuracy fraction), and the run sizes ``noise``, ``momentum``, ``widths``,
+    and tie tolerance, accuracy fraction), ``tie_margin`` (the TOST's equivalence margin), and the run
+    sizes ``noise``, ``momentum``, ``widths``,
     ``batch_size``, ``stage1_steps``, ``stage1_batch_size``, ``n_eval`` (defaults: :class:`RunConfig`'s).
     Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
     """
@@ -153,11 +205,16 @@ class Config(_Frozen):
     grid_contrast: tuple
     budget_levels: tuple
     budget_steps: tuple
+    blur_levels: tuple = ()
+    noise_levels: tuple = ()
+    same_both_levels: tuple = ()
+    same_noise_levels: tuple = ()
     line_modes: tuple = MODE_NAMES
     grid_modes: tuple = GRID_MODES
     mismatch_batches: int = 8
     n_boot: int = 2000
     min_effect: float = 0.01
+    tie_margin: float = 0.02
     noise: float = RunConfig.noise
     momentum: float | None = RunConfig.momentum
     widths: tuple = RunConfig.widths
@@ -170,7 +227,7 @@ class Config(_Frozen):
         check_choice("profile", self.profile, tuple(PROFILES))
         self._set("seeds", check_seeds(self.seeds))
         self._set("steps", check_int("steps", self.steps, 1))
-        for t in SHIFT_TYPES:
+        for t in LINES:
             self._set(f"{t}_levels", _levels(f"{t}_levels", getattr(self, f"{t}_levels"), t))
         self._set("grid_brightness", _levels("grid_brightness", self.grid_brightness, "brightness"))
         self._set("grid_contrast", _levels("grid_contrast", self.grid_contrast, "contrast"))
@@ -191,6 +248,7 @@ class Config(_Frozen):
         self._set("mismatch_batches", check_int("mismatch_batches", self.mismatch_batches, 1))
         self._set("n_boot", check_int("n_boot", self.n_boot, 1))
         self._set("min_effect", check_float("min_effect", self.min_effect, 0.0))
+        self._set("tie_margin", check_float("tie_margin", self.tie_margin, 0.0, low_open=True))
         self._set("widths", check_sequence("widths", self.widths, lambda n, v: check_int(n, v, 1), 1))
         RunConfig(**self._base())  # noise, momentum, sizes: checked with the engine's own messages
         if not self.points():
@@ -201,39 +259,46 @@ class Config(_Frozen):
                     stage1_steps=self.stage1_steps, stage1_batch_size=self.stage1_batch_size, n_eval=self.n_eval)
 
     def levels(self) -> dict[str, tuple]:
-        """``{shift_type: strengths}`` of the lines that run."""
-        return {t: getattr(self, f"{t}_levels") for t in SHIFT_TYPES if getattr(self, f"{t}_levels")}
+        """``{line: strengths}`` of the lines that run (:data:`LINES` order)."""
+        return {t: getattr(self, f"{t}_levels") for t in LINES if getattr(self, f"{t}_levels")}
 
     def points(self) -> dict[tuple, set]:
-        """``{(brightness, contrast, steps): modes}``: every distinct run point and the modes it needs.
+        """``{(task_b_classes, corruption, corruption_level, brightness, contrast, steps): modes}``: every distinct
+        run point and the modes it needs.
 
-        Line points run ``line_modes``, grid points ``grid_modes``, budget points :data:`GRID_MODES` at
-        the sweep's steps and each budget step count; a point on several runs the union, once.
+        Affine line points run ``line_modes``, points of the issue-10 lines (:data:`EXTRA_LINES`) and grid points
+        ``grid_modes``, budget points :data:`GRID_MODES` at the sweep's steps and each budget step count; a point
+        on several runs the union, once.
         """
         pts: dict[tuple, set] = {}
         for t, ls in self.levels().items():
             for s in ls:
-                pts.setdefault((*shift_of(t, s), self.steps), set()).update(self.line_modes)
+                pts.setdefault((*point_of(t, s), self.steps), set()).update(
+                    self.line_modes if t in SHIFT_TYPES else self.grid_modes)
         for b in self.grid_brightness:
             for c in self.grid_contrast:
-                pts.setdefault((_r(b), _r(c), self.steps), set()).update(self.grid_modes)
+                pts.setdefault(("new", "none", 0.0, _r(b), _r(c), self.steps), set()).update(self.grid_modes)
         if self.budget_levels and self.budget_steps:
             for n in sorted({self.steps, *self.budget_steps}):
                 for t in self.budget_levels:
-                    pts.setdefault((*shift_of("both", t), n), set()).update(GRID_MODES)
+                    pts.setdefault((*point_of("both", t), n), set()).update(GRID_MODES)
         return pts
 
     def run_configs(self) -> list[RunConfig]:
         """One :class:`RunConfig` per distinct ``(seed, brightness, contrast, steps, mode)``, seeds outermost."""
         base = self._base()
-        return [RunConfig(seed=s, mode=m, steps=n, brightness=b, contrast=c, **base)
-                for s in self.seeds for (b, c, n), modes in self.points().items() for m in MODE_NAMES if m in modes]
+        return [RunConfig(seed=s, mode=m, steps=n, brightness=b, contrast=c, task_b_classes=cl, corruption=co,
+                          corruption_level=lv, **base)
+                for s in self.seeds for (cl, co, lv, b, c, n), modes in self.points().items()
+                for m in MODE_NAMES if m in modes]
 
-    def mismatch_config(self, seed: int, brightness: float, contrast: float) -> "MismatchConfig":
+    def mismatch_config(self, seed: int, brightness: float, contrast: float, task_b_classes: str = "new",
+                        corruption: str = "none", corruption_level: float = 0.0) -> "MismatchConfig":
         """The mismatch measurement of ``seed``'s source backbone at one shift."""
         src = RunConfig(seed=seed, **self._base()).source
         return MismatchConfig(**src.asdict(), brightness=brightness, contrast=contrast, batch_size=self.batch_size,
-                              mismatch_batches=self.mismatch_batches)
+                              mismatch_batches=self.mismatch_batches, task_b_classes=task_b_classes,
+                              corruption=corruption, corruption_level=corruption_level)
 
     def describe(self) -> str:
         """The parameters for the page's run line."""
@@ -244,8 +309,11 @@ class Config(_Frozen):
                   if self.budget_levels and self.budget_steps else "none")
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
                 f"brightness {span(self.brightness_levels)}, contrast {span(self.contrast_levels)}, "
-                f"both t {span(self.both_levels)}, grid {grid}, budget {budget}, noise={self.noise:g}, "
-                f"mismatch_batches={self.mismatch_batches}, n_boot={self.n_boot}, min_effect={self.min_effect:g}")
+                f"both t {span(self.both_levels)}, blur {span(self.blur_levels)}, added noise {span(self.noise_levels)}, "
+                f"same classes: both t {span(self.same_both_levels)}, added noise {span(self.same_noise_levels)}; "
+                f"grid {grid}, budget {budget}, noise={self.noise:g}, mismatch_batches={self.mismatch_batches}, "
+                f"n_boot={self.n_boot}, min_effect={self.min_effect:g}, tie_margin={self.tie_margin:g}, "
+                f"head optimizer sgd lr {RunConfig.lr:g}")
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
@@ -264,9 +332,13 @@ class MismatchConfig(SourceConfig):
     contrast: float = RunConfig.contrast
     batch_size: int = RunConfig.batch_size
     mismatch_batches: int = 8
+    task_b_classes: str = "new"
+    corruption: str = "none"
+    corruption_level: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
+        self._set("corruption_level", check_float("corruption_level", self.corruption_level, 0.0))
         self._set("brightness", check_float("brightness", self.brightness))
         self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
         self._set("batch_size", check_int("batch_size", self.batch_size, 1))
@@ -283,7 +355,8 @@ def mismatch_batches(cfg: MismatchConfig) -> list[torch.Tensor]:
     Drawn from their own generator (``seed, "mismatch", "B"``), so the same images, shifted
     differently, serve every shift level of a seed.
     """
-    task = make_task(cfg.seed, "B", cfg.n_classes, cfg.noise, cfg.brightness, cfg.contrast)
+    task = make_task_b(cfg.seed, cfg.n_classes, cfg.noise, cfg.brightness, cfg.contrast, cfg.task_b_classes,
+                       cfg.corruption, cfg.corruption_level)
     stream = BatchStream(task, cfg.batch_size, generator(cfg.seed, "mismatch", "B"))
     return [stream.next()[0] for _ in range(cfg.mismatch_batches)]
 
@@ -310,6 +383,8 @@ def mismatch_row(backbone: torch.nn.Module, batches: list[torch.Tensor]) -> dict
     for i, v in enumerate(kl.values()):
         row[f"mismatch_kl_l{i}"] = v
     row["mismatch_mean_shift"] = float(np.mean(list(mismatch_from_statistics(backbone, stats_eval, "mean_shift").values())))
+    for m in ("log_var_ratio", "wasserstein"):
+        row[f"mismatch_{m}"] = float(np.mean(list(mismatch_from_statistics(backbone, stats_eval, m).values())))
     kl_train = mismatch_from_statistics(backbone, bn_input_statistics(backbone, batches, "train"), "kl")
     row["mismatch_kl_train"] = float(np.mean(list(kl_train.values())))
     return row
@@ -344,31 +419,34 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
 
     # The mismatch needs only the cached source backbones (stage 1 ran above) and unlabelled task-B images.
     root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
-    mcfgs = list(dict.fromkeys(config.mismatch_config(s, b, c) for s in config.seeds
-                               for (b, c, _n) in config.points()))
+    mcfgs = list(dict.fromkeys(config.mismatch_config(s, b, c, cl, co, lv) for s in config.seeds
+                               for (cl, co, lv, b, c, _n) in config.points()))
     by_seed: dict = {}
     for i, c in enumerate(mcfgs):
         by_seed.setdefault(c.seed, []).append(i)
     mm = run_sweep(mcfgs, _mismatch_group, namespace=MISMATCH_NAMESPACE, cache_dir=root, execution=ex,
                    groups=list(by_seed.values()), desc="statistics mismatch",
                    group_kwargs={"cache_root": root, "version": version}, version=version)
-    keys = pd.DataFrame([dict(seed=c.seed, brightness=c.brightness, contrast=c.contrast) for c in mcfgs])
-    df = df.merge(pd.concat([keys, mm], axis=1), on=["seed", "brightness", "contrast"], how="left",
-                  validate="many_to_one")
+    keys = pd.DataFrame([dict(seed=c.seed, **{k: getattr(c, k) for k in POINT_COLS}) for c in mcfgs])
+    df = df.merge(pd.concat([keys, mm], axis=1), on=["seed", *POINT_COLS], how="left", validate="many_to_one")
     return annotate(df, config)
 
 
 def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
     """``df`` with the columns saying where each run sits: ``on_<line>``, ``both_strength``, ``in_grid``, ``part``."""
     df = df.copy()
-    pts = {t: {shift_of(t, s): s for s in ls} for t, ls in config.levels().items()}
-    key = list(zip(df["brightness"].map(_r), df["contrast"].map(_r)))
-    for t in SHIFT_TYPES:
-        df[f"on_{t}"] = [k in pts.get(t, {}) for k in key]
+    for col, default in (("task_b_classes", "new"), ("corruption", "none"), ("corruption_level", 0.0)):
+        if col not in df.columns:
+            df[col] = default
+    pts = {t: {point_of(t, s): s for s in ls} for t, ls in config.levels().items()}
+    key = [_key(r) for r in df[list(POINT_COLS)].to_dict("records")]
+    for t in LINES:
+        df[f"s_{t}"] = [pts.get(t, {}).get(k, math.nan) for k in key]
+        df[f"on_{t}"] = df[f"s_{t}"].notna()
     budget = config.budget_levels if config.budget_steps else ()
-    on_path = {**{shift_of("both", s): s for s in budget}, **pts.get("both", {})}
+    on_path = {**{point_of("both", s): s for s in budget}, **pts.get("both", {})}
     df["both_strength"] = [on_path.get(k, math.nan) for k in key]
-    gpts = {(_r(b), _r(c)) for b in config.grid_brightness for c in config.grid_contrast}
+    gpts = {("new", "none", 0.0, _r(b), _r(c)) for b in config.grid_brightness for c in config.grid_contrast}
     df["in_grid"] = [k in gpts for k in key]
     df["part"] = np.where(df["steps"] == config.steps, "main", "budget")
     return df
@@ -398,8 +476,8 @@ def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFr
     if len(both) == 0:
         raise ValueError(f"paired_effects needs train_mode and {pinned} runs at the same (seed, brightness, contrast)")
     tm, pn = tm.loc[both], pn.loc[both]
-    shared = [c for c in tm.columns if c.startswith("mismatch_") or c.startswith("on_") or
-              c in ("both_strength", "in_grid", "task_a_before", "part")]
+    shared = [c for c in tm.columns if c.startswith("mismatch_") or c.startswith("on_") or c.startswith("s_") or
+              c in ("both_strength", "in_grid", "task_a_before", "part", "n_classes")]
     out = tm[shared].copy()
     out["task_a_after_train_mode"] = tm["task_a_after"]
     out["task_a_after_pinned"] = pn["task_a_after"]
@@ -413,8 +491,10 @@ def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFr
 
 
 def strength_of(effects: pd.DataFrame, shift_type: str) -> pd.Series:
-    """The strength of each row on ``shift_type``'s line (NaN off the line)."""
-    check_choice("shift_type", shift_type, SHIFT_TYPES)
+    """The strength of each row on ``shift_type``'s line (any of :data:`LINES`; NaN off the line)."""
+    check_choice("shift_type", shift_type, LINES)
+    if f"s_{shift_type}" in effects.columns:
+        return effects[f"s_{shift_type}"].astype(float)
     on = effects[f"on_{shift_type}"].astype(bool)
     s = {"brightness": effects["brightness"], "contrast": effects["contrast"], "both": effects["both_strength"]}[shift_type]
     return s.where(on)
@@ -436,13 +516,13 @@ def line_matrix(effects: pd.DataFrame, shift_type: str, column: str) -> tuple[np
 def first_crossing(strength, cost_mean, benefit_mean, min_effect: float = 0.01) -> float:
     """The weakest strength where the mean ``benefit - cost`` changes sign; NaN if it never does.
 
-    Levels where both ``|cost|`` and ``|benefit|`` are below ``min_effect`` (accuracy fraction)
-    are ties and are skipped. Between the two resolved levels that bracket a sign change the
+    Levels where both ``|cost|`` and ``|benefit|`` are below ``min_effect`` (accuracy fraction),
+    or both exactly 0, are ties and are skipped. Between the two resolved levels that bracket a sign change the
     crossing is found by linear interpolation of ``benefit - cost``.
     """
     x = np.asarray(strength, float)
     c, b = np.asarray(cost_mean, float), np.asarray(benefit_mean, float)
-    keep = (np.abs(c) >= min_effect) | (np.abs(b) >= min_effect)
+    keep = ((np.abs(c) >= min_effect) | (np.abs(b) >= min_effect)) & ((c != 0) | (b != 0))  # exact zeros: a tie
     x, d = x[keep], (b - c)[keep]
     for i in range(len(d) - 1):
         if d[i] == 0:
@@ -526,12 +606,34 @@ def _main(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["part"] == "main"] if "part" in df.columns else df
 
 
+def _affine(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the original design: task B's own classes, no corruption (all rows of an older table)."""
+    keep = np.ones(len(df), bool)
+    if "task_b_classes" in df.columns:
+        keep &= (df["task_b_classes"] == "new").to_numpy()
+    if "corruption" in df.columns:
+        keep &= (df["corruption"] == "none").to_numpy()
+    return df[keep]
+
+
+def _noshift(eff: pd.DataFrame) -> np.ndarray:
+    """Rows at their family's no-shift point (no corruption, brightness 0, contrast 1)."""
+    ns = ((eff["brightness"] == 0) & (eff["contrast"] == 1)).to_numpy().copy()
+    if "corruption" in eff.columns:
+        ns &= (eff["corruption"] == "none").to_numpy()
+    return ns
+
+
+def _present_lines(eff: pd.DataFrame) -> list:
+    return [t for t in LINES if f"on_{t}" in eff.columns and eff[f"on_{t}"].astype(bool).any()]
+
+
 def line_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cost, benefit and net along each line: ``shift, strength, metric, mean, ci_low, ci_high, n_seeds``
     (95% Student-t intervals over seeds of the per-seed paired effects; the sweep's own steps only)."""
     eff = paired_effects(_main(df))
     parts = [_ci_long(eff.assign(shift=t, strength=strength_of(eff, t)).dropna(subset=["strength"]),
-                      ["shift", "strength"], EFFECTS) for t in SHIFT_TYPES if eff[f"on_{t}"].any()]
+                      ["shift", "strength"], EFFECTS) for t in _present_lines(eff)]
     return pd.concat(parts, ignore_index=True)
 
 
@@ -548,27 +650,39 @@ def budget_table(df: pd.DataFrame) -> pd.DataFrame:
 def grid_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cost, benefit and net on the brightness x contrast grid: ``brightness, contrast, metric, mean, ci_low,
     ci_high, n_seeds``."""
-    eff = paired_effects(_main(df))
+    eff = paired_effects(_affine(_main(df)))
     return _ci_long(eff[eff["in_grid"].astype(bool)], ["brightness", "contrast"], EFFECTS)
 
 
+def condition_kind(effects: pd.DataFrame) -> np.ndarray:
+    """Which line each row's shift illustrates: the first of :data:`LINES` it lies on; ``"no shift"`` (task B's own
+    classes) or ``"no shift, same classes"`` at a family's no-shift point; else ``"grid only"``."""
+    kind = np.full(len(effects), "grid only", dtype=object)
+    for t in reversed(_present_lines(effects)):
+        kind = np.where(strength_of(effects, t).notna().to_numpy(), t, kind)
+    if "task_b_classes" in effects.columns:
+        same = (effects["task_b_classes"] == "same").to_numpy()
+    else:
+        same = np.zeros(len(effects), bool)
+    noshift = _noshift(effects)
+    kind = np.where(noshift & same, "no shift, same classes", np.where(noshift, "no shift", kind))
+    return kind
+
+
 def condition_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per shift of the sweep: ``brightness, contrast, kind`` (which line it illustrates: ``no shift``,
-    ``brightness``, ``contrast``, ``both`` or ``grid only``), the ``on_<line>`` flags, and mean and 95% interval
-    (``<col>``, ``<col>_lo``, ``<col>_hi``) of ``mismatch_kl``, ``cost``, ``benefit``, plus ``mismatch_kl_train``."""
+    """One row per shift of the sweep: the :data:`POINT_COLS`, ``kind`` (:func:`condition_kind`), the ``on_<line>``
+    flags, and mean and 95% interval (``<col>``, ``<col>_lo``, ``<col>_hi``; Student's t over seeds) of every
+    mismatch candidate (:data:`CANDIDATES`), ``cost`` and ``benefit``."""
     eff = paired_effects(_main(df))
-    kind = np.select([eff.on_brightness & ~eff.on_contrast & (eff.brightness > 0),
-                      eff.on_contrast & ~eff.on_brightness & (eff.contrast != 1),
-                      eff.on_both & (eff.both_strength > 0),
-                      (eff.brightness == 0) & (eff.contrast == 1)],
-                     ["brightness", "contrast", "both", "no shift"], default="grid only")
+    eff = eff.assign(kind=condition_kind(eff))
+    keys = [k for k in POINT_COLS if k in eff.columns]
+    cols = [c for c in (*CANDIDATES.values(), "cost", "benefit") if c in eff.columns]
     recs = []
-    for (b, c), g in eff.assign(kind=kind).groupby(["brightness", "contrast"]):
-        r = dict(brightness=b, contrast=c, kind=g["kind"].iloc[0], **{f"on_{t}": bool(g[f"on_{t}"].iloc[0])
-                                                                      for t in SHIFT_TYPES})
-        for col in ("mismatch_kl", "cost", "benefit"):
+    for key, g in eff.groupby(keys, sort=True):
+        r = dict(zip(keys, key), kind=g["kind"].iloc[0],
+                 **{f"on_{t}": bool(g[f"on_{t}"].iloc[0]) for t in LINES if f"on_{t}" in g.columns})
+        for col in cols:
             r[col], r[col + "_lo"], r[col + "_hi"] = mean_ci(g[col])
-        r["mismatch_kl_train"] = float(g["mismatch_kl_train"].mean())
         recs.append(r)
     return pd.DataFrame(recs)
 
@@ -576,13 +690,354 @@ def condition_table(df: pd.DataFrame) -> pd.DataFrame:
 def scatter_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per mode and line shift: task-A change and task-B gain over ``backbone_eval``, long:
     ``mode, brightness, contrast, metric, mean, ci_low, ci_high, n_seeds``."""
-    me = mode_effects(_main(df))
+    me = mode_effects(_affine(_main(df)))
     me = me[me[["on_brightness", "on_contrast", "on_both"]].any(axis=1)]
     return _ci_long(me, ["mode", "brightness", "contrast"], ("task_a_change", "task_b_gain"))
 
 
 def _wide(long: pd.DataFrame, by: list, metric: str) -> pd.DataFrame:
     return long[long["metric"] == metric].set_index(by)[["mean", "ci_low", "ci_high"]]
+
+
+# --- issue 10: per-level effects, multiplicity, equivalence, the normalized view -------------------------------------
+
+VERDICTS = ("benefit larger", "cost larger", "tie", "undetermined")
+VIEWS = {"raw": ("cost", "benefit", "net"), "normalized": ("cost_n", "benefit_n", "net_n")}
+
+
+def bonferroni_interval(values, m: int, alpha: float = 0.05) -> Interval:
+    """Student-t interval of the mean of ``values`` at confidence ``1 - alpha / m``: Bonferroni's correction,
+    so that ``m`` such intervals all cover their means with probability at least ``1 - alpha``.
+    Raises ``ValueError`` for ``m < 1`` or ``alpha`` outside (0, 1)."""
+    m = check_int("m", m, 1)
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    return mean_ci(values, 1 - alpha / m)
+
+
+def tost_pvalue(values, margin: float) -> float:
+    """Two one-sided Student-t tests (TOST) that the mean of ``values`` lies inside ``(-margin, margin)``.
+
+    H0: ``|mean| >= margin``; returns the larger of the two one-sided p-values (reject, i.e. claim
+    equivalence, when it is below the test's level). With zero spread: 0 if ``|mean| < margin``, else 1.
+    Equivalent to the ``1 - 2 alpha`` t interval lying inside the margin (Schuirmann, 1987).
+    Raises ``ValueError`` for fewer than 2 values or ``margin <= 0``.
+    """
+    v = np.asarray(values, float)
+    if v.size < 2:
+        raise ValueError("tost_pvalue needs at least 2 values")
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0, got {margin!r}")
+    mean, sd = float(v.mean()), float(v.std(ddof=1))
+    if sd == 0:
+        return 0.0 if abs(mean) < margin else 1.0
+    se, df = sd / math.sqrt(v.size), v.size - 1
+    return float(max(sps.t.sf((mean + margin) / se, df), sps.t.cdf((mean - margin) / se, df)))
+
+
+def level_verdict(iv: Interval, p_tost: float, alpha_adj: float) -> str:
+    """``"benefit larger"`` / ``"cost larger"`` when the (corrected) interval of benefit - cost excludes 0,
+    ``"tie"`` when it does not and TOST rejects a difference of at least the margin at ``alpha_adj``,
+    else ``"undetermined"`` (the sign is not settled by the data)."""
+    if iv.low > 0:
+        return "benefit larger"
+    if iv.high < 0:
+        return "cost larger"
+    return "tie" if p_tost < alpha_adj else "undetermined"
+
+
+def normalized_effects(eff: pd.DataFrame, chance: float) -> pd.DataFrame:
+    """``eff`` (:func:`paired_effects`) with each effect divided by its task's room above chance, per seed:
+    ``room_a = task_a_before - chance``; ``room_b`` = ``train_mode``'s task-B accuracy minus chance at the
+    no-shift point of the same seed and task-B family (``task_b_classes``); ``cost_n = cost / room_a``,
+    ``benefit_n = benefit / room_b``, ``net_n = benefit_n - cost_n``. Rows whose room is not positive get NaN.
+    Raises ``ValueError`` if a family has no no-shift point."""
+    out = eff.copy()
+    fam = out["task_b_classes"] if "task_b_classes" in out.columns else pd.Series("new", index=out.index)
+    noshift = (out["brightness"] == 0) & (out["contrast"] == 1)
+    if "corruption" in out.columns:
+        noshift &= out["corruption"] == "none"
+    ns = out[noshift].assign(fam=fam[noshift]).groupby(["seed", "fam"])["task_b_train_mode"].first() - chance
+    idx = pd.MultiIndex.from_arrays([out["seed"], fam])
+    if not idx.isin(ns.index).all():
+        raise ValueError("normalized_effects needs the no-shift point of every seed and task-B family")
+    out["room_a"] = (out["task_a_before"] - chance).where(lambda r: r > 0)
+    out["room_b"] = ns.reindex(idx).to_numpy()
+    out["room_b"] = out["room_b"].where(out["room_b"] > 0)
+    out["cost_n"] = out["cost"] / out["room_a"]
+    out["benefit_n"] = out["benefit"] / out["room_b"]
+    out["net_n"] = out["benefit_n"] - out["cost_n"]
+    return out
+
+
+def _chance(df: pd.DataFrame) -> float:
+    return 1 / int(df["n_classes"].iloc[0]) if "n_classes" in df.columns else 0.1
+
+
+def level_table(df: pd.DataFrame, alpha: float = 0.05, margin: float = 0.02) -> pd.DataFrame:
+    """Per line and level with a shift (every level but the family's no-shift point), in both views (``raw``: accuracy; ``normalized``: share of each
+    task's room above chance, :func:`normalized_effects`): mean cost, benefit and net with Bonferroni intervals
+    over all ``m_tests`` levels tested (:func:`bonferroni_interval`), the TOST p-value of the net against
+    ``margin``, the :func:`level_verdict` at ``alpha / m_tests``, and ``breakeven_rate`` (mean benefit over mean
+    cost: how many task-B points one task-A point must be worth for drifting not to pay; raw view only).
+    Long: ``line, family, strength, view, metric, mean, ci_low, ci_high, n_seeds, m_tests, tost_p, verdict,
+    breakeven_rate``."""
+    eff = normalized_effects(paired_effects(_main(df)), _chance(df))
+    lines = _present_lines(eff)
+    groups = []
+    shifted = ~_noshift(eff)
+    for t in lines:
+        st = strength_of(eff, t).where(shifted)
+        for x in sorted(st.dropna().unique()):
+            groups.append((t, float(x), eff[st == x]))
+    m = max(len(groups), 1)
+    recs = []
+    for t, x, g in groups:
+        for view, cols in VIEWS.items():
+            net = g[cols[2]].dropna()
+            p = tost_pvalue(net, margin) if len(net) >= 2 else math.nan
+            iv_net = bonferroni_interval(net, m, alpha)
+            verdict = level_verdict(iv_net, p, alpha / m)
+            rate = float(g["benefit"].mean() / g["cost"].mean()) if view == "raw" and g["cost"].mean() > 0 else math.nan
+            for metric, col in zip(("cost", "benefit", "net"), cols):
+                iv = bonferroni_interval(g[col].dropna(), m, alpha)
+                recs.append(dict(line=t, family=LINE_SPEC[t][0], strength=x, view=view, metric=metric, mean=iv.mean,
+                                 ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n, m_tests=m, tost_p=p, verdict=verdict,
+                                 breakeven_rate=rate))
+    return pd.DataFrame(recs, columns=["line", "family", "strength", "view", "metric", "mean", "ci_low", "ci_high",
+                                       "n_seeds", "m_tests", "tost_p", "verdict", "breakeven_rate"])
+
+
+def verdict_table(levels: pd.DataFrame) -> pd.DataFrame:
+    """The page's per-level table (display cells) from :func:`level_table`: one row per line and strength, the net
+    effect with its corrected interval and the verdict in each view, and the break-even exchange rate."""
+    net = levels[levels["metric"] == "net"]
+    rows = []
+    for (t, x), g in net.groupby(["line", "strength"], sort=False):
+        r = {"line": t, "strength": f"{x:g}"}
+        for view, label in (("raw", "accuracy"), ("normalized", "share of room")):
+            v = g[g["view"] == view].iloc[0]
+            r[f"benefit - cost ({label})"] = f"{v['mean']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
+            r[f"verdict ({label})"] = v["verdict"]
+        rate = g[g["view"] == "raw"]["breakeven_rate"].iloc[0]
+        r["break-even rate"] = "n/a" if not np.isfinite(rate) else f"{rate:.2f}"
+        rows.append(r)
+    return pd.DataFrame(rows).set_index(["line", "strength"])
+
+
+def threshold_table(df: pd.DataFrame, thresholds=TIE_THRESHOLDS, n_boot: int = 2000) -> pd.DataFrame:
+    """How the crossover answer moves with the tie threshold: per line, view (raw / normalized) and threshold,
+    :func:`crossover`'s ``estimate, ci_low, ci_high, p_cross`` (bootstrap seed 0). Long table."""
+    eff = normalized_effects(paired_effects(_main(df)), _chance(df))
+    recs = []
+    for t in _present_lines(eff):
+        for view, (cc, bc, _n) in VIEWS.items():
+            sub = eff.dropna(subset=[cc, bc]) if view == "normalized" else eff
+            x, _, c = line_matrix(sub, t, cc)
+            _, _, b = line_matrix(sub, t, bc)
+            if len(x) < 2 or c.shape[0] < 2:
+                continue
+            for thr in thresholds:
+                cr = crossover(x, c, b, n_boot=n_boot, seed=0, min_effect=float(thr))
+                recs.append(dict(line=t, view=view, threshold=float(thr), estimate=cr["estimate"], ci_low=cr["ci_low"],
+                                 ci_high=cr["ci_high"], p_cross=cr["p_cross"]))
+    return pd.DataFrame(recs, columns=["line", "view", "threshold", "estimate", "ci_low", "ci_high", "p_cross"])
+
+
+def threshold_display(th: pd.DataFrame) -> pd.DataFrame:
+    """The page's sensitivity table (display cells): rows line x view, columns the tie thresholds; a cell is the
+    crossover strength (``none``) and the share of bootstrap resamples that cross."""
+    th = th.assign(cell=[("none" if not np.isfinite(e) else f"{e:.3g}") + f" ({p:.0%})"
+                         for e, p in zip(th["estimate"], th["p_cross"])])
+    out = th.pivot_table(index=["line", "view"], columns="threshold", values="cell", aggfunc="first", sort=False)
+    out.columns = [f"tie < {c:g}" for c in out.columns]
+    return out
+
+
+# --- issue 10: which mismatch measure predicts the cost of a shift type it has not seen -------------------------
+
+def isotonic_predict(x_train, y_train, x_new) -> np.ndarray:
+    """Fit a non-decreasing step function of ``x_train`` to ``y_train`` (least squares, pool adjacent violators:
+    ``scipy.optimize.isotonic_regression``) and read it at ``x_new`` by linear interpolation between the fitted
+    points, constant beyond the ends. Ties in ``x`` are averaged first."""
+    from scipy.optimize import isotonic_regression
+    x, y = np.asarray(x_train, float), np.asarray(y_train, float)
+    ux, inv = np.unique(x, return_inverse=True)
+    w = np.bincount(inv).astype(float)
+    ym = np.bincount(inv, weights=y) / w
+    fit = isotonic_regression(ym, weights=w, increasing=True).x
+    return np.interp(np.asarray(x_new, float), ux, fit)
+
+
+def loo_errors(x, y, kinds, held_out_types) -> dict:
+    """Leave one shift type out: for each type in ``held_out_types``, fit :func:`isotonic_predict` on the points
+    of every other kind and return the mean absolute error on that type's points. ``x``, ``y``, ``kinds``: one
+    entry per condition."""
+    x, y, kinds = np.asarray(x, float), np.asarray(y, float), np.asarray(kinds)
+    out = {}
+    for t in held_out_types:
+        test = kinds == t
+        if test.any() and (~test).sum() >= 2:
+            out[t] = float(np.abs(isotonic_predict(x[~test], y[~test], x[test]) - y[test]).mean())
+    return out
+
+
+def _spearman(a, b) -> float:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan
+    return float(sps.spearmanr(a, b).statistic)
+
+
+def mismatch_selection(df: pd.DataFrame, candidates: dict = CANDIDATES, n_boot: int = 1000, seed: int = 0,
+                       confidence: float = 0.95) -> dict:
+    """Compare mismatch candidates on predicting the cost of a held-out shift type, with bootstrap intervals.
+
+    Conditions are the sweep's shifts except grid-only ones; a condition's value is the mean over seeds of its
+    per-seed cost and candidate measure; the held-out types are the :func:`condition_kind` lines (not the
+    no-shift points). Score of a candidate: the mean over held-out types of :func:`loo_errors` (accuracy
+    fraction; lower is better). The winner has the lowest score on the data. Intervals: ``n_boot`` resamples of
+    whole seeds (numpy ``default_rng(seed)``), percentile, for every score, every Spearman correlation of a
+    candidate with the cost (over all shifts, grid included) and the score difference of each candidate from
+    the winner (``beaten``: its interval lies above 0).
+
+    Returns ``candidates`` (name -> dict(score, score_lo, score_hi, rho, rho_lo, rho_hi, diff, diff_lo, diff_hi,
+    beaten, per_type)), ``winner``, ``types``, ``n_conditions``, ``n_boot``.
+    Raises ``ValueError`` if fewer than 2 held-out types or 2 seeds exist.
+    """
+    eff = paired_effects(_main(df))
+    eff = eff.assign(kind=condition_kind(eff))
+    keys = [k for k in POINT_COLS if k in eff.columns]
+    cols = [c for c in candidates.values()]
+    piv = {c: eff.pivot_table(index="seed", columns=keys, values=c, aggfunc="first") for c in (*cols, "cost")}
+    kinds = eff.groupby(keys)["kind"].first().reindex(piv["cost"].columns).to_numpy()
+    V = {c: p.dropna().to_numpy(float) for c, p in piv.items()}
+    n_seeds = V["cost"].shape[0]
+    types = [k for k in dict.fromkeys(kinds) if k in LINES]
+    use = np.isin(kinds, [*types, "no shift", "no shift, same classes"])
+    if len(types) < 2 or n_seeds < 2:
+        raise ValueError(f"mismatch_selection needs >= 2 shift types and 2 seeds, got {types} and {n_seeds}")
+
+    def scores(w):
+        means = {c: w @ V[c] / w.sum() for c in V}
+        out = {}
+        for name, col in candidates.items():
+            e = loo_errors(means[col][use], means["cost"][use], kinds[use], types)
+            out[name] = (float(np.mean(list(e.values()))), _spearman(means[col], means["cost"]), e)
+        return out
+
+    point = scores(np.ones(n_seeds))
+    winner = min(point, key=lambda k: point[k][0])
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        w = np.bincount(rng.integers(0, n_seeds, n_seeds), minlength=n_seeds).astype(float)
+        boots.append(scores(w))
+    a = (1 - confidence) / 2
+    q = lambda v: tuple(float(z) for z in np.nanquantile(np.asarray(v, float), [a, 1 - a])) if np.isfinite(v).any() \
+        else (math.nan, math.nan)
+    res = {}
+    for name in candidates:
+        sc = [b[name][0] for b in boots]
+        rh = [b[name][1] for b in boots]
+        df_ = [b[name][0] - b[winner][0] for b in boots]
+        lo, hi = q(df_)
+        res[name] = dict(score=point[name][0], score_lo=q(sc)[0], score_hi=q(sc)[1], rho=point[name][1],
+                         rho_lo=q(rh)[0], rho_hi=q(rh)[1], diff=point[name][0] - point[winner][0], diff_lo=lo,
+                         diff_hi=hi, beaten="yes" if lo > 0 else "no", per_type=point[name][2])
+    return dict(candidates=res, winner=winner, types=types, n_conditions=int(use.sum()), n_boot=n_boot)
+
+
+def selection_table(sel: dict) -> pd.DataFrame:
+    """Tidy table of :func:`mismatch_selection`: ``candidate, held_out, error`` (``held_out = "mean"`` is the
+    score) plus the score's and the rank correlation's intervals on the ``mean`` rows."""
+    recs = []
+    for name, r in sel["candidates"].items():
+        for t, e in r["per_type"].items():
+            recs.append(dict(candidate=name, held_out=t, error=e))
+        recs.append(dict(candidate=name, held_out="mean", error=r["score"], error_lo=r["score_lo"],
+                         error_hi=r["score_hi"], rho=r["rho"], rho_lo=r["rho_lo"], rho_hi=r["rho_hi"],
+                         diff_from_winner_lo=r["diff_lo"], diff_from_winner_hi=r["diff_hi"]))
+    return pd.DataFrame(recs)
+
+
+def equal_measure_spread(conditions: pd.DataFrame, column: str) -> dict:
+    """The largest gap in cost between two lines at the same value of the mismatch ``column``.
+
+    Each line's cost is read as a function of the measure by linear interpolation (log scale) between its
+    conditions, its family's no-shift point included; for every pair of lines, over the range of the measure both
+    cover, the value where their costs differ most. Returns ``value, line_low, cost_low, line_high, cost_high``
+    (NaN / ``"none"`` if no two lines overlap)."""
+    best = dict(value=math.nan, line_low="none", cost_low=math.nan, line_high="none", cost_high=math.nan)
+    curves = {}
+    for t in LINES:
+        if f"on_{t}" not in conditions.columns:
+            continue
+        g = conditions[conditions[f"on_{t}"].astype(bool)].sort_values(column)
+        if len(g) >= 2 and (g[column] > 0).all():
+            curves[t] = (np.log(g[column].to_numpy(float)), g["cost"].to_numpy(float))
+    gap = -1.0
+    names = list(curves)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            lo, hi = max(curves[a][0][0], curves[b][0][0]), min(curves[a][0][-1], curves[b][0][-1])
+            if hi <= lo:
+                continue
+            grid = np.linspace(lo, hi, 64)
+            ca, cb = np.interp(grid, *curves[a]), np.interp(grid, *curves[b])
+            j = int(np.argmax(np.abs(ca - cb)))
+            if abs(ca[j] - cb[j]) > gap:
+                gap = abs(ca[j] - cb[j])
+                (l1, c1), (l2, c2) = sorted([(a, ca[j]), (b, cb[j])], key=lambda z: z[1])
+                best = dict(value=float(np.exp(grid[j])), line_low=l1, cost_low=float(c1), line_high=l2,
+                            cost_high=float(c2))
+    return best
+
+
+# --- issue 10: the training budget at every budget point -------------------------------------------------------------
+
+def budget_points(df: pd.DataFrame) -> pd.DataFrame:
+    """Every point of the budget check: per ``t`` (both line), stage-2 ``steps`` and ``mode``, the task-B accuracy,
+    and per ``t`` and ``steps`` the cost and benefit: long ``t, steps, mode, metric, mean, ci_low, ci_high,
+    n_seeds`` (``mode = "paired"`` for cost and benefit). Empty without a budget check."""
+    cols = ["t", "steps", "mode", "metric", "mean", "ci_low", "ci_high", "n_seeds"]
+    if "part" not in df.columns or not (df["part"] == "budget").any():
+        return pd.DataFrame(columns=cols)
+    levels = sorted(df.loc[df["part"] == "budget", "both_strength"].dropna().unique())
+    sub = df[df["both_strength"].isin(levels)].rename(columns={"both_strength": "t"})
+    acc = _ci_long(sub[sub["mode"].isin(GRID_MODES)], ["t", "steps", "mode"], ("task_b",))
+    bud = budget_table(df).assign(mode="paired")
+    return pd.concat([acc, bud], ignore_index=True)[cols]
+
+
+def convergence_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Has each head stopped improving? Per budget ``t`` and mode (:data:`GRID_MODES`), the paired change of
+    task-B accuracy from the second-longest to the longest budget (95% t interval over seeds) and ``verdict``:
+    ``"still improving"`` (interval above 0), ``"getting worse"`` (below 0) or ``"no significant change"``.
+    Also the change of the benefit. Columns ``t, mode, steps_from, steps_to, mean, ci_low, ci_high, verdict``."""
+    cols = ["t", "mode", "steps_from", "steps_to", "mean", "ci_low", "ci_high", "verdict"]
+    if "part" not in df.columns or not (df["part"] == "budget").any():
+        return pd.DataFrame(columns=cols)
+    levels = sorted(df.loc[df["part"] == "budget", "both_strength"].dropna().unique())
+    recs = []
+    for t in levels:
+        sub = df[df["both_strength"] == t]
+        steps = sorted(sub["steps"].unique())
+        if len(steps) < 2:
+            continue
+        s0, s1 = steps[-2], steps[-1]
+        for mode in GRID_MODES:
+            w = sub[sub["mode"] == mode].pivot_table(index="seed", columns="steps", values="task_b", aggfunc="first")
+            iv = mean_ci((w[s1] - w[s0]).dropna())
+            recs.append(dict(t=float(t), mode=mode, steps_from=int(s0), steps_to=int(s1), mean=iv.mean, ci_low=iv.low,
+                             ci_high=iv.high, verdict="still improving" if iv.low > 0 else
+                             ("getting worse" if iv.high < 0 else "no significant change")))
+        e = paired_effects(sub).pivot_table(index="seed", columns="steps", values="benefit", aggfunc="first")
+        iv = mean_ci((e[s1] - e[s0]).dropna())
+        recs.append(dict(t=float(t), mode="benefit", steps_from=int(s0), steps_to=int(s1), mean=iv.mean, ci_low=iv.low,
+                         ci_high=iv.high, verdict="grows" if iv.low > 0 else
+                         ("shrinks" if iv.high < 0 else "no significant change")))
+    return pd.DataFrame(recs, columns=cols)
 
 
 # --- findings --------------------------------------------------------------------------------------------------------
@@ -665,6 +1120,47 @@ class Findings:
     bright_vs_both_n: int
     bright_vs_both_word: str
     worker_min: float
+    # issue 10: per-level verdicts, tie thresholds, the normalized view, the second family, corruptions
+    alpha: float
+    tie_margin: float
+    m_tests: int
+    counts: dict
+    at_t1: dict
+    weakest: dict
+    n_undetermined: dict
+    n_tie: dict
+    n_resolved: dict
+    n_cost_larger: dict
+    n_benefit_larger: dict
+    threshold_lines: dict
+    threshold_n: dict
+    room_a: float
+    room_b: dict
+    exchange_rate: float
+    family: dict
+    extra: dict
+    # issue 10: the mismatch candidates
+    rho: dict
+    selection: dict
+    winner: str
+    winner_is_kl: str
+    winner_clear: str
+    n_beaten: int
+    n_candidates: int
+    winner_worst_type: str
+    winner_worst_error: float
+    winner_best_type: str
+    winner_best_error: float
+    winner_noshift: float
+    winner_safe_max: float
+    winner_harm_min: float
+    winner_threshold_clean: str
+    kl_spread: dict
+    winner_spread: dict
+    # issue 10: the training budget at every point
+    convergence: dict
+    n_heads_improving: int
+    n_heads_checked: int
 
 
 NAN_IV = Interval(math.nan, math.nan, math.nan, 0)
@@ -734,14 +1230,138 @@ def _mismatch_findings(df: pd.DataFrame, min_effect: float) -> dict:
                 bright_vs_both_word="more" if len(gap) and gap.mean() > 0 else "less")
 
 
-def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01) -> Findings:
+def _slug_t(x: float) -> str:
+    return f"t{x:g}"
+
+
+def _level_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int, min_effect: float) -> dict:
+    lv = level_table(df, alpha, margin)
+    net = lv[lv["metric"] == "net"]
+    counts, n_und, n_tie, n_res, weakest, n_cl, n_bl = {}, {}, {}, {}, {}, {}, {}
+    for view in VIEWS:
+        v = net[net["view"] == view]
+        counts[view] = {t: {w: int((g["verdict"] == w).sum()) for w in VERDICTS} | {"levels": len(g)}
+                        for t, g in v.groupby("line", sort=False)}
+        n_und[view] = int((v["verdict"] == "undetermined").sum())
+        n_tie[view] = int((v["verdict"] == "tie").sum())
+        n_res[view] = int(v["verdict"].isin(["benefit larger", "cost larger"]).sum())
+        n_cl[view] = int((v["verdict"] == "cost larger").sum())
+        n_bl[view] = int((v["verdict"] == "benefit larger").sum())
+        weakest[view] = {t: g.sort_values("strength").iloc[0]["verdict"] for t, g in v.groupby("line", sort=False)}
+    at_t1 = {}
+    for t in ("both", "same_both"):
+        for view in VIEWS:
+            g = lv[(lv["line"] == t) & np.isclose(lv["strength"], 1.0) & (lv["view"] == view)].set_index("metric")
+            if len(g):
+                at_t1[f"{t}_{view}"] = {m: Interval(*g.loc[m, ["mean", "ci_low", "ci_high"]].astype(float),
+                                                    int(g.loc[m, "n_seeds"])) for m in ("cost", "benefit", "net")} | {
+                    "verdict": g.loc["net", "verdict"], "breakeven_rate": float(g.loc["net", "breakeven_rate"])}
+    th = threshold_table(df, TIE_THRESHOLDS, n_boot)
+    tl, tn = {}, {}
+    for view in VIEWS:
+        tl[view], tn[view] = {}, {}
+        for thr in TIE_THRESHOLDS:
+            g = th[(th["view"] == view) & (th["threshold"] == thr) & th["estimate"].notna()]
+            key = f"thr{thr:g}"
+            tl[view][key] = " and ".join(g["line"]) if len(g) else "none"
+            tn[view][key] = len(g)
+    eff = normalized_effects(paired_effects(_main(df)), _chance(df))
+    fam = eff["task_b_classes"] if "task_b_classes" in eff.columns else pd.Series("new", index=eff.index)
+    room_b = {f: float(g.groupby("seed")["room_b"].first().mean()) for f, g in eff.groupby(fam)}
+    room_a = float(eff.groupby("seed")["room_a"].first().mean())
+    family, extra = {}, {}
+    if "same_both" in _present_lines(eff):
+        st = strength_of(eff, "same_both")
+        top = st.max()
+        g1 = eff[np.isclose(st, 1.0)] if np.isclose(st, 1.0).any() else eff[st == top]
+        family = dict(t=float(g1["s_same_both"].iloc[0]), cost=mean_ci(g1["cost"]), benefit=mean_ci(g1["benefit"]),
+                      taskb_train=float(g1["task_b_train_mode"].mean()), taskb_pinned=float(g1["task_b_pinned"].mean()),
+                      benefit_max=float(eff[st > 0].groupby(st[st > 0])["benefit"].mean().max()))
+    for t in EXTRA_LINES:
+        if t in _present_lines(eff) and t != "same_both":
+            st = strength_of(eff, t)
+            g = eff[st == st.max()]
+            extra[t] = dict(max_strength=float(st.max()), cost=mean_ci(g["cost"]), benefit=mean_ci(g["benefit"]),
+                            taskb_train=float(g["task_b_train_mode"].mean()),
+                            taskb_pinned=float(g["task_b_pinned"].mean()))
+    return dict(alpha=alpha, tie_margin=margin, m_tests=int(lv["m_tests"].iloc[0]) if len(lv) else 0, counts=counts,
+                at_t1=at_t1, weakest=weakest, n_undetermined=n_und, n_tie=n_tie, n_resolved=n_res,
+                n_cost_larger=n_cl, n_benefit_larger=n_bl,
+                threshold_lines=tl, threshold_n=tn, room_a=room_a, room_b=room_b,
+                exchange_rate=room_b.get("new", math.nan) / room_a if room_a > 0 else math.nan,
+                family=family, extra=extra)
+
+
+def _selection_findings(df: pd.DataFrame, n_boot: int, min_effect: float) -> dict:
+    cands = {k: v for k, v in CANDIDATES.items() if v in df.columns}
+    sel = mismatch_selection(df, cands, n_boot=n_boot, seed=0)
+    pc = condition_table(df)
+    # Intervals on the other correlations the page cites (seeds resampled as in mismatch_selection).
+    rho = {name: dict(rho=r["rho"], lo=r["rho_lo"], hi=r["rho_hi"]) for name, r in sel["candidates"].items()}
+    extra_pairs = {"kl_benefit": ("mismatch_kl", "benefit"), "kl_eval_train": ("mismatch_kl", "mismatch_kl_train")}
+    eff = paired_effects(_main(df))
+    keys = [k for k in POINT_COLS if k in eff.columns]
+    for name, (a, b) in extra_pairs.items():
+        if a in eff.columns and b in eff.columns:
+            rho[name] = _boot_rho(eff, keys, a, b, n_boot)
+    for t in _present_lines(eff):
+        on = eff[eff[f"on_{t}"].astype(bool)]
+        rho[f"kl_cost_{t}"] = _boot_rho(on, keys, "mismatch_kl", "cost", n_boot)
+    sel_flat = {name: {k: v for k, v in r.items()} for name, r in sel["candidates"].items()}
+    w = sel["winner"]
+    per = sel["candidates"][w]["per_type"]
+    n_beaten = sum(r["beaten"] == "yes" for n, r in sel["candidates"].items() if n != w)
+    col = cands[w]
+    safe, harm = pc[pc["cost_hi"] < min_effect][col], pc[pc["cost_lo"] > min_effect][col]
+    ns = pc[pc["kind"].astype(str).str.startswith("no shift")][col]
+    return dict(rho=rho, selection=sel_flat, winner=w, winner_is_kl="is" if w == "KL" else "is not",
+                winner_clear="clearly" if n_beaten == len(cands) - 1 else "not clearly", n_beaten=n_beaten,
+                n_candidates=len(cands), winner_worst_type=max(per, key=per.get), winner_worst_error=max(per.values()),
+                winner_best_type=min(per, key=per.get), winner_best_error=min(per.values()),
+                winner_noshift=float(ns.mean()) if len(ns) else math.nan,
+                winner_safe_max=float(safe.max()) if len(safe) else math.nan,
+                winner_harm_min=float(harm.min()) if len(harm) else math.nan,
+                winner_threshold_clean="overlap" if len(safe) and len(harm) and harm.min() < safe.max() else "do not overlap",
+                kl_spread=equal_measure_spread(pc, "mismatch_kl"),
+                winner_spread=equal_measure_spread(pc, cands[sel["winner"]]))
+
+
+def _boot_rho(eff: pd.DataFrame, keys: list, a: str, b: str, n_boot: int, seed: int = 0) -> dict:
+    """Spearman correlation of condition means of ``a`` and ``b`` with a percentile interval over seed resamples."""
+    A = eff.pivot_table(index="seed", columns=keys, values=a, aggfunc="first").dropna()
+    B = eff.pivot_table(index="seed", columns=keys, values=b, aggfunc="first").reindex_like(A)
+    A, B = A.to_numpy(float), B.to_numpy(float)
+    r0 = _spearman(A.mean(0), B.mean(0))
+    rng = np.random.default_rng(seed)
+    bs = []
+    for _ in range(n_boot):
+        w = np.bincount(rng.integers(0, len(A), len(A)), minlength=len(A)).astype(float)
+        bs.append(_spearman(w @ A / w.sum(), w @ B / w.sum()))
+    bs = np.asarray(bs, float)
+    lo, hi = np.nanquantile(bs, [0.025, 0.975]) if np.isfinite(bs).any() else (math.nan, math.nan)
+    return dict(rho=r0, lo=float(lo), hi=float(hi))
+
+
+def _convergence_findings(df: pd.DataFrame) -> dict:
+    cv = convergence_table(df)
+    heads = cv[cv["mode"].isin(GRID_MODES)]
+    conv = {_slug_t(t): {r["mode"]: r["verdict"] for _, r in g.iterrows()} for t, g in cv.groupby("t")}
+    return dict(convergence=conv, n_heads_improving=int((heads["verdict"] == "still improving").sum()),
+                n_heads_checked=len(heads))
+
+
+def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie_margin: float = 0.02,
+             alpha: float = 0.05, n_boot_select: int = 500) -> Findings:
     """Chapter 3's findings from its results table (:func:`run`'s columns; all three lines with at least
     2 levels and 2 seeds, and the modes ``train_mode``, ``backbone_eval``, ``separate_stats`` on the lines).
 
-    ``n_boot`` and ``min_effect``: the crossover's bootstrap resamples (seed 0) and tie tolerance.
+    ``n_boot`` and ``min_effect``: the crossover's bootstrap resamples (seed 0) and tie tolerance;
+    ``tie_margin`` and ``alpha``: the equivalence margin and level of the per-level verdicts (Bonferroni over the
+    levels, :func:`level_table`); ``n_boot_select``: resamples of :func:`mismatch_selection`.
     Raises ``ValueError`` if a line or one of those modes is missing.
     """
-    main = _main(df)
+    main_all = _main(df)
+    main = _affine(main_all)
     for t in SHIFT_TYPES:
         if main[f"on_{t}"].sum() == 0:
             raise ValueError(f"findings needs all three lines; the {t} line has no runs")
@@ -806,6 +1426,9 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01) -> 
         sep_gain_without_loss="holds" if sep_a == 0 and sep_b < 0.01 else "does not hold",
         **_mismatch_findings(df, min_effect),
         worker_min=float(df["wall_s"].sum()) / 60 if "wall_s" in df.columns else math.nan,
+        **_level_findings(df, alpha, tie_margin, n_boot, min_effect),
+        **_selection_findings(df, n_boot_select, min_effect),
+        **_convergence_findings(df),
     )
 
 
