@@ -277,7 +277,9 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert F.recommend["close_b2"] == "a per-sample norm" and F.recommend["shifted_b32"] == "BatchNorm"
     assert F.gap_zero_elsewhere == "holds"
     assert F.gap_bn_train["close_b2"].mean == pytest.approx(-0.1)
-    assert F.noise_ratio_m2["l0"] == pytest.approx(2.0)
+    assert F.noise_ratio_m2["l0"] == pytest.approx(2.0) and F.deepest_noisiest == "holds"
+    assert F.retention["close_bn_train_b2"].mean == pytest.approx(0.9)
+    assert F.precise_err_ratio_b2_b32 == pytest.approx(1.0)
     assert F.precise_enough["b32"] == 256 and F.precise_claim["b32"] == "fewer suffice"
     assert F.mismatch_predicts == "holds" and F.mismatch_rho > 0.5
     with pytest.raises(ValueError, match="reference=16"):

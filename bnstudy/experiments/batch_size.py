@@ -602,12 +602,17 @@ class Findings:
     gap_bn_train: dict
     gap_zero_elsewhere: str
     spread: dict
+    retention: dict
     noise_ratio_m2: dict
+    deepest_noisiest: str
     noise_rel_std_m2: dict
     n_eff_frac: dict
     precise_enough: dict
     precise_claim: dict
     precise_acc_gap: dict
+    precise_mean_err: dict
+    precise_var_err: dict
+    precise_err_ratio_b2_b32: float
     precise_source_acc: float
     precise_exact_acc: float
     mismatch: dict
@@ -629,8 +634,9 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     interval for ``bn_train``; ``gap_zero_elsewhere`` checks ``== 0`` for every run of every other strategy
     (they normalise the same way in both modes). Spread: SD over seeds at the smallest batch size, per
     target and strategy. Noise: per layer at batch 2, measured over predicted variance of the batch mean,
-    the relative standard deviation ``sqrt(var_mean_rel)``, and the effective-count fraction averaged over
-    batch sizes. Precise BN: :func:`samples_enough` and :func:`claim_word` per batch size. Mismatch:
+    the relative standard deviation ``sqrt(var_mean_rel)``, the effective-count fraction averaged over
+    batch sizes, and ``deepest_noisiest`` (the last layer has the largest relative standard deviation).
+    Retention: head A's accuracy after fine-tuning, per target, strategy and batch size (smallest, reference). Precise BN: :func:`samples_enough` and :func:`claim_word` per batch size. Mismatch:
     Spearman correlation over (seed, target) between the mismatch and ``advantage_strategy``'s paired
     advantage over ``stats_frozen`` at the reference batch size; ``predicts`` if p < 0.05 and positive.
     Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
@@ -646,7 +652,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     w = winners(df)
     win = {f"{r.target_name}_b{r.batch_size}": r.winner for r in w.itertuples()}
     wsep = {f"{r.target_name}_b{r.batch_size}": bool(r.separated) for r in w.itertuples()}
-    rec, ivs, bbn, bps, acc = {}, {}, {}, {}, {}
+    rec, ivs, bbn, bps, acc, retention = {}, {}, {}, {}, {}, {}
     for t in sorted(df.target_name.unique()):
         for b in sorted({sb, reference}):
             best_bn, best_ps, iv, word = bn_vs_per_sample(df, t, b)
@@ -656,6 +662,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             for b in sorted({sb, reference}):
                 g = df[(df.target_name == t) & (df.strategy == s) & (df.batch_size == b)]
                 acc[f"{t}_{s}_b{b}"] = mean_ci(g["target"])
+                retention[f"{t}_{s}_b{b}"] = mean_ci(g["task_a_after"])
     gap = {}
     for t in sorted(df.target_name.unique()):
         for b in sorted({sb, reference}):
@@ -670,8 +677,9 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     ratio = {f"l{l}": float((g.var_mean_rel / g.pred_mean_rel).mean()) for l, g in n2.groupby("layer")}
     rel_std = {f"l{l}": float(np.sqrt(g.var_mean_rel).mean()) for l, g in n2.groupby("layer")}
     neff = {f"l{l}": float(g.n_eff_frac.mean()) for l, g in nt.groupby("layer")}
+    deepest = verdict(max(rel_std, key=rel_std.get) == f"l{int(nt.layer.max())}")
     pt = precise_table(diag)
-    enough, claim, pgap = {}, {}, {}
+    enough, claim, pgap, perr, pverr = {}, {}, {}, {}, {}
     gmax = int(pt.n_samples.max())
     for m in sorted(pt[pt.kind == "precise"].batch_size.unique()):
         n = samples_enough(pt, int(m), equivalence_margin)
@@ -680,6 +688,10 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             g = pt[(pt.kind == "precise") & (pt.batch_size == m) & (pt.n_samples == nn_)]
             if len(g):
                 pgap[f"b{m}_n{nn_}"] = mean_ci(g["acc_vs_exact"])
+                perr[f"b{m}_n{nn_}"] = mean_ci(g["mean_err"])
+                pverr[f"b{m}_n{nn_}"] = mean_ci(g["var_err"])
+    top = pt[(pt.kind == "precise") & (pt.n_samples == gmax)].groupby("batch_size")["mean_err"].mean()
+    err_ratio = float(top[2] / top[32]) if {2, 32} <= set(top.index) else math.nan
     mt = mismatch_table(df, reference)
     adv = mt[mt.strategy == advantage_strategy]
     if len(adv) >= 3 and adv.mismatch_kl.nunique() > 1:
@@ -694,8 +706,9 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin), breaks=breaks, break_batches=bb, winner=win,
         winner_separated=wsep, recommend=rec, ps_minus_bn=ivs, best_bn=bbn, best_ps=bps, acc=acc,
         gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), spread=spread,
-        noise_ratio_m2=ratio, noise_rel_std_m2=rel_std, n_eff_frac=neff, precise_enough=enough,
-        precise_claim=claim, precise_acc_gap=pgap,
+        retention=retention, noise_ratio_m2=ratio, deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff, precise_enough=enough,
+        precise_claim=claim, precise_acc_gap=pgap, precise_mean_err=perr, precise_var_err=pverr,
+        precise_err_ratio_b2_b32=err_ratio,
         precise_source_acc=float(pt[pt.kind == "source"].accuracy.mean()),
         precise_exact_acc=float(pt[pt.kind == "exact"].accuracy.mean()),
         mismatch=mism, mismatch_rho=rho, mismatch_p=p,
