@@ -279,7 +279,8 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert F.gap_bn_train["close_b2"].mean == pytest.approx(-0.1)
     assert F.noise_ratio_m2["l0"] == pytest.approx(2.0) and F.deepest_noisiest == "holds"
     assert F.retention["close_bn_train_b2"].mean == pytest.approx(0.9)
-    assert F.precise_err_ratio_b2_b32 == pytest.approx(1.0)
+    assert F.precise_mean_err_ratio_b2_b32 == pytest.approx(1.0) and F.precise_var_err_ratio_b2_b32 == pytest.approx(1.0)
+    assert set(F.precise_var_err) == {"b2_n1024", "b2_nmax", "b32_n1024", "b32_nmax"}
     assert F.precise_enough["b32"] == 256 and F.precise_claim["b32"] == "fewer suffice"
     assert F.mismatch_predicts == "holds" and F.mismatch_rho > 0.5
     with pytest.raises(ValueError, match="reference=16"):

@@ -612,7 +612,8 @@ class Findings:
     precise_acc_gap: dict
     precise_mean_err: dict
     precise_var_err: dict
-    precise_err_ratio_b2_b32: float
+    precise_mean_err_ratio_b2_b32: float
+    precise_var_err_ratio_b2_b32: float
     precise_source_acc: float
     precise_exact_acc: float
     mismatch: dict
@@ -684,14 +685,14 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     for m in sorted(pt[pt.kind == "precise"].batch_size.unique()):
         n = samples_enough(pt, int(m), equivalence_margin)
         enough[f"b{m}"], claim[f"b{m}"] = n, claim_word(n, gmax)
-        for nn_ in (1024, gmax):
+        for nn_, tag in ((1024, "n1024"), (gmax, "nmax")):
             g = pt[(pt.kind == "precise") & (pt.batch_size == m) & (pt.n_samples == nn_)]
             if len(g):
-                pgap[f"b{m}_n{nn_}"] = mean_ci(g["acc_vs_exact"])
-                perr[f"b{m}_n{nn_}"] = mean_ci(g["mean_err"])
-                pverr[f"b{m}_n{nn_}"] = mean_ci(g["var_err"])
-    top = pt[(pt.kind == "precise") & (pt.n_samples == gmax)].groupby("batch_size")["mean_err"].mean()
-    err_ratio = float(top[2] / top[32]) if {2, 32} <= set(top.index) else math.nan
+                pgap[f"b{m}_{tag}"] = mean_ci(g["acc_vs_exact"])
+                perr[f"b{m}_{tag}"] = mean_ci(g["mean_err"])
+                pverr[f"b{m}_{tag}"] = mean_ci(g["var_err"])
+    top = pt[(pt.kind == "precise") & (pt.n_samples == gmax)].groupby("batch_size")[["mean_err", "var_err"]].mean()
+    ratio_of = lambda col: float(top.loc[2, col] / top.loc[32, col]) if {2, 32} <= set(top.index) else math.nan
     mt = mismatch_table(df, reference)
     adv = mt[mt.strategy == advantage_strategy]
     if len(adv) >= 3 and adv.mismatch_kl.nunique() > 1:
@@ -708,7 +709,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), spread=spread,
         retention=retention, noise_ratio_m2=ratio, deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff, precise_enough=enough,
         precise_claim=claim, precise_acc_gap=pgap, precise_mean_err=perr, precise_var_err=pverr,
-        precise_err_ratio_b2_b32=err_ratio,
+        precise_mean_err_ratio_b2_b32=ratio_of("mean_err"), precise_var_err_ratio_b2_b32=ratio_of("var_err"),
         precise_source_acc=float(pt[pt.kind == "source"].accuracy.mean()),
         precise_exact_acc=float(pt[pt.kind == "exact"].accuracy.mean()),
         mismatch=mism, mismatch_rho=rho, mismatch_p=p,
