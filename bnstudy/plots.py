@@ -312,6 +312,14 @@ def _ci_rows(df: pd.DataFrame, by, value: str) -> pd.DataFrame:
     return interval_frame(df, by, value).reset_index()
 
 
+def _log2_axis(ax, ticks) -> None:
+    """A log x axis labelled at ``ticks`` only (no minor-tick labels crowding them)."""
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xticks(list(ticks), [str(t) for t in ticks])
+
+
 def _strategy_colors(strategies):
     return dict(zip(strategies, sns.color_palette("tab10", len(strategies))))
 
@@ -330,8 +338,8 @@ def noise_figure(noise: pd.DataFrame):
             ax.fill_between(r.batch_size, r.lo.clip(lower=1e-12), r.hi, color=colors[layer], alpha=0.25)
             p = g.groupby("batch_size")[pred].mean()
             ax.plot(p.index, p.values, "--", color=colors[layer])
-        ax.set(xscale="log", yscale="log", xlabel="batch size m", ylabel=title)
-        ax.set_xticks(sorted(noise.batch_size.unique()), [str(b) for b in sorted(noise.batch_size.unique())])
+        ax.set(yscale="log", xlabel="batch size m", ylabel=title)
+        _log2_axis(ax, sorted(noise.batch_size.unique()))
     axes[0].legend(title="solid: measured; dashed: 1/(m H W)", fontsize=9)
     fig.tight_layout()
     return fig
@@ -352,10 +360,11 @@ def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: 
             ax.fill_between(r.batch_size, r.lo, r.hi, color=colors[s], alpha=0.15)
         if chance is not None:
             ax.axhline(chance, color="grey", lw=0.8, ls=":")
-        ax.set(xscale="log", xlabel="fine-tuning batch size", title=f"target: {t}", ylabel=ylabel)
-        ax.set_xticks(sorted(df.batch_size.unique()), [str(b) for b in sorted(df.batch_size.unique())])
-    axes[0][-1].legend(fontsize=8.5, loc="best")
-    fig.tight_layout()
+        ax.set(xlabel="fine-tuning batch size", title=f"target: {t}", ylabel=ylabel)
+        _log2_axis(ax, sorted(df.batch_size.unique()))
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
@@ -380,8 +389,9 @@ def tradeoff_figure(trade: pd.DataFrame, labels: dict):
                             label=labels[s] if b == sizes[0] else None)
         ax.set(xlabel="target accuracy (adaptation)", ylabel="source task accuracy after (retention)",
                title=f"target: {t} (filled: batch {sizes[0]}, open: batch {sizes[-1]})")
-    axes[0][-1].legend(fontsize=8.5, loc="best")
-    fig.tight_layout()
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
@@ -415,15 +425,17 @@ def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
     strategies = [s for s in labels if s in set(mt.strategy)]
     colors = _strategy_colors(list(labels))
     fig, ax = plt.subplots(figsize=(8, 4.6))
-    for s in strategies:
+    for i, s in enumerate(strategies):
         g = mt[mt.strategy == s]
-        ax.scatter(g.mismatch_kl, g.advantage, s=14, alpha=0.45, color=colors[s])
+        shift = 1.15 ** (i - (len(strategies) - 1) / 2)  # spread strategies sideways so every series shows
+        ax.scatter(g.mismatch_kl * shift, g.advantage, s=14, alpha=0.45, color=colors[s])
         for t, h in g.groupby("target_name"):
             iv = mean_ci(h.advantage)
-            ax.errorbar(h.mismatch_kl.mean(), iv.mean, yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="s",
+            ax.errorbar(h.mismatch_kl.mean() * shift, iv.mean, yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="s",
                         color=colors[s], ms=7, capsize=3, label=labels[s] if t == sorted(g.target_name.unique())[0] else None)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set(xscale="log", xlabel="statistics mismatch before fine-tuning (mean KL over BN layers, nats)",
+    ax.set(xscale="log", xlabel="statistics mismatch before fine-tuning (mean KL over BN layers, nats;\n"
+                                "strategies drawn side by side)",
            ylabel="target accuracy minus stats-frozen's")
     ax.legend(fontsize=8.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
