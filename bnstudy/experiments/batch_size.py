@@ -74,7 +74,7 @@ PROFILES = {
 }
 
 
-def _pow2_list(name, value, low=2):
+def _increasing_ints(name, value, low=2):
     out = check_sequence(name, value, lambda n, v: check_int(n, v, low), 1)
     if list(out) != sorted(set(out)):
         raise ValueError(f"{name} must be strictly increasing, got {list(out)!r}")
@@ -124,7 +124,7 @@ class Config(_Frozen):
         self._set("strategies", check_sequence("strategies", self.strategies,
                                                lambda n, v: check_choice(n, v, STRATEGIES), 1))
         self._set("targets", check_sequence("targets", self.targets, lambda n, v: check_choice(n, v, tuple(TARGETS)), 1))
-        self._set("batch_sizes", _pow2_list("batch_sizes", self.batch_sizes))
+        self._set("batch_sizes", _increasing_ints("batch_sizes", self.batch_sizes))
         for b in self.batch_sizes:
             if b % 2:
                 raise ValueError(f"batch_sizes must be even (batches are built from 2-sample draws), got {b}")
@@ -141,12 +141,12 @@ class Config(_Frozen):
         self._set("adabn_samples", check_int("adabn_samples", self.adabn_samples, 2))
         self._set("noise", check_float("noise", self.noise, 0.0))
         self._set("break_margin", check_float("break_margin", self.break_margin, 0.0, 1.0))
-        self._set("noise_batch_sizes", _pow2_list("noise_batch_sizes", self.noise_batch_sizes))
+        self._set("noise_batch_sizes", _increasing_ints("noise_batch_sizes", self.noise_batch_sizes))
         self._set("noise_pool", check_int("noise_pool", self.noise_pool, 2))
         if self.noise_pool < 2 * max(self.noise_batch_sizes):
             raise ValueError(f"noise_pool must hold at least 2 batches of the largest noise batch size "
                              f"({2 * max(self.noise_batch_sizes)}), got {self.noise_pool}")
-        self._set("precise_samples", _pow2_list("precise_samples", self.precise_samples))
+        self._set("precise_samples", _increasing_ints("precise_samples", self.precise_samples))
         if min(self.precise_samples) < max(PRECISE_BATCH_SIZES) or any(n % max(PRECISE_BATCH_SIZES)
                                                                         for n in self.precise_samples):
             raise ValueError(f"precise_samples must be multiples of {max(PRECISE_BATCH_SIZES)}, got "
