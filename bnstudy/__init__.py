@@ -13,7 +13,8 @@ The practitioner's API (everything else lives in its submodule):
 * **re-estimate** statistics: :func:`update_bn_stats` (precise BN / AdaBN, in place, fvcore's
   contract), :func:`precise_bn_statistics` (the same estimate, returned);
 * **mismatch**: :func:`statistics_mismatch` (a model's stored statistics against new data),
-  :func:`compare_statistics` (two models', or a model's and data's, layer by layer).
+  :func:`compare_statistics` (two models', or a model's and data's, layer by layer);
+* **replace** BatchNorm by GroupNorm or LayerNorm: :func:`replace_norm`.
 
 Note for users coming from Keras: ``layer.trainable = False`` on a Keras BatchNormalization layer
 also switches it to inference mode; PyTorch's ``requires_grad_(False)`` does not. Use
@@ -24,7 +25,7 @@ from .audit import FreezeAudit, lint_forward_modes, lint_loader, lint_model
 from .freeze import (FrozenBatchNorm, freeze_batchnorm, freeze_modules, pin_eval, pin_norm_eval,
                      shared_weight_copy, unfreeze_batchnorm, unfreeze_modules, unpin)
 from .modes import MODES, FreezeMode, TransferModel, get_mode
-from .stats import compare_statistics, precise_bn_statistics, statistics_mismatch, update_bn_stats
+from .stats import compare_statistics, precise_bn_statistics, replace_norm, statistics_mismatch, update_bn_stats
 
 __all__ = [
     # freeze
@@ -36,4 +37,6 @@ __all__ = [
     "FreezeAudit", "lint_model", "lint_loader", "lint_forward_modes",
     # re-estimate and compare statistics
     "update_bn_stats", "precise_bn_statistics", "statistics_mismatch", "compare_statistics",
+    # swap BatchNorm for a per-sample norm
+    "replace_norm",
 ]

@@ -314,3 +314,71 @@ def from_profile(cls, profiles: dict, profile: str = "quick", **overrides):
 
 __all__ = ["SourceConfig", "RunConfig", "Execution", "from_profile", "check_seeds", "seeds_label", "field",
            "NORM_KINDS", "HEAD_KINDS", "OPTIMIZERS", "SAMPLERS", "PROFILE_NAMES", "EVAL_SPLITS"]
+
+
+
+# --- chapter 5 (issue 13): whole-backbone fine-tuning runs ----------------------------------------------------------
+
+#: Fine-tuning strategies of :func:`bnstudy.engine.finetune` (chapter 5). The first four need a BatchNorm
+#: source (``norm="batch"``); ``group_pretrained`` / ``layer_pretrained`` a source trained with that norm.
+FINETUNE_STRATEGIES = ("bn_frozen", "stats_frozen", "adabn", "bn_train", "to_group", "to_layer",
+                       "group_pretrained", "layer_pretrained")
+#: The source norm each strategy needs.
+STRATEGY_NORM = {"bn_frozen": "batch", "stats_frozen": "batch", "adabn": "batch", "bn_train": "batch",
+                 "to_group": "batch", "to_layer": "batch", "group_pretrained": "group", "layer_pretrained": "layer"}
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(SourceConfig):
+    """One whole-backbone fine-tuning run (chapter 5): stage 1 (:class:`SourceConfig`), then the backbone
+    and a new linear head trained together on task B.
+
+    ``strategy`` (:data:`FINETUNE_STRATEGIES`) says what happens to the norm layers first. Task B's inputs
+    are ``contrast * x + brightness``. Training: ``samples // batch_size`` steps of ``batch_size`` labelled
+    task-B samples (``samples`` must be a multiple of ``batch_size``, so every batch size sees the same
+    number of samples), ``optimizer`` at learning rate ``lr`` for every parameter that requires a gradient,
+    ``model.train()`` every ``epoch_steps`` steps. ``adabn_samples``: unlabelled task-B samples, in batches
+    of ``batch_size``, for the AdaBN re-estimate (strategy ``adabn`` only). Raises ``ValueError`` naming the
+    parameter for a bad value, a strategy whose source norm differs from ``norm``
+    (:data:`STRATEGY_NORM`), or a batch size below 2 where a BatchNorm uses batch statistics.
+    """
+
+    strategy: str = "stats_frozen"
+    batch_size: int = 32
+    samples: int = 4096
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    brightness: float = 0.0
+    contrast: float = 1.0
+    adabn_samples: int = 2048
+    epoch_steps: int = 100
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_choice("strategy", self.strategy, FINETUNE_STRATEGIES)
+        self._set("batch_size", check_int("batch_size", self.batch_size, 1))
+        self._set("samples", check_int("samples", self.samples, 1))
+        if self.samples % self.batch_size:
+            raise ValueError(f"samples must be a multiple of batch_size={self.batch_size}, got {self.samples}")
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
+        self._set("brightness", check_float("brightness", self.brightness))
+        self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
+        self._set("adabn_samples", check_int("adabn_samples", self.adabn_samples, 1))
+        self._set("epoch_steps", check_int("epoch_steps", self.epoch_steps, 1))
+        if self.norm != STRATEGY_NORM[self.strategy]:
+            raise ValueError(f"strategy={self.strategy!r} needs a source with norm={STRATEGY_NORM[self.strategy]!r}, "
+                             f"got norm={self.norm!r}")
+        if self.strategy in ("bn_train", "adabn") and self.batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2 with strategy={self.strategy!r} (a BatchNorm uses batch "
+                             f"statistics), got {self.batch_size}")
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps: ``samples // batch_size``."""
+        return self.samples // self.batch_size
+
+    @property
+    def source(self) -> SourceConfig:
+        """The stage-1 part of this run."""
+        return SourceConfig(**{k: getattr(self, k) for k in SOURCE_FIELDS})

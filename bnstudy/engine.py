@@ -405,3 +405,137 @@ def eval_tag(task: str, split: str = "test") -> str:
     if split not in EVAL_SPLITS:
         raise ValueError(f"eval_split={split!r} is not allowed; choose one of {list(EVAL_SPLITS)}")
     return task if split == "test" else f"{task}/validation"
+
+# --- chapter 5 (issue 13): whole-backbone fine-tuning under a norm strategy ---------------------------------------
+
+#: Samples per draw of the fine-tuning and AdaBN streams: batches of any even size are whole draws
+#: concatenated, so every batch size sees the same images in the same order (a paired design).
+FINETUNE_UNIT = 2
+
+
+def _unit_batches(task, n: int, batch_size: int, gen: torch.Generator):
+    """``n`` samples of ``task`` as batches of ``batch_size`` built from :data:`FINETUNE_UNIT`-sample draws."""
+    unit = BatchStream(task, FINETUNE_UNIT, gen)
+    per = max(batch_size // FINETUNE_UNIT, 1)
+    for _ in range(n // batch_size):
+        if batch_size % FINETUNE_UNIT:
+            x, y = BatchStream(task, batch_size, gen).next()
+        else:
+            xs, ys = zip(*(unit.next() for _ in range(per)))
+            x, y = torch.cat(xs), torch.cat(ys)
+        yield x, y
+
+
+def apply_strategy(backbone: torch.nn.Module, strategy: str, adabn_batches=None) -> torch.nn.Module:
+    """Prepare ``backbone``'s norm layers for fine-tuning by ``strategy``; returns the (converted) backbone.
+
+    ``bn_frozen``: :func:`bnstudy.freeze.freeze_batchnorm` (statistics and affine fixed).
+    ``stats_frozen``: :func:`bnstudy.freeze.pin_norm_eval` (running statistics used and kept; affine trainable).
+    ``adabn``: :func:`bnstudy.stats.update_bn_stats` on ``adabn_batches`` (precise BN's equal-weight
+    population estimate on the target; Li et al., 2016), then pinned as ``stats_frozen``.
+    ``bn_train``, ``group_pretrained``, ``layer_pretrained``: unchanged. ``to_group`` / ``to_layer``:
+    :func:`bnstudy.stats.replace_norm`. Raises ``ValueError`` for an unknown strategy or ``adabn``
+    without batches.
+    """
+    from .freeze import freeze_batchnorm, pin_norm_eval
+    from .stats import replace_norm, update_bn_stats
+    if strategy == "bn_frozen":
+        return freeze_batchnorm(backbone)
+    if strategy == "stats_frozen":
+        pin_norm_eval(backbone)
+        return backbone
+    if strategy == "adabn":
+        if adabn_batches is None:
+            raise ValueError("strategy='adabn' needs adabn_batches (unlabelled target inputs)")
+        update_bn_stats(backbone, adabn_batches)
+        pin_norm_eval(backbone)
+        return backbone
+    if strategy in ("to_group", "to_layer"):
+        return replace_norm(backbone, strategy[3:])
+    if strategy in ("bn_train", "group_pretrained", "layer_pretrained"):
+        return backbone
+    raise ValueError(f"strategy={strategy!r} is not allowed")
+
+
+@torch.no_grad()
+def train_mode_logits(model: torch.nn.Module, x: torch.Tensor, batch_size: int, order: torch.Tensor,
+                      device) -> torch.Tensor:
+    """Logits ``(N, K)`` of ``model`` in train mode on ``x`` in batches of ``batch_size`` taken in ``order``.
+
+    Runs on a deep copy (running statistics of the model are not touched); pinned layers stay in eval
+    mode, as they do during training. Rows are returned in the original order of ``x``.
+    """
+    import copy
+    work = copy.deepcopy(model).train()
+    chunks = list(order.split(batch_size))
+    if len(chunks) > 1 and len(chunks[-1]) == 1:  # a lone last sample has no batch variance: join it
+        chunks[-2:] = [torch.cat(chunks[-2:])]
+    out = None
+    for idx in chunks:
+        lg = work(x[idx].to(device)).float().cpu()
+        if out is None:
+            out = torch.empty(len(order), lg.shape[1])
+        out[idx] = lg
+    return out
+
+
+def finetune(cfg, source: dict, device=None) -> dict:
+    """Fine-tune the whole backbone and a new linear head on task B under ``cfg.strategy``; one results row.
+
+    ``cfg``: a :class:`bnstudy.config.FinetuneConfig`; ``source``: the :func:`train_source` output of
+    ``cfg.source``. Steps: load the source backbone and head A; draw head B from ``(seed, "init",
+    "head_b", "linear")``; :func:`apply_strategy`; then ``cfg.steps`` steps of :func:`train_step` (SGD or
+    Adam at ``cfg.lr`` on every parameter of backbone and head B that requires a gradient; head A is
+    not trained) on batches of the stream ``(seed, "finetune", "B")``, built from 2-sample draws so
+    that every batch size sees the same images (:data:`FINETUNE_UNIT`); close and shifted targets of a
+    seed share those images, shifted. AdaBN's batches come from ``(seed, "adabn", "B")``.
+
+    Row: the config's fields, ``steps``, ``task_a_before`` (head A on the prepared backbone, eval mode,
+    before training: what the strategy itself costs the source), ``task_a_after`` (source retention),
+    ``target`` (task-B accuracy, eval mode), ``target_train_mode`` (the same held-out set in train mode, in
+    batches of ``batch_size`` in a fixed shuffled order), ``train_eval_gap`` (train minus eval),
+    ``final_loss`` (mean of the last 10% of step losses), ``diverged`` (a non-finite loss),
+    ``source_task_a_accuracy`` and ``wall_s``. Accuracies are fractions 0..1.
+    """
+    t0 = time.perf_counter()
+    device = pick_device(device)
+    c = cfg
+    backbone = ConvBackbone(3, c.widths, c.norm, c.momentum)
+    backbone.load_state_dict(source["backbone"])
+    head_a = make_head("linear", backbone.out_features, c.n_classes)
+    head_a.load_state_dict(source["head_a"])
+    head_b = seeded((c.seed, "init", "head_b", "linear"), lambda: make_head("linear", backbone.out_features,
+                                                                             c.n_classes))
+    task_a = make_task(c.seed, "A", c.n_classes, c.noise)
+    task_b = make_task(c.seed, "B", c.n_classes, c.noise, c.brightness, c.contrast)
+    eval_a, eval_b = eval_set(task_a, c.n_eval, c.seed, "A"), eval_set(task_b, c.n_eval, c.seed, "B")
+    adabn = None
+    if c.strategy == "adabn":
+        adabn = [x for x, _ in _unit_batches(task_b, c.adabn_samples, c.batch_size, generator(c.seed, "adabn", "B"))]
+    backbone = apply_strategy(backbone, c.strategy, adabn).to(device)
+    head_a, head_b = head_a.to(device), head_b.to(device)
+    for p in head_a.parameters():
+        p.requires_grad_(False)
+    model_b, model_a = Classifier(backbone, head_b), Classifier(backbone, head_a)
+    model_b.eval()
+    a_before = accuracy(logits_of(model_a, eval_a[0], device), eval_a[1])
+    params = [p for p in model_b.parameters() if p.requires_grad]
+    opt = make_optimizer(c.optimizer, params, c.lr)
+    losses = []
+    for step, (x, y) in enumerate(_unit_batches(task_b, c.samples, c.batch_size,
+                                                generator(c.seed, "finetune", "B")), start=1):
+        losses.append(float(train_step(model_b, model_b, opt, step, x, y, c.epoch_steps, device)))
+    model_b.eval()
+    target = accuracy(logits_of(model_b, eval_b[0], device), eval_b[1])
+    order = torch.randperm(len(eval_b[1]), generator=generator(c.seed, "train_eval_order"))
+    target_tm = accuracy(train_mode_logits(model_b, eval_b[0], c.batch_size, order, device), eval_b[1])
+    model_b.eval()
+    tail = losses[-max(1, len(losses) // 10):]
+    row = c.asdict()
+    row["widths"] = "-".join(map(str, c.widths))
+    row.update(steps=c.steps, task_a_before=a_before,
+               task_a_after=accuracy(logits_of(model_a, eval_a[0], device), eval_a[1]),
+               target=target, target_train_mode=target_tm, train_eval_gap=target_tm - target,
+               final_loss=float(sum(tail) / len(tail)), diverged=not all(math.isfinite(v) for v in losses),
+               source_task_a_accuracy=source["task_a_accuracy"], wall_s=time.perf_counter() - t0)
+    return row

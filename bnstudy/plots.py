@@ -697,4 +697,138 @@ def ch3_retention(scatter):
         ax.set_xlabel("task-A accuracy change (difference, after − before)")
         ax.set_ylabel("task-B gain over backbone_eval\n(difference in accuracy)")
         ax.legend(loc="lower left")
+
+# --- chapter 5 (issue 13): batch size and fine-tuning strategies --------------------------------------------------
+
+def _ci_rows(df: pd.DataFrame, by, value: str) -> pd.DataFrame:
+    return interval_frame(df, by, value).reset_index()
+
+
+def _log2_axis(ax, ticks) -> None:
+    """A log x axis labelled at ``ticks`` only (no minor-tick labels crowding them)."""
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xticks(list(ticks), [str(t) for t in ticks])
+
+
+def _strategy_colors(strategies):
+    return dict(zip(strategies, sns.color_palette("tab10", len(strategies))))
+
+
+def noise_figure(noise: pd.DataFrame):
+    """Spread of batch means and variances (relative to sigma^2, sigma^4) against batch size per BN layer,
+    measured (mean and 95% interval over seeds) and the independent-values prediction (dashed)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    colors = dict(zip(sorted(noise.layer.unique()), sns.color_palette("viridis", noise.layer.nunique())))
+    for ax, (val, pred, title) in zip(axes, (("var_mean_rel", "pred_mean_rel", "variance of the batch mean / $\\sigma^2$"),
+                                           ("var_var_rel", "pred_var_rel", "variance of the batch variance / $\\sigma^4$"))):
+        for layer, g in noise.groupby("layer"):
+            r = _ci_rows(g, "batch_size", val)
+            hw = int(g.hw.iloc[0])
+            ax.plot(r.batch_size, r["mean"], "o-", color=colors[layer], label=f"block {layer + 1} (H x W = {hw})")
+            ax.fill_between(r.batch_size, r.lo.clip(lower=1e-12), r.hi, color=colors[layer], alpha=0.25)
+            p = g.groupby("batch_size")[pred].mean()
+            ax.plot(p.index, p.values, "--", color=colors[layer])
+        ax.set(yscale="log", xlabel="batch size m", ylabel=title)
+        _log2_axis(ax, sorted(noise.batch_size.unique()))
+    axes[0].legend(title="solid: measured; dashed: 1/(m H W)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: dict, chance: float | None = None):
+    """``value`` against batch size per strategy (mean, 95% interval over seeds), one panel per target."""
+    targets = sorted(df.target_name.unique())
+    strategies = [s for s in labels if s in set(df.strategy)]
+    colors = _strategy_colors(strategies)
+    fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 4.4), sharey=True, squeeze=False)
+    for ax, t in zip(axes[0], targets):
+        for s in strategies:
+            g = df[(df.target_name == t) & (df.strategy == s)]
+            r = _ci_rows(g, "batch_size", value)
+            style = "-" if s in ("bn_frozen", "stats_frozen", "adabn", "bn_train") else "--"
+            ax.plot(r.batch_size, r["mean"], style, marker="o", ms=4, color=colors[s], label=labels[s])
+            ax.fill_between(r.batch_size, r.lo, r.hi, color=colors[s], alpha=0.15)
+        if chance is not None:
+            ax.axhline(chance, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="fine-tuning batch size", title=f"target: {t}", ylabel=ylabel)
+        _log2_axis(ax, sorted(df.batch_size.unique()))
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def tradeoff_figure(trade: pd.DataFrame, labels: dict):
+    """Source retention against target accuracy per strategy (95% intervals both ways), one panel per target;
+    filled markers at the smallest batch size, open at the largest shown."""
+    targets = sorted(trade.target_name.unique())
+    strategies = [s for s in labels if s in set(trade.strategy)]
+    colors = _strategy_colors(strategies)
+    sizes = sorted(trade.batch_size.unique())
+    fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 4.4), sharey=True, squeeze=False)
+    for ax, t in zip(axes[0], targets):
+        for s in strategies:
+            for b in sizes:
+                r = trade[(trade.target_name == t) & (trade.strategy == s) & (trade.batch_size == b)]
+                if not len(r):
+                    continue
+                r = r.iloc[0]
+                ax.errorbar(r.target_mean, r.retention_mean, xerr=[[r.target_mean - r.target_lo], [r.target_hi - r.target_mean]],
+                            yerr=[[r.retention_mean - r.retention_lo], [r.retention_hi - r.retention_mean]],
+                            fmt="o", color=colors[s], mfc=colors[s] if b == sizes[0] else "white", ms=7,
+                            label=labels[s] if b == sizes[0] else None)
+        ax.set(xlabel="target accuracy (adaptation)", ylabel="source task accuracy after (retention)",
+               title=f"target: {t} (filled: batch {sizes[0]}, open: batch {sizes[-1]})")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4)):
+    """Precise BN against the number of samples, at each batch size: statistic errors and accuracy difference
+    to the exact statistics (mean, 95% interval over seeds); Wu & Johnson's range shaded."""
+    d = pt[pt.kind == "precise"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    colors = dict(zip(sorted(d.batch_size.unique()), sns.color_palette("colorblind", d.batch_size.nunique())))
+    for ax, (val, lab) in zip(axes, (("mean_err", "mean error / population std"),
+                                     ("var_err", "|log variance ratio|"),
+                                     ("acc_vs_exact", "accuracy difference to exact statistics"))):
+        for m, g in d.groupby("batch_size"):
+            r = _ci_rows(g, "n_samples", val)
+            ax.plot(r.n_samples, r["mean"], "o-", color=colors[m], label=f"batch size {m}")
+            ax.fill_between(r.n_samples, r.lo, r.hi, color=colors[m], alpha=0.2)
+        ax.axvspan(*claim, color="grey", alpha=0.12)
+        ax.set(xscale="log", xlabel="samples used by precise BN", ylabel=lab)
+        if val != "acc_vs_exact":
+            ax.set_yscale("log")
+        else:
+            ax.axhline(0, color="grey", lw=0.8)
+    axes[0].legend()
+    fig.tight_layout()
+    return fig
+
+
+def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
+    """Per seed and target: each strategy's target-accuracy difference to inherited frozen statistics against
+    the statistics mismatch measured before fine-tuning; means with 95% intervals per target drawn as bars."""
+    strategies = [s for s in labels if s in set(mt.strategy)]
+    colors = _strategy_colors(list(labels))
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for i, s in enumerate(strategies):
+        g = mt[mt.strategy == s]
+        shift = 1.15 ** (i - (len(strategies) - 1) / 2)  # spread strategies sideways so every series shows
+        ax.scatter(g.mismatch_kl * shift, g.advantage, s=14, alpha=0.45, color=colors[s])
+        for t, h in g.groupby("target_name"):
+            iv = mean_ci(h.advantage)
+            ax.errorbar(h.mismatch_kl.mean() * shift, iv.mean, yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="s",
+                        color=colors[s], ms=7, capsize=3, label=labels[s] if t == sorted(g.target_name.unique())[0] else None)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xscale="log", xlabel="statistics mismatch before fine-tuning (mean KL over BN layers, nats;\n"
+                                "strategies drawn side by side)",
+           ylabel="target accuracy minus stats-frozen's")
+    ax.legend(fontsize=8.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
     return fig

@@ -475,3 +475,74 @@ def mismatch_candidate(measure: str, mean_new: torch.Tensor, var_new: torch.Tens
     if measure == "wasserstein":
         return torch.sqrt((mean_new - mean_run) ** 2 + (var_new.sqrt() - var_run.sqrt()) ** 2) / var_run.sqrt()
     raise ValueError(f"measure={measure!r} is not a mismatch_candidate; choose 'log_var_ratio' or 'wasserstein'")
+
+# --- chapter 5 (issue 13): BatchNorm replaced by a per-sample norm ------------------------------------------------
+
+#: Norm kinds :func:`replace_norm` can put in a BatchNorm's place.
+REPLACE_KINDS = ("group", "layer")
+
+
+def _replacement(bn: nn.Module, name: str, kind: str, num_groups: int | None) -> nn.Module:
+    c = bn.num_features
+    if nn.parameter.is_lazy(bn.running_mean if bn.running_mean is not None else bn.weight):
+        raise ValueError(f"replace_norm: BatchNorm {name!r} is lazy and uninitialised; run one forward pass first")
+    if kind == "layer":
+        g = 1
+    else:
+        g = math.gcd(8, c) if num_groups is None else num_groups
+    if c % g:
+        raise ValueError(f"replace_norm: num_groups={g} does not divide the {c} channels of {name!r}")
+    ref = bn.weight if bn.affine else bn.running_mean
+    new = nn.GroupNorm(g, c, eps=bn.eps, affine=bn.affine)
+    if ref is not None:
+        new = new.to(device=ref.device, dtype=ref.dtype)
+    if bn.affine:
+        with torch.no_grad():
+            new.weight.copy_(bn.weight)
+            new.bias.copy_(bn.bias)
+        new.weight.requires_grad_(bn.weight.requires_grad)
+        new.bias.requires_grad_(bn.bias.requires_grad)
+    new.train(bn.training)
+    return new
+
+
+def replace_norm(model: nn.Module, kind: str, num_groups: int | None = None) -> nn.Module:
+    """Replace every BatchNorm in ``model`` by a per-sample norm; returns the converted module.
+
+    ``kind="group"``: GroupNorm (Wu & He, 2018) with ``num_groups`` groups (default
+    ``gcd(8, C)``, what :func:`bnstudy.models.make_norm2d` builds, so a converted
+    backbone has the architecture of one pretrained with ``norm="group"``).
+    ``kind="layer"``: GroupNorm with one group, i.e. LayerNorm over every dimension but
+    the batch (``(C, H, W)`` for BatchNorm2d inputs, ``(C,)`` for BatchNorm1d on ``(N, C)``,
+    ``(C, L)`` on ``(N, C, L)``); torch's ``nn.LayerNorm`` is not used because it normalises
+    the *last* dimensions and has no per-channel affine for ``(N, C, L)`` inputs.
+
+    What is carried: the per-channel affine ``weight``/``bias`` (copied, same device,
+    dtype and ``requires_grad``), ``eps``, ``affine`` and the train/eval flag. What is
+    dropped: ``running_mean``/``running_var``/``num_batches_tracked`` and ``momentum``
+    (a per-sample norm has no population statistics). Nothing else is touched: every
+    other module is the same object with the same parameters and buffers. Output shapes
+    are unchanged (input ``(N, C, *)`` -> ``(N, C, *)``); the function computed is not
+    (each sample is now normalised by its own statistics), so a converted network
+    must be fine-tuned.
+
+    Works like :func:`bnstudy.freeze.freeze_batchnorm`: recursive and in place; if
+    ``model`` itself is a BatchNorm the returned object is its replacement, so use the
+    return value. Covers BatchNorm1d/2d/3d, SyncBatchNorm and other ``_BatchNorm``
+    subclasses; a layer reached twice becomes one shared replacement. FrozenBatchNorm
+    and InstanceNorm are left alone.
+
+    Raises ``ValueError`` for an unknown ``kind``, a ``num_groups`` that does not divide a
+    layer's channels (naming the layer), ``num_groups`` given with ``kind="layer"``, or an
+    uninitialised lazy layer.
+    """
+    from .freeze import _convert
+    if kind not in REPLACE_KINDS:
+        raise ValueError(f"kind={kind!r} is not allowed; choose one of {list(REPLACE_KINDS)}")
+    if num_groups is not None:
+        if kind == "layer":
+            raise ValueError("num_groups is only for kind='group' (kind='layer' is one group)")
+        if not isinstance(num_groups, int) or isinstance(num_groups, bool) or num_groups < 1:
+            raise ValueError(f"num_groups must be a positive integer or None, got {num_groups!r}")
+    return _convert(model, "", {}, lambda m, name: _replacement(m, name, kind, num_groups)
+                    if isinstance(m, nn.modules.batchnorm._BatchNorm) else None)

@@ -1,0 +1,734 @@
+"""Chapter 5: what small batches do to BatchNorm, and which fine-tuning strategy survives them.
+
+Three measurements on the book's backbone (:class:`bnstudy.models.ConvBackbone`), all paired
+within a seed:
+
+1. **Noise of batch statistics** (:func:`noise_records`). For every BN layer of the trained
+   source backbone, the spread across batches of the per-channel batch mean and batch
+   variance, against batch size, beside the prediction for ``m x H x W`` independent values:
+   ``Var(mean) = sigma^2 / (m H W)`` and ``Var(var) = (kurtosis - 1) sigma^4 / (m H W)``.
+2. **How much data precise BN needs** (:func:`precise_records`). The source network meets
+   task A shifted as in chapter 1; its statistics are re-estimated with
+   :func:`bnstudy.stats.update_bn_stats` (precise BN's equal-weight estimator; AdaBN) from
+   ``N`` unlabelled samples in batches of 2 and 32, and compared with the exact population
+   statistics (computed layer by layer on a large reference sample) and by head A's accuracy.
+3. **Fine-tuning strategies** (:func:`bnstudy.engine.finetune`): the whole backbone and a new
+   head trained on task B, close to the source (no input shift) or shifted as in chapter 1,
+   at batch sizes 2..256, under eight strategies (:data:`bnstudy.config.FINETUNE_STRATEGIES`).
+
+Design choice: the number of **samples seen is fixed** across batch sizes (``samples``), and
+the learning rate follows the linear scaling rule ``lr = base_lr * batch_size / lr_batch``
+(Goyal et al., 2017; the rule the GroupNorm paper uses for its batch-size sweep), the same for
+every strategy. Every batch size then sees the same images in the same order and, to first
+order in the learning rate, takes the same SGD trajectory; what changes with the batch size is
+the gradient noise (for every strategy) and the batch statistics (for BatchNorm in train mode).
+Per-sample norms are the control for the first. Fixing the steps instead would give large
+batches 128 times more data, confounding batch size with data.
+
+``Config`` -> :func:`run` -> results table -> :func:`findings` and the tidy figure tables.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats as sps
+
+from ..analysis import Interval, mean_ci, verdict
+from ..config import FINETUNE_STRATEGIES, STRATEGY_NORM, Execution, FinetuneConfig, RunConfig, SourceConfig, \
+    _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, from_profile, seeds_label
+from ..engine import accuracy, ensure_sources, finetune, load_source, logits_of
+from ..models import ConvBackbone, make_head
+from ..stats import bn_input_statistics, statistics_mismatch, update_bn_stats
+from ..sweep import code_version, default_cache_dir, run_sweep
+from ..tasks import BatchStream, eval_set, generator, make_task
+
+NAMESPACE = "ch05_finetune"
+DIAG_NAMESPACE = "ch05_diagnostics"
+#: The two targets: ``(brightness, contrast)`` of task B. ``shifted`` is chapter 1's shift.
+TARGETS = {"close": (0.0, 1.0), "shifted": (RunConfig.brightness, RunConfig.contrast)}
+BN_STRATEGIES = ("bn_frozen", "stats_frozen", "adabn", "bn_train")
+PER_SAMPLE_STRATEGIES = ("to_group", "to_layer", "group_pretrained", "layer_pretrained")
+STRATEGIES = FINETUNE_STRATEGIES
+#: Readable names for figures and tables.
+STRATEGY_LABELS = {"bn_frozen": "BN frozen (stats + affine)", "stats_frozen": "BN stats frozen, affine trained",
+                   "adabn": "AdaBN, then stats frozen", "bn_train": "BN in train mode",
+                   "to_group": "BN -> GroupNorm", "to_layer": "BN -> LayerNorm",
+                   "group_pretrained": "GroupNorm from pretraining", "layer_pretrained": "LayerNorm from pretraining"}
+#: Batch sizes of the precise-BN data experiment (the issue's 2 and 32).
+PRECISE_BATCH_SIZES = (2, 32)
+#: Wu & Johnson (2021)'s range for the samples precise BN needs.
+CLAIM_RANGE = (1e3, 1e4)
+
+#: The profiles' sizes (the only place they are set).
+PROFILES = {
+    "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
+                  precise_samples=(32, 128, 512, 2048), precise_pool=4096),
+    "full": dict(seeds=10, batch_sizes=(2, 4, 8, 16, 32, 64, 128, 256), samples=4096, stage1_steps=400,
+                 noise_pool=8192,
+                 precise_samples=(32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384), precise_pool=32768),
+}
+
+
+def _increasing_ints(name, value, low=2):
+    out = check_sequence(name, value, lambda n, v: check_int(n, v, low), 1)
+    if list(out) != sorted(set(out)):
+        raise ValueError(f"{name} must be strictly increasing, got {list(out)!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class Config(_Frozen):
+    """Chapter 5's parameters (the notebook's parameters cell, one for one).
+
+    ``seeds``: an int ``n`` or a list. ``strategies``: from :data:`STRATEGIES`. ``targets``: names in
+    :data:`TARGETS`. ``batch_sizes``: fine-tuning batch sizes (even, >= 2, increasing; must contain
+    ``lr_batch``). ``samples``: labelled target samples seen by every run (a multiple of every batch
+    size). ``base_lr``: SGD (momentum 0.9) learning rate at batch size ``lr_batch``; other batch sizes
+    scale it linearly. ``adabn_samples``: unlabelled samples for AdaBN. ``break_margin``: accuracy
+    drop (fraction) that counts as breaking. ``noise_batch_sizes`` / ``noise_pool``: the noise
+    measurement's batch sizes and the samples it draws. ``stage1_steps``: source training steps (Adam, batch 64).
+    ``precise_samples`` / ``precise_pool``: sample
+    counts tried for precise BN and the reference sample for the exact population statistics.
+    ``equivalence_margin``: TOST margin (accuracy fraction) for "enough samples".
+    ``mismatch_batches``: unlabelled target batches of 64 for the statistics mismatch.
+    Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
+    """
+
+    profile: str = "quick"
+    seeds: tuple = (0, 1, 2)
+    strategies: tuple = STRATEGIES
+    targets: tuple = tuple(TARGETS)
+    batch_sizes: tuple = (2, 8, 32, 128)
+    samples: int = 1024
+    base_lr: float = 0.01
+    lr_batch: int = 32
+    stage1_steps: int = 400
+    adabn_samples: int = 2048
+    noise: float = 3.0
+    break_margin: float = 0.02
+    noise_batch_sizes: tuple = (2, 4, 8, 16, 32, 64, 128, 256)
+    noise_pool: int = 2048
+    precise_samples: tuple = (32, 128, 512, 2048)
+    precise_pool: int = 4096
+    equivalence_margin: float = 0.01
+    mismatch_batches: int = 8
+
+    def __post_init__(self):
+        check_choice("profile", self.profile, tuple(PROFILES))
+        self._set("seeds", check_seeds(self.seeds))
+        self._set("strategies", check_sequence("strategies", self.strategies,
+                                               lambda n, v: check_choice(n, v, STRATEGIES), 1))
+        self._set("targets", check_sequence("targets", self.targets, lambda n, v: check_choice(n, v, tuple(TARGETS)), 1))
+        self._set("batch_sizes", _increasing_ints("batch_sizes", self.batch_sizes))
+        for b in self.batch_sizes:
+            if b % 2:
+                raise ValueError(f"batch_sizes must be even (batches are built from 2-sample draws), got {b}")
+        self._set("samples", check_int("samples", self.samples, 2))
+        for b in self.batch_sizes:
+            if self.samples % b:
+                raise ValueError(f"samples={self.samples} must be a multiple of every batch size, not of {b}")
+        self._set("base_lr", check_float("base_lr", self.base_lr, 0.0, low_open=True))
+        self._set("lr_batch", check_int("lr_batch", self.lr_batch, 2))
+        self._set("stage1_steps", check_int("stage1_steps", self.stage1_steps, 1))
+        if self.lr_batch not in self.batch_sizes:
+            raise ValueError(f"lr_batch={self.lr_batch} must be one of batch_sizes {list(self.batch_sizes)} (it is "
+                             "the reference the break criterion compares with)")
+        self._set("adabn_samples", check_int("adabn_samples", self.adabn_samples, 2))
+        self._set("noise", check_float("noise", self.noise, 0.0))
+        self._set("break_margin", check_float("break_margin", self.break_margin, 0.0, 1.0))
+        self._set("noise_batch_sizes", _increasing_ints("noise_batch_sizes", self.noise_batch_sizes))
+        self._set("noise_pool", check_int("noise_pool", self.noise_pool, 2))
+        if self.noise_pool < 2 * max(self.noise_batch_sizes):
+            raise ValueError(f"noise_pool must hold at least 2 batches of the largest noise batch size "
+                             f"({2 * max(self.noise_batch_sizes)}), got {self.noise_pool}")
+        self._set("precise_samples", _increasing_ints("precise_samples", self.precise_samples))
+        if min(self.precise_samples) < max(PRECISE_BATCH_SIZES) or any(n % max(PRECISE_BATCH_SIZES)
+                                                                        for n in self.precise_samples):
+            raise ValueError(f"precise_samples must be multiples of {max(PRECISE_BATCH_SIZES)}, got "
+                             f"{list(self.precise_samples)}")
+        self._set("precise_pool", check_int("precise_pool", self.precise_pool, 2))
+        self._set("equivalence_margin", check_float("equivalence_margin", self.equivalence_margin, 0.0, 1.0,
+                                                    low_open=True))
+        self._set("mismatch_batches", check_int("mismatch_batches", self.mismatch_batches, 1))
+        self.run_configs()  # every run validated with the engine's own messages
+
+    def lr_for(self, batch_size: int) -> float:
+        """The linear scaling rule: ``base_lr * batch_size / lr_batch``."""
+        return self.base_lr * batch_size / self.lr_batch
+
+    def source(self, seed: int, norm: str = "batch") -> SourceConfig:
+        return SourceConfig(seed=seed, norm=norm, noise=self.noise, stage1_steps=self.stage1_steps)
+
+    def run_configs(self) -> list[FinetuneConfig]:
+        """One :class:`FinetuneConfig` per (seed, target, batch size, strategy), seeds outermost."""
+        return [FinetuneConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, norm=STRATEGY_NORM[st], strategy=st, batch_size=b,
+                               samples=self.samples, lr=self.lr_for(b), brightness=TARGETS[t][0],
+                               contrast=TARGETS[t][1], adabn_samples=self.adabn_samples)
+                for s in self.seeds for t in self.targets for b in self.batch_sizes for st in self.strategies]
+
+    def diag_configs(self) -> list["DiagConfig"]:
+        return [DiagConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, noise_batch_sizes=self.noise_batch_sizes,
+                           noise_pool=self.noise_pool, precise_samples=self.precise_samples,
+                           precise_pool=self.precise_pool, targets=self.targets,
+                           mismatch_batches=self.mismatch_batches) for s in self.seeds]
+
+    def describe(self) -> str:
+        return (f"profile={self.profile}, {seeds_label(self.seeds)}, batch sizes {list(self.batch_sizes)}, "
+                f"{self.samples} samples per run, SGD base_lr={self.base_lr:g} at batch {self.lr_batch} "
+                f"(linear scaling), {len(self.strategies)} strategies, targets {list(self.targets)}, "
+                f"stage1_steps={self.stage1_steps}, noise={self.noise:g}, adabn_samples={self.adabn_samples}, noise pool {self.noise_pool}, "
+                f"precise-BN samples {list(self.precise_samples)} (reference {self.precise_pool})")
+
+
+def make_config(profile: str = "quick", **overrides) -> Config:
+    """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
+    return from_profile(Config, PROFILES, profile, **overrides)
+
+
+@dataclass(frozen=True)
+class DiagConfig(SourceConfig):
+    """The per-seed measurements that need no fine-tuning: noise, precise BN, mismatch (one cached row)."""
+
+    noise_batch_sizes: tuple = (2, 4, 8, 16, 32, 64, 128, 256)
+    noise_pool: int = 2048
+    precise_samples: tuple = (16, 64, 256, 1024, 4096)
+    precise_pool: int = 8192
+    targets: tuple = tuple(TARGETS)
+    mismatch_batches: int = 8
+
+    @property
+    def source(self) -> SourceConfig:
+        return SourceConfig(**{k: getattr(self, k) for k in SourceConfig.__dataclass_fields__})
+
+
+# --- 1. noise of batch statistics ---------------------------------------------------------------------------------
+
+@torch.no_grad()
+def per_sample_moments(backbone: torch.nn.Module, x: torch.Tensor) -> dict[str, dict]:
+    """Per BN layer of ``backbone`` (eval mode): per-sample, per-channel means of ``v`` and ``v^2`` over the
+    ``H x W`` positions, ``s1, s2 (N, C)`` float64, the pooled central 2nd and 4th moments ``(C,)`` and ``hw``."""
+    from ..freeze import batchnorm_layers
+    layers = batchnorm_layers(backbone)
+    acc: dict = {}
+
+    def hook_for(name):
+        def hook(_m, inputs):
+            v = inputs[0].detach().double()
+            a = acc.setdefault(name, dict(s1=[], s2=[], hw=v[0, 0].numel()))
+            a["s1"].append(v.mean((2, 3)))
+            a["s2"].append((v * v).mean((2, 3)))
+        return hook
+
+    handles = [m.register_forward_pre_hook(hook_for(n)) for n, m in layers.items()]
+    was = backbone.training
+    backbone.eval()
+    try:
+        for i in range(0, len(x), 512):
+            backbone(x[i:i + 512])
+        # central 4th moment needs the values themselves: a second pass
+        mu = {n: torch.cat(a["s1"]).mean(0) for n, a in acc.items()}
+        m2 = {n: torch.zeros_like(mu[n]) for n in acc}
+        m4 = {n: torch.zeros_like(mu[n]) for n in acc}
+        cnt = {n: 0 for n in acc}
+
+        def hook4(name):
+            def hook(_m, inputs):
+                d = inputs[0].detach().double() - mu[name].view(1, -1, 1, 1)
+                m2[name] += (d ** 2).sum((0, 2, 3))
+                m4[name] += (d ** 4).sum((0, 2, 3))
+                cnt[name] += d.shape[0] * d.shape[2] * d.shape[3]
+            return hook
+        for h in handles:
+            h.remove()
+        handles = [m.register_forward_pre_hook(hook4(n)) for n, m in layers.items()]
+        for i in range(0, len(x), 512):
+            backbone(x[i:i + 512])
+    finally:
+        for h in handles:
+            h.remove()
+        backbone.train(was)
+    return {n: dict(s1=torch.cat(a["s1"]), s2=torch.cat(a["s2"]), hw=a["hw"], var=m2[n] / cnt[n],
+                    mu4=m4[n] / cnt[n]) for n, a in acc.items()}
+
+
+def noise_records(moments: dict, batch_sizes) -> list[dict]:
+    """Spread of batch statistics across disjoint batches, per layer and batch size, against the iid prediction.
+
+    For batch size ``m`` the ``N`` samples form ``K = N // m`` disjoint batches; per channel, the batch mean
+    is the mean of the samples' spatial means and the batch variance (biased, what train mode divides by)
+    is ``mean(s2) - mean^2``. Reported, averaged over channels: ``var_mean_rel = Var_K(batch mean) / sigma^2``
+    against ``pred_mean_rel = 1 / (m H W)``, and ``var_var_rel = Var_K(batch var) / sigma^4`` against
+    ``pred_var_rel = (kurtosis - 1) / (m H W)`` (independent values; ``sigma^2``, kurtosis: pooled over all
+    ``N H W`` values). ``n_eff_frac = pred_mean_rel / var_mean_rel``: the effective number of independent
+    values as a fraction of ``m H W``.
+    """
+    recs = []
+    for li, (name, a) in enumerate(moments.items()):
+        s1, s2, hw, var = a["s1"], a["s2"], a["hw"], a["var"]
+        kurt = a["mu4"] / var ** 2
+        for m in batch_sizes:
+            k = len(s1) // m
+            if k < 2:
+                continue
+            bm = s1[:k * m].view(k, m, -1).mean(1)
+            bv = s2[:k * m].view(k, m, -1).mean(1) - bm ** 2
+            vm = (bm.var(0, unbiased=True) / var).mean().item()
+            vv = (bv.var(0, unbiased=True) / var ** 2).mean().item()
+            pm = 1.0 / (m * hw)
+            pv = ((kurt - 1) / (m * hw)).mean().item()
+            recs.append(dict(layer=li, layer_name=name, hw=hw, channels=s1.shape[1], batch_size=m, n_batches=k,
+                             var_mean_rel=vm, pred_mean_rel=pm, var_var_rel=vv, pred_var_rel=pv,
+                             n_eff_frac=pm / vm if vm > 0 else math.nan))
+    return recs
+
+
+# --- 2. how much data precise BN needs ----------------------------------------------------------------------------
+
+def _stream(task, n: int, batch_size: int, gen: torch.Generator):
+    """``n`` samples of ``task`` in batches of ``batch_size`` built from 2-sample draws (same images for any even
+    batch size; a longer stream starts with a shorter one's images)."""
+    unit = BatchStream(task, 2, gen)
+    for _ in range(n // batch_size):
+        xs = [unit.next()[0] for _ in range(batch_size // 2)]
+        yield torch.cat(xs)
+
+
+@torch.no_grad()
+def exact_population_statistics(backbone: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple]:
+    """Population mean and (biased) variance of every BN layer's input on ``x``, layer by layer.
+
+    Layer ``l``'s statistics are measured with layers ``< l`` already normalising with their exact
+    statistics (eval mode), so each is the statistic the layer has at inference once all are exact. Writes
+    them into ``backbone`` and returns ``{name: (mean (C,), var (C,))}`` (float64).
+    """
+    from ..freeze import batchnorm_layers
+    layers = batchnorm_layers(backbone)
+    out = {}
+    for name, layer in layers.items():
+        st = bn_input_statistics(backbone, [x[i:i + 1024] for i in range(0, len(x), 1024)], "eval")[name]
+        layer.running_mean.copy_(st[0].to(layer.running_mean.dtype))
+        layer.running_var.copy_(st[1].to(layer.running_var.dtype))
+        out[name] = st
+    return out
+
+
+def _stat_errors(backbone, exact: dict) -> tuple[float, float]:
+    """Mean over layers and channels of ``|m - m*| / sqrt(v* + eps)`` and ``|log((v + eps)/(v* + eps))|``."""
+    from ..freeze import batchnorm_layers
+    me, ve = [], []
+    for name, layer in batchnorm_layers(backbone).items():
+        m0, v0 = exact[name]
+        m, v = layer.running_mean.double(), layer.running_var.double()
+        me.append(((m - m0).abs() / (v0 + layer.eps).sqrt()).mean().item())
+        ve.append(((v + layer.eps) / (v0 + layer.eps)).log().abs().mean().item())
+    return float(np.mean(me)), float(np.mean(ve))
+
+
+def precise_records(cfg: DiagConfig, state: dict) -> list[dict]:
+    """Precise BN on task A shifted as in chapter 1: statistic errors and head-A accuracy against ``N`` samples.
+
+    Rows: ``batch_size, n_samples, mean_err, var_err, accuracy`` plus reference rows with
+    ``n_samples = 0`` for the exact statistics (``kind="exact"``) and the source statistics (``kind="source"``).
+    """
+    b, c = TARGETS["shifted"]
+    task = make_task(cfg.seed, "A", cfg.n_classes, cfg.noise, b, c)
+    xe, ye = eval_set(task, cfg.n_eval, cfg.seed, "A")
+
+    def model():
+        bb = ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum)
+        bb.load_state_dict(state["backbone"])
+        head = make_head("linear", bb.out_features, cfg.n_classes)
+        head.load_state_dict(state["head_a"])
+        return bb.eval(), head.eval()
+
+    def acc(bb, head):
+        return accuracy(logits_of(lambda x: head(bb(x)), xe, "cpu"), ye)
+
+    ref = torch.cat(list(_stream(task, cfg.precise_pool, 512, generator(cfg.seed, "precise", "reference"))))
+    bb, head = model()
+    recs = [dict(kind="source", batch_size=0, n_samples=0, mean_err=math.nan, var_err=math.nan, accuracy=acc(bb, head))]
+    exact = exact_population_statistics(bb, ref)
+    recs.append(dict(kind="exact", batch_size=0, n_samples=0, mean_err=0.0, var_err=0.0, accuracy=acc(bb, head)))
+    for m in PRECISE_BATCH_SIZES:
+        for n in cfg.precise_samples:
+            bb, head = model()
+            update_bn_stats(bb, _stream(task, n, m, generator(cfg.seed, "precise", "estimate")))
+            me, ve = _stat_errors(bb, exact)
+            recs.append(dict(kind="precise", batch_size=m, n_samples=n, mean_err=me, var_err=ve, accuracy=acc(bb, head)))
+    return recs
+
+
+def _diag_group(configs: list[DiagConfig], cache_root: str, version: str) -> list[dict]:
+    """One row per seed: noise records, precise-BN records, mismatch per target (a run_sweep group)."""
+    rows = []
+    for cfg in configs:
+        state = load_source(cfg.source, cache_root, version)
+        bb = ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum)
+        bb.load_state_dict(state["backbone"])
+        task_a = make_task(cfg.seed, "A", cfg.n_classes, cfg.noise)
+        x = torch.cat(list(_stream(task_a, cfg.noise_pool, 512, generator(cfg.seed, "noise", "A"))))
+        row = dict(seed=cfg.seed, noise_records=noise_records(per_sample_moments(bb, x), cfg.noise_batch_sizes),
+                   precise_records=precise_records(cfg, state))
+        for t in cfg.targets:
+            task_b = make_task(cfg.seed, "B", cfg.n_classes, cfg.noise, *TARGETS[t])
+            stream = BatchStream(task_b, 64, generator(cfg.seed, "mismatch", "B"))
+            kl = statistics_mismatch(bb.eval(), [stream.next()[0] for _ in range(cfg.mismatch_batches)], "kl")
+            row[f"mismatch_kl_{t}"] = float(np.mean(list(kl.values())))
+        rows.append(row)
+    return rows
+
+
+# --- the experiment -----------------------------------------------------------------------------------------------
+
+def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str) -> list[dict]:
+    """Fine-tuning rows for configs of one seed and target (a run_sweep group): sources loaded once."""
+    sources: dict = {}
+    rows = []
+    for c in configs:
+        if c.source not in sources:
+            sources[c.source] = load_source(c.source, cache_root, version)
+        rows.append(finetune(c, sources[c.source]))
+    return rows
+
+
+def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run chapter 5: stage 1 for every source norm needed, the diagnostics per seed, the fine-tuning sweep.
+
+    Returns ``(runs, diag)``: one row per fine-tuning run (columns of :func:`bnstudy.engine.finetune`,
+    plus ``target_name``, ``mismatch_kl`` of the run's seed and target), and one row per seed with the
+    list-valued ``noise_records`` / ``precise_records`` (expanded by :func:`noise_table` and
+    :func:`precise_table`) and ``mismatch_kl_<target>``.
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"run needs a batch_size.Config (see make_config), got {type(config).__name__}")
+    ex = execution or Execution()
+    version = code_version()
+    root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
+    cfgs = config.run_configs()
+    ensure_sources(list(dict.fromkeys([config.source(s) for s in config.seeds] + [c.source for c in cfgs])),
+                   ex, version)
+    kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
+    diag = run_sweep(config.diag_configs(), _diag_group, namespace=DIAG_NAMESPACE, desc="noise, precise BN, mismatch",
+                     **kw)
+    groups: dict = {}
+    for i, c in enumerate(cfgs):
+        groups.setdefault((c.seed, c.brightness, c.contrast, c.batch_size), []).append(i)
+    df = run_sweep(cfgs, _finetune_group, namespace=NAMESPACE, groups=list(groups.values()),
+                   desc="fine-tuning", **kw)
+    names = {v: k for k, v in TARGETS.items()}
+    df["target_name"] = [names[(b, c)] for b, c in zip(df["brightness"], df["contrast"])]
+    mm = diag.melt(id_vars="seed", value_vars=[f"mismatch_kl_{t}" for t in config.targets],
+                   var_name="target_name", value_name="mismatch_kl")
+    mm["target_name"] = mm["target_name"].str.replace("mismatch_kl_", "", regex=False)
+    df = df.merge(mm, on=["seed", "target_name"], how="left", validate="many_to_one")
+    return df, diag
+
+
+# --- tidy tables --------------------------------------------------------------------------------------------------
+
+def results_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The fine-tuning results without list-valued columns."""
+    return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()]]
+
+
+def noise_table(diag: pd.DataFrame) -> pd.DataFrame:
+    """Tidy noise table: ``seed, layer, layer_name, hw, channels, batch_size, ...`` (see :func:`noise_records`)."""
+    return pd.DataFrame([dict(seed=r["seed"], **rec) for _, r in diag.iterrows() for rec in r["noise_records"]])
+
+
+def precise_table(diag: pd.DataFrame) -> pd.DataFrame:
+    """Tidy precise-BN table: ``seed, kind, batch_size, n_samples, mean_err, var_err, accuracy, acc_vs_exact``."""
+    t = pd.DataFrame([dict(seed=r["seed"], **rec) for _, r in diag.iterrows() for rec in r["precise_records"]])
+    exact = t[t.kind == "exact"].set_index("seed")["accuracy"]
+    t["acc_vs_exact"] = t["accuracy"] - t["seed"].map(exact)
+    return t
+
+
+def _ci_long(df, by, metrics):
+    recs = []
+    for key, g in df.groupby(by, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        for m in metrics:
+            iv = mean_ci(g[m])
+            recs.append(dict(zip(by, key), metric=m, mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
+                             sd=float(np.std(g[m], ddof=1)) if len(g) > 1 else 0.0, n_seeds=iv.n))
+    return pd.DataFrame(recs)
+
+
+def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per target, strategy and batch size: mean, 95% interval and SD over seeds of ``target``,
+    ``task_a_after``, ``train_eval_gap`` (long: ``target_name, strategy, batch_size, metric, ...``)."""
+    return _ci_long(df, ["target_name", "strategy", "batch_size"], ["target", "task_a_after", "train_eval_gap"])
+
+
+def tradeoff_table(df: pd.DataFrame, batch_sizes) -> pd.DataFrame:
+    """Retention against adaptation: mean and interval of ``target`` and ``task_a_after`` per target, strategy
+    and batch size in ``batch_sizes`` (wide: ``target_mean, target_lo, target_hi, retention_mean, ...``)."""
+    recs = []
+    for (t, s, b), g in df[df.batch_size.isin(batch_sizes)].groupby(["target_name", "strategy", "batch_size"]):
+        a, r = mean_ci(g["target"]), mean_ci(g["task_a_after"])
+        recs.append(dict(target_name=t, strategy=s, batch_size=b, target_mean=a.mean, target_lo=a.low,
+                         target_hi=a.high, retention_mean=r.mean, retention_lo=r.low, retention_hi=r.high))
+    return pd.DataFrame(recs)
+
+
+def mismatch_table(df: pd.DataFrame, batch_size: int, baseline: str = "stats_frozen") -> pd.DataFrame:
+    """Per seed, target and strategy at ``batch_size``: the mismatch before fine-tuning and the paired
+    target-accuracy difference to ``baseline`` (``advantage``)."""
+    d = df[df.batch_size == batch_size]
+    base = d[d.strategy == baseline].set_index(["seed", "target_name"])["target"]
+    out = d[d.strategy != baseline][["seed", "target_name", "strategy", "mismatch_kl", "target"]].copy()
+    out["advantage"] = out["target"].to_numpy() - base.loc[list(zip(out.seed, out.target_name))].to_numpy()
+    return out.reset_index(drop=True)
+
+
+# --- findings -----------------------------------------------------------------------------------------------------
+
+def break_batch(df: pd.DataFrame, target: str, strategy: str, reference: int, margin: float,
+                confidence: float = 0.95) -> tuple[int, dict]:
+    """The largest batch size below ``reference`` at which ``strategy`` breaks on ``target`` (0: none).
+
+    Breaks at ``m``: the paired per-seed difference ``target(m) - target(reference)`` has its upper
+    Bonferroni-adjusted bound (confidence ``1 - (1 - confidence) / k``, ``k`` = batch sizes tested)
+    below ``-margin``. Also returns ``{m: Interval}`` of those differences (adjusted intervals).
+    """
+    d = df[(df.target_name == target) & (df.strategy == strategy)]
+    piv = d.pivot(index="seed", columns="batch_size", values="target")
+    smaller = sorted(b for b in piv.columns if b < reference)
+    conf = 1 - (1 - confidence) / max(len(smaller), 1)
+    ivs = {m: mean_ci(piv[m] - piv[reference], conf) for m in smaller}
+    broken = [m for m, iv in ivs.items() if iv.high < -margin]
+    return (max(broken) if broken else 0), ivs
+
+
+def break_word(m: int) -> str:
+    """The verdict token for a break batch: ``"never"`` or ``"<= m"``."""
+    return "never" if m == 0 else f"<= {m}"
+
+
+def winners(df: pd.DataFrame, strategies=None) -> pd.DataFrame:
+    """Per target and batch size: the strategy with the highest mean target accuracy, the runner-up, the
+    paired difference (95% interval) and ``separated`` (interval above zero)."""
+    recs = []
+    for (t, b), g in df.groupby(["target_name", "batch_size"]):
+        piv = g.pivot(index="seed", columns="strategy", values="target")
+        if strategies is not None:
+            piv = piv[[s for s in strategies if s in piv.columns]]
+        order = piv.mean().sort_values(ascending=False).index
+        best, second = order[0], order[1]
+        iv = mean_ci(piv[best] - piv[second])
+        recs.append(dict(target_name=t, batch_size=int(b), winner=best, winner_mean=float(piv[best].mean()),
+                         runner_up=second, diff_mean=iv.mean, diff_lo=iv.low, diff_hi=iv.high,
+                         separated=bool(iv.low > 0)))
+    return pd.DataFrame(recs)
+
+
+def bn_vs_per_sample(df: pd.DataFrame, target: str, batch_size: int) -> tuple[str, str, Interval, str]:
+    """Best BN strategy against best per-sample-norm strategy (by mean) at one target and batch size.
+
+    Returns ``(best_bn, best_ps, Interval of per-seed ps - bn, word)`` with word ``"a per-sample norm"``
+    (interval above 0), ``"BatchNorm"`` (below 0) or ``"not separated"``.
+    """
+    g = df[(df.target_name == target) & (df.batch_size == batch_size)]
+    piv = g.pivot(index="seed", columns="strategy", values="target")
+    bn = [s for s in BN_STRATEGIES if s in piv.columns]
+    ps = [s for s in PER_SAMPLE_STRATEGIES if s in piv.columns]
+    if not bn or not ps:
+        raise ValueError("bn_vs_per_sample needs at least one BN and one per-sample strategy")
+    best_bn = max(bn, key=lambda s: piv[s].mean())
+    best_ps = max(ps, key=lambda s: piv[s].mean())
+    iv = mean_ci(piv[best_ps] - piv[best_bn])
+    word = "a per-sample norm" if iv.low > 0 else ("BatchNorm" if iv.high < 0 else "not separated")
+    return best_bn, best_ps, iv, word
+
+
+def samples_enough(pt: pd.DataFrame, batch_size: int, margin: float) -> int:
+    """Smallest ``n_samples`` from which on (it and every larger count) precise BN's accuracy is equivalent to
+    the exact statistics' (TOST at 5%: the 90% interval of the paired difference within ``+-margin``); 0 if none."""
+    d = pt[(pt.kind == "precise") & (pt.batch_size == batch_size)]
+    ok = {}
+    for n, g in d.groupby("n_samples"):
+        iv = mean_ci(g["acc_vs_exact"], 0.90)
+        ok[int(n)] = bool(-margin < iv.low and iv.high < margin)
+    ns = sorted(ok)
+    for i, n in enumerate(ns):
+        if all(ok[k] for k in ns[i:]):
+            return n
+    return 0
+
+
+def claim_word(n_enough: int, grid_max: int) -> str:
+    """Wu & Johnson's 10^3-10^4 against ``n_enough``: ``"within the range"``, ``"fewer suffice"``,
+    ``"more needed"`` (none enough, or only beyond 10^4) or ``"not reached"`` (none enough and the grid
+    stops below 10^4)."""
+    lo, hi = CLAIM_RANGE
+    if n_enough == 0:
+        return "more needed" if grid_max >= hi else "not reached"
+    if n_enough < lo:
+        return "fewer suffice"
+    return "within the range" if n_enough <= hi else "more needed"
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Every number and verdict chapter 5's prose cites (accuracies are fractions 0..1).
+
+    ``breaks``: per ``<target>_<strategy>`` the verdict token of :func:`break_batch` (``never`` / ``<= m``).
+    ``winner``: per ``<target>_b<m>`` the winning strategy; ``winner_separated``: ``yes``/``no``.
+    ``recommend``: per ``<target>_b<m>`` for the smallest and reference batch sizes, the word of
+    :func:`bn_vs_per_sample`; ``ps_minus_bn``: its interval.
+    """
+
+    n_seeds: int
+    chance: float
+    smallest_batch: int
+    reference_batch: int
+    margin: float
+    equivalence_margin: float
+    breaks: dict
+    break_batches: dict
+    winner: dict
+    winner_separated: dict
+    recommend: dict
+    ps_minus_bn: dict
+    best_bn: dict
+    best_ps: dict
+    acc: dict
+    gap_bn_train: dict
+    gap_zero_elsewhere: str
+    spread: dict
+    retention: dict
+    noise_ratio_m2: dict
+    deepest_noisiest: str
+    noise_rel_std_m2: dict
+    n_eff_frac: dict
+    precise_enough: dict
+    precise_claim: dict
+    precise_acc_gap: dict
+    precise_mean_err: dict
+    precise_var_err: dict
+    precise_mean_err_ratio_b2_b32: float
+    precise_var_err_ratio_b2_b32: float
+    precise_source_acc: float
+    precise_exact_acc: float
+    mismatch: dict
+    mismatch_rho: float
+    mismatch_p: float
+    mismatch_predicts: str
+
+
+def _slug(v) -> str:
+    return str(v).replace(".", "_")
+
+
+def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
+             equivalence_margin: float = 0.01, advantage_strategy: str = "adabn") -> Findings:
+    """Chapter 5's findings from :func:`run`'s two tables.
+
+    Breaks: :func:`break_batch` against ``reference`` with ``margin``. Winners: :func:`winners`.
+    Recommendation at the smallest batch size and the reference: :func:`bn_vs_per_sample`. Train/eval gap:
+    interval for ``bn_train``; ``gap_zero_elsewhere`` checks ``== 0`` for every run of every other strategy
+    (they normalise the same way in both modes). Spread: SD over seeds at the smallest batch size, per
+    target and strategy. Noise: per layer at batch 2, measured over predicted variance of the batch mean,
+    the relative standard deviation ``sqrt(var_mean_rel)``, the effective-count fraction averaged over
+    batch sizes, and ``deepest_noisiest`` (the last layer has the largest relative standard deviation).
+    Retention: head A's accuracy after fine-tuning, per target, strategy and batch size (smallest, reference). Precise BN: :func:`samples_enough` and :func:`claim_word` per batch size. Mismatch:
+    Spearman correlation over (seed, target) between the mismatch and ``advantage_strategy``'s paired
+    advantage over ``stats_frozen`` at the reference batch size; ``predicts`` if p < 0.05 and positive.
+    Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
+    """
+    if reference not in set(df.batch_size):
+        raise ValueError(f"reference={reference} is not a batch size of the results {sorted(set(df.batch_size))}")
+    sb = int(df.batch_size.min())
+    breaks, bb = {}, {}
+    for t in sorted(df.target_name.unique()):
+        for s in sorted(df[df.target_name == t].strategy.unique()):
+            m, _ = break_batch(df, t, s, reference, margin)
+            breaks[f"{t}_{s}"], bb[f"{t}_{s}"] = break_word(m), m
+    w = winners(df)
+    win = {f"{r.target_name}_b{r.batch_size}": r.winner for r in w.itertuples()}
+    wsep = {f"{r.target_name}_b{r.batch_size}": bool(r.separated) for r in w.itertuples()}
+    rec, ivs, bbn, bps, acc, retention = {}, {}, {}, {}, {}, {}
+    for t in sorted(df.target_name.unique()):
+        for b in sorted({sb, reference}):
+            best_bn, best_ps, iv, word = bn_vs_per_sample(df, t, b)
+            k = f"{t}_b{b}"
+            rec[k], ivs[k], bbn[k], bps[k] = word, iv, best_bn, best_ps
+        for s in df.strategy.unique():
+            for b in sorted({sb, reference}):
+                g = df[(df.target_name == t) & (df.strategy == s) & (df.batch_size == b)]
+                acc[f"{t}_{s}_b{b}"] = mean_ci(g["target"])
+                retention[f"{t}_{s}_b{b}"] = mean_ci(g["task_a_after"])
+    gap = {}
+    for t in sorted(df.target_name.unique()):
+        for b in sorted({sb, reference}):
+            g = df[(df.target_name == t) & (df.strategy == "bn_train") & (df.batch_size == b)]
+            if len(g):
+                gap[f"{t}_b{b}"] = mean_ci(g["train_eval_gap"])
+    others = df[df.strategy != "bn_train"]
+    spread = {f"{t}_{s}": float(np.std(g["target"], ddof=1))
+              for (t, s), g in df[df.batch_size == sb].groupby(["target_name", "strategy"])}
+    nt = noise_table(diag)
+    n2 = nt[nt.batch_size == nt.batch_size.min()]
+    ratio = {f"l{l}": float((g.var_mean_rel / g.pred_mean_rel).mean()) for l, g in n2.groupby("layer")}
+    rel_std = {f"l{l}": float(np.sqrt(g.var_mean_rel).mean()) for l, g in n2.groupby("layer")}
+    neff = {f"l{l}": float(g.n_eff_frac.mean()) for l, g in nt.groupby("layer")}
+    deepest = verdict(max(rel_std, key=rel_std.get) == f"l{int(nt.layer.max())}")
+    pt = precise_table(diag)
+    enough, claim, pgap, perr, pverr = {}, {}, {}, {}, {}
+    gmax = int(pt.n_samples.max())
+    for m in sorted(pt[pt.kind == "precise"].batch_size.unique()):
+        n = samples_enough(pt, int(m), equivalence_margin)
+        enough[f"b{m}"], claim[f"b{m}"] = n, claim_word(n, gmax)
+        for nn_, tag in ((1024, "n1024"), (gmax, "nmax")):
+            g = pt[(pt.kind == "precise") & (pt.batch_size == m) & (pt.n_samples == nn_)]
+            if len(g):
+                pgap[f"b{m}_{tag}"] = mean_ci(g["acc_vs_exact"])
+                perr[f"b{m}_{tag}"] = mean_ci(g["mean_err"])
+                pverr[f"b{m}_{tag}"] = mean_ci(g["var_err"])
+    top = pt[(pt.kind == "precise") & (pt.n_samples == gmax)].groupby("batch_size")[["mean_err", "var_err"]].mean()
+    ratio_of = lambda col: float(top.loc[2, col] / top.loc[32, col]) if {2, 32} <= set(top.index) else math.nan
+    mt = mismatch_table(df, reference)
+    adv = mt[mt.strategy == advantage_strategy]
+    if len(adv) >= 3 and adv.mismatch_kl.nunique() > 1:
+        rho, p = sps.spearmanr(adv.mismatch_kl, adv.advantage)
+        rho, p = float(rho), float(p)
+    else:
+        rho, p = math.nan, math.nan
+    mism = {t: mean_ci(diag[f"mismatch_kl_{t}"]) for t in sorted(df.target_name.unique())
+            if f"mismatch_kl_{t}" in diag}
+    return Findings(
+        n_seeds=int(df.seed.nunique()), chance=1 / int(df.n_classes.iloc[0]), smallest_batch=sb,
+        reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin), breaks=breaks, break_batches=bb, winner=win,
+        winner_separated=wsep, recommend=rec, ps_minus_bn=ivs, best_bn=bbn, best_ps=bps, acc=acc,
+        gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), spread=spread,
+        retention=retention, noise_ratio_m2=ratio, deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff, precise_enough=enough,
+        precise_claim=claim, precise_acc_gap=pgap, precise_mean_err=perr, precise_var_err=pverr,
+        precise_mean_err_ratio_b2_b32=ratio_of("mean_err"), precise_var_err_ratio_b2_b32=ratio_of("var_err"),
+        precise_source_acc=float(pt[pt.kind == "source"].accuracy.mean()),
+        precise_exact_acc=float(pt[pt.kind == "exact"].accuracy.mean()),
+        mismatch=mism, mismatch_rho=rho, mismatch_p=p,
+        mismatch_predicts=verdict(bool(p < 0.05 and rho > 0)) if not math.isnan(p) else "not testable",
+    )
+
+
+def winners_display(df: pd.DataFrame) -> pd.DataFrame:
+    """The winners table for the page: target, batch size, winner, runner-up, difference with interval."""
+    w = winners(df)
+    return pd.DataFrame({"target": w.target_name, "batch size": w.batch_size,
+                         "winner": w.winner.map(STRATEGY_LABELS), "runner-up": w.runner_up.map(STRATEGY_LABELS),
+                         "difference (95% interval)": [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in
+                                                       zip(w.diff_mean, w.diff_lo, w.diff_hi)],
+                         "separated": w.separated.map({True: "yes", False: "no"})})
+
+
+def breaks_display(F: Findings, strategies) -> pd.DataFrame:
+    """Break thresholds per strategy (rows) and target (columns), verdict tokens."""
+    targets = sorted({k.split("_", 1)[0] for k in F.breaks})
+    return pd.DataFrame({t: [F.breaks.get(f"{t}_{s}", "") for s in strategies] for t in targets},
+                        index=[STRATEGY_LABELS[s] for s in strategies])

@@ -1,0 +1,300 @@
+"""Chapter 5 (issue 13): norm replacement, the fine-tuning engine, the noise estimate and the findings."""
+
+import copy
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from bnstudy import engine
+from bnstudy.config import FinetuneConfig, SourceConfig
+from bnstudy.experiments import batch_size as bs
+from bnstudy.freeze import FrozenBatchNorm
+from bnstudy.models import ConvBackbone
+from bnstudy.stats import replace_norm
+
+
+# --- replace_norm ---------------------------------------------------------------------------------------------------
+
+def _trained_like_bn(c, cls=nn.BatchNorm2d, **kw):
+    bn = cls(c, **kw)
+    with torch.no_grad():
+        if bn.affine:
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-1, 1)
+        bn.running_mean.uniform_(-1, 1)
+    return bn
+
+
+@pytest.mark.parametrize("kind,groups", [("group", 8), ("layer", 1)])
+def test_replace_norm_2d_carries_affine_and_matches_groupnorm(kind, groups):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3), _trained_like_bn(16, eps=1e-3), nn.ReLU())
+    conv_before = {k: v.clone() for k, v in net[0].state_dict().items()}
+    bn = net[1]
+    out = replace_norm(net, kind)
+    assert out is net
+    gn = net[1]
+    assert isinstance(gn, nn.GroupNorm) and gn.num_groups == groups and gn.num_channels == 16 and gn.eps == 1e-3
+    assert torch.equal(gn.weight, bn.weight) and torch.equal(gn.bias, bn.bias)
+    assert gn.weight is not bn.weight  # copies, not the same tensors
+    x = torch.randn(4, 3, 10, 10)
+    ref = nn.GroupNorm(groups, 16, eps=1e-3)
+    ref.load_state_dict({"weight": bn.weight.detach(), "bias": bn.bias.detach()})
+    h = net[0](x)
+    assert torch.equal(gn(h), ref(h))
+    assert net(x).shape == (4, 16, 8, 8)
+    # nothing else touched: the conv is the same object with the same values; no running statistics left
+    assert all(torch.equal(conv_before[k], v) for k, v in net[0].state_dict().items())
+    assert not any("running" in k for k in net.state_dict())
+
+
+def test_replace_norm_1d_on_features_and_sequences():
+    torch.manual_seed(0)
+    bn = _trained_like_bn(12, nn.BatchNorm1d)
+    head = nn.Sequential(nn.Linear(5, 12), bn)
+    replace_norm(head, "layer")
+    x = torch.randn(3, 5)
+    h = head[0](x)
+    ln = nn.LayerNorm(12)
+    ln.load_state_dict({"weight": bn.weight.detach(), "bias": bn.bias.detach()})
+    assert torch.allclose(head[1](h), ln(h), atol=1e-6)  # one group over (C,) is LayerNorm(C)
+    seq = replace_norm(_trained_like_bn(12, nn.BatchNorm1d), "group", num_groups=4)  # the module itself
+    assert isinstance(seq, nn.GroupNorm) and seq(torch.randn(2, 12, 7)).shape == (2, 12, 7)
+
+
+def test_replace_norm_keeps_flags_affine_false_and_sharing():
+    bn = nn.BatchNorm2d(8, affine=False)
+    shared = nn.BatchNorm2d(8)
+    shared.weight.requires_grad_(False)
+    net = nn.Sequential(bn, shared, shared).eval()
+    replace_norm(net, "group")
+    assert net[0].weight is None and not net[0].affine
+    assert net[1] is net[2] and not net[1].weight.requires_grad
+    assert not net[0].training
+
+
+def test_replace_norm_leaves_frozen_and_instance_norms():
+    frozen = FrozenBatchNorm.from_batchnorm(nn.BatchNorm2d(4).eval())
+    inst = nn.InstanceNorm2d(4, track_running_stats=True)
+    net = nn.Sequential(frozen, inst)
+    replace_norm(net, "layer")
+    assert net[0] is frozen and net[1] is inst
+
+
+def test_replace_norm_errors_name_the_problem():
+    with pytest.raises(ValueError, match="kind='instance'"):
+        replace_norm(nn.BatchNorm2d(4), "instance")
+    with pytest.raises(ValueError, match="does not divide the 6 channels of 'blk'"):
+        replace_norm(_named({"blk": nn.BatchNorm2d(6)}), "group", num_groups=4)
+    with pytest.raises(ValueError, match="num_groups is only for kind='group'"):
+        replace_norm(nn.BatchNorm2d(4), "layer", num_groups=2)
+
+
+def _named(d):
+    m = nn.Module()
+    for k, v in d.items():
+        m.add_module(k, v)
+    return m
+
+
+def test_replace_norm_builds_the_group_pretrained_architecture():
+    a = ConvBackbone(3, (16, 32, 64), "batch")
+    b = ConvBackbone(3, (16, 32, 64), "group")
+    replace_norm(a, "group")
+    assert [(type(m), getattr(m, "num_groups", None)) for m in a.modules()] == \
+        [(type(m), getattr(m, "num_groups", None)) for m in b.modules()]
+    assert set(a.state_dict()) == set(b.state_dict())
+
+
+# --- fine-tuning engine ---------------------------------------------------------------------------------------------
+
+TINY = dict(seed=0, widths=(4, 8), stage1_steps=3, stage1_batch_size=8, n_eval=40, noise=1.0)
+
+
+@pytest.fixture(scope="module")
+def bn_source():
+    return engine.train_source(SourceConfig(**TINY))
+
+
+def test_finetune_config_checks_strategy_norm_and_divisibility():
+    with pytest.raises(ValueError, match="strategy='group_pretrained' needs a source with norm='group'"):
+        FinetuneConfig(strategy="group_pretrained")
+    with pytest.raises(ValueError, match="samples must be a multiple of batch_size=3"):
+        FinetuneConfig(batch_size=3, samples=10)
+    with pytest.raises(ValueError, match="strategy='nope' is not allowed"):
+        FinetuneConfig(strategy="nope")
+    assert FinetuneConfig(batch_size=8, samples=64).steps == 8
+
+
+@pytest.mark.parametrize("strategy", ["bn_frozen", "stats_frozen", "adabn", "to_group"])
+def test_batch_independent_strategies_have_zero_train_eval_gap(bn_source, strategy):
+    r = engine.finetune(FinetuneConfig(**TINY, strategy=strategy, batch_size=4, samples=16, adabn_samples=8),
+                        bn_source)
+    assert r["train_eval_gap"] == 0 and r["steps"] == 4 and not r["diverged"]
+
+
+def test_bn_frozen_and_stats_frozen_keep_task_a_before_exact(bn_source):
+    rows = [engine.finetune(FinetuneConfig(**TINY, strategy=s, batch_size=4, samples=8), bn_source)
+            for s in ("bn_frozen", "stats_frozen", "bn_train")]
+    assert rows[0]["task_a_before"] == rows[1]["task_a_before"] == rows[2]["task_a_before"] \
+        == bn_source["task_a_accuracy"]
+
+
+def test_finetune_same_images_across_batch_sizes():
+    from bnstudy.tasks import generator, make_task
+    task = make_task(0, "B", 10, 1.0)
+    a = torch.cat([x for x, _ in engine._unit_batches(task, 16, 2, generator(1, "s"))])
+    b = torch.cat([x for x, _ in engine._unit_batches(task, 16, 8, generator(1, "s"))])
+    assert torch.equal(a, b)
+
+
+def test_train_mode_logits_leave_model_untouched_and_order_rows():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).eval()
+    before = copy.deepcopy(model.state_dict())
+    x = torch.randn(9, 3)
+    order = torch.randperm(9)
+    out = engine.train_mode_logits(model, x, 4, order, "cpu")
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()) and not model.training
+    # last chunk of 1 is joined to the previous: chunks are order[:4], order[4:9]
+    ref = copy.deepcopy(model).train()
+    assert torch.allclose(out[order[4:]], ref(x[order[4:]]))
+
+
+# --- noise estimate -------------------------------------------------------------------------------------------------
+
+def test_noise_records_match_the_iid_prediction_for_independent_values():
+    # independent N(0, 4) values: measured Var(batch mean)/sigma^2 should be ~ 1/(m H W)
+    g = torch.Generator().manual_seed(0)
+    n, c, hw = 4096, 16, 4
+    v = 2 * torch.randn(n, c, hw, generator=g, dtype=torch.float64)
+    mom = {"l": dict(s1=v.mean(2), s2=(v * v).mean(2), hw=hw, var=v.var((0, 2), unbiased=False),
+                     mu4=((v - v.mean((0, 2), keepdim=True)) ** 4).mean((0, 2)))}
+    recs = bs.noise_records(mom, (2, 16, 128))
+    for r in recs:
+        assert r["pred_mean_rel"] == 1 / (r["batch_size"] * hw)
+        assert 0.75 < r["var_mean_rel"] / r["pred_mean_rel"] < 1.3
+        assert 0.6 < r["var_var_rel"] / r["pred_var_rel"] < 1.5
+    # perfectly correlated positions: effective count is m, not m H W
+    vc = v[:, :, :1].expand(n, c, hw)
+    mom_c = {"l": dict(s1=vc.mean(2), s2=(vc * vc).mean(2), hw=hw, var=mom["l"]["var"], mu4=mom["l"]["mu4"])}
+    r = bs.noise_records(mom_c, (16,))[0]
+    assert 0.75 < r["n_eff_frac"] * hw < 1.3
+
+
+# --- findings on hand-made tables -----------------------------------------------------------------------------------
+
+def _table(acc_fn, seeds=range(6), strategies=("stats_frozen", "bn_train", "adabn", "to_group"),
+           batch_sizes=(2, 8, 32), targets=("close", "shifted")):
+    rows = []
+    rng = np.random.default_rng(0)
+    for s in seeds:
+        for t in targets:
+            for b in batch_sizes:
+                for st in strategies:
+                    a = acc_fn(st, b, t) + 0.002 * rng.standard_normal()
+                    rows.append(dict(seed=s, target_name=t, batch_size=b, strategy=st, target=a,
+                                     task_a_after=0.9, n_classes=10, mismatch_kl=0.1 if t == "close" else 2 + 0.1 * s,
+                                     train_eval_gap=(-0.1 if st == "bn_train" and b == 2 else 0.0)))
+    return pd.DataFrame(rows)
+
+
+def _acc(st, b, t):
+    if st == "bn_train":
+        return 0.8 if b >= 8 else 0.5  # breaks at batch 2 only
+    if st == "adabn":
+        return 0.85 if t == "shifted" else 0.7
+    if st == "to_group":
+        return 0.75
+    return 0.7
+
+
+def test_break_batch_finds_the_known_threshold_and_never_otherwise():
+    df = _table(_acc)
+    assert bs.break_batch(df, "close", "bn_train", 32, 0.02)[0] == 2
+    assert bs.break_batch(df, "close", "to_group", 32, 0.02)[0] == 0
+    assert bs.break_word(0) == "never" and bs.break_word(8) == "<= 8"
+    # a drop smaller than the margin is not a break
+    df2 = _table(lambda st, b, t: 0.8 - (0.01 if b == 2 else 0))
+    assert bs.break_batch(df2, "close", "bn_train", 32, 0.02)[0] == 0
+
+
+def test_winners_and_recommendation_flip_with_the_table():
+    df = _table(_acc)
+    w = bs.winners(df).set_index(["target_name", "batch_size"])
+    assert w.loc[("close", 2), "winner"] == "to_group" and w.loc[("close", 2), "separated"]
+    assert w.loc[("shifted", 32), "winner"] == "adabn"
+    assert bs.bn_vs_per_sample(df, "close", 2)[3] == "a per-sample norm"
+    assert bs.bn_vs_per_sample(df, "shifted", 2)[3] == "BatchNorm"
+    df_tie = _table(lambda st, b, t: 0.7)
+    df_tie["target"] = 0.7 + 0.01 * df_tie["seed"]  # every strategy equal within a seed
+    assert bs.bn_vs_per_sample(df_tie, "close", 2)[3] == "not separated"
+    assert not bs.winners(df_tie).separated.all()
+
+
+def _precise(enough_at, seeds=range(8)):
+    recs = []
+    for s in seeds:
+        recs.append(dict(seed=s, kind="exact", batch_size=0, n_samples=0, mean_err=0, var_err=0, accuracy=0.9))
+        recs.append(dict(seed=s, kind="source", batch_size=0, n_samples=0, mean_err=0, var_err=0, accuracy=0.2))
+        for m in (2, 32):
+            for n in (64, 256, 1024, 4096, 16384):
+                gap = -0.2 if n < enough_at[m] else 0.0
+                recs.append(dict(seed=s, kind="precise", batch_size=m, n_samples=n, mean_err=1 / n, var_err=1 / n,
+                                 accuracy=0.9 + gap + 0.001 * ((s % 3) - 1)))
+    return recs
+
+
+def _strip(recs):
+    return [{k: v for k, v in r.items() if k != "seed"} for r in recs]
+
+
+def test_samples_enough_and_claim_words():
+    enough = {2: 10 ** 9, 32: 1024}
+    diag = pd.DataFrame([dict(seed=s, precise_records=_strip(_precise(enough, [s]))) for s in range(8)])
+    pt = bs.precise_table(diag)
+    assert set(pt.acc_vs_exact[pt.kind == "exact"]) == {0.0}
+    assert bs.samples_enough(pt, 32, 0.01) == 1024
+    assert bs.samples_enough(pt, 2, 0.01) == 0
+    assert bs.claim_word(1024, 16384) == "within the range"
+    assert bs.claim_word(256, 16384) == "fewer suffice"
+    assert bs.claim_word(16384, 16384) == "more needed"
+    assert bs.claim_word(0, 16384) == "more needed" and bs.claim_word(0, 4096) == "not reached"
+
+
+def test_findings_end_to_end_on_a_hand_made_table():
+    df = _table(_acc)
+    noise = [dict(layer=0, layer_name="b0", hw=16, channels=4, batch_size=m, n_batches=8, var_mean_rel=2 / (16 * m),
+                  pred_mean_rel=1 / (16 * m), var_var_rel=1.0, pred_var_rel=1.0, n_eff_frac=0.5) for m in (2, 4)]
+    diag = pd.DataFrame([dict(seed=s, noise_records=noise, precise_records=_strip(_precise({2: 10 ** 9, 32: 256}, [s])),
+                              mismatch_kl_close=0.1, mismatch_kl_shifted=2 + 0.1 * s) for s in range(6)])
+    F = bs.findings(df, diag, reference=32)
+    assert F.breaks["close_bn_train"] == "<= 2" and F.breaks["close_to_group"] == "never"
+    assert F.recommend["close_b2"] == "a per-sample norm" and F.recommend["shifted_b32"] == "BatchNorm"
+    assert F.gap_zero_elsewhere == "holds"
+    assert F.gap_bn_train["close_b2"].mean == pytest.approx(-0.1)
+    assert F.noise_ratio_m2["l0"] == pytest.approx(2.0) and F.deepest_noisiest == "holds"
+    assert F.retention["close_bn_train_b2"].mean == pytest.approx(0.9)
+    assert F.precise_mean_err_ratio_b2_b32 == pytest.approx(1.0) and F.precise_var_err_ratio_b2_b32 == pytest.approx(1.0)
+    assert set(F.precise_var_err) == {"b2_n1024", "b2_nmax", "b32_n1024", "b32_nmax"}
+    assert F.precise_enough["b32"] == 256 and F.precise_claim["b32"] == "fewer suffice"
+    assert F.mismatch_predicts == "holds" and F.mismatch_rho > 0.5
+    with pytest.raises(ValueError, match="reference=16"):
+        bs.findings(df, diag, reference=16)
+
+
+def test_config_errors_name_the_parameter():
+    with pytest.raises(ValueError, match="lr_batch=64 must be one of batch_sizes"):
+        bs.make_config("quick", lr_batch=64)
+    with pytest.raises(ValueError, match="batch_sizes must be even"):
+        bs.make_config("quick", batch_sizes=(3, 32), samples=96)
+    with pytest.raises(ValueError, match="strategies\\[0\\]='x' is not allowed"):
+        bs.make_config("quick", strategies=("x",))
+    cfg = bs.make_config("quick")
+    assert cfg.lr_for(2) == pytest.approx(cfg.base_lr / 16)
+    assert len(cfg.run_configs()) == len(cfg.seeds) * 2 * len(cfg.batch_sizes) * 8
+    assert math.isclose(bs.make_config("full").lr_for(256), 0.08)
