@@ -35,7 +35,7 @@ from .freeze import batchnorm_layers
 from .models import ConvBackbone, Classifier, make_head
 from .modes import TransferModel, get_mode
 from .sweep import RunCache, atomic_write_bytes, code_version, default_cache_dir, run_sweep
-from .tasks import BatchStream, derive_seed, eval_set, generator, make_task
+from .tasks import BatchStream, SetBatches, derive_seed, eval_set, generator, make_task, train_set
 
 #: Log-spaced stage-2 steps at which running statistics are recorded.
 DRIFT_STEPS = (0, 1, 2, 3, 5, 8, 12, 17, 25, 35, 50, 66, 80, 100, 150, 200, 300, 400, 600, 800)
@@ -140,7 +140,7 @@ def train_source(cfg: SourceConfig, device=None) -> dict:
     fmt = memory_format_for(None)
     model = Classifier(backbone, head).to(device, memory_format=fmt)
     task = make_task(cfg.seed, "A", cfg.n_classes, cfg.noise)
-    stream = BatchStream(task, cfg.stage1_batch_size, generator(cfg.seed, "stream", "A"))
+    stream = batch_source(task, cfg.stage1_batch_size, cfg.train_size, cfg.seed, "A")
     opt = torch.optim.Adam(model.parameters(), lr=cfg.stage1_lr)
     model.train()
     for _ in range(cfg.stage1_steps):
@@ -180,7 +180,8 @@ class _Stream:
         self.task_b = make_task(c.seed, "B", c.n_classes, c.noise, c.brightness, c.contrast)
         self.eval_a = eval_set(self.task_a, c.n_eval, c.seed, "A")
         self.eval_b = eval_set(self.task_b, c.n_eval, c.seed, "B")
-        self.batches = BatchStream(self.task_b, c.batch_size, generator(c.seed, "stream", "B"), c.sampler)
+        self.batches = batch_source(self.task_b, c.batch_size, c.train_size, c.seed, "B", c.sampler)
+        self.pop_means: dict = {}  # memory format -> task-B population means (shared by the modes)
 
 
 class _ModeRun:
@@ -209,10 +210,23 @@ class _ModeRun:
             self.pop_means = self._population_means()
         self.drift_record = {0: _running_stats(self.stat_owner)} if self.track_drift else {}
         self.opt = make_optimizer(c.optimizer, model.head_b.parameters(), c.lr)
+        #: the module whose output feeds head B (the backbone, or its buffer copy in separate_stats)
+        self.feature_module = model.backbone if model.backbone_b is None else model.backbone_b
 
     @torch.no_grad()
     def _population_means(self, n_batches: int = 20) -> dict[str, torch.Tensor]:
-        """Task-B population mean at each BN layer (precise BN on a copy; see :mod:`bnstudy.stats`)."""
+        """Task-B population mean at each BN layer (precise BN on a copy; see :mod:`bnstudy.stats`).
+
+        The same for every mode of a lockstep group (same source backbone, same batches; precise BN
+        ignores train/eval flags and pins), so computed once per memory format (issue 9: saves
+        20 train-mode forwards per extra mode).
+        """
+        if self.fmt not in self.data.pop_means:
+            self.data.pop_means[self.fmt] = self._compute_population_means(n_batches)
+        return self.data.pop_means[self.fmt]
+
+    @torch.no_grad()
+    def _compute_population_means(self, n_batches: int) -> dict[str, torch.Tensor]:
         from .stats import precise_bn_statistics
         c = self.c
         stream = BatchStream(self.data.task_b, max(c.batch_size, 2), generator(c.seed, "population", "B"))
@@ -224,8 +238,11 @@ class _ModeRun:
         items = list(m.backbone.state_dict().items()) + [("head_a." + k, v) for k, v in m.head_a.state_dict().items()]
         return {k: v.detach().cpu().clone() for k, v in items}
 
-    def step(self, step: int, x: torch.Tensor, y: torch.Tensor) -> None:
-        train_step(self.model, self.model.forward_b, self.opt, step, x, y, self.c.epoch_steps, self.device, self.fmt)
+    def step(self, step: int, x: torch.Tensor, y: torch.Tensor, features: torch.Tensor | None = None) -> None:
+        if features is None:
+            train_step(self.model, self.model.forward_b, self.opt, step, x, y, self.c.epoch_steps, self.device, self.fmt)
+        else:  # the backbone's output for x (fixed features, see transfer): only the head runs
+            train_step(self.model, self.model.head_b, self.opt, step, features, y, self.c.epoch_steps, self.device)
         if self.track_drift and step in DRIFT_STEPS:
             self.drift_record[step] = _running_stats(self.stat_owner)
 
@@ -300,10 +317,25 @@ def transfer(configs: list[RunConfig], source: dict, device=None) -> list[dict]:
     device = pick_device(device)
     data = _Stream(configs[0])
     runs = [_ModeRun(c, source, data, device) for c in configs]
+    # Runs whose backbone features are fixed share one backbone forward per memory format (issue 9).
+    shared: dict = {}
+    for run in runs:
+        if features_fixed(run.c):
+            shared.setdefault(run.fmt, []).append(run)
+    finite = isinstance(data.batches, SetBatches)
+    tables = {fmt: set_features(rs[0].feature_module, data.batches.x, device, fmt, configs[0].batch_size)
+              for fmt, rs in shared.items()} if finite else {}
     for step in range(1, configs[0].steps + 1):
-        x, y = data.batches.next()
+        if finite:
+            idx = data.batches.next_indices()
+            x, y = data.batches.x[idx], data.batches.y[idx]
+            feats = {fmt: t[idx] for fmt, t in tables.items()}
+        else:
+            x, y = data.batches.next()
+            with torch.no_grad():
+                feats = {fmt: rs[0].feature_module(x.to(device, memory_format=fmt)) for fmt, rs in shared.items()}
         for run in runs:
-            run.step(step, x, y)
+            run.step(step, x, y, feats.get(run.fmt) if features_fixed(run.c) else None)
     wall = (time.perf_counter() - t0) / len(configs)
     rows = [run.finish() for run in runs]
     for r in rows:
@@ -386,3 +418,50 @@ def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Executio
     kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
     return run_sweep(configs, _stage2_group, namespace=namespace, groups=lockstep_groups(configs),
                      desc=desc or f"stage 2 ({namespace})", **kw)
+
+
+# --- issue 9: finite training sets, fixed features ---------------------------------------------------------------
+
+def batch_source(task, batch_size: int, train_size: int | None, seed: int, tag: str, sampler: str = "shuffled"):
+    """The training batches of task ``tag`` of ``seed``: an endless stream of fresh samples
+    (:class:`~bnstudy.tasks.BatchStream`, ``train_size=None``) or batches sampled from a finite set of
+    ``train_size`` samples drawn once (:func:`~bnstudy.tasks.train_set`, :class:`~bnstudy.tasks.SetBatches`).
+    Both sample from the generator ``(seed, "stream", tag)``.
+    """
+    gen = generator(seed, "stream", tag)
+    if train_size is None:
+        return BatchStream(task, batch_size, gen, sampler)
+    x, y = train_set(task, train_size, seed, tag)
+    return SetBatches(x, y, batch_size, gen, sampler)
+
+
+def features_fixed(c: RunConfig) -> bool:
+    """Whether the backbone's output for a given input never changes during ``c``'s stage 2.
+
+    True unless a BatchNorm in the backbone normalises with batch statistics (``norm="batch"`` in a
+    mode with ``backbone_batch_stats``): the weights are frozen in every mode, and eval-mode
+    BatchNorm, GroupNorm, LayerNorm and the identity act on each sample alone. Then the runs of a
+    lockstep group that share a memory format share one backbone forward per step, and with a
+    finite training set (``train_size``) the features of the whole set are computed once
+    (:func:`set_features`) and only head B runs per step.
+    """
+    return not (c.norm == "batch" and get_mode(c.mode).backbone_batch_stats)
+
+
+@torch.no_grad()
+def set_features(module: torch.nn.Module, x: torch.Tensor, device, fmt, batch_size: int) -> torch.Tensor:
+    """``module``'s output ``(N, F)`` on every row of ``x (N, C, H, W)``, in chunks of exactly ``batch_size``.
+
+    Chunks of the training batch size (the last one padded with the set's first rows and cut
+    back) make oneDNN choose the same convolution kernels as a training step does, so each row
+    equals, bit for bit, what the per-step forward would give it (``tests/test_engine.py``
+    checks the rows of the cached path against the uncached one with ``==``).
+    """
+    out = []
+    for i in range(0, x.shape[0], batch_size):
+        xb = x[i:i + batch_size]
+        k = xb.shape[0]
+        if k < batch_size:
+            xb = torch.cat([xb, x[:batch_size - k]])
+        out.append(module(xb.to(device, memory_format=fmt))[:k])
+    return torch.cat(out)
