@@ -171,8 +171,11 @@ class SourceConfig(_Frozen):
     stage1_batch_size: int = 64
     n_eval: int = 1000
     #: issue 9: samples in each task's finite training set, drawn once per seed and task
-    #: (:func:`bnstudy.tasks.train_set`); ``None``: an endless stream of fresh samples.
-    train_size: int | None = None
+    #: (:func:`bnstudy.tasks.train_set`), batches then sampled from it as a shuffling DataLoader does;
+    #: ``None``: an endless stream of fresh samples (the book before issue 9). The default, 6400, is one
+    #: pass in ``epoch_steps=100`` steps of ``batch_size=64``: a real, finite fine-tuning set whose epochs
+    #: are the loop's epochs (see book/reproduce.md, "Finite training sets").
+    train_size: int | None = 6400
 
     def __post_init__(self):
         self._set("seed", check_int("seed", self.seed, 0))

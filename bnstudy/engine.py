@@ -212,6 +212,7 @@ class _ModeRun:
         self.opt = make_optimizer(c.optimizer, model.head_b.parameters(), c.lr)
         #: the module whose output feeds head B (the backbone, or its buffer copy in separate_stats)
         self.feature_module = model.backbone if model.backbone_b is None else model.backbone_b
+        self.feature_key = ("fixed" if features_fixed(c) else "batch", self.fmt)
 
     @torch.no_grad()
     def _population_means(self, n_batches: int = 20) -> dict[str, torch.Tensor]:
@@ -317,25 +318,29 @@ def transfer(configs: list[RunConfig], source: dict, device=None) -> list[dict]:
     device = pick_device(device)
     data = _Stream(configs[0])
     runs = [_ModeRun(c, source, data, device) for c in configs]
-    # Runs whose backbone features are fixed share one backbone forward per memory format (issue 9).
-    shared: dict = {}
-    for run in runs:
-        if features_fixed(run.c):
-            shared.setdefault(run.fmt, []).append(run)
+    # Runs that would compute the same backbone output share one forward per step (issue 9, see
+    # feature_groups); with a finite set, fixed features are computed once for the whole set.
+    groups = feature_groups(runs) if SHARE_FEATURES else {}
     finite = isinstance(data.batches, SetBatches)
-    tables = {fmt: set_features(rs[0].feature_module, data.batches.x, device, fmt, configs[0].batch_size)
-              for fmt, rs in shared.items()} if finite else {}
+    tables = {key: set_features(rs[0].feature_module, data.batches.x, device, key[1], configs[0].batch_size)
+              for key, rs in groups.items() if finite and key[0] == "fixed"}
     for step in range(1, configs[0].steps + 1):
         if finite:
             idx = data.batches.next_indices()
             x, y = data.batches.x[idx], data.batches.y[idx]
-            feats = {fmt: t[idx] for fmt, t in tables.items()}
         else:
             x, y = data.batches.next()
+        feats = {}
+        for key, rs in groups.items():
+            if key in tables:
+                feats[key] = tables[key][idx]
+                continue
             with torch.no_grad():
-                feats = {fmt: rs[0].feature_module(x.to(device, memory_format=fmt)) for fmt, rs in shared.items()}
+                feats[key] = rs[0].feature_module(x.to(device, memory_format=key[1]))
+            for follower in rs[1:]:  # batch statistics: the leader's forward updated its buffers; same update
+                copy_norm_buffers(rs[0].feature_module, follower.feature_module)
         for run in runs:
-            run.step(step, x, y, feats.get(run.fmt) if features_fixed(run.c) else None)
+            run.step(step, x, y, feats.get(run.feature_key))
     wall = (time.perf_counter() - t0) / len(configs)
     rows = [run.finish() for run in runs]
     for r in rows:
@@ -465,3 +470,38 @@ def set_features(module: torch.nn.Module, x: torch.Tensor, device, fmt, batch_si
             xb = torch.cat([xb, x[:batch_size - k]])
         out.append(module(xb.to(device, memory_format=fmt))[:k])
     return torch.cat(out)
+
+
+#: Share backbone forwards between the runs of a lockstep group (:func:`feature_groups`); ``False`` runs every
+#: mode's full forward, the reference the tests compare with. Measured on the bench workload (chapter 1's four
+#: modes, 2-core CPU shared with other jobs, so only ratios mean anything): per lockstep step the backbone
+#: forwards fall from 4 to 1 (train-mode pair shared) plus one fixed-feature table per finite set.
+SHARE_FEATURES = True
+
+
+def feature_groups(runs: list) -> dict:
+    """Runs of one lockstep group whose backbones give the same output on a batch, by ``(kind, memory format)``.
+
+    ``("fixed", fmt)``: features fixed (:func:`features_fixed`); the runs' backbones have the same
+    weights and buffers throughout, so one forward serves all. ``("batch", fmt)``: BatchNorm with batch
+    statistics (``train_mode``, ``separate_stats``): the output of a train-mode BatchNorm does not
+    depend on its running buffers, so every such run computes the same features from the same batch;
+    their running buffers also follow the same update sequence from the same start, so the group's
+    first run (the leader) does the forward and its buffers are copied to the others' buffer owners
+    (:func:`copy_norm_buffers`). A ``batch`` group of one run keeps the ordinary full forward.
+    """
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault(run.feature_key, []).append(run)
+    return {k: rs for k, rs in groups.items() if k[0] == "fixed" or len(rs) > 1}
+
+
+@torch.no_grad()
+def copy_norm_buffers(src: torch.nn.Module, dst: torch.nn.Module) -> None:
+    """Copy every BatchNorm buffer (running_mean, running_var, num_batches_tracked) of ``src`` into ``dst`` (same architecture)."""
+    dst_layers = batchnorm_layers(dst)
+    for name, m in batchnorm_layers(src).items():
+        d = dst_layers[name]
+        for b in ("running_mean", "running_var", "num_batches_tracked"):
+            if getattr(m, b) is not None:
+                getattr(d, b).copy_(getattr(m, b))

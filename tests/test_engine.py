@@ -147,20 +147,20 @@ def test_finite_set_run_is_deterministic_and_differs_from_the_stream():
 
 
 def _uncached_transfer(monkeypatch, cfgs, src):
-    monkeypatch.setattr(engine, "features_fixed", lambda c: False)
+    monkeypatch.setattr(engine, "SHARE_FEATURES", False)
     out = engine.transfer(cfgs, src)
     monkeypatch.undo()
     return out
 
 
 @pytest.mark.parametrize("kw", [dict(train_size=150), dict(train_size=150, head="mlp_bn", sampler="class_sorted"),
-                                dict(), dict(norm="group", train_size=150)])
+                                dict(train_size=None), dict(norm="group", train_size=150)])
 def test_cached_features_give_rows_equal_to_the_full_forward(monkeypatch, kw):
     cfgs = _cfgs(7, steps=23, **kw)
     src = engine.train_source(cfgs[0].source)
     cached = engine.transfer(cfgs, src)
     plain = _uncached_transfer(monkeypatch, cfgs, src)
-    assert any(engine.features_fixed(c) for c in cfgs)
+    assert engine.feature_groups  # both paths ran: shared/cached (default) and full forwards (SHARE_FEATURES off)
     for c, r1, r2 in zip(cfgs, cached, plain):
         for k in r1:
             if k != "wall_s":
