@@ -8,12 +8,18 @@ per seed and one stage-2 run per (seed, freeze mode). Compared, each from scratc
 * plain  - the loop a careful practitioner writes: each task's finite training set drawn once into a
            ``TensorDataset``, ``DataLoader(shuffle=True, drop_last=True)``, one model per run, the full forward
            every step, torch's default intra-op threads;
+* engine before issue 9 - the same with every mode's full forward (``engine.SHARE_FEATURES = False``) on the
+           stream: what the engine did before issue 9 (measured in-process, so only with ``--cores 1``);
 * engine (stream) - ``bnstudy.engine.transfer_sweep`` with ``train_size=None`` (an endless stream of fresh
            samples, the engine before issue 9): joblib processes, one torch thread each, the modes of a seed in
            lockstep, channels-last where it pays, shared per-step backbone forwards for eval-mode backbones;
 * engine - ``transfer_sweep`` with the configs as the book runs them (``RunConfig``'s default ``train_size``):
            the finite set drawn once, eval-mode backbones' features computed once per set;
-* ceiling - this machine's measured fp32 matrix-multiply rate (``torch.mm``, all cores).
+* ceiling - this machine's measured fp32 matrix-multiply rate (``torch.mm`` on ``--cores`` threads).
+
+Every method uses ``--cores`` cores (default: all): that many intra-op threads for the loops and the ceiling,
+that many worker processes of one thread for the engine. On a machine shared with other jobs, ``--cores 1``
+gives the steadiest ratios (each method then competes for one core the same way).
 
 GFLOP/s counts the *workload's* nominal multiply-adds (2 FLOPs each) of convolutions and linear layers: stage 1
 forward + 2x backward, stage 2 forward (the frozen backbone needs no backward) + the head's backward, every step,
@@ -24,7 +30,8 @@ of the work.
 Then each chapter's experiment (``run(make_config(profile))``, without the notebook's plotting) in a fresh run
 cache, timed: ``--profile full`` (``make bench``) or ``quick``.
 
-Usage: python benchmarks/bench_engine.py [--steps 800] [--seeds 4] [--profile full|quick|none] [--skip naive,plain]
+Usage: python benchmarks/bench_engine.py [--steps 800] [--seeds 4] [--cores N] [--profile full|quick|none]
+       [--skip naive,plain,before,stream]
 """
 
 from __future__ import annotations
@@ -143,9 +150,13 @@ def loop_workload(c0: RunConfig, seeds, finite: bool) -> list[dict]:
     return rows
 
 
-def engine_workload(cfgs: list[RunConfig], n_jobs: int | None) -> pd.DataFrame:
-    with tempfile.TemporaryDirectory() as cache:
-        return engine.transfer_sweep(cfgs, "bench", Execution(cache_dir=cache, n_jobs=n_jobs, progress=False))
+def engine_workload(cfgs: list[RunConfig], n_jobs: int, share: bool = True) -> pd.DataFrame:
+    old, engine.SHARE_FEATURES = engine.SHARE_FEATURES, share
+    try:
+        with tempfile.TemporaryDirectory() as cache:
+            return engine.transfer_sweep(cfgs, "bench", Execution(cache_dir=cache, n_jobs=n_jobs, progress=False))
+    finally:
+        engine.SHARE_FEATURES = old
 
 
 def chapter_times(profile: str, n_jobs: int | None) -> pd.DataFrame:
@@ -165,28 +176,36 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=800, help="stage-2 steps per run")
     ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--n-jobs", type=int, default=None, help="engine worker processes (default: one per core)")
+    ap.add_argument("--stage1-steps", type=int, default=RunConfig.stage1_steps)
+    ap.add_argument("--cores", type=int, default=os.cpu_count(), help="cores every method uses (default: all)")
     ap.add_argument("--profile", default=os.environ.get("BENCH_PROFILE", "full"), choices=("full", "quick", "none"),
                     help="chapter profile to time cold (none: skip)")
-    ap.add_argument("--skip", default="", help="comma-separated methods to skip: naive, plain, stream")
+    ap.add_argument("--skip", default="", help="comma-separated methods to skip: naive, plain, before, stream")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     seeds = list(range(args.seeds))
-    cfgs = [RunConfig(seed=s, mode=m, steps=args.steps) for s in seeds for m in MODE_NAMES]
+    cfgs = [RunConfig(seed=s, mode=m, steps=args.steps, stage1_steps=args.stage1_steps)
+            for s in seeds for m in MODE_NAMES]
     base = cfgs[0]
     n_src, n_tr = len(seeds), len(cfgs)
     flops = workload_flops(base, n_src, n_tr)
+    torch.set_num_threads(args.cores)
+    if args.cores != 1:
+        skip.add("before")  # SHARE_FEATURES is set in this process; worker processes would not see it
 
-    print(f"machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op "
+    print(f"machine: {os.cpu_count()} CPU cores (using {args.cores}), torch {torch.__version__}, "
+          f"{torch.get_num_threads()} intra-op "
           f"threads, device {engine.pick_device()}, load average {os.getloadavg()[0]:.1f}", flush=True)
     ceiling = matmul_gflops()
     print(f"fp32 matmul ceiling: {ceiling:.1f} GFLOP/s", flush=True)
     walls = {}
     methods = [("naive loop", "naive", lambda: loop_workload(base, seeds, finite=False)),
                ("plain loop", "plain", lambda: loop_workload(base, seeds, finite=True)),
+               ("engine before issue 9", "before",
+                lambda: engine_workload([c.replace(train_size=None) for c in cfgs], args.cores, share=False)),
                ("engine (stream)", "stream",
-                lambda: engine_workload([c.replace(train_size=None) for c in cfgs], args.n_jobs)),
-               (f"engine (train_size={base.train_size})", "engine", lambda: engine_workload(cfgs, args.n_jobs))]
+                lambda: engine_workload([c.replace(train_size=None) for c in cfgs], args.cores)),
+               (f"engine (train_size={base.train_size})", "engine", lambda: engine_workload(cfgs, args.cores))]
     for label, key, fn in methods:
         if key in skip or (key == "stream" and base.train_size is None):
             continue
@@ -205,7 +224,7 @@ def main(argv=None):
         print(table)
     if args.profile != "none":
         print(f"\nchapters, {args.profile} profile, cold run cache (experiment only, no plotting):", flush=True)
-        t = chapter_times(args.profile, args.n_jobs)
+        t = chapter_times(args.profile, args.cores)
         print(t.to_string(float_format="{:.1f}".format))
         print(f"total: {t['wall_s'].sum():.0f} s")
 
