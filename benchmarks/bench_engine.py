@@ -13,8 +13,9 @@ per seed and one stage-2 run per (seed, freeze mode). Compared, each from scratc
 * engine (stream) - ``bnstudy.engine.transfer_sweep`` with ``train_size=None`` (an endless stream of fresh
            samples, the engine before issue 9): joblib processes, one torch thread each, the modes of a seed in
            lockstep, channels-last where it pays, shared per-step backbone forwards for eval-mode backbones;
-* engine - ``transfer_sweep`` with the configs as the book runs them (``RunConfig``'s default ``train_size``):
-           the finite set drawn once, eval-mode backbones' features computed once per set;
+* engine (stream) is the engine as the book runs it today (``RunConfig``'s default ``train_size=None``);
+* engine (train_size=N) - ``transfer_sweep`` on finite sets of ``--train-size`` samples (default 6400):
+           the set drawn once, eval-mode backbones' features computed once per set;
 * ceiling - this machine's measured fp32 matrix-multiply rate (``torch.mm`` on ``--cores`` threads).
 
 Every method uses ``--cores`` cores (default: all): that many intra-op threads for the loops and the ceiling,
@@ -104,7 +105,7 @@ def _loader(task, c: RunConfig, seed: int, tag: str, batch_size: int, finite: bo
         return iter(DataLoader(NoisyTemplates(task, generator(seed, "bench", tag)), batch_size=batch_size))
 
     def endless():
-        ds = TensorDataset(*train_set(task, c.train_size or 6400, seed, tag))
+        ds = TensorDataset(*train_set(task, c.train_size or 6400, seed, tag))  # the plain loop's finite set
         dl = DataLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True,
                         generator=generator(seed, "bench", tag))
         while True:
@@ -178,6 +179,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=800, help="stage-2 steps per run")
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--stage1-steps", type=int, default=RunConfig.stage1_steps)
+    ap.add_argument("--train-size", type=int, default=6400, help="finite set size of the last engine row")
     ap.add_argument("--cores", type=int, default=os.cpu_count(), help="cores every method uses (default: all)")
     ap.add_argument("--profile", default=os.environ.get("BENCH_PROFILE", "full"), choices=("full", "quick", "none"),
                     help="chapter profile to time cold (none: skip)")
@@ -206,9 +208,10 @@ def main(argv=None):
                 lambda: engine_workload([c.replace(train_size=None) for c in cfgs], args.cores, share=False)),
                ("engine (stream)", "stream",
                 lambda: engine_workload([c.replace(train_size=None) for c in cfgs], args.cores)),
-               (f"engine (train_size={base.train_size})", "engine", lambda: engine_workload(cfgs, args.cores))]
+               (f"engine (train_size={args.train_size})", "engine",
+                lambda: engine_workload([c.replace(train_size=args.train_size) for c in cfgs], args.cores))]
     for label, key, fn in methods:
-        if key in skip or (key == "stream" and base.train_size is None):
+        if key in skip or (key == "stream" and args.train_size is None):
             continue
         t0, c0 = time.perf_counter(), time.process_time()
         fn()
