@@ -1,194 +1,243 @@
-"""Engine benchmark: the same workload three ways, side by side, in one run.
+"""Engine benchmark: one workload done four ways, side by side, in one run; then the chapters' cold-cache times.
 
-Workload: 4 stage-1 trainings (seeds 0-3) and 16 stage-2 runs (4 freeze modes x the same 4 seeds), chapter 1's
-default config. Compared:
+Workload: chapter 1's runs (:class:`bnstudy.config.RunConfig` defaults) on ``--seeds`` seeds: one stage-1 training
+per seed and one stage-2 run per (seed, freeze mode). Compared, each from scratch:
 
-* naive  - the loop most PyTorch code would write: one model at a time in this process, torch's default
-           intra-op threads, samples produced one by one by a Dataset and batched by a DataLoader, NCHW;
-* plain  - bnstudy's own single-run path, one model at a time (whole-tensor batches, channels-last),
-           torch's default intra-op threads, no packing;
-* engine - bnstudy.experiments.common.run_transfer_sweep: joblib processes (one torch thread each), seeds
-           packed into grouped networks, whole-tensor batches, channels-last, a fresh cache;
-* ceiling - this machine's measured fp32 matrix-multiply rate (torch.mm, all cores), the most either could do.
+* naive  - the loop most PyTorch code would write first: one run at a time, fresh samples produced one by one by
+           an ``IterableDataset`` and batched by a ``DataLoader``, NCHW, torch's default intra-op threads;
+* plain  - the loop a careful practitioner writes: each task's finite training set drawn once into a
+           ``TensorDataset``, ``DataLoader(shuffle=True, drop_last=True)``, one model per run, the full forward
+           every step, torch's default intra-op threads;
+* engine before issue 9 - the same with every mode's full forward (``engine.SHARE_FEATURES = False``) on the
+           stream: what the engine did before issue 9 (measured in-process, so only with ``--cores 1``);
+* engine (stream) - ``bnstudy.engine.transfer_sweep`` with ``train_size=None`` (an endless stream of fresh
+           samples, the engine before issue 9): joblib processes, one torch thread each, the modes of a seed in
+           lockstep, channels-last where it pays, shared per-step backbone forwards for eval-mode backbones;
+* engine (stream) is the engine as the book runs it today (``RunConfig``'s default ``train_size=None``);
+* engine (train_size=N) - ``transfer_sweep`` on finite sets of ``--train-size`` samples (default 6400):
+           the set drawn once, eval-mode backbones' features computed once per set;
+* ceiling - this machine's measured fp32 matrix-multiply rate (``torch.mm`` on ``--cores`` threads).
 
-Achieved GFLOP/s counts the convolutions' and linear layers' multiply-adds (2 FLOPs each): forward only
-for stage 2 (the backbone is frozen and needs no backward; the head's backward is counted), forward +
-2x backward for stage 1. Prints a table and the engine/naive ratio, then the chapters' recorded wall
-times (written by `python -m bnstudy.book`, i.e. `make book`).
+Every method uses ``--cores`` cores (default: all): that many intra-op threads for the loops and the ceiling,
+that many worker processes of one thread for the engine. On a machine shared with other jobs, ``--cores 1``
+gives the steadiest ratios (each method then competes for one core the same way).
 
-Usage: python benchmarks/bench_engine.py [--steps 800] [--seeds 4]
+GFLOP/s counts the *workload's* nominal multiply-adds (2 FLOPs each) of convolutions and linear layers: stage 1
+forward + 2x backward, stage 2 forward (the frozen backbone needs no backward) + the head's backward, every step,
+as the naive loop executes them. Work a method skips (a feature computed once instead of every step) is counted
+as done, so the engine's fraction of the ceiling is an *effective* rate; the stream row is the engine doing all
+of the work.
+
+Then each chapter's experiment (``run(make_config(profile))``, without the notebook's plotting) in a fresh run
+cache, timed: ``--profile full`` (``make bench``) or ``quick``.
+
+Usage: python benchmarks/bench_engine.py [--steps 800] [--seeds 4] [--cores N] [--profile full|quick|none]
+       [--skip naive,plain,before,stream]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import importlib
 import os
 import tempfile
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
-from bnstudy import train
-from bnstudy.experiments.common import run_transfer_sweep
-from bnstudy.freeze import MODE_NAMES
+from bnstudy import engine
+from bnstudy.config import Execution, RunConfig
+from bnstudy.models import Classifier, ConvBackbone, make_head
+from bnstudy.modes import MODE_NAMES, TransferModel, get_mode
+from bnstudy.tasks import eval_set, generator, make_task, train_set
 
-REPO = Path(__file__).resolve().parent.parent
+CHAPTERS = ("freeze_modes", "eval_traps", "shift_strength")
 
 
-def matmul_gflops(n: int = 1024, seconds: float = 2.0) -> float:
+def matmul_gflops(n: int = 1024, seconds: float = 2.0) -> tuple[float, float]:
+    """fp32 ``torch.mm`` rate with torch's current threads: (GFLOP per wall second, GFLOP per CPU second)."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     for _ in range(3):
         a @ b
-    reps, t0 = 0, time.perf_counter()
+    reps, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         a @ b
         reps += 1
-    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9
+    gflop = 2 * n ** 3 * reps / 1e9
+    return gflop / (time.perf_counter() - t0), gflop / (time.process_time() - c0)
 
 
-def flops_per_sample(cfg: dict) -> tuple[float, float]:
+def flops_per_sample(c: RunConfig) -> tuple[float, float]:
     """(backbone forward FLOPs, head forward FLOPs) for one 3x32x32 sample."""
     macs, c_in, hw = 0, 3, 32
-    for w in cfg["widths"]:
+    for w in c.widths:
         hw = (hw + 1) // 2
         macs += c_in * w * 9 * hw * hw
         c_in = w
-    head = c_in * cfg["n_classes"]
-    return 2.0 * macs, 2.0 * head
+    return 2.0 * macs, 2.0 * c_in * c.n_classes
 
 
-def workload_flops(cfg: dict, n_sources: int, n_transfers: int) -> float:
-    bb, hd = flops_per_sample(cfg)
-    stage1 = 3 * (bb + hd) * cfg["stage1_batch_size"] * cfg["stage1_steps"] * n_sources
-    stage2 = (bb + 3 * hd) * cfg["batch_size"] * cfg["steps"] * n_transfers
+def workload_flops(c: RunConfig, n_sources: int, n_transfers: int) -> float:
+    bb, hd = flops_per_sample(c)
+    stage1 = 3 * (bb + hd) * c.stage1_batch_size * c.stage1_steps * n_sources
+    stage2 = (bb + 3 * hd) * c.batch_size * c.steps * n_transfers
     return stage1 + stage2
 
 
 class NoisyTemplates(torch.utils.data.IterableDataset):
-    """Per-sample stream of a template task: what a DataLoader-based loop would use."""
+    """Per-sample stream of a template task: what a first DataLoader-based loop would use."""
 
     def __init__(self, task, gen):
         self.task, self.gen = task, gen
 
     def __iter__(self):
-        k = self.task.n_classes
         while True:
-            y = torch.randint(k, (1,), generator=self.gen)
+            y = torch.randint(self.task.n_classes, (1,), generator=self.gen)
             yield self.task.sample(y, self.gen)[0], int(y)
 
 
-def naive_workload(seeds, steps):
-    """Stage 1 then the four stage-2 modes per seed, one model at a time, DataLoader batches, NCHW."""
-    import copy
-    from torch.utils.data import DataLoader
-    from bnstudy import freeze
-    from bnstudy.models import Classifier, ConvBackbone, make_head
-    from bnstudy.tasks import eval_set, generator, make_task
+def _loader(task, c: RunConfig, seed: int, tag: str, batch_size: int, finite: bool):
+    from torch.utils.data import DataLoader, TensorDataset
+    if not finite:
+        return iter(DataLoader(NoisyTemplates(task, generator(seed, "bench", tag)), batch_size=batch_size))
 
-    cfg = train.complete_config({})
+    def endless():
+        ds = TensorDataset(*train_set(task, c.train_size or 6400, seed, tag))  # the plain loop's finite set
+        dl = DataLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True,
+                        generator=generator(seed, "bench", tag))
+        while True:
+            yield from dl
+    return endless()
+
+
+def loop_workload(c0: RunConfig, seeds, finite: bool) -> list[dict]:
+    """Stage 1 then the four stage-2 modes per seed, one model at a time, DataLoader batches, NCHW."""
     rows = []
     for s in seeds:
-        task_a = make_task(s, "A", cfg["n_classes"], cfg["noise"])
-        task_b = make_task(s, "B", cfg["n_classes"], cfg["noise"], cfg["brightness"], cfg["contrast"])
+        c = c0.replace(seed=s)
+        task_a = make_task(s, "A", c.n_classes, c.noise)
+        task_b = make_task(s, "B", c.n_classes, c.noise, c.brightness, c.contrast)
         torch.manual_seed(s)
-        model = Classifier(ConvBackbone(3, cfg["widths"]), make_head("linear", 64, cfg["n_classes"]))
-        opt = torch.optim.Adam(model.parameters(), lr=cfg["stage1_lr"])
-        loader = iter(DataLoader(NoisyTemplates(task_a, generator(s, "naive", "A")), batch_size=cfg["stage1_batch_size"]))
+        model = Classifier(ConvBackbone(3, c.widths), make_head("linear", c.widths[-1], c.n_classes))
+        opt = torch.optim.Adam(model.parameters(), lr=c.stage1_lr)
+        loader = _loader(task_a, c, s, "A", c.stage1_batch_size, finite)
         model.train()
-        for _ in range(cfg["stage1_steps"]):
+        for _ in range(c.stage1_steps):
             x, y = next(loader)
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad(); loss.backward(); opt.step()
-        xb, yb = eval_set(task_b, cfg["n_eval"], s, "B")
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        xb, yb = eval_set(task_b, c.n_eval, s, "B")
         for mode in MODE_NAMES:
-            tm = freeze.TransferModel(copy.deepcopy(model.backbone), copy.deepcopy(model.head),
-                                      make_head("linear", 64, cfg["n_classes"]))
-            freeze.get_mode(mode).apply(tm)
-            opt = torch.optim.SGD(tm.head_b.parameters(), lr=cfg["lr"], momentum=0.9)
-            loader = iter(DataLoader(NoisyTemplates(task_b, generator(s, "naive", "B")), batch_size=cfg["batch_size"]))
-            for step in range(steps):
-                if step % cfg["epoch_steps"] == 0:
+            tm = TransferModel(copy.deepcopy(model.backbone), copy.deepcopy(model.head),
+                               make_head("linear", c.widths[-1], c.n_classes))
+            get_mode(mode).apply(tm)
+            opt = torch.optim.SGD(tm.head_b.parameters(), lr=c.lr, momentum=0.9)
+            loader = _loader(task_b, c, s, "B", c.batch_size, finite)
+            for step in range(c.steps):
+                if step % c.epoch_steps == 0:
                     tm.train()
                 x, y = next(loader)
-                loss = torch.nn.functional.cross_entropy(tm.forward_b(x), y)
-                opt.zero_grad(); loss.backward(); opt.step()
+                loss = F.cross_entropy(tm.forward_b(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
             tm.eval()
             with torch.no_grad():
                 rows.append(dict(seed=s, mode=mode, task_b=float((tm.forward_b(xb).argmax(1) == yb).float().mean())))
     return rows
 
 
+def engine_workload(cfgs: list[RunConfig], n_jobs: int, share: bool = True) -> pd.DataFrame:
+    old, engine.SHARE_FEATURES = engine.SHARE_FEATURES, share
+    try:
+        with tempfile.TemporaryDirectory() as cache:
+            return engine.transfer_sweep(cfgs, "bench", Execution(cache_dir=cache, n_jobs=n_jobs, progress=False))
+    finally:
+        engine.SHARE_FEATURES = old
+
+
+def chapter_times(profile: str, n_jobs: int | None) -> pd.DataFrame:
+    """Each chapter's ``run(make_config(profile))`` in a fresh run cache: wall seconds and runs."""
+    recs = []
+    for name in CHAPTERS:
+        mod = importlib.import_module(f"bnstudy.experiments.{name}")
+        with tempfile.TemporaryDirectory() as cache:
+            t0 = time.perf_counter()
+            df = mod.run(mod.make_config(profile), Execution(cache_dir=cache, n_jobs=n_jobs, progress=False))
+            recs.append(dict(chapter=name, profile=profile, rows=len(df), wall_s=time.perf_counter() - t0))
+        print(f"  {name}: {recs[-1]['wall_s']:.1f} s ({len(df)} rows)", flush=True)
+    return pd.DataFrame(recs).set_index("chapter")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=800, help="stage-2 steps per run")
     ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--pack-size", type=int, default=None, help="runs per packed network (default: 1 on CPU, 16 on CUDA)")
+    ap.add_argument("--stage1-steps", type=int, default=RunConfig.stage1_steps)
+    ap.add_argument("--train-size", type=int, default=6400, help="finite set size of the last engine row")
+    ap.add_argument("--cores", type=int, default=os.cpu_count(), help="cores every method uses (default: all)")
+    ap.add_argument("--profile", default=os.environ.get("BENCH_PROFILE", "full"), choices=("full", "quick", "none"),
+                    help="chapter profile to time cold (none: skip)")
+    ap.add_argument("--skip", default="", help="comma-separated methods to skip: naive, plain, before, stream")
     args = ap.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
     seeds = list(range(args.seeds))
-    cfgs = [train.complete_config(dict(seed=s, mode=m, steps=args.steps)) for s in seeds for m in MODE_NAMES]
+    cfgs = [RunConfig(seed=s, mode=m, steps=args.steps, stage1_steps=args.stage1_steps)
+            for s in seeds for m in MODE_NAMES]
     base = cfgs[0]
     n_src, n_tr = len(seeds), len(cfgs)
-    model_steps = n_src * base["stage1_steps"] + n_tr * base["steps"]
     flops = workload_flops(base, n_src, n_tr)
+    torch.set_num_threads(args.cores)
+    if args.cores != 1:
+        skip.add("before")  # SHARE_FEATURES is set in this process; worker processes would not see it
 
-    print(f"machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op threads")
-    print("Takes about 2 minutes on an idle 2-core machine (much longer if other jobs share the cores).", flush=True)
-    print("[1/4] fp32 matmul ceiling ...", flush=True)
-    ceiling = matmul_gflops()
-    print("[2/4] naive loop ...", flush=True)
-
-    t0 = time.perf_counter()
-    naive_workload(seeds, args.steps)
-    naive_s = time.perf_counter() - t0
-
-    print("[3/4] plain loop ...", flush=True)
-    t0 = time.perf_counter()
-    plain_rows = []
-    for s in seeds:
-        [src] = train.train_source([dict(seed=s)])
-        for m in MODE_NAMES:
-            plain_rows += train.transfer([dict(seed=s, mode=m, steps=args.steps)], [src])
-    plain_s = time.perf_counter() - t0
-
-    print("[4/4] engine ...", flush=True)
-    with tempfile.TemporaryDirectory() as cache:
-        t0 = time.perf_counter()
-        engine = run_transfer_sweep(cfgs, namespace="bench", cache_dir=cache, pack_size=args.pack_size,
-                                    progress=False)
-        engine_s = time.perf_counter() - t0
-
-    recs = []
-    for name, wall in (("naive loop", naive_s), ("plain loop", plain_s), ("engine", engine_s)):
-        gf = flops / wall / 1e9
-        recs.append(dict(method=name, wall_s=wall, runs_per_s=(n_src + n_tr) / wall,
-                         model_steps_per_s=model_steps / wall, gflop_per_s=gf, fraction_of_ceiling=gf / ceiling))
-    recs.append(dict(method="fp32 matmul ceiling", wall_s=float("nan"), runs_per_s=float("nan"),
-                     model_steps_per_s=float("nan"), gflop_per_s=ceiling, fraction_of_ceiling=1.0))
+    print(f"machine: {os.cpu_count()} CPU cores (using {args.cores}), torch {torch.__version__}, "
+          f"{torch.get_num_threads()} intra-op "
+          f"threads, device {engine.pick_device()}, load average {os.getloadavg()[0]:.1f}", flush=True)
+    ceiling, ceiling_cpu = matmul_gflops()
+    print(f"fp32 matmul ceiling: {ceiling:.1f} GFLOP per wall second, {ceiling_cpu:.1f} per CPU second", flush=True)
+    walls, cpus = {}, {}
+    methods = [("naive loop", "naive", lambda: loop_workload(base, seeds, finite=False)),
+               ("plain loop", "plain", lambda: loop_workload(base, seeds, finite=True)),
+               ("engine before issue 9", "before",
+                lambda: engine_workload([c.replace(train_size=None) for c in cfgs], args.cores, share=False)),
+               ("engine (stream)", "stream",
+                lambda: engine_workload([c.replace(train_size=None) for c in cfgs], args.cores)),
+               (f"engine (train_size={args.train_size})", "engine",
+                lambda: engine_workload([c.replace(train_size=args.train_size) for c in cfgs], args.cores))]
+    for label, key, fn in methods:
+        if key in skip or (key == "stream" and args.train_size is None):
+            continue
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        walls[label], cpus[label] = time.perf_counter() - t0, time.process_time() - c0
+        print(f"{label}: {walls[label]:.1f} s wall, {cpus[label]:.1f} s CPU", flush=True)
+    eng = walls[methods[-1][0]]
+    # With --cores 1 everything runs in this process, so its CPU time is the work done: on a machine shared with
+    # other jobs, rates per CPU second are steadier than rates per wall second.
+    per_cpu = args.cores == 1
+    recs = [dict(method=k, wall_s=w, cpu_s=cpus[k] if per_cpu else float("nan"), runs_per_s=(n_src + n_tr) / w,
+                 gflop_per_s=flops / w / 1e9, fraction_of_ceiling=flops / w / 1e9 / ceiling,
+                 fraction_of_ceiling_cpu=flops / cpus[k] / 1e9 / ceiling_cpu if per_cpu else float("nan"),
+                 engine_speedup=w / eng, engine_speedup_cpu=cpus[k] / cpus[methods[-1][0]] if per_cpu else float("nan"))
+            for k, w in walls.items()]
+    recs.append(dict(method="fp32 matmul ceiling", gflop_per_s=ceiling, fraction_of_ceiling=1.0,
+                     fraction_of_ceiling_cpu=1.0))
     table = pd.DataFrame(recs).set_index("method")
-    print(f"\nworkload: {n_src} stage-1 trainings x {base['stage1_steps']} steps + {n_tr} stage-2 runs x "
-          f"{base['steps']} steps ({model_steps} model-steps, {flops / 1e12:.2f} TFLOP)")
+    print(f"\nworkload: {n_src} stage-1 trainings x {base.stage1_steps} steps + {n_tr} stage-2 runs x {base.steps} "
+          f"steps ({flops / 1e12:.2f} TFLOP nominal); engine_speedup = method's wall / engine's wall")
     with pd.option_context("display.float_format", "{:.3g}".format, "display.width", 200, "display.max_columns", None):
         print(table)
-    print(f"\nengine / naive throughput: {naive_s / engine_s:.2f}x   engine / plain: {plain_s / engine_s:.2f}x   "
-          f"plain / naive: {naive_s / plain_s:.2f}x")
-    # plain and engine run the same configs; packing changes float rounding only (stage 1 amplifies it)
-    plain = pd.DataFrame(plain_rows).set_index(["seed", "mode"])
-    eng = engine.set_index(["seed", "mode"])
-    for col in ("task_a_after", "task_b"):
-        d = (plain[col] - eng[col]).abs()
-        print(f"plain vs engine, {col}: mean |difference| {d.mean():.4f}, max {d.max():.4f}")
-
-    times = REPO / "book" / "results" / "chapter_times.csv"
-    print("\nchapter wall times (last recorded run per chapter and profile, from `python -m bnstudy.book`;\n"
-          "a rerun that reads the run cache is much faster: `make clean-cache` first for cold times):")
-    if times.exists():
-        t = pd.read_csv(times)
-        print(t.pivot_table(index="chapter", columns="profile", values="wall_s", aggfunc="last").to_string(
-            float_format="{:.0f} s".format))
-    else:
-        print("  none recorded yet: run `make book PROFILE=quick` and `make book` first")
+    if args.profile != "none":
+        print(f"\nchapters, {args.profile} profile, cold run cache (experiment only, no plotting):", flush=True)
+        t = chapter_times(args.profile, args.cores)
+        print(t.to_string(float_format="{:.1f}".format))
+        print(f"total: {t['wall_s'].sum():.0f} s")
 
 
 if __name__ == "__main__":

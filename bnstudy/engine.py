@@ -35,7 +35,7 @@ from .freeze import batchnorm_layers
 from .models import ConvBackbone, Classifier, make_head
 from .modes import TransferModel, get_mode
 from .sweep import RunCache, atomic_write_bytes, code_version, default_cache_dir, run_sweep
-from .tasks import BatchStream, derive_seed, eval_set, generator, make_task, task_b_of
+from .tasks import BatchStream, SetBatches, derive_seed, eval_set, generator, make_task, task_b_of, train_set
 
 #: Log-spaced stage-2 steps at which running statistics are recorded.
 DRIFT_STEPS = (0, 1, 2, 3, 5, 8, 12, 17, 25, 35, 50, 66, 80, 100, 150, 200, 300, 400, 600, 800)
@@ -143,7 +143,7 @@ def train_source(cfg: SourceConfig, device=None) -> dict:
     fmt = memory_format_for(None)
     model = Classifier(backbone, head).to(device, memory_format=fmt)
     task = make_task(cfg.seed, "A", cfg.n_classes, cfg.noise)
-    stream = BatchStream(task, cfg.stage1_batch_size, generator(cfg.seed, "stream", "A"))
+    stream = batch_source(task, cfg.stage1_batch_size, cfg.train_size, cfg.seed, "A")
     opt = torch.optim.Adam(model.parameters(), lr=cfg.stage1_lr)
     model.train()
     for _ in range(cfg.stage1_steps):
@@ -183,7 +183,8 @@ class _Stream:
         self.task_b = task_b_of(c)  # make_task(seed, "B", ...) unless the run asks for issue 10's options
         self.eval_a = eval_set(self.task_a, c.n_eval, c.seed, "A")
         self.eval_b = eval_set(self.task_b, c.n_eval, c.seed, eval_tag("B", c.eval_split))
-        self.batches = BatchStream(self.task_b, c.batch_size, generator(c.seed, "stream", "B"), c.sampler)
+        self.batches = batch_source(self.task_b, c.batch_size, c.train_size, c.seed, "B", c.sampler)
+        self.pop_means: dict = {}  # memory format -> task-B population means (shared by the modes)
 
 
 class _ModeRun:
@@ -212,10 +213,24 @@ class _ModeRun:
             self.pop_means = self._population_means()
         self.drift_record = {0: _running_stats(self.stat_owner)} if self.track_drift else {}
         self.opt = make_optimizer(c.optimizer, model.head_b.parameters(), c.lr)
+        #: the module whose output feeds head B (the backbone, or its buffer copy in separate_stats)
+        self.feature_module = model.backbone if model.backbone_b is None else model.backbone_b
+        self.feature_key = ("fixed" if features_fixed(c) else "batch", self.fmt)
 
     @torch.no_grad()
     def _population_means(self, n_batches: int = 20) -> dict[str, torch.Tensor]:
-        """Task-B population mean at each BN layer (precise BN on a copy; see :mod:`bnstudy.stats`)."""
+        """Task-B population mean at each BN layer (precise BN on a copy; see :mod:`bnstudy.stats`).
+
+        The same for every mode of a lockstep group (same source backbone, same batches; precise BN
+        ignores train/eval flags and pins), so computed once per memory format (issue 9: saves
+        20 train-mode forwards per extra mode).
+        """
+        if self.fmt not in self.data.pop_means:
+            self.data.pop_means[self.fmt] = self._compute_population_means(n_batches)
+        return self.data.pop_means[self.fmt]
+
+    @torch.no_grad()
+    def _compute_population_means(self, n_batches: int) -> dict[str, torch.Tensor]:
         from .stats import precise_bn_statistics
         c = self.c
         stream = BatchStream(self.data.task_b, max(c.batch_size, 2), generator(c.seed, "population", "B"))
@@ -227,8 +242,11 @@ class _ModeRun:
         items = list(m.backbone.state_dict().items()) + [("head_a." + k, v) for k, v in m.head_a.state_dict().items()]
         return {k: v.detach().cpu().clone() for k, v in items}
 
-    def step(self, step: int, x: torch.Tensor, y: torch.Tensor) -> None:
-        train_step(self.model, self.model.forward_b, self.opt, step, x, y, self.c.epoch_steps, self.device, self.fmt)
+    def step(self, step: int, x: torch.Tensor, y: torch.Tensor, features: torch.Tensor | None = None) -> None:
+        if features is None:
+            train_step(self.model, self.model.forward_b, self.opt, step, x, y, self.c.epoch_steps, self.device, self.fmt)
+        else:  # the backbone's output for x (fixed features, see transfer): only the head runs
+            train_step(self.model, self.model.head_b, self.opt, step, features, y, self.c.epoch_steps, self.device)
         if self.track_drift and step in DRIFT_STEPS:
             self.drift_record[step] = _running_stats(self.stat_owner)
 
@@ -303,10 +321,29 @@ def transfer(configs: list[RunConfig], source: dict, device=None) -> list[dict]:
     device = pick_device(device)
     data = _Stream(configs[0])
     runs = [_ModeRun(c, source, data, device) for c in configs]
+    # Runs that would compute the same backbone output share one forward per step (issue 9, see
+    # feature_groups); with a finite set, fixed features are computed once for the whole set.
+    groups = feature_groups(runs) if SHARE_FEATURES else {}
+    finite = isinstance(data.batches, SetBatches)
+    tables = {key: set_features(rs[0].feature_module, data.batches.x, device, key[1], configs[0].batch_size)
+              for key, rs in groups.items() if finite and key[0] == "fixed"}
     for step in range(1, configs[0].steps + 1):
-        x, y = data.batches.next()
+        if finite:
+            idx = data.batches.next_indices()
+            x, y = data.batches.x[idx], data.batches.y[idx]
+        else:
+            x, y = data.batches.next()
+        feats = {}
+        for key, rs in groups.items():
+            if key in tables:
+                feats[key] = tables[key][idx]
+                continue
+            with torch.no_grad():
+                feats[key] = rs[0].feature_module(x.to(device, memory_format=key[1]))
+            for follower in rs[1:]:  # batch statistics: the leader's forward updated its buffers; same update
+                copy_norm_buffers(rs[0].feature_module, follower.feature_module)
         for run in runs:
-            run.step(step, x, y)
+            run.step(step, x, y, feats.get(run.feature_key))
     wall = (time.perf_counter() - t0) / len(configs)
     rows = [run.finish() for run in runs]
     for r in rows:
@@ -539,3 +576,86 @@ def finetune(cfg, source: dict, device=None) -> dict:
                final_loss=float(sum(tail) / len(tail)), diverged=not all(math.isfinite(v) for v in losses),
                source_task_a_accuracy=source["task_a_accuracy"], wall_s=time.perf_counter() - t0)
     return row
+
+# --- issue 9: finite training sets, fixed features ---------------------------------------------------------------
+
+def batch_source(task, batch_size: int, train_size: int | None, seed: int, tag: str, sampler: str = "shuffled"):
+    """The training batches of task ``tag`` of ``seed``: an endless stream of fresh samples
+    (:class:`~bnstudy.tasks.BatchStream`, ``train_size=None``) or batches sampled from a finite set of
+    ``train_size`` samples drawn once (:func:`~bnstudy.tasks.train_set`, :class:`~bnstudy.tasks.SetBatches`).
+    Both sample from the generator ``(seed, "stream", tag)``.
+    """
+    gen = generator(seed, "stream", tag)
+    if train_size is None:
+        return BatchStream(task, batch_size, gen, sampler)
+    x, y = train_set(task, train_size, seed, tag)
+    return SetBatches(x, y, batch_size, gen, sampler)
+
+
+def features_fixed(c: RunConfig) -> bool:
+    """Whether the backbone's output for a given input never changes during ``c``'s stage 2.
+
+    True unless a BatchNorm in the backbone normalises with batch statistics (``norm="batch"`` in a
+    mode with ``backbone_batch_stats``): the weights are frozen in every mode, and eval-mode
+    BatchNorm, GroupNorm, LayerNorm and the identity act on each sample alone. Then the runs of a
+    lockstep group that share a memory format share one backbone forward per step, and with a
+    finite training set (``train_size``) the features of the whole set are computed once
+    (:func:`set_features`) and only head B runs per step.
+    """
+    return not (c.norm == "batch" and get_mode(c.mode).backbone_batch_stats)
+
+
+@torch.no_grad()
+def set_features(module: torch.nn.Module, x: torch.Tensor, device, fmt, batch_size: int) -> torch.Tensor:
+    """``module``'s output ``(N, F)`` on every row of ``x (N, C, H, W)``, in chunks of exactly ``batch_size``.
+
+    Chunks of the training batch size (the last one padded with the set's first rows and cut
+    back) make oneDNN choose the same convolution kernels as a training step does, so each row
+    equals, bit for bit, what the per-step forward would give it (``tests/test_engine.py``
+    checks the rows of the cached path against the uncached one with ``==``).
+    """
+    out = []
+    for i in range(0, x.shape[0], batch_size):
+        xb = x[i:i + batch_size]
+        k = xb.shape[0]
+        if k < batch_size:
+            xb = torch.cat([xb, x[:batch_size - k]])
+        out.append(module(xb.to(device, memory_format=fmt))[:k])
+    return torch.cat(out)
+
+
+#: Share backbone forwards between the runs of a lockstep group (:func:`feature_groups`); ``False`` runs every
+#: mode's full forward, the reference the tests compare with (rows ``==``). Per step of chapter 1's four modes
+#: the backbone forwards fall from 4 to 2 (one train-mode, one eval-mode); with a finite set to 1 plus one
+#: feature table per set. Measured in CPU seconds (one process, 2-core machine at load ~24, so +-10%): a
+#: 4-mode x 300-step group 7.40 s -> 5.65 s (stream), 3.84 s (train_size=6400); stage 1 (400 steps) 8.14 s ->
+#: 5.54 s with a finite set (no per-step noise); the bench workload 6.4 -> 4.5 CPU s.
+SHARE_FEATURES = True
+
+
+def feature_groups(runs: list) -> dict:
+    """Runs of one lockstep group whose backbones give the same output on a batch, by ``(kind, memory format)``.
+
+    ``("fixed", fmt)``: features fixed (:func:`features_fixed`); the runs' backbones have the same
+    weights and buffers throughout, so one forward serves all. ``("batch", fmt)``: BatchNorm with batch
+    statistics (``train_mode``, ``separate_stats``): the output of a train-mode BatchNorm does not
+    depend on its running buffers, so every such run computes the same features from the same batch;
+    their running buffers also follow the same update sequence from the same start, so the group's
+    first run (the leader) does the forward and its buffers are copied to the others' buffer owners
+    (:func:`copy_norm_buffers`). A ``batch`` group of one run keeps the ordinary full forward.
+    """
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault(run.feature_key, []).append(run)
+    return {k: rs for k, rs in groups.items() if k[0] == "fixed" or len(rs) > 1}
+
+
+@torch.no_grad()
+def copy_norm_buffers(src: torch.nn.Module, dst: torch.nn.Module) -> None:
+    """Copy every BatchNorm buffer (running_mean, running_var, num_batches_tracked) of ``src`` into ``dst`` (same architecture)."""
+    dst_layers = batchnorm_layers(dst)
+    for name, m in batchnorm_layers(src).items():
+        d = dst_layers[name]
+        for b in ("running_mean", "running_var", "num_batches_tracked"):
+            if getattr(m, b) is not None:
+                getattr(d, b).copy_(getattr(m, b))

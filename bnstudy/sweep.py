@@ -211,8 +211,10 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
             else:
                 # parallel_config (unlike Parallel(backend=...)) also registers joblib's external
                 # backends, "dask" and "ray", on first use.
+                if ex.backend == "ray":
+                    _register_ray()
                 with joblib.parallel_config(backend=ex.backend, n_jobs=min(n_jobs, len(pending))):
-                    for n in joblib.Parallel(return_as="generator_unordered")(jobs):
+                    for n in _parallel()(jobs):
                         bar.update(n)
         finally:
             bar.close()
@@ -223,3 +225,26 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
             raise RuntimeError(f"run_sweep: no cached result for config {c} after the sweep")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --- issue 9: cluster backends -------------------------------------------------------------------------------------
+
+def _register_ray() -> None:
+    """Register ray's joblib backend (joblib does not ship it); ``ImportError`` naming the extra if ray is missing."""
+    try:
+        from ray.util.joblib import register_ray
+    except ImportError as e:
+        raise ImportError('backend="ray" needs ray: pip install -e ".[ray]" (see the README, "Run on a cluster")') from e
+    register_ray()
+
+
+def _parallel() -> "joblib.Parallel":
+    """A ``joblib.Parallel`` yielding results as they finish; for backends that cannot (ray's, ``multiprocessing``:
+    "does not support return_as=generator_unordered") one returning them all at the end (every run is still cached
+    by its worker as it finishes)."""
+    try:
+        return joblib.Parallel(return_as="generator_unordered")
+    except ValueError as e:
+        if "return_as" not in str(e):
+            raise
+        return joblib.Parallel(return_as="list")

@@ -211,3 +211,73 @@ def task_b_of(c) -> TemplateTask:
     ``task_b_classes``, ``corruption`` and ``corruption_level`` default to today's task B when ``c`` lacks them."""
     return make_task_b(c.seed, c.n_classes, c.noise, c.brightness, c.contrast, getattr(c, "task_b_classes", "new"),
                        getattr(c, "corruption", "none"), getattr(c, "corruption_level", 0.0))
+
+# --- issue 9: finite training sets -----------------------------------------------------------------------------------
+
+def train_set(task: TemplateTask, n: int, seed: int, tag: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A finite training set drawn once, as a real data set is: ``x (n, 3, 32, 32)``, ``y (n,)``.
+
+    Classes are balanced (``n // n_classes`` or one more each) in a random order; each sample's
+    noise is drawn once, from its own generator ``(seed, "train_set", tag)``, so the set is a
+    fixed function of the seed, the task and ``n``. Raises ``ValueError`` for ``n < 1``.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"train_size must be a positive integer, got {n!r}")
+    g = generator(seed, "train_set", tag)
+    y = (torch.arange(n) % task.n_classes)[torch.randperm(n, generator=g)]
+    return task.sample(y, g), y
+
+
+class SetBatches:
+    """Endless batches of ``batch_size`` from a finite set ``x (n, ...)``, ``y (n,)``: the sampler of a DataLoader.
+
+    ``sampler="shuffled"``: a fresh random permutation per epoch, consecutive batches of it, an
+    incomplete last batch dropped (``DataLoader(shuffle=True, drop_last=True)``). ``"class_sorted"``:
+    every batch holds one class, classes cycling in a random order per round of ``n_classes``
+    batches, each class's samples taken in a per-class random order that restarts when used up
+    (the worst case of a loader walking a set sorted by label). :meth:`next_indices` gives the
+    rows of the set a batch uses (for cached features); :meth:`next` the batch itself.
+    Raises ``ValueError`` for an unknown sampler, ``batch_size < 1`` or ``batch_size > n`` (shuffled).
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, gen: torch.Generator,
+                 sampler: str = "shuffled"):
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler={sampler!r} is not allowed; choose one of {list(SAMPLERS)}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if sampler == "shuffled" and batch_size > len(y):
+            raise ValueError(f"batch_size must be <= train_size with the shuffled sampler, got batch_size="
+                             f"{batch_size} and train_size={len(y)}")
+        self.x, self.y, self.batch_size, self.gen, self.sampler = x, y, batch_size, gen, sampler
+        self._perm, self._pos = torch.empty(0, dtype=torch.long), 0
+        self._order: list[int] = []
+        self._class_rows = [torch.nonzero(y == k).flatten() for k in range(int(y.max()) + 1)]
+        self._class_perm: dict[int, torch.Tensor] = {}
+        self._class_pos: dict[int, int] = {}
+
+    def next_indices(self) -> torch.Tensor:
+        """Row indices ``(batch_size,)`` of the next batch."""
+        b = self.batch_size
+        if self.sampler == "shuffled":
+            if self._pos + b > len(self._perm):
+                self._perm, self._pos = torch.randperm(len(self.y), generator=self.gen), 0
+            idx = self._perm[self._pos:self._pos + b]
+            self._pos += b
+            return idx
+        if not self._order:
+            self._order = torch.randperm(len(self._class_rows), generator=self.gen).tolist()
+        k = self._order.pop(0)
+        rows, out, need = self._class_rows[k], [], b
+        while need:
+            if self._class_pos.get(k, len(rows)) >= len(rows):
+                self._class_perm[k], self._class_pos[k] = rows[torch.randperm(len(rows), generator=self.gen)], 0
+            take = self._class_perm[k][self._class_pos[k]:self._class_pos[k] + need]
+            self._class_pos[k] += len(take)
+            out.append(take)
+            need -= len(take)
+        return torch.cat(out)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = self.next_indices()
+        return self.x[idx], self.y[idx]

@@ -111,3 +111,64 @@ def test_memory_format_follows_what_the_mode_says():
     assert engine.memory_format_for("train_mode") == engine.TRAIN_MEMORY_FORMAT
     assert engine.memory_format_for("separate_stats") == engine.TRAIN_MEMORY_FORMAT
     assert engine.memory_format_for("backbone_eval") == engine.EVAL_MEMORY_FORMAT
+
+
+# --- issue 9: finite training sets and fixed (cached) features ----------------------------------------------------
+
+def test_finite_set_is_a_fixed_function_of_seed_task_and_size():
+    from bnstudy.tasks import SetBatches, make_task, train_set
+    task = make_task(0, "B", 10, 3.0, 4.0, 5.0)
+    (xa, ya), (xb, yb) = train_set(task, 100, 0, "B"), train_set(task, 100, 0, "B")
+    assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert torch.bincount(ya).tolist() == [10] * 10
+    assert not torch.equal(train_set(task, 100, 1, "B")[0], xa)
+    for sampler in ("shuffled", "class_sorted"):
+        s1, s2 = (SetBatches(xa, ya, 16, engine.generator(0, "stream", "B"), sampler) for _ in range(2))
+        seen = []
+        for _ in range(13):
+            i1, i2 = s1.next_indices(), s2.next_indices()
+            assert torch.equal(i1, i2)
+            seen.append(i1)
+            if sampler == "class_sorted":
+                assert len(set(ya[i1].tolist())) == 1
+        if sampler == "shuffled":  # an epoch (6 batches of 16 from 100) never repeats a row
+            assert len(set(torch.cat(seen[:6]).tolist())) == 96
+
+
+def test_finite_set_run_is_deterministic_and_differs_from_the_stream():
+    c = _cfgs(6, steps=20, train_size=200)
+    src = engine.train_source(c[0].source)
+    a = engine.transfer(c, src)
+    b = engine.transfer(c, engine.train_source(c[0].source))
+    for ra, rb in zip(a, b):
+        assert {k: v for k, v in ra.items() if k != "wall_s"} == {k: v for k, v in rb.items() if k != "wall_s"}
+    assert src["backbone"]["blocks.0.conv.weight"].ne(
+        engine.train_source(c[0].source.replace(train_size=None))["backbone"]["blocks.0.conv.weight"]).any()
+
+
+def _uncached_transfer(monkeypatch, cfgs, src):
+    monkeypatch.setattr(engine, "SHARE_FEATURES", False)
+    out = engine.transfer(cfgs, src)
+    monkeypatch.undo()
+    return out
+
+
+@pytest.mark.parametrize("kw", [dict(train_size=150), dict(train_size=150, head="mlp_bn", sampler="class_sorted"),
+                                dict(train_size=None), dict(norm="group", train_size=150)])
+def test_cached_features_give_rows_equal_to_the_full_forward(monkeypatch, kw):
+    cfgs = _cfgs(7, steps=23, **kw)
+    src = engine.train_source(cfgs[0].source)
+    cached = engine.transfer(cfgs, src)
+    plain = _uncached_transfer(monkeypatch, cfgs, src)
+    assert engine.feature_groups  # both paths ran: shared/cached (default) and full forwards (SHARE_FEATURES off)
+    for c, r1, r2 in zip(cfgs, cached, plain):
+        for k in r1:
+            if k != "wall_s":
+                assert r1[k] == r2[k], (c.mode, k)
+
+
+def test_train_size_is_checked():
+    with pytest.raises(ValueError, match="train_size must be an integer >= 16"):
+        RunConfig(**SMALL, train_size=8)
+    with pytest.raises(ValueError, match="batch_size must be <= train_size"):
+        RunConfig(**{**SMALL, "stage1_batch_size": 4, "batch_size": 32}, train_size=20)

@@ -96,7 +96,7 @@ _SCRIPT = textwrap.dedent("""
     from bnstudy import engine
     from bnstudy.config import Execution, RunConfig
     from bnstudy.modes import MODE_NAMES
-    cfgs = [RunConfig(**{tiny}, seed=s, mode=m, steps=150) for s in range(3) for m in MODE_NAMES]
+    cfgs = [RunConfig(**dict({tiny}, steps=150), seed=s, mode=m) for s in range(3) for m in MODE_NAMES]
     ex = Execution(cache_dir=sys.argv[1], n_jobs=2, progress=False)
     engine.transfer_sweep(cfgs, "{ns}", ex).drop(columns=["wall_s"]).to_json(sys.argv[2])
 """)
