@@ -1,0 +1,143 @@
+"""The freeze audit on real architectures: every torchvision classification model with a norm layer.
+
+For each model (``weights=None``, small inputs, batch 2) one training step of the classifier's last
+linear layer runs under :class:`bnstudy.audit.FreezeAudit` twice, from the same initial state:
+
+* naive freeze: every other parameter ``requires_grad_(False)``, model left in train mode;
+* correct freeze: the same, with the model pinned in eval mode (:func:`bnstudy.freeze.pin_eval`;
+  for the dozen also :func:`bnstudy.freeze.freeze_batchnorm`, which keeps train mode).
+
+Checked: no crash; with running statistics (BatchNorm) the naive freeze is caught
+(``assert_frozen`` raises on the frozen part, buffers moved, a warning lint fired); without them
+(LayerNorm-only ConvNeXt, ViT, Swin) nothing is caught; the correct freeze raises no alarm (nothing
+in the frozen part moved, no warning lint). The dozen runs in ``make test``; every model runs with
+``make test-torchvision-all`` (marker ``torchvision_all``, skipped unless selected).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+from bnstudy.audit import FreezeAudit
+from bnstudy.freeze import freeze_batchnorm, pin_eval
+from bnstudy.vision import audit_model, classification_model_names, has_batchnorm, has_norm_layer, logits_only
+
+#: The representative dozen: plain BN (ResNet, DenseNet, ShuffleNet, MNASNet), auxiliary heads (GoogLeNet,
+#: Inception v3), squeeze-and-excitation and stochastic depth (EfficientNet, MobileNetV3, RegNetY), LayerNorm
+#: only (ConvNeXt with stochastic depth, ViT, Swin).
+DOZEN = ("resnet18", "densenet121", "shufflenet_v2_x0_5", "mnasnet0_5", "googlenet", "inception_v3",
+         "efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf", "convnext_tiny", "vit_b_16", "swin_t")
+
+
+def head_name(model: nn.Module) -> str:
+    """The qualified name of the model's last ``nn.Linear`` (its classifier)."""
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    return names[-1]
+
+
+def frozen_cover(module: nn.Module, head: str, prefix: str = "") -> list[str]:
+    """Module names whose subtrees cover every module except ``head`` (and the modules on the path to it)."""
+    out = []
+    for n, c in module.named_children():
+        full = f"{prefix}.{n}" if prefix else n
+        if full == head:
+            continue
+        out += frozen_cover(c, head, full) if head.startswith(full + ".") else [full]
+    return out
+
+
+def one_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, correct: str | None) -> FreezeAudit:
+    """One SGD step of the head under a FreezeAudit; ``correct``: None (naive), ``"pin_eval"`` or ``"freeze_bn"``."""
+    head = model.get_submodule(head_name(model))
+    if correct == "freeze_bn":
+        model = freeze_batchnorm(model)
+    model.requires_grad_(False)
+    head.requires_grad_(True)
+    model.train()
+    if correct == "pin_eval":
+        pin_eval(model)
+    opt = torch.optim.SGD(head.parameters(), lr=0.1)
+    with FreezeAudit(model, probe=x, warn=False) as audit:
+        model.train()  # what every training loop does
+        loss = nn.functional.cross_entropy(logits_only(model(x)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    audit.frozen = frozen_cover(model, head_name(model))
+    return audit
+
+
+def audit_outcome(name: str, variants=("pin_eval",)) -> str:
+    """``"caught"`` (BN model: naive freeze caught, correct ones clean), ``"clean"`` (no running statistics:
+    nothing to catch, no alarm), ``"no norm"``; raises AssertionError on a misjudgement."""
+    model, size = audit_model(name)
+    if not has_norm_layer(model):
+        return "no norm"
+    tracked = has_batchnorm(model)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(2, 3, size, size, generator=g), torch.tensor([0, 1])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+
+    naive = one_step(model, x, y, None)
+    warnings = [l for l in naive.lints if l.severity == "warning"]
+    if tracked:
+        with pytest.raises(AssertionError, match="is not frozen"):
+            naive.assert_frozen(naive.frozen, outputs=False)
+        assert naive.moved(naive.frozen)["kind"].eq("buffer").all()
+        assert warnings, f"{name}: naive freeze moved buffers but no warning lint fired"
+    else:
+        naive.assert_frozen(naive.frozen, outputs=False)  # nothing to catch: no false alarm
+    for variant in variants:
+        model, _ = audit_model(name)
+        model.load_state_dict(state)
+        good = one_step(model, x, y, variant)
+        good.assert_frozen(good.frozen, outputs=False)
+        alarms = [l for l in good.lints if l.severity == "warning"]
+        assert not alarms, f"{name} ({variant}): false alarm {[(l.code, l.layer) for l in alarms]}"
+    del model
+    gc.collect()
+    return "caught" if tracked else "clean"
+
+
+@pytest.mark.parametrize("name", DOZEN)
+def test_audit_catches_naive_freeze_and_clears_correct_freeze_on_torchvision_model(name):
+    assert audit_outcome(name, variants=("pin_eval", "freeze_bn")) in ("caught", "clean")
+
+
+def test_dozen_covers_aux_heads_stochastic_depth_se_and_layernorm():
+    assert {"googlenet", "inception_v3"} <= set(DOZEN)
+    assert {"convnext_tiny", "vit_b_16"} <= set(DOZEN)
+    assert {"efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf"} <= set(DOZEN)
+    assert set(DOZEN) <= set(classification_model_names())
+
+
+def test_layernorm_models_have_nothing_to_catch():
+    for name in ("convnext_tiny", "vit_b_16"):
+        model, _ = audit_model(name)
+        assert has_norm_layer(model) and not has_batchnorm(model)
+
+
+@pytest.mark.torchvision_all
+def test_audit_on_every_torchvision_classification_model(request, capsys):
+    """Every model; prints the counts (caught, clean, failed, no norm) for the closing note."""
+    if "torchvision_all" not in (request.config.getoption("markexpr") or "").replace("not torchvision_all", ""):
+        pytest.skip("select with -m torchvision_all (make test-torchvision-all)")
+    outcomes, failures = {}, {}
+    for name in classification_model_names():
+        try:
+            outcomes[name] = audit_outcome(name)
+        except Exception as e:  # noqa: BLE001  (recorded, then failed below)
+            outcomes[name] = "failed"
+            failures[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        with capsys.disabled():
+            print(f"{name}: {outcomes[name]}", flush=True)
+    counts = {k: sum(v == k for v in outcomes.values()) for k in ("caught", "clean", "failed", "no norm")}
+    with capsys.disabled():
+        print(f"\ncounts over {len(outcomes)} models: {counts}")
+        for n, f in failures.items():
+            print(f"FAILED {n}: {f}")
+    assert not failures, failures
