@@ -123,10 +123,11 @@ def has_batchnorm(model: nn.Module) -> bool:
 
 
 #: Smallest square input (pixels) the audit test feeds each torchvision classification model; 32 otherwise.
-#: Inception v3 needs 75 (its stem reduces by 8 before 3x3 valid convolutions); GoogLeNet's aux heads pool
-#: to 4x4 from 1/16 resolution; ViTs and Swin/MaxViT need their fixed or window-divisible sizes.
-AUDIT_INPUT_SIZE = {"inception_v3": 75, "googlenet": 64, "vit_b_16": 224, "vit_b_32": 224, "vit_l_16": 224,
-                    "vit_l_32": 224, "vit_h_14": 224, "swin_t": 64, "swin_s": 64, "swin_b": 64,
+#: Inception v3 with its auxiliary head needs 299 (the aux head pools 5x5, stride 3, from a 17x17 map); GoogLeNet's aux heads pool
+#: to 4x4 from 1/16 resolution; ViTs are built for 2x2 patches (``image_size`` passed to the builder); MaxViT needs
+#: 224 (7x7 partitions at 1/32).
+AUDIT_INPUT_SIZE = {"inception_v3": 299, "googlenet": 64, "vit_b_16": 32, "vit_b_32": 64, "vit_l_16": 32,
+                    "vit_l_32": 64, "vit_h_14": 28, "swin_t": 64, "swin_s": 64, "swin_b": 64,
                     "swin_v2_t": 64, "swin_v2_s": 64, "swin_v2_b": 64, "maxvit_t": 224}
 
 

@@ -52,10 +52,11 @@ TIE_MARGIN = 0.02
 #: A cost below this (accuracy, fraction) with 95% confidence counts as "safe" (chapter 3's ``min_effect``).
 MIN_EFFECT = 0.01
 
-#: Profile sizes (the only place they are set). quick: 2 seeds, 2 corruptions at severity 5, short training;
-#: full: 10 seeds, all five corruptions at severities 1, 3, 5.
+#: Profile sizes (the only place they are set). quick: 2 seeds, 2 corruptions at severity 5, short training
+#: (a pipeline check: 66 runs; 18 min of wall time measured at stage1_steps=60, steps=40 on the shared 2-core
+#: machine at load 20, about 4 CPU-minutes); full: 10 seeds, all five corruptions at severities 1, 3, 5 (1,500 runs).
 PROFILES = {
-    "quick": dict(seeds=2, corruptions=("inversion", "gaussian_noise"), severities=(5,), stage1_steps=60, steps=40),
+    "quick": dict(seeds=2, corruptions=("inversion", "gaussian_noise"), severities=(5,), stage1_steps=40, steps=30),
     "full": dict(seeds=10, corruptions=("brightness", "contrast", "gaussian_noise", "blur", "inversion"),
                  severities=(1, 3, 5), stage1_steps=200, steps=100),
 }
@@ -500,9 +501,10 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
     adj = holm(pvals)
     for n in nets:
         out["rho_p_holm"][n] = adj[n]
-        out["c1_mismatch_ranks_cost"][n] = _word(out["rho_cost"][n] > 0 and adj[n] < 0.05)
+        out["c1_mismatch_ranks_cost"][n] = ("not testable" if math.isnan(out["rho_cost"][n])
+                                            else _word(out["rho_cost"][n] > 0 and adj[n] < 0.05))
         verdicts = [out[k][n] for k in out if k.startswith(("f1", "f2", "f3", "f4", "c1", "c2", "c3"))]
-        out["all_hold"][n] = "yes" if all(v == "holds" for v in verdicts) else "no"
+        out["all_hold"][n] = "yes" if all(v in ("holds", "not testable") for v in verdicts) else "no"
     return Findings(n_seeds=int(df["seed"].nunique()), chance=chance, networks=nets,
                     reference=f"{reference[0]} at severity {reference[1]}",
                     n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]), **out)
