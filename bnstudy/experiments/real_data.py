@@ -377,7 +377,7 @@ def tost_interval(values, confidence: float = 0.90) -> Interval:
 class Findings:
     """Every number and verdict chapter 7's prose cites, per network (dicts keyed by network name).
 
-    Chapter 1 (at the reference condition): ``f1_weights_unchanged`` (every weight's change == 0);
+    ``networks``: their names, comma-separated. Chapter 1 (at the reference condition): ``f1_weights_unchanged`` (every weight's change == 0);
     ``f2_task_a_falls`` (``train_mode``'s task A "holds" at most 1.5x chance, "holds in part" if only
     significantly below where it started); ``f3_pinned_keep_a`` (pinned modes' task A after == before)
     and ``f3_pinned_lower_b`` (``train_mode - pinned`` on task B, 95% interval above zero, both pinned
@@ -391,7 +391,7 @@ class Findings:
 
     n_seeds: int
     chance: float
-    networks: tuple
+    networks: str
     reference: str
     n_conditions: int
     task_a_source: dict
@@ -505,7 +505,7 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
                                             else _word(out["rho_cost"][n] > 0 and adj[n] < 0.05))
         verdicts = [out[k][n] for k in out if k.startswith(("f1", "f2", "f3", "f4", "c1", "c2", "c3"))]
         out["all_hold"][n] = "yes" if all(v in ("holds", "not testable") for v in verdicts) else "no"
-    return Findings(n_seeds=int(df["seed"].nunique()), chance=chance, networks=nets,
+    return Findings(n_seeds=int(df["seed"].nunique()), chance=chance, networks=", ".join(nets),
                     reference=f"{reference[0]} at severity {reference[1]}",
                     n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]), **out)
 
@@ -532,7 +532,7 @@ def verdict_table(F: Findings) -> pd.DataFrame:
     """Tidy verdict table: ``chapter, claim, network, verdict, number, value, ci_low, ci_high``."""
     recs = []
     for key, chapter, claim in CLAIMS:
-        for n in F.networks:
+        for n in F.task_a_source:  # networks, in run order
             num = CLAIM_NUMBER.get(key)
             v = getattr(F, num)[n] if num else None
             iv = v if isinstance(v, Interval) else None
@@ -554,4 +554,4 @@ def verdict_grid(F: Findings) -> pd.DataFrame:
         return f"{r['verdict']} ({r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}])"
     t["cell"] = t.apply(cell, axis=1)
     g = t.pivot_table(index=["chapter", "claim"], columns="network", values="cell", aggfunc="first", sort=False)
-    return g[list(F.networks)].reset_index()
+    return g[list(F.task_a_source)].reset_index()
