@@ -8,17 +8,17 @@ backbones, each mapping ``(B, 3, H, W)`` images to ``(B, out_features)`` feature
 * ``resnet18``: torchvision's ResNet-18 (He et al., 2016), ``weights=None``, with a small-image
   stem in the spirit of the CIFAR stems (3x3 ``conv1`` instead of 7x7, no max pool), but keeping
   ``conv1``'s stride 2: a 16x16 input gives 8x8 maps in ``layer1`` and 1x1 in ``layer4``. The CIFAR
-  stem's stride 1 (16x16 maps in ``layer1``) was tried and measured 4x slower (0.71 s against
-  about 0.18 s for a train-mode forward pass of 32 images on this project's shared 2-core CPU),
+  stem's stride 1 (16x16 maps in ``layer1``) was tried and measured 4-6x slower (0.71 s against
+  0.12 s for a train-mode forward pass of 32 images on this project's shared 2-core CPU),
   too slow for ten seeds. ``fc`` replaced by the identity (512 features).
 * ``mobilenet_v3_small``: torchvision's MobileNetV3-small (Howard et al., 2019), ``weights=None``,
   unchanged stem (its five stride-2 stages bring 16x16 to 1x1; stride 1 in the first convolution
-  was likewise 4x slower); ``classifier`` replaced by the identity (576 features after global
+  made a train step of 32 images about 2x slower, 0.94 s against 0.41 s); ``classifier`` replaced by the identity (576 features after global
   pooling), so the new heads sit directly on the pooled features as on the other backbones.
 
 Grayscale digits are repeated to 3 channels (:mod:`bnstudy.data`), so every stem keeps its
-3-channel convolution and its BatchNorm layers are exactly torchvision's, with PyTorch's default
-momentum 0.1 (torchvision's MobileNetV3 sets 0.01: kept as built; see :func:`make_backbone`).
+3-channel convolution. Every BatchNorm layer gets momentum 0.1 (torchvision's MobileNetV3 builds 0.01;
+see :func:`make_backbone`), so the networks differ in architecture only.
 """
 
 from __future__ import annotations

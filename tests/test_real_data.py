@@ -99,6 +99,14 @@ def test_torchvision_is_imported_only_through_the_shim():
 
 # --- config --------------------------------------------------------------------------------------------------------
 
+def test_notebook_nones_take_the_profile_and_networks_match_the_vision_module():
+    from bnstudy.vision import NETWORKS
+    assert rd.NETWORKS == NETWORKS
+    cfg = rd.make_config("quick", seeds=None, networks=None, corruptions=None, severities=None, stage1_steps=None,
+                         steps=None)
+    assert cfg.networks == NETWORKS and cfg.seeds == (0, 1)
+
+
 def test_config_rejects_bad_values_naming_the_parameter():
     with pytest.raises(ValueError, match="networks"):
         rd.make_config("quick", networks=("vgg",))
