@@ -185,6 +185,21 @@ def test_findings_refuse_a_table_without_the_four_modes_at_the_reference():
         rd.findings(df, ("contrast", 5))
 
 
+def test_spearman_p_is_exact_for_few_conditions():
+    rho, p = rd.spearman_greater([1, 2, 3], [0.1, 0.2, 0.3])
+    assert rho == pytest.approx(1.0) and p == pytest.approx(1 / 6)
+    rho, p = rd.spearman_greater([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
+    assert rho == pytest.approx(-1.0) and p == pytest.approx(1.0)
+    rho, p = rd.spearman_greater(list(range(12)), list(range(12)))
+    assert p < 1e-6
+
+
+def test_three_perfectly_ranked_conditions_are_not_enough_to_claim_the_ranking():
+    df = _table(True)
+    F = rd.findings(df[~((df["corruption"] == "blur") & (df["severity"] == 1))], ("inversion", 5))
+    assert F.rho_cost["n"] == pytest.approx(1.0) and F.c1_mismatch_ranks_cost["n"] == "does not hold"
+
+
 def test_holm_adjustment_is_step_down_and_monotone():
     adj = rd.holm({"a": 0.01, "b": 0.04, "c": 0.03})
     assert adj == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
