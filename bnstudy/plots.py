@@ -321,12 +321,14 @@ def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
             h = g[g["metric"] == metric].set_index("mode").loc[modes]
             x = np.arange(len(modes)) + (k - 1) * 0.22
             ax.errorbar(x, h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]], fmt="o", ms=5,
-                        capsize=3, label=label, color=sns.color_palette("colorblind")[k + 4])
+                        capsize=3, label=label, color=sns.color_palette("colorblind")[(0, 1, 2)[k]])
         ax.axhline(chance, color="grey", ls=":", lw=1, label="chance")
         ax.set_xticks(range(len(modes))); ax.set_xticklabels(modes, rotation=25, ha="right")
         ax.set_title(net); ax.set_ylim(0, 1.02)
     axes[0][0].set_ylabel("held-out accuracy (fraction)")
-    axes[0][-1].legend(fontsize=9, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, bbox_to_anchor=(0.5, -0.02),
+               frameon=False)
     return fig
 
 
@@ -354,6 +356,8 @@ def ch07_effects_figure(eff: pd.DataFrame):
             if i == len(nets) - 1:
                 ax.set_xlabel("severity")
     axes[0][0].legend(fontsize=9)
+    # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
+    axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
     return fig
 
 
@@ -371,7 +375,13 @@ def ch07_mismatch_figure(cond: pd.DataFrame):
             ax.errorbar(h["mismatch_kl"], h["cost"], yerr=[h["cost"] - h["cost_lo"], h["cost_hi"] - h["cost"]],
                         fmt="o", ms=5, capsize=2, lw=0.8, color=colors[corr], label=corr)
         ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6); ax.set_title(net)
+        # ticks at 1, 2 and 5 per decade, plain numbers (a narrow log range otherwise labels every minor tick)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(2, 5)))
+        for fmt in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+            fmt(matplotlib.ticker.FormatStrFormatter("%.2g"))
         ax.set_xlabel("mismatch KL (nats)")
+    # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
+    axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
     axes[0][0].set_ylabel("cost: task A accuracy lost")
     axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9)
     return fig
