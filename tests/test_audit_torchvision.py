@@ -108,8 +108,9 @@ def audit_outcome(name: str, variants=("pin_norm_eval",)) -> str:
             model(probe_warmup)
         return model
 
-    del model
-    model = warmed()
+    model.train()  # the first build, warmed as warmed() warms each rebuild
+    with torch.no_grad():
+        model(probe_warmup)
 
     naive = one_step(model, x, y, None)
     warnings = [l for l in naive.lints if l.severity == "warning"]
@@ -135,9 +136,14 @@ def audit_outcome(name: str, variants=("pin_norm_eval",)) -> str:
     return "caught" if tracked else "clean"
 
 
+#: Models of the dozen whose norm layers keep no running statistics (LayerNorm): nothing to catch.
+LAYERNORM_ONLY = ("convnext_tiny", "vit_b_16", "swin_t")
+
+
 @pytest.mark.parametrize("name", DOZEN)
 def test_audit_catches_naive_freeze_and_clears_correct_freeze_on_torchvision_model(name):
-    assert audit_outcome(name, variants=("pin_norm_eval", "freeze_bn")) in ("caught", "clean")
+    expected = "clean" if name in LAYERNORM_ONLY else "caught"
+    assert audit_outcome(name, variants=("pin_norm_eval", "freeze_bn")) == expected
 
 
 def test_dozen_covers_aux_heads_stochastic_depth_se_and_layernorm():
@@ -145,12 +151,6 @@ def test_dozen_covers_aux_heads_stochastic_depth_se_and_layernorm():
     assert {"convnext_tiny", "vit_b_16"} <= set(DOZEN)
     assert {"efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf"} <= set(DOZEN)
     assert set(DOZEN) <= set(classification_model_names())
-
-
-def test_layernorm_models_have_nothing_to_catch():
-    for name in ("convnext_tiny", "vit_b_16"):
-        model, _ = audit_model(name)
-        assert has_norm_layer(model) and not has_batchnorm(model)
 
 
 @pytest.mark.torchvision_all
