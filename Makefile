@@ -40,3 +40,8 @@ clean:
 clean-cache:
 	@test -n "$(BNSTUDY_CACHE_DIR)" || { echo "BNSTUDY_CACHE_DIR is empty; nothing removed"; exit 1; }
 	rm -rf "$(BNSTUDY_CACHE_DIR)"
+
+# Chapter 7 (issue 15): the freeze audit on every torchvision classification model with a norm layer (slow).
+.PHONY: test-torchvision-all
+test-torchvision-all: $(STAMP)
+	$(PY) -m pytest -q -m torchvision_all tests/test_audit_torchvision.py
