@@ -8,13 +8,14 @@
 the executed notebook ``NN-name.ipynb``, its tables ``results/`` (CSV, each with a JSON sidecar of what it
 ran with), its figures ``figures/`` (PNG, SVG), and ``NN-name.html``, the executed chapter rendered with
 nbconvert, glued numbers filled in, for a person to open. Cell outputs and a sweep progress bar stream to
-the terminal while it runs. Finished runs are cached (``--cache-dir``, default ``$BNSTUDY_CACHE_DIR`` or
-``~/.cache/bnstudy``), so rerunning with more seeds computes only the new ones.
+the terminal while it runs. Finished runs are cached (``--cache-dir``, default ``$BNSTUDY_CACHE_DIR``, else
+the checkout's ``.cache/bnstudy`` that ``make`` fills when it exists, else ``~/.cache/bnstudy``), so rerunning with more seeds computes only the new ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import base64
 import re
 import sys
@@ -24,6 +25,9 @@ from pathlib import Path
 from . import book
 
 RESERVED = ("results_dir", "figures_dir")  # set from --out
+
+#: The run cache `make` uses in this checkout (Makefile: BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy).
+REPO_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "bnstudy"
 
 
 def chapters() -> dict[str, Path]:
@@ -197,8 +201,11 @@ def cmd_chapter(args) -> int:
     params = collect_parameters(args, defaults)
     out = Path(args.out).resolve()
     params.update(results_dir=str(out / "results"), figures_dir=str(out / "figures"))
-    if args.cache_dir is not None and "cache_dir" in defaults:
-        params["cache_dir"] = str(Path(args.cache_dir).resolve())
+    cache = args.cache_dir
+    if cache is None and not os.environ.get("BNSTUDY_CACHE_DIR") and REPO_CACHE.is_dir():
+        cache = REPO_CACHE  # the cache `make book` filled in this checkout, so a rerun reuses its runs
+    if cache is not None and "cache_dir" in defaults:
+        params["cache_dir"] = str(Path(cache).resolve())
     print(f"bnstudy: running {nb_path.name} (profile {args.profile}) into {out}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     try:
@@ -240,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="quick (minutes, 3 seeds) or full (the published book); default quick")
     ch.add_argument("--out", required=True, metavar="DIR", help="folder for every output of the rerun")
     ch.add_argument("--cache-dir", metavar="DIR", default=None,
-                    help="run cache (default $BNSTUDY_CACHE_DIR or ~/.cache/bnstudy); e.g. DIR/cache to keep it apart")
+                    help="run cache (default $BNSTUDY_CACHE_DIR, else the checkout's .cache/bnstudy that make fills, "
+                         "else ~/.cache/bnstudy); e.g. DIR/cache to keep it apart")
     ch.add_argument("--no-html", action="store_true", help="skip rendering the executed notebook to HTML")
     ch.add_argument("--quiet", action="store_true", help="do not stream cell outputs and progress")
     ch.set_defaults(func=cmd_chapter)
