@@ -387,7 +387,8 @@ def budget_figure_ch01(chosen: pd.DataFrame):
         ax.set_title("SGD + momentum" if o == "sgd" else "Adam")
         ax.set_xlabel("head-training steps")
     axes[0][0].set_ylabel("task-B accuracy (fraction)")
-    axes[0][-1].legend(fontsize=9, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
 
 
@@ -403,7 +404,8 @@ def lr_figure(lrt: pd.DataFrame):
         ax.set_xscale("log"); ax.set_xlabel("learning rate")
         ax.set_title("SGD + momentum" if o == "sgd" else "Adam")
     axes[0][0].set_ylabel("validation accuracy, task B")
-    axes[0][-1].legend(fontsize=9, loc="lower left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
 
 
@@ -476,6 +478,18 @@ def sorted_training_figure(t6: pd.DataFrame):
             ax.errorbar(x, iv.mean, yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], color="black", capsize=4)
             ax.scatter(np.full(len(g), x), g[q], s=10, color="black", alpha=0.5, zorder=3)
     ax.set_xticks(range(len(qs))); ax.set_xticklabels([n for _, n in qs])
-    ax.set_ylim(0, 1.05); ax.set_ylabel("accuracy on task A (fraction)")
-    ax.legend(loc="upper right", fontsize=9)
+    ax.set_ylim(0, 1.25); ax.set_yticks(np.linspace(0, 1, 6)); ax.set_ylabel("accuracy on task A (fraction)")
+    ax.legend(loc="upper center", ncol=2, fontsize=9)
     return min_text_size(fig)
+
+
+def fit_page(fig: plt.Figure, width: float = 6.6, min_size: float = 9.0) -> plt.Figure:
+    """Shrink ``fig`` to at most ``width`` inches wide (aspect kept) and raise text below ``min_size`` pt.
+
+    A figure wider than the page is scaled down by the browser, and its text with it; at most the
+    page's width (about 6.6 in at 100 dpi in the book's theme), text set at 9 pt stays 9 pt.
+    """
+    w, h = fig.get_size_inches()
+    if w > width:
+        fig.set_size_inches(width, h * width / w)
+    return min_text_size(fig, min_size)

@@ -114,7 +114,8 @@ def test_findings_on_a_table_where_every_claim_holds():
     assert f.t5_lint_matches == "holds"
     # issue 10: dropout's share of the fix's lower main head, the effective count, training on sorted batches
     assert f.t3_dropout_effect.mean == pytest.approx(0.11) and f.t3_dropout_lowers_main == "holds"
-    assert f.t3_fix_vs_whole.mean == pytest.approx(0.0)
+    assert f.t3_fix_vs_whole.mean == pytest.approx(0.0) and f.t3_nodrop_equals_whole == "does not hold"
+    assert ch.findings(_table(nodrop=(0.8, 0.8, 0.8))).t3_nodrop_equals_whole == "holds"
     assert f.t5_loss["b4"].mean == pytest.approx(0.35) and f.t5_safe_batch == 16.0 and f.t5_safe_count == 1024.0
     assert f.t5_count["b1"] == 64.0 and f.t5_loss_at_safe_half.mean == pytest.approx(0.35)
     assert f.t6_meter_sorted == pytest.approx(0.95) and f.t6_eval_sorted == pytest.approx(0.25)
@@ -197,6 +198,9 @@ def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
     assert (_q(t, "whole_eval", "backbone_only", "aux_loss_fraction") == 1).all()
     assert (_q(t, "whole_eval", "backbone_only_dropout_off", "dropout_train_fraction") == 0).all()
     assert (_q(t, "whole_eval", "backbone_only_dropout_off", "aux_loss_fraction") == 1).all()
+    # dropout is the only difference for the main head: off, the fix trains it exactly as the whole-eval run
+    assert (_q(t, "whole_eval", "backbone_only_dropout_off", "task_b_main").values
+            == _q(t, "whole_eval", "whole_model", "task_b_main").values).all()
     for case in ("shuffled", "class_sorted"):
         assert _q(t, "sorted_training", case, "heldout_eval_accuracy").between(0, 1).all()
     assert (_q(t, "tiny_batch", "batch_2", "min_values_per_channel") == 2 * 8 * 8).all()  # m x H x W, last block

@@ -403,7 +403,9 @@ def _whole_eval(ctx: _Ctx, case: str):
         aux_terms.append(isinstance(o, AuxOutputs))
         return aux_loss(o, y)
 
-    with audit.FreezeAudit(model, warn=False) as a:
+    # dropout draws from torch's global generator: seed it per seed so the trap is reproducible on its own
+    with audit.FreezeAudit(model, warn=False) as a, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(c.seed, "ch02", "dropout"))
         ctx.train(model, model, list(model.head.parameters()) + list(model.aux.parameters()), "whole_eval", loss_fn)
     rep, modes = a.report(), a.modes()
     drop = modes[modes["kind"] == "dropout"]
@@ -754,6 +756,7 @@ class Findings:
     t3_dropout_effect: Interval
     t3_nodrop_vs_whole: Interval
     t3_dropout_lowers_main: str
+    t3_nodrop_equals_whole: str
     t5_loss: dict
     t5_count: dict
     t5_safe_batch: float
@@ -793,7 +796,10 @@ def findings(df: pd.DataFrame) -> Findings:
     in any seed); ``t4_after_unchanged`` (held-out eval accuracy after the class-sorted pass
     within 0.02 of the source's, on average); ``t5_lint_matches`` (the small-batch lint fired in
     every seed exactly for batches below ``min_batch``); ``t3_dropout_lowers_main`` (the paired
-    interval of main-head accuracy, fix with dropout off minus fix, lies above 0); ``t5_safe_batch``
+    interval of main-head accuracy, fix with dropout off minus fix, lies above 0);
+    ``t3_nodrop_equals_whole`` (the fix with dropout off equals the whole-model run's main head in
+    every seed, ``==``: the main head's gradient is the same in both, so dropout is the only
+    difference; a check of the code); ``t5_safe_batch``
     (smallest batch from which every larger one has an upper 95% bound of eval minus train-mode
     accuracy below ``TOL_LOSS``; ``t5_count``: the values per channel the last BatchNorm averages,
     m x H x W); ``t6_meter_misleads`` (trained on class-sorted batches, the loop's train-mode meter
@@ -892,7 +898,8 @@ def findings(df: pd.DataFrame) -> Findings:
     out.update(t3_task_b_main_nodrop=main("backbone_only_dropout_off").mean(),
                t3_fix_vs_whole=mean_ci(main("backbone_only") - main("whole_model")), t3_dropout_effect=effect,
                t3_nodrop_vs_whole=mean_ci(main("backbone_only_dropout_off") - main("whole_model")),
-               t3_dropout_lowers_main=verdict(effect.low > 0))
+               t3_dropout_lowers_main=verdict(effect.low > 0),
+               t3_nodrop_equals_whole=verdict(bool((main("backbone_only_dropout_off") == main("whole_model")).all())))
     # trap 5: paired loss (eval - train mode) per batch size; the smallest batch from which every larger one
     # loses less than TOL_LOSS with 95% confidence (upper interval bound below it)
     loss = {b: mean_ci(tb(b, "module_eval_accuracy") - tb(b, "module_train_accuracy")) for b in bs}

@@ -535,7 +535,8 @@ class OptimizerFindings:
     ``gap`` / ``gap_confirm``: paired ``batch_stats - pinned`` (= ``train_mode`` minus
     ``backbone_eval``) per optimizer on the reported / confirmation seeds at the main step;
     ``f3`` / ``f3_confirm``: ``"holds"`` when that interval lies above 0. ``gap_by_step``: per
-    ``<optimizer>_<step>`` on the reported seeds. ``gain_last``: paired gain per
+    ``<optimizer>_<step>`` on the reported seeds, ``gap_last`` per optimizer at the last
+    checkpoint. ``gain_last``: paired gain per
     ``<optimizer>_<path>`` from the second-to-last to the last checkpoint; ``still_improving``:
     ``"yes"`` where that interval lies above 0. ``reference_converged``: every fit's gradient
     max-norm below 1e-5. ``engine_check``: largest |sweep - engine| test accuracy for the main
@@ -552,6 +553,7 @@ class OptimizerFindings:
     gap_confirm: dict
     f3_confirm: dict
     gap_by_step: dict
+    gap_last: dict
     gain_last: dict
     still_improving: dict
     reference_converged: bool
@@ -605,7 +607,8 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     grads = [] if reference_grads is None else list(reference_grads)
     return OptimizerFindings(main_step=int(main_step), last_step=int(steps[-1]), prev_step=int(steps[-2]),
                              lr={f"{o}_{p}": v for (o, p), v in lrs.items()}, acc=acc, gap=gap, f3=f3,
-                             gap_confirm=gapc, f3_confirm=f3c, gap_by_step=by_step, gain_last=gain,
+                             gap_confirm=gapc, f3_confirm=f3c, gap_by_step=by_step,
+                             gap_last={o: by_step[f"{o}_{steps[-1]}"] for o in opts if o != "reference"}, gain_last=gain,
                              still_improving=improving, reference_converged=bool(all(g < 1e-5 for g in grads)),
                              engine_check=float(check))
 
