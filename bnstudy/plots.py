@@ -911,3 +911,191 @@ def ch07_mismatch_figure(cond: pd.DataFrame):
     axes[0][0].set_ylabel("cost: task A accuracy lost")
     axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9)
     return fig
+
+# --- chapters 1 and 2, issue 10: the head's optimizer swept, training budget, trap 3's dropout, trap 5's loss,
+# --- training on class-sorted batches; and a floor on text size -------------------------------------------------
+
+OPTIMIZER_COLORS = {"sgd": sns.color_palette("colorblind")[0], "adam": sns.color_palette("colorblind")[1],
+                    "reference": "0.25"}
+PATH_STYLES = {"batch_stats": ("-", "o", "train_mode = separate_stats"),
+               "pinned": ("--", "s", "backbone_eval = all_eval")}
+
+
+def min_text_size(fig: plt.Figure, size: float = 9.0) -> plt.Figure:
+    """Raise every text of ``fig`` (labels, ticks, legends, annotations) below ``size`` points to ``size``."""
+    for t in fig.findobj(matplotlib.text.Text):
+        if t.get_fontsize() < size:
+            t.set_fontsize(size)
+    return fig
+
+
+def _mean_ci_bar(ax, x, values, color, **kw):
+    iv = mean_ci(values)
+    ax.errorbar([x], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D", color=color, ms=6,
+                capsize=5, lw=1.6, zorder=4, **kw)
+
+
+def optimizer_gap_figure(gaps: pd.DataFrame):
+    """Chapter 1: paired task-B difference ``train_mode - backbone_eval`` per head optimizer and the reference.
+
+    ``gaps``: tidy ``seed, role (report | confirm), optimizer, gap``. Each seed a dot (reported seeds
+    filled, confirmation seeds open), per role the mean and 95% Student-t interval over seeds.
+    """
+    opts = [o for o in ("sgd", "adam", "reference") if o in set(gaps["optimizer"])]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.axhline(0, color="0.4", lw=1)
+    for i, o in enumerate(opts):
+        for j, (role, fill) in enumerate((("report", True), ("confirm", False))):
+            g = gaps[(gaps["optimizer"] == o) & (gaps["role"] == role)]
+            if g.empty:
+                continue
+            x = i + (j - 0.5) * 0.36
+            jit = np.linspace(-0.06, 0.06, len(g)) if len(g) > 1 else np.zeros(1)
+            ax.scatter(x + jit, g["gap"], s=22, facecolors=OPTIMIZER_COLORS[o] if fill else "none",
+                       edgecolors=OPTIMIZER_COLORS[o], alpha=0.8, zorder=3)
+            _mean_ci_bar(ax, x + 0.12, g["gap"], "black")
+    ax.set_xticks(range(len(opts)))
+    ax.set_xticklabels(["SGD + momentum" if o == "sgd" else "Adam" if o == "adam"
+                        else "logistic regression\n(no optimizer settings)" for o in opts])
+    ax.set_xlim(-0.6, len(opts) - 0.4)
+    ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
+    from matplotlib.lines import Line2D
+    ax.legend(handles=[Line2D([], [], marker="o", ls="", color="0.3", label="reported seed"),
+                       Line2D([], [], marker="o", ls="", mfc="none", color="0.3", label="confirmation seed"),
+                       Line2D([], [], marker="D", ls="-", color="black", label="mean, 95% CI")],
+              loc="best", fontsize=9)
+    return min_text_size(fig)
+
+
+def budget_figure_ch01(chosen: pd.DataFrame):
+    """Chapter 1: task-B test accuracy against head-training steps, one panel per optimizer.
+
+    ``chosen``: tidy ``seed, role, path, optimizer, lr, step, accuracy`` (reported seeds used).
+    Lines per path (mean over seeds, 95% Student-t band); the logistic-regression reference as a
+    horizontal band per path.
+    """
+    rep = chosen[chosen["role"] == "report"]
+    opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
+    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.7), sharey=True, squeeze=False)
+    for ax, o in zip(axes[0], opts):
+        for path, (ls, marker, label) in PATH_STYLES.items():
+            g = interval_frame(rep[(rep["optimizer"] == o) & (rep["path"] == path)], "step", "accuracy")
+            ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=OPTIMIZER_COLORS[o], label=label)
+            ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.18, lw=0)
+            r = rep[(rep["optimizer"] == "reference") & (rep["path"] == path)]
+            if len(r):
+                iv = mean_ci(r["accuracy"])
+                ax.axhspan(iv.low, iv.high, color="0.5", alpha=0.18, lw=0)
+                ax.axhline(iv.mean, color="0.25", ls=ls, lw=1, label=f"reference, {label.split(' =')[0]}")
+        ax.set_xscale("log", base=2)
+        steps = sorted(rep["step"].unique())
+        ax.set_xticks(steps); ax.set_xticklabels([str(s) for s in steps])
+        ax.set_title("SGD + momentum" if o == "sgd" else "Adam")
+        ax.set_xlabel("head-training steps")
+    axes[0][0].set_ylabel("task-B accuracy (fraction)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
+    return min_text_size(fig)
+
+
+def lr_figure(lrt: pd.DataFrame):
+    """Chapter 1: what was tried: validation accuracy (tuning seeds) against learning rate, per optimizer and path."""
+    opts = [o for o in ("sgd", "adam") if o in set(lrt["optimizer"])]
+    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.4), sharey=True, squeeze=False)
+    for ax, o in zip(axes[0], opts):
+        for path, (ls, marker, label) in PATH_STYLES.items():
+            g = interval_frame(lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)], "lr", "accuracy")
+            ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=OPTIMIZER_COLORS[o], label=label)
+            ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.18, lw=0)
+        ax.set_xscale("log"); ax.set_xlabel("learning rate")
+        ax.set_title("SGD + momentum" if o == "sgd" else "Adam")
+    axes[0][0].set_ylabel("validation accuracy, task B")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
+    return min_text_size(fig)
+
+
+def dropout_figure(t3: pd.DataFrame):
+    """Chapter 2, trap 3: the main head's task-B accuracy per case, each seed a line across the cases.
+
+    ``t3``: tidy ``seed, case, task_b_main``; black diamonds are means with 95% Student-t intervals.
+    """
+    cases = ["whole_model", "backbone_only", "backbone_only_dropout_off"]
+    names = ["whole model pinned\n(dropout off, no aux.)", "backbone pinned\n(the fix)", "the fix with\ndropout off"]
+    piv = t3.pivot(index="seed", columns="case", values="task_b_main")[cases]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for _, row in piv.iterrows():
+        ax.plot(range(3), row.values, "-o", color="0.6", alpha=0.6, ms=3)
+    for i, c in enumerate(cases):
+        _mean_ci_bar(ax, i + 0.12, piv[c], "black")
+    ax.set_xticks(range(3)); ax.set_xticklabels(names)
+    ax.set_xlim(-0.4, 2.5)
+    ax.set_ylabel("task-B accuracy, main head")
+    return min_text_size(fig)
+
+
+def batch_loss_figure(t5: pd.DataFrame, min_batch: int):
+    """Chapter 2, trap 5: accuracy lost in train mode (eval minus train-mode accuracy) per per-device batch size.
+
+    ``t5``: tidy ``seed, device_batch_size, module_eval_accuracy, module_train_accuracy,
+    min_values_per_channel``. Mean and 95% Student-t interval of the paired difference; the top axis
+    gives the values per channel of the last BatchNorm (m x H x W); shaded: where the lint fires.
+    """
+    d = t5.assign(loss=t5["module_eval_accuracy"] - t5["module_train_accuracy"])
+    c = _curve(d, "device_batch_size", "loss")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
+    ax.axhline(0, color="0.4", lw=1)
+    ax.errorbar(c["device_batch_size"], c["mean"], yerr=[c["mean"] - c["lo"], c["hi"] - c["mean"]], fmt="s-",
+                color="C3", ms=4, capsize=4, label="mean, 95% CI over seeds")
+    ax.set_xscale("log", base=2)
+    bs = c["device_batch_size"].tolist()
+    ax.set_xticks(bs); ax.set_xticklabels([str(int(b)) for b in bs]); ax.set_xlim(0.8, max(bs) * 1.25)
+    ax.set_xlabel("per-device batch size m")
+    ax.set_ylabel("difference in accuracy\n(eval mode - train mode)")
+    if "min_values_per_channel" in d:
+        cnt = d.groupby("device_batch_size")["min_values_per_channel"].first()
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(bs); top.set_xticklabels([f"{int(cnt[b])}" for b in bs])
+        top.set_xlabel("values per channel in the last BatchNorm (m x H x W)")
+    ax.legend(loc="upper right", fontsize=9)
+    return min_text_size(fig)
+
+
+def sorted_training_figure(t6: pd.DataFrame):
+    """Chapter 2, trap 6: networks trained on shuffled or class-sorted batches.
+
+    ``t6``: tidy ``seed, case, train_meter_accuracy, heldout_eval_accuracy,
+    heldout_batch_stats_accuracy``. Bars: means; error bars: 95% Student-t intervals; dots: seeds.
+    """
+    qs = [("train_meter_accuracy", "training meter\n(train mode, its own batches)"),
+          ("heldout_eval_accuracy", "held-out, eval mode"),
+          ("heldout_batch_stats_accuracy", "held-out, train mode\n(shuffled batches)")]
+    cases = [c for c in ("shuffled", "class_sorted") if c in set(t6["case"])]
+    fig, ax = plt.subplots(figsize=(6.6, 3.8))
+    w = 0.38
+    for j, case in enumerate(cases):
+        g = t6[t6["case"] == case]
+        for i, (q, _) in enumerate(qs):
+            iv = mean_ci(g[q])
+            x = i + (j - 0.5) * w
+            ax.bar(x, iv.mean, width=w * 0.92, color=f"C{j}", alpha=0.75,
+                   label=("trained on " + case.replace("_", "-") + " batches") if i == 0 else None)
+            ax.errorbar(x, iv.mean, yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], color="black", capsize=4)
+            ax.scatter(np.full(len(g), x), g[q], s=10, color="black", alpha=0.5, zorder=3)
+    ax.set_xticks(range(len(qs))); ax.set_xticklabels([n for _, n in qs])
+    ax.set_ylim(0, 1.25); ax.set_yticks(np.linspace(0, 1, 6)); ax.set_ylabel("accuracy on task A (fraction)")
+    ax.legend(loc="upper center", ncol=2, fontsize=9)
+    return min_text_size(fig)
+
+
+def fit_page(fig: plt.Figure, width: float = 6.6, min_size: float = 9.0) -> plt.Figure:
+    """Shrink ``fig`` to at most ``width`` inches wide (aspect kept) and raise text below ``min_size`` pt.
+
+    A figure wider than the page is scaled down by the browser, and its text with it; at most the
+    page's width (about 6.6 in at 100 dpi in the book's theme), text set at 9 pt stays 9 pt.
+    """
+    w, h = fig.get_size_inches()
+    if w > width:
+        fig.set_size_inches(width, h * width / w)
+    return min_text_size(fig, min_size)

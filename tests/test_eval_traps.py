@@ -38,7 +38,7 @@ def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
 def test_run_configs_one_per_seed_trap_and_case_with_unique_keys():
     cfg = ch.make_config("quick", seeds=[0, 5], sorted_fractions=(0.0, 1.0), batch_sizes=(1, 16))
     runs = cfg.run_configs()
-    assert len(runs) == 2 * (2 + 2 + 2 + 2 + 2)
+    assert len(runs) == 2 * (2 + 2 + 3 + 2 + 2 + 2)
     assert len({(r.seed, r.trap, r.case) for r in runs}) == len(runs)
     assert {r.seed for r in runs} == {0, 5}
     t5 = [r for r in runs if r.trap == "tiny_batch"]
@@ -55,7 +55,8 @@ def test_sorted_fraction_labels_put_the_stated_share_in_one_class():
 # --- findings on hand-made tables --------------------------------------------------------------------------------
 
 def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole=0.1, shuffled_lint=0.0,
-           sorted_train=(0.9, 0.7, 0.3), lint_b16=0.0, after=0.95):
+           sorted_train=(0.9, 0.7, 0.3), lint_b16=0.0, after=0.95, nodrop=(0.9, 0.92, 0.91),
+           b4_train=(0.6, 0.6, 0.6), sorted_eval=(0.2, 0.3, 0.25)):
     """A results table in run()'s shape whose right answers are known."""
     rows = []
     base = dict(n_classes=10, steps=60, epoch_steps=10, batch_size=32, teacher_batches=3, n_eval=512, min_batch=16)
@@ -78,13 +79,19 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
           task_b_aux=aux_whole, task_b_main=0.8)
         r("whole_eval", "backbone_only", aux_loss_fraction=1.0, aux_max_param_change=0.3,
           dropout_train_fraction=1.0, task_b_aux=0.7, task_b_main=0.8)
+        r("whole_eval", "backbone_only_dropout_off", aux_loss_fraction=1.0, aux_max_param_change=0.3,
+          dropout_train_fraction=0.0, task_b_aux=0.7, task_b_main=nodrop[i])
+        r("sorted_training", "shuffled", train_meter_accuracy=0.9, heldout_eval_accuracy=0.9 - 0.01 * i,
+          heldout_batch_stats_accuracy=0.9)
+        r("sorted_training", "class_sorted", train_meter_accuracy=0.95, heldout_eval_accuracy=sorted_eval[i],
+          heldout_batch_stats_accuracy=0.3)
         for p, acc, lint in zip((0.0, 0.5, 1.0), sorted_train, (shuffled_lint, 1.0, 1.0)):
             r("sorted_batches", f"fraction_{p:g}", sorted_fraction=p, module_eval_accuracy=0.95,
               module_train_accuracy=acc, module_eval_accuracy_after_pass=after, label_dependence=p,
               sorted_lint=lint)
-        for b, acc, lint in ((1, 0.1, 1.0), (4, 0.6, 1.0), (16, 0.95, lint_b16), (32, 0.95, 0.0)):
+        for b, acc, lint in ((1, 0.1, 1.0), (4, b4_train[i], 1.0), (16, 0.95, lint_b16), (32, 0.95, 0.0)):
             r("tiny_batch", f"batch_{b}", device_batch_size=b, module_eval_accuracy=0.95, module_train_accuracy=acc,
-              small_batch_lint=lint)
+              small_batch_lint=lint, min_values_per_channel=64.0 * b)
     return pd.DataFrame(rows)
 
 
@@ -105,6 +112,15 @@ def test_findings_on_a_table_where_every_claim_holds():
     assert f.t5_train == pytest.approx({"b1": 0.1, "b4": 0.6, "b16": 0.95, "b32": 0.95})
     assert (f.t5_smallest, f.t5_first_ok) == (1, 16.0) and f.t5_eval == pytest.approx(0.95)
     assert f.t5_lint_matches == "holds"
+    # issue 10: dropout's share of the fix's lower main head, the effective count, training on sorted batches
+    assert f.t3_dropout_effect.mean == pytest.approx(0.11) and f.t3_dropout_lowers_main == "holds"
+    assert f.t3_fix_vs_whole.mean == pytest.approx(0.0) and f.t3_nodrop_equals_whole == "does not hold"
+    assert ch.findings(_table(nodrop=(0.8, 0.8, 0.8))).t3_nodrop_equals_whole == "holds"
+    assert f.t5_loss["b4"].mean == pytest.approx(0.35) and f.t5_safe_batch == 16.0 and f.t5_safe_count == 1024.0
+    assert f.t5_count["b1"] == 64.0 and f.t5_loss_at_safe_half.mean == pytest.approx(0.35)
+    assert f.t6_meter_sorted == pytest.approx(0.95) and f.t6_eval_sorted == pytest.approx(0.25)
+    assert f.t6_gap_sorted.mean == pytest.approx(0.70) and f.t6_meter_misleads == "holds"
+    assert f.t6_eval_cost.mean == pytest.approx(0.64)
 
 
 def test_findings_say_when_a_claim_does_not_hold():
@@ -118,6 +134,12 @@ def test_findings_say_when_a_claim_does_not_hold():
     assert ch.findings(_table(sorted_train=(0.9, 0.905, 0.3))).t4_monotone == "holds"  # within the 0.01 allowance
     assert ch.findings(_table(after=0.9)).t4_after_unchanged == "does not hold"
     assert ch.findings(_table(lint_b16=1.0)).t5_lint_matches == "does not hold"
+    # dropout off no better than on in one seed of three, spread wide: not significant
+    assert ch.findings(_table(nodrop=(0.95, 0.7, 0.9))).t3_dropout_lowers_main == "does not hold"
+    # batch 4 loses 0.005 in every seed: below the 0.02 tolerance, so the safe batch moves down to 4
+    assert ch.findings(_table(b4_train=(0.945, 0.945, 0.945))).t5_safe_batch == 4.0
+    # one seed's sorted-batch model does well on held-out data: the meter's overstatement is not significant
+    assert ch.findings(_table(sorted_eval=(0.2, 0.96, 0.25))).t6_meter_misleads == "does not hold"
 
 
 def test_findings_reject_a_table_without_a_case():
@@ -174,6 +196,14 @@ def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
         assert (_q(t, "whole_eval", "whole_model", q) == v).all(), q
     assert (_q(t, "whole_eval", "backbone_only", "aux_max_param_change") > 0).all()
     assert (_q(t, "whole_eval", "backbone_only", "aux_loss_fraction") == 1).all()
+    assert (_q(t, "whole_eval", "backbone_only_dropout_off", "dropout_train_fraction") == 0).all()
+    assert (_q(t, "whole_eval", "backbone_only_dropout_off", "aux_loss_fraction") == 1).all()
+    # dropout is the only difference for the main head: off, the fix trains it exactly as the whole-eval run
+    assert (_q(t, "whole_eval", "backbone_only_dropout_off", "task_b_main").values
+            == _q(t, "whole_eval", "whole_model", "task_b_main").values).all()
+    for case in ("shuffled", "class_sorted"):
+        assert _q(t, "sorted_training", case, "heldout_eval_accuracy").between(0, 1).all()
+    assert (_q(t, "tiny_batch", "batch_2", "min_values_per_channel") == 2 * 8 * 8).all()  # m x H x W, last block
     assert (_q(t, "sorted_batches", "fraction_1", "sorted_lint") == 1).all()
     assert (_q(t, "sorted_batches", "fraction_0", "sorted_lint") == 0).all()
     for b, flagged in ((1, 1), (2, 1), (16, 0)):

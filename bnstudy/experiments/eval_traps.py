@@ -17,6 +17,12 @@ layer, each wrapped in a :class:`bnstudy.audit.FreezeAudit` or checked by a
    in train and in eval mode grows with the share of each batch that has one class.
 5. ``tiny_batch``: accuracy with BatchNorm in train mode against the per-device batch size,
    and the batch-of-1 and batch-of-2 cases of BatchNorm1d/2d (:func:`single_layer_cases`).
+6. ``sorted_training``: a network *trained* on class-sorted batches (every batch one class, the
+   seed article's case) against one trained on shuffled batches: the training loop's accuracy
+   meter (train mode, batch statistics) against held-out accuracy in eval mode.
+
+Trap 3's third case, ``backbone_only_dropout_off``, is the recommended fix with the head's
+dropout pinned off: it measures how much of the fix's lower main-head accuracy is dropout's.
 
 ``Config`` -> :func:`run` (one row per (seed, trap, case), cached by :mod:`bnstudy.sweep`)
 -> :func:`findings` (every number and verdict the prose cites). Here ``module_mode`` is a
@@ -50,13 +56,16 @@ from ..tasks import BatchStream, derive_seed, eval_set, generator, make_task
 
 NAMESPACE = "ch02_eval_traps"
 PROFILES = {"quick": dict(seeds=3), "full": dict(seeds=10)}
-TRAPS = ("train_call", "no_grad", "whole_eval", "sorted_batches", "tiny_batch")
+TRAPS = ("train_call", "no_grad", "whole_eval", "sorted_batches", "tiny_batch", "sorted_training")
 #: The fixed cases of traps 1-3 (traps 4 and 5 have one case per swept value).
 CASES = {"train_call": ("eval_once", "pinned"), "no_grad": ("teacher_train", "teacher_eval"),
-         "whole_eval": ("whole_model", "backbone_only")}
+         "whole_eval": ("whole_model", "backbone_only", "backbone_only_dropout_off"),
+         "sorted_training": ("shuffled", "class_sorted")}
 STAGE1_LR = 3e-3
 #: Stated tolerances the prose quotes: "within 0.01", "about chance" (1.5x chance), "almost unchanged".
 TOL_CURVE, CHANCE_FACTOR, TOL_AFTER = 0.01, 1.5, 0.02
+#: Trap 5: a batch size "loses nothing" when the upper 95% bound of (eval - train-mode accuracy) is below this.
+TOL_LOSS = 0.02
 CPU = torch.device("cpu")  # the traps' networks are tiny; the audits and probes live on the CPU
 
 
@@ -386,13 +395,17 @@ def _whole_eval(ctx: _Ctx, case: str):
     model.backbone.requires_grad_(False)
     forward_lints = audit.lint_forward_modes(model, xb[:c.batch_size], warn=False)
     pin_eval(model if case == "whole_model" else model.backbone)
+    if case == "backbone_only_dropout_off":
+        pin_eval(model.head[0])  # the fix, with the head's dropout off: isolates dropout's share of the difference
     aux_terms = []
 
     def loss_fn(o, y):
         aux_terms.append(isinstance(o, AuxOutputs))
         return aux_loss(o, y)
 
-    with audit.FreezeAudit(model, warn=False) as a:
+    # dropout draws from torch's global generator: seed it per seed so the trap is reproducible on its own
+    with audit.FreezeAudit(model, warn=False) as a, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(c.seed, "ch02", "dropout"))
         ctx.train(model, model, list(model.head.parameters()) + list(model.aux.parameters()), "whole_eval", loss_fn)
     rep, modes = a.report(), a.modes()
     drop = modes[modes["kind"] == "dropout"]
@@ -445,13 +458,55 @@ def _tiny_batch(ctx: _Ctx, case: str):
     with torch.no_grad():
         logits = torch.cat([model(xa[i:i + b]) for i in range(0, n, b)])
     lints = audit.lint_model(model, batch_size=b, min_batch=c.min_batch, warn=False)
+    counts = []  # values per channel each BatchNorm2d averages over: m x H x W (seed article 002's effective count)
+    hooks = [m.register_forward_pre_hook(lambda mod, inp: counts.append(inp[0].numel() // inp[0].shape[1]))
+             for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    with torch.no_grad():
+        model(xa[:b])
+    for h in hooks:
+        h.remove()
     q = dict(module_train_accuracy=accuracy(logits, ya[:n]), module_eval_accuracy=module_eval,
+             min_values_per_channel=float(min(counts)),
              small_batch_lint=float(bool({x.code for x in lints} & {"small_batch", "single_sample_batch"})))
     return q, None, lints
 
 
+def _sorted_training(ctx: _Ctx, case: str):
+    """Trap 6: train backbone and head from scratch on task A with shuffled or class-sorted batches.
+
+    Stage 1's recipe (Adam at ``STAGE1_LR``, ``stage1_steps`` steps of ``stage1_batch_size``, train
+    mode throughout) with :class:`bnstudy.tasks.BatchStream`'s sampler set to ``case``. Records the
+    loop's accuracy meter over the last ``n_classes`` steps (train mode, on the batches it trained
+    on, before each update), held-out accuracy in eval mode (running statistics) and, on the same
+    held-out set, in train mode on shuffled batches of ``stage1_batch_size`` (batch statistics).
+    """
+    c, (xa, ya) = ctx.c, ctx.eval_a
+    model = ctx.seeded("sorted_training_init", lambda: Classifier(
+        ConvBackbone(3, c.widths, "batch", c.momentum), make_head("linear", c.widths[-1], c.n_classes)))
+    stream = BatchStream(ctx.task_a, c.stage1_batch_size, generator(c.seed, "ch02", "sorted_training", case), case)
+    opt = torch.optim.Adam(model.parameters(), lr=STAGE1_LR)
+    model.train()
+    hits, seen = 0, 0
+    for step in range(c.stage1_steps):
+        x, y = stream.next()
+        out = model(x)
+        if step >= c.stage1_steps - c.n_classes:
+            hits, seen = hits + int((out.argmax(-1) == y).sum()), seen + len(y)
+        loss = F.cross_entropy(out, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    held_eval = _eval_accuracy(model, model, xa, ya)
+    b, n = c.stage1_batch_size, len(xa) // c.stage1_batch_size * c.stage1_batch_size
+    model.train()
+    with torch.no_grad():
+        held_train = accuracy(torch.cat([model(xa[i:i + b]) for i in range(0, n, b)]), ya[:n])
+    return dict(train_meter_accuracy=hits / seen, heldout_eval_accuracy=held_eval,
+                heldout_batch_stats_accuracy=held_train), None, []
+
+
 TRAP_FUNCTIONS = dict(train_call=_train_call, no_grad=_no_grad, whole_eval=_whole_eval,
-                      sorted_batches=_sorted_batches, tiny_batch=_tiny_batch)
+                      sorted_batches=_sorted_batches, tiny_batch=_tiny_batch, sorted_training=_sorted_training)
 
 
 def run_case(c: TrapRun, source: dict):
@@ -698,6 +753,29 @@ class Findings:
     t5_eval: float
     t5_first_ok: float
     t5_lint_matches: str
+    # issue 10: trap 3's dropout, trap 5's effective counts, trap 6 (training on class-sorted batches)
+    t3_task_b_main_nodrop: float
+    t3_fix_vs_whole: Interval
+    t3_dropout_effect: Interval
+    t3_nodrop_vs_whole: Interval
+    t3_dropout_lowers_main: str
+    t3_nodrop_equals_whole: str
+    t5_loss: dict
+    t5_count: dict
+    t5_safe_batch: float
+    t5_safe_count: float
+    t5_loss_at_safe_half: Interval
+    t6_meter_shuffled: float
+    t6_meter_sorted: float
+    t6_eval_shuffled: float
+    t6_eval_sorted: float
+    t6_eval_sorted_min: float
+    t6_eval_sorted_max: float
+    t6_batch_stats_sorted: float
+    t6_gap_sorted: Interval
+    t6_gap_shuffled: Interval
+    t6_eval_cost: Interval
+    t6_meter_misleads: str
 
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
@@ -720,7 +798,15 @@ def findings(df: pd.DataFrame) -> Findings:
     from one share to the next); ``t4_shuffled_clean`` (the lint never flagged the smallest share
     in any seed); ``t4_after_unchanged`` (held-out eval accuracy after the class-sorted pass
     within 0.02 of the source's, on average); ``t5_lint_matches`` (the small-batch lint fired in
-    every seed exactly for batches below ``min_batch``). Raises ``KeyError`` if a case is missing.
+    every seed exactly for batches below ``min_batch``); ``t3_dropout_lowers_main`` (the paired
+    interval of main-head accuracy, fix with dropout off minus fix, lies above 0);
+    ``t3_nodrop_equals_whole`` (the fix with dropout off equals the whole-model run's main head in
+    every seed, ``==``: the main head's gradient is the same in both, so dropout is the only
+    difference; a check of the code); ``t5_safe_batch``
+    (smallest batch from which every larger one has an upper 95% bound of eval minus train-mode
+    accuracy below ``TOL_LOSS``; ``t5_count``: the values per channel the last BatchNorm averages,
+    m x H x W); ``t6_meter_misleads`` (trained on class-sorted batches, the loop's train-mode meter
+    exceeds held-out eval accuracy: paired interval above 0). Raises ``KeyError`` if a case is missing.
     """
     first = df.iloc[0]
     v = lambda trap, case, q: _values(df, trap, case, q)
@@ -809,4 +895,36 @@ def findings(df: pd.DataFrame) -> Findings:
                t5_first_ok=float(min(ok)) if ok else float("nan"),
                t5_lint_matches=verdict(all(((tb(b, "small_batch_lint") == 1) == (b < out["min_batch"])).all()
                                            for b in bs)))
+    # trap 3, dropout on/off in the recommended fix (paired per seed: same head init and batches)
+    main = lambda case: we(case, "task_b_main")
+    effect = mean_ci(main("backbone_only_dropout_off") - main("backbone_only"))
+    out.update(t3_task_b_main_nodrop=main("backbone_only_dropout_off").mean(),
+               t3_fix_vs_whole=mean_ci(main("backbone_only") - main("whole_model")), t3_dropout_effect=effect,
+               t3_nodrop_vs_whole=mean_ci(main("backbone_only_dropout_off") - main("whole_model")),
+               t3_dropout_lowers_main=verdict(effect.low > 0),
+               t3_nodrop_equals_whole=verdict(bool((main("backbone_only_dropout_off") == main("whole_model")).all())))
+    # trap 5: paired loss (eval - train mode) per batch size; the smallest batch from which every larger one
+    # loses less than TOL_LOSS with 95% confidence (upper interval bound below it)
+    loss = {b: mean_ci(tb(b, "module_eval_accuracy") - tb(b, "module_train_accuracy")) for b in bs}
+    has_counts = "min_values_per_channel" in t5 and not t5["min_values_per_channel"].isna().all()
+    count = {b: (float(tb(b, "min_values_per_channel").iloc[0]) if has_counts else float("nan")) for b in bs}
+    safe = [b for i, b in enumerate(bs) if all(loss[x].high < TOL_LOSS for x in bs[i:])]
+    sb_ = min(safe) if safe else None
+    below = [b for b in bs if sb_ is not None and b < sb_]
+    out.update(t5_loss={f"b{b}": iv for b, iv in loss.items()}, t5_count={f"b{b}": c for b, c in count.items()},
+               t5_safe_batch=float(sb_) if sb_ else float("nan"), t5_safe_count=count[sb_] if sb_ else float("nan"),
+               t5_loss_at_safe_half=loss[max(below)] if below else Interval(float("nan"), float("nan"),
+                                                                             float("nan"), 0))
+    # trap 6: trained on shuffled or class-sorted batches
+    st = lambda case, q: v("sorted_training", case, q)
+    gap_sorted = mean_ci(st("class_sorted", "train_meter_accuracy") - st("class_sorted", "heldout_eval_accuracy"))
+    out.update(t6_meter_shuffled=st("shuffled", "train_meter_accuracy").mean(),
+               t6_meter_sorted=st("class_sorted", "train_meter_accuracy").mean(),
+               t6_eval_shuffled=st("shuffled", "heldout_eval_accuracy").mean(),
+               **spread("t6_eval_sorted", st("class_sorted", "heldout_eval_accuracy")),
+               t6_batch_stats_sorted=st("class_sorted", "heldout_batch_stats_accuracy").mean(),
+               t6_gap_sorted=gap_sorted,
+               t6_gap_shuffled=mean_ci(st("shuffled", "train_meter_accuracy") - st("shuffled", "heldout_eval_accuracy")),
+               t6_eval_cost=mean_ci(st("shuffled", "heldout_eval_accuracy") - st("class_sorted", "heldout_eval_accuracy")),
+               t6_meter_misleads=verdict(gap_sorted.low > 0))
     return Findings(**{k: (float(x) if isinstance(x, (np.floating, np.integer)) else x) for k, x in out.items()})
