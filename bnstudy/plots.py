@@ -413,6 +413,7 @@ def routing_cost_figure(gaps: pd.DataFrame, inference_batch: int = 1):
     h, lab = axes[0][0].get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
+    return fig
 # --- chapter 4 (issue 12): heads and optimizers -------------------------------------------------------------------
 
 OPTIMIZER_PALETTE = dict(zip(("sgd", "sgd_plain", "adam"), sns.color_palette("Dark2", 3)))
@@ -494,6 +495,7 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict):
         ax.set_title(OPTIMIZER_LABELS[o])
     axes[0][0].set_ylabel("validation task-B accuracy\n(mean over modes)")
     axes[0][-1].legend(fontsize=9)
+    return fig
 # --- chapter 3, issue 10: per-level effects, normalized view, budget points, candidates -----------------------------
 # Figures at most 9 in wide (the page's width), text at least 9 pt, so nothing is shrunk below 9 pt on the page.
 
@@ -697,6 +699,7 @@ def ch3_retention(scatter):
         ax.set_xlabel("task-A accuracy change (difference, after − before)")
         ax.set_ylabel("task-B gain over backbone_eval\n(difference in accuracy)")
         ax.legend(loc="lower left")
+    return fig
 
 # --- chapter 5 (issue 13): batch size and fine-tuning strategies --------------------------------------------------
 
@@ -831,6 +834,7 @@ def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
            ylabel="target accuracy minus stats-frozen's")
     ax.legend(fontsize=8.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
+    return fig
 
 # --- chapter 7 (issue 15): real digits and torchvision networks ---------------------------------------------------
 
