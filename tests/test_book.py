@@ -102,8 +102,9 @@ def _glued(nb) -> dict:
     for cell in nb.cells:
         for o in cell.get("outputs", []):
             key = o.get("metadata", {}).get("scrapbook", {}).get("name")
-            if key:
-                out[key] = o["data"].get("text/markdown", o["data"].get("text/plain"))
+            if key:  # glue stores its mime types under a prefix (application/papermill.record/...)
+                data = {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 2)[-1]: v for k, v in o["data"].items()}
+                out[key] = data.get("text/markdown", data.get("text/plain"))
     return out
 
 
