@@ -234,3 +234,26 @@ def test_tiny_run_pins_task_a_exactly_and_separate_stats_keeps_logits(tmp_path):
     again = rd.run(cfg, ex)  # from the cache
     pd.testing.assert_frame_equal(df, again)
     assert not math.isnan(df["mismatch_kl"].iloc[0])
+
+
+@pytest.mark.parametrize("network", ["small_cnn", "resnet18", "mobilenet_v3_small"])
+def test_shared_forwards_give_rows_equal_to_every_mode_running_its_own_forward(monkeypatch, network):
+    # Issue 9: pinned modes train head B on a feature table of the whole set, batch-statistics modes share one
+    # train-mode forward; every row value must be == the path where each mode runs its full model per step.
+    from bnstudy import engine
+    from bnstudy.data import digits_tasks, normalise, pixel_statistics
+    cfg = rd.make_config("quick", seeds=2, networks=(network,), corruptions=("inversion",), severities=(5,),
+                         stage1_steps=2, steps=6, batch_size=8, epoch_steps=4)
+    specs = [s for s in cfg.run_configs() if s.corruption == "inversion" and s.seed == 0]
+    assert {s.mode for s in specs} == set(MODE_NAMES)
+    tasks = digits_tasks(cfg.size)
+    mean, std = pixel_statistics(tasks["A"])
+    xa = normalise(tasks["A"].x_train, mean, std)
+    source = rd.train_stage1(specs[0], xa, tasks["A"].y_train)
+    a_test = (normalise(tasks["A"].x_test, mean, std), tasks["A"].y_test)
+    tb = corrupted_task_b(tasks, "inversion", 5, 0)
+    shared = rd.run_condition(specs, source, a_test, tb)
+    monkeypatch.setattr(engine, "SHARE_FEATURES", False)
+    plain = rd.run_condition(specs, source, a_test, tb)
+    for s, r1, r2 in zip(specs, shared, plain):
+        assert r1 == r2, s.mode
