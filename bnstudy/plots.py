@@ -1037,8 +1037,8 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
 
     ``t3``: tidy ``seed, case, task_b_main, lr, steps`` (the audited runs); ``tuned``: tidy ``seed, setup,
     lr, steps, val_main, task_b_main`` (the learning-rate sweep); ``chosen``: setup -> the rate chosen on
-    validation accuracy. (a) the run line's rate and budget; (b) mean validation accuracy against the
-    rate, 95% Student-t bands over seeds, chosen rates starred; (c) test accuracy at the chosen rates.
+    validation accuracy. (a) the run line's rate and budget; (b) test accuracy at the chosen rates; (c) mean
+    validation accuracy against the rate, 95% Student-t bands over seeds, chosen rates starred.
     Grey lines join one seed's runs; black diamonds are means with 95% Student-t intervals; ``chance``
     dotted in every panel. The fix with dropout off is not drawn: for the main head it equals the
     whole-model run by construction. Returns the figure.
@@ -1066,7 +1066,7 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
                  f"(a) lr {run['lr'].iloc[0]:g}, {int(run['steps'].iloc[0])} steps")
     at = pd.concat([tuned[(tuned["setup"] == s) & (tuned["lr"] == chosen[s])] for s in setups])
     paired_panel(ax_c, at.pivot(index="seed", columns="setup", values="task_b_main")[setups],
-                 f"(c) chosen rates, {int(tuned['steps'].iloc[0])} steps")
+                 f"(b) chosen rates, {int(tuned['steps'].iloc[0])} steps")
     for s in setups:
         c = _curve(tuned[tuned["setup"] == s], "lr", "val_main")
         ax_b.plot(c["lr"], c["mean"], "-o", ms=4, color=colors[s], label=names[s].replace("\n", " "))
@@ -1078,7 +1078,7 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
     ax_b.set_ylim(0, 1)
     ax_b.set_xlabel("learning rate (SGD, momentum 0.9); star: chosen")
     ax_b.set_ylabel("validation accuracy,\nmain head")
-    ax_b.set_title(f"(b) validation accuracy after {int(tuned['steps'].iloc[0])} steps")
+    ax_b.set_title(f"(c) validation accuracy after {int(tuned['steps'].iloc[0])} steps")
     ax_b.legend(fontsize=9, loc="upper left", ncol=3)
     return min_text_size(fig)
 
