@@ -146,21 +146,21 @@ def _curve(table: pd.DataFrame, x: str, value: str) -> pd.DataFrame:
     return interval_frame(table, x, value).reset_index()
 
 
-def sorted_batches_figure(t4: pd.DataFrame):
+def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None):
     """Chapter 2, trap 4: task-A accuracy against the share of each batch drawn from one class.
 
     ``t4``: the trap's tidy table (``seed, sorted_fraction, module_eval_accuracy,
-    module_train_accuracy, module_eval_accuracy_after_pass, label_dependence, sorted_lint``).
-    Lines: the module in eval mode (running statistics), in train mode (batch statistics), and
-    in eval mode after the train-mode pass; means over seeds with 95% Student-t bands. The top
-    axis gives each loader's label dependence; circled points are loaders the lint flagged (in
-    most seeds). Returns the figure.
+    module_train_accuracy, module_eval_accuracy_after_pass, label_dependence, sorted_lint,
+    source_task_a_accuracy``). Top: the module in eval mode (running statistics) and in train mode
+    (batch statistics) on the same batches, means over seeds with 95% Student-t bands, ``chance``
+    dotted; the top axis gives each loader's label dependence, circled points are loaders the lint
+    flagged (in more than half of the seeds). Bottom: paired differences per seed, train minus eval
+    mode on the same batches, and held-out eval accuracy after the train-mode pass minus before it
+    (the same held-out images), with 95% Student-t bands. Returns the figure.
     """
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    series = [("module_eval_accuracy", "eval mode (running statistics)", "C0", "o"),
-              ("module_train_accuracy", "train mode (batch statistics)", "C3", "s"),
-              ("module_eval_accuracy_after_pass", "eval mode, after the train-mode pass", "C2", "^")]
-    for q, label, color, marker in series:
+    fig, (ax, dx) = plt.subplots(2, 1, figsize=(6.6, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.25, 1]})
+    for q, label, color, marker in (("module_eval_accuracy", "eval mode (running statistics)", "C0", "o"),
+                                    ("module_train_accuracy", "train mode (batch statistics)", "C3", "s")):
         c = _curve(t4, "sorted_fraction", q)
         ax.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
         ax.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
@@ -170,15 +170,28 @@ def sorted_batches_figure(t4: pd.DataFrame):
     hit = flagged["mean"] > 0.5
     ax.scatter(tm["sorted_fraction"][hit], tm["mean"][hit], s=70, facecolors="none", edgecolors="k", zorder=5,
                label="loader flagged by the lint")
-    ax.set_xlabel("share of each batch drawn from one class (0 = shuffled, 1 = class-sorted)")
+    if chance is not None:
+        ax.axhline(chance, color="0.4", ls=":", lw=1, label="chance")
     ax.set_ylabel("accuracy on task A")
     ax.set_ylim(0, 1.02)
     top = ax.secondary_xaxis("top")
     top.set_xticks(dep["sorted_fraction"].tolist())
     top.set_xticklabels([f"{v:.2f}".replace("-0.00", "0.00") for v in dep["mean"]])
     top.set_xlabel("label dependence of the batches (audit)")
-    ax.legend(fontsize=8, loc="lower left")
-    return fig
+    ax.legend(fontsize=9, loc="lower left")
+    d = t4.assign(train_minus_eval=t4["module_train_accuracy"] - t4["module_eval_accuracy"],
+                  after_minus_before=t4["module_eval_accuracy_after_pass"] - t4["source_task_a_accuracy"])
+    for q, label, color, marker in (("train_minus_eval", "train mode - eval mode (same batches)", "C3", "s"),
+                                    ("after_minus_before", "held-out eval accuracy: after the pass - before", "C2",
+                                     "^")):
+        c = _curve(d, "sorted_fraction", q)
+        dx.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
+        dx.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
+    dx.axhline(0, color="0.4", lw=1)
+    dx.set_ylabel("difference in accuracy\n(paired per seed)")
+    dx.set_xlabel("share of each batch drawn from one class (0 = shuffled, 1 = class-sorted)")
+    dx.legend(fontsize=9, loc="lower left")
+    return min_text_size(fig)
 
 
 def batch_size_figure(t5: pd.DataFrame, min_batch: int, chance: float):
@@ -1019,37 +1032,72 @@ def lr_figure(lrt: pd.DataFrame):
     return min_text_size(fig)
 
 
-def dropout_figure(t3: pd.DataFrame):
-    """Chapter 2, trap 3: the main head's task-B accuracy per case, each seed a line across the cases.
+def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: float):
+    """Chapter 2, trap 3: the main head's task-B accuracy, at the run line's rate and tuned on validation data.
 
-    ``t3``: tidy ``seed, case, task_b_main``; black diamonds are means with 95% Student-t intervals.
+    ``t3``: tidy ``seed, case, task_b_main, lr, steps`` (the audited runs); ``tuned``: tidy ``seed, setup,
+    lr, steps, val_main, task_b_main`` (the learning-rate sweep); ``chosen``: setup -> the rate chosen on
+    validation accuracy. (a) the run line's rate and budget; (b) test accuracy at the chosen rates; (c) mean
+    validation accuracy against the rate, 95% Student-t bands over seeds, chosen rates starred.
+    Grey lines join one seed's runs; black diamonds are means with 95% Student-t intervals; ``chance``
+    dotted in every panel. The fix with dropout off is not drawn: for the main head it equals the
+    whole-model run by construction. Returns the figure.
     """
-    cases = ["whole_model", "backbone_only", "backbone_only_dropout_off"]
-    names = ["whole model pinned\n(dropout off, no aux.)", "backbone pinned\n(the fix)", "the fix with\ndropout off"]
-    piv = t3.pivot(index="seed", columns="case", values="task_b_main")[cases]
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for _, row in piv.iterrows():
-        ax.plot(range(3), row.values, "-o", color="0.6", alpha=0.6, ms=3)
-    for i, c in enumerate(cases):
-        _mean_ci_bar(ax, i + 0.12, piv[c], "black")
-    ax.set_xticks(range(3)); ax.set_xticklabels(names)
-    ax.set_xlim(-0.4, 2.5)
-    ax.set_ylabel("task-B accuracy, main head")
+    setups = ["whole_model", "backbone_only"]
+    names = {"whole_model": "whole model\npinned", "backbone_only": "backbone pinned\n(the fix)"}
+    colors = {"whole_model": "C0", "backbone_only": "C3"}
+    fig = plt.figure(figsize=(6.6, 6.4))
+    grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.35)
+    ax_a, ax_c, ax_b = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+
+    def paired_panel(ax, piv, title):
+        for _, row in piv.iterrows():
+            ax.plot(range(len(setups)), row.values, "-o", color="0.6", alpha=0.6, ms=3)
+        for i, c in enumerate(setups):
+            _mean_ci_bar(ax, i + 0.12, piv[c], "black")
+        ax.axhline(chance, color="0.4", ls=":", lw=1)
+        ax.text(-0.35, chance, "chance", color="0.4", ha="left", va="bottom", fontsize=9)
+        ax.set_xticks(range(len(setups))); ax.set_xticklabels([names[c] for c in setups])
+        ax.set_xlim(-0.4, len(setups) - 0.5); ax.set_ylim(0, 1); ax.set_title(title)
+        ax.set_ylabel("task-B test accuracy,\nmain head")
+
+    run = t3[t3["case"].isin(setups)]
+    paired_panel(ax_a, run.pivot(index="seed", columns="case", values="task_b_main")[setups],
+                 f"(a) lr {run['lr'].iloc[0]:g}, {int(run['steps'].iloc[0])} steps")
+    at = pd.concat([tuned[(tuned["setup"] == s) & (tuned["lr"] == chosen[s])] for s in setups])
+    paired_panel(ax_c, at.pivot(index="seed", columns="setup", values="task_b_main")[setups],
+                 f"(b) chosen rates, {int(tuned['steps'].iloc[0])} steps")
+    for s in setups:
+        c = _curve(tuned[tuned["setup"] == s], "lr", "val_main")
+        ax_b.plot(c["lr"], c["mean"], "-o", ms=4, color=colors[s], label=names[s].replace("\n", " "))
+        ax_b.fill_between(c["lr"], c["lo"], c["hi"], color=colors[s], alpha=0.2)
+        best = c[c["lr"] == chosen[s]]
+        ax_b.plot(best["lr"], best["mean"], "*", ms=14, color=colors[s], mec="black", zorder=5)
+    ax_b.axhline(chance, color="0.4", ls=":", lw=1, label="chance")
+    ax_b.set_xscale("log")
+    ax_b.set_ylim(0, 1)
+    ax_b.set_xlabel("learning rate (SGD, momentum 0.9); star: chosen")
+    ax_b.set_ylabel("validation accuracy,\nmain head")
+    ax_b.set_title(f"(c) validation accuracy after {int(tuned['steps'].iloc[0])} steps")
+    ax_b.legend(fontsize=9, loc="upper left", ncol=3)
     return min_text_size(fig)
 
 
-def batch_loss_figure(t5: pd.DataFrame, min_batch: int):
+def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None = None):
     """Chapter 2, trap 5: accuracy lost in train mode (eval minus train-mode accuracy) per per-device batch size.
 
     ``t5``: tidy ``seed, device_batch_size, module_eval_accuracy, module_train_accuracy,
     min_values_per_channel``. Mean and 95% Student-t interval of the paired difference; the top axis
-    gives the values per channel of the last BatchNorm (m x H x W); shaded: where the lint fires.
+    gives the values per channel of the last BatchNorm (m x H x W: a candidate effective count, not
+    tested here); shaded: where the lint fires; ``tolerance``: a dashed line at the loss tolerance.
     """
     d = t5.assign(loss=t5["module_eval_accuracy"] - t5["module_train_accuracy"])
     c = _curve(d, "device_batch_size", "loss")
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
     ax.axhline(0, color="0.4", lw=1)
+    if tolerance is not None:
+        ax.axhline(tolerance, color="0.3", ls="--", lw=1, label=f"tolerance {tolerance:g}")
     ax.errorbar(c["device_batch_size"], c["mean"], yerr=[c["mean"] - c["lo"], c["hi"] - c["mean"]], fmt="s-",
                 color="C3", ms=4, capsize=4, label="mean, 95% CI over seeds")
     ax.set_xscale("log", base=2)
@@ -1066,11 +1114,12 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int):
     return min_text_size(fig)
 
 
-def sorted_training_figure(t6: pd.DataFrame):
+def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None):
     """Chapter 2, trap 6: networks trained on shuffled or class-sorted batches.
 
     ``t6``: tidy ``seed, case, train_meter_accuracy, heldout_eval_accuracy,
-    heldout_batch_stats_accuracy``. Bars: means; error bars: 95% Student-t intervals; dots: seeds.
+    heldout_batch_stats_accuracy``. Bars: means; error bars: 95% Student-t intervals (clipped at 0, a
+    small bar marks a clipped end); dots: seeds; ``chance``: a dotted line.
     """
     qs = [("train_meter_accuracy", "training meter\n(train mode, its own batches)"),
           ("heldout_eval_accuracy", "held-out, eval mode"),
@@ -1085,9 +1134,15 @@ def sorted_training_figure(t6: pd.DataFrame):
             x = i + (j - 0.5) * w
             ax.bar(x, iv.mean, width=w * 0.92, color=f"C{j}", alpha=0.75,
                    label=("trained on " + case.replace("_", "-") + " batches") if i == 0 else None)
-            ax.errorbar(x, iv.mean, yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], color="black", capsize=4)
+            low = max(iv.low, 0.0)
+            ax.errorbar(x, iv.mean, yerr=[[iv.mean - low], [iv.high - iv.mean]], color="black", capsize=4)
+            if iv.low < 0:
+                ax.plot([x], [0.0], marker="v", color="black", ms=6, clip_on=False, zorder=4)
             ax.scatter(np.full(len(g), x), g[q], s=10, color="black", alpha=0.5, zorder=3)
     ax.set_xticks(range(len(qs))); ax.set_xticklabels([n for _, n in qs])
+    if chance is not None:
+        ax.axhline(chance, color="0.4", ls=":", lw=1)
+        ax.text(len(qs) - 0.5, chance, "chance", color="0.4", ha="right", va="bottom", fontsize=9)
     ax.set_ylim(0, 1.25); ax.set_yticks(np.linspace(0, 1, 6)); ax.set_ylabel("accuracy on task A (fraction)")
     ax.legend(loc="upper center", ncol=2, fontsize=9)
     return min_text_size(fig)

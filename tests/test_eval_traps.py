@@ -29,6 +29,8 @@ def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
         ch.make_config("quick", n_eval=40)
     with pytest.raises(ValueError, match="noise must be a finite number >= 0.0"):  # SourceConfig's own message
         ch.make_config("quick", noise=-1)
+    with pytest.raises(ValueError, match=r"t3_lrs\[1\] must be a finite number > 0.0"):
+        ch.make_config("quick", t3_lrs=(0.01, 0.0))
     with pytest.raises(ValueError, match="seeds must not repeat"):
         ch.make_config("quick", seeds=[1, 1])
     with pytest.raises(ValueError, match="sorted_fraction must be a finite number"):
@@ -36,9 +38,11 @@ def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
 
 
 def test_run_configs_one_per_seed_trap_and_case_with_unique_keys():
-    cfg = ch.make_config("quick", seeds=[0, 5], sorted_fractions=(0.0, 1.0), batch_sizes=(1, 16))
+    cfg = ch.make_config("quick", seeds=[0, 5], sorted_fractions=(0.0, 1.0), batch_sizes=(1, 16), t3_lrs=(0.01, 0.1))
     runs = cfg.run_configs()
-    assert len(runs) == 2 * (2 + 2 + 3 + 2 + 2 + 2)
+    assert len(runs) == 2 * (2 + 2 + 3 + 2 + 2 + 2 + 2 * 2)
+    tuned = [r for r in runs if r.trap == "whole_eval_tuned"]
+    assert {(r.lr, r.steps) for r in tuned} == {(0.01, cfg.t3_steps), (0.1, cfg.t3_steps)}
     assert len({(r.seed, r.trap, r.case) for r in runs}) == len(runs)
     assert {r.seed for r in runs} == {0, 5}
     t5 = [r for r in runs if r.trap == "tiny_batch"]
@@ -56,38 +60,50 @@ def test_sorted_fraction_labels_put_the_stated_share_in_one_class():
 
 def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole=0.1, shuffled_lint=0.0,
            sorted_train=(0.9, 0.7, 0.3), lint_b16=0.0, after=0.95, nodrop=(0.9, 0.92, 0.91),
-           b4_train=(0.6, 0.6, 0.6), sorted_eval=(0.2, 0.3, 0.25)):
+           b4_train=(0.6, 0.6, 0.6), sorted_eval=(0.2, 0.3, 0.25), tuned_fixed=(0.4, 0.45, 0.5),
+           tuned_whole=(0.6, 0.62, 0.64), fixed_peak=0.001, runline_fixed=0.8, after_seeds=(0.0, 0.0, 0.0),
+           sorted_meter=0.95, eval_dropout_off=1.0, half_lint=(1.0, 1.0, 1.0)):
     """A results table in run()'s shape whose right answers are known."""
     rows = []
-    base = dict(n_classes=10, steps=60, epoch_steps=10, batch_size=32, teacher_batches=3, n_eval=512, min_batch=16)
+    base = dict(n_classes=10, steps=60, epoch_steps=10, batch_size=32, teacher_batches=3, n_eval=512, min_batch=16,
+                lr=0.05)
     for i, s in enumerate(seeds):
         r = lambda trap, case, **q: rows.append(dict(seed=s, trap=trap, case=case, source_task_a_accuracy=0.95,
-                                                     **base, **q))
+                                                     **{**base, **q}))
         r("train_call", "eval_once", bn_train_fraction=1.0, num_batches_tracked_change=60.0, max_param_change=0.0,
           max_buffer_change=2.0 + i, max_probe_change=5.0 + i, task_a_before=0.95, task_a_after=0.2 + 0.1 * i,
-          task_b=0.9, frozen_bn_lint=1.0)
+          task_b=0.9, frozen_bn_lint=1.0, max_mean_shift_sd=1.0 + i, max_abs_log_var_ratio=0.5 * (i + 1))
         r("train_call", "pinned", bn_train_fraction=0.0, num_batches_tracked_change=0.0, max_param_change=0.0,
           max_buffer_change=0.0, max_probe_change=pinned_probe, task_a_before=0.95, task_a_after=0.95,
           task_b=0.9 - price[i], frozen_bn_lint=0.0)
         r("no_grad", "teacher_train", num_batches_tracked_change=3.0, max_buffer_change=1.0 + i, max_probe_change=4.0,
           task_a_before=0.95, task_a_after=0.5, accuracy_with_a_mates=0.9, accuracy_with_b_mates=0.3,
-          max_logit_change_by_mates=3.0)
+          max_logit_change_by_mates=3.0, max_mean_shift_sd=0.4, max_abs_log_var_ratio=2.0 + i)
         r("no_grad", "teacher_eval", num_batches_tracked_change=0.0, max_buffer_change=0.0, max_probe_change=0.0,
           task_a_before=0.95, task_a_after=0.95, accuracy_with_a_mates=0.95, accuracy_with_b_mates=0.95,
           max_logit_change_by_mates=0.0)
+        t3 = dict(main_loss_first=6.0, eval_dropout_off=eval_dropout_off)
         r("whole_eval", "whole_model", aux_loss_fraction=0.0, aux_max_param_change=0.0, dropout_train_fraction=0.0,
-          task_b_aux=aux_whole, task_b_main=0.8)
+          task_b_aux=aux_whole, task_b_main=0.8, main_loss_last=2.0, **t3)
         r("whole_eval", "backbone_only", aux_loss_fraction=1.0, aux_max_param_change=0.3,
-          dropout_train_fraction=1.0, task_b_aux=0.7, task_b_main=0.8)
+          dropout_train_fraction=1.0, task_b_aux=0.7, task_b_main=runline_fixed, main_loss_last=12.0, **t3)
         r("whole_eval", "backbone_only_dropout_off", aux_loss_fraction=1.0, aux_max_param_change=0.3,
-          dropout_train_fraction=0.0, task_b_aux=0.7, task_b_main=nodrop[i])
+          dropout_train_fraction=0.0, task_b_aux=0.7, task_b_main=nodrop[i], main_loss_last=2.0, **t3)
+        # trap 3's sweep: validation peaks at 0.01 (whole model) and at fixed_peak (the fix); test values at the peak
+        for setup, peak, test in (("whole_model", 0.01, tuned_whole[i]), ("backbone_only", fixed_peak, tuned_fixed[i])):
+            for lr in (0.0005, 0.001, 0.01, 0.1):
+                at = lr == peak
+                r("whole_eval_tuned", f"{setup}_lr{lr:g}", setup=setup, lr=lr, steps=600,
+                  val_main=0.5 + 0.1 * at, task_b_main=test if at else 0.2, task_b_main_half=(test - 0.05) if at else 0.2,
+                  val_aux=0.5, task_b_aux=0.55, main_loss_first=6.0, main_loss_last=1.5 + at,
+                  eval_dropout_off=eval_dropout_off)
         r("sorted_training", "shuffled", train_meter_accuracy=0.9, heldout_eval_accuracy=0.9 - 0.01 * i,
           heldout_batch_stats_accuracy=0.9)
-        r("sorted_training", "class_sorted", train_meter_accuracy=0.95, heldout_eval_accuracy=sorted_eval[i],
+        r("sorted_training", "class_sorted", train_meter_accuracy=sorted_meter, heldout_eval_accuracy=sorted_eval[i],
           heldout_batch_stats_accuracy=0.3)
-        for p, acc, lint in zip((0.0, 0.5, 1.0), sorted_train, (shuffled_lint, 1.0, 1.0)):
+        for p, acc, lint in zip((0.0, 0.5, 1.0), sorted_train, (shuffled_lint, half_lint[i], 1.0)):
             r("sorted_batches", f"fraction_{p:g}", sorted_fraction=p, module_eval_accuracy=0.95,
-              module_train_accuracy=acc, module_eval_accuracy_after_pass=after, label_dependence=p,
+              module_train_accuracy=acc, module_eval_accuracy_after_pass=after + after_seeds[i], label_dependence=p,
               sorted_lint=lint)
         for b, acc, lint in ((1, 0.1, 1.0), (4, b4_train[i], 1.0), (16, 0.95, lint_b16), (32, 0.95, 0.0)):
             r("tiny_batch", f"batch_{b}", device_batch_size=b, module_eval_accuracy=0.95, module_train_accuracy=acc,
@@ -121,6 +137,21 @@ def test_findings_on_a_table_where_every_claim_holds():
     assert f.t6_meter_sorted == pytest.approx(0.95) and f.t6_eval_sorted == pytest.approx(0.25)
     assert f.t6_gap_sorted.mean == pytest.approx(0.70) and f.t6_meter_misleads == "holds"
     assert f.t6_eval_cost.mean == pytest.approx(0.64)
+    # referee report: buffer moves on readable scales, trap 3 tuned on validation data, paired trap 4, ties
+    assert (f.t1_mean_shift, f.t1_mean_shift_min, f.t1_mean_shift_max) == pytest.approx((2.0, 1.0, 3.0))
+    assert f.t1_log_var == pytest.approx(1.0) and f.t2_log_var == pytest.approx(3.0)
+    assert f.t2_mean_shift == pytest.approx(0.4)
+    assert (f.t3_lr_whole, f.t3_lr_fixed, f.t3_lr_interior, f.t3_tuned_steps) == (0.01, 0.001, "holds", 600)
+    assert (f.t3_n_lrs, f.t3_lr_min, f.t3_lr_max, f.t3_lr_runline) == (4, 0.0005, 0.1, 0.05)
+    assert (f.t3_tuned_main_whole, f.t3_tuned_main_fixed) == pytest.approx((0.62, 0.45))
+    assert f.t3_tuned_fix_vs_whole.mean == pytest.approx(-0.17) and f.t3_tuned_dropout_lowers_main == "holds"
+    assert f.t3_tuned_fix_learns == "holds" and f.t3_tuned_fixed_ci.mean == pytest.approx(0.45)
+    assert f.t3_tuned_gain_fixed.mean == pytest.approx(0.05) and f.t3_tuned_loss_last_fixed == pytest.approx(2.5)
+    assert f.t3_fix_at_chance == "does not hold" and f.t3_eval_dropout_off == "holds"
+    assert (f.t3_loss_first_fixed, f.t3_loss_last_fixed, f.t3_loss_last_whole) == pytest.approx((6.0, 12.0, 2.0))
+    assert (f.t4_loss_shuffled.mean, f.t4_loss_half.mean, f.t4_loss_sorted.mean) == pytest.approx((0.05, 0.25, 0.65))
+    assert f.t4_flagged_every_seed == "holds" and f.t4_after_change_ci.mean == pytest.approx(0.0)
+    assert f.t6_meter_ties == "does not hold" and (f.t5_tol, f.t6_tie_margin) == (0.02, 0.05)
 
 
 def test_findings_say_when_a_claim_does_not_hold():
@@ -140,12 +171,27 @@ def test_findings_say_when_a_claim_does_not_hold():
     assert ch.findings(_table(b4_train=(0.945, 0.945, 0.945))).t5_safe_batch == 4.0
     # one seed's sorted-batch model does well on held-out data: the meter's overstatement is not significant
     assert ch.findings(_table(sorted_eval=(0.2, 0.96, 0.25))).t6_meter_misleads == "does not hold"
+    # referee report: each new verdict flips on a table built to flip it
+    assert ch.findings(_table(tuned_fixed=(0.12, 0.1, 0.14))).t3_tuned_fix_learns == "does not hold"
+    f = ch.findings(_table(fixed_peak=0.0005))  # the fix's best rate at the grid's lower end
+    assert f.t3_lr_fixed == 0.0005 and f.t3_lr_interior == "does not hold"
+    assert ch.findings(_table(tuned_fixed=(0.7, 0.5, 0.6))).t3_tuned_dropout_lowers_main == "does not hold"
+    assert ch.findings(_table(runline_fixed=0.12)).t3_fix_at_chance == "holds"  # the run line's fix at chance
+    assert ch.findings(_table(eval_dropout_off=0.0)).t3_eval_dropout_off == "does not hold"
+    # a mean change inside +-0.02 whose interval is not: no equivalence
+    f = ch.findings(_table(after_seeds=(0.01, -0.015, 0.012)))
+    assert abs(f.t4_after_change) < 0.02 and f.t4_after_unchanged == "does not hold"
+    assert ch.findings(_table(half_lint=(1.0, 0.0, 1.0))).t4_flagged_every_seed == "does not hold"
+    f = ch.findings(_table(sorted_eval=(0.25, 0.26, 0.255), sorted_meter=0.255))  # meter within +-0.05: a tie
+    assert f.t6_meter_ties == "holds" and f.t6_meter_misleads == "does not hold"
 
 
 def test_findings_reject_a_table_without_a_case():
     df = _table()
     with pytest.raises(KeyError, match="pinned"):
         ch.findings(df[df["case"] != "pinned"])
+    with pytest.raises(KeyError, match="whole_eval_tuned"):
+        ch.findings(df[df["trap"] != "whole_eval_tuned"])
 
 
 def test_single_layer_facts():
@@ -159,7 +205,7 @@ def test_single_layer_facts():
 # --- a tiny real run: each trap shows, and each fix holds exactly ------------------------------------------------
 
 TINY = dict(seeds=[0, 1], stage1_steps=30, n_eval=64, steps=6, epoch_steps=3, batch_size=8, teacher_batches=2,
-            sorted_fractions=(0.0, 1.0), batch_sizes=(1, 2, 16))
+            sorted_fractions=(0.0, 1.0), batch_sizes=(1, 2, 16), t3_lrs=(0.01, 0.05), t3_steps=6)
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +249,13 @@ def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
             == _q(t, "whole_eval", "whole_model", "task_b_main").values).all()
     for case in ("shuffled", "class_sorted"):
         assert _q(t, "sorted_training", case, "heldout_eval_accuracy").between(0, 1).all()
+    # trap 3's sweep: every (setup, rate) once per seed, at the sweep's budget, dropout off when scored
+    tuned = t[t["trap"] == "whole_eval_tuned"]
+    assert len(tuned) == 2 * 2 * len(TINY["seeds"]) and set(tuned["steps"]) == {6}
+    assert set(tuned["setup"]) == set(ch.TUNED_SETUPS) and (tuned["eval_dropout_off"] == 1).all()
+    assert tuned[["val_main", "task_b_main", "task_b_main_half"]].stack().between(0, 1).all()
+    assert (_q(t, "train_call", "eval_once", "max_abs_log_var_ratio") > 0).all()
+    assert (_q(t, "train_call", "pinned", "max_mean_shift_sd") == 0).all()
     assert (_q(t, "tiny_batch", "batch_2", "min_values_per_channel") == 2 * 8 * 8).all()  # m x H x W, last block
     assert (_q(t, "sorted_batches", "fraction_1", "sorted_lint") == 1).all()
     assert (_q(t, "sorted_batches", "fraction_0", "sorted_lint") == 0).all()

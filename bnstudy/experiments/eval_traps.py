@@ -23,6 +23,11 @@ layer, each wrapped in a :class:`bnstudy.audit.FreezeAudit` or checked by a
 
 Trap 3's third case, ``backbone_only_dropout_off``, is the recommended fix with the head's
 dropout pinned off: it measures how much of the fix's lower main-head accuracy is dropout's.
+``whole_eval_tuned`` (issue 10, referee item 6) trains trap 3's main head again, without the
+audit, for ``t3_steps`` steps at every learning rate of ``t3_lrs``, with the whole model pinned and
+with the fix; :func:`findings` picks each setup's rate on a task-B *validation* set (drawn apart
+from the test set) and reports test accuracy at that rate, so the fix is judged on a head that
+had a fair chance to learn.
 
 ``Config`` -> :func:`run` (one row per (seed, trap, case), cached by :mod:`bnstudy.sweep`)
 -> :func:`findings` (every number and verdict the prose cites). Here ``module_mode`` is a
@@ -56,16 +61,24 @@ from ..tasks import BatchStream, derive_seed, eval_set, generator, make_task
 
 NAMESPACE = "ch02_eval_traps"
 PROFILES = {"quick": dict(seeds=3), "full": dict(seeds=10)}
-TRAPS = ("train_call", "no_grad", "whole_eval", "sorted_batches", "tiny_batch", "sorted_training")
+TRAPS = ("train_call", "no_grad", "whole_eval", "sorted_batches", "tiny_batch", "sorted_training",
+         "whole_eval_tuned")
+#: Trap 3's setups in the learning-rate sweep (the fix with dropout off equals ``whole_model`` for the main head).
+TUNED_SETUPS = ("whole_model", "backbone_only")
 #: The fixed cases of traps 1-3 (traps 4 and 5 have one case per swept value).
 CASES = {"train_call": ("eval_once", "pinned"), "no_grad": ("teacher_train", "teacher_eval"),
          "whole_eval": ("whole_model", "backbone_only", "backbone_only_dropout_off"),
          "sorted_training": ("shuffled", "class_sorted")}
 STAGE1_LR = 3e-3
-#: Stated tolerances the prose quotes: "within 0.01", "about chance" (1.5x chance), "almost unchanged".
+#: Stated tolerances the prose quotes: "within 0.01" (trap 4's curve), "about chance" (1.5x chance), and the
+#: equivalence margin of "unchanged" (trap 4: the paired 95% interval inside +-TOL_AFTER). All set by us.
 TOL_CURVE, CHANCE_FACTOR, TOL_AFTER = 0.01, 1.5, 0.02
-#: Trap 5: a batch size "loses nothing" when the upper 95% bound of (eval - train-mode accuracy) is below this.
+#: Trap 5: a batch size "loses less than TOL_LOSS" when the upper 95% bound of (eval - train-mode accuracy) is
+#: below it.
 TOL_LOSS = 0.02
+#: Trap 6: the equivalence margin for "the training meter agrees with held-out accuracy" (two one-sided tests:
+#: the 95% interval of the difference inside +-TOL_TIE). Set by us before the check, not fitted.
+TOL_TIE = 0.05
 CPU = torch.device("cpu")  # the traps' networks are tiny; the audits and probes live on the CPU
 
 
@@ -78,6 +91,7 @@ class Config(_Frozen):
     samples per task, also the audit's probe). Task B's shift: ``brightness``, ``contrast``.
     Traps 1 and 3 train new heads for ``steps`` steps of ``batch_size`` (SGD, ``lr``), calling
     ``model.train()`` every ``epoch_steps`` steps; trap 2 runs ``teacher_batches`` batches;
+    trap 3's learning-rate sweep trains for ``t3_steps`` steps at each rate of ``t3_lrs``;
     trap 4 sweeps ``sorted_fractions`` (share of each batch from one class), trap 5
     ``batch_sizes`` (per-device batch); ``min_batch`` is the ``small_batch`` lint's threshold.
     Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
@@ -99,6 +113,8 @@ class Config(_Frozen):
     epoch_steps: int = 10
     lr: float = 0.05
     teacher_batches: int = 3
+    t3_lrs: tuple = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
+    t3_steps: int = 600
     sorted_fractions: tuple = (0.0, 0.25, 0.5, 0.75, 1.0)
     batch_sizes: tuple = (1, 2, 4, 8, 16, 32, 64)
     min_batch: int = audit.MIN_BATCH
@@ -107,10 +123,12 @@ class Config(_Frozen):
         check_choice("profile", self.profile, tuple(PROFILES))
         self._set("seeds", check_seeds(self.seeds))
         self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, low_open=True))
-        for name in ("steps", "epoch_steps", "teacher_batches", "min_batch"):
+        for name in ("steps", "epoch_steps", "teacher_batches", "min_batch", "t3_steps"):
             self._set(name, check_int(name, getattr(self, name), 1))
         self._set("batch_size", check_int("batch_size", self.batch_size, 2))
         self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
+        self._set("t3_lrs", check_sequence("t3_lrs", self.t3_lrs, lambda n, v: check_float(n, v, 0.0, low_open=True),
+                                           1))
         self._set("brightness", check_float("brightness", self.brightness))
         self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
         self._set("sorted_fractions", check_sequence("sorted_fractions", self.sorted_fractions,
@@ -133,7 +151,11 @@ class Config(_Frozen):
         out = []
         for s in self.seeds:
             for trap in TRAPS:
-                if trap in CASES:
+                if trap == "whole_eval_tuned":
+                    base = {k: v for k, v in shared.items() if k not in ("lr", "steps")}
+                    out += [TrapRun(seed=s, trap=trap, case=f"{setup}_lr{lr:g}", lr=lr, steps=self.t3_steps, **base)
+                            for setup in TUNED_SETUPS for lr in self.t3_lrs]
+                elif trap in CASES:
                     out += [TrapRun(seed=s, trap=trap, case=c, **shared) for c in CASES[trap]]
                 elif trap == "sorted_batches":
                     out += [TrapRun(seed=s, trap=trap, case=f"fraction_{p:g}", sorted_fraction=p, **shared)
@@ -147,6 +169,7 @@ class Config(_Frozen):
         """The parameters for the page's run line."""
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
                 f"epoch_steps={self.epoch_steps}, batch_size={self.batch_size}, "
+                f"lr={self.lr:g}, t3_steps={self.t3_steps}, t3_lrs={','.join(f'{x:g}' for x in self.t3_lrs)}, "
                 f"teacher_batches={self.teacher_batches}, n_eval={self.n_eval}, brightness={self.brightness:g}, "
                 f"contrast={self.contrast:g}, noise={self.noise:g}, momentum={self.momentum:g}")
 
@@ -319,6 +342,30 @@ def _buffer_stats(a: audit.FreezeAudit, module_prefix: str) -> dict:
                 max_param_change=float(params["max_abs_change"].max()))
 
 
+def _bn_state(model: nn.Module) -> dict:
+    """Copies of every BatchNorm's ``(running_mean, running_var)``, by module name."""
+    return {n: (m.running_mean.clone(), m.running_var.clone()) for n, m in model.named_modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None}
+
+
+def _bn_drift(before: dict, model: nn.Module) -> dict:
+    """How far each BatchNorm's running statistics moved from ``before`` (:func:`_bn_state`), on readable scales.
+
+    ``max_mean_shift_sd``: largest ``|mean_after - mean_before| / sqrt(var_before + eps)`` over layers
+    and channels (the mean's move in units of the old running standard deviation);
+    ``max_abs_log_var_ratio``: largest ``|ln(var_after / var_before)|`` (0: unchanged; ln 2 = 0.69:
+    doubled or halved). Referee item 8: the audit's raw ``max_buffer_change`` mixes a variance's squared
+    units with a mean's.
+    """
+    mods = dict(model.named_modules())
+    shift, ratio = [], []
+    for name, (mu0, var0) in before.items():
+        m = mods[name]
+        shift.append(float(((m.running_mean - mu0).abs() / (var0 + m.eps).sqrt()).max()))
+        ratio.append(float((m.running_var.clamp_min(1e-12) / var0.clamp_min(1e-12)).log().abs().max()))
+    return dict(max_mean_shift_sd=max(shift), max_abs_log_var_ratio=max(ratio))
+
+
 def _bn_train_fraction(a: audit.FreezeAudit) -> float:
     modes = a.modes()
     bn = modes[(modes["kind"] == "batchnorm") & (modes["calls"] > 0)]
@@ -343,9 +390,11 @@ def _train_call(ctx: _Ctx, case: str):
     else:
         pin_eval(model.backbone)
     before = _eval_accuracy(model, model.forward_a, xa, ya)
+    stats_before = _bn_state(model.backbone)
     with audit.FreezeAudit(model, probe=xa, forward=model.forward_a, warn=False) as a:
         ctx.train(model, model.forward_b, model.head_b.parameters(), "train_call")
     q = _buffer_stats(a, "backbone")
+    q.update(_bn_drift(stats_before, model.backbone))
     q.update(task_a_before=before, task_a_after=_eval_accuracy(model, model.forward_a, xa, ya),
              task_b=_eval_accuracy(model, model.forward_b, *ctx.eval_b),
              max_probe_change=float(a.outputs()["max_abs_change"].max()),
@@ -373,10 +422,12 @@ def _no_grad(ctx: _Ctx, case: str):
     teacher = ctx.classifier().train(train_flag)
     before = _eval_accuracy(teacher, teacher, xa, ya)
     stream = ctx.stream_b("teacher")
+    stats_before = _bn_state(teacher)
     with audit.FreezeAudit(teacher, probe=xa, warn=False) as a, torch.no_grad():
         for _ in range(c.teacher_batches):
             teacher(stream.next()[0])  # soft targets for task B, or a validation pass
     q = _buffer_stats(a, "")
+    q.update(_bn_drift(stats_before, teacher))
     q.update(task_a_before=before, task_a_after=_eval_accuracy(teacher, teacher, xa, ya),
              max_probe_change=float(a.outputs()["max_abs_change"].max()), n_lint_warnings=_n_warnings(a.lints),
              no_grad_lint=float(any(x.code == "train_mode_under_no_grad" for x in a.lints)))
@@ -397,10 +448,11 @@ def _whole_eval(ctx: _Ctx, case: str):
     pin_eval(model if case == "whole_model" else model.backbone)
     if case == "backbone_only_dropout_off":
         pin_eval(model.head[0])  # the fix, with the head's dropout off: isolates dropout's share of the difference
-    aux_terms = []
+    aux_terms, main_losses = [], []
 
     def loss_fn(o, y):
         aux_terms.append(isinstance(o, AuxOutputs))
+        main_losses.append(float(F.cross_entropy(o.logits if isinstance(o, AuxOutputs) else o, y).detach()))
         return aux_loss(o, y)
 
     # dropout draws from torch's global generator: seed it per seed so the trap is reproducible on its own
@@ -414,12 +466,74 @@ def _whole_eval(ctx: _Ctx, case: str):
              backbone_max_buffer_change=_buffer_stats(a, "backbone")["max_buffer_change"],
              dropout_train_fraction=float(drop["train_calls"].sum() / drop["calls"].sum()),
              aux_loss_fraction=float(np.mean(aux_terms)),
+             main_loss_first=float(np.mean(main_losses[:c.epoch_steps])),
+             main_loss_last=float(np.mean(main_losses[-c.epoch_steps:])),
+             eval_dropout_off=_dropout_off_at_eval(model, xb),
              task_b_main=_eval_accuracy(model, model, xb, yb),
              task_b_aux=_eval_accuracy(model, lambda x: model.aux(model.backbone(x)), xb, yb),
              forward_mode_lint=float(any(x.code == "forward_changes_with_mode" for x in forward_lints)),
              dropout_lint=float(any(x.code == "dropout_off_in_training" for x in a.lints)),
              n_lint_warnings=_n_warnings(a.lints))
     return q, a, forward_lints + a.lints
+
+
+def _dropout_off_at_eval(model: AuxHeadNet, x: torch.Tensor) -> float:
+    """1.0 if the logits :func:`_eval_accuracy` scores equal, bit for bit, the head without its dropout layer.
+
+    A check of the evaluation path (referee item 6): dropout must be off when accuracy is measured.
+    """
+    saved = [(m, m.training) for m in model.modules()]
+    for m, _ in saved:
+        m.training = False
+    try:
+        with torch.no_grad():
+            scored, plain = model(x), model.head[1](model.backbone(x))
+    finally:
+        for m, flag in saved:
+            m.training = flag
+    return float(torch.equal(scored, plain))
+
+
+def _whole_eval_tuned(ctx: _Ctx, case: str):
+    """Trap 3's main head, trained without the audit at one learning rate for ``steps`` steps (issue 10).
+
+    ``case`` is ``<setup>_lr<lr>`` with ``setup`` in :data:`TUNED_SETUPS`; the rate and budget are the
+    run's ``lr`` and ``steps``. Same head initialization, batches and dropout draws as :func:`_whole_eval`.
+    Records the main and auxiliary heads' accuracy on task B's test set and on a validation set
+    drawn apart from it (``eval_set(..., "B-validation")``: the set the rate is chosen on), the main
+    head's test and validation accuracy at half the budget, and its mean training loss (cross-entropy,
+    nats; ln 10 = 2.30 is a uniform guess) over the first and the last epoch.
+    """
+    c, (xb, yb) = ctx.c, ctx.eval_b
+    setup = case.rsplit("_lr", 1)[0]
+    check_choice("setup", setup, TUNED_SETUPS)
+    xv, yv = eval_set(ctx.task_b, c.n_eval, c.seed, "B-validation")
+    model = ctx.seeded("aux_net", lambda: AuxHeadNet(ctx.backbone(), c.widths[-1], c.n_classes))
+    model.backbone.requires_grad_(False)
+    pin_eval(model if setup == "whole_model" else model.backbone)
+    opt = make_optimizer("sgd", list(model.head.parameters()) + list(model.aux.parameters()), c.lr)
+    stream, losses, half = ctx.stream_b("whole_eval"), [], {}
+
+    def loss_fn(o, y):
+        losses.append(float(F.cross_entropy(o.logits if isinstance(o, AuxOutputs) else o, y).detach()))
+        return aux_loss(o, y)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(c.seed, "ch02", "dropout"))
+        for step in range(1, c.steps + 1):
+            x, y = stream.next()
+            train_step(model, model, opt, step, x, y, c.epoch_steps, CPU, loss_fn=loss_fn)
+            if step == c.steps // 2:
+                half = dict(task_b_main_half=_eval_accuracy(model, model, xb, yb),
+                            val_main_half=_eval_accuracy(model, model, xv, yv))
+    aux = lambda x: model.aux(model.backbone(x))
+    q = dict(setup=setup, task_b_main=_eval_accuracy(model, model, xb, yb),
+             val_main=_eval_accuracy(model, model, xv, yv),
+             task_b_aux=_eval_accuracy(model, aux, xb, yb), val_aux=_eval_accuracy(model, aux, xv, yv),
+             main_loss_first=float(np.mean(losses[:c.epoch_steps])),
+             main_loss_last=float(np.mean(losses[-c.epoch_steps:])),
+             eval_dropout_off=_dropout_off_at_eval(model, xb), **half)
+    return q, None, []
 
 
 def _sorted_batches(ctx: _Ctx, case: str):
@@ -506,7 +620,8 @@ def _sorted_training(ctx: _Ctx, case: str):
 
 
 TRAP_FUNCTIONS = dict(train_call=_train_call, no_grad=_no_grad, whole_eval=_whole_eval,
-                      sorted_batches=_sorted_batches, tiny_batch=_tiny_batch, sorted_training=_sorted_training)
+                      sorted_batches=_sorted_batches, tiny_batch=_tiny_batch, sorted_training=_sorted_training,
+                      whole_eval_tuned=_whole_eval_tuned)
 
 
 def run_case(c: TrapRun, source: dict):
@@ -516,7 +631,7 @@ def run_case(c: TrapRun, source: dict):
     row["widths"] = "-".join(map(str, c.widths))
     row["module_mode"] = {"teacher_train": "train", "teacher_eval": "eval"}.get(c.case, "")
     row["source_task_a_accuracy"] = source["task_a_accuracy"]
-    row.update({k: float(v) for k, v in q.items()})
+    row.update({k: (v if isinstance(v, str) else float(v)) for k, v in q.items()})
     return row, a, lints
 
 
@@ -531,9 +646,11 @@ def _trap_group(configs: list[TrapRun], cache_root: str, version: str) -> list[d
 
 
 def _groups(configs: list[TrapRun]) -> list[list[int]]:
+    """One group per (seed, trap); trap 3's sweep, the longest, gets one group per run so workers share it."""
     groups: dict = {}
     for i, c in enumerate(configs):
-        groups.setdefault((c.seed, c.trap), []).append(i)
+        key = (c.seed, c.trap, c.case) if c.trap == "whole_eval_tuned" else (c.seed, c.trap)
+        groups.setdefault(key, []).append(i)
     return list(groups.values())
 
 
@@ -654,7 +771,9 @@ class Findings:
     """Every number and verdict chapter 2's prose and checklist cite (accuracies are fractions 0..1).
 
     A plain number is the mean over seeds; ``<name>_min`` / ``<name>_max`` are the lowest and
-    highest seed's value. Verdicts are ``"holds"`` / ``"does not hold"``. ``t1_price_b``: the
+    highest seed's value. Verdicts are ``"holds"`` / ``"does not hold"``; the ones that follow from
+    the code itself (``t1_pinned_exact``, ``t2_eval_exact``, ``t3_aux_at_chance``,
+    ``t3_nodrop_equals_whole``, ``t3_eval_dropout_off``) are checks, not findings. ``t1_price_b``: the
     paired per-seed ``task_b(eval_once) - task_b(pinned)`` (what the pin costs task B) with its
     95% interval; ``t1_price_b_significant``: whether that interval lies above zero.
     """
@@ -776,6 +895,55 @@ class Findings:
     t6_gap_shuffled: Interval
     t6_eval_cost: Interval
     t6_meter_misleads: str
+    # referee report (chapter 2 items 6-8, 10, 11, 15)
+    t1_mean_shift: float
+    t1_mean_shift_min: float
+    t1_mean_shift_max: float
+    t1_log_var: float
+    t1_log_var_min: float
+    t1_log_var_max: float
+    t2_mean_shift: float
+    t2_mean_shift_min: float
+    t2_mean_shift_max: float
+    t2_log_var: float
+    t2_log_var_min: float
+    t2_log_var_max: float
+    t3_fix_at_chance: str
+    t3_loss_first_fixed: float
+    t3_loss_last_fixed: float
+    t3_loss_last_whole: float
+    t3_eval_dropout_off: str
+    t3_lr_whole: float
+    t3_lr_fixed: float
+    t3_lr_interior: str
+    t3_lr_runline: float
+    t3_n_lrs: int
+    t3_lr_min: float
+    t3_lr_max: float
+    t3_tuned_steps: int
+    t3_tuned_main_whole: float
+    t3_tuned_main_whole_min: float
+    t3_tuned_main_whole_max: float
+    t3_tuned_main_fixed: float
+    t3_tuned_main_fixed_min: float
+    t3_tuned_main_fixed_max: float
+    t3_tuned_fixed_ci: Interval
+    t3_tuned_fix_learns: str
+    t3_tuned_fix_vs_whole: Interval
+    t3_tuned_dropout_lowers_main: str
+    t3_tuned_gain_fixed: Interval
+    t3_tuned_gain_whole: Interval
+    t3_tuned_loss_last_fixed: float
+    t3_tuned_loss_last_whole: float
+    t3_tuned_aux_fixed: float
+    t4_loss_shuffled: Interval
+    t4_loss_half: Interval
+    t4_loss_sorted: Interval
+    t4_flagged_every_seed: str
+    t4_after_change_ci: Interval
+    t5_tol: float
+    t6_tie_margin: float
+    t6_meter_ties: str
 
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
@@ -797,7 +965,8 @@ def findings(df: pd.DataFrame) -> Findings:
     at most 1.5x chance); ``t4_monotone`` (module-train accuracy never rises by more than 0.01
     from one share to the next); ``t4_shuffled_clean`` (the lint never flagged the smallest share
     in any seed); ``t4_after_unchanged`` (held-out eval accuracy after the class-sorted pass
-    within 0.02 of the source's, on average); ``t5_lint_matches`` (the small-batch lint fired in
+    equivalent to the source's within 0.02: the paired 95% interval inside +-0.02, two one-sided tests);
+    ``t4_flagged_every_seed`` (the lint flagged the smallest flagged share in every seed); ``t5_lint_matches`` (the small-batch lint fired in
     every seed exactly for batches below ``min_batch``); ``t3_dropout_lowers_main`` (the paired
     interval of main-head accuracy, fix with dropout off minus fix, lies above 0);
     ``t3_nodrop_equals_whole`` (the fix with dropout off equals the whole-model run's main head in
@@ -806,7 +975,15 @@ def findings(df: pd.DataFrame) -> Findings:
     (smallest batch from which every larger one has an upper 95% bound of eval minus train-mode
     accuracy below ``TOL_LOSS``; ``t5_count``: the values per channel the last BatchNorm averages,
     m x H x W); ``t6_meter_misleads`` (trained on class-sorted batches, the loop's train-mode meter
-    exceeds held-out eval accuracy: paired interval above 0). Raises ``KeyError`` if a case is missing.
+    exceeds held-out eval accuracy: paired interval above 0); ``t6_meter_ties`` (the same interval inside
+    +-``TOL_TIE``). Trap 3's learning-rate sweep: ``t3_lr_whole`` / ``t3_lr_fixed`` (per setup, the rate
+    with the best mean *validation* accuracy of the main head; ``t3_lr_interior``: neither at an end
+    of the grid), test accuracy at that rate (``t3_tuned_*``), ``t3_tuned_fix_learns`` (the fix's main
+    head: 95% interval above 1.5x chance), ``t3_tuned_dropout_lowers_main`` (fix minus whole model,
+    paired, interval below 0), ``t3_tuned_gain_*`` (test accuracy gained over the second half of the
+    budget: is the head still improving?); ``t3_fix_at_chance`` (the run line's fix, mean at most
+    1.5x chance); ``t3_eval_dropout_off`` (a check: every scored logit equals the head without its
+    dropout layer). Raises ``KeyError`` if a case is missing.
     """
     first = df.iloc[0]
     v = lambda trap, case, q: _values(df, trap, case, q)
@@ -872,7 +1049,8 @@ def findings(df: pd.DataFrame) -> Findings:
     curve = [sb(p, "module_train_accuracy").mean() for p in fr]
     flagged = [p for p in fr if sb(p, "sorted_lint").mean() > 0.5]
     src = df.groupby("seed")["source_task_a_accuracy"].first()
-    after_change = float((sb(fr[-1], "module_eval_accuracy_after_pass") - src).mean())
+    after_ci = mean_ci(sb(fr[-1], "module_eval_accuracy_after_pass") - src)  # paired: the same held-out images
+    after_change = after_ci.mean
     out.update(t4_eval_shuffled=sb(fr[0], "module_eval_accuracy").mean(),
                t4_eval_sorted=sb(fr[-1], "module_eval_accuracy").mean(),
                t4_train_shuffled=curve[0], t4_train_half=curve[len(fr) // 2], t4_half=float(fr[len(fr) // 2]),
@@ -883,7 +1061,7 @@ def findings(df: pd.DataFrame) -> Findings:
                t4_dep_shuffled=sb(fr[0], "label_dependence").mean(),
                t4_shuffled_clean=verdict(bool((sb(fr[0], "sorted_lint") == 0).all())),
                t4_after_sorted=sb(fr[-1], "module_eval_accuracy_after_pass").mean(), t4_after_change=after_change,
-               t4_after_unchanged=verdict(abs(after_change) < TOL_AFTER))
+               t4_after_unchanged=verdict(bool(-TOL_AFTER < after_ci.low and after_ci.high < TOL_AFTER)))
     # trap 5
     t5 = df[df["trap"] == "tiny_batch"]
     bs = sorted(int(b) for b in t5["device_batch_size"].unique())
@@ -927,4 +1105,52 @@ def findings(df: pd.DataFrame) -> Findings:
                t6_gap_shuffled=mean_ci(st("shuffled", "train_meter_accuracy") - st("shuffled", "heldout_eval_accuracy")),
                t6_eval_cost=mean_ci(st("shuffled", "heldout_eval_accuracy") - st("class_sorted", "heldout_eval_accuracy")),
                t6_meter_misleads=verdict(gap_sorted.low > 0))
+    # referee report: buffer moves on readable scales (item 8)
+    out.update(**spread("t1_mean_shift", tc("eval_once", "max_mean_shift_sd")),
+               **spread("t1_log_var", tc("eval_once", "max_abs_log_var_ratio")),
+               **spread("t2_mean_shift", ng("teacher_train", "max_mean_shift_sd")),
+               **spread("t2_log_var", ng("teacher_train", "max_abs_log_var_ratio")))
+    # trap 3 (item 6): the run line's head, its loss, the evaluation path, then the tuned heads
+    tu = df[df["trap"] == "whole_eval_tuned"]
+    if tu.empty:
+        raise KeyError("no rows of trap='whole_eval_tuned' (trap 3's learning-rate sweep)")
+
+    def chosen(setup):  # the rate with the best mean validation accuracy (ties: the smaller rate)
+        g = tu[tu["setup"] == setup]
+        if g.empty:
+            raise KeyError(f"no rows of setup={setup!r} in trap='whole_eval_tuned'")
+        lr = float(g.groupby("lr")["val_main"].mean().idxmax())
+        return lr, g[g["lr"] == lr].set_index("seed")
+
+    grid = sorted(float(x) for x in tu["lr"].unique())
+    lr_w, tw = chosen("whole_model")
+    lr_f, tf = chosen("backbone_only")
+    fixed_ci = mean_ci(tf["task_b_main"])
+    tuned_diff = mean_ci(tf["task_b_main"] - tw["task_b_main"])
+    checks_eval = pd.concat([we(cs, "eval_dropout_off") for cs in CASES["whole_eval"]] + [tu["eval_dropout_off"]])
+    out.update(t3_fix_at_chance=verdict(main("backbone_only").mean() <= CHANCE_FACTOR * chance),
+               t3_loss_first_fixed=we("backbone_only", "main_loss_first").mean(),
+               t3_loss_last_fixed=we("backbone_only", "main_loss_last").mean(),
+               t3_loss_last_whole=we("whole_model", "main_loss_last").mean(),
+               t3_eval_dropout_off=verdict(bool((checks_eval == 1).all())),
+               t3_lr_whole=lr_w, t3_lr_fixed=lr_f,
+               t3_lr_interior=verdict(all(grid[0] < x < grid[-1] for x in (lr_w, lr_f))),
+               t3_lr_runline=float(we("whole_model", "lr").iloc[0]), t3_n_lrs=len(grid), t3_lr_min=grid[0],
+               t3_lr_max=grid[-1],
+               t3_tuned_steps=int(tu["steps"].iloc[0]),
+               **spread("t3_tuned_main_whole", tw["task_b_main"]), **spread("t3_tuned_main_fixed", tf["task_b_main"]),
+               t3_tuned_fixed_ci=fixed_ci, t3_tuned_fix_learns=verdict(fixed_ci.low > CHANCE_FACTOR * chance),
+               t3_tuned_fix_vs_whole=tuned_diff, t3_tuned_dropout_lowers_main=verdict(tuned_diff.high < 0),
+               t3_tuned_gain_fixed=mean_ci(tf["task_b_main"] - tf["task_b_main_half"]),
+               t3_tuned_gain_whole=mean_ci(tw["task_b_main"] - tw["task_b_main_half"]),
+               t3_tuned_loss_last_fixed=tf["main_loss_last"].mean(), t3_tuned_loss_last_whole=tw["main_loss_last"].mean(),
+               t3_tuned_aux_fixed=tf["task_b_aux"].mean())
+    # trap 4 (item 7): train-mode loss paired on the same images per share; the lint's first share in every seed
+    t4_loss = lambda p: mean_ci(sb(p, "module_eval_accuracy") - sb(p, "module_train_accuracy"))  # eval - train
+    out.update(t4_loss_shuffled=t4_loss(fr[0]), t4_loss_half=t4_loss(fr[len(fr) // 2]), t4_loss_sorted=t4_loss(fr[-1]),
+               t4_flagged_every_seed=verdict(bool(flagged) and bool((sb(min(flagged), "sorted_lint") == 1).all())),
+               t4_after_change_ci=after_ci)
+    # trap 6 (item 11): a tie only if the interval lies inside the margin
+    out.update(t5_tol=TOL_LOSS, t6_tie_margin=TOL_TIE,
+               t6_meter_ties=verdict(bool(-TOL_TIE < gap_sorted.low and gap_sorted.high < TOL_TIE)))
     return Findings(**{k: (float(x) if isinstance(x, (np.floating, np.integer)) else x) for k, x in out.items()})
