@@ -114,7 +114,10 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     the parameter and what is allowed."""
     from .config import Execution
 
-    module = experiment_module(nb_path)
+    try:
+        module = experiment_module(nb_path)
+    except ImportError:  # a missing extra (e.g. torchvision): the notebook's own import reports it
+        return
     if module is None or not hasattr(module, "make_config"):
         return
     values = {**defaults, **params}
