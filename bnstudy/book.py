@@ -11,6 +11,14 @@ written to a temporary file and renamed into place only if the whole notebook
 ran, so a failed or interrupted chapter never leaves a complete-looking
 notebook behind, and the command exits non-zero naming the chapter.
 
+Stopping a run: papermill's kernel runs in a session of its own (jupyter_client
+starts it so), so a terminal's Ctrl-C reaches only this process, and a plain
+SIGTERM would leave the kernel's joblib/loky workers running as orphans. While a
+chapter executes, SIGINT and SIGTERM therefore stop the kernel and every process
+it started (:func:`stop_processes`), remove the partial notebook, and raise
+:class:`Interrupted` here. Runs that finished are in the run cache already; a
+rerun computes only the missing ones.
+
 Papermill tags the cell it injects ``injected-parameters``; we add
 ``remove-cell`` to it so readers see the chapter's own short parameter summary
 instead of raw code. The chapter's full parameters (its defaults with the
@@ -32,7 +40,9 @@ import re
 import signal
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -69,6 +79,87 @@ def notebook_parameters(notebook) -> dict:
 
 
 PROGRESS_TAG = "(bnstudy progress)"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A chapter run stopped by a signal (``signum``: SIGINT or SIGTERM); its kernel and workers are gone."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def stop_processes(procs, grace_s: float = 3.0) -> list[int]:
+    """Stop ``procs`` (``psutil.Process`` objects) and every process in their process groups: SIGTERM, then
+    SIGKILL for what is left after ``grace_s`` seconds. Returns the pids that had to be killed.
+
+    The process groups matter because the kernel's workers are in the kernel's group (its own session) and
+    are reparented away from this process once the kernel dies; resource trackers ignore SIGTERM and exit
+    by themselves when the kernel and workers are gone, which the grace period leaves time for.
+    """
+    import psutil
+
+    procs = [p for p in procs if p.is_running()]
+    own = os.getpgid(0)
+    groups = set()
+    for p in procs:
+        try:
+            groups.add(os.getpgid(p.pid))
+        except (ProcessLookupError, PermissionError):
+            pass
+    groups.discard(own)  # never signal this process's own group (the terminal's Ctrl-C group)
+
+    def send(sig):
+        for g in groups:
+            try:
+                os.killpg(g, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in procs:
+            try:
+                p.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+
+    send(signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    if alive:
+        send(signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=grace_s)
+    return [p.pid for p in alive]
+
+
+@contextmanager
+def stop_kernel_on_signal(grace_s: float = 3.0):
+    """While the block runs, SIGINT and SIGTERM stop every process started inside it (the kernel, its
+    workers and their children, found as this process's new descendants) and raise :class:`Interrupted`.
+
+    Installed only in the main thread (Python delivers signals there); elsewhere the block runs unchanged.
+    Another SIGINT or SIGTERM during the clean-up is ignored, so a second Ctrl-C cannot cut it short.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum, frame):
+        for s in previous:
+            signal.signal(s, signal.SIG_IGN)
+        started = [p for p in me.children(recursive=True) if p.pid not in before]
+        stop_processes(started, grace_s)
+        raise Interrupted(signum)
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def hide_injected_parameters(path: Path) -> None:
@@ -134,8 +225,9 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        pm.execute_notebook(str(notebook), tmp, parameters=params, kernel_name="python3",
-                            cwd=str(cwd or notebook.parent), progress_bar=log_output, log_output=log_output)
+        with stop_kernel_on_signal():
+            pm.execute_notebook(str(notebook), tmp, parameters=params, kernel_name="python3",
+                                cwd=str(cwd or notebook.parent), progress_bar=log_output, log_output=log_output)
         hide_injected_parameters(Path(tmp))
         os.chmod(tmp, 0o644)
         os.replace(tmp, final)
@@ -147,6 +239,10 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
                 os.environ[k] = v
         if os.path.exists(tmp):
             os.unlink(tmp)
+        try:
+            work.rmdir()  # only if empty: another run may be writing there
+        except OSError:
+            pass
     return final
 
 
@@ -174,7 +270,7 @@ def main(argv=None) -> int:
                          "(default: book/)")
     ap.add_argument("--quiet", action="store_true", help="do not stream cell outputs and progress to the terminal")
     args = ap.parse_args(argv)
-    # A kill signal becomes an ordinary exit, so the cleanup in execute_chapter runs.
+    # A kill signal between chapters becomes an ordinary exit; during one, execute_chapter stops the kernel.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     out = Path(args.output_dir).resolve()
     shutil.rmtree(out / "chapters" / PARTIAL_DIR, ignore_errors=True)  # left by a SIGKILLed run
@@ -190,10 +286,10 @@ def main(argv=None) -> int:
         try:
             execute_chapter(p, out / "chapters", args.profile, log_output=not args.quiet,
                             parameters=dict(results_dir=str(out / "results"), figures_dir=str(out / "figures")))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             print(f"[bnstudy.book] interrupted during {p.name}; finished runs are cached, rerun to resume",
                   file=sys.stderr, flush=True)
-            return 130
+            return 128 + getattr(e, "signum", signal.SIGINT)
         except Exception as e:  # papermill's error already names the failing cell
             print(f"[bnstudy.book] FAILED: {p.name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             return 1

@@ -7,17 +7,23 @@
 ``bnstudy chapter`` executes the chapter notebook with papermill and writes every output under ``--out``:
 the executed notebook ``NN-name.ipynb``, its tables ``results/`` (CSV, each with a JSON sidecar of what it
 ran with), its figures ``figures/`` (PNG, SVG), and ``NN-name.html``, the executed chapter rendered with
-nbconvert, glued numbers filled in, for a person to open. Cell outputs and a sweep progress bar stream to
-the terminal while it runs. Finished runs are cached (``--cache-dir``, default ``$BNSTUDY_CACHE_DIR``, else
+nbconvert, glued numbers filled in, for a person to open offline (MathJax is copied next to it, into
+``mathjax/``). Cell outputs and a sweep progress bar stream to the terminal while it runs.
+
+Parameters are checked before the kernel starts: the chapter's ``make_config`` builds its config in this
+process, so a bad value fails in seconds with the message the notebook would give. Ctrl-C (SIGINT) or
+SIGTERM stops the kernel and its worker processes within seconds and leaves no executed notebook or page
+of the unfinished run (a rerun into the same ``--out`` first removes the previous run's page). Finished runs are cached (``--cache-dir``, default ``$BNSTUDY_CACHE_DIR``, else
 the checkout's ``.cache/bnstudy`` that ``make`` fills when it exists, else ``~/.cache/bnstudy``), so rerunning with more seeds computes only the new ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
-import base64
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,6 +31,10 @@ from pathlib import Path
 from . import book
 
 RESERVED = ("results_dir", "figures_dir")  # set from --out
+#: Notebook parameters that are not the experiment's config: the profile, where outputs go, how runs execute.
+EXECUTION_PARAMETERS = ("profile", "results_dir", "figures_dir", "cache_dir", "n_jobs")
+#: Where the HTML page of a rerun finds MathJax, relative to the page.
+MATHJAX_DIR = "mathjax"
 
 #: The run cache `make` uses in this checkout (Makefile: BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy).
 REPO_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "bnstudy"
@@ -88,6 +98,31 @@ def collect_parameters(args, defaults: dict) -> dict:
     if "profile" in params:
         raise SystemExit("bnstudy: give the profile as --profile quick|full, not as a parameter")
     return params
+
+
+def experiment_module(nb_path: Path):
+    """The chapter's experiment module, named by its notebook's ``from bnstudy.experiments import NAME``
+    line; ``None`` for a notebook without one."""
+    m = re.search(r"from bnstudy\.experiments import (\w+)", Path(nb_path).read_text())
+    return importlib.import_module(f"bnstudy.experiments.{m.group(1)}") if m else None
+
+
+def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) -> None:
+    """Build the chapter's config here, as its notebook does first, so that a bad value fails before the
+    kernel starts (tens of seconds) with the same message: ``make_config(profile, **experiment parameters)``
+    and the execution settings (``cache_dir``, ``n_jobs``). Raises what they raise: ``ValueError`` naming
+    the parameter and what is allowed."""
+    from .config import Execution
+
+    try:
+        module = experiment_module(nb_path)
+    except ImportError:  # a missing extra (e.g. torchvision): the notebook's own import reports it
+        return
+    if module is None or not hasattr(module, "make_config"):
+        return
+    values = {**defaults, **params}
+    module.make_config(profile, **{k: v for k, v in values.items() if k not in EXECUTION_PARAMETERS})
+    Execution(cache_dir=values.get("cache_dir"), n_jobs=values.get("n_jobs"))
 
 
 # --- rendering the executed notebook for a person: glued values filled into the Markdown ---------------
@@ -163,19 +198,65 @@ def fill_glue(nb) -> None:
             cell.outputs = [o for o in cell.get("outputs", []) if not o.get("metadata", {}).get("scrapbook")]
 
 
+#: nbconvert's "lab" page with nothing loaded from the network: MathJax 3 from the page's folder (configured
+#: for the ``$...$`` the chapters write; the stock page configures MathJax 2 from a CDN), and no require.js or
+#: mermaid, which the chapters do not use.
+OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_js_mathjax -%}
+<script>
+window.MathJax = {
+  tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']],
+        processEscapes: true, processEnvironments: true, tags: 'ams'},
+  options: {ignoreHtmlClass: 'tex2jax_ignore', processHtmlClass: 'tex2jax_process'}
+};
+</script>
+<script defer src="{{ resources.mathjax_url }}"></script>
+{%- endblock html_head_js_mathjax -%}
+"""
+
+#: The parts of the MathJax 3 distribution the page can load (the combined TeX-to-CHTML file, TeX extensions,
+#: CHTML fonts, the menu and its accessibility code), about 5 MB of its 24 MB.
+MATHJAX_PARTS = ("tex-chtml.js", "input", "output/chtml", "output/chtml.js", "ui", "a11y", "adaptors")
+
+
+def copy_mathjax(dest: Path) -> Path:
+    """Copy MathJax 3 from the book's offline package (``sphinx-mathjax-offline``) into ``dest``; returns
+    ``dest/tex-chtml.js``. Raises ``sphinx.errors.ExtensionError`` naming the package if it is missing."""
+    from .sphinxext import mathjax_source
+
+    src = mathjax_source()
+    for part in MATHJAX_PARTS:
+        if (src / part).is_dir():
+            shutil.copytree(src / part, dest / part, dirs_exist_ok=True)
+        elif (src / part).exists():
+            (dest / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / part, dest / part)
+    return dest / "tex-chtml.js"
+
+
 def render_html(executed: Path, out: Path) -> Path:
-    """Render ``executed`` to a self-contained HTML file ``out``, hidden cells removed, glue filled in."""
+    """Render ``executed`` to the HTML file ``out``, hidden cells removed and glue filled in, readable offline:
+    figures are embedded, and MathJax is copied next to it (``out``'s folder / :data:`MATHJAX_DIR`)."""
+    import tempfile
+
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
 
     nb = nbformat.read(executed, as_version=4)
     fill_glue(nb)
-    exporter = HTMLExporter()
-    exporter.register_preprocessor(TagRemovePreprocessor(
-        remove_cell_tags=("remove-cell",), remove_input_tags=("remove-input", "hide-input"),
-        remove_all_outputs_tags=("remove-output",), enabled=True), enabled=True)
-    html, _ = exporter.from_notebook_node(nb)
+    copy_mathjax(out.parent / MATHJAX_DIR)
+    with tempfile.TemporaryDirectory() as tdir:
+        (Path(tdir) / "bnstudy_offline.html.j2").write_text(OFFLINE_TEMPLATE)
+        exporter = HTMLExporter(template_name="lab", extra_template_paths=[tdir],
+                                template_file="bnstudy_offline.html.j2",
+                                mathjax_url=f"{MATHJAX_DIR}/tex-chtml.js")
+        exporter.register_preprocessor(TagRemovePreprocessor(
+            remove_cell_tags=("remove-cell",), remove_input_tags=("remove-input", "hide-input"),
+            remove_all_outputs_tags=("remove-output",), enabled=True), enabled=True)
+        html, _ = exporter.from_notebook_node(nb)
     out.write_text(html, encoding="utf-8")
     return out
 
@@ -199,6 +280,11 @@ def cmd_chapter(args) -> int:
     nb_path = resolve_chapter(args.chapter)
     defaults = book.notebook_parameters(nb_path)
     params = collect_parameters(args, defaults)
+    try:
+        check_parameters(nb_path, args.profile, defaults, params)
+    except (ValueError, TypeError) as e:
+        print(f"bnstudy: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out).resolve()
     params.update(results_dir=str(out / "results"), figures_dir=str(out / "figures"))
     cache = args.cache_dir
@@ -206,13 +292,21 @@ def cmd_chapter(args) -> int:
         cache = REPO_CACHE  # the cache `make book` filled in this checkout, so a rerun reuses its runs
     if cache is not None and "cache_dir" in defaults:
         params["cache_dir"] = str(Path(cache).resolve())
+    # Nothing in --out may look like the result of this run before it has finished: a partial notebook
+    # left by a killed run, or the previous run's page.
+    shutil.rmtree(out / book.PARTIAL_DIR, ignore_errors=True)
+    page = out / f"{book.page_name(nb_path)}.ipynb"
+    for old in (page, page.with_suffix(".html")):
+        old.unlink(missing_ok=True)
     print(f"bnstudy: running {nb_path.name} (profile {args.profile}) into {out}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     try:
         executed = book.execute_chapter(nb_path, out, args.profile, parameters=params, log_output=not args.quiet)
-    except KeyboardInterrupt:
-        print("bnstudy: interrupted; finished runs are cached, rerun to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", 2)
+        print(f"\nbnstudy: interrupted ({e or 'SIGINT'}); the kernel and its workers are stopped and no page was "
+              f"written. Finished runs are cached: rerun the same command to resume.", file=sys.stderr, flush=True)
+        return 128 + signum
     except ValueError as e:
         print(f"bnstudy: {e}", file=sys.stderr)
         return 2
@@ -255,9 +349,21 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: Exit statuses of a run stopped by SIGINT or SIGTERM.
+INTERRUPTED = (128 + 2, 128 + 15)
+
+
 def main(argv=None) -> int:
+    """The ``bnstudy`` command (``argv``: its arguments; ``None``: ``sys.argv``, as the console script runs it)."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    rc = args.func(args)
+    if argv is None and rc in INTERRUPTED:
+        # The kernel and its workers are stopped and nothing partial is left. Exit now: the interpreter's own
+        # finalization, with torch loaded, took about 10 s more on a loaded 2-core machine.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 if __name__ == "__main__":

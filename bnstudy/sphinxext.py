@@ -10,6 +10,9 @@ It does four things the stock Jupyter Book build does not:
   (300 dpi) and ``.svg``, and to the tidy CSV it was drawn from and that CSV's JSON sidecar (both named by
   ``figures/NN-name.json``, written by :func:`bnstudy.plots.save_figure`). A labelled figure with no file
   is a build warning (an error in the strict build).
+* **Verdict words from other pages.** ``{glue:md}`chapters/NN-name.ipynb::key``` pastes a Markdown value
+  (a verdict word such as **holds**) glued in another notebook; myst-nb pastes only plain text, HTML and
+  images across pages (the decision guide cites every chapter's verdicts this way).
 * **A clean console.** Repeated ``<script>`` entries (sphinx-thebe declares a constant twice) are dropped.
 * **The files behind the links.** After the build, ``figures/`` and ``results/`` (next to ``_config.yml``)
   are copied to ``_build/html/figures/`` and ``_build/html/results/``, so the links resolve and the file
@@ -27,6 +30,7 @@ from pathlib import Path
 from docutils import nodes
 from docutils.transforms import Transform
 from sphinx.errors import ExtensionError
+from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -134,6 +138,72 @@ class BookFigures(Transform):
         legend += para
 
 
+# --- Markdown glued in another notebook: {glue:md}`path::key` ------------------------------------------------
+
+_INLINE_MD = re.compile(r"\*\*([^*]+)\*\*|\*([^*]+)\*")
+
+
+def inline_markdown(text: str) -> list[nodes.Node] | None:
+    """Docutils nodes for the inline Markdown that :func:`bnstudy.pages.glue_value` writes: plain text,
+    ``**strong**`` and ``*emphasis*``. ``None`` for anything else (links, code, HTML, several lines)."""
+    if "\n" in text.strip() or re.search(r"[`<>\[\]_#]", _INLINE_MD.sub("", text)):
+        return None
+    out, pos = [], 0
+    for m in _INLINE_MD.finditer(text):
+        if m.start() > pos:
+            out.append(nodes.Text(text[pos:m.start()]))
+        out.append(nodes.strong(m.group(1), m.group(1)) if m.group(1) else nodes.emphasis(m.group(2), m.group(2)))
+        pos = m.end()
+    if pos < len(text):
+        out.append(nodes.Text(text[pos:]))
+    if any("*" in n.astext() for n in out if isinstance(n, nodes.Text)):
+        return None
+    return out
+
+
+def _paste_markdown_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{glue:md}``: myst-nb's role, plus ``path::key`` (a pending reference this extension resolves)."""
+    from myst_nb.ext.glue.roles import PasteMarkdownRole
+    from myst_nb.ext.glue.utils import PendingGlueReferenceError, create_pending_glue_ref
+    if "::" not in text:
+        return PasteMarkdownRole()(name, rawtext, text, lineno, inliner, options or {}, content or [])
+    doc, key = text.split("::", 1)
+    key = key.split(":", 1)[0]  # a trailing ":commonmark" format is the only one there is
+    document = inliner.document
+    try:
+        ref = create_pending_glue_ref(document, document.current_source, lineno, doc, key, inline=True, gtype="md")
+    except PendingGlueReferenceError as exc:
+        msg = inliner.reporter.warning(f"bnstudy: {exc}", line=lineno)
+        return [], [msg]
+    return [ref], []
+
+
+class CrossPageMarkdownGlue(SphinxPostTransform):
+    """Resolve ``{glue:md}`path::key``` references (before myst-nb's own pass, priority 5, which knows
+    no Markdown). A missing key or Markdown this renderer does not know is a build warning."""
+
+    default_priority = 4
+
+    def run(self, **kwargs) -> None:
+        from myst_nb.ext.glue.crossref import read_glue_cache
+        from myst_nb.ext.glue.utils import PendingGlueReference
+        folder = self.env.mystnb_config.output_folder
+        for node in list(self.document.findall(PendingGlueReference)):
+            if node.gtype != "md":
+                continue
+            output = read_glue_cache(str(folder), node.refdoc).get(node.key)
+            text = (output or {}).get("data", {}).get("text/markdown")
+            rendered = inline_markdown(text) if text is not None else None
+            if rendered is None:
+                why = ("not found" if output is None else "has no text/markdown" if text is None
+                       else f"is Markdown this page cannot paste inline: {text!r}")
+                logger.warning(f"bnstudy: glue key {node.key!r} of {node.refdoc!r} {why}", location=node)
+                node.parent.remove(node)
+                continue
+            span = nodes.inline("", "", *rendered, classes=["pasted-inline"])
+            node.replace_self(span)
+
+
 def _visit_table_figure(self, node):
     self.visit_figure(node)
 
@@ -179,6 +249,8 @@ def setup(app):
                             latex=(_visit_table_figure, _depart_table_figure),
                             text=(_visit_table_figure, _depart_table_figure))
     app.add_transform(BookFigures)
+    app.add_role_to_domain("glue", "md", _paste_markdown_role, override=True)
+    app.add_post_transform(CrossPageMarkdownGlue)
     app.connect("config-inited", _set_mathjax_path)
     app.connect("build-finished", _copy_outputs)
     app.connect("html-page-context", _dedupe_scripts)

@@ -120,3 +120,29 @@ def test_every_page_renders_offline_without_errors(built_html, server, browser):
                 problems.append(f"{rel}: figure without {'an id' if not f['id'] else 'a caption'}: {f}")
     print(f"screenshots of {len(pages)} pages in {shots}")
     assert not problems, "\n".join(problems[:60])
+
+
+def test_a_rerun_page_opened_from_disk_renders_its_math_offline(tmp_path, browser):
+    """`bnstudy chapter` writes NN-name.html with MathJax beside it; opened as a file, with every request
+    that leaves the folder refused, its math must render and nothing may fail to load."""
+    import nbformat
+
+    from bnstudy import cli
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("Inline $3\\times32\\times32$ and display\n\n$$\nx^2 = \\frac{1}{2}\n$$\n")]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    html = cli.render_html(tmp_path / "nb.ipynb", tmp_path / "nb.html")
+    page = browser.new_page()
+    seen = []
+    page.on("console", lambda m: m.type == "error" and seen.append(m.text))
+    page.on("requestfailed", lambda r: seen.append(f"{r.url} ({r.failure})"))
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(tmp_path.as_uri()) or
+               r.request.url.startswith("data:") else (seen.append(r.request.url), r.abort()))
+    page.goto(html.as_uri(), wait_until="load")
+    assert page.evaluate(MATH_DONE) == "done"
+    page.wait_for_load_state("networkidle")
+    rendered = page.evaluate("() => document.querySelectorAll('mjx-container').length")
+    text = page.evaluate("() => document.body.innerText")
+    page.close()
+    assert rendered == 2 and "$" not in text and not seen, (rendered, seen)

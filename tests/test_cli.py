@@ -1,9 +1,16 @@
 """The `bnstudy` command: chapter names, parameter checks with clear errors, glue filled into the HTML."""
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
 import nbformat
 import pytest
 
-from bnstudy import cli, report
+from bnstudy import book, cli, report
 
 
 def test_chapter_is_found_by_number_or_name_and_an_unknown_one_lists_the_choices():
@@ -58,3 +65,105 @@ def test_run_line_names_the_git_commit_device_and_threads_and_is_wrapped():
     assert commit in line and "threads" in line and "device cpu" in line.replace("\n  ", " ")
     assert all(len(ln) <= 78 for ln in line.splitlines())
     assert commit == "unknown" or len(commit.split("+")[0]) == 10
+
+
+# --- offline page ----------------------------------------------------------------------------------------------
+
+def test_rendered_rerun_loads_nothing_from_the_network_and_ships_its_mathjax(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("Inline $3\\times32$ and display\n\n$$\nx^2 = \\frac{1}{2}\n$$\n")]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    html = cli.render_html(tmp_path / "nb.ipynb", tmp_path / "nb.html").read_text()
+    srcs = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"']([^\"']+)", html)
+    assert srcs and not [s for s in srcs if re.match(r"(https?:)?//", s)], srcs
+    assert "mathjax/tex-chtml.js" in srcs and (tmp_path / "mathjax" / "tex-chtml.js").exists()
+    # the TeX extensions and fonts that tex-chtml.js loads on demand come with it
+    assert any((tmp_path / "mathjax" / "output" / "chtml" / "fonts").rglob("*.woff"))
+    assert "inlineMath: [['$', '$']" in html  # the chapters write $...$; MathJax 3 skips it by default
+
+
+# --- parameters checked before the kernel starts ----------------------------------------------------------------
+
+@pytest.mark.parametrize("nb_path", book.chapter_paths(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("profile", book.PROFILES)
+def test_every_chapter_notebook_parameter_is_one_its_make_config_accepts(nb_path, profile):
+    # the in-process check passes exactly the notebook's parameters to make_config, as the notebook does
+    assert cli.experiment_module(nb_path) is not None
+    cli.check_parameters(nb_path, profile, book.notebook_parameters(nb_path), {})
+
+
+def test_a_bad_parameter_fails_in_process_with_the_notebooks_message_and_runs_nothing(tmp_path, capsys):
+    t0 = time.perf_counter()
+    assert cli.main(["chapter", "01", "-p", "momentum", "2", "--out", str(tmp_path / "out")]) == 2
+    assert time.perf_counter() - t0 < 20  # no kernel: starting one alone takes longer on a loaded machine
+    err = capsys.readouterr().err
+    assert err.startswith("bnstudy: momentum") and "2" in err
+    with pytest.raises(ValueError) as e:  # the same message the notebook's make_config call raises
+        cli.experiment_module(book.chapter_paths()[0]).make_config("quick", momentum=2)
+    assert str(e.value) in err
+    assert cli.main(["chapter", "05", "-y", "batch_sizes: [3, 8]", "--out", str(tmp_path / "out")]) == 2
+    assert "batch_sizes" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# --- Ctrl-C and SIGTERM stop the kernel and its workers ---------------------------------------------------------
+
+TOY_PARAMETERS = 'seconds = 60\npid_file = "pids.txt"\nresults_dir = "r"\nfigures_dir = "f"\nprofile = "quick"'
+TOY_CELL = '''import os, time
+from joblib import Parallel, delayed
+def work(s):
+    with open(pid_file, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    time.sleep(s)
+with open(pid_file, "a") as f:
+    f.write(f"{os.getpid()}\\n")
+Parallel(n_jobs=2, backend="loky")(delayed(work)(seconds) for _ in range(2))'''
+# `bnstudy chapter 01` on the toy notebook: the console script's call, with the chapter table pointed at the toy
+TOY_MAIN = "import sys; from pathlib import Path; from bnstudy import cli; " \
+           "toy = Path(sys.argv.pop(1)); cli.chapters = lambda: {'01': toy}; sys.exit(cli.main())"
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", pytest.param("SIGTERM", marks=pytest.mark.slow)])
+def test_a_signal_stops_the_kernel_and_its_workers_and_leaves_no_page(tmp_path, signame):
+    """A kernel whose cell waits on two loky workers; the signal goes to the command's process group, as a
+    terminal's Ctrl-C does. Nothing the command started may survive it."""
+    psutil = pytest.importorskip("psutil")
+    toy = tmp_path / "01_toy.ipynb"
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    params = nbformat.v4.new_code_cell(TOY_PARAMETERS)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(TOY_CELL)]
+    nbformat.write(nb, toy)
+    pids, out = tmp_path / "pids.txt", tmp_path / "out"
+    (out / ".partial").mkdir(parents=True)
+    (out / ".partial" / "01_toy.stale.ipynb").write_text("{}")  # what a SIGKILLed run leaves
+    (out / "01-toy.html").write_text("the previous run's page")
+    proc = subprocess.Popen([sys.executable, "-c", TOY_MAIN, str(toy), "chapter", "01", "--out", str(out),
+                             "-p", "pid_file", str(pids), "--no-html", "--quiet"],
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (pids.exists() and len(pids.read_text().split()) >= 3):
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.2)
+        assert pids.exists() and len(pids.read_text().split()) >= 3, "the toy's workers never started"
+        started = psutil.Process(proc.pid).children(recursive=True)  # kernel, workers, resource trackers
+        assert len(started) >= 3
+        t0 = time.time()
+        os.killpg(proc.pid, getattr(signal, signame))
+        output = proc.communicate(timeout=30)[0]
+        stopped_s = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + getattr(signal, signame), output
+    assert stopped_s < 15, stopped_s
+    assert "interrupted" in output and "rerun" in output
+    time.sleep(0.5)
+    left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for p in left:
+        p.kill()
+    assert not left, [" ".join(p.cmdline()) for p in left]
+    assert not (out / ".partial").exists() and not (out / "01-toy.ipynb").exists()
+    assert not (out / "01-toy.html").exists()  # no page that could pass for this run's
