@@ -132,7 +132,7 @@ def test_tracked_instancenorm_in_a_frozen_train_mode_backbone_is_linted_and_its_
     assert a.modes().set_index("module").loc["1", "updated_running_stats"]
     with pytest.raises(ValueError, match="InstanceNorm is not converted: pin it"):
         FrozenBatchNorm.from_batchnorm(backbone[1])
-    freeze.freeze_modules(backbone)
+    freeze.freeze_modules(backbone, whole_model=True)
     assert is_pinned(backbone[1]) and not backbone.train()[1].training
 
 
