@@ -503,6 +503,10 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     replaced). Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
     check_module("convert_sync_batchnorm", "module", module)
+    pg_type = getattr(torch.distributed, "ProcessGroup", None) if torch.distributed.is_available() else None
+    if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
+        raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
+                        f"torch.distributed.ProcessGroup, got {describe(process_group)}")
     pinned = [n for n, m in module.named_modules() if is_pinned(m)]
     out = nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
     mods = dict(out.named_modules())

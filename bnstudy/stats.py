@@ -554,7 +554,10 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
         ref = {n: (theirs[o].running_mean, theirs[o].running_var,
                    getattr(theirs[o], "num_batches_tracked", None)) for n, o in names.items()}
     else:
-        est = precise_bn_statistics(model, other, num_iters, input_fn)
+        try:
+            est = precise_bn_statistics(model, other, num_iters, input_fn)
+        except (TypeError, ValueError) as e:  # say which argument the batches came from
+            raise type(e)(f"compare_statistics: other was read as data (batches): {e}") from e
         ref = {n: (mean, var, None) for n, (mean, var) in est.items()}
     rows = []
     for n, m in mine.items():
