@@ -4,6 +4,8 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from bnstudy.freeze import pin_eval
@@ -124,3 +126,18 @@ def test_update_bn_stats_modules_restricts_the_estimate_and_the_rest_normalises_
         update_bn_stats(model, xs, modules=[])
     with pytest.raises(ValueError, match="modules=\\['0'\\] hold no BatchNorm layer"):
         update_bn_stats(model, xs, modules="0")
+
+
+@settings(max_examples=30, deadline=None)
+@given(sizes=st.lists(st.integers(2, 40), min_size=1, max_size=6), shift=st.floats(-1e3, 1e3),
+       scale=st.floats(1e-2, 1e2), seed=st.integers(0, 2**16))
+def test_update_bn_stats_is_exact_for_any_split_of_the_data_into_batches(sizes, shift, scale, seed):
+    # However the rows are split, the estimate is the statistics of all rows (mean; unbiased variance).
+    g = torch.Generator().manual_seed(seed)
+    data = torch.randn(sum(sizes), 3, generator=g) * scale + shift
+    bn = nn.BatchNorm1d(3)
+    update_bn_stats(bn, list(data.split(sizes)))
+    exact = data.double()
+    tol = 1e-6 * (abs(shift) + scale)  # float32 rounding of the inputs and of the written value, relative to |x|
+    assert torch.allclose(bn.running_mean.double(), exact.mean(0), rtol=1e-6, atol=tol)
+    assert torch.allclose(bn.running_var.double(), exact.var(0), rtol=1e-5, atol=tol * scale)

@@ -207,7 +207,7 @@ class FreezeAudit:
                 self._add_lint(_lint("double_update", rec.name,
                                      f"{type(module).__name__} wrote its running statistics {rec.writes_this_call} "
                                      "times in one call of the model (a layer reused in one forward): each step "
-                                     "moves its statistics several times, and precise-BN estimates average its "
+                                     "moves its statistics several times, and precise-BN estimates pool its "
                                      "calls"), emit=True)
             if not grad:
                 self._add_lint(_lint("train_mode_under_no_grad", rec.name,
