@@ -597,8 +597,8 @@ def mismatch_candidate(measure: str, mean_new: torch.Tensor, var_new: torch.Tens
         return torch.log(var_new / var_run).abs()
     if measure == "wasserstein":
         return torch.sqrt((mean_new - mean_run) ** 2 + (var_new.sqrt() - var_run.sqrt()) ** 2) / var_run.sqrt()
-    raise ValueError(f"mismatch_candidate: measure={describe(measure)} is not a candidate; choose 'log_var_ratio' or "
-                     "'wasserstein'")
+    raise ValueError(f"mismatch_candidate: measure={describe(measure)} is not a mismatch_candidate; choose "
+                     "'log_var_ratio' or 'wasserstein'")
 
 # --- chapter 5 (issue 13): BatchNorm replaced by a per-sample norm ------------------------------------------------
 
