@@ -6,7 +6,8 @@ The practitioner's API (everything else lives in its submodule):
   also switches Dropout off), :func:`pin_norm_eval` (only norm layers; affine parameters stay
   trainable), :func:`unpin`, :func:`freeze_batchnorm` / :func:`unfreeze_batchnorm`
   (BatchNorm <-> :class:`FrozenBatchNorm`), :func:`freeze_modules` / :func:`unfreeze_modules`
-  (by name, timm's call shape), :func:`shared_weight_copy` (domain-specific BN);
+  (by name, timm's call shape; names are required, ``whole_model=True`` for all),
+  :func:`shared_weight_copy` (domain-specific BN);
 * the book's **freeze modes**: :data:`MODES`, :func:`get_mode`, :class:`FreezeMode`,
   :class:`TransferModel`;
 * **audit**: :class:`FreezeAudit`, :func:`lint_model`, :func:`lint_loader`, :func:`lint_forward_modes`;

@@ -100,6 +100,7 @@ def check_seeds(seeds) -> tuple[int, ...]:
     Raises ``ValueError`` for a repeated or negative seed, or fewer than 2 seeds (a 95%
     interval over seeds needs at least two).
     """
+    given = seeds  # an error shows what the user typed (``-p seeds 0``), not its expansion
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
         seeds = tuple(range(int(seeds)))
     elif isinstance(seeds, (list, tuple)):
@@ -110,7 +111,8 @@ def check_seeds(seeds) -> tuple[int, ...]:
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must not repeat a seed, got {list(seeds)}")
     if len(seeds) < 2:
-        raise ValueError(f"seeds must name at least 2 seeds for a 95% interval, got {list(seeds)}")
+        shown = f"{given!r} (seeds {list(seeds)})" if not isinstance(given, (list, tuple)) else repr(list(seeds))
+        raise ValueError(f"seeds must name at least 2 seeds for a 95% interval, got {shown}")
     return seeds
 
 

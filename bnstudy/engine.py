@@ -490,8 +490,8 @@ def apply_strategy(backbone: torch.nn.Module, strategy: str, adabn_batches=None)
 
     ``bn_frozen``: :func:`bnstudy.freeze.freeze_batchnorm` (statistics and affine fixed).
     ``stats_frozen``: :func:`bnstudy.freeze.pin_norm_eval` (running statistics used and kept; affine trainable).
-    ``adabn``: :func:`bnstudy.stats.update_bn_stats` on ``adabn_batches`` (precise BN's equal-weight
-    population estimate on the target; Li et al., 2016), then pinned as ``stats_frozen``.
+    ``adabn``: :func:`bnstudy.stats.update_bn_stats` on ``adabn_batches`` (precise BN's population
+    estimate on the target, every value weighted equally; Li et al., 2016), then pinned as ``stats_frozen``.
     ``bn_train``, ``group_pretrained``, ``layer_pretrained``: unchanged. ``to_group`` / ``to_layer``:
     :func:`bnstudy.stats.replace_norm`. Raises ``ValueError`` for an unknown strategy or ``adabn``
     without batches.

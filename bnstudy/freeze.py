@@ -14,6 +14,7 @@ in :mod:`bnstudy.modes` (re-exported here).
 from __future__ import annotations
 
 import copy
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 # The freeze modes live in bnstudy.modes; these names stay importable from here.
+from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
 from .modes import (ALL_EVAL, BACKBONE_EVAL, MODE_NAMES, MODES, SEPARATE_STATS, TRAIN_MODE,  # noqa: F401
                     FreezeMode, TransferModel, get_mode)
 from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, keeps_running_stats,  # noqa: F401
@@ -67,8 +69,7 @@ def pin_eval(module: nn.Module) -> nn.Module:
     eval mode, never re-estimates it (linted as ``reset_stats_pinned``); use
     :func:`bnstudy.stats.update_bn_stats`, which estimates pinned layers too.
     """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"pin_eval needs an nn.Module, got {type(module).__name__}")
+    check_module("pin_eval", "module", module)
     for m in module.modules():
         m.train = _PinnedTrain(m)
     nn.Module.train(module, False)
@@ -76,9 +77,10 @@ def pin_eval(module: nn.Module) -> nn.Module:
 
 
 def unpin(module: nn.Module) -> nn.Module:
-    """Undo :func:`pin_eval` on ``module`` and its descendants (their mode is left as is)."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"unpin needs an nn.Module, got {type(module).__name__}")
+    """Undo :func:`pin_eval` on ``module`` and its descendants (their mode is left as is).
+
+    Returns ``module``. Raises ``TypeError`` if ``module`` is not an ``nn.Module``."""
+    check_module("unpin", "module", module)
     for m in module.modules():
         if "train" in m.__dict__:
             del m.__dict__["train"]
@@ -86,7 +88,8 @@ def unpin(module: nn.Module) -> nn.Module:
 
 
 def is_pinned(module: nn.Module) -> bool:
-    """Whether :func:`pin_eval` pinned ``module``."""
+    """Whether :func:`pin_eval` pinned ``module``. Raises ``TypeError`` if it is not an ``nn.Module``."""
+    check_module("is_pinned", "module", module)
     return "train" in module.__dict__
 
 
@@ -97,8 +100,9 @@ def shared_weight_copy(module: nn.Module) -> nn.Module:
     optimizer step or a ``requires_grad`` flag acts on both), while running
     statistics and ``num_batches_tracked`` are independent clones. This is the
     structure of domain-specific batch normalisation (Chang et al., 2019) with
-    the affine parameters shared as well.
+    the affine parameters shared as well. Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
+    check_module("shared_weight_copy", "module", module)
     clone = copy.deepcopy(module)
     for m_clone, m_orig in zip(clone.modules(), module.modules()):
         for name, p in m_orig._parameters.items():
@@ -108,6 +112,7 @@ def shared_weight_copy(module: nn.Module) -> nn.Module:
 
 def batchnorm_layers(module: nn.Module) -> dict[str, _BatchNorm]:
     """Every BatchNorm layer (``_BatchNorm`` subclasses, SyncBatchNorm included) by qualified name."""
+    check_module("batchnorm_layers", "module", module)
     return {n: m for n, m in module.named_modules() if isinstance(m, _BatchNorm)}
 
 
@@ -145,10 +150,15 @@ class FrozenBatchNorm(nn.Module):
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True,
                  momentum: float | None = 0.1, source_class: type = nn.BatchNorm2d):
         super().__init__()
-        if not isinstance(num_features, int) or isinstance(num_features, bool) or num_features < 1:
-            raise ValueError(f"num_features must be a positive integer, got {num_features!r}")
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0, got {eps!r}")
+        check_int("FrozenBatchNorm", "num_features", num_features)
+        check_number("FrozenBatchNorm", "eps", eps, minimum=0, strict_minimum=True)
+        check_bool("FrozenBatchNorm", "affine", affine)
+        if momentum is not None and (not isinstance(momentum, numbers.Real) or isinstance(momentum, bool)):
+            raise TypeError(f"FrozenBatchNorm: momentum must be a number or None (kept for to_batchnorm), got "
+                            f"{describe(momentum)}")
+        if not (isinstance(source_class, type) and issubclass(source_class, nn.Module)):
+            raise TypeError(f"FrozenBatchNorm: source_class must be an nn.Module class such as nn.BatchNorm2d, got "
+                            f"{describe(source_class)}")
         self.num_features, self.eps, self.affine = num_features, float(eps), bool(affine)
         self.momentum, self.source_class = momentum, source_class
         self.register_buffer("weight", torch.ones(num_features) if affine else None)
@@ -173,6 +183,8 @@ class FrozenBatchNorm(nn.Module):
         eval mode, whatever its flag says), or is a lazy layer that has not seen
         an input yet.
         """
+        check_module("FrozenBatchNorm.from_batchnorm", "bn", bn)
+        check_str("FrozenBatchNorm.from_batchnorm", "name", name)
         label = repr(name) if name else type(bn).__name__
         if not is_batch_norm(bn):
             hint = " (InstanceNorm is not converted: pin it with bnstudy.freeze.pin_norm_eval)" if isinstance(
@@ -221,6 +233,8 @@ class FrozenBatchNorm(nn.Module):
         return bn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"FrozenBatchNorm: x must be a tensor (N, {self.num_features}, ...), got {describe(x)}")
         if x.dim() < 2 or x.shape[1] != self.num_features:
             raise ValueError(f"FrozenBatchNorm({self.num_features}) expects input (N, {self.num_features}, ...), "
                              f"got {tuple(x.shape)}")
@@ -247,8 +261,10 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     model computes what the original computes in eval mode, bit for bit, and
     stays that way through ``.train()``. Undo with :func:`unfreeze_batchnorm`.
     Raises ``ValueError`` naming the first layer with
-    ``track_running_stats=False`` or an uninitialised lazy layer.
+    ``track_running_stats=False`` or an uninitialised lazy layer, ``TypeError`` if ``module`` is not an
+    ``nn.Module``.
     """
+    check_module("freeze_batchnorm", "module", module)
     return _convert(module, "", {}, lambda m, name: FrozenBatchNorm.from_batchnorm(m, name)
                     if is_batch_norm(m) else None)
 
@@ -259,8 +275,9 @@ def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
     Recursive and in place; returns the converted module (the replacement if
     ``module`` itself is a FrozenBatchNorm). The affine parameters come back
     with ``requires_grad=True``. Raises ``ValueError`` as
-    :meth:`FrozenBatchNorm.to_batchnorm` does.
+    :meth:`FrozenBatchNorm.to_batchnorm` does, and ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
+    check_module("unfreeze_batchnorm", "module", module)
     return _convert(module, "", {}, lambda m, name: m.to_batchnorm() if isinstance(m, FrozenBatchNorm) else None)
 
 
@@ -301,7 +318,10 @@ def pin_norm_eval(module: nn.Module) -> list[str]:
     with batch statistics and overwrites its buffers after ``model.train()``);
     this function (or :func:`pin_eval`, :func:`freeze_batchnorm`,
     :func:`freeze_modules`) supplies the inference mode.
+
+    Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
+    check_module("pin_norm_eval", "module", module)
     names = []
     for name, m in module.named_modules():
         if isinstance(m, nn.modules.batchnorm._NormBase):
@@ -324,9 +344,12 @@ def batch_stats_report(model: nn.Module):
     "After train/eval" is measured, not guessed: the function calls
     ``model.train()`` and ``model.eval()`` (so overrides such as :func:`pin_eval`
     or mmdetection-style ``train`` methods take effect), reads every flag, and
-    restores every module's flag exactly as it found it.
+    restores every module's flag exactly as it found it. Raises ``TypeError`` if ``model`` is not an
+    ``nn.Module``.
     """
     import pandas as pd
+
+    check_module("batch_stats_report", "model", model)
 
     modules = list(model.modules())
     saved = [m.training for m in modules]
@@ -360,20 +383,20 @@ def batch_stats_report(model: nn.Module):
 _FREEZE_STATE = "_bnstudy_freeze_state"
 
 
-def _resolve(model: nn.Module, names, fn: str) -> list[str]:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"{fn} needs an nn.Module, got {type(model).__name__}")
+def _resolve(model: nn.Module, names, whole_model, fn: str) -> list[str]:
+    """The qualified names a freeze/unfreeze call acts on. Names are required: a forgotten argument must not
+    mean "everything" (timm's ``freeze(model)`` freezes the whole model, head included, without a word)."""
+    check_module(fn, "model", model)
+    check_bool(fn, "whole_model", whole_model)
+    if whole_model:
+        if names is not None:
+            raise ValueError(f"{fn}: give names or whole_model=True, not both (got names={describe(names)})")
+        return [""]
     if names is None:
-        names = [""]
-    elif isinstance(names, str):
-        names = [names]
-    names = list(names)
-    known = dict(model.named_modules(remove_duplicate=False))
-    for n in names:
-        if not isinstance(n, str) or n not in known:
-            raise ValueError(f"names={n!r} is not a submodule of {type(model).__name__}; choose qualified names such "
-                             f"as {[k for k in known if k][:6]}")
-    return names
+        raise TypeError(f"{fn}: names is required: the qualified names of the submodules (e.g. ['backbone'] or "
+                        f"{[k for k, _ in model.named_modules() if k][:3]}); to act on the whole model, head "
+                        f"included, say so: {fn}(model, whole_model=True)")
+    return module_names(fn, "names", model, names)
 
 
 def _swap(model: nn.Module, name: str, new: nn.Module) -> None:
@@ -381,12 +404,19 @@ def _swap(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(model.get_submodule(parent_name), child, new)
 
 
-def freeze_modules(model: nn.Module, names: str | list[str] | None = None) -> nn.Module:
+def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None, *,
+                   whole_model: bool = False) -> nn.Module:
     """Freeze the named submodules of ``model`` in one call, the way timm's ``freeze(model, ['layer1', 'layer2.0'])``
     does; returns ``model`` (changed in place).
 
-    For each qualified name (``None``: the whole model; a single string is one
-    name): every parameter gets ``requires_grad=False``; every BatchNorm inside
+    ``names``: qualified names of submodules (or the submodule objects), one or
+    a list; **required**, and an empty list raises ``ValueError`` (it would
+    freeze nothing). To freeze the whole model pass ``whole_model=True``
+    (timm's ``freeze(model)`` does that when the list is forgotten; here a
+    forgotten argument raises ``TypeError`` instead of making every parameter,
+    head included, untrainable). ``""`` or ``model`` itself also names the root.
+
+    For each named submodule: every parameter gets ``requires_grad=False``; every BatchNorm inside
     becomes a :class:`FrozenBatchNorm` (:func:`freeze_batchnorm`; a BatchNorm
     without running-statistics buffers raises ``ValueError``, as there is
     nothing to freeze); every InstanceNorm that keeps running statistics, which
@@ -397,9 +427,10 @@ def freeze_modules(model: nn.Module, names: str | list[str] | None = None) -> nn
     no parent to put the replacement in): raises ``ValueError``. The previous
     ``requires_grad`` flags and pins are remembered on ``model`` so that
     :func:`unfreeze_modules` with the same names undoes the call exactly.
-    Raises ``ValueError`` naming an unknown name.
+    Raises ``ValueError`` naming an unknown name, ``TypeError`` for a missing
+    ``names`` or arguments of the wrong type.
     """
-    names = _resolve(model, names, "freeze_modules")
+    names = _resolve(model, names, whole_model, "freeze_modules")
     if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
         raise ValueError(f"freeze_modules: the root is a {type(model).__name__}; name it from its parent "
                          "(freeze_modules(parent, ['bn'])) or use freeze_batchnorm(layer) and keep the return value")
@@ -421,7 +452,8 @@ def freeze_modules(model: nn.Module, names: str | list[str] | None = None) -> nn
     return model
 
 
-def unfreeze_modules(model: nn.Module, names: str | list[str] | None = None) -> nn.Module:
+def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = None, *,
+                     whole_model: bool = False) -> nn.Module:
     """Undo :func:`freeze_modules` for the named submodules; returns ``model`` (changed in place).
 
     Each :class:`FrozenBatchNorm` inside goes back to its source class
@@ -430,9 +462,11 @@ def unfreeze_modules(model: nn.Module, names: str | list[str] | None = None) -> 
     restored, and every parameter gets back the ``requires_grad`` it had before
     the freeze; for a name that ``freeze_modules`` did not freeze on this
     ``model`` (timm's ``unfreeze`` on a model frozen otherwise), parameters get
-    ``requires_grad=True``. Raises ``ValueError`` naming an unknown name.
+    ``requires_grad=True``. ``names`` and ``whole_model`` as in
+    :func:`freeze_modules` (names required, an empty list is an error). Raises
+    ``ValueError`` naming an unknown name.
     """
-    names = _resolve(model, names, "unfreeze_modules")
+    names = _resolve(model, names, whole_model, "unfreeze_modules")
     state = model.__dict__.get(_FREEZE_STATE, {})
     for name in names:
         sub = model.get_submodule(name)
@@ -466,8 +500,13 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     silently comes back unpinned and the next ``model.train()`` puts it in train
     mode. This wrapper re-pins, by qualified name, every module that was pinned.
     Returns the converted module (use the return value: a bare BatchNorm is
-    replaced).
+    replaced). Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
+    check_module("convert_sync_batchnorm", "module", module)
+    pg_type = getattr(torch.distributed, "ProcessGroup", None) if torch.distributed.is_available() else None
+    if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
+        raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
+                        f"torch.distributed.ProcessGroup, got {describe(process_group)}")
     pinned = [n for n, m in module.named_modules() if is_pinned(m)]
     out = nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
     mods = dict(out.named_modules())

@@ -37,6 +37,9 @@ class TransferModel(nn.Module):
 
     def __init__(self, backbone: nn.Module, head_a: nn.Module, head_b: nn.Module):
         super().__init__()
+        from ._checks import check_module
+        for param, value in (("backbone", backbone), ("head_a", head_a), ("head_b", head_b)):
+            check_module("TransferModel", param, value)
         self.backbone, self.head_a, self.head_b = backbone, head_a, head_b
         self.backbone_b: nn.Module | None = None
 
@@ -75,6 +78,13 @@ class FreezeMode:
     backbone_batch_stats: bool
     head_batch_stats: bool
     separate_buffers: bool
+
+    def __post_init__(self):
+        from ._checks import check_bool, check_str
+        check_str("FreezeMode", "name", self.name, nonempty=True)
+        check_str("FreezeMode", "summary", self.summary)
+        for param in ("backbone_batch_stats", "head_batch_stats", "separate_buffers"):
+            check_bool("FreezeMode", param, getattr(self, param))
 
     @property
     def buffers_may_change(self) -> tuple:
@@ -157,4 +167,4 @@ def get_mode(name: str) -> FreezeMode:
     try:
         return MODES[name]
     except (KeyError, TypeError):
-        raise ValueError(f"mode={name!r} is not a freeze mode; choose one of {list(MODE_NAMES)}") from None
+        raise ValueError(f"get_mode: name={name!r} is not a freeze mode; choose one of {list(MODE_NAMES)}") from None

@@ -1,22 +1,30 @@
 """Running-statistics tools: population statistics (precise BN), AdaBN re-estimation, comparisons.
 
-:func:`update_bn_stats` follows fvcore's ``update_bn_stats``
-(``fvcore/nn/precise_bn.py``, after Wu & Johnson, 2021, "Rethinking 'Batch' in
-BatchNorm"): instead of an exponential moving average with ``momentum``, it
-averages the batch statistics of many forward passes with equal weight
-(PyTorch's ``momentum=None`` cumulative average) and writes the result into the
-model. With ``n`` batches the estimate's noise falls like ``1/n`` in variance,
-where the moving average's stays at about ``momentum / (2 - momentum)`` of one
-batch's. Run on batches of a new domain it is AdaBN (Li et al., 2016).
+:func:`update_bn_stats` re-estimates BatchNorm's population statistics the way
+precise BN does (Wu & Johnson, 2021, "Rethinking 'Batch' in BatchNorm", section
+3; fvcore's ``fvcore/nn/precise_bn.py`` implements it): instead of an
+exponential moving average with ``momentum``, it pools the statistics of many
+forward passes and writes the result into the model (fvcore's contract). With
+``n`` batches the estimate's noise falls like ``1/n`` in variance, where the
+moving average's stays at about ``momentum / (2 - momentum)`` of one batch's. Run
+on batches of a new domain it is AdaBN (Li et al., 2016).
 
-Which variance is stored: torch's BatchNorm writes each batch's *unbiased*
-(Bessel-corrected, divisor ``n - 1`` over the ``n`` values per channel) variance
-into ``running_var`` and normalises with the *biased* one in train mode. The
-estimators here keep torch's convention: ``running_var`` is the equal-weight mean
-of the per-batch unbiased variances (fvcore's and ``torch.optim.swa_utils.
-update_bn``'s result too). It differs from the pooled variance of all values by
-the spread of the batch means between batches (that term is missing) and by the
-``n / (n - 1)`` factor (that one is added).
+What is pooled, per channel: every value the layer normalised, each with the
+same weight. A batch contributes ``N x spatial`` values (``N`` for ``(N, C)``
+input, ``N x L`` for ``(N, C, L)``, ``N x H x W`` for images), so an unequal
+last batch of a DataLoader weighs what it holds. The mean is the mean of all
+those values; ``running_var`` is their **unbiased** variance (divisor ``M - 1``
+over all ``M`` values, torch's convention for ``running_var``), *including*
+the spread of the batch means between batches: the statistics of the
+concatenated data, which is what Wu & Johnson's population statistics
+``E[mu_B]`` and ``E[mu_B^2 + sigma_B^2] - E[mu_B]^2`` are for equal batches.
+fvcore (and ``torch.optim.swa_utils.update_bn``) instead give every batch equal
+weight and average the per-batch unbiased variances; that is the same estimate
+only when every batch has the same size *and* the between-batch spread is
+negligible, and with a small last batch it is biased towards that batch (a
+900-row and a 10-row batch weigh the same). Chunks are combined exactly in
+float64 (Chan et al.'s pairwise update of count, mean and sum of squares), so
+the result equals the statistics of the concatenated data up to float rounding.
 
 Every function that takes ``batches`` accepts what users hold: an iterable of
 input tensors, or a ``DataLoader`` yielding tensors, ``(x, y)`` tuples/lists or
@@ -29,13 +37,16 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import warnings
 from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 
-from .freeze import batchnorm_layers, unpin
-from .norms import has_running_stats, is_batch_norm
+from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_module,
+                      check_number, describe, module_names, user_stacklevel)
+from .freeze import batchnorm_layers, is_pinned, unpin
+from .norms import has_running_stats, is_batch_norm, keeps_running_stats
 
 #: Dict keys :func:`batch_input` looks for, in order, when a batch is a dict.
 INPUT_KEYS = ("input", "inputs", "x", "image", "images", "img", "pixel_values", "data")
@@ -56,83 +67,153 @@ def batch_input(batch: Any) -> Any:
         for k in INPUT_KEYS:
             if k in batch:
                 return batch[k]
-        raise TypeError(f"a batch is a dict with keys {list(batch)}, none of {list(INPUT_KEYS)}; pass "
+        raise TypeError(f"batch_input: batch is a dict with keys {list(batch)}, none of {list(INPUT_KEYS)}; pass "
                         "input_fn=lambda batch: batch[<your key>]")
-    raise TypeError(f"cannot find the model input in a batch of type {type(batch).__name__}; pass input_fn= "
-                    "(a function from one batch to the model's input)")
+    raise TypeError(f"batch_input: cannot find the model input in a batch of type {type(batch).__name__} (batch must "
+                    "be a tensor, an (x, y) tuple or list, or a dict); pass input_fn= (a function from one batch to "
+                    "the model's input)")
+
+
+_BATCHES = "an iterable of batches (a list of tensors, (x, y) pairs or dicts, or a DataLoader)"
 
 
 def _inputs(batches, input_fn: Callable | None, num_iters: int | None, fn: str):
-    if input_fn is None:
-        input_fn = batch_input
-    if not callable(input_fn):
-        raise TypeError(f"{fn}: input_fn must be callable (one batch -> model input), got {type(input_fn).__name__}")
-    if num_iters is not None and (not isinstance(num_iters, int) or isinstance(num_iters, bool) or num_iters < 1):
-        raise ValueError(f"{fn}: num_iters must be a positive integer or None (every batch), got {num_iters!r}")
-    if isinstance(batches, torch.Tensor):
-        raise TypeError(f"{fn}: batches must be an iterable of batches (a list of tensors or a DataLoader), got one "
-                        "tensor; wrap it: [x]")
+    """Check the arguments now (not at the first ``next``) and return a generator of model inputs."""
+    check_callable(fn, "input_fn", input_fn, "a function from one batch to the model's input")
+    check_int(fn, "num_iters", num_iters, allow_none=True, what="a positive integer or None (every batch)")
+    check_iterable(fn, "batches", batches, _BATCHES)
+    return _input_stream(batches, input_fn, num_iters, fn)
+
+
+def _input_stream(batches, input_fn, num_iters, fn):
     it = iter(batches)
     if num_iters is not None:
         it = itertools.islice(it, num_iters)
     for b in it:
-        yield input_fn(b)
+        if input_fn is not None:
+            yield input_fn(b)
+            continue
+        try:
+            x = batch_input(b)
+        except TypeError as e:
+            raise TypeError(f"{fn}: batches must be {_BATCHES}; it yielded a batch it cannot read "
+                            f"({describe(b)}): {e}") from None
+        yield x
 
 
-_BN_FIELDS = ("momentum", "track_running_stats")
+class _PooledMoments:
+    """Per-channel count, mean and sum of squared deviations of every value a norm layer receives, pooled
+    exactly over calls in float64 (Chan, Golub & LeVeque's pairwise update)."""
+
+    def __init__(self):
+        self.count, self.mean, self.m2 = 0, None, None
+
+    def __call__(self, module: nn.Module, args) -> None:
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.numel() == 0:
+            return
+        v = x.detach().double().transpose(0, 1).reshape(x.shape[1], -1)  # (C, values per channel)
+        nb = v.shape[1]
+        mean_b = v.mean(1)
+        m2_b = ((v - mean_b[:, None]) ** 2).sum(1)
+        if self.count == 0:
+            self.count, self.mean, self.m2 = nb, mean_b, m2_b
+            return
+        total = self.count + nb
+        delta = mean_b - self.mean
+        self.mean = self.mean + delta * (nb / total)
+        self.m2 = self.m2 + m2_b + delta * delta * (self.count * nb / total)
+        self.count = total
+
+    def unbiased_var(self) -> torch.Tensor:
+        return self.m2 / max(self.count - 1, 1)
+
+
+def _estimated_layers(model: nn.Module, modules, fn: str) -> dict[str, nn.Module]:
+    bns = {n: m for n, m in model.named_modules() if is_batch_norm(m) and has_running_stats(m)}
+    if not bns:
+        others = [n or "(model)" for n, m in model.named_modules() if keeps_running_stats(m)]
+        why = (f"; its layers {others[:4]} keep running statistics but are InstanceNorm, a per-sample norm that "
+               "precise BN does not estimate" if others else "")
+        raise ValueError(f"{fn}: model has no BatchNorm layer with running_mean/running_var buffers{why}")
+    if modules is None:
+        return bns
+    prefixes = module_names(fn, "modules", model, modules)
+    chosen = {n: m for n, m in bns.items()
+              if any(p == "" or n == p or n.startswith(p + ".") for p in prefixes)}
+    if not chosen:
+        raise ValueError(f"{fn}: modules={prefixes} hold no BatchNorm layer with running statistics; the model's "
+                         f"are {list(bns)[:6]}")
+    return chosen
 
 
 @torch.no_grad()
 def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None = None,
-                    input_fn: Callable | None = None) -> dict[str, int]:
-    """Re-estimate the population statistics of every BatchNorm of ``model`` on ``batches`` and write them in place.
+                    input_fn: Callable | None = None, modules: str | nn.Module | Iterable | None = None
+                    ) -> dict[str, int]:
+    """Re-estimate the population statistics of the BatchNorm layers of ``model`` on ``batches`` and write them in place.
 
     fvcore's ``update_bn_stats`` contract (precise BN; AdaBN when ``batches``
-    come from a new domain):
+    come from a new domain), with each value weighted equally (module docstring):
 
     * touches only layers that follow torch's BatchNorm rule and hold
       ``running_mean``/``running_var`` buffers (BatchNorm1d/2d/3d,
       SyncBatchNorm, lazy variants once initialised, ``_NormBase`` subclasses),
       whatever their ``track_running_stats`` flag says; InstanceNorm and
-      FrozenBatchNorm are left alone;
-    * every such layer normalises with batch statistics during the estimate
-      (train mode, pinned layers included: their flag is set directly), and
-      **every other module is in eval mode**, so Dropout is off and the
+      FrozenBatchNorm are left alone; with ``modules`` only those inside the
+      named modules;
+    * every estimated layer normalises with batch statistics during the
+      estimate (train mode, pinned layers included: their flag is set directly),
+      and **every other module is in eval mode** (an unestimated BatchNorm
+      normalises with its stored statistics), so Dropout is off and the
       estimate is what the layer sees at inference (with dropout on, a layer
       behind ``Dropout(p)`` would see a variance inflated by about ``1/(1-p)``);
-    * each layer's result is the equal-weight mean over its calls of the batch
-      mean and the batch's unbiased variance (module docstring), computed by
-      torch's own ``momentum=None`` kernel path; ``num_batches_tracked`` ends as
-      the number of calls it averages;
+    * each layer's ``running_mean`` is the mean of every value it received
+      over all its calls (each call weighted by its ``N x spatial`` values per
+      channel, so an unequal last batch weighs what it holds) and
+      ``running_var`` their unbiased variance (divisor ``values - 1``; between-
+      batch spread included): the statistics of the concatenated inputs, to
+      float rounding. ``num_batches_tracked`` ends as the number of calls;
     * ``momentum``, ``track_running_stats``, every module's train/eval flag and
       pins are restored; parameters are not touched; runs under
       ``torch.no_grad()`` with the global RNG forked.
 
     A layer the forward passes never reached keeps its statistics. A layer
-    called several times per batch (shared) averages over all its calls.
+    called several times per batch (shared) pools all its calls.
 
     ``model``: any ``nn.Module``; it is called as ``model(input_fn(batch))``.
     ``batches``: an iterable of batches (tensors, ``(x, y)`` tuples, dicts,
     e.g. a ``DataLoader``). ``num_iters``: how many batches to use (None: all);
     raises ``ValueError`` if ``batches`` yields fewer (fvcore asserts the same).
     ``input_fn``: one batch -> the model's input (default :func:`batch_input`).
+    ``modules``: which layers to re-estimate: qualified names or module objects
+    of ``model`` (one or a list; the BatchNorm layers inside them), or None
+    (every layer, fvcore's contract). With None, layers pinned by
+    :func:`bnstudy.freeze.pin_eval` are re-estimated too and a ``UserWarning``
+    names them (a pinned backbone's statistics are usually meant to stay); pass
+    ``modules=["head"]`` to leave them, or ``modules=model`` to re-estimate
+    everything without the warning.
 
     Returns ``{layer_name: calls}`` for every estimated layer (0: not reached).
-    Raises ``ValueError`` if ``model`` has no such layer, ``batches`` is empty
-    or too short, or ``num_iters`` is not a positive integer; on any error every
-    statistic, flag and momentum is restored before it propagates.
+    Raises ``TypeError`` naming the argument of a wrong type (``model`` not an
+    ``nn.Module``, ``batches`` not an iterable of batches, ``num_iters`` not an
+    integer, ``input_fn`` not callable, ``modules`` not names or modules);
+    ``ValueError`` if ``model`` has no such layer (or ``modules`` hold none),
+    ``modules`` is empty or names an unknown module, ``batches`` is empty or too
+    short, or ``num_iters < 1``. On any error every statistic, flag and momentum
+    is restored before it propagates.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"update_bn_stats: model must be an nn.Module, got {type(model).__name__}")
-    bns = {n: m for n, m in model.named_modules() if is_batch_norm(m) and has_running_stats(m)}
-    if not bns:
-        raise ValueError("update_bn_stats: model has no BatchNorm layer with running_mean/running_var buffers")
+    check_module("update_bn_stats", "model", model)
+    bns = _estimated_layers(model, modules, "update_bn_stats")
+    inputs = _inputs(batches, input_fn, num_iters, "update_bn_stats")
     flags = [(m, m.training) for m in model.modules()]
     saved = {}
     for n, m in bns.items():
         nbt = getattr(m, "num_batches_tracked", None)
         saved[n] = dict(momentum=m.momentum, track=m.track_running_stats, mean=m.running_mean.clone(),
                         var=m.running_var.clone(), nbt=None if nbt is None else nbt.clone(), had_nbt=nbt is not None)
+    moments = {n: _PooledMoments() for n in bns}
+    handles = [m.register_forward_pre_hook(moments[n]) for n, m in bns.items()]
     n_batches = 0
     try:
         for m in model.modules():
@@ -143,9 +224,9 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
             if getattr(m, "num_batches_tracked", None) is None:
                 m.num_batches_tracked = torch.tensor(0, dtype=torch.long, device=m.running_mean.device)
             m.reset_running_stats()
-            m.momentum = None
+            m.momentum = None  # torch's own update is overwritten below; it keeps num_batches_tracked counting
         with torch.random.fork_rng(devices=[]):
-            for x in _inputs(batches, input_fn, num_iters, "update_bn_stats"):
+            for x in inputs:
                 model(x)
                 n_batches += 1
         if n_batches == 0:
@@ -153,6 +234,11 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
         if num_iters is not None and n_batches < num_iters:
             raise ValueError(f"update_bn_stats: num_iters={num_iters} but batches yielded only {n_batches}")
         calls = {n: int(m.num_batches_tracked) for n, m in bns.items()}
+        for n, m in bns.items():
+            mo = moments[n]
+            if mo.count:
+                m.running_mean.copy_(mo.mean.to(m.running_mean))
+                m.running_var.copy_(mo.unbiased_var().to(m.running_var))
     except BaseException:
         for n, m in bns.items():
             m.running_mean.copy_(saved[n]["mean"])
@@ -161,6 +247,8 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
                 m.num_batches_tracked.copy_(saved[n]["nbt"])
         raise
     finally:
+        for h in handles:
+            h.remove()
         for n, m in bns.items():
             m.momentum, m.track_running_stats = saved[n]["momentum"], saved[n]["track"]
             if not saved[n]["had_nbt"]:
@@ -173,27 +261,36 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
             m.running_var.copy_(saved[n]["var"])
             if saved[n]["had_nbt"]:
                 m.num_batches_tracked.copy_(saved[n]["nbt"])
+    pinned = [n for n, m in bns.items() if calls[n] and is_pinned(m)]
+    if modules is None and pinned:
+        shown = ", ".join(n or "(model)" for n in pinned[:6]) + (f" and {len(pinned) - 6} more" if len(pinned) > 6
+                                                                 else "")
+        warnings.warn(f"update_bn_stats re-estimated {len(pinned)} BatchNorm layer{'s' if len(pinned) != 1 else ''} "
+                      f"pinned in eval mode by pin_eval ({shown}): their stored statistics changed. To re-estimate "
+                      "only some layers pass modules=['head'] (names or modules); modules=model re-estimates "
+                      "every layer without this warning", UserWarning, stacklevel=user_stacklevel())
     return calls
 
 
 @torch.no_grad()
 def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | None = None,
-                          input_fn: Callable | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+                          input_fn: Callable | None = None, modules: str | nn.Module | Iterable | None = None
+                          ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Population mean and variance at every BatchNorm layer of ``model``, on ``batches``, without touching ``model``.
 
-    :func:`update_bn_stats` on a deep copy (same estimator: dropout off, equal
-    weight per batch, ``running_var`` the mean of the per-batch *unbiased*
-    variances). Arguments as there.
+    :func:`update_bn_stats` on a deep copy (same estimator: dropout off, every
+    value weighted equally, ``running_var`` the unbiased variance of all values
+    pooled). Arguments as there (``modules``: names of ``model``; no warning
+    about pinned layers, as nothing of ``model`` changes).
 
     Returns ``{layer_name: (running_mean (C,), running_var (C,))}`` for every
     layer the forward passes reached. Raises as :func:`update_bn_stats`.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"precise_bn_statistics: model must be an nn.Module, got {type(model).__name__}")
-    if not any(is_batch_norm(m) and has_running_stats(m) for m in model.modules()):
-        raise ValueError("precise_bn_statistics: model has no BatchNorm layer with running_mean/running_var buffers")
+    check_module("precise_bn_statistics", "model", model)
+    chosen = _estimated_layers(model, modules, "precise_bn_statistics")
+    _inputs(batches, input_fn, num_iters, "precise_bn_statistics")  # argument errors name this function
     work = copy.deepcopy(model)
-    calls = update_bn_stats(work, batches, num_iters, input_fn)
+    calls = update_bn_stats(work, batches, num_iters, input_fn, modules=[work.get_submodule(n) for n in chosen])
     mods = dict(work.named_modules())
     return {n: (mods[n].running_mean.clone(), mods[n].running_var.clone()) for n, c in calls.items() if c > 0}
 
@@ -231,8 +328,9 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
     Raises ``ValueError`` for an unknown ``network_mode``, a model with
     no such BN layer, or empty ``batches``.
     """
-    if network_mode not in MISMATCH_PASSES:
-        raise ValueError(f"network_mode={network_mode!r} is not allowed; choose one of {list(MISMATCH_PASSES)}")
+    check_module("bn_input_statistics", "model", model)
+    check_choice("bn_input_statistics", "network_mode", network_mode, MISMATCH_PASSES)
+    inputs = _inputs(batches, input_fn, None, "bn_input_statistics")
     work = unpin(copy.deepcopy(model))
     bns = {n: m for n, m in batchnorm_layers(work).items() if has_running_stats(m)}
     if not bns:
@@ -252,7 +350,7 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
     work.train(network_mode == "train")
     n_batches = 0
     try:
-        for x in _inputs(batches, input_fn, None, "bn_input_statistics"):
+        for x in inputs:
             work(x)
             n_batches += 1
     finally:
@@ -275,8 +373,12 @@ def gaussian_kl(mean_p: torch.Tensor, var_p: torch.Tensor, mean_q: torch.Tensor,
     ``0.5 * (var_p / var_q + (mean_p - mean_q)**2 / var_q - 1 + log(var_q / var_p))``.
     Zero exactly when both means and variances agree; for equal variances it is
     half the squared mean difference in units of the standard deviation.
-    Variances must be positive (add a layer's ``eps`` first).
+    Variances must be positive (add a layer's ``eps`` first). Raises ``TypeError`` naming an argument that
+    is not a tensor.
     """
+    for param, t in (("mean_p", mean_p), ("var_p", var_p), ("mean_q", mean_q), ("var_q", var_q)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"gaussian_kl: {param} must be a tensor, got {describe(t)}")
     return 0.5 * (var_p / var_q + (mean_p - mean_q) ** 2 / var_q - 1.0 + torch.log(var_q / var_p))
 
 
@@ -323,16 +425,18 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
     the book's chapter 3 uses.
 
     Raises ``ValueError`` for an unknown ``measure`` or ``network_mode``, a model
-    with no BN layer that tracks running statistics, or empty ``batches``.
+    with no BN layer that tracks running statistics, or empty ``batches``; ``TypeError`` naming an argument
+    of the wrong type.
     """
+    check_module("statistics_mismatch", "model", model)
     _check_measure(measure)
+    check_bool("statistics_mismatch", "per_channel", per_channel)
     return mismatch_from_statistics(model, bn_input_statistics(model, batches, network_mode, input_fn), measure,
                                     per_channel)
 
 
 def _check_measure(measure: str) -> None:
-    if measure not in MISMATCH_MEASURES:
-        raise ValueError(f"measure={measure!r} is not allowed; choose one of {list(MISMATCH_MEASURES)}")
+    check_choice("", "measure", measure, MISMATCH_MEASURES)
 
 
 def mismatch_from_statistics(model: nn.Module, statistics: dict, measure: str = "kl", per_channel: bool = False) -> dict:
@@ -343,7 +447,14 @@ def mismatch_from_statistics(model: nn.Module, statistics: dict, measure: str = 
     raises as :func:`statistics_mismatch`; also raises ``ValueError`` for a layer
     name that is not a BN layer of ``model`` or a shape that does not match it.
     """
+    check_module("mismatch_from_statistics", "model", model)
     _check_measure(measure)
+    check_bool("mismatch_from_statistics", "per_channel", per_channel)
+    if not isinstance(statistics, dict) or not all(
+            isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(t, torch.Tensor) for t in v)
+            for v in statistics.values()):
+        raise TypeError("mismatch_from_statistics: statistics must be a dict {layer_name: (mean (C,), var (C,))} of "
+                        f"tensors, as bn_input_statistics returns, got {describe(statistics)}")
     layers = batchnorm_layers(model)
     out = {}
     for name, (mean_new, var_new) in statistics.items():
@@ -424,8 +535,13 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
     """
     import pandas as pd
 
-    if not (isinstance(tol, (int, float)) and tol >= 0):
-        raise ValueError(f"compare_statistics: tol must be a number >= 0, got {tol!r}")
+    check_module("compare_statistics", "model", model)
+    check_number("compare_statistics", "tol", tol, minimum=0)
+    check_int("compare_statistics", "num_iters", num_iters, allow_none=True,
+              what="a positive integer or None (every batch)")
+    check_callable("compare_statistics", "input_fn", input_fn, "a function from one batch to the model's input")
+    if not isinstance(other, nn.Module):
+        check_iterable("compare_statistics", "other", other, "another model (nn.Module) or " + _BATCHES)
     mine = _stats_layers(model)
     if not mine:
         raise ValueError("compare_statistics: model has no BatchNorm layer with running statistics")
@@ -438,7 +554,10 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
         ref = {n: (theirs[o].running_mean, theirs[o].running_var,
                    getattr(theirs[o], "num_batches_tracked", None)) for n, o in names.items()}
     else:
-        est = precise_bn_statistics(model, other, num_iters, input_fn)
+        try:
+            est = precise_bn_statistics(model, other, num_iters, input_fn)
+        except (TypeError, ValueError) as e:  # say which argument the batches came from
+            raise type(e)(f"compare_statistics: other was read as data (batches): {e}") from e
         ref = {n: (mean, var, None) for n, (mean, var) in est.items()}
     rows = []
     for n, m in mine.items():
@@ -468,13 +587,18 @@ def mismatch_candidate(measure: str, mean_new: torch.Tensor, var_new: torch.Tens
     """Per-channel value of a candidate measure ``"log_var_ratio"`` or ``"wasserstein"`` (see
     :func:`statistics_mismatch`) from new and stored means and variances ``(C,)`` (variances with ``eps`` added).
 
-    Both are zero exactly when mean and variance agree. Raises ``ValueError`` for another ``measure``.
+    Both are zero exactly when mean and variance agree. Raises ``ValueError`` for another ``measure``,
+    ``TypeError`` naming an argument that is not a tensor.
     """
+    for param, t in (("mean_new", mean_new), ("var_new", var_new), ("mean_run", mean_run), ("var_run", var_run)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"mismatch_candidate: {param} must be a tensor, got {describe(t)}")
     if measure == "log_var_ratio":
         return torch.log(var_new / var_run).abs()
     if measure == "wasserstein":
         return torch.sqrt((mean_new - mean_run) ** 2 + (var_new.sqrt() - var_run.sqrt()) ** 2) / var_run.sqrt()
-    raise ValueError(f"measure={measure!r} is not a mismatch_candidate; choose 'log_var_ratio' or 'wasserstein'")
+    raise ValueError(f"mismatch_candidate: measure={describe(measure)} is not a mismatch_candidate; choose "
+                     "'log_var_ratio' or 'wasserstein'")
 
 # --- chapter 5 (issue 13): BatchNorm replaced by a per-sample norm ------------------------------------------------
 
@@ -537,12 +661,10 @@ def replace_norm(model: nn.Module, kind: str, num_groups: int | None = None) -> 
     uninitialised lazy layer.
     """
     from .freeze import _convert
-    if kind not in REPLACE_KINDS:
-        raise ValueError(f"kind={kind!r} is not allowed; choose one of {list(REPLACE_KINDS)}")
-    if num_groups is not None:
-        if kind == "layer":
-            raise ValueError("num_groups is only for kind='group' (kind='layer' is one group)")
-        if not isinstance(num_groups, int) or isinstance(num_groups, bool) or num_groups < 1:
-            raise ValueError(f"num_groups must be a positive integer or None, got {num_groups!r}")
+    check_module("replace_norm", "model", model)
+    check_choice("replace_norm", "kind", kind, REPLACE_KINDS)
+    check_int("replace_norm", "num_groups", num_groups, allow_none=True)
+    if num_groups is not None and kind == "layer":
+        raise ValueError("replace_norm: num_groups is only for kind='group' (kind='layer' is one group)")
     return _convert(model, "", {}, lambda m, name: _replacement(m, name, kind, num_groups)
                     if isinstance(m, nn.modules.batchnorm._BatchNorm) else None)

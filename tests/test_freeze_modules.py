@@ -31,10 +31,10 @@ def _resnetish():
 
 def test_freeze_all_and_unfreeze_all():
     model = _resnetish()
-    freeze_modules(model)
+    freeze_modules(model, whole_model=True)
     assert not model.fc.weight.requires_grad and not model.layer1[0].conv1.weight.requires_grad
     assert isinstance(model.layer1[0].bn1, FrozenBatchNorm)
-    unfreeze_modules(model)
+    unfreeze_modules(model, whole_model=True)
     assert model.fc.weight.requires_grad and model.layer1[0].conv1.weight.requires_grad
     assert type(model.layer1[0].bn1) is nn.BatchNorm2d
 
@@ -71,8 +71,8 @@ def test_a_single_norm_layer_named_from_the_root_or_from_its_parent():
 
 def test_the_root_cannot_be_a_norm_layer_and_unknown_names_are_named():
     with pytest.raises(ValueError, match="the root is a BatchNorm2d"):
-        freeze_modules(nn.BatchNorm2d(3))
-    with pytest.raises(ValueError, match="names='layer9' is not a submodule"):
+        freeze_modules(nn.BatchNorm2d(3), whole_model=True)
+    with pytest.raises(ValueError, match="names=.layer9. is not a module of the model"):
         freeze_modules(_resnetish(), ["layer9"])
 
 

@@ -4,27 +4,65 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from bnstudy.freeze import pin_eval
 from bnstudy.stats import precise_bn_statistics, update_bn_stats
 
 
-@pytest.mark.parametrize("bn,dims,shape", [(nn.BatchNorm1d, [0, 2], (16, 8, 24)),
+# Tolerance of the exact-statistics checks: the estimate is pooled in float64 and written into a float32 buffer,
+# so it may differ from the float64 statistics of the concatenated data by float32 rounding (2**-24 relative)
+# plus float64 accumulation error: rtol = atol = 1e-6 is about 16 float32 ulps.
+EXACT = dict(rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bn,dims,shape", [(nn.BatchNorm1d, [0], (16, 8)),
+                                           (nn.BatchNorm1d, [0, 2], (16, 8, 24)),
                                            (nn.BatchNorm2d, [0, 2, 3], (16, 8, 24, 8)),
                                            (nn.BatchNorm3d, [0, 2, 3, 4], (16, 8, 4, 12, 6))])
-def test_update_bn_stats_is_the_mean_of_batch_means_and_unbiased_batch_variances(bn, dims, shape):
+def test_update_bn_stats_equals_the_exact_statistics_of_the_concatenated_unequal_batches(bn, dims, shape):
     torch.manual_seed(42)
     model = bn(shape[1]).train()
-    tensors = [torch.randn(shape) for _ in range(8)]
-    mean = torch.stack([t.mean(dim=dims) for t in tensors]).mean(0)
-    var = torch.stack([t.var(dim=dims) for t in tensors]).mean(0)
+    sizes = [shape[0], 3, shape[0] * 2, 2, 1 if len(shape) > 2 else 2]  # unequal; a last batch of one sample
+    tensors = [torch.randn((n,) + shape[1:]) * (1 + i) + 3 * i for i, n in enumerate(sizes)]
+    data = torch.cat(tensors).double()
     old_weight = model.weight.detach().clone()
-    update_bn_stats(model, itertools.cycle(tensors), 8 * 100)
-    assert torch.allclose(model.running_mean, mean, atol=1e-5)
-    assert torch.allclose(model.running_var, var, atol=1e-5)
+    calls = update_bn_stats(model, tensors)
+    assert torch.allclose(model.running_mean.double(), data.mean(dim=dims), **EXACT)
+    assert torch.allclose(model.running_var.double(), data.var(dim=dims, unbiased=True), **EXACT)
     assert torch.equal(model.weight, old_weight)
-    assert model.training and model.momentum == 0.1 and int(model.num_batches_tracked) == 800
+    assert model.training and model.momentum == 0.1 and int(model.num_batches_tracked) == len(sizes)
+    assert calls == {"": len(sizes)}
+
+
+def test_update_bn_stats_weights_a_small_last_batch_by_its_rows_not_as_a_whole_batch():
+    # The new-user trial's instance: batches of 900 and 10 rows. Equal weight per batch (fvcore) gave a mean
+    # of 4.82 on channel 0 against the true 4.97; weighting by values per channel gives the true statistics.
+    torch.manual_seed(0)
+    data = torch.randn(1000, 4) * torch.tensor([1., 2., 3., 4.]) + torch.tensor([5., -1., 0., 2.])
+    bn = nn.BatchNorm1d(4)
+    update_bn_stats(bn, [data[:900], data[900:910]])
+    exact = data[:910].double()
+    assert torch.allclose(bn.running_mean.double(), exact.mean(0), **EXACT)
+    assert torch.allclose(bn.running_var.double(), exact.var(0), **EXACT)
+    assert round(float(bn.running_mean[0]), 2) == round(float(exact[:, 0].mean()), 2)
+    equal_weight = (data[:900].mean(0) + data[900:910].mean(0)) / 2  # what the old estimator wrote
+    assert abs(float(equal_weight[0] - exact[:, 0].mean())) > 0.05
+
+
+def test_update_bn_stats_of_a_deeper_layer_is_the_exact_statistics_of_what_it_receives_in_train_mode():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2), nn.BatchNorm1d(2))
+    xs = [torch.randn(n, 3) + 1 for n in (50, 7, 2)]
+    seen = []
+    h = model[4].register_forward_pre_hook(lambda m, args: seen.append(args[0].detach().double()))
+    update_bn_stats(model, xs)
+    h.remove()
+    data = torch.cat(seen)  # each batch normalised by its own statistics in layer 1, as precise BN runs it
+    assert torch.allclose(model[4].running_mean.double(), data.mean(0), **EXACT)
+    assert torch.allclose(model[4].running_var.double(), data.var(0), **EXACT)
 
 
 def test_update_bn_stats_with_too_few_batches_raises_and_restores_everything():
@@ -48,7 +86,8 @@ def test_update_bn_stats_restores_flags_and_momentum_and_reaches_pinned_layers_o
     pin_eval(model[1])
     model.train()
     flags = [m.training for m in model.modules()]
-    calls = update_bn_stats(model, [torch.randn(8, 3) for _ in range(4)])
+    with pytest.warns(UserWarning, match=r"re-estimated 1 BatchNorm layer pinned in eval mode by pin_eval \(1\)"):
+        calls = update_bn_stats(model, [torch.randn(8, 3) for _ in range(4)])
     assert calls == {"1": 4, "3": 4}
     assert [m.training for m in model.modules()] == flags and model[1].momentum == 0.3 and model[3].momentum is None
     assert not (model[1].running_mean == 0).all()
@@ -63,3 +102,42 @@ def test_precise_bn_statistics_leaves_the_model_untouched_and_equals_update_bn_s
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     update_bn_stats(model, xs)
     assert torch.equal(est["1"][0], model[1].running_mean) and torch.equal(est["1"][1], model[1].running_var)
+
+
+def test_update_bn_stats_modules_restricts_the_estimate_and_the_rest_normalises_with_stored_statistics():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 4), nn.BatchNorm1d(4))
+    pin_eval(model[1])
+    model[1].running_mean.fill_(0.5)
+    before = model[1].running_mean.clone()
+    xs = [torch.randn(8, 3) for _ in range(3)]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an explicit choice of layers does not warn about the pinned one
+        calls = update_bn_stats(model, xs, modules=["3"])
+    assert calls == {"3": 3} and torch.equal(model[1].running_mean, before)
+    with torch.no_grad():
+        feats = torch.cat([model[2](model[1].eval()(model[0](x))) for x in xs]).double()
+    assert torch.allclose(model[3].running_mean.double(), feats.mean(0), **EXACT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert update_bn_stats(model, xs, modules=model) == {"1": 3, "3": 3}  # the whole model, by choice
+    with pytest.raises(ValueError, match="modules is empty"):
+        update_bn_stats(model, xs, modules=[])
+    with pytest.raises(ValueError, match="modules=\\['0'\\] hold no BatchNorm layer"):
+        update_bn_stats(model, xs, modules="0")
+
+
+@settings(max_examples=30, deadline=None)
+@given(sizes=st.lists(st.integers(2, 40), min_size=1, max_size=6), shift=st.floats(-1e3, 1e3),
+       scale=st.floats(1e-2, 1e2), seed=st.integers(0, 2**16))
+def test_update_bn_stats_is_exact_for_any_split_of_the_data_into_batches(sizes, shift, scale, seed):
+    # However the rows are split, the estimate is the statistics of all rows (mean; unbiased variance).
+    g = torch.Generator().manual_seed(seed)
+    data = torch.randn(sum(sizes), 3, generator=g) * scale + shift
+    bn = nn.BatchNorm1d(3)
+    update_bn_stats(bn, list(data.split(sizes)))
+    exact = data.double()
+    tol = 1e-6 * (abs(shift) + scale)  # float32 rounding of the inputs and of the written value, relative to |x|
+    assert torch.allclose(bn.running_mean.double(), exact.mean(0), rtol=1e-6, atol=tol)
+    assert torch.allclose(bn.running_var.double(), exact.var(0), rtol=1e-5, atol=tol * scale)

@@ -13,14 +13,21 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from .._checks import (check_bool, check_device, check_int, check_model_input, check_module, check_number, check_str,
+                       module_names)
 from ..freeze import is_pinned
 from ..norms import counts_batches, statistics_source, updates_running_stats
 from .inspect import LayerRecord, layer_kind
-from .lints import (MIN_BATCH, Lint, _batch_lints, _check_positive_int, _emit, _label, _lint, format_lints,
-                    lint_model, lints_frame, resolve_forward)
+from .lints import (MIN_BATCH, WARN_MAX_LAYERS, BNLintWarning, Lint, _batch_lints, _check_positive_int, _emit,
+                    _label, _lint, format_lints, lint_model, lints_frame, resolve_forward)
 from .snapshot import Snapshot, _set_all_eval, _restore, compare_outputs, diff, output_signature, probe_outputs, snapshot
 
 _WIDTH = 100
+
+
+def _n(count: int, word: str, plural: str | None = None) -> str:
+    """``"1 call"``, ``"3 calls"``: a count with its noun in the right number."""
+    return f"{count} {word if count == 1 else (plural or word + 's')}"
 
 
 def _in_backward() -> bool:
@@ -65,17 +72,26 @@ class FreezeAudit:
     tuple probe is unpacked. The same convention as :func:`lint_forward_modes`.
     ``min_batch``: the ``small_batch`` threshold (see :data:`MIN_BATCH`).
     ``warn``: emit the lints as :class:`BNLintWarning` (they are always kept in
-    ``.lints``). ``snapshot_device``: where the snapshots live.
-    Raises ``TypeError`` if ``model`` is not an ``nn.Module`` or ``forward`` is
-    not callable, ``ValueError`` if ``min_batch`` is not a positive integer.
+    ``.lints``). Identical findings are grouped as ``print(audit)`` groups them:
+    the lints found on entry in one warning per finding (``[code] 40 layers
+    (a, b, ... and 34 more): message``); a live lint warns at its first layer, and
+    the other layers with the same finding are named in one warning on exit.
+    Warnings point at the user's line, not at torch's module code.
+    ``snapshot_device``: where the snapshots live.
+    Raises ``TypeError`` if ``model`` is not an ``nn.Module``, ``forward`` is
+    not callable, ``probe`` is not a model input (a tensor, or a tuple, list or
+    dict of tensors) or ``warn`` not a bool, ``ValueError`` if ``min_batch`` is
+    not a positive integer or ``snapshot_device`` not a device.
     """
 
     def __init__(self, model: nn.Module, probe: Any = None, forward: Callable | nn.Module | None = None, *,
                  min_batch: int = MIN_BATCH, warn: bool = True,
                  snapshot_device: str | torch.device | None = "cpu"):
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-        _check_positive_int("min_batch", min_batch)
+        check_module("FreezeAudit", "model", model)
+        check_model_input("FreezeAudit", "probe", probe, allow_none=True)
+        _check_positive_int("min_batch", min_batch, "FreezeAudit")
+        check_bool("FreezeAudit", "warn", warn)
+        check_device("FreezeAudit", "snapshot_device", snapshot_device)
         self.model, self.probe, self.forward = model, probe, forward
         self._call = resolve_forward(model, forward, "FreezeAudit")
         self.min_batch, self.warn, self.snapshot_device = min_batch, warn, snapshot_device
@@ -89,6 +105,7 @@ class FreezeAudit:
         self._records: dict[int, LayerRecord] = {}
         self._handles: list = []
         self._seen_lints: set = set()
+        self._warned_groups: dict = {}  # (code, severity, message) -> layers held back until __exit__
         self._parents: dict = {}
         self._pinned_at_entry: list[str] = []
         self._root_depth = 0
@@ -98,8 +115,11 @@ class FreezeAudit:
         self.before = snapshot(self.model, self.snapshot_device)
         if self.probe is not None:
             self.outputs_before = probe_outputs(self.model, self.probe, self._call)
-        for lint in lint_model(self.model, min_batch=self.min_batch, warn=False):
-            self._add_lint(lint, emit=True)
+        entry = [lint for lint in lint_model(self.model, min_batch=self.min_batch, warn=False)
+                 if self._add_lint(lint)]
+        _emit(entry, self.warn)  # grouped: one warning per finding, however many layers
+        for lint in entry:
+            self._warned_groups.setdefault((lint.code, lint.severity, lint.message), [])
         for name, m in self.model.named_modules():
             kind = layer_kind(m, m is self.model)
             if kind is None or id(m) in self._records:
@@ -126,14 +146,27 @@ class FreezeAudit:
                                      "as SyncBatchNorm.convert_sync_batchnorm, or unpinned): the next model.train() "
                                      "puts it in train mode; use bnstudy.freeze.convert_sync_batchnorm, or pin again"),
                                emit=True)
+        self._emit_held()
         return False
+
+    def _emit_held(self) -> None:
+        """One warning per live finding that more layers had after its first warning (see ``warn``)."""
+        from .._checks import user_stacklevel
+        import warnings
+        held = [(key, layers) for key, layers in self._warned_groups.items() if layers]
+        for (code, _severity, message), layers in held:
+            shown = ", ".join(_label(n) for n in layers[:WARN_MAX_LAYERS])
+            more = f" and {len(layers) - WARN_MAX_LAYERS} more" if len(layers) > WARN_MAX_LAYERS else ""
+            warnings.warn(f"[{code}] {_n(len(layers), 'more layer')} ({shown}{more}) with the same finding: {message}",
+                          BNLintWarning, stacklevel=user_stacklevel())
+            layers.clear()
 
     # -- hooks (global: they see every module call in the process and ignore all but the model's) -------------
     def _pre_hook(self, module: nn.Module, args) -> None:
         rec = self._records.get(id(module))
         if rec is None or rec.module is not module:
             return
-        if rec.kind == "model":
+        if module is self.model:  # the root, whatever its kind (a bare BatchNorm is a model too)
             self._root_depth += 1
             if self._root_depth == 1:
                 self.model_calls += 1
@@ -174,7 +207,7 @@ class FreezeAudit:
                 self._add_lint(_lint("double_update", rec.name,
                                      f"{type(module).__name__} wrote its running statistics {rec.writes_this_call} "
                                      "times in one call of the model (a layer reused in one forward): each step "
-                                     "moves its statistics several times, and precise-BN estimates average its "
+                                     "moves its statistics several times, and precise-BN estimates pool its "
                                      "calls"), emit=True)
             if not grad:
                 self._add_lint(_lint("train_mode_under_no_grad", rec.name,
@@ -206,13 +239,22 @@ class FreezeAudit:
         parent = self._parents.get(id(dropout), self.model)
         return any(p.requires_grad for p in parent.parameters())
 
-    def _add_lint(self, lint: Lint, emit: bool = False) -> None:
+    def _add_lint(self, lint: Lint, emit: bool = False) -> bool:
+        """Keep ``lint`` (once per code and layer); with ``emit``, warn it unless the same finding was warned
+        for another layer already, in which case its layer waits for one grouped warning on exit."""
         key = (lint.code, lint.layer)
         if key in self._seen_lints:
-            return
+            return False
         self._seen_lints.add(key)
         self.lints.append(lint)
-        _emit([lint], self.warn and emit, stacklevel=5)
+        if emit and self.warn and lint.severity == "warning":
+            group = (lint.code, lint.severity, lint.message)
+            if group in self._warned_groups:
+                self._warned_groups[group].append(lint.layer)
+            else:
+                self._warned_groups[group] = []
+                _emit([lint], True)
+        return True
 
     # -- results --------------------------------------------------------------
     def _require_done(self) -> None:
@@ -266,25 +308,12 @@ class FreezeAudit:
         """The audit's lints as a DataFrame (see :func:`lints_frame`)."""
         return lints_frame(self.lints)
 
-    def _names(self, modules) -> list[str] | None:
-        """Qualified names for ``modules``: a name, a module object of the model, or an iterable of those."""
+    def _names(self, modules, fn: str = "FreezeAudit") -> list[str] | None:
+        """Qualified names for ``modules``: a name, a module object of the model, or a non-empty iterable of
+        those (None: the whole model; an empty list raises, as it would check nothing)."""
         if modules is None:
             return None
-        items = [modules] if isinstance(modules, (str, nn.Module)) else list(modules)
-        known = dict(self.model.named_modules())
-        by_id = {id(m): n for n, m in reversed(list(known.items()))}
-        out = []
-        for p in items:
-            if isinstance(p, nn.Module):
-                if id(p) not in by_id:
-                    raise ValueError(f"modules: the {type(p).__name__} object given is not a module of the model")
-                out.append(by_id[id(p)])
-            elif isinstance(p, str) and p in known:
-                out.append(p)
-            else:
-                raise ValueError(f"modules={p!r} is not a module of the model; give module objects or qualified "
-                                 f"names such as {sorted(set(known) - {''})[:5]}")
-        return out
+        return module_names(fn, "modules", self.model, modules)
 
     def moved(self, modules: str | nn.Module | Iterable | None = None, tol: float = 0.0) -> pd.DataFrame:
         """The rows of :meth:`report` under ``modules`` whose ``max_abs_change`` exceeds ``tol`` (or that
@@ -292,10 +321,9 @@ class FreezeAudit:
         model, one or several (``""`` or None: the whole model); raises ``ValueError`` naming an unknown
         module or a negative ``tol``."""
         self._require_done()
-        if not tol >= 0:
-            raise ValueError(f"tol must be >= 0, got {tol!r}")
+        check_number("FreezeAudit.moved", "tol", tol, minimum=0)
         rep = self.report()
-        prefixes = self._names(modules)
+        prefixes = self._names(modules, "FreezeAudit.moved")
         inside = rep["module"].map(lambda m: prefixes is None or any(
             p == "" or m == p or m.startswith(p + ".") for p in prefixes))
         moved = rep["changed"] & (rep["max_abs_change"].isna() | (rep["max_abs_change"] > tol))
@@ -309,6 +337,9 @@ class FreezeAudit:
         (``torch.func.functional_call`` with the entry snapshot) and as they are now. Upstream changes
         therefore do not count against it. None when there is no probe or the probe never reaches it."""
         self._require_done()
+        check_str("FreezeAudit.module_outputs", "name", name)
+        if name not in dict(self.model.named_modules()):
+            module_names("FreezeAudit.module_outputs", "name", self.model, name)  # raises, naming the choices
         if self.probe is None:
             return None
         sub = self.model.get_submodule(name)
@@ -354,7 +385,11 @@ class FreezeAudit:
         (``audit.moved(...)`` lists all), one per line. Returns None when nothing
         moved.
         """
-        names = self._names(modules)
+        self._require_done()
+        names = self._names(modules, "FreezeAudit.assert_frozen")
+        check_bool("FreezeAudit.assert_frozen", "outputs", outputs)
+        check_number("FreezeAudit.assert_frozen", "tol", tol, minimum=0)
+        check_int("FreezeAudit.assert_frozen", "max_items", max_items)
         moved = self.moved(names, tol)
         problems = [f"{r.kind} {r.tensor!r} (max |change| {_fmt_change(r)})" for r in moved.itertuples()]
         if outputs and self.outputs_before is not None:
@@ -368,7 +403,7 @@ class FreezeAudit:
                         frames.append((f"output of {n!r}", out))
             for label, out in frames:
                 out = out[out["changed"] & (out["max_abs_change"].isna() | (out["max_abs_change"] > tol))]
-                problems += [f"{label} {r.output or '(tensor)'!r} (max |change| {r.max_abs_change:.4g})"
+                problems += [f"{label}{' ' + r.output if r.output else ''} (max |change| {r.max_abs_change:.4g})"
                              for r in out.itertuples()]
         if problems:
             where = "the model" if names is None else ", ".join(repr(n) for n in names)
@@ -381,14 +416,15 @@ class FreezeAudit:
     def _headline(self) -> list[str]:
         rep = self.report()
         moved = rep[rep["changed"]]
-        lines = [f"FreezeAudit of {type(self.model).__name__}: {len(rep)} tensors "
-                 f"({(rep['kind'] == 'param').sum()} parameters, {(rep['kind'] == 'buffer').sum()} buffers), "
-                 f"{self.model_calls} model calls"]
+        lines = [f"FreezeAudit of {type(self.model).__name__}: {_n(len(rep), 'tensor')} "
+                 f"({_n(int((rep['kind'] == 'param').sum()), 'parameter')}, "
+                 f"{_n(int((rep['kind'] == 'buffer').sum()), 'buffer')}), {_n(self.model_calls, 'model call')}"]
         if moved.empty:
             lines.append("  moved: nothing (every parameter and buffer is bit-identical)")
         else:
-            lines.append(f"  moved: {len(moved)} tensors ({(moved['kind'] == 'param').sum()} parameters, "
-                         f"{(moved['kind'] == 'buffer').sum()} buffers) in {moved['module'].nunique()} modules")
+            lines.append(f"  moved: {_n(len(moved), 'tensor')} ({_n(int((moved['kind'] == 'param').sum()), 'parameter')}, "
+                         f"{_n(int((moved['kind'] == 'buffer').sum()), 'buffer')}) in "
+                         f"{_n(int(moved['module'].nunique()), 'module')}")
         if self.outputs_before is not None:
             out = self.outputs()
             worst = out["max_abs_change"].max() if len(out) else 0.0
@@ -405,6 +441,8 @@ class FreezeAudit:
         moved tensors. ``details=False`` (the default, and ``print(audit)``) shows at most ``max_rows``
         layer groups and moved tensors; ``details=True`` shows all. Lines are wrapped at 100 characters."""
         self._require_done()
+        check_bool("FreezeAudit.summary", "details", details)
+        check_int("FreezeAudit.summary", "max_rows", max_rows)
         lines = self._headline()
         warn = [x for x in self.lints if x.severity == "warning"]
         lines += format_lints(warn, width=_WIDTH, indent="    ")
@@ -413,13 +451,13 @@ class FreezeAudit:
         if len(shown):
             groups: dict = {}
             for r in shown.itertuples():
-                detail = f"{r.mode}, {r.calls} calls"
+                detail = f"{r.mode}, {_n(r.calls, 'call')}"
                 if r.stats:
                     detail += f", {r.stats} stats"
                 if r.updated_running_stats:
                     detail += f", WROTE running stats ({r.writes}x)"
                 if r.backward_writes:
-                    detail += f", {r.backward_writes} writes in backward"
+                    detail += f", {_n(r.backward_writes, 'write')} in backward"
                 if r.grad_calls < r.calls:
                     detail += f", {r.calls - r.grad_calls} without grad"
                 if r.min_batch is not None and not pd.isna(r.min_batch):
@@ -427,15 +465,16 @@ class FreezeAudit:
                 if r.pinned:
                     detail += ", pinned"
                 groups.setdefault((r.type, detail), []).append(r.module)
-            lines.append(f"  layers during the block ({len(shown)} in {len(groups)} groups):")
+            lines.append(f"  layers during the block ({len(shown)} in {_n(len(groups), 'group')}):")
             items = list(groups.items())
             for (typ, detail), names in (items if details else items[:max_rows]):
-                who = names[0] if len(names) == 1 else f"{len(names)} x: {', '.join(names[:4])}" + (
+                who = _label(names[0]) if len(names) == 1 else f"{len(names)} x: {', '.join(map(_label, names[:4]))}" + (
                     ", ..." if len(names) > 4 else "")
                 lines += textwrap.wrap(f"{typ} {who}: {detail}", width=_WIDTH, initial_indent="    ",
                                        subsequent_indent="        ")
             if not details and len(items) > max_rows:
-                lines.append(f"    ... {len(items) - max_rows} more groups (audit.summary(details=True))")
+                lines.append(f"    ... {_n(len(items) - max_rows, 'more group', 'more groups')} "
+                             "(audit.summary(details=True))")
         rep = self.report()
         moved = rep[rep["changed"]]
         if len(moved):

@@ -22,7 +22,11 @@ LAYER_KINDS = ("batchnorm", "frozen_batchnorm", "instancenorm", "stateless_norm"
 def layer_kind(m: nn.Module, is_root: bool = False) -> str | None:
     """``batchnorm`` (torch's BatchNorm rule: ``_BatchNorm``, SyncBatchNorm, lazy variants, other ``_NormBase``
     subclasses), ``frozen_batchnorm``, ``instancenorm``, ``stateless_norm`` (LayerNorm, GroupNorm, RMSNorm,
-    LocalResponseNorm), ``dropout``, ``model`` for the root, or ``None`` for a module the audit does not watch."""
+    LocalResponseNorm), ``dropout``, ``model`` for the root, or ``None`` for a module the audit does not watch.
+    Raises ``TypeError`` if ``m`` is not an ``nn.Module`` or ``is_root`` not a bool."""
+    from .._checks import check_bool, check_module
+    check_module("layer_kind", "m", m)
+    check_bool("layer_kind", "is_root", is_root)
     if is_instance_norm(m):
         return "instancenorm"
     if is_batch_norm(m):
@@ -56,6 +60,13 @@ class LayerRecord:
     backward_writes: int = 0
     min_batch: int | None = None
     min_values_per_channel: int | None = None
+
+    def __post_init__(self):
+        from .._checks import check_module, check_str
+        check_str("LayerRecord", "name", self.name)
+        check_module("LayerRecord", "module", self.module)
+        if self.kind not in LAYER_KINDS:
+            raise ValueError(f"LayerRecord: kind={self.kind!r} is not allowed; choose one of {list(LAYER_KINDS)}")
 
     @property
     def updated_running_stats(self) -> bool:

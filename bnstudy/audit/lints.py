@@ -26,6 +26,8 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
+from .._checks import (check_bool, check_callable, check_int, check_iterable, check_model_input, check_module,
+                       check_number, check_str, describe, user_stacklevel)
 from ..freeze import batch_stats_report, is_pinned
 from ..norms import (counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm, is_instance_norm,
                      statistics_source, updates_running_stats)
@@ -109,6 +111,14 @@ class Lint:
     message: str
     severity: str = "warning"
 
+    def __post_init__(self):
+        if not isinstance(self.code, str) or self.code not in LINT_CODES:
+            raise ValueError(f"Lint: code={describe(self.code)} is not a lint code; choose one of {list(LINT_CODES)}")
+        check_str("Lint", "layer", self.layer)
+        check_str("Lint", "message", self.message)
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"Lint: severity={describe(self.severity)} is not allowed; choose one of {list(SEVERITIES)}")
+
     def __str__(self) -> str:
         return f"[{self.code}] {_label(self.layer)}: {self.message}"
 
@@ -121,15 +131,43 @@ def _lint(code: str, layer: str, message: str) -> Lint:
     return Lint(code, layer, message, "info" if code in _INFO_CODES else "warning")
 
 
-def _emit(lints: Iterable[Lint], warn: bool, stacklevel: int = 3) -> None:
-    if warn:
-        for lint in lints:
-            if lint.severity == "warning":
-                warnings.warn(str(lint), BNLintWarning, stacklevel=stacklevel)
+#: Layer names a grouped warning spells out before "and K more".
+WARN_MAX_LAYERS = 6
+
+
+def grouped_message(lint: Lint, layers: Sequence[str], max_layers: int = WARN_MAX_LAYERS) -> str:
+    """One line for a group of identical findings: ``[code] layer: message`` for one layer,
+    ``[code] N layers (a, b, ... and K more): message`` for several."""
+    if len(layers) == 1:
+        return f"[{lint.code}] {_label(layers[0])}: {lint.message}"
+    shown = ", ".join(_label(n) for n in layers[:max_layers])
+    more = f" and {len(layers) - max_layers} more" if len(layers) > max_layers else ""
+    return f"[{lint.code}] {len(layers)} layers ({shown}{more}): {lint.message}"
+
+
+def _emit(lints: Iterable[Lint], warn: bool) -> None:
+    """Warn the ``warning`` lints as :class:`BNLintWarning`, identical findings grouped into one warning (as
+    :func:`format_lints` groups them in print), attributed to the user's line (:func:`user_stacklevel`)."""
+    if not warn:
+        return
+    level = None
+    for lint, layers in group_lints([x for x in lints if x.severity == "warning"]):
+        level = level or user_stacklevel()
+        warnings.warn(grouped_message(lint, layers), BNLintWarning, stacklevel=level)
+
+
+def _check_lints(fn: str, lints: Any) -> list:
+    check_iterable(fn, "lints", lints, "a list of Lint (as lint_model returns)")
+    lints = list(lints)
+    for x in lints:
+        if not isinstance(x, Lint):
+            raise TypeError(f"{fn}: lints must be a list of Lint (as lint_model returns), got an item {describe(x)}")
+    return lints
 
 
 def lints_frame(lints: Sequence[Lint]) -> pd.DataFrame:
     """``lints`` as a DataFrame with columns ``code``, ``layer``, ``severity``, ``message``."""
+    lints = _check_lints("lints_frame", lints)
     return pd.DataFrame([dict(code=x.code, layer=x.layer, severity=x.severity, message=x.message) for x in lints],
                         columns=["code", "layer", "severity", "message"])
 
@@ -137,6 +175,7 @@ def lints_frame(lints: Sequence[Lint]) -> pd.DataFrame:
 def group_lints(lints: Sequence[Lint]) -> list[tuple[Lint, list[str]]]:
     """Identical findings (same code, severity and message) grouped: ``[(first lint, [layer, ...]), ...]``
     in first-seen order, so 40 BatchNorm layers with the same problem read as one finding."""
+    lints = _check_lints("group_lints", lints)
     groups: dict = {}
     for x in lints:
         groups.setdefault((x.code, x.severity, x.message), (x, []))[1].append(x.layer)
@@ -144,20 +183,21 @@ def group_lints(lints: Sequence[Lint]) -> list[tuple[Lint, list[str]]]:
 
 
 def format_lints(lints: Sequence[Lint], width: int = 100, max_layers: int = 6, indent: str = "  ") -> list[str]:
-    """Grouped (:func:`group_lints`), wrapped text lines: ``[code] N layers (a, b, ... and K more): message``."""
+    """Grouped (:func:`group_lints`), wrapped text lines: ``[code] N layers (a, b, ... and K more): message``.
+
+    ``width`` (characters, >= 20) and ``max_layers`` (>= 1) are positive integers; ``indent`` a string."""
+    check_int("format_lints", "width", width, minimum=20)
+    check_int("format_lints", "max_layers", max_layers)
+    check_str("format_lints", "indent", indent)
     lines = []
-    for lint, layers in group_lints(lints):
-        shown = ", ".join(_label(n) for n in layers[:max_layers])
-        more = f" and {len(layers) - max_layers} more" if len(layers) > max_layers else ""
-        where = _label(layers[0]) if len(layers) == 1 else f"{len(layers)} layers ({shown}{more})"
-        lines += textwrap.wrap(f"[{lint.code}] {where}: {lint.message}", width=width, initial_indent=indent,
+    for lint, layers in group_lints(_check_lints("format_lints", lints)):
+        lines += textwrap.wrap(grouped_message(lint, layers, max_layers), width=width, initial_indent=indent,
                                subsequent_indent=indent + "    ", break_on_hyphens=False)
     return lines
 
 
-def _check_positive_int(name: str, value) -> None:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _check_positive_int(name: str, value, fn: str = "") -> None:
+    check_int(fn, name, value)
 
 
 # ---------------------------------------------------------------------------
@@ -235,11 +275,10 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
     ``min_batch`` when it is not a positive integer, and ``TypeError`` when
     ``model`` is not an ``nn.Module``.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if batch_size is not None:
-        _check_positive_int("batch_size", batch_size)
-    _check_positive_int("min_batch", min_batch)
+    check_module("lint_model", "model", model)
+    check_int("lint_model", "batch_size", batch_size, allow_none=True)
+    _check_positive_int("min_batch", min_batch, "lint_model")
+    check_bool("lint_model", "warn", warn)
     report = batch_stats_report(model).set_index("layer")
     lints = []
     for name, m in model.named_modules():
@@ -340,13 +379,20 @@ def batch_label_dependence(labels_per_batch: Sequence) -> dict[str, float]:
     dependence is undefined and reported as NaN. Raises ``ValueError`` for an
     empty input or a label below 0.
     """
+    check_iterable("batch_label_dependence", "labels_per_batch", labels_per_batch,
+                   "one epoch's labels, one 1-D integer sequence per batch (a list of tensors or a 2-D tensor)"
+                   ) if not isinstance(labels_per_batch, torch.Tensor) else None
     if hasattr(labels_per_batch, "ndim") and labels_per_batch.ndim != 2:
         raise ValueError("labels_per_batch must hold one sequence of labels per batch (a list of 1-D label "
                          "tensors, or a 2-D (batches, batch_size) tensor), got an array with shape "
                          f"{tuple(labels_per_batch.shape)}")
     ys = []
     for y in labels_per_batch:
-        t = torch.as_tensor(y)
+        try:
+            t = torch.as_tensor(y)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError("labels_per_batch must hold one 1-D integer sequence of labels per batch, got an item "
+                            f"{describe(y)}") from None
         if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
             raise ValueError("labels_per_batch must hold 1-D integer class labels per batch (not one-hot, not "
                              f"floats), got a batch of dtype {t.dtype} and shape {tuple(t.shape)}")
@@ -414,8 +460,24 @@ def lint_loader(dataset_len: Any, batch_size: int | None = None, drop_last: bool
     exceeds ``max_dependence`` with ``p_value < 1e-3``. Returns the lints and
     warns the ``warning`` ones. Raises ``ValueError`` naming the argument for a
     non-positive ``batch_size``/``min_batch``/``dataset_len``, a missing
-    ``batch_size``, or ``max_dependence`` outside [0, 1].
+    ``batch_size``, or ``max_dependence`` outside [0, 1]; ``TypeError`` naming
+    an argument of the wrong type (a first argument that is neither a
+    DataLoader nor a length, such as a list of batches or a model).
     """
+    fn = "lint_loader"
+    check_bool(fn, "drop_last", drop_last)
+    check_bool(fn, "warn", warn)
+    check_bool(fn, "scan_labels", scan_labels)
+    check_callable(fn, "label_fn", label_fn, "a function from one batch to its labels")
+    check_number(fn, "max_dependence", max_dependence, minimum=0.0, maximum=1.0)
+    check_int(fn, "batch_size", batch_size, allow_none=True)
+    _check_positive_int("min_batch", min_batch, fn)
+    if not isinstance(dataset_len, (torch.utils.data.DataLoader, numbers.Integral, type(None))) or isinstance(
+            dataset_len, bool):
+        raise TypeError(f"{fn}: dataset_len (the first argument) must be a torch DataLoader, or the dataset's length "
+                        f"(a positive integer; None: unknown) with batch_size=, got {describe(dataset_len)}"
+                        + ("; for a list of batches, wrap the data in a DataLoader" if isinstance(
+                            dataset_len, (list, tuple)) else ""))
     if isinstance(dataset_len, torch.utils.data.DataLoader):
         loader = dataset_len
         bs = loader.batch_size if loader.batch_size is not None else getattr(loader.batch_sampler, "batch_size", None)
@@ -430,13 +492,13 @@ def lint_loader(dataset_len: Any, batch_size: int | None = None, drop_last: bool
     elif scan_labels:
         raise ValueError("scan_labels=True needs a DataLoader as the first argument")
     if batch_size is None:
-        raise ValueError("batch_size must be a positive integer (or pass a DataLoader with a batch_size), got None")
-    _check_positive_int("batch_size", batch_size)
-    _check_positive_int("min_batch", min_batch)
+        given = ("a DataLoader without a batch_size (a batch_sampler of varying batches?)"
+                 if isinstance(dataset_len, torch.utils.data.DataLoader) else f"dataset_len={dataset_len!r}")
+        raise ValueError(f"{fn}: batch_size is required with {given}: pass batch_size= (a positive integer, per "
+                         "device), or a DataLoader with a batch_size as the first argument")
+    _check_positive_int("batch_size", batch_size, fn)
     if dataset_len is not None:
-        _check_positive_int("dataset_len", dataset_len)
-    if not 0.0 <= max_dependence <= 1.0:
-        raise ValueError(f"max_dependence must be in [0, 1], got {max_dependence!r}")
+        _check_positive_int("dataset_len", dataset_len, fn)
     lints = []
     if dataset_len is not None and not drop_last:
         rem = dataset_len % batch_size
@@ -483,6 +545,8 @@ def resolve_forward(model: nn.Module, forward: Callable | nn.Module | None, wher
     ``model``), a module or any callable taking the input (``model.backbone``, ``model.forward_a``,
     ``lambda x: ...``). The old ``lint_forward_modes`` form ``forward(model, example)`` (two required positional
     parameters) still works with a ``DeprecationWarning``. Raises ``TypeError`` for anything else."""
+    check_str("resolve_forward", "where", where)
+    check_module(where, "model", model)
     if forward is None:
         return model
     if isinstance(forward, nn.Module):
@@ -500,6 +564,7 @@ def resolve_forward(model: nn.Module, forward: Callable | nn.Module | None, wher
 
 def call_forward(fn: Callable, x: Any) -> Any:
     """``fn(*x)`` for a tuple ``x`` (several inputs), else ``fn(x)``: how the audit calls a forward on a probe."""
+    check_callable("call_forward", "fn", fn, "a callable (a module or a function of the input)", allow_none=False)
     return fn(*x) if isinstance(x, tuple) else fn(x)
 
 
@@ -521,6 +586,9 @@ def lint_forward_modes(model: nn.Module, example: Any, forward: Callable | nn.Mo
     """
     from .snapshot import output_signature
 
+    check_module("lint_forward_modes", "model", model)
+    check_model_input("lint_forward_modes", "example", example)
+    check_bool("lint_forward_modes", "warn", warn)
     call = resolve_forward(model, forward, "lint_forward_modes")
     flags = [(m, m.training) for m in model.modules()]
     buffers = [(b, b.detach().clone()) for b in model.buffers() if b is not None and not nn.parameter.is_lazy(b)]

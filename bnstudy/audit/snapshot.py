@@ -16,6 +16,8 @@ import pandas as pd
 import torch
 from torch import nn
 
+from .._checks import check_callable, check_device, check_model_input, check_module, describe
+
 
 # ---------------------------------------------------------------------------
 # 1. Snapshots and diffs of every parameter and buffer
@@ -37,6 +39,12 @@ class Snapshot:
     kinds: dict[str, str]
     modules: dict[str, str]
 
+    def __post_init__(self):
+        for param in ("tensors", "kinds", "modules"):
+            if not isinstance(getattr(self, param), dict):
+                raise TypeError(f"Snapshot: {param} must be a dict keyed by qualified tensor name (build snapshots "
+                                f"with bnstudy.audit.snapshot(model)), got {describe(getattr(self, param))}")
+
     def __len__(self) -> int:
         return len(self.tensors)
 
@@ -48,10 +56,11 @@ def snapshot(model: nn.Module, device: str | torch.device | None = "cpu") -> Sna
     a GPU model costs host memory, not device memory; ``None`` keeps each on its
     own device). Uninitialised lazy tensors and ``None`` buffers (e.g.
     BatchNorm with ``track_running_stats=False``) are skipped. Raises
-    ``ValueError`` if ``model`` is not an ``nn.Module``.
+    ``TypeError`` if ``model`` is not an ``nn.Module`` or ``device`` not a
+    device, ``ValueError`` for an unknown device string.
     """
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_module("snapshot", "model", model)
+    check_device("snapshot", "device", device)
     tensors, kinds, owners, seen = {}, {}, {}, set()
     for mod_name, m in model.named_modules():
         for kind, store in (("param", m._parameters), ("buffer", m._buffers)):
@@ -94,12 +103,12 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
     float64), ``changed`` (bool), ``status`` (``unchanged``, ``changed``,
     ``added``, ``removed``, ``reshaped``), and ``before``/``after`` for 0-d
     tensors such as ``num_batches_tracked`` (``None`` otherwise). Rows follow
-    the model's order. Raises ``ValueError`` if an argument is not a
+    the model's order. Raises ``TypeError`` if an argument is not a
     :class:`Snapshot`.
     """
     for pname, s in (("before", before), ("after", after)):
         if not isinstance(s, Snapshot):
-            raise ValueError(f"{pname} must be a Snapshot (from bnstudy.audit.snapshot), got {type(s).__name__}")
+            raise TypeError(f"{pname} must be a Snapshot (from bnstudy.audit.snapshot), got {type(s).__name__}")
     rows = []
     names = list(before.tensors) + [n for n in after.tensors if n not in before.tensors]
     for n in names:
@@ -187,7 +196,12 @@ def probe_outputs(model: nn.Module, probe: Any, forward: Callable | None = None)
     training run's random stream; every train/eval flag is restored exactly.
     Paths: ``""`` for a tensor output, ``"['logits']"``, ``"[0]"``, ``".aux_logits"``
     for dicts, sequences and named tuples. Non-tensor leaves are ignored.
+    Raises ``TypeError`` naming ``model``, ``probe`` (not a tensor, or a tuple,
+    list or dict of tensors) or ``forward`` (not callable).
     """
+    check_module("probe_outputs", "model", model)
+    check_model_input("probe_outputs", "probe", probe)
+    check_callable("probe_outputs", "forward", forward, "a callable of the probe (a module or a function)")
     fn = model if forward is None else forward
     saved = _set_all_eval(model)
     try:
@@ -200,7 +214,12 @@ def probe_outputs(model: nn.Module, probe: Any, forward: Callable | None = None)
 
 def compare_outputs(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> pd.DataFrame:
     """One row per output path: ``output``, ``shape``, ``max_abs_change`` (output units, e.g. logits),
-    ``changed``, ``status`` (``unchanged``/``changed``/``added``/``removed``/``reshaped``)."""
+    ``changed``, ``status`` (``unchanged``/``changed``/``added``/``removed``/``reshaped``).
+    ``before``/``after``: ``{path: tensor}`` as :func:`probe_outputs` returns (``TypeError`` otherwise)."""
+    for pname, d in (("before", before), ("after", after)):
+        if not isinstance(d, dict) or not all(isinstance(t, torch.Tensor) for t in d.values()):
+            raise TypeError(f"compare_outputs: {pname} must be a dict {{output path: tensor}} as probe_outputs "
+                            f"returns, got {describe(d)}")
     rows = []
     for k in list(before) + [k for k in after if k not in before]:
         a, b = before.get(k), after.get(k)

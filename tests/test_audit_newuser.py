@@ -1,0 +1,133 @@
+"""Faults the new-user trial found in the audit, freeze-by-name and precise BN (notes/newuser.md, findings 7-10),
+each kept as a test with its right value."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from bnstudy import freeze
+from bnstudy.audit import BNLintWarning, FreezeAudit, lint_model
+from bnstudy.freeze import FrozenBatchNorm, freeze_modules, unfreeze_modules
+from bnstudy.stats import update_bn_stats
+
+
+def _deep(n_bn=40):
+    layers = []
+    for _ in range(n_bn):
+        layers += [nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU()]
+    model = nn.Sequential()
+    model.backbone = nn.Sequential(*layers)
+    model.head = nn.Linear(8, 2)
+    return model
+
+
+def _bnlint(record):
+    return [w for w in record if issubclass(w.category, BNLintWarning)]
+
+
+def test_forty_identical_findings_are_one_warning_each_from_lint_model_and_the_audit_at_the_users_line():
+    model = _deep()
+    model.backbone.requires_grad_(False)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        lint_model(model)
+        with FreezeAudit(model, probe=torch.randn(16, 8)):
+            model.train()(torch.randn(16, 8))
+    got = _bnlint(record)
+    assert len(got) == 2  # was 80: 40 from lint_model and 40 from the audit's entry lints
+    for w in got:
+        assert str(w.message).startswith("[frozen_bn_in_train_mode] 40 layers (backbone.1, backbone.4, ")
+        assert "and 34 more)" in str(w.message)
+        assert w.filename == __file__  # not torch/nn/modules/module.py or sys
+    text = "\n".join(str(w.message) for w in got)
+    assert "backbone.118" not in text  # the rest are counted, as print(audit) counts them
+
+
+def test_a_live_finding_on_many_layers_warns_at_its_first_layer_and_names_the_rest_once_on_exit():
+    model = _deep(5)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with FreezeAudit(model):
+            model.train()(torch.randn(4, 8))  # a batch of 4 < 16: small_batch at every BatchNorm
+    got = [str(w.message) for w in _bnlint(record)]
+    assert len(got) == 2, got
+    assert got[0].startswith("[small_batch] backbone.1: ")
+    assert got[1].startswith("[small_batch] 4 more layers (backbone.4, backbone.7, backbone.10, backbone.13) with "
+                             "the same finding: ")
+    assert all(w.filename == __file__ for w in _bnlint(record))
+
+
+def test_the_summary_counts_in_the_right_number_and_a_bare_batchnorm_is_one_model_call():
+    bn = nn.BatchNorm1d(4)
+    with FreezeAudit(bn, warn=False) as a:
+        bn(torch.randn(32, 4))
+    lines = str(a).splitlines()
+    assert lines[0] == "FreezeAudit of BatchNorm1d: 5 tensors (2 parameters, 3 buffers), 1 model call"  # was 0
+    assert lines[1] == "  moved: 3 tensors (0 parameters, 3 buffers) in 1 module"  # was "1 modules"
+    assert lines[3] == "  layers during the block (1 in 1 group):"  # was "1 groups"
+    # was "BatchNorm1d : train, 1 calls": the root's empty name and a plural for one call
+    assert lines[4] == "    BatchNorm1d (model): train, 1 call, batch stats, WROTE running stats (1x), min batch 32"
+    assert a.modes().loc[0, "calls_per_model_call"] == 1.0
+
+
+def test_assert_frozen_names_a_moved_tensor_output_without_odd_quotes():
+    model = nn.Sequential()
+    model.backbone = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    model.head = nn.Linear(3, 2)
+    x = torch.randn(8, 3)
+    with FreezeAudit(model, probe=x, warn=False) as a:
+        model.train()(x)
+    with pytest.raises(AssertionError) as err:
+        a.assert_frozen("backbone")
+    assert "output of 'backbone' (max |change|" in str(err.value)  # was "output of 'backbone' '(tensor)'"
+    with pytest.raises(ValueError, match="modules is empty"):
+        a.assert_frozen([])  # would check nothing and pass
+
+
+def test_freeze_modules_without_names_refuses_instead_of_freezing_the_head():
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    with pytest.raises(TypeError, match=r"freeze_modules: names is required.*whole_model=True"):
+        freeze_modules(model)
+    with pytest.raises(ValueError, match="freeze_modules: names is empty"):
+        freeze_modules(model, [])
+    with pytest.raises(TypeError, match="unfreeze_modules: names is required"):
+        unfreeze_modules(model)
+    with pytest.raises(ValueError, match="unfreeze_modules: names is empty"):
+        unfreeze_modules(model, [])
+    with pytest.raises(ValueError, match="not both"):
+        freeze_modules(model, ["0"], whole_model=True)
+    assert all(p.requires_grad for p in model.parameters()) and type(model[1]) is nn.BatchNorm1d
+    freeze_modules(model, [model[0], "1"])  # module objects work as names
+    assert not model[0].weight.requires_grad and isinstance(model[1], FrozenBatchNorm) and model[2].weight.requires_grad
+    freeze_modules(model, whole_model=True)
+    assert not model[2].weight.requires_grad
+
+
+def test_update_bn_stats_on_an_instance_norm_model_says_why_it_estimates_nothing():
+    model = nn.Sequential(nn.Conv1d(2, 3, 1), nn.InstanceNorm1d(3, track_running_stats=True))
+    with pytest.raises(ValueError, match=r"no BatchNorm layer.*\['1'\] keep running statistics but are InstanceNorm"):
+        update_bn_stats(model, [torch.randn(4, 2, 5)])
+
+
+def test_update_bn_stats_warns_when_it_rewrites_a_pinned_backbone_at_the_users_line():
+    model = nn.Sequential()
+    model.backbone = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    model.head = nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 2))
+    freeze.pin_eval(model.backbone)
+    before = model.backbone[1].running_mean.clone()
+    batches = [torch.randn(16, 4) + 3 for _ in range(2)]
+    with pytest.warns(UserWarning, match=r"pinned in eval mode by pin_eval \(backbone\.1\)") as record:
+        update_bn_stats(model, batches)
+    assert record[0].filename == __file__
+    assert not torch.equal(before, model.backbone[1].running_mean)
+    model.backbone[1].running_mean.copy_(before)
+    update_bn_stats(model, batches, modules=["head"])  # the head only: the pinned backbone keeps its statistics
+    assert torch.equal(before, model.backbone[1].running_mean)
+
+
+def test_too_few_seeds_shows_what_the_user_typed_not_its_expansion():
+    from bnstudy.config import check_seeds
+    with pytest.raises(ValueError, match=r"at least 2 seeds for a 95% interval, got 0 \(seeds \[\]\)"):
+        check_seeds(0)  # was "got []" for `-p seeds 0`
