@@ -174,6 +174,54 @@ def chapter_times(profile: str, n_jobs: int | None) -> pd.DataFrame:
     return pd.DataFrame(recs).set_index("chapter")
 
 
+def sharing_ratios(steps: int = 100) -> pd.DataFrame:
+    """Issue 9's sharing levers, each against its own unshared path in this process (1 thread, CPU seconds).
+
+    * chapter 4's grid: 5 heads x 3 optimizers x 4 modes of one seed as one lockstep group (shared stream and
+      backbone forwards) against 15 mode-only groups;
+    * chapter 7's stage 2 (ResNet-18 and MobileNetV3-small, 4 modes, batch 32): pinned modes on a feature table
+      of the set and one shared train-mode forward, against every mode running its own model each step.
+    Rows are ``==`` in both cases (tests/test_engine.py, tests/test_real_data.py); only time differs.
+    """
+    from bnstudy.data import corrupted_task_b, digits_tasks, normalise, pixel_statistics
+    from bnstudy.experiments import real_data as rd
+    torch.set_num_threads(1)
+    recs = []
+    heads = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln")
+    opts = (("sgd", 0.05), ("sgd_plain", 0.1), ("adam", 0.003))
+    cfgs = [RunConfig(seed=0, mode=m, head=h, optimizer=o, lr=lr, steps=steps)
+            for h in heads for o, lr in opts for m in MODE_NAMES]
+    src = engine.train_source(cfgs[0].source)
+    c0 = time.process_time()
+    engine.transfer(cfgs, src)
+    shared = time.process_time() - c0
+    c0 = time.process_time()
+    for i in range(0, len(cfgs), len(MODE_NAMES)):
+        engine.transfer(cfgs[i:i + len(MODE_NAMES)], src)
+    recs.append(dict(lever="ch4 grid in one lockstep group", shared_cpu_s=shared,
+                     unshared_cpu_s=time.process_time() - c0))
+    for network in ("resnet18", "mobilenet_v3_small"):
+        cfg = rd.make_config("quick", seeds=2, networks=(network,), corruptions=("inversion",), severities=(5,),
+                             stage1_steps=2, steps=steps)
+        specs = [s for s in cfg.run_configs() if s.corruption == "inversion" and s.seed == 0]
+        tasks = digits_tasks(cfg.size)
+        mean, std = pixel_statistics(tasks["A"])
+        source = rd.train_stage1(specs[0], normalise(tasks["A"].x_train, mean, std), tasks["A"].y_train)
+        a_test = (normalise(tasks["A"].x_test, mean, std), tasks["A"].y_test)
+        tb = corrupted_task_b(tasks, "inversion", 5, 0)
+        cpu = {}
+        for share in (True, False):
+            engine.SHARE_FEATURES = share
+            c0 = time.process_time()
+            rd.run_condition(specs, source, a_test, tb)
+            cpu[share] = time.process_time() - c0
+        engine.SHARE_FEATURES = True
+        recs.append(dict(lever=f"ch7 {network} shared forwards", shared_cpu_s=cpu[True], unshared_cpu_s=cpu[False]))
+    out = pd.DataFrame(recs).set_index("lever")
+    out["speedup"] = out["unshared_cpu_s"] / out["shared_cpu_s"]
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=800, help="stage-2 steps per run")
@@ -183,7 +231,7 @@ def main(argv=None):
     ap.add_argument("--cores", type=int, default=os.cpu_count(), help="cores every method uses (default: all)")
     ap.add_argument("--profile", default=os.environ.get("BENCH_PROFILE", "full"), choices=("full", "quick", "none"),
                     help="chapter profile to time cold (none: skip)")
-    ap.add_argument("--skip", default="", help="comma-separated methods to skip: naive, plain, before, stream")
+    ap.add_argument("--skip", default="", help="comma-separated methods to skip: naive, plain, before, stream, sharing")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     seeds = list(range(args.seeds))
@@ -233,6 +281,9 @@ def main(argv=None):
           f"steps ({flops / 1e12:.2f} TFLOP nominal); engine_speedup = method's wall / engine's wall")
     with pd.option_context("display.float_format", "{:.3g}".format, "display.width", 200, "display.max_columns", None):
         print(table)
+    if "sharing" not in skip:
+        print("\nsharing levers (1 thread, CPU seconds, each against its unshared path in this run):", flush=True)
+        print(sharing_ratios().to_string(float_format="{:.2f}".format))
     if args.profile != "none":
         print(f"\nchapters, {args.profile} profile, cold run cache (experiment only, no plotting):", flush=True)
         t = chapter_times(args.profile, args.cores)
