@@ -86,7 +86,7 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
     from matplotlib.lines import Line2D
     interval = interval or mean_ci
     modes = [m for m in MODE_ORDER if m in set(df["mode"])]
-    fig, axes = plt.subplots(1, len(columns), figsize=(4.6 * len(columns), 4.0), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(columns), figsize=(3.3 * len(columns), 4.2), sharey=True, squeeze=False)
     clipped = False
     for ax, (col, title) in zip(axes[0], columns.items()):
         sns.stripplot(data=df, x="mode", y=col, hue="mode", order=modes, palette=MODE_PALETTE, ax=ax,
@@ -107,14 +107,13 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
             ax.axhline(chance, ls=":", color="grey", lw=1.2)
         ax.set_title(title); ax.set_xlabel(""); ax.set_ylabel(ylabel)
         ax.set_xticks(range(len(modes)))
-        ax.set_xticklabels(modes, rotation=30, ha="right", rotation_mode="anchor")
+        ax.set_xticklabels([m.replace("_", "_\n", 1) for m in modes])
     handles = [Line2D([], [], marker="o", ls="-", color="black", label="mean, 95% interval")]
     if chance is not None:
         handles.append(Line2D([], [], ls=":", color="grey", lw=1.2, label="chance"))
     if clipped:
         handles.append(Line2D([], [], marker="v", ls="", color="black", label="interval cut by the axis"))
-    fig.tight_layout()
-    fig.subplots_adjust(bottom=0.3)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return fig
 
@@ -127,7 +126,7 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
     """
     last = int(drift.step.max())
     two = last > max_step
-    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(7.4, 3.9), sharey=True, squeeze=False,
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
                              gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
     layers = sorted(drift["layer"].unique())
     colors = dict(zip(layers, sns.color_palette("viridis", len(layers))))
@@ -154,8 +153,7 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         axes[0][1].set_title("noise floor (bands: \u00b1 RMS per block)", fontsize=9)
         axes[0][0].set_title("decay", fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout()
-    fig.subplots_adjust(bottom=0.3)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return fig
 
@@ -177,7 +175,7 @@ def quantile_figure(lq: pd.DataFrame):
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_ylim(bottom=-2e-4)
     ax.set_xlabel("quantile over held-out images and classes"); ax.set_ylabel("|logit after - logit before|")
-    ax.legend(loc="upper left", fontsize=9)
+    ax.legend(loc="center right", fontsize=9)
     return fig
 
 
@@ -1030,8 +1028,7 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
                Line2D([], [], marker="D", ls="-", color="black", label="all seeds: mean, 95% CI")]
     if margin is not None:
         handles.append(Patch(color="0.6", alpha=0.4, label=f"equivalence margin \u00b1{margin:g}"))
-    fig.tight_layout()
-    fig.subplots_adjust(bottom=0.32)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return min_text_size(fig)
 
@@ -1068,8 +1065,7 @@ def budget_figure_ch01(chosen: pd.DataFrame):
         ax.set_xlabel("head-training steps")
     axes[0][0].set_ylabel("task-B accuracy (fraction)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout()
-    fig.subplots_adjust(bottom=0.34)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
 
@@ -1107,10 +1103,54 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
         labels.append("chosen")
     band = "95% interval" if n >= min_seeds else f"range of {n} seeds"
     handles.append(Line2D([], [], marker="o", ms=3, ls="", color="0.4")); labels.append(f"one tuning seed (band: {band})")
-    fig.tight_layout()
-    fig.subplots_adjust(bottom=0.36)
+    fig.tight_layout(rect=(0, 0.22, 1, 1))
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
+
+
+def _ci_text(mean, lo, hi, n, min_seeds=3, digits=3) -> str:
+    if n < min_seeds:
+        return f"{mean:.{digits}f} (range of {n} seeds)"
+    return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+EXPLORE_LABELS = {"sgd": "SGD + momentum", "adam": "Adam"}
+
+
+def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> pd.DataFrame:
+    """Chapter 1: :func:`bnstudy.experiments.freeze_modes.exploratory_tests` as a display table."""
+    rows = []
+    for _, r in ex.iterrows():
+        if r["test"] == "main":
+            what = f"main run: {EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr {r['lr']:g} (reported seeds)"
+        else:
+            what = f"{EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr chosen on validation (all seeds)"
+        p = "-" if pd.isna(r["p"]) else f"{r['p']:.3f}"
+        ph = "-" if pd.isna(r["p_holm"]) else f"{r['p_holm']:.3f}"
+        rows.append({"head": what, "steps": int(r["step"]), "seeds": int(r["n"]),
+                     "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
+                     "p": p, "p (Holm)": ph, "verdict": r["verdict"]})
+    return pd.DataFrame(rows)
+
+
+def ch01_sensitivity_display(sens: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 1: the reference's sensitivity fits (:func:`~bnstudy.experiments.freeze_modes.reference_sensitivity`)."""
+    return pd.DataFrame([{"L2 penalty": f"{r['l2']:g}", "fit samples": int(r["n_fit"]), "seeds": int(r["n"]),
+                          "train_mode path": f"{r['acc_batch_stats']:.3f}", "pinned path": f"{r['acc_pinned']:.3f}",
+                          "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
+                          "verdict": r["verdict"]} for _, r in sens.iterrows()])
+
+
+def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 1: the learning rate chosen when selecting at each checkpoint (rows: optimizer and path)."""
+    names = {"batch_stats": "train_mode path", "pinned": "pinned path"}
+    out = {}
+    for (o, p), g in choice.groupby(["optimizer", "path"], sort=False):
+        out[f"{EXPLORE_LABELS.get(o, o)}, {names.get(p, p)}"] = {
+            f"selected at {int(r['step'])} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
+                                                                   else f" ({r['position']} tried)")
+            for _, r in g.iterrows()}
+    return pd.DataFrame(out).T.rename_axis("head").reset_index()
 
 
 def dropout_figure(t3: pd.DataFrame):

@@ -817,7 +817,8 @@ class OptimizerFindings:
     ``tie``, ``pinned worse``, ``pinned better``, ``undetermined`` (:func:`gap_verdict`). ``ref_sets``: the
     reference gap per seed set (``report`` / ``confirm``): a 95% interval with >= 3 seeds, else the range
     (``ref_sets_kind`` names which). Exploratory: ``explore_verdict`` / ``explore_p_holm`` per row of
-    :func:`exploratory_tests` (``main``, ``<optimizer>_<step>``), ``n_explore`` tests, ``n_explore_resolved``
+    :func:`exploratory_tests` (``main``, ``<optimizer>_<step>``) and per optimizer at ``main_step``
+    (``explore_main_step``), ``n_explore`` tests, ``n_explore_resolved``
     with a verdict of pinned worse or better. Learning rates: ``lr`` chosen at ``main_step`` per
     ``<optimizer>_<path>``, ``lr_position`` there (``interior`` / ``lowest`` / ``highest`` in the grid),
     ``lr_changes`` per ``<optimizer>_<path>``: ``"yes"`` when selecting at another checkpoint picks another
@@ -844,6 +845,7 @@ class OptimizerFindings:
     ref_sets_kind: dict
     explore_verdict: dict
     explore_p_holm: dict
+    explore_main_step: dict
     n_explore: int
     n_explore_resolved: int
     lr: dict
@@ -921,6 +923,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         primary_p_tost=tost_pvalue(g, PRIMARY_MARGIN), primary_p=t_pvalue(g), primary_verdict=primary_verdict,
         ref_sets=sets, ref_sets_kind=kinds,
         explore_verdict=dict(zip(ex["test"], ex["verdict"])), explore_p_holm=dict(zip(ex["test"], ex["p_holm"])),
+        explore_main_step={o: ex.set_index("test")["verdict"].get(f"{o}_{main_step}", "not run") for o in opts},
         n_explore=len(ex), n_explore_resolved=int(resolved.sum()),
         lr={f"{o}_{p}": v for (o, p), v in lrs.items()},
         lr_position={f"{o}_{p}": str(r["position"]) for (o, p), r in at_main.iterrows()},
