@@ -4,7 +4,7 @@
 and glues every value under ``<prefix>_<field>`` so that prose can cite it:
 
 * numbers: ``{glue:text}`ch01_chance:.2f```;
-* verdict words and other text: ``{glue:md}`ch01_f1_weights_unchanged``` (rendered bold);
+* verdict words and other text: ``{glue:md}`ch01_f2_chance``` (rendered bold);
 * booleans: ``yes`` / ``no`` (as text, for ``{glue:md}``);
 * intervals (:class:`bnstudy.analysis.Interval`): ``<key>_mean``, ``<key>_ci_low``, ``<key>_ci_high``;
 * dicts and :class:`pandas.Series`: one key per entry, ``<key>_<entry>`` (entry names slugged),

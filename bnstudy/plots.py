@@ -75,58 +75,107 @@ def interval_frame(df: pd.DataFrame, by, value: str) -> pd.DataFrame:
     return df.groupby(by)[value].apply(lambda v: pd.Series(tuple(mean_ci(v)), index=["mean", "lo", "hi"])).unstack()
 
 
-def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, ylabel: str = "accuracy"):
+def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, ylabel: str = "accuracy",
+                interval=None, ylim=None):
     """One panel per ``columns`` item (column -> title): each seed a dot per mode, mean and 95% interval beside.
 
-    Returns the figure. ``chance`` draws a dotted chance line.
+    ``interval(values) -> Interval`` computes the bars (default: Student t, :func:`bnstudy.analysis.mean_ci`);
+    ``ylim``: the value axis' limits, where a bar cut by them ends in a triangle pointing past the axis.
+    ``chance`` draws a dotted chance line in every panel. The legend sits below the panels. Returns the figure.
     """
+    from matplotlib.lines import Line2D
+    interval = interval or mean_ci
     modes = [m for m in MODE_ORDER if m in set(df["mode"])]
-    fig, axes = plt.subplots(1, len(columns), figsize=(4.6 * len(columns), 3.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(columns), figsize=(3.3 * len(columns), 4.2), sharey=True, squeeze=False)
+    clipped = False
     for ax, (col, title) in zip(axes[0], columns.items()):
         sns.stripplot(data=df, x="mode", y=col, hue="mode", order=modes, palette=MODE_PALETTE, ax=ax,
                       alpha=0.55, size=5, jitter=0.15, legend=False)
-        s = interval_frame(df, "mode", col).loc[modes]
-        ax.errorbar(np.arange(len(modes)) + 0.3, s["mean"], yerr=[s["mean"] - s["lo"], s["hi"] - s["mean"]],
-                    fmt="o", color="black", capsize=4, ms=5, label="mean, 95% CI")
+        ivs = [interval(df[df["mode"] == m][col]) for m in modes]
+        x = np.arange(len(modes)) + 0.3
+        mean, lo, hi = (np.array([getattr(iv, a) for iv in ivs]) for a in ("mean", "low", "high"))
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+            for xi, l, h in zip(x, lo, hi):
+                if l < ylim[0]:
+                    ax.plot([xi], [ylim[0]], marker="v", color="black", ms=6, clip_on=False); clipped = True
+                if h > ylim[1]:
+                    ax.plot([xi], [ylim[1]], marker="^", color="black", ms=6, clip_on=False); clipped = True
+            lo, hi = np.clip(lo, *ylim), np.clip(hi, *ylim)
+        ax.errorbar(x, mean, yerr=[mean - lo, hi - mean], fmt="o", color="black", capsize=4, ms=5)
         if chance is not None:
-            ax.axhline(chance, ls=":", color="grey", lw=1)
+            ax.axhline(chance, ls=":", color="grey", lw=1.2)
         ax.set_title(title); ax.set_xlabel(""); ax.set_ylabel(ylabel)
-        ax.tick_params(axis="x", rotation=20)
+        ax.set_xticks(range(len(modes)))
+        ax.set_xticklabels([m.replace("_", "_\n", 1) for m in modes])
+    handles = [Line2D([], [], marker="o", ls="-", color="black", label="mean, 95% interval")]
     if chance is not None:
-        axes[0][0].text(len(modes) - 0.5, chance + 0.01, "chance", color="grey", ha="right", va="bottom")
-    axes[0][-1].legend(loc="lower right")
+        handles.append(Line2D([], [], ls=":", color="grey", lw=1.2, label="chance"))
+    if clipped:
+        handles.append(Line2D([], [], marker="v", ls="", color="black", label="interval cut by the axis"))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return fig
 
 
 def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, max_step: int = 100):
-    """Weight left on task A's running_mean per layer (mean, 95% band, noise-floor band) against ``(1-m)^t``."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    show = drift[drift.step <= max_step]
-    layers = sorted(show["layer"].unique())
-    for layer, color in zip(layers, sns.color_palette("viridis", len(layers))):
-        g = interval_frame(show[show.layer == layer], "step", "weight")
-        ax.plot(g.index, g["mean"], "o-", color=color, ms=3, label=f"{layer} (measured)")
-        ax.fill_between(g.index, g["lo"], g["hi"], color=color, alpha=0.2)
-        ax.axhspan(-floor[layer], floor[layer], color=color, alpha=0.07, lw=0)
-    t = np.arange(0, max_step + 1)
-    ax.plot(t, (1 - momentum) ** t, "k--", lw=1.2, label=f"$(1-m)^t$, m = {momentum:g}")
-    ax.axvline(gone_step, color="grey", ls=":", lw=1)
-    ax.set_yscale("symlog", linthresh=1e-2, linscale=0.5); ax.set_ylim(-0.05, 1.5)
-    ax.set_xlabel("stage-2 step t (train_mode)"); ax.set_ylabel("weight left on task A's running_mean")
-    ax.legend()
+    """Weight left on task A's running_mean per layer (mean over seeds, 95% band) against ``(1-m)^t``.
+
+    Left: steps 0 to ``max_step`` (the decay). Right: the remaining recorded steps, where each layer's
+    noise floor (``floor``, RMS of the weight there) is drawn as a band of the layer's colour with edges.
+    """
+    last = int(drift.step.max())
+    two = last > max_step
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
+                             gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
+    layers = sorted(drift["layer"].unique())
+    colors = dict(zip(layers, sns.color_palette("viridis", len(layers))))
+    for k, ax in enumerate(axes[0]):
+        show = drift[drift.step <= max_step] if k == 0 else drift[drift.step >= max_step]
+        for layer in layers:
+            g = interval_frame(show[show.layer == layer], "step", "weight")
+            ax.plot(g.index, g["mean"], "o-", color=colors[layer], ms=3, label=f"{layer} (measured)")
+            ax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
+            if k == len(axes[0]) - 1:
+                f = floor[layer]
+                ax.axhspan(-f, f, color=colors[layer], alpha=0.08, lw=0)
+                for y in (-f, f):
+                    ax.axhline(y, color=colors[layer], lw=0.8, ls=(0, (4, 2)))
+        lo_t = 0 if k == 0 else max_step
+        t = np.linspace(lo_t, max_step if k == 0 else last, 400)
+        ax.plot(t, (1 - momentum) ** t, "k--", lw=1.2, label=f"$(1-m)^t$, m = {momentum:g}")
+        if k == 0:
+            ax.axvline(gone_step, color="grey", ls=":", lw=1)
+            ax.set_ylabel("weight left on task A's running_mean")
+        ax.set_yscale("symlog", linthresh=1e-2, linscale=0.5); ax.set_ylim(-0.05, 1.5)
+        ax.set_xlabel("stage-2 step t (train_mode)")
+    if two:
+        axes[0][1].set_title("noise floor (bands: \u00b1 RMS per block)", fontsize=9)
+        axes[0][0].set_title("decay", fontsize=9)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return fig
 
 
 def quantile_figure(lq: pd.DataFrame):
-    """Absolute old-logit change per quantile and mode (mean over seeds, 95% band); symlog axis shows zeros."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for mode in [m for m in MODE_ORDER if m in set(lq["mode"])]:
-        g = interval_frame(lq[lq["mode"] == mode], "quantile", "change")
-        ax.plot(g.index, g["mean"], "o-", ms=3, color=MODE_PALETTE[mode], label=mode)
-        ax.fill_between(g.index, g["lo"], g["hi"], color=MODE_PALETTE[mode], alpha=0.2)
+    """Absolute old-logit change per quantile and mode (mean over seeds, 95% band clipped at 0, since the
+    quantity is non-negative); symlog axis shows zeros. Modes that coincide are drawn with distinct, nested
+    markers, and the legend says which lie exactly at zero."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    styles = [("o", 9, "none"), ("s", 6.5, "none"), ("^", 4.5, None), ("x", 5, None)]
+    for i, mode in enumerate([m for m in MODE_ORDER if m in set(lq["mode"])]):
+        sub = lq[lq["mode"] == mode]
+        g = interval_frame(sub, "quantile", "change")
+        zero = bool((sub["change"] == 0).all())
+        marker, ms, mfc = styles[i % len(styles)]
+        ax.plot(g.index, g["mean"], marker=marker, ms=ms, mfc=mfc, ls="-", lw=1, color=MODE_PALETTE[mode],
+                label=f"{mode} (all exactly 0)" if zero else mode, zorder=3 + i)
+        ax.fill_between(g.index, g["lo"].clip(lower=0), g["hi"], color=MODE_PALETTE[mode], alpha=0.2)
     ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_ylim(bottom=-2e-4)
     ax.set_xlabel("quantile over held-out images and classes"); ax.set_ylabel("|logit after - logit before|")
-    ax.legend()
+    ax.legend(loc="center right", fontsize=9)
     return fig
 
 
@@ -952,48 +1001,64 @@ def _mean_ci_bar(ax, x, values, color, **kw):
                 capsize=5, lw=1.6, zorder=4, **kw)
 
 
-def optimizer_gap_figure(gaps: pd.DataFrame):
+def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_seeds: int = 3):
     """Chapter 1: paired task-B difference ``train_mode - backbone_eval`` per head optimizer and the reference.
 
     ``gaps``: tidy ``seed, role (report | confirm), optimizer, gap``. Each seed a dot (reported seeds
-    filled, confirmation seeds open), per role the mean and 95% Student-t interval over seeds.
+    filled, confirmation seeds open); per optimizer the pooled mean and 95% Student-t interval over all
+    seeds (only with >= ``min_seeds`` seeds; otherwise the mean and the range). ``margin``: the primary
+    test's equivalence margin, drawn as a band around zero.
     """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     opts = [o for o in ("sgd", "adam", "reference") if o in set(gaps["optimizer"])]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
     ax.axhline(0, color="0.4", lw=1)
+    if margin is not None:
+        ax.axhspan(-margin, margin, color="0.6", alpha=0.2, lw=0)
     for i, o in enumerate(opts):
         for j, (role, fill) in enumerate((("report", True), ("confirm", False))):
             g = gaps[(gaps["optimizer"] == o) & (gaps["role"] == role)]
             if g.empty:
                 continue
-            x = i + (j - 0.5) * 0.36
-            jit = np.linspace(-0.06, 0.06, len(g)) if len(g) > 1 else np.zeros(1)
-            ax.scatter(x + jit, g["gap"], s=22, facecolors=OPTIMIZER_COLORS[o] if fill else "none",
-                       edgecolors=OPTIMIZER_COLORS[o], alpha=0.8, zorder=3)
-            _mean_ci_bar(ax, x + 0.12, g["gap"], "black")
+            x = i - 0.22 + j * 0.14
+            jit = np.linspace(-0.04, 0.04, len(g)) if len(g) > 1 else np.zeros(1)
+            ax.scatter(x + jit, g["gap"], s=24, facecolors=OPTIMIZER_COLORS[o] if fill else "none",
+                       edgecolors=OPTIMIZER_COLORS[o], alpha=0.85, zorder=3)
+        v = gaps[gaps["optimizer"] == o]["gap"]
+        if len(v) >= min_seeds:
+            _mean_ci_bar(ax, i + 0.2, v, "black")
+        else:
+            ax.errorbar([i + 0.2], [v.mean()], yerr=[[v.mean() - v.min()], [v.max() - v.mean()]], fmt="D",
+                        color="0.5", ms=6, capsize=5, zorder=4)
     ax.set_xticks(range(len(opts)))
     ax.set_xticklabels(["SGD + momentum" if o == "sgd" else "Adam" if o == "adam"
-                        else "logistic regression\n(no optimizer settings)" for o in opts])
+                        else "logistic regression\n(primary test)" for o in opts])
     ax.set_xlim(-0.6, len(opts) - 0.4)
     ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
-    from matplotlib.lines import Line2D
-    ax.legend(handles=[Line2D([], [], marker="o", ls="", color="0.3", label="reported seed"),
-                       Line2D([], [], marker="o", ls="", mfc="none", color="0.3", label="confirmation seed"),
-                       Line2D([], [], marker="D", ls="-", color="black", label="mean, 95% CI")],
-              loc="best", fontsize=9)
+    handles = [Line2D([], [], marker="o", ls="", color="0.3", label="reported seed"),
+               Line2D([], [], marker="o", ls="", mfc="none", color="0.3", label="confirmation seed"),
+               Line2D([], [], marker="D", ls="-", color="black", label="all seeds: mean, 95% CI")]
+    if margin is not None:
+        handles.append(Patch(color="0.6", alpha=0.4, label=f"equivalence margin \u00b1{margin:g}"))
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return min_text_size(fig)
 
 
 def budget_figure_ch01(chosen: pd.DataFrame):
     """Chapter 1: task-B test accuracy against head-training steps, one panel per optimizer.
 
-    ``chosen``: tidy ``seed, role, path, optimizer, lr, step, accuracy`` (reported seeds used).
-    Lines per path (mean over seeds, 95% Student-t band); the logistic-regression reference as a
-    horizontal band per path.
+    ``chosen``: tidy ``seed, role, path, optimizer, lr, step, accuracy`` (reported and confirmation seeds,
+    pooled). Lines per path (mean over seeds, 95% Student-t band); the logistic-regression reference per
+    path as a horizontal line with its 95% band (solid and plain for ``train_mode``, dashed and hatched
+    for the pinned path).
     """
-    rep = chosen[chosen["role"] == "report"]
+    rep = chosen[chosen["role"].isin(["report", "confirm"])]
     opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
-    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.7), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.9), sharey=True, squeeze=False)
+    ref_style = {"batch_stats": dict(color="0.15", hatch=None, alpha=0.22),
+                 "pinned": dict(color="0.55", hatch="////", alpha=0.25)}
     for ax, o in zip(axes[0], opts):
         for path, (ls, marker, label) in PATH_STYLES.items():
             g = interval_frame(rep[(rep["optimizer"] == o) & (rep["path"] == path)], "step", "accuracy")
@@ -1002,8 +1067,10 @@ def budget_figure_ch01(chosen: pd.DataFrame):
             r = rep[(rep["optimizer"] == "reference") & (rep["path"] == path)]
             if len(r):
                 iv = mean_ci(r["accuracy"])
-                ax.axhspan(iv.low, iv.high, color="0.5", alpha=0.18, lw=0)
-                ax.axhline(iv.mean, color="0.25", ls=ls, lw=1, label=f"reference, {label.split(' =')[0]}")
+                st = ref_style[path]
+                ax.axhspan(iv.low, iv.high, facecolor=st["color"] if st["hatch"] is None else "none",
+                           edgecolor=st["color"], hatch=st["hatch"], alpha=st["alpha"], lw=0)
+                ax.axhline(iv.mean, color=st["color"], ls=ls, lw=1.2, label=f"reference, {label.split(' =')[0]}")
         ax.set_xscale("log", base=2)
         steps = sorted(rep["step"].unique())
         ax.set_xticks(steps); ax.set_xticklabels([str(s) for s in steps])
@@ -1011,25 +1078,92 @@ def budget_figure_ch01(chosen: pd.DataFrame):
         ax.set_xlabel("head-training steps")
     axes[0][0].set_ylabel("task-B accuracy (fraction)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
 
 
-def lr_figure(lrt: pd.DataFrame):
-    """Chapter 1: what was tried: validation accuracy (tuning seeds) against learning rate, per optimizer and path."""
+def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3):
+    """Chapter 1: what was tried: validation accuracy (tuning seeds) against learning rate, per optimizer and path.
+
+    Each tuning seed is a small dot; the line joins the means. With >= ``min_seeds`` seeds the band is a 95%
+    Student-t interval, otherwise the range of the seeds. ``chosen``: ``{(optimizer, path): lr}``, each
+    choice ringed.
+    """
+    from matplotlib.lines import Line2D
     opts = [o for o in ("sgd", "adam") if o in set(lrt["optimizer"])]
-    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.4), sharey=True, squeeze=False)
+    n = int(lrt["seed"].nunique())
+    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.7), sharey=True, squeeze=False)
     for ax, o in zip(axes[0], opts):
         for path, (ls, marker, label) in PATH_STYLES.items():
-            g = interval_frame(lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)], "lr", "accuracy")
+            sub = lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)]
+            if n >= min_seeds:
+                g = interval_frame(sub, "lr", "accuracy")
+            else:
+                g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
             ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=OPTIMIZER_COLORS[o], label=label)
-            ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.18, lw=0)
+            ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.15, lw=0)
+            ax.scatter(sub["lr"], sub["accuracy"], s=8, color=OPTIMIZER_COLORS[o], alpha=0.6, zorder=3)
+            if chosen and (o, path) in chosen:
+                lr = chosen[(o, path)]
+                ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec="black", mew=1.4, zorder=4)
         ax.set_xscale("log"); ax.set_xlabel("learning rate")
         ax.set_title("SGD + momentum" if o == "sgd" else "Adam")
     axes[0][0].set_ylabel("validation accuracy, task B")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
+    if chosen:
+        handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec="black", ls="", label="chosen"))
+        labels.append("chosen")
+    band = "95% interval" if n >= min_seeds else f"range of {n} seeds"
+    handles.append(Line2D([], [], marker="o", ms=3, ls="", color="0.4")); labels.append(f"one tuning seed (band: {band})")
+    fig.tight_layout(rect=(0, 0.22, 1, 1))
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
+
+
+def _ci_text(mean, lo, hi, n, min_seeds=3, digits=3) -> str:
+    if n < min_seeds:
+        return f"{mean:.{digits}f} (range of {n} seeds)"
+    return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+EXPLORE_LABELS = {"sgd": "SGD + momentum", "adam": "Adam"}
+
+
+def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> pd.DataFrame:
+    """Chapter 1: :func:`bnstudy.experiments.freeze_modes.exploratory_tests` as a display table."""
+    rows = []
+    for _, r in ex.iterrows():
+        if r["test"] == "main":
+            what = f"main run: {EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr {r['lr']:g} (reported seeds)"
+        else:
+            what = f"{EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr chosen on validation (all seeds)"
+        p = "-" if pd.isna(r["p"]) else f"{r['p']:.3f}"
+        ph = "-" if pd.isna(r["p_holm"]) else f"{r['p_holm']:.3f}"
+        rows.append({"head": what, "steps": int(r["step"]), "seeds": int(r["n"]),
+                     "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
+                     "p": p, "p (Holm)": ph, "verdict": r["verdict"]})
+    return pd.DataFrame(rows)
+
+
+def ch01_sensitivity_display(sens: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 1: the reference's sensitivity fits (:func:`~bnstudy.experiments.freeze_modes.reference_sensitivity`)."""
+    return pd.DataFrame([{"L2 penalty": f"{r['l2']:g}", "fit samples": int(r["n_fit"]), "seeds": int(r["n"]),
+                          "train_mode path": f"{r['acc_batch_stats']:.3f}", "pinned path": f"{r['acc_pinned']:.3f}",
+                          "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
+                          "verdict": r["verdict"]} for _, r in sens.iterrows()])
+
+
+def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 1: the learning rate chosen when selecting at each checkpoint (rows: optimizer and path)."""
+    names = {"batch_stats": "train_mode path", "pinned": "pinned path"}
+    out = {}
+    for (o, p), g in choice.groupby(["optimizer", "path"], sort=False):
+        out[f"{EXPLORE_LABELS.get(o, o)}, {names.get(p, p)}"] = {
+            f"selected at {int(r['step'])} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
+                                                                   else f" ({r['position']} tried)")
+            for _, r in g.iterrows()}
+    return pd.DataFrame(out).T.rename_axis("head").reset_index()
 
 
 def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: float):

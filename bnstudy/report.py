@@ -118,6 +118,8 @@ def describe_run(description: str, parameters: dict, width: int = 78, run_thread
             f"{env['device']}, torch {env['torch']} with {threads}, Python {env['python']}.")
     _RUN.clear()
     _RUN.update(parameters)
+    if run_threads:  # the sidecar's environment.torch_threads is this (notebook) process's, not the runs'
+        _RUN["torch_threads_per_run"] = run_threads
     for p in _SAVED:  # tables saved before this call get the run's parameters too
         if p.exists():
             write_sidecar(p)

@@ -28,32 +28,73 @@ def table(task_a_after_tm=(0.1, 0.12, 0.11), task_b=None, buffer_tm=(5.0, 6.0, 7
 
 def test_findings_on_a_table_where_every_finding_holds():
     f = ch.findings(table())
-    assert (f.f1_weights_unchanged, f.f2_chance, f.f2_buffers_move, f.f3_pinned_keep_a, f.f3_pinned_lower_b,
-            f.f4_separate_exact, f.f4_separate_matches_b) == ("holds",) * 7
+    assert f.f2_chance == "holds" and f.n_near_chance == 3
+    assert (f.c_weights_unchanged, f.c_pinned_keep_a, f.c_separate_exact, f.c_separate_matches_b,
+            f.c_pinned_equal_b) == ("holds",) * 5
     assert f.gap_b["backbone_eval"].mean == pytest.approx(0.11)
-    assert f.diff_b_separate.mean == 0 and f.separate_equals_train_b_every_seed
-    assert f.n_seeds == 3 and f.chance == 0.1 and f.steps_gone == 66
+    assert f.n_seeds == 3 and f.chance == 0.1 and f.chance_limit == pytest.approx(0.15) and f.steps_gone == 66
+    assert f.task_a_after_tm_median == pytest.approx(0.11) and list(f.task_a_after_tm.index) == ["seed0", "seed1", "seed2"]
 
 
 def test_findings_flip_when_the_data_say_otherwise():
     tb = dict(train_mode=(0.40, 0.30, 0.35), backbone_eval=(0.35, 0.36, 0.34), all_eval=(0.35, 0.36, 0.34),
               separate_stats=(0.50, 0.41, 0.47))
-    f = ch.findings(table(task_a_after_tm=(0.5, 0.55, 0.52), task_b=tb, buffer_tm=(5.0, 0.5, 7.0), logit_sep=1e-7))
+    f = ch.findings(table(task_a_after_tm=(0.5, 0.55, 0.52), task_b=tb, logit_sep=1e-7))
     assert f.f2_chance == "holds in part"          # far below 0.9, not near chance
-    assert f.f2_buffers_move == "does not hold"    # one seed moved by less than one unit
-    assert f.f3_pinned_lower_b == "does not hold"  # the paired interval includes 0
-    assert f.f4_separate_exact == "does not hold"  # a logit moved by 1e-7: exact means == 0
-    assert f.f4_separate_matches_b == "does not hold"  # separate beats train_mode in every seed
-    assert not f.separate_equals_train_b_every_seed
+    assert f.c_separate_exact == "does not hold"   # a logit moved by 1e-7: exact means == 0
+    assert f.c_separate_matches_b == "does not hold"  # separate beats train_mode in every seed
+
+
+def test_one_seed_near_chance_out_of_three_is_holds_in_part_with_the_count():
+    # the referee's case: 2 of 3 seeds at chance, one at 0.40; the mean (0.21) is over 1.5x chance
+    f = ch.findings(table(task_a_after_tm=(0.137, 0.403, 0.100)))
+    assert f.f2_chance == "holds in part" and f.n_near_chance == 2
+    assert f.task_a_after_tm_median == pytest.approx(0.137)
+    assert 0 < f.task_a_after_tm_ci.low < f.task_a_after_tm_ci.high < 1  # bounded, unlike the t interval
+    assert ch.mean_ci([0.137, 0.403, 0.100]).low < 0
 
 
 def test_task_a_that_does_not_fall_is_reported_as_not_holding():
     assert ch.findings(table(task_a_after_tm=(0.9, 0.88, 0.91))).f2_chance == "does not hold"
 
 
+def test_two_seeds_give_no_verdict():
+    f = ch.findings(table().query("seed < 2"))
+    assert f.f2_chance == "no verdict (2 seeds)"
+    assert ch.gap_verdict([0.1, 0.11]) == "no verdict (2 seeds)"
+
+
 def test_findings_need_all_four_modes():
     with pytest.raises(ValueError, match="missing \\['separate_stats'\\]"):
         ch.findings(table().query("mode != 'separate_stats'"))
+
+
+def test_bounded_interval_stays_inside_0_1_and_rejects_non_accuracies():
+    iv = ch.bounded_interval([0.0, 0.01, 0.02])
+    assert 0 < iv.low < iv.high < 1 and iv.mean == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="accuracies in \\[0, 1\\]"):
+        ch.bounded_interval([0.5, 1.2])
+
+
+@pytest.mark.parametrize("gaps, want", [
+    ((0.001, -0.002, 0.0, 0.003, -0.001), "tie"),                   # 90% interval well inside +-0.03
+    ((0.10, 0.12, 0.11, 0.13, 0.09), "pinned worse"),
+    ((-0.10, -0.12, -0.11, -0.13, -0.09), "pinned better"),
+    ((0.15, -0.15, 0.10, -0.12, 0.02), "undetermined"),             # wide: neither equivalent nor signed
+    ((0.013, -0.025, 0.03, -0.026, 0.001), "tie"),                  # like the referee's pooled seeds: 90% inside
+    ((0.03, -0.02, 0.05, -0.03, 0.01), "undetermined"),             # 90% interval crosses +0.03, 95% holds 0
+])
+def test_gap_verdict_is_tost_first_then_the_sign(gaps, want):
+    assert ch.gap_verdict(gaps, 0.03) == want
+
+
+def test_tost_and_holm_on_known_values():
+    assert ch.tost_pvalue([0.0, 0.0, 0.0], 0.03) == 0.0 and ch.tost_pvalue([0.05] * 3, 0.03) == 1.0
+    assert ch.tost_pvalue([0.01, 0.02, 0.0, 0.01], 0.03) < 0.05
+    assert math.isnan(ch.tost_pvalue([0.1], 0.03))
+    np.testing.assert_allclose(ch.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    adj = ch.holm([0.02, math.nan, 0.01])
+    assert math.isnan(adj[1]) and adj[2] == pytest.approx(0.02) and adj[0] == pytest.approx(0.02)
 
 
 @pytest.mark.parametrize("m", [0.1, 0.01, 0.5, 0.3, 1.0])
@@ -81,6 +122,19 @@ def test_drift_findings_on_a_hand_made_drift_table():
     assert d.floor["block 1"] == pytest.approx(0.01, abs=1e-4) and d.floor["block 2"] == pytest.approx(0.02, abs=1e-4)
     assert d.last_step == 35  # 0.9^35 = 0.025 > 0.02 >= 0.9^50
     assert d.theory_12 == pytest.approx(0.9 ** 12) and d.weight_12["block 1"] == pytest.approx(0.9 ** 12)
+    assert d.weight_12_low["block 1"] == d.weight_12_high["block 1"] == pytest.approx(0.9 ** 12)
+    assert d.theory_12_inside == "no verdict (2 seeds)"  # two seeds: no verdict
+
+
+def test_drift_findings_say_whether_the_prediction_is_inside_every_interval():
+    m, rows = 0.1, []
+    for s in range(3):
+        for layer, off in (("block 1", 0.0), ("block 2", 0.05)):
+            for t in (0, 1, 2, 3, 5, 8, 12, 17, 25, 35, 50, 66, 80, 100):
+                w = (1 - m) ** t + (off + 0.001 * s if t == 12 else 0.0) + (0.001 * (s - 1) if t >= 88 else 0.0)
+                rows.append(dict(seed=s, layer=layer, step=t, weight=w))
+    d = ch.drift_findings(pd.DataFrame(rows), m, 100)
+    assert d.theory_12_inside == "does not hold"  # block 2 sits 0.05 above the prediction in every seed
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -114,35 +168,45 @@ def test_tidy_tables_hold_the_list_columns_one_value_per_row():
 
 # --- issue 10: the head's optimizer swept, the reference, the thread check ----------------------------------------
 
-def sweep_table(gap_sgd=(0.10, 0.12, 0.11), gap_adam=(0.01, -0.02, 0.0), gain=0.0):
-    """A head-sweep table: 2 tuning seeds, 3 reported, 3 confirmation; checkpoints 400 and 800.
+def sweep_table(gap_sgd=(0.10, 0.12, 0.11), gap_adam=(0.01, -0.02, 0.0), gap_ref=(0.001, -0.002, 0.002), gain=0.0,
+                confirm=(200, 201, 202)):
+    """A head-sweep table: 2 tuning seeds, 3 reported, ``confirm`` confirmation seeds; checkpoints 400 and 800.
 
-    On the tuning seeds' validation split lr 0.05 (sgd) and 0.01 (adam) win; a *test* row of the
-    tuning seeds at another lr is higher still and must be ignored. ``gain``: what every reported
-    head gains from step 400 to 800.
+    On the tuning seeds' validation split at step 800, lr 0.05 (sgd, grid 0.02/0.05/0.2) and 0.01 (adam,
+    grid 0.001/0.01) win; at step 400 the pinned sgd head picks 0.02 instead. A *test* row of the tuning
+    seeds at another lr is higher still and must be ignored. ``gain``: what every reported head gains from
+    step 400 to 800. The reference has the primary fit (l2 1e-4, 4000 samples) and one sensitivity fit
+    (l2 1e-2, 1000 samples) whose gap is 0.1 larger.
     """
     rows = []
-    add = lambda **r: rows.append(r)
+    nan = float("nan")
+    add = lambda **r: rows.append({"l2": nan, "n_fit": nan, **r})
     for s in (100, 101):
         for path in ("batch_stats", "pinned"):
-            for opt, lrs, best in (("sgd", (0.02, 0.05), 0.05), ("adam", (0.001, 0.01), 0.01)):
-                for lr in lrs:
-                    add(seed=s, role="tune", path=path, optimizer=opt, lr=lr, step=800, split="validation",
-                        accuracy=0.6 if lr == best else 0.5)
-                    add(seed=s, role="tune", path=path, optimizer=opt, lr=lr, step=800, split="test",
-                        accuracy=0.9 if lr != best else 0.1)
-    for role, seeds in (("report", (0, 1, 2)), ("confirm", (200, 201, 202))):
+            for opt, lrs, best in (("sgd", (0.02, 0.05, 0.2), 0.05), ("adam", (0.001, 0.01), 0.01)):
+                for step in (400, 800):
+                    win = 0.02 if (opt, path, step) == ("sgd", "pinned", 400) else best
+                    for lr in lrs:
+                        add(seed=s, role="tune", path=path, optimizer=opt, lr=lr, step=step, split="validation",
+                            accuracy=0.6 if lr == win else 0.5)
+                        add(seed=s, role="tune", path=path, optimizer=opt, lr=lr, step=step, split="test",
+                            accuracy=0.9 if lr != win else 0.1)
+    for role, seeds in (("report", (0, 1, 2)), ("confirm", confirm)):
         for i, s in enumerate(seeds):
-            for opt, lr, gaps in (("sgd", 0.05, gap_sgd), ("adam", 0.01, gap_adam), ("reference", 0.0, gap_sgd)):
+            for opt, lr, gaps in (("sgd", 0.05, gap_sgd), ("adam", 0.01, gap_adam)):
                 for step in (400, 800):
                     base = 0.5 + (gain if step == 800 else 0.0)
-                    add(seed=s, role=role, path="pinned", optimizer=opt, lr=lr, step=step, split="test",
-                        accuracy=base)
+                    add(seed=s, role=role, path="pinned", optimizer=opt, lr=lr, step=step, split="test", accuracy=base)
                     add(seed=s, role=role, path="batch_stats", optimizer=opt, lr=lr, step=step, split="test",
                         accuracy=base + gaps[i])
-                    if opt != "reference":  # a worse lr's test row: never chosen
-                        add(seed=s, role=role, path="pinned", optimizer=opt, lr=lr * 10, step=step, split="test",
-                            accuracy=0.0)
+                    # a worse lr's test row: never chosen
+                    add(seed=s, role=role, path="pinned", optimizer=opt, lr=lr * 10, step=step, split="test",
+                        accuracy=0.0)
+            for (l2, n), extra in (((1e-4, 4000), 0.0), ((1e-2, 1000), 0.1)):
+                add(seed=s, role=role, path="pinned", optimizer="reference", lr=0.0, step=800, split="test",
+                    accuracy=0.5, l2=l2, n_fit=n)
+                add(seed=s, role=role, path="batch_stats", optimizer="reference", lr=0.0, step=800, split="test",
+                    accuracy=0.5 + gap_ref[i] + extra, l2=l2, n_fit=n)
     return pd.DataFrame(rows)
 
 
@@ -151,18 +215,74 @@ def test_lrs_are_chosen_on_the_tuning_seeds_validation_split_only():
                                                 ("sgd", "batch_stats"): 0.05, ("sgd", "pinned"): 0.05}
     t = ch.chosen_table(sweep_table(), ch.choose_lrs(sweep_table(), 800))
     assert set(t["role"]) == {"report", "confirm"} and (t["accuracy"] > 0).all()
+    assert len(t[t["optimizer"] == "reference"]) == 6 * 2  # the primary fit only, 6 seeds x 2 paths
 
 
-def test_optimizer_findings_give_a_verdict_per_optimizer_and_for_the_reference():
+def test_the_lr_choice_table_shows_grid_edges_and_checkpoint_dependence():
+    c = ch.lr_choice_table(sweep_table()).set_index(["optimizer", "path", "step"])
+    assert c.loc[("sgd", "pinned", 800), "position"] == "interior"
+    assert c.loc[("sgd", "pinned", 400), ["lr", "position"]].tolist() == [0.02, "lowest"]
+    assert c.loc[("adam", "pinned", 800), "position"] == "highest"
+
+
+def test_optimizer_findings_lead_with_the_primary_reference_test():
     f = ch.optimizer_findings(sweep_table(), 800, reference_grads=[1e-7, 2e-6])
-    assert f.gap["sgd"].mean == pytest.approx(0.11) and f.f3["sgd"] == "holds"
-    assert f.gap["adam"].mean == pytest.approx(-0.01 / 3) and f.f3["adam"] == "does not hold"
-    assert f.f3["reference"] == "holds" and f.f3_confirm["sgd"] == "holds" and f.f3_confirm["adam"] == "does not hold"
-    assert f.lr["sgd_pinned"] == 0.05 and f.acc["sgd_pinned"] == pytest.approx(0.5)
+    assert f.primary_verdict == "tie" and f.primary_n == 6 and f.primary_p_tost < 0.05
+    assert f.primary.mean == pytest.approx(0.001 / 3) and f.margin == ch.PRIMARY_MARGIN
+    assert f.ref_sets_kind == {"report": "95% interval", "confirm": "95% interval"}
+    assert f.lr["sgd_pinned"] == 0.05 and f.lr_position["sgd_pinned"] == "interior"
+    assert f.lr_changes["sgd_pinned"] == "yes" and f.lr_changes["sgd_batch_stats"] == "no"
+    assert f.acc["sgd_pinned"] == pytest.approx(0.5)
     assert f.still_improving == {"sgd_batch_stats": "no", "sgd_pinned": "no", "adam_batch_stats": "no",
                                  "adam_pinned": "no"}
     assert f.reference_converged and (f.prev_step, f.last_step) == (400, 800)
-    assert f.gap_by_step["sgd_400"].mean == pytest.approx(0.11) and f.gap_last["adam"].mean == pytest.approx(-0.01 / 3)
+    # exploratory: sgd's gap is resolved after Holm at both checkpoints, adam's is not
+    assert f.explore_verdict == {"sgd_400": "pinned worse", "sgd_800": "pinned worse", "adam_400": "not resolved",
+                                 "adam_800": "not resolved"}
+    assert f.n_explore == 4 and f.n_explore_resolved == 2
+    # the sensitivity fit's gap is 0.1 larger: its verdict differs from the primary's
+    assert f.sens_max == pytest.approx(0.1 + 0.001 / 3) and not f.sens_same_verdict
+
+
+def test_primary_verdicts_pinned_worse_better_and_undetermined():
+    worse = ch.optimizer_findings(sweep_table(gap_ref=(0.10, 0.12, 0.11)), 800)
+    better = ch.optimizer_findings(sweep_table(gap_ref=(-0.10, -0.12, -0.11)), 800)
+    wide = ch.optimizer_findings(sweep_table(gap_ref=(0.15, -0.15, 0.02)), 800)
+    assert (worse.primary_verdict, better.primary_verdict, wide.primary_verdict) == (
+        "pinned worse", "pinned better", "undetermined")
+
+
+def test_two_confirmation_seeds_are_shown_as_a_range_without_a_verdict():
+    f = ch.optimizer_findings(sweep_table(confirm=(200, 201)), 800)
+    assert f.ref_sets_kind["confirm"] == "range of 2 seeds" and f.primary_n == 5
+    assert (f.ref_sets["confirm"].low, f.ref_sets["confirm"].high) == pytest.approx((-0.002, 0.001))
+
+
+def test_exploratory_tests_apply_holm_and_include_the_main_run():
+    main = table()  # main-run gap 0.11 +- 0.01 over 3 seeds
+    main = main.assign(optimizer="sgd", lr=0.05, steps=800)
+    ex = ch.exploratory_tests(sweep_table(gap_sgd=(0.02, 0.10, 0.05)), 800, main).set_index("test")
+    assert list(ex.index) == ["main", "sgd_400", "sgd_800", "adam_400", "adam_800"]
+    assert ex.loc["main", "verdict"] == "pinned worse"
+    p = ex["p"].to_numpy()
+    np.testing.assert_allclose(ex["p_holm"].to_numpy(), ch.holm(p))
+    assert (ex["p_holm"] >= ex["p"]).all()
+    two = ch.exploratory_tests(sweep_table(), 800, main.query("seed < 2"))
+    assert two.set_index("test").loc["main", "verdict"] == "no verdict (2 seeds)"
+
+
+def test_a_raw_significant_gap_can_lose_its_verdict_under_holm():
+    # sgd gaps with raw p just under 0.05; with four other tests, Holm lifts it above 0.05
+    ex = ch.exploratory_tests(sweep_table(gap_sgd=(0.03, 0.09, 0.01), gap_adam=(0.3, 0.31, 0.29)), 800)
+    ex = ex.set_index("test")
+    assert ex.loc["sgd_800", "p"] < 0.05 and ex.loc["sgd_800", "p_holm"] > 0.05
+    assert ex.loc["sgd_800", "verdict"] == "not resolved" and ex.loc["adam_800", "verdict"] == "pinned worse"
+
+
+def test_reference_sensitivity_has_one_row_per_fit():
+    r = ch.reference_sensitivity(sweep_table())
+    assert list(zip(r["l2"], r["n_fit"])) == [(1e-4, 4000), (1e-2, 1000)]
+    assert r["verdict"].tolist() == ["tie", "pinned worse"] and (r["n"] == 6).all()
 
 
 def test_heads_still_gaining_between_the_last_checkpoints_are_flagged():
@@ -172,6 +292,25 @@ def test_heads_still_gaining_between_the_last_checkpoints_are_flagged():
     assert not f.reference_converged
     with pytest.raises(ValueError, match="main_step"):
         ch.optimizer_findings(sweep_table(), 1600)
+
+
+def buffers(mean_sd=(2.0, 3.0, 4.0), log_var=(1.0, 2.0, 0.5)):
+    return pd.DataFrame([dict(seed=s, layer=f"block {i + 1}", mean_shift_sd=mean_sd[s] / (i + 1),
+                              log_var_ratio=log_var[s] / (i + 1), mean_abs=1.0 + i, var_abs=10.0 + i)
+                         for s in range(len(mean_sd)) for i in range(2)])
+
+
+def test_buffer_findings_use_normalised_scales_and_check_the_engine():
+    b = ch.buffer_findings(buffers())
+    assert b.mean_shift.mean == pytest.approx(3.0) and b.mean_shift_min == 2.0
+    assert b.f2_means_move == "holds" and b.f2_vars_move == "does not hold"  # seed 2: log 0.5 < log 2
+    assert b.var_factor == pytest.approx(math.exp(3.5 / 3))
+    main = table().assign(drift_mean_l0=1.0, drift_var_l0=10.0, drift_mean_l1=2.0, drift_var_l1=11.0 * 1.001)
+    assert ch.buffer_findings(buffers(), main).engine_check == pytest.approx(0.001 / 1.001)
+    assert ch.buffer_findings(buffers((2.0, 0.9, 3.0))).f2_means_move == "does not hold"
+    assert ch.buffer_findings(buffers((2.0, 3.0), (1.0, 1.0))).f2_means_move == "no verdict (2 seeds)"
+    with pytest.raises(ValueError, match="non-empty"):
+        ch.buffer_findings(buffers().iloc[:0])
 
 
 def test_engine_check_compares_the_sweep_with_the_engines_runs():
@@ -192,29 +331,47 @@ def test_fit_logistic_converges_and_separates_separable_classes():
         ch.fit_logistic(x, y[:5], 3)
 
 
-def test_thread_findings_on_a_hand_made_table():
-    rows = [dict(seed=s, mode=m, threads=t, task_a_after=0.9,
-                 task_b=0.5 + (0.1 if m in ("train_mode", "separate_stats") else 0) + (0.04 if (t, s, m) == (2, 1, "train_mode") else 0))
-            for t in (1, 2) for s in (0, 1) for m in MODE_NAMES]
-    f = ch.thread_findings(pd.DataFrame(rows))
-    assert (f.n_runs, f.n_differ) == (8, 1) and f.max_diff_b == pytest.approx(0.04)
-    assert f.mean_diff_b == pytest.approx(0.005) and f.gap_diff_max == pytest.approx(0.04) and f.max_diff_a == 0
+def thread_rows(change=0.04, seeds=(0, 1)):
+    return [dict(seed=s, mode=m, threads=t, task_a_after=0.9,
+                 task_b=0.5 + (0.1 if m in ("train_mode", "separate_stats") else 0)
+                 + (change if t == 2 and s == 1 and m in ("train_mode", "separate_stats") else 0))
+            for t in (1, 2) for s in seeds for m in MODE_NAMES]
+
+
+def test_thread_findings_count_distinct_runs_and_use_the_main_runs_sd():
+    main = table()  # gaps 0.10, 0.11, 0.12: sd 0.01
+    f = ch.thread_findings(pd.DataFrame(thread_rows()), main)
+    assert (f.n_runs, f.n_differ, f.n_seeds) == (4, 1, 2)  # separate_stats / all_eval repeat runs
+    assert f.max_diff_b == pytest.approx(0.04) and f.mean_diff_b == pytest.approx(0.01) and f.max_diff_a == 0
+    assert f.gap_diff["seed1"] == pytest.approx(0.04) and f.gap_diff_max == pytest.approx(0.04)
+    assert f.gap_seed_sd == pytest.approx(0.01) and f.diff_over_sd == pytest.approx(4.0)
+    assert f.flips == "no"  # swapped gaps 0.10, 0.15, 0.12 still exclude zero
     with pytest.raises(ValueError, match="two thread counts"):
-        ch.thread_findings(pd.DataFrame(rows).query("threads == 1"))
+        ch.thread_findings(pd.DataFrame(thread_rows()).query("threads == 1"))
+
+
+def test_a_thread_change_that_flips_the_main_runs_interval_is_reported():
+    tb = dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.33, 0.29), all_eval=(0.30, 0.33, 0.29),
+              separate_stats=(0.40, 0.42, 0.41))
+    main = table(task_b=tb)  # gaps 0.10, 0.09, 0.12: interval above 0
+    rows = pd.DataFrame(thread_rows(change=-0.18))  # seed 1's gap at 2 threads: -0.08
+    f = ch.thread_findings(rows, main)
+    assert f.main_gap.low > 0 and f.swapped_gap.low < 0 and f.flips == "yes"
 
 
 def test_separate_stats_and_pinned_identities_are_exact_checks():
     tb = dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.31, 0.29), all_eval=(0.30, 0.31, 0.2901),
               separate_stats=(0.40, 0.42, 0.41))
     f = ch.findings(table(task_b=tb))
-    assert f.f4_separate_matches_b == "holds" and not f.pinned_equal_b_every_seed
+    assert f.c_separate_matches_b == "holds" and f.c_pinned_equal_b == "does not hold"
     tb["separate_stats"] = (0.40, 0.42, 0.4101)  # a tie inside any interval is still not the identity
-    assert ch.findings(table(task_b=tb)).f4_separate_matches_b == "does not hold"
+    assert ch.findings(table(task_b=tb)).c_separate_matches_b == "does not hold"
 
 
 @pytest.mark.parametrize("kw, match", [
     (dict(tuning_seeds=(0, 100)), "must not share a seed"),
     (dict(checkpoints=(400, 1600)), "checkpoints must include steps=800"),
+    (dict(checkpoints=(800,)), "checkpoints must have at least 2 element"),
     (dict(sgd_lrs=(0.1, -1)), "sgd_lrs\\[1\\] must be a finite number > 0.0"),
     (dict(thread_seeds=5), "thread_seeds must be <= the number of seeds"),
 ])
@@ -234,10 +391,17 @@ def test_the_sweeps_heads_equal_the_engines_transfer_exactly():
     rows = {r["mode"]: r["task_b"] for r in transfer(rcs, src)}
     base = {k: v for k, v in rcs[0].asdict().items() if k not in ("seed", "mode", "steps", "optimizer", "lr")}
     run = ch.HeadSweepRun(seed=3, role="report", run=base, checkpoints=(3, 6), sgd_lrs=(0.05,), adam_lrs=(0.01,),
-                          ref_step=6, n_val=40, n_fit=60)
+                          ref_step=6, n_val=40, ref_variants=((1e-4, 60), (1e-2, 30)))
     out = pd.DataFrame(ch.head_curves(run, src)["records"])
     got = out[(out["optimizer"] == "sgd") & (out["step"] == 6) & (out["split"] == "test")].set_index("path")["accuracy"]
     for path, ms in ch.PATHS.items():
         for m in ms:
             assert got[path] == rows[m], (path, m)
-    assert len(out[out["optimizer"] == "reference"]) == 4  # 2 paths x (validation, test), at ref_step only
+    assert len(out[out["optimizer"] == "reference"]) == 8  # 2 fits x 2 paths x (validation, test), at ref_step only
+    # the batch_stats path's buffers are the engine's train_mode buffers (raw changes agree)
+    res = head_curves_out = ch.head_curves(run, src)
+    row = {r["mode"]: r for r in transfer(rcs, src)}["train_mode"]
+    for i in range(2):
+        assert res[f"buffer_mean_abs_l{i}"] == pytest.approx(row[f"drift_mean_l{i}"], rel=1e-5)
+        assert res[f"buffer_var_abs_l{i}"] == pytest.approx(row[f"drift_var_l{i}"], rel=1e-5)
+        assert res[f"buffer_mean_sd_l{i}"] > 0 and res[f"buffer_log_var_l{i}"] > 0
