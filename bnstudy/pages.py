@@ -30,51 +30,76 @@ def _slug(v) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(v)).strip("_").lower()
 
 
+def glue_items(key: str, value) -> list[tuple[str, object]]:
+    """The ``(name, value)`` pairs :func:`glue_value` glues for ``value`` under ``key`` (no gluing).
+
+    Raises ``TypeError`` for a value of a kind this module has no rule for.
+    """
+    from IPython.display import Markdown
+    if isinstance(value, Interval):
+        return [(f"{key}_{stat}", float(v)) for stat, v in (("mean", value.mean), ("ci_low", value.low),
+                                                              ("ci_high", value.high))]
+    if isinstance(value, bool):
+        return [(key, Markdown("yes" if value else "no"))]
+    if isinstance(value, numbers.Real):
+        return [(key, float(value) if not isinstance(value, numbers.Integral) else int(value))]
+    if isinstance(value, str):
+        return [(key, Markdown(f"**{value}**"))]
+    if isinstance(value, (dict, pd.Series)):
+        out = [item for k, v in value.items() for item in glue_items(f"{key}_{_slug(k)}", v)]
+        if isinstance(value, pd.Series) and pd.api.types.is_numeric_dtype(value) and len(value):
+            out += [(f"{key}_min", float(value.min())), (f"{key}_max", float(value.max()))]
+        return out
+    if isinstance(value, pd.DataFrame):
+        return summary_items(key.rsplit("_", 1)[0], value)
+    raise TypeError(f"glue_value: cannot glue {type(value).__name__} under {key!r}")
+
+
 def glue_value(key: str, value) -> None:
     """Glue one value under ``key`` by the rules of this module."""
-    from IPython.display import Markdown
     from myst_nb import glue
-    if isinstance(value, Interval):
-        for stat, v in (("mean", value.mean), ("ci_low", value.low), ("ci_high", value.high)):
-            glue(f"{key}_{stat}", float(v), display=False)
-    elif isinstance(value, bool):
-        glue(key, Markdown("yes" if value else "no"), display=False)
-    elif isinstance(value, numbers.Real):
-        glue(key, float(value) if not isinstance(value, numbers.Integral) else int(value), display=False)
-    elif isinstance(value, str):
-        glue(key, Markdown(f"**{value}**"), display=False)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            glue_value(f"{key}_{_slug(k)}", v)
-    elif isinstance(value, pd.Series):
-        for k, v in value.items():
-            glue_value(f"{key}_{_slug(k)}", v)
-        if pd.api.types.is_numeric_dtype(value) and len(value):
-            glue(f"{key}_min", float(value.min()), display=False)
-            glue(f"{key}_max", float(value.max()), display=False)
-    elif isinstance(value, pd.DataFrame):
-        glue_summary(key.rsplit("_", 1)[0], value)
-    else:
-        raise TypeError(f"glue_value: cannot glue {type(value).__name__} under {key!r}")
+    for name, v in glue_items(key, value):
+        glue(name, v, display=False)
+
+
+def glue_findings(prefix: str, findings) -> None:
+    """Glue every field of the dataclass ``findings`` as ``<prefix>_<field>`` (see the module docstring).
+
+    Raises ``TypeError`` if ``findings`` is not a dataclass, and ``ValueError`` naming the clashing names
+    and fields if two fields would glue the same name (for example a Series ``x``, whose ``x_max`` is
+    glued by rule, beside a field ``x_max``): the page would silently cite whichever was glued last.
+    """
+    if not dataclasses.is_dataclass(findings):
+        raise TypeError(f"glue_findings needs a findings dataclass, got {type(findings).__name__}")
+    items, owner, clashes = [], {}, []
+    for f in dataclasses.fields(findings):
+        for name, v in glue_items(f"{prefix}_{f.name}", getattr(findings, f.name)):
+            if name in owner:
+                clashes.append(f"{name} (fields {owner[name]!r} and {f.name!r})")
+            owner.setdefault(name, f.name)
+            items.append((name, v))
+    if clashes:
+        raise ValueError(f"glue_findings: {type(findings).__name__} glues these names twice: {', '.join(clashes)}; "
+                         f"rename a field")
+    from myst_nb import glue
+    for name, v in items:
+        glue(name, v, display=False)
+
+
+def summary_items(prefix: str, summary: pd.DataFrame) -> list[tuple[str, float]]:
+    """The names and values :func:`glue_summary` glues (no gluing)."""
+    group = [c for c in summary.columns if c not in ("metric", "mean", "ci_low", "ci_high", "n_seeds")]
+    if len(group) != 1:
+        raise ValueError(f"glue_summary needs exactly one grouping column, got {group}")
+    return [(f"{prefix}_{r['metric']}_{_slug(r[group[0]])}_{stat}", float(r[stat]))
+            for _, r in summary.iterrows() for stat in ("mean", "ci_low", "ci_high")]
 
 
 def glue_summary(prefix: str, summary: pd.DataFrame) -> None:
     """Glue a long summary (``group, metric, mean, ci_low, ci_high``) as ``<prefix>_<metric>_<group>_<stat>``."""
     from myst_nb import glue
-    group = [c for c in summary.columns if c not in ("metric", "mean", "ci_low", "ci_high", "n_seeds")]
-    if len(group) != 1:
-        raise ValueError(f"glue_summary needs exactly one grouping column, got {group}")
-    for _, r in summary.iterrows():
-        for stat in ("mean", "ci_low", "ci_high"):
-            glue(f"{prefix}_{r['metric']}_{_slug(r[group[0]])}_{stat}", float(r[stat]), display=False)
-
-
-def glue_findings(prefix: str, findings) -> None:
-    """Glue every field of the dataclass ``findings`` as ``<prefix>_<field>`` (see the module docstring)."""
-    if not dataclasses.is_dataclass(findings):
-        raise TypeError(f"glue_findings needs a findings dataclass, got {type(findings).__name__}")
-    for f in dataclasses.fields(findings):
-        glue_value(f"{prefix}_{f.name}", getattr(findings, f.name))
+    for name, v in summary_items(prefix, summary):
+        glue(name, v, display=False)
 
 
 def run_line(config, execution=None, width: int = 78) -> str:

@@ -343,7 +343,7 @@ def test_thread_findings_count_distinct_runs_and_use_the_main_runs_sd():
     f = ch.thread_findings(pd.DataFrame(thread_rows()), main)
     assert (f.n_runs, f.n_differ, f.n_seeds) == (4, 1, 2)  # separate_stats / all_eval repeat runs
     assert f.max_diff_b == pytest.approx(0.04) and f.mean_diff_b == pytest.approx(0.01) and f.max_diff_a == 0
-    assert f.gap_diff["seed1"] == pytest.approx(0.04) and f.gap_diff_max == pytest.approx(0.04)
+    assert f.gap_diff["seed1"] == pytest.approx(0.04) and f.gap_diff_largest == pytest.approx(0.04)
     assert f.gap_seed_sd == pytest.approx(0.01) and f.diff_over_sd == pytest.approx(4.0)
     assert f.flips == "no"  # swapped gaps 0.10, 0.15, 0.12 still exclude zero
     with pytest.raises(ValueError, match="two thread counts"):

@@ -1041,7 +1041,7 @@ class ThreadFindings:
     stage 2 is compared for ``train_mode`` only (the other modes keep it exactly). ``n_differ``: distinct runs
     whose task B differs; ``max_diff_b`` / ``mean_diff_b``: largest and mean |change|; ``max_diff_a``: the
     same for task A. ``gap_diff``: per seed, the change of the gap ``train_mode - backbone_eval``
-    (``<other> - <main>`` threads), ``gap_diff_max`` its largest size. ``gap_seed_sd``: the main run's
+    (``<other> - <main>`` threads), ``gap_diff_largest`` its largest size. ``gap_seed_sd``: the main run's
     standard deviation of that gap over *all* its seeds (NaN without it); ``diff_over_sd`` the ratio.
     ``main_gap`` / ``swapped_gap``: the main run's gap with 95% interval, and the same with the checked seeds'
     gaps taken from the other thread count; ``flips``: ``"yes"`` when that swap alone changes whether the
@@ -1055,7 +1055,7 @@ class ThreadFindings:
     mean_diff_b: float
     max_diff_a: float
     gap_diff: pd.Series
-    gap_diff_max: float
+    gap_diff_largest: float
     gap_seed_sd: float
     diff_over_sd: float
     main_gap: Interval
@@ -1093,6 +1093,6 @@ def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_thr
     dmax = float((gb - ga).abs().max())
     return ThreadFindings(n_seeds=int(len(ga)), n_runs=int(distinct.sum()), n_differ=int((d_b > 0).sum()),
                           max_diff_b=float(d_b.max()), mean_diff_b=float(d_b.mean()), max_diff_a=float(d_a.max()),
-                          gap_diff=(gb - ga).rename(lambda s: f"seed{s}"), gap_diff_max=dmax, gap_seed_sd=sd,
+                          gap_diff=(gb - ga).rename(lambda s: f"seed{s}"), gap_diff_largest=dmax, gap_seed_sd=sd,
                           diff_over_sd=dmax / sd if sd and not math.isnan(sd) else math.nan,
                           main_gap=main_iv, swapped_gap=swapped_iv, flips=flips)

@@ -1,0 +1,47 @@
+"""bnstudy.pages: the naming rule and its guard against two fields gluing one name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import pytest
+
+from bnstudy.analysis import Interval
+from bnstudy.pages import glue_findings, glue_items
+
+
+@dataclass(frozen=True)
+class _Clash:
+    gap_diff: pd.Series
+    gap_diff_max: float  # the Series above already glues <key>_max by rule
+
+
+@dataclass(frozen=True)
+class _Fine:
+    gap_diff: pd.Series
+    gap_diff_largest: float
+    gap: Interval
+    word: str
+
+
+def test_naming_rule_for_series_intervals_and_words():
+    f = _Fine(pd.Series({"seed 0": 0.02, "seed1": -0.096}), 0.096, Interval(0.1, 0.0, 0.2, 3), "holds")
+    names = [n for field in ("gap_diff", "gap_diff_largest", "gap", "word")
+             for n, _ in glue_items(f"ch01_{field}", getattr(f, field))]
+    assert names == ["ch01_gap_diff_seed_0", "ch01_gap_diff_seed1", "ch01_gap_diff_min", "ch01_gap_diff_max",
+                     "ch01_gap_diff_largest", "ch01_gap_mean", "ch01_gap_ci_low", "ch01_gap_ci_high", "ch01_word"]
+    assert dict(glue_items("k", pd.Series({"a": 0.02, "b": -0.096})))["k_max"] == 0.02
+
+
+def test_two_fields_gluing_one_name_is_an_error_naming_both():
+    # The chapter-1 instance (issue 10): ThreadFindings had gap_diff (a Series) and gap_diff_max; the page cited
+    # ch01_threads_gap_diff_max and got whichever value was glued last.
+    with pytest.raises(ValueError, match=r"ch01_threads_gap_diff_max \(fields 'gap_diff' and 'gap_diff_max'\)"):
+        glue_findings("ch01_threads", _Clash(pd.Series({"seed0": 0.022, "seed1": -0.096}), 0.096))
+
+
+def test_chapter_one_thread_findings_glue_no_name_twice():
+    from bnstudy.experiments.freeze_modes import ThreadFindings
+    import dataclasses
+    assert "gap_diff_max" not in {f.name for f in dataclasses.fields(ThreadFindings)}
