@@ -372,7 +372,7 @@ def test_tost_claims_a_tie_only_inside_the_margin():
 def test_level_verdict_reads_sign_tie_or_undetermined():
     from bnstudy.analysis import Interval
     assert ss.level_verdict(Interval(0.1, 0.05, 0.15, 5), 0.9, 0.01) == "benefit larger"
-    assert ss.level_verdict(Interval(-0.1, -0.15, -0.05, 5), 0.0, 0.01) == "cost larger"
+    assert ss.level_verdict(Interval(-0.1, -0.15, -0.05, 5), 0.9, 0.01) == "cost larger"
     assert ss.level_verdict(Interval(0.0, -0.01, 0.01, 5), 0.001, 0.01) == "tie"
     assert ss.level_verdict(Interval(0.0, -0.1, 0.1, 5), 0.3, 0.01) == "undetermined"
 
