@@ -213,6 +213,7 @@ class Config(_Frozen):
     grid_modes: tuple = GRID_MODES
     mismatch_batches: int = 8
     n_boot: int = 2000
+    n_boot_select: int = 500
     min_effect: float = 0.01
     tie_margin: float = 0.02
     noise: float = RunConfig.noise
@@ -247,6 +248,7 @@ class Config(_Frozen):
         self._set("grid_modes", _modes("grid_modes", self.grid_modes))
         self._set("mismatch_batches", check_int("mismatch_batches", self.mismatch_batches, 1))
         self._set("n_boot", check_int("n_boot", self.n_boot, 1))
+        self._set("n_boot_select", check_int("n_boot_select", self.n_boot_select, 1))
         self._set("min_effect", check_float("min_effect", self.min_effect, 0.0))
         self._set("tie_margin", check_float("tie_margin", self.tie_margin, 0.0, low_open=True))
         self._set("widths", check_sequence("widths", self.widths, lambda n, v: check_int(n, v, 1), 1))
@@ -312,7 +314,7 @@ class Config(_Frozen):
                 f"both t {span(self.both_levels)}, blur {span(self.blur_levels)}, added noise {span(self.noise_levels)}, "
                 f"same classes: both t {span(self.same_both_levels)}, added noise {span(self.same_noise_levels)}; "
                 f"grid {grid}, budget {budget}, noise={self.noise:g}, mismatch_batches={self.mismatch_batches}, "
-                f"n_boot={self.n_boot}, min_effect={self.min_effect:g}, tie_margin={self.tie_margin:g}, "
+                f"n_boot={self.n_boot}, n_boot_select={self.n_boot_select}, min_effect={self.min_effect:g}, tie_margin={self.tie_margin:g}, "
                 f"head optimizer sgd lr {RunConfig.lr:g}")
 
 
