@@ -18,6 +18,8 @@ import matplotlib
 import matplotlib.pyplot as plt
 import seaborn as sns
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 
@@ -582,7 +584,20 @@ def _ch3_log_levels(ax, x, ylim=(-1.05, 1.05)):
     x = sorted(set(float(v) for v in x))
     ax.set_xscale("log")
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{v:g}" for v in x])
+    # Label only levels far enough apart on the log axis to be read (about a fifth of the panel's span, at least
+    # 0.12 decade), always the first and the last; the other levels keep an unlabelled tick.
+    lx = np.log10(x)
+    gap = max(0.12, (lx[-1] - lx[0]) / 5) if len(x) > 1 else 0
+    keep, last = [], -np.inf
+    for i, v in enumerate(lx):
+        if v - last >= gap:
+            keep.append(i)
+            last = v
+    if len(x) > 1 and keep[-1] != len(x) - 1:
+        if lx[-1] - lx[keep[-1]] < gap and len(keep) > 1:
+            keep.pop()
+        keep.append(len(x) - 1)
+    ax.set_xticklabels([f"{v:g}" if i in keep else "" for i, v in enumerate(x)], rotation=30)
     ax.minorticks_off()
     lo, hi = ax.get_ylim()
     ax.set_ylim(max(lo, ylim[0]), min(hi, ylim[1]))
@@ -620,55 +635,76 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
             ax.axhline(0, color="black", lw=0.6)
             _ch3_log_levels(ax, lv.loc[lv["line"] == t, "strength"])
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
-            ax.set_xlabel(xlabels.get(t, "strength"))
+            ax.set_xlabel(textwrap.fill(xlabels.get(t, "strength"), 26))
         for ax in axes[::4]:
             ax.set_ylabel("difference in accuracy" if view == "raw" else "difference in share of room")
         _ch3_legend(fig, axes)
     return fig
 
 
-def ch3_net_views(levels, margin: float):
-    """Benefit minus cost per level in both views (raw accuracy, and each effect over its task's room above
-    chance), Bonferroni intervals, the equivalence band ``±margin`` shaded; one panel per line, log strength."""
+def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("raw", "vs no shift")):
+    """Benefit minus cost per level (difference in accuracy) in the ``views`` of ``levels`` (shift_strength.
+    level_table; default: ``raw`` and ``vs no shift``, the benefit counted above its no-shift value), Bonferroni
+    intervals, the equivalence band ``±margin`` shaded; one panel per line, log strength axis labelled by
+    ``xlabels[line]``, symmetric-log y axis (linear within ±0.05) so that the band and the weak levels stay
+    readable next to losses of 0.8. Filled markers: the level's verdict is resolved (interval excludes 0); open:
+    it is not."""
+    labels = {"raw": "benefit − cost", "vs no shift": "benefit above its no-shift value − cost",
+              "normalized": "share of room above chance"}
     with plt.rc_context(CH3_FONT):
         lines = list(dict.fromkeys(levels["line"]))
-        fig, axes = _ch3_grid(len(lines))
-        col = {"raw": "0.15", "normalized": sns.color_palette("colorblind")[2]}
+        fig, axes = _ch3_grid(len(lines), height=2.9)
+        col = {"raw": "0.15", "vs no shift": sns.color_palette("colorblind")[4],
+               "normalized": sns.color_palette("colorblind")[2]}
         for ax, t in zip(axes, lines):
-            ax.axhspan(-margin, margin, color="grey", alpha=0.2, lw=0, label=f"tie band ±{margin:g}")
-            for view, f, mk in (("raw", 0.93, "o"), ("normalized", 1.07, "s")):
+            ax.axhspan(-margin, margin, color="grey", alpha=0.25, lw=0, label=f"equivalence band ±{margin:g}")
+            for k, view in enumerate(views):
+                f = 0.93 + 0.14 * k / max(len(views) - 1, 1)
                 g = levels[(levels["line"] == t) & (levels["metric"] == "net") & (levels["view"] == view)]
                 g = g.sort_values("strength")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
-                            fmt=mk + "-", ms=4.5, lw=1, capsize=2, color=col[view],
-                            label="accuracy points" if view == "raw" else "share of room above chance")
+                            fmt="-", lw=1, capsize=2, color=col[view], label=labels[view])
+                res = (g["ci_low"] > 0) | (g["ci_high"] < 0)
+                ax.plot(g["strength"][res] * f, g["mean"][res], "o", ms=4.5, color=col[view])
+                ax.plot(g["strength"][~res] * f, g["mean"][~res], "o", ms=4.5, mfc="white", color=col[view])
             ax.axhline(0, color="black", lw=0.6)
-            _ch3_log_levels(ax, levels.loc[levels["line"] == t, "strength"])
+            ax.set_yscale("symlog", linthresh=0.05, linscale=1.5)
+            ax.set_ylim(-1.05, 0.3)
+            ax.set_yticks([-1, -0.1, -0.02, 0, 0.02, 0.1])
+            ax.set_yticklabels(["−1", "−0.1", "−0.02", "0", "0.02", "0.1"])
+            _ch3_log_levels(ax, levels.loc[levels["line"] == t, "strength"], ylim=(-1.05, 0.3))
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
-            ax.set_xlabel("strength")
+            ax.set_xlabel(textwrap.fill((xlabels or {}).get(t, "strength"), 26))
         for ax in axes[::4]:
-            ax.set_ylabel("benefit − cost (difference)")
-        _ch3_legend(fig, axes)
+            ax.set_ylabel("difference in accuracy\n(symmetric log)")
+        _ch3_legend(fig, axes, ncol=3)
     return fig
+
+
+# The budget figure's effects get colours of their own: the top row already uses the modes' blue and orange.
+CH3_BUDGET_EFFECT_COLORS = {"cost": "0.2", "benefit": sns.color_palette("colorblind")[2],
+                            "net": sns.color_palette("colorblind")[4]}
 
 
 def ch3_budget_points(bp):
     """Every budget point (``bp``: shift_strength.budget_points): top row task-B accuracy of the drifting and the
-    pinned head against stage-2 steps, bottom row cost and benefit (differences in accuracy); one column per
-    strength ``t`` of the both line; 95% t intervals over seeds."""
+    pinned head against stage-2 steps, bottom row cost, benefit and net (differences in accuracy; colours distinct
+    from the modes'); one column per strength ``t`` of the both line; 95% t intervals over seeds; series dodged
+    (x scaled by 0.96 / 1.04) so that none hides another."""
     with plt.rc_context(CH3_FONT):
         ts = sorted(bp["t"].unique())
         fig, axes = plt.subplots(2, len(ts), figsize=(9, 5.4), squeeze=False, sharex=True)
         for j, t in enumerate(ts):
             g = bp[bp["t"] == t]
-            for mode, mk in (("train_mode", "o"), ("backbone_eval", "s")):
+            for mode, mk, f in (("train_mode", "o", 0.96), ("backbone_eval", "s", 1.04)):
                 h = g[(g["mode"] == mode)].sort_values("steps")
-                axes[0][j].errorbar(h["steps"], h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
+                axes[0][j].errorbar(h["steps"] * f, h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
                                     fmt=mk + "-", ms=4.5, capsize=2, lw=1, color=MODE_PALETTE[mode], label=mode)
-            for name, mk in (("cost", "v"), ("benefit", "^")):
+            for name, mk, f in (("cost", "v", 0.96), ("benefit", "^", 1.0), ("net", "D", 1.04)):
                 h = g[(g["metric"] == name)].sort_values("steps")
-                axes[1][j].errorbar(h["steps"], h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
-                                    fmt=mk + "-", ms=5, capsize=2, lw=1, color=EFFECT_COLORS[name], label=name)
+                axes[1][j].errorbar(h["steps"] * f, h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
+                                    fmt=mk + "--", ms=5, capsize=2, lw=1, color=CH3_BUDGET_EFFECT_COLORS[name],
+                                    label=name if name != "net" else "net (benefit − cost)")
             axes[1][j].axhline(0, color="black", lw=0.6)
             axes[0][j].set_title(f"both line, t = {t:g}")
             axes[1][j].set_xscale("log")
@@ -739,12 +775,17 @@ def ch3_candidates(conditions, selection: dict, candidates: dict):
     return fig
 
 
+# Paths of train_mode along the three affine lines: colours none of the modes use.
+CH3_PATH_COLORS = {"brightness": "#7f3c8d", "contrast": "#8c564b", "both": "#11a579"}
+
+
 def ch3_retention(scatter):
-    """Task-A change against task-B gain over ``backbone_eval`` (``scatter``: shift_strength.scatter_table), one
-    marker shape and size per mode so that modes that coincide (the two pinned modes at the origin) stay visible."""
+    """Task-B gain over ``backbone_eval`` (y) against task-A change from before stage 2 (x) (``scatter``:
+    shift_strength.scatter_table), one marker shape and size per mode so that modes that coincide (the two pinned
+    modes at the origin) stay visible; ``train_mode``'s points joined along each line in order of strength."""
     marks = {"train_mode": ("o", 5), "backbone_eval": ("s", 9), "all_eval": ("D", 5), "separate_stats": ("^", 6)}
     with plt.rc_context(CH3_FONT):
-        fig, ax = plt.subplots(figsize=(6.5, 4.6))
+        fig, ax = plt.subplots(figsize=(8, 5.2))
         for mode in [m for m in MODE_ORDER if m in set(scatter["mode"])]:
             g = scatter[scatter["mode"] == mode]
             xa = g[g["metric"] == "task_a_change"].set_index(["brightness", "contrast"])
@@ -754,13 +795,26 @@ def ch3_retention(scatter):
                         yerr=[yb["mean"] - yb["ci_low"], yb["ci_high"] - yb["mean"]], fmt=mk, ms=ms, capsize=2, lw=0.8,
                         color=MODE_PALETTE[mode], mfc="none" if mode == "backbone_eval" else MODE_PALETTE[mode],
                         mew=1.4, label=mode)
-        ax.set_xlim(-1.05, 0.1); ax.set_ylim(min(-0.1, ax.get_ylim()[0]), min(1.05, max(0.3, ax.get_ylim()[1])))
+        # train_mode's points joined in order of strength along each line, so that its path away from the origin
+        # can be followed (the no-shift point starts every line; the both line is every point off the other two).
+        tm = scatter[scatter["mode"] == "train_mode"]
+        if len(tm):
+            xa = tm[tm["metric"] == "task_a_change"].set_index(["brightness", "contrast"])["mean"]
+            yb = tm[tm["metric"] == "task_b_gain"].set_index(["brightness", "contrast"])["mean"].reindex(xa.index)
+            b, c = xa.index.get_level_values(0), xa.index.get_level_values(1)
+            paths = {"brightness": (c == 1), "contrast": (b == 0), "both": ((b == 0) & (c == 1)) | ((b != 0) & (c != 1))}
+            for line, on in paths.items():
+                order = np.argsort(np.asarray(b[on]) + np.asarray(c[on]))
+                ax.plot(np.asarray(xa[on])[order], np.asarray(yb[on])[order], "-", lw=1.4, alpha=0.85,
+                        color=CH3_PATH_COLORS[line], label=f"train_mode along the {line} line")
+        ax.set_xlim(-1.05, 0.1); ax.set_ylim(min(-0.3, ax.get_ylim()[0]), min(1.05, max(0.3, ax.get_ylim()[1])))
         xx = np.linspace(-1.0, 0, 10)
         ax.plot(xx, -xx, color="grey", ls="--", lw=1, label="gain = loss")
         ax.axhline(0, color="black", lw=0.6); ax.axvline(0, color="black", lw=0.6)
-        ax.set_xlabel("task-A accuracy change (difference, after − before)")
+        ax.set_xlabel("task-A accuracy change from before stage 2 (difference in accuracy)")
         ax.set_ylabel("task-B gain over backbone_eval\n(difference in accuracy)")
-        ax.legend(loc="lower left")
+        ax.legend(loc="lower left", fontsize=8.5, ncol=2)
+        fig.tight_layout()
     return fig
 
 # --- chapter 5 (issue 13): batch size and fine-tuning strategies --------------------------------------------------
