@@ -191,13 +191,14 @@ def test_chance_rule_reads_the_interval_not_the_mean():
 def test_checklist_table_is_plain_text_with_one_row_per_trap():
     f = ch.findings(_table())
     t = ch.checklist_table(f)
-    assert list(t.columns) == ["trap", "what the audit reported (this run)", "fix"] and len(t) == 6
-    assert not t.apply(lambda c: c.str.contains(r"\*\*|\{glue")).any().any()  # no Markdown, no glue roles
-    assert "per-seed largest 3.00" in t.iloc[1, 1] or "per-seed largest 4.00" in t.iloc[1, 1]
-    assert "-0.170 [" in t.iloc[2, 2] and "above 1.5 times chance" in t.iloc[2, 2]
-    assert "unresolved" not in t.iloc[5, 1]  # the meter overstated held-out accuracy here
+    assert list(t.columns) == ["what the audit reported (this run)", "fix"] and len(t) == 6
+    assert t.index.name == "trap" and t.index[0].startswith("1. model.train()")
+    assert not t.reset_index().apply(lambda c: c.str.contains(r"\*\*|\{glue")).any().any()  # no Markdown or roles
+    assert "per-seed largest 4.00 (range 3.00-5.00)" in t.iloc[1, 0]
+    assert "-0.170 [" in t.iloc[2, 1] and "above 1.5 times chance" in t.iloc[2, 1]
+    assert "unresolved" not in t.iloc[5, 0]  # the meter overstated held-out accuracy here
     f = ch.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # neither overstated nor tied
-    assert "unresolved" in ch.checklist_table(f).iloc[5, 1]
+    assert "unresolved" in ch.checklist_table(f).iloc[5, 0]
 
 
 def test_findings_say_when_a_claim_does_not_hold():

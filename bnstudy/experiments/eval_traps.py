@@ -1252,7 +1252,7 @@ def findings(df: pd.DataFrame) -> Findings:
 def checklist_table(f: Findings) -> pd.DataFrame:
     """The chapter's checklist (one row per trap: what the audit reported in this run, and the fix) from ``f``.
 
-    A DataFrame with columns ``trap``, ``what the audit reported (this run)``, ``fix``; plain text (no
+    A DataFrame indexed by ``trap``, with columns ``what the audit reported (this run)`` and ``fix``; plain text (no
     Markdown), for :func:`bnstudy.report.glue_table`. Means over seeds; ``[a, b]`` a 95% interval over seeds;
     "per-seed largest" values are averaged over seeds with the range in brackets. Referee ch2 item 6.
     """
@@ -1306,4 +1306,4 @@ def checklist_table(f: Findings) -> pd.DataFrame:
          f"held-out {ci(f.t6_gap_sorted)}",
          "shuffle"),
     ]
-    return pd.DataFrame(rows, columns=["trap", "what the audit reported (this run)", "fix"])
+    return pd.DataFrame(rows, columns=["trap", "what the audit reported (this run)", "fix"]).set_index("trap")
