@@ -197,7 +197,7 @@ def _curve(table: pd.DataFrame, x: str, value: str) -> pd.DataFrame:
     return interval_frame(table, x, value).reset_index()
 
 
-def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None):
+def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, tolerance: float | None = None):
     """Chapter 2, trap 4: task-A accuracy against the share of each batch drawn from one class.
 
     ``t4``: the trap's tidy table (``seed, sorted_fraction, module_eval_accuracy,
@@ -207,7 +207,8 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None):
     dotted; the top axis gives each loader's label dependence, circled points are loaders the lint
     flagged (in more than half of the seeds). Bottom: paired differences per seed, train minus eval
     mode on the same batches, and held-out eval accuracy after the train-mode pass minus before it
-    (the same held-out images), with 95% Student-t bands. Returns the figure.
+    (the same held-out images), with 95% Student-t bands; an inset zooms on the latter with the
+    equivalence band +-``tolerance``. Returns the figure.
     """
     fig, (ax, dx) = plt.subplots(2, 1, figsize=(6.6, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.25, 1]})
     for q, label, color, marker in (("module_eval_accuracy", "eval mode (running statistics)", "C0", "o"),
@@ -229,7 +230,7 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None):
     top.set_xticks(dep["sorted_fraction"].tolist())
     top.set_xticklabels([f"{v:.2f}".replace("-0.00", "0.00") for v in dep["mean"]])
     top.set_xlabel("label dependence of the batches (audit)")
-    ax.legend(fontsize=9, loc="lower left")
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(0.0, 0.45))
     d = t4.assign(train_minus_eval=t4["module_train_accuracy"] - t4["module_eval_accuracy"],
                   after_minus_before=t4["module_eval_accuracy_after_pass"] - t4["source_task_a_accuracy"])
     for q, label, color, marker in (("train_minus_eval", "train mode - eval mode (same batches)", "C3", "s"),
@@ -239,9 +240,20 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None):
         dx.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
         dx.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
     dx.axhline(0, color="0.4", lw=1)
+    if tolerance is not None:
+        ins = dx.inset_axes([0.1, 0.1, 0.38, 0.36])
+        c = _curve(d, "sorted_fraction", "after_minus_before")
+        ins.axhspan(-tolerance, tolerance, color="C2", alpha=0.08)
+        ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color="C2")
+        ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color="C2", alpha=0.25)
+        ins.axhline(0, color="0.4", lw=0.8)
+        ins.set_ylim(-1.5 * tolerance, 1.5 * tolerance)
+        ins.set_title(f"after - before, zoom (band +-{tolerance:g})", fontsize=9)
+        ins.tick_params(labelsize=9)
     dx.set_ylabel("difference in accuracy\n(paired per seed)")
     dx.set_xlabel("share of each batch drawn from one class (0 = shuffled, 1 = class-sorted)")
-    dx.legend(fontsize=9, loc="lower left")
+    dx.set_ylim(min(dx.get_ylim()[0], -0.05), 0.5)
+    dx.legend(fontsize=9, loc="upper right")
     return min_text_size(fig)
 
 
@@ -1220,7 +1232,7 @@ def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).T.rename_axis("head").reset_index()
 
 
-def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: float):
+def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: float, chance_factor: float = 1.5):
     """Chapter 2, trap 3: the main head's task-B accuracy, at the run line's rate and tuned on validation data.
 
     ``t3``: tidy ``seed, case, task_b_main, lr, steps`` (the audited runs); ``tuned``: tidy ``seed, setup,
@@ -1229,14 +1241,18 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
     validation accuracy against the rate, 95% Student-t bands over seeds, chosen rates starred.
     Grey lines join one seed's runs; black diamonds are means with 95% Student-t intervals; ``chance``
     dotted in every panel. The fix with dropout off is not drawn: for the main head it equals the
-    whole-model run by construction. Returns the figure.
+    whole-model run by construction. Dash-dotted: ``chance_factor`` x chance, the line the page's "about
+    chance" rule tests against. (c) also draws the fix's auxiliary head (``val_aux``: the same run's
+    linear head on the same features, without dropout) when ``tuned`` has it. (a) and (b) share the y axis.
+    Returns the figure.
     """
     setups = ["whole_model", "backbone_only"]
     names = {"whole_model": "whole model\npinned", "backbone_only": "backbone pinned\n(the fix)"}
     colors = {"whole_model": "C0", "backbone_only": "C3"}
     fig = plt.figure(figsize=(6.6, 6.4))
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.35)
-    ax_a, ax_c, ax_b = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+    ax_a = fig.add_subplot(grid[0, 0])
+    ax_c, ax_b = fig.add_subplot(grid[0, 1], sharey=ax_a), fig.add_subplot(grid[1, :])
 
     def paired_panel(ax, piv, title):
         for _, row in piv.iterrows():
@@ -1244,14 +1260,18 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
         for i, c in enumerate(setups):
             _mean_ci_bar(ax, i + 0.12, piv[c], "black")
         ax.axhline(chance, color="0.4", ls=":", lw=1)
-        ax.text(-0.35, chance, "chance", color="0.4", ha="left", va="bottom", fontsize=9)
+        ax.axhline(chance_factor * chance, color="0.4", ls="-.", lw=1)
+        ax.text(-0.35, chance, "chance", color="0.4", ha="left", va="top", fontsize=9)
+        ax.text(-0.35, chance_factor * chance, f"{chance_factor:g} x chance", color="0.4", ha="left",
+                va="bottom", fontsize=9)
         ax.set_xticks(range(len(setups))); ax.set_xticklabels([names[c] for c in setups])
         ax.set_xlim(-0.4, len(setups) - 0.5); ax.set_ylim(0, 1); ax.set_title(title)
-        ax.set_ylabel("task-B test accuracy,\nmain head")
 
     run = t3[t3["case"].isin(setups)]
     paired_panel(ax_a, run.pivot(index="seed", columns="case", values="task_b_main")[setups],
                  f"(a) lr {run['lr'].iloc[0]:g}, {int(run['steps'].iloc[0])} steps")
+    ax_a.set_ylabel("task-B test accuracy,\nmain head")
+    plt.setp(ax_c.get_yticklabels(), visible=False)
     at = pd.concat([tuned[(tuned["setup"] == s) & (tuned["lr"] == chosen[s])] for s in setups])
     paired_panel(ax_c, at.pivot(index="seed", columns="setup", values="task_b_main")[setups],
                  f"(b) chosen rates, {int(tuned['steps'].iloc[0])} steps")
@@ -1261,13 +1281,17 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
         ax_b.fill_between(c["lr"], c["lo"], c["hi"], color=colors[s], alpha=0.2)
         best = c[c["lr"] == chosen[s]]
         ax_b.plot(best["lr"], best["mean"], "*", ms=14, color=colors[s], mec="black", zorder=5)
+    if "val_aux" in tuned and tuned["val_aux"].notna().any():
+        c = _curve(tuned[tuned["setup"] == "backbone_only"], "lr", "val_aux")
+        ax_b.plot(c["lr"], c["mean"], "--^", ms=4, color="C2", label="the fix's auxiliary head (no dropout)")
+        ax_b.fill_between(c["lr"], c["lo"], c["hi"], color="C2", alpha=0.15)
     ax_b.axhline(chance, color="0.4", ls=":", lw=1, label="chance")
     ax_b.set_xscale("log")
     ax_b.set_ylim(0, 1)
     ax_b.set_xlabel("learning rate (SGD, momentum 0.9); star: chosen")
-    ax_b.set_ylabel("validation accuracy,\nmain head")
+    ax_b.set_ylabel("task-B validation\naccuracy")
     ax_b.set_title(f"(c) validation accuracy after {int(tuned['steps'].iloc[0])} steps")
-    ax_b.legend(fontsize=9, loc="upper left", ncol=3)
+    ax_b.legend(fontsize=9, loc="upper left", ncol=2)
     return min_text_size(fig)
 
 
@@ -1278,26 +1302,36 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
     min_values_per_channel``. Mean and 95% Student-t interval of the paired difference; the top axis
     gives the values per channel of the last BatchNorm (m x H x W: a candidate effective count, not
     tested here); shaded: where the lint fires; ``tolerance``: a dashed line at the loss tolerance.
+    Bottom panel: the same, zoomed on batches from 4 on, where the upper ends are read against the
+    tolerance. Returns the figure.
     """
+    from matplotlib.ticker import NullLocator
     d = t5.assign(loss=t5["module_eval_accuracy"] - t5["module_train_accuracy"])
     c = _curve(d, "device_batch_size", "loss")
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    ax.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
-    ax.axhline(0, color="0.4", lw=1)
-    if tolerance is not None:
-        ax.axhline(tolerance, color="0.3", ls="--", lw=1, label=f"tolerance {tolerance:g}")
-    ax.errorbar(c["device_batch_size"], c["mean"], yerr=[c["mean"] - c["lo"], c["hi"] - c["mean"]], fmt="s-",
-                color="C3", ms=4, capsize=4, label="mean, 95% CI over seeds")
-    ax.set_xscale("log", base=2)
     bs = c["device_batch_size"].tolist()
-    ax.set_xticks(bs); ax.set_xticklabels([str(int(b)) for b in bs]); ax.set_xlim(0.8, max(bs) * 1.25)
-    ax.set_xlabel("per-device batch size m")
-    ax.set_ylabel("difference in accuracy\n(eval mode - train mode)")
+    fig, (ax, zx) = plt.subplots(2, 1, figsize=(6.6, 5.6), sharex=True, gridspec_kw={"height_ratios": [1, 1]})
+    for a, zoom in ((ax, False), (zx, True)):
+        a.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
+        a.axhline(0, color="0.4", lw=1)
+        if tolerance is not None:
+            a.axhline(tolerance, color="0.3", ls="--", lw=1, label=f"tolerance {tolerance:g}")
+        a.errorbar(c["device_batch_size"], c["mean"], yerr=[c["mean"] - c["lo"], c["hi"] - c["mean"]], fmt="s-",
+                   color="C3", ms=4, capsize=4, label="mean, 95% CI over seeds")
+        a.set_ylabel("eval mode -\ntrain mode" + (" (zoom)" if zoom else ""))
+    zoomed = c[c["device_batch_size"] >= 4]
+    hi = max(float(zoomed["hi"].max()) if len(zoomed) else 0.0, tolerance or 0.0)
+    lo = min(float(zoomed["lo"].min()) if len(zoomed) else 0.0, 0.0)
+    zx.set_ylim(lo - 0.15 * (hi - lo + 1e-3), hi + 0.25 * (hi - lo + 1e-3))
+    zx.set_xscale("log", base=2)
+    zx.set_xticks(bs); zx.set_xticklabels([str(int(b)) for b in bs]); zx.set_xlim(0.8, max(bs) * 1.25)
+    zx.xaxis.set_minor_locator(NullLocator())
+    zx.set_xlabel("per-device batch size m")
     if "min_values_per_channel" in d:
         cnt = d.groupby("device_batch_size")["min_values_per_channel"].first()
         top = ax.secondary_xaxis("top")
         top.set_xticks(bs); top.set_xticklabels([f"{int(cnt[b])}" for b in bs])
-        top.set_xlabel("values per channel in the last BatchNorm (m x H x W)")
+        top.xaxis.set_minor_locator(NullLocator())
+        top.set_xlabel("values per channel, last BatchNorm (m x H x W; not tested as the count)")
     ax.legend(loc="upper right", fontsize=9)
     return min_text_size(fig)
 
@@ -1307,13 +1341,15 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None):
 
     ``t6``: tidy ``seed, case, train_meter_accuracy, heldout_eval_accuracy,
     heldout_batch_stats_accuracy``. Bars: means; error bars: 95% Student-t intervals (clipped at 0, a
-    small bar marks a clipped end); dots: seeds; ``chance``: a dotted line.
+    small bar marks a clipped end); dots: seeds; ``chance``: a dotted line. Right panel: paired per seed,
+    meter minus held-out (eval mode) for each case, and held-out accuracy shuffled minus class-sorted,
+    mean and 95% Student-t interval. Returns the figure.
     """
     qs = [("train_meter_accuracy", "training meter\n(train mode, its own batches)"),
           ("heldout_eval_accuracy", "held-out, eval mode"),
           ("heldout_batch_stats_accuracy", "held-out, train mode\n(shuffled batches)")]
     cases = [c for c in ("shuffled", "class_sorted") if c in set(t6["case"])]
-    fig, ax = plt.subplots(figsize=(6.6, 3.8))
+    fig, (ax, px) = plt.subplots(2, 1, figsize=(6.6, 6.4), gridspec_kw={"height_ratios": [2.2, 1]})
     w = 0.38
     for j, case in enumerate(cases):
         g = t6[t6["case"] == case]
@@ -1323,16 +1359,35 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None):
             ax.bar(x, iv.mean, width=w * 0.92, color=f"C{j}", alpha=0.75,
                    label=("trained on " + case.replace("_", "-") + " batches") if i == 0 else None)
             low = max(iv.low, 0.0)
-            ax.errorbar(x, iv.mean, yerr=[[iv.mean - low], [iv.high - iv.mean]], color="black", capsize=4)
+            ax.errorbar(x, iv.mean, yerr=[[iv.mean - low], [iv.high - iv.mean]], color="black", capsize=5,
+                        lw=1.6, zorder=5)
             if iv.low < 0:
-                ax.plot([x], [0.0], marker="v", color="black", ms=6, clip_on=False, zorder=4)
-            ax.scatter(np.full(len(g), x), g[q], s=10, color="black", alpha=0.5, zorder=3)
-    ax.set_xticks(range(len(qs))); ax.set_xticklabels([n for _, n in qs])
+                ax.plot([x], [0.0], marker="v", color="black", ms=6, clip_on=False, zorder=6)
+            ax.scatter(np.full(len(g), x) + 0.09, g[q], s=8, color="0.3", alpha=0.5, zorder=3)
+    ax.set_xticks(range(len(qs))); ax.set_xticklabels([n for _, n in qs], fontsize=9)
     if chance is not None:
         ax.axhline(chance, color="0.4", ls=":", lw=1)
-        ax.text(len(qs) - 0.5, chance, "chance", color="0.4", ha="right", va="bottom", fontsize=9)
-    ax.set_ylim(0, 1.25); ax.set_yticks(np.linspace(0, 1, 6)); ax.set_ylabel("accuracy on task A (fraction)")
-    ax.legend(loc="upper center", ncol=2, fontsize=9)
+        ax.text(-0.55, chance, "chance", color="0.4", ha="left", va="bottom", fontsize=9)
+    ax.set_xlim(-0.6, len(qs) - 0.4)
+    ax.set_ylim(0, 1.3); ax.set_yticks(np.linspace(0, 1, 6)); ax.set_ylabel("accuracy on task A (fraction)")
+    ax.legend(loc="upper center", ncol=1, fontsize=9)
+    piv = {q: t6.pivot(index="seed", columns="case", values=q) for q in ("train_meter_accuracy",
+                                                                          "heldout_eval_accuracy")}
+    diffs = [(f"meter - held-out, trained {case.replace('_', '-')}", piv["train_meter_accuracy"][case]
+              - piv["heldout_eval_accuracy"][case]) for case in cases]
+    if len(cases) == 2:
+        diffs.append(("held-out: trained shuffled - class-sorted", piv["heldout_eval_accuracy"]["shuffled"]
+                      - piv["heldout_eval_accuracy"]["class_sorted"]))
+    for i, (_, v) in enumerate(diffs):
+        px.scatter(v, np.full(len(v), i) + 0.18, s=8, color="0.3", alpha=0.5, zorder=3)
+        iv = mean_ci(v)
+        px.errorbar([iv.mean], [i], xerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D", color="black", ms=5,
+                    capsize=4, lw=1.6, zorder=4)
+    px.axvline(0, color="0.4", lw=1)
+    px.set_yticks(range(len(diffs))); px.set_yticklabels([n for n, _ in diffs], fontsize=9)
+    px.set_ylim(len(diffs) - 0.5, -0.6)
+    px.set_xlabel("paired difference per seed (accuracy): mean, 95% CI, dots = seeds")
+    fig.tight_layout()
     return min_text_size(fig)
 
 

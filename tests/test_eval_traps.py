@@ -1,6 +1,7 @@
 """Chapter 2 (bnstudy.experiments.eval_traps): config checks, findings on hand-made tables, and a tiny real run."""
 
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -62,31 +63,34 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
            sorted_train=(0.9, 0.7, 0.3), lint_b16=0.0, after=0.95, nodrop=(0.9, 0.92, 0.91),
            b4_train=(0.6, 0.6, 0.6), sorted_eval=(0.2, 0.3, 0.25), tuned_fixed=(0.4, 0.45, 0.5),
            tuned_whole=(0.6, 0.62, 0.64), fixed_peak=0.001, runline_fixed=0.8, after_seeds=(0.0, 0.0, 0.0),
-           sorted_meter=0.95, eval_dropout_off=1.0, half_lint=(1.0, 1.0, 1.0)):
+           sorted_meter=0.95, eval_dropout_off=1.0, half_lint=(1.0, 1.0, 1.0), runline_seeds=(0.0, 0.0, 0.0),
+           aux_whole_change=0.0, head_loss=None, sorted_train_seed2=None):
     """A results table in run()'s shape whose right answers are known."""
     rows = []
     base = dict(n_classes=10, steps=60, epoch_steps=10, batch_size=32, teacher_batches=3, n_eval=512, min_batch=16,
-                lr=0.05)
+                lr=0.05, widths="8-16")
     for i, s in enumerate(seeds):
         r = lambda trap, case, **q: rows.append(dict(seed=s, trap=trap, case=case, source_task_a_accuracy=0.95,
                                                      **{**base, **q}))
         r("train_call", "eval_once", bn_train_fraction=1.0, num_batches_tracked_change=60.0, max_param_change=0.0,
           max_buffer_change=2.0 + i, max_probe_change=5.0 + i, task_a_before=0.95, task_a_after=0.2 + 0.1 * i,
-          task_b=0.9, frozen_bn_lint=1.0, max_mean_shift_sd=1.0 + i, max_abs_log_var_ratio=0.5 * (i + 1))
+          task_b=0.9, frozen_bn_lint=1.0, max_mean_shift_sd=1.0 + i, max_abs_log_var_ratio=0.5 * (i + 1),
+          **({} if head_loss is None else dict(head_loss_first=head_loss[0], head_loss_last=head_loss[1])))
         r("train_call", "pinned", bn_train_fraction=0.0, num_batches_tracked_change=0.0, max_param_change=0.0,
           max_buffer_change=0.0, max_probe_change=pinned_probe, task_a_before=0.95, task_a_after=0.95,
-          task_b=0.9 - price[i], frozen_bn_lint=0.0)
+          task_b=0.9 - price[i], frozen_bn_lint=0.0,
+          **({} if head_loss is None else dict(head_loss_first=2 * head_loss[0], head_loss_last=2 * head_loss[1])))
         r("no_grad", "teacher_train", num_batches_tracked_change=3.0, max_buffer_change=1.0 + i, max_probe_change=4.0,
           task_a_before=0.95, task_a_after=0.5, accuracy_with_a_mates=0.9, accuracy_with_b_mates=0.3,
-          max_logit_change_by_mates=3.0, max_mean_shift_sd=0.4, max_abs_log_var_ratio=2.0 + i)
+          max_logit_change_by_mates=3.0 + i, max_mean_shift_sd=0.4, max_abs_log_var_ratio=2.0 + i)
         r("no_grad", "teacher_eval", num_batches_tracked_change=0.0, max_buffer_change=0.0, max_probe_change=0.0,
           task_a_before=0.95, task_a_after=0.95, accuracy_with_a_mates=0.95, accuracy_with_b_mates=0.95,
           max_logit_change_by_mates=0.0)
         t3 = dict(main_loss_first=6.0, eval_dropout_off=eval_dropout_off)
-        r("whole_eval", "whole_model", aux_loss_fraction=0.0, aux_max_param_change=0.0, dropout_train_fraction=0.0,
+        r("whole_eval", "whole_model", aux_loss_fraction=0.0, aux_max_param_change=aux_whole_change if i == 1 else 0.0, dropout_train_fraction=0.0,
           task_b_aux=aux_whole, task_b_main=0.8, main_loss_last=2.0, **t3)
         r("whole_eval", "backbone_only", aux_loss_fraction=1.0, aux_max_param_change=0.3,
-          dropout_train_fraction=1.0, task_b_aux=0.7, task_b_main=runline_fixed, main_loss_last=12.0, **t3)
+          dropout_train_fraction=1.0, task_b_aux=0.7, task_b_main=runline_fixed + runline_seeds[i], main_loss_last=12.0, **t3)
         r("whole_eval", "backbone_only_dropout_off", aux_loss_fraction=1.0, aux_max_param_change=0.3,
           dropout_train_fraction=0.0, task_b_aux=0.7, task_b_main=nodrop[i], main_loss_last=2.0, **t3)
         # trap 3's sweep: validation peaks at 0.01 (whole model) and at fixed_peak (the fix); test values at the peak
@@ -101,7 +105,8 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
           heldout_batch_stats_accuracy=0.9)
         r("sorted_training", "class_sorted", train_meter_accuracy=sorted_meter, heldout_eval_accuracy=sorted_eval[i],
           heldout_batch_stats_accuracy=0.3)
-        for p, acc, lint in zip((0.0, 0.5, 1.0), sorted_train, (shuffled_lint, half_lint[i], 1.0)):
+        curve = sorted_train_seed2 if (sorted_train_seed2 is not None and i == 2) else sorted_train
+        for p, acc, lint in zip((0.0, 0.5, 1.0), curve, (shuffled_lint, half_lint[i], 1.0)):
             r("sorted_batches", f"fraction_{p:g}", sorted_fraction=p, module_eval_accuracy=0.95,
               module_train_accuracy=acc, module_eval_accuracy_after_pass=after + after_seeds[i], label_dependence=p,
               sorted_lint=lint)
@@ -118,9 +123,12 @@ def test_findings_on_a_table_where_every_claim_holds():
     assert f.t1_task_a_after == pytest.approx(0.3)
     assert f.t1_pinned_exact == "holds" and f.t1_lint_every_seed == "holds"
     assert f.t1_price_b.mean == pytest.approx(0.1) and f.t1_price_b.low > 0
-    assert f.t1_price_b_significant == "holds"
+    assert (f.t1_price_b_pos_seeds, f.t1_price_b_neg_seeds) == (3, 0)
+    assert np.isnan(f.t1_loss_first_pinned)  # a table from before the loss was recorded: not measured
+    assert f.t1_param == 0.0  # the largest change of any backbone weight over seeds
+    assert (f.t2_logit_mates, f.t2_logit_mates_min, f.t2_logit_mates_max) == pytest.approx((4.0, 3.0, 5.0))
     assert f.t2_eval_exact == "holds" and f.t2_acc_b_mates == pytest.approx(0.3)
-    assert f.t3_aux_at_chance == "holds" and f.t3_aux_change_fixed == pytest.approx(0.3)
+    assert f.t3_aux_untouched == "holds" and f.t3_aux_change_fixed == pytest.approx(0.3)
     assert (f.t4_train_shuffled, f.t4_train_half, f.t4_half, f.t4_train_sorted) == pytest.approx((0.9, 0.7, 0.5, 0.3))
     assert f.t4_monotone == "holds" and f.t4_shuffled_clean == "holds"
     assert (f.t4_first_flagged, f.t4_dep_first_flagged) == (0.5, 0.5)
@@ -147,22 +155,67 @@ def test_findings_on_a_table_where_every_claim_holds():
     assert f.t3_tuned_fix_vs_whole.mean == pytest.approx(-0.17) and f.t3_tuned_dropout_lowers_main == "holds"
     assert f.t3_tuned_fix_learns == "holds" and f.t3_tuned_fixed_ci.mean == pytest.approx(0.45)
     assert f.t3_tuned_gain_fixed.mean == pytest.approx(0.05) and f.t3_tuned_loss_last_fixed == pytest.approx(2.5)
-    assert f.t3_fix_at_chance == "does not hold" and f.t3_eval_dropout_off == "holds"
+    assert f.t3_fix_chance == "above 1.5 times chance" and f.t3_eval_dropout_off == "holds"
+    assert (f.t3_n_features, f.t3_chance_line, f.t3_fix_seeds_below) == (16, pytest.approx(0.15), 0)
+    assert f.t3_tuned_fix_chance == "above 1.5 times chance"
+    # same-rate differences: 0 at 0.0005 and 0.1, +0.25 at 0.001 (the fix's peak), -0.42 at 0.01 (the whole model's)
+    assert (f.t3_same_rate_low_lr, f.t3_same_rate_high_lr) == (0.0005, 0.1)
+    assert (f.t3_same_rate_low.mean, f.t3_same_rate_high.mean) == pytest.approx((0.0, 0.0))
+    assert (f.t3_same_rate_most, f.t3_same_rate_least) == pytest.approx((-0.42, 0.25))
+    # the fix's auxiliary head: flat validation curve, so the smallest rate; 0.55 against the whole model's 0.62
+    assert f.t3_lr_aux == 0.0005 and f.t3_tuned_aux.mean == pytest.approx(0.55)
+    assert f.t3_tuned_aux_vs_whole.mean == pytest.approx(-0.07)
     assert (f.t3_loss_first_fixed, f.t3_loss_last_fixed, f.t3_loss_last_whole) == pytest.approx((6.0, 12.0, 2.0))
     assert (f.t4_loss_shuffled.mean, f.t4_loss_half.mean, f.t4_loss_sorted.mean) == pytest.approx((0.05, 0.25, 0.65))
     assert f.t4_flagged_every_seed == "holds" and f.t4_after_change_ci.mean == pytest.approx(0.0)
     assert f.t6_meter_ties == "does not hold" and (f.t5_tol, f.t6_tie_margin) == (0.02, 0.05)
+    assert f.t4_loss_first_flagged.mean == pytest.approx(0.25) and f.t4_lint_max_dependence == 0.05
+    g95, g90 = f.t6_gap_sorted, f.t6_gap_sorted_90
+    assert g90.mean == g95.mean and g95.low < g90.low < g90.high < g95.high
+    assert f.t4_after_change_ci90.mean == pytest.approx(0.0)
+
+
+def test_chance_rule_reads_the_interval_not_the_mean():
+    assert ch.chance_rule([0.5, 0.6, 0.55], 0.1) == "above"
+    assert ch.chance_rule([0.10, 0.11, 0.12], 0.1) == "below"
+    # the referee's case: mean 0.156 just above 0.15, interval across it
+    assert ch.chance_rule([0.148, 0.125, 0.109, 0.197, 0.195, 0.111, 0.113, 0.303, 0.152, 0.102], 0.1) == "unresolved"
+    assert ch.chance_rule([0.14, 0.145, 0.16], 0.1) == "unresolved"  # mean below the line, interval across it
+    assert ch.chance_rule([0.3, 0.3], 0.1, factor=3.5) == "below"
+    with pytest.raises(ValueError, match="at least two values"):
+        ch.chance_rule([0.5], 0.1)
+    with pytest.raises(ValueError, match=r"chance must be in \(0, 1\)"):
+        ch.chance_rule([0.5, 0.6], 1.5)
+
+
+def test_checklist_table_is_plain_text_with_one_row_per_trap():
+    f = ch.findings(_table())
+    t = ch.checklist_table(f)
+    assert list(t.columns) == ["what the audit reported (this run)", "fix"] and len(t) == 6
+    assert t.index.name == "trap" and t.index[0].startswith("1. model.train()")
+    assert not t.reset_index().apply(lambda c: c.str.contains(r"\*\*|\{glue")).any().any()  # no Markdown or roles
+    assert "per-seed largest 4.00 (range 3.00-5.00)" in t.iloc[1, 0]
+    assert "-0.170 [" in t.iloc[2, 1] and "above 1.5 times chance" in t.iloc[2, 1]
+    assert "unresolved" not in t.iloc[5, 0]  # the meter overstated held-out accuracy here
+    f = ch.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # neither overstated nor tied
+    assert "unresolved" in ch.checklist_table(f).iloc[5, 0]
 
 
 def test_findings_say_when_a_claim_does_not_hold():
     # Issue 10: a task-B price whose interval straddles zero must not be called a price.
     f = ch.findings(_table(price=(0.15, -0.05, 0.09)))
-    assert f.t1_price_b.low < 0 < f.t1_price_b.high and f.t1_price_b_significant == "does not hold"
+    assert f.t1_price_b.low < 0 < f.t1_price_b.high and (f.t1_price_b_pos_seeds, f.t1_price_b_neg_seeds) == (2, 1)
+    f = ch.findings(_table(head_loss=(20.0, 10.0)))  # the head's training loss, recorded: eval_once, pinned = 2x
+    assert (f.t1_loss_first_eval_once, f.t1_loss_last_eval_once) == pytest.approx((20.0, 10.0))
+    assert (f.t1_loss_first_pinned, f.t1_loss_last_pinned) == pytest.approx((40.0, 20.0))
     assert ch.findings(_table(pinned_probe=1e-7)).t1_pinned_exact == "does not hold"
-    assert ch.findings(_table(aux_whole=0.2)).t3_aux_at_chance == "does not hold"
+    assert ch.findings(_table(aux_whole_change=1e-6)).t3_aux_untouched == "does not hold"
+    assert ch.findings(_table(aux_whole=0.2)).t3_aux_untouched == "holds"  # an identity, not a statistical check
     assert ch.findings(_table(shuffled_lint=1.0)).t4_shuffled_clean == "does not hold"
     assert ch.findings(_table(sorted_train=(0.9, 0.92, 0.3))).t4_monotone == "does not hold"
-    assert ch.findings(_table(sorted_train=(0.9, 0.905, 0.3))).t4_monotone == "holds"  # within the 0.01 allowance
+    assert ch.findings(_table(sorted_train=(0.9, 0.905, 0.3))).t4_monotone == "does not hold"  # no allowance now
+    # the mean curve falls, but one seed's rises: per seed, it does not hold
+    assert ch.findings(_table(sorted_train_seed2=(0.5, 0.6, 0.3))).t4_monotone == "does not hold"
     assert ch.findings(_table(after=0.9)).t4_after_unchanged == "does not hold"
     assert ch.findings(_table(lint_b16=1.0)).t5_lint_matches == "does not hold"
     # dropout off no better than on in one seed of three, spread wide: not significant
@@ -176,7 +229,12 @@ def test_findings_say_when_a_claim_does_not_hold():
     f = ch.findings(_table(fixed_peak=0.0005))  # the fix's best rate at the grid's lower end
     assert f.t3_lr_fixed == 0.0005 and f.t3_lr_interior == "does not hold"
     assert ch.findings(_table(tuned_fixed=(0.7, 0.5, 0.6))).t3_tuned_dropout_lowers_main == "does not hold"
-    assert ch.findings(_table(runline_fixed=0.12)).t3_fix_at_chance == "holds"  # the run line's fix at chance
+    f = ch.findings(_table(runline_fixed=0.12))  # the run line's fix at chance, every seed the same
+    assert f.t3_fix_chance == "below 1.5 times chance (about chance)" and f.t3_fix_seeds_below == 3
+    f = ch.findings(_table(runline_fixed=0.15, runline_seeds=(-0.05, 0.0, 0.06)))  # interval across the line
+    assert f.t3_fix_chance == "not distinguishable from 1.5 times chance" and f.t3_fix_seeds_below == 2
+    f = ch.findings(_table(tuned_fixed=(0.12, 0.1, 0.14)))
+    assert f.t3_tuned_fix_chance == "not distinguishable from 1.5 times chance"  # mean 0.12, interval to 0.17
     assert ch.findings(_table(eval_dropout_off=0.0)).t3_eval_dropout_off == "does not hold"
     # a mean change inside +-0.02 whose interval is not: no equivalence
     f = ch.findings(_table(after_seeds=(0.01, -0.015, 0.012)))

@@ -38,6 +38,7 @@ mode ``train_mode``.
 from __future__ import annotations
 
 import copy
+import re
 from collections import OrderedDict, namedtuple
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -79,6 +80,29 @@ TOL_LOSS = 0.02
 #: Trap 6: the equivalence margin for "the training meter agrees with held-out accuracy" (two one-sided tests:
 #: the 95% interval of the difference inside +-TOL_TIE). Set by us before the check, not fitted.
 TOL_TIE = 0.05
+#: ``lint_loader``'s default threshold on label dependence (with p < 1e-3); trap 4 quotes it.
+LINT_MAX_DEPENDENCE = 0.05
+
+
+def chance_rule(values, chance: float, factor: float = CHANCE_FACTOR) -> str:
+    """Where accuracies lie against the line ``factor * chance`` (one rule for every "about chance" claim).
+
+    ``values``: one accuracy per seed (fractions). By the 95% Student-t interval over seeds:
+    ``"above"`` (lower end above the line), ``"below"`` (upper end below it), else ``"unresolved"``
+    (the interval contains the line). Raises ``ValueError`` for fewer than two values or ``chance``
+    outside (0, 1).
+    """
+    v = np.asarray(values, dtype=float)
+    if v.size < 2:
+        raise ValueError(f"chance_rule needs at least two values (seeds), got {v.size}")
+    if not 0 < chance < 1:
+        raise ValueError(f"chance must be in (0, 1), got {chance!r}")
+    iv, line = mean_ci(v), factor * chance
+    return "above" if iv.low > line else "below" if iv.high < line else "unresolved"
+
+
+_CHANCE_WORDS = {"above": "above 1.5 times chance", "below": "below 1.5 times chance (about chance)",
+                 "unresolved": "not distinguishable from 1.5 times chance"}
 CPU = torch.device("cpu")  # the traps' networks are tiny; the audits and probes live on the CPU
 
 
@@ -391,9 +415,18 @@ def _train_call(ctx: _Ctx, case: str):
         pin_eval(model.backbone)
     before = _eval_accuracy(model, model.forward_a, xa, ya)
     stats_before = _bn_state(model.backbone)
+    losses = []
+
+    def loss_fn(o, y):  # records the head's cross-entropy (nats) at every step
+        loss = F.cross_entropy(o, y)
+        losses.append(float(loss.detach()))
+        return loss
+
     with audit.FreezeAudit(model, probe=xa, forward=model.forward_a, warn=False) as a:
-        ctx.train(model, model.forward_b, model.head_b.parameters(), "train_call")
+        ctx.train(model, model.forward_b, model.head_b.parameters(), "train_call", loss_fn)
     q = _buffer_stats(a, "backbone")
+    q.update(head_loss_first=float(np.mean(losses[:c.epoch_steps])),
+             head_loss_last=float(np.mean(losses[-c.epoch_steps:])))
     q.update(_bn_drift(stats_before, model.backbone))
     q.update(task_a_before=before, task_a_after=_eval_accuracy(model, model.forward_a, xa, ya),
              task_b=_eval_accuracy(model, model.forward_b, *ctx.eval_b),
@@ -772,10 +805,19 @@ class Findings:
 
     A plain number is the mean over seeds; ``<name>_min`` / ``<name>_max`` are the lowest and
     highest seed's value. Verdicts are ``"holds"`` / ``"does not hold"``; the ones that follow from
-    the code itself (``t1_pinned_exact``, ``t2_eval_exact``, ``t3_aux_at_chance``,
+    the code itself (``t1_pinned_exact``, ``t2_eval_exact``, ``t3_aux_untouched``,
     ``t3_nodrop_equals_whole``, ``t3_eval_dropout_off``) are checks, not findings. ``t1_price_b``: the
     paired per-seed ``task_b(eval_once) - task_b(pinned)`` (what the pin costs task B) with its
-    95% interval; ``t1_price_b_significant``: whether that interval lies above zero.
+    95% interval, reported descriptively (no verdict: the head's rate was not tuned, referee ch2 item 2);
+    ``t1_loss_*``: the head's mean training cross-entropy (nats) over the first / last epoch (NaN for runs made
+    before it was recorded). A ``<name>`` with ``_min`` / ``_max`` beside it is the mean over seeds of a per-seed
+    largest value ("per-seed largest, averaged"), and ``_max`` is the largest over seeds; ``t1_param`` is the
+    largest change of any *backbone* weight over seeds. "About chance" claims use one rule,
+    :func:`chance_rule` (95% interval against 1.5 x chance): ``t3_fix_chance``, ``t3_tuned_fix_chance``.
+    ``t3_same_rate_*``: fix minus whole model at the same rate (paired), at the grid's lowest / highest rate
+    and the most / least negative mean over the grid; ``t3_tuned_aux``: the fix's auxiliary head (no dropout,
+    same run) at the rate with its best validation accuracy (``t3_lr_aux``). ``*_ci90``, ``*_90``: 90%
+    intervals (the TOST at 5% per side; the verdicts use the stricter 95% interval, 2.5% per side).
     """
 
     n_seeds: int
@@ -811,7 +853,12 @@ class Findings:
     t1_pinned_exact: str
     t1_lint_every_seed: str
     t1_price_b: Interval
-    t1_price_b_significant: str
+    t1_price_b_pos_seeds: int
+    t1_price_b_neg_seeds: int
+    t1_loss_first_eval_once: float
+    t1_loss_first_pinned: float
+    t1_loss_last_eval_once: float
+    t1_loss_last_pinned: float
     # trap 2
     t2_nbt: float
     t2_buffer: float
@@ -829,6 +876,8 @@ class Findings:
     t2_acc_b_mates_min: float
     t2_acc_b_mates_max: float
     t2_logit_mates: float
+    t2_logit_mates_min: float
+    t2_logit_mates_max: float
     t2_logit_mates_eval: float
     t2_acc_mates_eval: float
     t2_buffer_eval: float
@@ -840,7 +889,7 @@ class Findings:
     t3_task_b_aux_whole: float
     t3_task_b_aux_whole_min: float
     t3_task_b_aux_whole_max: float
-    t3_aux_at_chance: str
+    t3_aux_untouched: str
     t3_aux_loss_fixed: float
     t3_aux_change_fixed: float
     t3_dropout_fixed: float
@@ -908,7 +957,21 @@ class Findings:
     t2_log_var: float
     t2_log_var_min: float
     t2_log_var_max: float
-    t3_fix_at_chance: str
+    t3_n_features: int
+    t3_chance_line: float
+    t3_fix_ci: Interval
+    t3_fix_seeds_below: int
+    t3_fix_chance: str
+    t3_lr_aux: float
+    t3_tuned_aux: Interval
+    t3_tuned_aux_vs_whole: Interval
+    t3_same_rate_low_lr: float
+    t3_same_rate_low: Interval
+    t3_same_rate_high_lr: float
+    t3_same_rate_high: Interval
+    t3_same_rate_most: float
+    t3_same_rate_least: float
+    t3_tuned_fix_chance: str
     t3_loss_first_fixed: float
     t3_loss_last_fixed: float
     t3_loss_last_whole: float
@@ -941,9 +1004,13 @@ class Findings:
     t4_loss_sorted: Interval
     t4_flagged_every_seed: str
     t4_after_change_ci: Interval
+    t4_after_change_ci90: Interval
+    t4_loss_first_flagged: Interval
+    t4_lint_max_dependence: float
     t5_tol: float
     t6_tie_margin: float
     t6_meter_ties: str
+    t6_gap_sorted_90: Interval
 
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
@@ -959,11 +1026,10 @@ def findings(df: pd.DataFrame) -> Findings:
 
     Verdicts and their tests: ``t1_pinned_exact`` (every backbone buffer, weight and probe logit
     changed by exactly 0 with the pin, every seed); ``t1_lint_every_seed`` (the lint fired in
-    every seed); ``t1_price_b_significant`` (the paired interval of the pin's task-B cost lies
-    above 0); ``t2_eval_exact`` (in eval mode, logits bit-identical whatever the batch mates and
-    no buffer or probe change, every seed); ``t3_aux_at_chance`` (the never-trained auxiliary head
-    at most 1.5x chance); ``t4_monotone`` (module-train accuracy never rises by more than 0.01
-    from one share to the next); ``t4_shuffled_clean`` (the lint never flagged the smallest share
+    every seed); ``t2_eval_exact`` (in eval mode, logits bit-identical whatever the batch mates and
+    no buffer or probe change, every seed); ``t3_aux_untouched`` (the auxiliary head's weights changed by
+    exactly 0 with the whole model in eval mode, every seed); ``t4_monotone`` (in every seed, module-train
+    accuracy never rises from one share to the next); ``t4_shuffled_clean`` (the lint never flagged the smallest share
     in any seed); ``t4_after_unchanged`` (held-out eval accuracy after the class-sorted pass
     equivalent to the source's within 0.02: the paired 95% interval inside +-0.02, two one-sided tests);
     ``t4_flagged_every_seed`` (the lint flagged the smallest flagged share in every seed); ``t5_lint_matches`` (the small-batch lint fired in
@@ -981,8 +1047,8 @@ def findings(df: pd.DataFrame) -> Findings:
     of the grid), test accuracy at that rate (``t3_tuned_*``), ``t3_tuned_fix_learns`` (the fix's main
     head: 95% interval above 1.5x chance), ``t3_tuned_dropout_lowers_main`` (fix minus whole model,
     paired, interval below 0), ``t3_tuned_gain_*`` (test accuracy gained over the second half of the
-    budget: is the head still improving?); ``t3_fix_at_chance`` (the run line's fix, mean at most
-    1.5x chance); ``t3_eval_dropout_off`` (a check: every scored logit equals the head without its
+    budget: is the head still improving?); ``t3_fix_chance`` (the run line's fix against 1.5x chance by
+    :func:`chance_rule`, with ``t3_fix_seeds_below`` seeds at or below the line); ``t3_eval_dropout_off`` (a check: every scored logit equals the head without its
     dropout layer). Raises ``KeyError`` if a case is missing.
     """
     first = df.iloc[0]
@@ -1000,7 +1066,7 @@ def findings(df: pd.DataFrame) -> Findings:
                                                         "max_param_change", "max_probe_change")])
     out.update(t1_bn_train=tc("eval_once", "bn_train_fraction").mean(),
                t1_nbt=tc("eval_once", "num_batches_tracked_change").mean(),
-               t1_param=tc("eval_once", "max_param_change").mean(),
+               t1_param=tc("eval_once", "max_param_change").max(),
                **spread("t1_buffer", tc("eval_once", "max_buffer_change")),
                **spread("t1_probe", tc("eval_once", "max_probe_change")),
                **spread("t1_task_a_before", tc("eval_once", "task_a_before")),
@@ -1011,7 +1077,11 @@ def findings(df: pd.DataFrame) -> Findings:
                t1_buffer_pinned=tc("pinned", "max_buffer_change").mean(),
                t1_pinned_exact=verdict(bool((pinned_moves == 0).all())),
                t1_lint_every_seed=verdict(bool((tc("eval_once", "frozen_bn_lint") == 1).all())),
-               t1_price_b=mean_ci(price), t1_price_b_significant=verdict(mean_ci(price).low > 0))
+               t1_price_b=mean_ci(price), t1_price_b_pos_seeds=int((price > 0).sum()),
+               t1_price_b_neg_seeds=int((price < 0).sum()),
+               **{f"t1_loss_{w}_{k}": (tc(case, f"head_loss_{w}").mean() if "head_loss_first" in df
+                                       and df["head_loss_first"].notna().any() else float("nan"))
+                  for w in ("first", "last") for case, k in (("eval_once", "eval_once"), ("pinned", "pinned"))})
     # trap 2
     ng = lambda case, q: v("no_grad", case, q)
     eval_moves = pd.concat([ng("teacher_eval", q) for q in ("max_logit_change_by_mates", "max_buffer_change",
@@ -1023,7 +1093,7 @@ def findings(df: pd.DataFrame) -> Findings:
                **spread("t2_task_a_after", ng("teacher_train", "task_a_after")),
                **spread("t2_acc_a_mates", ng("teacher_train", "accuracy_with_a_mates")),
                **spread("t2_acc_b_mates", ng("teacher_train", "accuracy_with_b_mates")),
-               t2_logit_mates=ng("teacher_train", "max_logit_change_by_mates").mean(),
+               **spread("t2_logit_mates", ng("teacher_train", "max_logit_change_by_mates")),
                t2_logit_mates_eval=ng("teacher_eval", "max_logit_change_by_mates").mean(),
                t2_acc_mates_eval=ng("teacher_eval", "accuracy_with_b_mates").mean(),
                t2_buffer_eval=ng("teacher_eval", "max_buffer_change").mean(),
@@ -1034,7 +1104,7 @@ def findings(df: pd.DataFrame) -> Findings:
                t3_aux_change_whole=we("whole_model", "aux_max_param_change").mean(),
                t3_dropout_whole=we("whole_model", "dropout_train_fraction").mean(),
                **spread("t3_task_b_aux_whole", we("whole_model", "task_b_aux")),
-               t3_aux_at_chance=verdict(we("whole_model", "task_b_aux").mean() <= CHANCE_FACTOR * chance),
+               t3_aux_untouched=verdict(bool((we("whole_model", "aux_max_param_change") == 0).all())),
                t3_aux_loss_fixed=we("backbone_only", "aux_loss_fraction").mean(),
                t3_aux_change_fixed=we("backbone_only", "aux_max_param_change").mean(),
                t3_dropout_fixed=we("backbone_only", "dropout_train_fraction").mean(),
@@ -1049,13 +1119,15 @@ def findings(df: pd.DataFrame) -> Findings:
     curve = [sb(p, "module_train_accuracy").mean() for p in fr]
     flagged = [p for p in fr if sb(p, "sorted_lint").mean() > 0.5]
     src = df.groupby("seed")["source_task_a_accuracy"].first()
-    after_ci = mean_ci(sb(fr[-1], "module_eval_accuracy_after_pass") - src)  # paired: the same held-out images
+    after_ci_values = sb(fr[-1], "module_eval_accuracy_after_pass") - src
+    after_ci = mean_ci(after_ci_values)  # paired: the same held-out images
     after_change = after_ci.mean
     out.update(t4_eval_shuffled=sb(fr[0], "module_eval_accuracy").mean(),
                t4_eval_sorted=sb(fr[-1], "module_eval_accuracy").mean(),
                t4_train_shuffled=curve[0], t4_train_half=curve[len(fr) // 2], t4_half=float(fr[len(fr) // 2]),
                **spread("t4_train_sorted", sb(fr[-1], "module_train_accuracy")),
-               t4_monotone=verdict(all(b <= a + TOL_CURVE for a, b in zip(curve, curve[1:]))),
+               t4_monotone=verdict(all(bool((sb(q, "module_train_accuracy") <= sb(p, "module_train_accuracy")).all())
+                                       for p, q in zip(fr, fr[1:]))),
                t4_first_flagged=float(min(flagged)) if flagged else float("nan"),
                t4_dep_first_flagged=sb(min(flagged), "label_dependence").mean() if flagged else float("nan"),
                t4_dep_shuffled=sb(fr[0], "label_dependence").mean(),
@@ -1128,7 +1200,24 @@ def findings(df: pd.DataFrame) -> Findings:
     fixed_ci = mean_ci(tf["task_b_main"])
     tuned_diff = mean_ci(tf["task_b_main"] - tw["task_b_main"])
     checks_eval = pd.concat([we(cs, "eval_dropout_off") for cs in CASES["whole_eval"]] + [tu["eval_dropout_off"]])
-    out.update(t3_fix_at_chance=verdict(main("backbone_only").mean() <= CHANCE_FACTOR * chance),
+    widths = re.split(r"[^0-9]+", str(first["widths"]).strip("()[] -"))  # "8-16" or "(8, 16)"
+    line = CHANCE_FACTOR * chance
+    aux_of = lambda setup: tu[tu["setup"] == setup].groupby("lr")
+    lr_aux = float(aux_of("backbone_only")["val_aux"].mean().idxmax())
+    ta = tu[(tu["setup"] == "backbone_only") & (tu["lr"] == lr_aux)].set_index("seed")
+    pw = tu[tu["setup"] == "whole_model"].pivot(index="seed", columns="lr", values="task_b_main")
+    pf = tu[tu["setup"] == "backbone_only"].pivot(index="seed", columns="lr", values="task_b_main")
+    same = {lr: mean_ci(pf[lr] - pw[lr]) for lr in grid if lr in pf and lr in pw}
+    out.update(t3_n_features=int(widths[-1]), t3_chance_line=line, t3_fix_ci=mean_ci(main("backbone_only")),
+               t3_fix_seeds_below=int((main("backbone_only") <= line).sum()),
+               t3_fix_chance=_CHANCE_WORDS[chance_rule(main("backbone_only"), chance)],
+               t3_lr_aux=lr_aux, t3_tuned_aux=mean_ci(ta["task_b_aux"]),
+               t3_tuned_aux_vs_whole=mean_ci(ta["task_b_aux"] - tw["task_b_main"]),
+               t3_same_rate_low_lr=min(same), t3_same_rate_low=same[min(same)],
+               t3_same_rate_high_lr=max(same), t3_same_rate_high=same[max(same)],
+               t3_same_rate_most=min(x.mean for x in same.values()),
+               t3_same_rate_least=max(x.mean for x in same.values()),
+               t3_tuned_fix_chance=_CHANCE_WORDS[chance_rule(tf["task_b_main"], chance)],
                t3_loss_first_fixed=we("backbone_only", "main_loss_first").mean(),
                t3_loss_last_fixed=we("backbone_only", "main_loss_last").mean(),
                t3_loss_last_whole=we("whole_model", "main_loss_last").mean(),
@@ -1139,7 +1228,7 @@ def findings(df: pd.DataFrame) -> Findings:
                t3_lr_max=grid[-1],
                t3_tuned_steps=int(tu["steps"].iloc[0]),
                **spread("t3_tuned_main_whole", tw["task_b_main"]), **spread("t3_tuned_main_fixed", tf["task_b_main"]),
-               t3_tuned_fixed_ci=fixed_ci, t3_tuned_fix_learns=verdict(fixed_ci.low > CHANCE_FACTOR * chance),
+               t3_tuned_fixed_ci=fixed_ci, t3_tuned_fix_learns=verdict(fixed_ci.low > line),
                t3_tuned_fix_vs_whole=tuned_diff, t3_tuned_dropout_lowers_main=verdict(tuned_diff.high < 0),
                t3_tuned_gain_fixed=mean_ci(tf["task_b_main"] - tf["task_b_main_half"]),
                t3_tuned_gain_whole=mean_ci(tw["task_b_main"] - tw["task_b_main_half"]),
@@ -1149,8 +1238,72 @@ def findings(df: pd.DataFrame) -> Findings:
     t4_loss = lambda p: mean_ci(sb(p, "module_eval_accuracy") - sb(p, "module_train_accuracy"))  # eval - train
     out.update(t4_loss_shuffled=t4_loss(fr[0]), t4_loss_half=t4_loss(fr[len(fr) // 2]), t4_loss_sorted=t4_loss(fr[-1]),
                t4_flagged_every_seed=verdict(bool(flagged) and bool((sb(min(flagged), "sorted_lint") == 1).all())),
-               t4_after_change_ci=after_ci)
+               t4_after_change_ci=after_ci, t4_after_change_ci90=mean_ci(after_ci_values, 0.90),
+               t4_loss_first_flagged=t4_loss(min(flagged)) if flagged else Interval(*(float("nan"),) * 3, 0),
+               t4_lint_max_dependence=LINT_MAX_DEPENDENCE)
     # trap 6 (item 11): a tie only if the interval lies inside the margin
     out.update(t5_tol=TOL_LOSS, t6_tie_margin=TOL_TIE,
-               t6_meter_ties=verdict(bool(-TOL_TIE < gap_sorted.low and gap_sorted.high < TOL_TIE)))
+               t6_meter_ties=verdict(bool(-TOL_TIE < gap_sorted.low and gap_sorted.high < TOL_TIE)),
+               t6_gap_sorted_90=mean_ci(st("class_sorted", "train_meter_accuracy")
+                                        - st("class_sorted", "heldout_eval_accuracy"), 0.90))
     return Findings(**{k: (float(x) if isinstance(x, (np.floating, np.integer)) else x) for k, x in out.items()})
+
+
+def checklist_table(f: Findings) -> pd.DataFrame:
+    """The chapter's checklist (one row per trap: what the audit reported in this run, and the fix) from ``f``.
+
+    A DataFrame indexed by ``trap``, with columns ``what the audit reported (this run)`` and ``fix``; plain text (no
+    Markdown), for :func:`bnstudy.report.glue_table`. Means over seeds; ``[a, b]`` a 95% interval over seeds;
+    "per-seed largest" values are averaged over seeds with the range in brackets. Referee ch2 item 6.
+    """
+    ci = lambda iv: f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+    rows = [
+        ("1. model.train() every epoch undoes backbone.eval()",
+         f"frozen_bn_in_train_mode on every backbone BN; BN in train mode for {f.t1_bn_train:.0%} of calls; running "
+         f"means moved by a per-seed largest {f.t1_mean_shift:.2f} former running SDs (range {f.t1_mean_shift_min:.2f}"
+         f"-{f.t1_mean_shift_max:.2f}); num_batches_tracked +{f.t1_nbt:.0f}; largest change of any backbone weight "
+         f"{f.t1_param:.0f}; probe logits moved by a per-seed largest {f.t1_probe:.2f} (range {f.t1_probe_min:.2f}-"
+         f"{f.t1_probe_max:.2f}); task A {f.t1_task_a_before:.3f} to {f.t1_task_a_after:.3f}",
+         f"pin_eval(backbone) or freeze_batchnorm(backbone): every buffer and probe logit changed by "
+         f"{f.t1_probe_pinned:.0f}"),
+        ("2. no_grad teacher or validation pass left in train mode",
+         f"train_mode_under_no_grad on every BN; {f.t2_nbt:.0f} batches moved running means by a per-seed largest "
+         f"{f.t2_mean_shift:.2f} former running SDs (range {f.t2_mean_shift_min:.2f}-{f.t2_mean_shift_max:.2f}); the "
+         f"same images' logits moved by a per-seed largest {f.t2_logit_mates:.2f} (range {f.t2_logit_mates_min:.2f}-"
+         f"{f.t2_logit_mates_max:.2f}) with other batch mates",
+         f"eval() before any forward pass without a loss: buffer change {f.t2_buffer_eval:.0f}, logits "
+         f"bit-identical whatever the batch mates"),
+        ("3. whole model in eval: dropout off, forward changes",
+         f"forward_changes_with_mode (AuxOutputs in train, a tensor in eval); dropout_off_in_training on head.0; "
+         f"auxiliary head moved {f.t3_aux_change_whole:.0f} (in the loss in {f.t3_aux_loss_whole:.0%} of steps)",
+         f"pin only the frozen part (pin_eval(backbone) or pin_norm_eval): dropout on in {f.t3_dropout_fixed:.0%} of "
+         f"calls, auxiliary loss in {f.t3_aux_loss_fixed:.0%} of steps. Main head with dropout at lr "
+         f"{f.t3_lr_runline:g}: {ci(f.t3_fix_ci)}, {f.t3_fix_chance}. At rates chosen on validation data: "
+         f"{ci(f.t3_tuned_fixed_ci)} with dropout against {f.t3_tuned_main_whole:.3f} without, paired difference "
+         f"{ci(f.t3_tuned_fix_vs_whole)}; the same run's auxiliary head (no dropout) {ci(f.t3_tuned_aux)}. "
+         f"Tune the head's rate and decide whether to keep the dropout"),
+        ("4. label-sorted batches",
+         f"label_sorted_batches from a one-class share of {f.t4_first_flagged:.2f} on the grid tried (label "
+         f"dependence {f.t4_dep_first_flagged:.3f}, lint threshold {f.t4_lint_max_dependence:g}); train-mode accuracy "
+         f"{f.t4_train_shuffled:.3f} shuffled, {f.t4_train_sorted:.3f} sorted; eval mode on the same class-sorted "
+         f"batches {f.t4_eval_sorted:.3f}",
+         "shuffle the loader (or sample batches at random from every class)"),
+        ("5. batches of 1 and 2",
+         f"single_value_per_channel / single_sample_batch at 1, small_batch below {f.min_batch}; train-mode "
+         f"inference: accuracy {f.t5_train['b1']:.3f} at batch 1 against {f.t5_eval:.3f} in eval mode, loss below "
+         f"{f.t5_tol:.2f} from batch {f.t5_safe_batch:.0f} (training at small batches not tested); "
+         f"last_batch_single for 17 samples at batch size 16",
+         "drop_last=True; keep BN in eval (pinned or FrozenBatchNorm) when the per-device batch is small; after a "
+         "domain shift, re-estimate the statistics with the weights fixed (bnstudy.stats.update_bn_stats), then "
+         "freeze"),
+        ("6. training on class-sorted batches",
+         f"label_sorted_batches from lint_loader; held-out accuracy {f.t6_eval_sorted:.3f} against "
+         f"{f.t6_eval_shuffled:.3f} trained on shuffled batches; training meter {f.t6_meter_sorted:.3f}; meter minus "
+         f"held-out {ci(f.t6_gap_sorted)}: unresolved (neither above zero nor inside +-{f.t6_tie_margin:.2f})"
+         if f.t6_meter_misleads != "holds" and f.t6_meter_ties != "holds" else
+         f"label_sorted_batches from lint_loader; held-out accuracy {f.t6_eval_sorted:.3f} against "
+         f"{f.t6_eval_shuffled:.3f} trained on shuffled batches; training meter {f.t6_meter_sorted:.3f}; meter minus "
+         f"held-out {ci(f.t6_gap_sorted)}",
+         "shuffle"),
+    ]
+    return pd.DataFrame(rows, columns=["trap", "what the audit reported (this run)", "fix"]).set_index("trap")
