@@ -422,6 +422,9 @@ def test_the_logit_interval_is_printed_with_its_own_centre():
     assert f.task_a_after_tm_logit_centre == pytest.approx(want)
     assert f.task_a_after_tm_ci.low < want < f.task_a_after_tm_ci.high
     assert want < f.task_a_after_tm_ci.mean  # the plain mean lies above the logit-scale centre here
+    centred = ch.bounded_interval(v, logit_centre=True)
+    assert centred.mean == pytest.approx(want) and (centred.low, centred.high) == (f.task_a_after_tm_ci.low,
+                                                                                 f.task_a_after_tm_ci.high)
 
 
 def test_p_values_below_a_thousandth_print_as_a_bound():

@@ -295,12 +295,13 @@ def gap_verdict(values, margin: float = PRIMARY_MARGIN, alpha: float = ALPHA) ->
     return "pinned worse" if iv.low > 0 else "pinned better" if iv.high < 0 else "undetermined"
 
 
-def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95) -> Interval:
+def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95, logit_centre: bool = False) -> Interval:
     """Mean of accuracies ``values`` (0..1) with a Student-t interval computed on the logit scale.
 
     The interval stays inside (0, 1), unlike a t interval on the raw scale for accuracies near 0 or 1.
     Values are clipped to ``[0.5 / n_eval, 1 - 0.5 / n_eval]`` before the logit (``n_eval``: the size
-    of the evaluation set; default 1000). ``mean`` is the plain mean of ``values``.
+    of the evaluation set; default 1000). ``mean`` is the plain mean of ``values``, or with ``logit_centre``
+    the interval's own centre, ``expit`` of the mean logit.
     Raises ``ValueError`` for an empty input or values outside [0, 1].
     """
     v = np.asarray(values, dtype=float)
@@ -309,7 +310,8 @@ def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95
     eps = 0.5 / (n_eval or 1000)
     z = spx.logit(np.clip(v, eps, 1 - eps))
     iv = mean_ci(z, confidence)
-    return Interval(float(v.mean()), float(spx.expit(iv.low)), float(spx.expit(iv.high)), int(v.size))
+    centre = float(spx.expit(iv.mean)) if logit_centre else float(v.mean())
+    return Interval(centre, float(spx.expit(iv.low)), float(spx.expit(iv.high)), int(v.size))
 
 
 def accuracy_summary(df: pd.DataFrame, by: str = "mode", columns=METRICS) -> pd.DataFrame:
@@ -392,8 +394,7 @@ def findings(df: pd.DataFrame) -> Findings:
     else:
         f2 = "does not hold"
     falls = no_verdict(n) if n < MIN_VERDICT_SEEDS else verdict(bool(drop.low > 0))
-    eps = 0.5 / (n_eval or 1000)
-    centre = float(spx.expit(np.mean(spx.logit(np.clip(after.to_numpy(dtype=float), eps, 1 - eps)))))
+    centre = bounded_interval(after, n_eval, logit_centre=True).mean
     gaps = {p: mean_ci(paired(df, "task_b", "mode", "train_mode", p)) for p in ("backbone_eval", "all_eval")}
     exact = lambda ok: verdict(bool(ok))
     tb = piv["task_b"]
@@ -421,8 +422,8 @@ class DriftFindings:
     prediction is above every layer's floor. ``weight_12`` / ``weight_last`` per layer: the mean over
     seeds at step 12 / ``last_step``, with 95% Student-t bounds ``*_low`` / ``*_high`` (per layer) and
     ``*_low_min`` / ``*_high_max`` over layers. The agreement with ``(1 - m)^t`` is a check of the
-    code (it is the moving average's definition applied to batch means); its only empirical content is
-    that the projected batch means are unbiased.
+    moving average's definition, but the measured weight is a statistical comparison: it depends on the
+    projected batch means being unbiased and on the estimated target mean (an error there biases it upward).
     """
 
     floor: pd.Series
