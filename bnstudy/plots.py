@@ -1204,12 +1204,12 @@ def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> 
             what = f"main run: {EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr {r['lr']:g} (reported seeds)"
         else:
             what = f"{EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr chosen on validation (all seeds)"
-        p = "-" if pd.isna(r["p"]) else f"{r['p']:.3f}"
-        ph = "-" if pd.isna(r["p_holm"]) else f"{r['p_holm']:.3f}"
+        p = "-" if pd.isna(r["p"]) else "< 0.001" if r["p"] < 0.001 else f"{r['p']:.3f}"
+        ph = "-" if pd.isna(r["p_holm"]) else "< 0.001" if r["p_holm"] < 0.001 else f"{r['p_holm']:.3f}"
         rows.append({"head": what, "steps": int(r["step"]), "seeds": int(r["n"]),
                      "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
                      "p": p, "p (Holm)": ph, "verdict": r["verdict"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).set_index("head")  # the row label, not a 0, 1, 2 index
 
 
 def ch01_sensitivity_display(sens: pd.DataFrame) -> pd.DataFrame:
@@ -1217,7 +1217,7 @@ def ch01_sensitivity_display(sens: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{"L2 penalty": f"{r['l2']:g}", "fit samples": int(r["n_fit"]), "seeds": int(r["n"]),
                           "train_mode path": f"{r['acc_batch_stats']:.3f}", "pinned path": f"{r['acc_pinned']:.3f}",
                           "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
-                          "verdict": r["verdict"]} for _, r in sens.iterrows()])
+                          "verdict": r["verdict"]} for _, r in sens.iterrows()]).set_index("L2 penalty")
 
 
 def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
@@ -1229,7 +1229,7 @@ def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
             f"selected at {int(r['step'])} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
                                                                    else f" ({r['position']} tried)")
             for _, r in g.iterrows()}
-    return pd.DataFrame(out).T.rename_axis("head").reset_index()
+    return pd.DataFrame(out).T.rename_axis("head")
 
 
 def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: float, chance_factor: float = 1.5):

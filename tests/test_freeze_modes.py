@@ -40,7 +40,8 @@ def test_findings_flip_when_the_data_say_otherwise():
     tb = dict(train_mode=(0.40, 0.30, 0.35), backbone_eval=(0.35, 0.36, 0.34), all_eval=(0.35, 0.36, 0.34),
               separate_stats=(0.50, 0.41, 0.47))
     f = ch.findings(table(task_a_after_tm=(0.5, 0.55, 0.52), task_b=tb, logit_sep=1e-7))
-    assert f.f2_chance == "holds in part"          # far below 0.9, not near chance
+    assert f.f2_chance == "does not hold"          # task A fell, but no seed reached chance
+    assert f.f2_task_a_falls == "holds"
     assert f.c_separate_exact == "does not hold"   # a logit moved by 1e-7: exact means == 0
     assert f.c_separate_matches_b == "does not hold"  # separate beats train_mode in every seed
 
@@ -405,3 +406,64 @@ def test_the_sweeps_heads_equal_the_engines_transfer_exactly():
         assert res[f"buffer_mean_abs_l{i}"] == pytest.approx(row[f"drift_mean_l{i}"], rel=1e-5)
         assert res[f"buffer_var_abs_l{i}"] == pytest.approx(row[f"drift_var_l{i}"], rel=1e-5)
         assert res[f"buffer_mean_sd_l{i}"] > 0 and res[f"buffer_log_var_l{i}"] > 0
+
+
+def test_holds_in_part_needs_half_the_seeds_at_chance_and_can_fail():
+    f = ch.findings(table(task_a_after_tm=(0.137, 0.403, 0.100)))   # 2 of 3 at chance
+    assert f.f2_chance == "holds in part"
+    f = ch.findings(table(task_a_after_tm=(0.137, 0.403, 0.300)))   # 1 of 3 at chance
+    assert f.f2_chance == "does not hold" and f.f2_task_a_falls == "holds" and f.n_near_chance == 1
+
+
+def test_the_logit_interval_is_printed_with_its_own_centre():
+    v = (0.137, 0.403, 0.100)
+    f = ch.findings(table(task_a_after_tm=v))
+    want = float(ch.spx.expit(np.mean(ch.spx.logit(v))))
+    assert f.task_a_after_tm_logit_centre == pytest.approx(want)
+    assert f.task_a_after_tm_ci.low < want < f.task_a_after_tm_ci.high
+    assert want < f.task_a_after_tm_ci.mean  # the plain mean lies above the logit-scale centre here
+    centred = ch.bounded_interval(v, logit_centre=True)
+    assert centred.mean == pytest.approx(want) and (centred.low, centred.high) == (f.task_a_after_tm_ci.low,
+                                                                                 f.task_a_after_tm_ci.high)
+
+
+def test_p_values_below_a_thousandth_print_as_a_bound():
+    assert ch.p_text(0.0004) == "< 0.001" and ch.p_text(0.0104) == "= 0.010" and ch.p_text(math.nan) == "not computed"
+
+
+def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_individually():
+    f = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
+    assert f.sens_verdicts == {"l2_1e-04_n4000": "tie", "l2_1e-02_n1000": "pinned worse"}
+    assert (f.sens_n, f.sens_n_agree) == (2, 1)
+    assert f.sens_dissent == "L2 1e-02 with 1000 samples: pinned worse"
+    # unseen: seeds 1, 2, 201, 202 (gaps -0.002, 0.002, -0.002, 0.002)
+    assert f.unseen_n == 4 and f.seen_n == 2 and f.unseen.mean == pytest.approx(0.0) and f.unseen_verdict == "tie"
+    assert f.primary_p_tost_text == "< 0.001"
+    # trained heads: sgd pinned worse at both checkpoints, adam not resolved
+    assert (f.trained_n, f.trained_n_worse, f.trained_verdict) == (4, 2, "reproduced in 2 of 4 tests")
+    assert f.trained_min == pytest.approx(-1 / 300) and f.trained_max == pytest.approx(0.11)
+    every = ch.optimizer_findings(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800)
+    assert every.trained_verdict == "reproduced" and every.unseen_n == 1 and every.unseen_verdict == "no verdict (1 seeds)"
+
+
+def test_drift_excess_is_measured_minus_prediction():
+    drift = pd.DataFrame([dict(seed=s, layer=l, step=t, weight=0.9 ** t + (0.01 if l == "block 2" else 0.0))
+                          for s in range(3) for l in ("block 1", "block 2") for t in (12, 700, 800)])
+    d = ch.drift_findings(drift, 0.1, 800)
+    assert d.excess_12["block 1"] == pytest.approx(0.0, abs=1e-12) and d.excess_12["block 2"] == pytest.approx(0.01)
+
+
+def test_buffer_criteria_per_block_and_the_contrasts_log_variance():
+    b = ch.buffer_findings(buffers((2.0, 3.0, 4.0), (1.0, 2.0, 1.5)), contrast=5.0)
+    assert b.means_move_by_layer == {"block 1": "holds", "block 2": "does not hold"}  # seed 0: 2.0 / 2 is not above 1
+    assert b.vars_move_by_layer == {"block 1": "holds", "block 2": "does not hold"}  # 0.5 / 2 < log 2
+    assert b.contrast_log_var == pytest.approx(math.log(25))
+    assert math.isnan(ch.buffer_findings(buffers()).contrast_log_var)
+
+
+def test_display_tables_print_small_p_values_as_a_bound_and_label_their_rows():
+    from bnstudy import plots
+    ex = ch.exploratory_tests(sweep_table(), 800)
+    d = plots.ch01_exploratory_display(ex.assign(p=1e-5, p_holm=4e-5))
+    assert (d["p"] == "< 0.001").all() and (d["p (Holm)"] == "< 0.001").all() and d.index.name == "head"
+    assert plots.ch01_sensitivity_display(ch.reference_sensitivity(sweep_table())).index.name == "L2 penalty"
