@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -213,7 +214,12 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
                 # backends, "dask" and "ray", on first use.
                 if ex.backend == "ray":
                     _register_ray()
-                with joblib.parallel_config(backend=ex.backend, n_jobs=min(n_jobs, len(pending))):
+                with joblib.parallel_config(backend=ex.backend, n_jobs=min(n_jobs, len(pending))), \
+                        warnings.catch_warnings():
+                    # loky restarts a worker whose memory grew (its leak check) or that idled out, starts a
+                    # replacement, and warns that the worker "stopped while some jobs were given": no job is
+                    # lost (the queue is kept). Chapter 6's full run printed it into the book page.
+                    warnings.filterwarnings("ignore", message=LOKY_RESTART_WARNING, category=UserWarning)
                     for n in _parallel()(jobs):
                         bar.update(n)
         finally:
@@ -225,6 +231,10 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
             raise RuntimeError(f"run_sweep: no cached result for config {c} after the sweep")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+#: The start of loky's warning when it replaces a stopped worker (a regex for ``warnings.filterwarnings``).
+LOKY_RESTART_WARNING = "A worker stopped while some jobs were given to the executor"
 
 
 # --- issue 9: cluster backends -------------------------------------------------------------------------------------

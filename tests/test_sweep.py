@@ -147,3 +147,25 @@ def test_sweep_runs_on_a_local_dask_cluster(tmp_path):
         on_dask = _tiny_run(tmp_path / "dask", backend="dask")
     local = _tiny_run(tmp_path / "loky", n_jobs=1)
     pd.testing.assert_frame_equal(_comparable(on_dask), _comparable(local))
+
+
+def test_loky_restart_warning_filter_matches_the_text_loky_emits():
+    """The filter in run_sweep silences loky's worker-replacement warning; it must match loky's own text."""
+    import inspect
+    import re
+    import warnings
+
+    from joblib.externals.loky import process_executor
+
+    from bnstudy.sweep import LOKY_RESTART_WARNING
+
+    src = inspect.getsource(process_executor)
+    i = src.index("A worker stopped")
+    emitted = "".join(re.findall(r'"([^"]*)"', src[i - 1:i + 200])[:2])
+    assert emitted.startswith(LOKY_RESTART_WARNING)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message=LOKY_RESTART_WARNING, category=UserWarning)
+        warnings.warn(emitted, UserWarning)
+        warnings.warn("another warning", UserWarning)
+    assert [str(w.message) for w in seen] == ["another warning"]
