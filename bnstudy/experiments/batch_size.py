@@ -385,14 +385,22 @@ def _diag_group(configs: list[DiagConfig], cache_root: str, version: str) -> lis
 
 # --- the experiment -----------------------------------------------------------------------------------------------
 
+#: Share the draws of a seed and target among its fine-tuning runs (:class:`bnstudy.engine.FinetuneData`); ``False``
+#: lets every run draw its own, the reference the tests compare with (rows ``==``).
+SHARE_DATA = True
+
+
 def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str) -> list[dict]:
-    """Fine-tuning rows for configs of one seed and target (a run_sweep group): sources loaded once."""
+    """Fine-tuning rows for configs of one seed and target (a run_sweep group): sources loaded once, the task-B
+    stream, AdaBN images and held-out sets drawn once (:data:`SHARE_DATA`)."""
+    from ..engine import FinetuneData
     sources: dict = {}
+    data = FinetuneData() if SHARE_DATA else None
     rows = []
     for c in configs:
         if c.source not in sources:
             sources[c.source] = load_source(c.source, cache_root, version)
-        rows.append(finetune(c, sources[c.source]))
+        rows.append(finetune(c, sources[c.source], data=data))
     return rows
 
 
@@ -416,8 +424,8 @@ def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFram
     diag = run_sweep(config.diag_configs(), _diag_group, namespace=DIAG_NAMESPACE, desc="noise, precise BN, mismatch",
                      **kw)
     groups: dict = {}
-    for i, c in enumerate(cfgs):
-        groups.setdefault((c.seed, c.brightness, c.contrast, c.batch_size), []).append(i)
+    for i, c in enumerate(cfgs):  # one group per seed and target: every batch size shares the draws
+        groups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
     df = run_sweep(cfgs, _finetune_group, namespace=NAMESPACE, groups=list(groups.values()),
                    desc="fine-tuning", **kw)
     names = {v: k for k, v in TARGETS.items()}
