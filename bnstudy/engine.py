@@ -428,12 +428,61 @@ def lockstep_groups(configs: list[RunConfig]) -> list[list[int]]:
     return list(groups.values())
 
 
+#: Split lockstep groups when a sweep has fewer than this many groups per worker and they do not divide evenly
+#: among the workers (:func:`split_groups`).
+SPLIT_BELOW_PER_WORKER = 4
+
+
+def sweep_workers(execution: Execution | None = None) -> int:
+    """The worker processes :func:`bnstudy.sweep.run_sweep` uses for ``execution`` (1 for the sequential backend)."""
+    import os
+    ex = execution or Execution()
+    if ex.backend == "sequential":
+        return 1
+    if ex.n_jobs is not None:
+        return ex.n_jobs
+    return 1 if torch.cuda.is_available() else (os.cpu_count() or 1)
+
+
+def split_groups(configs: list[RunConfig], groups: list[list[int]], workers: int) -> list[list[int]]:
+    """``groups`` (lockstep groups, indices into ``configs``) split so that ``workers`` processes all have work.
+
+    Unchanged when there is one worker, when the groups divide evenly among the workers, or when there are at
+    least :data:`SPLIT_BELOW_PER_WORKER` per worker (the last round's idle share is then small). Otherwise
+    every group is split into ``workers`` sub-groups: its runs are bundled by everything but the freeze mode
+    (so the modes of a head/optimizer/learning rate keep sharing backbone forwards) and the bundles dealt,
+    largest step count first, to the sub-group with the fewest steps so far. A sub-group of a lockstep group
+    is itself one (same seed, shift and stream), and a lockstep run's row does not depend on its companions
+    (``tests/test_engine.py``), so rows are ``==``; only the stream draws and shared forwards are repeated
+    per sub-group. Chapter 4's learning-rate search (3 tuning seeds, 2 workers): 3 groups become 6.
+    """
+    if workers <= 1 or len(groups) % workers == 0 or len(groups) >= SPLIT_BELOW_PER_WORKER * workers:
+        return groups
+    out = []
+    for g in groups:
+        bundles: dict = {}
+        for i in g:
+            c = configs[i]
+            bundles.setdefault(tuple(getattr(c, k) for k in LOCKSTEP_FREE if k != "mode"), []).append(i)
+        if len(bundles) < workers:
+            bundles = {i: [i] for i in g}
+        parts: list[list[int]] = [[] for _ in range(min(workers, len(bundles)))]
+        load = [0] * len(parts)
+        for b in sorted(bundles.values(), key=lambda b: -sum(configs[i].steps for i in b)):
+            j = load.index(min(load))
+            parts[j].extend(b)
+            load[j] += sum(configs[i].steps for i in b)
+        out.extend(sorted(p) for p in parts)
+    return out
+
+
 def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Execution | None = None,
                    version: str | None = None, desc: str | None = None) -> pd.DataFrame:
     """Stage 1 (cached per distinct source) then stage 2 for every config; one row per config, in order.
 
     Runs in parallel and resumes from the run cache (:func:`bnstudy.sweep.run_sweep`); the runs
-    of one seed and shift run in lockstep (:func:`transfer`). ``version`` fixes the code
+    of one seed and shift run in lockstep (:func:`transfer`), split into sub-groups where workers would
+    otherwise idle (:func:`split_groups`). ``version`` fixes the code
     version of every cache key (default: now).
     """
     if not configs:
@@ -446,7 +495,8 @@ def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Executio
     version = version or code_version()
     ensure_sources([c.source for c in configs], ex, version)
     kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
-    return run_sweep(configs, _stage2_group, namespace=namespace, groups=lockstep_groups(configs),
+    groups = split_groups(configs, lockstep_groups(configs), sweep_workers(ex))
+    return run_sweep(configs, _stage2_group, namespace=namespace, groups=groups,
                      desc=desc or f"stage 2 ({namespace})", **kw)
 
 
