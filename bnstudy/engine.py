@@ -546,10 +546,13 @@ class FinetuneData:
     (``torch.cat`` of the same draws), so every row is ``==`` to the unshared path
     (``tests/test_batch_size.py::test_shared_finetune_data_rows_equal_runs_made_alone``).
 
-    Measured (1 torch thread, CPU seconds, 2-core machine at load ~6): drawing the 4096-sample stream takes
-    0.22-0.26 s and the two held-out sets 0.12 s per run, against 0.6 s (batch 256) to 6.3 s (batch 2) of
-    training; over chapter 5's 8 strategies x 8 batch sizes of one seed and target, shared draws took the
-    group from X s to Y s (``make bench``, section "sharing levers").
+    Measured 2026-11-30 (1 torch thread, CPU seconds, the 2-core machine at load 6-14, so +-15%): drawing the
+    4096-sample stream takes 0.22-0.26 s and the two held-out sets 0.12 s per run, against 0.6 s (batch 256) to
+    6.3 s (batch 2) of training. Full-profile runs (4096 samples) of stats_frozen and bn_train at batch 2, 16
+    and 256, in one process: 21.9 s shared against 25.2 s unshared (1.15x); at batch 256 alone 1.70 s against
+    2.29 s (1.35x). ``make bench`` repeats the measurement (section "sharing levers", 1024 samples). The
+    per-step cost (forward, backward, SGD at batch 2: about 3 ms, of which the optimizer step about 14%) is
+    untouched: every strategy trains its own weights, so no forward can be shared.
     """
 
     def __init__(self):
