@@ -180,8 +180,11 @@ def sharing_ratios(steps: int = 100) -> pd.DataFrame:
     * chapter 4's grid: 5 heads x 3 optimizers x 4 modes of one seed as one lockstep group (shared stream and
       backbone forwards) against 15 mode-only groups;
     * chapter 7's stage 2 (ResNet-18 and MobileNetV3-small, 4 modes, batch 32): pinned modes on a feature table
-      of the set and one shared train-mode forward, against every mode running its own model each step.
-    Rows are ``==`` in both cases (tests/test_engine.py, tests/test_real_data.py); only time differs.
+      of the set and one shared train-mode forward, against every mode running its own model each step;
+    * chapter 5's fine-tuning group of one seed and target (:func:`ch5_group_ratio`): stream, AdaBN images and
+      held-out sets drawn once, against every run drawing its own.
+    Rows are ``==`` in every case (tests/test_engine.py, tests/test_real_data.py, tests/test_batch_size.py); only
+    time differs.
     """
     from bnstudy.data import corrupted_task_b, digits_tasks, normalise, pixel_statistics
     from bnstudy.experiments import real_data as rd
