@@ -454,7 +454,10 @@ def split_groups(configs: list[RunConfig], groups: list[list[int]], workers: int
     largest step count first, to the sub-group with the fewest steps so far. A sub-group of a lockstep group
     is itself one (same seed, shift and stream), and a lockstep run's row does not depend on its companions
     (``tests/test_engine.py``), so rows are ``==``; only the stream draws and shared forwards are repeated
-    per sub-group. Chapter 4's learning-rate search (3 tuning seeds, 2 workers): 3 groups become 6.
+    per sub-group. Chapter 4's learning-rate search (3 tuning seeds, 2 workers): 3 groups become 6, so the
+    makespan falls from 2 group-times to 1.5 (1.33x), less what splitting costs. Measured 2026-11-30 (1 thread, CPU
+    seconds, load ~14, +-15%): chapter 4's 5 heads x 3 optimizers x 4 modes, 100 steps, as one group 17.1 s, as the
+    two sub-groups this makes 7.8 + 7.0 = 14.9 s, i.e. no cost measurable above the noise.
     """
     if workers <= 1 or len(groups) % workers == 0 or len(groups) >= SPLIT_BELOW_PER_WORKER * workers:
         return groups

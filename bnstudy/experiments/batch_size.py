@@ -65,6 +65,11 @@ PRECISE_BATCH_SIZES = (2, 32)
 CLAIM_RANGE = (1e3, 1e4)
 
 #: The profiles' sizes (the only place they are set).
+#: Full-profile cost (issue 9, measured 2026-11-30, 1 torch thread, CPU seconds on the 2-core machine at load 6-15):
+#: one (seed, target, strategy) over the 8 batch sizes at 4096 samples costs 19.2 s (stats_frozen), 21.5 s
+#: (bn_train), about 21 s (adabn) and about 15.5 s (per-sample norms; batch 2: 5.7 s against 7.5 s), of which batch 2
+#: is 40%; so about 142 CPU-s per (seed, target), 2850 CPU-s for the 20 groups, about 24 min of fine-tuning on 2
+#: idle workers; stage 1 (30 sources) and the diagnostics add an estimated 5-10 min (not measured).
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
                   precise_samples=(32, 128, 512, 2048), precise_pool=4096),
