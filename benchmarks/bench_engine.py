@@ -180,8 +180,11 @@ def sharing_ratios(steps: int = 100) -> pd.DataFrame:
     * chapter 4's grid: 5 heads x 3 optimizers x 4 modes of one seed as one lockstep group (shared stream and
       backbone forwards) against 15 mode-only groups;
     * chapter 7's stage 2 (ResNet-18 and MobileNetV3-small, 4 modes, batch 32): pinned modes on a feature table
-      of the set and one shared train-mode forward, against every mode running its own model each step.
-    Rows are ``==`` in both cases (tests/test_engine.py, tests/test_real_data.py); only time differs.
+      of the set and one shared train-mode forward, against every mode running its own model each step;
+    * chapter 5's fine-tuning group of one seed and target (:func:`ch5_group_ratio`): stream, AdaBN images and
+      held-out sets drawn once, against every run drawing its own.
+    Rows are ``==`` in every case (tests/test_engine.py, tests/test_real_data.py, tests/test_batch_size.py); only
+    time differs.
     """
     from bnstudy.data import corrupted_task_b, digits_tasks, normalise, pixel_statistics
     from bnstudy.experiments import real_data as rd
@@ -217,9 +220,31 @@ def sharing_ratios(steps: int = 100) -> pd.DataFrame:
             cpu[share] = time.process_time() - c0
         engine.SHARE_FEATURES = True
         recs.append(dict(lever=f"ch7 {network} shared forwards", shared_cpu_s=cpu[True], unshared_cpu_s=cpu[False]))
+    recs.append(ch5_group_ratio())
     out = pd.DataFrame(recs).set_index("lever")
     out["speedup"] = out["unshared_cpu_s"] / out["shared_cpu_s"]
     return out
+
+
+def ch5_group_ratio(samples: int = 1024, batch_sizes=(2, 4, 8, 16, 32, 64, 128, 256),
+                    strategies=("stats_frozen", "adabn", "bn_train", "group_pretrained")) -> dict:
+    """Chapter 5's fine-tuning group of one seed and target (``strategies`` x ``batch_sizes``, ``samples`` per run,
+    the full profile's other settings) with the draws shared (:class:`bnstudy.engine.FinetuneData`) against every
+    run drawing its own; 1 thread, CPU seconds. Rows are ``==`` (tests/test_batch_size.py)."""
+    from bnstudy.config import FinetuneConfig, SourceConfig, STRATEGY_NORM
+    torch.set_num_threads(1)
+    srcs = {n: engine.train_source(SourceConfig(seed=0, norm=n, stage1_steps=20)) for n in ("batch", "group")}
+    cfgs = [FinetuneConfig(seed=0, stage1_steps=20, norm=STRATEGY_NORM[st], strategy=st, batch_size=b,
+                           samples=samples, lr=0.01 * b / 32) for b in batch_sizes for st in strategies]
+    cpu = {}
+    for share in (True, False):
+        data = engine.FinetuneData() if share else None
+        c0 = time.process_time()
+        for c in cfgs:
+            engine.finetune(c, srcs[c.norm], data=data)
+        cpu[share] = time.process_time() - c0
+    return dict(lever=f"ch5 one seed x target, {len(strategies)} strategies x {len(batch_sizes)} batch sizes, "
+                      f"{samples} samples: shared draws", shared_cpu_s=cpu[True], unshared_cpu_s=cpu[False])
 
 
 def main(argv=None):

@@ -428,12 +428,64 @@ def lockstep_groups(configs: list[RunConfig]) -> list[list[int]]:
     return list(groups.values())
 
 
+#: Split lockstep groups when a sweep has fewer than this many groups per worker and they do not divide evenly
+#: among the workers (:func:`split_groups`).
+SPLIT_BELOW_PER_WORKER = 4
+
+
+def sweep_workers(execution: Execution | None = None) -> int:
+    """The worker processes :func:`bnstudy.sweep.run_sweep` uses for ``execution`` (1 for the sequential backend)."""
+    import os
+    ex = execution or Execution()
+    if ex.backend == "sequential":
+        return 1
+    if ex.n_jobs is not None:
+        return ex.n_jobs
+    return 1 if torch.cuda.is_available() else (os.cpu_count() or 1)
+
+
+def split_groups(configs: list[RunConfig], groups: list[list[int]], workers: int) -> list[list[int]]:
+    """``groups`` (lockstep groups, indices into ``configs``) split so that ``workers`` processes all have work.
+
+    Unchanged when there is one worker, when the groups divide evenly among the workers, or when there are at
+    least :data:`SPLIT_BELOW_PER_WORKER` per worker (the last round's idle share is then small). Otherwise
+    every group is split into ``workers`` sub-groups: its runs are bundled by everything but the freeze mode
+    (so the modes of a head/optimizer/learning rate keep sharing backbone forwards) and the bundles dealt,
+    largest step count first, to the sub-group with the fewest steps so far. A sub-group of a lockstep group
+    is itself one (same seed, shift and stream), and a lockstep run's row does not depend on its companions
+    (``tests/test_engine.py``), so rows are ``==``; only the stream draws and shared forwards are repeated
+    per sub-group. Chapter 4's learning-rate search (3 tuning seeds, 2 workers): 3 groups become 6, so the
+    makespan falls from 2 group-times to 1.5 (1.33x), less what splitting costs. Measured 2026-11-30 (1 thread, CPU
+    seconds, load ~14, +-15%): chapter 4's 5 heads x 3 optimizers x 4 modes, 100 steps, as one group 17.1 s, as the
+    two sub-groups this makes 7.8 + 7.0 = 14.9 s, i.e. no cost measurable above the noise.
+    """
+    if workers <= 1 or len(groups) % workers == 0 or len(groups) >= SPLIT_BELOW_PER_WORKER * workers:
+        return groups
+    out = []
+    for g in groups:
+        bundles: dict = {}
+        for i in g:
+            c = configs[i]
+            bundles.setdefault(tuple(getattr(c, k) for k in LOCKSTEP_FREE if k != "mode"), []).append(i)
+        if len(bundles) < workers:
+            bundles = {i: [i] for i in g}
+        parts: list[list[int]] = [[] for _ in range(min(workers, len(bundles)))]
+        load = [0] * len(parts)
+        for b in sorted(bundles.values(), key=lambda b: -sum(configs[i].steps for i in b)):
+            j = load.index(min(load))
+            parts[j].extend(b)
+            load[j] += sum(configs[i].steps for i in b)
+        out.extend(sorted(p) for p in parts)
+    return out
+
+
 def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Execution | None = None,
                    version: str | None = None, desc: str | None = None) -> pd.DataFrame:
     """Stage 1 (cached per distinct source) then stage 2 for every config; one row per config, in order.
 
     Runs in parallel and resumes from the run cache (:func:`bnstudy.sweep.run_sweep`); the runs
-    of one seed and shift run in lockstep (:func:`transfer`). ``version`` fixes the code
+    of one seed and shift run in lockstep (:func:`transfer`), split into sub-groups where workers would
+    otherwise idle (:func:`split_groups`). ``version`` fixes the code
     version of every cache key (default: now).
     """
     if not configs:
@@ -446,7 +498,8 @@ def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Executio
     version = version or code_version()
     ensure_sources([c.source for c in configs], ex, version)
     kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
-    return run_sweep(configs, _stage2_group, namespace=namespace, groups=lockstep_groups(configs),
+    groups = split_groups(configs, lockstep_groups(configs), sweep_workers(ex))
+    return run_sweep(configs, _stage2_group, namespace=namespace, groups=groups,
                      desc=desc or f"stage 2 ({namespace})", **kw)
 
 
@@ -483,6 +536,54 @@ def _unit_batches(task, n: int, batch_size: int, gen: torch.Generator):
             xs, ys = zip(*(unit.next() for _ in range(per)))
             x, y = torch.cat(xs), torch.cat(ys)
         yield x, y
+
+
+class FinetuneData:
+    """The draws that the fine-tuning runs of one seed and target share, made once (issue 9's chapter-5 lever).
+
+    Every :func:`finetune` run of a seed and target sees the same task-B images in the same order at every
+    batch size (:data:`FINETUNE_UNIT`-sample draws), the same AdaBN images, and the same held-out sets; only
+    how the stream is cut into batches differs. Passed to :func:`finetune` (``data=``), this object draws each
+    stream once, as one ``(n, 3, 32, 32)`` tensor of the unit draws concatenated, and hands out batches as
+    slices of it; a run with ``data=None`` draws its own. The batches are equal element for element
+    (``torch.cat`` of the same draws), so every row is ``==`` to the unshared path
+    (``tests/test_batch_size.py::test_shared_finetune_data_rows_equal_runs_made_alone``).
+
+    Measured 2026-11-30 (1 torch thread, CPU seconds, the 2-core machine at load 6-14, so +-15%): drawing the
+    4096-sample stream takes 0.22-0.26 s and the two held-out sets 0.12 s per run, against 0.6 s (batch 256) to
+    6.3 s (batch 2) of training. Full-profile runs (4096 samples) of stats_frozen and bn_train at batch 2, 16
+    and 256, in one process: 21.9 s shared against 25.2 s unshared (1.15x); at batch 256 alone 1.70 s against
+    2.29 s (1.35x). ``make bench`` repeats the measurement (section "sharing levers", 1024 samples). The
+    per-step cost (forward, backward, SGD at batch 2: about 3 ms, of which the optimizer step about 14%) is
+    untouched: every strategy trains its own weights, so no forward can be shared.
+    """
+
+    def __init__(self):
+        self._cache: dict = {}
+
+    def _get(self, key, build):
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def eval_set(self, task, task_key: tuple, n: int, seed: int, tag: str):
+        """:func:`bnstudy.tasks.eval_set`, drawn once per ``task_key`` (what :func:`bnstudy.tasks.make_task` was
+        given for ``task``), size, seed and tag."""
+        return self._get(("eval", task_key, n, seed, tag), lambda: eval_set(task, n, seed, tag))
+
+    def batches(self, task, task_key: tuple, n: int, batch_size: int, seed_parts: tuple):
+        """:func:`_unit_batches` of ``task`` (made from ``task_key``) from ``generator(*seed_parts)``, cut from one
+        shared draw of ``n`` samples."""
+        if batch_size % FINETUNE_UNIT:
+            yield from _unit_batches(task, n, batch_size, generator(*seed_parts))
+            return
+
+        def draw():
+            xs, ys = zip(*_unit_batches(task, n, FINETUNE_UNIT, generator(*seed_parts)))
+            return torch.cat(xs), torch.cat(ys)
+        x, y = self._get(("stream", task_key, n, seed_parts), draw)
+        for i in range(0, n - n % batch_size, batch_size):
+            yield x[i:i + batch_size], y[i:i + batch_size]
 
 
 def apply_strategy(backbone: torch.nn.Module, strategy: str, adabn_batches=None) -> torch.nn.Module:
@@ -538,7 +639,7 @@ def train_mode_logits(model: torch.nn.Module, x: torch.Tensor, batch_size: int, 
     return out
 
 
-def finetune(cfg, source: dict, device=None) -> dict:
+def finetune(cfg, source: dict, device=None, data: FinetuneData | None = None) -> dict:
     """Fine-tune the whole backbone and a new linear head on task B under ``cfg.strategy``; one results row.
 
     ``cfg``: a :class:`bnstudy.config.FinetuneConfig`; ``source``: the :func:`train_source` output of
@@ -547,7 +648,9 @@ def finetune(cfg, source: dict, device=None) -> dict:
     Adam at ``cfg.lr`` on every parameter of backbone and head B that requires a gradient; head A is
     not trained) on batches of the stream ``(seed, "finetune", "B")``, built from 2-sample draws so
     that every batch size sees the same images (:data:`FINETUNE_UNIT`); close and shifted targets of a
-    seed share those images, shifted. AdaBN's batches come from ``(seed, "adabn", "B")``.
+    seed share those images, shifted. AdaBN's batches come from ``(seed, "adabn", "B")``. ``data``: a
+    :class:`FinetuneData` shared by the runs of a seed and target (the same rows, drawn once); ``None``
+    draws everything for this run alone.
 
     Row: the config's fields, ``steps``, ``task_a_before`` (head A on the prepared backbone, eval mode,
     before training: what the strategy itself costs the source), ``task_a_after`` (source retention),
@@ -565,12 +668,22 @@ def finetune(cfg, source: dict, device=None) -> dict:
     head_a.load_state_dict(source["head_a"])
     head_b = seeded((c.seed, "init", "head_b", "linear"), lambda: make_head("linear", backbone.out_features,
                                                                              c.n_classes))
-    task_a = make_task(c.seed, "A", c.n_classes, c.noise)
-    task_b = make_task(c.seed, "B", c.n_classes, c.noise, c.brightness, c.contrast)
-    eval_a, eval_b = eval_set(task_a, c.n_eval, c.seed, "A"), eval_set(task_b, c.n_eval, c.seed, "B")
+    key_a, key_b = (c.seed, "A", c.n_classes, c.noise), (c.seed, "B", c.n_classes, c.noise, c.brightness, c.contrast)
+    task_a, task_b = make_task(*key_a), make_task(*key_b)
+    if data is None:
+        eval_a, eval_b = eval_set(task_a, c.n_eval, c.seed, "A"), eval_set(task_b, c.n_eval, c.seed, "B")
+
+        def batches(n, tag):
+            return _unit_batches(task_b, n, c.batch_size, generator(c.seed, tag, "B"))
+    else:
+        eval_a = data.eval_set(task_a, key_a, c.n_eval, c.seed, "A")
+        eval_b = data.eval_set(task_b, key_b, c.n_eval, c.seed, "B")
+
+        def batches(n, tag):
+            return data.batches(task_b, key_b, n, c.batch_size, (c.seed, tag, "B"))
     adabn = None
     if c.strategy == "adabn":
-        adabn = [x for x, _ in _unit_batches(task_b, c.adabn_samples, c.batch_size, generator(c.seed, "adabn", "B"))]
+        adabn = [x for x, _ in batches(c.adabn_samples, "adabn")]
     backbone = apply_strategy(backbone, c.strategy, adabn).to(device)
     head_a, head_b = head_a.to(device), head_b.to(device)
     for p in head_a.parameters():
@@ -581,8 +694,7 @@ def finetune(cfg, source: dict, device=None) -> dict:
     params = [p for p in model_b.parameters() if p.requires_grad]
     opt = make_optimizer(c.optimizer, params, c.lr)
     losses = []
-    for step, (x, y) in enumerate(_unit_batches(task_b, c.samples, c.batch_size,
-                                                generator(c.seed, "finetune", "B")), start=1):
+    for step, (x, y) in enumerate(batches(c.samples, "finetune"), start=1):
         losses.append(float(train_step(model_b, model_b, opt, step, x, y, c.epoch_steps, device)))
     model_b.eval()
     target = accuracy(logits_of(model_b, eval_b[0], device), eval_b[1])

@@ -152,6 +152,26 @@ def test_finetune_same_images_across_batch_sizes():
     assert torch.equal(a, b)
 
 
+def test_shared_finetune_data_rows_equal_runs_made_alone(tmp_path, monkeypatch):
+    """Issue 9's chapter-5 lever: one group per seed and target drawing the stream, AdaBN images and held-out
+    sets once (:class:`engine.FinetuneData`) gives rows ``==`` to every run drawing its own."""
+    from bnstudy.config import Execution
+    from bnstudy.sweep import code_version
+    kw = dict(TINY, samples=16, adabn_samples=10)  # 10: not a multiple of every batch size
+    cfgs = [FinetuneConfig(**kw, norm=bs.STRATEGY_NORM[st], strategy=st, batch_size=b, lr=0.01 * b / 4,
+                           brightness=br, contrast=ct)
+            for br, ct in bs.TARGETS.values() for b in (2, 4, 8) for st in bs.STRATEGIES]
+    cfgs.append(FinetuneConfig(**kw, norm="batch", strategy="stats_frozen", batch_size=1))  # odd: the unit path
+    root, version = str(tmp_path), code_version()
+    engine.ensure_sources([c.source for c in cfgs], Execution(cache_dir=root, n_jobs=1, progress=False), version)
+    shared = bs._finetune_group(cfgs, root, version)
+    monkeypatch.setattr(bs, "SHARE_DATA", False)
+    alone = bs._finetune_group(cfgs, root, version)
+    for a, b in zip(shared, alone):
+        a.pop("wall_s"), b.pop("wall_s")
+        assert a == b
+
+
 def test_train_mode_logits_leave_model_untouched_and_order_rows():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).eval()

@@ -84,6 +84,32 @@ def test_lockstep_across_heads_optimizers_and_step_counts_equals_runs_made_alone
                 assert alone[k] == row[k], (c.mode, c.head, c.steps, k)
 
 
+def test_split_groups_keeps_every_worker_busy_and_rows_equal():
+    # Issue 9: 3 lockstep groups on 2 workers (chapter 4's learning-rate search) become 6 sub-groups, modes of a
+    # head/optimizer/lr kept together; each sub-group's rows are == the whole group's.
+    variants = [dict(head="linear", optimizer="sgd", lr=0.05, steps=20),
+                dict(head="mlp_bn", optimizer="adam", lr=0.003, steps=20),
+                dict(head="linear", optimizer="sgd", lr=0.05, steps=8)]
+    cfgs = [RunConfig(**{**SMALL, **v}, seed=s, mode=m) for s in (0, 1, 2) for v in variants for m in MODE_NAMES]
+    groups = engine.lockstep_groups(cfgs)
+    assert len(groups) == 3
+    split = engine.split_groups(cfgs, groups, 2)
+    assert len(split) == 6 and sorted(i for g in split for i in g) == list(range(len(cfgs)))
+    for g in split:
+        assert len(engine.lockstep_groups([cfgs[i] for i in g])) == 1
+        assert {cfgs[i].mode for i in g} == set(MODE_NAMES)  # whole bundles
+    assert engine.split_groups(cfgs, groups, 1) == groups and engine.split_groups(cfgs, groups, 3) == groups
+    assert engine.split_groups(cfgs, [[i] for i in range(len(cfgs))], 2) == [[i] for i in range(len(cfgs))]
+    g0 = groups[0]
+    src = engine.train_source(cfgs[g0[0]].source)
+    whole = dict(zip(g0, engine.transfer([cfgs[i] for i in g0], src)))
+    for g in split[:2]:
+        assert set(g) <= set(g0)
+        for i, row in zip(g, engine.transfer([cfgs[i] for i in g], src)):
+            assert {k: v for k, v in row.items() if k != "wall_s"} == \
+                {k: v for k, v in whole[i].items() if k != "wall_s"}
+
+
 def test_lockstep_refuses_runs_on_different_streams_or_repeated_runs():
     a = RunConfig(**SMALL, seed=0)
     with pytest.raises(ValueError, match="differ in \\['batch_size'\\]"):

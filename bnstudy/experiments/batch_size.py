@@ -65,6 +65,11 @@ PRECISE_BATCH_SIZES = (2, 32)
 CLAIM_RANGE = (1e3, 1e4)
 
 #: The profiles' sizes (the only place they are set).
+#: Full-profile cost (issue 9, measured 2026-11-30, 1 torch thread, CPU seconds on the 2-core machine at load 6-15):
+#: one (seed, target, strategy) over the 8 batch sizes at 4096 samples costs 19.2 s (stats_frozen), 21.5 s
+#: (bn_train), about 21 s (adabn) and about 15.5 s (per-sample norms; batch 2: 5.7 s against 7.5 s), of which batch 2
+#: is 40%; so about 142 CPU-s per (seed, target), 2850 CPU-s for the 20 groups, about 24 min of fine-tuning on 2
+#: idle workers; stage 1 (30 sources) and the diagnostics add an estimated 5-10 min (not measured).
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
                   precise_samples=(32, 128, 512, 2048), precise_pool=4096),
@@ -385,14 +390,22 @@ def _diag_group(configs: list[DiagConfig], cache_root: str, version: str) -> lis
 
 # --- the experiment -----------------------------------------------------------------------------------------------
 
+#: Share the draws of a seed and target among its fine-tuning runs (:class:`bnstudy.engine.FinetuneData`); ``False``
+#: lets every run draw its own, the reference the tests compare with (rows ``==``).
+SHARE_DATA = True
+
+
 def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str) -> list[dict]:
-    """Fine-tuning rows for configs of one seed and target (a run_sweep group): sources loaded once."""
+    """Fine-tuning rows for configs of one seed and target (a run_sweep group): sources loaded once, the task-B
+    stream, AdaBN images and held-out sets drawn once (:data:`SHARE_DATA`)."""
+    from ..engine import FinetuneData
     sources: dict = {}
+    data = FinetuneData() if SHARE_DATA else None
     rows = []
     for c in configs:
         if c.source not in sources:
             sources[c.source] = load_source(c.source, cache_root, version)
-        rows.append(finetune(c, sources[c.source]))
+        rows.append(finetune(c, sources[c.source], data=data))
     return rows
 
 
@@ -416,8 +429,8 @@ def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFram
     diag = run_sweep(config.diag_configs(), _diag_group, namespace=DIAG_NAMESPACE, desc="noise, precise BN, mismatch",
                      **kw)
     groups: dict = {}
-    for i, c in enumerate(cfgs):
-        groups.setdefault((c.seed, c.brightness, c.contrast, c.batch_size), []).append(i)
+    for i, c in enumerate(cfgs):  # one group per seed and target: every batch size shares the draws
+        groups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
     df = run_sweep(cfgs, _finetune_group, namespace=NAMESPACE, groups=list(groups.values()),
                    desc="fine-tuning", **kw)
     names = {v: k for k, v in TARGETS.items()}
