@@ -703,12 +703,27 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
 
 def gap_display(F: Findings, heads, optimizers, shift: str = "ref") -> pd.DataFrame:
     """The page's gap table at ``shift``: one row per head, one column per optimizer, cells
-    ``mean [low, high] verdict`` from :class:`Findings` (display only; the numbers are the findings')."""
+    ``mean [low, high] verdict (pinned a / separate b)`` from :class:`Findings` (display only; the numbers
+    are the findings')."""
     rows = {}
     for h in heads:
-        rows[h] = {o: (f"{F.gap[k].mean:+.3f} [{F.gap[k].low:+.3f}, {F.gap[k].high:+.3f}] {F.gap_verdict[k]}"
+        rows[h] = {o: (f"{F.gap[k].mean:+.3f} [{F.gap[k].low:+.3f}, {F.gap[k].high:+.3f}] {F.gap_verdict[k]} "
+                       f"(pinned {F.acc_pinned[k]:.3f} / separate {F.acc_separate[k]:.3f})"
                        if (k := f"{shift}_{h}_{o}") in F.gap else "") for o in optimizers}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def interaction_display(F: Findings) -> pd.DataFrame:
+    """The page's interaction table: per head, gap with Adam minus gap with SGD + momentum at chapter 1's
+    shift, ``mean [low, high]`` and verdict (display only)."""
+    return pd.DataFrame({h: {"Adam - SGD + momentum (gap difference)": f"{iv.mean:+.3f} [{iv.low:+.3f}, "
+                                                                         f"{iv.high:+.3f}]",
+                             "verdict": F.adam_vs_sgd_verdict[h]} for h, iv in F.adam_vs_sgd.items()}).T
+
+
+def grid_text(grid) -> str:
+    """A learning-rate grid for the page: ``0.005, 0.016, 0.05, 0.16``."""
+    return ", ".join(f"{v:g}" for v in grid)
 
 
 # --- why: what the pinned features look like to the head ---------------------------------------------------------
