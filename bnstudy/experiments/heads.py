@@ -567,6 +567,10 @@ class Findings:
 
     ``lrs``: the chosen rates (``"<head>_<optimizer>[_<mode>]"``); ``n_lr_at_edge`` and ``lr_edge_cells`` (the
     runs' rates at an end of their grid, named, or ``none``).
+
+    ``n_eval``: test images per accuracy (``n_eval`` column; 0 if absent); ``eval_se``: the binomial standard
+    error ``sqrt(p (1 - p) / n_eval)`` of one accuracy at ``p`` = the mean ``separate_stats`` task-B accuracy
+    at chapter 1's shift (NaN without ``n_eval``), the scale against which the margin is set.
     """
 
     n_seeds: int
@@ -606,6 +610,8 @@ class Findings:
     lrs: dict
     n_lr_at_edge: int
     lr_edge_cells: str
+    n_eval: int
+    eval_se: float
 
 
 def _cells(names) -> str:
@@ -675,6 +681,8 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
     bs = ref.loc[ref["task_b_separate"].idxmax()]
     lrs = lrs or {}
     edges = lr_edges(lrs, grids or {})
+    n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df else 0
+    p_sep = float(ref["task_b_separate"].mean())
     return Findings(
         n_seeds=n, n_cells=int(len(ref)), confidence=conf, margin=margin,
         chance=1 / int(df["n_classes"].iloc[0]) if "n_classes" in df else 0.1,
@@ -698,6 +706,7 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
         best_pinned_gap=gap[key(bp)], best_separate_cell=f"{bs['head']}/{bs['optimizer']}",
         best_separate_acc=float(bs["task_b_separate"]),
         lrs={"_".join(k): v for k, v in lrs.items()}, n_lr_at_edge=len(edges), lr_edge_cells=_edge_text(edges),
+        n_eval=n_eval, eval_se=math.sqrt(p_sep * (1 - p_sep) / n_eval) if n_eval else math.nan,
     )
 
 
