@@ -207,6 +207,7 @@ def test_gap_verdicts_closed_lower_higher_unresolved():
     assert F.acc_separate["ref_linear_sgd"] == pytest.approx(0.6 + NOISE.mean())
     assert F.acc_pinned["ref_linear_sgd"] == pytest.approx(0.6 + NOISE.mean() - 0.15)
     assert F.best_pinned_cell == "mlp_bn/sgd" and F.best_pinned_gap.mean == pytest.approx(0.10)
+    assert F.best_pinned_verdict == ch.HIGHER
     assert F.n_eval == 0 and math.isnan(F.eval_se)
     p = 0.6 + NOISE.mean()
     assert ch.findings(df.assign(n_eval=1000)).eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)

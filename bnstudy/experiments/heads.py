@@ -562,7 +562,7 @@ class Findings:
     ``mlp_bn`` (95%, uncorrected; NaN without ``mlp_bn``).
 
     Best absolute accuracy at chapter 1's shift: ``best_pinned_cell`` (``head/optimizer`` with the highest
-    ``acc_pinned``), ``best_pinned_acc``, ``best_pinned_gap`` (its gap interval), ``best_separate_cell``,
+    ``acc_pinned``), ``best_pinned_acc``, ``best_pinned_gap`` (its gap interval) and ``best_pinned_verdict``, ``best_separate_cell``,
     ``best_separate_acc``.
 
     ``lrs``: the chosen rates (``"<head>_<optimizer>[_<mode>]"``); ``n_lr_at_edge`` and ``lr_edge_cells`` (the
@@ -605,6 +605,7 @@ class Findings:
     best_pinned_cell: str
     best_pinned_acc: float
     best_pinned_gap: Interval
+    best_pinned_verdict: str
     best_separate_cell: str
     best_separate_acc: float
     lrs: dict
@@ -703,7 +704,7 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
         check_pinned_keep_a=_holds(bool((pinned["task_a_after"] == pinned["task_a_before"]).all())),
         check_task_a_loss_shared=_holds(shared), train_mode_task_a_loss=loss, bn_head_modes_differ=bn,
         best_pinned_cell=f"{bp['head']}/{bp['optimizer']}", best_pinned_acc=float(bp["task_b_pinned"]),
-        best_pinned_gap=gap[key(bp)], best_separate_cell=f"{bs['head']}/{bs['optimizer']}",
+        best_pinned_gap=gap[key(bp)], best_pinned_verdict=words[key(bp)], best_separate_cell=f"{bs['head']}/{bs['optimizer']}",
         best_separate_acc=float(bs["task_b_separate"]),
         lrs={"_".join(k): v for k, v in lrs.items()}, n_lr_at_edge=len(edges), lr_edge_cells=_edge_text(edges),
         n_eval=n_eval, eval_se=math.sqrt(p_sep * (1 - p_sep) / n_eval) if n_eval else math.nan,
