@@ -179,6 +179,8 @@ def fill_glue(nb) -> None:
         if kind == "glue:text":
             key, _, fmt = text.rpartition(":") if ":" in text else (text, "", "")
             raw = data.get(key, {}).get("text/plain", key)
+            if not fmt:  # as myst-nb pastes it: an integer stays an integer ("15", not "15.0")
+                return str(raw)
             try:
                 return format(float(raw), fmt)
             except ValueError:

@@ -502,75 +502,113 @@ def _dodge(n: int, width: float = 0.6) -> np.ndarray:
 
 def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
     """Chapter 4: the gap ``task_b(best pinned) - task_b(separate_stats)`` per head (x) and optimizer (colour),
-    one panel per shift, with the table's (multiplicity-corrected) intervals and the equivalence band
-    ``±margin``. ``gaps``: :func:`bnstudy.experiments.heads.gap_table`'s output."""
+    one panel per shift, with the table's (multiplicity-corrected, per shift) intervals and the equivalence band
+    ``±margin``; the legend below the panels, clear of the whiskers. ``gaps``:
+    :func:`bnstudy.experiments.heads.gap_table`'s output."""
     shifts = [s for s in shift_labels if s in set(gaps["shift"])]
     heads = list(dict.fromkeys(gaps["head"]))
     opts = [o for o in OPTIMIZER_PALETTE if o in set(gaps["optimizer"])]
-    fig, axes = plt.subplots(1, len(shifts), figsize=(4.2 * len(shifts), 3.9), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(shifts), figsize=(3.0 * len(shifts), 3.6), sharey=True, squeeze=False)
     off = _dodge(len(opts))
     for ax, s in zip(axes[0], shifts):
-        ax.axhspan(-margin, margin, color="grey", alpha=0.15, lw=0)
+        ax.axhspan(-margin, margin, color="grey", alpha=0.15, lw=0, label=f"±{margin:g} (equivalence margin)")
         ax.axhline(0, color="black", lw=0.8)
         for k, o in enumerate(opts):
             g = gaps[(gaps["shift"] == s) & (gaps["optimizer"] == o)].set_index("head").reindex(heads)
             x = np.arange(len(heads)) + off[k]
             ax.errorbar(x, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]], fmt="o", capsize=3,
                         color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=5)
-        ax.set_xticks(range(len(heads)), heads, rotation=20)
+        ax.set_xticks(range(len(heads)), heads, rotation=30)
         ax.set_title(shift_labels[s])
     axes[0][0].set_ylabel("task-B accuracy difference\n(best pinned - separate_stats)")
-    axes[0][-1].legend(loc="lower right", fontsize=9)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
     return fig
 
 
-def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "task_b"):
+def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "task_b",
+                         modes=("backbone_eval", "all_eval", "separate_stats")):
     """Chapter 4: ``metric`` per head (x) and freeze mode (colour), rows = shifts, columns = optimizers, with
-    95% intervals over seeds. ``acc``: :func:`bnstudy.experiments.heads.accuracy_table`'s output."""
+    95% intervals over seeds. ``acc``: :func:`bnstudy.experiments.heads.accuracy_table`'s output. ``modes``: the
+    series drawn; by default not ``train_mode``, whose task-B accuracy equals ``separate_stats``' in every run
+    (a check of the code, glued on the page), so drawing both would only hide one behind the other."""
     a = acc[acc["metric"] == metric]
     shifts = [s for s in shift_labels if s in set(a["shift"])]
     opts = [o for o in OPTIMIZER_PALETTE if o in set(a["optimizer"])]
     heads = list(dict.fromkeys(a["head"]))
-    modes = [m for m in MODE_ORDER if m in set(a["mode"])]
-    fig, axes = plt.subplots(len(shifts), len(opts), figsize=(4.0 * len(opts), 3.0 * len(shifts)), sharey=True,
-                             sharex=True, squeeze=False)
-    off = _dodge(len(modes), 0.7)
+    modes = [m for m in MODE_ORDER if m in set(a["mode"]) and m in modes]
+    fig, axes = plt.subplots(len(shifts), len(opts), figsize=(3.0 * len(opts), 2.6 * len(shifts) + 0.5),
+                             sharey=True, sharex=True, squeeze=False)
+    off = _dodge(len(modes), 0.6)
     for i, s in enumerate(shifts):
         for j, o in enumerate(opts):
             ax = axes[i][j]
             for k, m in enumerate(modes):
                 g = a[(a["shift"] == s) & (a["optimizer"] == o) & (a["mode"] == m)].set_index("head").reindex(heads)
+                label = m + (" (= train_mode)" if m == "separate_stats" and "train_mode" not in modes else "")
                 ax.errorbar(np.arange(len(heads)) + off[k], g["mean"], yerr=[g["mean"] - g["ci_low"],
-                            g["ci_high"] - g["mean"]], fmt="o", ms=4, capsize=2, color=MODE_PALETTE[m], label=m)
-            ax.set_xticks(range(len(heads)), heads, rotation=20)
+                            g["ci_high"] - g["mean"]], fmt="o", ms=4, capsize=2, color=MODE_PALETTE[m], label=label)
+            ax.set_xticks(range(len(heads)), heads, rotation=30)
             if i == 0:
                 ax.set_title(OPTIMIZER_LABELS[o])
             if j == 0:
                 ax.set_ylabel(f"task-B accuracy\n{shift_labels[s]}")
-    axes[0][-1].legend(loc="lower right", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
     return fig
 
 
-def lr_search_figure(search: pd.DataFrame, chosen: dict):
-    """Chapter 4: validation accuracy (mean over the four modes and the tuning seeds) against the learning
-    rate, one panel per optimizer, one line per head; the chosen rate ringed. ``search``:
-    :func:`bnstudy.experiments.heads.search_table`; ``chosen``: ``{(head, optimizer): lr}``."""
-    s = search[search["mode"] == "mean"]
-    opts = [o for o in OPTIMIZER_PALETTE if o in set(s["optimizer"])]
-    heads = list(dict.fromkeys(s["head"]))
-    colors = dict(zip(heads, sns.color_palette("colorblind", len(heads))))
-    fig, axes = plt.subplots(1, len(opts), figsize=(4.0 * len(opts), 3.4), sharey=True, squeeze=False)
-    for ax, o in zip(axes[0], opts):
-        for h in heads:
-            g = s[(s["optimizer"] == o) & (s["head"] == h)].sort_values("lr")
-            ax.plot(g["lr"], g["val_accuracy"], "o-", color=colors[h], label=h, ms=4)
-            c = g[g["lr"] == chosen.get((h, o))]
-            ax.plot(c["lr"], c["val_accuracy"], "o", ms=11, mfc="none", color=colors[h])
-        ax.set_xscale("log")
-        ax.set_xlabel("learning rate")
-        ax.set_title(OPTIMIZER_LABELS[o])
-    axes[0][0].set_ylabel("validation task-B accuracy\n(mean over modes)")
-    axes[0][-1].legend(fontsize=9)
+#: Chapter 4: line and marker per mode, so that modes with equal values (``all_eval`` = ``backbone_eval`` for a
+#: head without BatchNorm) stay visible and close colours stay apart.
+CH4_MODE_STYLE = {"backbone_eval": dict(ls="-", marker="o", ms=5), "all_eval": dict(ls=":", marker="s", ms=3),
+                  "separate_stats": dict(ls="--", marker="^", ms=4.5)}
+
+
+def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval", "all_eval", "separate_stats")):
+    """Chapter 4: validation accuracy (mean over the tuning seeds) against the learning rate, one panel per head
+    (rows) and optimizer (columns), one line per mode in ``modes`` (``train_mode`` left out: on task B it equals
+    ``separate_stats``), each mode's chosen rate ringed; dashed grey: the mean over the four modes (the
+    mode-averaged rule's criterion). ``search``: :func:`bnstudy.experiments.heads.search_table`; ``chosen``:
+    ``{(head, optimizer, mode): lr}`` (or ``{(head, optimizer): lr}``, ringed on the mean line)."""
+    opts = [o for o in OPTIMIZER_PALETTE if o in set(search["optimizer"])]
+    heads = list(dict.fromkeys(search["head"]))
+    fig, axes = plt.subplots(len(heads), len(opts), figsize=(3.0 * len(opts), 2.1 * len(heads) + 0.6),
+                             sharey=True, squeeze=False)
+    for i, h in enumerate(heads):
+        for j, o in enumerate(opts):
+            ax = axes[i][j]
+            g = search[(search["optimizer"] == o) & (search["head"] == h)]
+            for m in (*modes, "mean"):
+                c = g[g["mode"] == m].sort_values("lr")
+                if not len(c):
+                    continue
+                style = dict(color="0.5", ls="--", marker="", lw=1) if m == "mean" else \
+                    dict(color=MODE_PALETTE[m], lw=1.2, **CH4_MODE_STYLE.get(m, dict(ls="-", marker="o", ms=3.5)))
+                label = "mean over modes" if m == "mean" else m + (" (= train_mode)" if m == "separate_stats" else "")
+                ax.plot(c["lr"], c["val_accuracy"], label=label, **style)
+                lr = chosen.get((h, o, m), chosen.get((h, o)) if m == "mean" else None)
+                sel = c[c["lr"] == lr]
+                ax.plot(sel["lr"], sel["val_accuracy"], "o", ms=10, mfc="none",
+                        color=style["color"])
+            ax.set_xscale("log")
+            ax.minorticks_off()
+            if i == 0:
+                ax.set_title(OPTIMIZER_LABELS[o])
+            if i == len(heads) - 1:
+                ax.set_xlabel("learning rate")
+            if j == 0:
+                ax.set_ylabel(f"{h}\nvalidation task B")
+    handles, labels = {}, {}
+    for ax in axes.flat:
+        for hd, lb in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lb, hd)
+    fig.tight_layout(rect=(0, 0.5 / (2.1 * len(heads) + 0.6), 1, 1))
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=9, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
     return fig
 # --- chapter 3, issue 10: per-level effects, normalized view, budget points, candidates -----------------------------
 # Figures at most 9 in wide (the page's width), text at least 9 pt, so nothing is shrunk below 9 pt on the page.

@@ -59,6 +59,17 @@ def test_rendered_rerun_fills_glued_numbers_figures_and_references(tmp_path):
     assert "{glue" not in html and "{numref}" not in html
 
 
+def test_glue_text_without_a_format_pastes_an_integer_as_an_integer():
+    nb = nbformat.v4.new_notebook()
+    md = nbformat.v4.new_markdown_cell("{glue:text}`n` of {glue:text}`m:.0f`, {glue:text}`x:.2f`, {glue:text}`x`")
+    out = lambda k, v: nbformat.v4.new_output("display_data", data={cli.GLUE_PREFIX + "text/plain": v},
+                                              metadata={"scrapbook": {"name": k}})
+    code = nbformat.v4.new_code_cell("", outputs=[out("n", "15"), out("m", "10"), out("x", "0.125")])
+    nb.cells = [md, code]
+    cli.fill_glue(nb)
+    assert nb.cells[0].source == "15 of 10, 0.12, 0.125"
+
+
 def test_run_line_names_the_git_commit_device_and_threads_and_is_wrapped():
     line = report.run_line("quick", 3, steps=800)
     commit = report.git_commit()

@@ -71,6 +71,8 @@ def test_validation_split_has_its_own_tag_and_test_is_unchanged():
     (dict(margin=0.0), "margin"),
     (dict(seeds=1), "seeds must name at least 2"),
     (dict(steps=0), "steps must be an integer >= 1"),
+    (dict(steps_check=150), "steps_check must be larger than steps"),
+    (dict(steps_check_seeds=3), "steps_check_seeds must be at most the number of seeds"),
 ])
 def test_config_errors_name_the_parameter(override, message):
     with pytest.raises(ValueError, match=message):
@@ -81,6 +83,9 @@ def test_full_profile_grids_contain_the_quick_grids_and_reach_further():
     q, f = ch.make_config("quick"), ch.make_config("full")
     for o in ch.OPTIMIZERS:
         assert set(q.lr_grid(o)) < set(f.lr_grid(o)) and min(f.lr_grid(o)) < min(q.lr_grid(o))
+    # the first full run's edges: separate statistics at the top (sgd, adam), pinned at the bottom (sgd_plain)
+    assert max(f.lr_sgd) > 0.16 and max(f.lr_adam) > 0.1 and min(f.lr_sgd_plain) < 0.016
+    assert f.steps_check > f.steps and 3 <= f.steps_check_seeds <= len(f.seeds)
     assert len(f.seeds) >= 10 and set(f.heads) == set(ch.HEADS)
 
 
@@ -90,6 +95,17 @@ def test_config_shifts_and_runs_are_paired_grids():
     lrs = {(h, o): 0.01 for h in cfg.heads for o in cfg.optimizers}
     runs = cfg.run_configs(lrs)
     assert len(runs) == len(cfg.seeds) * 3 * 2 * 2 * 4
+    per_mode = {(h, o, m): 0.001 * (1 + MODE_NAMES.index(m)) for h in cfg.heads for o in cfg.optimizers
+                for m in MODE_NAMES}
+    assert all(r.lr == per_mode[(r.head, r.optimizer, r.mode)] for r in cfg.run_configs(per_mode))
+    with pytest.raises(KeyError, match="mode='train_mode'"):
+        cfg.run_configs({})
+    check = cfg.steps_check_configs(per_mode)
+    assert {r.steps for r in check} == {cfg.steps_check} and {r.mode for r in check} == set(ch.STEPS_CHECK_MODES)
+    assert {r.seed for r in check} == set(cfg.seeds[:cfg.steps_check_seeds]) and {r.head for r in check} == {"linear"}
+    assert {r.optimizer for r in check} == {"sgd", "adam"} and all((r.brightness, r.contrast) == (4.0, 5.0)
+                                                                    for r in check)
+    assert ch.make_config("quick", heads=("mlp_ln",)).steps_check_configs(per_mode) == []
     assert all(r.eval_split == "test" for r in runs)
     search = cfg.search_configs()
     assert {r.seed for r in search} == set(cfg.tuning_seeds)
@@ -109,10 +125,38 @@ def _search(acc: dict) -> pd.DataFrame:
 def test_chosen_lr_is_the_best_mean_over_modes_with_ties_to_the_smaller():
     s = _search({("linear", "sgd", 0.01): 0.5, ("linear", "sgd", 0.1): 0.7, ("linear", "sgd", 1.0): 0.6,
                  ("mlp", "adam", 0.001): 0.8, ("mlp", "adam", 0.01): 0.8})
-    assert ch.chosen_lrs(s) == {("linear", "sgd"): 0.1, ("mlp", "adam"): 0.001}
+    assert ch.chosen_lrs(s, "mean") == {("linear", "sgd"): 0.1, ("mlp", "adam"): 0.001}
+    assert ch.chosen_lrs(s) == {(h, o, m): lr for (h, o), lr in ch.chosen_lrs(s, "mean").items() for m in MODE_NAMES}
     tab = ch.search_table(s)
     crit = tab[(tab["mode"] == "mean") & (tab["lr"] == 0.1)]["val_accuracy"].iloc[0]
     assert crit == pytest.approx(0.7025)
+
+
+def test_chosen_lr_per_mode_takes_each_modes_own_best_rate():
+    rows = [dict(seed=s, head="linear", optimizer="sgd", lr=lr, mode=m, eval_split="validation",
+                 task_b=({0.01: 0.6, 0.1: 0.4} if m in ch.PINNED_MODES else {0.01: 0.5, 0.1: 0.8})[lr])
+            for s in (1000, 1001) for lr in (0.01, 0.1) for m in MODE_NAMES]
+    s = pd.DataFrame(rows)
+    pm = ch.chosen_lrs(s)
+    assert pm == {("linear", "sgd", m): (0.01 if m in ch.PINNED_MODES else 0.1) for m in MODE_NAMES}
+    assert ch.chosen_lrs(s, "mean") == {("linear", "sgd"): 0.1}  # mean over modes 0.55 vs 0.6
+    with pytest.raises(ValueError, match="rule"):
+        ch.chosen_lrs(s, "median")
+    SF = ch.search_findings(s)
+    assert SF.gap_own_rates["linear_sgd"] == pytest.approx(0.6 - 0.8)
+    assert SF.gap_mean_rate["linear_sgd"] == pytest.approx(0.4 - 0.8)
+    assert SF.lr_pinned["linear_sgd"] == 0.01 and SF.lr_separate["linear_sgd"] == 0.1
+    with pytest.raises(ValueError, match="separate_stats"):
+        ch.search_findings(s[s["mode"] != "separate_stats"])
+
+
+def test_lr_edges_name_the_end():
+    grids = {"sgd": (0.01, 0.1, 1.0), "adam": (0.001,)}
+    e = ch.lr_edges({("linear", "sgd", "separate_stats"): 1.0, ("linear", "sgd", "backbone_eval"): 0.01,
+                     ("linear", "sgd", "all_eval"): 0.1, ("linear", "adam"): 0.001}, grids)
+    assert e == [(("linear", "sgd", "separate_stats"), 1.0, "top"), (("linear", "sgd", "backbone_eval"), 0.01, "bottom")]
+    assert ch._edge_text(e) == "linear/sgd/separate_stats at the top (1), linear/sgd/backbone_eval at the bottom (0.01)"
+    assert ch._edge_text([]) == "none"
 
 
 def test_chosen_lr_refuses_a_search_scored_on_the_test_set():
@@ -153,11 +197,57 @@ def test_gap_verdicts_closed_lower_higher_unresolved():
     assert F.gap_verdict["ref_mlp_bn_sgd"] == ch.HIGHER
     assert F.gap["ref_linear_sgd"].mean == pytest.approx(-0.15, abs=1e-12)
     assert F.gap_verdict["ref_mlp_bn_adam"] == ch.CLOSED  # -0.01 with a tight interval lies inside +-0.02
-    assert F.n_closed["ref"] == 2 and F.n_lower["ref"] == 1 and F.n_higher["ref"] == 1
-    assert F.closed_ref == "linear/adam, mlp_bn/adam" and F.lower_ref == "linear/sgd"
-    assert F.largest_gap_ref == pytest.approx(-0.15)
-    # a tiny margin turns the exact tie into "unresolved": no tie is claimed without the equivalence test
-    assert ch.findings(df, margin=0.001).gap_verdict["ref_linear_adam"] == ch.UNRESOLVED
+    assert F.n_within["ref"] == 2 and F.n_lower["ref"] == 1 and F.n_higher["ref"] == 1
+    assert F.n_inconclusive["ref"] == 0
+    assert F.within_ref == "linear/adam, mlp_bn/adam" and F.lower_ref == "linear/sgd"
+    assert ch.WITHIN == "within margin" and ch.INCONCLUSIVE == "inconclusive"
+    # a tiny margin turns the exact tie into "inconclusive": no tie is claimed without the equivalence test
+    assert ch.findings(df, margin=0.001).gap_verdict["ref_linear_adam"] == ch.INCONCLUSIVE
+    # absolute accuracies beside the gap; the best pinned cell by absolute accuracy
+    assert F.acc_separate["ref_linear_sgd"] == pytest.approx(0.6 + NOISE.mean())
+    assert F.acc_pinned["ref_linear_sgd"] == pytest.approx(0.6 + NOISE.mean() - 0.15)
+    assert F.best_pinned_cell == "mlp_bn/sgd" and F.best_pinned_gap.mean == pytest.approx(0.10)
+    assert F.best_pinned_verdict == ch.HIGHER
+    assert F.n_eval == 0 and math.isnan(F.eval_se)
+    p = 0.6 + NOISE.mean()
+    assert ch.findings(df.assign(n_eval=1000)).eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)
+
+
+def test_equivalence_feasibility_is_the_largest_sd_a_zero_gap_can_pass():
+    from scipy import stats
+    conf = 1 - 0.05 / 15
+    sd = ch.equivalence_max_sd(0.02, 10, conf)
+    assert sd == pytest.approx(0.02 * 10 ** 0.5 / stats.t.ppf((1 + conf) / 2, 9))
+    from bnstudy.analysis import mean_ci
+    for f, word in ((0.99, ch.WITHIN), (1.01, ch.INCONCLUSIVE)):  # a zero-mean gap with SD just below / above
+        d = np.array([1.0, -1.0] * 5) * sd * f * np.sqrt(9 / 10)  # sample SD (ddof=1) = sd * f
+        assert np.std(d, ddof=1) == pytest.approx(sd * f)
+        assert ch.gap_verdict(mean_ci(d, conf), 0.02) == word
+    assert math.isnan(ch.equivalence_max_sd(0.02, 1, conf))
+    df = _table({("ref", "linear", "sgd"): -0.1, ("ref", "linear", "adam"): 0.0})
+    F = ch.findings(df)
+    assert F.equiv_max_sd == pytest.approx(ch.equivalence_max_sd(0.02, len(SEEDS), F.confidence))
+    assert F.n_equiv_feasible["ref"] == 2 and F.equiv_sd_median["ref"] == pytest.approx(np.std(
+        [0.004 * (-1) ** s for s in SEEDS], ddof=1))
+
+
+def test_adam_sgd_interaction_is_paired_and_corrected_over_heads():
+    gaps = {("ref", "linear", "sgd"): -0.12, ("ref", "linear", "adam"): -0.02,
+            ("ref", "mlp", "sgd"): -0.02, ("ref", "mlp", "adam"): -0.04,
+            ("ref", "mlp_bn", "sgd"): -0.05, ("ref", "mlp_bn", "adam"): -0.05}
+    df = _table(gaps)
+    # per-seed noise in adam's mlp_bn cell only, so its difference has a spread and spans zero
+    m = (df["head"] == "mlp_bn") & (df["optimizer"] == "adam") & df["mode"].isin(ch.PINNED_MODES)
+    df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)
+    F = ch.findings(df)
+    assert F.adam_vs_sgd["linear"].mean == pytest.approx(0.10)
+    assert F.adam_vs_sgd_verdict == {"linear": ch.ADAM_HIGHER, "mlp": ch.ADAM_LOWER, "mlp_bn": ch.INCONCLUSIVE}
+    assert F.interaction_confidence == pytest.approx(1 - 0.05 / 3)
+    t = ch.interaction_table(df)
+    from bnstudy.analysis import mean_ci
+    d = ch.gap_values(df, "ref", "mlp_bn", "adam")[1] - ch.gap_values(df, "ref", "mlp_bn", "sgd")[1]
+    assert t.set_index("head").loc["mlp_bn", "ci_low"] == pytest.approx(mean_ci(d, 1 - 0.05 / 3).low)
+    assert ch.interaction_table(df[df["optimizer"] == "sgd"]).empty
 
 
 def test_no_verdict_from_two_seeds_even_when_their_differences_agree():
@@ -183,24 +273,41 @@ def test_best_pinned_mode_is_the_higher_mean_and_bn_head_modes_differ():
     assert F.best_pinned["ref_mlp_bn_sgd"] == "all_eval"
     assert F.best_pinned["ref_linear_sgd"] == "backbone_eval"  # exact tie: backbone_eval
     assert F.gap["ref_mlp_bn_sgd"].mean == pytest.approx(-0.05)
-    assert F.bn_head_modes_differ["sgd"].mean == pytest.approx(-0.05)
-    assert math.isnan(ch.findings(_table({("ref", "linear", "sgd"): 0.0})).bn_head_modes_differ["sgd"].mean)
+    assert F.bn_head_modes_differ["ref_sgd"].mean == pytest.approx(-0.05)
+    assert math.isnan(ch.findings(_table({("ref", "linear", "sgd"): 0.0})).bn_head_modes_differ["ref_sgd"].mean)
+    # reported at every shift, not only chapter 1's
+    F2 = ch.findings(_table({(s, "mlp_bn", "sgd"): -0.1 for s in ("none", "mid", "ref")}, bn_diff=0.07))
+    assert set(F2.bn_head_modes_differ) == {"none_sgd", "mid_sgd", "ref_sgd"}
+    assert all(iv.mean == pytest.approx(0.07) for iv in F2.bn_head_modes_differ.values())
 
 
-def test_finding3_verdict_flips_per_optimizer():
-    gaps = {("ref", h, o): -0.1 for h in ("linear", "mlp") for o in ("sgd", "adam")}
-    F = ch.findings(_table(gaps, train_adv={"sgd": 0.0, "adam": -0.2}))
-    # sgd: train_mode = separate > pinned -> holds; adam: train_mode below pinned -> does not hold
-    assert F.f3_lower_b == {"sgd": "holds", "adam": "does not hold"}
-    assert F.f3_heads_holding == {"sgd": 2, "adam": 0}
-    assert F.f3_keep_a == "holds"
-    assert F.train_mode_task_a_drop["sgd"].mean == pytest.approx(-0.5)
+def test_finding3_is_read_from_the_linear_heads_gap_verdict():
+    gaps = {("ref", "linear", "sgd"): -0.1, ("ref", "linear", "sgd_plain"): 0.0, ("ref", "linear", "adam"): 0.1,
+            ("ref", "mlp", "sgd"): -0.1, ("ref", "mlp", "sgd_plain"): -0.1, ("ref", "mlp", "adam"): -0.1}
+    F = ch.findings(_table(gaps))
+    assert F.f3_lower_b == {"sgd": "holds", "sgd_plain": "not shown", "adam": "reversed"}
+    assert F.f3_heads_holding == {"sgd": 2, "sgd_plain": 1, "adam": 1}
+    df = _table({("ref", "linear", "adam"): -0.03})
+    m = df["mode"].isin(ch.PINNED_MODES)
+    df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.04, -0.04)  # spans 0 and the margin
+    assert ch.findings(df).f3_lower_b == {"adam": "inconclusive"}
+
+
+def test_identities_are_checks_that_fail_when_broken():
+    F = ch.findings(_table({("ref", "linear", "sgd"): -0.1, ("ref", "mlp", "sgd"): -0.1}))
+    assert (F.check_train_is_separate, F.check_pinned_keep_a, F.check_task_a_loss_shared) == ("holds",) * 3
+    assert F.train_mode_task_a_loss.mean == pytest.approx(0.5)  # lost, as a positive number
+    assert ch.findings(_table({("ref", "linear", "sgd"): -0.1}, train_adv={"sgd": 0.001})
+                       ).check_train_is_separate == "does not hold"
+    df = _table({("ref", "linear", "sgd"): -0.1, ("ref", "mlp", "sgd"): -0.1})
+    df.loc[(df["mode"] == "train_mode") & (df["head"] == "mlp") & (df["seed"] == 1), "task_a_after"] += 0.001
+    assert ch.findings(df).check_task_a_loss_shared == "does not hold"
 
 
 def test_finding3_keep_a_fails_when_a_pinned_mode_changes_task_a():
     df = _table({("ref", "linear", "sgd"): -0.1})
     df.loc[(df["mode"] == "all_eval") & (df["seed"] == 2), "task_a_after"] -= 0.001
-    assert ch.findings(df).f3_keep_a == "does not hold"
+    assert ch.findings(df).check_pinned_keep_a == "does not hold"
 
 
 def test_findings_needs_every_mode_and_the_reference_shift():
@@ -215,6 +322,25 @@ def test_lr_edge_count():
     df = _table({("ref", "linear", "sgd"): -0.1})
     F = ch.findings(df, lrs={("linear", "sgd"): 0.16, ("linear", "adam"): 0.003}, grids=ch.LR_GRIDS)
     assert F.n_lr_at_edge == 1 and F.lrs == {"linear_sgd": 0.16, "linear_adam": 0.003}
+    assert F.lr_edge_cells == "linear/sgd at the top (0.16)"
+    F = ch.findings(df, lrs={("linear", "sgd", "separate_stats"): 0.005}, grids=ch.LR_GRIDS)
+    assert F.lrs == {"linear_sgd_separate_stats": 0.005} and F.lr_edge_cells == "linear/sgd/separate_stats at the bottom (0.005)"
+
+
+def test_steps_findings_pair_the_two_budgets():
+    short = _table({("ref", "linear", "sgd"): -0.1, ("ref", "linear", "adam"): -0.02}).assign(steps=800)
+    long = short[short["mode"].isin(ch.STEPS_CHECK_MODES) & (short["seed"] < 4)].copy().assign(steps=3200)
+    sep = long["mode"] == "separate_stats"
+    long.loc[sep, "task_b"] += 0.05  # separate gains 0.05; pinned gains 0.05 + 0.04 (sgd) -> gap narrows by 0.04
+    long.loc[~sep, "task_b"] += np.where(long.loc[~sep, "optimizer"] == "sgd", 0.09, 0.05)
+    S = ch.steps_findings(short, long)
+    assert (S.steps_short, S.steps_long, S.n_seeds) == (800, 3200, 4)
+    assert S.gap_change["sgd"].mean == pytest.approx(0.04) and S.change_verdict["sgd"] == "narrows"
+    assert S.gap_change["adam"].mean == pytest.approx(0.0) and S.change_verdict["adam"] == ch.INCONCLUSIVE
+    assert S.separate_gain["sgd"].mean == pytest.approx(0.05) and S.pinned_gain["sgd"].mean == pytest.approx(0.09)
+    assert S.gap_long["sgd"].mean == pytest.approx(-0.06)
+    with pytest.raises(ValueError, match="no rows"):
+        ch.steps_findings(short, long.iloc[:0])
 
 
 def test_tidy_tables_have_one_value_per_row():
@@ -246,7 +372,7 @@ def test_bn_head_buffers_move_exactly_where_each_mode_declares():
 
 def test_tiny_run_end_to_end(tmp_path):
     cfg = ch.make_config("quick", heads=("linear", "mlp_ln"), optimizers=("sgd_plain", "adam"), steps=3,
-                         stage1_steps=3, n_eval=50, lr_sgd_plain=(0.1, 1.0), lr_adam=(0.01,), feature_seeds=1)
+                         stage1_steps=3, n_eval=50, lr_sgd_plain=(0.1, 1.0), lr_adam=(0.01,), feature_seeds=1, steps_check=6)
     ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
     search = ch.lr_search(cfg, ex)
     assert set(search["eval_split"]) == {"validation"}
@@ -254,7 +380,12 @@ def test_tiny_run_end_to_end(tmp_path):
     df = ch.run(cfg, ex, lrs)
     assert len(df) == 2 * 3 * 2 * 2 * 4 and set(df["shift"]) == {"none", "mid", "ref"}
     F = ch.findings(df, lrs, ch.LR_GRIDS)
-    assert F.f3_keep_a == "holds"
+    assert F.check_pinned_keep_a == "holds" and F.check_train_is_separate == "holds"
+    assert set(lrs) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
+    long = ch.steps_check(cfg, ex, lrs)
+    assert len(long) == 2 * 1 * 2 and set(long["steps"]) == {cfg.steps_check}  # adam only (no sgd in this config)
+    S = ch.steps_findings(df, long)
+    assert set(S.gap_long) == {"adam"}
     geom = ch.feature_geometry(cfg, ex)
     sep = geom[geom["statistics"] == "separate"]
     assert np.allclose(sep["scale_ratio"], 1.0) and np.allclose(sep["offset_sd"], 0.0)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.stats as sps
 import torch
 
 from ..analysis import Interval, mean_ci
@@ -59,8 +60,13 @@ PINNED_MODES = ("backbone_eval", "all_eval")
 REFERENCE_SHIFT = (RunConfig.brightness, RunConfig.contrast)
 #: Names of the three shifts in results, glue keys and figures.
 SHIFT_NAMES = ("none", "mid", "ref")
-#: Verdict words of a gap cell.
-CLOSED, LOWER, HIGHER, UNRESOLVED = "closed", "pinned lower", "pinned higher", "unresolved"
+#: Verdict words of a gap cell. ``within margin``: the corrected interval lies inside ``±margin`` (an
+#: equivalence test; not a claim of a tie beyond that margin); ``inconclusive``: the interval spans zero and
+#: reaches past the margin. ``CLOSED`` and ``UNRESOLVED`` are the older names of the same two words.
+WITHIN, LOWER, HIGHER, INCONCLUSIVE = "within margin", "pinned lower", "pinned higher", "inconclusive"
+CLOSED, UNRESOLVED = WITHIN, INCONCLUSIVE
+#: Verdict words of the optimizer interaction (gap with Adam minus gap with SGD + momentum, per seed).
+ADAM_HIGHER, ADAM_LOWER = "gap higher with Adam", "gap lower with Adam"
 
 #: Learning-rate grids of the search, half a decade apart. SGD with momentum 0.9 takes steps about
 #: 1 / (1 - 0.9) = 10 times larger than plain SGD at the same rate, so plain SGD's grid is ten times higher.
@@ -68,14 +74,23 @@ LR_GRIDS = {"sgd": (0.005, 0.016, 0.05, 0.16), "sgd_plain": (0.05, 0.16, 0.5, 1.
             "adam": (0.001, 0.003, 0.01, 0.03)}
 
 #: Profile sizes (the only place they are set). quick: 2 heads, 2 seeds, 150 steps, one tuning seed;
-#: full: every head, 10 seeds, chapter 1's 800 steps, three tuning seeds, and grids one point wider (two for
-#: Adam), because the quick run chose 5 of its 6 rates at an end of the 4-point grids.
+#: full: every head, 10 seeds, chapter 1's 800 steps, three tuning seeds, and wider grids. The full run at
+#: c40bf27 (rates chosen per mode on its search) found the best rate at an end of the grid for separate
+#: statistics at the top (linear/sgd 0.16, linear/adam 0.1) and for pinned statistics at the bottom
+#: (sgd_plain 0.016), so the full grids reach one point further on those sides: sgd 0.0016..0.5,
+#: sgd_plain 0.005..1.6, adam 0.0003..0.3. ``steps_check``: the longer budget of the step-count check
+#: (:func:`steps_check`) on the first ``steps_check_seeds`` seeds.
 PROFILES = {
-    "quick": dict(seeds=2, steps=150, heads=("linear", "mlp_bn"), tuning_seeds=(1000,), feature_seeds=2),
+    "quick": dict(seeds=2, steps=150, heads=("linear", "mlp_bn"), tuning_seeds=(1000,), feature_seeds=2,
+                  steps_check=600, steps_check_seeds=2),
     "full": dict(seeds=10, steps=800, heads=HEADS, tuning_seeds=(1000, 1001, 1002), feature_seeds=10,
-                 lr_sgd=(0.0016, *LR_GRIDS["sgd"]), lr_sgd_plain=(0.016, *LR_GRIDS["sgd_plain"]),
-                 lr_adam=(0.0003, *LR_GRIDS["adam"], 0.1)),
+                 lr_sgd=(0.0016, *LR_GRIDS["sgd"], 0.5), lr_sgd_plain=(0.005, 0.016, *LR_GRIDS["sgd_plain"]),
+                 lr_adam=(0.0003, *LR_GRIDS["adam"], 0.1, 0.3), steps_check=3200, steps_check_seeds=3),
 }
+#: The head and optimizers of the step-count check (the seed's head; the two optimizers of the chapter 1
+#: contrast) and its modes (the other two give the same task-B numbers for a linear head, see the checks).
+STEPS_CHECK_HEAD, STEPS_CHECK_OPTIMIZERS, STEPS_CHECK_MODES = "linear", ("sgd", "adam"), ("backbone_eval",
+                                                                                         "separate_stats")
 
 
 def _grid(name: str, value) -> tuple:
@@ -95,7 +110,8 @@ class Config(_Frozen):
     (0, 1). ``tuning_seeds``: held-out seeds of the learning-rate search (disjoint from ``seeds``).
     ``lr_sgd``, ``lr_sgd_plain``, ``lr_adam``: each optimizer's grid (increasing). ``feature_seeds``:
     seeds (the first of ``seeds``) of the feature-geometry measurement. ``margin``: the equivalence
-    margin (accuracy fraction) within which a gap counts as closed. ``hidden``, ``noise``,
+    margin (accuracy fraction) within which a gap counts as "within margin". ``steps_check`` (> ``steps``)
+    and ``steps_check_seeds`` (at most the number of seeds): the step-count check's budget and seeds. ``hidden``, ``noise``,
     ``momentum``, ``batch_size``, ``n_eval``, ``stage1_steps``: run sizes (RunConfig's defaults).
     Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
     """
@@ -112,6 +128,8 @@ class Config(_Frozen):
     lr_sgd_plain: tuple = LR_GRIDS["sgd_plain"]
     lr_adam: tuple = LR_GRIDS["adam"]
     margin: float = 0.02
+    steps_check: int = 3200
+    steps_check_seeds: int = 3
     hidden: int = RunConfig.hidden
     noise: float = RunConfig.noise
     momentum: float = RunConfig.momentum
@@ -141,6 +159,14 @@ class Config(_Frozen):
         for opt in OPTIMIZERS:
             self._set(f"lr_{opt}", _grid(f"lr_{opt}", getattr(self, f"lr_{opt}")))
         self._set("margin", check_float("margin", self.margin, 0.0, 1.0, low_open=True))
+        self._set("steps_check", check_int("steps_check", self.steps_check, 1))
+        if self.steps_check <= self.steps:
+            raise ValueError(f"steps_check must be larger than steps ({self.steps}): it checks a longer budget, "
+                             f"got {self.steps_check}")
+        self._set("steps_check_seeds", check_int("steps_check_seeds", self.steps_check_seeds, 1))
+        if self.steps_check_seeds > len(self.seeds):
+            raise ValueError(f"steps_check_seeds must be at most the number of seeds ({len(self.seeds)}), "
+                             f"got {self.steps_check_seeds}")
         self._set("hidden", check_int("hidden", self.hidden, 1))
         RunConfig(**self._base())  # sizes checked with the engine's own messages
         self.shifts()
@@ -166,11 +192,26 @@ class Config(_Frozen):
                 for lr in self.lr_grid(o) for m in MODE_NAMES]
 
     def run_configs(self, lrs: dict) -> list[RunConfig]:
-        """The sweep: seeds x shifts x heads x optimizers x modes, each (head, optimizer) at ``lrs[(head, opt)]``."""
-        return [RunConfig(seed=s, head=h, optimizer=o, lr=lrs[(h, o)], mode=m, brightness=b, contrast=c,
+        """The sweep: seeds x shifts x heads x optimizers x modes, each run at ``lrs[(head, opt, mode)]`` (its
+        mode's own rate, :func:`chosen_lrs`) or, for a mode-averaged choice, ``lrs[(head, opt)]``."""
+        return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(lrs, h, o, m), mode=m, brightness=b, contrast=c,
                           **self._base())
                 for s in self.seeds for (b, c) in self.shifts().values() for h in self.heads
                 for o in self.optimizers for m in MODE_NAMES]
+
+    def steps_check_configs(self, lrs: dict) -> list[RunConfig]:
+        """The step-count check: the first ``steps_check_seeds`` seeds, chapter 1's shift, the linear head,
+        SGD + momentum and Adam (those of ``optimizers``), ``backbone_eval`` and ``separate_stats``, each at its
+        chosen rate, for ``steps_check`` steps (the same stream, longer)."""
+        b, c = REFERENCE_SHIFT
+        base = {**self._base(), "steps": self.steps_check}
+        opts = [o for o in STEPS_CHECK_OPTIMIZERS if o in self.optimizers]
+        if STEPS_CHECK_HEAD not in self.heads or not opts:
+            return []
+        h = STEPS_CHECK_HEAD
+        return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(lrs, h, o, m), mode=m, brightness=b, contrast=c,
+                          **base)
+                for s in self.seeds[:self.steps_check_seeds] for o in opts for m in STEPS_CHECK_MODES]
 
     def describe(self) -> str:
         """The parameters for the page's run line."""
@@ -179,7 +220,8 @@ class Config(_Frozen):
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, heads={'/'.join(self.heads)}, "
                 f"optimizers={'/'.join(self.optimizers)}, shifts none/(b={b:g}, c={c:g})/(b={REFERENCE_SHIFT[0]:g}, "
                 f"c={REFERENCE_SHIFT[1]:g}), tuning seeds {'/'.join(map(str, self.tuning_seeds))}, lr grids {grids}, "
-                f"hidden={self.hidden}, margin={self.margin:g}, noise={self.noise:g}")
+                f"hidden={self.hidden}, margin={self.margin:g}, steps check {self.steps_check} steps on "
+                f"{self.steps_check_seeds} seeds, noise={self.noise:g}")
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
@@ -205,23 +247,96 @@ def search_table(search: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([t, crit[t.columns]], ignore_index=True)
 
 
-def chosen_lrs(search: pd.DataFrame) -> dict:
-    """``{(head, optimizer): lr}``: the grid value with the highest validation accuracy averaged over the
-    four freeze modes and the tuning seeds (ties: the smaller rate). The same rule for every head and
-    optimizer, and neutral between the modes the chapter compares."""
+def lr_of(lrs: dict, head: str, optimizer: str, mode: str) -> float:
+    """The rate of one run: ``lrs[(head, optimizer, mode)]`` if chosen per mode, else ``lrs[(head, optimizer)]``.
+    Raises ``KeyError`` naming the run if neither is there."""
+    for k in ((head, optimizer, mode), (head, optimizer)):
+        if k in lrs:
+            return float(lrs[k])
+    raise KeyError(f"no learning rate for head={head!r}, optimizer={optimizer!r}, mode={mode!r}")
+
+
+def chosen_lrs(search: pd.DataFrame, rule: str = "per_mode") -> dict:
+    """The learning rates chosen on the search (validation accuracy, tuning seeds; ties: the smaller rate).
+
+    ``rule="per_mode"`` (the chapter's): ``{(head, optimizer, mode): lr}``, each mode at the grid value with
+    its own highest mean validation accuracy. This answers "can each mode be made as good as possible?": a
+    single rate per head would be a compromise between the pinned and the separate optimum, which sit far
+    apart. ``rule="mean"`` (the first full run's rule, kept as a sensitivity view): ``{(head, optimizer):
+    lr}``, the value with the highest accuracy averaged over the four modes. Raises ``ValueError`` for
+    another rule or a search not scored on the validation set.
+    """
+    check_choice("rule", rule, ("per_mode", "mean"))
     if set(search.get("eval_split", pd.Series(["validation"]))) != {"validation"}:
         raise ValueError("chosen_lrs: the search must be scored on the validation set (eval_split='validation')")
-    crit = search_table(search)
-    crit = crit[crit["mode"] == "mean"].sort_values(["head", "optimizer", "lr"])
+    t = search_table(search)
+    if rule == "mean":
+        t, keys = t[t["mode"] == "mean"], ["head", "optimizer"]
+    else:
+        t, keys = t[t["mode"] != "mean"], ["head", "optimizer", "mode"]
     out = {}
-    for (h, o), g in crit.groupby(["head", "optimizer"], sort=False):
-        best = g["val_accuracy"].max()
-        out[(h, o)] = float(g[g["val_accuracy"] == best]["lr"].min())
+    for k, g in t.sort_values("lr").groupby(keys, sort=False):
+        out[tuple(k)] = float(g[g["val_accuracy"] == g["val_accuracy"].max()]["lr"].min())
     return out
 
 
+def lr_edges(lrs: dict, grids: dict) -> list[tuple]:
+    """The chosen rates at an end of their grid: ``[(key, lr, "top" | "bottom"), ...]`` (``key`` as in
+    ``lrs``), in ``lrs``' order. A rate at the top (bottom) end might be beaten by a larger (smaller) one."""
+    out = []
+    for k, v in lrs.items():
+        g = grids.get(k[1])
+        if g is None or len(g) < 2:
+            continue
+        if v == max(g):
+            out.append((k, v, "top"))
+        elif v == min(g):
+            out.append((k, v, "bottom"))
+    return out
+
+
+@dataclass(frozen=True)
+class SearchFindings:
+    """The learning-rate search read as a sensitivity check (tuning seeds, validation set; fractions 0..1).
+
+    Per ``"<head>_<optimizer>"``: ``gap_own_rates`` = best pinned mode at its own best rate minus
+    ``separate_stats`` at its own best rate (the chapter's rule); ``gap_mean_rate`` = the same two modes at the
+    one rate the mode-averaged rule picks (the first full run's rule); ``lr_mean_rule`` that rate;
+    ``lr_pinned`` / ``lr_separate`` each side's own best rate. No intervals: the search has few tuning seeds
+    and selects its maxima, so these are descriptions of the search, not tests.
+    """
+
+    gap_own_rates: dict
+    gap_mean_rate: dict
+    lr_mean_rule: dict
+    lr_pinned: dict
+    lr_separate: dict
+
+
+def search_findings(search: pd.DataFrame) -> SearchFindings:
+    """:class:`SearchFindings` from :func:`lr_search`'s rows (or any table with ``head, optimizer, lr, mode,
+    task_b``). Raises ``ValueError`` if a pinned mode or ``separate_stats`` is missing."""
+    missing = set((*PINNED_MODES, "separate_stats")) - set(search["mode"])
+    if missing:
+        raise ValueError(f"search_findings needs modes {sorted(missing)} in the search")
+    t = search_table(search)
+    own, at_mean, lr_mean, lr_p, lr_s = {}, {}, {}, {}, {}
+    mean_rule = chosen_lrs(search, "mean")
+    for (h, o), g in t[t["mode"] != "mean"].groupby(["head", "optimizer"], sort=False):
+        piv = g.pivot(index="lr", columns="mode", values="val_accuracy").sort_index()
+        pinned = piv[list(PINNED_MODES)].max(axis=1)
+        k = f"{h}_{o}"
+        own[k] = float(pinned.max() - piv["separate_stats"].max())
+        lr_p[k] = float(pinned[pinned == pinned.max()].index.min())
+        lr_s[k] = float(piv.index[piv["separate_stats"] == piv["separate_stats"].max()].min())
+        lr_mean[k] = mean_rule[(h, o)]
+        at_mean[k] = float(pinned[lr_mean[k]] - piv.loc[lr_mean[k], "separate_stats"])
+    return SearchFindings(gap_own_rates=own, gap_mean_rate=at_mean, lr_mean_rule=lr_mean, lr_pinned=lr_p,
+                          lr_separate=lr_s)
+
+
 def run(config: Config, execution: Execution | None = None, lrs: dict | None = None) -> pd.DataFrame:
-    """Chapter 4's sweep at the chosen learning rates (``lrs``: default, from :func:`lr_search`).
+    """Chapter 4's sweep at the chosen learning rates (``lrs``: default, each mode's own from :func:`lr_search`).
 
     One row per (seed, shift, head, optimizer, mode) with :func:`bnstudy.engine.transfer`'s columns
     and ``shift`` (:data:`SHIFT_NAMES`).
@@ -232,6 +347,70 @@ def run(config: Config, execution: Execution | None = None, lrs: dict | None = N
         lrs = chosen_lrs(lr_search(config, execution))
     df = transfer_sweep(config.run_configs(lrs), NAMESPACE, execution)
     return annotate(df, config)
+
+
+STEPS_NAMESPACE = "ch04_steps"
+
+
+def steps_check(config: Config, execution: Execution | None = None, lrs: dict | None = None) -> pd.DataFrame:
+    """The step-count check (cached, namespace ``ch04_steps``): :meth:`Config.steps_check_configs` run for
+    ``config.steps_check`` steps; rows as :func:`run`'s (with ``shift``). Empty if the linear head or both
+    of SGD + momentum and Adam are not in ``config``."""
+    if not isinstance(config, Config):
+        raise TypeError(f"steps_check needs a heads.Config (see make_config), got {type(config).__name__}")
+    if lrs is None:
+        lrs = chosen_lrs(lr_search(config, execution))
+    cfgs = config.steps_check_configs(lrs)
+    if not cfgs:
+        return pd.DataFrame()
+    return annotate(transfer_sweep(cfgs, STEPS_NAMESPACE, execution, desc="stage 2 (step-count check)"), config)
+
+
+@dataclass(frozen=True)
+class StepsFindings:
+    """The step-count check at chapter 1's shift, linear head, per optimizer (``"sgd"``, ``"adam"``), on the
+    check's seeds; 95% Student-t intervals over those seeds (fractions 0..1).
+
+    ``steps_short`` / ``steps_long``: the two budgets; ``n_seeds``. ``gap_short`` / ``gap_long``:
+    ``task_b(backbone_eval) - task_b(separate_stats)`` per seed at each budget; ``gap_change``: long minus
+    short, per seed; ``change_verdict``: ``narrows`` / ``widens`` (the interval of ``gap_change`` excludes 0
+    and the gap moves toward / away from zero) or ``inconclusive``; ``separate_gain`` / ``pinned_gain``:
+    task-B accuracy long minus short for each mode (how far from converged the short budget is).
+    """
+
+    steps_short: int
+    steps_long: int
+    n_seeds: int
+    gap_short: dict
+    gap_long: dict
+    gap_change: dict
+    change_verdict: dict
+    separate_gain: dict
+    pinned_gain: dict
+
+
+def steps_findings(short: pd.DataFrame, long: pd.DataFrame) -> StepsFindings:
+    """:class:`StepsFindings` from the main sweep's rows (``short``) and :func:`steps_check`'s (``long``),
+    paired on the long table's seeds. Raises ``ValueError`` if ``long`` is empty or a seed lacks a mode."""
+    if not len(long):
+        raise ValueError("steps_findings: the step-count check has no rows (linear head and sgd/adam needed)")
+    seeds = sorted(set(long["seed"]))
+    sel = lambda d, o, m: d[(d["shift"] == "ref") & (d["head"] == STEPS_CHECK_HEAD) & (d["optimizer"] == o)
+                            & (d["mode"] == m) & d["seed"].isin(seeds)].set_index("seed")["task_b"].reindex(seeds)
+    gs, gl, gc, vd, sep, pin = {}, {}, {}, {}, {}, {}
+    for o in [o for o in STEPS_CHECK_OPTIMIZERS if o in set(long["optimizer"])]:
+        ps, ss, pl, sl = sel(short, o, "backbone_eval"), sel(short, o, "separate_stats"), \
+            sel(long, o, "backbone_eval"), sel(long, o, "separate_stats")
+        if pd.concat([ps, ss, pl, sl]).isna().any():
+            raise ValueError(f"steps_findings: optimizer {o!r} lacks backbone_eval or separate_stats for some seed")
+        gs[o], gl[o], gc[o] = mean_ci(ps - ss), mean_ci(pl - sl), mean_ci((pl - sl) - (ps - ss))
+        toward = np.sign(gc[o].mean) == -np.sign(gs[o].mean)
+        vd[o] = INCONCLUSIVE if len(seeds) < 3 or (gc[o].low <= 0 <= gc[o].high) else \
+            ("narrows" if toward else "widens")
+        sep[o], pin[o] = mean_ci(sl - ss), mean_ci(pl - ps)
+    return StepsFindings(steps_short=int(short["steps"].iloc[0]), steps_long=int(long["steps"].iloc[0]),
+                         n_seeds=len(seeds), gap_short=gs, gap_long=gl, gap_change=gc, change_verdict=vd,
+                         separate_gain=sep, pinned_gain=pin)
 
 
 def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
@@ -269,36 +448,47 @@ def gap_values(df: pd.DataFrame, shift: str, head: str, optimizer: str) -> tuple
 
 
 def gap_verdict(iv: Interval, margin: float) -> str:
-    """``closed`` if the interval lies inside ``(-margin, margin)`` (an equivalence test, conservative: a
-    95% interval where TOST needs 90%); ``pinned lower`` / ``pinned higher`` if it excludes zero; else
-    ``unresolved``. With fewer than 3 seeds always ``unresolved``: a 2-seed interval has one degree of
-    freedom and collapses to a point whenever the two differences agree."""
+    """``within margin`` if the interval lies inside ``(-margin, margin)`` (an equivalence test, conservative:
+    a corrected two-sided interval where TOST needs a one-sided one); ``pinned lower`` / ``pinned higher`` if it
+    excludes zero; else ``inconclusive`` (it spans zero and reaches past the margin: neither a cost nor a tie is
+    shown). With fewer than 3 seeds always ``inconclusive``: a 2-seed interval has one degree of freedom and
+    collapses to a point whenever the two differences agree."""
     if iv.n < 3:
-        return UNRESOLVED
+        return INCONCLUSIVE
     if -margin < iv.low and iv.high < margin:
-        return CLOSED
+        return WITHIN
     if iv.high < 0:
         return LOWER
     if iv.low > 0:
         return HIGHER
-    return UNRESOLVED
+    return INCONCLUSIVE
+
+
+def equivalence_max_sd(margin: float, n: int, confidence: float) -> float:
+    """The largest per-seed standard deviation of a gap whose mean is exactly 0 that the equivalence test can
+    still call ``within margin``: ``margin * sqrt(n) / t(confidence, n - 1)`` (the test's feasibility for the
+    design). NaN for ``n < 2``."""
+    if n < 2:
+        return math.nan
+    return float(margin * math.sqrt(n) / sps.t.ppf((1 + confidence) / 2, n - 1))
 
 
 def gap_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """Tidy gap table, one row per (shift, head, optimizer): ``best_pinned, mean, ci_low, ci_high, n_seeds,
+    """Tidy gap table, one row per (shift, head, optimizer): ``best_pinned, mean, ci_low, ci_high, sd, n_seeds,
     confidence, verdict, task_b_pinned, task_b_separate``. Intervals are Student-t over seeds at confidence
-    ``1 - alpha / m`` (Bonferroni over the ``m`` head x optimizer cells of each shift)."""
+    ``1 - alpha / m`` (Bonferroni over the ``m`` head x optimizer cells of each shift: the family is one
+    shift); ``sd`` is the per-seed standard deviation of the gap."""
     rows = []
     for shift, g in df.groupby("shift", sort=False):
-        cells = g[["head", "optimizer"]].drop_duplicates().itertuples(index=False)
-        cells = list(cells)
+        cells = list(g[["head", "optimizer"]].drop_duplicates().itertuples(index=False))
         conf = _confidence(len(cells), alpha)
         for head, opt in cells:
             best, d = gap_values(df, shift, head, opt)
             iv = mean_ci(d, conf)
             c = g[(g["head"] == head) & (g["optimizer"] == opt)]
             rows.append(dict(shift=shift, head=head, optimizer=opt, best_pinned=best, mean=iv.mean, ci_low=iv.low,
-                             ci_high=iv.high, n_seeds=iv.n, confidence=conf, verdict=gap_verdict(iv, margin),
+                             ci_high=iv.high, sd=float(np.std(d, ddof=1)) if len(d) > 1 else math.nan,
+                             n_seeds=iv.n, confidence=conf, verdict=gap_verdict(iv, margin),
                              task_b_pinned=float(c[c["mode"] == best]["task_b"].mean()),
                              task_b_separate=float(c[c["mode"] == "separate_stats"]["task_b"].mean())))
     return pd.DataFrame(rows)
@@ -316,22 +506,71 @@ def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def interaction_table(df: pd.DataFrame, a: str = "adam", b: str = "sgd", shift: str = "ref",
+                      alpha: float = 0.05) -> pd.DataFrame:
+    """The optimizer interaction per head at ``shift``: per seed, ``gap(a) - gap(b)`` (each cell's own best
+    pinned mode), Student-t interval at confidence ``1 - alpha / n_heads`` (Bonferroni over the heads).
+    Columns ``head, mean, ci_low, ci_high, n_seeds, confidence, verdict`` (``gap higher with Adam`` /
+    ``gap lower with Adam`` / ``inconclusive``; no verdict below 3 seeds). Empty if ``a`` or ``b`` is
+    missing."""
+    d = df[df["shift"] == shift]
+    if not {a, b} <= set(d["optimizer"]):
+        return pd.DataFrame(columns=["head", "mean", "ci_low", "ci_high", "n_seeds", "confidence", "verdict"])
+    heads = [h for h in dict.fromkeys(d["head"]) if {a, b} <= set(d[d["head"] == h]["optimizer"])]
+    conf = _confidence(len(heads), alpha)
+    rows = []
+    for h in heads:
+        diff = gap_values(df, shift, h, a)[1] - gap_values(df, shift, h, b)[1]
+        iv = mean_ci(diff.dropna(), conf)
+        word = INCONCLUSIVE if iv.n < 3 or iv.low <= 0 <= iv.high else (ADAM_HIGHER if iv.low > 0 else ADAM_LOWER)
+        rows.append(dict(head=h, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n, confidence=conf,
+                         verdict=word))
+    return pd.DataFrame(rows)
+
+
 @dataclass(frozen=True)
 class Findings:
     """Every number and verdict chapter 4's prose cites (accuracies are fractions 0..1).
 
-    ``gap``: ``{"<shift>_<head>_<optimizer>": Interval}`` (Bonferroni-corrected, see :func:`gap_table`) and
-    ``gap_verdict`` the matching words; ``best_pinned`` the pinned mode used. ``n_closed`` / ``n_lower`` /
-    ``n_higher`` / ``n_unresolved``: counts per shift; ``closed_ref`` / ``lower_ref``: the cells at chapter 1's
-    shift, as ``head/optimizer`` lists (``none`` if empty). ``opt_mean_gap_ref``: per optimizer, the mean gap
-    over heads at chapter 1's shift. ``f3_lower_b``: per optimizer, the seed's finding 3 on task B with its
-    linear head at chapter 1's shift (``train_mode`` beats both pinned modes, paired 95% intervals above
-    zero); ``f3_heads_holding``: for how many heads that holds; ``f3_keep_a``: pinned modes keep task A
-    exactly (every head, optimizer, shift and seed). ``train_mode_task_a_drop``: per optimizer at chapter 1's
-    shift, ``task_a_after - task_a_before`` of ``train_mode`` (linear head). ``bn_head_modes_differ``: per
-    optimizer at chapter 1's shift, ``task_b(backbone_eval) - task_b(all_eval)`` of ``mlp_bn`` (NaN without it).
-    ``lrs``: the chosen learning rates (``"<head>_<optimizer>"``); ``n_lr_at_edge``: how many sit at an end of
-    their grid.
+    Gap (``task_b(best pinned) - task_b(separate_stats)`` per seed): ``gap`` ``{"<shift>_<head>_<optimizer>":
+    Interval}`` (Bonferroni-corrected over the cells of one shift, see :func:`gap_table`), ``gap_verdict`` the
+    matching words (``within margin`` / ``pinned lower`` / ``pinned higher`` / ``inconclusive``), ``best_pinned``
+    the pinned mode used, ``acc_pinned`` / ``acc_separate`` the two absolute task-B means. Counts per shift:
+    ``n_within``, ``n_lower``, ``n_higher``, ``n_inconclusive``; ``within_ref`` / ``lower_ref``: those cells at
+    chapter 1's shift as ``head/optimizer`` lists (``none`` if empty).
+
+    Equivalence feasibility: ``equiv_max_sd``, the largest per-seed SD for which a gap of mean exactly 0 could be
+    shown within the margin at this design (:func:`equivalence_max_sd`); ``equiv_sd_median`` and
+    ``n_equiv_feasible`` per shift: the median observed SD and the cells whose SD is below ``equiv_max_sd``.
+
+    Optimizer interaction at chapter 1's shift (:func:`interaction_table`): ``adam_vs_sgd`` per head and
+    ``adam_vs_sgd_verdict``; ``interaction_confidence``.
+
+    Finding 3 (the seed's, with its linear head at chapter 1's shift) per optimizer: ``f3_lower_b`` read from the
+    same gap and the same corrected interval (``holds`` = pinned lower; ``inconclusive``; ``not shown`` = within
+    margin; ``reversed`` = pinned higher); ``f3_heads_holding``: for how many heads the gap is ``pinned lower``.
+
+    Checks (identities of the code, each ``holds`` / ``does not hold``, exact ``==``): ``check_train_is_separate``
+    (``train_mode`` and ``separate_stats`` give the same task-B accuracy in every row: the same backbone
+    statistics see the same stream), ``check_pinned_keep_a`` (task A after == before for both pinned modes),
+    ``check_task_a_loss_shared`` (``train_mode``'s task-A accuracy after stage 2 is the same for every head and
+    optimizer within a seed and shift: the head does not touch the backbone's buffers).
+    ``train_mode_task_a_loss``: ``task_a_before - task_a_after`` of ``train_mode`` at chapter 1's shift (one
+    head and optimizer, positive = lost).
+
+    ``bn_head_modes_differ``: ``"<shift>_<optimizer>"`` -> ``task_b(backbone_eval) - task_b(all_eval)`` of
+    ``mlp_bn`` (95%, uncorrected; NaN without ``mlp_bn``).
+
+    Best absolute accuracy at chapter 1's shift: ``best_pinned_cell`` (``head/optimizer`` with the highest
+    ``acc_pinned``), ``best_pinned_acc``, ``best_pinned_gap`` (its gap interval) and ``best_pinned_verdict``, ``best_separate_cell``,
+    ``best_separate_acc``.
+
+    ``lrs``: the chosen rates (``"<head>_<optimizer>[_<mode>]"``); ``n_lr_at_edge`` and ``lr_edge_cells`` (the
+    runs' rates at an end of their grid, named, or ``none``).
+
+    ``n_eval``: test images per accuracy (``n_eval`` column; 0 if absent); ``eval_se``: the binomial standard
+    error ``sqrt(p (1 - p) / n_eval)`` of one accuracy at ``p`` = the mean ``separate_stats`` task-B accuracy
+    at chapter 1's shift (NaN without ``n_eval``), the scale against which the margin is set.
     """
 
     n_seeds: int
@@ -342,34 +581,62 @@ class Findings:
     gap: dict
     gap_verdict: dict
     best_pinned: dict
-    n_closed: dict
+    acc_pinned: dict
+    acc_separate: dict
+    n_within: dict
     n_lower: dict
     n_higher: dict
-    n_unresolved: dict
-    closed_ref: str
+    n_inconclusive: dict
+    within_ref: str
     lower_ref: str
-    largest_gap_ref: float
-    smallest_gap_ref: float
-    opt_mean_gap_ref: dict
+    equiv_max_sd: float
+    equiv_sd_median: dict
+    n_equiv_feasible: dict
+    adam_vs_sgd: dict
+    adam_vs_sgd_verdict: dict
+    interaction_confidence: float
     f3_lower_b: dict
     f3_heads_holding: dict
-    f3_keep_a: str
-    train_mode_task_a_drop: dict
+    check_train_is_separate: str
+    check_pinned_keep_a: str
+    check_task_a_loss_shared: str
+    train_mode_task_a_loss: Interval
     bn_head_modes_differ: dict
+    best_pinned_cell: str
+    best_pinned_acc: float
+    best_pinned_gap: Interval
+    best_pinned_verdict: str
+    best_separate_cell: str
+    best_separate_acc: float
     lrs: dict
     n_lr_at_edge: int
+    lr_edge_cells: str
+    n_eval: int
+    eval_se: float
 
 
 def _cells(names) -> str:
     return ", ".join(names) if names else "none"
 
 
+F3_WORDS = {LOWER: "holds", INCONCLUSIVE: "inconclusive", WITHIN: "not shown", HIGHER: "reversed"}
+
+
+def _holds(ok: bool) -> str:
+    return "holds" if ok else "does not hold"
+
+
+def _edge_text(edges) -> str:
+    return _cells([f"{'/'.join(k)} at the {end} ({v:g})" for k, v, end in edges])
+
+
 def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = None, margin: float = 0.02,
              alpha: float = 0.05) -> Findings:
     """Chapter 4's findings from :func:`run`'s table (``shift`` column; all four modes; at least two seeds).
 
-    ``lrs``: :func:`chosen_lrs`' output and ``grids`` (``{optimizer: grid}``) for the search's numbers.
-    Raises ``ValueError`` if a mode or chapter 1's shift (``shift == "ref"``) is missing.
+    ``lrs``: :func:`chosen_lrs`' output (per mode or per head and optimizer) and ``grids``
+    (``{optimizer: grid}``) for the search's numbers. Raises ``ValueError`` if a mode or chapter 1's shift
+    (``shift == "ref"``) is missing.
     """
     missing = set(MODE_NAMES) - set(df["mode"])
     if missing:
@@ -383,53 +650,90 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
     count = lambda w: {s: int((g["verdict"] == w).sum()) for s, g in gt.groupby("shift", sort=False)}
     ref = gt[gt["shift"] == "ref"]
     label = lambda d: [f"{h}/{o}" for h, o in zip(d["head"], d["optimizer"])]
+    n = int(df["seed"].nunique())
+    conf = float(ref["confidence"].iloc[0])
+    max_sd = equivalence_max_sd(margin, n, conf)
 
-    f3, holding, drop, bn = {}, {}, {}, {}
-    dref = df[df["shift"] == "ref"]
-    for opt in sorted(set(df["optimizer"]), key=lambda o: OPTIMIZERS.index(o) if o in OPTIMIZERS else 99):
-        ok_heads = []
-        for head in sorted(set(dref["head"])):
-            c = dref[(dref["optimizer"] == opt) & (dref["head"] == head)]
-            piv = c.pivot(index="seed", columns="mode", values="task_b")
-            ok_heads.append((head, all(mean_ci(piv["train_mode"] - piv[p]).low > 0 for p in PINNED_MODES)))
-        ok = dict(ok_heads)
-        f3[opt] = ("holds" if ok["linear"] else "does not hold") if "linear" in ok else "not measured"
-        holding[opt] = sum(ok.values())
-        lin = dref[(dref["optimizer"] == opt) & (dref["head"] == "linear") & (dref["mode"] == "train_mode")]
-        drop[opt] = mean_ci(lin["task_a_after"] - lin["task_a_before"]) if len(lin) else Interval(math.nan, math.nan,
-                                                                                                   math.nan, 0)
-        c = dref[(dref["optimizer"] == opt) & (dref["head"] == "mlp_bn")]
-        if len(c):
-            piv = c.pivot(index="seed", columns="mode", values="task_b")
-            bn[opt] = mean_ci(piv["backbone_eval"] - piv["all_eval"])
-        else:
-            bn[opt] = Interval(math.nan, math.nan, math.nan, 0)
+    inter = interaction_table(df, alpha=alpha)
+    opts = sorted(set(df["optimizer"]), key=lambda o: OPTIMIZERS.index(o) if o in OPTIMIZERS else 99)
+    f3 = {o: (F3_WORDS[words[f"ref_linear_{o}"]] if f"ref_linear_{o}" in words else "not measured") for o in opts}
+    holding = {o: int(((ref["optimizer"] == o) & (ref["verdict"] == LOWER)).sum()) for o in opts}
+
+    piv = df.pivot_table(index=["shift", "head", "optimizer", "seed"], columns="mode", values="task_b",
+                         aggfunc="first")
     pinned = df[df["mode"].isin(PINNED_MODES)]
+    tm = df[df["mode"] == "train_mode"]
+    shared = bool((tm.groupby(["shift", "seed"])["task_a_after"].nunique() == 1).all())
+    first = tm[(tm["shift"] == "ref")]
+    first = first[(first["head"] == first["head"].iloc[0]) & (first["optimizer"] == first["optimizer"].iloc[0])]
+    loss = mean_ci(first["task_a_before"] - first["task_a_after"])
+
+    bn = {}
+    for shift in dict.fromkeys(df["shift"]):
+        for o in opts:
+            c = df[(df["shift"] == shift) & (df["optimizer"] == o) & (df["head"] == "mlp_bn")]
+            if len(c):
+                p = c.pivot(index="seed", columns="mode", values="task_b")
+                bn[f"{shift}_{o}"] = mean_ci(p["backbone_eval"] - p["all_eval"])
+            else:
+                bn[f"{shift}_{o}"] = Interval(math.nan, math.nan, math.nan, 0)
+
+    bp = ref.loc[ref["task_b_pinned"].idxmax()]
+    bs = ref.loc[ref["task_b_separate"].idxmax()]
     lrs = lrs or {}
-    edge = sum(1 for (h, o), v in lrs.items() if grids and o in grids and v in (min(grids[o]), max(grids[o])))
+    edges = lr_edges(lrs, grids or {})
+    n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df else 0
+    p_sep = float(ref["task_b_separate"].mean())
     return Findings(
-        n_seeds=int(df["seed"].nunique()), n_cells=int(len(ref)), confidence=float(ref["confidence"].iloc[0]),
-        margin=margin, chance=1 / int(df["n_classes"].iloc[0]) if "n_classes" in df else 0.1,
+        n_seeds=n, n_cells=int(len(ref)), confidence=conf, margin=margin,
+        chance=1 / int(df["n_classes"].iloc[0]) if "n_classes" in df else 0.1,
         gap=gap, gap_verdict=words, best_pinned={key(r): r["best_pinned"] for _, r in gt.iterrows()},
-        n_closed=count(CLOSED), n_lower=count(LOWER), n_higher=count(HIGHER), n_unresolved=count(UNRESOLVED),
-        closed_ref=_cells(label(ref[ref["verdict"] == CLOSED])), lower_ref=_cells(label(ref[ref["verdict"] == LOWER])),
-        largest_gap_ref=float(ref["mean"].min()), smallest_gap_ref=float(ref["mean"].abs().min()),
-        opt_mean_gap_ref={o: float(g["mean"].mean()) for o, g in ref.groupby("optimizer", sort=False)},
+        acc_pinned={key(r): float(r["task_b_pinned"]) for _, r in gt.iterrows()},
+        acc_separate={key(r): float(r["task_b_separate"]) for _, r in gt.iterrows()},
+        n_within=count(WITHIN), n_lower=count(LOWER), n_higher=count(HIGHER), n_inconclusive=count(INCONCLUSIVE),
+        within_ref=_cells(label(ref[ref["verdict"] == WITHIN])), lower_ref=_cells(label(ref[ref["verdict"] == LOWER])),
+        equiv_max_sd=max_sd,
+        equiv_sd_median={s: float(g["sd"].median()) for s, g in gt.groupby("shift", sort=False)},
+        n_equiv_feasible={s: int((g["sd"] < max_sd).sum()) for s, g in gt.groupby("shift", sort=False)},
+        adam_vs_sgd={r["head"]: Interval(r["mean"], r["ci_low"], r["ci_high"], int(r["n_seeds"]))
+                     for _, r in inter.iterrows()},
+        adam_vs_sgd_verdict={r["head"]: r["verdict"] for _, r in inter.iterrows()},
+        interaction_confidence=float(inter["confidence"].iloc[0]) if len(inter) else math.nan,
         f3_lower_b=f3, f3_heads_holding=holding,
-        f3_keep_a="holds" if bool((pinned["task_a_after"] == pinned["task_a_before"]).all()) else "does not hold",
-        train_mode_task_a_drop=drop, bn_head_modes_differ=bn,
-        lrs={f"{h}_{o}": v for (h, o), v in lrs.items()}, n_lr_at_edge=int(edge),
+        check_train_is_separate=_holds(bool((piv["train_mode"] == piv["separate_stats"]).all())),
+        check_pinned_keep_a=_holds(bool((pinned["task_a_after"] == pinned["task_a_before"]).all())),
+        check_task_a_loss_shared=_holds(shared), train_mode_task_a_loss=loss, bn_head_modes_differ=bn,
+        best_pinned_cell=f"{bp['head']}/{bp['optimizer']}", best_pinned_acc=float(bp["task_b_pinned"]),
+        best_pinned_gap=gap[key(bp)], best_pinned_verdict=words[key(bp)], best_separate_cell=f"{bs['head']}/{bs['optimizer']}",
+        best_separate_acc=float(bs["task_b_separate"]),
+        lrs={"_".join(k): v for k, v in lrs.items()}, n_lr_at_edge=len(edges), lr_edge_cells=_edge_text(edges),
+        n_eval=n_eval, eval_se=math.sqrt(p_sep * (1 - p_sep) / n_eval) if n_eval else math.nan,
     )
 
 
 def gap_display(F: Findings, heads, optimizers, shift: str = "ref") -> pd.DataFrame:
     """The page's gap table at ``shift``: one row per head, one column per optimizer, cells
-    ``mean [low, high] verdict`` from :class:`Findings` (display only; the numbers are the findings')."""
+    ``mean [low, high] verdict (pinned a / separate b)`` from :class:`Findings` (display only; the numbers
+    are the findings')."""
     rows = {}
     for h in heads:
-        rows[h] = {o: (f"{F.gap[k].mean:+.3f} [{F.gap[k].low:+.3f}, {F.gap[k].high:+.3f}] {F.gap_verdict[k]}"
+        rows[h] = {o: (f"{F.gap[k].mean:+.3f} [{F.gap[k].low:+.3f}, {F.gap[k].high:+.3f}] {F.gap_verdict[k]} "
+                       f"(pinned {F.acc_pinned[k]:.3f} / separate {F.acc_separate[k]:.3f})"
                        if (k := f"{shift}_{h}_{o}") in F.gap else "") for o in optimizers}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def interaction_display(F: Findings) -> pd.DataFrame:
+    """The page's interaction table: per head, gap with Adam minus gap with SGD + momentum at chapter 1's
+    shift, ``mean [low, high]`` and verdict (display only)."""
+    return pd.DataFrame({h: {"Adam - SGD + momentum (gap difference)": f"{iv.mean:+.3f} [{iv.low:+.3f}, "
+                                                                         f"{iv.high:+.3f}]",
+                             "verdict": F.adam_vs_sgd_verdict[h]} for h, iv in F.adam_vs_sgd.items()}).T
+
+
+def grid_text(grid) -> str:
+    """A learning-rate grid for the page: ``0.005, 0.016, 0.05, 0.16``."""
+    return ", ".join(f"{v:g}" for v in grid)
 
 
 # --- why: what the pinned features look like to the head ---------------------------------------------------------
