@@ -126,3 +126,22 @@ def test_chapter_one_verdicts_on_the_page_are_the_findings_of_its_own_csv(built_
     for name, word in verdicts.items():
         assert glued[f"ch01_{name}"].strip() == f"**{word}**", name
         assert f"<strong>{word}</strong>" in html, name
+
+
+def test_every_parameters_line_parses_for_papermill(caplog):
+    """papermill's inspector reads every line of each chapter's ``parameters`` cell (a line it cannot parse,
+    e.g. an ``=`` inside a trailing comment, is logged "Unable to parse line" and hidden from
+    ``papermill --help-notebook`` and ``bnstudy list``)."""
+    import logging
+
+    from papermill.translators import PythonTranslator
+
+    for path in sorted(Path(book.CHAPTERS_DIR).glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        assignments = [ln for ln in cell.source.splitlines() if re.match(r"^\w+\s*(:[^=]*)?=", ln)]
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            params = PythonTranslator.inspect(cell)
+        assert not [r.getMessage() for r in caplog.records if "Unable to parse" in r.getMessage()], path.name
+        assert [p.name for p in params] == [re.match(r"^(\w+)", ln).group(1) for ln in assignments], path.name
