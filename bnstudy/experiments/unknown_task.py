@@ -538,7 +538,7 @@ def _threshold(levels: list[float], ok: list[bool], floor: float) -> tuple[float
         return math.nan, "at no strength tested"
     t = min(good)
     if t <= floor:
-        return t, f"at every strength tested (from t = {_fmt_t(t)}; the threshold lies below)"
+        return t, f"at every non-zero strength tested (from t = {_fmt_t(t)}, the gentlest; the threshold lies lower)"
     return t, f"from t = {_fmt_t(t)} on"
 
 
@@ -562,7 +562,9 @@ class Findings:
       wrong-bank cost ``accuracy(oracle) - accuracy(train_mode | pinned)`` (b1) has its lower 95% bound
       above 0 at every larger strength; ``wrong_at_train`` / ``wrong_at_pinned``: the cost there;
       ``wrong_below_routing``: per ``k<n>``, the largest upper 95% bound of either cost over the strengths
-      below ``works_from_b1`` (how much a wrong bank can cost where per-sample routing fails).
+      below ``works_from_b1`` (how much a wrong bank can cost where per-sample routing fails);
+      ``cost_after_routing``: verdict that, for every task count, both costs become detectable only at or
+      above the strength from which per-sample routing works.
       ``oracle_vs_train`` / ``oracle_vs_pinned``: the costs at the strong shift; ``train_task_a``:
       task A's own ``oracle - train_mode`` at the strong shift.
     * ``gap_*``: paired ``accuracy(router) - accuracy(oracle)`` (the task's own head).
@@ -614,6 +616,7 @@ class Findings:
     wrong_at_train: dict
     wrong_at_pinned: dict
     wrong_below_routing: dict
+    cost_after_routing: str
     oracle_vs_train: dict
     oracle_vs_pinned: dict
     train_task_a: dict
@@ -758,6 +761,9 @@ def findings(df: pd.DataFrame) -> Findings:
         works_from_bmax_text=works_text["bmax"], route_at_works_b1=route_at,
         wrong_from_train=wrong_from["train_mode"], wrong_from_pinned=wrong_from["pinned"],
         wrong_at_train=wrong_at["train_mode"], wrong_at_pinned=wrong_at["pinned"], wrong_below_routing=below,
+        cost_after_routing=verdict(all(not math.isnan(works["b1"][f"k{k}"]) and all(
+            math.isnan(wrong_from[base][f"k{k}"]) or wrong_from[base][f"k{k}"] >= works["b1"][f"k{k}"]
+            for base in ("train_mode", "pinned")) for k in ks)),
         oracle_vs_train={f"k{k}": cell("accuracy", "oracle", k, strong, b1, "train_mode") for k in ks},
         oracle_vs_pinned={f"k{k}": cell("accuracy", "oracle", k, strong, b1, "pinned") for k in ks},
         train_task_a=train_task_a,
