@@ -120,6 +120,7 @@ def test_findings_on_a_hand_made_table():
     assert f.wrong_from_train["k2"] == 1.0 and f.wrong_from_pinned["k2"] == 1.0
     assert f.wrong_at_train["k2"].mean == pytest.approx(0.31)
     assert f.wrong_below_routing["k2"] == pytest.approx(0.0)
+    assert f.wrong_from_train_text["k2"].startswith("from t = 1 on (0.3100, 95% interval")
     assert f.cost_after_routing == "holds"
     assert f.gap_strong_b1["k2_mixture"].mean == pytest.approx(-0.11)
     assert f.gap_strong_b1["k2_nearest_first"].mean == pytest.approx(0.0)
@@ -135,7 +136,8 @@ def test_findings_on_a_hand_made_table():
     assert f.n_cells == 4 * 3 * 2
     assert f.n_worse == 1 and f.n_worse_zero == 0 and f.worse == "mixture, 2 tasks, t = 1 (b = 1)"
     assert f.n_equivalent == f.n_cells - 1 and f.not_equivalent == "mixture, 2 tasks, t = 1 (b = 1)"
-    assert f.n_equivalent_half == f.n_cells - 1
+    assert f.n_equivalent_half == f.n_cells - 1 and f.routers_not_within_half == "mixture"
+    assert f.oracle_new_tasks["k2"].mean == pytest.approx(0.801)
     assert f.max_bound_hard == pytest.approx(0.0)
 
 
@@ -146,6 +148,10 @@ def test_findings_see_a_cost_before_routing_works():
     f = ut.findings(df)
     assert f.wrong_from_train["k2"] == 0.01
     assert f.cost_after_routing == "does not hold"
+    no_cost = _table()
+    no_cost = no_cost[~no_cost.condition.isin(["train_mode"])]
+    no_cost = pd.concat([no_cost, _table().query("condition == 'train_mode'").assign(accuracy=lambda d: 0.8 + 0.001 * d.seed)])
+    assert ut.findings(no_cost).wrong_from_train_text["k2"] == "at no strength tested"
     assert f.wrong_below_routing["k2"] > 0.05
 
 

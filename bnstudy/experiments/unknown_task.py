@@ -561,6 +561,8 @@ class Findings:
     * ``wrong_from_train`` / ``wrong_from_pinned``: per ``k<n>``, the smallest strength from which the
       wrong-bank cost ``accuracy(oracle) - accuracy(train_mode | pinned)`` (b1) has its lower 95% bound
       above 0 at every larger strength; ``wrong_at_train`` / ``wrong_at_pinned``: the cost there;
+      ``wrong_from_*_text``: both in words ("from t = 0.1 on (mean, 95% interval ...)" or "at no strength
+      tested");
       ``wrong_below_routing``: per ``k<n>``, the largest upper 95% bound of either cost over the strengths
       below ``works_from_b1`` (how much a wrong bank can cost where per-sample routing fails);
       ``cost_after_routing``: verdict that, for every task count, both costs become detectable only at or
@@ -571,11 +573,13 @@ class Findings:
     * ``routed_*``: the fully task-unknown case, ``nearest_first`` picks bank and head: paired
       ``accuracy_routed_head - accuracy(oracle)`` per ``k<n>`` at the gentle shift (b1, bmax) and t = 0
       (b1); ``routed_task_a_gentle_b1``: task A's accuracy then; ``oracle_task_a``: task A's under the
-      oracle (same cells). ``routed_strong_b1``: at the strong shift (0 wherever routing is perfect).
+      oracle (same cells); ``oracle_new_tasks``: the new tasks' mean accuracy under the oracle (same
+      cells). ``routed_strong_b1``: at the strong shift (0 wherever routing is perfect).
     * Equivalence over all ``n_cells`` router cells (both task counts, every strength, batch and router):
       TOST at margin :data:`TOST_MARGIN` with Holm's correction over the cells: ``n_equivalent``
       cells shown equivalent, ``not_equivalent`` the others in words; the same at half the margin:
-      ``n_equivalent_half``, ``not_equivalent_half``. ``max_bound_hard``: the largest absolute 90% bound
+      ``n_equivalent_half``, ``not_equivalent_half``, ``routers_not_within_half`` (the routers with such a
+      cell, or "none"). ``max_bound_hard``: the largest absolute 90% bound
       over every hard router's cells (all but the mixture).
     * ``n_worse``: cells significantly below the oracle (one-sided paired t, Holm over the cells, 5%),
       ``worse``: them in words, ``n_worse_zero``: how many at t = 0. ``worst_*``: the most negative cell
@@ -615,6 +619,8 @@ class Findings:
     wrong_from_pinned: dict
     wrong_at_train: dict
     wrong_at_pinned: dict
+    wrong_from_train_text: dict
+    wrong_from_pinned_text: dict
     wrong_below_routing: dict
     cost_after_routing: str
     oracle_vs_train: dict
@@ -629,11 +635,13 @@ class Findings:
     routed_strong_b1: dict
     routed_task_a_gentle_b1: dict
     oracle_task_a: dict
+    oracle_new_tasks: dict
     n_cells: int
     n_equivalent: int
     not_equivalent: str
     n_equivalent_half: int
     not_equivalent_half: str
+    routers_not_within_half: str
     max_bound_hard: float
     n_worse: int
     n_worse_zero: int
@@ -685,6 +693,7 @@ def findings(df: pd.DataFrame) -> Findings:
             if store == "b1":
                 route_at[f"k{k}"] = ivs[strengths.index(t0)] if not math.isnan(t0) else Interval(*(math.nan,) * 3, 0)
     wrong_from, wrong_at, below = {"train_mode": {}, "pinned": {}}, {"train_mode": {}, "pinned": {}}, {}
+    wrong_text = {"train_mode": {}, "pinned": {}}
     for k in ks:
         highs = []
         for base in ("train_mode", "pinned"):
@@ -692,6 +701,10 @@ def findings(df: pd.DataFrame) -> Findings:
             t0, _ = _threshold(strengths, [iv.low > 0 for iv in ivs], -1.0)
             wrong_from[base][f"k{k}"] = t0
             wrong_at[base][f"k{k}"] = ivs[strengths.index(t0)] if not math.isnan(t0) else Interval(*(math.nan,) * 3, 0)
+            iv = wrong_at[base][f"k{k}"]
+            wrong_text[base][f"k{k}"] = ("at no strength tested" if math.isnan(t0) else
+                                         f"from t = {_fmt_t(t0)} on ({iv.mean:.4f}, 95% interval {iv.low:.4f} to "
+                                         f"{iv.high:.4f})")
             limit = works["b1"][f"k{k}"]
             highs += [iv.high for t, iv in zip(strengths, ivs) if math.isnan(limit) or t < limit]
         below[f"k{k}"] = max(highs) if highs else math.nan
@@ -721,6 +734,8 @@ def findings(df: pd.DataFrame) -> Findings:
     routed = lambda t, b: {f"k{k}": cell("accuracy_routed_head", nf, k, t, b, "oracle", "accuracy") for k in ks}
     routed_a = {f"k{k}": mean_ci(task_gap(k, gentle, b1, nf, "oracle", "A", "accuracy_routed_head")[0]) for k in ks}
     oracle_a = {f"k{k}": mean_ci(task_gap(k, gentle, b1, "oracle", "oracle", "A")[0]) for k in ks}
+    new = df[(df.task != "A") & (df.strength == gentle) & (df.inference_batch == b1) & (df.condition == "oracle")]
+    oracle_new = {f"k{k}": mean_ci(new[new.n_tasks == k].groupby("seed").accuracy.mean()) for k in ks}
 
     # every router cell: TOST (equivalence) and one-sided shortfall, Holm over the cells
     cells, p_short, p_eq, p_eq_half, bounds = [], [], [], [], {}
@@ -760,7 +775,9 @@ def findings(df: pd.DataFrame) -> Findings:
         works_from_b1=works["b1"], works_from_bmax=works["bmax"], works_from_b1_text=works_text["b1"],
         works_from_bmax_text=works_text["bmax"], route_at_works_b1=route_at,
         wrong_from_train=wrong_from["train_mode"], wrong_from_pinned=wrong_from["pinned"],
-        wrong_at_train=wrong_at["train_mode"], wrong_at_pinned=wrong_at["pinned"], wrong_below_routing=below,
+        wrong_at_train=wrong_at["train_mode"], wrong_at_pinned=wrong_at["pinned"],
+        wrong_from_train_text=wrong_text["train_mode"], wrong_from_pinned_text=wrong_text["pinned"],
+        wrong_below_routing=below,
         cost_after_routing=verdict(all(not math.isnan(works["b1"][f"k{k}"]) and all(
             math.isnan(wrong_from[base][f"k{k}"]) or wrong_from[base][f"k{k}"] >= works["b1"][f"k{k}"]
             for base in ("train_mode", "pinned")) for k in ks)),
@@ -771,11 +788,13 @@ def findings(df: pd.DataFrame) -> Findings:
         gap_strong_b1=per(lambda k, r: cell("accuracy", r, k, strong, b1, "oracle")),
         routed_gentle_b1=routed(gentle, b1), routed_gentle_bmax=routed(gentle, bmax),
         routed_zero_b1=routed(zero, b1), routed_zero_bmax=routed(zero, bmax), routed_strong_b1=routed(strong, b1),
-        routed_task_a_gentle_b1=routed_a, oracle_task_a=oracle_a,
+        routed_task_a_gentle_b1=routed_a, oracle_task_a=oracle_a, oracle_new_tasks=oracle_new,
         n_cells=len(cells), n_equivalent=int(eq.sum()),
         not_equivalent=_describe_cells([c for c, e in zip(cells, eq) if not e]),
         n_equivalent_half=int(eq_half.sum()),
         not_equivalent_half=_describe_cells([c for c, e in zip(cells, eq_half) if not e]),
+        routers_not_within_half=", ".join(r for r in ROUTERS if any(c[0] == r and not e for c, e in
+                                                                    zip(cells, eq_half))) or "none",
         max_bound_hard=float(max(bounds.values())) if bounds else math.nan,
         n_worse=len(worse), n_worse_zero=sum(1 for c in worse if c[2] == zero), worse=_describe_cells(worse),
         worst_gap=Interval(float(worst["mean"]), float(worst["ci_low"]), float(worst["ci_high"]), int(worst["n_seeds"])),
