@@ -403,28 +403,39 @@ def retention_scatter(scatter: pd.DataFrame):
 # --- chapter 6 (issue 14): routing inputs to statistic banks ------------------------------------------------------
 
 CH06_CONDITIONS = ("nearest_first", "nearest_all", "classifier", "mixture", "oracle", "train_mode", "pinned")
-CH06_PALETTE = dict(zip(CH06_CONDITIONS, sns.color_palette("colorblind", len(CH06_CONDITIONS))))
+# distinct hues (tab10) and markers, so that no two series differ by shade alone
+CH06_PALETTE = dict(zip(CH06_CONDITIONS, ("tab:blue", "tab:green", "tab:purple", "tab:olive", "black", "tab:red",
+                                          "tab:orange")))
+CH06_MARKERS = dict(zip(CH06_CONDITIONS, ("o", "^", "s", "D", "*", "v", "P")))
+CH06_AXIS_LABEL = "shift strength t (levels, not to scale)"
 
 
 def _ch06_positions(strengths) -> dict:
-    """Strengths at evenly spaced x positions (they span zero to orders of magnitude apart)."""
+    """Strengths at evenly spaced x positions (they span zero to orders of magnitude apart): a categorical axis."""
     return {t: i for i, t in enumerate(sorted(set(strengths)))}
 
 
-def _ch06_axis(ax, pos, label):
+def _ch06_axis(ax, pos, label=CH06_AXIS_LABEL):
     ax.set_xticks(list(pos.values()))
     ax.set_xticklabels([f"{t:g}" for t in pos], rotation=45)
     ax.set_xlabel(label)
 
 
-def routing_figure(table: pd.DataFrame, routers=("nearest_first", "nearest_all", "classifier", "mixture")):
+def _ch06_errorbar(ax, x, f, name, label=None, color=None, marker=None, ls="-"):
+    ax.errorbar(x, f["mean"], yerr=[f["mean"] - f["lo"], f["hi"] - f["mean"]], fmt=marker or CH06_MARKERS[name],
+                ls=ls, ms=4, capsize=2, color=color or CH06_PALETTE[name], label=label or name)
+
+
+def routing_figure(table: pd.DataFrame, routers=("nearest_first", "nearest_all", "classifier")):
     """Routing accuracy (mean, 95% band over seeds) against shift strength, one line per inference batch size;
-    rows: number of tasks, columns: routers (``table``: unknown_task.routing_table). Chance (1/K) dotted."""
+    rows: number of tasks, columns: routers (``table``: unknown_task.routing_table). Chance (1/K) dotted.
+    The mixture is left out by default: its heaviest bank is ``nearest_first``'s choice, so its routing
+    accuracy is that column again. The strength axis is categorical (levels, not to scale)."""
     ks = sorted(table.n_tasks.unique())
     batches = sorted(table.inference_batch.unique())
     colors = dict(zip(batches, sns.color_palette("viridis", len(batches))))
     pos = _ch06_positions(table.strength)
-    fig, axes = plt.subplots(len(ks), len(routers), figsize=(3.2 * len(routers), 3.0 * len(ks)), sharey=True,
+    fig, axes = plt.subplots(len(ks), len(routers), figsize=(3.4 * len(routers), 3.0 * len(ks)), sharey=True,
                              squeeze=False)
     for r, k in enumerate(ks):
         for c, name in enumerate(routers):
@@ -437,7 +448,7 @@ def routing_figure(table: pd.DataFrame, routers=("nearest_first", "nearest_all",
                 ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
             ax.axhline(1 / k, color="grey", ls=":", lw=1, label="chance (1/K)")
             ax.set_title(f"{name}, {k} tasks")
-            _ch06_axis(ax, pos, "shift strength t")
+            _ch06_axis(ax, pos)
         axes[r][0].set_ylabel("routing accuracy")
     h, lab = axes[0][0].get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=len(lab), frameon=False, bbox_to_anchor=(0.5, -0.04))
@@ -445,51 +456,123 @@ def routing_figure(table: pd.DataFrame, routers=("nearest_first", "nearest_all",
     return fig
 
 
-def router_accuracy_figure(table: pd.DataFrame, inference_batch: int = 1):
-    """Task accuracy (mean over tasks, then mean and 95% band over seeds) against shift strength, one line per
-    router and baseline, one panel per number of tasks (``table``: unknown_task.accuracy_table)."""
-    t = table[table.inference_batch == inference_batch]
-    ks = sorted(t.n_tasks.unique())
-    pos = _ch06_positions(t.strength)
-    fig, axes = plt.subplots(1, len(ks), figsize=(5.2 * len(ks), 3.8), sharey=True, squeeze=False)
-    for ax, k in zip(axes[0], ks):
-        for i, name in enumerate(CH06_CONDITIONS):
-            f = interval_frame(t[(t.n_tasks == k) & (t.condition == name)], "strength", "accuracy").reset_index()
-            x = f.strength.map(pos) + (i - 3) * 0.04   # small offsets keep overlapping series visible
-            ls = "--" if name in ("oracle", "train_mode", "pinned") else "-"
-            ax.errorbar(x, f["mean"], yerr=[f["mean"] - f["lo"], f["hi"] - f["mean"]], fmt="o", ls=ls, ms=3,
-                        capsize=2, color=CH06_PALETTE[name], label=name)
-        ax.set_title(f"{k} tasks, inference batch {inference_batch}")
-        _ch06_axis(ax, pos, "shift strength t")
-    axes[0][0].set_ylabel("task accuracy (mean over tasks)")
+def router_accuracy_figure(df: pd.DataFrame, inference_batch: int = 1):
+    """Task accuracy per router and baseline against shift strength, one decision per ``inference_batch``:
+    columns task A and the mean of the new tasks (the two differ in level, so a mean over all tasks would show
+    composition), rows: number of tasks. ``df``: unknown_task.run's table (per task). Per seed the new tasks
+    are averaged first; points are means, bars 95% Student-t intervals over seeds; series are offset slightly."""
+    d = df[(df.inference_batch == inference_batch) & df.condition.isin(CH06_CONDITIONS)]
+    d = d.assign(group=np.where(d.task == "A", "task A", "new tasks (mean)"))
+    per_seed = d.groupby(["seed", "n_tasks", "strength", "condition", "group"])["accuracy"].mean().reset_index()
+    ks = sorted(per_seed.n_tasks.unique())
+    pos = _ch06_positions(per_seed.strength)
+    groups = ("task A", "new tasks (mean)")
+    fig, axes = plt.subplots(len(ks), 2, figsize=(6.6 * 1.4, 3.0 * len(ks)), squeeze=False)
+    for r, k in enumerate(ks):
+        for c, grp in enumerate(groups):
+            ax = axes[r][c]
+            for i, name in enumerate(CH06_CONDITIONS):
+                sel = per_seed[(per_seed.n_tasks == k) & (per_seed.condition == name) & (per_seed.group == grp)]
+                f = interval_frame(sel, "strength", "accuracy").reset_index()
+                x = f.strength.map(pos) + (i - 3) * 0.05
+                _ch06_errorbar(ax, x, f, name, ls="--" if name in ("oracle", "train_mode", "pinned") else "-")
+            ax.set_title(f"{grp}, {k} tasks, inference batch {inference_batch}")
+            _ch06_axis(ax, pos)
+        axes[r][0].set_ylabel("accuracy (task's own head)")
     h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.12))
+    fig.legend(h, lab, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.06))
     fig.tight_layout()
     return fig
 
 
-def routing_cost_figure(gaps: pd.DataFrame, inference_batch: int = 1):
-    """Accuracy minus the oracle's (mean, 95% interval over seeds of paired differences) against shift strength,
-    for routers and the shared (``train_mode``) and pinned baselines (``gaps``: unknown_task.gap_table)."""
-    g = gaps[gaps.inference_batch == inference_batch]
-    ks = sorted(g.n_tasks.unique())
-    pos = _ch06_positions(g.strength)
-    fig, axes = plt.subplots(1, len(ks), figsize=(5.2 * len(ks), 3.8), sharey=True, squeeze=False)
-    for ax, k in zip(axes[0], ks):
-        for i, name in enumerate(c for c in CH06_CONDITIONS if c != "oracle"):
-            f = g[(g.n_tasks == k) & (g.condition == name)].sort_values("strength")
-            x = f.strength.map(pos) + (i - 3) * 0.04
-            ls = "--" if name in ("train_mode", "pinned") else "-"
-            ax.errorbar(x, f["mean"], yerr=[f["mean"] - f["ci_low"], f["ci_high"] - f["mean"]], fmt="o", ls=ls,
-                        ms=3, capsize=2, color=CH06_PALETTE[name], label=name)
+def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.DataFrame, margin: float,
+                        inference_batches=(1, 32)):
+    """Where routing fails and what that costs, on one categorical strength axis; columns: number of tasks.
+
+    Rows: (a) ``nearest_first`` routing accuracy at ``inference_batches`` (``routes``: routing_table), the
+    0.9 line dashed; (b) the cost of a wrong bank, ``oracle - train_mode`` and ``oracle - pinned``
+    (``gaps``: gap_table, sign flipped); (c) router minus oracle with the task's own head, one decision per
+    sample, zoomed, the equivalence band ``+-margin`` shaded; (d) the fully task-unknown case,
+    ``nearest_first`` picking bank and head, minus the oracle, per inference batch (``routed``:
+    routed_head_table). Means and 95% Student-t intervals over seeds (paired differences). Returns the figure.
+    """
+    ks = sorted(gaps.n_tasks.unique())
+    pos = _ch06_positions(gaps.strength)
+    b1 = min(gaps.inference_batch)
+    batches = sorted(routed.inference_batch.unique())
+    bcolors = dict(zip(batches, sns.color_palette("viridis", len(batches))))
+    fig, axes = plt.subplots(4, len(ks), figsize=(6.6 * 1.4, 11.0), sharex=True, squeeze=False)
+    for c, k in enumerate(ks):
+        ax = axes[0][c]
+        for b in inference_batches:
+            g = routes[(routes.n_tasks == k) & (routes.condition == "nearest_first") & (routes.inference_batch == b)]
+            f = interval_frame(g, "strength", "routing_accuracy").reset_index()
+            _ch06_errorbar(ax, f.strength.map(pos), f, "nearest_first", label=f"nearest_first, batch {b}",
+                           color=bcolors.get(b, "grey"))
+        ax.axhline(0.9, color="0.4", ls="--", lw=1)
+        ax.axhline(1 / k, color="grey", ls=":", lw=1)
+        ax.set_title(f"(a) routing accuracy, {k} tasks")
+        ax = axes[1][c]
+        for i, name in enumerate(("train_mode", "pinned")):
+            f = gaps[(gaps.n_tasks == k) & (gaps.condition == name) & (gaps.inference_batch == b1)].sort_values(
+                "strength")
+            f = pd.DataFrame({"mean": -f["mean"].values, "lo": -f["ci_high"].values, "hi": -f["ci_low"].values,
+                              "strength": f.strength.values})
+            _ch06_errorbar(ax, f.strength.map(pos) + (i - 0.5) * 0.08, f, name, label=f"oracle - {name}")
         ax.axhline(0, color="black", lw=0.6)
-        ax.set_title(f"{k} tasks, inference batch {inference_batch}")
-        _ch06_axis(ax, pos, "shift strength t")
-    axes[0][0].set_ylabel("difference in accuracy\n(condition - oracle)")
-    h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.14))
+        ax.set_title(f"(b) cost of a wrong bank, {k} tasks")
+        ax = axes[2][c]
+        ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"equivalence margin +-{margin:g}")
+        for i, name in enumerate(("nearest_first", "nearest_all", "classifier", "mixture")):
+            f = gaps[(gaps.n_tasks == k) & (gaps.condition == name) & (gaps.inference_batch == b1)].sort_values(
+                "strength").rename(columns={"ci_low": "lo", "ci_high": "hi"})
+            _ch06_errorbar(ax, f.strength.map(pos) + (i - 1.5) * 0.07, f, name, label=f"{name} - oracle")
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_ylim(-1.6 * margin, 1.6 * margin)
+        ax.set_title(f"(c) router - oracle, own head, batch {b1} (zoom)")
+        ax = axes[3][c]
+        for i, b in enumerate(batches):
+            f = routed[(routed.n_tasks == k) & (routed.condition == "nearest_first") & (routed.inference_batch == b)
+                       ].sort_values("strength").rename(columns={"ci_low": "lo", "ci_high": "hi"})
+            _ch06_errorbar(ax, f.strength.map(pos) + (i - 1.5) * 0.07, f, "nearest_first", color=bcolors[b],
+                           label=f"routed head, batch {b}")
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_title(f"(d) task unknown: router picks bank and head, {k} tasks")
+        _ch06_axis(ax, pos)
+    labels = ["routing accuracy\n(dashed: 0.9)", "oracle - baseline\n(accuracy)", "router - oracle\n(accuracy)",
+              "routed head - oracle\n(accuracy)"]
+    for r, lab in enumerate(labels):
+        axes[r][0].set_ylabel(lab)
+        h, l = axes[r][0].get_legend_handles_labels()
+        axes[r][-1].legend(h, l, fontsize=8, loc="best")
     fig.tight_layout()
     return fig
+
+
+def temperature_figure(table: pd.DataFrame, kept: float):
+    """The mixture's temperature check: paired mixture minus oracle (mean, 95% interval over the held-out seeds)
+    against the temperature (log axis), one line per shift strength (``table``: unknown_task.temperature_table);
+    the kept temperature marked by a dotted vertical line. Returns the figure."""
+    ks = sorted(table.n_tasks.unique())
+    strengths = sorted(table.strength.unique())
+    colors = dict(zip(strengths, sns.color_palette("viridis", len(strengths))))
+    fig, axes = plt.subplots(1, len(ks), figsize=(5.0 * len(ks), 3.4), squeeze=False)
+    for ax, k in zip(axes[0], ks):
+        for t in strengths:
+            f = table[(table.n_tasks == k) & (table.strength == t)].sort_values("temperature")
+            ax.errorbar(f.temperature, f["mean"], yerr=[f["mean"] - f["ci_low"], f["ci_high"] - f["mean"]],
+                        fmt="o-", ms=4, capsize=2, color=colors[t], label=f"t = {t:g}")
+        ax.axvline(kept, color="0.4", ls=":", lw=1)
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_xlabel("mixture temperature tau (nats, log scale); dotted: kept")
+        ax.set_title(f"{k} tasks, one decision per sample")
+    axes[0][0].set_ylabel("mixture - oracle (accuracy)")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 # --- chapter 4 (issue 12): heads and optimizers -------------------------------------------------------------------
 
 OPTIMIZER_PALETTE = dict(zip(("sgd", "sgd_plain", "adam"), sns.color_palette("Dark2", 3)))

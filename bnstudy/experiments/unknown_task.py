@@ -74,8 +74,20 @@ ROUTE_OK = 0.9
 #: quick: about a minute on this project's 2-core CPU; full: see the chapter's profile note.
 PROFILES = {
     "quick": dict(seeds=2, strengths=(0.0, 0.005, 1.0), steps=50, n_eval=160, router_samples=128),
-    "full": dict(seeds=10, strengths=(0.0, 0.0025, 0.005, 0.01, 0.03, 0.1, 1.0), steps=300, n_eval=960,
+    "full": dict(seeds=10, strengths=(0.0, 0.0025, 0.005, 0.01, 0.03, 0.1, 0.25, 0.5, 1.0), steps=300, n_eval=960,
                  router_samples=1024),
+}
+#: Settings chosen by trying, disclosed on the page: the mixture temperature tried first (then 0.1 kept) and the
+#: first strength grid (it routed 100% everywhere, so the grid was moved to gentler shifts).
+TEMPERATURE_TRIED_FIRST = 1.0
+FIRST_STRENGTH_GRID = (0.0625, 0.25, 1.0)
+#: The temperature check: seeds that are NOT part of the reported set, four tasks, one decision per sample, and
+#: the mixture at each of ``check_temperatures`` besides the config's own temperature.
+TEMPERATURE_CHECK = {
+    "quick": dict(seeds=(10, 11), n_tasks=(4,), strengths=(0.03, 0.1, 1.0), inference_batches=(1,),
+                  check_temperatures=(0.03, 0.3, 1.0)),
+    "full": dict(seeds=(10, 11, 12, 13, 14), n_tasks=(4,), strengths=(0.03, 0.1, 1.0), inference_batches=(1,),
+                 check_temperatures=(0.01, 0.03, 0.3, 1.0)),
 }
 
 
@@ -104,6 +116,7 @@ class UnitConfig(_Frozen):
     lr: float
     batch_size: int
     n_classes: int
+    check_temperatures: tuple = ()
 
     @property
     def source(self) -> SourceConfig:
@@ -120,8 +133,10 @@ class Config(_Frozen):
     task's evaluation set) must be a multiple of each. ``steps``, ``lr``, ``batch_size``: each new
     head's training (SGD with momentum 0.9). ``router_samples``: samples per task, drawn from its
     training distribution, on which the classifier router is fitted. ``temperature``: the soft
-    mixture's (nats). ``noise``, ``momentum``: the tasks' pixel noise and BatchNorm momentum.
-    Raises ``ValueError`` naming the parameter for any bad value.
+    mixture's (nats). ``check_temperatures``: extra mixture temperatures evaluated at the smallest
+    inference batch (conditions ``mixture_tau=<value>``; :func:`temperature_table`); empty in the
+    profiles, set by :func:`temperature_check_config`. ``noise``, ``momentum``: the tasks' pixel noise
+    and BatchNorm momentum. Raises ``ValueError`` naming the parameter for any bad value.
     """
 
     profile: str = "quick"
@@ -137,6 +152,7 @@ class Config(_Frozen):
     momentum: float = 0.1
     lr: float = 0.05
     batch_size: int = 64
+    check_temperatures: tuple = ()
 
     def __post_init__(self):
         check_choice("profile", self.profile, tuple(PROFILES))
@@ -164,13 +180,16 @@ class Config(_Frozen):
         self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, low_open=True))
         self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
         self._set("batch_size", check_int("batch_size", self.batch_size, 2))
+        self._set("check_temperatures", check_sequence(
+            "check_temperatures", self.check_temperatures,
+            lambda n, v: check_float(n, v, 0.0, low_open=True), 0))
 
     def units(self) -> list[UnitConfig]:
         """One :class:`UnitConfig` per (seed, n_tasks, strength), seeds outermost."""
         return [UnitConfig(seed=s, n_tasks=k, strength=t, steps=self.steps, n_eval=self.n_eval,
                            router_samples=self.router_samples, inference_batches=self.inference_batches,
                            temperature=self.temperature, noise=self.noise, momentum=self.momentum, lr=self.lr,
-                           batch_size=self.batch_size, n_classes=10)
+                           batch_size=self.batch_size, n_classes=10, check_temperatures=self.check_temperatures)
                 for s in self.seeds for k in self.n_tasks for t in self.strengths]
 
     def describe(self) -> str:
@@ -178,12 +197,28 @@ class Config(_Frozen):
                 f"strengths={[float(f'{t:g}') for t in self.strengths]}, "
                 f"inference_batches={list(self.inference_batches)}, steps={self.steps}, n_eval={self.n_eval}, "
                 f"router_samples={self.router_samples}, temperature={self.temperature:g}, noise={self.noise:g}, "
-                f"momentum={self.momentum:g}, lr={self.lr:g}, batch_size={self.batch_size}")
+                f"momentum={self.momentum:g}, lr={self.lr:g}, batch_size={self.batch_size}"
+                + (f", check_temperatures={list(self.check_temperatures)}" if self.check_temperatures else ""))
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
     """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
     return from_profile(Config, PROFILES, profile, **overrides)
+
+
+def temperature_check_config(config: Config) -> Config:
+    """The temperature check for ``config``: :data:`TEMPERATURE_CHECK` of its profile (held-out seeds, four
+    tasks, b = 1, extra temperatures), everything else (steps, n_eval, temperature, ...) as in ``config``.
+
+    Raises ``ValueError`` if a held-out seed is one of ``config.seeds`` (the check must not reuse them).
+    """
+    check = TEMPERATURE_CHECK[config.profile]
+    overlap = sorted(set(check["seeds"]) & set(config.seeds))
+    if overlap:
+        raise ValueError(f"the temperature check's seeds must not be reported seeds; {overlap} are in both")
+    base = {f: getattr(config, f) for f in ("profile", "steps", "n_eval", "router_samples", "temperature", "noise",
+                                            "momentum", "lr", "batch_size")}
+    return Config(**{**base, **check})
 
 
 # --- one unit ------------------------------------------------------------------------------------------------------
@@ -253,7 +288,6 @@ def run_unit(u: UnitConfig, source: dict) -> dict:
     first = bank.layer_names[0]
     router_first = NearestStatistics(bank, "first")
     router_all = NearestStatistics(bank, "all")
-    mixture = SoftMixture(bank, u.temperature, "first")
     # classifier training data: each task's training distribution (not the evaluation sets)
     train_moms = [sample_moments(bank, BatchStream(tasks[k], u.router_samples,
                                                    generator(u.seed, "router", TASK_NAMES[k])).next()[0], "first")
@@ -263,10 +297,18 @@ def run_unit(u: UnitConfig, source: dict) -> dict:
     oracle_logits_a = heads[0](feats[0, 0])
     oracle_change = float((oracle_logits_a.double() - ref_a.double()).abs().max())
 
-    def add(i, cond, b, route, acc, acc_routed):
+    def add(i, cond, b, route, acc, acc_routed, tau=math.nan):
         records.append(dict(task=TASK_NAMES[i], condition=cond, inference_batch=b,
                             routing_accuracy=math.nan if route is None else float((route == i).double().mean()),
-                            accuracy=acc, accuracy_routed_head=acc_routed))
+                            accuracy=acc, accuracy_routed_head=acc_routed, temperature=tau))
+
+    def mixed(i, x, y, d, n, tau):
+        w = SoftMixture(bank, tau, "first").weights_from_distances(d, n)
+        with torch.no_grad(), bank.use_blend(w):
+            fm = backbone(x)
+        r = w.argmax(1)
+        routed = torch.stack([heads[k](fm) for k in range(K)])[r, torch.arange(n)]
+        return r, accuracy(heads[i](fm), y), accuracy(routed, y)
 
     def hard(i, route, y):
         # per sample: logits of the routed bank with the true head, and with the routed head
@@ -293,12 +335,10 @@ def run_unit(u: UnitConfig, source: dict) -> dict:
             }
             for cond, r in routes.items():
                 add(i, cond, b, r, *hard(i, r, y))
-            w = mixture.weights_from_distances(d_first, n)
-            with torch.no_grad(), bank.use_blend(w):
-                fm = backbone(x)
-            r = w.argmax(1)
-            routed = torch.stack([heads[k](fm) for k in range(K)])[r, torch.arange(n)]
-            add(i, "mixture", b, r, accuracy(heads[i](fm), y), accuracy(routed, y))
+            add(i, "mixture", b, *mixed(i, x, y, d_first, n, u.temperature), tau=u.temperature)
+            if b == u.inference_batches[0]:
+                for tau in u.check_temperatures:
+                    add(i, f"mixture_tau={tau:g}", b, *mixed(i, x, y, d_first, n, tau), tau=tau)
             oracle = torch.full((n,), i, dtype=torch.long)
             add(i, "oracle", b, oracle, *hard(i, oracle, y))
             last = torch.full((n,), K - 1, dtype=torch.long)
@@ -343,12 +383,20 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
 # --- tidy tables ---------------------------------------------------------------------------------------------------
 
 KEYS = ["n_tasks", "strength", "inference_batch", "condition"]
+#: Baselines whose accuracy does not depend on the inference batch size (no routing decision): the tidy tables
+#: keep them at the smallest inference batch only.
+BATCH_FREE = ("train_mode", "pinned")
 
 
 def seed_means(df: pd.DataFrame) -> pd.DataFrame:
     """Per seed and cell: accuracy and routing accuracy averaged over the tasks (equal-sized evaluation sets)."""
     return (df.groupby(["seed"] + KEYS, sort=False)[["routing_accuracy", "accuracy", "accuracy_routed_head"]]
             .mean().reset_index())
+
+
+def _drop_batch_duplicates(t: pd.DataFrame) -> pd.DataFrame:
+    b1 = t.inference_batch.min()
+    return t[~(t.condition.isin(BATCH_FREE) & (t.inference_batch != b1))].reset_index(drop=True)
 
 
 def routing_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -358,32 +406,80 @@ def routing_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tidy: ``seed, n_tasks, strength, inference_batch, condition, accuracy, accuracy_routed_head`` (task means)."""
-    return seed_means(df)[["seed"] + KEYS + ["accuracy", "accuracy_routed_head"]]
+    """Tidy: ``seed, n_tasks, strength, inference_batch, condition, accuracy, accuracy_routed_head`` (task means).
+
+    ``train_mode`` and ``pinned`` (:data:`BATCH_FREE`) appear at the smallest inference batch only.
+    """
+    return _drop_batch_duplicates(seed_means(df)[["seed"] + KEYS + ["accuracy", "accuracy_routed_head"]])
 
 
-def _paired_gap(m: pd.DataFrame, cond: str, ref: str, value: str = "accuracy") -> pd.DataFrame:
+def per_task_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per task and cell, means over seeds: ``n_tasks, strength, inference_batch, condition, task,
+    routing_accuracy, accuracy, accuracy_routed_head, n_seeds`` (baselines at the smallest batch only)."""
+    g = df.groupby(KEYS + ["task"], sort=True)
+    out = g[["routing_accuracy", "accuracy", "accuracy_routed_head"]].mean()
+    out["n_seeds"] = g["seed"].nunique()
+    return _drop_batch_duplicates(out.reset_index())
+
+
+def _paired_gap(m: pd.DataFrame, cond: str, ref: str, value: str = "accuracy", ref_value: str | None = None
+                ) -> pd.DataFrame:
     keys = ["seed", "n_tasks", "strength", "inference_batch"]
     a = m[m.condition == cond].set_index(keys)[value]
-    b = m[m.condition == ref].set_index(keys)[value]
+    b = m[m.condition == ref].set_index(keys)[ref_value or value]
     return (a - b.reindex(a.index)).rename("difference").reset_index()
+
+
+def _interval_rows(g: pd.DataFrame, **fixed) -> list[dict]:
+    recs = []
+    for key, grp in g.groupby(["n_tasks", "strength", "inference_batch"]):
+        iv = mean_ci(grp["difference"])
+        recs.append(dict(zip(["n_tasks", "strength", "inference_batch"], key), **fixed, mean=iv.mean,
+                         ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
+    return recs
 
 
 def gap_table(df: pd.DataFrame, reference: str = "oracle") -> pd.DataFrame:
     """Per cell: mean and 95% interval (Student t over seeds) of ``accuracy(condition) - accuracy(reference)``.
 
     Columns ``n_tasks, strength, inference_batch, condition, mean, ci_low, ci_high, n_seeds``;
-    every condition except ``reference``.
+    every condition except ``reference``; ``train_mode`` and ``pinned`` at the smallest inference batch only
+    (they make no routing decision).
     """
     m = seed_means(df)
     recs = []
     for cond in [c for c in CONDITIONS if c != reference and c in set(m.condition)]:
-        g = _paired_gap(m, cond, reference)
-        for key, grp in g.groupby(["n_tasks", "strength", "inference_batch"]):
-            iv = mean_ci(grp["difference"])
-            recs.append(dict(zip(["n_tasks", "strength", "inference_batch"], key), condition=cond, mean=iv.mean,
-                             ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
+        recs += _interval_rows(_paired_gap(m, cond, reference), condition=cond)
+    return _drop_batch_duplicates(pd.DataFrame(recs))
+
+
+def routed_head_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The fully task-unknown case: per cell, paired ``accuracy_routed_head(router) - accuracy(oracle)``.
+
+    The router picks the bank *and* the head (a misrouted sample is classified by another task's head).
+    Columns as :func:`gap_table`, one row per router and cell.
+    """
+    m = seed_means(df)
+    recs = []
+    for r in ROUTERS:
+        recs += _interval_rows(_paired_gap(m, r, "oracle", "accuracy_routed_head", "accuracy"), condition=r)
     return pd.DataFrame(recs)
+
+
+def temperature_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The mixture at each temperature in ``df`` (``mixture`` and ``mixture_tau=...`` rows): per
+    ``n_tasks, strength, temperature`` at the smallest inference batch, paired ``accuracy(mixture) -
+    accuracy(oracle)``: ``mean, ci_low, ci_high, n_seeds``. Raises ``ValueError`` without temperatures."""
+    if "temperature" not in df or df["temperature"].isna().all():
+        raise ValueError("temperature_table needs mixture rows with a temperature column (run with this version)")
+    b1 = df.inference_batch.min()
+    d = df[(df.inference_batch == b1) & (df.condition.str.startswith("mixture") | (df.condition == "oracle"))]
+    recs = []
+    for tau in sorted(d.loc[d.condition.str.startswith("mixture"), "temperature"].unique()):
+        sub = d[(d.condition == "oracle") | (d.temperature == tau)].assign(
+            condition=lambda x: x.condition.where(x.condition == "oracle", "mixture"))
+        recs += _interval_rows(_paired_gap(seed_means(sub), "mixture", "oracle"), temperature=float(tau))
+    return pd.DataFrame(recs)[["n_tasks", "strength", "temperature", "mean", "ci_low", "ci_high", "n_seeds"]]
 
 
 def holm(pvalues) -> np.ndarray:
@@ -400,33 +496,99 @@ def holm(pvalues) -> np.ndarray:
 
 def tost(diffs, margin: float) -> bool:
     """Two one-sided t tests at 5%: is the mean of ``diffs`` within ``(-margin, margin)``? (90% interval inside.)"""
+    return tost_p(diffs, margin) < 0.05
+
+
+def tost_p(diffs, margin: float) -> float:
+    """p-value of the two one-sided t tests (the larger of the two) for ``|mean(diffs)| < margin``.
+
+    Without spread (all values equal, or one value) it is 0 if ``|mean| < margin`` and 1 otherwise.
+    """
     v = np.asarray(diffs, dtype=float)
     m = float(v.mean())
     if len(v) < 2 or v.std() == 0:
-        return abs(m) < margin
-    half = float(sps.sem(v) * sps.t.ppf(0.95, len(v) - 1))
-    return -margin < m - half and m + half < margin
+        return 0.0 if abs(m) < margin else 1.0
+    se, df_ = float(sps.sem(v)), len(v) - 1
+    p_low = float(sps.t.sf((m + margin) / se, df_))    # H0: mean <= -margin
+    p_high = float(sps.t.cdf((m - margin) / se, df_))  # H0: mean >= margin
+    return max(p_low, p_high)
 
 
 # --- findings ------------------------------------------------------------------------------------------------------
+
+def _fmt_t(t: float) -> str:
+    return f"{t:g}"
+
+
+def _describe_cells(cells: list[tuple]) -> str:
+    """``[(router, n_tasks, strength, batch), ...]`` -> "mixture, 4 tasks, t = 0.1 (b = 1, 2, 8, 32); ..."."""
+    if not cells:
+        return "none"
+    groups: dict = {}
+    for r, k, t, b in cells:
+        groups.setdefault((r, int(k), float(t)), []).append(int(b))
+    return "; ".join(f"{r}, {k} tasks, t = {_fmt_t(t)} (b = {', '.join(str(b) for b in sorted(bs))})"
+                     for (r, k, t), bs in sorted(groups.items()))
+
+
+def _threshold(levels: list[float], ok: list[bool], floor: float) -> tuple[float, str]:
+    """Smallest level from which ``ok`` holds at every larger level, and a phrase for the page."""
+    good = [t for i, t in enumerate(levels) if all(ok[i:])]
+    if not good:
+        return math.nan, "at no strength tested"
+    t = min(good)
+    if t <= floor:
+        return t, f"at every non-zero strength tested (from t = {_fmt_t(t)}, the gentlest; the threshold lies lower)"
+    return t, f"from t = {_fmt_t(t)} on"
+
 
 @dataclass(frozen=True)
 class Findings:
     """Every number and verdict chapter 6's prose cites (accuracies and routing accuracies are fractions 0..1).
 
-    Keys of the dict fields are ``k<n_tasks>_<router>`` (e.g. ``k2_nearest_first``); "gentle" is the
-    smallest swept strength above zero, "strong" the largest; ``b1``/``bmax`` the smallest and largest inference
-    batch. ``route_*``: routing accuracy (mean and 95% interval over seeds, tasks averaged within a
-    seed). ``gap_*``: paired ``accuracy(router) - accuracy(oracle)``. ``oracle_vs_train`` /
-    ``oracle_vs_pinned``: paired ``accuracy(oracle) - accuracy(baseline)`` at the strong shift, per
-    ``k<n_tasks>``. ``works_from_b1`` / ``works_from_bmax``: per ``k<n>_nearest_first``, the smallest
-    strength from which the mean routing accuracy stays >= :data:`ROUTE_OK` (NaN: never).
-    ``worst_gap``: the most negative cell mean of router minus oracle over the whole grid, and where
-    (``worst_*``). ``n_worse`` of ``n_cells``: router cells significantly below the oracle after
-    Holm's correction over all cells (paired t tests, 5%). ``gentle_equivalent``: per ``k<n>_<router>``
-    at the gentle shift and b = 1, whether router and oracle are equivalent within
-    :data:`TOST_MARGIN` (TOST). ``oracle_exact``: the oracle's task-A logits equal the source
-    model's (== 0, every unit).
+    Keys of the dict fields are ``k<n_tasks>_<router>`` (e.g. ``k2_nearest_first``) or ``k<n_tasks>``;
+    "gentle" is the smallest swept strength above zero, "strong" the largest, "zero" t = 0 (the smallest
+    strength); ``b1``/``bmax`` the smallest and largest inference batch. All intervals are 95% Student-t
+    over seeds (tasks averaged within a seed; differences paired within seed).
+
+    * ``route_*``: routing accuracy. ``route_diff_gentle_b1``: paired routing accuracy of a router minus
+      ``nearest_first`` (keys ``k<n>_classifier``, ``k<n>_nearest_all``). ``nall_worst``: per ``k<n>`` the
+      most negative such difference for ``nearest_all`` over strengths (b1), at ``nall_worst_t``.
+      ``route_gentle_b1_per_task``: ``nearest_first`` routing per task (keys ``k<n>_<task>``).
+    * ``works_from_b1`` / ``works_from_bmax``: per ``k<n>``, the smallest strength from which the *lower*
+      95% bound of ``nearest_first``'s routing accuracy stays >= :data:`ROUTE_OK` (NaN: never);
+      ``works_from_*_text``: the same in words; ``route_at_works_b1``: the routing interval there.
+    * ``wrong_from_train`` / ``wrong_from_pinned``: per ``k<n>``, the smallest strength from which the
+      wrong-bank cost ``accuracy(oracle) - accuracy(train_mode | pinned)`` (b1) has its lower 95% bound
+      above 0 at every larger strength; ``wrong_at_train`` / ``wrong_at_pinned``: the cost there;
+      ``wrong_from_*_text``: both in words ("from t = 0.1 on (mean, 95% interval ...)" or "at no strength
+      tested");
+      ``wrong_below_routing``: per ``k<n>``, the largest upper 95% bound of either cost over the strengths
+      below ``works_from_b1`` (how much a wrong bank can cost where per-sample routing fails);
+      ``cost_after_routing``: verdict that, for every task count, both costs become detectable only at or
+      above the strength from which per-sample routing works.
+      ``oracle_vs_train`` / ``oracle_vs_pinned``: the costs at the strong shift; ``train_task_a``:
+      task A's own ``oracle - train_mode`` at the strong shift.
+    * ``gap_*``: paired ``accuracy(router) - accuracy(oracle)`` (the task's own head).
+    * ``routed_*``: the fully task-unknown case, ``nearest_first`` picks bank and head: paired
+      ``accuracy_routed_head - accuracy(oracle)`` per ``k<n>`` at the gentle shift (b1, bmax) and t = 0
+      (b1); ``routed_task_a_gentle_b1``: task A's accuracy then; ``oracle_task_a``: task A's under the
+      oracle (same cells); ``oracle_new_tasks``: the new tasks' mean accuracy under the oracle (same
+      cells). ``routed_strong_b1``: at the strong shift (0 wherever routing is perfect).
+    * Equivalence over all ``n_cells`` router cells (both task counts, every strength, batch and router):
+      TOST at margin :data:`TOST_MARGIN` with Holm's correction over the cells: ``n_equivalent``
+      cells shown equivalent, ``not_equivalent`` the others in words; the same at half the margin:
+      ``n_equivalent_half``, ``not_equivalent_half``, ``routers_not_within_half`` (the routers with such a
+      cell, or "none"). ``max_bound_hard``: the largest absolute 90% bound
+      over every hard router's cells (all but the mixture).
+    * ``n_worse``: cells significantly below the oracle (one-sided paired t, Holm over the cells, 5%),
+      ``worse``: them in words, ``n_worse_zero``: how many at t = 0. ``worst_*``: the most negative cell
+      mean and where.
+    * Checks (identities of the code, not findings): ``oracle_exact`` (task A's oracle logits equal the
+      source model's), ``perfect_at_strong`` (``nearest_first`` routes every sample right at the strong
+      shift, b1, in every seed, so its gap is 0 by construction), ``train_is_last_bank`` (with two tasks,
+      task B under ``train_mode`` equals its oracle in every seed and cell: the shared drifting statistics
+      are its own bank).
     """
 
     n_seeds: int
@@ -434,28 +596,61 @@ class Findings:
     tost_margin: float
     gentle: float
     strong: float
+    zero: float
     b1: int
     bmax: int
     oracle_exact: str
+    perfect_at_strong: str
+    train_is_last_bank: str
     route_gentle_b1: dict
     route_gentle_bmax: dict
     route_strong_b1: dict
     route_strong_bmax: dict
-    gap_gentle_b1: dict
-    gap_strong_b1: dict
-    gap_strong_b1_routed_head: dict
-    oracle_vs_train: dict
-    oracle_vs_pinned: dict
+    route_diff_gentle_b1: dict
+    nall_worst: dict
+    nall_worst_t: dict
+    route_gentle_b1_per_task: dict
     works_from_b1: dict
     works_from_bmax: dict
+    works_from_b1_text: dict
+    works_from_bmax_text: dict
+    route_at_works_b1: dict
+    wrong_from_train: dict
+    wrong_from_pinned: dict
+    wrong_at_train: dict
+    wrong_at_pinned: dict
+    wrong_from_train_text: dict
+    wrong_from_pinned_text: dict
+    wrong_below_routing: dict
+    cost_after_routing: str
+    oracle_vs_train: dict
+    oracle_vs_pinned: dict
+    train_task_a: dict
+    gap_gentle_b1: dict
+    gap_strong_b1: dict
+    routed_gentle_b1: dict
+    routed_gentle_bmax: dict
+    routed_zero_b1: dict
+    routed_zero_bmax: dict
+    routed_strong_b1: dict
+    routed_task_a_gentle_b1: dict
+    oracle_task_a: dict
+    oracle_new_tasks: dict
+    n_cells: int
+    n_equivalent: int
+    not_equivalent: str
+    n_equivalent_half: int
+    not_equivalent_half: str
+    routers_not_within_half: str
+    max_bound_hard: float
+    n_worse: int
+    n_worse_zero: int
+    worse: str
     worst_gap: Interval
     worst_router: str
     worst_strength: float
     worst_batch: int
     worst_n_tasks: int
-    n_worse: int
-    n_cells: int
-    gentle_equivalent: dict
 
 
 def findings(df: pd.DataFrame) -> Findings:
@@ -466,73 +661,181 @@ def findings(df: pd.DataFrame) -> Findings:
     missing = set(CONDITIONS) - set(df["condition"])
     if missing:
         raise ValueError(f"findings needs every condition; missing {sorted(missing)}")
+    df = df[df.condition.isin(CONDITIONS)]
     m = seed_means(df)
     strengths = sorted(m.strength.unique())
     batches = sorted(m.inference_batch.unique())
     positive = [t for t in strengths if t > 0]
     gentle = positive[0] if positive else strengths[0]
-    strong, b1, bmax = strengths[-1], batches[0], batches[-1]
-
-    def cell(col, cond, k, t, b, ref=None):
-        sel = (m.n_tasks == k) & (m.strength == t) & (m.inference_batch == b)
-        if ref is None:
-            return mean_ci(m[sel & (m.condition == cond)][col])
-        g = _paired_gap(m[sel], cond, ref, col)
-        return mean_ci(g["difference"])
-
+    strong, zero, b1, bmax = strengths[-1], strengths[0], batches[0], batches[-1]
     ks = sorted(m.n_tasks.unique())
+
+    def at(k, t, b, frame=m):
+        return frame[(frame.n_tasks == k) & (frame.strength == t) & (frame.inference_batch == b)]
+
+    def cell(col, cond, k, t, b, ref=None, ref_col=None):
+        sel = at(k, t, b)
+        if ref is None:
+            return mean_ci(sel[sel.condition == cond][col])
+        return mean_ci(_paired_gap(sel, cond, ref, col, ref_col)["difference"])
+
     per = lambda f: {f"k{k}_{r}": f(k, r) for k in ks for r in ROUTERS}
-    works = {}
+    nf = "nearest_first"
+
+    # where per-sample routing works (lower bound >= ROUTE_OK) and where a wrong bank starts to cost
+    works, works_text, route_at = {}, {}, {}
     for b, store in ((b1, "b1"), (bmax, "bmax")):
-        works[store] = {}
+        works[store], works_text[store] = {}, {}
         for k in ks:
-            means = [cell("routing_accuracy", "nearest_first", k, t, b).mean for t in strengths]
-            ok = [t for i, t in enumerate(strengths) if all(v >= ROUTE_OK for v in means[i:])]
-            works[store][f"k{k}_nearest_first"] = min(ok) if ok else math.nan
+            ivs = [cell("routing_accuracy", nf, k, t, b) for t in strengths]
+            t0, text = _threshold(strengths, [iv.low >= ROUTE_OK for iv in ivs], gentle)
+            works[store][f"k{k}"], works_text[store][f"k{k}"] = t0, text
+            if store == "b1":
+                route_at[f"k{k}"] = ivs[strengths.index(t0)] if not math.isnan(t0) else Interval(*(math.nan,) * 3, 0)
+    wrong_from, wrong_at, below = {"train_mode": {}, "pinned": {}}, {"train_mode": {}, "pinned": {}}, {}
+    wrong_text = {"train_mode": {}, "pinned": {}}
+    for k in ks:
+        highs = []
+        for base in ("train_mode", "pinned"):
+            ivs = [cell("accuracy", "oracle", k, t, b1, base) for t in strengths]
+            t0, _ = _threshold(strengths, [iv.low > 0 for iv in ivs], -1.0)
+            wrong_from[base][f"k{k}"] = t0
+            wrong_at[base][f"k{k}"] = ivs[strengths.index(t0)] if not math.isnan(t0) else Interval(*(math.nan,) * 3, 0)
+            iv = wrong_at[base][f"k{k}"]
+            wrong_text[base][f"k{k}"] = ("at no strength tested" if math.isnan(t0) else
+                                         f"from t = {_fmt_t(t0)} on ({iv.mean:.4f}, 95% interval {iv.low:.4f} to "
+                                         f"{iv.high:.4f})")
+            limit = works["b1"][f"k{k}"]
+            highs += [iv.high for t, iv in zip(strengths, ivs) if math.isnan(limit) or t < limit]
+        below[f"k{k}"] = max(highs) if highs else math.nan
+
+    # paired router-vs-router routing accuracy
+    diffs, nall_worst, nall_worst_t = {}, {}, {}
+    for k in ks:
+        for r in ("classifier", "nearest_all"):
+            diffs[f"k{k}_{r}"] = cell("routing_accuracy", r, k, gentle, b1, nf)
+        ivs = {t: cell("routing_accuracy", "nearest_all", k, t, b1, nf) for t in strengths}
+        tw = min(ivs, key=lambda t: ivs[t].mean)
+        nall_worst[f"k{k}"], nall_worst_t[f"k{k}"] = ivs[tw], float(tw)
+    per_task = {}
+    for k in ks:
+        sel = df[(df.n_tasks == k) & (df.strength == gentle) & (df.inference_batch == b1) & (df.condition == nf)]
+        for task, g in sel.groupby("task"):
+            per_task[f"k{k}_{task}"] = mean_ci(g.groupby("seed").routing_accuracy.mean())
+
+    def task_gap(k, t, b, cond, ref, task, col="accuracy", ref_col="accuracy"):
+        sel = df[(df.n_tasks == k) & (df.strength == t) & (df.inference_batch == b) & (df.task == task)]
+        a = sel[sel.condition == cond].set_index("seed")[col]
+        o = sel[sel.condition == ref].set_index("seed")[ref_col]
+        return a, o.reindex(a.index)
+
+    train_task_a = {f"k{k}": mean_ci(task_gap(k, strong, b1, "oracle", "train_mode", "A")[0]
+                                     - task_gap(k, strong, b1, "oracle", "train_mode", "A")[1]) for k in ks}
+    routed = lambda t, b: {f"k{k}": cell("accuracy_routed_head", nf, k, t, b, "oracle", "accuracy") for k in ks}
+    routed_a = {f"k{k}": mean_ci(task_gap(k, gentle, b1, nf, "oracle", "A", "accuracy_routed_head")[0]) for k in ks}
+    oracle_a = {f"k{k}": mean_ci(task_gap(k, gentle, b1, "oracle", "oracle", "A")[0]) for k in ks}
+    new = df[(df.task != "A") & (df.strength == gentle) & (df.inference_batch == b1) & (df.condition == "oracle")]
+    oracle_new = {f"k{k}": mean_ci(new[new.n_tasks == k].groupby("seed").accuracy.mean()) for k in ks}
+
+    # every router cell: TOST (equivalence) and one-sided shortfall, Holm over the cells
+    cells, p_short, p_eq, p_eq_half, bounds = [], [], [], [], {}
+    for (k, t, b), sel in m.groupby(["n_tasks", "strength", "inference_batch"]):
+        for r in ROUTERS:
+            d = _paired_gap(sel, r, "oracle")["difference"].to_numpy()
+            cells.append((r, k, t, b))
+            if len(d) < 2 or d.std() == 0:
+                p_short.append(1.0)  # no spread to test against: no claim of a shortfall
+            else:
+                p_short.append(float(sps.ttest_1samp(d, 0.0, alternative="less").pvalue))
+            p_eq.append(tost_p(d, TOST_MARGIN))
+            p_eq_half.append(tost_p(d, TOST_MARGIN / 2))
+            if r != "mixture":
+                iv = mean_ci(d, 0.90)
+                bounds[(r, k, t, b)] = max(abs(iv.low), abs(iv.high))
+    eq, eq_half, short = holm(p_eq) < 0.05, holm(p_eq_half) < 0.05, holm(p_short) < 0.05
+    worse = [c for c, s in zip(cells, short) if s]
     gaps = gap_table(df)
     rg = gaps[gaps.condition.isin(ROUTERS)]
     worst = rg.loc[rg["mean"].idxmin()]
-    # Holm over every router cell: one-sided paired t test of router < oracle
-    pvals, cells = [], []
-    for (k, t, b, c), _ in rg.groupby(["n_tasks", "strength", "inference_batch", "condition"]):
-        d = _paired_gap(m[(m.n_tasks == k) & (m.strength == t) & (m.inference_batch == b)], c, "oracle")["difference"]
-        if len(d) < 2 or d.std() == 0:
-            p = 1.0  # no variance to test against (identical seeds, or one seed): no claim
-        else:
-            p = float(sps.ttest_1samp(d, 0.0, alternative="less").pvalue)
-        pvals.append(p)
-        cells.append((k, t, b, c))
-    adj = holm(pvals)
-    sel = lambda k, t, b, c: _paired_gap(m[(m.n_tasks == k) & (m.strength == t) & (m.inference_batch == b)], c,
-                                         "oracle")["difference"]
+    route_strong = m[(m.strength == strong) & (m.inference_batch == b1) & (m.condition == nf)].routing_accuracy
+    b_task = df[(df.n_tasks == 2) & (df.task == TASK_NAMES[1]) & df.condition.isin(["train_mode", "oracle"])]
+    piv = b_task.pivot_table(index=["seed", "strength", "inference_batch"], columns="condition", values="accuracy")
     return Findings(
-        n_seeds=int(m.seed.nunique()), route_ok=ROUTE_OK, tost_margin=TOST_MARGIN, gentle=float(gentle), strong=float(strong), b1=int(b1), bmax=int(bmax),
+        n_seeds=int(m.seed.nunique()), route_ok=ROUTE_OK, tost_margin=TOST_MARGIN, gentle=float(gentle),
+        strong=float(strong), zero=float(zero), b1=int(b1), bmax=int(bmax),
         oracle_exact=verdict(bool((df["oracle_logit_change"] == 0).all())),
+        perfect_at_strong=verdict(bool((route_strong == 1.0).all())),
+        train_is_last_bank=verdict(bool(len(piv) and (piv["train_mode"] == piv["oracle"]).all())),
         route_gentle_b1=per(lambda k, r: cell("routing_accuracy", r, k, gentle, b1)),
         route_gentle_bmax=per(lambda k, r: cell("routing_accuracy", r, k, gentle, bmax)),
         route_strong_b1=per(lambda k, r: cell("routing_accuracy", r, k, strong, b1)),
         route_strong_bmax=per(lambda k, r: cell("routing_accuracy", r, k, strong, bmax)),
-        gap_gentle_b1=per(lambda k, r: cell("accuracy", r, k, gentle, b1, "oracle")),
-        gap_strong_b1=per(lambda k, r: cell("accuracy", r, k, strong, b1, "oracle")),
-        gap_strong_b1_routed_head=per(lambda k, r: _routed_head_gap(m, k, strong, b1, r)),
+        route_diff_gentle_b1=diffs, nall_worst=nall_worst, nall_worst_t=nall_worst_t,
+        route_gentle_b1_per_task=per_task,
+        works_from_b1=works["b1"], works_from_bmax=works["bmax"], works_from_b1_text=works_text["b1"],
+        works_from_bmax_text=works_text["bmax"], route_at_works_b1=route_at,
+        wrong_from_train=wrong_from["train_mode"], wrong_from_pinned=wrong_from["pinned"],
+        wrong_at_train=wrong_at["train_mode"], wrong_at_pinned=wrong_at["pinned"],
+        wrong_from_train_text=wrong_text["train_mode"], wrong_from_pinned_text=wrong_text["pinned"],
+        wrong_below_routing=below,
+        cost_after_routing=verdict(all(not math.isnan(works["b1"][f"k{k}"]) and all(
+            math.isnan(wrong_from[base][f"k{k}"]) or wrong_from[base][f"k{k}"] >= works["b1"][f"k{k}"]
+            for base in ("train_mode", "pinned")) for k in ks)),
         oracle_vs_train={f"k{k}": cell("accuracy", "oracle", k, strong, b1, "train_mode") for k in ks},
         oracle_vs_pinned={f"k{k}": cell("accuracy", "oracle", k, strong, b1, "pinned") for k in ks},
-        works_from_b1=works["b1"], works_from_bmax=works["bmax"],
+        train_task_a=train_task_a,
+        gap_gentle_b1=per(lambda k, r: cell("accuracy", r, k, gentle, b1, "oracle")),
+        gap_strong_b1=per(lambda k, r: cell("accuracy", r, k, strong, b1, "oracle")),
+        routed_gentle_b1=routed(gentle, b1), routed_gentle_bmax=routed(gentle, bmax),
+        routed_zero_b1=routed(zero, b1), routed_zero_bmax=routed(zero, bmax), routed_strong_b1=routed(strong, b1),
+        routed_task_a_gentle_b1=routed_a, oracle_task_a=oracle_a, oracle_new_tasks=oracle_new,
+        n_cells=len(cells), n_equivalent=int(eq.sum()),
+        not_equivalent=_describe_cells([c for c, e in zip(cells, eq) if not e]),
+        n_equivalent_half=int(eq_half.sum()),
+        not_equivalent_half=_describe_cells([c for c, e in zip(cells, eq_half) if not e]),
+        routers_not_within_half=", ".join(r for r in ROUTERS if any(c[0] == r and not e for c, e in
+                                                                    zip(cells, eq_half))) or "none",
+        max_bound_hard=float(max(bounds.values())) if bounds else math.nan,
+        n_worse=len(worse), n_worse_zero=sum(1 for c in worse if c[2] == zero), worse=_describe_cells(worse),
         worst_gap=Interval(float(worst["mean"]), float(worst["ci_low"]), float(worst["ci_high"]), int(worst["n_seeds"])),
         worst_router=str(worst["condition"]), worst_strength=float(worst["strength"]),
         worst_batch=int(worst["inference_batch"]), worst_n_tasks=int(worst["n_tasks"]),
-        n_worse=int((adj < 0.05).sum()), n_cells=len(cells),
-        gentle_equivalent={f"k{k}_{r}": verdict(tost(sel(k, gentle, b1, r), TOST_MARGIN)) for k in ks for r in ROUTERS},
     )
 
 
-def _routed_head_gap(m: pd.DataFrame, k: int, t: float, b: int, router: str) -> Interval:
-    """Paired ``accuracy_routed_head(router) - accuracy(oracle)``: the cost when the router also picks the head."""
-    keys = ["seed"]
-    sel = m[(m.n_tasks == k) & (m.strength == t) & (m.inference_batch == b)]
-    a = sel[sel.condition == router].set_index(keys)["accuracy_routed_head"]
-    o = sel[sel.condition == "oracle"].set_index(keys)["accuracy"]
-    return mean_ci(a - o.reindex(a.index))
+@dataclass(frozen=True)
+class TemperatureFindings:
+    """The mixture's temperature check (:func:`temperature_check_config`, seeds not reported elsewhere).
+
+    ``worst``: per temperature (keys ``tau_<value>``, e.g. ``tau_0_1``), the most negative paired
+    ``mixture - oracle`` over the strengths and task counts checked (b1), with its 95% interval;
+    ``kept``: the config's temperature; ``best``: the temperature whose worst mean is least negative;
+    ``seed_first`` / ``seed_last`` / ``n_seeds``: the held-out seeds.
+    """
+
+    kept: float
+    best: float
+    worst: dict
+    seed_first: int
+    seed_last: int
+    n_seeds: int
+
+
+def temperature_findings(df: pd.DataFrame, kept: float) -> TemperatureFindings:
+    """:class:`TemperatureFindings` from the temperature check's results (:func:`run` of
+    :func:`temperature_check_config`). Raises ``ValueError`` if ``kept`` was not among its temperatures."""
+    t = temperature_table(df)
+    if not np.isclose(t.temperature, kept).any():
+        raise ValueError(f"temperature_findings: kept temperature {kept:g} not in {sorted(t.temperature.unique())}")
+    worst = {}
+    for tau, g in t.groupby("temperature"):
+        w = g.loc[g["mean"].idxmin()]
+        worst[tau] = Interval(float(w["mean"]), float(w["ci_low"]), float(w["ci_high"]), int(w["n_seeds"]))
+    best = max(worst, key=lambda tau: worst[tau].mean)
+    seeds = sorted(df.seed.unique())
+    return TemperatureFindings(kept=float(kept), best=float(best),
+                               worst={f"tau_{tau:g}": iv for tau, iv in worst.items()},
+                               seed_first=int(seeds[0]), seed_last=int(seeds[-1]), n_seeds=len(seeds))
 
 
 def full_profile_estimate(df: pd.DataFrame, config: Config, workers: int = 2) -> float:
