@@ -120,16 +120,27 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
     return fig
 
 
-def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, max_step: int = 100):
+def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, max_step: int = 100,
+                 residual: bool = False, compare: pd.DataFrame | None = None, residual_max_step: int | None = None):
     """Weight left on task A's running_mean per layer (mean over seeds, 95% band) against ``(1-m)^t``.
 
     Left: steps 0 to ``max_step`` (the decay). Right: the remaining recorded steps, where each layer's
     noise floor (``floor``, RMS of the weight there) is drawn as a band of the layer's colour with edges.
+    ``residual``: a bottom panel with measured minus ``(1-m)^t`` per layer (mean, 95% band) for steps 1 to
+    ``residual_max_step`` (default ``max_step``) on a linear axis; ``compare`` (same columns, e.g. the weight on
+    a less precise target) is drawn there as thin dotted lines (means only).
     """
     last = int(drift.step.max())
     two = last > max_step
-    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
-                             gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
+    if residual:
+        fig = plt.figure(figsize=(6.6, 7.0))
+        gs = fig.add_gridspec(2, 2 if two else 1, width_ratios=[2, 1] if two else [1], height_ratios=[1.25, 1])
+        ax0 = fig.add_subplot(gs[0, 0])
+        axes = np.array([[ax0] + ([fig.add_subplot(gs[0, 1], sharey=ax0)] if two else [])])
+        rax = fig.add_subplot(gs[1, :])
+    else:
+        fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
+                                 gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
     layers = sorted(drift["layer"].unique())
     colors = dict(zip(layers, sns.color_palette("viridis", len(layers))))
     for k, ax in enumerate(axes[0]):
@@ -155,7 +166,29 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         axes[0][1].set_title("noise floor (bands: \u00b1 RMS per block)", fontsize=9)
         axes[0][0].set_title("decay", fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    if residual:
+        top = residual_max_step or max_step
+        for layer in layers:
+            sub = drift[(drift.layer == layer) & (drift.step >= 1) & (drift.step <= top)]
+            sub = sub.assign(res=sub["weight"] - (1 - momentum) ** sub["step"])
+            g = interval_frame(sub, "step", "res")
+            rax.plot(g.index, g["mean"], "o-", color=colors[layer], ms=3)
+            rax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
+            if compare is not None:
+                c = compare[(compare.layer == layer) & (compare.step >= 1) & (compare.step <= top)]
+                c = c.assign(res=c["weight"] - (1 - momentum) ** c["step"]).groupby("step")["res"].mean()
+                rax.plot(c.index, c.values, ls=":", lw=1.4, color=colors[layer])
+        rax.axhline(0, color="k", ls="--", lw=1.2)
+        rax.set_xlabel("stage-2 step t (train_mode)")
+        rax.set_ylabel("measured - $(1-m)^t$")
+        rax.set_title("residual (95% bands)", fontsize=9)
+        if compare is not None:
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
+            labels.append("residual on the 20-batch target (means)")
+        fig.tight_layout(rect=(0, 0.11, 1, 1))
+    else:
+        fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return fig
 
@@ -1048,7 +1081,10 @@ def ch07_mismatch_figure(cond: pd.DataFrame):
 # --- training on class-sorted batches; and a floor on text size -------------------------------------------------
 
 OPTIMIZER_COLORS = {"sgd": sns.color_palette("colorblind")[0], "adam": sns.color_palette("colorblind")[1],
-                    "reference": "0.25"}
+                    "reference": "0.25", "sgd-std": sns.color_palette("colorblind")[2],
+                    "adam-std": sns.color_palette("colorblind")[4]}
+CH01_GAP_LABELS = {"sgd": "SGD +\nmomentum", "adam": "Adam", "sgd-std": "SGD,\nstandardized", "adam-std": "Adam,\nstandardized",
+                    "reference": "logistic regr.\n(converged,\n4000 samples)"}
 PATH_STYLES = {"batch_stats": ("-", "o", "train_mode = separate_stats"),
                "pinned": ("--", "s", "backbone_eval = all_eval")}
 
@@ -1072,16 +1108,18 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
 
     ``gaps``: tidy ``seed, role (report | confirm), optimizer, gap``. Each seed a dot (reported seeds
     filled, confirmation seeds open); per optimizer the pooled mean and 95% Student-t interval over all
-    seeds (only with >= ``min_seeds`` seeds; otherwise the mean and the range). ``margin``: the primary
-    test's equivalence margin, drawn as a band around zero.
+    seeds (only with >= ``min_seeds`` seeds; otherwise the mean and the range). Optimizers ``sgd-std`` /
+    ``adam-std`` (heads on standardized features) get their own columns. ``margin``: the reference test's
+    equivalence margin, drawn as a band around zero in the reference column only.
     """
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    opts = [o for o in ("sgd", "adam", "reference") if o in set(gaps["optimizer"])]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
+    fig, ax = plt.subplots(figsize=(max(6.4, 1.35 * len(opts) + 1.4), 4.2))
     ax.axhline(0, color="0.4", lw=1)
-    if margin is not None:
-        ax.axhspan(-margin, margin, color="0.6", alpha=0.2, lw=0)
+    if margin is not None and "reference" in opts:
+        i = opts.index("reference")
+        ax.fill_between([i - 0.45, i + 0.45], -margin, margin, color="0.6", alpha=0.25, lw=0)
     for i, o in enumerate(opts):
         for j, (role, fill) in enumerate((("report", True), ("confirm", False))):
             g = gaps[(gaps["optimizer"] == o) & (gaps["role"] == role)]
@@ -1098,15 +1136,14 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
             ax.errorbar([i + 0.2], [v.mean()], yerr=[[v.mean() - v.min()], [v.max() - v.mean()]], fmt="D",
                         color="0.5", ms=6, capsize=5, zorder=4)
     ax.set_xticks(range(len(opts)))
-    ax.set_xticklabels(["SGD + momentum" if o == "sgd" else "Adam" if o == "adam"
-                        else "logistic regression\n(primary test)" for o in opts])
+    ax.set_xticklabels([CH01_GAP_LABELS[o] for o in opts])
     ax.set_xlim(-0.6, len(opts) - 0.4)
     ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
     handles = [Line2D([], [], marker="o", ls="", color="0.3", label="reported seed"),
                Line2D([], [], marker="o", ls="", mfc="none", color="0.3", label="confirmation seed"),
                Line2D([], [], marker="D", ls="-", color="black", label="all seeds: mean, 95% CI")]
     if margin is not None:
-        handles.append(Patch(color="0.6", alpha=0.4, label=f"equivalence margin \u00b1{margin:g}"))
+        handles.append(Patch(color="0.6", alpha=0.4, label=f"reference test's margin \u00b1{margin:g}"))
     fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return min_text_size(fig)

@@ -1412,11 +1412,13 @@ class TuningFindings:
 
     *Oracle learning rate* (:func:`oracle_gaps`, robustness only): ``oracle`` per ``<optimizer>_<step>`` (95%
     interval), ``oracle_min`` / ``oracle_max`` of the means, ``oracle_n`` rows and ``oracle_n_above`` whose
-    interval lies above 0; ``oracle_main_*`` the same at the main step per optimizer.
+    interval lies above 0; ``oracle_main`` per optimizer at ``main_step``; ``oracle_reading``: what that means, in
+    words (every pair resolved above 0 / none / some).
     *Budget*: with the learning rate chosen on validation at ``main_step``, ``gap_at`` per
     ``<optimizer>_<step>`` (95% interval; ``gap_first`` / ``gap_last`` per optimizer at the first / last checkpoint), and ``narrowing`` per optimizer: the paired change of the gap from
     ``first_step`` to ``last_step`` (negative: it narrows), ``narrows``: ``"narrows"`` / ``"widens"`` when the
-    interval excludes 0, else ``"not resolved"`` (:func:`no_verdict` under 3 seeds); ``n_narrows`` of ``n_opt``.
+    interval excludes 0, else ``"not resolved"`` (:func:`no_verdict` under 3 seeds); ``n_narrows`` of ``n_opt``;
+    ``narrow_reading``: those verdicts in words.
     *Feature scale*: the standardized heads (``<optimizer>-std``, learning rate chosen on validation at
     ``main_step``): ``std_gap`` per optimizer at ``main_step`` (95% interval), ``std_verdict``
     (:func:`gap_verdict`, margin :data:`PRIMARY_MARGIN`), ``std_reduction``: paired (unstandardized gap -
@@ -1432,6 +1434,8 @@ class TuningFindings:
     oracle_max: float
     oracle_n: int
     oracle_n_above: int
+    oracle_main: dict
+    oracle_reading: str
     gap_at: dict
     gap_first: dict
     gap_last: dict
@@ -1439,11 +1443,35 @@ class TuningFindings:
     narrows: dict
     n_narrows: int
     n_opt: int
+    narrow_reading: str
     std_gap: dict
     std_verdict: dict
     std_reduction: dict
     std_lr: dict
     std_reading: str
+
+
+def _narrow_reading(narrows: dict) -> str:
+    """:attr:`TuningFindings.narrow_reading`: per optimizer, whether the gap narrows with the budget, in words."""
+    name = lambda o: "SGD" if o == "sgd" else "Adam"
+    by = {}
+    for o, v in narrows.items():
+        by.setdefault(v, []).append(name(o))
+    word = lambda v: v if v in ("narrows", "widens") else "does not change resolvably" if v == "not resolved" else f"gets {v}"
+    parts = [f"{'the gap ' if not i else ''}{word(v)} for {' and '.join(os)}" for i, (v, os) in enumerate(sorted(by.items()))]
+    return "; ".join(parts) if parts else "not run"
+
+
+def _oracle_reading(k: int, n: int) -> str:
+    """:attr:`TuningFindings.oracle_reading`: ``k`` of ``n`` oracle rows with an interval above 0, in words."""
+    if n and k == n:
+        return ("Even a learning rate tuned per path on the test data leaves the pinned path behind at every "
+                "checkpoint, so the trained heads' gap is not an artifact of the learning-rate choice")
+    if k == 0:
+        return ("With the learning rate tuned per path on the test data no difference is resolved, so tuning could "
+                "account for the trained heads' gap")
+    return (f"With the learning rate tuned per path on the test data the pinned path stays behind in {k} of {n} "
+            f"optimizer-checkpoint pairs, so tuning explains at most a part of the trained heads' gap")
 
 
 def _std_reading(verdicts: dict, reductions: dict) -> str:
@@ -1495,10 +1523,12 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
     return TuningFindings(
         main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]), oracle=oracle,
         oracle_min=float(orc["mean"].min()), oracle_max=float(orc["mean"].max()), oracle_n=len(orc),
-        oracle_n_above=int((orc["ci_low"] > 0).sum()), gap_at=gap_at,
+        oracle_n_above=int((orc["ci_low"] > 0).sum()),
+        oracle_main={o: oracle[f"{o}_{main_step}"] for o in ("sgd", "adam") if f"{o}_{main_step}" in oracle},
+        oracle_reading=_oracle_reading(int((orc["ci_low"] > 0).sum()), len(orc)), gap_at=gap_at,
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
         narrowing=narrowing, narrows=narrows,
-        n_narrows=sum(v == "narrows" for v in narrows.values()), n_opt=len(opts), std_gap=std_gap,
+        n_narrows=sum(v == "narrows" for v in narrows.values()), n_opt=len(opts), narrow_reading=_narrow_reading(narrows), std_gap=std_gap,
         std_verdict=std_verdict, std_reduction=std_red, std_lr=std_lr, std_reading=_std_reading(std_verdict, std_red))
 
 
@@ -1543,7 +1573,8 @@ def seed_article_table(main: pd.DataFrame, f: Findings, o: OptimizerFindings, bu
          "reproduced (they move; sizes depend on the data's scale)" if raw_mean > 0 else "differs"),
         ("task B, `train_mode` against the pinned modes (main run)",
          f"{a['task_b_tm']:.2f} against {a['task_b_pinned_low']:.2f} to {a['task_b_pinned_high']:.2f}",
-         f"{piv['train_mode'].mean():.3f} against {pinned.min():.3f} to {pinned.max():.3f}; "
+         f"{piv['train_mode'].mean():.3f} against "
+         f"{f'{pinned.min():.3f} (both)' if pinned.min() == pinned.max() else f'{pinned.min():.3f} to {pinned.max():.3f}'}; "
          f"gap {o.explore_verdict.get('main', 'not run')} after Holm",
          "reproduced" if o.explore_verdict.get("main") == "pinned worse" else "differs: gap not resolved"),
         ("the two pinned modes on task B", f"{a['pinned_a']:.3f} against {a['pinned_b']:.3f} (\"run-to-run noise\")",
@@ -1556,10 +1587,21 @@ def seed_article_table(main: pd.DataFrame, f: Findings, o: OptimizerFindings, bu
     return pd.DataFrame(rows, columns=["claim", "seed article", "this chapter", "status"])
 
 
-def article_counts(table: pd.DataFrame) -> dict:
-    """How many rows of :func:`seed_article_table` are reproduced, reproduced smaller, differ, or are identities:
-    ``{"reproduced": k, "smaller": k, "differs": k, "identity": k, "n": rows}``."""
+@dataclass(frozen=True)
+class ArticleCounts:
+    """How many rows of :func:`seed_article_table` have each status: ``n`` rows, ``reproduced`` (status starting
+    "reproduced" but not "reproduced, smaller"), ``smaller``, ``differs`` and ``identity``."""
+
+    n: int
+    reproduced: int
+    smaller: int
+    differs: int
+    identity: int
+
+
+def article_counts(table: pd.DataFrame) -> ArticleCounts:
+    """:class:`ArticleCounts` of :func:`seed_article_table`'s ``status`` column."""
     st = table["status"]
-    return dict(reproduced=int(st.str.startswith("reproduced").sum() - st.str.startswith("reproduced, smaller").sum()),
-                smaller=int(st.str.startswith("reproduced, smaller").sum()), differs=int(st.str.startswith("differs").sum()),
-                identity=int(st.str.startswith("identity").sum()), n=len(table))
+    smaller = int(st.str.startswith("reproduced, smaller").sum())
+    return ArticleCounts(n=len(table), reproduced=int(st.str.startswith("reproduced").sum()) - smaller, smaller=smaller,
+                         differs=int(st.str.startswith("differs").sum()), identity=int(st.str.startswith("identity").sum()))
