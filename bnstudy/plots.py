@@ -163,7 +163,7 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         ax.set_yscale("symlog", linthresh=1e-2, linscale=0.5); ax.set_ylim(-0.05, 1.5)
         ax.set_xlabel("stage-2 step t (train_mode)")
     if two:
-        axes[0][1].set_title("noise floor (bands: \u00b1 RMS per block)", fontsize=9)
+        axes[0][1].set_title("noise floor (\u00b1 RMS)", fontsize=9)
         axes[0][0].set_title("decay", fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
     if residual:
@@ -1173,7 +1173,8 @@ def budget_figure_ch01(chosen: pd.DataFrame):
                 st = ref_style[path]
                 ax.axhspan(iv.low, iv.high, facecolor=st["color"] if st["hatch"] is None else "none",
                            edgecolor=st["color"], hatch=st["hatch"], alpha=st["alpha"], lw=0)
-                ax.axhline(iv.mean, color=st["color"], ls=ls, lw=1.2, label=f"reference, {label.split(' =')[0]}")
+                ax.axhline(iv.mean, color=st["color"], ls=ls, lw=1.2,
+                           label=f"reference, {label.split(' =')[0]} (one fit at step {int(r['step'].iloc[0])})")
         ax.set_xscale("log", base=2)
         steps = sorted(rep["step"].unique())
         ax.set_xticks(steps); ax.set_xticklabels([str(s) for s in steps])
