@@ -1190,8 +1190,9 @@ def budget_figure_ch01(chosen: pd.DataFrame):
 def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3):
     """Chapter 1: what was tried: validation accuracy (tuning seeds) against learning rate, per optimizer and path.
 
-    Each tuning seed is a small dot; the line joins the means. With >= ``min_seeds`` seeds the band is a 95%
-    Student-t interval, otherwise the range of the seeds. ``chosen``: ``{(optimizer, path): lr}``, each
+    Each tuning seed is a small dot; the line joins the means; the band is the seeds' range (plain on the
+    ``batch_stats`` path, hatched on the pinned one; a t interval from 2-3 tuning seeds would be mostly its
+    t quantile). ``min_seeds`` is kept for callers and not used. ``chosen``: ``{(optimizer, path): lr}``, each
     choice ringed.
     """
     from matplotlib.lines import Line2D
@@ -1201,12 +1202,12 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
     for ax, o in zip(axes[0], opts):
         for path, (ls, marker, label) in PATH_STYLES.items():
             sub = lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)]
-            if n >= min_seeds:
-                g = interval_frame(sub, "lr", "accuracy")
-            else:
-                g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
+            g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
             ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=OPTIMIZER_COLORS[o], label=label)
-            ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.15, lw=0)
+            pinned = path == "pinned"
+            ax.fill_between(g.index, g["lo"], g["hi"], facecolor="none" if pinned else OPTIMIZER_COLORS[o],
+                            edgecolor=OPTIMIZER_COLORS[o], hatch="////" if pinned else None,
+                            alpha=0.35 if pinned else 0.15, lw=0)
             ax.scatter(sub["lr"], sub["accuracy"], s=8, color=OPTIMIZER_COLORS[o], alpha=0.6, zorder=3)
             if chosen and (o, path) in chosen:
                 lr = chosen[(o, path)]
@@ -1218,7 +1219,7 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
     if chosen:
         handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec="black", ls="", label="chosen"))
         labels.append("chosen")
-    band = "95% interval" if n >= min_seeds else f"range of {n} seeds"
+    band = f"range of {n} seeds"
     handles.append(Line2D([], [], marker="o", ms=3, ls="", color="0.4")); labels.append(f"one tuning seed (band: {band})")
     fig.tight_layout(rect=(0, 0.22, 1, 1))
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
