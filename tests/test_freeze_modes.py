@@ -591,7 +591,7 @@ def test_the_seed_article_table_is_built_from_findings():
     o = ch.optimizer_findings(sweep_table(), 800, main=df.assign(optimizer="sgd", lr=0.05, steps=800))
     art = ch.seed_article_table(df, f, o, buffers())
     st = dict(zip(art["claim"], art["status"]))
-    assert st["task A after `train_mode`"] == "differs: falls in every seed, at chance in 2 of 3"
+    assert st["task A after `train_mode`"] == "differs: falls in 3 of 3 seeds, at chance in 2 of 3"
     assert st["largest old-head logit change (`train_mode`)"] == "reproduced, smaller"   # 3 < 39
     assert st["the two pinned modes on task B"].startswith("identity of the code")
     assert st["task B, `train_mode` against the pinned modes (main run)"] in ("reproduced", "differs: gap not resolved")

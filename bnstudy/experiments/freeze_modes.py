@@ -1562,7 +1562,8 @@ def seed_article_table(main: pd.DataFrame, f: Findings, o: OptimizerFindings, bu
          f"{after.mean():.3f} mean, {after.min():.3f} to {after.max():.3f}; {f.n_near_chance} of {f.n_seeds} seeds "
          f"at or below {f.chance_limit:.2f}",
          "reproduced" if f.f2_chance == "holds" else
-         f"differs: falls in every seed, at chance in {f.n_near_chance} of {f.n_seeds}" if f.f2_task_a_falls == "holds"
+         f"differs: falls in {int((f.task_a_drop > 0).sum())} of {f.n_seeds} seeds, at chance in {f.n_near_chance} of "
+         f"{f.n_seeds}" if f.f2_task_a_falls == "holds"
          else "differs"),
         ("largest old-head logit change (`train_mode`)", f"up to {a['max_logit_change']:.0f}",
          f"{logit.mean():.1f} mean over seeds, at most {logit.max():.1f}",
