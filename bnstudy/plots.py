@@ -1232,7 +1232,8 @@ def _ci_text(mean, lo, hi, n, min_seeds=3, digits=3) -> str:
     return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-EXPLORE_LABELS = {"sgd": "SGD + momentum", "adam": "Adam"}
+EXPLORE_LABELS = {"sgd": "SGD + momentum", "adam": "Adam", "sgd-std": "SGD + momentum, standardized features",
+                  "adam-std": "Adam, standardized features"}
 
 
 def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> pd.DataFrame:
