@@ -120,16 +120,27 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
     return fig
 
 
-def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, max_step: int = 100):
+def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, max_step: int = 100,
+                 residual: bool = False, compare: pd.DataFrame | None = None, residual_max_step: int | None = None):
     """Weight left on task A's running_mean per layer (mean over seeds, 95% band) against ``(1-m)^t``.
 
     Left: steps 0 to ``max_step`` (the decay). Right: the remaining recorded steps, where each layer's
     noise floor (``floor``, RMS of the weight there) is drawn as a band of the layer's colour with edges.
+    ``residual``: a bottom panel with measured minus ``(1-m)^t`` per layer (mean, 95% band) for steps 1 to
+    ``residual_max_step`` (default ``max_step``) on a linear axis; ``compare`` (same columns, e.g. the weight on
+    a less precise target) is drawn there as thin dotted lines (means only).
     """
     last = int(drift.step.max())
     two = last > max_step
-    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
-                             gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
+    if residual:
+        fig = plt.figure(figsize=(6.6, 7.0))
+        gs = fig.add_gridspec(2, 2 if two else 1, width_ratios=[2, 1] if two else [1], height_ratios=[1.25, 1])
+        ax0 = fig.add_subplot(gs[0, 0])
+        axes = np.array([[ax0] + ([fig.add_subplot(gs[0, 1], sharey=ax0)] if two else [])])
+        rax = fig.add_subplot(gs[1, :])
+    else:
+        fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
+                                 gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
     layers = sorted(drift["layer"].unique())
     colors = dict(zip(layers, sns.color_palette("viridis", len(layers))))
     for k, ax in enumerate(axes[0]):
@@ -152,10 +163,32 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         ax.set_yscale("symlog", linthresh=1e-2, linscale=0.5); ax.set_ylim(-0.05, 1.5)
         ax.set_xlabel("stage-2 step t (train_mode)")
     if two:
-        axes[0][1].set_title("noise floor (bands: \u00b1 RMS per block)", fontsize=9)
+        axes[0][1].set_title("noise floor (\u00b1 RMS)", fontsize=9)
         axes[0][0].set_title("decay", fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    if residual:
+        top = residual_max_step or max_step
+        for layer in layers:
+            sub = drift[(drift.layer == layer) & (drift.step >= 1) & (drift.step <= top)]
+            sub = sub.assign(res=sub["weight"] - (1 - momentum) ** sub["step"])
+            g = interval_frame(sub, "step", "res")
+            rax.plot(g.index, g["mean"], "o-", color=colors[layer], ms=3)
+            rax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
+            if compare is not None:
+                c = compare[(compare.layer == layer) & (compare.step >= 1) & (compare.step <= top)]
+                c = c.assign(res=c["weight"] - (1 - momentum) ** c["step"]).groupby("step")["res"].mean()
+                rax.plot(c.index, c.values, ls=":", lw=1.4, color=colors[layer])
+        rax.axhline(0, color="k", ls="--", lw=1.2)
+        rax.set_xlabel("stage-2 step t (train_mode)")
+        rax.set_ylabel("measured - $(1-m)^t$")
+        rax.set_title("residual (95% bands)", fontsize=9)
+        if compare is not None:
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
+            labels.append("residual on the 20-batch target (means)")
+        fig.tight_layout(rect=(0, 0.11, 1, 1))
+    else:
+        fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return fig
 
@@ -1169,7 +1202,10 @@ def ch07_mismatch_figure(cond: pd.DataFrame):
 # --- training on class-sorted batches; and a floor on text size -------------------------------------------------
 
 OPTIMIZER_COLORS = {"sgd": sns.color_palette("colorblind")[0], "adam": sns.color_palette("colorblind")[1],
-                    "reference": "0.25"}
+                    "reference": "0.25", "sgd-std": sns.color_palette("colorblind")[2],
+                    "adam-std": sns.color_palette("colorblind")[4]}
+CH01_GAP_LABELS = {"sgd": "SGD +\nmomentum", "adam": "Adam", "sgd-std": "SGD,\nstandardized", "adam-std": "Adam,\nstandardized",
+                    "reference": "logistic regr.\n(converged,\n4000 samples)"}
 PATH_STYLES = {"batch_stats": ("-", "o", "train_mode = separate_stats"),
                "pinned": ("--", "s", "backbone_eval = all_eval")}
 
@@ -1193,16 +1229,18 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
 
     ``gaps``: tidy ``seed, role (report | confirm), optimizer, gap``. Each seed a dot (reported seeds
     filled, confirmation seeds open); per optimizer the pooled mean and 95% Student-t interval over all
-    seeds (only with >= ``min_seeds`` seeds; otherwise the mean and the range). ``margin``: the primary
-    test's equivalence margin, drawn as a band around zero.
+    seeds (only with >= ``min_seeds`` seeds; otherwise the mean and the range). Optimizers ``sgd-std`` /
+    ``adam-std`` (heads on standardized features) get their own columns. ``margin``: the reference test's
+    equivalence margin, drawn as a band around zero in the reference column only.
     """
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    opts = [o for o in ("sgd", "adam", "reference") if o in set(gaps["optimizer"])]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
+    fig, ax = plt.subplots(figsize=(max(6.4, 1.35 * len(opts) + 1.4), 4.2))
     ax.axhline(0, color="0.4", lw=1)
-    if margin is not None:
-        ax.axhspan(-margin, margin, color="0.6", alpha=0.2, lw=0)
+    if margin is not None and "reference" in opts:
+        i = opts.index("reference")
+        ax.fill_between([i - 0.45, i + 0.45], -margin, margin, color="0.6", alpha=0.25, lw=0)
     for i, o in enumerate(opts):
         for j, (role, fill) in enumerate((("report", True), ("confirm", False))):
             g = gaps[(gaps["optimizer"] == o) & (gaps["role"] == role)]
@@ -1219,15 +1257,14 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
             ax.errorbar([i + 0.2], [v.mean()], yerr=[[v.mean() - v.min()], [v.max() - v.mean()]], fmt="D",
                         color="0.5", ms=6, capsize=5, zorder=4)
     ax.set_xticks(range(len(opts)))
-    ax.set_xticklabels(["SGD + momentum" if o == "sgd" else "Adam" if o == "adam"
-                        else "logistic regression\n(primary test)" for o in opts])
+    ax.set_xticklabels([CH01_GAP_LABELS[o] for o in opts])
     ax.set_xlim(-0.6, len(opts) - 0.4)
     ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
     handles = [Line2D([], [], marker="o", ls="", color="0.3", label="reported seed"),
                Line2D([], [], marker="o", ls="", mfc="none", color="0.3", label="confirmation seed"),
                Line2D([], [], marker="D", ls="-", color="black", label="all seeds: mean, 95% CI")]
     if margin is not None:
-        handles.append(Patch(color="0.6", alpha=0.4, label=f"equivalence margin \u00b1{margin:g}"))
+        handles.append(Patch(color="0.6", alpha=0.4, label=f"reference test's margin \u00b1{margin:g}"))
     fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return min_text_size(fig)
@@ -1257,7 +1294,8 @@ def budget_figure_ch01(chosen: pd.DataFrame):
                 st = ref_style[path]
                 ax.axhspan(iv.low, iv.high, facecolor=st["color"] if st["hatch"] is None else "none",
                            edgecolor=st["color"], hatch=st["hatch"], alpha=st["alpha"], lw=0)
-                ax.axhline(iv.mean, color=st["color"], ls=ls, lw=1.2, label=f"reference, {label.split(' =')[0]}")
+                ax.axhline(iv.mean, color=st["color"], ls=ls, lw=1.2,
+                           label=f"reference, {label.split(' =')[0]} (one fit at step {int(r['step'].iloc[0])})")
         ax.set_xscale("log", base=2)
         steps = sorted(rep["step"].unique())
         ax.set_xticks(steps); ax.set_xticklabels([str(s) for s in steps])
@@ -1273,8 +1311,9 @@ def budget_figure_ch01(chosen: pd.DataFrame):
 def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3):
     """Chapter 1: what was tried: validation accuracy (tuning seeds) against learning rate, per optimizer and path.
 
-    Each tuning seed is a small dot; the line joins the means. With >= ``min_seeds`` seeds the band is a 95%
-    Student-t interval, otherwise the range of the seeds. ``chosen``: ``{(optimizer, path): lr}``, each
+    Each tuning seed is a small dot; the line joins the means; the band is the seeds' range (plain on the
+    ``batch_stats`` path, hatched on the pinned one; a t interval from 2-3 tuning seeds would be mostly its
+    t quantile). ``min_seeds`` is kept for callers and not used. ``chosen``: ``{(optimizer, path): lr}``, each
     choice ringed.
     """
     from matplotlib.lines import Line2D
@@ -1284,12 +1323,12 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
     for ax, o in zip(axes[0], opts):
         for path, (ls, marker, label) in PATH_STYLES.items():
             sub = lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)]
-            if n >= min_seeds:
-                g = interval_frame(sub, "lr", "accuracy")
-            else:
-                g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
+            g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
             ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=OPTIMIZER_COLORS[o], label=label)
-            ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.15, lw=0)
+            pinned = path == "pinned"
+            ax.fill_between(g.index, g["lo"], g["hi"], facecolor="none" if pinned else OPTIMIZER_COLORS[o],
+                            edgecolor=OPTIMIZER_COLORS[o], hatch="////" if pinned else None,
+                            alpha=0.35 if pinned else 0.15, lw=0)
             ax.scatter(sub["lr"], sub["accuracy"], s=8, color=OPTIMIZER_COLORS[o], alpha=0.6, zorder=3)
             if chosen and (o, path) in chosen:
                 lr = chosen[(o, path)]
@@ -1301,7 +1340,7 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
     if chosen:
         handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec="black", ls="", label="chosen"))
         labels.append("chosen")
-    band = "95% interval" if n >= min_seeds else f"range of {n} seeds"
+    band = f"range of {n} seeds"
     handles.append(Line2D([], [], marker="o", ms=3, ls="", color="0.4")); labels.append(f"one tuning seed (band: {band})")
     fig.tight_layout(rect=(0, 0.22, 1, 1))
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
@@ -1314,7 +1353,8 @@ def _ci_text(mean, lo, hi, n, min_seeds=3, digits=3) -> str:
     return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-EXPLORE_LABELS = {"sgd": "SGD + momentum", "adam": "Adam"}
+EXPLORE_LABELS = {"sgd": "SGD + momentum", "adam": "Adam", "sgd-std": "SGD + momentum, standardized features",
+                  "adam-std": "Adam, standardized features"}
 
 
 def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> pd.DataFrame:

@@ -467,3 +467,160 @@ def test_display_tables_print_small_p_values_as_a_bound_and_label_their_rows():
     d = plots.ch01_exploratory_display(ex.assign(p=1e-5, p_holm=4e-5))
     assert (d["p"] == "< 0.001").all() and (d["p (Holm)"] == "< 0.001").all() and d.index.name == "head"
     assert plots.ch01_sensitivity_display(ch.reference_sensitivity(sweep_table())).index.name == "L2 penalty"
+
+
+# --- ch1fix3: oracle learning rate, budget narrowing, standardized heads, drift target, seed-article table ----------
+
+def test_the_oracle_lr_is_chosen_on_the_pooled_test_sets_per_path_and_step():
+    rows = []
+    for s, role in ((0, "report"), (1, "report"), (200, "confirm")):
+        for path, best in (("batch_stats", 0.05), ("pinned", 0.005)):
+            for lr in (0.005, 0.05):
+                acc = (0.5 if lr == best else 0.3) + (0.04 if path == "batch_stats" else 0.0) + 0.01 * s / 200
+                rows.append(dict(seed=s, role=role, path=path, optimizer="sgd", lr=lr, step=800, split="test",
+                                 accuracy=acc, l2=math.nan, n_fit=math.nan))
+    # a tuning seed's test row that would change the choice: never read
+    rows.append(dict(seed=100, role="tune", path="pinned", optimizer="sgd", lr=0.05, step=800, split="test",
+                     accuracy=9.0, l2=math.nan, n_fit=math.nan))
+    o = ch.oracle_gaps(pd.DataFrame(rows))
+    r = o.iloc[0]
+    assert (r["optimizer"], r["step"], r["lr_batch_stats"], r["lr_pinned"], r["n"]) == ("sgd", 800, 0.05, 0.005, 3)
+    assert r["mean"] == pytest.approx(0.04) and r["ci_low"] == pytest.approx(0.04)
+
+
+def test_tuning_findings_report_oracle_budget_and_no_standardized_heads():
+    t = ch.tuning_findings(sweep_table(gain=0.0), 800)
+    # sweep_table: the test rows at the chosen lr are the best, so the oracle equals the validation choice
+    assert t.oracle["sgd_800"].mean == pytest.approx(0.11) and t.oracle_main["sgd"].mean == pytest.approx(0.11)
+    assert (t.oracle_n, t.oracle_n_above) == (4, 2)
+    assert "2 of 4" in t.oracle_reading
+    # the gap is the same at both checkpoints: the change is exactly 0, not resolved
+    assert t.narrowing["sgd"].mean == pytest.approx(0.0) and t.narrows == {"sgd": "not resolved", "adam": "not resolved"}
+    assert t.gap_first["sgd"].mean == pytest.approx(0.11) and t.gap_last["adam"].mean == pytest.approx(-1 / 300)
+    assert t.narrow_reading == "the gap does not change resolvably for SGD and Adam"
+    assert t.std_gap == {} and t.std_reading == "not run" and (t.first_step, t.last_step) == (400, 800)
+
+
+def _with_std(sweep: pd.DataFrame, std_gaps) -> pd.DataFrame:
+    """``sweep`` plus ``sgd-std`` heads (grid 0.05/0.2, 0.05 wins on validation) whose gap per pooled seed is
+    ``std_gaps`` and a narrowing SGD gap (0.05 smaller at 800 than at 400 for the plain heads)."""
+    extra = []
+    for _, r in sweep[sweep["optimizer"] == "sgd"].iterrows():
+        for lr in (0.05, 0.2):
+            d = dict(r, optimizer="sgd-std", lr=lr)
+            if r["role"] == "tune":
+                d["accuracy"] = 0.6 if (lr == 0.05 and r["split"] == "validation") else 0.5
+                extra.append(d)
+            elif r["lr"] == 0.05 and lr == 0.05:
+                if r["path"] == "batch_stats":
+                    seeds = sorted(sweep[sweep["role"].isin(["report", "confirm"])]["seed"].unique())
+                    d["accuracy"] = 0.5 + std_gaps[seeds.index(r["seed"])]
+                extra.append(d)
+    return pd.concat([sweep, pd.DataFrame(extra)], ignore_index=True)
+
+
+def test_standardized_heads_that_tie_explain_the_gap_and_shrinking_ones_explain_part():
+    base = sweep_table(gap_adam=(0.10, 0.12, 0.11))
+    tie = ch.tuning_findings(_with_std(base, (0.001, -0.002, 0.002, 0.0, 0.001, -0.001)), 800)
+    assert tie.std_verdict == {"sgd": "tie"} and tie.std_lr == {"sgd_batch_stats": 0.05, "sgd_pinned": 0.05}
+    assert tie.std_reduction["sgd"].low > 0
+    assert tie.std_reading.startswith("with standardized features the gap is a tie for every optimizer")
+    part = ch.tuning_findings(_with_std(base, (0.05, 0.06, 0.055, 0.05, 0.06, 0.055)), 800)
+    assert part.std_verdict == {"sgd": "pinned worse"} and "explains part" in part.std_reading
+    same = ch.tuning_findings(_with_std(base, (0.10, 0.12, 0.11, 0.10, 0.12, 0.11)), 800)
+    assert "does not shrink" in same.std_reading
+    assert ch._std_reading({"sgd": "tie", "adam": "tie"}, {}).startswith("with standardized features the gap is a tie")
+
+
+def test_the_gap_narrows_only_when_its_change_is_resolved():
+    assert ch._narrow_reading({"sgd": "narrows", "adam": "not resolved"}) == \
+        "the gap narrows for SGD; does not change resolvably for Adam"
+    s = sweep_table()
+    late = (s["step"] == 800) & (s["path"] == "batch_stats") & (s["optimizer"] == "sgd") & s["role"].isin(["report", "confirm"])
+    s.loc[late, "accuracy"] -= np.linspace(0.04, 0.06, int(late.sum()))   # the SGD gap shrinks by 0.04-0.06 per seed
+    t = ch.tuning_findings(s, 800)
+    assert t.narrows["sgd"] == "narrows" and t.narrowing["sgd"].high < 0 and t.n_narrows == 1
+
+
+def test_the_unseen_seed_sentence_never_prints_nan():
+    f = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 1, 2, 200, 201, 202))
+    assert f.unseen_n == 0 and "nan" not in f.unseen_text.lower() and "full profile" in f.unseen_text
+    assert f.unseen_short.startswith("no confirmatory verdict")
+    g = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
+    assert g.unseen_text.startswith("On the 4 seeds") and "verdict tie" in g.unseen_text
+    assert g.unseen_short == "tie on the 4 seeds the quick profile had not shown when the test was designed"
+
+
+def drift_targets(bias=(0.0, 0.01), noise=0.001):
+    """Hand-made :func:`sweep_drift_table`: 3 seeds, 2 blocks, weights (1-m)^t + noise; the engine target adds
+    ``bias[i] * (1 - (1-m)^t)`` per block (an estimation error's upward bias)."""
+    m, recs = 0.1, []
+    for s in range(3):
+        for i in range(2):
+            for t in (0, 1, 2, 5, 12, 25, 66, 100, 400, 800):
+                w = (1 - m) ** t + noise * (s - 1)
+                recs.append(dict(seed=s, layer=f"block {i + 1}", step=t, target="precise", weight=w))
+                recs.append(dict(seed=s, layer=f"block {i + 1}", step=t, target="engine",
+                                 weight=w + bias[i] * (1 - (1 - m) ** t)))
+    return pd.DataFrame(recs)
+
+
+def test_drift_check_measures_the_engine_targets_bias_and_the_residual_noise():
+    c = ch.drift_check(drift_targets(), 0.1, 25, n_batches=400, n_batches_engine=20)
+    assert c.bias_engine_12["block 1"] == pytest.approx(0.0)
+    assert c.bias_engine_12["block 2"] == pytest.approx(0.01 * (1 - 0.9 ** 12))
+    assert c.remaining_bias == pytest.approx(0.01 * (1 - 0.9 ** 12) / 20)
+    assert (c.n_intervals, c.n_inside) == (10, 10)   # steps 1, 2, 5, 12, 25 (up to last_step) x 2 blocks
+    assert c.residual_max == pytest.approx(0.0, abs=1e-12) and c.halfwidth_max > 0
+    assert math.isnan(c.engine_reproduced)
+    with pytest.raises(ValueError, match="targets 'engine' and 'precise'"):
+        ch.drift_check(drift_targets().query("target == 'precise'"), 0.1, 25)
+
+
+def test_sweep_drift_table_reads_the_sweeps_attrs():
+    sw = pd.DataFrame()
+    sw.attrs["drift"] = [dict(seed=3, steps=[0, 1], engine_l0=[1.0, 0.91], precise_l0=[1.0, 0.9])]
+    t = ch.sweep_drift_table(sw)
+    assert list(t.columns) == ["seed", "layer", "step", "target", "weight"] and len(t) == 4
+    assert t[(t.target == "precise") & (t.step == 1)]["weight"].item() == 0.9 and set(t.layer) == {"block 1"}
+
+
+def test_the_seed_article_table_is_built_from_findings():
+    df = table(task_a_after_tm=(0.137, 0.403, 0.100)).assign(n_eval=1000)
+    f = ch.findings(df)
+    o = ch.optimizer_findings(sweep_table(), 800, main=df.assign(optimizer="sgd", lr=0.05, steps=800))
+    art = ch.seed_article_table(df, f, o, buffers())
+    st = dict(zip(art["claim"], art["status"]))
+    assert st["task A after `train_mode`"] == "differs: falls in 3 of 3 seeds, at chance in 2 of 3"
+    assert st["largest old-head logit change (`train_mode`)"] == "reproduced, smaller"   # 3 < 39
+    assert st["the two pinned modes on task B"].startswith("identity of the code")
+    assert st["task B, `train_mode` against the pinned modes (main run)"] in ("reproduced", "differs: gap not resolved")
+    row = art.set_index("claim").loc["running statistics moved (`train_mode`, raw units)", "this chapter"]
+    assert row == "running_mean up to 2.0, running_var up to 11"
+    c = ch.article_counts(art)
+    assert c.n == 7 and c.reproduced + c.smaller + c.differs + c.identity == 7 and (c.smaller, c.identity) == (1, 1)
+
+
+def test_the_sweep_replays_the_engines_drift_and_trains_standardized_heads():
+    """With ``drift_batches`` the batch_stats path's running means, projected on the engine's 20-batch target,
+    reproduce the engine's ``drift_weight_l<i>``; standardized heads get their own rows."""
+    from bnstudy.config import RunConfig
+    from bnstudy.engine import train_source, transfer
+    kw = dict(seed=3, widths=(4, 8), stage1_steps=5, n_eval=40, steps=12, batch_size=8, epoch_steps=3, lr=0.05)
+    rcs = [RunConfig(mode=m, **kw) for m in MODE_NAMES]
+    src = train_source(rcs[0].source)
+    tm = {r["mode"]: r for r in transfer(rcs, src)}["train_mode"]
+    base = {k: v for k, v in rcs[0].asdict().items() if k not in ("seed", "mode", "steps", "optimizer", "lr")}
+    run = ch.HeadSweepRun(seed=3, role="report", run=base, checkpoints=(6, 12), sgd_lrs=(0.05,), adam_lrs=(0.01,),
+                          ref_step=12, n_val=40, ref_variants=((1e-4, 60),), std_sgd_lrs=(0.05,),
+                          std_adam_lrs=(0.01,), drift_batches=30)
+    res = ch.head_curves(run, src)
+    d = res["drift"]
+    assert d["steps"] == tm["drift_steps"]
+    for i in range(2):
+        assert d[f"engine_l{i}"] == pytest.approx(tm[f"drift_weight_l{i}"], abs=1e-5)
+        assert d[f"precise_l{i}"][0] == pytest.approx(1.0) and d[f"precise_l{i}"] != d[f"engine_l{i}"]
+    out = pd.DataFrame(res["records"])
+    assert {"sgd-std", "adam-std"} <= set(out["optimizer"])
+    assert len(out[(out["optimizer"] == "sgd-std") & (out["split"] == "test")]) == 4   # 2 paths x 2 checkpoints
+    assert "drift" not in ch.head_curves(run.replace(drift_batches=0), src)

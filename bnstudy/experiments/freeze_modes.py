@@ -46,13 +46,21 @@ NAMESPACE = "ch01_freeze_modes"
 #: (0.005 was the grid's lowest value and the pinned path's choice before revision); Adam's spans PyTorch's 1e-3.
 SGD_LRS = (0.001, 0.002, 0.005, 0.02, 0.05, 0.2)
 ADAM_LRS = (0.001, 0.003, 0.01, 0.03, 0.1)
+#: Standardized heads (referee item 6's discriminating run): the same linear head fed ``(f - mean) / sd`` with the
+#: feature mean and standard deviation of the path's training features on the fit set, fixed before training. An
+#: affine map fixed in advance changes only the optimization's conditioning, not what a linear head can represent.
+STD_SUFFIX = "-std"
+STD_SGD_LRS = (0.005, 0.02, 0.05, 0.2)
+STD_ADAM_LRS = (0.003, 0.01, 0.03)
 #: The profiles' settings (everything else is a ``Config`` default). The quick profile checks the pipeline in
 #: minutes: fewer learning rates (each path's best on the quick tuning seeds and a neighbour either side) and two
 #: checkpoints; the full profile runs the complete grids and four checkpoints.
 PROFILES = {"quick": dict(seeds=3, tuning_seeds=(100, 101), confirm_seeds=(200, 201), checkpoints=(400, 800),
-                          sgd_lrs=(0.001, 0.005, 0.05, 0.2), adam_lrs=(0.003, 0.01, 0.03, 0.1)),
+                          sgd_lrs=(0.001, 0.005, 0.05, 0.2), adam_lrs=(0.003, 0.01, 0.03, 0.1),
+                          std_sgd_lrs=(0.02, 0.05, 0.2), std_adam_lrs=(0.003, 0.01, 0.03)),
             "full": dict(seeds=10, tuning_seeds=(100, 101, 102), confirm_seeds=(200, 201, 202, 203, 204),
-                         checkpoints=(400, 800, 1600, 3200), sgd_lrs=SGD_LRS, adam_lrs=ADAM_LRS)}
+                         checkpoints=(400, 800, 1600, 3200), sgd_lrs=SGD_LRS, adam_lrs=ADAM_LRS,
+                         std_sgd_lrs=STD_SGD_LRS, std_adam_lrs=STD_ADAM_LRS)}
 #: The weight left on the old running statistics that counts as "gone" in the prose.
 GONE = 1e-3
 #: The drift figure's noise floor is read at recorded steps where (1 - m)^t is below this.
@@ -132,6 +140,8 @@ class Config(_Frozen):
     checkpoints: tuple = (400, 800, 1600)
     sgd_lrs: tuple = SGD_LRS
     adam_lrs: tuple = ADAM_LRS
+    std_sgd_lrs: tuple = STD_SGD_LRS
+    std_adam_lrs: tuple = STD_ADAM_LRS
     thread_seeds: int = 2
 
     def __post_init__(self):
@@ -146,7 +156,7 @@ class Config(_Frozen):
                              f"{list(self.confirm_seeds)}")
         self._set("checkpoints", tuple(sorted(check_sequence("checkpoints", self.checkpoints,
                                                              lambda n, v: check_int(n, v, 1), 2))))
-        for name in ("sgd_lrs", "adam_lrs"):
+        for name in ("sgd_lrs", "adam_lrs", "std_sgd_lrs", "std_adam_lrs"):
             self._set(name, check_sequence(name, getattr(self, name),
                                            lambda n, v: check_float(n, v, 0.0, low_open=True), 1))
         self._set("thread_seeds", check_int("thread_seeds", self.thread_seeds, 0))
@@ -188,7 +198,8 @@ class Config(_Frozen):
                 f"brightness={self.brightness:g}, contrast={self.contrast:g}, noise={self.noise:g}, "
                 f"momentum={self.momentum:g}, head={self.head}, optimizer={self.optimizer}, lr={self.lr:g}; "
                 f"head sweep: sgd lrs {'/'.join(f'{v:g}' for v in self.sgd_lrs)}, adam lrs "
-                f"{'/'.join(f'{v:g}' for v in self.adam_lrs)}, tuning {seeds_label(self.tuning_seeds)}, "
+                f"{'/'.join(f'{v:g}' for v in self.adam_lrs)} (standardized features: sgd "
+                f"{'/'.join(f'{v:g}' for v in self.std_sgd_lrs)}, adam {'/'.join(f'{v:g}' for v in self.std_adam_lrs)}), tuning {seeds_label(self.tuning_seeds)}, "
                 f"confirmation {seeds_label(self.confirm_seeds)}, checkpoints {'/'.join(map(str, self.checkpoints))}; "
                 f"thread check on {self.thread_seeds} seeds (1 vs 2 torch threads)")
 
@@ -502,6 +513,10 @@ REF_L2 = 1e-4
 #: The reference's sensitivity fits (l2 penalty, fit-set size); the first is the primary test's reference. A
 #: smaller set is the first ``n`` samples of the largest.
 REF_VARIANTS = ((REF_L2, N_FIT), (1e-2, N_FIT), (1e-6, N_FIT), (REF_L2, 1000), (1e-2, 1000), (1e-6, 1000))
+#: The drift check's target (task B's population mean per layer): precise BN over this many train-mode batches
+#: of the engine's own population stream (whose first :data:`ENGINE_TARGET_BATCHES` batches the engine uses).
+DRIFT_TARGET_BATCHES = 400
+ENGINE_TARGET_BATCHES = 20
 
 
 @dataclass(frozen=True)
@@ -517,6 +532,9 @@ class HeadSweepRun(_Frozen):
     ref_step: int
     n_val: int = N_VAL
     ref_variants: tuple = REF_VARIANTS
+    std_sgd_lrs: tuple = ()
+    std_adam_lrs: tuple = ()
+    drift_batches: int = 0
 
     def run_config(self) -> _RunConfig:
         return _RunConfig(**{**self.run, "seed": self.seed, "mode": "train_mode", "steps": max(self.checkpoints)})
@@ -528,7 +546,9 @@ def head_sweep_runs(config: Config) -> list[HeadSweepRun]:
     base = {k: v for k, v in base.items() if k not in ("seed", "mode", "steps", "optimizer", "lr")}
     base["head"] = "linear"
     return [HeadSweepRun(seed=s, role=role, run=base, checkpoints=config.checkpoints, sgd_lrs=config.sgd_lrs,
-                         adam_lrs=config.adam_lrs, ref_step=config.steps)
+                         adam_lrs=config.adam_lrs, ref_step=config.steps, std_sgd_lrs=config.std_sgd_lrs,
+                         std_adam_lrs=config.std_adam_lrs,
+                         drift_batches=DRIFT_TARGET_BATCHES if role == "report" else 0)
             for role, seeds in (("tune", config.tuning_seeds), ("report", config.seeds),
                                 ("confirm", config.confirm_seeds)) for s in seeds]
 
@@ -613,7 +633,7 @@ def head_curves(c: HeadSweepRun, source: dict, device=None) -> dict:
     fit = eval_set(task_b, max(n for _, n in c.ref_variants), rc.seed, FIT_TAG)
     stream = BatchStream(task_b, rc.batch_size, generator(rc.seed, "stream", "B"), rc.sampler)
     nan = math.nan
-    paths = {}
+    paths, std = {}, {}
     for path, modes in PATHS.items():
         fmt = memory_format_for(modes[0])
         bb = ConvBackbone(3, rc.widths, rc.norm, rc.momentum)
@@ -621,34 +641,45 @@ def head_curves(c: HeadSweepRun, source: dict, device=None) -> dict:
         bb.requires_grad_(False)
         bb = bb.to(device, memory_format=fmt).train(path == "batch_stats")
         heads = []
-        for opt_name, lrs in (("sgd", c.sgd_lrs), ("adam", c.adam_lrs)):
+        for opt_name, lrs in (("sgd", c.sgd_lrs), ("adam", c.adam_lrs), ("sgd" + STD_SUFFIX, c.std_sgd_lrs),
+                              ("adam" + STD_SUFFIX, c.std_adam_lrs)):
             for lr in lrs:
                 head = seeded((rc.seed, "init", "head_b", "linear"),
                               lambda: make_head("linear", bb.out_features, rc.n_classes, rc.hidden, rc.momentum))
                 head = head.to(device)
-                heads.append((opt_name, lr, head, make_optimizer(opt_name, head.parameters(), lr)))
+                heads.append((opt_name, lr, head, make_optimizer(opt_name.removesuffix(STD_SUFFIX),
+                                                                  head.parameters(), lr)))
+        if c.std_sgd_lrs or c.std_adam_lrs:
+            std[path] = _feature_standardizer(bb, fit[0], rc.batch_size, device, fmt)
         paths[path] = (bb, fmt, heads)
+    drift = (_DriftRecorder(paths["batch_stats"][0], task_b, rc, c, device, paths["batch_stats"][1])
+             if c.drift_batches else None)
     records, extra = [], {}
     for step in range(1, max(c.checkpoints) + 1):
         x, y = stream.next()
         y = y.to(device)
-        for bb, fmt, heads in paths.values():
+        for path, (bb, fmt, heads) in paths.items():
             with torch.no_grad():
                 f = bb(x.to(device, memory_format=fmt))
-            for _, _, head, opt in heads:
-                loss = F.cross_entropy(head(f), y)
+                fz = std[path](f) if path in std else None
+            for name, _, head, opt in heads:
+                loss = F.cross_entropy(head(fz if name.endswith(STD_SUFFIX) else f), y)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+        if drift is not None:
+            drift.record(step)
         if step in c.checkpoints:
             for path, (bb, fmt, heads) in paths.items():
                 bb.eval()
                 feats = {s: logits_of(bb, xs, device, fmt) for s, (xs, _) in sets.items()}
+                zfeats = {s: std[path](v.to(device)) for s, v in feats.items()} if path in std else None
                 for opt_name, lr, head, _ in heads:
+                    fs = zfeats if opt_name.endswith(STD_SUFFIX) else feats
                     with torch.no_grad():
                         for s, (_, ys) in sets.items():
                             records.append(dict(path=path, optimizer=opt_name, lr=lr, step=step, split=s,
-                                                accuracy=_accuracy(head(feats[s].to(device)).cpu(), ys), l2=nan,
+                                                accuracy=_accuracy(head(fs[s].to(device)).cpu(), ys), l2=nan,
                                                 n_fit=nan))
                 if step == c.ref_step:
                     if path == "batch_stats":
@@ -664,8 +695,72 @@ def head_curves(c: HeadSweepRun, source: dict, device=None) -> dict:
                                                 n_fit=int(n)))
                     extra[f"reference_grad_{path}"] = max(grads)
                 bb.train(path == "batch_stats")
+    if drift is not None:
+        extra["drift"] = drift.weights()
     return dict(records=records, **extra)
 
+
+
+def _feature_standardizer(bb: torch.nn.Module, x: torch.Tensor, batch_size: int, device, fmt):
+    """``f -> (f - mean) / sd`` with the mean and SD of the features ``bb`` *trains* the head on, over ``x``.
+
+    ``bb`` in train mode (the ``batch_stats`` path): a deep copy is run on ``x`` in batches of ``batch_size``
+    (each normalized with its own statistics, as in training; ``bb``'s buffers are untouched); in eval mode
+    (pinned): the eval-mode features. Fixed before the head trains (an affine map a linear head can represent).
+    """
+    import copy
+    work = copy.deepcopy(bb)
+    n = max(batch_size, len(x) // batch_size * batch_size) if work.training else len(x)
+    with torch.no_grad():
+        if work.training:
+            f = torch.cat([work(x[i:i + batch_size].to(device, memory_format=fmt)) for i in range(0, n, batch_size)])
+        else:
+            f = logits_of(work, x, device, fmt).to(device)
+    mu, sd = f.mean(0), f.std(0)
+    sd = torch.where(sd > 0, sd, torch.ones_like(sd))
+    return lambda v: (v - mu) / sd
+
+
+class _DriftRecorder:
+    """The drift check's measurement on the ``batch_stats`` path (the engine's ``train_mode`` buffers).
+
+    Records each BatchNorm layer's running_mean at step 0 and at :data:`bnstudy.engine.DRIFT_STEPS` up to
+    ``c.ref_step``, and projects it as the engine does, ``w_t = (m_t - mu) . (m_0 - mu) / |m_0 - mu|^2``, on two
+    targets ``mu``: precise BN over the engine's first :data:`ENGINE_TARGET_BATCHES` population batches (the
+    engine's own target, so ``w`` reproduces its ``drift_weight_l<i>``) and over ``c.drift_batches`` batches of
+    the same stream.
+    """
+
+    def __init__(self, bb, task_b, rc, c, device, fmt):
+        from ..stats import precise_bn_statistics
+        self.bb, self.c = bb, c
+        self.layers = [(n, m) for n, m in batchnorm_layers(bb).items() if m.running_mean is not None]
+        self.means = {0: [m.running_mean.detach().cpu().double().clone() for _, m in self.layers]}
+
+        def batches(k):
+            stream = BatchStream(task_b, max(rc.batch_size, 2), generator(rc.seed, "population", "B"))
+            return (stream.next()[0].to(device, memory_format=fmt) for _ in range(k))
+
+        self.targets = {}
+        for label, k in (("engine", ENGINE_TARGET_BATCHES), ("precise", c.drift_batches)):
+            st = precise_bn_statistics(bb, batches(k), num_iters=k)
+            self.targets[label] = [st[n][0].cpu().double() for n, _ in self.layers]
+
+    def record(self, step: int) -> None:
+        if step in DRIFT_STEPS and step <= self.c.ref_step:
+            self.means[step] = [m.running_mean.detach().cpu().double().clone() for _, m in self.layers]
+
+    def weights(self) -> dict:
+        """``steps`` and, per target and layer, ``<target>_l<i>``: the weights at those steps."""
+        steps = sorted(self.means)
+        out = {"steps": steps}
+        for label, tg in self.targets.items():
+            for i, mu in enumerate(tg):
+                gap = self.means[0][i] - mu
+                denom = float(gap @ gap)
+                out[f"{label}_l{i}"] = [float((self.means[t][i] - mu) @ gap) / denom if denom > 0 else math.nan
+                                        for t in steps]
+        return out
 
 def _head_sweep_group(configs: list[HeadSweepRun], cache_root: str, version: str) -> list[dict]:
     return [head_curves(c, load_source(c.run_config().source, cache_root, version)) for c in configs]
@@ -699,7 +794,24 @@ def run_head_sweep(config: Config, execution: Execution | None = None, version: 
     bcols = [c for c in out.columns if c.startswith("buffer_")]
     table.attrs["buffers"] = [dict(seed=r.seed, role=r.role, **{c: float(row[c]) for c in bcols})
                               for r, (_, row) in zip(runs, out.iterrows())]
+    table.attrs["drift"] = [dict(seed=r.seed, **row["drift"]) for r, (_, row) in zip(runs, out.iterrows())
+                            if "drift" in out.columns and isinstance(row["drift"], dict)]
     return table
+
+
+def sweep_drift_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Tidy drift check from :func:`run_head_sweep`'s ``attrs["drift"]`` (reported seeds): ``seed, layer, step,
+    target, weight``; ``target`` is ``engine`` (precise BN over :data:`ENGINE_TARGET_BATCHES` batches, the engine's
+    own target) or ``precise`` (over :data:`DRIFT_TARGET_BATCHES`)."""
+    recs = []
+    for d in sweep.attrs.get("drift", []):
+        for k, ws in d.items():
+            if k in ("seed", "steps"):
+                continue
+            target, i = k.rsplit("_l", 1)
+            recs += [dict(seed=d["seed"], layer=f"block {int(i) + 1}", step=int(t), target=target, weight=float(w))
+                     for t, w in zip(d["steps"], ws)]
+    return pd.DataFrame(recs, columns=["seed", "layer", "step", "target", "weight"])
 
 
 def primary_reference(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -862,7 +974,9 @@ class OptimizerFindings:
     with the primary verdict, ``sens_dissent``: the fits that disagree, in words (``"none"``).
     ``unseen*``: the primary test on the seeds not in ``seen_seeds`` (the quick profile's, seen before the design
     was fixed): 95% and 90% intervals, ``unseen_n`` (``seen_n`` the others), ``unseen_p_tost_text`` and ``unseen_verdict``
-    (:func:`gap_verdict`). ``primary_p_tost_text``: :func:`p_text` of the TOST p-value.
+    (:func:`gap_verdict`); ``unseen_text`` / ``unseen_short``: that result as a sentence / a clause, or, when
+    fewer than :data:`MIN_VERDICT_SEEDS` such seeds exist (the quick profile has none), a sentence saying it is
+    not available in this profile (never a NaN). ``primary_p_tost_text``: :func:`p_text` of the TOST p-value.
     Trained heads (every row of :func:`exploratory_tests`): ``trained_n`` tests, ``trained_n_worse`` with
     verdict ``pinned worse``, ``trained_min`` / ``trained_max``: smallest / largest mean gap of the
     tuned-optimizer rows (not the main run), ``trained_verdict``: ``"reproduced"`` (every test pinned worse),
@@ -908,6 +1022,8 @@ class OptimizerFindings:
     seen_n: int
     unseen_p_tost_text: str
     unseen_verdict: str
+    unseen_text: str
+    unseen_short: str
     trained_n: int
     trained_n_worse: int
     trained_min: float
@@ -915,6 +1031,25 @@ class OptimizerFindings:
     trained_verdict: str
     reference_converged: bool
     engine_check: float
+
+
+def _unseen_text(u: pd.Series, n_all: int) -> str:
+    """:attr:`OptimizerFindings.unseen_text`: the reference test on the unseen seeds ``u``, in one sentence."""
+    if len(u) < MIN_VERDICT_SEEDS:
+        return (f"This profile cannot show that part: {n_all - len(u)} of its {n_all} seeds are ones the quick profile "
+                f"had shown, so the confirmatory part of the test needs the full profile.")
+    iv, iv90 = mean_ci(u), mean_ci(u, 1 - 2 * ALPHA)
+    return (f"On the {len(u)} seeds the quick profile did not have, the difference is {iv.mean:.3f} (95% interval "
+            f"{iv.low:.3f} to {iv.high:.3f}; 90% interval {iv90.low:.3f} to {iv90.high:.3f}; TOST p "
+            f"{p_text(tost_pvalue(u, PRIMARY_MARGIN))}), verdict {gap_verdict(u)}; this is the confirmatory part of "
+            f"the test.")
+
+
+def _unseen_short(u: pd.Series) -> str:
+    """:attr:`OptimizerFindings.unseen_short`: the unseen seeds' verdict as a clause."""
+    if len(u) < MIN_VERDICT_SEEDS:
+        return "no confirmatory verdict in this profile (its seeds are all among those the design was fixed on)"
+    return f"{gap_verdict(u)} on the {len(u)} seeds the quick profile had not shown when the test was designed"
 
 
 def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None,
@@ -1000,6 +1135,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         primary_p_tost_text=p_text(tost_pvalue(g, PRIMARY_MARGIN)),
         unseen=mean_ci(u) if len(u) >= 2 else nan_iv, unseen_ci90=mean_ci(u, 1 - 2 * ALPHA) if len(u) >= 2 else nan_iv,
         unseen_n=int(len(u)), seen_n=int(n - len(u)), unseen_p_tost_text=p_text(tost_pvalue(u, PRIMARY_MARGIN)), unseen_verdict=gap_verdict(u),
+        unseen_text=_unseen_text(u, n), unseen_short=_unseen_short(u),
         trained_n=n_tr, trained_n_worse=k_worse,
         trained_min=float(tuned["mean"].min()) if len(tuned) else math.nan,
         trained_max=float(tuned["mean"].max()) if len(tuned) else math.nan, trained_verdict=trained,
@@ -1174,3 +1310,299 @@ def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_thr
                           gap_diff=(gb - ga).rename(lambda s: f"seed{s}"), gap_diff_largest=dmax, gap_seed_sd=sd,
                           diff_over_sd=dmax / sd if sd and not math.isnan(sd) else math.nan,
                           main_gap=main_iv, swapped_gap=swapped_iv, flips=flips)
+
+
+# --- the drift check against a precise target (referee item 3) ---------------------------------------------------
+
+@dataclass(frozen=True)
+class DriftCheckFindings:
+    """The drift check with task B's population mean estimated from many batches (:func:`sweep_drift_table`).
+
+    ``n_batches`` / ``n_batches_engine``: precise-BN batches of the two targets. ``engine_reproduced``: largest
+    |sweep weight on the engine's target - engine's ``drift_weight_l<i>``| over reported seeds, layers and steps
+    (the sweep's ``batch_stats`` path repeats the engine's ``train_mode`` run; NaN without the main table).
+    ``bias_engine_12``: per layer, the mean over seeds of (weight on the engine's target - weight on the precise
+    target) at step 12, with 95% bounds ``*_low`` / ``*_high``: the bias the 20-batch target adds.
+    ``remaining_bias``: the largest of those biases times ``n_batches_engine / n_batches`` (the estimation error's
+    squared size, which the bias is proportional to, falls as 1 / batches): the bias expected to be left.
+    ``n_intervals`` / ``n_inside``: (layer, recorded step) pairs with ``1 <= t <= last_step`` and how many of
+    their 95% intervals (Student t over seeds) contain ``(1 - m)^t``. ``residual_max``: the largest |mean
+    residual| (weight - ``(1 - m)^t``) over those pairs, at ``residual_max_layer`` / ``residual_max_step``, and
+    ``halfwidth_max``: the largest 95% half-width among them (the seed-to-seed noise of the measurement).
+    """
+
+    n_batches: int
+    n_batches_engine: int
+    engine_reproduced: float
+    bias_engine_12: pd.Series
+    bias_engine_12_low: pd.Series
+    bias_engine_12_high: pd.Series
+    remaining_bias: float
+    n_intervals: int
+    n_inside: int
+    residual_max: float
+    residual_max_layer: str
+    residual_max_step: int
+    halfwidth_max: float
+
+
+def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.DataFrame | None = None,
+                n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES) -> DriftCheckFindings:
+    """:class:`DriftCheckFindings` from :func:`sweep_drift_table` (both targets needed).
+
+    ``last_step``: the last recorded step above the noise floor (:attr:`DriftFindings.last_step`).
+    Raises ``ValueError`` unless both targets are present.
+    """
+    if not {"engine", "precise"} <= set(drift["target"]):
+        raise ValueError(f"drift_check needs targets 'engine' and 'precise', got {sorted(set(drift['target']))}")
+    piv = drift.pivot_table(index=["seed", "layer", "step"], columns="target", values="weight")
+    at12 = piv.xs(12, level="step")
+    bias = {l: mean_ci(g["engine"] - g["precise"]) for l, g in at12.groupby(level="layer")}
+    rep = math.nan
+    if main is not None and "drift_steps" in main.columns:
+        eng = drift_table(main).set_index(["seed", "layer", "step"])["weight"]
+        common = piv.index.intersection(eng.index)
+        if len(common):
+            rep = float((piv.loc[common, "engine"] - eng.loc[common]).abs().max())
+    pr = drift[(drift["target"] == "precise") & (drift["step"] >= 1) & (drift["step"] <= last_step)]
+    n_in, n_iv, best = 0, 0, (0.0, "", 0)
+    half = 0.0
+    for (layer, t), g in pr.groupby(["layer", "step"]):
+        iv, th = mean_ci(g["weight"]), (1 - momentum) ** t
+        n_iv += 1
+        n_in += int(iv.low <= th <= iv.high)
+        half = max(half, (iv.high - iv.low) / 2)
+        if abs(iv.mean - th) > best[0]:
+            best = (abs(iv.mean - th), layer, int(t))
+    b12 = pd.Series({l: iv.mean for l, iv in bias.items()})
+    return DriftCheckFindings(
+        n_batches=int(n_batches), n_batches_engine=int(n_batches_engine), engine_reproduced=rep,
+        bias_engine_12=b12, bias_engine_12_low=pd.Series({l: iv.low for l, iv in bias.items()}),
+        bias_engine_12_high=pd.Series({l: iv.high for l, iv in bias.items()}),
+        remaining_bias=float(b12.abs().max() * n_batches_engine / n_batches), n_intervals=n_iv, n_inside=n_in,
+        residual_max=float(best[0]), residual_max_layer=best[1], residual_max_step=best[2], halfwidth_max=float(half))
+
+
+# --- tuning, budget and feature scale: what explains the trained heads' gap (referee items 6 and 8) ----------------
+
+def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds.
+
+    Uses test data to choose, so it is a robustness check only (it favours each path, the pinned one included),
+    never a test. Per optimizer (``sgd``, ``adam``) and checkpoint: ``optimizer, step, lr_batch_stats,
+    lr_pinned, n, mean, ci_low, ci_high`` (paired gap ``batch_stats - pinned``, 95% Student-t interval).
+    """
+    t = sweep[(sweep["split"] == "test") & sweep["role"].isin(POOLED) & sweep["optimizer"].isin(["sgd", "adam"])]
+    recs = []
+    for (o, step), g in t.groupby(["optimizer", "step"]):
+        best = {p: float(h.groupby("lr")["accuracy"].mean().sort_index().idxmax()) for p, h in g.groupby("path")}
+        if set(best) != set(PATHS):
+            continue
+        acc = {p: g[(g["path"] == p) & (g["lr"] == lr)].set_index("seed")["accuracy"] for p, lr in best.items()}
+        iv = mean_ci(acc["batch_stats"] - acc["pinned"])
+        recs.append(dict(optimizer=o, step=int(step), lr_batch_stats=best["batch_stats"], lr_pinned=best["pinned"],
+                         n=iv.n, mean=iv.mean, ci_low=iv.low, ci_high=iv.high))
+    return pd.DataFrame(recs, columns=["optimizer", "step", "lr_batch_stats", "lr_pinned", "n", "mean", "ci_low",
+                                       "ci_high"])
+
+
+@dataclass(frozen=True)
+class TuningFindings:
+    """What the trained heads' gap depends on (accuracies 0..1; gaps ``batch_stats - pinned``, pooled seeds).
+
+    *Oracle learning rate* (:func:`oracle_gaps`, robustness only): ``oracle`` per ``<optimizer>_<step>`` (95%
+    interval), ``oracle_min`` / ``oracle_max`` of the means, ``oracle_n`` rows and ``oracle_n_above`` whose
+    interval lies above 0; ``oracle_main`` per optimizer at ``main_step``; ``oracle_reading``: what that means, in
+    words (every pair resolved above 0 / none / some).
+    *Budget*: with the learning rate chosen on validation at ``main_step``, ``gap_at`` per
+    ``<optimizer>_<step>`` (95% interval; ``gap_first`` / ``gap_last`` per optimizer at the first / last checkpoint), and ``narrowing`` per optimizer: the paired change of the gap from
+    ``first_step`` to ``last_step`` (negative: it narrows), ``narrows``: ``"narrows"`` / ``"widens"`` when the
+    interval excludes 0, else ``"not resolved"`` (:func:`no_verdict` under 3 seeds); ``n_narrows`` of ``n_opt``;
+    ``narrow_reading``: those verdicts in words.
+    *Feature scale*: the standardized heads (``<optimizer>-std``, learning rate chosen on validation at
+    ``main_step``): ``std_gap`` per optimizer at ``main_step`` (95% interval), ``std_verdict``
+    (:func:`gap_verdict`, margin :data:`PRIMARY_MARGIN`), ``std_reduction``: paired (unstandardized gap -
+    standardized gap) per optimizer, ``std_lr`` the chosen rates per ``<optimizer>_<path>``, ``std_reading``: one
+    sentence saying what the standardized heads show, from the verdicts (``"not run"`` without them).
+    """
+
+    main_step: int
+    first_step: int
+    last_step: int
+    oracle: dict
+    oracle_min: float
+    oracle_max: float
+    oracle_n: int
+    oracle_n_above: int
+    oracle_main: dict
+    oracle_reading: str
+    gap_at: dict
+    gap_first: dict
+    gap_last: dict
+    narrowing: dict
+    narrows: dict
+    n_narrows: int
+    n_opt: int
+    narrow_reading: str
+    std_gap: dict
+    std_verdict: dict
+    std_reduction: dict
+    std_lr: dict
+    std_reading: str
+
+
+def _narrow_reading(narrows: dict) -> str:
+    """:attr:`TuningFindings.narrow_reading`: per optimizer, whether the gap narrows with the budget, in words."""
+    name = lambda o: "SGD" if o == "sgd" else "Adam"
+    by = {}
+    for o, v in narrows.items():
+        by.setdefault(v, []).append(name(o))
+    word = lambda v: v if v in ("narrows", "widens") else "does not change resolvably" if v == "not resolved" else f"gets {v}"
+    parts = [f"{'the gap ' if not i else ''}{word(v)} for {' and '.join(os)}" for i, (v, os) in enumerate(sorted(by.items()))]
+    return "; ".join(parts) if parts else "not run"
+
+
+def _oracle_reading(k: int, n: int) -> str:
+    """:attr:`TuningFindings.oracle_reading`: ``k`` of ``n`` oracle rows with an interval above 0, in words."""
+    if n and k == n:
+        return ("Even a learning rate tuned per path on the test data leaves the pinned path behind at every "
+                "checkpoint, so the trained heads' gap is not an artifact of the learning-rate choice")
+    if k == 0:
+        return ("With the learning rate tuned per path on the test data no difference is resolved, so tuning could "
+                "account for the trained heads' gap")
+    return (f"With the learning rate tuned per path on the test data the pinned path stays behind in {k} of {n} "
+            f"optimizer-checkpoint pairs, so tuning explains at most a part of the trained heads' gap")
+
+
+def _std_reading(verdicts: dict, reductions: dict) -> str:
+    """The standardized heads' result in words (see :class:`TuningFindings`)."""
+    if not verdicts:
+        return "not run"
+    ties = [o for o, v in verdicts.items() if v == "tie"]
+    smaller = [o for o, iv in reductions.items() if iv.n >= MIN_VERDICT_SEEDS and iv.low > 0]
+    names = lambda os: " and ".join("SGD" if o == "sgd" else "Adam" for o in os)
+    if len(ties) == len(verdicts):
+        return ("with standardized features the gap is a tie for every optimizer: the feature scale the pinned path "
+                "hands the head, not missing information, explains the trained heads' gap")
+    if smaller:
+        return (f"standardizing the features shrinks the gap ({names(smaller)}; tie for "
+                f"{names(ties) or 'neither'}): the feature scale explains part of the trained heads' gap")
+    return ("standardizing the features does not shrink the gap by a resolved amount: feature scale is not shown "
+            "to explain it")
+
+
+def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
+    """:class:`TuningFindings` from :func:`run_head_sweep`'s table. Raises ``ValueError`` if ``main_step`` is not a
+    checkpoint of at least two."""
+    steps = sorted(sweep[sweep["optimizer"].isin(["sgd", "adam"])]["step"].unique())
+    if main_step not in steps or len(steps) < 2:
+        raise ValueError(f"tuning_findings needs main_step among >= 2 checkpoints, got {main_step} in {steps}")
+    orc = oracle_gaps(sweep)
+    oracle = {f"{r.optimizer}_{r.step}": Interval(r.mean, r.ci_low, r.ci_high, int(r.n)) for r in orc.itertuples()}
+    lrs = choose_lrs(sweep, main_step)
+    t = chosen_table(sweep, lrs)
+    opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+    gap_at, narrowing, narrows = {}, {}, {}
+    for o in opts:
+        per = {s: _path_gap(t, o, POOLED, s) for s in steps}
+        gap_at.update({f"{o}_{s}": mean_ci(v) for s, v in per.items()})
+        d = (per[steps[-1]] - per[steps[0]]).dropna()
+        narrowing[o] = mean_ci(d) if len(d) >= 2 else Interval(math.nan, math.nan, math.nan, len(d))
+        iv = narrowing[o]
+        narrows[o] = (no_verdict(len(d)) if len(d) < MIN_VERDICT_SEEDS else "narrows" if iv.high < 0
+                      else "widens" if iv.low > 0 else "not resolved")
+    std_gap, std_verdict, std_red, std_lr = {}, {}, {}, {}
+    for o in opts:
+        so = o + STD_SUFFIX
+        if (so, "pinned") not in lrs:
+            continue
+        g = _path_gap(t, so, POOLED, main_step)
+        std_gap[o], std_verdict[o] = mean_ci(g), gap_verdict(g)
+        std_red[o] = mean_ci((_path_gap(t, o, POOLED, main_step) - g).dropna())
+        std_lr.update({f"{o}_{p}": lrs[(so, p)] for p in PATHS})
+    return TuningFindings(
+        main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]), oracle=oracle,
+        oracle_min=float(orc["mean"].min()), oracle_max=float(orc["mean"].max()), oracle_n=len(orc),
+        oracle_n_above=int((orc["ci_low"] > 0).sum()),
+        oracle_main={o: oracle[f"{o}_{main_step}"] for o in ("sgd", "adam") if f"{o}_{main_step}" in oracle},
+        oracle_reading=_oracle_reading(int((orc["ci_low"] > 0).sum()), len(orc)), gap_at=gap_at,
+        gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
+        narrowing=narrowing, narrows=narrows,
+        n_narrows=sum(v == "narrows" for v in narrows.values()), n_opt=len(opts), narrow_reading=_narrow_reading(narrows), std_gap=std_gap,
+        std_verdict=std_verdict, std_reduction=std_red, std_lr=std_lr, std_reading=_std_reading(std_verdict, std_red))
+
+
+# --- the seed article's numbers beside this chapter's (referee item 9) ---------------------------------------------
+
+#: Seed article 001's numbers (3 seeds, linear head, 800 steps), as it states them; fractions 0..1, logits, units.
+ARTICLE = dict(task_a_after_tm=0.104, max_logit_change=39.0, buffer_units=4.0, task_b_tm=0.43,
+               task_b_pinned_low=0.21, task_b_pinned_high=0.26, pinned_a=0.256, pinned_b=0.206)
+
+
+def seed_article_table(main: pd.DataFrame, f: Findings, o: OptimizerFindings, buffers: pd.DataFrame) -> pd.DataFrame:
+    """The seed article's claims beside this chapter's measurements: ``claim, seed article, this chapter, status``.
+
+    Every entry of ``this chapter`` and ``status`` is computed from ``main`` (the main run's table), ``f``
+    (:func:`findings`), ``o`` (:func:`optimizer_findings`) and ``buffers`` (:func:`buffer_table`); the
+    ``seed article`` column is :data:`ARTICLE`. ``status`` is ``reproduced``, ``reproduced, smaller``,
+    ``differs`` (with what differs) or ``identity of the code`` where the article reports a measurement that
+    is an equality of the code here.
+    """
+    a = ARTICLE
+    piv = main.pivot(index="seed", columns="mode", values="task_b")
+    tm = main[main["mode"] == "train_mode"]
+    logit = tm["max_old_logit_change"]
+    after = f.task_a_after_tm
+    raw_mean, raw_var = float(buffers["mean_abs"].max()), float(buffers["var_abs"].max())
+    pinned = piv[["backbone_eval", "all_eval"]].mean()
+    rows = [
+        ("every weight unchanged (all modes)", "largest change 0", f"largest change 0: {f.c_weights_unchanged}",
+         "reproduced (check)" if f.c_weights_unchanged == "holds" else "differs"),
+        ("task A after `train_mode`", f"{a['task_a_after_tm']:.3f} (chance)",
+         f"{after.mean():.3f} mean, {after.min():.3f} to {after.max():.3f}; {f.n_near_chance} of {f.n_seeds} seeds "
+         f"at or below {f.chance_limit:.2f}",
+         "reproduced" if f.f2_chance == "holds" else
+         f"differs: falls in {int((f.task_a_drop > 0).sum())} of {f.n_seeds} seeds, at chance in {f.n_near_chance} of "
+         f"{f.n_seeds}" if f.f2_task_a_falls == "holds"
+         else "differs"),
+        ("largest old-head logit change (`train_mode`)", f"up to {a['max_logit_change']:.0f}",
+         f"{logit.mean():.1f} mean over seeds, at most {logit.max():.1f}",
+         "reproduced, smaller" if 0 < logit.max() < a["max_logit_change"] else
+         "reproduced" if logit.max() >= a["max_logit_change"] else "differs"),
+        ("running statistics moved (`train_mode`, raw units)", f"up to {a['buffer_units']:g} units",
+         f"running_mean up to {raw_mean:.1f}, running_var up to {raw_var:.0f}",
+         "reproduced (they move; sizes depend on the data's scale)" if raw_mean > 0 else "differs"),
+        ("task B, `train_mode` against the pinned modes (main run)",
+         f"{a['task_b_tm']:.2f} against {a['task_b_pinned_low']:.2f} to {a['task_b_pinned_high']:.2f}",
+         f"{piv['train_mode'].mean():.3f} against "
+         f"{f'{pinned.min():.3f} (both)' if pinned.min() == pinned.max() else f'{pinned.min():.3f} to {pinned.max():.3f}'}; "
+         f"gap {o.explore_verdict.get('main', 'not run')} after Holm",
+         "reproduced" if o.explore_verdict.get("main") == "pinned worse" else "differs: gap not resolved"),
+        ("the two pinned modes on task B", f"{a['pinned_a']:.3f} against {a['pinned_b']:.3f} (\"run-to-run noise\")",
+         f"equal in every seed: {f.c_pinned_equal_b}",
+         "identity of the code (the article's runs were not paired)" if f.c_pinned_equal_b == "holds" else "differs"),
+        ("`separate_stats`: task A logits unchanged, task B as `train_mode`", "exactly 0; 0.43 as `train_mode`",
+         f"logits unchanged: {f.c_separate_exact}; equal to `train_mode`: {f.c_separate_matches_b}",
+         "reproduced (checks)" if f.c_separate_exact == f.c_separate_matches_b == "holds" else "differs"),
+    ]
+    return pd.DataFrame(rows, columns=["claim", "seed article", "this chapter", "status"])
+
+
+@dataclass(frozen=True)
+class ArticleCounts:
+    """How many rows of :func:`seed_article_table` have each status: ``n`` rows, ``reproduced`` (status starting
+    "reproduced" but not "reproduced, smaller"), ``smaller``, ``differs`` and ``identity``."""
+
+    n: int
+    reproduced: int
+    smaller: int
+    differs: int
+    identity: int
+
+
+def article_counts(table: pd.DataFrame) -> ArticleCounts:
+    """:class:`ArticleCounts` of :func:`seed_article_table`'s ``status`` column."""
+    st = table["status"]
+    smaller = int(st.str.startswith("reproduced, smaller").sum())
+    return ArticleCounts(n=len(table), reproduced=int(st.str.startswith("reproduced").sum()) - smaller, smaller=smaller,
+                         differs=int(st.str.startswith("differs").sum()), identity=int(st.str.startswith("identity").sum()))
