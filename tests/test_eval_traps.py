@@ -199,7 +199,7 @@ def test_findings_on_a_table_where_every_claim_holds():
     assert (f.t5t_steps, f.t5t_smallest, f.t5t_largest) == (100, 4, 32)
     assert f.t5t_cost["b4"].mean == pytest.approx(0.03) and f.t5t_cost["b32"].mean == pytest.approx(0.0)
     assert f.t5t_eval["batch_stats_b4"] == pytest.approx(0.92) and f.t5t_eval["pinned_b4"] == pytest.approx(0.95)
-    assert f.t5t_safe_batch == 16.0 and f.t5t_costs_below_min_batch == "holds"
+    assert f.t5t_safe_batch == 16.0 and f.t5t_costs_below_min_batch == "holds" and f.t5t_threshold_word == "at"
     assert f.t5t_reest_gain["b4"].mean == pytest.approx(0.01) and f.t5t_loss_last["pinned_b16"] == pytest.approx(0.1)
     assert f.t5t_change_pinned_smallest.mean == pytest.approx(0.0)
 
@@ -228,6 +228,12 @@ def test_checklist_table_is_plain_text_with_one_row_per_trap():
     assert "unresolved" not in t.iloc[5, 0]  # the meter overstated held-out accuracy here
     f = ch.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # neither overstated nor tied
     assert "unresolved" in ch.checklist_table(f).iloc[5, 0]
+
+
+def test_batch_training_table_has_one_row_per_training_batch():
+    t = ch.batch_training_table(ch.findings(_table()))
+    assert list(t.index) == [4, 16, 32] and t.loc[4, "pinned minus batch statistics"].startswith("+0.030 [")
+    assert t.loc[32, "last-epoch loss (batch stats / pinned)"] == "1.00 / 0.10"
 
 
 def test_findings_say_when_a_claim_does_not_hold():

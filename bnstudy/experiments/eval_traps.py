@@ -1116,6 +1116,7 @@ class Findings:
     t5t_smallest: int
     t5t_safe_batch: float
     t5t_costs_below_min_batch: str
+    t5t_threshold_word: str
     t5t_change_pinned_smallest: Interval
 
 
@@ -1387,7 +1388,8 @@ def _batch_training_findings(df: pd.DataFrame, src: pd.Series) -> dict:
     batch statistics and pinned; ``t5t_cost``: pinned minus batch statistics, paired per seed (same batches);
     ``t5t_reest_gain``: batch statistics re-estimated with the weights fixed minus as trained; ``t5t_safe_batch``:
     the smallest m from which every larger m costs less than ``TOL_LOSS`` with 95% confidence (upper bound below);
-    ``t5t_costs_below_min_batch``: at some m below ``min_batch`` the cost's interval lies above 0."""
+    ``t5t_costs_below_min_batch``: at some m below ``min_batch`` the cost's interval lies above 0;
+    ``t5t_threshold_word``: where ``t5t_safe_batch`` lies against ``min_batch`` (below / at / above)."""
     bt = df[df["trap"] == "batch_training"]
     if bt.empty:
         raise KeyError("no rows of trap='batch_training' (trap 5's training arm)")
@@ -1407,8 +1409,29 @@ def _batch_training_findings(df: pd.DataFrame, src: pd.Series) -> dict:
                                for mode in BATCH_TRAINING_MODES for b in bs},
                 t5t_smallest=bs[0], t5t_safe_batch=float(min(safe)) if safe else float("nan"),
                 t5t_costs_below_min_batch=verdict(any(cost[b].low > 0 for b in bs if b < min_batch)),
+                t5t_threshold_word=("nowhere in the grid tried: no batch is safe by this rule," if not safe else
+                                    "below" if min(safe) < min_batch else "at" if min(safe) == min_batch else "above"),
                 t5t_change_pinned_smallest=mean_ci(q("pinned", bs[0], "heldout_eval_accuracy")
                                                    - src.reindex(q("pinned", bs[0], "heldout_eval_accuracy").index)))
+
+
+def batch_training_table(f: Findings) -> pd.DataFrame:
+    """Trap 5's training arm as a display table (plain text), one row per per-device training batch m.
+
+    Columns: held-out accuracy after training with batch statistics and pinned (means over seeds), the paired cost
+    of batch statistics (pinned minus batch statistics, mean [95% interval]), the change from re-estimating the
+    batch-statistics network's running statistics with the weights fixed, and the last epoch's training loss of
+    each mode (nats; measured in the mode it trained in). Indexed by ``training batch``.
+    """
+    ci = lambda iv: f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
+    bs = sorted(int(k[1:]) for k in f.t5t_cost)
+    rows = [{"training batch": b, "batch statistics": f"{f.t5t_eval[f'batch_stats_b{b}']:.3f}",
+             "pinned": f"{f.t5t_eval[f'pinned_b{b}']:.3f}",
+             "pinned minus batch statistics": ci(f.t5t_cost[f"b{b}"]),
+             "re-estimated minus as trained": ci(f.t5t_reest_gain[f"b{b}"]),
+             "last-epoch loss (batch stats / pinned)": f"{f.t5t_loss_last[f'batch_stats_b{b}']:.2f} / "
+                                                       f"{f.t5t_loss_last[f'pinned_b{b}']:.2f}"} for b in bs]
+    return pd.DataFrame(rows).set_index("training batch")
 
 
 def checklist_table(f: Findings) -> pd.DataFrame:
@@ -1453,7 +1476,9 @@ def checklist_table(f: Findings) -> pd.DataFrame:
         ("5. batches of 1 and 2",
          f"single_value_per_channel / single_sample_batch at 1, small_batch below {f.min_batch}; train-mode "
          f"inference: accuracy {f.t5_train['b1']:.3f} at batch 1 against {f.t5_eval:.3f} in eval mode, loss below "
-         f"{f.t5_tol:.2f} from batch {f.t5_safe_batch:.0f} (training at small batches not tested); "
+         f"{f.t5_tol:.2f} from batch {f.t5_safe_batch:.0f}; training {f.t5t_steps} more steps with batch statistics "
+         f"against pinned: cost {ci(f.t5t_cost[f'b{f.t5t_smallest}'])} at batch {f.t5t_smallest}, below {f.t5_tol:.2f} "
+         f"from batch {f.t5t_safe_batch:.0f}; "
          f"last_batch_single for 17 samples at batch size 16",
          "drop_last=True; keep BN in eval (pinned or FrozenBatchNorm) when the per-device batch is small; after a "
          "domain shift, re-estimate the statistics with the weights fixed (bnstudy.stats.update_bn_stats), then "
