@@ -806,9 +806,11 @@ def _chance(df: pd.DataFrame) -> float:
 
 
 def level_table(df: pd.DataFrame, alpha: float = 0.05, margin: float = 0.02) -> pd.DataFrame:
-    """Per line and level with a shift (every level but the family's no-shift point), in both views (``raw``: accuracy; ``normalized``: share of each
-    task's room above chance, :func:`normalized_effects`): mean cost, benefit and net with Bonferroni intervals
-    over all ``m_tests`` levels tested (:func:`bonferroni_interval`), the TOST p-value of the net against
+    """Per line and level with a shift (every level but the family's no-shift point), in each view of :data:`VIEWS`
+    (``raw``: accuracy; ``normalized``: share of each task's room above chance, :func:`normalized_effects`; ``vs no
+    shift``: the benefit above its no-shift value): mean cost, benefit and net with Bonferroni intervals over all
+    ``m_tests`` levels tested, separately per view (:func:`bonferroni_interval`; Bonferroni rather than Holm so that
+    each verdict can be read off its printed interval), the TOST p-value of the net against
     ``margin``, the :func:`level_verdict` at ``alpha / m_tests``, and ``breakeven_rate`` (mean benefit over mean
     cost: how many task-B points one task-A point must be worth for drifting not to pay; raw view only, and only
     where the cost's corrected interval excludes 0: a ratio of a mean cost that may be 0 is noise, so NaN there).
