@@ -766,9 +766,13 @@ CH3_KIND_MARKS = {"brightness": ("o", "#1b9e77", True), "contrast": ("o", "#d95f
 
 
 def _log_ticks(ax):
-    """At least four readable labels on a log x axis (1-2-5 steps, plain numbers, rotated)."""
+    """Readable labels on a log x axis: 1-2-5 steps over up to 2.5 decades, 1-3 up to 4, else powers of ten;
+    plain numbers, rotated."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    lo, hi = ax.get_xlim()
+    decades = np.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    subs = (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0, 3.0) if decades <= 4 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=30))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     for t in ax.get_xticklabels():
