@@ -147,7 +147,7 @@ class Config(_Frozen):
     teacher_batches: int = 3
     t3_lrs: tuple = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
     t3_steps: int = 600
-    t1_lrs: tuple = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
+    t1_lrs: tuple = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
     t5_train_batch_sizes: tuple = (2, 4, 8, 16, 32)
     t5_train_steps: int = 100
     sorted_fractions: tuple = (0.0, 0.25, 0.5, 0.75, 1.0)
