@@ -911,34 +911,84 @@ def ch3_heatmaps(grid):
     return fig
 
 
-def ch3_candidates(conditions, selection: dict, candidates: dict):
+#: Fig. 6's marks per condition kind: the second family (task B with task A's classes) gets open markers and
+#: colours of its own, so each twin line is told apart from its twin (``noise`` / ``same_noise`` were two pinks).
+CH3_KIND_MARKS = {"brightness": ("o", "#1b9e77", True), "contrast": ("o", "#d95f02", True),
+                  "both": ("o", "#7570b3", True), "blur": ("o", "#e7298a", True), "noise": ("o", "#66a61e", True),
+                  "same_both": ("D", "#7570b3", False), "same_noise": ("D", "#66a61e", False),
+                  "no shift": ("s", "0.35", True), "no shift, same classes": ("s", "0.35", False)}
+
+
+def _log_ticks(ax):
+    """Readable labels on a log x axis: 1-2-5 steps over up to 2.5 decades, 1-3 up to 4, else powers of ten;
+    plain numbers, rotated."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    lo, hi = ax.get_xlim()
+    decades = np.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    subs = (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0, 3.0) if decades <= 4 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=30))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    for t in ax.get_xticklabels():
+        t.set_rotation(35); t.set_ha("right")
+
+
+def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | None = None):
     """Cost against each mismatch candidate (``conditions``: shift_strength.condition_table; one point per shift,
-    coloured by the line it lies on, 95% bars in both directions), log measure axis; the last panel gives each
-    candidate's leave-one-type-out error with its bootstrap interval (``selection``: Findings.selection)."""
+    95% bars in both directions), log measure axis, two rows of three panels; the second family's lines and no-shift
+    point in open markers. The last panel: each candidate's leave-one-type-out score minus the ``winner``'s, with the
+    95% bootstrap interval of that paired difference (``selection``: Findings.selection; filled where it excludes 0,
+    "beaten"); the claim rests on these differences, not on the overlapping marginal score intervals. Without
+    ``winner`` it shows the marginal scores (the old panel). Grid-only shifts (in the rank correlations) are not
+    drawn."""
     with plt.rc_context(CH3_FONT):
         names = [n for n in candidates if candidates[n] in conditions.columns]
-        fig, axes = _ch3_grid(len(names) + 1, height=2.5)
+        ncol = 3
+        nrow = int(np.ceil((len(names) + 1) / ncol))
+        fig, axs = plt.subplots(nrow, ncol, figsize=(10, 3.3 * nrow + 0.9), squeeze=False)
+        axes = list(axs.flat)
+        for ax in axes[len(names) + 1:]:
+            ax.set_visible(False)
         c = conditions[conditions["kind"] != "grid only"]
         for ax, n in zip(axes, names):
             col = candidates[n]
             for kind, g in c.groupby("kind", sort=False):
-                color = CH3_LINE_COLORS.get(kind, "0.4")
+                mk, color, filled = CH3_KIND_MARKS.get(kind, ("o", "0.5", True))
                 ax.errorbar(g[col], g["cost"], xerr=[g[col] - g[col + "_lo"], g[col + "_hi"] - g[col]],
-                            yerr=[g["cost"] - g["cost_lo"], g["cost_hi"] - g["cost"]], fmt="o" if kind in
-                            CH3_LINE_COLORS else "s", ms=4.5, lw=0.8, capsize=1.5, color=color, label=kind)
+                            yerr=[g["cost"] - g["cost_lo"], g["cost_hi"] - g["cost"]], fmt=mk, ms=5, lw=0.8,
+                            capsize=1.5, color=color, mfc=color if filled else "white", mew=1.2, label=kind,
+                            alpha=0.9)
             ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
-            ax.set_title(f"{n}: error {selection[n]['score']:.3f}")
+            _log_ticks(ax)
+            ax.set_title(f"{n}: score {selection[n]['score']:.3f}")
             ax.set_xlabel(f"{n} (before stage 2)")
-        for ax in axes[:len(names)][::4]:
-            ax.set_ylabel("cost (difference in\ntask-A accuracy)")
+            ax.set_ylim(-0.1, 1.0)
+        for i, ax in enumerate(axes[:len(names)]):
+            if i % ncol == 0:
+                ax.set_ylabel("cost (task-A accuracy\nlost by train_mode)")
         ax = axes[len(names)]
-        sc = np.array([selection[n]["score"] for n in names])
-        lo = np.array([selection[n]["score_lo"] for n in names]); hi = np.array([selection[n]["score_hi"] for n in names])
-        ax.errorbar(sc, range(len(names)), xerr=[sc - lo, hi - sc], fmt="o", color="0.2", capsize=2)
-        ax.set_yticks(range(len(names))); ax.set_yticklabels(names); ax.invert_yaxis()
-        ax.set_xlabel("held-out-type error (accuracy)"); ax.set_title("leave one type out")
+        if winner is not None:
+            others = [n for n in names if n != winner]
+            d = np.array([selection[n]["diff"] for n in others])
+            lo = np.array([selection[n]["diff_lo"] for n in others])
+            hi = np.array([selection[n]["diff_hi"] for n in others])
+            for i, (n, v, l, h) in enumerate(zip(others, d, lo, hi)):
+                beaten = l > 0
+                ax.errorbar([v], [i], xerr=[[v - l], [h - v]], fmt="o", color="0.15", mfc="0.15" if beaten else "white",
+                            capsize=3, ms=6, mew=1.2)
+            ax.axvline(0, color="black", lw=0.8)
+            ax.set_yticks(range(len(others))); ax.set_yticklabels(others); ax.invert_yaxis()
+            ax.set_xlabel(f"score minus {winner}'s\n(accuracy; 95% bootstrap)")
+            ax.set_title("against the lowest score")
+        else:
+            sc = np.array([selection[n]["score"] for n in names])
+            lo = np.array([selection[n]["score_lo"] for n in names]); hi = np.array([selection[n]["score_hi"] for n in names])
+            ax.errorbar(sc, range(len(names)), xerr=[sc - lo, hi - sc], fmt="o", color="0.2", capsize=2)
+            ax.set_yticks(range(len(names))); ax.set_yticklabels(names); ax.invert_yaxis()
+            ax.set_xlabel("held-out-type error (accuracy)"); ax.set_title("leave one type out")
         _ch3_legend(fig, axes[:len(names)], ncol=5)
-    return fig
+        fig.tight_layout(rect=(0, 0.09, 1, 1))
+    return min_text_size(fig)
 
 
 # Paths of train_mode along the three affine lines: colours none of the modes use.

@@ -41,7 +41,7 @@ def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
 def test_run_configs_one_per_seed_trap_and_case_with_unique_keys():
     cfg = ch.make_config("quick", seeds=[0, 5], sorted_fractions=(0.0, 1.0), batch_sizes=(1, 16), t3_lrs=(0.01, 0.1))
     runs = cfg.run_configs()
-    assert len(runs) == 2 * (2 + 2 + 3 + 2 + 2 + 2 + 2 * 2)
+    assert len(runs) == 2 * (2 + 2 + 3 + 2 + 2 + 2 + 2 * 2 + len(cfg.t1_lrs) + 2 * len(cfg.t5_train_batch_sizes))
     tuned = [r for r in runs if r.trap == "whole_eval_tuned"]
     assert {(r.lr, r.steps) for r in tuned} == {(0.01, cfg.t3_steps), (0.1, cfg.t3_steps)}
     assert len({(r.seed, r.trap, r.case) for r in runs}) == len(runs)
@@ -64,7 +64,8 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
            b4_train=(0.6, 0.6, 0.6), sorted_eval=(0.2, 0.3, 0.25), tuned_fixed=(0.4, 0.45, 0.5),
            tuned_whole=(0.6, 0.62, 0.64), fixed_peak=0.001, runline_fixed=0.8, after_seeds=(0.0, 0.0, 0.0),
            sorted_meter=0.95, eval_dropout_off=1.0, half_lint=(1.0, 1.0, 1.0), runline_seeds=(0.0, 0.0, 0.0),
-           aux_whole_change=0.0, head_loss=None, sorted_train_seed2=None):
+           aux_whole_change=0.0, head_loss=None, sorted_train_seed2=None, drift_test=(0.7, 0.72, 0.74),
+           drift_peak=0.02, bt_b4=(0.91, 0.92, 0.93), bt_b16=(0.95, 0.95, 0.95)):
     """A results table in run()'s shape whose right answers are known."""
     rows = []
     base = dict(n_classes=10, steps=60, epoch_steps=10, batch_size=32, teacher_batches=3, n_eval=512, min_batch=16,
@@ -101,6 +102,18 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
                   val_main=0.5 + 0.1 * at, task_b_main=test if at else 0.2, task_b_main_half=(test - 0.05) if at else 0.2,
                   val_aux=0.5, task_b_aux=0.55, main_loss_first=6.0, main_loss_last=1.5 + at,
                   eval_dropout_off=eval_dropout_off)
+        # trap 1 at tuned rates: the drifting head's validation peaks at drift_peak, test value there drift_test
+        for lr in (0.005, 0.01, 0.02, 0.05):
+            at = lr == drift_peak
+            r("train_call_tuned", f"drifting_lr{lr:g}", setup="drifting", lr=lr, steps=600, val_main=0.5 + 0.1 * at,
+              task_b_main=drift_test[i] if at else 0.3, task_b_main_half=(drift_test[i] - 0.02) if at else 0.3,
+              val_aux=0.5, task_b_aux=0.55, main_loss_first=3.0, main_loss_last=1.0 + at, eval_dropout_off=1.0)
+        # trap 5's training arm: pinned keeps 0.95; batch statistics lose bt_b4 at 4, bt_b16 at 16, nothing at 32
+        for b, bstats in ((4, bt_b4[i]), (16, bt_b16[i]), (32, 0.95)):
+            for mode, acc in (("batch_stats", bstats), ("pinned", 0.95)):
+                r("batch_training", f"{mode}_b{b}", device_batch_size=b, mode=mode, steps=100,
+                  heldout_eval_accuracy=acc, heldout_reestimated_accuracy=min(acc + 0.01, 1.0),
+                  train_loss_last=1.0 if mode == "batch_stats" else 0.1)
         r("sorted_training", "shuffled", train_meter_accuracy=0.9, heldout_eval_accuracy=0.9 - 0.01 * i,
           heldout_batch_stats_accuracy=0.9)
         r("sorted_training", "class_sorted", train_meter_accuracy=sorted_meter, heldout_eval_accuracy=sorted_eval[i],
@@ -173,6 +186,22 @@ def test_findings_on_a_table_where_every_claim_holds():
     g95, g90 = f.t6_gap_sorted, f.t6_gap_sorted_90
     assert g90.mean == g95.mean and g95.low < g90.low < g90.high < g95.high
     assert f.t4_after_change_ci90.mean == pytest.approx(0.0)
+    # trap 1 at tuned rates: drifting at 0.02 (interior) against the pinned whole-model head at 0.01
+    assert (f.t1_tuned_lr_drifting, f.t1_tuned_lr_pinned, f.t1_tuned_lr_interior) == (0.02, 0.01, "holds")
+    assert (f.t1_tuned_n_lrs, f.t1_tuned_lr_min, f.t1_tuned_lr_max) == (4, 0.005, 0.05)
+    assert (f.t1_tuned_b_drifting, f.t1_tuned_b_pinned) == pytest.approx((0.72, 0.62))
+    assert f.t1_tuned_price_b.mean == pytest.approx(0.10) and f.t1_tuned_pinning_costs_b == "holds"
+    assert (f.t1_tuned_price_b_pos_seeds, f.t1_tuned_price_b_neg_seeds) == (3, 0)
+    assert np.isnan(f.t1_tuned_price_b_same_rate.mean)  # the pinned sweep has no rate 0.02 in this table
+    assert f.t1_tuned_gain_drifting.mean == pytest.approx(0.02)
+    assert (f.t1_tuned_loss_last_drifting, f.t1_tuned_loss_last_pinned) == pytest.approx((2.0, 2.5))
+    # trap 5's training arm
+    assert (f.t5t_steps, f.t5t_smallest, f.t5t_largest) == (100, 4, 32)
+    assert f.t5t_cost["b4"].mean == pytest.approx(0.03) and f.t5t_cost["b32"].mean == pytest.approx(0.0)
+    assert f.t5t_eval["batch_stats_b4"] == pytest.approx(0.92) and f.t5t_eval["pinned_b4"] == pytest.approx(0.95)
+    assert f.t5t_safe_batch == 16.0 and f.t5t_costs_below_min_batch == "holds" and f.t5t_threshold_word == "at"
+    assert f.t5t_reest_gain["b4"].mean == pytest.approx(0.01) and f.t5t_loss_last["pinned_b16"] == pytest.approx(0.1)
+    assert f.t5t_change_pinned_smallest.mean == pytest.approx(0.0)
 
 
 def test_chance_rule_reads_the_interval_not_the_mean():
@@ -199,6 +228,12 @@ def test_checklist_table_is_plain_text_with_one_row_per_trap():
     assert "unresolved" not in t.iloc[5, 0]  # the meter overstated held-out accuracy here
     f = ch.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # neither overstated nor tied
     assert "unresolved" in ch.checklist_table(f).iloc[5, 0]
+
+
+def test_batch_training_table_has_one_row_per_training_batch():
+    t = ch.batch_training_table(ch.findings(_table()))
+    assert list(t.index) == [4, 16, 32] and t.loc[4, "pinned minus batch statistics"].startswith("+0.030 [")
+    assert t.loc[32, "last-epoch loss (batch stats / pinned)"] == "1.00 / 0.10"
 
 
 def test_findings_say_when_a_claim_does_not_hold():
@@ -240,6 +275,15 @@ def test_findings_say_when_a_claim_does_not_hold():
     f = ch.findings(_table(after_seeds=(0.01, -0.015, 0.012)))
     assert abs(f.t4_after_change) < 0.02 and f.t4_after_unchanged == "does not hold"
     assert ch.findings(_table(half_lint=(1.0, 0.0, 1.0))).t4_flagged_every_seed == "does not hold"
+    # trap 1 at tuned rates: one seed's drifting head below the pinned one -> no resolved price; grid end flagged
+    f = ch.findings(_table(drift_test=(0.7, 0.5, 0.74)))
+    assert f.t1_tuned_pinning_costs_b == "does not hold" and f.t1_tuned_price_b_neg_seeds == 1
+    assert ch.findings(_table(drift_peak=0.05)).t1_tuned_lr_interior == "does not hold"
+    # trap 5's training arm: no loss at 4 -> safe from 4, nothing below min_batch resolved
+    f = ch.findings(_table(bt_b4=(0.95, 0.95, 0.95), bt_b16=(0.95, 0.95, 0.95)))
+    assert f.t5t_safe_batch == 4.0 and f.t5t_costs_below_min_batch == "does not hold"
+    f = ch.findings(_table(bt_b16=(0.94, 0.92, 0.95)))  # batch 16's upper bound above 0.02: safe only from 32
+    assert f.t5t_safe_batch == 32.0
     f = ch.findings(_table(sorted_eval=(0.25, 0.26, 0.255), sorted_meter=0.255))  # meter within +-0.05: a tie
     assert f.t6_meter_ties == "holds" and f.t6_meter_misleads == "does not hold"
 
@@ -250,6 +294,10 @@ def test_findings_reject_a_table_without_a_case():
         ch.findings(df[df["case"] != "pinned"])
     with pytest.raises(KeyError, match="whole_eval_tuned"):
         ch.findings(df[df["trap"] != "whole_eval_tuned"])
+    with pytest.raises(KeyError, match="train_call_tuned"):
+        ch.findings(df[df["trap"] != "train_call_tuned"])
+    with pytest.raises(KeyError, match="batch_training"):
+        ch.findings(df[df["trap"] != "batch_training"])
 
 
 def test_single_layer_facts():
@@ -263,7 +311,8 @@ def test_single_layer_facts():
 # --- a tiny real run: each trap shows, and each fix holds exactly ------------------------------------------------
 
 TINY = dict(seeds=[0, 1], stage1_steps=30, n_eval=64, steps=6, epoch_steps=3, batch_size=8, teacher_batches=2,
-            sorted_fractions=(0.0, 1.0), batch_sizes=(1, 2, 16), t3_lrs=(0.01, 0.05), t3_steps=6)
+            sorted_fractions=(0.0, 1.0), batch_sizes=(1, 2, 16), t3_lrs=(0.01, 0.05), t3_steps=6, t1_lrs=(0.01, 0.05),
+            t5_train_batch_sizes=(2, 16), t5_train_steps=4)
 
 
 @pytest.fixture(scope="module")
@@ -312,6 +361,11 @@ def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
     assert len(tuned) == 2 * 2 * len(TINY["seeds"]) and set(tuned["steps"]) == {6}
     assert set(tuned["setup"]) == set(ch.TUNED_SETUPS) and (tuned["eval_dropout_off"] == 1).all()
     assert tuned[["val_main", "task_b_main", "task_b_main_half"]].stack().between(0, 1).all()
+    drift = t[t["trap"] == "train_call_tuned"]
+    assert len(drift) == 2 * len(TINY["seeds"]) and set(drift["setup"]) == {ch.DRIFT_SETUP}
+    for b in (2, 16):  # trap 5's training arm: both modes, accuracies are fractions
+        for mode in ch.BATCH_TRAINING_MODES:
+            assert _q(t, "batch_training", f"{mode}_b{b}", "heldout_reestimated_accuracy").between(0, 1).all()
     assert (_q(t, "train_call", "eval_once", "max_abs_log_var_ratio") > 0).all()
     assert (_q(t, "train_call", "pinned", "max_mean_shift_sd") == 0).all()
     assert (_q(t, "tiny_batch", "batch_2", "min_values_per_channel") == 2 * 8 * 8).all()  # m x H x W, last block

@@ -63,9 +63,17 @@ from ..tasks import BatchStream, derive_seed, eval_set, generator, make_task
 NAMESPACE = "ch02_eval_traps"
 PROFILES = {"quick": dict(seeds=3), "full": dict(seeds=10)}
 TRAPS = ("train_call", "no_grad", "whole_eval", "sorted_batches", "tiny_batch", "sorted_training",
-         "whole_eval_tuned")
+         "whole_eval_tuned", "train_call_tuned", "batch_training")
 #: Trap 3's setups in the learning-rate sweep (the fix with dropout off equals ``whole_model`` for the main head).
 TUNED_SETUPS = ("whole_model", "backbone_only")
+#: Trap 1 at tuned rates (``train_call_tuned``): the backbone's statistics drifting (BatchNorm in train mode, the
+#: head's dropout pinned off); its pinned partner is trap 3's ``whole_model`` sweep (same head init and batches).
+DRIFT_SETUP = "drifting"
+#: Trap 5's training arm (``batch_training``): stage 1 continued with BatchNorm normalizing with batch statistics
+#: (``batch_stats``) or pinned in eval mode (``pinned``), on the same batches.
+BATCH_TRAINING_MODES = ("batch_stats", "pinned")
+#: Batches that trap 5's training arm uses to re-estimate the statistics with the weights fixed (seed 002's remedy).
+REESTIMATE_BATCHES = 16
 #: The fixed cases of traps 1-3 (traps 4 and 5 have one case per swept value).
 CASES = {"train_call": ("eval_once", "pinned"), "no_grad": ("teacher_train", "teacher_eval"),
          "whole_eval": ("whole_model", "backbone_only", "backbone_only_dropout_off"),
@@ -139,6 +147,9 @@ class Config(_Frozen):
     teacher_batches: int = 3
     t3_lrs: tuple = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
     t3_steps: int = 600
+    t1_lrs: tuple = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+    t5_train_batch_sizes: tuple = (2, 4, 8, 16, 32)
+    t5_train_steps: int = 100
     sorted_fractions: tuple = (0.0, 0.25, 0.5, 0.75, 1.0)
     batch_sizes: tuple = (1, 2, 4, 8, 16, 32, 64)
     min_batch: int = audit.MIN_BATCH
@@ -147,7 +158,7 @@ class Config(_Frozen):
         check_choice("profile", self.profile, tuple(PROFILES))
         self._set("seeds", check_seeds(self.seeds))
         self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, low_open=True))
-        for name in ("steps", "epoch_steps", "teacher_batches", "min_batch", "t3_steps"):
+        for name in ("steps", "epoch_steps", "teacher_batches", "min_batch", "t3_steps", "t5_train_steps"):
             self._set(name, check_int(name, getattr(self, name), 1))
         self._set("batch_size", check_int("batch_size", self.batch_size, 2))
         self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
@@ -158,6 +169,10 @@ class Config(_Frozen):
         self._set("sorted_fractions", check_sequence("sorted_fractions", self.sorted_fractions,
                                                      lambda n, v: check_float(n, v, 0.0, 1.0), 1))
         self._set("batch_sizes", check_sequence("batch_sizes", self.batch_sizes, lambda n, v: check_int(n, v, 1), 1))
+        self._set("t1_lrs", check_sequence("t1_lrs", self.t1_lrs, lambda n, v: check_float(n, v, 0.0, low_open=True),
+                                           1))
+        self._set("t5_train_batch_sizes", check_sequence("t5_train_batch_sizes", self.t5_train_batch_sizes,
+                                                         lambda n, v: check_int(n, v, 2), 1))
         self.source(self.seeds[0])  # stage 1's values, checked with the engine's own messages
         self._set("widths", self.source(self.seeds[0]).widths)
         self._set("n_eval", check_int("n_eval", self.n_eval, 2 * self.batch_size))
@@ -175,10 +190,17 @@ class Config(_Frozen):
         out = []
         for s in self.seeds:
             for trap in TRAPS:
+                base = {k: v for k, v in shared.items() if k not in ("lr", "steps")}
                 if trap == "whole_eval_tuned":
-                    base = {k: v for k, v in shared.items() if k not in ("lr", "steps")}
                     out += [TrapRun(seed=s, trap=trap, case=f"{setup}_lr{lr:g}", lr=lr, steps=self.t3_steps, **base)
                             for setup in TUNED_SETUPS for lr in self.t3_lrs]
+                elif trap == "train_call_tuned":
+                    out += [TrapRun(seed=s, trap=trap, case=f"{DRIFT_SETUP}_lr{lr:g}", lr=lr, steps=self.t3_steps,
+                                    **base) for lr in self.t1_lrs]
+                elif trap == "batch_training":
+                    out += [TrapRun(seed=s, trap=trap, case=f"{mode}_b{b}", device_batch_size=b, lr=STAGE1_LR,
+                                    steps=self.t5_train_steps, **base)
+                            for b in self.t5_train_batch_sizes for mode in BATCH_TRAINING_MODES]
                 elif trap in CASES:
                     out += [TrapRun(seed=s, trap=trap, case=c, **shared) for c in CASES[trap]]
                 elif trap == "sorted_batches":
@@ -194,6 +216,8 @@ class Config(_Frozen):
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
                 f"epoch_steps={self.epoch_steps}, batch_size={self.batch_size}, "
                 f"lr={self.lr:g}, t3_steps={self.t3_steps}, t3_lrs={','.join(f'{x:g}' for x in self.t3_lrs)}, "
+                f"t1_lrs={','.join(f'{x:g}' for x in self.t1_lrs)}, t5_train_steps={self.t5_train_steps}, "
+                f"t5_train_batch_sizes={','.join(str(b) for b in self.t5_train_batch_sizes)}, "
                 f"teacher_batches={self.teacher_batches}, n_eval={self.n_eval}, brightness={self.brightness:g}, "
                 f"contrast={self.contrast:g}, noise={self.noise:g}, momentum={self.momentum:g}")
 
@@ -530,7 +554,11 @@ def _dropout_off_at_eval(model: AuxHeadNet, x: torch.Tensor) -> float:
 def _whole_eval_tuned(ctx: _Ctx, case: str):
     """Trap 3's main head, trained without the audit at one learning rate for ``steps`` steps (issue 10).
 
-    ``case`` is ``<setup>_lr<lr>`` with ``setup`` in :data:`TUNED_SETUPS`; the rate and budget are the
+    ``case`` is ``<setup>_lr<lr>`` with ``setup`` in :data:`TUNED_SETUPS` or :data:`DRIFT_SETUP` (trap 1 at tuned
+    rates, ``train_call_tuned``: nothing pinned but the head's dropout, so the backbone's BatchNorm normalizes
+    with batch statistics and its running statistics drift to task B, as in trap 1's ``eval_once``; its pinned
+    partner is ``whole_model``, which pins the backbone and, having no dropout, trains the main head as trap 1's
+    ``pinned`` does); the rate and budget are the
     run's ``lr`` and ``steps``. Same head initialization, batches and dropout draws as :func:`_whole_eval`.
     Records the main and auxiliary heads' accuracy on task B's test set and on a validation set
     drawn apart from it (``eval_set(..., "B-validation")``: the set the rate is chosen on), the main
@@ -539,11 +567,14 @@ def _whole_eval_tuned(ctx: _Ctx, case: str):
     """
     c, (xb, yb) = ctx.c, ctx.eval_b
     setup = case.rsplit("_lr", 1)[0]
-    check_choice("setup", setup, TUNED_SETUPS)
+    check_choice("setup", setup, TUNED_SETUPS + (DRIFT_SETUP,))
     xv, yv = eval_set(ctx.task_b, c.n_eval, c.seed, "B-validation")
     model = ctx.seeded("aux_net", lambda: AuxHeadNet(ctx.backbone(), c.widths[-1], c.n_classes))
     model.backbone.requires_grad_(False)
-    pin_eval(model if setup == "whole_model" else model.backbone)
+    if setup == DRIFT_SETUP:  # trap 1 at tuned rates: the backbone's BatchNorm follows model.train(); no dropout
+        pin_eval(model.head[0])
+    else:
+        pin_eval(model if setup == "whole_model" else model.backbone)
     opt = make_optimizer("sgd", list(model.head.parameters()) + list(model.aux.parameters()), c.lr)
     stream, losses, half = ctx.stream_b("whole_eval"), [], {}
 
@@ -652,9 +683,52 @@ def _sorted_training(ctx: _Ctx, case: str):
                 heldout_batch_stats_accuracy=held_train), None, []
 
 
+def _batch_training(ctx: _Ctx, case: str):
+    """Trap 5's training arm: stage 1 continued on task A at a small per-device batch (referee ch2 item 3).
+
+    ``case`` is ``<mode>_b<m>`` with ``mode`` in :data:`BATCH_TRAINING_MODES`: the trained source network is
+    trained further, every weight trainable, for ``steps`` steps of ``device_batch_size`` samples with stage 1's
+    optimizer (Adam at ``lr``, :data:`STAGE1_LR`), with its BatchNorm layers normalizing with batch statistics and
+    updating their running statistics (``batch_stats``, seed 000's "fully unfreezing BN") or pinned in eval mode
+    (``pinned``: running statistics fixed, what ``lint_model`` recommends below ``min_batch``). Both modes see the
+    same batches (their generator depends on the seed and ``m`` only). Records held-out task-A accuracy in eval
+    mode after training, the same after re-estimating the running statistics with the weights fixed
+    (:func:`bnstudy.stats.update_bn_stats` over :data:`REESTIMATE_BATCHES` shuffled batches of
+    ``stage1_batch_size``: seed 002's remedy), and the mean training loss (nats) over the last ``epoch_steps``
+    steps. The source's own accuracy is the row's ``source_task_a_accuracy``.
+    """
+    from ..stats import update_bn_stats  # local: stats imports nothing from here, but keep the trap self-contained
+
+    c, (xa, ya), m = ctx.c, ctx.eval_a, ctx.c.device_batch_size
+    mode = case.rsplit("_b", 1)[0]
+    check_choice("mode", mode, BATCH_TRAINING_MODES)
+    model = ctx.classifier()
+    if mode == "pinned":
+        pin_eval(model.backbone)  # flags only: every weight stays trainable
+    stream = BatchStream(ctx.task_a, m, generator(c.seed, "ch02", "batch_training", m))
+    opt = torch.optim.Adam(model.parameters(), lr=c.lr)
+    model.train()
+    losses = []
+    for _ in range(c.steps):
+        x, y = stream.next()
+        loss = F.cross_entropy(model(x), y)
+        losses.append(float(loss.detach()))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    held = _eval_accuracy(model, model, xa, ya)
+    g = generator(c.seed, "ch02", "batch_training", "reestimate")
+    batches = [ctx.task_a.sample(torch.randint(c.n_classes, (c.stage1_batch_size,), generator=g), g)
+               for _ in range(REESTIMATE_BATCHES)]
+    update_bn_stats(model, batches, modules=model)  # every BatchNorm, pinned or not (no warning: asked for)
+    return dict(heldout_eval_accuracy=held, heldout_reestimated_accuracy=_eval_accuracy(model, model, xa, ya),
+                train_loss_last=float(np.mean(losses[-c.epoch_steps:])), mode=mode), None, []
+
+
 TRAP_FUNCTIONS = dict(train_call=_train_call, no_grad=_no_grad, whole_eval=_whole_eval,
                       sorted_batches=_sorted_batches, tiny_batch=_tiny_batch, sorted_training=_sorted_training,
-                      whole_eval_tuned=_whole_eval_tuned)
+                      whole_eval_tuned=_whole_eval_tuned, train_call_tuned=_whole_eval_tuned,
+                      batch_training=_batch_training)
 
 
 def run_case(c: TrapRun, source: dict):
@@ -682,7 +756,8 @@ def _groups(configs: list[TrapRun]) -> list[list[int]]:
     """One group per (seed, trap); trap 3's sweep, the longest, gets one group per run so workers share it."""
     groups: dict = {}
     for i, c in enumerate(configs):
-        key = (c.seed, c.trap, c.case) if c.trap == "whole_eval_tuned" else (c.seed, c.trap)
+        key = (c.seed, c.trap, c.case) if c.trap in ("whole_eval_tuned", "train_call_tuned", "batch_training") \
+            else (c.seed, c.trap)
         groups.setdefault(key, []).append(i)
     return list(groups.values())
 
@@ -1011,6 +1086,38 @@ class Findings:
     t6_tie_margin: float
     t6_meter_ties: str
     t6_gap_sorted_90: Interval
+    # chapter-2 follow-up (ch23fix3): trap 1 at tuned rates, trap 5's training arm
+    t1_tuned_lr_drifting: float
+    t1_tuned_lr_pinned: float
+    t1_tuned_lr_interior: str
+    t1_tuned_n_lrs: int
+    t1_tuned_lr_min: float
+    t1_tuned_lr_max: float
+    t1_tuned_b_drifting: float
+    t1_tuned_b_drifting_min: float
+    t1_tuned_b_drifting_max: float
+    t1_tuned_b_pinned: float
+    t1_tuned_b_pinned_min: float
+    t1_tuned_b_pinned_max: float
+    t1_tuned_price_b: Interval
+    t1_tuned_price_b_pos_seeds: int
+    t1_tuned_price_b_neg_seeds: int
+    t1_tuned_pinning_costs_b: str
+    t1_tuned_price_b_same_rate: Interval
+    t1_tuned_gain_drifting: Interval
+    t1_tuned_loss_last_drifting: float
+    t1_tuned_loss_last_pinned: float
+    t5t_steps: int
+    t5t_largest: int
+    t5t_eval: dict
+    t5t_cost: dict
+    t5t_reest_gain: dict
+    t5t_loss_last: dict
+    t5t_smallest: int
+    t5t_safe_batch: float
+    t5t_costs_below_min_batch: str
+    t5t_threshold_word: str
+    t5t_change_pinned_smallest: Interval
 
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
@@ -1246,7 +1353,85 @@ def findings(df: pd.DataFrame) -> Findings:
                t6_meter_ties=verdict(bool(-TOL_TIE < gap_sorted.low and gap_sorted.high < TOL_TIE)),
                t6_gap_sorted_90=mean_ci(st("class_sorted", "train_meter_accuracy")
                                         - st("class_sorted", "heldout_eval_accuracy"), 0.90))
+    out.update(_tuned_trap1_findings(df, tu, lr_w, tw), **_batch_training_findings(df, src))
     return Findings(**{k: (float(x) if isinstance(x, (np.floating, np.integer)) else x) for k, x in out.items()})
+
+
+def _tuned_trap1_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_pinned: float, tw: pd.DataFrame) -> dict:
+    """Trap 1 at tuned rates: the drifting head (``train_call_tuned``) at its validation-chosen rate against the
+    pinned one (trap 3's ``whole_model`` sweep, at its own chosen rate ``lr_pinned``; rows ``tw`` by seed)."""
+    dr = df[df["trap"] == "train_call_tuned"]
+    if dr.empty:
+        raise KeyError("no rows of trap='train_call_tuned' (trap 1's learning-rate sweep)")
+    lr_d = float(dr.groupby("lr")["val_main"].mean().idxmax())  # ties: the smaller rate (idxmax's first)
+    td = dr[dr["lr"] == lr_d].set_index("seed")
+    grid = sorted(float(x) for x in dr["lr"].unique())
+    price = (td["task_b_main"] - tw["task_b_main"]).dropna()  # drifting minus pinned: what pinning costs task B
+    iv = mean_ci(price)
+    pw = tu[(tu["setup"] == "whole_model") & (tu["lr"] == lr_d)].set_index("seed")["task_b_main"]
+    same = mean_ci((td["task_b_main"] - pw).dropna()) if len(pw) else Interval(*(float("nan"),) * 3, 0)
+    sp = lambda name, s: {name: float(s.mean()), f"{name}_min": float(s.min()), f"{name}_max": float(s.max())}
+    return dict(t1_tuned_lr_drifting=lr_d, t1_tuned_lr_pinned=lr_pinned,
+                t1_tuned_lr_interior=verdict(grid[0] < lr_d < grid[-1]), t1_tuned_n_lrs=len(grid),
+                t1_tuned_lr_min=grid[0], t1_tuned_lr_max=grid[-1],
+                **sp("t1_tuned_b_drifting", td["task_b_main"]), **sp("t1_tuned_b_pinned", tw["task_b_main"]),
+                t1_tuned_price_b=iv, t1_tuned_price_b_pos_seeds=int((price > 0).sum()),
+                t1_tuned_price_b_neg_seeds=int((price < 0).sum()), t1_tuned_pinning_costs_b=verdict(iv.low > 0),
+                t1_tuned_price_b_same_rate=same,
+                t1_tuned_gain_drifting=mean_ci(td["task_b_main"] - td["task_b_main_half"]),
+                t1_tuned_loss_last_drifting=float(td["main_loss_last"].mean()),
+                t1_tuned_loss_last_pinned=float(tw["main_loss_last"].mean()))
+
+
+def _batch_training_findings(df: pd.DataFrame, src: pd.Series) -> dict:
+    """Trap 5's training arm (``batch_training``): per training batch m, held-out accuracy after training with
+    batch statistics and pinned; ``t5t_cost``: pinned minus batch statistics, paired per seed (same batches);
+    ``t5t_reest_gain``: batch statistics re-estimated with the weights fixed minus as trained; ``t5t_safe_batch``:
+    the smallest m from which every larger m costs less than ``TOL_LOSS`` with 95% confidence (upper bound below);
+    ``t5t_costs_below_min_batch``: at some m below ``min_batch`` the cost's interval lies above 0;
+    ``t5t_threshold_word``: where ``t5t_safe_batch`` lies against ``min_batch`` (below / at / above)."""
+    bt = df[df["trap"] == "batch_training"]
+    if bt.empty:
+        raise KeyError("no rows of trap='batch_training' (trap 5's training arm)")
+    bs = sorted(int(b) for b in bt["device_batch_size"].unique())
+    q = lambda mode, b, col: _values(df, "batch_training", f"{mode}_b{b}", col)
+    cost = {b: mean_ci(q("pinned", b, "heldout_eval_accuracy") - q("batch_stats", b, "heldout_eval_accuracy"))
+            for b in bs}
+    safe = [b for i, b in enumerate(bs) if all(cost[x].high < TOL_LOSS for x in bs[i:])]
+    min_batch = int(df["min_batch"].iloc[0])
+    return dict(t5t_steps=int(bt["steps"].iloc[0]), t5t_largest=bs[-1],
+                t5t_eval={f"{mode}_b{b}": float(q(mode, b, "heldout_eval_accuracy").mean())
+                          for mode in BATCH_TRAINING_MODES for b in bs},
+                t5t_cost={f"b{b}": iv for b, iv in cost.items()},
+                t5t_reest_gain={f"b{b}": mean_ci(q("batch_stats", b, "heldout_reestimated_accuracy")
+                                                  - q("batch_stats", b, "heldout_eval_accuracy")) for b in bs},
+                t5t_loss_last={f"{mode}_b{b}": float(q(mode, b, "train_loss_last").mean())
+                               for mode in BATCH_TRAINING_MODES for b in bs},
+                t5t_smallest=bs[0], t5t_safe_batch=float(min(safe)) if safe else float("nan"),
+                t5t_costs_below_min_batch=verdict(any(cost[b].low > 0 for b in bs if b < min_batch)),
+                t5t_threshold_word=("nowhere in the grid tried: no batch is safe by this rule," if not safe else
+                                    "below" if min(safe) < min_batch else "at" if min(safe) == min_batch else "above"),
+                t5t_change_pinned_smallest=mean_ci(q("pinned", bs[0], "heldout_eval_accuracy")
+                                                   - src.reindex(q("pinned", bs[0], "heldout_eval_accuracy").index)))
+
+
+def batch_training_table(f: Findings) -> pd.DataFrame:
+    """Trap 5's training arm as a display table (plain text), one row per per-device training batch m.
+
+    Columns: held-out accuracy after training with batch statistics and pinned (means over seeds), the paired cost
+    of batch statistics (pinned minus batch statistics, mean [95% interval]), the change from re-estimating the
+    batch-statistics network's running statistics with the weights fixed, and the last epoch's training loss of
+    each mode (nats; measured in the mode it trained in). Indexed by ``training batch``.
+    """
+    ci = lambda iv: f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
+    bs = sorted(int(k[1:]) for k in f.t5t_cost)
+    rows = [{"training batch": b, "batch statistics": f"{f.t5t_eval[f'batch_stats_b{b}']:.3f}",
+             "pinned": f"{f.t5t_eval[f'pinned_b{b}']:.3f}",
+             "pinned minus batch statistics": ci(f.t5t_cost[f"b{b}"]),
+             "re-estimated minus as trained": ci(f.t5t_reest_gain[f"b{b}"]),
+             "last-epoch loss (batch stats / pinned)": f"{f.t5t_loss_last[f'batch_stats_b{b}']:.2f} / "
+                                                       f"{f.t5t_loss_last[f'pinned_b{b}']:.2f}"} for b in bs]
+    return pd.DataFrame(rows).set_index("training batch")
 
 
 def checklist_table(f: Findings) -> pd.DataFrame:
@@ -1291,7 +1476,9 @@ def checklist_table(f: Findings) -> pd.DataFrame:
         ("5. batches of 1 and 2",
          f"single_value_per_channel / single_sample_batch at 1, small_batch below {f.min_batch}; train-mode "
          f"inference: accuracy {f.t5_train['b1']:.3f} at batch 1 against {f.t5_eval:.3f} in eval mode, loss below "
-         f"{f.t5_tol:.2f} from batch {f.t5_safe_batch:.0f} (training at small batches not tested); "
+         f"{f.t5_tol:.2f} from batch {f.t5_safe_batch:.0f}; training {f.t5t_steps} more steps with batch statistics "
+         f"against pinned: cost {ci(f.t5t_cost[f'b{f.t5t_smallest}'])} at batch {f.t5t_smallest}, below {f.t5_tol:.2f} "
+         f"from batch {f.t5t_safe_batch:.0f}; "
          f"last_batch_single for 17 samples at batch size 16",
          "drop_last=True; keep BN in eval (pinned or FrozenBatchNorm) when the per-device batch is small; after a "
          "domain shift, re-estimate the statistics with the weights fixed (bnstudy.stats.update_bn_stats), then "

@@ -806,9 +806,11 @@ def _chance(df: pd.DataFrame) -> float:
 
 
 def level_table(df: pd.DataFrame, alpha: float = 0.05, margin: float = 0.02) -> pd.DataFrame:
-    """Per line and level with a shift (every level but the family's no-shift point), in both views (``raw``: accuracy; ``normalized``: share of each
-    task's room above chance, :func:`normalized_effects`): mean cost, benefit and net with Bonferroni intervals
-    over all ``m_tests`` levels tested (:func:`bonferroni_interval`), the TOST p-value of the net against
+    """Per line and level with a shift (every level but the family's no-shift point), in each view of :data:`VIEWS`
+    (``raw``: accuracy; ``normalized``: share of each task's room above chance, :func:`normalized_effects`; ``vs no
+    shift``: the benefit above its no-shift value): mean cost, benefit and net with Bonferroni intervals over all
+    ``m_tests`` levels tested, separately per view (:func:`bonferroni_interval`; Bonferroni rather than Holm so that
+    each verdict can be read off its printed interval), the TOST p-value of the net against
     ``margin``, the :func:`level_verdict` at ``alpha / m_tests``, and ``breakeven_rate`` (mean benefit over mean
     cost: how many task-B points one task-A point must be worth for drifting not to pay; raw view only, and only
     where the cost's corrected interval excludes 0: a ratio of a mean cost that may be 0 is noise, so NaN there).
@@ -843,6 +845,39 @@ def level_table(df: pd.DataFrame, alpha: float = 0.05, margin: float = 0.02) -> 
 
 
 VIEW_LABELS = {"raw": "accuracy", "normalized": "share of room", "vs no shift": "benefit above no-shift"}
+
+
+def holm_extra_resolved(df: pd.DataFrame, alpha: float = 0.05) -> dict:
+    """Per view (slug of :data:`VIEWS`), how many levels Holm's step-down procedure would resolve (sign of benefit
+    minus cost settled: Holm-adjusted two-sided one-sample t-test p below ``alpha``) that the page's Bonferroni
+    rule leaves unresolved (p at least ``alpha / m``). A sensitivity count for the page's choice of Bonferroni; Holm
+    never unresolves a level Bonferroni resolves. Levels as :func:`level_table` (every level with a shift)."""
+    eff = normalized_effects(paired_effects(_main(df)), _chance(df))
+    shifted = ~_noshift(eff)
+    groups = [eff[strength_of(eff, t).where(shifted) == x] for t in _present_lines(eff)
+              for x in sorted(strength_of(eff, t).where(shifted).dropna().unique())]
+    m = max(len(groups), 1)
+    out = {}
+    for view, cols in VIEWS.items():
+        p = np.array([sps.ttest_1samp(g[cols[2]].dropna(), 0.0).pvalue if g[cols[2]].notna().sum() >= 2 else math.nan
+                      for g in groups], float)
+        p = np.where(np.isfinite(p), p, math.nan)
+        adj = _holm(p)
+        out[view.replace(" ", "_")] = int(np.sum((adj < alpha) & ~(p < alpha / m)))
+    return out
+
+
+def _holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values in the order given (NaN stays NaN and is not counted)."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full_like(p, np.nan)
+    idx = np.flatnonzero(~np.isnan(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    running, k = 0.0, len(order)
+    for i, j in enumerate(order):
+        running = max(running, min(1.0, (k - i) * p[j]))
+        out[j] = running
+    return out
 
 
 def verdict_table(levels: pd.DataFrame) -> pd.DataFrame:
@@ -1297,6 +1332,7 @@ class Findings:
     favour: str
     benefit_n_noshift: float
     budget_net_n_flips: int
+    holm_extra_resolved: dict
     budget_net_word: str
     budget_net_summary: str
     budget_benefit_summary: str
@@ -1568,7 +1604,8 @@ def _referee_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int
         if _slug_t(t) in benefit_change:
             iv = benefit_change[_slug_t(t)]
             ben_sum.append(f"t = {t:g}: {iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]")
-    return dict(t1_taska_train_mean=float(at1["task_a_after_train_mode"].mean()) if len(at1) else math.nan,
+    return dict(holm_extra_resolved=holm_extra_resolved(df, alpha),
+                t1_taska_train_mean=float(at1["task_a_after_train_mode"].mean()) if len(at1) else math.nan,
                 n_eval=n_eval, eval_se=math.sqrt(p_b * (1 - p_b) / n_eval), favour=favour,
                 benefit_n_noshift=float(b_n0.mean()) if len(b_n0) else math.nan, budget_net_n_flips=flips,
                 budget_net_word="does not change" if flips == 0 else "changes",
