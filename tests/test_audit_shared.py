@@ -55,6 +55,9 @@ def test_newuser3_reproducer_shared_bn_registered_first_in_head_is_caught_under_
     assert rep.loc["backbone.1.running_mean", "shared_with"] == ("head.0.running_mean",)
     assert "backbone.1.running_mean" in a.summary(details=True)
     assert "backbone.1.running_mean" in a._repr_html_()
+    # the layer table: one shared layer, one row, its other name said
+    assert a.modes().set_index("module").loc["head.0", "also"] == ("backbone.1",)
+    assert "head.0 (= backbone.1)" in a.summary(details=True)
     # counts: distinct tensors, the extra names said separately
     head = a._headline()
     assert "more name" in head[0] and "moved: 3 tensors (0 parameters, 3 buffers; 3 more names" in head[1]

@@ -285,9 +285,13 @@ class FreezeAudit:
         called, e.g. only through ``model.forward_b``),
         ``max_writes_per_model_call``, ``backward_writes`` (writes during a
         backward pass: activation checkpointing), ``min_batch`` (smallest dim 0
-        seen), ``min_values_per_channel`` and ``pinned``.
+        seen), ``min_values_per_channel``, ``pinned`` and ``also`` (the layer's other names when it is
+        shared or reused at several places: one layer, one row, under its first name).
         """
         rows = []
+        names_of: dict = {}
+        for n, m in self.model.named_modules(remove_duplicate=False):
+            names_of.setdefault(id(m), []).append(n)
         for rec in self._records.values():
             mode = ("not called" if rec.calls == 0 else "train" if rec.train_calls == rec.calls
                     else "eval" if rec.train_calls == 0 else "mixed")
@@ -298,11 +302,12 @@ class FreezeAudit:
                              calls_per_model_call=rec.calls / self.model_calls if self.model_calls else math.nan,
                              max_writes_per_model_call=rec.max_writes_per_model_call,
                              backward_writes=rec.backward_writes, min_batch=rec.min_batch,
-                             min_values_per_channel=rec.min_values_per_channel, pinned=is_pinned(rec.module)))
+                             min_values_per_channel=rec.min_values_per_channel, pinned=is_pinned(rec.module),
+                             also=tuple(n for n in names_of.get(id(rec.module), []) if n != rec.name)))
         return pd.DataFrame(rows, columns=["module", "type", "kind", "calls", "train_calls", "eval_calls",
                                            "grad_calls", "mode", "stats", "updated_running_stats", "writes",
                                            "calls_per_model_call", "max_writes_per_model_call", "backward_writes",
-                                           "min_batch", "min_values_per_channel", "pinned"])
+                                           "min_batch", "min_values_per_channel", "pinned", "also"])
 
     def lints_frame(self) -> pd.DataFrame:
         """The audit's lints as a DataFrame (see :func:`lints_frame`)."""
@@ -486,7 +491,8 @@ class FreezeAudit:
                     detail += f", min batch {int(r.min_batch)}"
                 if r.pinned:
                     detail += ", pinned"
-                groups.setdefault((r.type, detail), []).append(r.module)
+                groups.setdefault((r.type, detail), []).append(
+                    r.module + (f" (= {', '.join(map(_label, r.also))})" if r.also else ""))
             lines.append(f"  layers during the block ({len(shown)} in {_n(len(groups), 'group')}):")
             items = list(groups.items())
             for (typ, detail), names in (items if details else items[:max_rows]):
