@@ -74,7 +74,12 @@ def collect_parameters(args, defaults: dict) -> dict:
 
     params: dict = {}
     for path in args.parameters_file or []:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as e:
+            raise SystemExit(f"bnstudy: -f {path}: cannot read the file ({e.strerror or e})")
+        except yaml.YAMLError as e:
+            raise SystemExit(f"bnstudy: -f {path}: not valid YAML: {' '.join(str(e).split())}")
         if not isinstance(loaded, dict):
             raise SystemExit(f"bnstudy: -f {path}: expected a YAML mapping of parameter names to values")
         params.update(loaded)
@@ -91,7 +96,8 @@ def collect_parameters(args, defaults: dict) -> dict:
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise SystemExit(f"bnstudy: unknown parameter(s) {unknown} for this chapter; allowed: "
-                         f"{sorted(k for k in defaults if k not in RESERVED)}")
+                         f"{sorted(k for k in defaults if k not in RESERVED and k != 'profile')} "
+                         "(the profile: --profile quick|full)")
     reserved = sorted(set(params) & set(RESERVED))
     if reserved:
         raise SystemExit(f"bnstudy: {reserved} are set by --out (DIR/results, DIR/figures); do not pass them")
@@ -288,6 +294,10 @@ def cmd_chapter(args) -> int:
         print(f"bnstudy: {e}", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
+    if out.exists() and not out.is_dir():
+        print(f"bnstudy: --out {args.out}: exists and is not a directory; give a directory (created if missing)",
+              file=sys.stderr)
+        return 2
     params.update(results_dir=str(out / "results"), figures_dir=str(out / "figures"))
     cache = args.cache_dir
     if cache is None and not os.environ.get("BNSTUDY_CACHE_DIR") and REPO_CACHE.is_dir():

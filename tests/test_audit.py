@@ -235,11 +235,11 @@ def test_diff_of_an_untouched_model_is_exactly_zero_and_a_one_ulp_change_is_caug
     assert rep.set_index("tensor").loc["3.bias", "max_abs_change"] > 0
 
 
-def test_snapshot_lists_a_shared_parameter_once_and_diff_reports_added_and_removed_tensors():
+def test_snapshot_lists_a_shared_parameter_under_every_name_and_diff_reports_added_and_removed_tensors():
     lin = nn.Linear(2, 2)
     model = nn.Sequential(lin, nn.ReLU(), lin)
     s = audit.snapshot(model)
-    assert list(s.tensors) == ["0.weight", "0.bias"]
+    assert list(s.tensors) == ["0.weight", "0.bias", "2.weight", "2.bias"]  # as state_dict(): every alias
     other = audit.snapshot(nn.Sequential(nn.Linear(2, 2)))
     bigger = audit.snapshot(nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)))
     status = audit.diff(other, bigger).set_index("tensor")["status"]

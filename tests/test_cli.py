@@ -178,3 +178,40 @@ def test_a_signal_stops_the_kernel_and_its_workers_and_leaves_no_page(tmp_path, 
     assert not left, [" ".join(p.cmdline()) for p in left]
     assert not (out / ".partial").exists() and not (out / "01-toy.ipynb").exists()
     assert not (out / "01-toy.html").exists()  # no page that could pass for this run's
+
+
+# --- newuser3 P4/P6/P7: one-line errors naming the option and what to pass ------------------------------------
+
+
+def test_bad_parameters_file_or_out_file_is_a_one_line_error_naming_the_option(tmp_path, capsys):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(SystemExit, match=r"^bnstudy: -f .*nope\.yaml: cannot read the file") as e:
+        cli.main(["chapter", "01", "-f", str(missing), "--out", str(tmp_path / "o")])
+    assert "\n" not in str(e.value)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seeds: [0, 1\n")
+    with pytest.raises(SystemExit, match=r"^bnstudy: -f .*bad\.yaml: not valid YAML") as e:
+        cli.main(["chapter", "01", "-f", str(bad), "--out", str(tmp_path / "o")])
+    assert "\n" not in str(e.value)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert cli.main(["chapter", "01", "--out", str(afile)]) == 2
+    assert "--out" in capsys.readouterr().err and afile.read_text() == ""
+    assert not (tmp_path / "o").exists()
+
+
+def test_unknown_parameter_list_leaves_out_profile_which_has_its_own_option(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["chapter", "01", "-p", "seed", "2", "--out", str(tmp_path)])
+    allowed = str(e.value).split("allowed:")[1]
+    assert "'profile'" not in allowed and "--profile" in allowed and "'seeds'" in allowed
+
+
+def test_steps_without_checkpoints_says_which_checkpoints_to_pass_and_that_value_works(tmp_path, capsys):
+    assert cli.main(["chapter", "01", "-p", "steps", "200", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert 'checkpoints must include steps=200' in err and '-y "checkpoints: [100, 200]"' in err
+    module = cli.experiment_module(book.chapter_paths()[0])
+    module.make_config("quick", steps=200, checkpoints=[100, 200])  # the suggested fix is accepted
+    with pytest.raises(ValueError, match=r"-y \"checkpoints: \[400, 800, 1000\]\""):
+        module.make_config("quick", steps=1000)

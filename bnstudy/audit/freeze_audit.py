@@ -285,9 +285,13 @@ class FreezeAudit:
         called, e.g. only through ``model.forward_b``),
         ``max_writes_per_model_call``, ``backward_writes`` (writes during a
         backward pass: activation checkpointing), ``min_batch`` (smallest dim 0
-        seen), ``min_values_per_channel`` and ``pinned``.
+        seen), ``min_values_per_channel``, ``pinned`` and ``also`` (the layer's other names when it is
+        shared or reused at several places: one layer, one row, under its first name).
         """
         rows = []
+        names_of: dict = {}
+        for n, m in self.model.named_modules(remove_duplicate=False):
+            names_of.setdefault(id(m), []).append(n)
         for rec in self._records.values():
             mode = ("not called" if rec.calls == 0 else "train" if rec.train_calls == rec.calls
                     else "eval" if rec.train_calls == 0 else "mixed")
@@ -298,11 +302,12 @@ class FreezeAudit:
                              calls_per_model_call=rec.calls / self.model_calls if self.model_calls else math.nan,
                              max_writes_per_model_call=rec.max_writes_per_model_call,
                              backward_writes=rec.backward_writes, min_batch=rec.min_batch,
-                             min_values_per_channel=rec.min_values_per_channel, pinned=is_pinned(rec.module)))
+                             min_values_per_channel=rec.min_values_per_channel, pinned=is_pinned(rec.module),
+                             also=tuple(n for n in names_of.get(id(rec.module), []) if n != rec.name)))
         return pd.DataFrame(rows, columns=["module", "type", "kind", "calls", "train_calls", "eval_calls",
                                            "grad_calls", "mode", "stats", "updated_running_stats", "writes",
                                            "calls_per_model_call", "max_writes_per_model_call", "backward_writes",
-                                           "min_batch", "min_values_per_channel", "pinned"])
+                                           "min_batch", "min_values_per_channel", "pinned", "also"])
 
     def lints_frame(self) -> pd.DataFrame:
         """The audit's lints as a DataFrame (see :func:`lints_frame`)."""
@@ -313,7 +318,20 @@ class FreezeAudit:
         those (None: the whole model; an empty list raises, as it would check nothing)."""
         if modules is None:
             return None
-        return module_names(fn, "modules", self.model, modules)
+        if not isinstance(modules, (str, nn.Module)) and hasattr(modules, "__iter__"):
+            modules = list(modules)  # read once: a generator is checked and expanded below
+        names = module_names(fn, "modules", self.model, modules)
+        items = [modules] if isinstance(modules, (str, nn.Module)) else modules
+        out: list[str] = []
+        for name, item in zip(names, items):
+            # a module object reachable under several names (shared, reused) is all of them
+            expanded = self._all_names(item) if isinstance(item, nn.Module) and item is not self.model else [name]
+            out += [n for n in expanded if n not in out]
+        return out
+
+    def _all_names(self, module: nn.Module) -> list[str]:
+        """Every qualified name ``module`` has in the model (``named_modules(remove_duplicate=False)`` order)."""
+        return [n for n, m in self.model.named_modules(remove_duplicate=False) if m is module]
 
     def moved(self, modules: str | nn.Module | Iterable | None = None, tol: float = 0.0) -> pd.DataFrame:
         """The rows of :meth:`report` under ``modules`` whose ``max_abs_change`` exceeds ``tol`` (or that
@@ -416,15 +434,24 @@ class FreezeAudit:
     def _headline(self) -> list[str]:
         rep = self.report()
         moved = rep[rep["changed"]]
-        lines = [f"FreezeAudit of {type(self.model).__name__}: {_n(len(rep), 'tensor')} "
-                 f"({_n(int((rep['kind'] == 'param').sum()), 'parameter')}, "
-                 f"{_n(int((rep['kind'] == 'buffer').sum()), 'buffer')}), {_n(self.model_calls, 'model call')}"]
+
+        def counts(df) -> str:  # distinct tensors; a shared one counts once, its extra names are added
+            seen: set = set()
+            keep = []
+            for t, others in zip(df["tensor"], df["shared_with"]):
+                keep.append(not any(o in seen for o in others))
+                seen.add(t)
+            distinct = df[keep]
+            text = (f"{_n(len(distinct), 'tensor')} ({_n(int((distinct['kind'] == 'param').sum()), 'parameter')}, "
+                    f"{_n(int((distinct['kind'] == 'buffer').sum()), 'buffer')}")
+            extra = len(df) - len(distinct)
+            return text + (f"; {_n(extra, 'more name')} of shared tensors)" if extra else ")")
+
+        lines = [f"FreezeAudit of {type(self.model).__name__}: {counts(rep)}, {_n(self.model_calls, 'model call')}"]
         if moved.empty:
             lines.append("  moved: nothing (every parameter and buffer is bit-identical)")
         else:
-            lines.append(f"  moved: {_n(len(moved), 'tensor')} ({_n(int((moved['kind'] == 'param').sum()), 'parameter')}, "
-                         f"{_n(int((moved['kind'] == 'buffer').sum()), 'buffer')}) in "
-                         f"{_n(int(moved['module'].nunique()), 'module')}")
+            lines.append(f"  moved: {counts(moved)} in {_n(int(moved['module'].nunique()), 'module')}")
         if self.outputs_before is not None:
             out = self.outputs()
             worst = out["max_abs_change"].max() if len(out) else 0.0
@@ -464,7 +491,8 @@ class FreezeAudit:
                     detail += f", min batch {int(r.min_batch)}"
                 if r.pinned:
                     detail += ", pinned"
-                groups.setdefault((r.type, detail), []).append(r.module)
+                groups.setdefault((r.type, detail), []).append(
+                    r.module + (f" (= {', '.join(map(_label, r.also))})" if r.also else ""))
             lines.append(f"  layers during the block ({len(shown)} in {_n(len(groups), 'group')}):")
             items = list(groups.items())
             for (typ, detail), names in (items if details else items[:max_rows]):

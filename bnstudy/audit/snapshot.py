@@ -9,7 +9,7 @@ outputs on the same inputs before and after (:func:`probe_outputs`,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
@@ -31,16 +31,21 @@ class Snapshot:
     ``tensors`` maps each qualified name (``"backbone.blocks.0.norm.running_mean"``)
     to a detached copy; ``kinds`` maps it to ``"param"`` or ``"buffer"``;
     ``modules`` to the qualified name of the module that owns it (``""`` for the
-    model itself). A tensor shared by several modules appears once, under its
-    first name in ``named_modules()`` order.
+    model itself). A tensor reachable under several names (a shared submodule,
+    a tied weight, a shared buffer, a module reused at several places) appears
+    under *every* name, as in torch's ``state_dict()``, all names holding the
+    same copy (one copy in memory); ``aliases`` maps each such name to all of
+    the tensor's names, in ``named_modules(remove_duplicate=False)`` order
+    (names of unshared tensors are absent).
     """
 
     tensors: dict[str, torch.Tensor]
     kinds: dict[str, str]
     modules: dict[str, str]
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self):
-        for param in ("tensors", "kinds", "modules"):
+        for param in ("tensors", "kinds", "modules", "aliases"):
             if not isinstance(getattr(self, param), dict):
                 raise TypeError(f"Snapshot: {param} must be a dict keyed by qualified tensor name (build snapshots "
                                 f"with bnstudy.audit.snapshot(model)), got {describe(getattr(self, param))}")
@@ -54,25 +59,30 @@ def snapshot(model: nn.Module, device: str | torch.device | None = "cpu") -> Sna
 
     ``device``: where the copies live (``"cpu"`` by default, so a snapshot of
     a GPU model costs host memory, not device memory; ``None`` keeps each on its
-    own device). Uninitialised lazy tensors and ``None`` buffers (e.g.
+    own device). A tensor reachable under several names is listed under each
+    (see :class:`Snapshot`), so a query by any of its names sees it. Uninitialised lazy tensors and ``None`` buffers (e.g.
     BatchNorm with ``track_running_stats=False``) are skipped. Raises
     ``TypeError`` if ``model`` is not an ``nn.Module`` or ``device`` not a
     device, ``ValueError`` for an unknown device string.
     """
     check_module("snapshot", "model", model)
     check_device("snapshot", "device", device)
-    tensors, kinds, owners, seen = {}, {}, {}, set()
-    for mod_name, m in model.named_modules():
+    tensors, kinds, owners, copies, names_of = {}, {}, {}, {}, {}
+    for mod_name, m in model.named_modules(remove_duplicate=False):
         for kind, store in (("param", m._parameters), ("buffer", m._buffers)):
             for local, t in store.items():
-                if t is None or id(t) in seen or nn.parameter.is_lazy(t):
+                if t is None or nn.parameter.is_lazy(t):
                     continue
-                seen.add(id(t))
                 name = f"{mod_name}.{local}" if mod_name else local
-                copy_ = t.detach()
-                copy_ = copy_.to(device, copy=True) if device is not None else copy_.clone()
-                tensors[name], kinds[name], owners[name] = copy_, kind, mod_name
-    return Snapshot(tensors, kinds, owners)
+                if name in tensors:  # cannot happen in a tree; guards odd containers
+                    continue
+                if id(t) not in copies:
+                    copy_ = t.detach()
+                    copies[id(t)] = copy_.to(device, copy=True) if device is not None else copy_.clone()
+                names_of.setdefault(id(t), []).append(name)
+                tensors[name], kinds[name], owners[name] = copies[id(t)], kind, mod_name
+    aliases = {n: tuple(names) for names in names_of.values() if len(names) > 1 for n in names}
+    return Snapshot(tensors, kinds, owners, aliases)
 
 
 def _max_abs_change(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -91,7 +101,8 @@ def _max_abs_change(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((b.long() - a.long()).abs().max())
 
 
-_DIFF_COLUMNS = ["tensor", "module", "name", "kind", "shape", "max_abs_change", "changed", "status", "before", "after"]
+_DIFF_COLUMNS = ["tensor", "module", "name", "kind", "shape", "max_abs_change", "changed", "status", "before", "after",
+                 "shared_with"]
 
 
 def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
@@ -102,7 +113,10 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
     absolute element-wise change, in the tensor's own units; exact, computed in
     float64), ``changed`` (bool), ``status`` (``unchanged``, ``changed``,
     ``added``, ``removed``, ``reshaped``), and ``before``/``after`` for 0-d
-    tensors such as ``num_batches_tracked`` (``None`` otherwise). Rows follow
+    tensors such as ``num_batches_tracked`` (``None`` otherwise), and
+    ``shared_with`` (the tensor's other names, a tuple, empty when it has one
+    name). A tensor reachable under several names has one row per name (as in
+    torch's ``state_dict()``), so it is reported under every name it has. Rows follow
     the model's order. Raises ``TypeError`` if an argument is not a
     :class:`Snapshot`.
     """
@@ -115,8 +129,9 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
         a, b = before.tensors.get(n), after.tensors.get(n)
         src = before if a is not None else after
         ref = a if a is not None else b
+        names = (before.aliases.get(n) or after.aliases.get(n) or (n,))
         row = dict(tensor=n, module=src.modules[n], name=n.rsplit(".", 1)[-1], kind=src.kinds[n],
-                   shape=tuple(ref.shape), before=None, after=None)
+                   shape=tuple(ref.shape), before=None, after=None, shared_with=tuple(a_ for a_ in names if a_ != n))
         if a is None or b is None:
             row.update(max_abs_change=math.nan, changed=True, status="added" if a is None else "removed")
         elif a.shape != b.shape:
@@ -128,7 +143,7 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
                 row.update(before=a.item(), after=b.item())
         rows.append(row)
     df = pd.DataFrame(rows, columns=_DIFF_COLUMNS)
-    for col in ("before", "after"):  # keep ints as ints and None as None (not float NaN)
+    for col in ("before", "after", "shared_with"):  # keep ints as ints and None as None (not float NaN)
         df[col] = pd.Series([r[col] for r in rows], index=df.index, dtype=object)
     return df
 

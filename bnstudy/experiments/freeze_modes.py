@@ -182,8 +182,11 @@ class Config(_Frozen):
                              f"momentum={self.momentum} (a recorded step where (1 - momentum)^t < {FLOOR_WEIGHT}), "
                              f"got {self.steps}")
         if self.steps not in self.checkpoints:
+            below = [c for c in self.checkpoints if c < self.steps] or ([self.steps // 2] if self.steps >= 2 else [])
+            fix = below + [self.steps]
             raise ValueError(f"checkpoints must include steps={self.steps} (the head sweep is compared with the main "
-                             f"run there), got {list(self.checkpoints)}")
+                             f"run there), got {list(self.checkpoints)}; pass checkpoints={fix} with it (on the "
+                             f"command line: -y \"checkpoints: {fix}\")")
 
     def run_configs(self) -> list[RunConfig]:
         """One :class:`RunConfig` per (seed, mode), seeds outermost."""
