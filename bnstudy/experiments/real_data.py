@@ -60,6 +60,9 @@ NETWORKS = ("small_cnn", "resnet18", "mobilenet_v3_small")
 #: (a pipeline check: 66 runs; 18 min of wall time measured on the shared 2-core machine at load 20). Tried:
 #: stage1_steps=40, steps=30 (14 min) left MobileNetV3-small at chance in eval mode after stage 1 (0.200 held-out
 #: in both seeds: its running statistics had not caught up with its weights), 60 gave 0.952. full: 10 seeds, all five corruptions at severities 1, 3, 5 (1,500 runs).
+#: Measured wall time (minutes) of the full profile's notebook run (papermill, 2 workers, 2-core shared machine,
+#: 2026-11-30 21:32-22:16 UTC: 2,624 s).
+FULL_PROFILE_WALL_MIN = 43.7
 PROFILES = {
     "quick": dict(seeds=2, networks=NETWORKS, corruptions=("inversion", "gaussian_noise"), severities=(5,),
                   stage1_steps=60, steps=40),
@@ -774,3 +777,24 @@ def verdict_grid(F: Findings) -> pd.DataFrame:
     t["cell"] = t.apply(cell, axis=1)
     g = t.pivot_table(index=["chapter", "claim"], columns="network", values="cell", aggfunc="first", sort=False)
     return g[list(F.task_a_source)].reset_index()
+
+
+#: The outcome of tests/test_audit_torchvision.py's all-models test per torchvision classification model
+#: (issue 15's closing run: pytest -m torchvision_all plus the same ``audit_outcome`` from a script).
+AUDIT_OUTCOMES = __import__("pathlib").Path(__file__).with_name("torchvision_audit_outcomes.csv")
+
+
+def audit_counts(path=AUDIT_OUTCOMES) -> dict:
+    """Counts of the audit's outcomes over every torchvision classification model, read from ``path`` (CSV
+    ``model, outcome``): ``models, caught, clean, failed, no_norm, not_run, run`` (ints). Raises ``ValueError``
+    naming an outcome outside caught / clean / failed / no norm / not run (...)."""
+    t = pd.read_csv(path)
+    kind = t["outcome"].str.replace(r"^not run.*", "not run", regex=True)
+    bad = set(kind) - {"caught", "clean", "failed", "no norm", "not run"}
+    if bad:
+        raise ValueError(f"audit_counts: unknown outcomes {sorted(bad)} in {path}")
+    k = kind.value_counts()
+    out = dict(models=len(t), caught=int(k.get("caught", 0)), clean=int(k.get("clean", 0)),
+               failed=int(k.get("failed", 0)), no_norm=int(k.get("no norm", 0)), not_run=int(k.get("not run", 0)))
+    out["run"] = out["caught"] + out["clean"] + out["failed"]
+    return out
