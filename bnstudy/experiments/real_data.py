@@ -63,6 +63,12 @@ NETWORKS = ("small_cnn", "resnet18", "mobilenet_v3_small")
 #: Measured wall time (minutes) of the full profile's notebook run (papermill, 2 workers, 2-core shared machine,
 #: 2026-11-30 21:32-22:16 UTC: 2,624 s).
 FULL_PROFILE_WALL_MIN = 43.7
+#: Settings tried before the committed ones (measured on this project's shared 2-core CPU; bnstudy.vision's
+#: docstring): seconds per train-mode forward pass / train step of 32 images with a stride-1 first convolution
+#: against the committed stride 2, torchvision MobileNetV3's own BatchNorm momentum (overridden by
+#: ``Config.momentum``), and the quick profile's stage-1 steps that left MobileNetV3-small at chance (eval mode).
+TRIED = dict(resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobilenet_stride1_s=0.94, mobilenet_stride2_s=0.41,
+             mobilenet_default_momentum=0.01, mobilenet_chance_stage1_steps=40, mobilenet_ok_stage1_steps=60)
 PROFILES = {
     "quick": dict(seeds=2, networks=NETWORKS, corruptions=("inversion", "gaussian_noise"), severities=(5,),
                   stage1_steps=60, steps=40),
