@@ -1059,7 +1059,7 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
     # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
     axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
     axes[0][0].set_ylabel("cost: task A accuracy lost (fraction)")
-    axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9)
+    axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 
 # --- chapters 1 and 2, issue 10: the head's optimizer swept, training budget, trap 3's dropout, trap 5's loss,
