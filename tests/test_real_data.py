@@ -165,6 +165,9 @@ def test_findings_all_hold_on_a_table_built_to_satisfy_every_claim():
     assert F.n_neither["n"] == 0 and F.rho_p_text["n"].startswith(("=", "<"))
     assert F.most_severe["n"] == "inversion at severity 5"
     assert F.check_all_eval_is_backbone_eval["n"] == rd.BY_CONSTRUCTION
+    # blur: none, 1, 5 -> costs 0, 0.003, 0.3 with rising mismatch; one corruption per severity otherwise
+    assert F.rho_within["n"] == pytest.approx(1.0) and F.rho_within_text["n"] == "1.00"
+    assert F.rho_across_text["n"] == "not computable (fewer than 3 points)"
     assert F.rho_cost["n"] == pytest.approx(1.0)
     assert F.n_safe["n"] == 2 and F.n_harm["n"] == 2
     assert F.safe_max_kl["n"] == pytest.approx(0.1) and F.harm_min_kl["n"] == pytest.approx(2.0)

@@ -439,7 +439,8 @@ class Findings:
     at others), "reversed in part", "inconclusive" (at none either way), "does not hold" (F2: at none).
     ``most_severe``: the condition of largest mean mismatch (KL) and ``gap_b_most_severe`` F3's gap there.
     ``rho_within``: mean over corruptions of Spearman's rho within a corruption (no corruption + its
-    severities); ``rho_across``: rho over corruptions at the highest severity. ``rho_p_text``: the Holm p
+    severities); ``rho_across``: rho over corruptions at the highest severity (``*_text``: the same as printed,
+"not computable" with fewer than 3 points per group). ``rho_p_text``: the Holm p
     (one-sided) as printed ("< 0.001" below 0.001). ``c2_phrase``: chapter 3's threshold test in words (never
     NaN); ``c2_margin_002``/``_003``: its verdict with safe/harm margins 0.02 and 0.03.
     """
@@ -491,6 +492,8 @@ class Findings:
     rho_p_text: dict
     rho_within: dict
     rho_across: dict
+    rho_within_text: dict
+    rho_across_text: dict
     inversion_monotone: dict
 
 
@@ -697,6 +700,9 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         top_sev = c[c.severity == c.severity.max()]
         out["rho_across"][n] = (float(sps.spearmanr(top_sev["mismatch_kl"], top_sev["cost"]).statistic)
                                 if len(top_sev) >= 3 else math.nan)
+        for k in ("rho_within", "rho_across"):
+            v = out[k][n]
+            out[f"{k}_text"][n] = "not computable (fewer than 3 points)" if math.isnan(v) else f"{v:.2f}"
         inv = c[c.corruption == "inversion"].sort_values("severity")["mismatch_kl"]
         out["inversion_monotone"][n] = ("not run" if len(inv) < 2 else
                                         "yes" if bool(np.all(np.diff(inv.to_numpy()) > 0)) else "no")
