@@ -1170,12 +1170,21 @@ def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
 
 # --- chapter 7 (issue 15): real digits and torchvision networks ---------------------------------------------------
 
+#: Chapter 7's network order in every figure (smallest first).
+CH07_NETWORK_ORDER = ("small_cnn", "resnet18", "mobilenet_v3_small")
+
+
+def _ch07_nets(col: pd.Series) -> list:
+    present = list(dict.fromkeys(col))
+    return [n for n in CH07_NETWORK_ORDER if n in present] + [n for n in present if n not in CH07_NETWORK_ORDER]
+
+
 def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
     """Accuracy per freeze mode at the reference corruption, one panel per network, 95% bars over seeds
     (``acc``: real_data.accuracy_table): task A before and after stage 2, and task B."""
-    nets = list(dict.fromkeys(acc["network"]))
+    nets = _ch07_nets(acc["network"])
     metrics = {"task_a_before": "task A before", "task_a_after": "task A after", "task_b": "task B"}
-    fig, axes = plt.subplots(1, len(nets), figsize=(4.2 * len(nets), 3.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(nets), figsize=(4.6 * len(nets), 4.0), sharey=True, squeeze=False)
     for ax, net in zip(axes[0], nets):
         g = acc[acc["network"] == net]
         modes = [m for m in MODE_ORDER if m in set(g["mode"])]
@@ -1183,13 +1192,15 @@ def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
             h = g[g["metric"] == metric].set_index("mode").loc[modes]
             x = np.arange(len(modes)) + (k - 1) * 0.22
             ax.errorbar(x, h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]], fmt="o", ms=5,
-                        capsize=3, label=label, color=sns.color_palette("colorblind")[(0, 1, 2)[k]])
+                        capsize=3, label=label, color=sns.color_palette("colorblind")[(0, 1, 2)[k]],
+                        mfc="none" if metric == "task_a_before" else None, zorder=3 + k)
         ax.axhline(chance, color="grey", ls=":", lw=1, label="chance")
-        ax.set_xticks(range(len(modes))); ax.set_xticklabels(modes, rotation=25, ha="right")
+        ax.set_xticks(range(len(modes))); ax.set_xticklabels([m.replace("_", "_\n", 1) for m in modes], fontsize=9)
         ax.set_title(net); ax.set_ylim(0, 1.02)
     axes[0][0].set_ylabel("held-out accuracy (fraction)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, bbox_to_anchor=(0.5, -0.02),
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, bbox_to_anchor=(0.5, 1.0),
                frameon=False)
     return fig
 
@@ -1198,8 +1209,9 @@ def ch07_effects_figure(eff: pd.DataFrame):
     """Cost and benefit of drifting statistics (``train_mode`` against ``backbone_eval``) against corruption
     severity: rows are networks, columns corruptions (``eff``: real_data.effects_table); 95% bars over seeds.
     Severity 0 (no corruption) is drawn in every column."""
-    nets = list(dict.fromkeys(eff["network"]))
+    nets = _ch07_nets(eff["network"])
     corrs = [c for c in dict.fromkeys(eff["corruption"]) if c != "none"]
+    sevs = sorted(set(int(v) for v in eff["severity"]))
     fig, axes = plt.subplots(len(nets), len(corrs), figsize=(2.9 * len(corrs) + 0.6, 2.5 * len(nets) + 0.5),
                              sharex=True, sharey=True, squeeze=False)
     for i, net in enumerate(nets):
@@ -1214,38 +1226,44 @@ def ch07_effects_figure(eff: pd.DataFrame):
             if i == 0:
                 ax.set_title(corr)
             if j == 0:
-                ax.set_ylabel(f"{net}\naccuracy difference")
+                ax.set_ylabel(f"{net}\naccuracy difference\n(fraction)")
             if i == len(nets) - 1:
                 ax.set_xlabel("severity")
+            ax.set_xticks(sevs)
     axes[0][0].legend(fontsize=9)
     # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
     axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
     return fig
 
 
-def ch07_mismatch_figure(cond: pd.DataFrame):
+def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
     """Cost of drifting statistics against the statistics mismatch measured before stage 2, one panel per
-    network, one point per corruption and severity with the cost's 95% interval (``cond``: real_data.condition_table)."""
-    nets = list(dict.fromkeys(cond["network"]))
+    network, one point per corruption and severity with the cost's 95% interval (``cond``: real_data.condition_table);
+    ``rho``: optional ``{network: Spearman rho}`` written in each panel. Corruptions differ in colour and marker."""
+    nets = _ch07_nets(cond["network"])
     corrs = list(dict.fromkeys(cond["corruption"]))
     colors = dict(zip(corrs, sns.color_palette("colorblind", len(corrs))))
+    markers = dict(zip(corrs, "osD^vPX*"))
     fig, axes = plt.subplots(1, len(nets), figsize=(4.2 * len(nets), 3.8), sharey=True, squeeze=False)
     for ax, net in zip(axes[0], nets):
         g = cond[cond["network"] == net]
         for corr in corrs:
             h = g[g["corruption"] == corr]
             ax.errorbar(h["mismatch_kl"], h["cost"], yerr=[h["cost"] - h["cost_lo"], h["cost_hi"] - h["cost"]],
-                        fmt="o", ms=5, capsize=2, lw=0.8, color=colors[corr], label=corr)
+                        fmt=markers[corr], ms=5, capsize=2, lw=0.8, color=colors[corr], label=corr)
         ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6); ax.set_title(net)
+        if rho is not None and net in rho:
+            ax.text(0.03, 0.95, f"Spearman ρ = {rho[net]:.2f}", transform=ax.transAxes, va="top", fontsize=9)
         # ticks at 1, 2 and 5 per decade, plain numbers (a narrow log range otherwise labels every minor tick)
         ax.xaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(2, 5)))
+        ax.tick_params(axis="x", which="both", labelsize=8)
         for fmt in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
             fmt(matplotlib.ticker.FormatStrFormatter("%.2g"))
         ax.set_xlabel("mismatch KL (nats)")
     # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
     axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
-    axes[0][0].set_ylabel("cost: task A accuracy lost")
-    axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9)
+    axes[0][0].set_ylabel("cost: task A accuracy lost (fraction)")
+    axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 
 # --- chapters 1 and 2, issue 10: the head's optimizer swept, training budget, trap 3's dropout, trap 5's loss,

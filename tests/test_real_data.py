@@ -153,9 +153,21 @@ def _table(good: bool = True, ref_a_train=0.2) -> pd.DataFrame:
 
 def test_findings_all_hold_on_a_table_built_to_satisfy_every_claim():
     F = rd.findings(_table(True), ("inversion", 5))
-    for key, _, _ in rd.CLAIMS:
-        assert getattr(F, key)["n"] == "holds", key
-    assert F.all_hold["n"] == "yes"
+    for key, chapter, _ in rd.CLAIMS:
+        if key in ("f2_all_conditions", "f3_all_conditions"):
+            continue  # blur 1 and no corruption leave task A high: judged below
+        assert getattr(F, key)["n"] == ("holds" if chapter != "check" else rd.BY_CONSTRUCTION), key
+    # task A reaches chance only at the reference; pinned lower on B everywhere (0.3 gap, Holm over 4)
+    assert F.f2_n_chance["n"] == 1 and F.f2_all_conditions["n"] == "holds in part"
+    assert F.f3_n_gain["n"] == 4 and F.f3_all_conditions["n"] == "holds"
+    assert F.all_hold["n"] == "no"
+    assert F.c2_phrase["n"] == "safe conditions reach a mismatch of 0.1, harmful ones start at 2"
+    assert F.n_neither["n"] == 0 and F.rho_p_text["n"].startswith(("=", "<"))
+    assert F.most_severe["n"] == "inversion at severity 5"
+    assert F.check_all_eval_is_backbone_eval["n"] == rd.BY_CONSTRUCTION
+    # blur: none, 1, 5 -> costs 0, 0.003, 0.3 with rising mismatch; one corruption per severity otherwise
+    assert F.rho_within["n"] == pytest.approx(1.0) and F.rho_within_text["n"] == "1.00"
+    assert F.rho_across_text["n"] == "not computable (fewer than 3 points)"
     assert F.rho_cost["n"] == pytest.approx(1.0)
     assert F.n_safe["n"] == 2 and F.n_harm["n"] == 2
     assert F.safe_max_kl["n"] == pytest.approx(0.1) and F.harm_min_kl["n"] == pytest.approx(2.0)
@@ -169,13 +181,58 @@ def test_findings_name_each_failure():
     assert F.f2_task_a_falls["n"] == "does not hold"  # mean 0.95, as before: not lower
     assert F.f4_separate_matches_b["n"] == "does not hold"  # 0.05 below: outside the 0.02 margin
     assert F.c3_separate_gain_without_loss["n"] == "does not hold"
-    assert F.f4_separate_exact["n"] == "holds" and F.f3_pinned_keep_a["n"] == "holds"
+    assert F.f4_separate_exact["n"] == rd.BY_CONSTRUCTION and F.f3_pinned_keep_a["n"] == rd.BY_CONSTRUCTION
     assert F.all_hold["n"] == "no"
 
 
-def test_task_a_falling_significantly_but_not_to_chance_holds_in_part():
+def test_task_a_falling_significantly_but_not_to_chance_is_named_so():
     F = rd.findings(_table(True, ref_a_train=0.6), ("inversion", 5))
-    assert F.f2_task_a_falls["n"] == "holds in part"
+    assert F.f2_task_a_falls["n"] == "drops, not to chance"
+
+
+def _with_b_gap(gap: float, noise: float = 0.0) -> pd.DataFrame:
+    """_table with train_mode's task B set to backbone_eval's + ``gap`` (+- ``noise`` alternating over seeds)."""
+    df = _table(True)
+    be = df[df["mode"] == "backbone_eval"].set_index(["corruption", "severity", "seed"])["task_b"]
+    tm = df["mode"].isin(["train_mode", "separate_stats"])
+    key = list(zip(df.loc[tm, "corruption"], df.loc[tm, "severity"], df.loc[tm, "seed"]))
+    df.loc[tm, "task_b"] = [be[k] + gap + (noise if k[2] % 2 else -noise) for k in key]
+    return df
+
+
+def test_pinned_gap_crossing_zero_is_inconclusive_and_a_significant_negative_one_reversed():
+    F = rd.findings(_with_b_gap(0.001, noise=0.05), ("inversion", 5))
+    assert F.f3_pinned_lower_b["n"] == "inconclusive" and F.f3_all_conditions["n"] == "inconclusive"
+    assert F.f3_n_inconclusive["n"] == 4
+    F = rd.findings(_with_b_gap(-0.1), ("inversion", 5))
+    assert F.f3_pinned_lower_b["n"] == "reversed" and F.f3_all_conditions["n"] == "reversed in part"
+    assert F.f3_n_reversed["n"] == 4
+
+
+def test_condition_verdicts_adjust_over_conditions_with_holm():
+    cv = rd.condition_verdicts(_with_b_gap(-0.1))
+    assert len(cv) == 4 and set(cv["f3"]) == {"reversed"}
+    raw = rd.condition_verdicts(_table(True))
+    assert (raw["f3_p_holm"] >= 0).all() and (raw["f3_p_holm"] <= 1).all()
+    assert list(raw.loc[raw.corruption == "inversion", "f2"]) == ["holds"]
+
+
+def test_threshold_without_a_safe_condition_says_so_instead_of_nan():
+    df = _table(True)
+    keep = (df["corruption"] != "none") & ~((df["corruption"] == "blur") & (df["severity"] == 1))
+    F = rd.findings(df[keep], ("inversion", 5))
+    assert F.n_safe["n"] == 0 and F.c2_threshold_separates["n"].startswith("too little power")
+    assert F.c2_phrase["n"] == "no condition was shown safe" and "nan" not in F.c2_phrase["n"]
+
+
+def test_p_text_never_prints_zero():
+    assert rd._p_text(4e-5) == "< 0.001" and rd._p_text(0.016) == "= 0.016"
+
+
+def test_audit_counts_come_from_the_committed_outcomes_file():
+    c = rd.audit_counts()
+    assert c["caught"] == 57 and c["clean"] == 14 and c["failed"] == 0 and c["no_norm"] == 7
+    assert c["not_run"] == 2 and c["models"] == 80
 
 
 def test_findings_refuse_a_table_without_the_four_modes_at_the_reference():
@@ -209,7 +266,7 @@ def test_holm_adjustment_is_step_down_and_monotone():
 def test_verdict_table_has_one_row_per_claim_and_network():
     F = rd.findings(_table(True), ("inversion", 5))
     t = rd.verdict_table(F)
-    assert len(t) == len(rd.CLAIMS) and set(t["verdict"]) == {"holds"}
+    assert len(t) == len(rd.CLAIMS) and set(t["verdict"]) <= {"holds", "holds in part", rd.BY_CONSTRUCTION}
     g = rd.verdict_grid(F)
     assert list(g.columns) == ["chapter", "claim", "n"] and len(g) == len(rd.CLAIMS)
 
