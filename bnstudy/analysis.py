@@ -78,3 +78,19 @@ def paired(df: pd.DataFrame, value: str, column: str, a, b, on="seed") -> pd.Ser
 def verdict(ok: bool) -> str:
     """The word a chapter prints for a checked claim: ``"holds"`` or ``"does not hold"``."""
     return "holds" if ok else "does not hold"
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values, in the order given (NaN entries are left out and stay NaN).
+
+    Holm (1979), "A simple sequentially rejective multiple test procedure". ``pvalues``: a 1-D sequence.
+    """
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full_like(p, np.nan)
+    idx = np.flatnonzero(~np.isnan(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    running, k = 0.0, len(order)
+    for i, j in enumerate(order):
+        running = max(running, min(1.0, (k - i) * p[j]))
+        out[j] = running
+    return out

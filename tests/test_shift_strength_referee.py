@@ -201,6 +201,6 @@ def test_mismatch_figure_shows_paired_differences_from_the_winner_and_tells_twin
 def test_holm_resolves_at_least_what_bonferroni_resolves_and_counts_the_extra_levels():
     # four p-values; m = 4, alpha = 0.05: Bonferroni needs p < 0.0125 -> only 0.001; Holm: 0.004, 0.012*3=0.036 < 0.05,
     # then 0.03*2 = 0.06 stops -> two resolved, one of them extra
-    adj = ss._holm([0.001, 0.012, 0.03, 0.5])
+    adj = ss.holm([0.001, 0.012, 0.03, 0.5])
     assert adj == pytest.approx([0.004, 0.036, 0.06, 0.5])
-    assert np.isnan(ss._holm([np.nan, 0.01])[0])
+    assert np.isnan(ss.holm([np.nan, 0.01])[0])

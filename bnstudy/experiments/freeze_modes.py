@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from scipy import special as spx
 from scipy import stats as sps
 
-from ..analysis import Interval, mean_ci, paired, summarize, verdict
+from ..analysis import Interval, holm, mean_ci, paired, summarize, verdict
 from ..config import Execution, RunConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label, HEAD_KINDS, OPTIMIZERS
 from ..config import RunConfig as _RunConfig
@@ -274,17 +274,6 @@ def tost_pvalue(values, margin: float) -> float:
     return float(max(sps.t.sf((m + margin) / se, df), sps.t.cdf((m - margin) / se, df)))
 
 
-def holm(pvalues) -> np.ndarray:
-    """Holm's step-down adjusted p-values, in the order given (NaN entries are left out and stay NaN)."""
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full_like(p, np.nan)
-    idx = np.flatnonzero(~np.isnan(p))
-    order = idx[np.argsort(p[idx], kind="stable")]
-    running, k = 0.0, len(order)
-    for i, j in enumerate(order):
-        running = max(running, min(1.0, (k - i) * p[j]))
-        out[j] = running
-    return out
 
 
 def no_verdict(n: int) -> str:

@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from ..analysis import Interval, mean_ci
+from ..analysis import Interval, holm, mean_ci
 from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
     check_seeds, check_sequence, from_profile, seeds_label
 from ..engine import load_source, transfer_sweep
@@ -862,22 +862,11 @@ def holm_extra_resolved(df: pd.DataFrame, alpha: float = 0.05) -> dict:
         p = np.array([sps.ttest_1samp(g[cols[2]].dropna(), 0.0).pvalue if g[cols[2]].notna().sum() >= 2 else math.nan
                       for g in groups], float)
         p = np.where(np.isfinite(p), p, math.nan)
-        adj = _holm(p)
+        adj = holm(p)
         out[view.replace(" ", "_")] = int(np.sum((adj < alpha) & ~(p < alpha / m)))
     return out
 
 
-def _holm(pvalues) -> np.ndarray:
-    """Holm's step-down adjusted p-values in the order given (NaN stays NaN and is not counted)."""
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full_like(p, np.nan)
-    idx = np.flatnonzero(~np.isnan(p))
-    order = idx[np.argsort(p[idx], kind="stable")]
-    running, k = 0.0, len(order)
-    for i, j in enumerate(order):
-        running = max(running, min(1.0, (k - i) * p[j]))
-        out[j] = running
-    return out
 
 
 def verdict_table(levels: pd.DataFrame) -> pd.DataFrame:
