@@ -43,8 +43,10 @@ from ..tasks import BatchStream, eval_set, generator, make_task
 NAMESPACE = "ch01_freeze_modes"
 #: Learning rates tried per optimizer for the head sweep (validation accuracy on the tuning seeds picks one
 #: per optimizer and path). SGD's grid reaches down to 0.001 so that the pinned path's best rate is inside it
-#: (0.005 was the grid's lowest value and the pinned path's choice before revision); Adam's spans PyTorch's 1e-3.
-SGD_LRS = (0.001, 0.002, 0.005, 0.02, 0.05, 0.2)
+#: (0.005 was the grid's lowest value and the pinned path's choice before revision);
+#: 0.01 fills the former x4 gap above 0.005, and the grid reaches up to 0.5 because the 400-step choice on the ``train_mode`` path was
+#: the former top, 0.2 (referee, item 8); Adam's spans PyTorch's 1e-3.
+SGD_LRS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.2, 0.5)
 ADAM_LRS = (0.001, 0.003, 0.01, 0.03, 0.1)
 #: Standardized heads (referee item 6's discriminating run): the same linear head fed ``(f - mean) / sd`` with the
 #: feature mean and standard deviation of the path's training features on the fit set, fixed before training. An
