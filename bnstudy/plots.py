@@ -779,11 +779,12 @@ def _ch3_legend(fig, axes, ncol=4):
     fig.tight_layout(rect=(0, 0.07, 1, 1))
 
 
-def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, view: str = "raw"):
+def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, view: str = "raw", points=None):
     """Cost and benefit per level (``levels``: shift_strength.level_table) with their Bonferroni intervals, one
     panel per line, log strength axis (so the weak shifts get as much room as the strong ones); the two series
     are drawn side by side (dodged), never on top of each other. ``crossings[line]``: the crossover strength drawn
-    as a dashed line when finite; ``reference[line]``: chapter 1's shift, dotted."""
+    as a dashed line when finite; ``reference[line]``: chapter 1's shift, dotted. ``points``
+    (shift_strength.seed_points, raw view only): each seed's value as a small translucent dot behind its mean."""
     with plt.rc_context(CH3_FONT):
         lv = levels[levels["view"] == view]
         lines = list(dict.fromkeys(lv["line"]))
@@ -791,6 +792,10 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
         for ax, t in zip(axes, lines):
             for name, f, mk in (("cost", 0.93, "v"), ("benefit", 1.07, "^")):
                 g = lv[(lv["line"] == t) & (lv["metric"] == name)].sort_values("strength")
+                if points is not None and view == "raw":
+                    p = points[(points["line"] == t) & (points["metric"] == name)]
+                    ax.plot(p["strength"] * f, p["value"], ".", ms=2.5, alpha=0.35, color=EFFECT_COLORS[name],
+                            zorder=1, label=f"{name}, one seed")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
                             fmt=mk + "-", ms=5, lw=1, capsize=2, color=EFFECT_COLORS[name], label=name)
             cx = crossings.get(t, np.nan)

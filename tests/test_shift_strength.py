@@ -427,6 +427,22 @@ def test_level_table_counts_the_tests_and_gives_the_verdict_per_level():
     assert vt.loc[("both", "1"), "verdict (accuracy)"] == "cost larger"
 
 
+def test_seed_points_are_the_per_seed_values_behind_the_level_means():
+    cfg = _cfg10()
+    df = _table10(cfg, seed_noise=0.001)
+    pts = ss.seed_points(df)
+    lv = ss.level_table(df, margin=0.02)
+    raw = lv[(lv["view"] == "raw") & lv["metric"].isin(["cost", "benefit"])]
+    means = pts.groupby(["line", "strength", "metric"])["value"].mean()
+    assert len(means) == len(raw)                                   # every plotted level has its points, no more
+    for r in raw.itertuples():
+        assert means.loc[(r.line, r.strength, r.metric)] == pytest.approx(r.mean)
+        assert (pts[(pts["line"] == r.line) & (pts["strength"] == r.strength)]["seed"].nunique() == r.n_seeds)
+    both1 = pts[(pts["line"] == "both") & (pts["strength"] == 1.0) & (pts["metric"] == "cost")]
+    assert both1["value"].to_numpy() == pytest.approx(0.3, abs=0.01)   # _table10's cost at t = 1, per seed
+    assert not ((pts["strength"] == 0) & (pts["line"] == "both")).any()  # the no-shift point is left out
+
+
 def test_threshold_table_moves_the_crossing_with_the_tie_threshold():
     th = ss.threshold_table(_table10(_cfg10()), (0.0, 0.02), n_boot=20)
     both = th[(th["line"] == "both") & (th["view"] == "raw")].set_index("threshold")

@@ -635,6 +635,25 @@ def _present_lines(eff: pd.DataFrame) -> list:
     return [t for t in LINES if f"on_{t}" in eff.columns and eff[f"on_{t}"].astype(bool).any()]
 
 
+def seed_points(df: pd.DataFrame) -> pd.DataFrame:
+    """Each seed's raw cost and benefit at every shifted level of every line (the points behind
+    :func:`level_table`'s raw-view means, drawn as a strip in Fig. 1 so the spread behind each interval shows).
+    Long: ``line, strength, seed, metric, value`` (accuracy fractions; ``metric`` is ``cost`` or ``benefit``).
+    The no-shift point of each family is left out, as in :func:`level_table`."""
+    eff = paired_effects(_main(df))
+    shifted = ~_noshift(eff)
+    parts = []
+    for t in _present_lines(eff):
+        st = strength_of(eff, t).where(shifted)
+        g = eff[st.notna()].assign(line=t, strength=st[st.notna()].astype(float))
+        parts.append(g.melt(id_vars=["line", "strength", "seed"], value_vars=["cost", "benefit"],
+                            var_name="metric", value_name="value"))
+    if not parts:
+        return pd.DataFrame(columns=["line", "strength", "seed", "metric", "value"])
+    return pd.concat(parts, ignore_index=True).sort_values(["line", "strength", "metric", "seed"],
+                                                            ignore_index=True)
+
+
 def line_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cost, benefit and net along each line: ``shift, strength, metric, mean, ci_low, ci_high, n_seeds``
     (95% Student-t intervals over seeds of the per-seed paired effects; the sweep's own steps only)."""
