@@ -11,10 +11,14 @@ export BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy
 # Set-up: a venv in the repo. torch is installed first and pinned exactly; TORCH_INDEX (optional) is the
 # package index to take it from, e.g. PyTorch's CPU-only wheel index on a machine without a GPU.
 $(STAMP): pyproject.toml
+	@echo "bnstudy set-up (1/3): creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "bnstudy set-up (2/3): installing torch==2.13.0 (several hundred MB; minutes on a cold pip cache)"
 	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	@echo "bnstudy set-up (3/3): installing bnstudy and its dependencies (Jupyter Book, papermill, ...)"
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
+	@echo "bnstudy set-up done: $(VENV)"
 
 venv: $(STAMP)
 
