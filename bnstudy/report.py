@@ -116,7 +116,9 @@ def describe_run(description: str, parameters: dict, width: int = 78, run_thread
                else f"{env['torch_threads']} threads")
     text = (f"Ran with {description}; bnstudy {env['bnstudy']} at git commit {env['git_commit']}; device "
             f"{env['device']}, torch {env['torch']} with {threads}, Python {env['python']}.")
+    kept = {k: _RUN[k] for k in ("run_wall_s",) if k in _RUN}  # record_run_time may come before run_line
     _RUN.clear()
+    _RUN.update(kept)
     _RUN.update(parameters)
     if run_threads:  # the sidecar's environment.torch_threads is this (notebook) process's, not the runs'
         _RUN["torch_threads_per_run"] = run_threads
@@ -190,6 +192,69 @@ def save_table(df: pd.DataFrame, path) -> Path:
         _SAVED.append(path)
     last_table = path
     return path
+
+
+def load_rows(path, parameters: dict) -> tuple[pd.DataFrame, dict]:
+    """The result rows of an earlier run of a chapter, to analyse again without recomputing them.
+
+    A chapter's notebook can take its rows from a results CSV that an earlier execution saved (with
+    :func:`save_table`) instead of running the experiment: a referee's or reader's change to the analysis
+    then costs seconds, not the run. The rows are the earlier run's, so the page must say where they came
+    from: the returned provenance names the run's git commit, when its table was written and, when the
+    run recorded it, its wall time.
+
+    ``path``: the run's main results CSV (for example ``results/07_real_data.csv``); its JSON sidecar
+    (:func:`write_sidecar`) must sit beside it. ``parameters``: the values that decide the rows (a
+    chapter's experiment parameters, such as ``profile`` and ``seeds``; not output folders or ``n_jobs``).
+    Each must equal the sidecar's record of the run.
+
+    Returns ``(rows, provenance)``: the table exactly as saved (``pandas.read_csv``; floats round-trip
+    exactly), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds)`` (``run_wall_s`` is
+    ``None`` when the run did not record it).
+
+    Raises ``FileNotFoundError`` if the CSV or its sidecar is missing; ``ValueError`` if the CSV's sha256
+    differs from the one its sidecar recorded (the file was changed, or is not the complete table), or
+    if a parameter is not recorded or differs from the record (the message names it and both values).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"rows: no results table at {path} (give the CSV an earlier run saved, "
+                                f"or rows=None to run the experiment)")
+    side = sidecar_path(path)
+    if not side.is_file():
+        raise FileNotFoundError(f"rows: {path} has no sidecar {side.name}; only tables written by save_table "
+                                f"can be analysed again (their sidecar records what produced them)")
+    meta = json.loads(side.read_text())
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != meta.get("sha256"):
+        raise ValueError(f"rows: {path} does not match its sidecar (sha256 {digest[:12]}... against "
+                         f"{str(meta.get('sha256'))[:12]}...): the file was changed after the run or is incomplete")
+    recorded = meta.get("parameters") or {}
+    for name, value in parameters.items():
+        if name not in recorded:
+            raise ValueError(f"rows: the run behind {path} did not record parameter {name!r}, so its rows "
+                             f"cannot be matched to this configuration (recorded: {sorted(recorded)})")
+        if _jsonable(value) != recorded[name]:
+            raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here but was "
+                             f"{recorded[name]!r} in the run behind {path}; run the experiment (rows=None) "
+                             f"or give the same {name}")
+    df = pd.read_csv(path)
+    env = meta.get("environment") or {}
+    prov = dict(path=str(path), sha256=digest, git_commit=env.get("git_commit", "unknown"),
+                written=meta.get("written"), run_wall_s=recorded.get("run_wall_s"), seeds=meta.get("seeds"))
+    return df, prov
+
+
+def record_run_time(seconds: float) -> float:
+    """Remember the experiment's wall time (seconds) for the sidecars of the tables this process saves
+    (``parameters.run_wall_s``), so that :func:`load_rows` can report it later. Returns ``seconds``."""
+    seconds = float(seconds)
+    _RUN["run_wall_s"] = seconds
+    for p in _SAVED:
+        if p.exists():
+            write_sidecar(p)
+    return seconds
 
 
 def glue_table(key: str, table: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,60 @@
+"""report.load_rows: analysing an earlier run's rows again, with the checks that keep it honest."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bnstudy import report
+
+
+@pytest.fixture
+def saved(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "_RUN", {})
+    monkeypatch.setattr(report, "_SAVED", [])
+    monkeypatch.delenv("BNSTUDY_RUN_PARAMETERS", raising=False)
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"seed": [0, 0, 1, 1], "mode": ["a", "b", "a", "b"], "acc": rng.random(4) / 3,
+                       "flag": [True, False, True, False], "kl": [np.nan, 1e-17, 2.5, 1 / 7]})
+    report.describe_run("test", dict(profile="full", seeds=None, networks=("x", "y")))
+    report.record_run_time(12.5)
+    path = report.save_table(df, tmp_path / "results" / "07_rows.csv")
+    return df, path
+
+
+def test_rows_come_back_exactly_with_their_provenance(saved):
+    df, path = saved
+    rows, prov = report.load_rows(path, dict(profile="full", seeds=None, networks=["x", "y"]))
+    pd.testing.assert_frame_equal(rows, df, check_exact=True)     # floats round-trip bit for bit
+    assert prov["run_wall_s"] == 12.5 and prov["seeds"] == [0, 1]
+    assert prov["git_commit"] == report.git_commit() and prov["written"]
+
+
+def test_run_line_after_record_run_time_keeps_the_time(saved, tmp_path):
+    df, path = saved
+    report.describe_run("again", dict(profile="full"))           # a later run_line must not drop it
+    assert json.loads(report.sidecar_path(path).read_text())["parameters"]["run_wall_s"] == 12.5
+
+
+def test_a_changed_or_partial_file_is_refused(saved):
+    _, path = saved
+    path.write_bytes(path.read_bytes()[:-5])
+    with pytest.raises(ValueError, match="does not match its sidecar"):
+        report.load_rows(path, {})
+
+
+def test_a_different_parameter_is_refused_by_name(saved):
+    _, path = saved
+    with pytest.raises(ValueError, match=r"parameter 'profile' is 'quick' here but was 'full'"):
+        report.load_rows(path, dict(profile="quick"))
+    with pytest.raises(ValueError, match=r"did not record parameter 'steps'"):
+        report.load_rows(path, dict(steps=100))
+
+
+def test_missing_table_or_sidecar(saved, tmp_path):
+    _, path = saved
+    with pytest.raises(FileNotFoundError, match="no results table"):
+        report.load_rows(tmp_path / "nope.csv", {})
+    report.sidecar_path(path).unlink()
+    with pytest.raises(FileNotFoundError, match="has no sidecar"):
+        report.load_rows(path, {})
