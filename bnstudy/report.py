@@ -194,7 +194,7 @@ def save_table(df: pd.DataFrame, path) -> Path:
     return path
 
 
-def load_rows(path, parameters: dict) -> tuple[pd.DataFrame, dict]:
+def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.DataFrame, dict]:
     """The result rows of an earlier run of a chapter, to analyse again without recomputing them.
 
     A chapter's notebook can take its rows from a results CSV that an earlier execution saved (with
@@ -206,7 +206,9 @@ def load_rows(path, parameters: dict) -> tuple[pd.DataFrame, dict]:
     ``path``: the run's main results CSV (for example ``results/07_real_data.csv``); its JSON sidecar
     (:func:`write_sidecar`) must sit beside it. ``parameters``: the values that decide the rows (a
     chapter's experiment parameters, such as ``profile`` and ``seeds``; not output folders or ``n_jobs``).
-    Each must equal the sidecar's record of the run.
+    Each must equal the sidecar's record of the run. ``resolved``: the same parameters as the chapter's
+    config resolved them (``None`` replaced by the profile's value); a record that equals the resolved
+    value also matches (a run made without the ``bnstudy`` command records resolved values).
 
     Returns ``(rows, provenance)``: the table exactly as saved (``pandas.read_csv``; floats round-trip
     exactly), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds)`` (``run_wall_s`` is
@@ -235,7 +237,8 @@ def load_rows(path, parameters: dict) -> tuple[pd.DataFrame, dict]:
         if name not in recorded:
             raise ValueError(f"rows: the run behind {path} did not record parameter {name!r}, so its rows "
                              f"cannot be matched to this configuration (recorded: {sorted(recorded)})")
-        if _jsonable(value) != recorded[name]:
+        if _jsonable(value) != recorded[name] and not (resolved and name in resolved
+                                                       and _jsonable(resolved[name]) == recorded[name]):
             raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here but was "
                              f"{recorded[name]!r} in the run behind {path}; run the experiment (rows=None) "
                              f"or give the same {name}")
@@ -255,6 +258,26 @@ def record_run_time(seconds: float) -> float:
         if p.exists():
             write_sidecar(p)
     return seconds
+
+
+def timing_sentence(wall_s: float, run_s: float | None, rows_from: dict | None = None, n_rows: int | None = None,
+                    what: str = "the sweep") -> str:
+    """The page's sentence on what this execution cost (Markdown).
+
+    ``wall_s``: this execution's wall time in seconds; ``run_s``: the experiment's (``what``) share of it, or,
+    when the rows came from an earlier run (``rows_from``: :func:`load_rows`'s provenance), that run's
+    recorded wall time (``None``: not recorded). ``n_rows``: the number of rows analysed.
+    """
+    if rows_from is None:
+        return (f"This execution took {wall_s / 60:.1f} minutes of wall time, {run_s / 60:.1f} of them in {what} "
+                f"(finished runs are read from the cache, not recomputed).")
+    when = str(rows_from.get("written") or "an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
+    own = (f"that run took {run_s / 60:.1f} minutes in {what}" if run_s is not None
+           else "that run's own wall time is not in its sidecar (the project's closing notes give it)")
+    return (f"This execution did not run the experiment: it analysed again the {n_rows if n_rows is not None else ''}"
+            f"{' ' if n_rows is not None else ''}rows that the run at git commit `{rows_from.get('git_commit')}` "
+            f"saved on {when} (their sha256 checked against that run's record), in {wall_s / 60:.1f} minutes of "
+            f"wall time; {own}.")
 
 
 def glue_table(key: str, table: pd.DataFrame) -> pd.DataFrame:

@@ -58,3 +58,19 @@ def test_missing_table_or_sidecar(saved, tmp_path):
     report.sidecar_path(path).unlink()
     with pytest.raises(FileNotFoundError, match="has no sidecar"):
         report.load_rows(path, {})
+
+
+def test_a_record_of_the_resolved_value_matches_too(saved):
+    _, path = saved
+    report.load_rows(path, dict(networks=None), resolved=dict(networks=("x", "y")))
+    with pytest.raises(ValueError, match="networks"):
+        report.load_rows(path, dict(networks=None), resolved=dict(networks=("x",)))
+
+
+def test_timing_sentence_says_where_the_rows_came_from(saved):
+    _, path = saved
+    assert "0.5 of them in the sweep" in report.timing_sentence(120, 30)
+    _, prov = report.load_rows(path, {})
+    s = report.timing_sentence(6, prov["run_wall_s"], prov, n_rows=4)
+    assert "did not run the experiment" in s and "4 rows" in s and prov["git_commit"] in s and "0.2 minutes" in s
+    assert "not in its sidecar" in report.timing_sentence(6, None, prov, n_rows=4)

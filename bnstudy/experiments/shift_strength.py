@@ -454,6 +454,12 @@ def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
     return df
 
 
+#: Config fields that only the analysis reads: a page that analyses an earlier run's rows again
+#: (``rows`` in the notebook, :func:`bnstudy.report.load_rows`) may change them; every other field must
+#: equal the earlier run's record.
+ANALYSIS_PARAMETERS = ("n_boot", "n_boot_select", "min_effect", "tie_margin")
+
+
 def results_table(df: pd.DataFrame) -> pd.DataFrame:
     """The results without the list-valued columns (drift traces and logit quantiles; chapter 1 draws them)."""
     return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple))).any()]]
