@@ -368,6 +368,90 @@ def test_bn_head_buffers_move_exactly_where_each_mode_declares():
     assert set(audits) == set(MODE_NAMES)
 
 
+# --- the geometry-gap link and the execution cost ------------------------------------------------------------------
+
+def _geom(curv: dict, probe: dict) -> pd.DataFrame:
+    """Geometry rows: separate curvature 1 and probe 0.5; pinned curvature curv[(seed, shift)], probe 0.5 +
+    probe[(seed, shift)]."""
+    rows = []
+    for (s, shift), c in curv.items():
+        rows.append(dict(seed=s, shift=shift, statistics="separate", curvature=1.0, probe_accuracy=0.5))
+        rows.append(dict(seed=s, shift=shift, statistics="pinned", curvature=c, probe_accuracy=0.5 + probe[(s, shift)]))
+    return pd.DataFrame(rows)
+
+
+def _gap_rows(gap: dict, head="linear", opt="sgd") -> pd.DataFrame:
+    """Runs whose per-seed gap (backbone_eval - separate_stats) is gap[(seed, shift)]."""
+    rows = []
+    for (s, shift), g in gap.items():
+        tb = {"separate_stats": 0.5, "train_mode": 0.5, "backbone_eval": 0.5 + g, "all_eval": 0.5 + g - 0.01}
+        rows += [dict(seed=s, shift=shift, head=head, optimizer=opt, mode=m, task_b=tb[m]) for m in MODE_NAMES]
+    return pd.DataFrame(rows)
+
+
+def test_link_holds_when_the_gap_falls_with_the_curvature_ratio_and_not_with_noise():
+    seeds = range(10)
+    curv = {(s, "ref"): 10.0 + s for s in seeds}
+    probe = {(s, "ref"): 0.01 * ((-1) ** s) * (s % 3) for s in seeds}  # unrelated to the gap
+    gap = {(s, "ref"): -0.01 * s for s in seeds}  # perfectly decreasing in the curvature ratio
+    t = ch.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=300)
+    r = t[(t["scope"] == "ref") & (t["measure"] == "curvature_ratio")].iloc[0]
+    assert r["rho"] == pytest.approx(-1.0) and r["verdict"] == ch.LINK_HOLDS and r["n_seeds"] == 10
+    assert r["ci_high"] < 0
+    # a gap rising with the curvature ratio is the opposite sign
+    up = ch.link_table(_gap_rows({k: -v for k, v in gap.items()}), _geom(curv, probe), n_boot=300)
+    assert up[(up["scope"] == "ref") & (up["measure"] == "curvature_ratio")]["verdict"].iloc[0] == ch.LINK_OPPOSITE
+    F = ch.link_findings(t)
+    assert F.rho["ref_sgd_curvature_ratio"].mean == pytest.approx(-1.0) and F.n_tests == 4
+    assert F.verdict["ref_sgd_curvature_ratio"] == ch.LINK_HOLDS
+
+
+def test_link_needs_enough_seeds_and_the_gap_head():
+    curv = {(s, "ref"): 10.0 + s for s in range(3)}
+    probe = {k: 0.0 for k in curv}
+    t = ch.link_table(_gap_rows({k: -0.01 * k[0] for k in curv}), _geom(curv, probe), n_boot=50)
+    assert set(t["verdict"]) == {ch.LINK_TOO_FEW} and t["ci_low"].isna().all()
+    assert ch.link_table(_gap_rows({k: 0.0 for k in curv}, head="mlp"), _geom(curv, probe)).empty
+    with pytest.raises(ValueError, match="curvature"):
+        ch.link_table(_gap_rows({k: 0.0 for k in curv}), _geom(curv, probe).drop(columns="curvature"))
+
+
+def test_link_pooled_over_shifts_uses_every_seed_and_shift():
+    seeds = range(6)
+    curv = {(s, sh): (1.0 if sh == "none" else 10.0) + s for s in seeds for sh in ("none", "ref")}
+    probe = {k: 0.0 for k in curv}
+    gap = {(s, sh): (0.0 if sh == "none" else -0.1) - 0.001 * s for s in seeds for sh in ("none", "ref")}
+    t = ch.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=200)
+    pooled = t[(t["scope"] == "all") & (t["measure"] == "curvature_ratio")].iloc[0]
+    assert pooled["n_points"] == 12 and pooled["n_seeds"] == 6 and pooled["rho"] < -0.9
+    assert math.isnan(t[(t["scope"] == "all") & (t["measure"] == "probe_diff")]["rho"].iloc[0])  # constant measure
+
+
+def test_cost_findings_say_whether_the_cache_was_cold():
+    F = ch.cost_findings({"source": (2, 2), "ch04_heads": (10, 10)}, 120.0, 1)
+    assert (F.n_computed, F.n_units, F.n_cached, F.cache_state, F.wall_min) == (12, 12, 0, "cold", 2.0)
+    assert ch.cost_findings({"source": (0, 2), "ch04_heads": (4, 10)}, 60.0).cache_state == "partly warm"
+    assert ch.cost_findings({"source": (0, 2)}, 1.0).cache_state == "warm"
+    with pytest.raises(ValueError, match="computed <= total"):
+        ch.cost_findings({"x": (3, 2)}, 1.0)
+
+
+def test_sweep_counts_tell_computed_from_cached_units(tmp_path):
+    from bnstudy.sweep import reset_sweep_counts, run_sweep, sweep_counts
+    reset_sweep_counts()
+    ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
+    cfgs = [dict(x=i) for i in range(3)]
+    run_sweep(cfgs[:2], _double_group, namespace="t", execution=ex)
+    run_sweep(cfgs, _double_group, namespace="t", execution=ex)
+    assert sweep_counts() == {"t": (3, 5)}
+    reset_sweep_counts()
+    assert sweep_counts() == {}
+
+
+def _double_group(configs):
+    return [dict(y=2 * c["x"]) for c in configs]
+
+
 # --- a tiny real run --------------------------------------------------------------------------------------------------
 
 def test_tiny_run_end_to_end(tmp_path):
@@ -390,3 +474,4 @@ def test_tiny_run_end_to_end(tmp_path):
     sep = geom[geom["statistics"] == "separate"]
     assert np.allclose(sep["scale_ratio"], 1.0) and np.allclose(sep["offset_sd"], 0.0)
     ch.geometry_findings(geom)
+    ch.link_table(df, geom, n_boot=20)  # runs on real rows (one feature seed: too few for a verdict)

@@ -894,6 +894,130 @@ def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> GeometryFinding
         probe_diff=mean_ci(p["probe_accuracy"] - s["probe_accuracy"]))
 
 
+#: The geometry measures the link test relates to the gap, and the sign of the correlation each explanation
+#: predicts: a larger curvature ratio (steeper pinned features, the optimization story) should go with a more
+#: negative gap; a more negative probe difference (information lost, the information story) likewise, so a
+#: positive correlation.
+LINK_MEASURES = {"curvature_ratio": -1, "probe_diff": 1}
+#: Verdict words of the link test.
+LINK_HOLDS, LINK_OPPOSITE, LINK_NOT_SHOWN, LINK_TOO_FEW = "holds", "opposite sign", "not shown", "too few seeds"
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rho (Pearson correlation of average ranks); NaN below 3 points or for a constant side."""
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    rx, ry = sps.rankdata(x), sps.rankdata(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return float((rx @ ry) / math.sqrt((rx @ rx) * (ry @ ry)))
+
+
+def _spearman_rows(x: np.ndarray, y: np.ndarray, draws: list) -> np.ndarray:
+    """:func:`_spearman` of ``(x[ix], y[ix])`` for every index array ``ix`` in ``draws`` (vectorized when the
+    draws have equal lengths)."""
+    if len({len(ix) for ix in draws}) != 1 or len(draws[0]) < 3:
+        return np.array([_spearman(x[ix], y[ix]) for ix in draws])
+    ix = np.stack(draws)
+    rx, ry = sps.rankdata(x[ix], axis=1), sps.rankdata(y[ix], axis=1)
+    rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)
+    den = np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (rx * ry).sum(1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boot: int = 2000,
+               confidence: float = 0.95, min_seeds: int = 5, seed: int = 0) -> pd.DataFrame:
+    """Does the feature geometry track the gap? Spearman rank correlation between a per-seed geometry measure
+    and the per-seed gap of ``head`` (``task_b(best pinned) - task_b(separate_stats)``, :func:`gap_values`),
+    per optimizer, from rows the run already has (no training).
+
+    Measures (:data:`LINK_MEASURES`), per seed and shift from :func:`feature_geometry`'s table:
+    ``curvature_ratio`` = pinned / separate largest eigenvalue of E[f f^T]; ``probe_diff`` = pinned minus
+    separate closed-form probe accuracy. Scopes: ``ref`` (chapter 1's shift, one point per seed: the
+    seed-to-seed link) and ``all`` (every shift, one point per seed and shift; this mixes in the shift's own
+    effect on both sides). Interval: percentile bootstrap over seeds (a seed keeps all its shifts), ``n_boot``
+    resamples from ``numpy.random.default_rng(seed)`` (the same resamples for both measures), at ``confidence`` (not corrected over the rows).
+    ``verdict``: ``holds`` (the interval excludes 0 on the predicted side), ``opposite sign``, ``not shown``
+    (it spans 0), ``too few seeds`` (fewer than ``min_seeds`` seeds: NaN interval).
+
+    Columns ``scope, optimizer, measure, predicted_sign, rho, ci_low, ci_high, n_seeds, n_points, verdict``.
+    Empty (those columns) if ``head`` is not in ``df``. Raises ``ValueError`` if ``geom`` lacks a measure's
+    columns.
+    """
+    cols = ["scope", "optimizer", "measure", "predicted_sign", "rho", "ci_low", "ci_high", "n_seeds", "n_points",
+            "verdict"]
+    need = {"seed", "shift", "statistics", "curvature", "probe_accuracy"} - set(geom.columns)
+    if need:
+        raise ValueError(f"link_table: the geometry table lacks columns {sorted(need)}")
+    if head not in set(df["head"]):
+        return pd.DataFrame(columns=cols)
+    p = geom[geom["statistics"] == "pinned"].set_index(["seed", "shift"])
+    q = geom[geom["statistics"] == "separate"].set_index(["seed", "shift"]).reindex(p.index)
+    meas = pd.DataFrame({"curvature_ratio": p["curvature"] / q["curvature"],
+                         "probe_diff": p["probe_accuracy"] - q["probe_accuracy"]}).reset_index()
+    rng = np.random.default_rng(seed)
+    lo_q, hi_q = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
+    rows = []
+    opts = [o for o in OPTIMIZERS if o in set(df[df["head"] == head]["optimizer"])]
+    for o in opts:
+        gaps = []
+        for shift in dict.fromkeys(df["shift"]):
+            gv = gap_values(df, shift, head, o)[1]
+            gaps.append(pd.DataFrame({"seed": gv.index, "shift": shift, "gap": gv.to_numpy()}))
+        tab = meas.merge(pd.concat(gaps), on=["seed", "shift"]).dropna()
+        for scope in ("ref", "all"):
+            t = tab[tab["shift"] == "ref"] if scope == "ref" else tab
+            seeds = np.array(sorted(set(t["seed"])))
+            rows_of = [np.flatnonzero(t["seed"].to_numpy() == s) for s in seeds]
+            draws = [np.concatenate([rows_of[i] for i in rng.integers(0, len(seeds), len(seeds))])
+                     for _ in range(n_boot)] if len(seeds) >= min_seeds else []
+            y = t["gap"].to_numpy()
+            for m, sign in LINK_MEASURES.items():
+                x = t[m].to_numpy()
+                rho = _spearman(x, y)
+                lo = hi = math.nan
+                if draws:
+                    boots = _spearman_rows(x, y, draws)
+                    boots = boots[~np.isnan(boots)]
+                    if len(boots):
+                        lo, hi = float(np.percentile(boots, lo_q)), float(np.percentile(boots, hi_q))
+                if len(seeds) < min_seeds or math.isnan(lo):
+                    word = LINK_TOO_FEW
+                elif lo <= 0 <= hi:
+                    word = LINK_NOT_SHOWN
+                else:
+                    word = LINK_HOLDS if np.sign(lo) == sign else LINK_OPPOSITE
+                rows.append(dict(scope=scope, optimizer=o, measure=m, predicted_sign=sign, rho=rho, ci_low=lo,
+                                 ci_high=hi, n_seeds=len(seeds), n_points=len(t), verdict=word))
+    return pd.DataFrame(rows, columns=cols)
+
+
+@dataclass(frozen=True)
+class LinkFindings:
+    """The link test's numbers (:func:`link_table`), keyed ``"<scope>_<optimizer>_<measure>"``: ``rho`` an
+    :class:`Interval` (Spearman rho, bootstrap interval, ``n`` = seeds), ``verdict`` the words; ``head`` the head
+    tested; ``n_holds`` / ``n_tests``: rows whose verdict is ``holds`` / rows with a verdict other than ``too few
+    seeds``; ``confidence`` of each (uncorrected) interval."""
+
+    head: str
+    rho: dict
+    verdict: dict
+    n_holds: int
+    n_tests: int
+    confidence: float
+
+
+def link_findings(table: pd.DataFrame, head: str = "linear", confidence: float = 0.95) -> LinkFindings:
+    """:class:`LinkFindings` from :func:`link_table`'s output (which was computed for ``head`` at ``confidence``)."""
+    key = lambda r: f"{r['scope']}_{r['optimizer']}_{r['measure']}"
+    return LinkFindings(
+        head=head, rho={key(r): Interval(float(r["rho"]), float(r["ci_low"]), float(r["ci_high"]), int(r["n_seeds"]))
+                        for _, r in table.iterrows()},
+        verdict={key(r): r["verdict"] for _, r in table.iterrows()},
+        n_holds=int((table["verdict"] == LINK_HOLDS).sum()),
+        n_tests=int((table["verdict"] != LINK_TOO_FEW).sum()), confidence=confidence)
+
+
 # --- the audit: which buffers each mode lets move, with a head that has its own BatchNorm ---------------------------
 
 PARTS = ("backbone", "backbone_b", "head_b")
@@ -950,3 +1074,38 @@ def audit_buffers(seed: int = 0, head: str = "mlp_bn", steps: int = 5, brightnes
 def audit_matches_declaration(table: pd.DataFrame) -> bool:
     """Whether every part moved exactly where its mode declares it may (``moved == declared`` on every row)."""
     return bool((table["moved"] == table["declared"]).all())
+
+
+# --- what this execution cost ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CostFindings:
+    """What the page's execution cost and whether that is a cold-cache time.
+
+    ``wall_min``: minutes of wall time; ``n_computed`` of ``n_units`` cached units (stage-1 sources, search,
+    sweep, step check and feature runs, summed over :func:`bnstudy.sweep.sweep_counts`) were computed in this
+    execution, ``n_cached`` read from the run cache; ``cache_state``: ``cold`` (every unit computed), ``warm``
+    (none) or ``partly warm``; ``threads_per_run``: torch threads each run used
+    (:attr:`bnstudy.config.Execution.threads`, the sidecars' ``torch_threads_per_run``).
+    """
+
+    wall_min: float
+    n_computed: int
+    n_units: int
+    n_cached: int
+    cache_state: str
+    threads_per_run: int
+
+
+def cost_findings(counts: dict, wall_s: float, threads_per_run: int = 1) -> CostFindings:
+    """:class:`CostFindings` from ``counts`` (``{namespace: (computed, total)}``, as
+    :func:`bnstudy.sweep.sweep_counts` returns) and the wall time ``wall_s`` in seconds. Raises ``ValueError``
+    if a namespace claims more computed units than it has."""
+    bad = [k for k, (c, t) in counts.items() if not 0 <= c <= t]
+    if bad:
+        raise ValueError(f"cost_findings: counts must satisfy 0 <= computed <= total, not for {bad}")
+    n_c = int(sum(c for c, _ in counts.values()))
+    n_t = int(sum(t for _, t in counts.values()))
+    state = "cold" if n_t and n_c == n_t else ("warm" if n_c == 0 else "partly warm")
+    return CostFindings(wall_min=float(wall_s) / 60, n_computed=n_c, n_units=n_t, n_cached=n_t - n_c,
+                        cache_state=state, threads_per_run=int(threads_per_run))
