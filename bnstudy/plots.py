@@ -1070,8 +1070,12 @@ def noise_figure(noise: pd.DataFrame):
             ax.plot(p.index, p.values, "--", color=colors[layer])
         ax.set(yscale="log", xlabel="batch size m", ylabel=title)
         _log2_axis(ax, sorted(noise.batch_size.unique()))
-    axes[0].legend(title="solid: measured; dashed: 1/(m H W)", fontsize=9)
-    fig.tight_layout()
+    axes[0].set_title("dashed: 1/(m H W)", fontsize=9)
+    axes[1].set_title("dashed: (kurtosis - 1)/(m H W)", fontsize=9)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9, title="solid: measured",
+               bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
@@ -1141,8 +1145,16 @@ def tradeoff_figure(trade: pd.DataFrame, labels: dict):
                             yerr=[[r.retention_mean - r.retention_lo], [r.retention_hi - r.retention_mean]],
                             fmt="o", color=colors[s], mfc=colors[s] if b == sizes[0] else "white", ms=7,
                             label=labels[s] if b == sizes[0] else None)
-        ax.set(xlabel="target accuracy (adaptation)", ylabel="source task accuracy after (retention)",
+        for s in strategies:  # an arrow per strategy from the smallest to the largest batch size shown
+            a = trade[(trade.target_name == t) & (trade.strategy == s) & (trade.batch_size == sizes[0])]
+            b = trade[(trade.target_name == t) & (trade.strategy == s) & (trade.batch_size == sizes[-1])]
+            if len(a) and len(b) and len(sizes) > 1:
+                ax.annotate("", xy=(b.target_mean.iloc[0], b.retention_mean.iloc[0]),
+                            xytext=(a.target_mean.iloc[0], a.retention_mean.iloc[0]),
+                            arrowprops=dict(arrowstyle="->", color=colors[s], lw=0.9, alpha=0.7))
+        ax.set(xlabel="target accuracy (adaptation)", ylabel="source task accuracy after fine-tuning",
                title=f"target: {t} (filled: batch {sizes[0]}, open: batch {sizes[-1]})")
+        ax.yaxis.set_tick_params(labelleft=True)
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.12, 1, 1))

@@ -346,6 +346,8 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
     F = bs.findings(df, _diag(), reference=32)
     assert F.breaks_above["close_stats_frozen"] == ">= 128" and F.breaks_stats_above["close_stats_frozen"] == "never"
     assert F.n_break_above == 6 and F.n_stats_break_below == 2
+    assert F.n_small_beats_large == 4  # stats_frozen and group_pretrained, both targets: 0.6 at 2 against 0.5 at 128
+    assert F.near_chance_where == "none"
     assert F.n_diverged == 6 and F.diverged_where == "shifted target, BN stats frozen, affine trained, batch 128: 6 of 6 runs"
     tbl = bs.breaks_display(F, ("stats_frozen", "bn_train", "group_pretrained"))
     assert list(tbl.columns) == ["target", "strategy", "below 32: any cause", "below 32: batch statistics",

@@ -73,10 +73,13 @@ CLAIM_RANGE = (1e3, 1e4)
 #: (bn_train), about 21 s (adabn) and about 15.5 s (per-sample norms; batch 2: 5.7 s against 7.5 s), of which batch 2
 #: is 40%; so about 142 CPU-s per (seed, target), 2850 CPU-s for the 20 groups, about 24 min of fine-tuning on 2
 #: idle workers; stage 1 (30 sources) and the diagnostics add an estimated 5-10 min (not measured).
-#: The learning-rate check (tuning seeds, ``lr_factors`` x the linear-scaling rate at ``tune_batch_sizes``) costs
-#: about 14 CPU-s per (tuning seed, target, strategy, factor) at 4096 samples (batch 2 is most of it), so about
-#: 670 CPU-s per tuning seed for 8 strategies, 2 targets and 3 factors: 2 tuning seeds add about 11 min of 2-core
-#: wall time plus their 6 sources (see the notebook's cost line and /work/notes/ch5fix4.md).
+#: The learning-rate check's cost (tuning seeds x 2 targets x 8 strategies x ``lr_factors`` at ``tune_batch_sizes``):
+#: from the full run's per-run seconds (commit e3769c6231, mean wall_s 10.6 s at batch 2, 1.85 at 32, 1.51 at 256,
+#: 4096 samples), 670 CPU-s per tuning seed at (2, 32, 256) and 3 factors; 2 tuning seeds are 22 CPU-min. The full
+#: chapter's 47 min of wall time held 78 CPU-min of fine-tuning (0.60 wall-min per CPU-min, 2 loaded cores), so the
+#: check adds about 13.5 min of wall time plus 6 stage-1 sources (~1 min): within the +15 min budget; a third
+#: tuning seed would add about 7 min more. Quick profile, measured 2026-12-01 (2 loaded cores): 18.7 CPU-min for the
+#: check against 15.0 for the main grid (192 against 144 runs).
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
                   precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
@@ -855,6 +858,7 @@ class Findings:
     n_diverged: int
     diverged_where: str
     n_near_chance: int
+    n_small_beats_large: int
     near_chance_where: str
     gap_bn_train: dict
     gap_zero_elsewhere: str
@@ -888,6 +892,26 @@ class Findings:
     n_sizes: int
     n_winner_same_targets: int
     lr: dict
+
+
+def _cells_where(cells: pd.DataFrame, most: int = 8) -> str:
+    """Near-chance cells, readable; more than ``most``: a count pointing to the figure instead of a list."""
+    if not len(cells):
+        return "none"
+    if len(cells) > most:
+        return f"{len(cells)} cells, too many to list; the accuracy figure shows them"
+    return "; ".join(f"{r.target_name} target, {STRATEGY_LABELS[r.strategy]}, batch {r.batch_size} ({r.target:.3f})"
+                     for r in cells.itertuples())
+
+
+def _n_small_beats_large(df: pd.DataFrame, small: int, large: int) -> int:
+    """Strategy/target pairs whose accuracy at ``small`` is above that at ``large`` (paired 95% interval > 0)."""
+    n = 0
+    for (t, s), g in df.groupby(["target_name", "strategy"]):
+        piv = g.pivot(index="seed", columns="batch_size", values="target")
+        if small in piv and large in piv and small != large and mean_ci(piv[small] - piv[large]).low > 0:
+            n += 1
+    return n
 
 
 def _slug(v) -> str:
@@ -1032,8 +1056,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         acc=acc, acc_top={k.rsplit("_b", 1)[0]: v for k, v in acc.items() if k.endswith(f"_b{lb}")},
         gap_top={k.rsplit("_b", 1)[0]: v for k, v in gap.items() if k.endswith(f"_b{lb}")}, n_diverged=int(df.diverged.sum()) if "diverged" in df else 0, diverged_where=diverged_where(df),
         n_near_chance=len(near_chance_cells(df, chance)),
-        near_chance_where="; ".join(f"{r.target_name} target, {STRATEGY_LABELS[r.strategy]}, batch {r.batch_size} "
-                                    f"({r.target:.3f})" for r in near_chance_cells(df, chance).itertuples()) or "none",
+        near_chance_where=_cells_where(near_chance_cells(df, chance)),
+        n_small_beats_large=_n_small_beats_large(df, sb, lb),
         gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), restat_gain=restat,
         spread=spread, retention=retention,
         source_acc=float(df.source_task_a_accuracy.mean()) if "source_task_a_accuracy" in df else math.nan,
