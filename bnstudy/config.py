@@ -353,7 +353,9 @@ class FinetuneConfig(SourceConfig):
     task-B samples (``samples`` must be a multiple of ``batch_size``, so every batch size sees the same
     number of samples), ``optimizer`` at learning rate ``lr`` for every parameter that requires a gradient,
     ``model.train()`` every ``epoch_steps`` steps. ``adabn_samples``: unlabelled task-B samples, in batches
-    of ``batch_size``, for the AdaBN re-estimate (strategy ``adabn`` only). Raises ``ValueError`` naming the
+    of ``adabn_batch_size`` (at most ``adabn_samples``; a forward pass without gradients, the same for every
+    fine-tuning batch size), for the AdaBN re-estimate (strategy ``adabn``) and for the check that re-estimates
+    ``bn_train``'s running statistics after fine-tuning. Raises ``ValueError`` naming the
     parameter for a bad value, a strategy whose source norm differs from ``norm``
     (:data:`STRATEGY_NORM`), or a batch size below 2 where a BatchNorm uses batch statistics.
     """
@@ -366,6 +368,7 @@ class FinetuneConfig(SourceConfig):
     brightness: float = 0.0
     contrast: float = 1.0
     adabn_samples: int = 2048
+    adabn_batch_size: int = 256
     epoch_steps: int = 100
 
     def __post_init__(self):
@@ -380,6 +383,7 @@ class FinetuneConfig(SourceConfig):
         self._set("brightness", check_float("brightness", self.brightness))
         self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
         self._set("adabn_samples", check_int("adabn_samples", self.adabn_samples, 1))
+        self._set("adabn_batch_size", check_int("adabn_batch_size", self.adabn_batch_size, 2))
         self._set("epoch_steps", check_int("epoch_steps", self.epoch_steps, 1))
         if self.norm != STRATEGY_NORM[self.strategy]:
             raise ValueError(f"strategy={self.strategy!r} needs a source with norm={STRATEGY_NORM[self.strategy]!r}, "

@@ -648,7 +648,8 @@ def finetune(cfg, source: dict, device=None, data: FinetuneData | None = None) -
     Adam at ``cfg.lr`` on every parameter of backbone and head B that requires a gradient; head A is
     not trained) on batches of the stream ``(seed, "finetune", "B")``, built from 2-sample draws so
     that every batch size sees the same images (:data:`FINETUNE_UNIT`); close and shifted targets of a
-    seed share those images, shifted. AdaBN's batches come from ``(seed, "adabn", "B")``. ``data``: a
+    seed share those images, shifted. AdaBN's batches come from ``(seed, "adabn", "B")``, in batches of
+    ``min(adabn_batch_size, adabn_samples)`` whatever the fine-tuning batch size. ``data``: a
     :class:`FinetuneData` shared by the runs of a seed and target (the same rows, drawn once); ``None``
     draws everything for this run alone.
 
@@ -657,7 +658,10 @@ def finetune(cfg, source: dict, device=None, data: FinetuneData | None = None) -
     ``target`` (task-B accuracy, eval mode), ``target_train_mode`` (the same held-out set in train mode, in
     batches of ``batch_size`` in a fixed shuffled order), ``train_eval_gap`` (train minus eval),
     ``final_loss`` (mean of the last 10% of step losses), ``diverged`` (a non-finite loss),
-    ``source_task_a_accuracy`` and ``wall_s``. Accuracies are fractions 0..1.
+    ``target_restat`` (``bn_train`` only, NaN otherwise: eval-mode target accuracy after the running statistics
+    are re-estimated by :func:`bnstudy.stats.update_bn_stats` on the first ``adabn_samples`` images of the
+    fine-tuning stream, in batches as AdaBN's, on a copy), ``source_task_a_accuracy`` and ``wall_s``.
+    Accuracies are fractions 0..1.
     """
     t0 = time.perf_counter()
     device = pick_device(device)
@@ -673,17 +677,18 @@ def finetune(cfg, source: dict, device=None, data: FinetuneData | None = None) -
     if data is None:
         eval_a, eval_b = eval_set(task_a, c.n_eval, c.seed, "A"), eval_set(task_b, c.n_eval, c.seed, "B")
 
-        def batches(n, tag):
-            return _unit_batches(task_b, n, c.batch_size, generator(c.seed, tag, "B"))
+        def batches(n, tag, size=c.batch_size):
+            return _unit_batches(task_b, n, size, generator(c.seed, tag, "B"))
     else:
         eval_a = data.eval_set(task_a, key_a, c.n_eval, c.seed, "A")
         eval_b = data.eval_set(task_b, key_b, c.n_eval, c.seed, "B")
 
-        def batches(n, tag):
-            return data.batches(task_b, key_b, n, c.batch_size, (c.seed, tag, "B"))
+        def batches(n, tag, size=c.batch_size):
+            return data.batches(task_b, key_b, n, size, (c.seed, tag, "B"))
+    stat_batch = min(c.adabn_batch_size, c.adabn_samples)
     adabn = None
     if c.strategy == "adabn":
-        adabn = [x for x, _ in batches(c.adabn_samples, "adabn")]
+        adabn = [x for x, _ in batches(c.adabn_samples, "adabn", stat_batch)]
     backbone = apply_strategy(backbone, c.strategy, adabn).to(device)
     head_a, head_b = head_a.to(device), head_b.to(device)
     for p in head_a.parameters():
@@ -701,12 +706,21 @@ def finetune(cfg, source: dict, device=None, data: FinetuneData | None = None) -
     order = torch.randperm(len(eval_b[1]), generator=generator(c.seed, "train_eval_order"))
     target_tm = accuracy(train_mode_logits(model_b, eval_b[0], c.batch_size, order, device), eval_b[1])
     model_b.eval()
+    target_restat = math.nan
+    if c.strategy == "bn_train":
+        import copy
+        from .stats import update_bn_stats
+        work = copy.deepcopy(model_b)
+        n_re = min(c.adabn_samples, c.samples)
+        update_bn_stats(work.backbone, [x.to(device) for x, _ in batches(n_re, "finetune", min(stat_batch, n_re))])
+        target_restat = accuracy(logits_of(work.eval(), eval_b[0], device), eval_b[1])
     tail = losses[-max(1, len(losses) // 10):]
     row = c.asdict()
     row["widths"] = "-".join(map(str, c.widths))
     row.update(steps=c.steps, task_a_before=a_before,
                task_a_after=accuracy(logits_of(model_a, eval_a[0], device), eval_a[1]),
                target=target, target_train_mode=target_tm, train_eval_gap=target_tm - target,
+               target_restat=target_restat,
                final_loss=float(sum(tail) / len(tail)), diverged=not all(math.isfinite(v) for v in losses),
                source_task_a_accuracy=source["task_a_accuracy"], wall_s=time.perf_counter() - t0)
     return row

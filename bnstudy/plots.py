@@ -1040,8 +1040,11 @@ def ch3_retention(scatter):
 
 # --- chapter 5 (issue 13): batch size and fine-tuning strategies --------------------------------------------------
 
-def _ci_rows(df: pd.DataFrame, by, value: str) -> pd.DataFrame:
-    return interval_frame(df, by, value).reset_index()
+def _ci_rows(df: pd.DataFrame, by, value: str, confidence: float = 0.95) -> pd.DataFrame:
+    if confidence == 0.95:
+        return interval_frame(df, by, value).reset_index()
+    return df.groupby(by)[value].apply(lambda v: pd.Series(tuple(mean_ci(v, confidence))[:3],
+                                                           index=["mean", "lo", "hi"])).unstack().reset_index()
 
 
 def _log2_axis(ax, ticks) -> None:
@@ -1072,31 +1075,59 @@ def noise_figure(noise: pd.DataFrame):
             ax.plot(p.index, p.values, "--", color=colors[layer])
         ax.set(yscale="log", xlabel="batch size m", ylabel=title)
         _log2_axis(ax, sorted(noise.batch_size.unique()))
-    axes[0].legend(title="solid: measured; dashed: 1/(m H W)", fontsize=9)
-    fig.tight_layout()
+    axes[0].set_title("dashed: 1/(m H W)", fontsize=9)
+    axes[1].set_title("dashed: (kurtosis - 1)/(m H W)", fontsize=9)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9, title="solid: measured",
+               bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
-def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: dict, chance: float | None = None):
-    """``value`` against batch size per strategy (mean, 95% interval over seeds), one panel per target."""
+def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: dict, chance: float | None = None,
+                             reference: int | None = None, groups: dict | None = None, flag=None):
+    """``value`` against batch size per strategy (mean, 95% interval over seeds), one column per target.
+
+    ``groups``: ``{row title: strategies}`` draws one row of panels per group (e.g. BatchNorm and per-sample
+    norms apart); ``reference``: a vertical dotted line at that batch size; ``flag``: rows ``target_name,
+    strategy, batch_size`` (e.g. cells with diverged runs) drawn as black crosses over the strategy's point."""
     targets = sorted(df.target_name.unique())
     strategies = [s for s in labels if s in set(df.strategy)]
     colors = _strategy_colors(strategies)
-    fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 4.4), sharey=True, squeeze=False)
-    for ax, t in zip(axes[0], targets):
-        for s in strategies:
-            g = df[(df.target_name == t) & (df.strategy == s)]
-            r = _ci_rows(g, "batch_size", value)
-            style = "-" if s in ("bn_frozen", "stats_frozen", "adabn", "bn_train") else "--"
-            ax.plot(r.batch_size, r["mean"], style, marker="o", ms=4, color=colors[s], label=labels[s])
-            ax.fill_between(r.batch_size, r.lo, r.hi, color=colors[s], alpha=0.15)
-        if chance is not None:
-            ax.axhline(chance, color="grey", lw=0.8, ls=":")
-        ax.set(xlabel="fine-tuning batch size", title=f"target: {t}", ylabel=ylabel)
-        _log2_axis(ax, sorted(df.batch_size.unique()))
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, bbox_to_anchor=(0.5, -0.02))
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    groups = groups or {"": strategies}
+    nrow = len(groups)
+    fig, axes = plt.subplots(nrow, len(targets), figsize=(5.2 * len(targets), 3.6 * nrow + 0.8), sharey=True,
+                             squeeze=False)
+    flagged = set() if flag is None else {(r.target_name, r.strategy, r.batch_size) for r in flag.itertuples()}
+    for row, (gname, members) in zip(axes, groups.items()):
+        for ax, t in zip(row, targets):
+            for s in [s for s in strategies if s in members]:
+                g = df[(df.target_name == t) & (df.strategy == s)]
+                r = _ci_rows(g, "batch_size", value)
+                style = "-" if s in ("bn_frozen", "stats_frozen", "adabn", "bn_train") else "--"
+                ax.plot(r.batch_size, r["mean"], style, marker="o", ms=4, color=colors[s], label=labels[s])
+                ax.fill_between(r.batch_size, r.lo, r.hi, color=colors[s], alpha=0.15)
+                for rr in r.itertuples():
+                    if (t, s, rr.batch_size) in flagged:
+                        ax.plot(rr.batch_size, rr.mean, "x", color="black", ms=10, mew=2,
+                                label="cell with diverged runs" if not any(
+                                    h.get_label() == "cell with diverged runs" for h in ax.lines[:-1]) else None)
+            if chance is not None:
+                ax.axhline(chance, color="grey", lw=0.8, ls=":")
+            if reference is not None:
+                ax.axvline(reference, color="grey", lw=0.8, ls="-.")
+            title = f"target: {t}" + (f" - {gname}" if gname else "")
+            ax.set(xlabel="fine-tuning batch size", title=title, ylabel=ylabel)
+            _log2_axis(ax, sorted(df.batch_size.unique()))
+    handles, names, seen = [], [], set()
+    for ax in axes.flat:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in seen:
+                seen.add(n)
+                handles.append(h)
+                names.append(n)
+    fig.legend(handles, names, loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.01))
+    fig.tight_layout(rect=(0, 0.14 if nrow == 1 else 0.1, 1, 1))
     return fig
 
 
@@ -1119,17 +1150,26 @@ def tradeoff_figure(trade: pd.DataFrame, labels: dict):
                             yerr=[[r.retention_mean - r.retention_lo], [r.retention_hi - r.retention_mean]],
                             fmt="o", color=colors[s], mfc=colors[s] if b == sizes[0] else "white", ms=7,
                             label=labels[s] if b == sizes[0] else None)
-        ax.set(xlabel="target accuracy (adaptation)", ylabel="source task accuracy after (retention)",
+        for s in strategies:  # an arrow per strategy from the smallest to the largest batch size shown
+            a = trade[(trade.target_name == t) & (trade.strategy == s) & (trade.batch_size == sizes[0])]
+            b = trade[(trade.target_name == t) & (trade.strategy == s) & (trade.batch_size == sizes[-1])]
+            if len(a) and len(b) and len(sizes) > 1:
+                ax.annotate("", xy=(b.target_mean.iloc[0], b.retention_mean.iloc[0]),
+                            xytext=(a.target_mean.iloc[0], a.retention_mean.iloc[0]),
+                            arrowprops=dict(arrowstyle="->", color=colors[s], lw=0.9, alpha=0.7))
+        ax.set(xlabel="target accuracy (adaptation)", ylabel="source task accuracy after fine-tuning",
                title=f"target: {t} (filled: batch {sizes[0]}, open: batch {sizes[-1]})")
+        ax.yaxis.set_tick_params(labelleft=True)
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
-def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4)):
-    """Precise BN against the number of samples, at each batch size: statistic errors and accuracy difference
-    to the exact statistics (mean, 95% interval over seeds); Wu & Johnson's range shaded."""
+def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None = None, tolerance: float | None = None):
+    """Precise BN against the number of samples, at each batch size: statistic errors (mean, 95% interval over
+    seeds; ``tolerance`` drawn dashed) and accuracy difference to the exact statistics (mean, 90% interval: the
+    TOST's; ``+-margin`` drawn dashed); Wu & Johnson's range shaded."""
     d = pt[pt.kind == "precise"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     colors = dict(zip(sorted(d.batch_size.unique()), sns.color_palette("colorblind", d.batch_size.nunique())))
@@ -1137,10 +1177,15 @@ def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4)):
                                      ("var_err", "|log variance ratio|"),
                                      ("acc_vs_exact", "accuracy difference to exact statistics"))):
         for m, g in d.groupby("batch_size"):
-            r = _ci_rows(g, "n_samples", val)
-            ax.plot(r.n_samples, r["mean"], "o-", color=colors[m], label=f"batch size {m}")
+            r = _ci_rows(g, "n_samples", val, 0.90 if val == "acc_vs_exact" else 0.95)
+            ax.plot(r.n_samples, r["mean"], "o-", color=colors[m], label=f"batch size {m}", alpha=0.85)
             ax.fill_between(r.n_samples, r.lo, r.hi, color=colors[m], alpha=0.2)
         ax.axvspan(*claim, color="grey", alpha=0.12)
+        if val == "acc_vs_exact" and margin is not None:
+            for y in (-margin, margin):
+                ax.axhline(y, color="black", lw=0.8, ls="--")
+        if val != "acc_vs_exact" and tolerance is not None:
+            ax.axhline(tolerance, color="black", lw=0.8, ls="--")
         ax.set(xscale="log", xlabel="samples used by precise BN", ylabel=lab)
         if val != "acc_vs_exact":
             ax.set_yscale("log")

@@ -286,25 +286,154 @@ def test_samples_enough_and_claim_words():
     assert bs.claim_word(0, 16384) == "more needed" and bs.claim_word(0, 4096) == "not reached"
 
 
-def test_findings_end_to_end_on_a_hand_made_table():
-    df = _table(_acc)
+def _diag(n_seeds=6):
     noise = [dict(layer=0, layer_name="b0", hw=16, channels=4, batch_size=m, n_batches=8, var_mean_rel=2 / (16 * m),
-                  pred_mean_rel=1 / (16 * m), var_var_rel=1.0, pred_var_rel=1.0, n_eff_frac=0.5) for m in (2, 4)]
-    diag = pd.DataFrame([dict(seed=s, noise_records=noise, precise_records=_strip(_precise({2: 10 ** 9, 32: 256}, [s])),
-                              mismatch_kl_close=0.1, mismatch_kl_shifted=2 + 0.1 * s) for s in range(6)])
-    F = bs.findings(df, diag, reference=32)
+                  pred_mean_rel=1 / (16 * m), var_var_rel=1.0 / m, pred_var_rel=1.0, n_eff_frac=0.5) for m in (2, 4)]
+    return pd.DataFrame([dict(seed=s, noise_records=noise, precise_records=_strip(_precise({2: 10 ** 9, 32: 256}, [s])),
+                              mismatch_kl_close=0.1, mismatch_kl_shifted=2 + 0.1 * s) for s in range(n_seeds)])
+
+
+def test_findings_end_to_end_on_a_hand_made_table():
+    df = _table(_acc, strategies=("stats_frozen", "bn_train", "adabn", "to_group", "group_pretrained"))
+    df["diverged"] = False
+    df["source_task_a_accuracy"] = 0.99
+    F = bs.findings(df, _diag(), reference=32)
     assert F.breaks["close_bn_train"] == "<= 2" and F.breaks["close_to_group"] == "never"
+    assert F.breaks_stats["close_bn_train"] == "<= 2" and "close_group_pretrained" not in F.breaks_stats
+    assert F.did_smallest["close_bn_train"].mean == pytest.approx(-0.3, abs=0.01)
     assert F.recommend["close_b2"] == "a per-sample norm" and F.recommend["shifted_b32"] == "BatchNorm"
+    assert F.best_ps["close_b2"] == bs.STRATEGY_LABELS["to_group"]  # labels, never raw slugs
+    assert F.recommend_batchstats["close_b2"] == "a per-sample norm"
     assert F.gap_zero_elsewhere == "holds"
     assert F.gap_bn_train["close_b2"].mean == pytest.approx(-0.1)
     assert F.noise_ratio_m2["l0"] == pytest.approx(2.0) and F.deepest_noisiest == "holds"
+    assert F.noise_slope_mean["l0"] == pytest.approx(-1.0) and F.noise_slope_var["l0"] == pytest.approx(-1.0)
     assert F.retention["close_bn_train_b2"].mean == pytest.approx(0.9)
     assert F.precise_mean_err_ratio_b2_b32 == pytest.approx(1.0) and F.precise_var_err_ratio_b2_b32 == pytest.approx(1.0)
     assert set(F.precise_var_err) == {"b2_n1024", "b2_nmax", "b32_n1024", "b32_nmax"}
-    assert F.precise_enough["b32"] == 256 and F.precise_claim["b32"] == "fewer suffice"
-    assert F.mismatch_predicts == "holds" and F.mismatch_rho > 0.5
+    assert F.precise_enough["b32"] == "256" and F.precise_claim["b32"] == "fewer suffice"
+    assert F.precise_enough["b2"] == "none tried"
+    assert F.precise_mean_enough["b32"] == "256"  # 1/n < 0.01 from n = 256 on (the grid starts at 64)
+    assert F.adabn_vs_frozen["shifted_b32"].mean == pytest.approx(0.15, abs=0.01)
+    assert F.adabn_vs_frozen_word["shifted_b32"] == "above zero"
+    assert F.adabn_vs_frozen_word["close_b32"] == "not separated from zero"
+    assert F.n_winner_same_targets == 0  # close: to_group (b2), bn_train; shifted: adabn at every batch size
+    assert F.n_diverged == 0 and F.diverged_where == "none" and F.lr == {}
+    assert F.acc_top["close_bn_train"].mean == pytest.approx(0.8, abs=0.01) and F.largest_batch == 32
     with pytest.raises(ValueError, match="reference=16"):
-        bs.findings(df, diag, reference=16)
+        bs.findings(df, _diag(), reference=16)
+
+
+def test_break_against_the_control_removes_a_drop_the_control_shares():
+    """M1 (ii): a strategy that falls exactly as the per-sample control falls has no batch-statistics break;
+    one that falls further does; breaks above the reference are reported on their own side."""
+    def acc(st, b, t):
+        base = {2: 0.6, 8: 0.75, 32: 0.8, 128: 0.5}[b]  # the protocol: every strategy falls away from 32
+        return base - (0.2 if st == "bn_train" and b == 2 else 0.0)
+    df = _table(acc, strategies=("stats_frozen", "bn_train", "group_pretrained"), batch_sizes=(2, 8, 32, 128))
+    assert bs.break_batch(df, "close", "stats_frozen", 32, 0.02)[0] == 8  # any cause: 0.75 at 8 is a break
+    assert bs.break_batch(df, "close", "stats_frozen", 32, 0.02, control="group_pretrained")[0] == 0
+    assert bs.break_batch(df, "close", "bn_train", 32, 0.02, control="group_pretrained")[0] == 2
+    m, ivs = bs.break_batch(df, "close", "bn_train", 32, 0.02, control="group_pretrained")
+    assert ivs[2].mean == pytest.approx(-0.2, abs=0.01)
+    assert bs.break_batch(df, "close", "stats_frozen", 32, 0.02, side="above")[0] == 128
+    assert bs.break_batch(df, "close", "stats_frozen", 32, 0.02, control="group_pretrained", side="above")[0] == 0
+    assert bs.break_word(128, "above") == ">= 128"
+    with pytest.raises(ValueError, match="side must be"):
+        bs.break_batch(df, "close", "bn_train", 32, 0.02, side="left")
+    df["diverged"] = (df.strategy == "stats_frozen") & (df.batch_size == 128) & (df.target_name == "shifted")
+    df["source_task_a_accuracy"] = 0.99
+    F = bs.findings(df, _diag(), reference=32)
+    assert F.breaks_above["close_stats_frozen"] == ">= 128" and F.breaks_stats_above["close_stats_frozen"] == "never"
+    assert F.n_break_above == 6 and F.n_stats_break_below == 2
+    assert F.n_small_beats_large == 4  # stats_frozen and group_pretrained, both targets: 0.6 at 2 against 0.5 at 128
+    assert F.near_chance_where == "none"
+    assert F.n_diverged == 6 and F.diverged_where == "shifted target, BN stats frozen, affine trained, batch 128: 6 of 6 runs"
+    tbl = bs.breaks_display(F, ("stats_frozen", "bn_train", "group_pretrained"))
+    assert list(tbl.columns) == ["target", "strategy", "below 32: any cause", "below 32: batch statistics",
+                                 "above 32: any cause", "above 32: batch statistics"]
+    assert tbl.iloc[2]["below 32: batch statistics"] == "control"
+    acc_t = bs.accuracy_table(df)
+    cell = acc_t[(acc_t.target_name == "shifted") & (acc_t.strategy == "stats_frozen") & (acc_t.batch_size == 128)]
+    assert set(cell.diverged_runs) == {6}
+
+
+def test_winners_flag_near_chance_diverged_and_holm():
+    df = _table(lambda st, b, t: 0.12 if b == 2 else (0.8 if st == "bn_train" else 0.7))
+    df["diverged"] = (df.batch_size == 2) & (df.strategy == "stats_frozen")
+    w = bs.winners(df, chance=0.1).set_index(["target_name", "batch_size"])
+    assert w.loc[("close", 2), "near_chance"] and not w.loc[("close", 32), "near_chance"]
+    assert w.loc[("close", 32), "separated_holm"] and not w.loc[("close", 2), "separated_holm"]
+    disp = bs.winners_display(df)
+    assert "winner near chance" in disp["flags"].iloc[0] and "diverged" in disp["flags"].iloc[0] and "separated (Holm)" in disp.columns
+    assert len(bs.near_chance_cells(df, 0.1)) == 8  # 4 strategies x 2 targets at batch 2
+
+
+def _tune(seeds=(1000, 1001)):
+    """stats_frozen gains 0.1 at twice the rate (and then beats bn_train at batch 2); the rest is best at x1."""
+    rows = []
+    for s in seeds:
+        for t in ("close", "shifted"):
+            for b in (2, 32):
+                for st in ("stats_frozen", "bn_train", "group_pretrained"):
+                    for f in (0.5, 1.0, 2.0):
+                        a = {"stats_frozen": 0.7, "bn_train": 0.75 if b == 2 else 0.85, "group_pretrained": 0.7}[st]
+                        a += (0.1 if f == 2.0 else 0.0) if st == "stats_frozen" else (0.0 if f == 1.0 else -0.05)
+                        a -= 0.2 if st == "bn_train" and b == 2 else 0.0
+                        rows.append(dict(seed=s, target_name=t, batch_size=b, strategy=st, lr_factor=f,
+                                         target=a + 0.001 * (s % 7), diverged=False))
+    return pd.DataFrame(rows)
+
+
+def test_lr_check_picks_best_rates_and_reports_winner_changes():
+    out = bs.lr_check(_tune(), reference=32, margin=0.02)
+    assert out["best_factor"]["close_stats_frozen_b2"] == 2.0 and out["best_factor"]["close_bn_train_b2"] == 1.0
+    assert out["n_cells"] == 12 and out["n_moved"] == 4
+    assert out["gain_max"] == pytest.approx(0.1)
+    assert out["winner_base"]["close_b2"] == bs.STRATEGY_LABELS["stats_frozen"] or \
+        out["winner_base"]["close_b2"] == bs.STRATEGY_LABELS["group_pretrained"]
+    assert out["winner_best"]["close_b32"] == bs.STRATEGY_LABELS["bn_train"] and out["winner_same"]["close_b32"]
+    assert out["did_base"]["close"].mean == pytest.approx(-0.3, abs=0.01)
+    assert out["break_base"]["close"] == "<= 2"
+    best = bs.best_rate_table(_tune())
+    assert set(best[best.strategy == "stats_frozen"].lr_factor) == {2.0}
+    tbl = bs.lr_display(_tune())
+    assert tbl.loc[bs.STRATEGY_LABELS["stats_frozen"], "close, batch 2"].startswith("x2: 0.8")
+
+
+def test_stats_enough_and_censored_words():
+    diag = pd.DataFrame([dict(seed=s, precise_records=_strip(_precise({2: 10 ** 9, 32: 64}, [s]))) for s in range(4)])
+    pt = bs.precise_table(diag)
+    assert bs.stats_enough(pt, 32, "mean_err", 0.01) == 256  # 1/64, 1/256: the first below 0.01 is 256
+    assert bs.stats_enough(pt, 32, "mean_err", 1e-9) == 0
+    assert bs.enough_word(64, 64) == "<= 64" and bs.enough_word(256, 64) == "256" and bs.enough_word(0, 64) == "none tried"
+
+
+def test_adabn_statistics_do_not_depend_on_the_fine_tuning_batch_size(bn_source):
+    """M6: AdaBN re-estimates in batches of adabn_batch_size, so its task_a_before (head A on the re-estimated,
+    untrained backbone) is the same at every fine-tuning batch size."""
+    rows = [engine.finetune(FinetuneConfig(**TINY, strategy="adabn", batch_size=b, samples=16, adabn_samples=16,
+                                           adabn_batch_size=16), bn_source) for b in (2, 8)]
+    assert rows[0]["task_a_before"] == rows[1]["task_a_before"]
+    r = engine.finetune(FinetuneConfig(**TINY, strategy="bn_train", batch_size=4, samples=16, adabn_samples=8),
+                        bn_source)
+    assert 0 <= r["target_restat"] <= 1 and math.isnan(rows[0]["target_restat"])
+
+
+def test_tune_configs_use_separate_seeds_and_every_factor():
+    cfg = bs.make_config("quick")
+    tc = cfg.tune_configs()
+    assert not {c.seed for c in tc} & set(cfg.seeds) and {c.seed for c in tc} == {1000, 1001}
+    assert len(tc) == 2 * 2 * len(cfg.tune_batch_sizes) * 8 * len(cfg.lr_factors)
+    c = next(c for c in tc if c.batch_size == 2 and c.strategy == "bn_train" and c.lr == cfg.lr_for(2) * 2.0)
+    assert c.adabn_batch_size == cfg.adabn_batch_size
+    with pytest.raises(ValueError, match="tune_seeds must not reuse a reported seed"):
+        bs.make_config("quick", tune_seeds=[0, 5])
+    with pytest.raises(ValueError, match="lr_factors must be increasing and contain 1.0"):
+        bs.make_config("quick", lr_factors=(0.5, 2.0))
+    with pytest.raises(ValueError, match="tune_batch_sizes must contain lr_batch=32"):
+        bs.make_config("quick", tune_batch_sizes=(2, 8))
+    assert bs.make_config("quick", tune_seeds=0).tune_configs() == []
 
 
 def test_config_errors_name_the_parameter():
@@ -317,4 +446,6 @@ def test_config_errors_name_the_parameter():
     cfg = bs.make_config("quick")
     assert cfg.lr_for(2) == pytest.approx(cfg.base_lr / 16)
     assert len(cfg.run_configs()) == len(cfg.seeds) * 2 * len(cfg.batch_sizes) * 8
+    with pytest.raises(ValueError, match="precise_samples must be multiples of 2"):
+        bs.make_config("quick", precise_samples=(3, 32))
     assert math.isclose(bs.make_config("full").lr_for(256), 0.08)

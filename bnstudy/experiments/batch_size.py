@@ -19,11 +19,14 @@ within a seed:
 Design choice: the number of **samples seen is fixed** across batch sizes (``samples``), and
 the learning rate follows the linear scaling rule ``lr = base_lr * batch_size / lr_batch``
 (Goyal et al., 2017; the rule the GroupNorm paper uses for its batch-size sweep), the same for
-every strategy. Every batch size then sees the same images in the same order and, to first
-order in the learning rate, takes the same SGD trajectory; what changes with the batch size is
-the gradient noise (for every strategy) and the batch statistics (for BatchNorm in train mode).
-Per-sample norms are the control for the first. Fixing the steps instead would give large
-batches 128 times more data, confounding batch size with data.
+every strategy. Every batch size then sees the same images in the same order. The protocol is
+not batch-size-neutral: the batch size also sets the number of steps (``samples / batch_size``)
+and the learning rate, so every strategy's accuracy depends on it (the referee's M1). Two
+devices separate what batch *statistics* do from what the protocol does: a per-sample-norm
+control (``group_pretrained``: no batch statistics at all) against which a break is judged as a
+difference-in-differences (:func:`break_batch` with ``control``), and a learning-rate check
+(``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds, :func:`lr_check`). Fixing the
+steps instead would give large batches 128 times more data, confounding batch size with data.
 
 ``Config`` -> :func:`run` -> results table -> :func:`findings` and the tidy figure tables.
 """
@@ -38,7 +41,7 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from ..analysis import Interval, mean_ci, verdict
+from ..analysis import Interval, holm, mean_ci, verdict
 from ..config import FINETUNE_STRATEGIES, STRATEGY_NORM, Execution, FinetuneConfig, RunConfig, SourceConfig, \
     _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, from_profile, seeds_label
 from ..engine import accuracy, ensure_sources, finetune, load_source, logits_of
@@ -70,13 +73,31 @@ CLAIM_RANGE = (1e3, 1e4)
 #: (bn_train), about 21 s (adabn) and about 15.5 s (per-sample norms; batch 2: 5.7 s against 7.5 s), of which batch 2
 #: is 40%; so about 142 CPU-s per (seed, target), 2850 CPU-s for the 20 groups, about 24 min of fine-tuning on 2
 #: idle workers; stage 1 (30 sources) and the diagnostics add an estimated 5-10 min (not measured).
+#: The learning-rate check's cost (tuning seeds x 2 targets x 8 strategies x ``lr_factors`` at ``tune_batch_sizes``):
+#: from the full run's per-run seconds (commit e3769c6231, mean wall_s 10.6 s at batch 2, 1.85 at 32, 1.51 at 256,
+#: 4096 samples), 670 CPU-s per tuning seed at (2, 32, 256) and 3 factors; 2 tuning seeds are 22 CPU-min. The full
+#: chapter's 47 min of wall time held 78 CPU-min of fine-tuning (0.60 wall-min per CPU-min, 2 loaded cores), so the
+#: check adds about 13.5 min of wall time plus 6 stage-1 sources (~1 min): within the +15 min budget; a third
+#: tuning seed would add about 7 min more. Quick profile, measured 2026-12-01 (2 loaded cores): 18.7 CPU-min for the
+#: check against 15.0 for the main grid (192 against 144 runs).
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
-                  precise_samples=(32, 128, 512, 2048), precise_pool=4096),
+                  precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
+                  tune_seeds=2, tune_batch_sizes=(2, 32), lr_factors=(0.5, 1.0, 2.0)),
     "full": dict(seeds=10, batch_sizes=(2, 4, 8, 16, 32, 64, 128, 256), samples=4096, stage1_steps=400,
                  noise_pool=8192,
-                 precise_samples=(32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384), precise_pool=32768),
+                 precise_samples=(4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+                 precise_pool=32768, tune_seeds=2, tune_batch_sizes=(2, 32, 256), lr_factors=(0.5, 1.0, 2.0)),
 }
+#: Tuning seeds given as a count ``n`` are ``TUNE_SEED_BASE .. TUNE_SEED_BASE + n - 1``: never a reported seed.
+TUNE_SEED_BASE = 1000
+#: The per-sample-norm control of the difference-in-differences break criterion (no batch statistics).
+CONTROL = "group_pretrained"
+#: A cell whose mean accuracy is below chance + this is "near chance" (rankings there are meaningless).
+NEAR_CHANCE = 0.06
+#: Precise BN's statistics are "close enough" when their mean error is below this (population SDs for the mean,
+#: absolute log ratio for the variance): 1% of the population scale.
+STAT_TOLERANCE = 0.01
 
 
 def _increasing_ints(name, value, low=2):
@@ -101,6 +122,10 @@ class Config(_Frozen):
     counts tried for precise BN and the reference sample for the exact population statistics.
     ``equivalence_margin``: TOST margin (accuracy fraction) for "enough samples".
     ``mismatch_batches``: unlabelled target batches of 64 for the statistics mismatch.
+    ``adabn_batch_size``: batch size of AdaBN's re-estimate (no gradients; the same at every fine-tuning batch
+    size). ``tune_seeds``: seeds of the learning-rate check (an int ``n``: ``TUNE_SEED_BASE + 0..n-1``; 0 or
+    empty: no check), disjoint from ``seeds``; ``lr_factors``: multiples of the linear-scaling rate tried there
+    (must contain 1); ``tune_batch_sizes``: batch sizes of the check (must contain ``lr_batch``).
     Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
     """
 
@@ -122,6 +147,10 @@ class Config(_Frozen):
     precise_pool: int = 4096
     equivalence_margin: float = 0.01
     mismatch_batches: int = 8
+    adabn_batch_size: int = 256
+    tune_seeds: tuple = ()
+    lr_factors: tuple = (0.5, 1.0, 2.0)
+    tune_batch_sizes: tuple = (2, 32)
 
     def __post_init__(self):
         check_choice("profile", self.profile, tuple(PROFILES))
@@ -152,14 +181,39 @@ class Config(_Frozen):
             raise ValueError(f"noise_pool must hold at least 2 batches of the largest noise batch size "
                              f"({2 * max(self.noise_batch_sizes)}), got {self.noise_pool}")
         self._set("precise_samples", _increasing_ints("precise_samples", self.precise_samples))
-        if min(self.precise_samples) < max(PRECISE_BATCH_SIZES) or any(n % max(PRECISE_BATCH_SIZES)
-                                                                        for n in self.precise_samples):
-            raise ValueError(f"precise_samples must be multiples of {max(PRECISE_BATCH_SIZES)}, got "
+        if any(n % min(PRECISE_BATCH_SIZES) for n in self.precise_samples) or not any(
+                n % max(PRECISE_BATCH_SIZES) == 0 for n in self.precise_samples):
+            raise ValueError(f"precise_samples must be multiples of {min(PRECISE_BATCH_SIZES)}, at least one of "
+                             f"{max(PRECISE_BATCH_SIZES)} (each batch size uses the counts it divides), got "
                              f"{list(self.precise_samples)}")
         self._set("precise_pool", check_int("precise_pool", self.precise_pool, 2))
         self._set("equivalence_margin", check_float("equivalence_margin", self.equivalence_margin, 0.0, 1.0,
                                                     low_open=True))
         self._set("mismatch_batches", check_int("mismatch_batches", self.mismatch_batches, 1))
+        self._set("adabn_batch_size", check_int("adabn_batch_size", self.adabn_batch_size, 2))
+        ts = self.tune_seeds
+        if isinstance(ts, int) and not isinstance(ts, bool):
+            if ts < 0:
+                raise ValueError(f"tune_seeds must be a count >= 0 or a list of seeds, got {ts}")
+            ts = tuple(range(TUNE_SEED_BASE, TUNE_SEED_BASE + ts))
+        ts = tuple(check_sequence("tune_seeds", ts, lambda n, v: check_int(n, v, 0), 0)) if len(ts) else ()
+        if set(ts) & set(self.seeds):
+            raise ValueError(f"tune_seeds must not reuse a reported seed, got {sorted(set(ts) & set(self.seeds))}")
+        if len(ts) == 1:
+            raise ValueError("tune_seeds must hold 0 or at least 2 seeds (an interval needs two)")
+        self._set("tune_seeds", ts)
+        self._set("lr_factors", check_sequence("lr_factors", self.lr_factors,
+                                               lambda n, v: check_float(n, v, 0.0, low_open=True), 1))
+        if 1.0 not in self.lr_factors or list(self.lr_factors) != sorted(set(self.lr_factors)):
+            raise ValueError(f"lr_factors must be increasing and contain 1.0 (the reported rate), got "
+                             f"{list(self.lr_factors)}")
+        self._set("tune_batch_sizes", _increasing_ints("tune_batch_sizes", self.tune_batch_sizes))
+        if self.lr_batch not in self.tune_batch_sizes:
+            raise ValueError(f"tune_batch_sizes must contain lr_batch={self.lr_batch} (the break reference), got "
+                             f"{list(self.tune_batch_sizes)}")
+        for b in self.tune_batch_sizes:
+            if b % 2 or self.samples % b:
+                raise ValueError(f"tune_batch_sizes must be even divisors of samples={self.samples}, not {b}")
         self.run_configs()  # every run validated with the engine's own messages
 
     def lr_for(self, batch_size: int) -> float:
@@ -169,12 +223,22 @@ class Config(_Frozen):
     def source(self, seed: int, norm: str = "batch") -> SourceConfig:
         return SourceConfig(seed=seed, norm=norm, noise=self.noise, stage1_steps=self.stage1_steps)
 
+    def _finetune_config(self, s, t, b, st, factor=1.0) -> FinetuneConfig:
+        return FinetuneConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, norm=STRATEGY_NORM[st],
+                              strategy=st, batch_size=b, samples=self.samples, lr=self.lr_for(b) * factor,
+                              brightness=TARGETS[t][0], contrast=TARGETS[t][1], adabn_samples=self.adabn_samples,
+                              adabn_batch_size=self.adabn_batch_size)
+
     def run_configs(self) -> list[FinetuneConfig]:
         """One :class:`FinetuneConfig` per (seed, target, batch size, strategy), seeds outermost."""
-        return [FinetuneConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, norm=STRATEGY_NORM[st], strategy=st, batch_size=b,
-                               samples=self.samples, lr=self.lr_for(b), brightness=TARGETS[t][0],
-                               contrast=TARGETS[t][1], adabn_samples=self.adabn_samples)
+        return [self._finetune_config(s, t, b, st)
                 for s in self.seeds for t in self.targets for b in self.batch_sizes for st in self.strategies]
+
+    def tune_configs(self) -> list[FinetuneConfig]:
+        """The learning-rate check: per tuning seed, target, tuning batch size, strategy and factor ``f``, a run at
+        ``f * lr_for(batch_size)`` (the same data stream and head initialisation per seed as the main grid)."""
+        return [self._finetune_config(s, t, b, st, f) for s in self.tune_seeds for t in self.targets
+                for b in self.tune_batch_sizes for st in self.strategies for f in self.lr_factors]
 
     def diag_configs(self) -> list["DiagConfig"]:
         return [DiagConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, noise_batch_sizes=self.noise_batch_sizes,
@@ -187,7 +251,9 @@ class Config(_Frozen):
                 f"{self.samples} samples per run, SGD base_lr={self.base_lr:g} at batch {self.lr_batch} "
                 f"(linear scaling), {len(self.strategies)} strategies, targets {list(self.targets)}, "
                 f"stage1_steps={self.stage1_steps}, noise={self.noise:g}, adabn_samples={self.adabn_samples}, noise pool {self.noise_pool}, "
-                f"precise-BN samples {list(self.precise_samples)} (reference {self.precise_pool})")
+                f"precise-BN samples {list(self.precise_samples)} (reference {self.precise_pool}), AdaBN in batches "
+                f"of {self.adabn_batch_size}; learning-rate check: factors {list(self.lr_factors)} at batch sizes "
+                f"{list(self.tune_batch_sizes)} on {len(self.tune_seeds)} tuning seeds {list(self.tune_seeds)}")
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
@@ -360,7 +426,7 @@ def precise_records(cfg: DiagConfig, state: dict) -> list[dict]:
     exact = exact_population_statistics(bb, ref)
     recs.append(dict(kind="exact", batch_size=0, n_samples=0, mean_err=0.0, var_err=0.0, accuracy=acc(bb, head)))
     for m in PRECISE_BATCH_SIZES:
-        for n in cfg.precise_samples:
+        for n in (n for n in cfg.precise_samples if n >= m and n % m == 0):
             bb, head = model()
             update_bn_stats(bb, _stream(task, n, m, generator(cfg.seed, "precise", "estimate")))
             me, ve = _stat_errors(bb, exact)
@@ -412,10 +478,11 @@ def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str
 def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run chapter 5: stage 1 for every source norm needed, the diagnostics per seed, the fine-tuning sweep.
 
-    Returns ``(runs, diag)``: one row per fine-tuning run (columns of :func:`bnstudy.engine.finetune`,
-    plus ``target_name``, ``mismatch_kl`` of the run's seed and target), and one row per seed with the
+    Returns ``(runs, diag, tune)``: one row per fine-tuning run (columns of :func:`bnstudy.engine.finetune`,
+    plus ``target_name``, ``mismatch_kl`` of the run's seed and target), one row per seed with the
     list-valued ``noise_records`` / ``precise_records`` (expanded by :func:`noise_table` and
-    :func:`precise_table`) and ``mismatch_kl_<target>``.
+    :func:`precise_table`) and ``mismatch_kl_<target>``, and the learning-rate check's runs on the tuning seeds
+    (the same columns without ``mismatch_kl``, plus ``lr_factor``; empty without tuning seeds).
     """
     if not isinstance(config, Config):
         raise TypeError(f"run needs a batch_size.Config (see make_config), got {type(config).__name__}")
@@ -423,7 +490,8 @@ def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFram
     version = code_version()
     root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
     cfgs = config.run_configs()
-    ensure_sources(list(dict.fromkeys([config.source(s) for s in config.seeds] + [c.source for c in cfgs])),
+    tcfgs = config.tune_configs()
+    ensure_sources(list(dict.fromkeys([config.source(s) for s in config.seeds] + [c.source for c in cfgs + tcfgs])),
                    ex, version)
     kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
     diag = run_sweep(config.diag_configs(), _diag_group, namespace=DIAG_NAMESPACE, desc="noise, precise BN, mismatch",
@@ -435,11 +503,20 @@ def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFram
                    desc="fine-tuning", **kw)
     names = {v: k for k, v in TARGETS.items()}
     df["target_name"] = [names[(b, c)] for b, c in zip(df["brightness"], df["contrast"])]
+    tune = pd.DataFrame()
+    if tcfgs:
+        tgroups: dict = {}
+        for i, c in enumerate(tcfgs):
+            tgroups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
+        tune = run_sweep(tcfgs, _finetune_group, namespace=NAMESPACE, groups=list(tgroups.values()),
+                         desc="learning-rate check", **kw)
+        tune["target_name"] = [names[(b, c)] for b, c in zip(tune["brightness"], tune["contrast"])]
+        tune["lr_factor"] = [round(lr / config.lr_for(b), 6) for lr, b in zip(tune["lr"], tune["batch_size"])]
     mm = diag.melt(id_vars="seed", value_vars=[f"mismatch_kl_{t}" for t in config.targets],
                    var_name="target_name", value_name="mismatch_kl")
     mm["target_name"] = mm["target_name"].str.replace("mismatch_kl_", "", regex=False)
     df = df.merge(mm, on=["seed", "target_name"], how="left", validate="many_to_one")
-    return df, diag
+    return df, diag, tune
 
 
 # --- tidy tables --------------------------------------------------------------------------------------------------
@@ -475,8 +552,14 @@ def _ci_long(df, by, metrics):
 
 def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per target, strategy and batch size: mean, 95% interval and SD over seeds of ``target``,
-    ``task_a_after``, ``train_eval_gap`` (long: ``target_name, strategy, batch_size, metric, ...``)."""
-    return _ci_long(df, ["target_name", "strategy", "batch_size"], ["target", "task_a_after", "train_eval_gap"])
+    ``task_a_after``, ``train_eval_gap`` (long: ``target_name, strategy, batch_size, metric, ...``), with
+    ``diverged_runs`` (runs with a non-finite loss in the cell: a zero-width interval there is runs stuck at
+    chance, not certainty)."""
+    by = ["target_name", "strategy", "batch_size"]
+    out = _ci_long(df, by, ["target", "task_a_after", "train_eval_gap"])
+    if "diverged" in df:
+        out = out.merge(df.groupby(by)["diverged"].sum().astype(int).rename("diverged_runs").reset_index(), on=by)
+    return out
 
 
 def tradeoff_table(df: pd.DataFrame, batch_sizes) -> pd.DataFrame:
@@ -503,30 +586,57 @@ def mismatch_table(df: pd.DataFrame, batch_size: int, baseline: str = "stats_fro
 # --- findings -----------------------------------------------------------------------------------------------------
 
 def break_batch(df: pd.DataFrame, target: str, strategy: str, reference: int, margin: float,
-                confidence: float = 0.95) -> tuple[int, dict]:
-    """The largest batch size below ``reference`` at which ``strategy`` breaks on ``target`` (0: none).
+                confidence: float = 0.95, control: str | None = None, side: str = "below") -> tuple[int, dict]:
+    """The batch size nearest ``reference`` on ``side`` (``"below"``: largest smaller, ``"above"``: smallest
+    larger; 0: none) from which on ``strategy`` breaks on ``target``.
 
-    Breaks at ``m``: the paired per-seed difference ``target(m) - target(reference)`` has its upper
-    Bonferroni-adjusted bound (confidence ``1 - (1 - confidence) / k``, ``k`` = batch sizes tested)
-    below ``-margin``. Also returns ``{m: Interval}`` of those differences (adjusted intervals).
+    Breaks at ``m``: the paired per-seed difference ``target(m) - target(reference)`` (with ``control``: the
+    difference-in-differences ``[strategy(m) - strategy(ref)] - [control(m) - control(ref)]``, paired within
+    seed, so a drop the control shares is not a break) has its upper Bonferroni-adjusted bound (confidence
+    ``1 - (1 - confidence) / k``, ``k`` = batch sizes tested on that side) below ``-margin``. A break further
+    from the reference counts only if every batch size beyond it also breaks (the verdict is "from m on").
+    Also returns ``{m: Interval}`` of those differences (adjusted intervals). Raises ``ValueError`` for a bad
+    ``side``.
     """
-    d = df[(df.target_name == target) & (df.strategy == strategy)]
-    piv = d.pivot(index="seed", columns="batch_size", values="target")
-    smaller = sorted(b for b in piv.columns if b < reference)
-    conf = 1 - (1 - confidence) / max(len(smaller), 1)
-    ivs = {m: mean_ci(piv[m] - piv[reference], conf) for m in smaller}
-    broken = [m for m, iv in ivs.items() if iv.high < -margin]
-    return (max(broken) if broken else 0), ivs
+    if side not in ("below", "above"):
+        raise ValueError(f"side must be 'below' or 'above', got {side!r}")
+    d = df[df.target_name == target]
+    piv = d[d.strategy == strategy].pivot(index="seed", columns="batch_size", values="target")
+    if control is not None and control != strategy:
+        cp = d[d.strategy == control].pivot(index="seed", columns="batch_size", values="target")
+        piv = (piv - cp).dropna()
+    elif control is not None:
+        piv = piv * 0.0
+    sizes = sorted(b for b in piv.columns if (b < reference if side == "below" else b > reference))
+    conf = 1 - (1 - confidence) / max(len(sizes), 1)
+    ivs = {m: mean_ci(piv[m] - piv[reference], conf) for m in sizes}
+    broken = {m for m, iv in ivs.items() if iv.high < -margin}
+    # walk away from the reference: the threshold is the nearest m from which every further m breaks
+    order = sorted(sizes, reverse=(side == "below"))
+    for i, m in enumerate(order):
+        if all(k in broken for k in order[i:]):
+            return m, ivs
+    return 0, ivs
 
 
-def break_word(m: int) -> str:
-    """The verdict token for a break batch: ``"never"`` or ``"<= m"``."""
-    return "never" if m == 0 else f"<= {m}"
+def break_word(m: int, side: str = "below") -> str:
+    """The verdict token for a break batch: ``"never"``, ``"<= m"`` (below) or ``">= m"`` (above)."""
+    return "never" if m == 0 else (f"<= {m}" if side == "below" else f">= {m}")
 
 
-def winners(df: pd.DataFrame, strategies=None) -> pd.DataFrame:
+def _paired_p(v) -> float:
+    v = np.asarray(v, dtype=float)
+    if len(v) < 2 or np.std(v) == 0:
+        return 0.0 if len(v) >= 2 and v.mean() != 0 else 1.0
+    return float(sps.ttest_1samp(v, 0.0).pvalue)
+
+
+def winners(df: pd.DataFrame, strategies=None, chance: float | None = None) -> pd.DataFrame:
     """Per target and batch size: the strategy with the highest mean target accuracy, the runner-up, the
-    paired difference (95% interval) and ``separated`` (interval above zero)."""
+    paired difference (95% interval), ``separated`` (interval above zero), ``separated_holm`` (paired t-test
+    p-value, Holm-adjusted over every row of the table, below 0.05 and the difference positive),
+    ``diverged_runs`` (runs with a non-finite loss in the winner's or runner-up's cell, if the column exists)
+    and ``near_chance`` (the winner's mean within :data:`NEAR_CHANCE` of ``chance``; False without ``chance``)."""
     recs = []
     for (t, b), g in df.groupby(["target_name", "batch_size"]):
         piv = g.pivot(index="seed", columns="strategy", values="target")
@@ -535,21 +645,28 @@ def winners(df: pd.DataFrame, strategies=None) -> pd.DataFrame:
         order = piv.mean().sort_values(ascending=False).index
         best, second = order[0], order[1]
         iv = mean_ci(piv[best] - piv[second])
+        div = int(g[g.strategy.isin([best, second])]["diverged"].sum()) if "diverged" in g else 0
         recs.append(dict(target_name=t, batch_size=int(b), winner=best, winner_mean=float(piv[best].mean()),
                          runner_up=second, diff_mean=iv.mean, diff_lo=iv.low, diff_hi=iv.high,
-                         separated=bool(iv.low > 0)))
-    return pd.DataFrame(recs)
+                         separated=bool(iv.low > 0), p=_paired_p(piv[best] - piv[second]), diverged_runs=div,
+                         near_chance=bool(chance is not None and piv[best].mean() < chance + NEAR_CHANCE)))
+    out = pd.DataFrame(recs)
+    if len(out):
+        out["separated_holm"] = (holm(out.p.to_numpy()) < 0.05) & (out.diff_mean > 0)
+    return out
 
 
-def bn_vs_per_sample(df: pd.DataFrame, target: str, batch_size: int) -> tuple[str, str, Interval, str]:
+def bn_vs_per_sample(df: pd.DataFrame, target: str, batch_size: int,
+                     bn_strategies=BN_STRATEGIES) -> tuple[str, str, Interval, str]:
     """Best BN strategy against best per-sample-norm strategy (by mean) at one target and batch size.
 
-    Returns ``(best_bn, best_ps, Interval of per-seed ps - bn, word)`` with word ``"a per-sample norm"``
-    (interval above 0), ``"BatchNorm"`` (below 0) or ``"not separated"``.
+    ``bn_strategies``: the BN strategies that compete (e.g. ``("bn_train",)`` for BN that uses batch
+    statistics). Returns ``(best_bn, best_ps, Interval of per-seed ps - bn, word)`` with word ``"a per-sample
+    norm"`` (interval above 0), ``"BatchNorm"`` (below 0) or ``"not separated"``.
     """
     g = df[(df.target_name == target) & (df.batch_size == batch_size)]
     piv = g.pivot(index="seed", columns="strategy", values="target")
-    bn = [s for s in BN_STRATEGIES if s in piv.columns]
+    bn = [s for s in bn_strategies if s in piv.columns]
     ps = [s for s in PER_SAMPLE_STRATEGIES if s in piv.columns]
     if not bn or not ps:
         raise ValueError("bn_vs_per_sample needs at least one BN and one per-sample strategy")
@@ -575,6 +692,25 @@ def samples_enough(pt: pd.DataFrame, batch_size: int, margin: float) -> int:
     return 0
 
 
+def stats_enough(pt: pd.DataFrame, batch_size: int, column: str, tolerance: float = STAT_TOLERANCE) -> int:
+    """Smallest ``n_samples`` from which on precise BN's mean (over seeds) ``column`` error (``mean_err`` or
+    ``var_err``) stays below ``tolerance``; 0 if no count tried does."""
+    d = pt[(pt.kind == "precise") & (pt.batch_size == batch_size)].groupby("n_samples")[column].mean()
+    ns = sorted(int(n) for n in d.index)
+    for i, n in enumerate(ns):
+        if all(d.loc[k] < tolerance for k in ns[i:]):
+            return n
+    return 0
+
+
+def enough_word(n: int, smallest: int) -> str:
+    """``n`` from :func:`samples_enough` / :func:`stats_enough` as a token: ``"none tried"`` (0), ``"<= n"`` when
+    ``n`` is the smallest count tried (censored by the grid), else ``"n"``."""
+    if n == 0:
+        return "none tried"
+    return f"<= {n}" if n == smallest else f"{n}"
+
+
 def claim_word(n_enough: int, grid_max: int) -> str:
     """Wu & Johnson's 10^3-10^4 against ``n_enough``: ``"within the range"``, ``"fewer suffice"``,
     ``"more needed"`` (none enough, or only beyond 10^4) or ``"not reached"`` (none enough and the grid
@@ -587,41 +723,160 @@ def claim_word(n_enough: int, grid_max: int) -> str:
     return "within the range" if n_enough <= hi else "more needed"
 
 
+def best_rate_table(tune: pd.DataFrame) -> pd.DataFrame:
+    """The learning-rate check's rows at each (target, strategy, batch size)'s best ``lr_factor`` (highest mean
+    target accuracy over the tuning seeds; ties to the factor nearest 1), with ``best_factor``."""
+    m = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean().reset_index()
+    m["dist"] = np.abs(np.log(m.lr_factor))
+    m = m.sort_values(["target", "dist"], ascending=[False, True])
+    best = m.groupby(["target_name", "strategy", "batch_size"]).head(1)[["target_name", "strategy", "batch_size",
+                                                                          "lr_factor"]]
+    out = tune.merge(best, on=["target_name", "strategy", "batch_size", "lr_factor"])
+    out["best_factor"] = out["lr_factor"]
+    return out
+
+
+def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = CONTROL) -> dict:
+    """The learning-rate check's summary (tuning seeds only; nothing here selects on the reported seeds).
+
+    Returns a dict: ``best_factor`` per ``<target>_<strategy>_b<m>``; ``n_cells`` and ``n_moved`` (cells whose
+    best factor is not 1); ``gain_max`` (largest mean gain of the best over the reported rate) and where
+    (``gain_where``, readable); per ``<target>_b<m>``: ``winner_base`` / ``winner_best`` (labels) and
+    ``winner_same`` (bool); ``n_winner_changes``; per target, bn_train's difference-in-differences at the
+    smallest tuning batch size at the reported and at the best rates (``did_base``, ``did_best``: Intervals)
+    and the break verdicts with it (``break_base``, ``break_best``: tokens).
+    """
+    base = tune[tune.lr_factor == 1.0]
+    best = best_rate_table(tune)
+    out: dict = dict(best_factor={}, winner_base={}, winner_best={}, winner_same={}, did_base={}, did_best={},
+                     break_base={}, break_best={})
+    means = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean()
+    gains = {}
+    for r in best.drop_duplicates(["target_name", "strategy", "batch_size"]).itertuples():
+        k = f"{r.target_name}_{r.strategy}_b{r.batch_size}"
+        out["best_factor"][k] = float(r.best_factor)
+        gains[(r.target_name, r.strategy, r.batch_size)] = float(
+            means[(r.target_name, r.strategy, r.batch_size, r.best_factor)]
+            - means[(r.target_name, r.strategy, r.batch_size, 1.0)])
+    out["n_cells"] = len(out["best_factor"])
+    out["n_moved"] = int(sum(v != 1.0 for v in out["best_factor"].values()))
+    gk = max(gains, key=gains.get)
+    out["gain_max"] = gains[gk]
+    out["gain_where"] = f"{STRATEGY_LABELS[gk[1]]}, {gk[0]} target, batch {gk[2]}"
+    wb, wt = winners(base), winners(best)
+    for a, b in zip(wb.itertuples(), wt.itertuples()):
+        k = f"{a.target_name}_b{a.batch_size}"
+        out["winner_base"][k], out["winner_best"][k] = STRATEGY_LABELS[a.winner], STRATEGY_LABELS[b.winner]
+        out["winner_same"][k] = bool(a.winner == b.winner)
+    out["n_winner_changes"] = int(sum(not v for v in out["winner_same"].values()))
+    sb = int(tune.batch_size.min())
+    for t in sorted(tune.target_name.unique()):
+        for tag, d in (("base", base), ("best", best)):
+            if "bn_train" in set(d.strategy) and control in set(d.strategy):
+                m, ivs = break_batch(d, t, "bn_train", reference, margin, control=control)
+                out[f"did_{tag}"][t], out[f"break_{tag}"][t] = ivs[sb], break_word(m)
+    return out
+
+
+def lr_display(tune: pd.DataFrame) -> pd.DataFrame:
+    """The learning-rate check for the page: per strategy (rows) and target/batch size (columns), the best
+    factor and its mean target accuracy against the reported rate's (means over the tuning seeds)."""
+    means = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean()
+    best = best_rate_table(tune).drop_duplicates(["target_name", "strategy", "batch_size"])
+    cols = {}
+    for (t, b), g in best.groupby(["target_name", "batch_size"]):
+        col = {}
+        for r in g.itertuples():
+            col[STRATEGY_LABELS[r.strategy]] = (f"x{r.best_factor:g}: {means[(t, r.strategy, b, r.best_factor)]:.3f} "
+                                                f"(x1: {means[(t, r.strategy, b, 1.0)]:.3f})")
+        cols[f"{t}, batch {b}"] = col
+    out = pd.DataFrame(cols)
+    return out.loc[[STRATEGY_LABELS[s] for s in STRATEGIES if STRATEGY_LABELS[s] in out.index]]
+
+
+def diverged_where(df: pd.DataFrame) -> str:
+    """Where runs diverged (a non-finite loss), readable: ``"<target> target, <strategy>, batch m: k of n runs"``
+    joined by "; ", or ``"none"``."""
+    if "diverged" not in df or not df.diverged.any():
+        return "none"
+    parts = []
+    for (t, s, b), g in df.groupby(["target_name", "strategy", "batch_size"]):
+        if g.diverged.any():
+            parts.append(f"{t} target, {STRATEGY_LABELS[s]}, batch {b}: {int(g.diverged.sum())} of {len(g)} runs")
+    return "; ".join(parts)
+
+
+def near_chance_cells(df: pd.DataFrame, chance: float) -> pd.DataFrame:
+    """(target, strategy, batch size) cells whose mean target accuracy is below ``chance + NEAR_CHANCE``."""
+    m = df.groupby(["target_name", "strategy", "batch_size"])["target"].mean().reset_index()
+    return m[m.target < chance + NEAR_CHANCE].reset_index(drop=True)
+
+
 @dataclass(frozen=True)
 class Findings:
     """Every number and verdict chapter 5's prose cites (accuracies are fractions 0..1).
 
-    ``breaks``: per ``<target>_<strategy>`` the verdict token of :func:`break_batch` (``never`` / ``<= m``).
-    ``winner``: per ``<target>_b<m>`` the winning strategy; ``winner_separated``: ``yes``/``no``.
-    ``recommend``: per ``<target>_b<m>`` for the smallest and reference batch sizes, the word of
-    :func:`bn_vs_per_sample`; ``ps_minus_bn``: its interval.
+    ``breaks`` / ``breaks_above``: per ``<target>_<strategy>`` the token of :func:`break_batch` below / above the
+    reference (any cause); ``breaks_stats`` / ``breaks_stats_above``: the same judged against the control
+    (:data:`CONTROL`; a batch-statistics break). ``winner``: per ``<target>_b<m>`` the winning strategy's label;
+    ``winner_separated``: yes/no. ``recommend``: per ``<target>_b<m>`` the word of :func:`bn_vs_per_sample`
+    (all BN strategies); ``recommend_batchstats``: the same against BN in train mode only. ``lr``: the
+    learning-rate check (:func:`lr_check`; empty without tuning seeds).
     """
 
     n_seeds: int
+    n_runs: int
     chance: float
     smallest_batch: int
+    largest_batch: int
     reference_batch: int
     margin: float
     equivalence_margin: float
+    control: str
     breaks: dict
-    break_batches: dict
+    breaks_above: dict
+    breaks_stats: dict
+    breaks_stats_above: dict
+    breaks_stats_wide: dict
+    did_smallest: dict
+    drop_smallest: dict
+    n_break_above: int
+    n_break_below: int
+    n_stats_break_below: int
     winner: dict
     winner_separated: dict
+    n_winner_separated_holm: int
     recommend: dict
     ps_minus_bn: dict
+    recommend_batchstats: dict
+    ps_minus_bntrain: dict
     best_bn: dict
     best_ps: dict
     acc: dict
+    acc_top: dict
+    gap_top: dict
+    n_diverged: int
+    diverged_where: str
+    n_near_chance: int
+    n_small_beats_large: int
+    near_chance_where: str
     gap_bn_train: dict
     gap_zero_elsewhere: str
+    restat_gain: dict
     spread: dict
     retention: dict
+    source_acc: float
     noise_ratio_m2: dict
     deepest_noisiest: str
     noise_rel_std_m2: dict
     n_eff_frac: dict
+    noise_slope_mean: dict
+    noise_slope_var: dict
     precise_enough: dict
     precise_claim: dict
+    precise_mean_enough: dict
+    precise_var_enough: dict
+    precise_smallest_n: dict
     precise_acc_gap: dict
     precise_mean_err: dict
     precise_var_err: dict
@@ -629,60 +884,114 @@ class Findings:
     precise_var_err_ratio_b2_b32: float
     precise_source_acc: float
     precise_exact_acc: float
+    stat_tolerance: float
     mismatch: dict
-    mismatch_rho: float
-    mismatch_p: float
-    mismatch_predicts: str
+    adabn_vs_frozen: dict
+    adabn_vs_frozen_word: dict
+    mismatch_rho_within: dict
+    n_sizes: int
+    n_winner_same_targets: int
+    lr: dict
+
+
+def _cells_where(cells: pd.DataFrame, most: int = 8) -> str:
+    """Near-chance cells, readable; more than ``most``: a count pointing to the figure instead of a list."""
+    if not len(cells):
+        return "none"
+    if len(cells) > most:
+        return f"{len(cells)} cells, too many to list; the accuracy figure shows them"
+    return "; ".join(f"{r.target_name} target, {STRATEGY_LABELS[r.strategy]}, batch {r.batch_size} ({r.target:.3f})"
+                     for r in cells.itertuples())
+
+
+def _n_small_beats_large(df: pd.DataFrame, small: int, large: int) -> int:
+    """Strategy/target pairs whose accuracy at ``small`` is above that at ``large`` (paired 95% interval > 0)."""
+    n = 0
+    for (t, s), g in df.groupby(["target_name", "strategy"]):
+        piv = g.pivot(index="seed", columns="batch_size", values="target")
+        if small in piv and large in piv and small != large and mean_ci(piv[small] - piv[large]).low > 0:
+            n += 1
+    return n
 
 
 def _slug(v) -> str:
     return str(v).replace(".", "_")
 
 
-def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
-             equivalence_margin: float = 0.01, advantage_strategy: str = "adabn") -> Findings:
-    """Chapter 5's findings from :func:`run`'s two tables.
+def _sep_word(iv: Interval) -> str:
+    return "above zero" if iv.low > 0 else ("below zero" if iv.high < 0 else "not separated from zero")
 
-    Breaks: :func:`break_batch` against ``reference`` with ``margin``. Winners: :func:`winners`.
-    Recommendation at the smallest batch size and the reference: :func:`bn_vs_per_sample`. Train/eval gap:
-    interval for ``bn_train``; ``gap_zero_elsewhere`` checks ``== 0`` for every run of every other strategy
-    (they normalise the same way in both modes). Spread: SD over seeds at the smallest batch size, per
-    target and strategy. Noise: per layer at batch 2, measured over predicted variance of the batch mean,
-    the relative standard deviation ``sqrt(var_mean_rel)``, the effective-count fraction averaged over
-    batch sizes, and ``deepest_noisiest`` (the last layer has the largest relative standard deviation).
-    Retention: head A's accuracy after fine-tuning, per target, strategy and batch size (smallest, reference). Precise BN: :func:`samples_enough` and :func:`claim_word` per batch size. Mismatch:
-    Spearman correlation over (seed, target) between the mismatch and ``advantage_strategy``'s paired
-    advantage over ``stats_frozen`` at the reference batch size; ``predicts`` if p < 0.05 and positive.
-    Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
+
+def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
+             equivalence_margin: float = 0.01, tune: pd.DataFrame | None = None, control: str = CONTROL,
+             wide_margin: float = 0.05) -> Findings:
+    """Chapter 5's findings from :func:`run`'s three tables.
+
+    Breaks: :func:`break_batch` against ``reference`` with ``margin``, below and above, raw and against
+    ``control`` (difference-in-differences); ``breaks_stats_wide``: the controlled verdict below at
+    ``wide_margin`` (sensitivity). Winners: :func:`winners` (Holm count over the table). Recommendation at the
+    smallest batch size and the reference: :func:`bn_vs_per_sample`, against every BN strategy and against BN
+    in train mode only. Diverged runs: count and :func:`diverged_where`; near-chance cells: count. Train/eval
+    gap: interval for ``bn_train`` at the smallest, reference and largest batch size; ``gap_zero_elsewhere``
+    checks ``== 0`` for every run of every other strategy. ``restat_gain``: bn_train's accuracy after its
+    running statistics are re-estimated minus before, at the largest batch size (C1). Spread: SD over seeds at
+    the smallest batch size. Noise: per layer at batch 2, measured over predicted variance of the batch mean,
+    the relative standard deviation, the effective-count fraction averaged over batch sizes, fitted log-log
+    slopes of both spreads against batch size, and ``deepest_noisiest``. Retention: head A's accuracy after
+    fine-tuning. Precise BN: :func:`samples_enough` (accuracy), :func:`stats_enough` (statistics, below
+    :data:`STAT_TOLERANCE`), tokens of :func:`enough_word`. Mismatch: AdaBN minus stats-frozen per target at
+    the smallest and reference batch size, the within-target Spearman correlation at the reference (NaN where
+    not computable), and at how many batch sizes both targets have the same winner. Learning rates:
+    :func:`lr_check` on ``tune``. Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
     """
     if reference not in set(df.batch_size):
         raise ValueError(f"reference={reference} is not a batch size of the results {sorted(set(df.batch_size))}")
-    sb = int(df.batch_size.min())
-    breaks, bb = {}, {}
-    for t in sorted(df.target_name.unique()):
+    sb, lb = int(df.batch_size.min()), int(df.batch_size.max())
+    chance = 1 / int(df.n_classes.iloc[0])
+    has_control = control in set(df.strategy)
+    targets = sorted(df.target_name.unique())
+    breaks, above, sbreaks, sabove, swide, did, drop = {}, {}, {}, {}, {}, {}, {}
+    for t in targets:
         for s in sorted(df[df.target_name == t].strategy.unique()):
-            m, _ = break_batch(df, t, s, reference, margin)
-            breaks[f"{t}_{s}"], bb[f"{t}_{s}"] = break_word(m), m
-    w = winners(df)
-    win = {f"{r.target_name}_b{r.batch_size}": r.winner for r in w.itertuples()}
+            k = f"{t}_{s}"
+            m, ivs = break_batch(df, t, s, reference, margin)
+            breaks[k] = break_word(m)
+            if sb in ivs:
+                drop[k] = ivs[sb]
+            above[k] = break_word(break_batch(df, t, s, reference, margin, side="above")[0], "above")
+            if has_control and s != control:
+                m, ivs = break_batch(df, t, s, reference, margin, control=control)
+                sbreaks[k] = break_word(m)
+                if sb in ivs:
+                    did[k] = ivs[sb]
+                sabove[k] = break_word(break_batch(df, t, s, reference, margin, control=control, side="above")[0],
+                                       "above")
+                swide[k] = break_word(break_batch(df, t, s, reference, wide_margin, control=control)[0])
+    w = winners(df, chance=chance)
+    win = {f"{r.target_name}_b{r.batch_size}": STRATEGY_LABELS[r.winner] for r in w.itertuples()}
     wsep = {f"{r.target_name}_b{r.batch_size}": bool(r.separated) for r in w.itertuples()}
-    rec, ivs, bbn, bps, acc, retention = {}, {}, {}, {}, {}, {}
-    for t in sorted(df.target_name.unique()):
+    rec, ivs_, recb, ivb, bbn, bps, acc, retention = {}, {}, {}, {}, {}, {}, {}, {}
+    for t in targets:
         for b in sorted({sb, reference}):
             best_bn, best_ps, iv, word = bn_vs_per_sample(df, t, b)
             k = f"{t}_b{b}"
-            rec[k], ivs[k], bbn[k], bps[k] = word, iv, best_bn, best_ps
+            rec[k], ivs_[k], bbn[k], bps[k] = word, iv, STRATEGY_LABELS[best_bn], STRATEGY_LABELS[best_ps]
+            if "bn_train" in set(df.strategy):
+                _, _, iv2, word2 = bn_vs_per_sample(df, t, b, ("bn_train",))
+                recb[k], ivb[k] = word2, iv2
         for s in df.strategy.unique():
-            for b in sorted({sb, reference}):
+            for b in sorted({sb, reference, lb}):
                 g = df[(df.target_name == t) & (df.strategy == s) & (df.batch_size == b)]
                 acc[f"{t}_{s}_b{b}"] = mean_ci(g["target"])
                 retention[f"{t}_{s}_b{b}"] = mean_ci(g["task_a_after"])
-    gap = {}
-    for t in sorted(df.target_name.unique()):
-        for b in sorted({sb, reference}):
+    gap, restat = {}, {}
+    for t in targets:
+        for b in sorted({sb, reference, lb}):
             g = df[(df.target_name == t) & (df.strategy == "bn_train") & (df.batch_size == b)]
             if len(g):
                 gap[f"{t}_b{b}"] = mean_ci(g["train_eval_gap"])
+                if b == lb and "target_restat" in g and g.target_restat.notna().all():
+                    restat[t] = mean_ci(g["target_restat"] - g["target"])
     others = df[df.strategy != "bn_train"]
     spread = {f"{t}_{s}": float(np.std(g["target"], ddof=1))
               for (t, s), g in df[df.batch_size == sb].groupby(["target_name", "strategy"])}
@@ -691,57 +1000,114 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     ratio = {f"l{l}": float((g.var_mean_rel / g.pred_mean_rel).mean()) for l, g in n2.groupby("layer")}
     rel_std = {f"l{l}": float(np.sqrt(g.var_mean_rel).mean()) for l, g in n2.groupby("layer")}
     neff = {f"l{l}": float(g.n_eff_frac.mean()) for l, g in nt.groupby("layer")}
+    slope_m, slope_v = {}, {}
+    for l, g in nt.groupby("layer"):
+        mm_ = g.groupby("batch_size")[["var_mean_rel", "var_var_rel"]].mean()
+        if len(mm_) >= 2:
+            x = np.log(mm_.index.to_numpy(dtype=float))
+            slope_m[f"l{l}"] = float(np.polyfit(x, np.log(mm_.var_mean_rel), 1)[0])
+            slope_v[f"l{l}"] = float(np.polyfit(x, np.log(mm_.var_var_rel), 1)[0])
     deepest = verdict(max(rel_std, key=rel_std.get) == f"l{int(nt.layer.max())}")
     pt = precise_table(diag)
-    enough, claim, pgap, perr, pverr = {}, {}, {}, {}, {}
+    enough, claim, menough, venough, smallest_n, pgap, perr, pverr = {}, {}, {}, {}, {}, {}, {}, {}
     gmax = int(pt.n_samples.max())
     for m in sorted(pt[pt.kind == "precise"].batch_size.unique()):
+        d = pt[(pt.kind == "precise") & (pt.batch_size == m)]
+        n0 = int(d.n_samples.min())
         n = samples_enough(pt, int(m), equivalence_margin)
-        enough[f"b{m}"], claim[f"b{m}"] = n, claim_word(n, gmax)
+        enough[f"b{m}"], claim[f"b{m}"] = enough_word(n, n0), claim_word(n, gmax)
+        menough[f"b{m}"] = enough_word(stats_enough(pt, int(m), "mean_err"), n0)
+        venough[f"b{m}"] = enough_word(stats_enough(pt, int(m), "var_err"), n0)
+        smallest_n[f"b{m}"] = n0
         for nn_, tag in ((1024, "n1024"), (gmax, "nmax")):
-            g = pt[(pt.kind == "precise") & (pt.batch_size == m) & (pt.n_samples == nn_)]
+            g = d[d.n_samples == nn_]
             if len(g):
                 pgap[f"b{m}_{tag}"] = mean_ci(g["acc_vs_exact"])
                 perr[f"b{m}_{tag}"] = mean_ci(g["mean_err"])
                 pverr[f"b{m}_{tag}"] = mean_ci(g["var_err"])
     top = pt[(pt.kind == "precise") & (pt.n_samples == gmax)].groupby("batch_size")[["mean_err", "var_err"]].mean()
     ratio_of = lambda col: float(top.loc[2, col] / top.loc[32, col]) if {2, 32} <= set(top.index) else math.nan
-    mt = mismatch_table(df, reference)
-    adv = mt[mt.strategy == advantage_strategy]
-    if len(adv) >= 3 and adv.mismatch_kl.nunique() > 1:
-        rho, p = sps.spearmanr(adv.mismatch_kl, adv.advantage)
-        rho, p = float(rho), float(p)
-    else:
-        rho, p = math.nan, math.nan
-    mism = {t: mean_ci(diag[f"mismatch_kl_{t}"]) for t in sorted(df.target_name.unique())
-            if f"mismatch_kl_{t}" in diag}
+    mism = {t: mean_ci(diag[f"mismatch_kl_{t}"]) for t in targets if f"mismatch_kl_{t}" in diag}
+    avf, avf_word, rho_w = {}, {}, {}
+    if {"adabn", "stats_frozen"} <= set(df.strategy):
+        for t in targets:
+            for b in sorted({sb, reference}):
+                g = df[(df.target_name == t) & (df.batch_size == b)].pivot(index="seed", columns="strategy",
+                                                                           values="target")
+                iv = mean_ci(g["adabn"] - g["stats_frozen"])
+                avf[f"{t}_b{b}"], avf_word[f"{t}_b{b}"] = iv, _sep_word(iv)
+        mt = mismatch_table(df, reference)
+        for t in targets:
+            a = mt[(mt.strategy == "adabn") & (mt.target_name == t)]
+            if len(a) >= 3 and a.mismatch_kl.nunique() > 1 and a.advantage.nunique() > 1:
+                rho_w[t] = float(sps.spearmanr(a.mismatch_kl, a.advantage)[0])
+    same = sum(len(set(g.winner)) == 1 for _, g in w.groupby("batch_size"))
+    lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
     return Findings(
-        n_seeds=int(df.seed.nunique()), chance=1 / int(df.n_classes.iloc[0]), smallest_batch=sb,
-        reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin), breaks=breaks, break_batches=bb, winner=win,
-        winner_separated=wsep, recommend=rec, ps_minus_bn=ivs, best_bn=bbn, best_ps=bps, acc=acc,
-        gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), spread=spread,
-        retention=retention, noise_ratio_m2=ratio, deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff, precise_enough=enough,
-        precise_claim=claim, precise_acc_gap=pgap, precise_mean_err=perr, precise_var_err=pverr,
+        n_seeds=int(df.seed.nunique()), n_runs=len(df), chance=chance, smallest_batch=sb, largest_batch=lb,
+        reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin),
+        control=STRATEGY_LABELS.get(control, control), breaks=breaks, breaks_above=above, breaks_stats=sbreaks,
+        breaks_stats_above=sabove, breaks_stats_wide=swide, did_smallest=did, drop_smallest=drop,
+        n_break_above=int(sum(v != "never" for v in above.values())),
+        n_break_below=int(sum(v != "never" for v in breaks.values())),
+        n_stats_break_below=int(sum(v != "never" for v in sbreaks.values())),
+        winner=win, winner_separated=wsep, n_winner_separated_holm=int(w.separated_holm.sum()),
+        recommend=rec, ps_minus_bn=ivs_, recommend_batchstats=recb, ps_minus_bntrain=ivb, best_bn=bbn, best_ps=bps,
+        acc=acc, acc_top={k.rsplit("_b", 1)[0]: v for k, v in acc.items() if k.endswith(f"_b{lb}")},
+        gap_top={k.rsplit("_b", 1)[0]: v for k, v in gap.items() if k.endswith(f"_b{lb}")}, n_diverged=int(df.diverged.sum()) if "diverged" in df else 0, diverged_where=diverged_where(df),
+        n_near_chance=len(near_chance_cells(df, chance)),
+        near_chance_where=_cells_where(near_chance_cells(df, chance)),
+        n_small_beats_large=_n_small_beats_large(df, sb, lb),
+        gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), restat_gain=restat,
+        spread=spread, retention=retention,
+        source_acc=float(df.source_task_a_accuracy.mean()) if "source_task_a_accuracy" in df else math.nan,
+        noise_ratio_m2=ratio, deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff,
+        noise_slope_mean=slope_m, noise_slope_var=slope_v, precise_enough=enough, precise_claim=claim,
+        precise_mean_enough=menough, precise_var_enough=venough, precise_smallest_n=smallest_n,
+        precise_acc_gap=pgap, precise_mean_err=perr, precise_var_err=pverr,
         precise_mean_err_ratio_b2_b32=ratio_of("mean_err"), precise_var_err_ratio_b2_b32=ratio_of("var_err"),
         precise_source_acc=float(pt[pt.kind == "source"].accuracy.mean()),
-        precise_exact_acc=float(pt[pt.kind == "exact"].accuracy.mean()),
-        mismatch=mism, mismatch_rho=rho, mismatch_p=p,
-        mismatch_predicts=verdict(bool(p < 0.05 and rho > 0)) if not math.isnan(p) else "not testable",
+        precise_exact_acc=float(pt[pt.kind == "exact"].accuracy.mean()), stat_tolerance=STAT_TOLERANCE,
+        mismatch=mism, adabn_vs_frozen=avf, adabn_vs_frozen_word=avf_word, mismatch_rho_within=rho_w,
+        n_sizes=int(df.batch_size.nunique()), n_winner_same_targets=int(same), lr=lr,
     )
 
 
 def winners_display(df: pd.DataFrame) -> pd.DataFrame:
-    """The winners table for the page: target, batch size, winner, runner-up, difference with interval."""
-    w = winners(df)
+    """The winners table for the page: target, batch size, winner, runner-up, difference with interval,
+    separated (95% interval; Holm over the table), and flags: diverged runs in the two cells, winner near chance."""
+    w = winners(df, chance=1 / int(df.n_classes.iloc[0]) if "n_classes" in df else None)
+    yn = {True: "yes", False: "no"}
+    notes = []
+    for r in w.itertuples():
+        n = []
+        if r.near_chance:
+            n.append("winner near chance")
+        if r.diverged_runs:
+            n.append(f"{r.diverged_runs} diverged run(s)")
+        notes.append("; ".join(n))
     return pd.DataFrame({"target": w.target_name, "batch size": w.batch_size,
                          "winner": w.winner.map(STRATEGY_LABELS), "runner-up": w.runner_up.map(STRATEGY_LABELS),
                          "difference (95% interval)": [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in
                                                        zip(w.diff_mean, w.diff_lo, w.diff_hi)],
-                         "separated": w.separated.map({True: "yes", False: "no"})})
+                         "separated": w.separated.map(yn), "separated (Holm)": w.separated_holm.map(yn),
+                         "flags": notes})
 
 
 def breaks_display(F: Findings, strategies) -> pd.DataFrame:
-    """Break thresholds per strategy (rows) and target (columns), verdict tokens."""
+    """Break thresholds per strategy and target (rows), below and above the reference, any cause and against
+    the control (columns); verdict tokens (``"control"`` for the control itself)."""
     targets = sorted({k.split("_", 1)[0] for k in F.breaks})
-    return pd.DataFrame({t: [F.breaks.get(f"{t}_{s}", "") for s in strategies] for t in targets},
-                        index=[STRATEGY_LABELS[s] for s in strategies])
+    ref = F.reference_batch
+    rows = []
+    for t in targets:
+        for s in strategies:
+            k = f"{t}_{s}"
+            if k not in F.breaks:
+                continue
+            rows.append({"target": t, "strategy": STRATEGY_LABELS[s],
+                         f"below {ref}: any cause": F.breaks[k],
+                         f"below {ref}: batch statistics": F.breaks_stats.get(k, "control"),
+                         f"above {ref}: any cause": F.breaks_above[k],
+                         f"above {ref}: batch statistics": F.breaks_stats_above.get(k, "control")})
+    return pd.DataFrame(rows)
