@@ -142,12 +142,14 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
                                  gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
     layers = sorted(drift["layer"].unique())
-    colors = dict(zip(layers, sns.color_palette("viridis", len(layers))))
+    pal = sns.color_palette("colorblind")  # blue, orange, purple, ...: blocks distinguishable where bands overlap
+    colors = dict(zip(layers, [pal[k] for k in (0, 1, 4, 2, 3, 5, 6, 7)]))
+    markers = dict(zip(layers, "os^Dv"))
     for k, ax in enumerate(axes[0]):
         show = drift[drift.step <= max_step] if k == 0 else drift[drift.step >= max_step]
         for layer in layers:
             g = interval_frame(show[show.layer == layer], "step", "weight")
-            ax.plot(g.index, g["mean"], "o-", color=colors[layer], ms=3, label=f"{layer} (measured)")
+            ax.plot(g.index, g["mean"], marker=markers[layer], ls="-", color=colors[layer], ms=3, label=f"{layer} (measured)")
             ax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
             if k == len(axes[0]) - 1:
                 f = floor[layer]
@@ -163,8 +165,8 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         ax.set_yscale("symlog", linthresh=1e-2, linscale=0.5); ax.set_ylim(-0.05, 1.5)
         ax.set_xlabel("stage-2 step t (train_mode)")
     if two:
-        axes[0][1].set_title("noise floor (\u00b1 RMS)", fontsize=9)
-        axes[0][0].set_title("decay", fontsize=9)
+        axes[0][1].set_title("noise floor (\u00b1 RMS)", fontsize=10)
+        axes[0][0].set_title("decay", fontsize=10)
     handles, labels = axes[0][0].get_legend_handles_labels()
     if residual:
         top = residual_max_step or max_step
@@ -172,7 +174,7 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
             sub = drift[(drift.layer == layer) & (drift.step >= 1) & (drift.step <= top)]
             sub = sub.assign(res=sub["weight"] - (1 - momentum) ** sub["step"])
             g = interval_frame(sub, "step", "res")
-            rax.plot(g.index, g["mean"], "o-", color=colors[layer], ms=3)
+            rax.plot(g.index, g["mean"], marker=markers[layer], ls="-", color=colors[layer], ms=3)
             rax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
             if compare is not None:
                 c = compare[(compare.layer == layer) & (compare.step >= 1) & (compare.step <= top)]
@@ -181,7 +183,7 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         rax.axhline(0, color="k", ls="--", lw=1.2)
         rax.set_xlabel("stage-2 step t (train_mode)")
         rax.set_ylabel("measured - $(1-m)^t$")
-        rax.set_title("residual (95% bands)", fontsize=9)
+        rax.set_title("residual (95% bands)", fontsize=10)
         if compare is not None:
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
@@ -1489,6 +1491,38 @@ def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> 
                      "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
                      "p": p, "p (Holm)": ph, "verdict": r["verdict"]})
     return pd.DataFrame(rows).set_index("head")  # the row label, not a 0, 1, 2 index
+
+
+def ch01_std_display(tuning, reference: dict | None = None) -> pd.DataFrame:
+    """Chapter 1: the heads on standardized features (:class:`~bnstudy.experiments.freeze_modes.TuningFindings`).
+
+    Rows per optimizer: the gap ``train_mode`` minus pinned path with its 95% interval at every checkpoint, then
+    at the main step each path's mean test accuracy with the paired gain over the plain head (95% interval).
+    ``reference``: optional ``{"batch_stats": acc, "pinned": acc}``, the converged reference, added as a last row
+    (accuracies only). Raises ``ValueError`` when the standardized heads were not run.
+    """
+    if not tuning.std_gap_at:
+        raise ValueError("ch01_std_display needs standardized heads (TuningFindings.std_gap_at is empty)")
+    opts = [o for o in ("sgd", "adam") if o in tuning.std_reduction]
+    steps = sorted({int(k.rsplit("_", 1)[1]) for k in tuning.std_gap_at})
+    rows = []
+    for o in opts:
+        row = {"head (standardized features)": EXPLORE_LABELS[o]}
+        for st in steps:
+            iv = tuning.std_gap_at[f"{o}_{st}"]
+            row[f"gap, {st} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n)
+        for p, label in (("batch_stats", "train_mode path"), ("pinned", "pinned path")):
+            g = tuning.std_gain[f"{o}_{p}"]
+            row[f"{label}, {tuning.main_step} steps (gain)"] = (f"{tuning.std_acc[f'{o}_{p}']:.3f} "
+                                                               f"(+{_ci_text(g.mean, g.low, g.high, g.n)})")
+        rows.append(row)
+    if reference:
+        row = {"head (standardized features)": "reference (converged)"}
+        row.update({f"gap, {st} steps": "-" for st in steps})
+        row[f"train_mode path, {tuning.main_step} steps (gain)"] = f"{reference['batch_stats']:.3f}"
+        row[f"pinned path, {tuning.main_step} steps (gain)"] = f"{reference['pinned']:.3f}"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("head (standardized features)")
 
 
 def ch01_sensitivity_display(sens: pd.DataFrame) -> pd.DataFrame:

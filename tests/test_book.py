@@ -145,3 +145,27 @@ def test_every_parameters_line_parses_for_papermill(caplog):
             params = PythonTranslator.inspect(cell)
         assert not [r.getMessage() for r in caplog.records if "Unable to parse" in r.getMessage()], path.name
         assert [p.name for p in params] == [re.match(r"^(\w+)", ln).group(1) for ln in assignments], path.name
+
+
+#: Tags that hide a code cell's source from readers; ``show-code`` marks a cell shown on purpose (a short call
+#: of the library a reader should see), so that a cell left untagged by mistake fails this test.
+HIDING_TAGS = {"remove-cell", "remove-input", "hide-input", "hide-cell", "show-code"}
+
+
+def test_every_chapter_code_cell_is_hidden_or_shown_on_purpose():
+    for nb_path in book.chapter_paths():
+        nb = nbformat.read(nb_path, as_version=4)
+        for i, c in enumerate(nb.cells):
+            if c.cell_type == "code":
+                tags = set(c.metadata.get("tags", []))
+                assert tags & HIDING_TAGS, f"{nb_path.name}, cell {i}: tags {sorted(tags)}; add remove-cell " \
+                                           f"(or remove-input), or show-code for a cell shown on purpose"
+
+
+def test_chapter_one_never_joins_two_bare_glued_verdicts():
+    """"block 1 {glue:md}`a` and {glue:md}`b`" renders as "block 1 holds and holds": each verdict needs its label."""
+    nb = nbformat.read(next(p for p in book.chapter_paths() if p.name.startswith("01_")), as_version=4)
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "markdown":
+            hit = re.search(r"\{glue:md\}`[^`]+`\s+and\s+\{glue:md\}`", c.source)
+            assert not hit, f"cell {i}: {hit.group(0)!r}"

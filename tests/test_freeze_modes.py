@@ -459,6 +459,20 @@ def test_buffer_criteria_per_block_and_the_contrasts_log_variance():
     assert b.vars_move_by_layer == {"block 1": "holds", "block 2": "does not hold"}  # 0.5 / 2 < log 2
     assert b.contrast_log_var == pytest.approx(math.log(25))
     assert math.isnan(ch.buffer_findings(buffers()).contrast_log_var)
+    assert b.criteria_by_layer == {"block 1": "both hold", "block 2": "neither holds"}
+    assert b.f2_criteria == "both hold"
+    mixed = ch.buffer_findings(buffers((2.0, 3.0, 4.0), (1.0, 2.0, 0.5)))
+    assert mixed.criteria_by_layer["block 1"] == "mean shift only" and mixed.f2_criteria == "mean shift only"
+    assert ch.criteria_word(False, True, 3) == "variance factor only" and ch.criteria_word(True, True, 2).startswith("no verdict")
+
+
+def test_buffer_criteria_sentences_never_repeat_a_verdict():
+    """The page once read "block 1 holds and holds": one label per block, naming the criteria, never a doubled word."""
+    import re
+    for args in ((2.0, 3.0, 4.0), (1.0, 2.0, 1.5)), ((2.0, 3.0, 4.0), (1.0, 2.0, 0.5)), ((0.5, 0.6, 0.7), (0.1, 0.2, 0.3)):
+        b = ch.buffer_findings(buffers(*args))
+        sentence = "; ".join(f"{l}: {w}" for l, w in b.criteria_by_layer.items()) + f"; most-moved layer: {b.f2_criteria}"
+        assert not re.search(r"\b(\w+(?: \w+)?) and \1\b", sentence), sentence
 
 
 def test_display_tables_print_small_p_values_as_a_bound_and_label_their_rows():
@@ -519,22 +533,64 @@ def _with_std(sweep: pd.DataFrame, std_gaps) -> pd.DataFrame:
     return pd.concat([sweep, pd.DataFrame(extra)], ignore_index=True)
 
 
-def test_standardized_heads_that_tie_explain_the_gap_and_shrinking_ones_explain_part():
+def test_standardized_heads_are_read_from_the_reduction_not_from_a_tie():
     base = sweep_table(gap_adam=(0.10, 0.12, 0.11))
     tie = ch.tuning_findings(_with_std(base, (0.001, -0.002, 0.002, 0.0, 0.001, -0.001)), 800)
     assert tie.std_verdict == {"sgd": "tie"} and tie.std_lr == {"sgd_batch_stats": 0.05, "sgd_pinned": 0.05}
     assert tie.std_reduction["sgd"].low > 0
-    assert tie.std_reading.startswith("with standardized features the gap is a tie for every optimizer")
-    part = ch.tuning_findings(_with_std(base, (0.05, 0.06, 0.055, 0.05, 0.06, 0.055)), 800)
-    assert part.std_verdict == {"sgd": "pinned worse"} and "explains part" in part.std_reading
+    # even a tie with nothing left says "most", never "the" explanation, and says nothing remains resolved
+    assert tie.std_reading.startswith("standardizing the features removes most of the gap")
+    assert "not resolved from zero at any checkpoint" in tie.std_reading and "not all of it" in tie.std_reading
+    assert tie.std_plain_gap["sgd"].mean == pytest.approx(0.11)
+    assert tie.std_share["sgd"] == pytest.approx(tie.std_reduction["sgd"].mean / 0.11)
+    assert tie.std_share_low["sgd"] == pytest.approx(tie.std_reduction["sgd"].low / 0.11)
+    # every checkpoint: the std heads exist at 400 and 800 only for the reported rows of lr 0.05
+    assert set(tie.std_gap_at) == {"sgd_400", "sgd_800"} and tie.std_n == 2
+    # accuracies and gains: pinned std = plain pinned (0.5), batch_stats std = 0.5 + small gap
+    assert tie.std_acc["sgd_pinned"] == pytest.approx(0.5) and tie.std_gain["sgd_pinned"].mean == pytest.approx(0.0)
+    assert tie.std_gain["sgd_batch_stats"].mean == pytest.approx(-0.11, abs=1e-3)
+    # a residual gap resolved above zero is named, with its count
+    most = ch.tuning_findings(_with_std(base, (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
+    assert most.std_verdict == {"sgd": "pinned worse"} and "removes most" in most.std_reading
+    assert "resolved above zero at 2 of 2 checkpoints" in most.std_reading and most.std_n_above == 2
+    assert most.std_n_positive == 2
+    part = ch.tuning_findings(_with_std(base, (0.07, 0.08, 0.075, 0.07, 0.08, 0.075)), 800)
+    assert "removes part of the gap" in part.std_reading
     same = ch.tuning_findings(_with_std(base, (0.10, 0.12, 0.11, 0.10, 0.12, 0.11)), 800)
     assert "does not shrink" in same.std_reading
-    assert ch._std_reading({"sgd": "tie", "adam": "tie"}, {}).startswith("with standardized features the gap is a tie")
+    assert ch.std_reading({}, {}, []) == "not run"
+
+
+def test_std_display_table_lists_every_checkpoint_and_both_paths():
+    from bnstudy import plots
+    t = ch.tuning_findings(_with_std(sweep_table(gap_adam=(0.10, 0.12, 0.11)), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
+    d = plots.ch01_std_display(t, {"batch_stats": 0.6, "pinned": 0.59})
+    assert list(d.columns[:2]) == ["gap, 400 steps", "gap, 800 steps"] and d.index[-1] == "reference (converged)"
+    assert d.loc["SGD + momentum", "pinned path, 800 steps (gain)"].startswith("0.500 (+0.000 [")
+    with pytest.raises(ValueError, match="standardized heads"):
+        plots.ch01_std_display(ch.tuning_findings(sweep_table(), 800))
+
+
+def test_table_one_prints_the_centre_of_its_logit_interval():
+    df = pd.DataFrame([dict(seed=s, mode=m, n_eval=1000, **{c: 0.5 for c in ch.METRICS}) for s in range(3) for m in MODE_NAMES])
+    df.loc[df["mode"] == "train_mode", "task_a_after"] = [0.1, 0.2, 0.6]
+    plain, centred = ch.accuracy_summary(df), ch.accuracy_summary(df, logit_centre=True)
+    row = lambda t: t[(t["mode"] == "train_mode") & (t["metric"] == "task_a_after")].iloc[0]
+    assert row(plain)["mean"] == pytest.approx(0.3)
+    iv = ch.bounded_interval([0.1, 0.2, 0.6], 1000, logit_centre=True)
+    assert row(centred)["mean"] == pytest.approx(iv.mean) and row(centred)["mean"] < 0.3
+    assert (row(centred)["ci_low"], row(centred)["ci_high"]) == pytest.approx((row(plain)["ci_low"], row(plain)["ci_high"]))
+
+
+def test_engine_check_text_says_identical_at_zero():
+    assert ch.engine_check_text(0.0) == "reproduce it exactly"
+    assert ch.engine_check_text(0.0004) == "differ from it by at most 0.0004"
+    assert ch.engine_check_text(float("nan")) == "were not compared with it"
 
 
 def test_the_gap_narrows_only_when_its_change_is_resolved():
     assert ch._narrow_reading({"sgd": "narrows", "adam": "not resolved"}) == \
-        "the gap narrows for SGD; does not change resolvably for Adam"
+        "the gap narrows for SGD and does not change resolvably for Adam"
     s = sweep_table()
     late = (s["step"] == 800) & (s["path"] == "batch_stats") & (s["optimizer"] == "sgd") & s["role"].isin(["report", "confirm"])
     s.loc[late, "accuracy"] -= np.linspace(0.04, 0.06, int(late.sum()))   # the SGD gap shrinks by 0.04-0.06 per seed
@@ -573,6 +629,12 @@ def test_drift_check_measures_the_engine_targets_bias_and_the_residual_noise():
     assert (c.n_intervals, c.n_inside) == (10, 10)   # steps 1, 2, 5, 12, 25 (up to last_step) x 2 blocks
     assert c.residual_max == pytest.approx(0.0, abs=1e-12) and c.halfwidth_max > 0
     assert math.isnan(c.engine_reproduced)
+    assert c.misses == "none" and c.n_expected_misses == pytest.approx(0.5)
+    assert c.engine_excess_12["block 2"] == pytest.approx(0.01 * (1 - 0.9 ** 12))
+    assert c.bias_share_12["block 2"] == pytest.approx(1.0)
+    off = drift_targets()
+    off.loc[(off.target == "precise") & (off.layer == "block 2") & (off.step == 5), "weight"] += 0.05
+    assert ch.drift_check(off, 0.1, 25).misses == "block 2 at step 5 (mean residual +0.0500, half-width 0.0025)"
     with pytest.raises(ValueError, match="targets 'engine' and 'precise'"):
         ch.drift_check(drift_targets().query("target == 'precise'"), 0.1, 25)
 

@@ -319,14 +319,18 @@ def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95
     return Interval(centre, float(spx.expit(iv.low)), float(spx.expit(iv.high)), int(v.size))
 
 
-def accuracy_summary(df: pd.DataFrame, by: str = "mode", columns=METRICS) -> pd.DataFrame:
-    """:func:`bnstudy.analysis.summarize` with :func:`bounded_interval` for the accuracy columns."""
+def accuracy_summary(df: pd.DataFrame, by: str = "mode", columns=METRICS, logit_centre: bool = False) -> pd.DataFrame:
+    """:func:`bnstudy.analysis.summarize` with :func:`bounded_interval` for the accuracy columns.
+
+    ``logit_centre``: the accuracy rows' ``mean`` is the interval's own centre (``expit`` of the mean logit)
+    instead of the plain mean, so that a table printing "mean [low, high]" pairs matching numbers.
+    """
     out = summarize(df, by, columns)
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
     for i, r in out.iterrows():
         if r["metric"] in ACCURACIES:
-            iv = bounded_interval(df[df[by] == r[by]][r["metric"]], n_eval)
-            out.loc[i, ["ci_low", "ci_high"]] = [iv.low, iv.high]
+            iv = bounded_interval(df[df[by] == r[by]][r["metric"]], n_eval, logit_centre=logit_centre)
+            out.loc[i, ["mean", "ci_low", "ci_high"]] = [iv.mean, iv.low, iv.high]
     return out
 
 
@@ -1167,6 +1171,9 @@ class BufferFindings:
     ``means_move_by_layer`` / ``vars_move_by_layer``: the same two criteria per layer (every seed's largest
     channel in that layer). ``contrast_log_var``: ``ln(contrast^2)``, the log-variance ratio a linear first
     layer inherits from task B's contrast gain (``contrast`` argument, else the main table's; NaN without).
+    ``criteria_by_layer`` / ``f2_criteria``: both criteria in one label per layer / for the most-moved layer
+    (:func:`criteria_word`: ``"both hold"``, ``"neither holds"``, ``"mean shift only"``, ``"variance factor
+    only"``), so that a sentence never prints two bare verdicts side by side.
     """
 
     mean_shift: Interval
@@ -1182,6 +1189,18 @@ class BufferFindings:
     means_move_by_layer: dict
     vars_move_by_layer: dict
     contrast_log_var: float
+    criteria_by_layer: dict
+    f2_criteria: str
+
+
+def criteria_word(means_ok: bool, vars_ok: bool, n: int) -> str:
+    """Finding 2's two buffer criteria (mean shift, variance factor) as one label naming which hold:
+    ``"both hold"``, ``"neither holds"``, ``"mean shift only"`` or ``"variance factor only"``;
+    :func:`no_verdict` under :data:`MIN_VERDICT_SEEDS` seeds ``n``."""
+    if n < MIN_VERDICT_SEEDS:
+        return no_verdict(n)
+    return {(True, True): "both hold", (False, False): "neither holds", (True, False): "mean shift only",
+            (False, True): "variance factor only"}[(bool(means_ok), bool(vars_ok))]
 
 
 def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None,
@@ -1204,7 +1223,10 @@ def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None,
                     rel.append(abs(float(r[ours]) - e) / max(abs(e), 1e-12))
         check = max(rel) if rel else math.nan
     ls = mean_ci(per_seed["log_var_ratio"])
+    moves = lambda g: ((g["mean_shift_sd"] > MEAN_SHIFT_SD).all(), (g["log_var_ratio"] > math.log(VAR_FACTOR)).all())
     return BufferFindings(
+        criteria_by_layer={l: criteria_word(*moves(g), g["seed"].nunique()) for l, g in buffers.groupby("layer")},
+        f2_criteria=criteria_word(*moves(per_seed), n),
         mean_shift=mean_ci(per_seed["mean_shift_sd"]), mean_shift_min=float(per_seed["mean_shift_sd"].min()),
         log_var=ls, log_var_min=float(per_seed["log_var_ratio"].min()), var_factor=float(math.exp(ls.mean)),
         f2_means_move=word((per_seed["mean_shift_sd"] > MEAN_SHIFT_SD).all()),
@@ -1323,6 +1345,10 @@ class DriftCheckFindings:
     their 95% intervals (Student t over seeds) contain ``(1 - m)^t``. ``residual_max``: the largest |mean
     residual| (weight - ``(1 - m)^t``) over those pairs, at ``residual_max_layer`` / ``residual_max_step``, and
     ``halfwidth_max``: the largest 95% half-width among them (the seed-to-seed noise of the measurement).
+    ``misses``: the intervals that do not contain the prediction, in words (layer, step, mean residual and
+    half-width; ``"none"``), ``n_expected_misses``: ``n_intervals * 0.05``, the misses expected by chance at 95%.
+    ``engine_excess_12``: per layer, mean weight on the engine's target minus ``(1 - m)^12`` at step 12 (the
+    excess ``bias_engine_12`` is a part of), and ``bias_share_12`` the ratio of the two.
     """
 
     n_batches: int
@@ -1338,6 +1364,10 @@ class DriftCheckFindings:
     residual_max_layer: str
     residual_max_step: int
     halfwidth_max: float
+    misses: str
+    n_expected_misses: float
+    engine_excess_12: pd.Series
+    bias_share_12: pd.Series
 
 
 def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.DataFrame | None = None,
@@ -1360,21 +1390,27 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
             rep = float((piv.loc[common, "engine"] - eng.loc[common]).abs().max())
     pr = drift[(drift["target"] == "precise") & (drift["step"] >= 1) & (drift["step"] <= last_step)]
     n_in, n_iv, best = 0, 0, (0.0, "", 0)
-    half = 0.0
+    half, missed = 0.0, []
     for (layer, t), g in pr.groupby(["layer", "step"]):
         iv, th = mean_ci(g["weight"]), (1 - momentum) ** t
         n_iv += 1
         n_in += int(iv.low <= th <= iv.high)
+        if not iv.low <= th <= iv.high:
+            missed.append(f"{layer} at step {int(t)} (mean residual {iv.mean - th:+.4f}, half-width "
+                          f"{(iv.high - iv.low) / 2:.4f})")
         half = max(half, (iv.high - iv.low) / 2)
         if abs(iv.mean - th) > best[0]:
             best = (abs(iv.mean - th), layer, int(t))
     b12 = pd.Series({l: iv.mean for l, iv in bias.items()})
+    exc12 = at12.groupby(level="layer")["engine"].mean() - (1 - momentum) ** 12
     return DriftCheckFindings(
         n_batches=int(n_batches), n_batches_engine=int(n_batches_engine), engine_reproduced=rep,
         bias_engine_12=b12, bias_engine_12_low=pd.Series({l: iv.low for l, iv in bias.items()}),
         bias_engine_12_high=pd.Series({l: iv.high for l, iv in bias.items()}),
         remaining_bias=float(b12.abs().max() * n_batches_engine / n_batches), n_intervals=n_iv, n_inside=n_in,
-        residual_max=float(best[0]), residual_max_layer=best[1], residual_max_step=best[2], halfwidth_max=float(half))
+        residual_max=float(best[0]), residual_max_layer=best[1], residual_max_step=best[2], halfwidth_max=float(half),
+        misses="; ".join(missed) or "none", n_expected_misses=0.05 * n_iv, engine_excess_12=exc12,
+        bias_share_12=b12 / exc12)
 
 
 # --- tuning, budget and feature scale: what explains the trained heads' gap (referee items 6 and 8) ----------------
@@ -1416,8 +1452,15 @@ class TuningFindings:
     *Feature scale*: the standardized heads (``<optimizer>-std``, learning rate chosen on validation at
     ``main_step``): ``std_gap`` per optimizer at ``main_step`` (95% interval), ``std_verdict``
     (:func:`gap_verdict`, margin :data:`PRIMARY_MARGIN`), ``std_reduction``: paired (unstandardized gap -
-    standardized gap) per optimizer, ``std_lr`` the chosen rates per ``<optimizer>_<path>``, ``std_reading``: one
-    sentence saying what the standardized heads show, from the verdicts (``"not run"`` without them).
+    standardized gap) per optimizer, ``std_lr`` the chosen rates per ``<optimizer>_<path>``. ``std_gap_at``: the
+    standardized gap per ``<optimizer>_<step>`` at every checkpoint (95% interval), ``std_gap_min`` /
+    ``std_gap_max`` of its means, ``std_n_above`` of ``std_n`` intervals above 0 and ``std_n_positive`` means above 0; ``std_acc``: the standardized
+    heads' mean test accuracy per ``<optimizer>_<path>`` at ``main_step``, ``std_gain``: paired (standardized -
+    plain) accuracy per ``<optimizer>_<path>`` there (95% interval); ``std_plain_gap``: the plain heads' gap per
+    optimizer at ``main_step`` (the same as ``gap_at``'s); ``std_share`` / ``std_share_low``: the
+    reduction's mean / lower bound as a fraction of the plain gap's mean at ``main_step``. ``std_reading``: what
+    the standardized heads show, in words, read from the reduction's interval relative to the plain gap and from
+    the residual gap (:func:`std_reading`; ``"not run"`` without them).
     """
 
     main_step: int
@@ -1443,6 +1486,17 @@ class TuningFindings:
     std_reduction: dict
     std_lr: dict
     std_reading: str
+    std_gap_at: dict
+    std_gap_min: float
+    std_gap_max: float
+    std_n_above: int
+    std_n_positive: int
+    std_n: int
+    std_acc: dict
+    std_gain: dict
+    std_share: dict
+    std_share_low: dict
+    std_plain_gap: dict
 
 
 def _narrow_reading(narrows: dict) -> str:
@@ -1453,7 +1507,16 @@ def _narrow_reading(narrows: dict) -> str:
         by.setdefault(v, []).append(name(o))
     word = lambda v: v if v in ("narrows", "widens") else "does not change resolvably" if v == "not resolved" else f"gets {v}"
     parts = [f"{'the gap ' if not i else ''}{word(v)} for {' and '.join(os)}" for i, (v, os) in enumerate(sorted(by.items()))]
-    return "; ".join(parts) if parts else "not run"
+    return " and ".join(parts) if parts else "not run"
+
+
+def engine_check_text(diff: float, digits: int = 3) -> str:
+    """How the head sweep's heads at the main run's settings compare with the main run's task-B accuracy
+    (``diff``: :attr:`OptimizerFindings.engine_check`), in words: ``"reproduce it exactly"`` at 0, else
+    ``"differ from it by at most <diff>"``; ``"were not compared with it"`` for NaN."""
+    if math.isnan(diff):
+        return "were not compared with it"
+    return "reproduce it exactly" if diff == 0 else f"differ from it by at most {diff:.{digits}g}"
 
 
 def _oracle_reading(k: int, n: int) -> str:
@@ -1468,21 +1531,33 @@ def _oracle_reading(k: int, n: int) -> str:
             f"optimizer-checkpoint pairs, so tuning explains at most a part of the trained heads' gap")
 
 
-def _std_reading(verdicts: dict, reductions: dict) -> str:
-    """The standardized heads' result in words (see :class:`TuningFindings`)."""
-    if not verdicts:
+def std_reading(plain: dict, reductions: dict, residual: dict) -> str:
+    """The standardized heads' result in words, read from the reduction's 95% interval, not from a tie verdict.
+
+    ``plain``: per optimizer the plain heads' gap (:class:`~bnstudy.analysis.Interval`) at the main step;
+    ``reductions``: per optimizer (plain - standardized gap); ``residual``: the standardized gaps at every
+    checkpoint (a list of Intervals, all optimizers). "Most of the gap" when every reduction's interval lies
+    above 0 and its mean is at least half the plain gap; "part of the gap" when every reduction is resolved but
+    not that large; otherwise not shown to shrink. The residual's clause says whether a gap remains resolved
+    above 0 at some checkpoint. ``"not run"`` without standardized heads.
+    """
+    if not reductions:
         return "not run"
-    ties = [o for o, v in verdicts.items() if v == "tie"]
-    smaller = [o for o, iv in reductions.items() if iv.n >= MIN_VERDICT_SEEDS and iv.low > 0]
-    names = lambda os: " and ".join("SGD" if o == "sgd" else "Adam" for o in os)
-    if len(ties) == len(verdicts):
-        return ("with standardized features the gap is a tie for every optimizer: the feature scale the pinned path "
-                "hands the head, not missing information, explains the trained heads' gap")
-    if smaller:
-        return (f"standardizing the features shrinks the gap ({names(smaller)}; tie for "
-                f"{names(ties) or 'neither'}): the feature scale explains part of the trained heads' gap")
-    return ("standardizing the features does not shrink the gap by a resolved amount: feature scale is not shown "
-            "to explain it")
+    ok = [o for o, iv in reductions.items() if iv.n >= MIN_VERDICT_SEEDS and iv.low > 0]
+    if len(ok) < len(reductions):
+        names = " and ".join("SGD" if o == "sgd" else "Adam" for o in reductions if o not in ok)
+        return (f"standardizing the features does not shrink the gap by a resolved amount for {names}: feature "
+                "conditioning is not shown to explain it")
+    most = all(reductions[o].mean >= 0.5 * plain[o].mean for o in reductions)
+    above = sum(iv.n >= MIN_VERDICT_SEEDS and iv.low > 0 for iv in residual)
+    rest = (f"a smaller gap remains, resolved above zero at {above} of {len(residual)} checkpoints" if above else
+            "what remains is not resolved from zero at any checkpoint")
+    if most:
+        return ("standardizing the features removes most of the gap on average, but by the reductions' intervals "
+                f"possibly less; {rest}. Feature conditioning, which standardization improves more on the pinned "
+                "path, most likely explains most of the trained heads' gap, not all of it")
+    return (f"standardizing the features removes part of the gap; {rest}. Feature conditioning explains part of "
+            "the trained heads' gap")
 
 
 def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
@@ -1506,6 +1581,7 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
         narrows[o] = (no_verdict(len(d)) if len(d) < MIN_VERDICT_SEEDS else "narrows" if iv.high < 0
                       else "widens" if iv.low > 0 else "not resolved")
     std_gap, std_verdict, std_red, std_lr = {}, {}, {}, {}
+    std_at, std_acc, std_gain, share, share_low = {}, {}, {}, {}, {}
     for o in opts:
         so = o + STD_SUFFIX
         if (so, "pinned") not in lrs:
@@ -1514,6 +1590,15 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
         std_gap[o], std_verdict[o] = mean_ci(g), gap_verdict(g)
         std_red[o] = mean_ci((_path_gap(t, o, POOLED, main_step) - g).dropna())
         std_lr.update({f"{o}_{p}": lrs[(so, p)] for p in PATHS})
+        std_at.update({f"{o}_{s}": mean_ci(_path_gap(t, so, POOLED, s)) for s in steps})
+        plain_gap = gap_at[f"{o}_{main_step}"].mean
+        share[o] = std_red[o].mean / plain_gap if plain_gap else math.nan
+        share_low[o] = std_red[o].low / plain_gap if plain_gap else math.nan
+        at = t[t["role"].isin(POOLED) & (t["step"] == main_step)]
+        for p in PATHS:
+            acc = lambda name: at[(at["optimizer"] == name) & (at["path"] == p)].set_index("seed")["accuracy"]
+            std_acc[f"{o}_{p}"] = float(acc(so).mean())
+            std_gain[f"{o}_{p}"] = mean_ci((acc(so) - acc(o)).dropna())
     return TuningFindings(
         main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]), oracle=oracle,
         oracle_min=float(orc["mean"].min()), oracle_max=float(orc["mean"].max()), oracle_n=len(orc),
@@ -1523,7 +1608,14 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
         narrowing=narrowing, narrows=narrows,
         n_narrows=sum(v == "narrows" for v in narrows.values()), n_opt=len(opts), narrow_reading=_narrow_reading(narrows), std_gap=std_gap,
-        std_verdict=std_verdict, std_reduction=std_red, std_lr=std_lr, std_reading=_std_reading(std_verdict, std_red))
+        std_verdict=std_verdict, std_reduction=std_red, std_lr=std_lr,
+        std_reading=std_reading({o: gap_at[f"{o}_{main_step}"] for o in std_red}, std_red, list(std_at.values())),
+        std_gap_at=std_at, std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
+        std_gap_max=float(max((iv.mean for iv in std_at.values()), default=math.nan)),
+        std_n_above=sum(iv.n >= MIN_VERDICT_SEEDS and iv.low > 0 for iv in std_at.values()), std_n=len(std_at),
+        std_n_positive=sum(iv.mean > 0 for iv in std_at.values()),
+        std_acc=std_acc, std_gain=std_gain, std_share=share, std_share_low=share_low,
+        std_plain_gap={o: gap_at[f"{o}_{main_step}"] for o in std_red})
 
 
 # --- the seed article's numbers beside this chapter's (referee item 9) ---------------------------------------------
