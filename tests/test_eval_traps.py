@@ -423,3 +423,19 @@ def test_first_seed_audit_recomputes_the_cached_row(tiny):
     assert float(a.outputs()["max_abs_change"].max()) == cached["max_probe_change"]
     with pytest.raises(ValueError, match="no case 'nope'"):
         ch.first_seed_audit(cfg, "train_call", "nope", ex)
+
+
+def test_chapter2_figures_draw_the_tie_margin_and_keep_the_inset_clear():
+    import matplotlib
+    matplotlib.use("Agg")
+    from bnstudy import plots
+    df = _table()
+    t6 = df[df["trap"] == "sorted_training"]
+    fig = plots.sorted_training_figure(t6, 0.1, ch.TOL_TIE)
+    px = fig.axes[1]
+    assert px.get_legend() is not None and "0.05" in px.get_legend().get_texts()[0].get_text()
+    assert len(px.get_yticks()) == 0  # row labels sit inside the panel
+    t4 = df[df["trap"] == "sorted_batches"]
+    fig = plots.sorted_batches_figure(t4, 0.1, ch.TOL_AFTER)
+    ins = fig.axes[1].child_axes[0]
+    assert "\u00b1" in ins.get_title() and ins.get_xlim() == fig.axes[1].get_xlim()
