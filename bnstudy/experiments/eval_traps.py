@@ -1167,6 +1167,7 @@ class Findings:
     t3_aux_vs_fix_main_same_rate: Interval
     t3_aux_weight: float
     t4_tol_after: float
+    t5t_reest_batches: int
 
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
@@ -1437,7 +1438,7 @@ def findings(df: pd.DataFrame) -> Findings:
     ok = [k for k in held if adj[k] < ALPHA]
     wok = max(ok, key=lambda k: adj[k]) if ok else ""
     assert list(raw) == list(VERDICT_FAMILY)
-    out.update(stage1_lr=STAGE1_LR, t4_tol_after=TOL_AFTER)  # code constants the prose cites
+    out.update(stage1_lr=STAGE1_LR, t4_tol_after=TOL_AFTER, t5t_reest_batches=REESTIMATE_BATCHES)  # code constants the prose cites
     out.update(mult_family={k: dict(p=raw[k], p_holm=adj[k], verdict=claim[k]) for k in raw}, mult_n=len(raw),
                mult_n_claims=len(held), mult_weakest=VERDICT_FAMILY[weak] if weak else "none", mult_weakest_p=adj[weak] if weak else float("nan"),
                mult_weakest_raw_p=raw[weak] if weak else float("nan"),
