@@ -243,7 +243,7 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     flagged (in more than half of the seeds). Bottom: paired differences per seed, train minus eval
     mode on the same batches, and held-out eval accuracy after the train-mode pass minus before it
     (the same held-out images), with 95% Student-t bands; an inset zooms on the latter with the
-    equivalence band +-``tolerance``. Returns the figure.
+    equivalence band +-``tolerance`` (upper right, its own y ticks on its right). Returns the figure.
     """
     fig, (ax, dx) = plt.subplots(2, 1, figsize=(6.6, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.25, 1]})
     for q, label, color, marker in (("module_eval_accuracy", "eval mode (running statistics)", "C0", "o"),
@@ -275,20 +275,21 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
         dx.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
         dx.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
     dx.axhline(0, color="0.4", lw=1)
-    if tolerance is not None:
-        ins = dx.inset_axes([0.1, 0.1, 0.38, 0.36])
+    if tolerance is not None:  # upper right, above the zero line, its ticks on the right (not beside dx's)
+        ins = dx.inset_axes([0.52, 0.66, 0.40, 0.22])
         c = _curve(d, "sorted_fraction", "after_minus_before")
         ins.axhspan(-tolerance, tolerance, color="C2", alpha=0.08)
         ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color="C2")
         ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color="C2", alpha=0.25)
         ins.axhline(0, color="0.4", lw=0.8)
         ins.set_ylim(-1.5 * tolerance, 1.5 * tolerance)
-        ins.set_title(f"after - before, zoom (band +-{tolerance:g})", fontsize=9)
-        ins.tick_params(labelsize=9)
+        ins.set_title(f"after - before, zoomed (band \u00b1{tolerance:g})", fontsize=9, pad=3)
+        ins.set_xlim(dx.get_xlim())
+        ins.tick_params(labelsize=9, labelbottom=False, left=False, labelleft=False, right=True, labelright=True)
     dx.set_ylabel("difference in accuracy\n(paired per seed)")
     dx.set_xlabel("share of each batch drawn from one class (0 = shuffled, 1 = class-sorted)")
-    dx.set_ylim(min(dx.get_ylim()[0], -0.05), 0.5)
-    dx.legend(fontsize=9, loc="upper right")
+    dx.set_ylim(min(dx.get_ylim()[0], -0.05), 0.75)
+    dx.legend(fontsize=9, loc="lower left")
     return min_text_size(fig)
 
 
@@ -1649,18 +1650,20 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
     return min_text_size(fig)
 
 
-def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None):
+def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_margin: float | None = None):
     """Chapter 2, trap 6: networks trained on shuffled or class-sorted batches.
 
     ``t6``: tidy ``seed, case, train_meter_accuracy, heldout_eval_accuracy,
     heldout_batch_stats_accuracy``. Bars: means; error bars: 95% Student-t intervals (clipped at 0, a
     small bar marks a clipped end); dots: seeds; ``chance``: a dotted line. Right panel: paired per seed,
     meter minus held-out (eval mode) for each case, and held-out accuracy shuffled minus class-sorted,
-    mean and 95% Student-t interval. Returns the figure.
+    mean and 95% Student-t interval; ``tie_margin``: the band +-margin a tie is judged against, shaded on the
+    class-sorted meter row. Row labels sit inside the lower panel, so both panels use the full width.
+    Returns the figure.
     """
-    qs = [("train_meter_accuracy", "training meter\n(train mode, its own batches)"),
-          ("heldout_eval_accuracy", "held-out, eval mode"),
-          ("heldout_batch_stats_accuracy", "held-out, train mode\n(shuffled batches)")]
+    qs = [("train_meter_accuracy", "training meter\n(train mode,\nits own batches)"),
+          ("heldout_eval_accuracy", "held-out,\neval mode"),
+          ("heldout_batch_stats_accuracy", "held-out,\ntrain mode\n(shuffled batches)")]
     cases = [c for c in ("shuffled", "class_sorted") if c in set(t6["case"])]
     fig, (ax, px) = plt.subplots(2, 1, figsize=(6.6, 6.4), gridspec_kw={"height_ratios": [2.2, 1]})
     w = 0.38
@@ -1691,14 +1694,24 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None):
     if len(cases) == 2:
         diffs.append(("held-out: trained shuffled - class-sorted", piv["heldout_eval_accuracy"]["shuffled"]
                       - piv["heldout_eval_accuracy"]["class_sorted"]))
-    for i, (_, v) in enumerate(diffs):
+    for i, (name, v) in enumerate(diffs):
+        if tie_margin is not None and name.endswith("class-sorted") and name.startswith("meter"):
+            px.fill_betweenx([i - 0.3, i + 0.3], -tie_margin, tie_margin, color="C1", alpha=0.15, lw=0,
+                             label=f"tie margin \u00b1{tie_margin:g}")
         px.scatter(v, np.full(len(v), i) + 0.18, s=8, color="0.3", alpha=0.5, zorder=3)
         iv = mean_ci(v)
         px.errorbar([iv.mean], [i], xerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D", color="black", ms=5,
                     capsize=4, lw=1.6, zorder=4)
     px.axvline(0, color="0.4", lw=1)
-    px.set_yticks(range(len(diffs))); px.set_yticklabels([n for n, _ in diffs], fontsize=9)
-    px.set_ylim(len(diffs) - 0.5, -0.6)
+    px.set_yticks([])
+    lo = min(min(float(v.min()) for _, v in diffs), -(tie_margin or 0), 0.0)
+    hi = max(max(float(v.max()) for _, v in diffs), tie_margin or 0, 0.0)
+    px.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    for i, (name, _) in enumerate(diffs):  # each row's label above it, inside the panel
+        px.text(lo - 0.03 * (hi - lo), i - 0.32, name, fontsize=9, va="bottom", ha="left")
+    px.set_ylim(len(diffs) - 0.55, -0.95)
+    if tie_margin is not None:
+        px.legend(loc="upper right", fontsize=9)
     px.set_xlabel("paired difference per seed (accuracy): mean, 95% CI, dots = seeds")
     fig.tight_layout()
     return min_text_size(fig)

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bnstudy.analysis import holm
 from bnstudy.config import Execution
 from bnstudy.experiments import eval_traps as ch
 
@@ -65,7 +66,7 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
            tuned_whole=(0.6, 0.62, 0.64), fixed_peak=0.001, runline_fixed=0.8, after_seeds=(0.0, 0.0, 0.0),
            sorted_meter=0.95, eval_dropout_off=1.0, half_lint=(1.0, 1.0, 1.0), runline_seeds=(0.0, 0.0, 0.0),
            aux_whole_change=0.0, head_loss=None, sorted_train_seed2=None, drift_test=(0.7, 0.72, 0.74),
-           drift_peak=0.02, bt_b4=(0.91, 0.92, 0.93), bt_b16=(0.95, 0.95, 0.95)):
+           drift_peak=0.02, bt_b4=(0.91, 0.92, 0.93), bt_b16=(0.95, 0.95, 0.95), bt_pinned_b4=None, bt_reest_b4=None):
     """A results table in run()'s shape whose right answers are known."""
     rows = []
     base = dict(n_classes=10, steps=60, epoch_steps=10, batch_size=32, teacher_batches=3, n_eval=512, min_batch=16,
@@ -110,9 +111,11 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
               val_aux=0.5, task_b_aux=0.55, main_loss_first=3.0, main_loss_last=1.0 + at, eval_dropout_off=1.0)
         # trap 5's training arm: pinned keeps 0.95; batch statistics lose bt_b4 at 4, bt_b16 at 16, nothing at 32
         for b, bstats in ((4, bt_b4[i]), (16, bt_b16[i]), (32, 0.95)):
-            for mode, acc in (("batch_stats", bstats), ("pinned", 0.95)):
+            pin = bt_pinned_b4[i] if (b == 4 and bt_pinned_b4) else 0.95
+            for mode, acc in (("batch_stats", bstats), ("pinned", pin)):
+                reest = bt_reest_b4[mode][i] if (b == 4 and bt_reest_b4) else min(acc + 0.01, 1.0)
                 r("batch_training", f"{mode}_b{b}", device_batch_size=b, mode=mode, steps=100,
-                  heldout_eval_accuracy=acc, heldout_reestimated_accuracy=min(acc + 0.01, 1.0),
+                  heldout_eval_accuracy=acc, heldout_reestimated_accuracy=reest,
                   train_loss_last=1.0 if mode == "batch_stats" else 0.1)
         r("sorted_training", "shuffled", train_meter_accuracy=0.9, heldout_eval_accuracy=0.9 - 0.01 * i,
           heldout_batch_stats_accuracy=0.9)
@@ -232,8 +235,37 @@ def test_checklist_table_is_plain_text_with_one_row_per_trap():
 
 def test_batch_training_table_has_one_row_per_training_batch():
     t = ch.batch_training_table(ch.findings(_table()))
-    assert list(t.index) == [4, 16, 32] and t.loc[4, "pinned minus batch statistics"].startswith("+0.030 [")
+    assert list(t.index) == [4, 16, 32] and t.loc[4, "pinned minus batch stats, as trained"].startswith("+0.030 [")
+    assert t.loc[4, "pinned minus batch stats, re-estimated"].startswith("+0.030 [") and t.loc[32, "samples seen"] == "3200"
     assert t.loc[32, "last-epoch loss (batch stats / pinned)"] == "1.00 / 0.10"
+
+
+def test_batch_training_verdicts_use_the_re_estimated_comparison():
+    # Referee ch2c N1: pinned scores lower as trained (stale statistics) but its weights are better: re-estimating
+    # both arms' statistics reverses the sign. The verdicts follow the re-estimated comparison.
+    f = ch.findings(_table(bt_b4=(0.93, 0.94, 0.935), bt_pinned_b4=(0.90, 0.91, 0.905),
+                           bt_reest_b4=dict(batch_stats=(0.90, 0.91, 0.905), pinned=(0.95, 0.951, 0.949))))
+    assert f.t5t_cost["b4"].mean == pytest.approx(-0.03) and f.t5t_cost["b4"].high < 0
+    assert f.t5t_reest_cost["b4"].mean == pytest.approx(0.045) and f.t5t_reest_cost["b4"].low > 0
+    assert f.t5t_costs_below_min_batch == "holds" and f.t5t_costs_below_min_batch_as_trained == "does not hold"
+    assert f.t5t_costs_p < 0.05 and f.t5t_safe_batch == 16.0 and f.t5t_safe_batch_as_trained == 4.0
+    assert f.t5t_change["pinned_reest_b4"].mean == pytest.approx(0.95 - 0.95) and f.t5t_samples["b4"] == 400
+    assert f.t5t_reest["pinned_b4"] == pytest.approx(0.95)
+
+
+def test_multiplicity_policy_is_holm_over_the_chapter_verdicts():
+    f = ch.findings(_table())
+    assert list(f.mult_family) == list(ch.VERDICT_FAMILY) and f.mult_n == len(ch.VERDICT_FAMILY)
+    p = [v["p"] for v in f.mult_family.values()]
+    assert [v["p_holm"] for v in f.mult_family.values()] == pytest.approx(list(holm(p)), nan_ok=True)
+    held = {k: v for k, v in f.mult_family.items() if v["verdict"] == "holds"}
+    assert f.mult_n_claims == len(held) and f.mult_weakest_p == pytest.approx(max(v["p_holm"] for v in held.values()))
+    assert f.mult_claims_survive == ("holds" if f.mult_weakest_p < 0.05 else "does not hold")
+    t = ch.multiplicity_table(f)
+    assert len(t) == f.mult_n and set(t["survives Holm"]) <= {"yes", "no", "(not a claim)"}
+    # trap 1 at tuned rates: the pinned head's second-half gain and the price at half budget
+    assert f.t1_tuned_gain_pinned.mean == pytest.approx(0.05) and f.t1_tuned_price_b_half.mean == pytest.approx(0.13)
+    assert f.t1_tuned_price_change.mean == pytest.approx(-0.03)
 
 
 def test_findings_say_when_a_claim_does_not_hold():
@@ -391,3 +423,19 @@ def test_first_seed_audit_recomputes_the_cached_row(tiny):
     assert float(a.outputs()["max_abs_change"].max()) == cached["max_probe_change"]
     with pytest.raises(ValueError, match="no case 'nope'"):
         ch.first_seed_audit(cfg, "train_call", "nope", ex)
+
+
+def test_chapter2_figures_draw_the_tie_margin_and_keep_the_inset_clear():
+    import matplotlib
+    matplotlib.use("Agg")
+    from bnstudy import plots
+    df = _table()
+    t6 = df[df["trap"] == "sorted_training"]
+    fig = plots.sorted_training_figure(t6, 0.1, ch.TOL_TIE)
+    px = fig.axes[1]
+    assert px.get_legend() is not None and "0.05" in px.get_legend().get_texts()[0].get_text()
+    assert len(px.get_yticks()) == 0  # row labels sit inside the panel
+    t4 = df[df["trap"] == "sorted_batches"]
+    fig = plots.sorted_batches_figure(t4, 0.1, ch.TOL_AFTER)
+    ins = fig.axes[1].child_axes[0]
+    assert "\u00b1" in ins.get_title() and ins.get_xlim() == fig.axes[1].get_xlim()
