@@ -480,7 +480,7 @@ class Findings:
     "mixed" (holds at some, reversed at others), "reversed in part", "inconclusive" (at none either way), "does
     not hold" (F2: at none). ``f2_n_mean_at_chance``: conditions whose *mean* is at most 1.5x chance (a point
     estimate, not a test); ``f2_min_lo``: the lowest 95% lower bound of task A over conditions
-    (``f2_lowest_bound``: over networks too); ``f3_n_tie``: inconclusive conditions where the TOST shows a tie
+    (``f2_lowest_bound``: over networks too); ``f3_p_holm_reference``: F3's Holm p (over conditions) at the reference; ``f3_n_tie``: inconclusive conditions where the TOST shows a tie
     within +-:data:`TIE_MARGIN`. ``most_severe``: the condition of largest median mismatch and
     ``gap_b_most_severe`` F3's gap there. ``task_b_clean_pinned`` / ``task_b_clean_train``: task B without
     corruption (``backbone_eval`` / ``train_mode``); ``task_b_ref_minus_clean_pinned``: ``backbone_eval``'s task B
@@ -558,6 +558,7 @@ class Findings:
     lowest_condition: dict
     cost_none: dict
     kl_max_over_median: dict
+    f3_p_holm_reference: dict
     inversion_sentence: str = ""
     f2_lowest_bound: float = math.nan
     example_pair: str = ""
@@ -775,6 +776,8 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         kl = d.groupby(["corruption", "severity", "seed"])["mismatch_kl"].first()
         kl_med = kl.groupby(level=[0, 1]).median()
         out["kl_max_over_median"][n] = float((kl.groupby(level=[0, 1]).max() / kl_med).max())
+        at_ref = cv[(cv.corruption == reference[0]) & (cv.severity == reference[1])]
+        out["f3_p_holm_reference"][n] = float(at_ref["f3_p_holm"].iloc[0])
         top = cv.loc[cv["mismatch_kl"].idxmax()]  # median mismatch over seeds
         out["most_severe"][n] = condition_label(top["corruption"], top["severity"])
         ts = d[(d.corruption == top["corruption"]) & (d.severity == top["severity"])]
@@ -825,9 +828,9 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
                                    f"{out['lowest_condition'][n]}, is already harmful")
         elif c2.startswith("no safe level"):
             ci = out["cost_none"][n]
-            out["c2_phrase"][n] = (f"no condition was shown safe: drifting statistics cost task A "
-                                   f"{_ci_text(ci)} already without corruption, and the condition of lowest "
-                                   f"mismatch is {out['lowest_condition'][n]}")
+            out["c2_phrase"][n] = (f"the data show harm, not a lack of power: drifting statistics cost task A "
+                                   f"{_ci_text(ci)} already without corruption, when task B is merely other clean "
+                                   f"digits, and the condition of lowest mismatch is {out['lowest_condition'][n]}")
         elif c2.startswith("too little power"):
             undecided = c[(c["cost_lo"] <= MIN_EFFECT) & (c["cost_hi"] >= MIN_EFFECT)]
             k = int((undecided["cost"] < MIN_EFFECT).sum())
@@ -1034,7 +1037,7 @@ def origin_sentence(df: pd.DataFrame, profile: str, provenance: dict | None = No
     return (f"The rows on this page were not computed for it: they are those of the {profile}-profile run at git "
             f"commit {provenance.get('git_commit', 'unknown')}, whose table was written {when} (sha256 "
             f"{str(provenance.get('sha256'))[:12]}, checked against its sidecar), analysed again at this page's "
-            f"commit (the run line below). {wall}; {units}.")
+            f"commit (the run line above). {wall}; {units}.")
 
 
 #: The outcome of tests/test_audit_torchvision.py's all-models test per torchvision classification model
