@@ -31,8 +31,9 @@ from pathlib import Path
 from . import book
 
 RESERVED = ("results_dir", "figures_dir")  # set from --out
-#: Notebook parameters that are not the experiment's config: the profile, where outputs go, how runs execute.
-EXECUTION_PARAMETERS = ("profile", "results_dir", "figures_dir", "cache_dir", "n_jobs", "rows")  # not config fields; rows: report.load_rows
+#: Notebook parameters that are not the experiment's config: the profile, where outputs go, how runs execute,
+#: and ``rows`` (an earlier run's results CSV to analyse again instead of running; bnstudy.report.load_rows).
+EXECUTION_PARAMETERS = ("profile", "results_dir", "figures_dir", "cache_dir", "n_jobs", "rows")
 #: Where the HTML page of a rerun finds MathJax, relative to the page.
 MATHJAX_DIR = "mathjax"
 

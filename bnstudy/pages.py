@@ -102,11 +102,13 @@ def glue_summary(prefix: str, summary: pd.DataFrame) -> None:
         glue(name, v, display=False)
 
 
-def run_line(config, execution=None, width: int = 78) -> str:
+def run_line(config, execution=None, width: int = 78, extra: dict | None = None) -> str:
     """The page's "Ran with" line for a chapter ``config`` (its ``describe()``), then the git commit,
     device, torch and the threads each run used (``execution.threads``, default 1); wrapped to ``width``.
-    Also records the config's fields for the JSON sidecars of the chapter's tables."""
+    Also records the config's fields for the JSON sidecars of the chapter's tables. ``extra``: more
+    ``{name: value}`` for the line and the sidecars (e.g. ``rows_from``: where analysed rows came from)."""
     from .config import Execution
     from .report import describe_run
     ex = execution or Execution()
-    return describe_run(config.describe(), config.asdict(), width, run_threads=ex.threads)
+    text = config.describe() + "".join(f", {k}={v}" for k, v in (extra or {}).items())
+    return describe_run(text, {**config.asdict(), **(extra or {})}, width, run_threads=ex.threads)

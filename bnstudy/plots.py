@@ -1227,6 +1227,16 @@ def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
 CH07_NETWORK_ORDER = ("small_cnn", "resnet18", "mobilenet_v3_small")
 
 
+#: Chapter 7's corruptions in the page's order (brightness, contrast, noise, blur, inversion).
+CH07_CORRUPTION_ORDER = ("brightness", "contrast", "gaussian_noise", "blur", "inversion")
+
+
+def _ch07_label(name: str, kind: str = "network") -> str:
+    """A readable name for a chapter-7 network or corruption (real_data's label maps)."""
+    from .experiments.real_data import CORRUPTION_LABELS, NETWORK_LABELS
+    return (NETWORK_LABELS if kind == "network" else CORRUPTION_LABELS).get(name, name)
+
+
 def _ch07_nets(col: pd.Series) -> list:
     present = list(dict.fromkeys(col))
     return [n for n in CH07_NETWORK_ORDER if n in present] + [n for n in present if n not in CH07_NETWORK_ORDER]
@@ -1249,7 +1259,7 @@ def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
                         mfc="none" if metric == "task_a_before" else None, zorder=3 + k)
         ax.axhline(chance, color="grey", ls=":", lw=1, label="chance")
         ax.set_xticks(range(len(modes))); ax.set_xticklabels([m.replace("_", "_\n", 1) for m in modes], fontsize=9)
-        ax.set_title(net); ax.set_ylim(0, 1.02)
+        ax.set_title(_ch07_label(net)); ax.set_ylim(0, 1.02)
     axes[0][0].set_ylabel("held-out accuracy (fraction)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.tight_layout(rect=(0, 0, 1, 0.9))
@@ -1263,7 +1273,8 @@ def ch07_effects_figure(eff: pd.DataFrame):
     severity: rows are networks, columns corruptions (``eff``: real_data.effects_table); 95% bars over seeds.
     Severity 0 (no corruption) is drawn in every column."""
     nets = _ch07_nets(eff["network"])
-    corrs = [c for c in dict.fromkeys(eff["corruption"]) if c != "none"]
+    present = [c for c in dict.fromkeys(eff["corruption"]) if c != "none"]
+    corrs = [c for c in CH07_CORRUPTION_ORDER if c in present] + [c for c in present if c not in CH07_CORRUPTION_ORDER]
     sevs = sorted(set(int(v) for v in eff["severity"]))
     fig, axes = plt.subplots(len(nets), len(corrs), figsize=(2.9 * len(corrs) + 0.6, 2.5 * len(nets) + 0.5),
                              sharex=True, sharey=True, squeeze=False)
@@ -1277,9 +1288,15 @@ def ch07_effects_figure(eff: pd.DataFrame):
                             fmt="o-", ms=4, capsize=2, lw=1, color=EFFECT_COLORS[name], label=name)
             ax.axhline(0, color="black", lw=0.6)
             if i == 0:
-                ax.set_title(corr)
+                note = ""
+                if corr == "inversion":  # its x axis is not monotone in pixel statistics: give the mix s
+                    from .data import SEVERITY_LEVELS
+                    shown = [v for v in sevs if v > 0]
+                    note = ("\n(s = " + ", ".join(f"{SEVERITY_LEVELS['inversion'][v - 1]:g}" for v in shown)
+                            + " at " + ", ".join(map(str, shown)) + ")")
+                ax.set_title(_ch07_label(corr, "corruption") + note)
             if j == 0:
-                ax.set_ylabel(f"{net}\naccuracy difference\n(fraction)")
+                ax.set_ylabel(f"{_ch07_label(net)}\naccuracy difference\n(fraction)")
             if i == len(nets) - 1:
                 ax.set_xlabel("severity")
             ax.set_xticks(sevs)
@@ -1291,33 +1308,51 @@ def ch07_effects_figure(eff: pd.DataFrame):
 
 def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
     """Cost of drifting statistics against the statistics mismatch measured before stage 2, one panel per
-    network, one point per corruption and severity with the cost's 95% interval (``cond``: real_data.condition_table);
-    ``rho``: optional ``{network: Spearman rho}`` written in each panel. Corruptions differ in colour and marker."""
+    network, one point per corruption and severity (``cond``: real_data.condition_table): x the median
+    mismatch over seeds with its quartiles as horizontal bars, y the mean cost with its 95% interval; each
+    corruption's points joined in severity order from the uncorrupted point. ``rho``: optional ``{network:
+    Interval or float}`` (Spearman rho) written in each panel's title. Corruptions differ in colour and marker."""
     nets = _ch07_nets(cond["network"])
-    corrs = list(dict.fromkeys(cond["corruption"]))
+    present = list(dict.fromkeys(cond["corruption"]))
+    corrs = [c for c in ("none",) + CH07_CORRUPTION_ORDER if c in present] + \
+        [c for c in present if c not in ("none",) + CH07_CORRUPTION_ORDER]
     colors = dict(zip(corrs, sns.color_palette("colorblind", len(corrs))))
     markers = dict(zip(corrs, "osD^vPX*"))
-    fig, axes = plt.subplots(1, len(nets), figsize=(4.2 * len(nets), 3.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(nets), figsize=(4.4 * len(nets), 4.2), sharey=True, squeeze=False)
     for ax, net in zip(axes[0], nets):
         g = cond[cond["network"] == net]
+        none = g[g["corruption"] == "none"]
         for corr in corrs:
-            h = g[g["corruption"] == corr]
+            h = g[g["corruption"] == corr].sort_values("severity")
+            if corr != "none":
+                line = pd.concat([none, h])
+                ax.plot(line["mismatch_kl"], line["cost"], "-", lw=0.7, color=colors[corr], alpha=0.6)
+            xerr = None
+            if "mismatch_kl_q25" in h:
+                xerr = [h["mismatch_kl"] - h["mismatch_kl_q25"], h["mismatch_kl_q75"] - h["mismatch_kl"]]
             ax.errorbar(h["mismatch_kl"], h["cost"], yerr=[h["cost"] - h["cost_lo"], h["cost_hi"] - h["cost"]],
-                        fmt=markers[corr], ms=5, capsize=2, lw=0.8, color=colors[corr], label=corr)
-        ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6); ax.set_title(net)
+                        xerr=xerr, fmt=markers[corr], ms=5, capsize=2, lw=0.8, color=colors[corr],
+                        label=_ch07_label(corr, "corruption"))
+        ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
+        title = _ch07_label(net)
         if rho is not None and net in rho:
-            ax.text(0.03, 0.95, f"Spearman ρ = {rho[net]:.2f}", transform=ax.transAxes, va="top", fontsize=9)
-        # ticks at 1, 2 and 5 per decade, plain numbers (a narrow log range otherwise labels every minor tick)
+            r = rho[net]
+            title += (f"\nper-seed Spearman ρ {r.mean:.2f} [{r.low:.2f}, {r.high:.2f}]" if hasattr(r, "low")
+                      else f"\nSpearman ρ = {r:.2f}")
+        ax.set_title(title, fontsize=10)
+        # ticks at 1, 2 and 5 per decade, plain numbers (a narrow log range otherwise labels every minor tick);
+        # major and minor ticks of one length, so that their labels sit at one height
         ax.xaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(2, 5)))
-        ax.tick_params(axis="x", which="both", labelsize=8)
+        ax.tick_params(axis="x", which="both", labelsize=8, length=3.5, width=0.8)
         for fmt in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
             fmt(matplotlib.ticker.FormatStrFormatter("%.2g"))
-        ax.set_xlabel("mismatch KL (nats)")
+        ax.set_xlabel("median mismatch KL over seeds (nats)")
     # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
     axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
     axes[0][0].set_ylabel("cost: task A accuracy lost (fraction)")
     axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
+
 
 # --- chapters 1 and 2, issue 10: the head's optimizer swept, training budget, trap 3's dropout, trap 5's loss,
 # --- training on class-sorted batches; and a floor on text size -------------------------------------------------

@@ -18,14 +18,20 @@ in the frozen part moved, no warning lint). The dozen runs in ``make test``; eve
 
 from __future__ import annotations
 
+import csv
 import gc
 import os
+import resource
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from bnstudy.audit import FreezeAudit
+from bnstudy.experiments.real_data import AUDIT_OUTCOMES, audit_counts
 from bnstudy.freeze import freeze_batchnorm, pin_norm_eval
 from bnstudy.vision import audit_model, classification_model_names, has_batchnorm, has_norm_layer, logits_only
 
@@ -167,9 +173,89 @@ def test_audit_on_every_torchvision_classification_model(request, capsys):
             failures[name] = f"{type(e).__name__}: {str(e)[:300]}"
         with capsys.disabled():
             print(f"{name}: {outcomes[name]}", flush=True)
+    write_outcomes(outcomes)
     counts = {k: sum(v == k for v in outcomes.values()) for k in ("caught", "clean", "failed", "no norm", "too large")}
     with capsys.disabled():
         print(f"\ncounts over {len(outcomes)} models: {counts}")
         for n, f in failures.items():
             print(f"FAILED {n}: {f}")
     assert not failures, failures
+
+
+def outcome_word(outcome: str) -> str:
+    """The outcomes file's word for :func:`audit_outcome`'s result (``"too large"`` -> ``"not run (...)"``)."""
+    return f"not run (skipped by default: over {MAX_PARAMS:,} parameters)" if outcome == "too large" else outcome
+
+
+def write_outcomes(outcomes: dict, path=AUDIT_OUTCOMES) -> Path:
+    """Write ``{model: outcome}`` into the outcomes CSV (``model, outcome``, sorted by model) that chapter 7's
+    counts are read from (:func:`bnstudy.experiments.real_data.audit_counts`). Rows of models not in
+    ``outcomes`` are kept, so a run over some models (``python tests/test_audit_torchvision.py NAME ...``)
+    updates only theirs. Returns the path."""
+    path = Path(path)
+    rows = {}
+    if path.exists():
+        with path.open() as f:
+            rows = {r["model"]: r["outcome"] for r in csv.DictReader(f)}
+    rows.update({k: outcome_word(v) for k, v in outcomes.items()})
+    with path.open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["model", "outcome"])
+        w.writerows(sorted(rows.items()))
+    return path
+
+
+def test_outcomes_file_covers_every_torchvision_classification_model_once():
+    """The committed outcomes file (written by write_outcomes) names every model of list_models() exactly once,
+    with an outcome audit_counts accepts, and the counts add up."""
+    with AUDIT_OUTCOMES.open() as f:
+        models = [r["model"] for r in csv.DictReader(f)]
+    assert len(models) == len(set(models))
+    assert set(models) == set(classification_model_names())
+    c = audit_counts()
+    assert c["models"] == len(models) == c["run"] + c["no_norm"] + c["not_run"]
+
+
+def test_write_outcomes_updates_only_the_given_models(tmp_path):
+    p = tmp_path / "o.csv"
+    write_outcomes({"b": "caught", "a": "no norm", "c": "too large"}, p)
+    write_outcomes({"c": "clean"}, p)
+    assert p.read_text().splitlines() == ["model,outcome", "a,no norm", "b,caught", "c,clean"]
+
+
+def _main(names: list[str], limit_s: int = 900) -> None:
+    """Audit ``names`` one after another and record each outcome with :func:`write_outcomes`. A model that does
+    not finish within ``limit_s`` seconds is recorded as not run, with the time and the process's peak memory."""
+    import signal
+
+    def _timeout(signum, frame):
+        raise TimeoutError
+
+    signal.signal(signal.SIGALRM, _timeout)
+    for name in names:
+        t0 = time.perf_counter()
+        signal.alarm(limit_s)
+        try:
+            out = audit_outcome(name)
+        except TimeoutError:
+            out = None
+        except Exception as e:  # noqa: BLE001
+            out = "failed"
+            print(f"FAILED {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+        finally:
+            signal.alarm(0)
+        wall = time.perf_counter() - t0
+        peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s = cpu.ru_utime + cpu.ru_stime
+        if out is None:
+            out = (f"not run (the audit did not finish in {wall:.0f} s on the shared 2-core machine at nice 19: "
+                   f"{cpu_s:.0f} s of CPU, peak memory {peak_gb:.1f} GB)")
+        print(f"{name}: {out} ({wall:.0f} s wall, {cpu_s:.0f} s CPU, peak resident memory of this process so far "
+              f"{peak_gb:.1f} GB)", flush=True)
+        gc.collect()
+        write_outcomes({name: out})
+
+
+if __name__ == "__main__":  # python tests/test_audit_torchvision.py NAME ...: audit these models, record the outcomes
+    _main(sys.argv[1:], int(os.environ.get("BNSTUDY_AUDIT_LIMIT_S", 900)))

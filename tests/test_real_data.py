@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -161,7 +162,7 @@ def test_findings_all_hold_on_a_table_built_to_satisfy_every_claim():
     assert F.f2_n_chance["n"] == 1 and F.f2_all_conditions["n"] == "holds in part"
     assert F.f3_n_gain["n"] == 4 and F.f3_all_conditions["n"] == "holds"
     assert F.all_hold["n"] == "no"
-    assert F.c2_phrase["n"] == "safe conditions reach a mismatch of 0.1, harmful ones start at 2"
+    assert F.c2_phrase["n"] == "safe conditions reach a median mismatch of 0.1, harmful ones start at 2"
     assert F.n_neither["n"] == 0 and F.rho_p_text["n"].startswith(("=", "<"))
     assert F.most_severe["n"] == "inversion at severity 5"
     assert F.check_all_eval_is_backbone_eval["n"] == rd.BY_CONSTRUCTION
@@ -221,18 +222,110 @@ def test_threshold_without_a_safe_condition_says_so_instead_of_nan():
     df = _table(True)
     keep = (df["corruption"] != "none") & ~((df["corruption"] == "blur") & (df["severity"] == 1))
     F = rd.findings(df[keep], ("inversion", 5))
-    assert F.n_safe["n"] == 0 and F.c2_threshold_separates["n"].startswith("too little power")
-    assert F.c2_phrase["n"] == "no condition was shown safe" and "nan" not in F.c2_phrase["n"]
+    # the lowest-mismatch condition (blur 5, cost 0.3) is harmful: no safe level, not a lack of power
+    assert F.n_safe["n"] == 0 and F.c2_threshold_separates["n"] == "no safe level (harmful already at the lowest mismatch)"
+    assert "nan" not in F.c2_phrase["n"]
+
+
+def _cond(rows):
+    return pd.DataFrame([dict(network="n", corruption=c, severity=v, mismatch_kl=kl, cost=m, cost_lo=lo, cost_hi=hi)
+                         for c, v, kl, m, lo, hi in rows])
+
+
+def test_threshold_tells_harm_without_corruption_from_too_little_power():
+    harm_none = _cond([("none", 0, 0.2, 0.05, 0.02, 0.08), ("blur", 1, 0.1, 0.04, 0.005, 0.07),
+                       ("blur", 5, 2.0, 0.5, 0.4, 0.6)])
+    assert rd._threshold(harm_none, 0.01)[0] == "no safe level (harmful already without corruption)"
+    power = _cond([("none", 0, 0.2, 0.005, -0.01, 0.02), ("blur", 5, 2.0, 0.5, 0.4, 0.6)])
+    assert rd._threshold(power, 0.01)[0] == "too little power (no condition shown safe)"
+    at_margin = _cond([("none", 0, 0.2, 0.012, -0.01, 0.03), ("blur", 5, 2.0, 0.5, 0.4, 0.6)])
+    assert rd._threshold(at_margin, 0.01)[0].startswith("no condition shown safe")
+
+
+def test_task_a_at_chance_needs_a_test_not_a_mean():
+    """A mean at 1.5x chance with a wide spread is not shown at chance; a tight one is."""
+    df = _table(True)
+    ref = (df.corruption == "inversion") & (df["mode"] == "train_mode")
+    df.loc[ref, "task_a_after"] = [0.29 + (0.3 if s % 2 else -0.3) * 0.5 for s in df.loc[ref, "seed"]]
+    cv = rd.condition_verdicts(df)
+    row = cv[cv.corruption == "inversion"].iloc[0]
+    assert row["task_a_train_mode"] <= 0.3 and row["f2"] == "drops, not to chance"
+    F = rd.findings(df, ("inversion", 5))
+    assert F.f2_n_chance["n"] == 0 and F.f2_n_mean_at_chance["n"] == 1 and F.f2_task_a_falls["n"] != "holds"
+    assert F.f2_min_lo["n"] < 0.2 and F.f2_lowest_bound == F.f2_min_lo["n"]
+
+
+def test_condition_verdicts_carry_each_modes_task_b_accuracy():
+    cv = rd.condition_verdicts(_table(True))
+    for m in ("train_mode", "backbone_eval", "separate_stats"):
+        assert cv[f"task_b_{m}"].notna().all()
+    ref = cv[cv.corruption == "inversion"].iloc[0]
+    assert ref["task_b_all_eval"] == pytest.approx(0.6 - 0.003) and ref["task_b_train_mode"] == pytest.approx(0.903)
+
+
+def test_mismatch_summaries_are_medians_robust_to_one_extreme_seed():
+    """One seed's mismatch at blur 1 explodes: the median keeps blur 1 the second-mildest condition, the most
+    severe condition stays inversion 5, and the inversion check counts seeds, not one mean."""
+    df = _table(True)
+    df.loc[(df.corruption == "blur") & (df.severity == 1) & (df.seed == 0), "mismatch_kl"] = 100.0
+    c = rd.condition_table(df)
+    assert c.set_index(["corruption", "severity"]).loc[("blur", 1), "mismatch_kl"] == pytest.approx(0.1)
+    assert c.set_index(["corruption", "severity"]).loc[("blur", 1), "mismatch_kl_mean"] > 20
+    F = rd.findings(df, ("inversion", 5))
+    assert F.most_severe["n"] == "inversion at severity 5" and F.rho_cost["n"] == pytest.approx(1.0)
+    assert F.kl_max_over_median["n"] == pytest.approx(1000.0)
+    # per seed: seed 0 ranks blur 1 (cost 0.003) above blur 5 (0.3): rho < 1 there, 1 elsewhere
+    assert F.rho_seed["n"].n == 4 and F.rho_seed["n"].mean < 1 and F.rho_seed["n"].high >= 1
+    assert F.inversion_monotone["n"] == "not run" and "inversion was not run" in F.inversion_sentence
+
+
+def test_inversion_sentence_counts_the_seeds_that_break_monotony():
+    df = _table(True)
+    extra = df[df.corruption == "inversion"].copy()
+    extra["severity"] = 3
+    extra["mismatch_kl"] = [9.0 if s else 1.0 for s in extra["seed"]]  # above severity 5's 5.0 in 3 of 4 seeds
+    F = rd.findings(pd.concat([df, extra]), ("inversion", 5))
+    assert F.inversion_monotone["n"] == "no" and F.inversion_nonmonotone_seeds["n"] == 3
+    assert F.inversion_sentence.startswith("the median mismatch of inversion does not rise monotonically")
+    assert "3 of 4 seeds for n" in F.inversion_sentence
+
+
+def test_example_pair_names_two_corruptions_of_like_mismatch_and_unlike_cost():
+    cond = _cond([("none", 0, 0.01, 0, 0, 0), ("blur", 5, 1.0, 0.02, 0.0, 0.04), ("contrast", 5, 1.1, 0.5, 0.4, 0.6),
+                  ("inversion", 5, 5.0, 0.9, 0.8, 1.0)])
+    text = rd._example_pair(cond)
+    assert text.startswith("on n, blur at severity 5 moves the statistics about as much as contrast at severity 5")
+    assert "0.020 [0.000, 0.040] against 0.500 [0.400, 0.600]" in text
+    assert rd._example_pair(cond[cond.corruption != "contrast"]) == ""
+
+
+def test_origin_sentence_says_where_the_rows_came_from_and_what_they_cost():
+    df = pd.DataFrame(dict(wall_s=[30.0] * 4))
+    ran = rd.origin_sentence(df, "full", None, 125.0)
+    assert "computed by this page's own run" in ran and "2.1 minutes" in ran and "2 worker-minutes" in ran
+    assert "was not timed" in rd.origin_sentence(df, "full", None, None)
+    prov = dict(git_commit="f40bda3604", written="2026-12-01T00:45:58+00:00", sha256="386abfe974fa7a9", run_wall_s=None)
+    text = rd.origin_sentence(df, "full", prov)
+    assert "full-profile run at git commit f40bda3604" in text and "2026-12-01 00:45:58 UTC" in text
+    assert "wall time was not recorded" in text and "386abfe974fa" in text and "2 worker-minutes" in text
+    assert "took 1.5 minutes" in rd.origin_sentence(df, "full", {**prov, "run_wall_s": 90})
+    assert rd.rows_from(prov) == dict(git_commit="f40bda3604", written="2026-12-01T00:45:58+00:00", sha256="386abfe974fa")
 
 
 def test_p_text_never_prints_zero():
     assert rd._p_text(4e-5) == "< 0.001" and rd._p_text(0.016) == "= 0.016"
 
 
-def test_audit_counts_come_from_the_committed_outcomes_file():
-    c = rd.audit_counts()
-    assert c["caught"] == 57 and c["clean"] == 14 and c["failed"] == 0 and c["no_norm"] == 7
-    assert c["not_run"] == 2 and c["models"] == 80
+def test_audit_counts_and_the_not_run_sentence_are_read_from_an_outcomes_file(tmp_path):
+    p = tmp_path / "o.csv"
+    p.write_text("model,outcome\na,caught\nb,clean\nc,no norm\nd,not run (too slow: 900 s)\ne,caught\n")
+    assert rd.audit_counts(p) == dict(models=5, caught=2, clean=1, failed=0, no_norm=1, not_run=1, run=3)
+    assert rd.audit_not_run_sentence(p) == "One model was not run: d (too slow: 900 s)."
+    p.write_text("model,outcome\na,caught\n")
+    assert rd.audit_not_run_sentence(p) == "Every other model was run."
+    p.write_text("model,outcome\na,exploded\n")
+    with pytest.raises(ValueError, match="unknown outcomes"):
+        rd.audit_counts(p)
 
 
 def test_findings_refuse_a_table_without_the_four_modes_at_the_reference():
@@ -268,7 +361,17 @@ def test_verdict_table_has_one_row_per_claim_and_network():
     t = rd.verdict_table(F)
     assert len(t) == len(rd.CLAIMS) and set(t["verdict"]) <= {"holds", "holds in part", rd.BY_CONSTRUCTION}
     g = rd.verdict_grid(F)
-    assert list(g.columns) == ["chapter", "claim", "n"] and len(g) == len(rd.CLAIMS)
+    assert list(g.columns) == ["kind", "claim", "n"] and len(g) == len(rd.CLAIMS)
+    assert set(t["kind"]) == {"chapter 1 finding", "chapter 3 conclusion", "check"}
+
+
+def test_verdict_grid_uses_readable_network_names():
+    df = _table(True)
+    df["network"] = "mobilenet_v3_small"
+    g = rd.verdict_grid(rd.findings(df, ("inversion", 5)))
+    assert list(g.columns) == ["kind", "claim", "MobileNetV3-small"]
+    assert rd.condition_label("gaussian_noise", 5) == "Gaussian noise at severity 5"
+    assert rd.condition_label("none", 0) == "no corruption"
 
 
 # --- a tiny real run ---------------------------------------------------------------------------------------------
@@ -314,3 +417,57 @@ def test_shared_forwards_give_rows_equal_to_every_mode_running_its_own_forward(m
     plain = rd.run_condition(specs, source, a_test, tb)
     for s, r1, r2 in zip(specs, shared, plain):
         assert r1 == r2, s.mode
+
+
+# --- the notebook analyses an earlier run's rows when given them ----------------------------------------------------
+
+def _glued(nb) -> dict:
+    """Glue key -> its text/markdown (or text/plain) payload, from an executed notebook's outputs."""
+    out = {}
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            key = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if key:
+                data = {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 2)[-1]: v for k, v in o["data"].items()}
+                out[key] = data.get("text/markdown", data.get("text/plain"))
+    return out
+
+
+@pytest.mark.slow
+def test_notebook_with_rows_analyses_the_given_table_instead_of_running(tmp_path):
+    """A hand-made table with a sidecar, given as ``rows``: the page's numbers are that table's (task A of stage 1
+    at 0.95, which no run of the experiment gives exactly on 300 held-out images... and network "n", which no run
+    has), and the page says where the rows came from. A notebook that ignored ``rows`` would run the quick profile
+    instead and fail these checks (or, with an empty cache, take minutes)."""
+    import nbformat
+
+    from bnstudy import book, report
+    df = _table(True)
+    df["network"] = "small_cnn"
+    df["wall_s"] = 6.0
+    src = tmp_path / "earlier" / "07_real_data.csv"
+    src.parent.mkdir()
+    df.to_csv(src, index=False)
+    params = dict(profile="quick", seeds=None, networks=None, corruptions=None, severities=None, stage1_steps=None,
+                  steps=None)
+    report.write_sidecar(src, parameters=params)
+    nb_path = [p for p in book.chapter_paths() if p.stem == "07_real_data"][0]
+    out = book.execute_chapter(nb_path, tmp_path / "page", "quick",
+                               parameters=dict(rows=str(src), results_dir=str(tmp_path / "results"),
+                                               figures_dir=str(tmp_path / "figures"),
+                                               cache_dir=str(tmp_path / "cache"), n_jobs=1))
+    glued = _glued(nbformat.read(out, as_version=4))
+    assert float(glued["ch07_task_a_source_small_cnn_mean"]) == pytest.approx(0.95)
+    assert float(glued["ch07_n_seeds"]) == 4 and float(glued["ch07_n_conditions"]) == 4
+    origin = glued["ch07_origin"]
+    assert "not computed for it" in origin and "wall time was not recorded" in origin
+    assert f"{len(df):,} runs' own times sum to {len(df) * 6 / 60:.0f} worker-minutes" in origin
+    side = json.loads((tmp_path / "results" / "07_real_data.json").read_text())
+    assert side["parameters"]["rows_from"]["sha256"] == report.load_rows(src, params)[1]["sha256"][:12]
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.pkl"))
+    # a sidecar recording other parameters is refused, naming the parameter
+    report.write_sidecar(src, parameters={**params, "steps": 7})
+    with pytest.raises(Exception, match="steps"):
+        book.execute_chapter(nb_path, tmp_path / "page2", "quick",
+                             parameters=dict(rows=str(src), results_dir=str(tmp_path / "results2"),
+                                             figures_dir=str(tmp_path / "figures2"), cache_dir=str(tmp_path / "cache")))

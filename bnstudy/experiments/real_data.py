@@ -56,13 +56,33 @@ MIN_EFFECT = 0.01
 
 #: The networks (bnstudy.vision.NETWORKS, repeated here so that importing this module needs no torchvision).
 NETWORKS = ("small_cnn", "resnet18", "mobilenet_v3_small")
+#: Readable names of the networks, corruptions and conditions for prose, tables and figures.
+NETWORK_LABELS = {"small_cnn": "small CNN", "resnet18": "ResNet-18", "mobilenet_v3_small": "MobileNetV3-small"}
+CORRUPTION_LABELS = {"none": "no corruption", "brightness": "brightness", "contrast": "contrast",
+                     "gaussian_noise": "Gaussian noise", "blur": "blur", "inversion": "inversion"}
+
+
+def network_label(name: str) -> str:
+    """``"resnet18"`` -> ``"ResNet-18"`` (unknown names unchanged)."""
+    return NETWORK_LABELS.get(name, name)
+
+
+def _in_prose(name: str) -> str:
+    """A network's name inside a sentence: "the small CNN", "ResNet-18"."""
+    return ("the " if name == "small_cnn" else "") + network_label(name)
+
+
+def condition_label(corruption: str, severity: int) -> str:
+    """``("gaussian_noise", 5)`` -> ``"Gaussian noise at severity 5"``; ``("none", 0)`` -> ``"no corruption"``."""
+    if corruption == "none":
+        return "no corruption"
+    return f"{CORRUPTION_LABELS.get(corruption, corruption)} at severity {int(severity)}"
+
+
 #: Profile sizes (the only place they are set). quick: 2 seeds, 2 corruptions at severity 5, short training
 #: (a pipeline check: 66 runs; 18 min of wall time measured on the shared 2-core machine at load 20). Tried:
 #: stage1_steps=40, steps=30 (14 min) left MobileNetV3-small at chance in eval mode after stage 1 (0.200 held-out
 #: in both seeds: its running statistics had not caught up with its weights), 60 gave 0.952. full: 10 seeds, all five corruptions at severities 1, 3, 5 (1,500 runs).
-#: Measured wall time (minutes) of the full profile's notebook run (papermill, 2 workers, 2-core shared machine,
-#: 2026-11-30 21:32-22:16 UTC: 2,624 s).
-FULL_PROFILE_WALL_MIN = 43.7
 #: Settings tried before the committed ones (measured on this project's shared 2-core CPU; bnstudy.vision's
 #: docstring): seconds per train-mode forward pass / train step of 32 images with a stride-1 first convolution
 #: against the committed stride 2, torchvision MobileNetV3's own BatchNorm momentum (overridden by
@@ -386,13 +406,30 @@ def effects_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def condition_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (network, corruption, severity): mean ``mismatch_kl``, cost mean and 95% interval (``cost_lo``/``cost_hi``)."""
+    """Per (network, corruption, severity): the mismatch over seeds (``mismatch_kl``: the **median**, robust to
+    the few seeds whose KL explodes; ``mismatch_kl_q25``/``_q75``: its quartiles; ``mismatch_kl_mean``), the
+    cost's mean and 95% interval (``cost_lo``/``cost_hi``) and the mean ``benefit``."""
     e = effects(df)
     recs = []
     for key, g in e.groupby(["network", "corruption", "severity"], sort=False):
         iv = mean_ci(g["cost"])
-        recs.append(dict(zip(["network", "corruption", "severity"], key), mismatch_kl=float(g["mismatch_kl"].mean()),
-                         cost=iv.mean, cost_lo=iv.low, cost_hi=iv.high, benefit=float(g["benefit"].mean())))
+        kl = g["mismatch_kl"]
+        recs.append(dict(zip(["network", "corruption", "severity"], key), mismatch_kl=float(kl.median()),
+                         mismatch_kl_q25=float(kl.quantile(0.25)), mismatch_kl_q75=float(kl.quantile(0.75)),
+                         mismatch_kl_mean=float(kl.mean()), cost=iv.mean, cost_lo=iv.low, cost_hi=iv.high,
+                         benefit=float(g["benefit"].mean())))
+    return pd.DataFrame(recs)
+
+
+def per_seed_rho(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (network, seed): Spearman's rho over the conditions of that seed's mismatch and cost (``rho``;
+    NaN with fewer than 3 conditions or a constant column)."""
+    e = effects(df)
+    recs = []
+    for (net, seed), g in e.groupby(["network", "seed"], sort=False):
+        ok = len(g) >= 3 and g["mismatch_kl"].nunique() > 1 and g["cost"].nunique() > 1
+        rho = float(sps.spearmanr(g["mismatch_kl"], g["cost"]).statistic) if ok else math.nan
+        recs.append(dict(network=net, seed=seed, rho=rho))
     return pd.DataFrame(recs)
 
 
@@ -419,30 +456,44 @@ def tost_interval(values, confidence: float = 0.90) -> Interval:
 class Findings:
     """Every number and verdict chapter 7's prose cites, per network (dicts keyed by network name).
 
-    ``networks``: their names, comma-separated. Chapter 1 (at the reference condition): ``f1_weights_unchanged`` (every weight's change == 0);
-    ``f2_task_a_falls`` (``train_mode``'s task A "holds" at most 1.5x chance, "holds in part" if only
-    significantly below where it started); ``f3_pinned_keep_a`` (pinned modes' task A after == before)
-    and ``f3_pinned_lower_b`` (``train_mode - pinned`` on task B, 95% interval above zero, both pinned
-    modes); ``f4_separate_exact`` (old logits change == 0) and ``f4_separate_matches_b`` (TOST: 90%
-    interval of ``separate_stats - train_mode`` on task B inside +-:data:`TIE_MARGIN`). Chapter 3 (all
-    conditions): ``c1_mismatch_ranks_cost`` (Spearman rho of condition mean mismatch and cost > 0 with
-    Holm-adjusted p < 0.05 over networks), ``c2_threshold_separates`` (every safe condition's mismatch
-    below every harmful one's), ``c3_separate_gain_without_loss`` (task A unchanged in every run and
-    task B within 0.01 of ``train_mode``'s mean in every condition). Intervals are 95% over seeds.
+    ``networks``: their names, comma-separated. Chapter 1 (at the reference condition): ``f1_weights_unchanged``
+    (every weight's change == 0); ``f2_task_a_falls`` (``train_mode``'s task A: "holds" if a one-sided t-test
+    shows its mean at most 1.5x chance, "drops, not to chance" if only significantly below where it started);
+    ``f3_pinned_keep_a`` (pinned modes' task A after == before) and ``f3_pinned_lower_b`` (``train_mode -
+    pinned`` on task B, 95% interval above zero, both pinned modes); ``f4_separate_exact`` (old logits change
+    == 0) and ``f4_separate_matches_b`` (TOST: 90% interval of ``separate_stats - train_mode`` on task B inside
+    +-:data:`TIE_MARGIN`). Chapter 3 (all conditions; a condition's mismatch is its **median** over seeds):
+    ``c1_mismatch_ranks_cost`` (Spearman rho of condition mismatch and cost > 0 with Holm-adjusted one-sided
+    p < 0.05 over networks, and the per-seed rho's 95% interval ``rho_seed`` above 0; ``rho_cost_mean_kl``: the
+    rho on seed-mean mismatches, for comparison), ``c2_threshold_separates`` (:func:`_threshold`: every safe
+    condition's mismatch below every harmful one's; without a safe condition, "no safe level" when the
+    lowest-mismatch condition ``lowest_condition`` is harmful), ``c3_separate_gain_without_loss`` (task A
+    unchanged in every run and task B within 0.01 of ``train_mode``'s mean in every condition). Intervals are
+    95% over seeds.
 
     Verdict words (the page states these rules): "holds"; "inconclusive" (the interval crosses zero, no
     equivalence shown); "reversed" (significant in the opposite direction); "drops, not to chance" (F2: task A
-    significantly below where it started but above 1.5x chance); "by construction (checked ==)" (an identity
-    of the code, confirmed exactly on every run: not a finding). Over all conditions (``f2_all_conditions``,
-    ``f3_all_conditions``, tests Holm-adjusted over the network's conditions, :func:`condition_verdicts`):
-    "holds" at every condition, "holds in part" at some and reversed at none, "mixed" (holds at some, reversed
-    at others), "reversed in part", "inconclusive" (at none either way), "does not hold" (F2: at none).
-    ``most_severe``: the condition of largest mean mismatch (KL) and ``gap_b_most_severe`` F3's gap there.
+    significantly below where it started, not shown within 1.5x chance); "by construction (checked ==)" (an
+    identity of the code, confirmed exactly on every run: not a finding). Over all conditions
+    (``f2_all_conditions``, ``f3_all_conditions``, tests Holm-adjusted over the network's conditions,
+    :func:`condition_verdicts`): "holds" at every condition, "holds in part" at some and reversed at none,
+    "mixed" (holds at some, reversed at others), "reversed in part", "inconclusive" (at none either way), "does
+    not hold" (F2: at none). ``f2_n_mean_at_chance``: conditions whose *mean* is at most 1.5x chance (a point
+    estimate, not a test); ``f2_min_lo``: the lowest 95% lower bound of task A over conditions
+    (``f2_lowest_bound``: over networks too); ``f3_p_holm_reference``: F3's Holm p (over conditions) at the reference; ``f3_n_tie``: inconclusive conditions where the TOST shows a tie
+    within +-:data:`TIE_MARGIN`. ``most_severe``: the condition of largest median mismatch and
+    ``gap_b_most_severe`` F3's gap there. ``task_b_clean_pinned`` / ``task_b_clean_train``: task B without
+    corruption (``backbone_eval`` / ``train_mode``); ``task_b_ref_minus_clean_pinned``: ``backbone_eval``'s task B
+    at the reference minus without corruption, paired within seed. ``cost_none``: the cost without corruption.
     ``rho_within``: mean over corruptions of Spearman's rho within a corruption (no corruption + its
     severities); ``rho_across``: rho over corruptions at the highest severity (``*_text``: the same as printed,
-"not computable" with fewer than 3 points per group). ``rho_p_text``: the Holm p
-    (one-sided) as printed ("< 0.001" below 0.001). ``c2_phrase``: chapter 3's threshold test in words (never
-    NaN); ``c2_margin_002``/``_003``: its verdict with safe/harm margins 0.02 and 0.03.
+    "not computable" with fewer than 3 points per group). ``rho_p_text``: the Holm p (one-sided) as printed
+    ("< 0.001" below 0.001). ``c2_phrase``: chapter 3's threshold test in words (never NaN);
+    ``c2_margin_002``/``_003``: its verdict with safe/harm margins 0.02 and 0.03. ``inversion_monotone``: whether
+    inversion's median mismatch rises with severity; ``inversion_nonmonotone_seeds``: seeds where it does not;
+    ``inversion_sentence`` says both over networks. ``kl_max_over_median``: over conditions, the
+    largest ratio of one seed's mismatch to the condition's median. ``example_pair``: two corruptions of about the same mismatch
+    and very different cost (:func:`_example_pair`).
     """
 
     n_seeds: int
@@ -495,6 +546,22 @@ class Findings:
     rho_within_text: dict
     rho_across_text: dict
     inversion_monotone: dict
+    inversion_nonmonotone_seeds: dict
+    f2_n_mean_at_chance: dict
+    f2_min_lo: dict
+    f3_n_tie: dict
+    task_b_clean_pinned: dict
+    task_b_clean_train: dict
+    task_b_ref_minus_clean_pinned: dict
+    rho_seed: dict
+    rho_cost_mean_kl: dict
+    lowest_condition: dict
+    cost_none: dict
+    kl_max_over_median: dict
+    f3_p_holm_reference: dict
+    inversion_sentence: str = ""
+    f2_lowest_bound: float = math.nan
+    example_pair: str = ""
 
 
 def spearman_greater(x, y, exact_max: int = 8) -> tuple[float, float]:
@@ -547,38 +614,49 @@ def _paired_p(diff, alternative: str = "two-sided") -> float:
 def condition_verdicts(df: pd.DataFrame) -> pd.DataFrame:
     """Chapter 1's F2 and F3 judged at every condition of every network, Holm-adjusted over the network's conditions.
 
-    Tidy: ``network, corruption, severity, mismatch_kl, task_a_train_mode, task_a_lo, task_a_hi, f2_p_holm, f2,
-    gap_b, gap_b_lo, gap_b_hi, f3_p_holm, f3``. F2 (one-sided paired t of ``train_mode``'s task A after minus
-    before < 0): "holds" if the mean is at most 1.5x chance, else "drops, not to chance" if the Holm-adjusted
-    p < 0.05, else "does not hold". F3 (two-sided paired t of ``train_mode - backbone_eval`` on task B): "holds"
-    (positive, Holm p < 0.05), "reversed" (negative, Holm p < 0.05), else "inconclusive".
+    Tidy: ``network, corruption, severity, mismatch_kl`` (median over seeds), ``task_a_train_mode, task_a_lo,
+    task_a_hi, f2_chance_p_holm, f2_drop_p_holm, f2, task_b_<mode>`` (mean task-B accuracy of each mode run at the
+    condition), ``gap_b, gap_b_lo, gap_b_hi, f3_p_holm, f3_tie, f3``. F2: "holds" if a one-sided t-test shows the
+    mean of ``train_mode``'s task A at most 1.5x chance (Holm p < 0.05), else "drops, not to chance" if a one-sided
+    paired t-test shows it below where it started (Holm p < 0.05), else "does not hold". F3 (two-sided paired t
+    of ``train_mode - backbone_eval`` on task B): "holds" (positive, Holm p < 0.05), "reversed" (negative, Holm
+    p < 0.05), else "inconclusive"; ``f3_tie``: the TOST (90% interval inside +-:data:`TIE_MARGIN`) shows a tie.
     """
     chance = 1 / 5
     keys = ["network", "corruption", "severity"]
     recs = []
     for key, g in df.groupby(keys, sort=False):
         piv = {c: g.pivot(index="seed", columns="mode", values=c) for c in ("task_a_before", "task_a_after", "task_b")}
-        a = mean_ci(piv["task_a_after"]["train_mode"])
+        a_vals = piv["task_a_after"]["train_mode"]
+        a = mean_ci(a_vals)
         gap_d = piv["task_b"]["train_mode"] - piv["task_b"]["backbone_eval"]
         gap = mean_ci(gap_d)
-        recs.append(dict(zip(keys, key), mismatch_kl=float(g["mismatch_kl"].mean()), task_a_train_mode=a.mean,
-                         task_a_lo=a.low, task_a_hi=a.high,
-                         f2_p=_paired_p(piv["task_a_after"]["train_mode"] - piv["task_a_before"]["train_mode"], "less"),
-                         gap_b=gap.mean, gap_b_lo=gap.low, gap_b_hi=gap.high, f3_p=_paired_p(gap_d)))
+        t90 = tost_interval(gap_d)
+        rec = dict(zip(keys, key), mismatch_kl=float(g.groupby("seed")["mismatch_kl"].first().median()),
+                   task_a_train_mode=a.mean, task_a_lo=a.low, task_a_hi=a.high,
+                   f2_chance_p=_paired_p(a_vals - 1.5 * chance, "less"),
+                   f2_drop_p=_paired_p(a_vals - piv["task_a_before"]["train_mode"], "less"))
+        rec.update({f"task_b_{m}": float(piv["task_b"][m].mean()) for m in MODE_NAMES if m in piv["task_b"]})
+        rec.update(gap_b=gap.mean, gap_b_lo=gap.low, gap_b_hi=gap.high, f3_p=_paired_p(gap_d),
+                   f3_tie=bool(-TIE_MARGIN < t90.low and t90.high < TIE_MARGIN))
+        recs.append(rec)
     t = pd.DataFrame(recs)
     out = []
     for net, g in t.groupby("network", sort=False):
         g = g.copy()
         idx = [str(i) for i in g.index]
-        p2 = holm(dict(zip(idx, g["f2_p"]))); p3 = holm(dict(zip(idx, g["f3_p"])))
-        g["f2_p_holm"] = [p2[i] for i in idx]
-        g["f3_p_holm"] = [p3[i] for i in idx]
-        g["f2"] = ["holds" if m <= 1.5 * chance else ("drops, not to chance" if q < 0.05 else "does not hold")
-                   for m, q in zip(g["task_a_train_mode"], g["f2_p_holm"])]
+        for col in ("f2_chance_p", "f2_drop_p", "f3_p"):
+            adj = holm(dict(zip(idx, g[col])))
+            g[f"{col}_holm"] = [adj[i] for i in idx]
+        g["f2"] = ["holds" if qc < 0.05 else ("drops, not to chance" if qd < 0.05 else "does not hold")
+                   for qc, qd in zip(g["f2_chance_p_holm"], g["f2_drop_p_holm"])]
         g["f3"] = [("holds" if m > 0 else "reversed") if q < 0.05 else "inconclusive"
                    for m, q in zip(g["gap_b"], g["f3_p_holm"])]
         out.append(g)
-    return pd.concat(out).drop(columns=["f2_p", "f3_p"]).reset_index(drop=True)
+    t = pd.concat(out).drop(columns=["f2_chance_p", "f2_drop_p", "f3_p"]).reset_index(drop=True)
+    first = ["network", "corruption", "severity", "mismatch_kl", "task_a_train_mode", "task_a_lo", "task_a_hi",
+             "f2_chance_p_holm", "f2_drop_p_holm", "f2"]
+    return t[first + [c for c in t.columns if c not in first]]
 
 
 def _over_conditions(words) -> str:
@@ -597,10 +675,25 @@ def _over_conditions(words) -> str:
 
 
 def _threshold(c: pd.DataFrame, margin: float) -> tuple[str, pd.Series, pd.Series]:
-    """Chapter 3's threshold test at a safe/harm ``margin``: (verdict, safe conditions' KL, harmful ones' KL)."""
+    """Chapter 3's threshold test at a safe/harm ``margin``: (verdict, safe conditions' KL, harmful ones' KL).
+
+    Without a safe condition: "no safe level (harmful already without corruption)" when the uncorrupted
+    condition is harmful, "no safe level (harmful already at the lowest mismatch)" when the condition of
+    lowest (median) mismatch is; "too little power (no condition shown safe)" when some undecided
+    condition's mean cost is below the margin; else "no condition shown safe (every mean cost at or above the
+    margin)"."""
     safe, harm = c[c["cost_hi"] < margin]["mismatch_kl"], c[c["cost_lo"] > margin]["mismatch_kl"]
     if not len(safe):
-        return "too little power (no condition shown safe)", safe, harm
+        none = c[c["corruption"] == "none"]
+        if len(none) and (none["cost_lo"] > margin).all():
+            return "no safe level (harmful already without corruption)", safe, harm
+        lowest = c.loc[c["mismatch_kl"].idxmin()]
+        if lowest["cost_lo"] > margin:
+            return "no safe level (harmful already at the lowest mismatch)", safe, harm
+        undecided = c[(c["cost_lo"] <= margin) & (c["cost_hi"] >= margin)]
+        if (undecided["cost"] < margin).any():
+            return "too little power (no condition shown safe)", safe, harm
+        return "no condition shown safe (every mean cost at or above the margin)", safe, harm
     if not len(harm):
         return "too little power (no condition shown harmful)", safe, harm
     return _word(bool(safe.max() < harm.min())), safe, harm
@@ -608,6 +701,15 @@ def _threshold(c: pd.DataFrame, margin: float) -> tuple[str, pd.Series, pd.Serie
 
 def _p_text(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"= {p:.3f}"
+
+
+def _ci_text(iv: Interval) -> str:
+    return f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+
+
+def _and(items: list[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def findings(df: pd.DataFrame, reference: tuple) -> Findings:
@@ -626,11 +728,11 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         raise ValueError("findings needs at least 2 seeds")
     chance = 1 / 5
     nets = tuple(dict.fromkeys(df["network"]))
-    out: dict = {f: {} for f in Findings.__dataclass_fields__ if f not in
-                 ("n_seeds", "chance", "networks", "reference", "n_conditions")}
+    out: dict = {f: {} for f in Findings.__dataclass_fields__ if f not in _FINDINGS_SCALARS}
     pvals = {}
     cond = condition_table(df)
     cvs = condition_verdicts(df)
+    seed_rho = per_seed_rho(df)
     for n in nets:
         r, d = ref[ref.network == n], df[df.network == n]
         piv = {c: r.pivot(index="seed", columns="mode", values=c)
@@ -640,7 +742,8 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["task_a_source"][n] = mean_ci(d.groupby("seed")["source_task_a_accuracy"].first())
         out["task_a_train_mode"][n], out["task_a_before"][n] = a_tm, a_before
         a_drop_p = _paired_p(piv["task_a_after"]["train_mode"] - piv["task_a_before"]["train_mode"], "less")
-        f2 = "holds" if a_tm.mean <= 1.5 * chance else ("drops, not to chance" if a_drop_p < 0.05 else "does not hold")
+        a_chance_p = _paired_p(piv["task_a_after"]["train_mode"] - 1.5 * chance, "less")
+        f2 = "holds" if a_chance_p < 0.05 else ("drops, not to chance" if a_drop_p < 0.05 else "does not hold")
         gaps = {p: mean_ci(piv["task_b"]["train_mode"] - piv["task_b"][p]) for p in ("backbone_eval", "all_eval")}
         out["gap_b_backbone_eval"][n], out["gap_b_all_eval"][n] = gaps["backbone_eval"], gaps["all_eval"]
         dsep = piv["task_b"]["separate_stats"] - piv["task_b"]["train_mode"]
@@ -663,21 +766,45 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["f2_all_conditions"][n] = _over_conditions(cv["f2"])
         out["f2_n_chance"][n] = int((cv["f2"] == "holds").sum())
         out["f2_n_drop"][n] = int((cv["f2"] == "drops, not to chance").sum())
+        out["f2_n_mean_at_chance"][n] = int((cv["task_a_train_mode"] <= 1.5 * chance).sum())
+        out["f2_min_lo"][n] = float(cv["task_a_lo"].min())
         out["f3_all_conditions"][n] = _over_conditions(cv["f3"])
         out["f3_n_gain"][n] = int((cv["f3"] == "holds").sum())
         out["f3_n_reversed"][n] = int((cv["f3"] == "reversed").sum())
         out["f3_n_inconclusive"][n] = int((cv["f3"] == "inconclusive").sum())
-        top = cv.loc[cv["mismatch_kl"].idxmax()]
-        out["most_severe"][n] = f"{top['corruption']} at severity {int(top['severity'])}"
+        out["f3_n_tie"][n] = int((cv["f3_tie"] & (cv["f3"] == "inconclusive")).sum())
+        kl = d.groupby(["corruption", "severity", "seed"])["mismatch_kl"].first()
+        kl_med = kl.groupby(level=[0, 1]).median()
+        out["kl_max_over_median"][n] = float((kl.groupby(level=[0, 1]).max() / kl_med).max())
+        at_ref = cv[(cv.corruption == reference[0]) & (cv.severity == reference[1])]
+        out["f3_p_holm_reference"][n] = float(at_ref["f3_p_holm"].iloc[0])
+        top = cv.loc[cv["mismatch_kl"].idxmax()]  # median mismatch over seeds
+        out["most_severe"][n] = condition_label(top["corruption"], top["severity"])
         ts = d[(d.corruption == top["corruption"]) & (d.severity == top["severity"])]
         out["gap_b_most_severe"][n] = mean_ci(_pair(ts, "task_b", "train_mode", "backbone_eval")["diff"])
-        # chapter 3, over every condition of this network
+        # task B of the pinned head without corruption, and at the reference against it (paired within seed)
+        none = d[d.corruption == "none"]
+        if len(none):
+            pin_none = none[none["mode"] == "backbone_eval"].set_index("seed")["task_b"]
+            pin_ref = r[r["mode"] == "backbone_eval"].set_index("seed")["task_b"]
+            out["task_b_clean_pinned"][n] = mean_ci(pin_none)
+            out["task_b_clean_train"][n] = mean_ci(none[none["mode"] == "train_mode"].set_index("seed")["task_b"])
+            out["task_b_ref_minus_clean_pinned"][n] = mean_ci((pin_ref - pin_none.loc[pin_ref.index]).dropna())
+        else:
+            nan_iv = Interval(math.nan, math.nan, math.nan, 0)
+            out["task_b_clean_pinned"][n] = out["task_b_clean_train"][n] = nan_iv
+            out["task_b_ref_minus_clean_pinned"][n] = nan_iv
+        # chapter 3, over every condition of this network (condition mismatch: the median over seeds)
         c = cond[cond.network == n]
         if len(c) >= 3 and c["mismatch_kl"].nunique() > 1 and c["cost"].nunique() > 1:
             rho, p = spearman_greater(c["mismatch_kl"].to_numpy(), c["cost"].to_numpy())
         else:
             rho, p = math.nan, 1.0
         out["rho_cost"][n], pvals[n] = rho, p
+        sr = seed_rho[seed_rho.network == n]["rho"].dropna()
+        out["rho_seed"][n] = mean_ci(sr) if len(sr) >= 2 else Interval(math.nan, math.nan, math.nan, len(sr))
+        out["rho_cost_mean_kl"][n] = (float(sps.spearmanr(c["mismatch_kl_mean"], c["cost"]).statistic)
+                                      if len(c) >= 3 and c["mismatch_kl_mean"].nunique() > 1 else math.nan)
         c2, safe, harm = _threshold(c, MIN_EFFECT)
         out["safe_max_kl"][n] = float(safe.max()) if len(safe) else math.nan
         out["harm_min_kl"][n] = float(harm.min()) if len(harm) else math.nan
@@ -685,9 +812,32 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["n_neither"][n] = len(c) - len(safe) - len(harm)
         out["cost_max"][n] = float(c["cost"].max())
         out["c2_threshold_separates"][n] = c2
+        low = c.loc[c["mismatch_kl"].idxmin()]
+        out["lowest_condition"][n] = (f"{condition_label(low['corruption'], low['severity'])} (median mismatch "
+                                      f"{low['mismatch_kl']:.3g}, cost {low['cost']:.3f} [{low['cost_lo']:.3f}, "
+                                      f"{low['cost_hi']:.3f}])")
+        cn = c[c.corruption == "none"]
+        out["cost_none"][n] = (Interval(float(cn["cost"].iloc[0]), float(cn["cost_lo"].iloc[0]),
+                                        float(cn["cost_hi"].iloc[0]), int(df["seed"].nunique()))
+                               if len(cn) else Interval(math.nan, math.nan, math.nan, 0))
         if len(safe) and len(harm):
-            out["c2_phrase"][n] = (f"safe conditions reach a mismatch of {safe.max():.3g}, harmful ones start at "
-                                   f"{harm.min():.3g}")
+            out["c2_phrase"][n] = (f"safe conditions reach a median mismatch of {safe.max():.3g}, harmful ones start "
+                                   f"at {harm.min():.3g}")
+        elif c2 == "no safe level (harmful already at the lowest mismatch)":
+            out["c2_phrase"][n] = (f"no condition was shown safe, and the condition of lowest mismatch, "
+                                   f"{out['lowest_condition'][n]}, is already harmful")
+        elif c2.startswith("no safe level"):
+            ci = out["cost_none"][n]
+            out["c2_phrase"][n] = (f"the data show harm, not a lack of power: drifting statistics cost task A "
+                                   f"{_ci_text(ci)} already without corruption, when task B is merely other clean "
+                                   f"digits, and the condition of lowest mismatch is {out['lowest_condition'][n]}")
+        elif c2.startswith("too little power"):
+            undecided = c[(c["cost_lo"] <= MIN_EFFECT) & (c["cost_hi"] >= MIN_EFFECT)]
+            k = int((undecided["cost"] < MIN_EFFECT).sum())
+            out["c2_phrase"][n] = (f"no condition was shown safe; {k} undecided condition{'s' if k != 1 else ''} "
+                                   f"ha{'ve' if k != 1 else 's'} a mean cost below the margin, so more seeds could "
+                                   f"show {'them' if k != 1 else 'it'} safe, while the condition of lowest "
+                                   f"mismatch is {out['lowest_condition'][n]}")
         else:
             out["c2_phrase"][n] = "no condition was shown safe" if not len(safe) else "no condition was shown harmful"
         out["c2_margin_002"][n] = _threshold(c, 0.02)[0]
@@ -706,6 +856,9 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         inv = c[c.corruption == "inversion"].sort_values("severity")["mismatch_kl"]
         out["inversion_monotone"][n] = ("not run" if len(inv) < 2 else
                                         "yes" if bool(np.all(np.diff(inv.to_numpy()) > 0)) else "no")
+        per_seed = d[d.corruption == "inversion"].groupby(["seed", "severity"])["mismatch_kl"].first().unstack()
+        out["inversion_nonmonotone_seeds"][n] = (int((np.diff(per_seed.to_numpy(), axis=1) <= 0).any(axis=1).sum())
+                                                 if per_seed.shape[1] >= 2 else 0)
         sp = d[d["mode"] == "separate_stats"]
         tm = d[d["mode"] == "train_mode"].groupby(["corruption", "severity"])["task_b"].mean()
         sb = sp.groupby(["corruption", "severity"])["task_b"].mean()
@@ -718,64 +871,127 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
     for n in nets:
         out["rho_p_holm"][n] = adj[n]
         out["rho_p_text"][n] = _p_text(adj[n])
+        rs = out["rho_seed"][n]
         out["c1_mismatch_ranks_cost"][n] = ("not testable" if math.isnan(out["rho_cost"][n])
-                                            else _word(out["rho_cost"][n] > 0 and adj[n] < 0.05))
+                                            else _word(out["rho_cost"][n] > 0 and adj[n] < 0.05
+                                                       and not math.isnan(rs.low) and rs.low > 0))
         verdicts = [out[k][n] for k, _, _ in CLAIMS]
         out["all_hold"][n] = "yes" if all(v in ("holds", BY_CONSTRUCTION) for v in verdicts) else "no"
+    lab = _in_prose
+    # sentences over networks (glued as Markdown; no template slots left for the page)
+    mono = {n: out["inversion_monotone"][n] for n in nets}
+    if all(v == "not run" for v in mono.values()):
+        inv_text = "inversion was not run at two or more severities"
+    else:
+        run_nets = [n for n in nets if mono[n] != "not run"]
+        seeds_txt = _and([f"{out['inversion_nonmonotone_seeds'][n]} of {df['seed'].nunique()} seeds for "
+                          f"{lab(n)}" for n in run_nets])
+        no = [n for n in run_nets if mono[n] == "no"]
+        if len(no) == len(run_nets):
+            head = "the median mismatch of inversion does not rise monotonically with severity on any network"
+        elif not no:
+            head = "the median mismatch of inversion rises monotonically with severity on every network"
+        else:
+            head = (f"the median mismatch of inversion does not rise monotonically with severity for "
+                    f"{_and([lab(n) for n in no])}")
+        inv_text = f"{head}, and it fails to rise in {seeds_txt}"
+    f2_lo = min(out["f2_min_lo"].values())
+    ex = _example_pair(cond)
     return Findings(n_seeds=int(df["seed"].nunique()), chance=chance, networks=", ".join(nets),
-                    reference=f"{reference[0]} at severity {reference[1]}",
-                    n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]), **out)
+                    reference=condition_label(*reference), n_conditions=int(df[["corruption", "severity"]]
+                                                                            .drop_duplicates().shape[0]),
+                    inversion_sentence=inv_text, f2_lowest_bound=f2_lo, example_pair=ex, **out)
 
 
-#: The verdict table's rows: (finding key, chapter, claim as the chapter states it).
+def _example_pair(cond: pd.DataFrame) -> str:
+    """A sentence naming two conditions of different corruptions with about the same median mismatch (within
+    25%) and the largest difference in cost, over every network; "" when there is no such pair."""
+    best = None
+    for n, c in cond[cond.corruption != "none"].groupby("network", sort=False):
+        rows = list(c.itertuples())
+        for i, x in enumerate(rows):
+            for y in rows[i + 1:]:
+                if x.corruption == y.corruption or x.mismatch_kl <= 0 or y.mismatch_kl <= 0:
+                    continue
+                if max(x.mismatch_kl, y.mismatch_kl) / min(x.mismatch_kl, y.mismatch_kl) > 1.25:
+                    continue
+                lo, hi = (x, y) if x.cost < y.cost else (y, x)
+                if best is None or hi.cost - lo.cost > best[2].cost - best[1].cost:
+                    best = (n, lo, hi)
+    if best is None:
+        return ""
+    n, lo, hi = best
+    return (f"on {_in_prose(n)}, {condition_label(lo.corruption, lo.severity)} moves the statistics about as "
+            f"much as {condition_label(hi.corruption, hi.severity)} (median mismatch {lo.mismatch_kl:.2f} against "
+            f"{hi.mismatch_kl:.2f}) but costs task A {lo.cost:.3f} [{lo.cost_lo:.3f}, {lo.cost_hi:.3f}] against "
+            f"{hi.cost:.3f} [{hi.cost_lo:.3f}, {hi.cost_hi:.3f}]")
+
+
+#: Findings fields that are one value, not a dict per network.
+_FINDINGS_SCALARS = ("n_seeds", "chance", "networks", "reference", "n_conditions", "inversion_sentence",
+                     "f2_lowest_bound", "example_pair")
+
+
+#: The verdict table's rows: (finding key, kind, claim as the chapter states it). Kinds: "chapter 1 finding",
+#: "chapter 3 conclusion", and "check" (an identity of the code, checked with ==, not a finding).
 CLAIMS = (
-    ("f2_all_conditions", "1", "in train_mode task A falls to about chance (all conditions, Holm)"),
-    ("f3_all_conditions", "1", "pinned modes score lower on task B than train_mode (all conditions, Holm)"),
-    ("f2_task_a_falls", "1", "task A falls to about chance (reference condition only)"),
-    ("f3_pinned_lower_b", "1", "pinned modes lower on task B (reference condition only)"),
-    ("c1_mismatch_ranks_cost", "3", "the statistics mismatch ranks the cost of drifting statistics"),
-    ("c2_threshold_separates", "3", "a mismatch threshold separates safe from harmful shifts"),
+    ("f2_all_conditions", "chapter 1 finding", "in train_mode task A falls to about chance (each condition, "
+                                               "one-sided test of at most 1.5x chance, Holm over conditions)"),
+    ("f3_all_conditions", "chapter 1 finding", "pinned modes score lower on task B than train_mode (each "
+                                               "condition, Holm over conditions)"),
+    ("f2_task_a_falls", "chapter 1 finding", "task A falls to about chance (reference condition only)"),
+    ("f3_pinned_lower_b", "chapter 1 finding", "pinned modes lower on task B (reference condition only)"),
+    ("c1_mismatch_ranks_cost", "chapter 3 conclusion", "the statistics mismatch ranks the cost of drifting statistics"),
+    ("c2_threshold_separates", "chapter 3 conclusion", "a mismatch threshold separates safe from harmful shifts "
+                                                       "(margin 0.01)"),
     ("f1_weights_unchanged", "check", "every frozen weight stays exactly unchanged"),
     ("f3_pinned_keep_a", "check", "pinned modes keep task A exactly"),
     ("f4_separate_exact", "check", "separate_stats keeps task A's logits bit-identical"),
-    ("f4_separate_matches_b", "check", "separate_stats = train_mode on task B (same features and buffers)"),
-    ("c3_separate_gain_without_loss", "check", "separate_stats = train_mode on task B and = pinned on task A"),
+    ("c3_separate_gain_without_loss", "check", "separate_stats = train_mode on task B (shared forward) and = "
+                                               "pinned on task A"),
     ("check_all_eval_is_backbone_eval", "check", "all_eval = backbone_eval (linear heads, no BatchNorm)"),
 )
 #: The number each claim is judged by (a key of Findings holding an Interval or a float per network).
 CLAIM_NUMBER = {"f2_task_a_falls": "task_a_train_mode", "f3_pinned_lower_b": "gap_b_backbone_eval",
                 "f2_all_conditions": "f2_counts", "f3_all_conditions": "f3_counts",
-                "f4_separate_matches_b": "diff_b_separate", "c1_mismatch_ranks_cost": "rho_cost",
-                "c3_separate_gain_without_loss": "sep_vs_train_max_b_diff"}
+                "c1_mismatch_ranks_cost": "c1_detail"}
 
 
 def verdict_table(F: Findings) -> pd.DataFrame:
-    """Tidy verdict table: ``chapter, claim, network, verdict, number, value, ci_low, ci_high, detail`` (chapter
-    "check": an identity of the code checked with ``==``, not a finding; ``detail``: counts over conditions)."""
+    """Tidy verdict table: ``kind, claim, network, verdict, number, value, ci_low, ci_high, detail`` (kind
+    "check": an identity of the code checked with ``==``, not a finding; ``detail``: counts over conditions, or
+    the rank correlations behind chapter 3's first conclusion)."""
     recs = []
-    for key, chapter, claim in CLAIMS:
+    for key, kind, claim in CLAIMS:
         for n in F.task_a_source:  # networks, in run order
             num = CLAIM_NUMBER.get(key)
             if num == "f2_counts":
-                v = f"at chance in {F.f2_n_chance[n]}, drops not to chance in {F.f2_n_drop[n]}, of {F.n_conditions}"
+                v = (f"shown within 1.5x chance at {F.f2_n_chance[n]}, drops not to chance at {F.f2_n_drop[n]}, "
+                     f"of {F.n_conditions}; lowest 95% bound {F.f2_min_lo[n]:.3f}")
             elif num == "f3_counts":
-                v = (f"holds in {F.f3_n_gain[n]}, reversed in {F.f3_n_reversed[n]}, inconclusive in "
+                v = (f"holds at {F.f3_n_gain[n]}, reversed at {F.f3_n_reversed[n]}, inconclusive at "
                      f"{F.f3_n_inconclusive[n]}, of {F.n_conditions}")
+            elif num == "c1_detail":
+                rs = F.rho_seed[n]
+                v = (f"per-seed rho {rs.mean:.2f} [{rs.low:.2f}, {rs.high:.2f}]; on median mismatch "
+                     f"{F.rho_cost[n]:.2f}, within a corruption {F.rho_within_text[n]}, across corruptions at the "
+                     f"highest severity {F.rho_across_text[n]}")
             else:
                 v = getattr(F, num)[n] if num else None
             if isinstance(v, str):
-                recs.append(dict(chapter=chapter, claim=claim, network=n, verdict=getattr(F, key)[n], number=num,
+                recs.append(dict(kind=kind, claim=claim, network=n, verdict=getattr(F, key)[n], number=num,
                                  value=math.nan, ci_low=math.nan, ci_high=math.nan, detail=v))
                 continue
             iv = v if isinstance(v, Interval) else None
-            recs.append(dict(chapter=chapter, claim=claim, network=n, verdict=getattr(F, key)[n], number=num or "",
+            recs.append(dict(kind=kind, claim=claim, network=n, verdict=getattr(F, key)[n], number=num or "",
                              value=iv.mean if iv else (float(v) if v is not None else math.nan),
                              ci_low=iv.low if iv else math.nan, ci_high=iv.high if iv else math.nan, detail=""))
     return pd.DataFrame(recs)
 
 
 def verdict_grid(F: Findings) -> pd.DataFrame:
-    """The verdict table for the page: one row per claim, one column per network (verdict and number)."""
+    """The verdict table for the page: one row per claim, one column per network (readable names; verdict and
+    number)."""
     t = verdict_table(F)
 
     def cell(r):
@@ -787,8 +1003,41 @@ def verdict_grid(F: Findings) -> pd.DataFrame:
             return f"{r['verdict']} ({r['value']:.3f})"
         return f"{r['verdict']} ({r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}])"
     t["cell"] = t.apply(cell, axis=1)
-    g = t.pivot_table(index=["chapter", "claim"], columns="network", values="cell", aggfunc="first", sort=False)
-    return g[list(F.task_a_source)].reset_index()
+    g = t.pivot_table(index=["kind", "claim"], columns="network", values="cell", aggfunc="first", sort=False)
+    g = g[list(F.task_a_source)].reset_index()
+    return g.rename(columns={n: network_label(n) for n in F.task_a_source})
+
+
+def rows_from(provenance: dict) -> dict:
+    """The record of analysed rows' origin for the run line and sidecars, from
+    :func:`bnstudy.report.load_rows`' provenance: ``git_commit, written, sha256`` (first 12 hex digits)."""
+    return dict(git_commit=provenance.get("git_commit"), written=provenance.get("written"),
+                sha256=str(provenance.get("sha256"))[:12])
+
+
+def origin_sentence(df: pd.DataFrame, profile: str, provenance: dict | None = None,
+                    run_wall_s: float | None = None) -> str:
+    """Markdown saying where the page's rows came from and what they cost.
+
+    ``provenance``: :func:`bnstudy.report.load_rows`' (rows analysed again), or ``None`` (rows computed by this
+    page's run, which took ``run_wall_s`` seconds of wall time, or ``None`` if not timed). ``df``'s ``wall_s``
+    (each (network, seed) group's wall time spread over its rows) sum to the worker time.
+    """
+    worker_min = float(df["wall_s"].sum()) / 60
+    units = f"the {len(df):,} runs' own times sum to {worker_min:.0f} worker-minutes"
+    if provenance is None:
+        wall = ("was not timed" if run_wall_s is None else
+                f"took {run_wall_s / 60:.1f} minutes of wall time (runs found in the run cache are read, not "
+                f"recomputed)")
+        return f"The rows on this page were computed by this page's own run of the experiment, which {wall}; {units}."
+    when = str(provenance.get("written") or "at an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
+    w = provenance.get("run_wall_s")
+    wall = ("That run's wall time was not recorded" if w is None else
+            f"That run took {float(w) / 60:.1f} minutes of wall time")
+    return (f"The rows on this page were not computed for it: they are those of the {profile}-profile run at git "
+            f"commit {provenance.get('git_commit', 'unknown')}, whose table was written {when} (sha256 "
+            f"{str(provenance.get('sha256'))[:12]}, checked against its sidecar), analysed again at this page's "
+            f"commit (the run line above). {wall}; {units}.")
 
 
 #: The outcome of tests/test_audit_torchvision.py's all-models test per torchvision classification model
@@ -810,3 +1059,15 @@ def audit_counts(path=AUDIT_OUTCOMES) -> dict:
                failed=int(k.get("failed", 0)), no_norm=int(k.get("no norm", 0)), not_run=int(k.get("not run", 0)))
     out["run"] = out["caught"] + out["clean"] + out["failed"]
     return out
+
+
+def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
+    """Markdown naming the models of the outcomes file that were not run and why (the file's own words), or
+    saying that every model with a norm layer was run."""
+    t = pd.read_csv(path)
+    nr = t[t["outcome"].str.startswith("not run")]
+    if nr.empty:
+        return "Every other model was run."
+    items = [f"{m} ({o.removeprefix('not run').strip().strip('()')})" for m, o in zip(nr["model"], nr["outcome"])]
+    k = len(items)
+    return f"{'One model was' if k == 1 else f'{k} models were'} not run: {'; '.join(items)}."
