@@ -528,7 +528,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
     Rows: (a) ``nearest_first`` routing accuracy at ``inference_batches`` (``routes``: routing_table), the
     0.9 line dashed; (b) the cost of a wrong bank, ``oracle - train_mode`` and ``oracle - pinned``
     (``gaps``: gap_table, sign flipped); (c) router minus oracle with the task's own head, one decision per
-    sample, zoomed, the equivalence band ``+-margin`` shaded; (d) the fully task-unknown case,
+    sample, zoomed, the equivalence band ``±margin`` shaded; (d) the fully task-unknown case,
     ``nearest_first`` picking bank and head, minus the oracle, per inference batch (``routed``:
     routed_head_table). Means and 95% Student-t intervals over seeds (paired differences). Returns the figure.
     """
@@ -546,7 +546,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
             _ch06_errorbar(ax, f.strength.map(pos), f, "nearest_first", label=f"nearest_first, batch {b}",
                            color=bcolors.get(b, "grey"))
         ax.axhline(0.9, color="0.4", ls="--", lw=1)
-        ax.axhline(1 / k, color="grey", ls=":", lw=1)
+        ax.axhline(1 / k, color="grey", ls=":", lw=1, label="chance (1/K)")
         ax.set_title(f"(a) routing accuracy, {k} tasks")
         ax = axes[1][c]
         for i, name in enumerate(("train_mode", "pinned")):
@@ -558,7 +558,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
         ax.axhline(0, color="black", lw=0.6)
         ax.set_title(f"(b) cost of a wrong bank, {k} tasks")
         ax = axes[2][c]
-        ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"equivalence margin +-{margin:g}")
+        ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"equivalence margin ±{margin:g}")
         for i, name in enumerate(("nearest_first", "nearest_all", "classifier", "mixture")):
             f = gaps[(gaps.n_tasks == k) & (gaps.condition == name) & (gaps.inference_batch == b1)].sort_values(
                 "strength").rename(columns={"ci_low": "lo", "ci_high": "hi"})

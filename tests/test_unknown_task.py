@@ -1,5 +1,6 @@
 """Chapter 6 (bnstudy.experiments.unknown_task): config checks, one tiny unit, findings on hand-made tables."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -225,3 +226,169 @@ def test_temperature_check_uses_held_out_seeds_only():
     assert not set(ut.temperature_check_config(ut.make_config("full")).seeds) & set(range(10))
     with pytest.raises(ValueError, match="reported seeds"):
         ut.temperature_check_config(ut.make_config("quick", seeds=[10, 11]))
+
+
+# --- the page's sentences, on hand-made findings and cells -----------------------------------------------------------
+
+def test_findings_check_every_hard_router_and_chance_at_zero():
+    f = ut.findings(_table())
+    assert f.route_strong_min == {"nearest_first": 1.0, "nearest_all": 1.0, "classifier": 1.0}
+    # at t = 0 the hand-made routers route exactly at chance (0.5 with two tasks): not above it
+    assert f.route_zero_b1["k2_classifier"].mean == pytest.approx(0.5)
+    assert f.zero_above_chance == pytest.approx(0.0)
+    df = _table()
+    df.loc[(df.condition == "classifier") & (df.strength == 1.0) & (df.inference_batch == 32) & (df.seed == 1),
+           "routing_accuracy"] = 0.9
+    g = ut.findings(df)
+    assert g.perfect_at_strong == "does not hold" and g.route_strong_min["classifier"] == pytest.approx(0.9)
+    assert "not every hard router" in ut.phrases(g, ut.cell_tests(df))["strong_routing_text"]
+
+
+def test_cell_tests_match_the_findings_counts():
+    df = _table()
+    cells = ut.cell_tests(df)
+    assert len(cells) == 4 * 3 * 2 and cells.groupby(["n_tasks", "strength", "inference_batch"]).size().eq(4).all()
+    bad = cells[~cells.equivalent]
+    assert list(map(tuple, bad[["condition", "strength", "inference_batch"]].to_numpy())) == [("mixture", 1.0, 1)]
+    assert cells.below.sum() == 1 and cells[cells.condition != "mixture"].bound90.max() == pytest.approx(0.0)
+    f = ut.findings(df, cells)
+    assert f.n_equivalent == int(cells.equivalent.sum()) and f.n_worse == 1
+
+
+def test_works_phrase_names_each_threshold_once():
+    both_floor = ut.works_phrase({"k2": 0.01, "k4": 0.01}, 0.01)
+    assert both_floor == ("at every non-zero strength tested, for both task counts "
+                          "(t ≥ 0.01; the threshold may lie lower)")
+    assert ut.works_phrase({"k2": 0.1, "k4": 0.1}, 0.01) == "from t = 0.1 on, for both task counts"
+    assert ut.works_phrase({"k2": math.nan, "k4": math.nan}, 0.01) == "at no strength tested, for both task counts"
+    iv = {"k2": ut.Interval(0.9071, 0.9002, 0.9138, 3), "k4": ut.Interval(0.975, 0.971, 0.979, 3)}
+    text = ut.works_phrase({"k2": 0.01, "k4": 0.03}, 0.0025, iv)
+    assert text == ("from t = 0.01 on with two tasks (routing there 0.907, 95% interval 0.900 to 0.914) and "
+                    "from t = 0.03 on with four (0.975, 0.971 to 0.979)")
+    assert ut.works_phrase({"k2": 0.0025, "k4": math.nan}, 0.0025) == (
+        "at every non-zero strength tested (t ≥ 0.0025) with two tasks and at no strength tested with four")
+
+
+def _cells(bad_eq=(), bad_half=(), below=()):
+    """Hand-made cell_tests rows: one router pair, two task counts, strengths 0 / 0.1 / 1, batches 1 and 8."""
+    recs = []
+    for r in ("nearest_first", "mixture"):
+        for k in (2, 4):
+            for t in (0.0, 0.1, 1.0):
+                for b in (1, 8):
+                    c = (r, k, t, b)
+                    recs.append(dict(condition=r, n_tasks=k, strength=t, inference_batch=b,
+                                     equivalent=c not in bad_eq, equivalent_half=c not in bad_half and c not in bad_eq,
+                                     below=c in below, bound90=0.001))
+    return pd.DataFrame(recs)
+
+
+def test_equivalence_phrase_compresses_the_failing_cells():
+    top = [("mixture", 4, t, b) for t in (0.1, 1.0) for b in (1, 8)]
+    text = ut.equivalence_phrase(_cells(bad_eq=top[2:], bad_half=top), 0.02)
+    assert text == ("is shown in 22 of the 24 cells, all but `mixture` with four tasks at t = 1, at every inference "
+                    "batch size; within half that margin (±0.01) in 20, all but `mixture` with four tasks at "
+                    "t ≥ 0.1, at every inference batch size")
+    assert ut.equivalence_phrase(_cells(), 0.02) == "is shown in all 24 cells; within half that margin (±0.01) in all 24"
+    some = ut.equivalence_phrase(_cells(bad_eq=[("nearest_first", 2, 0.0, 1), ("mixture", 2, 0.0, 8)]), 0.02)
+    assert "`nearest_first` with two tasks at t = 0 (b = 1); `mixture` with two tasks at t = 0 (b = 8)" in some
+
+
+def test_below_phrase_counts_in_words():
+    assert ut.below_phrase(_cells()) == "find no cell below the oracle"
+    assert ut.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1)])) == (
+        "find one cell below the oracle: `nearest_first` with two tasks at t = 0 (b = 1)")
+    two = ut.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("mixture", 4, 1.0, 8)]))
+    assert two.startswith("find 2 cells below the oracle, 1 of them at t = 0: ")
+    assert ut.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("nearest_first", 2, 0.0, 8)])) == (
+        "find 2 cells below the oracle, all at t = 0: `nearest_first` with two tasks at t = 0, at every inference "
+        "batch size")
+
+
+def test_margin_phrase_glues_the_value_once():
+    assert ut.margin_phrase(0.02, 0.02) == "the equivalence margin, ±0.02, is chapter 3's tie margin"
+    assert ut.margin_phrase(0.02, 0.03) == "the equivalence margin is ±0.02 (chapter 3's tie margin is 0.03)"
+
+
+def test_table_routing_writes_three_decimals_everywhere():
+    tab = ut.table_routing(ut.routing_table(_table()))
+    assert list(tab.index) == ["2 tasks, batch 1", "2 tasks, batch 32"]
+    assert list(tab.columns) == ["t=0", "t=0.01", "t=1"]
+    assert tab.loc["2 tasks, batch 1"].tolist() == ["0.500", "0.600", "1.000"]
+    with pytest.raises(ValueError, match="router"):
+        ut.table_routing(ut.routing_table(_table()), router="nearest")
+
+
+def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
+    from bnstudy.pages import glue_items
+    df = _table()
+    cells = ut.cell_tests(df)
+    f = ut.findings(df, cells)
+    p = ut.phrases(f, cells)
+    names = {n for fl in dataclasses.fields(f) for n, _ in glue_items(f"ch06_{fl.name}", getattr(f, fl.name))}
+    assert all(k.endswith("_text") for k in p) and not {f"ch06_{k}" for k in p} & names
+    assert p["oracle_exact_text"] == "the largest difference over all runs is zero (a check of the code)"
+    assert p["train_is_last_bank_text"] == "(a check: the two are equal in every seed and cell)"
+    assert p["cost_vs_routing_text"].startswith("With two tasks, each wrong-bank cost")  # one task count here
+    assert "every hard router (`nearest_first`, `nearest_all` and `classifier`)" in p["strong_routing_text"]
+    assert p["nall_worst_text"] == "and no less at any strength on average"  # nearest_all equals nearest_first here
+    assert p["zero_shift_text"] == ("which is not enough for every router to do better than chance (1/K) at every "
+                                    "inference batch size: `nearest_first` routes 0.500 (two tasks) per sample, "
+                                    "and 0.500 with batches of 32")
+    assert "holds" not in " ".join(p.values())
+    # a broken check and an early cost are said in words, with the task count
+    df2 = _table()
+    df2.loc[0, "oracle_logit_change"] = 1e-7
+    hit = (df2.condition == "train_mode") & (df2.strength == 0.01) & (df2.task == "A")
+    df2.loc[hit, "accuracy"] -= 0.1 + 0.01 * df2.loc[hit, "seed"]
+    lose = (df2.condition == "nearest_all") & (df2.strength == 0.01) & (df2.inference_batch == 1)
+    df2.loc[lose, "routing_accuracy"] = 0.5 - 0.01 * df2.loc[lose, "seed"]
+    p2 = ut.phrases(ut.findings(df2), ut.cell_tests(df2))
+    assert p2["oracle_exact_text"].endswith("(a check of the code, which fails)")
+    assert p2["cost_vs_routing_text"] == ("Not everywhere does the cost wait for routing: with two tasks the cost of "
+                                          "`train_mode` is detectable below the strength from which per-sample "
+                                          "routing works.")
+    assert p2["known_head_text"].endswith("but not everywhere a wrong bank measurably costs on this grid")
+    assert p2["nall_worst_text"] == ("but not at every strength: it routes 0.110 below `nearest_first` at t = 0.01 "
+                                     "with two tasks (95% interval 0.085 to 0.135 below)")
+
+
+def test_mixture_advice_qualifies_by_the_held_out_temperatures():
+    f = ut.findings(_table())
+    tf = ut.temperature_findings(_temperature_table(), 0.1)
+    text = ut.mixture_advice(f, tf)
+    assert text.startswith("Prefer hard routing to the soft mixture at τ = 0.1: at the strongest shift with two "
+                           "tasks the mixture differs from the oracle by -0.1100")
+    assert text.endswith("The held-out temperature check found no temperature better than τ = 0.1.")
+    t = _temperature_table()
+    t.loc[t.condition == "mixture_tau=1", "accuracy"] = 0.8 + 0.002 * (t.seed - 1)  # tau = 1: no difference
+    tf1 = ut.temperature_findings(t, 0.1)
+    assert tf1.best == 1.0 and tf1.best_includes_zero
+    assert ut.mixture_advice(f, tf1).endswith(
+        "At τ = 1, the least bad temperature in the held-out check, the mixture's worst difference from the oracle "
+        "is 0.0000 (-0.0050 to 0.0050) and no strength checked shows a difference, so the advice is for τ = 0.1 "
+        "only (the main sweep was not rerun at τ = 1).")
+
+
+def test_sidecar_parameters_and_worker_minutes():
+    cfg = ut.temperature_check_config(ut.make_config("quick"))
+    par = ut.sidecar_parameters(cfg, {"chapter": "06_unknown_task", "seeds": None, "cache_dir": "/c"})
+    assert par["seeds"] == list(cfg.seeds) and par["n_tasks"] == [4] and par["cache_dir"] == "/c"
+    assert par["check_temperatures"] == list(cfg.check_temperatures)
+    t = pd.DataFrame(dict(seed=[0, 0, 1], n_tasks=[2, 2, 2], strength=[0.0, 0.0, 0.0], unit_wall_s=[60.0, 60.0, 30.0]))
+    assert ut.worker_minutes(t, t) == pytest.approx(3.0)
+
+
+def test_chapter_three_cost_benefit_is_its_first_figure_as_the_page_says():
+    import nbformat
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "chapters"
+    ch3 = nbformat.read(root / "03_shift_strength.ipynb", 4)
+    names = [m for c in ch3.cells if c.cell_type == "markdown"
+             for m in __import__("re").findall(r":name:\s*(fig-\S+)", c.source)]
+    assert names[0] == "fig-ch03-cost-benefit"
+    ch6 = nbformat.read(root / "06_unknown_task.ipynb", 4)
+    text = "\n".join(c.source for c in ch6.cells if c.cell_type == "markdown")
+    assert "(chapter 3, Figure 1)" in text and "fig-ch03" not in text
+    # the notebook stays thin: no code cell longer than 25 lines
+    assert max(len(c.source.splitlines()) for c in ch6.cells if c.cell_type == "code") <= 25

@@ -61,6 +61,8 @@ from ..tasks import BatchStream, eval_set, generator, make_task
 NAMESPACE = "ch06_unknown_task"
 TASK_NAMES = ("A", "B", "C", "D")
 ROUTERS = ("nearest_first", "nearest_all", "classifier", "mixture")
+#: The routers that make a hard choice (the mixture blends banks).
+HARD_ROUTERS = ("nearest_first", "nearest_all", "classifier")
 BASELINES = ("oracle", "train_mode", "pinned")
 CONDITIONS = ROUTERS + BASELINES
 #: Brightness and contrast-gain directions of each shifted task (see :func:`shift_of`).
@@ -514,6 +516,34 @@ def tost_p(diffs, margin: float) -> float:
     return max(p_low, p_high)
 
 
+def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
+    """Every router cell (task count, strength, inference batch, router) against the oracle (task's own head).
+
+    Per cell, on the paired per-seed differences ``accuracy(router) - accuracy(oracle)`` (tasks averaged
+    within seed): ``p_equivalent`` / ``p_equivalent_half``, the TOST p-value (:func:`tost_p`) at ``margin``
+    and ``margin / 2``; ``p_below``, a one-sided t test of a shortfall (1 where the differences have no
+    spread); ``equivalent``, ``equivalent_half``, ``below``: those p-values after Holm's correction over all
+    cells (:func:`holm`) below 5%; ``bound90``: the largest absolute end of the 90% interval (the TOST's).
+    Columns ``condition, n_tasks, strength, inference_batch`` then those; one row per cell, sorted.
+    """
+    m = seed_means(df)
+    recs = []
+    for (k, t, b), sel in m.groupby(["n_tasks", "strength", "inference_batch"]):
+        for r in [r for r in ROUTERS if r in set(sel.condition)]:
+            d = _paired_gap(sel, r, "oracle")["difference"].to_numpy()
+            no_spread = len(d) < 2 or d.std() == 0
+            iv = mean_ci(d, 0.90) if len(d) >= 2 else Interval(float(d.mean()), float(d.mean()), float(d.mean()), 1)
+            recs.append(dict(condition=r, n_tasks=int(k), strength=float(t), inference_batch=int(b),
+                             p_equivalent=tost_p(d, margin), p_equivalent_half=tost_p(d, margin / 2),
+                             p_below=1.0 if no_spread else float(sps.ttest_1samp(d, 0.0, alternative="less").pvalue),
+                             bound90=max(abs(iv.low), abs(iv.high))))
+    out = pd.DataFrame(recs)
+    for col, p in (("equivalent", "p_equivalent"), ("equivalent_half", "p_equivalent_half"), ("below", "p_below")):
+        out[col] = holm(out[p]) < 0.05
+    return out[["condition", "n_tasks", "strength", "inference_batch", "p_equivalent", "p_equivalent_half",
+                "p_below", "equivalent", "equivalent_half", "below", "bound90"]]
+
+
 # --- findings ------------------------------------------------------------------------------------------------------
 
 def _fmt_t(t: float) -> str:
@@ -584,11 +614,15 @@ class Findings:
     * ``n_worse``: cells significantly below the oracle (one-sided paired t, Holm over the cells, 5%),
       ``worse``: them in words, ``n_worse_zero``: how many at t = 0. ``worst_*``: the most negative cell
       mean and where.
+    * ``route_zero_b1`` / ``route_zero_bmax``: routing accuracy at t = 0 (keys ``k<n>_<router>``);
+      ``zero_above_chance``: the smallest lower 95% bound minus chance (``1/n_tasks``) at t = 0 over every
+      router, task count and inference batch (> 0: every one routes better than chance).
     * Checks (identities of the code, not findings): ``oracle_exact`` (task A's oracle logits equal the
-      source model's), ``perfect_at_strong`` (``nearest_first`` routes every sample right at the strong
-      shift, b1, in every seed, so its gap is 0 by construction), ``train_is_last_bank`` (with two tasks,
-      task B under ``train_mode`` equals its oracle in every seed and cell: the shared drifting statistics
-      are its own bank).
+      source model's), ``perfect_at_strong`` (every hard router, :data:`HARD_ROUTERS`, routes every sample
+      right at the strong shift, at every inference batch, in every seed, so its gap is 0 by construction;
+      ``route_strong_min``: per hard router the smallest seed's routing accuracy there),
+      ``train_is_last_bank`` (with two tasks, task B under ``train_mode`` equals its oracle in every seed and
+      cell: the shared drifting statistics are its own bank).
     """
 
     n_seeds: int
@@ -601,6 +635,10 @@ class Findings:
     bmax: int
     oracle_exact: str
     perfect_at_strong: str
+    route_strong_min: dict
+    route_zero_b1: dict
+    route_zero_bmax: dict
+    zero_above_chance: float
     train_is_last_bank: str
     route_gentle_b1: dict
     route_gentle_bmax: dict
@@ -653,9 +691,10 @@ class Findings:
     worst_n_tasks: int
 
 
-def findings(df: pd.DataFrame) -> Findings:
+def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
     """Chapter 6's findings from :func:`run`'s table (every router and baseline, >= 2 seeds, >= 3 strengths).
 
+    ``cells``: :func:`cell_tests` of ``df`` if already computed (else computed here).
     Raises ``ValueError`` if a condition is missing.
     """
     missing = set(CONDITIONS) - set(df["condition"])
@@ -738,33 +777,30 @@ def findings(df: pd.DataFrame) -> Findings:
     oracle_new = {f"k{k}": mean_ci(new[new.n_tasks == k].groupby("seed").accuracy.mean()) for k in ks}
 
     # every router cell: TOST (equivalence) and one-sided shortfall, Holm over the cells
-    cells, p_short, p_eq, p_eq_half, bounds = [], [], [], [], {}
-    for (k, t, b), sel in m.groupby(["n_tasks", "strength", "inference_batch"]):
-        for r in ROUTERS:
-            d = _paired_gap(sel, r, "oracle")["difference"].to_numpy()
-            cells.append((r, k, t, b))
-            if len(d) < 2 or d.std() == 0:
-                p_short.append(1.0)  # no spread to test against: no claim of a shortfall
-            else:
-                p_short.append(float(sps.ttest_1samp(d, 0.0, alternative="less").pvalue))
-            p_eq.append(tost_p(d, TOST_MARGIN))
-            p_eq_half.append(tost_p(d, TOST_MARGIN / 2))
-            if r != "mixture":
-                iv = mean_ci(d, 0.90)
-                bounds[(r, k, t, b)] = max(abs(iv.low), abs(iv.high))
-    eq, eq_half, short = holm(p_eq) < 0.05, holm(p_eq_half) < 0.05, holm(p_short) < 0.05
+    tests = cell_tests(df) if cells is None else cells
+    key = lambda r: (r.condition, r.n_tasks, r.strength, r.inference_batch)
+    cells = [key(r) for r in tests.itertuples()]
+    eq, eq_half, short = tests.equivalent.to_numpy(), tests.equivalent_half.to_numpy(), tests.below.to_numpy()
+    hard = tests[tests.condition != "mixture"]
     worse = [c for c, s in zip(cells, short) if s]
     gaps = gap_table(df)
     rg = gaps[gaps.condition.isin(ROUTERS)]
     worst = rg.loc[rg["mean"].idxmin()]
-    route_strong = m[(m.strength == strong) & (m.inference_batch == b1) & (m.condition == nf)].routing_accuracy
+    strong_rows = m[(m.strength == strong) & m.condition.isin(HARD_ROUTERS)]
+    route_strong_min = {r: float(strong_rows[strong_rows.condition == r].routing_accuracy.min()) for r in HARD_ROUTERS}
+    chance_margin = min(cell("routing_accuracy", r, k, zero, b).low - 1 / k for k in ks for r in ROUTERS
+                        for b in batches)
     b_task = df[(df.n_tasks == 2) & (df.task == TASK_NAMES[1]) & df.condition.isin(["train_mode", "oracle"])]
     piv = b_task.pivot_table(index=["seed", "strength", "inference_batch"], columns="condition", values="accuracy")
     return Findings(
         n_seeds=int(m.seed.nunique()), route_ok=ROUTE_OK, tost_margin=TOST_MARGIN, gentle=float(gentle),
         strong=float(strong), zero=float(zero), b1=int(b1), bmax=int(bmax),
         oracle_exact=verdict(bool((df["oracle_logit_change"] == 0).all())),
-        perfect_at_strong=verdict(bool((route_strong == 1.0).all())),
+        perfect_at_strong=verdict(all(v == 1.0 for v in route_strong_min.values())),
+        route_strong_min=route_strong_min,
+        route_zero_b1=per(lambda k, r: cell("routing_accuracy", r, k, zero, b1)),
+        route_zero_bmax=per(lambda k, r: cell("routing_accuracy", r, k, zero, bmax)),
+        zero_above_chance=float(chance_margin),
         train_is_last_bank=verdict(bool(len(piv) and (piv["train_mode"] == piv["oracle"]).all())),
         route_gentle_b1=per(lambda k, r: cell("routing_accuracy", r, k, gentle, b1)),
         route_gentle_bmax=per(lambda k, r: cell("routing_accuracy", r, k, gentle, bmax)),
@@ -795,7 +831,7 @@ def findings(df: pd.DataFrame) -> Findings:
         not_equivalent_half=_describe_cells([c for c, e in zip(cells, eq_half) if not e]),
         routers_not_within_half=", ".join(r for r in ROUTERS if any(c[0] == r and not e for c, e in
                                                                     zip(cells, eq_half))) or "none",
-        max_bound_hard=float(max(bounds.values())) if bounds else math.nan,
+        max_bound_hard=float(hard.bound90.max()) if len(hard) else math.nan,
         n_worse=len(worse), n_worse_zero=sum(1 for c in worse if c[2] == zero), worse=_describe_cells(worse),
         worst_gap=Interval(float(worst["mean"]), float(worst["ci_low"]), float(worst["ci_high"]), int(worst["n_seeds"])),
         worst_router=str(worst["condition"]), worst_strength=float(worst["strength"]),
@@ -810,11 +846,13 @@ class TemperatureFindings:
     ``worst``: per temperature (keys ``tau_<value>``, e.g. ``tau_0_1``), the most negative paired
     ``mixture - oracle`` over the strengths and task counts checked (b1), with its 95% interval;
     ``kept``: the config's temperature; ``best``: the temperature whose worst mean is least negative;
-    ``seed_first`` / ``seed_last`` / ``n_seeds``: the held-out seeds.
+    ``best_includes_zero``: whether at ``best`` every strength's 95% interval includes zero (no difference
+    from the oracle detectable); ``seed_first`` / ``seed_last`` / ``n_seeds``: the held-out seeds.
     """
 
     kept: float
     best: float
+    best_includes_zero: bool
     worst: dict
     seed_first: int
     seed_last: int
@@ -832,10 +870,29 @@ def temperature_findings(df: pd.DataFrame, kept: float) -> TemperatureFindings:
         w = g.loc[g["mean"].idxmin()]
         worst[tau] = Interval(float(w["mean"]), float(w["ci_low"]), float(w["ci_high"]), int(w["n_seeds"]))
     best = max(worst, key=lambda tau: worst[tau].mean)
+    at_best = t[np.isclose(t.temperature, best)]
     seeds = sorted(df.seed.unique())
     return TemperatureFindings(kept=float(kept), best=float(best),
+                               best_includes_zero=bool(((at_best.ci_low <= 0) & (at_best.ci_high >= 0)).all()),
                                worst={f"tau_{tau:g}": iv for tau, iv in worst.items()},
                                seed_first=int(seeds[0]), seed_last=int(seeds[-1]), n_seeds=len(seeds))
+
+
+def worker_minutes(*tables: pd.DataFrame) -> float:
+    """Worker-minutes to compute every unit of ``tables`` (results of :func:`run`) from an empty unit cache:
+    the sum of each unit's measured ``unit_wall_s`` (one unit per seed, task count and strength), over 60."""
+    return float(sum(t.drop_duplicates(["seed", "n_tasks", "strength"]).unit_wall_s.sum() for t in tables)) / 60
+
+
+def sidecar_parameters(config: Config, run_parameters: dict | None = None) -> dict:
+    """What a table's JSON sidecar records as the parameters of a run of ``config``: ``run_parameters``
+    (default: the book runner's ``$BNSTUDY_RUN_PARAMETERS``, where ``seeds`` may be ``None``, "the profile's")
+    with every field of ``config`` as actually used (the seeds run, the task counts, the temperatures checked)."""
+    import json
+    import os
+    if run_parameters is None:
+        run_parameters = json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}")
+    return {**run_parameters, **{k: list(v) if isinstance(v, tuple) else v for k, v in config.asdict().items()}}
 
 
 def full_profile_estimate(df: pd.DataFrame, config: Config, workers: int = 2) -> float:
@@ -851,3 +908,266 @@ def full_profile_estimate(df: pd.DataFrame, config: Config, workers: int = 2) ->
     scale = max(full.steps / config.steps, full.n_eval / config.n_eval)
     n_units = len(full.seeds) * len(full.strengths)
     return float(sum(per_k.get(k, per_k.mean()) * scale * n_units for k in full.n_tasks) / workers)
+
+
+# --- the page's sentences ------------------------------------------------------------------------------------------
+# Each function turns findings into a Markdown phrase whose wording follows the data (glued with
+# ``bnstudy.report.glue_md``, plain text). Numbers are formatted here, never typed in the notebook.
+
+_COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
+
+
+def _count(k: int) -> str:
+    return _COUNT_WORDS.get(int(k), str(int(k)))
+
+
+def _ks(d: dict) -> list[int]:
+    """Task counts named by a findings dict's ``k<n>`` or ``k<n>_...`` keys, sorted."""
+    return sorted({int(key[1:].split("_")[0]) for key in d})
+
+
+def _iv(iv: Interval, digits: int, flip: bool = False) -> tuple[str, str, str]:
+    """Mean, low, high formatted (``flip``: of the negated interval, for a magnitude "below")."""
+    m, lo, hi = (-iv.mean, -iv.high, -iv.low) if flip else (iv.mean, iv.low, iv.high)
+    return f"{m:.{digits}f}", f"{lo:.{digits}f}", f"{hi:.{digits}f}"
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def works_phrase(thresholds: dict, gentle: float, intervals: dict | None = None) -> str:
+    """Where routing works, per task count, in words.
+
+    ``thresholds``: ``{"k2": t, "k4": t}`` (NaN: at no strength tested; a value <= ``gentle``: at every
+    non-zero strength tested, the threshold may lie lower); ``intervals``: optional routing interval at each
+    threshold (``Interval``, same keys), cited after each task count. One task-count clause when every count
+    shares the threshold and no interval is given: "at every non-zero strength tested, for both task counts
+    (t ≥ 0.0025; the threshold may lie lower)".
+    """
+    ks = _ks(thresholds)
+
+    def desc(t):
+        if math.isnan(t):
+            return "at no strength tested"
+        return "at every non-zero strength tested" if t <= gentle else f"from t = {_fmt_t(t)} on"
+
+    floor_note = f"t ≥ {_fmt_t(gentle)}; the threshold may lie lower"
+    ts = [thresholds[f"k{k}"] for k in ks]
+    same = all((math.isnan(a) and math.isnan(ts[0])) or a == ts[0] for a in ts)
+    if intervals is None and same:
+        who = "with " + _count(ks[0]) + " tasks" if len(ks) == 1 else (
+            "for both task counts" if len(ks) == 2 else "for every task count")
+        note = f" ({floor_note})" if not math.isnan(ts[0]) and ts[0] <= gentle else ""
+        return f"{desc(ts[0])}, {who}{note}"
+    parts = []
+    for i, (k, t) in enumerate(zip(ks, ts)):
+        text = desc(t) + (f" (t ≥ {_fmt_t(gentle)})" if not math.isnan(t) and t <= gentle else "")
+        text += f" with {_count(k)} tasks" if i == 0 else f" with {_count(k)}"
+        if intervals is not None and not math.isnan(t):
+            m, lo, hi = _iv(intervals[f"k{k}"], 3)
+            text += (f" (routing there {m}, 95% interval {lo} to {hi})" if i == 0 else f" ({m}, {lo} to {hi})")
+        parts.append(text)
+    return _and(parts)
+
+
+def _compact_cells(cells: list[tuple], strengths: list[float], batches: list[int]) -> str:
+    """``[(router, n_tasks, strength, batch), ...]`` in few words: per router and task count, the strengths
+    ("t ≥ 0.25" when they are the top of the grid) and the batches ("at every inference batch size" when all)."""
+    by_cell: dict = {}
+    for r, k, t, b in cells:
+        by_cell.setdefault((r, int(k), float(t)), set()).add(int(b))
+    groups: dict = {}
+    for (r, k, t), bs in by_cell.items():
+        groups.setdefault((r, k, tuple(sorted(bs))), []).append(t)
+    parts = []
+    for (r, k, bs), ts in sorted(groups.items(), key=lambda g: (ROUTERS.index(g[0][0]) if g[0][0] in ROUTERS else 9,
+                                                                  g[0][1], min(g[1]))):
+        ts = sorted(ts)
+        tail = [t for t in strengths if t >= ts[0]]
+        if len(ts) > 1 and ts == tail:
+            where = f"t ≥ {_fmt_t(ts[0])}"
+        else:
+            where = "t = " + _and([_fmt_t(t) for t in ts])
+        every = list(bs) == sorted(int(b) for b in batches)
+        batch = (", at every inference batch size" if every and len(batches) > 1 else
+                 f" (b = {', '.join(str(b) for b in bs)})")
+        parts.append(f"`{r}` with {_count(k)} tasks at {where}{batch}")
+    return "; ".join(parts)
+
+
+def equivalence_phrase(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
+    """How many router cells are shown equivalent to the oracle at ``margin`` and at half of it, and which
+    are not, in few words (``cells``: :func:`cell_tests`). E.g. "is shown in 276 of the 288 cells, all but
+    `mixture` with four tasks at t ≥ 0.25 at every inference batch size; within half that margin (±0.01) in
+    272, all but ..."."""
+    strengths = sorted(cells.strength.unique())
+    batches = sorted(cells.inference_batch.unique())
+    n = len(cells)
+
+    def clause(col):
+        ok = cells[col].to_numpy()
+        bad = [(r.condition, r.n_tasks, r.strength, r.inference_batch) for r, e in zip(cells.itertuples(), ok) if not e]
+        if not bad:
+            return f"all {n}" if col == "equivalent_half" else f"all {n} cells"
+        text = _compact_cells(bad, strengths, batches)
+        return (f"{int(ok.sum())}" if col == "equivalent_half" else f"{int(ok.sum())} of the {n} cells") + \
+            f", all but {text}"
+
+    return (f"is shown in {clause('equivalent')}; within half that margin (±{margin / 2:g}) in "
+            f"{clause('equivalent_half')}")
+
+
+def below_phrase(cells: pd.DataFrame, zero: float = 0.0) -> str:
+    """The cells significantly below the oracle (``cells``: :func:`cell_tests`, its ``below`` column), e.g.
+    "find one cell below the oracle: `classifier` with two tasks at t = 0 (b = 1)"; "find no cell ..." if
+    none. With several, how many are at ``t = zero``."""
+    strengths = sorted(cells.strength.unique())
+    batches = sorted(cells.inference_batch.unique())
+    bad = [(r.condition, r.n_tasks, r.strength, r.inference_batch) for r in cells.itertuples() if r.below]
+    if not bad:
+        return "find no cell below the oracle"
+    text = _compact_cells(bad, strengths, batches)
+    if len(bad) == 1:
+        return f"find one cell below the oracle: {text}"
+    n0 = sum(1 for c in bad if c[2] == zero)
+    at_zero = (f", all at t = {_fmt_t(zero)}" if n0 == len(bad) else
+               f", {n0} of them at t = {_fmt_t(zero)}" if n0 else "")
+    return f"find {len(bad)} cells below the oracle{at_zero}: {text}"
+
+
+def margin_phrase(margin: float, ch3_margin: float) -> str:
+    """"the equivalence margin, ±0.02, is chapter 3's tie margin" (or says how the two differ)."""
+    if np.isclose(margin, ch3_margin):
+        return f"the equivalence margin, ±{margin:g}, is chapter 3's tie margin"
+    return f"the equivalence margin is ±{margin:g} (chapter 3's tie margin is {ch3_margin:g})"
+
+
+def page_settings(config: Config) -> dict:
+    """The settings the page cites beside the findings (glued as ``ch06_<name>``): ``tau_first`` (the
+    temperature tried first), ``temperature``, ``first_grid_text`` (the first strength grid, in words),
+    ``ch3_gentlest`` (chapter 3's gentlest non-zero ``both`` level, full profile), ``ch3_margin`` (its tie
+    margin), ``margin_text`` (:func:`margin_phrase`), ``router_samples`` and ``router_samples_bmax`` (the
+    classifier's training points per bank at the largest inference batch)."""
+    from .shift_strength import PROFILES as CH3_PROFILES, make_config as ch3_config
+    ch3_margin = ch3_config("full").tie_margin
+    return dict(tau_first=TEMPERATURE_TRIED_FIRST, temperature=config.temperature,
+                first_grid_text=", ".join(_fmt_t(t) for t in FIRST_STRENGTH_GRID),
+                ch3_gentlest=min(t for t in CH3_PROFILES["full"]["both_levels"] if t > 0), ch3_margin=ch3_margin,
+                margin_text=margin_phrase(TOST_MARGIN, ch3_margin), router_samples=config.router_samples,
+                router_samples_bmax=config.router_samples // max(config.inference_batches))
+
+
+def table_routing(routes: pd.DataFrame, router: str = "nearest_first") -> pd.DataFrame:
+    """Table 1: ``router``'s routing accuracy (mean over seeds) per number of tasks and inference batch (rows)
+    and strength (columns), every value written with three decimals (``routes``: :func:`routing_table`)."""
+    sel = routes[routes.condition == router]
+    if sel.empty:
+        raise ValueError(f"table_routing: no rows for router {router!r}; routers in the table: "
+                         f"{sorted(routes.condition.unique())}")
+    tab = sel.groupby(["n_tasks", "inference_batch", "strength"]).routing_accuracy.mean().unstack("strength")
+    tab.columns = [f"t={t:g}" for t in tab.columns]
+    tab.index = [f"{k} tasks, batch {b}" for k, b in tab.index]
+    return tab.map(lambda v: f"{v:.3f}")
+
+
+def phrases(f: Findings, cells: pd.DataFrame) -> dict[str, str]:
+    """The page's data-dependent sentences (plain Markdown), keyed by name (glued as ``ch06_<name>``; every
+    name ends in ``_text``, which no glued name of :class:`Findings` does, so they cannot clash):
+
+    ``works_b1_text`` / ``works_bmax_text`` (:func:`works_phrase`); ``works_b1_short_text``;
+    ``equivalence_text`` (:func:`equivalence_phrase`); ``below_text`` (:func:`below_phrase`);
+    ``nall_worst_text`` (where ``nearest_all`` routes below ``nearest_first``, as magnitudes);
+    ``zero_shift_text`` (routing at t = 0 against chance); ``oracle_exact_text``, ``train_is_last_bank_text``,
+    ``strong_routing_text``, ``cost_vs_routing_text``, ``known_head_text``: the checks and the threshold
+    comparison as sentences, worded for either outcome.
+    """
+    out = {
+        "works_b1_text": works_phrase(f.works_from_b1, f.gentle, f.route_at_works_b1),
+        "works_b1_short_text": works_phrase(f.works_from_b1, f.gentle),
+        "works_bmax_text": works_phrase(f.works_from_bmax, f.gentle),
+        "equivalence_text": equivalence_phrase(cells, f.tost_margin),
+        "below_text": below_phrase(cells, f.zero),
+    }
+    ks = _ks(f.nall_worst)
+    neg = [k for k in ks if f.nall_worst[f"k{k}"].mean < 0]
+    if neg:
+        parts = []
+        for i, k in enumerate(neg):
+            m, lo, hi = _iv(f.nall_worst[f"k{k}"], 3, flip=True)
+            t = _fmt_t(f.nall_worst_t[f"k{k}"])
+            parts.append(f"{m} below `nearest_first` at t = {t} with {_count(k)} tasks (95% interval {lo} to {hi} "
+                         f"below)" if not parts else f"{m} below at t = {t} with {_count(k)} ({lo} to {hi})")
+        out["nall_worst_text"] = "but not at every strength: it routes " + _and(parts)
+    else:
+        out["nall_worst_text"] = "and no less at any strength on average"
+    nf = "nearest_first"
+    ks0 = _ks(f.route_zero_b1)
+    per_k = _and([f"{f.route_zero_b1[f'k{k}_{nf}'].mean:.3f} ({_count(k)} tasks)" if i == 0 else
+                  f"{f.route_zero_b1[f'k{k}_{nf}'].mean:.3f} ({_count(k)})" for i, k in enumerate(ks0)])
+    bigger = _and([f"{f.route_zero_bmax[f'k{k}_{nf}'].mean:.3f}" for k in ks0])
+    numbers = f"`{nf}` routes {per_k} per sample, and {bigger} with batches of {f.bmax}"
+    if f.zero_above_chance > 0:
+        out["zero_shift_text"] = ("which lets every router do better than chance (1/K) at every inference batch "
+                                  f"size: {numbers}")
+    else:
+        out["zero_shift_text"] = ("which is not enough for every router to do better than chance (1/K) at every "
+                                  f"inference batch size: {numbers}")
+    out["oracle_exact_text"] = ("the largest difference over all runs is zero (a check of the code)"
+                                if f.oracle_exact == "holds" else
+                                "yet in some run they differ (a check of the code, which fails)")
+    out["train_is_last_bank_text"] = ("(a check: the two are equal in every seed and cell)"
+                                      if f.train_is_last_bank == "holds" else
+                                      "(a check, which fails: in some seed or cell the two differ)")
+    hard = [f"`{r}`" for r in HARD_ROUTERS]
+    off = [f"`{r}` ({v:.3f})" for r, v in f.route_strong_min.items() if v < 1.0]
+    out["strong_routing_text"] = (
+        f"There, every hard router ({_and(hard)}) sends every sample to its own bank at every inference batch size "
+        f"in every seed, so its accuracy equals the oracle's by construction: a check, not a finding."
+        if not off else
+        f"There, not every hard router routes every sample to its own bank (lowest seed's routing: {_and(off)}), "
+        f"so not every router's accuracy equals the oracle's by construction.")
+    late = []
+    for k in _ks(f.works_from_b1):
+        w = f.works_from_b1[f"k{k}"]
+        early = [name for name, d in (("`train_mode`", f.wrong_from_train), ("pinned", f.wrong_from_pinned))
+                 if not math.isnan(d[f"k{k}"]) and (math.isnan(w) or d[f"k{k}"] < w)]
+        if early:
+            late.append(f"with {_count(k)} tasks the cost of {_and(early)} is detectable below the strength from "
+                        f"which per-sample routing works")
+    ks1 = _ks(f.works_from_b1)
+    counts = (f"With {_count(ks1[0])} tasks" if len(ks1) == 1 else "With both task counts" if len(ks1) == 2 else
+              "With every task count")
+    out["cost_vs_routing_text"] = (
+        f"{counts}, each wrong-bank cost becomes detectable only at or above the strength from which "
+        "per-sample routing works." if not late else
+        "Not everywhere does the cost wait for routing: " + "; ".join(late) + ".")
+    out["known_head_text"] = (
+        "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on this "
+        "grid" if f.cost_after_routing == "holds" else
+        "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not everywhere a wrong "
+        "bank measurably costs on this grid")
+    return out
+
+
+def mixture_advice(f: Findings, tf: TemperatureFindings) -> str:
+    """The practice bullet on the soft mixture, for the temperature the main sweep used (``f``) and what the
+    held-out check (``tf``) found at its least bad temperature ``tf.best``, with its worst interval."""
+    kept = f"τ = {tf.kept:g}"
+    m, lo, hi = _iv(f.gap_strong_b1[f"k{max(_ks(f.gap_strong_b1))}_mixture"], 4)
+    text = (f"Prefer hard routing to the soft mixture at {kept}: at the strongest shift with "
+            f"{_count(max(_ks(f.gap_strong_b1)))} tasks the mixture differs from the oracle by {m} ({lo} to {hi}), "
+            + ("where hard routing matches the oracle by construction." if f.perfect_at_strong == "holds" else
+               "where not every hard router routes perfectly either."))
+    if np.isclose(tf.best, tf.kept):
+        return text + f" The held-out temperature check found no temperature better than {kept}."
+    w = tf.worst[f"tau_{tf.best:g}"]
+    wm, wlo, whi = _iv(w, 4)
+    if tf.best_includes_zero:
+        tail = (f" At τ = {tf.best:g}, the least bad temperature in the held-out check, the mixture's worst "
+                f"difference from the oracle is {wm} ({wlo} to {whi}) and no strength checked shows a difference, "
+                f"so the advice is for {kept} only (the main sweep was not rerun at τ = {tf.best:g}).")
+    else:
+        tail = (f" At τ = {tf.best:g}, the held-out check's least bad temperature, the mixture's worst difference "
+                f"from the oracle is {wm} ({wlo} to {whi}); the main sweep was not rerun at it.")
+    return text + tail
