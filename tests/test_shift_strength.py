@@ -576,3 +576,15 @@ def test_selection_findings_name_the_winner_and_its_limits():
     # puts costly shifts at the no-shift value: the groups meet)
     assert F.winner_threshold_clean == ("overlap" if F.winner_harm_min < F.winner_safe_max else "do not overlap")
     assert F.n_cost_larger["raw"] + F.n_benefit_larger["raw"] == F.n_resolved["raw"]
+
+
+def test_source_backbone_trains_its_source_when_the_cache_has_none(tmp_path):
+    import torch
+    # The page's mismatch cell runs after ss.run, or, when it analyses an earlier run's rows, with no source cached.
+    cfg = ss.make_config("quick", seeds=[0, 1], stage1_steps=5)
+    mc = cfg.mismatch_config(0, 0.0, 1.0)
+    first = ss.source_backbone(mc, tmp_path)
+    again = ss.source_backbone(mc, tmp_path)                      # read back, not retrained
+    assert not first.training
+    for (k, a), (_, b) in zip(first.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), k

@@ -47,7 +47,7 @@ from scipy import stats as sps
 from ..analysis import Interval, holm, mean_ci
 from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
     check_seeds, check_sequence, from_profile, seeds_label
-from ..engine import load_source, transfer_sweep
+from ..engine import ensure_sources, load_source, transfer_sweep
 from ..models import ConvBackbone
 from ..modes import MODE_NAMES
 from ..stats import bn_input_statistics, mismatch_from_statistics
@@ -364,9 +364,12 @@ def mismatch_batches(cfg: MismatchConfig) -> list[torch.Tensor]:
 
 
 def source_backbone(cfg: SourceConfig, cache_dir=None, version: str | None = None) -> ConvBackbone:
-    """The trained (stage-1) backbone of ``cfg`` from the run cache, in eval mode."""
+    """The trained (stage-1) backbone of ``cfg`` in eval mode: read from the run cache, trained into it first
+    when absent (as when the page analyses an earlier run's rows and this code version has no source yet)."""
+    src = cfg.source if hasattr(cfg, "source") else cfg
+    ensure_sources([src], Execution(cache_dir=cache_dir, progress=False), version)
     backbone = ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum)
-    backbone.load_state_dict(load_source(cfg.source if hasattr(cfg, "source") else cfg, cache_dir, version)["backbone"])
+    backbone.load_state_dict(load_source(src, cache_dir, version)["backbone"])
     return backbone.eval()
 
 
