@@ -204,3 +204,27 @@ def test_holm_resolves_at_least_what_bonferroni_resolves_and_counts_the_extra_le
     adj = ss.holm([0.001, 0.012, 0.03, 0.5])
     assert adj == pytest.approx([0.004, 0.036, 0.06, 0.5])
     assert np.isnan(ss.holm([np.nan, 0.01])[0])
+
+
+def test_threshold_display_blanks_the_vs_no_shift_crossings_at_threshold_zero():
+    th = pd.DataFrame(dict(line=["a", "a", "a"], view=["vs no shift", "vs no shift", "raw"], threshold=[0.0, 0.01, 0.0],
+                           estimate=[0.007, 0.5, 0.3], ci_low=[0.0, 0.4, 0.2], ci_high=[0.01, 0.6, 0.4],
+                           q_low=[0.005, 0.45, 0.25], q_high=[0.01, 0.55, 0.35], p_cross=[1.0, 0.9, 0.8]))
+    out = ss.threshold_display(th)
+    assert out.loc[("a", "vs no shift"), "tie < 0"] == ss.ARTEFACT_CELL          # an artefact of the view: blanked
+    assert out.loc[("a", "vs no shift"), "tie < 0.01"] == "0.5 [0.45, 0.55] (90%)"  # other thresholds kept
+    assert out.loc[("a", "raw"), "tie < 0"] == "0.3 [0.25, 0.35] (80%)"            # other views kept
+
+
+def test_final_referee_findings_no_shift_test_margin_in_images_and_candidate_count():
+    df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
+    F = ss.findings(df, n_boot=20, n_boot_select=20)
+    assert F.benefit["noshift"].mean == pytest.approx(0.03)
+    assert F.benefit_noshift_p < 0.001 and F.benefit_noshift_word == "distinguishable from zero"
+    assert F.tie_margin_images == 20 and F.n_eval == 1000
+    assert F.n_other_candidates == F.n_candidates - 1
+    for view in ss.VIEWS:      # lists read "a, b and c", never "a and b and c"
+        assert all(v.count(" and ") <= 1 for v in F.threshold_lines[view].values())
+    # Without the gain the no-shift benefit is noise around 0: not distinguishable.
+    G = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
+    assert G.benefit_noshift_word == "not distinguishable from zero"

@@ -969,9 +969,17 @@ def threshold_display(th: pd.DataFrame) -> pd.DataFrame:
     of resamples that cross."""
     th = th.assign(cell=[f"{_loc(e)} [{_loc(lo)}, {_loc(hi)}] ({p:.0%})"
                          for e, lo, hi, p in zip(th["estimate"], th["q_low"], th["q_high"], th["p_cross"])])
+    # In the "vs no shift" view the net at no shift is -cost(no shift) by construction, so at threshold 0 every line
+    # "crosses" just after no shift as soon as its first level's mean is negative: no information, blanked.
+    art = (th["view"] == "vs no shift") & (th["threshold"] == 0)
+    th.loc[art, "cell"] = ARTEFACT_CELL
     out = th.pivot_table(index=["line", "view"], columns="threshold", values="cell", aggfunc="first", sort=False)
     out.columns = [f"tie < {c:g}" for c in out.columns]
     return out
+
+
+#: The cell :func:`threshold_display` prints at threshold 0 of the ``vs no shift`` view (an artefact of the view).
+ARTEFACT_CELL = "n/a (by construction)"
 
 
 # --- issue 10: which mismatch measure predicts the cost of a shift type it has not seen -------------------------
@@ -1350,6 +1358,11 @@ class Findings:
     budget_net_word: str
     budget_net_summary: str
     budget_benefit_summary: str
+    # final referee: the no-shift benefit's test, the margin in images, the other candidates' count
+    benefit_noshift_p: float
+    benefit_noshift_word: str
+    tie_margin_images: int
+    n_other_candidates: int
 
 
 NAN_IV = Interval(math.nan, math.nan, math.nan, 0)
@@ -1452,7 +1465,7 @@ def _level_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int, 
         for thr in TIE_THRESHOLDS:
             g = th[(th["view"] == view) & (th["threshold"] == thr) & th["estimate"].notna()]
             key = f"thr{thr:g}"
-            tl[view][key] = " and ".join(g["line"]) if len(g) else "none"
+            tl[view][key] = _join(g["line"]) if len(g) else "none"
             tn[view][key] = len(g)
     eff = normalized_effects(paired_effects(_main(df)), _chance(df))
     fam = eff["task_b_classes"] if "task_b_classes" in eff.columns else pd.Series("new", index=eff.index)
@@ -1672,6 +1685,13 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     at1 = eff[np.isclose(eff["both_strength"], 1.0)]
     for name, d in (("cost", cost), ("benefit", benefit)):
         d["noshift"], d["t1"] = _iv(ns[name]), _iv(at1[name])
+    # Two-sided one-sample t-test of the no-shift benefit against 0 (a constant sample: 0 if it is not 0, else 1).
+    nb_ = ns["benefit"].to_numpy(float)
+    ns_p = (math.nan if len(nb_) < 2 else float(sps.ttest_1samp(nb_, 0.0).pvalue) if nb_.std() > 0
+            else float(nb_.mean() == 0))
+    ns_iv = benefit["noshift"]
+    ns_word = ("distinguishable from zero" if (ns_iv.low > 0 or ns_iv.high < 0) else
+               "not distinguishable from zero")
     crossing = [t for t in SHIFT_TYPES if not math.isnan(cross[t]["estimate"])]
     all_net = np.concatenate(nets)
 
@@ -1720,6 +1740,9 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
         **level_f,
         **_selection_findings(df, n_boot_select, min_effect),
         **_convergence_findings(df),
+        benefit_noshift_p=ns_p, benefit_noshift_word=ns_word,
+        tie_margin_images=int(round(tie_margin * ref_f["n_eval"])),
+        n_other_candidates=len({k for k, v in CANDIDATES.items() if v in df.columns}) - 1,
     )
 
 
