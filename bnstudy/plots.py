@@ -773,11 +773,14 @@ def _ch3_log_levels(ax, x, ylim=(-1.05, 1.05)):
     ax.set_ylim(max(lo, ylim[0]), min(hi, ylim[1]))
 
 
-def _ch3_legend(fig, axes, ncol=4):
+def _ch3_legend(fig, axes, ncol=4, order=None):
     handles = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
+    if order is not None:  # entries named in ``order`` first, in its order; the rest after, as drawn
+        rank = {k: i for i, k in enumerate(order)}
+        handles = dict(sorted(handles.items(), key=lambda kv: rank.get(kv[0], len(rank))))
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(ncol, len(handles)), frameon=False,
                bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.07, 1, 1))
@@ -998,7 +1001,7 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
             ax.errorbar(sc, range(len(names)), xerr=[sc - lo, hi - sc], fmt="o", color="0.2", capsize=2)
             ax.set_yticks(range(len(names))); ax.set_yticklabels(names); ax.invert_yaxis()
             ax.set_xlabel("held-out-type error (accuracy)"); ax.set_title("leave one type out")
-        _ch3_legend(fig, axes[:len(names)], ncol=5)
+        _ch3_legend(fig, axes[:len(names)], ncol=5, order=list(CH3_KIND_MARKS))
         fig.tight_layout(rect=(0, 0.09, 1, 1))
     return min_text_size(fig)
 
