@@ -754,14 +754,15 @@ def _ch3_log_levels(ax, x, ylim=(-1.05, 1.05)):
     ax.set_xscale("log")
     ax.set_xticks(x)
     # Label only levels far enough apart on the log axis to be read (about a fifth of the panel's span, at least
-    # 0.12 decade), always the first and the last; the other levels keep an unlabelled tick.
+    # 0.12 decade, more after a long label such as 0.0625), always the first and the last; the other levels keep an
+    # unlabelled tick.
     lx = np.log10(x)
     gap = max(0.12, (lx[-1] - lx[0]) / 5) if len(x) > 1 else 0
-    keep, last = [], -np.inf
+    keep, last, need = [], -np.inf, 0.0
     for i, v in enumerate(lx):
-        if v - last >= gap:
+        if v - last >= need:
             keep.append(i)
-            last = v
+            last, need = v, gap * max(1.0, len(f"{x[i]:g}") / 4)
     if len(x) > 1 and keep[-1] != len(x) - 1:
         if lx[-1] - lx[keep[-1]] < gap and len(keep) > 1:
             keep.pop()
@@ -772,11 +773,14 @@ def _ch3_log_levels(ax, x, ylim=(-1.05, 1.05)):
     ax.set_ylim(max(lo, ylim[0]), min(hi, ylim[1]))
 
 
-def _ch3_legend(fig, axes, ncol=4):
+def _ch3_legend(fig, axes, ncol=4, order=None):
     handles = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
+    if order is not None:  # entries named in ``order`` first, in its order; the rest after, as drawn
+        rank = {k: i for i, k in enumerate(order)}
+        handles = dict(sorted(handles.items(), key=lambda kv: rank.get(kv[0], len(rank))))
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(ncol, len(handles)), frameon=False,
                bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.07, 1, 1))
@@ -821,8 +825,8 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
     level_table; default: ``raw`` and ``vs no shift``, the benefit counted above its no-shift value), Bonferroni
     intervals, the equivalence band ``±margin`` shaded; one panel per line, log strength axis labelled by
     ``xlabels[line]``, symmetric-log y axis (linear within ±0.05) so that the band and the weak levels stay
-    readable next to losses of 0.8. Filled markers: the level's verdict is resolved (interval excludes 0); open:
-    it is not."""
+    readable next to losses of 0.8. Filled markers: the level's verdict is resolved (interval excludes 0); open
+    diamonds: a tie (within the margin by the TOST); open circles: undetermined."""
     labels = {"raw": "benefit − cost", "vs no shift": "benefit above its no-shift value − cost",
               "normalized": "share of room above chance"}
     with plt.rc_context(CH3_FONT):
@@ -839,8 +843,11 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
                             fmt="-", lw=1, capsize=2, color=col[view], label=labels[view])
                 res = (g["ci_low"] > 0) | (g["ci_high"] < 0)
+                tie = ~res & (g["verdict"] == "tie") if "verdict" in g.columns else ~res & False
                 ax.plot(g["strength"][res] * f, g["mean"][res], "o", ms=4.5, color=col[view])
-                ax.plot(g["strength"][~res] * f, g["mean"][~res], "o", ms=4.5, mfc="white", color=col[view])
+                ax.plot(g["strength"][~res & ~tie] * f, g["mean"][~res & ~tie], "o", ms=4.5, mfc="white",
+                        color=col[view])
+                ax.plot(g["strength"][tie] * f, g["mean"][tie], "D", ms=4, mfc="white", color=col[view])
             ax.axhline(0, color="black", lw=0.6)
             ax.set_yscale("symlog", linthresh=0.05, linscale=1.5)
             ax.set_ylim(-1.05, 0.3)
@@ -994,7 +1001,7 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
             ax.errorbar(sc, range(len(names)), xerr=[sc - lo, hi - sc], fmt="o", color="0.2", capsize=2)
             ax.set_yticks(range(len(names))); ax.set_yticklabels(names); ax.invert_yaxis()
             ax.set_xlabel("held-out-type error (accuracy)"); ax.set_title("leave one type out")
-        _ch3_legend(fig, axes[:len(names)], ncol=5)
+        _ch3_legend(fig, axes[:len(names)], ncol=5, order=list(CH3_KIND_MARKS))
         fig.tight_layout(rect=(0, 0.09, 1, 1))
     return min_text_size(fig)
 

@@ -204,3 +204,59 @@ def test_holm_resolves_at_least_what_bonferroni_resolves_and_counts_the_extra_le
     adj = ss.holm([0.001, 0.012, 0.03, 0.5])
     assert adj == pytest.approx([0.004, 0.036, 0.06, 0.5])
     assert np.isnan(ss.holm([np.nan, 0.01])[0])
+
+
+def test_threshold_display_blanks_the_vs_no_shift_crossings_at_threshold_zero():
+    th = pd.DataFrame(dict(line=["a", "a", "a"], view=["vs no shift", "vs no shift", "raw"], threshold=[0.0, 0.01, 0.0],
+                           estimate=[0.007, 0.5, 0.3], ci_low=[0.0, 0.4, 0.2], ci_high=[0.01, 0.6, 0.4],
+                           q_low=[0.005, 0.45, 0.25], q_high=[0.01, 0.55, 0.35], p_cross=[1.0, 0.9, 0.8]))
+    out = ss.threshold_display(th)
+    assert out.loc[("a", "vs no shift"), "tie < 0"] == ss.ARTEFACT_CELL          # an artefact of the view: blanked
+    assert out.loc[("a", "vs no shift"), "tie < 0.01"] == "0.5 [0.45, 0.55] (90%)"  # other thresholds kept
+    assert out.loc[("a", "raw"), "tie < 0"] == "0.3 [0.25, 0.35] (80%)"            # other views kept
+
+
+def test_final_referee_findings_no_shift_test_margin_in_images_and_candidate_count():
+    df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
+    F = ss.findings(df, n_boot=20, n_boot_select=20)
+    assert F.benefit["noshift"].mean == pytest.approx(0.03)
+    assert F.benefit_noshift_p < 0.001 and F.benefit_noshift_word == "distinguishable from zero"
+    assert F.tie_margin_images == 20 and F.n_eval == 1000
+    assert F.n_other_candidates == F.n_candidates - 1
+    for view in ss.VIEWS:      # lists read "a, b and c", never "a and b and c"
+        assert all(v.count(" and ") <= 1 for v in F.threshold_lines[view].values())
+    # Without the gain the no-shift benefit is noise around 0: not distinguishable.
+    G = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
+    assert G.benefit_noshift_word == "not distinguishable from zero"
+
+
+def test_display_tables_name_their_columns_in_words_and_format_their_cells():
+    bn = pd.DataFrame(dict(t=[0.0625, 1.0], steps=[300, 1600], mean=[-0.00004, -0.6], ci_low=[-0.01, -0.7],
+                           ci_high=[0.01, -0.5], n_seeds=[16, 16], tost_p=[0.00001, 1.0], verdict=["tie", "cost larger"]))
+    out = ss.budget_net_display(bn)
+    assert list(out.index.names) == ["t", "stage-2 steps"] and ("0.0625", "300") in out.index
+    assert ("1", "1,600") in out.index
+    assert out.loc[("0.0625", "300"), "TOST p"] == "<0.0001" and out.loc[("1", "1,600"), "TOST p"] == "1.0000"
+    assert out.loc[("0.0625", "300"), "net (mean)"] == "0.0000"                    # no negative zero
+    cv = pd.DataFrame(dict(t=[0.0625], mode=["benefit"], steps_from=[800], steps_to=[1600], mean=[-0.0002],
+                           ci_low=[-0.01], ci_high=[0.01], verdict=["no significant change"]))
+    c = ss.convergence_display(cv)
+    assert c.loc[("0.0625", "benefit"), "budgets (steps)"] == "800 to 1,600"
+    assert c.loc[("0.0625", "benefit"), "change (mean)"] == "0.000"
+    sel = pd.DataFrame(dict(candidate=["mean shift", "KL", "mean shift", "KL", "mean shift", "KL"],
+                            held_out=["blur", "blur", "noise", "noise", "mean", "mean"],
+                            error=[0.3, 0.1, 0.2, 0.1, 0.25, 0.1]))
+    s = ss.selection_display(sel)
+    assert list(s.columns) == ["blur", "noise", "score (mean)"] and list(s.index) == ["KL", "mean shift"]
+
+
+def test_budget_dependent_levels_and_benefit_change_p_on_a_hand_made_table():
+    df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
+    F = ss.findings(df, n_boot=20, n_boot_select=20)
+    lv = ss.level_table(df, margin=0.02)
+    be = lv[(lv["metric"] == "net") & (lv["view"] == "raw")]["breakeven_rate"]
+    lo, hi = sorted([F.exchange_rate, F.exchange_rate_long])
+    assert F.n_budget_dependent == int(be.between(lo, hi).sum())
+    assert (F.budget_dependent_levels == "none") == (F.n_budget_dependent == 0)
+    for k, p in F.budget_benefit_change_p.items():
+        assert math.isnan(p) or F.budget_benefit_change_p_bonf[k] == pytest.approx(min(1, p * len(F.budget_benefit_change_p)))
