@@ -302,7 +302,7 @@ def test_example_pair_names_two_corruptions_of_like_mismatch_and_unlike_cost():
                   ("inversion", 5, 5.0, 0.9, 0.8, 1.0)])
     text = rd._example_pair(cond)
     assert text.startswith("on n, blur at severity 5 moves the statistics about as much as contrast at severity 5")
-    assert "0.020 [0.000, 0.040] against 0.500 [0.400, 0.600]" in text
+    assert "0.020 (0.000 to 0.040) against 0.500 (0.400 to 0.600)" in text
     assert rd._example_pair(cond[cond.corruption != "contrast"]) == ""
 
 
@@ -491,3 +491,9 @@ def test_a_mean_cost_of_exactly_30_in_3000_is_at_the_margin_not_below_it():
     edge = _cond([("none", 0, 0.2, 0.3, 0.25, 0.35), ("blur", 1, 0.1, 0.005, -0.01, cost)])
     assert rd._threshold(edge, 0.01)[1].empty          # an upper bound at the margin is not "safe"
     assert not rd._below(cost, 0.01) and not rd._above(0.01 + 1e-17, 0.01) and rd._below(0.0093, 0.01)
+
+
+def test_severities_text_and_readable_model_names():
+    assert rd.severities_text(pd.DataFrame(dict(severity=[0, 5, 1, 3, 3]))) == "1, 3 and 5"
+    assert rd.severities_text(pd.DataFrame(dict(severity=[0]))) == "none"
+    assert rd.MODEL_LABELS["vit_h_14"] == "ViT-H/14"

@@ -53,6 +53,8 @@ SWEEP_MODES = ("train_mode", "backbone_eval", "separate_stats")
 TIE_MARGIN = 0.02
 #: A cost below this (accuracy, fraction) with 95% confidence counts as "safe" (chapter 3's ``min_effect``).
 MIN_EFFECT = 0.01
+#: The other safe/harm margins the page reports chapter 3's threshold verdict at (``c2_margin_002`` / ``_003``).
+MARGIN_SWEEP = (0.02, 0.03)
 
 #: The networks (bnstudy.vision.NETWORKS, repeated here so that importing this module needs no torchvision).
 NETWORKS = ("small_cnn", "resnet18", "mobilenet_v3_small")
@@ -87,7 +89,7 @@ def condition_label(corruption: str, severity: int) -> str:
 #: docstring): seconds per train-mode forward pass / train step of 32 images with a stride-1 first convolution
 #: against the committed stride 2, torchvision MobileNetV3's own BatchNorm momentum (overridden by
 #: ``Config.momentum``), and the quick profile's stage-1 steps that left MobileNetV3-small at chance (eval mode).
-TRIED = dict(resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobilenet_stride1_s=0.94, mobilenet_stride2_s=0.41,
+TRIED = dict(batch_images=32, resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobilenet_stride1_s=0.94, mobilenet_stride2_s=0.41,
              mobilenet_default_momentum=0.01, mobilenet_chance_stage1_steps=40, mobilenet_ok_stage1_steps=60)
 PROFILES = {
     "quick": dict(seeds=2, networks=NETWORKS, corruptions=("inversion", "gaussian_noise"), severities=(5,),
@@ -733,7 +735,7 @@ def _p_text(p: float) -> str:
 
 
 def _ci_text(iv: Interval) -> str:
-    return f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+    return f"{iv.mean:.3f} (95% interval {iv.low:.3f} to {iv.high:.3f})"
 
 
 def _and(items: list[str]) -> str:
@@ -845,8 +847,8 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["c2_threshold_separates"][n] = c2
         low = c.loc[c["mismatch_kl"].idxmin()]
         out["lowest_condition"][n] = (f"{condition_label(low['corruption'], low['severity'])} (median mismatch "
-                                      f"{low['mismatch_kl']:.3g}, cost {low['cost']:.3f} [{low['cost_lo']:.3f}, "
-                                      f"{low['cost_hi']:.3f}])")
+                                      f"{low['mismatch_kl']:.3g}, cost {low['cost']:.3f}, 95% interval "
+                                      f"{low['cost_lo']:.3f} to {low['cost_hi']:.3f})")
         cn = c[c.corruption == "none"]
         out["cost_none"][n] = (Interval(float(cn["cost"].iloc[0]), float(cn["cost_lo"].iloc[0]),
                                         float(cn["cost_hi"].iloc[0]), int(df["seed"].nunique()))
@@ -876,8 +878,8 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
                                    f"mismatch is {out['lowest_condition'][n]}")
         else:
             out["c2_phrase"][n] = "no condition was shown safe" if not len(safe) else "no condition was shown harmful"
-        out["c2_margin_002"][n] = _threshold(c, 0.02)[0]
-        out["c2_margin_003"][n] = _threshold(c, 0.03)[0]
+        out["c2_margin_002"][n] = _threshold(c, MARGIN_SWEEP[0])[0]
+        out["c2_margin_003"][n] = _threshold(c, MARGIN_SWEEP[1])[0]
         within = [sps.spearmanr(g["mismatch_kl"], g["cost"]).statistic
                   for corr, g in ((k, pd.concat([c[c.corruption == "none"], c[c.corruption == k]]))
                                   for k in c.corruption.unique() if k != "none") if len(g) >= 3]
@@ -959,9 +961,14 @@ def _example_pair(cond: pd.DataFrame) -> str:
     n, lo, hi = best
     return (f"on {_in_prose(n)}, {condition_label(lo.corruption, lo.severity)} moves the statistics about as "
             f"much as {condition_label(hi.corruption, hi.severity)} (median mismatch {lo.mismatch_kl:.2f} against "
-            f"{hi.mismatch_kl:.2f}) but costs task A {lo.cost:.3f} [{lo.cost_lo:.3f}, {lo.cost_hi:.3f}] against "
-            f"{hi.cost:.3f} [{hi.cost_lo:.3f}, {hi.cost_hi:.3f}]")
+            f"{hi.mismatch_kl:.2f}) but costs task A {lo.cost:.3f} ({lo.cost_lo:.3f} to {lo.cost_hi:.3f}) against "
+            f"{hi.cost:.3f} ({hi.cost_lo:.3f} to {hi.cost_hi:.3f})")
 
+
+#: Findings fields that are sentences or numbers as text: glued as plain Markdown (``glue_findings(plain=...)``),
+#: not bold like verdict words.
+PLAIN_FIELDS = ("inversion_sentence", "example_pair", "c2_phrase", "lowest_condition", "rho_p_text",
+                "rho_within_text", "rho_across_text")
 
 #: Findings fields that are one value, not a dict per network.
 _FINDINGS_SCALARS = ("n_seeds", "chance", "networks", "reference", "n_conditions", "inversion_sentence",
@@ -1098,6 +1105,16 @@ def audit_counts(path=AUDIT_OUTCOMES) -> dict:
     return out
 
 
+#: Readable names of torchvision models the page names (others are printed as torchvision spells them).
+MODEL_LABELS = {"regnet_y_128gf": "RegNetY-128GF", "vit_h_14": "ViT-H/14"}
+
+
+def severities_text(df: pd.DataFrame) -> str:
+    """The corruption severities the rows ran (severity 0, no corruption, left out), as prose: "1, 3 and 5"."""
+    vals = [str(int(v)) for v in sorted(set(df["severity"])) if v > 0]
+    return _and(vals) if vals else "none"
+
+
 def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
     """Markdown naming the models of the outcomes file that were not run and why (the file's own words), or
     saying that every model with a norm layer was run."""
@@ -1105,6 +1122,7 @@ def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
     nr = t[t["outcome"].str.startswith("not run")]
     if nr.empty:
         return "Every other model was run."
-    items = [f"{m} ({o.removeprefix('not run').strip().strip('()')})" for m, o in zip(nr["model"], nr["outcome"])]
+    items = [f"{MODEL_LABELS.get(m, m)} ({o.removeprefix('not run').strip().strip('()')})"
+             for m, o in zip(nr["model"], nr["outcome"])]
     k = len(items)
     return f"{'One model was' if k == 1 else f'{k} models were'} not run: {'; '.join(items)}."
