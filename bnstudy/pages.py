@@ -62,8 +62,10 @@ def glue_value(key: str, value) -> None:
         glue(name, v, display=False)
 
 
-def glue_findings(prefix: str, findings) -> None:
+def glue_findings(prefix: str, findings, plain=()) -> None:
     """Glue every field of the dataclass ``findings`` as ``<prefix>_<field>`` (see the module docstring).
+
+    ``plain``: names of fields whose strings are sentences, glued as plain Markdown instead of bold.
 
     Raises ``TypeError`` if ``findings`` is not a dataclass, and ``ValueError`` naming the clashing names
     and fields if two fields would glue the same name (for example a Series ``x``, whose ``x_max`` is
@@ -81,8 +83,12 @@ def glue_findings(prefix: str, findings) -> None:
     if clashes:
         raise ValueError(f"glue_findings: {type(findings).__name__} glues these names twice: {', '.join(clashes)}; "
                          f"rename a field")
+    from IPython.display import Markdown
     from myst_nb import glue
     for name, v in items:
+        if (owner[name] in plain and isinstance(v, Markdown) and v.data.startswith("**")
+                and v.data.endswith("**")):
+            v = Markdown(v.data[2:-2])
         glue(name, v, display=False)
 
 

@@ -1323,7 +1323,12 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
     present = list(dict.fromkeys(cond["corruption"]))
     corrs = [c for c in ("none",) + CH07_CORRUPTION_ORDER if c in present] + \
         [c for c in present if c not in ("none",) + CH07_CORRUPTION_ORDER]
-    colors = dict(zip(corrs, sns.color_palette("colorblind", len(corrs))))
+    # one warm hue only (orange): brightness, Gaussian noise and inversion were orange, vermilion and tan before
+    pal = sns.color_palette("colorblind", 10)
+    fixed = dict(none="black", brightness=pal[1], contrast=pal[0], gaussian_noise=pal[2], blur=pal[7],
+                 inversion=pal[4])
+    spare = iter([pal[k] for k in (3, 5, 6, 8, 9)])
+    colors = {c: fixed[c] if c in fixed else next(spare) for c in corrs}
     markers = dict(zip(corrs, "osD^vPX*"))
     fig, axes = plt.subplots(1, len(nets), figsize=(4.4 * len(nets), 4.2), sharey=True, squeeze=False)
     for ax, net in zip(axes[0], nets):
@@ -1341,6 +1346,7 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
                         xerr=xerr, fmt=markers[corr], ms=5, capsize=2, lw=0.8, color=colors[corr],
                         label=_ch07_label(corr, "corruption"))
         ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
+        ax.grid(False, axis="x")  # a vertical gridline next to the left spine read as a doubled axis line
         title = _ch07_label(net)
         if rho is not None and net in rho:
             r = rho[net]

@@ -212,7 +212,9 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
 
     Returns ``(rows, provenance)``: the table exactly as saved (``pandas.read_csv``; floats round-trip
     exactly), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds)`` (``run_wall_s`` is
-    ``None`` when the run did not record it).
+    ``None`` when the run did not record it). When the sidecar's parameters carry ``rows_from`` (the
+    table was re-saved by a page that analysed an earlier run's rows), its ``git_commit``, ``written``
+    and ``run_wall_s`` are used, so the provenance still names the run that computed the rows.
 
     Raises ``FileNotFoundError`` if the CSV or its sidecar is missing; ``ValueError`` if the CSV's sha256
     differs from the one its sidecar recorded (the file was changed, or is not the complete table), or
@@ -246,6 +248,11 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
     env = meta.get("environment") or {}
     prov = dict(path=str(path), sha256=digest, git_commit=env.get("git_commit", "unknown"),
                 written=meta.get("written"), run_wall_s=recorded.get("run_wall_s"), seeds=meta.get("seeds"))
+    origin = recorded.get("rows_from")
+    if isinstance(origin, dict):  # the table was itself re-saved from an earlier run's rows: name that run
+        for k in ("git_commit", "written", "run_wall_s"):
+            if origin.get(k) is not None:
+                prov[k] = origin[k]
     return df, prov
 
 

@@ -45,3 +45,17 @@ def test_chapter_one_thread_findings_glue_no_name_twice():
     from bnstudy.experiments.freeze_modes import ThreadFindings
     import dataclasses
     assert "gap_diff_max" not in {f.name for f in dataclasses.fields(ThreadFindings)}
+
+
+def test_glue_findings_glues_plain_fields_without_bold(monkeypatch):
+    import dataclasses
+    import myst_nb
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, v, display=False: glued.__setitem__(name, v))
+
+    @dataclasses.dataclass
+    class _F:
+        verdict: dict
+        sentence: str
+    glue_findings("x", _F({"n": "holds"}, "a whole sentence"), plain=("sentence",))
+    assert glued["x_verdict_n"].data == "**holds**" and glued["x_sentence"].data == "a whole sentence"

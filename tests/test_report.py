@@ -74,3 +74,16 @@ def test_timing_sentence_says_where_the_rows_came_from(saved):
     s = report.timing_sentence(6, prov["run_wall_s"], prov, n_rows=4)
     assert "did not run the experiment" in s and "4 rows" in s and prov["git_commit"] in s and "0.2 minutes" in s
     assert "not in its sidecar" in report.timing_sentence(6, None, prov, n_rows=4)
+
+
+def test_a_re_saved_table_still_names_the_run_that_computed_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "_RUN", {})
+    monkeypatch.setattr(report, "_SAVED", [])
+    monkeypatch.delenv("BNSTUDY_RUN_PARAMETERS", raising=False)
+    df = pd.DataFrame({"seed": [0, 1], "acc": [0.25, 0.5]})
+    origin = dict(git_commit="f40bda3604", written="2026-12-01T00:45:58+00:00", sha256="386abfe974fa")
+    report.describe_run("again", dict(profile="full", rows_from=origin))
+    path = report.save_table(df, tmp_path / "results" / "07_rows.csv")
+    assert json.loads(report.sidecar_path(path).read_text())["environment"]["git_commit"] != "f40bda3604"
+    _, prov = report.load_rows(path, dict(profile="full"))
+    assert prov["git_commit"] == "f40bda3604" and prov["written"] == "2026-12-01T00:45:58+00:00"

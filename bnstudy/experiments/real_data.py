@@ -53,6 +53,8 @@ SWEEP_MODES = ("train_mode", "backbone_eval", "separate_stats")
 TIE_MARGIN = 0.02
 #: A cost below this (accuracy, fraction) with 95% confidence counts as "safe" (chapter 3's ``min_effect``).
 MIN_EFFECT = 0.01
+#: The other safe/harm margins the page reports chapter 3's threshold verdict at (``c2_margin_002`` / ``_003``).
+MARGIN_SWEEP = (0.02, 0.03)
 
 #: The networks (bnstudy.vision.NETWORKS, repeated here so that importing this module needs no torchvision).
 NETWORKS = ("small_cnn", "resnet18", "mobilenet_v3_small")
@@ -87,7 +89,7 @@ def condition_label(corruption: str, severity: int) -> str:
 #: docstring): seconds per train-mode forward pass / train step of 32 images with a stride-1 first convolution
 #: against the committed stride 2, torchvision MobileNetV3's own BatchNorm momentum (overridden by
 #: ``Config.momentum``), and the quick profile's stage-1 steps that left MobileNetV3-small at chance (eval mode).
-TRIED = dict(resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobilenet_stride1_s=0.94, mobilenet_stride2_s=0.41,
+TRIED = dict(batch_images=32, resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobilenet_stride1_s=0.94, mobilenet_stride2_s=0.41,
              mobilenet_default_momentum=0.01, mobilenet_chance_stage1_steps=40, mobilenet_ok_stage1_steps=60)
 PROFILES = {
     "quick": dict(seeds=2, networks=NETWORKS, corruptions=("inversion", "gaussian_noise"), severities=(5,),
@@ -477,8 +479,9 @@ class Findings:
     identity of the code, confirmed exactly on every run: not a finding). Over all conditions
     (``f2_all_conditions``, ``f3_all_conditions``, tests Holm-adjusted over the network's conditions,
     :func:`condition_verdicts`): "holds" at every condition, "holds in part" at some and reversed at none,
-    "mixed" (holds at some, reversed at others), "reversed in part", "inconclusive" (at none either way), "does
-    not hold" (F2: at none). ``f2_n_mean_at_chance``: conditions whose *mean* is at most 1.5x chance (a point
+    "mixed" (holds at some, reversed at others), "reversed in part", "inconclusive" (at none either way), "not
+    shown" (F2: within 1.5x chance at no condition; ``f2_n_above`` conditions are shown above it by the opposite
+    one-sided test, Holm over the same conditions, and ``f2_n_undecided`` neither). ``f2_n_mean_at_chance``: conditions whose *mean* is at most 1.5x chance (a point
     estimate, not a test); ``f2_min_lo``: the lowest 95% lower bound of task A over conditions
     (``f2_lowest_bound``: over networks too); ``f3_p_holm_reference``: F3's Holm p (over conditions) at the reference; ``f3_n_tie``: inconclusive conditions where the TOST shows a tie
     within +-:data:`TIE_MARGIN`. ``most_severe``: the condition of largest median mismatch and
@@ -548,6 +551,8 @@ class Findings:
     inversion_monotone: dict
     inversion_nonmonotone_seeds: dict
     f2_n_mean_at_chance: dict
+    f2_n_above: dict
+    f2_n_undecided: dict
     f2_min_lo: dict
     f3_n_tie: dict
     task_b_clean_pinned: dict
@@ -615,10 +620,11 @@ def condition_verdicts(df: pd.DataFrame) -> pd.DataFrame:
     """Chapter 1's F2 and F3 judged at every condition of every network, Holm-adjusted over the network's conditions.
 
     Tidy: ``network, corruption, severity, mismatch_kl`` (median over seeds), ``task_a_train_mode, task_a_lo,
-    task_a_hi, f2_chance_p_holm, f2_drop_p_holm, f2, task_b_<mode>`` (mean task-B accuracy of each mode run at the
+    task_a_hi, f2_chance_p_holm, f2_above_p_holm, f2_drop_p_holm, f2, task_b_<mode>`` (mean task-B accuracy of each mode run at the
     condition), ``gap_b, gap_b_lo, gap_b_hi, f3_p_holm, f3_tie, f3``. F2: "holds" if a one-sided t-test shows the
     mean of ``train_mode``'s task A at most 1.5x chance (Holm p < 0.05), else "drops, not to chance" if a one-sided
-    paired t-test shows it below where it started (Holm p < 0.05), else "does not hold". F3 (two-sided paired t
+    paired t-test shows it below where it started (Holm p < 0.05), else "does not hold";
+    ``f2_above_p_holm``: the opposite one-sided test (mean above 1.5x chance), Holm over the same conditions. F3 (two-sided paired t
     of ``train_mode - backbone_eval`` on task B): "holds" (positive, Holm p < 0.05), "reversed" (negative, Holm
     p < 0.05), else "inconclusive"; ``f3_tie``: the TOST (90% interval inside +-:data:`TIE_MARGIN`) shows a tie.
     """
@@ -635,17 +641,18 @@ def condition_verdicts(df: pd.DataFrame) -> pd.DataFrame:
         rec = dict(zip(keys, key), mismatch_kl=float(g.groupby("seed")["mismatch_kl"].first().median()),
                    task_a_train_mode=a.mean, task_a_lo=a.low, task_a_hi=a.high,
                    f2_chance_p=_paired_p(a_vals - 1.5 * chance, "less"),
+                   f2_above_p=_paired_p(a_vals - 1.5 * chance, "greater"),
                    f2_drop_p=_paired_p(a_vals - piv["task_a_before"]["train_mode"], "less"))
         rec.update({f"task_b_{m}": float(piv["task_b"][m].mean()) for m in MODE_NAMES if m in piv["task_b"]})
         rec.update(gap_b=gap.mean, gap_b_lo=gap.low, gap_b_hi=gap.high, f3_p=_paired_p(gap_d),
-                   f3_tie=bool(-TIE_MARGIN < t90.low and t90.high < TIE_MARGIN))
+                   f3_tie=bool(_above(t90.low, -TIE_MARGIN) and _below(t90.high, TIE_MARGIN)))
         recs.append(rec)
     t = pd.DataFrame(recs)
     out = []
     for net, g in t.groupby("network", sort=False):
         g = g.copy()
         idx = [str(i) for i in g.index]
-        for col in ("f2_chance_p", "f2_drop_p", "f3_p"):
+        for col in ("f2_chance_p", "f2_above_p", "f2_drop_p", "f3_p"):
             adj = holm(dict(zip(idx, g[col])))
             g[f"{col}_holm"] = [adj[i] for i in idx]
         g["f2"] = ["holds" if qc < 0.05 else ("drops, not to chance" if qd < 0.05 else "does not hold")
@@ -653,9 +660,9 @@ def condition_verdicts(df: pd.DataFrame) -> pd.DataFrame:
         g["f3"] = [("holds" if m > 0 else "reversed") if q < 0.05 else "inconclusive"
                    for m, q in zip(g["gap_b"], g["f3_p_holm"])]
         out.append(g)
-    t = pd.concat(out).drop(columns=["f2_chance_p", "f2_drop_p", "f3_p"]).reset_index(drop=True)
+    t = pd.concat(out).drop(columns=["f2_chance_p", "f2_above_p", "f2_drop_p", "f3_p"]).reset_index(drop=True)
     first = ["network", "corruption", "severity", "mismatch_kl", "task_a_train_mode", "task_a_lo", "task_a_hi",
-             "f2_chance_p_holm", "f2_drop_p_holm", "f2"]
+             "f2_chance_p_holm", "f2_above_p_holm", "f2_drop_p_holm", "f2"]
     return t[first + [c for c in t.columns if c not in first]]
 
 
@@ -671,7 +678,31 @@ def _over_conditions(words) -> str:
         return "holds in part"
     if k_rev:
         return "reversed in part"
-    return "does not hold" if "drops, not to chance" in words or "does not hold" in words else "inconclusive"
+    return "not shown" if "drops, not to chance" in words or "does not hold" in words else "inconclusive"
+
+
+#: Tolerance of comparisons of accuracy differences with a margin: accuracies are counts over the evaluation set
+#: (steps of 1/n_eval, at least 1e-4 here), so a mean of exactly 30/3000 computed as 0.009999999999999998 is *at*
+#: the margin 0.01, not below it.
+MARGIN_TOL = 1e-9
+
+
+def _below(x, margin: float):
+    """``x < margin`` at the accuracy resolution (beyond :data:`MARGIN_TOL`); works on floats and Series."""
+    return x < margin - MARGIN_TOL
+
+
+def _above(x, margin: float):
+    """``x > margin`` at the accuracy resolution (beyond :data:`MARGIN_TOL`); works on floats and Series."""
+    return x > margin + MARGIN_TOL
+
+
+def _seeds_needed(row, margin: float, n_seeds: int) -> int:
+    """About how many seeds would put the 95% upper bound of a condition's cost below ``margin``, at its observed
+    mean and spread (normal approximation: (1.96 sd / (margin - mean))^2; sd from the Student-t half-width)."""
+    half = float(row["cost_hi"] - row["cost"])
+    sd = half * math.sqrt(n_seeds) / float(sps.t.ppf(0.975, n_seeds - 1))
+    return int(math.ceil((1.96 * sd / (margin - float(row["cost"]))) ** 2))
 
 
 def _threshold(c: pd.DataFrame, margin: float) -> tuple[str, pd.Series, pd.Series]:
@@ -682,16 +713,16 @@ def _threshold(c: pd.DataFrame, margin: float) -> tuple[str, pd.Series, pd.Serie
     lowest (median) mismatch is; "too little power (no condition shown safe)" when some undecided
     condition's mean cost is below the margin; else "no condition shown safe (every mean cost at or above the
     margin)"."""
-    safe, harm = c[c["cost_hi"] < margin]["mismatch_kl"], c[c["cost_lo"] > margin]["mismatch_kl"]
+    safe, harm = c[_below(c["cost_hi"], margin)]["mismatch_kl"], c[_above(c["cost_lo"], margin)]["mismatch_kl"]
     if not len(safe):
         none = c[c["corruption"] == "none"]
-        if len(none) and (none["cost_lo"] > margin).all():
+        if len(none) and _above(none["cost_lo"], margin).all():
             return "no safe level (harmful already without corruption)", safe, harm
         lowest = c.loc[c["mismatch_kl"].idxmin()]
-        if lowest["cost_lo"] > margin:
+        if _above(lowest["cost_lo"], margin):
             return "no safe level (harmful already at the lowest mismatch)", safe, harm
-        undecided = c[(c["cost_lo"] <= margin) & (c["cost_hi"] >= margin)]
-        if (undecided["cost"] < margin).any():
+        undecided = c[~_above(c["cost_lo"], margin) & ~_below(c["cost_hi"], margin)]
+        if _below(undecided["cost"], margin).any():
             return "too little power (no condition shown safe)", safe, harm
         return "no condition shown safe (every mean cost at or above the margin)", safe, harm
     if not len(harm):
@@ -704,7 +735,7 @@ def _p_text(p: float) -> str:
 
 
 def _ci_text(iv: Interval) -> str:
-    return f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+    return f"{iv.mean:.3f} (95% interval {iv.low:.3f} to {iv.high:.3f})"
 
 
 def _and(items: list[str]) -> str:
@@ -758,7 +789,7 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["f4_separate_exact"][n] = _check(bool((piv["max_old_logit_change"]["separate_stats"] == 0).all()))
         sep_all = _pair(d, "task_b", "separate_stats", "train_mode")["diff"]
         out["f4_separate_matches_b"][n] = (BY_CONSTRUCTION if (sep_all == 0).all() else
-                                           _word(-TIE_MARGIN < t90.low and t90.high < TIE_MARGIN))
+                                           _word(bool(_above(t90.low, -TIE_MARGIN) and _below(t90.high, TIE_MARGIN))))
         ae = d[d["mode"].isin(["all_eval", "backbone_eval"])]
         same = [(_pair(ae, m, "all_eval", "backbone_eval")["diff"] == 0).all() for m in ("task_a_after", "task_b")]
         out["check_all_eval_is_backbone_eval"][n] = BY_CONSTRUCTION if all(same) else "does not hold"
@@ -766,7 +797,9 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["f2_all_conditions"][n] = _over_conditions(cv["f2"])
         out["f2_n_chance"][n] = int((cv["f2"] == "holds").sum())
         out["f2_n_drop"][n] = int((cv["f2"] == "drops, not to chance").sum())
-        out["f2_n_mean_at_chance"][n] = int((cv["task_a_train_mode"] <= 1.5 * chance).sum())
+        out["f2_n_mean_at_chance"][n] = int((~_above(cv["task_a_train_mode"], 1.5 * chance)).sum())
+        out["f2_n_above"][n] = int((cv["f2_above_p_holm"] < 0.05).sum())
+        out["f2_n_undecided"][n] = int(((cv["f2"] != "holds") & (cv["f2_above_p_holm"] >= 0.05)).sum())
         out["f2_min_lo"][n] = float(cv["task_a_lo"].min())
         out["f3_all_conditions"][n] = _over_conditions(cv["f3"])
         out["f3_n_gain"][n] = int((cv["f3"] == "holds").sum())
@@ -814,8 +847,8 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["c2_threshold_separates"][n] = c2
         low = c.loc[c["mismatch_kl"].idxmin()]
         out["lowest_condition"][n] = (f"{condition_label(low['corruption'], low['severity'])} (median mismatch "
-                                      f"{low['mismatch_kl']:.3g}, cost {low['cost']:.3f} [{low['cost_lo']:.3f}, "
-                                      f"{low['cost_hi']:.3f}])")
+                                      f"{low['mismatch_kl']:.3g}, cost {low['cost']:.3f}, 95% interval "
+                                      f"{low['cost_lo']:.3f} to {low['cost_hi']:.3f})")
         cn = c[c.corruption == "none"]
         out["cost_none"][n] = (Interval(float(cn["cost"].iloc[0]), float(cn["cost_lo"].iloc[0]),
                                         float(cn["cost_hi"].iloc[0]), int(df["seed"].nunique()))
@@ -832,16 +865,21 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
                                    f"{_ci_text(ci)} already without corruption, when task B is merely other clean "
                                    f"digits, and the condition of lowest mismatch is {out['lowest_condition'][n]}")
         elif c2.startswith("too little power"):
-            undecided = c[(c["cost_lo"] <= MIN_EFFECT) & (c["cost_hi"] >= MIN_EFFECT)]
-            k = int((undecided["cost"] < MIN_EFFECT).sum())
+            undecided = c[~_above(c["cost_lo"], MIN_EFFECT) & ~_below(c["cost_hi"], MIN_EFFECT)]
+            below = undecided[_below(undecided["cost"], MIN_EFFECT)]
+            k = len(below)
+            names = _and([f"{condition_label(r['corruption'], r['severity'])} ({r['cost']:.4f}; about "
+                          f"{_seeds_needed(r, MIN_EFFECT, int(df['seed'].nunique())):,} seeds)"
+                          for _, r in below.iterrows()])
             out["c2_phrase"][n] = (f"no condition was shown safe; {k} undecided condition{'s' if k != 1 else ''} "
-                                   f"ha{'ve' if k != 1 else 's'} a mean cost below the margin, so more seeds could "
-                                   f"show {'them' if k != 1 else 'it'} safe, while the condition of lowest "
+                                   f"ha{'ve' if k != 1 else 's'} a mean cost below the margin, {names}, where "
+                                   f"the number of seeds in parentheses would put the upper bound below the "
+                                   f"margin at the observed spread, while the condition of lowest "
                                    f"mismatch is {out['lowest_condition'][n]}")
         else:
             out["c2_phrase"][n] = "no condition was shown safe" if not len(safe) else "no condition was shown harmful"
-        out["c2_margin_002"][n] = _threshold(c, 0.02)[0]
-        out["c2_margin_003"][n] = _threshold(c, 0.03)[0]
+        out["c2_margin_002"][n] = _threshold(c, MARGIN_SWEEP[0])[0]
+        out["c2_margin_003"][n] = _threshold(c, MARGIN_SWEEP[1])[0]
         within = [sps.spearmanr(g["mismatch_kl"], g["cost"]).statistic
                   for corr, g in ((k, pd.concat([c[c.corruption == "none"], c[c.corruption == k]]))
                                   for k in c.corruption.unique() if k != "none") if len(g) >= 3]
@@ -866,7 +904,7 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["sep_vs_train_max_b_diff"][n] = float((sb - tm.loc[sb.index]).abs().max())
         out["c3_separate_gain_without_loss"][n] = (
             BY_CONSTRUCTION if out["sep_max_task_a_change"][n] == 0 and out["sep_vs_train_max_b_diff"][n] == 0
-            else _word(out["sep_max_task_a_change"][n] == 0 and out["sep_vs_train_max_b_diff"][n] < 0.01))
+            else _word(out["sep_max_task_a_change"][n] == 0 and bool(_below(out["sep_vs_train_max_b_diff"][n], MIN_EFFECT))))
     adj = holm(pvals)
     for n in nets:
         out["rho_p_holm"][n] = adj[n]
@@ -923,9 +961,14 @@ def _example_pair(cond: pd.DataFrame) -> str:
     n, lo, hi = best
     return (f"on {_in_prose(n)}, {condition_label(lo.corruption, lo.severity)} moves the statistics about as "
             f"much as {condition_label(hi.corruption, hi.severity)} (median mismatch {lo.mismatch_kl:.2f} against "
-            f"{hi.mismatch_kl:.2f}) but costs task A {lo.cost:.3f} [{lo.cost_lo:.3f}, {lo.cost_hi:.3f}] against "
-            f"{hi.cost:.3f} [{hi.cost_lo:.3f}, {hi.cost_hi:.3f}]")
+            f"{hi.mismatch_kl:.2f}) but costs task A {lo.cost:.3f} ({lo.cost_lo:.3f} to {lo.cost_hi:.3f}) against "
+            f"{hi.cost:.3f} ({hi.cost_lo:.3f} to {hi.cost_hi:.3f})")
 
+
+#: Findings fields that are sentences or numbers as text: glued as plain Markdown (``glue_findings(plain=...)``),
+#: not bold like verdict words.
+PLAIN_FIELDS = ("inversion_sentence", "example_pair", "c2_phrase", "lowest_condition", "rho_p_text",
+                "rho_within_text", "rho_across_text")
 
 #: Findings fields that are one value, not a dict per network.
 _FINDINGS_SCALARS = ("n_seeds", "chance", "networks", "reference", "n_conditions", "inversion_sentence",
@@ -966,8 +1009,9 @@ def verdict_table(F: Findings) -> pd.DataFrame:
         for n in F.task_a_source:  # networks, in run order
             num = CLAIM_NUMBER.get(key)
             if num == "f2_counts":
-                v = (f"shown within 1.5x chance at {F.f2_n_chance[n]}, drops not to chance at {F.f2_n_drop[n]}, "
-                     f"of {F.n_conditions}; lowest 95% bound {F.f2_min_lo[n]:.3f}")
+                v = (f"shown within 1.5x chance at {F.f2_n_chance[n]}, shown above it at {F.f2_n_above[n]}, "
+                     f"undecided at {F.f2_n_undecided[n]}, of {F.n_conditions}; drops, not to chance, at "
+                     f"{F.f2_n_drop[n]}; lowest 95% bound {F.f2_min_lo[n]:.3f}")
             elif num == "f3_counts":
                 v = (f"holds at {F.f3_n_gain[n]}, reversed at {F.f3_n_reversed[n]}, inconclusive at "
                      f"{F.f3_n_inconclusive[n]}, of {F.n_conditions}")
@@ -1032,7 +1076,7 @@ def origin_sentence(df: pd.DataFrame, profile: str, provenance: dict | None = No
         return f"The rows on this page were computed by this page's own run of the experiment, which {wall}; {units}."
     when = str(provenance.get("written") or "at an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
     w = provenance.get("run_wall_s")
-    wall = ("That run's wall time was not recorded" if w is None else
+    wall = ("That run's wall time is not recorded in its sidecar" if w is None else
             f"That run took {float(w) / 60:.1f} minutes of wall time")
     return (f"The rows on this page were not computed for it: they are those of the {profile}-profile run at git "
             f"commit {provenance.get('git_commit', 'unknown')}, whose table was written {when} (sha256 "
@@ -1061,6 +1105,16 @@ def audit_counts(path=AUDIT_OUTCOMES) -> dict:
     return out
 
 
+#: Readable names of torchvision models the page names (others are printed as torchvision spells them).
+MODEL_LABELS = {"regnet_y_128gf": "RegNetY-128GF", "vit_h_14": "ViT-H/14"}
+
+
+def severities_text(df: pd.DataFrame) -> str:
+    """The corruption severities the rows ran (severity 0, no corruption, left out), as prose: "1, 3 and 5"."""
+    vals = [str(int(v)) for v in sorted(set(df["severity"])) if v > 0]
+    return _and(vals) if vals else "none"
+
+
 def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
     """Markdown naming the models of the outcomes file that were not run and why (the file's own words), or
     saying that every model with a norm layer was run."""
@@ -1068,6 +1122,7 @@ def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
     nr = t[t["outcome"].str.startswith("not run")]
     if nr.empty:
         return "Every other model was run."
-    items = [f"{m} ({o.removeprefix('not run').strip().strip('()')})" for m, o in zip(nr["model"], nr["outcome"])]
+    items = [f"{MODEL_LABELS.get(m, m)} ({o.removeprefix('not run').strip().strip('()')})"
+             for m, o in zip(nr["model"], nr["outcome"])]
     k = len(items)
     return f"{'One model was' if k == 1 else f'{k} models were'} not run: {'; '.join(items)}."
