@@ -351,6 +351,11 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     assert p2["known_head_text"].endswith("but not everywhere a wrong bank measurably costs on this grid")
     assert p2["nall_worst_text"] == ("but not at every strength: it routes 0.110 below `nearest_first` at t = 0.01 "
                                      "with two tasks (95% interval 0.085 to 0.135 below)")
+    # an interval reaching above zero: no negative magnitude, and "on average"
+    wide = dataclasses.replace(ut.findings(df2), nall_worst={"k2": ut.Interval(-0.027, -0.344, 0.291, 2)})
+    assert ut.phrases(wide, ut.cell_tests(df2))["nall_worst_text"] == (
+        "but not at every strength: it routes 0.027 below `nearest_first` on average at t = 0.01 with two tasks "
+        "(95% interval from 0.291 above to 0.344 below)")
 
 
 def test_mixture_advice_qualifies_by_the_held_out_temperatures():

@@ -1094,10 +1094,14 @@ def phrases(f: Findings, cells: pd.DataFrame) -> dict[str, str]:
     if neg:
         parts = []
         for i, k in enumerate(neg):
-            m, lo, hi = _iv(f.nall_worst[f"k{k}"], 3, flip=True)
+            iv = f.nall_worst[f"k{k}"]
+            m, lo, hi = _iv(iv, 3, flip=True)
             t = _fmt_t(f.nall_worst_t[f"k{k}"])
-            parts.append(f"{m} below `nearest_first` at t = {t} with {_count(k)} tasks (95% interval {lo} to {hi} "
-                         f"below)" if not parts else f"{m} below at t = {t} with {_count(k)} ({lo} to {hi})")
+            # magnitudes "below"; an interval reaching above zero is said as such (no "-0.2 below")
+            span = f"{lo} to {hi} below" if iv.high < 0 else f"from {-float(lo):.3f} above to {hi} below"
+            avg = "" if iv.high < 0 else " on average"
+            parts.append(f"{m} below `nearest_first`{avg} at t = {t} with {_count(k)} tasks (95% interval {span})"
+                         if not parts else f"{m} below{avg} at t = {t} with {_count(k)} ({span})")
         out["nall_worst_text"] = "but not at every strength: it routes " + _and(parts)
     else:
         out["nall_worst_text"] = "and no less at any strength on average"
