@@ -59,8 +59,8 @@ LINT_CODES = {
     "small_batch": f"a BatchNorm using batch statistics saw a per-device batch below min_batch (default {MIN_BATCH}): "
                    "its batch statistics are noisy estimates and every output depends on the batch mates. The default "
                    "is a conservative one, from seed article 000's warning about training; chapter 2 measured smaller "
-                   "safe batches for one small network, and weight damage at a batch of 2 that re-estimating the "
-                   "statistics does not undo",
+                   "safe batches for one small network, and a hint (not significant after correction) of weight damage "
+                   "at a batch of 2 that re-estimating the statistics does not undo",
     "batch_dependent_in_eval": "a BatchNorm without running_mean/running_var buffers uses batch statistics even in "
                                "eval mode: its outputs depend on the batch mates at inference, and a batch of one "
                                "raises (whatever its track_running_stats flag says)",
