@@ -467,7 +467,7 @@ def test_notebook_with_rows_analyses_the_given_table_instead_of_running(tmp_path
     assert float(glued["ch07_task_a_source_small_cnn_mean"]) == pytest.approx(0.95)
     assert float(glued["ch07_n_seeds"]) == 4 and float(glued["ch07_n_conditions"]) == 4
     origin = glued["ch07_origin"]
-    assert "not computed for it" in origin and "wall time was not recorded" in origin
+    assert "not computed for it" in origin and "wall time is not recorded in its sidecar" in origin
     assert f"{len(df):,} runs' own times sum to {len(df) * 6 / 60:.0f} worker-minutes" in origin
     side = json.loads((tmp_path / "results" / "07_real_data.json").read_text())
     assert side["parameters"]["rows_from"]["sha256"] == report.load_rows(src, params)[1]["sha256"][:12]
