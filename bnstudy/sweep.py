@@ -24,11 +24,13 @@ The joblib backend is :attr:`bnstudy.config.Execution.backend`: ``"loky"``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -140,16 +142,46 @@ class RunCache:
         atomic_write_bytes(self.path(config), json.dumps(doc).encode())
 
 
-def _run_group_and_cache(run_group, group_cfgs, cache_root, namespace, version, threads, group_kwargs):
+#: Runs executing now in this process under :func:`torch_threads`, and the torch thread count to restore when the last
+#: one ends. torch's intra-op thread count is process-wide, not per Python thread.
+_THREADS_LOCK = threading.Lock()
+_THREADS_STATE = {"active": 0, "restore": None, "threads": None}
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int):
+    """Run the body with ``torch.set_num_threads(threads)``, safely when several runs share one process.
+
+    torch's thread count is process-wide: under a threaded backend (joblib's ``"threading"``, an in-process
+    dask cluster) a run that set it and restored it on exit changed it under the runs still executing in
+    other threads, and their numbers then depended on timing (intra-op threading changes float summation
+    order). Here the first run to enter sets it, the last to leave restores it. Raises ``RuntimeError`` if
+    runs executing at the same time ask for different thread counts.
+    """
     import torch
-    old_threads = torch.get_num_threads()
+    with _THREADS_LOCK:
+        st = _THREADS_STATE
+        if st["active"] == 0:
+            st["restore"], st["threads"] = torch.get_num_threads(), threads
+            torch.set_num_threads(threads)
+        elif st["threads"] != threads:
+            raise RuntimeError(f"threads={threads} requested while runs with threads={st['threads']} execute in "
+                               "this process; torch's thread count is process-wide")
+        st["active"] += 1
+    try:
+        yield
+    finally:
+        with _THREADS_LOCK:
+            st["active"] -= 1
+            if st["active"] == 0:
+                torch.set_num_threads(st["restore"])
+
+
+def _run_group_and_cache(run_group, group_cfgs, cache_root, namespace, version, threads, group_kwargs):
     # The same thread count everywhere: intra-op threading changes float summation order, and
     # long training amplifies rounding, so a run's numbers must not depend on where it ran.
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         rows = run_group(group_cfgs, **group_kwargs)
-    finally:
-        torch.set_num_threads(old_threads)
     if len(rows) != len(group_cfgs):
         raise RuntimeError(f"{getattr(run_group, '__name__', run_group)} returned {len(rows)} rows for "
                            f"{len(group_cfgs)} configs")

@@ -169,3 +169,41 @@ def test_loky_restart_warning_filter_matches_the_text_loky_emits():
         warnings.warn(emitted, UserWarning)
         warnings.warn("another warning", UserWarning)
     assert [str(w.message) for w in seen] == ["another warning"]
+
+
+def test_torch_threads_holds_for_a_run_while_another_thread_finishes():
+    """CI caught an in-process dask run whose rows differed from a local run: the first run to finish restored
+    torch's process-wide thread count under the one still training. The count must hold until the last run ends."""
+    import threading
+
+    import torch
+
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    entered, leave_b = threading.Event(), threading.Event()
+    seen = {}
+
+    def run_a():
+        with sweep.torch_threads(other):
+            entered.set()
+            leave_b.wait(10)
+            seen["a_after_b_left"] = torch.get_num_threads()
+
+    def run_b():
+        entered.wait(10)
+        with sweep.torch_threads(other):
+            seen["b_inside"] = torch.get_num_threads()
+        leave_b.set()
+
+    ta, tb = threading.Thread(target=run_a), threading.Thread(target=run_b)
+    ta.start(), tb.start()
+    ta.join(20), tb.join(20)
+    assert seen == {"b_inside": other, "a_after_b_left": other}
+    assert torch.get_num_threads() == before  # restored once the last run left
+
+
+def test_torch_threads_refuses_a_different_count_while_runs_execute():
+    with sweep.torch_threads(1):
+        with pytest.raises(RuntimeError, match="threads=2 requested while runs with threads=1"):
+            with sweep.torch_threads(2):
+                pass
