@@ -4,7 +4,9 @@
 and glues every value under ``<prefix>_<field>`` so that prose can cite it:
 
 * numbers: ``{glue:text}`ch01_chance:.2f```;
-* verdict words and other text: ``{glue:md}`ch01_f2_chance``` (rendered bold);
+* verdict words and other short text (at most :data:`BOLD_MAX_WORDS` words): ``{glue:md}`ch01_f2_chance```
+  (rendered bold); longer text (a sentence, a list of levels) is glued plain, so that no page sets a whole
+  sentence in bold;
 * booleans: ``yes`` / ``no`` (as text, for ``{glue:md}``);
 * intervals (:class:`bnstudy.analysis.Interval`): ``<key>_mean``, ``<key>_ci_low``, ``<key>_ci_high``;
 * dicts and :class:`pandas.Series`: one key per entry, ``<key>_<entry>`` (entry names slugged),
@@ -26,6 +28,10 @@ import pandas as pd
 from .analysis import Interval
 
 
+#: A glued string of at most this many words is a verdict and rendered bold; a longer one is prose, glued plain.
+BOLD_MAX_WORDS = 6
+
+
 def _slug(v) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(v)).strip("_").lower()
 
@@ -44,7 +50,7 @@ def glue_items(key: str, value) -> list[tuple[str, object]]:
     if isinstance(value, numbers.Real):
         return [(key, float(value) if not isinstance(value, numbers.Integral) else int(value))]
     if isinstance(value, str):
-        return [(key, Markdown(f"**{value}**"))]
+        return [(key, Markdown(f"**{value}**" if len(value.split()) <= BOLD_MAX_WORDS else value))]
     if isinstance(value, (dict, pd.Series)):
         out = [item for k, v in value.items() for item in glue_items(f"{key}_{_slug(k)}", v)]
         if isinstance(value, pd.Series) and pd.api.types.is_numeric_dtype(value) and len(value):

@@ -59,3 +59,13 @@ def test_glue_findings_glues_plain_fields_without_bold(monkeypatch):
         sentence: str
     glue_findings("x", _F({"n": "holds"}, "a whole sentence"), plain=("sentence",))
     assert glued["x_verdict_n"].data == "**holds**" and glued["x_sentence"].data == "a whole sentence"
+
+
+def test_long_glued_text_is_plain_and_short_verdicts_bold():
+    """Referees found whole sentences and lists of levels set in bold on chapters 1, 3 and 6: only short verdicts are."""
+    from bnstudy.pages import BOLD_MAX_WORDS, glue_items
+    short = " ".join(["holds"] * BOLD_MAX_WORDS)
+    long = " ".join(["word"] * (BOLD_MAX_WORDS + 1))
+    assert glue_items("k", short)[0][1].data == f"**{short}**"
+    assert glue_items("k", long)[0][1].data == long
+    assert glue_items("k", {"a": long, "b": "not shown"}) [1][1].data == "**not shown**"
