@@ -967,7 +967,8 @@ def thread_check(config: Config, df: pd.DataFrame, execution: Execution | None =
                       groups=_groups(configs), group_kwargs={"cache_root": oroot, "version": version},
                       version=version, desc=f"chapter 2 thread check ({other} threads)")
     keys = {(c.trap, c.case) for c in configs}
-    main = df[[(t, c) in keys for t, c in zip(df["trap"], df["case"])] & df["seed"].isin(config.seeds[:config.thread_seeds])]
+    cited = np.array([(t, c) in keys for t, c in zip(df["trap"], df["case"])], dtype=bool)
+    main = df[cited & df["seed"].isin(config.seeds[:config.thread_seeds]).to_numpy()]
     frames = []
     for th, d in ((ex.threads, main), (other, rerun)):
         for q, (trap, case_of, col) in THREAD_QUANTITIES.items():
