@@ -42,7 +42,8 @@ def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
 def test_run_configs_one_per_seed_trap_and_case_with_unique_keys():
     cfg = ch.make_config("quick", seeds=[0, 5], sorted_fractions=(0.0, 1.0), batch_sizes=(1, 16), t3_lrs=(0.01, 0.1))
     runs = cfg.run_configs()
-    assert len(runs) == 2 * (2 + 2 + 3 + 2 + 2 + 2 + 2 * 2 + len(cfg.t1_lrs) + 2 * len(cfg.t5_train_batch_sizes))
+    assert len(runs) == 2 * (2 + 2 + 3 + 2 + 2 + 2 + 2 * 2 + len(cfg.t1_lrs) + 2 * len(cfg.t5_train_batch_sizes)
+                             + len(cfg.t3_std_lrs))
     tuned = [r for r in runs if r.trap == "whole_eval_tuned"]
     assert {(r.lr, r.steps) for r in tuned} == {(0.01, cfg.t3_steps), (0.1, cfg.t3_steps)}
     assert len({(r.seed, r.trap, r.case) for r in runs}) == len(runs)
@@ -66,8 +67,16 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
            tuned_whole=(0.6, 0.62, 0.64), fixed_peak=0.001, runline_fixed=0.8, after_seeds=(0.0, 0.0, 0.0),
            sorted_meter=0.95, eval_dropout_off=1.0, half_lint=(1.0, 1.0, 1.0), runline_seeds=(0.0, 0.0, 0.0),
            aux_whole_change=0.0, head_loss=None, sorted_train_seed2=None, drift_test=(0.7, 0.72, 0.74),
-           drift_peak=0.02, bt_b4=(0.91, 0.92, 0.93), bt_b16=(0.95, 0.95, 0.95), bt_pinned_b4=None, bt_reest_b4=None):
-    """A results table in run()'s shape whose right answers are known."""
+           drift_peak=0.02, bt_b4=(0.91, 0.92, 0.93), bt_b16=(0.95, 0.95, 0.95), bt_pinned_b4=None, bt_reest_b4=None,
+           whole_at_fix=None, dm_raw=None, dm_std=None, std_peak=0.05):
+    """A results table in run()'s shape whose right answers are known.
+
+    Trap 3's dropout mechanism: ``whole_at_fix`` (per seed) is the whole-model head at the fix's rate (the raw
+    dropout-off run; else 0.2), ``dm_raw`` {p: per seed} the raw fix at p = 0.1 and 0.5 (p = 0.3 is ``tuned_fixed``),
+    ``dm_std`` {p: per seed} the standardized fix at p = 0, 0.1, 0.3, 0.5, whose rate sweep peaks at ``std_peak``.
+    """
+    dm_raw = dm_raw or {0.1: (0.5, 0.52, 0.55), 0.5: (0.1, 0.12, 0.11)}
+    dm_std = dm_std or {0.0: (0.8, 0.82, 0.84), 0.1: (0.79, 0.8, 0.82), 0.3: (0.77, 0.79, 0.8), 0.5: (0.75, 0.77, 0.79)}
     rows = []
     base = dict(n_classes=10, steps=60, epoch_steps=10, batch_size=32, teacher_batches=3, n_eval=512, min_batch=16,
                 lr=0.05, widths="8-16")
@@ -99,10 +108,24 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
         for setup, peak, test in (("whole_model", 0.01, tuned_whole[i]), ("backbone_only", fixed_peak, tuned_fixed[i])):
             for lr in (0.0005, 0.001, 0.01, 0.1):
                 at = lr == peak
+                b_main = test if at else (whole_at_fix[i] if (whole_at_fix and setup == "whole_model"
+                                                              and lr == fixed_peak) else 0.2)
                 r("whole_eval_tuned", f"{setup}_lr{lr:g}", setup=setup, lr=lr, steps=600,
-                  val_main=0.5 + 0.1 * at, task_b_main=test if at else 0.2, task_b_main_half=(test - 0.05) if at else 0.2,
+                  val_main=0.5 + 0.1 * at, task_b_main=b_main, task_b_main_half=(test - 0.05) if at else 0.2,
                   val_aux=0.5, task_b_aux=0.55, main_loss_first=6.0, main_loss_last=1.5 + at,
                   eval_dropout_off=eval_dropout_off)
+        # trap 3's dropout mechanism: the standardized fix's sweep (p = 0.3), then the chosen-rate runs
+        dm = lambda kind, p, lr, acc, val=0.5: r("dropout_mechanism", ch.dropout_case(kind, p, lr), setup="backbone_only",
+                                                 lr=lr, steps=600, kind=kind, p_drop=p, val_main=val, task_b_main=acc,
+                                                 task_b_main_half=acc, val_aux=0.5, task_b_aux=0.55, main_loss_first=3.0,
+                                                 main_loss_last=1.0, eval_dropout_off=1.0)
+        for lr in (0.01, 0.05, 0.2):
+            if lr != std_peak:
+                dm("std", 0.3, lr, 0.3)
+        for p, accs in dm_std.items():
+            dm("std", p, std_peak, accs[i], 0.6)
+        for p, accs in dm_raw.items():
+            dm("raw", p, fixed_peak, accs[i])
         # trap 1 at tuned rates: the drifting head's validation peaks at drift_peak, test value there drift_test
         for lr in (0.005, 0.01, 0.02, 0.05):
             at = lr == drift_peak
@@ -362,7 +385,12 @@ def _q(df, trap, case, quantity):
 
 def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
     cfg, ex, t = tiny
-    assert len(t) == len(cfg.run_configs()) and not t.duplicated(["seed", "trap", "case"]).any()
+    rates = ch.chosen_rates(t)
+    assert len(t) == len(cfg.run_configs()) + len(cfg.dropout_configs(rates["backbone_only"], rates["std"]))
+    assert not t.duplicated(["seed", "trap", "case"]).any()
+    dm = t[t["trap"] == "dropout_mechanism"]  # trap 3's dropout mechanism: every run scored with dropout off
+    assert set(dm["kind"]) == {"raw", "std"} and (dm["eval_dropout_off"] == 1).all()
+    assert set(dm.loc[dm["kind"] == "std", "p_drop"]) == {0.0, 0.1, 0.3, 0.5}
     assert "train_mode" not in set(t["case"]) and not any("train_mode" in c for c in t.columns)
     assert set(t.loc[t["trap"] == "no_grad", "module_mode"]) == {"train", "eval"}
     assert (_q(t, "train_call", "eval_once", "num_batches_tracked_change") == TINY["steps"]).all()
@@ -415,6 +443,18 @@ def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
     assert f.t1_pinned_exact == "holds" and f.t2_eval_exact == "holds"
 
 
+def test_thread_check_reruns_the_cited_runs_at_the_other_thread_count(tiny):
+    cfg, ex, t = tiny
+    tc = ch.thread_check(cfg, t, ex)
+    assert set(tc["threads"]) == {1, 2} and set(tc["seed"]) == set(cfg.seeds[:cfg.thread_seeds])
+    assert set(tc["quantity"]) == set(ch.THREAD_QUANTITIES) and len(tc) == 2 * len(ch.THREAD_QUANTITIES) * cfg.thread_seeds
+    main = tc[tc["threads"] == 1].set_index("quantity")["accuracy"]
+    assert main["t1_pinned"] == _q(t, "train_call", "pinned", "task_b").iloc[0]  # the main rows, unchanged
+    f = ch.thread_findings(tc)
+    assert f.n_runs == len(ch.THREAD_QUANTITIES) * cfg.thread_seeds and 0 <= f.max_diff <= 1
+    assert set(f.paired_largest) == set(ch.THREAD_PAIRS)
+
+
 def test_first_seed_audit_recomputes_the_cached_row(tiny):
     cfg, ex, t = tiny
     a, lints = ch.first_seed_audit(cfg, "train_call", "eval_once", ex)
@@ -439,3 +479,110 @@ def test_chapter2_figures_draw_the_tie_margin_and_keep_the_inset_clear():
     fig = plots.sorted_batches_figure(t4, 0.1, ch.TOL_AFTER)
     ins = fig.axes[1].child_axes[0]
     assert "\u00b1" in ins.get_title() and ins.get_xlim() == fig.axes[1].get_xlim()
+
+
+# --- trap 3's dropout mechanism and the thread check (referee ch2c N4, N5) ------------------------------------------
+
+_HOLDS = dict(whole_at_fix=(0.8, 0.82, 0.84), tuned_fixed=(0.4, 0.45, 0.5),  # raw drop at 0.3: 0.40, 0.37, 0.34
+              dm_raw={0.1: (0.75, 0.771, 0.792), 0.5: (0.2, 0.22, 0.24)},  # raw drop at 0.1: 0.05, 0.049, 0.048
+              dm_std={0.0: (0.8, 0.8, 0.8), 0.1: (0.79, 0.79, 0.79), 0.3: (0.77, 0.771, 0.772),
+                      0.5: (0.75, 0.75, 0.75)})
+
+
+def test_dropout_mechanism_findings_on_a_table_where_the_hypothesis_holds():
+    f = ch.findings(_table(**_HOLDS))
+    assert (f.t3d_lr_raw, f.t3d_lr_std, f.t3d_std_n_lrs, f.t3d_std_lr_interior) == (0.001, 0.05, 3, "holds")
+    assert f.t3d_ps == "0.1, 0.3, 0.5" and (f.t3d_p_low, f.t3d_p_high, f.t3d_p_page) == (0.1, 0.5, 0.3)
+    assert f.t3d_acc["raw_off"] == pytest.approx(0.82) and f.t3d_acc["std_p30"] == pytest.approx(0.771)
+    assert f.t3d_drop["raw_p30"].mean == pytest.approx(0.37) and f.t3d_drop["raw_p10"].mean == pytest.approx(0.049)
+    assert f.t3d_drop["raw_p50"].mean == pytest.approx(0.6) and f.t3d_drop["std_p30"].mean == pytest.approx(0.029)
+    assert f.t3d_growth_raw.mean == pytest.approx(0.551) and f.t3d_growth_raw.low > 0
+    assert f.t3d_dod["p30"].mean == pytest.approx(0.341)
+    assert f.t3d_drop_grows_raw == "holds" and f.t3d_std_shrinks_drop == "holds" and f.t3d_hypothesis == "holds"
+    assert f.t3d_hypothesis_words.startswith("The data support it")
+    fam = f.mult_family  # both verdicts are members of the chapter's Holm family
+    assert {"t3d_drop_grows_raw", "t3d_std_shrinks_drop"} <= set(fam) and fam["t3d_std_shrinks_drop"]["p_holm"] < 0.05
+    t = ch.dropout_mechanism_table(f)
+    assert list(t.index) == [0.1, 0.3, 0.5] and t.loc[0.3, "raw features"].startswith("+0.370 [")
+
+
+def test_dropout_mechanism_says_which_part_of_the_hypothesis_fails():
+    # the raw cost does not grow: p = 0.5 as good as p = 0.1 in one seed, worse in another
+    f = ch.findings(_table(**{**_HOLDS, "dm_raw": {0.1: (0.75, 0.77, 0.79), 0.5: (0.76, 0.5, 0.8)}}))
+    assert f.t3d_drop_grows_raw == "does not hold" and f.t3d_hypothesis == "does not hold"
+    assert "do not show that the dropout cost grows with the dropout rate" in f.t3d_hypothesis_words
+    assert "standardizing" not in f.t3d_hypothesis_words
+    # standardizing does not shrink the cost: the standardized drop as large as the raw one
+    f = ch.findings(_table(**{**_HOLDS, "dm_std": {0.0: (0.8, 0.8, 0.8), 0.1: (0.7, 0.7, 0.7),
+                                                   0.3: (0.4, 0.43, 0.46), 0.5: (0.3, 0.3, 0.3)}}))
+    assert f.t3d_dod["p30"].mean == pytest.approx(0.0, abs=1e-9) and f.t3d_std_shrinks_drop == "does not hold"
+    assert f.t3d_hypothesis == "does not hold" and "that standardizing the features shrinks" in f.t3d_hypothesis_words
+    # the standardized fix's best rate at an end of its grid is flagged
+    assert ch.findings(_table(**_HOLDS, std_peak=0.2)).t3d_std_lr_interior == "does not hold"
+    # a verdict that holds on its own but not after the chapter-wide correction is a hint, and the hypothesis fails
+    v, words = ch.hypothesis_words("holds", "holds", 0.01, 0.2)
+    assert v == "does not hold" and "hint that standardizing the features shrinks the dropout cost" in words
+    assert ch.hypothesis_words("holds", "holds", 0.01, 0.04)[0] == "holds"
+
+
+def test_findings_need_the_dropout_mechanism_rows():
+    df = _table()
+    with pytest.raises(KeyError, match="dropout_mechanism"):
+        ch.findings(df[df["trap"] != "dropout_mechanism"])
+    with pytest.raises(KeyError, match="kind='raw', p=0.5"):
+        ch.findings(df[df["case"] != ch.dropout_case("raw", 0.5, 0.001)])
+
+
+def test_dropout_and_thread_configs_and_their_checks():
+    cfg = ch.make_config("quick", seeds=[0, 5, 7], thread_seeds=2, t3_std_lrs=(0.01, 0.1))
+    assert [r.case for r in cfg.run_configs() if r.trap == "dropout_mechanism" and r.seed == 0] == \
+        ["std_p0.3_lr0.01", "std_p0.3_lr0.1"]
+    dc = cfg.dropout_configs(0.001, 0.1)
+    assert [r.case for r in dc if r.seed == 5] == ["raw_p0.1_lr0.001", "raw_p0.5_lr0.001", "std_p0.1_lr0.1",
+                                                  "std_p0.5_lr0.1", "std_p0_lr0.1"]
+    assert all(r.steps == cfg.t3_steps for r in dc) and ch.parse_dropout_case("std_p0_lr0.1") == ("std", 0.0, 0.1)
+    rates = ch.chosen_rates(_table(**_HOLDS))
+    assert rates == {"whole_model": 0.01, "backbone_only": 0.001, "drifting": 0.02, "std": 0.05}
+    tc = cfg.thread_configs({"drifting": 0.02, "whole_model": 0.01, "backbone_only": 0.001})
+    assert {r.seed for r in tc} == {0, 5} and len(tc) == 2 * 7
+    assert {r.case for r in tc if r.trap == "whole_eval_tuned"} == {"whole_model_lr0.01", "backbone_only_lr0.001"}
+    assert ch.make_config("quick").thread_seeds == 1 and ch.make_config("full").thread_seeds == 2
+    assert "thread_seeds=2" in cfg.describe() and "t3_dropout_ps=0.1,0.3,0.5" in cfg.describe()
+    with pytest.raises(ValueError, match="thread_seeds must be <= the number of seeds"):
+        ch.make_config("quick", thread_seeds=4)
+    with pytest.raises(ValueError, match="thread_seeds must be an integer >= 0"):
+        ch.make_config("quick", thread_seeds=-1)
+    with pytest.raises(ValueError, match="t3_dropout_ps must contain the model's own rate 0.3"):
+        ch.make_config("quick", t3_dropout_ps=(0.1, 0.5))
+    with pytest.raises(ValueError, match=r"t3_dropout_ps\[1\] must be a finite number > 0.0 and <= 0.9"):
+        ch.make_config("quick", t3_dropout_ps=(0.3, 1.0))
+    with pytest.raises(ValueError, match="t3_dropout_ps must not repeat"):
+        ch.make_config("quick", t3_dropout_ps=(0.3, 0.3))
+    with pytest.raises(ValueError, match=r"t3_std_lrs\[0\] must be a finite number > 0.0"):
+        ch.make_config("quick", t3_std_lrs=(0.0,))
+    with pytest.raises(ValueError, match="case must look like"):
+        ch.parse_dropout_case("big_p0.1_lr0.1")
+
+
+def _threads(main=(0.5, 0.6), other=(0.52, 0.57), quantities=("t1_eval_once", "t1_pinned")):
+    rows = []
+    for th, vals in ((1, main), (2, other)):
+        for s, v in enumerate(vals):
+            for k, q in enumerate(quantities):
+                rows.append(dict(seed=s, quantity=q, threads=th, accuracy=v - 0.1 * k))
+    return pd.DataFrame(rows)
+
+
+def test_thread_findings_on_a_hand_made_table():
+    f = ch.thread_findings(_threads())
+    assert (f.n_seeds, f.threads_main, f.threads_other, f.n_runs, f.n_differ) == (2, 1, 2, 4, 4)
+    assert f.largest["t1_eval_once"] == pytest.approx(0.03) and f.typical["t1_eval_once"] == pytest.approx(0.025)
+    assert (f.max_diff, f.mean_diff) == pytest.approx((0.03, 0.025))
+    assert f.max_quantity == ch.THREAD_WORDS["t1_eval_once"]
+    assert f.paired_largest == {"t1_price": pytest.approx(0.0)}  # both runs moved alike: the difference kept
+    f = ch.thread_findings(_threads(other=(0.5, 0.6)))  # nothing moved
+    assert f.n_differ == 0 and f.max_diff == 0.0
+    with pytest.raises(ValueError, match="exactly two thread counts including main_threads=1"):
+        ch.thread_findings(_threads().assign(threads=2))
+    with pytest.raises(ValueError, match="every \\(seed, quantity\\) at both"):
+        ch.thread_findings(_threads().iloc[:-1])

@@ -63,9 +63,11 @@ from ..sweep import code_version, default_cache_dir, run_sweep
 from ..tasks import BatchStream, derive_seed, eval_set, generator, make_task
 
 NAMESPACE = "ch02_eval_traps"
-PROFILES = {"quick": dict(seeds=3), "full": dict(seeds=10)}
+#: quick: one thread-check seed and a three-rate grid for the standardized fix (about 8 added 600-step runs per seed)
+PROFILES = {"quick": dict(seeds=3, thread_seeds=1, t3_std_lrs=(0.01, 0.02, 0.05)),
+            "full": dict(seeds=10, thread_seeds=2, t3_std_lrs=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2))}
 TRAPS = ("train_call", "no_grad", "whole_eval", "sorted_batches", "tiny_batch", "sorted_training",
-         "whole_eval_tuned", "train_call_tuned", "batch_training")
+         "whole_eval_tuned", "train_call_tuned", "batch_training", "dropout_mechanism")
 #: Trap 3's setups in the learning-rate sweep (the fix with dropout off equals ``whole_model`` for the main head).
 TUNED_SETUPS = ("whole_model", "backbone_only")
 #: Trap 1 at tuned rates (``train_call_tuned``): the backbone's statistics drifting (BatchNorm in train mode, the
@@ -88,11 +90,18 @@ TOL_CURVE, CHANCE_FACTOR, TOL_AFTER = 0.01, 1.5, 0.02
 #: below it.
 TOL_LOSS = 0.02
 AUX_WEIGHT = 0.4  # the auxiliary head's loss weight (trap 3)
+P_DROP = 0.3  # the main head's dropout rate in trap 3's model (AuxHeadNet's default)
+#: Trap 3's dropout mechanism (``dropout_mechanism``, referee ch2c N5): the fix's main head on ``raw`` features or on
+#: ``std`` features (standardized per feature with the mean and SD of the pinned backbone's task-B features, as
+#: chapter 1's standardized heads), at head dropout p (0: the dropout pinned off).
+FEATURE_KINDS = ("raw", "std")
 VERDICT_FAMILY = {  # the chapter's inferential verdicts (Holm family), in page order, with the words the page uses
     "t1_tuned_pinning_costs_b": "trap 1: the SGD-trained head scores lower on pinned features",
     "t3_tuned_fix_learns": "trap 3: the tuned fix above 1.5 times chance",
     "t3_tuned_dropout_lowers_main": "trap 3: the tuned fix below the whole model",
     "t3_fix_below_whole": "trap 3: the run line's fix below the whole model",
+    "t3d_drop_grows_raw": "trap 3: on raw features the dropout cost grows with the dropout rate",
+    "t3d_std_shrinks_drop": "trap 3: standardizing the features shrinks the dropout cost",
     "t4_after_unchanged": "trap 4: accuracy unchanged after the sorted pass",
     "t4_loss_first_flagged": "trap 4: a loss at the first flagged share",
     "t5_safe_batch": "trap 5: inference safe from the safe batch",
@@ -143,6 +152,9 @@ class Config(_Frozen):
     trap 3's learning-rate sweep trains for ``t3_steps`` steps at each rate of ``t3_lrs``;
     trap 4 sweeps ``sorted_fractions`` (share of each batch from one class), trap 5
     ``batch_sizes`` (per-device batch); ``min_batch`` is the ``small_batch`` lint's threshold.
+    Trap 3's dropout mechanism: the fix's head dropout rates ``t3_dropout_ps`` (each in (0, 0.9], must include the
+    model's :data:`P_DROP`) and the standardized fix's rate grid ``t3_std_lrs``. ``thread_seeds``: how many of the
+    first seeds :func:`thread_check` reruns at the other torch thread count (0: none; at most the number of seeds).
     Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
     """
 
@@ -170,6 +182,9 @@ class Config(_Frozen):
     sorted_fractions: tuple = (0.0, 0.25, 0.5, 0.75, 1.0)
     batch_sizes: tuple = (1, 2, 4, 8, 16, 32, 64)
     min_batch: int = audit.MIN_BATCH
+    t3_dropout_ps: tuple = (0.1, 0.3, 0.5)
+    t3_std_lrs: tuple = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+    thread_seeds: int = 2
 
     def __post_init__(self):
         check_choice("profile", self.profile, tuple(PROFILES))
@@ -190,6 +205,18 @@ class Config(_Frozen):
                                            1))
         self._set("t5_train_batch_sizes", check_sequence("t5_train_batch_sizes", self.t5_train_batch_sizes,
                                                          lambda n, v: check_int(n, v, 2), 1))
+        self._set("t3_dropout_ps", check_sequence("t3_dropout_ps", self.t3_dropout_ps,
+                                                  lambda n, v: check_float(n, v, 0.0, 0.9, low_open=True), 2))
+        if len(set(self.t3_dropout_ps)) != len(self.t3_dropout_ps):
+            raise ValueError(f"t3_dropout_ps must not repeat a rate, got {self.t3_dropout_ps}")
+        if P_DROP not in self.t3_dropout_ps:
+            raise ValueError(f"t3_dropout_ps must contain the model's own rate {P_DROP:g} (trap 3's runs are reused "
+                             f"for it), got {self.t3_dropout_ps}")
+        self._set("t3_std_lrs", check_sequence("t3_std_lrs", self.t3_std_lrs,
+                                               lambda n, v: check_float(n, v, 0.0, low_open=True), 1))
+        self._set("thread_seeds", check_int("thread_seeds", self.thread_seeds, 0))
+        if self.thread_seeds > len(self.seeds):
+            raise ValueError(f"thread_seeds must be <= the number of seeds ({len(self.seeds)}), got {self.thread_seeds}")
         self.source(self.seeds[0])  # stage 1's values, checked with the engine's own messages
         self._set("widths", self.source(self.seeds[0]).widths)
         self._set("n_eval", check_int("n_eval", self.n_eval, 2 * self.batch_size))
@@ -218,6 +245,9 @@ class Config(_Frozen):
                     out += [TrapRun(seed=s, trap=trap, case=f"{mode}_b{b}", device_batch_size=b, lr=STAGE1_LR,
                                     steps=self.t5_train_steps, **base)
                             for b in self.t5_train_batch_sizes for mode in BATCH_TRAINING_MODES]
+                elif trap == "dropout_mechanism":  # the standardized fix's rate sweep; the rest: dropout_configs
+                    out += [TrapRun(seed=s, trap=trap, case=dropout_case("std", P_DROP, lr), lr=lr,
+                                    steps=self.t3_steps, **base) for lr in self.t3_std_lrs]
                 elif trap in CASES:
                     out += [TrapRun(seed=s, trap=trap, case=c, **shared) for c in CASES[trap]]
                 elif trap == "sorted_batches":
@@ -228,6 +258,37 @@ class Config(_Frozen):
                             for b in self.batch_sizes]
         return out
 
+    def dropout_configs(self, lr_raw: float, lr_std: float) -> list["TrapRun"]:
+        """Trap 3's dropout mechanism at the chosen rates (the second pass of :func:`run`).
+
+        ``lr_raw``: the fix's rate chosen on validation in ``whole_eval_tuned``; ``lr_std``: the standardized fix's
+        (p = :data:`P_DROP`) chosen over ``t3_std_lrs``. Per seed: the raw fix at every p of ``t3_dropout_ps`` but
+        :data:`P_DROP` (that run is ``whole_eval_tuned``'s, and its dropout-off partner is the whole-model run at
+        the same rate), and the standardized fix at the other p and with dropout off (p = 0).
+        """
+        base = {f.name: getattr(self, f.name) for f in fields(TrapRun)
+                if f.name not in ("seed", "trap", "case", "sorted_fraction", "device_batch_size", "lr", "steps")}
+        others = [p for p in self.t3_dropout_ps if p != P_DROP]
+        return [TrapRun(seed=s, trap="dropout_mechanism", case=dropout_case(kind, p, lr), lr=lr, steps=self.t3_steps,
+                        **base)
+                for s in self.seeds for kind, lr, ps in (("raw", lr_raw, others), ("std", lr_std, others + [0.0]))
+                for p in ps]
+
+    def thread_configs(self, rates: dict) -> list["TrapRun"]:
+        """The runs whose per-seed accuracies the page cites in traps 1 and 3, for the first ``thread_seeds`` seeds.
+
+        ``rates``: :func:`chosen_rates`'s ``drifting`` / ``whole_model`` / ``backbone_only``. Trap 1's two run-line
+        cases and its drifting head at its chosen rate; trap 3's whole model and fix at the run line and at their
+        chosen rates (the whole model's is also trap 1's pinned partner). The fix with dropout off is left out: it
+        repeats the whole-model run by construction.
+        """
+        keep = {("train_call", "eval_once"), ("train_call", "pinned"), ("whole_eval", "whole_model"),
+                ("whole_eval", "backbone_only"), ("train_call_tuned", f"{DRIFT_SETUP}_lr{rates[DRIFT_SETUP]:g}"),
+                ("whole_eval_tuned", f"whole_model_lr{rates['whole_model']:g}"),
+                ("whole_eval_tuned", f"backbone_only_lr{rates['backbone_only']:g}")}
+        seeds = set(self.seeds[:self.thread_seeds])
+        return [c for c in self.run_configs() if c.seed in seeds and (c.trap, c.case) in keep]
+
     def describe(self) -> str:
         """The parameters for the page's run line."""
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
@@ -236,7 +297,9 @@ class Config(_Frozen):
                 f"t1_lrs={','.join(f'{x:g}' for x in self.t1_lrs)}, t5_train_steps={self.t5_train_steps}, "
                 f"t5_train_batch_sizes={','.join(str(b) for b in self.t5_train_batch_sizes)}, "
                 f"teacher_batches={self.teacher_batches}, n_eval={self.n_eval}, brightness={self.brightness:g}, "
-                f"contrast={self.contrast:g}, noise={self.noise:g}, momentum={self.momentum:g}")
+                f"contrast={self.contrast:g}, noise={self.noise:g}, momentum={self.momentum:g}, "
+                f"t3_dropout_ps={','.join(f'{x:g}' for x in self.t3_dropout_ps)}, "
+                f"t3_std_lrs={','.join(f'{x:g}' for x in self.t3_std_lrs)}, thread_seeds={self.thread_seeds}")
 
 
 @dataclass(frozen=True)
@@ -275,6 +338,20 @@ class TrapRun(_Frozen):
         return SourceConfig(seed=self.seed, n_classes=self.n_classes, noise=self.noise, widths=self.widths,
                             norm="batch", momentum=self.momentum, stage1_steps=self.stage1_steps,
                             stage1_lr=STAGE1_LR, stage1_batch_size=self.stage1_batch_size, n_eval=self.n_eval)
+
+
+def dropout_case(kind: str, p: float, lr: float) -> str:
+    """The case name of a ``dropout_mechanism`` run: ``<kind>_p<p>_lr<lr>`` (``kind`` in :data:`FEATURE_KINDS`)."""
+    check_choice("kind", kind, FEATURE_KINDS)
+    return f"{kind}_p{p:g}_lr{lr:g}"
+
+
+def parse_dropout_case(case: str) -> tuple[str, float, float]:
+    """``(kind, p, lr)`` of a :func:`dropout_case` name; ``ValueError`` naming the case otherwise."""
+    m = re.fullmatch(r"([a-z]+)_p([0-9.eE+-]+)_lr([0-9.eE+-]+)", case)
+    if m is None or m.group(1) not in FEATURE_KINDS:
+        raise ValueError(f"case must look like '<kind>_p<p>_lr<lr>' with kind in {list(FEATURE_KINDS)}, got {case!r}")
+    return m.group(1), float(m.group(2)), float(m.group(3))
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
@@ -568,7 +645,33 @@ def _dropout_off_at_eval(model: AuxHeadNet, x: torch.Tensor) -> float:
     return float(torch.equal(scored, plain))
 
 
-def _whole_eval_tuned(ctx: _Ctx, case: str):
+class _Standardize(nn.Module):
+    """``f -> (f - mean) / sd`` per feature with fixed statistics (chapter 1's ``_feature_standardizer``)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return self.fn(f)
+
+
+def _dropout_mechanism(ctx: _Ctx, case: str):
+    """Trap 3's fix (backbone pinned) at head dropout p on raw or standardized features (referee ch2c N5).
+
+    ``case``: :func:`dropout_case`; p = 0 pins the head's dropout off. ``std``: the backbone's pooled features are
+    standardized per feature with the mean and SD of the pinned backbone's features on task-B images drawn apart
+    from the test and validation sets (chapter 1's :func:`~bnstudy.experiments.freeze_modes._feature_standardizer`),
+    for both heads, before the head's dropout. Same head initialization, batches and dropout seed as
+    :func:`_whole_eval_tuned` (whose quantities it records).
+    """
+    kind, p, _ = parse_dropout_case(case)
+    return _whole_eval_tuned(ctx, "backbone_only", p_drop=p if p > 0 else P_DROP, dropout_off=p == 0,
+                             standardize=kind == "std", extra=dict(kind=kind, p_drop=p))
+
+
+def _whole_eval_tuned(ctx: _Ctx, case: str, p_drop: float = P_DROP, dropout_off: bool = False,
+                      standardize: bool = False, extra: dict | None = None):
     """Trap 3's main head, trained without the audit at one learning rate for ``steps`` steps (issue 10).
 
     ``case`` is ``<setup>_lr<lr>`` with ``setup`` in :data:`TUNED_SETUPS` or :data:`DRIFT_SETUP` (trap 1 at tuned
@@ -586,8 +689,16 @@ def _whole_eval_tuned(ctx: _Ctx, case: str):
     setup = case.rsplit("_lr", 1)[0]
     check_choice("setup", setup, TUNED_SETUPS + (DRIFT_SETUP,))
     xv, yv = eval_set(ctx.task_b, c.n_eval, c.seed, "B-validation")
-    model = ctx.seeded("aux_net", lambda: AuxHeadNet(ctx.backbone(), c.widths[-1], c.n_classes))
+    model = ctx.seeded("aux_net", lambda: AuxHeadNet(ctx.backbone(), c.widths[-1], c.n_classes, p_drop))
+    if standardize:  # after the seeded build, so the heads' initialization is the raw runs'
+        from .freeze_modes import _feature_standardizer
+        xs = eval_set(ctx.task_b, c.n_eval, c.seed, "B-standardize")[0]
+        model.backbone.eval()
+        model.backbone = nn.Sequential(model.backbone, _Standardize(
+            _feature_standardizer(model.backbone, xs, c.batch_size, CPU, torch.contiguous_format)))
     model.backbone.requires_grad_(False)
+    if dropout_off:
+        pin_eval(model.head[0])
     if setup == DRIFT_SETUP:  # trap 1 at tuned rates: the backbone's BatchNorm follows model.train(); no dropout
         pin_eval(model.head[0])
     else:
@@ -613,7 +724,7 @@ def _whole_eval_tuned(ctx: _Ctx, case: str):
              task_b_aux=_eval_accuracy(model, aux, xb, yb), val_aux=_eval_accuracy(model, aux, xv, yv),
              main_loss_first=float(np.mean(losses[:c.epoch_steps])),
              main_loss_last=float(np.mean(losses[-c.epoch_steps:])),
-             eval_dropout_off=_dropout_off_at_eval(model, xb), **half)
+             eval_dropout_off=_dropout_off_at_eval(model, xb), **half, **(extra or {}))
     return q, None, []
 
 
@@ -745,7 +856,7 @@ def _batch_training(ctx: _Ctx, case: str):
 TRAP_FUNCTIONS = dict(train_call=_train_call, no_grad=_no_grad, whole_eval=_whole_eval,
                       sorted_batches=_sorted_batches, tiny_batch=_tiny_batch, sorted_training=_sorted_training,
                       whole_eval_tuned=_whole_eval_tuned, train_call_tuned=_whole_eval_tuned,
-                      batch_training=_batch_training)
+                      batch_training=_batch_training, dropout_mechanism=_dropout_mechanism)
 
 
 def run_case(c: TrapRun, source: dict):
@@ -773,7 +884,8 @@ def _groups(configs: list[TrapRun]) -> list[list[int]]:
     """One group per (seed, trap); trap 3's sweep, the longest, gets one group per run so workers share it."""
     groups: dict = {}
     for i, c in enumerate(configs):
-        key = (c.seed, c.trap, c.case) if c.trap in ("whole_eval_tuned", "train_call_tuned", "batch_training") \
+        key = (c.seed, c.trap, c.case) if c.trap in ("whole_eval_tuned", "train_call_tuned", "batch_training",
+                                                     "dropout_mechanism") \
             else (c.seed, c.trap)
         groups.setdefault(key, []).append(i)
     return list(groups.values())
@@ -791,16 +903,162 @@ def run(config: Config, execution: Execution | None = None, version: str | None 
     trap 5 only), ``module_mode`` (trap 2's teacher: ``train`` / ``eval``), the source's
     held-out accuracy, then each trap's quantities (NaN where a trap has no such quantity).
     Accuracies are exact fractions 0..1; changes are absolute, in the tensor's units (logits
-    for probe outputs). Stage 1 and every case are cached (:mod:`bnstudy.sweep`).
+    for probe outputs). Stage 1 and every case are cached (:mod:`bnstudy.sweep`). Two passes: every run of
+    :meth:`Config.run_configs`, then trap 3's dropout mechanism at the rates the first pass chose on validation data
+    (:func:`chosen_rates`, :meth:`Config.dropout_configs`), appended.
     """
     if not isinstance(config, Config):
         raise TypeError(f"run needs an eval_traps.Config (see make_config), got {type(config).__name__}")
     ex, root = _cache(execution)
     version = version or code_version()
+    sweep = lambda configs, desc: run_sweep(configs, _trap_group, namespace=NAMESPACE, cache_dir=root, execution=ex,
+                                            groups=_groups(configs), group_kwargs={"cache_root": root, "version": version},
+                                            version=version, desc=desc)
     configs = config.run_configs()
     ensure_sources([c.source for c in configs], ex, version)
-    return run_sweep(configs, _trap_group, namespace=NAMESPACE, cache_dir=root, execution=ex, groups=_groups(configs),
-                     group_kwargs={"cache_root": root, "version": version}, version=version, desc="chapter 2 traps")
+    first = sweep(configs, "chapter 2 traps")
+    rates = chosen_rates(first)
+    second = sweep(config.dropout_configs(rates["backbone_only"], rates["std"]), "chapter 2 dropout mechanism")
+    return pd.concat([first, second], ignore_index=True)
+
+
+def chosen_rates(df: pd.DataFrame) -> dict:
+    """The learning rates :func:`findings` reports at, each with the best mean validation accuracy of the main head
+    over seeds (ties: the smaller rate): ``whole_model`` / ``backbone_only`` (``whole_eval_tuned``), ``drifting``
+    (``train_call_tuned``) and ``std`` (the standardized fix at p = :data:`P_DROP`, ``dropout_mechanism``; NaN
+    without those rows). Raises ``KeyError`` when a sweep is missing."""
+    def best(rows, what):
+        if rows.empty:
+            raise KeyError(f"no rows of {what}")
+        return float(rows.groupby("lr")["val_main"].mean().idxmax())
+    tu, dr = df[df["trap"] == "whole_eval_tuned"], df[df["trap"] == "train_call_tuned"]
+    out = {setup: best(tu[tu["setup"] == setup], f"setup={setup!r} in trap='whole_eval_tuned'")
+           for setup in TUNED_SETUPS}
+    out[DRIFT_SETUP] = best(dr, "trap='train_call_tuned'")
+    dm = df[df["trap"] == "dropout_mechanism"] if "trap" in df else df.iloc[:0]
+    if not dm.empty:
+        k = dm["case"].map(parse_dropout_case)
+        dm = dm[(k.str[0] == "std") & (k.str[1] == P_DROP)]
+    out["std"] = best(dm, "the standardized fix's rate sweep (trap='dropout_mechanism')") if len(dm) else float("nan")
+    return out
+
+
+def thread_check(config: Config, df: pd.DataFrame, execution: Execution | None = None) -> pd.DataFrame:
+    """The runs the page cites in traps 1 and 3 (:meth:`Config.thread_configs`), for the first ``thread_seeds``
+    seeds, again at the other torch thread count (1 or 2, whichever ``execution.threads`` is not), stage 1 included,
+    in their own cache folder ``<cache>/threads<n>`` (the thread count is not part of a cache key): chapter 1's
+    :func:`~bnstudy.experiments.freeze_modes.thread_check` on this chapter's network.
+
+    ``df``: :func:`run`'s table (the main thread count's rows, and the chosen rates). Returns one row per (seed,
+    quantity, threads): ``seed, quantity, threads, accuracy``, with ``quantity`` a key of :data:`THREAD_QUANTITIES`.
+    Empty (those columns) when ``thread_seeds`` is 0.
+    """
+    ex, root = _cache(execution)
+    cols = ["seed", "quantity", "threads", "accuracy"]
+    if config.thread_seeds == 0:
+        return pd.DataFrame(columns=cols)
+    other = 2 if ex.threads == 1 else 1
+    configs = config.thread_configs(chosen_rates(df))
+    e = ex.replace(threads=other, cache_dir=str(Path(root) / f"threads{other}"))
+    version = code_version()
+    ensure_sources([c.source for c in configs], e, version)
+    oroot = str(Path(root) / f"threads{other}")
+    rerun = run_sweep(configs, _trap_group, namespace=NAMESPACE, cache_dir=oroot, execution=e,
+                      groups=_groups(configs), group_kwargs={"cache_root": oroot, "version": version},
+                      version=version, desc=f"chapter 2 thread check ({other} threads)")
+    keys = {(c.trap, c.case) for c in configs}
+    cited = np.array([(t, c) in keys for t, c in zip(df["trap"], df["case"])], dtype=bool)
+    main = df[cited & df["seed"].isin(config.seeds[:config.thread_seeds]).to_numpy()]
+    frames = []
+    for th, d in ((ex.threads, main), (other, rerun)):
+        for q, (trap, case_of, col) in THREAD_QUANTITIES.items():
+            sub = d[d["trap"] == trap]
+            sub = sub[sub["case"].map(lambda cs: case_of(cs))]
+            frames.append(pd.DataFrame(dict(seed=sub["seed"].astype(int).values, quantity=q, threads=th,
+                                            accuracy=sub[col].astype(float).values)))
+    return pd.concat(frames, ignore_index=True)[cols]
+
+
+#: The accuracies the thread check compares: name -> (trap, which case, column). Tuned cases are the chosen rate's
+#: (the only ones :meth:`Config.thread_configs` reruns).
+THREAD_QUANTITIES = {
+    "t1_eval_once": ("train_call", lambda cs: cs == "eval_once", "task_b"),
+    "t1_pinned": ("train_call", lambda cs: cs == "pinned", "task_b"),
+    "t1_tuned_drifting": ("train_call_tuned", lambda cs: True, "task_b_main"),
+    "t3_whole": ("whole_eval", lambda cs: cs == "whole_model", "task_b_main"),
+    "t3_fix": ("whole_eval", lambda cs: cs == "backbone_only", "task_b_main"),
+    "t3_tuned_whole": ("whole_eval_tuned", lambda cs: cs.startswith("whole_model_lr"), "task_b_main"),
+    "t3_tuned_fix": ("whole_eval_tuned", lambda cs: cs.startswith("backbone_only_lr"), "task_b_main"),
+}
+#: The paired differences the page reports, as (minuend, subtrahend) quantities of the thread check.
+THREAD_PAIRS = {"t1_price": ("t1_eval_once", "t1_pinned"), "t1_tuned_price": ("t1_tuned_drifting", "t3_tuned_whole"),
+                "t3_fix_vs_whole": ("t3_fix", "t3_whole"), "t3_tuned_fix_vs_whole": ("t3_tuned_fix", "t3_tuned_whole")}
+
+
+@dataclass(frozen=True)
+class ThreadFindings:
+    """Run-to-run variation of chapter 2's cited accuracies between two torch thread counts (fractions 0..1).
+
+    From :func:`thread_check`'s table. ``threads_main`` / ``threads_other``: the two counts; ``n_seeds`` seeds,
+    ``n_runs`` (seed, quantity) pairs, ``n_differ`` of them changed. Per quantity of :data:`THREAD_QUANTITIES`:
+    ``largest`` |other - main| over seeds and ``typical`` (the mean |change| over seeds); ``max_diff`` /
+    ``mean_diff`` over every pair, ``max_quantity`` the quantity with the largest. ``paired_largest``: per
+    difference of :data:`THREAD_PAIRS`, the largest |change| of that per-seed paired difference when both of its
+    runs move to the other count (the page's paired differences are computed within one count).
+    """
+
+    n_seeds: int
+    threads_main: int
+    threads_other: int
+    n_runs: int
+    n_differ: int
+    largest: dict
+    typical: dict
+    max_diff: float
+    mean_diff: float
+    max_quantity: str
+    paired_largest: dict
+
+
+def thread_findings(tc: pd.DataFrame, main_threads: int = 1) -> ThreadFindings:
+    """:class:`ThreadFindings` from :func:`thread_check`'s table (``seed, quantity, threads, accuracy``).
+
+    Raises ``ValueError`` unless the table has exactly two thread counts, one of them ``main_threads``, and every
+    (seed, quantity) at both.
+    """
+    ths = sorted(int(t) for t in tc["threads"].unique())
+    if len(ths) != 2 or main_threads not in ths:
+        raise ValueError(f"thread_findings needs exactly two thread counts including main_threads={main_threads}, "
+                         f"got {ths}")
+    other = [t for t in ths if t != main_threads][0]
+    a, b = (tc[tc["threads"] == t].set_index(["seed", "quantity"])["accuracy"].astype(float).sort_index()
+            for t in (main_threads, other))
+    if not a.index.equals(b.index):
+        raise ValueError("thread_findings needs every (seed, quantity) at both thread counts")
+    d = (b - a).abs()
+    qs = [q for q in THREAD_QUANTITIES if q in d.index.get_level_values("quantity")] + \
+        sorted(set(d.index.get_level_values("quantity")) - set(THREAD_QUANTITIES))
+    per = {q: d.xs(q, level="quantity") for q in qs}
+    pair = lambda x, m, s_: x.xs(m, level="quantity") - x.xs(s_, level="quantity")
+    paired = {k: float((pair(b, m, s_) - pair(a, m, s_)).abs().max()) for k, (m, s_) in THREAD_PAIRS.items()
+              if m in per and s_ in per}
+    return ThreadFindings(n_seeds=int(a.index.get_level_values("seed").nunique()), threads_main=main_threads,
+                          threads_other=other, n_runs=int(len(d)), n_differ=int((d > 0).sum()),
+                          largest={q: float(v.max()) for q, v in per.items()},
+                          typical={q: float(v.mean()) for q, v in per.items()},
+                          max_diff=float(d.max()), mean_diff=float(d.mean()),
+                          max_quantity=THREAD_WORDS.get(max(per, key=lambda q: per[q].max()), ""),
+                          paired_largest=paired)
+
+
+#: How the page names each thread-check quantity.
+THREAD_WORDS = {"t1_eval_once": "trap 1's drifting head at the run line's rate",
+                "t1_pinned": "trap 1's pinned head at the run line's rate",
+                "t1_tuned_drifting": "trap 1's drifting head at its tuned rate",
+                "t3_whole": "trap 3's whole-model main head at the run line's rate",
+                "t3_fix": "trap 3's fix at the run line's rate",
+                "t3_tuned_whole": "trap 3's whole-model main head at its tuned rate (trap 1's pinned partner)",
+                "t3_tuned_fix": "trap 3's fix at its tuned rate"}
 
 
 def first_seed_audit(config: Config, trap: str, case: str, execution: Execution | None = None):
@@ -1168,6 +1426,24 @@ class Findings:
     t3_aux_weight: float
     t4_tol_after: float
     t5t_reest_batches: int
+    # trap 3's dropout mechanism (referee ch2c N5)
+    t3d_ps: str
+    t3d_p_low: float
+    t3d_p_high: float
+    t3d_p_page: float
+    t3d_lr_raw: float
+    t3d_lr_std: float
+    t3d_std_n_lrs: int
+    t3d_std_lr_interior: str
+    t3d_acc: dict
+    t3d_drop: dict
+    t3d_dod: dict
+    t3d_growth_raw: Interval
+    t3d_growth_std: Interval
+    t3d_drop_grows_raw: str
+    t3d_std_shrinks_drop: str
+    t3d_hypothesis: str
+    t3d_hypothesis_words: str
 
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
@@ -1407,6 +1683,8 @@ def findings(df: pd.DataFrame) -> Findings:
                t6_gap_sorted_90=mean_ci(st("class_sorted", "train_meter_accuracy")
                                         - st("class_sorted", "heldout_eval_accuracy"), 0.90))
     out.update(_tuned_trap1_findings(df, tu, lr_w, tw), **_batch_training_findings(df, src))
+    out.update(_dropout_mechanism_findings(df, tu, lr_f))
+    t3d_p = out.pop("_t3d_p")
     # the multiplicity policy (referee ch2c N3): Holm over the chapter's inferential verdicts, VERDICT_FAMILY
     one = lambda values, h0, alt: min(1.0, 2 * _p_t(values, h0, alt))  # one-sided at 2.5%, on the two-sided scale
     tost = lambda values, m: max(one(values, -m, "greater"), one(values, m, "less"))
@@ -1415,6 +1693,7 @@ def findings(df: pd.DataFrame) -> Findings:
            "t3_tuned_fix_learns": one(tf["task_b_main"], line, "greater"),
            "t3_tuned_dropout_lowers_main": _p_t(tf["task_b_main"] - tw["task_b_main"]),
            "t3_fix_below_whole": _p_t(main("backbone_only") - main("whole_model")),
+           **t3d_p,
            "t4_after_unchanged": tost(after_ci_values, TOL_AFTER),
            "t4_loss_first_flagged": (_p_t(sb(min(flagged), "module_eval_accuracy")
                                           - sb(min(flagged), "module_train_accuracy")) if flagged else float("nan")),
@@ -1427,6 +1706,7 @@ def findings(df: pd.DataFrame) -> Findings:
              "t3_tuned_fix_learns": out["t3_tuned_fix_learns"],
              "t3_tuned_dropout_lowers_main": out["t3_tuned_dropout_lowers_main"],
              "t3_fix_below_whole": verdict(out["t3_fix_vs_whole"].high < 0),
+             "t3d_drop_grows_raw": out["t3d_drop_grows_raw"], "t3d_std_shrinks_drop": out["t3d_std_shrinks_drop"],
              "t4_after_unchanged": out["t4_after_unchanged"],
              "t4_loss_first_flagged": verdict(bool(flagged) and out["t4_loss_first_flagged"].low > 0),
              "t5_safe_batch": verdict(sb_ is not None), "t5t_safe_batch": verdict(out["t5t_safe_batch"] == out["t5t_safe_batch"]),
@@ -1438,6 +1718,8 @@ def findings(df: pd.DataFrame) -> Findings:
     ok = [k for k in held if adj[k] < ALPHA]
     wok = max(ok, key=lambda k: adj[k]) if ok else ""
     assert list(raw) == list(VERDICT_FAMILY)
+    out["t3d_hypothesis"], out["t3d_hypothesis_words"] = hypothesis_words(
+        out["t3d_drop_grows_raw"], out["t3d_std_shrinks_drop"], adj["t3d_drop_grows_raw"], adj["t3d_std_shrinks_drop"])
     out.update(stage1_lr=STAGE1_LR, t4_tol_after=TOL_AFTER, t5t_reest_batches=REESTIMATE_BATCHES)  # code constants the prose cites
     out.update(mult_family={k: dict(p=raw[k], p_holm=adj[k], verdict=claim[k]) for k in raw}, mult_n=len(raw),
                mult_n_claims=len(held), mult_weakest=VERDICT_FAMILY[weak] if weak else "none", mult_weakest_p=adj[weak] if weak else float("nan"),
@@ -1479,6 +1761,83 @@ def _tuned_trap1_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_pinned: float, 
                 t1_tuned_gain_pinned=mean_ci(tw["task_b_main"] - tw["task_b_main_half"]),
                 t1_tuned_price_b_half=mean_ci((td["task_b_main_half"] - tw["task_b_main_half"]).dropna()),
                 t1_tuned_price_change=mean_ci((price - (td["task_b_main_half"] - tw["task_b_main_half"])).dropna()))
+
+
+def _pkey(p: float) -> str:
+    """A dropout rate as a glue-safe key: 0.1 -> ``p10``, 0 -> ``off``."""
+    return "off" if p == 0 else f"p{round(p * 100):02d}"
+
+
+def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_f: float) -> dict:
+    """Trap 3's dropout mechanism (``dropout_mechanism`` rows, referee ch2c N5), paired within seed.
+
+    Per feature kind (``raw``, ``std``) and dropout rate p, the main head's test accuracy of the fix (``t3d_acc``,
+    keys ``<kind>_p10`` ..., ``<kind>_off`` for dropout pinned off) and the drop ``t3d_drop`` = fix with dropout off
+    minus fix at p, both at the kind's rate (mean [95% interval] over seeds). Raw features run at the fix's rate chosen
+    in ``whole_eval_tuned`` (``lr_f``; its p = :data:`P_DROP` run and its dropout-off partner, the whole-model run at
+    ``lr_f``, are taken from ``tu``); standardized ones at the rate the standardized fix (p = :data:`P_DROP`) chose
+    on validation over its grid (``t3d_lr_std``; ``t3d_std_lr_interior``: not at an end of that grid).
+    ``t3d_dod``: per p, raw drop minus standardized drop. Verdicts: ``t3d_drop_grows_raw`` (drop at the highest p
+    minus drop at the lowest, raw features: ``t3d_growth_raw``, interval above 0), ``t3d_std_shrinks_drop`` (at the
+    page's p, raw drop minus standardized drop: interval above 0). ``t3d_p_*``: p-values (two-sided t) for the
+    chapter's Holm family. Raises ``KeyError`` when rows are missing.
+    """
+    dm = df[df["trap"] == "dropout_mechanism"]
+    if dm.empty:
+        raise KeyError("no rows of trap='dropout_mechanism' (trap 3's dropout mechanism)")
+    parsed = dm["case"].map(parse_dropout_case)
+    dm = dm.assign(kind=parsed.str[0], p=parsed.str[1])
+    std_fix = dm[(dm["kind"] == "std") & (dm["p"] == P_DROP)]
+    grid = sorted(float(x) for x in std_fix["lr"].unique())
+    lr_s = float(std_fix.groupby("lr")["val_main"].mean().idxmax())
+
+    def acc(kind, p):
+        if kind == "raw" and p == P_DROP:
+            rows = tu[(tu["setup"] == "backbone_only") & (tu["lr"] == lr_f)]
+        elif kind == "raw" and p == 0:
+            rows = tu[(tu["setup"] == "whole_model") & (tu["lr"] == lr_f)]  # the fix with dropout off, exactly
+        else:
+            rows = dm[(dm["kind"] == kind) & (dm["p"] == p) & (dm["lr"] == (lr_f if kind == "raw" else lr_s))]
+        if rows.empty:
+            raise KeyError(f"no dropout_mechanism rows for kind={kind!r}, p={p:g}")
+        return rows.set_index("seed")["task_b_main"].astype(float)
+
+    ps = sorted(float(p) for p in dm.loc[dm["p"] > 0, "p"].unique())
+    ps = sorted(set(ps) | {P_DROP})
+    drop = {(k, p): acc(k, 0) - acc(k, p) for k in FEATURE_KINDS for p in ps}
+    growth = {k: drop[(k, ps[-1])] - drop[(k, ps[0])] for k in FEATURE_KINDS}
+    dod = {p: drop[("raw", p)] - drop[("std", p)] for p in ps}
+    g_raw, d_page = mean_ci(growth["raw"]), mean_ci(dod[P_DROP])
+    return dict(t3d_ps=", ".join(f"{p:g}" for p in ps), t3d_p_low=ps[0], t3d_p_high=ps[-1], t3d_p_page=P_DROP,
+                t3d_lr_raw=lr_f, t3d_lr_std=lr_s, t3d_std_n_lrs=len(grid),
+                t3d_std_lr_interior=verdict(grid[0] < lr_s < grid[-1]),
+                t3d_acc={f"{k}_{_pkey(p)}": float(acc(k, p).mean()) for k in FEATURE_KINDS for p in [0.0] + ps},
+                t3d_drop={f"{k}_{_pkey(p)}": mean_ci(v) for (k, p), v in drop.items()},
+                t3d_dod={_pkey(p): mean_ci(v) for p, v in dod.items()},
+                t3d_growth_raw=g_raw, t3d_growth_std=mean_ci(growth["std"]),
+                t3d_drop_grows_raw=verdict(g_raw.low > 0), t3d_std_shrinks_drop=verdict(d_page.low > 0),
+                _t3d_p={"t3d_drop_grows_raw": _p_t(growth["raw"]), "t3d_std_shrinks_drop": _p_t(dod[P_DROP])})
+
+
+def hypothesis_words(grows: str, shrinks: str, grows_holm: float, shrinks_holm: float) -> tuple[str, str]:
+    """Trap 3's dropout hypothesis read from its two verdicts and their Holm-adjusted p: ``(verdict, sentence)``.
+
+    It holds only when both verdicts hold and survive the chapter's correction at :data:`ALPHA`; the sentence (a
+    whole sentence, capitalized, with its full stop) says which part failed otherwise.
+    """
+    parts = []
+    for v, p, (subject, verb, rest) in ((grows, grows_holm, ("the dropout cost", "grow", "with the dropout rate on "
+                                                                                        "raw features")),
+                                        (shrinks, shrinks_holm, ("standardizing the features", "shrink",
+                                                                 "the dropout cost"))):
+        if v != "holds":
+            parts.append(f"these data do not show that {subject} {verb}s {rest}")
+        elif not p < ALPHA:
+            parts.append(f"the data hint that {subject} {verb}s {rest}, but not after the chapter-wide correction")
+    if not parts:
+        return "holds", ("The data support it: the cost grows with the dropout rate on raw features, and "
+                         "standardizing the features shrinks it.")
+    return "does not hold", "It does not hold as stated: " + "; ".join(parts) + "."
 
 
 def _p_t(values, h0: float = 0.0, alternative: str = "two-sided") -> float:
@@ -1585,6 +1944,22 @@ def batch_training_table(f: Findings) -> pd.DataFrame:
              "last-epoch loss (batch stats / pinned)": f"{f.t5t_loss_last[f'batch_stats_b{b}']:.2f} / "
                                                        f"{f.t5t_loss_last[f'pinned_b{b}']:.2f}"} for b in bs]
     return pd.DataFrame(rows).set_index("training batch")
+
+
+def dropout_mechanism_table(f: Findings) -> pd.DataFrame:
+    """Trap 3's dropout mechanism as a display table (plain text), one row per head dropout rate p.
+
+    Columns: the fix's main-head accuracy at p on raw / standardized features (means over seeds), the drop (fix with
+    dropout off minus fix at p) on raw and on standardized features, and raw drop minus standardized drop (mean [95%
+    interval], paired within seed). Indexed by ``dropout p``.
+    """
+    ci = lambda iv: f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
+    ps = [float(x) for x in f.t3d_ps.split(", ")]
+    rows = [{"dropout p": p, "accuracy (raw / standardized)": f"{f.t3d_acc[f'raw_{_pkey(p)}']:.3f} / "
+                                                              f"{f.t3d_acc[f'std_{_pkey(p)}']:.3f}",
+             "raw features": ci(f.t3d_drop[f"raw_{_pkey(p)}"]), "standardized features": ci(f.t3d_drop[f"std_{_pkey(p)}"]),
+             "raw minus standardized": ci(f.t3d_dod[_pkey(p)])} for p in ps]
+    return pd.DataFrame(rows).set_index("dropout p")
 
 
 def multiplicity_table(f: Findings) -> pd.DataFrame:
