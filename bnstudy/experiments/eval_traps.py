@@ -372,7 +372,7 @@ class AuxHeadNet(nn.Module):
     Inception v3 does with its auxiliary classifier.
     """
 
-    def __init__(self, backbone: nn.Module, n_features: int, n_classes: int, p_drop: float = 0.3):
+    def __init__(self, backbone: nn.Module, n_features: int, n_classes: int, p_drop: float = P_DROP):
         super().__init__()
         self.backbone = backbone
         self.head = nn.Sequential(nn.Dropout(p_drop), nn.Linear(n_features, n_classes))
@@ -1308,6 +1308,7 @@ class Findings:
     t2_log_var_min: float
     t2_log_var_max: float
     t3_n_features: int
+    t3_p_drop_pct: float
     t3_chance_line: float
     t3_fix_ci: Interval
     t3_fix_seeds_below: int
@@ -1641,7 +1642,7 @@ def findings(df: pd.DataFrame) -> Findings:
     pw = tu[tu["setup"] == "whole_model"].pivot(index="seed", columns="lr", values="task_b_main")
     pf = tu[tu["setup"] == "backbone_only"].pivot(index="seed", columns="lr", values="task_b_main")
     same = {lr: mean_ci(pf[lr] - pw[lr]) for lr in grid if lr in pf and lr in pw}
-    out.update(t3_n_features=int(widths[-1]), t3_chance_line=line, t3_fix_ci=mean_ci(main("backbone_only")),
+    out.update(t3_n_features=int(widths[-1]), t3_p_drop_pct=100 * P_DROP, t3_chance_line=line, t3_fix_ci=mean_ci(main("backbone_only")),
                t3_fix_seeds_below=int((main("backbone_only") <= line).sum()),
                t3_fix_chance=_CHANCE_WORDS[chance_rule(main("backbone_only"), chance)],
                t3_lr_aux=lr_aux, t3_tuned_aux=mean_ci(ta["task_b_aux"]),
