@@ -385,3 +385,12 @@ def profile_note(profile: str, n_seeds: int) -> str:
             f"checking the pipeline. With so few seeds the 95% intervals are wide (a Student's t interval "
             f"can even extend past 0 or 1), bootstrap resamples of the seeds take only a few distinct "
             f"values, and small differences may be noise; read the numbers from the full-profile book.*")
+
+
+def glue_values(prefix: str, values: dict) -> None:
+    """Glue each ``{name: value}`` of ``values`` as ``<prefix>_<name>`` by the rules of
+    :func:`bnstudy.pages.glue_value` (a page's settings and constants that its prose cites, in one call).
+    Here rather than in ``pages`` because this module is outside the run cache's code version."""
+    from .pages import glue_value
+    for name, v in values.items():
+        glue_value(f"{prefix}_{name}", v)

@@ -143,3 +143,12 @@ def test_config_parameters_leave_out_the_analysis_parameters():
             return dict(profile="full", seeds=(0, 1), n_boot=100)
     params, resolved = report.config_parameters(C(), dict(seeds=None, other=1), analysis=("n_boot",))
     assert params == dict(profile="full", seeds=None) and resolved == dict(profile="full", seeds=(0, 1))
+
+
+def test_glue_values_glues_each_value_under_the_prefix_by_the_pages_rules(monkeypatch):
+    import myst_nb
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda k, v, display=True: glued.__setitem__(k, v))
+    report.glue_values("ch09", dict(n=np.int64(3), lr=0.05, split=dict(fit=40, val=10)))
+    assert glued == {"ch09_n": 3, "ch09_lr": 0.05, "ch09_split_fit": 40, "ch09_split_val": 10}
+    assert type(glued["ch09_n"]) is int                           # a NumPy scalar would print as np.int64(3)
