@@ -449,3 +449,37 @@ def test_config_errors_name_the_parameter():
     with pytest.raises(ValueError, match="precise_samples must be multiples of 2"):
         bs.make_config("quick", precise_samples=(3, 32))
     assert math.isclose(bs.make_config("full").lr_for(256), 0.08)
+
+
+# --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
+
+def test_diag_rebuilt_from_the_saved_tables_gives_the_same_tables_and_mismatch(tmp_path):
+    rng = np.random.default_rng(1)
+    diag = pd.DataFrame([dict(seed=s,
+                              noise_records=[dict(layer=l, batch_size=b, rel_sd=float(rng.random())) for l in (0, 1)
+                                             for b in (2, 8)],
+                              precise_records=[dict(kind=k, batch_size=2, n_samples=n, accuracy=float(rng.random()))
+                                               for k, n in (("exact", 64), ("precise", 4), ("precise", 16))],
+                              mismatch_kl_close=float(rng.random()), mismatch_kl_shifted=float(rng.random()))
+                         for s in (0, 3)])
+    runs = pd.DataFrame([dict(seed=s, target_name=t, batch_size=b, mismatch_kl=diag.set_index("seed").loc[s, f"mismatch_kl_{t}"])
+                         for s in (0, 3) for t in ("close", "shifted") for b in (2, 8)])
+    saved = {}
+    for name, table in (("noise", bs.noise_table(diag)), ("precise", bs.precise_table(diag)), ("runs", runs)):
+        table.to_csv(tmp_path / f"{name}.csv", index=False)               # through the CSV, as the page reads them
+        saved[name] = pd.read_csv(tmp_path / f"{name}.csv")
+    back = bs.diag_from_tables(saved["noise"], saved["precise"], saved["runs"])
+    pd.testing.assert_frame_equal(bs.noise_table(back), bs.noise_table(diag), check_exact=True)
+    pd.testing.assert_frame_equal(bs.precise_table(back), bs.precise_table(diag), check_exact=True)
+    pd.testing.assert_frame_equal(back[["seed", "mismatch_kl_close", "mismatch_kl_shifted"]],
+                                  diag[["seed", "mismatch_kl_close", "mismatch_kl_shifted"]], check_exact=True)
+
+
+def test_analysis_parameters_decide_no_run():
+    """The parameters a rows rebuild may change must not change any run: else its rows would not be the page's."""
+    cfg = bs.make_config("quick")
+    other = bs.make_config("quick", break_margin=0.05, equivalence_margin=0.03)
+    assert set(bs.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
+    assert cfg.run_configs() == other.run_configs() and cfg.tune_configs() == other.tune_configs()
+    assert cfg.diag_configs() == other.diag_configs()
+    assert all(f not in bs.ANALYSIS_PARAMETERS for f in ("lr_batch", "base_lr", "seeds"))
