@@ -13,6 +13,7 @@ book runner and the ``bnstudy`` command, else from the last :func:`run_line`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -20,6 +21,7 @@ import os
 import platform
 import subprocess
 import textwrap
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -256,6 +258,81 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
     return df, prov
 
 
+def rows_origin(provenance: dict) -> dict:
+    """The record of analysed rows' origin for the run line and the sidecars (``rows_from``), from
+    :func:`load_rows`' provenance: ``git_commit, written, sha256`` (first 12 hex digits) and ``run_wall_s``."""
+    return dict(git_commit=provenance.get("git_commit"), written=provenance.get("written"),
+                sha256=str(provenance.get("sha256"))[:12], run_wall_s=provenance.get("run_wall_s"))
+
+
+def config_parameters(config, given: dict, analysis=()) -> tuple[dict, dict]:
+    """The row-deciding parameters of a chapter ``config`` for :func:`load_rows`: ``(parameters, resolved)``.
+
+    Every field of ``config.asdict()`` except those in ``analysis`` (the chapter's ``ANALYSIS_PARAMETERS``,
+    which only change the analysis); ``parameters`` takes each value as the notebook was given it (``given``,
+    e.g. its ``globals()``; ``None`` stands for the profile's value) where it has one, ``resolved`` as the
+    config resolved it."""
+    resolved = {k: v for k, v in config.asdict().items() if k not in set(analysis)}
+    return {k: given.get(k, v) for k, v in resolved.items()}, resolved
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """The rows a chapter page analyses, and where they came from (:func:`rows_or_run`).
+
+    ``table``: the main results table; ``tables``: its sibling tables by suffix (``{"lr_check": ...}``);
+    ``provenance``: :func:`load_rows`' for the main table, or ``None`` when this execution ran the experiment;
+    ``run_wall_s``: the experiment's wall time in seconds (this execution's run, else the earlier run's record;
+    ``None`` when not recorded); ``extra``: ``{"rows_from": ...}`` for :func:`bnstudy.pages.run_line` when the
+    rows are an earlier run's (so re-saved tables still name that run), else ``{}``."""
+
+    table: pd.DataFrame
+    tables: dict
+    provenance: dict | None
+    run_wall_s: float | None
+    extra: dict
+
+    def timing(self, wall_s: float, what: str = "the sweep") -> str:
+        """:func:`timing_sentence` for this page (``wall_s``: this execution's wall time, seconds)."""
+        return timing_sentence(wall_s, self.run_wall_s, self.provenance,
+                               None if self.provenance is None else len(self.table), what)
+
+
+def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, siblings=()) -> Rows:
+    """A chapter's rows: from ``run()`` (``rows is None``) or from an earlier run's saved tables (``rows``).
+
+    ``rows``: ``None``, or the path of an earlier run's main results CSV (``results/NN_name.csv``).
+    ``run``: called with no arguments when ``rows is None``; returns the main table, or ``(table, {suffix:
+    table})`` with one entry per name in ``siblings``. Its wall time is recorded (:func:`record_run_time`).
+    ``parameters`` / ``resolved``: the row-deciding parameters, checked against each table's sidecar
+    (:func:`load_rows`; :func:`config_parameters` makes both from a config). ``siblings``: suffixes of tables
+    the same run saved beside the main one (``NN_name_<suffix>.csv``); each is loaded and checked the same way
+    and must come from the same git commit as the main table.
+
+    Returns :class:`Rows`. Raises what :func:`load_rows` raises (a missing table or sidecar, a changed file, a
+    parameter that differs, naming it), ``ValueError`` if a sibling comes from another commit than the main
+    table, or if ``run`` does not return the tables ``siblings`` names.
+    """
+    if rows is None:
+        t0 = time.perf_counter()
+        out = run()
+        wall = record_run_time(time.perf_counter() - t0)
+        table, tables = (out if isinstance(out, tuple) else (out, {}))
+        if set(tables) != set(siblings):
+            raise ValueError(f"rows_or_run: run returned tables {sorted(tables)}, expected siblings {sorted(siblings)}")
+        return Rows(table, dict(tables), None, wall, {})
+    path = Path(rows)
+    table, prov = load_rows(path, parameters, resolved)
+    tables = {}
+    for suffix in siblings:
+        sib = path.with_name(f"{path.stem}_{suffix}{path.suffix}")
+        tables[suffix], sp = load_rows(sib, parameters, resolved)
+        if sp["git_commit"] != prov["git_commit"]:
+            raise ValueError(f"rows: {sib.name} was written at git commit {sp['git_commit']} but {path.name} at "
+                             f"{prov['git_commit']}; give tables saved by one run")
+    return Rows(table, tables, prov, prov["run_wall_s"], dict(rows_from=rows_origin(prov)))
+
+
 def record_run_time(seconds: float) -> float:
     """Remember the experiment's wall time (seconds) for the sidecars of the tables this process saves
     (``parameters.run_wall_s``), so that :func:`load_rows` can report it later. Returns ``seconds``."""
@@ -308,3 +385,12 @@ def profile_note(profile: str, n_seeds: int) -> str:
             f"checking the pipeline. With so few seeds the 95% intervals are wide (a Student's t interval "
             f"can even extend past 0 or 1), bootstrap resamples of the seeds take only a few distinct "
             f"values, and small differences may be noise; read the numbers from the full-profile book.*")
+
+
+def glue_values(prefix: str, values: dict) -> None:
+    """Glue each ``{name: value}`` of ``values`` as ``<prefix>_<name>`` by the rules of
+    :func:`bnstudy.pages.glue_value` (a page's settings and constants that its prose cites, in one call).
+    Here rather than in ``pages`` because this module is outside the run cache's code version."""
+    from .pages import glue_value
+    for name, v in values.items():
+        glue_value(f"{prefix}_{name}", v)

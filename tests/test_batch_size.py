@@ -449,3 +449,85 @@ def test_config_errors_name_the_parameter():
     with pytest.raises(ValueError, match="precise_samples must be multiples of 2"):
         bs.make_config("quick", precise_samples=(3, 32))
     assert math.isclose(bs.make_config("full").lr_for(256), 0.08)
+
+
+# --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
+
+def test_diag_rebuilt_from_the_saved_tables_gives_the_same_tables_and_mismatch(tmp_path):
+    rng = np.random.default_rng(1)
+    diag = pd.DataFrame([dict(seed=s,
+                              noise_records=[dict(layer=l, batch_size=b, rel_sd=float(rng.random())) for l in (0, 1)
+                                             for b in (2, 8)],
+                              precise_records=[dict(kind=k, batch_size=2, n_samples=n, accuracy=float(rng.random()))
+                                               for k, n in (("exact", 64), ("precise", 4), ("precise", 16))],
+                              mismatch_kl_close=float(rng.random()), mismatch_kl_shifted=float(rng.random()))
+                         for s in (0, 3)])
+    runs = pd.DataFrame([dict(seed=s, target_name=t, batch_size=b, mismatch_kl=diag.set_index("seed").loc[s, f"mismatch_kl_{t}"])
+                         for s in (0, 3) for t in ("close", "shifted") for b in (2, 8)])
+    saved = {}
+    for name, table in (("noise", bs.noise_table(diag)), ("precise", bs.precise_table(diag)), ("runs", runs)):
+        table.to_csv(tmp_path / f"{name}.csv", index=False)               # through the CSV, as the page reads them
+        saved[name] = pd.read_csv(tmp_path / f"{name}.csv")
+    back = bs.diag_from_tables(saved["noise"], saved["precise"], saved["runs"])
+    pd.testing.assert_frame_equal(bs.noise_table(back), bs.noise_table(diag), check_exact=True)
+    pd.testing.assert_frame_equal(bs.precise_table(back), bs.precise_table(diag), check_exact=True)
+    pd.testing.assert_frame_equal(back[["seed", "mismatch_kl_close", "mismatch_kl_shifted"]],
+                                  diag[["seed", "mismatch_kl_close", "mismatch_kl_shifted"]], check_exact=True)
+
+
+def test_analysis_parameters_decide_no_run():
+    """The parameters a rows rebuild may change must not change any run: else its rows would not be the page's."""
+    cfg = bs.make_config("quick")
+    other = bs.make_config("quick", break_margin=0.05, equivalence_margin=0.03)
+    assert set(bs.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
+    assert cfg.run_configs() == other.run_configs() and cfg.tune_configs() == other.tune_configs()
+    assert cfg.diag_configs() == other.diag_configs()
+    assert all(f not in bs.ANALYSIS_PARAMETERS for f in ("lr_batch", "base_lr", "seeds"))
+
+
+def _glued_payloads(path) -> dict:
+    """Glue key -> payload of an executed notebook (HTML tables with pandas' random Styler ids blanked)."""
+    import re
+
+    import nbformat
+    out = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        for o in cell.get("outputs", []):
+            key = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if key:
+                data = {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 2)[-1]: v for k, v in o["data"].items()}
+                out[key] = re.sub(r"T_[0-9a-f_]+", "T_", str(data.get("text/html", data.get("text/markdown",
+                                                                                             data.get("text/plain")))))
+    return out
+
+
+@pytest.mark.slow
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path):
+    """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every
+    glued number, verdict and table is the same, only the cost sentence says the rows were analysed again, and
+    nothing ran. A notebook that ignored ``rows`` would fill the empty cache and say it ran the experiment."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from bnstudy import book
+    nb_path = [p for p in book.chapter_paths() if p.stem == "05_batch_size"][0]
+    tiny = dict(seeds=2, samples=64, batch_sizes=[2, 32], stage1_steps=20, tune_batch_sizes=[2, 32],
+                lr_factors=[1.0, 2.0], precise_samples=[4, 16, 64], precise_pool=512, n_jobs=1)
+    first = book.execute_chapter(nb_path, tmp_path / "run", "quick", parameters=dict(
+        tiny, results_dir=str(tmp_path / "results"), figures_dir=str(tmp_path / "figures"),
+        cache_dir=str(tmp_path / "cache")))
+    rows = str(tmp_path / "results" / "05_batch_size.csv")
+    again = book.execute_chapter(nb_path, tmp_path / "again", "quick", parameters=dict(
+        tiny, rows=rows, results_dir=str(tmp_path / "results2"), figures_dir=str(tmp_path / "figures2"),
+        cache_dir=str(tmp_path / "cache2")))
+    a, b = _glued_payloads(first), _glued_payloads(again)
+    assert set(a) == set(b)
+    assert not [k for k in a if a[k] != b[k] and not k.startswith("ch05_fig") and k != "ch05_timing"]
+    assert "did not run the experiment" in b["ch05_timing"] and "did not run" not in a["ch05_timing"]
+    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
+    for t in ("", "_lr_check", "_noise", "_precise_bn"):
+        assert (tmp_path / "results" / f"05_batch_size{t}.csv").read_bytes() == \
+            (tmp_path / "results2" / f"05_batch_size{t}.csv").read_bytes()
+    with pytest.raises(PapermillExecutionError, match="parameter 'samples' is 128 here but was 64"):
+        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
+            tiny, samples=128, rows=rows, results_dir=str(tmp_path / "results3"),
+            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))

@@ -167,6 +167,22 @@ def test_every_chapter_code_cell_is_hidden_or_shown_on_purpose():
                                            f"(or remove-input), or show-code for a cell shown on purpose"
 
 
+#: The longest code cell a chapter notebook may hold, in non-blank lines (DESIGN: notebooks stay thin; logic that
+#: needs more lives in the package, where it is tested).
+MAX_CELL_LINES = 25
+
+
+def test_every_chapter_code_cell_is_at_most_25_lines():
+    long = []
+    for nb_path in book.chapter_paths():
+        nb = nbformat.read(nb_path, as_version=4)
+        for i, c in enumerate(nb.cells):
+            n = sum(1 for ln in c.source.splitlines() if ln.strip())
+            if c.cell_type == "code" and n > MAX_CELL_LINES:
+                long.append(f"{nb_path.name} cell {i} ({n} lines)")
+    assert not long, f"code cells over {MAX_CELL_LINES} non-blank lines: {long}; move their logic into bnstudy"
+
+
 def test_chapter_one_never_joins_two_bare_glued_verdicts():
     """"block 1 {glue:md}`a` and {glue:md}`b`" renders as "block 1 holds and holds": each verdict needs its label."""
     nb = nbformat.read(next(p for p in book.chapter_paths() if p.name.startswith("01_")), as_version=4)

@@ -87,3 +87,68 @@ def test_a_re_saved_table_still_names_the_run_that_computed_it(tmp_path, monkeyp
     assert json.loads(report.sidecar_path(path).read_text())["environment"]["git_commit"] != "f40bda3604"
     _, prov = report.load_rows(path, dict(profile="full"))
     assert prov["git_commit"] == "f40bda3604" and prov["written"] == "2026-12-01T00:45:58+00:00"
+
+
+# --- rows_or_run: the rows-or-run branch every chapter with a ``rows`` parameter shares ----------------------------
+
+def _never_run():
+    raise AssertionError("rows were given, so the experiment must not run")
+
+
+def test_rows_or_run_uses_the_given_rows_and_never_runs(saved):
+    """Fails if ``rows`` is ignored: the run would raise, and its table differs from the saved one."""
+    df, path = saved
+    r = report.rows_or_run(path, _never_run, dict(profile="full"))
+    pd.testing.assert_frame_equal(r.table, df, check_exact=True)
+    assert r.provenance["sha256"] == report.load_rows(path, {})[1]["sha256"] and r.run_wall_s == 12.5
+    assert r.extra["rows_from"]["git_commit"] == report.git_commit() and r.extra["rows_from"]["run_wall_s"] == 12.5
+    assert "did not run the experiment" in r.timing(6) and "4 rows" in r.timing(6)
+
+
+def test_rows_or_run_runs_and_times_the_experiment_without_rows(saved):
+    df, _ = saved
+    r = report.rows_or_run(None, lambda: df.iloc[:2], dict(profile="quick"))  # parameters unused: nothing to check
+    assert len(r.table) == 2 and r.provenance is None and r.extra == {} and r.run_wall_s >= 0
+    assert report._RUN["run_wall_s"] == r.run_wall_s and "of them in the sweep" in r.timing(60)
+
+
+def test_rows_or_run_refuses_a_mismatching_parameter_by_name(saved):
+    _, path = saved
+    with pytest.raises(ValueError, match=r"parameter 'profile' is 'quick' here but was 'full'"):
+        report.rows_or_run(path, _never_run, dict(profile="quick"))
+    with pytest.raises(ValueError, match=r"parameter 'networks'"):
+        report.rows_or_run(path, _never_run, dict(networks=None), resolved=dict(networks=("x",)))
+
+
+def test_rows_or_run_loads_and_checks_sibling_tables(saved, tmp_path):
+    df, path = saved
+    sib = report.save_table(df.head(2), path.with_name("07_rows_check.csv"))
+    r = report.rows_or_run(path, _never_run, dict(profile="full"), siblings=("check",))
+    pd.testing.assert_frame_equal(r.tables["check"], df.head(2), check_exact=True)
+    side = json.loads(report.sidecar_path(sib).read_text())
+    side["parameters"]["profile"] = "quick"                      # a sibling from another configuration
+    report.sidecar_path(sib).write_text(json.dumps(side))
+    with pytest.raises(ValueError, match=r"07_rows_check.csv"):
+        report.rows_or_run(path, _never_run, dict(profile="full"), siblings=("check",))
+    sib.unlink()
+    with pytest.raises(FileNotFoundError, match="no results table"):
+        report.rows_or_run(path, _never_run, dict(profile="full"), siblings=("check",))
+    with pytest.raises(ValueError, match="expected siblings"):
+        report.rows_or_run(None, lambda: df, {}, siblings=("check",))
+
+
+def test_config_parameters_leave_out_the_analysis_parameters():
+    class C:
+        def asdict(self):
+            return dict(profile="full", seeds=(0, 1), n_boot=100)
+    params, resolved = report.config_parameters(C(), dict(seeds=None, other=1), analysis=("n_boot",))
+    assert params == dict(profile="full", seeds=None) and resolved == dict(profile="full", seeds=(0, 1))
+
+
+def test_glue_values_glues_each_value_under_the_prefix_by_the_pages_rules(monkeypatch):
+    import myst_nb
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda k, v, display=True: glued.__setitem__(k, v))
+    report.glue_values("ch09", dict(n=np.int64(3), lr=0.05, split=dict(fit=40, val=10)))
+    assert glued == {"ch09_n": 3, "ch09_lr": 0.05, "ch09_split_fit": 40, "ch09_split_val": 10}
+    assert type(glued["ch09_n"]) is int                           # a NumPy scalar would print as np.int64(3)

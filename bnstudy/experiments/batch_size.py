@@ -99,6 +99,12 @@ NEAR_CHANCE = 0.06
 #: absolute log ratio for the variance): 1% of the population scale.
 STAT_TOLERANCE = 0.01
 
+#: Config fields that only the analysis reads: a page that analyses an earlier run's tables again (``rows`` in the
+#: notebook, :func:`bnstudy.report.rows_or_run`) may change them; every other field must equal the run's record.
+ANALYSIS_PARAMETERS = ("break_margin", "equivalence_margin")
+#: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``) that :func:`findings`
+#: needs: the learning-rate check's runs and the diagnostics (:func:`run_tables`, :func:`diag_from_tables`).
+SIBLING_TABLES = ("lr_check", "noise", "precise_bn")
 
 def _increasing_ints(name, value, low=2):
     out = check_sequence(name, value, lambda n, v: check_int(n, v, low), 1)
@@ -538,6 +544,44 @@ def precise_table(diag: pd.DataFrame) -> pd.DataFrame:
     t["acc_vs_exact"] = t["accuracy"] - t["seed"].map(exact)
     return t
 
+
+
+def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
+    """:func:`run` as the tables a page saves: ``(results_table(runs), {"lr_check": results_table(tune),
+    "noise": noise_table(diag), "precise_bn": precise_table(diag)})`` (keys: :data:`SIBLING_TABLES`).
+    :func:`diag_from_tables` gives :func:`findings` its ``diag`` back from them."""
+    df, diag, tune = run(config, execution)
+    return results_table(df), dict(lr_check=results_table(tune), noise=noise_table(diag),
+                                   precise_bn=precise_table(diag))
+
+
+def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`run`'s ``diag`` (one row per seed) rebuilt from the saved tables: ``noise`` (:func:`noise_table`),
+    ``precise`` (:func:`precise_table`; its derived ``acc_vs_exact`` is dropped and recomputed by it) and the
+    fine-tuning ``runs`` (their ``mismatch_kl`` per ``seed, target_name`` gives ``mismatch_kl_<target>``).
+    :func:`noise_table` and :func:`precise_table` of the result equal ``noise`` and ``precise``."""
+    out = []
+    for s in sorted(set(noise["seed"]) | set(precise["seed"])):
+        row = dict(seed=s, noise_records=noise[noise.seed == s].drop(columns="seed").to_dict("records"),
+                   precise_records=precise[precise.seed == s].drop(columns=["seed", "acc_vs_exact"]).to_dict("records"))
+        for t, g in runs[runs.seed == s].groupby("target_name", sort=True):
+            row[f"mismatch_kl_{t}"] = g["mismatch_kl"].iloc[0]
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def page_values(config: Config, F, runs: pd.DataFrame, tune: pd.DataFrame) -> dict:
+    """The settings and costs the page cites beside its findings (glued as ``ch05_<name>``): worker-minutes
+    the fine-tuning runs measured (``wall_s``; main grid, learning-rate check and its share), the check's sizes,
+    AdaBN's settings, samples, steps and learning rates at the smallest and largest batch size."""
+    return dict(main_cpu_min=float(runs.wall_s.sum()) / 60, tune_cpu_min=float(tune.wall_s.sum()) / 60,
+                tune_share=float(tune.wall_s.sum() / runs.wall_s.sum()), n_tune_seeds=len(config.tune_seeds),
+                n_lr_factors=len(config.lr_factors), lr_factor_low=min(config.lr_factors),
+                lr_factor_high=max(config.lr_factors), adabn_batch_size=config.adabn_batch_size,
+                adabn_samples=config.adabn_samples, samples=config.samples,
+                steps_smallest=config.samples // F.smallest_batch, steps_largest=config.samples // F.largest_batch,
+                lr_smallest=config.lr_for(F.smallest_batch), lr_largest=config.lr_for(F.largest_batch),
+                stage1_steps=config.stage1_steps, near_chance_margin=NEAR_CHANCE)
 
 def _ci_long(df, by, metrics):
     recs = []
