@@ -511,7 +511,6 @@ def test_chosen_factors_and_edge_flags():
     out = bs.lr_check(tune, reference=32, margin=0.02, control="group_pretrained")
     assert out["n_moved"] == 12 and out["n_edge"] == 4  # bn_train at x4 (the edge), 2 targets x 2 batch sizes
     assert out["n_diverged"] == 4 and out["n_runs"] == len(tune)
-    assert (out["factor_low"], out["factor_high"]) == (0.25, 4.0)
     tbl = bs.lr_display(tune)
     assert tbl.loc[bs.STRATEGY_LABELS["bn_train"], "close, batch 2"].startswith("x4*:")
     assert tbl.loc[bs.STRATEGY_LABELS["group_pretrained"], "close, batch 2"].startswith("x2:")

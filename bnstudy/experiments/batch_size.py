@@ -104,6 +104,8 @@ CONTROL = "group_pretrained"
 #: The contenders of the small-batch recommendation (B1): BN with batch statistics against the pretrained per-sample
 #: norms. At the smallest batch size each also runs on the reported seeds at the rate the tuning seeds chose for it.
 CONTENDERS = ("bn_train", "group_pretrained", "layer_pretrained")
+#: The sensitivity margin of the controlled break verdict below the reference (``breaks_stats_wide``).
+WIDE_MARGIN = 0.05
 #: Strategies that compute no batch statistics: their break against the control is "n/a" (it is a difference between
 #: two per-sample norms, not a batch-statistics effect).
 NO_BATCH_STATISTICS = ("to_group", "to_layer", "group_pretrained", "layer_pretrained")
@@ -612,11 +614,17 @@ def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFr
     return pd.DataFrame(out)
 
 
-def page_values(config: Config, F, runs: pd.DataFrame, tune: pd.DataFrame) -> dict:
+def page_values(config: Config, F, runs: pd.DataFrame, tune: pd.DataFrame, tuned: pd.DataFrame | None = None) -> dict:
     """The settings and costs the page cites beside its findings (glued as ``ch05_<name>``): worker-minutes
-    the fine-tuning runs measured (``wall_s``; main grid, learning-rate check and its share), the check's sizes,
-    AdaBN's settings, samples, steps and learning rates at the smallest and largest batch size."""
+    the fine-tuning runs measured (``wall_s``; main grid, learning-rate check and its share, tuned-rate runs), the
+    check's sizes, AdaBN's settings, samples, steps and learning rates at the smallest and largest batch size, the
+    base rate, the sensitivity margin, the number of strategy/target pairs and precise BN's source-minus-exact
+    accuracy."""
+    tuned = tuned if tuned is not None and len(tuned) else pd.DataFrame({"wall_s": []})
     return dict(main_cpu_min=float(runs.wall_s.sum()) / 60, tune_cpu_min=float(tune.wall_s.sum()) / 60,
+                tuned_cpu_min=float(tuned.wall_s.sum()) / 60, n_tuned_runs=len(tuned), base_lr=config.base_lr,
+                wide_margin=WIDE_MARGIN, n_pairs=int(runs.groupby(["target_name", "strategy"]).ngroups),
+                precise_source_gap=F.precise_source_acc - F.precise_exact_acc,
                 tune_share=float(tune.wall_s.sum() / runs.wall_s.sum()), n_tune_seeds=len(config.tune_seeds),
                 n_lr_factors=len(config.lr_factors), lr_factor_low=min(config.lr_factors),
                 lr_factor_high=max(config.lr_factors), adabn_batch_size=config.adabn_batch_size,
@@ -914,7 +922,7 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
     smallest tuning batch size at the reported and at the best rates (``did_base``, ``did_best``: Intervals)
     and the break verdicts with it (``break_base``, ``break_best``: tokens); ``n_edge``: moved cells whose best
     factor is an end of the grid (a "best of the rates tried", a lower bound on the gain); ``n_diverged`` of
-    ``n_runs``; ``factor_low`` / ``factor_high``: the grid's ends.
+    ``n_runs``.
     """
     base = tune[tune.lr_factor == 1.0]
     best = best_rate_table(tune)
@@ -934,7 +942,6 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
     out["n_edge"] = int(sum(_edge(v, grid) for v in out["best_factor"].values()))
     out["n_diverged"] = int(tune.diverged.sum()) if "diverged" in tune else 0
     out["n_runs"] = len(tune)
-    out["factor_low"], out["factor_high"] = float(min(grid)), float(max(grid))
     gk = max(gains, key=gains.get)
     out["gain_max"] = gains[gk]
     out["gain_where"] = f"{STRATEGY_LABELS[gk[1]]}, {gk[0]} target, batch {gk[2]}"
@@ -1105,7 +1112,7 @@ def _sep_word(iv: Interval) -> str:
 
 def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
              equivalence_margin: float = 0.01, tune: pd.DataFrame | None = None, control: str = CONTROL,
-             wide_margin: float = 0.05, tuned: pd.DataFrame | None = None) -> Findings:
+             wide_margin: float = None, tuned: pd.DataFrame | None = None) -> Findings:
     """Chapter 5's findings from :func:`run`'s three tables.
 
     Breaks: :func:`break_batch` against ``reference`` with ``margin``, below and above, raw and against
@@ -1130,6 +1137,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     ``layer``; never pooled); ``replaced_before``: head A's accuracy right after BN is replaced (``to_group``,
     ``to_layer``: ``task_a_before``). Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
     """
+    wide_margin = WIDE_MARGIN if wide_margin is None else wide_margin
     if reference not in set(df.batch_size):
         raise ValueError(f"reference={reference} is not a batch size of the results {sorted(set(df.batch_size))}")
     sb, lb = int(df.batch_size.min()), int(df.batch_size.max())
