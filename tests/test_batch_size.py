@@ -307,6 +307,8 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert F.gap_zero_elsewhere == "holds"
     assert F.gap_bn_train["close_b2"].mean == pytest.approx(-0.1)
     assert F.noise_ratio_m2["l0"] == pytest.approx(2.0) and F.deepest_noisiest == "holds"
+    assert F.noise_var_ratio_m2["l0"] == pytest.approx(0.5) and F.noise_var_ratio_top["l0"] == pytest.approx(0.25)
+    assert F.noise_largest_batch == 4
     assert F.noise_slope_mean["l0"] == pytest.approx(-1.0) and F.noise_slope_var["l0"] == pytest.approx(-1.0)
     assert F.retention["close_bn_train_b2"].mean == pytest.approx(0.9)
     assert F.precise_mean_err_ratio_b2_b32 == pytest.approx(1.0) and F.precise_var_err_ratio_b2_b32 == pytest.approx(1.0)
@@ -393,6 +395,7 @@ def test_lr_check_picks_best_rates_and_reports_winner_changes():
     assert out["winner_base"]["close_b2"] == bs.STRATEGY_LABELS["stats_frozen"] or \
         out["winner_base"]["close_b2"] == bs.STRATEGY_LABELS["group_pretrained"]
     assert out["winner_best"]["close_b32"] == bs.STRATEGY_LABELS["bn_train"] and out["winner_same"]["close_b32"]
+    assert out["winner_pair"]["close_b32"] == f"unchanged ({bs.STRATEGY_LABELS['bn_train']})"
     assert out["did_base"]["close"].mean == pytest.approx(-0.3, abs=0.01)
     assert out["break_base"]["close"] == "<= 2"
     best = bs.best_rate_table(_tune())

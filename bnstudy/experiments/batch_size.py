@@ -918,15 +918,16 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
     Returns a dict: ``best_factor`` per ``<target>_<strategy>_b<m>``; ``n_cells`` and ``n_moved`` (cells whose
     best factor is not 1); ``gain_max`` (largest mean gain of the best over the reported rate) and where
     (``gain_where``, readable); per ``<target>_b<m>``: ``winner_base`` / ``winner_best`` (labels) and
-    ``winner_same`` (bool); ``n_winner_changes``; per target, bn_train's difference-in-differences at the
-    smallest tuning batch size at the reported and at the best rates (``did_base``, ``did_best``: Intervals)
+    ``winner_same`` (bool), ``winner_pair`` (a phrase: "unchanged (label)" or both labels);
+    ``n_winner_changes``; per target, bn_train's difference-in-differences at the smallest tuning batch size at the reported and at the best rates (``did_base``, ``did_best``: Intervals)
     and the break verdicts with it (``break_base``, ``break_best``: tokens); ``n_edge``: moved cells whose best
     factor is an end of the grid (a "best of the rates tried", a lower bound on the gain); ``n_diverged`` of
     ``n_runs``.
     """
     base = tune[tune.lr_factor == 1.0]
     best = best_rate_table(tune)
-    out: dict = dict(best_factor={}, winner_base={}, winner_best={}, winner_same={}, did_base={}, did_best={},
+    out: dict = dict(best_factor={}, winner_base={}, winner_best={}, winner_same={}, winner_pair={}, did_base={},
+                     did_best={},
                      break_base={}, break_best={})
     means = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean()
     gains = {}
@@ -950,6 +951,9 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
         k = f"{a.target_name}_b{a.batch_size}"
         out["winner_base"][k], out["winner_best"][k] = STRATEGY_LABELS[a.winner], STRATEGY_LABELS[b.winner]
         out["winner_same"][k] = bool(a.winner == b.winner)
+        out["winner_pair"][k] = (f"unchanged ({STRATEGY_LABELS[a.winner]})" if a.winner == b.winner else
+                                 f"{STRATEGY_LABELS[a.winner]} at the reported rate, {STRATEGY_LABELS[b.winner]} at the "
+                                 f"best rates tried")
     out["n_winner_changes"] = int(sum(not v for v in out["winner_same"].values()))
     sb = int(tune.batch_size.min())
     for t in sorted(tune.target_name.unique()):
@@ -1052,6 +1056,9 @@ class Findings:
     retention: dict
     source_acc: dict
     noise_ratio_m2: dict
+    noise_var_ratio_m2: dict
+    noise_var_ratio_top: dict
+    noise_largest_batch: int
     deepest_noisiest: str
     noise_rel_std_m2: dict
     n_eff_frac: dict
@@ -1203,6 +1210,9 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     nt = noise_table(diag)
     n2 = nt[nt.batch_size == nt.batch_size.min()]
     ratio = {f"l{l}": float((g.var_mean_rel / g.pred_mean_rel).mean()) for l, g in n2.groupby("layer")}
+    ntop = nt[nt.batch_size == nt.batch_size.max()]
+    vratio = {f"l{l}": float((g.var_var_rel / g.pred_var_rel).mean()) for l, g in n2.groupby("layer")}
+    vratio_top = {f"l{l}": float((g.var_var_rel / g.pred_var_rel).mean()) for l, g in ntop.groupby("layer")}
     rel_std = {f"l{l}": float(np.sqrt(g.var_mean_rel).mean()) for l, g in n2.groupby("layer")}
     neff = {f"l{l}": float(g.n_eff_frac.mean()) for l, g in nt.groupby("layer")}
     slope_m, slope_v = {}, {}
@@ -1275,7 +1285,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), restat_gain=restat,
         spread=spread, retention=retention,
         source_acc=src,
-        noise_ratio_m2=ratio, deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff,
+        noise_ratio_m2=ratio, noise_var_ratio_m2=vratio, noise_var_ratio_top=vratio_top,
+        noise_largest_batch=int(nt.batch_size.max()), deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff,
         noise_slope_mean=slope_m, noise_slope_var=slope_v, precise_enough=enough, precise_claim=claim,
         precise_mean_enough=menough, precise_var_enough=venough, precise_smallest_n=smallest_n,
         precise_acc_gap=pgap, precise_mean_err=perr, precise_var_err=pverr,
