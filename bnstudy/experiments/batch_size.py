@@ -25,7 +25,9 @@ and the learning rate, so every strategy's accuracy depends on it (the referee's
 devices separate what batch *statistics* do from what the protocol does: a per-sample-norm
 control (``group_pretrained``: no batch statistics at all) against which a break is judged as a
 difference-in-differences (:func:`break_batch` with ``control``), and a learning-rate check
-(``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds, :func:`lr_check`). Fixing the
+(``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds, :func:`lr_check`); at the smallest batch size the
+contenders of the recommendation (:data:`CONTENDERS`) also run on the reported seeds at the rates the tuning seeds
+chose (:func:`rate_comparison`), so the recommendation is given at both rates. Fixing the
 steps instead would give large batches 128 times more data, confounding batch size with data.
 
 ``Config`` -> :func:`run` -> results table -> :func:`findings` and the tidy figure tables.
@@ -81,12 +83,13 @@ CLAIM_RANGE = (1e3, 1e4)
 #: tuning seed would add about 7 min more. Quick profile, measured 2026-12-01 (2 loaded cores): 18.7 CPU-min for the
 #: check against 15.0 for the main grid (192 against 144 runs).
 #: Second round (referee_ch5b B2/B1): the full grid of factors is (0.25, 0.5, 1, 2, 4) at every tuning batch size (with
-#: 3 factors every moved best sat at an edge). Per (tuning seed, target, strategy) one factor costs 10.6 + 1.85 + 1.51
-#: = 14.0 CPU-s, so the two added factors cost 2 x 14.0 x 2 seeds x 2 targets x 8 strategies = 447 CPU-s (7.5 CPU-min;
-#: x4 at b <= 32 and x0.25 at 256 only would save 3.7 of them). The tuned-rate runs (:meth:`Config.tuned_configs`: 10
-#: reported seeds x 2 targets x 3 contenders at batch 2, at most 60 runs, fewer where x1 is chosen and the main grid's
-#: cache answers) cost at most 60 x 10.6 = 636 CPU-s (10.6 CPU-min). Together at most 18 CPU-min, about 11 wall-min
-#: at the 0.60 wall-min per CPU-min measured before.
+#: 3 factors every moved best sat at an edge). Measured on the cold full run at commit 4dda5e6 (31.4 wall-min for 40.3 +
+#: 11.7 worker-min of fine-tuning, 0.60 wall-min per worker-min): one factor of the check costs 3.9 worker-min (mean
+#: wall_s 5.6 s at batch 2, 0.98 at 32, 0.78 at 256), so the two added factors cost 7.8 (x4 at b <= 32 and x0.25 at 256
+#: only would save about 3.9 of them). The tuned-rate runs (:meth:`Config.tuned_configs`: 10 reported seeds x 2 targets
+#: x 3 contenders at batch 2, 60 runs, fewer where x1 is chosen and the main grid's cache answers) cost at most 5.9
+#: worker-min (their batch-2 cells of the main grid). Together at most 13.7 worker-min, about 8 wall-min: a cold full
+#: chapter of about 40 min.
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
                   precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
