@@ -309,6 +309,7 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert F.noise_ratio_m2["l0"] == pytest.approx(2.0) and F.deepest_noisiest == "holds"
     assert F.noise_var_ratio_m2["l0"] == pytest.approx(0.5) and F.noise_var_ratio_top["l0"] == pytest.approx(0.25)
     assert F.noise_largest_batch == 4
+    assert F.spread_top["close_to_group"] == pytest.approx(0.002, abs=0.0015) and "close_bn_train" in F.spread
     assert F.noise_slope_mean["l0"] == pytest.approx(-1.0) and F.noise_slope_var["l0"] == pytest.approx(-1.0)
     assert F.retention["close_bn_train_b2"].mean == pytest.approx(0.9)
     assert F.precise_mean_err_ratio_b2_b32 == pytest.approx(1.0) and F.precise_var_err_ratio_b2_b32 == pytest.approx(1.0)

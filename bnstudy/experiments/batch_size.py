@@ -1056,6 +1056,7 @@ class Findings:
     gap_zero_elsewhere: str
     restat_gain: dict
     spread: dict
+    spread_top: dict
     retention: dict
     source_acc: dict
     noise_ratio_m2: dict
@@ -1133,7 +1134,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     gap: interval for ``bn_train`` at the smallest, reference and largest batch size; ``gap_zero_elsewhere``
     checks ``== 0`` for every run of every other strategy. ``restat_gain``: bn_train's accuracy after its
     running statistics are re-estimated minus before, at the largest batch size (C1). Spread: SD over seeds at
-    the smallest batch size. Noise: per layer at batch 2, measured over predicted variance of the batch mean,
+    the smallest batch size (``spread``) and at the largest (``spread_top``). Noise: per layer at batch 2, measured over predicted variance of the batch mean,
     the relative standard deviation, the effective-count fraction averaged over batch sizes, fitted log-log
     slopes of both spreads against batch size, and ``deepest_noisiest``. Retention: head A's accuracy after
     fine-tuning. Precise BN: :func:`samples_enough` (accuracy), :func:`stats_enough` (statistics, below
@@ -1210,6 +1211,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     others = df[df.strategy != "bn_train"]
     spread = {f"{t}_{s}": float(np.std(g["target"], ddof=1))
               for (t, s), g in df[df.batch_size == sb].groupby(["target_name", "strategy"])}
+    spread_top = {f"{t}_{s}": float(np.std(g["target"], ddof=1))
+                  for (t, s), g in df[df.batch_size == lb].groupby(["target_name", "strategy"])}
     nt = noise_table(diag)
     n2 = nt[nt.batch_size == nt.batch_size.min()]
     ratio = {f"l{l}": float((g.var_mean_rel / g.pred_mean_rel).mean()) for l, g in n2.groupby("layer")}
@@ -1286,7 +1289,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         near_chance_where=_cells_where(near_chance_cells(df, chance)),
         n_small_beats_large=_n_small_beats_large(df, sb, lb),
         gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), restat_gain=restat,
-        spread=spread, retention=retention,
+        spread=spread, spread_top=spread_top, retention=retention,
         source_acc=src,
         noise_ratio_m2=ratio, noise_var_ratio_m2=vratio, noise_var_ratio_top=vratio_top,
         noise_largest_batch=int(nt.batch_size.max()), deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff,
