@@ -307,6 +307,9 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert F.gap_zero_elsewhere == "holds"
     assert F.gap_bn_train["close_b2"].mean == pytest.approx(-0.1)
     assert F.noise_ratio_m2["l0"] == pytest.approx(2.0) and F.deepest_noisiest == "holds"
+    assert F.noise_var_ratio_m2["l0"] == pytest.approx(0.5) and F.noise_var_ratio_top["l0"] == pytest.approx(0.25)
+    assert F.noise_largest_batch == 4
+    assert F.spread_top["close_to_group"] == pytest.approx(0.002, abs=0.0015) and "close_bn_train" in F.spread
     assert F.noise_slope_mean["l0"] == pytest.approx(-1.0) and F.noise_slope_var["l0"] == pytest.approx(-1.0)
     assert F.retention["close_bn_train_b2"].mean == pytest.approx(0.9)
     assert F.precise_mean_err_ratio_b2_b32 == pytest.approx(1.0) and F.precise_var_err_ratio_b2_b32 == pytest.approx(1.0)
@@ -350,9 +353,9 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
     assert F.near_chance_where == "none"
     assert F.n_diverged == 6 and F.diverged_where == "shifted target, BN stats frozen, affine trained, batch 128: 6 of 6 runs"
     tbl = bs.breaks_display(F, ("stats_frozen", "bn_train", "group_pretrained"))
-    assert list(tbl.columns) == ["target", "strategy", "below 32: any cause", "below 32: batch statistics",
-                                 "above 32: any cause", "above 32: batch statistics"]
-    assert tbl.iloc[2]["below 32: batch statistics"] == "control"
+    assert list(tbl.columns) == ["target", "strategy", "below 32: any cause", "below 32: beyond the control",
+                                 "above 32: any cause", "above 32: beyond the control"]
+    assert tbl.iloc[2]["below 32: beyond the control"] == "control"
     acc_t = bs.accuracy_table(df)
     cell = acc_t[(acc_t.target_name == "shifted") & (acc_t.strategy == "stats_frozen") & (acc_t.batch_size == 128)]
     assert set(cell.diverged_runs) == {6}
@@ -393,12 +396,13 @@ def test_lr_check_picks_best_rates_and_reports_winner_changes():
     assert out["winner_base"]["close_b2"] == bs.STRATEGY_LABELS["stats_frozen"] or \
         out["winner_base"]["close_b2"] == bs.STRATEGY_LABELS["group_pretrained"]
     assert out["winner_best"]["close_b32"] == bs.STRATEGY_LABELS["bn_train"] and out["winner_same"]["close_b32"]
+    assert out["winner_pair"]["close_b32"] == f"unchanged ({bs.STRATEGY_LABELS['bn_train']})"
     assert out["did_base"]["close"].mean == pytest.approx(-0.3, abs=0.01)
     assert out["break_base"]["close"] == "<= 2"
     best = bs.best_rate_table(_tune())
     assert set(best[best.strategy == "stats_frozen"].lr_factor) == {2.0}
     tbl = bs.lr_display(_tune())
-    assert tbl.loc[bs.STRATEGY_LABELS["stats_frozen"], "close, batch 2"].startswith("x2: 0.8")
+    assert tbl.loc[bs.STRATEGY_LABELS["stats_frozen"], "close, batch 2"].startswith("x2*: 0.8")  # x2 is the end of this grid
 
 
 def test_stats_enough_and_censored_words():
@@ -524,10 +528,110 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path):
     assert not [k for k in a if a[k] != b[k] and not k.startswith("ch05_fig") and k != "ch05_timing"]
     assert "did not run the experiment" in b["ch05_timing"] and "did not run" not in a["ch05_timing"]
     assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
-    for t in ("", "_lr_check", "_noise", "_precise_bn"):
+    for t in ("",) + tuple(f"_{s}" for s in bs.SIBLING_TABLES):
         assert (tmp_path / "results" / f"05_batch_size{t}.csv").read_bytes() == \
             (tmp_path / "results2" / f"05_batch_size{t}.csv").read_bytes()
     with pytest.raises(PapermillExecutionError, match="parameter 'samples' is 128 here but was 64"):
         book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
             tiny, samples=128, rows=rows, results_dir=str(tmp_path / "results3"),
             figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+
+
+# --- second referee round (referee_ch5b): B1-B5 ----------------------------------------------------------------------
+
+def _tune5(seeds=(1000, 1001), bn_best=4.0, gn_best=2.0):
+    """Five factors at batch 2 and 32: bn_train peaks at ``bn_best``, group_/layer_pretrained at ``gn_best``."""
+    rows = []
+    for s in seeds:
+        for t in ("close", "shifted"):
+            for b in (2, 32):
+                for st in ("bn_train", "group_pretrained", "layer_pretrained"):
+                    for f in (0.25, 0.5, 1.0, 2.0, 4.0):
+                        peak = bn_best if st == "bn_train" else gn_best
+                        a = 0.8 - 0.05 * abs(np.log2(f) - np.log2(peak)) + 0.001 * (s % 7)
+                        rows.append(dict(seed=s, target_name=t, batch_size=b, strategy=st, lr_factor=f, target=a,
+                                         diverged=(st == "bn_train" and f == 0.25 and s == 1000)))
+    return pd.DataFrame(rows)
+
+
+def test_chosen_factors_and_edge_flags():
+    tune = _tune5()
+    ch = bs.chosen_factors(tune, 2)
+    assert ch[("close", "bn_train")] == 4.0 and ch[("shifted", "group_pretrained")] == 2.0
+    with pytest.raises(ValueError, match="batch_size=8 is not a batch size"):
+        bs.chosen_factors(tune, 8)
+    out = bs.lr_check(tune, reference=32, margin=0.02, control="group_pretrained")
+    assert out["n_moved"] == 12 and out["n_edge"] == 4  # bn_train at x4 (the edge), 2 targets x 2 batch sizes
+    assert out["n_diverged"] == 4 and out["n_runs"] == len(tune)
+    tbl = bs.lr_display(tune)
+    assert tbl.loc[bs.STRATEGY_LABELS["bn_train"], "close, batch 2"].startswith("x4*:")
+    assert tbl.loc[bs.STRATEGY_LABELS["group_pretrained"], "close, batch 2"].startswith("x2:")
+
+
+def _reported(bn, gn, ln, seeds=range(8), b=2):
+    rows = []
+    rng = np.random.default_rng(1)
+    for s in seeds:
+        for t in ("close", "shifted"):
+            for st, a in (("bn_train", bn), ("group_pretrained", gn), ("layer_pretrained", ln)):
+                rows.append(dict(seed=s, target_name=t, batch_size=b, strategy=st, target=a + 0.003 * rng.standard_normal()))
+    return pd.DataFrame(rows)
+
+
+def test_rate_comparison_reports_both_rates_and_when_they_disagree():
+    tune = _tune5()
+    base = _reported(0.66, 0.72, 0.70)  # linear-scaling rate: the per-sample norms ahead
+    tuned = _reported(0.87, 0.82, 0.84)  # tuned rates: BN in train mode ahead
+    tuned["lr_factor"] = tuned.strategy.map({"bn_train": 4.0, "group_pretrained": 2.0, "layer_pretrained": 2.0})
+    out = bs.rate_comparison(base, tuned, tune)
+    assert out["rec"]["close_base"] == "a per-sample norm" and out["rec"]["close_tuned"] == "BN in train mode"
+    assert out["depends"]["close"] == "the answer depends on the rate"
+    assert out["gn_claim"]["close_base"] == "holds" and out["gn_claim"]["close_tuned"] == "reversed"
+    assert out["n_comparisons"] == 8 and out["diff"]["close_group_pretrained_base"].mean == pytest.approx(0.06, abs=0.01)
+    assert out["factor"]["close_bn_train"] == 4.0 and out["edge"]["close_bn_train"] == "at the edge of the grid"
+    assert out["edge"]["close_group_pretrained"] == "inside the grid" and out["n_edge"] == 2
+    # the same answer at both rates, and a tie that Holm leaves unseparated
+    same = bs.rate_comparison(base, _reported(0.70, 0.76, 0.74).assign(lr_factor=tuned.lr_factor), tune)
+    assert same["depends"]["shifted"] == "the same answer at both rates"
+    tie = bs.rate_comparison(base, _reported(0.80, 0.80, 0.80).assign(lr_factor=tuned.lr_factor), tune)
+    assert tie["rec"]["close_tuned"] == "not separated" and tie["gn_claim"]["close_tuned"] == "not separated"
+    # a tuned run at a rate the tuning seeds did not choose is refused
+    bad = tuned.assign(lr_factor=1.0)
+    with pytest.raises(ValueError, match="tuning seeds chose"):
+        bs.rate_comparison(base, bad, tune)
+    with pytest.raises(ValueError, match="needs bn_train"):
+        bs.rate_comparison(base, tuned[tuned.strategy == "bn_train"], tune)
+
+
+def test_tuned_configs_run_the_contenders_at_the_chosen_rates_on_reported_seeds():
+    cfg = bs.make_config("quick", tune_seeds=2)
+    ch = {(t, s): 2.0 for t in bs.TARGETS for s in bs.CONTENDERS}
+    tc = cfg.tuned_configs(ch)
+    assert len(tc) == len(cfg.seeds) * 2 * 3 and {c.seed for c in tc} == set(cfg.seeds)
+    assert {c.batch_size for c in tc} == {min(cfg.batch_sizes)} and {c.strategy for c in tc} == set(bs.CONTENDERS)
+    assert all(c.lr == pytest.approx(2.0 * cfg.lr_for(2)) for c in tc)
+    with pytest.raises(ValueError, match="factors has no rate for target 'close', strategy 'bn_train'"):
+        cfg.tuned_configs({})
+
+
+def test_findings_per_source_accuracy_na_for_per_sample_and_restat_verdict():
+    """B4: per-sample strategies are n/a beyond the control; bn_train's above-verdict is also given with
+    re-estimated statistics (here the large-batch drop is running-average lag, gone after the re-estimate).
+    B5: source accuracy per source network, never pooled; head A right after replacing BN (task_a_before)."""
+    def acc(st, b, t):
+        return 0.8 - (0.2 if st == "bn_train" and b == 128 else 0.0) - (0.1 if st == "to_layer" and b == 128 else 0)
+    df = _table(acc, strategies=("bn_train", "to_layer", "group_pretrained"), batch_sizes=(2, 32, 128))
+    df["diverged"] = False
+    df["source_task_a_accuracy"] = df.strategy.map({"bn_train": 0.997, "to_layer": 0.997, "group_pretrained": 0.974})
+    df["task_a_before"] = df.strategy.map({"bn_train": 0.997, "to_layer": 0.321, "group_pretrained": 0.974})
+    df["target_restat"] = np.where(df.strategy == "bn_train", 0.8, np.nan)
+    F = bs.findings(df, _diag(), reference=32)
+    assert F.breaks_stats_above["close_bn_train"] == ">= 128" and F.breaks_stats_above_restat["close"] == "never"
+    assert F.breaks_above["close_to_layer"] == ">= 128" and F.breaks_stats_above["close_to_layer"] == "n/a"
+    assert F.breaks_stats["close_to_layer"] == "n/a" and F.n_stats_break_below == 0
+    assert F.source_acc == {"batch": pytest.approx(0.997), "group": pytest.approx(0.974)}
+    assert F.replaced_before["to_layer"].mean == pytest.approx(0.321) and "to_group" not in F.replaced_before
+    tbl = bs.breaks_display(F, ("bn_train", "to_layer", "group_pretrained"))
+    row = tbl[tbl.strategy == "BN in train mode, statistics re-estimated"].iloc[0]
+    assert row["above 32: beyond the control"] == "never"
+    assert F.rate == {}

@@ -25,7 +25,9 @@ and the learning rate, so every strategy's accuracy depends on it (the referee's
 devices separate what batch *statistics* do from what the protocol does: a per-sample-norm
 control (``group_pretrained``: no batch statistics at all) against which a break is judged as a
 difference-in-differences (:func:`break_batch` with ``control``), and a learning-rate check
-(``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds, :func:`lr_check`). Fixing the
+(``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds, :func:`lr_check`); at the smallest batch size the
+contenders of the recommendation (:data:`CONTENDERS`) also run on the reported seeds at the rates the tuning seeds
+chose (:func:`rate_comparison`), so the recommendation is given at both rates. Fixing the
 steps instead would give large batches 128 times more data, confounding batch size with data.
 
 ``Config`` -> :func:`run` -> results table -> :func:`findings` and the tidy figure tables.
@@ -80,6 +82,14 @@ CLAIM_RANGE = (1e3, 1e4)
 #: check adds about 13.5 min of wall time plus 6 stage-1 sources (~1 min): within the +15 min budget; a third
 #: tuning seed would add about 7 min more. Quick profile, measured 2026-12-01 (2 loaded cores): 18.7 CPU-min for the
 #: check against 15.0 for the main grid (192 against 144 runs).
+#: Second round (referee_ch5b B2/B1): the full grid of factors is (0.25, 0.5, 1, 2, 4) at every tuning batch size (with
+#: 3 factors every moved best sat at an edge). Measured on the cold full run at commit 4dda5e6 (31.4 wall-min for 40.3 +
+#: 11.7 worker-min of fine-tuning, 0.60 wall-min per worker-min): one factor of the check costs 3.9 worker-min (mean
+#: wall_s 5.6 s at batch 2, 0.98 at 32, 0.78 at 256), so the two added factors cost 7.8 (x4 at b <= 32 and x0.25 at 256
+#: only would save about 3.9 of them). The tuned-rate runs (:meth:`Config.tuned_configs`: 10 reported seeds x 2 targets
+#: x 3 contenders at batch 2, 60 runs, fewer where x1 is chosen and the main grid's cache answers) cost at most 5.9
+#: worker-min (their batch-2 cells of the main grid). Together at most 13.7 worker-min, about 8 wall-min: a cold full
+#: chapter of about 40 min.
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
                   precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
@@ -87,12 +97,21 @@ PROFILES = {
     "full": dict(seeds=10, batch_sizes=(2, 4, 8, 16, 32, 64, 128, 256), samples=4096, stage1_steps=400,
                  noise_pool=8192,
                  precise_samples=(4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
-                 precise_pool=32768, tune_seeds=2, tune_batch_sizes=(2, 32, 256), lr_factors=(0.5, 1.0, 2.0)),
+                 precise_pool=32768, tune_seeds=2, tune_batch_sizes=(2, 32, 256),
+                 lr_factors=(0.25, 0.5, 1.0, 2.0, 4.0)),
 }
 #: Tuning seeds given as a count ``n`` are ``TUNE_SEED_BASE .. TUNE_SEED_BASE + n - 1``: never a reported seed.
 TUNE_SEED_BASE = 1000
 #: The per-sample-norm control of the difference-in-differences break criterion (no batch statistics).
 CONTROL = "group_pretrained"
+#: The contenders of the small-batch recommendation (B1): BN with batch statistics against the pretrained per-sample
+#: norms. At the smallest batch size each also runs on the reported seeds at the rate the tuning seeds chose for it.
+CONTENDERS = ("bn_train", "group_pretrained", "layer_pretrained")
+#: The sensitivity margin of the controlled break verdict below the reference (``breaks_stats_wide``).
+WIDE_MARGIN = 0.05
+#: Strategies that compute no batch statistics: their break against the control is "n/a" (it is a difference between
+#: two per-sample norms, not a batch-statistics effect).
+NO_BATCH_STATISTICS = ("to_group", "to_layer", "group_pretrained", "layer_pretrained")
 #: A cell whose mean accuracy is below chance + this is "near chance" (rankings there are meaningless).
 NEAR_CHANCE = 0.06
 #: Precise BN's statistics are "close enough" when their mean error is below this (population SDs for the mean,
@@ -103,8 +122,8 @@ STAT_TOLERANCE = 0.01
 #: notebook, :func:`bnstudy.report.rows_or_run`) may change them; every other field must equal the run's record.
 ANALYSIS_PARAMETERS = ("break_margin", "equivalence_margin")
 #: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``) that :func:`findings`
-#: needs: the learning-rate check's runs and the diagnostics (:func:`run_tables`, :func:`diag_from_tables`).
-SIBLING_TABLES = ("lr_check", "noise", "precise_bn")
+#: needs: the learning-rate check's runs, the tuned-rate runs at the smallest batch size and the diagnostics (:func:`run_tables`, :func:`diag_from_tables`).
+SIBLING_TABLES = ("lr_check", "noise", "precise_bn", "tuned")
 
 def _increasing_ints(name, value, low=2):
     out = check_sequence(name, value, lambda n, v: check_int(n, v, low), 1)
@@ -245,6 +264,21 @@ class Config(_Frozen):
         ``f * lr_for(batch_size)`` (the same data stream and head initialisation per seed as the main grid)."""
         return [self._finetune_config(s, t, b, st, f) for s in self.tune_seeds for t in self.targets
                 for b in self.tune_batch_sizes for st in self.strategies for f in self.lr_factors]
+
+    def tuned_configs(self, factors: dict) -> list[FinetuneConfig]:
+        """The tuned-rate runs of the recommendation (B1): per reported seed, target and contender in
+        :data:`CONTENDERS` (those in ``strategies``), a run at the smallest batch size at ``factors[(target,
+        strategy)] * lr_for(batch)`` (``factors`` from :func:`chosen_factors` on the tuning seeds only). Raises
+        ``ValueError`` naming a missing ``(target, strategy)``."""
+        b = min(self.batch_sizes)
+        out = []
+        for s in self.seeds:
+            for t in self.targets:
+                for st in (x for x in CONTENDERS if x in self.strategies):
+                    if (t, st) not in factors:
+                        raise ValueError(f"factors has no rate for target {t!r}, strategy {st!r}")
+                    out.append(self._finetune_config(s, t, b, st, factors[(t, st)]))
+        return out
 
     def diag_configs(self) -> list["DiagConfig"]:
         return [DiagConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, noise_batch_sizes=self.noise_batch_sizes,
@@ -484,11 +518,13 @@ def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str
 def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run chapter 5: stage 1 for every source norm needed, the diagnostics per seed, the fine-tuning sweep.
 
-    Returns ``(runs, diag, tune)``: one row per fine-tuning run (columns of :func:`bnstudy.engine.finetune`,
+    Returns ``(runs, diag, tune, tuned)``: one row per fine-tuning run (columns of :func:`bnstudy.engine.finetune`,
     plus ``target_name``, ``mismatch_kl`` of the run's seed and target), one row per seed with the
     list-valued ``noise_records`` / ``precise_records`` (expanded by :func:`noise_table` and
     :func:`precise_table`) and ``mismatch_kl_<target>``, and the learning-rate check's runs on the tuning seeds
-    (the same columns without ``mismatch_kl``, plus ``lr_factor``; empty without tuning seeds).
+    (the same columns without ``mismatch_kl``, plus ``lr_factor``; empty without tuning seeds), and the tuned-rate
+    runs on the reported seeds (:meth:`Config.tuned_configs` at the factors :func:`chosen_factors` picks on
+    ``tune``; the same columns plus ``lr_factor``; empty without tuning seeds or without a contender).
     """
     if not isinstance(config, Config):
         raise TypeError(f"run needs a batch_size.Config (see make_config), got {type(config).__name__}")
@@ -518,11 +554,22 @@ def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFram
                          desc="learning-rate check", **kw)
         tune["target_name"] = [names[(b, c)] for b, c in zip(tune["brightness"], tune["contrast"])]
         tune["lr_factor"] = [round(lr / config.lr_for(b), 6) for lr, b in zip(tune["lr"], tune["batch_size"])]
+    tuned = pd.DataFrame()
+    sb = min(config.batch_sizes)
+    if tcfgs and sb in config.tune_batch_sizes and set(CONTENDERS) & set(config.strategies):
+        qcfgs = config.tuned_configs(chosen_factors(tune, sb))
+        qgroups: dict = {}
+        for i, c in enumerate(qcfgs):
+            qgroups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
+        tuned = run_sweep(qcfgs, _finetune_group, namespace=NAMESPACE, groups=list(qgroups.values()),
+                          desc="tuned rates, reported seeds", **kw)
+        tuned["target_name"] = [names[(b, c)] for b, c in zip(tuned["brightness"], tuned["contrast"])]
+        tuned["lr_factor"] = [round(lr / config.lr_for(b), 6) for lr, b in zip(tuned["lr"], tuned["batch_size"])]
     mm = diag.melt(id_vars="seed", value_vars=[f"mismatch_kl_{t}" for t in config.targets],
                    var_name="target_name", value_name="mismatch_kl")
     mm["target_name"] = mm["target_name"].str.replace("mismatch_kl_", "", regex=False)
     df = df.merge(mm, on=["seed", "target_name"], how="left", validate="many_to_one")
-    return df, diag, tune
+    return df, diag, tune, tuned
 
 
 # --- tidy tables --------------------------------------------------------------------------------------------------
@@ -548,11 +595,11 @@ def precise_table(diag: pd.DataFrame) -> pd.DataFrame:
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
     """:func:`run` as the tables a page saves: ``(results_table(runs), {"lr_check": results_table(tune),
-    "noise": noise_table(diag), "precise_bn": precise_table(diag)})`` (keys: :data:`SIBLING_TABLES`).
+    "noise": noise_table(diag), "precise_bn": precise_table(diag), "tuned": results_table(tuned)})`` (keys: :data:`SIBLING_TABLES`).
     :func:`diag_from_tables` gives :func:`findings` its ``diag`` back from them."""
-    df, diag, tune = run(config, execution)
+    df, diag, tune, tuned = run(config, execution)
     return results_table(df), dict(lr_check=results_table(tune), noise=noise_table(diag),
-                                   precise_bn=precise_table(diag))
+                                   precise_bn=precise_table(diag), tuned=results_table(tuned))
 
 
 def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -570,11 +617,17 @@ def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFr
     return pd.DataFrame(out)
 
 
-def page_values(config: Config, F, runs: pd.DataFrame, tune: pd.DataFrame) -> dict:
+def page_values(config: Config, F, runs: pd.DataFrame, tune: pd.DataFrame, tuned: pd.DataFrame | None = None) -> dict:
     """The settings and costs the page cites beside its findings (glued as ``ch05_<name>``): worker-minutes
-    the fine-tuning runs measured (``wall_s``; main grid, learning-rate check and its share), the check's sizes,
-    AdaBN's settings, samples, steps and learning rates at the smallest and largest batch size."""
+    the fine-tuning runs measured (``wall_s``; main grid, learning-rate check and its share, tuned-rate runs), the
+    check's sizes, AdaBN's settings, samples, steps and learning rates at the smallest and largest batch size, the
+    base rate, the sensitivity margin, the number of strategy/target pairs and precise BN's source-minus-exact
+    accuracy."""
+    tuned = tuned if tuned is not None and len(tuned) else pd.DataFrame({"wall_s": []})
     return dict(main_cpu_min=float(runs.wall_s.sum()) / 60, tune_cpu_min=float(tune.wall_s.sum()) / 60,
+                tuned_cpu_min=float(tuned.wall_s.sum()) / 60, n_tuned_runs=len(tuned), base_lr=config.base_lr,
+                wide_margin=WIDE_MARGIN, n_pairs=int(runs.groupby(["target_name", "strategy"]).ngroups),
+                precise_source_gap=F.precise_source_acc - F.precise_exact_acc,
                 tune_share=float(tune.wall_s.sum() / runs.wall_s.sum()), n_tune_seeds=len(config.tune_seeds),
                 n_lr_factors=len(config.lr_factors), lr_factor_low=min(config.lr_factors),
                 lr_factor_high=max(config.lr_factors), adabn_batch_size=config.adabn_batch_size,
@@ -780,19 +833,104 @@ def best_rate_table(tune: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def chosen_factors(tune: pd.DataFrame, batch_size: int, strategies=CONTENDERS) -> dict:
+    """``{(target, strategy): factor}``: each strategy's best ``lr_factor`` at ``batch_size`` on the tuning seeds
+    (:func:`best_rate_table`), for the strategies of ``strategies`` that ``tune`` has. Raises ``ValueError`` if
+    ``batch_size`` is not a batch size of ``tune``."""
+    if batch_size not in set(tune.batch_size):
+        raise ValueError(f"batch_size={batch_size} is not a batch size of the learning-rate check "
+                         f"{sorted(set(tune.batch_size))}")
+    best = best_rate_table(tune[tune.batch_size == batch_size]).drop_duplicates(["target_name", "strategy"])
+    return {(r.target_name, r.strategy): float(r.best_factor) for r in best.itertuples() if r.strategy in strategies}
+
+
+def _edge(factor: float, grid) -> bool:
+    """A best factor that moved off 1 and sits at an end of the grid: the true best may lie beyond it."""
+    return factor != 1.0 and factor in (min(grid), max(grid))
+
+
+def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, alpha: float = 0.05) -> dict:
+    """The small-batch recommendation at the linear-scaling rate and at tuned rates (B1), reported seeds only.
+
+    At the smallest batch size of ``df``, each per-sample contender (GN-, LN-pretrained) minus BN in train mode,
+    paired within seed, per target, at the linear-scaling rate (``df``: factor 1) and at the tuned rates
+    (``tuned``: each contender at the factor the tuning seeds chose, :func:`chosen_factors` on ``tune``). Holm over
+    every comparison made (paired t-tests). Returns a dict: ``factor`` / ``edge`` per ``<target>_<strategy>``
+    (the chosen factor; ``edge``: "at the edge of the grid" or "inside the grid"), ``diff`` per
+    ``<target>_<strategy>_<base|tuned>`` (Interval, 95%, unadjusted), ``word`` per the same (``"<label> ahead"``,
+    ``"BN in train mode ahead"`` or ``"not separated"``, after Holm), ``rec`` per ``<target>_<base|tuned>``
+    (``"BN in train mode"`` if every per-sample contender is behind after Holm, ``"a per-sample norm"`` if one is
+    ahead and none behind, else ``"not separated"``), ``depends`` per target (``"the answer depends on the
+    rate"`` or ``"the same answer at both rates"``), ``gn_claim`` per ``<target>_<base|tuned>`` ("GroupNorm beats
+    BN at batch 2": ``"holds"``, ``"reversed"`` or ``"not separated"``), ``n_comparisons``, ``n_edge``.
+    Raises ``ValueError`` if a tuned run's factor is not the one the tuning seeds chose (a check that nothing
+    was selected on the reported seeds), or if bn_train or every per-sample contender is missing.
+    """
+    sb = int(df.batch_size.min())
+    chosen = chosen_factors(tune, sb)
+    for r in tuned.drop_duplicates(["target_name", "strategy"]).itertuples():
+        if chosen.get((r.target_name, r.strategy)) != float(r.lr_factor):
+            raise ValueError(f"tuned runs of {r.strategy} on {r.target_name} use factor {r.lr_factor}, but the "
+                             f"tuning seeds chose {chosen.get((r.target_name, r.strategy))}")
+    ps = [s for s in CONTENDERS if s != "bn_train" and s in set(tuned.strategy) and s in set(df.strategy)]
+    if "bn_train" not in set(tuned.strategy) or not ps:
+        raise ValueError("rate_comparison needs bn_train and a per-sample contender in both tables")
+    grid = sorted(set(tune.lr_factor))
+    out: dict = dict(factor={}, edge={}, diff={}, word={}, rec={}, depends={}, gn_claim={})
+    keys, ps_ = [], []
+    for t in sorted(set(tuned.target_name)):
+        for s in ["bn_train"] + ps:
+            f = chosen[(t, s)]
+            out["factor"][f"{t}_{s}"] = f
+            out["edge"][f"{t}_{s}"] = "at the edge of the grid" if _edge(f, grid) else "inside the grid"
+        for tag, d in (("base", df[df.batch_size == sb]), ("tuned", tuned)):
+            piv = d[d.target_name == t].pivot(index="seed", columns="strategy", values="target")
+            for s in ps:
+                v = (piv[s] - piv["bn_train"]).dropna()
+                k = f"{t}_{s}_{tag}"
+                out["diff"][k] = mean_ci(v)
+                keys.append(k)
+                ps_.append(_paired_p(v))
+    adj = dict(zip(keys, holm(np.asarray(ps_))))
+    for k in keys:
+        iv = out["diff"][k]
+        s = next(x for x in ps if f"_{x}_" in f"_{k}")
+        out["word"][k] = ("not separated" if adj[k] >= alpha else
+                          (f"{STRATEGY_LABELS[s]} ahead" if iv.mean > 0 else "BN in train mode ahead"))
+    for t in sorted(set(tuned.target_name)):
+        for tag in ("base", "tuned"):
+            w = [out["word"][f"{t}_{s}_{tag}"] for s in ps]
+            behind = [x == "BN in train mode ahead" for x in w]
+            ahead = [x.endswith("ahead") and not b for x, b in zip(w, behind)]
+            out["rec"][f"{t}_{tag}"] = ("BN in train mode" if all(behind) else
+                                        "a per-sample norm" if any(ahead) and not any(behind) else "not separated")
+            if "group_pretrained" in ps:
+                g = out["word"][f"{t}_group_pretrained_{tag}"]
+                out["gn_claim"][f"{t}_{tag}"] = ("not separated" if g == "not separated" else
+                                                 "reversed" if g == "BN in train mode ahead" else "holds")
+        out["depends"][t] = ("the same answer at both rates" if out["rec"][f"{t}_base"] == out["rec"][f"{t}_tuned"]
+                             else "the answer depends on the rate")
+    out["n_comparisons"] = len(keys)
+    out["n_edge"] = int(sum(v == "at the edge of the grid" for v in out["edge"].values()))
+    return out
+
+
 def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = CONTROL) -> dict:
     """The learning-rate check's summary (tuning seeds only; nothing here selects on the reported seeds).
 
     Returns a dict: ``best_factor`` per ``<target>_<strategy>_b<m>``; ``n_cells`` and ``n_moved`` (cells whose
     best factor is not 1); ``gain_max`` (largest mean gain of the best over the reported rate) and where
     (``gain_where``, readable); per ``<target>_b<m>``: ``winner_base`` / ``winner_best`` (labels) and
-    ``winner_same`` (bool); ``n_winner_changes``; per target, bn_train's difference-in-differences at the
-    smallest tuning batch size at the reported and at the best rates (``did_base``, ``did_best``: Intervals)
-    and the break verdicts with it (``break_base``, ``break_best``: tokens).
+    ``winner_same`` (bool), ``winner_pair`` (a phrase: "unchanged (label)" or both labels);
+    ``n_winner_changes``; per target, bn_train's difference-in-differences at the smallest tuning batch size at the reported and at the best rates (``did_base``, ``did_best``: Intervals)
+    and the break verdicts with it (``break_base``, ``break_best``: tokens); ``n_edge``: moved cells whose best
+    factor is an end of the grid (a "best of the rates tried", a lower bound on the gain); ``n_diverged`` of
+    ``n_runs``.
     """
     base = tune[tune.lr_factor == 1.0]
     best = best_rate_table(tune)
-    out: dict = dict(best_factor={}, winner_base={}, winner_best={}, winner_same={}, did_base={}, did_best={},
+    out: dict = dict(best_factor={}, winner_base={}, winner_best={}, winner_same={}, winner_pair={}, did_base={},
+                     did_best={},
                      break_base={}, break_best={})
     means = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean()
     gains = {}
@@ -804,6 +942,10 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
             - means[(r.target_name, r.strategy, r.batch_size, 1.0)])
     out["n_cells"] = len(out["best_factor"])
     out["n_moved"] = int(sum(v != 1.0 for v in out["best_factor"].values()))
+    grid = sorted(set(tune.lr_factor))
+    out["n_edge"] = int(sum(_edge(v, grid) for v in out["best_factor"].values()))
+    out["n_diverged"] = int(tune.diverged.sum()) if "diverged" in tune else 0
+    out["n_runs"] = len(tune)
     gk = max(gains, key=gains.get)
     out["gain_max"] = gains[gk]
     out["gain_where"] = f"{STRATEGY_LABELS[gk[1]]}, {gk[0]} target, batch {gk[2]}"
@@ -812,6 +954,9 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
         k = f"{a.target_name}_b{a.batch_size}"
         out["winner_base"][k], out["winner_best"][k] = STRATEGY_LABELS[a.winner], STRATEGY_LABELS[b.winner]
         out["winner_same"][k] = bool(a.winner == b.winner)
+        out["winner_pair"][k] = (f"unchanged ({STRATEGY_LABELS[a.winner]})" if a.winner == b.winner else
+                                 f"{STRATEGY_LABELS[a.winner]} at the reported rate, {STRATEGY_LABELS[b.winner]} at the "
+                                 f"best rates tried")
     out["n_winner_changes"] = int(sum(not v for v in out["winner_same"].values()))
     sb = int(tune.batch_size.min())
     for t in sorted(tune.target_name.unique()):
@@ -824,14 +969,17 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
 
 def lr_display(tune: pd.DataFrame) -> pd.DataFrame:
     """The learning-rate check for the page: per strategy (rows) and target/batch size (columns), the best
-    factor and its mean target accuracy against the reported rate's (means over the tuning seeds)."""
+    factor and its mean target accuracy against the reported rate's (means over the tuning seeds); a factor at an
+    end of the grid is marked ``*`` (the best of the rates tried; the true best may lie beyond)."""
     means = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean()
+    grid = sorted(set(tune.lr_factor))
     best = best_rate_table(tune).drop_duplicates(["target_name", "strategy", "batch_size"])
     cols = {}
     for (t, b), g in best.groupby(["target_name", "batch_size"]):
         col = {}
         for r in g.itertuples():
-            col[STRATEGY_LABELS[r.strategy]] = (f"x{r.best_factor:g}: {means[(t, r.strategy, b, r.best_factor)]:.3f} "
+            star = "*" if _edge(r.best_factor, grid) else ""
+            col[STRATEGY_LABELS[r.strategy]] = (f"x{r.best_factor:g}{star}: {means[(t, r.strategy, b, r.best_factor)]:.3f} "
                                                 f"(x1: {means[(t, r.strategy, b, 1.0)]:.3f})")
         cols[f"{t}, batch {b}"] = col
     out = pd.DataFrame(cols)
@@ -908,9 +1056,13 @@ class Findings:
     gap_zero_elsewhere: str
     restat_gain: dict
     spread: dict
+    spread_top: dict
     retention: dict
-    source_acc: float
+    source_acc: dict
     noise_ratio_m2: dict
+    noise_var_ratio_m2: dict
+    noise_var_ratio_top: dict
+    noise_largest_batch: int
     deepest_noisiest: str
     noise_rel_std_m2: dict
     n_eff_frac: dict
@@ -936,6 +1088,9 @@ class Findings:
     n_sizes: int
     n_winner_same_targets: int
     lr: dict
+    breaks_stats_above_restat: dict
+    rate: dict
+    replaced_before: dict
 
 
 def _cells_where(cells: pd.DataFrame, most: int = 8) -> str:
@@ -968,7 +1123,7 @@ def _sep_word(iv: Interval) -> str:
 
 def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
              equivalence_margin: float = 0.01, tune: pd.DataFrame | None = None, control: str = CONTROL,
-             wide_margin: float = 0.05) -> Findings:
+             wide_margin: float = None, tuned: pd.DataFrame | None = None) -> Findings:
     """Chapter 5's findings from :func:`run`'s three tables.
 
     Breaks: :func:`break_batch` against ``reference`` with ``margin``, below and above, raw and against
@@ -979,15 +1134,21 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     gap: interval for ``bn_train`` at the smallest, reference and largest batch size; ``gap_zero_elsewhere``
     checks ``== 0`` for every run of every other strategy. ``restat_gain``: bn_train's accuracy after its
     running statistics are re-estimated minus before, at the largest batch size (C1). Spread: SD over seeds at
-    the smallest batch size. Noise: per layer at batch 2, measured over predicted variance of the batch mean,
+    the smallest batch size (``spread``) and at the largest (``spread_top``). Noise: per layer at batch 2, measured over predicted variance of the batch mean,
     the relative standard deviation, the effective-count fraction averaged over batch sizes, fitted log-log
     slopes of both spreads against batch size, and ``deepest_noisiest``. Retention: head A's accuracy after
     fine-tuning. Precise BN: :func:`samples_enough` (accuracy), :func:`stats_enough` (statistics, below
     :data:`STAT_TOLERANCE`), tokens of :func:`enough_word`. Mismatch: AdaBN minus stats-frozen per target at
     the smallest and reference batch size, the within-target Spearman correlation at the reference (NaN where
     not computable), and at how many batch sizes both targets have the same winner. Learning rates:
-    :func:`lr_check` on ``tune``. Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
+    :func:`lr_check` on ``tune``; ``rate``: :func:`rate_comparison` on ``tuned`` (empty without it). Strategies
+    in :data:`NO_BATCH_STATISTICS` get ``"n/a"`` against the control (they have no batch statistics);
+    ``breaks_stats_above_restat``: bn_train's verdict above the reference against the control with its
+    re-estimated statistics (``target_restat``). ``source_acc`` per source norm (``batch``, ``group``,
+    ``layer``; never pooled); ``replaced_before``: head A's accuracy right after BN is replaced (``to_group``,
+    ``to_layer``: ``task_a_before``). Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
     """
+    wide_margin = WIDE_MARGIN if wide_margin is None else wide_margin
     if reference not in set(df.batch_size):
         raise ValueError(f"reference={reference} is not a batch size of the results {sorted(set(df.batch_size))}")
     sb, lb = int(df.batch_size.min()), int(df.batch_size.max())
@@ -1003,7 +1164,9 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             if sb in ivs:
                 drop[k] = ivs[sb]
             above[k] = break_word(break_batch(df, t, s, reference, margin, side="above")[0], "above")
-            if has_control and s != control:
+            if has_control and s != control and s in NO_BATCH_STATISTICS:
+                sbreaks[k] = sabove[k] = swide[k] = "n/a"
+            elif has_control and s != control:
                 m, ivs = break_batch(df, t, s, reference, margin, control=control)
                 sbreaks[k] = break_word(m)
                 if sb in ivs:
@@ -1011,6 +1174,15 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
                 sabove[k] = break_word(break_batch(df, t, s, reference, margin, control=control, side="above")[0],
                                        "above")
                 swide[k] = break_word(break_batch(df, t, s, reference, wide_margin, control=control)[0])
+    above_restat = {}
+    if has_control and "bn_train" in set(df.strategy) and "target_restat" in df:
+        dr = df.copy()
+        sel = dr.strategy == "bn_train"
+        if dr.loc[sel, "target_restat"].notna().all():
+            dr.loc[sel, "target"] = dr.loc[sel, "target_restat"]
+            for t in targets:
+                above_restat[t] = break_word(break_batch(dr, t, "bn_train", reference, margin, control=control,
+                                                         side="above")[0], "above")
     w = winners(df, chance=chance)
     win = {f"{r.target_name}_b{r.batch_size}": STRATEGY_LABELS[r.winner] for r in w.itertuples()}
     wsep = {f"{r.target_name}_b{r.batch_size}": bool(r.separated) for r in w.itertuples()}
@@ -1039,9 +1211,14 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     others = df[df.strategy != "bn_train"]
     spread = {f"{t}_{s}": float(np.std(g["target"], ddof=1))
               for (t, s), g in df[df.batch_size == sb].groupby(["target_name", "strategy"])}
+    spread_top = {f"{t}_{s}": float(np.std(g["target"], ddof=1))
+                  for (t, s), g in df[df.batch_size == lb].groupby(["target_name", "strategy"])}
     nt = noise_table(diag)
     n2 = nt[nt.batch_size == nt.batch_size.min()]
     ratio = {f"l{l}": float((g.var_mean_rel / g.pred_mean_rel).mean()) for l, g in n2.groupby("layer")}
+    ntop = nt[nt.batch_size == nt.batch_size.max()]
+    vratio = {f"l{l}": float((g.var_var_rel / g.pred_var_rel).mean()) for l, g in n2.groupby("layer")}
+    vratio_top = {f"l{l}": float((g.var_var_rel / g.pred_var_rel).mean()) for l, g in ntop.groupby("layer")}
     rel_std = {f"l{l}": float(np.sqrt(g.var_mean_rel).mean()) for l, g in n2.groupby("layer")}
     neff = {f"l{l}": float(g.n_eff_frac.mean()) for l, g in nt.groupby("layer")}
     slope_m, slope_v = {}, {}
@@ -1087,6 +1264,14 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
                 rho_w[t] = float(sps.spearmanr(a.mismatch_kl, a.advantage)[0])
     same = sum(len(set(g.winner)) == 1 for _, g in w.groupby("batch_size"))
     lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
+    rate = rate_comparison(df, tuned, tune) if tuned is not None and len(tuned) and lr else {}
+    src = {}
+    if "source_task_a_accuracy" in df:
+        norm = df.strategy.map(STRATEGY_NORM)
+        src = {n: float(g.groupby("seed")["source_task_a_accuracy"].first().mean())
+               for n, g in df.groupby(norm, sort=True)}
+    replaced = {s: mean_ci(df[df.strategy == s].groupby("seed")["task_a_before"].mean())
+                for s in ("to_group", "to_layer") if "task_a_before" in df and s in set(df.strategy)}
     return Findings(
         n_seeds=int(df.seed.nunique()), n_runs=len(df), chance=chance, smallest_batch=sb, largest_batch=lb,
         reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin),
@@ -1094,7 +1279,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         breaks_stats_above=sabove, breaks_stats_wide=swide, did_smallest=did, drop_smallest=drop,
         n_break_above=int(sum(v != "never" for v in above.values())),
         n_break_below=int(sum(v != "never" for v in breaks.values())),
-        n_stats_break_below=int(sum(v != "never" for v in sbreaks.values())),
+        n_stats_break_below=int(sum(v not in ("never", "n/a") for v in sbreaks.values())),
+        breaks_stats_above_restat=above_restat, rate=rate, replaced_before=replaced,
         winner=win, winner_separated=wsep, n_winner_separated_holm=int(w.separated_holm.sum()),
         recommend=rec, ps_minus_bn=ivs_, recommend_batchstats=recb, ps_minus_bntrain=ivb, best_bn=bbn, best_ps=bps,
         acc=acc, acc_top={k.rsplit("_b", 1)[0]: v for k, v in acc.items() if k.endswith(f"_b{lb}")},
@@ -1103,9 +1289,10 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         near_chance_where=_cells_where(near_chance_cells(df, chance)),
         n_small_beats_large=_n_small_beats_large(df, sb, lb),
         gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), restat_gain=restat,
-        spread=spread, retention=retention,
-        source_acc=float(df.source_task_a_accuracy.mean()) if "source_task_a_accuracy" in df else math.nan,
-        noise_ratio_m2=ratio, deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff,
+        spread=spread, spread_top=spread_top, retention=retention,
+        source_acc=src,
+        noise_ratio_m2=ratio, noise_var_ratio_m2=vratio, noise_var_ratio_top=vratio_top,
+        noise_largest_batch=int(nt.batch_size.max()), deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff,
         noise_slope_mean=slope_m, noise_slope_var=slope_v, precise_enough=enough, precise_claim=claim,
         precise_mean_enough=menough, precise_var_enough=venough, precise_smallest_n=smallest_n,
         precise_acc_gap=pgap, precise_mean_err=perr, precise_var_err=pverr,
@@ -1139,8 +1326,10 @@ def winners_display(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def breaks_display(F: Findings, strategies) -> pd.DataFrame:
-    """Break thresholds per strategy and target (rows), below and above the reference, any cause and against
-    the control (columns); verdict tokens (``"control"`` for the control itself)."""
+    """Break thresholds per strategy and target (rows), below and above the reference, any cause and beyond the
+    control (columns); verdict tokens (``"control"`` for the control itself, ``"n/a"`` for strategies without
+    batch statistics). With ``F.breaks_stats_above_restat``, a row per target for BN in train mode with
+    re-estimated statistics (above the reference only)."""
     targets = sorted({k.split("_", 1)[0] for k in F.breaks})
     ref = F.reference_batch
     rows = []
@@ -1151,7 +1340,12 @@ def breaks_display(F: Findings, strategies) -> pd.DataFrame:
                 continue
             rows.append({"target": t, "strategy": STRATEGY_LABELS[s],
                          f"below {ref}: any cause": F.breaks[k],
-                         f"below {ref}: batch statistics": F.breaks_stats.get(k, "control"),
+                         f"below {ref}: beyond the control": F.breaks_stats.get(k, "control"),
                          f"above {ref}: any cause": F.breaks_above[k],
-                         f"above {ref}: batch statistics": F.breaks_stats_above.get(k, "control")})
+                         f"above {ref}: beyond the control": F.breaks_stats_above.get(k, "control")})
+            if s == "bn_train" and t in F.breaks_stats_above_restat:
+                rows.append({"target": t, "strategy": "BN in train mode, statistics re-estimated",
+                             f"below {ref}: any cause": "", f"below {ref}: beyond the control": "",
+                             f"above {ref}: any cause": "",
+                             f"above {ref}: beyond the control": F.breaks_stats_above_restat[t]})
     return pd.DataFrame(rows)
