@@ -49,8 +49,9 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path
 
     Also writes ``<name>.json`` naming the files and ``data``, the tidy CSV the figure was drawn from
     (default: the table that :func:`bnstudy.report.save_table` wrote last in this process; pass the
-    path when the figure comes from another one). Raises ``ValueError`` if ``name`` has a suffix or a
-    path separator (names are stable ids).
+    path when the figure comes from another one, or a list of paths when it draws from several: the first is
+    ``data``, the others ``data_more``, each with its run-parameter sidecar). Raises ``ValueError`` if ``name`` has
+    a suffix or a path separator (names are stable ids), or for an empty list of paths.
     """
     from . import report
 
@@ -63,10 +64,17 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path
         p = Path(figures_dir) / f"{name}.{ext}"
         atomic_write_bytes(p, buf.getvalue())
         paths.append(p)
-    data = Path(data) if data is not None else report.last_table
+    if isinstance(data, (list, tuple)):
+        if not data:
+            raise ValueError(f"data must name at least one CSV for figure {name!r}, got an empty list")
+        data, more = Path(data[0]), [Path(d) for d in data[1:]]
+    else:
+        data, more = (Path(data) if data is not None else report.last_table), []
     meta = dict(figure=name, png=f"{name}.png", png_dpi=PNG_DPI, svg=f"{name}.svg",
                 data=data.name if data is not None else None,
                 data_sidecar=report.sidecar_path(data).name if data is not None else None)
+    if more:
+        meta.update(data_more=[d.name for d in more], data_more_sidecars=[report.sidecar_path(d).name for d in more])
     side = Path(figures_dir) / f"{name}.json"
     atomic_write_bytes(side, (json.dumps(meta, indent=2) + "\n").encode())
     return paths

@@ -87,3 +87,20 @@ def test_a_re_saved_table_still_names_the_run_that_computed_it(tmp_path, monkeyp
     assert json.loads(report.sidecar_path(path).read_text())["environment"]["git_commit"] != "f40bda3604"
     _, prov = report.load_rows(path, dict(profile="full"))
     assert prov["git_commit"] == "f40bda3604" and prov["written"] == "2026-12-01T00:45:58+00:00"
+
+
+def test_figure_sidecar_names_every_table_the_figure_draws_from(saved, tmp_path):
+    import matplotlib.pyplot as plt
+    from bnstudy import plots
+    df, path = saved
+    other = report.save_table(df, tmp_path / "results" / "07_points.csv")
+    fig = plt.figure()
+    plots.save_figure(fig, "07-two", tmp_path, [path, other])
+    meta = json.loads((tmp_path / "07-two.json").read_text())
+    assert meta["data"] == "07_rows.csv" and meta["data_more"] == ["07_points.csv"]
+    assert meta["data_more_sidecars"] == [report.sidecar_path(other).name]
+    plots.save_figure(fig, "07-one", tmp_path, path)               # one table: no data_more
+    assert "data_more" not in json.loads((tmp_path / "07-one.json").read_text())
+    with pytest.raises(ValueError, match="at least one CSV"):
+        plots.save_figure(fig, "07-none", tmp_path, [])
+    plt.close(fig)
