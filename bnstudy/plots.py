@@ -1567,17 +1567,17 @@ def ch01_std_display(tuning, reference: dict | None = None) -> pd.DataFrame:
         row = {"head (standardized features)": EXPLORE_LABELS[o]}
         for st in steps:
             iv = tuning.std_gap_at[f"{o}_{st}"]
-            row[f"gap, {st} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n)
+            row[f"gap, {st:,} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n)
         for p, label in (("batch_stats", "train_mode path"), ("pinned", "pinned path")):
             g = tuning.std_gain[f"{o}_{p}"]
-            row[f"{label}, {tuning.main_step} steps (gain)"] = (f"{tuning.std_acc[f'{o}_{p}']:.3f} "
+            row[f"{label}, {tuning.main_step:,} steps (gain)"] = (f"{tuning.std_acc[f'{o}_{p}']:.3f} "
                                                                f"(+{_ci_text(g.mean, g.low, g.high, g.n)})")
         rows.append(row)
     if reference:
         row = {"head (standardized features)": "reference (converged)"}
-        row.update({f"gap, {st} steps": "-" for st in steps})
-        row[f"train_mode path, {tuning.main_step} steps (gain)"] = f"{reference['batch_stats']:.3f}"
-        row[f"pinned path, {tuning.main_step} steps (gain)"] = f"{reference['pinned']:.3f}"
+        row.update({f"gap, {st:,} steps": "-" for st in steps})
+        row[f"train_mode path, {tuning.main_step:,} steps (gain)"] = f"{reference['batch_stats']:.3f}"
+        row[f"pinned path, {tuning.main_step:,} steps (gain)"] = f"{reference['pinned']:.3f}"
         rows.append(row)
     return pd.DataFrame(rows).set_index("head (standardized features)")
 
@@ -1596,7 +1596,7 @@ def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
     out = {}
     for (o, p), g in choice.groupby(["optimizer", "path"], sort=False):
         out[f"{EXPLORE_LABELS.get(o, o)}, {names.get(p, p)}"] = {
-            f"selected at {int(r['step'])} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
+            f"selected at {int(r['step']):,} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
                                                                    else f" ({r['position']} tried)")
             for _, r in g.iterrows()}
     return pd.DataFrame(out).T.rename_axis("head")
@@ -1639,12 +1639,12 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
 
     run = t3[t3["case"].isin(setups)]
     paired_panel(ax_a, run.pivot(index="seed", columns="case", values="task_b_main")[setups],
-                 f"(a) lr {run['lr'].iloc[0]:g}, {int(run['steps'].iloc[0])} steps")
+                 f"(a) lr {run['lr'].iloc[0]:g}, {int(run['steps'].iloc[0]):,} steps")
     ax_a.set_ylabel("task-B test accuracy,\nmain head")
     plt.setp(ax_c.get_yticklabels(), visible=False)
     at = pd.concat([tuned[(tuned["setup"] == s) & (tuned["lr"] == chosen[s])] for s in setups])
     paired_panel(ax_c, at.pivot(index="seed", columns="setup", values="task_b_main")[setups],
-                 f"(b) chosen rates, {int(tuned['steps'].iloc[0])} steps")
+                 f"(b) chosen rates, {int(tuned['steps'].iloc[0]):,} steps")
     for s in setups:
         c = _curve(tuned[tuned["setup"] == s], "lr", "val_main")
         ax_b.plot(c["lr"], c["mean"], "-o", ms=4, color=colors[s], label=names[s].replace("\n", " "))
@@ -1660,7 +1660,7 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
     ax_b.set_ylim(0, 1)
     ax_b.set_xlabel("learning rate (SGD, momentum 0.9); star: chosen")
     ax_b.set_ylabel("task-B validation\naccuracy")
-    ax_b.set_title(f"(c) validation accuracy after {int(tuned['steps'].iloc[0])} steps")
+    ax_b.set_title(f"(c) validation accuracy after {int(tuned['steps'].iloc[0]):,} steps")
     ax_b.legend(fontsize=9, loc="upper left", ncol=2)
     return min_text_size(fig)
 

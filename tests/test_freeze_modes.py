@@ -435,7 +435,7 @@ def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_indivi
     f = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
     assert f.sens_verdicts == {"l2_1e-04_n4000": "tie", "l2_1e-02_n1000": "pinned worse"}
     assert (f.sens_n, f.sens_n_agree) == (2, 1)
-    assert f.sens_dissent == "L2 1e-02 with 1000 samples: pinned worse"
+    assert f.sens_dissent == "L2 1e-02 with 1,000 samples: pinned worse"
     # unseen: seeds 1, 2, 201, 202 (gaps -0.002, 0.002, -0.002, 0.002)
     assert f.unseen_n == 4 and f.seen_n == 2 and f.unseen.mean == pytest.approx(0.0) and f.unseen_verdict == "tie"
     assert f.primary_p_tost_text == "< 0.001"

@@ -1108,7 +1108,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     u = g[~g.index.isin(list(seen_seeds))]
     nan_iv = Interval(math.nan, math.nan, math.nan, int(len(u)))
     sens_key = lambda r: f"l2_{r['l2']:.0e}_n{int(r['n_fit'])}"
-    dissent = [f"L2 {r['l2']:.0e} with {int(r['n_fit'])} samples: {r['verdict']}" for _, r in sens.iterrows()
+    dissent = [f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}" for _, r in sens.iterrows()
                if r["verdict"] != primary_verdict]
     k_worse, n_tr = int((ex["verdict"] == "pinned worse").sum()), len(ex)
     tuned = ex[ex["test"] != "main"]
