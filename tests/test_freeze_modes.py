@@ -686,3 +686,27 @@ def test_the_sweep_replays_the_engines_drift_and_trains_standardized_heads():
     assert {"sgd-std", "adam-std"} <= set(out["optimizer"])
     assert len(out[(out["optimizer"] == "sgd-std") & (out["split"] == "test")]) == 4   # 2 paths x 2 checkpoints
     assert "drift" not in ch.head_curves(run.replace(drift_batches=0), src)
+
+
+def test_narrowing_is_tested_per_optimizer_with_holm_over_the_optimizers():
+    sgd = [-0.05, -0.06, -0.04, -0.05, -0.055]      # p far below 0.05
+    adam = [-0.01, -0.028, 0.0, -0.02, -0.012]      # p about 0.04
+    p, ph, v = ch.narrowing_holm({"sgd": sgd, "adam": adam})
+    assert p["adam"] == pytest.approx(ch.t_pvalue(adam)) and 0.025 < p["adam"] < 0.05
+    assert ph["sgd"] == pytest.approx(2 * p["sgd"])                              # Holm step-down over 2
+    assert ph["adam"] == pytest.approx(max(2 * p["sgd"], p["adam"]))
+    assert v == {"sgd": "narrows", "adam": "narrows"}            # the larger p is compared with alpha itself
+    # two borderline changes (p about 0.04 each): both narrow uncorrected, neither after Holm (0.08 each)
+    p2, ph2, v2 = ch.narrowing_holm({"sgd": adam, "adam": list(adam)})
+    assert max(p2.values()) < 0.05 and min(ph2.values()) > 0.05
+    assert v2 == {"sgd": "not resolved", "adam": "not resolved"}
+    assert ch.narrowing_holm({"sgd": [0.05, 0.06, 0.04]})[2] == {"sgd": "widens"}
+    assert ch.narrowing_holm({"sgd": [-0.05, -0.06]})[2]["sgd"] == ch.no_verdict(2)
+    s = sweep_table()
+    late = (s["step"] == 800) & (s["path"] == "batch_stats") & (s["optimizer"] == "sgd") & s["role"].isin(["report", "confirm"])
+    s.loc[late, "accuracy"] -= np.linspace(0.04, 0.06, int(late.sum()))
+    t = ch.tuning_findings(s, 800)
+    assert set(t.narrowing_p_holm) == {"sgd", "adam"} and t.narrows_holm["sgd"] == "narrows"
+    assert t.narrowing_p_holm["sgd"] >= t.narrowing_p["sgd"] and t.n_narrows_holm == 1
+    assert t.narrow_holm_reading.startswith("the gap narrows for SGD")
+    assert t.narrowing_p_holm_text["sgd"] == ch.p_text(t.narrowing_p_holm["sgd"])
