@@ -16,6 +16,7 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import seaborn as sns
 
 import textwrap
@@ -1491,35 +1492,51 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
     Each tuning seed is a small dot; the line joins the means; the band is the seeds' range (plain on the
     ``batch_stats`` path, hatched on the pinned one; a t interval from 2-3 tuning seeds would be mostly its
     t quantile). ``min_seeds`` is kept for callers and not used. ``chosen``: ``{(optimizer, path): lr}``, each
-    choice ringed.
+    choice ringed. Where ``lrt`` holds the standardized heads (``sgd-std``, ``adam-std``) they get a second row,
+    on the same y axis.
     """
     from matplotlib.lines import Line2D
-    opts = [o for o in ("sgd", "adam") if o in set(lrt["optimizer"])]
+    present = set(lrt["optimizer"])
+    base = [o for o in ("sgd", "adam") if o in present or o + "-std" in present]
+    rows = [[o if o in present else None for o in base]]
+    if any(o + "-std" in present for o in base):
+        rows.append([o + "-std" if o + "-std" in present else None for o in base])
     n = int(lrt["seed"].nunique())
-    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.7), sharey=True, squeeze=False)
-    for ax, o in zip(axes[0], opts):
-        for path, (ls, marker, label) in PATH_STYLES.items():
-            sub = lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)]
-            g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
-            ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=OPTIMIZER_COLORS[o], label=label)
-            pinned = path == "pinned"
-            ax.fill_between(g.index, g["lo"], g["hi"], facecolor="none" if pinned else OPTIMIZER_COLORS[o],
-                            edgecolor=OPTIMIZER_COLORS[o], hatch="////" if pinned else None,
-                            alpha=0.35 if pinned else 0.15, lw=0)
-            ax.scatter(sub["lr"], sub["accuracy"], s=8, color=OPTIMIZER_COLORS[o], alpha=0.6, zorder=3)
-            if chosen and (o, path) in chosen:
-                lr = chosen[(o, path)]
-                ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec="black", mew=1.4, zorder=4)
-        ax.set_xscale("log"); ax.set_xlabel("learning rate")
-        ax.set_title("SGD + momentum" if o == "sgd" else "Adam")
-    axes[0][0].set_ylabel("validation accuracy, task B")
+    fig, axes = plt.subplots(len(rows), len(base), figsize=(3.4 * len(base) + 0.4, 3.0 * len(rows) + 0.7),
+                             sharey=True, squeeze=False)
+    for r, row in enumerate(rows):
+        for ax, o in zip(axes[r], row):
+            if o is None:
+                ax.set_visible(False)
+                continue
+            color = OPTIMIZER_COLORS[o.removesuffix("-std")]
+            for path, (ls, marker, label) in PATH_STYLES.items():
+                sub = lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)]
+                g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
+                ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=color, label=label)
+                pinned = path == "pinned"
+                ax.fill_between(g.index, g["lo"], g["hi"], facecolor="none" if pinned else color,
+                                edgecolor=color, hatch="////" if pinned else None,
+                                alpha=0.35 if pinned else 0.15, lw=0)
+                ax.scatter(sub["lr"], sub["accuracy"], s=8, color=color, alpha=0.6, zorder=3)
+                if chosen and (o, path) in chosen and chosen[(o, path)] in g.index:
+                    lr = chosen[(o, path)]
+                    ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec="black", mew=1.4, zorder=4)
+            ax.set_xscale("log"); ax.set_xlabel("learning rate")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            grid = sorted(lrt[lrt["optimizer"] == o]["lr"].unique())
+            if grid and np.log10(grid[-1] / grid[0]) < 1.5:   # a narrow grid: label its rates, not the decades
+                ax.set_xticks(grid, [f"{x:g}" for x in grid])
+            ax.set_title(("SGD + momentum" if o.startswith("sgd") else "Adam")
+                         + (", standardized" if o.endswith("-std") else ""))
+        axes[r][0].set_ylabel("validation accuracy, task B")
     handles, labels = axes[0][0].get_legend_handles_labels()
     if chosen:
         handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec="black", ls="", label="chosen"))
         labels.append("chosen")
     band = f"range of {n} seeds"
     handles.append(Line2D([], [], marker="o", ms=3, ls="", color="0.4")); labels.append(f"one tuning seed (band: {band})")
-    fig.tight_layout(rect=(0, 0.22, 1, 1))
+    fig.tight_layout(rect=(0, 0.7 / (3.0 * len(rows) + 0.7), 1, 1))   # the legend's 0.7 inch below the panels
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
 

@@ -710,3 +710,19 @@ def test_narrowing_is_tested_per_optimizer_with_holm_over_the_optimizers():
     assert t.narrowing_p_holm["sgd"] >= t.narrowing_p["sgd"] and t.n_narrows_holm == 1
     assert t.narrow_holm_reading.startswith("the gap narrows for SGD")
     assert t.narrowing_p_holm_text["sgd"] == ch.p_text(t.narrowing_p_holm["sgd"])
+
+
+def test_lr_figure_shows_the_standardized_heads_grids_in_a_second_row():
+    import matplotlib.pyplot as plt
+    from bnstudy import plots
+    s = _with_std(sweep_table(gap_adam=(0.10, 0.12, 0.11)), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032))
+    lrt = ch.lr_table(s, 800)
+    fig = plots.lr_figure(lrt, ch.choose_lrs(s, 800))
+    titles = [a.get_title() for a in fig.axes if a.get_visible()]
+    assert titles == ["SGD + momentum", "Adam", "SGD + momentum, standardized"]   # no adam-std heads here
+    std_ax = fig.axes[2]
+    assert sorted(set(std_ax.lines[0].get_xdata())) == [0.05, 0.2]              # the std grid as tried
+    plt.close(fig)
+    plain = plots.lr_figure(ch.lr_table(sweep_table(), 800))
+    assert [a.get_title() for a in plain.axes] == ["SGD + momentum", "Adam"]
+    plt.close(plain)
