@@ -16,6 +16,7 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import seaborn as sns
 
 import textwrap
@@ -49,8 +50,9 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path
 
     Also writes ``<name>.json`` naming the files and ``data``, the tidy CSV the figure was drawn from
     (default: the table that :func:`bnstudy.report.save_table` wrote last in this process; pass the
-    path when the figure comes from another one). Raises ``ValueError`` if ``name`` has a suffix or a
-    path separator (names are stable ids).
+    path when the figure comes from another one, or a list of paths when it draws from several: the first is
+    ``data``, the others ``data_more``, each with its run-parameter sidecar). Raises ``ValueError`` if ``name`` has
+    a suffix or a path separator (names are stable ids), or for an empty list of paths.
     """
     from . import report
 
@@ -63,10 +65,17 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path
         p = Path(figures_dir) / f"{name}.{ext}"
         atomic_write_bytes(p, buf.getvalue())
         paths.append(p)
-    data = Path(data) if data is not None else report.last_table
+    if isinstance(data, (list, tuple)):
+        if not data:
+            raise ValueError(f"data must name at least one CSV for figure {name!r}, got an empty list")
+        data, more = Path(data[0]), [Path(d) for d in data[1:]]
+    else:
+        data, more = (Path(data) if data is not None else report.last_table), []
     meta = dict(figure=name, png=f"{name}.png", png_dpi=PNG_DPI, svg=f"{name}.svg",
                 data=data.name if data is not None else None,
                 data_sidecar=report.sidecar_path(data).name if data is not None else None)
+    if more:
+        meta.update(data_more=[d.name for d in more], data_more_sidecars=[report.sidecar_path(d).name for d in more])
     side = Path(figures_dir) / f"{name}.json"
     atomic_write_bytes(side, (json.dumps(meta, indent=2) + "\n").encode())
     return paths
@@ -1483,35 +1492,51 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
     Each tuning seed is a small dot; the line joins the means; the band is the seeds' range (plain on the
     ``batch_stats`` path, hatched on the pinned one; a t interval from 2-3 tuning seeds would be mostly its
     t quantile). ``min_seeds`` is kept for callers and not used. ``chosen``: ``{(optimizer, path): lr}``, each
-    choice ringed.
+    choice ringed. Where ``lrt`` holds the standardized heads (``sgd-std``, ``adam-std``) they get a second row,
+    on the same y axis.
     """
     from matplotlib.lines import Line2D
-    opts = [o for o in ("sgd", "adam") if o in set(lrt["optimizer"])]
+    present = set(lrt["optimizer"])
+    base = [o for o in ("sgd", "adam") if o in present or o + "-std" in present]
+    rows = [[o if o in present else None for o in base]]
+    if any(o + "-std" in present for o in base):
+        rows.append([o + "-std" if o + "-std" in present else None for o in base])
     n = int(lrt["seed"].nunique())
-    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.7), sharey=True, squeeze=False)
-    for ax, o in zip(axes[0], opts):
-        for path, (ls, marker, label) in PATH_STYLES.items():
-            sub = lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)]
-            g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
-            ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=OPTIMIZER_COLORS[o], label=label)
-            pinned = path == "pinned"
-            ax.fill_between(g.index, g["lo"], g["hi"], facecolor="none" if pinned else OPTIMIZER_COLORS[o],
-                            edgecolor=OPTIMIZER_COLORS[o], hatch="////" if pinned else None,
-                            alpha=0.35 if pinned else 0.15, lw=0)
-            ax.scatter(sub["lr"], sub["accuracy"], s=8, color=OPTIMIZER_COLORS[o], alpha=0.6, zorder=3)
-            if chosen and (o, path) in chosen:
-                lr = chosen[(o, path)]
-                ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec="black", mew=1.4, zorder=4)
-        ax.set_xscale("log"); ax.set_xlabel("learning rate")
-        ax.set_title("SGD + momentum" if o == "sgd" else "Adam")
-    axes[0][0].set_ylabel("validation accuracy, task B")
+    fig, axes = plt.subplots(len(rows), len(base), figsize=(3.4 * len(base) + 0.4, 3.0 * len(rows) + 0.7),
+                             sharey=True, squeeze=False)
+    for r, row in enumerate(rows):
+        for ax, o in zip(axes[r], row):
+            if o is None:
+                ax.set_visible(False)
+                continue
+            color = OPTIMIZER_COLORS[o.removesuffix("-std")]
+            for path, (ls, marker, label) in PATH_STYLES.items():
+                sub = lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)]
+                g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
+                ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=color, label=label)
+                pinned = path == "pinned"
+                ax.fill_between(g.index, g["lo"], g["hi"], facecolor="none" if pinned else color,
+                                edgecolor=color, hatch="////" if pinned else None,
+                                alpha=0.35 if pinned else 0.15, lw=0)
+                ax.scatter(sub["lr"], sub["accuracy"], s=8, color=color, alpha=0.6, zorder=3)
+                if chosen and (o, path) in chosen and chosen[(o, path)] in g.index:
+                    lr = chosen[(o, path)]
+                    ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec="black", mew=1.4, zorder=4)
+            ax.set_xscale("log"); ax.set_xlabel("learning rate")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            grid = sorted(lrt[lrt["optimizer"] == o]["lr"].unique())
+            if grid and np.log10(grid[-1] / grid[0]) < 1.5:   # a narrow grid: label its rates, not the decades
+                ax.set_xticks(grid, [f"{x:g}" for x in grid])
+            ax.set_title(("SGD + momentum" if o.startswith("sgd") else "Adam")
+                         + (", standardized" if o.endswith("-std") else ""))
+        axes[r][0].set_ylabel("validation accuracy, task B")
     handles, labels = axes[0][0].get_legend_handles_labels()
     if chosen:
         handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec="black", ls="", label="chosen"))
         labels.append("chosen")
     band = f"range of {n} seeds"
     handles.append(Line2D([], [], marker="o", ms=3, ls="", color="0.4")); labels.append(f"one tuning seed (band: {band})")
-    fig.tight_layout(rect=(0, 0.22, 1, 1))
+    fig.tight_layout(rect=(0, 0.7 / (3.0 * len(rows) + 0.7), 1, 1))   # the legend's 0.7 inch below the panels
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
 
@@ -1559,17 +1584,17 @@ def ch01_std_display(tuning, reference: dict | None = None) -> pd.DataFrame:
         row = {"head (standardized features)": EXPLORE_LABELS[o]}
         for st in steps:
             iv = tuning.std_gap_at[f"{o}_{st}"]
-            row[f"gap, {st} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n)
+            row[f"gap, {st:,} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n)
         for p, label in (("batch_stats", "train_mode path"), ("pinned", "pinned path")):
             g = tuning.std_gain[f"{o}_{p}"]
-            row[f"{label}, {tuning.main_step} steps (gain)"] = (f"{tuning.std_acc[f'{o}_{p}']:.3f} "
+            row[f"{label}, {tuning.main_step:,} steps (gain)"] = (f"{tuning.std_acc[f'{o}_{p}']:.3f} "
                                                                f"(+{_ci_text(g.mean, g.low, g.high, g.n)})")
         rows.append(row)
     if reference:
         row = {"head (standardized features)": "reference (converged)"}
-        row.update({f"gap, {st} steps": "-" for st in steps})
-        row[f"train_mode path, {tuning.main_step} steps (gain)"] = f"{reference['batch_stats']:.3f}"
-        row[f"pinned path, {tuning.main_step} steps (gain)"] = f"{reference['pinned']:.3f}"
+        row.update({f"gap, {st:,} steps": "-" for st in steps})
+        row[f"train_mode path, {tuning.main_step:,} steps (gain)"] = f"{reference['batch_stats']:.3f}"
+        row[f"pinned path, {tuning.main_step:,} steps (gain)"] = f"{reference['pinned']:.3f}"
         rows.append(row)
     return pd.DataFrame(rows).set_index("head (standardized features)")
 
@@ -1588,7 +1613,7 @@ def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
     out = {}
     for (o, p), g in choice.groupby(["optimizer", "path"], sort=False):
         out[f"{EXPLORE_LABELS.get(o, o)}, {names.get(p, p)}"] = {
-            f"selected at {int(r['step'])} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
+            f"selected at {int(r['step']):,} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
                                                                    else f" ({r['position']} tried)")
             for _, r in g.iterrows()}
     return pd.DataFrame(out).T.rename_axis("head")
@@ -1631,12 +1656,12 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
 
     run = t3[t3["case"].isin(setups)]
     paired_panel(ax_a, run.pivot(index="seed", columns="case", values="task_b_main")[setups],
-                 f"(a) lr {run['lr'].iloc[0]:g}, {int(run['steps'].iloc[0])} steps")
+                 f"(a) lr {run['lr'].iloc[0]:g}, {int(run['steps'].iloc[0]):,} steps")
     ax_a.set_ylabel("task-B test accuracy,\nmain head")
     plt.setp(ax_c.get_yticklabels(), visible=False)
     at = pd.concat([tuned[(tuned["setup"] == s) & (tuned["lr"] == chosen[s])] for s in setups])
     paired_panel(ax_c, at.pivot(index="seed", columns="setup", values="task_b_main")[setups],
-                 f"(b) chosen rates, {int(tuned['steps'].iloc[0])} steps")
+                 f"(b) chosen rates, {int(tuned['steps'].iloc[0]):,} steps")
     for s in setups:
         c = _curve(tuned[tuned["setup"] == s], "lr", "val_main")
         ax_b.plot(c["lr"], c["mean"], "-o", ms=4, color=colors[s], label=names[s].replace("\n", " "))
@@ -1652,7 +1677,7 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
     ax_b.set_ylim(0, 1)
     ax_b.set_xlabel("learning rate (SGD, momentum 0.9); star: chosen")
     ax_b.set_ylabel("task-B validation\naccuracy")
-    ax_b.set_title(f"(c) validation accuracy after {int(tuned['steps'].iloc[0])} steps")
+    ax_b.set_title(f"(c) validation accuracy after {int(tuned['steps'].iloc[0]):,} steps")
     ax_b.legend(fontsize=9, loc="upper left", ncol=2)
     return min_text_size(fig)
 

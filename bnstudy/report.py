@@ -358,7 +358,7 @@ def timing_sentence(wall_s: float, run_s: float | None, rows_from: dict | None =
     when = str(rows_from.get("written") or "an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
     own = (f"that run took {run_s / 60:.1f} minutes in {what}" if run_s is not None
            else "that run's own wall time is not in its sidecar (the project's closing notes give it)")
-    return (f"This execution did not run the experiment: it analysed again the {n_rows if n_rows is not None else ''}"
+    return (f"This execution did not run the experiment: it analysed again the {f'{n_rows:,}' if n_rows is not None else ''}"
             f"{' ' if n_rows is not None else ''}rows that the run at git commit `{rows_from.get('git_commit')}` "
             f"saved on {when} (their sha256 checked against that run's record), in {wall_s / 60:.1f} minutes of "
             f"wall time; {own}.")

@@ -125,6 +125,8 @@ class BookFigures(Transform):
             links.append(_link(f"data ({meta['data']})", f"{res}/{meta['data']}"))
             if meta.get("data_sidecar"):
                 links.append(_link("run parameters (JSON)", f"{res}/{meta['data_sidecar']}"))
+        for d in meta.get("data_more", []):
+            links.append(_link(f"data ({d})", f"{res}/{d}"))
         para = nodes.paragraph("", "", classes=["bn-downloads"])
         para += nodes.Text("Download: ")
         for i, ref in enumerate(links):

@@ -435,7 +435,7 @@ def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_indivi
     f = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
     assert f.sens_verdicts == {"l2_1e-04_n4000": "tie", "l2_1e-02_n1000": "pinned worse"}
     assert (f.sens_n, f.sens_n_agree) == (2, 1)
-    assert f.sens_dissent == "L2 1e-02 with 1000 samples: pinned worse"
+    assert f.sens_dissent == "L2 1e-02 with 1,000 samples: pinned worse"
     # unseen: seeds 1, 2, 201, 202 (gaps -0.002, 0.002, -0.002, 0.002)
     assert f.unseen_n == 4 and f.seen_n == 2 and f.unseen.mean == pytest.approx(0.0) and f.unseen_verdict == "tie"
     assert f.primary_p_tost_text == "< 0.001"
@@ -686,3 +686,43 @@ def test_the_sweep_replays_the_engines_drift_and_trains_standardized_heads():
     assert {"sgd-std", "adam-std"} <= set(out["optimizer"])
     assert len(out[(out["optimizer"] == "sgd-std") & (out["split"] == "test")]) == 4   # 2 paths x 2 checkpoints
     assert "drift" not in ch.head_curves(run.replace(drift_batches=0), src)
+
+
+def test_narrowing_is_tested_per_optimizer_with_holm_over_the_optimizers():
+    sgd = [-0.05, -0.06, -0.04, -0.05, -0.055]      # p far below 0.05
+    adam = [-0.01, -0.028, 0.0, -0.02, -0.012]      # p about 0.04
+    p, ph, v = ch.narrowing_holm({"sgd": sgd, "adam": adam})
+    assert p["adam"] == pytest.approx(ch.t_pvalue(adam)) and 0.025 < p["adam"] < 0.05
+    assert ph["sgd"] == pytest.approx(2 * p["sgd"])                              # Holm step-down over 2
+    assert ph["adam"] == pytest.approx(max(2 * p["sgd"], p["adam"]))
+    assert v == {"sgd": "narrows", "adam": "narrows"}            # the larger p is compared with alpha itself
+    # two borderline changes (p about 0.04 each): both narrow uncorrected, neither after Holm (0.08 each)
+    p2, ph2, v2 = ch.narrowing_holm({"sgd": adam, "adam": list(adam)})
+    assert max(p2.values()) < 0.05 and min(ph2.values()) > 0.05
+    assert v2 == {"sgd": "not resolved", "adam": "not resolved"}
+    assert ch.narrowing_holm({"sgd": [0.05, 0.06, 0.04]})[2] == {"sgd": "widens"}
+    assert ch.narrowing_holm({"sgd": [-0.05, -0.06]})[2]["sgd"] == ch.no_verdict(2)
+    s = sweep_table()
+    late = (s["step"] == 800) & (s["path"] == "batch_stats") & (s["optimizer"] == "sgd") & s["role"].isin(["report", "confirm"])
+    s.loc[late, "accuracy"] -= np.linspace(0.04, 0.06, int(late.sum()))
+    t = ch.tuning_findings(s, 800)
+    assert set(t.narrowing_p_holm) == {"sgd", "adam"} and t.narrows_holm["sgd"] == "narrows"
+    assert t.narrowing_p_holm["sgd"] >= t.narrowing_p["sgd"] and t.n_narrows_holm == 1
+    assert t.narrow_holm_reading.startswith("the gap narrows for SGD")
+    assert t.narrowing_p_holm_text["sgd"] == ch.p_text(t.narrowing_p_holm["sgd"])
+
+
+def test_lr_figure_shows_the_standardized_heads_grids_in_a_second_row():
+    import matplotlib.pyplot as plt
+    from bnstudy import plots
+    s = _with_std(sweep_table(gap_adam=(0.10, 0.12, 0.11)), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032))
+    lrt = ch.lr_table(s, 800)
+    fig = plots.lr_figure(lrt, ch.choose_lrs(s, 800))
+    titles = [a.get_title() for a in fig.axes if a.get_visible()]
+    assert titles == ["SGD + momentum", "Adam", "SGD + momentum, standardized"]   # no adam-std heads here
+    std_ax = fig.axes[2]
+    assert sorted(set(std_ax.lines[0].get_xdata())) == [0.05, 0.2]              # the std grid as tried
+    plt.close(fig)
+    plain = plots.lr_figure(ch.lr_table(sweep_table(), 800))
+    assert [a.get_title() for a in plain.axes] == ["SGD + momentum", "Adam"]
+    plt.close(plain)

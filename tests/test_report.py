@@ -152,3 +152,20 @@ def test_glue_values_glues_each_value_under_the_prefix_by_the_pages_rules(monkey
     report.glue_values("ch09", dict(n=np.int64(3), lr=0.05, split=dict(fit=40, val=10)))
     assert glued == {"ch09_n": 3, "ch09_lr": 0.05, "ch09_split_fit": 40, "ch09_split_val": 10}
     assert type(glued["ch09_n"]) is int                           # a NumPy scalar would print as np.int64(3)
+
+
+def test_figure_sidecar_names_every_table_the_figure_draws_from(saved, tmp_path):
+    import matplotlib.pyplot as plt
+    from bnstudy import plots
+    df, path = saved
+    other = report.save_table(df, tmp_path / "results" / "07_points.csv")
+    fig = plt.figure()
+    plots.save_figure(fig, "07-two", tmp_path, [path, other])
+    meta = json.loads((tmp_path / "07-two.json").read_text())
+    assert meta["data"] == "07_rows.csv" and meta["data_more"] == ["07_points.csv"]
+    assert meta["data_more_sidecars"] == [report.sidecar_path(other).name]
+    plots.save_figure(fig, "07-one", tmp_path, path)               # one table: no data_more
+    assert "data_more" not in json.loads((tmp_path / "07-one.json").read_text())
+    with pytest.raises(ValueError, match="at least one CSV"):
+        plots.save_figure(fig, "07-none", tmp_path, [])
+    plt.close(fig)

@@ -423,7 +423,10 @@ def test_level_table_counts_the_tests_and_gives_the_verdict_per_level():
     assert net.loc[("both", 0.25, "raw"), "verdict"] == "benefit larger"       # 0.05 - 0.01875, tiny spread
     assert net.loc[("blur", 1.0, "raw"), "mean"] == pytest.approx(-0.05)
     assert net.loc[("both", 1.0, "raw"), "breakeven_rate"] == pytest.approx(0.2 / 0.3)
+    lo, hi = net.loc[("both", 1.0, "raw"), ["breakeven_low", "breakeven_high"]]
+    assert lo <= 0.2 / 0.3 <= hi and hi - lo < 0.01                         # three seeds, tiny spread
     vt = ss.verdict_table(lv)
+    assert vt.loc[("both", "1"), "break-even rate [95%]"] == f"{0.2 / 0.3:.2f} [{lo:.2f}, {hi:.2f}]"
     assert vt.loc[("both", "1"), "verdict (accuracy)"] == "cost larger"
 
 
@@ -588,3 +591,45 @@ def test_source_backbone_trains_its_source_when_the_cache_has_none(tmp_path):
     assert not first.training
     for (k, a), (_, b) in zip(first.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), k
+
+
+def test_breakeven_interval_brackets_the_rate_and_refuses_where_the_cost_may_be_zero():
+    cost = np.array([0.28, 0.30, 0.32, 0.29, 0.31])
+    ben = np.array([0.19, 0.21, 0.20, 0.22, 0.18])
+    lo, hi = ss.breakeven_interval(cost, ben, n_boot=500)
+    assert lo < ben.mean() / cost.mean() < hi and hi - lo < 0.2
+    assert ss.breakeven_interval(cost, ben, n_boot=500) == (lo, hi)            # reproducible (seed 0)
+    lo0, hi0 = ss.breakeven_interval(np.array([0.02, -0.03, 0.01, -0.01, 0.02]), ben, n_boot=500)
+    assert np.isnan(lo0) and np.isnan(hi0)                                       # mean cost often <= 0: no bound
+    assert all(np.isnan(ss.breakeven_interval(cost[:2], ben[:2], n_boot=50)))  # too few seeds
+    with pytest.raises(ValueError, match="n_boot"):
+        ss.breakeven_interval(cost, ben, n_boot=0)
+    with pytest.raises(ValueError, match="equal length"):
+        ss.breakeven_interval(cost, ben[:3])
+
+
+def test_rate_reading_flags_point_estimates_and_rates_above_one_where_the_net_is_unresolved():
+    assert ss.rate_reading(math.nan, math.nan, math.nan, "tie") == "n/a"
+    assert ss.rate_reading(0.5, 0.4, 0.6, "cost larger") == "0.50 [0.40, 0.60]"
+    assert ss.rate_reading(1.39, math.nan, math.nan, "tie") == "1.39 (point estimate only), net not resolved"
+    assert ss.rate_reading(1.39, 0.8, 2.5, "undetermined") == "1.39 [0.80, 2.50], net not resolved"
+    assert ss.rate_reading(1.39, 1.1, 2.5, "benefit larger") == "1.39 [1.10, 2.50]"
+
+
+def test_rate_findings_do_not_read_rates_above_one_at_unresolved_levels_as_drifting_paying():
+    row = lambda line, x, rate, lo, hi, v: dict(line=line, strength=x, view="raw", metric="net", breakeven_rate=rate,
+                                                breakeven_low=lo, breakeven_high=hi, verdict=v)
+    lv = pd.DataFrame([row("brightness", 0.5, 1.39, 0.7, 2.9, "tie"), row("noise", 3.0, 1.48, math.nan, math.nan,
+                                                                            "undetermined"),
+                       row("both", 1.0, 0.36, 0.3, 0.43, "cost larger"),
+                       row("contrast", 2.0, math.nan, math.nan, math.nan, "tie"),
+                       dict(row("both", 1.0, 9.0, 8.0, 10.0, "benefit larger"), view="normalized")])
+    R = ss.rate_findings(lv)
+    assert (R["rate_n"], R["rate_n_point_only"], R["rate_n_above_1"], R["rate_n_above_1_ci"],
+            R["rate_n_above_1_paid"]) == (3, 1, 2, 0, 0)
+    assert R["rate_above_1_levels"] == ("brightness 0.5: 1.39 [0.70, 2.90], tie; "
+                                        "noise 3: 1.48 (point estimate only), undetermined")
+    assert "none shows that drifting pays" in R["rate_above_1_reading"]
+    paid = ss.rate_findings(pd.DataFrame([row("both", 0.25, 2.0, 1.5, 2.6, "benefit larger")]))
+    assert paid["rate_n_above_1_ci"] == 1 and paid["rate_above_1_reading"].startswith("at 1 of them")
+    assert ss.rate_findings(lv.iloc[2:3])["rate_above_1_reading"] == "no break-even rate lies above 1"

@@ -1108,7 +1108,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     u = g[~g.index.isin(list(seen_seeds))]
     nan_iv = Interval(math.nan, math.nan, math.nan, int(len(u)))
     sens_key = lambda r: f"l2_{r['l2']:.0e}_n{int(r['n_fit'])}"
-    dissent = [f"L2 {r['l2']:.0e} with {int(r['n_fit'])} samples: {r['verdict']}" for _, r in sens.iterrows()
+    dissent = [f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}" for _, r in sens.iterrows()
                if r["verdict"] != primary_verdict]
     k_worse, n_tr = int((ex["verdict"] == "pinned worse").sum()), len(ex)
     tuned = ex[ex["test"] != "main"]
@@ -1448,7 +1448,11 @@ class TuningFindings:
     ``<optimizer>_<step>`` (95% interval; ``gap_first`` / ``gap_last`` per optimizer at the first / last checkpoint), and ``narrowing`` per optimizer: the paired change of the gap from
     ``first_step`` to ``last_step`` (negative: it narrows), ``narrows``: ``"narrows"`` / ``"widens"`` when the
     interval excludes 0, else ``"not resolved"`` (:func:`no_verdict` under 3 seeds); ``n_narrows`` of ``n_opt``;
-    ``narrow_reading``: those verdicts in words.
+    ``narrow_reading``: those verdicts in words. The same tests with Holm's correction over the optimizers
+    (:func:`narrowing_holm`): ``narrowing_p`` (two-sided one-sample t test of a zero change, uncorrected),
+    ``narrowing_p_holm`` (Holm-adjusted), ``narrows_holm`` (the verdict at ``p_holm <`` :data:`ALPHA`),
+    ``narrowing_p_holm_text`` (:func:`p_text`), ``n_narrows_holm`` and ``narrow_holm_reading`` (those verdicts in
+    words).
     *Feature scale*: the standardized heads (``<optimizer>-std``, learning rate chosen on validation at
     ``main_step``): ``std_gap`` per optimizer at ``main_step`` (95% interval), ``std_verdict``
     (:func:`gap_verdict`, margin :data:`PRIMARY_MARGIN`), ``std_reduction``: paired (unstandardized gap -
@@ -1481,6 +1485,12 @@ class TuningFindings:
     n_narrows: int
     n_opt: int
     narrow_reading: str
+    narrowing_p: dict
+    narrowing_p_holm: dict
+    narrowing_p_holm_text: dict
+    narrows_holm: dict
+    n_narrows_holm: int
+    narrow_holm_reading: str
     std_gap: dict
     std_verdict: dict
     std_reduction: dict
@@ -1508,6 +1518,27 @@ def _narrow_reading(narrows: dict) -> str:
     word = lambda v: v if v in ("narrows", "widens") else "does not change resolvably" if v == "not resolved" else f"gets {v}"
     parts = [f"{'the gap ' if not i else ''}{word(v)} for {' and '.join(os)}" for i, (v, os) in enumerate(sorted(by.items()))]
     return " and ".join(parts) if parts else "not run"
+
+
+def narrowing_holm(changes: dict) -> tuple[dict, dict, dict]:
+    """Holm's correction over the narrowing tests (one per optimizer).
+
+    ``changes``: per optimizer the paired per-seed change of the gap (last minus first checkpoint, accuracy 0..1).
+    Returns ``(p, p_holm, verdicts)`` per optimizer: the two-sided one-sample t-test p of a zero change
+    (:func:`t_pvalue`), the Holm-adjusted p over all optimizers given, and ``"narrows"`` / ``"widens"`` where the
+    adjusted p is below :data:`ALPHA` (by the sign of the mean change), else ``"not resolved"``
+    (:func:`no_verdict` under :data:`MIN_VERDICT_SEEDS` seeds).
+    """
+    names = list(changes)
+    vals = {o: np.asarray(pd.Series(changes[o]).dropna(), float) for o in names}
+    p = {o: t_pvalue(vals[o]) if len(vals[o]) >= 2 else math.nan for o in names}
+    adj = dict(zip(names, holm([p[o] for o in names]))) if names else {}
+    out = {}
+    for o in names:
+        v, q = vals[o], adj[o]
+        out[o] = (no_verdict(len(v)) if len(v) < MIN_VERDICT_SEEDS else
+                  ("narrows" if v.mean() < 0 else "widens") if q < ALPHA else "not resolved")
+    return p, {o: float(q) for o, q in adj.items()}, out
 
 
 def engine_check_text(diff: float, digits: int = 3) -> str:
@@ -1571,15 +1602,16 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
     lrs = choose_lrs(sweep, main_step)
     t = chosen_table(sweep, lrs)
     opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
-    gap_at, narrowing, narrows = {}, {}, {}
+    gap_at, narrowing, narrows, changes = {}, {}, {}, {}
     for o in opts:
         per = {s: _path_gap(t, o, POOLED, s) for s in steps}
         gap_at.update({f"{o}_{s}": mean_ci(v) for s, v in per.items()})
-        d = (per[steps[-1]] - per[steps[0]]).dropna()
+        d = changes[o] = (per[steps[-1]] - per[steps[0]]).dropna()
         narrowing[o] = mean_ci(d) if len(d) >= 2 else Interval(math.nan, math.nan, math.nan, len(d))
         iv = narrowing[o]
         narrows[o] = (no_verdict(len(d)) if len(d) < MIN_VERDICT_SEEDS else "narrows" if iv.high < 0
                       else "widens" if iv.low > 0 else "not resolved")
+    n_p, n_p_holm, n_holm = narrowing_holm(changes)
     std_gap, std_verdict, std_red, std_lr = {}, {}, {}, {}
     std_at, std_acc, std_gain, share, share_low = {}, {}, {}, {}, {}
     for o in opts:
@@ -1608,6 +1640,9 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
         narrowing=narrowing, narrows=narrows,
         n_narrows=sum(v == "narrows" for v in narrows.values()), n_opt=len(opts), narrow_reading=_narrow_reading(narrows), std_gap=std_gap,
+        narrowing_p=n_p, narrowing_p_holm=n_p_holm, narrowing_p_holm_text={o: p_text(q) for o, q in n_p_holm.items()},
+        narrows_holm=n_holm,
+        n_narrows_holm=sum(v == "narrows" for v in n_holm.values()), narrow_holm_reading=_narrow_reading(n_holm),
         std_verdict=std_verdict, std_reduction=std_red, std_lr=std_lr,
         std_reading=std_reading({o: gap_at[f"{o}_{main_step}"] for o in std_red}, std_red, list(std_at.values())),
         std_gap_at=std_at, std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
