@@ -387,6 +387,23 @@ def profile_note(profile: str, n_seeds: int) -> str:
             f"values, and small differences may be noise; read the numbers from the full-profile book.*")
 
 
+def p_text(p) -> str:
+    """A p-value as a page prints it: ``"< 0.001"`` below 0.001, else ``"= 0.xxx"``; ``"not computed"`` for
+    ``None`` or NaN (a ``.3f`` format would print a p of 0.0004 as ``0.000``)."""
+    import math
+    if p is None or math.isnan(float(p)):
+        return "not computed"
+    return "< 0.001" if float(p) < 0.001 else f"= {float(p):.3f}"
+
+
+def glue_p_texts(prefix: str, p_values: dict) -> None:
+    """Glue each ``{name: p}`` as ``<prefix>_<name>``: :func:`p_text` as plain Markdown, for ``{glue:md}``."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+    for name, p in p_values.items():
+        glue(f"{prefix}_{name}", Markdown(p_text(p)), display=False)
+
+
 def glue_values(prefix: str, values: dict) -> None:
     """Glue each ``{name: value}`` of ``values`` as ``<prefix>_<name>`` by the rules of
     :func:`bnstudy.pages.glue_value` (a page's settings and constants that its prose cites, in one call).
