@@ -88,7 +88,7 @@ def collect_parameters(args, defaults: dict) -> dict:
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise SystemExit(f"bnstudy: -y {text!r} is not valid YAML: {e}")
+            raise SystemExit(f"bnstudy: -y {text!r} is not valid YAML: {' '.join(str(e).split())}")
         if not isinstance(loaded, dict):
             raise SystemExit(f"bnstudy: -y {text!r}: expected 'name: value', e.g. -y \"brightness_levels: [0, 2, 4]\"")
         params.update(loaded)
@@ -118,7 +118,9 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     """Build the chapter's config here, as its notebook does first, so that a bad value fails before the
     kernel starts (tens of seconds) with the same message: ``make_config(profile, **experiment parameters)``
     and the execution settings (``cache_dir``, ``n_jobs``). Raises what they raise: ``ValueError`` naming
-    the parameter and what is allowed."""
+    the parameter and what is allowed. Also checked here: ``cache_dir`` is not an existing file, and a ``rows``
+    table exists with its sidecar and checksum (``FileNotFoundError`` / ``ValueError`` from
+    :func:`bnstudy.report.load_rows`)."""
     from .config import Execution
 
     try:
@@ -130,6 +132,13 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     values = {**defaults, **params}
     module.make_config(profile, **{k: v for k, v in values.items() if k not in EXECUTION_PARAMETERS})
     Execution(cache_dir=values.get("cache_dir"), n_jobs=values.get("n_jobs"))
+    cache = values.get("cache_dir")
+    if cache is not None and Path(cache).exists() and not Path(cache).is_dir():
+        raise ValueError(f"cache_dir (--cache-dir) {cache}: exists and is not a directory; give a directory "
+                         f"(created if missing)")
+    if values.get("rows") is not None:  # the file, its sidecar and its checksum; the notebook checks the parameters
+        from .report import load_rows
+        load_rows(values["rows"], {})
 
 
 # --- rendering the executed notebook for a person: glued values filled into the Markdown ---------------
@@ -290,8 +299,9 @@ def cmd_chapter(args) -> int:
     defaults = book.notebook_parameters(nb_path)
     params = collect_parameters(args, defaults)
     try:
-        check_parameters(nb_path, args.profile, defaults, params)
-    except (ValueError, TypeError) as e:
+        check_parameters(nb_path, args.profile, {**defaults, **({"cache_dir": str(args.cache_dir)}
+                                                                 if args.cache_dir is not None else {})}, params)
+    except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"bnstudy: {e}", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
@@ -351,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="parameters as YAML, for lists: -y \"brightness_levels: [0.0, 2.0]\"")
     ch.add_argument("-f", "--parameters-file", action="append", metavar="FILE", help="parameters from a YAML file")
     ch.add_argument("--profile", choices=book.PROFILES, default="quick",
-                    help="quick (minutes, 3 seeds) or full (the published book); default quick")
+                    help="quick (minutes, 2-3 seeds) or full (the published book); default quick")
     ch.add_argument("--out", required=True, metavar="DIR", help="folder for every output of the rerun")
     ch.add_argument("--cache-dir", metavar="DIR", default=None,
                     help="run cache (default $BNSTUDY_CACHE_DIR, else the checkout's .cache/bnstudy that make fills, "

@@ -218,3 +218,29 @@ def test_steps_without_checkpoints_says_which_checkpoints_to_pass_and_that_value
     module.make_config("quick", steps=200, checkpoints=[100, 200])  # the suggested fix is accepted
     with pytest.raises(ValueError, match=r"-y \"checkpoints: \[400, 800, 1000\]\""):
         module.make_config("quick", steps=1000)
+
+
+# --- newuser6: bad -y YAML, a --cache-dir that is a file, a rows table that is missing: all before the kernel ----
+
+
+def test_bad_yaml_cache_dir_file_and_missing_rows_fail_before_the_kernel_naming_the_option(tmp_path, capsys,
+                                                                                            monkeypatch):
+    def no_kernel(*a, **k):
+        raise AssertionError("the kernel must not start for a bad value")
+    monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
+    with pytest.raises(SystemExit, match=r"^bnstudy: -y 'seeds: \[0' is not valid YAML") as e:
+        cli.main(["chapter", "02", "-y", "seeds: [0", "--out", str(tmp_path / "o")])
+    assert "\n" not in str(e.value)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert cli.main(["chapter", "02", "--cache-dir", str(afile), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "cache_dir (--cache-dir)" in err and "not a directory" in err and afile.read_text() == ""
+    for ch, name in (("03", "03_shift_strength.csv"), ("05", "05_batch_size.csv"), ("07", "07_real_data.csv")):
+        assert cli.main(["chapter", ch, "-p", "rows", str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
+        assert "rows: no results table at" in capsys.readouterr().err
+    unrecorded = tmp_path / "03_shift_strength.csv"
+    unrecorded.write_text("seed\n0\n")  # a CSV no run saved: it has no sidecar
+    assert cli.main(["chapter", "03", "-p", "rows", str(unrecorded), "--out", str(tmp_path / "o")]) == 2
+    assert "has no sidecar" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
