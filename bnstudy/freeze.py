@@ -498,21 +498,30 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     torch's conversion builds new SyncBatchNorm modules and copies the train/eval
     flag but not an instance-level ``train`` override, so a pinned BatchNorm
     silently comes back unpinned and the next ``model.train()`` puts it in train
-    mode. This wrapper re-pins, by qualified name, every module that was pinned.
-    Returns the converted module (use the return value: a bare BatchNorm is
-    replaced). Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
+    mode. This wrapper re-pins, by qualified name, every module that was pinned,
+    under *every* name it had (``named_modules(remove_duplicate=False)``).
+
+    Sharing is not preserved, as in torch's conversion: a BatchNorm reachable
+    under several names (shared by two blocks, held in a ``ModuleList`` or
+    ``ModuleDict``, nested) becomes one SyncBatchNorm per parent that holds it.
+    The copies still share the parameter and buffer tensors (one set of
+    statistics), and each copy at a name that was pinned is pinned; a layer
+    held twice by the *same* parent (``nn.ModuleList([bn, bn])``) is converted
+    at its first slot only and torch leaves the original layer (with its pin)
+    at the others. Returns the converted module (use the return value: a bare
+    BatchNorm is replaced). Raises ``TypeError`` if ``module`` is not an
+    ``nn.Module`` or ``process_group`` not a ``ProcessGroup``.
     """
     check_module("convert_sync_batchnorm", "module", module)
     pg_type = getattr(torch.distributed, "ProcessGroup", None) if torch.distributed.is_available() else None
     if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
         raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
                         f"torch.distributed.ProcessGroup, got {describe(process_group)}")
-    pinned = [n for n, m in module.named_modules() if is_pinned(m)]
+    # every name, not named_modules()'s first one: torch splits a shared layer into one copy per parent
+    pinned = {n for n, m in module.named_modules(remove_duplicate=False) if is_pinned(m)}
     out = nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
-    mods = dict(out.named_modules())
-    for n in pinned:
-        m = mods.get(n)
-        if m is not None and not is_pinned(m):
+    for n, m in out.named_modules(remove_duplicate=False):
+        if n in pinned and not is_pinned(m):
             m.train = _PinnedTrain(m)
             nn.Module.train(m, False)
     return out
