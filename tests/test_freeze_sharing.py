@@ -123,3 +123,64 @@ def test_convert_sync_batchnorm_shared_layer_given_case():
     rm = m.a[1].running_mean.clone()
     m(torch.randn(8, 5))
     assert torch.equal(rm, m.a[1].running_mean)
+
+
+def _groups(model):
+    """The sharing structure: which names hold the same module object (a partition of the names)."""
+    by_id: dict = {}
+    for n, m in model.named_modules(remove_duplicate=False):
+        by_id.setdefault(id(m), []).append(n)
+    return sorted(sorted(v) for v in by_id.values())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shared_models(), st.data())
+def test_freeze_modules_never_splits_a_shared_layer(model, data):
+    for m in model.modules():  # this test is about sharing, not pins
+        freeze.unpin(m)
+    chosen = data.draw(st.lists(st.integers(0, len(model.blocks) - 1), min_size=1, unique=True))
+    names = [f"blocks.{i}" for i in chosen]
+    inside = lambda n: any(n == p or n.startswith(p + ".") for p in names)  # noqa: E731
+    # the truth, from torch's own module tree: is some BatchNorm inside also reachable outside?
+    crosses = any(any(map(inside, g)) and not all(map(inside, g)) and isinstance(model.get_submodule(g[0]), nn.BatchNorm1d)
+                  for g in _groups(model))
+    groups, before = _groups(model), _state(model)
+    if crosses:
+        with pytest.raises(ValueError, match="is shared: it is also reachable as"):
+            freeze_modules(model, names)
+        assert _groups(model) == groups and all(torch.equal(v, _state(model)[k]) for k, v in before.items())
+        assert all(p.requires_grad for p in model.parameters())  # nothing changed
+        return
+    freeze_modules(model, names)
+    assert _groups(model) == groups  # one layer stays one layer
+    for g in groups:
+        if all(map(inside, g)) and isinstance(model.get_submodule(g[0]), (nn.BatchNorm1d, FrozenBatchNorm)):
+            assert isinstance(model.get_submodule(g[0]), FrozenBatchNorm), g
+    model.train()
+    with torch.no_grad():
+        model(torch.randn(8, C))
+    after = _state(model)
+    for k in before:
+        if inside(k.rsplit(".", 1)[0]):
+            assert torch.equal(before[k], after[k]), k  # what torch's forward did to a frozen name: nothing
+    unfreeze_modules(model, names)
+    assert _groups(model) == groups
+    assert not any(isinstance(m, FrozenBatchNorm) for m in model.modules())
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_freeze_modules_refuses_to_split_a_bn_shared_with_the_head_given_case():
+    bn = nn.BatchNorm1d(5)
+    m = nn.Module()
+    m.backbone = nn.Sequential(nn.Linear(5, 5), bn)
+    m.head = nn.Sequential(bn, nn.Linear(5, 2))
+    with pytest.raises(ValueError, match=r"BatchNorm1d 'backbone.1' is shared: it is also reachable as 'head.0'"):
+        freeze_modules(m, ["backbone"])
+    assert type(m.backbone[1]) is nn.BatchNorm1d and m.backbone[1] is m.head[0]
+    freeze_modules(m, ["backbone", "head.0"])  # naming both: one shared FrozenBatchNorm
+    assert isinstance(m.backbone[1], FrozenBatchNorm) and m.backbone[1] is m.head[0]
+    with pytest.raises(ValueError, match="unfreeze_modules: FrozenBatchNorm 'backbone.1' is shared"):
+        unfreeze_modules(m, ["backbone"])
+    unfreeze_modules(m, ["backbone", "head.0"])
+    assert type(m.backbone[1]) is nn.BatchNorm1d and m.backbone[1] is m.head[0]
+    assert m.backbone[1].weight.requires_grad and m.backbone[0].weight.requires_grad
