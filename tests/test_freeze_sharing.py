@@ -142,8 +142,8 @@ def test_freeze_modules_never_splits_a_shared_layer(model, data):
     names = [f"blocks.{i}" for i in chosen]
     inside = lambda n: any(n == p or n.startswith(p + ".") for p in names)  # noqa: E731
     # the truth, from torch's own module tree: is some BatchNorm inside also reachable outside?
-    crosses = any(any(map(inside, g)) and not all(map(inside, g)) and isinstance(model.get_submodule(g[0]), nn.BatchNorm1d)
-                  for g in _groups(model))
+    crosses = any(any(map(inside, g)) and not all(map(inside, g))
+                  and isinstance(model.get_submodule(g[0]), nn.BatchNorm1d) for g in _groups(model))
     groups, before = _groups(model), _state(model)
     if crosses:
         with pytest.raises(ValueError, match="is shared: it is also reachable as"):
