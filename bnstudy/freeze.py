@@ -265,8 +265,7 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     ``nn.Module``.
     """
     check_module("freeze_batchnorm", "module", module)
-    return _convert(module, "", {}, lambda m, name: FrozenBatchNorm.from_batchnorm(m, name)
-                    if is_batch_norm(m) else None)
+    return _convert(module, "", {}, _to_frozen)
 
 
 def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
@@ -278,7 +277,15 @@ def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
     :meth:`FrozenBatchNorm.to_batchnorm` does, and ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
     check_module("unfreeze_batchnorm", "module", module)
-    return _convert(module, "", {}, lambda m, name: m.to_batchnorm() if isinstance(m, FrozenBatchNorm) else None)
+    return _convert(module, "", {}, _from_frozen)
+
+
+def _to_frozen(m: nn.Module, name: str):
+    return FrozenBatchNorm.from_batchnorm(m, name) if is_batch_norm(m) else None
+
+
+def _from_frozen(m: nn.Module, name: str):
+    return m.to_batchnorm() if isinstance(m, FrozenBatchNorm) else None
 
 
 def _convert(module: nn.Module, name: str, memo: dict, make) -> nn.Module:
@@ -399,6 +406,27 @@ def _resolve(model: nn.Module, names, whole_model, fn: str) -> list[str]:
     return module_names(fn, "names", model, names)
 
 
+def _check_not_shared_outside(model: nn.Module, names: list[str], fn: str, affected) -> None:
+    """Raise ``ValueError`` when a layer that ``fn`` would replace or pin inside the named submodules is also
+    reachable under a name outside them: replacing it at some of its names would split one layer into two."""
+    def inside(n: str) -> bool:
+        return any(p == "" or n == p or n.startswith(p + ".") for p in names)
+
+    where: dict = {}
+    for n, m in model.named_modules(remove_duplicate=False):
+        where.setdefault(id(m), (m, []))[1].append(n)
+    for m, found in where.values():
+        ins, outs = [n for n in found if inside(n)], [n for n in found if not inside(n)]
+        if ins and outs and affected(m):
+            raise ValueError(
+                f"{fn}: {type(m).__name__} {ins[0]!r} is shared: it is also reachable as "
+                f"{', '.join(map(repr, outs))}, outside the named submodules {names}; {fn} would "
+                f"replace it at "
+                f"{', '.join(map(repr, ins))} only and split one layer in two. Name every place it is used "
+                f"({fn}(model, {names + outs})) to act on it as one shared layer, or give the other module its own "
+                "copy (copy.deepcopy) first")
+
+
 def _swap(model: nn.Module, name: str, new: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent_name), child, new)
@@ -427,23 +455,39 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     no parent to put the replacement in): raises ``ValueError``. The previous
     ``requires_grad`` flags and pins are remembered on ``model`` so that
     :func:`unfreeze_modules` with the same names undoes the call exactly.
-    Raises ``ValueError`` naming an unknown name, ``TypeError`` for a missing
-    ``names`` or arguments of the wrong type.
+
+    Shared layers: a layer reachable under several names is one layer. When
+    all its names are inside the named submodules it becomes one shared
+    FrozenBatchNorm (names given in one call share one conversion). When a norm
+    layer that would be replaced or pinned is also reachable *outside* them (a
+    BatchNorm shared by ``backbone`` and ``head``), the call raises
+    ``ValueError`` before changing anything, naming the layer and its names on
+    both sides: replacing it under one name would split it into a frozen copy
+    and a copy that keeps training (:func:`unfreeze_modules` likewise for a
+    shared FrozenBatchNorm). What acts on the object itself reaches every name,
+    as sharing means: a shared parameter (tied weights) gets
+    ``requires_grad=False`` everywhere, a shared InstanceNorm is pinned everywhere.
+    Raises ``ValueError`` naming an unknown name or a shared layer as above,
+    ``TypeError`` for a missing ``names`` or arguments of the wrong type.
     """
     names = _resolve(model, names, whole_model, "freeze_modules")
     if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
         raise ValueError(f"freeze_modules: the root is a {type(model).__name__}; name it from its parent "
                          "(freeze_modules(parent, ['bn'])) or use freeze_batchnorm(layer) and keep the return value")
+    _check_not_shared_outside(model, names, "freeze_modules", is_batch_norm)
     state = model.__dict__.setdefault(_FREEZE_STATE, {})
+    # every name's flags before any change: a layer shared by two named submodules is frozen by the first
+    records = {name: dict(requires_grad={n: p.requires_grad for n, p in model.get_submodule(name).named_parameters()},
+                          pinned=[]) for name in names}
+    memo: dict = {}  # one conversion for the whole call: a layer shared by two named submodules stays shared
     for name in names:
         sub = model.get_submodule(name)
-        record = dict(requires_grad={n: p.requires_grad for n, p in sub.named_parameters()},
-                      pinned=[], was_pinned={n for n, m in sub.named_modules() if is_pinned(m)})
+        record = records[name]
         sub.requires_grad_(False)
         if is_batch_norm(sub):
-            _swap(model, name, FrozenBatchNorm.from_batchnorm(sub, name))
+            _swap(model, name, _convert(sub, name, memo, _to_frozen))
         else:
-            freeze_batchnorm(sub)
+            _convert(sub, name, memo, _to_frozen)
             for n, m in sub.named_modules():
                 if keeps_running_stats(m) and not is_pinned(m):
                     record["pinned"].append((n, m.training))
@@ -463,21 +507,26 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
     the freeze; for a name that ``freeze_modules`` did not freeze on this
     ``model`` (timm's ``unfreeze`` on a model frozen otherwise), parameters get
     ``requires_grad=True``. ``names`` and ``whole_model`` as in
-    :func:`freeze_modules` (names required, an empty list is an error). Raises
-    ``ValueError`` naming an unknown name.
+    :func:`freeze_modules` (names required, an empty list is an error); names
+    given in one call share one conversion, so a FrozenBatchNorm shared by two
+    of them comes back as one shared BatchNorm. Raises ``ValueError`` naming an
+    unknown name, or a FrozenBatchNorm inside the named submodules that is also
+    reachable outside them (naming both sides, as :func:`freeze_modules` does).
     """
     names = _resolve(model, names, whole_model, "unfreeze_modules")
+    if "" in names and isinstance(model, FrozenBatchNorm):
+        raise ValueError("unfreeze_modules: the root is a FrozenBatchNorm; name it from its parent")
+    _check_not_shared_outside(model, names, "unfreeze_modules", lambda m: isinstance(m, FrozenBatchNorm))
     state = model.__dict__.get(_FREEZE_STATE, {})
+    memo: dict = {}
     for name in names:
         sub = model.get_submodule(name)
         record = state.pop(name, None)
         if isinstance(sub, FrozenBatchNorm):
-            if name == "":
-                raise ValueError("unfreeze_modules: the root is a FrozenBatchNorm; name it from its parent")
-            sub = sub.to_batchnorm()
+            sub = _convert(sub, name, memo, _from_frozen)
             _swap(model, name, sub)
         else:
-            unfreeze_batchnorm(sub)
+            _convert(sub, name, memo, _from_frozen)
         if record is None:
             sub.requires_grad_(True)
             continue
@@ -498,21 +547,30 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     torch's conversion builds new SyncBatchNorm modules and copies the train/eval
     flag but not an instance-level ``train`` override, so a pinned BatchNorm
     silently comes back unpinned and the next ``model.train()`` puts it in train
-    mode. This wrapper re-pins, by qualified name, every module that was pinned.
-    Returns the converted module (use the return value: a bare BatchNorm is
-    replaced). Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
+    mode. This wrapper re-pins, by qualified name, every module that was pinned,
+    under *every* name it had (``named_modules(remove_duplicate=False)``).
+
+    Sharing is not preserved, as in torch's conversion: a BatchNorm reachable
+    under several names (shared by two blocks, held in a ``ModuleList`` or
+    ``ModuleDict``, nested) becomes one SyncBatchNorm per parent that holds it.
+    The copies still share the parameter and buffer tensors (one set of
+    statistics), and each copy at a name that was pinned is pinned; a layer
+    held twice by the *same* parent (``nn.ModuleList([bn, bn])``) is converted
+    at its first slot only and torch leaves the original layer (with its pin)
+    at the others. Returns the converted module (use the return value: a bare
+    BatchNorm is replaced). Raises ``TypeError`` if ``module`` is not an
+    ``nn.Module`` or ``process_group`` not a ``ProcessGroup``.
     """
     check_module("convert_sync_batchnorm", "module", module)
     pg_type = getattr(torch.distributed, "ProcessGroup", None) if torch.distributed.is_available() else None
     if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
         raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
                         f"torch.distributed.ProcessGroup, got {describe(process_group)}")
-    pinned = [n for n, m in module.named_modules() if is_pinned(m)]
+    # every name, not named_modules()'s first one: torch splits a shared layer into one copy per parent
+    pinned = {n for n, m in module.named_modules(remove_duplicate=False) if is_pinned(m)}
     out = nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
-    mods = dict(out.named_modules())
-    for n in pinned:
-        m = mods.get(n)
-        if m is not None and not is_pinned(m):
+    for n, m in out.named_modules(remove_duplicate=False):
+        if n in pinned and not is_pinned(m):
             m.train = _PinnedTrain(m)
             nn.Module.train(m, False)
     return out

@@ -30,6 +30,25 @@ def _n(count: int, word: str, plural: str | None = None) -> str:
     return f"{count} {word if count == 1 else (plural or word + 's')}"
 
 
+def _place(module: nn.Module) -> tuple[torch.device, torch.dtype] | None:
+    """The device and floating dtype of ``module``'s first floating parameter (else buffer); None if it has none."""
+    for t in list(module.parameters()) + list(module.buffers()):
+        if t.is_floating_point() and not nn.parameter.is_lazy(t):
+            return t.device, t.dtype
+    return None
+
+
+def _follow(x: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
+    """``x`` (a tensor, or a tuple, list or dict of them) moved to ``device``, floating tensors cast to ``dtype``."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device=device, dtype=dtype) if dtype is not None and x.is_floating_point() else x.to(device)
+    if isinstance(x, dict):
+        return {k: _follow(v, device, dtype) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_follow(v, device, dtype) for v in x)
+    return x
+
+
 def _in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
@@ -66,6 +85,17 @@ class FreezeAudit:
     exception, which is not suppressed) it removes the hooks, snapshots again,
     re-runs the probe and lints ``pin_lost`` for every module pinned at entry
     whose name no longer holds a pinned module.
+
+    A block that moves or casts the model (``model.double()``, ``.half()``,
+    ``.to("cuda")``) gets the probe moved and cast the same way before the
+    re-run: it goes to the device and floating dtype of the first floating
+    parameter (else buffer) of the probed module (``forward`` when it is a
+    module, else the model), integer tensors keep their dtype. The outputs
+    then compare across the cast, so the rounding of a lower precision counts
+    as change. ``probe_note`` says so; if the re-run still fails (a model left
+    in mixed dtypes), the outputs are not compared, ``probe_note`` gives the
+    error, a ``RuntimeWarning`` is emitted, and every other result (the tensor
+    diff, modes, lints) is kept.
 
     ``forward``: what the probe runs through: None (the model), a submodule
     (``model.backbone``) or any callable of the probe (``model.forward_a``); a
@@ -109,11 +139,14 @@ class FreezeAudit:
         self._parents: dict = {}
         self._pinned_at_entry: list[str] = []
         self._root_depth = 0
+        self._place_at_entry = None
+        self.probe_note: str | None = None  # set on exit when the probe had to follow the model or failed
 
     # -- context manager ----------------------------------------------------
     def __enter__(self) -> "FreezeAudit":
         self.before = snapshot(self.model, self.snapshot_device)
         if self.probe is not None:
+            self._place_at_entry = _place(self._probed())
             self.outputs_before = probe_outputs(self.model, self.probe, self._call)
         entry = [lint for lint in lint_model(self.model, min_batch=self.min_batch, warn=False)
                  if self._add_lint(lint)]
@@ -137,7 +170,7 @@ class FreezeAudit:
         self._handles.clear()
         self.after = snapshot(self.model, self.snapshot_device)
         if self.probe is not None:
-            self.outputs_after = probe_outputs(self.model, self.probe, self._call)
+            self._rerun_probe()
         now = dict(self.model.named_modules())
         for n in self._pinned_at_entry:
             if n in now and not is_pinned(now[n]):
@@ -148,6 +181,30 @@ class FreezeAudit:
                                emit=True)
         self._emit_held()
         return False
+
+    def _probed(self) -> nn.Module:
+        return self.forward if isinstance(self.forward, nn.Module) else self.model
+
+    def _probe_now(self) -> Any:
+        """The probe moved and cast as the block moved and cast the model (unchanged if it did not)."""
+        place = _place(self._probed())
+        if place is None or self._place_at_entry is None or place == self._place_at_entry:
+            return self.probe
+        (dev0, dt0), (dev1, dt1) = self._place_at_entry, place
+        self.probe_note = (f"the block moved the model from {dev0}/{str(dt0).removeprefix('torch.')} to "
+                           f"{dev1}/{str(dt1).removeprefix('torch.')}; the probe was moved and cast the same way, so "
+                           "the output change includes the cast's rounding")
+        return _follow(self.probe, dev1, dt1 if dt1 != dt0 else None)
+
+    def _rerun_probe(self) -> None:
+        import warnings
+        try:
+            self.outputs_after = probe_outputs(self.model, self._probe_now(), self._call)
+        except Exception as e:  # the audit's own re-run must not lose the block's results
+            self.outputs_after = None
+            self.probe_note = ((self.probe_note + "; but ") if self.probe_note else "") + (
+                f"the probe could not be re-run after the block ({type(e).__name__}: {e}); outputs not compared")
+            warnings.warn(f"FreezeAudit: {self.probe_note}", RuntimeWarning, stacklevel=3)
 
     def _emit_held(self) -> None:
         """One warning per live finding that more layers had after its first warning (see ``warn``)."""
@@ -267,9 +324,10 @@ class FreezeAudit:
         return diff(self.before, self.after)
 
     def outputs(self) -> pd.DataFrame:
-        """The probe's outputs before against after (see :func:`compare_outputs`); empty without a probe."""
+        """The probe's outputs before against after (see :func:`compare_outputs`); empty without a probe or
+        when the probe could not be re-run after the block (``probe_note`` says why)."""
         self._require_done()
-        if self.outputs_before is None:
+        if self.outputs_before is None or self.outputs_after is None:
             return compare_outputs({}, {})
         return compare_outputs(self.outputs_before, self.outputs_after)
 
@@ -353,12 +411,14 @@ class FreezeAudit:
         :meth:`outputs`): its input is captured by running the probe through the model (eval mode, flags
         restored), and fed to the submodule with its parameters and buffers as they were at entry
         (``torch.func.functional_call`` with the entry snapshot) and as they are now. Upstream changes
-        therefore do not count against it. None when there is no probe or the probe never reaches it."""
+        therefore do not count against it. When the block moved or cast the model, the probe and the entry
+        tensors follow it (``probe_note``). None when there is no probe, the probe never reaches it, or it
+        cannot be re-run."""
         self._require_done()
         check_str("FreezeAudit.module_outputs", "name", name)
         if name not in dict(self.model.named_modules()):
             module_names("FreezeAudit.module_outputs", "name", self.model, name)  # raises, naming the choices
-        if self.probe is None:
+        if self.probe is None or self.outputs_after is None:
             return None
         sub = self.model.get_submodule(name)
         captured = []
@@ -368,14 +428,19 @@ class FreezeAudit:
         try:
             with torch.random.fork_rng(devices=[]):
                 from .lints import call_forward
-                call_forward(self.model, self.probe)
+                call_forward(self.model, self._probe_now())
             if not captured:
                 return None
             args, kwargs = captured[0]
             prefix = f"{name}." if name else ""
             device = next((t.device for t in list(sub.parameters()) + list(sub.buffers())), None)
-            before = {n[len(prefix):]: t.to(device) if device is not None else t
-                      for n, t in self.before.tensors.items() if n.startswith(prefix)}
+            now = dict(sub.named_parameters(remove_duplicate=False)) | dict(sub.named_buffers(remove_duplicate=False))
+            before = {}  # the entry values, in each tensor's current device and dtype (a block may cast the model)
+            for n, t in self.before.tensors.items():
+                if n.startswith(prefix):
+                    cur = now.get(n[len(prefix):])
+                    before[n[len(prefix):]] = (t.to(device=cur.device, dtype=cur.dtype) if cur is not None
+                                               else t.to(device) if device is not None else t)
             with torch.random.fork_rng(devices=[]):
                 out_before = torch.func.functional_call(sub, before, args, kwargs, strict=False)
             with torch.random.fork_rng(devices=[]):
@@ -452,11 +517,16 @@ class FreezeAudit:
             lines.append("  moved: nothing (every parameter and buffer is bit-identical)")
         else:
             lines.append(f"  moved: {counts(moved)} in {_n(int(moved['module'].nunique()), 'module')}")
-        if self.outputs_before is not None:
+        if self.outputs_before is not None and self.outputs_after is None:
+            lines += textwrap.wrap(f"  probe outputs: not compared: {self.probe_note}", width=_WIDTH,
+                                   subsequent_indent="    ")
+        elif self.outputs_before is not None:
             out = self.outputs()
             worst = out["max_abs_change"].max() if len(out) else 0.0
             lines.append(f"  probe outputs: max |change| {worst:.4g}"
                          + (" (bit-identical)" if not out["changed"].any() else ""))
+            if self.probe_note:
+                lines += textwrap.wrap(f"    ({self.probe_note})", width=_WIDTH, subsequent_indent="    ")
         warn = [x for x in self.lints if x.severity == "warning"]
         groups = len({(x.code, x.message) for x in warn})
         lines.append(f"  lints: {len(warn) or 'none'}" + (f" ({groups} distinct)" if warn else ""))
