@@ -320,7 +320,7 @@ def test_origin_sentence_says_where_the_rows_came_from_and_what_they_cost():
 
 
 def test_p_text_never_prints_zero():
-    assert rd._p_text(4e-5) == "< 0.001" and rd._p_text(0.016) == "= 0.016"
+    assert rd.p_text(4e-5) == "< 0.001" and rd.p_text(0.016) == "= 0.016" and rd.p_text(float("nan")) == "not computed"
 
 
 def test_audit_counts_and_the_not_run_sentence_are_read_from_an_outcomes_file(tmp_path):

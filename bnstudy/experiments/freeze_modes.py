@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from scipy import special as spx
 from scipy import stats as sps
 
+from ..report import p_text  # noqa: F401  (chapter 1's p-values print as the other pages' do)
 from ..analysis import Interval, holm, mean_ci, paired, summarize, verdict
 from ..config import Execution, RunConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label, HEAD_KINDS, OPTIMIZERS
@@ -88,13 +89,6 @@ PART_FRACTION = 0.5
 #: Seeds of the primary reference test that the quick profile had shown before its design and margin were
 #: fixed (reported seeds 0..2 and confirmation seeds 200, 201); the others are the unseen, confirmatory part.
 QUICK_SEEN_SEEDS = (*range(PROFILES["quick"]["seeds"]), *PROFILES["quick"]["confirm_seeds"])
-
-
-def p_text(p: float) -> str:
-    """A p-value as printed on the page: ``"< 0.001"`` below 0.001, else ``"= 0.xxx"`` (``"not computed"`` for NaN)."""
-    if p is None or math.isnan(p):
-        return "not computed"
-    return "< 0.001" if p < 0.001 else f"= {p:.3f}"
 
 
 def steps_until(momentum: float, weight: float = GONE) -> int:

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from scipy import stats as sps
 
+from ..report import p_text
 from ..analysis import Interval, mean_ci
 from ..config import Execution, _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, \
     from_profile, seeds_label
@@ -730,10 +731,6 @@ def _threshold(c: pd.DataFrame, margin: float) -> tuple[str, pd.Series, pd.Serie
     return _word(bool(safe.max() < harm.min())), safe, harm
 
 
-def _p_text(p: float) -> str:
-    return "< 0.001" if p < 0.001 else f"= {p:.3f}"
-
-
 def _ci_text(iv: Interval) -> str:
     return f"{iv.mean:.3f} (95% interval {iv.low:.3f} to {iv.high:.3f})"
 
@@ -908,7 +905,7 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
     adj = holm(pvals)
     for n in nets:
         out["rho_p_holm"][n] = adj[n]
-        out["rho_p_text"][n] = _p_text(adj[n])
+        out["rho_p_text"][n] = p_text(adj[n])
         rs = out["rho_seed"][n]
         out["c1_mismatch_ranks_cost"][n] = ("not testable" if math.isnan(out["rho_cost"][n])
                                             else _word(out["rho_cost"][n] > 0 and adj[n] < 0.05
