@@ -545,26 +545,20 @@ def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFram
                    desc="fine-tuning", **kw)
     names = {v: k for k, v in TARGETS.items()}
     df["target_name"] = [names[(b, c)] for b, c in zip(df["brightness"], df["contrast"])]
-    tune = pd.DataFrame()
-    if tcfgs:
-        tgroups: dict = {}
-        for i, c in enumerate(tcfgs):
-            tgroups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
-        tune = run_sweep(tcfgs, _finetune_group, namespace=NAMESPACE, groups=list(tgroups.values()),
-                         desc="learning-rate check", **kw)
-        tune["target_name"] = [names[(b, c)] for b, c in zip(tune["brightness"], tune["contrast"])]
-        tune["lr_factor"] = [round(lr / config.lr_for(b), 6) for lr, b in zip(tune["lr"], tune["batch_size"])]
+    def labelled_sweep(cfgs, desc):  # one group per seed and target, like the main grid; target and rate factor named
+        groups: dict = {}
+        for i, c in enumerate(cfgs):
+            groups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
+        out = run_sweep(cfgs, _finetune_group, namespace=NAMESPACE, groups=list(groups.values()), desc=desc, **kw)
+        out["target_name"] = [names[(b, c)] for b, c in zip(out["brightness"], out["contrast"])]
+        out["lr_factor"] = [round(lr / config.lr_for(b), 6) for lr, b in zip(out["lr"], out["batch_size"])]
+        return out
+
+    tune = labelled_sweep(tcfgs, "learning-rate check") if tcfgs else pd.DataFrame()
     tuned = pd.DataFrame()
     sb = min(config.batch_sizes)
     if tcfgs and sb in config.tune_batch_sizes and set(CONTENDERS) & set(config.strategies):
-        qcfgs = config.tuned_configs(chosen_factors(tune, sb))
-        qgroups: dict = {}
-        for i, c in enumerate(qcfgs):
-            qgroups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
-        tuned = run_sweep(qcfgs, _finetune_group, namespace=NAMESPACE, groups=list(qgroups.values()),
-                          desc="tuned rates, reported seeds", **kw)
-        tuned["target_name"] = [names[(b, c)] for b, c in zip(tuned["brightness"], tuned["contrast"])]
-        tuned["lr_factor"] = [round(lr / config.lr_for(b), 6) for lr, b in zip(tuned["lr"], tuned["batch_size"])]
+        tuned = labelled_sweep(config.tuned_configs(chosen_factors(tune, sb)), "tuned rates, reported seeds")
     mm = diag.melt(id_vars="seed", value_vars=[f"mismatch_kl_{t}" for t in config.targets],
                    var_name="target_name", value_name="mismatch_kl")
     mm["target_name"] = mm["target_name"].str.replace("mismatch_kl_", "", regex=False)
