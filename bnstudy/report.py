@@ -213,7 +213,7 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
     value also matches (a run made without the ``bnstudy`` command records resolved values).
 
     Returns ``(rows, provenance)``: the table exactly as saved (``pandas.read_csv``; floats round-trip
-    exactly), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds)`` (``run_wall_s`` is
+    exactly; a table saved with no columns comes back empty), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds)`` (``run_wall_s`` is
     ``None`` when the run did not record it). When the sidecar's parameters carry ``rows_from`` (the
     table was re-saved by a page that analysed an earlier run's rows), its ``git_commit``, ``written``
     and ``run_wall_s`` are used, so the provenance still names the run that computed the rows.
@@ -246,7 +246,7 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
             raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here but was "
                              f"{recorded[name]!r} in the run behind {path}; run the experiment (rows=None) "
                              f"or give the same {name}")
-    df = pd.read_csv(path)
+    df = pd.read_csv(path) if data.strip() else pd.DataFrame()  # a saved table with no columns: empty, not an error
     env = meta.get("environment") or {}
     prov = dict(path=str(path), sha256=digest, git_commit=env.get("git_commit", "unknown"),
                 written=meta.get("written"), run_wall_s=recorded.get("run_wall_s"), seeds=meta.get("seeds"))

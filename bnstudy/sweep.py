@@ -191,17 +191,19 @@ def _run_group_and_cache(run_group, group_cfgs, cache_root, namespace, version, 
     return len(rows)
 
 
-#: Units (configs) each :func:`run_sweep` call in this process was given and how many of them it computed
-#: (the rest came from the cache): ``{namespace: [computed, total]}``, summed over calls. Read with
-#: :func:`sweep_counts`; a page resets it when it starts (:func:`reset_sweep_counts`) and reports at the end
-#: whether its wall time is a cold-cache time.
-_COUNTS: dict[str, list[int]] = {}
+#: The distinct units (cache keys) :func:`run_sweep` calls in this process were given, and those of them
+#: this process computed: ``{namespace: (computed_keys, all_keys)}``. Read with :func:`sweep_counts`; a page
+#: resets it when it starts (:func:`reset_sweep_counts`) and reports at the end whether its wall time is a
+#: cold-cache time.
+_COUNTS: dict[str, tuple[set, set]] = {}
 
 
 def sweep_counts() -> dict[str, tuple[int, int]]:
-    """``{namespace: (computed, total)}``: units given to :func:`run_sweep` in this process since the last
-    :func:`reset_sweep_counts`, and how many of them were computed rather than read from the run cache."""
-    return {k: (v[0], v[1]) for k, v in _COUNTS.items()}
+    """``{namespace: (computed, total)}``: the distinct units given to :func:`run_sweep` in this process since
+    the last :func:`reset_sweep_counts`, and how many of them this process computed rather than found in the
+    run cache. A unit computed by one call and read back by a later one (a stage-1 backbone that several
+    sweeps share) counts once, as computed: a cold page is reported cold."""
+    return {k: (len(done), len(seen)) for k, (done, seen) in _COUNTS.items()}
 
 
 def reset_sweep_counts() -> None:
@@ -243,9 +245,10 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
     elif sorted(i for g in groups for i in g) != list(range(len(configs))):
         raise ValueError("groups must list every config index exactly once")
     pending = [g for g in groups if any(cache.get(configs[i]) is None for i in g)]
-    tally = _COUNTS.setdefault(namespace, [0, 0])
-    tally[0] += sum(len(g) for g in pending)
-    tally[1] += len(configs)
+    done, seen = _COUNTS.setdefault(namespace, (set(), set()))
+    keys = [cache.key(c) for c in configs]
+    done.update(keys[i] for g in pending for i in g)
+    seen.update(keys)
     if pending:
         n_runs = sum(len(g) for g in pending)
         # $BNSTUDY_PROGRESS (set by `bnstudy chapter` and `python -m bnstudy.book`) turns the bar on even

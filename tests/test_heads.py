@@ -1,6 +1,7 @@
 """Chapter 4 (heads x optimizers): new heads and optimizer, the validation split, config checks, the
 learning-rate rule, findings on hand-made tables with known answers, and the buffer audit."""
 
+import io
 import math
 
 import numpy as np
@@ -443,9 +444,15 @@ def test_sweep_counts_tell_computed_from_cached_units(tmp_path):
     cfgs = [dict(x=i) for i in range(3)]
     run_sweep(cfgs[:2], _double_group, namespace="t", execution=ex)
     run_sweep(cfgs, _double_group, namespace="t", execution=ex)
-    assert sweep_counts() == {"t": (3, 5)}
+    assert sweep_counts() == {"t": (3, 3)}  # distinct units: the two read back were computed here, so cold
     reset_sweep_counts()
     assert sweep_counts() == {}
+    run_sweep(cfgs + [dict(x=7)], _double_group, namespace="t", execution=ex)  # a later page: three were cached
+    assert sweep_counts() == {"t": (1, 4)}
+    assert ch.cost_findings(sweep_counts(), 60.0).cache_state == "partly warm"
+    assert ch.units_counts(pd.read_csv(io.StringIO(ch.units_table(sweep_counts()).to_csv(index=False)))) == \
+        {"t": (1, 4)}
+    reset_sweep_counts()
 
 
 def _double_group(configs):

@@ -46,13 +46,20 @@ from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, 
 from ..engine import seeded, train_source, transfer_sweep
 from ..models import ConvBackbone, make_head
 from ..modes import MODE_NAMES, TransferModel, get_mode
-from ..sweep import run_sweep
+from ..sweep import reset_sweep_counts, run_sweep, sweep_counts
 from ..tasks import BatchStream, eval_set, generator, make_task
 from .shift_strength import shift_of
 
 NAMESPACE = "ch04_heads"
 SEARCH_NAMESPACE = "ch04_lr_search"
 FEATURE_NAMESPACE = "ch04_features"
+#: Parameters that only change the analysis: a page given ``rows`` (an earlier run's tables) may differ from
+#: that run in these, in nothing else.
+ANALYSIS_PARAMETERS = ("margin",)
+#: The tables a run saves beside ``04_heads.csv`` (``04_heads_<suffix>.csv``) that the page's analysis needs
+#: (:func:`run_tables`): the search's runs, the step-count check's runs, the per-seed feature geometry and the
+#: units the run computed or read from the cache.
+SIBLING_TABLES = ("search_runs", "steps", "features", "units")
 HEADS = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln")
 OPTIMIZERS = ("sgd", "sgd_plain", "adam")
 PINNED_MODES = ("backbone_eval", "all_eval")
@@ -424,6 +431,41 @@ def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
 def results_table(df: pd.DataFrame) -> pd.DataFrame:
     """The results without list-valued columns (drift traces and logit quantiles; chapter 1 draws them)."""
     return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple))).any()]]
+
+
+def units_table(counts: dict) -> pd.DataFrame:
+    """``namespace, computed, total`` per run-cache namespace, from :func:`bnstudy.sweep.sweep_counts`'s
+    ``{namespace: (computed, total)}`` (units given to the sweeps, and how many were computed, not read from
+    the cache)."""
+    return pd.DataFrame([dict(namespace=k, computed=int(c), total=int(t)) for k, (c, t) in counts.items()],
+                        columns=["namespace", "computed", "total"])
+
+
+def units_counts(table: pd.DataFrame) -> dict:
+    """:func:`units_table`'s inverse: ``{namespace: (computed, total)}`` for :func:`cost_findings`."""
+    return {str(r.namespace): (int(r.computed), int(r.total)) for r in table.itertuples(index=False)}
+
+
+def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
+    """Everything chapter 4's page analyses, as the tables it saves: ``(results_table(runs), {"search_runs":
+    results_table(search), "steps": results_table(step check), "features": feature geometry rows, "units":
+    units_table(...)})`` (keys: :data:`SIBLING_TABLES`).
+
+    Runs :func:`lr_search`, :func:`run` at each mode's own chosen rate (:func:`chosen_lrs`),
+    :func:`steps_check` and :func:`feature_geometry`, all cached. ``units`` counts the cached units this
+    call computed or read (it resets :func:`bnstudy.sweep.sweep_counts`). The step check's table is empty
+    (no columns) when ``config`` has no linear head or neither SGD + momentum nor Adam.
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"run_tables needs a heads.Config (see make_config), got {type(config).__name__}")
+    reset_sweep_counts()
+    search = lr_search(config, execution)
+    lrs = chosen_lrs(search)
+    df = run(config, execution, lrs)
+    long = steps_check(config, execution, lrs)
+    geom = feature_geometry(config, execution)
+    return results_table(df), dict(search_runs=results_table(search), steps=results_table(long), features=geom,
+                                   units=units_table(sweep_counts()))
 
 
 # --- the gap and the findings ------------------------------------------------------------------------------------
@@ -1099,7 +1141,8 @@ class CostFindings:
 
 def cost_findings(counts: dict, wall_s: float, threads_per_run: int = 1) -> CostFindings:
     """:class:`CostFindings` from ``counts`` (``{namespace: (computed, total)}``, as
-    :func:`bnstudy.sweep.sweep_counts` returns) and the wall time ``wall_s`` in seconds. Raises ``ValueError``
+    :func:`bnstudy.sweep.sweep_counts` returns) and the wall time ``wall_s`` in seconds (``None``: not
+    recorded, ``wall_min`` is NaN). Raises ``ValueError``
     if a namespace claims more computed units than it has."""
     bad = [k for k, (c, t) in counts.items() if not 0 <= c <= t]
     if bad:
@@ -1107,5 +1150,5 @@ def cost_findings(counts: dict, wall_s: float, threads_per_run: int = 1) -> Cost
     n_c = int(sum(c for c, _ in counts.values()))
     n_t = int(sum(t for _, t in counts.values()))
     state = "cold" if n_t and n_c == n_t else ("warm" if n_c == 0 else "partly warm")
-    return CostFindings(wall_min=float(wall_s) / 60, n_computed=n_c, n_units=n_t, n_cached=n_t - n_c,
+    return CostFindings(wall_min=float("nan") if wall_s is None else float(wall_s) / 60, n_computed=n_c, n_units=n_t, n_cached=n_t - n_c,
                         cache_state=state, threads_per_run=int(threads_per_run))
