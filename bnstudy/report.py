@@ -145,6 +145,12 @@ def sidecar_path(csv_path) -> Path:
     return Path(csv_path).with_suffix(".json")
 
 
+def _read_table(path, data: bytes) -> pd.DataFrame:
+    """A saved CSV (``data``: its bytes) as a table; a table saved with no columns (``to_csv`` writes an
+    empty line) comes back empty instead of raising ``pandas.errors.EmptyDataError``."""
+    return pd.read_csv(path) if data.strip() else pd.DataFrame()
+
+
 def write_sidecar(csv_path, parameters: dict | None = None, seeds=None) -> Path:
     """Write the JSON sidecar of ``csv_path``: what the table is and what it ran with.
 
@@ -154,7 +160,7 @@ def write_sidecar(csv_path, parameters: dict | None = None, seeds=None) -> Path:
     """
     csv_path = Path(csv_path)
     data = csv_path.read_bytes()
-    df = pd.read_csv(csv_path)
+    df = _read_table(csv_path, data)
     if parameters is None:
         parameters = json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}")
         parameters = {**parameters, **{k: v for k, v in _RUN.items() if k not in parameters}}
@@ -246,7 +252,7 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
             raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here but was "
                              f"{recorded[name]!r} in the run behind {path}; run the experiment (rows=None) "
                              f"or give the same {name}")
-    df = pd.read_csv(path) if data.strip() else pd.DataFrame()  # a saved table with no columns: empty, not an error
+    df = _read_table(path, data)
     env = meta.get("environment") or {}
     prov = dict(path=str(path), sha256=digest, git_commit=env.get("git_commit", "unknown"),
                 written=meta.get("written"), run_wall_s=recorded.get("run_wall_s"), seeds=meta.get("seeds"))

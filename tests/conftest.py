@@ -14,6 +14,28 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
+def glued_payloads():
+    """A function: executed notebook path -> {glue name: payload} (HTML tables with pandas' random Styler ids
+    blanked), to compare two executions of a page."""
+    def _glued(path) -> dict:
+        """Glue key -> payload of an executed notebook (HTML tables with pandas' random Styler ids blanked)."""
+        import re
+
+        import nbformat
+        out = {}
+        for cell in nbformat.read(path, as_version=4).cells:
+            for o in cell.get("outputs", []):
+                key = o.get("metadata", {}).get("scrapbook", {}).get("name")
+                if key:
+                    data = {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 2)[-1]: v for k, v in o["data"].items()}
+                    out[key] = re.sub(r"T_[0-9a-f_]+", "T_", str(data.get("text/html", data.get("text/markdown",
+                                                                                                 data.get("text/plain")))))
+        return out
+
+    return _glued
+
+
+@pytest.fixture
 def cache_dir(tmp_path):
     return tmp_path / "cache"
 

@@ -489,24 +489,8 @@ def test_analysis_parameters_decide_no_run():
     assert all(f not in bs.ANALYSIS_PARAMETERS for f in ("lr_batch", "base_lr", "seeds"))
 
 
-def _glued_payloads(path) -> dict:
-    """Glue key -> payload of an executed notebook (HTML tables with pandas' random Styler ids blanked)."""
-    import re
-
-    import nbformat
-    out = {}
-    for cell in nbformat.read(path, as_version=4).cells:
-        for o in cell.get("outputs", []):
-            key = o.get("metadata", {}).get("scrapbook", {}).get("name")
-            if key:
-                data = {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 2)[-1]: v for k, v in o["data"].items()}
-                out[key] = re.sub(r"T_[0-9a-f_]+", "T_", str(data.get("text/html", data.get("text/markdown",
-                                                                                             data.get("text/plain")))))
-    return out
-
-
 @pytest.mark.slow
-def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path):
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads):
     """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every
     glued number, verdict and table is the same, only the cost sentence says the rows were analysed again, and
     nothing ran. A notebook that ignored ``rows`` would fill the empty cache and say it ran the experiment."""
@@ -523,7 +507,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path):
     again = book.execute_chapter(nb_path, tmp_path / "again", "quick", parameters=dict(
         tiny, rows=rows, results_dir=str(tmp_path / "results2"), figures_dir=str(tmp_path / "figures2"),
         cache_dir=str(tmp_path / "cache2")))
-    a, b = _glued_payloads(first), _glued_payloads(again)
+    a, b = glued_payloads(first), glued_payloads(again)
     assert set(a) == set(b)
     assert not [k for k in a if a[k] != b[k] and not k.startswith("ch05_fig") and k != "ch05_timing"]
     assert "did not run the experiment" in b["ch05_timing"] and "did not run" not in a["ch05_timing"]

@@ -65,6 +65,8 @@ def test_validation_split_has_its_own_tag_and_test_is_unchanged():
     (dict(heads=("linear", "cnn")), "heads\\[1\\]='cnn' is not allowed"),
     (dict(heads=("linear", "linear")), "heads must not repeat"),
     (dict(optimizers=("sgd", "lbfgs")), "optimizers\\[1\\]='lbfgs'"),
+    (dict(heads=("mlp",)), "heads must include 'linear'"),
+    (dict(optimizers=("sgd", "sgd_plain")), "optimizers must include 'sgd' and 'adam'.*\\['adam'\\] missing"),
     (dict(mid_strength=1.0), "mid_strength must be a number > 0.0 and < 1.0"),
     (dict(mid_strength=0.0), "mid_strength"),
     (dict(lr_sgd=(0.1, 0.01)), "lr_sgd must be strictly increasing"),
@@ -106,7 +108,6 @@ def test_config_shifts_and_runs_are_paired_grids():
     assert {r.seed for r in check} == set(cfg.seeds[:cfg.steps_check_seeds]) and {r.head for r in check} == {"linear"}
     assert {r.optimizer for r in check} == {"sgd", "adam"} and all((r.brightness, r.contrast) == (4.0, 5.0)
                                                                     for r in check)
-    assert ch.make_config("quick", heads=("mlp_ln",)).steps_check_configs(per_mode) == []
     assert all(r.eval_split == "test" for r in runs)
     search = cfg.search_configs()
     assert {r.seed for r in search} == set(cfg.tuning_seeds)
@@ -462,8 +463,8 @@ def _double_group(configs):
 # --- a tiny real run --------------------------------------------------------------------------------------------------
 
 def test_tiny_run_end_to_end(tmp_path):
-    cfg = ch.make_config("quick", heads=("linear", "mlp_ln"), optimizers=("sgd_plain", "adam"), steps=3,
-                         stage1_steps=3, n_eval=50, lr_sgd_plain=(0.1, 1.0), lr_adam=(0.01,), feature_seeds=1, steps_check=6)
+    cfg = ch.make_config("quick", heads=("linear", "mlp_ln"), optimizers=("sgd", "adam"), steps=3,
+                         stage1_steps=3, n_eval=50, lr_sgd=(0.1, 1.0), lr_adam=(0.01,), feature_seeds=1, steps_check=6)
     ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
     search = ch.lr_search(cfg, ex)
     assert set(search["eval_split"]) == {"validation"}
@@ -474,11 +475,60 @@ def test_tiny_run_end_to_end(tmp_path):
     assert F.check_pinned_keep_a == "holds" and F.check_train_is_separate == "holds"
     assert set(lrs) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
     long = ch.steps_check(cfg, ex, lrs)
-    assert len(long) == 2 * 1 * 2 and set(long["steps"]) == {cfg.steps_check}  # adam only (no sgd in this config)
+    assert len(long) == 2 * 2 * 2 and set(long["steps"]) == {cfg.steps_check}  # sgd and adam, two modes, two seeds
     S = ch.steps_findings(df, long)
-    assert set(S.gap_long) == {"adam"}
+    assert set(S.gap_long) == {"sgd", "adam"}
     geom = ch.feature_geometry(cfg, ex)
     sep = geom[geom["statistics"] == "separate"]
     assert np.allclose(sep["scale_ratio"], 1.0) and np.allclose(sep["offset_sd"], 0.0)
     ch.geometry_findings(geom)
     ch.link_table(df, geom, n_boot=20)  # runs on real rows (one feature seed: too few for a verdict)
+
+
+# --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
+
+def test_analysis_parameters_decide_no_run():
+    """The parameters a rows rebuild may change must not change any run: else its rows would not be the page's."""
+    cfg, other = ch.make_config("quick"), ch.make_config("quick", margin=0.05)
+    assert set(ch.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
+    lrs = {(h, o, m): 0.01 for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
+    assert cfg.search_configs() == other.search_configs() and cfg.run_configs(lrs) == other.run_configs(lrs)
+    assert cfg.steps_check_configs(lrs) == other.steps_check_configs(lrs)
+
+
+@pytest.mark.slow
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads):
+    """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every
+    glued number, verdict and table is the same, only the timing sentence says the rows were analysed again, and
+    nothing ran. A notebook that ignored ``rows`` would fill the empty cache and say it ran the experiment."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from bnstudy import book
+    nb_path = [p for p in book.chapter_paths() if p.stem == "04_heads"][0]
+    tiny = dict(steps=40, steps_check=60, heads=["linear"], optimizers=["sgd", "adam"], n_jobs=1)
+    first = book.execute_chapter(nb_path, tmp_path / "run", "quick", parameters=dict(
+        tiny, results_dir=str(tmp_path / "results"), figures_dir=str(tmp_path / "figures"),
+        cache_dir=str(tmp_path / "cache")))
+    rows = str(tmp_path / "results" / "04_heads.csv")
+    again = book.execute_chapter(nb_path, tmp_path / "again", "quick", parameters=dict(
+        tiny, rows=rows, results_dir=str(tmp_path / "results2"), figures_dir=str(tmp_path / "figures2"),
+        cache_dir=str(tmp_path / "cache2")))
+    a, b = glued_payloads(first), glued_payloads(again)
+    assert set(a) == set(b)
+    assert {k for k in a if a[k] != b[k] and not k.startswith("ch04_fig")} == {"ch04_timing"}
+    assert "did not run the experiment" in b["ch04_timing"] and "did not run" not in a["ch04_timing"]
+    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
+    for t in ("",) + tuple(f"_{s}" for s in ch.SIBLING_TABLES) + ("_lr_search", "_accuracy", "_geometry", "_link"):
+        assert (tmp_path / "results" / f"04_heads{t}.csv").read_bytes() == \
+            (tmp_path / "results2" / f"04_heads{t}.csv").read_bytes(), t
+    units = pd.read_csv(tmp_path / "results" / "04_heads_units.csv")
+    assert (units["computed"] == units["total"]).all()  # a cold page is reported cold
+    assert "cold" in a["ch04_cost_cache_state"] and "cold" in b["ch04_cost_cache_state"]  # the run's, not this one's
+    wider = book.execute_chapter(nb_path, tmp_path / "wider", "quick", parameters=dict(  # an analysis parameter
+        tiny, rows=rows, margin=0.05, results_dir=str(tmp_path / "results4"), figures_dir=str(tmp_path / "figures4"),
+        cache_dir=str(tmp_path / "cache4")))
+    assert glued_payloads(wider)["ch04_margin"] != a["ch04_margin"]
+    with pytest.raises(PapermillExecutionError, match="parameter 'steps' is 50 here but was 40"):
+        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
+            tiny, steps=50, rows=rows, results_dir=str(tmp_path / "results3"),
+            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))

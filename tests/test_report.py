@@ -169,3 +169,13 @@ def test_figure_sidecar_names_every_table_the_figure_draws_from(saved, tmp_path)
     with pytest.raises(ValueError, match="at least one CSV"):
         plots.save_figure(fig, "07-none", tmp_path, [])
     plt.close(fig)
+
+
+def test_a_table_with_no_columns_saves_and_comes_back_empty(saved, tmp_path):
+    """A run whose optional part did not apply (chapter 4 without a linear head: no step check) saves an
+    empty table; saving it and reading it back must work (pandas alone raises EmptyDataError on the file)."""
+    path = report.save_table(pd.DataFrame(), tmp_path / "results" / "07_rows_empty.csv")
+    side = json.loads(report.sidecar_path(path).read_text())
+    assert side["rows"] == 0 and side["columns"] == []
+    rows, prov = report.load_rows(path, dict(profile="full"))
+    assert rows.empty and list(rows.columns) == [] and prov["sha256"] == side["sha256"]

@@ -153,6 +153,15 @@ class Config(_Frozen):
             if len(set(v)) != len(v):
                 raise ValueError(f"{name} must not repeat an entry, got {list(v)}")
             self._set(name, v)
+        if STEPS_CHECK_HEAD not in self.heads:
+            raise ValueError(f"heads must include {STEPS_CHECK_HEAD!r}: the verdict on the seed's finding 3, the "
+                             f"step-count check and the link test are read from the seed's linear head; got "
+                             f"{list(self.heads)}")
+        missing = [o for o in STEPS_CHECK_OPTIMIZERS if o not in self.optimizers]
+        if missing:
+            raise ValueError(f"optimizers must include {' and '.join(map(repr, STEPS_CHECK_OPTIMIZERS))} (the "
+                             f"chapter compares them; 'sgd_plain' is optional); {missing} missing from "
+                             f"{list(self.optimizers)}")
         ts = check_sequence("tuning_seeds", self.tuning_seeds, lambda n, v: check_int(n, v, 0), 1)
         if set(ts) & set(self.seeds):
             raise ValueError(f"tuning_seeds must be disjoint from seeds (a learning rate chosen on a reported seed "
