@@ -76,6 +76,8 @@ def test_validation_split_has_its_own_tag_and_test_is_unchanged():
     (dict(steps=0), "steps must be an integer >= 1"),
     (dict(steps_check=150), "steps_check must be larger than steps"),
     (dict(steps_check_seeds=3), "steps_check_seeds must be at most the number of seeds"),
+    # one seed would give the step check a zero-width "interval" (mean_ci of one value is the value itself)
+    (dict(steps_check_seeds=1), "steps_check_seeds must be an integer >= 2"),
 ])
 def test_config_errors_name_the_parameter(override, message):
     with pytest.raises(ValueError, match=message):

@@ -118,7 +118,7 @@ class Config(_Frozen):
     ``lr_sgd``, ``lr_sgd_plain``, ``lr_adam``: each optimizer's grid (increasing). ``feature_seeds``:
     seeds (the first of ``seeds``) of the feature-geometry measurement. ``margin``: the equivalence
     margin (accuracy fraction) within which a gap counts as "within margin". ``steps_check`` (> ``steps``)
-    and ``steps_check_seeds`` (at most the number of seeds): the step-count check's budget and seeds. ``hidden``, ``noise``,
+    and ``steps_check_seeds`` (2 up to the number of seeds): the step-count check's budget and seeds. ``hidden``, ``noise``,
     ``momentum``, ``batch_size``, ``n_eval``, ``stage1_steps``: run sizes (RunConfig's defaults).
     Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
     """
@@ -179,7 +179,8 @@ class Config(_Frozen):
         if self.steps_check <= self.steps:
             raise ValueError(f"steps_check must be larger than steps ({self.steps}): it checks a longer budget, "
                              f"got {self.steps_check}")
-        self._set("steps_check_seeds", check_int("steps_check_seeds", self.steps_check_seeds, 1))
+        # at least 2: the step check's 95% intervals are over these seeds (one value has no interval)
+        self._set("steps_check_seeds", check_int("steps_check_seeds", self.steps_check_seeds, 2))
         if self.steps_check_seeds > len(self.seeds):
             raise ValueError(f"steps_check_seeds must be at most the number of seeds ({len(self.seeds)}), "
                              f"got {self.steps_check_seeds}")
