@@ -119,8 +119,9 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     kernel starts (tens of seconds) with the same message: ``make_config(profile, **experiment parameters)``
     and the execution settings (``cache_dir``, ``n_jobs``). Raises what they raise: ``ValueError`` naming
     the parameter and what is allowed. Also checked here: ``cache_dir`` is not an existing file, and a ``rows``
-    table exists with its sidecar and checksum (``FileNotFoundError`` / ``ValueError`` from
-    :func:`bnstudy.report.load_rows`)."""
+    table exists with its sidecar and checksum and, for a chapter with ``ANALYSIS_PARAMETERS``, as its notebook
+    checks it: every other parameter as the run recorded it, each ``SIBLING_TABLES`` table beside it from the
+    same commit (``FileNotFoundError`` / ``ValueError`` from :func:`bnstudy.report.rows_or_run`)."""
     from .config import Execution
 
     try:
@@ -130,15 +131,20 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     if module is None or not hasattr(module, "make_config"):
         return
     values = {**defaults, **params}
-    module.make_config(profile, **{k: v for k, v in values.items() if k not in EXECUTION_PARAMETERS})
+    config = module.make_config(profile, **{k: v for k, v in values.items() if k not in EXECUTION_PARAMETERS})
     Execution(cache_dir=values.get("cache_dir"), n_jobs=values.get("n_jobs"))
     cache = values.get("cache_dir")
     if cache is not None and Path(cache).exists() and not Path(cache).is_dir():
         raise ValueError(f"cache_dir (--cache-dir) {cache}: exists and is not a directory; give a directory "
                          f"(created if missing)")
-    if values.get("rows") is not None:  # the file, its sidecar and its checksum; the notebook checks the parameters
-        from .report import load_rows
-        load_rows(values["rows"], {})
+    if values.get("rows") is not None:  # the file, its sidecar and its checksum
+        from .report import config_parameters, load_rows, rows_or_run
+        if hasattr(module, "ANALYSIS_PARAMETERS"):  # the notebook's own check: parameters and sibling tables
+            rows_or_run(values["rows"], None, *config_parameters(config, {**values, "profile": profile},
+                                                                 module.ANALYSIS_PARAMETERS),
+                        siblings=getattr(module, "SIBLING_TABLES", ()))
+        else:
+            load_rows(values["rows"], {})
 
 
 # --- rendering the executed notebook for a person: glued values filled into the Markdown ---------------
@@ -310,6 +316,8 @@ def cmd_chapter(args) -> int:
               file=sys.stderr)
         return 2
     params.update(results_dir=str(out / "results"), figures_dir=str(out / "figures"))
+    if params.get("rows") is not None:  # checked from here; the kernel runs in chapters/, so it gets the full path
+        params["rows"] = str(Path(params["rows"]).resolve())
     cache = args.cache_dir
     if cache is None and not os.environ.get("BNSTUDY_CACHE_DIR") and REPO_CACHE.is_dir():
         cache = REPO_CACHE  # the cache `make book` filled in this checkout, so a rerun reuses its runs

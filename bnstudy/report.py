@@ -332,6 +332,11 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
     tables = {}
     for suffix in siblings:
         sib = path.with_name(f"{path.stem}_{suffix}{path.suffix}")
+        if not sib.is_file():
+            raise FileNotFoundError(f"rows: {path.name} was given, but {sib.name}, which its run saved beside it, "
+                                    f"is not in {sib.parent}; the page analyses {path.name} together with "
+                                    f"{', '.join(f'{path.stem}_{s}{path.suffix}' for s in siblings)} (keep the "
+                                    f"run's results folder together)")
         tables[suffix], sp = load_rows(sib, parameters, resolved)
         if sp["git_commit"] != prov["git_commit"]:
             raise ValueError(f"rows: {sib.name} was written at git commit {sp['git_commit']} but {path.name} at "

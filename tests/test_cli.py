@@ -244,3 +244,59 @@ def test_bad_yaml_cache_dir_file_and_missing_rows_fail_before_the_kernel_naming_
     assert cli.main(["chapter", "03", "-p", "rows", str(unrecorded), "--out", str(tmp_path / "o")]) == 2
     assert "has no sidecar" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+# --- newuser-s7: rows whose run differs, or whose sibling table is missing, fail before the kernel --------------
+
+
+def _fake_ch04_rows(folder, **given):
+    """A chapter-4 main table and its sibling tables with sidecars recording ``given`` (the bnstudy command's
+    record: the parameters as given, ``None`` for the profile's)."""
+    from bnstudy.experiments import heads
+    folder.mkdir()
+    params = {"chapter": "04_heads", "profile": "quick", **{k: None for k in ("seeds", "steps", "heads",
+              "tuning_seeds", "steps_check", "steps_check_seeds")}, "optimizers": ["sgd", "sgd_plain", "adam"],
+              "mid_strength": 0.25, "margin": 0.02, **given}
+    cfg = heads.make_config("quick", **{k: v for k, v in params.items() if k not in ("chapter", "profile")})
+    params = {**{k: report._jsonable(v) for k, v in cfg.asdict().items()}, **params}  # resolved fields too
+    main = folder / "04_heads.csv"
+    for p in [main] + [folder / f"04_heads_{s}.csv" for s in heads.SIBLING_TABLES]:
+        p.write_text("seed,task_b\n0,0.5\n")
+        report.write_sidecar(p, parameters=params)
+    return main
+
+
+def test_rows_of_another_run_or_without_a_sibling_fail_before_the_kernel(tmp_path, capsys, monkeypatch):
+    def no_kernel(*a, **k):
+        raise AssertionError("the kernel must not start for rows that cannot be analysed")
+    monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
+    main = _fake_ch04_rows(tmp_path / "run", steps=40, steps_check=60)
+    tiny = ["-p", "steps", "40", "-p", "steps_check", "60"]
+    # a run parameter that differs: refused here, naming it and both values
+    assert cli.main(["chapter", "04", "-p", "rows", str(main), "-p", "steps", "50", "-p", "steps_check", "60",
+                     "--out", str(tmp_path / "o")]) == 2
+    assert "parameter 'steps' is 50 here but was 40" in capsys.readouterr().err
+    # an analysis parameter may differ: the check passes (the notebook would run)
+    nb = book.chapter_paths()[3]
+    cli.check_parameters(nb, "quick", book.notebook_parameters(nb),
+                         {"rows": str(main), "steps": 40, "steps_check": 60, "margin": 0.05})
+    # a sibling table missing: refused here, naming it and the table given
+    (tmp_path / "run" / "04_heads_steps.csv").unlink()
+    assert cli.main(["chapter", "04", "-p", "rows", str(main), *tiny, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "04_heads_steps.csv" in err and "04_heads.csv" in err and "beside it" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_relative_rows_path_reaches_the_notebook_as_the_file_the_check_found(tmp_path, monkeypatch):
+    main = _fake_ch04_rows(tmp_path / "run", steps=40, steps_check=60)
+    seen = {}
+
+    def fake_execute(nb_path, out, profile, parameters=None, **k):  # the kernel runs in chapters/, not here
+        seen.update(parameters)
+        return out / "04-heads.ipynb"
+    monkeypatch.setattr(cli.book, "execute_chapter", fake_execute)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["chapter", "04", "-p", "rows", "run/04_heads.csv", "-p", "steps", "40", "-p", "steps_check",
+                     "60", "--no-html", "--out", "o"]) == 0
+    assert seen["rows"] == str(main.resolve())

@@ -131,7 +131,8 @@ def test_rows_or_run_loads_and_checks_sibling_tables(saved, tmp_path):
     with pytest.raises(ValueError, match=r"07_rows_check.csv"):
         report.rows_or_run(path, _never_run, dict(profile="full"), siblings=("check",))
     sib.unlink()
-    with pytest.raises(FileNotFoundError, match="no results table"):
+    with pytest.raises(FileNotFoundError, match=r"07_rows.csv was given, but 07_rows_check.csv, which its run "
+                                                r"saved beside it, is not in"):
         report.rows_or_run(path, _never_run, dict(profile="full"), siblings=("check",))
     with pytest.raises(ValueError, match="expected siblings"):
         report.rows_or_run(None, lambda: df, {}, siblings=("check",))
