@@ -249,6 +249,10 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
                              f"cannot be matched to this configuration (recorded: {sorted(recorded)})")
         if _jsonable(value) != recorded[name] and not (resolved and name in resolved
                                                        and _jsonable(resolved[name]) == recorded[name]):
+            if recorded[name] is None:  # the run took its profile's value; it recorded None, not the value
+                raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here but was None (the profile's "
+                                 f"value) in the run behind {path}; run the experiment (rows=None) or leave {name} "
+                                 f"out (None), as that run did, even if {_jsonable(value)!r} is the profile's value")
             raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here but was "
                              f"{recorded[name]!r} in the run behind {path}; run the experiment (rows=None) "
                              f"or give the same {name}")

@@ -118,6 +118,11 @@ def test_rows_or_run_refuses_a_mismatching_parameter_by_name(saved):
         report.rows_or_run(path, _never_run, dict(profile="quick"))
     with pytest.raises(ValueError, match=r"parameter 'networks'"):
         report.rows_or_run(path, _never_run, dict(networks=None), resolved=dict(networks=("x",)))
+    # the run left it at None (its profile's value): the message says so and how to match it, instead of
+    # leaving a reader to wonder why 150 differs from "None" when 150 is the profile's value
+    with pytest.raises(ValueError, match=r"parameter 'seeds' is 3 here but was None \(the profile's value\) in the "
+                                         r"run .*; .*leave seeds out"):
+        report.rows_or_run(path, _never_run, dict(seeds=3), resolved=dict(seeds=(0, 1, 2)))
 
 
 def test_rows_or_run_loads_and_checks_sibling_tables(saved, tmp_path):
