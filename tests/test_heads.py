@@ -215,6 +215,11 @@ def test_gap_verdicts_closed_lower_higher_unresolved():
     assert F.n_eval == 0 and math.isnan(F.eval_se)
     p = 0.6 + NOISE.mean()
     assert ch.findings(df.assign(n_eval=1000)).eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)
+    # the margin in units of that standard error: the page's reason for its margin is stated as this ratio, so a
+    # reader's -p margin 0.05 is not described as "close to the binomial standard error" (0.015)
+    se = (p * (1 - p) / 1000) ** 0.5
+    assert ch.findings(df.assign(n_eval=1000), margin=0.05).margin_in_se == pytest.approx(0.05 / se)
+    assert math.isnan(F.margin_in_se)
 
 
 def test_equivalence_feasibility_is_the_largest_sd_a_zero_gap_can_pass():
@@ -534,3 +539,29 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
         book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
             tiny, steps=50, rows=rows, results_dir=str(tmp_path / "results3"),
             figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+
+
+def test_link_texts_say_not_computed_instead_of_printing_nan():
+    # the quick profile's link rows: 2 seeds, so no interval and at one point per seed no rho at all; the page
+    # printed "rho = +nan (+nan to +nan): too few seeds"
+    curv = {(s, sh): 10.0 + s + (sh == "ref") for s in range(2) for sh in ("none", "ref")}
+    probe = {k: 0.01 * k[0] for k in curv}
+    t = ch.link_table(_gap_rows({k: -0.01 * k[0] - 0.1 * (k[1] == "ref") for k in curv}), _geom(curv, probe),
+                      n_boot=50)
+    texts = ch.link_texts(t)
+    assert set(texts) == {f"{r.scope}_{r.optimizer}_{r.measure}" for r in t.itertuples()}
+    assert texts["ref_sgd_curvature_ratio"] == "not computed (2 seeds, one point each: **too few seeds**)"
+    assert texts["all_sgd_curvature_ratio"].startswith("= -") and "no interval (**too few seeds**)" in texts[
+        "all_sgd_curvature_ratio"]
+    assert not any("nan" in v for v in texts.values())
+    shown = ch.link_display(t)
+    assert "nan" not in shown.to_string() and list(shown.columns) == ["scope", "optimizer", "measure", "predicted",
+                                                                       "rho", "n_seeds", "n_points", "verdict"]
+    # enough seeds: the value, its interval and the verdict, as the page printed them before
+    seeds = range(10)
+    curv = {(s, "ref"): 10.0 + s for s in seeds}
+    t = ch.link_table(_gap_rows({(s, "ref"): -0.01 * s for s in seeds}), _geom(curv, {k: 0.0 for k in curv}),
+                      n_boot=100)
+    r = t[(t["scope"] == "ref") & (t["measure"] == "curvature_ratio")].iloc[0]
+    assert ch.link_texts(t)["ref_sgd_curvature_ratio"] == (f"= {r['rho']:+.2f} ({r['ci_low']:+.2f} to "
+                                                           f"{r['ci_high']:+.2f}): **holds**")

@@ -622,7 +622,8 @@ class Findings:
 
     ``n_eval``: test images per accuracy (``n_eval`` column; 0 if absent); ``eval_se``: the binomial standard
     error ``sqrt(p (1 - p) / n_eval)`` of one accuracy at ``p`` = the mean ``separate_stats`` task-B accuracy
-    at chapter 1's shift (NaN without ``n_eval``), the scale against which the margin is set.
+    at chapter 1's shift (NaN without ``n_eval``), the scale against which the margin is set; ``margin_in_se``:
+    ``margin / eval_se`` (NaN without ``n_eval``).
     """
 
     n_seeds: int
@@ -665,6 +666,7 @@ class Findings:
     lr_edge_cells: str
     n_eval: int
     eval_se: float
+    margin_in_se: float
 
 
 def _cells(names) -> str:
@@ -736,6 +738,7 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
     edges = lr_edges(lrs, grids or {})
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df else 0
     p_sep = float(ref["task_b_separate"].mean())
+    se = math.sqrt(p_sep * (1 - p_sep) / n_eval) if n_eval else math.nan
     return Findings(
         n_seeds=n, n_cells=int(len(ref)), confidence=conf, margin=margin,
         chance=1 / int(df["n_classes"].iloc[0]) if "n_classes" in df else 0.1,
@@ -759,7 +762,7 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
         best_pinned_gap=gap[key(bp)], best_pinned_verdict=words[key(bp)], best_separate_cell=f"{bs['head']}/{bs['optimizer']}",
         best_separate_acc=float(bs["task_b_separate"]),
         lrs={"_".join(k): v for k, v in lrs.items()}, n_lr_at_edge=len(edges), lr_edge_cells=_edge_text(edges),
-        n_eval=n_eval, eval_se=math.sqrt(p_sep * (1 - p_sep) / n_eval) if n_eval else math.nan,
+        n_eval=n_eval, eval_se=se, margin_in_se=margin / se if se > 0 else math.nan,
     )
 
 
@@ -1068,6 +1071,37 @@ def link_findings(table: pd.DataFrame, head: str = "linear", confidence: float =
         verdict={key(r): r["verdict"] for _, r in table.iterrows()},
         n_holds=int((table["verdict"] == LINK_HOLDS).sum()),
         n_tests=int((table["verdict"] != LINK_TOO_FEW).sum()), confidence=confidence)
+
+
+def link_texts(table: pd.DataFrame) -> dict:
+    """The page's words for each :func:`link_table` row, keyed ``"<scope>_<optimizer>_<measure>"`` (Markdown,
+    to follow "$\\rho$"): ``= +0.12 (-0.30 to +0.50): **holds**``; without an interval (fewer seeds than the
+    test needs) ``= -0.83, no interval (**too few seeds**)``; without a correlation at all (fewer than 3 points
+    or a constant side) ``not computed (2 seeds, one point each: **too few seeds**)``. Never prints NaN."""
+    out = {}
+    for r in table.itertuples(index=False):
+        word = f"**{r.verdict}**"
+        if math.isnan(r.rho):
+            where = f"{r.n_seeds} seeds, one point each" if r.n_points == r.n_seeds else f"{r.n_points} points"
+            text = f"not computed ({where}: {word})"
+        elif math.isnan(r.ci_low) or math.isnan(r.ci_high):
+            text = f"= {r.rho:+.2f}, no interval ({word})"
+        else:
+            text = f"= {r.rho:+.2f} ({r.ci_low:+.2f} to {r.ci_high:+.2f}): {word}"
+        out[f"{r.scope}_{r.optimizer}_{r.measure}"] = text
+    return out
+
+
+def link_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The page's link table (display only): ``scope, optimizer, measure, predicted, rho, n_seeds, n_points,
+    verdict``, ``rho`` as ``+0.12 [-0.30, +0.50]``, ``-0.83 [no interval]`` or ``not computed``."""
+    def rho(r, lo, hi):
+        if math.isnan(r):
+            return "not computed"
+        return f"{r:+.2f} [no interval]" if math.isnan(lo) or math.isnan(hi) else f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+    return table.assign(rho=[rho(*v) for v in zip(table["rho"], table["ci_low"], table["ci_high"])],
+                        predicted=["negative" if s < 0 else "positive" for s in table["predicted_sign"]])[
+        ["scope", "optimizer", "measure", "predicted", "rho", "n_seeds", "n_points", "verdict"]]
 
 
 # --- the audit: which buffers each mode lets move, with a head that has its own BatchNorm ---------------------------
