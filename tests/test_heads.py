@@ -65,8 +65,9 @@ def test_validation_split_has_its_own_tag_and_test_is_unchanged():
     (dict(heads=("linear", "cnn")), "heads\\[1\\]='cnn' is not allowed"),
     (dict(heads=("linear", "linear")), "heads must not repeat"),
     (dict(optimizers=("sgd", "lbfgs")), "optimizers\\[1\\]='lbfgs'"),
-    (dict(heads=("mlp",)), "heads must include 'linear'"),
-    (dict(optimizers=("sgd", "sgd_plain")), "optimizers must include 'sgd' and 'adam'.*\\['adam'\\] missing"),
+    (dict(heads=("mlp",)), "heads must include 'linear' and 'mlp_bn'.*\\['linear', 'mlp_bn'\\] missing"),
+    (dict(heads=("linear", "mlp")), "\\['mlp_bn'\\] missing from \\['linear', 'mlp'\\]"),
+    (dict(optimizers=("sgd", "adam")), "optimizers must list all of.*\\['sgd_plain'\\] missing"),
     (dict(mid_strength=1.0), "mid_strength must be a number > 0.0 and < 1.0"),
     (dict(mid_strength=0.0), "mid_strength"),
     (dict(lr_sgd=(0.1, 0.01)), "lr_sgd must be strictly increasing"),
@@ -95,11 +96,11 @@ def test_full_profile_grids_contain_the_quick_grids_and_reach_further():
 
 
 def test_config_shifts_and_runs_are_paired_grids():
-    cfg = ch.make_config("quick", heads=("linear", "mlp_ln"), optimizers=("sgd", "adam"), mid_strength=0.25)
+    cfg = ch.make_config("quick", heads=("linear", "mlp_bn"), optimizers=("adam", "sgd", "sgd_plain"), mid_strength=0.25)
     assert cfg.shifts() == {"none": (0.0, 1.0), "mid": (1.0, 2.0), "ref": (4.0, 5.0)}
     lrs = {(h, o): 0.01 for h in cfg.heads for o in cfg.optimizers}
     runs = cfg.run_configs(lrs)
-    assert len(runs) == len(cfg.seeds) * 3 * 2 * 2 * 4
+    assert len(runs) == len(cfg.seeds) * 3 * 2 * 3 * 4
     per_mode = {(h, o, m): 0.001 * (1 + MODE_NAMES.index(m)) for h in cfg.heads for o in cfg.optimizers
                 for m in MODE_NAMES}
     assert all(r.lr == per_mode[(r.head, r.optimizer, r.mode)] for r in cfg.run_configs(per_mode))
@@ -470,14 +471,15 @@ def _double_group(configs):
 # --- a tiny real run --------------------------------------------------------------------------------------------------
 
 def test_tiny_run_end_to_end(tmp_path):
-    cfg = ch.make_config("quick", heads=("linear", "mlp_ln"), optimizers=("sgd", "adam"), steps=3,
-                         stage1_steps=3, n_eval=50, lr_sgd=(0.1, 1.0), lr_adam=(0.01,), feature_seeds=1, steps_check=6)
+    cfg = ch.make_config("quick", heads=("linear", "mlp_bn"), steps=3,
+                         stage1_steps=3, n_eval=50, lr_sgd=(0.1, 1.0), lr_sgd_plain=(1.0,), lr_adam=(0.01,), feature_seeds=1,
+                         steps_check=6)
     ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
     search = ch.lr_search(cfg, ex)
     assert set(search["eval_split"]) == {"validation"}
     lrs = ch.chosen_lrs(search)
     df = ch.run(cfg, ex, lrs)
-    assert len(df) == 2 * 3 * 2 * 2 * 4 and set(df["shift"]) == {"none", "mid", "ref"}
+    assert len(df) == 2 * 3 * 2 * 3 * 4 and set(df["shift"]) == {"none", "mid", "ref"}
     F = ch.findings(df, lrs, ch.LR_GRIDS)
     assert F.check_pinned_keep_a == "holds" and F.check_train_is_separate == "holds"
     assert set(lrs) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
@@ -512,7 +514,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
 
     from bnstudy import book
     nb_path = [p for p in book.chapter_paths() if p.stem == "04_heads"][0]
-    tiny = dict(steps=40, steps_check=60, heads=["linear"], optimizers=["sgd", "adam"], n_jobs=1)
+    tiny = dict(steps=40, steps_check=60, n_jobs=1)
     first = book.execute_chapter(nb_path, tmp_path / "run", "quick", parameters=dict(
         tiny, results_dir=str(tmp_path / "results"), figures_dir=str(tmp_path / "figures"),
         cache_dir=str(tmp_path / "cache")))

@@ -96,6 +96,9 @@ PROFILES = {
 }
 #: The head and optimizers of the step-count check (the seed's head; the two optimizers of the chapter 1
 #: contrast) and its modes (the other two give the same task-B numbers for a linear head, see the checks).
+#: The heads every page configuration must include: the seed's linear head (finding 3, the step check, the link
+#: test) and the head with its own BatchNorm (where backbone_eval and all_eval differ).
+PAGE_HEADS = ("linear", "mlp_bn")
 STEPS_CHECK_HEAD, STEPS_CHECK_OPTIMIZERS, STEPS_CHECK_MODES = "linear", ("sgd", "adam"), ("backbone_eval",
                                                                                          "separate_stats")
 
@@ -153,15 +156,15 @@ class Config(_Frozen):
             if len(set(v)) != len(v):
                 raise ValueError(f"{name} must not repeat an entry, got {list(v)}")
             self._set(name, v)
-        if STEPS_CHECK_HEAD not in self.heads:
-            raise ValueError(f"heads must include {STEPS_CHECK_HEAD!r}: the verdict on the seed's finding 3, the "
-                             f"step-count check and the link test are read from the seed's linear head; got "
-                             f"{list(self.heads)}")
-        missing = [o for o in STEPS_CHECK_OPTIMIZERS if o not in self.optimizers]
+        missing = [h for h in PAGE_HEADS if h not in self.heads]
         if missing:
-            raise ValueError(f"optimizers must include {' and '.join(map(repr, STEPS_CHECK_OPTIMIZERS))} (the "
-                             f"chapter compares them; 'sgd_plain' is optional); {missing} missing from "
-                             f"{list(self.optimizers)}")
+            raise ValueError(f"heads must include {' and '.join(map(repr, PAGE_HEADS))} (the page's verdicts are "
+                             f"read from the seed's linear head and its BatchNorm section from mlp_bn; the other "
+                             f"heads are optional); {missing} missing from {list(self.heads)}")
+        missing = [o for o in OPTIMIZERS if o not in self.optimizers]
+        if missing:
+            raise ValueError(f"optimizers must list all of {list(OPTIMIZERS)} (the page reports each; the order "
+                             f"sets the tables' order); {missing} missing from {list(self.optimizers)}")
         ts = check_sequence("tuning_seeds", self.tuning_seeds, lambda n, v: check_int(n, v, 0), 1)
         if set(ts) & set(self.seeds):
             raise ValueError(f"tuning_seeds must be disjoint from seeds (a learning rate chosen on a reported seed "
@@ -371,8 +374,8 @@ STEPS_NAMESPACE = "ch04_steps"
 
 def steps_check(config: Config, execution: Execution | None = None, lrs: dict | None = None) -> pd.DataFrame:
     """The step-count check (cached, namespace ``ch04_steps``): :meth:`Config.steps_check_configs` run for
-    ``config.steps_check`` steps; rows as :func:`run`'s (with ``shift``). Empty if the linear head or both
-    of SGD + momentum and Adam are not in ``config``."""
+    ``config.steps_check`` steps; rows as :func:`run`'s (with ``shift``): the linear head with SGD + momentum
+    and Adam, which every :class:`Config` includes."""
     if not isinstance(config, Config):
         raise TypeError(f"steps_check needs a heads.Config (see make_config), got {type(config).__name__}")
     if lrs is None:
@@ -463,8 +466,7 @@ def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.D
 
     Runs :func:`lr_search`, :func:`run` at each mode's own chosen rate (:func:`chosen_lrs`),
     :func:`steps_check` and :func:`feature_geometry`, all cached. ``units`` counts the cached units this
-    call computed or read (it resets :func:`bnstudy.sweep.sweep_counts`). The step check's table is empty
-    (no columns) when ``config`` has no linear head or neither SGD + momentum nor Adam.
+    call computed or read (it resets :func:`bnstudy.sweep.sweep_counts`).
     """
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs a heads.Config (see make_config), got {type(config).__name__}")
