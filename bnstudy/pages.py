@@ -114,6 +114,16 @@ def glue_summary(prefix: str, summary: pd.DataFrame) -> None:
         glue(name, v, display=False)
 
 
+def _extra_text(name: str, value) -> str:
+    """One ``extra`` entry of the run line: ``rows_from`` (:func:`bnstudy.report.rows_origin`) as words, not
+    as a raw dict with a float wall time; anything else as ``, name=value``."""
+    if name == "rows_from" and isinstance(value, dict):
+        when = str(value.get("written") or "an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
+        return (f", analysing the rows of the run at git commit {value.get('git_commit')} (tables written {when}, "
+                f"main table sha256 {value.get('sha256')}...)")
+    return f", {name}={value}"
+
+
 def run_line(config, execution=None, width: int = 78, extra: dict | None = None) -> str:
     """The page's "Ran with" line for a chapter ``config`` (its ``describe()``), then the git commit,
     device, torch and the threads each run used (``execution.threads``, default 1); wrapped to ``width``.
@@ -122,5 +132,5 @@ def run_line(config, execution=None, width: int = 78, extra: dict | None = None)
     from .config import Execution
     from .report import describe_run
     ex = execution or Execution()
-    text = config.describe() + "".join(f", {k}={v}" for k, v in (extra or {}).items())
+    text = config.describe() + "".join(_extra_text(k, v) for k, v in (extra or {}).items())
     return describe_run(text, {**config.asdict(), **(extra or {})}, width, run_threads=ex.threads)
