@@ -114,7 +114,8 @@ def test_config_shifts_and_runs_are_paired_grids():
     assert all(r.eval_split == "test" for r in runs)
     search = cfg.search_configs()
     assert {r.seed for r in search} == set(cfg.tuning_seeds)
-    assert all(r.eval_split == "validation" and (r.brightness, r.contrast) == (4.0, 5.0) for r in search)
+    assert all(r.eval_split == "validation" for r in search)
+    assert {(r.brightness, r.contrast) for r in search} == set(cfg.shifts().values())
     assert {r.lr for r in search if r.optimizer == "adam"} == set(cfg.lr_adam)
 
 
@@ -162,6 +163,37 @@ def test_lr_edges_name_the_end():
     assert e == [(("linear", "sgd", "separate_stats"), 1.0, "top"), (("linear", "sgd", "backbone_eval"), 0.01, "bottom")]
     assert ch._edge_text(e) == "linear/sgd/separate_stats at the top (1), linear/sgd/backbone_eval at the bottom (0.01)"
     assert ch._edge_text([]) == "none"
+
+
+def test_each_shift_gets_its_own_rates():
+    """The search covers every shift and each shift's runs use that shift's choice (referee s7 item 1: rates
+    tuned at chapter 1's shift and reused without a shift gave pinned 0.005 against separate 0.16 on nearly
+    identical features)."""
+    rows = [dict(seed=s, shift=sh, head="linear", optimizer="sgd", lr=lr, mode=m, eval_split="validation",
+                 task_b=({0.01: 0.6, 0.1: 0.4} if m in ch.PINNED_MODES and sh == "ref" else {0.01: 0.5, 0.1: 0.8})[lr])
+            for s in (1000, 1001) for sh in ("none", "mid", "ref") for lr in (0.01, 0.1) for m in MODE_NAMES]
+    s = pd.DataFrame(rows)
+    by = ch.chosen_lrs_by_shift(s)
+    assert by["ref"][("linear", "sgd", "backbone_eval")] == 0.01 and by["none"][("linear", "sgd", "backbone_eval")] == 0.1
+    assert by["ref"] == ch.chosen_lrs(s, shift="ref")
+    with pytest.raises(ValueError, match="covers shifts \\['none', 'mid', 'ref'\\]; give shift="):
+        ch.chosen_lrs(s)
+    with pytest.raises(ValueError, match="shift must be one of the searched shifts"):
+        ch.chosen_lrs(s, shift="far")
+    with pytest.raises(ValueError, match="covers shifts"):
+        ch.search_findings(s)
+    assert ch.search_findings(s[s["shift"] == "ref"]).gap_own_rates["linear_sgd"] == pytest.approx(0.6 - 0.8)
+    tab = ch.search_table(s)
+    assert set(tab["shift"]) == {"none", "mid", "ref"} and len(tab) == 3 * 2 * (len(MODE_NAMES) + 1)
+    cfg = ch.make_config("quick")
+    runs = cfg.run_configs({sh: {(h, o, m): 0.1 if sh == "none" else 0.01 for h in cfg.heads for o in cfg.optimizers
+                                 for m in MODE_NAMES} for sh in ("none", "mid", "ref")})
+    assert {r.lr for r in runs if (r.brightness, r.contrast) == (0.0, 1.0)} == {0.1}
+    assert {r.lr for r in runs if (r.brightness, r.contrast) != (0.0, 1.0)} == {0.01}
+    search = cfg.search_configs()
+    assert {(r.brightness, r.contrast) for r in search} == set(cfg.shifts().values())
+    with pytest.raises(ValueError, match="needs the search's shift column"):
+        ch.chosen_lrs_by_shift(s.drop(columns="shift"))
 
 
 def test_chosen_lr_refuses_a_search_scored_on_the_test_set():
@@ -477,12 +509,15 @@ def test_tiny_run_end_to_end(tmp_path):
     ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
     search = ch.lr_search(cfg, ex)
     assert set(search["eval_split"]) == {"validation"}
-    lrs = ch.chosen_lrs(search)
+    assert set(search["shift"]) == {"none", "mid", "ref"} and len(search) == len(cfg.search_configs())
+    lrs = ch.chosen_lrs_by_shift(search)
     df = ch.run(cfg, ex, lrs)
     assert len(df) == 2 * 3 * 2 * 3 * 4 and set(df["shift"]) == {"none", "mid", "ref"}
-    F = ch.findings(df, lrs, ch.LR_GRIDS)
+    for r in df.itertuples():  # every run at its own shift's chosen rate
+        assert r.lr == lrs[r.shift][(r.head, r.optimizer, r.mode)]
+    F = ch.findings(df, lrs["ref"], ch.LR_GRIDS)
     assert F.check_pinned_keep_a == "holds" and F.check_train_is_separate == "holds"
-    assert set(lrs) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
+    assert set(lrs["none"]) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
     long = ch.steps_check(cfg, ex, lrs)
     assert len(long) == 2 * 2 * 2 and set(long["steps"]) == {cfg.steps_check}  # sgd and adam, two modes, two seeds
     S = ch.steps_findings(df, long)
@@ -567,3 +602,10 @@ def test_link_texts_say_not_computed_instead_of_printing_nan():
     r = t[(t["scope"] == "ref") & (t["measure"] == "curvature_ratio")].iloc[0]
     assert ch.link_texts(t)["ref_sgd_curvature_ratio"] == (f"= {r['rho']:+.2f} ({r['ci_low']:+.2f} to "
                                                            f"{r['ci_high']:+.2f}): **holds**")
+
+
+def test_lr_choice_findings_name_each_shifts_rates_and_edges():
+    L = ch.lr_choice_findings({("linear", "sgd", "backbone_eval"): 0.01, ("linear", "sgd", "separate_stats"): 0.1},
+                              {"sgd": (0.01, 0.1, 1.0)})
+    assert L.lrs == {"linear_sgd_backbone_eval": 0.01, "linear_sgd_separate_stats": 0.1}
+    assert (L.n_lr, L.n_lr_at_edge) == (2, 1) and L.lr_edge_cells == "linear/sgd/backbone_eval at the bottom (0.01)"

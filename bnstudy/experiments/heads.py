@@ -10,9 +10,10 @@ different head or a different head optimizer closes that gap:
   ``linear``; ``mlp`` (one hidden layer); ``mlp2`` (two); ``mlp_bn`` (one, with its own
   BatchNorm1d and running statistics); ``mlp_ln`` (one, with its own LayerNorm);
 * optimizers (:func:`bnstudy.engine.make_optimizer`): ``sgd`` (momentum 0.9), ``sgd_plain``
-  (no momentum), ``adam``, each at a learning rate chosen per head by the same small search
-  (:func:`lr_search`, :func:`chosen_lrs`) on held-out tuning seeds and a task-B *validation*
-  set (``RunConfig(eval_split="validation")``), never on the reported seeds or the test set;
+  (no momentum), ``adam``, each at a learning rate chosen per head, mode and shift by the same
+  small search (:func:`lr_search`, :func:`chosen_lrs_by_shift`) on held-out tuning seeds and a
+  task-B *validation* set (``RunConfig(eval_split="validation")``), never on the reported seeds
+  or the test set;
 * the four freeze modes; three shifts: none, chapter 1's ``(brightness 4, contrast 5)`` and one
   point between on chapter 3's ``both`` line (:func:`bnstudy.experiments.shift_strength.shift_of`).
 
@@ -204,19 +205,28 @@ class Config(_Frozen):
         return getattr(self, f"lr_{optimizer}")
 
     def search_configs(self) -> list[RunConfig]:
-        """The search: tuning seeds x heads x optimizers x grid x modes at chapter 1's shift, validation set."""
-        b, c = REFERENCE_SHIFT
+        """The search: tuning seeds x shifts x heads x optimizers x grid x modes, scored on the validation set.
+        Every shift gets its own search: a rate tuned on one shift's pinned features (steep at chapter 1's)
+        would be a mismatch on another's."""
         return [RunConfig(seed=s, head=h, optimizer=o, lr=lr, mode=m, brightness=b, contrast=c,
                           eval_split="validation", **self._base())
-                for s in self.tuning_seeds for h in self.heads for o in self.optimizers
-                for lr in self.lr_grid(o) for m in MODE_NAMES]
+                for s in self.tuning_seeds for (b, c) in self.shifts().values() for h in self.heads
+                for o in self.optimizers for lr in self.lr_grid(o) for m in MODE_NAMES]
+
+    def _per_shift(self, lrs: dict) -> dict:
+        """``lrs`` as ``{shift: rates}``: a dict keyed by every shift name is taken as per shift; any other
+        (``{(head, opt, mode): lr}`` or ``{(head, opt): lr}``) is used at every shift."""
+        names = set(self.shifts())
+        return lrs if lrs and set(lrs) == names else {n: lrs for n in names}
 
     def run_configs(self, lrs: dict) -> list[RunConfig]:
-        """The sweep: seeds x shifts x heads x optimizers x modes, each run at ``lrs[(head, opt, mode)]`` (its
-        mode's own rate, :func:`chosen_lrs`) or, for a mode-averaged choice, ``lrs[(head, opt)]``."""
-        return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(lrs, h, o, m), mode=m, brightness=b, contrast=c,
-                          **self._base())
-                for s in self.seeds for (b, c) in self.shifts().values() for h in self.heads
+        """The sweep: seeds x shifts x heads x optimizers x modes. ``lrs``: :func:`chosen_lrs_by_shift`'s
+        ``{shift: {(head, opt, mode): lr}}`` (each shift's own search, the chapter's), or one
+        ``{(head, opt, mode): lr}`` / mode-averaged ``{(head, opt): lr}`` used at every shift."""
+        per = self._per_shift(lrs)
+        return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(per[n], h, o, m), mode=m, brightness=b,
+                          contrast=c, **self._base())
+                for s in self.seeds for n, (b, c) in self.shifts().items() for h in self.heads
                 for o in self.optimizers for m in MODE_NAMES]
 
     def steps_check_configs(self, lrs: dict) -> list[RunConfig]:
@@ -228,8 +238,8 @@ class Config(_Frozen):
         opts = [o for o in STEPS_CHECK_OPTIMIZERS if o in self.optimizers]
         if STEPS_CHECK_HEAD not in self.heads or not opts:
             return []
-        h = STEPS_CHECK_HEAD
-        return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(lrs, h, o, m), mode=m, brightness=b, contrast=c,
+        h, ref = STEPS_CHECK_HEAD, self._per_shift(lrs)["ref"]
+        return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(ref, h, o, m), mode=m, brightness=b, contrast=c,
                           **base)
                 for s in self.seeds[:self.steps_check_seeds] for o in opts for m in STEPS_CHECK_MODES]
 
@@ -252,19 +262,38 @@ def make_config(profile: str = "quick", **overrides) -> Config:
 # --- the learning-rate search ------------------------------------------------------------------------------------
 
 def lr_search(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """Run the learning-rate search (cached); one row per run, ``task_b`` on the task-B *validation* set."""
+    """Run the learning-rate search (cached); one row per run, ``task_b`` on the task-B *validation* set, with
+    ``shift`` (:func:`annotate`): each shift is searched on its own."""
     if not isinstance(config, Config):
         raise TypeError(f"lr_search needs a heads.Config (see make_config), got {type(config).__name__}")
-    return transfer_sweep(config.search_configs(), SEARCH_NAMESPACE, execution, desc="stage 2 (learning-rate search)")
+    return annotate(transfer_sweep(config.search_configs(), SEARCH_NAMESPACE, execution,
+                                   desc="stage 2 (learning-rate search)"), config)
 
 
 def search_table(search: pd.DataFrame) -> pd.DataFrame:
-    """Tidy search table: ``head, optimizer, lr, mode, val_accuracy`` (mean over tuning seeds), plus
-    ``mode="mean"``: the mean over the four modes, the selection criterion."""
-    t = search.groupby(["head", "optimizer", "lr", "mode"], sort=False)["task_b"].mean().rename("val_accuracy")
-    t = t.reset_index()
-    crit = t.groupby(["head", "optimizer", "lr"], sort=False)["val_accuracy"].mean().reset_index().assign(mode="mean")
+    """Tidy search table: ``[shift,] head, optimizer, lr, mode, val_accuracy`` (mean over tuning seeds; ``shift``
+    when the search has that column), plus ``mode="mean"``: the mean over the four modes, the criterion of a
+    single compromise rate."""
+    by = (["shift"] if "shift" in search.columns else []) + ["head", "optimizer", "lr"]
+    t = search.groupby(by + ["mode"], sort=False)["task_b"].mean().rename("val_accuracy").reset_index()
+    crit = t.groupby(by, sort=False)["val_accuracy"].mean().reset_index().assign(mode="mean")
     return pd.concat([t, crit[t.columns]], ignore_index=True)
+
+
+def search_at(search: pd.DataFrame, shift: str | None) -> pd.DataFrame:
+    """The search's rows at one ``shift`` (without the column). ``shift=None`` accepts only a search of a single
+    shift (or one without the column). Raises ``ValueError`` naming the shifts present otherwise."""
+    if "shift" not in search.columns:
+        return search
+    present = list(dict.fromkeys(search["shift"]))
+    if shift is None:
+        if len(present) > 1:
+            raise ValueError(f"the search covers shifts {present}; give shift= (one of them) or use "
+                             f"chosen_lrs_by_shift")
+        return search.drop(columns="shift")
+    if shift not in present:
+        raise ValueError(f"shift must be one of the searched shifts {present}, got {shift!r}")
+    return search[search["shift"] == shift].drop(columns="shift")
 
 
 def lr_of(lrs: dict, head: str, optimizer: str, mode: str) -> float:
@@ -276,17 +305,19 @@ def lr_of(lrs: dict, head: str, optimizer: str, mode: str) -> float:
     raise KeyError(f"no learning rate for head={head!r}, optimizer={optimizer!r}, mode={mode!r}")
 
 
-def chosen_lrs(search: pd.DataFrame, rule: str = "per_mode") -> dict:
+def chosen_lrs(search: pd.DataFrame, rule: str = "per_mode", shift: str | None = None) -> dict:
     """The learning rates chosen on the search (validation accuracy, tuning seeds; ties: the smaller rate).
 
     ``rule="per_mode"`` (the chapter's): ``{(head, optimizer, mode): lr}``, each mode at the grid value with
     its own highest mean validation accuracy. This answers "can each mode be made as good as possible?": a
     single rate per head would be a compromise between the pinned and the separate optimum, which sit far
     apart. ``rule="mean"`` (the first full run's rule, kept as a sensitivity view): ``{(head, optimizer):
-    lr}``, the value with the highest accuracy averaged over the four modes. Raises ``ValueError`` for
-    another rule or a search not scored on the validation set.
+    lr}``, the value with the highest accuracy averaged over the four modes. ``shift``: the shift whose search
+    decides (:func:`search_at`; ``None`` for a search of one shift). Raises ``ValueError`` for another rule,
+    a search not scored on the validation set, or a missing or ambiguous ``shift``.
     """
     check_choice("rule", rule, ("per_mode", "mean"))
+    search = search_at(search, shift)
     if set(search.get("eval_split", pd.Series(["validation"]))) != {"validation"}:
         raise ValueError("chosen_lrs: the search must be scored on the validation set (eval_split='validation')")
     t = search_table(search)
@@ -298,6 +329,14 @@ def chosen_lrs(search: pd.DataFrame, rule: str = "per_mode") -> dict:
     for k, g in t.sort_values("lr").groupby(keys, sort=False):
         out[tuple(k)] = float(g[g["val_accuracy"] == g["val_accuracy"].max()]["lr"].min())
     return out
+
+
+def chosen_lrs_by_shift(search: pd.DataFrame, rule: str = "per_mode") -> dict:
+    """:func:`chosen_lrs` for every shift the search covers: ``{shift: {(head, optimizer, mode): lr}}`` (the
+    chapter's sweep runs each shift at its own rates). Raises ``ValueError`` if the search has no ``shift``."""
+    if "shift" not in search.columns:
+        raise ValueError("chosen_lrs_by_shift needs the search's shift column (lr_search adds it)")
+    return {s: chosen_lrs(search, rule, s) for s in dict.fromkeys(search["shift"])}
 
 
 def lr_edges(lrs: dict, grids: dict) -> list[tuple]:
@@ -313,6 +352,24 @@ def lr_edges(lrs: dict, grids: dict) -> list[tuple]:
         elif v == min(g):
             out.append((k, v, "bottom"))
     return out
+
+
+@dataclass(frozen=True)
+class LrChoice:
+    """One shift's chosen rates for the page: ``lrs`` (``{"<head>_<optimizer>_<mode>": lr}``), ``n_lr`` of
+    them, ``n_lr_at_edge`` at an end of their grid and ``lr_edge_cells`` naming those (:func:`lr_edges`)."""
+
+    lrs: dict
+    n_lr: int
+    n_lr_at_edge: int
+    lr_edge_cells: str
+
+
+def lr_choice_findings(lrs: dict, grids: dict) -> LrChoice:
+    """:class:`LrChoice` from one shift's :func:`chosen_lrs` and the grids (``{optimizer: grid}``)."""
+    edges = lr_edges(lrs, grids)
+    return LrChoice(lrs={"_".join(k): float(v) for k, v in lrs.items()}, n_lr=len(lrs), n_lr_at_edge=len(edges),
+                    lr_edge_cells=_edge_text(edges))
 
 
 @dataclass(frozen=True)
@@ -334,8 +391,10 @@ class SearchFindings:
 
 
 def search_findings(search: pd.DataFrame) -> SearchFindings:
-    """:class:`SearchFindings` from :func:`lr_search`'s rows (or any table with ``head, optimizer, lr, mode,
-    task_b``). Raises ``ValueError`` if a pinned mode or ``separate_stats`` is missing."""
+    """:class:`SearchFindings` from :func:`lr_search`'s rows at one shift (:func:`search_at`; or any table with
+    ``head, optimizer, lr, mode, task_b``). Raises ``ValueError`` if a pinned mode or ``separate_stats`` is
+    missing, or the table covers several shifts."""
+    search = search_at(search, None)
     missing = set((*PINNED_MODES, "separate_stats")) - set(search["mode"])
     if missing:
         raise ValueError(f"search_findings needs modes {sorted(missing)} in the search")
@@ -356,7 +415,8 @@ def search_findings(search: pd.DataFrame) -> SearchFindings:
 
 
 def run(config: Config, execution: Execution | None = None, lrs: dict | None = None) -> pd.DataFrame:
-    """Chapter 4's sweep at the chosen learning rates (``lrs``: default, each mode's own from :func:`lr_search`).
+    """Chapter 4's sweep at the chosen learning rates (``lrs``: default, each mode's own at each shift,
+    :func:`chosen_lrs_by_shift` of :func:`lr_search`; see :meth:`Config.run_configs` for the forms).
 
     One row per (seed, shift, head, optimizer, mode) with :func:`bnstudy.engine.transfer`'s columns
     and ``shift`` (:data:`SHIFT_NAMES`).
@@ -364,7 +424,7 @@ def run(config: Config, execution: Execution | None = None, lrs: dict | None = N
     if not isinstance(config, Config):
         raise TypeError(f"run needs a heads.Config (see make_config), got {type(config).__name__}")
     if lrs is None:
-        lrs = chosen_lrs(lr_search(config, execution))
+        lrs = chosen_lrs_by_shift(lr_search(config, execution))
     df = transfer_sweep(config.run_configs(lrs), NAMESPACE, execution)
     return annotate(df, config)
 
@@ -379,7 +439,7 @@ def steps_check(config: Config, execution: Execution | None = None, lrs: dict | 
     if not isinstance(config, Config):
         raise TypeError(f"steps_check needs a heads.Config (see make_config), got {type(config).__name__}")
     if lrs is None:
-        lrs = chosen_lrs(lr_search(config, execution))
+        lrs = chosen_lrs_by_shift(lr_search(config, execution))
     cfgs = config.steps_check_configs(lrs)
     if not cfgs:
         return pd.DataFrame()
@@ -472,7 +532,7 @@ def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.D
         raise TypeError(f"run_tables needs a heads.Config (see make_config), got {type(config).__name__}")
     reset_sweep_counts()
     search = lr_search(config, execution)
-    lrs = chosen_lrs(search)
+    lrs = chosen_lrs_by_shift(search)
     df = run(config, execution, lrs)
     long = steps_check(config, execution, lrs)
     geom = feature_geometry(config, execution)
