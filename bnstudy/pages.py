@@ -20,6 +20,7 @@ Nothing here decides anything: the values come from the tested findings function
 from __future__ import annotations
 
 import dataclasses
+import os
 import numbers
 import re
 
@@ -129,8 +130,12 @@ def run_line(config, execution=None, width: int = 78, extra: dict | None = None)
     device, torch and the threads each run used (``execution.threads``, default 1); wrapped to ``width``.
     Also records the config's fields for the JSON sidecars of the chapter's tables. ``extra``: more
     ``{name: value}`` for the line and the sidecars (e.g. ``rows_from``: where analysed rows came from)."""
+    import torch
+
     from .config import Execution
     from .report import describe_run
     ex = execution or Execution()
-    text = config.describe() + "".join(_extra_text(k, v) for k, v in (extra or {}).items())
+    jobs = ex.n_jobs or (1 if torch.cuda.is_available() else (os.cpu_count() or 1))  # as run_sweep resolves it
+    text = (config.describe() + f", {jobs} worker process{'es' if jobs != 1 else ''}"
+            + "".join(_extra_text(k, v) for k, v in (extra or {}).items()))
     return describe_run(text, {**config.asdict(), **(extra or {})}, width, run_threads=ex.threads)

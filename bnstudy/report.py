@@ -394,8 +394,9 @@ def glue_table(key: str, table: pd.DataFrame) -> pd.DataFrame:
 def profile_note(profile: str, n_seeds: int) -> str:
     """A Markdown note telling readers how much to trust a page built in the ``quick`` profile."""
     if profile == "full":
-        return (f"*This page was built with the full profile: {n_seeds} seeds per condition, 95% intervals "
-                f"over seeds.*")
+        return (f"*This page was built with the full profile: {n_seeds} seeds per condition, intervals over "
+                f"seeds at 95% (at a higher confidence where the page corrects for testing many cells, as it "
+                f"says).*")
     return (f"*This page was built with the {profile} profile ({n_seeds} seeds per condition), meant for "
             f"checking the pipeline. With so few seeds the 95% intervals are wide (a Student's t interval "
             f"can even extend past 0 or 1), bootstrap resamples of the seeds take only a few distinct "

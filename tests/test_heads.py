@@ -609,3 +609,35 @@ def test_lr_choice_findings_name_each_shifts_rates_and_edges():
                               {"sgd": (0.01, 0.1, 1.0)})
     assert L.lrs == {"linear_sgd_backbone_eval": 0.01, "linear_sgd_separate_stats": 0.1}
     assert (L.n_lr, L.n_lr_at_edge) == (2, 1) and L.lr_edge_cells == "linear/sgd/backbone_eval at the bottom (0.01)"
+
+
+def test_head_contrast_is_paired_against_the_linear_head_and_corrected():
+    """Referee s7 item 7: 'heads with pinned lower' compared significance; the direct test is the paired
+    per-seed difference gap(head) - gap(linear), Bonferroni over head x optimizer contrasts."""
+    gaps = {("ref", "linear", "sgd"): -0.10, ("ref", "mlp", "sgd"): -0.02, ("ref", "mlp_bn", "sgd"): -0.15,
+            ("ref", "linear", "adam"): -0.02, ("ref", "mlp", "adam"): -0.02, ("ref", "mlp_bn", "adam"): -0.02}
+    df = _table(gaps)
+    m = (df["head"] == "mlp") & (df["optimizer"] == "adam") & df["mode"].isin(ch.PINNED_MODES)
+    df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)  # a spread: spans zero
+    t = ch.head_contrast_table(df)
+    v = t.set_index(["head", "optimizer"])["verdict"]
+    assert v[("mlp", "sgd")] == ch.HEAD_SMALLER and v[("mlp_bn", "sgd")] == ch.HEAD_LARGER
+    assert v[("mlp", "adam")] == ch.INCONCLUSIVE and len(t) == 4
+    assert t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 4)
+    assert t.set_index(["head", "optimizer"]).loc[("mlp", "sgd"), "mean"] == pytest.approx(0.08)
+    H = ch.head_contrast_findings(t)
+    assert (H.n_smaller, H.n_larger, H.smaller_cells, H.larger_cells) == (1, 1, "mlp/sgd", "mlp_bn/sgd")
+    disp = ch.head_contrast_display(t)
+    assert list(disp.index) == ["mlp", "mlp_bn"] and list(disp.columns) == ["sgd", "adam"]
+    assert disp.loc["mlp", "sgd"].startswith("+0.080 [") and disp.loc["mlp", "sgd"].endswith(ch.HEAD_SMALLER)
+    with pytest.raises(ValueError, match="reference head 'linear'"):
+        ch.head_contrast_table(df[df["head"] != "linear"])
+
+
+def test_finding_3_names_a_linear_rate_at_the_grid_edge():
+    """Referee s7 item 4: a verdict that rests on a rate at the end of its grid says so."""
+    df = _table({("ref", "linear", "sgd"): -0.1, ("ref", "linear", "adam"): -0.1})
+    lrs = {("linear", "sgd", m): 0.05 for m in MODE_NAMES} | {("linear", "adam", m): 0.01 for m in MODE_NAMES}
+    lrs[("linear", "sgd", "backbone_eval")] = 0.005
+    F = ch.findings(df, lrs, {"sgd": (0.005, 0.05, 0.5), "adam": (0.001, 0.01, 0.1)})
+    assert F.f3_rate_edge == {"sgd": "a rate at the grid's edge", "adam": "rates inside the grid"}

@@ -81,3 +81,6 @@ def test_run_line_says_where_analysed_rows_came_from_in_words():
     line = run_line(ch.make_config("quick"), extra=dict(rows_from=origin)).replace("\n  ", " ")
     assert "analysing the rows of the run at git commit abc1234567 (tables written 2026-12-01 06:47:16 UTC" in line
     assert "{" not in line and "22.84" not in line
+    from bnstudy.config import Execution
+    assert ", 1 worker process;" in run_line(ch.make_config("quick"), Execution(n_jobs=1)).replace("\n  ", " ")
+    assert ", 3 worker processes" in run_line(ch.make_config("quick"), Execution(n_jobs=3)).replace("\n  ", " ")

@@ -642,6 +642,66 @@ def interaction_table(df: pd.DataFrame, a: str = "adam", b: str = "sgd", shift: 
     return pd.DataFrame(rows)
 
 
+HEAD_SMALLER, HEAD_LARGER = "smaller gap than linear", "larger gap than linear"
+
+
+def head_contrast_table(df: pd.DataFrame, reference: str = STEPS_CHECK_HEAD, shift: str = "ref",
+                        alpha: float = 0.05) -> pd.DataFrame:
+    """Does a head change the gap? Per optimizer and head, per seed ``gap(head) - gap(reference)`` at ``shift``
+    (each cell's own best pinned mode, :func:`gap_values`), Student-t interval at confidence
+    ``1 - alpha / n`` (Bonferroni over the ``n`` head x optimizer contrasts). Columns ``head, optimizer, mean,
+    ci_low, ci_high, n_seeds, confidence, verdict`` (``smaller gap than linear``: pinning costs less with that
+    head; ``larger gap than linear``; ``inconclusive``, always below 3 seeds). Raises ``ValueError`` if
+    ``reference`` has no rows at ``shift``."""
+    d = df[df["shift"] == shift]
+    if reference not in set(d["head"]):
+        raise ValueError(f"head_contrast_table: reference head {reference!r} has no rows at shift {shift!r}")
+    heads = [h for h in dict.fromkeys(d["head"]) if h != reference]
+    opts = list(dict.fromkeys(d["optimizer"]))
+    conf = _confidence(max(len(heads) * len(opts), 1), alpha)
+    rows = []
+    for o in opts:
+        base = gap_values(df, shift, reference, o)[1]
+        for h in heads:
+            iv = mean_ci((gap_values(df, shift, h, o)[1] - base).dropna(), conf)
+            word = INCONCLUSIVE if iv.n < 3 or iv.low <= 0 <= iv.high else (HEAD_SMALLER if iv.low > 0 else HEAD_LARGER)
+            rows.append(dict(head=h, optimizer=o, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n,
+                             confidence=conf, verdict=word))
+    return pd.DataFrame(rows, columns=["head", "optimizer", "mean", "ci_low", "ci_high", "n_seeds", "confidence",
+                                       "verdict"])
+
+
+@dataclass(frozen=True)
+class HeadContrast:
+    """:func:`head_contrast_table` for the prose: ``n_contrasts``, ``confidence``, and the contrasts (``head/
+    optimizer``) with a smaller / larger gap than the linear head (``smaller_cells`` / ``larger_cells``,
+    ``none`` if empty) and their counts."""
+
+    n_contrasts: int
+    confidence: float
+    n_smaller: int
+    n_larger: int
+    smaller_cells: str
+    larger_cells: str
+
+
+def head_contrast_findings(table: pd.DataFrame) -> HeadContrast:
+    """:class:`HeadContrast` from :func:`head_contrast_table`'s output."""
+    cells = lambda w: [f"{h}/{o}" for h, o, v in zip(table["head"], table["optimizer"], table["verdict"]) if v == w]
+    return HeadContrast(n_contrasts=int(len(table)),
+                        confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
+                        n_smaller=len(cells(HEAD_SMALLER)), n_larger=len(cells(HEAD_LARGER)),
+                        smaller_cells=_cells(cells(HEAD_SMALLER)), larger_cells=_cells(cells(HEAD_LARGER)))
+
+
+def head_contrast_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The page's head-contrast table: heads in rows, optimizers in columns, ``mean [low, high] verdict``."""
+    t = table.assign(cell=[f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] {v}" for m, lo, hi, v in
+                           zip(table["mean"], table["ci_low"], table["ci_high"], table["verdict"])])
+    return t.pivot(index="head", columns="optimizer", values="cell").reindex(
+        index=list(dict.fromkeys(table["head"])), columns=list(dict.fromkeys(table["optimizer"])))
+
+
 @dataclass(frozen=True)
 class Findings:
     """Every number and verdict chapter 4's prose cites (accuracies are fractions 0..1).
@@ -662,7 +722,10 @@ class Findings:
 
     Finding 3 (the seed's, with its linear head at chapter 1's shift) per optimizer: ``f3_lower_b`` read from the
     same gap and the same corrected interval (``holds`` = pinned lower; ``inconclusive``; ``not shown`` = within
-    margin; ``reversed`` = pinned higher); ``f3_heads_holding``: for how many heads the gap is ``pinned lower``.
+    margin; ``reversed`` = pinned higher); ``f3_heads_holding``: for how many heads the gap is ``pinned lower``;
+    ``f3_rate_edge``: per optimizer, ``a rate at the grid's edge`` if one of the linear head's chosen rates (the
+    verdict's pinned mode or ``separate_stats``) sits at an end of its grid (``lrs``, ``grids``), else
+    ``rates inside the grid``.
 
     Checks (identities of the code, each ``holds`` / ``does not hold``, exact ``==``): ``check_train_is_separate``
     (``train_mode`` and ``separate_stats`` give the same task-B accuracy in every row: the same backbone
@@ -712,6 +775,7 @@ class Findings:
     interaction_confidence: float
     f3_lower_b: dict
     f3_heads_holding: dict
+    f3_rate_edge: dict
     check_train_is_separate: str
     check_pinned_keep_a: str
     check_task_a_loss_shared: str
@@ -798,6 +862,12 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
     bs = ref.loc[ref["task_b_separate"].idxmax()]
     lrs = lrs or {}
     edges = lr_edges(lrs, grids or {})
+    edge_keys = {k for k, _, _ in edges}
+    f3_edge = {}
+    for o in opts:
+        pm = gt[(gt["shift"] == "ref") & (gt["head"] == "linear") & (gt["optimizer"] == o)]["best_pinned"]
+        ks = {("linear", o, m) for m in list(pm) + ["separate_stats"]} | {("linear", o)}
+        f3_edge[o] = "a rate at the grid's edge" if ks & edge_keys else "rates inside the grid"
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df else 0
     p_sep = float(ref["task_b_separate"].mean())
     se = math.sqrt(p_sep * (1 - p_sep) / n_eval) if n_eval else math.nan
@@ -816,7 +886,7 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
                      for _, r in inter.iterrows()},
         adam_vs_sgd_verdict={r["head"]: r["verdict"] for _, r in inter.iterrows()},
         interaction_confidence=float(inter["confidence"].iloc[0]) if len(inter) else math.nan,
-        f3_lower_b=f3, f3_heads_holding=holding,
+        f3_lower_b=f3, f3_heads_holding=holding, f3_rate_edge=f3_edge,
         check_train_is_separate=_holds(bool((piv["train_mode"] == piv["separate_stats"]).all())),
         check_pinned_keep_a=_holds(bool((pinned["task_a_after"] == pinned["task_a_before"]).all())),
         check_task_a_loss_shared=_holds(shared), train_mode_task_a_loss=loss, bn_head_modes_differ=bn,
