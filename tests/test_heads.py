@@ -592,8 +592,9 @@ def test_link_texts_say_not_computed_instead_of_printing_nan():
         "all_sgd_curvature_ratio"]
     assert not any("nan" in v for v in texts.values())
     shown = ch.link_display(t)
-    assert "nan" not in shown.to_string() and list(shown.columns) == ["scope", "optimizer", "measure", "predicted",
-                                                                       "rho", "n_seeds", "n_points", "verdict"]
+    assert "nan" not in shown.to_string() and list(shown.columns) == ["predicted", "rho", "n_seeds", "n_points",
+                                                                       "verdict"]
+    assert list(shown.index.names) == ["scope", "optimizer", "measure"]  # no bare row numbers on the page
     # enough seeds: the value, its interval and the verdict, as the page printed them before
     seeds = range(10)
     curv = {(s, "ref"): 10.0 + s for s in seeds}

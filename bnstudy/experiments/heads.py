@@ -1225,15 +1225,16 @@ def link_texts(table: pd.DataFrame) -> dict:
 
 
 def link_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The page's link table (display only): ``scope, optimizer, measure, predicted, rho, n_seeds, n_points,
-    verdict``, ``rho`` as ``+0.12 [-0.30, +0.50]``, ``-0.83 [no interval]`` or ``not computed``."""
+    """The page's link table (display only), indexed by ``scope, optimizer, measure``: ``predicted, rho,
+    n_seeds, n_points, verdict``, ``rho`` as ``+0.12 [-0.30, +0.50]``, ``-0.83 [no interval]`` or ``not computed``."""
     def rho(r, lo, hi):
         if math.isnan(r):
             return "not computed"
         return f"{r:+.2f} [no interval]" if math.isnan(lo) or math.isnan(hi) else f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]"
     return table.assign(rho=[rho(*v) for v in zip(table["rho"], table["ci_low"], table["ci_high"])],
                         predicted=["negative" if s < 0 else "positive" for s in table["predicted_sign"]])[
-        ["scope", "optimizer", "measure", "predicted", "rho", "n_seeds", "n_points", "verdict"]]
+        ["scope", "optimizer", "measure", "predicted", "rho", "n_seeds", "n_points", "verdict"]].set_index(
+        ["scope", "optimizer", "measure"])  # a meaningful index: the page shows no bare row numbers
 
 
 # --- the audit: which buffers each mode lets move, with a head that has its own BatchNorm ---------------------------
