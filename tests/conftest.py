@@ -36,6 +36,27 @@ def glued_payloads():
 
 
 @pytest.fixture
+def page_and_rebuild(tmp_path):
+    """A function ``(stem, params) -> (first, again, rows)``: execute chapter ``stem`` (quick profile, ``params``,
+    its own cache and output folders under ``tmp_path``), then again from the first execution's saved tables
+    (``rows``) with an empty cache (``cache2``); returns both executed notebooks and the rows path."""
+    from bnstudy import book
+
+    def _run(stem: str, params: dict):
+        nb_path = [p for p in book.chapter_paths() if p.stem == stem][0]
+        first = book.execute_chapter(nb_path, tmp_path / "run", "quick", parameters=dict(
+            params, results_dir=str(tmp_path / "results"), figures_dir=str(tmp_path / "figures"),
+            cache_dir=str(tmp_path / "cache")))
+        rows = str(tmp_path / "results" / f"{stem}.csv")
+        again = book.execute_chapter(nb_path, tmp_path / "again", "quick", parameters=dict(
+            params, rows=rows, results_dir=str(tmp_path / "results2"), figures_dir=str(tmp_path / "figures2"),
+            cache_dir=str(tmp_path / "cache2")))
+        return first, again, rows
+
+    return _run
+
+
+@pytest.fixture
 def cache_dir(tmp_path):
     return tmp_path / "cache"
 

@@ -541,22 +541,16 @@ def test_analysis_parameters_decide_no_run():
 
 
 @pytest.mark.slow
-def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads):
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
     """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every
     glued number, verdict and table is the same, only the timing sentence says the rows were analysed again, and
     nothing ran. A notebook that ignored ``rows`` would fill the empty cache and say it ran the experiment."""
     from papermill.exceptions import PapermillExecutionError
 
     from bnstudy import book
-    nb_path = [p for p in book.chapter_paths() if p.stem == "04_heads"][0]
     tiny = dict(steps=40, steps_check=60, n_jobs=1)
-    first = book.execute_chapter(nb_path, tmp_path / "run", "quick", parameters=dict(
-        tiny, results_dir=str(tmp_path / "results"), figures_dir=str(tmp_path / "figures"),
-        cache_dir=str(tmp_path / "cache")))
-    rows = str(tmp_path / "results" / "04_heads.csv")
-    again = book.execute_chapter(nb_path, tmp_path / "again", "quick", parameters=dict(
-        tiny, rows=rows, results_dir=str(tmp_path / "results2"), figures_dir=str(tmp_path / "figures2"),
-        cache_dir=str(tmp_path / "cache2")))
+    first, again, rows = page_and_rebuild("04_heads", tiny)
+    nb_path = [p for p in book.chapter_paths() if p.stem == "04_heads"][0]  # for the refused rebuild below
     a, b = glued_payloads(first), glued_payloads(again)
     assert set(a) == set(b)
     assert {k for k in a if a[k] != b[k] and not k.startswith("ch04_fig")} == {"ch04_timing"}
