@@ -120,8 +120,10 @@ def _extra_text(name: str, value) -> str:
     as a raw dict with a float wall time; anything else as ``, name=value``."""
     if name == "rows_from" and isinstance(value, dict):
         when = str(value.get("written") or "an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
-        return (f", analysing the rows of the run at git commit {value.get('git_commit')} (tables written {when}, "
-                f"main table sha256 {value.get('sha256')}...)")
+        w = value.get("workers")
+        ran = f"{w} worker process{'es' if w != 1 else ''}" if w else "worker count not recorded"
+        return (f", analysing the rows of the run at git commit {value.get('git_commit')} ({ran}; tables written "
+                f"{when}, main table sha256 {value.get('sha256')}...)")
     return f", {name}={value}"
 
 
@@ -136,6 +138,9 @@ def run_line(config, execution=None, width: int = 78, extra: dict | None = None)
     from .report import describe_run
     ex = execution or Execution()
     jobs = ex.n_jobs or (1 if torch.cuda.is_available() else (os.cpu_count() or 1))  # as run_sweep resolves it
-    text = (config.describe() + f", {jobs} worker process{'es' if jobs != 1 else ''}"
-            + "".join(_extra_text(k, v) for k, v in (extra or {}).items()))
-    return describe_run(text, {**config.asdict(), **(extra or {})}, width, run_threads=ex.threads)
+    extra = dict(extra or {})
+    # analysed rows: the worker count that matters is the run's (in rows_from), not this execution's
+    workers = "" if "rows_from" in extra else f", {jobs} worker process{'es' if jobs != 1 else ''}"
+    text = config.describe() + workers + "".join(_extra_text(k, v) for k, v in extra.items())
+    return describe_run(text, {**config.asdict(), **extra, **({} if "rows_from" in extra else {"workers": jobs})},
+                        width, run_threads=ex.threads)

@@ -219,8 +219,9 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
     value also matches (a run made without the ``bnstudy`` command records resolved values).
 
     Returns ``(rows, provenance)``: the table exactly as saved (``pandas.read_csv``; floats round-trip
-    exactly; a table saved with no columns comes back empty), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds)`` (``run_wall_s`` is
-    ``None`` when the run did not record it). When the sidecar's parameters carry ``rows_from`` (the
+    exactly; a table saved with no columns comes back empty), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds,
+    workers)`` (``run_wall_s`` / ``workers``, the worker processes the run line recorded, are ``None`` when the
+    run did not record them). When the sidecar's parameters carry ``rows_from`` (the
     table was re-saved by a page that analysed an earlier run's rows), its ``git_commit``, ``written``
     and ``run_wall_s`` are used, so the provenance still names the run that computed the rows.
 
@@ -259,10 +260,11 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
     df = _read_table(path, data)
     env = meta.get("environment") or {}
     prov = dict(path=str(path), sha256=digest, git_commit=env.get("git_commit", "unknown"),
-                written=meta.get("written"), run_wall_s=recorded.get("run_wall_s"), seeds=meta.get("seeds"))
+                written=meta.get("written"), run_wall_s=recorded.get("run_wall_s"), seeds=meta.get("seeds"),
+                workers=recorded.get("workers"))
     origin = recorded.get("rows_from")
     if isinstance(origin, dict):  # the table was itself re-saved from an earlier run's rows: name that run
-        for k in ("git_commit", "written", "run_wall_s"):
+        for k in ("git_commit", "written", "run_wall_s", "workers"):
             if origin.get(k) is not None:
                 prov[k] = origin[k]
     return df, prov
@@ -270,9 +272,11 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
 
 def rows_origin(provenance: dict) -> dict:
     """The record of analysed rows' origin for the run line and the sidecars (``rows_from``), from
-    :func:`load_rows`' provenance: ``git_commit, written, sha256`` (first 12 hex digits) and ``run_wall_s``."""
+    :func:`load_rows`' provenance: ``git_commit, written, sha256`` (first 12 hex digits), ``run_wall_s`` and
+    ``workers``."""
     return dict(git_commit=provenance.get("git_commit"), written=provenance.get("written"),
-                sha256=str(provenance.get("sha256"))[:12], run_wall_s=provenance.get("run_wall_s"))
+                sha256=str(provenance.get("sha256"))[:12], run_wall_s=provenance.get("run_wall_s"),
+                workers=provenance.get("workers"))
 
 
 def config_parameters(config, given: dict, analysis=()) -> tuple[dict, dict]:

@@ -636,3 +636,42 @@ def test_finding_3_names_a_linear_rate_at_the_grid_edge():
     lrs[("linear", "sgd", "backbone_eval")] = 0.005
     F = ch.findings(df, lrs, {"sgd": (0.005, 0.05, 0.5), "adam": (0.001, 0.01, 0.1)})
     assert F.f3_rate_edge == {"sgd": "a rate at the grid's edge", "adam": "rates inside the grid"}
+
+
+def test_shift_contrast_pairs_each_cell_across_shifts_and_is_corrected():
+    """Referee s7b N1: whether the shift makes the gap is a paired per-seed difference gap(ref) - gap(none),
+    not a comparison of how many cells each panel resolves."""
+    gaps = {("ref", "linear", "sgd"): -0.10, ("none", "linear", "sgd"): 0.0,
+            ("ref", "mlp", "sgd"): 0.0, ("none", "mlp", "sgd"): 0.0,
+            ("ref", "mlp_bn", "sgd"): 0.05, ("none", "mlp_bn", "sgd"): 0.0}
+    t = ch.shift_contrast_table(_table(gaps))
+    v = t.set_index("head")["verdict"]
+    assert v["linear"] == ch.SHIFT_LARGER and v["mlp_bn"] == ch.SHIFT_SMALLER
+    assert t.set_index("head").loc["linear", "mean"] == pytest.approx(-0.10)
+    # mlp: identical gaps at both shifts, a zero-width interval at 0 -> inconclusive, not "larger"
+    assert v["mlp"] == ch.INCONCLUSIVE and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 3)
+    S = ch.shift_contrast_findings(t)
+    assert (S.n_larger, S.n_smaller, S.larger_cells, S.smaller_cells) == (1, 1, "linear/sgd", "mlp_bn/sgd")
+    assert S.linear_sgd.mean == pytest.approx(-0.10)
+    assert list(ch.contrast_display(t).columns) == ["sgd"]
+    with pytest.raises(ValueError, match="no rows at shift 'none'"):
+        ch.shift_contrast_table(_table({("ref", "linear", "sgd"): -0.1}))
+
+
+def test_head_contrast_says_when_a_smaller_gap_comes_from_a_worse_separate_side():
+    """Referee s7b N6: mlp's 'smaller gap' came with a lower separate_stats accuracy than the linear head's."""
+    df = _table({("ref", "linear", "sgd"): -0.10, ("ref", "mlp", "sgd"): -0.02})
+    m = (df["head"] == "mlp") & (df["optimizer"] == "sgd")
+    df.loc[m, "task_b"] -= 0.05  # every mode of mlp 0.05 lower: the same gap, a worse separate side
+    t = ch.head_contrast_table(df)
+    assert t["separate"].iloc[0] == pytest.approx(t["separate_reference"].iloc[0] - 0.05)
+    H = ch.head_contrast_findings(t)
+    assert (H.n_smaller, H.n_smaller_worse_separate, H.smaller_worse_separate_cells) == (1, 1, "mlp/sgd")
+
+
+def test_link_counts_are_split_by_scope():
+    t = pd.DataFrame([dict(scope=sc, optimizer="sgd", measure="curvature_ratio", rho=-0.5, ci_low=-0.8, ci_high=hi,
+                           n_seeds=10, verdict=v)
+                      for sc, hi, v in (("ref", 0.1, ch.LINK_NOT_SHOWN), ("all", -0.2, ch.LINK_HOLDS))])
+    L = ch.link_findings(t)
+    assert (L.n_holds, L.n_tests, L.n_holds_ref, L.n_tests_ref, L.n_holds_all, L.n_tests_all) == (1, 2, 0, 1, 1, 1)

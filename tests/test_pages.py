@@ -79,8 +79,12 @@ def test_run_line_says_where_analysed_rows_came_from_in_words():
     origin = dict(git_commit="abc1234567", written="2026-12-01T06:47:16+00:00", sha256="0123456789ab",
                   run_wall_s=22.843358344995067)
     line = run_line(ch.make_config("quick"), extra=dict(rows_from=origin)).replace("\n  ", " ")
-    assert "analysing the rows of the run at git commit abc1234567 (tables written 2026-12-01 06:47:16 UTC" in line
+    assert ("analysing the rows of the run at git commit abc1234567 (worker count not recorded; tables written "
+            "2026-12-01 06:47:16 UTC") in line
     assert "{" not in line and "22.84" not in line
+    assert "worker count not recorded" in line and "worker process," not in line  # not this execution's count
+    line = run_line(ch.make_config("quick"), extra=dict(rows_from={**origin, "workers": 2})).replace("\n  ", " ")
+    assert "abc1234567 (2 worker processes; tables written" in line
     from bnstudy.config import Execution
     assert ", 1 worker process;" in run_line(ch.make_config("quick"), Execution(n_jobs=1)).replace("\n  ", " ")
     assert ", 3 worker processes" in run_line(ch.make_config("quick"), Execution(n_jobs=3)).replace("\n  ", " ")

@@ -651,7 +651,9 @@ def head_contrast_table(df: pd.DataFrame, reference: str = STEPS_CHECK_HEAD, shi
     (each cell's own best pinned mode, :func:`gap_values`), Student-t interval at confidence
     ``1 - alpha / n`` (Bonferroni over the ``n`` head x optimizer contrasts). Columns ``head, optimizer, mean,
     ci_low, ci_high, n_seeds, confidence, verdict`` (``smaller gap than linear``: pinning costs less with that
-    head; ``larger gap than linear``; ``inconclusive``, always below 3 seeds). Raises ``ValueError`` if
+    head; ``larger gap than linear``; ``inconclusive``, always below 3 seeds), ``separate`` /
+    ``separate_reference``: the two heads' mean ``separate_stats`` task-B accuracy (a smaller gap can come from a
+    worse separate side). Raises ``ValueError`` if
     ``reference`` has no rows at ``shift``."""
     d = df[df["shift"] == shift]
     if reference not in set(d["head"]):
@@ -665,17 +667,83 @@ def head_contrast_table(df: pd.DataFrame, reference: str = STEPS_CHECK_HEAD, shi
         for h in heads:
             iv = mean_ci((gap_values(df, shift, h, o)[1] - base).dropna(), conf)
             word = INCONCLUSIVE if iv.n < 3 or iv.low <= 0 <= iv.high else (HEAD_SMALLER if iv.low > 0 else HEAD_LARGER)
+            sep = lambda head: float(d[(d["head"] == head) & (d["optimizer"] == o)
+                                       & (d["mode"] == "separate_stats")]["task_b"].mean())
             rows.append(dict(head=h, optimizer=o, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n,
-                             confidence=conf, verdict=word))
+                             confidence=conf, verdict=word, separate=sep(h), separate_reference=sep(reference)))
+    return pd.DataFrame(rows, columns=["head", "optimizer", "mean", "ci_low", "ci_high", "n_seeds", "confidence",
+                                       "verdict", "separate", "separate_reference"])
+
+
+SHIFT_LARGER, SHIFT_SMALLER = "larger gap at the shift", "smaller gap at the shift"
+
+
+def shift_contrast_table(df: pd.DataFrame, shift: str = "ref", base: str = "none", alpha: float = 0.05) -> pd.DataFrame:
+    """Does the shift make the gap? Per head and optimizer, per seed ``gap(shift) - gap(base)`` (each cell's own
+    best pinned mode at each shift, :func:`gap_values`; the pairing is the seed: same backbone, head
+    initialization and task-B stream), Student-t interval at confidence ``1 - alpha / n`` (Bonferroni over the
+    ``n`` cells). Columns ``head, optimizer, mean, ci_low, ci_high, n_seeds, confidence, verdict``
+    (``larger gap at the shift``: the interval lies below zero, pinning costs more at ``shift``; ``smaller gap at
+    the shift``; ``inconclusive``, always below 3 seeds). Raises ``ValueError`` if either shift has no rows."""
+    for name in (shift, base):
+        if name not in set(df["shift"]):
+            raise ValueError(f"shift_contrast_table: no rows at shift {name!r}")
+    d = df[df["shift"] == shift]
+    cells = list(dict.fromkeys(zip(d["head"], d["optimizer"])))
+    conf = _confidence(max(len(cells), 1), alpha)
+    rows = []
+    for h, o in cells:
+        iv = mean_ci((gap_values(df, shift, h, o)[1] - gap_values(df, base, h, o)[1]).dropna(), conf)
+        word = INCONCLUSIVE if iv.n < 3 or iv.low <= 0 <= iv.high else (SHIFT_LARGER if iv.high < 0 else SHIFT_SMALLER)
+        rows.append(dict(head=h, optimizer=o, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n,
+                         confidence=conf, verdict=word))
     return pd.DataFrame(rows, columns=["head", "optimizer", "mean", "ci_low", "ci_high", "n_seeds", "confidence",
                                        "verdict"])
+
+
+@dataclass(frozen=True)
+class ShiftContrast:
+    """:func:`shift_contrast_table` for the prose: ``n_cells``, ``confidence``, counts and ``head/optimizer``
+    lists of cells whose gap is larger / smaller at the shift (``none`` if empty), and the linear head's
+    contrast with SGD + momentum (``linear_sgd``, an :class:`Interval`; NaN if absent)."""
+
+    n_cells: int
+    confidence: float
+    n_larger: int
+    n_smaller: int
+    larger_cells: str
+    smaller_cells: str
+    linear_sgd: Interval
+
+
+def shift_contrast_findings(table: pd.DataFrame) -> ShiftContrast:
+    """:class:`ShiftContrast` from :func:`shift_contrast_table`'s output."""
+    cells = lambda w: [f"{h}/{o}" for h, o, v in zip(table["head"], table["optimizer"], table["verdict"]) if v == w]
+    lin = table[(table["head"] == "linear") & (table["optimizer"] == "sgd")]
+    iv = (Interval(float(lin["mean"].iloc[0]), float(lin["ci_low"].iloc[0]), float(lin["ci_high"].iloc[0]),
+                   int(lin["n_seeds"].iloc[0])) if len(lin) else Interval(math.nan, math.nan, math.nan, 0))
+    return ShiftContrast(n_cells=int(len(table)), confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
+                         n_larger=len(cells(SHIFT_LARGER)), n_smaller=len(cells(SHIFT_SMALLER)),
+                         larger_cells=_cells(cells(SHIFT_LARGER)), smaller_cells=_cells(cells(SHIFT_SMALLER)),
+                         linear_sgd=iv)
+
+
+def contrast_display(table: pd.DataFrame) -> pd.DataFrame:
+    """A contrast table for the page (:func:`head_contrast_table`, :func:`shift_contrast_table`): heads in rows,
+    optimizers in columns, ``mean [low, high] verdict``."""
+    t = table.assign(cell=[f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] {v}" for m, lo, hi, v in
+                           zip(table["mean"], table["ci_low"], table["ci_high"], table["verdict"])])
+    return t.pivot(index="head", columns="optimizer", values="cell").reindex(
+        index=list(dict.fromkeys(table["head"])), columns=list(dict.fromkeys(table["optimizer"])))
 
 
 @dataclass(frozen=True)
 class HeadContrast:
     """:func:`head_contrast_table` for the prose: ``n_contrasts``, ``confidence``, and the contrasts (``head/
     optimizer``) with a smaller / larger gap than the linear head (``smaller_cells`` / ``larger_cells``,
-    ``none`` if empty) and their counts."""
+    ``none`` if empty) and their counts; ``n_smaller_worse_separate`` / ``smaller_worse_separate_cells``: those
+    smaller-gap contrasts whose head reaches a lower ``separate_stats`` accuracy than the linear head (the gap
+    shrinks from the separate side)."""
 
     n_contrasts: int
     confidence: float
@@ -683,23 +751,26 @@ class HeadContrast:
     n_larger: int
     smaller_cells: str
     larger_cells: str
+    n_smaller_worse_separate: int
+    smaller_worse_separate_cells: str
 
 
 def head_contrast_findings(table: pd.DataFrame) -> HeadContrast:
     """:class:`HeadContrast` from :func:`head_contrast_table`'s output."""
     cells = lambda w: [f"{h}/{o}" for h, o, v in zip(table["head"], table["optimizer"], table["verdict"]) if v == w]
+    worse = [f"{r.head}/{r.optimizer}" for r in table.itertuples()
+             if r.verdict == HEAD_SMALLER and r.separate < r.separate_reference]
     return HeadContrast(n_contrasts=int(len(table)),
                         confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
                         n_smaller=len(cells(HEAD_SMALLER)), n_larger=len(cells(HEAD_LARGER)),
-                        smaller_cells=_cells(cells(HEAD_SMALLER)), larger_cells=_cells(cells(HEAD_LARGER)))
+                        smaller_cells=_cells(cells(HEAD_SMALLER)), larger_cells=_cells(cells(HEAD_LARGER)),
+                        n_smaller_worse_separate=len(worse), smaller_worse_separate_cells=_cells(worse))
 
 
 def head_contrast_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The page's head-contrast table: heads in rows, optimizers in columns, ``mean [low, high] verdict``."""
-    t = table.assign(cell=[f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] {v}" for m, lo, hi, v in
-                           zip(table["mean"], table["ci_low"], table["ci_high"], table["verdict"])])
-    return t.pivot(index="head", columns="optimizer", values="cell").reindex(
-        index=list(dict.fromkeys(table["head"])), columns=list(dict.fromkeys(table["optimizer"])))
+    """The page's head-contrast table: heads in rows, optimizers in columns, ``mean [low, high] verdict``
+    (:func:`contrast_display`)."""
+    return contrast_display(table)
 
 
 @dataclass(frozen=True)
@@ -1184,13 +1255,19 @@ class LinkFindings:
     """The link test's numbers (:func:`link_table`), keyed ``"<scope>_<optimizer>_<measure>"``: ``rho`` an
     :class:`Interval` (Spearman rho, bootstrap interval, ``n`` = seeds), ``verdict`` the words; ``head`` the head
     tested; ``n_holds`` / ``n_tests``: rows whose verdict is ``holds`` / rows with a verdict other than ``too few
-    seeds``; ``confidence`` of each (uncorrected) interval."""
+    seeds``, and the same per scope (``n_holds_ref`` / ``n_tests_ref``: one point per seed at chapter 1's
+    shift; ``n_holds_all`` / ``n_tests_all``: pooled over shifts, which the shift itself drives);
+    ``confidence`` of each (uncorrected) interval."""
 
     head: str
     rho: dict
     verdict: dict
     n_holds: int
     n_tests: int
+    n_holds_ref: int
+    n_tests_ref: int
+    n_holds_all: int
+    n_tests_all: int
     confidence: float
 
 
@@ -1202,7 +1279,12 @@ def link_findings(table: pd.DataFrame, head: str = "linear", confidence: float =
                         for _, r in table.iterrows()},
         verdict={key(r): r["verdict"] for _, r in table.iterrows()},
         n_holds=int((table["verdict"] == LINK_HOLDS).sum()),
-        n_tests=int((table["verdict"] != LINK_TOO_FEW).sum()), confidence=confidence)
+        n_tests=int((table["verdict"] != LINK_TOO_FEW).sum()),
+        n_holds_ref=int(((table["verdict"] == LINK_HOLDS) & (table["scope"] == "ref")).sum()),
+        n_tests_ref=int(((table["verdict"] != LINK_TOO_FEW) & (table["scope"] == "ref")).sum()),
+        n_holds_all=int(((table["verdict"] == LINK_HOLDS) & (table["scope"] == "all")).sum()),
+        n_tests_all=int(((table["verdict"] != LINK_TOO_FEW) & (table["scope"] == "all")).sum()),
+        confidence=confidence)
 
 
 def link_texts(table: pd.DataFrame) -> dict:
