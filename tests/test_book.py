@@ -91,6 +91,19 @@ def test_chapter_sources_carry_no_outputs():
         assert len(params) == 1 and "remove-cell" in params[0].metadata["tags"], nb_path.name
 
 
+def test_every_code_fence_in_chapter_prose_stands_on_its_own_line():
+    """A closing fence with text after it ("``` With fewer ...") opens a code block with lexer "With" instead of
+    closing the directive: the book build warns (-W fails) and the paragraph vanishes into the block. Every fence
+    line in a chapter's Markdown is a bare ```, opens a directive (```{name}) or names a language (```python)."""
+    bad = []
+    for nb_path in book.chapter_paths():
+        for c in nbformat.read(nb_path, as_version=4).cells:
+            if c.cell_type == "markdown":
+                bad += [f"{nb_path.name}: {ln.strip()[:50]}" for ln in c.source.splitlines()
+                        if ln.lstrip().startswith("```") and not re.fullmatch(r"```(\{[\w:-]+\}.*|[a-z]+)?", ln.strip())]
+    assert not bad, bad
+
+
 def test_unknown_profile_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="profile='huge'"):
         book.execute_chapter(book.chapter_paths()[0], tmp_path, "huge")
