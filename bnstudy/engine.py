@@ -34,7 +34,8 @@ from .config import RunConfig, SourceConfig, Execution
 from .freeze import batchnorm_layers
 from .models import ConvBackbone, Classifier, make_head
 from .modes import TransferModel, get_mode
-from .sweep import RunCache, atomic_write_bytes, code_version, default_cache_dir, run_sweep
+from .sweep import RunCache, atomic_write_bytes, code_version, current_run_threads, default_cache_dir, run_sweep, \
+    torch_threads
 from .tasks import BatchStream, SetBatches, derive_seed, eval_set, generator, make_task, task_b_of, train_set
 
 #: Log-spaced stage-2 steps at which running statistics are recorded.
@@ -393,10 +394,18 @@ def _stage1_group(configs: list[SourceConfig], cache_root: str, version: str) ->
 def load_source(cfg: SourceConfig, cache_dir=None, version: str | None = None) -> dict:
     """The cached stage-1 result for ``cfg`` (state dicts and accuracy).
 
-    Raises ``FileNotFoundError`` if that source has not been trained (run :func:`transfer_sweep`).
+    A source whose weights file is missing from the cache (a cache filled from a release's recorded rows, which
+    ship no weights, or a file removed by hand) is trained here and stored, as :func:`ensure_sources` would:
+    training is deterministic per config, so the result is the one the cache lost.
     """
     root = cache_dir if cache_dir is not None else default_cache_dir()
-    return torch.load(_source_path(root, cfg, version or code_version()), map_location="cpu", weights_only=True)
+    version = version or code_version()
+    path = _source_path(root, cfg, version)
+    if not path.exists():
+        # Inside a sweep's run the thread count is the sweep's already; elsewhere the default runs use.
+        with torch_threads(current_run_threads() or Execution().threads):
+            _stage1_group([cfg], str(root), version)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def ensure_sources(sources: list[SourceConfig], execution: Execution | None = None,

@@ -44,7 +44,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Modules that only present results (book runner, CLI, Sphinx extension, report and plot helpers): no run
 # computes anything with them, so editing them must not invalidate the run cache.
-_PRESENTATION_ONLY = {"book.py", "cli.py", "sphinxext.py", "report.py", "plots.py"}
+_PRESENTATION_ONLY = {"book.py", "cli.py", "sphinxext.py", "report.py", "plots.py", "release.py"}
 
 
 def code_version() -> str:
@@ -177,6 +177,12 @@ def torch_threads(threads: int):
                 torch.set_num_threads(st["restore"])
 
 
+def current_run_threads() -> int | None:
+    """The torch thread count that runs executing now in this process set (:func:`torch_threads`), or ``None``."""
+    with _THREADS_LOCK:
+        return _THREADS_STATE["threads"] if _THREADS_STATE["active"] else None
+
+
 def _run_group_and_cache(run_group, group_cfgs, cache_root, namespace, version, threads, group_kwargs):
     # The same thread count everywhere: intra-op threading changes float summation order, and
     # long training amplifies rounding, so a run's numbers must not depend on where it ran.
@@ -204,6 +210,12 @@ def sweep_counts() -> dict[str, tuple[int, int]]:
     run cache. A unit computed by one call and read back by a later one (a stage-1 backbone that several
     sweeps share) counts once, as computed: a cold page is reported cold."""
     return {k: (len(done), len(seen)) for k, (done, seen) in _COUNTS.items()}
+
+
+def sweep_keys() -> dict[str, set]:
+    """``{namespace: cache keys}`` of every unit given to :func:`run_sweep` in this process since the last
+    :func:`reset_sweep_counts` (what a verification samples from: the units a chapter's tables are made of)."""
+    return {k: set(seen) for k, (_, seen) in _COUNTS.items()}
 
 
 def reset_sweep_counts() -> None:
@@ -244,7 +256,12 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
         groups = [[i] for i in range(len(configs))]
     elif sorted(i for g in groups for i in g) != list(range(len(configs))):
         raise ValueError("groups must list every config index exactly once")
-    pending = [g for g in groups if any(cache.get(configs[i]) is None for i in g)]
+    missing = [cache.get(c) is None for c in configs]
+    pending = [g for g in groups if any(missing[i] for i in g)]
+    if os.environ.get(VERIFY_ENV):
+        # Verifying a release (bnstudy.release.verify): only the sampled units are missing from the cache, and
+        # a run's row does not depend on its group mates, so a group computes only its missing configs.
+        pending = [[i for i in g if missing[i]] for g in pending]
     done, seen = _COUNTS.setdefault(namespace, (set(), set()))
     keys = [cache.key(c) for c in configs]
     done.update(keys[i] for g in pending for i in g)
@@ -286,7 +303,59 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
         if row is None:
             raise RuntimeError(f"run_sweep: no cached result for config {c} after the sweep")
         rows.append(row)
+    log = os.environ.get(UNITS_LOG_ENV)
+    if log:
+        record_units(log, namespace, configs, rows)
     return pd.DataFrame(rows)
+
+
+#: Environment variable naming a JSON-lines file: every unit that :func:`run_sweep` returns in this process is
+#: appended to it once (``{"namespace", "config", "row"}``), so a release can ship what its tables were made of
+#: (:mod:`bnstudy.release`). Unset: nothing is recorded.
+UNITS_LOG_ENV = "BNSTUDY_UNITS_LOG"
+#: Environment variable set while a release is verified: :func:`run_sweep` computes only the configs missing from
+#: the cache, not the whole lockstep group they belong to.
+VERIFY_ENV = "BNSTUDY_VERIFY"
+_LOGGED: dict[str, set] = {}
+
+
+def record_units(path, namespace: str, configs: list, rows: list[dict]) -> int:
+    """Append each ``(config, row)`` of ``namespace`` not yet recorded in ``path`` by this process as one JSON line.
+
+    Returns how many lines were written. Lines are written whole and flushed; a reader skips a last line cut
+    short by a killed process (:func:`read_units`)."""
+    path = str(Path(path).resolve())
+    seen = _LOGGED.setdefault(path, set())
+    lines = []
+    for c, r in zip(configs, rows):
+        doc = {"namespace": namespace, "config": _jsonable(c), "row": _jsonable(r)}
+        key = config_key(doc["config"], namespace, "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        lines.append(json.dumps(doc))  # key order kept: a row's order is its table's column order
+    if lines:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write("\n".join(lines) + "\n")
+            f.flush()
+    return len(lines)
+
+
+def read_units(path) -> list[dict]:
+    """The units recorded in ``path`` (:func:`record_units`), first record of each ``(namespace, config)`` kept;
+    a truncated last line (a killed writer) is skipped."""
+    out, seen = [], set()
+    for line in Path(path).read_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        key = config_key(doc["config"], doc["namespace"], "-")
+        if key not in seen:
+            seen.add(key)
+            out.append(doc)
+    return out
 
 
 #: The start of loky's warning when it replaces a stopped worker (a regex for ``warnings.filterwarnings``).

@@ -1,0 +1,504 @@
+"""The data release: every chapter's full-profile tables, the units they were made of, and a proof by recomputation.
+
+The published book is built from ``release/`` (nothing trained); the release is recomputed only on purpose
+(``make release``) and proven by recomputing a seeded sample of its units (``make verify-release``).
+
+Layout of ``release/``:
+
+* ``NN_name.csv`` and ``NN_name_<suffix>.csv``: a chapter's main table and the sibling tables its page
+  analyses, each with the JSON sidecar the chapter's run wrote (:func:`bnstudy.report.write_sidecar`), so
+  ``rows=release/NN_name.csv`` rebuilds the page (:func:`bnstudy.report.rows_or_run`).
+* ``units/NN_name.jsonl.gz``: every cached unit (one run of :func:`bnstudy.sweep.run_sweep`: its namespace,
+  config and row) that the chapter's run read, as recorded while it ran (:data:`bnstudy.sweep.UNITS_LOG_ENV`).
+  Stage-1 weights are not shipped: a unit that needs them trains them again.
+* ``manifest.json``: per table its sha256, rows, chapter, profile, seeds, the run's wall time and workers; per
+  chapter the git commit and code fingerprint it was computed at, torch, Python, threads per run, device and
+  CPU; for the release its version and date, and the last verification.
+
+Verification (:func:`verify`): for each chapter, a run cache is filled from the recorded units except a seeded
+random sample of them, and the chapter's tables are computed again from it. The sampled units are recomputed
+from scratch (their stage-1 backbones too, since no weights ship), and every other unit is read from the
+recorded rows, so this checks two things with ``==`` on every column (wall times aside): that the current code
+computes the sampled units' rows exactly, and that the release's tables are what the current code makes of its
+units. A sampled unit runs without its lockstep group mates; a run's row never depends on them
+(:mod:`bnstudy.sweep`), and a difference would show here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import gzip
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RELEASE_DIR = REPO / "release"
+MANIFEST = "manifest.json"
+#: The release's version: the date of its newest chapter computation (``YYYY.MM.DD``), set by :func:`compute`.
+WALL_COLUMNS_SUFFIX = "wall_s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Chapter:
+    """A chapter of the release: its number (``"03"``), notebook stem and experiment module name."""
+
+    number: str
+    notebook: str
+    module: str
+
+    @property
+    def main(self) -> str:
+        """The main table's file stem (``03_shift_strength``)."""
+        return self.notebook
+
+    def experiment(self):
+        import importlib
+        return importlib.import_module(f"bnstudy.experiments.{self.module}")
+
+    def siblings(self) -> tuple:
+        return tuple(getattr(self.experiment(), "SIBLING_TABLES", ()))
+
+    def table_stems(self) -> list[str]:
+        return [self.main] + [f"{self.main}_{s}" for s in self.siblings()]
+
+    def tables(self, config, execution) -> dict:
+        """``{file stem: DataFrame}``: the tables the chapter's page saves from its run (what the release holds)."""
+        mod = self.experiment()
+        if self.number == "03":  # its page saves the run's rows through results_table
+            return {self.main: mod.results_table(mod.run(config, execution))}
+        if hasattr(mod, "run_tables"):
+            main, sib = mod.run_tables(config, execution)
+            return {self.main: main, **{f"{self.main}_{k}": v for k, v in sib.items()}}
+        return {self.main: mod.run(config, execution)}
+
+
+CHAPTERS = {c.number: c for c in (
+    Chapter("01", "01_freeze_modes", "freeze_modes"),
+    Chapter("02", "02_eval_traps", "eval_traps"),
+    Chapter("03", "03_shift_strength", "shift_strength"),
+    Chapter("04", "04_heads", "heads"),
+    Chapter("05", "05_batch_size", "batch_size"),
+    Chapter("06", "06_unknown_task", "unknown_task"),
+    Chapter("07", "07_real_data", "real_data"),
+)}
+
+
+def parse_chapters(spec) -> list[Chapter]:
+    """``"03,04"``, ``["03", "4"]`` or ``None``/``""``/``"all"`` (every chapter) as :class:`Chapter` objects.
+
+    Raises ``ValueError`` naming the parameter and the allowed values for an unknown chapter."""
+    if spec is None or spec == "" or spec == "all":
+        return list(CHAPTERS.values())
+    items = spec.replace(" ", ",").split(",") if isinstance(spec, str) else list(spec)
+    out = []
+    for s in (str(i).strip() for i in items):
+        if not s:
+            continue
+        key = s.zfill(2)[:2] if s[:2].isdigit() or s.isdigit() else s
+        if key not in CHAPTERS:
+            raise ValueError(f"CHAPTERS: unknown chapter {s!r}; allowed: {', '.join(CHAPTERS)} (comma-separated) or all")
+        out.append(CHAPTERS[key])
+    return out
+
+
+# --- machine and code records ----------------------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else :func:`platform.processor`, else ``"unknown"``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def code_fingerprint() -> str:
+    """The fingerprint of the row-computing code: :func:`bnstudy.sweep.code_version`, the hash in every run cache key."""
+    from .sweep import code_version
+    return code_version()
+
+
+def git_state(repo: Path = REPO) -> tuple[str, bool]:
+    """``(commit, dirty)``: HEAD's hash and whether tracked files that compute rows or pages differ from it."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "bnstudy",
+                                 "chapters", "pyproject.toml"], cwd=repo, capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", True
+    return commit, bool(status)
+
+
+def sha256_file(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def read_manifest(release_dir=RELEASE_DIR) -> dict:
+    """The release's manifest (an empty one if there is none yet)."""
+    p = Path(release_dir) / MANIFEST
+    if not p.exists():
+        return {"release": {}, "chapters": {}, "tables": {}, "units": {}}
+    return json.loads(p.read_text())
+
+
+def write_manifest(manifest: dict, release_dir=RELEASE_DIR) -> Path:
+    from .sweep import atomic_write_bytes
+    p = Path(release_dir) / MANIFEST
+    atomic_write_bytes(p, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return p
+
+
+def release_entry(release_dir=RELEASE_DIR) -> dict:
+    """The release's own record (version, date, commit, last verification), for a page's run line."""
+    return read_manifest(release_dir).get("release", {})
+
+
+# --- units -----------------------------------------------------------------------------------------------------------
+
+def units_path(chapter: Chapter, release_dir=RELEASE_DIR) -> Path:
+    return Path(release_dir) / "units" / f"{chapter.main}.jsonl.gz"
+
+
+def write_units(units: list[dict], path) -> None:
+    """Write units as gzipped JSON lines, byte-reproducibly (no time stamp in the gzip header), atomically."""
+    from .sweep import atomic_write_bytes
+    text = "".join(json.dumps(u) + "\n" for u in units)  # key order kept (column order)
+    atomic_write_bytes(Path(path), gzip.compress(text.encode(), compresslevel=9, mtime=0))
+
+
+def read_units(path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# --- compute ---------------------------------------------------------------------------------------------------------
+
+def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_dirty: bool = False,
+            work_dir=None, profile: str = "full", log=print) -> dict:
+    """Recompute ``chapters`` (see :func:`parse_chapters`) at ``profile`` (the release's is ``full``; ``quick``
+    makes a small release for tests) and write them into ``release_dir``.
+
+    Each chapter's notebook is executed with papermill (:func:`bnstudy.book.execute_chapter`, profile
+    ``full``, the notebook's defaults) with its tables, figures and page going to a work folder and every unit
+    its sweeps return recorded; only when the whole notebook ran are its tables and units copied into
+    ``release_dir`` and the manifest rewritten, so an interrupted chapter leaves the release as it was (its
+    finished runs stay in the run cache, and a rerun resumes). Finished chapters are kept when a later one fails.
+
+    Raises ``RuntimeError`` if the code that computes rows has uncommitted changes (a release must name the commit
+    that computed it; ``allow_dirty=True`` for tests), or what the chapter's execution raised.
+    """
+    from . import book
+    from .report import sidecar_path
+    from .sweep import UNITS_LOG_ENV, read_units as read_log
+
+    commit, dirty = git_state()
+    if dirty and not allow_dirty:
+        raise RuntimeError("release: bnstudy/, chapters/ or pyproject.toml have uncommitted changes; commit them "
+                           "first, so the release names the code that computed it")
+    release_dir = Path(release_dir)
+    manifest = read_manifest(release_dir)
+    for ch in parse_chapters(chapters):
+        work = Path(work_dir or release_dir / ".work") / ch.main
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        log_path = work / "units.jsonl"
+        params = dict(results_dir=str(work / "results"), figures_dir=str(work / "figures"))
+        if n_jobs is not None:
+            params["n_jobs"] = n_jobs
+        log(f"[bnstudy.release] chapter {ch.number} ({ch.notebook}, {profile} profile) ...")
+        t0 = time.perf_counter()
+        old = os.environ.get(UNITS_LOG_ENV)
+        os.environ[UNITS_LOG_ENV] = str(log_path)
+        try:
+            book.execute_chapter(REPO / "chapters" / f"{ch.notebook}.ipynb", work / "chapters", profile,
+                                 parameters=params, log_output=True)
+        finally:
+            if old is None:
+                os.environ.pop(UNITS_LOG_ENV, None)
+            else:
+                os.environ[UNITS_LOG_ENV] = old
+        wall = time.perf_counter() - t0
+        units = read_log(log_path)
+        stems = ch.table_stems()
+        missing = [s for s in stems if not (work / "results" / f"{s}.csv").exists()]
+        if missing:
+            raise RuntimeError(f"release: chapter {ch.number}'s page saved no {missing} (expected {stems})")
+        # Copy tables (sidecar last, so a table without its sidecar is never taken as complete), then units.
+        for old_stem in [k for k, v in manifest["tables"].items() if v.get("chapter") == ch.number]:
+            manifest["tables"].pop(old_stem)
+        for s in stems:
+            src = work / "results" / f"{s}.csv"
+            shutil.copyfile(src, release_dir / f"{s}.csv")
+            shutil.copyfile(sidecar_path(src), release_dir / f"{s}.json")
+            meta = json.loads(sidecar_path(src).read_text())
+            p = meta.get("parameters") or {}
+            manifest["tables"][s] = dict(chapter=ch.number, file=f"{s}.csv", sha256=meta["sha256"], rows=meta["rows"],
+                                         profile=p.get("profile"), seeds=meta.get("seeds"),
+                                         run_wall_s=p.get("run_wall_s"), workers=p.get("workers"))
+        write_units(units, units_path(ch, release_dir))
+        env = json.loads(sidecar_path(work / "results" / f"{ch.main}.csv").read_text())
+        p = env.get("parameters") or {}
+        manifest["units"][ch.main] = dict(chapter=ch.number, file=f"units/{ch.main}.jsonl.gz",
+                                          sha256=sha256_file(units_path(ch, release_dir)), units=len(units),
+                                          namespaces=sorted({u["namespace"] for u in units}))
+        e = env.get("environment") or {}
+        manifest["chapters"][ch.number] = dict(
+            notebook=ch.notebook, git_commit=commit, code_fingerprint=code_fingerprint(), profile=profile,
+            seeds=env.get("seeds"), torch=e.get("torch"), python=e.get("python"),
+            threads_per_run=p.get("torch_threads_per_run", 1), workers=p.get("workers"), device=e.get("device"),
+            cpu=cpu_model(), run_wall_s=p.get("run_wall_s"), page_wall_s=round(wall, 1),
+            computed=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+        today = datetime.date.today()
+        manifest["release"] = dict(manifest.get("release") or {}, version=today.strftime("%Y.%m.%d"),
+                                   date=today.isoformat(), git_commit=commit, code_fingerprint=code_fingerprint(),
+                                   torch=e.get("torch"), python=e.get("python"), cpu=cpu_model(),
+                                   device=e.get("device"), threads_per_run=p.get("torch_threads_per_run", 1))
+        write_manifest(manifest, release_dir)
+        shutil.rmtree(work, ignore_errors=True)
+        log(f"[bnstudy.release] chapter {ch.number}: {len(stems)} tables, {len(units):,} units, {wall / 60:.1f} min")
+    return manifest
+
+
+# --- verify ----------------------------------------------------------------------------------------------------------
+
+def _is_wall(name: str) -> bool:
+    return str(name).endswith(WALL_COLUMNS_SUFFIX)
+
+
+def sample_units(candidates: list[int], n: int, seed: int) -> list[int]:
+    """``n`` of ``candidates`` (unit indices) drawn at random with ``seed``, sorted."""
+    return sorted(random.Random(seed).sample(sorted(candidates), min(n, len(candidates))))
+
+
+def compare_tables(name: str, release, recomputed, limit: int = 20) -> list[str]:
+    """Every cell that differs between two tables (wall-time columns aside), as ``table row r, column c: a != b``.
+
+    Both tables are compared as CSV gives them back (the recomputed one is written and read once), so the
+    comparison is of what a page reads. NaN equals NaN."""
+    import io
+
+    import pandas as pd
+
+    if not isinstance(recomputed, pd.DataFrame):
+        recomputed = pd.DataFrame(recomputed)
+    recomputed = pd.read_csv(io.StringIO(recomputed.to_csv(index=False))) if len(recomputed.columns) else recomputed
+    out = []
+    if list(release.columns) != list(recomputed.columns):
+        return [f"{name}: columns differ: release {list(release.columns)}, recomputed {list(recomputed.columns)}"]
+    if len(release) != len(recomputed):
+        return [f"{name}: {len(release)} rows in the release, {len(recomputed)} recomputed"]
+    for c in release.columns:
+        if _is_wall(c):
+            continue
+        a, b = release[c], recomputed[c]
+        same = (a == b) | (a.isna() & b.isna())
+        for r in same.index[~same.to_numpy()]:
+            try:
+                size = f" (|difference| {abs(float(a[r]) - float(b[r])):.3g})"
+            except (TypeError, ValueError):
+                size = ""
+            out.append(f"{name} row {r}, column {c}: release {a[r]!r}, recomputed {b[r]!r}{size}")
+            if len(out) >= limit:
+                return out + [f"{name}: more differences not listed"]
+    return out
+
+
+def compare_rows(name: str, release: dict, recomputed: dict) -> list[str]:
+    out = []
+    for k in sorted(set(release) | set(recomputed)):
+        if _is_wall(k):
+            continue
+        a, b = release.get(k, "<missing>"), recomputed.get(k, "<missing>")
+        if a != b and not (isinstance(a, float) and isinstance(b, float) and a != a and b != b):
+            try:
+                size = f" (|difference| {abs(float(a) - float(b)):.3g})"
+            except (TypeError, ValueError):
+                size = ""
+            out.append(f"{name}, field {k}: release {a!r}, recomputed {b!r}{size}")
+    return out
+
+
+def chapter_config(ch: Chapter, release_dir=RELEASE_DIR):
+    """The chapter's config as its release run made it (the main table's sidecar parameters, profile full)."""
+    meta = json.loads((Path(release_dir) / f"{ch.main}.json").read_text())
+    rec = meta.get("parameters") or {}
+    mod = ch.experiment()
+    fields = {f.name for f in dataclasses.fields(mod.Config)}
+    given = {k: rec[k] for k in fields if k in rec and k != "profile"}
+    return mod.make_config(rec.get("profile", "full"), **given), rec
+
+
+def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, n_jobs: int | None = None,
+                   log=print) -> dict:
+    """Recompute ``n`` sampled units of ``ch`` from an empty cache and the chapter's tables from the rest.
+
+    Two passes over a temporary run cache filled from the release's units: first with every unit (nothing
+    trains): the tables the code makes of the release's units must be the release's tables, and the units the
+    tables are made of (stage-2 and other non-source units) are the sample's candidates; then without ``n``
+    of them, drawn with ``seed`` (plus the chapter number): they are computed again from scratch, stage 1
+    included, each without its lockstep group mates, and compared with their recorded rows.
+
+    Returns ``dict(chapter, sampled, units, tables, differences, wall_s)``; ``differences`` lists every cell,
+    field and table that is not ``==`` (wall times aside), naming the chapter, table, row and column and the
+    size of the difference."""
+    import pandas as pd
+
+    from .config import Execution
+    from .sweep import RunCache, VERIFY_ENV, code_version, reset_sweep_counts, sweep_keys
+
+    release_dir = Path(release_dir)
+    manifest = read_manifest(release_dir)
+    units = read_units(units_path(ch, release_dir))
+    t0 = time.perf_counter()
+    diffs: list[str] = []
+
+    def compare(tables, when):
+        out = []
+        for stem in ch.table_stems():
+            if stem not in tables:
+                out.append(f"chapter {ch.number}: the code no longer makes table {stem}")
+                continue
+            rel = pd.read_csv(release_dir / f"{stem}.csv")
+            out += [f"chapter {ch.number} ({when}) " + d for d in compare_tables(stem, rel, tables[stem])]
+        return out
+
+    with tempfile.TemporaryDirectory(prefix=f"bnstudy-verify-{ch.number}-") as tmp:
+        version = code_version()
+        caches = {ns: RunCache(tmp, ns, version) for ns in {u["namespace"] for u in units}}
+        for u in units:
+            caches[u["namespace"]].put(u["config"], u["row"])
+        cfg, rec = chapter_config(ch, release_dir)
+        threads = int((manifest.get("chapters", {}).get(ch.number) or {}).get("threads_per_run") or 1)
+        ex = Execution(cache_dir=tmp, n_jobs=n_jobs, threads=threads, progress=True)
+        reset_sweep_counts()
+        diffs += compare(ch.tables(cfg, ex), "from the release's units")
+        seen = sweep_keys()
+        keys = [caches[u["namespace"]].key(u["config"]) for u in units]
+        candidates = [i for i, u in enumerate(units)
+                      if u["namespace"] != "source" and keys[i] in seen.get(u["namespace"], ())]
+        picked = sample_units(candidates, n, seed + int(ch.number))
+        for i in picked:
+            caches[units[i]["namespace"]].path(units[i]["config"]).unlink()
+        old = os.environ.get(VERIFY_ENV)
+        os.environ[VERIFY_ENV] = "1"
+        try:
+            tables = ch.tables(cfg, ex)
+        finally:
+            if old is None:
+                os.environ.pop(VERIFY_ENV, None)
+            else:
+                os.environ[VERIFY_ENV] = old
+        for i in picked:
+            u = units[i]
+            got = caches[u["namespace"]].get(u["config"])
+            if got is None:
+                diffs.append(f"chapter {ch.number}: sampled unit {i} ({u['namespace']}) was not recomputed")
+                continue
+            diffs += compare_rows(f"chapter {ch.number} unit {i} ({u['namespace']})", u["row"], got)
+        # stage-1 sources trained again (no weights ship): their accuracy against the recorded rows
+        for u in units:
+            if u["namespace"] == "source":
+                p = RunCache(tmp, "source", version).path(u["config"]).with_suffix(".pt")
+                if p.exists():
+                    import torch
+                    acc = torch.load(p, map_location="cpu", weights_only=True)["task_a_accuracy"]
+                    diffs += compare_rows(f"chapter {ch.number} stage-1 source seed {u['config'].get('seed')}",
+                                          {"source_task_a_accuracy": u["row"]["source_task_a_accuracy"]},
+                                          {"source_task_a_accuracy": acc})
+        diffs += compare(tables, "with the sample recomputed")
+    wall = time.perf_counter() - t0
+    log(f"[bnstudy.release] chapter {ch.number}: {len(picked)} of {len(candidates):,} units recomputed, "
+        f"{len(units):,} recorded, {len(ch.table_stems())} tables compared twice, {len(diffs)} differences, {wall:.0f} s")
+    return dict(chapter=ch.number, sampled=picked, units=len(units), tables=len(ch.table_stems()),
+                differences=diffs, wall_s=round(wall, 1))
+
+
+def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_jobs: int | None = None,
+           record: bool = False, log=print) -> int:
+    """Verify every released chapter in ``chapters`` (:func:`verify_chapter`); returns the exit status (0: all
+    ``==``; 1: a difference, listed; 2: nothing to verify). Run on another CPU than the release's, differences
+    are reported as such (floating-point results can differ across CPUs). ``record``: on success write the
+    verification (date, commit, sample, CPU) into the manifest."""
+    release_dir = Path(release_dir)
+    manifest = read_manifest(release_dir)
+    done = [c for c in parse_chapters(chapters) if c.number in manifest.get("chapters", {})]
+    if not done:
+        log(f"[bnstudy.release] nothing to verify: the release in {release_dir} has no chapter among "
+            f"{[c.number for c in parse_chapters(chapters)]}")
+        return 2
+    here = cpu_model()
+    results = [verify_chapter(c, n, seed, release_dir, n_jobs, log) for c in done]
+    bad = [r for r in results if r["differences"]]
+    for r in bad:
+        cpu = manifest["chapters"][r["chapter"]].get("cpu")
+        note = "" if cpu == here else (f" (this CPU, {here}, is not the release's, {cpu}: these may be floating-"
+                                       "point differences of the CPU rather than of the code)")
+        log(f"[bnstudy.release] chapter {r['chapter']}: {len(r['differences'])} differences{note}:")
+        for d in r["differences"]:
+            log(f"    {d}")
+    missing = [c.number for c in parse_chapters(chapters) if c.number not in manifest.get("chapters", {})]
+    if missing:
+        log(f"[bnstudy.release] not in the release yet (not verified): chapters {', '.join(missing)}")
+    units = sum(len(r["sampled"]) for r in results)
+    if bad:
+        log(f"[bnstudy.release] FAILED: {len(bad)} of {len(results)} chapters differ from the release")
+        return 1
+    log(f"[bnstudy.release] verified: {units} sampled units in {len(results)} chapters recomputed, every table "
+        f"== the release (wall times aside), {sum(r['wall_s'] for r in results):.0f} s")
+    if record:
+        commit, dirty = git_state()
+        manifest = read_manifest(release_dir)
+        manifest["release"]["verified"] = dict(
+            date=datetime.date.today().isoformat(), git_commit=commit + ("+dirty" if dirty else ""),
+            code_fingerprint=code_fingerprint(), units_per_chapter=n, seed=seed,
+            chapters=[r["chapter"] for r in results], cpu=here, wall_s=round(sum(r["wall_s"] for r in results), 1))
+        write_manifest(manifest, release_dir)
+    return 0
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m bnstudy.release", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compute", help="recompute chapters at the full profile and write them into the release")
+    c.add_argument("--chapters", default="all", help="comma-separated chapter numbers (default: all)")
+    c.add_argument("--n-jobs", type=int, default=None, help="worker processes (default: one per CPU core)")
+    c.add_argument("--release-dir", default=str(RELEASE_DIR))
+    c.add_argument("--allow-dirty", action="store_true", help=argparse.SUPPRESS)
+    c.add_argument("--profile", choices=("full", "quick"), default="full", help="full (the release) or quick (a test)")
+    v = sub.add_parser("verify", help="recompute a seeded sample of the release's units and compare with ==")
+    v.add_argument("--chapters", default="all")
+    v.add_argument("--units", type=int, default=5, help="units recomputed per chapter (default 5)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
+    v.add_argument("--n-jobs", type=int, default=None)
+    v.add_argument("--release-dir", default=str(RELEASE_DIR))
+    v.add_argument("--record", action="store_true", help="on success, record the verification in the manifest")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "compute":
+            compute(args.chapters, args.release_dir, args.n_jobs, args.allow_dirty, profile=args.profile)
+            return 0
+        if args.units < 1:
+            ap.error(f"--units must be at least 1, got {args.units}")
+        return verify(args.chapters, args.units, args.seed, args.release_dir, args.n_jobs, args.record)
+    except (ValueError, RuntimeError) as e:
+        print(f"[bnstudy.release] error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
