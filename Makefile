@@ -1,12 +1,17 @@
-# bnstudy: `make book` (full profile) or `make book PROFILE=quick`; `make test`; `make bench`.
-PROFILE ?= full
+# bnstudy: `make book` (the published book, from the data release in release/: nothing trained) or
+# `make book PROFILE=quick` (a smoke run of every training path) or PROFILE=full (recompute every page, hours);
+# `make release` (recompute the data release), `make verify-release`; `make test`; `make bench`.
+PROFILE ?= release
+CHAPTERS ?= all
+UNITS ?= 5
+N_JOBS ?=
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bnstudy-installed
 export BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy
 
-.PHONY: venv chapters book test bench clean clean-cache
+.PHONY: venv chapters book test bench clean clean-cache release verify-release
 
 # Set-up: a venv in the repo. torch is installed first and pinned exactly; TORCH_INDEX (optional) is the
 # package index to take it from, e.g. PyTorch's CPU-only wheel index on a machine without a GPU.
@@ -23,9 +28,23 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Execute every chapter with papermill into book/chapters (fails loudly on any cell error); tables and
-# figures go to book/results and book/figures.
+# figures go to book/results and book/figures. PROFILE=release (default): each page analyses the release's rows.
 chapters: $(STAMP)
+ifeq ($(PROFILE),release)
+	$(PY) -m bnstudy.book --release
+else
 	$(PY) -m bnstudy.book --profile $(PROFILE)
+endif
+
+# Recompute the data release at the full profile (hours for all chapters on two cores; CHAPTERS=03,04 for some;
+# resumable: finished runs are in the run cache). Rewrites release/ tables, units and manifest.json.
+release: $(STAMP)
+	$(PY) -m bnstudy.release compute --chapters $(CHAPTERS) $(if $(N_JOBS),--n-jobs $(N_JOBS))
+
+# Recompute UNITS seeded random units per chapter from an empty cache and compare every column with ==.
+# RECORD=1 writes the verification into release/manifest.json (the date the pages' run lines cite).
+verify-release: $(STAMP)
+	$(PY) -m bnstudy.release verify --chapters $(CHAPTERS) --units $(UNITS) $(if $(N_JOBS),--n-jobs $(N_JOBS)) $(if $(RECORD),--record)
 
 # Build the HTML from the executed notebooks (the book's root is book/); warnings are errors.
 book: chapters

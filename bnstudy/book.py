@@ -269,6 +269,10 @@ def main(argv=None) -> int:
                     help="root of the outputs: DIR/chapters (executed notebooks), DIR/results, DIR/figures "
                          "(default: book/)")
     ap.add_argument("--quiet", action="store_true", help="do not stream cell outputs and progress to the terminal")
+    ap.add_argument("--release", nargs="?", const="release", default=None, metavar="DIR",
+                    help="build the published book: every chapter analyses the data release's tables in DIR "
+                         "(default release/; nothing is trained); a chapter not in the release yet runs at the "
+                         "quick profile, and its page says so")
     args = ap.parse_args(argv)
     # A kill signal between chapters becomes an ordinary exit; during one, execute_chapter stops the kernel.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -280,12 +284,27 @@ def main(argv=None) -> int:
         if unknown:
             ap.error(f"--only: unknown chapters {sorted(unknown)}; available: {[p.stem for p in paths]}")
         paths = [p for p in paths if p.stem in args.only]
+    released = {}
+    if args.release is not None:
+        from .release import read_manifest
+        rdir = Path(args.release)
+        rdir = (rdir if rdir.is_absolute() else REPO / rdir).resolve()
+        if not (rdir / "manifest.json").is_file():
+            ap.error(f"--release: no manifest.json in {rdir} (the data release; `make release` computes it)")
+        released = {c["notebook"]: c for c in read_manifest(rdir)["chapters"].values()}
     for p in paths:
         t0 = time.perf_counter()
-        print(f"[bnstudy.book] {p.name} ({args.profile}) ...", flush=True)
+        profile, params = args.profile, dict(results_dir=str(out / "results"), figures_dir=str(out / "figures"))
+        if args.release is not None:
+            if p.stem in released:
+                profile, params["rows"] = released[p.stem]["profile"], str(rdir / f"{p.stem}.csv")
+            else:
+                profile = "quick"
+                print(f"[bnstudy.book] {p.stem} is not in the release yet: running it at the quick profile",
+                      flush=True)
+        print(f"[bnstudy.book] {p.name} ({profile}{', release rows' if 'rows' in params else ''}) ...", flush=True)
         try:
-            execute_chapter(p, out / "chapters", args.profile, log_output=not args.quiet,
-                            parameters=dict(results_dir=str(out / "results"), figures_dir=str(out / "figures")))
+            execute_chapter(p, out / "chapters", profile, log_output=not args.quiet, parameters=params)
         except KeyboardInterrupt as e:
             print(f"[bnstudy.book] interrupted during {p.name}; finished runs are cached, rerun to resume",
                   file=sys.stderr, flush=True)
@@ -294,7 +313,7 @@ def main(argv=None) -> int:
             print(f"[bnstudy.book] FAILED: {p.name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             return 1
         wall = time.perf_counter() - t0
-        record_time(p.stem, args.profile, wall, out / "results" / "chapter_times.csv")
+        record_time(p.stem, "release" if "rows" in params else profile, wall, out / "results" / "chapter_times.csv")
         print(f"[bnstudy.book] {p.name} done in {wall:.1f} s", flush=True)
     return 0
 

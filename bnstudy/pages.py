@@ -122,8 +122,10 @@ def _extra_text(name: str, value) -> str:
         when = str(value.get("written") or "an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
         w = value.get("workers")
         ran = f"{w} worker process{'es' if w != 1 else ''}" if w else "worker count not recorded"
-        return (f", analysing the rows of the run at git commit {value.get('git_commit')} ({ran}; tables written "
-                f"{when}, main table sha256 {value.get('sha256')}...)")
+        from .report import release_text
+        rel = release_text(value.get("release"))
+        return (f", analysing the rows{' of the ' + rel if rel else ''} computed by the run at git commit "
+                f"{value.get('git_commit')} ({ran}; tables written {when}, main table sha256 {value.get('sha256')}...)")
     return f", {name}={value}"
 
 

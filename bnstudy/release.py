@@ -311,7 +311,8 @@ def compare_tables(name: str, release, recomputed, limit: int = 20) -> list[str]
                 size = f" (|difference| {abs(float(a[r]) - float(b[r])):.3g})"
             except (TypeError, ValueError):
                 size = ""
-            out.append(f"{name} row {r}, column {c}: release {a[r]!r}, recomputed {b[r]!r}{size}")
+            va, vb = (v.item() if hasattr(v, "item") else v for v in (a[r], b[r]))
+            out.append(f"{name} row {r}, column {c}: release {va!r}, recomputed {vb!r}{size}")
             if len(out) >= limit:
                 return out + [f"{name}: more differences not listed"]
     return out

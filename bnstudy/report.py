@@ -264,19 +264,50 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
                 workers=recorded.get("workers"))
     origin = recorded.get("rows_from")
     if isinstance(origin, dict):  # the table was itself re-saved from an earlier run's rows: name that run
-        for k in ("git_commit", "written", "run_wall_s", "workers"):
+        for k in ("git_commit", "written", "run_wall_s", "workers", "release"):
             if origin.get(k) is not None:
                 prov[k] = origin[k]
+    release = release_of(path)
+    if release is not None:
+        prov["release"] = release
     return df, prov
+
+
+def release_of(path) -> dict | None:
+    """For a table inside a data release (a ``manifest.json`` beside it, :mod:`bnstudy.release`): the release's
+    ``version``, ``date`` and last ``verified`` record (``None`` if never verified); else ``None``."""
+    m = Path(path).parent / "manifest.json"
+    if not m.is_file():
+        return None
+    rel = (json.loads(m.read_text()).get("release") or {})
+    v = rel.get("verified") or None
+    return dict(version=rel.get("version"), date=rel.get("date"),
+                verified=None if v is None else dict(date=v.get("date"), git_commit=str(v.get("git_commit"))[:12],
+                                                     units_per_chapter=v.get("units_per_chapter")))
+
+
+def release_text(release: dict | None) -> str:
+    """``"data release 2026.12.01 (last verified 2026-12-01 at git commit abc..., 5 units per chapter
+    recomputed ==)"``, or ``""`` for rows that are not a release's."""
+    if not release:
+        return ""
+    v = release.get("verified")
+    ver = ("never verified by recomputation" if not v else
+           f"last verified {v.get('date')} at git commit {v.get('git_commit')}: {v.get('units_per_chapter')} units "
+           f"per chapter recomputed, every column ==")
+    return f"data release {release.get('version')} ({ver})"
 
 
 def rows_origin(provenance: dict) -> dict:
     """The record of analysed rows' origin for the run line and the sidecars (``rows_from``), from
     :func:`load_rows`' provenance: ``git_commit, written, sha256`` (first 12 hex digits), ``run_wall_s`` and
     ``workers``."""
-    return dict(git_commit=provenance.get("git_commit"), written=provenance.get("written"),
-                sha256=str(provenance.get("sha256"))[:12], run_wall_s=provenance.get("run_wall_s"),
-                workers=provenance.get("workers"))
+    out = dict(git_commit=provenance.get("git_commit"), written=provenance.get("written"),
+               sha256=str(provenance.get("sha256"))[:12], run_wall_s=provenance.get("run_wall_s"),
+               workers=provenance.get("workers"))
+    if provenance.get("release"):
+        out["release"] = provenance["release"]
+    return out
 
 
 def config_parameters(config, given: dict, analysis=()) -> tuple[dict, dict]:
@@ -377,8 +408,11 @@ def timing_sentence(wall_s: float, run_s: float | None, rows_from: dict | None =
     when = str(rows_from.get("written") or "an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
     own = (f"that run took {run_s / 60:.1f} minutes in {what}" if run_s is not None
            else "that run's own wall time is not in its sidecar (the project's closing notes give it)")
+    rel = release_text(rows_from.get("release"))
+    if rel:
+        rel = f" of the {rel}"
     return (f"This execution did not run the experiment: it analysed again the {f'{n_rows:,}' if n_rows is not None else ''}"
-            f"{' ' if n_rows is not None else ''}rows that the run at git commit `{rows_from.get('git_commit')}` "
+            f"{' ' if n_rows is not None else ''}rows{rel} that the run at git commit `{rows_from.get('git_commit')}` "
             f"saved on {when} (their sha256 checked against that run's record), in {wall_s / 60:.1f} minutes of "
             f"wall time; {own}.")
 

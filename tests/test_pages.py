@@ -79,12 +79,17 @@ def test_run_line_says_where_analysed_rows_came_from_in_words():
     origin = dict(git_commit="abc1234567", written="2026-12-01T06:47:16+00:00", sha256="0123456789ab",
                   run_wall_s=22.843358344995067)
     line = run_line(ch.make_config("quick"), extra=dict(rows_from=origin)).replace("\n  ", " ")
-    assert ("analysing the rows of the run at git commit abc1234567 (worker count not recorded; tables written "
-            "2026-12-01 06:47:16 UTC") in line
+    assert ("analysing the rows computed by the run at git commit abc1234567 (worker count not recorded; tables "
+            "written 2026-12-01 06:47:16 UTC") in line
     assert "{" not in line and "22.84" not in line
     assert "worker count not recorded" in line and "worker process," not in line  # not this execution's count
     line = run_line(ch.make_config("quick"), extra=dict(rows_from={**origin, "workers": 2})).replace("\n  ", " ")
     assert "abc1234567 (2 worker processes; tables written" in line
+    release = dict(version="2026.12.01", date="2026-12-01",
+                   verified=dict(date="2026-12-02", git_commit="fedcba987654", units_per_chapter=5))
+    line = run_line(ch.make_config("quick"), extra=dict(rows_from={**origin, "release": release})).replace("\n  ", " ")
+    assert ("analysing the rows of the data release 2026.12.01 (last verified 2026-12-02 at git commit fedcba987654: "
+            "5 units per chapter recomputed, every column ==) computed by the run at git commit abc1234567") in line
     from bnstudy.config import Execution
     assert ", 1 worker process;" in run_line(ch.make_config("quick"), Execution(n_jobs=1)).replace("\n  ", " ")
     assert ", 3 worker processes" in run_line(ch.make_config("quick"), Execution(n_jobs=3)).replace("\n  ", " ")
