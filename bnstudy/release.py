@@ -268,9 +268,27 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
                                    torch=e.get("torch"), python=e.get("python"), cpu=cpu_model(),
                                    device=e.get("device"), threads_per_run=p.get("torch_threads_per_run", 1))
         write_manifest(manifest, release_dir)
+        if release_dir.resolve() == RELEASE_DIR.resolve():
+            sync_citation(manifest)
         shutil.rmtree(work, ignore_errors=True)
+        try:
+            work.parent.rmdir()
+        except OSError:
+            pass
         log(f"[bnstudy.release] chapter {ch.number}: {len(stems)} tables, {len(units):,} units, {wall / 60:.1f} min")
     return manifest
+
+
+def sync_citation(manifest: dict, path=REPO / "CITATION.cff") -> None:
+    """Set ``version`` and ``date-released`` in ``CITATION.cff`` to the release's (the release is what is cited)."""
+    import re
+
+    from .sweep import atomic_write_bytes
+    rel = manifest["release"]
+    text = Path(path).read_text()
+    text = re.sub(r"(?m)^version: .*$", f'version: "{rel["version"]}"', text)
+    text = re.sub(r"(?m)^date-released: .*$", f'date-released: "{rel["date"]}"', text)
+    atomic_write_bytes(Path(path), text.encode())
 
 
 # --- verify ----------------------------------------------------------------------------------------------------------

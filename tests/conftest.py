@@ -61,6 +61,19 @@ def cache_dir(tmp_path):
     return tmp_path / "cache"
 
 
+def _copy_book_sources(root: Path) -> None:
+    src = REPO / "book"
+    for p in src.iterdir():
+        if p.is_file() and p.suffix in (".md", ".yml", ".bib"):
+            shutil.copy(p, root / p.name)
+    shutil.copytree(src / "_static", root / "_static")
+
+
+def _jupyter_book_build(root: Path):
+    jb = Path(sys.executable).parent / "jupyter-book"
+    return subprocess.run([str(jb), "build", str(root), "-W", "-n", "--keep-going"], capture_output=True, text=True)
+
+
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory):
     """Every chapter executed (quick profile, empty cache) and the book built with -W, in a temporary copy
@@ -69,26 +82,48 @@ def built_book(tmp_path_factory):
     from bnstudy import book
 
     root = tmp_path_factory.mktemp("book_root")
-    src = REPO / "book"
-    for p in src.iterdir():
-        if p.is_file() and p.suffix in (".md", ".yml", ".bib"):
-            shutil.copy(p, root / p.name)
-    shutil.copytree(src / "_static", root / "_static")
+    _copy_book_sources(root)
     for nb_path in book.chapter_paths():
         book.execute_chapter(nb_path, root / "chapters", "quick", parameters=dict(
             results_dir=str(root / "results"), figures_dir=str(root / "figures"), cache_dir=str(root / "cache")))
-    jb = Path(sys.executable).parent / "jupyter-book"
-    res = subprocess.run([str(jb), "build", str(root), "-W", "-n", "--keep-going"], capture_output=True, text=True)
-    return root, res
+    return root, _jupyter_book_build(root)
 
 
 @pytest.fixture(scope="session")
+def release_book(tmp_path_factory):
+    """The published book as `make book` builds it: every chapter in the data release (release/) analyses the
+    release's rows (nothing trained; an empty cache proves it), a chapter not released yet runs quick, and the
+    book is built with -W. Returns (book root, CompletedProcess of the build, seconds the pages took)."""
+    import time
+
+    from bnstudy import book
+    from bnstudy.release import RELEASE_DIR, read_manifest
+
+    root = tmp_path_factory.mktemp("release_book_root")
+    _copy_book_sources(root)
+    released = {c["notebook"]: c for c in read_manifest(RELEASE_DIR)["chapters"].values()}
+    t0 = time.perf_counter()
+    for nb_path in book.chapter_paths():
+        params = dict(results_dir=str(root / "results"), figures_dir=str(root / "figures"),
+                      cache_dir=str(root / "cache" / nb_path.stem))  # per chapter: a released one's stays empty
+        profile = "quick"
+        if nb_path.stem in released:
+            profile, params["rows"] = released[nb_path.stem]["profile"], str(RELEASE_DIR / f"{nb_path.stem}.csv")
+        book.execute_chapter(nb_path, root / "chapters", profile, parameters=params)
+    pages_s = time.perf_counter() - t0
+    return root, _jupyter_book_build(root), pages_s
+
+
+@pytest.fixture(scope="session", params=["quick", "release"])
 def built_html(request):
     """The built HTML folder: $BNSTUDY_BOOK_HTML when set (an existing build, e.g. book/_build/html after
-    `make book`), else the session's built_book."""
+    `make book`), else the session's quick book (built_book) and the release book (release_book) in turn."""
     given = os.environ.get("BNSTUDY_BOOK_HTML")
     if given:
+        if request.param == "release":
+            pytest.skip("$BNSTUDY_BOOK_HTML names one built book; it is checked once, as 'quick'")
         return Path(given).resolve()
-    root, res = request.getfixturevalue("built_book")
+    res = request.getfixturevalue("built_book" if request.param == "quick" else "release_book")
+    root, res = res[0], res[1]
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     return root / "_build" / "html"

@@ -203,3 +203,27 @@ def test_chapter_one_never_joins_two_bare_glued_verdicts():
         if c.cell_type == "markdown":
             hit = re.search(r"\{glue:md\}`[^`]+`\s+and\s+\{glue:md\}`", c.source)
             assert not hit, f"cell {i}: {hit.group(0)!r}"
+
+
+@pytest.mark.slow
+def test_the_release_book_builds_and_every_released_page_names_its_release(release_book):
+    """`make book`'s book (issue 23): every chapter in release/ analyses the release's rows, its run line names
+    the release and its last verification, no run is computed for it (its cache folder stays empty), and the
+    whole book builds with -W. The seconds the pages took are printed (the note's build time is measured by
+    `make book` from a fresh clone)."""
+    from bnstudy.release import RELEASE_DIR, read_manifest
+
+    root, res, pages_s = release_book
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    print(f"release book pages executed in {pages_s:.0f} s")
+    manifest = read_manifest(RELEASE_DIR)
+    assert manifest["chapters"], "release/ holds no chapter"
+    html = root / "_build" / "html"
+    for number, c in manifest["chapters"].items():
+        page = (html / "chapters" / f"{book.page_name(c['notebook'] + '.ipynb')}.html").read_text()
+        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+        assert f"data release {manifest['release']['version']}" in text, number
+        assert "did not run the experiment" in text or "analysing the rows of the data release" in text, number
+        cache = root / "cache" / c["notebook"]
+        trained = sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file()) if cache.exists() else []
+        assert not trained, f"chapter {number}'s page, built from the release, computed runs: {trained[:5]}"
