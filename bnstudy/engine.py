@@ -376,6 +376,12 @@ def transfer(configs: list[RunConfig], source: dict, device=None) -> list[dict]:
 
 # --- cached sweeps -------------------------------------------------------------------------------------------------
 
+def source_version() -> str:
+    """The code version of the stage-1 cache (namespace ``source``, shared by every chapter): the code
+    :func:`train_source` reaches (:func:`bnstudy.sweep.code_version`), so no chapter's analysis is in its key."""
+    return code_version(_stage1_group, SourceConfig)
+
+
 def _source_path(cache_root, cfg: SourceConfig, version: str) -> Path:
     return RunCache(cache_root, "source", version).path(cfg.asdict()).with_suffix(".pt")
 
@@ -399,7 +405,7 @@ def load_source(cfg: SourceConfig, cache_dir=None, version: str | None = None) -
     training is deterministic per config, so the result is the one the cache lost.
     """
     root = cache_dir if cache_dir is not None else default_cache_dir()
-    version = version or code_version()
+    version = version or source_version()
     path = _source_path(root, cfg, version)
     if not path.exists():
         # Inside a sweep's run the thread count is the sweep's already; elsewhere the default runs use.
@@ -418,7 +424,7 @@ def ensure_sources(sources: list[SourceConfig], execution: Execution | None = No
     """
     ex = execution or Execution()
     root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
-    version = version or code_version()
+    version = version or source_version()
     sources = list(dict.fromkeys(sources))
     return run_sweep(sources, _stage1_group, namespace="source", cache_dir=root, execution=ex,
                      group_kwargs={"cache_root": root, "version": version}, version=version,
@@ -494,8 +500,9 @@ def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Executio
 
     Runs in parallel and resumes from the run cache (:func:`bnstudy.sweep.run_sweep`); the runs
     of one seed and shift run in lockstep (:func:`transfer`), split into sub-groups where workers would
-    otherwise idle (:func:`split_groups`). ``version`` fixes the code
-    version of every cache key (default: now).
+    otherwise idle (:func:`split_groups`). ``version`` fixes the code version of every cache key, stage 1's
+    and stage 2's (default: each keyed on the code its runs reach, :func:`source_version` and
+    :func:`bnstudy.sweep.namespace_version`).
     """
     if not configs:
         raise ValueError("transfer_sweep: configs is empty")
@@ -504,9 +511,9 @@ def transfer_sweep(configs: list[RunConfig], namespace: str, execution: Executio
             raise TypeError(f"transfer_sweep needs RunConfig objects, got {type(c).__name__}")
     ex = execution or Execution()
     root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
-    version = version or code_version()
-    ensure_sources([c.source for c in configs], ex, version)
-    kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
+    sv = source_version() if version is None else version
+    ensure_sources([c.source for c in configs], ex, sv)
+    kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": sv}, version=version)
     groups = split_groups(configs, lockstep_groups(configs), sweep_workers(ex))
     return run_sweep(configs, _stage2_group, namespace=namespace, groups=groups,
                      desc=desc or f"stage 2 ({namespace})", **kw)

@@ -377,7 +377,7 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
     import pandas as pd
 
     from .config import Execution
-    from .sweep import RunCache, VERIFY_ENV, code_version, reset_sweep_counts, sweep_keys
+    from .sweep import UNITS_LOG_ENV, VERIFY_ENV, _canonical, read_units as read_log
 
     release_dir = Path(release_dir)
     manifest = read_manifest(release_dir)
@@ -395,55 +395,72 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
             out += [f"chapter {ch.number} ({when}) " + d for d in compare_tables(stem, rel, tables[stem])]
         return out
 
+    def tables_with(known: Path, log_path: Path | None = None):
+        env = {VERIFY_ENV: str(known), **({UNITS_LOG_ENV: str(log_path)} if log_path else {})}
+        old = {k: os.environ.get(k) for k in (VERIFY_ENV, UNITS_LOG_ENV)}
+        os.environ.update(env)
+        if not log_path:
+            os.environ.pop(UNITS_LOG_ENV, None)
+        try:
+            return ch.tables(cfg, ex)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
     with tempfile.TemporaryDirectory(prefix=f"bnstudy-verify-{ch.number}-") as tmp:
-        version = code_version()
-        caches = {ns: RunCache(tmp, ns, version) for ns in {u["namespace"] for u in units}}
-        for u in units:
-            caches[u["namespace"]].put(u["config"], u["row"])
+        tmp = Path(tmp)
         cfg, rec = chapter_config(ch, release_dir)
         threads = int((manifest.get("chapters", {}).get(ch.number) or {}).get("threads_per_run") or 1)
-        ex = Execution(cache_dir=tmp, n_jobs=n_jobs, threads=threads, progress=True)
-        reset_sweep_counts()
-        diffs += compare(ch.tables(cfg, ex), "from the release's units")
-        seen = sweep_keys()
-        keys = [caches[u["namespace"]].key(u["config"]) for u in units]
-        candidates = [i for i, u in enumerate(units)
-                      if u["namespace"] != "source" and keys[i] in seen.get(u["namespace"], ())]
+        ex = Execution(cache_dir=str(tmp / "cache1"), n_jobs=n_jobs, threads=threads, progress=True)
+        # pass 1: every recorded unit counts as cached; the units the tables are made of are logged
+        diffs += compare(tables_with(units_path(ch, release_dir), tmp / "requested.jsonl"),
+                         "from the release's units")
+        requested = {(u["namespace"], _canonical(u["config"]))
+                     for u in read_log(tmp / "requested.jsonl")} if (tmp / "requested.jsonl").exists() else set()
+        canon = [(u["namespace"], _canonical(u["config"])) for u in units]
+        candidates = [i for i, u in enumerate(units) if u["namespace"] != "source" and canon[i] in requested]
         picked = sample_units(candidates, n, seed + int(ch.number))
-        for i in picked:
-            caches[units[i]["namespace"]].path(units[i]["config"]).unlink()
-        old = os.environ.get(VERIFY_ENV)
-        os.environ[VERIFY_ENV] = "1"
-        try:
-            tables = ch.tables(cfg, ex)
-        finally:
-            if old is None:
-                os.environ.pop(VERIFY_ENV, None)
-            else:
-                os.environ[VERIFY_ENV] = old
+        # pass 2: an empty cache, the sampled units left out of the known rows: they are computed again
+        known = tmp / "known.jsonl"
+        skip = set(picked)
+        known.write_text("".join(json.dumps(u) + "\n" for i, u in enumerate(units) if i not in skip))
+        ex = Execution(cache_dir=str(tmp / "cache2"), n_jobs=n_jobs, threads=threads, progress=True)
+        tables = tables_with(known)
+        index = {ns: _cache_index(tmp / "cache2" / ns) for ns in {units[i]["namespace"] for i in picked}}
         for i in picked:
             u = units[i]
-            got = caches[u["namespace"]].get(u["config"])
+            got = index[u["namespace"]].get(_canonical(u["config"]))
             if got is None:
                 diffs.append(f"chapter {ch.number}: sampled unit {i} ({u['namespace']}) was not recomputed")
                 continue
             diffs += compare_rows(f"chapter {ch.number} unit {i} ({u['namespace']})", u["row"], got)
         # stage-1 sources trained again (no weights ship): their accuracy against the recorded rows
-        for u in units:
-            if u["namespace"] == "source":
-                p = RunCache(tmp, "source", version).path(u["config"]).with_suffix(".pt")
-                if p.exists():
-                    import torch
-                    acc = torch.load(p, map_location="cpu", weights_only=True)["task_a_accuracy"]
-                    diffs += compare_rows(f"chapter {ch.number} stage-1 source seed {u['config'].get('seed')}",
-                                          {"source_task_a_accuracy": u["row"]["source_task_a_accuracy"]},
-                                          {"source_task_a_accuracy": acc})
+        import torch
+        for p in sorted((tmp / "cache2" / "source").glob("*.pt")):
+            doc = json.loads(p.with_suffix(".json").read_text())
+            acc = torch.load(p, map_location="cpu", weights_only=True)["task_a_accuracy"]
+            diffs += compare_rows(f"chapter {ch.number} stage-1 source seed {doc['config'].get('seed')}",
+                                  {"source_task_a_accuracy": doc["row"]["source_task_a_accuracy"]},
+                                  {"source_task_a_accuracy": acc})
         diffs += compare(tables, "with the sample recomputed")
     wall = time.perf_counter() - t0
     log(f"[bnstudy.release] chapter {ch.number}: {len(picked)} of {len(candidates):,} units recomputed, "
         f"{len(units):,} recorded, {len(ch.table_stems())} tables compared twice, {len(diffs)} differences, {wall:.0f} s")
     return dict(chapter=ch.number, sampled=picked, units=len(units), tables=len(ch.table_stems()),
                 differences=diffs, wall_s=round(wall, 1))
+
+
+def _cache_index(folder: Path) -> dict:
+    """``{canonical config: row}`` of a run cache's namespace folder, whatever the code version of its keys."""
+    from .sweep import _canonical
+    out = {}
+    for p in folder.glob("*.json"):
+        doc = json.loads(p.read_text())
+        out[_canonical(doc["config"])] = doc["row"]
+    return out
 
 
 def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_jobs: int | None = None,

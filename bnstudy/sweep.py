@@ -47,20 +47,208 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _PRESENTATION_ONLY = {"book.py", "cli.py", "sphinxext.py", "report.py", "plots.py", "release.py"}
 
 
-def code_version() -> str:
-    """A 12-hex-digit hash of every ``.py`` file in the ``bnstudy`` package that runs can execute.
+def code_version(*roots) -> str:
+    """A 12-hex-digit hash of the code that runs can execute: part of every run cache key.
 
-    Part of every cache key, so changing any code invalidates cached runs
-    instead of silently mixing results of two versions. The presentation-only
-    modules (``_PRESENTATION_ONLY``) are left out.
+    Without ``roots``: every ``.py`` file of the package except the presentation-only modules
+    (``_PRESENTATION_ONLY``). With ``roots`` (the functions and classes a sweep's runs execute: its
+    ``run_group`` and its config types, see :func:`namespace_version`): only the code reachable from them, so
+    that an edit to a chapter's findings, wording or figures leaves its runs (and every other chapter's) warm:
+
+    * a chapter module (``bnstudy/experiments/*.py``, which holds a chapter's runs beside its analysis)
+      contributes the top-level definitions reachable from the roots through the names they use (functions,
+      classes, module-level assignments, followed across chapter modules), its import statements and any
+      other top-level statement (docstrings aside);
+    * every other module of the package that those definitions import (engine, models, tasks, config, ...)
+      is hashed whole, and so is everything it imports in turn.
+
+    Changing any code a run can reach therefore invalidates its cached rows instead of silently mixing
+    results of two versions; the release's verification (:mod:`bnstudy.release`) checks the rows with ``==``.
     """
     h = hashlib.sha256()
-    for p in sorted(_PACKAGE_DIR.rglob("*.py")):
-        if p.parent == _PACKAGE_DIR and p.name in _PRESENTATION_ONLY:
-            continue
-        h.update(str(p.relative_to(_PACKAGE_DIR)).encode())
-        h.update(p.read_bytes())
+    if not roots:
+        for p in sorted(_PACKAGE_DIR.rglob("*.py")):
+            if p.parent == _PACKAGE_DIR and p.name in _PRESENTATION_ONLY:
+                continue
+            h.update(str(p.relative_to(_PACKAGE_DIR)).encode())
+            h.update(p.read_bytes())
+        return h.hexdigest()[:12]
+    for part in _reachable_code(roots):
+        h.update(part.encode())
+        h.update(b"\0")
     return h.hexdigest()[:12]
+
+
+def namespace_version(run_group: Callable, configs: list) -> str:
+    """The code version of a sweep's cache keys: :func:`code_version` of ``run_group`` and the config types of
+    ``configs`` (their classes and the classes of dataclass fields inside them, where defined in the package)."""
+    roots, seen = [run_group], set()
+
+    def add_types(obj):
+        t = type(obj)
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and t not in seen:
+            seen.add(t)
+            roots.append(t)
+            for f in dataclasses.fields(obj):
+                add_types(getattr(obj, f.name))
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                add_types(v)
+
+    for c in configs[:1]:
+        add_types(c)
+    return code_version(*roots)
+
+
+def _module_file(modname: str) -> Path | None:
+    """The file of a ``bnstudy`` module name (``bnstudy.engine`` -> ``.../engine.py``), or ``None`` if not ours."""
+    if modname != "bnstudy" and not modname.startswith("bnstudy."):
+        return None
+    rel = Path(*modname.split(".")[1:])
+    for p in (_PACKAGE_DIR / rel.with_suffix(".py"), _PACKAGE_DIR / rel / "__init__.py"):
+        if p.is_file():
+            return p
+    return None
+
+
+def _is_chapter_module(path: Path) -> bool:
+    return path.parent == _PACKAGE_DIR / "experiments" and path.name != "__init__.py"
+
+
+def _resolve(modname: str, level: int, current: str, is_package: bool) -> str:
+    if not level:
+        return modname
+    base = current.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([modname] if modname else []))
+
+
+class _ModuleCode:
+    """A module's top-level definitions (name -> source, names used) and imports (name -> (module, attr))."""
+
+    def __init__(self, path: Path):
+        import ast
+        self.path = path
+        text = path.read_text()
+        tree = ast.parse(text)
+        rel = path.relative_to(_PACKAGE_DIR)
+        self.name = "bnstudy." + ".".join(rel.with_suffix("").parts)
+        is_pkg = path.name == "__init__.py"
+        if is_pkg:
+            self.name = self.name.rsplit(".", 1)[0]
+        self.defs: dict[str, tuple[str, set]] = {}
+        self.imports: dict[str, tuple[str, str | None]] = {}
+        self.import_text: list[str] = []
+        self.other: list[str] = []
+        lines = text.splitlines(keepends=True)
+        for i, node in enumerate(tree.body):
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            seg = "".join(lines[first - 1:node.end_lineno])  # whole lines, decorators included
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.defs[node.name] = (seg, used)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name):
+                            old = self.defs.get(n.id, ("", set()))
+                            self.defs[n.id] = (old[0] + seg, old[1] | used)
+            elif isinstance(node, ast.ImportFrom):
+                self.import_text.append(seg)
+                mod = _resolve(node.module or "", node.level, self.name, is_pkg)
+                for a in node.names:
+                    self.imports[a.asname or a.name] = (mod, a.name)
+            elif isinstance(node, ast.Import):
+                self.import_text.append(seg)
+                for a in node.names:
+                    self.imports[a.asname or a.name.split(".")[0]] = (a.name if a.asname else a.name.split(".")[0], None)
+            elif isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant) \
+                    and isinstance(node.value.value, str):
+                continue  # a docstring
+            else:
+                self.other.append(seg)
+                for n in used:  # names a top-level statement uses are reached too
+                    self.defs.setdefault(f"<stmt {i}>", ("", set()))[1].add(n)
+
+
+def _reachable_code(roots) -> list[str]:
+    """The code parts :func:`code_version` hashes for ``roots``, in a fixed order."""
+    modules: dict[Path, _ModuleCode] = {}
+    whole: set[Path] = set()
+    picked: dict[Path, set] = {}
+
+    def code(path):
+        if path not in modules:
+            modules[path] = _ModuleCode(path)
+        return modules[path]
+
+    def add_whole(path):
+        if path in whole:
+            return
+        whole.add(path)
+        m = code(path)
+        for mod, attr in m.imports.values():
+            for cand in ([f"{mod}.{attr}"] if attr else []) + [mod]:
+                f = _module_file(cand)
+                if f is not None:
+                    visit_module(f)
+                    break
+
+    def visit_module(path):
+        if _is_chapter_module(path):
+            m = code(path)
+            todo = [n for n in m.defs if n.startswith("<stmt")]
+            for n in todo:
+                visit_name(path, n)
+        else:
+            add_whole(path)
+
+    def visit_name(path, name):
+        m = code(path)
+        if not _is_chapter_module(path):
+            add_whole(path)
+            return
+        done = picked.setdefault(path, set())
+        if name in done:
+            return
+        done.add(name)
+        if name == next(iter(done)):  # first visit of this chapter module: its other statements count too
+            for n in [k for k in m.defs if k.startswith("<stmt")]:
+                visit_name(path, n)
+        if name in m.defs:
+            for used in m.defs[name][1]:
+                if used in m.defs:
+                    visit_name(path, used)
+                elif used in m.imports:
+                    mod, attr = m.imports[used]
+                    sub = _module_file(f"{mod}.{attr}") if attr else None
+                    if sub is not None:  # `from . import engine`: a module
+                        visit_module(sub)
+                        continue
+                    f = _module_file(mod)
+                    if f is not None:
+                        if attr and _is_chapter_module(f):
+                            visit_name(f, attr)
+                        else:
+                            visit_module(f)
+
+    for r in roots:
+        f = _module_file(getattr(r, "__module__", "") or "")
+        if f is None:
+            continue
+        visit_name(f, r.__qualname__.split(".")[0])
+    parts = []
+    for path in sorted(whole):
+        parts.append(f"{path.relative_to(_PACKAGE_DIR)}\n{path.read_text()}")
+    for path in sorted(picked):
+        m = code(path)
+        parts.append(f"{path.relative_to(_PACKAGE_DIR)}: imports\n" + "\n".join(m.import_text))
+        parts += [f"{path.relative_to(_PACKAGE_DIR)}: {n}\n{m.defs[n][0]}" for n in sorted(picked[path])
+                  if n in m.defs and m.defs[n][0]]
+        parts += [f"{path.relative_to(_PACKAGE_DIR)}: statement\n{t}" for t in m.other]
+    return parts
 
 
 def _jsonable(obj):
@@ -235,8 +423,8 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
     (``n_jobs``: default the CPU count, 1 on a CUDA machine where one process owns the
     GPU), the joblib backend, progress bars and torch threads per run; ``cache_dir``
     overrides its cache folder. ``version`` fixes the code version used in cache keys
-    (default: :func:`code_version` now), so the keys of one sweep cannot change if files
-    are edited while it runs.
+    (default: :func:`namespace_version` of ``run_group`` and the configs' types, computed once at
+    the start, so the keys of one sweep cannot change if files are edited while it runs).
 
     Raises ``ValueError`` for an empty config list or bad ``groups``; errors inside a run
     propagate after the runs finished so far are safely cached.
@@ -251,14 +439,21 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
         n_jobs = 1 if torch.cuda.is_available() else (os.cpu_count() or 1)
     cache_dir = cache_dir if cache_dir is not None else ex.cache_dir
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cache = RunCache(root, namespace, version)
+    cache = RunCache(root, namespace, version or namespace_version(run_group, configs))
+    known = os.environ.get(VERIFY_ENV)
+    if known:  # verifying a release: the recorded rows of every unit not sampled count as cached
+        rows_of = _known_rows(known)
+        for c in configs:
+            row = rows_of.get((namespace, _canonical(c)))
+            if row is not None and cache.get(c) is None:
+                cache.put(c, row)
     if groups is None:
         groups = [[i] for i in range(len(configs))]
     elif sorted(i for g in groups for i in g) != list(range(len(configs))):
         raise ValueError("groups must list every config index exactly once")
     missing = [cache.get(c) is None for c in configs]
     pending = [g for g in groups if any(missing[i] for i in g)]
-    if os.environ.get(VERIFY_ENV):
+    if known:
         # Verifying a release (bnstudy.release.verify): only the sampled units are missing from the cache, and
         # a run's row does not depend on its group mates, so a group computes only its missing configs.
         pending = [[i for i in g if missing[i]] for g in pending]
@@ -313,10 +508,29 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
 #: appended to it once (``{"namespace", "config", "row"}``), so a release can ship what its tables were made of
 #: (:mod:`bnstudy.release`). Unset: nothing is recorded.
 UNITS_LOG_ENV = "BNSTUDY_UNITS_LOG"
-#: Environment variable set while a release is verified: :func:`run_sweep` computes only the configs missing from
-#: the cache, not the whole lockstep group they belong to.
+#: Environment variable set while a release is verified: the path of a units file (JSON lines, as
+#: :func:`record_units` writes, or gzipped) whose rows :func:`run_sweep` takes as cached, matched by namespace
+#: and config whatever the code version; it computes only the configs missing from it, not the whole lockstep
+#: group they belong to.
 VERIFY_ENV = "BNSTUDY_VERIFY"
 _LOGGED: dict[str, set] = {}
+_KNOWN: dict[str, dict] = {}
+
+
+def _canonical(config) -> str:
+    return json.dumps(_jsonable(config), sort_keys=True)
+
+
+def _known_rows(path) -> dict:
+    """``{(namespace, canonical config): row}`` of a units file, read once per process."""
+    path = str(path)
+    if path not in _KNOWN:
+        import gzip
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            docs = [json.loads(line) for line in f if line.strip()]
+        _KNOWN[path] = {(d["namespace"], _canonical(d["config"])): d["row"] for d in docs}
+    return _KNOWN[path]
 
 
 def record_units(path, namespace: str, configs: list, rows: list[dict]) -> int:

@@ -207,3 +207,49 @@ def test_torch_threads_refuses_a_different_count_while_runs_execute():
         with pytest.raises(RuntimeError, match="threads=2 requested while runs with threads=1"):
             with sweep.torch_threads(2):
                 pass
+
+
+def _package_copy(tmp_path, monkeypatch):
+    import shutil
+
+    from bnstudy import sweep
+    dst = tmp_path / "bnstudy"
+    shutil.copytree(sweep._PACKAGE_DIR, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(sweep, "_PACKAGE_DIR", dst)
+    return dst
+
+
+def _edit(path, old, new):
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_a_chapters_analysis_edit_leaves_its_runs_keys_and_an_engine_edit_does_not(tmp_path, monkeypatch):
+    """Issue 23: the run cache key of a namespace covers only the code its runs reach. A wording or findings
+    edit in a chapter module (which holds the chapter's runs beside its analysis) keeps every key; an edit to
+    a function the runs call, or to the engine, changes them."""
+    from bnstudy.engine import _stage2_group, source_version
+    from bnstudy.experiments import heads, real_data, shift_strength
+    from bnstudy.sweep import code_version
+    pkg = _package_copy(tmp_path, monkeypatch)
+    roots = {"heads": (heads._feature_group, heads.FeatureConfig), "real_data": (real_data.run_group,),
+             "stage2": (_stage2_group,), "mismatch": (shift_strength._mismatch_group,)}
+    before = {k: code_version(*r) for k, r in roots.items()}
+    src0 = source_version()
+    # analysis and wording: findings, a verdict sentence, the presentation modules
+    _edit(pkg / "experiments" / "heads.py", "def findings(", "def _unused_helper():\n    return 'x'\n\n\ndef findings(")
+    _edit(pkg / "experiments" / "real_data.py", "def findings(", "def findings_wording():\n    return 'a verdict'\n\n\ndef findings(")
+    _edit(pkg / "plots.py", "import", "# a figure edit\nimport")
+    _edit(pkg / "report.py", "import", "# a wording edit\nimport")
+    assert {k: code_version(*r) for k, r in roots.items()} == before
+    assert source_version() == src0
+    # a function chapter 4's feature runs call: only chapter 4's features change
+    _edit(pkg / "experiments" / "heads.py", "def _ridge_probe(", "def _ridge_probe(*_args_changed, ")
+    after = {k: code_version(*r) for k, r in roots.items()}
+    assert after["heads"] != before["heads"]
+    assert {k: v for k, v in after.items() if k != "heads"} == {k: v for k, v in before.items() if k != "heads"}
+    # the engine: every namespace that trains through it, stage 1 included
+    _edit(pkg / "engine.py", "def train_source(", "def _engine_edit():\n    return 1\n\n\ndef train_source(")
+    again = {k: code_version(*r) for k, r in roots.items()}
+    assert all(again[k] != after[k] for k in ("heads", "stage2", "mismatch")) and source_version() != src0
