@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bnstudy-installed
 export BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy
 
-.PHONY: venv chapters book test bench clean clean-cache release verify-release
+.PHONY: venv chapters book test bench clean clean-cache release verify-release readme
 
 # Set-up: a venv in the repo. torch is installed first and pinned exactly; TORCH_INDEX (optional) is the
 # package index to take it from, e.g. PyTorch's CPU-only wheel index on a machine without a GPU.
@@ -50,6 +50,10 @@ verify-release: $(STAMP)
 book: chapters
 	$(VENV)/bin/jupyter-book build book -W -n --keep-going
 	@echo "Book: $(CURDIR)/book/_build/html/index.html"
+
+# The README's "What the chapters find", made from the built book's front page (run after `make book`).
+readme: $(STAMP)
+	$(PY) -m bnstudy.book --readme
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -261,6 +261,59 @@ def record_time(chapter: str, profile: str, wall_s: float, path: Path | None = N
     return path
 
 
+README = REPO / "README.md"
+FINDINGS_START = "<!-- findings: made by `make readme` from the release book's front page; do not edit -->"
+FINDINGS_END = "<!-- findings end -->"
+
+
+def front_page_findings(html_dir) -> str:
+    """The built front page's "What the chapters find" list as Markdown, for the README.
+
+    ``html_dir``: a built book (``book/_build/html``). Every value in it is the glued one of that build;
+    links to pages become links to the chapter notebooks and pages in the repository, figure and table
+    numbers are kept as text. Raises ``FileNotFoundError`` without a built front page and ``ValueError`` if
+    the page has no such section."""
+    from bs4 import BeautifulSoup
+    from markdownify import markdownify
+
+    page = Path(html_dir) / "index.html"
+    soup = BeautifulSoup(page.read_text(), "html.parser")
+    section = soup.find("section", id="what-the-chapters-find")
+    if section is None:
+        raise ValueError(f"{page} has no section 'What the chapters find'")
+    for h in section.find_all(["h1", "h2", "h3"]):
+        h.decompose()
+    for a in section.find_all("a"):
+        href = a.get("href", "")
+        m = re.match(r"(?:\./)?chapters/(\d\d-[\w-]+)\.html", href)
+        if m:
+            a["href"] = f"chapters/{m.group(1).replace('-', '_')}.ipynb"
+        elif re.match(r"(?:\./)?[\w-]+\.html", href):
+            a["href"] = "book/" + re.sub(r"^\./", "", href).split("#")[0].replace(".html", ".md")
+        if "headerlink" in (a.get("class") or []):
+            a.decompose()
+        elif a["href"].startswith("#") or "#" in a["href"] and not a["href"].startswith("http"):
+            a.unwrap()  # a figure or table reference: its number stays as text
+    md = markdownify(str(section), heading_style="ATX", bullets="-", strip=["span", "div", "section"])
+    md = re.sub(r"\n{3,}", "\n\n", md).strip()
+    return md.replace("\u00a0", " ")
+
+
+def update_readme(html_dir, readme: Path = README) -> bool:
+    """Replace the README's findings block with :func:`front_page_findings` of ``html_dir``; True if it changed.
+    Raises ``ValueError`` if the README lacks the block's markers."""
+    from .sweep import atomic_write_bytes
+    text = Path(readme).read_text()
+    if FINDINGS_START not in text or FINDINGS_END not in text:
+        raise ValueError(f"{readme} has no findings block ({FINDINGS_START!r} ... {FINDINGS_END!r})")
+    head, rest = text.split(FINDINGS_START, 1)
+    _, tail = rest.split(FINDINGS_END, 1)
+    new = f"{head}{FINDINGS_START}\n{front_page_findings(html_dir)}\n{FINDINGS_END}{tail}"
+    if new != text:
+        atomic_write_bytes(Path(readme), new.encode())
+    return new != text
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bnstudy.book", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", choices=PROFILES, default="quick", help="quick (minutes) or full (published book)")
@@ -273,7 +326,14 @@ def main(argv=None) -> int:
                     help="build the published book: every chapter analyses the data release's tables in DIR "
                          "(default release/; nothing is trained); a chapter not in the release yet runs at the "
                          "quick profile, and its page says so")
+    ap.add_argument("--readme", nargs="?", const=str(BOOK_DIR / "_build" / "html"), default=None, metavar="HTML",
+                    help="only rewrite the README's findings from a built book's front page (default "
+                         "book/_build/html, as `make book` leaves it) and exit")
     args = ap.parse_args(argv)
+    if args.readme is not None:
+        changed = update_readme(args.readme)
+        print(f"[bnstudy.book] README findings {'rewritten' if changed else 'unchanged'} from {args.readme}")
+        return 0
     # A kill signal between chapters becomes an ordinary exit; during one, execute_chapter stops the kernel.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     out = Path(args.output_dir).resolve()

@@ -227,3 +227,18 @@ def test_the_release_book_builds_and_every_released_page_names_its_release(relea
         cache = root / "cache" / c["notebook"]
         trained = sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file()) if cache.exists() else []
         assert not trained, f"chapter {number}'s page, built from the release, computed runs: {trained[:5]}"
+
+
+@pytest.mark.slow
+def test_readme_findings_are_the_release_books_front_page(release_book):
+    """The README tells the book's answers (issue 23): its findings block is the release book's front page list,
+    made by `make readme`; after a release changes, `make book && make readme` brings it up to date."""
+    root, res, _ = release_book
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    made = book.front_page_findings(root / "_build" / "html")
+    assert "{glue" not in made and "nan" not in made.lower().split()
+    for n in range(1, 8):  # every chapter has its bullet
+        assert f"chapters/0{n}_" in made, n
+    readme = (REPO / "README.md").read_text()
+    block = readme.split(book.FINDINGS_START, 1)[1].split(book.FINDINGS_END, 1)[0].strip()
+    assert block == made, "README's findings differ from the release book's front page: run `make book && make readme`"
