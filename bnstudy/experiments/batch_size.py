@@ -46,10 +46,10 @@ from scipy import stats as sps
 from ..analysis import Interval, holm, mean_ci, verdict
 from ..config import FINETUNE_STRATEGIES, STRATEGY_NORM, Execution, FinetuneConfig, RunConfig, SourceConfig, \
     _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, from_profile, seeds_label
-from ..engine import accuracy, ensure_sources, finetune, load_source, logits_of
+from ..engine import accuracy, ensure_sources, finetune, load_source, logits_of, source_version
 from ..models import ConvBackbone, make_head
 from ..stats import bn_input_statistics, statistics_mismatch, update_bn_stats
-from ..sweep import code_version, default_cache_dir, run_sweep
+from ..sweep import default_cache_dir, run_sweep
 from ..tasks import BatchStream, eval_set, generator, make_task
 
 NAMESPACE = "ch05_finetune"
@@ -529,13 +529,14 @@ def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFram
     if not isinstance(config, Config):
         raise TypeError(f"run needs a batch_size.Config (see make_config), got {type(config).__name__}")
     ex = execution or Execution()
-    version = code_version()
+    version = source_version()  # stage 1's code version (the sweeps read the backbones with it)
     root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
     cfgs = config.run_configs()
     tcfgs = config.tune_configs()
     ensure_sources(list(dict.fromkeys([config.source(s) for s in config.seeds] + [c.source for c in cfgs + tcfgs])),
                    ex, version)
-    kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version}, version=version)
+    # each sweep's keys: the code its runs reach (bnstudy.sweep.namespace_version)
+    kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version})
     diag = run_sweep(config.diag_configs(), _diag_group, namespace=DIAG_NAMESPACE, desc="noise, precise BN, mismatch",
                      **kw)
     groups: dict = {}

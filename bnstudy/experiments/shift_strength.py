@@ -47,11 +47,11 @@ from scipy import stats as sps
 from ..analysis import Interval, holm, mean_ci
 from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
     check_seeds, check_sequence, from_profile, seeds_label
-from ..engine import ensure_sources, load_source, transfer_sweep
+from ..engine import ensure_sources, load_source, source_version, transfer_sweep
 from ..models import ConvBackbone
 from ..modes import MODE_NAMES
 from ..stats import bn_input_statistics, mismatch_from_statistics
-from ..sweep import code_version, default_cache_dir, run_sweep
+from ..sweep import default_cache_dir, run_sweep
 from ..tasks import BatchStream, generator, make_task, make_task_b
 
 NAMESPACE = "ch03_shift_strength"
@@ -419,8 +419,8 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
     if not isinstance(config, Config):
         raise TypeError(f"run needs a shift_strength.Config (see make_config), got {type(config).__name__}")
     ex = execution or Execution()
-    version = code_version()  # one code version for every cache key of this run
-    df = transfer_sweep(config.run_configs(), NAMESPACE, ex, version=version)
+    version = source_version()  # stage 1's code version: the mismatch sweep reads the backbones with it
+    df = transfer_sweep(config.run_configs(), NAMESPACE, ex)  # each namespace keyed on the code its runs reach
 
     # The mismatch needs only the cached source backbones (stage 1 ran above) and unlabelled task-B images.
     root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
@@ -431,7 +431,7 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
         by_seed.setdefault(c.seed, []).append(i)
     mm = run_sweep(mcfgs, _mismatch_group, namespace=MISMATCH_NAMESPACE, cache_dir=root, execution=ex,
                    groups=list(by_seed.values()), desc="statistics mismatch",
-                   group_kwargs={"cache_root": root, "version": version}, version=version)
+                   group_kwargs={"cache_root": root, "version": version})
     keys = pd.DataFrame([dict(seed=c.seed, **{k: getattr(c, k) for k in POINT_COLS}) for c in mcfgs])
     df = df.merge(pd.concat([keys, mm], axis=1), on=["seed", *POINT_COLS], how="left", validate="many_to_one")
     return annotate(df, config)
