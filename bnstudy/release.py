@@ -377,7 +377,7 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
     import pandas as pd
 
     from .config import Execution
-    from .sweep import UNITS_LOG_ENV, VERIFY_ENV, _canonical, read_units as read_log
+    from .sweep import UNITS_LOG_ENV, VERIFY_ENV, _canonical, read_units as read_log, unit_threads
 
     release_dir = Path(release_dir)
     manifest = read_manifest(release_dir)
@@ -418,10 +418,13 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
         # pass 1: every recorded unit counts as cached; the units the tables are made of are logged
         diffs += compare(tables_with(units_path(ch, release_dir), tmp / "requested.jsonl"),
                          "from the release's units")
-        requested = {(u["namespace"], _canonical(u["config"]))
+        requested = {(u["namespace"], _canonical(u["config"]), unit_threads(u))
                      for u in read_log(tmp / "requested.jsonl")} if (tmp / "requested.jsonl").exists() else set()
-        canon = [(u["namespace"], _canonical(u["config"])) for u in units]
-        candidates = [i for i, u in enumerate(units) if u["namespace"] != "source" and canon[i] in requested]
+        canon = [(u["namespace"], _canonical(u["config"]), unit_threads(u)) for u in units]
+        # candidates: the tables' units at the release's thread count (a thread check's reruns at another count
+        # are compared through its table, from their recorded rows)
+        candidates = [i for i, u in enumerate(units) if u["namespace"] != "source" and canon[i] in requested
+                      and unit_threads(u) == threads]
         picked = sample_units(candidates, n, seed + int(ch.number))
         # pass 2: an empty cache, the sampled units left out of the known rows: they are computed again
         known = tmp / "known.jsonl"

@@ -444,7 +444,7 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
     if known:  # verifying a release: the recorded rows of every unit not sampled count as cached
         rows_of = _known_rows(known)
         for c in configs:
-            row = rows_of.get((namespace, _canonical(c)))
+            row = rows_of.get((namespace, _canonical(c), ex.threads))
             if row is not None and cache.get(c) is None:
                 cache.put(c, row)
     if groups is None:
@@ -500,7 +500,7 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
         rows.append(row)
     log = os.environ.get(UNITS_LOG_ENV)
     if log:
-        record_units(log, namespace, configs, rows)
+        record_units(log, namespace, configs, rows, ex.threads)
     return pd.DataFrame(rows)
 
 
@@ -517,24 +517,30 @@ _LOGGED: dict[str, set] = {}
 _KNOWN: dict[str, dict] = {}
 
 
+def unit_threads(doc: dict) -> int:
+    """The torch thread count a recorded unit ran with (1, the default, where the record predates the field)."""
+    return int(doc.get("threads", 1))
+
+
 def _canonical(config) -> str:
     return json.dumps(_jsonable(config), sort_keys=True)
 
 
 def _known_rows(path) -> dict:
-    """``{(namespace, canonical config): row}`` of a units file, read once per process."""
+    """``{(namespace, canonical config, threads): row}`` of a units file, read once per process."""
     path = str(path)
     if path not in _KNOWN:
         import gzip
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt") as f:
             docs = [json.loads(line) for line in f if line.strip()]
-        _KNOWN[path] = {(d["namespace"], _canonical(d["config"])): d["row"] for d in docs}
+        _KNOWN[path] = {(d["namespace"], _canonical(d["config"]), unit_threads(d)): d["row"] for d in docs}
     return _KNOWN[path]
 
 
-def record_units(path, namespace: str, configs: list, rows: list[dict]) -> int:
-    """Append each ``(config, row)`` of ``namespace`` not yet recorded in ``path`` by this process as one JSON line.
+def record_units(path, namespace: str, configs: list, rows: list[dict], threads: int = 1) -> int:
+    """Append each ``(config, row)`` of ``namespace`` not yet recorded in ``path`` by this process as one JSON line,
+    with the torch ``threads`` the runs used (a thread check reruns a config at another count: another unit).
 
     Returns how many lines were written. Lines are written whole and flushed; a reader skips a last line cut
     short by a killed process (:func:`read_units`)."""
@@ -542,8 +548,8 @@ def record_units(path, namespace: str, configs: list, rows: list[dict]) -> int:
     seen = _LOGGED.setdefault(path, set())
     lines = []
     for c, r in zip(configs, rows):
-        doc = {"namespace": namespace, "config": _jsonable(c), "row": _jsonable(r)}
-        key = config_key(doc["config"], namespace, "-")
+        doc = {"namespace": namespace, "config": _jsonable(c), "row": _jsonable(r), "threads": int(threads)}
+        key = config_key(doc["config"], namespace, f"threads={int(threads)}")
         if key in seen:
             continue
         seen.add(key)
@@ -565,7 +571,7 @@ def read_units(path) -> list[dict]:
             doc = json.loads(line)
         except json.JSONDecodeError:
             continue
-        key = config_key(doc["config"], doc["namespace"], "-")
+        key = config_key(doc["config"], doc["namespace"], f"threads={unit_threads(doc)}")
         if key not in seen:
             seen.add(key)
             out.append(doc)
