@@ -288,6 +288,49 @@ def test_rows_of_another_run_or_without_a_sibling_fail_before_the_kernel(tmp_pat
     assert not (tmp_path / "o").exists()
 
 
+def _fake_ch01_rows(folder, **given):
+    """A chapter-1 main table and its sibling tables with sidecars recording ``given`` as the bnstudy command
+    records a run (the parameters as given, ``None`` for the profile's; the resolved fields beside them)."""
+    from bnstudy.experiments import freeze_modes
+    folder.mkdir()
+    nb = book.chapter_paths()[0]
+    params = {"chapter": "01_freeze_modes", **book.notebook_parameters(nb), "profile": "quick", **given}
+    cfg = freeze_modes.make_config("quick", **{k: v for k, v in params.items() if k not in cli.EXECUTION_PARAMETERS
+                                               and k != "chapter"})
+    params = {**{k: report._jsonable(v) for k, v in cfg.asdict().items()}, **params}
+    main = folder / "01_freeze_modes.csv"
+    for p in [main] + [folder / f"01_freeze_modes_{s}.csv" for s in freeze_modes.SIBLING_TABLES]:
+        p.write_text("seed,task_b\n0,0.5\n")
+        report.write_sidecar(p, parameters=params)
+    return main
+
+
+def test_chapter_one_takes_rows_and_checks_its_run_and_siblings_before_the_kernel(tmp_path, capsys, monkeypatch):
+    """``bnstudy chapter 01 -p rows results/01_freeze_modes.csv``: the notebook gets the file when the run's
+    parameters and sibling tables check out; a parameter that differs or a missing sibling stops it here."""
+    main = _fake_ch01_rows(tmp_path / "results")  # a run with the page's defaults
+    seen = {}
+
+    def fake_execute(nb_path, out, profile, parameters=None, **k):
+        seen.update(parameters)
+        return out / "01-freeze-modes.ipynb"
+    monkeypatch.setattr(cli.book, "execute_chapter", fake_execute)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["chapter", "01", "-p", "rows", "results/01_freeze_modes.csv", "--no-html", "--out", "o"]) == 0
+    assert seen["rows"] == str(main.resolve())
+
+    def no_kernel(*a, **k):
+        raise AssertionError("the kernel must not start for rows that cannot be analysed")
+    monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
+    assert cli.main(["chapter", "01", "-p", "rows", str(main), "-p", "steps", "400", "--out", "o2"]) == 2
+    assert "parameter 'steps' is 400 here but was 800" in capsys.readouterr().err
+    (tmp_path / "results" / "01_freeze_modes_head_sweep.csv").unlink()
+    assert cli.main(["chapter", "01", "-p", "rows", str(main), "--out", "o2"]) == 2
+    err = capsys.readouterr().err
+    assert "01_freeze_modes_head_sweep.csv" in err and "beside it" in err
+    assert not (tmp_path / "o2").exists()
+
+
 def test_a_relative_rows_path_reaches_the_notebook_as_the_file_the_check_found(tmp_path, monkeypatch):
     main = _fake_ch04_rows(tmp_path / "run", steps=40, steps_check=60)
     seen = {}

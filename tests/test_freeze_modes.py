@@ -726,3 +726,112 @@ def test_lr_figure_shows_the_standardized_heads_grids_in_a_second_row():
     plain = plots.lr_figure(ch.lr_table(sweep_table(), 800))
     assert [a.get_title() for a in plain.axes] == ["SGD + momentum", "Adam"]
     plt.close(plain)
+
+
+# --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
+
+def _fake_runs(monkeypatch):
+    """``run``, ``run_head_sweep`` and ``thread_check`` replaced by hand-made tables (nothing trains); returns the
+    calls made, in order."""
+    calls = []
+    main = table().assign(n_eval=1000, drift_steps=[[0, 1]] * 12, drift_weight_l0=[[1.0, 0.9]] * 12,
+                          old_logit_change_q=[list(np.linspace(0, 1, 21))] * 12)
+
+    def sweep(config, execution=None):
+        calls.append("head_sweep")
+        s = sweep_table()
+        s.attrs.update(reference_grads=[1e-7, 2e-7], reference_fits=[
+            dict(seed=0, role="report", path=p, grad_max_norm=g) for p, g in zip(ch.PATHS, (1e-7, 2e-7))],
+            buffers=[dict(seed=0, role="report", buffer_mean_sd_l0=2.0, buffer_log_var_l0=1.0, buffer_mean_abs_l0=1.0,
+                          buffer_var_abs_l0=10.0)],
+            drift=[dict(seed=0, steps=[0, 1], engine_l0=[1.0, 0.91], precise_l0=[1.0, 0.9])])
+        return s
+
+    monkeypatch.setattr(ch, "run", lambda config, execution=None: calls.append("run") or main)
+    monkeypatch.setattr(ch, "run_head_sweep", sweep)
+    monkeypatch.setattr(ch, "thread_check", lambda config, execution=None: calls.append("threads") or pd.DataFrame(
+        dict(seed=[0, 0], mode="train_mode", threads=[1, 2], task_b=0.5, task_a_after=0.1)))
+    return calls
+
+
+def test_run_tables_returns_exactly_the_sibling_tables_and_no_list_columns(monkeypatch):
+    """Everything the page analyses comes out of run_tables as saveable tables: the main run without its list
+    columns, each of SIBLING_TABLES (no more, no fewer), the sweep's attrs as tables and no attrs left."""
+    calls = _fake_runs(monkeypatch)
+    main, tables = ch.run_tables(ch.make_config("quick"))
+    assert calls == ["run", "head_sweep", "threads"]  # the notebook's order before it took rows
+    assert tuple(tables) == ch.SIBLING_TABLES
+    for name, t in {"": main, **tables}.items():
+        assert not [c for c in t.columns if t[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()], name
+    assert "drift_steps" not in main.columns and not tables["head_sweep"].attrs
+    assert list(tables["reference_grads"]["grad_max_norm"]) == [1e-7, 2e-7]
+    assert len(tables["drift"]) == 3 * 2 and len(tables["logit_quantiles"]) == 12 * 21
+    assert len(tables["buffers"]) == 1 and len(tables["drift_targets"]) == 4 and len(tables["threads"]) == 2
+    with pytest.raises(TypeError, match="freeze_modes.Config"):
+        ch.run_tables(object())
+
+
+def test_analysis_parameters_decide_no_run():
+    cfg = ch.make_config("quick")
+    assert set(ch.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
+    assert ch.ANALYSIS_PARAMETERS == ()  # every parameter decides some run: a rows rebuild must give them all alike
+
+
+def test_drift_check_takes_the_engines_drift_table_from_saved_rows():
+    """The results table keeps no list columns, so a rebuilt page passes the engine's saved drift table; the
+    check's numbers are those it computed from the main run's list columns."""
+    steps = [0, 1, 2, 5, 12, 25, 66, 100, 400, 800]
+    d = drift_targets()
+    eng = d[d.target == "engine"]
+    main = table().assign(drift_steps=[steps] * 12, **{
+        f"drift_weight_l{i}": [list(eng[(eng.seed == s) & (eng.layer == f"block {i + 1}")].sort_values("step")["weight"])
+                               for s in range(3) for _ in MODE_NAMES] for i in range(2)})
+    from_lists = ch.drift_check(d, 0.1, 25, main)
+    assert from_lists.engine_reproduced == 0.0
+    from_table = ch.drift_check(d, 0.1, 25, ch.results_table(main), engine=ch.drift_table(main))
+    import dataclasses
+    for f in dataclasses.fields(from_lists):
+        x, y = getattr(from_table, f.name), getattr(from_lists, f.name)
+        assert x.equals(y) if isinstance(x, pd.Series) else x == y, f.name
+    assert math.isnan(ch.drift_check(d, 0.1, 25, ch.results_table(main)).engine_reproduced)
+
+
+@pytest.mark.slow
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
+    """A tiny run of chapter 1's page, then the page again from its saved tables (``rows``) with an empty cache:
+    every glued number, verdict, table and figure is the same, only the run line says where the rows came from,
+    and nothing trained (the empty cache stays empty). A parameter that differs from the run's is refused."""
+    import nbformat
+    from papermill.exceptions import PapermillExecutionError
+
+    from bnstudy import book
+    tiny = dict(steps=25, momentum=0.5, checkpoints=[12, 25], n_jobs=1)  # (1 - 0.5)^17 < 1e-4: the drift floor
+    first, again, rows = page_and_rebuild("01_freeze_modes", tiny)
+    a, b = glued_payloads(first), glued_payloads(again)
+    assert set(a) == set(b) and a
+    assert {k for k in a if a[k] != b[k]} == set()
+    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
+    written = sorted(p.name for p in (tmp_path / "results").glob("01_freeze_modes*.csv"))
+    assert written == sorted(p.name for p in (tmp_path / "results2").glob("01_freeze_modes*.csv"))
+    assert {f"01_freeze_modes_{s}.csv" for s in ch.SIBLING_TABLES} <= set(written)
+    for name in written:
+        assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
+    line = lambda nb: " ".join("".join(o.get("text", "") for c in nbformat.read(nb, as_version=4).cells
+                                       for o in c.get("outputs", []) if o.get("name") == "stdout").split())
+    said = "analysing the rows of the run at git commit"
+    assert said not in line(first) and said in line(again)  # the rebuilt page names the run behind its rows
+    pngs = sorted(p.name for p in (tmp_path / "figures").glob("01-*.png"))
+    assert pngs == sorted(p.name for p in (tmp_path / "figures2").glob("01-*.png")) and len(pngs) == 6
+    for name in pngs:  # the figures too, drawn from the same tables; the accuracy strips' seaborn jitter is
+        if name != "01-accuracy.png":  # random in every execution (numpy's global generator), rows or not
+            assert (tmp_path / "figures" / name).read_bytes() == (tmp_path / "figures2" / name).read_bytes(), name
+    import json
+    for fig in ("01-drift", "01-logits", "01-accuracy"):  # each figure names the table it was drawn from
+        meta = json.loads((tmp_path / "figures2" / f"{fig}.json").read_text())
+        assert meta["data"] == {"01-drift": "01_freeze_modes_drift_targets.csv", "01-accuracy": "01_freeze_modes.csv",
+                                "01-logits": "01_freeze_modes_logit_quantiles.csv"}[fig], fig
+    nb_path = [p for p in book.chapter_paths() if p.stem == "01_freeze_modes"][0]
+    with pytest.raises(PapermillExecutionError, match="parameter 'steps' is 17 here but was 25"):
+        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
+            tiny, steps=17, checkpoints=[12, 17], rows=rows, results_dir=str(tmp_path / "results3"),
+            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))

@@ -7,10 +7,12 @@ from the same trained backbone, head-B initialisation and task-B batch stream.
 
 ``Config`` -> :func:`run` -> results table -> :func:`findings` (every number and verdict the
 chapter's prose cites) and the tidy figure tables :func:`drift_table` and
-:func:`logit_quantile_table`. The head sweep (:func:`run_head_sweep`) trains heads per optimizer and
-learning rate on the two feature paths and fits the optimizer-free reference; finding 3's one primary
-test is the reference's pooled gap with a TOST against :data:`PRIMARY_MARGIN`
-(:func:`optimizer_findings`), every other test of it is exploratory with Holm's correction
+:func:`logit_quantile_table`. :func:`run_tables` runs everything the page analyses (the main run, the head
+sweep, the thread check) and returns it as the tables the page saves, so that a page can analyse an earlier
+run's tables again (the notebook's ``rows``) without training anything. The head sweep
+(:func:`run_head_sweep`) trains heads per optimizer and learning rate on the two feature paths and fits the
+optimizer-free reference; finding 3's one primary test is the reference's pooled gap with a TOST against
+:data:`PRIMARY_MARGIN` (:func:`optimizer_findings`), every other test of it is exploratory with Holm's correction
 (:func:`exploratory_tests`). No verdict is drawn from fewer than :data:`MIN_VERDICT_SEEDS` seeds.
 """
 
@@ -86,6 +88,12 @@ MEAN_SHIFT_SD = 1.0
 VAR_FACTOR = 2.0
 #: Finding 2's "holds in part": at least this fraction of seeds at or below 1.5 times chance (and task A fell).
 PART_FRACTION = 0.5
+#: The notebook parameters that only change the analysis, not the rows (a rows rebuild may change them): none,
+#: every field of :class:`Config` decides some run (``thread_seeds`` the thread check's).
+ANALYSIS_PARAMETERS = ()
+#: The tables :func:`run_tables` returns beside the main one, saved as ``01_freeze_modes_<suffix>.csv`` and read
+#: back by a rows rebuild (keys of its second value, in this order).
+SIBLING_TABLES = ("drift", "logit_quantiles", "head_sweep", "reference_grads", "buffers", "drift_targets", "threads")
 #: Seeds of the primary reference test that the quick profile had shown before its design and margin were
 #: fixed (reported seeds 0..2 and confirmation seeds 200, 201); the others are the unseen, confirmatory part.
 QUICK_SEEN_SEEDS = (*range(PROFILES["quick"]["seeds"]), *PROFILES["quick"]["confirm_seeds"])
@@ -765,7 +773,8 @@ def run_head_sweep(config: Config, execution: Execution | None = None, version: 
     """The head sweep (cached, resumable): a tidy table ``seed, role, path, optimizer, lr, step, split,
     accuracy, l2, n_fit`` (see :func:`head_curves`).
 
-    ``table.attrs["reference_grads"]``: every reference fit's final gradient max-norm;
+    ``table.attrs["reference_grads"]``: every reference fit's final gradient max-norm (``attrs["reference_fits"]``:
+    the same with each seed, role and path, read with :func:`reference_grad_table`);
     ``table.attrs["buffers"]``: one dict per seed (``seed, role`` and :func:`buffer_changes`'s values),
     read with :func:`buffer_table`. Raises ``ValueError`` unless ``config.head == "linear"`` (the
     two-path shortcut needs a head without modes of its own).
@@ -783,6 +792,9 @@ def run_head_sweep(config: Config, execution: Execution | None = None, version: 
     recs = [dict(seed=r.seed, role=r.role, **rec) for r, (_, row) in zip(runs, out.iterrows()) for rec in row["records"]]
     table = pd.DataFrame(recs, columns=SWEEP_COLUMNS)
     table.attrs["reference_grads"] = [float(row[f"reference_grad_{p}"]) for _, row in out.iterrows() for p in PATHS]
+    table.attrs["reference_fits"] = [dict(seed=r.seed, role=r.role, path=p,
+                                          grad_max_norm=float(row[f"reference_grad_{p}"]))
+                                     for r, (_, row) in zip(runs, out.iterrows()) for p in PATHS]
     bcols = [c for c in out.columns if c.startswith("buffer_")]
     table.attrs["buffers"] = [dict(seed=r.seed, role=r.role, **{c: float(row[c]) for c in bcols})
                               for r, (_, row) in zip(runs, out.iterrows())]
@@ -804,6 +816,13 @@ def sweep_drift_table(sweep: pd.DataFrame) -> pd.DataFrame:
             recs += [dict(seed=d["seed"], layer=f"block {int(i) + 1}", step=int(t), target=target, weight=float(w))
                      for t, w in zip(d["steps"], ws)]
     return pd.DataFrame(recs, columns=["seed", "layer", "step", "target", "weight"])
+
+
+def reference_grad_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Tidy convergence record of the reference fits from :func:`run_head_sweep`'s ``attrs["reference_fits"]``:
+    ``seed, role, path, grad_max_norm`` (per seed and path the largest final gradient max-norm of its
+    :data:`REF_VARIANTS` fits; the values of ``attrs["reference_grads"]``, in the same order)."""
+    return pd.DataFrame(sweep.attrs.get("reference_fits", []), columns=["seed", "role", "path", "grad_max_norm"])
 
 
 def primary_reference(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -1256,6 +1275,30 @@ def thread_check(config: Config, execution: Execution | None = None) -> pd.DataF
     return pd.concat(frames, ignore_index=True)
 
 
+def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
+    """Everything chapter 1's page analyses, as the tables it saves: ``(results_table(main run), {"drift":
+    drift_table(main run), "logit_quantiles": logit_quantile_table(main run), "head_sweep": the head sweep's
+    table, "reference_grads": reference_grad_table(sweep), "buffers": buffer_table(sweep), "drift_targets":
+    sweep_drift_table(sweep), "threads": thread_check(...)})`` (keys: :data:`SIBLING_TABLES`).
+
+    Runs :func:`run`, :func:`run_head_sweep` and :func:`thread_check` (in that order, all cached); every table
+    is what the page analyses, so a page built from the saved tables trains nothing. The list-valued columns
+    of the main run (drift and logit quantiles) are in their tidy tables; the sweep's ``attrs`` (reference
+    fits, buffer changes, drift check) in theirs, and the ``head_sweep`` table returned carries no ``attrs``
+    (a saved table cannot).
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"run_tables needs a freeze_modes.Config (see make_config), got {type(config).__name__}")
+    df = run(config, execution)
+    sweep = run_head_sweep(config, execution)
+    threads = thread_check(config, execution)
+    plain = sweep.copy()
+    plain.attrs = {}
+    return results_table(df), dict(drift=drift_table(df), logit_quantiles=logit_quantile_table(df), head_sweep=plain,
+                                   reference_grads=reference_grad_table(sweep), buffers=buffer_table(sweep),
+                                   drift_targets=sweep_drift_table(sweep), threads=threads)
+
+
 @dataclass(frozen=True)
 class ThreadFindings:
     """Run-to-run variation between two torch thread counts (accuracies 0..1).
@@ -1365,10 +1408,14 @@ class DriftCheckFindings:
 
 
 def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.DataFrame | None = None,
-                n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES) -> DriftCheckFindings:
+                n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES,
+                engine: pd.DataFrame | None = None) -> DriftCheckFindings:
     """:class:`DriftCheckFindings` from :func:`sweep_drift_table` (both targets needed).
 
     ``last_step``: the last recorded step above the noise floor (:attr:`DriftFindings.last_step`).
+    ``engine``: the engine's own drift measurement, :func:`drift_table` of the main run (a saved table's rows:
+    the results table keeps no list columns); default: :func:`drift_table` of ``main`` when it has its list
+    columns (``drift_steps``), else not compared (``engine_reproduced`` NaN).
     Raises ``ValueError`` unless both targets are present.
     """
     if not {"engine", "precise"} <= set(drift["target"]):
@@ -1377,8 +1424,10 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
     at12 = piv.xs(12, level="step")
     bias = {l: mean_ci(g["engine"] - g["precise"]) for l, g in at12.groupby(level="layer")}
     rep = math.nan
-    if main is not None and "drift_steps" in main.columns:
-        eng = drift_table(main).set_index(["seed", "layer", "step"])["weight"]
+    if engine is None and main is not None and "drift_steps" in main.columns:
+        engine = drift_table(main)
+    if engine is not None:
+        eng = engine.set_index(["seed", "layer", "step"])["weight"]
         common = piv.index.intersection(eng.index)
         if len(common):
             rep = float((piv.loc[common, "engine"] - eng.loc[common]).abs().max())
