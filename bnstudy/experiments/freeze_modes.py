@@ -37,10 +37,10 @@ from ..config import Execution, RunConfig, _Frozen, check_choice, check_float, c
 from ..config import RunConfig as _RunConfig
 from ..freeze import batchnorm_layers
 from ..engine import DRIFT_STEPS, accuracy as _accuracy, ensure_sources, load_source, logits_of, make_optimizer, \
-    memory_format_for, seeded, transfer_sweep
+    memory_format_for, seeded, source_version, transfer_sweep
 from ..models import ConvBackbone, make_head
 from ..modes import MODE_NAMES
-from ..sweep import code_version, default_cache_dir, run_sweep
+from ..sweep import default_cache_dir, run_sweep
 from ..tasks import BatchStream, eval_set, generator, make_task
 
 NAMESPACE = "ch01_freeze_modes"
@@ -784,11 +784,11 @@ def run_head_sweep(config: Config, execution: Execution | None = None, version: 
                          f"linear head), got head={config.head!r}")
     ex = execution or Execution()
     root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
-    version = version or code_version()
+    sv = version or source_version()  # stage 1's code version: the sweep's runs read the backbones with it
     runs = head_sweep_runs(config)
-    ensure_sources([r.run_config().source for r in runs], ex, version)
+    ensure_sources([r.run_config().source for r in runs], ex, sv)
     out = run_sweep(runs, _head_sweep_group, namespace=SWEEP_NAMESPACE, cache_dir=root, execution=ex,
-                    group_kwargs={"cache_root": root, "version": version}, version=version, desc="head sweep")
+                    group_kwargs={"cache_root": root, "version": sv}, version=version, desc="head sweep")
     recs = [dict(seed=r.seed, role=r.role, **rec) for r, (_, row) in zip(runs, out.iterrows()) for rec in row["records"]]
     table = pd.DataFrame(recs, columns=SWEEP_COLUMNS)
     table.attrs["reference_grads"] = [float(row[f"reference_grad_{p}"]) for _, row in out.iterrows() for p in PATHS]
