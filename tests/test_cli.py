@@ -236,7 +236,8 @@ def test_bad_yaml_cache_dir_file_and_missing_rows_fail_before_the_kernel_naming_
     assert cli.main(["chapter", "02", "--cache-dir", str(afile), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "cache_dir (--cache-dir)" in err and "not a directory" in err and afile.read_text() == ""
-    for ch, name in (("03", "03_shift_strength.csv"), ("05", "05_batch_size.csv"), ("07", "07_real_data.csv")):
+    for ch, name in (("02", "02_eval_traps.csv"), ("03", "03_shift_strength.csv"), ("05", "05_batch_size.csv"),
+                     ("07", "07_real_data.csv")):
         assert cli.main(["chapter", ch, "-p", "rows", str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
         assert "rows: no results table at" in capsys.readouterr().err
     unrecorded = tmp_path / "03_shift_strength.csv"
@@ -285,6 +286,41 @@ def test_rows_of_another_run_or_without_a_sibling_fail_before_the_kernel(tmp_pat
     assert cli.main(["chapter", "04", "-p", "rows", str(main), *tiny, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "04_heads_steps.csv" in err and "04_heads.csv" in err and "beside it" in err
+    assert not (tmp_path / "o").exists()
+
+
+def _fake_rows(folder, number, **given):
+    """Chapter ``number``'s main table and its sibling tables with sidecars recording its notebook's defaults and
+    ``given`` as the book runner does (the parameters as given, ``None`` for the profile's, the config's resolved
+    fields beside them)."""
+    from bnstudy.cli import EXECUTION_PARAMETERS
+    nb = cli.resolve_chapter(number)
+    module = cli.experiment_module(nb)
+    defaults = {k: v for k, v in book.notebook_parameters(nb).items() if k not in EXECUTION_PARAMETERS}
+    params = {"chapter": nb.stem, "profile": "quick", **defaults, **given}
+    cfg = module.make_config("quick", **{k: v for k, v in params.items() if k not in ("chapter", "profile")})
+    params = {**{k: report._jsonable(v) for k, v in cfg.asdict().items()}, **params}
+    folder.mkdir()
+    main = folder / f"{nb.stem}.csv"
+    for p in [main] + [folder / f"{nb.stem}_{s}.csv" for s in module.SIBLING_TABLES]:
+        p.write_text("seed,task_b\n0,0.5\n")
+        report.write_sidecar(p, parameters=params)
+    return main
+
+
+def test_chapter_two_rows_are_checked_with_their_siblings_before_the_kernel(tmp_path, capsys, monkeypatch):
+    def no_kernel(*a, **k):
+        raise AssertionError("the kernel must not start for rows that cannot be analysed")
+    monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
+    main = _fake_rows(tmp_path / "run", "02", steps=6)
+    nb = cli.resolve_chapter("02")
+    cli.check_parameters(nb, "quick", book.notebook_parameters(nb), {"rows": str(main), "steps": 6})  # passes
+    assert cli.main(["chapter", "02", "-p", "rows", str(main), "--out", str(tmp_path / "o")]) == 2  # steps 60 here
+    assert "parameter 'steps' is 60 here but was 6" in capsys.readouterr().err
+    (tmp_path / "run" / "02_eval_traps_audits.csv").unlink()
+    assert cli.main(["chapter", "02", "-p", "rows", str(main), "-p", "steps", "6", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "02_eval_traps_audits.csv" in err and "beside it" in err
     assert not (tmp_path / "o").exists()
 
 
