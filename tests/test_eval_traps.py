@@ -615,7 +615,8 @@ def test_run_tables_returns_the_sibling_tables_the_page_saves(tiny, tmp_path):
     report.save_table(audits, tmp_path / "02_eval_traps_audits.csv")
     back, _ = report.load_rows(tmp_path / "02_eval_traps_audits.csv", {})
     for trap, case, _ in ch.PRINTED_AUDITS:  # multi-line text with quotes and commas survives the CSV
-        assert ch.printout(back, trap, case) == ch.printout(audits, trap, case) and "\n" in ch.printout(back, trap, case)
+        text = ch.printout(back, trap, case)
+        assert text == ch.printout(audits, trap, case) and "\n" in text
     single = tables["single_layer"]
     assert list(single["seed"]) == [cfg.seeds[0]]
     report.save_table(single, tmp_path / "02_eval_traps_single_layer.csv")
