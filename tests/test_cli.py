@@ -237,7 +237,7 @@ def test_bad_yaml_cache_dir_file_and_missing_rows_fail_before_the_kernel_naming_
     err = capsys.readouterr().err
     assert "cache_dir (--cache-dir)" in err and "not a directory" in err and afile.read_text() == ""
     for ch, name in (("02", "02_eval_traps.csv"), ("03", "03_shift_strength.csv"), ("05", "05_batch_size.csv"),
-                     ("07", "07_real_data.csv")):
+                     ("06", "06_unknown_task.csv"), ("07", "07_real_data.csv")):
         assert cli.main(["chapter", ch, "-p", "rows", str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
         assert "rows: no results table at" in capsys.readouterr().err
     unrecorded = tmp_path / "03_shift_strength.csv"
@@ -302,9 +302,13 @@ def _fake_rows(folder, number, **given):
     params = {**{k: report._jsonable(v) for k, v in cfg.asdict().items()}, **params}
     folder.mkdir()
     main = folder / f"{nb.stem}.csv"
-    for p in [main] + [folder / f"{nb.stem}_{s}.csv" for s in module.SIBLING_TABLES]:
+    own = module.sibling_parameters(cfg) if hasattr(module, "sibling_parameters") else {}
+    for s in ("",) + tuple(f"_{s}" for s in module.SIBLING_TABLES):
+        p = folder / f"{nb.stem}{s}.csv"
         p.write_text("seed,task_b\n0,0.5\n")
-        report.write_sidecar(p, parameters=params)
+        # a sibling with its own configuration records it as the page writes it (chapter 6's temperature check)
+        report.write_sidecar(p, parameters={**params, **{k: report._jsonable(v) for k, v in own[s[1:]][1].items()}}
+                             if s[1:] in own else params)
     return main
 
 
@@ -322,6 +326,31 @@ def test_chapter_two_rows_are_checked_with_their_siblings_before_the_kernel(tmp_
     err = capsys.readouterr().err
     assert "02_eval_traps_audits.csv" in err and "beside it" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_chapter_six_checks_its_temperature_table_against_the_checks_own_configuration(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """The temperature check runs held-out seeds: its sidecar records them, not the page's, and the command checks
+    it against the check's configuration (unknown_task.sibling_parameters) before the kernel starts."""
+    import json
+
+    def no_kernel(*a, **k):
+        raise AssertionError("the kernel must not start for rows that cannot be analysed")
+    monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
+    main = _fake_rows(tmp_path / "run", "06", steps=5)
+    temp = tmp_path / "run" / "06_unknown_task_temperature.csv"
+    assert json.loads(report.sidecar_path(temp).read_text())["parameters"]["seeds"] == [10, 11]
+    nb = cli.resolve_chapter("06")
+    cli.check_parameters(nb, "quick", book.notebook_parameters(nb), {"rows": str(main), "steps": 5})  # passes
+    side = json.loads(report.sidecar_path(temp).read_text())
+    side["parameters"]["steps"] = 50  # a temperature check from another run
+    report.sidecar_path(temp).write_text(json.dumps(side))
+    assert cli.main(["chapter", "06", "-p", "rows", str(main), "-p", "steps", "5", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "parameter 'steps' is 5 here but was 50" in err and "06_unknown_task_temperature.csv" in err
+    temp.unlink()
+    assert cli.main(["chapter", "06", "-p", "rows", str(main), "-p", "steps", "5", "--out", str(tmp_path / "o")]) == 2
+    assert "06_unknown_task_temperature.csv" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_a_relative_rows_path_reaches_the_notebook_as_the_file_the_check_found(tmp_path, monkeypatch):
