@@ -121,7 +121,8 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     the parameter and what is allowed. Also checked here: ``cache_dir`` is not an existing file, and a ``rows``
     table exists with its sidecar and checksum and, for a chapter with ``ANALYSIS_PARAMETERS``, as its notebook
     checks it: every other parameter as the run recorded it, each ``SIBLING_TABLES`` table beside it from the
-    same commit (``FileNotFoundError`` / ``ValueError`` from :func:`bnstudy.report.rows_or_run`)."""
+    same commit, checked against the module's ``sibling_parameters(config)`` where it has its own configuration
+    (``FileNotFoundError`` / ``ValueError`` from :func:`bnstudy.report.rows_or_run`)."""
     from .config import Execution
 
     try:
@@ -140,9 +141,10 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     if values.get("rows") is not None:  # the file, its sidecar and its checksum
         from .report import config_parameters, load_rows, rows_or_run
         if hasattr(module, "ANALYSIS_PARAMETERS"):  # the notebook's own check: parameters and sibling tables
+            own = getattr(module, "sibling_parameters", None)  # siblings whose sidecars record their own config
             rows_or_run(values["rows"], None, *config_parameters(config, {**values, "profile": profile},
                                                                  module.ANALYSIS_PARAMETERS),
-                        siblings=getattr(module, "SIBLING_TABLES", ()))
+                        siblings=getattr(module, "SIBLING_TABLES", ()), sibling_parameters=own(config) if own else None)
         else:
             load_rows(values["rows"], {})
 

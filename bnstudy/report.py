@@ -343,7 +343,8 @@ class Rows:
                                None if self.provenance is None else len(self.table), what)
 
 
-def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, siblings=()) -> Rows:
+def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, siblings=(),
+                sibling_parameters: dict | None = None) -> Rows:
     """A chapter's rows: from ``run()`` (``rows is None``) or from an earlier run's saved tables (``rows``).
 
     ``rows``: ``None``, or the path of an earlier run's main results CSV (``results/NN_name.csv``).
@@ -352,7 +353,9 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
     ``parameters`` / ``resolved``: the row-deciding parameters, checked against each table's sidecar
     (:func:`load_rows`; :func:`config_parameters` makes both from a config). ``siblings``: suffixes of tables
     the same run saved beside the main one (``NN_name_<suffix>.csv``); each is loaded and checked the same way
-    and must come from the same git commit as the main table.
+    and must come from the same git commit as the main table. ``sibling_parameters``: ``{suffix: (parameters,
+    resolved)}`` for a sibling whose sidecar records its own configuration (a check the run derived from the
+    chapter's config, on other seeds), checked against those instead.
 
     Returns :class:`Rows`. Raises what :func:`load_rows` raises (a missing table or sidecar, a changed file, a
     parameter that differs, naming it), ``ValueError`` if a sibling comes from another commit than the main
@@ -376,7 +379,7 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
                                     f"is not in {sib.parent}; the page analyses {path.name} together with "
                                     f"{', '.join(f'{path.stem}_{s}{path.suffix}' for s in siblings)} (keep the "
                                     f"run's results folder together)")
-        tables[suffix], sp = load_rows(sib, parameters, resolved)
+        tables[suffix], sp = load_rows(sib, *(sibling_parameters or {}).get(suffix, (parameters, resolved)))
         if sp["git_commit"] != prov["git_commit"]:
             raise ValueError(f"rows: {sib.name} was written at git commit {sp['git_commit']} but {path.name} at "
                              f"{prov['git_commit']}; give tables saved by one run")

@@ -242,3 +242,25 @@ def test_readme_findings_are_the_release_books_front_page(release_book):
     readme = (REPO / "README.md").read_text()
     block = readme.split(book.FINDINGS_START, 1)[1].split(book.FINDINGS_END, 1)[0].strip()
     assert block == made, "README's findings differ from the release book's front page: run `make book && make readme`"
+
+
+def test_front_page_findings_turn_the_built_list_into_readme_markdown(tmp_path):
+    html = tmp_path / "index.html"
+    html.write_text('''<html><body><section id="what-the-chapters-find">
+<h2>What the chapters find<a class="headerlink" href="#what-the-chapters-find" title="Link to this heading">#</a></h2>
+<p>Numbers come from the executed chapters.</p>
+<ul class="simple">
+<li><p><strong><a class="reference internal" href="chapters/01-freeze-modes.html">Chapter 1, freeze modes</a>.</strong>
+In <code class="docutils literal notranslate"><span class="pre">train_mode</span></code> task A falls to 0.125
+(<a class="reference internal" href="chapters/01-freeze-modes.html#fig-ch01-accuracy"><span class="std std-numref">Fig. 1.1</span></a>).</p></li>
+<li><p>See <a class="reference internal" href="guide.html">the guide</a>.</p></li>
+</ul></section><section id="next"><h2>Next</h2></section></body></html>''')
+    md = book.front_page_findings(tmp_path)
+    assert md.splitlines()[0] == "Numbers come from the executed chapters."
+    assert "- **[Chapter 1, freeze modes](chapters/01_freeze_modes.ipynb).**" in md
+    assert "`train_mode`" in md and "0.125" in md and "(Fig. 1.1)" in md
+    assert "[the guide](book/guide.md)" in md and "Next" not in md and "#" not in md
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{book.FINDINGS_START}\nold\n{book.FINDINGS_END}\nbottom\n")
+    assert book.update_readme(tmp_path, readme) and not book.update_readme(tmp_path, readme)
+    assert readme.read_text() == f"top\n{book.FINDINGS_START}\n{md}\n{book.FINDINGS_END}\nbottom\n"

@@ -236,7 +236,8 @@ def test_bad_yaml_cache_dir_file_and_missing_rows_fail_before_the_kernel_naming_
     assert cli.main(["chapter", "02", "--cache-dir", str(afile), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "cache_dir (--cache-dir)" in err and "not a directory" in err and afile.read_text() == ""
-    for ch, name in (("03", "03_shift_strength.csv"), ("05", "05_batch_size.csv"), ("07", "07_real_data.csv")):
+    for ch, name in (("02", "02_eval_traps.csv"), ("03", "03_shift_strength.csv"), ("05", "05_batch_size.csv"),
+                     ("06", "06_unknown_task.csv"), ("07", "07_real_data.csv")):
         assert cli.main(["chapter", ch, "-p", "rows", str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
         assert "rows: no results table at" in capsys.readouterr().err
     unrecorded = tmp_path / "03_shift_strength.csv"
@@ -329,6 +330,70 @@ def test_chapter_one_takes_rows_and_checks_its_run_and_siblings_before_the_kerne
     err = capsys.readouterr().err
     assert "01_freeze_modes_head_sweep.csv" in err and "beside it" in err
     assert not (tmp_path / "o2").exists()
+
+
+def _fake_rows(folder, number, **given):
+    """Chapter ``number``'s main table and its sibling tables with sidecars recording its notebook's defaults and
+    ``given`` as the book runner does (the parameters as given, ``None`` for the profile's, the config's resolved
+    fields beside them)."""
+    from bnstudy.cli import EXECUTION_PARAMETERS
+    nb = cli.resolve_chapter(number)
+    module = cli.experiment_module(nb)
+    defaults = {k: v for k, v in book.notebook_parameters(nb).items() if k not in EXECUTION_PARAMETERS}
+    params = {"chapter": nb.stem, "profile": "quick", **defaults, **given}
+    cfg = module.make_config("quick", **{k: v for k, v in params.items() if k not in ("chapter", "profile")})
+    params = {**{k: report._jsonable(v) for k, v in cfg.asdict().items()}, **params}
+    folder.mkdir()
+    main = folder / f"{nb.stem}.csv"
+    own = module.sibling_parameters(cfg) if hasattr(module, "sibling_parameters") else {}
+    for s in ("",) + tuple(f"_{s}" for s in module.SIBLING_TABLES):
+        p = folder / f"{nb.stem}{s}.csv"
+        p.write_text("seed,task_b\n0,0.5\n")
+        # a sibling with its own configuration records it as the page writes it (chapter 6's temperature check)
+        report.write_sidecar(p, parameters={**params, **{k: report._jsonable(v) for k, v in own[s[1:]][1].items()}}
+                             if s[1:] in own else params)
+    return main
+
+
+def test_chapter_two_rows_are_checked_with_their_siblings_before_the_kernel(tmp_path, capsys, monkeypatch):
+    def no_kernel(*a, **k):
+        raise AssertionError("the kernel must not start for rows that cannot be analysed")
+    monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
+    main = _fake_rows(tmp_path / "run", "02", steps=6)
+    nb = cli.resolve_chapter("02")
+    cli.check_parameters(nb, "quick", book.notebook_parameters(nb), {"rows": str(main), "steps": 6})  # passes
+    assert cli.main(["chapter", "02", "-p", "rows", str(main), "--out", str(tmp_path / "o")]) == 2  # steps 60 here
+    assert "parameter 'steps' is 60 here but was 6" in capsys.readouterr().err
+    (tmp_path / "run" / "02_eval_traps_audits.csv").unlink()
+    assert cli.main(["chapter", "02", "-p", "rows", str(main), "-p", "steps", "6", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "02_eval_traps_audits.csv" in err and "beside it" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_chapter_six_checks_its_temperature_table_against_the_checks_own_configuration(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """The temperature check runs held-out seeds: its sidecar records them, not the page's, and the command checks
+    it against the check's configuration (unknown_task.sibling_parameters) before the kernel starts."""
+    import json
+
+    def no_kernel(*a, **k):
+        raise AssertionError("the kernel must not start for rows that cannot be analysed")
+    monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
+    main = _fake_rows(tmp_path / "run", "06", steps=5)
+    temp = tmp_path / "run" / "06_unknown_task_temperature.csv"
+    assert json.loads(report.sidecar_path(temp).read_text())["parameters"]["seeds"] == [10, 11]
+    nb = cli.resolve_chapter("06")
+    cli.check_parameters(nb, "quick", book.notebook_parameters(nb), {"rows": str(main), "steps": 5})  # passes
+    side = json.loads(report.sidecar_path(temp).read_text())
+    side["parameters"]["steps"] = 50  # a temperature check from another run
+    report.sidecar_path(temp).write_text(json.dumps(side))
+    assert cli.main(["chapter", "06", "-p", "rows", str(main), "-p", "steps", "5", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "parameter 'steps' is 5 here but was 50" in err and "06_unknown_task_temperature.csv" in err
+    temp.unlink()
+    assert cli.main(["chapter", "06", "-p", "rows", str(main), "-p", "steps", "5", "--out", str(tmp_path / "o")]) == 2
+    assert "06_unknown_task_temperature.csv" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_a_relative_rows_path_reaches_the_notebook_as_the_file_the_check_found(tmp_path, monkeypatch):

@@ -589,3 +589,85 @@ def test_thread_findings_on_a_hand_made_table():
         ch.thread_findings(_threads().assign(threads=2))
     with pytest.raises(ValueError, match="every \\(seed, quantity\\) at both"):
         ch.thread_findings(_threads().iloc[:-1])
+
+
+# --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
+
+def test_run_tables_returns_the_sibling_tables_the_page_saves(tiny, tmp_path):
+    """run_tables gives exactly SIBLING_TABLES: the thread check and the printed audits, so a page rebuilt from the
+    saved tables trains nothing; the printouts come back from their CSV character for character."""
+    from bnstudy import report
+    cfg, ex, t = tiny
+    df, tables = ch.run_tables(cfg, ex)
+    assert set(tables) == set(ch.SIBLING_TABLES) and ch.ANALYSIS_PARAMETERS == ()
+    pd.testing.assert_frame_equal(df, t)
+    pd.testing.assert_frame_equal(tables["threads"], ch.thread_check(cfg, t, ex))
+    report.save_table(df, tmp_path / "02_eval_traps.csv")  # the rows a page given rows reads: the same trap tables
+    back = ch.rows_table(report.load_rows(tmp_path / "02_eval_traps.csv", {})[0])
+    for trap in ch.TRAPS:
+        assert ch.trap_table(back, trap).to_csv(index=False) == ch.trap_table(df, trap).to_csv(index=False), trap
+    pd.testing.assert_frame_equal(ch.rows_table(df), df)
+    audits = tables["audits"]
+    assert list(zip(audits["trap"], audits["case"])) == [(trap, case) for trap, case, _ in ch.PRINTED_AUDITS]
+    assert set(audits["seed"]) == {cfg.seeds[0]}
+    for trap, case, codes in ch.PRINTED_AUDITS:
+        assert ch.printout(audits, trap, case) == ch.first_seed_printout(cfg, trap, case, ex, lint_codes=codes)
+    report.save_table(audits, tmp_path / "02_eval_traps_audits.csv")
+    back, _ = report.load_rows(tmp_path / "02_eval_traps_audits.csv", {})
+    for trap, case, _ in ch.PRINTED_AUDITS:  # multi-line text with quotes and commas survives the CSV
+        text = ch.printout(back, trap, case)
+        assert text == ch.printout(audits, trap, case) and "\n" in text
+    single = tables["single_layer"]
+    assert list(single["seed"]) == [cfg.seeds[0]]
+    report.save_table(single, tmp_path / "02_eval_traps_single_layer.csv")
+    back, _ = report.load_rows(tmp_path / "02_eval_traps_single_layer.csv", {})
+    assert ch.single_layer_from_table(back) == ch.single_layer_from_table(single)  # floats and texts exactly
+    assert ch.single_layer_from_table(single).t5_error.startswith("ValueError")
+    empty = single.assign(t5_lint1="")
+    report.save_table(empty, tmp_path / "empty.csv")
+    assert ch.single_layer_from_table(report.load_rows(tmp_path / "empty.csv", {})[0]).t5_lint1 == ""
+    with pytest.raises(KeyError, match="no single printout of trap='train_call', case='pinned'"):
+        ch.printout(audits, "train_call", "pinned")
+    with pytest.raises(TypeError, match="run_tables needs an eval_traps.Config"):
+        ch.run_tables(object(), ex)
+
+
+def _printed(path) -> list[str]:
+    """The printed output (stdout; a sweep's progress bars go to stderr) of each code cell of an executed notebook."""
+    import nbformat
+    return ["".join(o.get("text", "") for o in c.get("outputs", []) if o.get("name") == "stdout")
+            for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+@pytest.mark.slow
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
+    """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every glued
+    value and table, every saved table and the printed audits are the same, only the timing sentence and the run line
+    say the rows were analysed again, and nothing ran (the empty cache stays empty: no source, run, thread check or
+    audit was computed). A notebook that ignored ``rows`` would fill the empty cache."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from bnstudy import book
+    tiny = dict(seeds=2, steps=6, epoch_steps=3, batch_size=8, teacher_batches=2, t3_steps=6, t5_train_steps=4,
+                n_eval=128, n_jobs=1)
+    first, again, rows = page_and_rebuild("02_eval_traps", tiny)
+    a, b = glued_payloads(first), glued_payloads(again)
+    assert set(a) == set(b)
+    assert {k for k in a if a[k] != b[k]} == {"ch02_timing"}
+    assert "did not run the experiment" in b["ch02_timing"] and "did not run" not in a["ch02_timing"]
+    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
+    saved = sorted(p.name for p in (tmp_path / "results").glob("02_eval_traps*.csv"))
+    assert saved == sorted(p.name for p in (tmp_path / "results2").glob("02_eval_traps*.csv"))
+    assert {f"02_eval_traps_{s}.csv" for s in ch.SIBLING_TABLES} <= set(saved)
+    for name in saved:
+        assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
+    pa, pb = _printed(first), _printed(again)
+    differ = [i for i, (x, y) in enumerate(zip(pa, pb)) if x != y]
+    assert len(pa) == len(pb) and len(differ) == 1 and pa[differ[0]].startswith("Ran with")  # only the run line
+    assert "analysing the rows of the run at git commit" in " ".join(pb[differ[0]].split())
+    assert sum("FreezeAudit" in x or "buffer" in x for x in pb) >= 3  # the three audits are printed from the table
+    nb_path = [p for p in book.chapter_paths() if p.stem == "02_eval_traps"][0]
+    with pytest.raises(PapermillExecutionError, match="parameter 'steps' is 7 here but was 6"):
+        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
+            tiny, steps=7, rows=rows, results_dir=str(tmp_path / "results3"),
+            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))

@@ -143,6 +143,23 @@ def test_rows_or_run_loads_and_checks_sibling_tables(saved, tmp_path):
         report.rows_or_run(None, lambda: df, {}, siblings=("check",))
 
 
+def test_a_sibling_that_records_its_own_configuration_is_checked_against_it(saved):
+    """Chapter 6's temperature check runs other seeds than the page: its sidecar records its own configuration, and
+    rows_or_run checks it against the parameters given for it (sibling_parameters), not the page's."""
+    df, path = saved
+    sib = report.save_table(df.head(2), path.with_name("07_rows_check.csv"))
+    report.write_sidecar(sib, parameters=dict(profile="full", seeds=[10, 11]))
+    own = {"check": (dict(profile="full", seeds=(10, 11)), None)}
+    with pytest.raises(ValueError, match=r"parameter 'seeds' is None here but was \[10, 11\]"):
+        report.rows_or_run(path, _never_run, dict(profile="full", seeds=None), siblings=("check",))
+    r = report.rows_or_run(path, _never_run, dict(profile="full", seeds=None), siblings=("check",),
+                           sibling_parameters=own)
+    pd.testing.assert_frame_equal(r.tables["check"], df.head(2), check_exact=True)
+    with pytest.raises(ValueError, match=r"parameter 'seeds' is \[10, 12\] here but was \[10, 11\]"):
+        report.rows_or_run(path, _never_run, dict(profile="full"), siblings=("check",),
+                           sibling_parameters={"check": (dict(seeds=(10, 12)), None)})
+
+
 def test_config_parameters_leave_out_the_analysis_parameters():
     class C:
         def asdict(self):

@@ -397,3 +397,70 @@ def test_chapter_three_cost_benefit_is_its_first_figure_as_the_page_says():
     assert "(chapter 3, Figure 1)" in text and "fig-ch03" not in text
     # the notebook stays thin: no code cell longer than 25 lines
     assert max(len(c.source.splitlines()) for c in ch6.cells if c.cell_type == "code") <= 25
+
+
+# --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
+
+def test_run_tables_returns_the_sibling_tables_the_page_saves(monkeypatch):
+    """run_tables runs the main sweep and the temperature check (held-out seeds) and returns exactly SIBLING_TABLES;
+    the temperature table is checked against the check's own configuration, which its sidecar records."""
+    from bnstudy.config import Execution
+    seen = []
+
+    def fake_run(config, execution=None):
+        seen.append(config)
+        return pd.DataFrame(dict(seed=list(config.seeds)))
+    monkeypatch.setattr(ut, "run", fake_run)
+    cfg = ut.make_config("quick")
+    df, tables = ut.run_tables(cfg, Execution(n_jobs=1))
+    assert set(tables) == set(ut.SIBLING_TABLES) == {"temperature"} and ut.ANALYSIS_PARAMETERS == ()
+    check = ut.temperature_check_config(cfg)
+    assert seen == [cfg, check] and list(df.seed) == list(cfg.seeds) and list(tables["temperature"].seed) == [10, 11]
+    params, resolved = ut.sibling_parameters(cfg)["temperature"]
+    assert params == resolved == check.asdict() and set(ut.sibling_parameters(cfg)) <= set(ut.SIBLING_TABLES)
+    with pytest.raises(TypeError, match="run_tables needs an unknown_task.Config"):
+        ut.run_tables(object())
+
+
+def test_run_workers_are_the_runs_own_when_the_rows_are_an_earlier_runs():
+    from bnstudy.config import Execution
+    assert ut.run_workers(None, Execution(n_jobs=3)) == 3
+    assert ut.run_workers({"workers": 2}, Execution(n_jobs=1)) == 2
+    assert ut.run_workers({"workers": None}, Execution(n_jobs=1)) == 1  # not recorded: this execution's
+
+
+@pytest.mark.slow
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
+    """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every glued
+    value and every saved table are the same (the worker count and worker-minutes are the run's), only the timing
+    sentence says the rows were analysed again, and nothing ran. The rebuilt page's own tables can be analysed again
+    (its temperature sidecar still names the run that computed the rows), and a changed parameter is refused."""
+    import json
+
+    from papermill.exceptions import PapermillExecutionError
+
+    from bnstudy import book, report
+    tiny = dict(seeds=2, steps=5, n_eval=32, router_samples=64, n_jobs=1)
+    first, again, rows = page_and_rebuild("06_unknown_task", tiny)
+    a, b = glued_payloads(first), glued_payloads(again)
+    assert set(a) == set(b)
+    assert {k for k in a if a[k] != b[k]} == {"ch06_timing"}
+    assert "did not run the experiment" in b["ch06_timing"] and "did not run" not in a["ch06_timing"]
+    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
+    saved = sorted(p.name for p in (tmp_path / "results").glob("06_unknown_task*.csv"))
+    assert saved == sorted(p.name for p in (tmp_path / "results2").glob("06_unknown_task*.csv"))
+    assert {f"06_unknown_task_{s}.csv" for s in ut.SIBLING_TABLES} <= set(saved)
+    for name in saved:
+        assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
+    temp = [json.loads(report.sidecar_path(tmp_path / d / "06_unknown_task_temperature.csv").read_text())["parameters"]
+            for d in ("results", "results2")]
+    assert temp[0]["seeds"] == temp[1]["seeds"] == [10, 11] and "rows_from" in temp[1]  # the check's own config
+    nb_path = [p for p in book.chapter_paths() if p.stem == "06_unknown_task"][0]
+    twice = book.execute_chapter(nb_path, tmp_path / "twice", "quick", parameters=dict(  # the rebuilt page's tables
+        tiny, rows=str(tmp_path / "results2" / "06_unknown_task.csv"), results_dir=str(tmp_path / "results4"),
+        figures_dir=str(tmp_path / "figures4"), cache_dir=str(tmp_path / "cache4")))
+    assert {k for k, v in glued_payloads(twice).items() if v != b[k]} <= {"ch06_timing"}
+    with pytest.raises(PapermillExecutionError, match="parameter 'steps' is 6 here but was 5"):
+        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
+            tiny, steps=6, rows=rows, results_dir=str(tmp_path / "results3"),
+            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))

@@ -63,6 +63,17 @@ from ..sweep import code_version, default_cache_dir, run_sweep
 from ..tasks import BatchStream, derive_seed, eval_set, generator, make_task
 
 NAMESPACE = "ch02_eval_traps"
+#: Parameters that only change the analysis: none (every field of :class:`Config` decides runs), so a page given
+#: ``rows`` (an earlier run's tables) must be given every parameter as that run was.
+ANALYSIS_PARAMETERS = ()
+#: The tables a run saves beside ``02_eval_traps.csv`` (``02_eval_traps_<suffix>.csv``) that the page's analysis
+#: needs (:func:`run_tables`): the thread check's rows (:func:`thread_check`), the first seed's audit printouts
+#: (:func:`audit_table`) and the one-layer facts (:func:`single_layer_table`).
+SIBLING_TABLES = ("threads", "audits", "single_layer")
+#: The first seed's cases whose audit the page prints (trap 1's drifting loop, trap 2's train-mode teacher, trap 3's
+#: whole model), each with the lint codes printed above its audit: ``(trap, case, lint_codes)``.
+PRINTED_AUDITS = (("train_call", "eval_once", ()), ("no_grad", "teacher_train", ()),
+                  ("whole_eval", "whole_model", ("forward_changes_with_mode", "dropout_present")))
 #: quick: one thread-check seed and a three-rate grid for the standardized fix (about 8 added 600-step runs per seed)
 PROFILES = {"quick": dict(seeds=3, thread_seeds=1, t3_std_lrs=(0.01, 0.02, 0.05)),
             "full": dict(seeds=10, thread_seeds=2, t3_std_lrs=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2))}
@@ -1087,6 +1098,46 @@ def first_seed_printout(config: Config, trap: str, case: str, execution: Executi
     return "\n".join(shown + ([""] if shown else []) + [str(a)])
 
 
+def audit_table(config: Config, execution: Execution | None = None, cases=PRINTED_AUDITS) -> pd.DataFrame:
+    """The first seed's audit printouts the page shows, as a table: one row per ``(trap, case, lint_codes)`` of
+    ``cases``, columns ``seed, trap, case, printout`` (:func:`first_seed_printout`'s text: each case run again on the
+    cached source, traps 1 and 3 training their new head for ``steps`` steps). :func:`printout` reads one back."""
+    rows = [dict(seed=int(config.seeds[0]), trap=trap, case=case,
+                 printout=first_seed_printout(config, trap, case, execution, lint_codes=codes))
+            for trap, case, codes in cases]
+    return pd.DataFrame(rows, columns=["seed", "trap", "case", "printout"])
+
+
+def printout(table: pd.DataFrame, trap: str, case: str) -> str:
+    """The printout of ``(trap, case)`` in :func:`audit_table`'s ``table``; ``KeyError`` naming the cases it has."""
+    hit = table[(table["trap"] == trap) & (table["case"] == case)]
+    if len(hit) != 1:
+        raise KeyError(f"no single printout of trap={trap!r}, case={case!r}; the table has "
+                       f"{list(zip(table['trap'], table['case']))}")
+    return str(hit["printout"].iloc[0])
+
+
+def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
+    """Everything chapter 2's page analyses, as the tables it saves: ``(run(config), {"threads": thread_check(...),
+    "audits": audit_table(...), "single_layer": single_layer_table(first seed)})`` (keys: :data:`SIBLING_TABLES`).
+    Every run that trains is here (all cached but the audit printouts, which retrain the first seed's printed heads
+    from its cached source), so a page given these tables trains nothing. The one-layer facts are saved too: their
+    layers are initialized from torch's global generator, which torch seeds differently in every process, so the
+    rounding-level ``t5_bn2d_mean`` differs between executions, and a page given the tables shows the run's."""
+    if not isinstance(config, Config):
+        raise TypeError(f"run_tables needs an eval_traps.Config (see make_config), got {type(config).__name__}")
+    df = run(config, execution)
+    return df, dict(threads=thread_check(config, df, execution), audits=audit_table(config, execution),
+                    single_layer=single_layer_table(config.seeds[0]))
+
+
+def rows_table(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`run`'s table as it returns it, also when read back from its CSV (a page given ``rows``): there
+    ``module_mode``'s empty text comes back as NaN, and :func:`trap_table` would then drop the column that the run's
+    own tables keep. Returns ``df`` with NaN in ``module_mode`` as ``""`` (a run's own table has none)."""
+    return df.assign(module_mode=df["module_mode"].fillna("")) if "module_mode" in df else df
+
+
 def trap_table(df: pd.DataFrame, trap: str) -> pd.DataFrame:
     """The rows of ``trap`` with only the columns that trap fills (a figure's tidy table)."""
     sub = df[df["trap"] == trap]
@@ -1145,6 +1196,22 @@ def single_layer_cases(seed: int = 0) -> SingleLayer:
                        t5_dev2=float((y.detach().abs() - 1).abs().max()),
                        t5_loader=str(audit.lint_loader(17, 16, warn=False)[0]).split(":")[0],
                        t4_sorted_rm=rm["sorted"], t4_shuffled_rm=rm["shuffled"], t4_data_mean=float(x.mean()))
+
+
+def single_layer_table(seed: int = 0) -> pd.DataFrame:
+    """:func:`single_layer_cases` of ``seed`` as a one-row table to save: ``seed`` and one column per field."""
+    return pd.DataFrame([dict(seed=int(seed), **{f.name: getattr(c, f.name) for f in fields(c)})
+                         for c in (single_layer_cases(seed),)])
+
+
+def single_layer_from_table(table: pd.DataFrame) -> SingleLayer:
+    """:func:`single_layer_table`'s inverse, also for the table read back from its CSV (where an empty text comes
+    back as NaN: it is the empty string again). Raises ``ValueError`` unless the table has exactly one row."""
+    if len(table) != 1:
+        raise ValueError(f"single_layer_from_table needs single_layer_table's one row, got {len(table)} rows")
+    r = table.iloc[0]
+    return SingleLayer(**{f.name: (("" if pd.isna(r[f.name]) else str(r[f.name])) if f.type in ("str", str)
+                                   else float(r[f.name])) for f in fields(SingleLayer)})
 
 
 # --- findings ---------------------------------------------------------------------------------------------------

@@ -59,6 +59,14 @@ from ..sweep import code_version, default_cache_dir, run_sweep
 from ..tasks import BatchStream, eval_set, generator, make_task
 
 NAMESPACE = "ch06_unknown_task"
+#: Parameters that only change the analysis: none (every field of :class:`Config` decides the units, the
+#: temperature included: the mixture runs at it), so a page given ``rows`` must be given every parameter as that
+#: run was.
+ANALYSIS_PARAMETERS = ()
+#: The tables a run saves beside ``06_unknown_task.csv`` (``06_unknown_task_<suffix>.csv``) that the page's
+#: analysis needs (:func:`run_tables`): the temperature check's rows (held-out seeds; its sidecar records its own
+#: configuration, :func:`sibling_parameters`).
+SIBLING_TABLES = ("temperature",)
 TASK_NAMES = ("A", "B", "C", "D")
 ROUTERS = ("nearest_first", "nearest_all", "classifier", "mixture")
 #: The routers that make a hard choice (the mixture blends banks).
@@ -380,6 +388,34 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
                             oracle_logit_change=row["oracle_logit_change"],
                             source_task_a_accuracy=row["source_task_a_accuracy"], unit_wall_s=row["wall_s"]))
     return pd.DataFrame(out)
+
+
+def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
+    """Everything chapter 6's page analyses, as the tables it saves: ``(run(config), {"temperature":
+    run(temperature_check_config(config))})`` (keys: :data:`SIBLING_TABLES`). Both sweeps are cached, so a page
+    given these tables trains nothing."""
+    if not isinstance(config, Config):
+        raise TypeError(f"run_tables needs an unknown_task.Config (see make_config), got {type(config).__name__}")
+    df = run(config, execution)
+    return df, dict(temperature=run(temperature_check_config(config), execution))
+
+
+def sibling_parameters(config: Config) -> dict:
+    """``{suffix: (parameters, resolved)}`` for the sibling tables whose sidecars record their own configuration
+    rather than the page's (:func:`bnstudy.report.rows_or_run`'s ``sibling_parameters``): the temperature check's,
+    :func:`temperature_check_config` of ``config`` with every field resolved (its sidecar,
+    :func:`sidecar_parameters`, records them so)."""
+    from ..report import config_parameters
+    return {"temperature": config_parameters(temperature_check_config(config), {}, ANALYSIS_PARAMETERS)}
+
+
+def run_workers(provenance: dict | None, execution: Execution) -> int:
+    """The worker processes of the run behind the page: the earlier run's record (``provenance`` from
+    :func:`bnstudy.report.load_rows`, when the page analyses its rows and it recorded them), else ``execution``'s
+    (``n_jobs``, or one per CPU core)."""
+    import os
+    recorded = (provenance or {}).get("workers")
+    return int(recorded) if recorded else (execution.n_jobs or os.cpu_count())
 
 
 # --- tidy tables ---------------------------------------------------------------------------------------------------
