@@ -55,11 +55,12 @@ import scipy.stats as sps
 from ..analysis import Interval, holm, mean_ci, verdict
 from ..config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label
-from ..engine import accuracy, ensure_sources, load_source, logits_of, make_optimizer, seeded, train_step
+from ..engine import accuracy, ensure_sources, load_source, logits_of, make_optimizer, seeded, source_version, \
+    train_step
 from ..freeze import pin_eval
 from ..models import Classifier, ConvBackbone, make_head
 from ..modes import TransferModel
-from ..sweep import code_version, default_cache_dir, run_sweep
+from ..sweep import default_cache_dir, run_sweep
 from ..tasks import BatchStream, derive_seed, eval_set, generator, make_task
 
 NAMESPACE = "ch02_eval_traps"
@@ -921,12 +922,12 @@ def run(config: Config, execution: Execution | None = None, version: str | None 
     if not isinstance(config, Config):
         raise TypeError(f"run needs an eval_traps.Config (see make_config), got {type(config).__name__}")
     ex, root = _cache(execution)
-    version = version or code_version()
+    sv = version or source_version()  # stage 1's code version: the runs read the backbones with it
     sweep = lambda configs, desc: run_sweep(configs, _trap_group, namespace=NAMESPACE, cache_dir=root, execution=ex,
-                                            groups=_groups(configs), group_kwargs={"cache_root": root, "version": version},
+                                            groups=_groups(configs), group_kwargs={"cache_root": root, "version": sv},
                                             version=version, desc=desc)
     configs = config.run_configs()
-    ensure_sources([c.source for c in configs], ex, version)
+    ensure_sources([c.source for c in configs], ex, sv)
     first = sweep(configs, "chapter 2 traps")
     rates = chosen_rates(first)
     second = sweep(config.dropout_configs(rates["backbone_only"], rates["std"]), "chapter 2 dropout mechanism")
@@ -971,12 +972,12 @@ def thread_check(config: Config, df: pd.DataFrame, execution: Execution | None =
     other = 2 if ex.threads == 1 else 1
     configs = config.thread_configs(chosen_rates(df))
     e = ex.replace(threads=other, cache_dir=str(Path(root) / f"threads{other}"))
-    version = code_version()
+    version = source_version()
     ensure_sources([c.source for c in configs], e, version)
     oroot = str(Path(root) / f"threads{other}")
     rerun = run_sweep(configs, _trap_group, namespace=NAMESPACE, cache_dir=oroot, execution=e,
                       groups=_groups(configs), group_kwargs={"cache_root": oroot, "version": version},
-                      version=version, desc=f"chapter 2 thread check ({other} threads)")
+                      desc=f"chapter 2 thread check ({other} threads)")
     keys = {(c.trap, c.case) for c in configs}
     cited = np.array([(t, c) in keys for t, c in zip(df["trap"], df["case"])], dtype=bool)
     main = df[cited & df["seed"].isin(config.seeds[:config.thread_seeds]).to_numpy()]
@@ -1084,7 +1085,7 @@ def first_seed_audit(config: Config, trap: str, case: str, execution: Execution 
     if c is None:
         raise ValueError(f"no case {case!r} in trap {trap!r}; cases: "
                          f"{[r.case for r in config.run_configs() if r.trap == trap and r.seed == config.seeds[0]]}")
-    version = code_version()  # one version for both calls; trains the source if this code has none cached
+    version = source_version()  # one version for both calls; trains the source if this code has none cached
     ensure_sources([c.source], ex, version)
     _, a, lints = run_case(c, load_source(c.source, root, version))
     return a, lints

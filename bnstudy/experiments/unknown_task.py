@@ -52,10 +52,10 @@ from ..analysis import Interval, mean_ci, verdict
 from ..banks import StatisticBank
 from ..config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label
-from ..engine import accuracy, ensure_sources, load_source, logits_of, seeded
+from ..engine import accuracy, ensure_sources, load_source, logits_of, seeded, source_version
 from ..models import ConvBackbone, make_head
 from ..routing import NearestStatistics, SoftMixture, StatisticsClassifier, sample_moments
-from ..sweep import code_version, default_cache_dir, run_sweep
+from ..sweep import default_cache_dir, run_sweep
 from ..tasks import BatchStream, eval_set, generator, make_task
 
 NAMESPACE = "ch06_unknown_task"
@@ -374,11 +374,11 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
         raise TypeError(f"run needs an unknown_task.Config (see make_config), got {type(config).__name__}")
     ex = execution or Execution()
     root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
-    version = code_version()
+    version = source_version()  # stage 1's code version: the units read the backbones with it
     units = config.units()
     ensure_sources([u.source for u in units], ex, version)
     rows = run_sweep(units, _unit_group, namespace=NAMESPACE, cache_dir=root, execution=ex,
-                     group_kwargs={"cache_root": root, "version": version}, version=version,
+                     group_kwargs={"cache_root": root, "version": version},
                      desc="chapter 6 units")
     out = []
     for u, (_, row) in zip(units, rows.iterrows()):
