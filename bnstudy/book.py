@@ -285,15 +285,17 @@ def front_page_findings(html_dir) -> str:
         h.decompose()
     for a in section.find_all("a"):
         href = a.get("href", "")
-        m = re.match(r"(?:\./)?chapters/(\d\d-[\w-]+)\.html", href)
-        if m:
-            a["href"] = f"chapters/{m.group(1).replace('-', '_')}.ipynb"
-        elif re.match(r"(?:\./)?[\w-]+\.html", href):
-            a["href"] = "book/" + re.sub(r"^\./", "", href).split("#")[0].replace(".html", ".md")
         if "headerlink" in (a.get("class") or []):
             a.decompose()
-        elif a["href"].startswith("#") or "#" in a["href"] and not a["href"].startswith("http"):
+            continue
+        if "#" in href and not href.startswith("http"):
             a.unwrap()  # a figure or table reference: its number stays as text
+            continue
+        m = re.match(r"(?:\./)?chapters/(\d\d-[\w-]+)\.html$", href)
+        if m:
+            a["href"] = f"chapters/{m.group(1).replace('-', '_')}.ipynb"
+        elif re.match(r"(?:\./)?[\w-]+\.html$", href):
+            a["href"] = "book/" + re.sub(r"^\./", "", href).replace(".html", ".md")
     md = markdownify(str(section), heading_style="ATX", bullets="-", strip=["span", "div", "section"])
     md = re.sub(r"\n{3,}", "\n\n", md).strip()
     return md.replace("\u00a0", " ")
