@@ -442,7 +442,8 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
             diffs += compare_rows(f"chapter {ch.number} unit {i} ({u['namespace']})", u["row"], got)
         # stage-1 sources trained again (no weights ship): their accuracy against the recorded rows
         import torch
-        for p in sorted((tmp / "cache2" / "source").glob("*.pt")):
+        retrained = sorted((tmp / "cache2" / "source").glob("*.pt"))
+        for p in retrained:
             doc = json.loads(p.with_suffix(".json").read_text())
             acc = torch.load(p, map_location="cpu", weights_only=True)["task_a_accuracy"]
             diffs += compare_rows(f"chapter {ch.number} stage-1 source seed {doc['config'].get('seed')}",
@@ -450,10 +451,11 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
                                   {"source_task_a_accuracy": acc})
         diffs += compare(tables, "with the sample recomputed")
     wall = time.perf_counter() - t0
-    log(f"[bnstudy.release] chapter {ch.number}: {len(picked)} of {len(candidates):,} units recomputed, "
-        f"{len(units):,} recorded, {len(ch.table_stems())} tables compared twice, {len(diffs)} differences, {wall:.0f} s")
+    log(f"[bnstudy.release] chapter {ch.number}: {len(picked)} of {len(candidates):,} units recomputed "
+        f"({len(retrained)} stage-1 backbones trained again), {len(units):,} recorded, {len(ch.table_stems())} tables "
+        f"compared twice, {len(diffs)} differences, {wall:.0f} s")
     return dict(chapter=ch.number, sampled=picked, units=len(units), tables=len(ch.table_stems()),
-                differences=diffs, wall_s=round(wall, 1))
+                retrained=len(retrained), differences=diffs, wall_s=round(wall, 1))
 
 
 def _cache_index(folder: Path) -> dict:
