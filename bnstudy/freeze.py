@@ -563,8 +563,11 @@ def batch_stats_report(model: nn.Module):
     "After train/eval" is measured, not guessed: the function calls
     ``model.train()`` and ``model.eval()`` (so overrides such as :func:`pin_eval`
     or mmdetection-style ``train`` methods take effect), reads every flag, and
-    restores every module's flag exactly as it found it. Raises ``TypeError`` if ``model`` is not an
-    ``nn.Module``.
+    restores every module's flag exactly as it found it. Works on TorchScript
+    models (layers judged by the class they were compiled from). Raises
+    ``TypeError`` if ``model`` is not an ``nn.Module``, or when its ``train()``
+    is not supported (the module of a ``torch.export`` program), saying to
+    measure the model before exporting it.
     """
     import pandas as pd
 
@@ -573,9 +576,9 @@ def batch_stats_report(model: nn.Module):
     modules = list(model.modules())
     saved = [m.training for m in modules]
     try:
-        model.train()
+        _call_train(model, True, "batch_stats_report")
         after_train = {id(m): m.training for m in modules}
-        model.eval()
+        _call_train(model, False, "batch_stats_report")
         after_eval = {id(m): m.training for m in modules}
     finally:
         for m, flag in zip(modules, saved):
@@ -768,16 +771,40 @@ def eval_after_train(module: nn.Module) -> set[str]:
     that stays in eval), or a parent whose ``train`` puts them back in eval (mmdetection's ``norm_eval``).
 
     Measured, as :func:`batch_stats_report` measures: calls ``module.train()``, reads every flag and
-    restores every module's flag exactly. Raises ``TypeError`` if ``module`` is not an ``nn.Module``."""
+    restores every module's flag exactly. Raises ``TypeError`` if ``module`` is not an ``nn.Module`` or
+    refuses ``train()`` (a ``torch.export`` program's module)."""
     check_module("eval_after_train", "module", module)
     modules = list(module.modules())
     saved = [m.training for m in modules]
     try:
-        module.train()
+        _call_train(module, True, "eval_after_train")
         return {n for n, m in module.named_modules(remove_duplicate=False) if not m.training}
     finally:
         for m, flag in zip(modules, saved):
             m.training = flag
+
+
+def refuse_fixed_mode(fn: str, module: nn.Module) -> None:
+    """Raise ``TypeError`` at once when ``module.train()`` is not supported (the module of a ``torch.export``
+    program), saying what to do; every flag is left as it was."""
+    modules = list(module.modules())
+    saved = [m.training for m in modules]
+    try:
+        _call_train(module, True, fn)
+    finally:
+        for m, flag in zip(modules, saved):
+            m.training = flag
+
+
+def _call_train(module: nn.Module, mode: bool, fn: str) -> None:
+    """``module.train(mode)``, with a ``TypeError`` saying what to do when the module refuses it (the module of a
+    ``torch.export`` program keeps the mode it was exported in)."""
+    try:
+        module.train(mode)
+    except NotImplementedError as e:
+        raise TypeError(f"{fn}: {type(module).__name__}.train() is not supported ({e}): a module made by "
+                        "torch.export (ExportedProgram.module()) keeps the train/eval mode it was exported in and "
+                        "holds no norm layer objects to read; lint and audit the model before exporting it") from None
 
 
 def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:

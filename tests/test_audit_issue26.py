@@ -104,6 +104,33 @@ def test_a_model_compiled_in_place_is_noted_and_its_step_runs():
     assert set(a.moved()["module"]) >= {"backbone.1"}  # what moved still comes from the snapshots
 
 
+def test_a_compiled_submodule_is_read_at_its_boundary_and_a_compiled_function_is_noted():
+    torch._dynamo.reset()
+    model = _net()
+    model.backbone = torch.compile(model.backbone, backend="eager")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*global hooks on modules.*")
+        with FreezeAudit(model, warn=False) as a:
+            model.train()(_x())
+    row = a.modes().set_index("module").loc["backbone._orig_mod.1"]
+    assert (row["hidden_calls"], row["hidden_writes"]) == (1, 1)
+    with pytest.raises(AssertionError, match=r"backbone\._orig_mod\.1\.running_mean"):
+        a.assert_frozen("backbone", outputs=False)
+    model = _net()
+    step = torch.compile(lambda x: model(x), backend="eager")  # a compiled function: no module boundary
+    with FreezeAudit(model, warn=False) as b:
+        step(_x())
+    assert b.model_calls == 0 and "changed with no call of theirs seen" in _flat(b)
+    assert "'backbone.1'" in b.notes[0]
+
+
+def test_a_torch_export_module_is_refused_at_once_saying_to_audit_before_exporting():
+    exported = torch.export.export(_net().eval(), (_x(4),)).module()
+    for fn in (lambda: FreezeAudit(exported), lambda: lint_model(exported), lambda: batch_stats_report(exported)):
+        with pytest.raises(TypeError, match=r"train\(\) is not supported .*before exporting it"):
+            fn()
+
+
 def _pinned_scripted():
     model = _net()
     model.backbone.requires_grad_(False)
@@ -328,9 +355,9 @@ def test_an_ema_copy_run_in_train_mode_writes_its_own_buffers_and_the_audit_says
         ema(_x())
         ema(_x(seed=3))
     assert a.moved().empty
-    assert a.elsewhere().to_dict("records") == [dict(layer="module.backbone.1", type="BatchNorm1d",
-                                                     where="outside the model: AveragedModel", writes=2,
-                                                     in_model=False)]
+    assert a.elsewhere().to_dict("records") == [dict(
+        layer="module.backbone.1", type="BatchNorm1d", writes=2, in_model=False,
+        where="outside the model: AveragedModel (a copy of the model's 'backbone.1': deepcopy, an EMA or AveragedModel)")]
     assert "norm layers outside the model wrote running statistics: AveragedModel (2 writes)" in _flat(a)
 
 
@@ -375,6 +402,14 @@ def test_handed_case_one_inf_batch_leaves_nonfinite_statistics_and_every_tool_sa
                                          r"non-finite \(the inputs it received hold inf or NaN\)"):
         update_bn_stats(bad, [_x(), torch.full((16, 4), float("inf"))])
     assert torch.equal(bad.backbone[1].running_mean, saved)  # nothing written, everything restored
+
+
+def test_a_negative_running_var_is_linted_as_a_nan_source():
+    model = _net()
+    with torch.no_grad():
+        model.backbone[1].running_var[2] = -0.5
+    (lint,) = [x for x in lint_model(model, warn=False) if x.code == "nonfinite_stats"]
+    assert lint.layer == "backbone.1" and "negative in 1 of 8 channels" in lint.message
 
 
 def test_float16_statistics_that_overflow_are_named_with_the_cause():

@@ -19,7 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from .._checks import (check_bool, check_device, check_int, check_model_input, check_module, check_number, check_str,
                        module_names)
-from ..freeze import eval_after_train, is_pinned
+from ..freeze import eval_after_train, is_pinned, refuse_fixed_mode
 from ..norms import (compiled_original, counts_batches, has_running_stats, is_script_module, statistics_source,
                      updates_running_stats)
 from .inspect import LayerRecord, layer_kind
@@ -194,8 +194,10 @@ class FreezeAudit:
     ``snapshot_device``: where the snapshots live.
     Raises ``TypeError`` if ``model`` is not an ``nn.Module``, ``forward`` is
     not callable, ``probe`` is not a model input (a tensor, or a tuple, list or
-    dict of tensors) or ``warn`` not a bool, ``ValueError`` if ``min_batch`` is
-    not a positive integer or ``snapshot_device`` not a device.
+    dict of tensors) or ``warn`` not a bool, or when ``model.train()`` is not
+    supported (the module of a ``torch.export`` program, which keeps the mode it
+    was exported in: audit the model before exporting it); ``ValueError`` if
+    ``min_batch`` is not a positive integer or ``snapshot_device`` not a device.
     """
 
     def __init__(self, model: nn.Module, probe: Any = None, forward: Callable | nn.Module | None = None, *,
@@ -209,6 +211,7 @@ class FreezeAudit:
         #: The ``torch.compile`` wrapper given as ``model`` (None otherwise); ``model`` is what it wraps.
         self.wrapper = model if compiled_original(model) is not model else None
         model = compiled_original(model)
+        refuse_fixed_mode("FreezeAudit", model)
         if isinstance(forward, nn.Module):
             forward = compiled_original(forward)
         self.model, self.probe, self.forward = model, probe, forward
@@ -317,6 +320,19 @@ class FreezeAudit:
             if n in now and layer_kind(now[n]) is not None:
                 self._pin_lost(n, now[n], "stayed in eval mode after model.train() when the audit started (a "
                                           "class or parent train() override kept it there) and no longer does")
+        unseen = []
+        for rec in self._records.values():
+            if rec.kind in ("batchnorm", "instancenorm") and not (rec.writes or rec.hidden_writes) and any(
+                    (t0 := self.before.tensors.get(f"{rec.name}.{k}" if rec.name else k)) is not None
+                    and (t0.shape != t.shape or not torch.equal(t0, t.detach().to(t0.device)))
+                    for k, t in _stat_tensors(rec.module).items()):
+                unseen.append(rec.name)
+        if unseen:
+            self.notes.append(f"running statistics of {', '.join(map(repr, unseen[:6]))}"
+                              + (f" and {len(unseen) - 6} more" if len(unseen) > 6 else "")
+                              + " changed with no call of theirs seen: they ran where the audit has no boundary (a "
+                              "torch.compile'd function rather than module, a module compiled in place), or the "
+                              "buffers were written directly (load_state_dict, copy_, reset_running_stats)")
         for rec in self._records.values():
             m, state = rec.module, self._entry_state.get(id(rec))
             if state is None or not has_running_stats(m) or rec.kind == "model":
@@ -809,20 +825,24 @@ class FreezeAudit:
         Columns: ``layer`` (the model's layer name; for a layer outside the model, its name in the module
         that called it, or ``"?"``), ``type``, ``where`` (``"torch.func.functional_call copies"``,
         ``"DataParallel replica copies"``, or ``"outside the model: AveragedModel"``: the outermost module
-        of the call, e.g. an EMA copy or a teacher), ``writes`` and ``in_model`` (False for all of them:
-        the model's buffers do not hold these writes). Empty when every write landed in the model."""
+        of the call, e.g. an EMA copy or a teacher, with ``"(a copy of the model's 'backbone.1')"`` when the
+        layer has the type and the name, possibly under a ``module.`` prefix, of one of the model's),
+        ``writes`` and ``in_model`` (False for all of them: the model's buffers do not hold these writes). Empty when every write landed in the model."""
         self._require_done()
         rows = []
         for rec in self._records.values():
             for where, k in rec.elsewhere.items():
                 rows.append(dict(layer=rec.name, type=_type_name(rec.module), where=where, writes=k, in_model=False))
+        mine = {r.name: _type_name(r.module) for r in self._records.values()}
         for entry in self._foreign.values():
             layer, root = entry["layer"](), entry["root"]()
             if entry["name"] is None and layer is not None and root is not None:
                 entry["name"] = next((n for n, m in root.named_modules() if m is layer), "?")
-            rows.append(dict(layer=entry["name"] or "?", type=entry["type"],
-                             where=f"outside the model: {entry['root_type']}", writes=entry["writes"],
-                             in_model=False))
+            name = entry["name"] or "?"
+            twin = next((n for n in (name, name.removeprefix("module.")) if mine.get(n) == entry["type"]), None)
+            where = f"outside the model: {entry['root_type']}" + (
+                f" (a copy of the model's {twin!r}: deepcopy, an EMA or AveragedModel)" if twin is not None else "")
+            rows.append(dict(layer=name, type=entry["type"], where=where, writes=entry["writes"], in_model=False))
         return pd.DataFrame(rows, columns=["layer", "type", "where", "writes", "in_model"])
 
     def lints_frame(self) -> pd.DataFrame:

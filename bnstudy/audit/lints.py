@@ -28,7 +28,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from .._checks import (check_bool, check_callable, check_int, check_iterable, check_model_input, check_module,
                        check_number, check_str, describe, user_stacklevel)
-from ..freeze import batch_stats_report, is_pinned, pin_dropped
+from ..freeze import batch_stats_report, is_pinned, pin_dropped, refuse_fixed_mode
 from ..norms import (compiled_original, counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm,
                      is_instance_norm, is_norm_base, statistics_source, updates_running_stats)
 
@@ -93,8 +93,8 @@ LINT_CODES = {
                 "train() ignores its argument, or by its parent) no longer does: a conversion such as "
                 "SyncBatchNorm.convert_sync_batchnorm replaced it, it was unpinned, or it carries pin_eval's "
                 "mark without the pin (torch.jit.script / jit.save / jit.load keep attributes, not methods)",
-    "nonfinite_stats": "running_mean/running_var hold NaN or inf: eval-mode outputs of those channels are NaN, "
-                       "and no later update repairs them (one batch with an inf, e.g. an fp16 overflow, is enough; "
+    "nonfinite_stats": "running_mean/running_var hold NaN or inf (or a negative variance): eval-mode outputs of "
+                       "those channels are NaN, and no later update repairs them (one batch with an inf, e.g. an fp16 overflow, is enough; "
                        "skipping the optimizer step does not undo a buffer write)",
     "low_precision_stats": "running statistics kept in float16/bfloat16 by a layer that updates them: updates "
                            "smaller than half a unit in the last place are lost (the statistics stall short of the "
@@ -247,7 +247,9 @@ def _at_reset_values(m: nn.Module) -> bool:
 
 
 def _finite_stats(m: nn.Module) -> bool:
-    return bool(torch.isfinite(m.running_mean).all() and torch.isfinite(m.running_var).all())
+    """Finite running statistics with a variance that is not negative (a negative one makes sqrt(var + eps) NaN)."""
+    rv = m.running_var
+    return bool(torch.isfinite(m.running_mean).all() and torch.isfinite(rv).all() and (rv >= 0).all())
 
 
 def _nonfinite_lint(name: str, m: nn.Module, when: str = "") -> Lint:
@@ -259,7 +261,16 @@ def _nonfinite_lint(name: str, m: nn.Module, when: str = "") -> Lint:
         if nan or inf:
             parts.append(f"{stat} has {nan + inf} of {t.numel()} values non-finite ("
                          + ", ".join(([f"{nan} NaN"] if nan else []) + ([f"{inf} inf"] if inf else [])) + ")")
+    neg = int((m.running_var < 0).sum())
+    if neg:
+        parts.append(f"running_var is negative in {neg} of {m.running_var.numel()} channels (sqrt(var + eps) is "
+                     "NaN there)")
     kind = _type_name(m)
+    if len(parts) == 1 and neg:
+        return _lint("nonfinite_stats", name,
+                     f"{kind}'s {parts[0]}{when}: in eval mode it outputs NaN in those channels (a variance is never "
+                     "negative: a corrupted checkpoint or a hand-set value?); re-estimate the statistics with "
+                     "bnstudy.stats.update_bn_stats, or restore them from a checkpoint")
     return _lint("nonfinite_stats", name,
                  f"{kind}'s {'; '.join(parts)}{when}: in eval mode it outputs NaN in those channels, and no later "
                  "update repairs them (NaN stays NaN under every momentum below 1). One batch holding inf or NaN "
@@ -423,13 +434,15 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
     Returns the lints (grouped display: :func:`format_lints`) and warns the
     ``warning`` ones. Raises ``ValueError`` naming ``batch_size`` or
     ``min_batch`` when it is not a positive integer, and ``TypeError`` when
-    ``model`` is not an ``nn.Module``.
+    ``model`` is not an ``nn.Module`` or refuses ``train()`` (the module of a
+    ``torch.export`` program: lint the model before exporting it).
     """
     check_module("lint_model", "model", model)
     check_int("lint_model", "batch_size", batch_size, allow_none=True)
     _check_positive_int("min_batch", min_batch, "lint_model")
     check_bool("lint_model", "warn", warn)
     model = compiled_original(model)
+    refuse_fixed_mode("lint_model", model)
     report = batch_stats_report(model).set_index("layer")
     modules = dict(model.named_modules())
     lints = []
