@@ -86,8 +86,8 @@ def pin_eval(module: nn.Module) -> nn.Module:
       ``.cuda()``, ``torch.compile(model)`` and ``model.compile()`` (the same
       objects run), ``torch.fx.symbolic_trace`` (the GraphModule holds the same
       leaf modules; a pinned container has no leaf of its own), DataParallel's
-      replicas (``_replicate_for_data_parallel`` copies the flag and the pin),
-      and :func:`convert_sync_batchnorm` (re-pins every layer that stayed in eval
+      replicas (made for each forward by ``_replicate_for_data_parallel``, they
+      copy the pinned module's eval flag), and :func:`convert_sync_batchnorm` (re-pins every layer that stayed in eval
       mode, whatever kept it there);
     * dropped: ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` (new modules;
       :class:`bnstudy.audit.FreezeAudit` lints ``pin_lost`` when it happens in its

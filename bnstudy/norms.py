@@ -36,9 +36,9 @@ BatchNorm1d follows the BatchNorm rule, reading the same ``training``,
 
 from __future__ import annotations
 
-import importlib
 import numbers
 import re
+import sys
 
 import torch
 from torch import nn
@@ -73,13 +73,14 @@ def is_script_module(module) -> bool:
 
 
 def script_source_class(module) -> type | None:
-    """The Python class a TorchScript module was compiled from, or None (not a ScriptModule, or a class that
-    cannot be imported here, e.g. one defined in a function or a model loaded with ``torch.jit.load`` whose
-    code is not installed).
+    """The Python class a TorchScript module was compiled from, or None (not a ScriptModule, or a class whose
+    module is not imported in this process, e.g. a model loaded with ``torch.jit.load`` whose code was never
+    imported here, or a class defined inside a function).
 
     Read from TorchScript's qualified type name (``__torch__.torch.nn.modules.batchnorm.BatchNorm1d``, with
-    ``___torch_mangle_N`` segments removed); a class of ``__main__`` is looked up there, and as a last resort
-    ``torch.nn`` is searched for the module's ``original_name``.
+    ``___torch_mangle_N`` segments removed) and looked up among the modules already imported (``sys.modules``;
+    nothing is imported, which could run a script); a class of ``__main__`` is looked up there, and as a last
+    resort ``torch.nn`` is searched for the module's ``original_name``.
     """
     if not is_script_module(module):
         return None
@@ -94,10 +95,8 @@ def script_source_class(module) -> type | None:
     if qualified and qualified.startswith("__torch__."):
         path, _, name = _MANGLE.sub("", qualified[len("__torch__."):]).rpartition(".")
         for mod_name in ([path] if path else []) + ["__main__"]:
-            try:
-                candidate = getattr(importlib.import_module(mod_name), name, None)
-            except Exception:  # noqa: BLE001  (any import failure means: not resolvable here)
-                candidate = None
+            # only modules already imported: importing one by name could run a user's script
+            candidate = getattr(sys.modules.get(mod_name), name, None)
             if isinstance(candidate, type) and issubclass(candidate, nn.Module):
                 cls = candidate
                 break

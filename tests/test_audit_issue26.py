@@ -251,6 +251,22 @@ def test_pin_eval_docstring_lists_exactly_the_transformations_that_keep_and_drop
         exported.train()
 
 
+class _ThirdPartyNorm(nn.modules.batchnorm._NormBase):
+    """A third-party ``_NormBase`` layer with torch's BatchNorm semantics."""
+
+    def forward(self, x):
+        return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                        self.training, 0.1, self.eps)
+
+
+def test_a_scripted_third_party_norm_layer_is_read_by_its_source_class():
+    model = nn.Sequential(nn.Linear(4, 3), _ThirdPartyNorm(3))
+    model[1].requires_grad_(False)
+    scripted = torch.jit.script(model)
+    assert norms.script_source_class(dict(scripted.named_modules())["1"]) is _ThirdPartyNorm
+    assert ("frozen_bn_in_train_mode", "1") in _codes(lint_model(scripted, warn=False))
+
+
 def test_conversions_and_estimators_refuse_a_torchscript_model_at_once_saying_what_to_do():
     _, scripted = _pinned_scripted()
     for fn in (lambda: freeze_modules(scripted, ["backbone"]), lambda: unfreeze_modules(scripted, ["backbone"]),
