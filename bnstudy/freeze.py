@@ -35,7 +35,7 @@ from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, is_no
 PIN_MARK = "_bnstudy_pinned"
 
 
-def refuse_script_module(fn: str, param: str, module) -> None:
+def _refuse_script_module(fn: str, param: str, module) -> None:
     """Raise ``TypeError`` when ``module`` is a TorchScript module: ``fn`` replaces submodules, changes
     compiled constants or relies on Python hooks, none of which a ScriptModule allows. The message says
     what to do instead (apply ``fn`` to the Python model, then script it)."""
@@ -166,7 +166,7 @@ def shared_weight_copy(module: nn.Module) -> nn.Module:
     the affine parameters shared as well. Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
     check_module("shared_weight_copy", "module", module)
-    refuse_script_module("shared_weight_copy", "module", module)
+    _refuse_script_module("shared_weight_copy", "module", module)
     clone = copy.deepcopy(module)
     for m_clone, m_orig in zip(clone.modules(), module.modules()):
         for name, p in m_orig._parameters.items():
@@ -342,7 +342,7 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     ``nn.Module`` or is a TorchScript module (convert before scripting).
     """
     check_module("freeze_batchnorm", "module", module)
-    refuse_script_module("freeze_batchnorm", "module", module)
+    _refuse_script_module("freeze_batchnorm", "module", module)
     return _convert(module, "", {}, _to_frozen)
 
 
@@ -366,7 +366,7 @@ def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
     is a TorchScript module.
     """
     check_module("unfreeze_batchnorm", "module", module)
-    refuse_script_module("unfreeze_batchnorm", "module", module)
+    _refuse_script_module("unfreeze_batchnorm", "module", module)
     _check_unfreezable(module, "unfreeze_batchnorm")
     return _convert(module, "", {}, _from_frozen)
 
@@ -380,6 +380,17 @@ class _UnfrozenMixin:
 
     frozen_class: type | None = None
 
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None):
+        fn = type(self).__name__
+        check_int(fn, "num_features", num_features)
+        check_number(fn, "eps", eps, minimum=0, strict_minimum=True)
+        check_number(fn, "momentum", momentum, minimum=0, maximum=1, allow_none=True)
+        check_bool(fn, "affine", affine)
+        check_bool(fn, "track_running_stats", track_running_stats)
+        super().__init__(num_features, eps=eps, momentum=momentum, affine=affine,
+                         track_running_stats=track_running_stats, device=device, dtype=dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training or self.frozen_class is None:
             return super().forward(x)
@@ -392,8 +403,15 @@ class _UnfrozenMixin:
         ``frozen``: another library's FrozenBatchNorm (:func:`bnstudy.norms.is_frozen_batchnorm`) with 1-D
         ``running_mean``/``running_var`` (and ``weight``/``bias``) buffers of one length and an ``eps``.
         ``num_batches_tracked`` is copied when the source has one, else 0 (torchvision's has none).
-        Raises ``ValueError`` naming the layer (``name``) for buffers of different lengths."""
+        Raises ``TypeError`` if ``frozen`` is not an ``nn.Module`` or ``name`` not a string, ``ValueError``
+        if ``frozen`` is not a frozen BatchNorm or its buffers differ in length (naming the layer ``name``)."""
+        fn = f"{cls.__name__}.from_frozen"
+        check_module(fn, "frozen", frozen)
+        check_str(fn, "name", name)
         label = repr(name) if name else type(frozen).__name__
+        if not is_frozen_batchnorm(frozen):
+            raise ValueError(f"{fn}: frozen={label} is a {type(frozen).__name__}, not a frozen BatchNorm (a class "
+                             "named FrozenBatchNorm* with running_mean/running_var buffers and an eps)")
         rm, rv = frozen.running_mean, frozen.running_var
         w, b = getattr(frozen, "weight", None), getattr(frozen, "bias", None)
         c = rm.numel()
@@ -609,7 +627,7 @@ def _resolve(model: nn.Module, names, whole_model, fn: str) -> list[str]:
     """The qualified names a freeze/unfreeze call acts on. Names are required: a forgotten argument must not
     mean "everything" (timm's ``freeze(model)`` freezes the whole model, head included, without a word)."""
     check_module(fn, "model", model)
-    refuse_script_module(fn, "model", model)
+    _refuse_script_module(fn, "model", model)
     check_bool(fn, "whole_model", whole_model)
     if whole_model:
         if names is not None:
@@ -784,7 +802,7 @@ def eval_after_train(module: nn.Module) -> set[str]:
             m.training = flag
 
 
-def refuse_fixed_mode(fn: str, module: nn.Module) -> None:
+def _refuse_fixed_mode(fn: str, module: nn.Module) -> None:
     """Raise ``TypeError`` at once when ``module.train()`` is not supported (the module of a ``torch.export``
     program), saying what to do; every flag is left as it was."""
     modules = list(module.modules())
@@ -838,7 +856,7 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     ``ProcessGroup``.
     """
     check_module("convert_sync_batchnorm", "module", module)
-    refuse_script_module("convert_sync_batchnorm", "module", module)
+    _refuse_script_module("convert_sync_batchnorm", "module", module)
     pg_type = getattr(torch.distributed, "ProcessGroup", None) if torch.distributed.is_available() else None
     if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
         raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "

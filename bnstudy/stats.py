@@ -45,7 +45,7 @@ from torch import nn
 
 from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_module,
                       check_number, describe, module_names, user_stacklevel)
-from .freeze import batchnorm_layers, is_pinned, refuse_script_module, unpin
+from .freeze import batchnorm_layers, is_pinned, _refuse_script_module, unpin
 from .norms import compiled_original, has_running_stats, is_batch_norm, keeps_running_stats
 
 #: Dict keys :func:`batch_input` looks for, in order, when a batch is a dict.
@@ -232,7 +232,7 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
     names as in that module).
     """
     check_module("update_bn_stats", "model", model)
-    refuse_script_module("update_bn_stats", "model", model)
+    _refuse_script_module("update_bn_stats", "model", model)
     model = compiled_original(model)
     bns = _estimated_layers(model, modules, "update_bn_stats")
     inputs = _inputs(batches, input_fn, num_iters, "update_bn_stats")
@@ -319,7 +319,7 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
     layer the forward passes reached. Raises as :func:`update_bn_stats`.
     """
     check_module("precise_bn_statistics", "model", model)
-    refuse_script_module("precise_bn_statistics", "model", model)
+    _refuse_script_module("precise_bn_statistics", "model", model)
     model = compiled_original(model)
     chosen = _estimated_layers(model, modules, "precise_bn_statistics")
     _inputs(batches, input_fn, num_iters, "precise_bn_statistics")  # argument errors name this function
@@ -365,7 +365,7 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
     A ``torch.compile`` wrapper is measured through the module it wraps.
     """
     check_module("bn_input_statistics", "model", model)
-    refuse_script_module("bn_input_statistics", "model", model)
+    _refuse_script_module("bn_input_statistics", "model", model)
     model = compiled_original(model)
     check_choice("bn_input_statistics", "network_mode", network_mode, MISMATCH_PASSES)
     inputs = _inputs(batches, input_fn, None, "bn_input_statistics")
@@ -467,7 +467,7 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
     of the wrong type, or for a TorchScript model (as :func:`bn_input_statistics`).
     """
     check_module("statistics_mismatch", "model", model)
-    refuse_script_module("statistics_mismatch", "model", model)
+    _refuse_script_module("statistics_mismatch", "model", model)
     model = compiled_original(model)
     _check_measure(measure)
     check_bool("statistics_mismatch", "per_channel", per_channel)
@@ -738,7 +738,7 @@ def replace_norm(model: nn.Module, kind: str, num_groups: int | None = None) -> 
     """
     from .freeze import _convert
     check_module("replace_norm", "model", model)
-    refuse_script_module("replace_norm", "model", model)
+    _refuse_script_module("replace_norm", "model", model)
     check_choice("replace_norm", "kind", kind, REPLACE_KINDS)
     check_int("replace_norm", "num_groups", num_groups, allow_none=True)
     if num_groups is not None and kind == "layer":

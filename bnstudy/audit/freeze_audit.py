@@ -19,7 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from .._checks import (check_bool, check_device, check_int, check_model_input, check_module, check_number, check_str,
                        module_names)
-from ..freeze import eval_after_train, is_pinned, refuse_fixed_mode
+from ..freeze import eval_after_train, is_pinned, _refuse_fixed_mode
 from ..norms import (compiled_original, counts_batches, has_running_stats, is_script_module, statistics_source,
                      updates_running_stats)
 from .inspect import LayerRecord, layer_kind
@@ -211,7 +211,7 @@ class FreezeAudit:
         #: The ``torch.compile`` wrapper given as ``model`` (None otherwise); ``model`` is what it wraps.
         self.wrapper = model if compiled_original(model) is not model else None
         model = compiled_original(model)
-        refuse_fixed_mode("FreezeAudit", model)
+        _refuse_fixed_mode("FreezeAudit", model)
         if isinstance(forward, nn.Module):
             forward = compiled_original(forward)
         self.model, self.probe, self.forward = model, probe, forward
@@ -458,8 +458,9 @@ class FreezeAudit:
                 self._check_tree()
                 for r in self._records.values():
                     r.writes_this_call = 0
-            if rec is None:
-                rec = self._records.get(id(self.model))
+            root_rec = self._records.get(id(self.model))
+            if rec is None and root_rec is not None and root_rec.kind == "model":
+                rec = root_rec  # the compiled wrapper's call is the model's (a compiled bare norm layer: hidden)
         if opaque is not None:
             self._opaque_enter(module, opaque)
         if rec is None:

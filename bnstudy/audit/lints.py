@@ -28,7 +28,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from .._checks import (check_bool, check_callable, check_int, check_iterable, check_model_input, check_module,
                        check_number, check_str, describe, user_stacklevel)
-from ..freeze import batch_stats_report, is_pinned, pin_dropped, refuse_fixed_mode
+from ..freeze import batch_stats_report, is_pinned, pin_dropped, _refuse_fixed_mode
 from ..norms import (compiled_original, counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm,
                      is_instance_norm, is_norm_base, statistics_source, updates_running_stats)
 
@@ -94,8 +94,8 @@ LINT_CODES = {
                 "SyncBatchNorm.convert_sync_batchnorm replaced it, it was unpinned, or it carries pin_eval's "
                 "mark without the pin (torch.jit.script / jit.save / jit.load keep attributes, not methods)",
     "nonfinite_stats": "running_mean/running_var hold NaN or inf (or a negative variance): eval-mode outputs of "
-                       "those channels are NaN, and no later update repairs them (one batch with an inf, e.g. an fp16 overflow, is enough; "
-                       "skipping the optimizer step does not undo a buffer write)",
+                       "those channels are NaN, and no later update repairs them (one batch with an inf, e.g. an "
+                       "fp16 overflow, is enough; skipping the optimizer step does not undo a buffer write)",
     "low_precision_stats": "running statistics kept in float16/bfloat16 by a layer that updates them: updates "
                            "smaller than half a unit in the last place are lost (the statistics stall short of the "
                            "data's), and float16 overflows above 65504",
@@ -442,7 +442,7 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
     _check_positive_int("min_batch", min_batch, "lint_model")
     check_bool("lint_model", "warn", warn)
     model = compiled_original(model)
-    refuse_fixed_mode("lint_model", model)
+    _refuse_fixed_mode("lint_model", model)
     report = batch_stats_report(model).set_index("layer")
     modules = dict(model.named_modules())
     lints = []
