@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import numbers
+import re
 from dataclasses import dataclass
 
 import torch
@@ -25,8 +26,27 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
 from .modes import (ALL_EVAL, BACKBONE_EVAL, MODE_NAMES, MODES, SEPARATE_STATS, TRAIN_MODE,  # noqa: F401
                     FreezeMode, TransferModel, get_mode)
-from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, keeps_running_stats,  # noqa: F401
-                    statistics_source, updates_running_stats)
+from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base,  # noqa: F401
+                    is_script_module, keeps_running_stats, statistics_source, updates_running_stats)
+
+#: Attribute :func:`pin_eval` sets (``True``) on every module it pins, besides the ``train`` override. TorchScript
+#: keeps plain attributes and drops Python methods, so a scripted copy of a pinned module still carries the mark
+#: without the pin: :func:`pin_dropped` and the audit's ``pin_lost`` lint read it.
+PIN_MARK = "_bnstudy_pinned"
+
+
+def _refuse_script_module(fn: str, param: str, module) -> None:
+    """Raise ``TypeError`` when ``module`` is a TorchScript module: ``fn`` replaces submodules, changes
+    compiled constants or relies on Python hooks, none of which a ScriptModule allows. The message says
+    what to do instead (apply ``fn`` to the Python model, then script it)."""
+    if is_script_module(module):
+        raise TypeError(
+            f"{fn}: {param} is a TorchScript module ({type(module).__name__} of {getattr(module, 'original_name', '?')}, "
+            "from torch.jit.script/trace/load): its submodules cannot be replaced, momentum and "
+            "track_running_stats are compiled constants, and Python hooks do not run inside it. Call "
+            f"{fn} on the Python model and script the result (FrozenBatchNorm scripts); to read a scripted "
+            "model use bnstudy.audit.lint_model, batch_stats_report or FreezeAudit, which work on it, and "
+            "re-pin it with pin_eval/pin_norm_eval after scripting or loading")
 
 
 class _PinnedTrain:
@@ -52,10 +72,39 @@ def pin_eval(module: nn.Module) -> nn.Module:
     freeze survives the ``model.train()`` at the start of every epoch. This is
     the habit of mmdetection's backbones (``norm_eval`` re-applied in an
     overridden ``train``), done per instance so it works on any ``nn.Module``.
-    A pinned model deep-copies and pickles with its pin; TorchScript cannot
-    compile the instance-level override (convert with :func:`freeze_batchnorm`
-    instead). Returns ``module``. Undo with :func:`unpin`.
-    Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
+    Returns ``module``. Undo with :func:`unpin`. Raises ``TypeError`` if
+    ``module`` is not an ``nn.Module``. Each pinned module also gets the
+    attribute :data:`PIN_MARK` (``True``), which is how a pin dropped by
+    TorchScript is found (:func:`pin_dropped`).
+
+    Which transformations keep the pin (each checked by
+    ``tests/test_audit_issue26.py``): the pin is an instance attribute, so it
+    lives as long as the module *object* does.
+
+    * kept: ``copy.deepcopy`` and pickling (``torch.save(model)`` /
+      ``torch.load(..., weights_only=False)``), ``model.to()``/``.half()``/
+      ``.cuda()``, ``torch.compile(model)`` and ``model.compile()`` (the same
+      objects run), ``torch.fx.symbolic_trace`` (the GraphModule holds the same
+      leaf modules; a pinned container has no leaf of its own), DataParallel's
+      replicas (made for each forward by ``_replicate_for_data_parallel``, they
+      copy the pinned module's eval flag), and :func:`convert_sync_batchnorm` (re-pins every layer that stayed in eval
+      mode, whatever kept it there);
+    * dropped: ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` (new modules;
+      :class:`bnstudy.audit.FreezeAudit` lints ``pin_lost`` when it happens in its
+      block), ``torch.jit.script`` (TorchScript compiles methods from the class,
+      not an instance's override; the :data:`PIN_MARK` attribute survives, so
+      :func:`pin_dropped`, :func:`bnstudy.audit.lint_model` and the audit report
+      the dropped pin by layer name; call ``pin_eval`` again on the scripted
+      module, which works in Python but is not saved), ``torch.jit.save``/
+      ``torch.jit.load`` (mark kept, pin dropped, as for scripting),
+      ``torch.jit.trace`` (keeps neither: nothing reports it), ``torch.export``
+      (its module refuses ``train()`` altogether: it keeps the mode it was
+      exported in), and ``load_state_dict`` into a new model (a pin is not state).
+
+    A model that has to stay frozen through TorchScript should be converted
+    instead: :func:`freeze_batchnorm` (or :func:`freeze_modules`) replaces each
+    BatchNorm by a :class:`FrozenBatchNorm`, which scripts and computes the
+    same outputs in train and eval mode.
 
     Everything inside ``module`` is pinned, **Dropout included**: a pinned
     backbone trains with its dropout switched off. To keep dropout (and any other
@@ -72,8 +121,18 @@ def pin_eval(module: nn.Module) -> nn.Module:
     check_module("pin_eval", "module", module)
     for m in module.modules():
         m.train = _PinnedTrain(m)
+        setattr(m, PIN_MARK, True)
     nn.Module.train(module, False)
     return module
+
+
+def pin_dropped(module: nn.Module) -> bool:
+    """Whether ``module`` carries :func:`pin_eval`'s mark (:data:`PIN_MARK`) but not its pin: a copy made by
+    a transformation that keeps attributes and drops Python methods (``torch.jit.script``,
+    ``torch.jit.save``/``load``). Such a module follows ``model.train()`` again. Raises ``TypeError`` if
+    ``module`` is not an ``nn.Module``."""
+    check_module("pin_dropped", "module", module)
+    return getattr(module, PIN_MARK, False) is True and not is_pinned(module)
 
 
 def unpin(module: nn.Module) -> nn.Module:
@@ -84,6 +143,10 @@ def unpin(module: nn.Module) -> nn.Module:
     for m in module.modules():
         if "train" in m.__dict__:
             del m.__dict__["train"]
+        if PIN_MARK in m.__dict__:
+            del m.__dict__[PIN_MARK]
+        elif getattr(m, PIN_MARK, False) is True:  # a TorchScript attribute cannot be deleted
+            setattr(m, PIN_MARK, False)
     return module
 
 
@@ -103,6 +166,7 @@ def shared_weight_copy(module: nn.Module) -> nn.Module:
     the affine parameters shared as well. Raises ``TypeError`` if ``module`` is not an ``nn.Module``.
     """
     check_module("shared_weight_copy", "module", module)
+    _refuse_script_module("shared_weight_copy", "module", module)
     clone = copy.deepcopy(module)
     for m_clone, m_orig in zip(clone.modules(), module.modules()):
         for name, p in m_orig._parameters.items():
@@ -139,7 +203,9 @@ class FrozenBatchNorm(nn.Module):
     ``BatchNorm.eval()`` by rounding).
 
     Input ``(N, C)``, ``(N, C, L)``, ``(N, C, H, W)`` or ``(N, C, D, H, W)`` with
-    ``C == num_features``; output has the input's shape. ``weight``/``bias`` are
+    ``C == num_features``; output has the input's shape. The module scripts
+    (``torch.jit.script``): a frozen model that must survive TorchScript is
+    converted with :func:`freeze_batchnorm` rather than pinned. ``weight``/``bias`` are
     ``None`` when the source had ``affine=False``. ``num_batches_tracked`` is
     kept (never incremented) so that a conversion round trip is exact.
     ``source_class`` and ``momentum`` remember the source layer for
@@ -232,12 +298,20 @@ class FrozenBatchNorm(nn.Module):
         bn.train(self.training)
         return bn
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    @torch.jit.unused
+    def _check_input(self, x) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"FrozenBatchNorm: x must be a tensor (N, {self.num_features}, ...), got {describe(x)}")
         if x.dim() < 2 or x.shape[1] != self.num_features:
             raise ValueError(f"FrozenBatchNorm({self.num_features}) expects input (N, {self.num_features}, ...), "
                              f"got {tuple(x.shape)}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Scriptable (torch.jit.script): the Python-only check with its detailed message is skipped there.
+        if not torch.jit.is_scripting():
+            self._check_input(x)
+        elif x.dim() < 2 or x.size(1) != self.num_features:
+            raise ValueError("FrozenBatchNorm expects input (N, num_features, ...)")
         return torch.nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                                               False, 0.0, self.eps)
 
@@ -259,33 +333,187 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     converted (its train-mode output is per-sample, not a BatchNorm's): pin it
     with :func:`pin_norm_eval`, or use :func:`freeze_modules`, which does both. The converted
     model computes what the original computes in eval mode, bit for bit, and
-    stays that way through ``.train()``. Undo with :func:`unfreeze_batchnorm`.
+    stays that way through ``.train()``. An :class:`UnfrozenBatchNorm2d` (a layer
+    :func:`unfreeze_batchnorm` made from another library's FrozenBatchNorm2d) goes
+    back to that library's class, so the round trip is exact too. Undo with
+    :func:`unfreeze_batchnorm`.
     Raises ``ValueError`` naming the first layer with
     ``track_running_stats=False`` or an uninitialised lazy layer, ``TypeError`` if ``module`` is not an
-    ``nn.Module``.
+    ``nn.Module`` or is a TorchScript module (convert before scripting).
     """
     check_module("freeze_batchnorm", "module", module)
+    _refuse_script_module("freeze_batchnorm", "module", module)
     return _convert(module, "", {}, _to_frozen)
 
 
 def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
-    """Inverse of :func:`freeze_batchnorm`: every :class:`FrozenBatchNorm` back to its source class.
+    """Inverse of :func:`freeze_batchnorm`: every frozen BatchNorm back to a trainable BatchNorm.
 
     Recursive and in place; returns the converted module (the replacement if
-    ``module`` itself is a FrozenBatchNorm). The affine parameters come back
-    with ``requires_grad=True``. Raises ``ValueError`` as
-    :meth:`FrozenBatchNorm.to_batchnorm` does, and ``TypeError`` if ``module`` is not an ``nn.Module``.
+    ``module`` itself is frozen). A :class:`FrozenBatchNorm` goes back to its
+    source class (:meth:`FrozenBatchNorm.to_batchnorm`). Another library's
+    ``FrozenBatchNorm2d`` (torchvision's ``ops.FrozenBatchNorm2d``, detectron2's,
+    timm's; recognized by :func:`bnstudy.norms.is_frozen_batchnorm`) becomes an
+    :class:`UnfrozenBatchNorm2d` with its statistics and affine, whose eval-mode
+    outputs equal the frozen layer's bit for bit (timm's ``unfreeze_batch_norm_2d``
+    converts it to a plain BatchNorm2d, whose eval outputs differ from
+    torchvision's formula by rounding). The affine parameters come back with
+    ``requires_grad=True``; the train/eval flag is the frozen layer's. Raises
+    ``ValueError`` as :meth:`FrozenBatchNorm.to_batchnorm` does, or naming a
+    frozen layer of another library whose class this package cannot rebuild
+    (``FrozenBatchNormAct2d``: use its library's own conversion), before
+    anything is converted; ``TypeError`` if ``module`` is not an ``nn.Module`` or
+    is a TorchScript module.
     """
     check_module("unfreeze_batchnorm", "module", module)
+    _refuse_script_module("unfreeze_batchnorm", "module", module)
+    _check_unfreezable(module, "unfreeze_batchnorm")
     return _convert(module, "", {}, _from_frozen)
 
 
+#: Class names of other libraries' frozen BatchNorm layers that :func:`unfreeze_batchnorm` rebuilds.
+_FOREIGN_FROZEN = re.compile(r"FrozenBatchNorm([123]d)?")
+
+
+class _UnfrozenMixin:
+    """Eval mode through the forward of the frozen class the layer was made from (see UnfrozenBatchNorm2d)."""
+
+    frozen_class: type | None = None
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None):
+        fn = type(self).__name__
+        check_int(fn, "num_features", num_features)
+        check_number(fn, "eps", eps, minimum=0, strict_minimum=True)
+        check_number(fn, "momentum", momentum, minimum=0, maximum=1, allow_none=True)
+        check_bool(fn, "affine", affine)
+        check_bool(fn, "track_running_stats", track_running_stats)
+        super().__init__(num_features, eps=eps, momentum=momentum, affine=affine,
+                         track_running_stats=track_running_stats, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training or self.frozen_class is None:
+            return super().forward(x)
+        return self.frozen_class.forward(self, x)
+
+    @classmethod
+    def from_frozen(cls, frozen: nn.Module, name: str = "") -> nn.Module:
+        """A trainable layer holding copies of ``frozen``'s statistics and affine (same device and dtype).
+
+        ``frozen``: another library's FrozenBatchNorm (:func:`bnstudy.norms.is_frozen_batchnorm`) with 1-D
+        ``running_mean``/``running_var`` (and ``weight``/``bias``) buffers of one length and an ``eps``.
+        ``num_batches_tracked`` is copied when the source has one, else 0 (torchvision's has none).
+        Raises ``TypeError`` if ``frozen`` is not an ``nn.Module`` or ``name`` not a string, ``ValueError``
+        if ``frozen`` is not a frozen BatchNorm or its buffers differ in length (naming the layer ``name``)."""
+        fn = f"{cls.__name__}.from_frozen"
+        check_module(fn, "frozen", frozen)
+        check_str(fn, "name", name)
+        label = repr(name) if name else type(frozen).__name__
+        if not is_frozen_batchnorm(frozen):
+            raise ValueError(f"{fn}: frozen={label} is a {type(frozen).__name__}, not a frozen BatchNorm (a class "
+                             "named FrozenBatchNorm* with running_mean/running_var buffers and an eps)")
+        rm, rv = frozen.running_mean, frozen.running_var
+        w, b = getattr(frozen, "weight", None), getattr(frozen, "bias", None)
+        c = rm.numel()
+        if rm.dim() != 1 or rv.shape != rm.shape or (w is not None and w.shape != rm.shape) or (
+                b is not None and b.shape != rm.shape):
+            raise ValueError(f"cannot unfreeze {type(frozen).__name__} {label}: its running_mean, running_var, "
+                             "weight and bias must be 1-D buffers of one length")
+        bn = cls(c, eps=float(frozen.eps), affine=w is not None)
+        bn.frozen_class = type(frozen)
+        bn = bn.to(device=rm.device, dtype=rm.dtype)
+        with torch.no_grad():
+            if w is not None:
+                bn.weight.copy_(w)
+                bn.bias.copy_(b if b is not None else torch.zeros_like(w))
+            bn.running_mean.copy_(rm)
+            bn.running_var.copy_(rv)
+            nbt = getattr(frozen, "num_batches_tracked", None)
+            if isinstance(nbt, torch.Tensor):
+                bn.num_batches_tracked.copy_(nbt)
+        bn.train(frozen.training)
+        return bn
+
+    def to_frozen(self) -> nn.Module:
+        """The layer as an instance of ``frozen_class`` again (its statistics and affine copied); our own
+        :class:`FrozenBatchNorm` if that class cannot be built as ``frozen_class(num_features, eps=eps)``."""
+        try:
+            out = self.frozen_class(self.num_features, eps=self.eps)
+        except TypeError:
+            return FrozenBatchNorm.from_batchnorm(self)
+        out = out.to(device=self.running_mean.device, dtype=self.running_mean.dtype)
+        with torch.no_grad():
+            for n in ("weight", "bias", "running_mean", "running_var"):
+                t = getattr(out, n, None)
+                if isinstance(t, torch.Tensor) and getattr(self, n) is not None:
+                    t.copy_(getattr(self, n))
+            nbt = getattr(out, "num_batches_tracked", None)
+            if isinstance(nbt, torch.Tensor):
+                nbt.copy_(self.num_batches_tracked)
+        out.train(self.training)
+        return out
+
+
+class UnfrozenBatchNorm2d(_UnfrozenMixin, nn.BatchNorm2d):
+    """A BatchNorm2d made by :func:`unfreeze_batchnorm` / :func:`unfreeze_modules` from another library's
+    ``FrozenBatchNorm2d`` (torchvision, detectron2, timm).
+
+    Train mode is ``nn.BatchNorm2d``'s (batch statistics; running statistics
+    updated with ``momentum`` 0.1; trainable affine): the layer fine-tunes as a
+    BatchNorm does. Eval mode runs the forward of ``frozen_class``, the class it
+    was made from, on this layer's own tensors, so right after the conversion
+    (and as long as nothing changed) its eval outputs equal the frozen layer's bit
+    for bit. That matters because those classes do not compute BatchNorm2d's
+    eval-mode kernel: torchvision's and timm's ``FrozenBatchNorm2d`` compute
+    ``x * scale + shift`` with ``scale = weight * rsqrt(running_var + eps)`` and
+    ``shift = bias - running_mean * scale`` (their source), which differs from
+    ``BatchNorm2d.eval()`` by rounding (about 1e-6 of the output), and
+    detectron2's uses that formula when the input requires grad and
+    ``F.batch_norm`` otherwise. Input ``(N, C, H, W)``; output the same shape.
+    :func:`freeze_batchnorm` turns it back into ``frozen_class``
+    (:meth:`to_frozen`). Not scriptable (TorchScript cannot call another class's
+    forward): freeze it again, or copy its state into an ``nn.BatchNorm2d``,
+    before scripting.
+    """
+
+
+class UnfrozenBatchNorm1d(_UnfrozenMixin, nn.BatchNorm1d):
+    """:class:`UnfrozenBatchNorm2d` for a frozen class named ``FrozenBatchNorm1d``; input ``(N, C)`` or ``(N, C, L)``."""
+
+
+class UnfrozenBatchNorm3d(_UnfrozenMixin, nn.BatchNorm3d):
+    """:class:`UnfrozenBatchNorm2d` for a frozen class named ``FrozenBatchNorm3d``; input ``(N, C, D, H, W)``."""
+
+
+_UNFROZEN = {"1d": UnfrozenBatchNorm1d, "2d": UnfrozenBatchNorm2d, "3d": UnfrozenBatchNorm3d, None: UnfrozenBatchNorm2d}
+
+
+def _foreign_frozen(m: nn.Module) -> bool:
+    return is_frozen_batchnorm(m) and not isinstance(m, FrozenBatchNorm)
+
+
+def _check_unfreezable(module: nn.Module, fn: str, prefix: str = "") -> None:
+    for n, m in module.named_modules():
+        if _foreign_frozen(m) and not _FOREIGN_FROZEN.fullmatch(type(m).__name__):
+            name = f"{prefix}.{n}" if prefix and n else (n or prefix)
+            raise ValueError(f"{fn}: {type(m).__name__} {name!r} ({type(m).__module__}) is a frozen BatchNorm "
+                             "whose forward this package does not rebuild (it is not a FrozenBatchNorm, "
+                             "FrozenBatchNorm1d/2d/3d); convert it with its own library (timm: "
+                             "timm.layers.unfreeze_batch_norm_2d), then call this again")
+
+
 def _to_frozen(m: nn.Module, name: str):
+    if isinstance(m, _UnfrozenMixin) and m.frozen_class is not None:
+        return m.to_frozen()
     return FrozenBatchNorm.from_batchnorm(m, name) if is_batch_norm(m) else None
 
 
 def _from_frozen(m: nn.Module, name: str):
-    return m.to_batchnorm() if isinstance(m, FrozenBatchNorm) else None
+    if isinstance(m, FrozenBatchNorm):
+        return m.to_batchnorm()
+    if _foreign_frozen(m):
+        return _UNFROZEN[_FOREIGN_FROZEN.fullmatch(type(m).__name__).group(1)].from_frozen(m, name)
+    return None
 
 
 def _convert(module: nn.Module, name: str, memo: dict, make) -> nn.Module:
@@ -313,7 +541,9 @@ def pin_norm_eval(module: nn.Module) -> list[str]:
     other layers (dropout included) follow the parent's mode as usual. This is
     mmdetection's ``norm_eval=True`` for any ``nn.Module``. Layers with
     ``track_running_stats=False`` are pinned too, but they normalise with batch
-    statistics even in eval mode (see :func:`batch_stats_report`).
+    statistics even in eval mode (see :func:`batch_stats_report`). It works on a
+    TorchScript module too (its norm layers are found by their source class),
+    in Python only: ``torch.jit.save`` does not keep it.
 
     It pins the *mode* only: the affine ``weight``/``bias`` keep their
     ``requires_grad`` and stay trainable (turn them off with
@@ -331,7 +561,7 @@ def pin_norm_eval(module: nn.Module) -> list[str]:
     check_module("pin_norm_eval", "module", module)
     names = []
     for name, m in module.named_modules():
-        if isinstance(m, nn.modules.batchnorm._NormBase):
+        if is_norm_base(m):
             pin_eval(m)
             names.append(name)
     return names
@@ -351,8 +581,11 @@ def batch_stats_report(model: nn.Module):
     "After train/eval" is measured, not guessed: the function calls
     ``model.train()`` and ``model.eval()`` (so overrides such as :func:`pin_eval`
     or mmdetection-style ``train`` methods take effect), reads every flag, and
-    restores every module's flag exactly as it found it. Raises ``TypeError`` if ``model`` is not an
-    ``nn.Module``.
+    restores every module's flag exactly as it found it. Works on TorchScript
+    models (layers judged by the class they were compiled from). Raises
+    ``TypeError`` if ``model`` is not an ``nn.Module``, or when its ``train()``
+    is not supported (the module of a ``torch.export`` program), saying to
+    measure the model before exporting it.
     """
     import pandas as pd
 
@@ -361,9 +594,9 @@ def batch_stats_report(model: nn.Module):
     modules = list(model.modules())
     saved = [m.training for m in modules]
     try:
-        model.train()
+        _call_train(model, True, "batch_stats_report")
         after_train = {id(m): m.training for m in modules}
-        model.eval()
+        _call_train(model, False, "batch_stats_report")
         after_eval = {id(m): m.training for m in modules}
     finally:
         for m, flag in zip(modules, saved):
@@ -394,6 +627,7 @@ def _resolve(model: nn.Module, names, whole_model, fn: str) -> list[str]:
     """The qualified names a freeze/unfreeze call acts on. Names are required: a forgotten argument must not
     mean "everything" (timm's ``freeze(model)`` freezes the whole model, head included, without a word)."""
     check_module(fn, "model", model)
+    _refuse_script_module(fn, "model", model)
     check_bool(fn, "whole_model", whole_model)
     if whole_model:
         if names is not None:
@@ -468,7 +702,8 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     as sharing means: a shared parameter (tied weights) gets
     ``requires_grad=False`` everywhere, a shared InstanceNorm is pinned everywhere.
     Raises ``ValueError`` naming an unknown name or a shared layer as above,
-    ``TypeError`` for a missing ``names`` or arguments of the wrong type.
+    ``TypeError`` for a missing ``names``, arguments of the wrong type, or a
+    TorchScript model (freeze before scripting).
     """
     names = _resolve(model, names, whole_model, "freeze_modules")
     if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
@@ -500,8 +735,10 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
                      whole_model: bool = False) -> nn.Module:
     """Undo :func:`freeze_modules` for the named submodules; returns ``model`` (changed in place).
 
-    Each :class:`FrozenBatchNorm` inside goes back to its source class
-    (:func:`unfreeze_batchnorm`, same statistics, same train/eval flag), the
+    Each :class:`FrozenBatchNorm` inside goes back to its source class, and
+    another library's ``FrozenBatchNorm2d`` (torchvision, detectron2, timm)
+    becomes an :class:`UnfrozenBatchNorm2d` whose eval outputs equal it bit for
+    bit (:func:`unfreeze_batchnorm`; same statistics, same train/eval flag), the
     InstanceNorm layers ``freeze_modules`` pinned are unpinned with their flag
     restored, and every parameter gets back the ``requires_grad`` it had before
     the freeze; for a name that ``freeze_modules`` did not freeze on this
@@ -510,19 +747,23 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
     :func:`freeze_modules` (names required, an empty list is an error); names
     given in one call share one conversion, so a FrozenBatchNorm shared by two
     of them comes back as one shared BatchNorm. Raises ``ValueError`` naming an
-    unknown name, or a FrozenBatchNorm inside the named submodules that is also
-    reachable outside them (naming both sides, as :func:`freeze_modules` does).
+    unknown name, a frozen layer it cannot rebuild (see :func:`unfreeze_batchnorm`),
+    or a frozen BatchNorm inside the named submodules that is also reachable
+    outside them (naming both sides, as :func:`freeze_modules` does), before
+    changing anything; ``TypeError`` for a TorchScript model.
     """
     names = _resolve(model, names, whole_model, "unfreeze_modules")
-    if "" in names and isinstance(model, FrozenBatchNorm):
-        raise ValueError("unfreeze_modules: the root is a FrozenBatchNorm; name it from its parent")
-    _check_not_shared_outside(model, names, "unfreeze_modules", lambda m: isinstance(m, FrozenBatchNorm))
+    if "" in names and is_frozen_batchnorm(model):
+        raise ValueError(f"unfreeze_modules: the root is a {type(model).__name__}; name it from its parent")
+    _check_not_shared_outside(model, names, "unfreeze_modules", is_frozen_batchnorm)
+    for name in names:
+        _check_unfreezable(model.get_submodule(name), "unfreeze_modules", name)
     state = model.__dict__.get(_FREEZE_STATE, {})
     memo: dict = {}
     for name in names:
         sub = model.get_submodule(name)
         record = state.pop(name, None)
-        if isinstance(sub, FrozenBatchNorm):
+        if is_frozen_batchnorm(sub):
             sub = _convert(sub, name, memo, _from_frozen)
             _swap(model, name, sub)
         else:
@@ -541,14 +782,66 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
     return model
 
 
-def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
-    """``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` that keeps :func:`pin_eval` pins.
+def eval_after_train(module: nn.Module) -> set[str]:
+    """Qualified names (every name of a shared module: ``named_modules(remove_duplicate=False)``) of the
+    modules of ``module`` that are in eval mode right after ``module.train()``: the modules *pinned*, by
+    whatever means: :func:`pin_eval`, a class whose ``train`` ignores its argument (a BatchNorm subclass
+    that stays in eval), or a parent whose ``train`` puts them back in eval (mmdetection's ``norm_eval``).
 
-    torch's conversion builds new SyncBatchNorm modules and copies the train/eval
-    flag but not an instance-level ``train`` override, so a pinned BatchNorm
-    silently comes back unpinned and the next ``model.train()`` puts it in train
-    mode. This wrapper re-pins, by qualified name, every module that was pinned,
-    under *every* name it had (``named_modules(remove_duplicate=False)``).
+    Measured, as :func:`batch_stats_report` measures: calls ``module.train()``, reads every flag and
+    restores every module's flag exactly. Raises ``TypeError`` if ``module`` is not an ``nn.Module`` or
+    refuses ``train()`` (a ``torch.export`` program's module)."""
+    check_module("eval_after_train", "module", module)
+    modules = list(module.modules())
+    saved = [m.training for m in modules]
+    try:
+        _call_train(module, True, "eval_after_train")
+        return {n for n, m in module.named_modules(remove_duplicate=False) if not m.training}
+    finally:
+        for m, flag in zip(modules, saved):
+            m.training = flag
+
+
+def _refuse_fixed_mode(fn: str, module: nn.Module) -> None:
+    """Raise ``TypeError`` at once when ``module.train()`` is not supported (the module of a ``torch.export``
+    program), saying what to do; every flag is left as it was."""
+    modules = list(module.modules())
+    saved = [m.training for m in modules]
+    try:
+        _call_train(module, True, fn)
+    finally:
+        for m, flag in zip(modules, saved):
+            m.training = flag
+
+
+def _call_train(module: nn.Module, mode: bool, fn: str) -> None:
+    """``module.train(mode)``, with a ``TypeError`` saying what to do when the module refuses it (the module of a
+    ``torch.export`` program keeps the mode it was exported in)."""
+    try:
+        module.train(mode)
+    except NotImplementedError as e:
+        raise TypeError(f"{fn}: {type(module).__name__}.train() is not supported ({e}): a module made by "
+                        "torch.export (ExportedProgram.module()) keeps the train/eval mode it was exported in and "
+                        "holds no norm layer objects to read; lint and audit the model before exporting it") from None
+
+
+def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
+    """``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` that keeps every pin, whatever its kind.
+
+    torch's conversion builds a new plain ``SyncBatchNorm`` for every
+    ``_BatchNorm`` and copies the train/eval flag, but not what kept the layer in
+    eval mode: an instance-level ``train`` override (:func:`pin_eval`,
+    :func:`pin_norm_eval`) or a class-level one (a BatchNorm subclass whose
+    ``train`` ignores its argument), so the layer silently comes back unpinned
+    and the next ``model.train()`` puts it in train mode. This wrapper measures
+    which modules stay in eval mode after ``module.train()``
+    (:func:`eval_after_train`) before and after the conversion, and pins
+    (:func:`pin_eval`) every converted layer, under *every* name it had
+    (``named_modules(remove_duplicate=False)``), that was pinned by
+    :func:`pin_eval`, or stayed in eval before and would not now. Pins torch keeps need nothing: a parent's own ``train``
+    override (mmdetection's ``norm_eval``) still acts on the new children, and
+    layers torch does not convert (InstanceNorm, :class:`FrozenBatchNorm`,
+    torchvision's ``FrozenBatchNorm2d``, Dropout) are the same objects.
 
     Sharing is not preserved, as in torch's conversion: a BatchNorm reachable
     under several names (shared by two blocks, held in a ``ModuleList`` or
@@ -559,18 +852,23 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     at its first slot only and torch leaves the original layer (with its pin)
     at the others. Returns the converted module (use the return value: a bare
     BatchNorm is replaced). Raises ``TypeError`` if ``module`` is not an
-    ``nn.Module`` or ``process_group`` not a ``ProcessGroup``.
+    ``nn.Module``, is a TorchScript module, or ``process_group`` is not a
+    ``ProcessGroup``.
     """
     check_module("convert_sync_batchnorm", "module", module)
+    _refuse_script_module("convert_sync_batchnorm", "module", module)
     pg_type = getattr(torch.distributed, "ProcessGroup", None) if torch.distributed.is_available() else None
     if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
         raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
                         f"torch.distributed.ProcessGroup, got {describe(process_group)}")
     # every name, not named_modules()'s first one: torch splits a shared layer into one copy per parent
     pinned = {n for n, m in module.named_modules(remove_duplicate=False) if is_pinned(m)}
+    stays = eval_after_train(module)
     out = nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
+    now = eval_after_train(out)
     for n, m in out.named_modules(remove_duplicate=False):
-        if n in pinned and not is_pinned(m):
+        if not is_pinned(m) and (n in pinned or (n in stays and n not in now)):
             m.train = _PinnedTrain(m)
+            setattr(m, PIN_MARK, True)
             nn.Module.train(m, False)
     return out

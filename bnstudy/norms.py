@@ -24,12 +24,23 @@ InstanceNorm (``_InstanceNorm``)::
     weight of a batch     = momentum, or 0.0 when momentum is None (the buffers never move)
 
 InstanceNorm never counts batches. ``FrozenBatchNorm`` (this package's,
-torchvision's, detectron2's) always uses its stored statistics; LayerNorm,
-GroupNorm, RMSNorm and LocalResponseNorm use each sample's own.
+torchvision's, detectron2's, timm's: :func:`is_frozen_batchnorm`) always uses its
+stored statistics; LayerNorm, GroupNorm, RMSNorm and LocalResponseNorm use each
+sample's own.
+
+TorchScript modules (``torch.jit.script``, ``torch.jit.trace``) are judged by the
+Python class they were compiled from (:func:`script_source_class`): a scripted
+BatchNorm1d follows the BatchNorm rule, reading the same ``training``,
+``track_running_stats``, ``momentum`` and buffers, which TorchScript keeps.
 """
 
 from __future__ import annotations
 
+import numbers
+import re
+import sys
+
+import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 from torch.nn.modules.instancenorm import _InstanceNorm
@@ -41,22 +52,113 @@ _STATELESS_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.CrossMa
 STATISTICS_SOURCES = ("batch", "running", "per-sample")
 
 
+_MANGLE = re.compile(r"\.___torch_mangle_\d+")
+_SCRIPT_CLASSES: dict = {}
+
+
+def compiled_original(module):
+    """The module ``torch.compile(module)`` wrapped (``OptimizedModule._orig_mod``, unwrapped repeatedly), or
+    ``module`` itself when it is not such a wrapper. ``model.compile()`` compiles in place and is not a
+    wrapper: it returns the model."""
+    seen = 0
+    while type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None),
+                                                                    nn.Module) and seen < 8:
+        module, seen = module._orig_mod, seen + 1
+    return module
+
+
+def is_script_module(module) -> bool:
+    """Whether ``module`` is a TorchScript module (``torch.jit.script``/``torch.jit.trace``/``torch.jit.load``)."""
+    return isinstance(module, torch.jit.ScriptModule)
+
+
+def script_source_class(module) -> type | None:
+    """The Python class a TorchScript module was compiled from, or None (not a ScriptModule, or a class whose
+    module is not imported in this process, e.g. a model loaded with ``torch.jit.load`` whose code was never
+    imported here, or a class defined inside a function).
+
+    Read from TorchScript's qualified type name (``__torch__.torch.nn.modules.batchnorm.BatchNorm1d``, with
+    ``___torch_mangle_N`` segments removed) and looked up among the modules already imported (``sys.modules``;
+    nothing is imported, which could run a script); a class of ``__main__`` is looked up there, and as a last
+    resort ``torch.nn`` is searched for the module's ``original_name``.
+    """
+    if not is_script_module(module):
+        return None
+    try:
+        qualified = module._c._type().qualified_name()
+    except (AttributeError, RuntimeError):
+        qualified = None
+    key = (qualified, getattr(module, "original_name", None))
+    if key in _SCRIPT_CLASSES:
+        return _SCRIPT_CLASSES[key]
+    cls = None
+    if qualified and qualified.startswith("__torch__."):
+        path, _, name = _MANGLE.sub("", qualified[len("__torch__."):]).rpartition(".")
+        for mod_name in ([path] if path else []) + ["__main__"]:
+            # only modules already imported: importing one by name could run a user's script
+            candidate = getattr(sys.modules.get(mod_name), name, None)
+            if isinstance(candidate, type) and issubclass(candidate, nn.Module):
+                cls = candidate
+                break
+    if cls is None:
+        candidate = getattr(nn, str(key[1]), None)
+        cls = candidate if isinstance(candidate, type) and issubclass(candidate, nn.Module) else None
+    _SCRIPT_CLASSES[key] = cls
+    return cls
+
+
+def _rule_class(module) -> type | None:
+    """The class whose rule ``module`` follows: its own type, or for a TorchScript module its source class."""
+    return script_source_class(module) if is_script_module(module) else type(module)
+
+
+def _is_sub(module, base) -> bool:
+    cls = _rule_class(module)
+    return cls is not None and issubclass(cls, base)
+
+
+def is_norm_base(module: nn.Module) -> bool:
+    """Whether ``module`` is a torch ``_NormBase`` layer (BatchNorm, SyncBatchNorm, lazy variants,
+    InstanceNorm, third-party subclasses), or a TorchScript module compiled from one."""
+    return _is_sub(module, _NormBase)
+
+
 def is_frozen_batchnorm(module: nn.Module) -> bool:
-    """Whether ``module`` is a FrozenBatchNorm: this package's, or a library's of that class name
-    (torchvision, detectron2)."""
-    return type(module).__name__.startswith("FrozenBatchNorm")
+    """Whether ``module`` is a FrozenBatchNorm: this package's :class:`bnstudy.freeze.FrozenBatchNorm`, or
+    another library's class whose name starts with ``FrozenBatchNorm`` (torchvision's
+    ``ops.FrozenBatchNorm2d``, detectron2's and timm's ``FrozenBatchNorm2d``), recognized by duck typing:
+    ``running_mean``/``running_var`` buffers, ``weight``/``bias`` that are buffers (or absent), not
+    parameters, and a numeric ``eps``. A TorchScript module compiled from such a class counts too.
+    A ``_NormBase`` subclass with that name (a BatchNorm pinned by a ``train`` override) is a BatchNorm,
+    not a FrozenBatchNorm."""
+    if is_norm_base(module):
+        return False
+    cls = _rule_class(module)
+    name = cls.__name__ if cls is not None else getattr(module, "original_name", "")
+    if not name.startswith("FrozenBatchNorm"):
+        return False
+    buffers = dict(module.named_buffers(recurse=False))
+    params = dict(module.named_parameters(recurse=False))
+    eps = getattr(module, "eps", None)
+    return (isinstance(buffers.get("running_mean"), torch.Tensor) and isinstance(buffers.get("running_var"),
+                                                                                  torch.Tensor)
+            and "weight" not in params and "bias" not in params
+            and isinstance(eps, numbers.Real) and not isinstance(eps, bool))
 
 
 def is_instance_norm(module: nn.Module) -> bool:
-    """Whether ``module`` follows torch's InstanceNorm rule (a ``_InstanceNorm`` subclass)."""
-    return isinstance(module, _InstanceNorm)
+    """Whether ``module`` follows torch's InstanceNorm rule (a ``_InstanceNorm`` subclass, or a TorchScript
+    module compiled from one)."""
+    return _is_sub(module, _InstanceNorm)
 
 
 def is_batch_norm(module: nn.Module) -> bool:
     """Whether ``module`` follows torch's BatchNorm rule: ``_BatchNorm`` (BatchNorm1d/2d/3d, SyncBatchNorm,
     the lazy variants) or another ``_NormBase`` subclass that is not an InstanceNorm (a third-party layer
-    is assumed to keep torch's BatchNorm semantics)."""
-    return isinstance(module, _BatchNorm) or (isinstance(module, _NormBase) and not isinstance(module, _InstanceNorm))
+    is assumed to keep torch's BatchNorm semantics); a TorchScript module compiled from one counts too
+    (:func:`script_source_class`). Conversions refuse TorchScript modules (their submodules cannot be
+    replaced); the audit and the lints read them."""
+    return _is_sub(module, _BatchNorm) or (_is_sub(module, _NormBase) and not _is_sub(module, _InstanceNorm))
 
 
 def has_running_stats(module: nn.Module) -> bool:
@@ -70,7 +172,7 @@ def keeps_running_stats(module: nn.Module) -> bool:
     """Whether ``module`` is a torch norm layer (``_NormBase``) that holds running statistics: the layers
     a freeze has to protect (BatchNorm 1d/2d/3d, SyncBatchNorm, lazy variants, tracked InstanceNorm,
     third-party ``_NormBase`` subclasses)."""
-    return isinstance(module, _NormBase) and has_running_stats(module)
+    return is_norm_base(module) and has_running_stats(module)
 
 
 def statistics_source(module: nn.Module, training: bool | None = None) -> str | None:
@@ -92,7 +194,7 @@ def statistics_source(module: nn.Module, training: bool | None = None) -> str | 
         return "batch" if training or no_buffers else "running"
     if is_frozen_batchnorm(module):
         return "running"
-    if isinstance(module, _STATELESS_NORMS):
+    if _is_sub(module, _STATELESS_NORMS):
         return "per-sample"
     return None
 

@@ -45,8 +45,8 @@ from torch import nn
 
 from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_module,
                       check_number, describe, module_names, user_stacklevel)
-from .freeze import batchnorm_layers, is_pinned, unpin
-from .norms import has_running_stats, is_batch_norm, keeps_running_stats
+from .freeze import batchnorm_layers, is_pinned, _refuse_script_module, unpin
+from .norms import compiled_original, has_running_stats, is_batch_norm, keeps_running_stats
 
 #: Dict keys :func:`batch_input` looks for, in order, when a batch is a dict.
 INPUT_KEYS = ("input", "inputs", "x", "image", "images", "img", "pixel_values", "data")
@@ -147,6 +147,26 @@ def _estimated_layers(model: nn.Module, modules, fn: str) -> dict[str, nn.Module
     return chosen
 
 
+def _refuse_nonfinite(estimates: dict, moments: dict, bns: dict) -> None:
+    """Raise ValueError naming every layer whose estimate is NaN/inf (in float64, or once cast to its buffer's
+    dtype), before anything is written."""
+    bad = []
+    for n, (mean, var) in estimates.items():
+        for stat, t, t64 in (("running_mean", mean, moments[n].mean), ("running_var", var,
+                                                                         moments[n].unbiased_var())):
+            k = int((~torch.isfinite(t)).sum())
+            if k:
+                why = ("the inputs it received hold inf or NaN" if not bool(torch.isfinite(t64).all()) else
+                       f"the estimate overflows {str(t.dtype).removeprefix('torch.')} (largest "
+                       f"{torch.finfo(t.dtype).max:.6g}); keep norm buffers in float32")
+                bad.append(f"{n or '(model)'} {stat}: {k} of {t.numel()} channels non-finite ({why})")
+    if bad:
+        raise ValueError("update_bn_stats: refusing to write non-finite running statistics (they would stay "
+                         "NaN/inf for good); nothing was written and every statistic is restored: "
+                         + "; ".join(bad) + ". Remove the batches with inf/NaN values (an fp16 overflow upstream) "
+                         "or estimate in float32")
+
+
 @torch.no_grad()
 def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None = None,
                     input_fn: Callable | None = None, modules: str | nn.Module | Iterable | None = None
@@ -200,10 +220,20 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
     integer, ``input_fn`` not callable, ``modules`` not names or modules);
     ``ValueError`` if ``model`` has no such layer (or ``modules`` hold none),
     ``modules`` is empty or names an unknown module, ``batches`` is empty or too
-    short, or ``num_iters < 1``. On any error every statistic, flag and momentum
-    is restored before it propagates.
+    short, or ``num_iters < 1``, or when an estimate is not finite: a batch
+    holding ``inf``/``NaN`` (an fp16 overflow upstream) or a variance that
+    overflows the buffer's dtype (float16 holds at most 65504) would be written
+    for good, so nothing is written and the message names every such layer and
+    statistic. On any error every statistic, flag and momentum is restored before
+    it propagates. A TorchScript ``model`` raises ``TypeError`` (its
+    ``track_running_stats``/``momentum`` are compiled constants and hooks do not
+    run inside it: estimate on the Python model, then script it); a
+    ``torch.compile`` wrapper is estimated through the module it wraps (eagerly,
+    names as in that module).
     """
     check_module("update_bn_stats", "model", model)
+    _refuse_script_module("update_bn_stats", "model", model)
+    model = compiled_original(model)
     bns = _estimated_layers(model, modules, "update_bn_stats")
     inputs = _inputs(batches, input_fn, num_iters, "update_bn_stats")
     flags = [(m, m.training) for m in model.modules()]
@@ -234,11 +264,13 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
         if num_iters is not None and n_batches < num_iters:
             raise ValueError(f"update_bn_stats: num_iters={num_iters} but batches yielded only {n_batches}")
         calls = {n: int(m.num_batches_tracked) for n, m in bns.items()}
+        estimates = {n: (moments[n].mean.to(m.running_mean), moments[n].unbiased_var().to(m.running_var))
+                     for n, m in bns.items() if moments[n].count}
+        _refuse_nonfinite(estimates, moments, bns)
         for n, m in bns.items():
-            mo = moments[n]
-            if mo.count:
-                m.running_mean.copy_(mo.mean.to(m.running_mean))
-                m.running_var.copy_(mo.unbiased_var().to(m.running_var))
+            if n in estimates:
+                m.running_mean.copy_(estimates[n][0])
+                m.running_var.copy_(estimates[n][1])
     except BaseException:
         for n, m in bns.items():
             m.running_mean.copy_(saved[n]["mean"])
@@ -287,6 +319,8 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
     layer the forward passes reached. Raises as :func:`update_bn_stats`.
     """
     check_module("precise_bn_statistics", "model", model)
+    _refuse_script_module("precise_bn_statistics", "model", model)
+    model = compiled_original(model)
     chosen = _estimated_layers(model, modules, "precise_bn_statistics")
     _inputs(batches, input_fn, num_iters, "precise_bn_statistics")  # argument errors name this function
     work = copy.deepcopy(model)
@@ -326,9 +360,13 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
     for every BN layer with ``track_running_stats=True`` that the forward pass
     reached. ``batches`` and ``input_fn`` as in :func:`update_bn_stats`.
     Raises ``ValueError`` for an unknown ``network_mode``, a model with
-    no such BN layer, or empty ``batches``.
+    no such BN layer, or empty ``batches``; ``TypeError`` for a TorchScript
+    model (its hooks do not run inside TorchScript: measure the Python model).
+    A ``torch.compile`` wrapper is measured through the module it wraps.
     """
     check_module("bn_input_statistics", "model", model)
+    _refuse_script_module("bn_input_statistics", "model", model)
+    model = compiled_original(model)
     check_choice("bn_input_statistics", "network_mode", network_mode, MISMATCH_PASSES)
     inputs = _inputs(batches, input_fn, None, "bn_input_statistics")
     work = unpin(copy.deepcopy(model))
@@ -426,9 +464,11 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
 
     Raises ``ValueError`` for an unknown ``measure`` or ``network_mode``, a model
     with no BN layer that tracks running statistics, or empty ``batches``; ``TypeError`` naming an argument
-    of the wrong type.
+    of the wrong type, or for a TorchScript model (as :func:`bn_input_statistics`).
     """
     check_module("statistics_mismatch", "model", model)
+    _refuse_script_module("statistics_mismatch", "model", model)
+    model = compiled_original(model)
     _check_measure(measure)
     check_bool("statistics_mismatch", "per_channel", per_channel)
     return mismatch_from_statistics(model, bn_input_statistics(model, batches, network_mode, input_fn), measure,
@@ -530,12 +570,25 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
     ``max_mean_shift``, ``max_log_var_ratio``, ``kl``, ``agrees``,
     ``num_batches_tracked``, ``other_num_batches_tracked`` (None for data), in
     the model's order; ``df[~df.agrees].layer`` names the disagreeing layers.
-    Raises ``ValueError`` for a negative ``tol``, a model without BatchNorm
+
+    Non-finite statistics (a NaN or inf left by one overflowing batch): the
+    layer's three measures are NaN and ``agrees`` is False, and the frame says
+    why: ``df.attrs["nonfinite"]`` maps each such layer to a sentence (``"model
+    running_var: 8 of 8 channels NaN"``), and a ``RuntimeWarning`` names them,
+    so a layer is not just "disagreeing" when it holds NaN.
+
+    Both models may be TorchScript modules or ``torch.compile`` wrappers (their
+    buffers are read; a compiled wrapper through the module it wraps); data as
+    ``other`` needs a Python ``model`` (the estimate runs hooks). Raises
+    ``ValueError`` for a negative ``tol``, a model without BatchNorm
     statistics, models that share no layer name, or layers of different shape.
     """
     import pandas as pd
 
     check_module("compare_statistics", "model", model)
+    model = compiled_original(model)
+    if isinstance(other, nn.Module):
+        other = compiled_original(other)
     check_number("compare_statistics", "tol", tol, minimum=0)
     check_int("compare_statistics", "num_iters", num_iters, allow_none=True,
               what="a positive integer or None (every batch)")
@@ -559,7 +612,7 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
         except (TypeError, ValueError) as e:  # say which argument the batches came from
             raise type(e)(f"compare_statistics: other was read as data (batches): {e}") from e
         ref = {n: (mean, var, None) for n, (mean, var) in est.items()}
-    rows = []
+    rows, nonfinite = [], {}
     for n, m in mine.items():
         if n not in ref:
             continue
@@ -569,15 +622,38 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
                              f"but {tuple(rm.shape)} in other")
         mean, var = m.running_mean.detach().double().cpu(), m.running_var.detach().double().cpu() + m.eps
         rmean, rvar = rm.detach().double().cpu(), rv.detach().double().cpu() + m.eps
-        shift = float(((mean - rmean).abs() / rvar.sqrt()).max())
-        ratio = float((var / rvar).log().abs().max())
+        bad = [f"{side} {stat}: {_nonfinite_words(t)}" for side, stat, t in (
+            ("model", "running_mean", mean), ("model", "running_var", var),
+            ("other" if isinstance(other, nn.Module) else "data estimate", "running_mean", rmean),
+            ("other" if isinstance(other, nn.Module) else "data estimate", "running_var", rvar))
+            if not bool(torch.isfinite(t).all())]
+        if bad:
+            nonfinite[n] = "; ".join(bad)
+            shift = ratio = kl = math.nan
+        else:
+            shift = float(((mean - rmean).abs() / rvar.sqrt()).max())
+            ratio = float((var / rvar).log().abs().max())
+            kl = float(gaussian_kl(rmean, rvar, mean, var).mean())
         nbt = getattr(m, "num_batches_tracked", None)
-        rows.append(dict(layer=n, type=type(m).__name__, max_mean_shift=shift, max_log_var_ratio=ratio,
-                         kl=float(gaussian_kl(rmean, rvar, mean, var).mean()),
+        rows.append(dict(layer=n, type=m.original_name if hasattr(m, "original_name") else type(m).__name__,
+                         max_mean_shift=shift, max_log_var_ratio=ratio, kl=kl,
                          agrees=bool(shift <= tol and ratio <= tol),
                          num_batches_tracked=None if nbt is None else int(nbt),
                          other_num_batches_tracked=None if rnbt is None else int(rnbt)))
-    return pd.DataFrame(rows, columns=_COMPARE_COLUMNS)
+    df = pd.DataFrame(rows, columns=_COMPARE_COLUMNS)
+    if nonfinite:
+        df.attrs["nonfinite"] = nonfinite
+        warnings.warn("compare_statistics: non-finite running statistics (NaN/inf), so these layers cannot agree: "
+                      + "; ".join(f"{k or '(model)'}: {v}" for k, v in nonfinite.items()), RuntimeWarning,
+                      stacklevel=user_stacklevel())
+    return df
+
+
+def _nonfinite_words(t: torch.Tensor) -> str:
+    """``"3 of 8 channels NaN, 1 inf"``: how many values of ``t`` are NaN and how many infinite."""
+    nan, inf = int(t.isnan().sum()), int(t.isinf().sum())
+    parts = ([f"{nan} NaN"] if nan else []) + ([f"{inf} inf"] if inf else [])
+    return f"{nan + inf} of {t.numel()} channels non-finite (" + ", ".join(parts) + ")"
 
 
 # --- chapter 3 (issue 10): more cheap candidates for the mismatch measure ------------------------------------------
@@ -662,6 +738,7 @@ def replace_norm(model: nn.Module, kind: str, num_groups: int | None = None) -> 
     """
     from .freeze import _convert
     check_module("replace_norm", "model", model)
+    _refuse_script_module("replace_norm", "model", model)
     check_choice("replace_norm", "kind", kind, REPLACE_KINDS)
     check_int("replace_norm", "num_groups", num_groups, allow_none=True)
     if num_groups is not None and kind == "layer":

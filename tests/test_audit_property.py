@@ -3,6 +3,7 @@ tracking, train/eval and pins; one training step under the audit; every verdict 
 
 import time
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 from torch import nn
@@ -97,3 +98,97 @@ def test_audit_and_lint_verdicts_match_what_actually_happened(specs, seed):
             assert ("momentum_high", name) in {(l.code, l.layer) for l in lints}
     _RUN["n"] += 1
     _RUN["t"] += time.perf_counter() - t0
+
+
+# --- Issue 26: the same verdicts on the variants of the random models people ship -------------------------------
+#: How the model is run inside the audit, one pytest parameter each (8 drawn models per variant, half of them in
+#: bfloat16). ``compiled`` uses torch.compile with the aot_eager backend: dynamo's tracing under the audit's hooks
+#: and AOTAutograd's functionalization of the buffer writes, the front end inductor also uses (about 2 s per model
+#: here). Inductor's own code generation costs about 14 s per model on this project's shared 2-core CPU, too slow
+#: to draw: the handed case in test_audit_issue26.py runs it once.
+VARIANTS = ("eager", "scripted", "functional_copies", "functional_own", "compiled")
+
+
+def _run_variant(model, variant):
+    """(the audited object, its modules by name, the call one training step makes) for ``variant``."""
+    if variant == "scripted":
+        target = torch.jit.script(model)
+    elif variant == "compiled":
+        torch._dynamo.reset()
+        target = torch.compile(model, backend="aot_eager")
+    else:
+        target = model
+    params = dict(model.named_parameters())
+    buffers = ({k: v.clone() for k, v in model.named_buffers()} if variant == "functional_copies"
+               else dict(model.named_buffers()))
+    if variant.startswith("functional"):
+        call = lambda inp: torch.func.functional_call(model, {**params, **buffers}, (inp,))  # noqa: E731
+    else:
+        call = target
+    return target, dict(norms.compiled_original(target).named_modules()), call
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@settings(max_examples=8, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(specs=st.lists(layer_specs(), min_size=1, max_size=3), seed=st.integers(0, 2 ** 16), low=st.booleans())
+def test_audit_verdicts_on_compiled_scripted_functional_and_low_precision_variants(variant, specs, seed, low):
+    import warnings
+    model = _build(specs, seed)
+    layers = list(model)[1::2]
+    if any(isinstance(m, nn.InstanceNorm1d) and m.track_running_stats and not norms.has_running_stats(m)
+           and not m.training for m in layers):
+        return
+    dtype = torch.bfloat16 if low else torch.float32
+    model = model.to(dtype)
+    x = (torch.randn(8, 3, 5, generator=torch.Generator().manual_seed(seed)) * 2 + 1).to(dtype)
+    pinned = {str(2 * i + 1) for i, m in enumerate(layers) if is_pinned(m)}
+    target, mods, call = _run_variant(model, variant)
+    codes = {(l.code, l.layer) for l in audit.lint_model(target, warn=False)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*global hooks on modules.*")
+        with audit.FreezeAudit(target, warn=False) as a:
+            target.train()
+            after_train = {n: mods[n].training for n in mods if n}
+            loss = call(x).float().pow(2).mean()
+            if loss.requires_grad:
+                loss.backward()
+    rep = a.report()
+    modes = a.modes().set_index("module")
+    live = {(l.code, l.layer) for l in a.lints}
+    hidden = variant in ("scripted", "compiled")
+    for i in range(len(layers)):
+        name = str(2 * i + 1)
+        m = mods[name]
+        moved = bool(len(rep[(rep["module"] == name) & (rep["kind"] == "buffer") & rep["changed"]]))
+        rule = norms.updates_running_stats(m, after_train[name]) or norms.counts_batches(m, after_train[name])
+        row = modes.loc[name]
+        # 1. the write, and where it went, against what torch did to the buffers
+        if variant == "functional_copies":
+            assert not moved                                                    # the module's buffers kept still
+            assert row["writes"] == int(rule) and row["writes_elsewhere"] == row["writes"]
+            assert (("stats_written_elsewhere", name) in live) == rule
+        elif hidden:
+            assert (row["calls"], row["hidden_calls"]) == (0, 1)
+            assert row["mode"] == ("train" if after_train[name] else "eval")
+            assert bool(row["updated_running_stats"]) == moved                 # read from the buffers
+        else:
+            assert bool(row["updated_running_stats"]) == rule and row["writes_elsewhere"] == 0
+        if variant != "functional_copies":
+            changes = norms.changes_buffers(m, after_train[name])
+            if not low:
+                assert moved == changes
+            else:  # bfloat16: a write can round away entirely; eager, the audit says so at the call
+                assert moved <= changes
+                if changes and not moved and not hidden:
+                    assert ("stats_update_lost", name) in live
+        # 2. the static lints read the variant itself (a scripted model lost its pins: they are named)
+        frozen_affine = m.affine and not any(p.requires_grad for p in m.parameters(recurse=False))
+        writes_after_train = norms.updates_running_stats(m, after_train[name])
+        assert (("frozen_bn_in_train_mode", name) in codes) == (frozen_affine and writes_after_train)
+        if low and writes_after_train:
+            assert ("low_precision_stats", name) in codes
+        if name in pinned:
+            if variant == "scripted":
+                assert ("pin_lost", name) in codes                              # dropped by TorchScript, named
+            else:
+                assert not after_train[name]                                    # the pin held

@@ -91,6 +91,30 @@ def _build(name: str):
     return audit_model(name)
 
 
+#: ``num_batches_tracked`` of :func:`pretrained_standin`'s statistics: as after a long pretraining.
+PRETRAINED_BATCHES = 10_000
+
+
+@torch.no_grad()
+def pretrained_standin(model: nn.Module, x: torch.Tensor) -> None:
+    """Stand-in for pretrained weights: every BatchNorm's running statistics become those of one train-mode pass
+    over ``x`` (weight 1: the pass runs with ``momentum=None`` from zero batches), with ``num_batches_tracked`` set
+    to :data:`PRETRAINED_BATCHES` and the momentum restored. Freezing reset statistics (mean 0 / variance 1), or
+    statistics one update old that still carry 90% of those values, is itself a trap the audit rightly lints
+    (``reset_stats_pinned``, ``stats_near_init``); pretrained statistics are neither."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+           and m.num_batches_tracked is not None]
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    model.train()
+    model(x)
+    for m, momentum in zip(bns, saved):
+        m.momentum = momentum
+        m.num_batches_tracked.fill_(PRETRAINED_BATCHES)
+
+
 def audit_outcome(name: str, variants=("pin_norm_eval",)) -> str:
     """``"caught"`` (BN model: naive freeze caught, correct ones clean), ``"clean"`` (no running statistics:
     nothing to catch, no alarm), ``"no norm"``, ``"too large"`` (over :data:`MAX_PARAMS`); raises
@@ -103,20 +127,14 @@ def audit_outcome(name: str, variants=("pin_norm_eval",)) -> str:
     tracked = has_batchnorm(model)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(2, 3, size, size, generator=g), torch.tensor([0, 1])
-    # Stand-in for pretrained weights: one train-mode pass gives the running statistics non-reset values
-    # (freezing reset statistics, mean 0 / variance 1, is itself a trap the audit rightly lints).
     probe_warmup = torch.randn(2, 3, size, size, generator=g)
 
     def warmed():
         model, _ = _build(name)
-        model.train()
-        with torch.no_grad():
-            model(probe_warmup)
+        pretrained_standin(model, probe_warmup)
         return model
 
-    model.train()  # the first build, warmed as warmed() warms each rebuild
-    with torch.no_grad():
-        model(probe_warmup)
+    pretrained_standin(model, probe_warmup)  # the first build, warmed as warmed() warms each rebuild
 
     naive = one_step(model, x, y, None)
     warnings = [l for l in naive.lints if l.severity == "warning"]

@@ -151,7 +151,10 @@ def test_readme_library_snippet_passes_on_a_correctly_frozen_backbone():
 
     torch.manual_seed(0)
     model = Net()
-    model.train()(torch.randn(16, 3, 8, 8))  # statistics that are not the reset values
+    model.train()
+    with torch.no_grad():  # estimated statistics: neither the reset values nor a few updates old (stats_near_init)
+        for _ in range(30):
+            model(torch.randn(16, 3, 8, 8))
     opt = torch.optim.SGD(model.head.parameters(), lr=0.1)
 
     def train_one_epoch(m):

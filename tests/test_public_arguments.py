@@ -238,6 +238,18 @@ CASES = {
     "batch_stats_report": (freeze.batch_stats_report, lambda: dict(model=_model()), dict(model=module)),
     "convert_sync_batchnorm": (freeze.convert_sync_batchnorm, lambda: dict(module=nn.Linear(2, 2), process_group=None),
                                dict(module=module, process_group=lambda v: v is None)),
+    # issue 26
+    "eval_after_train": (freeze.eval_after_train, lambda: dict(module=_model()), dict(module=module)),
+    "pin_dropped": (freeze.pin_dropped, lambda: dict(module=_model()), dict(module=module)),
+    **{f"UnfrozenBatchNorm{d}": (getattr(freeze, f"UnfrozenBatchNorm{d}"),
+                                 lambda: dict(num_features=4, eps=1e-5, momentum=0.1, affine=True,
+                                              track_running_stats=True),
+                                 dict(num_features=pos_int, eps=number_at_least(0, strict=True),
+                                      momentum=or_none(number_at_least(0, 1)), affine=flag, track_running_stats=flag))
+       for d in ("1d", "2d", "3d")},
+    "UnfrozenBatchNorm2d.from_frozen": (freeze.UnfrozenBatchNorm2d.from_frozen,
+                                        lambda: dict(frozen=freeze.FrozenBatchNorm(4), name="bn"),
+                                        dict(frozen=lambda v: False, name=string)),
 }
 
 #: Public callables that take any value by design, with the reason.

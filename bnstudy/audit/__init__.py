@@ -19,18 +19,25 @@ per module:
 
 Covered layers: BatchNorm1d/2d/3d, SyncBatchNorm, lazy variants, InstanceNorm
 (tracked or not), third-party ``_NormBase`` subclasses, FrozenBatchNorm (this
-package's, torchvision's, detectron2's); stateless norms (LayerNorm, GroupNorm,
-RMSNorm, LocalResponseNorm) are listed as ``per-sample``.
+package's, torchvision's, detectron2's, timm's, by duck typing); stateless norms
+(LayerNorm, GroupNorm, RMSNorm, LocalResponseNorm) are listed as ``per-sample``.
+Covered models: plain module trees, ``torch.compile`` wrappers (audited through
+the module they wrap, read at each compiled call's boundary), TorchScript
+modules (layers judged by the class they were compiled from), models run through
+``torch.func.functional_call`` (writes into the copies are reported), and
+DataParallel replicas.
 """
 
 from .freeze_audit import FreezeAudit
 from .inspect import LAYER_KINDS, LayerRecord, layer_kind
-from .lints import (LINT_CODES, MAX_MOMENTUM, MIN_BATCH, SEVERITIES, BNLintWarning, Lint, batch_label_dependence,
+from .lints import (LINT_CODES, MAX_INIT_WEIGHT, MAX_MOMENTUM, MIN_BATCH, SEVERITIES, BNLintWarning, Lint,
+                    batch_label_dependence,
                     call_forward, format_lints, group_lints, lint_forward_modes, lint_loader, lint_model,
                     lints_frame, resolve_forward)
 from .snapshot import Snapshot, compare_outputs, diff, output_signature, probe_outputs, snapshot
 
-__all__ = ["FreezeAudit", "LAYER_KINDS", "LayerRecord", "layer_kind", "LINT_CODES", "MAX_MOMENTUM", "MIN_BATCH",
+__all__ = ["FreezeAudit", "LAYER_KINDS", "LayerRecord", "layer_kind", "LINT_CODES", "MAX_INIT_WEIGHT", "MAX_MOMENTUM",
+           "MIN_BATCH",
            "SEVERITIES", "BNLintWarning", "Lint", "batch_label_dependence", "call_forward", "format_lints",
            "group_lints", "lint_forward_modes", "lint_loader", "lint_model", "lints_frame", "resolve_forward",
            "Snapshot", "compare_outputs", "diff", "output_signature", "probe_outputs", "snapshot"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from ..norms import is_batch_norm, is_frozen_batchnorm, is_instance_norm, statistics_source
+from ..norms import is_batch_norm, is_frozen_batchnorm, is_instance_norm, script_source_class, statistics_source
 
 #: Values of :func:`layer_kind`.
 LAYER_KINDS = ("batchnorm", "frozen_batchnorm", "instancenorm", "stateless_norm", "dropout", "model")
@@ -21,9 +21,12 @@ LAYER_KINDS = ("batchnorm", "frozen_batchnorm", "instancenorm", "stateless_norm"
 
 def layer_kind(m: nn.Module, is_root: bool = False) -> str | None:
     """``batchnorm`` (torch's BatchNorm rule: ``_BatchNorm``, SyncBatchNorm, lazy variants, other ``_NormBase``
-    subclasses), ``frozen_batchnorm``, ``instancenorm``, ``stateless_norm`` (LayerNorm, GroupNorm, RMSNorm,
-    LocalResponseNorm), ``dropout``, ``model`` for the root, or ``None`` for a module the audit does not watch.
-    Raises ``TypeError`` if ``m`` is not an ``nn.Module`` or ``is_root`` not a bool."""
+    subclasses), ``frozen_batchnorm`` (this package's, torchvision's, detectron2's, timm's:
+    :func:`bnstudy.norms.is_frozen_batchnorm`), ``instancenorm``, ``stateless_norm`` (LayerNorm, GroupNorm,
+    RMSNorm, LocalResponseNorm), ``dropout``, ``model`` for the root, or ``None`` for a module the audit does
+    not watch. A TorchScript module is classified by the class it was compiled from
+    (:func:`bnstudy.norms.script_source_class`). Raises ``TypeError`` if ``m`` is not an ``nn.Module`` or
+    ``is_root`` not a bool."""
     from .._checks import check_bool, check_module
     check_module("layer_kind", "m", m)
     check_bool("layer_kind", "is_root", is_root)
@@ -35,7 +38,8 @@ def layer_kind(m: nn.Module, is_root: bool = False) -> str | None:
         return "frozen_batchnorm"
     if statistics_source(m) is not None:
         return "stateless_norm"
-    if isinstance(m, nn.modules.dropout._DropoutNd):
+    cls = script_source_class(m) or type(m)
+    if issubclass(cls, nn.modules.dropout._DropoutNd):
         return "dropout"
     return "model" if is_root else None
 
@@ -45,7 +49,13 @@ class LayerRecord:
     """What the audit saw of one layer during its block. ``writes``: calls that wrote running statistics
     (or counted a batch); ``max_writes_per_model_call``: the most writes inside one call of the model;
     ``backward_writes``: writes while autograd ran a backward pass (activation checkpointing recomputing
-    the forward)."""
+    the forward); ``writes_elsewhere``: writes that went into tensors that are not the layer's buffers,
+    counted by where in ``elsewhere`` (``"torch.func.functional_call copies"``, ``"DataParallel replica
+    copies"``); ``hidden_calls``: calls of a compiled (``torch.compile``) or TorchScript module holding the
+    layer, whose inside the hooks cannot see, with ``hidden_train``/``hidden_grad`` (of those, with the
+    layer's flag in train mode / with gradients on) and ``hidden_writes`` (after which its buffers had
+    changed); ``replaced``: ``"BatchNorm1d -> SyncBatchNorm"`` when the module at this name was replaced
+    during the block (the record follows the name)."""
 
     name: str
     module: nn.Module
@@ -60,6 +70,13 @@ class LayerRecord:
     backward_writes: int = 0
     min_batch: int | None = None
     min_values_per_channel: int | None = None
+    writes_elsewhere: int = 0
+    elsewhere: Counter = field(default_factory=Counter)
+    hidden_calls: int = 0
+    hidden_train: int = 0
+    hidden_grad: int = 0
+    hidden_writes: int = 0
+    replaced: str = ""
 
     def __post_init__(self):
         from .._checks import check_module, check_str
@@ -70,4 +87,4 @@ class LayerRecord:
 
     @property
     def updated_running_stats(self) -> bool:
-        return self.writes > 0
+        return self.writes > 0 or self.hidden_writes > 0

@@ -28,9 +28,9 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from .._checks import (check_bool, check_callable, check_int, check_iterable, check_model_input, check_module,
                        check_number, check_str, describe, user_stacklevel)
-from ..freeze import batch_stats_report, is_pinned
-from ..norms import (counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm, is_instance_norm,
-                     statistics_source, updates_running_stats)
+from ..freeze import batch_stats_report, is_pinned, pin_dropped, _refuse_fixed_mode
+from ..norms import (compiled_original, counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm,
+                     is_instance_norm, is_norm_base, statistics_source, updates_running_stats)
 
 #: Per-device batch size below which a train-mode BatchNorm gets a ``small_batch`` lint.
 #: Why 16: a batch mean of N i.i.d. values misses the population mean by
@@ -44,6 +44,13 @@ MIN_BATCH = 16
 #: ``momentum`` above this gets ``momentum_high``: PyTorch's momentum is the weight of the *new* batch, and
 #: values near 1 are almost always TensorFlow/Keras's convention (weight of the *old* value, default 0.99).
 MAX_MOMENTUM = 0.5
+
+#: ``stats_near_init`` fires when the values a BatchNorm held at its last reset (``num_batches_tracked == 0``)
+#: still carry more than this share of its running statistics: after ``n`` updates with ``momentum`` m that
+#: share is ``(1 - m) ** n``, 5% after 29 updates at PyTorch's default 0.1 (and 299 at torchvision's
+#: MobileNetV3 0.01). Below it the reset values (mean 0, variance 1) are a small bias; above it the running
+#: statistics are not yet an estimate of the data.
+MAX_INIT_WEIGHT = 0.05
 
 #: Every lint code, with what it flags.
 LINT_CODES = {
@@ -82,8 +89,27 @@ LINT_CODES = {
                           "torch.optim.swa_utils.update_bn, which cannot re-estimate a pinned layer)",
     "double_update": "a norm layer wrote its running statistics more than once per model call (activation "
                      "checkpointing recomputes the forward in backward; or the layer is reused)",
-    "pin_lost": "a module pinned in eval mode when the audit started is no longer pinned (a conversion such as "
-                "SyncBatchNorm.convert_sync_batchnorm replaced it)",
+    "pin_lost": "a module that stayed in eval mode after model.train() (pinned by pin_eval, by a class whose "
+                "train() ignores its argument, or by its parent) no longer does: a conversion such as "
+                "SyncBatchNorm.convert_sync_batchnorm replaced it, it was unpinned, or it carries pin_eval's "
+                "mark without the pin (torch.jit.script / jit.save / jit.load keep attributes, not methods)",
+    "nonfinite_stats": "running_mean/running_var hold NaN or inf (or a negative variance): eval-mode outputs of "
+                       "those channels are NaN, and no later update repairs them (one batch with an inf, e.g. an "
+                       "fp16 overflow, is enough; skipping the optimizer step does not undo a buffer write)",
+    "low_precision_stats": "running statistics kept in float16/bfloat16 by a layer that updates them: updates "
+                           "smaller than half a unit in the last place are lost (the statistics stall short of the "
+                           "data's), and float16 overflows above 65504",
+    "stats_update_lost": "a train-mode write left some channels' running_mean exactly as it was although the "
+                         "batch mean differs: the update rounded away in the buffer's low precision",
+    "stats_near_init": f"a BatchNorm updated so few times since num_batches_tracked was 0 that the values it held "
+                       f"then (mean 0 / variance 1 after a reset) still carry more than {MAX_INIT_WEIGHT:.0%} of "
+                       "its running statistics, and it normalises with them",
+    "stats_written_elsewhere": "a norm layer of the model wrote its running statistics into tensors that are not "
+                               "its buffers (copies passed to torch.func.functional_call, a DataParallel replica's "
+                               "copies): the model's buffers do not show those writes",
+    "hidden_calls": "the model (or part of it) ran compiled (torch.compile) or as TorchScript: the layers inside "
+                    "were not seen call by call; their modes are the flags at each call and their writes are read "
+                    "from the buffers before and after it (information)",
     "dropout_off_in_training": "a dropout layer next to trainable parameters was in eval mode during a forward pass "
                                "with gradients on: dropout is off while training (model.eval() on the whole model)",
     "forward_changes_with_mode": "the model's forward returns a different structure in train and eval mode (e.g. "
@@ -96,7 +122,7 @@ LINT_CODES = {
                             "label, and train-mode outputs differ from eval-mode outputs",
 }
 SEVERITIES = ("warning", "info")
-_INFO_CODES = {"momentum_cumulative", "dropout_present", "small_last_batch"}
+_INFO_CODES = {"momentum_cumulative", "dropout_present", "small_last_batch", "hidden_calls"}
 
 
 class BNLintWarning(UserWarning):
@@ -209,7 +235,121 @@ def _check_positive_int(name: str, value, fn: str = "") -> None:
 
 
 def _at_reset_values(m: nn.Module) -> bool:
-    return bool((m.running_mean == 0).all() and (m.running_var == 1).all())
+    """Mean 0 and variance 1 (``reset_running_stats``), or variance ``1 - eps`` (detectron2's FrozenBatchNorm2d
+    initialises it so); NaN is not a reset value."""
+    rv = m.running_var
+    if not bool((m.running_mean == 0).all()):
+        return False
+    if bool((rv == 1).all()):
+        return True
+    eps = getattr(m, "eps", None)
+    return is_frozen_batchnorm(m) and isinstance(eps, float) and bool((rv == torch.ones_like(rv) - eps).all())
+
+
+def _finite_stats(m: nn.Module) -> bool:
+    """Finite running statistics with a variance that is not negative (a negative one makes sqrt(var + eps) NaN)."""
+    rv = m.running_var
+    return bool(torch.isfinite(m.running_mean).all() and torch.isfinite(rv).all() and (rv >= 0).all())
+
+
+def _nonfinite_lint(name: str, m: nn.Module, when: str = "") -> Lint:
+    """``nonfinite_stats`` for layer ``name``, counting NaN and inf per buffer; ``when`` says when it happened."""
+    parts = []
+    for stat in ("running_mean", "running_var"):
+        t = getattr(m, stat)
+        nan, inf = int(t.isnan().sum()), int(t.isinf().sum())
+        if nan or inf:
+            parts.append(f"{stat} has {nan + inf} of {t.numel()} values non-finite ("
+                         + ", ".join(([f"{nan} NaN"] if nan else []) + ([f"{inf} inf"] if inf else [])) + ")")
+    neg = int((m.running_var < 0).sum())
+    if neg:
+        parts.append(f"running_var is negative in {neg} of {m.running_var.numel()} channels (sqrt(var + eps) is "
+                     "NaN there)")
+    kind = _type_name(m)
+    if len(parts) == 1 and neg:
+        return _lint("nonfinite_stats", name,
+                     f"{kind}'s {parts[0]}{when}: in eval mode it outputs NaN in those channels (a variance is never "
+                     "negative: a corrupted checkpoint or a hand-set value?); re-estimate the statistics with "
+                     "bnstudy.stats.update_bn_stats, or restore them from a checkpoint")
+    return _lint("nonfinite_stats", name,
+                 f"{kind}'s {'; '.join(parts)}{when}: in eval mode it outputs NaN in those channels, and no later "
+                 "update repairs them (NaN stays NaN under every momentum below 1). One batch holding inf or NaN "
+                 "(an fp16 overflow) is enough, and skipping the optimizer step (GradScaler) does not undo a "
+                 "buffer write: restore the statistics from a checkpoint, or re-estimate them on clean batches "
+                 "with bnstudy.stats.update_bn_stats (which refuses to write non-finite estimates)")
+
+
+def _type_name(m: nn.Module) -> str:
+    """The class name, or for a TorchScript module the class it was compiled from (``BatchNorm1d``)."""
+    if isinstance(m, torch.jit.ScriptModule):
+        return getattr(m, "original_name", None) or type(m).__name__
+    return type(m).__name__
+
+
+def _low_precision(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and torch.finfo(t.dtype).bits <= 16
+
+
+def _low_precision_lint(name: str, m: nn.Module) -> Lint:
+    dt = m.running_mean.dtype
+    eps = torch.finfo(dt).eps
+    mom = m.momentum
+    nbt = getattr(m, "num_batches_tracked", None)
+    if isinstance(mom, numbers.Real) and not isinstance(mom, bool) and mom > 0:
+        w, how = float(mom), f"momentum {mom}"
+    else:
+        n = int(nbt) + 1 if nbt is not None else 1
+        w, how = 1.0 / n, f"momentum=None, weight 1/{n} for the next batch and shrinking"
+    stall = eps / (2 * w)
+    overflow = (f"; float16 overflows above {torch.finfo(torch.float16).max:.0f}, so running_var of activations "
+                "whose standard deviation exceeds 256 becomes inf" if dt == torch.float16 else "")
+    return _lint("low_precision_stats", name,
+                 f"{_type_name(m)} keeps running_mean/running_var in {str(dt).removeprefix('torch.')} and updates "
+                 f"them after model.train(): each update rounds to {round(-math.log2(eps)) + 1} significant "
+                 f"bits, so with {how} a batch whose statistic is within about {stall:.2%} of the "
+                 f"running value (eps / (2 x weight) = {eps:.3g} / {2 * w:.3g}) changes nothing and the statistics "
+                 f"stall short of the data's{overflow}; keep norm layers and their buffers in float32 "
+                 "(torch.autocast does; model.half() and model.bfloat16() do not)")
+
+
+def _near_init_lint(name: str, m: nn.Module, n: int, when: str = "", known_reset: bool = False) -> Lint | None:
+    """``stats_near_init`` when ``n`` updates with ``m.momentum`` leave the values at the last reset more than
+    :data:`MAX_INIT_WEIGHT` of the statistics (None otherwise). ``known_reset``: the audit saw those values were
+    mean 0 / variance 1."""
+    mom = m.momentum
+    if not (isinstance(mom, numbers.Real) and not isinstance(mom, bool) and 0 < mom < 1) or n < 1:
+        return None
+    w = (1 - float(mom)) ** n
+    if w <= MAX_INIT_WEIGHT:
+        return None
+    need = math.ceil(math.log(MAX_INIT_WEIGHT) / math.log(1 - float(mom)))
+    if known_reset:
+        then = (f"entered the block holding the reset statistics mean 0 / variance 1 and was updated {n} "
+                f"time{'s' if n != 1 else ''}{when}: with momentum {mom}, (1 - {mom})^{n} = {w:.0%} of its "
+                "running statistics are still those values")
+        hedge = ""
+    else:
+        then = (f"was updated {n} time{'s' if n != 1 else ''} since num_batches_tracked was 0 (momentum {mom}): "
+                f"the values it held then still carry (1 - {mom})^{n} = {w:.0%} of its running statistics")
+        hedge = "; if those were pretrained statistics loaded without num_batches_tracked, this is expected"
+    return _lint("stats_near_init", name,
+                 f"{_type_name(m)} {then}, and it normalises with them (eval mode or pinned). After a reset or a "
+                 f"fresh build those values are mean 0 / variance 1, not the data's: re-estimate them with "
+                 f"bnstudy.stats.update_bn_stats (precise BN), or train on: {need} updates bring their share under "
+                 f"{MAX_INIT_WEIGHT:.0%}{hedge}")
+
+
+def _frozen_context(modules: dict, name: str) -> str | None:
+    """For a norm layer without parameters of its own: the name of its nearest ancestor holding parameters, when
+    every parameter there is frozen (``requires_grad=False``); None when that ancestor trains or none exists.
+    ``modules``: ``dict(model.named_modules())``."""
+    cur = name
+    while cur:
+        cur = cur.rpartition(".")[0]
+        params = list(modules[cur].parameters()) if cur in modules else []
+        if params:
+            return cur if not any(p.requires_grad for p in params) else None
+    return None
 
 
 def _momentum_lints(name: str, m: nn.Module) -> list[Lint]:
@@ -260,7 +400,10 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
 
     Covers every torch ``_NormBase`` layer: BatchNorm1d/2d/3d, SyncBatchNorm,
     the lazy variants, InstanceNorm (with or without tracking) and third-party
-    subclasses, plus FrozenBatchNorm for ``reset_stats_pinned``. Judging each
+    subclasses, plus frozen BatchNorm layers (this package's FrozenBatchNorm,
+    torchvision's, detectron2's and timm's FrozenBatchNorm2d:
+    :func:`bnstudy.norms.is_frozen_batchnorm`) for ``reset_stats_pinned``,
+    ``nonfinite_stats`` and ``stats_near_init``. Judging each
     layer the way torch's forward does (:mod:`bnstudy.norms`) and in the mode it
     will be in after the ``model.train()`` every training loop calls (measured by
     :func:`bnstudy.freeze.batch_stats_report`, flags restored), it checks:
@@ -268,30 +411,61 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
     train mode never updates (``stats_never_updated``), momentum
     (``momentum_invalid``, ``momentum_high``, ``momentum_zero``,
     ``momentum_cumulative``, ``cumulative_overwrites_loaded``), a frozen affine
-    whose statistics still move (``frozen_bn_in_train_mode``), and reset
-    statistics in a layer that will use them (``reset_stats_pinned``). With
-    ``batch_size`` (the per-device batch), layers using batch statistics get
-    ``single_sample_batch`` at 1 and ``small_batch`` below ``min_batch``.
+    whose statistics still move (``frozen_bn_in_train_mode``; a layer without
+    affine parameters counts as frozen when every parameter of its nearest
+    ancestor that has parameters is frozen: a non-affine BatchNorm in a frozen
+    backbone), reset statistics in a layer that will use them
+    (``reset_stats_pinned``), NaN/inf statistics (``nonfinite_stats``),
+    statistics kept in float16/bfloat16 by a layer that updates them
+    (``low_precision_stats``), statistics so few updates old that the values
+    at their last reset still weigh more than :data:`MAX_INIT_WEIGHT`
+    (``stats_near_init``, for layers in eval mode now or after ``model.train()``),
+    and a pin that a transformation dropped (``pin_lost``: a module with
+    :func:`bnstudy.freeze.pin_eval`'s mark and no pin, as ``torch.jit.script``
+    leaves it). With ``batch_size`` (the per-device batch), layers using batch
+    statistics get ``single_sample_batch`` at 1 and ``small_batch`` below
+    ``min_batch``.
+
+    TorchScript models (``torch.jit.script``/``trace``/``load``) are read the
+    same way (each scripted layer is judged by the class it was compiled from);
+    a ``torch.compile`` wrapper is linted through the module it wraps, with that
+    module's layer names (no ``_orig_mod.`` prefix).
 
     Returns the lints (grouped display: :func:`format_lints`) and warns the
     ``warning`` ones. Raises ``ValueError`` naming ``batch_size`` or
     ``min_batch`` when it is not a positive integer, and ``TypeError`` when
-    ``model`` is not an ``nn.Module``.
+    ``model`` is not an ``nn.Module`` or refuses ``train()`` (the module of a
+    ``torch.export`` program: lint the model before exporting it).
     """
     check_module("lint_model", "model", model)
     check_int("lint_model", "batch_size", batch_size, allow_none=True)
     _check_positive_int("min_batch", min_batch, "lint_model")
     check_bool("lint_model", "warn", warn)
+    model = compiled_original(model)
+    _refuse_fixed_mode("lint_model", model)
     report = batch_stats_report(model).set_index("layer")
+    modules = dict(model.named_modules())
     lints = []
     for name, m in model.named_modules():
-        kind = type(m).__name__
+        kind = _type_name(m)
+        if pin_dropped(m):
+            lints.append(_lint("pin_lost", name, "carries pin_eval's mark but not its pin: it comes from a "
+                               "transformation that keeps attributes and drops Python methods (torch.jit.script, torch.jit.save/load), so model.train() puts it in train mode "
+                               "again; pin it again on this model (bnstudy.freeze.pin_eval works on a scripted "
+                               "module, in Python only), or convert the BatchNorm layers before scripting "
+                               "(bnstudy.freeze.freeze_batchnorm, whose FrozenBatchNorm scripts)"))
         if is_frozen_batchnorm(m):
-            if has_running_stats(m) and _at_reset_values(m):
+            if has_running_stats(m) and not _finite_stats(m):
+                lints.append(_nonfinite_lint(name, m))
+            elif has_running_stats(m) and _at_reset_values(m):
                 lints.append(_lint("reset_stats_pinned", name, f"{kind} holds the reset statistics mean 0 / "
                                    "variance 1: it normalises with them forever (it cannot re-estimate)"))
+            elif isinstance(getattr(m, "num_batches_tracked", None), torch.Tensor) and hasattr(m, "momentum"):
+                near = _near_init_lint(name, m, int(m.num_batches_tracked))
+                if near is not None:
+                    lints.append(near)
             continue
-        if not isinstance(m, _NormBase):
+        if not is_norm_base(m):
             continue
         row = report.loc[name]
         writes = bool(row["updates_running_stats_after_train"])
@@ -314,7 +488,9 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
                                    "still overwrites them on every forward pass"))
         if has_running_stats(m):
             lints.extend(_momentum_lints(name, m))
-        frozen_affine = m.affine and not any(p.requires_grad for p in m.parameters(recurse=False))
+        own = list(m.parameters(recurse=False))
+        frozen_affine = m.affine and bool(own) and not any(p.requires_grad for p in own)
+        frozen_block = None if own else _frozen_context(modules, name)
         if frozen_affine and writes:
             lints.append(_lint("frozen_bn_in_train_mode", name,
                                f"{kind}'s weight and bias have requires_grad=False, but after model.train() it "
@@ -322,7 +498,19 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
                                + "overwrites running_mean/running_var on every forward pass (pin it: "
                                "bnstudy.freeze.pin_eval or pin_norm_eval, or convert it: freeze_batchnorm / "
                                "freeze_modules)"))
-        if has_running_stats(m) and row["stats_after_train"] == "running" and _at_reset_values(m):
+        elif frozen_block is not None and writes:
+            lints.append(_lint("frozen_bn_in_train_mode", name,
+                               f"{kind} has no affine parameters (affine=False) and sits in a frozen block (every "
+                               f"parameter of {_label(frozen_block)!r} has requires_grad=False), but after "
+                               "model.train() it " + ("normalises with batch statistics and " if is_batch_norm(m)
+                                                      else "")
+                               + "overwrites running_mean/running_var on every forward pass: requires_grad has "
+                               "nothing to act on in this layer (pin it: bnstudy.freeze.pin_eval or pin_norm_eval, "
+                               "or convert it: freeze_batchnorm / freeze_modules)"))
+        uses_running = row["stats_after_train"] == "running" or row["stats_now"] == "running"
+        if has_running_stats(m) and not _finite_stats(m):
+            lints.append(_nonfinite_lint(name, m))
+        elif has_running_stats(m) and row["stats_after_train"] == "running" and _at_reset_values(m):
             why = "pinned in eval mode" if is_pinned(m) else "in eval mode after model.train()"
             trained = m.affine and not (bool((m.weight == 1).all()) and bool((m.bias == 0).all()))
             msg = (f"{kind} is {why} and holds the reset statistics mean 0 / variance 1, so it normalises with "
@@ -332,6 +520,13 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
             # A freshly built layer (affine at 1/0 or absent) gets the same finding as information.
             lints.append(Lint("reset_stats_pinned", name, msg if trained else msg + " (information: the layer "
                               "looks freshly built)", "warning" if trained else "info"))
+        elif has_running_stats(m) and is_batch_norm(m) and uses_running and isinstance(
+                getattr(m, "num_batches_tracked", None), torch.Tensor):
+            near = _near_init_lint(name, m, int(m.num_batches_tracked))
+            if near is not None:
+                lints.append(near)
+        if has_running_stats(m) and writes and _low_precision(m.running_mean):
+            lints.append(_low_precision_lint(name, m))
         if batch_size is not None and row["batch_stats_after_train"]:
             lints.extend(_batch_lints(name, m, batch_size, None, min_batch))
     _emit(lints, warn)

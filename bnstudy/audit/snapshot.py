@@ -102,7 +102,29 @@ def _max_abs_change(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 _DIFF_COLUMNS = ["tensor", "module", "name", "kind", "shape", "max_abs_change", "changed", "status", "before", "after",
-                 "shared_with"]
+                 "shared_with", "nonfinite_before", "nonfinite_after"]
+
+
+def _nonfinite(t: torch.Tensor | None) -> int:
+    """How many values of ``t`` are NaN or infinite (0 for integer and boolean tensors, and for None)."""
+    if t is None or not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
+        return 0
+    return int((~torch.isfinite(t)).sum())
+
+
+def _newly_nonfinite(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``b`` is NaN or infinite somewhere ``a`` was finite (same shape)."""
+    if not (b.is_floating_point() or b.is_complex()) or b.numel() == 0:
+        return False
+    fa = torch.isfinite(a) if (a.is_floating_point() or a.is_complex()) else torch.ones_like(a, dtype=torch.bool)
+    return bool((fa & ~torch.isfinite(b)).any())
+
+
+def nonfinite_words(t: torch.Tensor) -> str:
+    """``"3 of 8 values NaN, 1 inf"``: the NaN and infinite values of a floating tensor, in words."""
+    nan, inf = int(t.isnan().sum()), int(t.isinf().sum())
+    parts = ([f"{nan} NaN"] if nan else []) + ([f"{inf} inf"] if inf else [])
+    return f"{nan + inf} of {t.numel()} values non-finite ({', '.join(parts) or 'none'})"
 
 
 def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
@@ -112,10 +134,14 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
     ``kind`` (``param``/``buffer``), ``shape``, ``max_abs_change`` (largest
     absolute element-wise change, in the tensor's own units; exact, computed in
     float64), ``changed`` (bool), ``status`` (``unchanged``, ``changed``,
-    ``added``, ``removed``, ``reshaped``), and ``before``/``after`` for 0-d
-    tensors such as ``num_batches_tracked`` (``None`` otherwise), and
-    ``shared_with`` (the tensor's other names, a tuple, empty when it has one
-    name). A tensor reachable under several names has one row per name (as in
+    ``added``, ``removed``, ``reshaped``, ``non-finite``: NaN or inf where the
+    value was finite before, e.g. a running_var after one overflowing batch), and
+    ``before``/``after`` for 0-d tensors such as ``num_batches_tracked``
+    (``None`` otherwise), ``shared_with`` (the tensor's other names, a tuple,
+    empty when it has one name), and ``nonfinite_before``/``nonfinite_after``
+    (how many of its values are NaN or inf; 0 for integer tensors). A NaN
+    against a number counts as a change of ``inf`` in ``max_abs_change``; the
+    ``non-finite`` status and counts say which it was. A tensor reachable under several names has one row per name (as in
     torch's ``state_dict()``), so it is reported under every name it has. Rows follow
     the model's order. Raises ``TypeError`` if an argument is not a
     :class:`Snapshot`.
@@ -131,14 +157,18 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
         ref = a if a is not None else b
         names = (before.aliases.get(n) or after.aliases.get(n) or (n,))
         row = dict(tensor=n, module=src.modules[n], name=n.rsplit(".", 1)[-1], kind=src.kinds[n],
-                   shape=tuple(ref.shape), before=None, after=None, shared_with=tuple(a_ for a_ in names if a_ != n))
+                   shape=tuple(ref.shape), before=None, after=None, shared_with=tuple(a_ for a_ in names if a_ != n),
+                   nonfinite_before=_nonfinite(a), nonfinite_after=_nonfinite(b))
         if a is None or b is None:
             row.update(max_abs_change=math.nan, changed=True, status="added" if a is None else "removed")
         elif a.shape != b.shape:
             row.update(max_abs_change=math.nan, changed=True, status="reshaped")
         else:
-            d = _max_abs_change(a, b.to(a.device))
-            row.update(max_abs_change=d, changed=d != 0, status="changed" if d != 0 else "unchanged")
+            b = b.to(a.device)
+            d = _max_abs_change(a, b)
+            status = ("non-finite" if row["nonfinite_after"] and _newly_nonfinite(a, b) else
+                      "changed" if d != 0 else "unchanged")
+            row.update(max_abs_change=d, changed=d != 0, status=status)
             if a.dim() == 0:
                 row.update(before=a.item(), after=b.item())
         rows.append(row)
@@ -229,7 +259,8 @@ def probe_outputs(model: nn.Module, probe: Any, forward: Callable | None = None)
 
 def compare_outputs(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> pd.DataFrame:
     """One row per output path: ``output``, ``shape``, ``max_abs_change`` (output units, e.g. logits),
-    ``changed``, ``status`` (``unchanged``/``changed``/``added``/``removed``/``reshaped``).
+    ``changed``, ``status`` (``unchanged``/``changed``/``added``/``removed``/``reshaped``/``non-finite``: NaN
+    or inf where the output was finite before), ``nonfinite_after`` (how many values are NaN or inf).
     ``before``/``after``: ``{path: tensor}`` as :func:`probe_outputs` returns (``TypeError`` otherwise)."""
     for pname, d in (("before", before), ("after", after)):
         if not isinstance(d, dict) or not all(isinstance(t, torch.Tensor) for t in d.values()):
@@ -241,12 +272,14 @@ def compare_outputs(before: dict[str, torch.Tensor], after: dict[str, torch.Tens
         ref = a if a is not None else b
         if a is None or b is None:
             rows.append(dict(output=k, shape=tuple(ref.shape), max_abs_change=math.nan, changed=True,
-                             status="added" if a is None else "removed"))
+                             status="added" if a is None else "removed", nonfinite_after=_nonfinite(b)))
         elif a.shape != b.shape:
             rows.append(dict(output=k, shape=tuple(ref.shape), max_abs_change=math.nan, changed=True,
-                             status="reshaped"))
+                             status="reshaped", nonfinite_after=_nonfinite(b)))
         else:
             d = _max_abs_change(a, b)
-            rows.append(dict(output=k, shape=tuple(a.shape), max_abs_change=d, changed=d != 0,
-                             status="changed" if d != 0 else "unchanged"))
-    return pd.DataFrame(rows, columns=["output", "shape", "max_abs_change", "changed", "status"])
+            k_bad = _nonfinite(b)
+            status = "non-finite" if k_bad and _newly_nonfinite(a, b) else "changed" if d != 0 else "unchanged"
+            rows.append(dict(output=k, shape=tuple(a.shape), max_abs_change=d, changed=d != 0, status=status,
+                             nonfinite_after=k_bad))
+    return pd.DataFrame(rows, columns=["output", "shape", "max_abs_change", "changed", "status", "nonfinite_after"])
