@@ -266,13 +266,15 @@ FINDINGS_START = "<!-- findings: made by `make readme` from the release book's f
 FINDINGS_END = "<!-- findings end -->"
 
 
-def front_page_findings(html_dir) -> str:
+def front_page_findings(html_dir, chapters=None) -> str:
     """The built front page's "What the chapters find" list as Markdown, for the README.
 
     ``html_dir``: a built book (``book/_build/html``). Every value in it is the glued one of that build;
     links to pages become links to the chapter notebooks and pages in the repository, figure and table
-    numbers are kept as text. Raises ``FileNotFoundError`` without a built front page and ``ValueError`` if
-    the page has no such section."""
+    numbers are kept as text. ``chapters``: the chapter numbers (``"01"``) whose bullets to keep (the data
+    release's, so that the README states only what the release shows); the others are named in one closing
+    line. ``None`` keeps every bullet. Raises ``FileNotFoundError`` without a built front page and
+    ``ValueError`` if the page has no such section."""
     from bs4 import BeautifulSoup
     from markdownify import markdownify
 
@@ -283,6 +285,14 @@ def front_page_findings(html_dir) -> str:
         raise ValueError(f"{page} has no section 'What the chapters find'")
     for h in section.find_all(["h1", "h2", "h3"]):
         h.decompose()
+    left_out = []
+    if chapters is not None:
+        for li in section.find_all("li"):
+            a = li.find("a", href=re.compile(r"chapters/\d\d-"))
+            number = re.search(r"chapters/(\d\d)-", a["href"]).group(1) if a else None
+            if number is not None and number not in set(chapters):
+                left_out.append(number)
+                li.decompose()
     for a in section.find_all("a"):
         href = a.get("href", "")
         if "headerlink" in (a.get("class") or []):
@@ -297,20 +307,33 @@ def front_page_findings(html_dir) -> str:
         elif re.match(r"(?:\./)?[\w-]+\.html$", href):
             a["href"] = "book/" + re.sub(r"^\./", "", href).replace(".html", ".md")
     md = markdownify(str(section), heading_style="ATX", bullets="-", strip=["span", "div", "section"])
-    md = re.sub(r"\n{3,}", "\n\n", md).strip()
-    return md.replace("\u00a0", " ")
+    md = re.sub(r"\n{3,}", "\n\n", md).strip().replace("\u00a0", " ")
+    if left_out:
+        md += ("\n\nChapters " if len(left_out) > 1 else "\n\nChapter ") + ", ".join(str(int(n)) for n in left_out) + \
+              (" are" if len(left_out) > 1 else " is") + " not in the data release yet (`release/manifest.json`); " \
+              "the book shows " + ("their" if len(left_out) > 1 else "its") + " quick-profile run."
+    return md
 
 
-def update_readme(html_dir, readme: Path = README) -> bool:
-    """Replace the README's findings block with :func:`front_page_findings` of ``html_dir``; True if it changed.
-    Raises ``ValueError`` if the README lacks the block's markers."""
+def released_chapters(release_dir=None) -> list[str]:
+    """The chapter numbers in the data release (``release/manifest.json``), sorted; ``[]`` without one."""
+    from .release import RELEASE_DIR, read_manifest
+    return sorted(read_manifest(release_dir or RELEASE_DIR).get("chapters", {}))
+
+
+def update_readme(html_dir, readme: Path = README, chapters="release") -> bool:
+    """Replace the README's findings block with :func:`front_page_findings` of ``html_dir`` (the bullets of the
+    released chapters, unless ``chapters`` says otherwise); True if it changed. Raises ``ValueError`` if the
+    README lacks the block's markers."""
+    if chapters == "release":
+        chapters = released_chapters()
     from .sweep import atomic_write_bytes
     text = Path(readme).read_text()
     if FINDINGS_START not in text or FINDINGS_END not in text:
         raise ValueError(f"{readme} has no findings block ({FINDINGS_START!r} ... {FINDINGS_END!r})")
     head, rest = text.split(FINDINGS_START, 1)
     _, tail = rest.split(FINDINGS_END, 1)
-    new = f"{head}{FINDINGS_START}\n{front_page_findings(html_dir)}\n{FINDINGS_END}{tail}"
+    new = f"{head}{FINDINGS_START}\n{front_page_findings(html_dir, chapters)}\n{FINDINGS_END}{tail}"
     if new != text:
         atomic_write_bytes(Path(readme), new.encode())
     return new != text
