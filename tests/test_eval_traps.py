@@ -671,3 +671,15 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
         book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
             tiny, steps=7, rows=rows, results_dir=str(tmp_path / "results3"),
             figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+
+
+def test_single_layer_facts_are_the_same_in_every_process():
+    """The release's verification (issue 23) found t5_bn2d_mean differing between executions: its layers were
+    initialized from torch's global generator. Seeded now, a fresh process gives the same facts."""
+    import subprocess
+    import sys
+    code = ("from bnstudy.experiments.eval_traps import single_layer_table as t; import torch; "
+            "torch.manual_seed({}); print(t(0).to_json())")
+    a, b = (subprocess.run([sys.executable, "-c", code.format(s)], capture_output=True, text=True, check=True).stdout
+            for s in (1, 2))
+    assert a == b
