@@ -818,7 +818,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
         assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
     line = lambda nb: " ".join("".join(o.get("text", "") for c in nbformat.read(nb, as_version=4).cells
                                        for o in c.get("outputs", []) if o.get("name") == "stdout").split())
-    said = "analysing the rows of the run at git commit"
+    said = "analysing the rows computed by the run at git commit"
     assert said not in line(first) and said in line(again)  # the rebuilt page names the run behind its rows
     pngs = sorted(p.name for p in (tmp_path / "figures").glob("01-*.png"))
     assert pngs == sorted(p.name for p in (tmp_path / "figures2").glob("01-*.png")) and len(pngs) == 6

@@ -1103,9 +1103,13 @@ def audit_table(config: Config, execution: Execution | None = None, cases=PRINTE
     """The first seed's audit printouts the page shows, as a table: one row per ``(trap, case, lint_codes)`` of
     ``cases``, columns ``seed, trap, case, printout`` (:func:`first_seed_printout`'s text: each case run again on the
     cached source, traps 1 and 3 training their new head for ``steps`` steps). :func:`printout` reads one back."""
-    rows = [dict(seed=int(config.seeds[0]), trap=trap, case=case,
-                 printout=first_seed_printout(config, trap, case, execution, lint_codes=codes))
-            for trap, case, codes in cases]
+    from ..sweep import torch_threads
+    # the printed heads train here, not in a sweep: at the execution's thread count, as every run does (at the
+    # process's own count the numbers depended on where the page ran; the release's verification found it)
+    with torch_threads((execution or Execution()).threads):
+        rows = [dict(seed=int(config.seeds[0]), trap=trap, case=case,
+                     printout=first_seed_printout(config, trap, case, execution, lint_codes=codes))
+                for trap, case, codes in cases]
     return pd.DataFrame(rows, columns=["seed", "trap", "case", "printout"])
 
 
