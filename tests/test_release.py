@@ -48,6 +48,19 @@ def test_compare_tables_names_row_column_and_size():
     assert "2 rows in the release, 1 recomputed" in release.compare_tables("t", a, b.head(1))[0]
 
 
+def test_run_state_columns_are_skipped_only_where_declared():
+    ch4 = release.CHAPTERS["04"]
+    assert release.run_state_columns(ch4, "04_heads_units") == ("computed",)
+    assert release.run_state_columns(ch4, "04_heads") == ()
+    assert release.run_state_columns(release.CHAPTERS["03"], "03_shift_strength") == ()
+    cold = pd.DataFrame(dict(namespace=["ch04_heads"], computed=[1800], total=[1800]))
+    warm = cold.assign(computed=[0])  # a verification rebuilds the table from cached units
+    assert release.compare_tables("u", cold, warm, skip=("computed",)) == []
+    assert release.compare_tables("u", cold, warm.assign(total=[1799]), skip=("computed",)) == [
+        "u row 0, column total: release 1800, recomputed 1799 (|difference| 1)"]
+    assert release.compare_tables("u", cold, warm) != []
+
+
 def test_compare_rows_ignores_wall_times_and_equal_nans():
     assert release.compare_rows("u", {"x": 1.0, "wall_s": 3.0, "n": float("nan")},
                                 {"x": 1.0, "wall_s": 4.0, "n": float("nan")}) == []

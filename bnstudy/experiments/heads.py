@@ -61,6 +61,8 @@ ANALYSIS_PARAMETERS = ("margin",)
 #: (:func:`run_tables`): the search's runs, the step-count check's runs, the per-seed feature geometry and the
 #: units the run computed or read from the cache.
 SIBLING_TABLES = ("search_runs", "steps", "features", "units")
+# How the run went, not what it computed: a verification (rebuilt from cached units) skips them.
+RUN_STATE_COLUMNS = {"units": ("computed",)}
 HEADS = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln")
 OPTIMIZERS = ("sgd", "sgd_plain", "adam")
 PINNED_MODES = ("backbone_eval", "all_eval")
