@@ -27,8 +27,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Execute every chapter with papermill into book/chapters (fails loudly on any cell error); tables and
-# figures go to book/results and book/figures. PROFILE=release (default): each page analyses the release's rows.
+# Execute every chapter with papermill into chapters/NN-name.ipynb beside the sources (fails loudly on any cell
+# error); tables and figures go to results/ and figures/. PROFILE=release (default): each page analyses the release's rows.
 chapters: $(STAMP)
 ifeq ($(PROFILE),release)
 	$(PY) -m bnstudy.book --release
@@ -46,10 +46,11 @@ release: $(STAMP)
 verify-release: $(STAMP)
 	$(PY) -m bnstudy.release verify --chapters $(CHAPTERS) --units $(UNITS) $(if $(N_JOBS),--n-jobs $(N_JOBS)) $(if $(RECORD),--record)
 
-# Build the HTML from the executed notebooks (the book's root is book/); warnings are errors.
+# Build the HTML from the executed notebooks (the book's root is the top level: _config.yml, _toc.yml); warnings
+# are errors.
 book: chapters
-	$(VENV)/bin/jupyter-book build book -W -n --keep-going
-	@echo "Book: $(CURDIR)/book/_build/html/index.html"
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	@echo "Book: $(CURDIR)/_build/html/index.html"
 
 # The README's "What the chapters find", made from the built book's front page (run after `make book`).
 readme: $(STAMP)
@@ -62,7 +63,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_engine.py
 
 clean:
-	rm -rf book/_build book/chapters book/results book/figures
+	rm -rf _build results figures chapters/.partial chapters/[0-9][0-9]-*.ipynb
 
 clean-cache:
 	@test -n "$(BNSTUDY_CACHE_DIR)" || { echo "BNSTUDY_CACHE_DIR is empty; nothing removed"; exit 1; }

@@ -1,10 +1,10 @@
 """Execute the book's chapter notebooks with papermill.
 
 ``python -m bnstudy.book --profile quick`` runs every chapter in
-``chapters/`` (``NN_name.ipynb``, in order) into ``book/chapters/NN-name.ipynb``
+``chapters/`` (``NN_name.ipynb``, in order) into ``chapters/NN-name.ipynb`` beside it
 (the book's page, and so its URL, ``chapters/NN-name.html``), its tables into
-``book/results/`` and its figures into ``book/figures/``; ``make book`` calls it
-before ``jupyter-book build book``. ``--output-dir DIR`` moves all three under
+``results/`` and its figures into ``figures/``; ``make book`` calls it
+before ``jupyter-book build .`` (the book's root is the repository's top level). ``--output-dir DIR`` moves all three under
 ``DIR`` (``DIR/chapters``, ``DIR/results``, ``DIR/figures``). Each chapter runs with the working
 directory ``chapters/`` and kernel ``python3``; the executed copy is first
 written to a temporary file and renamed into place only if the whole notebook
@@ -49,8 +49,29 @@ import nbformat
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS_DIR = REPO / "chapters"
-BOOK_DIR = REPO / "book"
+BOOK_DIR = REPO  # the book's root: _config.yml and _toc.yml are at the top level
 EXECUTED_DIR = BOOK_DIR / "chapters"
+
+
+def book_sources(root: Path = BOOK_DIR) -> list[Path]:
+    """The book's committed sources at its root: ``_config.yml``, ``_toc.yml``, every page file the table of
+    contents names that is not an executed chapter (``index.md``, ``guide.md``, ...), ``references.bib`` and
+    ``_static/``. Raises ``FileNotFoundError`` naming a page the table of contents lists but the root lacks."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part.get("chapters", [])]
+    out = [root / "_config.yml", root / "_toc.yml", root / "references.bib", root / "_static"]
+    for f in files:
+        if f.startswith("chapters/"):
+            continue  # executed by papermill, not a source
+        hit = [p for p in (root / f"{f}.md", root / f"{f}.ipynb") if p.exists()]
+        if not hit:
+            raise FileNotFoundError(f"_toc.yml names {f!r}, but {root} has no {f}.md")
+        out.append(hit[0])
+    return out
 PROFILES = ("quick", "full")
 PARTIAL_DIR = ".partial"
 
@@ -247,11 +268,11 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
 
 
 def record_time(chapter: str, profile: str, wall_s: float, path: Path | None = None) -> Path:
-    """Record a chapter's wall time in ``path`` (default ``book/results/chapter_times.csv``), one row per chapter and profile."""
+    """Record a chapter's wall time in ``path`` (default ``results/chapter_times.csv``), one row per chapter and profile."""
     import pandas as pd
     from .sweep import atomic_write_bytes
 
-    path = Path(path or REPO / "book" / "results" / "chapter_times.csv")
+    path = Path(path or BOOK_DIR / "results" / "chapter_times.csv")
     old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["chapter", "profile", "wall_s", "finished"])
     old = old[~((old["chapter"] == chapter) & (old["profile"] == profile))]
     new = pd.DataFrame([dict(chapter=chapter, profile=profile, wall_s=round(wall_s, 1),
@@ -269,7 +290,7 @@ FINDINGS_END = "<!-- findings end -->"
 def front_page_findings(html_dir, chapters=None) -> str:
     """The built front page's "What the chapters find" list as Markdown, for the README.
 
-    ``html_dir``: a built book (``book/_build/html``). Every value in it is the glued one of that build;
+    ``html_dir``: a built book (``_build/html``). Every value in it is the glued one of that build;
     links to pages become links to the chapter notebooks and pages in the repository, figure and table
     numbers are kept as text. ``chapters``: the chapter numbers (``"01"``) whose bullets to keep (the data
     release's, so that the README states only what the release shows); the others are named in one closing
@@ -305,7 +326,7 @@ def front_page_findings(html_dir, chapters=None) -> str:
         if m:
             a["href"] = f"chapters/{m.group(1).replace('-', '_')}.ipynb"
         elif re.match(r"(?:\./)?[\w-]+\.html$", href):
-            a["href"] = "book/" + re.sub(r"^\./", "", href).replace(".html", ".md")
+            a["href"] = re.sub(r"^\./", "", href).replace(".html", ".md")
     md = markdownify(str(section), heading_style="ATX", bullets="-", strip=["span", "div", "section"])
     md = re.sub(r"\n{3,}", "\n\n", md).strip().replace("\u00a0", " ")
     if left_out:
@@ -345,7 +366,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="chapter file stems to run (default: all)")
     ap.add_argument("--output-dir", default=str(BOOK_DIR),
                     help="root of the outputs: DIR/chapters (executed notebooks), DIR/results, DIR/figures "
-                         "(default: book/)")
+                         "(default: the repository's top level, the book's root)")
     ap.add_argument("--quiet", action="store_true", help="do not stream cell outputs and progress to the terminal")
     ap.add_argument("--release", nargs="?", const="release", default=None, metavar="DIR",
                     help="build the published book: every chapter analyses the data release's tables in DIR "
@@ -353,7 +374,7 @@ def main(argv=None) -> int:
                          "quick profile, and its page says so")
     ap.add_argument("--readme", nargs="?", const=str(BOOK_DIR / "_build" / "html"), default=None, metavar="HTML",
                     help="only rewrite the README's findings from a built book's front page (default "
-                         "book/_build/html, as `make book` leaves it) and exit")
+                         "_build/html, as `make book` leaves it) and exit")
     args = ap.parse_args(argv)
     if args.readme is not None:
         changed = update_readme(args.readme)

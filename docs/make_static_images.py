@@ -1,6 +1,6 @@
-"""Draw the intro's freeze-modes diagram (book/_static/freeze-modes.svg) and the README thumbnail.
+"""Draw the intro's freeze-modes diagram (_static/freeze-modes.svg) and the README thumbnail.
 
-Run from the repository root: `.venv/bin/python docs/make_static_images.py [book/figures/01-accuracy.png]`.
+Run from the repository root: `.venv/bin/python docs/make_static_images.py [figures/01-accuracy.png]`.
 Both outputs are committed; rerun only when the picture should change.
 """
 import sys
@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch
 
-OUT = Path("book/_static")
+OUT = Path("_static")
 TRAIN, EVAL, COPY = "#e69f00", "#56b4e9", "#009e73"  # colorblind-safe (Okabe-Ito)
 
 MODES = [

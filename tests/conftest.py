@@ -62,11 +62,13 @@ def cache_dir(tmp_path):
 
 
 def _copy_book_sources(root: Path) -> None:
-    src = REPO / "book"
-    for p in src.iterdir():
-        if p.is_file() and p.suffix in (".md", ".yml", ".bib"):
+    from bnstudy.book import book_sources
+
+    for p in book_sources():
+        if p.is_dir():
+            shutil.copytree(p, root / p.name)
+        else:
             shutil.copy(p, root / p.name)
-    shutil.copytree(src / "_static", root / "_static")
 
 
 def _jupyter_book_build(root: Path):
@@ -77,7 +79,7 @@ def _jupyter_book_build(root: Path):
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory):
     """Every chapter executed (quick profile, empty cache) and the book built with -W, in a temporary copy
-    of book/ so the repository's outputs are untouched. Returns (book root, CompletedProcess of the build);
+    of the book's sources (bnstudy.book.book_sources) so the repository's outputs are untouched. Returns (book root, CompletedProcess of the build);
     the HTML is in root/_build/html. Shared by test_book.py and test_browser.py (built once per session)."""
     from bnstudy import book
 
@@ -124,7 +126,7 @@ def release_book(tmp_path_factory, built_book):
 
 @pytest.fixture(scope="session", params=["quick", "release"])
 def built_html(request):
-    """The built HTML folder: $BNSTUDY_BOOK_HTML when set (an existing build, e.g. book/_build/html after
+    """The built HTML folder: $BNSTUDY_BOOK_HTML when set (an existing build, e.g. _build/html after
     `make book`), else the session's quick book (built_book) and the release book (release_book) in turn."""
     given = os.environ.get("BNSTUDY_BOOK_HTML")
     if given:

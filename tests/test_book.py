@@ -1,5 +1,5 @@
 """The pipeline end to end: every chapter executes under papermill (quick profile) and the book builds
-with warnings as errors (the session fixture ``built_book`` in conftest.py, in a temporary copy of book/)."""
+with warnings as errors (the session fixture ``built_book`` in conftest.py, in a temporary copy of the book's sources)."""
 
 import json
 import re
@@ -25,7 +25,7 @@ def test_every_chapter_executes_and_the_book_builds_without_warnings(built_book)
 
 @pytest.mark.slow
 def test_toc_lists_every_chapter_notebook(built_book):
-    toc = (REPO / "book" / "_toc.yml").read_text()
+    toc = (REPO / "_toc.yml").read_text()
     for nb_path in book.chapter_paths():
         assert f"chapters/{book.page_name(nb_path)}" in toc, nb_path.name
 
@@ -261,7 +261,7 @@ In <code class="docutils literal notranslate"><span class="pre">train_mode</span
     assert md.splitlines()[0] == "Numbers come from the executed chapters."
     assert "- **[Chapter 1, freeze modes](chapters/01_freeze_modes.ipynb).**" in md
     assert "`train_mode`" in md and "0.125" in md and "(Fig. 1.1)" in md
-    assert "[the guide](book/guide.md)" in md and "Next" not in md and "#" not in md
+    assert "[the guide](guide.md)" in md and "Next" not in md and "#" not in md
     readme = tmp_path / "README.md"
     readme.write_text(f"top\n{book.FINDINGS_START}\nold\n{book.FINDINGS_END}\nbottom\n")
     assert book.update_readme(tmp_path, readme, None) and not book.update_readme(tmp_path, readme, None)

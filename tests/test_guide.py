@@ -1,4 +1,4 @@
-"""The decision guide (book/guide.md): every number and verdict on it is glued from an executed chapter, every
+"""The decision guide (guide.md): every number and verdict on it is glued from an executed chapter, every
 recommendation cites a figure or table that a chapter defines, and the cross-page Markdown glue renders."""
 
 import re
@@ -11,7 +11,7 @@ from bnstudy import book
 from bnstudy.sphinxext import inline_markdown
 
 REPO = Path(__file__).resolve().parent.parent
-GUIDE = REPO / "book" / "guide.md"
+GUIDE = REPO / "guide.md"
 ROLE = re.compile(r"\{(glue(?::\w+)?|numref|cite(?::\w+)?|ref)\}`([^`]*)`")
 
 
@@ -25,7 +25,7 @@ def _chapter_sources() -> dict[str, str]:
 
 
 def test_guide_is_the_last_chapter_of_the_toc():
-    toc = (REPO / "book" / "_toc.yml").read_text()
+    toc = (REPO / "_toc.yml").read_text()
     chapters = re.findall(r"- file: (\S+)", toc.split("caption: Reference")[0])
     assert chapters[-1] == "guide"
 

@@ -19,8 +19,8 @@ def test_pages_workflow_builds_the_release_book_on_a_tag_and_deploys_it():
     runs = [s["run"] for s in build["steps"] if "run" in s]
     assert len(runs) == 1 and runs[0].startswith("make book ") and "PROFILE" not in runs[0]  # the release book
     upload = [s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact")]
-    assert upload and upload[0]["with"]["path"] == "book/_build/html"
-    assert "book/_build/html/index.html" in (REPO / "Makefile").read_text()  # where `make book` puts it
+    assert upload and upload[0]["with"]["path"] == "_build/html"
+    assert "$(CURDIR)/_build/html/index.html" in (REPO / "Makefile").read_text()  # where `make book` puts it
     assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
     assert [s["uses"].split("@")[0] for s in deploy["steps"]] == ["actions/deploy-pages"]
 
