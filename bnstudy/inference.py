@@ -1,0 +1,380 @@
+"""The book's statistical inference, in one place: paired differences, t intervals, family corrections,
+equivalence, one-sided tests, bootstrap intervals, rank correlation, and the one verdict vocabulary.
+
+Every chapter's findings use these functions and no others, so the same numbers get the same verdict on
+every page. The conventions, decided once (the glossary page, ``glossary.md``, states them for readers):
+
+* **Replications are seeds.** Within a seed every condition sees the same data stream and head init, so a
+  comparison is the per-seed difference ``condition - reference`` (:func:`paired_differences`). Missing
+  data: a seed enters a comparison only if both conditions have a finite value; the others are dropped and
+  ``n`` says how many remain.
+* **Intervals** are Student's t intervals of the mean (:func:`t_interval`, on
+  :meth:`scipy.stats.ttest_1samp`'s ``confidence_interval``).
+* **Families.** ``m`` comparisons printed together are one family (:class:`Family`): their printed intervals
+  are Bonferroni intervals at confidence ``1 - alpha/m``, and their equivalence tests run at ``alpha/m``;
+  counts ("k of m cells show a direction") use Holm's step-down adjusted p-values (:func:`holm`, on
+  ``statsmodels.stats.multitest.multipletests``).
+* **Equivalence** is the two one-sided tests (TOST; Schuirmann 1987) against ``±margin`` at level ``alpha``
+  (:func:`tost_p`, on ``statsmodels.stats.weightstats.DescrStatsW.ttost_mean``): equivalent exactly when the
+  ``1 - 2 alpha`` t interval lies inside ``(-margin, margin)``.
+* **One-sided tests** are one-sided t tests (``scipy.stats.ttest_1samp(alternative=...)``), never a halved or
+  doubled two-sided p.
+* **Degenerate samples.** Fewer than two values: no interval, no test, verdict "too few seeds". Zero spread
+  (every seed the same difference ``d``): the interval is ``[d, d]``, the two-sided p is 0 when ``d != 0``
+  and 1 when ``d == 0``, and the TOST p is 0 when ``|d| < margin``, else 1 (scipy and statsmodels return NaN
+  or warn there; these are the limits as the spread goes to 0).
+
+The verdict vocabulary (:data:`VERDICT_KINDS`, :func:`decide`): a direction shown (``"<higher word>"`` or
+``"<lower word>"``, e.g. "pinned lower": the family interval excludes zero), ``"equivalent within ±m"``
+(TOST at the family level, when no direction is shown), ``"not decided"`` (neither), ``"too few seeds"``
+(fewer than two values), and for identities of the code, which are checks and not findings,
+``"exact, checked =="`` / ``"not exact"`` (:func:`exact_check`). A direction takes precedence over
+equivalence: an effect can be shown and still be smaller than the margin, and the printed estimate says how
+large it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import warnings
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+__all__ = [
+    "Interval", "Family", "Claim", "VERDICT_KINDS", "paired_differences", "t_interval", "two_sided_p",
+    "one_sided_p", "tost_p", "holm", "bootstrap_interval", "rank_correlation", "decide", "exact_check",
+    "claims_table", "is_verdict", "equivalent_text",
+]
+
+#: Every verdict kind a page may print (:func:`decide`, :func:`exact_check`), in the glossary's order.
+VERDICT_KINDS = ("higher", "lower", "equivalent", "not decided", "too few seeds", "exact", "not exact")
+NOT_DECIDED = "not decided"
+TOO_FEW = "too few seeds"
+EXACT = "exact, checked =="
+NOT_EXACT = "not exact"
+MIN_N = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """A mean over ``n`` values (seeds) and its ``confidence`` interval ``[low, high]``; ``low``/``high`` are
+    NaN when ``n < 2``. Unpacks as ``(mean, low, high)``."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    confidence: float = 0.95
+
+    @property
+    def excludes_zero(self) -> bool:
+        """Whether the interval lies entirely above or below zero (False when there is no interval)."""
+        return bool(self.low > 0 or self.high < 0)
+
+    def clipped(self, low: float, high: float) -> "Interval":
+        """The interval cut to what the quantity allows (e.g. ``-1, 1`` for a difference of accuracies):
+        for printing; tests use the unclipped one."""
+        c = lambda v: v if math.isnan(v) else min(max(v, low), high)  # noqa: E731
+        return dataclasses.replace(self, low=c(self.low), high=c(self.high))
+
+    def __iter__(self):
+        return iter((self.mean, self.low, self.high))
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """``m`` comparisons printed together, at overall level ``alpha``: Bonferroni intervals at
+    :attr:`confidence` ``= 1 - alpha/m`` and equivalence tests at :attr:`level` ``= alpha/m``.
+
+    Raises ``ValueError`` for ``m < 1`` or ``alpha`` outside (0, 0.5)."""
+
+    m: int = 1
+    alpha: float = 0.05
+
+    def __post_init__(self):
+        if int(self.m) != self.m or self.m < 1:
+            raise ValueError(f"Family: m must be a positive integer (the number of comparisons), got {self.m!r}")
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"Family: alpha must be in (0, 0.5), got {self.alpha!r}")
+
+    @property
+    def confidence(self) -> float:
+        return 1 - self.alpha / self.m
+
+    @property
+    def level(self) -> float:
+        return self.alpha / self.m
+
+
+def _values(values) -> np.ndarray:
+    v = np.asarray(values, dtype=float).ravel()
+    return v[np.isfinite(v)]
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def paired_differences(df: pd.DataFrame, value: str, column: str, condition, reference, on: str = "seed"
+                       ) -> pd.Series:
+    """Per-``on`` (per-seed) difference ``value[column == condition] - value[column == reference]``, indexed
+    by ``on``: the paired design's comparison. A seed missing either condition, or with a non-finite value,
+    is left out (the one missing-data rule); duplicate ``(on, column)`` rows raise.
+
+    Raises ``KeyError`` naming a missing column and ``ValueError`` if ``condition`` or ``reference`` never
+    occurs in ``column`` or a seed has two rows of one condition."""
+    for c in (value, column, on):
+        if c not in df.columns:
+            raise KeyError(f"paired_differences: no column {c!r}; columns: {list(df.columns)}")
+    present = set(df[column].unique())
+    for name, x in (("condition", condition), ("reference", reference)):
+        if x not in present:
+            raise ValueError(f"paired_differences: {name} {x!r} does not occur in column {column!r} "
+                             f"(values: {sorted(map(str, present))})")
+    sub = df[df[column].isin([condition, reference])]
+    if sub.duplicated([on, column]).any():
+        raise ValueError(f"paired_differences: more than one row per ({on}, {column}); select the cell first")
+    piv = sub.pivot(index=on, columns=column, values=value).astype(float)
+    d = piv[condition] - piv[reference]
+    return d[np.isfinite(d)].rename(f"{condition} - {reference}")
+
+
+def t_interval(values, confidence: float = 0.95) -> Interval:
+    """Mean and Student's t interval of ``values`` (one per seed; NaN dropped), on
+    ``scipy.stats.ttest_1samp(values, 0).confidence_interval(confidence)``. Zero spread gives ``[mean,
+    mean]``; fewer than two values give NaN ends.
+
+    Raises ``ValueError`` for ``confidence`` outside (0, 1)."""
+    _check_confidence(confidence)
+    v = _values(values)
+    if v.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0, confidence)
+    m = float(v.mean())
+    if v.size < MIN_N:
+        return Interval(m, float("nan"), float("nan"), int(v.size), confidence)
+    if np.ptp(v) == 0:
+        return Interval(m, m, m, int(v.size), confidence)
+    ci = sps.ttest_1samp(v, 0.0).confidence_interval(confidence)
+    return Interval(m, float(ci.low), float(ci.high), int(v.size), confidence)
+
+
+def two_sided_p(values) -> float:
+    """Two-sided one-sample t test p-value of mean 0 (``scipy.stats.ttest_1samp``); NaN for fewer than two
+    values, 0 or 1 for zero spread (mean != 0 or == 0)."""
+    v = _values(values)
+    if v.size < MIN_N:
+        return float("nan")
+    if np.ptp(v) == 0:
+        return 0.0 if v[0] != 0 else 1.0
+    return float(sps.ttest_1samp(v, 0.0).pvalue)
+
+
+def one_sided_p(values, alternative: str, null: float = 0.0) -> float:
+    """One-sided one-sample t test p-value (``scipy.stats.ttest_1samp(values, null, alternative=...)``):
+    ``alternative="greater"`` tests mean > ``null``, ``"less"`` mean < ``null``. NaN for fewer than two
+    values; for zero spread 0 if the constant lies on the alternative's side, else 1.
+
+    Raises ``ValueError`` for another ``alternative``."""
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"alternative must be 'greater' or 'less', got {alternative!r}")
+    v = _values(values)
+    if v.size < MIN_N:
+        return float("nan")
+    if np.ptp(v) == 0:
+        side = v[0] > null if alternative == "greater" else v[0] < null
+        return 0.0 if side else 1.0
+    return float(sps.ttest_1samp(v, null, alternative=alternative).pvalue)
+
+
+def tost_p(values, margin: float) -> float:
+    """The TOST p-value for equivalence of the mean to 0 within ``(-margin, margin)`` (Schuirmann 1987; the
+    larger of the two one-sided t tests' p-values, ``statsmodels`` ``DescrStatsW.ttost_mean(-margin,
+    margin)``). Equivalent at level ``alpha`` when it is below ``alpha``. NaN for fewer than two values; for
+    zero spread 0 if ``|constant| < margin``, else 1.
+
+    Raises ``ValueError`` for a margin that is not positive."""
+    if not margin > 0:
+        raise ValueError(f"margin must be positive (the equivalence bound), got {margin!r}")
+    v = _values(values)
+    if v.size < MIN_N:
+        return float("nan")
+    if np.ptp(v) == 0:
+        return 0.0 if abs(v[0]) < margin else 1.0
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    return float(DescrStatsW(v).ttost_mean(-margin, margin)[0])
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's (1979) step-down adjusted p-values in the order given, on
+    ``statsmodels.stats.multitest.multipletests(method="holm")``. NaN entries (comparisons with too few
+    seeds) are not members of the family and stay NaN. ``pvalues``: a 1-D sequence."""
+    p = np.asarray(pvalues, dtype=float).ravel()
+    out = np.full(p.shape, np.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        from statsmodels.stats.multitest import multipletests
+
+        out[ok] = multipletests(p[ok], method="holm")[1]
+    return out
+
+
+def bootstrap_interval(data: Sequence, statistic: Callable, confidence: float = 0.95, n_resamples: int = 2000,
+                       seed: int = 0, method: str = "percentile") -> Interval:
+    """A bootstrap interval of ``statistic`` over seeds (``scipy.stats.bootstrap``, paired resampling: the
+    same seeds are drawn for every array in ``data``). ``data``: a tuple of equal-length 1-D arrays (one
+    value per seed each); ``statistic(*arrays) -> float``. Seeded, so the interval is reproducible. The
+    interval's ``mean`` is the statistic on the full sample. NaN ends for fewer than two seeds or a
+    statistic that is constant over resamples.
+
+    Raises ``ValueError`` for arrays of unequal length or ``confidence`` outside (0, 1)."""
+    _check_confidence(confidence)
+    arrays = tuple(np.asarray(a, dtype=float) for a in data)
+    if len({len(a) for a in arrays}) != 1:
+        raise ValueError(f"bootstrap_interval: data arrays differ in length: {[len(a) for a in arrays]}")
+    n = len(arrays[0])
+    est = float(statistic(*arrays)) if n else float("nan")
+    if n < MIN_N:
+        return Interval(est, float("nan"), float("nan"), n, confidence)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate resample distribution: NaN ends, reported as such
+        res = sps.bootstrap(arrays, lambda *a: statistic(*a), paired=True, vectorized=False,
+                            confidence_level=confidence, n_resamples=n_resamples, method=method,
+                            rng=np.random.default_rng(seed))
+    return Interval(est, float(res.confidence_interval.low), float(res.confidence_interval.high), n, confidence)
+
+
+def rank_correlation(x, y, confidence: float = 0.95) -> tuple[float, Interval, float]:
+    """Spearman's rank correlation ``rho`` of paired ``x``, ``y`` (``scipy.stats.spearmanr``; pairs with a
+    NaN dropped), its interval by Fisher's z with the standard error ``sqrt(1.06 / (n - 3))`` of Fieller,
+    Hartley and Pearson (1957), clipped to [-1, 1], and its two-sided p-value. Returns ``(rho, interval,
+    p)``; NaN for fewer than 4 pairs or a constant input.
+
+    Raises ``ValueError`` for inputs of unequal length."""
+    _check_confidence(confidence)
+    x, y = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    if len(x) != len(y):
+        raise ValueError(f"rank_correlation: x and y differ in length ({len(x)} vs {len(y)})")
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    n = len(x)
+    nan = float("nan")
+    if n < 4 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return nan, Interval(nan, nan, nan, n, confidence), nan
+    res = sps.spearmanr(x, y)
+    rho, p = float(res.statistic), float(res.pvalue)
+    if abs(rho) == 1:
+        return rho, Interval(rho, rho, rho, n, confidence), p
+    z, se = math.atanh(rho), math.sqrt(1.06 / (n - 3))
+    q = float(sps.norm.ppf((1 + confidence) / 2))
+    return rho, Interval(rho, math.tanh(z - q * se), math.tanh(z + q * se), n, confidence), p
+
+
+def equivalent_text(margin: float) -> str:
+    """The equivalence verdict's words: ``"equivalent within ±0.02"`` (``margin`` as given, up to 3
+    significant digits)."""
+    return f"equivalent within \u00b1{margin:.3g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One comparison a page states: its ``key`` (the glue key's stem), the estimate and family interval
+    (``low``, ``high``, NaN with too few seeds), ``n`` seeds, the two-sided ``p``, the TOST ``p_equivalence``
+    (NaN without a margin), the ``margin``, the family's ``confidence``, the verdict's ``kind`` (one of
+    :data:`VERDICT_KINDS`) and its printed ``verdict`` text. ``p_adjusted`` (Holm) is filled in by
+    :func:`claims_table`."""
+
+    key: str
+    estimate: float
+    low: float
+    high: float
+    n: int
+    p: float
+    p_equivalence: float
+    margin: float
+    confidence: float
+    kind: str
+    verdict: str
+    p_adjusted: float = float("nan")
+
+    @property
+    def interval(self) -> Interval:
+        return Interval(self.estimate, self.low, self.high, self.n, self.confidence)
+
+
+def decide(values, key: str = "", *, margin: float | None = None, family: Family = Family(),
+           higher: str = "higher", lower: str = "lower") -> Claim:
+    """The verdict on per-seed differences ``values`` (condition - reference; NaN dropped), in the book's
+    one vocabulary, at ``family``'s level:
+
+    1. fewer than 2 values: ``"too few seeds"``;
+    2. the family interval (confidence ``family.confidence``) excludes 0: a direction shown, the word
+       ``higher`` (interval above 0) or ``lower`` (below), e.g. ``higher="train mode higher"``;
+    3. ``margin`` given and the TOST p below ``family.level``: ``"equivalent within ±margin"``;
+    4. otherwise ``"not decided"``.
+
+    Raises ``ValueError`` for a non-positive ``margin``."""
+    if margin is not None and not margin > 0:
+        raise ValueError(f"margin must be positive or None, got {margin!r}")
+    v = _values(values)
+    iv = t_interval(v, family.confidence)
+    p = two_sided_p(v)
+    pe = tost_p(v, margin) if margin is not None else float("nan")
+    if iv.n < MIN_N:
+        kind, text = TOO_FEW, TOO_FEW
+    elif iv.low > 0:
+        kind, text = "higher", higher
+    elif iv.high < 0:
+        kind, text = "lower", lower
+    elif margin is not None and pe < family.level:
+        kind, text = "equivalent", equivalent_text(margin)
+    else:
+        kind, text = NOT_DECIDED, NOT_DECIDED
+    return Claim(key=key, estimate=iv.mean, low=iv.low, high=iv.high, n=iv.n, p=p, p_equivalence=pe,
+                 margin=float("nan") if margin is None else float(margin), confidence=family.confidence,
+                 kind=kind, verdict=text)
+
+
+def exact_check(values, expected: float = 0.0, key: str = "") -> Claim:
+    """An identity of the code checked with ``==`` (e.g. a pinned backbone's buffers change by exactly 0):
+    ``"exact, checked =="`` when every value equals ``expected``, else ``"not exact"``; the estimate is the
+    largest ``|value - expected|``. Not a finding: the page states it as a check."""
+    v = np.asarray(values, dtype=float).ravel()
+    dev = float(np.max(np.abs(v - expected))) if v.size else float("nan")
+    ok = bool(v.size) and bool(np.all(v == expected))
+    nan = float("nan")
+    return Claim(key=key, estimate=dev, low=nan, high=nan, n=int(v.size), p=nan, p_equivalence=nan, margin=nan,
+                 confidence=nan, kind="exact" if ok else "not exact", verdict=EXACT if ok else NOT_EXACT)
+
+
+def claims_table(claims: Iterable[Claim]) -> pd.DataFrame:
+    """The claims as a table (one row per :class:`Claim`: ``key, estimate, low, high, n, p, p_adjusted,
+    p_equivalence, margin, confidence, kind, verdict``), ``p_adjusted`` Holm over the claims given (one
+    family; NaN p-values, from too few seeds or exact checks, are not members).
+
+    Raises ``ValueError`` on a duplicate key."""
+    rows = [dataclasses.asdict(c) for c in claims]
+    cols = [f.name for f in dataclasses.fields(Claim)]
+    df = pd.DataFrame(rows, columns=cols)
+    if df["key"].duplicated().any():
+        raise ValueError(f"claims_table: duplicate keys {sorted(df.loc[df['key'].duplicated(), 'key'])}")
+    df["p_adjusted"] = holm(df["p"].to_numpy(dtype=float))
+    order = ["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence", "margin", "confidence",
+             "kind", "verdict"]
+    return df[order]
+
+
+_EQUIV = re.compile(r"^equivalent within \u00b1\d+(\.\d+)?(e-?\d+)?$")
+
+
+def is_verdict(text: str, directions: Iterable[str] = ()) -> bool:
+    """Whether ``text`` is a word of the verdict vocabulary: ``"not decided"``, ``"too few seeds"``,
+    ``"exact, checked =="``, ``"not exact"``, ``"equivalent within ±m"``, or one of the page's declared
+    direction words ``directions`` (e.g. ``"pinned lower"``)."""
+    return text in (NOT_DECIDED, TOO_FEW, EXACT, NOT_EXACT) or bool(_EQUIV.match(text)) or text in set(directions)

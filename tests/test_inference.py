@@ -1,0 +1,177 @@
+"""bnstudy.inference: the one inference layer, against statsmodels and scipy on random inputs, and on the cases
+where the chapters' old copies disagreed, with their right answers."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.weightstats import DescrStatsW
+
+from bnstudy import inference as I
+
+finite = st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False)
+samples = st.lists(finite, min_size=2, max_size=30).filter(lambda v: np.ptp(v) > 1e-6)
+
+
+def _exact(mean, sd, n=10, seed=0):
+    z = np.random.default_rng(seed).standard_normal(n)
+    return mean + sd * (z - z.mean()) / z.std(ddof=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples, st.sampled_from([0.9, 0.95, 0.99]))
+def test_t_interval_is_scipys(v, conf):
+    iv = I.t_interval(v, conf)
+    ci = sps.ttest_1samp(v, 0).confidence_interval(conf)
+    assert iv.n == len(v) and iv.mean == pytest.approx(np.mean(v))
+    assert iv.low == pytest.approx(ci.low) and iv.high == pytest.approx(ci.high)
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples, st.floats(0.001, 0.5))
+def test_tost_is_statsmodels_and_matches_the_interval(v, margin):
+    p = I.tost_p(v, margin)
+    assert p == pytest.approx(DescrStatsW(np.asarray(v)).ttost_mean(-margin, margin)[0])
+    iv = I.t_interval(v, 0.90)  # equivalent at 0.05 exactly when the 90% interval is inside the margins
+    inside = -margin < iv.low and iv.high < margin
+    if abs(p - 0.05) > 1e-9:
+        assert (p < 0.05) == inside
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples, st.sampled_from(["greater", "less"]))
+def test_one_sided_is_scipys_one_sided_test(v, alt):
+    assert I.one_sided_p(v, alt) == pytest.approx(sps.ttest_1samp(v, 0, alternative=alt).pvalue)
+    assert I.two_sided_p(v) == pytest.approx(sps.ttest_1samp(v, 0).pvalue)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1), st.just(float("nan"))), min_size=1, max_size=12))
+def test_holm_is_statsmodels_on_the_finite_members(p):
+    out = I.holm(p)
+    p = np.asarray(p)
+    ok = ~np.isnan(p)
+    assert np.isnan(out[~ok]).all()
+    if ok.any():
+        np.testing.assert_allclose(out[ok], multipletests(p[ok], method="holm")[1])
+
+
+def test_holm_nan_does_not_set_every_adjusted_p_to_one():
+    # one old copy sorted NaN first and reported 1.0 for every member
+    out = I.holm([float("nan"), 0.001, 0.01])
+    assert math.isnan(out[0]) and out[1] == pytest.approx(0.002) and out[2] == pytest.approx(0.01)
+
+
+def test_the_issues_ten_differences_get_one_verdict():
+    # mean 0.006, SD 0.02, 10 seeds, margin 0.02: chapters 1/3/6 said tie, chapter 2 no tie, chapter 4
+    # inconclusive. The one convention (TOST at 0.05, the 90% interval inside ±0.02) says equivalent.
+    x = _exact(0.006, 0.02)
+    c = I.decide(x, margin=0.02)
+    assert c.kind == "equivalent" and c.verdict == "equivalent within \u00b10.02"
+    assert c.p_equivalence == pytest.approx(DescrStatsW(x).ttost_mean(-0.02, 0.02)[0])
+    assert c.p_equivalence < 0.05
+    # in a family of 3 the test runs at 0.05/3 and no longer decides
+    assert I.decide(x, margin=0.02, family=I.Family(3)).kind == "not decided"
+
+
+def test_a_resolved_small_effect_is_a_direction_with_its_estimate():
+    x = _exact(0.006, 0.004)  # interval [0.003, 0.009]: inside the margin, and above zero
+    c = I.decide(x, margin=0.02, higher="train mode higher", lower="train mode lower")
+    assert c.verdict == "train mode higher" and c.low > 0 and c.high < 0.02
+
+
+def test_degenerate_samples():
+    assert I.decide([0.3], margin=0.02).verdict == "too few seeds"  # one seed is never "equivalent"
+    assert I.decide([], margin=0.02).verdict == "too few seeds"
+    assert math.isnan(I.tost_p([0.0], 0.02)) and math.isnan(I.two_sided_p([1.0]))
+    c = I.decide([-0.05] * 4, margin=0.02, lower="pinned lower")  # zero spread, a constant shortfall
+    assert c.verdict == "pinned lower" and c.low == c.high == -0.05 and c.p == 0.0
+    assert I.decide([0.0] * 4, margin=0.02).kind == "equivalent"
+    assert I.decide([0.0] * 4).kind == "not decided"  # no margin: nothing to be equivalent within
+    assert I.one_sided_p([0.2] * 3, "greater") == 0.0 and I.one_sided_p([0.2] * 3, "less") == 1.0
+    assert I.tost_p([0.03] * 3, 0.02) == 1.0
+
+
+def test_nan_is_dropped_before_the_test():
+    c = I.decide([0.01, float("nan"), 0.02, 0.015], margin=0.05)
+    assert c.n == 3
+
+
+def test_paired_differences_keeps_complete_pairs_only():
+    df = pd.DataFrame(dict(seed=[0, 0, 1, 1, 2], mode=["a", "b", "a", "b", "a"], acc=[0.5, 0.4, 0.7, np.nan, 0.9]))
+    d = I.paired_differences(df, "acc", "mode", "a", "b")
+    assert d.index.tolist() == [0] and d.iloc[0] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="reference 'c' does not occur"):
+        I.paired_differences(df, "acc", "mode", "a", "c")
+    with pytest.raises(KeyError, match="no column 'x'"):
+        I.paired_differences(df, "x", "mode", "a", "b")
+    with pytest.raises(ValueError, match="more than one row"):
+        I.paired_differences(pd.concat([df, df]), "acc", "mode", "a", "b")
+
+
+def test_family_and_bad_input():
+    assert I.Family(4).confidence == pytest.approx(0.9875) and I.Family(4).level == pytest.approx(0.0125)
+    with pytest.raises(ValueError, match="m must be a positive integer"):
+        I.Family(0)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        I.Family(2, alpha=0.7)
+    with pytest.raises(ValueError, match="margin must be positive"):
+        I.tost_p([1, 2], 0)
+    with pytest.raises(ValueError, match="confidence must be in"):
+        I.t_interval([1, 2], 1.5)
+    with pytest.raises(ValueError, match="alternative must be"):
+        I.one_sided_p([1, 2], "two-sided")
+
+
+def test_bootstrap_is_scipys_seeded_paired_bootstrap():
+    x, y = _exact(0.1, 0.05, seed=1), _exact(0.0, 0.05, seed=2)
+    iv = I.bootstrap_interval((x, y), lambda a, b: np.mean(a - b), n_resamples=999, seed=3)
+    ref = sps.bootstrap((x, y), lambda a, b: np.mean(a - b), paired=True, vectorized=False, n_resamples=999,
+                        method="percentile", rng=np.random.default_rng(3)).confidence_interval
+    assert (iv.low, iv.high) == (ref.low, ref.high)
+    assert iv == I.bootstrap_interval((x, y), lambda a, b: np.mean(a - b), n_resamples=999, seed=3)
+    assert math.isnan(I.bootstrap_interval(([1.0],), np.mean).low)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(finite, finite), min_size=5, max_size=25))
+def test_rank_correlation_is_spearman_and_its_interval_stays_in_range(pairs):
+    x, y = np.array(pairs).T
+    rho, iv, p = I.rank_correlation(x, y)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        assert math.isnan(rho)
+        return
+    ref = sps.spearmanr(x, y)
+    assert rho == pytest.approx(ref.statistic) and (p == pytest.approx(ref.pvalue) or math.isnan(ref.pvalue))
+    assert -1 <= iv.low <= rho <= iv.high <= 1
+
+
+def test_exact_check_and_the_vocabulary():
+    assert I.exact_check([0.0, 0.0]).verdict == "exact, checked =="
+    c = I.exact_check([0.0, 1e-9])
+    assert c.verdict == "not exact" and c.estimate == 1e-9
+    for word in ("not decided", "too few seeds", "exact, checked ==", "equivalent within \u00b10.02"):
+        assert I.is_verdict(word)
+    assert I.is_verdict("pinned lower", directions=["pinned lower"])
+    for word in ("tie", "inconclusive", "unresolved", "not separated", "resolved, within margin", "pinned lower"):
+        assert not I.is_verdict(word)
+
+
+def test_claims_table_adjusts_one_family_and_rejects_duplicate_keys():
+    a, b = I.decide(_exact(0.05, 0.02), "a"), I.decide(_exact(0.01, 0.02, seed=4), "b")
+    t = I.claims_table([a, b, I.exact_check([0], key="e")])
+    assert list(t["key"]) == ["a", "b", "e"]
+    np.testing.assert_allclose(t["p_adjusted"][:2], multipletests([a.p, b.p], method="holm")[1])
+    assert math.isnan(t["p_adjusted"][2])
+    with pytest.raises(ValueError, match="duplicate keys"):
+        I.claims_table([a, a])
+
+
+def test_clipped_interval_for_printing():
+    iv = I.Interval(0.5, -1.025, 1.3, 10).clipped(-1, 1)
+    assert (iv.low, iv.high) == (-1, 1)
