@@ -7,29 +7,13 @@ differences). With one value, or all values equal, an interval collapses to the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A mean over seeds and its confidence interval ``[low, high]`` (``n`` values)."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    @property
-    def excludes_zero(self) -> bool:
-        """Whether the interval lies entirely above or below zero."""
-        return self.low > 0 or self.high < 0
-
-    def __iter__(self):  # unpacks as (mean, low, high)
-        return iter((self.mean, self.low, self.high))
+# The one Interval class (bnstudy.inference); this module is being folded into bnstudy.inference (issue 24).
+from .inference import Interval  # noqa: E402
 
 
 def mean_ci(values, confidence: float = 0.95) -> Interval:

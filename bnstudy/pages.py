@@ -8,7 +8,7 @@ and glues every value under ``<prefix>_<field>`` so that prose can cite it:
   (rendered bold); longer text (a sentence, a list of levels) is glued plain, so that no page sets a whole
   sentence in bold;
 * booleans: ``yes`` / ``no`` (as text, for ``{glue:md}``);
-* intervals (:class:`bnstudy.analysis.Interval`): ``<key>_mean``, ``<key>_ci_low``, ``<key>_ci_high``;
+* intervals (:class:`bnstudy.inference.Interval`): ``<key>_mean``, ``<key>_ci_low``, ``<key>_ci_high``;
 * dicts and :class:`pandas.Series`: one key per entry, ``<key>_<entry>`` (entry names slugged),
   plus ``<key>_min`` / ``<key>_max`` for numeric series;
 * a long summary table with columns ``metric, mean, ci_low, ci_high`` and one grouping column:
@@ -26,7 +26,7 @@ import re
 
 import pandas as pd
 
-from .analysis import Interval
+from .inference import Interval
 
 
 #: A glued string of at most this many words is a verdict and rendered bold; a longer one is prose, glued plain.
@@ -96,6 +96,43 @@ def glue_findings(prefix: str, findings, plain=()) -> None:
         if (owner[name] in plain and isinstance(v, Markdown) and v.data.startswith("**")
                 and v.data.endswith("**")):
             v = Markdown(v.data[2:-2])
+        glue(name, v, display=False)
+
+
+#: The columns of a claims table (:func:`bnstudy.inference.claims_table`) that :func:`glue_claims` glues.
+CLAIM_FIELDS = ("estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence", "verdict")
+
+
+def claims_items(prefix: str, claims: pd.DataFrame, clip: tuple | None = None) -> list[tuple[str, object]]:
+    """The names and values :func:`glue_claims` glues (no gluing): per claim ``<prefix>_<key>_<field>`` for
+    :data:`CLAIM_FIELDS`; the verdict as bold Markdown. ``clip``: ``(low, high)`` the quantity allows (e.g.
+    ``(-1, 1)`` for a difference of accuracies), applied to the printed interval ends.
+
+    Raises ``ValueError`` if ``claims`` lacks a claims table's columns."""
+    from IPython.display import Markdown
+
+    missing = [c for c in ("key",) + CLAIM_FIELDS if c not in claims.columns]
+    if missing:
+        raise ValueError(f"glue_claims needs a claims table (bnstudy.inference.claims_table); missing {missing}")
+    out = []
+    for r in claims.itertuples(index=False):
+        for f in CLAIM_FIELDS:
+            v = getattr(r, f)
+            if f == "verdict":
+                out.append((f"{prefix}_{r.key}_verdict", Markdown(f"**{v}**")))
+                continue
+            if clip is not None and f in ("low", "high") and v == v:
+                v = min(max(float(v), clip[0]), clip[1])
+            out.append((f"{prefix}_{r.key}_{f}", int(v) if f == "n" else float(v)))
+    return out
+
+
+def glue_claims(prefix: str, claims: pd.DataFrame, clip: tuple | None = None) -> None:
+    """Glue a claims table (:func:`bnstudy.inference.claims_table`) by key: ``{glue:md}`<prefix>_<key>_verdict```
+    and ``{glue:text}`<prefix>_<key>_estimate:.3f``` (also ``_low``, ``_high``, ``_n``, ``_p``, ``_p_adjusted``,
+    ``_p_equivalence``)."""
+    from myst_nb import glue
+    for name, v in claims_items(prefix, claims, clip):
         glue(name, v, display=False)
 
 
