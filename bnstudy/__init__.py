@@ -1,6 +1,10 @@
 """bnstudy: what batch normalization does when you freeze, fine-tune and transfer networks.
 
-The practitioner's API (everything else lives in its submodule):
+The practitioner's library, the front door (it needs only torch and numpy; a table it returns needs pandas).
+Beside it, the book's study machinery, imported from its own modules and installed with ``bnstudy[study]``:
+``bnstudy.config``, ``engine``, ``sweep``, ``tasks``, ``models``, ``modes`` (the four freeze modes:
+``MODES``, ``TransferModel``), ``banks``, ``routing``, ``inference`` and ``experiments`` (one module per chapter).
+
 
 * **freeze** so that it stays frozen: :func:`pin_eval` (eval mode that survives ``model.train()``;
   also switches Dropout off), :func:`pin_norm_eval` (only norm layers; affine parameters stay
@@ -8,8 +12,6 @@ The practitioner's API (everything else lives in its submodule):
   (BatchNorm <-> :class:`FrozenBatchNorm`), :func:`freeze_modules` / :func:`unfreeze_modules`
   (by name, timm's call shape; names are required, ``whole_model=True`` for all),
   :func:`shared_weight_copy` (domain-specific BN);
-* the book's **freeze modes**: :data:`MODES`, :func:`get_mode`, :class:`FreezeMode`,
-  :class:`TransferModel`;
 * **audit**: :class:`FreezeAudit`, :func:`lint_model`, :func:`lint_loader`, :func:`lint_forward_modes`;
 * **re-estimate** statistics: :func:`update_bn_stats` (precise BN / AdaBN, in place, fvcore's
   contract), :func:`precise_bn_statistics` (the same estimate, returned);
@@ -25,15 +27,12 @@ also switches it to inference mode; PyTorch's ``requires_grad_(False)`` does not
 from .audit import FreezeAudit, lint_forward_modes, lint_loader, lint_model
 from .freeze import (FrozenBatchNorm, freeze_batchnorm, freeze_modules, pin_eval, pin_norm_eval,
                      shared_weight_copy, unfreeze_batchnorm, unfreeze_modules, unpin)
-from .modes import MODES, FreezeMode, TransferModel, get_mode
 from .stats import compare_statistics, precise_bn_statistics, replace_norm, statistics_mismatch, update_bn_stats
 
 __all__ = [
     # freeze
     "pin_eval", "pin_norm_eval", "unpin", "freeze_batchnorm", "unfreeze_batchnorm", "FrozenBatchNorm",
     "freeze_modules", "unfreeze_modules", "shared_weight_copy",
-    # the book's freeze modes
-    "MODES", "get_mode", "FreezeMode", "TransferModel",
     # audit and lints
     "FreezeAudit", "lint_model", "lint_loader", "lint_forward_modes",
     # re-estimate and compare statistics

@@ -17,6 +17,27 @@ import torch
 from torch import nn
 
 
+def require_pandas():
+    """pandas, imported on first use: the practitioner's library needs only torch and numpy; its tables (an
+    audit's ``report()``, ``diff``, ``compare_statistics``...) are pandas DataFrames.
+
+    Raises ``ImportError`` saying what to install when pandas is missing."""
+    try:
+        import pandas
+    except ImportError as e:  # pragma: no cover - exercised in the bare-environment test
+        raise ImportError("this bnstudy call returns a table, which needs pandas: pip install pandas "
+                          "(or bnstudy[study], the book's machinery)") from e
+    return pandas
+
+
+class LazyPandas:
+    """A stand-in for the ``pandas`` module that imports it on first attribute access (:func:`require_pandas`),
+    so importing the library never needs pandas."""
+
+    def __getattr__(self, name):
+        return getattr(require_pandas(), name)
+
+
 def describe(value: Any) -> str:
     """A short account of ``value`` for an error message: the repr of a small scalar or string, else the type."""
     if value is None or isinstance(value, (bool, numbers.Number)) or (isinstance(value, str) and len(value) <= 40):

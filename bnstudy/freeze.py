@@ -22,12 +22,10 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-# The freeze modes live in bnstudy.modes; these names stay importable from here.
+# The book's freeze modes live in bnstudy.modes, the norm-layer rules in bnstudy.norms (one import path per name).
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
-from .modes import (ALL_EVAL, BACKBONE_EVAL, MODE_NAMES, MODES, SEPARATE_STATS, TRAIN_MODE,  # noqa: F401
-                    FreezeMode, TransferModel, get_mode)
-from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base,  # noqa: F401
-                    is_script_module, keeps_running_stats, statistics_source, updates_running_stats)
+from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
+                    keeps_running_stats, statistics_source, updates_running_stats)
 
 #: Attribute :func:`pin_eval` sets (``True``) on every module it pins, besides the ``train`` override. TorchScript
 #: keeps plain attributes and drops Python methods, so a scripted copy of a pinned module still carries the mark
@@ -587,10 +585,22 @@ def batch_stats_report(model: nn.Module):
     is not supported (the module of a ``torch.export`` program), saying to
     measure the model before exporting it.
     """
-    import pandas as pd
+    from ._checks import require_pandas
 
     check_module("batch_stats_report", "model", model)
+    return require_pandas().DataFrame(batch_stats_rows(model), columns=BATCH_STATS_COLUMNS)
 
+
+#: The columns of :func:`batch_stats_report` (and the keys of each :func:`batch_stats_rows` dict).
+BATCH_STATS_COLUMNS = ["layer", "type", "pinned", "training", "stats_now", "stats_after_train", "stats_after_eval",
+                       "batch_stats_after_train", "batch_stats_after_eval", "updates_running_stats_after_train"]
+
+
+def batch_stats_rows(model: nn.Module) -> list[dict]:
+    """:func:`batch_stats_report`'s rows as plain dicts (no pandas needed), one per normalisation layer.
+
+    Raises as :func:`batch_stats_report` does."""
+    check_module("batch_stats_rows", "model", model)
     modules = list(model.modules())
     saved = [m.training for m in modules]
     try:
@@ -611,9 +621,7 @@ def batch_stats_report(model: nn.Module):
                          stats_now=statistics_source(m), stats_after_train=s_train, stats_after_eval=s_eval,
                          batch_stats_after_train=s_train == "batch", batch_stats_after_eval=s_eval == "batch",
                          updates_running_stats_after_train=updates_running_stats(m, after_train[id(m)])))
-    columns = ["layer", "type", "pinned", "training", "stats_now", "stats_after_train", "stats_after_eval",
-               "batch_stats_after_train", "batch_stats_after_eval", "updates_running_stats_after_train"]
-    return pd.DataFrame(rows, columns=columns)
+    return rows
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from bnstudy import audit, freeze, norms
+from bnstudy import audit, freeze, modes, norms
 from bnstudy.audit import FreezeAudit
 from bnstudy.freeze import FrozenBatchNorm, is_pinned, pin_eval, pin_norm_eval
 from bnstudy.stats import compare_statistics, precise_bn_statistics, update_bn_stats
@@ -334,11 +334,11 @@ def test_loaders_of_tuples_and_dicts_work_everywhere():
 
 def test_freeze_mode_apply_needs_a_backbone_head_pair_and_says_so():
     with pytest.raises(TypeError, match="TransferModel\\(backbone, head_a, head_b\\)"):
-        freeze.MODES["backbone_eval"].apply(_net())
-    m = freeze.TransferModel(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), nn.Linear(4, 2), nn.Linear(4, 3))
-    freeze.MODES["separate_stats"].apply(m)
-    assert freeze.MODES["separate_stats"].buffers_may_change == ("backbone_b", "head_b")
-    assert freeze.MODES["train_mode"].backbone_stats == "batch"
+        modes.MODES["backbone_eval"].apply(_net())
+    m = modes.TransferModel(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), nn.Linear(4, 2), nn.Linear(4, 3))
+    modes.MODES["separate_stats"].apply(m)
+    assert modes.MODES["separate_stats"].buffers_may_change == ("backbone_b", "head_b")
+    assert modes.MODES["train_mode"].backbone_stats == "batch"
 
 
 def test_pin_eval_switches_dropout_off_and_pin_norm_eval_leaves_it_and_the_affine_trainable():

@@ -22,7 +22,7 @@ from torch import nn
 import bnstudy
 from bnstudy import audit, freeze, stats
 from bnstudy.audit import FreezeAudit, Lint, LayerRecord, Snapshot
-from bnstudy.modes import MODE_NAMES, TRAIN_MODE, FreezeMode, TransferModel
+from bnstudy.modes import MODE_NAMES, TRAIN_MODE, FreezeMode, TransferModel, get_mode
 
 GARBAGE = [None, 0, -1, 3, 1.5, math.nan, True, "x", "", b"x", object(), [], [object()], {"k": 1},
            torch.zeros(2)]
@@ -124,7 +124,7 @@ CASES = {
     "unfreeze_modules": (freeze.unfreeze_modules, lambda: dict(model=_model(), names=["1"], whole_model=False),
                          dict(model=module, names=names_of_model, whole_model=only_false)),
     "shared_weight_copy": (freeze.shared_weight_copy, lambda: dict(module=_model()), dict(module=module)),
-    "get_mode": (bnstudy.get_mode, lambda: dict(name="train_mode"), dict(name=one_of(*MODE_NAMES))),
+    "get_mode": (get_mode, lambda: dict(name="train_mode"), dict(name=one_of(*MODE_NAMES))),
     "FreezeMode": (FreezeMode, lambda: dict(name="m", summary="s", backbone_batch_stats=True, head_batch_stats=True,
                                             separate_buffers=False),
                    dict(name=lambda v: isinstance(v, str) and v != "", summary=string, backbone_batch_stats=flag,
@@ -236,6 +236,7 @@ CASES = {
     "is_pinned": (freeze.is_pinned, lambda: dict(module=_model()), dict(module=module)),
     "batchnorm_layers": (freeze.batchnorm_layers, lambda: dict(module=_model()), dict(module=module)),
     "batch_stats_report": (freeze.batch_stats_report, lambda: dict(model=_model()), dict(model=module)),
+    "batch_stats_rows": (freeze.batch_stats_rows, lambda: dict(model=_model()), dict(model=module)),
     "convert_sync_batchnorm": (freeze.convert_sync_batchnorm, lambda: dict(module=nn.Linear(2, 2), process_group=None),
                                dict(module=module, process_group=lambda v: v is None)),
     # issue 26

@@ -9,9 +9,9 @@ import textwrap
 import threading
 import weakref
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
-import pandas as pd
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
@@ -19,6 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from .._checks import (check_bool, check_device, check_int, check_model_input, check_module, check_number, check_str,
                        module_names)
+from .._checks import LazyPandas
 from ..freeze import eval_after_train, is_pinned, _refuse_fixed_mode
 from ..norms import (compiled_original, counts_batches, has_running_stats, is_script_module, statistics_source,
                      updates_running_stats)
@@ -26,8 +27,19 @@ from .inspect import LayerRecord, layer_kind
 from .lints import (MIN_BATCH, WARN_MAX_LAYERS, BNLintWarning, Lint, _at_reset_values, _batch_lints,
                     _check_positive_int, _emit, _finite_stats, _label, _lint, _low_precision, _near_init_lint,
                     _nonfinite_lint, _type_name, format_lints, lint_model, lints_frame, resolve_forward)
-from .snapshot import (Snapshot, _set_all_eval, _restore, compare_outputs, diff, nonfinite_words, output_signature,
-                       probe_outputs, snapshot)
+from .snapshot import (OUTPUT_COLUMNS, Snapshot, _set_all_eval, _restore, compare_outputs, compare_outputs_rows, diff,
+                       diff_frame, diff_rows, nonfinite_words, output_signature, probe_outputs, snapshot)
+
+pd = LazyPandas()  # pandas is imported only when a table is asked for
+_Row = SimpleNamespace  # a table row inside the audit (attribute access, as DataFrame.itertuples gives)
+_MODES_COLUMNS = ["module", "type", "kind", "calls", "train_calls", "eval_calls", "grad_calls", "mode", "stats",
+                  "updated_running_stats", "writes", "calls_per_model_call", "max_writes_per_model_call",
+                  "backward_writes", "min_batch", "min_values_per_channel", "pinned", "also", "writes_elsewhere",
+                  "elsewhere", "hidden_calls", "hidden_writes", "replaced"]
+
+
+def _isnan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
 
 _WIDTH = 100
 
@@ -761,16 +773,22 @@ class FreezeAudit:
 
     def report(self) -> pd.DataFrame:
         """Every parameter and buffer with its largest absolute change (see :func:`diff`)."""
+        return diff_frame([vars(r) for r in self._report_rows()])
+
+    def _report_rows(self) -> list:
         self._require_done()
-        return diff(self.before, self.after)
+        return [_Row(**r) for r in diff_rows(self.before, self.after)]
 
     def outputs(self) -> pd.DataFrame:
         """The probe's outputs before against after (see :func:`compare_outputs`); empty without a probe or
         when the probe could not be re-run after the block (``probe_note`` says why)."""
+        return pd.DataFrame([vars(r) for r in self._outputs_rows()], columns=OUTPUT_COLUMNS)
+
+    def _outputs_rows(self) -> list:
         self._require_done()
         if self.outputs_before is None or self.outputs_after is None:
-            return compare_outputs({}, {})
-        return compare_outputs(self.outputs_before, self.outputs_after)
+            return []
+        return [_Row(**r) for r in compare_outputs_rows(self.outputs_before, self.outputs_after)]
 
     def modes(self) -> pd.DataFrame:
         """One row per normalisation layer, dropout layer and the model itself, as seen during the block.
@@ -793,6 +811,9 @@ class FreezeAudit:
         changed; see the class docstring) and ``replaced`` (``"BatchNorm1d -> SyncBatchNorm"`` when the
         module at this name was replaced during the block).
         """
+        return pd.DataFrame([vars(r) for r in self._modes_rows()], columns=_MODES_COLUMNS)
+
+    def _modes_rows(self) -> list:
         rows = []
         names_of: dict = {}
         for n, m in self.model.named_modules(remove_duplicate=False):
@@ -813,12 +834,7 @@ class FreezeAudit:
                              writes_elsewhere=rec.writes_elsewhere,
                              elsewhere="; ".join(f"{k} ({v})" for k, v in rec.elsewhere.items()),
                              hidden_calls=rec.hidden_calls, hidden_writes=rec.hidden_writes, replaced=rec.replaced))
-        return pd.DataFrame(rows, columns=["module", "type", "kind", "calls", "train_calls", "eval_calls",
-                                           "grad_calls", "mode", "stats", "updated_running_stats", "writes",
-                                           "calls_per_model_call", "max_writes_per_model_call", "backward_writes",
-                                           "min_batch", "min_values_per_channel", "pinned", "also",
-                                           "writes_elsewhere", "elsewhere", "hidden_calls", "hidden_writes",
-                                           "replaced"])
+        return [_Row(**r) for r in rows]
 
     def elsewhere(self) -> pd.DataFrame:
         """Writes of running statistics that no audited buffer shows, one row per layer and place.
@@ -882,14 +898,15 @@ class FreezeAudit:
         appeared, vanished or changed shape). ``modules``: qualified module names or module objects of the
         model, one or several (``""`` or None: the whole model); raises ``ValueError`` naming an unknown
         module or a negative ``tol``."""
+        return diff_frame([vars(r) for r in self._moved_rows(modules, tol)])
+
+    def _moved_rows(self, modules=None, tol: float = 0.0) -> list:
         self._require_done()
         check_number("FreezeAudit.moved", "tol", tol, minimum=0)
-        rep = self.report()
         prefixes = self._names(modules, "FreezeAudit.moved")
-        inside = rep["module"].map(lambda m: prefixes is None or any(
-            p == "" or m == p or m.startswith(p + ".") for p in prefixes))
-        moved = rep["changed"] & (rep["max_abs_change"].isna() | (rep["max_abs_change"] > tol))
-        return rep[inside & moved].reset_index(drop=True)
+        return [r for r in self._report_rows()
+                if (prefixes is None or any(p == "" or r.module == p or r.module.startswith(p + ".") for p in prefixes))
+                and r.changed and (_isnan(r.max_abs_change) or r.max_abs_change > tol)]
 
     @torch.no_grad()
     def module_outputs(self, name: str) -> pd.DataFrame | None:
@@ -900,6 +917,11 @@ class FreezeAudit:
         therefore do not count against it. When the block moved or cast the model, the probe and the entry
         tensors follow it (``probe_note``). None when there is no probe, the probe never reaches it, it
         cannot be re-run, or it is (or sits inside) a TorchScript module, whose inputs no hook can capture."""
+        rows = self._module_outputs_rows(name)
+        return None if rows is None else pd.DataFrame([vars(r) for r in rows], columns=OUTPUT_COLUMNS)
+
+    @torch.no_grad()
+    def _module_outputs_rows(self, name: str) -> list | None:
         self._require_done()
         check_str("FreezeAudit.module_outputs", "name", name)
         if self.wrapper is not None:
@@ -940,8 +962,8 @@ class FreezeAudit:
             handle.remove()
             _restore(saved)
         from .snapshot import _flatten
-        return compare_outputs({k: v.detach().cpu() for k, v in _flatten(out_before).items()},
-                               {k: v.detach().cpu() for k, v in _flatten(out_after).items()})
+        return [_Row(**r) for r in compare_outputs_rows({k: v.detach().cpu() for k, v in _flatten(out_before).items()},
+                                                        {k: v.detach().cpu() for k, v in _flatten(out_after).items()})]
 
     def assert_frozen(self, modules: str | nn.Module | Iterable | None = None, outputs: bool = True,
                       tol: float = 0.0, max_items: int = 20) -> None:
@@ -969,23 +991,23 @@ class FreezeAudit:
         check_bool("FreezeAudit.assert_frozen", "outputs", outputs)
         check_number("FreezeAudit.assert_frozen", "tol", tol, minimum=0)
         check_int("FreezeAudit.assert_frozen", "max_items", max_items)
-        moved = self.moved(names, tol)
-        problems = [f"{r.kind} {r.tensor!r} ({_change_words(r)})" for r in moved.itertuples()]
+        moved = self._moved_rows(names, tol)
+        problems = [f"{r.kind} {r.tensor!r} ({_change_words(r)})" for r in moved]
         if outputs and self.outputs_before is not None:
             frames = []
             if self.forward is not None or names is None or "" in names:
-                frames.append(("probe output", self.outputs()))
+                frames.append(("probe output", self._outputs_rows()))
             else:
                 for n in names:
-                    out = self.module_outputs(n)
+                    out = self._module_outputs_rows(n)
                     if out is not None:
                         frames.append((f"output of {n!r}", out))
             for label, out in frames:
-                out = out[out["changed"] & (out["max_abs_change"].isna() | (out["max_abs_change"] > tol))]
+                out = [r for r in out if r.changed and (_isnan(r.max_abs_change) or r.max_abs_change > tol)]
                 problems += [f"{label}{' ' + r.output if r.output else ''} ("
                              + (f"non-finite: {r.nonfinite_after} NaN/inf values after the block, finite before"
                                 if r.status == "non-finite" else f"max |change| {r.max_abs_change:.4g}") + ")"
-                             for r in out.itertuples()]
+                             for r in out]
         if problems:
             where = "the model" if names is None else ", ".join(repr(n) for n in names)
             shown = problems[:max_items]
@@ -995,19 +1017,19 @@ class FreezeAudit:
 
     # -- display ----------------------------------------------------------------
     def _headline(self) -> list[str]:
-        rep = self.report()
-        moved = rep[rep["changed"]]
+        rep = self._report_rows()
+        moved = [r for r in rep if r.changed]
 
-        def counts(df) -> str:  # distinct tensors; a shared one counts once, its extra names are added
+        def counts(rows) -> str:  # distinct tensors; a shared one counts once, its extra names are added
             seen: set = set()
-            keep = []
-            for t, others in zip(df["tensor"], df["shared_with"]):
-                keep.append(not any(o in seen for o in others))
-                seen.add(t)
-            distinct = df[keep]
-            text = (f"{_n(len(distinct), 'tensor')} ({_n(int((distinct['kind'] == 'param').sum()), 'parameter')}, "
-                    f"{_n(int((distinct['kind'] == 'buffer').sum()), 'buffer')}")
-            extra = len(df) - len(distinct)
+            distinct = []
+            for r in rows:
+                if not any(o in seen for o in r.shared_with):
+                    distinct.append(r)
+                seen.add(r.tensor)
+            text = (f"{_n(len(distinct), 'tensor')} ({_n(sum(r.kind == 'param' for r in distinct), 'parameter')}, "
+                    f"{_n(sum(r.kind == 'buffer' for r in distinct), 'buffer')}")
+            extra = len(rows) - len(distinct)
             return text + (f"; {_n(extra, 'more name')} of shared tensors)" if extra else ")")
 
         what = type(self.model).__name__ if not is_script_module(self.model) else (
@@ -1015,13 +1037,13 @@ class FreezeAudit:
         if self.wrapper is not None:
             what += " (compiled: audited through torch.compile's _orig_mod)"
         lines = [f"FreezeAudit of {what}: {counts(rep)}, {_n(self.model_calls, 'model call')}"]
-        if moved.empty:
+        if not moved:
             lines.append("  moved: nothing (every parameter and buffer is bit-identical)")
         else:
-            lines.append(f"  moved: {counts(moved)} in {_n(int(moved['module'].nunique()), 'module')}")
-        bad = rep[rep["status"] == "non-finite"]
+            lines.append(f"  moved: {counts(moved)} in {_n(len({r.module for r in moved}), 'module')}")
+        bad = [r for r in rep if r.status == "non-finite"]
         if len(bad):
-            shown = ", ".join(bad["tensor"].head(4)) + (", ..." if len(bad) > 4 else "")
+            shown = ", ".join(r.tensor for r in bad[:4]) + (", ..." if len(bad) > 4 else "")
             lines += textwrap.wrap(f"  NON-FINITE: {_n(len(bad), 'tensor')} hold NaN or inf after the block where "
                                    f"they were finite before ({shown}): see [nonfinite_stats]", width=_WIDTH,
                                    subsequent_indent="    ")
@@ -1049,16 +1071,17 @@ class FreezeAudit:
             lines += textwrap.wrap(f"  probe outputs: not compared: {self.probe_note}", width=_WIDTH,
                                    subsequent_indent="    ")
         elif self.outputs_before is not None:
-            out = self.outputs()
-            nonfinite = out[out["status"] == "non-finite"]
+            out = self._outputs_rows()
+            nonfinite = [r for r in out if r.status == "non-finite"]
             if len(nonfinite):
-                total = sum(int(torch.tensor(s_).prod()) if len(s_) else 1 for s_ in nonfinite["shape"])
-                lines.append(f"  probe outputs: NON-FINITE: {int(nonfinite['nonfinite_after'].sum())} of {total} "
-                             "values NaN/inf after the block (finite before)")
+                total = sum(math.prod(r.shape) if len(r.shape) else 1 for r in nonfinite)
+                lines.append(f"  probe outputs: NON-FINITE: {sum(int(r.nonfinite_after) for r in nonfinite)} of "
+                             f"{total} values NaN/inf after the block (finite before)")
             else:
-                worst = out["max_abs_change"].max() if len(out) else 0.0
+                changes = [r.max_abs_change for r in out if not _isnan(r.max_abs_change)]
+                worst = max(changes) if changes else (float("nan") if out else 0.0)  # NaN skipped, as pandas' max
                 lines.append(f"  probe outputs: max |change| {worst:.4g}"
-                             + (" (bit-identical)" if not out["changed"].any() else ""))
+                             + (" (bit-identical)" if not any(r.changed for r in out) else ""))
             if self.probe_note:
                 lines += textwrap.wrap(f"    ({self.probe_note})", width=_WIDTH, subsequent_indent="    ")
         for note in self.notes:
@@ -1082,11 +1105,10 @@ class FreezeAudit:
         lines = self._headline()
         warn = [x for x in self.lints if x.severity == "warning"]
         lines += format_lints(warn, width=_WIDTH, indent="    ")
-        modes = self.modes()
-        shown = modes[modes["kind"] != "model"]
+        shown = [r for r in self._modes_rows() if r.kind != "model"]
         if len(shown):
             groups: dict = {}
-            for r in shown.itertuples():
+            for r in shown:
                 detail = f"{r.mode}, {_n(r.calls, 'call')}" if not r.hidden_calls else (
                     f"{r.mode}, {r.calls} calls seen and {r.hidden_calls} inside compiled/scripted calls")
                 if r.stats:
@@ -1104,7 +1126,7 @@ class FreezeAudit:
                     detail += f", {_n(r.backward_writes, 'write')} in backward"
                 if r.grad_calls < r.calls:
                     detail += f", {r.calls - r.grad_calls} without grad"
-                if r.min_batch is not None and not pd.isna(r.min_batch):
+                if r.min_batch is not None and r.min_batch == r.min_batch:  # not None, not NaN
                     detail += f", min batch {int(r.min_batch)}"
                 if r.pinned:
                     detail += ", pinned"
@@ -1120,11 +1142,10 @@ class FreezeAudit:
             if not details and len(items) > max_rows:
                 lines.append(f"    ... {_n(len(items) - max_rows, 'more group', 'more groups')} "
                              "(audit.summary(details=True))")
-        rep = self.report()
-        moved = rep[rep["changed"]]
+        moved = [r for r in self._report_rows() if r.changed]
         if len(moved):
             lines.append("  moved tensors:")
-            rows = list(moved.itertuples())
+            rows = moved
             for r in (rows if details else rows[:max_rows]):
                 lines.append(f"    {r.kind:<6} {r.tensor:<40} {_change_words(r)}")
             if not details and len(rows) > max_rows:
@@ -1159,8 +1180,10 @@ class FreezeAudit:
     def _repr_html_(self) -> str:
         if self.after is None:
             return f"<code>FreezeAudit({html.escape(type(self.model).__name__)})</code>: not run"
-        moved = self.moved()
-        table = moved[["tensor", "kind", "max_abs_change"]].head(20).to_html(index=False) if len(moved) else ""
+        moved = self._moved_rows()
+        table = ("<table><tr><th>tensor</th><th>kind</th><th>max_abs_change</th></tr>" + "".join(
+            f"<tr><td>{html.escape(r.tensor)}</td><td>{r.kind}</td><td>{r.max_abs_change:.4g}</td></tr>"
+            for r in moved[:20]) + "</table>") if moved else ""
         return (f"<details open><summary><b>{html.escape(self._headline()[0])}</b></summary>"
                 f"<pre>{html.escape(self.summary())}</pre>{table}</details>")
 

@@ -21,16 +21,18 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-import pandas as pd
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
 from .._checks import (check_bool, check_callable, check_int, check_iterable, check_model_input, check_module,
                        check_number, check_str, describe, user_stacklevel)
-from ..freeze import batch_stats_report, is_pinned, pin_dropped, _refuse_fixed_mode
+from .._checks import LazyPandas
+from ..freeze import batch_stats_rows, is_pinned, pin_dropped, _refuse_fixed_mode
 from ..norms import (compiled_original, counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm,
                      is_instance_norm, is_norm_base, statistics_source, updates_running_stats)
+
+pd = LazyPandas()  # pandas is imported only when a table is asked for
 
 #: Per-device batch size below which a train-mode BatchNorm gets a ``small_batch`` lint.
 #: Why 16: a batch mean of N i.i.d. values misses the population mean by
@@ -443,7 +445,7 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
     check_bool("lint_model", "warn", warn)
     model = compiled_original(model)
     _refuse_fixed_mode("lint_model", model)
-    report = batch_stats_report(model).set_index("layer")
+    report = {r["layer"]: r for r in batch_stats_rows(model)}
     modules = dict(model.named_modules())
     lints = []
     for name, m in model.named_modules():
@@ -467,7 +469,7 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
             continue
         if not is_norm_base(m):
             continue
-        row = report.loc[name]
+        row = report[name]
         writes = bool(row["updates_running_stats_after_train"])
         if is_batch_norm(m) and statistics_source(m, False) == "batch":
             lints.append(_lint("batch_dependent_in_eval", name,

@@ -12,11 +12,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import pandas as pd
 import torch
 from torch import nn
 
 from .._checks import check_callable, check_device, check_model_input, check_module, describe
+from .._checks import LazyPandas
+
+pd = LazyPandas()  # pandas is imported only when a table is asked for
 
 
 # ---------------------------------------------------------------------------
@@ -127,8 +129,10 @@ def nonfinite_words(t: torch.Tensor) -> str:
     return f"{nan + inf} of {t.numel()} values non-finite ({', '.join(parts) or 'none'})"
 
 
-def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
-    """One row per tensor: how much it moved between two snapshots.
+def diff_rows(before: Snapshot, after: Snapshot) -> list[dict]:
+    """:func:`diff`'s rows as plain dicts (no pandas needed; keys :data:`_DIFF_COLUMNS`).
+
+    One row per tensor: how much it moved between two snapshots.
 
     Columns: ``tensor`` (qualified name), ``module``, ``name`` (local name),
     ``kind`` (``param``/``buffer``), ``shape``, ``max_abs_change`` (largest
@@ -172,10 +176,38 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
             if a.dim() == 0:
                 row.update(before=a.item(), after=b.item())
         rows.append(row)
+    return rows
+
+
+def diff_frame(rows: list[dict]):
+    """:func:`diff_rows`' rows as :func:`diff`'s DataFrame (``before``, ``after``, ``shared_with`` kept as objects:
+    ints stay ints and None stays None)."""
     df = pd.DataFrame(rows, columns=_DIFF_COLUMNS)
     for col in ("before", "after", "shared_with"):  # keep ints as ints and None as None (not float NaN)
         df[col] = pd.Series([r[col] for r in rows], index=df.index, dtype=object)
     return df
+
+
+def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
+    """One row per tensor: how much it moved between two snapshots.
+
+    Columns: ``tensor`` (qualified name), ``module``, ``name`` (local name),
+    ``kind`` (``param``/``buffer``), ``shape``, ``max_abs_change`` (largest
+    absolute element-wise change, in the tensor's own units; exact, computed in
+    float64), ``changed`` (bool), ``status`` (``unchanged``, ``changed``,
+    ``added``, ``removed``, ``reshaped``, ``non-finite``: NaN or inf where the
+    value was finite before, e.g. a running_var after one overflowing batch), and
+    ``before``/``after`` for 0-d tensors such as ``num_batches_tracked``
+    (``None`` otherwise), ``shared_with`` (the tensor's other names, a tuple,
+    empty when it has one name), and ``nonfinite_before``/``nonfinite_after``
+    (how many of its values are NaN or inf; 0 for integer tensors). A NaN
+    against a number counts as a change of ``inf`` in ``max_abs_change``; the
+    ``non-finite`` status and counts say which it was. A tensor reachable under several names has one row per name (as in
+    torch's ``state_dict()``), so it is reported under every name it has. Rows follow
+    the model's order. Raises ``TypeError`` if an argument is not a
+    :class:`Snapshot`.
+    """
+    return diff_frame(diff_rows(before, after))
 
 
 # ---------------------------------------------------------------------------
@@ -257,8 +289,8 @@ def probe_outputs(model: nn.Module, probe: Any, forward: Callable | None = None)
     return {k: v.detach().to("cpu", copy=True) for k, v in _flatten(out).items()}
 
 
-def compare_outputs(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> pd.DataFrame:
-    """One row per output path: ``output``, ``shape``, ``max_abs_change`` (output units, e.g. logits),
+def compare_outputs_rows(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[dict]:
+    """:func:`compare_outputs`' rows as plain dicts (no pandas needed). One row per output path: ``output``, ``shape``, ``max_abs_change`` (output units, e.g. logits),
     ``changed``, ``status`` (``unchanged``/``changed``/``added``/``removed``/``reshaped``/``non-finite``: NaN
     or inf where the output was finite before), ``nonfinite_after`` (how many values are NaN or inf).
     ``before``/``after``: ``{path: tensor}`` as :func:`probe_outputs` returns (``TypeError`` otherwise)."""
@@ -282,4 +314,15 @@ def compare_outputs(before: dict[str, torch.Tensor], after: dict[str, torch.Tens
             status = "non-finite" if k_bad and _newly_nonfinite(a, b) else "changed" if d != 0 else "unchanged"
             rows.append(dict(output=k, shape=tuple(a.shape), max_abs_change=d, changed=d != 0, status=status,
                              nonfinite_after=k_bad))
-    return pd.DataFrame(rows, columns=["output", "shape", "max_abs_change", "changed", "status", "nonfinite_after"])
+    return rows
+
+
+OUTPUT_COLUMNS = ["output", "shape", "max_abs_change", "changed", "status", "nonfinite_after"]
+
+
+def compare_outputs(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> pd.DataFrame:
+    """One row per output path: ``output``, ``shape``, ``max_abs_change`` (output units, e.g. logits),
+    ``changed``, ``status`` (``unchanged``/``changed``/``added``/``removed``/``reshaped``/``non-finite``: NaN
+    or inf where the output was finite before), ``nonfinite_after`` (how many values are NaN or inf).
+    ``before``/``after``: ``{path: tensor}`` as :func:`probe_outputs` returns (``TypeError`` otherwise)."""
+    return pd.DataFrame(compare_outputs_rows(before, after), columns=OUTPUT_COLUMNS)
