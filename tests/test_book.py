@@ -269,3 +269,56 @@ In <code class="docutils literal notranslate"><span class="pre">train_mode</span
     kept = book.front_page_findings(tmp_path, ["02"])
     assert "freeze modes" not in kept and kept.endswith("Chapter 1 is not in the data release yet (`release/manifest.json`); "
                                                      "the book shows its quick-profile run.")
+
+
+def _glued_verdicts(nb_path) -> dict[str, str]:
+    """``{glue key: text}`` of every value an executed chapter glued under a key ending in ``_verdict``."""
+    import nbformat
+
+    from bnstudy.cli import glue_data
+
+    out = {}
+    for key, bundle in glue_data(nbformat.read(nb_path, as_version=4)).items():
+        if key.endswith("_verdict"):
+            text = bundle.get("text/markdown", bundle.get("text/plain", ""))
+            out[key] = text.strip().strip("'\"").strip("*").strip()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["built_book", "release_book"])
+def test_every_glued_verdict_is_a_word_of_the_glossary(which, request):
+    """Issue 24: every verdict a page glues (keys ending in ``_verdict``) is in the one vocabulary
+    (bnstudy.inference.is_verdict, with the chapter's declared DIRECTIONS), and every chapter page links the
+    glossary that defines the words."""
+    import importlib
+
+    from bnstudy import book, inference
+    from bnstudy.release import CHAPTERS
+
+    root = request.getfixturevalue(which)[0]
+    modules = {c.notebook: c.module for c in CHAPTERS.values()}
+    seen = 0
+    for nb_path in book.chapter_paths():
+        mod = importlib.import_module(f"bnstudy.experiments.{modules[nb_path.stem]}")
+        directions = getattr(mod, "DIRECTIONS", ())
+        executed = root / "chapters" / f"{book.page_name(nb_path)}.ipynb"
+        for key, text in _glued_verdicts(executed).items():
+            seen += 1
+            assert inference.is_verdict(text, directions), (
+                f"{executed.name}: {key} = {text!r} is not a verdict of the glossary "
+                f"(directions declared: {directions})")
+        html = (root / "_build" / "html" / "chapters" / f"{book.page_name(nb_path)}.html").read_text()
+        if getattr(mod, "DIRECTIONS", None) is not None:
+            assert "glossary.html" in html, f"{nb_path.stem}'s page does not link the glossary"
+    assert seen > 0
+
+
+def test_glossary_is_in_the_book_and_names_every_verdict_word():
+    from bnstudy import inference
+
+    assert "- file: glossary" in (REPO / "_toc.yml").read_text()
+    text = (REPO / "glossary.md").read_text()
+    for word in (inference.NOT_DECIDED, inference.TOO_FEW, inference.EXACT, inference.NOT_EXACT,
+                 "equivalent within \u00b1m", "a direction shown"):
+        assert word in text, word
