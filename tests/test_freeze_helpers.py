@@ -127,8 +127,11 @@ def test_batch_stats_report_measures_modes_after_train_and_eval_and_restores_fla
     assert rep.loc["4", "pinned"]
 
 
-def test_readme_library_snippet_passes_on_a_correctly_frozen_backbone():
-    """The README's 'Use the library on your own model' snippet, read from README.md and run on a small model."""
+@pytest.mark.parametrize("heading", ["**The library on your own model, in ten lines.**",
+                                     "## Use the library on your own model"])
+def test_readme_library_snippet_passes_on_a_correctly_frozen_backbone(heading):
+    """The README's library snippets (the ten-line one at the top and 'Use the library on your own model'), read
+    from README.md and run on a small model."""
     import pathlib
     import re
 
@@ -136,7 +139,7 @@ def test_readme_library_snippet_passes_on_a_correctly_frozen_backbone():
     from torch import nn
 
     text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("## Use the library on your own model"):]
+    section = text[text.index(heading):]
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
     class Net(nn.Module):
