@@ -427,6 +427,11 @@ def test_mixture_advice_qualifies_by_the_held_out_temperatures():
                            f"tasks the mixture differs from the oracle by -0.1100 ({mix.low:.4f} to {mix.high:.4f}; "
                            "mixture lower), where hard routing matches the oracle by construction.")
     assert text.endswith("The held-out temperature check found no temperature better than τ = 0.1.")
+    undecided = c.assign(kind=c.kind.where(c.key != "mixture_vs_oracle_k2", "not decided"),
+                         verdict=c.verdict.where(c.key != "mixture_vs_oracle_k2", "not decided"))
+    assert ut.mixture_advice(undecided, tf).startswith(
+        "The soft mixture at τ = 0.1 gains nothing over hard routing at the strongest shift with two tasks: it differs "
+        f"from the oracle by -0.1100 ({mix.low:.4f} to {mix.high:.4f}; not decided)")
     t = _temperature_table()
     t.loc[t.condition == "mixture_tau=1", "accuracy"] = 0.8 + 0.002 * (t.seed - 1)  # tau = 1: no difference
     tf1 = ut.temperature_findings(t, 0.1)

@@ -1272,15 +1272,20 @@ def phrases(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, 
 
 def mixture_advice(table: pd.DataFrame, tf: TemperatureFindings) -> str:
     """The practice bullet on the soft mixture, for the temperature the main sweep used (``table``:
-    :func:`claims`, its ``mixture_vs_oracle_k<k>`` at the largest task count and its ``perfect_at_strong`` check)
-    and what the held-out check (``tf``) found at its least bad temperature ``tf.best``, with its worst
-    interval."""
+    :func:`claims`, its ``mixture_vs_oracle_k<k>`` at the largest task count and its ``perfect_at_strong`` check;
+    worded for its verdict: "Prefer hard routing ..." only where the mixture is shown lower) and what the held-out
+    check (``tf``) found at its least bad temperature ``tf.best``, with its worst interval."""
     kept = f"τ = {tf.kept:g}"
     k = max(int(key.rsplit("_k", 1)[1]) for key in table.key if key.startswith("mixture_vs_oracle_k"))
     c = _claim(table, f"mixture_vs_oracle_k{k}")
-    m, lo, hi = _iv(Interval(c.estimate, c.low, c.high, int(c.n)), 4)
-    text = (f"Prefer hard routing to the soft mixture at {kept}: at the strongest shift with "
-            f"{_count(k)} tasks the mixture differs from the oracle by {m} ({lo} to {hi}; {c.verdict}), "
+    m, lo, hi = _iv(Interval(c.estimate, c.low, c.high, int(c.n)).clipped(-1, 1), 4)  # printed ends, as glued
+    lead = {"lower": f"Prefer hard routing to the soft mixture at {kept}: at the strongest shift with {_count(k)} "
+                     f"tasks the mixture differs from the oracle by",
+            "higher": f"The soft mixture at {kept} beats the oracle at the strongest shift with {_count(k)} tasks: "
+                      f"it differs from it by"}.get(
+        c.kind, f"The soft mixture at {kept} gains nothing over hard routing at the strongest shift with "
+                f"{_count(k)} tasks: it differs from the oracle by")
+    text = (f"{lead} {m} ({lo} to {hi}; {c.verdict}), "
             + ("where hard routing matches the oracle by construction." if
                _claim(table, "perfect_at_strong").kind == "exact" else
                "where not every hard router routes perfectly either."))
