@@ -108,8 +108,7 @@ def test_findings_on_a_hand_made_table():
     assert f.route_gentle_bmax["k2_nearest_first"].mean == pytest.approx(1.0)
     assert f.route_diff_gentle_b1["k2_classifier"].mean == pytest.approx(0.0)
     # routing "works" where it is shown above 0.9 (one-sided): 1.0 at t = 1 (b = 1), from t = 0.01 with b = 32
-    assert f.works_from_b1["k2"] == 1.0 and f.works_from_b1_text["k2"] == "from t = 1 on"
-    assert f.works_from_bmax["k2"] == 0.01 and "every non-zero strength" in f.works_from_bmax_text["k2"]
+    assert f.works_from_b1["k2"] == 1.0 and f.works_from_bmax["k2"] == 0.01
     assert f.route_at_works_b1["k2"].mean == pytest.approx(1.0)
     # wrong-bank differences (condition minus oracle): only at t = 1, so detectable from 1 on, nothing below routing
     assert f.wrong_from_train["k2"] == 1.0 and f.wrong_from_pinned["k2"] == 1.0
@@ -128,9 +127,8 @@ def test_findings_on_a_hand_made_table():
     # enough to reach past zero (t quantile about 21.9 with 2 degrees of freedom): no direction, not equivalent
     assert f.n_cells == 4 * 3 * 2 and f.cells_confidence == pytest.approx(100 * (1 - 0.05 / 24))
     assert f.worst_verdict == "not decided" and f.worst_gap.low < 0 < f.worst_gap.high
-    assert f.n_lower == 0 and f.n_higher == 0 and f.n_not_decided == 1 and f.lower == "none"
-    assert f.n_equivalent == f.n_cells - 1 and f.not_equivalent == "mixture, 2 tasks, t = 1 (b = 1)"
-    assert f.n_equivalent_half == f.n_cells - 1 and f.routers_not_within_half == "mixture"
+    assert f.n_lower == 0 and f.n_higher == 0 and f.n_not_decided == 1
+    assert f.n_equivalent == f.n_cells - 1 and f.n_equivalent_half == f.n_cells - 1
     assert f.oracle_new_tasks["k2"].mean == pytest.approx(0.801)
     assert f.max_bound_hard == pytest.approx(0.0)
     # routing exactly at chance (0.5 with two tasks, no spread) at t = 0 is never shown above it
@@ -300,8 +298,7 @@ def test_cell_tests_match_the_findings_counts():
     hit = (tight.condition == "mixture") & (tight.strength == 1.0) & (tight.inference_batch == 1)
     tight.loc[hit, "accuracy"] = 0.7 - 0.001 * tight.loc[hit, "seed"]
     tc = ut.cell_tests(tight)
-    assert tc[tc.below].verdict.tolist() == ["mixture lower"] and ut.findings(tight, tc).lower == (
-        "mixture, 2 tasks, t = 1 (b = 1)")
+    assert tc[tc.below].verdict.tolist() == ["mixture lower"] and ut.findings(tight, tc).n_lower == 1
     assert ut.below_phrase(tc) == "find one cell below the oracle: `mixture` with two tasks at t = 1 (b = 1)"
 
 

@@ -669,26 +669,10 @@ def _fmt_t(t: float) -> str:
     return f"{t:g}"
 
 
-def _describe_cells(cells: list[tuple]) -> str:
-    """``[(router, n_tasks, strength, batch), ...]`` -> "mixture, 4 tasks, t = 0.1 (b = 1, 2, 8, 32); ..."."""
-    if not cells:
-        return "none"
-    groups: dict = {}
-    for r, k, t, b in cells:
-        groups.setdefault((r, int(k), float(t)), []).append(int(b))
-    return "; ".join(f"{r}, {k} tasks, t = {_fmt_t(t)} (b = {', '.join(str(b) for b in sorted(bs))})"
-                     for (r, k, t), bs in sorted(groups.items()))
-
-
-def _threshold(levels: list[float], ok: list[bool], floor: float) -> tuple[float, str]:
-    """Smallest level from which ``ok`` holds at every larger level, and a phrase for the page."""
+def _threshold(levels: list[float], ok: list[bool]) -> float:
+    """Smallest level from which ``ok`` holds at every larger level (NaN: at none)."""
     good = [t for i, t in enumerate(levels) if all(ok[i:])]
-    if not good:
-        return math.nan, "at no strength tested"
-    t = min(good)
-    if t <= floor:
-        return t, f"at every non-zero strength tested (from t = {_fmt_t(t)}, the gentlest; the threshold lies lower)"
-    return t, f"from t = {_fmt_t(t)} on"
+    return min(good) if good else math.nan
 
 
 @dataclass(frozen=True)
@@ -710,7 +694,7 @@ class Findings:
     * ``works_from_b1`` / ``works_from_bmax``: per ``k<n>``, the smallest strength from which
       ``nearest_first``'s routing accuracy is shown above :data:`ROUTE_OK` (one-sided t test,
       :func:`bnstudy.inference.one_sided_p`, below :data:`ALPHA`) at that strength and every stronger one
-      (NaN: never); ``works_from_*_text``: the same in words; ``route_at_works_b1``: the routing interval there.
+      (NaN: never); ``route_at_works_b1``: the routing interval there.
     * ``wrong_from_train`` / ``wrong_from_pinned``: per ``k<n>``, the smallest strength from which the
       wrong-bank difference ``accuracy(train_mode | pinned) - accuracy(oracle)`` (b1) has the verdict
       "train mode lower" / "pinned lower" (:func:`bnstudy.inference.decide`, one comparison) at that strength and
@@ -722,15 +706,13 @@ class Findings:
       above the strength from which per-sample routing works. ``train_task_a``: task A's own ``train_mode -
       oracle`` at the strong shift.
     * ``routed_*``: the fully task-unknown case, ``nearest_first`` picks bank and head: paired
-      ``accuracy_routed_head - accuracy(oracle)`` per ``k<n>`` at t = 0 (b1, bmax) and at the strong shift
-      (b1; 0 wherever routing is perfect); ``routed_task_a_gentle_b1``: task A's accuracy at the gentle shift;
+      ``accuracy_routed_head - accuracy(oracle)`` per ``k<n>`` at t = 0 (b1, bmax); ``routed_task_a_gentle_b1``: task A's accuracy at the gentle shift;
       ``oracle_task_a``: task A's under the oracle (same cells); ``oracle_new_tasks``: the new tasks' mean
       accuracy under the oracle (same cells).
     * The router cells (:func:`cell_tests`, ``n_cells`` of them, one family): ``n_equivalent``,
       ``n_equivalent_half`` (verdict "equivalent within ±margin" at :data:`TOST_MARGIN` and at half of it),
-      ``n_lower``, ``n_higher`` (a direction shown), ``n_lower_zero`` (of those at t = 0), ``n_not_decided``;
-      ``not_equivalent``, ``not_equivalent_half``, ``lower``: the cells in words; ``routers_not_within_half``;
-      ``max_bound_hard``: the largest absolute end of a hard router's family interval; ``worst_*``: the cell
+      ``n_lower``, ``n_higher`` (a direction shown), ``n_not_decided`` (the cells themselves in words:
+      :func:`equivalence_phrase`, :func:`below_phrase`); ``max_bound_hard``: the largest absolute end of a hard router's family interval; ``worst_*``: the cell
       with the most negative estimate, its family interval and ``worst_verdict``; ``cells_confidence``: the
       family intervals' confidence (percent).
     * ``n_chance_cells`` / ``n_above_chance``: at t = 0, the (router, task count, inference batch) cells and
@@ -754,15 +736,12 @@ class Findings:
     route_gentle_b1: dict
     route_gentle_bmax: dict
     route_strong_b1: dict
-    route_strong_bmax: dict
     route_diff_gentle_b1: dict
     nall_worst: dict
     nall_worst_t: dict
     route_gentle_b1_per_task: dict
     works_from_b1: dict
     works_from_bmax: dict
-    works_from_b1_text: dict
-    works_from_bmax_text: dict
     route_at_works_b1: dict
     wrong_from_train: dict
     wrong_from_pinned: dict
@@ -775,22 +754,16 @@ class Findings:
     train_task_a: dict
     routed_zero_b1: dict
     routed_zero_bmax: dict
-    routed_strong_b1: dict
     routed_task_a_gentle_b1: dict
     oracle_task_a: dict
     oracle_new_tasks: dict
     n_cells: int
     cells_confidence: float
     n_equivalent: int
-    not_equivalent: str
     n_equivalent_half: int
-    not_equivalent_half: str
-    routers_not_within_half: str
     n_lower: int
     n_higher: int
-    n_lower_zero: int
     n_not_decided: int
-    lower: str
     max_bound_hard: float
     worst_gap: Interval
     worst_verdict: str
@@ -826,14 +799,14 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
     nf = "nearest_first"
 
     # where per-sample routing works (shown above ROUTE_OK, one-sided) and where a wrong bank starts to cost
-    works, works_text, route_at = {}, {}, {}
+    works, route_at = {}, {}
     for b, store in ((b1, "b1"), (bmax, "bmax")):
-        works[store], works_text[store] = {}, {}
+        works[store] = {}
         for k in ks:
             vals = [_of(_at(m, k, t, b), nf).routing_accuracy for t in strengths]
             ok = [one_sided_p(v, "greater", null=ROUTE_OK) < ALPHA for v in vals]
-            t0, text = _threshold(strengths, ok, gentle)
-            works[store][f"k{k}"], works_text[store][f"k{k}"] = t0, text
+            t0 = _threshold(strengths, ok)
+            works[store][f"k{k}"] = t0
             if store == "b1":
                 route_at[f"k{k}"] = (t_interval(vals[strengths.index(t0)]) if not math.isnan(t0)
                                      else Interval(*(math.nan,) * 3, 0))
@@ -843,7 +816,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
         lows = []
         for base in ("train_mode", "pinned"):
             ds = [diff(base, k, t, b1) for t in strengths]
-            t0, _ = _threshold(strengths, [decide(d, **_words(base)).kind == "lower" for d in ds], -1.0)
+            t0 = _threshold(strengths, [decide(d, **_words(base)).kind == "lower" for d in ds])
             ivs = [t_interval(d) for d in ds]
             wrong_from[base][f"k{k}"] = t0
             wrong_at[base][f"k{k}"] = ivs[strengths.index(t0)] if not math.isnan(t0) else Interval(*(math.nan,) * 3, 0)
@@ -885,11 +858,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
 
     # every router cell against the oracle: its verdict in one family (cell_tests)
     tests = cell_tests(df) if cells is None else cells
-    key = lambda r: (r.condition, r.n_tasks, r.strength, r.inference_batch)
-    cells = [key(r) for r in tests.itertuples()]
-    eq, eq_half, low = tests.equivalent.to_numpy(), tests.equivalent_half.to_numpy(), tests.below.to_numpy()
     hard = tests[tests.condition != "mixture"]
-    lower = [c for c, s in zip(cells, low) if s]
     worst = tests.loc[tests["estimate"].idxmin()]
     strong_rows = m[(m.strength == strong) & m.condition.isin(HARD_ROUTERS)]
     route_strong_min = {r: float(strong_rows[strong_rows.condition == r].routing_accuracy.min()) for r in HARD_ROUTERS}
@@ -906,11 +875,9 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
         route_gentle_b1=per(lambda k, r: cell("routing_accuracy", r, k, gentle, b1)),
         route_gentle_bmax=per(lambda k, r: cell("routing_accuracy", r, k, gentle, bmax)),
         route_strong_b1=per(lambda k, r: cell("routing_accuracy", r, k, strong, b1)),
-        route_strong_bmax=per(lambda k, r: cell("routing_accuracy", r, k, strong, bmax)),
         route_diff_gentle_b1=diffs, nall_worst=nall_worst, nall_worst_t=nall_worst_t,
         route_gentle_b1_per_task=per_task,
-        works_from_b1=works["b1"], works_from_bmax=works["bmax"], works_from_b1_text=works_text["b1"],
-        works_from_bmax_text=works_text["bmax"], route_at_works_b1=route_at,
+        works_from_b1=works["b1"], works_from_bmax=works["bmax"], route_at_works_b1=route_at,
         wrong_from_train=wrong_from["train_mode"], wrong_from_pinned=wrong_from["pinned"],
         wrong_at_train=wrong_at["train_mode"], wrong_at_pinned=wrong_at["pinned"],
         wrong_from_train_text=wrong_text["train_mode"], wrong_from_pinned_text=wrong_text["pinned"],
@@ -919,17 +886,12 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
             math.isnan(wrong_from[base][f"k{k}"]) or wrong_from[base][f"k{k}"] >= works["b1"][f"k{k}"]
             for base in ("train_mode", "pinned")) for k in ks),
         train_task_a=train_task_a,
-        routed_zero_b1=routed(zero, b1), routed_zero_bmax=routed(zero, bmax), routed_strong_b1=routed(strong, b1),
+        routed_zero_b1=routed(zero, b1), routed_zero_bmax=routed(zero, bmax),
         routed_task_a_gentle_b1=routed_a, oracle_task_a=oracle_a, oracle_new_tasks=oracle_new,
-        n_cells=len(cells), cells_confidence=100 * float(tests.confidence.iloc[0]) if len(tests) else math.nan,
-        n_equivalent=int(eq.sum()),
-        not_equivalent=_describe_cells([c for c, e in zip(cells, eq) if not e]),
-        n_equivalent_half=int(eq_half.sum()),
-        not_equivalent_half=_describe_cells([c for c, e in zip(cells, eq_half) if not e]),
-        routers_not_within_half=", ".join(r for r in ROUTERS if any(c[0] == r and not e for c, e in
-                                                                    zip(cells, eq_half))) or "none",
-        n_lower=len(lower), n_higher=int(tests.above.sum()), n_lower_zero=sum(1 for c in lower if c[2] == zero),
-        n_not_decided=int((tests.kind == "not decided").sum()), lower=_describe_cells(lower),
+        n_cells=len(tests), cells_confidence=100 * float(tests.confidence.iloc[0]) if len(tests) else math.nan,
+        n_equivalent=int(tests.equivalent.sum()), n_equivalent_half=int(tests.equivalent_half.sum()),
+        n_lower=int(tests.below.sum()), n_higher=int(tests.above.sum()),
+        n_not_decided=int((tests.kind == "not decided").sum()),
         max_bound_hard=float(hard.bound.max()) if len(hard) else math.nan,
         worst_gap=Interval(float(worst["estimate"]), float(worst["low"]), float(worst["high"]), int(worst["n"]),
                            float(worst["confidence"])),
