@@ -537,8 +537,8 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
     """Where routing fails and what that costs, on one categorical strength axis; columns: number of tasks.
 
     Rows: (a) ``nearest_first`` routing accuracy at ``inference_batches`` (``routes``: routing_table), the
-    0.9 line dashed; (b) the cost of a wrong bank, ``oracle - train_mode`` and ``oracle - pinned``
-    (``gaps``: gap_table, sign flipped); (c) router minus oracle with the task's own head, one decision per
+    0.9 line dashed; (b) the cost of a wrong bank, ``train_mode - oracle`` and ``pinned - oracle``
+    (``gaps``: gap_table; negative where the wrong bank loses); (c) router minus oracle with the task's own head, one decision per
     sample, zoomed, the equivalence band ``±margin`` shaded; (d) the fully task-unknown case,
     ``nearest_first`` picking bank and head, minus the oracle, per inference batch (``routed``:
     routed_head_table). Means and 95% Student-t intervals over seeds (paired differences). Returns the figure.
@@ -563,9 +563,8 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
         for i, name in enumerate(("train_mode", "pinned")):
             f = gaps[(gaps.n_tasks == k) & (gaps.condition == name) & (gaps.inference_batch == b1)].sort_values(
                 "strength")
-            f = pd.DataFrame({"mean": -f["mean"].values, "lo": -f["ci_high"].values, "hi": -f["ci_low"].values,
-                              "strength": f.strength.values})
-            _ch06_errorbar(ax, f.strength.map(pos) + (i - 0.5) * 0.08, f, name, label=f"oracle - {name}")
+            f = f.rename(columns={"ci_low": "lo", "ci_high": "hi"})
+            _ch06_errorbar(ax, f.strength.map(pos) + (i - 0.5) * 0.08, f, name, label=f"{name} - oracle")
         ax.axhline(0, color="black", lw=0.6)
         ax.set_title(f"(b) cost of a wrong bank, {k} tasks")
         ax = axes[2][c]
@@ -586,7 +585,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
         ax.axhline(0, color="black", lw=0.6)
         ax.set_title(f"(d) task unknown: router picks bank and head, {k} tasks")
         _ch06_axis(ax, pos)
-    labels = ["routing accuracy\n(dashed: 0.9)", "oracle - baseline\n(accuracy)", "router - oracle\n(accuracy)",
+    labels = ["routing accuracy\n(dashed: 0.9)", "baseline - oracle\n(accuracy)", "router - oracle\n(accuracy)",
               "routed head - oracle\n(accuracy)"]
     for r, lab in enumerate(labels):
         axes[r][0].set_ylabel(lab)

@@ -41,12 +41,6 @@ def test_profiles_build_and_full_has_ten_seeds():
     assert ut.make_config("quick").inference_batches == (1, 2, 8, 32)
 
 
-def test_holm_and_tost_on_known_values():
-    assert np.allclose(ut.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
-    assert ut.tost([0.001, -0.002, 0.0, 0.001], 0.02)
-    assert not ut.tost([0.1, 0.12, 0.09, 0.11], 0.02)
-
-
 @pytest.fixture(scope="module")
 def tiny_unit():
     src = train_source(SourceConfig(seed=0, stage1_steps=5, n_eval=16))
@@ -110,36 +104,64 @@ def _table():
 def test_findings_on_a_hand_made_table():
     f = ut.findings(_table())
     assert f.n_seeds == 3 and f.gentle == 0.01 and f.strong == 1.0 and f.zero == 0.0 and f.b1 == 1 and f.bmax == 32
-    assert f.oracle_exact == "holds" and f.perfect_at_strong == "holds" and f.train_is_last_bank == "holds"
     assert f.route_gentle_b1["k2_nearest_first"].mean == pytest.approx(0.6)
     assert f.route_gentle_bmax["k2_nearest_first"].mean == pytest.approx(1.0)
     assert f.route_diff_gentle_b1["k2_classifier"].mean == pytest.approx(0.0)
-    assert f.works_from_b1["k2"] == 1.0 and f.works_from_b1_text["k2"] == "from t = 1 on"
-    assert f.works_from_bmax["k2"] == 0.01 and "every non-zero strength" in f.works_from_bmax_text["k2"]
+    # routing "works" where it is shown above 0.9 (one-sided): 1.0 at t = 1 (b = 1), from t = 0.01 with b = 32
+    assert f.works_from_b1["k2"] == 1.0 and f.works_from_bmax["k2"] == 0.01
     assert f.route_at_works_b1["k2"].mean == pytest.approx(1.0)
-    # wrong-bank costs: only at t = 1, so detectable from 1 on, and nothing below the routing threshold
+    # wrong-bank differences (condition minus oracle): only at t = 1, so detectable from 1 on, nothing below routing
     assert f.wrong_from_train["k2"] == 1.0 and f.wrong_from_pinned["k2"] == 1.0
-    assert f.wrong_at_train["k2"].mean == pytest.approx(0.31)
+    assert f.wrong_at_train["k2"].mean == pytest.approx(-0.31) and f.wrong_at_train["k2"].high < 0
     assert f.wrong_below_routing["k2"] == pytest.approx(0.0)
-    assert f.wrong_from_train_text["k2"].startswith("from t = 1 on (0.3100, 95% interval")
-    assert f.cost_after_routing == "holds"
-    assert f.gap_strong_b1["k2_mixture"].mean == pytest.approx(-0.11)
-    assert f.gap_strong_b1["k2_nearest_first"].mean == pytest.approx(0.0)
-    assert f.oracle_vs_train["k2"].mean == pytest.approx(0.31)
-    assert f.train_task_a["k2"].mean == pytest.approx(0.62)
-    assert f.oracle_vs_pinned["k2"].mean == pytest.approx(0.21)
-    # fully task-unknown: task A loses 0.2 + 0.01 * seed, halved over two tasks
-    assert f.routed_gentle_b1["k2"].mean == pytest.approx(-0.105)
-    assert f.routed_gentle_bmax["k2"].mean == pytest.approx(0.0)
+    assert f.wrong_from_train_text["k2"].startswith("from t = 1 on (-0.3100, 95% interval")
+    assert f.cost_after_routing is True
+    assert f.train_task_a["k2"].mean == pytest.approx(-0.62)
+    # fully task-unknown at t = 0: routing at chance, but every head equals the oracle's here
+    assert f.routed_zero_b1["k2"].mean == pytest.approx(0.0)
     assert f.routed_task_a_gentle_b1["k2"].mean == pytest.approx(0.591)
     assert f.oracle_task_a["k2"].mean == pytest.approx(0.801)
     assert (f.worst_router, f.worst_strength, f.worst_batch, f.worst_n_tasks) == ("mixture", 1.0, 1, 2)
-    assert f.n_cells == 4 * 3 * 2
-    assert f.n_worse == 1 and f.n_worse_zero == 0 and f.worse == "mixture, 2 tasks, t = 1 (b = 1)"
-    assert f.n_equivalent == f.n_cells - 1 and f.not_equivalent == "mixture, 2 tasks, t = 1 (b = 1)"
-    assert f.n_equivalent_half == f.n_cells - 1 and f.routers_not_within_half == "mixture"
+    assert f.worst_gap.mean == pytest.approx(-0.11)
+    # 24 cells, one family: the mixture's -0.11 (SD 0.01, 3 seeds) has a Bonferroni interval at 1 - 0.05/24 wide
+    # enough to reach past zero (t quantile about 21.9 with 2 degrees of freedom): no direction, not equivalent
+    assert f.n_cells == 4 * 3 * 2 and f.cells_confidence == pytest.approx(100 * (1 - 0.05 / 24))
+    assert f.worst_verdict == "not decided" and f.worst_gap.low < 0 < f.worst_gap.high
+    assert f.n_lower == 0 and f.n_higher == 0 and f.n_not_decided == 1
+    assert f.n_equivalent == f.n_cells - 1 and f.n_equivalent_half == f.n_cells - 1
     assert f.oracle_new_tasks["k2"].mean == pytest.approx(0.801)
     assert f.max_bound_hard == pytest.approx(0.0)
+    # routing exactly at chance (0.5 with two tasks, no spread) at t = 0 is never shown above it
+    assert (f.n_chance_cells, f.n_above_chance) == (4 * 2, 0)
+
+
+def test_claims_on_a_hand_made_table_are_condition_minus_oracle_in_one_family():
+    from bnstudy import inference
+    c = ut.claims(_table()).set_index("key")
+    comparisons = ["train_vs_oracle_k2", "pinned_vs_oracle_k2", "mixture_vs_oracle_k2", "router_vs_oracle_k2",
+                   "routed_gentle_b1_k2", "routed_gentle_bmax_k2"]
+    assert list(c.index) == comparisons + ["oracle_exact", "train_is_last_bank", "perfect_at_strong"]
+    assert ut.claims_family(c.reset_index()) == dict(claims_m=6, claims_confidence=pytest.approx(100 * (1 - 0.05 / 6)))
+    # train mode: -0.3 - 0.01 * seed (task A -0.6, task B its own bank): a Bonferroni interval at 1 - 0.05/6 below 0
+    assert c.loc["train_vs_oracle_k2", "estimate"] == pytest.approx(-0.31)
+    assert c.loc["train_vs_oracle_k2", "confidence"] == pytest.approx(1 - 0.05 / 6)
+    assert c.loc["train_vs_oracle_k2", "verdict"] == "train mode lower"
+    assert c.loc["pinned_vs_oracle_k2", "verdict"] == "pinned lower"
+    assert c.loc["pinned_vs_oracle_k2", "estimate"] == pytest.approx(-0.21)
+    assert c.loc["mixture_vs_oracle_k2", "verdict"] == "mixture lower"
+    # identical to the oracle in every seed: zero spread, inside the margin
+    assert c.loc["router_vs_oracle_k2", "verdict"] == "equivalent within ±0.02"
+    assert c.loc["routed_gentle_b1_k2", "estimate"] == pytest.approx(-0.105)
+    assert c.loc["routed_gentle_b1_k2", "verdict"] == "routed head lower"
+    assert c.loc["routed_gentle_bmax_k2", "verdict"] == "equivalent within ±0.02"
+    assert (c.loc[["oracle_exact", "train_is_last_bank", "perfect_at_strong"], "verdict"] == "exact, checked ==").all()
+    assert all(inference.is_verdict(v, ut.DIRECTIONS) for v in c.verdict)
+    # Holm over the comparisons only: the checks have no p-value
+    assert c.loc[comparisons, "p_adjusted"].notna().all() and c.loc["oracle_exact", "p_adjusted"] != c.loc[
+        "oracle_exact", "p_adjusted"]
+    # one seed: too few seeds, never equivalent
+    one = ut.claims(_table().query("seed == 0")).set_index("key")
+    assert (one.loc[comparisons, "verdict"] == "too few seeds").all()
 
 
 def test_findings_see_a_cost_before_routing_works():
@@ -148,20 +170,38 @@ def test_findings_see_a_cost_before_routing_works():
     df.loc[hit, "accuracy"] -= 0.1 + 0.01 * df.loc[hit, "seed"]
     f = ut.findings(df)
     assert f.wrong_from_train["k2"] == 0.01
-    assert f.cost_after_routing == "does not hold"
+    assert f.cost_after_routing is False
     no_cost = _table()
     no_cost = no_cost[~no_cost.condition.isin(["train_mode"])]
     no_cost = pd.concat([no_cost, _table().query("condition == 'train_mode'").assign(accuracy=lambda d: 0.8 + 0.001 * d.seed)])
     assert ut.findings(no_cost).wrong_from_train_text["k2"] == "at no strength tested"
-    assert f.wrong_below_routing["k2"] > 0.05
+    assert f.wrong_below_routing["k2"] < -0.05
 
 
-def test_findings_detect_a_broken_oracle_and_missing_conditions():
+def test_checks_detect_a_broken_oracle_and_findings_missing_conditions():
     df = _table()
     df.loc[0, "oracle_logit_change"] = 1e-7
-    assert ut.findings(df).oracle_exact == "does not hold"
+    c = ut.claims(df).set_index("key")
+    assert c.loc["oracle_exact", "verdict"] == "not exact" and c.loc["oracle_exact", "estimate"] == pytest.approx(1e-7)
+    assert c.loc["train_is_last_bank", "verdict"] == "exact, checked =="
     with pytest.raises(ValueError, match="mixture"):
         ut.findings(df[df.condition != "mixture"])
+    with pytest.raises(ValueError, match="mixture"):
+        ut.claims(df[df.condition != "mixture"])
+
+
+def test_routing_above_chance_is_a_one_sided_test_with_holm_over_the_cells():
+    df = _table()
+    zero = (df.strength == 0.0) & df.condition.isin(ut.ROUTERS)
+    df.loc[zero, "routing_accuracy"] = 0.7 + 0.01 * df.loc[zero, "seed"]
+    f = ut.findings(df)
+    assert (f.n_chance_cells, f.n_above_chance) == (8, 8)
+    # barely above chance in one cell (mean 0.51, SD 0.01, 3 seeds: one-sided p about 0.11): not shown there
+    one = zero & (df.condition == "classifier") & (df.inference_batch == 32)
+    df.loc[one, "routing_accuracy"] = 0.5 + 0.01 * df.loc[one, "seed"]
+    g = ut.findings(df)
+    assert g.n_above_chance == 7
+    assert "7 of the 8 cells are shown above it" in ut.phrases(g, ut.cell_tests(df), ut.claims(df))["zero_shift_text"]
 
 
 def test_tidy_tables_have_one_row_per_seed_and_cell():
@@ -178,15 +218,6 @@ def test_tidy_tables_have_one_row_per_seed_and_cell():
     assert len(r) == 3 * 2 * 4
     cell = r[(r.condition == "nearest_first") & (r.strength == 0.01) & (r.inference_batch == 1)].iloc[0]
     assert cell["mean"] == pytest.approx(-0.105)
-
-
-def test_tost_p_on_known_values():
-    assert ut.tost_p([0.0, 0.0, 0.0], 0.02) == 0.0 and ut.tost_p([0.05, 0.05], 0.02) == 1.0
-    v = np.array([0.001, -0.002, 0.0, 0.001])
-    assert ut.tost_p(v, 0.02) < 0.001
-    assert ut.tost_p([0.1, 0.12, 0.09, 0.11], 0.02) > 0.99
-    # symmetric: the mean's sign does not matter
-    assert ut.tost_p(v, 0.003) == pytest.approx(ut.tost_p(-v, 0.003))
 
 
 def _temperature_table():
@@ -211,6 +242,8 @@ def test_temperature_table_and_findings_on_a_hand_made_table():
     assert row["mean"] == pytest.approx(-0.101)
     f = ut.temperature_findings(_temperature_table(), 0.1)
     assert f.best == 0.1 and f.kept == 0.1 and (f.seed_first, f.seed_last, f.n_seeds) == (0, 2, 3)
+    # at tau = 0.1 the mixture is 0.001 - 0.011 lower with SD 0.001: shown lower at t = 1 (family of 2 strengths)
+    assert f.best_m == 2 and not f.best_no_direction
     assert f.worst["tau_1"].mean == pytest.approx(-0.101)
     assert f.worst["tau_0.1"].mean == pytest.approx(-0.011)
     with pytest.raises(ValueError, match="kept temperature"):
@@ -235,13 +268,17 @@ def test_findings_check_every_hard_router_and_chance_at_zero():
     assert f.route_strong_min == {"nearest_first": 1.0, "nearest_all": 1.0, "classifier": 1.0}
     # at t = 0 the hand-made routers route exactly at chance (0.5 with two tasks): not above it
     assert f.route_zero_b1["k2_classifier"].mean == pytest.approx(0.5)
-    assert f.zero_above_chance == pytest.approx(0.0)
+    assert f.n_above_chance == 0
     df = _table()
     df.loc[(df.condition == "classifier") & (df.strength == 1.0) & (df.inference_batch == 32) & (df.seed == 1),
            "routing_accuracy"] = 0.9
-    g = ut.findings(df)
-    assert g.perfect_at_strong == "does not hold" and g.route_strong_min["classifier"] == pytest.approx(0.9)
-    assert "not every hard router" in ut.phrases(g, ut.cell_tests(df))["strong_routing_text"]
+    g, c = ut.findings(df), ut.claims(df)
+    perfect = c.set_index("key").loc["perfect_at_strong"]
+    assert perfect.verdict == "not exact" and perfect.estimate == pytest.approx(0.1)
+    assert g.route_strong_min["classifier"] == pytest.approx(0.9)
+    assert "not every hard router" in ut.phrases(g, ut.cell_tests(df), c)["strong_routing_text"]
+    assert ut.mixture_advice(c, ut.temperature_findings(_temperature_table(), 0.1)).count(
+        "where not every hard router routes perfectly either.") == 1
 
 
 def test_cell_tests_match_the_findings_counts():
@@ -250,9 +287,19 @@ def test_cell_tests_match_the_findings_counts():
     assert len(cells) == 4 * 3 * 2 and cells.groupby(["n_tasks", "strength", "inference_batch"]).size().eq(4).all()
     bad = cells[~cells.equivalent]
     assert list(map(tuple, bad[["condition", "strength", "inference_batch"]].to_numpy())) == [("mixture", 1.0, 1)]
-    assert cells.below.sum() == 1 and cells[cells.condition != "mixture"].bound90.max() == pytest.approx(0.0)
+    assert bad.verdict.tolist() == ["not decided"] and (cells.confidence == 1 - 0.05 / 24).all()
+    assert cells.below.sum() == 0 and cells[cells.condition != "mixture"].bound.max() == pytest.approx(0.0)
+    assert (cells.drop(bad.index).verdict == "equivalent within ±0.02").all()
+    assert (cells.drop(bad.index).verdict_half == "equivalent within ±0.01").all()
     f = ut.findings(df, cells)
-    assert f.n_equivalent == int(cells.equivalent.sum()) and f.n_worse == 1
+    assert f.n_equivalent == int(cells.equivalent.sum()) and f.n_lower == 0
+    # a tighter shortfall (SD 0.001): the family interval lies below zero, a direction shown and counted
+    tight = _table()
+    hit = (tight.condition == "mixture") & (tight.strength == 1.0) & (tight.inference_batch == 1)
+    tight.loc[hit, "accuracy"] = 0.7 - 0.001 * tight.loc[hit, "seed"]
+    tc = ut.cell_tests(tight)
+    assert tc[tc.below].verdict.tolist() == ["mixture lower"] and ut.findings(tight, tc).n_lower == 1
+    assert ut.below_phrase(tc) == "find one cell below the oracle: `mixture` with two tasks at t = 1 (b = 1)"
 
 
 def test_works_phrase_names_each_threshold_once():
@@ -279,7 +326,7 @@ def _cells(bad_eq=(), bad_half=(), below=()):
                     c = (r, k, t, b)
                     recs.append(dict(condition=r, n_tasks=k, strength=t, inference_batch=b,
                                      equivalent=c not in bad_eq, equivalent_half=c not in bad_half and c not in bad_eq,
-                                     below=c in below, bound90=0.001))
+                                     below=c in below, above=False, bound=0.001))
     return pd.DataFrame(recs)
 
 
@@ -303,11 +350,15 @@ def test_below_phrase_counts_in_words():
     assert ut.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("nearest_first", 2, 0.0, 8)])) == (
         "find 2 cells below the oracle, all at t = 0: `nearest_first` with two tasks at t = 0, at every inference "
         "batch size")
+    up = _cells()
+    up.loc[(up.condition == "mixture") & (up.n_tasks == 4) & (up.strength == 1.0) & (up.inference_batch == 8), "above"] = True
+    assert ut.below_phrase(up) == ("find no cell below the oracle; one cell above it: `mixture` with four tasks at t = 1 "
+                                   "(b = 8)")
 
 
 def test_margin_phrase_glues_the_value_once():
-    assert ut.margin_phrase(0.02, 0.02) == "the equivalence margin, ±0.02, is chapter 3's tie margin"
-    assert ut.margin_phrase(0.02, 0.03) == "the equivalence margin is ±0.02 (chapter 3's tie margin is 0.03)"
+    assert ut.margin_phrase(0.02, 0.02) == "the equivalence margin, ±0.02, is chapter 3's"
+    assert ut.margin_phrase(0.02, 0.03) == "the equivalence margin is ±0.02 (chapter 3's is ±0.03)"
 
 
 def test_table_routing_writes_three_decimals_everywhere():
@@ -320,22 +371,28 @@ def test_table_routing_writes_three_decimals_everywhere():
 
 
 def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
-    from bnstudy.pages import glue_items
+    from bnstudy.pages import claims_items, glue_items
     df = _table()
     cells = ut.cell_tests(df)
-    f = ut.findings(df, cells)
-    p = ut.phrases(f, cells)
-    names = {n for fl in dataclasses.fields(f) for n, _ in glue_items(f"ch06_{fl.name}", getattr(f, fl.name))}
-    assert all(k.endswith("_text") for k in p) and not {f"ch06_{k}" for k in p} & names
-    assert p["oracle_exact_text"] == "the largest difference over all runs is zero (a check of the code)"
-    assert p["train_is_last_bank_text"] == "(a check: the two are equal in every seed and cell)"
+    f, c = ut.findings(df, cells), ut.claims(df)
+    p = ut.phrases(f, cells, c)
+    names = [n for fl in dataclasses.fields(f) for n, _ in glue_items(f"ch06_{fl.name}", getattr(f, fl.name))]
+    claim_names = [n for n, _ in claims_items("ch06", c)]
+    extra = {f"ch06_{k}" for k in {**ut.claims_family(c), **p}}
+    assert all(k.endswith("_text") for k in p) and not extra & (set(names) | set(claim_names))
+    assert len(set(names) | set(claim_names)) == len(names) + len(claim_names)  # findings and claims never clash
+    assert p["oracle_exact_text"] == "the largest difference over all runs is zero"
+    assert p["train_is_last_bank_text"] == "the two are equal in every seed and cell"
     assert p["cost_vs_routing_text"].startswith("With two tasks, each wrong-bank cost")  # one task count here
     assert "every hard router (`nearest_first`, `nearest_all` and `classifier`)" in p["strong_routing_text"]
     assert p["nall_worst_text"] == "and no less at any strength on average"  # nearest_all equals nearest_first here
     assert p["zero_shift_text"] == ("which is not enough for every router to do better than chance (1/K) at every "
-                                    "inference batch size: `nearest_first` routes 0.500 (two tasks) per sample, "
-                                    "and 0.500 with batches of 32")
-    assert "holds" not in " ".join(p.values())
+                                    "inference batch size (0 of the 8 cells are shown above it; one-sided t tests "
+                                    "against 1/K, Holm over the 8 (router, task count, inference batch) cells): "
+                                    "`nearest_first` routes 0.500 (two tasks) per sample, and 0.500 with batches of 32")
+    text = " ".join(p.values())
+    for old in ("holds", "tie", "inconclusive", "unresolved", "undetermined", "not resolved", "not separated"):
+        assert old not in text
     # a broken check and an early cost are said in words, with the task count
     df2 = _table()
     df2.loc[0, "oracle_logit_change"] = 1e-7
@@ -343,8 +400,8 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     df2.loc[hit, "accuracy"] -= 0.1 + 0.01 * df2.loc[hit, "seed"]
     lose = (df2.condition == "nearest_all") & (df2.strength == 0.01) & (df2.inference_batch == 1)
     df2.loc[lose, "routing_accuracy"] = 0.5 - 0.01 * df2.loc[lose, "seed"]
-    p2 = ut.phrases(ut.findings(df2), ut.cell_tests(df2))
-    assert p2["oracle_exact_text"].endswith("(a check of the code, which fails)")
+    p2 = ut.phrases(ut.findings(df2), ut.cell_tests(df2), ut.claims(df2))
+    assert p2["oracle_exact_text"] == "yet in some run they differ, by up to 1e-07"
     assert p2["cost_vs_routing_text"] == ("Not everywhere does the cost wait for routing: with two tasks the cost of "
                                           "`train_mode` is detectable below the strength from which per-sample "
                                           "routing works.")
@@ -353,26 +410,33 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
                                      "with two tasks (95% interval 0.085 to 0.135 below)")
     # an interval reaching above zero: no negative magnitude, and "on average"
     wide = dataclasses.replace(ut.findings(df2), nall_worst={"k2": ut.Interval(-0.027, -0.344, 0.291, 2)})
-    assert ut.phrases(wide, ut.cell_tests(df2))["nall_worst_text"] == (
+    assert ut.phrases(wide, ut.cell_tests(df2), ut.claims(df2))["nall_worst_text"] == (
         "but not at every strength: it routes 0.027 below `nearest_first` on average at t = 0.01 with two tasks "
         "(95% interval from 0.291 above to 0.344 below)")
 
 
 def test_mixture_advice_qualifies_by_the_held_out_temperatures():
-    f = ut.findings(_table())
+    c = ut.claims(_table())
     tf = ut.temperature_findings(_temperature_table(), 0.1)
-    text = ut.mixture_advice(f, tf)
+    text = ut.mixture_advice(c, tf)
+    mix = c.set_index("key").loc["mixture_vs_oracle_k2"]
     assert text.startswith("Prefer hard routing to the soft mixture at τ = 0.1: at the strongest shift with two "
-                           "tasks the mixture differs from the oracle by -0.1100")
+                           f"tasks the mixture differs from the oracle by -0.1100 ({mix.low:.4f} to {mix.high:.4f}; "
+                           "mixture lower), where hard routing matches the oracle by construction.")
     assert text.endswith("The held-out temperature check found no temperature better than τ = 0.1.")
+    undecided = c.assign(kind=c.kind.where(c.key != "mixture_vs_oracle_k2", "not decided"),
+                         verdict=c.verdict.where(c.key != "mixture_vs_oracle_k2", "not decided"))
+    assert ut.mixture_advice(undecided, tf).startswith(
+        "The soft mixture at τ = 0.1 gains nothing over hard routing at the strongest shift with two tasks: it differs "
+        f"from the oracle by -0.1100 ({mix.low:.4f} to {mix.high:.4f}; not decided)")
     t = _temperature_table()
     t.loc[t.condition == "mixture_tau=1", "accuracy"] = 0.8 + 0.002 * (t.seed - 1)  # tau = 1: no difference
     tf1 = ut.temperature_findings(t, 0.1)
-    assert tf1.best == 1.0 and tf1.best_includes_zero
-    assert ut.mixture_advice(f, tf1).endswith(
+    assert tf1.best == 1.0 and tf1.best_no_direction
+    assert ut.mixture_advice(c, tf1).endswith(
         "At τ = 1, the least bad temperature in the held-out check, the mixture's worst difference from the oracle "
-        "is 0.0000 (-0.0050 to 0.0050) and no strength checked shows a difference, so the advice is for τ = 0.1 "
-        "only (the main sweep was not rerun at τ = 1).")
+        "is 0.0000 (-0.0050 to 0.0050) and no strength checked shows a direction (one family of 2), so the advice "
+        "is for τ = 0.1 only (the main sweep was not rerun at τ = 1).")
 
 
 def test_sidecar_parameters_and_worker_minutes():

@@ -30,8 +30,10 @@ starts from bank ``j-1``'s final statistics, so the shared drifting statistics a
 *are* the last bank, bit for bit. One training pass per task therefore serves oracle, routers and
 ``train_mode``; ``pinned`` heads train in lockstep on the same batches.
 
-``Config`` -> :func:`run` -> results table -> :func:`findings` and the tidy tables
-:func:`routing_table`, :func:`accuracy_table`, :func:`gap_table`.
+``Config`` -> :func:`run` -> results table -> :func:`claims` (the page's comparisons and checks, a claims table
+of :mod:`bnstudy.inference`), :func:`cell_tests` (every router cell's verdict), :func:`findings` (the descriptive
+numbers beside them) and the tidy tables :func:`routing_table`, :func:`accuracy_table`, :func:`gap_table`. Every
+interval, test and verdict comes from :mod:`bnstudy.inference`; every difference is condition minus the oracle.
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from scipy import stats as sps
 
-from ..analysis import Interval, mean_ci, verdict
+from ..inference import Claim, Family, Interval, claims_table, decide, exact_check, holm, one_sided_p, \
+    paired_differences, t_interval
 from ..banks import StatisticBank
 from ..config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label
@@ -76,9 +78,10 @@ CONDITIONS = ROUTERS + BASELINES
 #: Brightness and contrast-gain directions of each shifted task (see :func:`shift_of`).
 SHIFT_DIRECTIONS = {"B": "brightness 4t, contrast 1 + 4t", "C": "brightness -4t, contrast 1 + 4t",
                     "D": "brightness 0, contrast 1 / (1 + 4t)"}
-#: Equivalence margin (accuracy, fraction) for "routing costs about nothing" (TOST, 90% interval).
+#: Equivalence margin (accuracy, fraction) for "routing costs about nothing" (TOST at the family's level,
+#: :func:`bnstudy.inference.decide`).
 TOST_MARGIN = 0.02
-#: Routing accuracy that counts as "routing works" in the prose.
+#: Routing accuracy that counts as "routing works" in the prose (shown above it by a one-sided t test).
 ROUTE_OK = 0.9
 
 #: quick: about a minute on this project's 2-core CPU; full: see the chapter's profile note.
@@ -460,20 +463,28 @@ def per_task_table(df: pd.DataFrame) -> pd.DataFrame:
     return _drop_batch_duplicates(out.reset_index())
 
 
-def _paired_gap(m: pd.DataFrame, cond: str, ref: str, value: str = "accuracy", ref_value: str | None = None
-                ) -> pd.DataFrame:
-    keys = ["seed", "n_tasks", "strength", "inference_batch"]
-    a = m[m.condition == cond].set_index(keys)[value]
-    b = m[m.condition == ref].set_index(keys)[ref_value or value]
-    return (a - b.reindex(a.index)).rename("difference").reset_index()
+def _diff(sel: pd.DataFrame, cond: str, ref: str, value: str = "accuracy", ref_value: str | None = None
+          ) -> pd.Series:
+    """Per-seed ``value(cond) - ref_value(ref)`` in one cell's seed means ``sel`` (:func:`bnstudy.inference.
+    paired_differences`: a seed missing either, or non-finite, is left out)."""
+    ref_value = ref_value or value
+    x = sel[sel.condition.isin([cond, ref])]
+    x = x.assign(_v=np.where(x.condition == cond, x[value], x[ref_value]))
+    return paired_differences(x, "_v", "condition", cond, ref)
 
 
-def _interval_rows(g: pd.DataFrame, **fixed) -> list[dict]:
+CELL = ["n_tasks", "strength", "inference_batch"]
+
+
+def _gap_rows(m: pd.DataFrame, cond: str, ref: str, value: str = "accuracy", ref_value: str | None = None,
+              **fixed) -> list[dict]:
+    """Per cell of the seed means ``m`` where both occur: mean and 95% t interval of :func:`_diff`."""
     recs = []
-    for key, grp in g.groupby(["n_tasks", "strength", "inference_batch"]):
-        iv = mean_ci(grp["difference"])
-        recs.append(dict(zip(["n_tasks", "strength", "inference_batch"], key), **fixed, mean=iv.mean,
-                         ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
+    for key, sel in m.groupby(CELL):
+        if not {cond, ref} <= set(sel.condition):
+            continue
+        iv = t_interval(_diff(sel, cond, ref, value, ref_value))
+        recs.append(dict(zip(CELL, key), **fixed, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
     return recs
 
 
@@ -487,7 +498,7 @@ def gap_table(df: pd.DataFrame, reference: str = "oracle") -> pd.DataFrame:
     m = seed_means(df)
     recs = []
     for cond in [c for c in CONDITIONS if c != reference and c in set(m.condition)]:
-        recs += _interval_rows(_paired_gap(m, cond, reference), condition=cond)
+        recs += _gap_rows(m, cond, reference, condition=cond)
     return _drop_batch_duplicates(pd.DataFrame(recs))
 
 
@@ -500,7 +511,7 @@ def routed_head_table(df: pd.DataFrame) -> pd.DataFrame:
     m = seed_means(df)
     recs = []
     for r in ROUTERS:
-        recs += _interval_rows(_paired_gap(m, r, "oracle", "accuracy_routed_head", "accuracy"), condition=r)
+        recs += _gap_rows(m, r, "oracle", "accuracy_routed_head", "accuracy", condition=r)
     return pd.DataFrame(recs)
 
 
@@ -516,68 +527,140 @@ def temperature_table(df: pd.DataFrame) -> pd.DataFrame:
     for tau in sorted(d.loc[d.condition.str.startswith("mixture"), "temperature"].unique()):
         sub = d[(d.condition == "oracle") | (d.temperature == tau)].assign(
             condition=lambda x: x.condition.where(x.condition == "oracle", "mixture"))
-        recs += _interval_rows(_paired_gap(seed_means(sub), "mixture", "oracle"), temperature=float(tau))
+        recs += _gap_rows(seed_means(sub), "mixture", "oracle", temperature=float(tau))
     return pd.DataFrame(recs)[["n_tasks", "strength", "temperature", "mean", "ci_low", "ci_high", "n_seeds"]]
 
 
-def holm(pvalues) -> np.ndarray:
-    """Holm-Bonferroni adjusted p-values (same order as given)."""
-    p = np.asarray(pvalues, dtype=float)
-    order = np.argsort(p)
-    adj = np.empty_like(p)
-    running = 0.0
-    for rank, idx in enumerate(order):
-        running = max(running, min(1.0, (len(p) - rank) * p[idx]))
-        adj[idx] = running
-    return adj
+# --- claims: every verdict of the page, from bnstudy.inference ------------------------------------------------------
+
+#: The page's direction words: the direction of *condition minus reference*, and the reference is the oracle (the
+#: task's own bank) in every comparison of this page, so "router lower" reads "the router's accuracy is below the
+#: oracle's" (:func:`bnstudy.inference.decide`'s ``higher`` / ``lower``).
+DIRECTIONS = ("router lower", "router higher", "mixture lower", "mixture higher", "train mode lower",
+              "train mode higher", "pinned lower", "pinned higher", "routed head lower", "routed head higher")
+#: Overall level of every family on the page (:class:`bnstudy.inference.Family`).
+ALPHA = 0.05
 
 
-def tost(diffs, margin: float) -> bool:
-    """Two one-sided t tests at 5%: is the mean of ``diffs`` within ``(-margin, margin)``? (90% interval inside.)"""
-    return tost_p(diffs, margin) < 0.05
-
-
-def tost_p(diffs, margin: float) -> float:
-    """p-value of the two one-sided t tests (the larger of the two) for ``|mean(diffs)| < margin``.
-
-    Without spread (all values equal, or one value) it is 0 if ``|mean| < margin`` and 1 otherwise.
-    """
-    v = np.asarray(diffs, dtype=float)
-    m = float(v.mean())
-    if len(v) < 2 or v.std() == 0:
-        return 0.0 if abs(m) < margin else 1.0
-    se, df_ = float(sps.sem(v)), len(v) - 1
-    p_low = float(sps.t.sf((m + margin) / se, df_))    # H0: mean <= -margin
-    p_high = float(sps.t.cdf((m - margin) / se, df_))  # H0: mean >= margin
-    return max(p_low, p_high)
+def _words(cond: str) -> dict:
+    """The ``higher`` / ``lower`` words of :func:`bnstudy.inference.decide` for ``cond`` minus the oracle."""
+    w = {"mixture": "mixture", "train_mode": "train mode", "pinned": "pinned", "routed": "routed head"}.get(
+        cond, "router")
+    return dict(higher=f"{w} higher", lower=f"{w} lower")
 
 
 def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
     """Every router cell (task count, strength, inference batch, router) against the oracle (task's own head).
 
-    Per cell, on the paired per-seed differences ``accuracy(router) - accuracy(oracle)`` (tasks averaged
-    within seed): ``p_equivalent`` / ``p_equivalent_half``, the TOST p-value (:func:`tost_p`) at ``margin``
-    and ``margin / 2``; ``p_below``, a one-sided t test of a shortfall (1 where the differences have no
-    spread); ``equivalent``, ``equivalent_half``, ``below``: those p-values after Holm's correction over all
-    cells (:func:`holm`) below 5%; ``bound90``: the largest absolute end of the 90% interval (the TOST's).
-    Columns ``condition, n_tasks, strength, inference_batch`` then those; one row per cell, sorted.
+    Per cell, the verdict of :func:`bnstudy.inference.decide` on the paired per-seed differences
+    ``accuracy(router) - accuracy(oracle)`` (tasks averaged within seed), every cell one member of one
+    :class:`~bnstudy.inference.Family` of ``m`` = the number of cells (Bonferroni intervals, equivalence at
+    ``0.05 / m``): ``estimate, low, high`` (the family interval), ``n``, ``p`` (two-sided), ``p_equivalence``
+    (TOST at ``margin``), ``confidence``, ``kind``, ``verdict``; the same at ``margin / 2``:
+    ``p_equivalence_half``, ``kind_half``, ``verdict_half``. Booleans ``equivalent``, ``equivalent_half``
+    (the verdict is equivalence), ``below`` / ``above`` (a direction shown), and ``bound``, the largest absolute
+    end of the family interval. Columns ``condition, n_tasks, strength, inference_batch`` first; one row per cell.
     """
     m = seed_means(df)
-    recs = []
-    for (k, t, b), sel in m.groupby(["n_tasks", "strength", "inference_batch"]):
+    diffs = []
+    for (k, t, b), sel in m.groupby(CELL):
         for r in [r for r in ROUTERS if r in set(sel.condition)]:
-            d = _paired_gap(sel, r, "oracle")["difference"].to_numpy()
-            no_spread = len(d) < 2 or d.std() == 0
-            iv = mean_ci(d, 0.90) if len(d) >= 2 else Interval(float(d.mean()), float(d.mean()), float(d.mean()), 1)
-            recs.append(dict(condition=r, n_tasks=int(k), strength=float(t), inference_batch=int(b),
-                             p_equivalent=tost_p(d, margin), p_equivalent_half=tost_p(d, margin / 2),
-                             p_below=1.0 if no_spread else float(sps.ttest_1samp(d, 0.0, alternative="less").pvalue),
-                             bound90=max(abs(iv.low), abs(iv.high))))
+            diffs.append(((r, int(k), float(t), int(b)), _diff(sel, r, "oracle")))
+    fam = Family(max(len(diffs), 1), ALPHA)
+    recs = []
+    for (r, k, t, b), d in diffs:
+        c = decide(d, margin=margin, family=fam, **_words(r))
+        h = decide(d, margin=margin / 2, family=fam, **_words(r))
+        recs.append(dict(condition=r, n_tasks=k, strength=t, inference_batch=b, estimate=c.estimate, low=c.low,
+                         high=c.high, n=c.n, p=c.p, p_equivalence=c.p_equivalence,
+                         p_equivalence_half=h.p_equivalence, confidence=c.confidence, kind=c.kind,
+                         verdict=c.verdict, kind_half=h.kind, verdict_half=h.verdict))
     out = pd.DataFrame(recs)
-    for col, p in (("equivalent", "p_equivalent"), ("equivalent_half", "p_equivalent_half"), ("below", "p_below")):
-        out[col] = holm(out[p]) < 0.05
-    return out[["condition", "n_tasks", "strength", "inference_batch", "p_equivalent", "p_equivalent_half",
-                "p_below", "equivalent", "equivalent_half", "below", "bound90"]]
+    out["equivalent"] = out.kind == "equivalent"
+    out["equivalent_half"] = out.kind_half == "equivalent"
+    out["below"], out["above"] = out.kind == "lower", out.kind == "higher"
+    out["bound"] = np.maximum(out.low.abs(), out.high.abs())
+    return out
+
+
+def _frame_parts(df: pd.DataFrame):
+    m = seed_means(df[df.condition.isin(CONDITIONS)])
+    strengths = sorted(m.strength.unique())
+    batches = sorted(m.inference_batch.unique())
+    positive = [t for t in strengths if t > 0]
+    gentle = positive[0] if positive else strengths[0]
+    return m, strengths, batches, gentle, sorted(m.n_tasks.unique())
+
+
+def _at(m: pd.DataFrame, k, t, b) -> pd.DataFrame:
+    return m[(m.n_tasks == k) & (m.strength == t) & (m.inference_batch == b)]
+
+
+def _of(sel: pd.DataFrame, cond: str) -> pd.DataFrame:
+    return sel[sel.condition == cond]
+
+
+def checks(df: pd.DataFrame) -> list[Claim]:
+    """The page's identities of the code, each an :func:`bnstudy.inference.exact_check` (stated as checks, not
+    findings): ``oracle_exact``, task A's logits under the oracle minus the source model's (``== 0`` in every
+    run); ``train_is_last_bank``, with two tasks, task B's accuracy under ``train_mode`` minus its oracle's
+    (``== 0`` in every seed and cell: the shared drifting statistics are its own bank); ``perfect_at_strong``,
+    every hard router's routing accuracy (:data:`HARD_ROUTERS`, per seed) at the strongest shift, at every
+    inference batch (``== 1``, so those routers' gaps to the oracle are 0 by construction)."""
+    m, strengths, *_ = _frame_parts(df)
+    strong_route = m[(m.strength == strengths[-1]) & m.condition.isin(HARD_ROUTERS)].routing_accuracy
+    b_task = df[(df.n_tasks == 2) & (df.task == TASK_NAMES[1]) & df.condition.isin(["train_mode", "oracle"])]
+    piv = b_task.pivot_table(index=["seed", "strength", "inference_batch"], columns="condition", values="accuracy")
+    last_bank = (piv["train_mode"] - piv["oracle"]).to_numpy() if len(piv) else np.array([])
+    return [exact_check(df["oracle_logit_change"], 0.0, "oracle_exact"),
+            exact_check(last_bank, 0.0, "train_is_last_bank"),
+            exact_check(strong_route, 1.0, "perfect_at_strong")]
+
+
+def claims(df: pd.DataFrame) -> pd.DataFrame:
+    """The page's comparisons and checks as one claims table (:func:`bnstudy.inference.claims_table`; glued with
+    :func:`bnstudy.pages.glue_claims` as ``ch06_<key>_<field>``). Every comparison is condition minus the oracle,
+    per seed, one decision per sample (the smallest inference batch ``b1``) unless named, decided with
+    :func:`bnstudy.inference.decide` at margin :data:`TOST_MARGIN`, all of them one family (``m`` = their number,
+    :func:`claims_family`). Per task count ``k`` (keys end in ``_k<k>``):
+
+    * ``train_vs_oracle``, ``pinned_vs_oracle``, ``mixture_vs_oracle``: ``accuracy(train_mode | pinned | mixture)
+      - accuracy(oracle)`` at the strongest shift;
+    * ``router_vs_oracle``: ``nearest_first`` minus the oracle at the gentlest non-zero shift;
+    * ``routed_gentle_b1``, ``routed_gentle_bmax``: fully task-unknown, ``accuracy_routed_head(nearest_first) -
+      accuracy(oracle)`` at the gentlest non-zero shift, per sample and at the largest inference batch;
+
+    then the :func:`checks` (NaN p-values: not members of the family). Raises ``ValueError`` if a condition is
+    missing."""
+    missing = set(CONDITIONS) - set(df["condition"])
+    if missing:
+        raise ValueError(f"claims needs every condition; missing {sorted(missing)}")
+    m, strengths, batches, gentle, ks = _frame_parts(df)
+    strong, b1, bmax = strengths[-1], batches[0], batches[-1]
+    specs = []
+    for k in ks:
+        for cond in ("train_mode", "pinned", "mixture"):
+            specs.append((f"{cond.split('_')[0]}_vs_oracle_k{k}", _diff(_at(m, k, strong, b1), cond, "oracle"), cond))
+        specs.append((f"router_vs_oracle_k{k}", _diff(_at(m, k, gentle, b1), "nearest_first", "oracle"),
+                      "nearest_first"))
+        for b, name in ((b1, "b1"), (bmax, "bmax")):
+            specs.append((f"routed_gentle_{name}_k{k}", _diff(_at(m, k, gentle, b), "nearest_first", "oracle",
+                                                              "accuracy_routed_head", "accuracy"), "routed"))
+    fam = Family(len(specs), ALPHA)
+    comps = [decide(v, key, margin=TOST_MARGIN, family=fam, **_words(c)) for key, v, c in specs]
+    return claims_table(comps + checks(df))
+
+
+def claims_family(table: pd.DataFrame) -> dict:
+    """What the page says of the claims' family: ``claims_m`` (the comparisons, checks not counted) and
+    ``claims_confidence`` (their intervals' confidence, percent)."""
+    comp = table[table.kind.isin(["higher", "lower", "equivalent", "not decided", "too few seeds"])]
+    return dict(claims_m=int(len(comp)), claims_confidence=100 * float(comp.confidence.iloc[0]) if len(comp) else
+                float("nan"))
+
+
+def _claim(table: pd.DataFrame, key: str):
+    return table.set_index("key").loc[key]
 
 
 # --- findings ------------------------------------------------------------------------------------------------------
@@ -586,79 +669,55 @@ def _fmt_t(t: float) -> str:
     return f"{t:g}"
 
 
-def _describe_cells(cells: list[tuple]) -> str:
-    """``[(router, n_tasks, strength, batch), ...]`` -> "mixture, 4 tasks, t = 0.1 (b = 1, 2, 8, 32); ..."."""
-    if not cells:
-        return "none"
-    groups: dict = {}
-    for r, k, t, b in cells:
-        groups.setdefault((r, int(k), float(t)), []).append(int(b))
-    return "; ".join(f"{r}, {k} tasks, t = {_fmt_t(t)} (b = {', '.join(str(b) for b in sorted(bs))})"
-                     for (r, k, t), bs in sorted(groups.items()))
-
-
-def _threshold(levels: list[float], ok: list[bool], floor: float) -> tuple[float, str]:
-    """Smallest level from which ``ok`` holds at every larger level, and a phrase for the page."""
+def _threshold(levels: list[float], ok: list[bool]) -> float:
+    """Smallest level from which ``ok`` holds at every larger level (NaN: at none)."""
     good = [t for i, t in enumerate(levels) if all(ok[i:])]
-    if not good:
-        return math.nan, "at no strength tested"
-    t = min(good)
-    if t <= floor:
-        return t, f"at every non-zero strength tested (from t = {_fmt_t(t)}, the gentlest; the threshold lies lower)"
-    return t, f"from t = {_fmt_t(t)} on"
+    return min(good) if good else math.nan
 
 
 @dataclass(frozen=True)
 class Findings:
-    """Every number and verdict chapter 6's prose cites (accuracies and routing accuracies are fractions 0..1).
+    """The descriptive numbers chapter 6's prose cites beside its claims (:func:`claims`) and cell verdicts
+    (:func:`cell_tests`); accuracies and routing accuracies are fractions 0..1.
 
     Keys of the dict fields are ``k<n_tasks>_<router>`` (e.g. ``k2_nearest_first``) or ``k<n_tasks>``;
     "gentle" is the smallest swept strength above zero, "strong" the largest, "zero" t = 0 (the smallest
-    strength); ``b1``/``bmax`` the smallest and largest inference batch. All intervals are 95% Student-t
-    over seeds (tasks averaged within a seed; differences paired within seed).
+    strength); ``b1``/``bmax`` the smallest and largest inference batch. Intervals are 95% Student-t over seeds
+    (:func:`bnstudy.inference.t_interval`; tasks averaged within a seed; differences paired within seed, always
+    condition minus reference).
 
     * ``route_*``: routing accuracy. ``route_diff_gentle_b1``: paired routing accuracy of a router minus
       ``nearest_first`` (keys ``k<n>_classifier``, ``k<n>_nearest_all``). ``nall_worst``: per ``k<n>`` the
       most negative such difference for ``nearest_all`` over strengths (b1), at ``nall_worst_t``.
       ``route_gentle_b1_per_task``: ``nearest_first`` routing per task (keys ``k<n>_<task>``).
-    * ``works_from_b1`` / ``works_from_bmax``: per ``k<n>``, the smallest strength from which the *lower*
-      95% bound of ``nearest_first``'s routing accuracy stays >= :data:`ROUTE_OK` (NaN: never);
-      ``works_from_*_text``: the same in words; ``route_at_works_b1``: the routing interval there.
+      ``route_strong_min``: per hard router the smallest seed's routing accuracy at the strong shift.
+    * ``works_from_b1`` / ``works_from_bmax``: per ``k<n>``, the smallest strength from which
+      ``nearest_first``'s routing accuracy is shown above :data:`ROUTE_OK` (one-sided t test,
+      :func:`bnstudy.inference.one_sided_p`, below :data:`ALPHA`) at that strength and every stronger one
+      (NaN: never); ``route_at_works_b1``: the routing interval there.
     * ``wrong_from_train`` / ``wrong_from_pinned``: per ``k<n>``, the smallest strength from which the
-      wrong-bank cost ``accuracy(oracle) - accuracy(train_mode | pinned)`` (b1) has its lower 95% bound
-      above 0 at every larger strength; ``wrong_at_train`` / ``wrong_at_pinned``: the cost there;
+      wrong-bank difference ``accuracy(train_mode | pinned) - accuracy(oracle)`` (b1) has the verdict
+      "train mode lower" / "pinned lower" (:func:`bnstudy.inference.decide`, one comparison) at that strength and
+      every stronger one; ``wrong_at_train`` / ``wrong_at_pinned``: the difference there;
       ``wrong_from_*_text``: both in words ("from t = 0.1 on (mean, 95% interval ...)" or "at no strength
-      tested");
-      ``wrong_below_routing``: per ``k<n>``, the largest upper 95% bound of either cost over the strengths
-      below ``works_from_b1`` (how much a wrong bank can cost where per-sample routing fails);
-      ``cost_after_routing``: verdict that, for every task count, both costs become detectable only at or
-      above the strength from which per-sample routing works.
-      ``oracle_vs_train`` / ``oracle_vs_pinned``: the costs at the strong shift; ``train_task_a``:
-      task A's own ``oracle - train_mode`` at the strong shift.
-    * ``gap_*``: paired ``accuracy(router) - accuracy(oracle)`` (the task's own head).
+      tested"); ``wrong_below_routing``: per ``k<n>``, the lowest lower 95% bound of either difference over the
+      strengths below ``works_from_b1`` (how much a wrong bank can cost where per-sample routing fails);
+      ``cost_after_routing``: whether, for every task count, both differences become detectable only at or
+      above the strength from which per-sample routing works. ``train_task_a``: task A's own ``train_mode -
+      oracle`` at the strong shift.
     * ``routed_*``: the fully task-unknown case, ``nearest_first`` picks bank and head: paired
-      ``accuracy_routed_head - accuracy(oracle)`` per ``k<n>`` at the gentle shift (b1, bmax) and t = 0
-      (b1); ``routed_task_a_gentle_b1``: task A's accuracy then; ``oracle_task_a``: task A's under the
-      oracle (same cells); ``oracle_new_tasks``: the new tasks' mean accuracy under the oracle (same
-      cells). ``routed_strong_b1``: at the strong shift (0 wherever routing is perfect).
-    * Equivalence over all ``n_cells`` router cells (both task counts, every strength, batch and router):
-      TOST at margin :data:`TOST_MARGIN` with Holm's correction over the cells: ``n_equivalent``
-      cells shown equivalent, ``not_equivalent`` the others in words; the same at half the margin:
-      ``n_equivalent_half``, ``not_equivalent_half``, ``routers_not_within_half`` (the routers with such a
-      cell, or "none"). ``max_bound_hard``: the largest absolute 90% bound
-      over every hard router's cells (all but the mixture).
-    * ``n_worse``: cells significantly below the oracle (one-sided paired t, Holm over the cells, 5%),
-      ``worse``: them in words, ``n_worse_zero``: how many at t = 0. ``worst_*``: the most negative cell
-      mean and where.
-    * ``route_zero_b1`` / ``route_zero_bmax``: routing accuracy at t = 0 (keys ``k<n>_<router>``);
-      ``zero_above_chance``: the smallest lower 95% bound minus chance (``1/n_tasks``) at t = 0 over every
-      router, task count and inference batch (> 0: every one routes better than chance).
-    * Checks (identities of the code, not findings): ``oracle_exact`` (task A's oracle logits equal the
-      source model's), ``perfect_at_strong`` (every hard router, :data:`HARD_ROUTERS`, routes every sample
-      right at the strong shift, at every inference batch, in every seed, so its gap is 0 by construction;
-      ``route_strong_min``: per hard router the smallest seed's routing accuracy there),
-      ``train_is_last_bank`` (with two tasks, task B under ``train_mode`` equals its oracle in every seed and
-      cell: the shared drifting statistics are its own bank).
+      ``accuracy_routed_head - accuracy(oracle)`` per ``k<n>`` at t = 0 (b1, bmax); ``routed_task_a_gentle_b1``: task A's accuracy at the gentle shift;
+      ``oracle_task_a``: task A's under the oracle (same cells); ``oracle_new_tasks``: the new tasks' mean
+      accuracy under the oracle (same cells).
+    * The router cells (:func:`cell_tests`, ``n_cells`` of them, one family): ``n_equivalent``,
+      ``n_equivalent_half`` (verdict "equivalent within ±margin" at :data:`TOST_MARGIN` and at half of it),
+      ``n_lower``, ``n_higher`` (a direction shown), ``n_not_decided`` (the cells themselves in words:
+      :func:`equivalence_phrase`, :func:`below_phrase`); ``max_bound_hard``: the largest absolute end of a hard router's family interval; ``worst_*``: the cell
+      with the most negative estimate, its family interval and ``worst_verdict``; ``cells_confidence``: the
+      family intervals' confidence (percent).
+    * ``n_chance_cells`` / ``n_above_chance``: at t = 0, the (router, task count, inference batch) cells and
+      how many route above chance ``1/n_tasks`` (one-sided t tests, Holm over those cells, below
+      :data:`ALPHA`).
     """
 
     n_seeds: int
@@ -669,25 +728,20 @@ class Findings:
     zero: float
     b1: int
     bmax: int
-    oracle_exact: str
-    perfect_at_strong: str
     route_strong_min: dict
     route_zero_b1: dict
     route_zero_bmax: dict
-    zero_above_chance: float
-    train_is_last_bank: str
+    n_chance_cells: int
+    n_above_chance: int
     route_gentle_b1: dict
     route_gentle_bmax: dict
     route_strong_b1: dict
-    route_strong_bmax: dict
     route_diff_gentle_b1: dict
     nall_worst: dict
     nall_worst_t: dict
     route_gentle_b1_per_task: dict
     works_from_b1: dict
     works_from_bmax: dict
-    works_from_b1_text: dict
-    works_from_bmax_text: dict
     route_at_works_b1: dict
     wrong_from_train: dict
     wrong_from_pinned: dict
@@ -696,31 +750,23 @@ class Findings:
     wrong_from_train_text: dict
     wrong_from_pinned_text: dict
     wrong_below_routing: dict
-    cost_after_routing: str
-    oracle_vs_train: dict
-    oracle_vs_pinned: dict
+    cost_after_routing: bool
     train_task_a: dict
-    gap_gentle_b1: dict
-    gap_strong_b1: dict
-    routed_gentle_b1: dict
-    routed_gentle_bmax: dict
     routed_zero_b1: dict
     routed_zero_bmax: dict
-    routed_strong_b1: dict
     routed_task_a_gentle_b1: dict
     oracle_task_a: dict
     oracle_new_tasks: dict
     n_cells: int
+    cells_confidence: float
     n_equivalent: int
-    not_equivalent: str
     n_equivalent_half: int
-    not_equivalent_half: str
-    routers_not_within_half: str
+    n_lower: int
+    n_higher: int
+    n_not_decided: int
     max_bound_hard: float
-    n_worse: int
-    n_worse_zero: int
-    worse: str
     worst_gap: Interval
+    worst_verdict: str
     worst_router: str
     worst_strength: float
     worst_batch: int
@@ -737,43 +783,41 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
     if missing:
         raise ValueError(f"findings needs every condition; missing {sorted(missing)}")
     df = df[df.condition.isin(CONDITIONS)]
-    m = seed_means(df)
-    strengths = sorted(m.strength.unique())
-    batches = sorted(m.inference_batch.unique())
-    positive = [t for t in strengths if t > 0]
-    gentle = positive[0] if positive else strengths[0]
+    m, strengths, batches, gentle, ks = _frame_parts(df)
     strong, zero, b1, bmax = strengths[-1], strengths[0], batches[0], batches[-1]
-    ks = sorted(m.n_tasks.unique())
-
-    def at(k, t, b, frame=m):
-        return frame[(frame.n_tasks == k) & (frame.strength == t) & (frame.inference_batch == b)]
 
     def cell(col, cond, k, t, b, ref=None, ref_col=None):
-        sel = at(k, t, b)
+        sel = _at(m, k, t, b)
         if ref is None:
-            return mean_ci(sel[sel.condition == cond][col])
-        return mean_ci(_paired_gap(sel, cond, ref, col, ref_col)["difference"])
+            return t_interval(sel[sel.condition == cond][col])
+        return t_interval(_diff(sel, cond, ref, col, ref_col))
+
+    def diff(cond, k, t, b, ref="oracle"):
+        return _diff(_at(m, k, t, b), cond, ref)
 
     per = lambda f: {f"k{k}_{r}": f(k, r) for k in ks for r in ROUTERS}
     nf = "nearest_first"
 
-    # where per-sample routing works (lower bound >= ROUTE_OK) and where a wrong bank starts to cost
-    works, works_text, route_at = {}, {}, {}
+    # where per-sample routing works (shown above ROUTE_OK, one-sided) and where a wrong bank starts to cost
+    works, route_at = {}, {}
     for b, store in ((b1, "b1"), (bmax, "bmax")):
-        works[store], works_text[store] = {}, {}
+        works[store] = {}
         for k in ks:
-            ivs = [cell("routing_accuracy", nf, k, t, b) for t in strengths]
-            t0, text = _threshold(strengths, [iv.low >= ROUTE_OK for iv in ivs], gentle)
-            works[store][f"k{k}"], works_text[store][f"k{k}"] = t0, text
+            vals = [_of(_at(m, k, t, b), nf).routing_accuracy for t in strengths]
+            ok = [one_sided_p(v, "greater", null=ROUTE_OK) < ALPHA for v in vals]
+            t0 = _threshold(strengths, ok)
+            works[store][f"k{k}"] = t0
             if store == "b1":
-                route_at[f"k{k}"] = ivs[strengths.index(t0)] if not math.isnan(t0) else Interval(*(math.nan,) * 3, 0)
+                route_at[f"k{k}"] = (t_interval(vals[strengths.index(t0)]) if not math.isnan(t0)
+                                     else Interval(*(math.nan,) * 3, 0))
     wrong_from, wrong_at, below = {"train_mode": {}, "pinned": {}}, {"train_mode": {}, "pinned": {}}, {}
     wrong_text = {"train_mode": {}, "pinned": {}}
     for k in ks:
-        highs = []
+        lows = []
         for base in ("train_mode", "pinned"):
-            ivs = [cell("accuracy", "oracle", k, t, b1, base) for t in strengths]
-            t0, _ = _threshold(strengths, [iv.low > 0 for iv in ivs], -1.0)
+            ds = [diff(base, k, t, b1) for t in strengths]
+            t0 = _threshold(strengths, [decide(d, **_words(base)).kind == "lower" for d in ds])
+            ivs = [t_interval(d) for d in ds]
             wrong_from[base][f"k{k}"] = t0
             wrong_at[base][f"k{k}"] = ivs[strengths.index(t0)] if not math.isnan(t0) else Interval(*(math.nan,) * 3, 0)
             iv = wrong_at[base][f"k{k}"]
@@ -781,8 +825,8 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
                                          f"from t = {_fmt_t(t0)} on ({iv.mean:.4f}, 95% interval {iv.low:.4f} to "
                                          f"{iv.high:.4f})")
             limit = works["b1"][f"k{k}"]
-            highs += [iv.high for t, iv in zip(strengths, ivs) if math.isnan(limit) or t < limit]
-        below[f"k{k}"] = max(highs) if highs else math.nan
+            lows += [iv.low for t, iv in zip(strengths, ivs) if math.isnan(limit) or t < limit]
+        below[f"k{k}"] = float(np.nanmin(lows)) if any(v == v for v in lows) else math.nan
 
     # paired router-vs-router routing accuracy
     diffs, nall_worst, nall_worst_t = {}, {}, {}
@@ -796,82 +840,64 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
     for k in ks:
         sel = df[(df.n_tasks == k) & (df.strength == gentle) & (df.inference_batch == b1) & (df.condition == nf)]
         for task, g in sel.groupby("task"):
-            per_task[f"k{k}_{task}"] = mean_ci(g.groupby("seed").routing_accuracy.mean())
+            per_task[f"k{k}_{task}"] = t_interval(g.groupby("seed").routing_accuracy.mean())
 
-    def task_gap(k, t, b, cond, ref, task, col="accuracy", ref_col="accuracy"):
-        sel = df[(df.n_tasks == k) & (df.strength == t) & (df.inference_batch == b) & (df.task == task)]
-        a = sel[sel.condition == cond].set_index("seed")[col]
-        o = sel[sel.condition == ref].set_index("seed")[ref_col]
-        return a, o.reindex(a.index)
+    def task_rows(k, t, b, task):
+        return df[(df.n_tasks == k) & (df.strength == t) & (df.inference_batch == b) & (df.task == task)]
 
-    train_task_a = {f"k{k}": mean_ci(task_gap(k, strong, b1, "oracle", "train_mode", "A")[0]
-                                     - task_gap(k, strong, b1, "oracle", "train_mode", "A")[1]) for k in ks}
+    def task_values(k, t, b, cond, task, col="accuracy"):
+        sel = task_rows(k, t, b, task)
+        return sel[sel.condition == cond].set_index("seed")[col]
+
+    train_task_a = {f"k{k}": t_interval(_diff(task_rows(k, strong, b1, "A"), "train_mode", "oracle")) for k in ks}
     routed = lambda t, b: {f"k{k}": cell("accuracy_routed_head", nf, k, t, b, "oracle", "accuracy") for k in ks}
-    routed_a = {f"k{k}": mean_ci(task_gap(k, gentle, b1, nf, "oracle", "A", "accuracy_routed_head")[0]) for k in ks}
-    oracle_a = {f"k{k}": mean_ci(task_gap(k, gentle, b1, "oracle", "oracle", "A")[0]) for k in ks}
+    routed_a = {f"k{k}": t_interval(task_values(k, gentle, b1, nf, "A", "accuracy_routed_head")) for k in ks}
+    oracle_a = {f"k{k}": t_interval(task_values(k, gentle, b1, "oracle", "A")) for k in ks}
     new = df[(df.task != "A") & (df.strength == gentle) & (df.inference_batch == b1) & (df.condition == "oracle")]
-    oracle_new = {f"k{k}": mean_ci(new[new.n_tasks == k].groupby("seed").accuracy.mean()) for k in ks}
+    oracle_new = {f"k{k}": t_interval(new[new.n_tasks == k].groupby("seed").accuracy.mean()) for k in ks}
 
-    # every router cell: TOST (equivalence) and one-sided shortfall, Holm over the cells
+    # every router cell against the oracle: its verdict in one family (cell_tests)
     tests = cell_tests(df) if cells is None else cells
-    key = lambda r: (r.condition, r.n_tasks, r.strength, r.inference_batch)
-    cells = [key(r) for r in tests.itertuples()]
-    eq, eq_half, short = tests.equivalent.to_numpy(), tests.equivalent_half.to_numpy(), tests.below.to_numpy()
     hard = tests[tests.condition != "mixture"]
-    worse = [c for c, s in zip(cells, short) if s]
-    gaps = gap_table(df)
-    rg = gaps[gaps.condition.isin(ROUTERS)]
-    worst = rg.loc[rg["mean"].idxmin()]
+    worst = tests.loc[tests["estimate"].idxmin()]
     strong_rows = m[(m.strength == strong) & m.condition.isin(HARD_ROUTERS)]
     route_strong_min = {r: float(strong_rows[strong_rows.condition == r].routing_accuracy.min()) for r in HARD_ROUTERS}
-    chance_margin = min(cell("routing_accuracy", r, k, zero, b).low - 1 / k for k in ks for r in ROUTERS
-                        for b in batches)
-    b_task = df[(df.n_tasks == 2) & (df.task == TASK_NAMES[1]) & df.condition.isin(["train_mode", "oracle"])]
-    piv = b_task.pivot_table(index=["seed", "strength", "inference_batch"], columns="condition", values="accuracy")
+    # above chance at t = 0: one-sided t tests, Holm over the cells (a count)
+    chance_p = [one_sided_p(_of(_at(m, k, zero, b), r).routing_accuracy, "greater", null=1 / k)
+                for k in ks for r in ROUTERS for b in batches]
     return Findings(
         n_seeds=int(m.seed.nunique()), route_ok=ROUTE_OK, tost_margin=TOST_MARGIN, gentle=float(gentle),
         strong=float(strong), zero=float(zero), b1=int(b1), bmax=int(bmax),
-        oracle_exact=verdict(bool((df["oracle_logit_change"] == 0).all())),
-        perfect_at_strong=verdict(all(v == 1.0 for v in route_strong_min.values())),
         route_strong_min=route_strong_min,
         route_zero_b1=per(lambda k, r: cell("routing_accuracy", r, k, zero, b1)),
         route_zero_bmax=per(lambda k, r: cell("routing_accuracy", r, k, zero, bmax)),
-        zero_above_chance=float(chance_margin),
-        train_is_last_bank=verdict(bool(len(piv) and (piv["train_mode"] == piv["oracle"]).all())),
+        n_chance_cells=len(chance_p), n_above_chance=int((holm(chance_p) < ALPHA).sum()),
         route_gentle_b1=per(lambda k, r: cell("routing_accuracy", r, k, gentle, b1)),
         route_gentle_bmax=per(lambda k, r: cell("routing_accuracy", r, k, gentle, bmax)),
         route_strong_b1=per(lambda k, r: cell("routing_accuracy", r, k, strong, b1)),
-        route_strong_bmax=per(lambda k, r: cell("routing_accuracy", r, k, strong, bmax)),
         route_diff_gentle_b1=diffs, nall_worst=nall_worst, nall_worst_t=nall_worst_t,
         route_gentle_b1_per_task=per_task,
-        works_from_b1=works["b1"], works_from_bmax=works["bmax"], works_from_b1_text=works_text["b1"],
-        works_from_bmax_text=works_text["bmax"], route_at_works_b1=route_at,
+        works_from_b1=works["b1"], works_from_bmax=works["bmax"], route_at_works_b1=route_at,
         wrong_from_train=wrong_from["train_mode"], wrong_from_pinned=wrong_from["pinned"],
         wrong_at_train=wrong_at["train_mode"], wrong_at_pinned=wrong_at["pinned"],
         wrong_from_train_text=wrong_text["train_mode"], wrong_from_pinned_text=wrong_text["pinned"],
         wrong_below_routing=below,
-        cost_after_routing=verdict(all(not math.isnan(works["b1"][f"k{k}"]) and all(
+        cost_after_routing=all(not math.isnan(works["b1"][f"k{k}"]) and all(
             math.isnan(wrong_from[base][f"k{k}"]) or wrong_from[base][f"k{k}"] >= works["b1"][f"k{k}"]
-            for base in ("train_mode", "pinned")) for k in ks)),
-        oracle_vs_train={f"k{k}": cell("accuracy", "oracle", k, strong, b1, "train_mode") for k in ks},
-        oracle_vs_pinned={f"k{k}": cell("accuracy", "oracle", k, strong, b1, "pinned") for k in ks},
+            for base in ("train_mode", "pinned")) for k in ks),
         train_task_a=train_task_a,
-        gap_gentle_b1=per(lambda k, r: cell("accuracy", r, k, gentle, b1, "oracle")),
-        gap_strong_b1=per(lambda k, r: cell("accuracy", r, k, strong, b1, "oracle")),
-        routed_gentle_b1=routed(gentle, b1), routed_gentle_bmax=routed(gentle, bmax),
-        routed_zero_b1=routed(zero, b1), routed_zero_bmax=routed(zero, bmax), routed_strong_b1=routed(strong, b1),
+        routed_zero_b1=routed(zero, b1), routed_zero_bmax=routed(zero, bmax),
         routed_task_a_gentle_b1=routed_a, oracle_task_a=oracle_a, oracle_new_tasks=oracle_new,
-        n_cells=len(cells), n_equivalent=int(eq.sum()),
-        not_equivalent=_describe_cells([c for c, e in zip(cells, eq) if not e]),
-        n_equivalent_half=int(eq_half.sum()),
-        not_equivalent_half=_describe_cells([c for c, e in zip(cells, eq_half) if not e]),
-        routers_not_within_half=", ".join(r for r in ROUTERS if any(c[0] == r and not e for c, e in
-                                                                    zip(cells, eq_half))) or "none",
-        max_bound_hard=float(hard.bound90.max()) if len(hard) else math.nan,
-        n_worse=len(worse), n_worse_zero=sum(1 for c in worse if c[2] == zero), worse=_describe_cells(worse),
-        worst_gap=Interval(float(worst["mean"]), float(worst["ci_low"]), float(worst["ci_high"]), int(worst["n_seeds"])),
-        worst_router=str(worst["condition"]), worst_strength=float(worst["strength"]),
-        worst_batch=int(worst["inference_batch"]), worst_n_tasks=int(worst["n_tasks"]),
+        n_cells=len(tests), cells_confidence=100 * float(tests.confidence.iloc[0]) if len(tests) else math.nan,
+        n_equivalent=int(tests.equivalent.sum()), n_equivalent_half=int(tests.equivalent_half.sum()),
+        n_lower=int(tests.below.sum()), n_higher=int(tests.above.sum()),
+        n_not_decided=int((tests.kind == "not decided").sum()),
+        max_bound_hard=float(hard.bound.max()) if len(hard) else math.nan,
+        worst_gap=Interval(float(worst["estimate"]), float(worst["low"]), float(worst["high"]), int(worst["n"]),
+                           float(worst["confidence"])),
+        worst_verdict=str(worst["verdict"]), worst_router=str(worst["condition"]),
+        worst_strength=float(worst["strength"]), worst_batch=int(worst["inference_batch"]),
+        worst_n_tasks=int(worst["n_tasks"]),
     )
 
 
@@ -882,13 +908,15 @@ class TemperatureFindings:
     ``worst``: per temperature (keys ``tau_<value>``, e.g. ``tau_0_1``), the most negative paired
     ``mixture - oracle`` over the strengths and task counts checked (b1), with its 95% interval;
     ``kept``: the config's temperature; ``best``: the temperature whose worst mean is least negative;
-    ``best_includes_zero``: whether at ``best`` every strength's 95% interval includes zero (no difference
-    from the oracle detectable); ``seed_first`` / ``seed_last`` / ``n_seeds``: the held-out seeds.
+    ``best_no_direction``: whether at ``best`` no strength checked shows a direction (every (task count,
+    strength) cell's :func:`bnstudy.inference.decide` verdict, the cells one family of ``best_m``, is not
+    "mixture lower" or "mixture higher"); ``seed_first`` / ``seed_last`` / ``n_seeds``: the held-out seeds.
     """
 
     kept: float
     best: float
-    best_includes_zero: bool
+    best_no_direction: bool
+    best_m: int
     worst: dict
     seed_first: int
     seed_last: int
@@ -906,11 +934,16 @@ def temperature_findings(df: pd.DataFrame, kept: float) -> TemperatureFindings:
         w = g.loc[g["mean"].idxmin()]
         worst[tau] = Interval(float(w["mean"]), float(w["ci_low"]), float(w["ci_high"]), int(w["n_seeds"]))
     best = max(worst, key=lambda tau: worst[tau].mean)
-    at_best = t[np.isclose(t.temperature, best)]
+    b1 = df.inference_batch.min()
+    d = df[(df.inference_batch == b1) & ((df.condition == "oracle") | np.isclose(df.temperature, best))]
+    m = seed_means(d.assign(condition=d.condition.where(d.condition == "oracle", "mixture")))
+    at_best = [_diff(sel, "mixture", "oracle") for _, sel in m.groupby(["n_tasks", "strength"])]
+    fam = Family(max(len(at_best), 1), ALPHA)
+    kinds = [decide(v, family=fam, **_words("mixture")).kind for v in at_best]
     seeds = sorted(df.seed.unique())
     return TemperatureFindings(kept=float(kept), best=float(best),
-                               best_includes_zero=bool(((at_best.ci_low <= 0) & (at_best.ci_high >= 0)).all()),
-                               worst={f"tau_{tau:g}": iv for tau, iv in worst.items()},
+                               best_no_direction=not any(k in ("higher", "lower") for k in kinds),
+                               best_m=len(at_best), worst={f"tau_{tau:g}": iv for tau, iv in worst.items()},
                                seed_first=int(seeds[0]), seed_last=int(seeds[-1]), n_seeds=len(seeds))
 
 
@@ -1055,35 +1088,39 @@ def equivalence_phrase(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
 
 
 def below_phrase(cells: pd.DataFrame, zero: float = 0.0) -> str:
-    """The cells significantly below the oracle (``cells``: :func:`cell_tests`, its ``below`` column), e.g.
-    "find one cell below the oracle: `classifier` with two tasks at t = 0 (b = 1)"; "find no cell ..." if
-    none. With several, how many are at ``t = zero``."""
+    """The cells whose family interval shows a direction (``cells``: :func:`cell_tests`, its ``below`` and
+    ``above`` columns: verdict "router lower" / "mixture lower" or "... higher"), e.g. "find one cell below the
+    oracle: `classifier` with two tasks at t = 0 (b = 1)"; "find no cell below the oracle" if none. With several,
+    how many are at ``t = zero``; cells above the oracle, if any, after a semicolon."""
     strengths = sorted(cells.strength.unique())
     batches = sorted(cells.inference_batch.unique())
     bad = [(r.condition, r.n_tasks, r.strength, r.inference_batch) for r in cells.itertuples() if r.below]
+    up = [(r.condition, r.n_tasks, r.strength, r.inference_batch) for r in cells.itertuples() if r.above]
+    tail = ("" if not up else f"; {'one cell' if len(up) == 1 else f'{len(up)} cells'} above it: "
+            + _compact_cells(up, strengths, batches))
     if not bad:
-        return "find no cell below the oracle"
+        return "find no cell below the oracle" + tail
     text = _compact_cells(bad, strengths, batches)
     if len(bad) == 1:
-        return f"find one cell below the oracle: {text}"
+        return f"find one cell below the oracle: {text}" + tail
     n0 = sum(1 for c in bad if c[2] == zero)
     at_zero = (f", all at t = {_fmt_t(zero)}" if n0 == len(bad) else
                f", {n0} of them at t = {_fmt_t(zero)}" if n0 else "")
-    return f"find {len(bad)} cells below the oracle{at_zero}: {text}"
+    return f"find {len(bad)} cells below the oracle{at_zero}: {text}" + tail
 
 
 def margin_phrase(margin: float, ch3_margin: float) -> str:
-    """"the equivalence margin, ±0.02, is chapter 3's tie margin" (or says how the two differ)."""
+    """"the equivalence margin, ±0.02, is chapter 3's" (or says how the two differ)."""
     if np.isclose(margin, ch3_margin):
-        return f"the equivalence margin, ±{margin:g}, is chapter 3's tie margin"
-    return f"the equivalence margin is ±{margin:g} (chapter 3's tie margin is {ch3_margin:g})"
+        return f"the equivalence margin, ±{margin:g}, is chapter 3's"
+    return f"the equivalence margin is ±{margin:g} (chapter 3's is ±{ch3_margin:g})"
 
 
 def page_settings(config: Config) -> dict:
     """The settings the page cites beside the findings (glued as ``ch06_<name>``): ``tau_first`` (the
     temperature tried first), ``temperature``, ``first_grid_text`` (the first strength grid, in words),
-    ``ch3_gentlest`` (chapter 3's gentlest non-zero ``both`` level, full profile), ``ch3_margin`` (its tie
-    margin), ``margin_text`` (:func:`margin_phrase`), ``router_samples`` and ``router_samples_bmax`` (the
+    ``ch3_gentlest`` (chapter 3's gentlest non-zero ``both`` level, full profile), ``ch3_margin`` (its
+    equivalence margin), ``margin_text`` (:func:`margin_phrase`), ``router_samples`` and ``router_samples_bmax`` (the
     classifier's training points per bank at the largest inference batch)."""
     from .shift_strength import PROFILES as CH3_PROFILES, make_config as ch3_config
     ch3_margin = ch3_config("full").tie_margin
@@ -1107,17 +1144,19 @@ def table_routing(routes: pd.DataFrame, router: str = "nearest_first") -> pd.Dat
     return tab.map(lambda v: f"{v:.3f}")
 
 
-def phrases(f: Findings, cells: pd.DataFrame) -> dict[str, str]:
+def phrases(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
     """The page's data-dependent sentences (plain Markdown), keyed by name (glued as ``ch06_<name>``; every
-    name ends in ``_text``, which no glued name of :class:`Findings` does, so they cannot clash):
+    name ends in ``_text``, which no glued name of :class:`Findings` or of the claims table does, so they cannot
+    clash). ``cells``: :func:`cell_tests`; ``table``: :func:`claims` (its checks).
 
     ``works_b1_text`` / ``works_bmax_text`` (:func:`works_phrase`); ``works_b1_short_text``;
     ``equivalence_text`` (:func:`equivalence_phrase`); ``below_text`` (:func:`below_phrase`);
     ``nall_worst_text`` (where ``nearest_all`` routes below ``nearest_first``, as magnitudes);
     ``zero_shift_text`` (routing at t = 0 against chance); ``oracle_exact_text``, ``train_is_last_bank_text``,
-    ``strong_routing_text``, ``cost_vs_routing_text``, ``known_head_text``: the checks and the threshold
-    comparison as sentences, worded for either outcome.
+    ``strong_routing_text``: what the checks found, worded for either outcome (their verdicts are the claims
+    table's); ``cost_vs_routing_text``, ``known_head_text``: the threshold comparison, worded for either outcome.
     """
+    check = lambda key: _claim(table, key)  # noqa: E731
     out = {
         "works_b1_text": works_phrase(f.works_from_b1, f.gentle, f.route_at_works_b1),
         "works_b1_short_text": works_phrase(f.works_from_b1, f.gentle),
@@ -1147,24 +1186,27 @@ def phrases(f: Findings, cells: pd.DataFrame) -> dict[str, str]:
                   f"{f.route_zero_b1[f'k{k}_{nf}'].mean:.3f} ({_count(k)})" for i, k in enumerate(ks0)])
     bigger = _and([f"{f.route_zero_bmax[f'k{k}_{nf}'].mean:.3f}" for k in ks0])
     numbers = f"`{nf}` routes {per_k} per sample, and {bigger} with batches of {f.bmax}"
-    if f.zero_above_chance > 0:
+    tests = (f"one-sided t tests against 1/K, Holm over the {f.n_chance_cells} (router, task count, inference "
+             f"batch) cells")
+    if f.n_above_chance == f.n_chance_cells:
         out["zero_shift_text"] = ("which lets every router do better than chance (1/K) at every inference batch "
-                                  f"size: {numbers}")
+                                  f"size ({tests}): {numbers}")
     else:
         out["zero_shift_text"] = ("which is not enough for every router to do better than chance (1/K) at every "
-                                  f"inference batch size: {numbers}")
-    out["oracle_exact_text"] = ("the largest difference over all runs is zero (a check of the code)"
-                                if f.oracle_exact == "holds" else
-                                "yet in some run they differ (a check of the code, which fails)")
-    out["train_is_last_bank_text"] = ("(a check: the two are equal in every seed and cell)"
-                                      if f.train_is_last_bank == "holds" else
-                                      "(a check, which fails: in some seed or cell the two differ)")
+                                  f"inference batch size ({f.n_above_chance} of the {f.n_chance_cells} cells are "
+                                  f"shown above it; {tests}): {numbers}")
+    oe, lb = check("oracle_exact"), check("train_is_last_bank")
+    out["oracle_exact_text"] = ("the largest difference over all runs is zero" if oe.kind == "exact" else
+                                f"yet in some run they differ, by up to {oe.estimate:.3g}")
+    out["train_is_last_bank_text"] = ("the two are equal in every seed and cell" if lb.kind == "exact" else
+                                      "in some seed or cell the two differ" if lb.n else
+                                      "no run with two tasks to check it on")
     hard = [f"`{r}`" for r in HARD_ROUTERS]
     off = [f"`{r}` ({v:.3f})" for r, v in f.route_strong_min.items() if v < 1.0]
     out["strong_routing_text"] = (
         f"There, every hard router ({_and(hard)}) sends every sample to its own bank at every inference batch size "
         f"in every seed, so its accuracy equals the oracle's by construction: a check, not a finding."
-        if not off else
+        if check("perfect_at_strong").kind == "exact" else
         f"There, not every hard router routes every sample to its own bank (lowest seed's routing: {_and(off)}), "
         f"so not every router's accuracy equals the oracle's by construction.")
     late = []
@@ -1184,29 +1226,40 @@ def phrases(f: Findings, cells: pd.DataFrame) -> dict[str, str]:
         "Not everywhere does the cost wait for routing: " + "; ".join(late) + ".")
     out["known_head_text"] = (
         "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on this "
-        "grid" if f.cost_after_routing == "holds" else
+        "grid" if f.cost_after_routing else
         "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not everywhere a wrong "
         "bank measurably costs on this grid")
     return out
 
 
-def mixture_advice(f: Findings, tf: TemperatureFindings) -> str:
-    """The practice bullet on the soft mixture, for the temperature the main sweep used (``f``) and what the
-    held-out check (``tf``) found at its least bad temperature ``tf.best``, with its worst interval."""
+def mixture_advice(table: pd.DataFrame, tf: TemperatureFindings) -> str:
+    """The practice bullet on the soft mixture, for the temperature the main sweep used (``table``:
+    :func:`claims`, its ``mixture_vs_oracle_k<k>`` at the largest task count and its ``perfect_at_strong`` check;
+    worded for its verdict: "Prefer hard routing ..." only where the mixture is shown lower) and what the held-out
+    check (``tf``) found at its least bad temperature ``tf.best``, with its worst interval."""
     kept = f"τ = {tf.kept:g}"
-    m, lo, hi = _iv(f.gap_strong_b1[f"k{max(_ks(f.gap_strong_b1))}_mixture"], 4)
-    text = (f"Prefer hard routing to the soft mixture at {kept}: at the strongest shift with "
-            f"{_count(max(_ks(f.gap_strong_b1)))} tasks the mixture differs from the oracle by {m} ({lo} to {hi}), "
-            + ("where hard routing matches the oracle by construction." if f.perfect_at_strong == "holds" else
+    k = max(int(key.rsplit("_k", 1)[1]) for key in table.key if key.startswith("mixture_vs_oracle_k"))
+    c = _claim(table, f"mixture_vs_oracle_k{k}")
+    m, lo, hi = _iv(Interval(c.estimate, c.low, c.high, int(c.n)).clipped(-1, 1), 4)  # printed ends, as glued
+    lead = {"lower": f"Prefer hard routing to the soft mixture at {kept}: at the strongest shift with {_count(k)} "
+                     f"tasks the mixture differs from the oracle by",
+            "higher": f"The soft mixture at {kept} beats the oracle at the strongest shift with {_count(k)} tasks: "
+                      f"it differs from it by"}.get(
+        c.kind, f"The soft mixture at {kept} gains nothing over hard routing at the strongest shift with "
+                f"{_count(k)} tasks: it differs from the oracle by")
+    text = (f"{lead} {m} ({lo} to {hi}; {c.verdict}), "
+            + ("where hard routing matches the oracle by construction." if
+               _claim(table, "perfect_at_strong").kind == "exact" else
                "where not every hard router routes perfectly either."))
     if np.isclose(tf.best, tf.kept):
         return text + f" The held-out temperature check found no temperature better than {kept}."
     w = tf.worst[f"tau_{tf.best:g}"]
     wm, wlo, whi = _iv(w, 4)
-    if tf.best_includes_zero:
+    if tf.best_no_direction:
         tail = (f" At τ = {tf.best:g}, the least bad temperature in the held-out check, the mixture's worst "
-                f"difference from the oracle is {wm} ({wlo} to {whi}) and no strength checked shows a difference, "
-                f"so the advice is for {kept} only (the main sweep was not rerun at τ = {tf.best:g}).")
+                f"difference from the oracle is {wm} ({wlo} to {whi}) and no strength checked shows a direction "
+                f"(one family of {tf.best_m}), so the advice is for {kept} only (the main sweep was not rerun at "
+                f"τ = {tf.best:g}).")
     else:
         tail = (f" At τ = {tf.best:g}, the held-out check's least bad temperature, the mixture's worst difference "
                 f"from the oracle is {wm} ({wlo} to {whi}); the main sweep was not rerun at it.")
