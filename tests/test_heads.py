@@ -244,8 +244,8 @@ def test_gap_verdicts_direction_equivalence_and_the_sign():
     # +0.01 with a tight interval: inside the margin, but the interval excludes 0, and a direction shown takes
     # precedence (the old rule called it "within margin")
     assert F.claim("gap_ref_mlp_bn_adam")["low"] > 0 and _verdict(F, "gap_ref_mlp_bn_adam") == ch.GAP_HIGHER
-    assert (R.n_higher["ref"], R.n_lower["ref"], R.n_equivalent["ref"], R.n_not_decided["ref"]) == (2, 1, 1, 0)
-    assert R.higher_ref == "linear/sgd, mlp_bn/adam" and R.equivalent_ref == "linear/adam"
+    assert (R.n_separate_higher["ref"], R.n_separate_lower["ref"], R.n_equivalent["ref"], R.n_not_decided["ref"]) == (2, 1, 1, 0)
+    assert R.separate_higher_ref == "linear/sgd, mlp_bn/adam" and R.equivalent_ref == "linear/adam"
     # a tiny margin: the exact tie is no longer shown equivalent, and no tie is claimed without the test
     assert _verdict(ch.findings(df, margin=0.001), "gap_ref_linear_adam") == inference.NOT_DECIDED
     # absolute accuracies beside the gap; the best pinned cell by absolute accuracy
@@ -492,7 +492,7 @@ def test_link_shows_the_predicted_sign_when_the_gap_rises_with_the_curvature_rat
     # the same rho and interval as inference's rank correlation at the family's confidence
     x = [curv[(s, "ref")] for s in seeds]
     y = [gap[(s, "ref")] for s in seeds]
-    probe_r = _row(t, "ref", "probe_diff")
+    probe_r = _row(t, "ref", "probe_cost")
     rho, iv, p = inference.rank_correlation([-probe[(s, "ref")] for s in seeds], y, 1 - 0.05 / 4)
     assert (probe_r["estimate"], probe_r["low"], probe_r["high"], probe_r["p"]) == pytest.approx(
         (rho, iv.low, iv.high, p))
@@ -502,7 +502,7 @@ def test_link_shows_the_predicted_sign_when_the_gap_rises_with_the_curvature_rat
     assert _row(down, "ref", "curvature_ratio")["verdict"] == ch.LINK_NEGATIVE
     L, D = ch.link_findings(t), ch.link_findings(down)
     assert L.n_tests == 4 and L.n_predicted_ref >= 1 and D.n_opposite >= 1
-    assert D.n_predicted_ref == int((_row(down, "ref", "probe_diff")["verdict"] == ch.LINK_POSITIVE))
+    assert D.n_predicted_ref == int((_row(down, "ref", "probe_cost")["verdict"] == ch.LINK_POSITIVE))
 
 
 def test_link_needs_enough_seeds_and_the_gap_head():
@@ -524,7 +524,7 @@ def test_link_pooled_over_shifts_uses_every_seed_and_shift():
     pooled = _row(t, "all", "curvature_ratio")
     assert pooled["n_points"] == 12 and pooled["n"] == 6 and pooled["estimate"] > 0.9
     assert math.isnan(pooled["p"])  # a bootstrap over whole seeds: no p-value
-    assert math.isnan(_row(t, "all", "probe_diff")["estimate"])  # constant measure
+    assert math.isnan(_row(t, "all", "probe_cost")["estimate"])  # constant measure
 
 
 def test_cost_findings_say_whether_the_cache_was_cold():

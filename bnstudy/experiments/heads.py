@@ -847,8 +847,8 @@ class Record:
     """The numbers chapter 4's prose cites beside its claims (accuracies are fractions 0..1).
 
     ``n_seeds``; the gap family (one shift's cells): ``n_cells`` (its ``m``), ``confidence`` (of its Bonferroni
-    intervals), ``margin``. Counts per shift (Holm's rule, :func:`family_table`): ``n_higher`` (separate_stats
-    higher: pinning costs), ``n_lower``, ``n_equivalent``, ``n_not_decided``, ``n_too_few``; ``higher_ref`` /
+    intervals), ``margin``. Counts per shift (Holm's rule, :func:`family_table`): ``n_separate_higher`` (separate_stats
+    higher: pinning costs), ``n_separate_lower``, ``n_equivalent``, ``n_not_decided``, ``n_too_few``; ``separate_higher_ref`` /
     ``equivalent_ref``: those cells at chapter 1's shift as ``head/optimizer`` lists (``none`` if empty).
 
     Equivalence feasibility: ``equiv_max_sd``, the largest per-seed SD for which a gap of mean exactly 0 could be
@@ -876,12 +876,12 @@ class Record:
     confidence: float
     margin: float
     chance: float
-    n_higher: dict
-    n_lower: dict
+    n_separate_higher: dict
+    n_separate_lower: dict
     n_equivalent: dict
     n_not_decided: dict
     n_too_few: dict
-    higher_ref: str
+    separate_higher_ref: str
     equivalent_ref: str
     equiv_max_sd: float
     equiv_sd_median: dict
@@ -982,9 +982,9 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
     record = Record(
         n_seeds=n, n_cells=fam.m, confidence=fam.confidence, margin=margin,
         chance=1 / int(df["n_classes"].iloc[0]) if "n_classes" in df else 0.1,
-        n_higher=count("higher"), n_lower=count("lower"), n_equivalent=count("equivalent"),
+        n_separate_higher=count("higher"), n_separate_lower=count("lower"), n_equivalent=count("equivalent"),
         n_not_decided=count("not decided"), n_too_few=count("too few seeds"),
-        higher_ref=_cells(label(ref[ref["count_kind"] == "higher"])),
+        separate_higher_ref=_cells(label(ref[ref["count_kind"] == "higher"])),
         equivalent_ref=_cells(label(ref[ref["count_kind"] == "equivalent"])),
         equiv_max_sd=max_sd,
         equiv_sd_median={s: float(g["sd"].median()) for s, g in gt.groupby("shift", sort=False)},
@@ -1167,7 +1167,7 @@ def geometry_summary(geom: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class GeometryFindings:
-    """The explanation's numbers at one shift (means over seeds). ``probe_diff``: the closed-form probe's accuracy
+    """The explanation's numbers at one shift (means over seeds). ``probe_cost``: the closed-form probe's accuracy
     on separate-statistics features minus on pinned ones, per seed (positive: pinning loses linearly decodable
     information; 95% t interval, :func:`bnstudy.inference.t_interval`)."""
 
@@ -1181,7 +1181,7 @@ class GeometryFindings:
     mean_share_separate: float
     probe_pinned: float
     probe_separate: float
-    probe_diff: Interval
+    probe_cost: Interval
 
 
 def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> GeometryFindings:
@@ -1196,14 +1196,14 @@ def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> GeometryFinding
         curvature_centered_ratio=float((p["curvature_centered"] / s["curvature_centered"]).mean()),
         mean_share_pinned=float(p["mean_share"].mean()), mean_share_separate=float(s["mean_share"].mean()),
         probe_pinned=float(p["probe_accuracy"].mean()), probe_separate=float(s["probe_accuracy"].mean()),
-        probe_diff=t_interval(s["probe_accuracy"] - p["probe_accuracy"]))
+        probe_cost=t_interval(s["probe_accuracy"] - p["probe_accuracy"]))
 
 
 #: The geometry measures the link test relates to the gap (``separate_stats - backbone_eval``, positive when pinning
 #: costs), and the sign of the correlation each explanation predicts: a larger curvature ratio (pinned / separate:
 #: steeper pinned features, the optimization story) should go with a larger gap; a larger probe difference
 #: (separate minus pinned: information lost, the information story) likewise. Both positive.
-LINK_MEASURES = {"curvature_ratio": 1, "probe_diff": 1}
+LINK_MEASURES = {"curvature_ratio": 1, "probe_cost": 1}
 
 
 def _interval_claim(key: str, iv: Interval, p: float, higher: str, lower: str) -> Claim:
@@ -1231,7 +1231,7 @@ def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boo
     has (no training); keys ``link_<scope>_<optimizer>_<measure>``.
 
     Measures (:data:`LINK_MEASURES`), per seed and shift from :func:`feature_geometry`'s table:
-    ``curvature_ratio`` = pinned / separate largest eigenvalue of E[f f^T]; ``probe_diff`` = separate minus pinned
+    ``curvature_ratio`` = pinned / separate largest eigenvalue of E[f f^T]; ``probe_cost`` = separate minus pinned
     closed-form probe accuracy. Scopes: ``ref`` (chapter 1's shift, one point per seed: the seed-to-seed link;
     :func:`bnstudy.inference.rank_correlation`, Fisher-z interval, ``too few seeds`` below 4 seeds) and ``all``
     (every shift, one point per seed and shift, which mixes in the shift's own effect on both sides; its points
@@ -1251,7 +1251,7 @@ def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boo
     p = geom[geom["statistics"] == "pinned"].set_index(["seed", "shift"])
     q = geom[geom["statistics"] == "separate"].set_index(["seed", "shift"]).reindex(p.index)
     meas = pd.DataFrame({"curvature_ratio": p["curvature"] / q["curvature"],
-                         "probe_diff": q["probe_accuracy"] - p["probe_accuracy"]}).reset_index()
+                         "probe_cost": q["probe_accuracy"] - p["probe_accuracy"]}).reset_index()
     claims, extra = [], []
     for o in opts:
         gaps = []
