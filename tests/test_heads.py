@@ -641,7 +641,10 @@ def test_link_texts_say_not_computed_instead_of_printing_nan():
     assert set(texts) == {f"{r.scope}_{r.optimizer}_{r.measure}" for r in t.itertuples()}
     assert texts["ref_sgd_curvature_ratio"] == "not computed (2 seeds, one point each)"
     assert _row(t, "ref", "curvature_ratio")["verdict"] == inference.TOO_FEW
-    assert texts["all_sgd_curvature_ratio"].startswith("= +")
+    # pooled: 4 points give a rho, but 2 seeds are too few to resample (3 distinct bootstrap samples)
+    assert texts["all_sgd_curvature_ratio"].startswith("= +") and texts["all_sgd_curvature_ratio"].endswith(
+        ", no interval")
+    assert _row(t, "all", "curvature_ratio")["verdict"] == inference.TOO_FEW
     assert not any("nan" in v for v in texts.values())
     shown = ch.link_display(t)
     assert "nan" not in shown.to_string() and list(shown.columns) == ["predicted", "rho", "n_seeds", "n_points",

@@ -1224,6 +1224,24 @@ def _interval_claim(key: str, iv: Interval, p: float, higher: str, lower: str) -
                  confidence=iv.confidence, kind=kind, verdict=text)
 
 
+#: The fewest seeds a pooled (whole-seed) bootstrap interval is computed from: as for a rank correlation of one point
+#: per seed (:func:`bnstudy.inference.rank_correlation` needs 4). Two seeds have 3 distinct resamples, three 10.
+MIN_BOOTSTRAP_SEEDS = 4
+
+
+def _pooled_interval(x, y, rows_of: list, confidence: float, n_boot: int, seed: int) -> Interval:
+    """The pooled Spearman rho of ``x``, ``y`` with a percentile bootstrap interval over whole seeds
+    (:func:`bnstudy.inference.bootstrap_interval`; ``rows_of[i]``: the rows of seed ``i``); no interval below
+    :data:`MIN_BOOTSTRAP_SEEDS` seeds."""
+    pooled = lambda ix: rank_correlation(*(a[np.concatenate([rows_of[int(i)] for i in ix])] for a in (x, y)))[0]
+    if len(rows_of) < MIN_BOOTSTRAP_SEEDS:
+        # TODO(inference): bootstrap_interval computes a percentile interval from 2 resampling units (MIN_N); with 2
+        # seeds it has 3 distinct resamples and "shows" a correlation; inference should own a minimum for it.
+        rho = pooled(np.arange(len(rows_of))) if rows_of else math.nan
+        return Interval(rho, math.nan, math.nan, len(rows_of), confidence)
+    return bootstrap_interval((np.arange(len(rows_of)),), pooled, confidence, n_boot, seed)
+
+
 def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boot: int = 2000, alpha: float = 0.05,
                seed: int = 0) -> pd.DataFrame:
     """Does the feature geometry track the gap? (family ``link``) Spearman's rank correlation between a per-seed
@@ -1236,7 +1254,8 @@ def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boo
     :func:`bnstudy.inference.rank_correlation`, Fisher-z interval, ``too few seeds`` below 4 seeds) and ``all``
     (every shift, one point per seed and shift, which mixes in the shift's own effect on both sides; its points
     are not independent within a seed, so its interval is :func:`bnstudy.inference.bootstrap_interval`'s seeded
-    percentile bootstrap over whole seeds, ``n_boot`` resamples, of the pooled Spearman rho, without a p-value).
+    percentile bootstrap over whole seeds, ``n_boot`` resamples, of the pooled Spearman rho, without a p-value;
+    no interval below :data:`MIN_BOOTSTRAP_SEEDS` seeds).
     All rows are one :class:`bnstudy.inference.Family` (Bonferroni intervals at ``1 - alpha / m``). Verdict:
     ``rank correlation positive`` / ``rank correlation negative`` / ``not decided`` / ``too few seeds``.
 
@@ -1270,9 +1289,7 @@ def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boo
                 if scope == "ref":
                     _, iv, pv = rank_correlation(x, y, fam.confidence)
                 else:
-                    pooled = lambda ix, x=x: rank_correlation(*(a[np.concatenate([rows_of[int(i)] for i in ix])]
-                                                                for a in (x, y)))[0]
-                    iv, pv = bootstrap_interval((np.arange(len(seeds)),), pooled, fam.confidence, n_boot, seed), math.nan
+                    iv, pv = _pooled_interval(x, y, rows_of, fam.confidence, n_boot, seed), math.nan
                 claims.append(_interval_claim(key, iv, pv, LINK_POSITIVE, LINK_NEGATIVE))
                 extra.append(dict(scope=scope, optimizer=o, measure=m, predicted_sign=sign, n_points=len(t)))
     t = family_table(claims, "link", fam, extra, alpha)
