@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bnstudy import inference
 from bnstudy.config import Execution, RunConfig
 from bnstudy.engine import eval_tag, make_optimizer
 from bnstudy.experiments import heads as ch
@@ -77,7 +78,7 @@ def test_validation_split_has_its_own_tag_and_test_is_unchanged():
     (dict(steps=0), "steps must be an integer >= 1"),
     (dict(steps_check=150), "steps_check must be larger than steps"),
     (dict(steps_check_seeds=3), "steps_check_seeds must be at most the number of seeds"),
-    # one seed would give the step check a zero-width "interval" (mean_ci of one value is the value itself)
+    # one seed would give the step check no interval at all (t_interval of one value has none)
     (dict(steps_check_seeds=1), "steps_check_seeds must be an integer >= 2"),
 ])
 def test_config_errors_name_the_parameter(override, message):
@@ -149,8 +150,8 @@ def test_chosen_lr_per_mode_takes_each_modes_own_best_rate():
     with pytest.raises(ValueError, match="rule"):
         ch.chosen_lrs(s, "median")
     SF = ch.search_findings(s)
-    assert SF.gap_own_rates["linear_sgd"] == pytest.approx(0.6 - 0.8)
-    assert SF.gap_mean_rate["linear_sgd"] == pytest.approx(0.4 - 0.8)
+    assert SF.gap_own_rates["linear_sgd"] == pytest.approx(0.8 - 0.6)  # separate - backbone_eval
+    assert SF.gap_mean_rate["linear_sgd"] == pytest.approx(0.8 - 0.4)
     assert SF.lr_pinned["linear_sgd"] == 0.01 and SF.lr_separate["linear_sgd"] == 0.1
     with pytest.raises(ValueError, match="separate_stats"):
         ch.search_findings(s[s["mode"] != "separate_stats"])
@@ -182,7 +183,7 @@ def test_each_shift_gets_its_own_rates():
         ch.chosen_lrs(s, shift="far")
     with pytest.raises(ValueError, match="covers shifts"):
         ch.search_findings(s)
-    assert ch.search_findings(s[s["shift"] == "ref"]).gap_own_rates["linear_sgd"] == pytest.approx(0.6 - 0.8)
+    assert ch.search_findings(s[s["shift"] == "ref"]).gap_own_rates["linear_sgd"] == pytest.approx(0.8 - 0.6)
     tab = ch.search_table(s)
     assert set(tab["shift"]) == {"none", "mid", "ref"} and len(tab) == 3 * 2 * (len(MODE_NAMES) + 1)
     cfg = ch.make_config("quick")
@@ -206,18 +207,20 @@ def test_chosen_lr_refuses_a_search_scored_on_the_test_set():
 
 SEEDS = range(6)
 NOISE = np.array([0.01, -0.01, 0.005, -0.005, 0.0, 0.002])
+WIGGLE = np.array([0.004 * (-1) ** s for s in SEEDS])  # the per-seed spread of every gap: mean 0
 
 
 def _table(gaps: dict, train_adv: dict | None = None, bn_diff: float = 0.0) -> pd.DataFrame:
-    """task_b(separate) = 0.6 + noise; pinned = separate + gap (+ per-seed wiggle); train_mode = separate +
-    train_adv[opt]; mlp_bn's all_eval = backbone_eval - bn_diff. gaps: {(shift, head, opt): gap}."""
+    """task_b(separate) = 0.6 + noise; pinned = separate - gap - wiggle, so the per-seed gap separate_stats -
+    backbone_eval is gap + wiggle; train_mode = separate + train_adv[opt]; mlp_bn's all_eval = backbone_eval +
+    bn_diff. gaps: {(shift, head, opt): gap}."""
     rows = []
     for (shift, head, opt), gap in gaps.items():
         for s in SEEDS:
             sep = 0.6 + NOISE[s]
-            wig = 0.004 * (-1) ** s
+            pin = sep - gap - WIGGLE[s]
             tb = {"separate_stats": sep, "train_mode": sep + (train_adv or {}).get(opt, 0.0),
-                  "backbone_eval": sep + gap + wig, "all_eval": sep + gap + wig - (bn_diff if head == "mlp_bn" else 0)}
+                  "backbone_eval": pin, "all_eval": pin + (bn_diff if head == "mlp_bn" else 0)}
             for m in MODE_NAMES:
                 a0 = 0.9
                 rows.append(dict(seed=s, shift=shift, head=head, optimizer=opt, mode=m, task_b=tb[m], n_classes=10,
@@ -225,135 +228,154 @@ def _table(gaps: dict, train_adv: dict | None = None, bn_diff: float = 0.0) -> p
     return pd.DataFrame(rows)
 
 
-def test_gap_verdicts_closed_lower_higher_unresolved():
-    df = _table({("ref", "linear", "sgd"): -0.15, ("ref", "linear", "adam"): 0.0,
-                 ("ref", "mlp_bn", "sgd"): 0.10, ("ref", "mlp_bn", "adam"): -0.01})
+def _verdict(F, key):
+    return F.claim(key)["verdict"]
+
+
+def test_gap_verdicts_direction_equivalence_and_the_sign():
+    df = _table({("ref", "linear", "sgd"): 0.15, ("ref", "linear", "adam"): 0.0,
+                 ("ref", "mlp_bn", "sgd"): -0.10, ("ref", "mlp_bn", "adam"): 0.01})
     F = ch.findings(df, margin=0.02)
-    assert F.gap_verdict["ref_linear_sgd"] == ch.LOWER
-    assert F.gap_verdict["ref_linear_adam"] == ch.CLOSED
-    assert F.gap_verdict["ref_mlp_bn_sgd"] == ch.HIGHER
-    assert F.gap["ref_linear_sgd"].mean == pytest.approx(-0.15, abs=1e-12)
-    assert F.gap_verdict["ref_mlp_bn_adam"] == ch.CLOSED  # -0.01 with a tight interval lies inside +-0.02
-    assert F.n_within["ref"] == 2 and F.n_lower["ref"] == 1 and F.n_higher["ref"] == 1
-    assert F.n_inconclusive["ref"] == 0
-    assert F.within_ref == "linear/adam, mlp_bn/adam" and F.lower_ref == "linear/sgd"
-    assert ch.WITHIN == "within margin" and ch.INCONCLUSIVE == "inconclusive"
-    # a tiny margin turns the exact tie into "inconclusive": no tie is claimed without the equivalence test
-    assert ch.findings(df, margin=0.001).gap_verdict["ref_linear_adam"] == ch.INCONCLUSIVE
+    R = F.record
+    assert _verdict(F, "gap_ref_linear_sgd") == ch.GAP_HIGHER == "separate_stats higher"  # pinning costs
+    assert _verdict(F, "gap_ref_linear_adam") == "equivalent within \u00b10.02"
+    assert _verdict(F, "gap_ref_mlp_bn_sgd") == ch.GAP_LOWER
+    assert F.claim("gap_ref_linear_sgd")["estimate"] == pytest.approx(0.15, abs=1e-12)  # separate - backbone_eval
+    # +0.01 with a tight interval: inside the margin, but the interval excludes 0, and a direction shown takes
+    # precedence (the old rule called it "within margin")
+    assert F.claim("gap_ref_mlp_bn_adam")["low"] > 0 and _verdict(F, "gap_ref_mlp_bn_adam") == ch.GAP_HIGHER
+    assert (R.n_separate_higher["ref"], R.n_separate_lower["ref"], R.n_equivalent["ref"], R.n_not_decided["ref"]) == (2, 1, 1, 0)
+    assert R.separate_higher_ref == "linear/sgd, mlp_bn/adam" and R.equivalent_ref == "linear/adam"
+    # a tiny margin: the exact tie is no longer shown equivalent, and no tie is claimed without the test
+    assert _verdict(ch.findings(df, margin=0.001), "gap_ref_linear_adam") == inference.NOT_DECIDED
     # absolute accuracies beside the gap; the best pinned cell by absolute accuracy
-    assert F.acc_separate["ref_linear_sgd"] == pytest.approx(0.6 + NOISE.mean())
-    assert F.acc_pinned["ref_linear_sgd"] == pytest.approx(0.6 + NOISE.mean() - 0.15)
-    assert F.best_pinned_cell == "mlp_bn/sgd" and F.best_pinned_gap.mean == pytest.approx(0.10)
-    assert F.best_pinned_verdict == ch.HIGHER
-    assert F.n_eval == 0 and math.isnan(F.eval_se)
+    gt = ch.gap_table(df).set_index("key")
+    assert gt.loc["gap_ref_linear_sgd", "task_b_separate"] == pytest.approx(0.6 + NOISE.mean())
+    assert gt.loc["gap_ref_linear_sgd", "task_b_pinned"] == pytest.approx(0.6 + NOISE.mean() - 0.15)
+    assert R.best_pinned_cell == "mlp_bn/sgd" and R.best_pinned_gap.mean == pytest.approx(-0.10)
+    assert R.best_pinned_verdict == ch.GAP_LOWER
+    assert R.n_eval == 0 and math.isnan(R.eval_se)
     p = 0.6 + NOISE.mean()
-    assert ch.findings(df.assign(n_eval=1000)).eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)
-    # the margin in units of that standard error: the page's reason for its margin is stated as this ratio, so a
-    # reader's -p margin 0.05 is not described as "close to the binomial standard error" (0.015)
+    assert ch.findings(df.assign(n_eval=1000)).record.eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)
     se = (p * (1 - p) / 1000) ** 0.5
-    assert ch.findings(df.assign(n_eval=1000), margin=0.05).margin_in_se == pytest.approx(0.05 / se)
-    assert math.isnan(F.margin_in_se)
+    assert ch.findings(df.assign(n_eval=1000), margin=0.05).record.margin_in_se == pytest.approx(0.05 / se)
+    assert math.isnan(R.margin_in_se)
+
+
+def test_holm_counts_a_cell_whose_bonferroni_interval_spans_zero():
+    """The glossary's rule: counts use Holm's adjusted p (below 0.05), which can call a cell whose printed
+    Bonferroni interval still spans zero; the count says so, the cell's verdict stays "not decided"."""
+    t = ch.family_table([inference.decide(v, k, family=inference.Family(2)) for k, v in
+                         (("a", [0.10, 0.11, 0.09, 0.10]), ("b", [0.02, 0.05, -0.005, 0.03, 0.01, 0.04]))],
+                        "gap", inference.Family(2), [dict(head="h", optimizer=o) for o in "ab"])
+    b = t.set_index("key").loc["b"]
+    assert b["verdict"] == inference.NOT_DECIDED and b["low"] < 0  # 97.5% interval spans 0
+    assert b["p_adjusted"] < 0.05 and b["count_kind"] == "higher"  # Holm: a's p is tiny, b is tested at 0.05
+    assert ch.verdict_counts(t) == {"higher": 2, "lower": 0, "equivalent": 0, "not decided": 0, "too few seeds": 0}
 
 
 def test_equivalence_feasibility_is_the_largest_sd_a_zero_gap_can_pass():
     from scipy import stats
-    conf = 1 - 0.05 / 15
-    sd = ch.equivalence_max_sd(0.02, 10, conf)
-    assert sd == pytest.approx(0.02 * 10 ** 0.5 / stats.t.ppf((1 + conf) / 2, 9))
-    from bnstudy.analysis import mean_ci
-    for f, word in ((0.99, ch.WITHIN), (1.01, ch.INCONCLUSIVE)):  # a zero-mean gap with SD just below / above
+    fam = inference.Family(15)
+    sd = ch.equivalence_max_sd(0.02, 10, fam)
+    assert sd == pytest.approx(0.02 * 10 ** 0.5 / stats.t.ppf(1 - 0.05 / 15, 9))  # TOST at alpha/m, one-sided
+    for f, kind in ((0.99, "equivalent"), (1.01, "not decided")):  # a zero-mean gap with SD just below / above
         d = np.array([1.0, -1.0] * 5) * sd * f * np.sqrt(9 / 10)  # sample SD (ddof=1) = sd * f
         assert np.std(d, ddof=1) == pytest.approx(sd * f)
-        assert ch.gap_verdict(mean_ci(d, conf), 0.02) == word
-    assert math.isnan(ch.equivalence_max_sd(0.02, 1, conf))
-    df = _table({("ref", "linear", "sgd"): -0.1, ("ref", "linear", "adam"): 0.0})
-    F = ch.findings(df)
-    assert F.equiv_max_sd == pytest.approx(ch.equivalence_max_sd(0.02, len(SEEDS), F.confidence))
-    assert F.n_equiv_feasible["ref"] == 2 and F.equiv_sd_median["ref"] == pytest.approx(np.std(
-        [0.004 * (-1) ** s for s in SEEDS], ddof=1))
+        assert inference.decide(d, margin=0.02, family=fam).kind == kind
+    assert math.isnan(ch.equivalence_max_sd(0.02, 1, fam))
+    df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "linear", "adam"): 0.0})
+    R = ch.findings(df).record
+    assert R.equiv_max_sd == pytest.approx(ch.equivalence_max_sd(0.02, len(SEEDS), inference.Family(2)))
+    assert R.n_equiv_feasible["ref"] == 2 and R.equiv_sd_median["ref"] == pytest.approx(np.std(WIGGLE, ddof=1))
 
 
 def test_adam_sgd_interaction_is_paired_and_corrected_over_heads():
-    gaps = {("ref", "linear", "sgd"): -0.12, ("ref", "linear", "adam"): -0.02,
-            ("ref", "mlp", "sgd"): -0.02, ("ref", "mlp", "adam"): -0.04,
-            ("ref", "mlp_bn", "sgd"): -0.05, ("ref", "mlp_bn", "adam"): -0.05}
+    gaps = {("ref", "linear", "sgd"): 0.12, ("ref", "linear", "adam"): 0.02,
+            ("ref", "mlp", "sgd"): 0.02, ("ref", "mlp", "adam"): 0.04,
+            ("ref", "mlp_bn", "sgd"): 0.05, ("ref", "mlp_bn", "adam"): 0.05}
     df = _table(gaps)
-    # per-seed noise in adam's mlp_bn cell only, so its difference has a spread and spans zero
+    # per-seed noise in adam's mlp_bn cell only, so its difference has a spread and spans zero and the margin
     m = (df["head"] == "mlp_bn") & (df["optimizer"] == "adam") & df["mode"].isin(ch.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)
     F = ch.findings(df)
-    assert F.adam_vs_sgd["linear"].mean == pytest.approx(0.10)
-    assert F.adam_vs_sgd_verdict == {"linear": ch.ADAM_HIGHER, "mlp": ch.ADAM_LOWER, "mlp_bn": ch.INCONCLUSIVE}
-    assert F.interaction_confidence == pytest.approx(1 - 0.05 / 3)
+    assert F.claim("adam_vs_sgd_linear")["estimate"] == pytest.approx(-0.10)  # gap(adam) - gap(sgd)
+    assert {h: _verdict(F, f"adam_vs_sgd_{h}") for h in ("linear", "mlp", "mlp_bn")} == {
+        "linear": ch.ADAM_LOWER, "mlp": ch.ADAM_HIGHER, "mlp_bn": inference.NOT_DECIDED}
+    assert F.record.interaction_confidence == pytest.approx(1 - 0.05 / 3) and F.record.interaction_m == 3
     t = ch.interaction_table(df)
-    from bnstudy.analysis import mean_ci
-    d = ch.gap_values(df, "ref", "mlp_bn", "adam")[1] - ch.gap_values(df, "ref", "mlp_bn", "sgd")[1]
-    assert t.set_index("head").loc["mlp_bn", "ci_low"] == pytest.approx(mean_ci(d, 1 - 0.05 / 3).low)
+    d = ch.gap_values(df, "ref", "mlp_bn", "adam") - ch.gap_values(df, "ref", "mlp_bn", "sgd")
+    assert t.set_index("head").loc["mlp_bn", "low"] == pytest.approx(inference.t_interval(d, 1 - 0.05 / 3).low)
     assert ch.interaction_table(df[df["optimizer"] == "sgd"]).empty
+    shown = ch.interaction_display(t)
+    assert shown.loc["linear", "verdict"] == ch.ADAM_LOWER and shown.loc["linear"].iloc[0].startswith("-0.100 [")
 
 
-def test_no_verdict_from_two_seeds_even_when_their_differences_agree():
-    from bnstudy.analysis import Interval
-    assert ch.gap_verdict(Interval(-0.006, -0.006, -0.006, 2), 0.02) == ch.UNRESOLVED
-    assert ch.gap_verdict(Interval(-0.3, -0.3, -0.3, 2), 0.02) == ch.UNRESOLVED
-    assert ch.gap_verdict(Interval(-0.006, -0.006, -0.006, 3), 0.02) == ch.CLOSED
+def test_one_seed_is_too_few_and_never_equivalent():
+    df = _table({("ref", "linear", "sgd"): 0.0, ("ref", "linear", "adam"): 0.0})
+    F = ch.findings(df[df["seed"] == 0])
+    assert _verdict(F, "gap_ref_linear_sgd") == inference.TOO_FEW and math.isnan(F.claim("gap_ref_linear_sgd")["low"])
+    assert F.record.n_too_few["ref"] == 2 and F.record.n_equivalent["ref"] == 0
 
 
 def test_gap_intervals_are_bonferroni_corrected_over_the_cells():
-    df = _table({("ref", h, o): -0.05 for h in ("linear", "mlp_bn") for o in ("sgd", "adam")})
+    df = _table({("ref", h, o): 0.05 for h in ("linear", "mlp_bn") for o in ("sgd", "adam")})
     F = ch.findings(df)
-    assert F.n_cells == 4 and F.confidence == pytest.approx(1 - 0.05 / 4)
-    from bnstudy.analysis import mean_ci
-    _, d = ch.gap_values(df, "ref", "linear", "sgd")
-    wide, narrow = mean_ci(d, 1 - 0.05 / 4), mean_ci(d)
-    assert F.gap["ref_linear_sgd"].low == pytest.approx(wide.low) and wide.low < narrow.low
+    assert F.record.n_cells == 4 and F.record.confidence == pytest.approx(1 - 0.05 / 4)
+    d = ch.gap_values(df, "ref", "linear", "sgd")
+    wide, narrow = inference.t_interval(d, 1 - 0.05 / 4), inference.t_interval(d)
+    assert F.claim("gap_ref_linear_sgd")["low"] == pytest.approx(wide.low) and wide.low < narrow.low
 
 
-def test_best_pinned_mode_is_the_higher_mean_and_bn_head_modes_differ():
-    df = _table({("ref", "linear", "sgd"): -0.1, ("ref", "mlp_bn", "sgd"): -0.1}, bn_diff=-0.05)
+def test_the_reference_is_backbone_eval_and_bn_head_modes_differ():
+    # all_eval 0.05 above backbone_eval for mlp_bn: the old "best pinned mode" took all_eval; the reference stays
+    df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp_bn", "sgd"): 0.1}, bn_diff=0.05)
     F = ch.findings(df)
-    assert F.best_pinned["ref_mlp_bn_sgd"] == "all_eval"
-    assert F.best_pinned["ref_linear_sgd"] == "backbone_eval"  # exact tie: backbone_eval
-    assert F.gap["ref_mlp_bn_sgd"].mean == pytest.approx(-0.05)
-    assert F.bn_head_modes_differ["ref_sgd"].mean == pytest.approx(-0.05)
-    assert math.isnan(ch.findings(_table({("ref", "linear", "sgd"): 0.0})).bn_head_modes_differ["ref_sgd"].mean)
-    # reported at every shift, not only chapter 1's
-    F2 = ch.findings(_table({(s, "mlp_bn", "sgd"): -0.1 for s in ("none", "mid", "ref")}, bn_diff=0.07))
-    assert set(F2.bn_head_modes_differ) == {"none_sgd", "mid_sgd", "ref_sgd"}
-    assert all(iv.mean == pytest.approx(0.07) for iv in F2.bn_head_modes_differ.values())
+    assert F.claim("gap_ref_mlp_bn_sgd")["estimate"] == pytest.approx(0.1)
+    assert F.claim("bn_ref_sgd")["estimate"] == pytest.approx(0.05) and _verdict(F, "bn_ref_sgd") == ch.BN_HIGHER
+    F0 = ch.findings(_table({("ref", "linear", "sgd"): 0.0}))
+    assert math.isnan(F0.claim("bn_ref_sgd")["estimate"]) and _verdict(F0, "bn_ref_sgd") == inference.TOO_FEW
+    # reported at every shift, not only chapter 1's, as one family
+    F2 = ch.findings(_table({(s, "mlp_bn", "sgd"): 0.1 for s in ("none", "mid", "ref")}, bn_diff=-0.07))
+    bn = F2.claims[F2.claims["family"] == "bn"]
+    assert set(bn["key"]) == {"bn_none_sgd", "bn_mid_sgd", "bn_ref_sgd"} and F2.record.bn_m == 3
+    assert bn["estimate"].to_numpy() == pytest.approx([-0.07] * 3) and set(bn["verdict"]) == {ch.BN_LOWER}
 
 
-def test_finding3_is_read_from_the_linear_heads_gap_verdict():
-    gaps = {("ref", "linear", "sgd"): -0.1, ("ref", "linear", "sgd_plain"): 0.0, ("ref", "linear", "adam"): 0.1,
-            ("ref", "mlp", "sgd"): -0.1, ("ref", "mlp", "sgd_plain"): -0.1, ("ref", "mlp", "adam"): -0.1}
+def test_finding3_is_read_from_the_linear_heads_gap_claim():
+    gaps = {("ref", "linear", "sgd"): 0.1, ("ref", "linear", "sgd_plain"): 0.0, ("ref", "linear", "adam"): -0.1,
+            ("ref", "mlp", "sgd"): 0.1, ("ref", "mlp", "sgd_plain"): 0.1, ("ref", "mlp", "adam"): 0.1}
     F = ch.findings(_table(gaps))
-    assert F.f3_lower_b == {"sgd": "holds", "sgd_plain": "not shown", "adam": "reversed"}
-    assert F.f3_heads_holding == {"sgd": 2, "sgd_plain": 1, "adam": 1}
-    df = _table({("ref", "linear", "adam"): -0.03})
+    assert {o: _verdict(F, f"gap_ref_linear_{o}") for o in ("sgd", "sgd_plain", "adam")} == {
+        "sgd": ch.GAP_HIGHER, "sgd_plain": "equivalent within \u00b10.02", "adam": ch.GAP_LOWER}
+    assert F.record.f3_heads_holding == {"sgd": 2, "sgd_plain": 1, "adam": 1}
+    df = _table({("ref", "linear", "adam"): 0.03})
     m = df["mode"].isin(ch.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.04, -0.04)  # spans 0 and the margin
-    assert ch.findings(df).f3_lower_b == {"adam": "inconclusive"}
+    assert _verdict(ch.findings(df), "gap_ref_linear_adam") == inference.NOT_DECIDED
 
 
-def test_identities_are_checks_that_fail_when_broken():
-    F = ch.findings(_table({("ref", "linear", "sgd"): -0.1, ("ref", "mlp", "sgd"): -0.1}))
-    assert (F.check_train_is_separate, F.check_pinned_keep_a, F.check_task_a_loss_shared) == ("holds",) * 3
-    assert F.train_mode_task_a_loss.mean == pytest.approx(0.5)  # lost, as a positive number
-    assert ch.findings(_table({("ref", "linear", "sgd"): -0.1}, train_adv={"sgd": 0.001})
-                       ).check_train_is_separate == "does not hold"
-    df = _table({("ref", "linear", "sgd"): -0.1, ("ref", "mlp", "sgd"): -0.1})
+def test_identities_are_exact_checks_that_fail_when_broken():
+    F = ch.findings(_table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp", "sgd"): 0.1}))
+    keys = ("check_train_is_separate", "check_pinned_keep_a", "check_task_a_loss_shared")
+    assert [_verdict(F, k) for k in keys] == [inference.EXACT] * 3
+    assert F.record.train_mode_task_a_change.mean == pytest.approx(-0.5)  # after - before: lost, negative
+    F1 = ch.findings(_table({("ref", "linear", "sgd"): 0.1}, train_adv={"sgd": 0.001}))
+    assert _verdict(F1, "check_train_is_separate") == inference.NOT_EXACT
+    assert F1.claim("check_train_is_separate")["estimate"] == pytest.approx(0.001)
+    df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp", "sgd"): 0.1})
     df.loc[(df["mode"] == "train_mode") & (df["head"] == "mlp") & (df["seed"] == 1), "task_a_after"] += 0.001
-    assert ch.findings(df).check_task_a_loss_shared == "does not hold"
+    assert _verdict(ch.findings(df), "check_task_a_loss_shared") == inference.NOT_EXACT
 
 
-def test_finding3_keep_a_fails_when_a_pinned_mode_changes_task_a():
-    df = _table({("ref", "linear", "sgd"): -0.1})
+def test_keep_a_check_fails_when_a_pinned_mode_changes_task_a():
+    df = _table({("ref", "linear", "sgd"): 0.1})
     df.loc[(df["mode"] == "all_eval") & (df["seed"] == 2), "task_a_after"] -= 0.001
-    assert ch.findings(df).check_pinned_keep_a == "does not hold"
+    assert _verdict(ch.findings(df), "check_pinned_keep_a") == inference.NOT_EXACT
 
 
 def test_findings_needs_every_mode_and_the_reference_shift():
-    df = _table({("ref", "linear", "sgd"): -0.1})
+    df = _table({("ref", "linear", "sgd"): 0.1})
     with pytest.raises(ValueError, match="separate_stats"):
         ch.findings(df[df["mode"] != "separate_stats"])
     with pytest.raises(ValueError, match="ref"):
@@ -361,36 +383,57 @@ def test_findings_needs_every_mode_and_the_reference_shift():
 
 
 def test_lr_edge_count():
-    df = _table({("ref", "linear", "sgd"): -0.1})
-    F = ch.findings(df, lrs={("linear", "sgd"): 0.16, ("linear", "adam"): 0.003}, grids=ch.LR_GRIDS)
-    assert F.n_lr_at_edge == 1 and F.lrs == {"linear_sgd": 0.16, "linear_adam": 0.003}
-    assert F.lr_edge_cells == "linear/sgd at the top (0.16)"
-    F = ch.findings(df, lrs={("linear", "sgd", "separate_stats"): 0.005}, grids=ch.LR_GRIDS)
-    assert F.lrs == {"linear_sgd_separate_stats": 0.005} and F.lr_edge_cells == "linear/sgd/separate_stats at the bottom (0.005)"
+    df = _table({("ref", "linear", "sgd"): 0.1})
+    R = ch.findings(df, lrs={("linear", "sgd"): 0.16, ("linear", "adam"): 0.003}, grids=ch.LR_GRIDS).record
+    assert R.n_lr_at_edge == 1 and R.lrs == {"linear_sgd": 0.16, "linear_adam": 0.003}
+    assert R.lr_edge_cells == "linear/sgd at the top (0.16)"
+    R = ch.findings(df, lrs={("linear", "sgd", "separate_stats"): 0.005}, grids=ch.LR_GRIDS).record
+    assert R.lrs == {"linear_sgd_separate_stats": 0.005} and R.lr_edge_cells == "linear/sgd/separate_stats at the bottom (0.005)"
 
 
 def test_steps_findings_pair_the_two_budgets():
-    short = _table({("ref", "linear", "sgd"): -0.1, ("ref", "linear", "adam"): -0.02}).assign(steps=800)
+    short = _table({("ref", "linear", "sgd"): 0.1, ("ref", "linear", "adam"): 0.02}).assign(steps=800)
     long = short[short["mode"].isin(ch.STEPS_CHECK_MODES) & (short["seed"] < 4)].copy().assign(steps=3200)
     sep = long["mode"] == "separate_stats"
     long.loc[sep, "task_b"] += 0.05  # separate gains 0.05; pinned gains 0.05 + 0.04 (sgd) -> gap narrows by 0.04
     long.loc[~sep, "task_b"] += np.where(long.loc[~sep, "optimizer"] == "sgd", 0.09, 0.05)
     S = ch.steps_findings(short, long)
     assert (S.steps_short, S.steps_long, S.n_seeds) == (800, 3200, 4)
-    assert S.gap_change["sgd"].mean == pytest.approx(0.04) and S.change_verdict["sgd"] == "narrows"
-    assert S.gap_change["adam"].mean == pytest.approx(0.0) and S.change_verdict["adam"] == ch.INCONCLUSIVE
     assert S.separate_gain["sgd"].mean == pytest.approx(0.05) and S.pinned_gain["sgd"].mean == pytest.approx(0.09)
-    assert S.gap_long["sgd"].mean == pytest.approx(-0.06)
+    assert S.gap_long["sgd"].mean == pytest.approx(0.06) and S.gap_short["sgd"].mean == pytest.approx(
+        0.1 + WIGGLE[:4].mean())
+    C = ch.steps_claims(short, long).set_index("key")
+    assert C.loc["steps_change_sgd", "estimate"] == pytest.approx(-0.04)
+    assert C.loc["steps_change_sgd", "verdict"] == ch.STEPS_SMALLER
+    # no change at all in any seed: zero spread at 0, inside the margin (the old rule: "inconclusive")
+    assert C.loc["steps_change_adam", "verdict"] == "equivalent within \u00b10.02"
+    assert set(C["m"]) == {2} and C["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 2)
     with pytest.raises(ValueError, match="no rows"):
         ch.steps_findings(short, long.iloc[:0])
 
 
 def test_tidy_tables_have_one_value_per_row():
-    df = _table({("ref", "linear", "sgd"): -0.1, ("none", "linear", "sgd"): 0.0})
+    df = _table({("ref", "linear", "sgd"): 0.1, ("none", "linear", "sgd"): 0.0})
     gt = ch.gap_table(df)
-    assert len(gt) == 2 and set(gt["verdict"]) <= {ch.CLOSED, ch.LOWER, ch.HIGHER, ch.UNRESOLVED}
+    assert len(gt) == 2 and all(inference.is_verdict(v, ch.DIRECTIONS) for v in gt["verdict"])
     at = ch.accuracy_table(df)
     assert len(at) == 2 * 4 * 2 and not at.isna().any().any()
+
+
+def test_every_glued_verdict_is_a_word_of_the_vocabulary():
+    """The book-wide rule: every glued ``*_verdict`` passes ``inference.is_verdict(text, DIRECTIONS)``, and the
+    page's direction words are declared."""
+    from bnstudy.pages import claims_items
+    gaps = {(s, h, o): g for s in ("none", "ref") for h, g in (("linear", 0.1), ("mlp_bn", -0.05))
+            for o in ("sgd", "adam")}
+    df = _table(gaps, bn_diff=0.01)
+    F = ch.findings(df)
+    assert set(F.claims["family"]) == {"gap", "interaction", "bn", "checks", "hc", "sc"}
+    items = [kv for fam, t in F.claims.groupby("family") for kv in claims_items("ch04", t, ch.CLIPS[fam])]
+    verdicts = {k: v.data.strip("*") for k, v in items if k.endswith("_verdict")}
+    assert len(verdicts) == len(F.claims) and all(inference.is_verdict(v, ch.DIRECTIONS) for v in verdicts.values())
+    assert not inference.is_verdict("inconclusive", ch.DIRECTIONS) and len(set(ch.DIRECTIONS)) == len(ch.DIRECTIONS)
+    assert "ch04_gap_ref_linear_sgd_verdict" in verdicts and "ch04_check_pinned_keep_a_verdict" in verdicts
 
 
 # --- the audit -------------------------------------------------------------------------------------------------------
@@ -399,6 +442,7 @@ def test_audit_matches_declaration_catches_an_unexpected_move():
     t = pd.DataFrame([dict(mode="all_eval", part="head_b", declared=False, moved=False, max_change=0.0)])
     assert ch.audit_matches_declaration(t)
     assert not ch.audit_matches_declaration(t.assign(moved=True))
+    assert ch.audit_check(t).verdict == inference.EXACT and ch.audit_check(t.assign(moved=True)).verdict == inference.NOT_EXACT
 
 
 def test_bn_head_buffers_move_exactly_where_each_mode_declares():
@@ -423,36 +467,49 @@ def _geom(curv: dict, probe: dict) -> pd.DataFrame:
 
 
 def _gap_rows(gap: dict, head="linear", opt="sgd") -> pd.DataFrame:
-    """Runs whose per-seed gap (backbone_eval - separate_stats) is gap[(seed, shift)]."""
+    """Runs whose per-seed gap (separate_stats - backbone_eval) is gap[(seed, shift)]."""
     rows = []
     for (s, shift), g in gap.items():
-        tb = {"separate_stats": 0.5, "train_mode": 0.5, "backbone_eval": 0.5 + g, "all_eval": 0.5 + g - 0.01}
+        tb = {"separate_stats": 0.5, "train_mode": 0.5, "backbone_eval": 0.5 - g, "all_eval": 0.5 - g - 0.01}
         rows += [dict(seed=s, shift=shift, head=head, optimizer=opt, mode=m, task_b=tb[m]) for m in MODE_NAMES]
     return pd.DataFrame(rows)
 
 
-def test_link_holds_when_the_gap_falls_with_the_curvature_ratio_and_not_with_noise():
+def _row(t, scope, measure):
+    return t[(t["scope"] == scope) & (t["measure"] == measure)].iloc[0]
+
+
+def test_link_shows_the_predicted_sign_when_the_gap_rises_with_the_curvature_ratio():
     seeds = range(10)
     curv = {(s, "ref"): 10.0 + s for s in seeds}
     probe = {(s, "ref"): 0.01 * ((-1) ** s) * (s % 3) for s in seeds}  # unrelated to the gap
-    gap = {(s, "ref"): -0.01 * s for s in seeds}  # perfectly decreasing in the curvature ratio
+    gap = {(s, "ref"): 0.01 * s for s in seeds}  # perfectly increasing in the curvature ratio
     t = ch.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=300)
-    r = t[(t["scope"] == "ref") & (t["measure"] == "curvature_ratio")].iloc[0]
-    assert r["rho"] == pytest.approx(-1.0) and r["verdict"] == ch.LINK_HOLDS and r["n_seeds"] == 10
-    assert r["ci_high"] < 0
-    # a gap rising with the curvature ratio is the opposite sign
-    up = ch.link_table(_gap_rows({k: -v for k, v in gap.items()}), _geom(curv, probe), n_boot=300)
-    assert up[(up["scope"] == "ref") & (up["measure"] == "curvature_ratio")]["verdict"].iloc[0] == ch.LINK_OPPOSITE
-    F = ch.link_findings(t)
-    assert F.rho["ref_sgd_curvature_ratio"].mean == pytest.approx(-1.0) and F.n_tests == 4
-    assert F.verdict["ref_sgd_curvature_ratio"] == ch.LINK_HOLDS
+    r = _row(t, "ref", "curvature_ratio")
+    assert r["estimate"] == pytest.approx(1.0) and r["verdict"] == ch.LINK_POSITIVE and r["n"] == 10
+    assert r["low"] > 0 and r["predicted_sign"] == 1
+    assert set(t["m"]) == {4} and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 4)  # one family
+    # the same rho and interval as inference's rank correlation at the family's confidence
+    x = [curv[(s, "ref")] for s in seeds]
+    y = [gap[(s, "ref")] for s in seeds]
+    probe_r = _row(t, "ref", "probe_cost")
+    rho, iv, p = inference.rank_correlation([-probe[(s, "ref")] for s in seeds], y, 1 - 0.05 / 4)
+    assert (probe_r["estimate"], probe_r["low"], probe_r["high"], probe_r["p"]) == pytest.approx(
+        (rho, iv.low, iv.high, p))
+    assert inference.rank_correlation(x, y)[0] == pytest.approx(1.0)
+    # a gap falling with the curvature ratio: the other sign, not the predicted one
+    down = ch.link_table(_gap_rows({k: -v for k, v in gap.items()}), _geom(curv, probe), n_boot=300)
+    assert _row(down, "ref", "curvature_ratio")["verdict"] == ch.LINK_NEGATIVE
+    L, D = ch.link_findings(t), ch.link_findings(down)
+    assert L.n_tests == 4 and L.n_predicted_ref >= 1 and D.n_opposite >= 1
+    assert D.n_predicted_ref == int((_row(down, "ref", "probe_cost")["verdict"] == ch.LINK_POSITIVE))
 
 
 def test_link_needs_enough_seeds_and_the_gap_head():
     curv = {(s, "ref"): 10.0 + s for s in range(3)}
     probe = {k: 0.0 for k in curv}
-    t = ch.link_table(_gap_rows({k: -0.01 * k[0] for k in curv}), _geom(curv, probe), n_boot=50)
-    assert set(t["verdict"]) == {ch.LINK_TOO_FEW} and t["ci_low"].isna().all()
+    t = ch.link_table(_gap_rows({k: 0.01 * k[0] for k in curv}), _geom(curv, probe), n_boot=50)
+    assert set(t["verdict"]) == {inference.TOO_FEW} and t["low"].isna().all()  # 3 points: no rank correlation
     assert ch.link_table(_gap_rows({k: 0.0 for k in curv}, head="mlp"), _geom(curv, probe)).empty
     with pytest.raises(ValueError, match="curvature"):
         ch.link_table(_gap_rows({k: 0.0 for k in curv}), _geom(curv, probe).drop(columns="curvature"))
@@ -462,11 +519,12 @@ def test_link_pooled_over_shifts_uses_every_seed_and_shift():
     seeds = range(6)
     curv = {(s, sh): (1.0 if sh == "none" else 10.0) + s for s in seeds for sh in ("none", "ref")}
     probe = {k: 0.0 for k in curv}
-    gap = {(s, sh): (0.0 if sh == "none" else -0.1) - 0.001 * s for s in seeds for sh in ("none", "ref")}
+    gap = {(s, sh): (0.0 if sh == "none" else 0.1) + 0.001 * s for s in seeds for sh in ("none", "ref")}
     t = ch.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=200)
-    pooled = t[(t["scope"] == "all") & (t["measure"] == "curvature_ratio")].iloc[0]
-    assert pooled["n_points"] == 12 and pooled["n_seeds"] == 6 and pooled["rho"] < -0.9
-    assert math.isnan(t[(t["scope"] == "all") & (t["measure"] == "probe_diff")]["rho"].iloc[0])  # constant measure
+    pooled = _row(t, "all", "curvature_ratio")
+    assert pooled["n_points"] == 12 and pooled["n"] == 6 and pooled["estimate"] > 0.9
+    assert math.isnan(pooled["p"])  # a bootstrap over whole seeds: no p-value
+    assert math.isnan(_row(t, "all", "probe_cost")["estimate"])  # constant measure
 
 
 def test_cost_findings_say_whether_the_cache_was_cold():
@@ -516,7 +574,7 @@ def test_tiny_run_end_to_end(tmp_path):
     for r in df.itertuples():  # every run at its own shift's chosen rate
         assert r.lr == lrs[r.shift][(r.head, r.optimizer, r.mode)]
     F = ch.findings(df, lrs["ref"], ch.LR_GRIDS)
-    assert F.check_pinned_keep_a == "holds" and F.check_train_is_separate == "holds"
+    assert F.claim("check_pinned_keep_a")["verdict"] == F.claim("check_train_is_separate")["verdict"] == inference.EXACT
     assert set(lrs["none"]) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
     long = ch.steps_check(cfg, ex, lrs)
     assert len(long) == 2 * 2 * 2 and set(long["steps"]) == {cfg.steps_check}  # sgd and adam, two modes, two seeds
@@ -573,30 +631,32 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
 
 
 def test_link_texts_say_not_computed_instead_of_printing_nan():
-    # the quick profile's link rows: 2 seeds, so no interval and at one point per seed no rho at all; the page
-    # printed "rho = +nan (+nan to +nan): too few seeds"
+    # the quick profile's link rows: 2 seeds, so at one point per seed no rho at all; the page once printed
+    # "rho = +nan (+nan to +nan): too few seeds"
     curv = {(s, sh): 10.0 + s + (sh == "ref") for s in range(2) for sh in ("none", "ref")}
     probe = {k: 0.01 * k[0] for k in curv}
-    t = ch.link_table(_gap_rows({k: -0.01 * k[0] - 0.1 * (k[1] == "ref") for k in curv}), _geom(curv, probe),
+    t = ch.link_table(_gap_rows({k: 0.01 * k[0] + 0.1 * (k[1] == "ref") for k in curv}), _geom(curv, probe),
                       n_boot=50)
     texts = ch.link_texts(t)
     assert set(texts) == {f"{r.scope}_{r.optimizer}_{r.measure}" for r in t.itertuples()}
-    assert texts["ref_sgd_curvature_ratio"] == "not computed (2 seeds, one point each: **too few seeds**)"
-    assert texts["all_sgd_curvature_ratio"].startswith("= -") and "no interval (**too few seeds**)" in texts[
-        "all_sgd_curvature_ratio"]
+    assert texts["ref_sgd_curvature_ratio"] == "not computed (2 seeds, one point each)"
+    assert _row(t, "ref", "curvature_ratio")["verdict"] == inference.TOO_FEW
+    # pooled: 4 points give a rho, but 2 seeds are too few to resample (3 distinct bootstrap samples)
+    assert texts["all_sgd_curvature_ratio"].startswith("= +") and texts["all_sgd_curvature_ratio"].endswith(
+        ", no interval")
+    assert _row(t, "all", "curvature_ratio")["verdict"] == inference.TOO_FEW
     assert not any("nan" in v for v in texts.values())
     shown = ch.link_display(t)
     assert "nan" not in shown.to_string() and list(shown.columns) == ["predicted", "rho", "n_seeds", "n_points",
                                                                        "verdict"]
     assert list(shown.index.names) == ["scope", "optimizer", "measure"]  # no bare row numbers on the page
-    # enough seeds: the value, its interval and the verdict, as the page printed them before
+    # enough seeds: the value and its interval; the verdict is glued on its own
     seeds = range(10)
     curv = {(s, "ref"): 10.0 + s for s in seeds}
-    t = ch.link_table(_gap_rows({(s, "ref"): -0.01 * s for s in seeds}), _geom(curv, {k: 0.0 for k in curv}),
-                      n_boot=100)
-    r = t[(t["scope"] == "ref") & (t["measure"] == "curvature_ratio")].iloc[0]
-    assert ch.link_texts(t)["ref_sgd_curvature_ratio"] == (f"= {r['rho']:+.2f} ({r['ci_low']:+.2f} to "
-                                                           f"{r['ci_high']:+.2f}): **holds**")
+    t = ch.link_table(_gap_rows({(s, "ref"): 0.01 * s * (1 + 0.5 * (s % 2)) for s in seeds}),
+                      _geom(curv, {k: 0.0 for k in curv}), n_boot=100)
+    r = _row(t, "ref", "curvature_ratio")
+    assert ch.link_texts(t)["ref_sgd_curvature_ratio"] == f"= {r['estimate']:+.2f} ({r['low']:+.2f} to {r['high']:+.2f})"
 
 
 def test_lr_choice_findings_name_each_shifts_rates_and_edges():
@@ -609,58 +669,59 @@ def test_lr_choice_findings_name_each_shifts_rates_and_edges():
 def test_head_contrast_is_paired_against_the_linear_head_and_corrected():
     """Referee s7 item 7: 'heads with pinned lower' compared significance; the direct test is the paired
     per-seed difference gap(head) - gap(linear), Bonferroni over head x optimizer contrasts."""
-    gaps = {("ref", "linear", "sgd"): -0.10, ("ref", "mlp", "sgd"): -0.02, ("ref", "mlp_bn", "sgd"): -0.15,
-            ("ref", "linear", "adam"): -0.02, ("ref", "mlp", "adam"): -0.02, ("ref", "mlp_bn", "adam"): -0.02}
+    gaps = {("ref", "linear", "sgd"): 0.10, ("ref", "mlp", "sgd"): 0.02, ("ref", "mlp_bn", "sgd"): 0.15,
+            ("ref", "linear", "adam"): 0.02, ("ref", "mlp", "adam"): 0.02, ("ref", "mlp_bn", "adam"): 0.02}
     df = _table(gaps)
     m = (df["head"] == "mlp") & (df["optimizer"] == "adam") & df["mode"].isin(ch.PINNED_MODES)
-    df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)  # a spread: spans zero
+    df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)  # a spread: spans zero and the margin
     t = ch.head_contrast_table(df)
     v = t.set_index(["head", "optimizer"])["verdict"]
     assert v[("mlp", "sgd")] == ch.HEAD_SMALLER and v[("mlp_bn", "sgd")] == ch.HEAD_LARGER
-    assert v[("mlp", "adam")] == ch.INCONCLUSIVE and len(t) == 4
+    assert v[("mlp", "adam")] == inference.NOT_DECIDED and len(t) == 4
+    assert v[("mlp_bn", "adam")] == "equivalent within \u00b10.02"  # the same gap in every seed
     assert t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 4)
-    assert t.set_index(["head", "optimizer"]).loc[("mlp", "sgd"), "mean"] == pytest.approx(0.08)
+    assert t.set_index(["head", "optimizer"]).loc[("mlp", "sgd"), "estimate"] == pytest.approx(-0.08)
     H = ch.head_contrast_findings(t)
     assert (H.n_smaller, H.n_larger, H.smaller_cells, H.larger_cells) == (1, 1, "mlp/sgd", "mlp_bn/sgd")
     disp = ch.head_contrast_display(t)
     assert list(disp.index) == ["mlp", "mlp_bn"] and list(disp.columns) == ["sgd", "adam"]
-    assert disp.loc["mlp", "sgd"].startswith("+0.080 [") and disp.loc["mlp", "sgd"].endswith(ch.HEAD_SMALLER)
+    assert disp.loc["mlp", "sgd"].startswith("-0.080 [") and disp.loc["mlp", "sgd"].endswith(ch.HEAD_SMALLER)
     with pytest.raises(ValueError, match="reference head 'linear'"):
         ch.head_contrast_table(df[df["head"] != "linear"])
 
 
 def test_finding_3_names_a_linear_rate_at_the_grid_edge():
     """Referee s7 item 4: a verdict that rests on a rate at the end of its grid says so."""
-    df = _table({("ref", "linear", "sgd"): -0.1, ("ref", "linear", "adam"): -0.1})
+    df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "linear", "adam"): 0.1})
     lrs = {("linear", "sgd", m): 0.05 for m in MODE_NAMES} | {("linear", "adam", m): 0.01 for m in MODE_NAMES}
     lrs[("linear", "sgd", "backbone_eval")] = 0.005
-    F = ch.findings(df, lrs, {"sgd": (0.005, 0.05, 0.5), "adam": (0.001, 0.01, 0.1)})
-    assert F.f3_rate_edge == {"sgd": "a rate at the grid's edge", "adam": "rates inside the grid"}
+    R = ch.findings(df, lrs, {"sgd": (0.005, 0.05, 0.5), "adam": (0.001, 0.01, 0.1)}).record
+    assert R.f3_rate_edge == {"sgd": "a rate at the grid's edge", "adam": "rates inside the grid"}
 
 
 def test_shift_contrast_pairs_each_cell_across_shifts_and_is_corrected():
     """Referee s7b N1: whether the shift makes the gap is a paired per-seed difference gap(ref) - gap(none),
     not a comparison of how many cells each panel resolves."""
-    gaps = {("ref", "linear", "sgd"): -0.10, ("none", "linear", "sgd"): 0.0,
+    gaps = {("ref", "linear", "sgd"): 0.10, ("none", "linear", "sgd"): 0.0,
             ("ref", "mlp", "sgd"): 0.0, ("none", "mlp", "sgd"): 0.0,
-            ("ref", "mlp_bn", "sgd"): 0.05, ("none", "mlp_bn", "sgd"): 0.0}
+            ("ref", "mlp_bn", "sgd"): -0.05, ("none", "mlp_bn", "sgd"): 0.0}
     t = ch.shift_contrast_table(_table(gaps))
     v = t.set_index("head")["verdict"]
     assert v["linear"] == ch.SHIFT_LARGER and v["mlp_bn"] == ch.SHIFT_SMALLER
-    assert t.set_index("head").loc["linear", "mean"] == pytest.approx(-0.10)
-    # mlp: identical gaps at both shifts, a zero-width interval at 0 -> inconclusive, not "larger"
-    assert v["mlp"] == ch.INCONCLUSIVE and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 3)
+    assert t.set_index("head").loc["linear", "estimate"] == pytest.approx(0.10)
+    # mlp: identical gaps at both shifts in every seed, zero spread at 0: equivalent (the old rule: inconclusive)
+    assert v["mlp"] == "equivalent within \u00b10.02" and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 3)
     S = ch.shift_contrast_findings(t)
     assert (S.n_larger, S.n_smaller, S.larger_cells, S.smaller_cells) == (1, 1, "linear/sgd", "mlp_bn/sgd")
-    assert S.linear_sgd.mean == pytest.approx(-0.10)
+    assert S.m == 3
     assert list(ch.contrast_display(t).columns) == ["sgd"]
     with pytest.raises(ValueError, match="no rows at shift 'none'"):
-        ch.shift_contrast_table(_table({("ref", "linear", "sgd"): -0.1}))
+        ch.shift_contrast_table(_table({("ref", "linear", "sgd"): 0.1}))
 
 
 def test_head_contrast_says_when_a_smaller_gap_comes_from_a_worse_separate_side():
     """Referee s7b N6: mlp's 'smaller gap' came with a lower separate_stats accuracy than the linear head's."""
-    df = _table({("ref", "linear", "sgd"): -0.10, ("ref", "mlp", "sgd"): -0.02})
+    df = _table({("ref", "linear", "sgd"): 0.10, ("ref", "mlp", "sgd"): 0.02})
     m = (df["head"] == "mlp") & (df["optimizer"] == "sgd")
     df.loc[m, "task_b"] -= 0.05  # every mode of mlp 0.05 lower: the same gap, a worse separate side
     t = ch.head_contrast_table(df)
@@ -670,8 +731,9 @@ def test_head_contrast_says_when_a_smaller_gap_comes_from_a_worse_separate_side(
 
 
 def test_link_counts_are_split_by_scope():
-    t = pd.DataFrame([dict(scope=sc, optimizer="sgd", measure="curvature_ratio", rho=-0.5, ci_low=-0.8, ci_high=hi,
-                           n_seeds=10, verdict=v)
-                      for sc, hi, v in (("ref", 0.1, ch.LINK_NOT_SHOWN), ("all", -0.2, ch.LINK_HOLDS))])
+    t = pd.DataFrame([dict(scope=sc, kind=k, predicted_sign=1, m=3, confidence=1 - 0.05 / 3)
+                      for sc, k in (("ref", "not decided"), ("all", "higher"), ("ref", "lower"))])
     L = ch.link_findings(t)
-    assert (L.n_holds, L.n_tests, L.n_holds_ref, L.n_tests_ref, L.n_holds_all, L.n_tests_all) == (1, 2, 0, 1, 1, 1)
+    assert (L.n_predicted, L.n_opposite, L.n_tests) == (1, 1, 3)
+    assert (L.n_predicted_ref, L.n_tests_ref, L.n_predicted_all, L.n_tests_all) == (0, 2, 1, 1)
+    assert L.m == 3
