@@ -30,7 +30,8 @@ from the test set) and reports test accuracy at that rate, so the fix is judged 
 had a fair chance to learn.
 
 ``Config`` -> :func:`run` (one row per (seed, trap, case), cached by :mod:`bnstudy.sweep`)
--> :func:`findings` (every number and verdict the prose cites). Here ``module_mode`` is a
+-> :func:`findings` (a claims table from :mod:`bnstudy.inference`, every verdict the page prints, and the
+descriptive numbers its prose cites). Here ``module_mode`` is a
 module's train/eval flag; "train mode" in prose means that flag, never chapter 1's freeze
 mode ``train_mode``.
 """
