@@ -1685,17 +1685,17 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
 
 
 def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None = None):
-    """Chapter 2, trap 5: accuracy lost in train mode (eval minus train-mode accuracy) per per-device batch size.
+    """Chapter 2, trap 5: train-mode minus eval-mode accuracy (negative: train mode loses) per per-device batch size.
 
     ``t5``: tidy ``seed, device_batch_size, module_eval_accuracy, module_train_accuracy,
     min_values_per_channel``. Mean and 95% Student-t interval of the paired difference; the top axis
     gives the values per channel of the last BatchNorm (m x H x W: a candidate effective count, not
-    tested here); shaded: where the lint fires; ``tolerance``: a dashed line at the loss tolerance.
-    Bottom panel: the same, zoomed on batches from 4 on, where the upper ends are read against the
+    tested here); shaded: where the lint fires; ``tolerance``: a dashed line at minus the loss tolerance.
+    Bottom panel: the same, zoomed on batches from 4 on, where the lower ends are read against the
     tolerance. Returns the figure.
     """
     from matplotlib.ticker import NullLocator
-    d = t5.assign(loss=t5["module_eval_accuracy"] - t5["module_train_accuracy"])
+    d = t5.assign(loss=t5["module_train_accuracy"] - t5["module_eval_accuracy"])
     c = _curve(d, "device_batch_size", "loss")
     bs = c["device_batch_size"].tolist()
     fig, (ax, zx) = plt.subplots(2, 1, figsize=(6.6, 5.6), sharex=True, gridspec_kw={"height_ratios": [1, 1]})
@@ -1703,14 +1703,14 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
         a.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
         a.axhline(0, color="0.4", lw=1)
         if tolerance is not None:
-            a.axhline(tolerance, color="0.3", ls="--", lw=1, label=f"tolerance {tolerance:g}")
+            a.axhline(-tolerance, color="0.3", ls="--", lw=1, label=f"tolerance -{tolerance:g}")
         a.errorbar(c["device_batch_size"], c["mean"], yerr=[c["mean"] - c["lo"], c["hi"] - c["mean"]], fmt="s-",
                    color="C3", ms=4, capsize=4, label="mean, 95% CI over seeds")
-        a.set_ylabel("eval mode -\ntrain mode" + (" (zoom)" if zoom else ""))
+        a.set_ylabel("train mode -\neval mode" + (" (zoom)" if zoom else ""))
     zoomed = c[c["device_batch_size"] >= 4]
-    hi = max(float(zoomed["hi"].max()) if len(zoomed) else 0.0, tolerance or 0.0)
-    lo = min(float(zoomed["lo"].min()) if len(zoomed) else 0.0, 0.0)
-    zx.set_ylim(lo - 0.15 * (hi - lo + 1e-3), hi + 0.25 * (hi - lo + 1e-3))
+    hi = max(float(zoomed["hi"].max()) if len(zoomed) else 0.0, 0.0)
+    lo = min(float(zoomed["lo"].min()) if len(zoomed) else 0.0, -(tolerance or 0.0))
+    zx.set_ylim(lo - 0.25 * (hi - lo + 1e-3), hi + 0.15 * (hi - lo + 1e-3))
     zx.set_xscale("log", base=2)
     zx.set_xticks(bs); zx.set_xticklabels([str(int(b)) for b in bs]); zx.set_xlim(0.8, max(bs) * 1.25)
     zx.xaxis.set_minor_locator(NullLocator())
@@ -1721,7 +1721,7 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
         top.set_xticks(bs); top.set_xticklabels([f"{int(cnt[b])}" for b in bs])
         top.xaxis.set_minor_locator(NullLocator())
         top.set_xlabel("values per channel, last BatchNorm (m x H x W; not tested as the count)")
-    ax.legend(loc="upper right", fontsize=9)
+    ax.legend(loc="lower right", fontsize=9)
     return min_text_size(fig)
 
 
@@ -1731,8 +1731,8 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
     ``t6``: tidy ``seed, case, train_meter_accuracy, heldout_eval_accuracy,
     heldout_batch_stats_accuracy``. Bars: means; error bars: 95% Student-t intervals (clipped at 0, a
     small bar marks a clipped end); dots: seeds; ``chance``: a dotted line. Right panel: paired per seed,
-    meter minus held-out (eval mode) for each case, and held-out accuracy shuffled minus class-sorted,
-    mean and 95% Student-t interval; ``tie_margin``: the band +-margin a tie is judged against, shaded on the
+    meter minus held-out (eval mode) for each case, and held-out accuracy class-sorted minus shuffled,
+    mean and 95% Student-t interval; ``tie_margin``: the equivalence band +-margin, shaded on the
     class-sorted meter row. Row labels sit inside the lower panel, so both panels use the full width.
     Returns the figure.
     """
@@ -1767,12 +1767,12 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
     diffs = [(f"meter - held-out, trained {case.replace('_', '-')}", piv["train_meter_accuracy"][case]
               - piv["heldout_eval_accuracy"][case]) for case in cases]
     if len(cases) == 2:
-        diffs.append(("held-out: trained shuffled - class-sorted", piv["heldout_eval_accuracy"]["shuffled"]
-                      - piv["heldout_eval_accuracy"]["class_sorted"]))
+        diffs.append(("held-out: trained class-sorted - shuffled", piv["heldout_eval_accuracy"]["class_sorted"]
+                      - piv["heldout_eval_accuracy"]["shuffled"]))
     for i, (name, v) in enumerate(diffs):
         if tie_margin is not None and name.endswith("class-sorted") and name.startswith("meter"):
             px.fill_betweenx([i - 0.3, i + 0.3], -tie_margin, tie_margin, color="C1", alpha=0.15, lw=0,
-                             label=f"tie margin \u00b1{tie_margin:g}")
+                             label=f"equivalence margin \u00b1{tie_margin:g}")
         px.scatter(v, np.full(len(v), i) + 0.18, s=8, color="0.3", alpha=0.5, zorder=3)
         iv = mean_ci(v)
         px.errorbar([iv.mean], [i], xerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D", color="black", ms=5,

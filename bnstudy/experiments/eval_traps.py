@@ -30,7 +30,8 @@ from the test set) and reports test accuracy at that rate, so the fix is judged 
 had a fair chance to learn.
 
 ``Config`` -> :func:`run` (one row per (seed, trap, case), cached by :mod:`bnstudy.sweep`)
--> :func:`findings` (every number and verdict the prose cites). Here ``module_mode`` is a
+-> :func:`findings` (a claims table from :mod:`bnstudy.inference`, every verdict the page prints, and the
+descriptive numbers its prose cites). Here ``module_mode`` is a
 module's train/eval flag; "train mode" in prose means that flag, never chapter 1's freeze
 mode ``train_mode``.
 """
@@ -50,9 +51,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import audit
-import scipy.stats as sps
 
-from ..analysis import Interval, holm, mean_ci, verdict
+from ..inference import Family, Interval, claims_table, decide, exact_check, one_sided_p, t_interval
 from ..config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label
 from ..engine import accuracy, ensure_sources, load_source, logits_of, make_optimizer, seeded, source_version, \
@@ -96,10 +96,10 @@ CASES = {"train_call": ("eval_once", "pinned"), "no_grad": ("teacher_train", "te
          "sorted_training": ("shuffled", "class_sorted")}
 STAGE1_LR = 3e-3
 #: Stated tolerances the prose quotes: "within 0.01" (trap 4's curve), "about chance" (1.5x chance), and the
-#: equivalence margin of "unchanged" (trap 4: the paired 95% interval inside +-TOL_AFTER). All set by us.
+#: equivalence margin of "unchanged" (trap 4: TOST against +-TOL_AFTER at the family's level). All set by us.
 TOL_CURVE, CHANCE_FACTOR, TOL_AFTER = 0.01, 1.5, 0.02
-#: Trap 5: a batch size "loses less than TOL_LOSS" when the upper 95% bound of (eval - train-mode accuracy) is
-#: below it.
+#: Trap 5: a batch size "loses less than TOL_LOSS" when the one-sided t test of (train mode - eval mode accuracy)
+#: against -TOL_LOSS rejects at the family's level (:func:`bnstudy.inference.one_sided_p`).
 TOL_LOSS = 0.02
 AUX_WEIGHT = 0.4  # the auxiliary head's loss weight (trap 3)
 P_DROP = 0.3  # the main head's dropout rate in trap 3's model (AuxHeadNet's default)
@@ -107,48 +107,49 @@ P_DROP = 0.3  # the main head's dropout rate in trap 3's model (AuxHeadNet's def
 #: ``std`` features (standardized per feature with the mean and SD of the pinned backbone's task-B features, as
 #: chapter 1's standardized heads), at head dropout p (0: the dropout pinned off).
 FEATURE_KINDS = ("raw", "std")
-VERDICT_FAMILY = {  # the chapter's inferential verdicts (Holm family), in page order, with the words the page uses
-    "t1_tuned_pinning_costs_b": "trap 1: the SGD-trained head scores lower on pinned features",
-    "t3_tuned_fix_learns": "trap 3: the tuned fix above 1.5 times chance",
-    "t3_tuned_dropout_lowers_main": "trap 3: the tuned fix below the whole model",
-    "t3_fix_below_whole": "trap 3: the run line's fix below the whole model",
-    "t3d_drop_grows_raw": "trap 3: on raw features the dropout cost grows with the dropout rate",
-    "t3d_std_shrinks_drop": "trap 3: standardizing the features shrinks the dropout cost",
-    "t4_after_unchanged": "trap 4: accuracy unchanged after the sorted pass",
-    "t4_loss_first_flagged": "trap 4: a loss at the first flagged share",
-    "t5_safe_batch": "trap 5: inference safe from the safe batch",
-    "t5t_safe_batch": "trap 5, training: safe from the safe batch",
-    "t5t_costs_below_min_batch": "trap 5, training: batch statistics cost something below the lint's threshold",
-    "t6_meter_misleads": "trap 6: the meter overstates",
-    "t6_meter_ties": "trap 6: the meter ties held-out accuracy",
+#: The chapter's family-wise level: its claims (:func:`findings`' claims table) and its two safe-batch rules form
+#: one :class:`bnstudy.inference.Family`, Bonferroni intervals at ``1 - ALPHA/m``, Holm's adjusted p for counts.
+ALPHA = 0.05
+#: The direction words of this page's verdicts (:func:`bnstudy.inference.decide`), each naming the direction of
+#: *condition minus reference* of its claim (see :data:`CLAIMS`), as ``(higher, lower)`` pairs flattened.
+DIRECTIONS: tuple[str, ...] = (
+    "drifting higher", "drifting lower",  # trap 1: drifting (train-mode BatchNorm) head - pinned head
+    "above 1.5 times chance", "below 1.5 times chance",  # trap 3: the fix's main head - 1.5 x chance
+    "whole model higher", "whole model lower",  # trap 3: whole model pinned - the fix (backbone pinned)
+    "cost shrinks with the rate", "cost grows with the rate",  # trap 3: dropout's effect at the top p - at the lowest
+    "standardized costs less", "standardized costs more",  # trap 3: dropout's effect, standardized - raw features
+    "higher after the pass", "lower after the pass",  # trap 4: held-out accuracy after the sorted pass - before
+    "train mode higher", "train mode lower",  # trap 4: train mode - eval mode on the same batches
+    "batch statistics higher", "batch statistics lower",  # trap 5: trained with batch statistics - pinned
+    "meter higher", "meter lower",  # trap 6: the training meter - held-out accuracy
+)
+#: The chapter's claims (key stems of its claims table; ``t5t_reest_b<m>`` one per training batch m below
+#: ``min_batch``): what each compares, condition minus reference, and its ``(higher, lower)`` words.
+CLAIMS = {
+    "t1_tuned_price": ("trap 1 at tuned rates: drifting head minus pinned head", DIRECTIONS[0:2]),
+    "t3_fix_chance": ("trap 3: the run line's fix minus 1.5 times chance", DIRECTIONS[2:4]),
+    "t3_tuned_fix_chance": ("trap 3: the tuned fix minus 1.5 times chance", DIRECTIONS[2:4]),
+    "t3_whole_vs_fix": ("trap 3 at the run line's rate: whole model minus the fix", DIRECTIONS[4:6]),
+    "t3_tuned_whole_vs_fix": ("trap 3 at tuned rates: whole model minus the fix", DIRECTIONS[4:6]),
+    "t3d_growth_raw": ("trap 3, raw features: dropout's effect at the highest rate minus at the lowest",
+                       DIRECTIONS[6:8]),
+    "t3d_std_vs_raw": ("trap 3: dropout's effect at the model's rate, standardized minus raw features",
+                       DIRECTIONS[8:10]),
+    "t4_after": ("trap 4: held-out accuracy after the sorted pass minus before", DIRECTIONS[10:12]),
+    "t4_first_flagged": ("trap 4: train mode minus eval mode at the first flagged share", DIRECTIONS[12:14]),
+    "t5t_reest": ("trap 5, training, re-estimated: batch statistics minus pinned at batch {m}", DIRECTIONS[14:16]),
+    "t6_meter_gap": ("trap 6, trained class-sorted: the meter minus held-out accuracy", DIRECTIONS[16:18]),
 }
-ALPHA = 0.05  # the chapter's family-wise level (Holm over VERDICT_FAMILY; one-sided p doubled: 2.5% per side)
-#: Trap 6: the equivalence margin for "the training meter agrees with held-out accuracy" (two one-sided tests:
-#: the 95% interval of the difference inside +-TOL_TIE). Set by us before the check, not fitted.
+#: The two safe-batch rules (intersection-union tests of one-sided t tests at the family's level), family members
+#: beside the claims table.
+RULES = {"t5_safe_batch": "trap 5, inference: train mode loses less than the tolerance from the safe batch on",
+         "t5t_safe_batch": "trap 5, training, re-estimated: batch statistics lose less than the tolerance from the "
+                           "safe batch on"}
+#: Trap 6: the equivalence margin for "the training meter agrees with held-out accuracy" (TOST against +-TOL_TIE at
+#: the family's level). Set by us before the check, not fitted.
 TOL_TIE = 0.05
 #: ``lint_loader``'s default threshold on label dependence (with p < 1e-3); trap 4 quotes it.
 LINT_MAX_DEPENDENCE = 0.05
-
-
-def chance_rule(values, chance: float, factor: float = CHANCE_FACTOR) -> str:
-    """Where accuracies lie against the line ``factor * chance`` (one rule for every "about chance" claim).
-
-    ``values``: one accuracy per seed (fractions). By the 95% Student-t interval over seeds:
-    ``"above"`` (lower end above the line), ``"below"`` (upper end below it), else ``"unresolved"``
-    (the interval contains the line). Raises ``ValueError`` for fewer than two values or ``chance``
-    outside (0, 1).
-    """
-    v = np.asarray(values, dtype=float)
-    if v.size < 2:
-        raise ValueError(f"chance_rule needs at least two values (seeds), got {v.size}")
-    if not 0 < chance < 1:
-        raise ValueError(f"chance must be in (0, 1), got {chance!r}")
-    iv, line = mean_ci(v), factor * chance
-    return "above" if iv.low > line else "below" if iv.high < line else "unresolved"
-
-
-_CHANCE_WORDS = {"above": "above 1.5 times chance", "below": "below 1.5 times chance (about chance)",
-                 "unresolved": "not distinguishable from 1.5 times chance"}
 CPU = torch.device("cpu")  # the traps' networks are tiny; the audits and probes live on the CPU
 
 
@@ -1226,24 +1227,25 @@ def single_layer_from_table(table: pd.DataFrame) -> SingleLayer:
 # --- findings ---------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Findings:
-    """Every number and verdict chapter 2's prose and checklist cite (accuracies are fractions 0..1).
+class Numbers:
+    """The descriptive numbers chapter 2's prose and checklist cite (accuracies are fractions 0..1); its verdicts
+    are in :class:`Findings`' claims table, not here.
 
-    A plain number is the mean over seeds; ``<name>_min`` / ``<name>_max`` are the lowest and
-    highest seed's value. Verdicts are ``"holds"`` / ``"does not hold"``; the ones that follow from
-    the code itself (``t1_pinned_exact``, ``t2_eval_exact``, ``t3_aux_untouched``,
-    ``t3_nodrop_equals_whole``, ``t3_eval_dropout_off``) are checks, not findings. ``t1_price_b``: the
-    paired per-seed ``task_b(eval_once) - task_b(pinned)`` (what the pin costs task B) with its
-    95% interval, reported descriptively (no verdict: the head's rate was not tuned, referee ch2 item 2);
+    A plain number is the mean over seeds; ``<name>_min`` / ``<name>_max`` are the lowest and highest seed's value
+    (for a per-seed largest value, ``<name>`` is its mean over seeds). Intervals are 95% Student-t intervals over
+    seeds of a per-seed difference, *condition minus reference*, descriptive (no verdict). Booleans are plain facts
+    of the run (a lint fired in every seed, a chosen rate lies inside its grid), not statistical claims.
+    ``t1_price_b``: ``task_b(eval_once) - task_b(pinned)`` at the run line's untuned rate (referee ch2 item 2);
     ``t1_loss_*``: the head's mean training cross-entropy (nats) over the first / last epoch (NaN for runs made
-    before it was recorded). A ``<name>`` with ``_min`` / ``_max`` beside it is the mean over seeds of a per-seed
-    largest value ("per-seed largest, averaged"), and ``_max`` is the largest over seeds; ``t1_param`` is the
-    largest change of any *backbone* weight over seeds. "About chance" claims use one rule,
-    :func:`chance_rule` (95% interval against 1.5 x chance): ``t3_fix_chance``, ``t3_tuned_fix_chance``.
-    ``t3_same_rate_*``: fix minus whole model at the same rate (paired), at the grid's lowest / highest rate
-    and the most / least negative mean over the grid; ``t3_tuned_aux``: the fix's auxiliary head (no dropout,
-    same run) at the rate with its best validation accuracy (``t3_lr_aux``). ``*_ci90``, ``*_90``: 90%
-    intervals (the TOST at 5% per side; the verdicts use the stricter 95% interval, 2.5% per side).
+    before it was recorded). ``t3_same_rate_*``: whole model minus fix at the same rate (paired), at the grid's
+    lowest / highest rate and the lowest / highest mean over the grid; ``t3_tuned_aux``: the fix's auxiliary head
+    (no dropout, same run) at the rate with its best validation accuracy (``t3_lr_aux``). ``t3d_effect``: dropout's
+    effect, fix at p minus fix with dropout off (negative: dropout costs). ``t5_safe_batch`` / ``t5t_safe_batch``:
+    the smallest batch from which every larger one loses less than ``TOL_LOSS`` (one-sided t tests at the family's
+    level, intersection-union; ``*_p`` the largest of those p-values), NaN if none. ``t5t_costs_n``: batches below
+    ``min_batch`` where batch statistics score lower than pinned (re-estimated), Holm-adjusted p below ``ALPHA``
+    over the claims table, of ``t5t_n_below``. ``family_m``: the family's size (the claims that are tests, plus
+    the two safe-batch rules); ``family_confidence``: its intervals' confidence in percent.
     """
 
     n_seeds: int
@@ -1255,6 +1257,8 @@ class Findings:
     teacher_batches: int
     n_eval: int
     min_batch: int
+    family_m: int
+    family_confidence: float
     # trap 1
     t1_bn_train: float
     t1_nbt: float
@@ -1276,8 +1280,7 @@ class Findings:
     t1_task_a_after_pinned: float
     t1_probe_pinned: float
     t1_buffer_pinned: float
-    t1_pinned_exact: str
-    t1_lint_every_seed: str
+    t1_lint_every_seed: bool
     t1_price_b: Interval
     t1_price_b_pos_seeds: int
     t1_price_b_neg_seeds: int
@@ -1285,6 +1288,34 @@ class Findings:
     t1_loss_first_pinned: float
     t1_loss_last_eval_once: float
     t1_loss_last_pinned: float
+    t1_mean_shift: float
+    t1_mean_shift_min: float
+    t1_mean_shift_max: float
+    t1_log_var: float
+    t1_log_var_min: float
+    t1_log_var_max: float
+    # trap 1 at tuned rates
+    t1_tuned_lr_drifting: float
+    t1_tuned_lr_pinned: float
+    t1_tuned_lr_interior: bool
+    t1_tuned_n_lrs: int
+    t1_tuned_lr_min: float
+    t1_tuned_lr_max: float
+    t1_tuned_b_drifting: float
+    t1_tuned_b_drifting_min: float
+    t1_tuned_b_drifting_max: float
+    t1_tuned_b_pinned: float
+    t1_tuned_b_pinned_min: float
+    t1_tuned_b_pinned_max: float
+    t1_tuned_price_b_pos_seeds: int
+    t1_tuned_price_b_neg_seeds: int
+    t1_tuned_price_b_same_rate: Interval
+    t1_tuned_gain_drifting: Interval
+    t1_tuned_gain_pinned: Interval
+    t1_tuned_price_b_half: Interval
+    t1_tuned_price_change: Interval
+    t1_tuned_loss_last_drifting: float
+    t1_tuned_loss_last_pinned: float
     # trap 2
     t2_nbt: float
     t2_buffer: float
@@ -1307,7 +1338,12 @@ class Findings:
     t2_logit_mates_eval: float
     t2_acc_mates_eval: float
     t2_buffer_eval: float
-    t2_eval_exact: str
+    t2_mean_shift: float
+    t2_mean_shift_min: float
+    t2_mean_shift_max: float
+    t2_log_var: float
+    t2_log_var_min: float
+    t2_log_var_max: float
     # trap 3
     t3_aux_loss_whole: float
     t3_aux_change_whole: float
@@ -1315,7 +1351,6 @@ class Findings:
     t3_task_b_aux_whole: float
     t3_task_b_aux_whole_min: float
     t3_task_b_aux_whole_max: float
-    t3_aux_untouched: str
     t3_aux_loss_fixed: float
     t3_aux_change_fixed: float
     t3_dropout_fixed: float
@@ -1324,71 +1359,13 @@ class Findings:
     t3_task_b_aux_fixed_max: float
     t3_task_b_main_whole: float
     t3_task_b_main_fixed: float
-    # trap 4
-    t4_eval_shuffled: float
-    t4_eval_sorted: float
-    t4_train_shuffled: float
-    t4_train_half: float
-    t4_half: float
-    t4_train_sorted: float
-    t4_train_sorted_min: float
-    t4_train_sorted_max: float
-    t4_monotone: str
-    t4_first_flagged: float
-    t4_dep_first_flagged: float
-    t4_dep_shuffled: float
-    t4_shuffled_clean: str
-    t4_after_sorted: float
-    t4_after_change: float
-    t4_after_unchanged: str
-    # trap 5
-    t5_train: dict
-    t5_smallest: int
-    t5_eval: float
-    t5_first_ok: float
-    t5_lint_matches: str
-    # issue 10: trap 3's dropout, trap 5's effective counts, trap 6 (training on class-sorted batches)
     t3_task_b_main_nodrop: float
-    t3_fix_vs_whole: Interval
     t3_dropout_effect: Interval
-    t3_nodrop_vs_whole: Interval
-    t3_dropout_lowers_main: str
-    t3_nodrop_equals_whole: str
-    t5_loss: dict
-    t5_count: dict
-    t5_safe_batch: float
-    t5_safe_count: float
-    t5_loss_at_safe_half: Interval
-    t6_meter_shuffled: float
-    t6_meter_sorted: float
-    t6_eval_shuffled: float
-    t6_eval_sorted: float
-    t6_eval_sorted_min: float
-    t6_eval_sorted_max: float
-    t6_batch_stats_sorted: float
-    t6_gap_sorted: Interval
-    t6_gap_shuffled: Interval
-    t6_eval_cost: Interval
-    t6_meter_misleads: str
-    # referee report (chapter 2 items 6-8, 10, 11, 15)
-    t1_mean_shift: float
-    t1_mean_shift_min: float
-    t1_mean_shift_max: float
-    t1_log_var: float
-    t1_log_var_min: float
-    t1_log_var_max: float
-    t2_mean_shift: float
-    t2_mean_shift_min: float
-    t2_mean_shift_max: float
-    t2_log_var: float
-    t2_log_var_min: float
-    t2_log_var_max: float
     t3_n_features: int
     t3_p_drop_pct: float
     t3_chance_line: float
     t3_fix_ci: Interval
     t3_fix_seeds_below: int
-    t3_fix_chance: str
     t3_lr_aux: float
     t3_tuned_aux: Interval
     t3_tuned_aux_vs_whole: Interval
@@ -1396,16 +1373,14 @@ class Findings:
     t3_same_rate_low: Interval
     t3_same_rate_high_lr: float
     t3_same_rate_high: Interval
-    t3_same_rate_most: float
-    t3_same_rate_least: float
-    t3_tuned_fix_chance: str
+    t3_same_rate_min: float
+    t3_same_rate_max: float
     t3_loss_first_fixed: float
     t3_loss_last_fixed: float
     t3_loss_last_whole: float
-    t3_eval_dropout_off: str
     t3_lr_whole: float
     t3_lr_fixed: float
-    t3_lr_interior: str
+    t3_lr_interior: bool
     t3_lr_runline: float
     t3_n_lrs: int
     t3_lr_min: float
@@ -1418,91 +1393,14 @@ class Findings:
     t3_tuned_main_fixed_min: float
     t3_tuned_main_fixed_max: float
     t3_tuned_fixed_ci: Interval
-    t3_tuned_fix_learns: str
-    t3_tuned_fix_vs_whole: Interval
-    t3_tuned_dropout_lowers_main: str
     t3_tuned_gain_fixed: Interval
     t3_tuned_gain_whole: Interval
     t3_tuned_loss_last_fixed: float
     t3_tuned_loss_last_whole: float
     t3_tuned_aux_fixed: float
-    t4_loss_shuffled: Interval
-    t4_loss_half: Interval
-    t4_loss_sorted: Interval
-    t4_flagged_every_seed: str
-    t4_after_change_ci: Interval
-    t4_after_change_ci90: Interval
-    t4_loss_first_flagged: Interval
-    t4_lint_max_dependence: float
-    t5_tol: float
-    t6_tie_margin: float
-    t6_meter_ties: str
-    t6_gap_sorted_90: Interval
-    # chapter-2 follow-up (ch23fix3): trap 1 at tuned rates, trap 5's training arm
-    t1_tuned_lr_drifting: float
-    t1_tuned_lr_pinned: float
-    t1_tuned_lr_interior: str
-    t1_tuned_n_lrs: int
-    t1_tuned_lr_min: float
-    t1_tuned_lr_max: float
-    t1_tuned_b_drifting: float
-    t1_tuned_b_drifting_min: float
-    t1_tuned_b_drifting_max: float
-    t1_tuned_b_pinned: float
-    t1_tuned_b_pinned_min: float
-    t1_tuned_b_pinned_max: float
-    t1_tuned_price_b: Interval
-    t1_tuned_price_b_pos_seeds: int
-    t1_tuned_price_b_neg_seeds: int
-    t1_tuned_pinning_costs_b: str
-    t1_tuned_price_b_same_rate: Interval
-    t1_tuned_gain_drifting: Interval
-    t1_tuned_loss_last_drifting: float
-    t1_tuned_loss_last_pinned: float
-    t5t_steps: int
-    t5t_largest: int
-    t5t_eval: dict
-    t5t_cost: dict
-    t5t_reest_gain: dict
-    t5t_loss_last: dict
-    t5t_smallest: int
-    t5t_safe_batch: float
-    t5t_costs_below_min_batch: str
-    t5t_threshold_word: str
-    t5t_change_pinned_smallest: Interval
-    # final referee pass (ch2c): trap 5's re-estimated comparison, trap 1's scope, the multiplicity policy
-    t5t_samples: dict
-    t5t_reest: dict
-    t5t_reest_cost: dict
-    t5t_change: dict
-    t5t_safe_batch_as_trained: float
-    t5t_costs_p: float
-    t5t_costs_below_min_batch_as_trained: str
-    t5t_costs_p_as_trained: float
-    t5t_safe_p: float
-    t5t_pinned_reest_not_below_source: str
-    t1_tuned_price_p: float
-    t1_tuned_gain_pinned: Interval
-    t1_tuned_price_b_half: Interval
-    t1_tuned_price_change: Interval
-    mult_family: dict
-    mult_n: int
-    mult_n_claims: int
-    mult_weakest: str
-    mult_weakest_p: float
-    mult_weakest_raw_p: float
-    mult_bonferroni_weakest_surviving_p: float
-    mult_bonferroni_weakest_surviving_survives: str
-    mult_claims_survive: str
-    mult_not_surviving: str
-    mult_weakest_surviving: str
-    mult_weakest_surviving_p: float
-    stage1_lr: float
     t3_aux_vs_fix_main: Interval
     t3_aux_vs_fix_main_same_rate: Interval
     t3_aux_weight: float
-    t4_tol_after: float
-    t5t_reest_batches: int
     # trap 3's dropout mechanism (referee ch2c N5)
     t3d_ps: str
     t3d_p_low: float
@@ -1511,18 +1409,105 @@ class Findings:
     t3d_lr_raw: float
     t3d_lr_std: float
     t3d_std_n_lrs: int
-    t3d_std_lr_interior: str
+    t3d_std_lr_interior: bool
     t3d_acc: dict
-    t3d_drop: dict
-    t3d_dod: dict
-    t3d_growth_raw: Interval
+    t3d_effect: dict
+    t3d_std_vs_raw_at: dict
     t3d_growth_std: Interval
-    t3d_rel_cost: dict
-    t3d_rel_dod: Interval
-    t3d_drop_grows_raw: str
-    t3d_std_shrinks_drop: str
-    t3d_hypothesis: str
+    t3d_rel_effect: dict
+    t3d_rel_std_vs_raw: Interval
+    t3d_hypothesis: bool
     t3d_hypothesis_words: str
+    # trap 4
+    t4_eval_shuffled: float
+    t4_eval_sorted: float
+    t4_train_shuffled: float
+    t4_train_half: float
+    t4_half: float
+    t4_train_sorted: float
+    t4_train_sorted_min: float
+    t4_train_sorted_max: float
+    t4_monotone: bool
+    t4_first_flagged: float
+    t4_dep_first_flagged: float
+    t4_dep_shuffled: float
+    t4_shuffled_clean: bool
+    t4_flagged_every_seed: bool
+    t4_after_sorted: float
+    t4_train_vs_eval_shuffled: Interval
+    t4_train_vs_eval_half: Interval
+    t4_train_vs_eval_sorted: Interval
+    t4_lint_max_dependence: float
+    t4_tol_after: float
+    # trap 5
+    t5_train: dict
+    t5_smallest: int
+    t5_eval: float
+    t5_first_ok: float
+    t5_train_vs_eval: dict
+    t5_count: dict
+    t5_safe_batch: float
+    t5_safe_p: float
+    t5_safe_count: float
+    t5_tol: float
+    t5t_steps: int
+    t5t_largest: int
+    t5t_smallest: int
+    t5t_samples: dict
+    t5t_eval: dict
+    t5t_reest: dict
+    t5t_bs_vs_pinned: dict
+    t5t_reest_bs_vs_pinned: dict
+    t5t_change: dict
+    t5t_reest_gain: dict
+    t5t_loss_last: dict
+    t5t_safe_batch: float
+    t5t_safe_p: float
+    t5t_safe_batch_as_trained: float
+    t5t_threshold_word: str
+    t5t_n_below: int
+    t5t_costs_n: int
+    t5t_costs_n_as_trained: int
+    t5t_pinned_reest_below_n: int
+    t5t_reest_batches: int
+    stage1_lr: float
+    # trap 6
+    t6_meter_shuffled: float
+    t6_meter_sorted: float
+    t6_eval_shuffled: float
+    t6_eval_sorted: float
+    t6_eval_sorted_min: float
+    t6_eval_sorted_max: float
+    t6_batch_stats_sorted: float
+    t6_gap_shuffled: Interval
+    t6_sorted_vs_shuffled: Interval
+    t6_tie_margin: float
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Chapter 2's findings: ``claims``, its claims table (:func:`bnstudy.inference.claims_table`; the notebook glues
+    it with :func:`bnstudy.pages.glue_claims`: every verdict the page prints is a ``verdict`` of it), and
+    ``numbers``, the descriptive :class:`Numbers`. Attribute access falls through to ``numbers``
+    (``f.t1_buffer``); ``f.claim(key)`` is one row of ``claims``."""
+
+    claims: pd.DataFrame
+    numbers: Numbers
+
+    def __getattr__(self, name):
+        if name in ("claims", "numbers"):
+            raise AttributeError(name)
+        return getattr(self.numbers, name)
+
+    def claim(self, key: str) -> pd.Series:
+        """The claims table's row ``key``; ``KeyError`` naming the keys it has."""
+        hit = self.claims[self.claims["key"] == key]
+        if len(hit) != 1:
+            raise KeyError(f"no claim {key!r}; claims: {list(self.claims['key'])}")
+        return hit.iloc[0]
+
+    def verdict(self, key: str) -> str:
+        return str(self.claim(key)["verdict"])
 
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
@@ -1533,49 +1518,53 @@ def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
     return sel.set_index("seed")[quantity].astype(float)
 
 
-def findings(df: pd.DataFrame) -> Findings:
-    """Chapter 2's findings from :func:`run`'s table (every trap and case, at least two seeds).
+def _safe_from(batches: list, diff, family: Family) -> tuple[float, float]:
+    """The smallest batch from which every larger one loses less than ``TOL_LOSS``: for each batch ``b``,
+    ``diff(b)`` (per-seed condition minus reference, negative: a loss) is tested one-sided against ``-TOL_LOSS``
+    (:func:`bnstudy.inference.one_sided_p`, ``"greater"``) at ``family.level``; intersection-union over the batches
+    it covers. Returns ``(batch, p)`` with ``p`` the largest p of the covered batches; ``(nan, nan)`` if none."""
+    p = {b: one_sided_p(diff(b), "greater", null=-TOL_LOSS) for b in batches}
+    safe = [b for i, b in enumerate(batches) if all(p[x] < family.level for x in batches[i:])]
+    if not safe:
+        return float("nan"), float("nan")
+    return float(min(safe)), float(max(p[b] for b in batches if b >= min(safe)))
 
-    Verdicts and their tests: ``t1_pinned_exact`` (every backbone buffer, weight and probe logit
-    changed by exactly 0 with the pin, every seed); ``t1_lint_every_seed`` (the lint fired in
-    every seed); ``t2_eval_exact`` (in eval mode, logits bit-identical whatever the batch mates and
-    no buffer or probe change, every seed); ``t3_aux_untouched`` (the auxiliary head's weights changed by
-    exactly 0 with the whole model in eval mode, every seed); ``t4_monotone`` (in every seed, module-train
-    accuracy never rises from one share to the next); ``t4_shuffled_clean`` (the lint never flagged the smallest share
-    in any seed); ``t4_after_unchanged`` (held-out eval accuracy after the class-sorted pass
-    equivalent to the source's within 0.02: the paired 95% interval inside +-0.02, two one-sided tests);
-    ``t4_flagged_every_seed`` (the lint flagged the smallest flagged share in every seed); ``t5_lint_matches`` (the small-batch lint fired in
-    every seed exactly for batches below ``min_batch``); ``t3_dropout_lowers_main`` (the paired
-    interval of main-head accuracy, fix with dropout off minus fix, lies above 0);
-    ``t3_nodrop_equals_whole`` (the fix with dropout off equals the whole-model run's main head in
-    every seed, ``==``: the main head's gradient is the same in both, so dropout is the only
-    difference; a check of the code); ``t5_safe_batch``
-    (smallest batch from which every larger one has an upper 95% bound of eval minus train-mode
-    accuracy below ``TOL_LOSS``; ``t5_count``: the values per channel the last BatchNorm averages,
-    m x H x W); ``t6_meter_misleads`` (trained on class-sorted batches, the loop's train-mode meter
-    exceeds held-out eval accuracy: paired interval above 0); ``t6_meter_ties`` (the same interval inside
-    +-``TOL_TIE``). Trap 3's learning-rate sweep: ``t3_lr_whole`` / ``t3_lr_fixed`` (per setup, the rate
-    with the best mean *validation* accuracy of the main head; ``t3_lr_interior``: neither at an end
-    of the grid), test accuracy at that rate (``t3_tuned_*``), ``t3_tuned_fix_learns`` (the fix's main
-    head: 95% interval above 1.5x chance), ``t3_tuned_dropout_lowers_main`` (fix minus whole model,
-    paired, interval below 0), ``t3_tuned_gain_*`` (test accuracy gained over the second half of the
-    budget: is the head still improving?); ``t3_fix_chance`` (the run line's fix against 1.5x chance by
-    :func:`chance_rule`, with ``t3_fix_seeds_below`` seeds at or below the line); ``t3_eval_dropout_off`` (a check: every scored logit equals the head without its
-    dropout layer). Raises ``KeyError`` if a case is missing.
+
+def findings(df: pd.DataFrame) -> Findings:
+    """Chapter 2's findings from :func:`run`'s table (every trap and case, at least two seeds): the claims table
+    and the descriptive :class:`Numbers`.
+
+    Every difference is *condition minus reference*, per seed (:data:`CLAIMS` names each claim's). Claims that
+    are tests (:func:`bnstudy.inference.decide`, words :data:`DIRECTIONS`) form one family with the two safe-batch
+    rules (:data:`RULES`): ``m = len(tests) + 2``, Bonferroni intervals at ``1 - ALPHA/m``, equivalence (trap 4's
+    ``t4_after`` within ``TOL_AFTER``, trap 6's ``t6_meter_gap`` within ``TOL_TIE``) at ``ALPHA/m``, Holm's
+    adjusted p over the table. The identities of the code are :func:`bnstudy.inference.exact_check` rows:
+    ``t1_pinned`` (every backbone buffer, weight and probe logit changed by exactly 0 with the pin),
+    ``t2_eval`` (in eval mode, logits bit-identical whatever the batch mates, no buffer or probe change),
+    ``t3_aux_untouched`` (the auxiliary head's weights unchanged with the whole model in eval mode),
+    ``t3_nodrop_equals_whole`` (the fix with dropout off equals the whole-model run's main head),
+    ``t3_eval_dropout_off`` (every scored logit equals the head without its dropout layer) and
+    ``t5_lint_matches`` (the small-batch lint fires exactly below ``min_batch``), each over every seed.
+    Rates: per setup the rate with the best mean *validation* accuracy (ties: the smaller). Raises ``KeyError``
+    if a case is missing.
     """
     first = df.iloc[0]
     v = lambda trap, case, q: _values(df, trap, case, q)
     spread = lambda name, s: {name: float(s.mean()), f"{name}_min": float(s.min()), f"{name}_max": float(s.max())}
+    ci = t_interval  # a descriptive 95% interval over seeds
     out = dict(n_seeds=int(df["seed"].nunique()), chance=1 / int(first["n_classes"]),
                source_acc=float(df.groupby("seed")["source_task_a_accuracy"].first().mean()),
                **{k: int(first[k]) for k in ("steps", "epoch_steps", "batch_size", "teacher_batches", "n_eval",
                                              "min_batch")})
-    chance = out["chance"]
+    chance, min_batch = out["chance"], out["min_batch"]
+    tests: list[tuple] = []  # (key, per-seed differences, margin, (higher, lower)): decided once m is known
+    checks: list = []
     # trap 1
     tc = lambda case, q: v("train_call", case, q)
     price = tc("eval_once", "task_b") - tc("pinned", "task_b")
     pinned_moves = pd.concat([tc("pinned", q) for q in ("max_buffer_change", "num_batches_tracked_change",
                                                         "max_param_change", "max_probe_change")])
+    checks.append(exact_check(pinned_moves, 0.0, "t1_pinned"))
     out.update(t1_bn_train=tc("eval_once", "bn_train_fraction").mean(),
                t1_nbt=tc("eval_once", "num_batches_tracked_change").mean(),
                t1_param=tc("eval_once", "max_param_change").max(),
@@ -1587,17 +1576,19 @@ def findings(df: pd.DataFrame) -> Findings:
                t1_task_a_after_pinned=tc("pinned", "task_a_after").mean(),
                t1_probe_pinned=tc("pinned", "max_probe_change").mean(),
                t1_buffer_pinned=tc("pinned", "max_buffer_change").mean(),
-               t1_pinned_exact=verdict(bool((pinned_moves == 0).all())),
-               t1_lint_every_seed=verdict(bool((tc("eval_once", "frozen_bn_lint") == 1).all())),
-               t1_price_b=mean_ci(price), t1_price_b_pos_seeds=int((price > 0).sum()),
+               t1_lint_every_seed=bool((tc("eval_once", "frozen_bn_lint") == 1).all()),
+               t1_price_b=ci(price), t1_price_b_pos_seeds=int((price > 0).sum()),
                t1_price_b_neg_seeds=int((price < 0).sum()),
                **{f"t1_loss_{w}_{k}": (tc(case, f"head_loss_{w}").mean() if "head_loss_first" in df
                                        and df["head_loss_first"].notna().any() else float("nan"))
-                  for w in ("first", "last") for case, k in (("eval_once", "eval_once"), ("pinned", "pinned"))})
+                  for w in ("first", "last") for case, k in (("eval_once", "eval_once"), ("pinned", "pinned"))},
+               **spread("t1_mean_shift", tc("eval_once", "max_mean_shift_sd")),
+               **spread("t1_log_var", tc("eval_once", "max_abs_log_var_ratio")))
     # trap 2
     ng = lambda case, q: v("no_grad", case, q)
     eval_moves = pd.concat([ng("teacher_eval", q) for q in ("max_logit_change_by_mates", "max_buffer_change",
                                                             "max_probe_change")])
+    checks.append(exact_check(eval_moves, 0.0, "t2_eval"))
     out.update(t2_nbt=ng("teacher_train", "num_batches_tracked_change").mean(),
                **spread("t2_buffer", ng("teacher_train", "max_buffer_change")),
                t2_probe=ng("teacher_train", "max_probe_change").mean(),
@@ -1609,92 +1600,28 @@ def findings(df: pd.DataFrame) -> Findings:
                t2_logit_mates_eval=ng("teacher_eval", "max_logit_change_by_mates").mean(),
                t2_acc_mates_eval=ng("teacher_eval", "accuracy_with_b_mates").mean(),
                t2_buffer_eval=ng("teacher_eval", "max_buffer_change").mean(),
-               t2_eval_exact=verdict(bool((eval_moves == 0).all())))
-    # trap 3
+               **spread("t2_mean_shift", ng("teacher_train", "max_mean_shift_sd")),
+               **spread("t2_log_var", ng("teacher_train", "max_abs_log_var_ratio")))
+    # trap 3 at the run line's rate
     we = lambda case, q: v("whole_eval", case, q)
+    main = lambda case: we(case, "task_b_main")
+    checks.append(exact_check(we("whole_model", "aux_max_param_change"), 0.0, "t3_aux_untouched"))
+    checks.append(exact_check(main("backbone_only_dropout_off") - main("whole_model"), 0.0, "t3_nodrop_equals_whole"))
+    line = CHANCE_FACTOR * chance
+    tests.append(("t3_fix_chance", main("backbone_only") - line, None))
+    tests.append(("t3_whole_vs_fix", main("whole_model") - main("backbone_only"), None))
     out.update(t3_aux_loss_whole=we("whole_model", "aux_loss_fraction").mean(),
                t3_aux_change_whole=we("whole_model", "aux_max_param_change").mean(),
                t3_dropout_whole=we("whole_model", "dropout_train_fraction").mean(),
                **spread("t3_task_b_aux_whole", we("whole_model", "task_b_aux")),
-               t3_aux_untouched=verdict(bool((we("whole_model", "aux_max_param_change") == 0).all())),
                t3_aux_loss_fixed=we("backbone_only", "aux_loss_fraction").mean(),
                t3_aux_change_fixed=we("backbone_only", "aux_max_param_change").mean(),
                t3_dropout_fixed=we("backbone_only", "dropout_train_fraction").mean(),
                **spread("t3_task_b_aux_fixed", we("backbone_only", "task_b_aux")),
-               t3_task_b_main_whole=we("whole_model", "task_b_main").mean(),
-               t3_task_b_main_fixed=we("backbone_only", "task_b_main").mean())
-    # trap 4
-    t4 = df[df["trap"] == "sorted_batches"]
-    fr = sorted(t4["sorted_fraction"].unique())
-    case_of = dict(zip(t4["sorted_fraction"], t4["case"]))
-    sb = lambda p, q: v("sorted_batches", case_of[p], q)
-    curve = [sb(p, "module_train_accuracy").mean() for p in fr]
-    flagged = [p for p in fr if sb(p, "sorted_lint").mean() > 0.5]
-    src = df.groupby("seed")["source_task_a_accuracy"].first()
-    after_ci_values = sb(fr[-1], "module_eval_accuracy_after_pass") - src
-    after_ci = mean_ci(after_ci_values)  # paired: the same held-out images
-    after_change = after_ci.mean
-    out.update(t4_eval_shuffled=sb(fr[0], "module_eval_accuracy").mean(),
-               t4_eval_sorted=sb(fr[-1], "module_eval_accuracy").mean(),
-               t4_train_shuffled=curve[0], t4_train_half=curve[len(fr) // 2], t4_half=float(fr[len(fr) // 2]),
-               **spread("t4_train_sorted", sb(fr[-1], "module_train_accuracy")),
-               t4_monotone=verdict(all(bool((sb(q, "module_train_accuracy") <= sb(p, "module_train_accuracy")).all())
-                                       for p, q in zip(fr, fr[1:]))),
-               t4_first_flagged=float(min(flagged)) if flagged else float("nan"),
-               t4_dep_first_flagged=sb(min(flagged), "label_dependence").mean() if flagged else float("nan"),
-               t4_dep_shuffled=sb(fr[0], "label_dependence").mean(),
-               t4_shuffled_clean=verdict(bool((sb(fr[0], "sorted_lint") == 0).all())),
-               t4_after_sorted=sb(fr[-1], "module_eval_accuracy_after_pass").mean(), t4_after_change=after_change,
-               t4_after_unchanged=verdict(bool(-TOL_AFTER < after_ci.low and after_ci.high < TOL_AFTER)))
-    # trap 5
-    t5 = df[df["trap"] == "tiny_batch"]
-    bs = sorted(int(b) for b in t5["device_batch_size"].unique())
-    tb = lambda b, q: v("tiny_batch", f"batch_{b}", q)
-    train_acc = {b: tb(b, "module_train_accuracy").mean() for b in bs}
-    ok = [b for b in bs if train_acc[b] >= tb(b, "module_eval_accuracy").mean() - TOL_CURVE]
-    out.update(t5_train={f"b{b}": float(a) for b, a in train_acc.items()}, t5_smallest=bs[0],
-               t5_eval=tb(bs[0], "module_eval_accuracy").mean(),
-               t5_first_ok=float(min(ok)) if ok else float("nan"),
-               t5_lint_matches=verdict(all(((tb(b, "small_batch_lint") == 1) == (b < out["min_batch"])).all()
-                                           for b in bs)))
-    # trap 3, dropout on/off in the recommended fix (paired per seed: same head init and batches)
-    main = lambda case: we(case, "task_b_main")
-    effect = mean_ci(main("backbone_only_dropout_off") - main("backbone_only"))
-    out.update(t3_task_b_main_nodrop=main("backbone_only_dropout_off").mean(),
-               t3_fix_vs_whole=mean_ci(main("backbone_only") - main("whole_model")), t3_dropout_effect=effect,
-               t3_nodrop_vs_whole=mean_ci(main("backbone_only_dropout_off") - main("whole_model")),
-               t3_dropout_lowers_main=verdict(effect.low > 0),
-               t3_nodrop_equals_whole=verdict(bool((main("backbone_only_dropout_off") == main("whole_model")).all())))
-    # trap 5: paired loss (eval - train mode) per batch size; the smallest batch from which every larger one
-    # loses less than TOL_LOSS with 95% confidence (upper interval bound below it)
-    loss = {b: mean_ci(tb(b, "module_eval_accuracy") - tb(b, "module_train_accuracy")) for b in bs}
-    has_counts = "min_values_per_channel" in t5 and not t5["min_values_per_channel"].isna().all()
-    count = {b: (float(tb(b, "min_values_per_channel").iloc[0]) if has_counts else float("nan")) for b in bs}
-    safe = [b for i, b in enumerate(bs) if all(loss[x].high < TOL_LOSS for x in bs[i:])]
-    sb_ = min(safe) if safe else None
-    below = [b for b in bs if sb_ is not None and b < sb_]
-    out.update(t5_loss={f"b{b}": iv for b, iv in loss.items()}, t5_count={f"b{b}": c for b, c in count.items()},
-               t5_safe_batch=float(sb_) if sb_ else float("nan"), t5_safe_count=count[sb_] if sb_ else float("nan"),
-               t5_loss_at_safe_half=loss[max(below)] if below else Interval(float("nan"), float("nan"),
-                                                                             float("nan"), 0))
-    # trap 6: trained on shuffled or class-sorted batches
-    st = lambda case, q: v("sorted_training", case, q)
-    gap_sorted = mean_ci(st("class_sorted", "train_meter_accuracy") - st("class_sorted", "heldout_eval_accuracy"))
-    out.update(t6_meter_shuffled=st("shuffled", "train_meter_accuracy").mean(),
-               t6_meter_sorted=st("class_sorted", "train_meter_accuracy").mean(),
-               t6_eval_shuffled=st("shuffled", "heldout_eval_accuracy").mean(),
-               **spread("t6_eval_sorted", st("class_sorted", "heldout_eval_accuracy")),
-               t6_batch_stats_sorted=st("class_sorted", "heldout_batch_stats_accuracy").mean(),
-               t6_gap_sorted=gap_sorted,
-               t6_gap_shuffled=mean_ci(st("shuffled", "train_meter_accuracy") - st("shuffled", "heldout_eval_accuracy")),
-               t6_eval_cost=mean_ci(st("shuffled", "heldout_eval_accuracy") - st("class_sorted", "heldout_eval_accuracy")),
-               t6_meter_misleads=verdict(gap_sorted.low > 0))
-    # referee report: buffer moves on readable scales (item 8)
-    out.update(**spread("t1_mean_shift", tc("eval_once", "max_mean_shift_sd")),
-               **spread("t1_log_var", tc("eval_once", "max_abs_log_var_ratio")),
-               **spread("t2_mean_shift", ng("teacher_train", "max_mean_shift_sd")),
-               **spread("t2_log_var", ng("teacher_train", "max_abs_log_var_ratio")))
-    # trap 3 (item 6): the run line's head, its loss, the evaluation path, then the tuned heads
+               t3_task_b_main_whole=main("whole_model").mean(), t3_task_b_main_fixed=main("backbone_only").mean(),
+               t3_task_b_main_nodrop=main("backbone_only_dropout_off").mean(),
+               t3_dropout_effect=ci(main("backbone_only") - main("backbone_only_dropout_off")))
+    # trap 3's learning-rate sweep
     tu = df[df["trap"] == "whole_eval_tuned"]
     if tu.empty:
         raise KeyError("no rows of trap='whole_eval_tuned' (trap 3's learning-rate sweep)")
@@ -1709,137 +1636,163 @@ def findings(df: pd.DataFrame) -> Findings:
     grid = sorted(float(x) for x in tu["lr"].unique())
     lr_w, tw = chosen("whole_model")
     lr_f, tf = chosen("backbone_only")
-    fixed_ci = mean_ci(tf["task_b_main"])
-    tuned_diff = mean_ci(tf["task_b_main"] - tw["task_b_main"])
     checks_eval = pd.concat([we(cs, "eval_dropout_off") for cs in CASES["whole_eval"]] + [tu["eval_dropout_off"]])
+    checks.append(exact_check(checks_eval, 1.0, "t3_eval_dropout_off"))
+    tests.append(("t3_tuned_fix_chance", tf["task_b_main"] - line, None))
+    tests.append(("t3_tuned_whole_vs_fix", tw["task_b_main"] - tf["task_b_main"], None))
     widths = re.split(r"[^0-9]+", str(first["widths"]).strip("()[] -"))  # "8-16" or "(8, 16)"
-    line = CHANCE_FACTOR * chance
     aux_of = lambda setup: tu[tu["setup"] == setup].groupby("lr")
     lr_aux = float(aux_of("backbone_only")["val_aux"].mean().idxmax())
     ta = tu[(tu["setup"] == "backbone_only") & (tu["lr"] == lr_aux)].set_index("seed")
     pw = tu[tu["setup"] == "whole_model"].pivot(index="seed", columns="lr", values="task_b_main")
     pf = tu[tu["setup"] == "backbone_only"].pivot(index="seed", columns="lr", values="task_b_main")
-    same = {lr: mean_ci(pf[lr] - pw[lr]) for lr in grid if lr in pf and lr in pw}
-    out.update(t3_n_features=int(widths[-1]), t3_p_drop_pct=100 * P_DROP, t3_chance_line=line, t3_fix_ci=mean_ci(main("backbone_only")),
-               t3_fix_seeds_below=int((main("backbone_only") <= line).sum()),
-               t3_fix_chance=_CHANCE_WORDS[chance_rule(main("backbone_only"), chance)],
-               t3_lr_aux=lr_aux, t3_tuned_aux=mean_ci(ta["task_b_aux"]),
-               t3_tuned_aux_vs_whole=mean_ci(ta["task_b_aux"] - tw["task_b_main"]),
+    same = {lr: ci(pw[lr] - pf[lr]) for lr in grid if lr in pf and lr in pw}  # whole model - fix, same rate
+    out.update(t3_n_features=int(widths[-1]), t3_p_drop_pct=100 * P_DROP, t3_chance_line=line,
+               t3_fix_ci=ci(main("backbone_only")), t3_fix_seeds_below=int((main("backbone_only") <= line).sum()),
+               t3_lr_aux=lr_aux, t3_tuned_aux=ci(ta["task_b_aux"]),
+               t3_tuned_aux_vs_whole=ci(ta["task_b_aux"] - tw["task_b_main"]),
                t3_same_rate_low_lr=min(same), t3_same_rate_low=same[min(same)],
                t3_same_rate_high_lr=max(same), t3_same_rate_high=same[max(same)],
-               t3_same_rate_most=min(x.mean for x in same.values()),
-               t3_same_rate_least=max(x.mean for x in same.values()),
-               t3_tuned_fix_chance=_CHANCE_WORDS[chance_rule(tf["task_b_main"], chance)],
+               t3_same_rate_min=min(x.mean for x in same.values()),
+               t3_same_rate_max=max(x.mean for x in same.values()),
                t3_loss_first_fixed=we("backbone_only", "main_loss_first").mean(),
                t3_loss_last_fixed=we("backbone_only", "main_loss_last").mean(),
                t3_loss_last_whole=we("whole_model", "main_loss_last").mean(),
-               t3_eval_dropout_off=verdict(bool((checks_eval == 1).all())),
                t3_lr_whole=lr_w, t3_lr_fixed=lr_f,
-               t3_lr_interior=verdict(all(grid[0] < x < grid[-1] for x in (lr_w, lr_f))),
+               t3_lr_interior=bool(all(grid[0] < x < grid[-1] for x in (lr_w, lr_f))),
                t3_lr_runline=float(we("whole_model", "lr").iloc[0]), t3_n_lrs=len(grid), t3_lr_min=grid[0],
-               t3_lr_max=grid[-1],
-               t3_tuned_steps=int(tu["steps"].iloc[0]),
+               t3_lr_max=grid[-1], t3_tuned_steps=int(tu["steps"].iloc[0]),
                **spread("t3_tuned_main_whole", tw["task_b_main"]), **spread("t3_tuned_main_fixed", tf["task_b_main"]),
-               t3_tuned_fixed_ci=fixed_ci, t3_tuned_fix_learns=verdict(fixed_ci.low > line),
-               t3_tuned_fix_vs_whole=tuned_diff, t3_tuned_dropout_lowers_main=verdict(tuned_diff.high < 0),
-               t3_tuned_gain_fixed=mean_ci(tf["task_b_main"] - tf["task_b_main_half"]),
-               t3_tuned_gain_whole=mean_ci(tw["task_b_main"] - tw["task_b_main_half"]),
+               t3_tuned_fixed_ci=ci(tf["task_b_main"]),
+               t3_tuned_gain_fixed=ci(tf["task_b_main"] - tf["task_b_main_half"]),
+               t3_tuned_gain_whole=ci(tw["task_b_main"] - tw["task_b_main_half"]),
                t3_tuned_loss_last_fixed=tf["main_loss_last"].mean(), t3_tuned_loss_last_whole=tw["main_loss_last"].mean(),
                t3_tuned_aux_fixed=tf["task_b_aux"].mean(),
-               t3_aux_vs_fix_main=mean_ci(ta["task_b_aux"] - tf["task_b_main"]),  # each at its own chosen rate
-               t3_aux_vs_fix_main_same_rate=mean_ci(tf["task_b_aux"] - tf["task_b_main"]),  # the fix's rate, one run
+               t3_aux_vs_fix_main=ci(ta["task_b_aux"] - tf["task_b_main"]),  # each at its own chosen rate
+               t3_aux_vs_fix_main_same_rate=ci(tf["task_b_aux"] - tf["task_b_main"]),  # the fix's rate, one run
                t3_aux_weight=AUX_WEIGHT)
-    # trap 4 (item 7): train-mode loss paired on the same images per share; the lint's first share in every seed
-    t4_loss = lambda p: mean_ci(sb(p, "module_eval_accuracy") - sb(p, "module_train_accuracy"))  # eval - train
-    out.update(t4_loss_shuffled=t4_loss(fr[0]), t4_loss_half=t4_loss(fr[len(fr) // 2]), t4_loss_sorted=t4_loss(fr[-1]),
-               t4_flagged_every_seed=verdict(bool(flagged) and bool((sb(min(flagged), "sorted_lint") == 1).all())),
-               t4_after_change_ci=after_ci, t4_after_change_ci90=mean_ci(after_ci_values, 0.90),
-               t4_loss_first_flagged=t4_loss(min(flagged)) if flagged else Interval(*(float("nan"),) * 3, 0),
-               t4_lint_max_dependence=LINT_MAX_DEPENDENCE)
-    # trap 6 (item 11): a tie only if the interval lies inside the margin
-    out.update(t5_tol=TOL_LOSS, t6_tie_margin=TOL_TIE,
-               t6_meter_ties=verdict(bool(-TOL_TIE < gap_sorted.low and gap_sorted.high < TOL_TIE)),
-               t6_gap_sorted_90=mean_ci(st("class_sorted", "train_meter_accuracy")
-                                        - st("class_sorted", "heldout_eval_accuracy"), 0.90))
-    out.update(_tuned_trap1_findings(df, tu, lr_w, tw), **_batch_training_findings(df, src))
-    out.update(_dropout_mechanism_findings(df, tu, lr_f))
-    t3d_p = out.pop("_t3d_p")
-    # the multiplicity policy (referee ch2c N3): Holm over the chapter's inferential verdicts, VERDICT_FAMILY
-    one = lambda values, h0, alt: min(1.0, 2 * _p_t(values, h0, alt))  # one-sided at 2.5%, on the two-sided scale
-    tost = lambda values, m: max(one(values, -m, "greater"), one(values, m, "less"))
-    t6gap = st("class_sorted", "train_meter_accuracy") - st("class_sorted", "heldout_eval_accuracy")
-    raw = {"t1_tuned_pinning_costs_b": out["t1_tuned_price_p"],
-           "t3_tuned_fix_learns": one(tf["task_b_main"], line, "greater"),
-           "t3_tuned_dropout_lowers_main": _p_t(tf["task_b_main"] - tw["task_b_main"]),
-           "t3_fix_below_whole": _p_t(main("backbone_only") - main("whole_model")),
-           **t3d_p,
-           "t4_after_unchanged": tost(after_ci_values, TOL_AFTER),
-           "t4_loss_first_flagged": (_p_t(sb(min(flagged), "module_eval_accuracy")
-                                          - sb(min(flagged), "module_train_accuracy")) if flagged else float("nan")),
-           "t5_safe_batch": (max(one(tb(b, "module_eval_accuracy") - tb(b, "module_train_accuracy"), TOL_LOSS, "less")
-                                 for b in bs if b >= sb_) if sb_ else float("nan")),
-           "t5t_safe_batch": min(1.0, 2 * out["t5t_safe_p"]),
-           "t5t_costs_below_min_batch": out["t5t_costs_p"],
-           "t6_meter_misleads": _p_t(t6gap), "t6_meter_ties": tost(t6gap, TOL_TIE)}
-    claim = {"t1_tuned_pinning_costs_b": out["t1_tuned_pinning_costs_b"],
-             "t3_tuned_fix_learns": out["t3_tuned_fix_learns"],
-             "t3_tuned_dropout_lowers_main": out["t3_tuned_dropout_lowers_main"],
-             "t3_fix_below_whole": verdict(out["t3_fix_vs_whole"].high < 0),
-             "t3d_drop_grows_raw": out["t3d_drop_grows_raw"], "t3d_std_shrinks_drop": out["t3d_std_shrinks_drop"],
-             "t4_after_unchanged": out["t4_after_unchanged"],
-             "t4_loss_first_flagged": verdict(bool(flagged) and out["t4_loss_first_flagged"].low > 0),
-             "t5_safe_batch": verdict(sb_ is not None), "t5t_safe_batch": verdict(out["t5t_safe_batch"] == out["t5t_safe_batch"]),
-             "t5t_costs_below_min_batch": out["t5t_costs_below_min_batch"],
-             "t6_meter_misleads": out["t6_meter_misleads"], "t6_meter_ties": out["t6_meter_ties"]}
-    adj = dict(zip(raw, holm(list(raw.values()))))
-    held = [k for k in raw if claim[k] == "holds" and adj[k] == adj[k]]
-    weak = max(held, key=lambda k: adj[k]) if held else ""
-    ok = [k for k in held if adj[k] < ALPHA]
-    wok = max(ok, key=lambda k: adj[k]) if ok else ""
-    assert list(raw) == list(VERDICT_FAMILY)
-    out["t3d_hypothesis"], out["t3d_hypothesis_words"] = hypothesis_words(
-        out["t3d_drop_grows_raw"], out["t3d_std_shrinks_drop"], adj["t3d_drop_grows_raw"], adj["t3d_std_shrinks_drop"])
-    out.update(stage1_lr=STAGE1_LR, t4_tol_after=TOL_AFTER, t5t_reest_batches=REESTIMATE_BATCHES)  # code constants the prose cites
-    out.update(mult_family={k: dict(p=raw[k], p_holm=adj[k], verdict=claim[k]) for k in raw}, mult_n=len(raw),
-               mult_n_claims=len(held), mult_weakest=VERDICT_FAMILY[weak] if weak else "none", mult_weakest_p=adj[weak] if weak else float("nan"),
-               mult_weakest_raw_p=raw[weak] if weak else float("nan"),
-               mult_bonferroni_weakest_surviving_p=(min(1.0, len(raw) * raw[wok]) if wok else float("nan")),
-               mult_bonferroni_weakest_surviving_survives=verdict(bool(wok) and len(raw) * raw[wok] < ALPHA),
-               mult_claims_survive=verdict(all(adj[k] < ALPHA for k in held)),
-               mult_not_surviving="; ".join(VERDICT_FAMILY[k] for k in held if not adj[k] < ALPHA) or "none",
-               mult_weakest_surviving=VERDICT_FAMILY[max(ok, key=lambda k: adj[k])] if ok else "none",
-               mult_weakest_surviving_p=max(adj[k] for k in ok) if ok else float("nan"))
-    return Findings(**{k: (float(x) if isinstance(x, (np.floating, np.integer)) else x) for k, x in out.items()})
+    # trap 1 at tuned rates (its pinned partner: trap 3's whole-model sweep), trap 3's dropout mechanism
+    tuned1, price_tuned = _tuned_trap1_findings(df, tu, lr_w, tw)
+    out.update(tuned1)
+    tests.insert(0, ("t1_tuned_price", price_tuned, None))
+    mech, growth_raw, std_vs_raw = _dropout_mechanism_findings(df, tu, lr_f)
+    out.update(mech)
+    tests += [("t3d_growth_raw", growth_raw, None), ("t3d_std_vs_raw", std_vs_raw, None)]
+    # trap 4: train mode minus eval mode on the same batches; the held-out set after the pass minus before
+    t4 = df[df["trap"] == "sorted_batches"]
+    fr = sorted(t4["sorted_fraction"].unique())
+    case_of = dict(zip(t4["sorted_fraction"], t4["case"]))
+    sb = lambda p, q: v("sorted_batches", case_of[p], q)
+    t4d = lambda p: sb(p, "module_train_accuracy") - sb(p, "module_eval_accuracy")
+    curve = [sb(p, "module_train_accuracy").mean() for p in fr]
+    flagged = [p for p in fr if sb(p, "sorted_lint").mean() > 0.5]
+    src = df.groupby("seed")["source_task_a_accuracy"].first()
+    tests.append(("t4_after", sb(fr[-1], "module_eval_accuracy_after_pass") - src, TOL_AFTER))  # same images
+    tests.append(("t4_first_flagged", t4d(min(flagged)) if flagged else pd.Series(dtype=float), None))
+    out.update(t4_eval_shuffled=sb(fr[0], "module_eval_accuracy").mean(),
+               t4_eval_sorted=sb(fr[-1], "module_eval_accuracy").mean(),
+               t4_train_shuffled=curve[0], t4_train_half=curve[len(fr) // 2], t4_half=float(fr[len(fr) // 2]),
+               **spread("t4_train_sorted", sb(fr[-1], "module_train_accuracy")),
+               t4_monotone=bool(all(bool((sb(q, "module_train_accuracy") <= sb(p, "module_train_accuracy")).all())
+                                    for p, q in zip(fr, fr[1:]))),
+               t4_first_flagged=float(min(flagged)) if flagged else float("nan"),
+               t4_dep_first_flagged=sb(min(flagged), "label_dependence").mean() if flagged else float("nan"),
+               t4_dep_shuffled=sb(fr[0], "label_dependence").mean(),
+               t4_shuffled_clean=bool((sb(fr[0], "sorted_lint") == 0).all()),
+               t4_flagged_every_seed=bool(bool(flagged) and (sb(min(flagged), "sorted_lint") == 1).all()),
+               t4_after_sorted=sb(fr[-1], "module_eval_accuracy_after_pass").mean(),
+               t4_train_vs_eval_shuffled=ci(t4d(fr[0])), t4_train_vs_eval_half=ci(t4d(fr[len(fr) // 2])),
+               t4_train_vs_eval_sorted=ci(t4d(fr[-1])), t4_lint_max_dependence=LINT_MAX_DEPENDENCE,
+               t4_tol_after=TOL_AFTER)
+    # trap 5's training arm: batch statistics minus pinned (the reference), per training batch
+    bt, below = _batch_training_findings(df, src)
+    out.update(bt)
+    tests += [(f"t5t_reest_b{b}", d, None) for b, d in below["reest"].items()]
+    # trap 6: trained on shuffled or class-sorted batches
+    st = lambda case, q: v("sorted_training", case, q)
+    tests.append(("t6_meter_gap", st("class_sorted", "train_meter_accuracy")
+                  - st("class_sorted", "heldout_eval_accuracy"), TOL_TIE))
+    out.update(t6_meter_shuffled=st("shuffled", "train_meter_accuracy").mean(),
+               t6_meter_sorted=st("class_sorted", "train_meter_accuracy").mean(),
+               t6_eval_shuffled=st("shuffled", "heldout_eval_accuracy").mean(),
+               **spread("t6_eval_sorted", st("class_sorted", "heldout_eval_accuracy")),
+               t6_batch_stats_sorted=st("class_sorted", "heldout_batch_stats_accuracy").mean(),
+               t6_gap_shuffled=ci(st("shuffled", "train_meter_accuracy") - st("shuffled", "heldout_eval_accuracy")),
+               t6_sorted_vs_shuffled=ci(st("class_sorted", "heldout_eval_accuracy")
+                                        - st("shuffled", "heldout_eval_accuracy")),
+               t6_tie_margin=TOL_TIE)
+    # the family: every test above and the two safe-batch rules
+    family = Family(m=len(tests) + len(RULES), alpha=ALPHA)
+    words = lambda key: CLAIMS["t5t_reest" if key.startswith("t5t_reest_b") else key][1]
+    decided = [decide(d, key, margin=margin, family=family, higher=words(key)[0], lower=words(key)[1])
+               for key, d, margin in tests]
+    # trap 5 at inference: train mode minus eval mode per batch; the safe batch by one-sided tests at the family's level
+    t5 = df[df["trap"] == "tiny_batch"]
+    bs = sorted(int(b) for b in t5["device_batch_size"].unique())
+    tb = lambda b, q: v("tiny_batch", f"batch_{b}", q)
+    t5d = lambda b: tb(b, "module_train_accuracy") - tb(b, "module_eval_accuracy")
+    train_acc = {b: tb(b, "module_train_accuracy").mean() for b in bs}
+    ok = [b for b in bs if train_acc[b] >= tb(b, "module_eval_accuracy").mean() - TOL_CURVE]
+    lint_off = pd.concat([tb(b, "small_batch_lint") - float(b < min_batch) for b in bs])
+    claims = claims_table([*decided, *checks, exact_check(lint_off, 0.0, "t5_lint_matches")])
+    has_counts = "min_values_per_channel" in t5 and not t5["min_values_per_channel"].isna().all()
+    count = {b: (float(tb(b, "min_values_per_channel").iloc[0]) if has_counts else float("nan")) for b in bs}
+    safe, safe_p = _safe_from(bs, t5d, family)
+    out.update(t5_train={f"b{b}": float(a) for b, a in train_acc.items()}, t5_smallest=bs[0],
+               t5_eval=tb(bs[0], "module_eval_accuracy").mean(),
+               t5_first_ok=float(min(ok)) if ok else float("nan"),
+               t5_train_vs_eval={f"b{b}": ci(t5d(b)) for b in bs}, t5_count={f"b{b}": c for b, c in count.items()},
+               t5_safe_batch=safe, t5_safe_p=safe_p, t5_safe_count=count[int(safe)] if safe == safe else float("nan"),
+               t5_tol=TOL_LOSS)
+    tbs = below["batches"]
+    rsafe, rsafe_p = _safe_from(tbs, below["reest_all"], family)
+    asafe, _ = _safe_from(tbs, below["as_trained_all"], family)
+    hit = lambda key: bool(((claims["key"] == key) & (claims["p_adjusted"] < ALPHA) & (claims["estimate"] < 0)).any())
+    out.update(t5t_safe_batch=rsafe, t5t_safe_p=rsafe_p, t5t_safe_batch_as_trained=asafe,
+               t5t_threshold_word=("nowhere in the grid tried: no batch is safe by this rule," if rsafe != rsafe else
+                                   "below" if rsafe < min_batch else "at" if rsafe == min_batch else "above"),
+               t5t_n_below=len(below["reest"]), t5t_costs_n=sum(hit(f"t5t_reest_b{b}") for b in below["reest"]),
+               t5t_costs_n_as_trained=sum(bool(t_interval(d, family.confidence).high < 0)
+                                          for d in below["as_trained"].values()),
+               family_m=family.m, family_confidence=100 * family.confidence)
+    hyp = (claims.set_index("key")["verdict"].get("t3d_growth_raw") == "cost grows with the rate"
+           and claims.set_index("key")["verdict"].get("t3d_std_vs_raw") == "standardized costs less")
+    out.update(t3d_hypothesis=bool(hyp), t3d_hypothesis_words=hypothesis_words(
+        claims.set_index("key")["verdict"]["t3d_growth_raw"], claims.set_index("key")["verdict"]["t3d_std_vs_raw"]),
+        stage1_lr=STAGE1_LR, t5t_reest_batches=REESTIMATE_BATCHES)
+    numbers = Numbers(**{k: (float(x) if isinstance(x, (np.floating, np.integer)) else
+                             bool(x) if isinstance(x, np.bool_) else x) for k, x in out.items()})
+    return Findings(claims=claims, numbers=numbers)
 
 
-def _tuned_trap1_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_pinned: float, tw: pd.DataFrame) -> dict:
+def _tuned_trap1_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_pinned: float, tw: pd.DataFrame
+                          ) -> tuple[dict, pd.Series]:
     """Trap 1 at tuned rates: the drifting head (``train_call_tuned``) at its validation-chosen rate against the
-    pinned one (trap 3's ``whole_model`` sweep, at its own chosen rate ``lr_pinned``; rows ``tw`` by seed)."""
+    pinned one (trap 3's ``whole_model`` sweep, at its own chosen rate ``lr_pinned``; rows ``tw`` by seed).
+    Returns its numbers and the per-seed test difference drifting minus pinned (the claim ``t1_tuned_price``)."""
     dr = df[df["trap"] == "train_call_tuned"]
     if dr.empty:
         raise KeyError("no rows of trap='train_call_tuned' (trap 1's learning-rate sweep)")
     lr_d = float(dr.groupby("lr")["val_main"].mean().idxmax())  # ties: the smaller rate (idxmax's first)
     td = dr[dr["lr"] == lr_d].set_index("seed")
     grid = sorted(float(x) for x in dr["lr"].unique())
-    price = (td["task_b_main"] - tw["task_b_main"]).dropna()  # drifting minus pinned: what pinning costs task B
-    iv = mean_ci(price)
+    price = (td["task_b_main"] - tw["task_b_main"]).dropna()  # drifting minus pinned
     pw = tu[(tu["setup"] == "whole_model") & (tu["lr"] == lr_d)].set_index("seed")["task_b_main"]
-    same = mean_ci((td["task_b_main"] - pw).dropna()) if len(pw) else Interval(*(float("nan"),) * 3, 0)
+    same = t_interval((td["task_b_main"] - pw).dropna()) if len(pw) else Interval(*(float("nan"),) * 3, 0)
     sp = lambda name, s: {name: float(s.mean()), f"{name}_min": float(s.min()), f"{name}_max": float(s.max())}
+    half = (td["task_b_main_half"] - tw["task_b_main_half"]).dropna()
     return dict(t1_tuned_lr_drifting=lr_d, t1_tuned_lr_pinned=lr_pinned,
-                t1_tuned_lr_interior=verdict(grid[0] < lr_d < grid[-1]), t1_tuned_n_lrs=len(grid),
+                t1_tuned_lr_interior=bool(grid[0] < lr_d < grid[-1]), t1_tuned_n_lrs=len(grid),
                 t1_tuned_lr_min=grid[0], t1_tuned_lr_max=grid[-1],
                 **sp("t1_tuned_b_drifting", td["task_b_main"]), **sp("t1_tuned_b_pinned", tw["task_b_main"]),
-                t1_tuned_price_b=iv, t1_tuned_price_b_pos_seeds=int((price > 0).sum()),
-                t1_tuned_price_b_neg_seeds=int((price < 0).sum()), t1_tuned_pinning_costs_b=verdict(iv.low > 0),
+                t1_tuned_price_b_pos_seeds=int((price > 0).sum()), t1_tuned_price_b_neg_seeds=int((price < 0).sum()),
                 t1_tuned_price_b_same_rate=same,
-                t1_tuned_gain_drifting=mean_ci(td["task_b_main"] - td["task_b_main_half"]),
+                t1_tuned_gain_drifting=t_interval(td["task_b_main"] - td["task_b_main_half"]),
                 t1_tuned_loss_last_drifting=float(td["main_loss_last"].mean()),
                 t1_tuned_loss_last_pinned=float(tw["main_loss_last"].mean()),
-                t1_tuned_price_p=_p_t(price),
-                t1_tuned_gain_pinned=mean_ci(tw["task_b_main"] - tw["task_b_main_half"]),
-                t1_tuned_price_b_half=mean_ci((td["task_b_main_half"] - tw["task_b_main_half"]).dropna()),
-                t1_tuned_price_change=mean_ci((price - (td["task_b_main_half"] - tw["task_b_main_half"])).dropna()))
+                t1_tuned_gain_pinned=t_interval(tw["task_b_main"] - tw["task_b_main_half"]),
+                t1_tuned_price_b_half=t_interval(half),
+                t1_tuned_price_change=t_interval((price - half).dropna())), price
 
 
 def _pkey(p: float) -> str:
@@ -1847,22 +1800,22 @@ def _pkey(p: float) -> str:
     return "off" if p == 0 else f"p{round(p * 100):02d}"
 
 
-def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_f: float) -> dict:
+def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_f: float) -> tuple[dict, pd.Series, pd.Series]:
     """Trap 3's dropout mechanism (``dropout_mechanism`` rows, referee ch2c N5), paired within seed.
 
     Per feature kind (``raw``, ``std``) and dropout rate p, the main head's test accuracy of the fix (``t3d_acc``,
-    keys ``<kind>_p10`` ..., ``<kind>_off`` for dropout pinned off) and the drop ``t3d_drop`` = fix with dropout off
-    minus fix at p, both at the kind's rate (mean [95% interval] over seeds). Raw features run at the fix's rate chosen
-    in ``whole_eval_tuned`` (``lr_f``; its p = :data:`P_DROP` run and its dropout-off partner, the whole-model run at
-    ``lr_f``, are taken from ``tu``); standardized ones at the rate the standardized fix (p = :data:`P_DROP`) chose
-    on validation over its grid (``t3d_lr_std``; ``t3d_std_lr_interior``: not at an end of that grid).
-    ``t3d_dod``: per p, raw drop minus standardized drop. Verdicts: ``t3d_drop_grows_raw`` (drop at the highest p
-    minus drop at the lowest, raw features: ``t3d_growth_raw``, interval above 0), ``t3d_std_shrinks_drop`` (at the
-    page's p, raw drop minus standardized drop: interval above 0). ``t3d_rel_cost``: per kind, the drop at the page's
-    p as a share of the same kind's no-dropout accuracy (per seed, then mean and 95% interval), and ``t3d_rel_dod``
-    raw minus standardized share: standardizing also raises the no-dropout head, so the absolute drops alone
-    could shrink by scale. ``t3d_p_*``: p-values (two-sided t) for the
-    chapter's Holm family. Raises ``KeyError`` when rows are missing.
+    keys ``<kind>_p10`` ..., ``<kind>_off`` for dropout pinned off) and dropout's effect ``t3d_effect`` = fix at p
+    minus fix with dropout off (negative: dropout costs), both at the kind's rate (mean [95% interval] over seeds).
+    Raw features run at the fix's rate chosen in ``whole_eval_tuned`` (``lr_f``; its p = :data:`P_DROP` run and its
+    dropout-off partner, the whole-model run at ``lr_f``, are taken from ``tu``); standardized ones at the rate the
+    standardized fix (p = :data:`P_DROP`) chose on validation over its grid (``t3d_lr_std``; ``t3d_std_lr_interior``:
+    not at an end of that grid). ``t3d_std_vs_raw_at``: per p, standardized effect minus raw effect;
+    ``t3d_growth_std``: the standardized effect at the highest p minus at the lowest. ``t3d_rel_effect``: per kind,
+    the effect at the page's p as a share of the same kind's no-dropout accuracy (per seed), and
+    ``t3d_rel_std_vs_raw`` standardized minus raw share: standardizing also raises the no-dropout head, so the
+    absolute effects alone could shrink by scale. Returns the numbers and the two claims' per-seed differences:
+    the raw effect at the highest p minus at the lowest (``t3d_growth_raw``) and, at the page's p, standardized
+    minus raw effect (``t3d_std_vs_raw``). Raises ``KeyError`` when rows are missing.
     """
     dm = df[df["trap"] == "dropout_mechanism"]
     if dm.empty:
@@ -1886,147 +1839,101 @@ def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_f: float)
 
     ps = sorted(float(p) for p in dm.loc[dm["p"] > 0, "p"].unique())
     ps = sorted(set(ps) | {P_DROP})
-    drop = {(k, p): acc(k, 0) - acc(k, p) for k in FEATURE_KINDS for p in ps}
-    growth = {k: drop[(k, ps[-1])] - drop[(k, ps[0])] for k in FEATURE_KINDS}
-    dod = {p: drop[("raw", p)] - drop[("std", p)] for p in ps}
-    g_raw, d_page = mean_ci(growth["raw"]), mean_ci(dod[P_DROP])
-    # standardizing also lifts the head without dropout: the cost as a share of that head's accuracy (per seed)
-    rel = {k: drop[(k, P_DROP)] / acc(k, 0) for k in FEATURE_KINDS}
-    return dict(t3d_rel_cost={k: mean_ci(v) for k, v in rel.items()}, t3d_rel_dod=mean_ci(rel["raw"] - rel["std"]),
+    effect = {(k, p): acc(k, p) - acc(k, 0) for k in FEATURE_KINDS for p in ps}
+    growth = {k: effect[(k, ps[-1])] - effect[(k, ps[0])] for k in FEATURE_KINDS}
+    svr = {p: effect[("std", p)] - effect[("raw", p)] for p in ps}
+    rel = {k: effect[(k, P_DROP)] / acc(k, 0) for k in FEATURE_KINDS}
+    return dict(t3d_rel_effect={k: t_interval(x) for k, x in rel.items()},
+                t3d_rel_std_vs_raw=t_interval(rel["std"] - rel["raw"]),
                 t3d_ps=", ".join(f"{p:g}" for p in ps), t3d_p_low=ps[0], t3d_p_high=ps[-1], t3d_p_page=P_DROP,
                 t3d_lr_raw=lr_f, t3d_lr_std=lr_s, t3d_std_n_lrs=len(grid),
-                t3d_std_lr_interior=verdict(grid[0] < lr_s < grid[-1]),
+                t3d_std_lr_interior=bool(grid[0] < lr_s < grid[-1]),
                 t3d_acc={f"{k}_{_pkey(p)}": float(acc(k, p).mean()) for k in FEATURE_KINDS for p in [0.0] + ps},
-                t3d_drop={f"{k}_{_pkey(p)}": mean_ci(v) for (k, p), v in drop.items()},
-                t3d_dod={_pkey(p): mean_ci(v) for p, v in dod.items()},
-                t3d_growth_raw=g_raw, t3d_growth_std=mean_ci(growth["std"]),
-                t3d_drop_grows_raw=verdict(g_raw.low > 0), t3d_std_shrinks_drop=verdict(d_page.low > 0),
-                _t3d_p={"t3d_drop_grows_raw": _p_t(growth["raw"]), "t3d_std_shrinks_drop": _p_t(dod[P_DROP])})
+                t3d_effect={f"{k}_{_pkey(p)}": t_interval(x) for (k, p), x in effect.items()},
+                t3d_std_vs_raw_at={_pkey(p): t_interval(x) for p, x in svr.items()},
+                t3d_growth_std=t_interval(growth["std"])), growth["raw"], svr[P_DROP]
 
 
-def hypothesis_words(grows: str, shrinks: str, grows_holm: float, shrinks_holm: float) -> tuple[str, str]:
-    """Trap 3's dropout hypothesis read from its two verdicts and their Holm-adjusted p: ``(verdict, sentence)``.
-
-    It holds only when both verdicts hold and survive the chapter's correction at :data:`ALPHA`; the sentence (a
-    whole sentence, capitalized, with its full stop) says which part failed otherwise.
-    """
+def hypothesis_words(growth: str, std_vs_raw: str) -> str:
+    """Trap 3's dropout hypothesis read from its two claims' verdicts (``t3d_growth_raw``, ``t3d_std_vs_raw``): a
+    whole sentence, capitalized, with its full stop. The hypothesis needs both directions shown ("cost grows with
+    the rate", "standardized costs less"); the sentence says which part is missing otherwise."""
     parts = []
-    for v, p, (subject, verb, rest) in ((grows, grows_holm, ("the dropout cost", "grow", "with the dropout rate on "
-                                                                                        "raw features")),
-                                        (shrinks, shrinks_holm, ("standardizing the features", "shrink",
-                                                                 "the dropout cost"))):
-        if v != "holds":
-            parts.append(f"these data do not show that {subject} {verb}s {rest}")
-        elif not p < ALPHA:
-            parts.append(f"the data hint that {subject} {verb}s {rest}, but not after the chapter-wide correction")
+    if growth != "cost grows with the rate":
+        parts.append("these data do not show that the dropout cost grows with the dropout rate on raw features")
+    if std_vs_raw != "standardized costs less":
+        parts.append("these data do not show that standardizing the features shrinks the dropout cost")
     if not parts:
-        return "holds", ("The data are consistent with it: the cost grows with the dropout rate on raw features, "
-                         "and standardizing the features shrinks it. They do not single it out: most accounts of "
-                         "dropout predict growth with the rate, and standardizing changes offset and scale together.")
-    return "does not hold", "It does not hold as stated: " + "; ".join(parts) + "."
+        return ("The data are consistent with it: the cost grows with the dropout rate on raw features, and "
+                "standardizing the features shrinks it. They do not single it out: most accounts of dropout predict "
+                "growth with the rate, and standardizing changes offset and scale together.")
+    return "It is not shown as stated: " + "; ".join(parts) + "."
 
 
-def _p_t(values, h0: float = 0.0, alternative: str = "two-sided") -> float:
-    """One-sample Student-t p-value of ``values`` (one per seed) against ``h0``; NaN for fewer than two values,
-    0 or 1 for values without spread (the interval is then a point)."""
-    v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
-    if len(v) < 2:
-        return float("nan")
-    if v.std() == 0:
-        d = float(v.mean() - h0)
-        hit = {"two-sided": d != 0, "greater": d > 0, "less": d < 0}[alternative]
-        return 0.0 if hit else 1.0
-    return float(sps.ttest_1samp(v, h0, alternative=alternative).pvalue)
-
-
-def _batch_training_findings(df: pd.DataFrame, src: pd.Series) -> dict:
+def _batch_training_findings(df: pd.DataFrame, src: pd.Series) -> tuple[dict, dict]:
     """Trap 5's training arm (``batch_training``), per training batch m (paired per seed, same batches).
 
-    Two comparisons of held-out eval-mode accuracy, pinned minus batch statistics: ``t5t_cost`` *as trained*
-    (each arm with the running statistics it ended with: the pinned arm's are task A's, stale for its new
-    weights) and ``t5t_reest_cost`` *after re-estimating* each arm's running statistics with the weights fixed
-    (which leaves only what training did to the weights; referee ch2c N1). The headline is the re-estimated one:
-    ``t5t_safe_batch`` (smallest m from which every larger m has an upper 95% bound of the re-estimated
-    difference below ``TOL_LOSS``), ``t5t_costs_below_min_batch`` (at some m below ``min_batch`` training with
-    batch statistics leaves worse weights: the re-estimated difference is above 0 with Holm's correction over the
-    batches below ``min_batch``, adjusted p below 0.05 with a positive mean; ``t5t_costs_p``: the smallest adjusted
-    p, a valid p for "no cost at any batch below"); the ``*_as_trained`` versions use ``t5t_cost``.
+    Two comparisons of held-out eval-mode accuracy, batch statistics minus pinned (the reference): ``t5t_bs_vs_pinned``
+    *as trained* (each arm with the running statistics it ended with: the pinned arm's are task A's, stale for its
+    new weights) and ``t5t_reest_bs_vs_pinned`` *after re-estimating* each arm's running statistics with the weights
+    fixed (which leaves only what training did to the weights; referee ch2c N1), descriptive 95% intervals.
     ``t5t_change``: change from the source network (``src``, by seed) per arm, keys ``<mode>_b<m>`` (as trained)
     and ``<mode>_reest_b<m>``; ``t5t_reest_gain``: the batch-statistics arm re-estimated minus as trained;
-    ``t5t_samples``: samples seen per run at m (the step count is fixed, so the sample count grows with m)."""
+    ``t5t_samples``: samples seen per run at m (the step count is fixed, so the sample count grows with m);
+    ``t5t_pinned_reest_below_n``: batches where the pinned arm, re-estimated, has a 95% interval below the source.
+    Returns the numbers and, for :func:`findings`, ``{"batches", "reest": {m: diff} below min_batch, "as_trained":
+    {m: diff} below min_batch, "reest_all": m -> diff, "as_trained_all": m -> diff}``."""
     bt = df[df["trap"] == "batch_training"]
     if bt.empty:
         raise KeyError("no rows of trap='batch_training' (trap 5's training arm)")
     bs = sorted(int(b) for b in bt["device_batch_size"].unique())
     q = lambda mode, b, col: _values(df, "batch_training", f"{mode}_b{b}", col)
     ev, re_ = "heldout_eval_accuracy", "heldout_reestimated_accuracy"
-    diff = lambda b, col: q("pinned", b, col) - q("batch_stats", b, col)
-    cost = {b: mean_ci(diff(b, ev)) for b in bs}
-    rcost = {b: mean_ci(diff(b, re_)) for b in bs}
-    safe_of = lambda c: [b for i, b in enumerate(bs) if all(c[x].high < TOL_LOSS for x in bs[i:])]
-    safe, rsafe = safe_of(cost), safe_of(rcost)
+    diff = lambda b, col: q("batch_stats", b, col) - q("pinned", b, col)
     min_batch = int(df["min_batch"].iloc[0])
     below = [b for b in bs if b < min_batch]
-
-    def costs_below(col, c):  # Holm over the batches below min_batch, two-sided t; a cost needs a positive mean
-        if not below:
-            return "does not hold", float("nan")
-        adj = holm([_p_t(diff(b, col)) for b in below])
-        hits = [a for b, a in zip(below, adj) if a < ALPHA and c[b].mean > 0]
-        return verdict(bool(hits)), float(np.nanmin(adj))
-
-    v_re, p_re = costs_below(re_, rcost)
-    # the IUT behind t5t_safe_batch: the largest one-sided p (difference below TOL_LOSS) over the batches it covers
-    safe_p = (max(_p_t(diff(b, re_), TOL_LOSS, "less") for b in bs if b >= min(rsafe)) if rsafe else float("nan"))
-    v_ev, p_ev = costs_below(ev, cost)
-    word = lambda s: ("nowhere in the grid tried: no batch is safe by this rule," if not s else
-                      "below" if min(s) < min_batch else "at" if min(s) == min_batch else "above")
-    change = lambda mode, b, col: mean_ci(q(mode, b, col) - src.reindex(q(mode, b, col).index))
+    change = lambda mode, b, col: t_interval(q(mode, b, col) - src.reindex(q(mode, b, col).index))
     steps = int(bt["steps"].iloc[0])
-    return dict(t5t_steps=steps, t5t_largest=bs[-1],
+    nums = dict(t5t_steps=steps, t5t_largest=bs[-1], t5t_smallest=bs[0],
                 t5t_samples={f"b{b}": steps * b for b in bs},
-                t5t_eval={f"{mode}_b{b}": float(q(mode, b, ev).mean())
-                          for mode in BATCH_TRAINING_MODES for b in bs},
-                t5t_reest={f"{mode}_b{b}": float(q(mode, b, re_).mean())
-                           for mode in BATCH_TRAINING_MODES for b in bs},
-                t5t_cost={f"b{b}": iv for b, iv in cost.items()},
-                t5t_reest_cost={f"b{b}": iv for b, iv in rcost.items()},
+                t5t_eval={f"{mode}_b{b}": float(q(mode, b, ev).mean()) for mode in BATCH_TRAINING_MODES for b in bs},
+                t5t_reest={f"{mode}_b{b}": float(q(mode, b, re_).mean()) for mode in BATCH_TRAINING_MODES for b in bs},
+                t5t_bs_vs_pinned={f"b{b}": t_interval(diff(b, ev)) for b in bs},
+                t5t_reest_bs_vs_pinned={f"b{b}": t_interval(diff(b, re_)) for b in bs},
                 t5t_change={**{f"{mode}_b{b}": change(mode, b, ev) for mode in BATCH_TRAINING_MODES for b in bs},
                             **{f"{mode}_reest_b{b}": change(mode, b, re_) for mode in BATCH_TRAINING_MODES
                                for b in bs}},
-                t5t_reest_gain={f"b{b}": mean_ci(q("batch_stats", b, re_) - q("batch_stats", b, ev)) for b in bs},
+                t5t_reest_gain={f"b{b}": t_interval(q("batch_stats", b, re_) - q("batch_stats", b, ev)) for b in bs},
                 t5t_loss_last={f"{mode}_b{b}": float(q(mode, b, "train_loss_last").mean())
                                for mode in BATCH_TRAINING_MODES for b in bs},
-                t5t_smallest=bs[0], t5t_safe_batch=float(min(rsafe)) if rsafe else float("nan"),
-                t5t_safe_batch_as_trained=float(min(safe)) if safe else float("nan"),
-                t5t_costs_below_min_batch=v_re, t5t_costs_p=p_re,
-                t5t_costs_below_min_batch_as_trained=v_ev, t5t_costs_p_as_trained=p_ev,
-                t5t_threshold_word=word(rsafe),
-                t5t_change_pinned_smallest=change("pinned", bs[0], ev), t5t_safe_p=safe_p,
-                t5t_pinned_reest_not_below_source=verdict(all(not change("pinned", b, re_).high < 0 for b in bs)))
+                t5t_pinned_reest_below_n=sum(bool(change("pinned", b, re_).high < 0) for b in bs))
+    return nums, dict(batches=bs, reest={b: diff(b, re_) for b in below}, as_trained={b: diff(b, ev) for b in below},
+                      reest_all=lambda b: diff(b, re_), as_trained_all=lambda b: diff(b, ev))
+
+
+def _ci_text(iv) -> str:
+    return f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
 
 
 def batch_training_table(f: Findings) -> pd.DataFrame:
     """Trap 5's training arm as a display table (plain text), one row per per-device training batch m.
 
     Columns: samples seen (steps x m); held-out eval-mode accuracy of each mode as trained and after re-estimating
-    its running statistics with the weights fixed (means over seeds); the paired difference pinned minus batch
-    statistics as trained and re-estimated (mean [95% interval]; the re-estimated one is the headline, referee
-    ch2c N1); each mode's re-estimated change from the source network; the last epoch's training loss of each mode
-    (nats; measured in the mode it trained in). Indexed by ``training batch``.
+    its running statistics with the weights fixed (means over seeds); the paired difference batch statistics minus
+    pinned as trained and re-estimated (mean [95% interval]; the re-estimated one is the headline, referee ch2c N1);
+    each mode's re-estimated change from the source network; the last epoch's training loss of each mode (nats;
+    measured in the mode it trained in). Indexed by ``training batch``.
     """
-    ci = lambda iv: f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
-    bs = sorted(int(k[1:]) for k in f.t5t_cost)
+    bs = sorted(int(k[1:]) for k in f.t5t_bs_vs_pinned)
     rows = [{"training batch": b, "samples seen": f"{f.t5t_samples[f'b{b}']:d}",
              "as trained (batch stats / pinned)": f"{f.t5t_eval[f'batch_stats_b{b}']:.3f} / "
                                                   f"{f.t5t_eval[f'pinned_b{b}']:.3f}",
              "re-estimated (batch stats / pinned)": f"{f.t5t_reest[f'batch_stats_b{b}']:.3f} / "
                                                     f"{f.t5t_reest[f'pinned_b{b}']:.3f}",
-             "pinned minus batch stats, as trained": ci(f.t5t_cost[f"b{b}"]),
-             "pinned minus batch stats, re-estimated": ci(f.t5t_reest_cost[f"b{b}"]),
-             "batch stats re-estimated minus source": ci(f.t5t_change[f"batch_stats_reest_b{b}"]),
-             "pinned re-estimated minus source": ci(f.t5t_change[f"pinned_reest_b{b}"]),
+             "batch stats minus pinned, as trained": _ci_text(f.t5t_bs_vs_pinned[f"b{b}"]),
+             "batch stats minus pinned, re-estimated": _ci_text(f.t5t_reest_bs_vs_pinned[f"b{b}"]),
+             "batch stats re-estimated minus source": _ci_text(f.t5t_change[f"batch_stats_reest_b{b}"]),
+             "pinned re-estimated minus source": _ci_text(f.t5t_change[f"pinned_reest_b{b}"]),
              "last-epoch loss (batch stats / pinned)": f"{f.t5t_loss_last[f'batch_stats_b{b}']:.2f} / "
                                                        f"{f.t5t_loss_last[f'pinned_b{b}']:.2f}"} for b in bs]
     return pd.DataFrame(rows).set_index("training batch")
@@ -2035,45 +1942,58 @@ def batch_training_table(f: Findings) -> pd.DataFrame:
 def dropout_mechanism_table(f: Findings) -> pd.DataFrame:
     """Trap 3's dropout mechanism as a display table (plain text), one row per head dropout rate p.
 
-    Columns: the fix's main-head accuracy at p on raw / standardized features (means over seeds), the drop (fix with
-    dropout off minus fix at p) on raw and on standardized features, and raw drop minus standardized drop (mean [95%
-    interval], paired within seed). Indexed by ``dropout p``.
+    Columns: the fix's main-head accuracy at p on raw / standardized features (means over seeds), dropout's effect
+    (fix at p minus fix with dropout off) on raw and on standardized features, and standardized effect minus raw
+    effect (mean [95% interval], paired within seed). Indexed by ``dropout p``.
     """
-    ci = lambda iv: f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
     ps = [float(x) for x in f.t3d_ps.split(", ")]
     rows = [{"dropout p": p, "accuracy (raw / standardized)": f"{f.t3d_acc[f'raw_{_pkey(p)}']:.3f} / "
                                                               f"{f.t3d_acc[f'std_{_pkey(p)}']:.3f}",
-             "raw features": ci(f.t3d_drop[f"raw_{_pkey(p)}"]), "standardized features": ci(f.t3d_drop[f"std_{_pkey(p)}"]),
-             "raw minus standardized": ci(f.t3d_dod[_pkey(p)])} for p in ps]
+             "raw features": _ci_text(f.t3d_effect[f"raw_{_pkey(p)}"]),
+             "standardized features": _ci_text(f.t3d_effect[f"std_{_pkey(p)}"]),
+             "standardized minus raw": _ci_text(f.t3d_std_vs_raw_at[_pkey(p)])} for p in ps]
     return pd.DataFrame(rows).set_index("dropout p")
 
 
 def multiplicity_table(f: Findings) -> pd.DataFrame:
-    """The chapter's family of inferential verdicts (:data:`VERDICT_FAMILY`) as a display table (plain text).
+    """The chapter's family (its claims that are tests, then :data:`RULES`) as a display table (plain text).
 
-    Columns: the verdict as the page states it, its p-value (two-sided t; one-sided tests doubled, since the page
-    reads 95% intervals at 2.5% per side; a TOST's is the larger of its two), Holm's adjusted p over the family
-    (:func:`bnstudy.analysis.holm`), and whether it survives at ``ALPHA``. Indexed by ``verdict``.
+    Columns: what is compared (condition minus reference), the estimate with its family (Bonferroni) interval, the
+    two-sided p, Holm's adjusted p over the claims table, and the verdict (:func:`bnstudy.inference.decide`); for a
+    rule, its safe batch and its intersection-union p (one-sided tests at the family's level). Indexed by
+    ``comparison``.
     """
     fmt = lambda p: "-" if p != p else "< 0.001" if p < 0.001 else f"{p:.3f}"
-    rows = [{"verdict": VERDICT_FAMILY[k], "as tested": v["verdict"], "p": fmt(v["p"]), "Holm p": fmt(v["p_holm"]),
-             "survives Holm": ("yes" if v["p_holm"] < ALPHA else "no") if v["verdict"] == "holds" else "(not a claim)"}
-            for k, v in f.mult_family.items()]
-    return pd.DataFrame(rows).set_index("verdict")
+    rows = []
+    for r in f.claims.itertuples(index=False):
+        if r.kind in ("exact", "not exact"):
+            continue
+        stem = "t5t_reest" if r.key.startswith("t5t_reest_b") else r.key
+        what = CLAIMS[stem][0].format(m=r.key[len("t5t_reest_b"):]) if stem == "t5t_reest" else CLAIMS[stem][0]
+        est = (f"{r.estimate:+.3f}" if r.low != r.low else f"{r.estimate:+.3f} [{r.low:+.3f}, {r.high:+.3f}]")
+        rows.append({"comparison": what, "estimate [family interval]": est, "p": fmt(r.p),
+                     "Holm p": fmt(r.p_adjusted), "verdict": r.verdict})
+    for key, what in RULES.items():
+        b, p = getattr(f, key), getattr(f, "t5_safe_p" if key == "t5_safe_batch" else "t5t_safe_p")
+        rows.append({"comparison": what, "estimate [family interval]": "-" if b != b else f"safe batch {b:.0f}",
+                     "p": fmt(p), "Holm p": "-", "verdict": "-"})
+    return pd.DataFrame(rows).set_index("comparison")
 
 
 def checklist_table(f: Findings) -> pd.DataFrame:
     """The chapter's checklist (one row per trap: what the audit reported in this run, and the fix) from ``f``.
 
     A DataFrame indexed by ``trap``, with columns ``what the audit reported (this run)`` and ``fix``; plain text (no
-    Markdown), for :func:`bnstudy.report.glue_table`. Means over seeds; ``[a, b]`` a 95% interval over seeds;
-    "per-seed largest" values are averaged over seeds with the range in brackets. Referee ch2 item 6.
+    Markdown), for :func:`bnstudy.report.glue_table`. Means over seeds; ``[a, b]`` a 95% interval over seeds, or the
+    family's interval beside a verdict; "per-seed largest" values are averaged over seeds with the range in
+    brackets. Referee ch2 item 6.
     """
     ci = lambda iv: f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
-    fam = f.mult_family["t5t_costs_below_min_batch"]
-    t5t_word = (f"a cost below {f.min_batch} with Holm over those batches, not after the chapter-wide correction"
-                if f.t5t_costs_below_min_batch == "holds" and not fam["p_holm"] < ALPHA else
-                f"a cost below {f.min_batch}: {f.t5t_costs_below_min_batch}")
+    cl = lambda key: (lambda r: f"{r['estimate']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}], {r['verdict']}")(
+        f.claim(key))
+    small = f"t5t_reest_b{f.t5t_smallest}"
+    t5t = (f"batch statistics minus pinned at batch {f.t5t_smallest}: {cl(small)}"
+           if small in set(f.claims["key"]) else f"no training batch below {f.min_batch}")
     rows = [
         ("1. model.train() every epoch undoes backbone.eval()",
          f"frozen_bn_in_train_mode on every backbone BN; BN in train mode for {f.t1_bn_train:.0%} of calls; running "
@@ -2095,10 +2015,10 @@ def checklist_table(f: Findings) -> pd.DataFrame:
          f"auxiliary head moved {f.t3_aux_change_whole:.0f} (in the loss in {f.t3_aux_loss_whole:.0%} of steps)",
          f"pin only the frozen part (pin_eval(backbone) or pin_norm_eval): dropout on in {f.t3_dropout_fixed:.0%} of "
          f"calls, auxiliary loss in {f.t3_aux_loss_fixed:.0%} of steps. Main head with dropout at lr "
-         f"{f.t3_lr_runline:g}: {ci(f.t3_fix_ci)}, {f.t3_fix_chance}. At rates chosen on validation data: "
-         f"{ci(f.t3_tuned_fixed_ci)} with dropout against {f.t3_tuned_main_whole:.3f} without, paired difference "
-         f"{ci(f.t3_tuned_fix_vs_whole)}; the same run's auxiliary head (no dropout) {ci(f.t3_tuned_aux)}. "
-         f"Tune the head's rate and decide whether to keep the dropout"),
+         f"{f.t3_lr_runline:g}: {ci(f.t3_fix_ci)}, against 1.5 times chance {f.verdict('t3_fix_chance')}. At rates "
+         f"chosen on validation data: {ci(f.t3_tuned_fixed_ci)} with dropout against {f.t3_tuned_main_whole:.3f} "
+         f"without, whole model minus fix {cl('t3_tuned_whole_vs_fix')}; the same run's auxiliary head (no dropout) "
+         f"{ci(f.t3_tuned_aux)}. Tune the head's rate and decide whether to keep the dropout"),
         ("4. label-sorted batches",
          f"label_sorted_batches from a one-class share of {f.t4_first_flagged:.2f} on the grid tried (label "
          f"dependence {f.t4_dep_first_flagged:.3f}, lint threshold {f.t4_lint_max_dependence:g}); train-mode accuracy "
@@ -2108,9 +2028,8 @@ def checklist_table(f: Findings) -> pd.DataFrame:
         ("5. batches of 1 and 2",
          f"single_value_per_channel / single_sample_batch at 1, small_batch below {f.min_batch}; train-mode "
          f"inference: accuracy {f.t5_train['b1']:.3f} at batch 1 against {f.t5_eval:.3f} in eval mode, loss below "
-         f"{f.t5_tol:.2f} from batch {f.t5_safe_batch:.0f}; training {f.t5t_steps} more steps, pinned against batch "
-         f"statistics, both re-estimated afterwards: pinned higher by {ci(f.t5t_reest_cost[f'b{f.t5t_smallest}'])} "
-         f"at batch {f.t5t_smallest} ({t5t_word}), difference below {f.t5_tol:.2f} from batch "
+         f"{f.t5_tol:.2f} from batch {f.t5_safe_batch:.0f}; training {f.t5t_steps} more steps, batch statistics "
+         f"against pinned, both re-estimated afterwards: {t5t}; loss below {f.t5_tol:.2f} from batch "
          f"{f.t5t_safe_batch:.0f}; as trained, the pinned network's stale statistics cost it "
          f"{ci(f.t5t_change[f'pinned_b{f.t5t_smallest}'])} against the source at batch {f.t5t_smallest}; "
          f"last_batch_single for 17 samples at batch size 16",
@@ -2120,11 +2039,7 @@ def checklist_table(f: Findings) -> pd.DataFrame:
         ("6. training on class-sorted batches",
          f"label_sorted_batches from lint_loader; held-out accuracy {f.t6_eval_sorted:.3f} against "
          f"{f.t6_eval_shuffled:.3f} trained on shuffled batches; training meter {f.t6_meter_sorted:.3f}; meter minus "
-         f"held-out {ci(f.t6_gap_sorted)}: unresolved (neither above zero nor inside +-{f.t6_tie_margin:.2f})"
-         if f.t6_meter_misleads != "holds" and f.t6_meter_ties != "holds" else
-         f"label_sorted_batches from lint_loader; held-out accuracy {f.t6_eval_sorted:.3f} against "
-         f"{f.t6_eval_shuffled:.3f} trained on shuffled batches; training meter {f.t6_meter_sorted:.3f}; meter minus "
-         f"held-out {ci(f.t6_gap_sorted)}",
+         f"held-out {cl('t6_meter_gap')}",
          "shuffle"),
     ]
     return pd.DataFrame(rows, columns=["trap", "what the audit reported (this run)", "fix"]).set_index("trap")
