@@ -111,6 +111,15 @@ class Family:
         return self.alpha / self.m
 
 
+def _ttest(v: np.ndarray, null: float = 0.0, alternative: str = "two-sided"):
+    """``scipy.stats.ttest_1samp`` without its "catastrophic cancellation" RuntimeWarning: differences that
+    agree to ~1e-16 (float noise around an exact tie) are valid data, and a page must not print a warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Precision loss occurred in moment calculation",
+                                category=RuntimeWarning)
+        return sps.ttest_1samp(v, null, alternative=alternative)
+
+
 def _values(values) -> np.ndarray:
     v = np.asarray(values, dtype=float).ravel()
     return v[np.isfinite(v)]
@@ -160,7 +169,7 @@ def t_interval(values, confidence: float = 0.95) -> Interval:
         return Interval(m, float("nan"), float("nan"), int(v.size), confidence)
     if np.ptp(v) == 0:
         return Interval(m, m, m, int(v.size), confidence)
-    ci = sps.ttest_1samp(v, 0.0).confidence_interval(confidence)
+    ci = _ttest(v).confidence_interval(confidence)
     return Interval(m, float(ci.low), float(ci.high), int(v.size), confidence)
 
 
@@ -172,7 +181,7 @@ def two_sided_p(values) -> float:
         return float("nan")
     if np.ptp(v) == 0:
         return 0.0 if v[0] != 0 else 1.0
-    return float(sps.ttest_1samp(v, 0.0).pvalue)
+    return float(_ttest(v).pvalue)
 
 
 def one_sided_p(values, alternative: str, null: float = 0.0) -> float:
@@ -189,7 +198,7 @@ def one_sided_p(values, alternative: str, null: float = 0.0) -> float:
     if np.ptp(v) == 0:
         side = v[0] > null if alternative == "greater" else v[0] < null
         return 0.0 if side else 1.0
-    return float(sps.ttest_1samp(v, null, alternative=alternative).pvalue)
+    return float(_ttest(v, null, alternative).pvalue)
 
 
 def tost_p(values, margin: float) -> float:
@@ -208,7 +217,9 @@ def tost_p(values, margin: float) -> float:
         return 0.0 if abs(v[0]) < margin else 1.0
     from statsmodels.stats.weightstats import DescrStatsW
 
-    return float(DescrStatsW(v).ttost_mean(-margin, margin)[0])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Precision loss occurred", category=RuntimeWarning)
+        return float(DescrStatsW(v).ttost_mean(-margin, margin)[0])
 
 
 def holm(pvalues) -> np.ndarray:

@@ -175,3 +175,13 @@ def test_claims_table_adjusts_one_family_and_rejects_duplicate_keys():
 def test_clipped_interval_for_printing():
     iv = I.Interval(0.5, -1.025, 1.3, 10).clipped(-1, 1)
     assert (iv.low, iv.high) == (-1, 1)
+
+
+def test_float_noise_around_a_tie_prints_no_warning():
+    import warnings
+
+    v = np.array([0.95, 0.95, 0.95]) - np.array([0.95, 0.95 + 1e-16, 0.95 - 1e-16])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        I.decide(v + 1e-17 * np.arange(3), margin=0.02)
+        I.one_sided_p(np.array([1.0, 1.0 + 1e-15, 1.0 - 1e-15]), "greater")
