@@ -1287,9 +1287,9 @@ def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
 
 
 def ch07_effects_figure(eff: pd.DataFrame):
-    """Cost and benefit of drifting statistics (``train_mode`` against ``backbone_eval``) against corruption
-    severity: rows are networks, columns corruptions (``eff``: real_data.effects_table); 95% bars over seeds.
-    Severity 0 (no corruption) is drawn in every column."""
+    """Cost (task A) and benefit (task B) of drifting statistics, each ``train_mode - backbone_eval``, against
+    corruption severity: rows are networks, columns corruptions (``eff``: real_data.effects_table); bars are its
+    intervals (the network's condition family). Severity 0 (no corruption) is drawn in every column."""
     nets = _ch07_nets(eff["network"])
     present = [c for c in dict.fromkeys(eff["corruption"]) if c != "none"]
     corrs = [c for c in CH07_CORRUPTION_ORDER if c in present] + [c for c in present if c not in CH07_CORRUPTION_ORDER]
@@ -1303,7 +1303,8 @@ def ch07_effects_figure(eff: pd.DataFrame):
             for name in ("cost", "benefit"):
                 h = g[g["effect"] == name].sort_values("severity")
                 ax.errorbar(h["severity"], h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
-                            fmt="o-", ms=4, capsize=2, lw=1, color=EFFECT_COLORS[name], label=name)
+                            fmt="o-", ms=4, capsize=2, lw=1, color=EFFECT_COLORS[name],
+                            label=f"{name} (task {'A' if name == 'cost' else 'B'})")
             ax.axhline(0, color="black", lw=0.6)
             if i == 0:
                 note = ""
@@ -1314,7 +1315,7 @@ def ch07_effects_figure(eff: pd.DataFrame):
                             + " at " + ", ".join(map(str, shown)) + ")")
                 ax.set_title(_ch07_label(corr, "corruption") + note)
             if j == 0:
-                ax.set_ylabel(f"{_ch07_label(net)}\naccuracy difference\n(fraction)")
+                ax.set_ylabel(f"{_ch07_label(net)}\ntrain_mode − backbone_eval\n(accuracy, fraction)")
             if i == len(nets) - 1:
                 ax.set_xlabel("severity")
             ax.set_xticks(sevs)
@@ -1327,7 +1328,8 @@ def ch07_effects_figure(eff: pd.DataFrame):
 def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
     """Cost of drifting statistics against the statistics mismatch measured before stage 2, one panel per
     network, one point per corruption and severity (``cond``: real_data.condition_table): x the median
-    mismatch over seeds with its quartiles as horizontal bars, y the mean cost with its 95% interval; each
+    mismatch over seeds with its quartiles as horizontal bars, y the mean cost (task A, ``train_mode -
+    backbone_eval``) with its interval (the network's condition family); each
     corruption's points joined in severity order from the uncorrupted point. ``rho``: optional ``{network:
     Interval or float}`` (Spearman rho) written in each panel's title. Corruptions differ in colour and marker."""
     nets = _ch07_nets(cond["network"])
@@ -1373,7 +1375,7 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
         ax.set_xlabel("median mismatch KL over seeds (nats)")
     # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
     axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
-    axes[0][0].set_ylabel("cost: task A accuracy lost (fraction)")
+    axes[0][0].set_ylabel("cost: task A, train_mode − backbone_eval (fraction)")
     axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 

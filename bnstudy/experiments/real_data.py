@@ -18,13 +18,16 @@ stage-1 backbone against the condition's task-B training images is recorded. Cha
 modes all run at the reference condition and without corruption; elsewhere ``all_eval`` is left
 out (with a linear head it computes exactly what ``backbone_eval`` computes).
 
-``Config`` -> :func:`run` -> results table -> :func:`findings` (chapter 1's four findings and
-chapter 3's conclusions per network, with verdicts) -> :func:`verdict_table`, and the tidy figure
-tables :func:`effects_table` and :func:`condition_table`.
+``Config`` -> :func:`run` -> results table -> :func:`findings` (chapter 1's findings and chapter 3's
+conclusions per network as a claims table of :mod:`bnstudy.inference`, the per-condition claims and the numbers
+the prose cites) -> :func:`verdict_table`, and the tidy figure tables :func:`effects_table` and
+:func:`condition_table`. Every interval, test and verdict comes from :mod:`bnstudy.inference`; every
+difference is *condition minus reference*, the reference of freeze modes being ``backbone_eval``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -34,10 +37,10 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from scipy import stats as sps
 
 from ..report import p_text
-from ..analysis import Interval, mean_ci
+from ..inference import (Claim, Family, Interval, claims_table, decide, exact_check, holm, one_sided_p,
+                         paired_differences, rank_correlation, t_interval)
 from ..config import Execution, _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, \
     from_profile, seeds_label
 from .. import engine
@@ -50,11 +53,13 @@ from ..sweep import default_cache_dir, run_sweep
 NAMESPACE = "ch07_real_data"
 #: Modes at every condition; all four run at the reference condition and without corruption.
 SWEEP_MODES = ("train_mode", "backbone_eval", "separate_stats")
-#: Tie margin (accuracy, fraction) of the equivalence tests (TOST at 5%: the 90% interval inside +-margin).
+#: Equivalence margin (accuracy, fraction) of task B's ``train_mode - backbone_eval``: "equivalent within
+#: ±0.02" by TOST at the family's level (bnstudy.inference.decide).
 TIE_MARGIN = 0.02
-#: A cost below this (accuracy, fraction) with 95% confidence counts as "safe" (chapter 3's ``min_effect``).
+#: A condition is "safe" where its loss of task A is shown smaller than this (accuracy, fraction; chapter 3's
+#: ``min_effect``), "harmful" where shown larger (Holm over the network's conditions).
 MIN_EFFECT = 0.01
-#: The other safe/harm margins the page reports chapter 3's threshold verdict at (``c2_margin_002`` / ``_003``).
+#: The other safe/harm margins the page reports chapter 3's threshold outcome at (``c2_margin_002`` / ``_003``).
 MARGIN_SWEEP = (0.02, 0.03)
 
 #: The networks (bnstudy.vision.NETWORKS, repeated here so that importing this module needs no torchvision).
@@ -376,48 +381,73 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
 
 
 # --- tidy tables ----------------------------------------------------------------------------------------------------
+#
+# One sign per quantity (the glossary): a difference is *condition minus reference*, and for freeze modes the
+# reference is the pinned backbone ``backbone_eval``. So chapter 3's ``cost`` of drifting statistics is
+# ``task_a(train_mode) - task_a(backbone_eval)`` (negative when train mode loses task A) and its ``benefit``
+# ``task_b(train_mode) - task_b(backbone_eval)`` (positive when train mode gains task B).
 
-def _pair(df: pd.DataFrame, value: str, a: str, b: str) -> pd.DataFrame:
-    """Per (network, corruption, severity, seed): ``value[mode a] - value[mode b]`` as column ``diff``."""
-    keys = ["network", "corruption", "severity", "seed"]
-    piv = df.pivot_table(index=keys, columns="mode", values=value, aggfunc="first")
-    return (piv[a] - piv[b]).dropna().rename("diff").reset_index()
+_CELL = ["network", "corruption", "severity"]
+
+
+def _pair(df: pd.DataFrame, value: str, condition: str, reference: str) -> pd.DataFrame:
+    """Per (network, corruption, severity, seed): ``value[mode condition] - value[mode reference]`` as column
+    ``diff`` (:func:`bnstudy.inference.paired_differences`, its one missing-data rule)."""
+    parts = []
+    for key, g in df.groupby(_CELL, sort=False):
+        if not {condition, reference} <= set(g["mode"]):
+            continue
+        d = paired_differences(g, value, "mode", condition, reference).rename("diff").reset_index()
+        parts.append(d.assign(**dict(zip(_CELL, key))))
+    cols = _CELL + ["seed", "diff"]
+    return pd.concat(parts)[cols].reset_index(drop=True) if parts else pd.DataFrame(columns=cols)
 
 
 def effects(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (network, corruption, severity, seed): chapter 3's ``cost`` (task A lost by ``train_mode`` against
-    ``backbone_eval``), ``benefit`` (task B gained), ``net = benefit - cost`` and the condition's ``mismatch_kl``."""
-    cost = _pair(df, "task_a_after", "backbone_eval", "train_mode").rename(columns={"diff": "cost"})
+    """Per (network, corruption, severity, seed): ``cost`` (task A, ``train_mode - backbone_eval``: negative when
+    train mode loses), ``benefit`` (task B, ``train_mode - backbone_eval``), ``net = benefit + cost`` (both
+    differences summed) and the condition's ``mismatch_kl``."""
+    cost = _pair(df, "task_a_after", "train_mode", "backbone_eval").rename(columns={"diff": "cost"})
     ben = _pair(df, "task_b", "train_mode", "backbone_eval").rename(columns={"diff": "benefit"})
-    keys = ["network", "corruption", "severity", "seed"]
+    keys = _CELL + ["seed"]
     out = cost.merge(ben, on=keys)
-    out["net"] = out["benefit"] - out["cost"]
+    out["net"] = out["benefit"] + out["cost"]
     mm = df.groupby(keys)["mismatch_kl"].first().reset_index()
     return out.merge(mm, on=keys)
 
 
+def condition_family(df: pd.DataFrame, network: str) -> Family:
+    """The family of a network's conditions (every condition of the network is one comparison of the figures and
+    counts over conditions): ``Family(m)`` with ``m`` the number of its (corruption, severity) conditions."""
+    d = df[df["network"] == network]
+    return Family(int(d[["corruption", "severity"]].drop_duplicates().shape[0]))
+
+
 def effects_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tidy: ``network, corruption, severity, effect, mean, ci_low, ci_high, n_seeds`` (effect: cost/benefit/net)."""
+    """Tidy: ``network, corruption, severity, effect, mean, ci_low, ci_high, n_seeds, confidence`` (effect:
+    cost/benefit/net); intervals are the network's condition family's (:func:`condition_family`)."""
     e = effects(df)
     recs = []
-    for key, g in e.groupby(["network", "corruption", "severity"], sort=False):
+    for key, g in e.groupby(_CELL, sort=False):
+        conf = condition_family(df, key[0]).confidence
         for eff in ("cost", "benefit", "net"):
-            iv = mean_ci(g[eff])
-            recs.append(dict(zip(["network", "corruption", "severity"], key), effect=eff, mean=iv.mean,
-                             ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
+            iv = t_interval(g[eff], conf)
+            recs.append(dict(zip(_CELL, key), effect=eff, mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
+                             n_seeds=iv.n, confidence=conf))
     return pd.DataFrame(recs)
 
 
 def condition_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per (network, corruption, severity): the mismatch over seeds (``mismatch_kl``: the **median**, robust to
     the few seeds whose KL explodes; ``mismatch_kl_q25``/``_q75``: its quartiles; ``mismatch_kl_mean``), the
-    cost's mean and 95% interval (``cost_lo``/``cost_hi``) and the mean ``benefit``."""
+    cost's mean and family interval (``cost_lo``/``cost_hi``, :func:`condition_family`) and the mean
+    ``benefit``."""
     e = effects(df)
     recs = []
-    for key, g in e.groupby(["network", "corruption", "severity"], sort=False):
-        iv = mean_ci(g["cost"])
+    for key, g in e.groupby(_CELL, sort=False):
+        iv = t_interval(g["cost"], condition_family(df, key[0]).confidence)
         kl = g["mismatch_kl"]
-        recs.append(dict(zip(["network", "corruption", "severity"], key), mismatch_kl=float(kl.median()),
+        recs.append(dict(zip(_CELL, key), mismatch_kl=float(kl.median()),
                          mismatch_kl_q25=float(kl.quantile(0.25)), mismatch_kl_q75=float(kl.quantile(0.75)),
                          mismatch_kl_mean=float(kl.mean()), cost=iv.mean, cost_lo=iv.low, cost_hi=iv.high,
                          benefit=float(g["benefit"].mean())))
@@ -425,79 +455,189 @@ def condition_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def per_seed_rho(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (network, seed): Spearman's rho over the conditions of that seed's mismatch and cost (``rho``;
-    NaN with fewer than 3 conditions or a constant column)."""
+    """Per (network, seed): Spearman's rho over the conditions of that seed's mismatch and cost
+    (:func:`bnstudy.inference.rank_correlation`; NaN with fewer than 4 conditions or a constant column)."""
     e = effects(df)
-    recs = []
-    for (net, seed), g in e.groupby(["network", "seed"], sort=False):
-        ok = len(g) >= 3 and g["mismatch_kl"].nunique() > 1 and g["cost"].nunique() > 1
-        rho = float(sps.spearmanr(g["mismatch_kl"], g["cost"]).statistic) if ok else math.nan
-        recs.append(dict(network=net, seed=seed, rho=rho))
-    return pd.DataFrame(recs)
+    recs = [dict(network=net, seed=seed, rho=rank_correlation(g["mismatch_kl"], g["cost"])[0])
+            for (net, seed), g in e.groupby(["network", "seed"], sort=False)]
+    return pd.DataFrame(recs, columns=["network", "seed", "rho"])
 
 
 def accuracy_table(df: pd.DataFrame, config_reference: tuple) -> pd.DataFrame:
-    """Tidy, at the reference condition: ``network, mode, metric, mean, ci_low, ci_high, n_seeds``."""
+    """Tidy, at the reference condition: ``network, mode, metric, mean, ci_low, ci_high, n_seeds`` (95% t
+    intervals of mean accuracies, not comparisons)."""
     ref = df[(df.corruption == config_reference[0]) & (df.severity == config_reference[1])]
     recs = []
     for (net, mode), g in ref.groupby(["network", "mode"], sort=False):
         for metric in ("task_a_before", "task_a_after", "task_b"):
-            iv = mean_ci(g[metric])
+            iv = t_interval(g[metric])
             recs.append(dict(network=net, mode=mode, metric=metric, mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
                              n_seeds=iv.n))
     return pd.DataFrame(recs)
 
 
-# --- findings ---------------------------------------------------------------------------------------------------
+# --- claims -----------------------------------------------------------------------------------------------------
 
-def tost_interval(values, confidence: float = 0.90) -> Interval:
-    """The 90% Student-t interval used by the TOST equivalence test at 5% (equivalent if inside +-margin)."""
-    return mean_ci(values, confidence)
+#: Chance accuracy (five classes) and the "about chance" line: task A at most 1.5x chance.
+CHANCE = 1 / 5
+CHANCE_LINE = 1.5 * CHANCE
+#: The direction words of this page's verdicts (bnstudy.inference.decide), each naming the direction of the
+#: compared quantity: task B ``train_mode - backbone_eval``; task A of ``train_mode`` minus 1.5x chance; task A of
+#: ``train_mode`` after stage 2 minus before; the per-seed rank correlation of mismatch with the cost
+#: (``train_mode - backbone_eval`` on task A, so a negative rho means a larger mismatch, a larger loss); and the
+#: cost minus ``-margin`` (the loss of task A smaller or larger than a margin).
+DIRECTIONS = ("train mode higher", "train mode lower", "above 1.5x chance", "below 1.5x chance",
+              "higher after stage 2", "lower after stage 2", "larger mismatch, smaller loss",
+              "larger mismatch, larger loss", "loss smaller than the margin", "loss larger than the margin")
+_WORDS = {"f3": DIRECTIONS[0:2], "f2": DIRECTIONS[2:4], "drop": DIRECTIONS[4:6], "c1": DIRECTIONS[6:8],
+          "loss": DIRECTIONS[8:10]}
+#: The questions asked at every condition of every network (one family per network and question).
+QUESTIONS = ("f2", "drop", "f3") + tuple(f"loss_{m:g}" for m in (MIN_EFFECT,) + MARGIN_SWEEP)
+
+
+def _off_line(values, line: float) -> np.ndarray:
+    """``values - line`` at the accuracy resolution (accuracies are counts over 300 held-out images): rounded to
+    12 decimals, so that 0.3 - 90/300 is 0, not a float artefact that a zero-spread sample would call a
+    direction."""
+    return np.round(np.asarray(values, dtype=float) - line, 12)
+
+
+def _decide(question: str, values, key: str, family: Family) -> Claim:
+    hi, lo = _WORDS["loss" if question.startswith("loss") else question]
+    margin = TIE_MARGIN if question == "f3" else None
+    return decide(values, key, margin=margin, family=family, higher=hi, lower=lo)
+
+
+def _question_values(cell: pd.DataFrame, question: str) -> np.ndarray:
+    """The per-seed values one question tests at one (network, condition) cell of the run table."""
+    tm = cell[cell["mode"] == "train_mode"].set_index("seed")
+    if question == "f2":
+        return _off_line(tm["task_a_after"], CHANCE_LINE)
+    if question == "drop":
+        return _off_line(tm["task_a_after"] - tm["task_a_before"], 0.0)
+    if question == "f3":
+        return paired_differences(cell, "task_b", "mode", "train_mode", "backbone_eval").to_numpy()
+    margin = float(question.split("_", 1)[1])
+    cost = paired_differences(cell, "task_a_after", "mode", "train_mode", "backbone_eval")
+    return _off_line(cost, -margin)
+
+
+def condition_claims(df: pd.DataFrame) -> pd.DataFrame:
+    """Every question of :data:`QUESTIONS` at every condition of every network: the claims tables
+    (:func:`bnstudy.inference.claims_table`, one per network and question: its family is the network's
+    conditions, :func:`condition_family`; ``p_adjusted`` is Holm over them) stacked, with ``network, question,
+    corruption, severity`` in front and ``p_less_adjusted`` / ``p_greater_adjusted``: the one-sided t tests'
+    p-values (:func:`bnstudy.inference.one_sided_p`, mean below / above 0), Holm over the same conditions. ``f2``: task A of ``train_mode`` minus 1.5x chance; ``drop``: its task A
+    after minus before; ``f3``: task B ``train_mode - backbone_eval`` (equivalence within
+    :data:`TIE_MARGIN`); ``loss_<m>``: the cost (task A, ``train_mode - backbone_eval``) minus ``-m``."""
+    parts = []
+    for net, d in df.groupby("network", sort=False):
+        fam = condition_family(df, net)
+        cells = list(d.groupby(["corruption", "severity"], sort=False))
+        for q in QUESTIONS:
+            vals = [_question_values(g, q) for _, g in cells]
+            t = claims_table([_decide(q, v, f"{c}_{s}", fam) for ((c, s), _), v in zip(cells, vals)])
+            for alt in ("less", "greater"):  # the one-sided questions' counts (Holm over the conditions)
+                t[f"p_{alt}_adjusted"] = holm([one_sided_p(v, alt) for v in vals])
+            t.insert(0, "severity", [int(s) for (_, s), _ in cells])
+            t.insert(0, "corruption", [c for (c, _), _ in cells])
+            t.insert(0, "question", q)
+            t.insert(0, "network", net)
+            parts.append(t)
+    return pd.concat(parts, ignore_index=True)
+
+
+def condition_verdicts(df: pd.DataFrame, claims: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (network, corruption, severity): ``mismatch_kl`` (median over seeds), ``task_a_train_mode`` (mean),
+    ``task_b_<mode>`` (mean task-B accuracy of each mode run there), and for each question of
+    :data:`QUESTIONS` (:func:`condition_claims`) its ``<question>_estimate, _low, _high, _n, _p_adjusted,
+    _p_less_adjusted, _p_greater_adjusted, _verdict``. ``claims``: :func:`condition_claims`' table, if already computed."""
+    claims = condition_claims(df) if claims is None else claims
+    base = []
+    for key, g in df.groupby(_CELL, sort=False):
+        rec = dict(zip(_CELL, key), mismatch_kl=float(g.groupby("seed")["mismatch_kl"].first().median()),
+                   task_a_train_mode=float(g.loc[g["mode"] == "train_mode", "task_a_after"].mean()))
+        rec.update({f"task_b_{m}": float(g.loc[g["mode"] == m, "task_b"].mean())
+                    for m in MODE_NAMES if m in set(g["mode"])})
+        base.append(rec)
+    out = pd.DataFrame(base)
+    fields = ("estimate", "low", "high", "n", "p_adjusted", "p_less_adjusted", "p_greater_adjusted", "verdict")
+    for q in QUESTIONS:
+        c = claims[claims["question"] == q][_CELL + list(fields)]
+        out = out.merge(c.rename(columns={f: f"{q}_{f}" for f in fields}), on=_CELL, how="left")
+    return out
+
+
+def _count(c: pd.DataFrame, sign: int, one_sided: bool = False) -> int:
+    """Conditions whose Holm-adjusted p is below 0.05 with the estimate of ``sign`` (the glossary's counts).
+    ``one_sided``: the one-sided question "below 0" (``sign=-1``) or "above 0" (``sign=1``), by the one-sided
+    tests' Holm p (``p_less_adjusted`` / ``p_greater_adjusted``)."""
+    if one_sided:
+        return int((c["p_less_adjusted" if sign < 0 else "p_greater_adjusted"] < 0.05).sum())
+    return int(((c["p_adjusted"] < 0.05) & (np.sign(c["estimate"]) == sign)).sum())
+
+
+def _threshold(c: pd.DataFrame) -> tuple[str, pd.Series, pd.Series]:
+    """Chapter 3's threshold question on one network's ``loss_<m>`` claims (:func:`condition_claims`, with the
+    conditions' ``mismatch_kl``): (outcome, safe conditions' mismatch, harmful ones'). Safe: the loss of task A
+    shown smaller than the margin, harmful: shown larger (each a one-sided question: one-sided t tests, Holm over
+    the conditions). Outcomes: "one value
+    separates them" (every safe condition's median mismatch below every harmful one's), "no single value
+    separates them", "no condition shown harmful", and without a safe condition "no condition shown safe", with
+    "(a loss already without corruption)" or "(a loss already at the lowest mismatch)" when that condition is
+    harmful. A description of the counts, not a verdict."""
+    safe = c[c["p_greater_adjusted"] < 0.05]["mismatch_kl"]
+    harm = c[c["p_less_adjusted"] < 0.05]["mismatch_kl"]
+    harmful = lambda rows: bool(len(rows)) and bool((rows["p_less_adjusted"] < 0.05).all())  # noqa: E731
+    if not len(safe):
+        if harmful(c[c["corruption"] == "none"]):
+            return "no condition shown safe (a loss already without corruption)", safe, harm
+        if harmful(c.loc[[c["mismatch_kl"].idxmin()]]):
+            return "no condition shown safe (a loss already at the lowest mismatch)", safe, harm
+        return "no condition shown safe", safe, harm
+    if not len(harm):
+        return "no condition shown harmful", safe, harm
+    return ("one value separates them" if safe.max() < harm.min() else "no single value separates them"), safe, harm
+
+
+def _ci_text(iv: Interval) -> str:
+    return f"{iv.mean:.3f} ({iv.confidence:.1%} interval {iv.low:.3f} to {iv.high:.3f})"
+
+
+def _and(items: list[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 @dataclass(frozen=True)
-class Findings:
-    """Every number and verdict chapter 7's prose cites, per network (dicts keyed by network name).
+class Facts:
+    """The numbers and descriptions chapter 7's prose cites beside its claims (dicts keyed by network), glued by
+    :func:`bnstudy.pages.glue_findings`. Every verdict is in :attr:`Findings.claims` instead.
 
-    ``networks``: their names, comma-separated. Chapter 1 (at the reference condition): ``f1_weights_unchanged``
-    (every weight's change == 0); ``f2_task_a_falls`` (``train_mode``'s task A: "holds" if a one-sided t-test
-    shows its mean at most 1.5x chance, "drops, not to chance" if only significantly below where it started);
-    ``f3_pinned_keep_a`` (pinned modes' task A after == before) and ``f3_pinned_lower_b`` (``train_mode -
-    pinned`` on task B, 95% interval above zero, both pinned modes); ``f4_separate_exact`` (old logits change
-    == 0) and ``f4_separate_matches_b`` (TOST: 90% interval of ``separate_stats - train_mode`` on task B inside
-    +-:data:`TIE_MARGIN`). Chapter 3 (all conditions; a condition's mismatch is its **median** over seeds):
-    ``c1_mismatch_ranks_cost`` (Spearman rho of condition mismatch and cost > 0 with Holm-adjusted one-sided
-    p < 0.05 over networks, and the per-seed rho's 95% interval ``rho_seed`` above 0; ``rho_cost_mean_kl``: the
-    rho on seed-mean mismatches, for comparison), ``c2_threshold_separates`` (:func:`_threshold`: every safe
-    condition's mismatch below every harmful one's; without a safe condition, "no safe level" when the
-    lowest-mismatch condition ``lowest_condition`` is harmful), ``c3_separate_gain_without_loss`` (task A
-    unchanged in every run and task B within 0.01 of ``train_mode``'s mean in every condition). Intervals are
-    95% over seeds.
-
-    Verdict words (the page states these rules): "holds"; "inconclusive" (the interval crosses zero, no
-    equivalence shown); "reversed" (significant in the opposite direction); "drops, not to chance" (F2: task A
-    significantly below where it started, not shown within 1.5x chance); "by construction (checked ==)" (an
-    identity of the code, confirmed exactly on every run: not a finding). Over all conditions
-    (``f2_all_conditions``, ``f3_all_conditions``, tests Holm-adjusted over the network's conditions,
-    :func:`condition_verdicts`): "holds" at every condition, "holds in part" at some and reversed at none,
-    "mixed" (holds at some, reversed at others), "reversed in part", "inconclusive" (at none either way), "not
-    shown" (F2: within 1.5x chance at no condition; ``f2_n_above`` conditions are shown above it by the opposite
-    one-sided test, Holm over the same conditions, and ``f2_n_undecided`` neither). ``f2_n_mean_at_chance``: conditions whose *mean* is at most 1.5x chance (a point
-    estimate, not a test); ``f2_min_lo``: the lowest 95% lower bound of task A over conditions
-    (``f2_lowest_bound``: over networks too); ``f3_p_holm_reference``: F3's Holm p (over conditions) at the reference; ``f3_n_tie``: inconclusive conditions where the TOST shows a tie
-    within +-:data:`TIE_MARGIN`. ``most_severe``: the condition of largest median mismatch and
-    ``gap_b_most_severe`` F3's gap there. ``task_b_clean_pinned`` / ``task_b_clean_train``: task B without
-    corruption (``backbone_eval`` / ``train_mode``); ``task_b_ref_minus_clean_pinned``: ``backbone_eval``'s task B
-    at the reference minus without corruption, paired within seed. ``cost_none``: the cost without corruption.
-    ``rho_within``: mean over corruptions of Spearman's rho within a corruption (no corruption + its
-    severities); ``rho_across``: rho over corruptions at the highest severity (``*_text``: the same as printed,
-    "not computable" with fewer than 3 points per group). ``rho_p_text``: the Holm p (one-sided) as printed
-    ("< 0.001" below 0.001). ``c2_phrase``: chapter 3's threshold test in words (never NaN);
-    ``c2_margin_002``/``_003``: its verdict with safe/harm margins 0.02 and 0.03. ``inversion_monotone``: whether
-    inversion's median mismatch rises with severity; ``inversion_nonmonotone_seeds``: seeds where it does not;
-    ``inversion_sentence`` says both over networks. ``kl_max_over_median``: over conditions, the
-    largest ratio of one seed's mismatch to the condition's median. ``example_pair``: two corruptions of about the same mismatch
-    and very different cost (:func:`_example_pair`).
+    Scalars: ``n_seeds``, ``chance``, ``networks`` (comma-separated), ``reference`` (the condition in words),
+    ``n_conditions`` (per network: the size of each family over conditions), ``m_reference`` (the family of the
+    verdict table's comparisons), ``f2_lowest_bound`` (the lowest lower bound of ``train_mode``'s task A over every
+    condition and network, at the family level), ``inversion_sentence``, ``example_pair`` (:func:`_example_pair`).
+    Per network: ``task_a_source`` (stage 1), ``task_a_train_mode``, ``task_a_before`` (at the reference; 95% t
+    intervals of mean accuracies); ``task_b_clean_pinned`` / ``task_b_clean_train`` (task B without corruption,
+    ``backbone_eval`` / ``train_mode``) and ``task_b_ref_minus_clean_pinned`` (``backbone_eval``'s task B at the
+    reference minus without corruption, paired within seed; 95%); ``cost_none`` (the cost without corruption) and
+    ``gap_b_most_severe`` (task B ``train_mode - backbone_eval`` at ``most_severe``, the condition of largest median
+    mismatch), both at the condition family's level. Counts over the ``n_conditions`` conditions (Holm-adjusted p
+    below 0.05, :func:`condition_claims`): ``f2_n_below`` / ``f2_n_above`` (task A shown below / above 1.5x
+    chance, one-sided tests), ``f2_n_neither``, ``f2_n_mean_at_chance`` (a mean at most 1.5x chance: a point
+    estimate, no test), ``f2_n_drop`` (task A shown lower after stage 2, one-sided); ``f3_n_higher`` / ``f3_n_lower`` (task B, train mode shown
+    higher / lower), ``f3_n_equivalent`` (the others whose verdict is equivalent within :data:`TIE_MARGIN`),
+    ``f3_n_not_decided``; ``f3_p_holm_reference`` (the Holm p of task B at the reference, over conditions).
+    Chapter 3: ``rho_cost`` (Spearman's rho of the conditions' median mismatch and mean cost) and ``rho_p_text``
+    (its two-sided p, Holm over networks, as printed); ``rho_cost_mean_kl`` (the same on seed-mean mismatches);
+    ``rho_within_text`` (mean over corruptions of rho within a corruption: no corruption and its severities) and
+    ``rho_across_text`` (rho over corruptions at the highest severity), "not computable" below 4 points;
+    ``kl_max_over_median`` (the largest ratio of one seed's mismatch to its condition's median);
+    ``inversion_monotone``, ``inversion_nonmonotone_seeds``; at the margin :data:`MIN_EFFECT`: ``n_safe``,
+    ``n_harm``, ``n_neither``, ``safe_max_kl``, ``harm_min_kl``, ``c2_threshold_separates`` (:func:`_threshold`'s
+    outcome), ``c2_phrase`` (it in a sentence), ``lowest_condition``; ``c2_margin_002`` / ``_003``: the outcome at
+    the margins :data:`MARGIN_SWEEP`.
     """
 
     n_seeds: int
@@ -505,239 +645,81 @@ class Findings:
     networks: str
     reference: str
     n_conditions: int
+    m_reference: int
     task_a_source: dict
     task_a_train_mode: dict
     task_a_before: dict
-    gap_b_backbone_eval: dict
-    gap_b_all_eval: dict
-    diff_b_separate: dict
-    f1_weights_unchanged: dict
-    f2_task_a_falls: dict
-    f3_pinned_keep_a: dict
-    f3_pinned_lower_b: dict
-    f4_separate_exact: dict
-    f4_separate_matches_b: dict
-    rho_cost: dict
-    rho_p_holm: dict
-    safe_max_kl: dict
-    harm_min_kl: dict
-    n_safe: dict
-    n_harm: dict
-    cost_max: dict
-    sep_max_task_a_change: dict
-    sep_vs_train_max_b_diff: dict
-    c1_mismatch_ranks_cost: dict
-    c2_threshold_separates: dict
-    c3_separate_gain_without_loss: dict
-    all_hold: dict
-    f2_all_conditions: dict
-    f2_n_chance: dict
-    f2_n_drop: dict
-    f3_all_conditions: dict
-    f3_n_gain: dict
-    f3_n_reversed: dict
-    f3_n_inconclusive: dict
-    most_severe: dict
-    gap_b_most_severe: dict
-    check_all_eval_is_backbone_eval: dict
-    n_neither: dict
-    c2_phrase: dict
-    c2_margin_002: dict
-    c2_margin_003: dict
-    rho_p_text: dict
-    rho_within: dict
-    rho_across: dict
-    rho_within_text: dict
-    rho_across_text: dict
-    inversion_monotone: dict
-    inversion_nonmonotone_seeds: dict
-    f2_n_mean_at_chance: dict
-    f2_n_above: dict
-    f2_n_undecided: dict
-    f2_min_lo: dict
-    f3_n_tie: dict
     task_b_clean_pinned: dict
     task_b_clean_train: dict
     task_b_ref_minus_clean_pinned: dict
-    rho_seed: dict
-    rho_cost_mean_kl: dict
-    lowest_condition: dict
     cost_none: dict
-    kl_max_over_median: dict
+    most_severe: dict
+    gap_b_most_severe: dict
+    f2_n_below: dict
+    f2_n_above: dict
+    f2_n_neither: dict
+    f2_n_mean_at_chance: dict
+    f2_n_drop: dict
+    f3_n_higher: dict
+    f3_n_lower: dict
+    f3_n_equivalent: dict
+    f3_n_not_decided: dict
     f3_p_holm_reference: dict
-    inversion_sentence: str = ""
+    rho_cost: dict
+    rho_p_text: dict
+    rho_cost_mean_kl: dict
+    rho_within_text: dict
+    rho_across_text: dict
+    kl_max_over_median: dict
+    inversion_monotone: dict
+    inversion_nonmonotone_seeds: dict
+    n_safe: dict
+    n_harm: dict
+    n_neither: dict
+    safe_max_kl: dict
+    harm_min_kl: dict
+    c2_threshold_separates: dict
+    c2_phrase: dict
+    lowest_condition: dict
+    c2_margin_002: dict
+    c2_margin_003: dict
     f2_lowest_bound: float = math.nan
+    inversion_sentence: str = ""
     example_pair: str = ""
 
 
-def spearman_greater(x, y, exact_max: int = 8) -> tuple[float, float]:
-    """Spearman's rho of ``x`` and ``y`` and its one-sided p-value against rho <= 0.
+@dataclass(frozen=True)
+class Findings:
+    """Chapter 7's findings: ``claims`` (the verdict table's comparisons and checks, one claims table: glued by
+    :func:`bnstudy.pages.glue_claims` as ``ch07_<key>_<field>``, keys ``<claim>_<network>``, see :data:`CLAIMS`),
+    ``conditions`` (:func:`condition_claims`) and ``facts`` (:class:`Facts`, the numbers the prose cites)."""
 
-    Up to ``exact_max`` points the p-value is exact (the share of all ``n!`` orderings of ``y`` whose rho is at
-    least the observed one; scipy's t approximation gives p = 0 for a perfect rank correlation of 3 points,
-    whose exact p is 1/6); above it, scipy's t approximation (``alternative="greater"``).
-    """
-    import itertools
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    rho = float(sps.spearmanr(x, y).statistic)
-    if len(x) > exact_max:
-        return rho, float(sps.spearmanr(x, y, alternative="greater").pvalue)
-    rx = sps.rankdata(x)
-    ry = sps.rankdata(y)
-    rhos = np.array([np.corrcoef(rx, ry[list(p)])[0, 1] for p in itertools.permutations(range(len(y)))])
-    return rho, float(np.mean(rhos >= rho - 1e-12))
+    claims: pd.DataFrame
+    conditions: pd.DataFrame
+    facts: Facts
 
 
-def holm(pvalues: dict) -> dict:
-    """Holm's step-down adjustment of ``{name: p}`` (family-wise error over the names)."""
-    names = sorted(pvalues, key=lambda k: pvalues[k])
-    m, out, running = len(names), {}, 0.0
-    for i, k in enumerate(names):
-        running = max(running, min(1.0, (m - i) * pvalues[k]))
-        out[k] = running
-    return out
-
-
-def _word(ok: bool) -> str:
-    return "holds" if ok else "does not hold"
-
-
-def _check(ok: bool) -> str:
-    return BY_CONSTRUCTION if ok else "does not hold"
-
-BY_CONSTRUCTION = "by construction (checked ==)"
-
-
-def _paired_p(diff, alternative: str = "two-sided") -> float:
-    """Student-t p-value of a paired difference (1.0 when every difference is equal, e.g. all zero)."""
-    d = np.asarray(diff, float)
-    if len(d) < 2 or np.all(d == d[0]):
-        return 0.0 if (len(d) >= 2 and d[0] != 0 and (alternative == "two-sided" or
-                                                        (alternative == "less") == (d[0] < 0))) else 1.0
-    return float(sps.ttest_1samp(d, 0.0, alternative=alternative).pvalue)
-
-
-def condition_verdicts(df: pd.DataFrame) -> pd.DataFrame:
-    """Chapter 1's F2 and F3 judged at every condition of every network, Holm-adjusted over the network's conditions.
-
-    Tidy: ``network, corruption, severity, mismatch_kl`` (median over seeds), ``task_a_train_mode, task_a_lo,
-    task_a_hi, f2_chance_p_holm, f2_above_p_holm, f2_drop_p_holm, f2, task_b_<mode>`` (mean task-B accuracy of each mode run at the
-    condition), ``gap_b, gap_b_lo, gap_b_hi, f3_p_holm, f3_tie, f3``. F2: "holds" if a one-sided t-test shows the
-    mean of ``train_mode``'s task A at most 1.5x chance (Holm p < 0.05), else "drops, not to chance" if a one-sided
-    paired t-test shows it below where it started (Holm p < 0.05), else "does not hold";
-    ``f2_above_p_holm``: the opposite one-sided test (mean above 1.5x chance), Holm over the same conditions. F3 (two-sided paired t
-    of ``train_mode - backbone_eval`` on task B): "holds" (positive, Holm p < 0.05), "reversed" (negative, Holm
-    p < 0.05), else "inconclusive"; ``f3_tie``: the TOST (90% interval inside +-:data:`TIE_MARGIN`) shows a tie.
-    """
-    chance = 1 / 5
-    keys = ["network", "corruption", "severity"]
-    recs = []
-    for key, g in df.groupby(keys, sort=False):
-        piv = {c: g.pivot(index="seed", columns="mode", values=c) for c in ("task_a_before", "task_a_after", "task_b")}
-        a_vals = piv["task_a_after"]["train_mode"]
-        a = mean_ci(a_vals)
-        gap_d = piv["task_b"]["train_mode"] - piv["task_b"]["backbone_eval"]
-        gap = mean_ci(gap_d)
-        t90 = tost_interval(gap_d)
-        rec = dict(zip(keys, key), mismatch_kl=float(g.groupby("seed")["mismatch_kl"].first().median()),
-                   task_a_train_mode=a.mean, task_a_lo=a.low, task_a_hi=a.high,
-                   f2_chance_p=_paired_p(a_vals - 1.5 * chance, "less"),
-                   f2_above_p=_paired_p(a_vals - 1.5 * chance, "greater"),
-                   f2_drop_p=_paired_p(a_vals - piv["task_a_before"]["train_mode"], "less"))
-        rec.update({f"task_b_{m}": float(piv["task_b"][m].mean()) for m in MODE_NAMES if m in piv["task_b"]})
-        rec.update(gap_b=gap.mean, gap_b_lo=gap.low, gap_b_hi=gap.high, f3_p=_paired_p(gap_d),
-                   f3_tie=bool(_above(t90.low, -TIE_MARGIN) and _below(t90.high, TIE_MARGIN)))
-        recs.append(rec)
-    t = pd.DataFrame(recs)
-    out = []
-    for net, g in t.groupby("network", sort=False):
-        g = g.copy()
-        idx = [str(i) for i in g.index]
-        for col in ("f2_chance_p", "f2_above_p", "f2_drop_p", "f3_p"):
-            adj = holm(dict(zip(idx, g[col])))
-            g[f"{col}_holm"] = [adj[i] for i in idx]
-        g["f2"] = ["holds" if qc < 0.05 else ("drops, not to chance" if qd < 0.05 else "does not hold")
-                   for qc, qd in zip(g["f2_chance_p_holm"], g["f2_drop_p_holm"])]
-        g["f3"] = [("holds" if m > 0 else "reversed") if q < 0.05 else "inconclusive"
-                   for m, q in zip(g["gap_b"], g["f3_p_holm"])]
-        out.append(g)
-    t = pd.concat(out).drop(columns=["f2_chance_p", "f2_above_p", "f2_drop_p", "f3_p"]).reset_index(drop=True)
-    first = ["network", "corruption", "severity", "mismatch_kl", "task_a_train_mode", "task_a_lo", "task_a_hi",
-             "f2_chance_p_holm", "f2_above_p_holm", "f2_drop_p_holm", "f2"]
-    return t[first + [c for c in t.columns if c not in first]]
-
-
-def _over_conditions(words) -> str:
-    """One verdict over conditions from per-condition words (see :class:`Findings`)."""
-    words = list(words)
-    k_hold, k_rev = words.count("holds"), words.count("reversed")
-    if k_hold == len(words):
-        return "holds"
-    if k_hold and k_rev:
-        return "mixed"
-    if k_hold:
-        return "holds in part"
-    if k_rev:
-        return "reversed in part"
-    return "not shown" if "drops, not to chance" in words or "does not hold" in words else "inconclusive"
-
-
-#: Tolerance of comparisons of accuracy differences with a margin: accuracies are counts over the evaluation set
-#: (steps of 1/n_eval, at least 1e-4 here), so a mean of exactly 30/3000 computed as 0.009999999999999998 is *at*
-#: the margin 0.01, not below it.
-MARGIN_TOL = 1e-9
-
-
-def _below(x, margin: float):
-    """``x < margin`` at the accuracy resolution (beyond :data:`MARGIN_TOL`); works on floats and Series."""
-    return x < margin - MARGIN_TOL
-
-
-def _above(x, margin: float):
-    """``x > margin`` at the accuracy resolution (beyond :data:`MARGIN_TOL`); works on floats and Series."""
-    return x > margin + MARGIN_TOL
-
-
-def _seeds_needed(row, margin: float, n_seeds: int) -> int:
-    """About how many seeds would put the 95% upper bound of a condition's cost below ``margin``, at its observed
-    mean and spread (normal approximation: (1.96 sd / (margin - mean))^2; sd from the Student-t half-width)."""
-    half = float(row["cost_hi"] - row["cost"])
-    sd = half * math.sqrt(n_seeds) / float(sps.t.ppf(0.975, n_seeds - 1))
-    return int(math.ceil((1.96 * sd / (margin - float(row["cost"]))) ** 2))
-
-
-def _threshold(c: pd.DataFrame, margin: float) -> tuple[str, pd.Series, pd.Series]:
-    """Chapter 3's threshold test at a safe/harm ``margin``: (verdict, safe conditions' KL, harmful ones' KL).
-
-    Without a safe condition: "no safe level (harmful already without corruption)" when the uncorrupted
-    condition is harmful, "no safe level (harmful already at the lowest mismatch)" when the condition of
-    lowest (median) mismatch is; "too little power (no condition shown safe)" when some undecided
-    condition's mean cost is below the margin; else "no condition shown safe (every mean cost at or above the
-    margin)"."""
-    safe, harm = c[_below(c["cost_hi"], margin)]["mismatch_kl"], c[_above(c["cost_lo"], margin)]["mismatch_kl"]
-    if not len(safe):
-        none = c[c["corruption"] == "none"]
-        if len(none) and _above(none["cost_lo"], margin).all():
-            return "no safe level (harmful already without corruption)", safe, harm
-        lowest = c.loc[c["mismatch_kl"].idxmin()]
-        if _above(lowest["cost_lo"], margin):
-            return "no safe level (harmful already at the lowest mismatch)", safe, harm
-        undecided = c[~_above(c["cost_lo"], margin) & ~_below(c["cost_hi"], margin)]
-        if _below(undecided["cost"], margin).any():
-            return "too little power (no condition shown safe)", safe, harm
-        return "no condition shown safe (every mean cost at or above the margin)", safe, harm
-    if not len(harm):
-        return "too little power (no condition shown harmful)", safe, harm
-    return _word(bool(safe.max() < harm.min())), safe, harm
-
-
-def _ci_text(iv: Interval) -> str:
-    return f"{iv.mean:.3f} (95% interval {iv.low:.3f} to {iv.high:.3f})"
-
-
-def _and(items: list[str]) -> str:
-    items = list(items)
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+#: The verdict table's rows: (claim key, kind, claim as the chapter states it). Kinds: "chapter 1 finding",
+#: "chapter 3 conclusion" (one family of comparisons at the reference, :attr:`Facts.m_reference`), "over
+#: conditions" (counts, Holm over a network's conditions) and "check" (an identity of the code, checked with ==).
+CLAIMS = (
+    ("f2", "chapter 1 finding", "in train_mode task A falls to about chance: task A minus 1.5x chance"),
+    ("drop", "chapter 1 finding", "in train_mode task A falls: task A after stage 2 minus before"),
+    ("f3", "chapter 1 finding", "pinning costs task B: task B train_mode minus backbone_eval"),
+    ("c1", "chapter 3 conclusion", "the mismatch ranks the cost: per-seed Spearman rho of mismatch and the "
+                                   "task-A difference train_mode minus backbone_eval"),
+    ("f2_conditions", "over conditions", "task A minus 1.5x chance, at each condition"),
+    ("f3_conditions", "over conditions", "task B train_mode minus backbone_eval, at each condition"),
+    ("c2", "over conditions", "one mismatch value separates conditions that lose task A by less than 0.01 from "
+                              "those that lose more"),
+    ("f1", "check", "every frozen weight stays exactly unchanged"),
+    ("pinned_keep_a", "check", "pinned modes keep task A exactly"),
+    ("separate_exact", "check", "separate_stats keeps task A's logits bit-identical"),
+    ("c3", "check", "separate_stats = train_mode on task B (shared forward) and = pinned on task A"),
+    ("all_eval", "check", "all_eval = backbone_eval (linear heads, no BatchNorm)"),
+)
+#: The claims compared at the reference (the family of the verdict table), in :data:`CLAIMS`' order.
+REFERENCE_CLAIMS = ("f2", "drop", "f3", "c1")
 
 
 def findings(df: pd.DataFrame, reference: tuple) -> Findings:
@@ -754,188 +736,149 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         raise ValueError(f"findings needs all four modes at the reference condition; missing {sorted(missing)}")
     if df["seed"].nunique() < 2:
         raise ValueError("findings needs at least 2 seeds")
-    chance = 1 / 5
     nets = tuple(dict.fromkeys(df["network"]))
-    out: dict = {f: {} for f in Findings.__dataclass_fields__ if f not in _FINDINGS_SCALARS}
-    pvals = {}
+    fam = Family(len(REFERENCE_CLAIMS) * len(nets))
+    conds = condition_claims(df)
     cond = condition_table(df)
-    cvs = condition_verdicts(df)
     seed_rho = per_seed_rho(df)
+    fields = [f.name for f in dataclasses.fields(Facts) if f.type == "dict"]
+    out: dict = {f: {} for f in fields}
+    claims, checks, rho_p = [], [], {}
     for n in nets:
         r, d = ref[ref.network == n], df[df.network == n]
-        piv = {c: r.pivot(index="seed", columns="mode", values=c)
-               for c in ("task_a_before", "task_a_after", "task_b", "max_old_logit_change")}
-        a_tm = mean_ci(piv["task_a_after"]["train_mode"])
-        a_before = mean_ci(piv["task_a_before"]["train_mode"])
-        out["task_a_source"][n] = mean_ci(d.groupby("seed")["source_task_a_accuracy"].first())
-        out["task_a_train_mode"][n], out["task_a_before"][n] = a_tm, a_before
-        a_drop_p = _paired_p(piv["task_a_after"]["train_mode"] - piv["task_a_before"]["train_mode"], "less")
-        a_chance_p = _paired_p(piv["task_a_after"]["train_mode"] - 1.5 * chance, "less")
-        f2 = "holds" if a_chance_p < 0.05 else ("drops, not to chance" if a_drop_p < 0.05 else "does not hold")
-        gaps = {p: mean_ci(piv["task_b"]["train_mode"] - piv["task_b"][p]) for p in ("backbone_eval", "all_eval")}
-        out["gap_b_backbone_eval"][n], out["gap_b_all_eval"][n] = gaps["backbone_eval"], gaps["all_eval"]
-        dsep = piv["task_b"]["separate_stats"] - piv["task_b"]["train_mode"]
-        out["diff_b_separate"][n] = mean_ci(dsep)
-        t90 = tost_interval(dsep)
-        out["f1_weights_unchanged"][n] = _check(bool((d["max_param_change"] == 0).all()))
-        out["f2_task_a_falls"][n] = f2
-        out["f3_pinned_keep_a"][n] = _check(all((piv["task_a_after"][p] == piv["task_a_before"][p]).all()
-                                                for p in ("backbone_eval", "all_eval")))
-        out["f3_pinned_lower_b"][n] = ("holds" if all(g.low > 0 for g in gaps.values()) else
-                                       "reversed" if any(g.high < 0 for g in gaps.values()) else "inconclusive")
-        out["f4_separate_exact"][n] = _check(bool((piv["max_old_logit_change"]["separate_stats"] == 0).all()))
-        sep_all = _pair(d, "task_b", "separate_stats", "train_mode")["diff"]
-        out["f4_separate_matches_b"][n] = (BY_CONSTRUCTION if (sep_all == 0).all() else
-                                           _word(bool(_above(t90.low, -TIE_MARGIN) and _below(t90.high, TIE_MARGIN))))
+        tm = r[r["mode"] == "train_mode"]
+        claims += [_decide(q, _question_values(r, q), f"{q}_{n}", fam) for q in ("f2", "drop", "f3")]
+        claims.append(_decide("c1", seed_rho.loc[seed_rho.network == n, "rho"], f"c1_{n}", fam))
+        pinned = d[d["mode"].isin(["backbone_eval", "all_eval"])]
+        sep = d[d["mode"] == "separate_stats"]
         ae = d[d["mode"].isin(["all_eval", "backbone_eval"])]
-        same = [(_pair(ae, m, "all_eval", "backbone_eval")["diff"] == 0).all() for m in ("task_a_after", "task_b")]
-        out["check_all_eval_is_backbone_eval"][n] = BY_CONSTRUCTION if all(same) else "does not hold"
-        cv = cvs[cvs.network == n]
-        out["f2_all_conditions"][n] = _over_conditions(cv["f2"])
-        out["f2_n_chance"][n] = int((cv["f2"] == "holds").sum())
-        out["f2_n_drop"][n] = int((cv["f2"] == "drops, not to chance").sum())
-        out["f2_n_mean_at_chance"][n] = int((~_above(cv["task_a_train_mode"], 1.5 * chance)).sum())
-        out["f2_n_above"][n] = int((cv["f2_above_p_holm"] < 0.05).sum())
-        out["f2_n_undecided"][n] = int(((cv["f2"] != "holds") & (cv["f2_above_p_holm"] >= 0.05)).sum())
-        out["f2_min_lo"][n] = float(cv["task_a_lo"].min())
-        out["f3_all_conditions"][n] = _over_conditions(cv["f3"])
-        out["f3_n_gain"][n] = int((cv["f3"] == "holds").sum())
-        out["f3_n_reversed"][n] = int((cv["f3"] == "reversed").sum())
-        out["f3_n_inconclusive"][n] = int((cv["f3"] == "inconclusive").sum())
-        out["f3_n_tie"][n] = int((cv["f3_tie"] & (cv["f3"] == "inconclusive")).sum())
+        checks += [
+            exact_check(d["max_param_change"], key=f"f1_{n}"),
+            exact_check(pinned["task_a_after"] - pinned["task_a_before"], key=f"pinned_keep_a_{n}"),
+            exact_check(sep["max_old_logit_change"], key=f"separate_exact_{n}"),
+            exact_check(np.concatenate([(sep["task_a_after"] - sep["task_a_before"]).to_numpy(),
+                                        _pair(d, "task_b", "separate_stats", "train_mode")["diff"].to_numpy()]),
+                        key=f"c3_{n}"),
+            exact_check(np.concatenate([_pair(ae, m, "all_eval", "backbone_eval")["diff"].to_numpy()
+                                        for m in ("task_a_after", "task_b")]), key=f"all_eval_{n}")]
+        out["task_a_source"][n] = t_interval(d.groupby("seed")["source_task_a_accuracy"].first())
+        out["task_a_train_mode"][n] = t_interval(tm["task_a_after"])
+        out["task_a_before"][n] = t_interval(tm["task_a_before"])
+        none = d[d.corruption == "none"]
+        pin_none = none[none["mode"] == "backbone_eval"].set_index("seed")["task_b"]
+        pin_ref = r[r["mode"] == "backbone_eval"].set_index("seed")["task_b"]
+        out["task_b_clean_pinned"][n] = t_interval(pin_none)
+        out["task_b_clean_train"][n] = t_interval(none[none["mode"] == "train_mode"]["task_b"])
+        out["task_b_ref_minus_clean_pinned"][n] = t_interval((pin_ref - pin_none.reindex(pin_ref.index)).dropna())
+        cc = conds[conds.network == n]
+        by_q = {q: cc[cc.question == q].reset_index(drop=True) for q in QUESTIONS}
+        c = cond[cond.network == n].reset_index(drop=True)
+        kl_of = c[["corruption", "severity", "mismatch_kl"]]
+        f2, f3 = by_q["f2"], by_q["f3"]
+        out["f2_n_below"][n], out["f2_n_above"][n] = _count(f2, -1, True), _count(f2, 1, True)
+        out["f2_n_neither"][n] = len(f2) - out["f2_n_below"][n] - out["f2_n_above"][n]
+        out["f2_n_mean_at_chance"][n] = int((f2["estimate"] <= 0).sum())
+        out["f2_n_drop"][n] = _count(by_q["drop"], -1, True)
+        out["f3_n_higher"][n], out["f3_n_lower"][n] = _count(f3, 1), _count(f3, -1)
+        directed = (f3["p_adjusted"] < 0.05) & (f3["estimate"] != 0)
+        out["f3_n_equivalent"][n] = int(((f3["kind"] == "equivalent") & ~directed).sum())
+        out["f3_n_not_decided"][n] = len(f3) - out["f3_n_higher"][n] - out["f3_n_lower"][n] - out["f3_n_equivalent"][n]
+        at_ref = f3[(f3.corruption == reference[0]) & (f3.severity == reference[1])]
+        out["f3_p_holm_reference"][n] = float(at_ref["p_adjusted"].iloc[0])
+        top = c.loc[c["mismatch_kl"].idxmax()]  # median mismatch over seeds
+        out["most_severe"][n] = condition_label(top["corruption"], top["severity"])
+        g = f3[(f3.corruption == top["corruption"]) & (f3.severity == top["severity"])].iloc[0]
+        out["gap_b_most_severe"][n] = Interval(g["estimate"], g["low"], g["high"], int(g["n"]), g["confidence"])
+        loss = by_q[f"loss_{MIN_EFFECT:g}"]
+        at_none = loss[loss.corruption == "none"]
+        out["cost_none"][n] = (Interval(float(at_none["estimate"].iloc[0]) - MIN_EFFECT,
+                                        float(at_none["low"].iloc[0]) - MIN_EFFECT,
+                                        float(at_none["high"].iloc[0]) - MIN_EFFECT, int(at_none["n"].iloc[0]),
+                                        float(at_none["confidence"].iloc[0]))
+                               if len(at_none) else Interval(math.nan, math.nan, math.nan, 0))
+        # chapter 3, over every condition of this network (condition mismatch: the median over seeds)
         kl = d.groupby(["corruption", "severity", "seed"])["mismatch_kl"].first()
         kl_med = kl.groupby(level=[0, 1]).median()
         out["kl_max_over_median"][n] = float((kl.groupby(level=[0, 1]).max() / kl_med).max())
-        at_ref = cv[(cv.corruption == reference[0]) & (cv.severity == reference[1])]
-        out["f3_p_holm_reference"][n] = float(at_ref["f3_p_holm"].iloc[0])
-        top = cv.loc[cv["mismatch_kl"].idxmax()]  # median mismatch over seeds
-        out["most_severe"][n] = condition_label(top["corruption"], top["severity"])
-        ts = d[(d.corruption == top["corruption"]) & (d.severity == top["severity"])]
-        out["gap_b_most_severe"][n] = mean_ci(_pair(ts, "task_b", "train_mode", "backbone_eval")["diff"])
-        # task B of the pinned head without corruption, and at the reference against it (paired within seed)
-        none = d[d.corruption == "none"]
-        if len(none):
-            pin_none = none[none["mode"] == "backbone_eval"].set_index("seed")["task_b"]
-            pin_ref = r[r["mode"] == "backbone_eval"].set_index("seed")["task_b"]
-            out["task_b_clean_pinned"][n] = mean_ci(pin_none)
-            out["task_b_clean_train"][n] = mean_ci(none[none["mode"] == "train_mode"].set_index("seed")["task_b"])
-            out["task_b_ref_minus_clean_pinned"][n] = mean_ci((pin_ref - pin_none.loc[pin_ref.index]).dropna())
-        else:
-            nan_iv = Interval(math.nan, math.nan, math.nan, 0)
-            out["task_b_clean_pinned"][n] = out["task_b_clean_train"][n] = nan_iv
-            out["task_b_ref_minus_clean_pinned"][n] = nan_iv
-        # chapter 3, over every condition of this network (condition mismatch: the median over seeds)
-        c = cond[cond.network == n]
-        if len(c) >= 3 and c["mismatch_kl"].nunique() > 1 and c["cost"].nunique() > 1:
-            rho, p = spearman_greater(c["mismatch_kl"].to_numpy(), c["cost"].to_numpy())
-        else:
-            rho, p = math.nan, 1.0
-        out["rho_cost"][n], pvals[n] = rho, p
-        sr = seed_rho[seed_rho.network == n]["rho"].dropna()
-        out["rho_seed"][n] = mean_ci(sr) if len(sr) >= 2 else Interval(math.nan, math.nan, math.nan, len(sr))
-        out["rho_cost_mean_kl"][n] = (float(sps.spearmanr(c["mismatch_kl_mean"], c["cost"]).statistic)
-                                      if len(c) >= 3 and c["mismatch_kl_mean"].nunique() > 1 else math.nan)
-        c2, safe, harm = _threshold(c, MIN_EFFECT)
-        out["safe_max_kl"][n] = float(safe.max()) if len(safe) else math.nan
-        out["harm_min_kl"][n] = float(harm.min()) if len(harm) else math.nan
-        out["n_safe"][n], out["n_harm"][n] = len(safe), len(harm)
-        out["n_neither"][n] = len(c) - len(safe) - len(harm)
-        out["cost_max"][n] = float(c["cost"].max())
-        out["c2_threshold_separates"][n] = c2
-        low = c.loc[c["mismatch_kl"].idxmin()]
-        out["lowest_condition"][n] = (f"{condition_label(low['corruption'], low['severity'])} (median mismatch "
-                                      f"{low['mismatch_kl']:.3g}, cost {low['cost']:.3f}, 95% interval "
-                                      f"{low['cost_lo']:.3f} to {low['cost_hi']:.3f})")
-        cn = c[c.corruption == "none"]
-        out["cost_none"][n] = (Interval(float(cn["cost"].iloc[0]), float(cn["cost_lo"].iloc[0]),
-                                        float(cn["cost_hi"].iloc[0]), int(df["seed"].nunique()))
-                               if len(cn) else Interval(math.nan, math.nan, math.nan, 0))
-        if len(safe) and len(harm):
-            out["c2_phrase"][n] = (f"safe conditions reach a median mismatch of {safe.max():.3g}, harmful ones start "
-                                   f"at {harm.min():.3g}")
-        elif c2 == "no safe level (harmful already at the lowest mismatch)":
-            out["c2_phrase"][n] = (f"no condition was shown safe, and the condition of lowest mismatch, "
-                                   f"{out['lowest_condition'][n]}, is already harmful")
-        elif c2.startswith("no safe level"):
-            ci = out["cost_none"][n]
-            out["c2_phrase"][n] = (f"the data show harm, not a lack of power: drifting statistics cost task A "
-                                   f"{_ci_text(ci)} already without corruption, when task B is merely other clean "
-                                   f"digits, and the condition of lowest mismatch is {out['lowest_condition'][n]}")
-        elif c2.startswith("too little power"):
-            undecided = c[~_above(c["cost_lo"], MIN_EFFECT) & ~_below(c["cost_hi"], MIN_EFFECT)]
-            below = undecided[_below(undecided["cost"], MIN_EFFECT)]
-            k = len(below)
-            names = _and([f"{condition_label(r['corruption'], r['severity'])} ({r['cost']:.4f}; about "
-                          f"{_seeds_needed(r, MIN_EFFECT, int(df['seed'].nunique())):,} seeds)"
-                          for _, r in below.iterrows()])
-            out["c2_phrase"][n] = (f"no condition was shown safe; {k} undecided condition{'s' if k != 1 else ''} "
-                                   f"ha{'ve' if k != 1 else 's'} a mean cost below the margin, {names}, where "
-                                   f"the number of seeds in parentheses would put the upper bound below the "
-                                   f"margin at the observed spread, while the condition of lowest "
-                                   f"mismatch is {out['lowest_condition'][n]}")
-        else:
-            out["c2_phrase"][n] = "no condition was shown safe" if not len(safe) else "no condition was shown harmful"
-        out["c2_margin_002"][n] = _threshold(c, MARGIN_SWEEP[0])[0]
-        out["c2_margin_003"][n] = _threshold(c, MARGIN_SWEEP[1])[0]
-        within = [sps.spearmanr(g["mismatch_kl"], g["cost"]).statistic
-                  for corr, g in ((k, pd.concat([c[c.corruption == "none"], c[c.corruption == k]]))
-                                  for k in c.corruption.unique() if k != "none") if len(g) >= 3]
-        within = [r for r in within if not math.isnan(r)]
-        out["rho_within"][n] = float(np.mean(within)) if within else math.nan
+        rho, _, p = rank_correlation(c["mismatch_kl"], c["cost"])
+        out["rho_cost"][n], rho_p[n] = rho, p
+        out["rho_cost_mean_kl"][n] = rank_correlation(c["mismatch_kl_mean"], c["cost"])[0]
+        within = [rank_correlation(g["mismatch_kl"], g["cost"])[0]
+                  for g in (pd.concat([c[c.corruption == "none"], c[c.corruption == k]])
+                            for k in c.corruption.unique() if k != "none")]
+        within = [v for v in within if not math.isnan(v)]
         top_sev = c[c.severity == c.severity.max()]
-        out["rho_across"][n] = (float(sps.spearmanr(top_sev["mismatch_kl"], top_sev["cost"]).statistic)
-                                if len(top_sev) >= 3 else math.nan)
-        for k in ("rho_within", "rho_across"):
-            v = out[k][n]
-            out[f"{k}_text"][n] = "not computable (fewer than 3 points)" if math.isnan(v) else f"{v:.2f}"
+        for k, v in (("rho_within_text", float(np.mean(within)) if within else math.nan),
+                     ("rho_across_text", rank_correlation(top_sev["mismatch_kl"], top_sev["cost"])[0])):
+            out[k][n] = "not computable (fewer than 4 points)" if math.isnan(v) else f"{v:.2f}"
         inv = c[c.corruption == "inversion"].sort_values("severity")["mismatch_kl"]
         out["inversion_monotone"][n] = ("not run" if len(inv) < 2 else
                                         "yes" if bool(np.all(np.diff(inv.to_numpy()) > 0)) else "no")
         per_seed = d[d.corruption == "inversion"].groupby(["seed", "severity"])["mismatch_kl"].first().unstack()
         out["inversion_nonmonotone_seeds"][n] = (int((np.diff(per_seed.to_numpy(), axis=1) <= 0).any(axis=1).sum())
                                                  if per_seed.shape[1] >= 2 else 0)
-        sp = d[d["mode"] == "separate_stats"]
-        tm = d[d["mode"] == "train_mode"].groupby(["corruption", "severity"])["task_b"].mean()
-        sb = sp.groupby(["corruption", "severity"])["task_b"].mean()
-        out["sep_max_task_a_change"][n] = float((sp["task_a_after"] - sp["task_a_before"]).abs().max())
-        out["sep_vs_train_max_b_diff"][n] = float((sb - tm.loc[sb.index]).abs().max())
-        out["c3_separate_gain_without_loss"][n] = (
-            BY_CONSTRUCTION if out["sep_max_task_a_change"][n] == 0 and out["sep_vs_train_max_b_diff"][n] == 0
-            else _word(out["sep_max_task_a_change"][n] == 0 and bool(_below(out["sep_vs_train_max_b_diff"][n], MIN_EFFECT))))
-    adj = holm(pvals)
-    for n in nets:
-        out["rho_p_holm"][n] = adj[n]
-        out["rho_p_text"][n] = p_text(adj[n])
-        rs = out["rho_seed"][n]
-        out["c1_mismatch_ranks_cost"][n] = ("not testable" if math.isnan(out["rho_cost"][n])
-                                            else _word(out["rho_cost"][n] > 0 and adj[n] < 0.05
-                                                       and not math.isnan(rs.low) and rs.low > 0))
-        verdicts = [out[k][n] for k, _, _ in CLAIMS]
-        out["all_hold"][n] = "yes" if all(v in ("holds", BY_CONSTRUCTION) for v in verdicts) else "no"
-    lab = _in_prose
-    # sentences over networks (glued as Markdown; no template slots left for the page)
+        loss = loss.merge(kl_of, on=["corruption", "severity"])
+        c2, safe, harm = _threshold(loss)
+        out["n_safe"][n], out["n_harm"][n] = len(safe), len(harm)
+        out["n_neither"][n] = len(c) - len(safe) - len(harm)
+        out["safe_max_kl"][n] = float(safe.max()) if len(safe) else math.nan
+        out["harm_min_kl"][n] = float(harm.min()) if len(harm) else math.nan
+        out["c2_threshold_separates"][n] = c2
+        low = c.loc[c["mismatch_kl"].idxmin()]
+        out["lowest_condition"][n] = (f"{condition_label(low['corruption'], low['severity'])} (median mismatch "
+                                      f"{low['mismatch_kl']:.3g}, task-A difference {low['cost']:.3f}, "
+                                      f"{low['cost_lo']:.3f} to {low['cost_hi']:.3f})")
+        out["c2_phrase"][n] = _c2_phrase(c2, safe, harm, loss, out["lowest_condition"][n], out["cost_none"][n])
+        for k, m in zip(("c2_margin_002", "c2_margin_003"), MARGIN_SWEEP):
+            out[k][n] = _threshold(by_q[f"loss_{m:g}"].merge(kl_of, on=["corruption", "severity"]))[0]
+    adj = dict(zip(rho_p, holm(list(rho_p.values()))))
+    out["rho_p_text"] = {n: p_text(adj[n]) for n in nets}
+    f2_all = conds[conds.question == "f2"]
+    facts = Facts(n_seeds=int(df["seed"].nunique()), chance=CHANCE, networks=", ".join(nets),
+                  reference=condition_label(*reference),
+                  n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]), m_reference=fam.m,
+                  f2_lowest_bound=float(f2_all["low"].min()) + CHANCE_LINE,
+                  inversion_sentence=_inversion_sentence(out, nets, int(df["seed"].nunique())),
+                  example_pair=_example_pair(cond), **out)
+    return Findings(claims=claims_table(claims + checks), conditions=conds, facts=facts)
+
+
+def _c2_phrase(outcome: str, safe, harm, loss: pd.DataFrame, lowest: str, cost_none: Interval) -> str:
+    """Chapter 3's threshold outcome in a sentence (never NaN)."""
+    if len(safe) and len(harm):
+        return (f"conditions shown to lose less than the margin reach a median mismatch of {safe.max():.3g}, those "
+                f"shown to lose more start at {harm.min():.3g}")
+    if outcome.endswith("(a loss already at the lowest mismatch)"):
+        return f"no condition was shown safe, and the condition of lowest mismatch, {lowest}, loses more"
+    if outcome.endswith("(a loss already without corruption)"):
+        return (f"the data show harm, not a lack of seeds: drifting statistics change task A by {_ci_text(cost_none)} "
+                f"already without corruption, when task B is merely other clean digits, and the condition of lowest "
+                f"mismatch is {lowest}")
+    if not len(safe):
+        open_ = loss[~(loss["p_less_adjusted"] < 0.05) & (loss["estimate"] > 0)]
+        k = len(open_)
+        return (f"no condition was shown safe; {k} undecided condition{'s' if k != 1 else ''} "
+                f"ha{'ve' if k != 1 else 's'} a mean loss smaller than the margin, and the condition of lowest "
+                f"mismatch is {lowest}")
+    return "no condition was shown harmful"
+
+
+def _inversion_sentence(out: dict, nets: tuple, n_seeds: int) -> str:
     mono = {n: out["inversion_monotone"][n] for n in nets}
     if all(v == "not run" for v in mono.values()):
-        inv_text = "inversion was not run at two or more severities"
+        return "inversion was not run at two or more severities"
+    run_nets = [n for n in nets if mono[n] != "not run"]
+    seeds_txt = _and([f"{out['inversion_nonmonotone_seeds'][n]} of {n_seeds} seeds for {_in_prose(n)}"
+                      for n in run_nets])
+    no = [n for n in run_nets if mono[n] == "no"]
+    if len(no) == len(run_nets):
+        head = "the median mismatch of inversion does not rise monotonically with severity on any network"
+    elif not no:
+        head = "the median mismatch of inversion rises monotonically with severity on every network"
     else:
-        run_nets = [n for n in nets if mono[n] != "not run"]
-        seeds_txt = _and([f"{out['inversion_nonmonotone_seeds'][n]} of {df['seed'].nunique()} seeds for "
-                          f"{lab(n)}" for n in run_nets])
-        no = [n for n in run_nets if mono[n] == "no"]
-        if len(no) == len(run_nets):
-            head = "the median mismatch of inversion does not rise monotonically with severity on any network"
-        elif not no:
-            head = "the median mismatch of inversion rises monotonically with severity on every network"
-        else:
-            head = (f"the median mismatch of inversion does not rise monotonically with severity for "
-                    f"{_and([lab(n) for n in no])}")
-        inv_text = f"{head}, and it fails to rise in {seeds_txt}"
-    f2_lo = min(out["f2_min_lo"].values())
-    ex = _example_pair(cond)
-    return Findings(n_seeds=int(df["seed"].nunique()), chance=chance, networks=", ".join(nets),
-                    reference=condition_label(*reference), n_conditions=int(df[["corruption", "severity"]]
-                                                                            .drop_duplicates().shape[0]),
-                    inversion_sentence=inv_text, f2_lowest_bound=f2_lo, example_pair=ex, **out)
+        head = (f"the median mismatch of inversion does not rise monotonically with severity for "
+                f"{_and([_in_prose(n) for n in no])}")
+    return f"{head}, and it fails to rise in {seeds_txt}"
 
 
 def _example_pair(cond: pd.DataFrame) -> str:
@@ -950,83 +893,61 @@ def _example_pair(cond: pd.DataFrame) -> str:
                     continue
                 if max(x.mismatch_kl, y.mismatch_kl) / min(x.mismatch_kl, y.mismatch_kl) > 1.25:
                     continue
-                lo, hi = (x, y) if x.cost < y.cost else (y, x)
-                if best is None or hi.cost - lo.cost > best[2].cost - best[1].cost:
+                lo, hi = (x, y) if abs(x.cost) < abs(y.cost) else (y, x)
+                if best is None or abs(hi.cost - lo.cost) > abs(best[2].cost - best[1].cost):
                     best = (n, lo, hi)
     if best is None:
         return ""
     n, lo, hi = best
     return (f"on {_in_prose(n)}, {condition_label(lo.corruption, lo.severity)} moves the statistics about as "
             f"much as {condition_label(hi.corruption, hi.severity)} (median mismatch {lo.mismatch_kl:.2f} against "
-            f"{hi.mismatch_kl:.2f}) but costs task A {lo.cost:.3f} ({lo.cost_lo:.3f} to {lo.cost_hi:.3f}) against "
-            f"{hi.cost:.3f} ({hi.cost_lo:.3f} to {hi.cost_hi:.3f})")
+            f"{hi.mismatch_kl:.2f}) but changes task A by {lo.cost:.3f} ({lo.cost_lo:.3f} to {lo.cost_hi:.3f}) "
+            f"against {hi.cost:.3f} ({hi.cost_lo:.3f} to {hi.cost_hi:.3f})")
 
 
-#: Findings fields that are sentences or numbers as text: glued as plain Markdown (``glue_findings(plain=...)``),
+#: Facts fields that are sentences or numbers as text: glued as plain Markdown (``glue_findings(plain=...)``),
 #: not bold like verdict words.
 PLAIN_FIELDS = ("inversion_sentence", "example_pair", "c2_phrase", "lowest_condition", "rho_p_text",
-                "rho_within_text", "rho_across_text")
-
-#: Findings fields that are one value, not a dict per network.
-_FINDINGS_SCALARS = ("n_seeds", "chance", "networks", "reference", "n_conditions", "inversion_sentence",
-                     "f2_lowest_bound", "example_pair")
+                "rho_within_text", "rho_across_text", "c2_threshold_separates", "c2_margin_002", "c2_margin_003",
+                "most_severe", "reference", "inversion_monotone")
 
 
-#: The verdict table's rows: (finding key, kind, claim as the chapter states it). Kinds: "chapter 1 finding",
-#: "chapter 3 conclusion", and "check" (an identity of the code, checked with ==, not a finding).
-CLAIMS = (
-    ("f2_all_conditions", "chapter 1 finding", "in train_mode task A falls to about chance (each condition, "
-                                               "one-sided test of at most 1.5x chance, Holm over conditions)"),
-    ("f3_all_conditions", "chapter 1 finding", "pinned modes score lower on task B than train_mode (each "
-                                               "condition, Holm over conditions)"),
-    ("f2_task_a_falls", "chapter 1 finding", "task A falls to about chance (reference condition only)"),
-    ("f3_pinned_lower_b", "chapter 1 finding", "pinned modes lower on task B (reference condition only)"),
-    ("c1_mismatch_ranks_cost", "chapter 3 conclusion", "the statistics mismatch ranks the cost of drifting statistics"),
-    ("c2_threshold_separates", "chapter 3 conclusion", "a mismatch threshold separates safe from harmful shifts "
-                                                       "(margin 0.01)"),
-    ("f1_weights_unchanged", "check", "every frozen weight stays exactly unchanged"),
-    ("f3_pinned_keep_a", "check", "pinned modes keep task A exactly"),
-    ("f4_separate_exact", "check", "separate_stats keeps task A's logits bit-identical"),
-    ("c3_separate_gain_without_loss", "check", "separate_stats = train_mode on task B (shared forward) and = "
-                                               "pinned on task A"),
-    ("check_all_eval_is_backbone_eval", "check", "all_eval = backbone_eval (linear heads, no BatchNorm)"),
-)
-#: The number each claim is judged by (a key of Findings holding an Interval or a float per network).
-CLAIM_NUMBER = {"f2_task_a_falls": "task_a_train_mode", "f3_pinned_lower_b": "gap_b_backbone_eval",
-                "f2_all_conditions": "f2_counts", "f3_all_conditions": "f3_counts",
-                "c1_mismatch_ranks_cost": "c1_detail"}
+def claim_intervals(claims: pd.DataFrame, claim: str) -> dict:
+    """``{network: Interval}`` of one claim of :data:`REFERENCE_CLAIMS` (e.g. ``"c1"`` for the mismatch figure's
+    titles), from :attr:`Findings.claims`."""
+    rows = claims[claims["key"].str.startswith(claim + "_")]
+    return {k[len(claim) + 1:]: Interval(e, lo, hi, int(n), conf)
+            for k, e, lo, hi, n, conf in zip(rows["key"], rows["estimate"], rows["low"], rows["high"], rows["n"],
+                                             rows["confidence"])}
 
 
 def verdict_table(F: Findings) -> pd.DataFrame:
-    """Tidy verdict table: ``kind, claim, network, verdict, number, value, ci_low, ci_high, detail`` (kind
-    "check": an identity of the code checked with ``==``, not a finding; ``detail``: counts over conditions, or
-    the rank correlations behind chapter 3's first conclusion)."""
+    """Tidy verdict table: ``kind, claim, network, verdict, value, ci_low, ci_high, detail`` (``verdict``: a
+    :class:`bnstudy.inference.Claim`'s, "" for rows over conditions; ``detail``: the counts over conditions or
+    the threshold outcome; kind "check": an identity of the code checked with ``==``, not a finding)."""
+    c = F.claims.set_index("key")
+    x = F.facts
     recs = []
     for key, kind, claim in CLAIMS:
-        for n in F.task_a_source:  # networks, in run order
-            num = CLAIM_NUMBER.get(key)
-            if num == "f2_counts":
-                v = (f"shown within 1.5x chance at {F.f2_n_chance[n]}, shown above it at {F.f2_n_above[n]}, "
-                     f"undecided at {F.f2_n_undecided[n]}, of {F.n_conditions}; drops, not to chance, at "
-                     f"{F.f2_n_drop[n]}; lowest 95% bound {F.f2_min_lo[n]:.3f}")
-            elif num == "f3_counts":
-                v = (f"holds at {F.f3_n_gain[n]}, reversed at {F.f3_n_reversed[n]}, inconclusive at "
-                     f"{F.f3_n_inconclusive[n]}, of {F.n_conditions}")
-            elif num == "c1_detail":
-                rs = F.rho_seed[n]
-                v = (f"per-seed rho {rs.mean:.2f} [{rs.low:.2f}, {rs.high:.2f}]; on median mismatch "
-                     f"{F.rho_cost[n]:.2f}, within a corruption {F.rho_within_text[n]}, across corruptions at the "
-                     f"highest severity {F.rho_across_text[n]}")
+        for n in x.task_a_source:  # networks, in run order
+            rec = dict(kind=kind, claim=claim, network=n, verdict="", value=math.nan, ci_low=math.nan,
+                       ci_high=math.nan, detail="")
+            if key == "f2_conditions":
+                rec["detail"] = (f"below 1.5x chance at {x.f2_n_below[n]}, above at {x.f2_n_above[n]}, neither at "
+                                 f"{x.f2_n_neither[n]} of {x.n_conditions}; lower after stage 2 at {x.f2_n_drop[n]}")
+            elif key == "f3_conditions":
+                rec["detail"] = (f"train mode higher at {x.f3_n_higher[n]}, lower at {x.f3_n_lower[n]}, equivalent "
+                                 f"within ±{TIE_MARGIN:g} at {x.f3_n_equivalent[n]}, not decided at "
+                                 f"{x.f3_n_not_decided[n]} of {x.n_conditions}")
+            elif key == "c2":
+                rec["detail"] = (f"{x.c2_threshold_separates[n]}: {x.n_safe[n]} shown to lose less, {x.n_harm[n]} "
+                                 f"more, {x.n_neither[n]} neither")
             else:
-                v = getattr(F, num)[n] if num else None
-            if isinstance(v, str):
-                recs.append(dict(kind=kind, claim=claim, network=n, verdict=getattr(F, key)[n], number=num,
-                                 value=math.nan, ci_low=math.nan, ci_high=math.nan, detail=v))
-                continue
-            iv = v if isinstance(v, Interval) else None
-            recs.append(dict(kind=kind, claim=claim, network=n, verdict=getattr(F, key)[n], number=num or "",
-                             value=iv.mean if iv else (float(v) if v is not None else math.nan),
-                             ci_low=iv.low if iv else math.nan, ci_high=iv.high if iv else math.nan, detail=""))
+                r = c.loc[f"{key}_{n}"]
+                rec.update(verdict=r["verdict"], value=r["estimate"])
+                if kind != "check":
+                    rec.update(ci_low=r["low"], ci_high=r["high"])
+            recs.append(rec)
     return pd.DataFrame(recs)
 
 
@@ -1037,16 +958,17 @@ def verdict_grid(F: Findings) -> pd.DataFrame:
 
     def cell(r):
         if r["detail"]:
-            return f"{r['verdict']} ({r['detail']})"
-        if math.isnan(r["value"]):
-            return r["verdict"]
+            return r["detail"]
+        if r["kind"] == "check":
+            return r["verdict"] if r["value"] == 0 else f"{r['verdict']} (largest |difference| {r['value']:.3g})"
         if math.isnan(r["ci_low"]):
             return f"{r['verdict']} ({r['value']:.3f})"
         return f"{r['verdict']} ({r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}])"
     t["cell"] = t.apply(cell, axis=1)
+    nets = list(F.facts.task_a_source)
     g = t.pivot_table(index=["kind", "claim"], columns="network", values="cell", aggfunc="first", sort=False)
-    g = g[list(F.task_a_source)].reset_index()
-    return g.rename(columns={n: network_label(n) for n in F.task_a_source})
+    g = g[nets].reset_index()
+    return g.rename(columns={n: network_label(n) for n in nets})
 
 
 def rows_from(provenance: dict) -> dict:
