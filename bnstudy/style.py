@@ -19,18 +19,18 @@ MIN_FONT_PT = 9
 _CB = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9"]
 BLUE, ORANGE, GREEN, VERMILLION, PURPLE, BROWN, PINK, GREY, YELLOW, SKY = _CB
 
-#: The four freeze modes (bnstudy.modes): train mode (drifting statistics) is orange everywhere; the pinned
-#: backbone blue; the whole model in eval mode green; task-B's own statistics purple.
-MODES = {"train_mode": ORANGE, "backbone_eval": BLUE, "all_eval": GREEN, "separate_stats": PURPLE}
+#: The four freeze modes (bnstudy.modes): train mode (drifting statistics) is blue everywhere; the pinned
+#: backbone orange; the whole model in eval mode green; task-B's own statistics purple.
+MODES = {"train_mode": BLUE, "backbone_eval": ORANGE, "all_eval": GREEN, "separate_stats": PURPLE}
 #: Which statistics a layer normalises with: batch statistics as train mode, running statistics as pinned.
 STATISTICS = {"batch": MODES["train_mode"], "running": MODES["backbone_eval"], "per-sample": GREY}
 #: Head optimizers (chapter 4; chapter 1's head sweep uses the same names).
-OPTIMIZERS = {"sgd": BLUE, "sgd_plain": SKY, "adam": VERMILLION}
+OPTIMIZERS = {"sgd": "#222222", "sgd_plain": GREY, "adam": VERMILLION}
 #: Fine-tuning strategies (chapter 5): BatchNorm variants in warm colours, per-sample norms in greens/purples.
-STRATEGIES = {"bn_frozen": BLUE, "stats_frozen": SKY, "adabn": BROWN, "bn_train": ORANGE, "to_group": GREEN,
+STRATEGIES = {"bn_frozen": ORANGE, "stats_frozen": YELLOW, "adabn": BROWN, "bn_train": BLUE, "to_group": GREEN,
               "to_layer": PURPLE, "group_pretrained": "#016b4f", "layer_pretrained": "#8a3f82"}
 #: Routers to per-task statistics and their baselines (chapter 6).
-ROUTERS = {"nearest_first": GREEN, "nearest_all": "#016b4f", "classifier": PURPLE, "mixture": BROWN, "oracle": "#222222",
+ROUTERS = {"nearest_first": GREEN, "nearest_all": "#016b4f", "classifier": VERMILLION, "mixture": BROWN, "oracle": "#222222",
            "train_mode": MODES["train_mode"], "pinned": MODES["backbone_eval"]}
 #: Networks (chapter 7).
 NETWORKS = {"small_cnn": GREY, "resnet18": BLUE, "mobilenet_v3_small": VERMILLION}
