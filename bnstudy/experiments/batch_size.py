@@ -111,7 +111,7 @@ WIDE_MARGIN = 0.05
 #: Strategies that compute no batch statistics: their break against the control is "n/a" (it is a difference between
 #: two per-sample norms, not a batch-statistics effect).
 NO_BATCH_STATISTICS = ("to_group", "to_layer", "group_pretrained", "layer_pretrained")
-#: A cell whose accuracy is not shown above chance + this (one-sided t test, Holm over the table's cells) is "near
+#: A cell whose accuracy a one-sided t test (Holm over the table's cells) does not place above chance + this is "near
 #: chance": rankings there are meaningless (:func:`near_chance_cells`).
 NEAR_CHANCE = 0.06
 #: The page's direction words, condition minus reference per seed (:func:`bnstudy.inference.decide`'s ``higher`` and
@@ -748,7 +748,7 @@ def _family(name: str, items: dict, words: str, alpha: float = ALPHA) -> pd.Data
 
 
 def near_chance_cells(df: pd.DataFrame, chance: float, alpha: float = ALPHA) -> pd.DataFrame:
-    """The (target, strategy, batch size) cells whose target accuracy is not shown above ``chance +``
+    """The (target, strategy, batch size) cells whose target accuracy is not placed above ``chance +``
     :data:`NEAR_CHANCE`: the one-sided t test (:func:`bnstudy.inference.one_sided_p`, ``"greater"``), Holm-adjusted
     over every cell of the table (:func:`bnstudy.inference.holm`), is not below ``alpha`` (a cell with fewer than
     two seeds is never shown above). Columns ``target_name, strategy, batch_size, target`` (the mean), ``p``,
