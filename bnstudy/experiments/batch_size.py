@@ -737,6 +737,7 @@ def _decide(values, key: str, words: str, family: Family, margin: float | None =
     return decide(values, key, margin=margin, family=family, higher=higher, lower=lower)
 
 
+# TODO(inference): a ``family=`` name column in inference.claims_table would replace this helper's insert
 def _family(name: str, items: dict, words: str, alpha: float = ALPHA) -> pd.DataFrame:
     """One family of claims: ``items`` ``{key: per-seed differences}`` printed together, decided at
     ``Family(len(items), alpha)`` (:func:`_decide`), as a claims table (Holm within the family) with a first
