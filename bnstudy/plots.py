@@ -1062,9 +1062,9 @@ def ch3_retention(scatter):
 # --- chapter 5 (issue 13): batch size and fine-tuning strategies --------------------------------------------------
 
 def _ci_rows(df: pd.DataFrame, by, value: str, confidence: float = 0.95) -> pd.DataFrame:
-    if confidence == 0.95:
-        return interval_frame(df, by, value).reset_index()
-    return df.groupby(by)[value].apply(lambda v: pd.Series(tuple(mean_ci(v, confidence))[:3],
+    """Mean and Student's t interval over seeds (:func:`bnstudy.inference.t_interval`) per ``by``: ``mean, lo, hi``."""
+    from .inference import t_interval
+    return df.groupby(by)[value].apply(lambda v: pd.Series(tuple(t_interval(v, confidence)),
                                                            index=["mean", "lo", "hi"])).unstack().reset_index()
 
 
@@ -1220,6 +1220,7 @@ def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None =
 def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
     """Per seed and target: each strategy's target-accuracy difference to inherited frozen statistics against
     the statistics mismatch measured before fine-tuning; means with 95% intervals per target drawn as bars."""
+    from .inference import t_interval
     strategies = [s for s in labels if s in set(mt.strategy)]
     colors = _strategy_colors(list(labels))
     fig, ax = plt.subplots(figsize=(8, 4.6))
@@ -1228,7 +1229,7 @@ def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
         shift = 1.15 ** (i - (len(strategies) - 1) / 2)  # spread strategies sideways so every series shows
         ax.scatter(g.mismatch_kl * shift, g.advantage, s=14, alpha=0.45, color=colors[s])
         for t, h in g.groupby("target_name"):
-            iv = mean_ci(h.advantage)
+            iv = t_interval(h.advantage)
             ax.errorbar(h.mismatch_kl.mean() * shift, iv.mean, yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="s",
                         color=colors[s], ms=7, capsize=3, label=labels[s] if t == sorted(g.target_name.unique())[0] else None)
     ax.axhline(0, color="grey", lw=0.8)

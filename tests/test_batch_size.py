@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from bnstudy import engine
+from bnstudy import engine, inference
 from bnstudy.config import FinetuneConfig, SourceConfig
 from bnstudy.experiments import batch_size as bs
 from bnstudy.freeze import FrozenBatchNorm
@@ -246,14 +246,21 @@ def test_break_batch_finds_the_known_threshold_and_never_otherwise():
 def test_winners_and_recommendation_flip_with_the_table():
     df = _table(_acc)
     w = bs.winners(df).set_index(["target_name", "batch_size"])
-    assert w.loc[("close", 2), "winner"] == "to_group" and w.loc[("close", 2), "separated"]
+    assert w.loc[("close", 2), "winner"] == "to_group" and w.loc[("close", 2), "verdict"] == "winner higher"
     assert w.loc[("shifted", 32), "winner"] == "adabn"
-    assert bs.bn_vs_per_sample(df, "close", 2)[3] == "a per-sample norm"
-    assert bs.bn_vs_per_sample(df, "shifted", 2)[3] == "BatchNorm"
+    # winner minus runner-up is >= 0 by construction; the family interval is Bonferroni over the 6 rows
+    assert w.loc[("close", 2), "diff_mean"] == pytest.approx(0.05, abs=0.005)
+    assert bs.bn_vs_per_sample(df, "close", 2)[2].verdict == "per-sample norm higher"
+    assert bs.bn_vs_per_sample(df, "shifted", 2)[2].verdict == "per-sample norm lower"
     df_tie = _table(lambda st, b, t: 0.7)
-    df_tie["target"] = 0.7 + 0.01 * df_tie["seed"]  # every strategy equal within a seed
-    assert bs.bn_vs_per_sample(df_tie, "close", 2)[3] == "not separated"
-    assert not bs.winners(df_tie).separated.all()
+    df_tie["target"] = 0.7 + 0.01 * df_tie["seed"]  # every strategy equal within a seed: zero spread, d == 0
+    c = bs.bn_vs_per_sample(df_tie, "close", 2)[2]
+    assert c.verdict == "not decided" and c.estimate == 0 and c.p == 1.0
+    assert set(bs.winners(df_tie).verdict) == {"not decided"}
+    one = bs.bn_vs_per_sample(df[df.seed == 0], "close", 2)[2]
+    assert one.verdict == "too few seeds" and one.n == 1  # a single seed decides nothing
+    for v in bs.winners(df).verdict:
+        assert inference.is_verdict(v, bs.DIRECTIONS)
 
 
 def _precise(enough_at, seeds=range(8)):
@@ -297,16 +304,25 @@ def test_findings_end_to_end_on_a_hand_made_table():
     df = _table(_acc, strategies=("stats_frozen", "bn_train", "adabn", "to_group", "group_pretrained"))
     df["diverged"] = False
     df["source_task_a_accuracy"] = 0.99
-    F = bs.findings(df, _diag(), reference=32)
+    claims, F = bs.findings(df, _diag(), reference=32)
+    C = claims.set_index("key")
     assert F.breaks["close_bn_train"] == "<= 2" and F.breaks["close_to_group"] == "never"
     assert F.breaks_stats["close_bn_train"] == "<= 2" and "close_group_pretrained" not in F.breaks_stats
     assert F.did_smallest["close_bn_train"].mean == pytest.approx(-0.3, abs=0.01)
-    assert F.recommend["close_b2"] == "a per-sample norm" and F.recommend["shifted_b32"] == "BatchNorm"
+    # per-sample (to_group 0.75) minus best BN (bn_train 0.5) at batch 2; at 32 adabn (0.85) beats to_group (0.75)
+    assert C.loc["recommend_close_b2", "verdict"] == "per-sample norm higher"
+    assert C.loc["recommend_close_b2", "estimate"] == pytest.approx(0.05, abs=0.005)  # to_group 0.75 vs stats_frozen 0.7
+    assert C.loc["recommend_shifted_b32", "verdict"] == "per-sample norm lower"
+    assert C.loc["recommend_shifted_b32", "estimate"] == pytest.approx(-0.1, abs=0.005)
     assert F.best_ps["close_b2"] == bs.STRATEGY_LABELS["to_group"]  # labels, never raw slugs
-    assert F.recommend_batchstats["close_b2"] == "a per-sample norm"
-    assert F.gap_zero_elsewhere == "holds"
-    assert F.gap_bn_train["close_b2"].mean == pytest.approx(-0.1)
-    assert F.noise_ratio_m2["l0"] == pytest.approx(2.0) and F.deepest_noisiest == "holds"
+    assert F.family_size["recommend"] == 4 and F.family_size["adabn"] == 4 and F.family_size["check"] == 1
+    assert list(C[C.family == "recommend"].confidence) == [pytest.approx(1 - 0.05 / 4)] * 4  # Bonferroni over 4
+    assert C.loc["gap_zero_elsewhere", "verdict"] == "exact, checked =="
+    assert C.loc["gap_close_b2", "estimate"] == pytest.approx(-0.1)
+    assert C.loc["gap_close_b2", "verdict"] == "train-mode accuracy lower"  # zero spread: interval [-0.1, -0.1]
+    assert C.loc["gap_close_b32", "verdict"] == "not decided" and C.loc["gap_close_b32", "estimate"] == 0
+    assert C.loc["deepest_noisiest", "verdict"] == "too few seeds"  # one layer: no other layer to compare with
+    assert F.noise_ratio_m2["l0"] == pytest.approx(2.0)
     assert F.noise_var_ratio_m2["l0"] == pytest.approx(0.5) and F.noise_var_ratio_top["l0"] == pytest.approx(0.25)
     assert F.noise_largest_batch == 4
     assert F.spread_top["close_to_group"] == pytest.approx(0.002, abs=0.0015) and "close_bn_train" in F.spread
@@ -317,9 +333,11 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert F.precise_enough["b32"] == "256" and F.precise_claim["b32"] == "fewer suffice"
     assert F.precise_enough["b2"] == "none tried"
     assert F.precise_mean_enough["b32"] == "256"  # 1/n < 0.01 from n = 256 on (the grid starts at 64)
-    assert F.adabn_vs_frozen["shifted_b32"].mean == pytest.approx(0.15, abs=0.01)
-    assert F.adabn_vs_frozen_word["shifted_b32"] == "above zero"
-    assert F.adabn_vs_frozen_word["close_b32"] == "not separated from zero"
+    assert C.loc["adabn_vs_frozen_shifted_b32", "estimate"] == pytest.approx(0.15, abs=0.01)
+    assert C.loc["adabn_vs_frozen_shifted_b32", "verdict"] == "AdaBN higher"
+    assert C.loc["adabn_vs_frozen_close_b32", "verdict"] == "not decided"  # both 0.7: noise only
+    assert all(inference.is_verdict(v, bs.DIRECTIONS) for v in claims.verdict)
+    assert not claims.key.duplicated().any()
     assert F.n_winner_same_targets == 0  # close: to_group (b2), bn_train; shifted: adabn at every batch size
     assert F.n_diverged == 0 and F.diverged_where == "none" and F.lr == {}
     assert F.acc_top["close_bn_train"].mean == pytest.approx(0.8, abs=0.01) and F.largest_batch == 32
@@ -346,10 +364,11 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
         bs.break_batch(df, "close", "bn_train", 32, 0.02, side="left")
     df["diverged"] = (df.strategy == "stats_frozen") & (df.batch_size == 128) & (df.target_name == "shifted")
     df["source_task_a_accuracy"] = 0.99
-    F = bs.findings(df, _diag(), reference=32)
+    _, F = bs.findings(df, _diag(), reference=32)
     assert F.breaks_above["close_stats_frozen"] == ">= 128" and F.breaks_stats_above["close_stats_frozen"] == "never"
     assert F.n_break_above == 6 and F.n_stats_break_below == 2
     assert F.n_small_beats_large == 4  # stats_frozen and group_pretrained, both targets: 0.6 at 2 against 0.5 at 128
+    assert F.family_size["small_beats_large"] == 6  # Holm over the 6 strategy/target pairs
     assert F.near_chance_where == "none"
     assert F.n_diverged == 6 and F.diverged_where == "shifted target, BN stats frozen, affine trained, batch 128: 6 of 6 runs"
     tbl = bs.breaks_display(F, ("stats_frozen", "bn_train", "group_pretrained"))
@@ -367,9 +386,45 @@ def test_winners_flag_near_chance_diverged_and_holm():
     w = bs.winners(df, chance=0.1).set_index(["target_name", "batch_size"])
     assert w.loc[("close", 2), "near_chance"] and not w.loc[("close", 32), "near_chance"]
     assert w.loc[("close", 32), "separated_holm"] and not w.loc[("close", 2), "separated_holm"]
+    assert w.loc[("close", 32), "verdict"] == "winner higher" and w.loc[("close", 2), "verdict"] == "not decided"
     disp = bs.winners_display(df)
-    assert "winner near chance" in disp["flags"].iloc[0] and "diverged" in disp["flags"].iloc[0] and "separated (Holm)" in disp.columns
+    assert "winner near chance" in disp["flags"].iloc[0] and "diverged" in disp["flags"].iloc[0]
+    assert "verdict" in disp.columns and "Holm p" in disp.columns
+    assert "winner minus runner-up (99.17% interval)" in disp.columns  # Bonferroni over the 6 rows: 1 - 0.05/6
     assert len(bs.near_chance_cells(df, 0.1)) == 8  # 4 strategies x 2 targets at batch 2
+
+
+def test_deepest_noisiest_is_a_paired_claim_over_seeds():
+    """The deepest layer's batch-mean spread minus the largest other layer's, per seed: a direction where every seed
+    agrees, "not decided" where the seeds disagree."""
+    def nt(deep):
+        return pd.DataFrame([dict(seed=s, layer=l, batch_size=2, var_mean_rel=v)
+                             for s in range(6) for l, v in ((0, 0.04), (1, 0.09), (2, deep(s)))])
+    d = bs._deepest_minus_others(nt(lambda s: 0.16 + 0.001 * s))
+    assert d.values == pytest.approx(np.sqrt(0.16 + 0.001 * np.arange(6)) - 0.3)  # minus layer 1, the noisier other
+    fam = inference.Family(1)
+    assert bs._decide(d, "deepest_noisiest", "noise", fam).verdict == "deepest layer noisier"
+    mixed = bs._deepest_minus_others(nt(lambda s: 0.16 if s % 2 else 0.04))
+    assert bs._decide(mixed, "deepest_noisiest", "noise", fam).verdict == "not decided"
+
+
+def test_near_chance_is_a_one_sided_test_above_the_line():
+    """Near chance: not shown above chance + NEAR_CHANCE by a one-sided t test (Holm over the cells); a mean
+    above the line with a wide spread is still near chance, one far above it with a small spread is not, and a
+    single seed is never shown above."""
+    line = 0.1 + bs.NEAR_CHANCE
+    rows = []
+    for s in range(6):
+        noisy = line + 0.02 + (0.2 if s % 2 else -0.2)  # mean 0.02 above the line, SD about 0.2
+        tight = line + 0.1 + 0.001 * s
+        for st, a in (("noisy", noisy), ("tight", tight)):
+            rows.append(dict(target_name="close", strategy=st, batch_size=2, seed=s, target=a))
+    df = pd.DataFrame(rows)
+    near = bs.near_chance_cells(df, 0.1)
+    assert list(near.strategy) == ["noisy"]
+    p_tight = inference.one_sided_p(df[df.strategy == "tight"].target, "greater", null=line)
+    assert p_tight < 1e-6
+    assert list(bs.near_chance_cells(df[df.seed == 0], 0.1).strategy) == ["noisy", "tight"]  # n = 1: not shown
 
 
 def _tune(seeds=(1000, 1001)):
@@ -410,6 +465,12 @@ def test_stats_enough_and_censored_words():
     pt = bs.precise_table(diag)
     assert bs.stats_enough(pt, 32, "mean_err", 0.01) == 256  # 1/64, 1/256: the first below 0.01 is 256
     assert bs.stats_enough(pt, 32, "mean_err", 1e-9) == 0
+    # a one-sided test, not a mean under the line: errors whose mean is under the tolerance but spread widely
+    # around it are not shown below it
+    pt2 = pt.copy()
+    sel = (pt2.kind == "precise") & (pt2.batch_size == 32) & (pt2.n_samples == 16384)
+    pt2.loc[sel, "mean_err"] = np.where(pt2.loc[sel, "seed"] % 2 == 0, 0.0, 0.019)  # mean 0.0095 < 0.01
+    assert bs.stats_enough(pt2, 32, "mean_err", 0.01) == 0
     assert bs.enough_word(64, 64) == "<= 64" and bs.enough_word(256, 64) == "256" and bs.enough_word(0, 64) == "none tried"
 
 
@@ -562,17 +623,25 @@ def test_rate_comparison_reports_both_rates_and_when_they_disagree():
     tuned = _reported(0.87, 0.82, 0.84)  # tuned rates: BN in train mode ahead
     tuned["lr_factor"] = tuned.strategy.map({"bn_train": 4.0, "group_pretrained": 2.0, "layer_pretrained": 2.0})
     out = bs.rate_comparison(base, tuned, tune)
-    assert out["rec"]["close_base"] == "a per-sample norm" and out["rec"]["close_tuned"] == "BN in train mode"
-    assert out["depends"]["close"] == "the answer depends on the rate"
-    assert out["gn_claim"]["close_base"] == "holds" and out["gn_claim"]["close_tuned"] == "reversed"
-    assert out["n_comparisons"] == 8 and out["diff"]["close_group_pretrained_base"].mean == pytest.approx(0.06, abs=0.01)
+    C = out["claims"].set_index("key")
+    assert out["rec"]["close_base_verdict"] == "per-sample norm higher"
+    assert out["rec"]["close_tuned_verdict"] == "per-sample norm lower"
+    assert out["depends"]["close"] == "the verdict depends on the rate"
+    assert C.loc["rate_close_group_pretrained_base", "verdict"] == "per-sample norm higher"
+    assert C.loc["rate_close_group_pretrained_tuned", "verdict"] == "per-sample norm lower"
+    assert out["n_comparisons"] == 8 and C.loc["rate_close_group_pretrained_base", "estimate"] == pytest.approx(0.06, abs=0.01)
+    assert list(C.confidence) == [pytest.approx(1 - 0.05 / 8)] * 8  # one family of 8: Bonferroni intervals
     assert out["factor"]["close_bn_train"] == 4.0 and out["edge"]["close_bn_train"] == "at the edge of the grid"
     assert out["edge"]["close_group_pretrained"] == "inside the grid" and out["n_edge"] == 2
     # the same answer at both rates, and a tie that Holm leaves unseparated
     same = bs.rate_comparison(base, _reported(0.70, 0.76, 0.74).assign(lr_factor=tuned.lr_factor), tune)
-    assert same["depends"]["shifted"] == "the same answer at both rates"
+    assert same["depends"]["shifted"] == "the same verdict at both rates"
     tie = bs.rate_comparison(base, _reported(0.80, 0.80, 0.80).assign(lr_factor=tuned.lr_factor), tune)
-    assert tie["rec"]["close_tuned"] == "not separated" and tie["gn_claim"]["close_tuned"] == "not separated"
+    assert tie["rec"]["close_tuned_verdict"] == "not decided"
+    assert tie["claims"].set_index("key").loc["rate_close_group_pretrained_tuned", "verdict"] == "not decided"
+    # one contender lower, the other not decided: no recommendation either way
+    assert bs._summary_verdict(["per-sample norm lower", "not decided"]) == "not decided"
+    assert bs._summary_verdict(["too few seeds", "too few seeds"]) == "too few seeds"
     # a tuned run at a rate the tuning seeds did not choose is refused
     bad = tuned.assign(lr_factor=1.0)
     with pytest.raises(ValueError, match="tuning seeds chose"):
@@ -603,7 +672,7 @@ def test_findings_per_source_accuracy_na_for_per_sample_and_restat_verdict():
     df["source_task_a_accuracy"] = df.strategy.map({"bn_train": 0.997, "to_layer": 0.997, "group_pretrained": 0.974})
     df["task_a_before"] = df.strategy.map({"bn_train": 0.997, "to_layer": 0.321, "group_pretrained": 0.974})
     df["target_restat"] = np.where(df.strategy == "bn_train", 0.8, np.nan)
-    F = bs.findings(df, _diag(), reference=32)
+    claims, F = bs.findings(df, _diag(), reference=32)
     assert F.breaks_stats_above["close_bn_train"] == ">= 128" and F.breaks_stats_above_restat["close"] == "never"
     assert F.breaks_above["close_to_layer"] == ">= 128" and F.breaks_stats_above["close_to_layer"] == "n/a"
     assert F.breaks_stats["close_to_layer"] == "n/a" and F.n_stats_break_below == 0
@@ -613,3 +682,7 @@ def test_findings_per_source_accuracy_na_for_per_sample_and_restat_verdict():
     row = tbl[tbl.strategy == "BN in train mode, statistics re-estimated"].iloc[0]
     assert row["above 32: beyond the control"] == "never"
     assert F.rate == {}
+    C = claims.set_index("key")
+    # the re-estimate recovers the 0.2 lost at batch 128: re-estimated minus before = +0.2
+    assert C.loc["restat_gain_close", "estimate"] == pytest.approx(0.2, abs=0.01)
+    assert C.loc["restat_gain_close", "verdict"] == "re-estimated higher"

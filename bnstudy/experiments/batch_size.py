@@ -41,9 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats as sps
-
-from ..analysis import Interval, holm, mean_ci, verdict
+from ..inference import NOT_DECIDED, TOO_FEW, Claim, Family, claims_table, decide, exact_check, holm, \
+    one_sided_p, rank_correlation, t_interval, tost_p, two_sided_p
 from ..config import FINETUNE_STRATEGIES, STRATEGY_NORM, Execution, FinetuneConfig, RunConfig, SourceConfig, \
     _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, from_profile, seeds_label
 from ..engine import accuracy, ensure_sources, finetune, load_source, logits_of, source_version
@@ -112,8 +111,23 @@ WIDE_MARGIN = 0.05
 #: Strategies that compute no batch statistics: their break against the control is "n/a" (it is a difference between
 #: two per-sample norms, not a batch-statistics effect).
 NO_BATCH_STATISTICS = ("to_group", "to_layer", "group_pretrained", "layer_pretrained")
-#: A cell whose mean accuracy is below chance + this is "near chance" (rankings there are meaningless).
+#: A cell whose accuracy a one-sided t test (Holm over the table's cells) does not place above chance + this is "near
+#: chance": rankings there are meaningless (:func:`near_chance_cells`).
 NEAR_CHANCE = 0.06
+#: The page's direction words, condition minus reference per seed (:func:`bnstudy.inference.decide`'s ``higher`` and
+#: ``lower``): best per-sample norm minus BatchNorm (``ps``), AdaBN minus inherited frozen statistics (``adabn``), the
+#: winner minus the runner-up (``winner``), BN in train mode's accuracy measured in train mode minus eval mode
+#: (``gap``), re-estimated running statistics minus those fine-tuning left (``restat``), the deepest layer's spread of
+#: the batch mean minus the largest other layer's (``noise``).
+WORDS = {"ps": ("per-sample norm higher", "per-sample norm lower"), "adabn": ("AdaBN higher", "AdaBN lower"),
+         "winner": ("winner higher", "winner lower"),
+         "gap": ("train-mode accuracy higher", "train-mode accuracy lower"),
+         "restat": ("re-estimated higher", "re-estimated lower"),
+         "noise": ("deepest layer noisier", "deepest layer less noisy")}
+#: Every direction word the page may print (:func:`bnstudy.inference.is_verdict`).
+DIRECTIONS: tuple[str, ...] = tuple(w for pair in WORDS.values() for w in pair)
+#: The overall level of every family of claims (:class:`bnstudy.inference.Family`) and of the Holm counts.
+ALPHA = 0.05
 #: Precise BN's statistics are "close enough" when their mean error is below this (population SDs for the mean,
 #: absolute log ratio for the variance): 1% of the population scale.
 STAT_TOLERANCE = 0.01
@@ -636,7 +650,7 @@ def _ci_long(df, by, metrics):
     for key, g in df.groupby(by, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         for m in metrics:
-            iv = mean_ci(g[m])
+            iv = t_interval(g[m])
             recs.append(dict(zip(by, key), metric=m, mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
                              sd=float(np.std(g[m], ddof=1)) if len(g) > 1 else 0.0, n_seeds=iv.n))
     return pd.DataFrame(recs)
@@ -659,7 +673,7 @@ def tradeoff_table(df: pd.DataFrame, batch_sizes) -> pd.DataFrame:
     and batch size in ``batch_sizes`` (wide: ``target_mean, target_lo, target_hi, retention_mean, ...``)."""
     recs = []
     for (t, s, b), g in df[df.batch_size.isin(batch_sizes)].groupby(["target_name", "strategy", "batch_size"]):
-        a, r = mean_ci(g["target"]), mean_ci(g["task_a_after"])
+        a, r = t_interval(g["target"]), t_interval(g["task_a_after"])
         recs.append(dict(target_name=t, strategy=s, batch_size=b, target_mean=a.mean, target_lo=a.low,
                          target_hi=a.high, retention_mean=r.mean, retention_lo=r.low, retention_hi=r.high))
     return pd.DataFrame(recs)
@@ -684,11 +698,12 @@ def break_batch(df: pd.DataFrame, target: str, strategy: str, reference: int, ma
 
     Breaks at ``m``: the paired per-seed difference ``target(m) - target(reference)`` (with ``control``: the
     difference-in-differences ``[strategy(m) - strategy(ref)] - [control(m) - control(ref)]``, paired within
-    seed, so a drop the control shares is not a break) has its upper Bonferroni-adjusted bound (confidence
-    ``1 - (1 - confidence) / k``, ``k`` = batch sizes tested on that side) below ``-margin``. A break further
-    from the reference counts only if every batch size beyond it also breaks (the verdict is "from m on").
-    Also returns ``{m: Interval}`` of those differences (adjusted intervals). Raises ``ValueError`` for a bad
-    ``side``.
+    seed, so a drop the control shares is not a break) has the upper end of its family interval
+    (:class:`bnstudy.inference.Family` of the ``k`` batch sizes tested on that side, Bonferroni at
+    ``1 - (1 - confidence) / k``; :func:`bnstudy.inference.t_interval`) below ``-margin``. A break further from
+    the reference counts only if every batch size beyond it also breaks (the verdict is "from m on"). Also
+    returns ``{m: Interval}`` of those differences (family intervals; NaN ends with fewer than two seeds, never
+    a break). Raises ``ValueError`` for a bad ``side``.
     """
     if side not in ("below", "above"):
         raise ValueError(f"side must be 'below' or 'above', got {side!r}")
@@ -700,8 +715,8 @@ def break_batch(df: pd.DataFrame, target: str, strategy: str, reference: int, ma
     elif control is not None:
         piv = piv * 0.0
     sizes = sorted(b for b in piv.columns if (b < reference if side == "below" else b > reference))
-    conf = 1 - (1 - confidence) / max(len(sizes), 1)
-    ivs = {m: mean_ci(piv[m] - piv[reference], conf) for m in sizes}
+    family = Family(max(len(sizes), 1), 1 - confidence)
+    ivs = {m: t_interval(piv[m] - piv[reference], family.confidence) for m in sizes}
     broken = {m for m, iv in ivs.items() if iv.high < -margin}
     # walk away from the reference: the threshold is the nearest m from which every further m breaks
     order = sorted(sizes, reverse=(side == "below"))
@@ -712,49 +727,86 @@ def break_batch(df: pd.DataFrame, target: str, strategy: str, reference: int, ma
 
 
 def break_word(m: int, side: str = "below") -> str:
-    """The verdict token for a break batch: ``"never"``, ``"<= m"`` (below) or ``">= m"`` (above)."""
+    """The threshold token for a break batch: ``"never"``, ``"<= m"`` (below) or ``">= m"`` (above)."""
     return "never" if m == 0 else (f"<= {m}" if side == "below" else f">= {m}")
 
 
-def _paired_p(v) -> float:
-    v = np.asarray(v, dtype=float)
-    if len(v) < 2 or np.std(v) == 0:
-        return 0.0 if len(v) >= 2 and v.mean() != 0 else 1.0
-    return float(sps.ttest_1samp(v, 0.0).pvalue)
+def _decide(values, key: str, words: str, family: Family, margin: float | None = None) -> Claim:
+    """:func:`bnstudy.inference.decide` with this page's direction words :data:`WORDS` ``[words]``."""
+    higher, lower = WORDS[words]
+    return decide(values, key, margin=margin, family=family, higher=higher, lower=lower)
 
 
-def winners(df: pd.DataFrame, strategies=None, chance: float | None = None) -> pd.DataFrame:
-    """Per target and batch size: the strategy with the highest mean target accuracy, the runner-up, the
-    paired difference (95% interval), ``separated`` (interval above zero), ``separated_holm`` (paired t-test
-    p-value, Holm-adjusted over every row of the table, below 0.05 and the difference positive),
-    ``diverged_runs`` (runs with a non-finite loss in the winner's or runner-up's cell, if the column exists)
-    and ``near_chance`` (the winner's mean within :data:`NEAR_CHANCE` of ``chance``; False without ``chance``)."""
-    recs = []
+# TODO(inference): a ``family=`` name column in inference.claims_table would replace this helper's insert
+def _family(name: str, items: dict, words: str, alpha: float = ALPHA) -> pd.DataFrame:
+    """One family of claims: ``items`` ``{key: per-seed differences}`` printed together, decided at
+    ``Family(len(items), alpha)`` (:func:`_decide`), as a claims table (Holm within the family) with a first
+    column ``family`` = ``name``."""
+    fam = Family(max(len(items), 1), alpha)
+    table = claims_table([_decide(v, k, words, fam) for k, v in items.items()])
+    table.insert(0, "family", name)
+    return table
+
+
+def near_chance_cells(df: pd.DataFrame, chance: float, alpha: float = ALPHA) -> pd.DataFrame:
+    """The (target, strategy, batch size) cells whose target accuracy is not placed above ``chance +``
+    :data:`NEAR_CHANCE`: the one-sided t test (:func:`bnstudy.inference.one_sided_p`, ``"greater"``), Holm-adjusted
+    over every cell of the table (:func:`bnstudy.inference.holm`), is not below ``alpha`` (a cell with fewer than
+    two seeds is never shown above). Columns ``target_name, strategy, batch_size, target`` (the mean), ``p``,
+    ``p_adjusted``."""
+    by = ["target_name", "strategy", "batch_size"]
+    groups = df.groupby(by, sort=True)["target"]
+    m = groups.mean().reset_index()
+    m["p"] = [one_sided_p(v, "greater", null=chance + NEAR_CHANCE) for _, v in groups]
+    m["p_adjusted"] = holm(m["p"].to_numpy(dtype=float)) if len(m) else []
+    return m[~(m.p_adjusted < alpha)].reset_index(drop=True)
+
+
+def _winners(df: pd.DataFrame, strategies=None, chance: float | None = None, alpha: float = ALPHA):
+    """:func:`winners` and its claims table (family ``"winners"``, keys ``winner_<target>_b<m>``)."""
+    near = set()
+    if chance is not None:
+        near = set(near_chance_cells(df, chance, alpha)[["target_name", "strategy", "batch_size"]]
+                   .itertuples(index=False, name=None))
+    recs, diffs = [], {}
     for (t, b), g in df.groupby(["target_name", "batch_size"]):
         piv = g.pivot(index="seed", columns="strategy", values="target")
         if strategies is not None:
             piv = piv[[s for s in strategies if s in piv.columns]]
         order = piv.mean().sort_values(ascending=False).index
         best, second = order[0], order[1]
-        iv = mean_ci(piv[best] - piv[second])
+        diffs[f"winner_{t}_b{int(b)}"] = piv[best] - piv[second]
         div = int(g[g.strategy.isin([best, second])]["diverged"].sum()) if "diverged" in g else 0
         recs.append(dict(target_name=t, batch_size=int(b), winner=best, winner_mean=float(piv[best].mean()),
-                         runner_up=second, diff_mean=iv.mean, diff_lo=iv.low, diff_hi=iv.high,
-                         separated=bool(iv.low > 0), p=_paired_p(piv[best] - piv[second]), diverged_runs=div,
-                         near_chance=bool(chance is not None and piv[best].mean() < chance + NEAR_CHANCE)))
+                         runner_up=second, diverged_runs=div, near_chance=(t, best, b) in near))
+    claims = _family("winners", diffs, "winner", alpha)
     out = pd.DataFrame(recs)
     if len(out):
-        out["separated_holm"] = (holm(out.p.to_numpy()) < 0.05) & (out.diff_mean > 0)
-    return out
+        out["diff_mean"], out["diff_lo"], out["diff_hi"] = claims.estimate.values, claims.low.values, claims.high.values
+        out["verdict"], out["p"], out["p_adjusted"] = claims.verdict.values, claims.p.values, claims.p_adjusted.values
+        out["separated_holm"] = (out.p_adjusted < alpha) & (out.diff_mean > 0)
+    return out, claims
 
 
-def bn_vs_per_sample(df: pd.DataFrame, target: str, batch_size: int,
-                     bn_strategies=BN_STRATEGIES) -> tuple[str, str, Interval, str]:
+def winners(df: pd.DataFrame, strategies=None, chance: float | None = None, alpha: float = ALPHA) -> pd.DataFrame:
+    """Per target and batch size: the strategy with the highest mean target accuracy, the runner-up, the paired
+    difference winner minus runner-up with its family interval (``diff_mean, diff_lo, diff_hi``: every row of the
+    table is one :class:`bnstudy.inference.Family`, Bonferroni) and ``verdict`` (:func:`bnstudy.inference.decide`:
+    "winner higher", "not decided", "too few seeds"), the two-sided ``p`` and its Holm-adjusted ``p_adjusted`` over
+    the table, ``separated_holm`` (``p_adjusted < alpha`` and the difference positive: what the page counts),
+    ``diverged_runs`` (runs with a non-finite loss in the winner's or runner-up's cell, if the column exists) and
+    ``near_chance`` (the winner's cell is in :func:`near_chance_cells`; False without ``chance``)."""
+    return _winners(df, strategies, chance, alpha)[0]
+
+
+def bn_vs_per_sample(df: pd.DataFrame, target: str, batch_size: int, bn_strategies=BN_STRATEGIES,
+                     family: Family = Family(), key: str = "") -> tuple[str, str, Claim]:
     """Best BN strategy against best per-sample-norm strategy (by mean) at one target and batch size.
 
     ``bn_strategies``: the BN strategies that compete (e.g. ``("bn_train",)`` for BN that uses batch
-    statistics). Returns ``(best_bn, best_ps, Interval of per-seed ps - bn, word)`` with word ``"a per-sample
-    norm"`` (interval above 0), ``"BatchNorm"`` (below 0) or ``"not separated"``.
+    statistics). Returns ``(best_bn, best_ps, claim)``: the :class:`bnstudy.inference.Claim` on the per-seed
+    differences ``best_ps - best_bn`` at ``family``'s level, verdict "per-sample norm higher", "per-sample norm
+    lower", "not decided" or "too few seeds". Raises ``ValueError`` without a BN or a per-sample strategy.
     """
     g = df[(df.target_name == target) & (df.batch_size == batch_size)]
     piv = g.pivot(index="seed", columns="strategy", values="target")
@@ -764,19 +816,16 @@ def bn_vs_per_sample(df: pd.DataFrame, target: str, batch_size: int,
         raise ValueError("bn_vs_per_sample needs at least one BN and one per-sample strategy")
     best_bn = max(bn, key=lambda s: piv[s].mean())
     best_ps = max(ps, key=lambda s: piv[s].mean())
-    iv = mean_ci(piv[best_ps] - piv[best_bn])
-    word = "a per-sample norm" if iv.low > 0 else ("BatchNorm" if iv.high < 0 else "not separated")
-    return best_bn, best_ps, iv, word
+    return best_bn, best_ps, _decide(piv[best_ps] - piv[best_bn], key, "ps", family)
 
 
-def samples_enough(pt: pd.DataFrame, batch_size: int, margin: float) -> int:
+def samples_enough(pt: pd.DataFrame, batch_size: int, margin: float, alpha: float = ALPHA) -> int:
     """Smallest ``n_samples`` from which on (it and every larger count) precise BN's accuracy is equivalent to
-    the exact statistics' (TOST at 5%: the 90% interval of the paired difference within ``+-margin``); 0 if none."""
+    the exact statistics' within ``+-margin``: the TOST p-value (:func:`bnstudy.inference.tost_p`) of the
+    per-seed differences below ``alpha`` at each of those counts (an intersection of tests, each at ``alpha``);
+    0 if none. A count with fewer than two seeds is never equivalent."""
     d = pt[(pt.kind == "precise") & (pt.batch_size == batch_size)]
-    ok = {}
-    for n, g in d.groupby("n_samples"):
-        iv = mean_ci(g["acc_vs_exact"], 0.90)
-        ok[int(n)] = bool(-margin < iv.low and iv.high < margin)
+    ok = {int(n): bool(tost_p(g["acc_vs_exact"], margin) < alpha) for n, g in d.groupby("n_samples")}
     ns = sorted(ok)
     for i, n in enumerate(ns):
         if all(ok[k] for k in ns[i:]):
@@ -784,13 +833,16 @@ def samples_enough(pt: pd.DataFrame, batch_size: int, margin: float) -> int:
     return 0
 
 
-def stats_enough(pt: pd.DataFrame, batch_size: int, column: str, tolerance: float = STAT_TOLERANCE) -> int:
-    """Smallest ``n_samples`` from which on precise BN's mean (over seeds) ``column`` error (``mean_err`` or
-    ``var_err``) stays below ``tolerance``; 0 if no count tried does."""
-    d = pt[(pt.kind == "precise") & (pt.batch_size == batch_size)].groupby("n_samples")[column].mean()
-    ns = sorted(int(n) for n in d.index)
+def stats_enough(pt: pd.DataFrame, batch_size: int, column: str, tolerance: float = STAT_TOLERANCE,
+                 alpha: float = ALPHA) -> int:
+    """Smallest ``n_samples`` from which on precise BN's ``column`` error (``mean_err`` or ``var_err``) is shown
+    below ``tolerance``: the one-sided t test over seeds (:func:`bnstudy.inference.one_sided_p`, ``"less"``,
+    null ``tolerance``) below ``alpha`` at it and every larger count; 0 if no count tried is."""
+    d = pt[(pt.kind == "precise") & (pt.batch_size == batch_size)]
+    ok = {int(n): bool(one_sided_p(g[column], "less", null=tolerance) < alpha) for n, g in d.groupby("n_samples")}
+    ns = sorted(ok)
     for i, n in enumerate(ns):
-        if all(d.loc[k] < tolerance for k in ns[i:]):
+        if all(ok[k] for k in ns[i:]):
             return n
     return 0
 
@@ -804,9 +856,9 @@ def enough_word(n: int, smallest: int) -> str:
 
 
 def claim_word(n_enough: int, grid_max: int) -> str:
-    """Wu & Johnson's 10^3-10^4 against ``n_enough``: ``"within the range"``, ``"fewer suffice"``,
-    ``"more needed"`` (none enough, or only beyond 10^4) or ``"not reached"`` (none enough and the grid
-    stops below 10^4)."""
+    """Wu & Johnson's 10^3-10^4 against ``n_enough`` (a comparison of a count with a range, not a test):
+    ``"within the range"``, ``"fewer suffice"``, ``"more needed"`` (none enough, or only beyond 10^4) or
+    ``"not reached"`` (none enough and the grid stops below 10^4)."""
     lo, hi = CLAIM_RANGE
     if n_enough == 0:
         return "more needed" if grid_max >= hi else "not reached"
@@ -844,22 +896,35 @@ def _edge(factor: float, grid) -> bool:
     return factor != 1.0 and factor in (min(grid), max(grid))
 
 
-def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, alpha: float = 0.05) -> dict:
+def _summary_verdict(verdicts: list[str]) -> str:
+    """The recommendation from the per-sample contenders' verdicts against BN in train mode: "per-sample norm
+    lower" if every contender is lower, "per-sample norm higher" if one is higher and none lower, "too few seeds"
+    if every comparison had too few, else "not decided"."""
+    higher, lower = WORDS["ps"]
+    if verdicts and all(v == TOO_FEW for v in verdicts):
+        return TOO_FEW
+    if verdicts and all(v == lower for v in verdicts):
+        return lower
+    if higher in verdicts and lower not in verdicts:
+        return higher
+    return NOT_DECIDED
+
+
+def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, alpha: float = ALPHA) -> dict:
     """The small-batch recommendation at the linear-scaling rate and at tuned rates (B1), reported seeds only.
 
     At the smallest batch size of ``df``, each per-sample contender (GN-, LN-pretrained) minus BN in train mode,
     paired within seed, per target, at the linear-scaling rate (``df``: factor 1) and at the tuned rates
-    (``tuned``: each contender at the factor the tuning seeds chose, :func:`chosen_factors` on ``tune``). Holm over
-    every comparison made (paired t-tests). Returns a dict: ``factor`` / ``edge`` per ``<target>_<strategy>``
-    (the chosen factor; ``edge``: "at the edge of the grid" or "inside the grid"), ``diff`` per
-    ``<target>_<strategy>_<base|tuned>`` (Interval, 95%, unadjusted), ``word`` per the same (``"<label> ahead"``,
-    ``"BN in train mode ahead"`` or ``"not separated"``, after Holm), ``rec`` per ``<target>_<base|tuned>``
-    (``"BN in train mode"`` if every per-sample contender is behind after Holm, ``"a per-sample norm"`` if one is
-    ahead and none behind, else ``"not separated"``), ``depends`` per target (``"the answer depends on the
-    rate"`` or ``"the same answer at both rates"``), ``gn_claim`` per ``<target>_<base|tuned>`` ("GroupNorm beats
-    BN at batch 2": ``"holds"``, ``"reversed"`` or ``"not separated"``), ``n_comparisons``, ``n_edge``.
-    Raises ``ValueError`` if a tuned run's factor is not the one the tuning seeds chose (a check that nothing
-    was selected on the reported seeds), or if bn_train or every per-sample contender is missing.
+    (``tuned``: each contender at the factor the tuning seeds chose, :func:`chosen_factors` on ``tune``). Every
+    comparison made is one :class:`bnstudy.inference.Family` (Bonferroni intervals, Holm p-values). Returns a
+    dict: ``factor`` / ``edge`` per ``<target>_<strategy>`` (the chosen factor; ``edge``: "at the edge of the
+    grid" or "inside the grid"); ``claims``: the claims table (family ``"rate"``, keys
+    ``rate_<target>_<strategy>_<base|tuned>``, verdicts "per-sample norm higher/lower", "not decided", "too few
+    seeds"); ``rec`` per ``<target>_<base|tuned>_verdict`` (:func:`_summary_verdict` of the contenders'
+    verdicts); ``depends`` per target (``"the verdict depends on the rate"`` or ``"the same verdict at both
+    rates"``), ``n_comparisons``, ``n_edge``. Raises ``ValueError`` if a tuned run's factor is not the one the
+    tuning seeds chose (a check that nothing was selected on the reported seeds), or if bn_train or every
+    per-sample contender is missing.
     """
     sb = int(df.batch_size.min())
     chosen = chosen_factors(tune, sb)
@@ -871,9 +936,10 @@ def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, a
     if "bn_train" not in set(tuned.strategy) or not ps:
         raise ValueError("rate_comparison needs bn_train and a per-sample contender in both tables")
     grid = sorted(set(tune.lr_factor))
-    out: dict = dict(factor={}, edge={}, diff={}, word={}, rec={}, depends={}, gn_claim={})
-    keys, ps_ = [], []
-    for t in sorted(set(tuned.target_name)):
+    targets = sorted(set(tuned.target_name))
+    out: dict = dict(factor={}, edge={}, rec={}, depends={})
+    diffs = {}
+    for t in targets:
         for s in ["bn_train"] + ps:
             f = chosen[(t, s)]
             out["factor"][f"{t}_{s}"] = f
@@ -881,31 +947,16 @@ def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, a
         for tag, d in (("base", df[df.batch_size == sb]), ("tuned", tuned)):
             piv = d[d.target_name == t].pivot(index="seed", columns="strategy", values="target")
             for s in ps:
-                v = (piv[s] - piv["bn_train"]).dropna()
-                k = f"{t}_{s}_{tag}"
-                out["diff"][k] = mean_ci(v)
-                keys.append(k)
-                ps_.append(_paired_p(v))
-    adj = dict(zip(keys, holm(np.asarray(ps_))))
-    for k in keys:
-        iv = out["diff"][k]
-        s = next(x for x in ps if f"_{x}_" in f"_{k}")
-        out["word"][k] = ("not separated" if adj[k] >= alpha else
-                          (f"{STRATEGY_LABELS[s]} ahead" if iv.mean > 0 else "BN in train mode ahead"))
-    for t in sorted(set(tuned.target_name)):
+                diffs[f"rate_{t}_{s}_{tag}"] = piv[s] - piv["bn_train"]
+    claims = _family("rate", diffs, "ps", alpha)
+    word = dict(zip(claims.key, claims.verdict))
+    for t in targets:
         for tag in ("base", "tuned"):
-            w = [out["word"][f"{t}_{s}_{tag}"] for s in ps]
-            behind = [x == "BN in train mode ahead" for x in w]
-            ahead = [x.endswith("ahead") and not b for x, b in zip(w, behind)]
-            out["rec"][f"{t}_{tag}"] = ("BN in train mode" if all(behind) else
-                                        "a per-sample norm" if any(ahead) and not any(behind) else "not separated")
-            if "group_pretrained" in ps:
-                g = out["word"][f"{t}_group_pretrained_{tag}"]
-                out["gn_claim"][f"{t}_{tag}"] = ("not separated" if g == "not separated" else
-                                                 "reversed" if g == "BN in train mode ahead" else "holds")
-        out["depends"][t] = ("the same answer at both rates" if out["rec"][f"{t}_base"] == out["rec"][f"{t}_tuned"]
-                             else "the answer depends on the rate")
-    out["n_comparisons"] = len(keys)
+            out["rec"][f"{t}_{tag}_verdict"] = _summary_verdict([word[f"rate_{t}_{s}_{tag}"] for s in ps])
+        same = out["rec"][f"{t}_base_verdict"] == out["rec"][f"{t}_tuned_verdict"]
+        out["depends"][t] = "the same verdict at both rates" if same else "the verdict depends on the rate"
+    out["claims"] = claims
+    out["n_comparisons"] = len(diffs)
     out["n_edge"] = int(sum(v == "at the edge of the grid" for v in out["edge"].values()))
     return out
 
@@ -993,22 +1044,18 @@ def diverged_where(df: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def near_chance_cells(df: pd.DataFrame, chance: float) -> pd.DataFrame:
-    """(target, strategy, batch size) cells whose mean target accuracy is below ``chance + NEAR_CHANCE``."""
-    m = df.groupby(["target_name", "strategy", "batch_size"])["target"].mean().reset_index()
-    return m[m.target < chance + NEAR_CHANCE].reset_index(drop=True)
-
 
 @dataclass(frozen=True)
 class Findings:
-    """Every number and verdict chapter 5's prose cites (accuracies are fractions 0..1).
+    """The numbers, thresholds and labels chapter 5's prose cites beside its claims table (accuracies are
+    fractions 0..1); every verdict is in the claims table :func:`findings` returns with it.
 
-    ``breaks`` / ``breaks_above``: per ``<target>_<strategy>`` the token of :func:`break_batch` below / above the
-    reference (any cause); ``breaks_stats`` / ``breaks_stats_above``: the same judged against the control
-    (:data:`CONTROL`; a batch-statistics break). ``winner``: per ``<target>_b<m>`` the winning strategy's label;
-    ``winner_separated``: yes/no. ``recommend``: per ``<target>_b<m>`` the word of :func:`bn_vs_per_sample`
-    (all BN strategies); ``recommend_batchstats``: the same against BN in train mode only. ``lr``: the
-    learning-rate check (:func:`lr_check`; empty without tuning seeds).
+    ``breaks`` / ``breaks_above``: per ``<target>_<strategy>`` the threshold token of :func:`break_batch` below /
+    above the reference (any cause); ``breaks_stats`` / ``breaks_stats_above``: the same judged against the
+    control (:data:`CONTROL`; a batch-statistics break). ``winner``: per ``<target>_b<m>`` the winning strategy's
+    label (its verdict: claim ``winner_<target>_b<m>``). ``lr``: the learning-rate check (:func:`lr_check`; empty
+    without tuning seeds); ``rate``: :func:`rate_comparison` without its claims. ``family_size``: the ``m`` of each
+    family of the claims table and of the Holm counts (``near_chance``: cells; ``small_beats_large``: pairs).
     """
 
     n_seeds: int
@@ -1025,40 +1072,32 @@ class Findings:
     breaks_stats: dict
     breaks_stats_above: dict
     breaks_stats_wide: dict
+    breaks_stats_above_restat: dict
     did_smallest: dict
     drop_smallest: dict
     n_break_above: int
     n_break_below: int
     n_stats_break_below: int
     winner: dict
-    winner_separated: dict
     n_winner_separated_holm: int
-    recommend: dict
-    ps_minus_bn: dict
-    recommend_batchstats: dict
-    ps_minus_bntrain: dict
     best_bn: dict
     best_ps: dict
     acc: dict
     acc_top: dict
-    gap_top: dict
     n_diverged: int
     diverged_where: str
     n_near_chance: int
-    n_small_beats_large: int
     near_chance_where: str
-    gap_bn_train: dict
-    gap_zero_elsewhere: str
-    restat_gain: dict
+    n_small_beats_large: int
     spread: dict
     spread_top: dict
     retention: dict
     source_acc: dict
+    replaced_before: dict
     noise_ratio_m2: dict
     noise_var_ratio_m2: dict
     noise_var_ratio_top: dict
     noise_largest_batch: int
-    deepest_noisiest: str
     noise_rel_std_m2: dict
     n_eff_frac: dict
     noise_slope_mean: dict
@@ -1077,15 +1116,12 @@ class Findings:
     precise_exact_acc: float
     stat_tolerance: float
     mismatch: dict
-    adabn_vs_frozen: dict
-    adabn_vs_frozen_word: dict
     mismatch_rho_within: dict
     n_sizes: int
     n_winner_same_targets: int
     lr: dict
-    breaks_stats_above_restat: dict
     rate: dict
-    replaced_before: dict
+    family_size: dict
 
 
 def _cells_where(cells: pd.DataFrame, most: int = 8) -> str:
@@ -1098,58 +1134,77 @@ def _cells_where(cells: pd.DataFrame, most: int = 8) -> str:
                      for r in cells.itertuples())
 
 
-def _n_small_beats_large(df: pd.DataFrame, small: int, large: int) -> int:
-    """Strategy/target pairs whose accuracy at ``small`` is above that at ``large`` (paired 95% interval > 0)."""
-    n = 0
+def _n_small_beats_large(df: pd.DataFrame, small: int, large: int, alpha: float = ALPHA) -> tuple[int, int]:
+    """``(k, m)``: of the ``m`` strategy/target pairs with both batch sizes, the ``k`` whose accuracy at ``small``
+    is shown above that at ``large`` (paired per-seed differences; two-sided t test, Holm over the ``m`` pairs
+    below ``alpha``, the mean difference positive)."""
+    ps, means = [], []
     for (t, s), g in df.groupby(["target_name", "strategy"]):
         piv = g.pivot(index="seed", columns="batch_size", values="target")
-        if small in piv and large in piv and small != large and mean_ci(piv[small] - piv[large]).low > 0:
-            n += 1
-    return n
+        if small in piv and large in piv and small != large:
+            d = piv[small] - piv[large]
+            ps.append(two_sided_p(d))
+            means.append(float(d.mean()))
+    adj = holm(ps) if ps else np.array([])
+    return int(sum(bool(a < alpha) and m > 0 for a, m in zip(adj, means))), len(ps)
 
 
-def _slug(v) -> str:
-    return str(v).replace(".", "_")
-
-
-def _sep_word(iv: Interval) -> str:
-    return "above zero" if iv.low > 0 else ("below zero" if iv.high < 0 else "not separated from zero")
+def _deepest_minus_others(nt: pd.DataFrame) -> pd.Series:
+    """Per seed, at the smallest noise batch size: the deepest layer's relative standard deviation of the batch
+    mean (``sqrt(var_mean_rel)``) minus the largest of the other layers' (empty with one layer)."""
+    n2 = nt[nt.batch_size == nt.batch_size.min()]
+    piv = n2.assign(rel=np.sqrt(n2.var_mean_rel)).pivot(index="seed", columns="layer", values="rel")
+    if piv.shape[1] < 2:
+        return pd.Series(dtype=float)
+    deepest = piv.columns.max()
+    return piv[deepest] - piv.drop(columns=deepest).max(axis=1)
 
 
 def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
              equivalence_margin: float = 0.01, tune: pd.DataFrame | None = None, control: str = CONTROL,
-             wide_margin: float = None, tuned: pd.DataFrame | None = None) -> Findings:
-    """Chapter 5's findings from :func:`run`'s three tables.
+             wide_margin: float = None, tuned: pd.DataFrame | None = None, alpha: float = ALPHA
+             ) -> tuple[pd.DataFrame, Findings]:
+    """Chapter 5's claims table and findings from :func:`run`'s tables: ``(claims, F)``.
 
-    Breaks: :func:`break_batch` against ``reference`` with ``margin``, below and above, raw and against
-    ``control`` (difference-in-differences); ``breaks_stats_wide``: the controlled verdict below at
-    ``wide_margin`` (sensitivity). Winners: :func:`winners` (Holm count over the table). Recommendation at the
-    smallest batch size and the reference: :func:`bn_vs_per_sample`, against every BN strategy and against BN
-    in train mode only. Diverged runs: count and :func:`diverged_where`; near-chance cells: count. Train/eval
-    gap: interval for ``bn_train`` at the smallest, reference and largest batch size; ``gap_zero_elsewhere``
-    checks ``== 0`` for every run of every other strategy. ``restat_gain``: bn_train's accuracy after its
-    running statistics are re-estimated minus before, at the largest batch size (C1). Spread: SD over seeds at
-    the smallest batch size (``spread``) and at the largest (``spread_top``). Noise: per layer at batch 2, measured over predicted variance of the batch mean,
-    the relative standard deviation, the effective-count fraction averaged over batch sizes, fitted log-log
-    slopes of both spreads against batch size, and ``deepest_noisiest``. Retention: head A's accuracy after
-    fine-tuning. Precise BN: :func:`samples_enough` (accuracy), :func:`stats_enough` (statistics, below
-    :data:`STAT_TOLERANCE`), tokens of :func:`enough_word`. Mismatch: AdaBN minus stats-frozen per target at
-    the smallest and reference batch size, the within-target Spearman correlation at the reference (NaN where
-    not computable), and at how many batch sizes both targets have the same winner. Learning rates:
-    :func:`lr_check` on ``tune``; ``rate``: :func:`rate_comparison` on ``tuned`` (empty without it). Strategies
-    in :data:`NO_BATCH_STATISTICS` get ``"n/a"`` against the control (they have no batch statistics);
-    ``breaks_stats_above_restat``: bn_train's verdict above the reference against the control with its
-    re-estimated statistics (``target_restat``). ``source_acc`` per source norm (``batch``, ``group``,
-    ``layer``; never pooled); ``replaced_before``: head A's accuracy right after BN is replaced (``to_group``,
-    ``to_layer``: ``task_a_before``). Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
+    ``claims``: one :func:`bnstudy.inference.claims_table` per family (column ``family``; every difference is
+    condition minus reference, per seed; intervals and verdicts at ``Family(m)``, Holm within the family), glued
+    by the page with :func:`bnstudy.pages.glue_claims`:
+
+    * ``recommend``: ``recommend_<target>_b<m>``, best per-sample norm minus best BN strategy (by mean) at the
+      smallest and reference batch size (:func:`bn_vs_per_sample`);
+    * ``adabn``: ``adabn_vs_frozen_<target>_b<m>``, AdaBN minus inherited frozen statistics, same cells;
+    * ``winners``: ``winner_<target>_b<m>``, winner minus runner-up (:func:`winners`);
+    * ``rate``: :func:`rate_comparison` (with ``tune`` and ``tuned``);
+    * ``gap``: ``gap_<target>_b<m>`` (smallest, reference) and ``gap_<target>_top`` (largest): BN in train mode's
+      accuracy in train mode minus eval mode;
+    * ``restat``: ``restat_gain_<target>``: BN in train mode after its running statistics are re-estimated minus
+      before, at the largest batch size (C1; where ``target_restat`` is there);
+    * ``noise``: ``deepest_noisiest``: the deepest layer's batch-mean spread minus the largest other's at the
+      smallest noise batch size (:func:`_deepest_minus_others`);
+    * ``check``: ``gap_zero_elsewhere``, :func:`bnstudy.inference.exact_check` that every other strategy's
+      train/eval gap is ``== 0`` in every run (an identity of the code).
+
+    ``F`` (:class:`Findings`): breaks (:func:`break_batch` against ``reference`` with ``margin``, below and above,
+    raw and against ``control``; ``breaks_stats_wide`` at ``wide_margin``; strategies in
+    :data:`NO_BATCH_STATISTICS` get ``"n/a"`` against the control; ``breaks_stats_above_restat``: bn_train above
+    the reference with its re-estimated statistics), winners' labels and their Holm count, near-chance cells
+    (:func:`near_chance_cells`), accuracies and retention (:func:`bnstudy.inference.t_interval`), spreads (SD over
+    seeds), the noise measurements, precise BN (:func:`samples_enough`, :func:`stats_enough`, :func:`enough_word`,
+    :func:`claim_word`), the mismatch (within-target Spearman, :func:`bnstudy.inference.rank_correlation`; NaN
+    with fewer than 4 seeds), :func:`lr_check` on ``tune``, :func:`rate_comparison`'s factors and summary verdicts,
+    per-source accuracies, head A right after BN is replaced (``task_a_before``) and ``family_size``. Raises
+    ``ValueError`` if ``reference`` is not a batch size of ``df``.
     """
     wide_margin = WIDE_MARGIN if wide_margin is None else wide_margin
     if reference not in set(df.batch_size):
         raise ValueError(f"reference={reference} is not a batch size of the results {sorted(set(df.batch_size))}")
     sb, lb = int(df.batch_size.min()), int(df.batch_size.max())
     chance = 1 / int(df.n_classes.iloc[0])
-    has_control = control in set(df.strategy)
+    strategies = set(df.strategy)
+    has_control = control in strategies
     targets = sorted(df.target_name.unique())
+    cells = sorted({sb, reference})
+    # --- breaks: thresholds from family intervals within strategy, target and side
     breaks, above, sbreaks, sabove, swide, did, drop = {}, {}, {}, {}, {}, {}, {}
     for t in targets:
         for s in sorted(df[df.target_name == t].strategy.unique()):
@@ -1170,7 +1225,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
                                        "above")
                 swide[k] = break_word(break_batch(df, t, s, reference, wide_margin, control=control)[0])
     above_restat = {}
-    if has_control and "bn_train" in set(df.strategy) and "target_restat" in df:
+    if has_control and "bn_train" in strategies and "target_restat" in df:
         dr = df.copy()
         sel = dr.strategy == "bn_train"
         if dr.loc[sel, "target_restat"].notna().all():
@@ -1178,37 +1233,64 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             for t in targets:
                 above_restat[t] = break_word(break_batch(dr, t, "bn_train", reference, margin, control=control,
                                                          side="above")[0], "above")
-    w = winners(df, chance=chance)
+    # --- the claims, one family per table or paragraph
+    tables = []
+    w, wclaims = _winners(df, chance=chance, alpha=alpha)
+    tables.append(wclaims)
     win = {f"{r.target_name}_b{r.batch_size}": STRATEGY_LABELS[r.winner] for r in w.itertuples()}
-    wsep = {f"{r.target_name}_b{r.batch_size}": bool(r.separated) for r in w.itertuples()}
-    rec, ivs_, recb, ivb, bbn, bps, acc, retention = {}, {}, {}, {}, {}, {}, {}, {}
+    rec, bbn, bps = {}, {}, {}
     for t in targets:
-        for b in sorted({sb, reference}):
-            best_bn, best_ps, iv, word = bn_vs_per_sample(df, t, b)
-            k = f"{t}_b{b}"
-            rec[k], ivs_[k], bbn[k], bps[k] = word, iv, STRATEGY_LABELS[best_bn], STRATEGY_LABELS[best_ps]
-            if "bn_train" in set(df.strategy):
-                _, _, iv2, word2 = bn_vs_per_sample(df, t, b, ("bn_train",))
-                recb[k], ivb[k] = word2, iv2
+        for b in cells:
+            best_bn, best_ps, _ = bn_vs_per_sample(df, t, b)
+            bbn[f"{t}_b{b}"], bps[f"{t}_b{b}"] = STRATEGY_LABELS[best_bn], STRATEGY_LABELS[best_ps]
+            piv = df[(df.target_name == t) & (df.batch_size == b)].pivot(index="seed", columns="strategy",
+                                                                         values="target")
+            rec[f"recommend_{t}_b{b}"] = piv[best_ps] - piv[best_bn]
+    tables.append(_family("recommend", rec, "ps", alpha))
+    if {"adabn", "stats_frozen"} <= strategies:
+        avf = {}
+        for t in targets:
+            for b in cells:
+                piv = df[(df.target_name == t) & (df.batch_size == b)].pivot(index="seed", columns="strategy",
+                                                                             values="target")
+                avf[f"adabn_vs_frozen_{t}_b{b}"] = piv["adabn"] - piv["stats_frozen"]
+        tables.append(_family("adabn", avf, "adabn", alpha))
+    gap, restat = {}, {}
+    for t in targets:
+        g_t = df[(df.target_name == t) & (df.strategy == "bn_train")]
+        for b, name in [(b, f"b{b}") for b in cells] + [(lb, "top")]:
+            g = g_t[g_t.batch_size == b]
+            if len(g):
+                gap[f"gap_{t}_{name}"] = g.set_index("seed")["train_eval_gap"]
+        g = g_t[g_t.batch_size == lb]
+        if len(g) and "target_restat" in g and g.target_restat.notna().all():
+            restat[f"restat_gain_{t}"] = g.set_index("seed")["target_restat"] - g.set_index("seed")["target"]
+    if gap:
+        tables.append(_family("gap", gap, "gap", alpha))
+    if restat:
+        tables.append(_family("restat", restat, "restat", alpha))
+    nt = noise_table(diag)
+    tables.append(_family("noise", {"deepest_noisiest": _deepest_minus_others(nt)}, "noise", alpha))
+    check = claims_table([exact_check(df[df.strategy != "bn_train"].train_eval_gap, 0.0, "gap_zero_elsewhere")])
+    check.insert(0, "family", "check")
+    tables.append(check)
+    lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
+    rate = rate_comparison(df, tuned, tune, alpha) if tuned is not None and len(tuned) and lr else {}
+    if rate:
+        tables.append(rate.pop("claims"))
+    claims = pd.concat(tables, ignore_index=True)
+    # --- descriptive numbers: means with 95% t intervals, spreads, the noise and precise-BN measurements
+    acc, retention = {}, {}
+    for t in targets:
         for s in df.strategy.unique():
             for b in sorted({sb, reference, lb}):
                 g = df[(df.target_name == t) & (df.strategy == s) & (df.batch_size == b)]
-                acc[f"{t}_{s}_b{b}"] = mean_ci(g["target"])
-                retention[f"{t}_{s}_b{b}"] = mean_ci(g["task_a_after"])
-    gap, restat = {}, {}
-    for t in targets:
-        for b in sorted({sb, reference, lb}):
-            g = df[(df.target_name == t) & (df.strategy == "bn_train") & (df.batch_size == b)]
-            if len(g):
-                gap[f"{t}_b{b}"] = mean_ci(g["train_eval_gap"])
-                if b == lb and "target_restat" in g and g.target_restat.notna().all():
-                    restat[t] = mean_ci(g["target_restat"] - g["target"])
-    others = df[df.strategy != "bn_train"]
+                acc[f"{t}_{s}_b{b}"] = t_interval(g["target"])
+                retention[f"{t}_{s}_b{b}"] = t_interval(g["task_a_after"])
     spread = {f"{t}_{s}": float(np.std(g["target"], ddof=1))
               for (t, s), g in df[df.batch_size == sb].groupby(["target_name", "strategy"])}
     spread_top = {f"{t}_{s}": float(np.std(g["target"], ddof=1))
                   for (t, s), g in df[df.batch_size == lb].groupby(["target_name", "strategy"])}
-    nt = noise_table(diag)
     n2 = nt[nt.batch_size == nt.batch_size.min()]
     ratio = {f"l{l}": float((g.var_mean_rel / g.pred_mean_rel).mean()) for l, g in n2.groupby("layer")}
     ntop = nt[nt.batch_size == nt.batch_size.max()]
@@ -1223,87 +1305,78 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             x = np.log(mm_.index.to_numpy(dtype=float))
             slope_m[f"l{l}"] = float(np.polyfit(x, np.log(mm_.var_mean_rel), 1)[0])
             slope_v[f"l{l}"] = float(np.polyfit(x, np.log(mm_.var_var_rel), 1)[0])
-    deepest = verdict(max(rel_std, key=rel_std.get) == f"l{int(nt.layer.max())}")
     pt = precise_table(diag)
     enough, claim, menough, venough, smallest_n, pgap, perr, pverr = {}, {}, {}, {}, {}, {}, {}, {}
     gmax = int(pt.n_samples.max())
     for m in sorted(pt[pt.kind == "precise"].batch_size.unique()):
         d = pt[(pt.kind == "precise") & (pt.batch_size == m)]
         n0 = int(d.n_samples.min())
-        n = samples_enough(pt, int(m), equivalence_margin)
+        n = samples_enough(pt, int(m), equivalence_margin, alpha)
         enough[f"b{m}"], claim[f"b{m}"] = enough_word(n, n0), claim_word(n, gmax)
-        menough[f"b{m}"] = enough_word(stats_enough(pt, int(m), "mean_err"), n0)
-        venough[f"b{m}"] = enough_word(stats_enough(pt, int(m), "var_err"), n0)
+        menough[f"b{m}"] = enough_word(stats_enough(pt, int(m), "mean_err", alpha=alpha), n0)
+        venough[f"b{m}"] = enough_word(stats_enough(pt, int(m), "var_err", alpha=alpha), n0)
         smallest_n[f"b{m}"] = n0
         for nn_, tag in ((1024, "n1024"), (gmax, "nmax")):
             g = d[d.n_samples == nn_]
             if len(g):
-                pgap[f"b{m}_{tag}"] = mean_ci(g["acc_vs_exact"])
-                perr[f"b{m}_{tag}"] = mean_ci(g["mean_err"])
-                pverr[f"b{m}_{tag}"] = mean_ci(g["var_err"])
+                pgap[f"b{m}_{tag}"] = t_interval(g["acc_vs_exact"])
+                perr[f"b{m}_{tag}"] = t_interval(g["mean_err"])
+                pverr[f"b{m}_{tag}"] = t_interval(g["var_err"])
     top = pt[(pt.kind == "precise") & (pt.n_samples == gmax)].groupby("batch_size")[["mean_err", "var_err"]].mean()
     ratio_of = lambda col: float(top.loc[2, col] / top.loc[32, col]) if {2, 32} <= set(top.index) else math.nan
-    mism = {t: mean_ci(diag[f"mismatch_kl_{t}"]) for t in targets if f"mismatch_kl_{t}" in diag}
-    avf, avf_word, rho_w = {}, {}, {}
-    if {"adabn", "stats_frozen"} <= set(df.strategy):
-        for t in targets:
-            for b in sorted({sb, reference}):
-                g = df[(df.target_name == t) & (df.batch_size == b)].pivot(index="seed", columns="strategy",
-                                                                           values="target")
-                iv = mean_ci(g["adabn"] - g["stats_frozen"])
-                avf[f"{t}_b{b}"], avf_word[f"{t}_b{b}"] = iv, _sep_word(iv)
+    mism = {t: t_interval(diag[f"mismatch_kl_{t}"]) for t in targets if f"mismatch_kl_{t}" in diag}
+    rho_w = {}
+    if {"adabn", "stats_frozen"} <= strategies:
         mt = mismatch_table(df, reference)
         for t in targets:
             a = mt[(mt.strategy == "adabn") & (mt.target_name == t)]
-            if len(a) >= 3 and a.mismatch_kl.nunique() > 1 and a.advantage.nunique() > 1:
-                rho_w[t] = float(sps.spearmanr(a.mismatch_kl, a.advantage)[0])
+            rho_w[t] = rank_correlation(a.mismatch_kl, a.advantage)[0]
     same = sum(len(set(g.winner)) == 1 for _, g in w.groupby("batch_size"))
-    lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
-    rate = rate_comparison(df, tuned, tune) if tuned is not None and len(tuned) and lr else {}
     src = {}
     if "source_task_a_accuracy" in df:
         norm = df.strategy.map(STRATEGY_NORM)
         src = {n: float(g.groupby("seed")["source_task_a_accuracy"].first().mean())
                for n, g in df.groupby(norm, sort=True)}
-    replaced = {s: mean_ci(df[df.strategy == s].groupby("seed")["task_a_before"].mean())
-                for s in ("to_group", "to_layer") if "task_a_before" in df and s in set(df.strategy)}
-    return Findings(
+    replaced = {s: t_interval(df[df.strategy == s].groupby("seed")["task_a_before"].mean())
+                for s in ("to_group", "to_layer") if "task_a_before" in df and s in strategies}
+    near = near_chance_cells(df, chance, alpha)
+    n_small, n_pairs = _n_small_beats_large(df, sb, lb, alpha)
+    family_size = {str(k): int(v) for k, v in claims.groupby("family").size().items()}
+    family_size.update(near_chance=int(df.groupby(["target_name", "strategy", "batch_size"]).ngroups),
+                       small_beats_large=n_pairs)
+    F = Findings(
         n_seeds=int(df.seed.nunique()), n_runs=len(df), chance=chance, smallest_batch=sb, largest_batch=lb,
         reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin),
         control=STRATEGY_LABELS.get(control, control), breaks=breaks, breaks_above=above, breaks_stats=sbreaks,
-        breaks_stats_above=sabove, breaks_stats_wide=swide, did_smallest=did, drop_smallest=drop,
+        breaks_stats_above=sabove, breaks_stats_wide=swide, breaks_stats_above_restat=above_restat,
+        did_smallest=did, drop_smallest=drop,
         n_break_above=int(sum(v != "never" for v in above.values())),
         n_break_below=int(sum(v != "never" for v in breaks.values())),
         n_stats_break_below=int(sum(v not in ("never", "n/a") for v in sbreaks.values())),
-        breaks_stats_above_restat=above_restat, rate=rate, replaced_before=replaced,
-        winner=win, winner_separated=wsep, n_winner_separated_holm=int(w.separated_holm.sum()),
-        recommend=rec, ps_minus_bn=ivs_, recommend_batchstats=recb, ps_minus_bntrain=ivb, best_bn=bbn, best_ps=bps,
+        winner=win, n_winner_separated_holm=int(w.separated_holm.sum()), best_bn=bbn, best_ps=bps,
         acc=acc, acc_top={k.rsplit("_b", 1)[0]: v for k, v in acc.items() if k.endswith(f"_b{lb}")},
-        gap_top={k.rsplit("_b", 1)[0]: v for k, v in gap.items() if k.endswith(f"_b{lb}")}, n_diverged=int(df.diverged.sum()) if "diverged" in df else 0, diverged_where=diverged_where(df),
-        n_near_chance=len(near_chance_cells(df, chance)),
-        near_chance_where=_cells_where(near_chance_cells(df, chance)),
-        n_small_beats_large=_n_small_beats_large(df, sb, lb),
-        gap_bn_train=gap, gap_zero_elsewhere=verdict(bool((others.train_eval_gap == 0).all())), restat_gain=restat,
-        spread=spread, spread_top=spread_top, retention=retention,
-        source_acc=src,
+        n_diverged=int(df.diverged.sum()) if "diverged" in df else 0, diverged_where=diverged_where(df),
+        n_near_chance=len(near), near_chance_where=_cells_where(near), n_small_beats_large=n_small,
+        spread=spread, spread_top=spread_top, retention=retention, source_acc=src, replaced_before=replaced,
         noise_ratio_m2=ratio, noise_var_ratio_m2=vratio, noise_var_ratio_top=vratio_top,
-        noise_largest_batch=int(nt.batch_size.max()), deepest_noisiest=deepest, noise_rel_std_m2=rel_std, n_eff_frac=neff,
+        noise_largest_batch=int(nt.batch_size.max()), noise_rel_std_m2=rel_std, n_eff_frac=neff,
         noise_slope_mean=slope_m, noise_slope_var=slope_v, precise_enough=enough, precise_claim=claim,
         precise_mean_enough=menough, precise_var_enough=venough, precise_smallest_n=smallest_n,
         precise_acc_gap=pgap, precise_mean_err=perr, precise_var_err=pverr,
         precise_mean_err_ratio_b2_b32=ratio_of("mean_err"), precise_var_err_ratio_b2_b32=ratio_of("var_err"),
         precise_source_acc=float(pt[pt.kind == "source"].accuracy.mean()),
         precise_exact_acc=float(pt[pt.kind == "exact"].accuracy.mean()), stat_tolerance=STAT_TOLERANCE,
-        mismatch=mism, adabn_vs_frozen=avf, adabn_vs_frozen_word=avf_word, mismatch_rho_within=rho_w,
-        n_sizes=int(df.batch_size.nunique()), n_winner_same_targets=int(same), lr=lr,
+        mismatch=mism, mismatch_rho_within=rho_w, n_sizes=int(df.batch_size.nunique()),
+        n_winner_same_targets=int(same), lr=lr, rate=rate, family_size=family_size,
     )
+    return claims, F
 
 
 def winners_display(df: pd.DataFrame) -> pd.DataFrame:
-    """The winners table for the page: target, batch size, winner, runner-up, difference with interval,
-    separated (95% interval; Holm over the table), and flags: diverged runs in the two cells, winner near chance."""
+    """The winners table for the page: target, batch size, winner, runner-up, winner minus runner-up with its
+    family interval (Bonferroni over the table's rows), the verdict, the Holm-adjusted p-value, and flags:
+    diverged runs in the two cells, winner near chance (:func:`near_chance_cells`)."""
     w = winners(df, chance=1 / int(df.n_classes.iloc[0]) if "n_classes" in df else None)
-    yn = {True: "yes", False: "no"}
     notes = []
     for r in w.itertuples():
         n = []
@@ -1312,12 +1385,12 @@ def winners_display(df: pd.DataFrame) -> pd.DataFrame:
         if r.diverged_runs:
             n.append(f"{r.diverged_runs} diverged run(s)")
         notes.append("; ".join(n))
+    conf = Family(max(len(w), 1)).confidence
     return pd.DataFrame({"target": w.target_name, "batch size": w.batch_size,
                          "winner": w.winner.map(STRATEGY_LABELS), "runner-up": w.runner_up.map(STRATEGY_LABELS),
-                         "difference (95% interval)": [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in
-                                                       zip(w.diff_mean, w.diff_lo, w.diff_hi)],
-                         "separated": w.separated.map(yn), "separated (Holm)": w.separated_holm.map(yn),
-                         "flags": notes})
+                         f"winner minus runner-up ({100 * conf:.4g}% interval)":
+                             [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in zip(w.diff_mean, w.diff_lo, w.diff_hi)],
+                         "verdict": w.verdict, "Holm p": [f"{p:.3g}" for p in w.p_adjusted], "flags": notes})
 
 
 def breaks_display(F: Findings, strategies) -> pd.DataFrame:
