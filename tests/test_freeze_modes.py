@@ -235,7 +235,7 @@ def test_the_lr_choice_table_shows_grid_edges_and_checkpoint_dependence():
 def test_optimizer_findings_lead_with_the_primary_reference_test():
     f = ch.optimizer_findings(sweep_table(), 800, reference_grads=[1e-7, 2e-6])
     assert verdicts(f.claims) == {"primary": "equivalent within \u00b10.03"}
-    assert f.primary_n == 6 and f.primary_p_tost < 0.05
+    assert f.claims["n"].tolist() == [6] and f.primary_p_tost < 0.05
     assert f.primary.mean == pytest.approx(0.001 / 3) and f.margin == ch.PRIMARY_MARGIN
     assert f.ref_sets_kind == {"report": "95% interval over 3 seeds", "confirm": "95% interval over 3 seeds"}
     assert f.lr["sgd_pinned"] == 0.05 and f.lr_position["sgd_pinned"] == "interior"
@@ -264,7 +264,7 @@ def test_primary_verdicts_train_mode_higher_lower_and_not_decided():
 
 def test_two_confirmation_seeds_get_a_t_interval():
     f = ch.optimizer_findings(sweep_table(confirm=(200, 201)), 800)
-    assert f.ref_sets_kind["confirm"] == "95% interval over 2 seeds" and f.primary_n == 5
+    assert f.ref_sets_kind["confirm"] == "95% interval over 2 seeds" and f.claims["n"].tolist() == [5]
     iv = f.ref_sets["confirm"]  # gaps 0.001, -0.002: mean -0.0005, a 1-degree-of-freedom t interval
     assert iv.mean == pytest.approx(-0.0005) and iv.low < -0.002 and iv.high > 0.001
 
@@ -456,14 +456,14 @@ def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_indivi
     assert (f.sens_n, f.sens_n_agree) == (2, 1) and f.sens_confidence == pytest.approx(0.975)
     assert f.sens_dissent == "L2 1e-02 with 1,000 samples: train mode higher"
     # unseen: seeds 1, 2, 201, 202 (gaps -0.002, 0.002, -0.002, 0.002)
-    assert f.unseen_n == 4 and f.seen_n == 2 and f.unseen.mean == pytest.approx(0.0)
+    assert f.unseen_claims["n"].tolist() == [4] and f.seen_n == 2 and f.unseen.mean == pytest.approx(0.0)
     assert verdicts(f.unseen_claims) == {"unseen": "equivalent within \u00b10.03"}
     assert f.primary_p_tost_text == "< 0.001"
     # trained heads: sgd train mode higher at both checkpoints (Holm), adam not
     assert (f.n_explore, f.trained_n_higher, f.trained_reading) == (4, 2, "train mode higher in 2 of 4 tests")
     assert f.trained_min == pytest.approx(-1 / 300) and f.trained_max == pytest.approx(0.11)
     every = ch.optimizer_findings(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800)
-    assert every.trained_reading == "train mode higher in all 4 tests" and every.unseen_n == 1
+    assert every.trained_reading == "train mode higher in all 4 tests" and every.unseen_claims["n"].tolist() == [1]
     assert verdicts(every.unseen_claims) == {"unseen": TOO_FEW}
 
 
@@ -622,7 +622,7 @@ def test_the_gap_narrows_only_when_its_change_is_shown():
 
 def test_the_unseen_seed_sentence_never_prints_nan():
     f = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 1, 2, 200, 201, 202))
-    assert f.unseen_n == 0 and "nan" not in f.unseen_text.lower() and "full profile" in f.unseen_text
+    assert f.unseen_claims["n"].tolist() == [0] and "nan" not in f.unseen_text.lower() and "full profile" in f.unseen_text
     assert f.unseen_short.startswith("no confirmatory verdict")
     g = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
     assert g.unseen_text.startswith("On the 4 seeds") and "verdict: equivalent within \u00b10.03" in g.unseen_text

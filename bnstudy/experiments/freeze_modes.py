@@ -11,9 +11,9 @@ chapter's prose cites) and the tidy figure tables :func:`drift_table` and
 sweep, the thread check) and returns it as the tables the page saves, so that a page can analyse an earlier
 run's tables again (the notebook's ``rows``) without training anything. The head sweep
 (:func:`run_head_sweep`) trains heads per optimizer and learning rate on the two feature paths and fits the
-optimizer-free reference; finding 3's one primary test is the reference's pooled gap with a TOST against
-:data:`PRIMARY_MARGIN` (:func:`optimizer_findings`), every other test of it is exploratory with Holm's correction
-(:func:`exploratory_tests`). Every interval, test and verdict comes from :mod:`bnstudy.inference`, in its one
+optimizer-free reference; finding 3's one primary test is the reference's pooled gap ``train_mode -
+backbone_eval`` against the equivalence margin :data:`PRIMARY_MARGIN` (:func:`optimizer_findings`), every other
+test of it is exploratory, one family (:func:`exploratory_tests`). Every interval, test and verdict comes from :mod:`bnstudy.inference`, in its one
 vocabulary (direction words: :data:`DIRECTIONS`).
 """
 
@@ -984,8 +984,8 @@ class OptimizerFindings:
     seeds), one family of ``gain_m``; ``explore_at_main_claims``: the rows of ``explore_claims`` at ``main_step``
     under the keys ``explore_at_main_<optimizer>`` (the same claims and adjusted p-values, for the prose).
 
-    Numbers: ``primary`` (95% interval), ``primary_ci90`` (90%, the TOST's at one comparison),
-    ``primary_p_tost``, ``primary_p``; ``ref_sets``: the reference gap per seed set (``report`` / ``confirm``,
+    Numbers (the claims glue their own ``n`` and ``p``: ``primary_n``, ``primary_p``, ``unseen_n``): ``primary``
+    (95% interval), ``primary_ci90`` (90%, the TOST's at one comparison), ``primary_p_tost``; ``ref_sets``: the reference gap per seed set (``report`` / ``confirm``,
     95% interval; ``ref_sets_kind`` says with how many seeds). ``n_explore_resolved``: exploratory tests with
     a Holm-adjusted p below 0.05, ``trained_n_higher`` of them with ``train_mode`` higher, ``trained_reading``
     that count in words; ``explore_confidence``: the family intervals' confidence. Learning rates: ``lr``
@@ -994,8 +994,7 @@ class OptimizerFindings:
     checkpoint picks another rate. ``acc``: mean test accuracy, pooled seeds, per ``<optimizer>_<path>``
     (``reference`` too). ``gain_last``: the gains' family intervals (``gain_confidence``). ``sens_min`` / ``sens_max``: the smallest
     and largest mean gap over the sensitivity fits; ``sens_n_agree`` fits with the primary verdict,
-    ``sens_dissent`` the others in words (``"none"``). ``unseen`` / ``unseen_ci90``, ``unseen_n`` (``seen_n``
-    the others), ``unseen_p_tost_text``; ``unseen_text`` / ``unseen_short``: that result as a sentence / a
+    ``sens_dissent`` the others in words (``"none"``). ``unseen`` / ``unseen_ci90``, ``seen_n`` seeds seen, ``unseen_p_tost_text``; ``unseen_text`` / ``unseen_short``: that result as a sentence / a
     clause, or a sentence saying it is not available in this profile (never a NaN). ``primary_p_tost_text``:
     :func:`p_text` of the TOST p-value. ``trained_min`` / ``trained_max``: smallest / largest mean gap of the
     tuned-optimizer rows (not the main run). ``reference_converged``: every fit's gradient max-norm below
@@ -1009,9 +1008,7 @@ class OptimizerFindings:
     margin: float
     primary: Interval
     primary_ci90: Interval
-    primary_n: int
     primary_p_tost: float
-    primary_p: float
     ref_sets: dict
     ref_sets_kind: dict
     n_explore: int
@@ -1033,7 +1030,6 @@ class OptimizerFindings:
     primary_p_tost_text: str
     unseen: Interval
     unseen_ci90: Interval
-    unseen_n: int
     seen_n: int
     unseen_p_tost_text: str
     unseen_text: str
@@ -1143,8 +1139,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     tuned = explore[explore["key"] != "explore_main"]
     return OptimizerFindings(
         main_step=int(main_step), last_step=int(steps[-1]), prev_step=int(steps[-2]), margin=PRIMARY_MARGIN,
-        primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA), primary_n=n,
-        primary_p_tost=primary.p_equivalence, primary_p=primary.p,
+        primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA), primary_p_tost=primary.p_equivalence,
         ref_sets=sets, ref_sets_kind=kinds,
         n_explore=len(explore), n_explore_resolved=int(shown.sum()),
         explore_confidence=float(explore["confidence"].iloc[0]) if len(explore) else math.nan,
@@ -1159,7 +1154,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         sens_confidence=float(sens["confidence"].iloc[0]) if len(sens) else math.nan,
         primary_p_tost_text=p_text(primary.p_equivalence),
         unseen=t_interval(u), unseen_ci90=t_interval(u, 1 - 2 * ALPHA),
-        unseen_n=int(len(u)), seen_n=int(n - len(u)), unseen_p_tost_text=p_text(gap_claim(u).p_equivalence),
+        seen_n=int(n - len(u)), unseen_p_tost_text=p_text(gap_claim(u).p_equivalence),
         unseen_text=_unseen_text(u, n), unseen_short=_unseen_short(u),
         trained_n_higher=k_higher, trained_reading=_trained_reading(k_higher, len(explore)),
         trained_min=float(tuned["estimate"].min()) if len(tuned) else math.nan,
@@ -1202,7 +1197,7 @@ class BufferFindings:
     contrast gain (``contrast`` argument, else the main table's; NaN without).
 
     Finding 2's criteria as verdicts (:func:`bnstudy.inference.decide` on the per-seed value minus the
-    criterion): ``claims``, one family of ``m`` = 2 per layer: keys ``shift_block_<i>`` (largest mean shift -
+    criterion): ``claims``, one family of ``m`` (2 per layer, and 2 for the most-moved layer): keys ``shift_block_<i>`` (largest mean shift -
     :data:`MEAN_SHIFT_SD`; "above 1 SD" / "below 1 SD") and ``var_block_<i>`` (largest |log variance ratio| -
     ``log(VAR_FACTOR)``; "above a factor 2" / "below a factor 2"), and ``shift_most`` / ``var_most`` for the
     most-moved layer (each seed's largest over layers).
