@@ -304,6 +304,24 @@ def _verdicts(claims) -> pd.DataFrame:
     return claims_table(list(claims))
 
 
+def _family_table(rows: list[dict], values: list, higher: str = TRAIN_HIGHER, lower: str = TRAIN_LOWER,
+                  margin: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``rows`` (dicts with a ``key``) with their claims (one family of ``len(rows)``): the rows as a table with
+    ``n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` added, and the claims table."""
+    family = Family(max(len(rows), 1))
+    claims = _verdicts(decide(v, r["key"], margin=margin, family=family, higher=higher, lower=lower)
+                       for r, v in zip(rows, values))
+    out = pd.DataFrame(rows)
+    for col, src in (("n", "n"), ("mean", "estimate"), ("ci_low", "low"), ("ci_high", "high"),
+                     ("confidence", "confidence"), ("p", "p"), ("p_holm", "p_adjusted"), ("verdict", "verdict")):
+        out[col] = claims[src].to_numpy() if len(claims) else []
+    return out, claims
+
+
+def _interval(r) -> Interval:
+    return Interval(float(r.estimate), float(r.low), float(r.high), int(r.n), float(r.confidence))
+
+
 def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95, logit_centre: bool = False) -> Interval:
     """Mean of accuracies ``values`` (0..1) with a Student-t interval computed on the logit scale.
 
@@ -895,25 +913,26 @@ def _path_gap(t: pd.DataFrame, optimizer: str, roles, step: int) -> pd.Series:
 POOLED = ("report", "confirm")
 
 
-def _explore_claims(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None):
-    """The exploratory tests' rows (without values) and their claims (one family, keys ``explore_<test>``)."""
+def _explore(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None):
+    """:func:`exploratory_tests`' table and its claims table (one family, keys ``explore_<test>``)."""
     lrs = choose_lrs(sweep, main_step)
     t = chosen_table(sweep, lrs)
-    rows = []
+    rows, values = [], []
     if main is not None:
-        g = paired_differences(main, "task_b", "mode", "train_mode", "backbone_eval")
-        rows.append(dict(test="main", optimizer=str(main["optimizer"].iloc[0]), lr=float(main["lr"].iloc[0]),
-                         step=int(main["steps"].iloc[0]) if "steps" in main.columns else main_step, values=g))
+        rows.append(dict(key="explore_main", test="main", optimizer=str(main["optimizer"].iloc[0]),
+                         lr=float(main["lr"].iloc[0]),
+                         step=int(main["steps"].iloc[0]) if "steps" in main.columns else main_step))
+        values.append(paired_differences(main, "task_b", "mode", "train_mode", "backbone_eval"))
     for o in ("sgd", "adam"):
         if (o, "pinned") not in lrs:
             continue
         for s in sorted(t[t["optimizer"] == o]["step"].unique()):
             lr = lrs[(o, "pinned")] if lrs[(o, "pinned")] == lrs[(o, "batch_stats")] else math.nan
-            rows.append(dict(test=f"{o}_{int(s)}", optimizer=o, lr=lr, step=int(s),
-                             values=_path_gap(t, o, POOLED, s)))
-    family = Family(max(len(rows), 1))
-    claims = _verdicts(gap_claim(r.pop("values"), f"explore_{r['test']}", margin=None, family=family) for r in rows)
-    return rows, claims
+            rows.append(dict(key=f"explore_{o}_{int(s)}", test=f"{o}_{int(s)}", optimizer=o, lr=lr, step=int(s)))
+            values.append(_path_gap(t, o, POOLED, s))
+    cols = ["test", "optimizer", "lr", "step", "n", "mean", "ci_low", "ci_high", "confidence", "p", "p_holm", "verdict"]
+    table, claims = _family_table(rows, values)
+    return table.reindex(columns=cols), claims
 
 
 def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -926,45 +945,34 @@ def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | 
     Bonferroni interval (``confidence`` = 1 - 0.05/m), the two-sided t test of a zero gap and its Holm-adjusted
     p-value over the rows, and :func:`gap_claim`'s verdict (no margin: the trained heads' tests have none).
     """
-    rows, claims = _explore_claims(sweep, main_step, main)
-    out = pd.DataFrame(rows, columns=["test", "optimizer", "lr", "step"])
-    c = claims.reset_index(drop=True)
-    for col, src in (("n", "n"), ("mean", "estimate"), ("ci_low", "low"), ("ci_high", "high"),
-                     ("confidence", "confidence"), ("p", "p"), ("p_holm", "p_adjusted"), ("verdict", "verdict")):
-        out[col] = c[src].to_numpy() if len(c) else []
-    return out
+    return _explore(sweep, main_step, main)[0]
 
 
 def _sens_key(l2: float, n_fit: int) -> str:
     return f"sens_l2_{l2:.0e}_n{int(n_fit)}".replace("-", "_")
 
 
+def _sensitivity(sweep: pd.DataFrame):
+    """:func:`reference_sensitivity`'s table and its claims table (one family, keys ``sens_l2_<l2>_n<n_fit>``)."""
+    t = sweep[(sweep["optimizer"] == "reference") & (sweep["split"] == "test") & sweep["role"].isin(POOLED)]
+    rows, values = [], []
+    for (l2, n), g in t.groupby(["l2", "n_fit"], sort=False):
+        piv = g.pivot(index="seed", columns="path", values="accuracy")
+        rows.append(dict(key=_sens_key(l2, n), l2=float(l2), n_fit=int(n), acc_batch_stats=float(piv["batch_stats"].mean()),
+                         acc_pinned=float(piv["pinned"].mean())))
+        values.append(piv["batch_stats"] - piv["pinned"])
+    cols = ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", "mean", "ci_low", "ci_high", "confidence", "p",
+            "p_holm", "verdict"]
+    table, claims = _family_table(rows, values, margin=PRIMARY_MARGIN)
+    return table.reindex(columns=cols), claims
+
+
 def reference_sensitivity(sweep: pd.DataFrame) -> pd.DataFrame:
     """The reference gap for every ``(l2, n_fit)`` fit, pooled reported + confirmation seeds, the fits one family
     (:class:`bnstudy.inference.Family` of all fits; margin :data:`PRIMARY_MARGIN`): ``key, l2, n_fit, n,
-    acc_batch_stats, acc_pinned, mean, ci_low, ci_high, confidence, p, p_equivalence, kind, verdict``
-    (:func:`gap_claim`; the interval is the family's)."""
-    t = sweep[(sweep["optimizer"] == "reference") & (sweep["split"] == "test") & sweep["role"].isin(POOLED)]
-    groups = list(t.groupby(["l2", "n_fit"], sort=False))
-    family = Family(max(len(groups), 1))
-    recs = []
-    for (l2, n), g in groups:
-        piv = g.pivot(index="seed", columns="path", values="accuracy")
-        c = gap_claim(piv["batch_stats"] - piv["pinned"], _sens_key(l2, n), family=family)
-        recs.append(dict(key=c.key, l2=float(l2), n_fit=int(n), n=c.n, acc_batch_stats=float(piv["batch_stats"].mean()),
-                         acc_pinned=float(piv["pinned"].mean()), mean=c.estimate, ci_low=c.low, ci_high=c.high,
-                         confidence=c.confidence, p=c.p, p_equivalence=c.p_equivalence, kind=c.kind,
-                         verdict=c.verdict))
-    return pd.DataFrame(recs, columns=["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", "mean", "ci_low",
-                                       "ci_high", "confidence", "p", "p_equivalence", "kind", "verdict"])
-
-
-def _sens_claims(sens: pd.DataFrame) -> pd.DataFrame:
-    """:func:`reference_sensitivity`'s rows as a claims table (one family)."""
-    from ..inference import Claim
-    return _verdicts(Claim(key=r.key, estimate=r.mean, low=r.ci_low, high=r.ci_high, n=int(r.n), p=r.p,
-                           p_equivalence=r.p_equivalence, margin=PRIMARY_MARGIN, confidence=r.confidence,
-                           kind=r.kind, verdict=r.verdict) for r in sens.itertuples())
+    acc_batch_stats, acc_pinned, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (:func:`gap_claim`'s
+    verdict; the interval is the family's)."""
+    return _sensitivity(sweep)[0]
 
 
 @dataclass(frozen=True)
@@ -1102,7 +1110,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
             v = _path_gap(t, "reference", (role,), ref_step)
             sets[role] = t_interval(v)
             kinds[role] = f"95% interval over {len(v)} seeds"
-    _, explore = _explore_claims(sweep, main_step, main)
+    _, explore = _explore(sweep, main_step, main)
     opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
     pooled = t[t["role"].isin(POOLED)]
     acc, gains = {}, {}
@@ -1119,7 +1127,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     choice = lr_choice_table(sweep)
     at_main = choice[choice["step"] == main_step].set_index(["optimizer", "path"])
     changes = {f"{o}_{p}": "yes" if c["lr"].nunique() > 1 else "no" for (o, p), c in choice.groupby(["optimizer", "path"])}
-    sens = reference_sensitivity(sweep)
+    sens, sens_claims = _sensitivity(sweep)
     primary = gap_claim(g, "primary")
     check = math.nan
     if main is not None:
@@ -1161,7 +1169,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         trained_max=float(tuned["estimate"].max()) if len(tuned) else math.nan,
         reference_converged=bool(all(g_ < 1e-5 for g_ in grads)), engine_check=float(check),
         claims=_verdicts([primary]), unseen_claims=_verdicts([gap_claim(u, "unseen")]), explore_claims=explore,
-        sens_claims=_sens_claims(sens), gain_claims=gain_claims,
+        sens_claims=sens_claims, gain_claims=gain_claims,
         explore_at_main_claims=explore[explore["key"].isin([f"explore_{o}_{main_step}" for o in opts])].assign(
             key=lambda c: c["key"].str.replace(f"_{main_step}", "", regex=False).str.replace("explore_", "explore_at_main_",
                                                                                             regex=False)))
@@ -1471,24 +1479,6 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
 
 
 # --- tuning, budget and feature scale: what explains the trained heads' gap (referee items 6 and 8) ----------------
-
-def _family_table(rows: list[dict], values: list, higher: str = TRAIN_HIGHER, lower: str = TRAIN_LOWER,
-                  margin: float | None = None, prefix: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``rows`` (dicts with a ``key``) with their claims (one family of ``len(rows)``): the rows as a table with
-    ``n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` added, and the claims table."""
-    family = Family(max(len(rows), 1))
-    claims = _verdicts(decide(v, f"{prefix}{r['key']}", margin=margin, family=family, higher=higher, lower=lower)
-                       for r, v in zip(rows, values))
-    out = pd.DataFrame(rows)
-    for col, src in (("n", "n"), ("mean", "estimate"), ("ci_low", "low"), ("ci_high", "high"),
-                     ("confidence", "confidence"), ("p", "p"), ("p_holm", "p_adjusted"), ("verdict", "verdict")):
-        out[col] = claims[src].to_numpy() if len(claims) else []
-    return out, claims
-
-
-def _interval(r) -> Interval:
-    return Interval(float(r.estimate), float(r.low), float(r.high), int(r.n), float(r.confidence))
-
 
 def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
     """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds.
