@@ -98,6 +98,8 @@ SIBLING_TABLES = ("drift", "logit_quantiles", "head_sweep", "reference_grads", "
 QUICK_SEEN_SEEDS = (*range(PROFILES["quick"]["seeds"]), *PROFILES["quick"]["confirm_seeds"])
 
 
+# TODO(inference): pages.glue_findings could glue claims-table fields itself (and claims_table hold several
+# families); until then this helper glues a record whose ``*claims`` fields are claims tables, one family each.
 def glue_record(prefix: str, record, clip: tuple | None = (-1, 1)) -> None:
     """Glue a findings record: its claims tables (fields named ``claims`` or ``*_claims``) by key (:func:`bnstudy.pages.glue_claims`, interval ends cut
     to ``clip``) and every other field as :func:`bnstudy.pages.glue_findings` would. Raises ``ValueError`` if
