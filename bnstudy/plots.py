@@ -1461,6 +1461,7 @@ def budget_figure_ch01(chosen: pd.DataFrame):
     path as a horizontal line with its 95% band (solid and plain for ``train_mode``, dashed and hatched
     for the pinned path).
     """
+    from .inference import t_interval
     rep = chosen[chosen["role"].isin(["report", "confirm"])]
     opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
     fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.9), sharey=True, squeeze=False)
@@ -1473,7 +1474,7 @@ def budget_figure_ch01(chosen: pd.DataFrame):
             ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.18, lw=0)
             r = rep[(rep["optimizer"] == "reference") & (rep["path"] == path)]
             if len(r):
-                iv = mean_ci(r["accuracy"])
+                iv = t_interval(r["accuracy"])
                 st = ref_style[path]
                 ax.axhspan(iv.low, iv.high, facecolor=st["color"] if st["hatch"] is None else "none",
                            edgecolor=st["color"], hatch=st["hatch"], alpha=st["alpha"], lw=0)
@@ -1567,7 +1568,7 @@ def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> 
         p = "-" if pd.isna(r["p"]) else "< 0.001" if r["p"] < 0.001 else f"{r['p']:.3f}"
         ph = "-" if pd.isna(r["p_holm"]) else "< 0.001" if r["p_holm"] < 0.001 else f"{r['p_holm']:.3f}"
         rows.append({"head": what, "steps": int(r["step"]), "seeds": int(r["n"]),
-                     "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
+                     "difference [family interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"]), min_seeds=2),
                      "p": p, "p (Holm)": ph, "verdict": r["verdict"]})
     return pd.DataFrame(rows).set_index("head")  # the row label, not a 0, 1, 2 index
 
@@ -1575,7 +1576,7 @@ def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> 
 def ch01_std_display(tuning, reference: dict | None = None) -> pd.DataFrame:
     """Chapter 1: the heads on standardized features (:class:`~bnstudy.experiments.freeze_modes.TuningFindings`).
 
-    Rows per optimizer: the gap ``train_mode`` minus pinned path with its 95% interval at every checkpoint, then
+    Rows per optimizer: the gap ``train_mode`` minus pinned path with its family interval at every checkpoint, then
     at the main step each path's mean test accuracy with the paired gain over the plain head (95% interval).
     ``reference``: optional ``{"batch_stats": acc, "pinned": acc}``, the converged reference, added as a last row
     (accuracies only). Raises ``ValueError`` when the standardized heads were not run.
@@ -1589,11 +1590,11 @@ def ch01_std_display(tuning, reference: dict | None = None) -> pd.DataFrame:
         row = {"head (standardized features)": EXPLORE_LABELS[o]}
         for st in steps:
             iv = tuning.std_gap_at[f"{o}_{st}"]
-            row[f"gap, {st:,} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n)
+            row[f"gap, {st:,} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n, min_seeds=2)
         for p, label in (("batch_stats", "train_mode path"), ("pinned", "pinned path")):
             g = tuning.std_gain[f"{o}_{p}"]
             row[f"{label}, {tuning.main_step:,} steps (gain)"] = (f"{tuning.std_acc[f'{o}_{p}']:.3f} "
-                                                               f"(+{_ci_text(g.mean, g.low, g.high, g.n)})")
+                                                               f"(+{_ci_text(g.mean, g.low, g.high, g.n, min_seeds=2)})")
         rows.append(row)
     if reference:
         row = {"head (standardized features)": "reference (converged)"}
@@ -1608,7 +1609,7 @@ def ch01_sensitivity_display(sens: pd.DataFrame) -> pd.DataFrame:
     """Chapter 1: the reference's sensitivity fits (:func:`~bnstudy.experiments.freeze_modes.reference_sensitivity`)."""
     return pd.DataFrame([{"L2 penalty": f"{r['l2']:g}", "fit samples": int(r["n_fit"]), "seeds": int(r["n"]),
                           "train_mode path": f"{r['acc_batch_stats']:.3f}", "pinned path": f"{r['acc_pinned']:.3f}",
-                          "difference [95% interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"])),
+                          "difference [family interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"]), min_seeds=2),
                           "verdict": r["verdict"]} for _, r in sens.iterrows()]).set_index("L2 penalty")
 
 

@@ -11,9 +11,10 @@ chapter's prose cites) and the tidy figure tables :func:`drift_table` and
 sweep, the thread check) and returns it as the tables the page saves, so that a page can analyse an earlier
 run's tables again (the notebook's ``rows``) without training anything. The head sweep
 (:func:`run_head_sweep`) trains heads per optimizer and learning rate on the two feature paths and fits the
-optimizer-free reference; finding 3's one primary test is the reference's pooled gap with a TOST against
-:data:`PRIMARY_MARGIN` (:func:`optimizer_findings`), every other test of it is exploratory with Holm's correction
-(:func:`exploratory_tests`). No verdict is drawn from fewer than :data:`MIN_VERDICT_SEEDS` seeds.
+optimizer-free reference; finding 3's one primary test is the reference's pooled gap ``train_mode -
+backbone_eval`` against the equivalence margin :data:`PRIMARY_MARGIN` (:func:`optimizer_findings`), every other
+test of it is exploratory, one family (:func:`exploratory_tests`). Every interval, test and verdict comes from :mod:`bnstudy.inference`, in its one
+vocabulary (direction words: :data:`DIRECTIONS`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from scipy import special as spx
-from scipy import stats as sps
 
 from ..report import p_text  # noqa: F401  (chapter 1's p-values print as the other pages' do)
-from ..analysis import Interval, holm, mean_ci, paired, summarize, verdict
+from ..inference import EXACT, Family, Interval, claims_table, decide, exact_check, one_sided_p, paired_differences, \
+    t_interval
 from ..config import Execution, RunConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label, HEAD_KINDS, OPTIMIZERS
 from ..config import RunConfig as _RunConfig
@@ -73,21 +74,19 @@ FLOOR_WEIGHT = 1e-4
 METRICS = ("task_a_before", "task_a_after", "task_b", "max_param_change", "max_buffer_change",
            "max_old_logit_change")
 ACCURACIES = ("task_a_before", "task_a_after", "task_b")
-#: No verdict is drawn from fewer seeds than this (a t interval from 2 seeds has 1 degree of freedom).
-MIN_VERDICT_SEEDS = 3
-#: Finding 2's "about chance": at most this multiple of chance (set by trial while the project was built).
+#: Finding 2's "about chance": task A after ``train_mode`` within ``(CHANCE_FACTOR - 1) * chance`` of chance
+#: (an equivalence margin, TOST; the factor was set by trial while the project was built).
 CHANCE_FACTOR = 1.5
 #: Finding 3's primary test (fixed in revision, before the full profile ran): the logistic-regression
-#: reference's task-B gap ``batch_stats - pinned`` at ``Config.steps``, all reported and confirmation seeds
-#: pooled; "tie" when a TOST at level ALPHA puts the mean inside +-PRIMARY_MARGIN (accuracy, fraction).
+#: reference's task-B difference ``train_mode - backbone_eval`` (path ``batch_stats - pinned``) at
+#: ``Config.steps``, all reported and confirmation seeds pooled, against the equivalence margin
+#: +-PRIMARY_MARGIN (accuracy, fraction), one comparison (:func:`bnstudy.inference.decide`).
 PRIMARY_MARGIN = 0.03
 ALPHA = 0.05
 #: Buffer-change criteria of finding 2 (fixed in revision): a running_mean moves by more than MEAN_SHIFT_SD
 #: of task A's running standard deviations, a running_var by more than a factor VAR_FACTOR either way.
 MEAN_SHIFT_SD = 1.0
 VAR_FACTOR = 2.0
-#: Finding 2's "holds in part": at least this fraction of seeds at or below 1.5 times chance (and task A fell).
-PART_FRACTION = 0.5
 #: The notebook parameters that only change the analysis, not the rows (a rows rebuild may change them): none,
 #: every field of :class:`Config` decides some run (``thread_seeds`` the thread check's).
 ANALYSIS_PARAMETERS = ()
@@ -97,6 +96,29 @@ SIBLING_TABLES = ("drift", "logit_quantiles", "head_sweep", "reference_grads", "
 #: Seeds of the primary reference test that the quick profile had shown before its design and margin were
 #: fixed (reported seeds 0..2 and confirmation seeds 200, 201); the others are the unseen, confirmatory part.
 QUICK_SEEN_SEEDS = (*range(PROFILES["quick"]["seeds"]), *PROFILES["quick"]["confirm_seeds"])
+
+
+# TODO(inference): pages.glue_findings could glue claims-table fields itself (and claims_table hold several
+# families); until then this helper glues a record whose ``*claims`` fields are claims tables, one family each.
+def glue_record(prefix: str, record, clip: tuple | None = (-1, 1)) -> None:
+    """Glue a findings record: its claims tables (fields named ``claims`` or ``*_claims``) by key (:func:`bnstudy.pages.glue_claims`, interval ends cut
+    to ``clip``) and every other field as :func:`bnstudy.pages.glue_findings` would. Raises ``ValueError`` if
+    two names clash (as ``glue_findings`` does)."""
+    import dataclasses
+
+    from ..pages import claims_items, glue_items
+    items = []
+    for f in dataclasses.fields(record):
+        v = getattr(record, f.name)
+        items += (claims_items(prefix, v, clip) if f.name.endswith("claims")
+                  else glue_items(f"{prefix}_{f.name}", v))
+    names = [n for n, _ in items]
+    if len(set(names)) != len(names):
+        raise ValueError(f"glue_record: {type(record).__name__} glues these names twice: "
+                         f"{sorted({n for n in names if names.count(n) > 1})}")
+    from myst_nb import glue
+    for name, v in items:
+        glue(name, v, display=False)
 
 
 def steps_until(momentum: float, weight: float = GONE) -> int:
@@ -245,61 +267,61 @@ def logit_quantile_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(recs, columns=["mode", "seed", "quantile", "change"])
 
 
-# --- statistics used by this chapter's verdicts ---------------------------------------------------------------------
+# --- the chapter's verdicts: every interval, test and verdict from bnstudy.inference -------------------------------
+#
+# One sign per quantity, *condition minus reference*: the reference of a freeze-mode comparison is the pinned
+# backbone ``backbone_eval`` (on the head sweep's two feature paths: ``batch_stats - pinned``), so the cost of
+# train mode is negative when train mode loses. The direction words below name that sign for each quantity.
 
-def t_pvalue(values) -> float:
-    """Two-sided one-sample Student-t p-value of ``mean(values) == 0`` (NaN for fewer than 2 values).
-
-    Values that are all equal give 0 when they are not zero and 1 when they are (no spread to test with).
-    """
-    v = np.asarray(values, dtype=float)
-    if v.size < 2:
-        return math.nan
-    if v.std() == 0:
-        return 0.0 if v.mean() != 0 else 1.0
-    return float(sps.ttest_1samp(v, 0.0).pvalue)
-
-
-def tost_pvalue(values, margin: float) -> float:
-    """Two one-sided Student-t tests that the mean of ``values`` lies inside ``(-margin, margin)``.
-
-    Returns the larger of the two one-sided p-values (Schuirmann's TOST): below ``alpha`` means the
-    ``1 - 2 alpha`` interval lies inside the margin. NaN for fewer than 2 values. Raises ``ValueError``
-    unless ``margin > 0``.
-    """
-    check_float("margin", margin, 0.0, low_open=True)
-    v = np.asarray(values, dtype=float)
-    if v.size < 2:
-        return math.nan
-    m = float(v.mean())
-    if v.std() == 0:
-        return 0.0 if abs(m) < margin else 1.0
-    se, df = float(sps.sem(v)), v.size - 1
-    return float(max(sps.t.sf((m + margin) / se, df), sps.t.cdf((m - margin) / se, df)))
+#: train_mode - backbone_eval (task B; the reference test, the trained heads, the thread check).
+TRAIN_HIGHER, TRAIN_LOWER = "train mode higher", "train mode lower"
+#: task A after ``train_mode`` - chance.
+ABOVE_CHANCE, BELOW_CHANCE = "above chance", "below chance"
+#: task A after stage 2 - before (``train_mode``).
+A_HIGHER, A_LOWER = "task A higher after", "task A lower after"
+#: accuracy at the last checkpoint - at the one before (a head still gaining).
+LAST_HIGHER, LAST_LOWER = "higher at the last checkpoint", "lower at the last checkpoint"
+#: gap at the last checkpoint - gap at the first.
+GAP_LARGER, GAP_SMALLER = "gap larger at more steps", "gap smaller at more steps"
+#: plain heads' gap - standardized heads' gap.
+STD_SMALLER, STD_LARGER = "smaller with standardized features", "larger with standardized features"
+#: a running mean's largest shift - MEAN_SHIFT_SD (task-A SDs); a running variance's largest |log ratio| - log 2.
+SHIFT_ABOVE, SHIFT_BELOW = f"above {MEAN_SHIFT_SD:g} SD", f"below {MEAN_SHIFT_SD:g} SD"
+VAR_ABOVE, VAR_BELOW = f"above a factor {VAR_FACTOR:g}", f"below a factor {VAR_FACTOR:g}"
+#: Every direction word this chapter's verdicts use (:func:`bnstudy.inference.is_verdict`'s ``directions``).
+DIRECTIONS: tuple[str, ...] = (TRAIN_HIGHER, TRAIN_LOWER, ABOVE_CHANCE, BELOW_CHANCE, A_HIGHER, A_LOWER,
+                               LAST_HIGHER, LAST_LOWER, GAP_LARGER, GAP_SMALLER, STD_SMALLER, STD_LARGER,
+                               SHIFT_ABOVE, SHIFT_BELOW, VAR_ABOVE, VAR_BELOW)
 
 
+def gap_claim(values, key: str = "", margin: float | None = PRIMARY_MARGIN, family: Family = Family()):
+    """The verdict on per-seed task-B differences ``train_mode - backbone_eval`` (path ``batch_stats -
+    pinned``): :func:`bnstudy.inference.decide` with the words ``"train mode higher"`` / ``"train mode
+    lower"`` and, by default, the reference test's margin :data:`PRIMARY_MARGIN`."""
+    return decide(values, key, margin=margin, family=family, higher=TRAIN_HIGHER, lower=TRAIN_LOWER)
 
 
-def no_verdict(n: int) -> str:
-    """The word printed instead of a verdict when ``n < MIN_VERDICT_SEEDS`` seeds are available."""
-    return f"no verdict ({n} seeds)"
+def _verdicts(claims) -> pd.DataFrame:
+    """A claims table (:func:`bnstudy.inference.claims_table`) of ``claims``."""
+    return claims_table(list(claims))
 
 
-def gap_verdict(values, margin: float = PRIMARY_MARGIN, alpha: float = ALPHA) -> str:
-    """Finding 3's verdict on per-seed gaps ``batch_stats - pinned`` (positive: pinned worse on task B).
+def _family_table(rows: list[dict], values: list, higher: str = TRAIN_HIGHER, lower: str = TRAIN_LOWER,
+                  margin: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``rows`` (dicts with a ``key``) with their claims (one family of ``len(rows)``): the rows as a table with
+    ``n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` added, and the claims table."""
+    family = Family(max(len(rows), 1))
+    claims = _verdicts(decide(v, r["key"], margin=margin, family=family, higher=higher, lower=lower)
+                       for r, v in zip(rows, values))
+    out = pd.DataFrame(rows)
+    for col, src in (("n", "n"), ("mean", "estimate"), ("ci_low", "low"), ("ci_high", "high"),
+                     ("confidence", "confidence"), ("p", "p"), ("p_holm", "p_adjusted"), ("verdict", "verdict")):
+        out[col] = claims[src].to_numpy() if len(claims) else []
+    return out, claims
 
-    ``"tie"`` when the TOST puts the mean inside ``+-margin`` at level ``alpha`` (the ``1 - 2 alpha`` interval
-    is inside the margin); otherwise ``"pinned worse"`` / ``"pinned better"`` when the ``1 - alpha`` Student-t
-    interval lies above / below zero; otherwise ``"undetermined"``. Fewer than :data:`MIN_VERDICT_SEEDS`
-    values: :func:`no_verdict`.
-    """
-    v = np.asarray(values, dtype=float)
-    if v.size < MIN_VERDICT_SEEDS:
-        return no_verdict(v.size)
-    if tost_pvalue(v, margin) < alpha:
-        return "tie"
-    iv = mean_ci(v, 1 - alpha)
-    return "pinned worse" if iv.low > 0 else "pinned better" if iv.high < 0 else "undetermined"
+
+def _interval(r) -> Interval:
+    return Interval(float(r.estimate), float(r.low), float(r.high), int(r.n), float(r.confidence))
 
 
 def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95, logit_centre: bool = False) -> Interval:
@@ -316,18 +338,21 @@ def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95
         raise ValueError(f"bounded_interval needs accuracies in [0, 1], got {v.tolist()}")
     eps = 0.5 / (n_eval or 1000)
     z = spx.logit(np.clip(v, eps, 1 - eps))
-    iv = mean_ci(z, confidence)
+    iv = t_interval(z, confidence)
     centre = float(spx.expit(iv.mean)) if logit_centre else float(v.mean())
     return Interval(centre, float(spx.expit(iv.low)), float(spx.expit(iv.high)), int(v.size))
 
 
 def accuracy_summary(df: pd.DataFrame, by: str = "mode", columns=METRICS, logit_centre: bool = False) -> pd.DataFrame:
-    """:func:`bnstudy.analysis.summarize` with :func:`bounded_interval` for the accuracy columns.
+    """Mean and 95% Student-t interval over seeds (:func:`bnstudy.inference.t_interval`) of ``columns`` per
+    ``by`` (a long table ``by, metric, mean, ci_low, ci_high, n_seeds``), with :func:`bounded_interval` for the
+    accuracy columns.
 
     ``logit_centre``: the accuracy rows' ``mean`` is the interval's own centre (``expit`` of the mean logit)
     instead of the plain mean, so that a table printing "mean [low, high]" pairs matching numbers.
     """
-    out = summarize(df, by, columns)
+    out = pd.DataFrame([dict({by: k}, metric=c, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n)
+                        for k, g in df.groupby(by, sort=False) for c in columns for iv in [t_interval(g[c])]])
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
     for i, r in out.iterrows():
         if r["metric"] in ACCURACIES:
@@ -338,44 +363,45 @@ def accuracy_summary(df: pd.DataFrame, by: str = "mode", columns=METRICS, logit_
 
 @dataclass(frozen=True)
 class Findings:
-    """Every number and verdict chapter 1's prose cites from the main run (accuracies are fractions 0..1).
+    """Every number chapter 1's prose cites from the main run (accuracies are fractions 0..1); its verdicts are
+    the claims table ``claims`` (:func:`bnstudy.inference.claims_table`, glued with
+    :func:`bnstudy.pages.glue_claims`).
 
     ``summary``: per mode and metric, mean and 95% interval over seeds (accuracies: :func:`bounded_interval`).
-    Measured: ``task_a_after_tm`` per seed (``train_mode``), its median, bounded interval, the paired fall
-    ``task_a_drop`` per seed (before - after; glued with its min and max), ``n_near_chance`` seeds at most
-    ``chance_limit``, and ``f2_chance``: ``"holds"`` (every seed at most ``chance_limit``), ``"holds in part"``
-    (at least :data:`PART_FRACTION` of the seeds at most ``chance_limit`` and task A fell: the drop's 95%
-    Student-t interval above 0), otherwise ``"does not hold"``, or :func:`no_verdict` under 3 seeds.
-    ``f2_task_a_falls``: the drop's 95% interval lies above 0 (same seed rule). ``task_a_after_tm_logit_centre``:
-    ``expit`` of the mean logit, the centre of ``task_a_after_tm_ci``'s interval (whose ``mean`` is the plain mean).
-    ``gap_b``: paired ``task_b(train_mode) - task_b(pinned)`` per pinned mode (the main run; its verdict is
-    one of the exploratory tests, :func:`exploratory_tests`). Checks of the code (exact, every seed):
-    ``c_weights_unchanged`` (largest weight change == 0, every mode), ``c_pinned_keep_a`` (pinned modes' task
-    A after == before), ``c_separate_exact`` (``separate_stats``' old logits change == 0),
-    ``c_separate_matches_b`` (``separate_stats`` == ``train_mode`` on task B), ``c_pinned_equal_b``
-    (``all_eval`` == ``backbone_eval`` on task B).
+    Measured: ``task_a_after_tm`` per seed (``train_mode``), its median, bounded interval, the paired change
+    ``task_a_change`` per seed (after - before; glued with its min and max), ``n_near_chance`` seeds at most
+    ``chance_limit`` (a count, seed by seed), ``task_a_above_chance_p`` the one-sided t test of task A after
+    ``train_mode`` above chance, ``task_a_after_tm_logit_centre``: ``expit`` of the mean logit, the centre of
+    ``task_a_after_tm_ci``'s interval (whose ``mean`` is the plain mean). ``gap_b``: paired ``task_b(train_mode)
+    - task_b(pinned)`` per pinned mode (95% interval; the main run's test is among the exploratory ones,
+    :func:`exploratory_tests`).
+
+    ``claims`` (keys): finding 2, one family of ``f2_m`` = 2: ``task_a_chance`` (task A after ``train_mode``
+    minus chance, equivalence margin ``chance_margin`` = ``(CHANCE_FACTOR - 1) * chance``: "about chance" is
+    "equivalent within ±margin") and ``task_a_change`` (after - before). Checks of the code
+    (:func:`bnstudy.inference.exact_check`, every seed): ``c_weights_unchanged`` (largest weight change == 0,
+    every mode), ``c_pinned_keep_a`` (pinned modes' task A after == before), ``c_separate_exact``
+    (``separate_stats``' old logits change == 0), ``c_separate_matches_b`` (``separate_stats`` == ``train_mode``
+    on task B), ``c_pinned_equal_b`` (``all_eval`` == ``backbone_eval`` on task B).
     """
 
     n_seeds: int
     chance: float
     chance_limit: float
+    chance_margin: float
+    f2_m: int
     momentum: float
     steps_gone: int
     summary: pd.DataFrame
     task_a_after_tm: pd.Series
     task_a_after_tm_median: float
     task_a_after_tm_ci: Interval
-    task_a_drop: pd.Series
+    task_a_change: pd.Series
     n_near_chance: int
-    f2_chance: str
-    f2_task_a_falls: str
+    task_a_above_chance_p: float
     task_a_after_tm_logit_centre: float
     gap_b: dict
-    c_weights_unchanged: str
-    c_pinned_keep_a: str
-    c_separate_exact: str
-    c_separate_matches_b: str
-    c_pinned_equal_b: str
+    claims: pd.DataFrame
 
 
 def findings(df: pd.DataFrame) -> Findings:
@@ -392,36 +418,39 @@ def findings(df: pd.DataFrame) -> Findings:
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
     piv = {c: df.pivot(index="seed", columns="mode", values=c) for c in METRICS}
     after = piv["task_a_after"]["train_mode"]
-    drops = piv["task_a_before"]["train_mode"] - after
-    drop = mean_ci(drops)
-    n = len(after)
-    k = int((after <= limit).sum())
-    if n < MIN_VERDICT_SEEDS:
-        f2 = no_verdict(n)
-    elif k == n:
-        f2 = "holds"
-    elif k >= PART_FRACTION * n and drop.low > 0:
-        f2 = "holds in part"
-    else:
-        f2 = "does not hold"
-    falls = no_verdict(n) if n < MIN_VERDICT_SEEDS else verdict(bool(drop.low > 0))
+    change = after - piv["task_a_before"]["train_mode"]
+    f2 = Family(2)
     centre = bounded_interval(after, n_eval, logit_centre=True).mean
-    gaps = {p: mean_ci(paired(df, "task_b", "mode", "train_mode", p)) for p in ("backbone_eval", "all_eval")}
-    exact = lambda ok: verdict(bool(ok))
+    gaps = {p: t_interval(paired_differences(df, "task_b", "mode", "train_mode", p)) for p in ("backbone_eval", "all_eval")}
     tb = piv["task_b"]
+    pinned = ("backbone_eval", "all_eval")
+    claims = _verdicts([
+        decide(after - chance, "task_a_chance", margin=limit - chance, family=f2, higher=ABOVE_CHANCE,
+               lower=BELOW_CHANCE),
+        decide(change, "task_a_change", family=f2, higher=A_HIGHER, lower=A_LOWER),
+        exact_check(df["max_param_change"], key="c_weights_unchanged"),
+        exact_check(np.concatenate([(piv["task_a_after"][p] - piv["task_a_before"][p]).to_numpy() for p in pinned]),
+                    key="c_pinned_keep_a"),
+        exact_check(piv["max_old_logit_change"]["separate_stats"], key="c_separate_exact"),
+        exact_check(tb["separate_stats"] - tb["train_mode"], key="c_separate_matches_b"),
+        exact_check(tb["all_eval"] - tb["backbone_eval"], key="c_pinned_equal_b"),
+    ])
     return Findings(
-        n_seeds=int(df["seed"].nunique()), chance=chance, chance_limit=limit, momentum=m, steps_gone=steps_until(m),
+        n_seeds=int(df["seed"].nunique()), chance=chance, chance_limit=limit, chance_margin=limit - chance,
+        f2_m=f2.m, momentum=m, steps_gone=steps_until(m),
         summary=accuracy_summary(df), task_a_after_tm=after.rename(lambda s: f"seed{s}"),
         task_a_after_tm_median=float(after.median()), task_a_after_tm_ci=bounded_interval(after, n_eval),
-        task_a_drop=drops.rename(lambda s: f"seed{s}"), n_near_chance=k, f2_chance=f2, gap_b=gaps,
-        f2_task_a_falls=falls, task_a_after_tm_logit_centre=centre,
-        c_weights_unchanged=exact((df["max_param_change"] == 0).all()),
-        c_pinned_keep_a=exact(all((piv["task_a_after"][p] == piv["task_a_before"][p]).all()
-                                  for p in ("backbone_eval", "all_eval"))),
-        c_separate_exact=exact((piv["max_old_logit_change"]["separate_stats"] == 0).all()),
-        c_separate_matches_b=exact((tb["separate_stats"] == tb["train_mode"]).all()),
-        c_pinned_equal_b=exact((tb["backbone_eval"] == tb["all_eval"]).all()),
-    )
+        task_a_change=change.rename(lambda s: f"seed{s}"), n_near_chance=int((after <= limit).sum()),
+        task_a_above_chance_p=one_sided_p(after, "greater", null=chance),
+        task_a_after_tm_logit_centre=centre, gap_b=gaps, claims=claims)
+
+
+def verdict_of(claims: pd.DataFrame, key: str) -> str:
+    """The verdict text of claim ``key`` in a claims table (``KeyError`` naming the keys if absent)."""
+    row = claims[claims["key"] == key]
+    if row.empty:
+        raise KeyError(f"no claim {key!r}; claims: {list(claims['key'])}")
+    return str(row["verdict"].iloc[0])
 
 
 @dataclass(frozen=True)
@@ -449,17 +478,13 @@ class DriftFindings:
     weight_last: pd.Series
     weight_last_low: pd.Series
     weight_last_high: pd.Series
-    theory_12_inside: str
-    theory_last_inside: str
     excess_12: pd.Series
 
 
 def drift_findings(drift: pd.DataFrame, momentum: float, steps: int) -> DriftFindings:
     """Numbers for the drift figure from :func:`drift_table`'s output.
 
-    ``theory_12_inside`` / ``theory_last_inside``: ``"holds"`` when ``(1 - m)^t`` lies inside every
-    layer's 95% interval at that step (:func:`no_verdict` under 3 seeds): a statistical comparison, since the
-    measured weight depends on the estimated target mean. ``excess_12``: per layer, mean weight minus ``(1 - m)^12``.
+    ``excess_12``: per layer, mean weight minus ``(1 - m)^12``.
     Raises ``ValueError`` if no recorded step up to ``steps`` has ``(1 - momentum)^t < 1e-4``.
     """
     fs = floor_steps(momentum, steps)
@@ -468,26 +493,17 @@ def drift_findings(drift: pd.DataFrame, momentum: float, steps: int) -> DriftFin
     floor = drift[drift.step.isin(fs)].groupby("layer")["weight"].apply(lambda v: float(np.sqrt(np.mean(v ** 2))))
     above = [s for s in sorted(drift.step.unique()) if (1 - momentum) ** s > floor.max()]
     last = max(above)
-    n = int(drift["seed"].nunique())
 
     def at(t):
-        ivs = {layer: mean_ci(g["weight"]) for layer, g in drift[drift.step == t].groupby("layer")}
+        ivs = {layer: t_interval(g["weight"]) for layer, g in drift[drift.step == t].groupby("layer")}
         return tuple(pd.Series({k: getattr(iv, a) for k, iv in ivs.items()}) for a in ("mean", "low", "high"))
-
-    def inside(t, lo, hi):
-        if n < MIN_VERDICT_SEEDS:
-            return no_verdict(n)
-        th = (1 - momentum) ** t
-        return verdict(bool(((lo <= th) & (th <= hi)).all()))
 
     w12, lo12, hi12 = at(12)
     wl, lol, hil = at(last)
     return DriftFindings(floor=floor, floor_first_step=min(fs), floor_last_step=max(fs), weight_12=w12,
                          weight_12_low=lo12, weight_12_high=hi12, theory_12=(1 - momentum) ** 12,
                          last_step=int(last), theory_last=(1 - momentum) ** last, weight_last=wl,
-                         weight_last_low=lol, weight_last_high=hil, theory_12_inside=inside(12, lo12, hi12),
-                         theory_last_inside=inside(last, lol, hil),
-                         excess_12=w12 - (1 - momentum) ** 12)
+                         weight_last_low=lol, weight_last_high=hil, excess_12=w12 - (1 - momentum) ** 12)
 
 
 # --- the head's optimizer, swept (issue 10) ------------------------------------------------------------------------
@@ -899,101 +915,101 @@ def _path_gap(t: pd.DataFrame, optimizer: str, roles, step: int) -> pd.Series:
 POOLED = ("report", "confirm")
 
 
-def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every test of finding 3 other than the primary one, with Holm's correction over all of them.
-
-    Rows: the main run (``main``'s ``train_mode - backbone_eval``, its seeds), then per optimizer (learning
-    rate chosen at ``main_step``) and checkpoint the pooled reported + confirmation seeds' gap. Columns
-    ``test, optimizer, lr, step, n, mean, ci_low, ci_high, p, p_holm, verdict``: two-sided one-sample t
-    test of a zero gap; ``verdict`` ``"pinned worse"`` / ``"pinned better"`` when ``p_holm < ALPHA``, else
-    ``"not resolved"``; :func:`no_verdict` (and no p-value) under :data:`MIN_VERDICT_SEEDS` seeds.
-    """
+def _explore(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None):
+    """:func:`exploratory_tests`' table and its claims table (one family, keys ``explore_<test>``)."""
     lrs = choose_lrs(sweep, main_step)
     t = chosen_table(sweep, lrs)
-    rows = []
+    rows, values = [], []
     if main is not None:
-        g = paired(main, "task_b", "mode", "train_mode", "backbone_eval")
-        rows.append(dict(test="main", optimizer=str(main["optimizer"].iloc[0]), lr=float(main["lr"].iloc[0]),
-                         step=int(main["steps"].iloc[0]) if "steps" in main.columns else main_step, values=g))
+        rows.append(dict(key="explore_main", test="main", optimizer=str(main["optimizer"].iloc[0]),
+                         lr=float(main["lr"].iloc[0]),
+                         step=int(main["steps"].iloc[0]) if "steps" in main.columns else main_step))
+        values.append(paired_differences(main, "task_b", "mode", "train_mode", "backbone_eval"))
     for o in ("sgd", "adam"):
         if (o, "pinned") not in lrs:
             continue
         for s in sorted(t[t["optimizer"] == o]["step"].unique()):
             lr = lrs[(o, "pinned")] if lrs[(o, "pinned")] == lrs[(o, "batch_stats")] else math.nan
-            rows.append(dict(test=f"{o}_{int(s)}", optimizer=o, lr=lr, step=int(s),
-                             values=_path_gap(t, o, POOLED, s)))
-    recs = []
-    for r in rows:
-        v = np.asarray(r.pop("values"), dtype=float)
-        iv = mean_ci(v)
-        recs.append(dict(**r, n=len(v), mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
-                         p=t_pvalue(v) if len(v) >= MIN_VERDICT_SEEDS else math.nan))
-    out = pd.DataFrame(recs, columns=["test", "optimizer", "lr", "step", "n", "mean", "ci_low", "ci_high", "p"])
-    out["p_holm"] = holm(out["p"].to_numpy())
-    out["verdict"] = [no_verdict(n) if n < MIN_VERDICT_SEEDS else
-                      ("pinned worse" if m > 0 else "pinned better") if ph < ALPHA else "not resolved"
-                      for n, m, ph in zip(out["n"], out["mean"], out["p_holm"])]
-    return out
+            rows.append(dict(key=f"explore_{o}_{int(s)}", test=f"{o}_{int(s)}", optimizer=o, lr=lr, step=int(s)))
+            values.append(_path_gap(t, o, POOLED, s))
+    cols = ["test", "optimizer", "lr", "step", "n", "mean", "ci_low", "ci_high", "confidence", "p", "p_holm", "verdict"]
+    table, claims = _family_table(rows, values)
+    return table.reindex(columns=cols), claims
+
+
+def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every test of finding 3 other than the primary one, as one family (:class:`bnstudy.inference.Family`
+    of all rows).
+
+    Rows: the main run (``main``'s ``train_mode - backbone_eval``, its seeds), then per optimizer (learning
+    rate chosen at ``main_step``) and checkpoint the pooled reported + confirmation seeds' gap. Columns
+    ``test, optimizer, lr, step, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict``: the family's
+    Bonferroni interval (``confidence`` = 1 - 0.05/m), the two-sided t test of a zero gap and its Holm-adjusted
+    p-value over the rows, and :func:`gap_claim`'s verdict (no margin: the trained heads' tests have none).
+    """
+    return _explore(sweep, main_step, main)[0]
+
+
+def _sens_key(l2: float, n_fit: int) -> str:
+    return f"sens_l2_{l2:.0e}_n{int(n_fit)}".replace("-", "_")
+
+
+def _sensitivity(sweep: pd.DataFrame):
+    """:func:`reference_sensitivity`'s table and its claims table (one family, keys ``sens_l2_<l2>_n<n_fit>``)."""
+    t = sweep[(sweep["optimizer"] == "reference") & (sweep["split"] == "test") & sweep["role"].isin(POOLED)]
+    rows, values = [], []
+    for (l2, n), g in t.groupby(["l2", "n_fit"], sort=False):
+        piv = g.pivot(index="seed", columns="path", values="accuracy")
+        rows.append(dict(key=_sens_key(l2, n), l2=float(l2), n_fit=int(n), acc_batch_stats=float(piv["batch_stats"].mean()),
+                         acc_pinned=float(piv["pinned"].mean())))
+        values.append(piv["batch_stats"] - piv["pinned"])
+    cols = ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", "mean", "ci_low", "ci_high", "confidence", "p",
+            "p_holm", "verdict"]
+    table, claims = _family_table(rows, values, margin=PRIMARY_MARGIN)
+    return table.reindex(columns=cols), claims
 
 
 def reference_sensitivity(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The reference gap for every ``(l2, n_fit)`` fit, pooled reported + confirmation seeds: ``l2, n_fit, n,
-    acc_batch_stats, acc_pinned, mean, ci_low, ci_high, verdict`` (:func:`gap_verdict`)."""
-    t = sweep[(sweep["optimizer"] == "reference") & (sweep["split"] == "test") & sweep["role"].isin(POOLED)]
-    recs = []
-    for (l2, n), g in t.groupby(["l2", "n_fit"], sort=False):
-        piv = g.pivot(index="seed", columns="path", values="accuracy")
-        gap = piv["batch_stats"] - piv["pinned"]
-        iv = mean_ci(gap)
-        recs.append(dict(l2=float(l2), n_fit=int(n), n=len(gap), acc_batch_stats=float(piv["batch_stats"].mean()),
-                         acc_pinned=float(piv["pinned"].mean()), mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
-                         verdict=gap_verdict(gap)))
-    return pd.DataFrame(recs, columns=["l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", "mean", "ci_low",
-                                       "ci_high", "verdict"])
-
-
-def _set_summary(values) -> Interval:
-    """A 95% Student-t interval from >= :data:`MIN_VERDICT_SEEDS` values, else the mean and the range."""
-    v = np.asarray(values, dtype=float)
-    if v.size >= MIN_VERDICT_SEEDS:
-        return mean_ci(v)
-    return Interval(float(v.mean()), float(v.min()), float(v.max()), int(v.size))
+    """The reference gap for every ``(l2, n_fit)`` fit, pooled reported + confirmation seeds, the fits one family
+    (:class:`bnstudy.inference.Family` of all fits; margin :data:`PRIMARY_MARGIN`): ``key, l2, n_fit, n,
+    acc_batch_stats, acc_pinned, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (:func:`gap_claim`'s
+    verdict; the interval is the family's)."""
+    return _sensitivity(sweep)[0]
 
 
 @dataclass(frozen=True)
 class OptimizerFindings:
-    """Finding 3 (task B): the primary test, then per head optimizer (accuracies 0..1).
+    """Finding 3 (task B): the primary test, then per head optimizer (accuracies 0..1; every gap is
+    ``train_mode - backbone_eval``, on the sweep's paths ``batch_stats - pinned``).
 
-    Primary (pre-specified): ``primary`` is the reference's paired gap ``batch_stats - pinned`` (=
-    ``train_mode`` minus ``backbone_eval``) at ``main_step`` over all ``primary_n`` reported and
-    confirmation seeds (95% interval), ``primary_ci90`` its 90% interval (the TOST's), ``primary_p_tost``
-    the TOST p-value against ``margin``, ``primary_p`` the t test of a zero gap, ``primary_verdict`` one of
-    ``tie``, ``pinned worse``, ``pinned better``, ``undetermined`` (:func:`gap_verdict`). ``ref_sets``: the
-    reference gap per seed set (``report`` / ``confirm``): a 95% interval with >= 3 seeds, else the range
-    (``ref_sets_kind`` names which). Exploratory: ``explore_verdict`` / ``explore_p_holm`` per row of
-    :func:`exploratory_tests` (``main``, ``<optimizer>_<step>``) and per optimizer at ``main_step``
-    (``explore_main_step``), ``n_explore`` tests, ``n_explore_resolved``
-    with a verdict of pinned worse or better. Learning rates: ``lr`` chosen at ``main_step`` per
-    ``<optimizer>_<path>``, ``lr_position`` there (``interior`` / ``lowest`` / ``highest`` in the grid),
-    ``lr_changes`` per ``<optimizer>_<path>``: ``"yes"`` when selecting at another checkpoint picks another
-    rate. ``acc``: mean test accuracy, pooled seeds, per ``<optimizer>_<path>`` (``reference`` too).
-    ``gain_last`` per ``<optimizer>_<path>``: paired gain from the second-to-last to the last checkpoint
-    (pooled seeds); ``still_improving``: ``"yes"`` where its interval lies above 0 (:func:`no_verdict` under
-    3 seeds). ``sens_min`` / ``sens_max``: the smallest and largest mean gap over the reference's
-    sensitivity fits; ``sens_same_verdict``: ``"yes"`` when every fit gets the primary verdict.
-    ``sens_verdicts``: each fit's verdict, keyed ``l2_<l2>_n<n_fit>``; ``sens_n`` fits, ``sens_n_agree`` of them
-    with the primary verdict, ``sens_dissent``: the fits that disagree, in words (``"none"``).
-    ``unseen*``: the primary test on the seeds not in ``seen_seeds`` (the quick profile's, seen before the design
-    was fixed): 95% and 90% intervals, ``unseen_n`` (``seen_n`` the others), ``unseen_p_tost_text`` and ``unseen_verdict``
-    (:func:`gap_verdict`); ``unseen_text`` / ``unseen_short``: that result as a sentence / a clause, or, when
-    fewer than :data:`MIN_VERDICT_SEEDS` such seeds exist (the quick profile has none), a sentence saying it is
-    not available in this profile (never a NaN). ``primary_p_tost_text``: :func:`p_text` of the TOST p-value.
-    Trained heads (every row of :func:`exploratory_tests`): ``trained_n`` tests, ``trained_n_worse`` with
-    verdict ``pinned worse``, ``trained_min`` / ``trained_max``: smallest / largest mean gap of the
-    tuned-optimizer rows (not the main run), ``trained_verdict``: ``"reproduced"`` (every test pinned worse),
-    ``"not reproduced"`` (none), else ``"reproduced in k of n tests"``.
-    ``reference_converged``: every fit's gradient max-norm below 1e-5. ``engine_check``: largest |sweep -
-    engine| test accuracy at the main run's optimizer and lr (NaN when its lr is not in the grid).
+    Claims tables (:func:`bnstudy.inference.claims_table`, each one family, glued by key):
+    ``claims``: the primary (pre-specified) test, key ``primary``: the reference's paired gap at ``main_step``
+    over all ``primary_n`` reported and confirmation seeds, one comparison with margin ``margin``
+    (:func:`gap_claim`); ``unseen_claims``: the same test on the seeds not in ``seen_seeds`` (the quick
+    profile's, seen before the design was fixed), key ``unseen``; ``explore_claims``: every row of
+    :func:`exploratory_tests`, keys ``explore_<test>`` (``explore_main``, ``explore_<optimizer>_<step>``), one
+    family of ``n_explore``; ``sens_claims``: the reference's sensitivity fits (:func:`reference_sensitivity`),
+    keys ``sens_l2_<l2>_n<n_fit>``, one family of ``sens_n``; ``gain_claims``: per ``<optimizer>_<path>``
+    (key ``gain_<optimizer>_<path>``) the paired gain from the second-to-last to the last checkpoint (pooled
+    seeds), one family of ``gain_m``; ``explore_at_main_claims``: the rows of ``explore_claims`` at ``main_step``
+    under the keys ``explore_at_main_<optimizer>`` (the same claims and adjusted p-values, for the prose).
+
+    Numbers (the claims glue their own ``n`` and ``p``: ``primary_n``, ``primary_p``, ``unseen_n``): ``primary``
+    (95% interval), ``primary_ci90`` (90%, the TOST's at one comparison), ``primary_p_tost``; ``ref_sets``: the reference gap per seed set (``report`` / ``confirm``,
+    95% interval; ``ref_sets_kind`` says with how many seeds). ``n_explore_resolved``: exploratory tests with
+    a Holm-adjusted p below 0.05, ``trained_n_higher`` of them with ``train_mode`` higher, ``trained_reading``
+    that count in words; ``explore_confidence``: the family intervals' confidence. Learning rates: ``lr``
+    chosen at ``main_step`` per ``<optimizer>_<path>``, ``lr_position`` there (``interior`` / ``lowest`` /
+    ``highest`` in the grid), ``lr_changes`` per ``<optimizer>_<path>``: ``"yes"`` when selecting at another
+    checkpoint picks another rate. ``acc``: mean test accuracy, pooled seeds, per ``<optimizer>_<path>``
+    (``reference`` too). ``gain_last``: the gains' family intervals (``gain_confidence``). ``sens_min`` / ``sens_max``: the smallest
+    and largest mean gap over the sensitivity fits; ``sens_n_agree`` fits with the primary verdict,
+    ``sens_dissent`` the others in words (``"none"``). ``unseen`` / ``unseen_ci90``, ``seen_n`` seeds seen, ``unseen_p_tost_text``; ``unseen_text`` / ``unseen_short``: that result as a sentence / a
+    clause, or a sentence saying it is not available in this profile (never a NaN). ``primary_p_tost_text``:
+    :func:`p_text` of the TOST p-value. ``trained_min`` / ``trained_max``: smallest / largest mean gap of the
+    tuned-optimizer rows (not the main run). ``reference_converged``: every fit's gradient max-norm below
+    1e-5. ``engine_check``: largest |sweep - engine| test accuracy at the main run's optimizer and lr (NaN when
+    its lr is not in the grid).
     """
 
     main_step: int
@@ -1002,65 +1018,72 @@ class OptimizerFindings:
     margin: float
     primary: Interval
     primary_ci90: Interval
-    primary_n: int
     primary_p_tost: float
-    primary_p: float
-    primary_verdict: str
     ref_sets: dict
     ref_sets_kind: dict
-    explore_verdict: dict
-    explore_p_holm: dict
-    explore_main_step: dict
     n_explore: int
     n_explore_resolved: int
+    explore_confidence: float
     lr: dict
     lr_position: dict
     lr_changes: dict
     acc: dict
     gain_last: dict
-    still_improving: dict
+    gain_m: int
+    gain_confidence: float
     sens_min: float
     sens_max: float
-    sens_same_verdict: bool
-    sens_verdicts: dict
     sens_n: int
     sens_n_agree: int
     sens_dissent: str
+    sens_confidence: float
     primary_p_tost_text: str
     unseen: Interval
     unseen_ci90: Interval
-    unseen_n: int
     seen_n: int
     unseen_p_tost_text: str
-    unseen_verdict: str
     unseen_text: str
     unseen_short: str
-    trained_n: int
-    trained_n_worse: int
+    trained_n_higher: int
     trained_min: float
     trained_max: float
-    trained_verdict: str
+    trained_reading: str
     reference_converged: bool
     engine_check: float
+    claims: pd.DataFrame
+    unseen_claims: pd.DataFrame
+    explore_claims: pd.DataFrame
+    sens_claims: pd.DataFrame
+    gain_claims: pd.DataFrame
+    explore_at_main_claims: pd.DataFrame
 
 
 def _unseen_text(u: pd.Series, n_all: int) -> str:
     """:attr:`OptimizerFindings.unseen_text`: the reference test on the unseen seeds ``u``, in one sentence."""
-    if len(u) < MIN_VERDICT_SEEDS:
+    c = gap_claim(u, "unseen")
+    if c.verdict == "too few seeds":
         return (f"This profile cannot show that part: {n_all - len(u)} of its {n_all} seeds are ones the quick profile "
                 f"had shown, so the confirmatory part of the test needs the full profile.")
-    iv, iv90 = mean_ci(u), mean_ci(u, 1 - 2 * ALPHA)
-    return (f"On the {len(u)} seeds the quick profile did not have, the difference is {iv.mean:.3f} (95% interval "
-            f"{iv.low:.3f} to {iv.high:.3f}; 90% interval {iv90.low:.3f} to {iv90.high:.3f}; TOST p "
-            f"{p_text(tost_pvalue(u, PRIMARY_MARGIN))}), verdict {gap_verdict(u)}; this is the confirmatory part of "
-            f"the test.")
+    iv90 = t_interval(u, 1 - 2 * ALPHA)
+    return (f"On the {len(u)} seeds the quick profile did not have, the difference is {c.estimate:.3f} (95% interval "
+            f"{c.low:.3f} to {c.high:.3f}; 90% interval {iv90.low:.3f} to {iv90.high:.3f}; TOST p "
+            f"{p_text(c.p_equivalence)}), verdict: {c.verdict}; this is the confirmatory part of the test.")
 
 
 def _unseen_short(u: pd.Series) -> str:
     """:attr:`OptimizerFindings.unseen_short`: the unseen seeds' verdict as a clause."""
-    if len(u) < MIN_VERDICT_SEEDS:
+    c = gap_claim(u, "unseen")
+    if c.verdict == "too few seeds":
         return "no confirmatory verdict in this profile (its seeds are all among those the design was fixed on)"
-    return f"{gap_verdict(u)} on the {len(u)} seeds the quick profile had not shown when the test was designed"
+    return f"{c.verdict} on the {len(u)} seeds the quick profile had not shown when the test was designed"
+
+
+def _trained_reading(k: int, n: int) -> str:
+    """:attr:`OptimizerFindings.trained_reading`: ``k`` of ``n`` exploratory tests with train mode higher
+    after Holm's correction, in words."""
+    if n and k == n:
+        return f"train mode higher in all {n} tests"
+    return f"train mode higher in {k} of {n} tests"
 
 
 def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None,
@@ -1087,27 +1110,27 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     for role in POOLED:
         if (ref["role"] == role).any():
             v = _path_gap(t, "reference", (role,), ref_step)
-            sets[role] = _set_summary(v)
-            kinds[role] = "95% interval" if len(v) >= MIN_VERDICT_SEEDS else f"range of {len(v)} seeds"
-    ex = exploratory_tests(sweep, main_step, main)
+            sets[role] = t_interval(v)
+            kinds[role] = f"95% interval over {len(v)} seeds"
+    _, explore = _explore(sweep, main_step, main)
     opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
     pooled = t[t["role"].isin(POOLED)]
-    acc, gain, improving = {}, {}, {}
+    acc, gains = {}, {}
     for o in opts + ["reference"]:
         for p in PATHS:
             s = pooled[(pooled["optimizer"] == o) & (pooled["path"] == p)]
             acc[f"{o}_{p}"] = float(s[s["step"] == (ref_step if o == "reference" else main_step)]["accuracy"].mean())
             if o != "reference":
                 piv = s.pivot(index="seed", columns="step", values="accuracy")
-                d = piv[steps[-1]] - piv[steps[-2]]
-                gain[f"{o}_{p}"] = mean_ci(d)
-                improving[f"{o}_{p}"] = (no_verdict(len(d)) if len(d) < MIN_VERDICT_SEEDS
-                                         else "yes" if gain[f"{o}_{p}"].low > 0 else "no")
+                gains[f"{o}_{p}"] = piv[steps[-1]] - piv[steps[-2]]
+    gain_family = Family(max(len(gains), 1))
+    gain_claims = _verdicts(decide(d, f"gain_{k}", family=gain_family, higher=LAST_HIGHER, lower=LAST_LOWER)
+                            for k, d in gains.items())
     choice = lr_choice_table(sweep)
     at_main = choice[choice["step"] == main_step].set_index(["optimizer", "path"])
     changes = {f"{o}_{p}": "yes" if c["lr"].nunique() > 1 else "no" for (o, p), c in choice.groupby(["optimizer", "path"])}
-    sens = reference_sensitivity(sweep)
-    primary_verdict = gap_verdict(g)
+    sens, sens_claims = _sensitivity(sweep)
+    primary = gap_claim(g, "primary")
     check = math.nan
     if main is not None:
         o, lr = str(main["optimizer"].iloc[0]), float(main["lr"].iloc[0])
@@ -1119,38 +1142,39 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
             check = max(diffs) if diffs else math.nan
     grads = [] if reference_grads is None else list(reference_grads)
     u = g[~g.index.isin(list(seen_seeds))]
-    nan_iv = Interval(math.nan, math.nan, math.nan, int(len(u)))
-    sens_key = lambda r: f"l2_{r['l2']:.0e}_n{int(r['n_fit'])}"
     dissent = [f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}" for _, r in sens.iterrows()
-               if r["verdict"] != primary_verdict]
-    k_worse, n_tr = int((ex["verdict"] == "pinned worse").sum()), len(ex)
-    tuned = ex[ex["test"] != "main"]
-    trained = ("reproduced" if k_worse == n_tr and n_tr else "not reproduced" if k_worse == 0
-               else f"reproduced in {k_worse} of {n_tr} tests")
-    resolved = ex["verdict"].isin(["pinned worse", "pinned better"])
+               if r["verdict"] != primary.verdict]
+    shown = explore["p_adjusted"] < ALPHA
+    k_higher = int((shown & (explore["estimate"] > 0)).sum())
+    tuned = explore[explore["key"] != "explore_main"]
     return OptimizerFindings(
         main_step=int(main_step), last_step=int(steps[-1]), prev_step=int(steps[-2]), margin=PRIMARY_MARGIN,
-        primary=mean_ci(g), primary_ci90=mean_ci(g, 1 - 2 * ALPHA), primary_n=n,
-        primary_p_tost=tost_pvalue(g, PRIMARY_MARGIN), primary_p=t_pvalue(g), primary_verdict=primary_verdict,
+        primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA), primary_p_tost=primary.p_equivalence,
         ref_sets=sets, ref_sets_kind=kinds,
-        explore_verdict=dict(zip(ex["test"], ex["verdict"])), explore_p_holm=dict(zip(ex["test"], ex["p_holm"])),
-        explore_main_step={o: ex.set_index("test")["verdict"].get(f"{o}_{main_step}", "not run") for o in opts},
-        n_explore=len(ex), n_explore_resolved=int(resolved.sum()),
+        n_explore=len(explore), n_explore_resolved=int(shown.sum()),
+        explore_confidence=float(explore["confidence"].iloc[0]) if len(explore) else math.nan,
         lr={f"{o}_{p}": v for (o, p), v in lrs.items()},
         lr_position={f"{o}_{p}": str(r["position"]) for (o, p), r in at_main.iterrows()},
-        lr_changes=changes, acc=acc, gain_last=gain, still_improving=improving,
-        sens_min=float(sens["mean"].min()), sens_max=float(sens["mean"].max()),
-        sens_same_verdict=bool((sens["verdict"] == primary_verdict).all()),
-        sens_verdicts={sens_key(r): str(r["verdict"]) for _, r in sens.iterrows()}, sens_n=len(sens),
-        sens_n_agree=int((sens["verdict"] == primary_verdict).sum()), sens_dissent="; ".join(dissent) or "none",
-        primary_p_tost_text=p_text(tost_pvalue(g, PRIMARY_MARGIN)),
-        unseen=mean_ci(u) if len(u) >= 2 else nan_iv, unseen_ci90=mean_ci(u, 1 - 2 * ALPHA) if len(u) >= 2 else nan_iv,
-        unseen_n=int(len(u)), seen_n=int(n - len(u)), unseen_p_tost_text=p_text(tost_pvalue(u, PRIMARY_MARGIN)), unseen_verdict=gap_verdict(u),
+        lr_changes=changes, acc=acc,
+        gain_last={r.key.removeprefix("gain_"): Interval(r.estimate, r.low, r.high, int(r.n), r.confidence)
+                   for r in gain_claims.itertuples()}, gain_m=gain_family.m,
+        gain_confidence=gain_family.confidence,
+        sens_min=float(sens["mean"].min()), sens_max=float(sens["mean"].max()), sens_n=len(sens),
+        sens_n_agree=int((sens["verdict"] == primary.verdict).sum()), sens_dissent="; ".join(dissent) or "none",
+        sens_confidence=float(sens["confidence"].iloc[0]) if len(sens) else math.nan,
+        primary_p_tost_text=p_text(primary.p_equivalence),
+        unseen=t_interval(u), unseen_ci90=t_interval(u, 1 - 2 * ALPHA),
+        seen_n=int(n - len(u)), unseen_p_tost_text=p_text(gap_claim(u).p_equivalence),
         unseen_text=_unseen_text(u, n), unseen_short=_unseen_short(u),
-        trained_n=n_tr, trained_n_worse=k_worse,
-        trained_min=float(tuned["mean"].min()) if len(tuned) else math.nan,
-        trained_max=float(tuned["mean"].max()) if len(tuned) else math.nan, trained_verdict=trained,
-        reference_converged=bool(all(g_ < 1e-5 for g_ in grads)), engine_check=float(check))
+        trained_n_higher=k_higher, trained_reading=_trained_reading(k_higher, len(explore)),
+        trained_min=float(tuned["estimate"].min()) if len(tuned) else math.nan,
+        trained_max=float(tuned["estimate"].max()) if len(tuned) else math.nan,
+        reference_converged=bool(all(g_ < 1e-5 for g_ in grads)), engine_check=float(check),
+        claims=_verdicts([primary]), unseen_claims=_verdicts([gap_claim(u, "unseen")]), explore_claims=explore,
+        sens_claims=sens_claims, gain_claims=gain_claims,
+        explore_at_main_claims=explore[explore["key"].isin([f"explore_{o}_{main_step}" for o in opts])].assign(
+            key=lambda c: c["key"].str.replace(f"_{main_step}", "", regex=False).str.replace("explore_", "explore_at_main_",
+                                                                                            regex=False)))
 
 
 # --- the running statistics' change on normalised scales (finding 2) ---------------------------------------------
@@ -1176,17 +1200,17 @@ class BufferFindings:
     Per seed the largest value over layers and channels: ``mean_shift`` (running_mean change in task A's
     running standard deviations) and ``log_var`` (``|log(var1 / var0)|``), 95% intervals over seeds;
     ``var_factor`` = ``exp`` of ``log_var``'s mean (the factor by which the most-changed variance moved);
-    ``mean_shift_min`` / ``log_var_min``: the smallest seed's value. ``f2_means_move``: every seed's
-    ``mean_shift`` above :data:`MEAN_SHIFT_SD`; ``f2_vars_move``: every seed's ``log_var`` above
-    ``log(VAR_FACTOR)`` (:func:`no_verdict` under 3 seeds). ``mean_shift_by_layer`` / ``log_var_by_layer``:
-    means over seeds per layer. ``engine_check``: largest relative difference between the sweep's raw
-    changes and the engine's ``drift_mean_l<i>`` / ``drift_var_l<i>`` (NaN without the main table).
-    ``means_move_by_layer`` / ``vars_move_by_layer``: the same two criteria per layer (every seed's largest
-    channel in that layer). ``contrast_log_var``: ``ln(contrast^2)``, the log-variance ratio a linear first
-    layer inherits from task B's contrast gain (``contrast`` argument, else the main table's; NaN without).
-    ``criteria_by_layer`` / ``f2_criteria``: both criteria in one label per layer / for the most-moved layer
-    (:func:`criteria_word`: ``"both hold"``, ``"neither holds"``, ``"mean shift only"``, ``"variance factor
-    only"``), so that a sentence never prints two bare verdicts side by side.
+    ``mean_shift_min`` / ``log_var_min``: the smallest seed's value. ``mean_shift_by_layer`` /
+    ``log_var_by_layer``: means over seeds per layer. ``engine_check``: largest relative difference between the
+    sweep's raw changes and the engine's ``drift_mean_l<i>`` / ``drift_var_l<i>`` (NaN without the main table).
+    ``contrast_log_var``: ``ln(contrast^2)``, the log-variance ratio a linear first layer inherits from task B's
+    contrast gain (``contrast`` argument, else the main table's; NaN without).
+
+    Finding 2's criteria as verdicts (:func:`bnstudy.inference.decide` on the per-seed value minus the
+    criterion): ``claims``, one family of ``m`` (2 per layer, and 2 for the most-moved layer): keys ``shift_block_<i>`` (largest mean shift -
+    :data:`MEAN_SHIFT_SD`; "above 1 SD" / "below 1 SD") and ``var_block_<i>`` (largest |log variance ratio| -
+    ``log(VAR_FACTOR)``; "above a factor 2" / "below a factor 2"), and ``shift_most`` / ``var_most`` for the
+    most-moved layer (each seed's largest over layers).
     """
 
     mean_shift: Interval
@@ -1194,26 +1218,21 @@ class BufferFindings:
     log_var: Interval
     log_var_min: float
     var_factor: float
-    f2_means_move: str
-    f2_vars_move: str
     mean_shift_by_layer: pd.Series
     log_var_by_layer: pd.Series
     engine_check: float
-    means_move_by_layer: dict
-    vars_move_by_layer: dict
     contrast_log_var: float
-    criteria_by_layer: dict
-    f2_criteria: str
+    m: int
+    claims: pd.DataFrame
 
 
-def criteria_word(means_ok: bool, vars_ok: bool, n: int) -> str:
-    """Finding 2's two buffer criteria (mean shift, variance factor) as one label naming which hold:
-    ``"both hold"``, ``"neither holds"``, ``"mean shift only"`` or ``"variance factor only"``;
-    :func:`no_verdict` under :data:`MIN_VERDICT_SEEDS` seeds ``n``."""
-    if n < MIN_VERDICT_SEEDS:
-        return no_verdict(n)
-    return {(True, True): "both hold", (False, False): "neither holds", (True, False): "mean shift only",
-            (False, True): "variance factor only"}[(bool(means_ok), bool(vars_ok))]
+def buffer_claims(per_seed: pd.DataFrame, key: str, family: Family) -> list:
+    """Finding 2's two criteria on ``per_seed`` (columns ``mean_shift_sd``, ``log_var_ratio``, one row per seed)
+    as claims ``shift_<key>`` and ``var_<key>``."""
+    return [decide(per_seed["mean_shift_sd"] - MEAN_SHIFT_SD, f"shift_{key}", family=family, higher=SHIFT_ABOVE,
+                   lower=SHIFT_BELOW),
+            decide(per_seed["log_var_ratio"] - math.log(VAR_FACTOR), f"var_{key}", family=family, higher=VAR_ABOVE,
+                   lower=VAR_BELOW)]
 
 
 def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None,
@@ -1221,9 +1240,8 @@ def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None,
     """:class:`BufferFindings` from :func:`buffer_table`. Raises ``ValueError`` for an empty table."""
     if buffers.empty:
         raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
-    per_seed = buffers.groupby("seed")[["mean_shift_sd", "log_var_ratio"]].max()
-    n = len(per_seed)
-    word = lambda ok: no_verdict(n) if n < MIN_VERDICT_SEEDS else verdict(bool(ok))
+    cols = ["mean_shift_sd", "log_var_ratio"]
+    per_seed = buffers.groupby("seed")[cols].max()
     check = math.nan
     if main is not None:
         tm = main[main["mode"] == "train_mode"].set_index("seed")
@@ -1235,21 +1253,25 @@ def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None,
                     e = float(tm.loc[r["seed"], theirs])
                     rel.append(abs(float(r[ours]) - e) / max(abs(e), 1e-12))
         check = max(rel) if rel else math.nan
-    ls = mean_ci(per_seed["log_var_ratio"])
-    moves = lambda g: ((g["mean_shift_sd"] > MEAN_SHIFT_SD).all(), (g["log_var_ratio"] > math.log(VAR_FACTOR)).all())
+    layers = list(buffers.groupby("layer"))
+    family = Family(2 * len(layers) + 2)
+    claims = [c for layer, g in layers
+              for c in buffer_claims(g.groupby("seed")[cols].max(), _slug(layer), family)]
+    claims += buffer_claims(per_seed, "most", family)
+    ls = t_interval(per_seed["log_var_ratio"])
+    if contrast is None and main is not None and "contrast" in main.columns:
+        contrast = float(main["contrast"].iloc[0])
     return BufferFindings(
-        criteria_by_layer={l: criteria_word(*moves(g), g["seed"].nunique()) for l, g in buffers.groupby("layer")},
-        f2_criteria=criteria_word(*moves(per_seed), n),
-        mean_shift=mean_ci(per_seed["mean_shift_sd"]), mean_shift_min=float(per_seed["mean_shift_sd"].min()),
+        mean_shift=t_interval(per_seed["mean_shift_sd"]), mean_shift_min=float(per_seed["mean_shift_sd"].min()),
         log_var=ls, log_var_min=float(per_seed["log_var_ratio"].min()), var_factor=float(math.exp(ls.mean)),
-        f2_means_move=word((per_seed["mean_shift_sd"] > MEAN_SHIFT_SD).all()),
-        f2_vars_move=word((per_seed["log_var_ratio"] > math.log(VAR_FACTOR)).all()),
         mean_shift_by_layer=buffers.groupby("layer")["mean_shift_sd"].mean(),
         log_var_by_layer=buffers.groupby("layer")["log_var_ratio"].mean(), engine_check=float(check),
-        means_move_by_layer={l: word((g["mean_shift_sd"] > MEAN_SHIFT_SD).all()) for l, g in buffers.groupby("layer")},
-        vars_move_by_layer={l: word((g["log_var_ratio"] > math.log(VAR_FACTOR)).all()) for l, g in buffers.groupby("layer")},
-        contrast_log_var=float(math.log(c ** 2)) if (c := contrast if contrast is not None else
-                                                      (float(main["contrast"].iloc[0]) if main is not None and "contrast" in main.columns else None)) else math.nan)
+        contrast_log_var=float(math.log(contrast ** 2)) if contrast else math.nan, m=family.m,
+        claims=_verdicts(claims))
+
+
+def _slug(v) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in str(v).lower()).strip("_")
 
 
 # --- numerical noise: the same runs at another torch thread count (issue 10) ---------------------------------------
@@ -1311,8 +1333,8 @@ class ThreadFindings:
     (``<other> - <main>`` threads), ``gap_diff_largest`` its largest size. ``gap_seed_sd``: the main run's
     standard deviation of that gap over *all* its seeds (NaN without it); ``diff_over_sd`` the ratio.
     ``main_gap`` / ``swapped_gap``: the main run's gap with 95% interval, and the same with the checked seeds'
-    gaps taken from the other thread count; ``flips``: ``"yes"`` when that swap alone changes whether the
-    interval excludes zero.
+    gaps taken from the other thread count; ``claims``: their verdicts (:func:`gap_claim`, no margin, each one
+    comparison; ``claims`` key ``main_gap``, ``swapped_claims`` key ``swapped_gap``), which differ when the thread count alone changes the verdict.
     """
 
     n_seeds: int
@@ -1327,7 +1349,8 @@ class ThreadFindings:
     diff_over_sd: float
     main_gap: Interval
     swapped_gap: Interval
-    flips: str
+    claims: pd.DataFrame
+    swapped_claims: pd.DataFrame
 
 
 def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threads: int = 1) -> ThreadFindings:
@@ -1346,23 +1369,24 @@ def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_thr
     d_a = (a["task_a_after"] - b["task_a_after"]).abs()[tm]
     gap = lambda x: x["task_b"].xs("train_mode", level="mode") - x["task_b"].xs("backbone_eval", level="mode")
     ga, gb = gap(a), gap(b)
-    sd, main_iv, swapped_iv, flips = math.nan, Interval(math.nan, math.nan, math.nan, 0), \
-        Interval(math.nan, math.nan, math.nan, 0), "not computed"
+    mg = sw = pd.Series(dtype=float)
+    sd = math.nan
     if main is not None:
-        mg = paired(main, "task_b", "mode", "train_mode", "backbone_eval")
+        mg = paired_differences(main, "task_b", "mode", "train_mode", "backbone_eval")
         sd = float(mg.std(ddof=1)) if len(mg) > 1 else math.nan
         sw = mg.copy()
         for s in gb.index:
             if s in sw.index:
                 sw[s] = gb[s]
-        main_iv, swapped_iv = mean_ci(mg), mean_ci(sw)
-        flips = "yes" if main_iv.excludes_zero != swapped_iv.excludes_zero else "no"
+    claims = _verdicts([gap_claim(mg, "main_gap", margin=None)])
+    swapped = _verdicts([gap_claim(sw, "swapped_gap", margin=None)])
     dmax = float((gb - ga).abs().max())
     return ThreadFindings(n_seeds=int(len(ga)), n_runs=int(distinct.sum()), n_differ=int((d_b > 0).sum()),
                           max_diff_b=float(d_b.max()), mean_diff_b=float(d_b.mean()), max_diff_a=float(d_a.max()),
                           gap_diff=(gb - ga).rename(lambda s: f"seed{s}"), gap_diff_largest=dmax, gap_seed_sd=sd,
                           diff_over_sd=dmax / sd if sd and not math.isnan(sd) else math.nan,
-                          main_gap=main_iv, swapped_gap=swapped_iv, flips=flips)
+                          main_gap=t_interval(mg), swapped_gap=t_interval(sw), claims=claims,
+                          swapped_claims=swapped)
 
 
 # --- the drift check against a precise target (referee item 3) ---------------------------------------------------
@@ -1422,7 +1446,7 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
         raise ValueError(f"drift_check needs targets 'engine' and 'precise', got {sorted(set(drift['target']))}")
     piv = drift.pivot_table(index=["seed", "layer", "step"], columns="target", values="weight")
     at12 = piv.xs(12, level="step")
-    bias = {l: mean_ci(g["engine"] - g["precise"]) for l, g in at12.groupby(level="layer")}
+    bias = {l: t_interval(g["engine"] - g["precise"]) for l, g in at12.groupby(level="layer")}
     rep = math.nan
     if engine is None and main is not None and "drift_steps" in main.columns:
         engine = drift_table(main)
@@ -1435,7 +1459,7 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
     n_in, n_iv, best = 0, 0, (0.0, "", 0)
     half, missed = 0.0, []
     for (layer, t), g in pr.groupby(["layer", "step"]):
-        iv, th = mean_ci(g["weight"]), (1 - momentum) ** t
+        iv, th = t_interval(g["weight"]), (1 - momentum) ** t
         n_iv += 1
         n_in += int(iv.low <= th <= iv.high)
         if not iv.low <= th <= iv.high:
@@ -1462,52 +1486,54 @@ def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
     """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds.
 
     Uses test data to choose, so it is a robustness check only (it favours each path, the pinned one included),
-    never a test. Per optimizer (``sgd``, ``adam``) and checkpoint: ``optimizer, step, lr_batch_stats,
-    lr_pinned, n, mean, ci_low, ci_high`` (paired gap ``batch_stats - pinned``, 95% Student-t interval).
+    never a test. Per optimizer (``sgd``, ``adam``) and checkpoint: ``key, optimizer, step, lr_batch_stats,
+    lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (paired gap ``batch_stats - pinned``;
+    the rows one family: Bonferroni intervals, Holm-adjusted p-values, :func:`gap_claim` without a margin).
     """
     t = sweep[(sweep["split"] == "test") & sweep["role"].isin(POOLED) & sweep["optimizer"].isin(["sgd", "adam"])]
-    recs = []
+    rows, values = [], []
     for (o, step), g in t.groupby(["optimizer", "step"]):
         best = {p: float(h.groupby("lr")["accuracy"].mean().sort_index().idxmax()) for p, h in g.groupby("path")}
         if set(best) != set(PATHS):
             continue
         acc = {p: g[(g["path"] == p) & (g["lr"] == lr)].set_index("seed")["accuracy"] for p, lr in best.items()}
-        iv = mean_ci(acc["batch_stats"] - acc["pinned"])
-        recs.append(dict(optimizer=o, step=int(step), lr_batch_stats=best["batch_stats"], lr_pinned=best["pinned"],
-                         n=iv.n, mean=iv.mean, ci_low=iv.low, ci_high=iv.high))
-    return pd.DataFrame(recs, columns=["optimizer", "step", "lr_batch_stats", "lr_pinned", "n", "mean", "ci_low",
-                                       "ci_high"])
+        rows.append(dict(key=f"oracle_{o}_{int(step)}", optimizer=o, step=int(step), lr_batch_stats=best["batch_stats"],
+                         lr_pinned=best["pinned"]))
+        values.append(acc["batch_stats"] - acc["pinned"])
+    cols = ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", "n", "mean", "ci_low", "ci_high", "confidence",
+            "p", "p_holm", "verdict"]
+    return _family_table(rows, values)[0].reindex(columns=cols) if rows else pd.DataFrame(columns=cols)
 
 
 @dataclass(frozen=True)
 class TuningFindings:
-    """What the trained heads' gap depends on (accuracies 0..1; gaps ``batch_stats - pinned``, pooled seeds).
+    """What the trained heads' gap depends on (accuracies 0..1; gaps ``batch_stats - pinned`` = ``train_mode -
+    backbone_eval``, pooled seeds).
 
-    *Oracle learning rate* (:func:`oracle_gaps`, robustness only): ``oracle`` per ``<optimizer>_<step>`` (95%
-    interval), ``oracle_min`` / ``oracle_max`` of the means, ``oracle_n`` rows and ``oracle_n_above`` whose
-    interval lies above 0; ``oracle_main`` per optimizer at ``main_step``; ``oracle_reading``: what that means, in
-    words (every pair resolved above 0 / none / some).
+    *Oracle learning rate* (:func:`oracle_gaps`, robustness only; one family of ``oracle_n``): ``oracle`` per
+    ``<optimizer>_<step>`` (family interval at ``oracle_confidence``), ``oracle_min`` / ``oracle_max`` of the
+    means, ``oracle_n_above`` rows with ``train_mode`` higher by Holm's adjusted p below 0.05; ``oracle_main``
+    per optimizer at ``main_step``; ``oracle_reading``: what that count means, in words.
     *Budget*: with the learning rate chosen on validation at ``main_step``, ``gap_at`` per
-    ``<optimizer>_<step>`` (95% interval; ``gap_first`` / ``gap_last`` per optimizer at the first / last checkpoint), and ``narrowing`` per optimizer: the paired change of the gap from
-    ``first_step`` to ``last_step`` (negative: it narrows), ``narrows``: ``"narrows"`` / ``"widens"`` when the
-    interval excludes 0, else ``"not resolved"`` (:func:`no_verdict` under 3 seeds); ``n_narrows`` of ``n_opt``;
-    ``narrow_reading``: those verdicts in words. The same tests with Holm's correction over the optimizers
-    (:func:`narrowing_holm`): ``narrowing_p`` (two-sided one-sample t test of a zero change, uncorrected),
-    ``narrowing_p_holm`` (Holm-adjusted), ``narrows_holm`` (the verdict at ``p_holm <`` :data:`ALPHA`),
-    ``narrowing_p_holm_text`` (:func:`p_text`), ``n_narrows_holm`` and ``narrow_holm_reading`` (those verdicts in
-    words).
+    ``<optimizer>_<step>`` (95% interval; ``gap_first`` / ``gap_last`` per optimizer at the first / last
+    checkpoint). ``narrow_claims`` (keys ``narrow_<optimizer>``, one family of ``n_opt``): the paired change of
+    the gap from ``first_step`` to ``last_step`` (negative: it narrows; "gap smaller at more steps" / "gap
+    larger at more steps"), its intervals ``narrowing``, ``narrowing_p_holm_text`` (:func:`p_text` of the Holm
+    p), ``n_narrows`` optimizers whose gap is smaller by Holm, ``narrow_reading``: those verdicts in words.
     *Feature scale*: the standardized heads (``<optimizer>-std``, learning rate chosen on validation at
-    ``main_step``): ``std_gap`` per optimizer at ``main_step`` (95% interval), ``std_verdict``
-    (:func:`gap_verdict`, margin :data:`PRIMARY_MARGIN`), ``std_reduction``: paired (unstandardized gap -
-    standardized gap) per optimizer, ``std_lr`` the chosen rates per ``<optimizer>_<path>``. ``std_gap_at``: the
-    standardized gap per ``<optimizer>_<step>`` at every checkpoint (95% interval), ``std_gap_min`` /
-    ``std_gap_max`` of its means, ``std_n_above`` of ``std_n`` intervals above 0 and ``std_n_positive`` means above 0; ``std_acc``: the standardized
-    heads' mean test accuracy per ``<optimizer>_<path>`` at ``main_step``, ``std_gain``: paired (standardized -
-    plain) accuracy per ``<optimizer>_<path>`` there (95% interval); ``std_plain_gap``: the plain heads' gap per
-    optimizer at ``main_step`` (the same as ``gap_at``'s); ``std_share`` / ``std_share_low``: the
-    reduction's mean / lower bound as a fraction of the plain gap's mean at ``main_step``. ``std_reading``: what
-    the standardized heads show, in words, read from the reduction's interval relative to the plain gap and from
-    the residual gap (:func:`std_reading`; ``"not run"`` without them).
+    ``main_step``). ``std_claims`` (keys ``std_<optimizer>``, one family of ``std_m``): their gap at
+    ``main_step`` with the reference test's margin (:func:`gap_claim`), intervals ``std_gap``;
+    ``reduction_claims`` (keys ``reduction_<optimizer>``, one family of ``std_m``): paired (plain gap -
+    standardized gap), intervals ``std_reduction``; ``std_lr`` the chosen rates per ``<optimizer>_<path>``.
+    ``std_at_claims`` (keys ``std_<optimizer>_<step>``, one family of ``std_n``): the standardized gap at every
+    checkpoint, intervals ``std_gap_at`` (at ``std_at_confidence``), ``std_gap_min`` / ``std_gap_max`` of its
+    means, ``std_n_above`` with ``train_mode`` higher by Holm and ``std_n_positive`` means above 0;
+    ``std_acc``: the standardized heads' mean test accuracy per ``<optimizer>_<path>`` at ``main_step``,
+    ``std_gain``: paired (standardized - plain) accuracy per ``<optimizer>_<path>`` there (95% interval);
+    ``std_plain_gap``: the plain heads' gap per optimizer at ``main_step`` (the same as ``gap_at``'s);
+    ``std_share`` / ``std_share_low``: the reduction's mean / lower bound as a fraction of the plain gap's
+    mean. ``std_reading``: what the standardized heads show, in words (:func:`std_reading`; ``"not run"``
+    without them).
     """
 
     main_step: int
@@ -1518,28 +1544,24 @@ class TuningFindings:
     oracle_max: float
     oracle_n: int
     oracle_n_above: int
+    oracle_confidence: float
     oracle_main: dict
     oracle_reading: str
     gap_at: dict
     gap_first: dict
     gap_last: dict
     narrowing: dict
-    narrows: dict
     n_narrows: int
     n_opt: int
     narrow_reading: str
-    narrowing_p: dict
-    narrowing_p_holm: dict
     narrowing_p_holm_text: dict
-    narrows_holm: dict
-    n_narrows_holm: int
-    narrow_holm_reading: str
     std_gap: dict
-    std_verdict: dict
     std_reduction: dict
+    std_m: int
     std_lr: dict
     std_reading: str
     std_gap_at: dict
+    std_at_confidence: float
     std_gap_min: float
     std_gap_max: float
     std_n_above: int
@@ -1550,38 +1572,20 @@ class TuningFindings:
     std_share: dict
     std_share_low: dict
     std_plain_gap: dict
+    narrow_claims: pd.DataFrame
+    std_claims: pd.DataFrame
+    reduction_claims: pd.DataFrame
+    std_at_claims: pd.DataFrame
 
 
-def _narrow_reading(narrows: dict) -> str:
-    """:attr:`TuningFindings.narrow_reading`: per optimizer, whether the gap narrows with the budget, in words."""
-    name = lambda o: "SGD" if o == "sgd" else "Adam"
-    by = {}
-    for o, v in narrows.items():
-        by.setdefault(v, []).append(name(o))
-    word = lambda v: v if v in ("narrows", "widens") else "does not change resolvably" if v == "not resolved" else f"gets {v}"
-    parts = [f"{'the gap ' if not i else ''}{word(v)} for {' and '.join(os)}" for i, (v, os) in enumerate(sorted(by.items()))]
-    return " and ".join(parts) if parts else "not run"
+def _opt_name(o: str) -> str:
+    return "SGD" if o == "sgd" else "Adam"
 
 
-def narrowing_holm(changes: dict) -> tuple[dict, dict, dict]:
-    """Holm's correction over the narrowing tests (one per optimizer).
-
-    ``changes``: per optimizer the paired per-seed change of the gap (last minus first checkpoint, accuracy 0..1).
-    Returns ``(p, p_holm, verdicts)`` per optimizer: the two-sided one-sample t-test p of a zero change
-    (:func:`t_pvalue`), the Holm-adjusted p over all optimizers given, and ``"narrows"`` / ``"widens"`` where the
-    adjusted p is below :data:`ALPHA` (by the sign of the mean change), else ``"not resolved"``
-    (:func:`no_verdict` under :data:`MIN_VERDICT_SEEDS` seeds).
-    """
-    names = list(changes)
-    vals = {o: np.asarray(pd.Series(changes[o]).dropna(), float) for o in names}
-    p = {o: t_pvalue(vals[o]) if len(vals[o]) >= 2 else math.nan for o in names}
-    adj = dict(zip(names, holm([p[o] for o in names]))) if names else {}
-    out = {}
-    for o in names:
-        v, q = vals[o], adj[o]
-        out[o] = (no_verdict(len(v)) if len(v) < MIN_VERDICT_SEEDS else
-                  ("narrows" if v.mean() < 0 else "widens") if q < ALPHA else "not resolved")
-    return p, {o: float(q) for o, q in adj.items()}, out
+def _narrow_reading(verdicts: dict) -> str:
+    """:attr:`TuningFindings.narrow_reading`: per optimizer the verdict on the gap's change with the budget."""
+    parts = [f"{_opt_name(o)}: {v}" for o, v in verdicts.items()]
+    return "; ".join(parts) if parts else "not run"
 
 
 def engine_check_text(diff: float, digits: int = 3) -> str:
@@ -1594,38 +1598,38 @@ def engine_check_text(diff: float, digits: int = 3) -> str:
 
 
 def _oracle_reading(k: int, n: int) -> str:
-    """:attr:`TuningFindings.oracle_reading`: ``k`` of ``n`` oracle rows with an interval above 0, in words."""
+    """:attr:`TuningFindings.oracle_reading`: ``k`` of ``n`` oracle rows with train mode higher, in words."""
     if n and k == n:
         return ("Even a learning rate tuned per path on the test data leaves the pinned path behind at every "
                 "checkpoint, so the trained heads' gap is not an artifact of the learning-rate choice")
     if k == 0:
-        return ("With the learning rate tuned per path on the test data no difference is resolved, so tuning could "
+        return ("With the learning rate tuned per path on the test data no difference is shown, so tuning could "
                 "account for the trained heads' gap")
     return (f"With the learning rate tuned per path on the test data the pinned path stays behind in {k} of {n} "
             f"optimizer-checkpoint pairs, so tuning explains at most a part of the trained heads' gap")
 
 
-def std_reading(plain: dict, reductions: dict, residual: dict) -> str:
-    """The standardized heads' result in words, read from the reduction's 95% interval, not from a tie verdict.
+def std_reading(plain: dict, reductions: pd.DataFrame, n_above: int, n_residual: int) -> str:
+    """The standardized heads' result in words, read from the reductions' verdicts, not from an equivalence.
 
-    ``plain``: per optimizer the plain heads' gap (:class:`~bnstudy.analysis.Interval`) at the main step;
-    ``reductions``: per optimizer (plain - standardized gap); ``residual``: the standardized gaps at every
-    checkpoint (a list of Intervals, all optimizers). "Most of the gap" when every reduction's interval lies
-    above 0 and its mean is at least half the plain gap; "part of the gap" when every reduction is resolved but
-    not that large; otherwise not shown to shrink. The residual's clause says whether a gap remains resolved
-    above 0 at some checkpoint. ``"not run"`` without standardized heads.
+    ``plain``: per optimizer the plain heads' gap (:class:`~bnstudy.inference.Interval`) at the main step;
+    ``reductions``: the claims table of (plain - standardized gap), keys ``reduction_<optimizer>``;
+    ``n_above`` of ``n_residual`` checkpoints where the standardized gap still shows ``train_mode`` higher.
+    "Most of the gap" when every reduction is shown ("smaller with standardized features") and its mean is at
+    least half the plain gap; "part of the gap" when every reduction is shown but not that large; otherwise not
+    shown to shrink. ``"not run"`` without standardized heads.
     """
-    if not reductions:
+    if reductions.empty:
         return "not run"
-    ok = [o for o, iv in reductions.items() if iv.n >= MIN_VERDICT_SEEDS and iv.low > 0]
-    if len(ok) < len(reductions):
-        names = " and ".join("SGD" if o == "sgd" else "Adam" for o in reductions if o not in ok)
-        return (f"standardizing the features does not shrink the gap by a resolved amount for {names}: feature "
+    opt = lambda k: k.removeprefix("reduction_")  # noqa: E731
+    missing = [opt(r.key) for r in reductions.itertuples() if r.verdict != STD_SMALLER]
+    if missing:
+        names = " and ".join(_opt_name(o) for o in missing)
+        return (f"standardizing the features is not shown to shrink the gap for {names}: feature "
                 "conditioning is not shown to explain it")
-    most = all(reductions[o].mean >= 0.5 * plain[o].mean for o in reductions)
-    above = sum(iv.n >= MIN_VERDICT_SEEDS and iv.low > 0 for iv in residual)
-    rest = (f"a smaller gap remains, resolved above zero at {above} of {len(residual)} checkpoints" if above else
-            "what remains is not resolved from zero at any checkpoint")
+    most = all(r.estimate >= 0.5 * plain[opt(r.key)].mean for r in reductions.itertuples())
+    rest = (f"a smaller gap remains, train mode higher at {n_above} of {n_residual} checkpoints" if n_above else
+            "what remains is not shown to differ from zero at any checkpoint")
     if most:
         return ("standardizing the features removes most of the gap on average, but by the reductions' intervals "
                 f"possibly less; {rest}. Feature conditioning, which standardization improves more on the pinned "
@@ -1641,59 +1645,67 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
     if main_step not in steps or len(steps) < 2:
         raise ValueError(f"tuning_findings needs main_step among >= 2 checkpoints, got {main_step} in {steps}")
     orc = oracle_gaps(sweep)
-    oracle = {f"{r.optimizer}_{r.step}": Interval(r.mean, r.ci_low, r.ci_high, int(r.n)) for r in orc.itertuples()}
+    oracle = {f"{r.optimizer}_{r.step}": Interval(r.mean, r.ci_low, r.ci_high, int(r.n), r.confidence)
+              for r in orc.itertuples()}
+    orc_above = int(((orc["p_holm"] < ALPHA) & (orc["mean"] > 0)).sum())
     lrs = choose_lrs(sweep, main_step)
     t = chosen_table(sweep, lrs)
     opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
-    gap_at, narrowing, narrows, changes = {}, {}, {}, {}
+    gap_at, changes = {}, {}
     for o in opts:
         per = {s: _path_gap(t, o, POOLED, s) for s in steps}
-        gap_at.update({f"{o}_{s}": mean_ci(v) for s, v in per.items()})
-        d = changes[o] = (per[steps[-1]] - per[steps[0]]).dropna()
-        narrowing[o] = mean_ci(d) if len(d) >= 2 else Interval(math.nan, math.nan, math.nan, len(d))
-        iv = narrowing[o]
-        narrows[o] = (no_verdict(len(d)) if len(d) < MIN_VERDICT_SEEDS else "narrows" if iv.high < 0
-                      else "widens" if iv.low > 0 else "not resolved")
-    n_p, n_p_holm, n_holm = narrowing_holm(changes)
-    std_gap, std_verdict, std_red, std_lr = {}, {}, {}, {}
-    std_at, std_acc, std_gain, share, share_low = {}, {}, {}, {}, {}
-    for o in opts:
+        gap_at.update({f"{o}_{s}": t_interval(v) for s, v in per.items()})
+        changes[o] = per[steps[-1]] - per[steps[0]]
+    fam = Family(max(len(opts), 1))
+    narrow = _verdicts(decide(d, f"narrow_{o}", family=fam, higher=GAP_LARGER, lower=GAP_SMALLER)
+                       for o, d in changes.items())
+    std_opts = [o for o in opts if (o + STD_SUFFIX, "pinned") in lrs]
+    sfam = Family(max(len(std_opts), 1))
+    std_claims, red_claims, std_lr, std_acc, std_gain, std_at_rows, std_at_values = [], [], {}, {}, {}, [], []
+    for o in std_opts:
         so = o + STD_SUFFIX
-        if (so, "pinned") not in lrs:
-            continue
         g = _path_gap(t, so, POOLED, main_step)
-        std_gap[o], std_verdict[o] = mean_ci(g), gap_verdict(g)
-        std_red[o] = mean_ci((_path_gap(t, o, POOLED, main_step) - g).dropna())
+        std_claims.append(gap_claim(g, f"std_{o}", family=sfam))
+        red_claims.append(decide(_path_gap(t, o, POOLED, main_step) - g, f"reduction_{o}", family=sfam,
+                                 higher=STD_SMALLER, lower=STD_LARGER))
         std_lr.update({f"{o}_{p}": lrs[(so, p)] for p in PATHS})
-        std_at.update({f"{o}_{s}": mean_ci(_path_gap(t, so, POOLED, s)) for s in steps})
-        plain_gap = gap_at[f"{o}_{main_step}"].mean
-        share[o] = std_red[o].mean / plain_gap if plain_gap else math.nan
-        share_low[o] = std_red[o].low / plain_gap if plain_gap else math.nan
+        for s in steps:
+            std_at_rows.append(dict(key=f"std_{o}_{s}"))
+            std_at_values.append(_path_gap(t, so, POOLED, s))
         at = t[t["role"].isin(POOLED) & (t["step"] == main_step)]
         for p in PATHS:
-            acc = lambda name: at[(at["optimizer"] == name) & (at["path"] == p)].set_index("seed")["accuracy"]
+            acc = lambda name: at[(at["optimizer"] == name) & (at["path"] == p)].set_index("seed")["accuracy"]  # noqa: E731
             std_acc[f"{o}_{p}"] = float(acc(so).mean())
-            std_gain[f"{o}_{p}"] = mean_ci((acc(so) - acc(o)).dropna())
+            std_gain[f"{o}_{p}"] = t_interval(acc(so) - acc(o))
+    std_claims, red_claims = _verdicts(std_claims), _verdicts(red_claims)
+    std_at_table, std_at_claims = _family_table(std_at_rows, std_at_values)
+    std_at = {r.key.removeprefix("std_"): _interval(r) for r in std_at_claims.itertuples()}
+    std_above = int(((std_at_claims["p_adjusted"] < ALPHA) & (std_at_claims["estimate"] > 0)).sum())
+    reduction = {r.key.removeprefix("reduction_"): _interval(r) for r in red_claims.itertuples()}
+    plain = {o: gap_at[f"{o}_{main_step}"] for o in reduction}
+    share = {o: reduction[o].mean / plain[o].mean if plain[o].mean else math.nan for o in reduction}
+    share_low = {o: reduction[o].low / plain[o].mean if plain[o].mean else math.nan for o in reduction}
     return TuningFindings(
         main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]), oracle=oracle,
         oracle_min=float(orc["mean"].min()), oracle_max=float(orc["mean"].max()), oracle_n=len(orc),
-        oracle_n_above=int((orc["ci_low"] > 0).sum()),
+        oracle_n_above=orc_above, oracle_confidence=float(orc["confidence"].iloc[0]) if len(orc) else math.nan,
         oracle_main={o: oracle[f"{o}_{main_step}"] for o in ("sgd", "adam") if f"{o}_{main_step}" in oracle},
-        oracle_reading=_oracle_reading(int((orc["ci_low"] > 0).sum()), len(orc)), gap_at=gap_at,
+        oracle_reading=_oracle_reading(orc_above, len(orc)), gap_at=gap_at,
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
-        narrowing=narrowing, narrows=narrows,
-        n_narrows=sum(v == "narrows" for v in narrows.values()), n_opt=len(opts), narrow_reading=_narrow_reading(narrows), std_gap=std_gap,
-        narrowing_p=n_p, narrowing_p_holm=n_p_holm, narrowing_p_holm_text={o: p_text(q) for o, q in n_p_holm.items()},
-        narrows_holm=n_holm,
-        n_narrows_holm=sum(v == "narrows" for v in n_holm.values()), narrow_holm_reading=_narrow_reading(n_holm),
-        std_verdict=std_verdict, std_reduction=std_red, std_lr=std_lr,
-        std_reading=std_reading({o: gap_at[f"{o}_{main_step}"] for o in std_red}, std_red, list(std_at.values())),
-        std_gap_at=std_at, std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
+        narrowing={r.key.removeprefix("narrow_"): _interval(r) for r in narrow.itertuples()},
+        n_narrows=int(((narrow["p_adjusted"] < ALPHA) & (narrow["estimate"] < 0)).sum()), n_opt=len(opts),
+        narrow_reading=_narrow_reading({r.key.removeprefix("narrow_"): r.verdict for r in narrow.itertuples()}),
+        narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
+        std_gap={r.key.removeprefix("std_"): _interval(r) for r in std_claims.itertuples()},
+        std_reduction=reduction, std_m=sfam.m, std_lr=std_lr,
+        std_reading=std_reading(plain, red_claims, std_above, len(std_at)),
+        std_gap_at=std_at,
+        std_at_confidence=float(std_at_claims["confidence"].iloc[0]) if len(std_at_claims) else math.nan,
+        std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
         std_gap_max=float(max((iv.mean for iv in std_at.values()), default=math.nan)),
-        std_n_above=sum(iv.n >= MIN_VERDICT_SEEDS and iv.low > 0 for iv in std_at.values()), std_n=len(std_at),
-        std_n_positive=sum(iv.mean > 0 for iv in std_at.values()),
-        std_acc=std_acc, std_gain=std_gain, std_share=share, std_share_low=share_low,
-        std_plain_gap={o: gap_at[f"{o}_{main_step}"] for o in std_red})
+        std_n_above=std_above, std_n=len(std_at), std_n_positive=sum(iv.mean > 0 for iv in std_at.values()),
+        std_acc=std_acc, std_gain=std_gain, std_share=share, std_share_low=share_low, std_plain_gap=plain,
+        narrow_claims=narrow, std_claims=std_claims, reduction_claims=red_claims, std_at_claims=std_at_claims)
 
 
 # --- the seed article's numbers beside this chapter's (referee item 9) ---------------------------------------------
@@ -1719,16 +1731,20 @@ def seed_article_table(main: pd.DataFrame, f: Findings, o: OptimizerFindings, bu
     after = f.task_a_after_tm
     raw_mean, raw_var = float(buffers["mean_abs"].max()), float(buffers["var_abs"].max())
     pinned = piv[["backbone_eval", "all_eval"]].mean()
+    v = lambda key: verdict_of(f.claims, key)  # noqa: E731
+    ok = lambda key: v(key) == EXACT  # noqa: E731
+    chance_v, change_v = v("task_a_chance"), v("task_a_change")
+    main_v = verdict_of(o.explore_claims, "explore_main") if (o.explore_claims["key"] == "explore_main").any() \
+        else "not run"
     rows = [
-        ("every weight unchanged (all modes)", "largest change 0", f"largest change 0: {f.c_weights_unchanged}",
-         "reproduced (check)" if f.c_weights_unchanged == "holds" else "differs"),
+        ("every weight unchanged (all modes)", "largest change 0", f"largest change 0: {v('c_weights_unchanged')}",
+         "reproduced (check)" if ok("c_weights_unchanged") else "differs"),
         ("task A after `train_mode`", f"{a['task_a_after_tm']:.3f} (chance)",
-         f"{after.mean():.3f} mean, {after.min():.3f} to {after.max():.3f}; {f.n_near_chance} of {f.n_seeds} seeds "
-         f"at or below {f.chance_limit:.2f}",
-         "reproduced" if f.f2_chance == "holds" else
-         f"differs: falls in {int((f.task_a_drop > 0).sum())} of {f.n_seeds} seeds, at chance in {f.n_near_chance} of "
-         f"{f.n_seeds}" if f.f2_task_a_falls == "holds"
-         else "differs"),
+         f"{after.mean():.3f} mean, {after.min():.3f} to {after.max():.3f}; against chance: {chance_v}; "
+         f"{f.n_near_chance} of {f.n_seeds} seeds at or below {f.chance_limit:.2f}",
+         "reproduced" if chance_v.startswith("equivalent") else
+         f"differs: {change_v} in the paired comparison, at most {f.chance_limit:.2f} in {f.n_near_chance} of "
+         f"{f.n_seeds} seeds" if change_v == A_LOWER else "differs"),
         ("largest old-head logit change (`train_mode`)", f"up to {a['max_logit_change']:.0f}",
          f"{logit.mean():.1f} mean over seeds, at most {logit.max():.1f}",
          "reproduced, smaller" if 0 < logit.max() < a["max_logit_change"] else
@@ -1740,14 +1756,14 @@ def seed_article_table(main: pd.DataFrame, f: Findings, o: OptimizerFindings, bu
          f"{a['task_b_tm']:.2f} against {a['task_b_pinned_low']:.2f} to {a['task_b_pinned_high']:.2f}",
          f"{piv['train_mode'].mean():.3f} against "
          f"{f'{pinned.min():.3f} (both)' if pinned.min() == pinned.max() else f'{pinned.min():.3f} to {pinned.max():.3f}'}; "
-         f"gap {o.explore_verdict.get('main', 'not run')} after Holm",
-         "reproduced" if o.explore_verdict.get("main") == "pinned worse" else "differs: gap not resolved"),
+         f"difference: {main_v} (exploratory family)",
+         "reproduced" if main_v == TRAIN_HIGHER else f"differs: {main_v}"),
         ("the two pinned modes on task B", f"{a['pinned_a']:.3f} against {a['pinned_b']:.3f} (\"run-to-run noise\")",
-         f"equal in every seed: {f.c_pinned_equal_b}",
-         "identity of the code (the article's runs were not paired)" if f.c_pinned_equal_b == "holds" else "differs"),
+         f"equal in every seed: {v('c_pinned_equal_b')}",
+         "identity of the code (the article's runs were not paired)" if ok("c_pinned_equal_b") else "differs"),
         ("`separate_stats`: task A logits unchanged, task B as `train_mode`", "exactly 0; 0.43 as `train_mode`",
-         f"logits unchanged: {f.c_separate_exact}; equal to `train_mode`: {f.c_separate_matches_b}",
-         "reproduced (checks)" if f.c_separate_exact == f.c_separate_matches_b == "holds" else "differs"),
+         f"logits unchanged: {v('c_separate_exact')}; equal to `train_mode`: {v('c_separate_matches_b')}",
+         "reproduced (checks)" if ok("c_separate_exact") and ok("c_separate_matches_b") else "differs"),
     ]
     return pd.DataFrame(rows, columns=["claim", "seed article", "this chapter", "status"])
 
