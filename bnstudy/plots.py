@@ -24,14 +24,22 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from .analysis import mean_ci
+from . import style
+from .inference import Interval, t_interval
 from .modes import MODE_NAMES
 from .sweep import atomic_write_bytes
+
+def _interval(values, confidence: float = 0.95) -> Interval:
+    """A figure's bar: :func:`bnstudy.inference.t_interval` of ``values`` (NaN dropped); one value is drawn as a
+    point without a bar."""
+    iv = t_interval(values, confidence)
+    return iv if iv.n >= 2 else Interval(iv.mean, iv.mean, iv.mean, iv.n, confidence)
+
 
 MODE_ORDER = list(MODE_NAMES)
 # colorblind palette entries blue, orange, green and purple: its fourth (vermillion) is too close to orange
 # for backbone_eval and separate_stats, which several figures draw side by side (referee s7)
-MODE_PALETTE = dict(zip(MODE_ORDER, [sns.color_palette("colorblind")[k] for k in (0, 1, 2, 4)]))
+MODE_PALETTE = style.palette("mode", MODE_ORDER)  # one colour per freeze mode in every figure (bnstudy.style)
 
 
 def set_style() -> None:
@@ -85,19 +93,19 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path
 
 def interval_frame(df: pd.DataFrame, by, value: str) -> pd.DataFrame:
     """Mean and 95% interval of ``value`` per group ``by``: columns ``mean, lo, hi``, indexed by ``by``."""
-    return df.groupby(by)[value].apply(lambda v: pd.Series(tuple(mean_ci(v)), index=["mean", "lo", "hi"])).unstack()
+    return df.groupby(by)[value].apply(lambda v: pd.Series(tuple(_interval(v)), index=["mean", "lo", "hi"])).unstack()
 
 
 def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, ylabel: str = "accuracy",
                 interval=None, ylim=None):
     """One panel per ``columns`` item (column -> title): each seed a dot per mode, mean and 95% interval beside.
 
-    ``interval(values) -> Interval`` computes the bars (default: Student t, :func:`bnstudy.analysis.mean_ci`);
+    ``interval(values) -> Interval`` computes the bars (default: Student t, :func:`bnstudy.inference.t_interval`);
     ``ylim``: the value axis' limits, where a bar cut by them ends in a triangle pointing past the axis.
     ``chance`` draws a dotted chance line in every panel. The legend sits below the panels. Returns the figure.
     """
     from matplotlib.lines import Line2D
-    interval = interval or mean_ci
+    interval = interval or _interval
     modes = [m for m in MODE_ORDER if m in set(df["mode"])]
     fig, axes = plt.subplots(1, len(columns), figsize=(3.3 * len(columns), 4.2), sharey=True, squeeze=False)
     clipped = False
@@ -228,7 +236,7 @@ def quantile_figure(lq: pd.DataFrame):
 
 
 def summary_table(summary: pd.DataFrame, by: str, labels: dict, order=None, digits: int = 3) -> pd.DataFrame:
-    """A display table from a long summary (:func:`bnstudy.analysis.summarize`): one row per ``by`` value,
+    """A display table from a long summary (columns ``metric, mean, ci_low, ci_high``): one row per ``by`` value,
     one column per metric in ``labels`` (metric -> column title), cells ``"mean [low, high]"``."""
     cell = summary.assign(value=[f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
                                  for m, lo, hi in summary[["mean", "ci_low", "ci_high"]].values])
@@ -257,8 +265,8 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     equivalence band +-``tolerance`` (upper right, its own y ticks on its right). Returns the figure.
     """
     fig, (ax, dx) = plt.subplots(2, 1, figsize=(6.6, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.25, 1]})
-    for q, label, color, marker in (("module_eval_accuracy", "eval mode (running statistics)", "C0", "o"),
-                                    ("module_train_accuracy", "train mode (batch statistics)", "C3", "s")):
+    for q, label, color, marker in (("module_eval_accuracy", "eval mode (running statistics)", style.STATISTICS["running"], "o"),
+                                    ("module_train_accuracy", "train mode (batch statistics)", style.STATISTICS["batch"], "s")):
         c = _curve(t4, "sorted_fraction", q)
         ax.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
         ax.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
@@ -279,7 +287,7 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(0.0, 0.45))
     d = t4.assign(train_minus_eval=t4["module_train_accuracy"] - t4["module_eval_accuracy"],
                   after_minus_before=t4["module_eval_accuracy_after_pass"] - t4["source_task_a_accuracy"])
-    for q, label, color, marker in (("train_minus_eval", "train mode - eval mode (same batches)", "C3", "s"),
+    for q, label, color, marker in (("train_minus_eval", "train mode - eval mode (same batches)", style.STATISTICS["batch"], "s"),
                                     ("after_minus_before", "held-out eval accuracy: after the pass - before", "C2",
                                      "^")):
         c = _curve(d, "sorted_fraction", q)
@@ -315,9 +323,10 @@ def batch_size_figure(t5: pd.DataFrame, min_batch: int, chance: float):
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     c = _curve(t5, "device_batch_size", "module_train_accuracy")
     ax.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
-    ax.plot(c["device_batch_size"], c["mean"], "s-", ms=4, color="C3", label="train mode (batch statistics)")
-    ax.fill_between(c["device_batch_size"], c["lo"], c["hi"], color="C3", alpha=0.2)
-    ax.axhline(float(t5["module_eval_accuracy"].mean()), color="C0", ls="--", label="eval mode (running statistics)")
+    ax.plot(c["device_batch_size"], c["mean"], "s-", ms=4, color=style.STATISTICS["batch"], label="train mode (batch statistics)")
+    ax.fill_between(c["device_batch_size"], c["lo"], c["hi"], color=style.STATISTICS["batch"], alpha=0.2)
+    ax.axhline(float(t5["module_eval_accuracy"].mean()), color=style.STATISTICS["running"], ls="--",
+               label="eval mode (running statistics)")
     ax.axhline(chance, color="0.4", ls=":", label="chance")
     ax.set_xscale("log", base=2)
     ax.set_xticks(c["device_batch_size"].tolist())
@@ -451,8 +460,7 @@ def retention_scatter(scatter: pd.DataFrame):
 
 CH06_CONDITIONS = ("nearest_first", "nearest_all", "classifier", "mixture", "oracle", "train_mode", "pinned")
 # distinct hues (tab10) and markers, so that no two series differ by shade alone
-CH06_PALETTE = dict(zip(CH06_CONDITIONS, ("tab:blue", "tab:green", "tab:purple", "tab:olive", "black", "tab:red",
-                                          "tab:orange")))
+CH06_PALETTE = style.palette("router", CH06_CONDITIONS)
 CH06_MARKERS = dict(zip(CH06_CONDITIONS, ("o", "^", "s", "D", "*", "v", "P")))
 CH06_AXIS_LABEL = "shift strength t (levels, not to scale)"
 
@@ -621,7 +629,7 @@ def temperature_figure(table: pd.DataFrame, kept: float):
 
 # --- chapter 4 (issue 12): heads and optimizers -------------------------------------------------------------------
 
-OPTIMIZER_PALETTE = dict(zip(("sgd", "sgd_plain", "adam"), sns.color_palette("Dark2", 3)))
+OPTIMIZER_PALETTE = style.palette("optimizer", ("sgd", "sgd_plain", "adam"))
 OPTIMIZER_LABELS = {"sgd": "SGD + momentum 0.9", "sgd_plain": "plain SGD", "adam": "Adam"}
 
 
@@ -1077,7 +1085,7 @@ def _log2_axis(ax, ticks) -> None:
 
 
 def _strategy_colors(strategies):
-    return dict(zip(strategies, sns.color_palette("tab10", len(strategies))))
+    return style.palette("strategy", strategies)
 
 
 def noise_figure(noise: pd.DataFrame):
@@ -1384,9 +1392,8 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
 # --- chapters 1 and 2, issue 10: the head's optimizer swept, training budget, trap 3's dropout, trap 5's loss,
 # --- training on class-sorted batches; and a floor on text size -------------------------------------------------
 
-OPTIMIZER_COLORS = {"sgd": sns.color_palette("colorblind")[0], "adam": sns.color_palette("colorblind")[1],
-                    "reference": "0.25", "sgd-std": sns.color_palette("colorblind")[2],
-                    "adam-std": sns.color_palette("colorblind")[4]}
+OPTIMIZER_COLORS = {"sgd": style.OPTIMIZERS["sgd"], "adam": style.OPTIMIZERS["adam"], "reference": "0.55",
+                    "sgd-std": style.SKY, "adam-std": style.PINK}
 CH01_GAP_LABELS = {"sgd": "SGD +\nmomentum", "adam": "Adam", "sgd-std": "SGD,\nstandardized", "adam-std": "Adam,\nstandardized",
                     "reference": "logistic regr.\n(converged,\n4000 samples)"}
 PATH_STYLES = {"batch_stats": ("-", "o", "train_mode = separate_stats"),
@@ -1402,7 +1409,7 @@ def min_text_size(fig: plt.Figure, size: float = 9.0) -> plt.Figure:
 
 
 def _mean_ci_bar(ax, x, values, color, **kw):
-    iv = mean_ci(values)
+    iv = _interval(values)
     ax.errorbar([x], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D", color=color, ms=6,
                 capsize=5, lw=1.6, zorder=4, **kw)
 
@@ -1749,7 +1756,7 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
     for j, case in enumerate(cases):
         g = t6[t6["case"] == case]
         for i, (q, _) in enumerate(qs):
-            iv = mean_ci(g[q])
+            iv = _interval(g[q])
             x = i + (j - 0.5) * w
             ax.bar(x, iv.mean, width=w * 0.92, color=f"C{j}", alpha=0.75,
                    label=("trained on " + case.replace("_", "-") + " batches") if i == 0 else None)
@@ -1778,7 +1785,7 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
             px.fill_betweenx([i - 0.3, i + 0.3], -tie_margin, tie_margin, color="C1", alpha=0.15, lw=0,
                              label=f"equivalence margin \u00b1{tie_margin:g}")
         px.scatter(v, np.full(len(v), i) + 0.18, s=8, color="0.3", alpha=0.5, zorder=3)
-        iv = mean_ci(v)
+        iv = _interval(v)
         px.errorbar([iv.mean], [i], xerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D", color="black", ms=5,
                     capsize=4, lw=1.6, zorder=4)
     px.axvline(0, color="0.4", lw=1)

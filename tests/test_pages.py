@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from bnstudy.analysis import Interval
+from bnstudy.inference import Interval
 from bnstudy.pages import glue_findings, glue_items
 
 
