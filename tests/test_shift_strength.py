@@ -190,7 +190,10 @@ def test_every_verdict_of_the_findings_is_a_word_of_the_vocabulary():
 def test_findings_of_the_mismatch_measure():
     F = ss.findings(_table(_cfg()), n_boot=10)
     assert F.rho_eval_train == pytest.approx(1.0)
-    assert F.rho_cost_line_min == pytest.approx(1.0)       # within a line, cost rises with the mismatch
+    # three levels per affine line: fewer than 4 pairs, no rank correlation (inference.rank_correlation's rule)
+    assert math.isnan(F.rho_cost_line_min)
+    four = _cfg(brightness_levels=(0.0, 1.0, 2.0, 3.0), contrast_levels=(1.0, 2.0, 3.0, 4.0))
+    assert ss.findings(_table(four), n_boot=10).rho_cost_line_min == pytest.approx(1.0)   # cost rises with mismatch
     assert F.noshift_kl == pytest.approx(0.01)
     # safe: cost < 0.01 with 95% confidence (only no shift); harmed: cost > 0.01 (every other shift)
     assert F.safe_max_kl == pytest.approx(0.01) and F.harm_min_kl > F.safe_max_kl
