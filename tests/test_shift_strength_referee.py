@@ -131,7 +131,7 @@ def test_budget_net_rows_and_their_verdicts():
     bn = ss.budget_net_table(df, margin=0.02).set_index(["t", "steps"])
     assert set(bn.index.get_level_values("steps")) == {100, 200, 300}
     assert bn.loc[(1.0, 300), "verdict"] == "train mode lower" and bn.loc[(1.0, 300), "mean"] < -0.05
-    assert (bn["m"] == len(bn) == 6).all()                   # the points printed together: one family
+    assert len(bn) == 6 and (bn["m"] == 6).all()              # the points printed together: one family
     F = ss.findings(df, n_boot=10, n_boot_select=10)
     want = sum(g.sort_index()["kind"].iloc[0] != g.sort_index()["kind"].iloc[-1]
                for _, g in bn.groupby(level="t"))
