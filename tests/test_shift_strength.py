@@ -594,7 +594,8 @@ def test_selection_findings_name_the_winner_and_its_limits():
     # the safe and harm groups are worded from their values (the mean shift, 0.01 at every contrast-only shift,
     # puts costly shifts at the no-shift value: the groups meet)
     assert F.winner_threshold_clean == ("overlap" if F.winner_harm_min < F.winner_safe_max else "do not overlap")
-    assert F.n_cost_larger["raw"] + F.n_benefit_larger["raw"] == F.n_resolved["raw"]
+    assert (F.n_lower["raw"] + F.n_higher["raw"] + F.n_equivalent["raw"] + F.n_not_decided["raw"]
+            + F.n_too_few["raw"]) == F.m_tests                    # every level has exactly one verdict
 
 
 def test_source_backbone_trains_its_source_when_the_cache_has_none(tmp_path):

@@ -178,8 +178,8 @@ def test_grid_compound_is_worded_from_the_paired_interval():
     df = _table10(cfg, seed_noise=0.001)
     F = ss.findings(df, n_boot=10, n_boot_select=10)
     assert F.grid_n_shifted == F.grid_n_cells - 1
-    c = claim(F, "grid_compound")                        # corner 0.6 against brightness alone 0.4, every seed
-    assert c["estimate"] == pytest.approx(0.2) and c["verdict"] == "combined shift costs more"
+    c = claim(F, "grid_compound")     # the corner (4, 5) is the both line's t = 1: cost 0.3 against 0.4, every seed
+    assert c["estimate"] == pytest.approx(-0.1) and c["verdict"] == "combined shift costs less"
     assert c["confidence"] == pytest.approx(Family(2).confidence)   # two comparisons printed together
     # Make the corner cost wildly different per seed around the same mean: no direction is shown any more
     corner = (df["brightness"] == 4.0) & (df["contrast"] == 5.0) & (df["mode"] == "train_mode")
