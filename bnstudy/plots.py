@@ -844,8 +844,8 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
     level_table; default: ``raw`` and ``vs no shift``, the benefit counted above its no-shift value), Bonferroni
     intervals, the equivalence band ``±margin`` shaded; one panel per line, log strength axis labelled by
     ``xlabels[line]``, symmetric-log y axis (linear within ±0.05) so that the band and the weak levels stay
-    readable next to losses of 0.8. Filled markers: the level's verdict is resolved (interval excludes 0); open
-    diamonds: a tie (within the margin by the TOST); open circles: undetermined."""
+    readable next to losses of 0.8. Filled markers: a direction shown (the family interval excludes 0); open
+    diamonds: equivalent within the margin (TOST); open circles: not decided."""
     labels = {"raw": "benefit − cost", "vs no shift": "benefit above its no-shift value − cost",
               "normalized": "share of room above chance"}
     with plt.rc_context(CH3_FONT):
@@ -861,8 +861,8 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
                 g = g.sort_values("strength")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
                             fmt="-", lw=1, capsize=2, color=col[view], label=labels[view])
-                res = (g["ci_low"] > 0) | (g["ci_high"] < 0)
-                tie = ~res & (g["verdict"] == "tie") if "verdict" in g.columns else ~res & False
+                res = g["kind"].isin(["lower", "higher"]) if "kind" in g.columns else (g["ci_low"] > 0) | (g["ci_high"] < 0)
+                tie = ~res & (g["kind"] == "equivalent") if "kind" in g.columns else ~res & False
                 ax.plot(g["strength"][res] * f, g["mean"][res], "o", ms=4.5, color=col[view])
                 ax.plot(g["strength"][~res & ~tie] * f, g["mean"][~res & ~tie], "o", ms=4.5, mfc="white",
                         color=col[view])

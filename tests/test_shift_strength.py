@@ -8,6 +8,7 @@ import pytest
 
 from bnstudy.config import Execution, RunConfig
 from bnstudy.experiments import shift_strength as ss
+from bnstudy.inference import is_verdict
 from bnstudy.modes import MODE_NAMES
 
 NO_EXTRA = dict(blur_levels=(), noise_levels=(), same_both_levels=(), same_noise_levels=())
@@ -121,6 +122,11 @@ def _cfg(**kw):
     return ss.make_config("quick", seeds=3, **{**SMALL, "both_levels": (0.0, 0.25, 0.5, 1.0), **kw})
 
 
+def claim(F, key):
+    """The claims-table row ``key`` of findings ``F``."""
+    return F.claims.set_index("key").loc[key]
+
+
 def test_findings_find_the_known_crossover_and_name_the_lines():
     F = ss.findings(_table(_cfg()), n_boot=50)
     assert F.cross["both"]["estimate"] == pytest.approx(0.6)
@@ -137,9 +143,12 @@ def test_findings_find_the_known_crossover_and_name_the_lines():
 
 def test_findings_verdicts_flip_when_the_data_do():
     F = ss.findings(_table(_cfg()), n_boot=20)
-    assert (F.budget_direction, F.grid_compound, F.sep_gain_without_loss) == ("shrinks", "more", "holds")
+    # zero spread over seeds (every seed the same effect): the interval is the point, a direction is shown
+    assert claim(F, "budget_change_strongest")["verdict"] == "longer budget lower"
+    assert claim(F, "budget_change_1")["estimate"] == pytest.approx(-0.1)
+    assert claim(F, "grid_compound")["verdict"] == "combined shift costs more"
+    assert claim(F, "sep_task_a")["verdict"] == "exact, checked =="
     assert F.budget_t == 1.0 and (F.budget_s_lo, F.budget_s_hi) == (100, 300)
-    assert F.budget["benefit_change"].mean == pytest.approx(-0.1)
     assert F.grid_cost_corner == pytest.approx(0.25) and F.grid_cost_bonly == pytest.approx(0.2)
 
     def flipped(b, c, steps):
@@ -148,9 +157,12 @@ def test_findings_verdicts_flip_when_the_data_do():
         if b > 0 and math.isclose(c, 1 + b):               # both line: cost above benefit everywhere
             return 0.3 * b / 4, 0.1 * b / 4
         return _effects(b, c, steps)
-    G = ss.findings(_table(_cfg(), flipped, sep_b_offset=0.05), n_boot=20)
-    assert G.grid_compound == "less"          # corner 0.1 below brightness-only 0.2 in every seed (paired)
-    assert G.sep_gain_without_loss == "does not hold" and G.sep_vs_train_max_b_diff == pytest.approx(0.05)
+    df = _table(_cfg(), flipped, sep_b_offset=0.05)
+    one = df.index[df["mode"].eq("separate_stats") & df["on_both"]][0]
+    df.loc[one, "task_a_after"] -= 1e-12          # separate_stats touching task A at all: no longer exact
+    G = ss.findings(df, n_boot=20)
+    assert claim(G, "grid_compound")["verdict"] == "combined shift costs less"   # corner 0.1 below 0.2, every seed
+    assert claim(G, "sep_task_a")["verdict"] == "not exact" and G.sep_vs_train_max_b_diff == pytest.approx(0.05)
     assert G.curves_cross["both"] == "do not cross" and G.crossing_lines == "none" and not G.any_crossover
 
 
@@ -158,15 +170,30 @@ def test_budget_direction_grows_and_stays():
     def grows(b, c, steps):
         cost, ben = _effects(b, c, steps)
         return cost, (ben * 4 if steps > 100 and b > 0 and c > 1 else ben)
-    assert ss.findings(_table(_cfg(), grows), n_boot=10).budget_direction == "grows"
+    assert claim(ss.findings(_table(_cfg(), grows), n_boot=10), "budget_change_strongest")["verdict"] == \
+        "longer budget higher"
     same = lambda b, c, steps: _effects(b, c, 100)
-    assert ss.findings(_table(_cfg(), same), n_boot=10).budget_direction == "does not change significantly"
+    assert claim(ss.findings(_table(_cfg(), same), n_boot=10), "budget_change_strongest")["verdict"] == "not decided"
+
+
+def test_every_verdict_of_the_findings_is_a_word_of_the_vocabulary():
+    F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    assert len(F.claims) and not F.claims["key"].duplicated().any()
+    assert all(is_verdict(v, ss.DIRECTIONS) for v in F.claims["verdict"])
+    assert not any(is_verdict(w) for w in ss.DIRECTIONS)   # the page's own words, declared
+    lv = ss.level_table(_table10(_cfg10(), seed_noise=0.001), margin=0.02)
+    assert all(is_verdict(v, ss.DIRECTIONS) for v in lv["verdict"])
+    # record(): the findings without the claims table, for glue_findings
+    assert ss.record(F).claims == {} and ss.record(F).n_seeds == F.n_seeds
 
 
 def test_findings_of_the_mismatch_measure():
     F = ss.findings(_table(_cfg()), n_boot=10)
     assert F.rho_eval_train == pytest.approx(1.0)
-    assert F.rho_cost_line_min == pytest.approx(1.0)       # within a line, cost rises with the mismatch
+    # three levels per affine line: fewer than 4 pairs, no rank correlation (inference.rank_correlation's rule)
+    assert math.isnan(F.rho_cost_line_min)
+    four = _cfg(brightness_levels=(0.0, 1.0, 2.0, 3.0), contrast_levels=(1.0, 2.0, 3.0, 4.0))
+    assert ss.findings(_table(four), n_boot=10).rho_cost_line_min == pytest.approx(1.0)   # cost rises with mismatch
     assert F.noshift_kl == pytest.approx(0.01)
     # safe: cost < 0.01 with 95% confidence (only no shift); harmed: cost > 0.01 (every other shift)
     assert F.safe_max_kl == pytest.approx(0.01) and F.harm_min_kl > F.safe_max_kl
@@ -348,33 +375,17 @@ def test_budget_check_reruns_its_points_at_each_step_count_without_duplicating_t
 
 # --- issue 10: multiplicity, equivalence, the normalized view, leave-one-type-out, the budget ----------------------
 
-def test_bonferroni_interval_widens_to_confidence_one_minus_alpha_over_m():
-    v = [1.0, 2.0, 3.0]                                   # mean 2, standard error 1/sqrt(3)
-    one = ss.bonferroni_interval(v, 1)
-    assert one.high - 2 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)   # t(0.975, 2)
-    five = ss.bonferroni_interval(v, 5)                   # confidence 0.99: t(0.995, 2) = 9.924843
-    assert five.mean == 2 and five.high - 2 == pytest.approx(9.924843 / math.sqrt(3), rel=1e-6)
-    with pytest.raises(ValueError, match="m must be an integer >= 1"):
-        ss.bonferroni_interval(v, 0)
-
-
-def test_tost_claims_a_tie_only_inside_the_margin():
-    v = [-0.01, 0.01, -0.01, 0.01]                        # mean 0, sd 0.011547, se 0.0057735, 3 df
-    # t = 0.02 / se = 2 sqrt(3) on 3 df; closed form sf = 1/2 - (t/sqrt3 / (1 + t^2/3) + atan(t/sqrt3)) / pi
-    assert ss.tost_pvalue(v, 0.02) == pytest.approx(0.5 - (2 / 5 + math.atan(2)) / math.pi, rel=1e-9)
-    # margin 0.005: t = sqrt(3) / 2, t/sqrt3 = 1/2; p = 0.2251, no tie at 5%
-    assert ss.tost_pvalue(v, 0.005) == pytest.approx(0.5 - (0.5 / 1.25 + math.atan(0.5)) / math.pi, rel=1e-9)
-    assert ss.tost_pvalue([0.005] * 4, 0.01) == 0.0 and ss.tost_pvalue([0.02] * 3, 0.01) == 1.0
-    with pytest.raises(ValueError, match="margin"):
-        ss.tost_pvalue(v, 0.0)
-
-
-def test_level_verdict_reads_sign_tie_or_undetermined():
-    from bnstudy.analysis import Interval
-    assert ss.level_verdict(Interval(0.1, 0.05, 0.15, 5), 0.9, 0.01) == "benefit larger"
-    assert ss.level_verdict(Interval(-0.1, -0.15, -0.05, 5), 0.9, 0.01) == "cost larger"
-    assert ss.level_verdict(Interval(0.0, -0.01, 0.01, 5), 0.001, 0.01) == "tie"
-    assert ss.level_verdict(Interval(0.0, -0.1, 0.1, 5), 0.3, 0.01) == "undetermined"
+def test_level_table_uses_the_family_interval_and_tost_of_inference():
+    from bnstudy.inference import Family, t_interval, tost_p
+    df = _table10(_cfg10(), seed_noise=0.01)
+    lv = ss.level_table(df, margin=0.02)
+    net = lv[(lv["metric"] == "net") & (lv["view"] == "raw")].set_index(["line", "strength"])
+    eff = ss.paired_effects(ss._main(df))
+    g = eff[eff["s_both"] == 1.0]["net"]
+    m = int(net["m_tests"].iloc[0])
+    iv = t_interval(g, Family(m).confidence)          # Bonferroni: confidence 1 - 0.05/m
+    assert (net.loc[("both", 1.0), "ci_low"], net.loc[("both", 1.0), "ci_high"]) == pytest.approx((iv.low, iv.high))
+    assert net.loc[("both", 1.0), "tost_p"] == pytest.approx(tost_p(g, 0.02))
 
 
 def _cfg10(**kw):
@@ -418,16 +429,16 @@ def test_level_table_counts_the_tests_and_gives_the_verdict_per_level():
                    for t, levels in cfg.levels().items())
     assert (lv["m_tests"] == n_levels).all() and n_levels == 2 + 2 + 3 + 1 + 1
     net = lv[lv["metric"] == "net"].set_index(["line", "strength", "view"])
-    assert net.loc[("both", 1.0, "raw"), "verdict"] == "cost larger"          # -0.1, tiny spread
-    assert net.loc[("both", 1.0, "normalized"), "verdict"] == "benefit larger"
-    assert net.loc[("both", 0.25, "raw"), "verdict"] == "benefit larger"       # 0.05 - 0.01875, tiny spread
+    assert net.loc[("both", 1.0, "raw"), "verdict"] == "train mode lower"      # -0.1, tiny spread
+    assert net.loc[("both", 1.0, "normalized"), "verdict"] == "train mode higher"
+    assert net.loc[("both", 0.25, "raw"), "verdict"] == "train mode higher"     # 0.05 - 0.01875, tiny spread
     assert net.loc[("blur", 1.0, "raw"), "mean"] == pytest.approx(-0.05)
     assert net.loc[("both", 1.0, "raw"), "breakeven_rate"] == pytest.approx(0.2 / 0.3)
     lo, hi = net.loc[("both", 1.0, "raw"), ["breakeven_low", "breakeven_high"]]
     assert lo <= 0.2 / 0.3 <= hi and hi - lo < 0.01                         # three seeds, tiny spread
     vt = ss.verdict_table(lv)
     assert vt.loc[("both", "1"), "break-even rate [95%]"] == f"{0.2 / 0.3:.2f} [{lo:.2f}, {hi:.2f}]"
-    assert vt.loc[("both", "1"), "verdict (accuracy)"] == "cost larger"
+    assert vt.loc[("both", "1"), "verdict (accuracy)"] == "train mode lower"
 
 
 def test_seed_points_are_the_per_seed_values_behind_the_level_means():
@@ -495,17 +506,20 @@ def test_equal_measure_spread_finds_lines_with_equal_mismatch_and_different_cost
 def test_convergence_flags_a_head_still_improving():
     cfg = _cfg10(budget_levels=(0.25, 1.0), budget_steps=(200, 300))
     df = _table10(cfg)
-    # The pinned head gains 0.01 * seed + 0.02 from 200 to 300 steps at t = 1: still improving; elsewhere flat.
+    # The pinned head gains 0.001 * seed + 0.02 from 200 to 300 steps at t = 1: still improving (even at the
+    # family's confidence 1 - 0.05/6 with 3 seeds); elsewhere flat.
     bump = (df["mode"] == "backbone_eval") & (df["steps"] == 300) & (df["both_strength"] == 1.0)
-    df.loc[bump, "task_b"] += 0.02 + 0.01 * df.loc[bump, "seed"]
+    df.loc[bump, "task_b"] += 0.02 + 0.001 * df.loc[bump, "seed"]
     cv = ss.convergence_table(df).set_index(["t", "mode"])
-    assert cv.loc[(1.0, "backbone_eval"), "verdict"] == "still improving"
-    assert cv.loc[(1.0, "train_mode"), "verdict"] == "no significant change"
-    assert cv.loc[(1.0, "benefit"), "verdict"] == "shrinks"
+    assert cv.loc[(1.0, "backbone_eval"), "verdict"] == "longer budget higher"
+    assert cv.loc[(1.0, "train_mode"), "verdict"] == "not decided"             # 0 change in every seed, no margin
+    assert cv.loc[(1.0, "benefit"), "verdict"] == "longer budget lower"
+    assert (cv["m"] == len(cv)).all()                                           # the table's rows: one family
     assert cv.loc[(0.25, "backbone_eval"), "steps_from"] == 200
     F = ss.findings(df, n_boot=10, n_boot_select=10)
     assert F.n_heads_improving == 1 and F.n_heads_checked == 4
-    assert F.convergence["t1"]["backbone_eval"] == "still improving"
+    assert claim(F, "convergence_1_backbone_eval")["verdict"] == "longer budget higher"
+    assert claim(F, "convergence_weakest_backbone_eval")["verdict"] == "not decided"
     bp = ss.budget_points(df)
     assert set(bp["steps"]) == {100, 200, 300} and {"train_mode", "backbone_eval", "paired"} <= set(bp["mode"])
 
@@ -514,7 +528,9 @@ def test_findings_of_issue_ten_on_a_hand_made_table():
     F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
     assert F.room_a == pytest.approx(0.5) and F.room_b["new"] == pytest.approx(0.25)
     assert F.exchange_rate == pytest.approx(0.5)
-    assert F.at_t1["both_raw"]["verdict"] == "cost larger" and F.at_t1["both_normalized"]["verdict"] == "benefit larger"
+    assert claim(F, "at_t1_both_raw")["verdict"] == "train mode lower"
+    assert claim(F, "at_t1_both_normalized")["verdict"] == "train mode higher"
+    assert claim(F, "weakest_raw_both")["estimate"] == claim(F, "raw_both_0_25")["estimate"]
     assert F.family["benefit"].mean == pytest.approx(0.2) and F.family["cost"].mean == pytest.approx(0.3)
     assert F.extra["blur"]["cost"].mean == pytest.approx(0.05)
     assert F.threshold_lines["raw"]["thr0.02"] == "both"
@@ -578,7 +594,8 @@ def test_selection_findings_name_the_winner_and_its_limits():
     # the safe and harm groups are worded from their values (the mean shift, 0.01 at every contrast-only shift,
     # puts costly shifts at the no-shift value: the groups meet)
     assert F.winner_threshold_clean == ("overlap" if F.winner_harm_min < F.winner_safe_max else "do not overlap")
-    assert F.n_cost_larger["raw"] + F.n_benefit_larger["raw"] == F.n_resolved["raw"]
+    assert (F.n_lower["raw"] + F.n_higher["raw"] + F.n_equivalent["raw"] + F.n_not_decided["raw"]
+            + F.n_too_few["raw"]) == F.m_tests                    # every level has exactly one verdict
 
 
 def test_source_backbone_trains_its_source_when_the_cache_has_none(tmp_path):
@@ -601,7 +618,7 @@ def test_breakeven_interval_brackets_the_rate_and_refuses_where_the_cost_may_be_
     assert ss.breakeven_interval(cost, ben, n_boot=500) == (lo, hi)            # reproducible (seed 0)
     lo0, hi0 = ss.breakeven_interval(np.array([0.02, -0.03, 0.01, -0.01, 0.02]), ben, n_boot=500)
     assert np.isnan(lo0) and np.isnan(hi0)                                       # mean cost often <= 0: no bound
-    assert all(np.isnan(ss.breakeven_interval(cost[:2], ben[:2], n_boot=50)))  # too few seeds
+    assert all(np.isnan(ss.breakeven_interval(cost[:1], ben[:1], n_boot=50)))  # too few seeds (inference: n < 2)
     with pytest.raises(ValueError, match="n_boot"):
         ss.breakeven_interval(cost, ben, n_boot=0)
     with pytest.raises(ValueError, match="equal length"):
@@ -609,27 +626,30 @@ def test_breakeven_interval_brackets_the_rate_and_refuses_where_the_cost_may_be_
 
 
 def test_rate_reading_flags_point_estimates_and_rates_above_one_where_the_net_is_unresolved():
-    assert ss.rate_reading(math.nan, math.nan, math.nan, "tie") == "n/a"
-    assert ss.rate_reading(0.5, 0.4, 0.6, "cost larger") == "0.50 [0.40, 0.60]"
-    assert ss.rate_reading(1.39, math.nan, math.nan, "tie") == "1.39 (point estimate only), net not resolved"
-    assert ss.rate_reading(1.39, 0.8, 2.5, "undetermined") == "1.39 [0.80, 2.50], net not resolved"
-    assert ss.rate_reading(1.39, 1.1, 2.5, "benefit larger") == "1.39 [1.10, 2.50]"
+    assert ss.rate_reading(math.nan, math.nan, math.nan, "equivalent") == "n/a"
+    assert ss.rate_reading(0.5, 0.4, 0.6, "lower") == "0.50 [0.40, 0.60]"
+    assert ss.rate_reading(1.39, math.nan, math.nan, "equivalent") == \
+        "1.39 (point estimate only), net: no direction shown"
+    assert ss.rate_reading(1.39, 0.8, 2.5, "not decided") == "1.39 [0.80, 2.50], net: no direction shown"
+    assert ss.rate_reading(1.39, 1.1, 2.5, "higher") == "1.39 [1.10, 2.50]"
 
 
 def test_rate_findings_do_not_read_rates_above_one_at_unresolved_levels_as_drifting_paying():
+    kinds = {"equivalent within \u00b10.02": "equivalent", "not decided": "not decided", "train mode lower": "lower",
+             "train mode higher": "higher"}
     row = lambda line, x, rate, lo, hi, v: dict(line=line, strength=x, view="raw", metric="net", breakeven_rate=rate,
-                                                breakeven_low=lo, breakeven_high=hi, verdict=v)
-    lv = pd.DataFrame([row("brightness", 0.5, 1.39, 0.7, 2.9, "tie"), row("noise", 3.0, 1.48, math.nan, math.nan,
-                                                                            "undetermined"),
-                       row("both", 1.0, 0.36, 0.3, 0.43, "cost larger"),
-                       row("contrast", 2.0, math.nan, math.nan, math.nan, "tie"),
-                       dict(row("both", 1.0, 9.0, 8.0, 10.0, "benefit larger"), view="normalized")])
+                                                breakeven_low=lo, breakeven_high=hi, verdict=v, kind=kinds[v])
+    lv = pd.DataFrame([row("brightness", 0.5, 1.39, 0.7, 2.9, "equivalent within \u00b10.02"),
+                       row("noise", 3.0, 1.48, math.nan, math.nan, "not decided"),
+                       row("both", 1.0, 0.36, 0.3, 0.43, "train mode lower"),
+                       row("contrast", 2.0, math.nan, math.nan, math.nan, "equivalent within \u00b10.02"),
+                       dict(row("both", 1.0, 9.0, 8.0, 10.0, "train mode higher"), view="normalized")])
     R = ss.rate_findings(lv)
     assert (R["rate_n"], R["rate_n_point_only"], R["rate_n_above_1"], R["rate_n_above_1_ci"],
             R["rate_n_above_1_paid"]) == (3, 1, 2, 0, 0)
-    assert R["rate_above_1_levels"] == ("brightness 0.5: 1.39 [0.70, 2.90], tie; "
-                                        "noise 3: 1.48 (point estimate only), undetermined")
+    assert R["rate_above_1_levels"] == ("brightness 0.5: 1.39 [0.70, 2.90], equivalent within \u00b10.02; "
+                                        "noise 3: 1.48 (point estimate only), not decided")
     assert "none shows that drifting pays" in R["rate_above_1_reading"]
-    paid = ss.rate_findings(pd.DataFrame([row("both", 0.25, 2.0, 1.5, 2.6, "benefit larger")]))
+    paid = ss.rate_findings(pd.DataFrame([row("both", 0.25, 2.0, 1.5, 2.6, "train mode higher")]))
     assert paid["rate_n_above_1_ci"] == 1 and paid["rate_above_1_reading"].startswith("at 1 of them")
     assert ss.rate_findings(lv.iloc[2:3])["rate_above_1_reading"] == "no break-even rate lies above 1"

@@ -1,4 +1,4 @@
-"""Chapter 3 after the full-profile referee: four-way verdicts, margins, unconditional crossing intervals, the
+"""Chapter 3 after the full-profile referee: verdicts in the book's vocabulary, margins, unconditional crossing intervals, the
 benefit above its no-shift value, twin lines held out together, budget net rows and the paired grid comparison.
 Every rule on small hand-made tables, with the verdict flipping when the data do."""
 
@@ -8,22 +8,34 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bnstudy.analysis import Interval
 from bnstudy.experiments import shift_strength as ss
-from test_shift_strength import _cfg10, _table10
+from bnstudy.inference import Family, holm
+from test_shift_strength import _cfg10, _table10, claim
 
 
-def test_level_verdict_is_four_way_and_separates_resolved_but_negligible():
-    iv_neg = Interval(-0.003, -0.006, -0.0005, 16)            # same_both t = 0.0625 in the full profile
-    assert ss.level_verdict(iv_neg, 1e-6, 0.001) == "resolved, within margin"
-    assert ss.level_verdict(iv_neg, 0.5, 0.001) == "cost larger"           # not within the margin: flips back
-    iv_pos = Interval(0.003, 0.001, 0.006, 16)
-    assert ss.level_verdict(iv_pos, 1e-6, 0.001) == "resolved, within margin"
-    assert ss.level_verdict(iv_pos, 0.5, 0.001) == "benefit larger"
-    assert ss.level_verdict(Interval(0.0, -0.01, 0.01, 5), 0.0005, 0.001) == "tie"
-    assert ss.level_verdict(Interval(0.0, -0.01, 0.01, 5), 0.0015, 0.001) == "undetermined"   # knife edge
-    assert ss.level_verdict(Interval(0.0, -0.01, 0.01, 5), math.nan, 0.001) == "undetermined"
-    assert set(ss.VERDICTS) == {"benefit larger", "cost larger", "resolved, within margin", "tie", "undetermined"}
+def _blur(df, net):
+    """``df`` with the blur level's train_mode task A set so that its per-seed net effect is ``net(seed)``."""
+    df = df.copy()
+    rows = (df["corruption"] == "blur") & (df["corruption_level"] > 0) & (df["mode"] == "train_mode")
+    df.loc[rows, "task_a_after"] = 0.6 + df.loc[rows, "seed"].map(net)
+    return df
+
+
+def test_a_direction_shown_takes_precedence_over_equivalence():
+    # blur 1: net -0.003 with a tiny spread (the old "resolved, within margin"): a direction is shown, and it is
+    # also inside the margin by the TOST; the verdict is the direction, the estimate says how small it is
+    df = _blur(_table10(_cfg10(), seed_noise=0.001), lambda s: -0.003 + 0.0001 * (s - 1))
+    lv = ss.level_table(df, margin=0.02)
+    r = lv[(lv["metric"] == "net") & (lv["view"] == "raw") & (lv["line"] == "blur")].iloc[0]
+    assert r["mean"] == pytest.approx(-0.003)
+    assert r["verdict"] == "train mode lower" and r["kind"] == "lower"
+    assert r["tost_p"] < Family(int(r["m_tests"])).level
+    # the same level with a spread around 0: no direction; equivalent within a wide margin, not decided in a narrow one
+    df0 = _blur(df, lambda s: 0.004 * (s - 1))
+    r0 = lambda mg: ss.level_table(df0, margin=mg).query("metric == 'net' and view == 'raw' and line == 'blur'").iloc[0]
+    assert r0(0.2)["verdict"] == "equivalent within \u00b10.2"
+    assert r0(0.001)["verdict"] == "not decided"
+    assert ss.KINDS == ("lower", "higher", "equivalent", "not decided", "too few seeds")
 
 
 def test_crossover_counts_no_crossing_as_an_outcome_of_its_interval():
@@ -88,16 +100,17 @@ def test_break_even_rate_only_where_the_cost_is_resolved():
 
 
 def test_margin_counts_move_with_the_margin_and_sum_to_the_levels():
-    df = _table10(_cfg10(), seed_noise=0.001)
+    # blur 1's net is 0 on average with a spread: equivalent within 0.2, not decided within 0.001; every other
+    # level shows a direction at both margins (a direction does not depend on the margin)
+    df = _blur(_table10(_cfg10(), seed_noise=0.001), lambda s: 0.004 * (s - 1))
     mc = ss.margin_counts(df, (0.001, 0.2))
     tot = mc.groupby(["view", "margin"])["n"].sum()
     assert (tot == 9).all()
-    raw = mc[mc["view"] == "raw"].set_index(["margin", "verdict"])["n"]
-    # with a huge margin every resolved level is "within margin", with a tiny one none is
-    assert raw.loc[(0.001, "resolved, within margin")] == 0
-    assert raw.loc[(0.2, "cost larger")] + raw.loc[(0.2, "benefit larger")] < \
-        raw.loc[(0.001, "cost larger")] + raw.loc[(0.001, "benefit larger")]
-    assert list(ss.margin_display(mc).columns)[0] == "benefit larger"
+    raw = mc[mc["view"] == "raw"].set_index(["margin", "kind"])["n"]
+    assert raw.loc[(0.001, "equivalent")] == 0 and raw.loc[(0.001, "not decided")] == 1
+    assert raw.loc[(0.2, "equivalent")] == 1 and raw.loc[(0.2, "not decided")] == 0
+    assert raw.loc[(0.2, "lower")] + raw.loc[(0.2, "higher")] == raw.loc[(0.001, "lower")] + raw.loc[(0.001, "higher")] == 8
+    assert list(ss.margin_display(mc).columns)[0] == "train mode lower"
     with pytest.raises(ValueError, match="margins"):
         ss.margin_counts(df, (0.0,))
 
@@ -117,19 +130,20 @@ def test_budget_net_rows_and_their_verdicts():
     df = _table10(cfg, seed_noise=0.001)
     bn = ss.budget_net_table(df, margin=0.02).set_index(["t", "steps"])
     assert set(bn.index.get_level_values("steps")) == {100, 200, 300}
-    assert bn.loc[(1.0, 300), "verdict"] == "cost larger" and bn.loc[(1.0, 300), "mean"] < -0.05
+    assert bn.loc[(1.0, 300), "verdict"] == "train mode lower" and bn.loc[(1.0, 300), "mean"] < -0.05
+    assert len(bn) == 6 and (bn["m"] == 6).all()              # the points printed together: one family
     F = ss.findings(df, n_boot=10, n_boot_select=10)
-    want = sum(g.sort_index()["verdict"].iloc[0] != g.sort_index()["verdict"].iloc[-1]
+    want = sum(g.sort_index()["kind"].iloc[0] != g.sort_index()["kind"].iloc[-1]
                for _, g in bn.groupby(level="t"))
     assert F.budget_net_n_flips == want == 1            # t = 0.25's benefit shrinks with steps in _effects
-    assert F.budget_net_word == "changes" and F.budget_net["t1"]["verdict_s300"] == "cost larger"
-    assert F.budget_t_min == 0.25 and F.convergence_weakest["train_mode"] == "no significant change"
-    # At t = 1 and 300 steps cost and benefit both vanish: the net verdict there flips to a tie.
+    assert F.budget_net_word == "changes" and claim(F, "budget_net_1_s300")["verdict"] == "train mode lower"
+    assert F.budget_t_min == 0.25 and claim(F, "convergence_weakest_train_mode")["verdict"] == "not decided"
+    # At t = 1 and 300 steps cost and benefit both vanish: the net there is exactly 0, equivalent.
     late = (df["steps"] == 300) & (df["both_strength"] == 1.0)
     df.loc[late, "task_a_after"] = 0.6
     df.loc[late, "task_b"] = 0.35
     F2 = ss.findings(df, n_boot=10, n_boot_select=10)
-    assert F2.budget_net_n_flips == 2 and F2.budget_net["t1"]["verdict_s300"] == "tie"
+    assert F2.budget_net_n_flips == 2 and claim(F2, "budget_net_1_s300")["verdict"] == "equivalent within \u00b10.02"
     assert ss.findings(_table10(_cfg10(budget_levels=(1.0,), budget_steps=(200, 300)), seed_noise=0.001),
                        n_boot=10, n_boot_select=10).budget_net_word == "does not change"
 
@@ -143,7 +157,7 @@ def test_referee_findings_on_a_hand_made_table():
     assert F.cross_page["raw"]["both"].endswith("of resamples cross")
     assert F.t1_taska_train_seed_min < F.t1_taska_train_seed_max
     assert F.eval_se == pytest.approx(math.sqrt(0.35 * 0.65 / F.n_eval))
-    assert F.favour.startswith("no shift") == (F.n_benefit_larger["raw"] + F.n_benefit_larger["vs no shift"] == 0)
+    assert F.favour.startswith("no shift") == (F.n_higher["raw"] + F.n_higher["vs no shift"] == 0)
     assert F.winner in F.indistinct and F.n_indistinct >= 1
     assert F.winner_call.startswith("`statistics_mismatch(") and "network_mode=" in F.winner_call
 
@@ -164,16 +178,16 @@ def test_grid_compound_is_worded_from_the_paired_interval():
     df = _table10(cfg, seed_noise=0.001)
     F = ss.findings(df, n_boot=10, n_boot_select=10)
     assert F.grid_n_shifted == F.grid_n_cells - 1
-    d = F.grid_compound_diff
-    want = "more" if d.low > 0 else "less" if d.high < 0 else "not distinguishably more or less"
-    assert F.grid_compound == want
-    # Make the corner cost wildly different per seed around the same mean: the word must become "not distinguishable"
+    c = claim(F, "grid_compound")     # the corner (4, 5) is the both line's t = 1: cost 0.3 against 0.4, every seed
+    assert c["estimate"] == pytest.approx(-0.1) and c["verdict"] == "combined shift costs less"
+    assert c["confidence"] == pytest.approx(Family(2).confidence)   # two comparisons printed together
+    # Make the corner cost wildly different per seed around the same mean: no direction is shown any more
     corner = (df["brightness"] == 4.0) & (df["contrast"] == 5.0) & (df["mode"] == "train_mode")
     base = df.loc[(df["brightness"] == 4.0) & (df["contrast"] == 1.0) & (df["mode"] == "train_mode")]
     df.loc[corner, "task_a_after"] = base.set_index("seed").loc[df.loc[corner, "seed"], "task_a_after"].to_numpy() \
         + np.where(df.loc[corner, "seed"] % 2 == 0, 0.2, -0.2) - 0.001
     F2 = ss.findings(df, n_boot=10, n_boot_select=10)
-    assert F2.grid_compound == "not distinguishably more or less"
+    assert claim(F2, "grid_compound")["verdict"] == "not decided"
 
 
 def test_mismatch_figure_shows_paired_differences_from_the_winner_and_tells_twins_apart():
@@ -220,26 +234,29 @@ def test_final_referee_findings_no_shift_test_margin_in_images_and_candidate_cou
     df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
     F = ss.findings(df, n_boot=20, n_boot_select=20)
     assert F.benefit["noshift"].mean == pytest.approx(0.03)
-    assert F.benefit_noshift_p < 0.001 and F.benefit_noshift_word == "distinguishable from zero"
+    c = claim(F, "noshift_benefit")                      # 0.03 in every seed: zero spread, a direction
+    assert c["p"] < 0.001 and c["verdict"] == "train mode higher" and c["estimate"] == pytest.approx(0.03)
     assert F.tie_margin_images == 20 and F.n_eval == 1000
     assert F.n_other_candidates == F.n_candidates - 1
     for view in ss.VIEWS:      # lists read "a, b and c", never "a and b and c"
         assert all(v.count(" and ") <= 1 for v in F.threshold_lines[view].values())
-    # Without the gain the no-shift benefit is noise around 0: not distinguishable.
+    # Without the gain the no-shift benefit is exactly 0 in every seed: no direction, and no margin to be within.
     G = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
-    assert G.benefit_noshift_word == "not distinguishable from zero"
+    assert claim(G, "noshift_benefit")["verdict"] == "not decided"
 
 
 def test_display_tables_name_their_columns_in_words_and_format_their_cells():
     bn = pd.DataFrame(dict(t=[0.0625, 1.0], steps=[300, 1600], mean=[-0.00004, -0.6], ci_low=[-0.01, -0.7],
-                           ci_high=[0.01, -0.5], n_seeds=[16, 16], tost_p=[0.00001, 1.0], verdict=["tie", "cost larger"]))
+                           ci_high=[0.01, -0.5], n_seeds=[16, 16], m=[2, 2], tost_p=[0.00001, 1.0],
+                           verdict=["equivalent within \u00b10.02", "train mode lower"]))
     out = ss.budget_net_display(bn)
     assert list(out.index.names) == ["t", "stage-2 steps"] and ("0.0625", "300") in out.index
     assert ("1", "1,600") in out.index
     assert out.loc[("0.0625", "300"), "TOST p"] == "<0.0001" and out.loc[("1", "1,600"), "TOST p"] == "1.0000"
     assert out.loc[("0.0625", "300"), "net (mean)"] == "0.0000"                    # no negative zero
+    assert "interval (97.50%, m = 2)" in out.columns                                 # the family's confidence
     cv = pd.DataFrame(dict(t=[0.0625], mode=["benefit"], steps_from=[800], steps_to=[1600], mean=[-0.0002],
-                           ci_low=[-0.01], ci_high=[0.01], verdict=["no significant change"]))
+                           ci_low=[-0.01], ci_high=[0.01], m=[1], verdict=["not decided"]))
     c = ss.convergence_display(cv)
     assert c.loc[("0.0625", "benefit"), "budgets (steps)"] == "800 to 1,600"
     assert c.loc[("0.0625", "benefit"), "change (mean)"] == "0.000"
@@ -258,5 +275,5 @@ def test_budget_dependent_levels_and_benefit_change_p_on_a_hand_made_table():
     lo, hi = sorted([F.exchange_rate, F.exchange_rate_long])
     assert F.n_budget_dependent == int(be.between(lo, hi).sum())
     assert (F.budget_dependent_levels == "none") == (F.n_budget_dependent == 0)
-    for k, p in F.budget_benefit_change_p.items():
-        assert math.isnan(p) or F.budget_benefit_change_p_bonf[k] == pytest.approx(min(1, p * len(F.budget_benefit_change_p)))
+    bc = F.claims[F.claims["key"].str.match(r"budget_change_\d")]
+    assert len(bc) == F.budget_change_m >= 1 and bc["p_adjusted"].to_numpy() == pytest.approx(holm(bc["p"]))
