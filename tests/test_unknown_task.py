@@ -403,9 +403,12 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     p2 = ut.phrases(ut.findings(df2), ut.cell_tests(df2), ut.claims(df2))
     assert p2["oracle_exact_text"] == "yet in some run they differ, by up to 1e-07"
     assert p2["cost_vs_routing_text"] == ("Not everywhere does the cost wait for routing: with two tasks the cost of "
-                                          "`train_mode` is detectable below the strength from which per-sample "
+                                          "train mode is detectable below the strength from which per-sample "
                                           "routing works.")
     assert p2["known_head_text"].endswith("but not everywhere a wrong bank measurably costs on this grid")
+    from bnstudy.sphinxext import inline_markdown
+    for texts in (p, p2):  # the guide pastes it across pages, where only bold and italics render
+        assert inline_markdown(texts["cost_vs_routing_text"]) is not None, texts["cost_vs_routing_text"]
     assert p2["nall_worst_text"] == ("but not at every strength: it routes 0.110 below `nearest_first` at t = 0.01 "
                                      "with two tasks (95% interval 0.085 to 0.135 below)")
     # an interval reaching above zero: no negative magnitude, and "on average"

@@ -1212,7 +1212,8 @@ def phrases(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, 
     late = []
     for k in _ks(f.works_from_b1):
         w = f.works_from_b1[f"k{k}"]
-        early = [name for name, d in (("`train_mode`", f.wrong_from_train), ("pinned", f.wrong_from_pinned))
+        # plain words, no code: the guide pastes this sentence across pages, where only bold and italics render
+        early = [name for name, d in (("train mode", f.wrong_from_train), ("pinned", f.wrong_from_pinned))
                  if not math.isnan(d[f"k{k}"]) and (math.isnan(w) or d[f"k{k}"] < w)]
         if early:
             late.append(f"with {_count(k)} tasks the cost of {_and(early)} is detectable below the strength from "
