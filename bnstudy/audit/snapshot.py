@@ -130,26 +130,8 @@ def nonfinite_words(t: torch.Tensor) -> str:
 
 
 def diff_rows(before: Snapshot, after: Snapshot) -> list[dict]:
-    """:func:`diff`'s rows as plain dicts (no pandas needed; keys :data:`_DIFF_COLUMNS`).
-
-    One row per tensor: how much it moved between two snapshots.
-
-    Columns: ``tensor`` (qualified name), ``module``, ``name`` (local name),
-    ``kind`` (``param``/``buffer``), ``shape``, ``max_abs_change`` (largest
-    absolute element-wise change, in the tensor's own units; exact, computed in
-    float64), ``changed`` (bool), ``status`` (``unchanged``, ``changed``,
-    ``added``, ``removed``, ``reshaped``, ``non-finite``: NaN or inf where the
-    value was finite before, e.g. a running_var after one overflowing batch), and
-    ``before``/``after`` for 0-d tensors such as ``num_batches_tracked``
-    (``None`` otherwise), ``shared_with`` (the tensor's other names, a tuple,
-    empty when it has one name), and ``nonfinite_before``/``nonfinite_after``
-    (how many of its values are NaN or inf; 0 for integer tensors). A NaN
-    against a number counts as a change of ``inf`` in ``max_abs_change``; the
-    ``non-finite`` status and counts say which it was. A tensor reachable under several names has one row per name (as in
-    torch's ``state_dict()``), so it is reported under every name it has. Rows follow
-    the model's order. Raises ``TypeError`` if an argument is not a
-    :class:`Snapshot`.
-    """
+    """:func:`diff`'s rows as plain dicts, one per tensor with the columns :func:`diff` documents (keys
+    :data:`_DIFF_COLUMNS`); no pandas needed. Raises ``TypeError`` if an argument is not a :class:`Snapshot`."""
     for pname, s in (("before", before), ("after", after)):
         if not isinstance(s, Snapshot):
             raise TypeError(f"{pname} must be a Snapshot (from bnstudy.audit.snapshot), got {type(s).__name__}")
