@@ -27,7 +27,7 @@ also switches it to inference mode; PyTorch's ``requires_grad_(False)`` does not
 from .audit import FreezeAudit, lint_forward_modes, lint_loader, lint_model
 from .freeze import (FrozenBatchNorm, freeze_batchnorm, freeze_modules, pin_eval, pin_norm_eval,
                      shared_weight_copy, unfreeze_batchnorm, unfreeze_modules, unpin)
-from .stats import compare_statistics, precise_bn_statistics, replace_norm, statistics_mismatch, update_bn_stats
+from .running_stats import compare_statistics, precise_bn_statistics, replace_norm, statistics_mismatch, update_bn_stats
 
 __all__ = [
     # freeze

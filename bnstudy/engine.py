@@ -220,7 +220,7 @@ class _ModeRun:
 
     @torch.no_grad()
     def _population_means(self, n_batches: int = 20) -> dict[str, torch.Tensor]:
-        """Task-B population mean at each BN layer (precise BN on a copy; see :mod:`bnstudy.stats`).
+        """Task-B population mean at each BN layer (precise BN on a copy; see :mod:`bnstudy.running_stats`).
 
         The same for every mode of a lockstep group (same source backbone, same batches; precise BN
         ignores train/eval flags and pins), so computed once per memory format (issue 9: saves
@@ -232,7 +232,7 @@ class _ModeRun:
 
     @torch.no_grad()
     def _compute_population_means(self, n_batches: int) -> dict[str, torch.Tensor]:
-        from .stats import precise_bn_statistics
+        from .running_stats import precise_bn_statistics
         c = self.c
         stream = BatchStream(self.data.task_b, max(c.batch_size, 2), generator(c.seed, "population", "B"))
         batches = [stream.next()[0].to(self.device, memory_format=self.fmt) for _ in range(n_batches)]
@@ -607,14 +607,14 @@ def apply_strategy(backbone: torch.nn.Module, strategy: str, adabn_batches=None)
 
     ``bn_frozen``: :func:`bnstudy.freeze.freeze_batchnorm` (statistics and affine fixed).
     ``stats_frozen``: :func:`bnstudy.freeze.pin_norm_eval` (running statistics used and kept; affine trainable).
-    ``adabn``: :func:`bnstudy.stats.update_bn_stats` on ``adabn_batches`` (precise BN's population
+    ``adabn``: :func:`bnstudy.update_bn_stats` on ``adabn_batches`` (precise BN's population
     estimate on the target, every value weighted equally; Li et al., 2016), then pinned as ``stats_frozen``.
     ``bn_train``, ``group_pretrained``, ``layer_pretrained``: unchanged. ``to_group`` / ``to_layer``:
-    :func:`bnstudy.stats.replace_norm`. Raises ``ValueError`` for an unknown strategy or ``adabn``
+    :func:`bnstudy.replace_norm`. Raises ``ValueError`` for an unknown strategy or ``adabn``
     without batches.
     """
     from .freeze import freeze_batchnorm, pin_norm_eval
-    from .stats import replace_norm, update_bn_stats
+    from .running_stats import replace_norm, update_bn_stats
     if strategy == "bn_frozen":
         return freeze_batchnorm(backbone)
     if strategy == "stats_frozen":
@@ -675,7 +675,7 @@ def finetune(cfg, source: dict, device=None, data: FinetuneData | None = None) -
     batches of ``batch_size`` in a fixed shuffled order), ``train_eval_gap`` (train minus eval),
     ``final_loss`` (mean of the last 10% of step losses), ``diverged`` (a non-finite loss),
     ``target_restat`` (``bn_train`` only, NaN otherwise: eval-mode target accuracy after the running statistics
-    are re-estimated by :func:`bnstudy.stats.update_bn_stats` on the first ``adabn_samples`` images of the
+    are re-estimated by :func:`bnstudy.update_bn_stats` on the first ``adabn_samples`` images of the
     fine-tuning stream, in batches as AdaBN's, on a copy), ``source_task_a_accuracy`` and ``wall_s``.
     Accuracies are fractions 0..1.
     """
@@ -725,7 +725,7 @@ def finetune(cfg, source: dict, device=None, data: FinetuneData | None = None) -
     target_restat = math.nan
     if c.strategy == "bn_train":
         import copy
-        from .stats import update_bn_stats
+        from .running_stats import update_bn_stats
         work = copy.deepcopy(model_b)
         n_re = min(c.adabn_samples, c.samples)
         update_bn_stats(work.backbone, [x.to(device) for x, _ in batches(n_re, "finetune", min(stat_batch, n_re))])

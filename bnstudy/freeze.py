@@ -114,7 +114,7 @@ def pin_eval(module: nn.Module) -> nn.Module:
     during its block (``pin_lost``). ``torch.optim.swa_utils.update_bn`` resets a
     pinned BatchNorm to mean 0 / variance 1 and then, because the pin keeps it in
     eval mode, never re-estimates it (linted as ``reset_stats_pinned``); use
-    :func:`bnstudy.stats.update_bn_stats`, which estimates pinned layers too.
+    :func:`bnstudy.update_bn_stats`, which estimates pinned layers too.
     """
     check_module("pin_eval", "module", module)
     for m in module.modules():

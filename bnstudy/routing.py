@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .banks import StatisticBank, bank_layers
-from .stats import gaussian_kl
+from .running_stats import gaussian_kl
 
 DISTANCES = ("kl", "mean")
 LAYER_CHOICES = ("first", "all")

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from bnstudy import audit, freeze, modes, norms
 from bnstudy.audit import FreezeAudit
 from bnstudy.freeze import FrozenBatchNorm, is_pinned, pin_eval, pin_norm_eval
-from bnstudy.stats import compare_statistics, precise_bn_statistics, update_bn_stats
+from bnstudy.running_stats import compare_statistics, precise_bn_statistics, update_bn_stats
 
 
 def _codes(lints, severity=None):
@@ -323,7 +323,7 @@ def test_loaders_of_tuples_and_dicts_work_everywhere():
     b = precise_bn_statistics(model, dicts)["1"][0]
     c = precise_bn_statistics(model, [xs[i:i + 16] for i in range(0, 64, 16)])["1"][0]
     assert torch.equal(a, b) and torch.equal(a, c)
-    from bnstudy.stats import statistics_mismatch
+    from bnstudy.running_stats import statistics_mismatch
     assert statistics_mismatch(model, pairs)["1"] >= 0
     with pytest.raises(TypeError, match="keys \\['inp'\\]"):
         precise_bn_statistics(model, [{"inp": xs}])

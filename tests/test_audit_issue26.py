@@ -15,7 +15,7 @@ from bnstudy.audit import BNLintWarning, FreezeAudit, layer_kind, lint_model
 from bnstudy.freeze import (FrozenBatchNorm, UnfrozenBatchNorm2d, batch_stats_report, convert_sync_batchnorm,
                             eval_after_train, freeze_batchnorm, freeze_modules, is_pinned, pin_dropped, pin_eval,
                             pin_norm_eval, unfreeze_batchnorm, unfreeze_modules)
-from bnstudy.stats import compare_statistics, precise_bn_statistics, update_bn_stats
+from bnstudy.running_stats import compare_statistics, precise_bn_statistics, update_bn_stats
 from bnstudy.vision import import_torchvision
 
 

@@ -10,7 +10,7 @@ from torch import nn
 from bnstudy import freeze
 from bnstudy.audit import BNLintWarning, FreezeAudit, lint_model
 from bnstudy.freeze import FrozenBatchNorm, freeze_modules, unfreeze_modules
-from bnstudy.stats import update_bn_stats
+from bnstudy.running_stats import update_bn_stats
 
 
 def _deep(n_bn=40):

@@ -14,7 +14,7 @@ from bnstudy.config import FinetuneConfig, SourceConfig
 from bnstudy.experiments import batch_size as bs
 from bnstudy.freeze import FrozenBatchNorm
 from bnstudy.models import ConvBackbone
-from bnstudy.stats import replace_norm
+from bnstudy.running_stats import replace_norm
 
 
 # --- replace_norm ---------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The statistics-mismatch measure (bnstudy.stats.statistics_mismatch) and its parts."""
+"""The statistics-mismatch measure (bnstudy.running_stats.statistics_mismatch) and its parts."""
 
 import math
 
@@ -8,7 +8,7 @@ from torch import nn
 
 from bnstudy.freeze import is_pinned, pin_eval
 from bnstudy.models import ConvBackbone
-from bnstudy.stats import (MISMATCH_MEASURES, bn_input_statistics, gaussian_kl, mismatch_from_statistics,
+from bnstudy.running_stats import (MISMATCH_MEASURES, bn_input_statistics, gaussian_kl, mismatch_from_statistics,
                            statistics_mismatch)
 
 
@@ -181,7 +181,7 @@ def test_log_var_ratio_and_wasserstein_on_known_statistics():
 
 
 def test_mismatch_candidate_rejects_an_unknown_measure():
-    from bnstudy.stats import mismatch_candidate
+    from bnstudy.running_stats import mismatch_candidate
     z = torch.ones(2, dtype=torch.float64)
     with pytest.raises(ValueError, match="not a mismatch_candidate"):
         mismatch_candidate("kl", z, z, z, z)

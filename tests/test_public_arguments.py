@@ -1,7 +1,7 @@
 """Every public function of bnstudy, given a wrong value for any one argument, raises TypeError or ValueError
 whose message names that argument (never a bare "'NoneType' object is not iterable").
 
-Public means: ``bnstudy.__all__``, ``bnstudy.audit.__all__``, and the callables ``bnstudy.stats`` and
+Public means: ``bnstudy.__all__``, ``bnstudy.audit.__all__``, and the callables ``bnstudy.running_stats`` and
 ``bnstudy.freeze`` define. Each is listed in CASES with a valid call and, per argument, which values are
 allowed; every value of GARBAGE that is not allowed is tried, one argument at a time. A fixed, exhaustive
 table rather than hypothesis: the wrong values that matter (None, a number, a string, an empty list, a bool
@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 import bnstudy
-from bnstudy import audit, freeze, stats
+from bnstudy import audit, freeze
+from bnstudy import running_stats as stats
 from bnstudy.audit import FreezeAudit, Lint, LayerRecord, Snapshot
 from bnstudy.modes import MODE_NAMES, TRAIN_MODE, FreezeMode, TransferModel, get_mode
 
@@ -214,7 +215,7 @@ CASES = {
                       dict(model=module, probe=model_input, forward=or_none(is_callable))),
     "snapshot": (audit.snapshot, lambda: dict(model=_model(), device="cpu"),
                  dict(model=module, device=or_none(lambda v: isinstance(v, str) and v == "cpu"))),
-    # bnstudy.stats
+    # bnstudy.running_stats
     "batch_input": (stats.batch_input, lambda: dict(batch=X),
                     dict(batch=lambda v: tensor(v) or (isinstance(v, (tuple, list)) and len(v) > 0))),
     "bn_input_statistics": (stats.bn_input_statistics, lambda: dict(model=_model(), batches=[X], network_mode="eval",

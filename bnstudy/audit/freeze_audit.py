@@ -604,7 +604,7 @@ class FreezeAudit:
                                  f"they were reset during the block (seen at model call {self.model_calls}). "
                                  "torch.optim.swa_utils.update_bn resets every BatchNorm and cannot re-estimate "
                                  "one that stays in eval mode (pinned); re-estimate with "
-                                 "bnstudy.stats.update_bn_stats, which reaches pinned layers"), emit=True)
+                                 "bnstudy.update_bn_stats, which reaches pinned layers"), emit=True)
 
     def _cumulative_check(self, rec: LayerRecord, module: nn.Module) -> None:
         """``cumulative_overwrites_loaded`` at the write: momentum=None with num_batches_tracked=0 and statistics

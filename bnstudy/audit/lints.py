@@ -272,13 +272,13 @@ def _nonfinite_lint(name: str, m: nn.Module, when: str = "") -> Lint:
         return _lint("nonfinite_stats", name,
                      f"{kind}'s {parts[0]}{when}: in eval mode it outputs NaN in those channels (a variance is never "
                      "negative: a corrupted checkpoint or a hand-set value?); re-estimate the statistics with "
-                     "bnstudy.stats.update_bn_stats, or restore them from a checkpoint")
+                     "bnstudy.update_bn_stats, or restore them from a checkpoint")
     return _lint("nonfinite_stats", name,
                  f"{kind}'s {'; '.join(parts)}{when}: in eval mode it outputs NaN in those channels, and no later "
                  "update repairs them (NaN stays NaN under every momentum below 1). One batch holding inf or NaN "
                  "(an fp16 overflow) is enough, and skipping the optimizer step (GradScaler) does not undo a "
                  "buffer write: restore the statistics from a checkpoint, or re-estimate them on clean batches "
-                 "with bnstudy.stats.update_bn_stats (which refuses to write non-finite estimates)")
+                 "with bnstudy.update_bn_stats (which refuses to write non-finite estimates)")
 
 
 def _type_name(m: nn.Module) -> str:
@@ -337,7 +337,7 @@ def _near_init_lint(name: str, m: nn.Module, n: int, when: str = "", known_reset
     return _lint("stats_near_init", name,
                  f"{_type_name(m)} {then}, and it normalises with them (eval mode or pinned). After a reset or a "
                  f"fresh build those values are mean 0 / variance 1, not the data's: re-estimate them with "
-                 f"bnstudy.stats.update_bn_stats (precise BN), or train on: {need} updates bring their share under "
+                 f"bnstudy.update_bn_stats (precise BN), or train on: {need} updates bring their share under "
                  f"{MAX_INIT_WEIGHT:.0%}{hedge}")
 
 
@@ -517,7 +517,7 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
             trained = m.affine and not (bool((m.weight == 1).all()) and bool((m.bias == 0).all()))
             msg = (f"{kind} is {why} and holds the reset statistics mean 0 / variance 1, so it normalises with "
                    "them and never re-estimates them (torch.optim.swa_utils.update_bn resets pinned layers this "
-                   "way; re-estimate with bnstudy.stats.update_bn_stats, which reaches pinned layers)")
+                   "way; re-estimate with bnstudy.update_bn_stats, which reaches pinned layers)")
             # Trained affine parameters next to reset statistics: the statistics were reset, not never estimated.
             # A freshly built layer (affine at 1/0 or absent) gets the same finding as information.
             lints.append(Lint("reset_stats_pinned", name, msg if trained else msg + " (information: the layer "

@@ -9,7 +9,7 @@ within a seed:
    ``Var(mean) = sigma^2 / (m H W)`` and ``Var(var) = (kurtosis - 1) sigma^4 / (m H W)``.
 2. **How much data precise BN needs** (:func:`precise_records`). The source network meets
    task A shifted as in chapter 1; its statistics are re-estimated with
-   :func:`bnstudy.stats.update_bn_stats` (precise BN's pooled estimator; AdaBN) from
+   :func:`bnstudy.update_bn_stats` (precise BN's pooled estimator; AdaBN) from
    ``N`` unlabelled samples in batches of 2 and 32, and compared with the exact population
    statistics (computed layer by layer on a large reference sample) and by head A's accuracy.
 3. **Fine-tuning strategies** (:func:`bnstudy.engine.finetune`): the whole backbone and a new
@@ -47,7 +47,7 @@ from ..config import FINETUNE_STRATEGIES, STRATEGY_NORM, Execution, FinetuneConf
     _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, from_profile, seeds_label
 from ..engine import accuracy, ensure_sources, finetune, load_source, logits_of, source_version
 from ..models import ConvBackbone, make_head
-from ..stats import bn_input_statistics, statistics_mismatch, update_bn_stats
+from ..running_stats import bn_input_statistics, statistics_mismatch, update_bn_stats
 from ..sweep import default_cache_dir, run_sweep
 from ..tasks import BatchStream, eval_set, generator, make_task
 

@@ -834,11 +834,11 @@ def _batch_training(ctx: _Ctx, case: str):
     (``pinned``: running statistics fixed, what ``lint_model`` recommends below ``min_batch``). Both modes see the
     same batches (their generator depends on the seed and ``m`` only). Records held-out task-A accuracy in eval
     mode after training, the same after re-estimating the running statistics with the weights fixed
-    (:func:`bnstudy.stats.update_bn_stats` over :data:`REESTIMATE_BATCHES` shuffled batches of
+    (:func:`bnstudy.update_bn_stats` over :data:`REESTIMATE_BATCHES` shuffled batches of
     ``stage1_batch_size``: seed 002's remedy), and the mean training loss (nats) over the last ``epoch_steps``
     steps. The source's own accuracy is the row's ``source_task_a_accuracy``.
     """
-    from ..stats import update_bn_stats  # local: stats imports nothing from here, but keep the trap self-contained
+    from ..running_stats import update_bn_stats  # local: running_stats imports nothing from here, but keep the trap self-contained
 
     c, (xa, ya), m = ctx.c, ctx.eval_a, ctx.c.device_batch_size
     mode = case.rsplit("_b", 1)[0]
@@ -2034,7 +2034,7 @@ def checklist_table(f: Findings) -> pd.DataFrame:
          f"{ci(f.t5t_change[f'pinned_b{f.t5t_smallest}'])} against the source at batch {f.t5t_smallest}; "
          f"last_batch_single for 17 samples at batch size 16",
          "drop_last=True; when the per-device batch is small, pin BN in eval (pin_eval or FrozenBatchNorm) for "
-         "training, then re-estimate its statistics with the weights fixed (bnstudy.stats.update_bn_stats) before "
+         "training, then re-estimate its statistics with the weights fixed (bnstudy.update_bn_stats) before "
          "evaluating; after a domain shift, the same: re-estimate, then freeze"),
         ("6. training on class-sorted batches",
          f"label_sorted_batches from lint_loader; held-out accuracy {f.t6_eval_sorted:.3f} against "

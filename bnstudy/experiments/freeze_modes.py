@@ -748,7 +748,7 @@ class _DriftRecorder:
     """
 
     def __init__(self, bb, task_b, rc, c, device, fmt):
-        from ..stats import precise_bn_statistics
+        from ..running_stats import precise_bn_statistics
         self.bb, self.c = bb, c
         self.layers = [(n, m) for n, m in batchnorm_layers(bb).items() if m.running_mean is not None]
         self.means = {0: [m.running_mean.detach().cpu().double().clone() for _, m in self.layers]}

@@ -1081,7 +1081,7 @@ def _ridge_probe(f_train, y_train, f_test, y_test, n_classes: int, ridge: float 
 def geometry_rows(cfg: FeatureConfig, source: dict) -> list[dict]:
     """Feature geometry of ``source``'s backbone on task B under pinned (task A's) and separate (task B's
     precise-BN) statistics, per shift. One row per (shift, statistics); see :func:`feature_geometry`."""
-    from ..stats import update_bn_stats
+    from ..running_stats import update_bn_stats
     pinned = ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum)
     pinned.load_state_dict(source["backbone"])
     pinned.eval()

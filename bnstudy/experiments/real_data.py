@@ -13,7 +13,7 @@ Per (network, seed), one lockstep group (:func:`run_group`): stage 1 trains back
 on task A with Adam; then for every condition (corruption, severity) the freeze modes
 (:mod:`bnstudy.modes`) each train a new linear head on corrupted task B with SGD, all modes
 consuming the same batch indices (a paired design; the same indices for every condition too),
-and the statistics mismatch (:func:`bnstudy.stats.statistics_mismatch`, KL, eval pass) of the
+and the statistics mismatch (:func:`bnstudy.statistics_mismatch`, KL, eval pass) of the
 stage-1 backbone against the condition's task-B training images is recorded. Chapter 1's four
 modes all run at the reference condition and without corruption; elsewhere ``all_eval`` is left
 out (with a linear head it computes exactly what ``backbone_eval`` computes).
@@ -47,7 +47,7 @@ from .. import engine
 from ..engine import accuracy, copy_norm_buffers, feature_groups, logits_of, make_optimizer, seeded, set_features, train_step
 from ..models import make_head
 from ..modes import MODE_NAMES, TransferModel, get_mode
-from ..stats import statistics_mismatch
+from ..running_stats import statistics_mismatch
 from ..sweep import default_cache_dir, run_sweep
 
 NAMESPACE = "ch07_real_data"

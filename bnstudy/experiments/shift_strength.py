@@ -15,7 +15,7 @@ plus (issue 10) two corruptions no per-channel affine map undoes, ``blur`` (Gaus
 the shift (``same_both``, ``same_noise``; :func:`bnstudy.tasks.make_task_b`); a brightness x contrast grid
 for heatmaps and a training-budget check (points of the ``both`` line rerun with longer stage-2 training). Each distinct ``(seed, mode, shift, steps)`` runs once, through :func:`bnstudy.engine.transfer_sweep`; every run also
 carries the statistics mismatch between its source backbone's stored statistics and its
-task-B data (:func:`bnstudy.stats.mismatch_from_statistics`), which needs no training.
+task-B data (:func:`bnstudy.running_stats.mismatch_from_statistics`), which needs no training.
 
 Within a seed every mode and shift starts from the same trained backbone, head-B
 initialisation and task-B batch stream, so effects are paired differences per seed
@@ -55,7 +55,7 @@ from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, 
 from ..engine import ensure_sources, load_source, source_version, transfer_sweep
 from ..models import ConvBackbone
 from ..modes import MODE_NAMES
-from ..stats import bn_input_statistics, mismatch_from_statistics
+from ..running_stats import bn_input_statistics, mismatch_from_statistics
 from ..sweep import default_cache_dir, run_sweep
 from ..tasks import BatchStream, generator, make_task, make_task_b
 
@@ -791,7 +791,7 @@ MARGINS = (0.01, 0.02, 0.03)
 #: Lines that share their shifts (twins): a leave-one-type-out fit holds a line out together with its twin.
 TWINS = {"both": ("both", "same_both"), "same_both": ("both", "same_both"), "noise": ("noise", "same_noise"),
          "same_noise": ("noise", "same_noise")}
-#: How to compute each mismatch candidate with :func:`bnstudy.stats.statistics_mismatch`: name -> (measure, mode).
+#: How to compute each mismatch candidate with :func:`bnstudy.statistics_mismatch`: name -> (measure, mode).
 CANDIDATE_CALLS = {"KL": ("kl", "eval"), "mean shift": ("mean_shift", "eval"),
                    "log variance ratio": ("log_var_ratio", "eval"), "Wasserstein": ("wasserstein", "eval"),
                    "KL (train pass)": ("kl", "train")}

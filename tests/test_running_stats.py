@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from bnstudy.freeze import pin_eval
-from bnstudy.stats import precise_bn_statistics, update_bn_stats
+from bnstudy.running_stats import precise_bn_statistics, update_bn_stats
 
 
 # Tolerance of the exact-statistics checks: the estimate is pooled in float64 and written into a float32 buffer,
