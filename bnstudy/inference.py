@@ -48,7 +48,8 @@ from scipy import stats as sps
 __all__ = [
     "Interval", "Family", "Claim", "VERDICT_KINDS", "paired_differences", "t_interval", "two_sided_p",
     "one_sided_p", "tost_p", "holm", "bootstrap_interval", "rank_correlation", "decide", "exact_check",
-    "claims_table", "is_verdict", "equivalent_text",
+    "claims_table", "is_verdict", "equivalent_text", "decide_interval", "bootstrap_distribution",
+    "percentile_interval", "intersection_union_p", "at_resolution", "MIN_BOOTSTRAP_UNITS", "count_verdicts",
 ]
 
 #: Every verdict kind a page may print (:func:`decide`, :func:`exact_check`), in the glossary's order.
@@ -58,6 +59,10 @@ TOO_FEW = "too few seeds"
 EXACT = "exact, checked =="
 NOT_EXACT = "not exact"
 MIN_N = 2
+#: The fewest resampling units (seeds) a bootstrap interval is computed from (:func:`bootstrap_interval`,
+#: :func:`percentile_interval` callers): two seeds have 3 distinct resamples and three 10, too few for a
+#: percentile interval to mean anything; as for a rank correlation (:func:`rank_correlation` needs 4 pairs).
+MIN_BOOTSTRAP_UNITS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,12 +242,12 @@ def holm(pvalues) -> np.ndarray:
 
 
 def bootstrap_interval(data: Sequence, statistic: Callable, confidence: float = 0.95, n_resamples: int = 2000,
-                       seed: int = 0, method: str = "percentile") -> Interval:
+                       seed: int = 0, method: str = "percentile", min_units: int = MIN_BOOTSTRAP_UNITS) -> Interval:
     """A bootstrap interval of ``statistic`` over seeds (``scipy.stats.bootstrap``, paired resampling: the
     same seeds are drawn for every array in ``data``). ``data``: a tuple of equal-length 1-D arrays (one
     value per seed each); ``statistic(*arrays) -> float``. Seeded, so the interval is reproducible. The
-    interval's ``mean`` is the statistic on the full sample. NaN ends for fewer than two seeds or a
-    statistic that is constant over resamples.
+    interval's ``mean`` is the statistic on the full sample. NaN ends for fewer than ``min_units`` seeds
+    (:data:`MIN_BOOTSTRAP_UNITS`, 4) or a statistic that is constant over resamples.
 
     Raises ``ValueError`` for arrays of unequal length or ``confidence`` outside (0, 1)."""
     _check_confidence(confidence)
@@ -251,7 +256,7 @@ def bootstrap_interval(data: Sequence, statistic: Callable, confidence: float = 
         raise ValueError(f"bootstrap_interval: data arrays differ in length: {[len(a) for a in arrays]}")
     n = len(arrays[0])
     est = float(statistic(*arrays)) if n else float("nan")
-    if n < MIN_N:
+    if n < max(min_units, MIN_N):
         return Interval(est, float("nan"), float("nan"), n, confidence)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate resample distribution: NaN ends, reported as such
@@ -259,6 +264,63 @@ def bootstrap_interval(data: Sequence, statistic: Callable, confidence: float = 
                             confidence_level=confidence, n_resamples=n_resamples, method=method,
                             rng=np.random.default_rng(seed))
     return Interval(est, float(res.confidence_interval.low), float(res.confidence_interval.high), n, confidence)
+
+
+def bootstrap_distribution(n_units: int, statistic: Callable, n_resamples: int = 2000, seed: int = 0) -> np.ndarray:
+    """The seeded bootstrap distribution over whole units (seeds) of ``statistic(idx)``, where ``idx`` is an int
+    array of ``n_units`` resampled unit indices, drawn by ``scipy.stats.bootstrap`` exactly as
+    :func:`bootstrap_interval` draws it (same generator, ``numpy.random.default_rng(seed)``). Shape
+    ``(n_resamples,)`` for a scalar statistic, ``(k, n_resamples)`` for one returning ``k`` values: for what an
+    interval alone does not give (the share of resamples with a property; several statistics on the same
+    resamples). Pair with :func:`percentile_interval`.
+
+    Raises ``ValueError`` for ``n_units < 1`` or ``n_resamples < 1``."""
+    if int(n_units) != n_units or n_units < 1:
+        raise ValueError(f"bootstrap_distribution: n_units must be a positive integer, got {n_units!r}")
+    if int(n_resamples) != n_resamples or n_resamples < 1:
+        raise ValueError(f"bootstrap_distribution: n_resamples must be a positive integer, got {n_resamples!r}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sps.bootstrap((np.arange(n_units, dtype=float),), lambda i: statistic(i.astype(int)), paired=True,
+                            vectorized=False, n_resamples=int(n_resamples), method="percentile",
+                            rng=np.random.default_rng(seed))
+    return np.asarray(res.bootstrap_distribution, float)
+
+
+def percentile_interval(distribution, confidence: float = 0.95, method: str = "linear") -> tuple[float, float]:
+    """The ``confidence`` percentile interval ``(low, high)`` of a bootstrap distribution (1-D; NaN entries,
+    resamples where the statistic is undefined, ignored; ``(nan, nan)`` if none is left), by
+    ``numpy.quantile(..., method=method)``.
+
+    Raises ``ValueError`` for ``confidence`` outside (0, 1)."""
+    _check_confidence(confidence)
+    v = np.asarray(distribution, float).ravel()
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return float("nan"), float("nan")
+    a = (1 - confidence) / 2
+    lo, hi = np.quantile(v, [a, 1 - a], method=method)
+    return float(lo), float(hi)
+
+
+def intersection_union_p(pvalues) -> float:
+    """The p-value of an intersection-union test (Berger 1982): a claim that holds only if *every* component
+    claim holds (e.g. "every batch from b on loses less than the tolerance") is shown at level ``alpha`` when
+    every component test is, so its p-value is the largest component p. No multiplicity correction is needed
+    among the components. NaN if any component p is NaN (a component with too few seeds cannot be shown) or
+    there is none."""
+    p = np.asarray(pvalues, dtype=float).ravel()
+    if not p.size or np.isnan(p).any():
+        return float("nan")
+    return float(p.max())
+
+
+def at_resolution(values, decimals: int = 12) -> np.ndarray:
+    """``values`` rounded to ``decimals`` decimals: the documented float tolerance for differences of quantities
+    measured on a grid (accuracies are counts over a test set: ``(0.1 + 0.2) - 90/300`` is ``5.6e-17`` in floats, and a
+    zero-spread sample of such artefacts would otherwise be a "direction shown"). Apply it to differences before
+    :func:`decide` when both sides are on a grid coarser than ``10**-decimals``."""
+    return np.round(np.asarray(values, dtype=float), decimals)
 
 
 def rank_correlation(x, y, confidence: float = 0.95) -> tuple[float, Interval, float]:
@@ -352,6 +414,26 @@ def decide(values, key: str = "", *, margin: float | None = None, family: Family
                  kind=kind, verdict=text)
 
 
+def decide_interval(iv: Interval, key: str = "", *, p: float = float("nan"), higher: str = "higher",
+                    lower: str = "lower") -> Claim:
+    """The verdict on an interval that is not a t interval of per-seed values (a rank correlation's Fisher-z
+    interval, a bootstrap interval), by :func:`decide`'s rule: a direction where ``iv`` excludes 0 (``higher``
+    above, ``lower`` below), ``"not decided"`` where it spans 0, ``"too few seeds"`` where it has no ends (NaN).
+    ``p``: the interval's two-sided p-value if it has one (a bootstrap has none: NaN, so it is not a member of
+    a Holm family in :func:`claims_table`). No equivalence verdict: that needs TOST on per-seed values."""
+    if math.isnan(iv.low) or math.isnan(iv.high):
+        kind, text = TOO_FEW, TOO_FEW
+    elif iv.low > 0:
+        kind, text = "higher", higher
+    elif iv.high < 0:
+        kind, text = "lower", lower
+    else:
+        kind, text = NOT_DECIDED, NOT_DECIDED
+    nan = float("nan")
+    return Claim(key=key, estimate=iv.mean, low=iv.low, high=iv.high, n=iv.n, p=float(p), p_equivalence=nan,
+                 margin=nan, confidence=iv.confidence, kind=kind, verdict=text)
+
+
 def exact_check(values, expected: float = 0.0, key: str = "") -> Claim:
     """An identity of the code checked with ``==`` (e.g. a pinned backbone's buffers change by exactly 0):
     ``"exact, checked =="`` when every value equals ``expected``, else ``"not exact"``; the estimate is the
@@ -364,10 +446,11 @@ def exact_check(values, expected: float = 0.0, key: str = "") -> Claim:
                  confidence=nan, kind="exact" if ok else "not exact", verdict=EXACT if ok else NOT_EXACT)
 
 
-def claims_table(claims: Iterable[Claim]) -> pd.DataFrame:
+def claims_table(claims: Iterable[Claim], family: str | None = None) -> pd.DataFrame:
     """The claims as a table (one row per :class:`Claim`: ``key, estimate, low, high, n, p, p_adjusted,
     p_equivalence, margin, confidence, kind, verdict``), ``p_adjusted`` Holm over the claims given (one
-    family; NaN p-values, from too few seeds or exact checks, are not members).
+    family; NaN p-values, from too few seeds or exact checks, are not members). ``family``: a name for the
+    family, put in a first column ``family`` (tables of several families are concatenated from one call each).
 
     Raises ``ValueError`` on a duplicate key."""
     rows = [dataclasses.asdict(c) for c in claims]
@@ -378,7 +461,31 @@ def claims_table(claims: Iterable[Claim]) -> pd.DataFrame:
     df["p_adjusted"] = holm(df["p"].to_numpy(dtype=float))
     order = ["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence", "margin", "confidence",
              "kind", "verdict"]
-    return df[order]
+    df = df[order]
+    if family is not None:
+        df.insert(0, "family", family)
+    return df
+
+
+def count_verdicts(table: pd.DataFrame, alpha: float = 0.05) -> dict:
+    """The book's counts ("k of m cells show a direction") over a claims table of one family
+    (:func:`claims_table`): a row counts as ``"higher"`` / ``"lower"`` when its Holm-adjusted p is below
+    ``alpha`` (by the sign of its estimate), else as its printed kind (``"equivalent"``, ``"not decided"``,
+    ``"too few seeds"``, or the exact-check kinds). Holm is uniformly more powerful than the printed Bonferroni
+    intervals, so a count may show a direction in a row whose printed interval still spans zero, never the
+    reverse. Returns ``{kind: count}`` over :data:`VERDICT_KINDS` (zeros included) plus ``"m"``, the rows.
+
+    Raises ``KeyError`` if ``table`` lacks ``p_adjusted``, ``estimate`` or ``kind``."""
+    for c in ("p_adjusted", "estimate", "kind"):
+        if c not in table.columns:
+            raise KeyError(f"count_verdicts: the claims table has no column {c!r}")
+    out = dict.fromkeys(VERDICT_KINDS, 0)
+    for pa, est, kind in zip(table["p_adjusted"].astype(float), table["estimate"].astype(float), table["kind"]):
+        if kind in ("higher", "lower", "equivalent", NOT_DECIDED) and pa < alpha:
+            kind = "higher" if est > 0 else "lower"
+        out[kind] += 1
+    out["m"] = len(table)
+    return out
 
 
 _EQUIV = re.compile(r"^equivalent within \u00b1\d+(\.\d+)?(e-?\d+)?$")

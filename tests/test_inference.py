@@ -185,3 +185,80 @@ def test_float_noise_around_a_tie_prints_no_warning():
         warnings.simplefilter("error")
         I.decide(v + 1e-17 * np.arange(3), margin=0.02)
         I.one_sided_p(np.array([1.0, 1.0 + 1e-15, 1.0 - 1e-15]), "greater")
+
+
+# --- issue 24's later additions: verdicts on given intervals, bootstrap distributions, counts ---------------------
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-1, 1, allow_nan=False), min_size=2, max_size=12))
+def test_decide_interval_matches_decide_on_a_t_interval(values):
+    c = I.decide(values, "k", higher="up", lower="down")
+    d = I.decide_interval(I.t_interval(values), "k", p=I.two_sided_p(values), higher="up", lower="down")
+    assert (d.kind, d.verdict) == (c.kind, c.verdict)
+    assert (d.low, d.high, d.n) == (c.low, c.high, c.n)
+
+
+def test_decide_interval_without_ends_is_too_few_seeds():
+    iv = I.Interval(0.3, float("nan"), float("nan"), 3)
+    assert I.decide_interval(iv, "k").verdict == "too few seeds"
+    assert I.decide_interval(I.Interval(0.1, -0.2, 0.4, 9), "k").verdict == "not decided"
+    assert I.decide_interval(I.Interval(-0.3, -0.5, -0.1, 9), "k", lower="rho negative").verdict == "rho negative"
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(-5, 5, allow_nan=False), min_size=4, max_size=10), st.integers(0, 2**16))
+def test_percentile_of_the_distribution_is_bootstrap_interval(values, seed):
+    """The same resamples: the percentile interval of bootstrap_distribution is bootstrap_interval's."""
+    x = np.asarray(values)
+    dist = I.bootstrap_distribution(len(x), lambda i: x[i].mean(), n_resamples=300, seed=seed)
+    assert dist.shape == (300,)
+    iv = I.bootstrap_interval((x,), np.mean, 0.9, n_resamples=300, seed=seed)
+    lo, hi = I.percentile_interval(dist, 0.9)
+    if np.isfinite(iv.low):
+        assert lo == pytest.approx(iv.low, abs=1e-12) and hi == pytest.approx(iv.high, abs=1e-12)
+
+
+def test_bootstrap_needs_min_units_and_percentile_ignores_nan():
+    assert math.isnan(I.bootstrap_interval((np.array([0.1, 0.5, 0.9]),), np.mean).low)  # 3 seeds < 4
+    assert not math.isnan(I.bootstrap_interval((np.array([0.1, 0.5, 0.9, 0.2]),), np.mean).low)
+    assert I.percentile_interval([np.nan, 1.0, 1.0]) == (1.0, 1.0)
+    assert all(math.isnan(v) for v in I.percentile_interval([np.nan]))
+    with pytest.raises(ValueError, match="n_units"):
+        I.bootstrap_distribution(0, np.mean)
+
+
+def test_intersection_union_p_is_the_largest_component():
+    assert I.intersection_union_p([0.01, 0.04, 0.002]) == 0.04
+    assert math.isnan(I.intersection_union_p([0.01, float("nan")]))
+    assert math.isnan(I.intersection_union_p([]))
+
+
+def test_at_resolution_removes_grid_artefacts():
+    d = np.full(5, 0.1 + 0.2) - 90 / 300                       # an accuracy of 0.1 + 0.2 against a line at 90/300
+    assert d[0] == pytest.approx(5.55e-17, rel=1e-2)           # the float artefact a zero-spread test calls a direction
+    assert I.decide(d, "k").kind == "higher"
+    assert I.decide(I.at_resolution(d), "k").kind == "not decided"
+
+
+def test_claims_table_family_column():
+    t = I.claims_table([I.decide([0.1, 0.2, 0.15], "a"), I.decide([0.0, 0.1, -0.1], "b")], family="f1")
+    assert list(t.columns[:2]) == ["family", "key"] and set(t["family"]) == {"f1"}
+
+
+def test_count_verdicts_counts_holm_directions():
+    """Holm shows a direction that the printed Bonferroni interval does not: the count says so, and the
+    printed kinds add up to m."""
+    rng = np.random.default_rng(3)
+    fam = I.Family(3)
+    strong = rng.normal(1.0, 0.3, 10)
+    medium = rng.normal(0.25, 0.3, 10)   # Bonferroni at 3 may not show it; Holm after the strong one may
+    null = rng.normal(0.0, 0.3, 10)
+    t = I.claims_table([I.decide(strong, "s", family=fam), I.decide(medium, "m", family=fam),
+                          I.decide(null, "n", family=fam)])
+    c = I.count_verdicts(t)
+    assert c["m"] == 3 and sum(c[k] for k in I.VERDICT_KINDS) == 3
+    expected_higher = int(((t["p_adjusted"] < 0.05) & (t["estimate"] > 0)).sum())
+    assert c["higher"] == expected_higher
+    assert c["higher"] >= int((t["kind"] == "higher").sum())
+    with pytest.raises(KeyError, match="p_adjusted"):
+        I.count_verdicts(t.drop(columns="p_adjusted"))
