@@ -1,6 +1,10 @@
 """Chapter 3's experiment: config checks, the sweep's points, paired cost/benefit, crossover and findings."""
 
+import dataclasses
+import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -653,3 +657,146 @@ def test_rate_findings_do_not_read_rates_above_one_at_unresolved_levels_as_drift
     paid = ss.rate_findings(pd.DataFrame([row("both", 0.25, 2.0, 1.5, 2.6, "train mode higher")]))
     assert paid["rate_n_above_1_ci"] == 1 and paid["rate_above_1_reading"].startswith("at 1 of them")
     assert ss.rate_findings(lv.iloc[2:3])["rate_above_1_reading"] == "no break-even rate lies above 1"
+
+
+# --- the page (issue 25): the answer and every findings-chosen sentence follow the data ----------------------------
+
+def _swap_modes(df):
+    """The same table with train_mode's and backbone_eval's accuracies swapped in every seed and shift: each
+    difference train_mode - backbone_eval changes sign, so every headline verdict flips."""
+    out = df.copy()
+    keys = [k for k in ss.PAIR_KEYS if k in out.columns]
+    tm, pn = out["mode"].eq("train_mode"), out["mode"].eq("backbone_eval")
+    cols = ["task_a_after", "task_b"]
+    a = out[tm].set_index(keys)[cols]
+    b = out[pn].set_index(keys)[cols]
+    out.loc[tm, cols] = b.reindex(out[tm].set_index(keys).index).to_numpy()
+    out.loc[pn, cols] = a.reindex(out[pn].set_index(keys).index).to_numpy()
+    return out
+
+
+def _page(F):
+    return ss.page_texts(F)
+
+
+def test_answer_and_chosen_sentences_flip_when_the_data_do():
+    df = _table10(_cfg10(), seed_noise=0.001)
+    F = ss.findings(df, n_boot=20, n_boot_select=20)
+    G = ss.findings(_swap_modes(df), n_boot=20, n_boot_select=20)
+    a, g = ss.answer(F), ss.answer(G)
+    nF, nG = ss.level_counts(F), ss.level_counts(G)
+    assert (nF["higher"], nF["lower"]) == (nG["lower"], nG["higher"]) and nF["lower"] != nF["higher"]
+    # chapter 1's shift: train mode lower (net -0.1) on the data, higher once swapped; the answer says so
+    assert claim(F, "at_t1_both_raw")["verdict"] == "train mode lower"
+    assert claim(G, "at_t1_both_raw")["verdict"] == "train mode higher"
+    assert "their sum reads **train mode lower**" in a and "their sum reads **train mode lower**" not in g
+    assert "their sum reads **train mode higher**" in g
+    # task A's difference is printed as train_mode - backbone_eval: negative on the data (-0.300), positive swapped
+    assert "task A's accuracy by -0.300" in a and "task A's accuracy by +0.300" in g
+    # the count sentence and the takeaway follow the counts
+    assert f"**train mode lower** at {nF['lower']}," in a and f"**train mode lower** at {nG['lower']}," in g
+    assert _page(F)["takeaway_cost_benefit"] != _page(G)["takeaway_cost_benefit"]
+    assert _page(F)["takeaway_cost_benefit"].startswith("Task A's loss outweighs") == (nF["lower"] > nF["higher"])
+    assert _page(G)["takeaway_cost_benefit"].startswith("Task B's gain outweighs") == (nG["higher"] > nG["lower"])
+    # the mismatch sentence: KL ranks the shifts by task A's loss on the data; swapped, the loss is a gain
+    assert F.rho["KL"]["rho"] > 0 > G.rho["KL"]["rho"]
+    assert "ranks the shifts by task A's loss" in ss.mismatch_sentence(F)
+    assert "ranks the shifts by task A's loss" not in ss.mismatch_sentence(G)
+    # every findings-chosen sentence that states an outcome differs once the data flip
+    for key in ("answer", "takeaway_cost_benefit", "counts_sentence"):
+        assert _page(F)[key] != _page(G)[key], key
+    assert ss.pays_sentence(F) != ss.pays_sentence(G)
+
+
+@pytest.mark.parametrize("higher, lower, starts", [
+    (0, 5, "No shift tested was shown to make drifting statistics pay,"),
+    (0, 0, "No shift tested was shown to make drifting statistics pay or lose"),
+    (3, 0, "Drifting statistics were shown to pay at 3 of the"),
+    (2, 4, "Drifting statistics were shown to pay at 2 levels and to lose at 4"),
+])
+def test_pays_sentence_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, starts):
+    counts = {"higher": higher, "lower": lower, "equivalent": 0, "not decided": 1, "too few seeds": 0,
+              "m": higher + lower + 1}
+    monkeypatch.setattr(ss, "level_counts", lambda F, view="raw": counts)
+    assert ss.pays_sentence(None).startswith(starts)
+
+
+def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
+    from bnstudy.inference import count_verdicts
+    F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    for view in ss.VIEWS:
+        n = count_verdicts(ss.view_claims(F.claims, view))
+        assert n["m"] == F.m_tests
+        assert (F.n_lower[view], F.n_higher[view], F.n_equivalent[view], F.n_not_decided[view]) == \
+            (n["lower"], n["higher"], n["equivalent"], n["not decided"])
+
+
+def test_page_values_print_task_a_as_train_mode_minus_backbone_eval_clipped():
+    F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    v = ss.page_values(F)
+    assert v["task_a_t1"].mean == pytest.approx(-F.cost["t1"].mean) and v["task_a_t1"].mean < 0
+    assert v["task_a_t1"].low <= v["task_a_t1"].mean <= v["task_a_t1"].high
+    assert v["task_a_grid_corner"] == pytest.approx(-F.grid_cost_corner)
+    wide = ss.task_a_difference(ss.Interval(0.9, 0.2, 1.6, 3)).clipped(-1, 1)
+    assert (wide.low, wide.high) == (-1.0, -0.2)
+
+
+def test_threshold_sentence_is_chosen_by_whether_the_groups_overlap():
+    F = ss.findings(_table(_cfg()), n_boot=10, n_boot_select=10)
+    clean = dataclasses.replace(F, winner_threshold_clean="do not overlap", winner_safe_max=0.01, winner_harm_min=0.5)
+    mixed = dataclasses.replace(F, winner_threshold_clean="overlap", winner_safe_max=0.6, winner_harm_min=0.5)
+    assert ss.threshold_sentence(clean).startswith("On these shifts a value")
+    assert ss.threshold_sentence(mixed).startswith("No value of it separates")
+
+
+# --- the notebook: no typed outcome outside glue ------------------------------------------------------------------
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "chapters" / "03_shift_strength.ipynb"
+#: Words that state an outcome; the page may only show them through glue (verdicts, chosen sentences).
+OUTCOME_WORDS = (*ss.DIRECTIONS, "equivalent within", "not decided", "too few seeds", "costs more", "costs less",
+                 "destroyed", "no break", "only at t")
+
+
+def _prose(text: str) -> str:
+    """Markdown without glue roles, math, inline code and directive option lines: what the page types itself."""
+    text = re.sub(r"\{glue:(?:text|md|any)\}`[^`]*`", " ", text)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    text = re.sub(r"\$[^$]*\$", " ", text)
+    text = re.sub(r"`[^`]*`", " ", text)
+    text = re.sub(r"^:[a-z]+:.*$", " ", text, flags=re.M)
+    return re.sub(r"^`{3,}.*$", " ", text, flags=re.M)
+
+
+def _markdown_cells():
+    nb = json.loads(NOTEBOOK.read_text())
+    return [("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "markdown"]
+
+
+def test_notebook_markdown_types_no_outcome_words():
+    hits = [(w, i) for i, md in enumerate(_markdown_cells()) for w in OUTCOME_WORDS if w in _prose(md).lower()]
+    assert not hits, f"typed outcome words outside glue (word, markdown cell): {hits}"
+
+
+def test_notebook_markdown_types_no_decimal_numbers():
+    # a decimal in the prose is a result or a setting typed by hand: glue it (settings too, so a rerun stays true)
+    hits = [(m, i) for i, md in enumerate(_markdown_cells()) for m in re.findall(r"\d+\.\d+", _prose(md))]
+    assert not hits, f"typed decimals outside glue (number, markdown cell): {hits}"
+
+
+def test_typed_outcome_checks_can_fail():
+    assert "train mode lower" in _prose("the sum reads train mode lower at 3 levels").lower()
+    assert re.findall(r"\d+\.\d+", _prose("with p = 0.872 beside {glue:text}`ch03_x:.3f`")) == ["0.872"]
+    assert not re.findall(r"\d+\.\d+", _prose("{glue:text}`ch03_x:.3f` and $t = 0.5$"))
+
+
+def test_answer_box_comes_first_and_glues_the_answer():
+    first = _markdown_cells()[0]
+    title, rest = first.split("\n", 1)
+    assert title.startswith("# ") and rest.lstrip().startswith("```{admonition} The answer\n:class: answer")
+    assert "{glue:md}`ch03_answer`" in rest.split("```\n", 2)[1] or "{glue:md}`ch03_answer`" in rest[:1500]
+    assert "`bnstudy.pin_eval(" in rest[:1500]
+    nb = json.loads(NOTEBOOK.read_text())
+    for c in nb["cells"]:
+        if c["cell_type"] == "code":
+            tags = c["metadata"].get("tags", [])
+            assert "show-code" not in tags and ({"remove-input", "remove-cell"} & set(tags)), tags

@@ -48,8 +48,8 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from ..inference import Claim, Family, Interval, bootstrap_interval, claims_table, decide, exact_check, holm, \
-    rank_correlation, t_interval, two_sided_p
+from ..inference import Claim, Family, Interval, bootstrap_distribution, bootstrap_interval, claims_table, \
+    count_verdicts, decide, exact_check, holm, percentile_interval, rank_correlation, t_interval, two_sided_p
 from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
     check_seeds, check_sequence, from_profile, seeds_label
 from ..engine import ensure_sources, load_source, source_version, transfer_sweep
@@ -550,44 +550,13 @@ def first_crossing(strength, cost_mean, benefit_mean, min_effect: float = 0.01) 
     return math.nan
 
 
-def _bootstrap_distribution(n_seeds: int, statistic, n_resamples: int, seed: int = 0) -> np.ndarray:
-    """The seeded paired bootstrap distribution over whole seeds of ``statistic(idx)`` (``idx``: the resampled
-    seed indices, an int array of length ``n_seeds``), on ``scipy.stats.bootstrap`` as
-    :func:`bnstudy.inference.bootstrap_interval` draws it (same generator, ``default_rng(seed)``): shape
-    ``(n_resamples,)`` for a scalar statistic, ``(k, n_resamples)`` for one of ``k`` values. For what an interval
-    alone does not give (the share of resamples in which the curves cross; intervals of several statistics of
-    the same resamples)."""
-    # TODO(inference): inference.bootstrap_interval returns only the interval; the crossover needs the share of
-    # resamples that cross and the mismatch selection every candidate's score on the same resamples.
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = sps.bootstrap((np.arange(n_seeds, dtype=float),), lambda i: statistic(i.astype(int)), paired=True,
-                            vectorized=False, n_resamples=n_resamples, method="percentile",
-                            rng=np.random.default_rng(seed))
-    return np.asarray(res.bootstrap_distribution, float)
-
-
-def _quantiles(values, confidence: float, method: str = "linear") -> tuple[float, float]:
-    """The ``confidence`` percentile interval of a bootstrap distribution (NaN entries ignored; NaN if none)."""
-    # TODO(inference): a percentile interval of a given bootstrap distribution (see _bootstrap_distribution).
-    v = np.asarray(values, float)
-    v = v[~np.isnan(v)]
-    if not len(v):
-        return math.nan, math.nan
-    a = (1 - confidence) / 2
-    lo, hi = np.quantile(v, [a, 1 - a], method=method)
-    return float(lo), float(hi)
-
-
 def crossover(strength, cost, benefit, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95,
               min_effect: float = 0.01) -> dict:
     """The crossover strength of the cost and benefit curves, with a bootstrap interval over seeds.
 
     ``strength (L,)`` increasing; ``cost (S, L)`` and ``benefit (S, L)``: per-seed paired effects.
     The point estimate is :func:`first_crossing` of the mean curves; the interval resamples whole seeds
-    ``n_boot`` times (:func:`_bootstrap_distribution`, seed ``seed``, cost and benefit together) and
+    ``n_boot`` times (:func:`bnstudy.inference.bootstrap_distribution`, seed ``seed``, cost and benefit together) and
     takes the percentile interval of the crossings among the resamples that cross at all (``ci_low``,
     ``ci_high``: a *conditional* interval, given that the curves cross). ``q_low``, ``q_high``: the unconditional
     percentile interval, with a resample that does not cross counted as crossing at ``+inf`` ("none"), so that
@@ -614,11 +583,11 @@ def crossover(strength, cost, benefit, n_boot: int = 2000, seed: int = 0, confid
         raise ValueError("strength must be strictly increasing")
     cm, bm = c.mean(0), b.mean(0)
     est = first_crossing(x, cm, bm, min_effect)
-    boots = _bootstrap_distribution(c.shape[0], lambda i: first_crossing(x, c[i].mean(0), b[i].mean(0), min_effect),
+    boots = bootstrap_distribution(c.shape[0], lambda i: first_crossing(x, c[i].mean(0), b[i].mean(0), min_effect),
                                     n_boot, seed)
     crossed = boots[~np.isnan(boots)]
-    lo, hi = _quantiles(crossed, confidence)
-    qlo, qhi = _quantiles(np.where(np.isnan(boots), np.inf, boots), confidence, method="inverted_cdf")
+    lo, hi = percentile_interval(crossed, confidence)
+    qlo, qhi = percentile_interval(np.where(np.isnan(boots), np.inf, boots), confidence, method="inverted_cdf")
     resolved = x[(np.abs(cm) >= min_effect) | (np.abs(bm) >= min_effect)]
     return dict(estimate=est, ci_low=lo, ci_high=hi, q_low=qlo, q_high=qhi,
                 p_cross=float(len(crossed) / n_boot),
@@ -946,6 +915,16 @@ def level_claims(levels: pd.DataFrame, margin: float) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else claims_table([])
 
 
+def view_claims(claims: pd.DataFrame, view: str) -> pd.DataFrame:
+    """The per-level claims of one view (:func:`level_claims`'s keys ``<view>_<line>_<strength>``; not the aliases
+    ``weakest_...`` / ``at_t1_...``), one Holm family: what :func:`bnstudy.inference.count_verdicts` counts."""
+    vs = view.replace(" ", "_")
+    keys = [f"{vs}_{t}_" for t in LINES]
+    other = [f"{w.replace(' ', '_')}_" for w in VIEWS if w != view and w.replace(" ", "_").startswith(vs)]
+    sel = claims["key"].map(lambda k: any(k.startswith(p) for p in keys) and not any(k.startswith(o) for o in other))
+    return claims[sel.astype(bool)]
+
+
 VIEW_LABELS = {"raw": "accuracy", "normalized": "share of room", "vs no shift": "benefit above no-shift"}
 
 
@@ -998,19 +977,19 @@ KIND_LABELS = {"lower": NET_WORDS["lower"], "higher": NET_WORDS["higher"], "equi
 
 def margin_counts(df: pd.DataFrame, margins=MARGINS, alpha: float = 0.05) -> pd.DataFrame:
     """How the verdict counts move with the equivalence margin: per view (:data:`VIEWS`) and margin, the number of
-    levels with each verdict kind of :data:`KINDS` (:func:`level_table` at that margin; only ``equivalent`` and
+    levels with each verdict kind of :data:`KINDS` (:func:`level_table` at that margin, counted by
+    :func:`bnstudy.inference.count_verdicts`: directions by Holm within the view; only ``equivalent`` and
     ``not decided`` can move, a direction does not depend on the margin). Long: ``view, margin, kind, n``.
     Raises ``ValueError`` for a margin that is not positive."""
     recs = []
     for mg in margins:
         if not mg > 0:
             raise ValueError(f"margins must be > 0, got {mg!r}")
-        lv = level_table(df, alpha, float(mg))
-        net = lv[lv["metric"] == "net"]
+        cl = level_claims(level_table(df, alpha, float(mg)), float(mg))
         for view in VIEWS:
-            v = net[net["view"] == view]
+            cnt = count_verdicts(view_claims(cl, view), alpha)  # the book's counts rule: Holm for directions
             for k in KINDS:
-                recs.append(dict(view=view, margin=float(mg), kind=k, n=int((v["kind"] == k).sum())))
+                recs.append(dict(view=view, margin=float(mg), kind=k, n=int(cnt[k])))
     return pd.DataFrame(recs, columns=["view", "margin", "kind", "n"])
 
 
@@ -1111,7 +1090,7 @@ def mismatch_selection(df: pd.DataFrame, candidates: dict = CANDIDATES, n_boot: 
     per-seed cost and candidate measure; the held-out types are the :func:`condition_kind` lines (not the
     no-shift points). Score of a candidate: the mean over held-out types of :func:`loo_errors` (accuracy
     fraction; lower is better), twin lines (``twins``, default :data:`TWINS`) held out together. The winner has the lowest score on the data. Intervals: ``n_boot`` resamples of
-    whole seeds (:func:`_bootstrap_distribution`, seed ``seed``), percentile, for every score, every Spearman correlation of a
+    whole seeds (:func:`bnstudy.inference.bootstrap_distribution`, seed ``seed``), percentile, for every score, every Spearman correlation of a
     candidate with the cost (over all shifts, grid included) and the score difference of each candidate from
     the winner (``beaten``: its interval lies above 0).
 
@@ -1145,14 +1124,14 @@ def mismatch_selection(df: pd.DataFrame, candidates: dict = CANDIDATES, n_boot: 
     point = scores(np.arange(n_seeds))
     winner = min(point, key=lambda k: point[k][0])
     # every candidate's score and rho on the same resamples of whole seeds: rows 0..K-1 scores, K..2K-1 rhos
-    dist = _bootstrap_distribution(n_seeds, lambda i: np.array([v for sc in [scores(i)] for k in (0, 1)
+    dist = bootstrap_distribution(n_seeds, lambda i: np.array([v for sc in [scores(i)] for k in (0, 1)
                                                                 for v in (sc[n][k] for n in names)]), n_boot, seed)
     K, wi = len(names), names.index(winner)
     res = {}
     for j, name in enumerate(names):
-        s_lo, s_hi = _quantiles(dist[j], confidence)
-        r_lo, r_hi = _quantiles(dist[K + j], confidence)
-        lo, hi = _quantiles(dist[j] - dist[wi], confidence)
+        s_lo, s_hi = percentile_interval(dist[j], confidence)
+        r_lo, r_hi = percentile_interval(dist[K + j], confidence)
+        lo, hi = percentile_interval(dist[j] - dist[wi], confidence)
         res[name] = dict(score=point[name][0], score_lo=s_lo, score_hi=s_hi, rho=point[name][1],
                          rho_lo=r_lo, rho_hi=r_hi, diff=point[name][0] - point[winner][0], diff_lo=lo,
                          diff_hi=hi, beaten="yes" if lo > 0 else "no", per_type=point[name][2])
@@ -1614,11 +1593,16 @@ def _level_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int, 
     counts, n_kind = {}, {k: {} for k in KINDS}
     for view in VIEWS:
         v = net[net["view"] == view]
-        counts[view] = {t: {k: int((g["kind"] == k).sum()) for k in KINDS} | {"levels": len(g)}
-                        for t, g in v.groupby("line", sort=False)}
-        for k in KINDS:
-            n_kind[k][view] = int((v["kind"] == k).sum())
         vs = view.replace(" ", "_")
+        # counts: Holm within the view for directions, the printed kind otherwise (inference.count_verdicts)
+        vc = view_claims(claims, view)
+        line_of = dict(zip(v.apply(lambda r: f"{vs}_{r['line']}_{_strength_key(r['strength'])}", axis=1), v["line"]))
+        counts[view] = {t: {k: int(cnt[k]) for k in KINDS} | {"levels": cnt["m"]}
+                        for t in dict.fromkeys(v["line"])
+                        for cnt in [count_verdicts(vc[vc["key"].map(line_of).eq(t)])]}
+        total = count_verdicts(vc)
+        for k in KINDS:
+            n_kind[k][view] = int(total[k])
         for t, g in v.groupby("line", sort=False):  # the weakest level of each line, under a fixed key
             x = float(g.sort_values("strength").iloc[0]["strength"])
             aliases.append(_alias(claims, f"{vs}_{t}_{_strength_key(x)}", f"weakest_{vs}_{t}"))
@@ -1829,7 +1813,8 @@ def _referee_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int
             fam = Family(len(comp), alpha)  # corner minus brightness alone, and minus the larger part: one family
             claims.append(claims_table(decide(d, k, family=fam, **COMPOUND_WORDS) for k, d in comp))
     at1 = eff[np.isclose(eff["both_strength"], 1.0)]
-    n_ben = int(((lv["metric"] == "net") & (lv["kind"] == "higher") & lv["view"].isin(["raw", "vs no shift"])).sum())
+    lcl = level_claims(lv, margin)
+    n_ben = sum(count_verdicts(view_claims(lcl, view), alpha)["higher"] for view in ("raw", "vs no shift"))
     # Levels whose break-even rate lies between the sweep's exchange rate and the longest budget's: the sign of their
     # normalized mean net differs between the two rates (benefit / cost > rate <=> normalized net > 0).
     rate_long = room_long / room_a if room_a > 0 else math.nan
@@ -1989,3 +1974,161 @@ def crossover_long(F: Findings) -> pd.DataFrame:
                                                                      "first_resolved", "dominant")},
                               n_cost_wins=F.lines[t]["n_cost_wins"], n_benefit_wins=F.lines[t]["n_benefit_wins"])
                          for t in SHIFT_TYPES])
+
+
+# --- the page: its answer and the sentences the findings choose (issue 25) --------------------------------------------
+# The page prints every task-A quantity as condition minus reference (train_mode minus backbone_eval, negative when
+# train mode loses), the book's one sign (issue 24): the rows and Findings keep ``cost = pinned - train_mode``; the
+# functions below negate it for printing and drawing.
+
+def _verdict(F: Findings, key: str) -> str:
+    """The printed verdict of claim ``key`` (``"not measured"`` if the sweep has no such claim)."""
+    c = F.claims[F.claims["key"] == key] if len(F.claims) else F.claims
+    return str(c["verdict"].iloc[0]) if len(c) else "not measured"
+
+
+def _signed(x: float, d: int = 3) -> str:
+    """``x`` with its sign, ``d`` decimals, no negative zero; ``"n/a"`` for NaN."""
+    if not np.isfinite(x):
+        return "n/a"
+    c = f"{x:+.{d}f}"
+    return c.replace("-", "+", 1) if float(c) == 0 else c
+
+
+def _range(iv: Interval, low: float = -1.0, high: float = 1.0, d: int = 3) -> str:
+    """``"-0.80 to -0.65"``: an interval's ends clipped to ``[low, high]`` (what the quantity allows)."""
+    c = iv.clipped(low, high)
+    if not (np.isfinite(c.low) and np.isfinite(c.high)):
+        return "no interval"
+    return f"{_signed(c.low, d)} to {_signed(c.high, d)}"
+
+
+def task_a_difference(cost: Interval) -> Interval:
+    """Task-A accuracy ``train_mode - backbone_eval`` from a cost interval (``backbone_eval - train_mode``): the
+    same interval, negated (the page's sign, condition minus reference)."""
+    return Interval(-cost.mean, -cost.high, -cost.low, cost.n, cost.confidence)
+
+
+def level_counts(F: Findings, view: str = "raw") -> dict:
+    """The per-level verdicts of ``view`` counted by the book's rule (:func:`bnstudy.inference.count_verdicts`:
+    directions by Holm over the view's levels, the printed kind otherwise): ``{kind: n}`` plus ``"m"``."""
+    return count_verdicts(view_claims(F.claims, view))
+
+
+def counts_sentence(F: Findings, view: str = "raw") -> str:
+    """The levels' count sentence (fixed wording, numbers and verdict words spliced in)."""
+    n = level_counts(F, view)
+    w = NET_WORDS
+    return (f"Over the {n['m']} shifted levels of the {len(_lines_of(F))} lines, the sum of the two differences reads "
+            f"**{w['higher']}** at {n['higher']}, **{w['lower']}** at {n['lower']}, "
+            f"**equivalent within \u00b1{F.tie_margin:g}** at {n['equivalent']} and **not decided** at "
+            f"{n['not decided']} (Holm counts, the [glossary](../glossary.md)'s rule).")
+
+
+def _lines_of(F: Findings) -> list:
+    keys = view_claims(F.claims, "raw")["key"] if len(F.claims) else pd.Series(dtype=str)
+    return [t for t in LINES if keys.str.startswith(f"raw_{t}_").any()]
+
+
+def pays_sentence(F: Findings) -> str:
+    """Whether any shift was shown to make drifting statistics pay (in summed accuracy), chosen by the counts."""
+    n = level_counts(F, "raw")
+    if n["higher"] == 0 and n["lower"] > 0:
+        return "No shift tested was shown to make drifting statistics pay, even counting both tasks' points as equal."
+    if n["higher"] == 0:
+        return "No shift tested was shown to make drifting statistics pay or lose, counting both tasks' points as equal."
+    if n["lower"] == 0:
+        return (f"Drifting statistics were shown to pay at {n['higher']} of the {n['m']} levels and to lose at none, "
+                f"counting both tasks' points as equal.")
+    return (f"Drifting statistics were shown to pay at {n['higher']} levels and to lose at {n['lower']}, counting "
+            f"both tasks' points as equal: which one you get depends on the shift.")
+
+
+def mismatch_sentence(F: Findings) -> str:
+    """What the KL mismatch measured before training says about task A's loss, chosen by its rank correlation's
+    bootstrap interval (clipped to [-1, 1])."""
+    r = F.rho.get("KL", {})
+    rho, lo, hi = r.get("rho", math.nan), r.get("lo", math.nan), r.get("hi", math.nan)
+    iv = Interval(rho, lo, hi, F.n_seeds)
+    text = (f"Spearman {rho:.2f}, {_range(iv, d=2)}" if np.isfinite(rho) else "no rank correlation")
+    if np.isfinite(lo) and lo > 0:
+        head = "A statistics mismatch measured before any training (KL) ranks the shifts by task A's loss"
+    elif np.isfinite(hi) and hi < 0:
+        head = "A statistics mismatch measured before any training (KL) ranks the shifts against task A's loss"
+    else:
+        head = "A statistics mismatch measured before any training (KL) was not shown to rank the shifts by task A's loss"
+    return f"{head} ({text}); the best predictor of an unseen kind of shift's loss is the {F.winner}."
+
+
+def answer(F: Findings) -> str:
+    """The answer box's outcome sentences (Markdown, numbers and verdicts from ``F``; true for any data): chapter 1's
+    shift, the count over levels, whether any level pays, the gentlest levels, the mismatch measure."""
+    t1 = F.at_t1.get("both_raw")
+    if t1:
+        a, b = task_a_difference(t1["cost"]), t1["benefit"]
+        s1 = (f"At chapter 1's shift ($t$ = 1) drifting statistics change task A's accuracy by {_signed(a.mean)} "
+              f"({_range(a)}) and task B's by {_signed(b.mean)} ({_range(b)}), `train_mode` minus the pinned "
+              f"`backbone_eval`; their sum reads **{_verdict(F, 'at_t1_both_raw')}**.")
+    else:
+        s1 = "The sweep has no point at chapter 1's shift."
+    weak = [f"**{_verdict(F, f'weakest_raw_{t}')}** ({t})" for t in SHIFT_TYPES]
+    s4 = "At the gentlest shift of the brightness, contrast and both lines the sum reads " + _join(weak) + "."
+    return " ".join([s1, counts_sentence(F), pays_sentence(F), s4, mismatch_sentence(F)])
+
+
+def cost_benefit_takeaway(F: Findings) -> str:
+    """The takeaway of the cost-and-benefit figure, chosen by the raw view's counts."""
+    n = level_counts(F, "raw")
+    if n["lower"] > n["higher"]:
+        return (f"Task A's loss outweighs task B's gain at {n['lower']} of the {n['m']} levels and falls short of it "
+                f"at {n['higher']} (Holm).")
+    if n["higher"] > n["lower"]:
+        return (f"Task B's gain outweighs task A's loss at {n['higher']} of the {n['m']} levels and falls short of "
+                f"it at {n['lower']} (Holm).")
+    return f"Task B's gain and task A's loss are shown apart at equally many levels ({n['lower']} each, of {n['m']})."
+
+
+def page_values(F: Findings) -> dict:
+    """The task-A quantities the page prints, as condition minus reference (``train_mode - backbone_eval``; keys
+    ``task_a_<where>``, Intervals or floats), for :func:`bnstudy.pages.glue_findings`-style gluing by
+    :func:`bnstudy.pages.glue_value`: at no shift, chapter 1's shift (``t1``, 95%; ``t1_family``, the levels'
+    family interval), each affine line's strongest level, the same-class line, the extra lines' strongest levels,
+    the budget check's shortest and longest budget, and the grid's corner and its parts (means)."""
+    neg = lambda iv: task_a_difference(iv).clipped(-1, 1)  # noqa: E731  (printed: cut to what accuracy allows)
+    out = {f"task_a_{k}": neg(v) for k, v in F.cost.items()}
+    if F.at_t1.get("both_raw"):
+        out["task_a_t1_family"] = neg(F.at_t1["both_raw"]["cost"])
+    if F.family:
+        out["task_a_family"] = neg(F.family["cost"])
+    for t, e in F.extra.items():
+        out[f"task_a_extra_{t}"] = neg(e["cost"])
+    for k in ("cost_lo", "cost_hi"):
+        if k in F.budget:
+            out[f"task_a_budget_{k[5:]}"] = neg(F.budget[k])
+    for k in ("corner", "bonly", "conly"):
+        out[f"task_a_grid_{k}"] = -float(getattr(F, f"grid_cost_{k}"))
+    return out
+
+
+def threshold_sentence(F: Findings) -> str:
+    """Whether one value of the winning mismatch measure separates the shifts whose task-A loss stayed below
+    ``min_effect`` (95% upper bound) from those whose loss exceeded it (95% lower bound), chosen by the findings."""
+    lo, hi, e = F.winner_safe_max, F.winner_harm_min, F.min_effect
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return (f"The sweep has shifts on only one side of a task-A loss of {e:g}, so it cannot say whether one value "
+                f"of the {F.winner} separates harmless shifts from harmful ones.")
+    if F.winner_threshold_clean == "overlap":
+        return (f"No value of it separates harmless shifts from harmful ones: shifts whose task-A loss stayed below "
+                f"{e:g} with 95% confidence reached values up to {lo:.3g}, while shifts whose loss exceeded it started "
+                f"at {hi:.3g}.")
+    return (f"On these shifts a value of the {F.winner} between {lo:.3g} and {hi:.3g} separates those whose task-A loss "
+            f"stayed below {e:g} with 95% confidence from those whose loss exceeded it; that this holds for other "
+            f"shifts is not tested.")
+
+
+def page_texts(F: Findings) -> dict:
+    """Every sentence and word the page's Markdown glues by name (``ch03_<name>``), chosen by ``F``."""
+    return dict(answer=answer(F), takeaway_cost_benefit=cost_benefit_takeaway(F), counts_sentence=counts_sentence(F),
+                threshold_sentence=threshold_sentence(F), word_lower=f"**{NET_WORDS['lower']}**",
+                word_higher=f"**{NET_WORDS['higher']}**",
+                margins_text=_join([f"{m:g}" for m in MARGINS]), thresholds_text=_join([f"{t:g}" for t in TIE_THRESHOLDS]))
