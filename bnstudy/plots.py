@@ -338,124 +338,6 @@ def batch_size_figure(t5: pd.DataFrame, min_batch: int, chance: float):
     ax.legend(fontsize=8, loc="lower right")
     return fig
 
-# --- chapter 3: shift strength (tidy tables from bnstudy.experiments.shift_strength) ------------------------------
-
-EFFECT_COLORS = {"cost": sns.color_palette("colorblind")[3], "benefit": sns.color_palette("colorblind")[0]}
-
-
-def _band(ax, g, x, name, **kw):
-    g = g.sort_values(x)
-    ax.plot(g[x], g["mean"], "o-", ms=4, color=EFFECT_COLORS[name], label=name, **kw)
-    ax.fill_between(g[x], g["ci_low"], g["ci_high"], color=EFFECT_COLORS[name], alpha=0.25, lw=0)
-
-
-def cost_benefit_lines(lines: pd.DataFrame, cross: dict, xlabels: dict, reference: dict):
-    """One panel per line (``lines``: shift_strength.line_table): mean cost and benefit with 95% bands, the
-    crossover (``cross[line]``: estimate, ci_low, ci_high) dashed with its interval shaded, and ``reference[line]``
-    (chapter 1's shift) dotted."""
-    shifts = list(dict.fromkeys(lines["shift"]))
-    fig, axes = plt.subplots(1, len(shifts), figsize=(4 * len(shifts), 3.7), sharey=True, squeeze=False)
-    for ax, t in zip(axes[0], shifts):
-        for name in ("cost", "benefit"):
-            _band(ax, lines[(lines["shift"] == t) & (lines["metric"] == name)], "strength", name)
-        cr, x = cross[t], lines.loc[lines["shift"] == t, "strength"]
-        if not np.isnan(cr["estimate"]):
-            ax.axvspan(cr["ci_low"], cr["ci_high"], color="grey", alpha=0.2, lw=0)
-            ax.axvline(cr["estimate"], color="black", lw=1, ls="--", label="crossover (95% CI)")
-        if x.min() <= reference[t] <= x.max():
-            ax.axvline(reference[t], color="grey", lw=1, ls=":", label="chapter 1's shift")
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_xlabel(xlabels[t]); ax.set_title(t)
-    axes[0][0].set_ylabel("accuracy (fraction)")
-    handles = {}
-    for ax in axes[0]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8,
-               bbox_to_anchor=(0.5, -0.08), frameon=False)
-    return fig
-
-
-def budget_figure(budget: pd.DataFrame):
-    """Cost and benefit against stage-2 steps, one panel per strength (``budget``: shift_strength.budget_table)."""
-    ts = sorted(budget["t"].unique())
-    steps = sorted(budget["steps"].unique())
-    fig, axes = plt.subplots(1, len(ts), figsize=(4.6 * len(ts), 3.5), sharey=True, squeeze=False)
-    for ax, t in zip(axes[0], ts):
-        for name in ("cost", "benefit"):
-            _band(ax, budget[(budget["t"] == t) & (budget["metric"] == name)], "steps", name)
-        ax.set_xscale("log"); ax.set_xticks(steps); ax.set_xticklabels(steps); ax.minorticks_off()
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_xlabel("stage-2 steps (new head)"); ax.set_title(f"both line, t = {t:g}")
-    axes[0][0].set_ylabel("accuracy (fraction)"); axes[0][0].legend(fontsize=8)
-    return fig
-
-
-def effect_heatmaps(grid: pd.DataFrame):
-    """Cost, benefit and net on the brightness x contrast grid (``grid``: shift_strength.grid_table); each cell
-    shows the mean and the half-width of its 95% interval. Cost and benefit share one color scale."""
-    gb, gc = sorted(grid["brightness"].unique()), sorted(grid["contrast"].unique())
-    wide = {m: grid[grid["metric"] == m].set_index(["brightness", "contrast"]) for m in ("cost", "benefit", "net")}
-    vmax = max(wide["cost"]["mean"].max(), wide["benefit"]["mean"].max())
-    titles = {"cost": "cost (task A lost)", "benefit": "benefit (task B gained)", "net": "benefit minus cost"}
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.9))
-    for ax, (name, cmap) in zip(axes, (("cost", "Reds"), ("benefit", "Blues"), ("net", "RdBu"))):
-        a = wide[name]
-        M = a["mean"].unstack("contrast").reindex(index=gb, columns=gc).values
-        H = ((a["ci_high"] - a["ci_low"]) / 2).unstack("contrast").reindex(index=gb, columns=gc).values
-        top = np.nanmax(np.abs(M)) if name == "net" else vmax
-        ax.imshow(M, origin="lower", cmap=cmap, aspect="auto", vmin=-top if name == "net" else 0, vmax=top)
-        for i, j in np.ndindex(M.shape):
-            ax.text(j, i, f"{M[i, j]:.2f}\n±{H[i, j]:.2f}", ha="center", va="center", fontsize=7.5,
-                    color="white" if abs(M[i, j]) > 0.6 * top else "black")
-        ax.set_xticks(range(len(gc))); ax.set_xticklabels([f"{c:g}" for c in gc])
-        ax.set_yticks(range(len(gb))); ax.set_yticklabels([f"{b:g}" for b in gb])
-        ax.set_xlabel("contrast gain c"); ax.set_ylabel("brightness offset b"); ax.set_title(titles[name])
-        ax.grid(False)
-    return fig
-
-
-def mismatch_figure(conditions: pd.DataFrame):
-    """Cost and benefit against the statistics mismatch, one point per shift with 95% bars in both directions
-    (``conditions``: shift_strength.condition_table); markers by the line a shift illustrates."""
-    marks = {"no shift": "s", "brightness": "o", "contrast": "^", "both": "D", "grid only": "x"}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.9), sharey=True)
-    for ax, name in zip(axes, ("cost", "benefit")):
-        for kind, g in conditions.groupby("kind"):
-            ax.errorbar(g["mismatch_kl"], g[name],
-                        xerr=[g["mismatch_kl"] - g["mismatch_kl_lo"], g["mismatch_kl_hi"] - g["mismatch_kl"]],
-                        yerr=[g[name] - g[name + "_lo"], g[name + "_hi"] - g[name]], fmt=marks[kind], ms=5,
-                        capsize=2, lw=0.8, color=EFFECT_COLORS[name], alpha=0.85, label=kind,
-                        mfc="none" if kind == "grid only" else EFFECT_COLORS[name])
-        ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6); ax.set_title(name)
-    fig.supxlabel("statistics mismatch before stage 2: mean over BN layers of KL(new || stored), nats",
-                  fontsize=10, y=-0.02)
-    axes[0].set_ylabel("accuracy (fraction)")
-    axes[0].legend(fontsize=8, title="shift", title_fontsize=8)
-    return fig
-
-
-def retention_scatter(scatter: pd.DataFrame):
-    """Task-A change against task-B gain over ``backbone_eval``, one point per mode and shift with 95% bars
-    (``scatter``: shift_strength.scatter_table); the dashed line is gain = loss."""
-    fig, ax = plt.subplots(figsize=(6.6, 4.6))
-    for mode in [m for m in MODE_ORDER if m in set(scatter["mode"])]:
-        g = scatter[scatter["mode"] == mode]
-        xa = g[g["metric"] == "task_a_change"].set_index(["brightness", "contrast"])
-        yb = g[g["metric"] == "task_b_gain"].set_index(["brightness", "contrast"]).loc[xa.index]
-        ax.errorbar(xa["mean"], yb["mean"], xerr=[xa["mean"] - xa["ci_low"], xa["ci_high"] - xa["mean"]],
-                    yerr=[yb["mean"] - yb["ci_low"], yb["ci_high"] - yb["mean"]], fmt="o", ms=4, alpha=0.8,
-                    capsize=2, color=MODE_PALETTE[mode], label=mode, lw=0.8)
-    # Accuracy changes live in [-1, 1]; t-intervals over few seeds can overshoot, so the axes stop at the possible range.
-    ax.set_xlim(-1.05, 0.1); ax.set_ylim(min(-0.1, ax.get_ylim()[0]), min(1.05, max(0.3, ax.get_ylim()[1])))
-    xx = np.linspace(-1.0, 0, 10)
-    ax.plot(xx, -xx, color="grey", ls="--", lw=1, label="gain = loss")
-    ax.axhline(0, color="black", lw=0.6); ax.axvline(0, color="black", lw=0.6)
-    ax.set_xlabel("task A accuracy change (after - before)"); ax.set_ylabel("task B gain over backbone_eval")
-    ax.legend(fontsize=8, loc="lower left")
-    return fig
-
-
 # --- chapter 6 (issue 14): routing inputs to statistic banks ------------------------------------------------------
 
 CH06_CONDITIONS = ("nearest_first", "nearest_all", "classifier", "mixture", "oracle", "train_mode", "pinned")
@@ -753,14 +635,28 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
 
 CH3_FONT = {"font.size": 9.5, "axes.titlesize": 9.5, "axes.labelsize": 9.5, "xtick.labelsize": 9,
             "ytick.labelsize": 9, "legend.fontsize": 9, "legend.title_fontsize": 9}
-CH3_LINE_COLORS = dict(zip(("brightness", "contrast", "both", "blur", "noise", "same_both", "same_noise"),
-                           sns.color_palette("colorblind", 7)))
+#: Task A's and task B's differences (train_mode - backbone_eval) and their sum: style.EFFECTS ("cost" is task A's).
+EFFECT_COLORS = {"cost": style.color("effect", "cost"), "benefit": style.color("effect", "benefit"),
+                 "net": style.color("effect", "net")}
+#: The page's labels of the three effects, as drawn (condition minus reference, the book's one sign).
+CH3_EFFECT_LABELS = {"cost": "task A (train_mode − backbone_eval)", "benefit": "task B (train_mode − backbone_eval)",
+                     "net": "sum of both"}
+
+
+def _ch3_signed(g: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """A level/budget table's rows of ``metric`` as drawn: task A's ``cost`` (backbone_eval - train_mode) negated to
+    train_mode - backbone_eval (mean and interval), intervals cut to [-1, 1] (accuracy differences)."""
+    g = g.copy()
+    if metric == "cost":
+        g["mean"], g["ci_low"], g["ci_high"] = -g["mean"], -g["ci_high"], -g["ci_low"]
+    g["ci_low"], g["ci_high"] = g["ci_low"].clip(-1, 1), g["ci_high"].clip(-1, 1)
+    return g
 
 
 def _ch3_grid(n: int, height: float = 2.6):
-    ncol = min(n, 4)
+    ncol = min(n, 3)
     nrow = int(np.ceil(n / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(9, height * nrow + 0.6), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(style.COLUMN_WIDTH_IN, height * nrow + 0.8), squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, axes.flat[:n]
@@ -817,13 +713,14 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
         fig, axes = _ch3_grid(len(lines))
         for ax, t in zip(axes, lines):
             for name, f, mk in (("cost", 0.93, "v"), ("benefit", 1.07, "^")):
-                g = lv[(lv["line"] == t) & (lv["metric"] == name)].sort_values("strength")
+                g = _ch3_signed(lv[(lv["line"] == t) & (lv["metric"] == name)].sort_values("strength"), name)
                 if points is not None and view == "raw":
                     p = points[(points["line"] == t) & (points["metric"] == name)]
-                    ax.plot(p["strength"] * f, p["value"], ".", ms=2.5, alpha=0.35, color=EFFECT_COLORS[name],
-                            zorder=1, label=f"{name}, one seed")
+                    sign = -1 if name == "cost" else 1
+                    ax.plot(p["strength"] * f, sign * p["value"], ".", ms=2.5, alpha=0.35, color=EFFECT_COLORS[name],
+                            zorder=1, label=f"{CH3_EFFECT_LABELS[name].split(' ')[0]} {CH3_EFFECT_LABELS[name].split(' ')[1]}, one seed")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
-                            fmt=mk + "-", ms=5, lw=1, capsize=2, color=EFFECT_COLORS[name], label=name)
+                            fmt=mk + "-", ms=5, lw=1, capsize=2, color=EFFECT_COLORS[name], label=CH3_EFFECT_LABELS[name])
             cx = crossings.get(t, np.nan)
             if np.isfinite(cx):
                 ax.axvline(cx, color="black", ls="--", lw=1, label="crossover of the mean curves")
@@ -833,9 +730,9 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
             _ch3_log_levels(ax, lv.loc[lv["line"] == t, "strength"])
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
             ax.set_xlabel(textwrap.fill(xlabels.get(t, "strength"), 26))
-        for ax in axes[::4]:
+        for ax in axes[::3]:
             ax.set_ylabel("difference in accuracy" if view == "raw" else "difference in share of room")
-        _ch3_legend(fig, axes)
+        _ch3_legend(fig, axes, ncol=2)
     return fig
 
 
@@ -851,14 +748,13 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
     with plt.rc_context(CH3_FONT):
         lines = list(dict.fromkeys(levels["line"]))
         fig, axes = _ch3_grid(len(lines), height=2.9)
-        col = {"raw": "0.15", "vs no shift": sns.color_palette("colorblind")[4],
-               "normalized": sns.color_palette("colorblind")[2]}
+        col = {"raw": style.color("effect", "net"), "vs no shift": style.PURPLE, "normalized": style.GREEN}
         for ax, t in zip(axes, lines):
             ax.axhspan(-margin, margin, color="grey", alpha=0.25, lw=0, label=f"equivalence band ±{margin:g}")
             for k, view in enumerate(views):
                 f = 0.93 + 0.14 * k / max(len(views) - 1, 1)
                 g = levels[(levels["line"] == t) & (levels["metric"] == "net") & (levels["view"] == view)]
-                g = g.sort_values("strength")
+                g = _ch3_signed(g.sort_values("strength"), "net")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
                             fmt="-", lw=1, capsize=2, color=col[view], label=labels[view])
                 res = g["kind"].isin(["lower", "higher"]) if "kind" in g.columns else (g["ci_low"] > 0) | (g["ci_high"] < 0)
@@ -875,15 +771,10 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
             _ch3_log_levels(ax, levels.loc[levels["line"] == t, "strength"], ylim=(-1.05, 0.3))
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
             ax.set_xlabel(textwrap.fill((xlabels or {}).get(t, "strength"), 26))
-        for ax in axes[::4]:
+        for ax in axes[::3]:
             ax.set_ylabel("difference in accuracy\n(symmetric log)")
-        _ch3_legend(fig, axes, ncol=3)
+        _ch3_legend(fig, axes, ncol=2)
     return fig
-
-
-# The budget figure's effects get colours of their own: the top row already uses the modes' blue and orange.
-CH3_BUDGET_EFFECT_COLORS = {"cost": "0.2", "benefit": sns.color_palette("colorblind")[2],
-                            "net": sns.color_palette("colorblind")[4]}
 
 
 def ch3_budget_points(bp):
@@ -893,7 +784,7 @@ def ch3_budget_points(bp):
     (x scaled by 0.96 / 1.04) so that none hides another."""
     with plt.rc_context(CH3_FONT):
         ts = sorted(bp["t"].unique())
-        fig, axes = plt.subplots(2, len(ts), figsize=(9, 5.4), squeeze=False, sharex=True)
+        fig, axes = plt.subplots(2, len(ts), figsize=(style.COLUMN_WIDTH_IN, 5.6), squeeze=False, sharex=True)
         for j, t in enumerate(ts):
             g = bp[bp["t"] == t]
             for mode, mk, f in (("train_mode", "o", 0.96), ("backbone_eval", "s", 1.04)):
@@ -901,10 +792,10 @@ def ch3_budget_points(bp):
                 axes[0][j].errorbar(h["steps"] * f, h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
                                     fmt=mk + "-", ms=4.5, capsize=2, lw=1, color=MODE_PALETTE[mode], label=mode)
             for name, mk, f in (("cost", "v", 0.96), ("benefit", "^", 1.0), ("net", "D", 1.04)):
-                h = g[(g["metric"] == name)].sort_values("steps")
+                h = _ch3_signed(g[(g["metric"] == name)].sort_values("steps"), name)
                 axes[1][j].errorbar(h["steps"] * f, h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
-                                    fmt=mk + "--", ms=5, capsize=2, lw=1, color=CH3_BUDGET_EFFECT_COLORS[name],
-                                    label=name if name != "net" else "net (benefit − cost)")
+                                    fmt=mk + "--", ms=5, capsize=2, lw=1, color=EFFECT_COLORS[name],
+                                    label=CH3_EFFECT_LABELS[name])
             axes[1][j].axhline(0, color="black", lw=0.6)
             axes[0][j].set_title(f"both line, t = {t:g}")
             axes[1][j].set_xscale("log")
@@ -913,44 +804,46 @@ def ch3_budget_points(bp):
             axes[1][j].set_xlabel("stage-2 steps")
         axes[0][0].set_ylabel("task-B accuracy")
         axes[1][0].set_ylabel("difference in accuracy")
-        _ch3_legend(fig, [axes[0][0], axes[1][0]])
+        _ch3_legend(fig, [axes[0][0], axes[1][0]], ncol=2)
     return fig
 
 
 def ch3_heatmaps(grid):
-    """Cost, benefit and benefit - cost on the brightness x contrast grid (``grid``: shift_strength.grid_table),
-    each with its colour bar; cells show the mean and the half-width of the 95% interval."""
+    """Task-A difference, task-B difference and their sum (each train_mode - backbone_eval) on the brightness x
+    contrast grid (``grid``: shift_strength.grid_table), one row per quantity so that the cells' 9 pt text fits the
+    column, each with its colour bar; cells show the mean and the half-width of the 95% interval."""
     with plt.rc_context(CH3_FONT):
         gb, gc = sorted(grid["brightness"].unique()), sorted(grid["contrast"].unique())
-        wide = {m: grid[grid["metric"] == m].set_index(["brightness", "contrast"]) for m in ("cost", "benefit", "net")}
-        vmax = max(wide["cost"]["mean"].max(), wide["benefit"]["mean"].max(), 1e-9)
-        titles = {"cost": "cost (task A lost)", "benefit": "benefit (task B gained)", "net": "benefit − cost"}
-        fig, axes = plt.subplots(1, 3, figsize=(9, 3.3))
-        for ax, (name, cmap) in zip(axes, (("cost", "Reds"), ("benefit", "Blues"), ("net", "RdBu"))):
+        wide = {m: _ch3_signed(grid[grid["metric"] == m], m).set_index(["brightness", "contrast"])
+                for m in ("cost", "benefit", "net")}
+        titles = {"cost": "task-A difference", "benefit": "task-B difference", "net": "sum of both"}
+        fig, axes = plt.subplots(1, 3, figsize=(style.COLUMN_WIDTH_IN, 3.2), sharey=True)
+        for ax, (name, cmap) in zip(axes, (("cost", "RdBu"), ("benefit", "RdBu"), ("net", "RdBu"))):
             a = wide[name]
             M = a["mean"].unstack("contrast").reindex(index=gb, columns=gc).values
             H = ((a["ci_high"] - a["ci_low"]) / 2).unstack("contrast").reindex(index=gb, columns=gc).values
-            top = max(np.nanmax(np.abs(M)), 1e-9) if name == "net" else vmax
-            im = ax.imshow(M, origin="lower", cmap=cmap, aspect="auto", vmin=-top if name == "net" else 0, vmax=top)
-            cb = fig.colorbar(im, ax=ax, fraction=0.06, pad=0.03)
+            top = max(np.nanmax(np.abs(M)), 1e-9)
+            im = ax.imshow(M, origin="lower", cmap=cmap, aspect="auto", vmin=-top, vmax=top)
+            cb = fig.colorbar(im, ax=ax, fraction=0.08, pad=0.03, orientation="horizontal")
             cb.set_label("difference in accuracy")
             for i, j in np.ndindex(M.shape):
                 ax.text(j, i, f"{M[i, j]:.2f}\n±{H[i, j]:.2f}", ha="center", va="center", fontsize=9,
                         color="white" if abs(M[i, j]) > 0.6 * top else "black")
             ax.set_xticks(range(len(gc))); ax.set_xticklabels([f"{c:g}" for c in gc])
             ax.set_yticks(range(len(gb))); ax.set_yticklabels([f"{b:g}" for b in gb])
-            ax.set_xlabel("contrast gain c"); ax.set_ylabel("brightness offset b"); ax.set_title(titles[name])
+            ax.set_xlabel("contrast gain c"); ax.set_title(titles[name])
             ax.grid(False)
+        axes[0].set_ylabel("brightness offset b")
         fig.tight_layout()
-    return fig
+    return min_text_size(fig)
 
 
 #: Fig. 6's marks per condition kind: the second family (task B with task A's classes) gets open markers and
 #: colours of its own, so each twin line is told apart from its twin (``noise`` / ``same_noise`` were two pinks).
-CH3_KIND_MARKS = {"brightness": ("o", "#1b9e77", True), "contrast": ("o", "#d95f02", True),
-                  "both": ("o", "#7570b3", True), "blur": ("o", "#e7298a", True), "noise": ("o", "#66a61e", True),
-                  "same_both": ("D", "#7570b3", False), "same_noise": ("D", "#66a61e", False),
-                  "no shift": ("s", "0.35", True), "no shift, same classes": ("s", "0.35", False)}
+CH3_KIND_MARKS = {"brightness": ("o", style.BLUE, True), "contrast": ("o", style.ORANGE, True),
+                  "both": ("o", style.GREEN, True), "blur": ("o", style.PINK, True), "noise": ("o", style.BROWN, True),
+                  "same_both": ("D", style.GREEN, False), "same_noise": ("D", style.BROWN, False),
+                  "no shift": ("s", style.GREY, True), "no shift, same classes": ("s", style.GREY, False)}
 
 
 def _log_ticks(ax):
@@ -979,7 +872,7 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
         names = [n for n in candidates if candidates[n] in conditions.columns]
         ncol = 3
         nrow = int(np.ceil((len(names) + 1) / ncol))
-        fig, axs = plt.subplots(nrow, ncol, figsize=(10, 3.3 * nrow + 0.9), squeeze=False)
+        fig, axs = plt.subplots(nrow, ncol, figsize=(style.COLUMN_WIDTH_IN, 3.0 * nrow + 1.2), squeeze=False)
         axes = list(axs.flat)
         for ax in axes[len(names) + 1:]:
             ax.set_visible(False)
@@ -988,18 +881,20 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
             col = candidates[n]
             for kind, g in c.groupby("kind", sort=False):
                 mk, color, filled = CH3_KIND_MARKS.get(kind, ("o", "0.5", True))
-                ax.errorbar(g[col], g["cost"], xerr=[g[col] - g[col + "_lo"], g[col + "_hi"] - g[col]],
-                            yerr=[g["cost"] - g["cost_lo"], g["cost_hi"] - g["cost"]], fmt=mk, ms=5, lw=0.8,
+                # task A as train_mode - backbone_eval: minus the cost, its interval negated and cut to [-1, 1]
+                y, ylo, yhi = -g["cost"], (-g["cost_hi"]).clip(-1, 1), (-g["cost_lo"]).clip(-1, 1)
+                ax.errorbar(g[col], y, xerr=[g[col] - g[col + "_lo"], g[col + "_hi"] - g[col]],
+                            yerr=[y - ylo, yhi - y], fmt=mk, ms=5, lw=0.8,
                             capsize=1.5, color=color, mfc=color if filled else "white", mew=1.2, label=kind,
                             alpha=0.9)
             ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
             _log_ticks(ax)
             ax.set_title(f"{n}: score {selection[n]['score']:.3f}")
-            ax.set_xlabel(f"{n} (before stage 2)")
-            ax.set_ylim(-0.1, 1.0)
+            ax.set_xlabel(textwrap.fill(f"{n} (before stage 2)", 22))
+            ax.set_ylim(-1.0, 0.1)
         for i, ax in enumerate(axes[:len(names)]):
             if i % ncol == 0:
-                ax.set_ylabel("cost (task-A accuracy\nlost by train_mode)")
+                ax.set_ylabel("task-A difference\n(train_mode − backbone_eval)")
         ax = axes[len(names)]
         if winner is not None:
             others = [n for n in names if n != winner]
@@ -1020,13 +915,13 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
             ax.errorbar(sc, range(len(names)), xerr=[sc - lo, hi - sc], fmt="o", color="0.2", capsize=2)
             ax.set_yticks(range(len(names))); ax.set_yticklabels(names); ax.invert_yaxis()
             ax.set_xlabel("held-out-type error (accuracy)"); ax.set_title("leave one type out")
-        _ch3_legend(fig, axes[:len(names)], ncol=5, order=list(CH3_KIND_MARKS))
-        fig.tight_layout(rect=(0, 0.09, 1, 1))
+        _ch3_legend(fig, axes[:len(names)], ncol=3, order=list(CH3_KIND_MARKS))
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
     return min_text_size(fig)
 
 
-# Paths of train_mode along the three affine lines: colours none of the modes use.
-CH3_PATH_COLORS = {"brightness": "#7f3c8d", "contrast": "#8c564b", "both": "#11a579"}
+# Paths of train_mode along the three affine lines: named colours of bnstudy.style that none of the modes uses.
+CH3_PATH_COLORS = {"brightness": style.SKY, "contrast": style.BROWN, "both": style.PINK}
 
 
 def ch3_retention(scatter):
@@ -1035,7 +930,7 @@ def ch3_retention(scatter):
     modes at the origin) stay visible; ``train_mode``'s points joined along each line in order of strength."""
     marks = {"train_mode": ("o", 5), "backbone_eval": ("s", 9), "all_eval": ("D", 5), "separate_stats": ("^", 6)}
     with plt.rc_context(CH3_FONT):
-        fig, ax = plt.subplots(figsize=(8, 5.2))
+        fig, ax = plt.subplots(figsize=(style.COLUMN_WIDTH_IN, 5.2))
         for mode in [m for m in MODE_ORDER if m in set(scatter["mode"])]:
             g = scatter[scatter["mode"] == mode]
             xa = g[g["metric"] == "task_a_change"].set_index(["brightness", "contrast"])
@@ -1063,9 +958,9 @@ def ch3_retention(scatter):
         ax.axhline(0, color="black", lw=0.6); ax.axvline(0, color="black", lw=0.6)
         ax.set_xlabel("task-A accuracy change from before stage 2 (difference in accuracy)")
         ax.set_ylabel("task-B gain over backbone_eval\n(difference in accuracy)")
-        ax.legend(loc="lower left", fontsize=8.5, ncol=2)
+        ax.legend(loc="lower left", fontsize=9, ncol=2)
         fig.tight_layout()
-    return fig
+    return min_text_size(fig)
 
 # --- chapter 5 (issue 13): batch size and fine-tuning strategies --------------------------------------------------
 

@@ -2057,7 +2057,13 @@ def mismatch_sentence(F: Findings) -> str:
         head = "A statistics mismatch measured before any training (KL) ranks the shifts against task A's loss"
     else:
         head = "A statistics mismatch measured before any training (KL) was not shown to rank the shifts by task A's loss"
-    return f"{head} ({text}); the best predictor of an unseen kind of shift's loss is the {F.winner}."
+    if F.n_indistinct > 1:
+        tail = (f"on predicting an unseen kind of shift's loss the lowest error belongs to the {F.winner}, but the "
+                f"{F.indistinct} are not distinguishable on this data")
+    else:
+        tail = (f"on predicting an unseen kind of shift's loss the {F.winner} has the lowest error, distinguishably "
+                f"from every other measure compared")
+    return f"{head} ({text}); {tail}."
 
 
 def answer(F: Findings) -> str:
