@@ -842,8 +842,9 @@ def ch3_heatmaps(grid):
             H = ((a["ci_high"] - a["ci_low"]) / 2).unstack("contrast").reindex(index=gb, columns=gc).values
             top = max(np.nanmax(np.abs(M)), 1e-9)
             im = ax.imshow(M, origin="lower", cmap=cmap, aspect="auto", vmin=-top, vmax=top)
-            cb = fig.colorbar(im, ax=ax, fraction=0.08, pad=0.03, orientation="horizontal")
-            cb.set_label("difference in accuracy")
+            cb = fig.colorbar(im, ax=ax, fraction=0.08, pad=0.03)
+            cb.locator = matplotlib.ticker.MaxNLocator(3)
+            cb.update_ticks()
             for i, j in np.ndindex(M.shape):
                 ax.text(j, i, f"{M[i, j]:.2f}\n±{H[i, j]:.2f}", ha="center", va="center", fontsize=9,
                         color="white" if abs(M[i, j]) > 0.6 * top else "black")
@@ -852,6 +853,7 @@ def ch3_heatmaps(grid):
             ax.set_xlabel("contrast gain c"); ax.set_title(titles[name])
             ax.grid(False)
         axes[0].set_ylabel("brightness offset b")
+        fig.supxlabel("colour: difference in accuracy (train_mode − backbone_eval)", fontsize=9)
         fig.tight_layout()
     return min_text_size(fig)
 
@@ -890,7 +892,7 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
         names = [n for n in candidates if candidates[n] in conditions.columns]
         ncol = 3
         nrow = int(np.ceil((len(names) + 1) / ncol))
-        fig, axs = plt.subplots(nrow, ncol, figsize=(style.COLUMN_WIDTH_IN, 3.0 * nrow + 1.2), squeeze=False)
+        fig, axs = plt.subplots(nrow, ncol, figsize=(style.COLUMN_WIDTH_IN - 0.3, 3.2 * nrow + 1.2), squeeze=False)
         axes = list(axs.flat)
         for ax in axes[len(names) + 1:]:
             ax.set_visible(False)
@@ -907,7 +909,7 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
                             alpha=0.9)
             ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
             _log_ticks(ax)
-            ax.set_title(f"{n}: score {selection[n]['score']:.3f}")
+            ax.set_title(f"{n}\nscore {selection[n]['score']:.3f}")
             ax.set_xlabel(textwrap.fill(f"{n} (before stage 2)", 22))
             ax.set_ylim(-1.0, 0.1)
         for i, ax in enumerate(axes[:len(names)]):

@@ -2072,7 +2072,7 @@ def answer(F: Findings) -> str:
     t1 = F.at_t1.get("both_raw")
     if t1:
         a, b = task_a_difference(t1["cost"]), t1["benefit"]
-        s1 = (f"At chapter 1's shift ($t$ = 1) drifting statistics change task A's accuracy by {_signed(a.mean)} "
+        s1 = (f"At chapter 1's shift (t = 1) drifting statistics change task A's accuracy by {_signed(a.mean)} "
               f"({_range(a)}) and task B's by {_signed(b.mean)} ({_range(b)}), `train_mode` minus the pinned "
               f"`backbone_eval`; their sum reads **{_verdict(F, 'at_t1_both_raw')}**.")
     else:
