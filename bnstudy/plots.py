@@ -277,7 +277,7 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     ax.scatter(tm["sorted_fraction"][hit], tm["mean"][hit], s=70, facecolors="none", edgecolors="k", zorder=5,
                label="loader flagged by the lint")
     if chance is not None:
-        ax.axhline(chance, color="0.4", ls=":", lw=1, label="chance")
+        ax.axhline(chance, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance")
     ax.set_ylabel("accuracy on task A")
     ax.set_ylim(0, 1.02)
     top = ax.secondary_xaxis("top")
@@ -288,18 +288,18 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     d = t4.assign(train_minus_eval=t4["module_train_accuracy"] - t4["module_eval_accuracy"],
                   after_minus_before=t4["module_eval_accuracy_after_pass"] - t4["source_task_a_accuracy"])
     for q, label, color, marker in (("train_minus_eval", "train mode - eval mode (same batches)", style.STATISTICS["batch"], "s"),
-                                    ("after_minus_before", "held-out eval accuracy: after the pass - before", "C2",
+                                    ("after_minus_before", "held-out eval accuracy: after the pass - before", style.GREEN,
                                      "^")):
         c = _curve(d, "sorted_fraction", q)
         dx.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
         dx.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
-    dx.axhline(0, color="0.4", lw=1)
+    dx.axhline(0, color=style.REFERENCE["chance"], lw=1)
     if tolerance is not None:  # upper right, above the zero line, its ticks on the right (not beside dx's)
         ins = dx.inset_axes([0.52, 0.66, 0.40, 0.22])
         c = _curve(d, "sorted_fraction", "after_minus_before")
-        ins.axhspan(-tolerance, tolerance, color="C2", alpha=0.08)
-        ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color="C2")
-        ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color="C2", alpha=0.25)
+        ins.axhspan(-tolerance, tolerance, color=style.REFERENCE["band"], zorder=0)
+        ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color=style.GREEN)
+        ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=style.GREEN, alpha=0.25)
         ins.axhline(0, color="0.4", lw=0.8)
         ins.set_ylim(-1.5 * tolerance, 1.5 * tolerance)
         ins.set_title(f"after - before, zoomed (band \u00b1{tolerance:g})", fontsize=9, pad=3)
@@ -1648,7 +1648,7 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
     """
     setups = ["whole_model", "backbone_only"]
     names = {"whole_model": "whole model\npinned", "backbone_only": "backbone pinned\n(the fix)"}
-    colors = {"whole_model": "C0", "backbone_only": "C3"}
+    colors = {"whole_model": style.MODES["all_eval"], "backbone_only": style.MODES["backbone_eval"]}
     fig = plt.figure(figsize=(6.6, 6.4))
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.35)
     ax_a = fig.add_subplot(grid[0, 0])
@@ -1683,8 +1683,8 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
         ax_b.plot(best["lr"], best["mean"], "*", ms=14, color=colors[s], mec="black", zorder=5)
     if "val_aux" in tuned and tuned["val_aux"].notna().any():
         c = _curve(tuned[tuned["setup"] == "backbone_only"], "lr", "val_aux")
-        ax_b.plot(c["lr"], c["mean"], "--^", ms=4, color="C2", label="the fix's auxiliary head (no dropout)")
-        ax_b.fill_between(c["lr"], c["lo"], c["hi"], color="C2", alpha=0.15)
+        ax_b.plot(c["lr"], c["mean"], "--^", ms=4, color=style.SKY, label="the fix's auxiliary head (no dropout)")
+        ax_b.fill_between(c["lr"], c["lo"], c["hi"], color=style.SKY, alpha=0.15)
     ax_b.axhline(chance, color="0.4", ls=":", lw=1, label="chance")
     ax_b.set_xscale("log")
     ax_b.set_ylim(0, 1)
@@ -1716,7 +1716,7 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
         if tolerance is not None:
             a.axhline(-tolerance, color="0.3", ls="--", lw=1, label=f"tolerance -{tolerance:g}")
         a.errorbar(c["device_batch_size"], c["mean"], yerr=[c["mean"] - c["lo"], c["hi"] - c["mean"]], fmt="s-",
-                   color="C3", ms=4, capsize=4, label="mean, 95% CI over seeds")
+                   color=style.STATISTICS["batch"], ms=4, capsize=4, label="mean, 95% CI over seeds")
         a.set_ylabel("train mode -\neval mode" + (" (zoom)" if zoom else ""))
     zoomed = c[c["device_batch_size"] >= 4]
     hi = max(float(zoomed["hi"].max()) if len(zoomed) else 0.0, 0.0)
@@ -1758,7 +1758,7 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
         for i, (q, _) in enumerate(qs):
             iv = _interval(g[q])
             x = i + (j - 0.5) * w
-            ax.bar(x, iv.mean, width=w * 0.92, color=f"C{j}", alpha=0.75,
+            ax.bar(x, iv.mean, width=w * 0.92, color=(style.GREY, style.VERMILLION)[j], alpha=0.75,
                    label=("trained on " + case.replace("_", "-") + " batches") if i == 0 else None)
             low = max(iv.low, 0.0)
             ax.errorbar(x, iv.mean, yerr=[[iv.mean - low], [iv.high - iv.mean]], color="black", capsize=5,
@@ -1782,7 +1782,7 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
                       - piv["heldout_eval_accuracy"]["shuffled"]))
     for i, (name, v) in enumerate(diffs):
         if tie_margin is not None and name.endswith("class-sorted") and name.startswith("meter"):
-            px.fill_betweenx([i - 0.3, i + 0.3], -tie_margin, tie_margin, color="C1", alpha=0.15, lw=0,
+            px.fill_betweenx([i - 0.3, i + 0.3], -tie_margin, tie_margin, color=style.REFERENCE["band"], lw=0, zorder=0,
                              label=f"equivalence margin \u00b1{tie_margin:g}")
         px.scatter(v, np.full(len(v), i) + 0.18, s=8, color="0.3", alpha=0.5, zorder=3)
         iv = _interval(v)
