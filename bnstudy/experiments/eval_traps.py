@@ -2061,11 +2061,6 @@ def _isnan(x) -> bool:
     return x is None or (isinstance(x, (float, np.floating)) and x != x)
 
 
-def _n(x, spec: str = ".3f") -> str:
-    """``x`` formatted, or :data:`NA` for NaN (a page never prints "nan")."""
-    return NA if _isnan(x) else format(float(x), spec)
-
-
 def _change(before: float, after: float, spec: str = ".3f") -> str:
     """How a quantity moved, in words that follow its sign: "fell from a to b", "rose from a to b", "stayed at a"."""
     a, b = format(before, spec), format(after, spec)
@@ -2121,7 +2116,10 @@ _T3_WORDS = {
 
 def trap3_sentence(f: "Findings") -> str:
     """Trap 3 in one sentence: what the whole model in eval mode switches off, and the tuned main heads' verdict."""
-    return (f"Putting the whole model in eval mode instead switches off what is being trained: the auxiliary loss "
+    off = f.t3_aux_loss_whole < f.t3_aux_loss_fixed or f.t3_dropout_whole < f.t3_dropout_fixed
+    lead = ("Putting the whole model in eval mode instead switches off what is being trained" if off else
+            "Putting the whole model in eval mode instead switched off nothing that is being trained here")
+    return (f"{lead}: the auxiliary loss "
             f"entered {f.t3_aux_loss_whole:.0%} of the steps and dropout {f.t3_dropout_whole:.0%} of its calls, "
             f"against {f.t3_aux_loss_fixed:.0%} and {f.t3_dropout_fixed:.0%} with only the backbone pinned; at "
             f"learning rates tuned on validation data {_T3_WORDS[_kind(f, 't3_tuned_whole_vs_fix')]} (whole model "
