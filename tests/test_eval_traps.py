@@ -828,7 +828,8 @@ def _markdown_outside_glue(nb_path) -> str:
     page says in typed words."""
     import nbformat
     text = "\n".join(c.source for c in nbformat.read(nb_path, as_version=4).cells if c.cell_type == "markdown")
-    text = re.sub(r"```(?!`)[^\n]*\n.*?\n```", " ", text, flags=re.S)  # code fences (the audit example)
+    # code fences (the audit example), never a directive's fence: what a dropdown holds is prose and is checked
+    text = re.sub(r"(?m)^```(?!`|\{)[^\n]*\n.*?\n```$", " ", text, flags=re.S)
     text = re.sub(r"\{glue:[a-z]+\}`[^`]*`|\{(?:numref|ref|cite)\}`[^`]*`", " ", text)
     text = re.sub(r"`[^`]*`", " ", text)
     text = re.sub(r"\$[^$]*\$", " ", text)
@@ -853,8 +854,11 @@ def test_the_notebook_types_no_outcome_outside_glue():
 def test_the_typed_outcome_check_can_fail(tmp_path):
     import nbformat
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
-        "Train mode minus eval mode was {glue:text}`ch02_x:.3f`: train mode lower, not decided, 0.912, task A fell.")])
+        "Train mode minus eval mode was {glue:text}`ch02_x:.3f`: train mode lower, not decided, 0.912, task A fell.\n\n"
+        ":::{admonition} Methods\n:class: dropdown methods\n\n```{glue:figure} ch02_t\n:name: t\n\nmeter higher\n```\n"
+        ":::\n\n```python\nx = 0.123\n```")])
     p = tmp_path / "x.ipynb"
     nbformat.write(nb, p)
     text = _markdown_outside_glue(p).lower()
     assert "ch02_x" not in text and "train mode lower" in text and "not decided" in text and "0.912" in text
+    assert "meter higher" in text and "0.123" not in text  # folded prose is checked; code is not prose
