@@ -1392,7 +1392,7 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
 # --- chapters 1 and 2, issue 10: the head's optimizer swept, training budget, trap 3's dropout, trap 5's loss,
 # --- training on class-sorted batches; and a floor on text size -------------------------------------------------
 
-OPTIMIZER_COLORS = {"sgd": style.OPTIMIZERS["sgd"], "adam": style.OPTIMIZERS["adam"], "reference": "0.55",
+OPTIMIZER_COLORS = {"sgd": style.OPTIMIZERS["sgd"], "adam": style.OPTIMIZERS["adam"], "reference": style.GREY,
                     "sgd-std": style.SKY, "adam-std": style.PINK}
 CH01_GAP_LABELS = {"sgd": "SGD +\nmomentum", "adam": "Adam", "sgd-std": "SGD,\nstandardized", "adam-std": "Adam,\nstandardized",
                     "reference": "logistic regr.\n(converged,\n4000 samples)"}
@@ -1426,11 +1426,12 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
-    fig, ax = plt.subplots(figsize=(max(6.4, 1.35 * len(opts) + 1.4), 4.2))
-    ax.axhline(0, color="0.4", lw=1)
+    # at most the column's width, so that 9 pt text stays 9 pt on the page (bnstudy.style)
+    fig, ax = plt.subplots(figsize=(min(style.COLUMN_WIDTH_IN - 0.2, max(6.4, 1.35 * len(opts) + 1.4)), 4.2))
+    ax.axhline(0, color=style.REFERENCE["zero"], lw=1)
     if margin is not None and "reference" in opts:
         i = opts.index("reference")
-        ax.fill_between([i - 0.45, i + 0.45], -margin, margin, color="0.6", alpha=0.25, lw=0)
+        ax.fill_between([i - 0.45, i + 0.45], -margin, margin, color=style.REFERENCE["band"], lw=0)
     for i, o in enumerate(opts):
         for j, (role, fill) in enumerate((("report", True), ("confirm", False))):
             g = gaps[(gaps["optimizer"] == o) & (gaps["role"] == role)]
@@ -1441,20 +1442,22 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
             ax.scatter(x + jit, g["gap"], s=24, facecolors=OPTIMIZER_COLORS[o] if fill else "none",
                        edgecolors=OPTIMIZER_COLORS[o], alpha=0.85, zorder=3)
         v = gaps[gaps["optimizer"] == o]["gap"]
-        if len(v) >= min_seeds:
-            _mean_ci_bar(ax, i + 0.2, v, "black")
+        if len(v) >= min_seeds:  # a difference of accuracies: the drawn interval cut to [-1, 1]
+            iv = _interval(v).clipped(-1, 1)
+            ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
+                        color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
         else:
             ax.errorbar([i + 0.2], [v.mean()], yerr=[[v.mean() - v.min()], [v.max() - v.mean()]], fmt="D",
-                        color="0.5", ms=6, capsize=5, zorder=4)
+                        color=style.GREY, ms=6, capsize=5, zorder=4)
     ax.set_xticks(range(len(opts)))
     ax.set_xticklabels([CH01_GAP_LABELS[o] for o in opts])
     ax.set_xlim(-0.6, len(opts) - 0.4)
     ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
-    handles = [Line2D([], [], marker="o", ls="", color="0.3", label="reported seed"),
-               Line2D([], [], marker="o", ls="", mfc="none", color="0.3", label="confirmation seed"),
-               Line2D([], [], marker="D", ls="-", color="black", label="all seeds: mean, 95% CI")]
+    handles = [Line2D([], [], marker="o", ls="", color=style.GREY, label="reported seed"),
+               Line2D([], [], marker="o", ls="", mfc="none", color=style.GREY, label="confirmation seed"),
+               Line2D([], [], marker="D", ls="-", color=style.REFERENCE["zero"], label="all seeds: mean, 95% CI")]
     if margin is not None:
-        handles.append(Patch(color="0.6", alpha=0.4, label=f"reference test's margin \u00b1{margin:g}"))
+        handles.append(Patch(color=style.REFERENCE["band"], label=f"reference test's margin \u00b1{margin:g}"))
     fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return min_text_size(fig)
