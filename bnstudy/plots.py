@@ -1493,8 +1493,8 @@ def budget_figure_ch01(chosen: pd.DataFrame):
     rep = chosen[chosen["role"].isin(["report", "confirm"])]
     opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
     fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.9), sharey=True, squeeze=False)
-    ref_style = {"batch_stats": dict(color="0.15", hatch=None, alpha=0.22),
-                 "pinned": dict(color="0.55", hatch="////", alpha=0.25)}
+    ref_style = {"batch_stats": dict(color=style.OPTIMIZERS["sgd"], hatch=None, alpha=0.22),
+                 "pinned": dict(color=style.GREY, hatch="////", alpha=0.25)}
     for ax, o in zip(axes[0], opts):
         for path, (ls, marker, label) in PATH_STYLES.items():
             g = interval_frame(rep[(rep["optimizer"] == o) & (rep["path"] == path)], "step", "accuracy")
@@ -1555,7 +1555,7 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
                 ax.scatter(sub["lr"], sub["accuracy"], s=8, color=color, alpha=0.6, zorder=3)
                 if chosen and (o, path) in chosen and chosen[(o, path)] in g.index:
                     lr = chosen[(o, path)]
-                    ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec="black", mew=1.4, zorder=4)
+                    ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec=style.REFERENCE["zero"], mew=1.4, zorder=4)
             ax.set_xscale("log"); ax.set_xlabel("learning rate")
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             grid = sorted(lrt[lrt["optimizer"] == o]["lr"].unique())
@@ -1566,10 +1566,10 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
         axes[r][0].set_ylabel("validation accuracy, task B")
     handles, labels = axes[0][0].get_legend_handles_labels()
     if chosen:
-        handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec="black", ls="", label="chosen"))
+        handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec=style.REFERENCE["zero"], ls="", label="chosen"))
         labels.append("chosen")
     band = f"range of {n} seeds"
-    handles.append(Line2D([], [], marker="o", ms=3, ls="", color="0.4")); labels.append(f"one tuning seed (band: {band})")
+    handles.append(Line2D([], [], marker="o", ms=3, ls="", color=style.GREY)); labels.append(f"one tuning seed (band: {band})")
     fig.tight_layout(rect=(0, 0.7 / (3.0 * len(rows) + 0.7), 1, 1))   # the legend's 0.7 inch below the panels
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
