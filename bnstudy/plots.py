@@ -1309,7 +1309,6 @@ def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
     nets = _ch07_nets(acc["network"])
     metrics = {"task_a_before": "task A before", "task_a_after": "task A after", "task_b": "task B"}
     colors = (style.GREY, style.VERMILLION, style.BLUE)
-    short = {"train_mode": "train", "backbone_eval": "pinned", "all_eval": "all\neval", "separate_stats": "separate"}
     with plt.rc_context(style.rc()):
         fig, axes = plt.subplots(1, len(nets), figsize=(style.COLUMN_WIDTH_IN, 3.6), sharey=True, squeeze=False)
         for ax, net in zip(axes[0], nets):
@@ -1324,7 +1323,7 @@ def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
                             zorder=3 + k)
             ax.axhline(chance, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance")
             ax.set_xticks(range(len(modes)))
-            ax.set_xticklabels([short.get(m, m) for m in modes], rotation=90)
+            ax.set_xticklabels(modes, rotation=90)
             ax.set_title(_ch07_label(net)); ax.set_ylim(0, 1.02)
         axes[0][0].set_ylabel("held-out accuracy")
         handles, labels = axes[0][0].get_legend_handles_labels()
