@@ -589,7 +589,7 @@ def test_printed_ranges_are_cut_to_what_each_quantity_allows():
     claims.loc[claims.key == "c1_n", ["low", "high"]] = [-12.71, 12.71]
     claims.loc[claims.key == "f2_n", "low"] = -1.025
     ranges = {tuple(rows["key"]): rng for rng, rows in rd.claims_by_range(claims)}
-    assert ranges[("f2_n",)] == (-0.3, pytest.approx(0.7)) and ranges[("c1_n",)] == (-1.0, 1.0)
+    assert ranges[("f2_n",)] == pytest.approx((-0.3, 0.7)) and ranges[("c1_n",)] == (-1.0, 1.0)
     assert sum(len(k) for k in ranges) == len(claims)
     grid = rd.verdict_grid(rd.Findings(claims=claims, conditions=F.conditions, facts=F.facts)).set_index("claim")["n"]
     assert "[-1.000, 1.000]" in grid[rd.CLAIMS[3][2]] and "[-0.300," in grid[rd.CLAIMS[0][2]]
