@@ -439,9 +439,10 @@ def test_level_table_counts_the_tests_and_gives_the_verdict_per_level():
     assert net.loc[("blur", 1.0, "raw"), "mean"] == pytest.approx(-0.05)
     assert net.loc[("both", 1.0, "raw"), "breakeven_rate"] == pytest.approx(0.2 / 0.3)
     lo, hi = net.loc[("both", 1.0, "raw"), ["breakeven_low", "breakeven_high"]]
-    assert lo <= 0.2 / 0.3 <= hi and hi - lo < 0.01                         # three seeds, tiny spread
+    # three seeds: below inference.MIN_BOOTSTRAP_UNITS (4), so no bootstrap interval, and the table says so
+    assert np.isnan(lo) and np.isnan(hi)
     vt = ss.verdict_table(lv)
-    assert vt.loc[("both", "1"), "break-even rate [95%]"] == f"{0.2 / 0.3:.2f} [{lo:.2f}, {hi:.2f}]"
+    assert vt.loc[("both", "1"), "break-even rate [95%]"] == f"{0.2 / 0.3:.2f} (point estimate only)"
     assert vt.loc[("both", "1"), "verdict (accuracy)"] == "train mode lower"
 
 
