@@ -631,6 +631,8 @@ def temperature_figure(table: pd.DataFrame, kept: float):
 
 OPTIMIZER_PALETTE = style.palette("optimizer", ("sgd", "sgd_plain", "adam"))
 OPTIMIZER_LABELS = {"sgd": "SGD + momentum 0.9", "sgd_plain": "plain SGD", "adam": "Adam"}
+#: Chapter 4's figures: drawn at the column width with text of at least the book's minimum (bnstudy.style).
+_CH4_WIDTH, _CH4_MIN_PT = style.COLUMN_WIDTH_IN, style.MIN_FONT_PT
 
 
 def _dodge(n: int, width: float = 0.6) -> np.ndarray:
@@ -645,25 +647,31 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
     shifts = [s for s in shift_labels if s in set(gaps["shift"])]
     heads = list(dict.fromkeys(gaps["head"]))
     opts = [o for o in OPTIMIZER_PALETTE if o in set(gaps["optimizer"])]
-    fig, axes = plt.subplots(1, len(shifts), figsize=(3.0 * len(shifts), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(shifts), figsize=(style.COLUMN_WIDTH_IN, 3.4), sharey=True, squeeze=False)
     off = _dodge(len(opts))
+    ends = [margin, -margin]
     for ax, s in zip(axes[0], shifts):
         ax.axhspan(-margin, margin, color="grey", alpha=0.15, lw=0, label=f"±{margin:g} (equivalence margin)")
         ax.axhline(0, color="black", lw=0.8)
         for k, o in enumerate(opts):
             g = gaps[(gaps["shift"] == s) & (gaps["optimizer"] == o)].set_index("head").reindex(heads)
             x = np.arange(len(heads)) + off[k]
-            lo, hi = g["low"].clip(-1, 1), g["high"].clip(-1, 1)
-            ax.errorbar(x, g["estimate"], yerr=[g["estimate"] - lo, hi - g["estimate"]], fmt="o", capsize=3,
-                        color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=5)
-        ax.set_xticks(range(len(heads)), heads, rotation=30)
+            est = g["estimate"].clip(-1, 1)
+            lo, hi = g["low"].clip(-1, 1).fillna(est), g["high"].clip(-1, 1).fillna(est)  # no interval: a point
+            ends += [float(v) for v in pd.concat([lo, hi]).dropna()]
+            ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", capsize=2.5,
+                        color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=4)
+        ax.set_xticks(range(len(heads)), heads, rotation=45, ha="right", rotation_mode="anchor")
         ax.set_title(shift_labels[s])
+    lo, hi = min(ends), max(ends)  # the axis spans the clipped intervals (at most [-1, 1]) and the band
+    pad = 0.06 * (hi - lo)
+    axes[0][0].set_ylim(max(lo - pad, -1.02), min(hi + pad, 1.02))
     axes[0][0].set_ylabel("task-B accuracy difference\n(separate_stats - backbone_eval)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False,
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=style.MIN_FONT_PT, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
-    return fig
+    return min_text_size(fig, style.MIN_FONT_PT)
 
 
 def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "task_b",
@@ -677,7 +685,7 @@ def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "t
     opts = [o for o in OPTIMIZER_PALETTE if o in set(a["optimizer"])]
     heads = list(dict.fromkeys(a["head"]))
     modes = [m for m in MODE_ORDER if m in set(a["mode"]) and m in modes]
-    fig, axes = plt.subplots(len(shifts), len(opts), figsize=(3.0 * len(opts), 2.6 * len(shifts) + 0.5),
+    fig, axes = plt.subplots(len(shifts), len(opts), figsize=(style.COLUMN_WIDTH_IN, 2.3 * len(shifts) + 0.9),
                              sharey=True, sharex=True, squeeze=False)
     off = _dodge(len(modes), 0.6)
     for i, s in enumerate(shifts):
@@ -688,16 +696,16 @@ def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "t
                 label = m + (" (= train_mode)" if m == "separate_stats" and "train_mode" not in modes else "")
                 ax.errorbar(np.arange(len(heads)) + off[k], g["mean"], yerr=[g["mean"] - g["ci_low"],
                             g["ci_high"] - g["mean"]], fmt="o", ms=4, capsize=2, color=MODE_PALETTE[m], label=label)
-            ax.set_xticks(range(len(heads)), heads, rotation=30)
+            ax.set_xticks(range(len(heads)), heads, rotation=45, ha="right", rotation_mode="anchor")
             if i == 0:
                 ax.set_title(OPTIMIZER_LABELS[o])
             if j == 0:
                 ax.set_ylabel(f"task-B accuracy\n{shift_labels[s]}")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False,
+    fig.tight_layout(rect=(0, 0.45 / (2.3 * len(shifts) + 0.9), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=style.MIN_FONT_PT, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
-    return fig
+    return min_text_size(fig, style.MIN_FONT_PT)
 
 
 #: Chapter 4: line and marker per mode, so that modes with equal values (``all_eval`` = ``backbone_eval`` for a
@@ -714,7 +722,7 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
     ``{(head, optimizer, mode): lr}`` (or ``{(head, optimizer): lr}``, ringed on the mean line)."""
     opts = [o for o in OPTIMIZER_PALETTE if o in set(search["optimizer"])]
     heads = list(dict.fromkeys(search["head"]))
-    fig, axes = plt.subplots(len(heads), len(opts), figsize=(3.0 * len(opts), 2.1 * len(heads) + 0.6),
+    fig, axes = plt.subplots(len(heads), len(opts), figsize=(_CH4_WIDTH, 1.9 * len(heads) + 1.0),
                              sharey=True, squeeze=False)
     for i, h in enumerate(heads):
         for j, o in enumerate(opts):
@@ -744,10 +752,10 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
     for ax in axes.flat:
         for hd, lb in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lb, hd)
-    fig.tight_layout(rect=(0, 0.5 / (2.1 * len(heads) + 0.6), 1, 1))
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=9, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
-    return fig
+    fig.tight_layout(rect=(0, 0.55 / (1.9 * len(heads) + 1.0), 1, 1))
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=2, fontsize=_CH4_MIN_PT,
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    return min_text_size(fig, _CH4_MIN_PT)
 # --- chapter 3, issue 10: per-level effects, normalized view, budget points, candidates -----------------------------
 # Figures at most 9 in wide (the page's width), text at least 9 pt, so nothing is shrunk below 9 pt on the page.
 

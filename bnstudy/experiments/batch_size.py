@@ -737,15 +737,12 @@ def _decide(values, key: str, words: str, family: Family, margin: float | None =
     return decide(values, key, margin=margin, family=family, higher=higher, lower=lower)
 
 
-# TODO(inference): a ``family=`` name column in inference.claims_table would replace this helper's insert
 def _family(name: str, items: dict, words: str, alpha: float = ALPHA) -> pd.DataFrame:
     """One family of claims: ``items`` ``{key: per-seed differences}`` printed together, decided at
     ``Family(len(items), alpha)`` (:func:`_decide`), as a claims table (Holm within the family) with a first
-    column ``family`` = ``name``."""
+    column ``family`` = ``name`` (:func:`bnstudy.inference.claims_table`'s ``family``)."""
     fam = Family(max(len(items), 1), alpha)
-    table = claims_table([_decide(v, k, words, fam) for k, v in items.items()])
-    table.insert(0, "family", name)
-    return table
+    return claims_table([_decide(v, k, words, fam) for k, v in items.items()], family=name)
 
 
 def near_chance_cells(df: pd.DataFrame, chance: float, alpha: float = ALPHA) -> pd.DataFrame:
@@ -1271,8 +1268,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         tables.append(_family("restat", restat, "restat", alpha))
     nt = noise_table(diag)
     tables.append(_family("noise", {"deepest_noisiest": _deepest_minus_others(nt)}, "noise", alpha))
-    check = claims_table([exact_check(df[df.strategy != "bn_train"].train_eval_gap, 0.0, "gap_zero_elsewhere")])
-    check.insert(0, "family", "check")
+    check = claims_table([exact_check(df[df.strategy != "bn_train"].train_eval_gap, 0.0, "gap_zero_elsewhere")],
+                         family="check")
     tables.append(check)
     lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
     rate = rate_comparison(df, tuned, tune, alpha) if tuned is not None and len(tuned) and lr else {}
