@@ -1369,6 +1369,108 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     return claims, F
 
 
+# --- the page's answer: sentences chosen by the findings (issue 25) -------------------------------------------------
+
+def _verdict_of(claims: pd.DataFrame, key: str) -> str | None:
+    t = claims[claims["key"] == key]
+    return str(t.iloc[0]["verdict"]) if len(t) else None
+
+
+def break_phrase(token: str | None, reference: int, side: str = "below") -> str:
+    """A :func:`break_word` token in words: ``"<= 8"`` -> "breaks from batch size 8 down", ``">= 128"`` ->
+    "breaks from batch size 128 up", ``"never"`` -> "shows no break below (above) batch size <reference>",
+    ``"n/a"`` or missing -> "is not judged against the control"."""
+    if token is None or token == "n/a":
+        return "is not judged against the control"
+    if token == "never":
+        return f"shows no break {side} batch size {reference}"
+    m = token.split()[-1]
+    return f"breaks from batch size {m} {'down' if token.startswith('<=') else 'up'}"
+
+
+def enough_phrase(token: str | None) -> str:
+    """An :func:`enough_word` token in words: ``"none tried"`` -> "no number of samples tried", ``"<= 64"`` ->
+    "N = 64 (the smallest tried) on", ``"256"`` -> "N = 256 on"."""
+    if token is None:
+        return "an untested number of samples"
+    if token == "none tried":
+        return "no number of samples tried"
+    if token.startswith("<="):
+        return f"N = {token.split()[-1]} samples (already the smallest tried) on"
+    return f"N = {token} samples on"
+
+
+def large_batch_sentence(F: "Findings") -> str:
+    """The page's sentence on breaks above the reference (any cause), chosen by their count: a large-batch
+    collapse is named only where some strategy is shown to break above the reference."""
+    if F.n_break_above == 0:
+        return (f"Above the reference batch size of {F.reference_batch}, no strategy and target pair is shown to break "
+                f"from any cause.")
+    return (f"Above the reference batch size of {F.reference_batch}, {F.n_break_above} strategy and target pairs are "
+            f"shown to break from any cause: the large batches of this protocol lose accuracy.")
+
+
+def answer(claims: pd.DataFrame, F: "Findings") -> str:
+    """The answer box's outcome sentences (Markdown), filled and chosen from the claims table and findings so that
+    they are true for any rows: BatchNorm in train mode's breaks beyond the per-sample control, the best
+    per-sample norm against the best BatchNorm strategy at the smallest batch size (and at tuned rates where the
+    rate check ran), train-mode minus eval-mode accuracy, and how many samples precise BN needs."""
+    sb, ref = F.smallest_batch, F.reference_batch
+    out = [f"Judged against GroupNorm from pretraining (which computes no batch statistics), BatchNorm in train mode "
+           f"{break_phrase(F.breaks_stats.get('close_bn_train'), ref)} on the close target and "
+           f"{break_phrase(F.breaks_stats.get('shifted_bn_train'), ref)} on the shifted one (a break: more than "
+           f"{F.margin:.2f} below its own accuracy at batch size {ref}, with 95% confidence)."]
+    rc, rs = (_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted"))
+    if rc and rs:
+        rec = (f"At batch size {sb} and the linear-scaling rate, the best per-sample norm minus the best BatchNorm "
+               f"strategy reads **{rc}** on the close target and **{rs}** on the shifted one")
+        r = F.rate.get("rec", {}) if F.rate else {}
+        if r.get("close_tuned_verdict") and r.get("shifted_tuned_verdict"):
+            rec += (f"; at rates tuned on separate seeds, the per-sample norms against BatchNorm in train mode read "
+                    f"**{r['close_tuned_verdict']}** and **{r['shifted_tuned_verdict']}**")
+        out.append(rec + ".")
+    g = claims[claims["key"] == f"gap_close_b{sb}"]
+    if len(g):
+        e = float(g.iloc[0]["estimate"])
+        out.append(f"BatchNorm in train mode's accuracy measured in train mode minus eval mode at batch size {sb} is "
+                   f"{'n/a' if math.isnan(e) else format(e, '+.3f')} on the close target (**{g.iloc[0]['verdict']}**): "
+                   f"the number a training loop reports is not the deployed model's.")
+    pe = F.precise_enough
+    if "b32" in pe and "b2" in pe:
+        out.append(f"Precise BN's re-estimate is within ±{F.equivalence_margin:.2f} of the exact statistics' accuracy "
+                   f"from {enough_phrase(pe['b32'])} in batches of 32 and from {enough_phrase(pe['b2'])} in batches of 2.")
+    return " ".join(out)
+
+
+def advice(claims: pd.DataFrame, F: "Findings") -> str:
+    """The answer box's "what to do" (Markdown) with the front-door call, chosen by the small-batch verdicts at the
+    linear-scaling rate (both targets): a per-sample norm where it is shown higher on both, BatchNorm's best
+    strategy where the per-sample norms are shown lower on both, otherwise to measure both; and where precise BN in
+    batches of 2 errs more than in batches of 32, to re-estimate in larger batches."""
+    sb = F.smallest_batch
+    higher, lower = WORDS["ps"]
+    v = [_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted")]
+    if all(x == higher for x in v):
+        first = (f"To fine-tune a whole network at batch size {sb}, start from a network pretrained with a per-sample "
+                 f"norm (GroupNorm here); swapping BatchNorm out afterwards (`bnstudy.replace_norm`) changes the "
+                 f"network's function, so it needs retraining.")
+    elif all(x == lower for x in v):
+        first = (f"To fine-tune a whole network at batch size {sb}, keep BatchNorm with the strategy shown best here "
+                 f"({F.best_bn.get(f'close_b{sb}', 'see the table')} on the close target); a per-sample norm did "
+                 f"not do better.")
+    else:
+        first = (f"At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on both "
+                 f"targets: try both on your own task, each at its own tuned learning rate.")
+    ratio = F.precise_var_err_ratio_b2_b32
+    if not math.isnan(ratio) and ratio > 1:
+        first += (f" Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` in large batches "
+                  f"(a forward pass without gradients): in batches of 2 the variance's error is {ratio:.1f} times that "
+                  f"in batches of 32.")
+    else:
+        first += " Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` (a forward pass without gradients)."
+    return first
+
+
 def winners_display(df: pd.DataFrame) -> pd.DataFrame:
     """The winners table for the page: target, batch size, winner, runner-up, winner minus runner-up with its
     family interval (Bonferroni over the table's rows), the verdict, the Holm-adjusted p-value, and flags:
