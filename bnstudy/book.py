@@ -210,6 +210,10 @@ def hide_injected_parameters(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+#: Seconds nbclient waits for a finished cell's outputs (its default, 4 s, fails cells on a loaded machine).
+IOPUB_TIMEOUT_S = 120
+
+
 def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: str = "quick",
                     parameters: dict | None = None, cwd: Path | None = None, log_output: bool = False) -> Path:
     """Execute one chapter with papermill; returns the executed notebook's path, ``output_dir/NN-name.ipynb``.
@@ -247,8 +251,11 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
     os.environ.update(env)
     try:
         with stop_kernel_on_signal():
+            # iopub_timeout: nbclient waits 4 s by default for a finished cell's last outputs and then fails
+            # the cell; on a loaded machine (a release computing beside the build) 4 s is not enough.
             pm.execute_notebook(str(notebook), tmp, parameters=params, kernel_name="python3",
-                                cwd=str(cwd or notebook.parent), progress_bar=log_output, log_output=log_output)
+                                cwd=str(cwd or notebook.parent), progress_bar=log_output, log_output=log_output,
+                                iopub_timeout=IOPUB_TIMEOUT_S)
         hide_injected_parameters(Path(tmp))
         os.chmod(tmp, 0o644)
         os.replace(tmp, final)

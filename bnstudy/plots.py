@@ -86,9 +86,27 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path
                 data_sidecar=report.sidecar_path(data).name if data is not None else None)
     if more:
         meta.update(data_more=[d.name for d in more], data_more_sidecars=[report.sidecar_path(d).name for d in more])
+    meta.update(legibility(fig))
     side = Path(figures_dir) / f"{name}.json"
     atomic_write_bytes(side, (json.dumps(meta, indent=2) + "\n").encode())
     return paths
+
+
+def legibility(fig: plt.Figure) -> dict:
+    """How large ``fig``'s smallest text is on the page: ``width_in`` (the drawn width, tight bounding box, in
+    inches), ``min_font_pt`` (the smallest visible, non-empty text, in points as drawn) and ``page_font_pt``,
+    that size once the browser shrinks the figure to the text column
+    (:data:`bnstudy.style.COLUMN_WIDTH_IN`; a narrower figure is not enlarged). ``tests/test_pages_clean.py``
+    requires ``page_font_pt >= bnstudy.style.MIN_FONT_PT`` for every figure of the book."""
+    from . import style
+
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
+             if t.get_visible() and t.get_text().strip() and t.figure is not None]
+    width = float(fig.get_tightbbox(fig.canvas.get_renderer()).width)
+    smallest = float(min(sizes)) if sizes else float("nan")
+    scale = min(1.0, style.COLUMN_WIDTH_IN / width) if width > 0 else 1.0
+    return dict(width_in=round(width, 3), min_font_pt=smallest, page_font_pt=round(smallest * scale, 3))
 
 
 def interval_frame(df: pd.DataFrame, by, value: str) -> pd.DataFrame:
