@@ -739,8 +739,9 @@ def test_break_and_enough_phrases_read_every_token():
     assert bs.break_phrase(">= 128", 32, "above") == "breaks from batch size 128 up"
     assert bs.break_phrase("never", 32) == "shows no break below batch size 32"
     assert bs.break_phrase("n/a", 32) == bs.break_phrase(None, 32) == "is not judged against the control"
-    assert bs.enough_phrase("none tried") == "no number of samples tried"
-    assert "already the smallest tried" in bs.enough_phrase("<= 64") and bs.enough_phrase("256") == "N = 256 samples on"
+    assert bs.enough_phrase("none tried", 2) == "in batches of 2 at no number of samples tried"
+    assert "already the smallest tried" in bs.enough_phrase("<= 64", 32)
+    assert bs.enough_phrase("256", 32) == "in batches of 32 from N = 256 samples on"
 
 
 def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():

@@ -1388,16 +1388,17 @@ def break_phrase(token: str | None, reference: int, side: str = "below") -> str:
     return f"breaks from batch size {m} {'down' if token.startswith('<=') else 'up'}"
 
 
-def enough_phrase(token: str | None) -> str:
-    """An :func:`enough_word` token in words: ``"none tried"`` -> "no number of samples tried", ``"<= 64"`` ->
-    "N = 64 (the smallest tried) on", ``"256"`` -> "N = 256 on"."""
+def enough_phrase(token: str | None, batch: int) -> str:
+    """Where an :func:`enough_word` token says precise BN is enough, in words, for batches of ``batch``:
+    ``"none tried"`` -> "in batches of 2 at no number of samples tried", ``"<= 64"`` -> "in batches of 32 from
+    N = 64 samples on (already the smallest tried)", ``"256"`` -> "in batches of 32 from N = 256 samples on"."""
     if token is None:
-        return "an untested number of samples"
+        return f"in batches of {batch} at an untested number of samples"
     if token == "none tried":
-        return "no number of samples tried"
+        return f"in batches of {batch} at no number of samples tried"
     if token.startswith("<="):
-        return f"N = {token.split()[-1]} samples (already the smallest tried) on"
-    return f"N = {token} samples on"
+        return f"in batches of {batch} from N = {token.split()[-1]} samples on (already the smallest tried)"
+    return f"in batches of {batch} from N = {token} samples on"
 
 
 def large_batch_sentence(F: "Findings") -> str:
@@ -1432,13 +1433,14 @@ def answer(claims: pd.DataFrame, F: "Findings") -> str:
     g = claims[claims["key"] == f"gap_close_b{sb}"]
     if len(g):
         e = float(g.iloc[0]["estimate"])
+        shown = g.iloc[0]["kind"] in ("higher", "lower")
         out.append(f"BatchNorm in train mode's accuracy measured in train mode minus eval mode at batch size {sb} is "
-                   f"{'n/a' if math.isnan(e) else format(e, '+.3f')} on the close target (**{g.iloc[0]['verdict']}**): "
-                   f"the number a training loop reports is not the deployed model's.")
+                   f"{'n/a' if math.isnan(e) else format(e, '+.3f')} on the close target (**{g.iloc[0]['verdict']}**)"
+                   + (": the number a training loop reports is not the deployed model's." if shown else "."))
     pe = F.precise_enough
     if "b32" in pe and "b2" in pe:
         out.append(f"Precise BN's re-estimate is within ±{F.equivalence_margin:.2f} of the exact statistics' accuracy "
-                   f"from {enough_phrase(pe['b32'])} in batches of 32 and from {enough_phrase(pe['b2'])} in batches of 2.")
+                   f"{enough_phrase(pe['b32'], 32)} and {enough_phrase(pe['b2'], 2)}.")
     return " ".join(out)
 
 
@@ -1459,8 +1461,18 @@ def advice(claims: pd.DataFrame, F: "Findings") -> str:
                  f"({F.best_bn.get(f'close_b{sb}', 'see the table')} on the close target); a per-sample norm did "
                  f"not do better.")
     else:
-        first = (f"At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on both "
-                 f"targets: try both on your own task, each at its own tuned learning rate.")
+        r = (F.rate or {}).get("rec", {})
+        tuned = [r.get(f"{t}_tuned_verdict") for t in ("close", "shifted")]
+        if all(x == lower for x in tuned):
+            first = (f"At batch size {sb}, at rates tuned on separate seeds, BatchNorm in train mode is ahead of the "
+                     f"per-sample norms on both targets (at the linear-scaling rate the comparison is not decided on "
+                     f"both): keep BatchNorm and tune the learning rate for the small batch.")
+        elif all(x == higher for x in tuned):
+            first = (f"At batch size {sb}, at rates tuned on separate seeds, a per-sample norm from pretraining is "
+                     f"ahead of BatchNorm in train mode on both targets: start from a network pretrained with one.")
+        else:
+            first = (f"At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on "
+                     f"both targets: try both on your own task, each at its own tuned learning rate.")
     ratio = F.precise_var_err_ratio_b2_b32
     if not math.isnan(ratio) and ratio > 1:
         first += (f" Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` in large batches "
