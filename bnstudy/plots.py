@@ -296,7 +296,7 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     ax.scatter(tm["sorted_fraction"][hit], tm["mean"][hit], s=70, facecolors="none", edgecolors="k", zorder=5,
                label="loader flagged by the lint")
     if chance is not None:
-        ax.axhline(chance, color="0.4", ls=":", lw=1, label="chance")
+        ax.axhline(chance, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance")
     ax.set_ylabel("accuracy on task A")
     ax.set_ylim(0, 1.02)
     top = ax.secondary_xaxis("top")
@@ -307,18 +307,18 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     d = t4.assign(train_minus_eval=t4["module_train_accuracy"] - t4["module_eval_accuracy"],
                   after_minus_before=t4["module_eval_accuracy_after_pass"] - t4["source_task_a_accuracy"])
     for q, label, color, marker in (("train_minus_eval", "train mode - eval mode (same batches)", style.STATISTICS["batch"], "s"),
-                                    ("after_minus_before", "held-out eval accuracy: after the pass - before", "C2",
+                                    ("after_minus_before", "held-out eval accuracy: after the pass - before", style.GREEN,
                                      "^")):
         c = _curve(d, "sorted_fraction", q)
         dx.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
         dx.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
-    dx.axhline(0, color="0.4", lw=1)
+    dx.axhline(0, color=style.REFERENCE["chance"], lw=1)
     if tolerance is not None:  # upper right, above the zero line, its ticks on the right (not beside dx's)
         ins = dx.inset_axes([0.52, 0.66, 0.40, 0.22])
         c = _curve(d, "sorted_fraction", "after_minus_before")
-        ins.axhspan(-tolerance, tolerance, color="C2", alpha=0.08)
-        ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color="C2")
-        ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color="C2", alpha=0.25)
+        ins.axhspan(-tolerance, tolerance, color=style.REFERENCE["band"], zorder=0)
+        ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color=style.GREEN)
+        ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=style.GREEN, alpha=0.25)
         ins.axhline(0, color="0.4", lw=0.8)
         ins.set_ylim(-1.5 * tolerance, 1.5 * tolerance)
         ins.set_title(f"after - before, zoomed (band \u00b1{tolerance:g})", fontsize=9, pad=3)
@@ -500,126 +500,157 @@ def _ch06_errorbar(ax, x, f, name, label=None, color=None, marker=None, ls="-"):
                 ls=ls, ms=4, capsize=2, color=color or CH06_PALETTE[name], label=label or name)
 
 
+def _ch06_clip(f: pd.DataFrame, low: float, high: float) -> pd.DataFrame:
+    """Interval ends cut to what the quantity allows (accuracy [0, 1], a difference [-1, 1]), for drawing."""
+    return f.assign(lo=f["lo"].clip(low, high), hi=f["hi"].clip(low, high))
+
+
+def _ch06_finish(fig, axes_with_legend, ncol=3, bottom=-0.02):
+    """One legend under the figure, fonts at least :data:`style.MIN_FONT_PT`, at the column width."""
+    h, lab = axes_with_legend.get_legend_handles_labels()
+    fig.tight_layout()
+    fig.legend(h, lab, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, bottom))
+    return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
+
+
 def routing_figure(table: pd.DataFrame, routers=("nearest_first", "nearest_all", "classifier")):
-    """Routing accuracy (mean, 95% band over seeds) against shift strength, one line per inference batch size;
-    rows: number of tasks, columns: routers (``table``: unknown_task.routing_table). Chance (1/K) dotted.
-    The mixture is left out by default: its heaviest bank is ``nearest_first``'s choice, so its routing
-    accuracy is that column again. The strength axis is categorical (levels, not to scale)."""
+    """Routing accuracy (mean, 95% band over seeds, clipped to [0, 1]) against shift strength, one line per
+    inference batch size; rows: number of tasks, columns: routers (``table``: unknown_task.routing_table). Chance
+    (1/K) dotted. The mixture is left out by default: its heaviest bank is ``nearest_first``'s choice, so its
+    routing accuracy is that column again. The strength axis is categorical (levels, not to scale). Drawn at the
+    column width with text of at least 9 pt."""
     ks = sorted(table.n_tasks.unique())
     batches = sorted(table.inference_batch.unique())
     colors = dict(zip(batches, sns.color_palette("viridis", len(batches))))
     pos = _ch06_positions(table.strength)
-    fig, axes = plt.subplots(len(ks), len(routers), figsize=(3.4 * len(routers), 3.0 * len(ks)), sharey=True,
-                             squeeze=False)
-    for r, k in enumerate(ks):
-        for c, name in enumerate(routers):
-            ax = axes[r][c]
-            for b in batches:
-                g = table[(table.n_tasks == k) & (table.condition == name) & (table.inference_batch == b)]
-                f = interval_frame(g, "strength", "routing_accuracy").reset_index()
-                x = f.strength.map(pos)
-                ax.plot(x, f["mean"], "o-", ms=3, color=colors[b], label=f"batch {b}")
-                ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
-            ax.axhline(1 / k, color="grey", ls=":", lw=1, label="chance (1/K)")
-            ax.set_title(f"{name}, {k} tasks")
-            _ch06_axis(ax, pos)
-        axes[r][0].set_ylabel("routing accuracy")
-    h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=len(lab), frameon=False, bbox_to_anchor=(0.5, -0.04))
-    fig.tight_layout()
-    return fig
+    with plt.rc_context(style.rc()):
+        fig, axes = plt.subplots(len(ks), len(routers), figsize=(style.COLUMN_WIDTH_IN, 2.6 * len(ks) + 0.6),
+                                 sharey=True, sharex=True, squeeze=False)
+        for r, k in enumerate(ks):
+            for c, name in enumerate(routers):
+                ax = axes[r][c]
+                for b in batches:
+                    g = table[(table.n_tasks == k) & (table.condition == name) & (table.inference_batch == b)]
+                    f = _ch06_clip(interval_frame(g, "strength", "routing_accuracy").reset_index(), 0, 1)
+                    x = f.strength.map(pos)
+                    ax.plot(x, f["mean"], "o-", ms=3, color=colors[b], label=f"batch {b}")
+                    ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
+                ax.axhline(1 / k, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance (1/K)")
+                ax.set_title(f"{name}\n{k} tasks")
+                ax.set_xticks(list(pos.values()))
+                ax.set_xticklabels([f"{t:g}" for t in pos], rotation=90)
+            axes[r][0].set_ylabel("routing accuracy")
+        for ax in axes[-1]:
+            ax.set_xlabel("strength t")
+        return _ch06_finish(fig, axes[0][0], ncol=4)
 
 
 def router_accuracy_figure(df: pd.DataFrame, inference_batch: int = 1):
     """Task accuracy per router and baseline against shift strength, one decision per ``inference_batch``:
     columns task A and the mean of the new tasks (the two differ in level, so a mean over all tasks would show
     composition), rows: number of tasks. ``df``: unknown_task.run's table (per task). Per seed the new tasks
-    are averaged first; points are means, bars 95% Student-t intervals over seeds; series are offset slightly."""
+    are averaged first; points are means, bars 95% Student-t intervals over seeds (clipped to [0, 1]); series are
+    offset slightly. Drawn at the column width with text of at least 9 pt."""
     d = df[(df.inference_batch == inference_batch) & df.condition.isin(CH06_CONDITIONS)]
     d = d.assign(group=np.where(d.task == "A", "task A", "new tasks (mean)"))
     per_seed = d.groupby(["seed", "n_tasks", "strength", "condition", "group"])["accuracy"].mean().reset_index()
     ks = sorted(per_seed.n_tasks.unique())
     pos = _ch06_positions(per_seed.strength)
     groups = ("task A", "new tasks (mean)")
-    fig, axes = plt.subplots(len(ks), 2, figsize=(6.6 * 1.4, 3.0 * len(ks)), squeeze=False)
-    for r, k in enumerate(ks):
-        for c, grp in enumerate(groups):
-            ax = axes[r][c]
-            for i, name in enumerate(CH06_CONDITIONS):
-                sel = per_seed[(per_seed.n_tasks == k) & (per_seed.condition == name) & (per_seed.group == grp)]
-                f = interval_frame(sel, "strength", "accuracy").reset_index()
-                x = f.strength.map(pos) + (i - 3) * 0.05
-                _ch06_errorbar(ax, x, f, name, ls="--" if name in ("oracle", "train_mode", "pinned") else "-")
-            ax.set_title(f"{grp}, {k} tasks, inference batch {inference_batch}")
-            _ch06_axis(ax, pos)
-        axes[r][0].set_ylabel("accuracy (task's own head)")
-    h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.06))
-    fig.tight_layout()
-    return fig
+    with plt.rc_context(style.rc()):
+        fig, axes = plt.subplots(len(ks), 2, figsize=(style.COLUMN_WIDTH_IN, 2.8 * len(ks) + 0.9), sharex=True,
+                                 squeeze=False)
+        for r, k in enumerate(ks):
+            for c, grp in enumerate(groups):
+                ax = axes[r][c]
+                for i, name in enumerate(CH06_CONDITIONS):
+                    sel = per_seed[(per_seed.n_tasks == k) & (per_seed.condition == name) & (per_seed.group == grp)]
+                    f = _ch06_clip(interval_frame(sel, "strength", "accuracy").reset_index(), 0, 1)
+                    x = f.strength.map(pos) + (i - 3) * 0.05
+                    _ch06_errorbar(ax, x, f, name, ls="--" if name in ("oracle", "train_mode", "pinned") else "-")
+                ax.set_title(f"{grp}, {k} tasks")
+                ax.set_xticks(list(pos.values()))
+                ax.set_xticklabels([f"{t:g}" for t in pos], rotation=90)
+            axes[r][0].set_ylabel("accuracy\n(task's own head)")
+        for ax in axes[-1]:
+            ax.set_xlabel(CH06_AXIS_LABEL)
+        return _ch06_finish(fig, axes[0][0], ncol=4, bottom=-0.01)
 
 
 def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.DataFrame, margin: float,
-                        inference_batches=(1, 32)):
-    """Where routing fails and what that costs, on one categorical strength axis; columns: number of tasks.
+                        inference_batches=(1, 32), part: str = "cost"):
+    """Where routing fails and what that costs, on one categorical strength axis; columns: number of tasks. Two
+    figures of two rows each (eight panels in one would shrink the text below 9 pt at the column width):
 
-    Rows: (a) ``nearest_first`` routing accuracy at ``inference_batches`` (``routes``: routing_table), the
-    0.9 line dashed; (b) the cost of a wrong bank, ``train_mode - oracle`` and ``pinned - oracle``
-    (``gaps``: gap_table; negative where the wrong bank loses); (c) router minus oracle with the task's own head, one decision per
-    sample, zoomed, the equivalence band ``±margin`` shaded; (d) the fully task-unknown case,
-    ``nearest_first`` picking bank and head, minus the oracle, per inference batch (``routed``:
-    routed_head_table). Means and 95% Student-t intervals over seeds (paired differences). Returns the figure.
-    """
+    ``part="cost"``: (a) the cost of a wrong bank, ``train_mode - oracle`` and ``pinned - oracle`` (``gaps``:
+    gap_table; negative where the wrong bank loses); (b) router minus oracle with the task's own head, one decision
+    per sample, zoomed, the equivalence band ``±margin`` shaded.
+    ``part="unknown"``: (a) ``nearest_first`` routing accuracy at ``inference_batches`` (``routes``:
+    routing_table), the 0.9 line dashed; (b) the fully task-unknown case, ``nearest_first`` picking bank and head,
+    minus the oracle, per inference batch (``routed``: routed_head_table).
+    Means and 95% Student-t intervals over seeds (paired differences), clipped to what the quantity allows.
+    Returns the figure. Raises ``ValueError`` for another ``part``."""
+    if part not in ("cost", "unknown"):
+        raise ValueError(f"routing_cost_figure: part must be 'cost' or 'unknown', got {part!r}")
     ks = sorted(gaps.n_tasks.unique())
     pos = _ch06_positions(gaps.strength)
     b1 = min(gaps.inference_batch)
     batches = sorted(routed.inference_batch.unique())
     bcolors = dict(zip(batches, sns.color_palette("viridis", len(batches))))
-    fig, axes = plt.subplots(4, len(ks), figsize=(6.6 * 1.4, 11.0), sharex=True, squeeze=False)
-    for c, k in enumerate(ks):
-        ax = axes[0][c]
-        for b in inference_batches:
-            g = routes[(routes.n_tasks == k) & (routes.condition == "nearest_first") & (routes.inference_batch == b)]
-            f = interval_frame(g, "strength", "routing_accuracy").reset_index()
-            _ch06_errorbar(ax, f.strength.map(pos), f, "nearest_first", label=f"nearest_first, batch {b}",
-                           color=bcolors.get(b, "grey"))
-        ax.axhline(0.9, color="0.4", ls="--", lw=1)
-        ax.axhline(1 / k, color="grey", ls=":", lw=1, label="chance (1/K)")
-        ax.set_title(f"(a) routing accuracy, {k} tasks")
-        ax = axes[1][c]
-        for i, name in enumerate(("train_mode", "pinned")):
-            f = gaps[(gaps.n_tasks == k) & (gaps.condition == name) & (gaps.inference_batch == b1)].sort_values(
-                "strength")
-            f = f.rename(columns={"ci_low": "lo", "ci_high": "hi"})
-            _ch06_errorbar(ax, f.strength.map(pos) + (i - 0.5) * 0.08, f, name, label=f"{name} - oracle")
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_title(f"(b) cost of a wrong bank, {k} tasks")
-        ax = axes[2][c]
-        ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"equivalence margin ±{margin:g}")
-        for i, name in enumerate(("nearest_first", "nearest_all", "classifier", "mixture")):
-            f = gaps[(gaps.n_tasks == k) & (gaps.condition == name) & (gaps.inference_batch == b1)].sort_values(
-                "strength").rename(columns={"ci_low": "lo", "ci_high": "hi"})
-            _ch06_errorbar(ax, f.strength.map(pos) + (i - 1.5) * 0.07, f, name, label=f"{name} - oracle")
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_ylim(-1.6 * margin, 1.6 * margin)
-        ax.set_title(f"(c) router - oracle, own head, batch {b1} (zoom)")
-        ax = axes[3][c]
-        for i, b in enumerate(batches):
-            f = routed[(routed.n_tasks == k) & (routed.condition == "nearest_first") & (routed.inference_batch == b)
-                       ].sort_values("strength").rename(columns={"ci_low": "lo", "ci_high": "hi"})
-            _ch06_errorbar(ax, f.strength.map(pos) + (i - 1.5) * 0.07, f, "nearest_first", color=bcolors[b],
-                           label=f"routed head, batch {b}")
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_title(f"(d) task unknown: router picks bank and head, {k} tasks")
-        _ch06_axis(ax, pos)
-    labels = ["routing accuracy\n(dashed: 0.9)", "baseline - oracle\n(accuracy)", "router - oracle\n(accuracy)",
-              "routed head - oracle\n(accuracy)"]
-    for r, lab in enumerate(labels):
-        axes[r][0].set_ylabel(lab)
-        h, l = axes[r][0].get_legend_handles_labels()
-        axes[r][-1].legend(h, l, fontsize=8, loc="best")
-    fig.tight_layout()
-    return fig
+    with plt.rc_context(style.rc()):
+        fig, axes = plt.subplots(2, len(ks), figsize=(style.COLUMN_WIDTH_IN, 6.4), sharex=True, squeeze=False)
+        for c, k in enumerate(ks):
+            if part == "cost":
+                ax = axes[0][c]
+                for i, name in enumerate(("train_mode", "pinned")):
+                    f = gaps[(gaps.n_tasks == k) & (gaps.condition == name) & (gaps.inference_batch == b1)
+                             ].sort_values("strength").rename(columns={"ci_low": "lo", "ci_high": "hi"})
+                    _ch06_errorbar(ax, f.strength.map(pos) + (i - 0.5) * 0.08, _ch06_clip(f, -1, 1), name,
+                                   label=f"{name} - oracle")
+                ax.axhline(0, color=style.REFERENCE["zero"], lw=0.6)
+                ax.set_title(f"(a) wrong bank, {k} tasks")
+                ax = axes[1][c]
+                ax.axhspan(-margin, margin, color=style.REFERENCE["band"], zorder=0, label=f"margin ±{margin:g}")
+                for i, name in enumerate(("nearest_first", "nearest_all", "classifier", "mixture")):
+                    f = gaps[(gaps.n_tasks == k) & (gaps.condition == name) & (gaps.inference_batch == b1)
+                             ].sort_values("strength").rename(columns={"ci_low": "lo", "ci_high": "hi"})
+                    _ch06_errorbar(ax, f.strength.map(pos) + (i - 1.5) * 0.07, _ch06_clip(f, -1, 1), name,
+                                   label=f"{name} - oracle")
+                ax.axhline(0, color=style.REFERENCE["zero"], lw=0.6)
+                ax.set_ylim(-1.6 * margin, 1.6 * margin)
+                ax.set_title(f"(b) router - oracle (zoom), {k} tasks")
+            else:
+                ax = axes[0][c]
+                for b in inference_batches:
+                    g = routes[(routes.n_tasks == k) & (routes.condition == "nearest_first")
+                               & (routes.inference_batch == b)]
+                    f = _ch06_clip(interval_frame(g, "strength", "routing_accuracy").reset_index(), 0, 1)
+                    _ch06_errorbar(ax, f.strength.map(pos), f, "nearest_first", label=f"nearest_first, batch {b}",
+                                   color=bcolors.get(b, style.GREY))
+                ax.axhline(0.9, color=style.REFERENCE["chance"], ls="--", lw=1, label="0.9 (routing works)")
+                ax.axhline(1 / k, color=style.GREY, ls=":", lw=1, label="chance (1/K)")
+                ax.set_title(f"(a) routing accuracy, {k} tasks")
+                ax = axes[1][c]
+                for i, b in enumerate(batches):
+                    f = routed[(routed.n_tasks == k) & (routed.condition == "nearest_first")
+                               & (routed.inference_batch == b)].sort_values("strength").rename(
+                        columns={"ci_low": "lo", "ci_high": "hi"})
+                    _ch06_errorbar(ax, f.strength.map(pos) + (i - 1.5) * 0.07, _ch06_clip(f, -1, 1), "nearest_first",
+                                   color=bcolors[b], label=f"routed head, batch {b}")
+                ax.axhline(0, color=style.REFERENCE["zero"], lw=0.6)
+                ax.set_title(f"(b) routed head - oracle, {k} tasks")
+            ax.set_xticks(list(pos.values()))
+            ax.set_xticklabels([f"{t:g}" for t in pos], rotation=90)
+            ax.set_xlabel("strength t")
+        labels = (["wrong bank - oracle\n(accuracy)", "router - oracle\n(accuracy)"] if part == "cost" else
+                  ["routing accuracy", "routed head - oracle\n(accuracy)"])
+        for r, lab in enumerate(labels):
+            axes[r][0].set_ylabel(lab)
+        fig.tight_layout()
+        for r in range(2):
+            h, l = axes[r][0].get_legend_handles_labels()
+            axes[r][-1].legend(h, l, loc="best", fontsize=style.MIN_FONT_PT)
+        return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
 def temperature_figure(table: pd.DataFrame, kept: float):
@@ -629,21 +660,23 @@ def temperature_figure(table: pd.DataFrame, kept: float):
     ks = sorted(table.n_tasks.unique())
     strengths = sorted(table.strength.unique())
     colors = dict(zip(strengths, sns.color_palette("viridis", len(strengths))))
-    fig, axes = plt.subplots(1, len(ks), figsize=(5.0 * len(ks), 3.4), squeeze=False)
-    for ax, k in zip(axes[0], ks):
-        for t in strengths:
-            f = table[(table.n_tasks == k) & (table.strength == t)].sort_values("temperature")
-            ax.errorbar(f.temperature, f["mean"], yerr=[f["mean"] - f["ci_low"], f["ci_high"] - f["mean"]],
-                        fmt="o-", ms=4, capsize=2, color=colors[t], label=f"t = {t:g}")
-        ax.axvline(kept, color="0.4", ls=":", lw=1)
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_xscale("log")
-        ax.set_xlabel("mixture temperature tau (nats, log scale); dotted: kept")
-        ax.set_title(f"{k} tasks, one decision per sample")
-    axes[0][0].set_ylabel("mixture - oracle (accuracy)")
-    axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    with plt.rc_context(style.rc()):
+        fig, axes = plt.subplots(1, len(ks), figsize=(style.COLUMN_WIDTH_IN, 3.4), squeeze=False)
+        for ax, k in zip(axes[0], ks):
+            for t in strengths:
+                f = table[(table.n_tasks == k) & (table.strength == t)].sort_values("temperature")
+                lo, hi = f["ci_low"].clip(-1, 1), f["ci_high"].clip(-1, 1)
+                ax.errorbar(f.temperature, f["mean"], yerr=[f["mean"] - lo, hi - f["mean"]],
+                            fmt="o-", ms=4, capsize=2, color=colors[t], label=f"t = {t:g}")
+            ax.axvline(kept, color=style.REFERENCE["chance"], ls=":", lw=1)
+            ax.axhline(0, color=style.REFERENCE["zero"], lw=0.6)
+            ax.set_xscale("log")
+            ax.set_xlabel("temperature τ (nats, log)")
+            ax.set_title(f"{k} tasks, per sample")
+        axes[0][0].set_ylabel("mixture - oracle\n(accuracy)")
+        axes[0][-1].legend(fontsize=style.MIN_FONT_PT)
+        fig.tight_layout()
+        return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
 # --- chapter 4 (issue 12): heads and optimizers -------------------------------------------------------------------
@@ -1317,68 +1350,78 @@ def _ch07_nets(col: pd.Series) -> list:
 
 
 def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
-    """Accuracy per freeze mode at the reference corruption, one panel per network, 95% bars over seeds
-    (``acc``: real_data.accuracy_table): task A before and after stage 2, and task B."""
+    """Accuracy per freeze mode at the reference corruption, one panel per network, 95% bars over seeds cut to
+    [0, 1] (``acc``: real_data.accuracy_table): task A before and after stage 2, and task B. Drawn at the column
+    width with text of at least 9 pt; colours from :mod:`bnstudy.style`."""
     nets = _ch07_nets(acc["network"])
     metrics = {"task_a_before": "task A before", "task_a_after": "task A after", "task_b": "task B"}
-    fig, axes = plt.subplots(1, len(nets), figsize=(4.6 * len(nets), 4.0), sharey=True, squeeze=False)
-    for ax, net in zip(axes[0], nets):
-        g = acc[acc["network"] == net]
-        modes = [m for m in MODE_ORDER if m in set(g["mode"])]
-        for k, (metric, label) in enumerate(metrics.items()):
-            h = g[g["metric"] == metric].set_index("mode").loc[modes]
-            x = np.arange(len(modes)) + (k - 1) * 0.22
-            ax.errorbar(x, h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]], fmt="o", ms=5,
-                        capsize=3, label=label, color=sns.color_palette("colorblind")[(0, 1, 2)[k]],
-                        mfc="none" if metric == "task_a_before" else None, zorder=3 + k)
-        ax.axhline(chance, color="grey", ls=":", lw=1, label="chance")
-        ax.set_xticks(range(len(modes))); ax.set_xticklabels([m.replace("_", "_\n", 1) for m in modes], fontsize=9)
-        ax.set_title(_ch07_label(net)); ax.set_ylim(0, 1.02)
-    axes[0][0].set_ylabel("held-out accuracy (fraction)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, bbox_to_anchor=(0.5, 1.0),
-               frameon=False)
-    return fig
+    colors = (style.GREY, style.VERMILLION, style.BLUE)
+    with plt.rc_context(style.rc()):
+        fig, axes = plt.subplots(1, len(nets), figsize=(style.COLUMN_WIDTH_IN, 3.6), sharey=True, squeeze=False)
+        for ax, net in zip(axes[0], nets):
+            g = acc[acc["network"] == net]
+            modes = [m for m in MODE_ORDER if m in set(g["mode"])]
+            for k, (metric, label) in enumerate(metrics.items()):
+                h = g[g["metric"] == metric].set_index("mode").loc[modes]
+                lo, hi = h["ci_low"].clip(0, 1), h["ci_high"].clip(0, 1)
+                x = np.arange(len(modes)) + (k - 1) * 0.22
+                ax.errorbar(x, h["mean"], yerr=[h["mean"] - lo, hi - h["mean"]], fmt="o", ms=4, capsize=2,
+                            label=label, color=colors[k], mfc="none" if metric == "task_a_before" else None,
+                            zorder=3 + k)
+            ax.axhline(chance, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance")
+            ax.set_xticks(range(len(modes)))
+            ax.set_xticklabels(modes, rotation=90)
+            ax.set_title(_ch07_label(net)); ax.set_ylim(0, 1.02)
+        axes[0][0].set_ylabel("held-out accuracy")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.tight_layout(rect=(0, 0, 1, 0.88))
+        fig.legend(handles, labels, loc="upper center", ncol=len(labels), bbox_to_anchor=(0.5, 1.0), frameon=False)
+        return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
 def ch07_effects_figure(eff: pd.DataFrame):
     """Cost (task A) and benefit (task B) of drifting statistics, each ``train_mode - backbone_eval``, against
-    corruption severity: rows are networks, columns corruptions (``eff``: real_data.effects_table); bars are its
-    intervals (the network's condition family). Severity 0 (no corruption) is drawn in every column."""
+    corruption severity: rows are corruptions, columns networks (``eff``: real_data.effects_table); bars are its
+    intervals (the network's condition family), cut to [-1, 1]. Severity 0 (no corruption) is drawn in every row.
+    Drawn at the column width with text of at least 9 pt (five rows of three panels: five columns would shrink it)."""
     nets = _ch07_nets(eff["network"])
     present = [c for c in dict.fromkeys(eff["corruption"]) if c != "none"]
     corrs = [c for c in CH07_CORRUPTION_ORDER if c in present] + [c for c in present if c not in CH07_CORRUPTION_ORDER]
     sevs = sorted(set(int(v) for v in eff["severity"]))
-    fig, axes = plt.subplots(len(nets), len(corrs), figsize=(2.9 * len(corrs) + 0.6, 2.5 * len(nets) + 0.5),
-                             sharex=True, sharey=True, squeeze=False)
-    for i, net in enumerate(nets):
-        for j, corr in enumerate(corrs):
-            ax = axes[i][j]
-            g = eff[(eff["network"] == net) & eff["corruption"].isin(["none", corr])]
-            for name in ("cost", "benefit"):
-                h = g[g["effect"] == name].sort_values("severity")
-                ax.errorbar(h["severity"], h["mean"], yerr=[h["mean"] - h["ci_low"], h["ci_high"] - h["mean"]],
-                            fmt="o-", ms=4, capsize=2, lw=1, color=EFFECT_COLORS[name],
-                            label=f"{name} (task {'A' if name == 'cost' else 'B'})")
-            ax.axhline(0, color="black", lw=0.6)
-            if i == 0:
-                note = ""
-                if corr == "inversion":  # its x axis is not monotone in pixel statistics: give the mix s
-                    from .data import SEVERITY_LEVELS
-                    shown = [v for v in sevs if v > 0]
-                    note = ("\n(s = " + ", ".join(f"{SEVERITY_LEVELS['inversion'][v - 1]:g}" for v in shown)
-                            + " at " + ", ".join(map(str, shown)) + ")")
-                ax.set_title(_ch07_label(corr, "corruption") + note)
-            if j == 0:
-                ax.set_ylabel(f"{_ch07_label(net)}\ntrain_mode − backbone_eval\n(accuracy, fraction)")
-            if i == len(nets) - 1:
-                ax.set_xlabel("severity")
-            ax.set_xticks(sevs)
-    axes[0][0].legend(fontsize=9)
-    # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
-    axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
-    return fig
+    colors = {"cost": style.EFFECTS["cost"], "benefit": style.EFFECTS["benefit"]}
+    with plt.rc_context(style.rc()):
+        fig, axes = plt.subplots(len(corrs), len(nets), figsize=(style.COLUMN_WIDTH_IN, 1.75 * len(corrs) + 1.0),
+                                 sharex=True, sharey=True, squeeze=False)
+        for i, corr in enumerate(corrs):
+            for j, net in enumerate(nets):
+                ax = axes[i][j]
+                g = eff[(eff["network"] == net) & eff["corruption"].isin(["none", corr])]
+                for name in ("cost", "benefit"):
+                    h = g[g["effect"] == name].sort_values("severity")
+                    lo, hi = h["ci_low"].clip(-1, 1), h["ci_high"].clip(-1, 1)
+                    ax.errorbar(h["severity"], h["mean"], yerr=[h["mean"] - lo, hi - h["mean"]], fmt="o-", ms=3,
+                                capsize=2, lw=1, color=colors[name],
+                                label=f"{name} (task {'A' if name == 'cost' else 'B'})")
+                ax.axhline(0, color=style.REFERENCE["zero"], lw=0.6)
+                if i == 0:
+                    ax.set_title(_ch07_label(net))
+                if j == 0:
+                    label = _ch07_label(corr, "corruption")
+                    if corr == "inversion":  # its x axis is not monotone in pixel statistics: give the mix s
+                        from .data import SEVERITY_LEVELS
+                        shown = [v for v in sevs if v > 0]
+                        label += "\n(s = " + ", ".join(f"{SEVERITY_LEVELS['inversion'][v - 1]:g}" for v in shown) + ")"
+                    ax.set_ylabel(label)
+                if i == len(corrs) - 1:
+                    ax.set_xlabel("severity")
+                ax.set_xticks(sevs)
+        # accuracy differences live in [-1, 1]
+        axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
+        fig.supylabel("train_mode − backbone_eval (accuracy)")
+        h, lab = axes[0][0].get_legend_handles_labels()
+        fig.tight_layout(rect=(0, 0, 1, 0.95))
+        fig.legend(h, lab, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0), frameon=False)
+        return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
 def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
@@ -1399,7 +1442,15 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
     spare = iter([pal[k] for k in (3, 5, 6, 8, 9)])
     colors = {c: fixed[c] if c in fixed else next(spare) for c in corrs}
     markers = dict(zip(corrs, "osD^vPX*"))
-    fig, axes = plt.subplots(1, len(nets), figsize=(4.4 * len(nets), 4.2), sharey=True, squeeze=False)
+    rc = plt.rc_context(style.rc())
+    rc.__enter__()
+    ncol = 2 if len(nets) > 1 else 1
+    nrow = -(-(len(nets) + 1) // ncol) if len(nets) > 1 else 1
+    fig, grid = plt.subplots(nrow, ncol, figsize=(style.COLUMN_WIDTH_IN, 3.3 * nrow), sharey=True, squeeze=False)
+    flat = [a for row in grid for a in row]
+    axes = [flat[:len(nets)]]
+    for ax in flat[len(nets):]:
+        ax.axis("off")
     for ax, net in zip(axes[0], nets):
         g = cond[cond["network"] == net]
         none = g[g["corruption"] == "none"]
@@ -1411,7 +1462,8 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
             xerr = None
             if "mismatch_kl_q25" in h:
                 xerr = [h["mismatch_kl"] - h["mismatch_kl_q25"], h["mismatch_kl_q75"] - h["mismatch_kl"]]
-            ax.errorbar(h["mismatch_kl"], h["cost"], yerr=[h["cost"] - h["cost_lo"], h["cost_hi"] - h["cost"]],
+            ax.errorbar(h["mismatch_kl"], h["cost"], yerr=[h["cost"] - h["cost_lo"].clip(-1, 1),
+                                                           h["cost_hi"].clip(-1, 1) - h["cost"]],
                         xerr=xerr, fmt=markers[corr], ms=5, capsize=2, lw=0.8, color=colors[corr],
                         label=_ch07_label(corr, "corruption"))
         ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
@@ -1419,27 +1471,34 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
         title = _ch07_label(net)
         if rho is not None and net in rho:
             r = rho[net]
+            if hasattr(r, "low"):
+                r = r.clipped(-1, 1)  # a correlation lies in [-1, 1]; a t interval over few seeds can overshoot
             title += (f"\nper-seed Spearman ρ {r.mean:.2f} [{r.low:.2f}, {r.high:.2f}]" if hasattr(r, "low")
                       else f"\nSpearman ρ = {r:.2f}")
         ax.set_title(title, fontsize=10)
         # ticks at 1, 2 and 5 per decade, plain numbers (a narrow log range otherwise labels every minor tick);
         # major and minor ticks of one length, so that their labels sit at one height
         ax.xaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(2, 5)))
-        ax.tick_params(axis="x", which="both", labelsize=8, length=3.5, width=0.8)
+        ax.tick_params(axis="x", which="both", labelsize=style.MIN_FONT_PT, length=3.5, width=0.8)
         for fmt in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
             fmt(matplotlib.ticker.FormatStrFormatter("%.2g"))
         ax.set_xlabel("median mismatch KL over seeds (nats)")
     # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
     axes[0][0].set_ylim(max(-1.05, axes[0][0].get_ylim()[0]), min(1.05, axes[0][0].get_ylim()[1]))
-    axes[0][0].set_ylabel("cost: task A, train_mode − backbone_eval (fraction)")
-    axes[0][-1].legend(fontsize=9, title="corruption", title_fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    return fig
+    for ax in grid[:, 0]:
+        ax.set_ylabel("cost: task A, train_mode\n− backbone_eval (accuracy)")
+    h, lab = axes[0][0].get_legend_handles_labels()
+    spare = flat[len(nets)] if len(flat) > len(nets) else None
+    (spare or axes[0][-1]).legend(h, lab, title="corruption", loc="center" if spare is not None else "best")
+    fig.tight_layout()
+    rc.__exit__(None, None, None)
+    return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
 # --- chapters 1 and 2, issue 10: the head's optimizer swept, training budget, trap 3's dropout, trap 5's loss,
 # --- training on class-sorted batches; and a floor on text size -------------------------------------------------
 
-OPTIMIZER_COLORS = {"sgd": style.OPTIMIZERS["sgd"], "adam": style.OPTIMIZERS["adam"], "reference": "0.55",
+OPTIMIZER_COLORS = {"sgd": style.OPTIMIZERS["sgd"], "adam": style.OPTIMIZERS["adam"], "reference": style.GREY,
                     "sgd-std": style.SKY, "adam-std": style.PINK}
 CH01_GAP_LABELS = {"sgd": "SGD +\nmomentum", "adam": "Adam", "sgd-std": "SGD,\nstandardized", "adam-std": "Adam,\nstandardized",
                     "reference": "logistic regr.\n(converged,\n4000 samples)"}
@@ -1473,11 +1532,12 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
-    fig, ax = plt.subplots(figsize=(max(6.4, 1.35 * len(opts) + 1.4), 4.2))
-    ax.axhline(0, color="0.4", lw=1)
+    # at most the column's width, so that 9 pt text stays 9 pt on the page (bnstudy.style)
+    fig, ax = plt.subplots(figsize=(min(style.COLUMN_WIDTH_IN - 0.2, max(6.4, 1.35 * len(opts) + 1.4)), 4.2))
+    ax.axhline(0, color=style.REFERENCE["zero"], lw=1)
     if margin is not None and "reference" in opts:
         i = opts.index("reference")
-        ax.fill_between([i - 0.45, i + 0.45], -margin, margin, color="0.6", alpha=0.25, lw=0)
+        ax.fill_between([i - 0.45, i + 0.45], -margin, margin, color=style.REFERENCE["band"], lw=0)
     for i, o in enumerate(opts):
         for j, (role, fill) in enumerate((("report", True), ("confirm", False))):
             g = gaps[(gaps["optimizer"] == o) & (gaps["role"] == role)]
@@ -1488,20 +1548,22 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
             ax.scatter(x + jit, g["gap"], s=24, facecolors=OPTIMIZER_COLORS[o] if fill else "none",
                        edgecolors=OPTIMIZER_COLORS[o], alpha=0.85, zorder=3)
         v = gaps[gaps["optimizer"] == o]["gap"]
-        if len(v) >= min_seeds:
-            _mean_ci_bar(ax, i + 0.2, v, "black")
+        if len(v) >= min_seeds:  # a difference of accuracies: the drawn interval cut to [-1, 1]
+            iv = _interval(v).clipped(-1, 1)
+            ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
+                        color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
         else:
             ax.errorbar([i + 0.2], [v.mean()], yerr=[[v.mean() - v.min()], [v.max() - v.mean()]], fmt="D",
-                        color="0.5", ms=6, capsize=5, zorder=4)
+                        color=style.GREY, ms=6, capsize=5, zorder=4)
     ax.set_xticks(range(len(opts)))
     ax.set_xticklabels([CH01_GAP_LABELS[o] for o in opts])
     ax.set_xlim(-0.6, len(opts) - 0.4)
     ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
-    handles = [Line2D([], [], marker="o", ls="", color="0.3", label="reported seed"),
-               Line2D([], [], marker="o", ls="", mfc="none", color="0.3", label="confirmation seed"),
-               Line2D([], [], marker="D", ls="-", color="black", label="all seeds: mean, 95% CI")]
+    handles = [Line2D([], [], marker="o", ls="", color=style.GREY, label="reported seed"),
+               Line2D([], [], marker="o", ls="", mfc="none", color=style.GREY, label="confirmation seed"),
+               Line2D([], [], marker="D", ls="-", color=style.REFERENCE["zero"], label="all seeds: mean, 95% CI")]
     if margin is not None:
-        handles.append(Patch(color="0.6", alpha=0.4, label=f"reference test's margin \u00b1{margin:g}"))
+        handles.append(Patch(color=style.REFERENCE["band"], label=f"reference test's margin \u00b1{margin:g}"))
     fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return min_text_size(fig)
@@ -1519,8 +1581,8 @@ def budget_figure_ch01(chosen: pd.DataFrame):
     rep = chosen[chosen["role"].isin(["report", "confirm"])]
     opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
     fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.9), sharey=True, squeeze=False)
-    ref_style = {"batch_stats": dict(color="0.15", hatch=None, alpha=0.22),
-                 "pinned": dict(color="0.55", hatch="////", alpha=0.25)}
+    ref_style = {"batch_stats": dict(color=style.OPTIMIZERS["sgd"], hatch=None, alpha=0.22),
+                 "pinned": dict(color=style.GREY, hatch="////", alpha=0.25)}
     for ax, o in zip(axes[0], opts):
         for path, (ls, marker, label) in PATH_STYLES.items():
             g = interval_frame(rep[(rep["optimizer"] == o) & (rep["path"] == path)], "step", "accuracy")
@@ -1581,7 +1643,7 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
                 ax.scatter(sub["lr"], sub["accuracy"], s=8, color=color, alpha=0.6, zorder=3)
                 if chosen and (o, path) in chosen and chosen[(o, path)] in g.index:
                     lr = chosen[(o, path)]
-                    ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec="black", mew=1.4, zorder=4)
+                    ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec=style.REFERENCE["zero"], mew=1.4, zorder=4)
             ax.set_xscale("log"); ax.set_xlabel("learning rate")
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             grid = sorted(lrt[lrt["optimizer"] == o]["lr"].unique())
@@ -1592,10 +1654,10 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
         axes[r][0].set_ylabel("validation accuracy, task B")
     handles, labels = axes[0][0].get_legend_handles_labels()
     if chosen:
-        handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec="black", ls="", label="chosen"))
+        handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec=style.REFERENCE["zero"], ls="", label="chosen"))
         labels.append("chosen")
     band = f"range of {n} seeds"
-    handles.append(Line2D([], [], marker="o", ms=3, ls="", color="0.4")); labels.append(f"one tuning seed (band: {band})")
+    handles.append(Line2D([], [], marker="o", ms=3, ls="", color=style.GREY)); labels.append(f"one tuning seed (band: {band})")
     fig.tight_layout(rect=(0, 0.7 / (3.0 * len(rows) + 0.7), 1, 1))   # the legend's 0.7 inch below the panels
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
@@ -1695,7 +1757,7 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
     """
     setups = ["whole_model", "backbone_only"]
     names = {"whole_model": "whole model\npinned", "backbone_only": "backbone pinned\n(the fix)"}
-    colors = {"whole_model": "C0", "backbone_only": "C3"}
+    colors = {"whole_model": style.MODES["all_eval"], "backbone_only": style.MODES["backbone_eval"]}
     fig = plt.figure(figsize=(6.6, 6.4))
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.05], hspace=0.55, wspace=0.35)
     ax_a = fig.add_subplot(grid[0, 0])
@@ -1730,8 +1792,8 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
         ax_b.plot(best["lr"], best["mean"], "*", ms=14, color=colors[s], mec="black", zorder=5)
     if "val_aux" in tuned and tuned["val_aux"].notna().any():
         c = _curve(tuned[tuned["setup"] == "backbone_only"], "lr", "val_aux")
-        ax_b.plot(c["lr"], c["mean"], "--^", ms=4, color="C2", label="the fix's auxiliary head (no dropout)")
-        ax_b.fill_between(c["lr"], c["lo"], c["hi"], color="C2", alpha=0.15)
+        ax_b.plot(c["lr"], c["mean"], "--^", ms=4, color=style.SKY, label="the fix's auxiliary head (no dropout)")
+        ax_b.fill_between(c["lr"], c["lo"], c["hi"], color=style.SKY, alpha=0.15)
     ax_b.axhline(chance, color="0.4", ls=":", lw=1, label="chance")
     ax_b.set_xscale("log")
     ax_b.set_ylim(0, 1)
@@ -1763,7 +1825,7 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
         if tolerance is not None:
             a.axhline(-tolerance, color="0.3", ls="--", lw=1, label=f"tolerance -{tolerance:g}")
         a.errorbar(c["device_batch_size"], c["mean"], yerr=[c["mean"] - c["lo"], c["hi"] - c["mean"]], fmt="s-",
-                   color="C3", ms=4, capsize=4, label="mean, 95% CI over seeds")
+                   color=style.STATISTICS["batch"], ms=4, capsize=4, label="mean, 95% CI over seeds")
         a.set_ylabel("train mode -\neval mode" + (" (zoom)" if zoom else ""))
     zoomed = c[c["device_batch_size"] >= 4]
     hi = max(float(zoomed["hi"].max()) if len(zoomed) else 0.0, 0.0)
@@ -1805,7 +1867,7 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
         for i, (q, _) in enumerate(qs):
             iv = _interval(g[q])
             x = i + (j - 0.5) * w
-            ax.bar(x, iv.mean, width=w * 0.92, color=f"C{j}", alpha=0.75,
+            ax.bar(x, iv.mean, width=w * 0.92, color=(style.GREY, style.VERMILLION)[j], alpha=0.75,
                    label=("trained on " + case.replace("_", "-") + " batches") if i == 0 else None)
             low = max(iv.low, 0.0)
             ax.errorbar(x, iv.mean, yerr=[[iv.mean - low], [iv.high - iv.mean]], color="black", capsize=5,
@@ -1829,7 +1891,7 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
                       - piv["heldout_eval_accuracy"]["shuffled"]))
     for i, (name, v) in enumerate(diffs):
         if tie_margin is not None and name.endswith("class-sorted") and name.startswith("meter"):
-            px.fill_betweenx([i - 0.3, i + 0.3], -tie_margin, tie_margin, color="C1", alpha=0.15, lw=0,
+            px.fill_betweenx([i - 0.3, i + 0.3], -tie_margin, tie_margin, color=style.REFERENCE["band"], lw=0, zorder=0,
                              label=f"equivalence margin \u00b1{tie_margin:g}")
         px.scatter(v, np.full(len(v), i) + 0.18, s=8, color="0.3", alpha=0.5, zorder=3)
         iv = _interval(v)

@@ -850,3 +850,133 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
         book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
             tiny, steps=17, checkpoints=[12, 17], rows=rows, results_dir=str(tmp_path / "results3"),
             figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+
+
+# --- the answer box and the findings-chosen sentences (issue 25: no typed outcome; the flip test) ---------------
+
+def _page(main=None, sweep=None, bufs=None):
+    """The answer and the readings for hand-made tables (defaults: every headline finding holds)."""
+    f = ch.findings(main if main is not None else table())
+    o = ch.optimizer_findings(sweep if sweep is not None else sweep_table(), 800)
+    b = ch.buffer_findings(bufs if bufs is not None else buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9)))
+    return ch.answer(f, o, b), ch.readings(f, o, b)
+
+
+def test_the_answer_states_each_headline_finding_from_the_findings():
+    text, say = _page()
+    assert "does not freeze its BatchNorm layers" in text and f"**{ch.SHIFT_ABOVE}**" in text
+    assert "falls from 0.900 to 0.110" in text and f"**{ch.A_LOWER}**" in text and "about chance" in text
+    assert "scores higher with drifting statistics than with pinned ones in 2 of 4 tests" in text
+    assert "**equivalent within \u00b10.03**" in text and "how easily a trained head uses the features" in text
+    assert "`separate_stats`" in text and text.count(f"**{EXACT}**") >= 3 and "nan" not in text.lower()
+    assert "lower after stage 2 than before in 3 of 3 seeds" in say["seeds"] and "exactly 0" in say["logits"]
+    assert say["task_b"] in text and say["seeds_caption"] in text
+
+
+def test_flip_task_a_the_answer_no_longer_says_it_falls():
+    rises = ch.findings(table(task_a_after_tm=(0.95, 0.96, 0.97)))
+    text, say = _page(main=table(task_a_after_tm=(0.95, 0.96, 0.97)))
+    assert "rises from 0.900" in text and "falls from" not in text and f"**{ch.A_HIGHER}**" in text
+    assert "about chance" not in text and f"**{ch.ABOVE_CHANCE}**" in text
+    assert "in 0 of 3 seeds" in say["seeds"]
+    assert ch.task_a_sentence(rises) in text
+    same, _ = _page(main=table(task_a_after_tm=(0.9, 0.9, 0.9)))
+    assert "goes from 0.900 to 0.900" in same and "falls from" not in same and "rises from" not in same
+    assert f"**{NOT_DECIDED}**" in same
+
+
+def test_flip_the_buffers_the_answer_no_longer_says_batchnorm_is_not_frozen():
+    text, _ = _page(bufs=buffers((0.2, 0.21, 0.19), (0.1, 0.11, 0.09)))
+    assert "does not freeze" not in text and "not shown to move beyond the chapter's criteria" in text
+    assert f"**{ch.SHIFT_BELOW}**" in text and f"**{ch.SHIFT_ABOVE}**" not in text
+
+
+def test_flip_the_reference_test_the_answer_follows_its_verdict():
+    up, say = _page(sweep=sweep_table(gap_ref=(0.10, 0.12, 0.11)))
+    b = say["task_b"]  # the task-B sentence of the answer (the chance verdict elsewhere may read "equivalent")
+    assert b in up and f"**{ch.TRAIN_HIGHER}**" in b and "drifting features allow more" in b
+    assert "equivalent" not in b and "how easily" not in b and say["reference"] in b
+    down, say = _page(sweep=sweep_table(gap_ref=(-0.10, -0.12, -0.11)))
+    b = say["task_b"]
+    assert b in down and f"**{ch.TRAIN_LOWER}**" in b and "pinned features allow more" in b and "equivalent" not in b
+    open_, say = _page(sweep=sweep_table(gap_ref=(0.15, -0.15, 0.02)))
+    b = say["task_b"]
+    assert b in open_ and f"**{NOT_DECIDED}**" in b and "not decided with these seeds" in b and "allow more" not in b
+
+
+def test_flip_the_trained_heads_the_answer_counts_them_with_holm():
+    lower, say = _page(sweep=sweep_table(gap_sgd=(-0.10, -0.12, -0.11), gap_adam=(-0.10, -0.12, -0.11)))
+    assert "scores lower with drifting statistics than with pinned ones in all 4 tests" in lower
+    assert "scores higher" not in lower and say["trained"] in lower
+    none, _ = _page(sweep=sweep_table(gap_sgd=(0.01, -0.02, 0.0)))
+    assert "no test of a new head trained by an optimizer shows a difference" in none
+    assert "how easily" not in none  # nothing to explain when the trained heads show no difference
+    o = ch.optimizer_findings(sweep_table(gap_sgd=(-0.10, -0.12, -0.11), gap_adam=(-0.10, -0.12, -0.11)), 800)
+    assert o.trained_reading == "train mode lower in all 4 tests"
+
+
+def test_flip_the_exact_checks_the_answer_reports_a_bug():
+    tb = dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.31, 0.29), all_eval=(0.30, 0.31, 0.29),
+              separate_stats=(0.41, 0.42, 0.41))
+    text, say = _page(main=table(task_b=tb, logit_sep=1e-7))
+    assert f"**{NOT_EXACT}**" in text and "a bug" in text and "has both" not in text
+    assert "do not keep task A exactly" in text and "largest old-head logit change is 1e-07" in say["logits"]
+
+
+def test_the_printed_reference_interval_is_clipped_to_a_difference_of_accuracies():
+    assert ch._range(-1.4, 0.2) == "-1.000 to +0.200" and ch._range(float("nan"), 0.1) == "no interval"
+
+
+def _strip_glue(s: str) -> str:
+    """Markdown without what is not typed outcome: glue roles and directives, inline code, quoted definitions."""
+    import re
+    s = re.sub(r"\{glue:[a-z]+\}`[^`]*`", " ", s)           # glue roles: values from the findings
+    s = re.sub(r"```\{glue:[a-z]+\}[^\n]*", " ", s)           # glue directives
+    s = re.sub(r"```python\n.*?```", " ", s, flags=re.S)     # a code example
+    s = re.sub(r"`[^`]*`", " ", s)                            # inline code: names, not outcomes
+    s = re.sub(r"\"[^\"]*\"", " ", s)                         # quoted words: a verdict word defined
+    return re.sub(r":(name|alt):[^\n]*", " ", s)
+
+
+def _markdown_outside_glue(nb_path) -> str:
+    import nbformat
+    return "\n".join(_strip_glue(c.source) for c in nbformat.read(nb_path, as_version=4).cells
+                     if c.cell_type == "markdown")
+
+
+def _typed_outcomes(text: str) -> list:
+    """Outcome words typed in ``text``: the chapter's direction words, the other verdict words, result digits."""
+    import re
+    found = [w for w in ch.DIRECTIONS + ("equivalent within", "not decided", "too few seeds")
+             if re.search(rf"\b{re.escape(w)}\b", text, re.IGNORECASE)]
+    digits = re.findall(r"(?<![\w.$^{-])\d+\.\d+(?![\w}])", re.sub(r"\$[^$]*\$", " ", text))
+    return found + [d for d in digits if d not in SETTING_DIGITS]
+
+
+#: Decimals the chapter's prose may type because they are settings, not results: SGD's momentum 0.9, the weight
+#: 0.001 that counts as "gone" (``ch.GONE``) and the lowest learning rate of the grid, the drift figure's axis break.
+SETTING_DIGITS = {"0.9", f"{ch.GONE:g}", f"{min(ch.SGD_LRS):g}", "0.01"}
+
+
+def test_the_chapter_markdown_types_no_outcome_outside_glue():
+    """Every outcome on chapter 1's page is glued or chosen by the findings: outside glue roles, inline code and
+    quoted definitions, no direction word of the chapter, no "equivalent" / "not decided" and no result digits
+    (a decimal number) appear in the notebook's Markdown."""
+    from pathlib import Path
+    text = _markdown_outside_glue(Path(__file__).resolve().parent.parent / "chapters" / "01_freeze_modes.ipynb")
+    assert not _typed_outcomes(text), _typed_outcomes(text)
+
+
+def test_the_typed_outcome_check_finds_typed_outcomes_and_ignores_glue():
+    typed = "In train mode: train mode higher in all tests, equivalent within ±0.03, a gap of 0.130."
+    assert _typed_outcomes(typed) == [ch.TRAIN_HIGHER, "equivalent within", "0.03", "0.130"]
+    glued = ("{glue:md}`ch01_opt_primary_verdict` (`train mode higher` is a direction word; rule: \"not decided\"), "
+             "$10^{-4}$ and {glue:text}`ch01_chance:.2f`")
+    assert _typed_outcomes(_strip_glue(glued)) == []
+
+
+def test_glued_interval_ends_are_cut_to_what_the_quantity_allows():
+    from bnstudy.inference import Interval
+    wide = Interval(0.5, -1.7, 2.5, 2)
+    assert ch._clip_intervals({"a": wide, "b": 3.0}, (-1, 1)) == {"a": Interval(0.5, -1, 1, 2), "b": 3.0}
+    assert ch._clip_intervals(wide, (-2, 2)) == Interval(0.5, -1.7, 2, 2)

@@ -548,3 +548,70 @@ def test_severities_text_and_readable_model_names():
     assert rd.severities_text(pd.DataFrame(dict(severity=[0, 5, 1, 3, 3]))) == "1, 3 and 5"
     assert rd.severities_text(pd.DataFrame(dict(severity=[0]))) == "none"
     assert rd.MODEL_LABELS["vit_h_14"] == "ViT-H/14"
+
+
+# --- the answer box: chosen by the findings, and it flips with them (issue 25) -------------------------------------
+
+def _page_text(df) -> dict:
+    F = rd.findings(df, ("inversion", 5))
+    return dict(answer=rd.answer(F), what_to_do=rd.what_to_do(F), **rd.figure_takeaways(F))
+
+
+def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
+    base = _page_text(_table(True))
+    assert "**below 1.5x chance** for n" in base["answer"] and "**lower after stage 2** for n" in base["answer"]
+    assert "**train mode higher** for n" in base["answer"]
+    assert "**larger mismatch, larger loss** for n" in base["answer"]
+    assert base["what_to_do"].startswith("Turning off gradients does not keep task A on n:")
+    assert "**lower after stage 2** for n" in base["accuracy_takeaway"]
+    assert "keeps task A exactly on every network here" in base["what_to_do"]
+    # flip task A (left near its stage-1 accuracy, above 1.5x chance, no fall shown) and task B (pinning helps)
+    df = _with_b_gap(-0.3)
+    ref = (df.corruption == "inversion") & (df.severity == 5) & (df["mode"] == "train_mode")
+    df.loc[ref, "task_a_after"] = 0.947 + 0.002 * df.loc[ref, "seed"]
+    flip = _page_text(df)
+    assert "**above 1.5x chance** for n" in flip["answer"] and "**below 1.5x chance**" not in flip["answer"]
+    assert "**lower after stage 2**" not in flip["answer"] + flip["accuracy_takeaway"]
+    assert "**train mode lower** for n" in flip["answer"] and "**train mode higher**" not in flip["answer"]
+    assert flip["what_to_do"].startswith("Task A was not shown to fall on any network here")
+    assert "does not keep task A" not in flip["what_to_do"]
+    assert "higher at 0, lower at 4 of 4 conditions" in flip["effects_takeaway"]
+    assert "higher at 4, lower at 0 of 4 conditions" in base["effects_takeaway"]
+    # a broken pin is said, not hidden
+    bad = rd.findings(_table(False), ("inversion", 5))
+    if (bad.claims.set_index("key").loc["pinned_keep_a_n", "kind"]) != "exact":
+        assert "yet in some run here it did not" in rd.what_to_do(bad)
+
+
+def test_printed_ranges_are_cut_to_what_each_quantity_allows():
+    F = rd.findings(_table(True), ("inversion", 5))
+    claims = F.claims.copy()
+    claims.loc[claims.key == "c1_n", ["low", "high"]] = [-12.71, 12.71]
+    claims.loc[claims.key == "f2_n", "low"] = -1.025
+    ranges = {tuple(rows["key"]): rng for rng, rows in rd.claims_by_range(claims)}
+    assert ranges[("f2_n",)] == pytest.approx((-0.3, 0.7)) and ranges[("c1_n",)] == (-1.0, 1.0)
+    assert sum(len(k) for k in ranges) == len(claims)
+    grid = rd.verdict_grid(rd.Findings(claims=claims, conditions=F.conditions, facts=F.facts)).set_index("claim")["n"]
+    assert "[-1.000, 1.000]" in grid[rd.CLAIMS[3][2]] and "[-0.300," in grid[rd.CLAIMS[0][2]]
+    facts = rd.printed_facts(__import__("dataclasses").replace(F.facts, f2_lowest_bound=-1.025))
+    assert facts.f2_lowest_bound == 0.0 and F.facts.f2_lowest_bound != -1.025
+    assert all(0 <= iv.low and iv.high <= 1 for iv in facts.task_a_train_mode.values())
+
+
+def test_the_notebook_types_no_outcome_outside_glue_and_leads_with_the_answer():
+    from pathlib import Path
+    from test_unknown_task import _markdown_prose, typed_outcomes  # tests/ is on sys.path (rootdir import mode)
+    nb = Path(__file__).resolve().parent.parent / "chapters" / "07_real_data.ipynb"
+    assert typed_outcomes(_markdown_prose(nb), rd.DIRECTIONS) == []
+    cells = json.loads(nb.read_text())["cells"]
+    first = "".join(cells[0]["source"]).split("\n")
+    assert first[0].startswith("# ") and first[2] == "```{admonition} The answer" and first[3] == ":class: answer"
+    md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert md.count("```{glue:figure} ch07_fig_") == md.count(":alt: ") == 3
+    assert not any("show-code" in c["metadata"].get("tags", []) for c in cells)
+
+
+def test_off_line_is_at_the_books_resolution():
+    from bnstudy.inference import at_resolution
+    v = np.array([90 / 300, 0.1 + 0.2])
+    assert rd._off_line(v, 0.3).tolist() == at_resolution(v - 0.3).tolist() == [0.0, 0.0]

@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,6 +11,7 @@ import pytest
 from bnstudy.config import SourceConfig
 from bnstudy.engine import train_source
 from bnstudy.experiments import unknown_task as ut
+from bnstudy.inference import Interval
 
 
 def test_shift_of_task_b_is_chapter_3s_both_line():
@@ -461,7 +463,8 @@ def test_chapter_three_cost_benefit_is_its_first_figure_as_the_page_says():
     assert names[0] == "fig-ch03-cost-benefit"
     ch6 = nbformat.read(root / "06_unknown_task.ipynb", 4)
     text = "\n".join(c.source for c in ch6.cells if c.cell_type == "markdown")
-    assert "(chapter 3, Figure 1)" in text and "fig-ch03" not in text
+    # issue 25: the page cites chapter 3's figure by {numref}, never by a hand-typed "(chapter 3, Figure 1)"
+    assert "{numref}`fig-ch03-cost-benefit`" in text and "(chapter 3, Figure 1)" not in text
     # the notebook stays thin: no code cell longer than 25 lines
     assert max(len(c.source.splitlines()) for c in ch6.cells if c.cell_type == "code") <= 25
 
@@ -531,3 +534,127 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
         book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
             tiny, steps=6, rows=rows, results_dir=str(tmp_path / "results3"),
             figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+
+
+# --- the answer box: chosen by the findings, and it flips with them (issue 25) -------------------------------------
+
+def _page_text(df):
+    """Every findings-chosen text of the page for the rows ``df``: the answer, the advice, the phrases and the
+    figure takeaways, as one dict."""
+    F, cells, C = ut.findings(df), ut.cell_tests(df), ut.claims(df)
+    return dict(answer=ut.answer(F, cells, C), what_to_do=ut.what_to_do(F, C), **ut.phrases(F, cells, C),
+                **ut.figure_takeaways(F, C))
+
+
+def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
+    base = _page_text(_table())
+    # the hand-made table: routing works from t = 1 per sample, a wrong bank costs only there, the routed head loses
+    assert "per-sample routing works from t = 1 on" in base["answer"]
+    assert "each wrong-bank cost becomes detectable only at or above" in base["answer"]
+    assert "**routed head lower**" in base["answer"] and "**routed head lower**" in base["unknown_takeaway"]
+    assert "a router that also picks the head loses accuracy" in base["what_to_do"]
+    assert "does not stand in for the task label" in base["unknown_head_text"]
+    assert "23 of the 24 router cells are **equivalent within ±0.02** of the oracle and 1 is **not decided**" \
+        in base["answer"]
+    # flip 1: the routed head loses nothing, and train mode costs already where routing fails
+    df = _table()
+    df["accuracy_routed_head"] = df["accuracy"]
+    hit = (df.condition == "train_mode") & (df.strength == 0.01) & (df.task == "A")
+    df.loc[hit, "accuracy"] -= 0.1 + 0.01 * df.loc[hit, "seed"]
+    flip = _page_text(df)
+    assert "**routed head lower**" not in flip["answer"] + flip["unknown_takeaway"] + flip["unknown_head_text"]
+    assert "no loss is shown there" in flip["unknown_head_text"]
+    assert "Not everywhere does the cost wait for routing" in flip["answer"]
+    assert "each wrong-bank cost becomes detectable only" not in flip["answer"] + flip["cost_takeaway"]
+    assert "a wrong bank costs accuracy at shifts too gentle" in flip["what_to_do"]
+    assert "a router that also picks the head loses accuracy" not in flip["what_to_do"]
+    # flip 2: routing never works per sample; the mixture's shortfall is gone (every cell equivalent)
+    df = _table()
+    nf = df.condition == "nearest_first"
+    df.loc[nf & (df.inference_batch == 1), "routing_accuracy"] = 0.5
+    df.loc[df.condition == "mixture", "accuracy"] = 0.8 + 0.001 * df.loc[df.condition == "mixture", "seed"]
+    df["accuracy_routed_head"] = df["accuracy"]
+    flip = _page_text(df)
+    assert "per-sample routing works at no strength tested" in flip["answer"]
+    assert "per-sample routing works from t = 1 on" not in flip["answer"] + flip["routing_takeaway"]
+    assert "24 of the 24 router cells are **equivalent within ±0.02**" in flip["answer"]
+    assert "**not decided**" not in flip["answer"]
+    # and with neither a cost before routing nor a loss of the routed head, the advice needs no task label
+    df = _table()
+    df["accuracy_routed_head"] = df["accuracy"]
+    assert ut.what_to_do(ut.findings(df), ut.claims(df)).endswith("on this grid that needs no task label.")
+
+
+def test_cell_counts_use_the_books_counts_rule():
+    # the router cells carry Holm's adjusted p, and the findings count them by bnstudy.inference.count_verdicts
+    from bnstudy import inference
+    for df in (_table(), _tight_mixture_table()):
+        cells = ut.cell_tests(df)
+        assert cells["p_adjusted"].tolist() == pytest.approx(list(inference.holm(cells["p"])), nan_ok=True)
+        f, counts = ut.findings(df, cells), inference.count_verdicts(cells)
+        assert (f.n_equivalent, f.n_lower, f.n_higher, f.n_not_decided) == (
+            counts["equivalent"], counts["lower"], counts["higher"], counts["not decided"])
+    # a cell whose Holm p is below 0.05 counts as a direction even where its printed interval spans zero
+    cells = ut.cell_tests(_table())
+    cells.loc[0, ["p_adjusted", "estimate", "kind"]] = [0.01, -0.05, "not decided"]
+    assert inference.count_verdicts(cells)["lower"] == 1
+
+
+def _tight_mixture_table():
+    df = _table()
+    hit = (df.condition == "mixture") & (df.strength == 1.0) & (df.inference_batch == 1)
+    df.loc[hit, "accuracy"] = 0.7 - 0.001 * df.loc[hit, "seed"]
+    return df
+
+
+def _markdown_prose(nb_path) -> str:
+    """The notebook's markdown without glue roles, {numref} roles, math and code spans: the typed words."""
+    import json
+    import re
+    cells = json.loads(Path(nb_path).read_text())["cells"]
+    t = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    for rx in (r"\{glue:\w+\}`[^`]*`", r"\{numref\}`[^`]*`", r"\$\$.*?\$\$", r"\$[^$]*\$", r"`[^`]*`",
+               r"(?m)^:(name|alt|class):.*$"):
+        t = re.sub(rx, "", t, flags=re.S)
+    return re.sub(r"\s+", " ", t)
+
+
+def typed_outcomes(text: str, directions) -> list[str]:
+    """Outcome words typed in ``text`` (a notebook's prose outside glue): a direction word, an equivalence or
+    "not decided" verdict, or a decimal number other than the design constants 0.05 (the level) and 1.5."""
+    import re
+    hits = [w for w in list(directions) + ["equivalent within", "not decided"] if w.lower() in text.lower()]
+    hits += [m for m in re.findall(r"(?<![\w.])\d+\.\d+", text) if m not in ("0.05", "1.5")]
+    return hits
+
+
+def test_typed_outcome_check_finds_a_typed_verdict():
+    assert typed_outcomes("The router is router lower here, 0.843 of the time.", ut.DIRECTIONS) == \
+        ["router lower", "0.843"]
+    assert typed_outcomes("At the level 0.05 nothing is typed.", ut.DIRECTIONS) == []
+
+
+def test_the_notebook_types_no_outcome_outside_glue():
+    nb = Path(__file__).resolve().parent.parent / "chapters" / "06_unknown_task.ipynb"
+    assert typed_outcomes(_markdown_prose(nb), ut.DIRECTIONS) == []
+
+
+def test_answer_box_is_the_first_thing_under_the_title_and_every_figure_has_alt_text():
+    import json
+    nb = Path(__file__).resolve().parent.parent / "chapters" / "06_unknown_task.ipynb"
+    cells = json.loads(nb.read_text())["cells"]
+    first = "".join(cells[0]["source"]).split("\n")
+    assert first[0].startswith("# ") and first[2] == "```{admonition} The answer" and first[3] == ":class: answer"
+    assert "{glue:md}`ch06_answer`" in "".join(cells[0]["source"])
+    md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert md.count("```{glue:figure} ch06_fig_") == md.count(":alt: ") == 5
+    assert not any("show-code" in c["metadata"].get("tags", []) for c in cells)
+
+
+def test_printed_findings_clip_intervals_to_the_quantitys_range():
+    f = ut.findings(_table())
+    over = Interval(0.99, 0.95, 1.03, 3)
+    g = ut.printed(dataclasses.replace(f, route_strong_b1={"k2_nearest_first": over},
+                                       worst_gap=Interval(-0.5, -1.2, 0.2, 3)))
+    assert g.route_strong_b1["k2_nearest_first"].high == 1.0 and g.worst_gap.low == -1.0
+    assert f.worst_gap.low == pytest.approx(f.worst_gap.low)  # the findings keep the raw intervals

@@ -52,7 +52,8 @@ from torch import nn
 
 from .. import audit
 
-from ..inference import Family, Interval, claims_table, decide, exact_check, one_sided_p, t_interval
+from ..inference import Family, Interval, claims_table, count_verdicts, decide, exact_check, intersection_union_p, \
+    one_sided_p, t_interval
 from ..config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label
 from ..engine import accuracy, ensure_sources, load_source, logits_of, make_optimizer, seeded, source_version, \
@@ -1521,13 +1522,15 @@ def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
 def _safe_from(batches: list, diff, family: Family) -> tuple[float, float]:
     """The smallest batch from which every larger one loses less than ``TOL_LOSS``: for each batch ``b``,
     ``diff(b)`` (per-seed condition minus reference, negative: a loss) is tested one-sided against ``-TOL_LOSS``
-    (:func:`bnstudy.inference.one_sided_p`, ``"greater"``) at ``family.level``; intersection-union over the batches
-    it covers. Returns ``(batch, p)`` with ``p`` the largest p of the covered batches; ``(nan, nan)`` if none."""
+    (:func:`bnstudy.inference.one_sided_p`, ``"greater"``); the claim "every batch from ``b`` on" is Berger's
+    intersection-union test over those batches (:func:`bnstudy.inference.intersection_union_p`), shown when its p
+    is below ``family.level``. Returns ``(batch, p)`` with ``p`` that test's p; ``(nan, nan)`` if no batch is."""
     p = {b: one_sided_p(diff(b), "greater", null=-TOL_LOSS) for b in batches}
-    safe = [b for i, b in enumerate(batches) if all(p[x] < family.level for x in batches[i:])]
-    if not safe:
-        return float("nan"), float("nan")
-    return float(min(safe)), float(max(p[b] for b in batches if b >= min(safe)))
+    for i, b in enumerate(batches):
+        p_iu = intersection_union_p([p[x] for x in batches[i:]])
+        if p_iu < family.level:
+            return float(b), p_iu
+    return float("nan"), float("nan")
 
 
 def findings(df: pd.DataFrame) -> Findings:
@@ -1747,11 +1750,12 @@ def findings(df: pd.DataFrame) -> Findings:
     tbs = below["batches"]
     rsafe, rsafe_p = _safe_from(tbs, below["reest_all"], family)
     asafe, _ = _safe_from(tbs, below["as_trained_all"], family)
-    hit = lambda key: bool(((claims["key"] == key) & (claims["p_adjusted"] < ALPHA) & (claims["estimate"] < 0)).any())
+    # the book's counts rule (Holm directions, printed kinds otherwise) over the training arm's rows of the family
+    reest_rows = claims[claims["key"].isin([f"t5t_reest_b{b}" for b in below["reest"]])]
     out.update(t5t_safe_batch=rsafe, t5t_safe_p=rsafe_p, t5t_safe_batch_as_trained=asafe,
                t5t_threshold_word=("nowhere in the grid tried: no batch is safe by this rule," if rsafe != rsafe else
                                    "below" if rsafe < min_batch else "at" if rsafe == min_batch else "above"),
-               t5t_n_below=len(below["reest"]), t5t_costs_n=sum(hit(f"t5t_reest_b{b}") for b in below["reest"]),
+               t5t_n_below=len(below["reest"]), t5t_costs_n=count_verdicts(reest_rows, ALPHA)["lower"],
                t5t_costs_n_as_trained=sum(bool(t_interval(d, family.confidence).high < 0)
                                           for d in below["as_trained"].values()),
                family_m=family.m, family_confidence=100 * family.confidence)
@@ -2043,3 +2047,161 @@ def checklist_table(f: Findings) -> pd.DataFrame:
          "shuffle"),
     ]
     return pd.DataFrame(rows, columns=["trap", "what the audit reported (this run)", "fix"]).set_index("trap")
+
+
+# --- the page's sentences, chosen by the findings ------------------------------------------------------------------
+# Every sentence of the page that states an outcome is one of these (glued by the notebook with glue_md), so that it
+# stays true for any rows: the words follow the numbers and verdicts, never the other way round (issue 25).
+
+#: What the page prints for a number that does not exist (a safe batch that no batch reached, a share never flagged).
+NA = "n/a"
+
+
+def _isnan(x) -> bool:
+    return x is None or (isinstance(x, (float, np.floating)) and x != x)
+
+
+def _change(before: float, after: float, spec: str = ".3f") -> str:
+    """How a quantity moved, in words that follow its sign: "fell from a to b", "rose from a to b", "stayed at a"."""
+    a, b = format(before, spec), format(after, spec)
+    if a == b:
+        return f"stayed at {a}"
+    return f"{'fell' if after < before else 'rose'} from {a} to {b}"
+
+
+def _claim_ci(f: "Findings", key: str, clip: tuple = (-1.0, 1.0)) -> str:
+    """A claim's estimate and family interval (cut to ``clip``, what a difference of accuracies allows) and its bold
+    verdict: ``"+0.123 (+0.010 to +0.236): **drifting higher**"``; without an interval, the estimate and verdict."""
+    r = f.claim(key)
+    iv = Interval(float(r["estimate"]), float(r["low"]), float(r["high"]), int(r["n"])).clipped(*clip)
+    if _isnan(iv.low):
+        return f"{iv.mean:+.3f}: **{r['verdict']}**"
+    return f"{iv.mean:+.3f} ({iv.low:+.3f} to {iv.high:+.3f}): **{r['verdict']}**"
+
+
+def _kind(f: "Findings", key: str) -> str:
+    return str(f.claim(key)["kind"])
+
+
+def trap1_sentence(f: "Findings") -> str:
+    """Trap 1 in one sentence: whether ``model.train()`` undid ``backbone.eval()`` (BatchNorm in train mode in some
+    share of its calls), what task A did, and whether any backbone weight moved."""
+    weights = ("although no backbone weight moved" if f.t1_param == 0 else
+               f"and the backbone's weights moved by up to {f.t1_param:.3g}")
+    if f.t1_bn_train > 0:
+        return (f"`model.backbone.eval()` is undone by the training loop's next `model.train()`: the backbone's "
+                f"BatchNorm layers ran in train mode in {f.t1_bn_train:.0%} of their calls and rewrote their running "
+                f"statistics, and task A {_change(f.t1_task_a_before, f.t1_task_a_after)}, {weights}.")
+    return (f"Here `model.backbone.eval()` survived the training loop's `model.train()` (BatchNorm in train mode in "
+            f"none of its calls), and task A {_change(f.t1_task_a_before, f.t1_task_a_after)}, {weights}.")
+
+
+def trap2_sentence(f: "Findings") -> str:
+    """Trap 2 in one sentence: a train-mode teacher under ``no_grad``, its statistics and its task-A accuracy."""
+    if f.t2_nbt > 0:
+        return (f"A teacher left in train mode under `torch.no_grad()` rewrote its running statistics in "
+                f"{f.t2_nbt:.0f} batches, and its task-A accuracy {_change(f.t2_task_a_before, f.t2_task_a_after)}.")
+    return (f"A teacher left in train mode under `torch.no_grad()` did not rewrite its running statistics here, and "
+            f"its task-A accuracy {_change(f.t2_task_a_before, f.t2_task_a_after)}.")
+
+
+_T3_WORDS = {
+    "higher": "the whole-model run's main head scores higher than the fix's",
+    "lower": "the fix's main head scores higher than the whole-model run's",
+    "equivalent": "the two main heads are equivalent",
+    "not decided": "these seeds do not tell the two main heads apart",
+    "too few seeds": "there are too few seeds to compare the two main heads",
+}
+
+
+def trap3_sentence(f: "Findings") -> str:
+    """Trap 3 in one sentence: what the whole model in eval mode switches off, and the tuned main heads' verdict."""
+    off = f.t3_aux_loss_whole < f.t3_aux_loss_fixed or f.t3_dropout_whole < f.t3_dropout_fixed
+    lead = ("Putting the whole model in eval mode instead switches off what is being trained" if off else
+            "Putting the whole model in eval mode instead switched off nothing that is being trained here")
+    return (f"{lead}: the auxiliary loss "
+            f"entered {f.t3_aux_loss_whole:.0%} of the steps and dropout {f.t3_dropout_whole:.0%} of its calls, "
+            f"against {f.t3_aux_loss_fixed:.0%} and {f.t3_dropout_fixed:.0%} with only the backbone pinned; at "
+            f"learning rates tuned on validation data {_T3_WORDS[_kind(f, 't3_tuned_whole_vs_fix')]} (whole model "
+            f"minus the fix {_claim_ci(f, 't3_tuned_whole_vs_fix')}).")
+
+
+_T4_WORDS = {"lower": "Batches that follow the label cost train mode accuracy",
+             "higher": "Batches that follow the label raise train-mode accuracy here",
+             "equivalent": "Batches that follow the label leave train-mode accuracy within the margin",
+             "not decided": "Whether batches that follow the label cost train-mode accuracy is not shown here",
+             "too few seeds": "Whether batches that follow the label cost train-mode accuracy needs more seeds"}
+_T6_WORDS = {"higher": "overstated", "lower": "understated", "equivalent": "matched",
+             "not decided": "is not shown to differ from", "too few seeds": "cannot be compared with"}
+
+
+def trap4_sentence(f: "Findings") -> str:
+    """Trap 4 in one sentence: train mode minus eval mode on the same batches where the loader lint first fires."""
+    if _isnan(f.t4_first_flagged):
+        return "`lint_loader` flagged none of the label-sorted loaders tried."
+    return (f"{_T4_WORDS[_kind(f, 't4_first_flagged')]}: where `lint_loader` first flags the loader (a one-class share "
+            f"of {f.t4_first_flagged:.2f}), train mode minus eval mode on the same batches is "
+            f"{_claim_ci(f, 't4_first_flagged')}.")
+
+
+def trap6_sentence(f: "Findings") -> str:
+    """Trap 6 in one sentence: a network trained on class-sorted batches, held out and by its training meter."""
+    return (f"A network trained on class-sorted batches reached {f.t6_eval_sorted:.3f} on held-out data, against "
+            f"{f.t6_eval_shuffled:.3f} trained on shuffled ones, and its training meter "
+            f"{_T6_WORDS[_kind(f, 't6_meter_gap')]} that held-out accuracy (meter minus held-out "
+            f"{_claim_ci(f, 't6_meter_gap')}).")
+
+
+def trap6_seed_sentence(f: "Findings") -> str:
+    """Trap 6 against seed article 002's warning that the training meter "can look healthy" under class-sorted
+    batches: whether these data agree, by the meter's verdict."""
+    if _kind(f, "t6_meter_gap") == "higher":
+        return ("That is seed article 002's warning: under class-sorted batches the training meter looked better than "
+                "held-out accuracy.")
+    return (f"Seed article 002 warns that the meter \"can look healthy\" under class-sorted batches; here the meter "
+            f"{_T6_WORDS[_kind(f, 't6_meter_gap')]} held-out accuracy, and both stood against the "
+            f"{f.t6_meter_shuffled:.3f} the meter read on shuffled batches.")
+
+
+def sorted_sentence(f: "Findings") -> str:
+    """Traps 4 and 6: :func:`trap4_sentence` and :func:`trap6_sentence`."""
+    return f"{trap4_sentence(f)} {trap6_sentence(f)}"
+
+
+def safe_batch_text(batch: float, tol: float) -> str:
+    """ "loses less than 0.02 from batch 8 on", or that no batch in the grid does (a NaN safe batch)."""
+    if _isnan(batch):
+        return f"loses less than {tol:.2f} at no batch size tried (no batch from which every larger one does)"
+    return f"loses less than {tol:.2f} from batch {batch:.0f} on"
+
+
+def small_batch_sentence(f: "Findings") -> str:
+    """Trap 5 in one sentence: the smallest safe batch at inference in train mode and in training."""
+    where = ("" if _isnan(f.t5t_safe_batch) else
+             f", {'below' if f.t5t_safe_batch < f.min_batch else 'at' if f.t5t_safe_batch == f.min_batch else 'above'}"
+             f" the `small_batch` lint's threshold of {f.min_batch}")
+    return (f"With BatchNorm on batch statistics at inference the network {safe_batch_text(f.t5_safe_batch, f.t5_tol)}"
+            f" (at batch {f.t5_smallest} it scores {f.t5_train['b' + str(f.t5_smallest)]:.3f} against "
+            f"{f.t5_eval:.3f} in eval mode), and trained further on batch statistics, then re-estimated, it "
+            f"{safe_batch_text(f.t5t_safe_batch, f.t5_tol)}{where}.")
+
+
+def answer(f: "Findings") -> str:
+    """The answer box's outcome sentences (Markdown, one paragraph), each chosen by the findings so that it is true
+    for any rows: traps 1 and 2 (:func:`trap1_sentence`, :func:`trap2_sentence`), trap 3 (:func:`trap3_sentence`),
+    trap 4 (:func:`trap4_sentence`) and trap 5 (:func:`small_batch_sentence`); trap 6 is on the page."""
+    return " ".join(fn(f) for fn in (trap1_sentence, trap2_sentence, trap3_sentence, trap4_sentence,
+                                     small_batch_sentence))
+
+
+def page_sentences(f: "Findings") -> dict:
+    """Every findings-chosen sentence of the page, ``{glue key suffix: Markdown}``: the answer and one summary per
+    trap (the notebook glues each as ``ch02_<key>``)."""
+    return {"answer": answer(f), "t1_summary": trap1_sentence(f), "t2_summary": trap2_sentence(f),
+            "t3_summary": trap3_sentence(f), "sorted_summary": sorted_sentence(f),
+            "t5_summary": small_batch_sentence(f), "t5_safe_text": safe_batch_text(f.t5_safe_batch, f.t5_tol),
+            "t5t_safe_text": safe_batch_text(f.t5t_safe_batch, f.t5_tol),
+            "t5_safe_p_text": "n/a (no batch is safe by this rule)" if _isnan(f.t5_safe_p) else f"{f.t5_safe_p:.1e}",
+            "t5_safe_count_text": (NA if _isnan(f.t5_safe_count) else
+                                   f"{f.t5_safe_count:.0f} at the safe batch ({f.t5_safe_batch:.0f})"),
+            "t3_tuned_whole_vs_fix_text": _claim_ci(f, "t3_tuned_whole_vs_fix"), "t4_summary": trap4_sentence(f), "t6_summary": trap6_sentence(f), "t6_seed": trap6_seed_sentence(f)}

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from scipy import special as spx
 
 from ..report import p_text  # noqa: F401  (chapter 1's p-values print as the other pages' do)
-from ..inference import EXACT, Family, Interval, claims_table, decide, exact_check, one_sided_p, paired_differences, \
-    t_interval
+from ..inference import EXACT, Family, Interval, claims_table, count_verdicts, decide, exact_check, one_sided_p, \
+    paired_differences, t_interval
 from ..config import Execution, RunConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label, HEAD_KINDS, OPTIMIZERS
 from ..config import RunConfig as _RunConfig
@@ -110,6 +110,8 @@ def glue_record(prefix: str, record, clip: tuple | None = (-1, 1)) -> None:
     items = []
     for f in dataclasses.fields(record):
         v = getattr(record, f.name)
+        if clip is not None:  # printed interval ends cut to what the quantity allows (a difference of differences: 2x)
+            v = _clip_intervals(v, tuple(2 * c for c in clip) if f.name in DIFFERENCE_OF_GAPS else clip)
         items += (claims_items(prefix, v, clip) if f.name.endswith("claims")
                   else glue_items(f"{prefix}_{f.name}", v))
     names = [n for n, _ in items]
@@ -119,6 +121,20 @@ def glue_record(prefix: str, record, clip: tuple | None = (-1, 1)) -> None:
     from myst_nb import glue
     for name, v in items:
         glue(name, v, display=False)
+
+
+#: Fields of the findings records that are differences of two gaps (a gap's change with the budget, the reduction by
+#: standardizing): they lie in twice the range of one difference of accuracies.
+DIFFERENCE_OF_GAPS = ("narrowing", "std_reduction")
+
+
+def _clip_intervals(v, clip: tuple):
+    """``v`` with every :class:`~bnstudy.inference.Interval` in it (itself, or a dict's values) cut to ``clip``."""
+    if isinstance(v, Interval):
+        return v.clipped(*clip)
+    if isinstance(v, dict):
+        return {k: _clip_intervals(x, clip) for k, x in v.items()}
+    return v
 
 
 def steps_until(momentum: float, weight: float = GONE) -> int:
@@ -1078,12 +1094,16 @@ def _unseen_short(u: pd.Series) -> str:
     return f"{c.verdict} on the {len(u)} seeds the quick profile had not shown when the test was designed"
 
 
-def _trained_reading(k: int, n: int) -> str:
-    """:attr:`OptimizerFindings.trained_reading`: ``k`` of ``n`` exploratory tests with train mode higher
-    after Holm's correction, in words."""
+def _trained_reading(counts: dict) -> str:
+    """:attr:`OptimizerFindings.trained_reading`: the exploratory tests' counts (:func:`bnstudy.inference.count_verdicts`:
+    a direction where Holm's adjusted p is below 0.05, else the printed verdict) in words: how many show train mode
+    higher, and how many lower where any do."""
+    n, k, j = counts["m"], counts["higher"], counts["lower"]
     if n and k == n:
         return f"train mode higher in all {n} tests"
-    return f"train mode higher in {k} of {n} tests"
+    if n and j == n:
+        return f"train mode lower in all {n} tests"
+    return f"train mode higher in {k} of {n} tests" + (f", lower in {j}" if j else "")
 
 
 def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None,
@@ -1144,14 +1164,14 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     u = g[~g.index.isin(list(seen_seeds))]
     dissent = [f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}" for _, r in sens.iterrows()
                if r["verdict"] != primary.verdict]
-    shown = explore["p_adjusted"] < ALPHA
-    k_higher = int((shown & (explore["estimate"] > 0)).sum())
+    counts = count_verdicts(explore, ALPHA)  # the book's one counts rule: Holm directions, printed kinds otherwise
+    k_higher = counts["higher"]
     tuned = explore[explore["key"] != "explore_main"]
     return OptimizerFindings(
         main_step=int(main_step), last_step=int(steps[-1]), prev_step=int(steps[-2]), margin=PRIMARY_MARGIN,
         primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA), primary_p_tost=primary.p_equivalence,
         ref_sets=sets, ref_sets_kind=kinds,
-        n_explore=len(explore), n_explore_resolved=int(shown.sum()),
+        n_explore=len(explore), n_explore_resolved=int(counts["higher"] + counts["lower"]),
         explore_confidence=float(explore["confidence"].iloc[0]) if len(explore) else math.nan,
         lr={f"{o}_{p}": v for (o, p), v in lrs.items()},
         lr_position={f"{o}_{p}": str(r["position"]) for (o, p), r in at_main.iterrows()},
@@ -1166,7 +1186,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         unseen=t_interval(u), unseen_ci90=t_interval(u, 1 - 2 * ALPHA),
         seen_n=int(n - len(u)), unseen_p_tost_text=p_text(gap_claim(u).p_equivalence),
         unseen_text=_unseen_text(u, n), unseen_short=_unseen_short(u),
-        trained_n_higher=k_higher, trained_reading=_trained_reading(k_higher, len(explore)),
+        trained_n_higher=k_higher, trained_reading=_trained_reading(counts),
         trained_min=float(tuned["estimate"].min()) if len(tuned) else math.nan,
         trained_max=float(tuned["estimate"].max()) if len(tuned) else math.nan,
         reference_converged=bool(all(g_ < 1e-5 for g_ in grads)), engine_check=float(check),
@@ -1680,7 +1700,7 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
     std_claims, red_claims = _verdicts(std_claims), _verdicts(red_claims)
     std_at_table, std_at_claims = _family_table(std_at_rows, std_at_values)
     std_at = {r.key.removeprefix("std_"): _interval(r) for r in std_at_claims.itertuples()}
-    std_above = int(((std_at_claims["p_adjusted"] < ALPHA) & (std_at_claims["estimate"] > 0)).sum())
+    std_above = count_verdicts(std_at_claims, ALPHA)["higher"] if len(std_at_claims) else 0
     reduction = {r.key.removeprefix("reduction_"): _interval(r) for r in red_claims.itertuples()}
     plain = {o: gap_at[f"{o}_{main_step}"] for o in reduction}
     share = {o: reduction[o].mean / plain[o].mean if plain[o].mean else math.nan for o in reduction}
@@ -1693,7 +1713,7 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
         oracle_reading=_oracle_reading(orc_above, len(orc)), gap_at=gap_at,
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
         narrowing={r.key.removeprefix("narrow_"): _interval(r) for r in narrow.itertuples()},
-        n_narrows=int(((narrow["p_adjusted"] < ALPHA) & (narrow["estimate"] < 0)).sum()), n_opt=len(opts),
+        n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0, n_opt=len(opts),
         narrow_reading=_narrow_reading({r.key.removeprefix("narrow_"): r.verdict for r in narrow.itertuples()}),
         narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
         std_gap={r.key.removeprefix("std_"): _interval(r) for r in std_claims.itertuples()},
@@ -1786,3 +1806,176 @@ def article_counts(table: pd.DataFrame) -> ArticleCounts:
     smaller = int(st.str.startswith("reproduced, smaller").sum())
     return ArticleCounts(n=len(table), reproduced=int(st.str.startswith("reproduced").sum()) - smaller, smaller=smaller,
                          differs=int(st.str.startswith("differs").sum()), identity=int(st.str.startswith("identity").sum()))
+
+
+# --- the page's answer and the sentences its findings choose (issue 25: no typed outcome) ------------------------
+#
+# Every sentence of the page that states an outcome is built here from the findings, so that it is true for any
+# data: numbers spliced into wording that holds whatever they are, or a whole sentence chosen by the verdicts.
+# ``tests/test_freeze_modes.py`` flips each headline verdict on hand-made tables and checks that the text follows.
+
+def _claim(claims: pd.DataFrame, key: str):
+    """Row ``key`` of a claims table (``KeyError`` naming the keys if absent)."""
+    row = claims[claims["key"] == key]
+    if row.empty:
+        raise KeyError(f"no claim {key!r}; claims: {list(claims['key'])}")
+    return row.iloc[0]
+
+
+def _bold(v: str) -> str:
+    return f"**{v}**"
+
+
+def _range(low: float, high: float, clip=(-1.0, 1.0), fmt: str = "+.3f") -> str:
+    """``"low to high"`` cut to ``clip`` (what the quantity allows), ``"no interval"`` without ends."""
+    iv = Interval(0.0, float(low), float(high), 2).clipped(*clip) if clip else Interval(0.0, float(low), float(high), 2)
+    if math.isnan(iv.low) or math.isnan(iv.high):
+        return "no interval"
+    return f"{iv.low:{fmt}} to {iv.high:{fmt}}"
+
+
+def _summary_mean(f: Findings, mode: str, metric: str) -> float:
+    s = f.summary
+    return float(s[(s["mode"] == mode) & (s["metric"] == metric)]["mean"].iloc[0])
+
+
+def _kind(claims: pd.DataFrame, key: str) -> str:
+    return str(_claim(claims, key)["kind"])
+
+
+def weights_sentence(f: Findings, b: BufferFindings) -> str:
+    """What switching off the gradients froze and what it did not: the weights' exact check and finding 2's
+    buffer criteria for the most-moved layer (``shift_most`` / ``var_most``), chosen by their verdicts."""
+    w = _claim(f.claims, "c_weights_unchanged")
+    sh, va = _claim(b.claims, "shift_most"), _claim(b.claims, "var_most")
+    stats = (f"the most-moved running mean shifts by {b.mean_shift.mean:.1f} of task A's standard deviations and the "
+             f"most-changed running variance by a factor of {b.var_factor:.1f} (means over seeds; against the criteria "
+             f"of {MEAN_SHIFT_SD:g} SD and a factor {VAR_FACTOR:g}: {_bold(sh['verdict'])} and {_bold(va['verdict'])})")
+    moved = "higher" in (sh["kind"], va["kind"])
+    if w["kind"] != "exact":
+        return (f"Switching off the backbone's gradients did not keep every weight in this run (largest change "
+                f"{w['estimate']:.3g}, {_bold(w['verdict'])}: a bug), and in `train_mode` {stats}.")
+    if moved:
+        return (f"Switching off the backbone's gradients does not freeze its BatchNorm layers: no weight moves "
+                f"({_bold(w['verdict'])}), yet in `train_mode` {stats}.")
+    return (f"Switching off the backbone's gradients keeps every weight ({_bold(w['verdict'])}), and in `train_mode` "
+            f"the running statistics are not shown to move beyond the chapter's criteria: {stats}.")
+
+
+def task_a_sentence(f: Findings) -> str:
+    """What happens to the old task: ``train_mode``'s change (after - before) and its distance from chance,
+    and whether the pinned modes and ``separate_stats`` keep task A exactly, chosen by the claims."""
+    before, after = _summary_mean(f, "train_mode", "task_a_before"), _summary_mean(f, "train_mode", "task_a_after")
+    ch_, ac = _claim(f.claims, "task_a_change"), _claim(f.claims, "task_a_chance")
+    move = {"lower": "falls from", "higher": "rises from"}.get(ch_["kind"], "goes from")
+    chance = (f"about chance ({f.chance:.2f}): {_bold(ac['verdict'])}" if ac["kind"] == "equivalent" else
+              f"against chance ({f.chance:.2f}): {_bold(ac['verdict'])}")
+    kept = [_claim(f.claims, k) for k in ("c_pinned_keep_a", "c_separate_exact")]
+    both = all(k["kind"] == "exact" for k in kept)
+    keep = ("the pinned modes and `separate_stats` keep task A exactly" if both
+            else "the pinned modes and `separate_stats` do not keep task A exactly in this run (a bug)")
+    checks = f"both {_bold(EXACT)}" if both else ", ".join(_bold(k["verdict"]) for k in kept)
+    return (f"In `train_mode` the old head's task-A accuracy {move} {before:.3f} to {after:.3f} (after minus before: "
+            f"{_bold(ch_['verdict'])}; {chance}), while {keep} ({checks}).")
+
+
+def trained_heads_clause(o: OptimizerFindings) -> str:
+    """The optimizer-trained heads' tests as counted (:func:`bnstudy.inference.count_verdicts`: Holm), a clause."""
+    c = count_verdicts(o.explore_claims, ALPHA)
+    n, k, j = c["m"], c["higher"], c["lower"]
+    head = "a new head trained by an optimizer scores"
+    if n and k == n:
+        return f"{head} higher with drifting statistics than with pinned ones in all {n} tests"
+    if n and j == n:
+        return f"{head} lower with drifting statistics than with pinned ones in all {n} tests"
+    if k or j:
+        return (f"{head} higher with drifting statistics than with pinned ones in {k} of {n} tests"
+                + (f" and lower in {j}" if j else ""))
+    return f"no test of a new head trained by an optimizer shows a difference between drifting and pinned statistics ({n} tests)"
+
+
+def reference_clause(o: OptimizerFindings) -> str:
+    """The reference test (a logistic regression fitted to convergence), its verdict and what it means, chosen."""
+    p = _claim(o.claims, "primary")
+    head = (f"a logistic regression fitted to convergence on the same features finds {p['estimate']:+.3f} "
+            f"({_range(p['low'], p['high'])}): {_bold(p['verdict'])}")
+    return head + {
+        "equivalent": ", so the pinned features allow a converged linear classifier as much as the drifting ones do",
+        "higher": ", so the drifting features allow more even to a converged linear classifier",
+        "lower": ", so the pinned features allow more to a converged linear classifier",
+    }.get(p["kind"], ", so what the two kinds of features allow is not decided with these seeds")
+
+
+def task_b_sentence(o: OptimizerFindings) -> str:
+    """Task B: the trained heads' count and the reference test, in one sentence, with the reading of the two
+    together chosen by both (the difference lies in how easily a trained head uses the features only when the
+    trained heads show one and the reference finds the features equivalent)."""
+    c = count_verdicts(o.explore_claims, ALPHA)
+    tail = ("; the difference lies in how easily a trained head uses the features, not in what they allow"
+            if (c["higher"] or c["lower"]) and _kind(o.claims, "primary") == "equivalent" else "")
+    return f"On task B, {trained_heads_clause(o)}; {reference_clause(o)}{tail}."
+
+
+def separate_sentence(f: Findings) -> str:
+    """``separate_stats``: its two exact checks (task B as ``train_mode``, task A's logits unchanged), chosen."""
+    m, e = _claim(f.claims, "c_separate_matches_b"), _claim(f.claims, "c_separate_exact")
+    if m["kind"] == "exact" and e["kind"] == "exact":
+        return ("`separate_stats`, which gives task B its own copy of the statistics, has both: `train_mode`'s "
+                f"task-B accuracy ({_bold(m['verdict'])}) and task A's logits unchanged ({_bold(e['verdict'])}).")
+    return (f"`separate_stats` does not reproduce `train_mode` on task B ({_bold(m['verdict'])}) or does not keep task "
+            f"A's logits ({_bold(e['verdict'])}) in this run: a bug.")
+
+
+def answer(f: Findings, o: OptimizerFindings, b: BufferFindings) -> str:
+    """The answer box's outcome sentences (Markdown, glued as ``ch01_answer``): what switching off the gradients
+    freezes, what happens to task A, what pinning does to task B, and what ``separate_stats`` gives; every
+    outcome chosen by the findings."""
+    return " ".join([weights_sentence(f, b), task_a_sentence(f), task_b_sentence(o), separate_sentence(f)])
+
+
+def readings(f: Findings, o: OptimizerFindings, b: BufferFindings, t: TuningFindings | None = None) -> dict:
+    """The page's other findings-chosen sentences, ``{key: Markdown}`` (glued as ``ch01_say_<key>``):
+
+    ``weights`` (every weight unchanged, or not), ``deeper`` (the deeper blocks' largest mean shift against block
+    1's), ``seeds`` (in how many seeds ``train_mode`` lost task A), ``logits`` (the other modes' largest
+    old-logit change), ``trained`` (the trained heads' count), ``reference`` (the reference test's clause),
+    ``budget`` (how many chosen heads are still shown to gain between the last two checkpoints; ``budget_caption``
+    the same as a sentence), ``seeds_caption`` (:func:`task_a_sentence`), ``task_b`` (:func:`task_b_sentence`)."""
+    w = _claim(f.claims, "c_weights_unchanged")
+    out = {"weights": ("No weight changed in any mode" if w["kind"] == "exact" else
+                       f"Some weight changed although gradients were off (largest {w['estimate']:.3g})")
+           + f" ({_bold(w['verdict'])}, a check of the code, below)."}
+    by = b.mean_shift_by_layer
+    first, rest = (float(by.iloc[0]), by.iloc[1:]) if len(by) else (math.nan, by)
+    out["deeper"] = (f"The deeper blocks' largest mean shift is {float(rest.max()) / first:.0%} of block 1's."
+                     if len(rest) and first > 0 else "")
+    lost = int((f.task_a_change < 0).sum())
+    kept = all(_kind(f.claims, k) == "exact" for k in ("c_pinned_keep_a", "c_separate_exact"))
+    out["seeds"] = ((f"in the two pinned modes and in `separate_stats` task A is exactly where it started "
+                     f"({_bold(EXACT)}), while " if kept else
+                     "in the pinned modes or `separate_stats` task A is not exactly where it started (a bug), and ")
+                    + f"`train_mode` is lower after stage 2 than before in {lost} of {f.n_seeds} seeds")
+    out["seeds_caption"] = task_a_sentence(f)
+    others = [m for m in MODE_NAMES if m != "train_mode"]
+    worst = max(_summary_mean(f, m, "max_old_logit_change") for m in others)
+    out["logits"] = ("in the other three modes every old-head logit is unchanged (largest change exactly 0)"
+                     if worst == 0 else f"in the other three modes the largest old-head logit change is {worst:.3g} "
+                                        "on average over seeds")
+    out["trained"] = trained_heads_clause(o)
+    out["reference"] = reference_clause(o)
+    g = o.gain_claims
+    gaining = int((g["kind"] == "higher").sum()) if len(g) else 0
+    out["budget"] = (f"{gaining} of {len(g)} chosen heads are still shown to gain between the last two checkpoints"
+                     if len(g) else "no head was trained at two checkpoints")
+    out["budget_caption"] = out["budget"][0].upper() + out["budget"][1:] + "."
+    out["task_b"] = task_b_sentence(o)
+    return out
+
+
+def drift_sentence(n_inside: int, n_intervals: int, n_expected_misses: float) -> str:
+    """The drift figure's takeaway (:class:`DriftCheckFindings`' counts): how many per-block, per-step 95% intervals
+    contain the moving average's prediction ``(1 - m)^t``, against the misses expected by chance."""
+    if not n_intervals:
+        return "No recorded step was compared with the prediction."
+    return (f"{n_inside} of {n_intervals} per-block, per-step 95% intervals contain the prediction (about "
+            f"{n_expected_misses:.1f} misses expected by chance).")

@@ -39,8 +39,8 @@ import torch
 import torch.nn.functional as F
 
 from ..report import p_text
-from ..inference import (Claim, Family, Interval, claims_table, decide, exact_check, holm, one_sided_p,
-                         paired_differences, rank_correlation, t_interval)
+from ..inference import (Claim, Family, Interval, at_resolution, claims_table, decide, exact_check, holm,
+                         one_sided_p, paired_differences, rank_correlation, t_interval)
 from ..config import Execution, _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, \
     from_profile, seeds_label
 from .. import engine
@@ -496,10 +496,10 @@ QUESTIONS = ("f2", "drop", "f3") + tuple(f"loss_{m:g}" for m in (MIN_EFFECT,) + 
 
 
 def _off_line(values, line: float) -> np.ndarray:
-    """``values - line`` at the accuracy resolution (accuracies are counts over 300 held-out images): rounded to
-    12 decimals, so that 0.3 - 90/300 is 0, not a float artefact that a zero-spread sample would call a
-    direction."""
-    return np.round(np.asarray(values, dtype=float) - line, 12)
+    """``values - line`` at the accuracy resolution (accuracies are counts over 300 held-out images), by
+    :func:`bnstudy.inference.at_resolution` (the book's float tolerance for grid quantities), so that 0.3 - 90/300
+    is 0, not a float artefact that a zero-spread sample would call a direction."""
+    return at_resolution(np.asarray(values, dtype=float) - line)
 
 
 def _decide(question: str, values, key: str, family: Family) -> Claim:
@@ -931,7 +931,7 @@ def verdict_table(F: Findings) -> pd.DataFrame:
     for key, kind, claim in CLAIMS:
         for n in x.task_a_source:  # networks, in run order
             rec = dict(kind=kind, claim=claim, network=n, verdict="", value=math.nan, ci_low=math.nan,
-                       ci_high=math.nan, detail="")
+                       ci_high=math.nan, detail="", key=key)
             if key == "f2_conditions":
                 rec["detail"] = (f"below 1.5x chance at {x.f2_n_below[n]}, above at {x.f2_n_above[n]}, neither at "
                                  f"{x.f2_n_neither[n]} of {x.n_conditions}; lower after stage 2 at {x.f2_n_drop[n]}")
@@ -948,7 +948,7 @@ def verdict_table(F: Findings) -> pd.DataFrame:
                 if kind != "check":
                     rec.update(ci_low=r["low"], ci_high=r["high"])
             recs.append(rec)
-    return pd.DataFrame(recs)
+    return pd.DataFrame(recs)[["kind", "claim", "network", "verdict", "value", "ci_low", "ci_high", "detail", "key"]]
 
 
 def verdict_grid(F: Findings) -> pd.DataFrame:
@@ -963,8 +963,11 @@ def verdict_grid(F: Findings) -> pd.DataFrame:
             return r["verdict"] if r["value"] == 0 else f"{r['verdict']} (largest |difference| {r['value']:.3g})"
         if math.isnan(r["ci_low"]):
             return f"{r['verdict']} ({r['value']:.3f})"
-        return f"{r['verdict']} ({r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}])"
+        lo, hi = CLIP.get(r["key"], (-1.0, 1.0))  # printed ends cut to what the quantity allows
+        return (f"{r['verdict']} ({r['value']:.3f} [{min(max(r['ci_low'], lo), hi):.3f}, "
+                f"{min(max(r['ci_high'], lo), hi):.3f}])")
     t["cell"] = t.apply(cell, axis=1)
+    t = t.drop(columns="key")
     nets = list(F.facts.task_a_source)
     g = t.pivot_table(index=["kind", "claim"], columns="network", values="cell", aggfunc="first", sort=False)
     g = g[nets].reset_index()
@@ -1045,3 +1048,97 @@ def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
              for m, o in zip(nr["model"], nr["outcome"])]
     k = len(items)
     return f"{'One model was' if k == 1 else f'{k} models were'} not run: {'; '.join(items)}."
+
+
+# --- printed ranges, the answer box and the figures' takeaways (issue 25) ------------------------------------------
+# What a printed interval may span (Interval.clipped): the tests use the unclipped intervals.
+
+#: Per reference claim, the range its quantity allows: task A minus 1.5x chance lies in [-0.3, 0.7], differences
+#: of accuracies and rank correlations in [-1, 1].
+CLIP = {"f2": (-CHANCE_LINE, 1 - CHANCE_LINE), "drop": (-1.0, 1.0), "f3": (-1.0, 1.0), "c1": (-1.0, 1.0)}
+#: Facts fields that are accuracies (in [0, 1]); the other intervals are differences of accuracies (in [-1, 1]).
+ACCURACY_FIELDS = ("task_a_source", "task_a_train_mode", "task_a_before", "task_b_clean_pinned", "task_b_clean_train")
+
+
+def claims_by_range(claims: pd.DataFrame) -> list[tuple[tuple[float, float], pd.DataFrame]]:
+    """The claims table split by the range its printed interval ends are cut to (:data:`CLIP`; checks and
+    anything else: [-1, 1]), for :func:`bnstudy.pages.glue_claims`' ``clip``: ``[(range, rows), ...]``."""
+    stem = claims["key"].str.split("_").str[0]
+    out = []
+    for q, rng in CLIP.items():
+        rows = claims[stem == q]
+        if len(rows):
+            out.append((rng, rows))
+    rest = claims[~stem.isin(list(CLIP))]
+    if len(rest):
+        out.append(((-1.0, 1.0), rest))
+    return out
+
+
+def printed_facts(facts: Facts) -> Facts:
+    """``facts`` with every interval cut to what its quantity allows (accuracies :data:`ACCURACY_FIELDS` to [0, 1],
+    differences to [-1, 1]) and the lowest task-A bound to [0, 1]: for gluing; the findings keep the raw ones."""
+    changes = {}
+    for f in dataclasses.fields(facts):
+        v = getattr(facts, f.name)
+        rng = (0.0, 1.0) if f.name in ACCURACY_FIELDS else (-1.0, 1.0)
+        if isinstance(v, dict) and any(isinstance(x, Interval) for x in v.values()):
+            changes[f.name] = {k: x.clipped(*rng) if isinstance(x, Interval) else x for k, x in v.items()}
+    lb = facts.f2_lowest_bound
+    changes["f2_lowest_bound"] = lb if math.isnan(lb) else min(max(lb, 0.0), 1.0)
+    return dataclasses.replace(facts, **changes)
+
+
+def _verdicts_by_network(claims: pd.DataFrame, claim: str, nets) -> str:
+    c = claims.set_index("key")
+    return _and([f"**{c.loc[f'{claim}_{n}', 'verdict']}** for {_in_prose(n)}" for n in nets])
+
+
+def answer(F: Findings) -> str:
+    """The answer box's outcome sentences (Markdown, glued as ``ch07_answer``), built from the findings so that they
+    are true for any rows: task A after the one-line freeze per network, and the verdicts at the reference on
+    task A against 1.5x chance, task A after minus before stage 2, task B and the mismatch's ranking of the cost."""
+    x, nets = F.facts, list(F.facts.task_a_source)
+    left = _and([f"{x.task_a_train_mode[n].mean:.3f} with {_in_prose(n)} (from {x.task_a_source[n].mean:.3f})"
+                 for n in nets])
+    return (f"On scikit-learn's handwritten digits, after the one-line freeze (`train_mode`) task A is left at {left}; "
+            f"chance is {x.chance:.2f}. At the reference corruption ({x.reference}), task A after stage 2 minus 1.5 "
+            f"times chance reads {_verdicts_by_network(F.claims, 'f2', nets)}, and task A after minus before stage 2 "
+            f"reads {_verdicts_by_network(F.claims, 'drop', nets)}. On task B, `train_mode` minus the pinned "
+            f"backbone reads {_verdicts_by_network(F.claims, 'f3', nets)}. Over every corruption and severity, "
+            f"chapter 3's statistics mismatch against the cost of train mode reads "
+            f"{_verdicts_by_network(F.claims, 'c1', nets)}.")
+
+
+def what_to_do(F: Findings) -> str:
+    """The answer box's advice (Markdown, glued as ``ch07_what_to_do``), worded for the findings: where task A is
+    shown to fall on some network, the one-line freeze is not enough; the pin's exactness is the check
+    ``pinned_keep_a``."""
+    c = F.claims.set_index("key")
+    nets = list(F.facts.task_a_source)
+    fell = [n for n in nets if c.loc[f"drop_{n}", "kind"] == "lower"]
+    exact = all(c.loc[f"pinned_keep_a_{n}", "kind"] == "exact" for n in nets)
+    keep = ("keeps task A exactly on every network here (a check of the code)" if exact else
+            "should keep task A exactly, yet in some run here it did not (the checks below)")
+    lead = (f"Turning off gradients does not keep task A on {_and([_in_prose(n) for n in fell])}: "
+            if fell else "Task A was not shown to fall on any network here, but the one-line freeze still rewrites "
+                         "every BatchNorm layer's statistics: ")
+    return (lead + "set `requires_grad_(False)` and pin the backbone in eval mode with "
+            f"`bnstudy.pin_eval(model.backbone)`, which {keep}; wrap the first epoch in `bnstudy.FreezeAudit` to see "
+            "what moved.")
+
+
+def figure_takeaways(F: Findings) -> dict[str, str]:
+    """The data-dependent takeaway of each figure's caption (glued as ``ch07_<name>``): ``accuracy_takeaway``
+    (task A after minus before stage 2), ``effects_takeaway`` (task B over the conditions, the book's counts) and
+    ``mismatch_takeaway`` (the rank correlation's verdicts)."""
+    x, nets = F.facts, list(F.facts.task_a_source)
+    counts = _and([f"higher at {x.f3_n_higher[n]}, lower at {x.f3_n_lower[n]} of {x.n_conditions} conditions for "
+                   f"{_in_prose(n)}" for n in nets])
+    return dict(
+        accuracy_takeaway=("Takeaway: task A under `train_mode`, after minus before stage 2, reads "
+                           f"{_verdicts_by_network(F.claims, 'drop', nets)}."),
+        effects_takeaway=f"Takeaway: on task B, train mode is shown {counts} (Holm over each network's conditions).",
+        mismatch_takeaway=("Takeaway: the per-seed rank correlation of mismatch and cost reads "
+                           f"{_verdicts_by_network(F.claims, 'c1', nets)}."),
+    )

@@ -49,7 +49,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..inference import Claim, Family, Interval, claims_table, decide, exact_check, holm, one_sided_p, \
+from ..inference import Claim, Family, Interval, claims_table, count_verdicts, decide, exact_check, holm, one_sided_p, \
     paired_differences, t_interval
 from ..banks import StatisticBank
 from ..config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
@@ -576,6 +576,8 @@ def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
                          p_equivalence_half=h.p_equivalence, confidence=c.confidence, kind=c.kind,
                          verdict=c.verdict, kind_half=h.kind, verdict_half=h.verdict))
     out = pd.DataFrame(recs)
+    # Holm over the cells, for counts (bnstudy.inference.count_verdicts: the book's one counts rule)
+    out["p_adjusted"] = holm(out["p"].to_numpy(dtype=float)) if len(out) else np.array([], dtype=float)
     out["equivalent"] = out.kind == "equivalent"
     out["equivalent_half"] = out.kind_half == "equivalent"
     out["below"], out["above"] = out.kind == "lower", out.kind == "higher"
@@ -711,7 +713,9 @@ class Findings:
       accuracy under the oracle (same cells).
     * The router cells (:func:`cell_tests`, ``n_cells`` of them, one family): ``n_equivalent``,
       ``n_equivalent_half`` (verdict "equivalent within ±margin" at :data:`TOST_MARGIN` and at half of it),
-      ``n_lower``, ``n_higher`` (a direction shown), ``n_not_decided`` (the cells themselves in words:
+      ``n_lower``, ``n_higher`` (a direction shown), ``n_not_decided``: counted by the book's one counts rule
+      (:func:`bnstudy.inference.count_verdicts`: a direction where Holm over the cells shows it, else the printed
+      verdict; ``n_equivalent_half`` counts printed verdicts at half the margin) (the cells themselves in words:
       :func:`equivalence_phrase`, :func:`below_phrase`); ``max_bound_hard``: the largest absolute end of a hard router's family interval; ``worst_*``: the cell
       with the most negative estimate, its family interval and ``worst_verdict``; ``cells_confidence``: the
       family intervals' confidence (percent).
@@ -858,6 +862,8 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
 
     # every router cell against the oracle: its verdict in one family (cell_tests)
     tests = cell_tests(df) if cells is None else cells
+    counts = count_verdicts(tests, ALPHA) if len(tests) else dict.fromkeys(("equivalent", "lower", "higher",
+                                                                             "not decided"), 0)
     hard = tests[tests.condition != "mixture"]
     worst = tests.loc[tests["estimate"].idxmin()]
     strong_rows = m[(m.strength == strong) & m.condition.isin(HARD_ROUTERS)]
@@ -889,9 +895,8 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
         routed_zero_b1=routed(zero, b1), routed_zero_bmax=routed(zero, bmax),
         routed_task_a_gentle_b1=routed_a, oracle_task_a=oracle_a, oracle_new_tasks=oracle_new,
         n_cells=len(tests), cells_confidence=100 * float(tests.confidence.iloc[0]) if len(tests) else math.nan,
-        n_equivalent=int(tests.equivalent.sum()), n_equivalent_half=int(tests.equivalent_half.sum()),
-        n_lower=int(tests.below.sum()), n_higher=int(tests.above.sum()),
-        n_not_decided=int((tests.kind == "not decided").sum()),
+        n_equivalent=counts["equivalent"], n_equivalent_half=int(tests.equivalent_half.sum()),
+        n_lower=counts["lower"], n_higher=counts["higher"], n_not_decided=counts["not decided"],
         max_bound_hard=float(hard.bound.max()) if len(hard) else math.nan,
         worst_gap=Interval(float(worst["estimate"]), float(worst["low"]), float(worst["high"]), int(worst["n"]),
                            float(worst["confidence"])),
@@ -1209,22 +1214,26 @@ def phrases(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, 
         if check("perfect_at_strong").kind == "exact" else
         f"There, not every hard router routes every sample to its own bank (lowest seed's routing: {_and(off)}), "
         f"so not every router's accuracy equals the oracle's by construction.")
-    late = []
-    for k in _ks(f.works_from_b1):
-        w = f.works_from_b1[f"k{k}"]
-        # plain words, no code: the guide pastes this sentence across pages, where only bold and italics render
-        early = [name for name, d in (("train mode", f.wrong_from_train), ("pinned", f.wrong_from_pinned))
-                 if not math.isnan(d[f"k{k}"]) and (math.isnan(w) or d[f"k{k}"] < w)]
-        if early:
-            late.append(f"with {_count(k)} tasks the cost of {_and(early)} is detectable below the strength from "
-                        f"which per-sample routing works")
-    ks1 = _ks(f.works_from_b1)
-    counts = (f"With {_count(ks1[0])} tasks" if len(ks1) == 1 else "With both task counts" if len(ks1) == 2 else
-              "With every task count")
-    out["cost_vs_routing_text"] = (
-        f"{counts}, each wrong-bank cost becomes detectable only at or above the strength from which "
-        "per-sample routing works." if not late else
-        "Not everywhere does the cost wait for routing: " + "; ".join(late) + ".")
+    out["cost_vs_routing_text"] = _cost_vs_routing(f)  # plain words: the guide pastes it across pages
+    ks_b = _ks(f.route_gentle_b1)
+    pooled = all(f.route_gentle_bmax[f"k{k}_{nf}"].mean > f.route_gentle_b1[f"k{k}_{nf}"].mean for k in ks_b)
+    out["batch_effect_text"] = (
+        "pooling samples shrinks the noise in the estimated statistics, and here the larger batches route the "
+        "gentlest shift more often on average with every task count" if pooled else
+        "pooling samples shrinks the noise in the estimated statistics, yet here the larger batches do not route "
+        "the gentlest shift more often on average with every task count")
+    out["cell_counts_text"] = cell_counts_text(f)
+    rk = [(k, _claim(table, f"routed_gentle_b1_k{k}")) for k in _ks(f.works_from_b1)]
+    verdicts = _and([f"{_claim_text(c)} with {_count(k)} tasks" for k, c in rk])
+    if any(c.kind == "lower" for _, c in rk):
+        out["unknown_head_text"] = (
+            f"at the gentlest shift (t = {f.gentle:g}) the routed head minus the oracle is {verdicts} per sample, "
+            "so there routing by statistics does not stand in for the task label: pool inference batches, or keep "
+            "a task label.")
+    else:
+        out["unknown_head_text"] = (
+            f"at the gentlest shift (t = {f.gentle:g}) the routed head minus the oracle is {verdicts} per sample: "
+            "no loss is shown there on this grid.")
     out["known_head_text"] = (
         "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on this "
         "grid" if f.cost_after_routing else
@@ -1265,3 +1274,142 @@ def mixture_advice(table: pd.DataFrame, tf: TemperatureFindings) -> str:
         tail = (f" At τ = {tf.best:g}, the held-out check's least bad temperature, the mixture's worst difference "
                 f"from the oracle is {wm} ({wlo} to {whi}); the main sweep was not rerun at it.")
     return text + tail
+
+
+# --- the answer box and the figures' takeaways (issue 25) ------------------------------------------------------------
+# Every outcome sentence of the page's answer box and captions is chosen here from the findings and claims, so that
+# it is true for any rows (tests/test_unknown_task.py flips each headline verdict and checks the words follow).
+
+def _verdict_md(c) -> str:
+    return f"**{c.verdict}**"
+
+
+def _claim_text(c, digits: int = 3) -> str:
+    """``-0.210 (-0.25 to -0.17; **routed head lower**)``: a claim's estimate, its printed (clipped) family interval
+    and its verdict."""
+    iv = Interval(float(c.estimate), float(c.low), float(c.high), int(c.n)).clipped(-1, 1)
+    if math.isnan(iv.low):
+        return f"{iv.mean:.{digits}f} ({_verdict_md(c)})"
+    return f"{iv.mean:.{digits}f} ({iv.low:.{digits}f} to {iv.high:.{digits}f}; {_verdict_md(c)})"
+
+
+def cell_counts_text(f: Findings) -> str:
+    """The router cells against the oracle, counted by the book's rule (:func:`bnstudy.inference.count_verdicts`),
+    e.g. "275 of the 288 router cells are **equivalent within ±0.02** of the oracle and 13 are **not decided**";
+    only the kinds that occur are named."""
+    eq = f"**equivalent within ±{f.tost_margin:g}** of the oracle"
+    parts = [(f.n_equivalent, ("is " + eq, "are " + eq)),
+             (f.n_lower, ("shows a router below the oracle (a direction shown)",
+                          "show a router below the oracle (a direction shown)")),
+             (f.n_higher, ("shows a router above it", "show a router above it")),
+             (f.n_not_decided, ("is **not decided**", "are **not decided**"))]
+    named = [(n, w[0] if n == 1 else w[1]) for n, w in parts if n]
+    if not named:
+        return f"none of the {f.n_cells} router cells has two seeds to compare"
+    (lead_n, lead_w), rest = named[0], [f"{n} {w}" for n, w in named[1:]]
+    lead = f"{lead_n} of the {f.n_cells} router cells {lead_w}"
+    return lead + (" and " + rest[0] if len(rest) == 1 else ", " + _and(rest) if rest else "")
+
+
+def answer(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> str:
+    """The answer box's outcome sentences (Markdown, glued as ``ch06_answer``), chosen from the findings ``f``,
+    the router cells ``cells`` (:func:`cell_tests`) and the claims table ``table`` (:func:`claims`), so that they
+    are true for any rows: where per-sample routing reaches the right bank, where it works, how the router cells
+    compare with the oracle, whether a wrong bank costs before the router works, and what routing the head costs."""
+    nf = "nearest_first"
+    ks = _ks(f.works_from_b1)
+    strong = _and([f"{f.route_strong_b1[f'k{k}_{nf}'].mean:.3f} with {_count(k)} tasks" if i == 0 else
+                   f"{f.route_strong_b1[f'k{k}_{nf}'].mean:.3f} with {_count(k)}" for i, k in enumerate(ks)])
+    gentle = _and([f"{f.route_gentle_b1[f'k{k}_{nf}'].mean:.3f}" for k in ks])
+    s1 = (f"Routed to the bank nearest its own statistics at the first BatchNorm layer's input (`{nf}`), one image "
+          f"per decision, an input reaches the right bank {strong} at the strongest shift (t = {f.strong:g}), and "
+          f"{gentle} at the gentlest (t = {f.gentle:g}).")
+    s2 = (f"Taking “works” as routing shown above {f.route_ok:g}, per-sample routing works "
+          f"{works_phrase(f.works_from_b1, f.gentle)}, and with batches of {f.bmax} "
+          f"{works_phrase(f.works_from_bmax, f.gentle)}.")
+    s3 = f"With the task's own head, {cell_counts_text(f)}."
+    s4 = _cost_vs_routing(f)
+    routed = [(k, _claim(table, f"routed_gentle_b1_k{k}"), _claim(table, f"routed_gentle_bmax_k{k}")) for k in ks]
+    s5 = ("If the router must also pick the head, accuracy minus the oracle's at the gentlest shift is "
+          + _and([f"{_claim_text(b1)} with {_count(k)} tasks" for k, b1, _ in routed]) + " per sample, and "
+          + _and([_claim_text(bm) for _, _, bm in routed]) + f" with batches of {f.bmax}.")
+    return " ".join((s1, s2, s3, s4, s5))
+
+
+def _cost_vs_routing(f: Findings) -> str:
+    late = []
+    for k in _ks(f.works_from_b1):
+        w = f.works_from_b1[f"k{k}"]
+        early = [name for name, d in (("train mode", f.wrong_from_train), ("pinned", f.wrong_from_pinned))
+                 if not math.isnan(d[f"k{k}"]) and (math.isnan(w) or d[f"k{k}"] < w)]
+        if early:
+            late.append(f"with {_count(k)} tasks the cost of {_and(early)} is detectable below the strength from "
+                        f"which per-sample routing works")
+    ks1 = _ks(f.works_from_b1)
+    counts = (f"With {_count(ks1[0])} tasks" if len(ks1) == 1 else "With both task counts" if len(ks1) == 2 else
+              "With every task count")
+    return (f"{counts}, each wrong-bank cost becomes detectable only at or above the strength from which "
+            "per-sample routing works." if not late else
+            "Not everywhere does the cost wait for routing: " + "; ".join(late) + ".")
+
+
+def what_to_do(f: Findings, table: pd.DataFrame) -> str:
+    """The answer box's advice (Markdown, glued as ``ch06_what_to_do``), worded for the findings: keep one set of
+    BatchNorm statistics per task and route each input by its first-layer statistics; where a wrong bank costs
+    before routing works, or a routed head loses accuracy, pool inference batches or keep a task label."""
+    ks = _ks(f.works_from_b1)
+    head_loses = any(_claim(table, f"routed_gentle_b1_k{k}").kind == "lower" for k in ks)
+    base = ("Keep one set of BatchNorm statistics per task over the shared frozen weights "
+            "(`bnstudy.banks.StatisticBank(model, n_banks)`) and send each input batch to the bank nearest its "
+            "first-layer statistics (`bnstudy.routing.routed_forward(bank, x, bnstudy.routing.NearestStatistics(bank))`)")
+    if f.cost_after_routing and not head_loses:
+        return base + "; on this grid that needs no task label."
+    why = []
+    if not f.cost_after_routing:
+        why.append("a wrong bank costs accuracy at shifts too gentle for one image to route")
+    if head_loses:
+        why.append("a router that also picks the head loses accuracy at the gentlest shift")
+    return base + "; where the shift is gentle, pool inference batches or keep a task label (" + _and(why) + ")."
+
+
+def figure_takeaways(f: Findings, table: pd.DataFrame) -> dict[str, str]:
+    """The data-dependent takeaway of each figure's caption (glued as ``ch06_<name>``): ``routing_takeaway`` (where
+    per-sample and batched routing work), ``accuracy_takeaway`` (what the wrong banks of ``train_mode`` and pinned
+    statistics read at the strongest shift), ``cost_takeaway`` (the router cells' counts) and ``unknown_takeaway``
+    (the routed head at the gentlest shift)."""
+    ks = _ks(f.works_from_b1)
+    acc = _and([f"{_verdict_md(_claim(table, f'train_vs_oracle_k{k}'))} and "
+                f"{_verdict_md(_claim(table, f'pinned_vs_oracle_k{k}'))} with {_count(k)} tasks" for k in ks])
+    return dict(
+        routing_takeaway=(f"Takeaway: per-sample routing works {works_phrase(f.works_from_b1, f.gentle)}; with "
+                          f"batches of {f.bmax} {works_phrase(f.works_from_bmax, f.gentle)}."),
+        accuracy_takeaway=(f"Takeaway: at the strongest shift, train mode and pinned statistics minus the oracle "
+                           f"read {acc}."),
+        cost_takeaway=f"Takeaway: {_cost_vs_routing(f)} With the task's own head, {cell_counts_text(f)}.",
+        unknown_takeaway=("Takeaway: with the head routed too, at the gentlest shift per sample the difference reads "
+                          + _and([f"{_verdict_md(_claim(table, f'routed_gentle_b1_k{k}'))} with {_count(k)} tasks"
+                                  for k in ks]) + "."),
+    )
+
+
+#: Findings fields that are accuracies or routing accuracies (printed in [0, 1]); every other interval is a
+#: difference of accuracies (printed in [-1, 1]).
+ACCURACY_FIELDS = ("route_zero_b1", "route_zero_bmax", "route_gentle_b1", "route_gentle_bmax", "route_strong_b1",
+                   "route_gentle_b1_per_task", "route_at_works_b1", "routed_task_a_gentle_b1", "oracle_task_a",
+                   "oracle_new_tasks")
+
+
+def printed(f):
+    """``f`` (:class:`Findings` or :class:`TemperatureFindings`) with every interval cut to what its quantity
+    allows (accuracies :data:`ACCURACY_FIELDS` to [0, 1], differences to [-1, 1]): for gluing; tests and the
+    findings keep the raw intervals."""
+    import dataclasses
+    changes = {}
+    for fld in dataclasses.fields(f):
+        v = getattr(f, fld.name)
+        rng = (0.0, 1.0) if fld.name in ACCURACY_FIELDS else (-1.0, 1.0)
+        if isinstance(v, Interval):
+            changes[fld.name] = v.clipped(*rng)
+        elif isinstance(v, dict) and any(isinstance(x, Interval) for x in v.values()):
+            changes[fld.name] = {k: x.clipped(*rng) if isinstance(x, Interval) else x for k, x in v.items()}
+    return dataclasses.replace(f, **changes)
