@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -564,6 +565,8 @@ def temperature_figure(table: pd.DataFrame, kept: float):
 
 OPTIMIZER_PALETTE = style.palette("optimizer", ("sgd", "sgd_plain", "adam"))
 OPTIMIZER_LABELS = {"sgd": "SGD + momentum 0.9", "sgd_plain": "plain SGD", "adam": "Adam"}
+#: Chapter 4's figures: drawn at the column width with text of at least the book's minimum (bnstudy.style).
+_CH4_WIDTH, _CH4_MIN_PT = style.COLUMN_WIDTH_IN - 0.3, style.MIN_FONT_PT  # a margin for the tight bounding box
 
 
 def _dodge(n: int, width: float = 0.6) -> np.ndarray:
@@ -578,25 +581,31 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
     shifts = [s for s in shift_labels if s in set(gaps["shift"])]
     heads = list(dict.fromkeys(gaps["head"]))
     opts = [o for o in OPTIMIZER_PALETTE if o in set(gaps["optimizer"])]
-    fig, axes = plt.subplots(1, len(shifts), figsize=(3.0 * len(shifts), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(shifts), figsize=(_CH4_WIDTH, 3.4), sharey=True, squeeze=False)
     off = _dodge(len(opts))
+    ends = [margin, -margin]
     for ax, s in zip(axes[0], shifts):
         ax.axhspan(-margin, margin, color="grey", alpha=0.15, lw=0, label=f"±{margin:g} (equivalence margin)")
         ax.axhline(0, color="black", lw=0.8)
         for k, o in enumerate(opts):
             g = gaps[(gaps["shift"] == s) & (gaps["optimizer"] == o)].set_index("head").reindex(heads)
             x = np.arange(len(heads)) + off[k]
-            lo, hi = g["low"].clip(-1, 1), g["high"].clip(-1, 1)
-            ax.errorbar(x, g["estimate"], yerr=[g["estimate"] - lo, hi - g["estimate"]], fmt="o", capsize=3,
-                        color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=5)
-        ax.set_xticks(range(len(heads)), heads, rotation=30)
+            est = g["estimate"].clip(-1, 1)
+            lo, hi = g["low"].clip(-1, 1).fillna(est), g["high"].clip(-1, 1).fillna(est)  # no interval: a point
+            ends += [float(v) for v in pd.concat([lo, hi]).dropna()]
+            ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", capsize=2.5,
+                        color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=4)
+        ax.set_xticks(range(len(heads)), heads, rotation=45, ha="right", rotation_mode="anchor")
         ax.set_title(shift_labels[s])
+    lo, hi = min(ends), max(ends)  # the axis spans the clipped intervals (at most [-1, 1]) and the band
+    pad = 0.06 * (hi - lo)
+    axes[0][0].set_ylim(max(lo - pad, -1.02), min(hi + pad, 1.02))
     axes[0][0].set_ylabel("task-B accuracy difference\n(separate_stats - backbone_eval)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False,
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=_CH4_MIN_PT, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
-    return fig
+    return min_text_size(fig, _CH4_MIN_PT)
 
 
 def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "task_b",
@@ -610,7 +619,7 @@ def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "t
     opts = [o for o in OPTIMIZER_PALETTE if o in set(a["optimizer"])]
     heads = list(dict.fromkeys(a["head"]))
     modes = [m for m in MODE_ORDER if m in set(a["mode"]) and m in modes]
-    fig, axes = plt.subplots(len(shifts), len(opts), figsize=(3.0 * len(opts), 2.6 * len(shifts) + 0.5),
+    fig, axes = plt.subplots(len(shifts), len(opts), figsize=(_CH4_WIDTH, 2.3 * len(shifts) + 0.9),
                              sharey=True, sharex=True, squeeze=False)
     off = _dodge(len(modes), 0.6)
     for i, s in enumerate(shifts):
@@ -621,16 +630,16 @@ def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "t
                 label = m + (" (= train_mode)" if m == "separate_stats" and "train_mode" not in modes else "")
                 ax.errorbar(np.arange(len(heads)) + off[k], g["mean"], yerr=[g["mean"] - g["ci_low"],
                             g["ci_high"] - g["mean"]], fmt="o", ms=4, capsize=2, color=MODE_PALETTE[m], label=label)
-            ax.set_xticks(range(len(heads)), heads, rotation=30)
+            ax.set_xticks(range(len(heads)), heads, rotation=45, ha="right", rotation_mode="anchor")
             if i == 0:
                 ax.set_title(OPTIMIZER_LABELS[o])
             if j == 0:
                 ax.set_ylabel(f"task-B accuracy\n{shift_labels[s]}")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False,
+    fig.tight_layout(rect=(0, 0.45 / (2.3 * len(shifts) + 0.9), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=_CH4_MIN_PT, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
-    return fig
+    return min_text_size(fig, _CH4_MIN_PT)
 
 
 #: Chapter 4: line and marker per mode, so that modes with equal values (``all_eval`` = ``backbone_eval`` for a
@@ -647,7 +656,7 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
     ``{(head, optimizer, mode): lr}`` (or ``{(head, optimizer): lr}``, ringed on the mean line)."""
     opts = [o for o in OPTIMIZER_PALETTE if o in set(search["optimizer"])]
     heads = list(dict.fromkeys(search["head"]))
-    fig, axes = plt.subplots(len(heads), len(opts), figsize=(3.0 * len(opts), 2.1 * len(heads) + 0.6),
+    fig, axes = plt.subplots(len(heads), len(opts), figsize=(_CH4_WIDTH, 1.9 * len(heads) + 1.0),
                              sharey=True, squeeze=False)
     for i, h in enumerate(heads):
         for j, o in enumerate(opts):
@@ -677,10 +686,10 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
     for ax in axes.flat:
         for hd, lb in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lb, hd)
-    fig.tight_layout(rect=(0, 0.5 / (2.1 * len(heads) + 0.6), 1, 1))
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=9, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
-    return fig
+    fig.tight_layout(rect=(0, 0.55 / (1.9 * len(heads) + 1.0), 1, 1))
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=2, fontsize=_CH4_MIN_PT,
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    return min_text_size(fig, _CH4_MIN_PT)
 # --- chapter 3, issue 10: per-level effects, normalized view, budget points, candidates -----------------------------
 # Figures at most 9 in wide (the page's width), text at least 9 pt, so nothing is shrunk below 9 pt on the page.
 
@@ -1017,6 +1026,26 @@ def ch3_retention(scatter):
 
 # --- chapter 5 (issue 13): batch size and fine-tuning strategies --------------------------------------------------
 
+def _ch05_fit(fig: plt.Figure) -> plt.Figure:
+    """Chapter 5's figures at the column width: text raised to :data:`bnstudy.style.MIN_FONT_PT` and the figure
+    shrunk until its tight bounding box fits :data:`bnstudy.style.COLUMN_WIDTH_IN` (so the browser does not
+    shrink the text below it; :func:`legibility`)."""
+    for _ in range(4):
+        min_text_size(fig, style.MIN_FONT_PT)
+        leg = legibility(fig)
+        if leg["page_font_pt"] >= style.MIN_FONT_PT:
+            break
+        w, h = fig.get_size_inches()
+        k = 0.97 * style.COLUMN_WIDTH_IN / leg["width_in"]
+        fig.set_size_inches(w * k, h * k)
+        fig.canvas.draw()
+        inv = fig.transFigure.inverted()
+        top = max([inv.transform(lg.get_window_extent())[1][1] for lg in fig.legends] + [0.0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tight_layout's "not compatible" note for a few axes kinds
+            fig.tight_layout(rect=(0, min(max(top, 0.0), 0.4), 1, 1))  # labels re-spaced at the new size
+    return fig
+
 def _ci_rows(df: pd.DataFrame, by, value: str, confidence: float = 0.95) -> pd.DataFrame:
     """Mean and Student's t interval over seeds (:func:`bnstudy.inference.t_interval`) per ``by``: ``mean, lo, hi``."""
     from .inference import t_interval
@@ -1058,7 +1087,7 @@ def noise_figure(noise: pd.DataFrame):
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9, title="solid: measured",
                bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    return fig
+    return _ch05_fit(fig)
 
 
 def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: dict, chance: float | None = None,
@@ -1105,7 +1134,7 @@ def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: 
                 names.append(n)
     fig.legend(handles, names, loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.01))
     fig.tight_layout(rect=(0, 0.14 if nrow == 1 else 0.1, 1, 1))
-    return fig
+    return _ch05_fit(fig)
 
 
 def tradeoff_figure(trade: pd.DataFrame, labels: dict):
@@ -1115,7 +1144,7 @@ def tradeoff_figure(trade: pd.DataFrame, labels: dict):
     strategies = [s for s in labels if s in set(trade.strategy)]
     colors = _strategy_colors(strategies)
     sizes = sorted(trade.batch_size.unique())
-    fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 4.4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 6.0), sharey=True, squeeze=False)
     for ax, t in zip(axes[0], targets):
         for s in strategies:
             for b in sizes:
@@ -1134,13 +1163,13 @@ def tradeoff_figure(trade: pd.DataFrame, labels: dict):
                 ax.annotate("", xy=(b.target_mean.iloc[0], b.retention_mean.iloc[0]),
                             xytext=(a.target_mean.iloc[0], a.retention_mean.iloc[0]),
                             arrowprops=dict(arrowstyle="->", color=colors[s], lw=0.9, alpha=0.7))
-        ax.set(xlabel="target accuracy (adaptation)", ylabel="source task accuracy after fine-tuning",
-               title=f"target: {t} (filled: batch {sizes[0]}, open: batch {sizes[-1]})")
+        ax.set(xlabel="target accuracy (adaptation)", ylabel="source task accuracy\nafter fine-tuning",
+               title=f"target: {t}\nfilled: batch {sizes[0]}, open: batch {sizes[-1]}")
         ax.yaxis.set_tick_params(labelleft=True)
     handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, bbox_to_anchor=(0.5, -0.02))
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    return fig
+    fig.legend(handles, names, loc="lower center", ncol=2, fontsize=9, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    return _ch05_fit(fig)
 
 
 def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None = None, tolerance: float | None = None):
@@ -1170,7 +1199,7 @@ def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None =
             ax.axhline(0, color="grey", lw=0.8)
     axes[0].legend()
     fig.tight_layout()
-    return fig
+    return _ch05_fit(fig)
 
 
 def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
@@ -1194,7 +1223,7 @@ def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
            ylabel="target accuracy minus stats-frozen's")
     ax.legend(fontsize=8.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
-    return fig
+    return _ch05_fit(fig)
 
 # --- chapter 7 (issue 15): real digits and torchvision networks ---------------------------------------------------
 

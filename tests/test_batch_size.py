@@ -686,3 +686,80 @@ def test_findings_per_source_accuracy_na_for_per_sample_and_restat_verdict():
     # the re-estimate recovers the 0.2 lost at batch 128: re-estimated minus before = +0.2
     assert C.loc["restat_gain_close", "estimate"] == pytest.approx(0.2, abs=0.01)
     assert C.loc["restat_gain_close", "verdict"] == "re-estimated higher"
+
+
+# --- the page's answer, chosen by the findings (issue 25) --------------------------------------------------------------
+
+def _answer_of(acc_fn):
+    df = _table(acc_fn, strategies=("stats_frozen", "bn_train", "adabn", "to_group", "group_pretrained"),
+                batch_sizes=(2, 8, 32, 128))
+    df["diverged"] = False
+    claims, F = bs.findings(df, _diag(), reference=32)
+    return bs.answer(claims, F), bs.advice(claims, F), F
+
+
+def test_flip_the_small_batch_verdicts_and_the_answer_follows():
+    """The flip test (issue 25): a table where BatchNorm in train mode breaks at batch 2 and a per-sample norm wins
+    there, and the same with the two swapped (BatchNorm ahead, nothing breaking); the answer and the advice change
+    with the verdicts and never keep the old outcome."""
+    def ps_wins(st, b, t):
+        return {"bn_train": 0.8 if b >= 8 else 0.5, "to_group": 0.75, "group_pretrained": 0.78}.get(st, 0.6)
+
+    def bn_wins(st, b, t):
+        return {"bn_train": 0.85, "to_group": 0.6, "group_pretrained": 0.62}.get(st, 0.8)
+
+    a1, adv1, F1 = _answer_of(ps_wins)
+    a2, adv2, F2 = _answer_of(bn_wins)
+    assert "BatchNorm in train mode breaks from batch size 2 down on the close target" in a1
+    assert "breaks from" not in a2 and "shows no break below batch size 32 on the close target" in a2
+    assert "reads **per-sample norm higher** on the close target" in a1 and "per-sample norm higher" not in a2
+    assert "reads **per-sample norm lower** on the close target" in a2 and "per-sample norm lower" not in a1
+    assert "pretrained with a per-sample norm" in adv1 and "per-sample norm" not in adv2.split(";")[0].split("keep")[0]
+    assert "keep BatchNorm" in adv2 and "keep BatchNorm" not in adv1
+    assert all("bnstudy.update_bn_stats(model, loader)" in a for a in (adv1, adv2))
+    assert "nan" not in (a1 + a2).lower().split()
+
+
+def test_the_large_batch_sentence_names_a_collapse_only_where_a_break_is_found():
+    def flat(st, b, t):
+        return 0.8
+
+    def collapse(st, b, t):
+        return 0.8 - (0.3 if b == 128 else 0.0)
+
+    _, _, F_flat = _answer_of(flat)
+    _, _, F_col = _answer_of(collapse)
+    assert F_flat.n_break_above == 0 and "no strategy and target pair is shown to break" in bs.large_batch_sentence(F_flat)
+    assert "lose accuracy" not in bs.large_batch_sentence(F_flat)
+    assert F_col.n_break_above > 0 and "lose accuracy" in bs.large_batch_sentence(F_col)
+
+
+def test_break_and_enough_phrases_read_every_token():
+    assert bs.break_phrase("<= 8", 32) == "breaks from batch size 8 down"
+    assert bs.break_phrase(">= 128", 32, "above") == "breaks from batch size 128 up"
+    assert bs.break_phrase("never", 32) == "shows no break below batch size 32"
+    assert bs.break_phrase("n/a", 32) == bs.break_phrase(None, 32) == "is not judged against the control"
+    assert bs.enough_phrase("none tried", 2) == "in batches of 2 at no number of samples tried"
+    assert "already the smallest tried" in bs.enough_phrase("<= 64", 32)
+    assert bs.enough_phrase("256", 32) == "in batches of 32 from N = 256 samples on"
+
+
+def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
+    """Issue 25: the answer box first; "the large-batch collapse" only as the findings choose it
+    (``large_batch_sentence``), no hand-typed table numbers, no typed NaN, no code shown."""
+    import json
+    import re
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parent.parent / "chapters" / "05_batch_size.ipynb").read_text())
+    first = "".join(nb["cells"][0]["source"])
+    assert first.startswith("# ") and "{admonition} The answer\n:class: answer" in first
+    assert "{glue:md}`ch05_answer`" in first and "{glue:md}`ch05_advice`" in first
+    md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert "large-batch collapse" not in md and "the collapse above" not in md
+    assert not re.search(r"\((?:see )?(?:Table|Fig\.|Figure) \d+\)", md)
+    assert not re.search(r"(?<![\w-])nan(?![\w-])", md, flags=re.I)
+    for c in nb["cells"]:
+        if c["cell_type"] == "code":
+            tags = set(c["metadata"].get("tags", []))
+            assert "show-code" not in tags and tags & {"remove-cell", "remove-input"}
+            compile("".join(c["source"]), "cell", "exec")

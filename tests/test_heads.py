@@ -737,3 +737,135 @@ def test_link_counts_are_split_by_scope():
     assert (L.n_predicted, L.n_opposite, L.n_tests) == (1, 1, 3)
     assert (L.n_predicted_ref, L.n_tests_ref, L.n_predicted_all, L.n_tests_all) == (0, 2, 1, 1)
     assert L.m == 3
+
+
+# --- the page's answer, chosen by the findings (issue 25) --------------------------------------------------------------
+
+FLIP_CELLS = [("ref", h, o) for h in ("linear", "mlp_bn") for o in ("sgd", "sgd_plain", "adam")]
+
+
+def _flip_findings(gap: float) -> "ch.Findings":
+    """Findings of a table in which every cell at chapter 1's shift has per-seed gap ``gap`` (+ a small wiggle):
+    ``+0.15`` (pinning costs), ``-0.15`` (the two conditions' values swapped) or ``0`` (equivalent)."""
+    return ch.findings(_table({c: gap for c in FLIP_CELLS}), margin=0.02)
+
+
+def test_answer_states_the_counts_and_the_linear_heads_verdicts():
+    F = _flip_findings(0.15)
+    text = ch.answer(F)
+    assert text.startswith("No head or optimizer tried makes up for pinned statistics")
+    assert "6 head and optimizer cells split into 6 where separate statistics score higher" in text
+    assert text.count(f"**{ch.GAP_HIGHER}**") == 4  # the linear head, one per optimizer, and the best pinned cell
+    assert "**mlp_bn/" in text or "**linear/" in text  # the best pinned cell is named
+    assert "nan" not in text.lower().split()
+
+
+def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
+    """The flip test (issue 25): swap the two conditions' values in every cell, then remove the difference; the
+    answer, the advice and every findings-chosen sentence change with the verdicts and never keep the old
+    outcome."""
+    cost, reversed_, none = (_flip_findings(g) for g in (0.15, -0.15, 0.0))
+    a_cost, a_rev, a_none = (ch.answer(F) for F in (cost, reversed_, none))
+    assert ch.GAP_HIGHER in a_cost and ch.GAP_HIGHER not in a_rev and ch.GAP_HIGHER not in a_none
+    assert ch.GAP_LOWER in a_rev and ch.GAP_LOWER not in a_cost
+    assert "equivalent within ±0.02" in a_none and "equivalent within ±0.02**" not in a_cost
+    lead = "No head or optimizer tried makes up for pinned statistics"
+    assert a_cost.startswith(lead) and lead not in a_rev and lead not in a_none
+    assert a_none.startswith("Every head and optimizer tried makes up for pinned statistics")
+    assert a_rev.startswith("No head and optimizer cell shows a cost of pinned statistics")
+    # the advice: the separate-statistics call only where pinning is shown to cost
+    assert "shared_weight_copy" in ch.advice(cost) and "in the 6 of 6 cells where pinning costs" in ch.advice(cost)
+    for F in (reversed_, none):
+        assert "shared_weight_copy" not in ch.advice(F) and "no cell shows a cost" in ch.advice(F)
+    assert all("bnstudy.pin_eval(model.backbone)" in ch.advice(F) for F in (cost, reversed_, none))
+    # a mix: some cells cost, the others equivalent
+    mixed = ch.findings(_table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS}), margin=0.02)
+    assert ch.answer(mixed).startswith("Some heads and optimizers make up for pinned statistics")
+    # a cost in some cells, the others not decided: none is shown to make up for it
+    df = _table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS})
+    m = (df["head"] == "mlp_bn") & df["mode"].isin(ch.PINNED_MODES)
+    df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.08, -0.08)  # wide: neither a cost nor a tie
+    undecided = ch.answer(ch.findings(df, margin=0.02))
+    assert undecided.startswith("No head or optimizer tried is shown to make up") and "3 not decided" in undecided
+
+
+def test_probe_and_geometry_sentences_flip_with_their_numbers():
+    I = inference.Interval
+    lost, kept, gained = I(0.05, 0.03, 0.07, 10), I(0.01, -0.004, 0.027, 10), I(-0.05, -0.07, -0.03, 10)
+    assert "pinning loses some linearly decodable information" in ch.probe_sentence(lost)
+    assert "detects no linearly decodable information lost" in ch.probe_sentence(kept)
+    assert "pinned features are the more linearly decodable" in ch.probe_sentence(gained)
+    for s in (ch.probe_sentence(kept), ch.probe_sentence(gained)):
+        assert "loses some" not in s
+    assert "shortfall of optimization" in ch.probe_sentence(kept, linear_gap_low=0.1)
+    assert "shortfall" not in ch.probe_sentence(kept, linear_gap_low=0.01)  # the head's gap within the probe's
+    assert "without an interval" in ch.probe_sentence(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
+        ch.probe_sentence(I(0.01, math.nan, math.nan, 1))
+    base = dict(scale_ratio=2.0, offset_sd=1.0, dead_fraction=0.0, affine_r2=0.9, mean_share_pinned=0.3,
+                mean_share_separate=0.2, probe_pinned=0.5, probe_separate=0.5, probe_cost=kept)
+    wide = ch.geometry_sentences(ch.GeometryFindings(curvature_ratio=5.0, curvature_centered_ratio=4.0, **base))
+    offset = ch.geometry_sentences(ch.GeometryFindings(curvature_ratio=5.0, curvature_centered_ratio=1.2, **base))
+    flat = ch.geometry_sentences(ch.GeometryFindings(curvature_ratio=0.9, curvature_centered_ratio=0.9, **base))
+    assert "from the wider features, not from the common offset" in wide["curvature"]
+    assert "from the common offset, not from the wider features" in offset["curvature"]
+    assert "no curvature" in flat["curvature"] and "wider" not in flat["curvature"]
+
+
+def test_vocabulary_is_every_direction_and_the_shared_words():
+    v = ch.vocabulary(0.02)
+    assert set(ch.DIRECTIONS) <= set(v.values()) and v["equivalent"] == "equivalent within ±0.02"
+    assert all(inference.is_verdict(w, ch.DIRECTIONS) for w in v.values())
+
+
+def _markdown_outside_glue(nb_path) -> list[tuple[int, str]]:
+    """Each markdown cell's text with glue roles, cross-references, code spans and math removed."""
+    import json
+    import re
+    out = []
+    for i, c in enumerate(json.loads(open(nb_path).read())["cells"]):
+        if c["cell_type"] != "markdown":
+            continue
+        t = "".join(c["source"])
+        for rx in (r"\{glue(:\w+)?\}`[^`]*`", r"\{numref\}`[^`]*`", r"`[^`]*`", r"\$\$.*?\$\$", r"\$[^$]*\$"):
+            t = re.sub(rx, " ", t, flags=re.S)
+        out.append((i, t))
+    return out
+
+
+#: Numbers the chapter's prose may type: settings and names, not results.
+SETTING_NUMBERS = (r"chapters? \d", r"finding[- ]3", r"stage[- ][12]", r"\b64\b", r"momentum\s+0\.9",
+                   r"brightness 4, contrast 5", r"95%", r"0\.05/m", r"mean 0, variance 1", r"value of 1", r"below 1",
+                   r"BatchNorm1d")
+
+
+def test_the_notebook_types_no_outcome_outside_glue():
+    """Issue 25: every verdict word and every result number in the chapter's markdown is glued (the words through
+    ``ch04_w_*``), never typed; only the settings in SETTING_NUMBERS are typed digits."""
+    import re
+    from pathlib import Path
+    nb = Path(__file__).resolve().parent.parent / "chapters" / "04_heads.ipynb"
+    words = [re.escape(w) for w in ch.DIRECTIONS] + [r"\bequivalent\b", r"not decided", r"too few seeds",
+                                                     r"exact, checked", r"\bnot exact\b"]
+    bad = []
+    for i, t in _markdown_outside_glue(nb):
+        bad += [f"cell {i}: {m.group(0)!r}" for w in words for m in re.finditer(w, t, flags=re.I)]
+        for rx in SETTING_NUMBERS:
+            t = re.sub(rx, " ", t, flags=re.I)
+        bad += [f"cell {i}: digits {m.group(0)!r} in ...{t[max(0, m.start() - 30):m.end() + 10]!r}"
+                for m in re.finditer(r"\d", t)]
+    assert not bad, bad
+    # the scan sees a typed outcome
+    assert re.search(re.escape(ch.GAP_HIGHER), "the gap reads separate_stats higher here", flags=re.I)
+
+
+def test_the_notebook_shows_no_code():
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parent.parent / "chapters" / "04_heads.ipynb").read_text())
+    for c in nb["cells"]:
+        if c["cell_type"] == "code":
+            tags = c["metadata"].get("tags", [])
+            assert "show-code" not in tags and ({"remove-cell", "remove-input"} & set(tags)), c["source"][:2]
+    first = "".join(nb["cells"][0]["source"])
+    assert first.startswith("# ") and "{admonition} The answer\n:class: answer" in first
+    assert "{glue:md}`ch04_answer`" in first and "{glue:md}`ch04_advice`" in first

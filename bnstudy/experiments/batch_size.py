@@ -737,15 +737,12 @@ def _decide(values, key: str, words: str, family: Family, margin: float | None =
     return decide(values, key, margin=margin, family=family, higher=higher, lower=lower)
 
 
-# TODO(inference): a ``family=`` name column in inference.claims_table would replace this helper's insert
 def _family(name: str, items: dict, words: str, alpha: float = ALPHA) -> pd.DataFrame:
     """One family of claims: ``items`` ``{key: per-seed differences}`` printed together, decided at
     ``Family(len(items), alpha)`` (:func:`_decide`), as a claims table (Holm within the family) with a first
-    column ``family`` = ``name``."""
+    column ``family`` = ``name`` (:func:`bnstudy.inference.claims_table`'s ``family``)."""
     fam = Family(max(len(items), 1), alpha)
-    table = claims_table([_decide(v, k, words, fam) for k, v in items.items()])
-    table.insert(0, "family", name)
-    return table
+    return claims_table([_decide(v, k, words, fam) for k, v in items.items()], family=name)
 
 
 def near_chance_cells(df: pd.DataFrame, chance: float, alpha: float = ALPHA) -> pd.DataFrame:
@@ -1271,8 +1268,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         tables.append(_family("restat", restat, "restat", alpha))
     nt = noise_table(diag)
     tables.append(_family("noise", {"deepest_noisiest": _deepest_minus_others(nt)}, "noise", alpha))
-    check = claims_table([exact_check(df[df.strategy != "bn_train"].train_eval_gap, 0.0, "gap_zero_elsewhere")])
-    check.insert(0, "family", "check")
+    check = claims_table([exact_check(df[df.strategy != "bn_train"].train_eval_gap, 0.0, "gap_zero_elsewhere")],
+                         family="check")
     tables.append(check)
     lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
     rate = rate_comparison(df, tuned, tune, alpha) if tuned is not None and len(tuned) and lr else {}
@@ -1370,6 +1367,120 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         n_winner_same_targets=int(same), lr=lr, rate=rate, family_size=family_size,
     )
     return claims, F
+
+
+# --- the page's answer: sentences chosen by the findings (issue 25) -------------------------------------------------
+
+def _verdict_of(claims: pd.DataFrame, key: str) -> str | None:
+    t = claims[claims["key"] == key]
+    return str(t.iloc[0]["verdict"]) if len(t) else None
+
+
+def break_phrase(token: str | None, reference: int, side: str = "below") -> str:
+    """A :func:`break_word` token in words: ``"<= 8"`` -> "breaks from batch size 8 down", ``">= 128"`` ->
+    "breaks from batch size 128 up", ``"never"`` -> "shows no break below (above) batch size <reference>",
+    ``"n/a"`` or missing -> "is not judged against the control"."""
+    if token is None or token == "n/a":
+        return "is not judged against the control"
+    if token == "never":
+        return f"shows no break {side} batch size {reference}"
+    m = token.split()[-1]
+    return f"breaks from batch size {m} {'down' if token.startswith('<=') else 'up'}"
+
+
+def enough_phrase(token: str | None, batch: int) -> str:
+    """Where an :func:`enough_word` token says precise BN is enough, in words, for batches of ``batch``:
+    ``"none tried"`` -> "in batches of 2 at no number of samples tried", ``"<= 64"`` -> "in batches of 32 from
+    N = 64 samples on (already the smallest tried)", ``"256"`` -> "in batches of 32 from N = 256 samples on"."""
+    if token is None:
+        return f"in batches of {batch} at an untested number of samples"
+    if token == "none tried":
+        return f"in batches of {batch} at no number of samples tried"
+    if token.startswith("<="):
+        return f"in batches of {batch} from N = {token.split()[-1]} samples on (already the smallest tried)"
+    return f"in batches of {batch} from N = {token} samples on"
+
+
+def large_batch_sentence(F: "Findings") -> str:
+    """The page's sentence on breaks above the reference (any cause), chosen by their count: a large-batch
+    collapse is named only where some strategy is shown to break above the reference."""
+    if F.n_break_above == 0:
+        return (f"Above the reference batch size of {F.reference_batch}, no strategy and target pair is shown to break "
+                f"from any cause.")
+    return (f"Above the reference batch size of {F.reference_batch}, {F.n_break_above} strategy and target pairs are "
+            f"shown to break from any cause: the large batches of this protocol lose accuracy.")
+
+
+def answer(claims: pd.DataFrame, F: "Findings") -> str:
+    """The answer box's outcome sentences (Markdown), filled and chosen from the claims table and findings so that
+    they are true for any rows: BatchNorm in train mode's breaks beyond the per-sample control, the best
+    per-sample norm against the best BatchNorm strategy at the smallest batch size (and at tuned rates where the
+    rate check ran), train-mode minus eval-mode accuracy, and how many samples precise BN needs."""
+    sb, ref = F.smallest_batch, F.reference_batch
+    out = [f"Judged against GroupNorm from pretraining (which computes no batch statistics), BatchNorm in train mode "
+           f"{break_phrase(F.breaks_stats.get('close_bn_train'), ref)} on the close target and "
+           f"{break_phrase(F.breaks_stats.get('shifted_bn_train'), ref)} on the shifted one (a break: more than "
+           f"{F.margin:.2f} below its own accuracy at batch size {ref}, with 95% confidence)."]
+    rc, rs = (_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted"))
+    if rc and rs:
+        rec = (f"At batch size {sb} and the linear-scaling rate, the best per-sample norm minus the best BatchNorm "
+               f"strategy reads **{rc}** on the close target and **{rs}** on the shifted one")
+        r = F.rate.get("rec", {}) if F.rate else {}
+        if r.get("close_tuned_verdict") and r.get("shifted_tuned_verdict"):
+            rec += (f"; at rates tuned on separate seeds, the per-sample norms against BatchNorm in train mode read "
+                    f"**{r['close_tuned_verdict']}** and **{r['shifted_tuned_verdict']}**")
+        out.append(rec + ".")
+    g = claims[claims["key"] == f"gap_close_b{sb}"]
+    if len(g):
+        e = float(g.iloc[0]["estimate"])
+        shown = g.iloc[0]["kind"] in ("higher", "lower")
+        out.append(f"BatchNorm in train mode's accuracy measured in train mode minus eval mode at batch size {sb} is "
+                   f"{'n/a' if math.isnan(e) else format(e, '+.3f')} on the close target (**{g.iloc[0]['verdict']}**)"
+                   + (": the number a training loop reports is not the deployed model's." if shown else "."))
+    pe = F.precise_enough
+    if "b32" in pe and "b2" in pe:
+        out.append(f"Precise BN's re-estimate is within ±{F.equivalence_margin:.2f} of the exact statistics' accuracy "
+                   f"{enough_phrase(pe['b32'], 32)} and {enough_phrase(pe['b2'], 2)}.")
+    return " ".join(out)
+
+
+def advice(claims: pd.DataFrame, F: "Findings") -> str:
+    """The answer box's "what to do" (Markdown) with the front-door call, chosen by the small-batch verdicts at the
+    linear-scaling rate (both targets): a per-sample norm where it is shown higher on both, BatchNorm's best
+    strategy where the per-sample norms are shown lower on both, otherwise to measure both; and where precise BN in
+    batches of 2 errs more than in batches of 32, to re-estimate in larger batches."""
+    sb = F.smallest_batch
+    higher, lower = WORDS["ps"]
+    v = [_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted")]
+    if all(x == higher for x in v):
+        first = (f"To fine-tune a whole network at batch size {sb}, start from a network pretrained with a per-sample "
+                 f"norm (GroupNorm here); swapping BatchNorm out afterwards (`bnstudy.replace_norm`) changes the "
+                 f"network's function, so it needs retraining.")
+    elif all(x == lower for x in v):
+        first = (f"To fine-tune a whole network at batch size {sb}, keep BatchNorm with the strategy shown best here "
+                 f"({F.best_bn.get(f'close_b{sb}', 'see the table')} on the close target); a per-sample norm did "
+                 f"not do better.")
+    else:
+        r = (F.rate or {}).get("rec", {})
+        tuned = [r.get(f"{t}_tuned_verdict") for t in ("close", "shifted")]
+        if all(x == lower for x in tuned):
+            first = (f"At batch size {sb}, at rates tuned on separate seeds, BatchNorm in train mode is ahead of the "
+                     f"per-sample norms on both targets (at the linear-scaling rate the comparison is not decided on "
+                     f"both): keep BatchNorm and tune the learning rate for the small batch.")
+        elif all(x == higher for x in tuned):
+            first = (f"At batch size {sb}, at rates tuned on separate seeds, a per-sample norm from pretraining is "
+                     f"ahead of BatchNorm in train mode on both targets: start from a network pretrained with one.")
+        else:
+            first = (f"At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on "
+                     f"both targets: try both on your own task, each at its own tuned learning rate.")
+    ratio = F.precise_var_err_ratio_b2_b32
+    if not math.isnan(ratio) and ratio > 1:
+        first += (f" Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` in large batches "
+                  f"(a forward pass without gradients): in batches of 2 the variance's error is {ratio:.1f} times that "
+                  f"in batches of 32.")
+    else:
+        first += " Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` (a forward pass without gradients)."
+    return first
 
 
 def winners_display(df: pd.DataFrame) -> pd.DataFrame:

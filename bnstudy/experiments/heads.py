@@ -40,8 +40,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..inference import NOT_DECIDED, TOO_FEW, Claim, Family, Interval, bootstrap_interval, claims_table, decide, \
-    exact_check, paired_differences, rank_correlation, t_interval
+from ..inference import MIN_BOOTSTRAP_UNITS, NOT_DECIDED, TOO_FEW, Claim, Family, Interval, bootstrap_interval, \
+    claims_table, count_verdicts, decide, decide_interval, equivalent_text, exact_check, paired_differences, \
+    rank_correlation, t_interval
 from ..config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
     check_seeds, check_sequence, from_profile, seeds_label, HEAD_KINDS, OPTIMIZERS as ALL_OPTIMIZERS
 from ..engine import seeded, train_source, transfer_sweep
@@ -584,8 +585,7 @@ def family_table(claims: list, family: str, fam: Family, extra: list[dict], alph
     glossary's rule: a direction, ``higher`` / ``lower`` by the estimate's sign, where Holm's adjusted p is below
     ``alpha``; otherwise the verdict's kind). Holm calls at least the cells whose Bonferroni interval excludes
     zero, so a cell can count as a direction while its printed verdict is ``not decided``."""
-    t = claims_table(claims)
-    t.insert(0, "family", family)
+    t = claims_table(claims, family=family)
     t["m"] = fam.m
     for k in (extra[0] if extra else {}):
         t[k] = [e[k] for e in extra]
@@ -594,11 +594,12 @@ def family_table(claims: list, family: str, fam: Family, extra: list[dict], alph
     return t
 
 
-def verdict_counts(table: pd.DataFrame) -> dict:
-    """``{kind: count}`` of a family table's ``count_kind`` for ``higher``, ``lower``, ``equivalent``,
-    ``not decided`` and ``too few seeds`` (every kind present, 0 if none)."""
-    c = table["count_kind"].value_counts()
-    return {k: int(c.get(k, 0)) for k in ("higher", "lower", "equivalent", "not decided", "too few seeds")}
+def verdict_counts(table: pd.DataFrame, alpha: float = 0.05) -> dict:
+    """``{kind: count}`` of one family's claims for ``higher``, ``lower``, ``equivalent``, ``not decided`` and
+    ``too few seeds`` (every kind present, 0 if none): the book's counts rule,
+    :func:`bnstudy.inference.count_verdicts` (Holm directions, printed kinds otherwise)."""
+    c = count_verdicts(table, alpha)
+    return {k: int(c[k]) for k in ("higher", "lower", "equivalent", "not decided", "too few seeds")}
 
 
 def gap_values(df: pd.DataFrame, shift: str, head: str, optimizer: str) -> pd.Series:
@@ -1004,6 +1005,170 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
     return Findings(claims=claims, record=record)
 
 
+# --- the page's answer: sentences chosen by the findings (issue 25) -------------------------------------------------
+
+#: Labels of the optimizers in the page's sentences.
+OPTIMIZER_WORDS = {"sgd": "SGD with momentum", "sgd_plain": "plain SGD", "adam": "Adam"}
+
+
+def _bold(text: str) -> str:
+    return f"**{text}**"
+
+
+def _num(v: float, fmt: str = "+.3f") -> str:
+    """A number for the page's prose; ``n/a`` for NaN (a page never prints NaN)."""
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+def _span(low: float, high: float, clip: tuple = (-1, 1)) -> str:
+    """``-0.004 to +0.027`` (ends cut to ``clip``), or ``no interval``."""
+    if math.isnan(low) or math.isnan(high):
+        return "no interval"
+    lo, hi = (min(max(v, clip[0]), clip[1]) for v in (low, high))
+    return f"{lo:+.3f} to {hi:+.3f}"
+
+
+def gap_counts(F: "Findings", shift: str = "ref") -> dict:
+    """The counts of one shift's gap family (:func:`bnstudy.inference.count_verdicts`: Holm directions, printed
+    kinds otherwise), with ``m``. Raises ``ValueError`` if the shift has no gap claims."""
+    t = F.claims[(F.claims["family"] == "gap") & (F.claims["shift"] == shift)]
+    if not len(t):
+        raise ValueError(f"gap_counts: no gap claims at shift {shift!r}")
+    return count_verdicts(t)
+
+
+def headline(F: "Findings") -> str:
+    """The answer's first sentence, chosen by the counts of the gap family at chapter 1's shift: whether the
+    heads and optimizers tried make up for pinned statistics (all cells a cost shown, none, every cell
+    equivalent, or a mix), with the counts spliced in."""
+    c = gap_counts(F)
+    m, hi, lo, eq = c["m"], c["higher"], c["lower"], c["equivalent"]
+    und = c["not decided"] + c["too few seeds"]
+    eqw = equivalent_text(F.record.margin)
+    counts = (f"the {m} head and optimizer cells split into {hi} where separate statistics score higher on task B "
+              f"than the pinned backbone, {lo} where they score lower, {eq} {eqw} and {und} not decided")
+    if hi == m:
+        lead = "No head or optimizer tried makes up for pinned statistics at chapter 1's shift"
+    elif hi == 0 and eq == m:
+        lead = f"Every head and optimizer tried makes up for pinned statistics at chapter 1's shift, within ±{F.record.margin:g}"
+    elif hi == 0 and lo == 0:
+        lead = "No head and optimizer cell shows a cost of pinned statistics at chapter 1's shift, and not every one is shown to be without one"
+    elif hi == 0:
+        lead = "No head and optimizer cell shows a cost of pinned statistics at chapter 1's shift"
+    elif lo == 0 and eq == 0:
+        lead = "No head or optimizer tried is shown to make up for pinned statistics at chapter 1's shift"
+    elif lo == 0 and hi + eq == m:
+        lead = "Some heads and optimizers make up for pinned statistics at chapter 1's shift and others do not"
+    else:
+        lead = "Whether a head or optimizer makes up for pinned statistics at chapter 1's shift depends on the cell"
+    return (f"{lead}: with every freeze mode at its own tuned learning rate, {counts} (counted by Holm; the words "
+            f"are the [glossary](../glossary.md)'s).")
+
+
+def linear_sentence(F: "Findings") -> str:
+    """The seed's linear head, per optimizer: its gap verdicts at chapter 1's shift, spliced into fixed words."""
+    parts = []
+    for o in ("sgd", "sgd_plain", "adam"):
+        t = F.claims[F.claims["key"] == f"gap_ref_linear_{o}"]
+        if len(t):
+            parts.append(f"{_bold(t.iloc[0]['verdict'])} with {OPTIMIZER_WORDS[o]}")
+    if not parts:
+        return ""
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"For the seed's linear head, separate minus pinned statistics on task B reads {listed}."
+
+
+def best_sentence(F: "Findings") -> str:
+    """The best pinned configuration against the best separate one (absolute accuracies), with the gap claim of
+    the best pinned cell."""
+    R = F.record
+    g = R.best_pinned_gap
+    return (f"The best pinned configuration, {_bold(R.best_pinned_cell)}, reaches {_num(R.best_pinned_acc, '.3f')} "
+            f"against {_num(R.best_separate_acc, '.3f')} for the best one with separate statistics "
+            f"({_bold(R.best_separate_cell)}; separate minus pinned in the best pinned cell {_num(g.mean)}, "
+            f"{_span(g.low, g.high)}: {_bold(R.best_pinned_verdict)}).")
+
+
+def probe_sentence(probe: Interval, linear_gap_low: float = float("nan")) -> str:
+    """The closed-form probe's reading (separate minus pinned features, 95% interval), chosen by where its interval
+    lies: pinning loses linearly decodable information (above 0), the pinned features are the more decodable
+    (below 0), or no loss is detected (spans 0); and, when ``linear_gap_low`` (the lower end of the linear head's
+    gap with SGD and momentum) lies above the probe's interval, that the trained head's shortfall exceeds what the
+    features lose."""
+    if math.isnan(probe.low) or math.isnan(probe.high):
+        return (f"A least-squares probe solved in closed form, free of any optimizer, reads {_num(probe.mean)} on "
+                f"separate minus pinned features, without an interval (too few seeds).")
+    head = (f"A least-squares probe solved in closed form, free of any optimizer, reads {_num(probe.mean)} "
+            f"({_span(probe.low, probe.high)}) on separate minus pinned features")
+    if probe.low > 0:
+        body = ": pinning loses some linearly decodable information about task B"
+    elif probe.high < 0:
+        body = ": for this probe the pinned features are the more linearly decodable"
+    else:
+        body = ", an interval that includes zero: this probe detects no linearly decodable information lost to pinning"
+    tail = ""
+    if not math.isnan(linear_gap_low) and linear_gap_low > probe.high:
+        tail = ("; the trained linear head with SGD and momentum falls short by more than that, a shortfall of "
+                "optimization (rate and step budget) rather than of the features")
+    return head + body + tail + "."
+
+
+def answer(F: "Findings", probe: Interval | None = None) -> str:
+    """The answer box's outcome sentences (Markdown), chosen and filled from the findings, so that they are true
+    for any rows: :func:`headline`, :func:`linear_sentence`, :func:`best_sentence` and, given the geometry's
+    ``probe`` interval (:class:`GeometryFindings`' ``probe_cost``), :func:`probe_sentence`."""
+    parts = [headline(F), linear_sentence(F), best_sentence(F)]
+    if probe is not None:
+        t = F.claims[F.claims["key"] == "gap_ref_linear_sgd"]
+        parts.append(probe_sentence(probe, float(t.iloc[0]["low"]) if len(t) else float("nan")))
+    return " ".join(p for p in parts if p)
+
+
+def advice(F: "Findings") -> str:
+    """The answer box's "what to do" (Markdown), with the one front-door call, chosen by whether a cost of
+    pinning is shown in any cell at chapter 1's shift."""
+    c = gap_counts(F)
+    lrs = F.record.lrs
+    p, s = lrs.get("linear_sgd_backbone_eval"), lrs.get("linear_sgd_separate_stats")
+    rates = (f" (here {p:g} pinned against {s:g} with separate statistics, for the linear head with SGD and momentum)"
+             if p is not None and s is not None else "")
+    pin = (f"Where task A must be kept, pin the backbone with `bnstudy.pin_eval(model.backbone)` and tune the new "
+           f"head's learning rate for the pinned features{rates}.")
+    if c["higher"]:
+        return (pin + f" A deeper head, a normalizing head or another optimizer is no substitute for task B's own "
+                f"statistics in the {c['higher']} of {c['m']} cells where pinning costs: where the new task must be as "
+                f"good as it can be, give it its own statistics (the `separate_stats` mode, built with "
+                f"`bnstudy.shared_weight_copy(model.backbone)`).")
+    return pin + " At this shift no cell shows a cost of pinning that another head or optimizer would have to make up."
+
+
+def vocabulary(margin: float) -> dict:
+    """The page's verdict words by a short name (the glue keys ``ch04_w_<name>``), so that the notebook's
+    definitions cite the words instead of typing them: every direction of :data:`DIRECTIONS`, the equivalence
+    verdict at ``margin``, ``not decided`` and ``too few seeds``."""
+    names = ("gap_higher", "gap_lower", "adam_higher", "adam_lower", "head_larger", "head_smaller", "shift_larger",
+             "shift_smaller", "steps_larger", "steps_smaller", "bn_higher", "bn_lower", "link_positive",
+             "link_negative")
+    out = dict(zip(names, DIRECTIONS))
+    out.update(equivalent=equivalent_text(margin), not_decided=NOT_DECIDED, too_few=TOO_FEW)
+    return out
+
+
+def geometry_sentences(G: "GeometryFindings") -> dict:
+    """Sentences of the "why" section chosen by the geometry's numbers (Markdown, by name): ``curvature``, whether
+    the added curvature under pinned statistics survives centring (the covariance's ratio at least half the second
+    moment's) or comes mostly from the common offset."""
+    if math.isnan(G.curvature_ratio) or math.isnan(G.curvature_centered_ratio):
+        cur = "The centred ratio is not available."
+    elif G.curvature_ratio <= 1:
+        cur = "Pinned statistics add no curvature here."
+    elif G.curvature_centered_ratio - 1 >= (G.curvature_ratio - 1) / 2:
+        cur = "So most of the added curvature comes from the wider features, not from the common offset."
+    else:
+        cur = "So most of the added curvature comes from the common offset, not from the wider features."
+    return {"curvature": cur}
+
+
 def glue_page_claims(prefix: str, claims: pd.DataFrame) -> None:
     """Glue a claims table of this chapter (:func:`family_table`'s rows, any families) by key with
     :func:`bnstudy.pages.glue_claims`, each family's interval ends cut to its :data:`CLIPS` range."""
@@ -1206,40 +1371,13 @@ def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> GeometryFinding
 LINK_MEASURES = {"curvature_ratio": 1, "probe_cost": 1}
 
 
-def _interval_claim(key: str, iv: Interval, p: float, higher: str, lower: str) -> Claim:
-    """A claim on an interval that is not a t interval of per-seed values (a rank correlation's, a bootstrap's):
-    a direction where it excludes 0, ``not decided`` where it spans 0, ``too few seeds`` without one."""
-    # TODO(inference): decide() takes per-seed values; a decide_interval(iv, p, higher=, lower=) in inference
-    # would give correlations and bootstrap intervals the same verdict rule without this local copy.
-    if math.isnan(iv.low) or math.isnan(iv.high):
-        kind, text = TOO_FEW, TOO_FEW
-    elif iv.low > 0:
-        kind, text = "higher", higher
-    elif iv.high < 0:
-        kind, text = "lower", lower
-    else:
-        kind, text = NOT_DECIDED, NOT_DECIDED
-    nan = float("nan")
-    return Claim(key=key, estimate=iv.mean, low=iv.low, high=iv.high, n=iv.n, p=p, p_equivalence=nan, margin=nan,
-                 confidence=iv.confidence, kind=kind, verdict=text)
-
-
-#: The fewest seeds a pooled (whole-seed) bootstrap interval is computed from: as for a rank correlation of one point
-#: per seed (:func:`bnstudy.inference.rank_correlation` needs 4). Two seeds have 3 distinct resamples, three 10.
-MIN_BOOTSTRAP_SEEDS = 4
-
-
 def _pooled_interval(x, y, rows_of: list, confidence: float, n_boot: int, seed: int) -> Interval:
     """The pooled Spearman rho of ``x``, ``y`` with a percentile bootstrap interval over whole seeds
     (:func:`bnstudy.inference.bootstrap_interval`; ``rows_of[i]``: the rows of seed ``i``); no interval below
-    :data:`MIN_BOOTSTRAP_SEEDS` seeds."""
+    :data:`bnstudy.inference.MIN_BOOTSTRAP_UNITS` seeds (bootstrap_interval's ``min_units``)."""
     pooled = lambda ix: rank_correlation(*(a[np.concatenate([rows_of[int(i)] for i in ix])] for a in (x, y)))[0]
-    if len(rows_of) < MIN_BOOTSTRAP_SEEDS:
-        # TODO(inference): bootstrap_interval computes a percentile interval from 2 resampling units (MIN_N); with 2
-        # seeds it has 3 distinct resamples and "shows" a correlation; inference should own a minimum for it.
-        rho = pooled(np.arange(len(rows_of))) if rows_of else math.nan
-        return Interval(rho, math.nan, math.nan, len(rows_of), confidence)
-    return bootstrap_interval((np.arange(len(rows_of)),), pooled, confidence, n_boot, seed)
+    return bootstrap_interval((np.arange(len(rows_of)),), pooled, confidence, n_boot, seed,
+                              min_units=MIN_BOOTSTRAP_UNITS)
 
 
 def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boot: int = 2000, alpha: float = 0.05,
@@ -1255,7 +1393,7 @@ def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boo
     (every shift, one point per seed and shift, which mixes in the shift's own effect on both sides; its points
     are not independent within a seed, so its interval is :func:`bnstudy.inference.bootstrap_interval`'s seeded
     percentile bootstrap over whole seeds, ``n_boot`` resamples, of the pooled Spearman rho, without a p-value;
-    no interval below :data:`MIN_BOOTSTRAP_SEEDS` seeds).
+    no interval below :data:`bnstudy.inference.MIN_BOOTSTRAP_UNITS` seeds).
     All rows are one :class:`bnstudy.inference.Family` (Bonferroni intervals at ``1 - alpha / m``). Verdict:
     ``rank correlation positive`` / ``rank correlation negative`` / ``not decided`` / ``too few seeds``.
 
@@ -1290,7 +1428,7 @@ def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boo
                     _, iv, pv = rank_correlation(x, y, fam.confidence)
                 else:
                     iv, pv = _pooled_interval(x, y, rows_of, fam.confidence, n_boot, seed), math.nan
-                claims.append(_interval_claim(key, iv, pv, LINK_POSITIVE, LINK_NEGATIVE))
+                claims.append(decide_interval(iv, key, p=pv, higher=LINK_POSITIVE, lower=LINK_NEGATIVE))
                 extra.append(dict(scope=scope, optimizer=o, measure=m, predicted_sign=sign, n_points=len(t)))
     t = family_table(claims, "link", fam, extra, alpha)
     if not extra:
