@@ -85,3 +85,252 @@ def test_guide_page_pastes_every_value_and_verdict(built_html):
     assert len(pasted) == len(_refs("glue"))
     for label in set(_refs("numref")):  # resolved to a numbered link, not left as the label
         assert f"#{label}" in page, label
+
+
+# --- the practitioner's page (issue 25): code on every row, snippets that run, one import path per name -------------
+
+INDEX = REPO / "index.md"
+#: Study machinery a guide row may name beside the front door (``bnstudy.__all__``).
+STUDY_MODULES = ("modes", "banks", "routing")
+#: Verdict words of the book before the glossary (issue 24); the guide uses the glossary's instead.
+STALE_VERDICTS = ("holds", "does not hold", "not separated", "unresolved", "undetermined")
+
+
+def _section(text: str, heading: str) -> str:
+    """The Markdown under ``## heading`` up to the next ``## `` heading."""
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def short_answer_rows(text: str) -> list[list[str]]:
+    """The cells of every body row of the guide's short-answer table."""
+    lines = [ln for ln in _section(text, "The short answer").splitlines() if ln.startswith("|")]
+    assert len(lines) > 2 and set(lines[1].replace("|", "").split()) == {"---"}, "no Markdown table"
+    return [[c.strip() for c in ln.strip().strip("|").split(" | ")] for ln in lines[2:]]
+
+
+def resolve_call(code: str) -> str | None:
+    """The library path an inline code span names (``bnstudy.pin_eval``, ``bnstudy.banks.StatisticBank``), if it
+    names one that exists through the front door or a study module; else None."""
+    import importlib
+
+    import bnstudy
+
+    for m in re.finditer(r"\bbnstudy\.(\w+)(?:\.(\w+))?", code):
+        first, second = m.groups()
+        if first in bnstudy.__all__:
+            return f"bnstudy.{first}"
+        if first in STUDY_MODULES and second and hasattr(importlib.import_module(f"bnstudy.{first}"), second):
+            return f"bnstudy.{first}.{second}"
+    return None
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", text, flags=re.S | re.M)
+
+
+def test_short_answer_table_has_a_row_for_each_situation_the_issue_names():
+    situations = " / ".join(r[0] for r in short_answer_rows(GUIDE.read_text()))
+    for s in ("any freeze", "task known", "task unknown", "only the new task counts", "a deeper head or another optimizer",
+              "small per-device batch", "whole network"):
+        assert s in situations, s
+
+
+def test_every_short_answer_row_names_a_call_that_exists_through_one_door():
+    rows = short_answer_rows(GUIDE.read_text())
+    for row in rows:
+        assert len(row) == 3, row
+        assert row[0].startswith("{ref}`"), f"row {row[0]!r} does not link the section that explains it"
+        spans = re.findall(r"(?<!\})`([^`]+)`", row[1])  # inline code, not a role's target
+        called = [resolve_call(s) for s in spans]
+        assert any(called), f"row {row[0]!r}: {row[1]!r} names no call of bnstudy.__all__ (or " \
+                            f"bnstudy.{{{', '.join(STUDY_MODULES)}}})"
+        assert "{numref}" in row[2], f"row {row[0]!r} rests on no figure or table"
+
+
+def test_resolve_call_refuses_names_that_do_not_exist_or_take_a_second_path():
+    assert resolve_call("bnstudy.pin_eval(model.backbone)") == "bnstudy.pin_eval"
+    assert resolve_call("bnstudy.routing.NearestStatistics(bank)") == "bnstudy.routing.NearestStatistics"
+    for bad in ("bnstudy.pin_everything(model)", "bnstudy.routing.Nearest(bank)", "model.eval()",
+                "bnstudy.stats.update_bn_stats(model, x)", "bnstudy.freeze.pin_eval(model)"):
+        assert resolve_call(bad) is None, bad
+
+
+def test_every_bnstudy_path_on_the_guide_takes_the_front_door():
+    """One import path per name: a front-door name is spelled ``bnstudy.<name>`` (never through the submodule
+    that defines it), study machinery ``bnstudy.<modes|banks|routing>.<name>``, and every such name exists."""
+    import bnstudy
+
+    text = GUIDE.read_text()
+    code = " ".join(re.findall(r"`([^`]+)`", text)) + " ".join(python_blocks(text))
+    paths = re.findall(r"\bbnstudy(?:\.\w+)+", code)
+    assert len(paths) > 10
+    for path in paths:
+        parts = path.split(".")[1:]
+        if parts[0].startswith("__"):
+            continue
+        assert parts[0] in bnstudy.__all__ or (parts[0] in STUDY_MODULES and (len(parts) == 1 or resolve_call(path))), \
+            f"{path}: not a front-door name (bnstudy.__all__) nor one of bnstudy.{{{', '.join(STUDY_MODULES)}}}"
+    for mod, names in re.findall(r"^from bnstudy(\.\w+)? import (.+)$", " \n".join(python_blocks(text)), flags=re.M):
+        for name in (n.strip() for n in names.split(",")):
+            where = "bnstudy" + mod
+            assert (not mod and name in bnstudy.__all__) or (mod[1:] in STUDY_MODULES and resolve_call(
+                f"{where}.{name}")), f"from {where} import {name}: import front-door names from bnstudy itself"
+
+
+class _ToyNet(__import__("torch").nn.Module):
+    """A small BatchNorm network of the shape the guide's code assumes: ``backbone`` and the old task's ``head``."""
+
+    def __init__(self):
+        from torch import nn
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                      nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                      nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+def _toy_namespace() -> dict:
+    """The names the guide's code blocks assume (guide.md, *Install the library*), on a toy model."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model, new_head = _ToyNet(), torch.nn.Linear(8, 4)
+    loader_new = [(torch.randn(4, 3, 8, 8, generator=g) * 3 + 2, torch.randint(0, 4, (4,), generator=g))
+                  for _ in range(4)]
+
+    def train_one_epoch(m):
+        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.01)
+        m.train()
+        for x, y in loader_new:
+            loss = F.cross_entropy(m(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return dict(model=model, new_head=new_head, x_old=torch.randn(8, 3, 8, 8, generator=g),
+                x_new=torch.randn(8, 3, 8, 8, generator=g) * 3 + 2, loader_new=loader_new,
+                train_one_epoch=train_one_epoch)
+
+
+def test_the_guide_shows_a_block_for_each_recipe():
+    blocks = python_blocks(GUIDE.read_text())
+    for call in ("statistics_mismatch", "pin_eval", "shared_weight_copy", "MODES[", "StatisticBank", "routed_forward",
+                 "update_bn_stats", "pin_norm_eval", "FreezeAudit"):
+        assert any(call in b for b in blocks), call
+
+
+@pytest.mark.parametrize("i", range(len(python_blocks(GUIDE.read_text()))))
+def test_guide_code_block_runs_on_a_toy_model_and_a_freeze_keeps_the_backbone_bit_identical(i):
+    """Each ``python`` block of the guide runs as it stands on a toy model with the names the guide states; a block
+    that freezes the backbone leaves every parameter and buffer of it bit-identical (the bank's block too: bank 0,
+    the old task's statistics, is live again after ``bank.use(1)``), and old-task logits it computes equal the
+    model's before the block."""
+    import warnings
+
+    import torch
+
+    block = python_blocks(GUIDE.read_text())[i]
+    ns = _toy_namespace()
+    before = {k: v.clone() for k, v in ns["model"].backbone.state_dict().items()}
+    reference = ns["model"].eval()(ns["x_old"]).detach()
+    ns["model"].train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the lints the blocks provoke on purpose (a batch of two)
+        exec(compile(block, f"guide.md block {i}", "exec"), ns)
+    if "requires_grad_(False)" in block or "MODES[" in block:
+        after = ns["model"].backbone.state_dict()
+        moved = [k for k, v in before.items() if not torch.equal(v, after[k])]
+        assert not moved, f"block {i} freezes the backbone, yet {moved} moved"
+    if "logits_old" in ns:
+        assert torch.equal(ns["logits_old"], reference), f"block {i}: the old task's logits changed"
+    # ... and a block that gives the new task statistics of its own has moved them away from the old task's
+    own_means = {"backbone_new": lambda: {k[:-len(".running_mean")]: v for k, v in ns["backbone_new"].state_dict().items()
+                                          if k.endswith(".running_mean")},
+                 "tm": lambda: {k[:-len(".running_mean")]: v for k, v in ns["tm"].backbone_b.state_dict().items()
+                                if k.endswith(".running_mean")},
+                 "bank": lambda: {layer: mean for layer, (mean, _) in ns["bank"].statistics(1).items()}}
+    for name, means in own_means.items():
+        if name in ns:
+            assert any(not torch.equal(m, before[f"{layer}.running_mean"]) for layer, m in means().items()), \
+                f"block {i}: the new task's statistics ({name}) never moved"
+
+
+def test_guide_uses_the_glossary_words_and_splices_verdicts_into_frames_that_read_for_any_word():
+    """Issue 24's vocabulary: none of the old verdict words; a glued verdict (a key ending in ``_verdict``) stands
+    after "verdict:", a colon or "reads", so that the sentence parses whichever word of the glossary it is (on the
+    guide and on the front page's Start here box)."""
+    text = GUIDE.read_text() + "\n" + _start_here(INDEX.read_text())
+    prose = re.sub(r"`[^`]*`", " ", ROLE.sub(" ", text))
+    for word in STALE_VERDICTS:
+        assert not re.search(rf"\b{word}\b", prose), word
+    assert "](glossary.md)" in text
+    for m in re.finditer(r"\{glue:md\}`[^`]*_verdict`", text):
+        before = re.sub(r"\s+", " ", text[max(0, m.start() - 40):m.start()]).rstrip()
+        assert before.endswith(":") or before.endswith(" reads"), f"{before[-30:]!r} + {m.group(0)}"
+
+
+def _start_here(text: str) -> str:
+    return text[text.index("{admonition} Start here"):text.index("\n```\n", text.index("{admonition} Start here"))]
+
+
+def test_front_page_links_the_guide_before_the_first_chapter_and_answers_every_chapter_in_one_line():
+    text = INDEX.read_text()
+    first_chapter = text.index("](chapters/")
+    assert text.index("](guide.md)") < first_chapter, "the front page links a chapter before the guide"
+    assert text.index("{admonition} Start here") < first_chapter and "Start here: what to do" in text
+    box = _start_here(text)
+    pages = _chapter_sources()
+    for page in pages:
+        lines = [ln for ln in re.split(r"\n- ", box) if f"]({page})" in ln]
+        assert len(lines) == 1, f"the Start here box has {len(lines)} lines for {page}"
+        glued = re.findall(r"\{glue(?::\w+)?\}`([^`:]+\.ipynb)::(ch\d\d)_", lines[0])
+        assert glued and {p for p, _ in glued} == {page}, f"{page}'s line glues nothing of its own: {lines[0]!r}"
+    flat = re.sub(r"\s+", " ", box)
+    for word in ("small", "synthetic", "digits", "randomly initialized", "ImageNet"):  # the limits, stated once
+        assert word in flat, word
+    assert text.count("ImageNet") == 1
+
+
+def test_front_page_glues_only_keys_of_the_chapter_it_names():
+    pages = _chapter_sources()
+    for page, key in re.findall(r"\{glue(?::\w+)?\}`([^`]+?)::(\w+)", INDEX.read_text()):
+        assert page in pages, page
+        assert key.startswith(f"ch{page.split('/')[1][:2]}_"), (page, key)
+
+
+@pytest.mark.slow
+def test_built_front_page_links_the_guide_before_any_chapter(built_html):
+    page = (built_html / "index.html").read_text()
+    main = page[page.index('<main'):]
+    assert main.index('href="guide.html') < main.index('href="chapters/01-freeze-modes.html')
+    assert "glue:" not in main and "::ch0" not in main
+
+
+def test_guide_code_runs_with_the_front_doors_requirements_only():
+    """The install line says ``pip install -e .`` (torch and numpy) is enough for the guide's code: every block runs
+    with pandas, scipy, statsmodels, matplotlib, seaborn, joblib and tqdm unimportable."""
+    import subprocess
+    import sys
+
+    blocked = ("pandas", "scipy", "statsmodels", "matplotlib", "seaborn", "joblib", "tqdm")
+    import inspect
+
+    script = "\n".join([  # the toy and the blocks travel as source: importing this module would pull in Sphinx
+        "import sys, warnings",
+        f"for m in {blocked!r}: sys.modules[m] = None",
+        "import torch",
+        "warnings.simplefilter('ignore')",
+        inspect.getsource(_ToyNet).replace('__import__("torch").nn.Module', "torch.nn.Module"),
+        inspect.getsource(_toy_namespace),
+        f"for i, b in enumerate({python_blocks(GUIDE.read_text())!r}):",
+        "    exec(compile(b, f'guide.md block {i}', 'exec'), _toy_namespace())",
+    ])
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
