@@ -73,7 +73,7 @@ def test_inline_markdown_renders_verdict_words_and_refuses_other_markdown():
     mixed = inline_markdown("*quick* profile, **3** seeds")
     assert [type(n) for n in mixed] == [nodes.emphasis, nodes.Text, nodes.strong, nodes.Text]
     assert "".join(n.astext() for n in mixed) == "quick profile, 3 seeds"
-    for other in ("[a link](x.html)", "`code`", "<b>html</b>", "# heading", "two\nlines", "**open"):
+    for other in ("[a link](x.html)", "`code`", "**`bnstudy.f(x)`**", "*[link](x.html)*", "<b>html</b>", "# heading", "two\nlines", "**open"):
         assert inline_markdown(other) is None, other
 
 
