@@ -403,7 +403,7 @@ def routing_figure(table: pd.DataFrame, routers=("nearest_first", "nearest_all",
     column width with text of at least 9 pt."""
     ks = sorted(table.n_tasks.unique())
     batches = sorted(table.inference_batch.unique())
-    colors = dict(zip(batches, sns.color_palette("viridis", len(batches))))
+    colors = style.sequential(batches)
     pos = _ch06_positions(table.strength)
     with plt.rc_context(style.rc()):
         fig, axes = plt.subplots(len(ks), len(routers), figsize=(style.COLUMN_WIDTH_IN, 2.6 * len(ks) + 0.6),
@@ -478,7 +478,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
     pos = _ch06_positions(gaps.strength)
     b1 = min(gaps.inference_batch)
     batches = sorted(routed.inference_batch.unique())
-    bcolors = dict(zip(batches, sns.color_palette("viridis", len(batches))))
+    bcolors = style.sequential(batches)
     with plt.rc_context(style.rc()):
         fig, axes = plt.subplots(2, len(ks), figsize=(style.COLUMN_WIDTH_IN, 6.4), sharex=True, squeeze=False)
         for c, k in enumerate(ks):
@@ -541,7 +541,7 @@ def temperature_figure(table: pd.DataFrame, kept: float):
     the kept temperature marked by a dotted vertical line. Returns the figure."""
     ks = sorted(table.n_tasks.unique())
     strengths = sorted(table.strength.unique())
-    colors = dict(zip(strengths, sns.color_palette("viridis", len(strengths))))
+    colors = style.sequential(strengths)
     with plt.rc_context(style.rc()):
         fig, axes = plt.subplots(1, len(ks), figsize=(style.COLUMN_WIDTH_IN, 3.4), squeeze=False)
         for ax, k in zip(axes[0], ks):
@@ -902,9 +902,9 @@ def ch3_heatmaps(grid):
 
 #: Fig. 6's marks per condition kind: the second family (task B with task A's classes) gets open markers and
 #: colours of its own, so each twin line is told apart from its twin (``noise`` / ``same_noise`` were two pinks).
-CH3_KIND_MARKS = {"brightness": ("o", style.BLUE, True), "contrast": ("o", style.ORANGE, True),
-                  "both": ("o", style.GREEN, True), "blur": ("o", style.PINK, True), "noise": ("o", style.BROWN, True),
-                  "same_both": ("D", style.GREEN, False), "same_noise": ("D", style.BROWN, False),
+CH3_KIND_MARKS = {**{k: ("o", style.color("shift", k), True) for k in ("brightness", "contrast", "both", "blur", "noise")},
+                  "same_both": ("D", style.color("shift", "same_both"), False),
+                  "same_noise": ("D", style.color("shift", "same_noise"), False),
                   "no shift": ("s", style.GREY, True), "no shift, same classes": ("s", style.GREY, False)}
 
 
@@ -1069,7 +1069,7 @@ def noise_figure(noise: pd.DataFrame):
     """Spread of batch means and variances (relative to sigma^2, sigma^4) against batch size per BN layer,
     measured (mean and 95% interval over seeds) and the independent-values prediction (dashed)."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    colors = dict(zip(sorted(noise.layer.unique()), sns.color_palette("viridis", noise.layer.nunique())))
+    colors = style.sequential(sorted(noise.layer.unique()))
     for ax, (val, pred, title) in zip(axes, (("var_mean_rel", "pred_mean_rel", "variance of the batch mean / $\\sigma^2$"),
                                            ("var_var_rel", "pred_var_rel", "variance of the batch variance / $\\sigma^4$"))):
         for layer, g in noise.groupby("layer"):
@@ -1178,7 +1178,7 @@ def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None =
     TOST's; ``+-margin`` drawn dashed); Wu & Johnson's range shaded."""
     d = pt[pt.kind == "precise"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    colors = dict(zip(sorted(d.batch_size.unique()), sns.color_palette("colorblind", d.batch_size.nunique())))
+    colors = style.sequential(sorted(d.batch_size.unique()))
     for ax, (val, lab) in zip(axes, (("mean_err", "mean error / population std"),
                                      ("var_err", "|log variance ratio|"),
                                      ("acc_vs_exact", "accuracy difference to exact statistics"))):
@@ -1333,11 +1333,7 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
     corrs = [c for c in ("none",) + CH07_CORRUPTION_ORDER if c in present] + \
         [c for c in present if c not in ("none",) + CH07_CORRUPTION_ORDER]
     # one warm hue only (orange): brightness, Gaussian noise and inversion were orange, vermilion and tan before
-    pal = sns.color_palette("colorblind", 10)
-    fixed = dict(none="black", brightness=pal[1], contrast=pal[0], gaussian_noise=pal[2], blur=pal[7],
-                 inversion=pal[4])
-    spare = iter([pal[k] for k in (3, 5, 6, 8, 9)])
-    colors = {c: fixed[c] if c in fixed else next(spare) for c in corrs}
+    colors = {c: style.color("shift", c) for c in corrs}  # the same colour per kind of shift as chapter 3's
     markers = dict(zip(corrs, "osD^vPX*"))
     rc = plt.rc_context(style.rc())
     rc.__enter__()

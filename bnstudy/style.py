@@ -41,8 +41,25 @@ EFFECTS = {"cost": VERMILLION, "benefit": BLUE, "net": "#222222"}
 #: Reference lines: chance, zero, an equivalence band.
 REFERENCE = {"chance": "0.4", "zero": "black", "band": "0.9"}
 
+#: Kinds of input shift (chapter 3's lines, chapter 7's corruptions): one colour per kind in both chapters.
+SHIFTS = {"none": "black", "brightness": BLUE, "contrast": ORANGE, "both": GREEN, "blur": PINK, "noise": BROWN,
+          "inversion": PURPLE}
+#: Other names of the same kinds of shift (chapter 7's ``gaussian_noise``; chapter 3's same-class lines, told
+#: apart by marker, not colour): :func:`color` gives them their kind's colour.
+SHIFT_ALIASES = {"gaussian_noise": "noise", "same_both": "both", "same_noise": "noise"}
+
 PALETTES = {"mode": MODES, "statistics": STATISTICS, "optimizer": OPTIMIZERS, "strategy": STRATEGIES,
-            "router": ROUTERS, "network": NETWORKS, "head": HEADS, "effect": EFFECTS, "reference": REFERENCE}
+            "router": ROUTERS, "network": NETWORKS, "head": HEADS, "effect": EFFECTS, "reference": REFERENCE,
+            "shift": SHIFTS}
+
+
+def sequential(values) -> dict:
+    """``{value: colour}`` for an ordered quantity (batch sizes, shift strengths, layers), on one sequential scale
+    (viridis, dark to light in the order given) in every figure."""
+    import seaborn as sns
+
+    values = list(values)
+    return dict(zip(values, sns.color_palette("viridis", len(values)).as_hex()))
 
 
 def color(concept: str, name: str) -> str:
@@ -53,6 +70,8 @@ def color(concept: str, name: str) -> str:
     if concept not in PALETTES:
         raise KeyError(f"style.color: unknown concept {concept!r}; concepts: {sorted(PALETTES)}")
     pal = PALETTES[concept]
+    if concept == "shift":
+        name = SHIFT_ALIASES.get(name, name)
     if name not in pal:
         raise KeyError(f"style.color: {concept} {name!r} has no colour; names: {list(pal)}")
     return pal[name]

@@ -35,3 +35,9 @@ def test_unknown_names_raise_naming_the_choices():
 
 def test_fonts_are_at_least_the_minimum():
     assert all(v >= style.MIN_FONT_PT for k, v in style.rc().items() if "size" in k)
+
+
+def test_a_kind_of_shift_has_one_colour_in_chapters_3_and_7():
+    assert style.color("shift", "gaussian_noise") == style.color("shift", "noise") == style.color("shift", "same_noise")
+    assert style.color("shift", "same_both") == style.color("shift", "both")
+    assert list(style.sequential([2, 8, 32])) == [2, 8, 32] and len(set(style.sequential([2, 8, 32]).values())) == 3
