@@ -149,8 +149,8 @@ def inline_markdown(text: str) -> list[nodes.Node] | None:
     """Docutils nodes for the inline Markdown that :func:`bnstudy.pages.glue_value` writes: plain text,
     ``**strong**`` and ``*emphasis*``. ``None`` for anything else (links, code, HTML, several lines)."""
     # the special characters are looked for in the whole text, inside ``**...**`` too: a bold value holding
-    # code (``**`f(x)`**``) is not inline Markdown this can render, and must not print its backticks
-    if "\n" in text.strip() or re.search(r"[`<>\[\]#]", text) or re.search(r"_", _INLINE_MD.sub("", text)):
+    # code or a link (``**`f(x)`**``) is not inline Markdown this can render, and must not print its backticks
+    if "\n" in text.strip() or re.search(r"[`\[\]]", text) or re.search(r"[<>_#]", _INLINE_MD.sub("", text)):
         return None
     out, pos = [], 0
     for m in _INLINE_MD.finditer(text):
