@@ -17,7 +17,7 @@ __all__ = ["visible_words", "answer_first", "page_problems", "figure_alts"]
 #: Text that must not reach a reader: Python warnings and tracebacks, local paths, NaN.
 _LEAKS = {
     "a Python warning": re.compile(r"\b\w*Warning:|Traceback \(most recent call last\)"),
-    "a file path": re.compile(r"/work/|\.venv|site-packages|/tmp/|/root/|/home/"),
+    "a file path": re.compile(r"/work/|\.venv/|site-packages|/tmp/|/root/|/home/"),
     "NaN": re.compile(r"(?<![\w-])(nan|NaN|NAN)(?![\w-])"),
     "a hand-typed reference": re.compile(r"\((?:see )?(?:Table|Fig\.|Figure) \d+\)|\(chapter \d+, (?:Figure|Table) \d+\)"),
 }
