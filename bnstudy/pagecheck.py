@@ -76,6 +76,9 @@ def page_problems(page, chapter: bool = True) -> list[str]:
     out = []
     if art.select("div.cell_input, div.cell div.highlight-ipython3"):
         out.append(f"{len(art.select('div.cell_input'))} code cell(s) shown")
+    for t in art.select("code, div.highlight"):  # code the prose shows on purpose (a command, a snippet) is no leak;
+        if t.find_parent("div", class_="cell_output") is None:  # code cells' outputs are checked
+            t.decompose()
     text = art.get_text(" ")
     for what, rx in _LEAKS.items():
         m = rx.search(text)
