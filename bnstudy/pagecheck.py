@@ -87,6 +87,10 @@ def page_problems(page, chapter: bool = True) -> list[str]:
             out.append(f"{what}: ...{text[a:m.end() + 60].strip()}...")
     for x in art.select("span.xref, a.reference.internal.missing, .problematic"):
         out.append(f"an unresolved reference: {x.get_text(strip=True)}")
+    for a in art.find_all("a", href=True):  # a Markdown link pasted by glue keeps its source name: dead in HTML
+        href = a["href"].split("#")[0]
+        if not re.match(r"[a-z]+:", href) and re.search(r"\.(md|ipynb)$", href):
+            out.append(f"a link to a source file, dead in the HTML: {a['href']} ({a.get_text(strip=True)!r})")
     for src, alt in figure_alts(page):
         if not alt.strip() or re.search(r"\.(png|svg|jpg)$|/|_build|figures", alt.strip()):
             out.append(f"a figure without descriptive alt text: {src} (alt {alt!r})")

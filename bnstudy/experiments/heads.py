@@ -1062,7 +1062,7 @@ def headline(F: "Findings") -> str:
     else:
         lead = "Whether a head or optimizer makes up for pinned statistics at chapter 1's shift depends on the cell"
     return (f"{lead}: with every freeze mode at its own tuned learning rate, {counts} (counted by Holm; the words "
-            f"are the [glossary](../glossary.md)'s).")
+            f"are the [glossary](../glossary.html)'s).")
 
 
 def linear_sentence(F: "Findings") -> str:

@@ -2022,7 +2022,7 @@ def counts_sentence(F: Findings, view: str = "raw") -> str:
     return (f"Over the {n['m']} shifted levels of the {len(_lines_of(F))} lines, the sum of the two differences reads "
             f"**{w['higher']}** at {n['higher']}, **{w['lower']}** at {n['lower']}, "
             f"**equivalent within \u00b1{F.tie_margin:g}** at {n['equivalent']} and **not decided** at "
-            f"{n['not decided']} (Holm counts, the [glossary](../glossary.md)'s rule).")
+            f"{n['not decided']} (Holm counts, the [glossary](../glossary.html)'s rule).")
 
 
 def _lines_of(F: Findings) -> list:
