@@ -67,7 +67,7 @@ PAGE_FACTS = """() => {
   const main = document.querySelector('main') || document.body;
   const figures = [...document.querySelectorAll('figure')].map(f => ({
       id: f.id || (f.querySelector('[id]') || {}).id || '',
-      caption: (f.querySelector('figcaption') || {innerText: ''}).innerText.trim()}));
+      caption: (f.querySelector('figcaption') || {textContent: ''}).textContent.trim()}));  // textContent: a figure folded in a dropdown has its caption, not rendered
   return {
     text: main.innerText,
     brokenImages: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src),
