@@ -108,9 +108,14 @@ def collect_parameters(args, defaults: dict) -> dict:
 
 
 def experiment_module(nb_path: Path):
-    """The chapter's experiment module, named by its notebook's ``from bnstudy.experiments import NAME``
-    line; ``None`` for a notebook without one."""
-    m = re.search(r"from bnstudy\.experiments import (\w+)", Path(nb_path).read_text())
+    """The chapter's run module (what ``make_config`` builds), named by its notebook's
+    ``from bnstudy.experiments.NAME import run, ...`` (a chapter folder: ``bnstudy.experiments.NAME.run``) or
+    ``from bnstudy.experiments import NAME`` line (a single module); ``None`` for a notebook without either."""
+    text = Path(nb_path).read_text()
+    m = re.search(r"from bnstudy\.experiments\.(\w+) import", text)
+    if m:
+        return importlib.import_module(f"bnstudy.experiments.{m.group(1)}.run")
+    m = re.search(r"from bnstudy\.experiments import (\w+)", text)
     return importlib.import_module(f"bnstudy.experiments.{m.group(1)}") if m else None
 
 

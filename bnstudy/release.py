@@ -62,8 +62,13 @@ class Chapter:
         return self.notebook
 
     def experiment(self):
+        """The chapter's run module: ``bnstudy.experiments.NAME.run`` for a chapter folder (what is trained),
+        else the chapter's single module ``bnstudy.experiments.NAME``."""
         import importlib
-        return importlib.import_module(f"bnstudy.experiments.{self.module}")
+        mod = importlib.import_module(f"bnstudy.experiments.{self.module}")
+        if hasattr(mod, "__path__"):  # a chapter folder: run / findings / figures
+            return importlib.import_module(f"bnstudy.experiments.{self.module}.run")
+        return mod
 
     def siblings(self) -> tuple:
         return tuple(getattr(self.experiment(), "SIBLING_TABLES", ()))

@@ -46,17 +46,20 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 # computes anything with them, so editing them must not invalidate the run cache.
 _PRESENTATION_ONLY = {"book.py", "cli.py", "sphinxext.py", "report.py", "plots.py", "release.py", "inference.py", "pages.py",
                       "style.py", "pagecheck.py"}
+# In a chapter's folder (``experiments/NAME/``): what it claims and what it draws; its ``run.py`` computes rows.
+_CHAPTER_PRESENTATION = {"findings.py", "figures.py"}
 
 
 def code_version(*roots) -> str:
     """A 12-hex-digit hash of the code that runs can execute: part of every run cache key.
 
     Without ``roots``: every ``.py`` file of the package except the presentation-only modules
-    (``_PRESENTATION_ONLY``). With ``roots`` (the functions and classes a sweep's runs execute: its
+    (``_PRESENTATION_ONLY``, and each chapter folder's ``findings.py`` and ``figures.py``). With ``roots`` (the functions and classes a sweep's runs execute: its
     ``run_group`` and its config types, see :func:`namespace_version`): only the code reachable from them, so
     that an edit to a chapter's findings, wording or figures leaves its runs (and every other chapter's) warm:
 
-    * a chapter module (``bnstudy/experiments/*.py``, which holds a chapter's runs beside its analysis)
+    * a chapter module (``bnstudy/experiments/NAME.py``, or a module of a chapter folder
+      ``bnstudy/experiments/NAME/``: ``run.py``, and ``findings.py`` / ``figures.py`` if a run reached them)
       contributes the top-level definitions reachable from the roots through the names they use (functions,
       classes, module-level assignments, followed across chapter modules), its import statements and any
       other top-level statement (docstrings aside);
@@ -69,7 +72,7 @@ def code_version(*roots) -> str:
     h = hashlib.sha256()
     if not roots:
         for p in sorted(_PACKAGE_DIR.rglob("*.py")):
-            if p.parent == _PACKAGE_DIR and p.name in _PRESENTATION_ONLY:
+            if _is_presentation(p):
                 continue
             h.update(str(p.relative_to(_PACKAGE_DIR)).encode())
             h.update(p.read_bytes())
@@ -113,7 +116,16 @@ def _module_file(modname: str) -> Path | None:
 
 
 def _is_chapter_module(path: Path) -> bool:
-    return path.parent == _PACKAGE_DIR / "experiments" and path.name != "__init__.py"
+    """A chapter's module (``experiments/NAME.py``) or a module of a chapter's folder (``experiments/NAME/run.py``,
+    ``findings.py``, ``figures.py``): hashed by the definitions a run reaches, not whole."""
+    return _PACKAGE_DIR / "experiments" in path.parents and path.name != "__init__.py"
+
+
+def _is_presentation(path: Path) -> bool:
+    """A module no run executes: the top-level presentation modules and each chapter folder's findings and figures."""
+    if path.parent == _PACKAGE_DIR:
+        return path.name in _PRESENTATION_ONLY
+    return path.parent.parent == _PACKAGE_DIR / "experiments" and path.name in _CHAPTER_PRESENTATION
 
 
 def _resolve(modname: str, level: int, current: str, is_package: bool) -> str:

@@ -253,3 +253,15 @@ def test_a_chapters_analysis_edit_leaves_its_runs_keys_and_an_engine_edit_does_n
     _edit(pkg / "engine.py", "def train_source(", "def _engine_edit():\n    return 1\n\n\ndef train_source(")
     again = {k: code_version(*r) for k, r in roots.items()}
     assert all(again[k] != after[k] for k in ("heads", "stage2", "mismatch")) and source_version() != src0
+
+
+def test_chapter_folder_findings_and_figures_are_outside_the_code_fingerprint_and_run_is_inside():
+    from bnstudy.sweep import _PACKAGE_DIR, _is_chapter_module, _is_presentation
+    _EXPERIMENTS_DIR = _PACKAGE_DIR / "experiments"
+    folder = _EXPERIMENTS_DIR / "some_chapter"
+    assert _is_presentation(folder / "findings.py") and _is_presentation(folder / "figures.py")
+    assert not _is_presentation(folder / "run.py") and not _is_presentation(_EXPERIMENTS_DIR / "heads.py")
+    assert _is_presentation(_PACKAGE_DIR / "plots.py") and not _is_presentation(_PACKAGE_DIR / "engine.py")
+    # a run module of a folder is hashed by what its runs reach, like a single chapter module
+    assert _is_chapter_module(folder / "run.py") and _is_chapter_module(_EXPERIMENTS_DIR / "heads.py")
+    assert not _is_chapter_module(folder / "__init__.py") and not _is_chapter_module(_PACKAGE_DIR / "engine.py")
