@@ -24,7 +24,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 # The book's freeze modes live in bnstudy.modes, the norm-layer rules in bnstudy.norms (one import path per name).
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
-from .norms import (has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
+from .norms import (PRECISE_MARK, has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
                     keeps_running_stats, statistics_source, updates_running_stats)
 
 #: Attribute :func:`pin_eval` sets (``True``) on every module it pins, besides the ``train`` override. TorchScript
@@ -270,6 +270,8 @@ class FrozenBatchNorm(nn.Module):
         frozen.running_var = bn.running_var.detach().clone()
         if getattr(bn, "num_batches_tracked", None) is not None:
             frozen.num_batches_tracked = bn.num_batches_tracked.detach().clone()
+        if hasattr(bn, PRECISE_MARK):  # statistics from update_bn_stats stay known as an estimate
+            setattr(frozen, PRECISE_MARK, getattr(bn, PRECISE_MARK))
         frozen.train(bn.training)
         return frozen
 
@@ -293,6 +295,8 @@ class FrozenBatchNorm(nn.Module):
         bn.running_mean = self.running_mean.detach().clone()
         bn.running_var = self.running_var.detach().clone()
         bn.num_batches_tracked = self.num_batches_tracked.detach().clone()
+        if hasattr(self, PRECISE_MARK):
+            setattr(bn, PRECISE_MARK, getattr(self, PRECISE_MARK))
         bn.train(self.training)
         return bn
 

@@ -161,6 +161,39 @@ def is_batch_norm(module: nn.Module) -> bool:
     return _is_sub(module, _BatchNorm) or (_is_sub(module, _NormBase) and not _is_sub(module, _InstanceNorm))
 
 
+#: The attribute :func:`bnstudy.update_bn_stats` sets on each layer it estimated: the layer's
+#: ``num_batches_tracked`` right after the estimate (the number of batches the equal-weight average covers).
+PRECISE_MARK = "_bnstudy_precise_bn_batches"
+
+
+def mark_precise_estimate(module: nn.Module) -> None:
+    """Record on ``module`` that its running statistics are now a precise-BN estimate (:data:`PRECISE_MARK`).
+
+    The mark survives ``copy.deepcopy`` and is carried by FrozenBatchNorm conversions; a state_dict does not
+    carry it."""
+    nbt = getattr(module, "num_batches_tracked", None)
+    if isinstance(nbt, torch.Tensor):
+        setattr(module, PRECISE_MARK, int(nbt))
+
+
+def holds_precise_estimate(module: nn.Module) -> bool:
+    """Whether ``module``'s running statistics are a precise-BN estimate not reset since
+    (:func:`mark_precise_estimate`; a reset, ``num_batches_tracked`` below the count at the estimate, drops the
+    mark). Train-mode updates after the estimate keep it: they average the estimate with data, never with the
+    reset values mean 0 / variance 1."""
+    k = getattr(module, PRECISE_MARK, None)
+    nbt = getattr(module, "num_batches_tracked", None)
+    if k is None or not isinstance(nbt, torch.Tensor):
+        return False
+    if int(nbt) < k:
+        try:
+            delattr(module, PRECISE_MARK)
+        except AttributeError:
+            pass
+        return False
+    return True
+
+
 def has_running_stats(module: nn.Module) -> bool:
     """Whether ``module`` holds ``running_mean`` and ``running_var`` buffers (not ``None``), whatever its
     ``track_running_stats`` flag says."""

@@ -46,7 +46,7 @@ from torch import nn
 from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_module,
                       check_number, describe, module_names, user_stacklevel)
 from .freeze import batchnorm_layers, is_pinned, _refuse_script_module, unpin
-from .norms import compiled_original, has_running_stats, is_batch_norm, keeps_running_stats
+from .norms import compiled_original, has_running_stats, is_batch_norm, keeps_running_stats, mark_precise_estimate
 
 #: Dict keys :func:`batch_input` looks for, in order, when a batch is a dict.
 INPUT_KEYS = ("input", "inputs", "x", "image", "images", "img", "pixel_values", "data")
@@ -293,6 +293,8 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
             m.running_var.copy_(saved[n]["var"])
             if saved[n]["had_nbt"]:
                 m.num_batches_tracked.copy_(saved[n]["nbt"])
+        elif n in estimates:  # lint_model's stats_near_init reads num_batches_tracked; this says it counts batches
+            mark_precise_estimate(m)
     pinned = [n for n, m in bns.items() if calls[n] and is_pinned(m)]
     if modules is None and pinned:
         shown = ", ".join(n or "(model)" for n in pinned[:6]) + (f" and {len(pinned) - 6} more" if len(pinned) > 6

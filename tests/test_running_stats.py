@@ -141,3 +141,34 @@ def test_update_bn_stats_is_exact_for_any_split_of_the_data_into_batches(sizes, 
     tol = 1e-6 * (abs(shift) + scale)  # float32 rounding of the inputs and of the written value, relative to |x|
     assert torch.allclose(bn.running_mean.double(), exact.mean(0), rtol=1e-6, atol=tol)
     assert torch.allclose(bn.running_var.double(), exact.var(0), rtol=1e-5, atol=tol * scale)
+
+
+def test_stats_near_init_is_silent_after_precise_bn_and_returns_after_a_reset():
+    """Found in issue 24's read: after update_bn_stats, num_batches_tracked counts the estimate's batches (an
+    equal-weight average, no share of the reset values), and lint_model's stats_near_init took it for a few EMA
+    updates since a reset. The mark survives deepcopy and FrozenBatchNorm conversion; a reset drops it."""
+    import copy
+    import bnstudy
+    from bnstudy.norms import PRECISE_MARK
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
+    batches = [torch.randn(16, 3, 8, 8) + 2 for _ in range(10)]
+    bnstudy.update_bn_stats(model, batches)
+    bnstudy.pin_eval(model)
+
+    def codes(m):
+        return [lint.code for lint in bnstudy.lint_model(m, warn=False)]
+
+    assert int(model[1].num_batches_tracked) == 10 and "stats_near_init" not in codes(model)
+    assert "stats_near_init" not in codes(copy.deepcopy(model))
+    assert "stats_near_init" not in codes(bnstudy.freeze_batchnorm(copy.deepcopy(model)))
+    unmarked = copy.deepcopy(model)
+    delattr(unmarked[1], PRECISE_MARK)  # what the lint said before: 0.9**10 = 35% from the reset
+    assert "stats_near_init" in codes(unmarked)
+    bnstudy.unpin(model)
+    model[1].reset_running_stats()
+    model.train()
+    model(batches[0])
+    model(batches[1])
+    bnstudy.pin_eval(model)
+    assert "stats_near_init" in codes(model) and not hasattr(model[1], PRECISE_MARK)

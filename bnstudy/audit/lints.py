@@ -29,7 +29,7 @@ from .._checks import (check_bool, check_callable, check_int, check_iterable, ch
                        check_number, check_str, describe, user_stacklevel)
 from .._checks import LazyPandas
 from ..freeze import batch_stats_rows, is_pinned, pin_dropped, _refuse_fixed_mode
-from ..norms import (compiled_original, counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm,
+from ..norms import (compiled_original, holds_precise_estimate, counts_batches, has_running_stats, is_batch_norm, is_frozen_batchnorm,
                      is_instance_norm, is_norm_base, statistics_source, updates_running_stats)
 
 pd = LazyPandas()  # pandas is imported only when a table is asked for
@@ -321,6 +321,8 @@ def _near_init_lint(name: str, m: nn.Module, n: int, when: str = "", known_reset
     mom = m.momentum
     if not (isinstance(mom, numbers.Real) and not isinstance(mom, bool) and 0 < mom < 1) or n < 1:
         return None
+    if not known_reset and holds_precise_estimate(m):
+        return None  # num_batches_tracked counts update_bn_stats's batches: an equal-weight estimate, no reset share
     w = (1 - float(mom)) ** n
     if w <= MAX_INIT_WEIGHT:
         return None
