@@ -125,11 +125,14 @@ def test_findings_on_a_hand_made_table():
     assert f.routed_task_a_gentle_b1["k2"].mean == pytest.approx(0.591)
     assert f.oracle_task_a["k2"].mean == pytest.approx(0.801)
     assert (f.worst_router, f.worst_strength, f.worst_batch, f.worst_n_tasks) == ("mixture", 1.0, 1, 2)
-    assert f.worst_gap.mean == pytest.approx(-0.11)
+    w = findings.worst_cell(findings.cell_tests(_table())).iloc[0]
+    assert w.key == "worst_cell" and w.estimate == pytest.approx(-0.11)
     # 24 cells, one family: the mixture's -0.11 (SD 0.01, 3 seeds) has a Bonferroni interval at 1 - 0.05/24 wide
     # enough to reach past zero (t quantile about 21.9 with 2 degrees of freedom): no direction, not equivalent
     assert f.n_cells == 4 * 3 * 2 and f.cells_confidence == pytest.approx(100 * (1 - 0.05 / 24))
-    assert f.worst_verdict == "not decided" and f.worst_gap.low < 0 < f.worst_gap.high
+    assert w.verdict == "not decided" and w.low < 0 < w.high and w.p_adjusted >= w.p
+    with pytest.raises(ValueError, match="worst_cell needs"):
+        findings.worst_cell(findings.cell_tests(_table()).iloc[:0])
     assert f.n_lower == 0 and f.n_higher == 0 and f.n_not_decided == 1
     assert f.n_equivalent == f.n_cells - 1 and f.n_equivalent_half == f.n_cells - 1
     assert f.oracle_new_tasks["k2"].mean == pytest.approx(0.801)
@@ -380,7 +383,7 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     f, c = findings.findings(df, cells), findings.claims(df)
     p = findings.phrases(f, cells, c)
     names = [n for fl in dataclasses.fields(f) for n, _ in glue_items(f"ch06_{fl.name}", getattr(f, fl.name))]
-    claim_names = [n for n, _ in claims_items("ch06", c)]
+    claim_names = [n for t in (c, findings.worst_cell(cells)) for n, _ in claims_items("ch06", t)]
     extra = {f"ch06_{k}" for k in {**findings.claims_family(c), **p}}
     assert all(k.endswith("_text") for k in p) and not extra & (set(names) | set(claim_names))
     assert len(set(names) | set(claim_names)) == len(names) + len(claim_names)  # findings and claims never clash
@@ -655,7 +658,8 @@ def test_answer_box_is_the_first_thing_under_the_title_and_every_figure_has_alt_
 def test_printed_findings_clip_intervals_to_the_quantitys_range():
     f = findings.findings(_table())
     over = Interval(0.99, 0.95, 1.03, 3)
-    g = findings.printed(dataclasses.replace(f, route_strong_b1={"k2_nearest_first": over},
-                                       worst_gap=Interval(-0.5, -1.2, 0.2, 3)))
-    assert g.route_strong_b1["k2_nearest_first"].high == 1.0 and g.worst_gap.low == -1.0
-    assert f.worst_gap.low == pytest.approx(f.worst_gap.low)  # the findings keep the raw intervals
+    h = dataclasses.replace(f, route_strong_b1={"k2_nearest_first": over},
+                            train_task_a={"k2": Interval(-0.5, -1.2, 0.2, 3)})
+    g = findings.printed(h)
+    assert g.route_strong_b1["k2_nearest_first"].high == 1.0 and g.train_task_a["k2"].low == -1.0
+    assert h.train_task_a["k2"].low == -1.2  # the findings keep the raw intervals

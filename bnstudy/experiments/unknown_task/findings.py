@@ -184,6 +184,19 @@ def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
     return out
 
 
+
+def worst_cell(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
+    """The router cell with the most negative estimate (``cells``: :func:`cell_tests`; the cell
+    :func:`findings` names in ``worst_*``) as a one-row claims table (:func:`bnstudy.inference.claims_table`'s
+    columns), key ``worst_cell``: its estimate, family interval, ``p``, ``p_adjusted`` (Holm over the cells, as
+    :func:`cell_tests` gives it), ``p_equivalence`` at ``margin`` and verdict; glued with
+    :func:`bnstudy.pages.glue_claims` as ``ch06_worst_cell_<field>``. Raises ``ValueError`` without cells."""
+    if not len(cells):
+        raise ValueError("worst_cell needs at least one router cell (cell_tests of a table with routers)")
+    w = cells.loc[[cells["estimate"].idxmin()]].assign(key="worst_cell", margin=float(margin))
+    return w[["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence", "margin", "confidence",
+              "kind", "verdict"]].reset_index(drop=True)
+
 def _frame_parts(df: pd.DataFrame):
     m = seed_means(df[df.condition.isin(CONDITIONS)])
     strengths = sorted(m.strength.unique())
@@ -316,7 +329,8 @@ class Findings:
       (:func:`bnstudy.inference.count_verdicts`: a direction where Holm over the cells shows it, else the printed
       verdict; ``n_equivalent_half`` counts printed verdicts at half the margin) (the cells themselves in words:
       :func:`equivalence_phrase`, :func:`below_phrase`); ``max_bound_hard``: the largest absolute end of a hard router's family interval; ``worst_*``: the cell
-      with the most negative estimate, its family interval and ``worst_verdict``; ``cells_confidence``: the
+      with the most negative estimate (its estimate, family interval and verdict: :func:`worst_cell`, a claims
+      table); ``cells_confidence``: the
       family intervals' confidence (percent).
     * ``n_chance_cells`` / ``n_above_chance``: at t = 0, the (router, task count, inference batch) cells and
       how many route above chance ``1/n_tasks`` (one-sided t tests, Holm over those cells, below
@@ -368,8 +382,6 @@ class Findings:
     n_higher: int
     n_not_decided: int
     max_bound_hard: float
-    worst_gap: Interval
-    worst_verdict: str
     worst_router: str
     worst_strength: float
     worst_batch: int
@@ -497,9 +509,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
         n_equivalent=counts["equivalent"], n_equivalent_half=int(tests.equivalent_half.sum()),
         n_lower=counts["lower"], n_higher=counts["higher"], n_not_decided=counts["not decided"],
         max_bound_hard=float(hard.bound.max()) if len(hard) else math.nan,
-        worst_gap=Interval(float(worst["estimate"]), float(worst["low"]), float(worst["high"]), int(worst["n"]),
-                           float(worst["confidence"])),
-        worst_verdict=str(worst["verdict"]), worst_router=str(worst["condition"]),
+        worst_router=str(worst["condition"]),
         worst_strength=float(worst["strength"]), worst_batch=int(worst["inference_batch"]),
         worst_n_tasks=int(worst["n_tasks"]),
     )
