@@ -374,7 +374,7 @@ def test_chapter_two_rows_are_checked_with_their_siblings_before_the_kernel(tmp_
 def test_chapter_six_checks_its_temperature_table_against_the_checks_own_configuration(tmp_path, capsys,
                                                                                        monkeypatch):
     """The temperature check runs held-out seeds: its sidecar records them, not the page's, and the command checks
-    it against the check's configuration (unknown_task.sibling_parameters) before the kernel starts."""
+    it against the check's configuration (unknown_task.run.sibling_parameters) before the kernel starts."""
     import json
 
     def no_kernel(*a, **k):

@@ -1,4 +1,5 @@
-"""Chapter 6 (bnstudy.experiments.unknown_task): config checks, one tiny unit, findings on hand-made tables."""
+"""Chapter 6 (bnstudy.experiments.unknown_task: run, findings, figures): config checks, one tiny unit, findings on
+hand-made tables."""
 
 import dataclasses
 import math
@@ -10,17 +11,17 @@ import pytest
 
 from bnstudy.config import SourceConfig
 from bnstudy.engine import train_source
-from bnstudy.experiments import unknown_task as ut
+from bnstudy.experiments.unknown_task import figures, findings, run
 from bnstudy.inference import Interval
 
 
 def test_shift_of_task_b_is_chapter_3s_both_line():
-    assert ut.shift_of("B", 1.0) == (4.0, 5.0)
-    assert ut.shift_of("C", 0.5) == (-2.0, 3.0)
-    assert ut.shift_of("D", 1.0) == (0.0, 0.2)
-    assert ut.shift_of("A", 1.0) == (0.0, 1.0)
+    assert run.shift_of("B", 1.0) == (4.0, 5.0)
+    assert run.shift_of("C", 0.5) == (-2.0, 3.0)
+    assert run.shift_of("D", 1.0) == (0.0, 0.2)
+    assert run.shift_of("A", 1.0) == (0.0, 1.0)
     with pytest.raises(ValueError, match="strength"):
-        ut.shift_of("B", -1.0)
+        run.shift_of("B", -1.0)
 
 
 @pytest.mark.parametrize("override, match", [
@@ -34,22 +35,22 @@ def test_shift_of_task_b_is_chapter_3s_both_line():
 ])
 def test_config_rejects_bad_values_naming_the_parameter(override, match):
     with pytest.raises(ValueError, match=match):
-        ut.make_config("quick", **override)
+        run.make_config("quick", **override)
 
 
 def test_profiles_build_and_full_has_ten_seeds():
-    assert len(ut.make_config("full").seeds) >= 10
-    assert len(ut.make_config("full").strengths) >= 3
-    assert ut.make_config("quick").inference_batches == (1, 2, 8, 32)
+    assert len(run.make_config("full").seeds) >= 10
+    assert len(run.make_config("full").strengths) >= 3
+    assert run.make_config("quick").inference_batches == (1, 2, 8, 32)
 
 
 @pytest.fixture(scope="module")
 def tiny_unit():
     src = train_source(SourceConfig(seed=0, stage1_steps=5, n_eval=16))
-    u = ut.UnitConfig(seed=0, n_tasks=2, strength=1.0, steps=3, n_eval=8, router_samples=8, inference_batches=(1, 2),
+    u = run.UnitConfig(seed=0, n_tasks=2, strength=1.0, steps=3, n_eval=8, router_samples=8, inference_batches=(1, 2),
                       temperature=0.1, noise=3.0, momentum=0.1, lr=0.05, batch_size=8, n_classes=10,
                       check_temperatures=(1.0,))
-    return ut.run_unit(u, src)
+    return run.run_unit(u, src)
 
 
 def test_old_task_logits_bit_identical_under_the_oracle(tiny_unit):
@@ -58,8 +59,8 @@ def test_old_task_logits_bit_identical_under_the_oracle(tiny_unit):
 
 def test_unit_records_every_condition_task_and_batch(tiny_unit):
     rec = pd.DataFrame(tiny_unit["records"])
-    assert set(rec.condition) == set(ut.CONDITIONS) | {"mixture_tau=1"}
-    assert len(rec) == 2 * 2 * len(ut.CONDITIONS) + 2  # the checked temperature: b = 1 only, per task
+    assert set(rec.condition) == set(run.CONDITIONS) | {"mixture_tau=1"}
+    assert len(rec) == 2 * 2 * len(run.CONDITIONS) + 2  # the checked temperature: b = 1 only, per task
     assert (rec[rec.condition == "mixture_tau=1"].inference_batch == 1).all()
     assert (rec[rec.condition == "mixture"].temperature == 0.1).all()
     assert (rec[rec.condition == "oracle"].routing_accuracy == 1).all()
@@ -83,7 +84,7 @@ def _table():
         for t in (0.0, 0.01, 1.0):
             for b in (1, 32):
                 for task in ("A", "B"):
-                    for cond in ut.CONDITIONS:
+                    for cond in run.CONDITIONS:
                         acc = 0.8 + jit
                         route = math.nan if cond in ("train_mode", "pinned") else (
                             1.0 if cond == "oracle" else 0.5 if t == 0 else (0.6 if b == 1 else 1.0) if t == 0.01
@@ -104,7 +105,7 @@ def _table():
 
 
 def test_findings_on_a_hand_made_table():
-    f = ut.findings(_table())
+    f = findings.findings(_table())
     assert f.n_seeds == 3 and f.gentle == 0.01 and f.strong == 1.0 and f.zero == 0.0 and f.b1 == 1 and f.bmax == 32
     assert f.route_gentle_b1["k2_nearest_first"].mean == pytest.approx(0.6)
     assert f.route_gentle_bmax["k2_nearest_first"].mean == pytest.approx(1.0)
@@ -124,11 +125,14 @@ def test_findings_on_a_hand_made_table():
     assert f.routed_task_a_gentle_b1["k2"].mean == pytest.approx(0.591)
     assert f.oracle_task_a["k2"].mean == pytest.approx(0.801)
     assert (f.worst_router, f.worst_strength, f.worst_batch, f.worst_n_tasks) == ("mixture", 1.0, 1, 2)
-    assert f.worst_gap.mean == pytest.approx(-0.11)
+    w = findings.worst_cell(findings.cell_tests(_table())).iloc[0]
+    assert w.key == "worst_cell" and w.estimate == pytest.approx(-0.11)
     # 24 cells, one family: the mixture's -0.11 (SD 0.01, 3 seeds) has a Bonferroni interval at 1 - 0.05/24 wide
     # enough to reach past zero (t quantile about 21.9 with 2 degrees of freedom): no direction, not equivalent
     assert f.n_cells == 4 * 3 * 2 and f.cells_confidence == pytest.approx(100 * (1 - 0.05 / 24))
-    assert f.worst_verdict == "not decided" and f.worst_gap.low < 0 < f.worst_gap.high
+    assert w.verdict == "not decided" and w.low < 0 < w.high and w.p_adjusted >= w.p
+    with pytest.raises(ValueError, match="worst_cell needs"):
+        findings.worst_cell(findings.cell_tests(_table()).iloc[:0])
     assert f.n_lower == 0 and f.n_higher == 0 and f.n_not_decided == 1
     assert f.n_equivalent == f.n_cells - 1 and f.n_equivalent_half == f.n_cells - 1
     assert f.oracle_new_tasks["k2"].mean == pytest.approx(0.801)
@@ -139,11 +143,11 @@ def test_findings_on_a_hand_made_table():
 
 def test_claims_on_a_hand_made_table_are_condition_minus_oracle_in_one_family():
     from bnstudy import inference
-    c = ut.claims(_table()).set_index("key")
+    c = findings.claims(_table()).set_index("key")
     comparisons = ["train_vs_oracle_k2", "pinned_vs_oracle_k2", "mixture_vs_oracle_k2", "router_vs_oracle_k2",
                    "routed_gentle_b1_k2", "routed_gentle_bmax_k2"]
     assert list(c.index) == comparisons + ["oracle_exact", "train_is_last_bank", "perfect_at_strong"]
-    assert ut.claims_family(c.reset_index()) == dict(claims_m=6, claims_confidence=pytest.approx(100 * (1 - 0.05 / 6)))
+    assert findings.claims_family(c.reset_index()) == dict(claims_m=6, claims_confidence=pytest.approx(100 * (1 - 0.05 / 6)))
     # train mode: -0.3 - 0.01 * seed (task A -0.6, task B its own bank): a Bonferroni interval at 1 - 0.05/6 below 0
     assert c.loc["train_vs_oracle_k2", "estimate"] == pytest.approx(-0.31)
     assert c.loc["train_vs_oracle_k2", "confidence"] == pytest.approx(1 - 0.05 / 6)
@@ -157,12 +161,12 @@ def test_claims_on_a_hand_made_table_are_condition_minus_oracle_in_one_family():
     assert c.loc["routed_gentle_b1_k2", "verdict"] == "routed head lower"
     assert c.loc["routed_gentle_bmax_k2", "verdict"] == "equivalent within ±0.02"
     assert (c.loc[["oracle_exact", "train_is_last_bank", "perfect_at_strong"], "verdict"] == "exact, checked ==").all()
-    assert all(inference.is_verdict(v, ut.DIRECTIONS) for v in c.verdict)
+    assert all(inference.is_verdict(v, findings.DIRECTIONS) for v in c.verdict)
     # Holm over the comparisons only: the checks have no p-value
     assert c.loc[comparisons, "p_adjusted"].notna().all() and c.loc["oracle_exact", "p_adjusted"] != c.loc[
         "oracle_exact", "p_adjusted"]
     # one seed: too few seeds, never equivalent
-    one = ut.claims(_table().query("seed == 0")).set_index("key")
+    one = findings.claims(_table().query("seed == 0")).set_index("key")
     assert (one.loc[comparisons, "verdict"] == "too few seeds").all()
 
 
@@ -170,53 +174,53 @@ def test_findings_see_a_cost_before_routing_works():
     df = _table()
     hit = (df.condition == "train_mode") & (df.strength == 0.01) & (df.task == "A")
     df.loc[hit, "accuracy"] -= 0.1 + 0.01 * df.loc[hit, "seed"]
-    f = ut.findings(df)
+    f = findings.findings(df)
     assert f.wrong_from_train["k2"] == 0.01
     assert f.cost_after_routing is False
     no_cost = _table()
     no_cost = no_cost[~no_cost.condition.isin(["train_mode"])]
     no_cost = pd.concat([no_cost, _table().query("condition == 'train_mode'").assign(accuracy=lambda d: 0.8 + 0.001 * d.seed)])
-    assert ut.findings(no_cost).wrong_from_train_text["k2"] == "at no strength tested"
+    assert findings.findings(no_cost).wrong_from_train_text["k2"] == "at no strength tested"
     assert f.wrong_below_routing["k2"] < -0.05
 
 
 def test_checks_detect_a_broken_oracle_and_findings_missing_conditions():
     df = _table()
     df.loc[0, "oracle_logit_change"] = 1e-7
-    c = ut.claims(df).set_index("key")
+    c = findings.claims(df).set_index("key")
     assert c.loc["oracle_exact", "verdict"] == "not exact" and c.loc["oracle_exact", "estimate"] == pytest.approx(1e-7)
     assert c.loc["train_is_last_bank", "verdict"] == "exact, checked =="
     with pytest.raises(ValueError, match="mixture"):
-        ut.findings(df[df.condition != "mixture"])
+        findings.findings(df[df.condition != "mixture"])
     with pytest.raises(ValueError, match="mixture"):
-        ut.claims(df[df.condition != "mixture"])
+        findings.claims(df[df.condition != "mixture"])
 
 
 def test_routing_above_chance_is_a_one_sided_test_with_holm_over_the_cells():
     df = _table()
-    zero = (df.strength == 0.0) & df.condition.isin(ut.ROUTERS)
+    zero = (df.strength == 0.0) & df.condition.isin(run.ROUTERS)
     df.loc[zero, "routing_accuracy"] = 0.7 + 0.01 * df.loc[zero, "seed"]
-    f = ut.findings(df)
+    f = findings.findings(df)
     assert (f.n_chance_cells, f.n_above_chance) == (8, 8)
     # barely above chance in one cell (mean 0.51, SD 0.01, 3 seeds: one-sided p about 0.11): not shown there
     one = zero & (df.condition == "classifier") & (df.inference_batch == 32)
     df.loc[one, "routing_accuracy"] = 0.5 + 0.01 * df.loc[one, "seed"]
-    g = ut.findings(df)
+    g = findings.findings(df)
     assert g.n_above_chance == 7
-    assert "7 of the 8 cells are shown above it" in ut.phrases(g, ut.cell_tests(df), ut.claims(df))["zero_shift_text"]
+    assert "7 of the 8 cells are shown above it" in findings.phrases(g, findings.cell_tests(df), findings.claims(df))["zero_shift_text"]
 
 
 def test_tidy_tables_have_one_row_per_seed_and_cell():
     df = _table()
-    assert len(ut.routing_table(df)) == 3 * 3 * 2 * 4
-    g = ut.gap_table(df)
+    assert len(findings.routing_table(df)) == 3 * 3 * 2 * 4
+    g = findings.gap_table(df)
     row = g[(g.condition == "train_mode") & (g.strength == 1.0) & (g.inference_batch == 1)].iloc[0]
     assert row["mean"] == pytest.approx(-0.31)
     # baselines make no routing decision: kept at the smallest inference batch only
-    assert set(g[g.condition.isin(ut.BATCH_FREE)].inference_batch) == {1}
-    assert set(ut.accuracy_table(df).query("condition == 'pinned'").inference_batch) == {1}
-    assert len(ut.per_task_table(df)) == 3 * 2 * 2 * 5 + 3 * 2 * 2  # 5 conditions at 2 batches, 2 at one
-    r = ut.routed_head_table(df)
+    assert set(g[g.condition.isin(findings.BATCH_FREE)].inference_batch) == {1}
+    assert set(findings.accuracy_table(df).query("condition == 'pinned'").inference_batch) == {1}
+    assert len(findings.per_task_table(df)) == 3 * 2 * 2 * 5 + 3 * 2 * 2  # 5 conditions at 2 batches, 2 at one
+    r = findings.routed_head_table(df)
     assert len(r) == 3 * 2 * 4
     cell = r[(r.condition == "nearest_first") & (r.strength == 0.01) & (r.inference_batch == 1)].iloc[0]
     assert cell["mean"] == pytest.approx(-0.105)
@@ -238,35 +242,35 @@ def _temperature_table():
 
 
 def test_temperature_table_and_findings_on_a_hand_made_table():
-    t = ut.temperature_table(_temperature_table())
+    t = findings.temperature_table(_temperature_table())
     assert len(t) == 2 * 2
     row = t[(t.temperature == 1.0) & (t.strength == 1.0)].iloc[0]
     assert row["mean"] == pytest.approx(-0.101)
-    f = ut.temperature_findings(_temperature_table(), 0.1)
+    f = findings.temperature_findings(_temperature_table(), 0.1)
     assert f.best == 0.1 and f.kept == 0.1 and (f.seed_first, f.seed_last, f.n_seeds) == (0, 2, 3)
     # at tau = 0.1 the mixture is 0.001 - 0.011 lower with SD 0.001: shown lower at t = 1 (family of 2 strengths)
     assert f.best_m == 2 and not f.best_no_direction
     assert f.worst["tau_1"].mean == pytest.approx(-0.101)
     assert f.worst["tau_0.1"].mean == pytest.approx(-0.011)
     with pytest.raises(ValueError, match="kept temperature"):
-        ut.temperature_findings(_temperature_table(), 0.3)
+        findings.temperature_findings(_temperature_table(), 0.3)
 
 
 def test_temperature_check_uses_held_out_seeds_only():
-    cfg = ut.make_config("quick")
-    check = ut.temperature_check_config(cfg)
+    cfg = run.make_config("quick")
+    check = run.temperature_check_config(cfg)
     assert not set(check.seeds) & set(cfg.seeds)
     assert check.n_tasks == (4,) and check.inference_batches == (1,) and check.check_temperatures
     assert check.steps == cfg.steps and check.temperature == cfg.temperature
-    assert not set(ut.temperature_check_config(ut.make_config("full")).seeds) & set(range(10))
+    assert not set(run.temperature_check_config(run.make_config("full")).seeds) & set(range(10))
     with pytest.raises(ValueError, match="reported seeds"):
-        ut.temperature_check_config(ut.make_config("quick", seeds=[10, 11]))
+        run.temperature_check_config(run.make_config("quick", seeds=[10, 11]))
 
 
 # --- the page's sentences, on hand-made findings and cells -----------------------------------------------------------
 
 def test_findings_check_every_hard_router_and_chance_at_zero():
-    f = ut.findings(_table())
+    f = findings.findings(_table())
     assert f.route_strong_min == {"nearest_first": 1.0, "nearest_all": 1.0, "classifier": 1.0}
     # at t = 0 the hand-made routers route exactly at chance (0.5 with two tasks): not above it
     assert f.route_zero_b1["k2_classifier"].mean == pytest.approx(0.5)
@@ -274,18 +278,18 @@ def test_findings_check_every_hard_router_and_chance_at_zero():
     df = _table()
     df.loc[(df.condition == "classifier") & (df.strength == 1.0) & (df.inference_batch == 32) & (df.seed == 1),
            "routing_accuracy"] = 0.9
-    g, c = ut.findings(df), ut.claims(df)
+    g, c = findings.findings(df), findings.claims(df)
     perfect = c.set_index("key").loc["perfect_at_strong"]
     assert perfect.verdict == "not exact" and perfect.estimate == pytest.approx(0.1)
     assert g.route_strong_min["classifier"] == pytest.approx(0.9)
-    assert "not every hard router" in ut.phrases(g, ut.cell_tests(df), c)["strong_routing_text"]
-    assert ut.mixture_advice(c, ut.temperature_findings(_temperature_table(), 0.1)).count(
+    assert "not every hard router" in findings.phrases(g, findings.cell_tests(df), c)["strong_routing_text"]
+    assert findings.mixture_advice(c, findings.temperature_findings(_temperature_table(), 0.1)).count(
         "where not every hard router routes perfectly either.") == 1
 
 
 def test_cell_tests_match_the_findings_counts():
     df = _table()
-    cells = ut.cell_tests(df)
+    cells = findings.cell_tests(df)
     assert len(cells) == 4 * 3 * 2 and cells.groupby(["n_tasks", "strength", "inference_batch"]).size().eq(4).all()
     bad = cells[~cells.equivalent]
     assert list(map(tuple, bad[["condition", "strength", "inference_batch"]].to_numpy())) == [("mixture", 1.0, 1)]
@@ -293,28 +297,28 @@ def test_cell_tests_match_the_findings_counts():
     assert cells.below.sum() == 0 and cells[cells.condition != "mixture"].bound.max() == pytest.approx(0.0)
     assert (cells.drop(bad.index).verdict == "equivalent within ±0.02").all()
     assert (cells.drop(bad.index).verdict_half == "equivalent within ±0.01").all()
-    f = ut.findings(df, cells)
+    f = findings.findings(df, cells)
     assert f.n_equivalent == int(cells.equivalent.sum()) and f.n_lower == 0
     # a tighter shortfall (SD 0.001): the family interval lies below zero, a direction shown and counted
     tight = _table()
     hit = (tight.condition == "mixture") & (tight.strength == 1.0) & (tight.inference_batch == 1)
     tight.loc[hit, "accuracy"] = 0.7 - 0.001 * tight.loc[hit, "seed"]
-    tc = ut.cell_tests(tight)
-    assert tc[tc.below].verdict.tolist() == ["mixture lower"] and ut.findings(tight, tc).n_lower == 1
-    assert ut.below_phrase(tc) == "find one cell below the oracle: `mixture` with two tasks at t = 1 (b = 1)"
+    tc = findings.cell_tests(tight)
+    assert tc[tc.below].verdict.tolist() == ["mixture lower"] and findings.findings(tight, tc).n_lower == 1
+    assert findings.below_phrase(tc) == "find one cell below the oracle: `mixture` with two tasks at t = 1 (b = 1)"
 
 
 def test_works_phrase_names_each_threshold_once():
-    both_floor = ut.works_phrase({"k2": 0.01, "k4": 0.01}, 0.01)
+    both_floor = findings.works_phrase({"k2": 0.01, "k4": 0.01}, 0.01)
     assert both_floor == ("at every non-zero strength tested, for both task counts "
                           "(t ≥ 0.01; the threshold may lie lower)")
-    assert ut.works_phrase({"k2": 0.1, "k4": 0.1}, 0.01) == "from t = 0.1 on, for both task counts"
-    assert ut.works_phrase({"k2": math.nan, "k4": math.nan}, 0.01) == "at no strength tested, for both task counts"
-    iv = {"k2": ut.Interval(0.9071, 0.9002, 0.9138, 3), "k4": ut.Interval(0.975, 0.971, 0.979, 3)}
-    text = ut.works_phrase({"k2": 0.01, "k4": 0.03}, 0.0025, iv)
+    assert findings.works_phrase({"k2": 0.1, "k4": 0.1}, 0.01) == "from t = 0.1 on, for both task counts"
+    assert findings.works_phrase({"k2": math.nan, "k4": math.nan}, 0.01) == "at no strength tested, for both task counts"
+    iv = {"k2": Interval(0.9071, 0.9002, 0.9138, 3), "k4": Interval(0.975, 0.971, 0.979, 3)}
+    text = findings.works_phrase({"k2": 0.01, "k4": 0.03}, 0.0025, iv)
     assert text == ("from t = 0.01 on with two tasks (routing there 0.907, 95% interval 0.900 to 0.914) and "
                     "from t = 0.03 on with four (0.975, 0.971 to 0.979)")
-    assert ut.works_phrase({"k2": 0.0025, "k4": math.nan}, 0.0025) == (
+    assert findings.works_phrase({"k2": 0.0025, "k4": math.nan}, 0.0025) == (
         "at every non-zero strength tested (t ≥ 0.0025) with two tasks and at no strength tested with four")
 
 
@@ -334,53 +338,53 @@ def _cells(bad_eq=(), bad_half=(), below=()):
 
 def test_equivalence_phrase_compresses_the_failing_cells():
     top = [("mixture", 4, t, b) for t in (0.1, 1.0) for b in (1, 8)]
-    text = ut.equivalence_phrase(_cells(bad_eq=top[2:], bad_half=top), 0.02)
+    text = findings.equivalence_phrase(_cells(bad_eq=top[2:], bad_half=top), 0.02)
     assert text == ("is shown in 22 of the 24 cells, all but `mixture` with four tasks at t = 1, at every inference "
                     "batch size; within half that margin (±0.01) in 20, all but `mixture` with four tasks at "
                     "t ≥ 0.1, at every inference batch size")
-    assert ut.equivalence_phrase(_cells(), 0.02) == "is shown in all 24 cells; within half that margin (±0.01) in all 24"
-    some = ut.equivalence_phrase(_cells(bad_eq=[("nearest_first", 2, 0.0, 1), ("mixture", 2, 0.0, 8)]), 0.02)
+    assert findings.equivalence_phrase(_cells(), 0.02) == "is shown in all 24 cells; within half that margin (±0.01) in all 24"
+    some = findings.equivalence_phrase(_cells(bad_eq=[("nearest_first", 2, 0.0, 1), ("mixture", 2, 0.0, 8)]), 0.02)
     assert "`nearest_first` with two tasks at t = 0 (b = 1); `mixture` with two tasks at t = 0 (b = 8)" in some
 
 
 def test_below_phrase_counts_in_words():
-    assert ut.below_phrase(_cells()) == "find no cell below the oracle"
-    assert ut.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1)])) == (
+    assert findings.below_phrase(_cells()) == "find no cell below the oracle"
+    assert findings.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1)])) == (
         "find one cell below the oracle: `nearest_first` with two tasks at t = 0 (b = 1)")
-    two = ut.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("mixture", 4, 1.0, 8)]))
+    two = findings.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("mixture", 4, 1.0, 8)]))
     assert two.startswith("find 2 cells below the oracle, 1 of them at t = 0: ")
-    assert ut.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("nearest_first", 2, 0.0, 8)])) == (
+    assert findings.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("nearest_first", 2, 0.0, 8)])) == (
         "find 2 cells below the oracle, all at t = 0: `nearest_first` with two tasks at t = 0, at every inference "
         "batch size")
     up = _cells()
     up.loc[(up.condition == "mixture") & (up.n_tasks == 4) & (up.strength == 1.0) & (up.inference_batch == 8), "above"] = True
-    assert ut.below_phrase(up) == ("find no cell below the oracle; one cell above it: `mixture` with four tasks at t = 1 "
+    assert findings.below_phrase(up) == ("find no cell below the oracle; one cell above it: `mixture` with four tasks at t = 1 "
                                    "(b = 8)")
 
 
 def test_margin_phrase_glues_the_value_once():
-    assert ut.margin_phrase(0.02, 0.02) == "the equivalence margin, ±0.02, is chapter 3's"
-    assert ut.margin_phrase(0.02, 0.03) == "the equivalence margin is ±0.02 (chapter 3's is ±0.03)"
+    assert findings.margin_phrase(0.02, 0.02) == "the equivalence margin, ±0.02, is chapter 3's"
+    assert findings.margin_phrase(0.02, 0.03) == "the equivalence margin is ±0.02 (chapter 3's is ±0.03)"
 
 
 def test_table_routing_writes_three_decimals_everywhere():
-    tab = ut.table_routing(ut.routing_table(_table()))
+    tab = figures.table_routing(findings.routing_table(_table()))
     assert list(tab.index) == ["2 tasks, batch 1", "2 tasks, batch 32"]
     assert list(tab.columns) == ["t=0", "t=0.01", "t=1"]
     assert tab.loc["2 tasks, batch 1"].tolist() == ["0.500", "0.600", "1.000"]
     with pytest.raises(ValueError, match="router"):
-        ut.table_routing(ut.routing_table(_table()), router="nearest")
+        figures.table_routing(findings.routing_table(_table()), router="nearest")
 
 
 def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     from bnstudy.pages import claims_items, glue_items
     df = _table()
-    cells = ut.cell_tests(df)
-    f, c = ut.findings(df, cells), ut.claims(df)
-    p = ut.phrases(f, cells, c)
+    cells = findings.cell_tests(df)
+    f, c = findings.findings(df, cells), findings.claims(df)
+    p = findings.phrases(f, cells, c)
     names = [n for fl in dataclasses.fields(f) for n, _ in glue_items(f"ch06_{fl.name}", getattr(f, fl.name))]
-    claim_names = [n for n, _ in claims_items("ch06", c)]
-    extra = {f"ch06_{k}" for k in {**ut.claims_family(c), **p}}
+    claim_names = [n for t in (c, findings.worst_cell(cells)) for n, _ in claims_items("ch06", t)]
+    extra = {f"ch06_{k}" for k in {**findings.claims_family(c), **p}}
     assert all(k.endswith("_text") for k in p) and not extra & (set(names) | set(claim_names))
     assert len(set(names) | set(claim_names)) == len(names) + len(claim_names)  # findings and claims never clash
     assert p["oracle_exact_text"] == "the largest difference over all runs is zero"
@@ -402,7 +406,7 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     df2.loc[hit, "accuracy"] -= 0.1 + 0.01 * df2.loc[hit, "seed"]
     lose = (df2.condition == "nearest_all") & (df2.strength == 0.01) & (df2.inference_batch == 1)
     df2.loc[lose, "routing_accuracy"] = 0.5 - 0.01 * df2.loc[lose, "seed"]
-    p2 = ut.phrases(ut.findings(df2), ut.cell_tests(df2), ut.claims(df2))
+    p2 = findings.phrases(findings.findings(df2), findings.cell_tests(df2), findings.claims(df2))
     assert p2["oracle_exact_text"] == "yet in some run they differ, by up to 1e-07"
     assert p2["cost_vs_routing_text"] == ("Not everywhere does the cost wait for routing: with two tasks the cost of "
                                           "train mode is detectable below the strength from which per-sample "
@@ -414,16 +418,16 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     assert p2["nall_worst_text"] == ("but not at every strength: it routes 0.110 below `nearest_first` at t = 0.01 "
                                      "with two tasks (95% interval 0.085 to 0.135 below)")
     # an interval reaching above zero: no negative magnitude, and "on average"
-    wide = dataclasses.replace(ut.findings(df2), nall_worst={"k2": ut.Interval(-0.027, -0.344, 0.291, 2)})
-    assert ut.phrases(wide, ut.cell_tests(df2), ut.claims(df2))["nall_worst_text"] == (
+    wide = dataclasses.replace(findings.findings(df2), nall_worst={"k2": Interval(-0.027, -0.344, 0.291, 2)})
+    assert findings.phrases(wide, findings.cell_tests(df2), findings.claims(df2))["nall_worst_text"] == (
         "but not at every strength: it routes 0.027 below `nearest_first` on average at t = 0.01 with two tasks "
         "(95% interval from 0.291 above to 0.344 below)")
 
 
 def test_mixture_advice_qualifies_by_the_held_out_temperatures():
-    c = ut.claims(_table())
-    tf = ut.temperature_findings(_temperature_table(), 0.1)
-    text = ut.mixture_advice(c, tf)
+    c = findings.claims(_table())
+    tf = findings.temperature_findings(_temperature_table(), 0.1)
+    text = findings.mixture_advice(c, tf)
     mix = c.set_index("key").loc["mixture_vs_oracle_k2"]
     assert text.startswith("Prefer hard routing to the soft mixture at τ = 0.1: at the strongest shift with two "
                            f"tasks the mixture differs from the oracle by -0.1100 ({mix.low:.4f} to {mix.high:.4f}; "
@@ -431,26 +435,26 @@ def test_mixture_advice_qualifies_by_the_held_out_temperatures():
     assert text.endswith("The held-out temperature check found no temperature better than τ = 0.1.")
     undecided = c.assign(kind=c.kind.where(c.key != "mixture_vs_oracle_k2", "not decided"),
                          verdict=c.verdict.where(c.key != "mixture_vs_oracle_k2", "not decided"))
-    assert ut.mixture_advice(undecided, tf).startswith(
+    assert findings.mixture_advice(undecided, tf).startswith(
         "The soft mixture at τ = 0.1 gains nothing over hard routing at the strongest shift with two tasks: it differs "
         f"from the oracle by -0.1100 ({mix.low:.4f} to {mix.high:.4f}; not decided)")
     t = _temperature_table()
     t.loc[t.condition == "mixture_tau=1", "accuracy"] = 0.8 + 0.002 * (t.seed - 1)  # tau = 1: no difference
-    tf1 = ut.temperature_findings(t, 0.1)
+    tf1 = findings.temperature_findings(t, 0.1)
     assert tf1.best == 1.0 and tf1.best_no_direction
-    assert ut.mixture_advice(c, tf1).endswith(
+    assert findings.mixture_advice(c, tf1).endswith(
         "At τ = 1, the least bad temperature in the held-out check, the mixture's worst difference from the oracle "
         "is 0.0000 (-0.0050 to 0.0050) and no strength checked shows a direction (one family of 2), so the advice "
         "is for τ = 0.1 only (the main sweep was not rerun at τ = 1).")
 
 
 def test_sidecar_parameters_and_worker_minutes():
-    cfg = ut.temperature_check_config(ut.make_config("quick"))
-    par = ut.sidecar_parameters(cfg, {"chapter": "06_unknown_task", "seeds": None, "cache_dir": "/c"})
+    cfg = run.temperature_check_config(run.make_config("quick"))
+    par = run.sidecar_parameters(cfg, {"chapter": "06_unknown_task", "seeds": None, "cache_dir": "/c"})
     assert par["seeds"] == list(cfg.seeds) and par["n_tasks"] == [4] and par["cache_dir"] == "/c"
     assert par["check_temperatures"] == list(cfg.check_temperatures)
     t = pd.DataFrame(dict(seed=[0, 0, 1], n_tasks=[2, 2, 2], strength=[0.0, 0.0, 0.0], unit_wall_s=[60.0, 60.0, 30.0]))
-    assert ut.worker_minutes(t, t) == pytest.approx(3.0)
+    assert run.worker_minutes(t, t) == pytest.approx(3.0)
 
 
 def test_chapter_three_cost_benefit_is_its_first_figure_as_the_page_says():
@@ -480,23 +484,23 @@ def test_run_tables_returns_the_sibling_tables_the_page_saves(monkeypatch):
     def fake_run(config, execution=None):
         seen.append(config)
         return pd.DataFrame(dict(seed=list(config.seeds)))
-    monkeypatch.setattr(ut, "run", fake_run)
-    cfg = ut.make_config("quick")
-    df, tables = ut.run_tables(cfg, Execution(n_jobs=1))
-    assert set(tables) == set(ut.SIBLING_TABLES) == {"temperature"} and ut.ANALYSIS_PARAMETERS == ()
-    check = ut.temperature_check_config(cfg)
+    monkeypatch.setattr(run, "run", fake_run)
+    cfg = run.make_config("quick")
+    df, tables = run.run_tables(cfg, Execution(n_jobs=1))
+    assert set(tables) == set(run.SIBLING_TABLES) == {"temperature"} and run.ANALYSIS_PARAMETERS == ()
+    check = run.temperature_check_config(cfg)
     assert seen == [cfg, check] and list(df.seed) == list(cfg.seeds) and list(tables["temperature"].seed) == [10, 11]
-    params, resolved = ut.sibling_parameters(cfg)["temperature"]
-    assert params == resolved == check.asdict() and set(ut.sibling_parameters(cfg)) <= set(ut.SIBLING_TABLES)
+    params, resolved = run.sibling_parameters(cfg)["temperature"]
+    assert params == resolved == check.asdict() and set(run.sibling_parameters(cfg)) <= set(run.SIBLING_TABLES)
     with pytest.raises(TypeError, match="run_tables needs an unknown_task.Config"):
-        ut.run_tables(object())
+        run.run_tables(object())
 
 
 def test_run_workers_are_the_runs_own_when_the_rows_are_an_earlier_runs():
     from bnstudy.config import Execution
-    assert ut.run_workers(None, Execution(n_jobs=3)) == 3
-    assert ut.run_workers({"workers": 2}, Execution(n_jobs=1)) == 2
-    assert ut.run_workers({"workers": None}, Execution(n_jobs=1)) == 1  # not recorded: this execution's
+    assert run.run_workers(None, Execution(n_jobs=3)) == 3
+    assert run.run_workers({"workers": 2}, Execution(n_jobs=1)) == 2
+    assert run.run_workers({"workers": None}, Execution(n_jobs=1)) == 1  # not recorded: this execution's
 
 
 @pytest.mark.slow
@@ -519,7 +523,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
     assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
     saved = sorted(p.name for p in (tmp_path / "results").glob("06_unknown_task*.csv"))
     assert saved == sorted(p.name for p in (tmp_path / "results2").glob("06_unknown_task*.csv"))
-    assert {f"06_unknown_task_{s}.csv" for s in ut.SIBLING_TABLES} <= set(saved)
+    assert {f"06_unknown_task_{s}.csv" for s in run.SIBLING_TABLES} <= set(saved)
     for name in saved:
         assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
     temp = [json.loads(report.sidecar_path(tmp_path / d / "06_unknown_task_temperature.csv").read_text())["parameters"]
@@ -541,9 +545,9 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
 def _page_text(df):
     """Every findings-chosen text of the page for the rows ``df``: the answer, the advice, the phrases and the
     figure takeaways, as one dict."""
-    F, cells, C = ut.findings(df), ut.cell_tests(df), ut.claims(df)
-    return dict(answer=ut.answer(F, cells, C), what_to_do=ut.what_to_do(F, C), **ut.phrases(F, cells, C),
-                **ut.figure_takeaways(F, C))
+    F, cells, C = findings.findings(df), findings.cell_tests(df), findings.claims(df)
+    return dict(answer=findings.answer(F, cells, C), what_to_do=findings.what_to_do(F, C), **findings.phrases(F, cells, C),
+                **findings.figure_takeaways(F, C))
 
 
 def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
@@ -582,20 +586,20 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     # and with neither a cost before routing nor a loss of the routed head, the advice needs no task label
     df = _table()
     df["accuracy_routed_head"] = df["accuracy"]
-    assert ut.what_to_do(ut.findings(df), ut.claims(df)).endswith("on this grid that needs no task label.")
+    assert findings.what_to_do(findings.findings(df), findings.claims(df)).endswith("on this grid that needs no task label.")
 
 
 def test_cell_counts_use_the_books_counts_rule():
     # the router cells carry Holm's adjusted p, and the findings count them by bnstudy.inference.count_verdicts
     from bnstudy import inference
     for df in (_table(), _tight_mixture_table()):
-        cells = ut.cell_tests(df)
+        cells = findings.cell_tests(df)
         assert cells["p_adjusted"].tolist() == pytest.approx(list(inference.holm(cells["p"])), nan_ok=True)
-        f, counts = ut.findings(df, cells), inference.count_verdicts(cells)
+        f, counts = findings.findings(df, cells), inference.count_verdicts(cells)
         assert (f.n_equivalent, f.n_lower, f.n_higher, f.n_not_decided) == (
             counts["equivalent"], counts["lower"], counts["higher"], counts["not decided"])
     # a cell whose Holm p is below 0.05 counts as a direction even where its printed interval spans zero
-    cells = ut.cell_tests(_table())
+    cells = findings.cell_tests(_table())
     cells.loc[0, ["p_adjusted", "estimate", "kind"]] = [0.01, -0.05, "not decided"]
     assert inference.count_verdicts(cells)["lower"] == 1
 
@@ -629,14 +633,14 @@ def typed_outcomes(text: str, directions) -> list[str]:
 
 
 def test_typed_outcome_check_finds_a_typed_verdict():
-    assert typed_outcomes("The router is router lower here, 0.843 of the time.", ut.DIRECTIONS) == \
+    assert typed_outcomes("The router is router lower here, 0.843 of the time.", findings.DIRECTIONS) == \
         ["router lower", "0.843"]
-    assert typed_outcomes("At the level 0.05 nothing is typed.", ut.DIRECTIONS) == []
+    assert typed_outcomes("At the level 0.05 nothing is typed.", findings.DIRECTIONS) == []
 
 
 def test_the_notebook_types_no_outcome_outside_glue():
     nb = Path(__file__).resolve().parent.parent / "chapters" / "06_unknown_task.ipynb"
-    assert typed_outcomes(_markdown_prose(nb), ut.DIRECTIONS) == []
+    assert typed_outcomes(_markdown_prose(nb), findings.DIRECTIONS) == []
 
 
 def test_answer_box_is_the_first_thing_under_the_title_and_every_figure_has_alt_text():
@@ -652,9 +656,10 @@ def test_answer_box_is_the_first_thing_under_the_title_and_every_figure_has_alt_
 
 
 def test_printed_findings_clip_intervals_to_the_quantitys_range():
-    f = ut.findings(_table())
+    f = findings.findings(_table())
     over = Interval(0.99, 0.95, 1.03, 3)
-    g = ut.printed(dataclasses.replace(f, route_strong_b1={"k2_nearest_first": over},
-                                       worst_gap=Interval(-0.5, -1.2, 0.2, 3)))
-    assert g.route_strong_b1["k2_nearest_first"].high == 1.0 and g.worst_gap.low == -1.0
-    assert f.worst_gap.low == pytest.approx(f.worst_gap.low)  # the findings keep the raw intervals
+    h = dataclasses.replace(f, route_strong_b1={"k2_nearest_first": over},
+                            train_task_a={"k2": Interval(-0.5, -1.2, 0.2, 3)})
+    g = findings.printed(h)
+    assert g.route_strong_b1["k2_nearest_first"].high == 1.0 and g.train_task_a["k2"].low == -1.0
+    assert h.train_task_a["k2"].low == -1.2  # the findings keep the raw intervals

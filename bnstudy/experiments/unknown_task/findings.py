@@ -1,36 +1,7 @@
-"""Chapter 6: separate statistics when the task is unknown at inference. Routing inputs to statistic banks.
+"""Chapter 6, what is claimed: the tidy tables, the claims table, every router cell's verdict, the findings
+records the page glues, and the sentences chosen by the data.
 
-``separate_stats`` (chapter 1) keeps task A exact and adapts each new task, but at inference it
-must know which statistics an input needs. This module trains one frozen backbone with a
-:class:`~bnstudy.banks.StatisticBank` (bank 0: task A's statistics; bank ``j``: new task ``j``'s,
-accumulated in train mode while its head learns), then routes every evaluation input to a bank
-with the routers of :mod:`bnstudy.routing`, which see only the input.
-
-Tasks: task A (no shift) plus ``n_tasks - 1`` shifted tasks, each with its own templates and head
-(the engine's tasks, :func:`bnstudy.tasks.make_task`). At shift strength ``t`` (:func:`shift_of`):
-``B``: brightness ``4t``, contrast ``1 + 4t`` (chapter 3's ``both`` line, so ``t = 1`` is chapter
-1's shift); ``C``: brightness ``-4t``, contrast ``1 + 4t``; ``D``: brightness 0, contrast
-``1 / (1 + 4t)``.
-
-The head is the task's own (the application knows which question it asks; what it does not know
-is which statistics the input needs): ``accuracy`` is the true task's head on the routed
-statistics. ``accuracy_routed_head`` also lets the router pick the head (fully task-unknown).
-
-Conditions per task (all from one trained backbone per seed, paired):
-
-* routers ``nearest_first``, ``nearest_all``, ``classifier``, ``mixture`` at each inference batch
-  size (one decision per batch of ``b`` consecutive samples of one task; ``b = 1`` is per sample);
-* ``oracle``: the task's own bank; ``train_mode``: one shared set of statistics that drifted
-  through the new tasks in order (it ends as the last task's); ``pinned``: task A's statistics for
-  everything, with heads trained on them (``backbone_eval``).
-
-Identity used (a check, not a finding): a train-mode BatchNorm's output depends only on the batch,
-so the heads trained under ``train_mode`` are the heads trained for the banks; and bank ``j``
-starts from bank ``j-1``'s final statistics, so the shared drifting statistics after the last task
-*are* the last bank, bit for bit. One training pass per task therefore serves oracle, routers and
-``train_mode``; ``pinned`` heads train in lockstep on the same batches.
-
-``Config`` -> :func:`run` -> results table -> :func:`claims` (the page's comparisons and checks, a claims table
+From :func:`.run.run`'s results table: :func:`claims` (the page's comparisons and checks, a claims table
 of :mod:`bnstudy.inference`), :func:`cell_tests` (every router cell's verdict), :func:`findings` (the descriptive
 numbers beside them) and the tidy tables :func:`routing_table`, :func:`accuracy_table`, :func:`gap_table`. Every
 interval, test and verdict comes from :mod:`bnstudy.inference`; every difference is condition minus the oracle.
@@ -38,388 +9,16 @@ interval, test and verdict comes from :mod:`bnstudy.inference`; every difference
 
 from __future__ import annotations
 
-import copy
 import math
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
-import torch.nn.functional as F
 
-from ..inference import Claim, Family, Interval, claims_table, count_verdicts, decide, exact_check, holm, one_sided_p, \
-    paired_differences, t_interval
-from ..banks import StatisticBank
-from ..config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
-    check_sequence, from_profile, seeds_label
-from ..engine import accuracy, ensure_sources, load_source, logits_of, seeded, source_version
-from ..models import ConvBackbone, make_head
-from ..routing import NearestStatistics, SoftMixture, StatisticsClassifier, sample_moments
-from ..sweep import default_cache_dir, run_sweep
-from ..tasks import BatchStream, eval_set, generator, make_task
-
-NAMESPACE = "ch06_unknown_task"
-#: Parameters that only change the analysis: none (every field of :class:`Config` decides the units, the
-#: temperature included: the mixture runs at it), so a page given ``rows`` must be given every parameter as that
-#: run was.
-ANALYSIS_PARAMETERS = ()
-#: The tables a run saves beside ``06_unknown_task.csv`` (``06_unknown_task_<suffix>.csv``) that the page's
-#: analysis needs (:func:`run_tables`): the temperature check's rows (held-out seeds; its sidecar records its own
-#: configuration, :func:`sibling_parameters`).
-SIBLING_TABLES = ("temperature",)
-TASK_NAMES = ("A", "B", "C", "D")
-ROUTERS = ("nearest_first", "nearest_all", "classifier", "mixture")
-#: The routers that make a hard choice (the mixture blends banks).
-HARD_ROUTERS = ("nearest_first", "nearest_all", "classifier")
-BASELINES = ("oracle", "train_mode", "pinned")
-CONDITIONS = ROUTERS + BASELINES
-#: Brightness and contrast-gain directions of each shifted task (see :func:`shift_of`).
-SHIFT_DIRECTIONS = {"B": "brightness 4t, contrast 1 + 4t", "C": "brightness -4t, contrast 1 + 4t",
-                    "D": "brightness 0, contrast 1 / (1 + 4t)"}
-#: Equivalence margin (accuracy, fraction) for "routing costs about nothing" (TOST at the family's level,
-#: :func:`bnstudy.inference.decide`).
-TOST_MARGIN = 0.02
-#: Routing accuracy that counts as "routing works" in the prose (shown above it by a one-sided t test).
-ROUTE_OK = 0.9
-
-#: quick: about a minute on this project's 2-core CPU; full: see the chapter's profile note.
-PROFILES = {
-    "quick": dict(seeds=2, strengths=(0.0, 0.005, 1.0), steps=50, n_eval=160, router_samples=128),
-    "full": dict(seeds=10, strengths=(0.0, 0.0025, 0.005, 0.01, 0.03, 0.1, 0.25, 0.5, 1.0), steps=300, n_eval=960,
-                 router_samples=1024),
-}
-#: Settings chosen by trying, disclosed on the page: the mixture temperature tried first (then 0.1 kept) and the
-#: first strength grid (it routed 100% everywhere, so the grid was moved to gentler shifts).
-TEMPERATURE_TRIED_FIRST = 1.0
-FIRST_STRENGTH_GRID = (0.0625, 0.25, 1.0)
-#: The temperature check: seeds that are NOT part of the reported set, four tasks, one decision per sample, and
-#: the mixture at each of ``check_temperatures`` besides the config's own temperature.
-TEMPERATURE_CHECK = {
-    "quick": dict(seeds=(10, 11), n_tasks=(4,), strengths=(0.03, 0.1, 1.0), inference_batches=(1,),
-                  check_temperatures=(0.03, 0.3, 1.0)),
-    "full": dict(seeds=(10, 11, 12, 13, 14), n_tasks=(4,), strengths=(0.03, 0.1, 1.0), inference_batches=(1,),
-                 check_temperatures=(0.01, 0.03, 0.3, 1.0)),
-}
-
-
-def shift_of(task: str, strength: float) -> tuple[float, float]:
-    """``(brightness, contrast)`` of ``task`` (``A``..``D``) at shift ``strength >= 0``. Task A is never shifted."""
-    check_choice("task", task, TASK_NAMES)
-    t = check_float("strength", strength, 0.0)
-    b, c = {"A": (0.0, 1.0), "B": (4 * t, 1 + 4 * t), "C": (-4 * t, 1 + 4 * t), "D": (0.0, 1 / (1 + 4 * t))}[task]
-    return round(b, 9), round(c, 9)
-
-
-@dataclass(frozen=True)
-class UnitConfig(_Frozen):
-    """One cached unit: one seed, one number of tasks, one shift strength (all routers and batch sizes)."""
-
-    seed: int
-    n_tasks: int
-    strength: float
-    steps: int
-    n_eval: int
-    router_samples: int
-    inference_batches: tuple
-    temperature: float
-    noise: float
-    momentum: float
-    lr: float
-    batch_size: int
-    n_classes: int
-    check_temperatures: tuple = ()
-
-    @property
-    def source(self) -> SourceConfig:
-        return SourceConfig(seed=self.seed, n_classes=self.n_classes, noise=self.noise, momentum=self.momentum)
-
-
-@dataclass(frozen=True)
-class Config(_Frozen):
-    """Chapter 6's parameters (the notebook's parameters cell, one for one).
-
-    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. ``n_tasks``: numbers of tasks (2..4; task A
-    plus shifted tasks). ``strengths``: shift strengths ``t >= 0`` (:func:`shift_of`), strictly
-    increasing, at least 3. ``inference_batches``: inference batch sizes; ``n_eval`` (samples per
-    task's evaluation set) must be a multiple of each. ``steps``, ``lr``, ``batch_size``: each new
-    head's training (SGD with momentum 0.9). ``router_samples``: samples per task, drawn from its
-    training distribution, on which the classifier router is fitted. ``temperature``: the soft
-    mixture's (nats). ``check_temperatures``: extra mixture temperatures evaluated at the smallest
-    inference batch (conditions ``mixture_tau=<value>``; :func:`temperature_table`); empty in the
-    profiles, set by :func:`temperature_check_config`. ``noise``, ``momentum``: the tasks' pixel noise
-    and BatchNorm momentum. Raises ``ValueError`` naming the parameter for any bad value.
-    """
-
-    profile: str = "quick"
-    seeds: tuple = (0, 1)
-    n_tasks: tuple = (2, 4)
-    strengths: tuple = (0.0, 0.005, 1.0)
-    inference_batches: tuple = (1, 2, 8, 32)
-    steps: int = 50
-    n_eval: int = 160
-    router_samples: int = 128
-    temperature: float = 0.1
-    noise: float = 3.0
-    momentum: float = 0.1
-    lr: float = 0.05
-    batch_size: int = 64
-    check_temperatures: tuple = ()
-
-    def __post_init__(self):
-        check_choice("profile", self.profile, tuple(PROFILES))
-        self._set("seeds", check_seeds(self.seeds))
-        self._set("n_tasks", check_sequence("n_tasks", self.n_tasks, lambda n, v: check_choice(n, v, (2, 3, 4)), 1))
-        strengths = check_sequence("strengths", self.strengths, lambda n, v: check_float(n, v, 0.0), 3)
-        if list(strengths) != sorted(set(strengths)):
-            raise ValueError(f"strengths must be strictly increasing, got {list(strengths)}")
-        self._set("strengths", strengths)
-        self._set("inference_batches", check_sequence("inference_batches", self.inference_batches,
-                                                      lambda n, v: check_int(n, v, 1), 1))
-        self._set("steps", check_int("steps", self.steps, 1))
-        self._set("n_eval", check_int("n_eval", self.n_eval, 1))
-        bad = [b for b in self.inference_batches if self.n_eval % b]
-        if bad:
-            raise ValueError(f"n_eval must be a multiple of every inference batch size; {self.n_eval} is not a "
-                             f"multiple of {bad}")
-        self._set("router_samples", check_int("router_samples", self.router_samples, 2))
-        bad = [b for b in self.inference_batches if self.router_samples % b or self.router_samples // b < 2]
-        if bad:
-            raise ValueError(f"router_samples must be a multiple of every inference batch size with at least two "
-                             f"batches each; {self.router_samples} fails for {bad}")
-        self._set("temperature", check_float("temperature", self.temperature, 0.0, low_open=True))
-        self._set("noise", check_float("noise", self.noise, 0.0))
-        self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, low_open=True))
-        self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
-        self._set("batch_size", check_int("batch_size", self.batch_size, 2))
-        self._set("check_temperatures", check_sequence(
-            "check_temperatures", self.check_temperatures,
-            lambda n, v: check_float(n, v, 0.0, low_open=True), 0))
-
-    def units(self) -> list[UnitConfig]:
-        """One :class:`UnitConfig` per (seed, n_tasks, strength), seeds outermost."""
-        return [UnitConfig(seed=s, n_tasks=k, strength=t, steps=self.steps, n_eval=self.n_eval,
-                           router_samples=self.router_samples, inference_batches=self.inference_batches,
-                           temperature=self.temperature, noise=self.noise, momentum=self.momentum, lr=self.lr,
-                           batch_size=self.batch_size, n_classes=10, check_temperatures=self.check_temperatures)
-                for s in self.seeds for k in self.n_tasks for t in self.strengths]
-
-    def describe(self) -> str:
-        return (f"profile={self.profile}, {seeds_label(self.seeds)}, n_tasks={list(self.n_tasks)}, "
-                f"strengths={[float(f'{t:g}') for t in self.strengths]}, "
-                f"inference_batches={list(self.inference_batches)}, steps={self.steps}, n_eval={self.n_eval}, "
-                f"router_samples={self.router_samples}, temperature={self.temperature:g}, noise={self.noise:g}, "
-                f"momentum={self.momentum:g}, lr={self.lr:g}, batch_size={self.batch_size}"
-                + (f", check_temperatures={list(self.check_temperatures)}" if self.check_temperatures else ""))
-
-
-def make_config(profile: str = "quick", **overrides) -> Config:
-    """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
-    return from_profile(Config, PROFILES, profile, **overrides)
-
-
-def temperature_check_config(config: Config) -> Config:
-    """The temperature check for ``config``: :data:`TEMPERATURE_CHECK` of its profile (held-out seeds, four
-    tasks, b = 1, extra temperatures), everything else (steps, n_eval, temperature, ...) as in ``config``.
-
-    Raises ``ValueError`` if a held-out seed is one of ``config.seeds`` (the check must not reuse them).
-    """
-    check = TEMPERATURE_CHECK[config.profile]
-    overlap = sorted(set(check["seeds"]) & set(config.seeds))
-    if overlap:
-        raise ValueError(f"the temperature check's seeds must not be reported seeds; {overlap} are in both")
-    base = {f: getattr(config, f) for f in ("profile", "steps", "n_eval", "router_samples", "temperature", "noise",
-                                            "momentum", "lr", "batch_size")}
-    return Config(**{**base, **check})
-
-
-# --- one unit ------------------------------------------------------------------------------------------------------
-
-def _train_heads(u: UnitConfig, bank: StatisticBank, pinned: torch.nn.Module, tasks: list) -> tuple[list, list]:
-    """Train each new task's head twice in lockstep: banked (train-mode BN into its bank) and pinned (task A's stats)."""
-    backbone = bank.model
-    heads, pinned_heads = [], []
-    for j in range(1, u.n_tasks):
-        name = TASK_NAMES[j]
-        bank.copy_bank(j - 1, j)  # bank j starts where the shared drifting statistics would be
-        head = seeded((u.seed, "init", "ch06_head", name), lambda: make_head("linear", backbone.out_features, u.n_classes))
-        head_p = copy.deepcopy(head)
-        opts = [torch.optim.SGD(h.parameters(), lr=u.lr, momentum=0.9) for h in (head, head_p)]
-        stream = BatchStream(tasks[j], u.batch_size, generator(u.seed, "stream", name))
-        with bank.use(j):
-            for _ in range(u.steps):
-                x, y = stream.next()
-                with torch.no_grad():
-                    backbone.train()
-                    f = backbone(x)          # batch statistics; bank j's buffers update
-                    backbone.eval()
-                    fp = pinned(x)           # task A's running statistics
-                for h, o, feats in ((head, opts[0], f), (head_p, opts[1], fp)):
-                    loss = F.cross_entropy(h(feats), y)
-                    o.zero_grad(set_to_none=True)
-                    loss.backward()
-                    o.step()
-        backbone.eval()
-        heads.append(head.requires_grad_(False))
-        pinned_heads.append(head_p.requires_grad_(False))
-    return heads, pinned_heads
-
-
-def run_unit(u: UnitConfig, source: dict) -> dict:
-    """Train, route and measure one unit; returns ``{"records": [...], "oracle_logit_change": ..., "wall_s": ...}``.
-
-    ``records``: one dict per (task, condition, inference batch size) with ``routing_accuracy``
-    (fraction of the task's samples sent to its own bank; NaN for ``train_mode`` and ``pinned``),
-    ``accuracy`` and ``accuracy_routed_head`` (fractions 0..1).
-    """
-    t0 = time.perf_counter()
-    backbone = ConvBackbone(3, SourceConfig.widths, "batch", u.momentum)
-    backbone.load_state_dict(source["backbone"])
-    backbone.requires_grad_(False).eval()
-    head_a = make_head("linear", backbone.out_features, u.n_classes)
-    head_a.load_state_dict(source["head_a"])
-    head_a.requires_grad_(False)
-    pinned = copy.deepcopy(backbone).eval()
-    bank = StatisticBank(backbone, u.n_tasks)
-    tasks = [make_task(u.seed, TASK_NAMES[j], u.n_classes, u.noise, *shift_of(TASK_NAMES[j], u.strength))
-             for j in range(u.n_tasks)]
-    new_heads, pinned_new = _train_heads(u, bank, pinned, tasks)
-    heads, pinned_heads = [head_a] + new_heads, [head_a] + pinned_new
-    K = u.n_tasks
-    dev = torch.device("cpu")
-
-    evals = [eval_set(tasks[i], u.n_eval, u.seed, TASK_NAMES[i]) for i in range(K)]
-    ref_a = head_a(logits_of(pinned, evals[0][0], dev))
-    # features and per-sample moments at every layer, per task and bank
-    feats, moms = {}, {}
-    for k in range(K):
-        with bank.use(k):
-            for i, (x, _) in enumerate(evals):
-                feats[i, k] = logits_of(backbone, x, dev)
-                moms[i, k] = sample_moments(bank, x, "all")
-    first = bank.layer_names[0]
-    router_first = NearestStatistics(bank, "first")
-    router_all = NearestStatistics(bank, "all")
-    # classifier training data: each task's training distribution (not the evaluation sets)
-    train_moms = [sample_moments(bank, BatchStream(tasks[k], u.router_samples,
-                                                   generator(u.seed, "router", TASK_NAMES[k])).next()[0], "first")
-                  for k in range(K)]
-
-    records = []
-    oracle_logits_a = heads[0](feats[0, 0])
-    oracle_change = float((oracle_logits_a.double() - ref_a.double()).abs().max())
-
-    def add(i, cond, b, route, acc, acc_routed, tau=math.nan):
-        records.append(dict(task=TASK_NAMES[i], condition=cond, inference_batch=b,
-                            routing_accuracy=math.nan if route is None else float((route == i).double().mean()),
-                            accuracy=acc, accuracy_routed_head=acc_routed, temperature=tau))
-
-    def mixed(i, x, y, d, n, tau):
-        w = SoftMixture(bank, tau, "first").weights_from_distances(d, n)
-        with torch.no_grad(), bank.use_blend(w):
-            fm = backbone(x)
-        r = w.argmax(1)
-        routed = torch.stack([heads[k](fm) for k in range(K)])[r, torch.arange(n)]
-        return r, accuracy(heads[i](fm), y), accuracy(routed, y)
-
-    def hard(i, route, y):
-        # per sample: logits of the routed bank with the true head, and with the routed head
-        stack = torch.stack([feats[i, k] for k in range(K)])          # (K, N, F)
-        f = stack[route, torch.arange(len(route))]
-        true_head = heads[i](f)
-        routed = torch.stack([heads[k](f) for k in range(K)])[route, torch.arange(len(route))]
-        return accuracy(true_head, y), accuracy(routed, y)
-
-    for b in u.inference_batches:
-        clf = StatisticsClassifier(bank)
-        tf = torch.cat([clf.features_from_moments(m, b) for m in train_moms])
-        tl = torch.cat([torch.full((u.router_samples // b,), k, dtype=torch.long) for k in range(K)])
-        clf.fit_features(tf, tl)
-        for i, (x, y) in enumerate(evals):
-            first_moms = {first: moms[i, 0][first]}
-            d_first = router_first.distances_from_moments([first_moms], b)
-            n = len(y)
-            routes = {
-                "nearest_first": d_first.argmin(1).repeat_interleave(b),
-                "nearest_all": router_all.distances_from_moments([moms[i, k] for k in range(K)], b)
-                .argmin(1).repeat_interleave(b),
-                "classifier": clf.decide(clf.features_from_moments(first_moms, b)).repeat_interleave(b),
-            }
-            for cond, r in routes.items():
-                add(i, cond, b, r, *hard(i, r, y))
-            add(i, "mixture", b, *mixed(i, x, y, d_first, n, u.temperature), tau=u.temperature)
-            if b == u.inference_batches[0]:
-                for tau in u.check_temperatures:
-                    add(i, f"mixture_tau={tau:g}", b, *mixed(i, x, y, d_first, n, tau), tau=tau)
-            oracle = torch.full((n,), i, dtype=torch.long)
-            add(i, "oracle", b, oracle, *hard(i, oracle, y))
-            last = torch.full((n,), K - 1, dtype=torch.long)
-            add(i, "train_mode", b, None, hard(i, last, y)[0], math.nan)
-            acc_p = accuracy(pinned_heads[i](logits_of(pinned, x, dev)), y)
-            add(i, "pinned", b, None, acc_p, math.nan)
-    return dict(records=records, oracle_logit_change=oracle_change, source_task_a_accuracy=source["task_a_accuracy"],
-                wall_s=time.perf_counter() - t0)
-
-
-def _unit_group(units: list[UnitConfig], cache_root: str, version: str) -> list[dict]:
-    return [run_unit(u, load_source(u.source, cache_root, version)) for u in units]
-
-
-def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """Run chapter 6's sweep; one row per (seed, n_tasks, strength, task, condition, inference_batch).
-
-    Columns: ``seed, n_tasks, strength, task, brightness, contrast, condition, inference_batch,
-    routing_accuracy, accuracy, accuracy_routed_head, oracle_logit_change, source_task_a_accuracy,
-    unit_wall_s`` (``unit_wall_s``: seconds for the whole unit). Resumable through the run cache.
-    """
-    if not isinstance(config, Config):
-        raise TypeError(f"run needs an unknown_task.Config (see make_config), got {type(config).__name__}")
-    ex = execution or Execution()
-    root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
-    version = source_version()  # stage 1's code version: the units read the backbones with it
-    units = config.units()
-    ensure_sources([u.source for u in units], ex, version)
-    rows = run_sweep(units, _unit_group, namespace=NAMESPACE, cache_dir=root, execution=ex,
-                     group_kwargs={"cache_root": root, "version": version},
-                     desc="chapter 6 units")
-    out = []
-    for u, (_, row) in zip(units, rows.iterrows()):
-        for rec in row["records"]:
-            b, c = shift_of(rec["task"], u.strength)
-            out.append(dict(seed=u.seed, n_tasks=u.n_tasks, strength=u.strength, brightness=b, contrast=c, **rec,
-                            oracle_logit_change=row["oracle_logit_change"],
-                            source_task_a_accuracy=row["source_task_a_accuracy"], unit_wall_s=row["wall_s"]))
-    return pd.DataFrame(out)
-
-
-def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """Everything chapter 6's page analyses, as the tables it saves: ``(run(config), {"temperature":
-    run(temperature_check_config(config))})`` (keys: :data:`SIBLING_TABLES`). Both sweeps are cached, so a page
-    given these tables trains nothing."""
-    if not isinstance(config, Config):
-        raise TypeError(f"run_tables needs an unknown_task.Config (see make_config), got {type(config).__name__}")
-    df = run(config, execution)
-    return df, dict(temperature=run(temperature_check_config(config), execution))
-
-
-def sibling_parameters(config: Config) -> dict:
-    """``{suffix: (parameters, resolved)}`` for the sibling tables whose sidecars record their own configuration
-    rather than the page's (:func:`bnstudy.report.rows_or_run`'s ``sibling_parameters``): the temperature check's,
-    :func:`temperature_check_config` of ``config`` with every field resolved (its sidecar,
-    :func:`sidecar_parameters`, records them so)."""
-    from ..report import config_parameters
-    return {"temperature": config_parameters(temperature_check_config(config), {}, ANALYSIS_PARAMETERS)}
-
-
-def run_workers(provenance: dict | None, execution: Execution) -> int:
-    """The worker processes of the run behind the page: the earlier run's record (``provenance`` from
-    :func:`bnstudy.report.load_rows`, when the page analyses its rows and it recorded them), else ``execution``'s
-    (``n_jobs``, or one per CPU core)."""
-    import os
-    recorded = (provenance or {}).get("workers")
-    return int(recorded) if recorded else (execution.n_jobs or os.cpu_count())
-
+from ...inference import Claim, Family, Interval, claims_table, count_verdicts, decide, exact_check, holm, \
+    one_sided_p, paired_differences, t_interval
+from .run import CONDITIONS, FIRST_STRENGTH_GRID, HARD_ROUTERS, ROUTE_OK, ROUTERS, TASK_NAMES, \
+    TEMPERATURE_TRIED_FIRST, TOST_MARGIN, Config
 
 # --- tidy tables ---------------------------------------------------------------------------------------------------
 
@@ -585,6 +184,19 @@ def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
     return out
 
 
+
+def worst_cell(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
+    """The router cell with the most negative estimate (``cells``: :func:`cell_tests`; the cell
+    :func:`findings` names in ``worst_*``) as a one-row claims table (:func:`bnstudy.inference.claims_table`'s
+    columns), key ``worst_cell``: its estimate, family interval, ``p``, ``p_adjusted`` (Holm over the cells, as
+    :func:`cell_tests` gives it), ``p_equivalence`` at ``margin`` and verdict; glued with
+    :func:`bnstudy.pages.glue_claims` as ``ch06_worst_cell_<field>``. Raises ``ValueError`` without cells."""
+    if not len(cells):
+        raise ValueError("worst_cell needs at least one router cell (cell_tests of a table with routers)")
+    w = cells.loc[[cells["estimate"].idxmin()]].assign(key="worst_cell", margin=float(margin))
+    return w[["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence", "margin", "confidence",
+              "kind", "verdict"]].reset_index(drop=True)
+
 def _frame_parts(df: pd.DataFrame):
     m = seed_means(df[df.condition.isin(CONDITIONS)])
     strengths = sorted(m.strength.unique())
@@ -717,7 +329,8 @@ class Findings:
       (:func:`bnstudy.inference.count_verdicts`: a direction where Holm over the cells shows it, else the printed
       verdict; ``n_equivalent_half`` counts printed verdicts at half the margin) (the cells themselves in words:
       :func:`equivalence_phrase`, :func:`below_phrase`); ``max_bound_hard``: the largest absolute end of a hard router's family interval; ``worst_*``: the cell
-      with the most negative estimate, its family interval and ``worst_verdict``; ``cells_confidence``: the
+      with the most negative estimate (its estimate, family interval and verdict: :func:`worst_cell`, a claims
+      table); ``cells_confidence``: the
       family intervals' confidence (percent).
     * ``n_chance_cells`` / ``n_above_chance``: at t = 0, the (router, task count, inference batch) cells and
       how many route above chance ``1/n_tasks`` (one-sided t tests, Holm over those cells, below
@@ -769,8 +382,6 @@ class Findings:
     n_higher: int
     n_not_decided: int
     max_bound_hard: float
-    worst_gap: Interval
-    worst_verdict: str
     worst_router: str
     worst_strength: float
     worst_batch: int
@@ -898,9 +509,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
         n_equivalent=counts["equivalent"], n_equivalent_half=int(tests.equivalent_half.sum()),
         n_lower=counts["lower"], n_higher=counts["higher"], n_not_decided=counts["not decided"],
         max_bound_hard=float(hard.bound.max()) if len(hard) else math.nan,
-        worst_gap=Interval(float(worst["estimate"]), float(worst["low"]), float(worst["high"]), int(worst["n"]),
-                           float(worst["confidence"])),
-        worst_verdict=str(worst["verdict"]), worst_router=str(worst["condition"]),
+        worst_router=str(worst["condition"]),
         worst_strength=float(worst["strength"]), worst_batch=int(worst["inference_batch"]),
         worst_n_tasks=int(worst["n_tasks"]),
     )
@@ -951,42 +560,6 @@ def temperature_findings(df: pd.DataFrame, kept: float) -> TemperatureFindings:
                                best_m=len(at_best), worst={f"tau_{tau:g}": iv for tau, iv in worst.items()},
                                seed_first=int(seeds[0]), seed_last=int(seeds[-1]), n_seeds=len(seeds))
 
-
-def worker_minutes(*tables: pd.DataFrame) -> float:
-    """Worker-minutes to compute every unit of ``tables`` (results of :func:`run`) from an empty unit cache:
-    the sum of each unit's measured ``unit_wall_s`` (one unit per seed, task count and strength), over 60."""
-    return float(sum(t.drop_duplicates(["seed", "n_tasks", "strength"]).unit_wall_s.sum() for t in tables)) / 60
-
-
-def sidecar_parameters(config: Config, run_parameters: dict | None = None) -> dict:
-    """What a table's JSON sidecar records as the parameters of a run of ``config``: ``run_parameters``
-    (default: the book runner's ``$BNSTUDY_RUN_PARAMETERS``, where ``seeds`` may be ``None``, "the profile's")
-    with every field of ``config`` as actually used (the seeds run, the task counts, the temperatures checked)."""
-    import json
-    import os
-    if run_parameters is None:
-        run_parameters = json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}")
-    return {**run_parameters, **{k: list(v) if isinstance(v, tuple) else v for k, v in config.asdict().items()}}
-
-
-def full_profile_estimate(df: pd.DataFrame, config: Config, workers: int = 2) -> float:
-    """Estimated wall time (seconds) of the full profile from this run's measured per-unit cost.
-
-    The mean measured unit time per ``n_tasks`` is scaled by the larger of the ``steps`` and ``n_eval``
-    ratios (full over this run), times the full profile's unit count, divided by ``workers``. Crude: training
-    scales with steps and evaluation with n_eval, not both with the larger ratio, so it overestimates.
-    """
-    full = make_config("full")
-    units = df.drop_duplicates(["seed", "n_tasks", "strength"])
-    per_k = units.groupby("n_tasks")["unit_wall_s"].mean()
-    scale = max(full.steps / config.steps, full.n_eval / config.n_eval)
-    n_units = len(full.seeds) * len(full.strengths)
-    return float(sum(per_k.get(k, per_k.mean()) * scale * n_units for k in full.n_tasks) / workers)
-
-
-# --- the page's sentences ------------------------------------------------------------------------------------------
-# Each function turns findings into a Markdown phrase whose wording follows the data (glued with
-# ``bnstudy.report.glue_md``, plain text). Numbers are formatted here, never typed in the notebook.
 
 _COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
 
@@ -1127,26 +700,13 @@ def page_settings(config: Config) -> dict:
     ``ch3_gentlest`` (chapter 3's gentlest non-zero ``both`` level, full profile), ``ch3_margin`` (its
     equivalence margin), ``margin_text`` (:func:`margin_phrase`), ``router_samples`` and ``router_samples_bmax`` (the
     classifier's training points per bank at the largest inference batch)."""
-    from .shift_strength import PROFILES as CH3_PROFILES, make_config as ch3_config
+    from ..shift_strength import PROFILES as CH3_PROFILES, make_config as ch3_config
     ch3_margin = ch3_config("full").tie_margin
     return dict(tau_first=TEMPERATURE_TRIED_FIRST, temperature=config.temperature,
                 first_grid_text=", ".join(_fmt_t(t) for t in FIRST_STRENGTH_GRID),
                 ch3_gentlest=min(t for t in CH3_PROFILES["full"]["both_levels"] if t > 0), ch3_margin=ch3_margin,
                 margin_text=margin_phrase(TOST_MARGIN, ch3_margin), router_samples=config.router_samples,
                 router_samples_bmax=config.router_samples // max(config.inference_batches))
-
-
-def table_routing(routes: pd.DataFrame, router: str = "nearest_first") -> pd.DataFrame:
-    """Table 1: ``router``'s routing accuracy (mean over seeds) per number of tasks and inference batch (rows)
-    and strength (columns), every value written with three decimals (``routes``: :func:`routing_table`)."""
-    sel = routes[routes.condition == router]
-    if sel.empty:
-        raise ValueError(f"table_routing: no rows for router {router!r}; routers in the table: "
-                         f"{sorted(routes.condition.unique())}")
-    tab = sel.groupby(["n_tasks", "inference_batch", "strength"]).routing_accuracy.mean().unstack("strength")
-    tab.columns = [f"t={t:g}" for t in tab.columns]
-    tab.index = [f"{k} tasks, batch {b}" for k, b in tab.index]
-    return tab.map(lambda v: f"{v:.3f}")
 
 
 def phrases(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
