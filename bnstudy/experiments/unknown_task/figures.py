@@ -9,6 +9,7 @@ import pandas as pd
 
 from ... import style
 from ...plots import fit_page, interval_frame
+from .run import ROUTE_OK
 
 # --- chapter 6 (issue 14): routing inputs to statistic banks ------------------------------------------------------
 
@@ -121,7 +122,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
     gap_table; negative where the wrong bank loses); (b) router minus oracle with the task's own head, one decision
     per sample, zoomed, the equivalence band ``±margin`` shaded.
     ``part="unknown"``: (a) ``nearest_first`` routing accuracy at ``inference_batches`` (``routes``:
-    routing_table), the 0.9 line dashed; (b) the fully task-unknown case, ``nearest_first`` picking bank and head,
+    routing_table), the :data:`~.run.ROUTE_OK` (0.9) line dashed; (b) the fully task-unknown case, ``nearest_first`` picking bank and head,
     minus the oracle, per inference batch (``routed``: routed_head_table).
     Means and 95% Student-t intervals over seeds (paired differences), clipped to what the quantity allows.
     Returns the figure. Raises ``ValueError`` for another ``part``."""
@@ -162,7 +163,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
                     f = _ch06_clip(interval_frame(g, "strength", "routing_accuracy").reset_index(), 0, 1)
                     _ch06_errorbar(ax, f.strength.map(pos), f, "nearest_first", label=f"nearest_first, batch {b}",
                                    color=bcolors.get(b, style.GREY))
-                ax.axhline(0.9, color=style.REFERENCE["chance"], ls="--", lw=1, label="0.9 (routing works)")
+                ax.axhline(ROUTE_OK, color=style.REFERENCE["chance"], ls="--", lw=1, label=f"{ROUTE_OK:g} (routing works)")
                 ax.axhline(1 / k, color=style.GREY, ls=":", lw=1, label="chance (1/K)")
                 ax.set_title(f"(a) routing accuracy, {k} tasks")
                 ax = axes[1][c]
