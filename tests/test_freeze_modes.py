@@ -31,6 +31,11 @@ def verdicts(claims):
     return dict(zip(claims["key"], claims["verdict"]))
 
 
+def claim(claims, key):
+    """Row ``key`` of a claims table (its ``estimate``, ``low``, ``high``, ...)."""
+    return findings._claim(claims, key)
+
+
 def test_findings_on_a_table_where_every_finding_holds():
     f = findings.findings(table())
     v = verdicts(f.claims)
@@ -235,7 +240,7 @@ def test_the_lr_choice_table_shows_grid_edges_and_checkpoint_dependence():
 def test_optimizer_findings_lead_with_the_primary_reference_test():
     f = findings.optimizer_findings(sweep_table(), 800, reference_grads=[1e-7, 2e-6])
     assert verdicts(f.claims) == {"primary": "equivalent within \u00b10.03"}
-    assert f.claims["n"].tolist() == [6] and f.primary_p_tost < 0.05
+    assert f.claims["n"].tolist() == [6] and f.claims["p_equivalence"].iloc[0] < 0.05
     assert f.primary.mean == pytest.approx(0.001 / 3) and f.margin == findings.PRIMARY_MARGIN
     assert f.ref_sets_kind == {"report": "95% interval over 3 seeds", "confirm": "95% interval over 3 seeds"}
     assert f.lr["sgd_pinned"] == 0.05 and f.lr_position["sgd_pinned"] == "interior"
@@ -303,7 +308,7 @@ def test_heads_still_gaining_between_the_last_checkpoints_are_flagged():
     # every seed gains 0.03 (no spread: the interval collapses to 0.03 > 0)
     f = findings.optimizer_findings(sweep_table(gain=0.03), 800, reference_grads=[1e-3])
     assert verdicts(f.gain_claims)["gain_sgd_pinned"] == findings.LAST_HIGHER
-    assert f.gain_last["sgd_pinned"].mean == pytest.approx(0.03)
+    assert claim(f.gain_claims, "gain_sgd_pinned").estimate == pytest.approx(0.03)
     assert not f.reference_converged
     with pytest.raises(ValueError, match="main_step"):
         findings.optimizer_findings(sweep_table(), 1600)
@@ -371,7 +376,7 @@ def test_a_thread_change_that_changes_the_main_runs_verdict_is_reported():
     main = table(task_b=tb)  # gaps 0.10, 0.09, 0.12: interval above 0
     rows = pd.DataFrame(thread_rows(change=-0.18))  # seed 1's gap at 2 threads: -0.08
     f = findings.thread_findings(rows, main)
-    assert f.main_gap.low > 0 and f.swapped_gap.low < 0
+    assert claim(f.claims, "main_gap").low > 0 and claim(f.swapped_claims, "swapped_gap").low < 0
     assert verdicts(f.claims)["main_gap"] == findings.TRAIN_HIGHER and verdicts(f.swapped_claims)["swapped_gap"] == NOT_DECIDED
 
 
@@ -456,7 +461,7 @@ def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_indivi
     assert (f.sens_n, f.sens_n_agree) == (2, 1) and f.sens_confidence == pytest.approx(0.975)
     assert f.sens_dissent == "L2 1e-02 with 1,000 samples: train mode higher"
     # unseen: seeds 1, 2, 201, 202 (gaps -0.002, 0.002, -0.002, 0.002)
-    assert f.unseen_claims["n"].tolist() == [4] and f.seen_n == 2 and f.unseen.mean == pytest.approx(0.0)
+    assert f.unseen_claims["n"].tolist() == [4] and f.seen_n == 2 and claim(f.unseen_claims, "unseen").estimate == pytest.approx(0.0)
     assert verdicts(f.unseen_claims) == {"unseen": "equivalent within \u00b10.03"}
     assert f.primary_p_tost_text == "< 0.001"
     # trained heads: sgd train mode higher at both checkpoints (Holm), adam not
@@ -521,15 +526,17 @@ def test_the_oracle_lr_is_chosen_on_the_pooled_test_sets_per_path_and_step():
 def test_tuning_findings_report_oracle_budget_and_no_standardized_heads():
     t = findings.tuning_findings(sweep_table(gain=0.0), 800)
     # sweep_table: the test rows at the chosen lr are the best, so the oracle equals the validation choice
-    assert t.oracle["sgd_800"].mean == pytest.approx(0.11) and t.oracle_main["sgd"].mean == pytest.approx(0.11)
+    assert claim(t.oracle_claims, "oracle_sgd_800").estimate == pytest.approx(0.11)
+    assert claim(t.oracle_at_main_claims, "oracle_at_main_sgd").estimate == pytest.approx(0.11)
+    assert list(t.oracle_at_main_claims["key"]) == ["oracle_at_main_adam", "oracle_at_main_sgd"]
     assert (t.oracle_n, t.oracle_n_above) == (4, 2) and t.oracle_confidence == pytest.approx(1 - 0.05 / 4)
     assert "2 of 4" in t.oracle_reading
     # the gap is the same at both checkpoints: the change is exactly 0, not decided
-    assert t.narrowing["sgd"].mean == pytest.approx(0.0)
+    assert claim(t.narrow_claims, "narrow_sgd").estimate == pytest.approx(0.0)
     assert verdicts(t.narrow_claims) == {"narrow_sgd": NOT_DECIDED, "narrow_adam": NOT_DECIDED}
     assert t.gap_first["sgd"].mean == pytest.approx(0.11) and t.gap_last["adam"].mean == pytest.approx(-1 / 300)
     assert t.narrow_reading == "SGD: not decided; Adam: not decided"
-    assert t.std_gap == {} and t.std_reading == "not run" and (t.first_step, t.last_step) == (400, 800)
+    assert t.std_claims.empty and t.std_reading == "not run" and (t.first_step, t.last_step) == (400, 800)
 
 
 def _with_std(sweep: pd.DataFrame, std_gaps) -> pd.DataFrame:
@@ -555,13 +562,13 @@ def test_standardized_heads_are_read_from_the_reduction_not_from_an_equivalence(
     eq = findings.tuning_findings(_with_std(base, (0.001, -0.002, 0.002, 0.0, 0.001, -0.001)), 800)
     assert verdicts(eq.std_claims) == {"std_sgd": "equivalent within \u00b10.03"}
     assert eq.std_lr == {"sgd_batch_stats": 0.05, "sgd_pinned": 0.05}
-    assert verdicts(eq.reduction_claims) == {"reduction_sgd": findings.STD_SMALLER} and eq.std_reduction["sgd"].low > 0
+    assert verdicts(eq.reduction_claims) == {"reduction_sgd": findings.STD_SMALLER} and claim(eq.reduction_claims, "reduction_sgd").low > 0
     # even an equivalence with nothing left says "most", never "the" explanation, and says nothing remains shown
     assert eq.std_reading.startswith("standardizing the features removes most of the gap")
     assert "not shown to differ from zero at any checkpoint" in eq.std_reading and "not all of it" in eq.std_reading
     assert eq.std_plain_gap["sgd"].mean == pytest.approx(0.11)
-    assert eq.std_share["sgd"] == pytest.approx(eq.std_reduction["sgd"].mean / 0.11)
-    assert eq.std_share_low["sgd"] == pytest.approx(eq.std_reduction["sgd"].low / 0.11)
+    assert eq.std_share["sgd"] == pytest.approx(claim(eq.reduction_claims, "reduction_sgd").estimate / 0.11)
+    assert eq.std_share_low["sgd"] == pytest.approx(claim(eq.reduction_claims, "reduction_sgd").low / 0.11)
     # every checkpoint: the std heads exist at 400 and 800 only for the reported rows of lr 0.05 (one family)
     assert set(eq.std_gap_at) == {"sgd_400", "sgd_800"} and eq.std_n == 2
     assert eq.std_at_confidence == pytest.approx(0.975)
@@ -613,8 +620,8 @@ def test_the_gap_narrows_only_when_its_change_is_shown():
     late = (s["step"] == 800) & (s["path"] == "batch_stats") & (s["optimizer"] == "sgd") & s["role"].isin(["report", "confirm"])
     s.loc[late, "accuracy"] -= np.linspace(0.04, 0.06, int(late.sum()))   # the SGD gap shrinks by 0.04-0.06 per seed
     t = findings.tuning_findings(s, 800)
-    assert verdicts(t.narrow_claims)["narrow_sgd"] == findings.GAP_SMALLER and t.narrowing["sgd"].high < 0
-    assert t.n_narrows == 1 and t.narrowing["sgd"].confidence == pytest.approx(0.975)  # a family of 2 optimizers
+    assert verdicts(t.narrow_claims)["narrow_sgd"] == findings.GAP_SMALLER and claim(t.narrow_claims, "narrow_sgd").high < 0
+    assert t.n_narrows == 1 and claim(t.narrow_claims, "narrow_sgd").confidence == pytest.approx(0.975)  # a family of 2 optimizers
     assert t.narrowing_p_holm_text["sgd"] == findings.p_text(t.narrow_claims.set_index("key").loc["narrow_sgd", "p_adjusted"])
 
 

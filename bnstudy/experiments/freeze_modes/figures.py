@@ -351,7 +351,8 @@ def ch01_std_display(tuning, reference: dict | None = None) -> pd.DataFrame:
     """
     if not tuning.std_gap_at:
         raise ValueError("ch01_std_display needs standardized heads (TuningFindings.std_gap_at is empty)")
-    opts = [o for o in ("sgd", "adam") if o in tuning.std_reduction]
+    reduced = {k.removeprefix("reduction_") for k in tuning.reduction_claims["key"]}
+    opts = [o for o in ("sgd", "adam") if o in reduced]
     steps = sorted({int(k.rsplit("_", 1)[1]) for k in tuning.std_gap_at})
     rows = []
     for o in opts:

@@ -61,9 +61,10 @@ def glue_record(prefix: str, record, clip: tuple | None = (-1, 1)) -> None:
     items = []
     for f in dataclasses.fields(record):
         v = getattr(record, f.name)
-        if clip is not None:  # printed interval ends cut to what the quantity allows (a difference of differences: 2x)
-            v = _clip_intervals(v, tuple(2 * c for c in clip) if f.name in DIFFERENCE_OF_GAPS else clip)
-        items += (claims_items(prefix, v, clip) if f.name.endswith("claims")
+        cut = clip if clip is None or f.name not in DIFFERENCE_OF_GAPS else tuple(2 * c for c in clip)
+        if cut is not None:  # printed interval ends cut to what the quantity allows (a difference of differences: 2x)
+            v = _clip_intervals(v, cut)
+        items += (claims_items(prefix, v, cut) if f.name.endswith("claims")
                   else glue_items(f"{prefix}_{f.name}", v))
     names = [n for n, _ in items]
     if len(set(names)) != len(names):
@@ -74,9 +75,9 @@ def glue_record(prefix: str, record, clip: tuple | None = (-1, 1)) -> None:
         glue(name, v, display=False)
 
 
-#: Fields of the findings records that are differences of two gaps (a gap's change with the budget, the reduction by
-#: standardizing): they lie in twice the range of one difference of accuracies.
-DIFFERENCE_OF_GAPS = ("narrowing", "std_reduction")
+#: Claims tables of the findings records that are differences of two gaps (a gap's change with the budget, the
+#: reduction by standardizing): they lie in twice the range of one difference of accuracies.
+DIFFERENCE_OF_GAPS = ("narrow_claims", "reduction_claims")
 
 
 def _clip_intervals(v, clip: tuple):
@@ -495,16 +496,16 @@ class OptimizerFindings:
     under the keys ``explore_at_main_<optimizer>`` (the same claims and adjusted p-values, for the prose).
 
     Numbers (the claims glue their own ``n`` and ``p``: ``primary_n``, ``primary_p``, ``unseen_n``): ``primary``
-    (95% interval), ``primary_ci90`` (90%, the TOST's at one comparison), ``primary_p_tost``; ``ref_sets``: the reference gap per seed set (``report`` / ``confirm``,
+    (95% interval), ``primary_ci90`` (90%, the TOST's at one comparison; the TOST p is the claim's ``p_equivalence``); ``ref_sets``: the reference gap per seed set (``report`` / ``confirm``,
     95% interval; ``ref_sets_kind`` says with how many seeds). ``n_explore_resolved``: exploratory tests with
     a Holm-adjusted p below 0.05, ``trained_n_higher`` of them with ``train_mode`` higher, ``trained_reading``
     that count in words; ``explore_confidence``: the family intervals' confidence. Learning rates: ``lr``
     chosen at ``main_step`` per ``<optimizer>_<path>``, ``lr_position`` there (``interior`` / ``lowest`` /
     ``highest`` in the grid), ``lr_changes`` per ``<optimizer>_<path>``: ``"yes"`` when selecting at another
     checkpoint picks another rate. ``acc``: mean test accuracy, pooled seeds, per ``<optimizer>_<path>``
-    (``reference`` too). ``gain_last``: the gains' family intervals (``gain_confidence``). ``sens_min`` / ``sens_max``: the smallest
+    (``reference`` too). ``gain_confidence``: the gains' family intervals' confidence. ``sens_min`` / ``sens_max``: the smallest
     and largest mean gap over the sensitivity fits; ``sens_n_agree`` fits with the primary verdict,
-    ``sens_dissent`` the others in words (``"none"``). ``unseen`` / ``unseen_ci90``, ``seen_n`` seeds seen, ``unseen_p_tost_text``; ``unseen_text`` / ``unseen_short``: that result as a sentence / a
+    ``sens_dissent`` the others in words (``"none"``). ``unseen_ci90`` (the 95% interval is the claim's), ``seen_n`` seeds seen, ``unseen_p_tost_text``; ``unseen_text`` / ``unseen_short``: that result as a sentence / a
     clause, or a sentence saying it is not available in this profile (never a NaN). ``primary_p_tost_text``:
     :func:`p_text` of the TOST p-value. ``trained_min`` / ``trained_max``: smallest / largest mean gap of the
     tuned-optimizer rows (not the main run). ``reference_converged``: every fit's gradient max-norm below
@@ -518,7 +519,6 @@ class OptimizerFindings:
     margin: float
     primary: Interval
     primary_ci90: Interval
-    primary_p_tost: float
     ref_sets: dict
     ref_sets_kind: dict
     n_explore: int
@@ -528,7 +528,6 @@ class OptimizerFindings:
     lr_position: dict
     lr_changes: dict
     acc: dict
-    gain_last: dict
     gain_m: int
     gain_confidence: float
     sens_min: float
@@ -538,7 +537,6 @@ class OptimizerFindings:
     sens_dissent: str
     sens_confidence: float
     primary_p_tost_text: str
-    unseen: Interval
     unseen_ci90: Interval
     seen_n: int
     unseen_p_tost_text: str
@@ -653,21 +651,20 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     tuned = explore[explore["key"] != "explore_main"]
     return OptimizerFindings(
         main_step=int(main_step), last_step=int(steps[-1]), prev_step=int(steps[-2]), margin=PRIMARY_MARGIN,
-        primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA), primary_p_tost=primary.p_equivalence,
+        primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA),
         ref_sets=sets, ref_sets_kind=kinds,
         n_explore=len(explore), n_explore_resolved=int(counts["higher"] + counts["lower"]),
         explore_confidence=float(explore["confidence"].iloc[0]) if len(explore) else math.nan,
         lr={f"{o}_{p}": v for (o, p), v in lrs.items()},
         lr_position={f"{o}_{p}": str(r["position"]) for (o, p), r in at_main.iterrows()},
         lr_changes=changes, acc=acc,
-        gain_last={r.key.removeprefix("gain_"): Interval(r.estimate, r.low, r.high, int(r.n), r.confidence)
-                   for r in gain_claims.itertuples()}, gain_m=gain_family.m,
+        gain_m=gain_family.m,
         gain_confidence=gain_family.confidence,
         sens_min=float(sens["mean"].min()), sens_max=float(sens["mean"].max()), sens_n=len(sens),
         sens_n_agree=int((sens["verdict"] == primary.verdict).sum()), sens_dissent="; ".join(dissent) or "none",
         sens_confidence=float(sens["confidence"].iloc[0]) if len(sens) else math.nan,
         primary_p_tost_text=p_text(primary.p_equivalence),
-        unseen=t_interval(u), unseen_ci90=t_interval(u, 1 - 2 * ALPHA),
+        unseen_ci90=t_interval(u, 1 - 2 * ALPHA),
         seen_n=int(n - len(u)), unseen_p_tost_text=p_text(gap_claim(u).p_equivalence),
         unseen_text=_unseen_text(u, n), unseen_short=_unseen_short(u),
         trained_n_higher=k_higher, trained_reading=_trained_reading(counts),
@@ -777,8 +774,8 @@ class ThreadFindings:
     same for task A. ``gap_diff``: per seed, the change of the gap ``train_mode - backbone_eval``
     (``<other> - <main>`` threads), ``gap_diff_largest`` its largest size. ``gap_seed_sd``: the main run's
     standard deviation of that gap over *all* its seeds (NaN without it); ``diff_over_sd`` the ratio.
-    ``main_gap`` / ``swapped_gap``: the main run's gap with 95% interval, and the same with the checked seeds'
-    gaps taken from the other thread count; ``claims``: their verdicts (:func:`gap_claim`, no margin, each one
+    The main run's gap with 95% interval, and the same with the checked seeds' gaps taken from the other thread
+    count, are claims: their estimates, intervals and verdicts (:func:`gap_claim`, no margin, each one
     comparison; ``claims`` key ``main_gap``, ``swapped_claims`` key ``swapped_gap``), which differ when the thread count alone changes the verdict.
     """
 
@@ -792,8 +789,6 @@ class ThreadFindings:
     gap_diff_largest: float
     gap_seed_sd: float
     diff_over_sd: float
-    main_gap: Interval
-    swapped_gap: Interval
     claims: pd.DataFrame
     swapped_claims: pd.DataFrame
 
@@ -830,7 +825,7 @@ def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_thr
                           max_diff_b=float(d_b.max()), mean_diff_b=float(d_b.mean()), max_diff_a=float(d_a.max()),
                           gap_diff=(gb - ga).rename(lambda s: f"seed{s}"), gap_diff_largest=dmax, gap_seed_sd=sd,
                           diff_over_sd=dmax / sd if sd and not math.isnan(sd) else math.nan,
-                          main_gap=t_interval(mg), swapped_gap=t_interval(sw), claims=claims,
+                          claims=claims,
                           swapped_claims=swapped)
 
 
@@ -927,14 +922,8 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
 
 # --- tuning, budget and feature scale: what explains the trained heads' gap (referee items 6 and 8) ----------------
 
-def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds.
-
-    Uses test data to choose, so it is a robustness check only (it favours each path, the pinned one included),
-    never a test. Per optimizer (``sgd``, ``adam``) and checkpoint: ``key, optimizer, step, lr_batch_stats,
-    lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (paired gap ``batch_stats - pinned``;
-    the rows one family: Bonferroni intervals, Holm-adjusted p-values, :func:`gap_claim` without a margin).
-    """
+def _oracle(sweep: pd.DataFrame):
+    """:func:`oracle_gaps`' table and its claims table (one family, keys ``oracle_<optimizer>_<step>``)."""
     t = sweep[(sweep["split"] == "test") & sweep["role"].isin(POOLED) & sweep["optimizer"].isin(["sgd", "adam"])]
     rows, values = [], []
     for (o, step), g in t.groupby(["optimizer", "step"]):
@@ -947,7 +936,21 @@ def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
         values.append(acc["batch_stats"] - acc["pinned"])
     cols = ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", "n", "mean", "ci_low", "ci_high", "confidence",
             "p", "p_holm", "verdict"]
-    return _family_table(rows, values)[0].reindex(columns=cols) if rows else pd.DataFrame(columns=cols)
+    if not rows:
+        return pd.DataFrame(columns=cols), _verdicts([])
+    table, claims = _family_table(rows, values)
+    return table.reindex(columns=cols), claims
+
+
+def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds.
+
+    Uses test data to choose, so it is a robustness check only (it favours each path, the pinned one included),
+    never a test. Per optimizer (``sgd``, ``adam``) and checkpoint: ``key, optimizer, step, lr_batch_stats,
+    lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (paired gap ``batch_stats - pinned``;
+    the rows one family: Bonferroni intervals, Holm-adjusted p-values, :func:`gap_claim` without a margin).
+    """
+    return _oracle(sweep)[0]
 
 
 @dataclass(frozen=True)
@@ -955,21 +958,22 @@ class TuningFindings:
     """What the trained heads' gap depends on (accuracies 0..1; gaps ``batch_stats - pinned`` = ``train_mode -
     backbone_eval``, pooled seeds).
 
-    *Oracle learning rate* (:func:`oracle_gaps`, robustness only; one family of ``oracle_n``): ``oracle`` per
-    ``<optimizer>_<step>`` (family interval at ``oracle_confidence``), ``oracle_min`` / ``oracle_max`` of the
-    means, ``oracle_n_above`` rows with ``train_mode`` higher by Holm's adjusted p below 0.05; ``oracle_main``
-    per optimizer at ``main_step``; ``oracle_reading``: what that count means, in words.
+    *Oracle learning rate* (:func:`oracle_gaps`, robustness only): ``oracle_claims`` (keys
+    ``oracle_<optimizer>_<step>``, one family of ``oracle_n``; family intervals at ``oracle_confidence``),
+    ``oracle_min`` / ``oracle_max`` of the means, ``oracle_n_above`` rows with ``train_mode`` higher as
+    :func:`bnstudy.inference.count_verdicts` counts them (Holm); ``oracle_at_main_claims``: its rows at
+    ``main_step`` under the keys ``oracle_at_main_<optimizer>``; ``oracle_reading``: what that count means, in words.
     *Budget*: with the learning rate chosen on validation at ``main_step``, ``gap_at`` per
     ``<optimizer>_<step>`` (95% interval; ``gap_first`` / ``gap_last`` per optimizer at the first / last
     checkpoint). ``narrow_claims`` (keys ``narrow_<optimizer>``, one family of ``n_opt``): the paired change of
     the gap from ``first_step`` to ``last_step`` (negative: it narrows; "gap smaller at more steps" / "gap
-    larger at more steps"), its intervals ``narrowing``, ``narrowing_p_holm_text`` (:func:`p_text` of the Holm
+    larger at more steps"), ``narrowing_p_holm_text`` (:func:`p_text` of the Holm
     p), ``n_narrows`` optimizers whose gap is smaller by Holm, ``narrow_reading``: those verdicts in words.
     *Feature scale*: the standardized heads (``<optimizer>-std``, learning rate chosen on validation at
     ``main_step``). ``std_claims`` (keys ``std_<optimizer>``, one family of ``std_m``): their gap at
-    ``main_step`` with the reference test's margin (:func:`gap_claim`), intervals ``std_gap``;
+    ``main_step`` with the reference test's margin (:func:`gap_claim`);
     ``reduction_claims`` (keys ``reduction_<optimizer>``, one family of ``std_m``): paired (plain gap -
-    standardized gap), intervals ``std_reduction``; ``std_lr`` the chosen rates per ``<optimizer>_<path>``.
+    standardized gap); ``std_lr`` the chosen rates per ``<optimizer>_<path>``.
     ``std_at_claims`` (keys ``std_<optimizer>_<step>``, one family of ``std_n``): the standardized gap at every
     checkpoint, intervals ``std_gap_at`` (at ``std_at_confidence``), ``std_gap_min`` / ``std_gap_max`` of its
     means, ``std_n_above`` with ``train_mode`` higher by Holm and ``std_n_positive`` means above 0;
@@ -984,24 +988,19 @@ class TuningFindings:
     main_step: int
     first_step: int
     last_step: int
-    oracle: dict
     oracle_min: float
     oracle_max: float
     oracle_n: int
     oracle_n_above: int
     oracle_confidence: float
-    oracle_main: dict
     oracle_reading: str
     gap_at: dict
     gap_first: dict
     gap_last: dict
-    narrowing: dict
     n_narrows: int
     n_opt: int
     narrow_reading: str
     narrowing_p_holm_text: dict
-    std_gap: dict
-    std_reduction: dict
     std_m: int
     std_lr: dict
     std_reading: str
@@ -1021,6 +1020,8 @@ class TuningFindings:
     std_claims: pd.DataFrame
     reduction_claims: pd.DataFrame
     std_at_claims: pd.DataFrame
+    oracle_claims: pd.DataFrame
+    oracle_at_main_claims: pd.DataFrame
 
 
 def _opt_name(o: str) -> str:
@@ -1089,10 +1090,9 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
     steps = sorted(sweep[sweep["optimizer"].isin(["sgd", "adam"])]["step"].unique())
     if main_step not in steps or len(steps) < 2:
         raise ValueError(f"tuning_findings needs main_step among >= 2 checkpoints, got {main_step} in {steps}")
-    orc = oracle_gaps(sweep)
-    oracle = {f"{r.optimizer}_{r.step}": Interval(r.mean, r.ci_low, r.ci_high, int(r.n), r.confidence)
-              for r in orc.itertuples()}
-    orc_above = int(((orc["p_holm"] < ALPHA) & (orc["mean"] > 0)).sum())
+    orc, orc_claims = _oracle(sweep)
+    orc_above = count_verdicts(orc_claims, ALPHA)["higher"]  # the book's one counts rule, on the claims table
+    at_main = {f"oracle_{o}_{main_step}": f"oracle_at_main_{o}" for o in ("sgd", "adam")}
     lrs = choose_lrs(sweep, main_step)
     t = chosen_table(sweep, lrs)
     opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
@@ -1131,18 +1131,15 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
     share = {o: reduction[o].mean / plain[o].mean if plain[o].mean else math.nan for o in reduction}
     share_low = {o: reduction[o].low / plain[o].mean if plain[o].mean else math.nan for o in reduction}
     return TuningFindings(
-        main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]), oracle=oracle,
+        main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]),
         oracle_min=float(orc["mean"].min()), oracle_max=float(orc["mean"].max()), oracle_n=len(orc),
         oracle_n_above=orc_above, oracle_confidence=float(orc["confidence"].iloc[0]) if len(orc) else math.nan,
-        oracle_main={o: oracle[f"{o}_{main_step}"] for o in ("sgd", "adam") if f"{o}_{main_step}" in oracle},
         oracle_reading=_oracle_reading(orc_above, len(orc)), gap_at=gap_at,
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
-        narrowing={r.key.removeprefix("narrow_"): _interval(r) for r in narrow.itertuples()},
         n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0, n_opt=len(opts),
         narrow_reading=_narrow_reading({r.key.removeprefix("narrow_"): r.verdict for r in narrow.itertuples()}),
         narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
-        std_gap={r.key.removeprefix("std_"): _interval(r) for r in std_claims.itertuples()},
-        std_reduction=reduction, std_m=sfam.m, std_lr=std_lr,
+        std_m=sfam.m, std_lr=std_lr,
         std_reading=std_reading(plain, red_claims, std_above, len(std_at)),
         std_gap_at=std_at,
         std_at_confidence=float(std_at_claims["confidence"].iloc[0]) if len(std_at_claims) else math.nan,
@@ -1150,7 +1147,10 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int) -> TuningFindings:
         std_gap_max=float(max((iv.mean for iv in std_at.values()), default=math.nan)),
         std_n_above=std_above, std_n=len(std_at), std_n_positive=sum(iv.mean > 0 for iv in std_at.values()),
         std_acc=std_acc, std_gain=std_gain, std_share=share, std_share_low=share_low, std_plain_gap=plain,
-        narrow_claims=narrow, std_claims=std_claims, reduction_claims=red_claims, std_at_claims=std_at_claims)
+        narrow_claims=narrow, std_claims=std_claims, reduction_claims=red_claims, std_at_claims=std_at_claims,
+        oracle_claims=orc_claims,
+        oracle_at_main_claims=orc_claims[orc_claims["key"].isin(list(at_main))].assign(
+            key=lambda c: c["key"].map(at_main)))
 
 
 # --- the seed article's numbers beside this chapter's (referee item 9) ---------------------------------------------
