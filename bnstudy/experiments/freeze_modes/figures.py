@@ -85,8 +85,7 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
                                  gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
     layers = sorted(drift["layer"].unique())
-    pal = sns.color_palette("colorblind")  # blue, orange, purple, ...: blocks distinguishable where bands overlap
-    colors = dict(zip(layers, [pal[k] for k in (0, 1, 4, 2, 3, 5, 6, 7)]))
+    colors = style.sequential(layers)  # blocks are ordered: the book's one sequential scale (bnstudy.style)
     markers = dict(zip(layers, "os^Dv"))
     for k, ax in enumerate(axes[0]):
         show = drift[drift.step <= max_step] if k == 0 else drift[drift.step >= max_step]
