@@ -166,6 +166,8 @@ def chapter_times(profile: str, n_jobs: int | None) -> pd.DataFrame:
     recs = []
     for name in CHAPTERS:
         mod = importlib.import_module(f"bnstudy.experiments.{name}")
+        if hasattr(mod, "__path__"):  # a chapter folder: what is trained is its run module
+            mod = importlib.import_module(f"bnstudy.experiments.{name}.run")
         with tempfile.TemporaryDirectory() as cache:
             t0 = time.perf_counter()
             df = mod.run(mod.make_config(profile), Execution(cache_dir=cache, n_jobs=n_jobs, progress=False))

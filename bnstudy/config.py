@@ -320,7 +320,7 @@ def from_profile(cls, profiles: dict, profile: str = "quick", **overrides):
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(overrides) - names)
     if unknown:
-        raise ValueError(f"unknown {cls.__module__.rsplit('.', 1)[-1]} parameters {unknown}; "
+        raise ValueError(f"unknown {cls.__module__.removesuffix('.run').rsplit('.', 1)[-1]} parameters {unknown}; "
                          f"allowed: {sorted(names - {'profile'})}")
     base = profiles[profile]
     values = {**base, **{k: v for k, v in overrides.items() if not (v is None and k in base)}}

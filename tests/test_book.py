@@ -130,7 +130,7 @@ def test_chapter_one_verdicts_on_the_page_are_the_findings_of_its_own_csv(built_
 
     import pandas as pd
 
-    from bnstudy.experiments import freeze_modes as ch
+    from bnstudy.experiments.freeze_modes import findings as ch
     from bnstudy.pages import BOLD_MAX_WORDS
     root, _ = built_book
     f = ch.findings(pd.read_csv(root / "results" / "01_freeze_modes.csv"))

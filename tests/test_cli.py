@@ -292,7 +292,7 @@ def test_rows_of_another_run_or_without_a_sibling_fail_before_the_kernel(tmp_pat
 def _fake_ch01_rows(folder, **given):
     """A chapter-1 main table and its sibling tables with sidecars recording ``given`` as the bnstudy command
     records a run (the parameters as given, ``None`` for the profile's; the resolved fields beside them)."""
-    from bnstudy.experiments import freeze_modes
+    from bnstudy.experiments.freeze_modes import run as freeze_modes
     folder.mkdir()
     nb = book.chapter_paths()[0]
     params = {"chapter": "01_freeze_modes", **book.notebook_parameters(nb), "profile": "quick", **given}

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bnstudy.experiments import freeze_modes as ch
+from bnstudy.experiments.freeze_modes import run, findings, figures
 from bnstudy.inference import EXACT, NOT_DECIDED, NOT_EXACT, TOO_FEW, is_verdict
 from bnstudy.modes import MODE_NAMES
 
@@ -31,13 +31,18 @@ def verdicts(claims):
     return dict(zip(claims["key"], claims["verdict"]))
 
 
+def claim(claims, key):
+    """Row ``key`` of a claims table (its ``estimate``, ``low``, ``high``, ...)."""
+    return findings._claim(claims, key)
+
+
 def test_findings_on_a_table_where_every_finding_holds():
-    f = ch.findings(table())
+    f = findings.findings(table())
     v = verdicts(f.claims)
     # task A after train_mode minus chance: 0, 0.02, 0.01 (mean 0.01, SD 0.01): its 97.5% interval (a family of 2)
     # holds 0 and its TOST at 0.025 puts it inside +-0.05 (0.5 x chance)
     assert v["task_a_chance"] == "equivalent within \u00b10.05" and f.n_near_chance == 3 and f.f2_m == 2
-    assert v["task_a_change"] == ch.A_LOWER  # 0.9 -> about 0.11 in every seed
+    assert v["task_a_change"] == findings.A_LOWER  # 0.9 -> about 0.11 in every seed
     assert [v[k] for k in ("c_weights_unchanged", "c_pinned_keep_a", "c_separate_exact", "c_separate_matches_b",
                            "c_pinned_equal_b")] == [EXACT] * 5
     assert f.gap_b["backbone_eval"].mean == pytest.approx(0.11)  # train_mode - backbone_eval: positive, train mode higher
@@ -50,10 +55,10 @@ def test_findings_on_a_table_where_every_finding_holds():
 def test_findings_flip_when_the_data_say_otherwise():
     tb = dict(train_mode=(0.40, 0.30, 0.35), backbone_eval=(0.35, 0.36, 0.34), all_eval=(0.35, 0.36, 0.34),
               separate_stats=(0.50, 0.41, 0.47))
-    f = ch.findings(table(task_a_after_tm=(0.5, 0.55, 0.52), task_b=tb, logit_sep=1e-7))
+    f = findings.findings(table(task_a_after_tm=(0.5, 0.55, 0.52), task_b=tb, logit_sep=1e-7))
     v = verdicts(f.claims)
-    assert v["task_a_chance"] == ch.ABOVE_CHANCE      # task A fell, but stays far above chance
-    assert v["task_a_change"] == ch.A_LOWER
+    assert v["task_a_chance"] == findings.ABOVE_CHANCE      # task A fell, but stays far above chance
+    assert v["task_a_change"] == findings.A_LOWER
     assert v["c_separate_exact"] == NOT_EXACT         # a logit moved by 1e-7: exact means == 0
     assert v["c_separate_matches_b"] == NOT_EXACT     # separate beats train_mode in every seed
     assert f.task_a_above_chance_p < 0.001            # the one-sided test, not a halved two-sided p
@@ -62,34 +67,34 @@ def test_findings_flip_when_the_data_say_otherwise():
 def test_two_seeds_near_chance_out_of_three_are_not_decided_with_the_count():
     # the referee's case: 2 of 3 seeds at chance, one at 0.40: the spread leaves "about chance" not decided
     # (it was "holds in part" under the old every-seed rule), while the fall of task A is shown
-    f = ch.findings(table(task_a_after_tm=(0.137, 0.403, 0.100)))
+    f = findings.findings(table(task_a_after_tm=(0.137, 0.403, 0.100)))
     v = verdicts(f.claims)
-    assert v["task_a_chance"] == NOT_DECIDED and f.n_near_chance == 2 and v["task_a_change"] == ch.A_LOWER
+    assert v["task_a_chance"] == NOT_DECIDED and f.n_near_chance == 2 and v["task_a_change"] == findings.A_LOWER
     assert f.task_a_after_tm_median == pytest.approx(0.137)
     assert 0 < f.task_a_after_tm_ci.low < f.task_a_after_tm_ci.high < 1  # bounded, unlike the t interval
 
 
 def test_task_a_that_does_not_fall_is_above_chance_and_its_change_not_decided():
-    v = verdicts(ch.findings(table(task_a_after_tm=(0.9, 0.88, 0.91))).claims)
-    assert v["task_a_chance"] == ch.ABOVE_CHANCE and v["task_a_change"] == NOT_DECIDED  # changes 0, -0.02, 0.01
+    v = verdicts(findings.findings(table(task_a_after_tm=(0.9, 0.88, 0.91))).claims)
+    assert v["task_a_chance"] == findings.ABOVE_CHANCE and v["task_a_change"] == NOT_DECIDED  # changes 0, -0.02, 0.01
 
 
 def test_one_seed_gives_too_few_seeds():
-    v = verdicts(ch.findings(table().query("seed < 1")).claims)
+    v = verdicts(findings.findings(table().query("seed < 1")).claims)
     assert v["task_a_chance"] == TOO_FEW and v["task_a_change"] == TOO_FEW
-    assert ch.gap_claim([0.1]).verdict == TOO_FEW and ch.gap_claim([0.1, 0.11]).verdict != TOO_FEW
+    assert findings.gap_claim([0.1]).verdict == TOO_FEW and findings.gap_claim([0.1, 0.11]).verdict != TOO_FEW
 
 
 def test_findings_need_all_four_modes():
     with pytest.raises(ValueError, match="missing \\['separate_stats'\\]"):
-        ch.findings(table().query("mode != 'separate_stats'"))
+        findings.findings(table().query("mode != 'separate_stats'"))
 
 
 def test_bounded_interval_stays_inside_0_1_and_rejects_non_accuracies():
-    iv = ch.bounded_interval([0.0, 0.01, 0.02])
+    iv = findings.bounded_interval([0.0, 0.01, 0.02])
     assert 0 < iv.low < iv.high < 1 and iv.mean == pytest.approx(0.01)
     with pytest.raises(ValueError, match="accuracies in \\[0, 1\\]"):
-        ch.bounded_interval([0.5, 1.2])
+        findings.bounded_interval([0.5, 1.2])
 
 
 @pytest.mark.parametrize("gaps, want", [
@@ -104,27 +109,27 @@ def test_bounded_interval_stays_inside_0_1_and_rejects_non_accuracies():
     ((0.010, 0.011, 0.009, 0.010, 0.012), "train mode higher"),
 ])
 def test_gap_claim_shows_a_direction_first_then_equivalence(gaps, want):
-    c = ch.gap_claim(gaps, margin=0.03)
-    assert c.verdict == want and is_verdict(c.verdict, ch.DIRECTIONS)
+    c = findings.gap_claim(gaps, margin=0.03)
+    assert c.verdict == want and is_verdict(c.verdict, findings.DIRECTIONS)
 
 
 def test_every_direction_word_is_declared_once_and_none_is_an_old_word():
-    assert len(set(ch.DIRECTIONS)) == len(ch.DIRECTIONS)
+    assert len(set(findings.DIRECTIONS)) == len(findings.DIRECTIONS)
     old = ("tie", "undetermined", "not resolved", "unresolved", "inconclusive", "holds", "pinned worse",
            "pinned better", "narrows", "widens")
-    assert not any(w in old for w in ch.DIRECTIONS)
-    assert not is_verdict("tie", ch.DIRECTIONS) and is_verdict(ch.TRAIN_HIGHER, ch.DIRECTIONS)
+    assert not any(w in old for w in findings.DIRECTIONS)
+    assert not is_verdict("tie", findings.DIRECTIONS) and is_verdict(findings.TRAIN_HIGHER, findings.DIRECTIONS)
 
 
 @pytest.mark.parametrize("m", [0.1, 0.01, 0.5, 0.3, 1.0])
 def test_steps_until_is_the_first_step_below_the_weight(m):
-    t = ch.steps_until(m, 1e-3)
+    t = findings.steps_until(m, 1e-3)
     assert (1 - m) ** t < 1e-3
     assert t == 1 or (1 - m) ** (t - 1) >= 1e-3
 
 
 def test_steps_until_for_the_books_momentum_is_66():
-    assert ch.steps_until(0.1) == 66
+    assert findings.steps_until(0.1) == 66
 
 
 def test_drift_findings_on_a_hand_made_drift_table():
@@ -136,7 +141,7 @@ def test_drift_findings_on_a_hand_made_drift_table():
             for t in steps:
                 w = (1 - m) ** t + (noise if t >= 88 else 0.0) * (1 if s else -1)
                 rows.append(dict(seed=s, layer=layer, step=t, weight=w))
-    d = ch.drift_findings(pd.DataFrame(rows), m, 100)
+    d = findings.drift_findings(pd.DataFrame(rows), m, 100)
     assert d.floor_first_step == 100 and d.floor_last_step == 100
     assert d.floor["block 1"] == pytest.approx(0.01, abs=1e-4) and d.floor["block 2"] == pytest.approx(0.02, abs=1e-4)
     assert d.last_step == 35  # 0.9^35 = 0.025 > 0.02 >= 0.9^50
@@ -155,22 +160,22 @@ def test_drift_findings_on_a_hand_made_drift_table():
 ])
 def test_every_parameter_is_checked_before_any_work(kw, match):
     with pytest.raises(ValueError, match=match):
-        ch.make_config("quick", **kw)
+        run.make_config("quick", **kw)
 
 
 def test_profiles_set_the_seed_count_and_describe_names_the_seeds():
-    assert len(ch.make_config("full").seeds) == 10 and len(ch.make_config("quick").seeds) == 3
-    assert "2 seeds (0, 5)" in ch.make_config("quick", seeds=[0, 5]).describe()
-    assert ch.make_config("quick", seeds=[0, 5]).seeds == (0, 5)
+    assert len(run.make_config("full").seeds) == 10 and len(run.make_config("quick").seeds) == 3
+    assert "2 seeds (0, 5)" in run.make_config("quick", seeds=[0, 5]).describe()
+    assert run.make_config("quick", seeds=[0, 5]).seeds == (0, 5)
 
 
 def test_tidy_tables_hold_the_list_columns_one_value_per_row():
     df = table().assign(drift_steps=[[0, 1]] * 12, drift_weight_l0=[[1.0, 0.9]] * 12,
                         old_logit_change_q=[list(np.linspace(0, 1, 21))] * 12)
-    d = ch.drift_table(df)
+    d = run.drift_table(df)
     assert len(d) == 3 * 2 and set(d.layer) == {"block 1"}
-    assert len(ch.logit_quantile_table(df)) == 12 * 21
-    assert "drift_steps" not in ch.results_table(df).columns
+    assert len(run.logit_quantile_table(df)) == 12 * 21
+    assert "drift_steps" not in run.results_table(df).columns
 
 
 # --- issue 10: the head's optimizer swept, the reference, the thread check ----------------------------------------
@@ -218,25 +223,25 @@ def sweep_table(gap_sgd=(0.10, 0.12, 0.11), gap_adam=(0.01, -0.02, 0.0), gap_ref
 
 
 def test_lrs_are_chosen_on_the_tuning_seeds_validation_split_only():
-    assert ch.choose_lrs(sweep_table(), 800) == {("adam", "batch_stats"): 0.01, ("adam", "pinned"): 0.01,
+    assert findings.choose_lrs(sweep_table(), 800) == {("adam", "batch_stats"): 0.01, ("adam", "pinned"): 0.01,
                                                 ("sgd", "batch_stats"): 0.05, ("sgd", "pinned"): 0.05}
-    t = ch.chosen_table(sweep_table(), ch.choose_lrs(sweep_table(), 800))
+    t = findings.chosen_table(sweep_table(), findings.choose_lrs(sweep_table(), 800))
     assert set(t["role"]) == {"report", "confirm"} and (t["accuracy"] > 0).all()
     assert len(t[t["optimizer"] == "reference"]) == 6 * 2  # the primary fit only, 6 seeds x 2 paths
 
 
 def test_the_lr_choice_table_shows_grid_edges_and_checkpoint_dependence():
-    c = ch.lr_choice_table(sweep_table()).set_index(["optimizer", "path", "step"])
+    c = findings.lr_choice_table(sweep_table()).set_index(["optimizer", "path", "step"])
     assert c.loc[("sgd", "pinned", 800), "position"] == "interior"
     assert c.loc[("sgd", "pinned", 400), ["lr", "position"]].tolist() == [0.02, "lowest"]
     assert c.loc[("adam", "pinned", 800), "position"] == "highest"
 
 
 def test_optimizer_findings_lead_with_the_primary_reference_test():
-    f = ch.optimizer_findings(sweep_table(), 800, reference_grads=[1e-7, 2e-6])
+    f = findings.optimizer_findings(sweep_table(), 800, reference_grads=[1e-7, 2e-6])
     assert verdicts(f.claims) == {"primary": "equivalent within \u00b10.03"}
-    assert f.claims["n"].tolist() == [6] and f.primary_p_tost < 0.05
-    assert f.primary.mean == pytest.approx(0.001 / 3) and f.margin == ch.PRIMARY_MARGIN
+    assert f.claims["n"].tolist() == [6] and f.claims["p_equivalence"].iloc[0] < 0.05
+    assert f.primary.mean == pytest.approx(0.001 / 3) and f.margin == findings.PRIMARY_MARGIN
     assert f.ref_sets_kind == {"report": "95% interval over 3 seeds", "confirm": "95% interval over 3 seeds"}
     assert f.lr["sgd_pinned"] == 0.05 and f.lr_position["sgd_pinned"] == "interior"
     assert f.lr_changes["sgd_pinned"] == "yes" and f.lr_changes["sgd_batch_stats"] == "no"
@@ -247,9 +252,9 @@ def test_optimizer_findings_lead_with_the_primary_reference_test():
     assert f.gain_m == 4 and f.gain_confidence == pytest.approx(1 - 0.05 / 4)
     assert f.reference_converged and (f.prev_step, f.last_step) == (400, 800)
     # exploratory, one family of 4: sgd's gap is shown at both checkpoints, adam's is not
-    assert verdicts(f.explore_claims) == {"explore_sgd_400": ch.TRAIN_HIGHER, "explore_sgd_800": ch.TRAIN_HIGHER,
+    assert verdicts(f.explore_claims) == {"explore_sgd_400": findings.TRAIN_HIGHER, "explore_sgd_800": findings.TRAIN_HIGHER,
                                           "explore_adam_400": NOT_DECIDED, "explore_adam_800": NOT_DECIDED}
-    assert verdicts(f.explore_at_main_claims) == {"explore_at_main_sgd": ch.TRAIN_HIGHER,
+    assert verdicts(f.explore_at_main_claims) == {"explore_at_main_sgd": findings.TRAIN_HIGHER,
                                                   "explore_at_main_adam": NOT_DECIDED}
     assert f.n_explore == 4 and f.n_explore_resolved == 2 and f.explore_confidence == pytest.approx(1 - 0.05 / 4)
     # the sensitivity fit's gap is 0.1 larger: its verdict differs from the primary's
@@ -257,13 +262,13 @@ def test_optimizer_findings_lead_with_the_primary_reference_test():
 
 
 def test_primary_verdicts_train_mode_higher_lower_and_not_decided():
-    got = [verdicts(ch.optimizer_findings(sweep_table(gap_ref=g), 800).claims)["primary"]
+    got = [verdicts(findings.optimizer_findings(sweep_table(gap_ref=g), 800).claims)["primary"]
            for g in ((0.10, 0.12, 0.11), (-0.10, -0.12, -0.11), (0.15, -0.15, 0.02))]
-    assert got == [ch.TRAIN_HIGHER, ch.TRAIN_LOWER, NOT_DECIDED]
+    assert got == [findings.TRAIN_HIGHER, findings.TRAIN_LOWER, NOT_DECIDED]
 
 
 def test_two_confirmation_seeds_get_a_t_interval():
-    f = ch.optimizer_findings(sweep_table(confirm=(200, 201)), 800)
+    f = findings.optimizer_findings(sweep_table(confirm=(200, 201)), 800)
     assert f.ref_sets_kind["confirm"] == "95% interval over 2 seeds" and f.claims["n"].tolist() == [5]
     iv = f.ref_sets["confirm"]  # gaps 0.001, -0.002: mean -0.0005, a 1-degree-of-freedom t interval
     assert iv.mean == pytest.approx(-0.0005) and iv.low < -0.002 and iv.high > 0.001
@@ -273,40 +278,40 @@ def test_exploratory_tests_are_one_family_and_include_the_main_run():
     from bnstudy.inference import holm
     main = table()  # main-run gap 0.11 +- 0.01 over 3 seeds
     main = main.assign(optimizer="sgd", lr=0.05, steps=800)
-    ex = ch.exploratory_tests(sweep_table(gap_sgd=(0.02, 0.10, 0.05)), 800, main).set_index("test")
+    ex = findings.exploratory_tests(sweep_table(gap_sgd=(0.02, 0.10, 0.05)), 800, main).set_index("test")
     assert list(ex.index) == ["main", "sgd_400", "sgd_800", "adam_400", "adam_800"]
-    assert ex.loc["main", "verdict"] == ch.TRAIN_HIGHER
+    assert ex.loc["main", "verdict"] == findings.TRAIN_HIGHER
     assert np.allclose(ex["confidence"], 1 - 0.05 / 5)   # Bonferroni intervals over the 5 rows
     np.testing.assert_allclose(ex["p_holm"].to_numpy(), holm(ex["p"].to_numpy()))
     assert (ex["p_holm"] >= ex["p"]).all()
-    one = ch.exploratory_tests(sweep_table(), 800, main.query("seed < 1"))
+    one = findings.exploratory_tests(sweep_table(), 800, main.query("seed < 1"))
     assert one.set_index("test").loc["main", "verdict"] == TOO_FEW and np.isnan(one.set_index("test").loc["main", "p"])
 
 
 def test_a_raw_significant_gap_can_lose_its_verdict_in_the_family():
     # sgd gaps with raw p just under 0.05; in a family of four, its Bonferroni interval holds 0 and Holm lifts p
-    ex = ch.exploratory_tests(sweep_table(gap_sgd=(0.03, 0.09, 0.01), gap_adam=(0.3, 0.31, 0.29)), 800)
+    ex = findings.exploratory_tests(sweep_table(gap_sgd=(0.03, 0.09, 0.01), gap_adam=(0.3, 0.31, 0.29)), 800)
     ex = ex.set_index("test")
     assert ex.loc["sgd_800", "p"] < 0.05 and ex.loc["sgd_800", "p_holm"] > 0.05
-    assert ex.loc["sgd_800", "verdict"] == NOT_DECIDED and ex.loc["adam_800", "verdict"] == ch.TRAIN_HIGHER
+    assert ex.loc["sgd_800", "verdict"] == NOT_DECIDED and ex.loc["adam_800", "verdict"] == findings.TRAIN_HIGHER
 
 
 def test_reference_sensitivity_has_one_row_per_fit_in_one_family():
-    r = ch.reference_sensitivity(sweep_table())
+    r = findings.reference_sensitivity(sweep_table())
     assert list(zip(r["l2"], r["n_fit"])) == [(1e-4, 4000), (1e-2, 1000)]
-    assert r["verdict"].tolist() == ["equivalent within \u00b10.03", ch.TRAIN_HIGHER] and (r["n"] == 6).all()
+    assert r["verdict"].tolist() == ["equivalent within \u00b10.03", findings.TRAIN_HIGHER] and (r["n"] == 6).all()
     assert np.allclose(r["confidence"], 0.975) and r["key"].tolist() == ["sens_l2_1e_04_n4000",
                                                                                      "sens_l2_1e_02_n1000"]
 
 
 def test_heads_still_gaining_between_the_last_checkpoints_are_flagged():
     # every seed gains 0.03 (no spread: the interval collapses to 0.03 > 0)
-    f = ch.optimizer_findings(sweep_table(gain=0.03), 800, reference_grads=[1e-3])
-    assert verdicts(f.gain_claims)["gain_sgd_pinned"] == ch.LAST_HIGHER
-    assert f.gain_last["sgd_pinned"].mean == pytest.approx(0.03)
+    f = findings.optimizer_findings(sweep_table(gain=0.03), 800, reference_grads=[1e-3])
+    assert verdicts(f.gain_claims)["gain_sgd_pinned"] == findings.LAST_HIGHER
+    assert claim(f.gain_claims, "gain_sgd_pinned").estimate == pytest.approx(0.03)
     assert not f.reference_converged
     with pytest.raises(ValueError, match="main_step"):
-        ch.optimizer_findings(sweep_table(), 1600)
+        findings.optimizer_findings(sweep_table(), 1600)
 
 
 def buffers(mean_sd=(2.0, 3.0, 4.0), log_var=(1.0, 2.0, 0.5)):
@@ -316,21 +321,21 @@ def buffers(mean_sd=(2.0, 3.0, 4.0), log_var=(1.0, 2.0, 0.5)):
 
 
 def test_buffer_findings_use_normalised_scales_and_check_the_engine():
-    b = ch.buffer_findings(buffers())
+    b = findings.buffer_findings(buffers())
     assert b.mean_shift.mean == pytest.approx(3.0) and b.mean_shift_min == 2.0
     assert b.var_factor == pytest.approx(math.exp(3.5 / 3))
     assert b.m == 6 and len(b.claims) == 6  # 2 criteria x (2 blocks + the most-moved layer): one family
     main = table().assign(drift_mean_l0=1.0, drift_var_l0=10.0, drift_mean_l1=2.0, drift_var_l1=11.0 * 1.001)
-    assert ch.buffer_findings(buffers(), main).engine_check == pytest.approx(0.001 / 1.001)
+    assert findings.buffer_findings(buffers(), main).engine_check == pytest.approx(0.001 / 1.001)
     with pytest.raises(ValueError, match="non-empty"):
-        ch.buffer_findings(buffers().iloc[:0])
+        findings.buffer_findings(buffers().iloc[:0])
 
 
 def test_engine_check_compares_the_sweep_with_the_engines_runs():
     main = table().assign(optimizer="sgd", lr=0.05)
     main.loc[main["mode"].isin(["train_mode", "separate_stats"]), "task_b"] = 0.5 + 0.11
     main.loc[main["mode"].isin(["backbone_eval", "all_eval"]), "task_b"] = 0.5
-    f = ch.optimizer_findings(sweep_table(gap_sgd=(0.11, 0.11, 0.11)), 800, [0.0], main=main)
+    f = findings.optimizer_findings(sweep_table(gap_sgd=(0.11, 0.11, 0.11)), 800, [0.0], main=main)
     assert f.engine_check == pytest.approx(0.0, abs=1e-12)
 
 
@@ -338,10 +343,10 @@ def test_fit_logistic_converges_and_separates_separable_classes():
     g = torch.Generator().manual_seed(0)
     y = torch.arange(300) % 3
     x = torch.randn(300, 5, generator=g) * 0.3 + torch.nn.functional.one_hot(y, 5).float() * 4 + 100
-    predict, gnorm = ch.fit_logistic(x, y, 3)
+    predict, gnorm = run.fit_logistic(x, y, 3)
     assert gnorm < 1e-5 and (predict(x).argmax(-1) == y).all()
     with pytest.raises(ValueError, match="fit_logistic needs"):
-        ch.fit_logistic(x, y[:5], 3)
+        run.fit_logistic(x, y[:5], 3)
 
 
 def thread_rows(change=0.04, seeds=(0, 1)):
@@ -353,16 +358,16 @@ def thread_rows(change=0.04, seeds=(0, 1)):
 
 def test_thread_findings_count_distinct_runs_and_use_the_main_runs_sd():
     main = table()  # gaps 0.10, 0.11, 0.12: sd 0.01
-    f = ch.thread_findings(pd.DataFrame(thread_rows()), main)
+    f = findings.thread_findings(pd.DataFrame(thread_rows()), main)
     assert (f.n_runs, f.n_differ, f.n_seeds) == (4, 1, 2)  # separate_stats / all_eval repeat runs
     assert f.max_diff_b == pytest.approx(0.04) and f.mean_diff_b == pytest.approx(0.01) and f.max_diff_a == 0
     assert f.gap_diff["seed1"] == pytest.approx(0.04) and f.gap_diff_largest == pytest.approx(0.04)
     assert f.gap_seed_sd == pytest.approx(0.01) and f.diff_over_sd == pytest.approx(4.0)
     # swapped gaps 0.10, 0.15, 0.12: the verdict stays
-    assert verdicts(f.claims) == {"main_gap": ch.TRAIN_HIGHER} and verdicts(f.swapped_claims) == {
-        "swapped_gap": ch.TRAIN_HIGHER}
+    assert verdicts(f.claims) == {"main_gap": findings.TRAIN_HIGHER} and verdicts(f.swapped_claims) == {
+        "swapped_gap": findings.TRAIN_HIGHER}
     with pytest.raises(ValueError, match="two thread counts"):
-        ch.thread_findings(pd.DataFrame(thread_rows()).query("threads == 1"))
+        findings.thread_findings(pd.DataFrame(thread_rows()).query("threads == 1"))
 
 
 def test_a_thread_change_that_changes_the_main_runs_verdict_is_reported():
@@ -370,18 +375,18 @@ def test_a_thread_change_that_changes_the_main_runs_verdict_is_reported():
               separate_stats=(0.40, 0.42, 0.41))
     main = table(task_b=tb)  # gaps 0.10, 0.09, 0.12: interval above 0
     rows = pd.DataFrame(thread_rows(change=-0.18))  # seed 1's gap at 2 threads: -0.08
-    f = ch.thread_findings(rows, main)
-    assert f.main_gap.low > 0 and f.swapped_gap.low < 0
-    assert verdicts(f.claims)["main_gap"] == ch.TRAIN_HIGHER and verdicts(f.swapped_claims)["swapped_gap"] == NOT_DECIDED
+    f = findings.thread_findings(rows, main)
+    assert claim(f.claims, "main_gap").low > 0 and claim(f.swapped_claims, "swapped_gap").low < 0
+    assert verdicts(f.claims)["main_gap"] == findings.TRAIN_HIGHER and verdicts(f.swapped_claims)["swapped_gap"] == NOT_DECIDED
 
 
 def test_separate_stats_and_pinned_identities_are_exact_checks():
     tb = dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.31, 0.29), all_eval=(0.30, 0.31, 0.2901),
               separate_stats=(0.40, 0.42, 0.41))
-    v = verdicts(ch.findings(table(task_b=tb)).claims)
+    v = verdicts(findings.findings(table(task_b=tb)).claims)
     assert v["c_separate_matches_b"] == EXACT and v["c_pinned_equal_b"] == NOT_EXACT
     tb["separate_stats"] = (0.40, 0.42, 0.4101)  # equal inside any interval is still not the identity
-    assert verdicts(ch.findings(table(task_b=tb)).claims)["c_separate_matches_b"] == NOT_EXACT
+    assert verdicts(findings.findings(table(task_b=tb)).claims)["c_separate_matches_b"] == NOT_EXACT
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -393,7 +398,7 @@ def test_separate_stats_and_pinned_identities_are_exact_checks():
 ])
 def test_sweep_parameters_are_checked(kw, match):
     with pytest.raises(ValueError, match=match):
-        ch.make_config("quick", **kw)
+        run.make_config("quick", **kw)
 
 
 def test_the_sweeps_heads_equal_the_engines_transfer_exactly():
@@ -406,16 +411,16 @@ def test_the_sweeps_heads_equal_the_engines_transfer_exactly():
     src = train_source(rcs[0].source)
     rows = {r["mode"]: r["task_b"] for r in transfer(rcs, src)}
     base = {k: v for k, v in rcs[0].asdict().items() if k not in ("seed", "mode", "steps", "optimizer", "lr")}
-    run = ch.HeadSweepRun(seed=3, role="report", run=base, checkpoints=(3, 6), sgd_lrs=(0.05,), adam_lrs=(0.01,),
+    one = run.HeadSweepRun(seed=3, role="report", run=base, checkpoints=(3, 6), sgd_lrs=(0.05,), adam_lrs=(0.01,),
                           ref_step=6, n_val=40, ref_variants=((1e-4, 60), (1e-2, 30)))
-    out = pd.DataFrame(ch.head_curves(run, src)["records"])
+    out = pd.DataFrame(run.head_curves(one, src)["records"])
     got = out[(out["optimizer"] == "sgd") & (out["step"] == 6) & (out["split"] == "test")].set_index("path")["accuracy"]
-    for path, ms in ch.PATHS.items():
+    for path, ms in run.PATHS.items():
         for m in ms:
             assert got[path] == rows[m], (path, m)
     assert len(out[out["optimizer"] == "reference"]) == 8  # 2 fits x 2 paths x (validation, test), at ref_step only
     # the batch_stats path's buffers are the engine's train_mode buffers (raw changes agree)
-    res = head_curves_out = ch.head_curves(run, src)
+    res = head_curves_out = run.head_curves(one, src)
     row = {r["mode"]: r for r in transfer(rcs, src)}["train_mode"]
     for i in range(2):
         assert res[f"buffer_mean_abs_l{i}"] == pytest.approx(row[f"drift_mean_l{i}"], rel=1e-5)
@@ -424,45 +429,45 @@ def test_the_sweeps_heads_equal_the_engines_transfer_exactly():
 
 
 def test_about_chance_is_an_equivalence_with_the_chapters_margin():
-    f = ch.findings(table(task_a_after_tm=(0.101, 0.099, 0.1)))   # at chance, tight
+    f = findings.findings(table(task_a_after_tm=(0.101, 0.099, 0.1)))   # at chance, tight
     assert verdicts(f.claims)["task_a_chance"] == "equivalent within \u00b10.05" and f.chance_margin == pytest.approx(0.05)
-    f = ch.findings(table(task_a_after_tm=(0.137, 0.403, 0.300)))   # 1 of 3 at or below 1.5 x chance: too spread
+    f = findings.findings(table(task_a_after_tm=(0.137, 0.403, 0.300)))   # 1 of 3 at or below 1.5 x chance: too spread
     v = verdicts(f.claims)
-    assert v["task_a_chance"] == NOT_DECIDED and v["task_a_change"] == ch.A_LOWER and f.n_near_chance == 1
-    f = ch.findings(table(task_a_after_tm=(0.40, 0.42, 0.41)))       # every seed far above, tightly
-    assert verdicts(f.claims)["task_a_chance"] == ch.ABOVE_CHANCE and f.n_near_chance == 0
+    assert v["task_a_chance"] == NOT_DECIDED and v["task_a_change"] == findings.A_LOWER and f.n_near_chance == 1
+    f = findings.findings(table(task_a_after_tm=(0.40, 0.42, 0.41)))       # every seed far above, tightly
+    assert verdicts(f.claims)["task_a_chance"] == findings.ABOVE_CHANCE and f.n_near_chance == 0
 
 
 def test_the_logit_interval_is_printed_with_its_own_centre():
     v = (0.137, 0.403, 0.100)
-    f = ch.findings(table(task_a_after_tm=v))
-    want = float(ch.spx.expit(np.mean(ch.spx.logit(v))))
+    f = findings.findings(table(task_a_after_tm=v))
+    want = float(findings.spx.expit(np.mean(findings.spx.logit(v))))
     assert f.task_a_after_tm_logit_centre == pytest.approx(want)
     assert f.task_a_after_tm_ci.low < want < f.task_a_after_tm_ci.high
     assert want < f.task_a_after_tm_ci.mean  # the plain mean lies above the logit-scale centre here
-    centred = ch.bounded_interval(v, logit_centre=True)
+    centred = findings.bounded_interval(v, logit_centre=True)
     assert centred.mean == pytest.approx(want) and (centred.low, centred.high) == (f.task_a_after_tm_ci.low,
                                                                                  f.task_a_after_tm_ci.high)
 
 
 def test_p_values_below_a_thousandth_print_as_a_bound():
-    assert ch.p_text(0.0004) == "< 0.001" and ch.p_text(0.0104) == "= 0.010" and ch.p_text(math.nan) == "not computed"
+    assert findings.p_text(0.0004) == "< 0.001" and findings.p_text(0.0104) == "= 0.010" and findings.p_text(math.nan) == "not computed"
 
 
 def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_individually():
-    f = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
+    f = findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
     assert verdicts(f.sens_claims) == {"sens_l2_1e_04_n4000": "equivalent within \u00b10.03",
-                                       "sens_l2_1e_02_n1000": ch.TRAIN_HIGHER}
+                                       "sens_l2_1e_02_n1000": findings.TRAIN_HIGHER}
     assert (f.sens_n, f.sens_n_agree) == (2, 1) and f.sens_confidence == pytest.approx(0.975)
     assert f.sens_dissent == "L2 1e-02 with 1,000 samples: train mode higher"
     # unseen: seeds 1, 2, 201, 202 (gaps -0.002, 0.002, -0.002, 0.002)
-    assert f.unseen_claims["n"].tolist() == [4] and f.seen_n == 2 and f.unseen.mean == pytest.approx(0.0)
+    assert f.unseen_claims["n"].tolist() == [4] and f.seen_n == 2 and claim(f.unseen_claims, "unseen").estimate == pytest.approx(0.0)
     assert verdicts(f.unseen_claims) == {"unseen": "equivalent within \u00b10.03"}
     assert f.primary_p_tost_text == "< 0.001"
     # trained heads: sgd train mode higher at both checkpoints (Holm), adam not
     assert (f.n_explore, f.trained_n_higher, f.trained_reading) == (4, 2, "train mode higher in 2 of 4 tests")
     assert f.trained_min == pytest.approx(-1 / 300) and f.trained_max == pytest.approx(0.11)
-    every = ch.optimizer_findings(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800)
+    every = findings.optimizer_findings(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800)
     assert every.trained_reading == "train mode higher in all 4 tests" and every.unseen_claims["n"].tolist() == [1]
     assert verdicts(every.unseen_claims) == {"unseen": TOO_FEW}
 
@@ -470,7 +475,7 @@ def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_indivi
 def test_drift_excess_is_measured_minus_prediction():
     drift = pd.DataFrame([dict(seed=s, layer=l, step=t, weight=0.9 ** t + (0.01 if l == "block 2" else 0.0))
                           for s in range(3) for l in ("block 1", "block 2") for t in (12, 700, 800)])
-    d = ch.drift_findings(drift, 0.1, 800)
+    d = findings.drift_findings(drift, 0.1, 800)
     assert d.excess_12["block 1"] == pytest.approx(0.0, abs=1e-12) and d.excess_12["block 2"] == pytest.approx(0.01)
 
 
@@ -478,26 +483,25 @@ def test_buffer_criteria_per_block_and_the_contrasts_log_variance():
     # block 1: shifts 5.0, 5.1, 4.9 SD and log-ratios 3.0, 3.1, 2.9 (above 1 SD, above a factor 2, tightly);
     # block 2 (halved): 2.5 +- 0.05 SD, log-ratios 1.5 +- 0.05 (> log 2 = 0.69, tight): above as well, in a
     # family of 6 (99.2% intervals, 2 degrees of freedom)
-    b = ch.buffer_findings(buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9)), contrast=5.0)
+    b = findings.buffer_findings(buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9)), contrast=5.0)
     v = verdicts(b.claims)
     assert (v["shift_block_1"], v["var_block_1"], v["shift_block_2"], v["var_block_2"]) == (
-        ch.SHIFT_ABOVE, ch.VAR_ABOVE, ch.SHIFT_ABOVE, ch.VAR_ABOVE)
-    assert (v["shift_most"], v["var_most"]) == (ch.SHIFT_ABOVE, ch.VAR_ABOVE)
+        findings.SHIFT_ABOVE, findings.VAR_ABOVE, findings.SHIFT_ABOVE, findings.VAR_ABOVE)
+    assert (v["shift_most"], v["var_most"]) == (findings.SHIFT_ABOVE, findings.VAR_ABOVE)
     assert b.contrast_log_var == pytest.approx(math.log(25))
-    assert math.isnan(ch.buffer_findings(buffers()).contrast_log_var)
+    assert math.isnan(findings.buffer_findings(buffers()).contrast_log_var)
     # block 2 below the criteria: shifts 0.5 +- 0.01 SD (after halving 1.0), log-ratios 0.1 (< log 2)
-    low = verdicts(ch.buffer_findings(buffers((1.0, 1.02, 0.98), (0.2, 0.21, 0.19))).claims)
-    assert (low["shift_block_2"], low["var_block_2"]) == (ch.SHIFT_BELOW, ch.VAR_BELOW)
+    low = verdicts(findings.buffer_findings(buffers((1.0, 1.02, 0.98), (0.2, 0.21, 0.19))).claims)
+    assert (low["shift_block_2"], low["var_block_2"]) == (findings.SHIFT_BELOW, findings.VAR_BELOW)
     # the old test's spread (2, 3, 4 SD): one seed at 2 is not enough to decide with three seeds
-    assert verdicts(ch.buffer_findings(buffers()).claims)["shift_block_1"] == NOT_DECIDED
+    assert verdicts(findings.buffer_findings(buffers()).claims)["shift_block_1"] == NOT_DECIDED
 
 
 def test_display_tables_print_small_p_values_as_a_bound_and_label_their_rows():
-    from bnstudy import plots
-    ex = ch.exploratory_tests(sweep_table(), 800)
-    d = plots.ch01_exploratory_display(ex.assign(p=1e-5, p_holm=4e-5))
+    ex = findings.exploratory_tests(sweep_table(), 800)
+    d = figures.ch01_exploratory_display(ex.assign(p=1e-5, p_holm=4e-5))
     assert (d["p"] == "< 0.001").all() and (d["p (Holm)"] == "< 0.001").all() and d.index.name == "head"
-    assert plots.ch01_sensitivity_display(ch.reference_sensitivity(sweep_table())).index.name == "L2 penalty"
+    assert figures.ch01_sensitivity_display(findings.reference_sensitivity(sweep_table())).index.name == "L2 penalty"
 
 
 # --- ch1fix3: oracle learning rate, budget narrowing, standardized heads, drift target, seed-article table ----------
@@ -513,24 +517,26 @@ def test_the_oracle_lr_is_chosen_on_the_pooled_test_sets_per_path_and_step():
     # a tuning seed's test row that would change the choice: never read
     rows.append(dict(seed=100, role="tune", path="pinned", optimizer="sgd", lr=0.05, step=800, split="test",
                      accuracy=9.0, l2=math.nan, n_fit=math.nan))
-    o = ch.oracle_gaps(pd.DataFrame(rows))
+    o = findings.oracle_gaps(pd.DataFrame(rows))
     r = o.iloc[0]
     assert (r["optimizer"], r["step"], r["lr_batch_stats"], r["lr_pinned"], r["n"]) == ("sgd", 800, 0.05, 0.005, 3)
     assert r["mean"] == pytest.approx(0.04) and r["ci_low"] == pytest.approx(0.04)
 
 
 def test_tuning_findings_report_oracle_budget_and_no_standardized_heads():
-    t = ch.tuning_findings(sweep_table(gain=0.0), 800)
+    t = findings.tuning_findings(sweep_table(gain=0.0), 800)
     # sweep_table: the test rows at the chosen lr are the best, so the oracle equals the validation choice
-    assert t.oracle["sgd_800"].mean == pytest.approx(0.11) and t.oracle_main["sgd"].mean == pytest.approx(0.11)
+    assert claim(t.oracle_claims, "oracle_sgd_800").estimate == pytest.approx(0.11)
+    assert claim(t.oracle_at_main_claims, "oracle_at_main_sgd").estimate == pytest.approx(0.11)
+    assert list(t.oracle_at_main_claims["key"]) == ["oracle_at_main_adam", "oracle_at_main_sgd"]
     assert (t.oracle_n, t.oracle_n_above) == (4, 2) and t.oracle_confidence == pytest.approx(1 - 0.05 / 4)
     assert "2 of 4" in t.oracle_reading
     # the gap is the same at both checkpoints: the change is exactly 0, not decided
-    assert t.narrowing["sgd"].mean == pytest.approx(0.0)
+    assert claim(t.narrow_claims, "narrow_sgd").estimate == pytest.approx(0.0)
     assert verdicts(t.narrow_claims) == {"narrow_sgd": NOT_DECIDED, "narrow_adam": NOT_DECIDED}
     assert t.gap_first["sgd"].mean == pytest.approx(0.11) and t.gap_last["adam"].mean == pytest.approx(-1 / 300)
     assert t.narrow_reading == "SGD: not decided; Adam: not decided"
-    assert t.std_gap == {} and t.std_reading == "not run" and (t.first_step, t.last_step) == (400, 800)
+    assert t.std_claims.empty and t.std_reading == "not run" and (t.first_step, t.last_step) == (400, 800)
 
 
 def _with_std(sweep: pd.DataFrame, std_gaps) -> pd.DataFrame:
@@ -553,16 +559,16 @@ def _with_std(sweep: pd.DataFrame, std_gaps) -> pd.DataFrame:
 
 def test_standardized_heads_are_read_from_the_reduction_not_from_an_equivalence():
     base = sweep_table(gap_adam=(0.10, 0.12, 0.11))
-    eq = ch.tuning_findings(_with_std(base, (0.001, -0.002, 0.002, 0.0, 0.001, -0.001)), 800)
+    eq = findings.tuning_findings(_with_std(base, (0.001, -0.002, 0.002, 0.0, 0.001, -0.001)), 800)
     assert verdicts(eq.std_claims) == {"std_sgd": "equivalent within \u00b10.03"}
     assert eq.std_lr == {"sgd_batch_stats": 0.05, "sgd_pinned": 0.05}
-    assert verdicts(eq.reduction_claims) == {"reduction_sgd": ch.STD_SMALLER} and eq.std_reduction["sgd"].low > 0
+    assert verdicts(eq.reduction_claims) == {"reduction_sgd": findings.STD_SMALLER} and claim(eq.reduction_claims, "reduction_sgd").low > 0
     # even an equivalence with nothing left says "most", never "the" explanation, and says nothing remains shown
     assert eq.std_reading.startswith("standardizing the features removes most of the gap")
     assert "not shown to differ from zero at any checkpoint" in eq.std_reading and "not all of it" in eq.std_reading
     assert eq.std_plain_gap["sgd"].mean == pytest.approx(0.11)
-    assert eq.std_share["sgd"] == pytest.approx(eq.std_reduction["sgd"].mean / 0.11)
-    assert eq.std_share_low["sgd"] == pytest.approx(eq.std_reduction["sgd"].low / 0.11)
+    assert eq.std_share["sgd"] == pytest.approx(claim(eq.reduction_claims, "reduction_sgd").estimate / 0.11)
+    assert eq.std_share_low["sgd"] == pytest.approx(claim(eq.reduction_claims, "reduction_sgd").low / 0.11)
     # every checkpoint: the std heads exist at 400 and 800 only for the reported rows of lr 0.05 (one family)
     assert set(eq.std_gap_at) == {"sgd_400", "sgd_800"} and eq.std_n == 2
     assert eq.std_at_confidence == pytest.approx(0.975)
@@ -570,61 +576,60 @@ def test_standardized_heads_are_read_from_the_reduction_not_from_an_equivalence(
     assert eq.std_acc["sgd_pinned"] == pytest.approx(0.5) and eq.std_gain["sgd_pinned"].mean == pytest.approx(0.0)
     assert eq.std_gain["sgd_batch_stats"].mean == pytest.approx(-0.11, abs=1e-3)
     # a residual gap shown above zero is named, with its count
-    most = ch.tuning_findings(_with_std(base, (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
-    assert verdicts(most.std_claims) == {"std_sgd": ch.TRAIN_HIGHER} and "removes most" in most.std_reading
+    most = findings.tuning_findings(_with_std(base, (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
+    assert verdicts(most.std_claims) == {"std_sgd": findings.TRAIN_HIGHER} and "removes most" in most.std_reading
     assert "train mode higher at 2 of 2 checkpoints" in most.std_reading and most.std_n_above == 2
     assert most.std_n_positive == 2
-    part = ch.tuning_findings(_with_std(base, (0.07, 0.08, 0.075, 0.07, 0.08, 0.075)), 800)
+    part = findings.tuning_findings(_with_std(base, (0.07, 0.08, 0.075, 0.07, 0.08, 0.075)), 800)
     assert "removes part of the gap" in part.std_reading
-    same = ch.tuning_findings(_with_std(base, (0.10, 0.12, 0.11, 0.10, 0.12, 0.11)), 800)
+    same = findings.tuning_findings(_with_std(base, (0.10, 0.12, 0.11, 0.10, 0.12, 0.11)), 800)
     assert "is not shown to shrink" in same.std_reading
-    assert ch.std_reading({}, pd.DataFrame(), 0, 0) == "not run"
+    assert findings.std_reading({}, pd.DataFrame(), 0, 0) == "not run"
 
 
 def test_std_display_table_lists_every_checkpoint_and_both_paths():
-    from bnstudy import plots
-    t = ch.tuning_findings(_with_std(sweep_table(gap_adam=(0.10, 0.12, 0.11)), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
-    d = plots.ch01_std_display(t, {"batch_stats": 0.6, "pinned": 0.59})
+    t = findings.tuning_findings(_with_std(sweep_table(gap_adam=(0.10, 0.12, 0.11)), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
+    d = figures.ch01_std_display(t, {"batch_stats": 0.6, "pinned": 0.59})
     assert list(d.columns[:2]) == ["gap, 400 steps", "gap, 800 steps"] and d.index[-1] == "reference (converged)"
     assert d.loc["SGD + momentum", "pinned path, 800 steps (gain)"].startswith("0.500 (+0.000 [")
     with pytest.raises(ValueError, match="standardized heads"):
-        plots.ch01_std_display(ch.tuning_findings(sweep_table(), 800))
+        figures.ch01_std_display(findings.tuning_findings(sweep_table(), 800))
 
 
 def test_table_one_prints_the_centre_of_its_logit_interval():
-    df = pd.DataFrame([dict(seed=s, mode=m, n_eval=1000, **{c: 0.5 for c in ch.METRICS}) for s in range(3) for m in MODE_NAMES])
+    df = pd.DataFrame([dict(seed=s, mode=m, n_eval=1000, **{c: 0.5 for c in findings.METRICS}) for s in range(3) for m in MODE_NAMES])
     df.loc[df["mode"] == "train_mode", "task_a_after"] = [0.1, 0.2, 0.6]
-    plain, centred = ch.accuracy_summary(df), ch.accuracy_summary(df, logit_centre=True)
+    plain, centred = findings.accuracy_summary(df), findings.accuracy_summary(df, logit_centre=True)
     row = lambda t: t[(t["mode"] == "train_mode") & (t["metric"] == "task_a_after")].iloc[0]
     assert row(plain)["mean"] == pytest.approx(0.3)
-    iv = ch.bounded_interval([0.1, 0.2, 0.6], 1000, logit_centre=True)
+    iv = findings.bounded_interval([0.1, 0.2, 0.6], 1000, logit_centre=True)
     assert row(centred)["mean"] == pytest.approx(iv.mean) and row(centred)["mean"] < 0.3
     assert (row(centred)["ci_low"], row(centred)["ci_high"]) == pytest.approx((row(plain)["ci_low"], row(plain)["ci_high"]))
 
 
 def test_engine_check_text_says_identical_at_zero():
-    assert ch.engine_check_text(0.0) == "reproduce it exactly"
-    assert ch.engine_check_text(0.0004) == "differ from it by at most 0.0004"
-    assert ch.engine_check_text(float("nan")) == "were not compared with it"
+    assert findings.engine_check_text(0.0) == "reproduce it exactly"
+    assert findings.engine_check_text(0.0004) == "differ from it by at most 0.0004"
+    assert findings.engine_check_text(float("nan")) == "were not compared with it"
 
 
 def test_the_gap_narrows_only_when_its_change_is_shown():
-    assert ch._narrow_reading({"sgd": ch.GAP_SMALLER, "adam": NOT_DECIDED}) == \
+    assert findings._narrow_reading({"sgd": findings.GAP_SMALLER, "adam": NOT_DECIDED}) == \
         "SGD: gap smaller at more steps; Adam: not decided"
     s = sweep_table()
     late = (s["step"] == 800) & (s["path"] == "batch_stats") & (s["optimizer"] == "sgd") & s["role"].isin(["report", "confirm"])
     s.loc[late, "accuracy"] -= np.linspace(0.04, 0.06, int(late.sum()))   # the SGD gap shrinks by 0.04-0.06 per seed
-    t = ch.tuning_findings(s, 800)
-    assert verdicts(t.narrow_claims)["narrow_sgd"] == ch.GAP_SMALLER and t.narrowing["sgd"].high < 0
-    assert t.n_narrows == 1 and t.narrowing["sgd"].confidence == pytest.approx(0.975)  # a family of 2 optimizers
-    assert t.narrowing_p_holm_text["sgd"] == ch.p_text(t.narrow_claims.set_index("key").loc["narrow_sgd", "p_adjusted"])
+    t = findings.tuning_findings(s, 800)
+    assert verdicts(t.narrow_claims)["narrow_sgd"] == findings.GAP_SMALLER and claim(t.narrow_claims, "narrow_sgd").high < 0
+    assert t.n_narrows == 1 and claim(t.narrow_claims, "narrow_sgd").confidence == pytest.approx(0.975)  # a family of 2 optimizers
+    assert t.narrowing_p_holm_text["sgd"] == findings.p_text(t.narrow_claims.set_index("key").loc["narrow_sgd", "p_adjusted"])
 
 
 def test_the_unseen_seed_sentence_never_prints_nan():
-    f = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 1, 2, 200, 201, 202))
+    f = findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 1, 2, 200, 201, 202))
     assert f.unseen_claims["n"].tolist() == [0] and "nan" not in f.unseen_text.lower() and "full profile" in f.unseen_text
     assert f.unseen_short.startswith("no confirmatory verdict")
-    g = ch.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
+    g = findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
     assert g.unseen_text.startswith("On the 4 seeds") and "verdict: equivalent within \u00b10.03" in g.unseen_text
     assert g.unseen_short == ("equivalent within \u00b10.03 on the 4 seeds the quick profile had not shown when the "
                               "test was designed")
@@ -645,7 +650,7 @@ def drift_targets(bias=(0.0, 0.01), noise=0.001):
 
 
 def test_drift_check_measures_the_engine_targets_bias_and_the_residual_noise():
-    c = ch.drift_check(drift_targets(), 0.1, 25, n_batches=400, n_batches_engine=20)
+    c = findings.drift_check(drift_targets(), 0.1, 25, n_batches=400, n_batches_engine=20)
     assert c.bias_engine_12["block 1"] == pytest.approx(0.0)
     assert c.bias_engine_12["block 2"] == pytest.approx(0.01 * (1 - 0.9 ** 12))
     assert c.remaining_bias == pytest.approx(0.01 * (1 - 0.9 ** 12) / 20)
@@ -657,24 +662,24 @@ def test_drift_check_measures_the_engine_targets_bias_and_the_residual_noise():
     assert c.bias_share_12["block 2"] == pytest.approx(1.0)
     off = drift_targets()
     off.loc[(off.target == "precise") & (off.layer == "block 2") & (off.step == 5), "weight"] += 0.05
-    assert ch.drift_check(off, 0.1, 25).misses == "block 2 at step 5 (mean residual +0.0500, half-width 0.0025)"
+    assert findings.drift_check(off, 0.1, 25).misses == "block 2 at step 5 (mean residual +0.0500, half-width 0.0025)"
     with pytest.raises(ValueError, match="targets 'engine' and 'precise'"):
-        ch.drift_check(drift_targets().query("target == 'precise'"), 0.1, 25)
+        findings.drift_check(drift_targets().query("target == 'precise'"), 0.1, 25)
 
 
 def test_sweep_drift_table_reads_the_sweeps_attrs():
     sw = pd.DataFrame()
     sw.attrs["drift"] = [dict(seed=3, steps=[0, 1], engine_l0=[1.0, 0.91], precise_l0=[1.0, 0.9])]
-    t = ch.sweep_drift_table(sw)
+    t = run.sweep_drift_table(sw)
     assert list(t.columns) == ["seed", "layer", "step", "target", "weight"] and len(t) == 4
     assert t[(t.target == "precise") & (t.step == 1)]["weight"].item() == 0.9 and set(t.layer) == {"block 1"}
 
 
 def test_the_seed_article_table_is_built_from_findings():
     df = table(task_a_after_tm=(0.137, 0.403, 0.100)).assign(n_eval=1000)
-    f = ch.findings(df)
-    o = ch.optimizer_findings(sweep_table(), 800, main=df.assign(optimizer="sgd", lr=0.05, steps=800))
-    art = ch.seed_article_table(df, f, o, buffers())
+    f = findings.findings(df)
+    o = findings.optimizer_findings(sweep_table(), 800, main=df.assign(optimizer="sgd", lr=0.05, steps=800))
+    art = findings.seed_article_table(df, f, o, buffers())
     st = dict(zip(art["claim"], art["status"]))
     assert st["task A after `train_mode`"] == ("differs: task A lower after in the paired comparison, at most 0.15 "
                                                 "in 2 of 3 seeds")
@@ -684,7 +689,7 @@ def test_the_seed_article_table_is_built_from_findings():
     assert st["every weight unchanged (all modes)"] == "reproduced (check)"
     row = art.set_index("claim").loc["running statistics moved (`train_mode`, raw units)", "this chapter"]
     assert row == "running_mean up to 2.0, running_var up to 11"
-    c = ch.article_counts(art)
+    c = findings.article_counts(art)
     assert c.n == 7 and c.reproduced + c.smaller + c.differs + c.identity == 7 and (c.smaller, c.identity) == (1, 1)
 
 
@@ -698,10 +703,10 @@ def test_the_sweep_replays_the_engines_drift_and_trains_standardized_heads():
     src = train_source(rcs[0].source)
     tm = {r["mode"]: r for r in transfer(rcs, src)}["train_mode"]
     base = {k: v for k, v in rcs[0].asdict().items() if k not in ("seed", "mode", "steps", "optimizer", "lr")}
-    run = ch.HeadSweepRun(seed=3, role="report", run=base, checkpoints=(6, 12), sgd_lrs=(0.05,), adam_lrs=(0.01,),
+    one = run.HeadSweepRun(seed=3, role="report", run=base, checkpoints=(6, 12), sgd_lrs=(0.05,), adam_lrs=(0.01,),
                           ref_step=12, n_val=40, ref_variants=((1e-4, 60),), std_sgd_lrs=(0.05,),
                           std_adam_lrs=(0.01,), drift_batches=30)
-    res = ch.head_curves(run, src)
+    res = run.head_curves(one, src)
     d = res["drift"]
     assert d["steps"] == tm["drift_steps"]
     for i in range(2):
@@ -710,35 +715,34 @@ def test_the_sweep_replays_the_engines_drift_and_trains_standardized_heads():
     out = pd.DataFrame(res["records"])
     assert {"sgd-std", "adam-std"} <= set(out["optimizer"])
     assert len(out[(out["optimizer"] == "sgd-std") & (out["split"] == "test")]) == 4   # 2 paths x 2 checkpoints
-    assert "drift" not in ch.head_curves(run.replace(drift_batches=0), src)
+    assert "drift" not in run.head_curves(one.replace(drift_batches=0), src)
 
 
 def test_every_claim_of_the_chapter_is_a_verdict_of_the_vocabulary():
     main = table(task_a_after_tm=(0.137, 0.403, 0.100)).assign(optimizer="sgd", lr=0.05, steps=800)
-    f = ch.findings(main)
-    o = ch.optimizer_findings(_with_std(sweep_table(), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800, main=main)
-    t = ch.tuning_findings(_with_std(sweep_table(), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
-    b = ch.buffer_findings(buffers())
-    th = ch.thread_findings(pd.DataFrame(thread_rows()), main)
+    f = findings.findings(main)
+    o = findings.optimizer_findings(_with_std(sweep_table(), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800, main=main)
+    t = findings.tuning_findings(_with_std(sweep_table(), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
+    b = findings.buffer_findings(buffers())
+    th = findings.thread_findings(pd.DataFrame(thread_rows()), main)
     tables = [f.claims, o.claims, o.unseen_claims, o.explore_claims, o.sens_claims, o.gain_claims,
               o.explore_at_main_claims, t.narrow_claims, t.std_claims, t.reduction_claims, t.std_at_claims,
               b.claims, th.claims, th.swapped_claims]
     words = [w for c in tables for w in c["verdict"]]
-    assert words and all(is_verdict(w, ch.DIRECTIONS) for w in words), [w for w in words if not is_verdict(w, ch.DIRECTIONS)]
+    assert words and all(is_verdict(w, findings.DIRECTIONS) for w in words), [w for w in words if not is_verdict(w, findings.DIRECTIONS)]
 
 
 def test_lr_figure_shows_the_standardized_heads_grids_in_a_second_row():
     import matplotlib.pyplot as plt
-    from bnstudy import plots
     s = _with_std(sweep_table(gap_adam=(0.10, 0.12, 0.11)), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032))
-    lrt = ch.lr_table(s, 800)
-    fig = plots.lr_figure(lrt, ch.choose_lrs(s, 800))
+    lrt = findings.lr_table(s, 800)
+    fig = figures.lr_figure(lrt, findings.choose_lrs(s, 800))
     titles = [a.get_title() for a in fig.axes if a.get_visible()]
     assert titles == ["SGD + momentum", "Adam", "SGD + momentum, standardized"]   # no adam-std heads here
     std_ax = fig.axes[2]
     assert sorted(set(std_ax.lines[0].get_xdata())) == [0.05, 0.2]              # the std grid as tried
     plt.close(fig)
-    plain = plots.lr_figure(ch.lr_table(sweep_table(), 800))
+    plain = figures.lr_figure(findings.lr_table(sweep_table(), 800))
     assert [a.get_title() for a in plain.axes] == ["SGD + momentum", "Adam"]
     plt.close(plain)
 
@@ -756,15 +760,15 @@ def _fake_runs(monkeypatch):
         calls.append("head_sweep")
         s = sweep_table()
         s.attrs.update(reference_grads=[1e-7, 2e-7], reference_fits=[
-            dict(seed=0, role="report", path=p, grad_max_norm=g) for p, g in zip(ch.PATHS, (1e-7, 2e-7))],
+            dict(seed=0, role="report", path=p, grad_max_norm=g) for p, g in zip(run.PATHS, (1e-7, 2e-7))],
             buffers=[dict(seed=0, role="report", buffer_mean_sd_l0=2.0, buffer_log_var_l0=1.0, buffer_mean_abs_l0=1.0,
                           buffer_var_abs_l0=10.0)],
             drift=[dict(seed=0, steps=[0, 1], engine_l0=[1.0, 0.91], precise_l0=[1.0, 0.9])])
         return s
 
-    monkeypatch.setattr(ch, "run", lambda config, execution=None: calls.append("run") or main)
-    monkeypatch.setattr(ch, "run_head_sweep", sweep)
-    monkeypatch.setattr(ch, "thread_check", lambda config, execution=None: calls.append("threads") or pd.DataFrame(
+    monkeypatch.setattr(run, "run", lambda config, execution=None: calls.append("run") or main)
+    monkeypatch.setattr(run, "run_head_sweep", sweep)
+    monkeypatch.setattr(run, "thread_check", lambda config, execution=None: calls.append("threads") or pd.DataFrame(
         dict(seed=[0, 0], mode="train_mode", threads=[1, 2], task_b=0.5, task_a_after=0.1)))
     return calls
 
@@ -773,9 +777,9 @@ def test_run_tables_returns_exactly_the_sibling_tables_and_no_list_columns(monke
     """Everything the page analyses comes out of run_tables as saveable tables: the main run without its list
     columns, each of SIBLING_TABLES (no more, no fewer), the sweep's attrs as tables and no attrs left."""
     calls = _fake_runs(monkeypatch)
-    main, tables = ch.run_tables(ch.make_config("quick"))
+    main, tables = run.run_tables(run.make_config("quick"))
     assert calls == ["run", "head_sweep", "threads"]  # the notebook's order before it took rows
-    assert tuple(tables) == ch.SIBLING_TABLES
+    assert tuple(tables) == run.SIBLING_TABLES
     for name, t in {"": main, **tables}.items():
         assert not [c for c in t.columns if t[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()], name
     assert "drift_steps" not in main.columns and not tables["head_sweep"].attrs
@@ -783,13 +787,13 @@ def test_run_tables_returns_exactly_the_sibling_tables_and_no_list_columns(monke
     assert len(tables["drift"]) == 3 * 2 and len(tables["logit_quantiles"]) == 12 * 21
     assert len(tables["buffers"]) == 1 and len(tables["drift_targets"]) == 4 and len(tables["threads"]) == 2
     with pytest.raises(TypeError, match="freeze_modes.Config"):
-        ch.run_tables(object())
+        run.run_tables(object())
 
 
 def test_analysis_parameters_decide_no_run():
-    cfg = ch.make_config("quick")
-    assert set(ch.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
-    assert ch.ANALYSIS_PARAMETERS == ()  # every parameter decides some run: a rows rebuild must give them all alike
+    cfg = run.make_config("quick")
+    assert set(run.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
+    assert run.ANALYSIS_PARAMETERS == ()  # every parameter decides some run: a rows rebuild must give them all alike
 
 
 def test_drift_check_takes_the_engines_drift_table_from_saved_rows():
@@ -801,14 +805,14 @@ def test_drift_check_takes_the_engines_drift_table_from_saved_rows():
     main = table().assign(drift_steps=[steps] * 12, **{
         f"drift_weight_l{i}": [list(eng[(eng.seed == s) & (eng.layer == f"block {i + 1}")].sort_values("step")["weight"])
                                for s in range(3) for _ in MODE_NAMES] for i in range(2)})
-    from_lists = ch.drift_check(d, 0.1, 25, main)
+    from_lists = findings.drift_check(d, 0.1, 25, main)
     assert from_lists.engine_reproduced == 0.0
-    from_table = ch.drift_check(d, 0.1, 25, ch.results_table(main), engine=ch.drift_table(main))
+    from_table = findings.drift_check(d, 0.1, 25, run.results_table(main), engine=run.drift_table(main))
     import dataclasses
     for f in dataclasses.fields(from_lists):
         x, y = getattr(from_table, f.name), getattr(from_lists, f.name)
         assert x.equals(y) if isinstance(x, pd.Series) else x == y, f.name
-    assert math.isnan(ch.drift_check(d, 0.1, 25, ch.results_table(main)).engine_reproduced)
+    assert math.isnan(findings.drift_check(d, 0.1, 25, run.results_table(main)).engine_reproduced)
 
 
 @pytest.mark.slow
@@ -829,7 +833,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
     assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
     written = sorted(p.name for p in (tmp_path / "results").glob("01_freeze_modes*.csv"))
     assert written == sorted(p.name for p in (tmp_path / "results2").glob("01_freeze_modes*.csv"))
-    assert {f"01_freeze_modes_{s}.csv" for s in ch.SIBLING_TABLES} <= set(written)
+    assert {f"01_freeze_modes_{s}.csv" for s in run.SIBLING_TABLES} <= set(written)
     for name in written:
         assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
     line = lambda nb: " ".join("".join(o.get("text", "") for c in nbformat.read(nb, as_version=4).cells
@@ -858,16 +862,16 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
 
 def _page(main=None, sweep=None, bufs=None):
     """The answer and the readings for hand-made tables (defaults: every headline finding holds)."""
-    f = ch.findings(main if main is not None else table())
-    o = ch.optimizer_findings(sweep if sweep is not None else sweep_table(), 800)
-    b = ch.buffer_findings(bufs if bufs is not None else buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9)))
-    return ch.answer(f, o, b), ch.readings(f, o, b)
+    f = findings.findings(main if main is not None else table())
+    o = findings.optimizer_findings(sweep if sweep is not None else sweep_table(), 800)
+    b = findings.buffer_findings(bufs if bufs is not None else buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9)))
+    return findings.answer(f, o, b), findings.readings(f, o, b)
 
 
 def test_the_answer_states_each_headline_finding_from_the_findings():
     text, say = _page()
-    assert "does not freeze its BatchNorm layers" in text and f"**{ch.SHIFT_ABOVE}**" in text
-    assert "falls from 0.900 to 0.110" in text and f"**{ch.A_LOWER}**" in text and "about chance" in text
+    assert "does not freeze its BatchNorm layers" in text and f"**{findings.SHIFT_ABOVE}**" in text
+    assert "falls from 0.900 to 0.110" in text and f"**{findings.A_LOWER}**" in text and "about chance" in text
     assert "scores higher with drifting statistics than with pinned ones in 2 of 4 tests" in text
     assert "**equivalent within \u00b10.03**" in text and "how easily a trained head uses the features" in text
     assert "`separate_stats`" in text and text.count(f"**{EXACT}**") >= 3 and "nan" not in text.lower()
@@ -876,12 +880,12 @@ def test_the_answer_states_each_headline_finding_from_the_findings():
 
 
 def test_flip_task_a_the_answer_no_longer_says_it_falls():
-    rises = ch.findings(table(task_a_after_tm=(0.95, 0.96, 0.97)))
+    rises = findings.findings(table(task_a_after_tm=(0.95, 0.96, 0.97)))
     text, say = _page(main=table(task_a_after_tm=(0.95, 0.96, 0.97)))
-    assert "rises from 0.900" in text and "falls from" not in text and f"**{ch.A_HIGHER}**" in text
-    assert "about chance" not in text and f"**{ch.ABOVE_CHANCE}**" in text
+    assert "rises from 0.900" in text and "falls from" not in text and f"**{findings.A_HIGHER}**" in text
+    assert "about chance" not in text and f"**{findings.ABOVE_CHANCE}**" in text
     assert "in 0 of 3 seeds" in say["seeds"]
-    assert ch.task_a_sentence(rises) in text
+    assert findings.task_a_sentence(rises) in text
     same, _ = _page(main=table(task_a_after_tm=(0.9, 0.9, 0.9)))
     assert "goes from 0.900 to 0.900" in same and "falls from" not in same and "rises from" not in same
     assert f"**{NOT_DECIDED}**" in same
@@ -890,17 +894,17 @@ def test_flip_task_a_the_answer_no_longer_says_it_falls():
 def test_flip_the_buffers_the_answer_no_longer_says_batchnorm_is_not_frozen():
     text, _ = _page(bufs=buffers((0.2, 0.21, 0.19), (0.1, 0.11, 0.09)))
     assert "does not freeze" not in text and "not shown to move beyond the chapter's criteria" in text
-    assert f"**{ch.SHIFT_BELOW}**" in text and f"**{ch.SHIFT_ABOVE}**" not in text
+    assert f"**{findings.SHIFT_BELOW}**" in text and f"**{findings.SHIFT_ABOVE}**" not in text
 
 
 def test_flip_the_reference_test_the_answer_follows_its_verdict():
     up, say = _page(sweep=sweep_table(gap_ref=(0.10, 0.12, 0.11)))
     b = say["task_b"]  # the task-B sentence of the answer (the chance verdict elsewhere may read "equivalent")
-    assert b in up and f"**{ch.TRAIN_HIGHER}**" in b and "drifting features allow more" in b
+    assert b in up and f"**{findings.TRAIN_HIGHER}**" in b and "drifting features allow more" in b
     assert "equivalent" not in b and "how easily" not in b and say["reference"] in b
     down, say = _page(sweep=sweep_table(gap_ref=(-0.10, -0.12, -0.11)))
     b = say["task_b"]
-    assert b in down and f"**{ch.TRAIN_LOWER}**" in b and "pinned features allow more" in b and "equivalent" not in b
+    assert b in down and f"**{findings.TRAIN_LOWER}**" in b and "pinned features allow more" in b and "equivalent" not in b
     open_, say = _page(sweep=sweep_table(gap_ref=(0.15, -0.15, 0.02)))
     b = say["task_b"]
     assert b in open_ and f"**{NOT_DECIDED}**" in b and "not decided with these seeds" in b and "allow more" not in b
@@ -913,7 +917,7 @@ def test_flip_the_trained_heads_the_answer_counts_them_with_holm():
     none, _ = _page(sweep=sweep_table(gap_sgd=(0.01, -0.02, 0.0)))
     assert "no test of a new head trained by an optimizer shows a difference" in none
     assert "how easily" not in none  # nothing to explain when the trained heads show no difference
-    o = ch.optimizer_findings(sweep_table(gap_sgd=(-0.10, -0.12, -0.11), gap_adam=(-0.10, -0.12, -0.11)), 800)
+    o = findings.optimizer_findings(sweep_table(gap_sgd=(-0.10, -0.12, -0.11), gap_adam=(-0.10, -0.12, -0.11)), 800)
     assert o.trained_reading == "train mode lower in all 4 tests"
 
 
@@ -926,7 +930,7 @@ def test_flip_the_exact_checks_the_answer_reports_a_bug():
 
 
 def test_the_printed_reference_interval_is_clipped_to_a_difference_of_accuracies():
-    assert ch._range(-1.4, 0.2) == "-1.000 to +0.200" and ch._range(float("nan"), 0.1) == "no interval"
+    assert findings._range(-1.4, 0.2) == "-1.000 to +0.200" and findings._range(float("nan"), 0.1) == "no interval"
 
 
 def _strip_glue(s: str) -> str:
@@ -949,15 +953,15 @@ def _markdown_outside_glue(nb_path) -> str:
 def _typed_outcomes(text: str) -> list:
     """Outcome words typed in ``text``: the chapter's direction words, the other verdict words, result digits."""
     import re
-    found = [w for w in ch.DIRECTIONS + ("equivalent within", "not decided", "too few seeds")
+    found = [w for w in findings.DIRECTIONS + ("equivalent within", "not decided", "too few seeds")
              if re.search(rf"\b{re.escape(w)}\b", text, re.IGNORECASE)]
     digits = re.findall(r"(?<![\w.$^{-])\d+\.\d+(?![\w}])", re.sub(r"\$[^$]*\$", " ", text))
     return found + [d for d in digits if d not in SETTING_DIGITS]
 
 
 #: Decimals the chapter's prose may type because they are settings, not results: SGD's momentum 0.9, the weight
-#: 0.001 that counts as "gone" (``ch.GONE``) and the lowest learning rate of the grid, the drift figure's axis break.
-SETTING_DIGITS = {"0.9", f"{ch.GONE:g}", f"{min(ch.SGD_LRS):g}", "0.01"}
+#: 0.001 that counts as "gone" (``findings.GONE``) and the lowest learning rate of the grid, the drift figure's axis break.
+SETTING_DIGITS = {"0.9", f"{findings.GONE:g}", f"{min(run.SGD_LRS):g}", "0.01"}
 
 
 def test_the_chapter_markdown_types_no_outcome_outside_glue():
@@ -971,7 +975,7 @@ def test_the_chapter_markdown_types_no_outcome_outside_glue():
 
 def test_the_typed_outcome_check_finds_typed_outcomes_and_ignores_glue():
     typed = "In train mode: train mode higher in all tests, equivalent within ±0.03, a gap of 0.130."
-    assert _typed_outcomes(typed) == [ch.TRAIN_HIGHER, "equivalent within", "0.03", "0.130"]
+    assert _typed_outcomes(typed) == [findings.TRAIN_HIGHER, "equivalent within", "0.03", "0.130"]
     glued = ("{glue:md}`ch01_opt_primary_verdict` (`train mode higher` is a direction word; rule: \"not decided\"), "
              "$10^{-4}$ and {glue:text}`ch01_chance:.2f`")
     assert _typed_outcomes(_strip_glue(glued)) == []
@@ -980,5 +984,5 @@ def test_the_typed_outcome_check_finds_typed_outcomes_and_ignores_glue():
 def test_glued_interval_ends_are_cut_to_what_the_quantity_allows():
     from bnstudy.inference import Interval
     wide = Interval(0.5, -1.7, 2.5, 2)
-    assert ch._clip_intervals({"a": wide, "b": 3.0}, (-1, 1)) == {"a": Interval(0.5, -1, 1, 2), "b": 3.0}
-    assert ch._clip_intervals(wide, (-2, 2)) == Interval(0.5, -1.7, 2, 2)
+    assert findings._clip_intervals({"a": wide, "b": 3.0}, (-1, 1)) == {"a": Interval(0.5, -1, 1, 2), "b": 3.0}
+    assert findings._clip_intervals(wide, (-2, 2)) == Interval(0.5, -1.7, 2, 2)

@@ -42,7 +42,7 @@ def test_two_fields_gluing_one_name_is_an_error_naming_both():
 
 
 def test_chapter_one_thread_findings_glue_no_name_twice():
-    from bnstudy.experiments.freeze_modes import ThreadFindings
+    from bnstudy.experiments.freeze_modes.findings import ThreadFindings
     import dataclasses
     assert "gap_diff_max" not in {f.name for f in dataclasses.fields(ThreadFindings)}
 

@@ -705,7 +705,7 @@ def _whole_eval_tuned(ctx: _Ctx, case: str, p_drop: float = P_DROP, dropout_off:
     xv, yv = eval_set(ctx.task_b, c.n_eval, c.seed, "B-validation")
     model = ctx.seeded("aux_net", lambda: AuxHeadNet(ctx.backbone(), c.widths[-1], c.n_classes, p_drop))
     if standardize:  # after the seeded build, so the heads' initialization is the raw runs'
-        from .freeze_modes import _feature_standardizer
+        from .freeze_modes.run import _feature_standardizer
         xs = eval_set(ctx.task_b, c.n_eval, c.seed, "B-standardize")[0]
         model.backbone.eval()
         model.backbone = nn.Sequential(model.backbone, _Standardize(
