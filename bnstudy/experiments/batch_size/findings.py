@@ -823,35 +823,41 @@ def answer(claims: pd.DataFrame, F: "Findings") -> str:
     return " ".join(out)
 
 
+def _shown_on_both(verdicts) -> str | None:
+    """``"higher"`` / ``"lower"`` where every verdict of ``verdicts`` is the per-sample norm higher / lower than
+    BatchNorm (:data:`WORDS` ``["ps"]``), else ``None``."""
+    for side, word in zip(("higher", "lower"), WORDS["ps"]):
+        if all(x == word for x in verdicts):
+            return side
+    return None
+
+
 def advice(claims: pd.DataFrame, F: "Findings") -> str:
     """The answer box's "what to do" (Markdown) with the front-door call, chosen by the small-batch verdicts at the
     linear-scaling rate (both targets): a per-sample norm where it is shown higher on both, BatchNorm's best
-    strategy where the per-sample norms are shown lower on both, otherwise to measure both; and where precise BN in
-    batches of 2 errs more than in batches of 32, to re-estimate in larger batches."""
+    strategy where the per-sample norms are shown lower on both, otherwise the verdicts at tuned rates on both
+    targets, else to measure both; and where precise BN in batches of 2 errs more than in batches of 32, to
+    re-estimate in larger batches."""
     sb = F.smallest_batch
-    higher, lower = WORDS["ps"]
-    v = [_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted")]
-    if all(x == higher for x in v):
-        first = (f"To fine-tune a whole network at batch size {sb}, start from a network pretrained with a per-sample "
-                 f"norm (GroupNorm here); swapping BatchNorm out afterwards (`bnstudy.replace_norm`) changes the "
-                 f"network's function, so it needs retraining.")
-    elif all(x == lower for x in v):
-        first = (f"To fine-tune a whole network at batch size {sb}, keep BatchNorm with the strategy shown best here "
-                 f"({F.best_bn.get(f'close_b{sb}', 'see the table')} on the close target); a per-sample norm did "
-                 f"not do better.")
-    else:
-        r = (F.rate or {}).get("rec", {})
-        tuned = [r.get(f"{t}_tuned_verdict") for t in ("close", "shifted")]
-        if all(x == lower for x in tuned):
-            first = (f"At batch size {sb}, at rates tuned on separate seeds, BatchNorm in train mode is ahead of the "
-                     f"per-sample norms on both targets (at the linear-scaling rate the comparison is not decided on "
-                     f"both): keep BatchNorm and tune the learning rate for the small batch.")
-        elif all(x == higher for x in tuned):
-            first = (f"At batch size {sb}, at rates tuned on separate seeds, a per-sample norm from pretraining is "
-                     f"ahead of BatchNorm in train mode on both targets: start from a network pretrained with one.")
-        else:
-            first = (f"At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on "
-                     f"both targets: try both on your own task, each at its own tuned learning rate.")
+    base = _shown_on_both([_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted")])
+    r = (F.rate or {}).get("rec", {})
+    tuned = None if base else _shown_on_both([r.get(f"{t}_tuned_verdict") for t in ("close", "shifted")])
+    first = {
+        ("higher", None): (f"To fine-tune a whole network at batch size {sb}, start from a network pretrained with "
+                           f"a per-sample norm (GroupNorm here); swapping BatchNorm out afterwards "
+                           f"(`bnstudy.replace_norm`) changes the network's function, so it needs retraining."),
+        ("lower", None): (f"To fine-tune a whole network at batch size {sb}, keep BatchNorm with the strategy shown "
+                          f"best here ({F.best_bn.get(f'close_b{sb}', 'see the table')} on the close target); a "
+                          f"per-sample norm did not do better."),
+        (None, "lower"): (f"At batch size {sb}, at rates tuned on separate seeds, BatchNorm in train mode is ahead "
+                          f"of the per-sample norms on both targets (at the linear-scaling rate the comparison is "
+                          f"not decided on both): keep BatchNorm and tune the learning rate for the small batch."),
+        (None, "higher"): (f"At batch size {sb}, at rates tuned on separate seeds, a per-sample norm from pretraining "
+                           f"is ahead of BatchNorm in train mode on both targets: start from a network pretrained "
+                           f"with one."),
+        (None, None): (f"At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on "
+                       f"both targets: try both on your own task, each at its own tuned learning rate."),
+    }[(base, tuned)]
     ratio = F.precise_var_err_ratio_b2_b32
     if not math.isnan(ratio) and ratio > 1:
         first += (f" Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` in large batches "
