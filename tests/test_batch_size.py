@@ -308,7 +308,12 @@ def test_findings_end_to_end_on_a_hand_made_table():
     C = claims.set_index("key")
     assert F.breaks["close_bn_train"] == "<= 2" and F.breaks["close_to_group"] == "never"
     assert F.breaks_stats["close_bn_train"] == "<= 2" and "close_group_pretrained" not in F.breaks_stats
-    assert F.did_smallest["close_bn_train"].mean == pytest.approx(-0.3, abs=0.01)
+    assert C.loc["did_close_bn_train_b2", "estimate"] == pytest.approx(-0.3, abs=0.01)
+    assert C.loc["did_close_bn_train_b2", "verdict"] == "lower beyond the control"
+    for key, control in (("did_close_bn_train_b2", "group_pretrained"), ("drop_close_bn_train_b2", None)):
+        iv = findings.break_batch(df, "close", "bn_train", 32, 0.02, control=control)[1][2]
+        assert list(C.loc[key, ["estimate", "low", "high", "n"]]) == [iv.mean, iv.low, iv.high, iv.n]  # the break's own
+    assert "did_close_group_pretrained_b2" not in C.index and "did_close_to_group_b2" not in C.index
     # per-sample (to_group 0.75) minus best BN (bn_train 0.5) at batch 2; at 32 adabn (0.85) beats to_group (0.75)
     assert C.loc["recommend_close_b2", "verdict"] == "per-sample norm higher"
     assert C.loc["recommend_close_b2", "estimate"] == pytest.approx(0.05, abs=0.005)  # to_group 0.75 vs stats_frozen 0.7

@@ -33,12 +33,15 @@ NEAR_CHANCE = 0.06
 #: ``lower``): best per-sample norm minus BatchNorm (``ps``), AdaBN minus inherited frozen statistics (``adabn``), the
 #: winner minus the runner-up (``winner``), BN in train mode's accuracy measured in train mode minus eval mode
 #: (``gap``), re-estimated running statistics minus those fine-tuning left (``restat``), the deepest layer's spread of
-#: the batch mean minus the largest other layer's (``noise``).
+#: the batch mean minus the largest other layer's (``noise``), a strategy's accuracy at the smallest batch size minus
+#: at the reference (``drop``) and the same minus the control's (``did``, :data:`CONTROL`).
 WORDS = {"ps": ("per-sample norm higher", "per-sample norm lower"), "adabn": ("AdaBN higher", "AdaBN lower"),
          "winner": ("winner higher", "winner lower"),
          "gap": ("train-mode accuracy higher", "train-mode accuracy lower"),
          "restat": ("re-estimated higher", "re-estimated lower"),
-         "noise": ("deepest layer noisier", "deepest layer less noisy")}
+         "noise": ("deepest layer noisier", "deepest layer less noisy"),
+         "drop": ("higher at the smallest batch", "lower at the smallest batch"),
+         "did": ("higher beyond the control", "lower beyond the control")}
 #: Every direction word the page may print (:func:`bnstudy.inference.is_verdict`).
 DIRECTIONS: tuple[str, ...] = tuple(w for pair in WORDS.values() for w in pair)
 #: The overall level of every family of claims (:class:`bnstudy.inference.Family`) and of the Holm counts.
@@ -127,6 +130,24 @@ def break_batch(df: pd.DataFrame, target: str, strategy: str, reference: int, ma
     returns ``{m: Interval}`` of those differences (family intervals; NaN ends with fewer than two seeds, never
     a break). Raises ``ValueError`` for a bad ``side``.
     """
+    diffs = break_differences(df, target, strategy, reference, control, side)
+    sizes = sorted(diffs)
+    family = Family(max(len(sizes), 1), 1 - confidence)
+    ivs = {m: t_interval(diffs[m], family.confidence) for m in sizes}
+    broken = {m for m, iv in ivs.items() if iv.high < -margin}
+    # walk away from the reference: the threshold is the nearest m from which every further m breaks
+    order = sorted(sizes, reverse=(side == "below"))
+    for i, m in enumerate(order):
+        if all(k in broken for k in order[i:]):
+            return m, ivs
+    return 0, ivs
+
+
+def break_differences(df: pd.DataFrame, target: str, strategy: str, reference: int, control: str | None = None,
+                      side: str = "below") -> dict:
+    """``{m: per-seed differences}`` that :func:`break_batch` judges: ``target(m) - target(reference)`` of
+    ``strategy`` on ``target`` (with ``control``: minus the control's, paired within seed) for every batch size
+    ``m`` on ``side`` of the reference. Raises ``ValueError`` for a bad ``side``."""
     if side not in ("below", "above"):
         raise ValueError(f"side must be 'below' or 'above', got {side!r}")
     d = df[df.target_name == target]
@@ -137,15 +158,16 @@ def break_batch(df: pd.DataFrame, target: str, strategy: str, reference: int, ma
     elif control is not None:
         piv = piv * 0.0
     sizes = sorted(b for b in piv.columns if (b < reference if side == "below" else b > reference))
-    family = Family(max(len(sizes), 1), 1 - confidence)
-    ivs = {m: t_interval(piv[m] - piv[reference], family.confidence) for m in sizes}
-    broken = {m for m, iv in ivs.items() if iv.high < -margin}
-    # walk away from the reference: the threshold is the nearest m from which every further m breaks
-    order = sorted(sizes, reverse=(side == "below"))
-    for i, m in enumerate(order):
-        if all(k in broken for k in order[i:]):
-            return m, ivs
-    return 0, ivs
+    return {m: piv[m] - piv[reference] for m in sizes}
+
+
+def _smallest_family(name: str, items: dict, words: str, smallest: int) -> pd.DataFrame:
+    """The claims on the differences at the ``smallest`` batch size of ``items`` ``{key: break_differences}``,
+    each decided at its break verdict's level (:func:`break_batch`'s family: the batch sizes below the
+    reference, Bonferroni at 95%), with this page's words :data:`WORDS` ``[words]``; family ``name``."""
+    higher, lower = WORDS[words]
+    return claims_table([decide(d[smallest], k, family=Family(max(len(d), 1), 1 - 0.95), higher=higher, lower=lower)
+                         for k, d in items.items()], family=name)
 
 
 def break_word(m: int, side: str = "below") -> str:
@@ -449,8 +471,6 @@ class Findings:
     breaks_stats_above: dict
     breaks_stats_wide: dict
     breaks_stats_above_restat: dict
-    did_smallest: dict
-    drop_smallest: dict
     n_break_above: int
     n_break_below: int
     n_stats_break_below: int
@@ -558,7 +578,11 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     * ``noise``: ``deepest_noisiest``: the deepest layer's batch-mean spread minus the largest other's at the
       smallest noise batch size (:func:`_deepest_minus_others`);
     * ``check``: ``gap_zero_elsewhere``, :func:`bnstudy.inference.exact_check` that every other strategy's
-      train/eval gap is ``== 0`` in every run (an identity of the code).
+      train/eval gap is ``== 0`` in every run (an identity of the code);
+    * ``drop``: ``drop_<target>_<strategy>_b<smallest>``, accuracy at the smallest batch size minus at
+      ``reference``, and ``did``: ``did_<target>_<strategy>_b<smallest>``, the same minus the control's (strategies
+      with batch statistics), each at its break verdict's level (:func:`_smallest_family`; the page glues the
+      ``did`` family's interval cut to [-2, 2], a difference of two accuracy differences).
 
     ``F`` (:class:`Findings`): breaks (:func:`break_batch` against ``reference`` with ``margin``, below and above,
     raw and against ``control``; ``breaks_stats_wide`` at ``wide_margin``; strategies in
@@ -588,7 +612,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             m, ivs = break_batch(df, t, s, reference, margin)
             breaks[k] = break_word(m)
             if sb in ivs:
-                drop[k] = ivs[sb]
+                drop[f"drop_{k}_b{sb}"] = break_differences(df, t, s, reference)
             above[k] = break_word(break_batch(df, t, s, reference, margin, side="above")[0], "above")
             if has_control and s != control and s in NO_BATCH_STATISTICS:
                 sbreaks[k] = sabove[k] = swide[k] = "n/a"
@@ -596,7 +620,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
                 m, ivs = break_batch(df, t, s, reference, margin, control=control)
                 sbreaks[k] = break_word(m)
                 if sb in ivs:
-                    did[k] = ivs[sb]
+                    did[f"did_{k}_b{sb}"] = break_differences(df, t, s, reference, control)
                 sabove[k] = break_word(break_batch(df, t, s, reference, margin, control=control, side="above")[0],
                                        "above")
                 swide[k] = break_word(break_batch(df, t, s, reference, wide_margin, control=control)[0])
@@ -650,6 +674,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     check = claims_table([exact_check(df[df.strategy != "bn_train"].train_eval_gap, 0.0, "gap_zero_elsewhere")],
                          family="check")
     tables.append(check)
+    tables += [_smallest_family(name, items, name, sb) for name, items in (("drop", drop), ("did", did)) if items]
     lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
     rate = rate_comparison(df, tuned, tune, alpha) if tuned is not None and len(tuned) and lr else {}
     if rate:
@@ -725,7 +750,6 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin),
         control=STRATEGY_LABELS.get(control, control), breaks=breaks, breaks_above=above, breaks_stats=sbreaks,
         breaks_stats_above=sabove, breaks_stats_wide=swide, breaks_stats_above_restat=above_restat,
-        did_smallest=did, drop_smallest=drop,
         n_break_above=int(sum(v != "never" for v in above.values())),
         n_break_below=int(sum(v != "never" for v in breaks.values())),
         n_stats_break_below=int(sum(v not in ("never", "n/a") for v in sbreaks.values())),
