@@ -457,7 +457,9 @@ def test_lr_check_picks_best_rates_and_reports_winner_changes():
         out["winner_base"]["close_b2"] == run.STRATEGY_LABELS["group_pretrained"]
     assert out["winner_best"]["close_b32"] == run.STRATEGY_LABELS["bn_train"] and out["winner_same"]["close_b32"]
     assert out["winner_pair"]["close_b32"] == f"unchanged ({run.STRATEGY_LABELS['bn_train']})"
-    assert out["did_base"]["close"].mean == pytest.approx(-0.3, abs=0.01)
+    C = out["claims"].set_index("key")
+    assert C.loc["lr_did_base_close", "estimate"] == pytest.approx(-0.3, abs=0.01)
+    assert set(out["claims"].family) == {"lr_did"} and "did_base" not in out
     assert out["break_base"]["close"] == "<= 2"
     best = run.best_rate_table(_tune())
     assert set(best[best.strategy == "stats_frozen"].lr_factor) == {2.0}

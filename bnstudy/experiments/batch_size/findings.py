@@ -385,16 +385,17 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
     best factor is not 1); ``gain_max`` (largest mean gain of the best over the reported rate) and where
     (``gain_where``, readable); per ``<target>_b<m>``: ``winner_base`` / ``winner_best`` (labels) and
     ``winner_same`` (bool), ``winner_pair`` (a phrase: "unchanged (label)" or both labels);
-    ``n_winner_changes``; per target, bn_train's difference-in-differences at the smallest tuning batch size at the reported and at the best rates (``did_base``, ``did_best``: Intervals)
-    and the break verdicts with it (``break_base``, ``break_best``: tokens); ``n_edge``: moved cells whose best
+    ``n_winner_changes``; per target, the break verdicts of bn_train against the control at the reported and at the
+    best rates (``break_base``, ``break_best``: tokens) and ``claims``: their difference-in-differences at the
+    smallest tuning batch size (family ``lr_did``, keys ``lr_did_<base|best>_<target>``, :func:`_smallest_family`);
+    ``n_edge``: moved cells whose best
     factor is an end of the grid (a "best of the rates tried", a lower bound on the gain); ``n_diverged`` of
     ``n_runs``.
     """
     base = tune[tune.lr_factor == 1.0]
     best = best_rate_table(tune)
-    out: dict = dict(best_factor={}, winner_base={}, winner_best={}, winner_same={}, winner_pair={}, did_base={},
-                     did_best={},
-                     break_base={}, break_best={})
+    out: dict = dict(best_factor={}, winner_base={}, winner_best={}, winner_same={}, winner_pair={}, break_base={},
+                     break_best={})
     means = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean()
     gains = {}
     for r in best.drop_duplicates(["target_name", "strategy", "batch_size"]).itertuples():
@@ -422,11 +423,14 @@ def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = C
                                  f"best rates tried")
     out["n_winner_changes"] = int(sum(not v for v in out["winner_same"].values()))
     sb = int(tune.batch_size.min())
+    did = {}
     for t in sorted(tune.target_name.unique()):
         for tag, d in (("base", base), ("best", best)):
             if "bn_train" in set(d.strategy) and control in set(d.strategy):
                 m, ivs = break_batch(d, t, "bn_train", reference, margin, control=control)
-                out[f"did_{tag}"][t], out[f"break_{tag}"][t] = ivs[sb], break_word(m)
+                out[f"break_{tag}"][t] = break_word(m)
+                did[f"lr_did_{tag}_{t}"] = break_differences(d, t, "bn_train", reference, control)
+    out["claims"] = _smallest_family("lr_did", did, "did", sb)
     return out
 
 
@@ -452,7 +456,7 @@ class Findings:
     above the reference (any cause); ``breaks_stats`` / ``breaks_stats_above``: the same judged against the
     control (:data:`CONTROL`; a batch-statistics break). ``winner``: per ``<target>_b<m>`` the winning strategy's
     label (its verdict: claim ``winner_<target>_b<m>``). ``lr``: the learning-rate check (:func:`lr_check`; empty
-    without tuning seeds); ``rate``: :func:`rate_comparison` without its claims. ``family_size``: the ``m`` of each
+    without tuning seeds; without its claims); ``rate``: :func:`rate_comparison` without its claims. ``family_size``: the ``m`` of each
     family of the claims table and of the Holm counts (``near_chance``: cells; ``small_beats_large``: pairs).
     """
 
@@ -582,7 +586,9 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     * ``drop``: ``drop_<target>_<strategy>_b<smallest>``, accuracy at the smallest batch size minus at
       ``reference``, and ``did``: ``did_<target>_<strategy>_b<smallest>``, the same minus the control's (strategies
       with batch statistics), each at its break verdict's level (:func:`_smallest_family`; the page glues the
-      ``did`` family's interval cut to [-2, 2], a difference of two accuracy differences).
+      ``did`` family's interval cut to [-2, 2], a difference of two accuracy differences);
+    * ``lr_did``: ``lr_did_<base|best>_<target>``, the same difference-in-differences of bn_train on the tuning
+      seeds at the reported and at the best rates (:func:`lr_check`, with ``tune``).
 
     ``F`` (:class:`Findings`): breaks (:func:`break_batch` against ``reference`` with ``margin``, below and above,
     raw and against ``control``; ``breaks_stats_wide`` at ``wide_margin``; strategies in
@@ -676,6 +682,9 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     tables.append(check)
     tables += [_smallest_family(name, items, name, sb) for name, items in (("drop", drop), ("did", did)) if items]
     lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
+    lr_claims = lr.pop("claims", None)
+    if lr_claims is not None and len(lr_claims):
+        tables.append(lr_claims)
     rate = rate_comparison(df, tuned, tune, alpha) if tuned is not None and len(tuned) and lr else {}
     if rate:
         tables.append(rate.pop("claims"))
