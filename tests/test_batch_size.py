@@ -11,7 +11,7 @@ from torch import nn
 
 from bnstudy import engine, inference
 from bnstudy.config import FinetuneConfig, SourceConfig
-from bnstudy.experiments import batch_size as bs
+from bnstudy.experiments.batch_size import figures, findings, run
 from bnstudy.freeze import FrozenBatchNorm
 from bnstudy.models import ConvBackbone
 from bnstudy.running_stats import replace_norm
@@ -158,15 +158,15 @@ def test_shared_finetune_data_rows_equal_runs_made_alone(tmp_path, monkeypatch):
     from bnstudy.config import Execution
     from bnstudy.sweep import code_version
     kw = dict(TINY, samples=16, adabn_samples=10)  # 10: not a multiple of every batch size
-    cfgs = [FinetuneConfig(**kw, norm=bs.STRATEGY_NORM[st], strategy=st, batch_size=b, lr=0.01 * b / 4,
+    cfgs = [FinetuneConfig(**kw, norm=run.STRATEGY_NORM[st], strategy=st, batch_size=b, lr=0.01 * b / 4,
                            brightness=br, contrast=ct)
-            for br, ct in bs.TARGETS.values() for b in (2, 4, 8) for st in bs.STRATEGIES]
+            for br, ct in run.TARGETS.values() for b in (2, 4, 8) for st in run.STRATEGIES]
     cfgs.append(FinetuneConfig(**kw, norm="batch", strategy="stats_frozen", batch_size=1))  # odd: the unit path
     root, version = str(tmp_path), code_version()
     engine.ensure_sources([c.source for c in cfgs], Execution(cache_dir=root, n_jobs=1, progress=False), version)
-    shared = bs._finetune_group(cfgs, root, version)
-    monkeypatch.setattr(bs, "SHARE_DATA", False)
-    alone = bs._finetune_group(cfgs, root, version)
+    shared = run._finetune_group(cfgs, root, version)
+    monkeypatch.setattr(run, "SHARE_DATA", False)
+    alone = run._finetune_group(cfgs, root, version)
     for a, b in zip(shared, alone):
         a.pop("wall_s"), b.pop("wall_s")
         assert a == b
@@ -194,7 +194,7 @@ def test_noise_records_match_the_iid_prediction_for_independent_values():
     v = 2 * torch.randn(n, c, hw, generator=g, dtype=torch.float64)
     mom = {"l": dict(s1=v.mean(2), s2=(v * v).mean(2), hw=hw, var=v.var((0, 2), unbiased=False),
                      mu4=((v - v.mean((0, 2), keepdim=True)) ** 4).mean((0, 2)))}
-    recs = bs.noise_records(mom, (2, 16, 128))
+    recs = run.noise_records(mom, (2, 16, 128))
     for r in recs:
         assert r["pred_mean_rel"] == 1 / (r["batch_size"] * hw)
         assert 0.75 < r["var_mean_rel"] / r["pred_mean_rel"] < 1.3
@@ -202,7 +202,7 @@ def test_noise_records_match_the_iid_prediction_for_independent_values():
     # perfectly correlated positions: effective count is m, not m H W
     vc = v[:, :, :1].expand(n, c, hw)
     mom_c = {"l": dict(s1=vc.mean(2), s2=(vc * vc).mean(2), hw=hw, var=mom["l"]["var"], mu4=mom["l"]["mu4"])}
-    r = bs.noise_records(mom_c, (16,))[0]
+    r = run.noise_records(mom_c, (16,))[0]
     assert 0.75 < r["n_eff_frac"] * hw < 1.3
 
 
@@ -235,32 +235,32 @@ def _acc(st, b, t):
 
 def test_break_batch_finds_the_known_threshold_and_never_otherwise():
     df = _table(_acc)
-    assert bs.break_batch(df, "close", "bn_train", 32, 0.02)[0] == 2
-    assert bs.break_batch(df, "close", "to_group", 32, 0.02)[0] == 0
-    assert bs.break_word(0) == "never" and bs.break_word(8) == "<= 8"
+    assert findings.break_batch(df, "close", "bn_train", 32, 0.02)[0] == 2
+    assert findings.break_batch(df, "close", "to_group", 32, 0.02)[0] == 0
+    assert findings.break_word(0) == "never" and findings.break_word(8) == "<= 8"
     # a drop smaller than the margin is not a break
     df2 = _table(lambda st, b, t: 0.8 - (0.01 if b == 2 else 0))
-    assert bs.break_batch(df2, "close", "bn_train", 32, 0.02)[0] == 0
+    assert findings.break_batch(df2, "close", "bn_train", 32, 0.02)[0] == 0
 
 
 def test_winners_and_recommendation_flip_with_the_table():
     df = _table(_acc)
-    w = bs.winners(df).set_index(["target_name", "batch_size"])
+    w = findings.winners(df).set_index(["target_name", "batch_size"])
     assert w.loc[("close", 2), "winner"] == "to_group" and w.loc[("close", 2), "verdict"] == "winner higher"
     assert w.loc[("shifted", 32), "winner"] == "adabn"
     # winner minus runner-up is >= 0 by construction; the family interval is Bonferroni over the 6 rows
     assert w.loc[("close", 2), "diff_mean"] == pytest.approx(0.05, abs=0.005)
-    assert bs.bn_vs_per_sample(df, "close", 2)[2].verdict == "per-sample norm higher"
-    assert bs.bn_vs_per_sample(df, "shifted", 2)[2].verdict == "per-sample norm lower"
+    assert findings.bn_vs_per_sample(df, "close", 2)[2].verdict == "per-sample norm higher"
+    assert findings.bn_vs_per_sample(df, "shifted", 2)[2].verdict == "per-sample norm lower"
     df_tie = _table(lambda st, b, t: 0.7)
     df_tie["target"] = 0.7 + 0.01 * df_tie["seed"]  # every strategy equal within a seed: zero spread, d == 0
-    c = bs.bn_vs_per_sample(df_tie, "close", 2)[2]
+    c = findings.bn_vs_per_sample(df_tie, "close", 2)[2]
     assert c.verdict == "not decided" and c.estimate == 0 and c.p == 1.0
-    assert set(bs.winners(df_tie).verdict) == {"not decided"}
-    one = bs.bn_vs_per_sample(df[df.seed == 0], "close", 2)[2]
+    assert set(findings.winners(df_tie).verdict) == {"not decided"}
+    one = findings.bn_vs_per_sample(df[df.seed == 0], "close", 2)[2]
     assert one.verdict == "too few seeds" and one.n == 1  # a single seed decides nothing
-    for v in bs.winners(df).verdict:
-        assert inference.is_verdict(v, bs.DIRECTIONS)
+    for v in findings.winners(df).verdict:
+        assert inference.is_verdict(v, findings.DIRECTIONS)
 
 
 def _precise(enough_at, seeds=range(8)):
@@ -283,14 +283,14 @@ def _strip(recs):
 def test_samples_enough_and_claim_words():
     enough = {2: 10 ** 9, 32: 1024}
     diag = pd.DataFrame([dict(seed=s, precise_records=_strip(_precise(enough, [s]))) for s in range(8)])
-    pt = bs.precise_table(diag)
+    pt = run.precise_table(diag)
     assert set(pt.acc_vs_exact[pt.kind == "exact"]) == {0.0}
-    assert bs.samples_enough(pt, 32, 0.01) == 1024
-    assert bs.samples_enough(pt, 2, 0.01) == 0
-    assert bs.claim_word(1024, 16384) == "within the range"
-    assert bs.claim_word(256, 16384) == "fewer suffice"
-    assert bs.claim_word(16384, 16384) == "more needed"
-    assert bs.claim_word(0, 16384) == "more needed" and bs.claim_word(0, 4096) == "not reached"
+    assert findings.samples_enough(pt, 32, 0.01) == 1024
+    assert findings.samples_enough(pt, 2, 0.01) == 0
+    assert findings.claim_word(1024, 16384) == "within the range"
+    assert findings.claim_word(256, 16384) == "fewer suffice"
+    assert findings.claim_word(16384, 16384) == "more needed"
+    assert findings.claim_word(0, 16384) == "more needed" and findings.claim_word(0, 4096) == "not reached"
 
 
 def _diag(n_seeds=6):
@@ -304,17 +304,22 @@ def test_findings_end_to_end_on_a_hand_made_table():
     df = _table(_acc, strategies=("stats_frozen", "bn_train", "adabn", "to_group", "group_pretrained"))
     df["diverged"] = False
     df["source_task_a_accuracy"] = 0.99
-    claims, F = bs.findings(df, _diag(), reference=32)
+    claims, F = findings.findings(df, _diag(), reference=32)
     C = claims.set_index("key")
     assert F.breaks["close_bn_train"] == "<= 2" and F.breaks["close_to_group"] == "never"
     assert F.breaks_stats["close_bn_train"] == "<= 2" and "close_group_pretrained" not in F.breaks_stats
-    assert F.did_smallest["close_bn_train"].mean == pytest.approx(-0.3, abs=0.01)
+    assert C.loc["did_close_bn_train_b2", "estimate"] == pytest.approx(-0.3, abs=0.01)
+    assert C.loc["did_close_bn_train_b2", "verdict"] == "lower beyond the control"
+    for key, control in (("did_close_bn_train_b2", "group_pretrained"), ("drop_close_bn_train_b2", None)):
+        iv = findings.break_batch(df, "close", "bn_train", 32, 0.02, control=control)[1][2]
+        assert list(C.loc[key, ["estimate", "low", "high", "n"]]) == [iv.mean, iv.low, iv.high, iv.n]  # the break's own
+    assert "did_close_group_pretrained_b2" not in C.index and "did_close_to_group_b2" not in C.index
     # per-sample (to_group 0.75) minus best BN (bn_train 0.5) at batch 2; at 32 adabn (0.85) beats to_group (0.75)
     assert C.loc["recommend_close_b2", "verdict"] == "per-sample norm higher"
     assert C.loc["recommend_close_b2", "estimate"] == pytest.approx(0.05, abs=0.005)  # to_group 0.75 vs stats_frozen 0.7
     assert C.loc["recommend_shifted_b32", "verdict"] == "per-sample norm lower"
     assert C.loc["recommend_shifted_b32", "estimate"] == pytest.approx(-0.1, abs=0.005)
-    assert F.best_ps["close_b2"] == bs.STRATEGY_LABELS["to_group"]  # labels, never raw slugs
+    assert F.best_ps["close_b2"] == run.STRATEGY_LABELS["to_group"]  # labels, never raw slugs
     assert F.family_size["recommend"] == 4 and F.family_size["adabn"] == 4 and F.family_size["check"] == 1
     assert list(C[C.family == "recommend"].confidence) == [pytest.approx(1 - 0.05 / 4)] * 4  # Bonferroni over 4
     assert C.loc["gap_zero_elsewhere", "verdict"] == "exact, checked =="
@@ -336,13 +341,13 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert C.loc["adabn_vs_frozen_shifted_b32", "estimate"] == pytest.approx(0.15, abs=0.01)
     assert C.loc["adabn_vs_frozen_shifted_b32", "verdict"] == "AdaBN higher"
     assert C.loc["adabn_vs_frozen_close_b32", "verdict"] == "not decided"  # both 0.7: noise only
-    assert all(inference.is_verdict(v, bs.DIRECTIONS) for v in claims.verdict)
+    assert all(inference.is_verdict(v, findings.DIRECTIONS) for v in claims.verdict)
     assert not claims.key.duplicated().any()
     assert F.n_winner_same_targets == 0  # close: to_group (b2), bn_train; shifted: adabn at every batch size
     assert F.n_diverged == 0 and F.diverged_where == "none" and F.lr == {}
     assert F.acc_top["close_bn_train"].mean == pytest.approx(0.8, abs=0.01) and F.largest_batch == 32
     with pytest.raises(ValueError, match="reference=16"):
-        bs.findings(df, _diag(), reference=16)
+        findings.findings(df, _diag(), reference=16)
 
 
 def test_break_against_the_control_removes_a_drop_the_control_shares():
@@ -352,30 +357,30 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
         base = {2: 0.6, 8: 0.75, 32: 0.8, 128: 0.5}[b]  # the protocol: every strategy falls away from 32
         return base - (0.2 if st == "bn_train" and b == 2 else 0.0)
     df = _table(acc, strategies=("stats_frozen", "bn_train", "group_pretrained"), batch_sizes=(2, 8, 32, 128))
-    assert bs.break_batch(df, "close", "stats_frozen", 32, 0.02)[0] == 8  # any cause: 0.75 at 8 is a break
-    assert bs.break_batch(df, "close", "stats_frozen", 32, 0.02, control="group_pretrained")[0] == 0
-    assert bs.break_batch(df, "close", "bn_train", 32, 0.02, control="group_pretrained")[0] == 2
-    m, ivs = bs.break_batch(df, "close", "bn_train", 32, 0.02, control="group_pretrained")
+    assert findings.break_batch(df, "close", "stats_frozen", 32, 0.02)[0] == 8  # any cause: 0.75 at 8 is a break
+    assert findings.break_batch(df, "close", "stats_frozen", 32, 0.02, control="group_pretrained")[0] == 0
+    assert findings.break_batch(df, "close", "bn_train", 32, 0.02, control="group_pretrained")[0] == 2
+    m, ivs = findings.break_batch(df, "close", "bn_train", 32, 0.02, control="group_pretrained")
     assert ivs[2].mean == pytest.approx(-0.2, abs=0.01)
-    assert bs.break_batch(df, "close", "stats_frozen", 32, 0.02, side="above")[0] == 128
-    assert bs.break_batch(df, "close", "stats_frozen", 32, 0.02, control="group_pretrained", side="above")[0] == 0
-    assert bs.break_word(128, "above") == ">= 128"
+    assert findings.break_batch(df, "close", "stats_frozen", 32, 0.02, side="above")[0] == 128
+    assert findings.break_batch(df, "close", "stats_frozen", 32, 0.02, control="group_pretrained", side="above")[0] == 0
+    assert findings.break_word(128, "above") == ">= 128"
     with pytest.raises(ValueError, match="side must be"):
-        bs.break_batch(df, "close", "bn_train", 32, 0.02, side="left")
+        findings.break_batch(df, "close", "bn_train", 32, 0.02, side="left")
     df["diverged"] = (df.strategy == "stats_frozen") & (df.batch_size == 128) & (df.target_name == "shifted")
     df["source_task_a_accuracy"] = 0.99
-    _, F = bs.findings(df, _diag(), reference=32)
+    _, F = findings.findings(df, _diag(), reference=32)
     assert F.breaks_above["close_stats_frozen"] == ">= 128" and F.breaks_stats_above["close_stats_frozen"] == "never"
     assert F.n_break_above == 6 and F.n_stats_break_below == 2
     assert F.n_small_beats_large == 4  # stats_frozen and group_pretrained, both targets: 0.6 at 2 against 0.5 at 128
     assert F.family_size["small_beats_large"] == 6  # Holm over the 6 strategy/target pairs
     assert F.near_chance_where == "none"
     assert F.n_diverged == 6 and F.diverged_where == "shifted target, BN stats frozen, affine trained, batch 128: 6 of 6 runs"
-    tbl = bs.breaks_display(F, ("stats_frozen", "bn_train", "group_pretrained"))
+    tbl = figures.breaks_display(F, ("stats_frozen", "bn_train", "group_pretrained"))
     assert list(tbl.columns) == ["target", "strategy", "below 32: any cause", "below 32: beyond the control",
                                  "above 32: any cause", "above 32: beyond the control"]
     assert tbl.iloc[2]["below 32: beyond the control"] == "control"
-    acc_t = bs.accuracy_table(df)
+    acc_t = findings.accuracy_table(df)
     cell = acc_t[(acc_t.target_name == "shifted") & (acc_t.strategy == "stats_frozen") & (acc_t.batch_size == 128)]
     assert set(cell.diverged_runs) == {6}
 
@@ -383,15 +388,15 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
 def test_winners_flag_near_chance_diverged_and_holm():
     df = _table(lambda st, b, t: 0.12 if b == 2 else (0.8 if st == "bn_train" else 0.7))
     df["diverged"] = (df.batch_size == 2) & (df.strategy == "stats_frozen")
-    w = bs.winners(df, chance=0.1).set_index(["target_name", "batch_size"])
+    w = findings.winners(df, chance=0.1).set_index(["target_name", "batch_size"])
     assert w.loc[("close", 2), "near_chance"] and not w.loc[("close", 32), "near_chance"]
     assert w.loc[("close", 32), "separated_holm"] and not w.loc[("close", 2), "separated_holm"]
     assert w.loc[("close", 32), "verdict"] == "winner higher" and w.loc[("close", 2), "verdict"] == "not decided"
-    disp = bs.winners_display(df)
+    disp = figures.winners_display(df)
     assert "winner near chance" in disp["flags"].iloc[0] and "diverged" in disp["flags"].iloc[0]
     assert "verdict" in disp.columns and "Holm p" in disp.columns
     assert "winner minus runner-up (99.17% interval)" in disp.columns  # Bonferroni over the 6 rows: 1 - 0.05/6
-    assert len(bs.near_chance_cells(df, 0.1)) == 8  # 4 strategies x 2 targets at batch 2
+    assert len(findings.near_chance_cells(df, 0.1)) == 8  # 4 strategies x 2 targets at batch 2
 
 
 def test_deepest_noisiest_is_a_paired_claim_over_seeds():
@@ -400,19 +405,19 @@ def test_deepest_noisiest_is_a_paired_claim_over_seeds():
     def nt(deep):
         return pd.DataFrame([dict(seed=s, layer=l, batch_size=2, var_mean_rel=v)
                              for s in range(6) for l, v in ((0, 0.04), (1, 0.09), (2, deep(s)))])
-    d = bs._deepest_minus_others(nt(lambda s: 0.16 + 0.001 * s))
+    d = findings._deepest_minus_others(nt(lambda s: 0.16 + 0.001 * s))
     assert d.values == pytest.approx(np.sqrt(0.16 + 0.001 * np.arange(6)) - 0.3)  # minus layer 1, the noisier other
     fam = inference.Family(1)
-    assert bs._decide(d, "deepest_noisiest", "noise", fam).verdict == "deepest layer noisier"
-    mixed = bs._deepest_minus_others(nt(lambda s: 0.16 if s % 2 else 0.04))
-    assert bs._decide(mixed, "deepest_noisiest", "noise", fam).verdict == "not decided"
+    assert findings._decide(d, "deepest_noisiest", "noise", fam).verdict == "deepest layer noisier"
+    mixed = findings._deepest_minus_others(nt(lambda s: 0.16 if s % 2 else 0.04))
+    assert findings._decide(mixed, "deepest_noisiest", "noise", fam).verdict == "not decided"
 
 
 def test_near_chance_is_a_one_sided_test_above_the_line():
     """Near chance: not shown above chance + NEAR_CHANCE by a one-sided t test (Holm over the cells); a mean
     above the line with a wide spread is still near chance, one far above it with a small spread is not, and a
     single seed is never shown above."""
-    line = 0.1 + bs.NEAR_CHANCE
+    line = 0.1 + findings.NEAR_CHANCE
     rows = []
     for s in range(6):
         noisy = line + 0.02 + (0.2 if s % 2 else -0.2)  # mean 0.02 above the line, SD about 0.2
@@ -420,11 +425,11 @@ def test_near_chance_is_a_one_sided_test_above_the_line():
         for st, a in (("noisy", noisy), ("tight", tight)):
             rows.append(dict(target_name="close", strategy=st, batch_size=2, seed=s, target=a))
     df = pd.DataFrame(rows)
-    near = bs.near_chance_cells(df, 0.1)
+    near = findings.near_chance_cells(df, 0.1)
     assert list(near.strategy) == ["noisy"]
     p_tight = inference.one_sided_p(df[df.strategy == "tight"].target, "greater", null=line)
     assert p_tight < 1e-6
-    assert list(bs.near_chance_cells(df[df.seed == 0], 0.1).strategy) == ["noisy", "tight"]  # n = 1: not shown
+    assert list(findings.near_chance_cells(df[df.seed == 0], 0.1).strategy) == ["noisy", "tight"]  # n = 1: not shown
 
 
 def _tune(seeds=(1000, 1001)):
@@ -444,34 +449,36 @@ def _tune(seeds=(1000, 1001)):
 
 
 def test_lr_check_picks_best_rates_and_reports_winner_changes():
-    out = bs.lr_check(_tune(), reference=32, margin=0.02)
+    out = findings.lr_check(_tune(), reference=32, margin=0.02)
     assert out["best_factor"]["close_stats_frozen_b2"] == 2.0 and out["best_factor"]["close_bn_train_b2"] == 1.0
     assert out["n_cells"] == 12 and out["n_moved"] == 4
     assert out["gain_max"] == pytest.approx(0.1)
-    assert out["winner_base"]["close_b2"] == bs.STRATEGY_LABELS["stats_frozen"] or \
-        out["winner_base"]["close_b2"] == bs.STRATEGY_LABELS["group_pretrained"]
-    assert out["winner_best"]["close_b32"] == bs.STRATEGY_LABELS["bn_train"] and out["winner_same"]["close_b32"]
-    assert out["winner_pair"]["close_b32"] == f"unchanged ({bs.STRATEGY_LABELS['bn_train']})"
-    assert out["did_base"]["close"].mean == pytest.approx(-0.3, abs=0.01)
+    assert out["winner_base"]["close_b2"] == run.STRATEGY_LABELS["stats_frozen"] or \
+        out["winner_base"]["close_b2"] == run.STRATEGY_LABELS["group_pretrained"]
+    assert out["winner_best"]["close_b32"] == run.STRATEGY_LABELS["bn_train"] and out["winner_same"]["close_b32"]
+    assert out["winner_pair"]["close_b32"] == f"unchanged ({run.STRATEGY_LABELS['bn_train']})"
+    C = out["claims"].set_index("key")
+    assert C.loc["lr_did_base_close", "estimate"] == pytest.approx(-0.3, abs=0.01)
+    assert set(out["claims"].family) == {"lr_did"} and "did_base" not in out
     assert out["break_base"]["close"] == "<= 2"
-    best = bs.best_rate_table(_tune())
+    best = run.best_rate_table(_tune())
     assert set(best[best.strategy == "stats_frozen"].lr_factor) == {2.0}
-    tbl = bs.lr_display(_tune())
-    assert tbl.loc[bs.STRATEGY_LABELS["stats_frozen"], "close, batch 2"].startswith("x2*: 0.8")  # x2 is the end of this grid
+    tbl = figures.lr_display(_tune())
+    assert tbl.loc[run.STRATEGY_LABELS["stats_frozen"], "close, batch 2"].startswith("x2*: 0.8")  # x2 is the end of this grid
 
 
 def test_stats_enough_and_censored_words():
     diag = pd.DataFrame([dict(seed=s, precise_records=_strip(_precise({2: 10 ** 9, 32: 64}, [s]))) for s in range(4)])
-    pt = bs.precise_table(diag)
-    assert bs.stats_enough(pt, 32, "mean_err", 0.01) == 256  # 1/64, 1/256: the first below 0.01 is 256
-    assert bs.stats_enough(pt, 32, "mean_err", 1e-9) == 0
+    pt = run.precise_table(diag)
+    assert findings.stats_enough(pt, 32, "mean_err", 0.01) == 256  # 1/64, 1/256: the first below 0.01 is 256
+    assert findings.stats_enough(pt, 32, "mean_err", 1e-9) == 0
     # a one-sided test, not a mean under the line: errors whose mean is under the tolerance but spread widely
     # around it are not shown below it
     pt2 = pt.copy()
     sel = (pt2.kind == "precise") & (pt2.batch_size == 32) & (pt2.n_samples == 16384)
     pt2.loc[sel, "mean_err"] = np.where(pt2.loc[sel, "seed"] % 2 == 0, 0.0, 0.019)  # mean 0.0095 < 0.01
-    assert bs.stats_enough(pt2, 32, "mean_err", 0.01) == 0
-    assert bs.enough_word(64, 64) == "<= 64" and bs.enough_word(256, 64) == "256" and bs.enough_word(0, 64) == "none tried"
+    assert findings.stats_enough(pt2, 32, "mean_err", 0.01) == 0
+    assert findings.enough_word(64, 64) == "<= 64" and findings.enough_word(256, 64) == "256" and findings.enough_word(0, 64) == "none tried"
 
 
 def test_adabn_statistics_do_not_depend_on_the_fine_tuning_batch_size(bn_source):
@@ -486,34 +493,34 @@ def test_adabn_statistics_do_not_depend_on_the_fine_tuning_batch_size(bn_source)
 
 
 def test_tune_configs_use_separate_seeds_and_every_factor():
-    cfg = bs.make_config("quick")
+    cfg = run.make_config("quick")
     tc = cfg.tune_configs()
     assert not {c.seed for c in tc} & set(cfg.seeds) and {c.seed for c in tc} == {1000, 1001}
     assert len(tc) == 2 * 2 * len(cfg.tune_batch_sizes) * 8 * len(cfg.lr_factors)
     c = next(c for c in tc if c.batch_size == 2 and c.strategy == "bn_train" and c.lr == cfg.lr_for(2) * 2.0)
     assert c.adabn_batch_size == cfg.adabn_batch_size
     with pytest.raises(ValueError, match="tune_seeds must not reuse a reported seed"):
-        bs.make_config("quick", tune_seeds=[0, 5])
+        run.make_config("quick", tune_seeds=[0, 5])
     with pytest.raises(ValueError, match="lr_factors must be increasing and contain 1.0"):
-        bs.make_config("quick", lr_factors=(0.5, 2.0))
+        run.make_config("quick", lr_factors=(0.5, 2.0))
     with pytest.raises(ValueError, match="tune_batch_sizes must contain lr_batch=32"):
-        bs.make_config("quick", tune_batch_sizes=(2, 8))
-    assert bs.make_config("quick", tune_seeds=0).tune_configs() == []
+        run.make_config("quick", tune_batch_sizes=(2, 8))
+    assert run.make_config("quick", tune_seeds=0).tune_configs() == []
 
 
 def test_config_errors_name_the_parameter():
     with pytest.raises(ValueError, match="lr_batch=64 must be one of batch_sizes"):
-        bs.make_config("quick", lr_batch=64)
+        run.make_config("quick", lr_batch=64)
     with pytest.raises(ValueError, match="batch_sizes must be even"):
-        bs.make_config("quick", batch_sizes=(3, 32), samples=96)
+        run.make_config("quick", batch_sizes=(3, 32), samples=96)
     with pytest.raises(ValueError, match="strategies\\[0\\]='x' is not allowed"):
-        bs.make_config("quick", strategies=("x",))
-    cfg = bs.make_config("quick")
+        run.make_config("quick", strategies=("x",))
+    cfg = run.make_config("quick")
     assert cfg.lr_for(2) == pytest.approx(cfg.base_lr / 16)
     assert len(cfg.run_configs()) == len(cfg.seeds) * 2 * len(cfg.batch_sizes) * 8
     with pytest.raises(ValueError, match="precise_samples must be multiples of 2"):
-        bs.make_config("quick", precise_samples=(3, 32))
-    assert math.isclose(bs.make_config("full").lr_for(256), 0.08)
+        run.make_config("quick", precise_samples=(3, 32))
+    assert math.isclose(run.make_config("full").lr_for(256), 0.08)
 
 
 # --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
@@ -530,24 +537,24 @@ def test_diag_rebuilt_from_the_saved_tables_gives_the_same_tables_and_mismatch(t
     runs = pd.DataFrame([dict(seed=s, target_name=t, batch_size=b, mismatch_kl=diag.set_index("seed").loc[s, f"mismatch_kl_{t}"])
                          for s in (0, 3) for t in ("close", "shifted") for b in (2, 8)])
     saved = {}
-    for name, table in (("noise", bs.noise_table(diag)), ("precise", bs.precise_table(diag)), ("runs", runs)):
+    for name, table in (("noise", run.noise_table(diag)), ("precise", run.precise_table(diag)), ("runs", runs)):
         table.to_csv(tmp_path / f"{name}.csv", index=False)               # through the CSV, as the page reads them
         saved[name] = pd.read_csv(tmp_path / f"{name}.csv")
-    back = bs.diag_from_tables(saved["noise"], saved["precise"], saved["runs"])
-    pd.testing.assert_frame_equal(bs.noise_table(back), bs.noise_table(diag), check_exact=True)
-    pd.testing.assert_frame_equal(bs.precise_table(back), bs.precise_table(diag), check_exact=True)
+    back = run.diag_from_tables(saved["noise"], saved["precise"], saved["runs"])
+    pd.testing.assert_frame_equal(run.noise_table(back), run.noise_table(diag), check_exact=True)
+    pd.testing.assert_frame_equal(run.precise_table(back), run.precise_table(diag), check_exact=True)
     pd.testing.assert_frame_equal(back[["seed", "mismatch_kl_close", "mismatch_kl_shifted"]],
                                   diag[["seed", "mismatch_kl_close", "mismatch_kl_shifted"]], check_exact=True)
 
 
 def test_analysis_parameters_decide_no_run():
     """The parameters a rows rebuild may change must not change any run: else its rows would not be the page's."""
-    cfg = bs.make_config("quick")
-    other = bs.make_config("quick", break_margin=0.05, equivalence_margin=0.03)
-    assert set(bs.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
+    cfg = run.make_config("quick")
+    other = run.make_config("quick", break_margin=0.05, equivalence_margin=0.03)
+    assert set(run.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
     assert cfg.run_configs() == other.run_configs() and cfg.tune_configs() == other.tune_configs()
     assert cfg.diag_configs() == other.diag_configs()
-    assert all(f not in bs.ANALYSIS_PARAMETERS for f in ("lr_batch", "base_lr", "seeds"))
+    assert all(f not in run.ANALYSIS_PARAMETERS for f in ("lr_batch", "base_lr", "seeds"))
 
 
 @pytest.mark.slow
@@ -567,7 +574,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
     assert not [k for k in a if a[k] != b[k] and not k.startswith("ch05_fig") and k != "ch05_timing"]
     assert "did not run the experiment" in b["ch05_timing"] and "did not run" not in a["ch05_timing"]
     assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
-    for t in ("",) + tuple(f"_{s}" for s in bs.SIBLING_TABLES):
+    for t in ("",) + tuple(f"_{s}" for s in run.SIBLING_TABLES):
         assert (tmp_path / "results" / f"05_batch_size{t}.csv").read_bytes() == \
             (tmp_path / "results2" / f"05_batch_size{t}.csv").read_bytes()
     with pytest.raises(PapermillExecutionError, match="parameter 'samples' is 128 here but was 64"):
@@ -595,16 +602,16 @@ def _tune5(seeds=(1000, 1001), bn_best=4.0, gn_best=2.0):
 
 def test_chosen_factors_and_edge_flags():
     tune = _tune5()
-    ch = bs.chosen_factors(tune, 2)
+    ch = run.chosen_factors(tune, 2)
     assert ch[("close", "bn_train")] == 4.0 and ch[("shifted", "group_pretrained")] == 2.0
     with pytest.raises(ValueError, match="batch_size=8 is not a batch size"):
-        bs.chosen_factors(tune, 8)
-    out = bs.lr_check(tune, reference=32, margin=0.02, control="group_pretrained")
+        run.chosen_factors(tune, 8)
+    out = findings.lr_check(tune, reference=32, margin=0.02, control="group_pretrained")
     assert out["n_moved"] == 12 and out["n_edge"] == 4  # bn_train at x4 (the edge), 2 targets x 2 batch sizes
     assert out["n_diverged"] == 4 and out["n_runs"] == len(tune)
-    tbl = bs.lr_display(tune)
-    assert tbl.loc[bs.STRATEGY_LABELS["bn_train"], "close, batch 2"].startswith("x4*:")
-    assert tbl.loc[bs.STRATEGY_LABELS["group_pretrained"], "close, batch 2"].startswith("x2:")
+    tbl = figures.lr_display(tune)
+    assert tbl.loc[run.STRATEGY_LABELS["bn_train"], "close, batch 2"].startswith("x4*:")
+    assert tbl.loc[run.STRATEGY_LABELS["group_pretrained"], "close, batch 2"].startswith("x2:")
 
 
 def _reported(bn, gn, ln, seeds=range(8), b=2):
@@ -622,7 +629,7 @@ def test_rate_comparison_reports_both_rates_and_when_they_disagree():
     base = _reported(0.66, 0.72, 0.70)  # linear-scaling rate: the per-sample norms ahead
     tuned = _reported(0.87, 0.82, 0.84)  # tuned rates: BN in train mode ahead
     tuned["lr_factor"] = tuned.strategy.map({"bn_train": 4.0, "group_pretrained": 2.0, "layer_pretrained": 2.0})
-    out = bs.rate_comparison(base, tuned, tune)
+    out = findings.rate_comparison(base, tuned, tune)
     C = out["claims"].set_index("key")
     assert out["rec"]["close_base_verdict"] == "per-sample norm higher"
     assert out["rec"]["close_tuned_verdict"] == "per-sample norm lower"
@@ -634,28 +641,28 @@ def test_rate_comparison_reports_both_rates_and_when_they_disagree():
     assert out["factor"]["close_bn_train"] == 4.0 and out["edge"]["close_bn_train"] == "at the edge of the grid"
     assert out["edge"]["close_group_pretrained"] == "inside the grid" and out["n_edge"] == 2
     # the same answer at both rates, and a tie that Holm leaves unseparated
-    same = bs.rate_comparison(base, _reported(0.70, 0.76, 0.74).assign(lr_factor=tuned.lr_factor), tune)
+    same = findings.rate_comparison(base, _reported(0.70, 0.76, 0.74).assign(lr_factor=tuned.lr_factor), tune)
     assert same["depends"]["shifted"] == "the same verdict at both rates"
-    tie = bs.rate_comparison(base, _reported(0.80, 0.80, 0.80).assign(lr_factor=tuned.lr_factor), tune)
+    tie = findings.rate_comparison(base, _reported(0.80, 0.80, 0.80).assign(lr_factor=tuned.lr_factor), tune)
     assert tie["rec"]["close_tuned_verdict"] == "not decided"
     assert tie["claims"].set_index("key").loc["rate_close_group_pretrained_tuned", "verdict"] == "not decided"
     # one contender lower, the other not decided: no recommendation either way
-    assert bs._summary_verdict(["per-sample norm lower", "not decided"]) == "not decided"
-    assert bs._summary_verdict(["too few seeds", "too few seeds"]) == "too few seeds"
+    assert findings._summary_verdict(["per-sample norm lower", "not decided"]) == "not decided"
+    assert findings._summary_verdict(["too few seeds", "too few seeds"]) == "too few seeds"
     # a tuned run at a rate the tuning seeds did not choose is refused
     bad = tuned.assign(lr_factor=1.0)
     with pytest.raises(ValueError, match="tuning seeds chose"):
-        bs.rate_comparison(base, bad, tune)
+        findings.rate_comparison(base, bad, tune)
     with pytest.raises(ValueError, match="needs bn_train"):
-        bs.rate_comparison(base, tuned[tuned.strategy == "bn_train"], tune)
+        findings.rate_comparison(base, tuned[tuned.strategy == "bn_train"], tune)
 
 
 def test_tuned_configs_run_the_contenders_at_the_chosen_rates_on_reported_seeds():
-    cfg = bs.make_config("quick", tune_seeds=2)
-    ch = {(t, s): 2.0 for t in bs.TARGETS for s in bs.CONTENDERS}
+    cfg = run.make_config("quick", tune_seeds=2)
+    ch = {(t, s): 2.0 for t in run.TARGETS for s in run.CONTENDERS}
     tc = cfg.tuned_configs(ch)
     assert len(tc) == len(cfg.seeds) * 2 * 3 and {c.seed for c in tc} == set(cfg.seeds)
-    assert {c.batch_size for c in tc} == {min(cfg.batch_sizes)} and {c.strategy for c in tc} == set(bs.CONTENDERS)
+    assert {c.batch_size for c in tc} == {min(cfg.batch_sizes)} and {c.strategy for c in tc} == set(run.CONTENDERS)
     assert all(c.lr == pytest.approx(2.0 * cfg.lr_for(2)) for c in tc)
     with pytest.raises(ValueError, match="factors has no rate for target 'close', strategy 'bn_train'"):
         cfg.tuned_configs({})
@@ -672,13 +679,13 @@ def test_findings_per_source_accuracy_na_for_per_sample_and_restat_verdict():
     df["source_task_a_accuracy"] = df.strategy.map({"bn_train": 0.997, "to_layer": 0.997, "group_pretrained": 0.974})
     df["task_a_before"] = df.strategy.map({"bn_train": 0.997, "to_layer": 0.321, "group_pretrained": 0.974})
     df["target_restat"] = np.where(df.strategy == "bn_train", 0.8, np.nan)
-    claims, F = bs.findings(df, _diag(), reference=32)
+    claims, F = findings.findings(df, _diag(), reference=32)
     assert F.breaks_stats_above["close_bn_train"] == ">= 128" and F.breaks_stats_above_restat["close"] == "never"
     assert F.breaks_above["close_to_layer"] == ">= 128" and F.breaks_stats_above["close_to_layer"] == "n/a"
     assert F.breaks_stats["close_to_layer"] == "n/a" and F.n_stats_break_below == 0
     assert F.source_acc == {"batch": pytest.approx(0.997), "group": pytest.approx(0.974)}
     assert F.replaced_before["to_layer"].mean == pytest.approx(0.321) and "to_group" not in F.replaced_before
-    tbl = bs.breaks_display(F, ("bn_train", "to_layer", "group_pretrained"))
+    tbl = figures.breaks_display(F, ("bn_train", "to_layer", "group_pretrained"))
     row = tbl[tbl.strategy == "BN in train mode, statistics re-estimated"].iloc[0]
     assert row["above 32: beyond the control"] == "never"
     assert F.rate == {}
@@ -694,8 +701,8 @@ def _answer_of(acc_fn):
     df = _table(acc_fn, strategies=("stats_frozen", "bn_train", "adabn", "to_group", "group_pretrained"),
                 batch_sizes=(2, 8, 32, 128))
     df["diverged"] = False
-    claims, F = bs.findings(df, _diag(), reference=32)
-    return bs.answer(claims, F), bs.advice(claims, F), F
+    claims, F = findings.findings(df, _diag(), reference=32)
+    return findings.answer(claims, F), findings.advice(claims, F), F
 
 
 def test_flip_the_small_batch_verdicts_and_the_answer_follows():
@@ -729,19 +736,19 @@ def test_the_large_batch_sentence_names_a_collapse_only_where_a_break_is_found()
 
     _, _, F_flat = _answer_of(flat)
     _, _, F_col = _answer_of(collapse)
-    assert F_flat.n_break_above == 0 and "no strategy and target pair is shown to break" in bs.large_batch_sentence(F_flat)
-    assert "lose accuracy" not in bs.large_batch_sentence(F_flat)
-    assert F_col.n_break_above > 0 and "lose accuracy" in bs.large_batch_sentence(F_col)
+    assert F_flat.n_break_above == 0 and "no strategy and target pair is shown to break" in findings.large_batch_sentence(F_flat)
+    assert "lose accuracy" not in findings.large_batch_sentence(F_flat)
+    assert F_col.n_break_above > 0 and "lose accuracy" in findings.large_batch_sentence(F_col)
 
 
 def test_break_and_enough_phrases_read_every_token():
-    assert bs.break_phrase("<= 8", 32) == "breaks from batch size 8 down"
-    assert bs.break_phrase(">= 128", 32, "above") == "breaks from batch size 128 up"
-    assert bs.break_phrase("never", 32) == "shows no break below batch size 32"
-    assert bs.break_phrase("n/a", 32) == bs.break_phrase(None, 32) == "is not judged against the control"
-    assert bs.enough_phrase("none tried", 2) == "in batches of 2 at no number of samples tried"
-    assert "already the smallest tried" in bs.enough_phrase("<= 64", 32)
-    assert bs.enough_phrase("256", 32) == "in batches of 32 from N = 256 samples on"
+    assert findings.break_phrase("<= 8", 32) == "breaks from batch size 8 down"
+    assert findings.break_phrase(">= 128", 32, "above") == "breaks from batch size 128 up"
+    assert findings.break_phrase("never", 32) == "shows no break below batch size 32"
+    assert findings.break_phrase("n/a", 32) == findings.break_phrase(None, 32) == "is not judged against the control"
+    assert findings.enough_phrase("none tried", 2) == "in batches of 2 at no number of samples tried"
+    assert "already the smallest tried" in findings.enough_phrase("<= 64", 32)
+    assert findings.enough_phrase("256", 32) == "in batches of 32 from N = 256 samples on"
 
 
 def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
