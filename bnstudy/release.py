@@ -70,6 +70,15 @@ class Chapter:
             return importlib.import_module(f"bnstudy.experiments.{self.module}.run")
         return mod
 
+    def findings(self):
+        """The chapter's findings module (``bnstudy.experiments.NAME.findings`` for a chapter folder, else the
+        single module): where its claims, ``DIRECTIONS`` and sentences live."""
+        import importlib
+        mod = importlib.import_module(f"bnstudy.experiments.{self.module}")
+        if hasattr(mod, "__path__"):
+            return importlib.import_module(f"bnstudy.experiments.{self.module}.findings")
+        return mod
+
     def siblings(self) -> tuple:
         return tuple(getattr(self.experiment(), "SIBLING_TABLES", ()))
 

@@ -300,16 +300,14 @@ def test_every_glued_verdict_is_a_word_of_the_glossary(which, request):
     """Issue 24: every verdict a page glues (keys ending in ``_verdict``) is in the one vocabulary
     (bnstudy.inference.is_verdict, with the chapter's declared DIRECTIONS), and every chapter page links the
     glossary that defines the words."""
-    import importlib
-
     from bnstudy import book, inference
     from bnstudy.release import CHAPTERS
 
     root = request.getfixturevalue(which)[0]
-    modules = {c.notebook: c.module for c in CHAPTERS.values()}
+    chapters = {c.notebook: c for c in CHAPTERS.values()}
     seen = 0
     for nb_path in book.chapter_paths():
-        mod = importlib.import_module(f"bnstudy.experiments.{modules[nb_path.stem]}")
+        mod = chapters[nb_path.stem].findings()
         directions = getattr(mod, "DIRECTIONS", ())
         executed = root / "chapters" / f"{book.page_name(nb_path)}.ipynb"
         for key, text in _glued_verdicts(executed).items():
