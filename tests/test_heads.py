@@ -252,8 +252,10 @@ def test_gap_verdicts_direction_equivalence_and_the_sign():
     gt = findings.gap_table(df).set_index("key")
     assert gt.loc["gap_ref_linear_sgd", "task_b_separate"] == pytest.approx(0.6 + NOISE.mean())
     assert gt.loc["gap_ref_linear_sgd", "task_b_pinned"] == pytest.approx(0.6 + NOISE.mean() - 0.15)
-    assert R.best_pinned_cell == "mlp_bn/sgd" and R.best_pinned_gap.mean == pytest.approx(-0.10)
-    assert R.best_pinned_verdict == findings.GAP_LOWER
+    best = findings.best_pinned_claim(F)
+    assert R.best_pinned_cell == "mlp_bn/sgd" and best["estimate"].iloc[0] == pytest.approx(-0.10)
+    assert list(best["key"]) == ["best_pinned_gap"] and best["verdict"].iloc[0] == findings.GAP_LOWER
+    assert best.drop(columns="key").equals(F.claims[F.claims["key"] == "gap_ref_mlp_bn_sgd"].drop(columns="key"))
     assert R.n_eval == 0 and math.isnan(R.eval_se)
     p = 0.6 + NOISE.mean()
     assert findings.findings(df.assign(n_eval=1000)).record.eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)

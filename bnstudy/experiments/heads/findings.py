@@ -451,8 +451,8 @@ class Record:
     chapter 1's shift (one head and optimizer, negative = lost; 95% t interval).
 
     Best absolute accuracy at chapter 1's shift: ``best_pinned_cell`` (``head/optimizer`` with the highest
-    ``backbone_eval`` accuracy), ``best_pinned_acc``, ``best_pinned_gap`` (its gap claim's interval) and
-    ``best_pinned_verdict``, ``best_separate_cell``, ``best_separate_acc``.
+    ``backbone_eval`` accuracy), ``best_pinned_acc``, ``best_separate_cell``, ``best_separate_acc``; the best pinned
+    cell's gap claim (estimate, interval, verdict) is the claims table's row (:func:`best_pinned_claim`).
 
     ``lrs``: the chosen rates (``"<head>_<optimizer>[_<mode>]"``); ``n_lr_at_edge`` and ``lr_edge_cells``.
     ``n_eval``: test images per accuracy (0 if absent); ``eval_se``: the binomial standard error of one accuracy at
@@ -483,8 +483,6 @@ class Record:
     train_mode_task_a_change: Interval
     best_pinned_cell: str
     best_pinned_acc: float
-    best_pinned_gap: Interval
-    best_pinned_verdict: str
     best_separate_cell: str
     best_separate_acc: float
     lrs: dict
@@ -582,9 +580,7 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
         bn_m=int(bn["m"].iloc[0]), bn_confidence=float(bn["confidence"].iloc[0]),
         f3_heads_holding=holding, f3_rate_edge=f3_edge, train_mode_task_a_change=change,
         best_pinned_cell=f"{bp['head']}/{bp['optimizer']}", best_pinned_acc=float(bp["task_b_pinned"]),
-        best_pinned_gap=Interval(float(bp["estimate"]), float(bp["low"]), float(bp["high"]), int(bp["n"]),
-                                 float(bp["confidence"])).clipped(-1, 1),
-        best_pinned_verdict=str(bp["verdict"]), best_separate_cell=f"{bs['head']}/{bs['optimizer']}",
+        best_separate_cell=f"{bs['head']}/{bs['optimizer']}",
         best_separate_acc=float(bs["task_b_separate"]),
         lrs={"_".join(k): v for k, v in lrs.items()}, n_lr_at_edge=len(edges), lr_edge_cells=_edge_text(edges),
         n_eval=n_eval, eval_se=se, margin_in_se=margin / se if se > 0 else math.nan,
@@ -665,15 +661,24 @@ def linear_sentence(F: "Findings") -> str:
     return f"For the seed's linear head, separate minus pinned statistics on task B reads {listed}."
 
 
+def best_pinned_claim(F: "Findings") -> pd.DataFrame:
+    """The gap claim of the best pinned cell (:attr:`Record.best_pinned_cell`, chapter 1's shift) as a one-row
+    claims table under the key ``best_pinned_gap``, for :func:`glue_page_claims` (``ch04_best_pinned_gap_estimate``,
+    ``_low``, ``_high``, ``_verdict``, ...: the page cites the best cell without knowing which it is)."""
+    key = "gap_ref_" + F.record.best_pinned_cell.replace("/", "_")
+    return F.claims[F.claims["key"] == key].assign(key="best_pinned_gap")
+
+
 def best_sentence(F: "Findings") -> str:
     """The best pinned configuration against the best separate one (absolute accuracies), with the gap claim of
-    the best pinned cell."""
+    the best pinned cell (:func:`best_pinned_claim`)."""
     R = F.record
-    g = R.best_pinned_gap
+    g = best_pinned_claim(F).iloc[0]
+    est, low, high = (float(g[c]) for c in ("estimate", "low", "high"))
     return (f"The best pinned configuration, {_bold(R.best_pinned_cell)}, reaches {_num(R.best_pinned_acc, '.3f')} "
             f"against {_num(R.best_separate_acc, '.3f')} for the best one with separate statistics "
-            f"({_bold(R.best_separate_cell)}; separate minus pinned in the best pinned cell {_num(g.mean)}, "
-            f"{_span(g.low, g.high)}: {_bold(R.best_pinned_verdict)}).")
+            f"({_bold(R.best_separate_cell)}; separate minus pinned in the best pinned cell {_num(est)}, "
+            f"{_span(low, high)}: {_bold(g['verdict'])}).")
 
 
 def probe_sentence(probe: Interval, linear_gap_low: float = float("nan")) -> str:
