@@ -253,7 +253,7 @@ def test_bad_yaml_cache_dir_file_and_missing_rows_fail_before_the_kernel_naming_
 def _fake_ch04_rows(folder, **given):
     """A chapter-4 main table and its sibling tables with sidecars recording ``given`` (the bnstudy command's
     record: the parameters as given, ``None`` for the profile's)."""
-    from bnstudy.experiments import heads
+    from bnstudy.experiments.heads import run as heads
     folder.mkdir()
     params = {"chapter": "04_heads", "profile": "quick", **{k: None for k in ("seeds", "steps", "heads",
               "tuning_seeds", "steps_check", "steps_check_seeds")}, "optimizers": ["sgd", "sgd_plain", "adam"],

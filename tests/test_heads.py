@@ -12,7 +12,7 @@ import torch
 from bnstudy import inference
 from bnstudy.config import Execution, RunConfig
 from bnstudy.engine import eval_tag, make_optimizer
-from bnstudy.experiments import heads as ch
+from bnstudy.experiments.heads import figures, findings, run
 from bnstudy.models import make_head
 from bnstudy.modes import MODE_NAMES
 
@@ -83,21 +83,21 @@ def test_validation_split_has_its_own_tag_and_test_is_unchanged():
 ])
 def test_config_errors_name_the_parameter(override, message):
     with pytest.raises(ValueError, match=message):
-        ch.make_config("quick", **override)
+        run.make_config("quick", **override)
 
 
 def test_full_profile_grids_contain_the_quick_grids_and_reach_further():
-    q, f = ch.make_config("quick"), ch.make_config("full")
-    for o in ch.OPTIMIZERS:
+    q, f = run.make_config("quick"), run.make_config("full")
+    for o in run.OPTIMIZERS:
         assert set(q.lr_grid(o)) < set(f.lr_grid(o)) and min(f.lr_grid(o)) < min(q.lr_grid(o))
     # the first full run's edges: separate statistics at the top (sgd, adam), pinned at the bottom (sgd_plain)
     assert max(f.lr_sgd) > 0.16 and max(f.lr_adam) > 0.1 and min(f.lr_sgd_plain) < 0.016
     assert f.steps_check > f.steps and 3 <= f.steps_check_seeds <= len(f.seeds)
-    assert len(f.seeds) >= 10 and set(f.heads) == set(ch.HEADS)
+    assert len(f.seeds) >= 10 and set(f.heads) == set(run.HEADS)
 
 
 def test_config_shifts_and_runs_are_paired_grids():
-    cfg = ch.make_config("quick", heads=("linear", "mlp_bn"), optimizers=("adam", "sgd", "sgd_plain"), mid_strength=0.25)
+    cfg = run.make_config("quick", heads=("linear", "mlp_bn"), optimizers=("adam", "sgd", "sgd_plain"), mid_strength=0.25)
     assert cfg.shifts() == {"none": (0.0, 1.0), "mid": (1.0, 2.0), "ref": (4.0, 5.0)}
     lrs = {(h, o): 0.01 for h in cfg.heads for o in cfg.optimizers}
     runs = cfg.run_configs(lrs)
@@ -108,7 +108,7 @@ def test_config_shifts_and_runs_are_paired_grids():
     with pytest.raises(KeyError, match="mode='train_mode'"):
         cfg.run_configs({})
     check = cfg.steps_check_configs(per_mode)
-    assert {r.steps for r in check} == {cfg.steps_check} and {r.mode for r in check} == set(ch.STEPS_CHECK_MODES)
+    assert {r.steps for r in check} == {cfg.steps_check} and {r.mode for r in check} == set(run.STEPS_CHECK_MODES)
     assert {r.seed for r in check} == set(cfg.seeds[:cfg.steps_check_seeds]) and {r.head for r in check} == {"linear"}
     assert {r.optimizer for r in check} == {"sgd", "adam"} and all((r.brightness, r.contrast) == (4.0, 5.0)
                                                                     for r in check)
@@ -132,38 +132,38 @@ def _search(acc: dict) -> pd.DataFrame:
 def test_chosen_lr_is_the_best_mean_over_modes_with_ties_to_the_smaller():
     s = _search({("linear", "sgd", 0.01): 0.5, ("linear", "sgd", 0.1): 0.7, ("linear", "sgd", 1.0): 0.6,
                  ("mlp", "adam", 0.001): 0.8, ("mlp", "adam", 0.01): 0.8})
-    assert ch.chosen_lrs(s, "mean") == {("linear", "sgd"): 0.1, ("mlp", "adam"): 0.001}
-    assert ch.chosen_lrs(s) == {(h, o, m): lr for (h, o), lr in ch.chosen_lrs(s, "mean").items() for m in MODE_NAMES}
-    tab = ch.search_table(s)
+    assert run.chosen_lrs(s, "mean") == {("linear", "sgd"): 0.1, ("mlp", "adam"): 0.001}
+    assert run.chosen_lrs(s) == {(h, o, m): lr for (h, o), lr in run.chosen_lrs(s, "mean").items() for m in MODE_NAMES}
+    tab = run.search_table(s)
     crit = tab[(tab["mode"] == "mean") & (tab["lr"] == 0.1)]["val_accuracy"].iloc[0]
     assert crit == pytest.approx(0.7025)
 
 
 def test_chosen_lr_per_mode_takes_each_modes_own_best_rate():
     rows = [dict(seed=s, head="linear", optimizer="sgd", lr=lr, mode=m, eval_split="validation",
-                 task_b=({0.01: 0.6, 0.1: 0.4} if m in ch.PINNED_MODES else {0.01: 0.5, 0.1: 0.8})[lr])
+                 task_b=({0.01: 0.6, 0.1: 0.4} if m in run.PINNED_MODES else {0.01: 0.5, 0.1: 0.8})[lr])
             for s in (1000, 1001) for lr in (0.01, 0.1) for m in MODE_NAMES]
     s = pd.DataFrame(rows)
-    pm = ch.chosen_lrs(s)
-    assert pm == {("linear", "sgd", m): (0.01 if m in ch.PINNED_MODES else 0.1) for m in MODE_NAMES}
-    assert ch.chosen_lrs(s, "mean") == {("linear", "sgd"): 0.1}  # mean over modes 0.55 vs 0.6
+    pm = run.chosen_lrs(s)
+    assert pm == {("linear", "sgd", m): (0.01 if m in run.PINNED_MODES else 0.1) for m in MODE_NAMES}
+    assert run.chosen_lrs(s, "mean") == {("linear", "sgd"): 0.1}  # mean over modes 0.55 vs 0.6
     with pytest.raises(ValueError, match="rule"):
-        ch.chosen_lrs(s, "median")
-    SF = ch.search_findings(s)
+        run.chosen_lrs(s, "median")
+    SF = findings.search_findings(s)
     assert SF.gap_own_rates["linear_sgd"] == pytest.approx(0.8 - 0.6)  # separate - backbone_eval
     assert SF.gap_mean_rate["linear_sgd"] == pytest.approx(0.8 - 0.4)
     assert SF.lr_pinned["linear_sgd"] == 0.01 and SF.lr_separate["linear_sgd"] == 0.1
     with pytest.raises(ValueError, match="separate_stats"):
-        ch.search_findings(s[s["mode"] != "separate_stats"])
+        findings.search_findings(s[s["mode"] != "separate_stats"])
 
 
 def test_lr_edges_name_the_end():
     grids = {"sgd": (0.01, 0.1, 1.0), "adam": (0.001,)}
-    e = ch.lr_edges({("linear", "sgd", "separate_stats"): 1.0, ("linear", "sgd", "backbone_eval"): 0.01,
+    e = findings.lr_edges({("linear", "sgd", "separate_stats"): 1.0, ("linear", "sgd", "backbone_eval"): 0.01,
                      ("linear", "sgd", "all_eval"): 0.1, ("linear", "adam"): 0.001}, grids)
     assert e == [(("linear", "sgd", "separate_stats"), 1.0, "top"), (("linear", "sgd", "backbone_eval"), 0.01, "bottom")]
-    assert ch._edge_text(e) == "linear/sgd/separate_stats at the top (1), linear/sgd/backbone_eval at the bottom (0.01)"
-    assert ch._edge_text([]) == "none"
+    assert findings._edge_text(e) == "linear/sgd/separate_stats at the top (1), linear/sgd/backbone_eval at the bottom (0.01)"
+    assert findings._edge_text([]) == "none"
 
 
 def test_each_shift_gets_its_own_rates():
@@ -171,22 +171,22 @@ def test_each_shift_gets_its_own_rates():
     tuned at chapter 1's shift and reused without a shift gave pinned 0.005 against separate 0.16 on nearly
     identical features)."""
     rows = [dict(seed=s, shift=sh, head="linear", optimizer="sgd", lr=lr, mode=m, eval_split="validation",
-                 task_b=({0.01: 0.6, 0.1: 0.4} if m in ch.PINNED_MODES and sh == "ref" else {0.01: 0.5, 0.1: 0.8})[lr])
+                 task_b=({0.01: 0.6, 0.1: 0.4} if m in run.PINNED_MODES and sh == "ref" else {0.01: 0.5, 0.1: 0.8})[lr])
             for s in (1000, 1001) for sh in ("none", "mid", "ref") for lr in (0.01, 0.1) for m in MODE_NAMES]
     s = pd.DataFrame(rows)
-    by = ch.chosen_lrs_by_shift(s)
+    by = run.chosen_lrs_by_shift(s)
     assert by["ref"][("linear", "sgd", "backbone_eval")] == 0.01 and by["none"][("linear", "sgd", "backbone_eval")] == 0.1
-    assert by["ref"] == ch.chosen_lrs(s, shift="ref")
+    assert by["ref"] == run.chosen_lrs(s, shift="ref")
     with pytest.raises(ValueError, match="covers shifts \\['none', 'mid', 'ref'\\]; give shift="):
-        ch.chosen_lrs(s)
+        run.chosen_lrs(s)
     with pytest.raises(ValueError, match="shift must be one of the searched shifts"):
-        ch.chosen_lrs(s, shift="far")
+        run.chosen_lrs(s, shift="far")
     with pytest.raises(ValueError, match="covers shifts"):
-        ch.search_findings(s)
-    assert ch.search_findings(s[s["shift"] == "ref"]).gap_own_rates["linear_sgd"] == pytest.approx(0.8 - 0.6)
-    tab = ch.search_table(s)
+        findings.search_findings(s)
+    assert findings.search_findings(s[s["shift"] == "ref"]).gap_own_rates["linear_sgd"] == pytest.approx(0.8 - 0.6)
+    tab = run.search_table(s)
     assert set(tab["shift"]) == {"none", "mid", "ref"} and len(tab) == 3 * 2 * (len(MODE_NAMES) + 1)
-    cfg = ch.make_config("quick")
+    cfg = run.make_config("quick")
     runs = cfg.run_configs({sh: {(h, o, m): 0.1 if sh == "none" else 0.01 for h in cfg.heads for o in cfg.optimizers
                                  for m in MODE_NAMES} for sh in ("none", "mid", "ref")})
     assert {r.lr for r in runs if (r.brightness, r.contrast) == (0.0, 1.0)} == {0.1}
@@ -194,13 +194,13 @@ def test_each_shift_gets_its_own_rates():
     search = cfg.search_configs()
     assert {(r.brightness, r.contrast) for r in search} == set(cfg.shifts().values())
     with pytest.raises(ValueError, match="needs the search's shift column"):
-        ch.chosen_lrs_by_shift(s.drop(columns="shift"))
+        run.chosen_lrs_by_shift(s.drop(columns="shift"))
 
 
 def test_chosen_lr_refuses_a_search_scored_on_the_test_set():
     s = _search({("linear", "sgd", 0.01): 0.5}).assign(eval_split="test")
     with pytest.raises(ValueError, match="validation"):
-        ch.chosen_lrs(s)
+        run.chosen_lrs(s)
 
 
 # --- findings on hand-made tables ------------------------------------------------------------------------------------
@@ -235,58 +235,60 @@ def _verdict(F, key):
 def test_gap_verdicts_direction_equivalence_and_the_sign():
     df = _table({("ref", "linear", "sgd"): 0.15, ("ref", "linear", "adam"): 0.0,
                  ("ref", "mlp_bn", "sgd"): -0.10, ("ref", "mlp_bn", "adam"): 0.01})
-    F = ch.findings(df, margin=0.02)
+    F = findings.findings(df, margin=0.02)
     R = F.record
-    assert _verdict(F, "gap_ref_linear_sgd") == ch.GAP_HIGHER == "separate_stats higher"  # pinning costs
+    assert _verdict(F, "gap_ref_linear_sgd") == findings.GAP_HIGHER == "separate_stats higher"  # pinning costs
     assert _verdict(F, "gap_ref_linear_adam") == "equivalent within \u00b10.02"
-    assert _verdict(F, "gap_ref_mlp_bn_sgd") == ch.GAP_LOWER
+    assert _verdict(F, "gap_ref_mlp_bn_sgd") == findings.GAP_LOWER
     assert F.claim("gap_ref_linear_sgd")["estimate"] == pytest.approx(0.15, abs=1e-12)  # separate - backbone_eval
     # +0.01 with a tight interval: inside the margin, but the interval excludes 0, and a direction shown takes
     # precedence (the old rule called it "within margin")
-    assert F.claim("gap_ref_mlp_bn_adam")["low"] > 0 and _verdict(F, "gap_ref_mlp_bn_adam") == ch.GAP_HIGHER
+    assert F.claim("gap_ref_mlp_bn_adam")["low"] > 0 and _verdict(F, "gap_ref_mlp_bn_adam") == findings.GAP_HIGHER
     assert (R.n_separate_higher["ref"], R.n_separate_lower["ref"], R.n_equivalent["ref"], R.n_not_decided["ref"]) == (2, 1, 1, 0)
     assert R.separate_higher_ref == "linear/sgd, mlp_bn/adam" and R.equivalent_ref == "linear/adam"
     # a tiny margin: the exact tie is no longer shown equivalent, and no tie is claimed without the test
-    assert _verdict(ch.findings(df, margin=0.001), "gap_ref_linear_adam") == inference.NOT_DECIDED
+    assert _verdict(findings.findings(df, margin=0.001), "gap_ref_linear_adam") == inference.NOT_DECIDED
     # absolute accuracies beside the gap; the best pinned cell by absolute accuracy
-    gt = ch.gap_table(df).set_index("key")
+    gt = findings.gap_table(df).set_index("key")
     assert gt.loc["gap_ref_linear_sgd", "task_b_separate"] == pytest.approx(0.6 + NOISE.mean())
     assert gt.loc["gap_ref_linear_sgd", "task_b_pinned"] == pytest.approx(0.6 + NOISE.mean() - 0.15)
-    assert R.best_pinned_cell == "mlp_bn/sgd" and R.best_pinned_gap.mean == pytest.approx(-0.10)
-    assert R.best_pinned_verdict == ch.GAP_LOWER
+    best = findings.best_pinned_claim(F)
+    assert R.best_pinned_cell == "mlp_bn/sgd" and best["estimate"].iloc[0] == pytest.approx(-0.10)
+    assert list(best["key"]) == ["best_pinned_gap"] and best["verdict"].iloc[0] == findings.GAP_LOWER
+    assert best.drop(columns="key").equals(F.claims[F.claims["key"] == "gap_ref_mlp_bn_sgd"].drop(columns="key"))
     assert R.n_eval == 0 and math.isnan(R.eval_se)
     p = 0.6 + NOISE.mean()
-    assert ch.findings(df.assign(n_eval=1000)).record.eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)
+    assert findings.findings(df.assign(n_eval=1000)).record.eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)
     se = (p * (1 - p) / 1000) ** 0.5
-    assert ch.findings(df.assign(n_eval=1000), margin=0.05).record.margin_in_se == pytest.approx(0.05 / se)
+    assert findings.findings(df.assign(n_eval=1000), margin=0.05).record.margin_in_se == pytest.approx(0.05 / se)
     assert math.isnan(R.margin_in_se)
 
 
 def test_holm_counts_a_cell_whose_bonferroni_interval_spans_zero():
     """The glossary's rule: counts use Holm's adjusted p (below 0.05), which can call a cell whose printed
     Bonferroni interval still spans zero; the count says so, the cell's verdict stays "not decided"."""
-    t = ch.family_table([inference.decide(v, k, family=inference.Family(2)) for k, v in
+    t = findings.family_table([inference.decide(v, k, family=inference.Family(2)) for k, v in
                          (("a", [0.10, 0.11, 0.09, 0.10]), ("b", [0.02, 0.05, -0.005, 0.03, 0.01, 0.04]))],
                         "gap", inference.Family(2), [dict(head="h", optimizer=o) for o in "ab"])
     b = t.set_index("key").loc["b"]
     assert b["verdict"] == inference.NOT_DECIDED and b["low"] < 0  # 97.5% interval spans 0
     assert b["p_adjusted"] < 0.05 and b["count_kind"] == "higher"  # Holm: a's p is tiny, b is tested at 0.05
-    assert ch.verdict_counts(t) == {"higher": 2, "lower": 0, "equivalent": 0, "not decided": 0, "too few seeds": 0}
+    assert findings.verdict_counts(t) == {"higher": 2, "lower": 0, "equivalent": 0, "not decided": 0, "too few seeds": 0}
 
 
 def test_equivalence_feasibility_is_the_largest_sd_a_zero_gap_can_pass():
     from scipy import stats
     fam = inference.Family(15)
-    sd = ch.equivalence_max_sd(0.02, 10, fam)
+    sd = findings.equivalence_max_sd(0.02, 10, fam)
     assert sd == pytest.approx(0.02 * 10 ** 0.5 / stats.t.ppf(1 - 0.05 / 15, 9))  # TOST at alpha/m, one-sided
     for f, kind in ((0.99, "equivalent"), (1.01, "not decided")):  # a zero-mean gap with SD just below / above
         d = np.array([1.0, -1.0] * 5) * sd * f * np.sqrt(9 / 10)  # sample SD (ddof=1) = sd * f
         assert np.std(d, ddof=1) == pytest.approx(sd * f)
         assert inference.decide(d, margin=0.02, family=fam).kind == kind
-    assert math.isnan(ch.equivalence_max_sd(0.02, 1, fam))
+    assert math.isnan(findings.equivalence_max_sd(0.02, 1, fam))
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "linear", "adam"): 0.0})
-    R = ch.findings(df).record
-    assert R.equiv_max_sd == pytest.approx(ch.equivalence_max_sd(0.02, len(SEEDS), inference.Family(2)))
+    R = findings.findings(df).record
+    assert R.equiv_max_sd == pytest.approx(findings.equivalence_max_sd(0.02, len(SEEDS), inference.Family(2)))
     assert R.n_equiv_feasible["ref"] == 2 and R.equiv_sd_median["ref"] == pytest.approx(np.std(WIGGLE, ddof=1))
 
 
@@ -296,33 +298,33 @@ def test_adam_sgd_interaction_is_paired_and_corrected_over_heads():
             ("ref", "mlp_bn", "sgd"): 0.05, ("ref", "mlp_bn", "adam"): 0.05}
     df = _table(gaps)
     # per-seed noise in adam's mlp_bn cell only, so its difference has a spread and spans zero and the margin
-    m = (df["head"] == "mlp_bn") & (df["optimizer"] == "adam") & df["mode"].isin(ch.PINNED_MODES)
+    m = (df["head"] == "mlp_bn") & (df["optimizer"] == "adam") & df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)
-    F = ch.findings(df)
+    F = findings.findings(df)
     assert F.claim("adam_vs_sgd_linear")["estimate"] == pytest.approx(-0.10)  # gap(adam) - gap(sgd)
     assert {h: _verdict(F, f"adam_vs_sgd_{h}") for h in ("linear", "mlp", "mlp_bn")} == {
-        "linear": ch.ADAM_LOWER, "mlp": ch.ADAM_HIGHER, "mlp_bn": inference.NOT_DECIDED}
+        "linear": findings.ADAM_LOWER, "mlp": findings.ADAM_HIGHER, "mlp_bn": inference.NOT_DECIDED}
     assert F.record.interaction_confidence == pytest.approx(1 - 0.05 / 3) and F.record.interaction_m == 3
-    t = ch.interaction_table(df)
-    d = ch.gap_values(df, "ref", "mlp_bn", "adam") - ch.gap_values(df, "ref", "mlp_bn", "sgd")
+    t = findings.interaction_table(df)
+    d = findings.gap_values(df, "ref", "mlp_bn", "adam") - findings.gap_values(df, "ref", "mlp_bn", "sgd")
     assert t.set_index("head").loc["mlp_bn", "low"] == pytest.approx(inference.t_interval(d, 1 - 0.05 / 3).low)
-    assert ch.interaction_table(df[df["optimizer"] == "sgd"]).empty
-    shown = ch.interaction_display(t)
-    assert shown.loc["linear", "verdict"] == ch.ADAM_LOWER and shown.loc["linear"].iloc[0].startswith("-0.100 [")
+    assert findings.interaction_table(df[df["optimizer"] == "sgd"]).empty
+    shown = figures.interaction_display(t)
+    assert shown.loc["linear", "verdict"] == findings.ADAM_LOWER and shown.loc["linear"].iloc[0].startswith("-0.100 [")
 
 
 def test_one_seed_is_too_few_and_never_equivalent():
     df = _table({("ref", "linear", "sgd"): 0.0, ("ref", "linear", "adam"): 0.0})
-    F = ch.findings(df[df["seed"] == 0])
+    F = findings.findings(df[df["seed"] == 0])
     assert _verdict(F, "gap_ref_linear_sgd") == inference.TOO_FEW and math.isnan(F.claim("gap_ref_linear_sgd")["low"])
     assert F.record.n_too_few["ref"] == 2 and F.record.n_equivalent["ref"] == 0
 
 
 def test_gap_intervals_are_bonferroni_corrected_over_the_cells():
     df = _table({("ref", h, o): 0.05 for h in ("linear", "mlp_bn") for o in ("sgd", "adam")})
-    F = ch.findings(df)
+    F = findings.findings(df)
     assert F.record.n_cells == 4 and F.record.confidence == pytest.approx(1 - 0.05 / 4)
-    d = ch.gap_values(df, "ref", "linear", "sgd")
+    d = findings.gap_values(df, "ref", "linear", "sgd")
     wide, narrow = inference.t_interval(d, 1 - 0.05 / 4), inference.t_interval(d)
     assert F.claim("gap_ref_linear_sgd")["low"] == pytest.approx(wide.low) and wide.low < narrow.low
 
@@ -330,93 +332,93 @@ def test_gap_intervals_are_bonferroni_corrected_over_the_cells():
 def test_the_reference_is_backbone_eval_and_bn_head_modes_differ():
     # all_eval 0.05 above backbone_eval for mlp_bn: the old "best pinned mode" took all_eval; the reference stays
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp_bn", "sgd"): 0.1}, bn_diff=0.05)
-    F = ch.findings(df)
+    F = findings.findings(df)
     assert F.claim("gap_ref_mlp_bn_sgd")["estimate"] == pytest.approx(0.1)
-    assert F.claim("bn_ref_sgd")["estimate"] == pytest.approx(0.05) and _verdict(F, "bn_ref_sgd") == ch.BN_HIGHER
-    F0 = ch.findings(_table({("ref", "linear", "sgd"): 0.0}))
+    assert F.claim("bn_ref_sgd")["estimate"] == pytest.approx(0.05) and _verdict(F, "bn_ref_sgd") == findings.BN_HIGHER
+    F0 = findings.findings(_table({("ref", "linear", "sgd"): 0.0}))
     assert math.isnan(F0.claim("bn_ref_sgd")["estimate"]) and _verdict(F0, "bn_ref_sgd") == inference.TOO_FEW
     # reported at every shift, not only chapter 1's, as one family
-    F2 = ch.findings(_table({(s, "mlp_bn", "sgd"): 0.1 for s in ("none", "mid", "ref")}, bn_diff=-0.07))
+    F2 = findings.findings(_table({(s, "mlp_bn", "sgd"): 0.1 for s in ("none", "mid", "ref")}, bn_diff=-0.07))
     bn = F2.claims[F2.claims["family"] == "bn"]
     assert set(bn["key"]) == {"bn_none_sgd", "bn_mid_sgd", "bn_ref_sgd"} and F2.record.bn_m == 3
-    assert bn["estimate"].to_numpy() == pytest.approx([-0.07] * 3) and set(bn["verdict"]) == {ch.BN_LOWER}
+    assert bn["estimate"].to_numpy() == pytest.approx([-0.07] * 3) and set(bn["verdict"]) == {findings.BN_LOWER}
 
 
 def test_finding3_is_read_from_the_linear_heads_gap_claim():
     gaps = {("ref", "linear", "sgd"): 0.1, ("ref", "linear", "sgd_plain"): 0.0, ("ref", "linear", "adam"): -0.1,
             ("ref", "mlp", "sgd"): 0.1, ("ref", "mlp", "sgd_plain"): 0.1, ("ref", "mlp", "adam"): 0.1}
-    F = ch.findings(_table(gaps))
+    F = findings.findings(_table(gaps))
     assert {o: _verdict(F, f"gap_ref_linear_{o}") for o in ("sgd", "sgd_plain", "adam")} == {
-        "sgd": ch.GAP_HIGHER, "sgd_plain": "equivalent within \u00b10.02", "adam": ch.GAP_LOWER}
+        "sgd": findings.GAP_HIGHER, "sgd_plain": "equivalent within \u00b10.02", "adam": findings.GAP_LOWER}
     assert F.record.f3_heads_holding == {"sgd": 2, "sgd_plain": 1, "adam": 1}
     df = _table({("ref", "linear", "adam"): 0.03})
-    m = df["mode"].isin(ch.PINNED_MODES)
+    m = df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.04, -0.04)  # spans 0 and the margin
-    assert _verdict(ch.findings(df), "gap_ref_linear_adam") == inference.NOT_DECIDED
+    assert _verdict(findings.findings(df), "gap_ref_linear_adam") == inference.NOT_DECIDED
 
 
 def test_identities_are_exact_checks_that_fail_when_broken():
-    F = ch.findings(_table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp", "sgd"): 0.1}))
+    F = findings.findings(_table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp", "sgd"): 0.1}))
     keys = ("check_train_is_separate", "check_pinned_keep_a", "check_task_a_loss_shared")
     assert [_verdict(F, k) for k in keys] == [inference.EXACT] * 3
     assert F.record.train_mode_task_a_change.mean == pytest.approx(-0.5)  # after - before: lost, negative
-    F1 = ch.findings(_table({("ref", "linear", "sgd"): 0.1}, train_adv={"sgd": 0.001}))
+    F1 = findings.findings(_table({("ref", "linear", "sgd"): 0.1}, train_adv={"sgd": 0.001}))
     assert _verdict(F1, "check_train_is_separate") == inference.NOT_EXACT
     assert F1.claim("check_train_is_separate")["estimate"] == pytest.approx(0.001)
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp", "sgd"): 0.1})
     df.loc[(df["mode"] == "train_mode") & (df["head"] == "mlp") & (df["seed"] == 1), "task_a_after"] += 0.001
-    assert _verdict(ch.findings(df), "check_task_a_loss_shared") == inference.NOT_EXACT
+    assert _verdict(findings.findings(df), "check_task_a_loss_shared") == inference.NOT_EXACT
 
 
 def test_keep_a_check_fails_when_a_pinned_mode_changes_task_a():
     df = _table({("ref", "linear", "sgd"): 0.1})
     df.loc[(df["mode"] == "all_eval") & (df["seed"] == 2), "task_a_after"] -= 0.001
-    assert _verdict(ch.findings(df), "check_pinned_keep_a") == inference.NOT_EXACT
+    assert _verdict(findings.findings(df), "check_pinned_keep_a") == inference.NOT_EXACT
 
 
 def test_findings_needs_every_mode_and_the_reference_shift():
     df = _table({("ref", "linear", "sgd"): 0.1})
     with pytest.raises(ValueError, match="separate_stats"):
-        ch.findings(df[df["mode"] != "separate_stats"])
+        findings.findings(df[df["mode"] != "separate_stats"])
     with pytest.raises(ValueError, match="ref"):
-        ch.findings(df.assign(shift="none"))
+        findings.findings(df.assign(shift="none"))
 
 
 def test_lr_edge_count():
     df = _table({("ref", "linear", "sgd"): 0.1})
-    R = ch.findings(df, lrs={("linear", "sgd"): 0.16, ("linear", "adam"): 0.003}, grids=ch.LR_GRIDS).record
+    R = findings.findings(df, lrs={("linear", "sgd"): 0.16, ("linear", "adam"): 0.003}, grids=run.LR_GRIDS).record
     assert R.n_lr_at_edge == 1 and R.lrs == {"linear_sgd": 0.16, "linear_adam": 0.003}
     assert R.lr_edge_cells == "linear/sgd at the top (0.16)"
-    R = ch.findings(df, lrs={("linear", "sgd", "separate_stats"): 0.005}, grids=ch.LR_GRIDS).record
+    R = findings.findings(df, lrs={("linear", "sgd", "separate_stats"): 0.005}, grids=run.LR_GRIDS).record
     assert R.lrs == {"linear_sgd_separate_stats": 0.005} and R.lr_edge_cells == "linear/sgd/separate_stats at the bottom (0.005)"
 
 
 def test_steps_findings_pair_the_two_budgets():
     short = _table({("ref", "linear", "sgd"): 0.1, ("ref", "linear", "adam"): 0.02}).assign(steps=800)
-    long = short[short["mode"].isin(ch.STEPS_CHECK_MODES) & (short["seed"] < 4)].copy().assign(steps=3200)
+    long = short[short["mode"].isin(run.STEPS_CHECK_MODES) & (short["seed"] < 4)].copy().assign(steps=3200)
     sep = long["mode"] == "separate_stats"
     long.loc[sep, "task_b"] += 0.05  # separate gains 0.05; pinned gains 0.05 + 0.04 (sgd) -> gap narrows by 0.04
     long.loc[~sep, "task_b"] += np.where(long.loc[~sep, "optimizer"] == "sgd", 0.09, 0.05)
-    S = ch.steps_findings(short, long)
+    S = findings.steps_findings(short, long)
     assert (S.steps_short, S.steps_long, S.n_seeds) == (800, 3200, 4)
     assert S.separate_gain["sgd"].mean == pytest.approx(0.05) and S.pinned_gain["sgd"].mean == pytest.approx(0.09)
     assert S.gap_long["sgd"].mean == pytest.approx(0.06) and S.gap_short["sgd"].mean == pytest.approx(
         0.1 + WIGGLE[:4].mean())
-    C = ch.steps_claims(short, long).set_index("key")
+    C = findings.steps_claims(short, long).set_index("key")
     assert C.loc["steps_change_sgd", "estimate"] == pytest.approx(-0.04)
-    assert C.loc["steps_change_sgd", "verdict"] == ch.STEPS_SMALLER
+    assert C.loc["steps_change_sgd", "verdict"] == findings.STEPS_SMALLER
     # no change at all in any seed: zero spread at 0, inside the margin (the old rule: "inconclusive")
     assert C.loc["steps_change_adam", "verdict"] == "equivalent within \u00b10.02"
     assert set(C["m"]) == {2} and C["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 2)
     with pytest.raises(ValueError, match="no rows"):
-        ch.steps_findings(short, long.iloc[:0])
+        findings.steps_findings(short, long.iloc[:0])
 
 
 def test_tidy_tables_have_one_value_per_row():
     df = _table({("ref", "linear", "sgd"): 0.1, ("none", "linear", "sgd"): 0.0})
-    gt = ch.gap_table(df)
-    assert len(gt) == 2 and all(inference.is_verdict(v, ch.DIRECTIONS) for v in gt["verdict"])
-    at = ch.accuracy_table(df)
+    gt = findings.gap_table(df)
+    assert len(gt) == 2 and all(inference.is_verdict(v, findings.DIRECTIONS) for v in gt["verdict"])
+    at = findings.accuracy_table(df)
     assert len(at) == 2 * 4 * 2 and not at.isna().any().any()
 
 
@@ -427,12 +429,12 @@ def test_every_glued_verdict_is_a_word_of_the_vocabulary():
     gaps = {(s, h, o): g for s in ("none", "ref") for h, g in (("linear", 0.1), ("mlp_bn", -0.05))
             for o in ("sgd", "adam")}
     df = _table(gaps, bn_diff=0.01)
-    F = ch.findings(df)
+    F = findings.findings(df)
     assert set(F.claims["family"]) == {"gap", "interaction", "bn", "checks", "hc", "sc"}
-    items = [kv for fam, t in F.claims.groupby("family") for kv in claims_items("ch04", t, ch.CLIPS[fam])]
+    items = [kv for fam, t in F.claims.groupby("family") for kv in claims_items("ch04", t, findings.CLIPS[fam])]
     verdicts = {k: v.data.strip("*") for k, v in items if k.endswith("_verdict")}
-    assert len(verdicts) == len(F.claims) and all(inference.is_verdict(v, ch.DIRECTIONS) for v in verdicts.values())
-    assert not inference.is_verdict("inconclusive", ch.DIRECTIONS) and len(set(ch.DIRECTIONS)) == len(ch.DIRECTIONS)
+    assert len(verdicts) == len(F.claims) and all(inference.is_verdict(v, findings.DIRECTIONS) for v in verdicts.values())
+    assert not inference.is_verdict("inconclusive", findings.DIRECTIONS) and len(set(findings.DIRECTIONS)) == len(findings.DIRECTIONS)
     assert "ch04_gap_ref_linear_sgd_verdict" in verdicts and "ch04_check_pinned_keep_a_verdict" in verdicts
 
 
@@ -440,14 +442,14 @@ def test_every_glued_verdict_is_a_word_of_the_vocabulary():
 
 def test_audit_matches_declaration_catches_an_unexpected_move():
     t = pd.DataFrame([dict(mode="all_eval", part="head_b", declared=False, moved=False, max_change=0.0)])
-    assert ch.audit_matches_declaration(t)
-    assert not ch.audit_matches_declaration(t.assign(moved=True))
-    assert ch.audit_check(t).verdict == inference.EXACT and ch.audit_check(t.assign(moved=True)).verdict == inference.NOT_EXACT
+    assert findings.audit_matches_declaration(t)
+    assert not findings.audit_matches_declaration(t.assign(moved=True))
+    assert findings.audit_check(t).verdict == inference.EXACT and findings.audit_check(t.assign(moved=True)).verdict == inference.NOT_EXACT
 
 
 def test_bn_head_buffers_move_exactly_where_each_mode_declares():
-    table, audits = ch.audit_buffers(seed=0, steps=2, stage1_steps=3)
-    assert ch.audit_matches_declaration(table)
+    table, audits = run.audit_buffers(seed=0, steps=2, stage1_steps=3)
+    assert findings.audit_matches_declaration(table)
     t = table.set_index(["mode", "part"])["moved"]
     assert t[("backbone_eval", "head_b")] and not t[("all_eval", "head_b")]  # the two pinned modes now differ
     assert not t[("backbone_eval", "backbone")] and t[("separate_stats", "backbone_b")]
@@ -484,9 +486,9 @@ def test_link_shows_the_predicted_sign_when_the_gap_rises_with_the_curvature_rat
     curv = {(s, "ref"): 10.0 + s for s in seeds}
     probe = {(s, "ref"): 0.01 * ((-1) ** s) * (s % 3) for s in seeds}  # unrelated to the gap
     gap = {(s, "ref"): 0.01 * s for s in seeds}  # perfectly increasing in the curvature ratio
-    t = ch.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=300)
+    t = findings.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=300)
     r = _row(t, "ref", "curvature_ratio")
-    assert r["estimate"] == pytest.approx(1.0) and r["verdict"] == ch.LINK_POSITIVE and r["n"] == 10
+    assert r["estimate"] == pytest.approx(1.0) and r["verdict"] == findings.LINK_POSITIVE and r["n"] == 10
     assert r["low"] > 0 and r["predicted_sign"] == 1
     assert set(t["m"]) == {4} and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 4)  # one family
     # the same rho and interval as inference's rank correlation at the family's confidence
@@ -498,21 +500,21 @@ def test_link_shows_the_predicted_sign_when_the_gap_rises_with_the_curvature_rat
         (rho, iv.low, iv.high, p))
     assert inference.rank_correlation(x, y)[0] == pytest.approx(1.0)
     # a gap falling with the curvature ratio: the other sign, not the predicted one
-    down = ch.link_table(_gap_rows({k: -v for k, v in gap.items()}), _geom(curv, probe), n_boot=300)
-    assert _row(down, "ref", "curvature_ratio")["verdict"] == ch.LINK_NEGATIVE
-    L, D = ch.link_findings(t), ch.link_findings(down)
+    down = findings.link_table(_gap_rows({k: -v for k, v in gap.items()}), _geom(curv, probe), n_boot=300)
+    assert _row(down, "ref", "curvature_ratio")["verdict"] == findings.LINK_NEGATIVE
+    L, D = findings.link_findings(t), findings.link_findings(down)
     assert L.n_tests == 4 and L.n_predicted_ref >= 1 and D.n_opposite >= 1
-    assert D.n_predicted_ref == int((_row(down, "ref", "probe_cost")["verdict"] == ch.LINK_POSITIVE))
+    assert D.n_predicted_ref == int((_row(down, "ref", "probe_cost")["verdict"] == findings.LINK_POSITIVE))
 
 
 def test_link_needs_enough_seeds_and_the_gap_head():
     curv = {(s, "ref"): 10.0 + s for s in range(3)}
     probe = {k: 0.0 for k in curv}
-    t = ch.link_table(_gap_rows({k: 0.01 * k[0] for k in curv}), _geom(curv, probe), n_boot=50)
+    t = findings.link_table(_gap_rows({k: 0.01 * k[0] for k in curv}), _geom(curv, probe), n_boot=50)
     assert set(t["verdict"]) == {inference.TOO_FEW} and t["low"].isna().all()  # 3 points: no rank correlation
-    assert ch.link_table(_gap_rows({k: 0.0 for k in curv}, head="mlp"), _geom(curv, probe)).empty
+    assert findings.link_table(_gap_rows({k: 0.0 for k in curv}, head="mlp"), _geom(curv, probe)).empty
     with pytest.raises(ValueError, match="curvature"):
-        ch.link_table(_gap_rows({k: 0.0 for k in curv}), _geom(curv, probe).drop(columns="curvature"))
+        findings.link_table(_gap_rows({k: 0.0 for k in curv}), _geom(curv, probe).drop(columns="curvature"))
 
 
 def test_link_pooled_over_shifts_uses_every_seed_and_shift():
@@ -520,7 +522,7 @@ def test_link_pooled_over_shifts_uses_every_seed_and_shift():
     curv = {(s, sh): (1.0 if sh == "none" else 10.0) + s for s in seeds for sh in ("none", "ref")}
     probe = {k: 0.0 for k in curv}
     gap = {(s, sh): (0.0 if sh == "none" else 0.1) + 0.001 * s for s in seeds for sh in ("none", "ref")}
-    t = ch.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=200)
+    t = findings.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=200)
     pooled = _row(t, "all", "curvature_ratio")
     assert pooled["n_points"] == 12 and pooled["n"] == 6 and pooled["estimate"] > 0.9
     assert math.isnan(pooled["p"])  # a bootstrap over whole seeds: no p-value
@@ -528,12 +530,12 @@ def test_link_pooled_over_shifts_uses_every_seed_and_shift():
 
 
 def test_cost_findings_say_whether_the_cache_was_cold():
-    F = ch.cost_findings({"source": (2, 2), "ch04_heads": (10, 10)}, 120.0, 1)
+    F = findings.cost_findings({"source": (2, 2), "ch04_heads": (10, 10)}, 120.0, 1)
     assert (F.n_computed, F.n_units, F.n_cached, F.cache_state, F.wall_min) == (12, 12, 0, "cold", 2.0)
-    assert ch.cost_findings({"source": (0, 2), "ch04_heads": (4, 10)}, 60.0).cache_state == "partly warm"
-    assert ch.cost_findings({"source": (0, 2)}, 1.0).cache_state == "warm"
+    assert findings.cost_findings({"source": (0, 2), "ch04_heads": (4, 10)}, 60.0).cache_state == "partly warm"
+    assert findings.cost_findings({"source": (0, 2)}, 1.0).cache_state == "warm"
     with pytest.raises(ValueError, match="computed <= total"):
-        ch.cost_findings({"x": (3, 2)}, 1.0)
+        findings.cost_findings({"x": (3, 2)}, 1.0)
 
 
 def test_sweep_counts_tell_computed_from_cached_units(tmp_path):
@@ -548,8 +550,8 @@ def test_sweep_counts_tell_computed_from_cached_units(tmp_path):
     assert sweep_counts() == {}
     run_sweep(cfgs + [dict(x=7)], _double_group, namespace="t", execution=ex)  # a later page: three were cached
     assert sweep_counts() == {"t": (1, 4)}
-    assert ch.cost_findings(sweep_counts(), 60.0).cache_state == "partly warm"
-    assert ch.units_counts(pd.read_csv(io.StringIO(ch.units_table(sweep_counts()).to_csv(index=False)))) == \
+    assert findings.cost_findings(sweep_counts(), 60.0).cache_state == "partly warm"
+    assert run.units_counts(pd.read_csv(io.StringIO(run.units_table(sweep_counts()).to_csv(index=False)))) == \
         {"t": (1, 4)}
     reset_sweep_counts()
 
@@ -561,38 +563,38 @@ def _double_group(configs):
 # --- a tiny real run --------------------------------------------------------------------------------------------------
 
 def test_tiny_run_end_to_end(tmp_path):
-    cfg = ch.make_config("quick", heads=("linear", "mlp_bn"), steps=3,
+    cfg = run.make_config("quick", heads=("linear", "mlp_bn"), steps=3,
                          stage1_steps=3, n_eval=50, lr_sgd=(0.1, 1.0), lr_sgd_plain=(1.0,), lr_adam=(0.01,), feature_seeds=1,
                          steps_check=6)
     ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
-    search = ch.lr_search(cfg, ex)
+    search = run.lr_search(cfg, ex)
     assert set(search["eval_split"]) == {"validation"}
     assert set(search["shift"]) == {"none", "mid", "ref"} and len(search) == len(cfg.search_configs())
-    lrs = ch.chosen_lrs_by_shift(search)
-    df = ch.run(cfg, ex, lrs)
+    lrs = run.chosen_lrs_by_shift(search)
+    df = run.run(cfg, ex, lrs)
     assert len(df) == 2 * 3 * 2 * 3 * 4 and set(df["shift"]) == {"none", "mid", "ref"}
     for r in df.itertuples():  # every run at its own shift's chosen rate
         assert r.lr == lrs[r.shift][(r.head, r.optimizer, r.mode)]
-    F = ch.findings(df, lrs["ref"], ch.LR_GRIDS)
+    F = findings.findings(df, lrs["ref"], run.LR_GRIDS)
     assert F.claim("check_pinned_keep_a")["verdict"] == F.claim("check_train_is_separate")["verdict"] == inference.EXACT
     assert set(lrs["none"]) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
-    long = ch.steps_check(cfg, ex, lrs)
+    long = run.steps_check(cfg, ex, lrs)
     assert len(long) == 2 * 2 * 2 and set(long["steps"]) == {cfg.steps_check}  # sgd and adam, two modes, two seeds
-    S = ch.steps_findings(df, long)
+    S = findings.steps_findings(df, long)
     assert set(S.gap_long) == {"sgd", "adam"}
-    geom = ch.feature_geometry(cfg, ex)
+    geom = run.feature_geometry(cfg, ex)
     sep = geom[geom["statistics"] == "separate"]
     assert np.allclose(sep["scale_ratio"], 1.0) and np.allclose(sep["offset_sd"], 0.0)
-    ch.geometry_findings(geom)
-    ch.link_table(df, geom, n_boot=20)  # runs on real rows (one feature seed: too few for a verdict)
+    findings.geometry_findings(geom)
+    findings.link_table(df, geom, n_boot=20)  # runs on real rows (one feature seed: too few for a verdict)
 
 
 # --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
 
 def test_analysis_parameters_decide_no_run():
     """The parameters a rows rebuild may change must not change any run: else its rows would not be the page's."""
-    cfg, other = ch.make_config("quick"), ch.make_config("quick", margin=0.05)
-    assert set(ch.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
+    cfg, other = run.make_config("quick"), run.make_config("quick", margin=0.05)
+    assert set(run.ANALYSIS_PARAMETERS) <= set(cfg.asdict())
     lrs = {(h, o, m): 0.01 for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
     assert cfg.search_configs() == other.search_configs() and cfg.run_configs(lrs) == other.run_configs(lrs)
     assert cfg.steps_check_configs(lrs) == other.steps_check_configs(lrs)
@@ -614,7 +616,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
     assert {k for k in a if a[k] != b[k] and not k.startswith("ch04_fig")} == {"ch04_timing"}
     assert "did not run the experiment" in b["ch04_timing"] and "did not run" not in a["ch04_timing"]
     assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
-    for t in ("",) + tuple(f"_{s}" for s in ch.SIBLING_TABLES) + ("_lr_search", "_accuracy", "_geometry", "_link"):
+    for t in ("",) + tuple(f"_{s}" for s in run.SIBLING_TABLES) + ("_lr_search", "_accuracy", "_geometry", "_link"):
         assert (tmp_path / "results" / f"04_heads{t}.csv").read_bytes() == \
             (tmp_path / "results2" / f"04_heads{t}.csv").read_bytes(), t
     units = pd.read_csv(tmp_path / "results" / "04_heads_units.csv")
@@ -635,9 +637,9 @@ def test_link_texts_say_not_computed_instead_of_printing_nan():
     # "rho = +nan (+nan to +nan): too few seeds"
     curv = {(s, sh): 10.0 + s + (sh == "ref") for s in range(2) for sh in ("none", "ref")}
     probe = {k: 0.01 * k[0] for k in curv}
-    t = ch.link_table(_gap_rows({k: 0.01 * k[0] + 0.1 * (k[1] == "ref") for k in curv}), _geom(curv, probe),
+    t = findings.link_table(_gap_rows({k: 0.01 * k[0] + 0.1 * (k[1] == "ref") for k in curv}), _geom(curv, probe),
                       n_boot=50)
-    texts = ch.link_texts(t)
+    texts = findings.link_texts(t)
     assert set(texts) == {f"{r.scope}_{r.optimizer}_{r.measure}" for r in t.itertuples()}
     assert texts["ref_sgd_curvature_ratio"] == "not computed (2 seeds, one point each)"
     assert _row(t, "ref", "curvature_ratio")["verdict"] == inference.TOO_FEW
@@ -646,21 +648,21 @@ def test_link_texts_say_not_computed_instead_of_printing_nan():
         ", no interval")
     assert _row(t, "all", "curvature_ratio")["verdict"] == inference.TOO_FEW
     assert not any("nan" in v for v in texts.values())
-    shown = ch.link_display(t)
+    shown = figures.link_display(t)
     assert "nan" not in shown.to_string() and list(shown.columns) == ["predicted", "rho", "n_seeds", "n_points",
                                                                        "verdict"]
     assert list(shown.index.names) == ["scope", "optimizer", "measure"]  # no bare row numbers on the page
     # enough seeds: the value and its interval; the verdict is glued on its own
     seeds = range(10)
     curv = {(s, "ref"): 10.0 + s for s in seeds}
-    t = ch.link_table(_gap_rows({(s, "ref"): 0.01 * s * (1 + 0.5 * (s % 2)) for s in seeds}),
+    t = findings.link_table(_gap_rows({(s, "ref"): 0.01 * s * (1 + 0.5 * (s % 2)) for s in seeds}),
                       _geom(curv, {k: 0.0 for k in curv}), n_boot=100)
     r = _row(t, "ref", "curvature_ratio")
-    assert ch.link_texts(t)["ref_sgd_curvature_ratio"] == f"= {r['estimate']:+.2f} ({r['low']:+.2f} to {r['high']:+.2f})"
+    assert findings.link_texts(t)["ref_sgd_curvature_ratio"] == f"= {r['estimate']:+.2f} ({r['low']:+.2f} to {r['high']:+.2f})"
 
 
 def test_lr_choice_findings_name_each_shifts_rates_and_edges():
-    L = ch.lr_choice_findings({("linear", "sgd", "backbone_eval"): 0.01, ("linear", "sgd", "separate_stats"): 0.1},
+    L = findings.lr_choice_findings({("linear", "sgd", "backbone_eval"): 0.01, ("linear", "sgd", "separate_stats"): 0.1},
                               {"sgd": (0.01, 0.1, 1.0)})
     assert L.lrs == {"linear_sgd_backbone_eval": 0.01, "linear_sgd_separate_stats": 0.1}
     assert (L.n_lr, L.n_lr_at_edge) == (2, 1) and L.lr_edge_cells == "linear/sgd/backbone_eval at the bottom (0.01)"
@@ -672,22 +674,22 @@ def test_head_contrast_is_paired_against_the_linear_head_and_corrected():
     gaps = {("ref", "linear", "sgd"): 0.10, ("ref", "mlp", "sgd"): 0.02, ("ref", "mlp_bn", "sgd"): 0.15,
             ("ref", "linear", "adam"): 0.02, ("ref", "mlp", "adam"): 0.02, ("ref", "mlp_bn", "adam"): 0.02}
     df = _table(gaps)
-    m = (df["head"] == "mlp") & (df["optimizer"] == "adam") & df["mode"].isin(ch.PINNED_MODES)
+    m = (df["head"] == "mlp") & (df["optimizer"] == "adam") & df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)  # a spread: spans zero and the margin
-    t = ch.head_contrast_table(df)
+    t = findings.head_contrast_table(df)
     v = t.set_index(["head", "optimizer"])["verdict"]
-    assert v[("mlp", "sgd")] == ch.HEAD_SMALLER and v[("mlp_bn", "sgd")] == ch.HEAD_LARGER
+    assert v[("mlp", "sgd")] == findings.HEAD_SMALLER and v[("mlp_bn", "sgd")] == findings.HEAD_LARGER
     assert v[("mlp", "adam")] == inference.NOT_DECIDED and len(t) == 4
     assert v[("mlp_bn", "adam")] == "equivalent within \u00b10.02"  # the same gap in every seed
     assert t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 4)
     assert t.set_index(["head", "optimizer"]).loc[("mlp", "sgd"), "estimate"] == pytest.approx(-0.08)
-    H = ch.head_contrast_findings(t)
+    H = findings.head_contrast_findings(t)
     assert (H.n_smaller, H.n_larger, H.smaller_cells, H.larger_cells) == (1, 1, "mlp/sgd", "mlp_bn/sgd")
-    disp = ch.head_contrast_display(t)
+    disp = figures.head_contrast_display(t)
     assert list(disp.index) == ["mlp", "mlp_bn"] and list(disp.columns) == ["sgd", "adam"]
-    assert disp.loc["mlp", "sgd"].startswith("-0.080 [") and disp.loc["mlp", "sgd"].endswith(ch.HEAD_SMALLER)
+    assert disp.loc["mlp", "sgd"].startswith("-0.080 [") and disp.loc["mlp", "sgd"].endswith(findings.HEAD_SMALLER)
     with pytest.raises(ValueError, match="reference head 'linear'"):
-        ch.head_contrast_table(df[df["head"] != "linear"])
+        findings.head_contrast_table(df[df["head"] != "linear"])
 
 
 def test_finding_3_names_a_linear_rate_at_the_grid_edge():
@@ -695,7 +697,7 @@ def test_finding_3_names_a_linear_rate_at_the_grid_edge():
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "linear", "adam"): 0.1})
     lrs = {("linear", "sgd", m): 0.05 for m in MODE_NAMES} | {("linear", "adam", m): 0.01 for m in MODE_NAMES}
     lrs[("linear", "sgd", "backbone_eval")] = 0.005
-    R = ch.findings(df, lrs, {"sgd": (0.005, 0.05, 0.5), "adam": (0.001, 0.01, 0.1)}).record
+    R = findings.findings(df, lrs, {"sgd": (0.005, 0.05, 0.5), "adam": (0.001, 0.01, 0.1)}).record
     assert R.f3_rate_edge == {"sgd": "a rate at the grid's edge", "adam": "rates inside the grid"}
 
 
@@ -705,18 +707,18 @@ def test_shift_contrast_pairs_each_cell_across_shifts_and_is_corrected():
     gaps = {("ref", "linear", "sgd"): 0.10, ("none", "linear", "sgd"): 0.0,
             ("ref", "mlp", "sgd"): 0.0, ("none", "mlp", "sgd"): 0.0,
             ("ref", "mlp_bn", "sgd"): -0.05, ("none", "mlp_bn", "sgd"): 0.0}
-    t = ch.shift_contrast_table(_table(gaps))
+    t = findings.shift_contrast_table(_table(gaps))
     v = t.set_index("head")["verdict"]
-    assert v["linear"] == ch.SHIFT_LARGER and v["mlp_bn"] == ch.SHIFT_SMALLER
+    assert v["linear"] == findings.SHIFT_LARGER and v["mlp_bn"] == findings.SHIFT_SMALLER
     assert t.set_index("head").loc["linear", "estimate"] == pytest.approx(0.10)
     # mlp: identical gaps at both shifts in every seed, zero spread at 0: equivalent (the old rule: inconclusive)
     assert v["mlp"] == "equivalent within \u00b10.02" and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 3)
-    S = ch.shift_contrast_findings(t)
+    S = findings.shift_contrast_findings(t)
     assert (S.n_larger, S.n_smaller, S.larger_cells, S.smaller_cells) == (1, 1, "linear/sgd", "mlp_bn/sgd")
     assert S.m == 3
-    assert list(ch.contrast_display(t).columns) == ["sgd"]
+    assert list(figures.contrast_display(t).columns) == ["sgd"]
     with pytest.raises(ValueError, match="no rows at shift 'none'"):
-        ch.shift_contrast_table(_table({("ref", "linear", "sgd"): 0.1}))
+        findings.shift_contrast_table(_table({("ref", "linear", "sgd"): 0.1}))
 
 
 def test_head_contrast_says_when_a_smaller_gap_comes_from_a_worse_separate_side():
@@ -724,16 +726,16 @@ def test_head_contrast_says_when_a_smaller_gap_comes_from_a_worse_separate_side(
     df = _table({("ref", "linear", "sgd"): 0.10, ("ref", "mlp", "sgd"): 0.02})
     m = (df["head"] == "mlp") & (df["optimizer"] == "sgd")
     df.loc[m, "task_b"] -= 0.05  # every mode of mlp 0.05 lower: the same gap, a worse separate side
-    t = ch.head_contrast_table(df)
+    t = findings.head_contrast_table(df)
     assert t["separate"].iloc[0] == pytest.approx(t["separate_reference"].iloc[0] - 0.05)
-    H = ch.head_contrast_findings(t)
+    H = findings.head_contrast_findings(t)
     assert (H.n_smaller, H.n_smaller_worse_separate, H.smaller_worse_separate_cells) == (1, 1, "mlp/sgd")
 
 
 def test_link_counts_are_split_by_scope():
     t = pd.DataFrame([dict(scope=sc, kind=k, predicted_sign=1, m=3, confidence=1 - 0.05 / 3)
                       for sc, k in (("ref", "not decided"), ("all", "higher"), ("ref", "lower"))])
-    L = ch.link_findings(t)
+    L = findings.link_findings(t)
     assert (L.n_predicted, L.n_opposite, L.n_tests) == (1, 1, 3)
     assert (L.n_predicted_ref, L.n_tests_ref, L.n_predicted_all, L.n_tests_all) == (0, 2, 1, 1)
     assert L.m == 3
@@ -744,18 +746,18 @@ def test_link_counts_are_split_by_scope():
 FLIP_CELLS = [("ref", h, o) for h in ("linear", "mlp_bn") for o in ("sgd", "sgd_plain", "adam")]
 
 
-def _flip_findings(gap: float) -> "ch.Findings":
+def _flip_findings(gap: float) -> "findings.Findings":
     """Findings of a table in which every cell at chapter 1's shift has per-seed gap ``gap`` (+ a small wiggle):
     ``+0.15`` (pinning costs), ``-0.15`` (the two conditions' values swapped) or ``0`` (equivalent)."""
-    return ch.findings(_table({c: gap for c in FLIP_CELLS}), margin=0.02)
+    return findings.findings(_table({c: gap for c in FLIP_CELLS}), margin=0.02)
 
 
 def test_answer_states_the_counts_and_the_linear_heads_verdicts():
     F = _flip_findings(0.15)
-    text = ch.answer(F)
+    text = findings.answer(F)
     assert text.startswith("No head or optimizer tried makes up for pinned statistics")
     assert "6 head and optimizer cells split into 6 where separate statistics score higher" in text
-    assert text.count(f"**{ch.GAP_HIGHER}**") == 4  # the linear head, one per optimizer, and the best pinned cell
+    assert text.count(f"**{findings.GAP_HIGHER}**") == 4  # the linear head, one per optimizer, and the best pinned cell
     assert "**mlp_bn/" in text or "**linear/" in text  # the best pinned cell is named
     assert "nan" not in text.lower().split()
 
@@ -765,56 +767,56 @@ def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     answer, the advice and every findings-chosen sentence change with the verdicts and never keep the old
     outcome."""
     cost, reversed_, none = (_flip_findings(g) for g in (0.15, -0.15, 0.0))
-    a_cost, a_rev, a_none = (ch.answer(F) for F in (cost, reversed_, none))
-    assert ch.GAP_HIGHER in a_cost and ch.GAP_HIGHER not in a_rev and ch.GAP_HIGHER not in a_none
-    assert ch.GAP_LOWER in a_rev and ch.GAP_LOWER not in a_cost
+    a_cost, a_rev, a_none = (findings.answer(F) for F in (cost, reversed_, none))
+    assert findings.GAP_HIGHER in a_cost and findings.GAP_HIGHER not in a_rev and findings.GAP_HIGHER not in a_none
+    assert findings.GAP_LOWER in a_rev and findings.GAP_LOWER not in a_cost
     assert "equivalent within ±0.02" in a_none and "equivalent within ±0.02**" not in a_cost
     lead = "No head or optimizer tried makes up for pinned statistics"
     assert a_cost.startswith(lead) and lead not in a_rev and lead not in a_none
     assert a_none.startswith("Every head and optimizer tried makes up for pinned statistics")
     assert a_rev.startswith("No head and optimizer cell shows a cost of pinned statistics")
     # the advice: the separate-statistics call only where pinning is shown to cost
-    assert "shared_weight_copy" in ch.advice(cost) and "in the 6 of 6 cells where pinning costs" in ch.advice(cost)
+    assert "shared_weight_copy" in findings.advice(cost) and "in the 6 of 6 cells where pinning costs" in findings.advice(cost)
     for F in (reversed_, none):
-        assert "shared_weight_copy" not in ch.advice(F) and "no cell shows a cost" in ch.advice(F)
-    assert all("bnstudy.pin_eval(model.backbone)" in ch.advice(F) for F in (cost, reversed_, none))
+        assert "shared_weight_copy" not in findings.advice(F) and "no cell shows a cost" in findings.advice(F)
+    assert all("bnstudy.pin_eval(model.backbone)" in findings.advice(F) for F in (cost, reversed_, none))
     # a mix: some cells cost, the others equivalent
-    mixed = ch.findings(_table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS}), margin=0.02)
-    assert ch.answer(mixed).startswith("Some heads and optimizers make up for pinned statistics")
+    mixed = findings.findings(_table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS}), margin=0.02)
+    assert findings.answer(mixed).startswith("Some heads and optimizers make up for pinned statistics")
     # a cost in some cells, the others not decided: none is shown to make up for it
     df = _table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS})
-    m = (df["head"] == "mlp_bn") & df["mode"].isin(ch.PINNED_MODES)
+    m = (df["head"] == "mlp_bn") & df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.08, -0.08)  # wide: neither a cost nor a tie
-    undecided = ch.answer(ch.findings(df, margin=0.02))
+    undecided = findings.answer(findings.findings(df, margin=0.02))
     assert undecided.startswith("No head or optimizer tried is shown to make up") and "3 not decided" in undecided
 
 
 def test_probe_and_geometry_sentences_flip_with_their_numbers():
     I = inference.Interval
     lost, kept, gained = I(0.05, 0.03, 0.07, 10), I(0.01, -0.004, 0.027, 10), I(-0.05, -0.07, -0.03, 10)
-    assert "pinning loses some linearly decodable information" in ch.probe_sentence(lost)
-    assert "detects no linearly decodable information lost" in ch.probe_sentence(kept)
-    assert "pinned features are the more linearly decodable" in ch.probe_sentence(gained)
-    for s in (ch.probe_sentence(kept), ch.probe_sentence(gained)):
+    assert "pinning loses some linearly decodable information" in findings.probe_sentence(lost)
+    assert "detects no linearly decodable information lost" in findings.probe_sentence(kept)
+    assert "pinned features are the more linearly decodable" in findings.probe_sentence(gained)
+    for s in (findings.probe_sentence(kept), findings.probe_sentence(gained)):
         assert "loses some" not in s
-    assert "shortfall of optimization" in ch.probe_sentence(kept, linear_gap_low=0.1)
-    assert "shortfall" not in ch.probe_sentence(kept, linear_gap_low=0.01)  # the head's gap within the probe's
-    assert "without an interval" in ch.probe_sentence(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
-        ch.probe_sentence(I(0.01, math.nan, math.nan, 1))
+    assert "shortfall of optimization" in findings.probe_sentence(kept, linear_gap_low=0.1)
+    assert "shortfall" not in findings.probe_sentence(kept, linear_gap_low=0.01)  # the head's gap within the probe's
+    assert "without an interval" in findings.probe_sentence(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
+        findings.probe_sentence(I(0.01, math.nan, math.nan, 1))
     base = dict(scale_ratio=2.0, offset_sd=1.0, dead_fraction=0.0, affine_r2=0.9, mean_share_pinned=0.3,
                 mean_share_separate=0.2, probe_pinned=0.5, probe_separate=0.5, probe_cost=kept)
-    wide = ch.geometry_sentences(ch.GeometryFindings(curvature_ratio=5.0, curvature_centered_ratio=4.0, **base))
-    offset = ch.geometry_sentences(ch.GeometryFindings(curvature_ratio=5.0, curvature_centered_ratio=1.2, **base))
-    flat = ch.geometry_sentences(ch.GeometryFindings(curvature_ratio=0.9, curvature_centered_ratio=0.9, **base))
+    wide = findings.geometry_sentences(findings.GeometryFindings(curvature_ratio=5.0, curvature_centered_ratio=4.0, **base))
+    offset = findings.geometry_sentences(findings.GeometryFindings(curvature_ratio=5.0, curvature_centered_ratio=1.2, **base))
+    flat = findings.geometry_sentences(findings.GeometryFindings(curvature_ratio=0.9, curvature_centered_ratio=0.9, **base))
     assert "from the wider features, not from the common offset" in wide["curvature"]
     assert "from the common offset, not from the wider features" in offset["curvature"]
     assert "no curvature" in flat["curvature"] and "wider" not in flat["curvature"]
 
 
 def test_vocabulary_is_every_direction_and_the_shared_words():
-    v = ch.vocabulary(0.02)
-    assert set(ch.DIRECTIONS) <= set(v.values()) and v["equivalent"] == "equivalent within ±0.02"
-    assert all(inference.is_verdict(w, ch.DIRECTIONS) for w in v.values())
+    v = findings.vocabulary(0.02)
+    assert set(findings.DIRECTIONS) <= set(v.values()) and v["equivalent"] == "equivalent within ±0.02"
+    assert all(inference.is_verdict(w, findings.DIRECTIONS) for w in v.values())
 
 
 def _markdown_outside_glue(nb_path) -> list[tuple[int, str]]:
@@ -844,7 +846,7 @@ def test_the_notebook_types_no_outcome_outside_glue():
     import re
     from pathlib import Path
     nb = Path(__file__).resolve().parent.parent / "chapters" / "04_heads.ipynb"
-    words = [re.escape(w) for w in ch.DIRECTIONS] + [r"\bequivalent\b", r"not decided", r"too few seeds",
+    words = [re.escape(w) for w in findings.DIRECTIONS] + [r"\bequivalent\b", r"not decided", r"too few seeds",
                                                      r"exact, checked", r"\bnot exact\b"]
     bad = []
     for i, t in _markdown_outside_glue(nb):
@@ -855,7 +857,7 @@ def test_the_notebook_types_no_outcome_outside_glue():
                 for m in re.finditer(r"\d", t)]
     assert not bad, bad
     # the scan sees a typed outcome
-    assert re.search(re.escape(ch.GAP_HIGHER), "the gap reads separate_stats higher here", flags=re.I)
+    assert re.search(re.escape(findings.GAP_HIGHER), "the gap reads separate_stats higher here", flags=re.I)
 
 
 def test_the_notebook_shows_no_code():

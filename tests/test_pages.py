@@ -74,7 +74,7 @@ def test_long_glued_text_is_plain_and_short_verdicts_bold():
 def test_run_line_says_where_analysed_rows_came_from_in_words():
     """A page rebuilt from an earlier run's rows names that run in its run line, without a raw dict or a
     float wall time (newuser-s7: 'rows_from={..., 'run_wall_s': 22.843358344995067}')."""
-    from bnstudy.experiments import heads as ch
+    from bnstudy.experiments.heads import run as ch
     from bnstudy.pages import run_line
     origin = dict(git_commit="abc1234567", written="2026-12-01T06:47:16+00:00", sha256="0123456789ab",
                   run_wall_s=22.843358344995067)
