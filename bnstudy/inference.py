@@ -467,11 +467,28 @@ def claims_table(claims: Iterable[Claim], family: str | None = None) -> pd.DataF
     return df
 
 
+def count_kinds(table: pd.DataFrame, alpha: float = 0.05) -> pd.Series:
+    """The kind each row of a claims table of one family (:func:`claims_table`) counts as in the book's counts
+    (index as ``table``): ``"higher"`` / ``"lower"`` by the sign of its estimate when its Holm-adjusted p is below
+    ``alpha`` and its printed kind is a comparison's (``higher``, ``lower``, ``equivalent``, ``not decided``);
+    else its printed kind (``"too few seeds"`` and the exact-check kinds are never converted).
+
+    Raises ``KeyError`` if ``table`` lacks ``p_adjusted``, ``estimate`` or ``kind``."""
+    for c in ("p_adjusted", "estimate", "kind"):
+        if c not in table.columns:
+            raise KeyError(f"count_kinds: the claims table has no column {c!r}")
+    out = []
+    for pa, est, kind in zip(table["p_adjusted"].astype(float), table["estimate"].astype(float), table["kind"]):
+        if kind in ("higher", "lower", "equivalent", NOT_DECIDED) and pa < alpha:
+            kind = "higher" if est > 0 else "lower"
+        out.append(kind)
+    return pd.Series(out, index=table.index, dtype=object)
+
+
 def count_verdicts(table: pd.DataFrame, alpha: float = 0.05) -> dict:
     """The book's counts ("k of m cells show a direction") over a claims table of one family
-    (:func:`claims_table`): a row counts as ``"higher"`` / ``"lower"`` when its Holm-adjusted p is below
-    ``alpha`` (by the sign of its estimate), else as its printed kind (``"equivalent"``, ``"not decided"``,
-    ``"too few seeds"``, or the exact-check kinds). Holm is uniformly more powerful than the printed Bonferroni
+    (:func:`claims_table`): each row counts as :func:`count_kinds` says, a direction when its Holm-adjusted p is
+    below ``alpha``, else its printed kind. Holm is uniformly more powerful than the printed Bonferroni
     intervals, so a count may show a direction in a row whose printed interval still spans zero, never the
     reverse. Returns ``{kind: count}`` over :data:`VERDICT_KINDS` (zeros included) plus ``"m"``, the rows.
 
@@ -480,9 +497,7 @@ def count_verdicts(table: pd.DataFrame, alpha: float = 0.05) -> dict:
         if c not in table.columns:
             raise KeyError(f"count_verdicts: the claims table has no column {c!r}")
     out = dict.fromkeys(VERDICT_KINDS, 0)
-    for pa, est, kind in zip(table["p_adjusted"].astype(float), table["estimate"].astype(float), table["kind"]):
-        if kind in ("higher", "lower", "equivalent", NOT_DECIDED) and pa < alpha:
-            kind = "higher" if est > 0 else "lower"
+    for kind in count_kinds(table, alpha):
         out[kind] += 1
     out["m"] = len(table)
     return out

@@ -191,14 +191,13 @@ def family_table(claims: list, family: str, fam: Family, extra: list[dict], alph
     claims) with the columns ``family``, ``m`` (the family's size) and ``extra`` (one dict per claim: what the
     claim is about, e.g. ``shift, head, optimizer``), and ``count_kind``: the kind a count of cells uses (the
     glossary's rule: a direction, ``higher`` / ``lower`` by the estimate's sign, where Holm's adjusted p is below
-    ``alpha``; otherwise the verdict's kind). Holm calls at least the cells whose Bonferroni interval excludes
+    ``alpha``; otherwise the verdict's kind: :func:`bnstudy.inference.count_kinds`). Holm calls at least the cells whose Bonferroni interval excludes
     zero, so a cell can count as a direction while its printed verdict is ``not decided``."""
     t = claims_table(claims, family=family)
     t["m"] = fam.m
     for k in (extra[0] if extra else {}):
         t[k] = [e[k] for e in extra]
-    holm_dir = np.where(t["estimate"] > 0, "higher", "lower")
-    t["count_kind"] = np.where(t["p_adjusted"] < alpha, holm_dir, t["kind"]) if len(t) else pd.Series(dtype=str)
+    t["count_kind"] = count_kinds(t, alpha) if len(t) else pd.Series(dtype=str)
     return t
 
 
