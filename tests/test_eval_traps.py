@@ -306,6 +306,16 @@ def test_batch_training_table_has_one_row_per_training_batch():
     assert t.loc[32, "last-epoch loss (batch stats / pinned)"] == "1.00 / 0.10"
 
 
+def test_as_trained_count_is_the_counts_rule_over_its_own_family():
+    # batch statistics lower as trained at batch 4 (0.1, tiny spread): counted by count_verdicts over the as-trained
+    # comparisons' own claims table, which leaves the chapter's family (and its intervals) as it was
+    f = findings.findings(_table(bt_b4=(0.80, 0.81, 0.805), bt_pinned_b4=(0.90, 0.911, 0.905)))
+    assert f.t5t_costs_n_as_trained == 1 and f.family_m == 13
+    t = findings._as_trained_claims({4: pd.Series([-0.1, -0.099, -0.1005])})
+    assert list(t["key"]) == ["t5t_as_trained_b4"] and t["verdict"].iloc[0] == "batch statistics lower"
+    assert findings._as_trained_claims({}).empty
+
+
 def test_batch_training_verdicts_use_the_re_estimated_comparison():
     # Referee ch2c N1: pinned scores lower as trained (stale statistics) but its weights are better: re-estimating
     # both arms' statistics reverses the sign. The claims follow the re-estimated comparison.
