@@ -383,7 +383,8 @@ def checklist_table(f: Findings) -> pd.DataFrame:
          f"bit-identical whatever the batch mates"),
         ("3. whole model in eval: dropout off, forward changes",
          f"forward_changes_with_mode (AuxOutputs in train, a tensor in eval); dropout_off_in_training on head.0; "
-         f"auxiliary head moved {f.t3_aux_change_whole:.0f} (in the loss in {f.t3_aux_loss_whole:.0%} of steps)",
+         f"auxiliary head moved {f.claim('t3_aux_untouched')['estimate']:.0f} (in the loss in "
+         f"{f.t3_aux_loss_whole:.0%} of steps)",
          f"pin only the frozen part (pin_eval(backbone) or pin_norm_eval): dropout on in {f.t3_dropout_fixed:.0%} of "
          f"calls, auxiliary loss in {f.t3_aux_loss_fixed:.0%} of steps. Main head with dropout at lr "
          f"{f.t3_lr_runline:g}: {ci(f.t3_fix_ci)}, against 1.5 times chance {f.verdict('t3_fix_chance')}. At rates "

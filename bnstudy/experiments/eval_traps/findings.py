@@ -261,7 +261,6 @@ class Numbers:
     t2_log_var_max: float
     # trap 3
     t3_aux_loss_whole: float
-    t3_aux_change_whole: float
     t3_dropout_whole: float
     t3_task_b_aux_whole: float
     t3_task_b_aux_whole_min: float
@@ -528,7 +527,6 @@ def findings(df: pd.DataFrame) -> Findings:
     tests.append(("t3_fix_chance", main("backbone_only") - line, None))
     tests.append(("t3_whole_vs_fix", main("whole_model") - main("backbone_only"), None))
     out.update(t3_aux_loss_whole=we("whole_model", "aux_loss_fraction").mean(),
-               t3_aux_change_whole=we("whole_model", "aux_max_param_change").mean(),
                t3_dropout_whole=we("whole_model", "dropout_train_fraction").mean(),
                **spread("t3_task_b_aux_whole", we("whole_model", "task_b_aux")),
                t3_aux_loss_fixed=we("backbone_only", "aux_loss_fraction").mean(),
