@@ -1,4 +1,5 @@
-"""Chapter 2 (bnstudy.experiments.eval_traps): config checks, findings on hand-made tables, and a tiny real run."""
+"""Chapter 2 (bnstudy.experiments.eval_traps: run, findings, figures): config checks, findings on hand-made tables,
+and a tiny real run."""
 
 
 import re
@@ -10,39 +11,41 @@ import pytest
 import torch
 
 from bnstudy.config import Execution
-from bnstudy.experiments import eval_traps as ch
+from bnstudy.experiments.eval_traps import figures, findings, run
 
 
 # --- config ------------------------------------------------------------------------------------------------------
 
 def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
-    assert ch.make_config("quick").seeds == (0, 1, 2)
-    assert ch.make_config("full").seeds == tuple(range(10))
-    assert ch.make_config("quick", seeds=None).seeds == (0, 1, 2)
+    assert run.make_config("quick").seeds == (0, 1, 2)
+    assert run.make_config("full").seeds == tuple(range(10))
+    assert run.make_config("quick", seeds=None).seeds == (0, 1, 2)
     with pytest.raises(ValueError, match=r"profile='fast' is not allowed; choose one of \['quick', 'full'\]"):
-        ch.make_config("fast")
-    with pytest.raises(ValueError, match=r"unknown eval_traps parameters \['stepz'\]"):
-        ch.make_config("quick", stepz=3)
+        run.make_config("fast")
+    # the message names the config's module, now ``run`` (config.from_profile's rule; naming the chapter folder
+    # there would change config.py, which every run's cache key hashes whole: left to the lead)
+    with pytest.raises(ValueError, match=r"unknown run parameters \['stepz'\]"):
+        run.make_config("quick", stepz=3)
     with pytest.raises(ValueError, match=r"sorted_fractions\[1\] must be a finite number >= 0.0 and <= 1.0"):
-        ch.make_config("quick", sorted_fractions=(0.0, 1.5))
+        run.make_config("quick", sorted_fractions=(0.0, 1.5))
     with pytest.raises(ValueError, match=r"batch_sizes\[0\] must be an integer >= 1"):
-        ch.make_config("quick", batch_sizes=(0, 2))
+        run.make_config("quick", batch_sizes=(0, 2))
     with pytest.raises(ValueError, match="batch_size must be an integer >= 2"):
-        ch.make_config("quick", batch_size=1)
+        run.make_config("quick", batch_size=1)
     with pytest.raises(ValueError, match="n_eval must be an integer >= 64"):
-        ch.make_config("quick", n_eval=40)
+        run.make_config("quick", n_eval=40)
     with pytest.raises(ValueError, match="noise must be a finite number >= 0.0"):  # SourceConfig's own message
-        ch.make_config("quick", noise=-1)
+        run.make_config("quick", noise=-1)
     with pytest.raises(ValueError, match=r"t3_lrs\[1\] must be a finite number > 0.0"):
-        ch.make_config("quick", t3_lrs=(0.01, 0.0))
+        run.make_config("quick", t3_lrs=(0.01, 0.0))
     with pytest.raises(ValueError, match="seeds must not repeat"):
-        ch.make_config("quick", seeds=[1, 1])
+        run.make_config("quick", seeds=[1, 1])
     with pytest.raises(ValueError, match="sorted_fraction must be a finite number"):
-        ch.sorted_fraction_labels(2, 4, 3, -0.1, torch.Generator())
+        run.sorted_fraction_labels(2, 4, 3, -0.1, torch.Generator())
 
 
 def test_run_configs_one_per_seed_trap_and_case_with_unique_keys():
-    cfg = ch.make_config("quick", seeds=[0, 5], sorted_fractions=(0.0, 1.0), batch_sizes=(1, 16), t3_lrs=(0.01, 0.1))
+    cfg = run.make_config("quick", seeds=[0, 5], sorted_fractions=(0.0, 1.0), batch_sizes=(1, 16), t3_lrs=(0.01, 0.1))
     runs = cfg.run_configs()
     assert len(runs) == 2 * (2 + 2 + 3 + 2 + 2 + 2 + 2 * 2 + len(cfg.t1_lrs) + 2 * len(cfg.t5_train_batch_sizes)
                              + len(cfg.t3_std_lrs))
@@ -57,7 +60,7 @@ def test_run_configs_one_per_seed_trap_and_case_with_unique_keys():
 
 
 def test_sorted_fraction_labels_put_the_stated_share_in_one_class():
-    labels = ch.sorted_fraction_labels(6, 8, 5, 0.75, torch.Generator().manual_seed(0))
+    labels = run.sorted_fraction_labels(6, 8, 5, 0.75, torch.Generator().manual_seed(0))
     assert all(torch.bincount(y, minlength=5).max() >= 6 for y in labels)
 
 
@@ -117,7 +120,7 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
                   val_aux=0.5, task_b_aux=0.55, main_loss_first=6.0, main_loss_last=1.5 + at,
                   eval_dropout_off=eval_dropout_off)
         # trap 3's dropout mechanism: the standardized fix's sweep (p = 0.3), then the chosen-rate runs
-        dm = lambda kind, p, lr, acc, val=0.5: r("dropout_mechanism", ch.dropout_case(kind, p, lr), setup="backbone_only",
+        dm = lambda kind, p, lr, acc, val=0.5: r("dropout_mechanism", run.dropout_case(kind, p, lr), setup="backbone_only",
                                                  lr=lr, steps=600, kind=kind, p_drop=p, val_main=val, task_b_main=acc,
                                                  task_b_main_half=acc, val_aux=0.5, task_b_aux=0.55, main_loss_first=3.0,
                                                  main_loss_last=1.0, eval_dropout_off=1.0)
@@ -162,7 +165,7 @@ def _v(f, key):
 
 
 def test_findings_on_a_table_whose_answers_are_known():
-    f = ch.findings(_table())
+    f = findings.findings(_table())
     assert (f.n_seeds, f.chance, f.steps, f.min_batch) == (3, 0.1, 60, 16) and f.source_acc == pytest.approx(0.95)
     assert f.t1_buffer == pytest.approx(3.0) and (f.t1_buffer_min, f.t1_buffer_max) == (2.0, 4.0)
     assert f.t1_task_a_after == pytest.approx(0.3)
@@ -188,7 +191,7 @@ def test_findings_on_a_table_whose_answers_are_known():
     assert f.claim("t3_whole_vs_fix")["estimate"] == pytest.approx(0.0) and _v(f, "t3_whole_vs_fix") == "not decided"
     assert _v(f, "t3_nodrop_equals_whole") == "not exact" and f.claim("t3_nodrop_equals_whole")["estimate"] == \
         pytest.approx(0.12)
-    assert _v(ch.findings(_table(nodrop=(0.8, 0.8, 0.8))), "t3_nodrop_equals_whole") == "exact, checked =="
+    assert _v(findings.findings(_table(nodrop=(0.8, 0.8, 0.8))), "t3_nodrop_equals_whole") == "exact, checked =="
     # trap 5 at inference: train - eval mode (negative: train mode loses); safe from 16 (zero loss there and at 32)
     assert f.t5_train_vs_eval["b4"].mean == pytest.approx(-0.35) and f.t5_safe_batch == 16.0
     assert f.t5_safe_count == 1024.0 and f.t5_count["b1"] == 64.0 and f.t5_safe_p == 0.0
@@ -251,14 +254,14 @@ def test_findings_on_a_table_whose_answers_are_known():
 def test_every_verdict_is_a_word_of_the_vocabulary_and_the_family_is_one_bonferroni_family():
     from bnstudy.inference import Family, decide, is_verdict
     for kw in ({}, _HOLDS, dict(drift_test=(0.7, 0.5, 0.74)), dict(price=(0.15, -0.05, 0.09))):
-        f = ch.findings(_table(**kw))
-        assert all(is_verdict(v, ch.DIRECTIONS) for v in f.claims["verdict"])
+        f = findings.findings(_table(**kw))
+        assert all(is_verdict(v, findings.DIRECTIONS) for v in f.claims["verdict"])
         tests = f.claims[~f.claims["kind"].isin(["exact", "not exact"])]
-        assert f.family_m == len(tests) + len(ch.RULES) == 13  # 11 comparisons (one batch below 16) and 2 rules
+        assert f.family_m == len(tests) + len(findings.RULES) == 13  # 11 comparisons (one batch below 16) and 2 rules
         assert f.family_confidence == pytest.approx(100 * (1 - 0.05 / 13))
         assert (tests["confidence"] == Family(13).confidence).all()
     # each claim is decide() on the per-seed difference it names, at the family's level: trap 1's, by hand
-    f = ch.findings(_table(drift_test=(0.7, 0.66, 0.74)))  # drifting - pinned: 0.1, 0.04, 0.1
+    f = findings.findings(_table(drift_test=(0.7, 0.66, 0.74)))  # drifting - pinned: 0.1, 0.04, 0.1
     d = decide([0.1, 0.04, 0.1], "t1_tuned_price", family=Family(13), higher="drifting higher", lower="drifting lower")
     c = f.claim("t1_tuned_price")
     assert (c["estimate"], c["low"], c["high"], c["p"], c["verdict"]) == pytest.approx(
@@ -267,24 +270,24 @@ def test_every_verdict_is_a_word_of_the_vocabulary_and_the_family_is_one_bonferr
     from bnstudy.inference import holm
     assert list(f.claims["p_adjusted"]) == pytest.approx(list(holm(f.claims["p"])), nan_ok=True)
     assert f.claims.loc[f.claims["kind"] == "exact", "p_adjusted"].isna().all()
-    assert set(ch.DIRECTIONS) == {w for _, words in ch.CLAIMS.values() for w in words}
+    assert set(findings.DIRECTIONS) == {w for _, words in findings.CLAIMS.values() for w in words}
 
 
 def test_the_chance_rule_reads_the_family_interval_against_the_line():
     # the run line's fix against 1.5 x chance (0.15): accuracy minus the line, decided like every comparison
-    f = ch.findings(_table(runline_fixed=0.12))  # at chance in every seed: below the line, no spread
+    f = findings.findings(_table(runline_fixed=0.12))  # at chance in every seed: below the line, no spread
     assert _v(f, "t3_fix_chance") == "below 1.5 times chance" and f.t3_fix_seeds_below == 3
-    f = ch.findings(_table(runline_fixed=0.15, runline_seeds=(-0.05, 0.0, 0.06)))  # interval across the line
+    f = findings.findings(_table(runline_fixed=0.15, runline_seeds=(-0.05, 0.0, 0.06)))  # interval across the line
     assert _v(f, "t3_fix_chance") == "not decided" and f.t3_fix_seeds_below == 2
-    f = ch.findings(_table(tuned_fixed=(0.12, 0.1, 0.14)))  # mean 0.12, interval across 0.15
+    f = findings.findings(_table(tuned_fixed=(0.12, 0.1, 0.14)))  # mean 0.12, interval across 0.15
     assert _v(f, "t3_tuned_fix_chance") == "not decided"
-    f = ch.findings(_table(tuned_fixed=(0.5, 0.5, 0.5)))
+    f = findings.findings(_table(tuned_fixed=(0.5, 0.5, 0.5)))
     assert _v(f, "t3_tuned_fix_chance") == "above 1.5 times chance"
 
 
 def test_checklist_table_is_plain_text_with_one_row_per_trap():
-    f = ch.findings(_table())
-    t = ch.checklist_table(f)
+    f = findings.findings(_table())
+    t = figures.checklist_table(f)
     assert list(t.columns) == ["what the audit reported (this run)", "fix"] and len(t) == 6
     assert t.index.name == "trap" and t.index[0].startswith("1. model.train()")
     assert not t.reset_index().apply(lambda c: c.str.contains(r"\*\*|\{glue")).any().any()  # no Markdown or roles
@@ -292,21 +295,31 @@ def test_checklist_table_is_plain_text_with_one_row_per_trap():
     assert "whole model minus fix +0.170 [" in t.iloc[2, 1] and "not decided" in t.iloc[2, 1]
     assert "above 1.5 times chance" in t.iloc[2, 1]
     assert t.iloc[5, 0].endswith("meter higher")
-    f = ch.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # one seed's held-out accuracy high: neither shown
-    assert ch.checklist_table(f).iloc[5, 0].endswith("not decided")
+    f = findings.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # one seed's held-out accuracy high: neither shown
+    assert figures.checklist_table(f).iloc[5, 0].endswith("not decided")
 
 
 def test_batch_training_table_has_one_row_per_training_batch():
-    t = ch.batch_training_table(ch.findings(_table()))
+    t = figures.batch_training_table(findings.findings(_table()))
     assert list(t.index) == [4, 16, 32] and t.loc[4, "batch stats minus pinned, as trained"].startswith("-0.030 [")
     assert t.loc[4, "batch stats minus pinned, re-estimated"].startswith("-0.030 [") and t.loc[32, "samples seen"] == "3200"
     assert t.loc[32, "last-epoch loss (batch stats / pinned)"] == "1.00 / 0.10"
 
 
+def test_as_trained_count_is_the_counts_rule_over_its_own_family():
+    # batch statistics lower as trained at batch 4 (0.1, tiny spread): counted by count_verdicts over the as-trained
+    # comparisons' own claims table, which leaves the chapter's family (and its intervals) as it was
+    f = findings.findings(_table(bt_b4=(0.80, 0.81, 0.805), bt_pinned_b4=(0.90, 0.911, 0.905)))
+    assert f.t5t_costs_n_as_trained == 1 and f.family_m == 13
+    t = findings._as_trained_claims({4: pd.Series([-0.1, -0.099, -0.1005])})
+    assert list(t["key"]) == ["t5t_as_trained_b4"] and t["verdict"].iloc[0] == "batch statistics lower"
+    assert findings._as_trained_claims({}).empty
+
+
 def test_batch_training_verdicts_use_the_re_estimated_comparison():
     # Referee ch2c N1: pinned scores lower as trained (stale statistics) but its weights are better: re-estimating
     # both arms' statistics reverses the sign. The claims follow the re-estimated comparison.
-    f = ch.findings(_table(bt_b4=(0.93, 0.94, 0.935), bt_pinned_b4=(0.90, 0.91, 0.905),
+    f = findings.findings(_table(bt_b4=(0.93, 0.94, 0.935), bt_pinned_b4=(0.90, 0.91, 0.905),
                            bt_reest_b4=dict(batch_stats=(0.90, 0.91, 0.905), pinned=(0.95, 0.951, 0.949))))
     assert f.t5t_bs_vs_pinned["b4"].mean == pytest.approx(0.03) and f.t5t_bs_vs_pinned["b4"].low > 0
     c = f.claim("t5t_reest_b4")  # -0.045, spread 0.001: batch statistics lower even at the family's level
@@ -318,11 +331,11 @@ def test_batch_training_verdicts_use_the_re_estimated_comparison():
 
 
 def test_multiplicity_table_lists_the_family():
-    f = ch.findings(_table())
-    t = ch.multiplicity_table(f)
-    assert len(t) == f.family_m and list(t.index[-2:]) == list(ch.RULES.values())
-    assert t.loc[ch.CLAIMS["t1_tuned_price"][0], "verdict"] == "drifting higher"
-    assert t.loc[ch.RULES["t5_safe_batch"], "estimate [family interval]"] == "safe batch 16"
+    f = findings.findings(_table())
+    t = figures.multiplicity_table(f)
+    assert len(t) == f.family_m and list(t.index[-2:]) == list(findings.RULES.values())
+    assert t.loc[findings.CLAIMS["t1_tuned_price"][0], "verdict"] == "drifting higher"
+    assert t.loc[findings.RULES["t5_safe_batch"], "estimate [family interval]"] == "safe batch 16"
     assert t.loc["trap 5, training, re-estimated: batch statistics minus pinned at batch 4", "verdict"] == "not decided"
     # trap 1 at tuned rates: the pinned head's second-half gain and the price at half budget
     assert f.t1_tuned_gain_pinned.mean == pytest.approx(0.05) and f.t1_tuned_price_b_half.mean == pytest.approx(0.13)
@@ -330,66 +343,66 @@ def test_multiplicity_table_lists_the_family():
 
 
 def test_findings_say_when_a_claim_is_not_shown():
-    f = ch.findings(_table(price=(0.15, -0.05, 0.09)))  # the run line's difference: descriptive, spans zero
+    f = findings.findings(_table(price=(0.15, -0.05, 0.09)))  # the run line's difference: descriptive, spans zero
     assert f.t1_price_b.low < 0 < f.t1_price_b.high and (f.t1_price_b_pos_seeds, f.t1_price_b_neg_seeds) == (2, 1)
-    f = ch.findings(_table(head_loss=(20.0, 10.0)))  # the head's training loss, recorded: eval_once, pinned = 2x
+    f = findings.findings(_table(head_loss=(20.0, 10.0)))  # the head's training loss, recorded: eval_once, pinned = 2x
     assert (f.t1_loss_first_eval_once, f.t1_loss_last_eval_once) == pytest.approx((20.0, 10.0))
     assert (f.t1_loss_first_pinned, f.t1_loss_last_pinned) == pytest.approx((40.0, 20.0))
-    assert _v(ch.findings(_table(pinned_probe=1e-7)), "t1_pinned") == "not exact"
-    assert _v(ch.findings(_table(aux_whole_change=1e-6)), "t3_aux_untouched") == "not exact"
-    assert _v(ch.findings(_table(aux_whole=0.2)), "t3_aux_untouched") == "exact, checked =="  # an identity only
-    assert ch.findings(_table(shuffled_lint=1.0)).t4_shuffled_clean is False
-    assert ch.findings(_table(sorted_train=(0.9, 0.92, 0.3))).t4_monotone is False
-    assert ch.findings(_table(sorted_train=(0.9, 0.905, 0.3))).t4_monotone is False  # no allowance
-    assert ch.findings(_table(sorted_train_seed2=(0.5, 0.6, 0.3))).t4_monotone is False  # one seed rises
-    f = ch.findings(_table(after=0.9))  # 0.05 lower after the pass in every seed: a direction, not equivalence
+    assert _v(findings.findings(_table(pinned_probe=1e-7)), "t1_pinned") == "not exact"
+    assert _v(findings.findings(_table(aux_whole_change=1e-6)), "t3_aux_untouched") == "not exact"
+    assert _v(findings.findings(_table(aux_whole=0.2)), "t3_aux_untouched") == "exact, checked =="  # an identity only
+    assert findings.findings(_table(shuffled_lint=1.0)).t4_shuffled_clean is False
+    assert findings.findings(_table(sorted_train=(0.9, 0.92, 0.3))).t4_monotone is False
+    assert findings.findings(_table(sorted_train=(0.9, 0.905, 0.3))).t4_monotone is False  # no allowance
+    assert findings.findings(_table(sorted_train_seed2=(0.5, 0.6, 0.3))).t4_monotone is False  # one seed rises
+    f = findings.findings(_table(after=0.9))  # 0.05 lower after the pass in every seed: a direction, not equivalence
     assert _v(f, "t4_after") == "lower after the pass"
-    assert _v(ch.findings(_table(lint_b16=1.0)), "t5_lint_matches") == "not exact"
+    assert _v(findings.findings(_table(lint_b16=1.0)), "t5_lint_matches") == "not exact"
     # batch 4 loses 0.005 in every seed: within the 0.02 tolerance, so the safe batch moves down to 4
-    assert ch.findings(_table(b4_train=(0.945, 0.945, 0.945))).t5_safe_batch == 4.0
+    assert findings.findings(_table(b4_train=(0.945, 0.945, 0.945))).t5_safe_batch == 4.0
     # batch 4 loses 0.015 +- 0.01 over 3 seeds: the one-sided test at 0.05/13 does not reject, safe only from 16
-    assert ch.findings(_table(b4_train=(0.925, 0.935, 0.945))).t5_safe_batch == 16.0
-    f = ch.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # one seed's sorted model does well: not decided
+    assert findings.findings(_table(b4_train=(0.925, 0.935, 0.945))).t5_safe_batch == 16.0
+    f = findings.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # one seed's sorted model does well: not decided
     assert _v(f, "t6_meter_gap") == "not decided"
-    f = ch.findings(_table(fixed_peak=0.0005))  # the fix's best rate at the grid's lower end
+    f = findings.findings(_table(fixed_peak=0.0005))  # the fix's best rate at the grid's lower end
     assert f.t3_lr_fixed == 0.0005 and f.t3_lr_interior is False
-    f = ch.findings(_table(tuned_fixed=(0.6, 0.62, 0.64)))  # the fix as good as the whole model, every seed
+    f = findings.findings(_table(tuned_fixed=(0.6, 0.62, 0.64)))  # the fix as good as the whole model, every seed
     assert f.claim("t3_tuned_whole_vs_fix")["estimate"] == pytest.approx(0.0)
     assert _v(f, "t3_tuned_whole_vs_fix") == "not decided"
-    f = ch.findings(_table(tuned_fixed=(0.5, 0.52, 0.54)))  # 0.1 lower in every seed: shown
+    f = findings.findings(_table(tuned_fixed=(0.5, 0.52, 0.54)))  # 0.1 lower in every seed: shown
     assert _v(f, "t3_tuned_whole_vs_fix") == "whole model higher"
-    assert _v(ch.findings(_table(eval_dropout_off=0.0)), "t3_eval_dropout_off") == "not exact"
+    assert _v(findings.findings(_table(eval_dropout_off=0.0)), "t3_eval_dropout_off") == "not exact"
     # a mean change inside +-0.02 whose interval is not: not decided, not equivalent
-    f = ch.findings(_table(after_seeds=(0.01, -0.015, 0.012)))
+    f = findings.findings(_table(after_seeds=(0.01, -0.015, 0.012)))
     assert abs(f.claim("t4_after")["estimate"]) < 0.02 and _v(f, "t4_after") == "not decided"
-    assert ch.findings(_table(half_lint=(1.0, 0.0, 1.0))).t4_flagged_every_seed is False
+    assert findings.findings(_table(half_lint=(1.0, 0.0, 1.0))).t4_flagged_every_seed is False
     # trap 1 at tuned rates: one seed's drifting head below the pinned one -> not decided; grid end flagged
-    f = ch.findings(_table(drift_test=(0.7, 0.5, 0.74)))
+    f = findings.findings(_table(drift_test=(0.7, 0.5, 0.74)))
     assert _v(f, "t1_tuned_price") == "not decided" and f.t1_tuned_price_b_neg_seeds == 1
-    assert ch.findings(_table(drift_peak=0.05)).t1_tuned_lr_interior is False
+    assert findings.findings(_table(drift_peak=0.05)).t1_tuned_lr_interior is False
     # trap 5's training arm: no loss at 4 -> safe from 4, nothing below min_batch shown
-    f = ch.findings(_table(bt_b4=(0.95, 0.95, 0.95), bt_b16=(0.95, 0.95, 0.95)))
+    f = findings.findings(_table(bt_b4=(0.95, 0.95, 0.95), bt_b16=(0.95, 0.95, 0.95)))
     assert f.t5t_safe_batch == 4.0 and f.t5t_costs_n == 0
-    f = ch.findings(_table(bt_b16=(0.94, 0.92, 0.95)))  # batch 16 loses up to 0.03: safe only from 32
+    f = findings.findings(_table(bt_b16=(0.94, 0.92, 0.95)))  # batch 16 loses up to 0.03: safe only from 32
     assert f.t5t_safe_batch == 32.0
-    f = ch.findings(_table(sorted_eval=(0.25, 0.26, 0.255), sorted_meter=0.255))  # meter within +-0.05
+    f = findings.findings(_table(sorted_eval=(0.25, 0.26, 0.255), sorted_meter=0.255))  # meter within +-0.05
     assert _v(f, "t6_meter_gap") == "equivalent within ±0.05"
 
 
 def test_findings_reject_a_table_without_a_case():
     df = _table()
     with pytest.raises(KeyError, match="pinned"):
-        ch.findings(df[df["case"] != "pinned"])
+        findings.findings(df[df["case"] != "pinned"])
     with pytest.raises(KeyError, match="whole_eval_tuned"):
-        ch.findings(df[df["trap"] != "whole_eval_tuned"])
+        findings.findings(df[df["trap"] != "whole_eval_tuned"])
     with pytest.raises(KeyError, match="train_call_tuned"):
-        ch.findings(df[df["trap"] != "train_call_tuned"])
+        findings.findings(df[df["trap"] != "train_call_tuned"])
     with pytest.raises(KeyError, match="batch_training"):
-        ch.findings(df[df["trap"] != "batch_training"])
+        findings.findings(df[df["trap"] != "batch_training"])
 
 
 def test_single_layer_facts():
-    s = ch.single_layer_cases(0)
+    s = run.single_layer_cases(0)
     assert s.t5_error.startswith("ValueError: Expected more than 1 value per channel")
     assert "norm" in s.t5_lint1 and s.t5_loader == "last_batch_single" or "last_batch" in s.t5_loader
     assert s.t5_bn2d_mean < 1e-5 and s.t5_dev2 < 1e-3
@@ -405,9 +418,9 @@ TINY = dict(seeds=[0, 1], stage1_steps=30, n_eval=64, steps=6, epoch_steps=3, ba
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    cfg = ch.make_config("quick", **TINY)
+    cfg = run.make_config("quick", **TINY)
     ex = Execution(cache_dir=str(tmp_path_factory.mktemp("cache")), n_jobs=1, progress=False)
-    return cfg, ex, ch.run(cfg, ex)
+    return cfg, ex, run.run(cfg, ex)
 
 
 def _q(df, trap, case, quantity):
@@ -418,7 +431,7 @@ def _q(df, trap, case, quantity):
 
 def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
     cfg, ex, t = tiny
-    rates = ch.chosen_rates(t)
+    rates = run.chosen_rates(t)
     assert len(t) == len(cfg.run_configs()) + len(cfg.dropout_configs(rates["backbone_only"], rates["std"]))
     assert not t.duplicated(["seed", "trap", "case"]).any()
     dm = t[t["trap"] == "dropout_mechanism"]  # trap 3's dropout mechanism: every run scored with dropout off
@@ -452,12 +465,12 @@ def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
     # trap 3's sweep: every (setup, rate) once per seed, at the sweep's budget, dropout off when scored
     tuned = t[t["trap"] == "whole_eval_tuned"]
     assert len(tuned) == 2 * 2 * len(TINY["seeds"]) and set(tuned["steps"]) == {6}
-    assert set(tuned["setup"]) == set(ch.TUNED_SETUPS) and (tuned["eval_dropout_off"] == 1).all()
+    assert set(tuned["setup"]) == set(run.TUNED_SETUPS) and (tuned["eval_dropout_off"] == 1).all()
     assert tuned[["val_main", "task_b_main", "task_b_main_half"]].stack().between(0, 1).all()
     drift = t[t["trap"] == "train_call_tuned"]
-    assert len(drift) == 2 * len(TINY["seeds"]) and set(drift["setup"]) == {ch.DRIFT_SETUP}
+    assert len(drift) == 2 * len(TINY["seeds"]) and set(drift["setup"]) == {run.DRIFT_SETUP}
     for b in (2, 16):  # trap 5's training arm: both modes, accuracies are fractions
-        for mode in ch.BATCH_TRAINING_MODES:
+        for mode in run.BATCH_TRAINING_MODES:
             assert _q(t, "batch_training", f"{mode}_b{b}", "heldout_reestimated_accuracy").between(0, 1).all()
     assert (_q(t, "train_call", "eval_once", "max_abs_log_var_ratio") > 0).all()
     assert (_q(t, "train_call", "pinned", "max_mean_shift_sd") == 0).all()
@@ -470,46 +483,45 @@ def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
     n = TINY["n_eval"]
     assert ((_q(t, "train_call", "pinned", "task_a_after") * n).round(9) % 1 == 0).all()
     # the cache: a second run computes nothing and returns the same table
-    again = ch.run(cfg, ex)
+    again = run.run(cfg, ex)
     pd.testing.assert_frame_equal(t, again)
-    f = ch.findings(t)
+    f = findings.findings(t)
     assert f.verdict("t1_pinned") == "exact, checked ==" and f.verdict("t2_eval") == "exact, checked =="
 
 
 def test_thread_check_reruns_the_cited_runs_at_the_other_thread_count(tiny):
     cfg, ex, t = tiny
-    tc = ch.thread_check(cfg, t, ex)
+    tc = run.thread_check(cfg, t, ex)
     assert set(tc["threads"]) == {1, 2} and set(tc["seed"]) == set(cfg.seeds[:cfg.thread_seeds])
-    assert set(tc["quantity"]) == set(ch.THREAD_QUANTITIES) and len(tc) == 2 * len(ch.THREAD_QUANTITIES) * cfg.thread_seeds
+    assert set(tc["quantity"]) == set(run.THREAD_QUANTITIES) and len(tc) == 2 * len(run.THREAD_QUANTITIES) * cfg.thread_seeds
     main = tc[tc["threads"] == 1].set_index("quantity")["accuracy"]
     assert main["t1_pinned"] == _q(t, "train_call", "pinned", "task_b").iloc[0]  # the main rows, unchanged
-    f = ch.thread_findings(tc)
-    assert f.n_runs == len(ch.THREAD_QUANTITIES) * cfg.thread_seeds and 0 <= f.max_diff <= 1
-    assert set(f.paired_largest) == set(ch.THREAD_PAIRS)
+    f = findings.thread_findings(tc)
+    assert f.n_runs == len(run.THREAD_QUANTITIES) * cfg.thread_seeds and 0 <= f.max_diff <= 1
+    assert set(f.paired_largest) == set(findings.THREAD_PAIRS)
 
 
 def test_first_seed_audit_recomputes_the_cached_row(tiny):
     cfg, ex, t = tiny
-    a, lints = ch.first_seed_audit(cfg, "train_call", "eval_once", ex)
+    a, lints = run.first_seed_audit(cfg, "train_call", "eval_once", ex)
     assert any(x.code == "frozen_bn_in_train_mode" for x in lints)
     cached = t[(t["seed"] == 0) & (t["trap"] == "train_call") & (t["case"] == "eval_once")].iloc[0]
     assert float(a.outputs()["max_abs_change"].max()) == cached["max_probe_change"]
     with pytest.raises(ValueError, match="no case 'nope'"):
-        ch.first_seed_audit(cfg, "train_call", "nope", ex)
+        run.first_seed_audit(cfg, "train_call", "nope", ex)
 
 
 def test_chapter2_figures_draw_the_tie_margin_and_keep_the_inset_clear():
     import matplotlib
     matplotlib.use("Agg")
-    from bnstudy import plots
     df = _table()
     t6 = df[df["trap"] == "sorted_training"]
-    fig = plots.sorted_training_figure(t6, 0.1, ch.TOL_TIE)
+    fig = figures.sorted_training_figure(t6, 0.1, findings.TOL_TIE)
     px = fig.axes[1]
     assert px.get_legend() is not None and "0.05" in px.get_legend().get_texts()[0].get_text()
     assert len(px.get_yticks()) == 0  # row labels sit inside the panel
     t4 = df[df["trap"] == "sorted_batches"]
-    fig = plots.sorted_batches_figure(t4, 0.1, ch.TOL_AFTER)
+    fig = figures.sorted_batches_figure(t4, 0.1, findings.TOL_AFTER)
     ins = fig.axes[1].child_axes[0]
     assert "\u00b1" in ins.get_title() and ins.get_xlim() == fig.axes[1].get_xlim()
 
@@ -523,7 +535,7 @@ _HOLDS = dict(whole_at_fix=(0.8, 0.82, 0.84), tuned_fixed=(0.4, 0.45, 0.5),  # r
 
 
 def test_dropout_mechanism_findings_on_a_table_where_the_hypothesis_holds():
-    f = ch.findings(_table(**_HOLDS))
+    f = findings.findings(_table(**_HOLDS))
     assert (f.t3d_lr_raw, f.t3d_lr_std, f.t3d_std_n_lrs, f.t3d_std_lr_interior) == (0.001, 0.05, 3, True)
     assert f.t3d_ps == "0.1, 0.3, 0.5" and (f.t3d_p_low, f.t3d_p_high, f.t3d_p_page) == (0.1, 0.5, 0.3)
     assert f.t3d_acc["raw_off"] == pytest.approx(0.82) and f.t3d_acc["std_p30"] == pytest.approx(0.771)
@@ -539,67 +551,67 @@ def test_dropout_mechanism_findings_on_a_table_where_the_hypothesis_holds():
     # the effect as a share of each kind's no-dropout accuracy, per seed (raw: -0.37 / 0.82 on average)
     assert f.t3d_rel_effect["raw"].mean == pytest.approx(-0.452, abs=1e-3) and f.t3d_rel_effect["std"].mean > -0.04
     assert f.t3d_rel_std_vs_raw.low > 0
-    t = ch.dropout_mechanism_table(f)
+    t = figures.dropout_mechanism_table(f)
     assert list(t.index) == [0.1, 0.3, 0.5] and t.loc[0.3, "raw features"].startswith("-0.370 [")
     assert t.loc[0.3, "standardized minus raw"].startswith("+0.341 [")
 
 
 def test_dropout_mechanism_says_which_part_of_the_hypothesis_fails():
     # the raw cost does not grow: p = 0.5 as good as p = 0.1 in one seed, worse in another
-    f = ch.findings(_table(**{**_HOLDS, "dm_raw": {0.1: (0.75, 0.77, 0.79), 0.5: (0.76, 0.5, 0.8)}}))
+    f = findings.findings(_table(**{**_HOLDS, "dm_raw": {0.1: (0.75, 0.77, 0.79), 0.5: (0.76, 0.5, 0.8)}}))
     assert f.verdict("t3d_growth_raw") == "not decided" and f.t3d_hypothesis is False
     assert "do not show that the dropout cost grows with the dropout rate" in f.t3d_hypothesis_words
     assert "standardizing" not in f.t3d_hypothesis_words
     # standardizing does not shrink the cost: the standardized effect as large as the raw one
-    f = ch.findings(_table(**{**_HOLDS, "dm_std": {0.0: (0.8, 0.8, 0.8), 0.1: (0.7, 0.7, 0.7),
+    f = findings.findings(_table(**{**_HOLDS, "dm_std": {0.0: (0.8, 0.8, 0.8), 0.1: (0.7, 0.7, 0.7),
                                                    0.3: (0.4, 0.43, 0.46), 0.5: (0.3, 0.3, 0.3)}}))
     assert f.claim("t3d_std_vs_raw")["estimate"] == pytest.approx(0.0, abs=1e-9)
     assert f.verdict("t3d_std_vs_raw") == "not decided" and f.t3d_hypothesis is False
     assert "that standardizing the features shrinks" in f.t3d_hypothesis_words
     # the standardized fix's best rate at an end of its grid is flagged
-    assert ch.findings(_table(**_HOLDS, std_peak=0.2)).t3d_std_lr_interior is False
-    assert ch.hypothesis_words("cost grows with the rate", "standardized costs less").startswith("The data are")
-    words = ch.hypothesis_words("cost shrinks with the rate", "standardized costs less")
+    assert findings.findings(_table(**_HOLDS, std_peak=0.2)).t3d_std_lr_interior is False
+    assert findings.hypothesis_words("cost grows with the rate", "standardized costs less").startswith("The data are")
+    words = findings.hypothesis_words("cost shrinks with the rate", "standardized costs less")
     assert words.startswith("It is not shown as stated") and "grows with the dropout rate" in words
 
 
 def test_findings_need_the_dropout_mechanism_rows():
     df = _table()
     with pytest.raises(KeyError, match="dropout_mechanism"):
-        ch.findings(df[df["trap"] != "dropout_mechanism"])
+        findings.findings(df[df["trap"] != "dropout_mechanism"])
     with pytest.raises(KeyError, match="kind='raw', p=0.5"):
-        ch.findings(df[df["case"] != ch.dropout_case("raw", 0.5, 0.001)])
+        findings.findings(df[df["case"] != run.dropout_case("raw", 0.5, 0.001)])
 
 
 def test_dropout_and_thread_configs_and_their_checks():
-    cfg = ch.make_config("quick", seeds=[0, 5, 7], thread_seeds=2, t3_std_lrs=(0.01, 0.1))
+    cfg = run.make_config("quick", seeds=[0, 5, 7], thread_seeds=2, t3_std_lrs=(0.01, 0.1))
     assert [r.case for r in cfg.run_configs() if r.trap == "dropout_mechanism" and r.seed == 0] == \
         ["std_p0.3_lr0.01", "std_p0.3_lr0.1"]
     dc = cfg.dropout_configs(0.001, 0.1)
     assert [r.case for r in dc if r.seed == 5] == ["raw_p0.1_lr0.001", "raw_p0.5_lr0.001", "std_p0.1_lr0.1",
                                                   "std_p0.5_lr0.1", "std_p0_lr0.1"]
-    assert all(r.steps == cfg.t3_steps for r in dc) and ch.parse_dropout_case("std_p0_lr0.1") == ("std", 0.0, 0.1)
-    rates = ch.chosen_rates(_table(**_HOLDS))
+    assert all(r.steps == cfg.t3_steps for r in dc) and run.parse_dropout_case("std_p0_lr0.1") == ("std", 0.0, 0.1)
+    rates = run.chosen_rates(_table(**_HOLDS))
     assert rates == {"whole_model": 0.01, "backbone_only": 0.001, "drifting": 0.02, "std": 0.05}
     tc = cfg.thread_configs({"drifting": 0.02, "whole_model": 0.01, "backbone_only": 0.001})
     assert {r.seed for r in tc} == {0, 5} and len(tc) == 2 * 7
     assert {r.case for r in tc if r.trap == "whole_eval_tuned"} == {"whole_model_lr0.01", "backbone_only_lr0.001"}
-    assert ch.make_config("quick").thread_seeds == 1 and ch.make_config("full").thread_seeds == 2
+    assert run.make_config("quick").thread_seeds == 1 and run.make_config("full").thread_seeds == 2
     assert "thread_seeds=2" in cfg.describe() and "t3_dropout_ps=0.1,0.3,0.5" in cfg.describe()
     with pytest.raises(ValueError, match="thread_seeds must be <= the number of seeds"):
-        ch.make_config("quick", thread_seeds=4)
+        run.make_config("quick", thread_seeds=4)
     with pytest.raises(ValueError, match="thread_seeds must be an integer >= 0"):
-        ch.make_config("quick", thread_seeds=-1)
+        run.make_config("quick", thread_seeds=-1)
     with pytest.raises(ValueError, match="t3_dropout_ps must contain the model's own rate 0.3"):
-        ch.make_config("quick", t3_dropout_ps=(0.1, 0.5))
+        run.make_config("quick", t3_dropout_ps=(0.1, 0.5))
     with pytest.raises(ValueError, match=r"t3_dropout_ps\[1\] must be a finite number > 0.0 and <= 0.9"):
-        ch.make_config("quick", t3_dropout_ps=(0.3, 1.0))
+        run.make_config("quick", t3_dropout_ps=(0.3, 1.0))
     with pytest.raises(ValueError, match="t3_dropout_ps must not repeat"):
-        ch.make_config("quick", t3_dropout_ps=(0.3, 0.3))
+        run.make_config("quick", t3_dropout_ps=(0.3, 0.3))
     with pytest.raises(ValueError, match=r"t3_std_lrs\[0\] must be a finite number > 0.0"):
-        ch.make_config("quick", t3_std_lrs=(0.0,))
+        run.make_config("quick", t3_std_lrs=(0.0,))
     with pytest.raises(ValueError, match="case must look like"):
-        ch.parse_dropout_case("big_p0.1_lr0.1")
+        run.parse_dropout_case("big_p0.1_lr0.1")
 
 
 def _threads(main=(0.5, 0.6), other=(0.52, 0.57), quantities=("t1_eval_once", "t1_pinned")):
@@ -612,18 +624,18 @@ def _threads(main=(0.5, 0.6), other=(0.52, 0.57), quantities=("t1_eval_once", "t
 
 
 def test_thread_findings_on_a_hand_made_table():
-    f = ch.thread_findings(_threads())
+    f = findings.thread_findings(_threads())
     assert (f.n_seeds, f.threads_main, f.threads_other, f.n_runs, f.n_differ) == (2, 1, 2, 4, 4)
     assert f.largest["t1_eval_once"] == pytest.approx(0.03) and f.typical["t1_eval_once"] == pytest.approx(0.025)
     assert (f.max_diff, f.mean_diff) == pytest.approx((0.03, 0.025))
-    assert f.max_quantity == ch.THREAD_WORDS["t1_eval_once"]
+    assert f.max_quantity == findings.THREAD_WORDS["t1_eval_once"]
     assert f.paired_largest == {"t1_price": pytest.approx(0.0)}  # both runs moved alike: the difference kept
-    f = ch.thread_findings(_threads(other=(0.5, 0.6)))  # nothing moved
+    f = findings.thread_findings(_threads(other=(0.5, 0.6)))  # nothing moved
     assert f.n_differ == 0 and f.max_diff == 0.0
     with pytest.raises(ValueError, match="exactly two thread counts including main_threads=1"):
-        ch.thread_findings(_threads().assign(threads=2))
+        findings.thread_findings(_threads().assign(threads=2))
     with pytest.raises(ValueError, match="every \\(seed, quantity\\) at both"):
-        ch.thread_findings(_threads().iloc[:-1])
+        findings.thread_findings(_threads().iloc[:-1])
 
 
 # --- rows: the page analyses an earlier run's saved tables again ----------------------------------------------------
@@ -633,38 +645,38 @@ def test_run_tables_returns_the_sibling_tables_the_page_saves(tiny, tmp_path):
     saved tables trains nothing; the printouts come back from their CSV character for character."""
     from bnstudy import report
     cfg, ex, t = tiny
-    df, tables = ch.run_tables(cfg, ex)
-    assert set(tables) == set(ch.SIBLING_TABLES) and ch.ANALYSIS_PARAMETERS == ()
+    df, tables = run.run_tables(cfg, ex)
+    assert set(tables) == set(run.SIBLING_TABLES) and run.ANALYSIS_PARAMETERS == ()
     pd.testing.assert_frame_equal(df, t)
-    pd.testing.assert_frame_equal(tables["threads"], ch.thread_check(cfg, t, ex))
+    pd.testing.assert_frame_equal(tables["threads"], run.thread_check(cfg, t, ex))
     report.save_table(df, tmp_path / "02_eval_traps.csv")  # the rows a page given rows reads: the same trap tables
-    back = ch.rows_table(report.load_rows(tmp_path / "02_eval_traps.csv", {})[0])
-    for trap in ch.TRAPS:
-        assert ch.trap_table(back, trap).to_csv(index=False) == ch.trap_table(df, trap).to_csv(index=False), trap
-    pd.testing.assert_frame_equal(ch.rows_table(df), df)
+    back = run.rows_table(report.load_rows(tmp_path / "02_eval_traps.csv", {})[0])
+    for trap in run.TRAPS:
+        assert run.trap_table(back, trap).to_csv(index=False) == run.trap_table(df, trap).to_csv(index=False), trap
+    pd.testing.assert_frame_equal(run.rows_table(df), df)
     audits = tables["audits"]
-    assert list(zip(audits["trap"], audits["case"])) == [(trap, case) for trap, case, _ in ch.PRINTED_AUDITS]
+    assert list(zip(audits["trap"], audits["case"])) == [(trap, case) for trap, case, _ in run.PRINTED_AUDITS]
     assert set(audits["seed"]) == {cfg.seeds[0]}
-    for trap, case, codes in ch.PRINTED_AUDITS:
-        assert ch.printout(audits, trap, case) == ch.first_seed_printout(cfg, trap, case, ex, lint_codes=codes)
+    for trap, case, codes in run.PRINTED_AUDITS:
+        assert run.printout(audits, trap, case) == run.first_seed_printout(cfg, trap, case, ex, lint_codes=codes)
     report.save_table(audits, tmp_path / "02_eval_traps_audits.csv")
     back, _ = report.load_rows(tmp_path / "02_eval_traps_audits.csv", {})
-    for trap, case, _ in ch.PRINTED_AUDITS:  # multi-line text with quotes and commas survives the CSV
-        text = ch.printout(back, trap, case)
-        assert text == ch.printout(audits, trap, case) and "\n" in text
+    for trap, case, _ in run.PRINTED_AUDITS:  # multi-line text with quotes and commas survives the CSV
+        text = run.printout(back, trap, case)
+        assert text == run.printout(audits, trap, case) and "\n" in text
     single = tables["single_layer"]
     assert list(single["seed"]) == [cfg.seeds[0]]
     report.save_table(single, tmp_path / "02_eval_traps_single_layer.csv")
     back, _ = report.load_rows(tmp_path / "02_eval_traps_single_layer.csv", {})
-    assert ch.single_layer_from_table(back) == ch.single_layer_from_table(single)  # floats and texts exactly
-    assert ch.single_layer_from_table(single).t5_error.startswith("ValueError")
+    assert run.single_layer_from_table(back) == run.single_layer_from_table(single)  # floats and texts exactly
+    assert run.single_layer_from_table(single).t5_error.startswith("ValueError")
     empty = single.assign(t5_lint1="")
     report.save_table(empty, tmp_path / "empty.csv")
-    assert ch.single_layer_from_table(report.load_rows(tmp_path / "empty.csv", {})[0]).t5_lint1 == ""
+    assert run.single_layer_from_table(report.load_rows(tmp_path / "empty.csv", {})[0]).t5_lint1 == ""
     with pytest.raises(KeyError, match="no single printout of trap='train_call', case='pinned'"):
-        ch.printout(audits, "train_call", "pinned")
+        run.printout(audits, "train_call", "pinned")
     with pytest.raises(TypeError, match="run_tables needs an eval_traps.Config"):
-        ch.run_tables(object(), ex)
+        run.run_tables(object(), ex)
 
 
 def _printed(path) -> list[str]:
@@ -693,7 +705,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
     assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
     saved = sorted(p.name for p in (tmp_path / "results").glob("02_eval_traps*.csv"))
     assert saved == sorted(p.name for p in (tmp_path / "results2").glob("02_eval_traps*.csv"))
-    assert {f"02_eval_traps_{s}.csv" for s in ch.SIBLING_TABLES} <= set(saved)
+    assert {f"02_eval_traps_{s}.csv" for s in run.SIBLING_TABLES} <= set(saved)
     for name in saved:
         assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
     pa, pb = _printed(first), _printed(again)
@@ -713,7 +725,7 @@ def test_single_layer_facts_are_the_same_in_every_process():
     initialized from torch's global generator. Seeded now, a fresh process gives the same facts."""
     import subprocess
     import sys
-    code = ("from bnstudy.experiments.eval_traps import single_layer_table as t; import torch; "
+    code = ("from bnstudy.experiments.eval_traps.run import single_layer_table as t; import torch; "
             "torch.manual_seed({}); print(t(0).to_json())")
     a, b = (subprocess.run([sys.executable, "-c", code.format(s)], capture_output=True, text=True, check=True).stdout
             for s in (1, 2))
@@ -725,13 +737,13 @@ def test_the_printed_audits_train_at_the_executions_thread_count_whatever_the_pr
     pytest's (head.1.weight max |change| 2.577 against 2.548): its heads trained at the process's thread count. They
     train at the execution's now, so the process's own count does not matter."""
     import torch
-    cfg = ch.make_config("full")  # the release's settings: at quick's tiny sizes the thread count changes nothing
+    cfg = run.make_config("full")  # the release's settings: at quick's tiny sizes the thread count changes nothing
     from bnstudy.config import Execution
     before = torch.get_num_threads()
     tables = []
     for n in (1, 2):
         torch.set_num_threads(n)
-        tables.append(ch.audit_table(cfg, Execution(progress=False, cache_dir=str(tmp_path)), cases=ch.PRINTED_AUDITS))
+        tables.append(run.audit_table(cfg, Execution(progress=False, cache_dir=str(tmp_path)), cases=run.PRINTED_AUDITS))
     torch.set_num_threads(before)
     assert tables[0].equals(tables[1])
 
@@ -748,8 +760,8 @@ def _set(df, trap, case, **values):
 
 
 def test_answer_on_a_hand_made_table_states_what_the_findings_say():
-    f = ch.findings(_table())
-    a = ch.answer(f)
+    f = findings.findings(_table())
+    a = findings.answer(f)
     assert a.count(". ") + 1 >= 5 and "{glue" not in a and "nan" not in a.lower().split()
     assert "is undone by the training loop's next `model.train()`" in a and "task A fell from 0.950 to 0.300" in a
     assert "although no backbone weight moved" in a
@@ -758,7 +770,7 @@ def test_answer_on_a_hand_made_table_states_what_the_findings_say():
     assert "these seeds do not tell the two main heads apart" in a and "**not decided**" in a
     assert "cost train mode accuracy" in a and "**train mode lower**" in a and "share of 0.50" in a
     assert "loses less than 0.02 from batch 16 on" in a and "at the `small_batch` lint's threshold of 16" in a
-    s = ch.page_sentences(f)
+    s = findings.page_sentences(f)
     assert s["answer"] == a and "overstated" in s["t6_summary"] and "**meter higher**" in s["t6_summary"]
     assert s["t6_seed"].startswith("That is seed article 002's warning")
     assert s["t5_safe_p_text"] == "0.0e+00" and s["t5_safe_count_text"] == "1024 at the safe batch (16)"
@@ -767,7 +779,7 @@ def test_answer_on_a_hand_made_table_states_what_the_findings_say():
 def test_flip_each_headline_verdict_and_the_page_sentences_follow():
     """The flip test: hand-made tables in which each headline outcome of the page turns round; the answer and every
     findings-chosen sentence change with it and no longer assert the old outcome."""
-    base = ch.page_sentences(ch.findings(_table()))
+    base = findings.page_sentences(findings.findings(_table()))
     flips = {  # name: (table, sentence key, old words that must go, new words that must come)
         "task A rises after trap 1": (_set(_table(), "train_call", "eval_once", task_a_after=0.99),
                                      "t1_summary", "task A fell from", "task A rose from 0.950 to 0.990"),
@@ -800,27 +812,27 @@ def test_flip_each_headline_verdict_and_the_page_sentences_follow():
                           "the network loses less than 0.02 at no batch size tried"),
     }
     for name, (df, key, old, new) in flips.items():
-        s = ch.page_sentences(ch.findings(df))
+        s = findings.page_sentences(findings.findings(df))
         assert old in base[key] and old not in s[key] and new in s[key], name
         assert s[key] != base[key], name
         if key in ("t1_summary", "t2_summary", "t3_summary", "t4_summary", "t5_summary"):
             assert s[key] in s["answer"] and base[key] not in s["answer"], name  # the answer follows
         assert not any(" nan" in v.lower() or "nan " in v.lower() for v in s.values()), name
     # the meter against seed 002: the sentence that agrees with the seed goes when the meter stops overstating
-    s = ch.page_sentences(ch.findings(_table(sorted_eval=(0.3, 0.3, 0.3), sorted_meter=0.1)))
+    s = findings.page_sentences(findings.findings(_table(sorted_eval=(0.3, 0.3, 0.3), sorted_meter=0.1)))
     assert base["t6_seed"].startswith("That is seed article 002's warning") and "understated" in s["t6_seed"]
     assert "That is seed article 002's warning" not in s["t6_seed"]
     # no safe batch: printed as n/a, never nan
-    s = ch.page_sentences(ch.findings(flips["no batch safe"][0]))
+    s = findings.page_sentences(findings.findings(flips["no batch safe"][0]))
     assert s["t5_safe_p_text"].startswith("n/a") and s["t5_safe_count_text"] == "n/a"
 
 
 def test_safe_batch_is_berger_intersection_union_over_the_larger_batches():
     from bnstudy.inference import intersection_union_p, one_sided_p
-    f = ch.findings(_table(b4_train=(0.93, 0.94, 0.945)))
+    f = findings.findings(_table(b4_train=(0.93, 0.94, 0.945)))
     diffs = {b: np.full(3, 0.0) for b in (16, 32)}
     assert f.t5_safe_batch == 16.0
-    assert f.t5_safe_p == intersection_union_p([one_sided_p(diffs[b], "greater", null=-ch.TOL_LOSS) for b in (16, 32)])
+    assert f.t5_safe_p == intersection_union_p([one_sided_p(diffs[b], "greater", null=-findings.TOL_LOSS) for b in (16, 32)])
 
 
 def _markdown_outside_glue(nb_path) -> str:
@@ -842,7 +854,7 @@ def test_the_notebook_types_no_outcome_outside_glue():
     nb = Path(__file__).resolve().parents[1] / "chapters" / "02_eval_traps.ipynb"
     text = _markdown_outside_glue(nb)
     low = text.lower()
-    found = [w for w in ch.DIRECTIONS if w.lower() in low]
+    found = [w for w in findings.DIRECTIONS if w.lower() in low]
     found += re.findall(r"\bequivalent\b|\bnot decided\b|\btoo few seeds\b", low)
     found += re.findall(r"(?<![\w.])\d+\.\d{3,}\b", text)  # a result printed with three decimals
     found += [m for m in re.findall(r"(?<![\w.])\d+\.\d{2}\b", text) if m not in ("0.05", "0.25", "0.75")]
