@@ -316,8 +316,8 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
     return min_text_size(fig)
 
 
-# Paths of train_mode along the three affine lines: named colours of bnstudy.style that none of the modes uses.
-CH3_PATH_COLORS = {"brightness": style.SKY, "contrast": style.BROWN, "both": style.PINK}
+# Paths of train_mode along the three affine lines: bnstudy.style's shift-path palette (no mode uses its colours).
+CH3_PATH_COLORS = style.palette("shift_path")
 
 
 def ch3_retention(scatter):
