@@ -908,7 +908,7 @@ class Findings:
     Referee fields: ``margin_counts[view]["m<margin>"][kind]`` (:func:`margin_counts` at :data:`MARGINS`),
     ``n_within_margin[view]`` (levels with a direction shown whose TOST also puts them inside the margin);
     ``cross_page[view][line]``: the crossing at the page's threshold with its unconditional interval as text;
-    ``budget_net["t<t>"]["s<steps>"]`` (family Interval); ``room_b_long`` / ``exchange_rate_long``: task B's room
+    ``room_b_long`` / ``exchange_rate_long``: task B's room
     and the exchange rate measured at the longest budget (at the weakest budget strength ``room_b_long_t``, the
     budget check having no no-shift point); ``grid_n_shifted`` and ``grid_n_net_negative_shifted`` (the grid
     without its no-shift cell, Holm count); ``t1_taska_train_seed_min/max``: the per-seed range of task A after
@@ -963,7 +963,6 @@ class Findings:
     scatter_n_points: int
     scatter_n_below: int
     scatter_n_above: int
-    sep_max_task_a_change: float
     sep_vs_train_max_b_diff: float
     n_conditions: int
     rho_cost: float
@@ -1022,7 +1021,6 @@ class Findings:
     margin_counts: dict
     n_within_margin: dict
     cross_page: dict
-    budget_net: dict
     budget_t_min: float
     room_b_long: float
     room_b_long_t: float
@@ -1152,10 +1150,6 @@ def _mismatch_findings(df: pd.DataFrame, min_effect: float) -> dict:
                 threshold_clean="overlap" if overlap else "do not overlap",
                 bright_vs_both_gap=float(gap.mean()) if len(gap) else math.nan, bright_vs_both_n=len(gap),
                 bright_vs_both_word="more" if len(gap) and gap.mean() > 0 else "less")
-
-
-def _slug_t(x: float) -> str:
-    return f"t{x:g}"
 
 
 def _level_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int, min_effect: float) -> dict:
@@ -1296,10 +1290,6 @@ def _convergence_findings(df: pd.DataFrame) -> dict:
                 _claims=[claims, *aliases])
 
 
-def _slug_steps(n) -> str:
-    return f"s{int(n)}"
-
-
 def rate_findings(levels: pd.DataFrame) -> dict:
     """What the break-even rates of :func:`level_table` (raw view) support, for the page: ``rate_n`` levels with a
     rate, ``rate_n_point_only`` of them without an interval, ``rate_n_above_1`` rates above 1 (mean benefit above
@@ -1345,11 +1335,6 @@ def _referee_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int
                                     f"{r['p_cross']:.0%} of resamples cross"
                          for _, r in th[th["view"] == view].iterrows()} for view in VIEWS}
     bn = budget_net_table(df, margin, alpha)
-    budget_net = {}
-    for t, g in bn.groupby("t"):
-        budget_net[_slug_t(t)] = {_slug_steps(r["steps"]): Interval(r["mean"], r["ci_low"], r["ci_high"],
-                                                                     int(r["n_seeds"]), Family(int(r["m"])).confidence)
-                                  for _, r in g.iterrows()}
     claims = [_table_claims(bn, [f"budget_net_{_strength_key(t)}_s{int(st)}" for t, st in zip(bn["t"], bn["steps"])],
                             margin)]
     b_t_min, room_long, room_t, room_steps = math.nan, math.nan, math.nan, math.nan
@@ -1417,7 +1402,7 @@ def _referee_findings(df: pd.DataFrame, alpha: float, margin: float, n_boot: int
                 budget_net_m=len(bn), budget_change_m=len(ben_sum),
                 budget_net_summary="; ".join(net_sum) if net_sum else "not measured",
                 budget_benefit_summary="; ".join(ben_sum) if ben_sum else "not measured",
-                margin_counts=margins, n_within_margin=n_within, cross_page=cross_page, budget_net=budget_net,
+                margin_counts=margins, n_within_margin=n_within, cross_page=cross_page,
                 budget_t_min=b_t_min, room_b_long=room_long,
                 room_b_long_t=room_t, room_b_long_steps=room_steps,
                 exchange_rate_long=room_long / room_a if room_a > 0 else math.nan,
@@ -1478,7 +1463,7 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     me = mode_effects(on_line)
     sep = me[me["mode"] == "separate_stats"].set_index(["seed", "brightness", "contrast"])
     tmm = me[me["mode"] == "train_mode"].set_index(["seed", "brightness", "contrast"])
-    sep_a, sep_b = float(sep["task_a_change"].abs().max()), float((sep["task_b"] - tmm.loc[sep.index, "task_b"]).abs().max())
+    sep_b = float((sep["task_b"] - tmm.loc[sep.index, "task_b"]).abs().max())
     tm_net = me[me["mode"] == "train_mode"].assign(net=lambda d: d["task_b_gain"] + d["task_a_change"])
     scat = [g["net"] for _, g in tm_net.groupby(["brightness", "contrast"])]
     scat_below, scat_above = _holm_counts(scat)  # the scatter's points: one family
@@ -1510,7 +1495,7 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
         taska_before_mean=float(main["task_a_before"].mean()),
         **_budget_findings(df), **grid_f, **ref_f,
         scatter_n_points=len(scat), scatter_n_below=scat_below, scatter_n_above=scat_above,
-        sep_max_task_a_change=sep_a, sep_vs_train_max_b_diff=sep_b,
+        sep_vs_train_max_b_diff=sep_b,
         **_mismatch_findings(df, min_effect),
         worker_min=float(df["wall_s"].sum()) / 60 if "wall_s" in df.columns else math.nan,
         **level_f,
