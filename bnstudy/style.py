@@ -87,3 +87,10 @@ def rc() -> dict:
     return {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": MIN_FONT_PT,
             "ytick.labelsize": MIN_FONT_PT, "legend.fontsize": MIN_FONT_PT, "legend.title_fontsize": MIN_FONT_PT,
             "figure.titlesize": 11}
+
+
+# chapter 3
+#: train_mode's path along each of chapter 3's affine lines (its retention figure, drawn beside the freeze modes'
+#: points): named colours that no freeze mode uses, so that a path is not read as a mode.
+SHIFT_PATHS = {"brightness": SKY, "contrast": BROWN, "both": PINK}
+PALETTES["shift_path"] = SHIFT_PATHS

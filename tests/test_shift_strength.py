@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from bnstudy.config import Execution, RunConfig
-from bnstudy.experiments import shift_strength as ss
+from bnstudy.experiments.shift_strength import findings, run
 from bnstudy.inference import is_verdict
 from bnstudy.modes import MODE_NAMES
 
@@ -24,23 +24,23 @@ SMALL = dict(brightness_levels=(0.0, 1.0, 2.0), contrast_levels=(1.0, 2.0, 3.0),
 # --- shifts and config ---------------------------------------------------------------------------------------------
 
 def test_both_line_passes_through_chapter_one_shift_at_strength_one():
-    assert ss.shift_of("both", 0.0) == (0.0, 1.0)
-    assert ss.shift_of("both", 1.0) == (RunConfig().brightness, RunConfig().contrast)
-    assert ss.shift_of("brightness", 2.0) == (2.0, 1.0)
-    assert ss.shift_of("contrast", 3.0) == (0.0, 3.0)
+    assert run.shift_of("both", 0.0) == (0.0, 1.0)
+    assert run.shift_of("both", 1.0) == (RunConfig().brightness, RunConfig().contrast)
+    assert run.shift_of("brightness", 2.0) == (2.0, 1.0)
+    assert run.shift_of("contrast", 3.0) == (0.0, 3.0)
     with pytest.raises(ValueError, match="shift_type"):
-        ss.shift_of("hue", 1.0)
+        run.shift_of("hue", 1.0)
     with pytest.raises(ValueError, match="contrast must be > 0"):
-        ss.shift_of("contrast", 0.0)
+        run.shift_of("contrast", 0.0)
 
 
 def test_profiles_set_every_size_and_overrides_win():
-    q = ss.make_config("quick")
+    q = run.make_config("quick")
     assert q.seeds == (0, 1, 2) and q.steps == 100 and q.budget_steps == (200,) and q.budget_levels == (0.25, 1.0)
-    f = ss.make_config("full")
+    f = run.make_config("full")
     assert len(f.seeds) == 16 and f.both_levels[-1] == 1.5 and 0.0625 in f.budget_levels
     assert q.blur_levels and q.noise_levels and q.same_both_levels and q.same_noise_levels
-    c = ss.make_config("quick", seeds=[0, 5], steps=None, contrast_levels=[1, 4])
+    c = run.make_config("quick", seeds=[0, 5], steps=None, contrast_levels=[1, 4])
     assert c.seeds == (0, 5) and c.steps == 100 and c.contrast_levels == (1.0, 4.0)
     assert "2 seeds (0, 5)" in c.describe()
 
@@ -62,7 +62,7 @@ def test_profiles_set_every_size_and_overrides_win():
     (dict(mismatch_batches=0), "mismatch_batches must be an integer >= 1"),
     (dict(min_effect=-0.1), "min_effect"),
     (dict(batch_size=0), "batch_size must be an integer >= 1"),
-    (dict(brightness=2.0), "unknown shift_strength parameters"),
+    (dict(brightness=2.0), "unknown (shift_strength|run) parameters"),  # the folder's module is run.py
     (dict(brightness_levels=(), contrast_levels=(), both_levels=(), grid_brightness=(), grid_contrast=(),
           budget_levels=(), **NO_EXTRA),
      "nothing to run"),
@@ -72,11 +72,11 @@ def test_profiles_set_every_size_and_overrides_win():
 ])
 def test_bad_parameters_fail_up_front_naming_the_parameter(overrides, match):
     with pytest.raises(ValueError, match=match):
-        ss.make_config(**{"profile": "quick", **overrides})
+        run.make_config(**{"profile": "quick", **overrides})
 
 
 def test_each_distinct_point_runs_once_with_the_modes_it_needs():
-    cfg = ss.make_config("quick", seeds=2, steps=7, brightness_levels=(0.0, 1.0), contrast_levels=(),
+    cfg = run.make_config("quick", seeds=2, steps=7, brightness_levels=(0.0, 1.0), contrast_levels=(),
                          both_levels=(), grid_brightness=(0.0, 3.0), grid_contrast=(1.0, 3.0),
                          budget_levels=(0.25,), budget_steps=(9,), **NO_EXTRA)
     runs = cfg.run_configs()
@@ -87,8 +87,8 @@ def test_each_distinct_point_runs_once_with_the_modes_it_needs():
         modes.setdefault((b, c, n), set()).add(m)
     assert modes[(0.0, 1.0, 7)] == set(MODE_NAMES)          # on the line and the grid: all four, once
     assert modes[(1.0, 1.0, 7)] == set(MODE_NAMES)
-    assert modes[(3.0, 3.0, 7)] == set(ss.GRID_MODES)       # grid only
-    assert modes[(1.0, 2.0, 7)] == modes[(1.0, 2.0, 9)] == set(ss.GRID_MODES)  # budget t = 0.25, both step counts
+    assert modes[(3.0, 3.0, 7)] == set(run.GRID_MODES)       # grid only
+    assert modes[(1.0, 2.0, 7)] == modes[(1.0, 2.0, 9)] == set(run.GRID_MODES)  # budget t = 0.25, both step counts
     assert len(runs) == 2 * (2 * 4 + 3 * 2 + 2 * 2)
     assert [c.seed for c in runs] == sorted(c.seed for c in runs)  # seeds outermost
 
@@ -119,11 +119,11 @@ def _table(cfg, effects=_effects, sep_b_offset=0.0):
                          mismatch_kl=0.01 + r.brightness ** 2 / 2 + (r.contrast - 1) ** 2,
                          mismatch_kl_train=2 * (0.01 + r.brightness ** 2 / 2 + (r.contrast - 1) ** 2),
                          wall_s=0.5))
-    return ss.annotate(pd.DataFrame(rows), cfg)
+    return run.annotate(pd.DataFrame(rows), cfg)
 
 
 def _cfg(**kw):
-    return ss.make_config("quick", seeds=3, **{**SMALL, "both_levels": (0.0, 0.25, 0.5, 1.0), **kw})
+    return run.make_config("quick", seeds=3, **{**SMALL, "both_levels": (0.0, 0.25, 0.5, 1.0), **kw})
 
 
 def claim(F, key):
@@ -132,7 +132,7 @@ def claim(F, key):
 
 
 def test_findings_find_the_known_crossover_and_name_the_lines():
-    F = ss.findings(_table(_cfg()), n_boot=50)
+    F = findings.findings(_table(_cfg()), n_boot=50)
     assert F.cross["both"]["estimate"] == pytest.approx(0.6)
     assert F.curves_cross == {"brightness": "do not cross", "contrast": "do not cross", "both": "cross"}
     assert F.crossing_lines == "both" and F.any_crossover
@@ -146,7 +146,7 @@ def test_findings_find_the_known_crossover_and_name_the_lines():
 
 
 def test_findings_verdicts_flip_when_the_data_do():
-    F = ss.findings(_table(_cfg()), n_boot=20)
+    F = findings.findings(_table(_cfg()), n_boot=20)
     # zero spread over seeds (every seed the same effect): the interval is the point, a direction is shown
     assert claim(F, "budget_change_strongest")["verdict"] == "longer budget lower"
     assert claim(F, "budget_change_1")["estimate"] == pytest.approx(-0.1)
@@ -164,7 +164,7 @@ def test_findings_verdicts_flip_when_the_data_do():
     df = _table(_cfg(), flipped, sep_b_offset=0.05)
     one = df.index[df["mode"].eq("separate_stats") & df["on_both"]][0]
     df.loc[one, "task_a_after"] -= 1e-12          # separate_stats touching task A at all: no longer exact
-    G = ss.findings(df, n_boot=20)
+    G = findings.findings(df, n_boot=20)
     assert claim(G, "grid_compound")["verdict"] == "combined shift costs less"   # corner 0.1 below 0.2, every seed
     assert claim(G, "sep_task_a")["verdict"] == "not exact" and G.sep_vs_train_max_b_diff == pytest.approx(0.05)
     assert G.curves_cross["both"] == "do not cross" and G.crossing_lines == "none" and not G.any_crossover
@@ -174,30 +174,30 @@ def test_budget_direction_grows_and_stays():
     def grows(b, c, steps):
         cost, ben = _effects(b, c, steps)
         return cost, (ben * 4 if steps > 100 and b > 0 and c > 1 else ben)
-    assert claim(ss.findings(_table(_cfg(), grows), n_boot=10), "budget_change_strongest")["verdict"] == \
+    assert claim(findings.findings(_table(_cfg(), grows), n_boot=10), "budget_change_strongest")["verdict"] == \
         "longer budget higher"
     same = lambda b, c, steps: _effects(b, c, 100)
-    assert claim(ss.findings(_table(_cfg(), same), n_boot=10), "budget_change_strongest")["verdict"] == "not decided"
+    assert claim(findings.findings(_table(_cfg(), same), n_boot=10), "budget_change_strongest")["verdict"] == "not decided"
 
 
 def test_every_verdict_of_the_findings_is_a_word_of_the_vocabulary():
-    F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    F = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
     assert len(F.claims) and not F.claims["key"].duplicated().any()
-    assert all(is_verdict(v, ss.DIRECTIONS) for v in F.claims["verdict"])
-    assert not any(is_verdict(w) for w in ss.DIRECTIONS)   # the page's own words, declared
-    lv = ss.level_table(_table10(_cfg10(), seed_noise=0.001), margin=0.02)
-    assert all(is_verdict(v, ss.DIRECTIONS) for v in lv["verdict"])
+    assert all(is_verdict(v, findings.DIRECTIONS) for v in F.claims["verdict"])
+    assert not any(is_verdict(w) for w in findings.DIRECTIONS)   # the page's own words, declared
+    lv = findings.level_table(_table10(_cfg10(), seed_noise=0.001), margin=0.02)
+    assert all(is_verdict(v, findings.DIRECTIONS) for v in lv["verdict"])
     # record(): the findings without the claims table, for glue_findings
-    assert ss.record(F).claims == {} and ss.record(F).n_seeds == F.n_seeds
+    assert findings.record(F).claims == {} and findings.record(F).n_seeds == F.n_seeds
 
 
 def test_findings_of_the_mismatch_measure():
-    F = ss.findings(_table(_cfg()), n_boot=10)
+    F = findings.findings(_table(_cfg()), n_boot=10)
     assert F.rho_eval_train == pytest.approx(1.0)
     # three levels per affine line: fewer than 4 pairs, no rank correlation (inference.rank_correlation's rule)
     assert math.isnan(F.rho_cost_line_min)
     four = _cfg(brightness_levels=(0.0, 1.0, 2.0, 3.0), contrast_levels=(1.0, 2.0, 3.0, 4.0))
-    assert ss.findings(_table(four), n_boot=10).rho_cost_line_min == pytest.approx(1.0)   # cost rises with mismatch
+    assert findings.findings(_table(four), n_boot=10).rho_cost_line_min == pytest.approx(1.0)   # cost rises with mismatch
     assert F.noshift_kl == pytest.approx(0.01)
     # safe: cost < 0.01 with 95% confidence (only no shift); harmed: cost > 0.01 (every other shift)
     assert F.safe_max_kl == pytest.approx(0.01) and F.harm_min_kl > F.safe_max_kl
@@ -207,24 +207,24 @@ def test_findings_of_the_mismatch_measure():
 
 def test_figure_tables_are_tidy_and_hold_the_effects():
     df = _table(_cfg())
-    lt = ss.line_table(df)
+    lt = findings.line_table(df)
     assert set(lt.columns) == {"shift", "strength", "metric", "mean", "ci_low", "ci_high", "n_seeds"}
     row = lt[(lt["shift"] == "both") & (lt["strength"] == 1.0) & (lt["metric"] == "net")]
     assert row["mean"].item() == pytest.approx(-0.1)
-    bt = ss.budget_table(df)
+    bt = findings.budget_table(df)
     assert set(bt["steps"]) == {100, 300} and set(bt["t"]) == {1.0}
-    gt = ss.grid_table(df)
+    gt = findings.grid_table(df)
     assert len(gt) == 4 * 3
-    st = ss.scatter_table(df)
+    st = findings.scatter_table(df)
     assert set(st["mode"]) == set(MODE_NAMES)
-    for t in (lt, bt, gt, st, ss.condition_table(df), ss.crossover_long(ss.findings(df, n_boot=5))):
+    for t in (lt, bt, gt, st, findings.condition_table(df), findings.crossover_long(findings.findings(df, n_boot=5))):
         assert not any(t[c].map(lambda v: isinstance(v, (list, tuple, dict))).any() for c in t.columns)
 
 
 def test_findings_need_every_line():
     df = _table(_cfg())
     with pytest.raises(ValueError, match="contrast line"):
-        ss.findings(df.assign(on_contrast=False))
+        findings.findings(df.assign(on_contrast=False))
 
 
 # --- paired effects and the crossover (kept from the first version) -----------------------------------------------
@@ -249,7 +249,7 @@ def _runs():
 
 
 def test_paired_effects_compute_cost_and_benefit_within_each_seed_and_shift():
-    eff = ss.paired_effects(_runs()).set_index(["seed", "brightness"])
+    eff = findings.paired_effects(_runs()).set_index(["seed", "brightness"])
     assert eff.loc[(0, 2.0), "cost"] == pytest.approx(0.6)
     assert eff.loc[(1, 2.0), "cost"] == pytest.approx(0.7)
     assert eff.loc[(1, 2.0), "benefit"] == pytest.approx(0.2)
@@ -257,13 +257,13 @@ def test_paired_effects_compute_cost_and_benefit_within_each_seed_and_shift():
     assert eff.loc[(0, 0.0), ["cost", "benefit"]].tolist() == [0.0, 0.0]
     assert eff.loc[(0, 2.0), "mismatch_kl"] == 2.0
     with pytest.raises(ValueError, match="pinned"):
-        ss.paired_effects(_runs(), pinned="train_mode")
+        findings.paired_effects(_runs(), pinned="train_mode")
     with pytest.raises(ValueError, match="all_eval"):
-        ss.paired_effects(_runs(), pinned="all_eval")
+        findings.paired_effects(_runs(), pinned="all_eval")
 
 
 def test_mode_effects_measure_gain_against_the_pinned_run_of_the_same_seed():
-    me = ss.mode_effects(_runs()).set_index(["seed", "brightness", "mode"])
+    me = findings.mode_effects(_runs()).set_index(["seed", "brightness", "mode"])
     assert me.loc[(1, 2.0, "separate_stats"), "task_b_gain"] == pytest.approx(0.2)
     assert me.loc[(1, 2.0, "backbone_eval"), "task_b_gain"] == 0.0
     assert me.loc[(1, 2.0, "train_mode"), "task_a_change"] == pytest.approx(-0.7)
@@ -274,16 +274,16 @@ def test_first_crossing_interpolates_the_sign_change_of_benefit_minus_cost():
     benefit = [0.0, 0.3, 0.4, 0.45]
     cost = [0.0, 0.1, 0.6, 0.9]
     # d = benefit - cost: 0 (tie, skipped), 0.2, -0.2, -0.45: crossing half-way between 1 and 2.
-    assert ss.first_crossing(x, cost, benefit) == pytest.approx(1.5)
+    assert findings.first_crossing(x, cost, benefit) == pytest.approx(1.5)
 
 
 def test_first_crossing_skips_ties_where_both_effects_are_below_min_effect():
     x = [0.0, 1.0, 2.0, 3.0]
     benefit = [0.004, 0.0, 0.1, 0.2]
     cost = [0.0, 0.003, 0.3, 0.6]
-    assert math.isnan(ss.first_crossing(x, cost, benefit, min_effect=0.01))
+    assert math.isnan(findings.first_crossing(x, cost, benefit, min_effect=0.01))
     # With no tolerance the noise at the weak end would count as a crossing.
-    assert ss.first_crossing(x, cost, benefit, min_effect=0.0) < 1.0
+    assert findings.first_crossing(x, cost, benefit, min_effect=0.0) < 1.0
 
 
 def _noisy_curves(crossing_at=2.0, n_seeds=12, seed=1):
@@ -296,7 +296,7 @@ def _noisy_curves(crossing_at=2.0, n_seeds=12, seed=1):
 
 def test_crossover_interval_brackets_a_known_crossing():
     x, cost, benefit = _noisy_curves(crossing_at=2.0)
-    res = ss.crossover(x, cost, benefit, n_boot=300, seed=0)
+    res = findings.crossover(x, cost, benefit, n_boot=300, seed=0)
     assert res["estimate"] == pytest.approx(2.0, abs=0.15)
     assert res["ci_low"] <= 2.0 <= res["ci_high"]
     assert res["ci_high"] - res["ci_low"] < 1.0
@@ -308,7 +308,7 @@ def test_crossover_reports_no_crossing_when_cost_exceeds_benefit_at_every_resolv
     rng = np.random.default_rng(0)
     cost = 0.2 * x + rng.normal(0, 0.005, (10, 9))
     benefit = 0.05 * x + rng.normal(0, 0.005, (10, 9))
-    res = ss.crossover(x, cost, benefit, n_boot=200)
+    res = findings.crossover(x, cost, benefit, n_boot=200)
     assert math.isnan(res["estimate"]) and math.isnan(res["ci_low"])
     assert res["p_cross"] == 0.0 and res["dominant"] == "cost"
     assert res["first_resolved"] == pytest.approx(0.5)
@@ -316,7 +316,7 @@ def test_crossover_reports_no_crossing_when_cost_exceeds_benefit_at_every_resolv
 
 def test_crossover_is_reproducible_for_a_bootstrap_seed():
     x, cost, benefit = _noisy_curves()
-    assert ss.crossover(x, cost, benefit, n_boot=100, seed=3) == ss.crossover(x, cost, benefit, n_boot=100, seed=3)
+    assert findings.crossover(x, cost, benefit, n_boot=100, seed=3) == findings.crossover(x, cost, benefit, n_boot=100, seed=3)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -330,7 +330,7 @@ def test_crossover_rejects_bad_input_naming_it(kwargs, match):
     args = dict(strength=np.arange(5.0), cost=np.zeros((3, 5)), benefit=np.zeros((3, 5)))
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        ss.crossover(**args)
+        findings.crossover(**args)
 
 
 # --- a tiny real run -----------------------------------------------------------------------------------------------
@@ -342,12 +342,12 @@ TINY = dict(seeds=2, steps=3, stage1_steps=3, n_eval=20, widths=(4, 4), batch_si
 
 def test_run_needs_a_config():
     with pytest.raises(TypeError, match="make_config"):
-        ss.run(dict(TINY))
+        run.run(dict(TINY))
 
 
 def test_tiny_sweep_gives_one_paired_row_per_run_with_its_mismatch(cache_dir):
     ex = Execution(cache_dir=cache_dir, n_jobs=1, progress=False)
-    df = ss.run(ss.make_config("quick", **TINY), ex)
+    df = run.run(run.make_config("quick", **TINY), ex)
     # Points: (0,1) (2,1) (0,2) (2,3) on lines, (2,2) grid-only. Lines x 4 modes, grid-only x 2 modes.
     assert len(df) == 2 * (4 * 4 + 1 * 2)
     assert not df.duplicated(["seed", "mode", "brightness", "contrast"]).any()
@@ -356,24 +356,24 @@ def test_tiny_sweep_gives_one_paired_row_per_run_with_its_mismatch(cache_dir):
     assert (df.groupby(["seed", "brightness", "contrast"])["mismatch_kl"].nunique() == 1).all()
     assert df.loc[df.on_both, "both_strength"].notna().all() and df.loc[~df.on_both, "both_strength"].isna().all()
     assert df.loc[(df.brightness == 2.0) & (df.contrast == 2.0), "in_grid"].all()
-    eff = ss.paired_effects(df)
+    eff = findings.paired_effects(df)
     assert len(eff) == 2 * 5
-    x, seeds, cost = ss.line_matrix(eff, "both", "cost")
+    x, seeds, cost = findings.line_matrix(eff, "both", "cost")
     assert list(x) == [0.0, 0.5] and cost.shape == (2, 2)
-    again = ss.run(ss.make_config("quick", **TINY), ex)
+    again = run.run(run.make_config("quick", **TINY), ex)
     pd.testing.assert_frame_equal(df, again)
 
 
 def test_budget_check_reruns_its_points_at_each_step_count_without_duplicating_the_sweep(cache_dir):
-    cfg = ss.make_config("quick", **{**TINY, "budget_levels": (0.5,), "budget_steps": (3, 5),
+    cfg = run.make_config("quick", **{**TINY, "budget_levels": (0.5,), "budget_steps": (3, 5),
                                      "brightness_levels": (), "contrast_levels": (), "grid_brightness": (),
                                      "grid_contrast": ()})
-    df = ss.run(cfg, Execution(cache_dir=cache_dir, n_jobs=1, progress=False))
+    df = run.run(cfg, Execution(cache_dir=cache_dir, n_jobs=1, progress=False))
     # both line (0, 0.5) x 4 modes at 3 steps, plus t=0.5 at 5 steps for the two budget modes.
     assert len(df) == 2 * (2 * 4 + 2)
     assert not df.duplicated(["seed", "mode", "brightness", "contrast", "steps"]).any()
     assert set(df.loc[df.part == "budget", "steps"]) == {5}
-    eff = ss.paired_effects(df)
+    eff = findings.paired_effects(df)
     assert set(eff.loc[eff.both_strength == 0.5, "steps"]) == {3, 5}
 
 
@@ -382,9 +382,9 @@ def test_budget_check_reruns_its_points_at_each_step_count_without_duplicating_t
 def test_level_table_uses_the_family_interval_and_tost_of_inference():
     from bnstudy.inference import Family, t_interval, tost_p
     df = _table10(_cfg10(), seed_noise=0.01)
-    lv = ss.level_table(df, margin=0.02)
+    lv = findings.level_table(df, margin=0.02)
     net = lv[(lv["metric"] == "net") & (lv["view"] == "raw")].set_index(["line", "strength"])
-    eff = ss.paired_effects(ss._main(df))
+    eff = findings.paired_effects(findings._main(df))
     g = eff[eff["s_both"] == 1.0]["net"]
     m = int(net["m_tests"].iloc[0])
     iv = t_interval(g, Family(m).confidence)          # Bonferroni: confidence 1 - 0.05/m
@@ -393,7 +393,7 @@ def test_level_table_uses_the_family_interval_and_tost_of_inference():
 
 
 def _cfg10(**kw):
-    return ss.make_config("quick", seeds=3, **{**SMALL, "both_levels": (0.0, 0.25, 0.5, 1.0), "blur_levels": (0.0, 1.0),
+    return run.make_config("quick", seeds=3, **{**SMALL, "both_levels": (0.0, 0.25, 0.5, 1.0), "blur_levels": (0.0, 1.0),
                                                "same_both_levels": (0.0, 1.0), **kw})
 
 
@@ -414,12 +414,12 @@ def _table10(cfg, seed_noise=0.0):
                          task_b=0.35 if tm else 0.35 - ben, mismatch_kl=0.01 + r.brightness ** 2 / 2 + (r.contrast - 1) ** 2
                          + r.corruption_level, mismatch_kl_train=0.02, mismatch_mean_shift=r.brightness + 0.01 +
                          r.corruption_level, wall_s=0.1))
-    return ss.annotate(pd.DataFrame(rows), cfg)
+    return run.annotate(pd.DataFrame(rows), cfg)
 
 
 def test_normalized_view_divides_each_effect_by_its_tasks_room_above_chance():
     df = _table10(_cfg10())
-    eff = ss.normalized_effects(ss.paired_effects(ss._main(df)), 0.1)
+    eff = findings.normalized_effects(findings.paired_effects(findings._main(df)), 0.1)
     both1 = eff[(eff["s_both"] == 1.0)]
     assert both1["room_a"].to_numpy() == pytest.approx(0.5) and both1["room_b"].to_numpy() == pytest.approx(0.25)
     assert both1["cost_n"].iloc[0] == pytest.approx(0.3 / 0.5) and both1["benefit_n"].iloc[0] == pytest.approx(0.2 / 0.25)
@@ -428,8 +428,8 @@ def test_normalized_view_divides_each_effect_by_its_tasks_room_above_chance():
 
 def test_level_table_counts_the_tests_and_gives_the_verdict_per_level():
     cfg = _cfg10()
-    lv = ss.level_table(_table10(cfg, seed_noise=0.001), margin=0.02)
-    n_levels = sum(sum(1 for s in levels if ss.point_of(t, s)[1:] != ("none", 0.0, 0.0, 1.0))
+    lv = findings.level_table(_table10(cfg, seed_noise=0.001), margin=0.02)
+    n_levels = sum(sum(1 for s in levels if run.point_of(t, s)[1:] != ("none", 0.0, 0.0, 1.0))
                    for t, levels in cfg.levels().items())
     assert (lv["m_tests"] == n_levels).all() and n_levels == 2 + 2 + 3 + 1 + 1
     net = lv[lv["metric"] == "net"].set_index(["line", "strength", "view"])
@@ -441,7 +441,7 @@ def test_level_table_counts_the_tests_and_gives_the_verdict_per_level():
     lo, hi = net.loc[("both", 1.0, "raw"), ["breakeven_low", "breakeven_high"]]
     # three seeds: below inference.MIN_BOOTSTRAP_UNITS (4), so no bootstrap interval, and the table says so
     assert np.isnan(lo) and np.isnan(hi)
-    vt = ss.verdict_table(lv)
+    vt = findings.verdict_table(lv)
     assert vt.loc[("both", "1"), "break-even rate [95%]"] == f"{0.2 / 0.3:.2f} (point estimate only)"
     assert vt.loc[("both", "1"), "verdict (accuracy)"] == "train mode lower"
 
@@ -449,8 +449,8 @@ def test_level_table_counts_the_tests_and_gives_the_verdict_per_level():
 def test_seed_points_are_the_per_seed_values_behind_the_level_means():
     cfg = _cfg10()
     df = _table10(cfg, seed_noise=0.001)
-    pts = ss.seed_points(df)
-    lv = ss.level_table(df, margin=0.02)
+    pts = findings.seed_points(df)
+    lv = findings.level_table(df, margin=0.02)
     raw = lv[(lv["view"] == "raw") & lv["metric"].isin(["cost", "benefit"])]
     means = pts.groupby(["line", "strength", "metric"])["value"].mean()
     assert len(means) == len(raw)                                   # every plotted level has its points, no more
@@ -463,21 +463,21 @@ def test_seed_points_are_the_per_seed_values_behind_the_level_means():
 
 
 def test_threshold_table_moves_the_crossing_with_the_tie_threshold():
-    th = ss.threshold_table(_table10(_cfg10()), (0.0, 0.02), n_boot=20)
+    th = findings.threshold_table(_table10(_cfg10()), (0.0, 0.02), n_boot=20)
     both = th[(th["line"] == "both") & (th["view"] == "raw")].set_index("threshold")
     assert both.loc[0.0, "estimate"] == pytest.approx(0.6) and both.loc[0.02, "estimate"] == pytest.approx(0.6)
     br = th[(th["line"] == "brightness") & (th["view"] == "raw")].set_index("threshold")
     assert np.isnan(br.loc[0.02, "estimate"])
-    assert set(ss.threshold_display(th).columns) == {"tie < 0", "tie < 0.02"}
+    assert set(findings.threshold_display(th).columns) == {"tie < 0", "tie < 0.02"}
 
 
 def test_isotonic_prediction_and_leave_one_type_out_error():
-    pred = ss.isotonic_predict([1, 2, 3], [1.0, 0.0, 2.0], [2.5, 0.0, 9.0])
+    pred = findings.isotonic_predict([1, 2, 3], [1.0, 0.0, 2.0], [2.5, 0.0, 9.0])
     assert pred == pytest.approx([1.25, 0.5, 2.0])          # pooled (0.5, 0.5, 2), constant beyond the ends
     x = [0.0, 1.0, 2.0, 3.0, 4.0]
     y = [0.0, 0.1, 0.2, 0.3, 0.4]
     kinds = ["no shift", "a", "b", "a", "b"]
-    assert ss.loo_errors(x, y, kinds, ["a", "b"]) == pytest.approx({"a": 0.0, "b": 0.05})
+    assert findings.loo_errors(x, y, kinds, ["a", "b"]) == pytest.approx({"a": 0.0, "b": 0.05})
 
 
 def test_mismatch_selection_picks_the_measure_that_predicts_a_held_out_type():
@@ -485,25 +485,25 @@ def test_mismatch_selection_picks_the_measure_that_predicts_a_held_out_type():
     # A candidate equal to the cost itself (plus a constant) must win with zero error; the KL of _table10 puts
     # the blur line at a different cost for the same value, so it cannot.
     df = df.assign(mismatch_oracle=0.0)
-    eff = ss.paired_effects(ss._main(df))
-    cost = eff.set_index(["seed", *ss.POINT_COLS])["cost"]
-    key = pd.MultiIndex.from_frame(df[["seed", *ss.POINT_COLS]])
+    eff = findings.paired_effects(findings._main(df))
+    cost = eff.set_index(["seed", *run.POINT_COLS])["cost"]
+    key = pd.MultiIndex.from_frame(df[["seed", *run.POINT_COLS]])
     df["mismatch_oracle"] = 0.001 + cost.reindex(key).to_numpy()
-    sel = ss.mismatch_selection(df, {"KL": "mismatch_kl", "oracle": "mismatch_oracle"}, n_boot=30, twins=None)
+    sel = findings.mismatch_selection(df, {"KL": "mismatch_kl", "oracle": "mismatch_oracle"}, n_boot=30, twins=None)
     assert sel["winner"] == "oracle" and sel["candidates"]["oracle"]["score"] == pytest.approx(0.0, abs=1e-12)
     # With twin lines held out together (the default) the oracle still wins, but its error is no longer 0: the
     # both line's costs must be read off the other lines without same_both's.
-    sel_t = ss.mismatch_selection(df, {"KL": "mismatch_kl", "oracle": "mismatch_oracle"}, n_boot=30)
+    sel_t = findings.mismatch_selection(df, {"KL": "mismatch_kl", "oracle": "mismatch_oracle"}, n_boot=30)
     assert sel_t["winner"] == "oracle" and sel_t["candidates"]["oracle"]["score"] > 0
     assert sel["candidates"]["KL"]["score"] > 0 and "blur" in sel["types"]
     assert sel["candidates"]["oracle"]["rho"] == pytest.approx(1.0)
-    assert set(ss.selection_table(sel)["held_out"]) >= {"mean", "blur", "both"}
+    assert set(findings.selection_table(sel)["held_out"]) >= {"mean", "blur", "both"}
 
 
 def test_equal_measure_spread_finds_lines_with_equal_mismatch_and_different_cost():
     cond = pd.DataFrame(dict(m=[1.0, 10.0, 1.0, 10.0], cost=[0.0, 0.5, 0.0, 0.1],
                              on_brightness=[True, True, False, False], on_contrast=[False, False, True, True]))
-    out = ss.equal_measure_spread(cond, "m")
+    out = findings.equal_measure_spread(cond, "m")
     assert out["value"] == pytest.approx(10.0) and (out["line_low"], out["line_high"]) == ("contrast", "brightness")
     assert (out["cost_low"], out["cost_high"]) == (pytest.approx(0.1), pytest.approx(0.5))
 
@@ -515,22 +515,22 @@ def test_convergence_flags_a_head_still_improving():
     # family's confidence 1 - 0.05/6 with 3 seeds); elsewhere flat.
     bump = (df["mode"] == "backbone_eval") & (df["steps"] == 300) & (df["both_strength"] == 1.0)
     df.loc[bump, "task_b"] += 0.02 + 0.001 * df.loc[bump, "seed"]
-    cv = ss.convergence_table(df).set_index(["t", "mode"])
+    cv = findings.convergence_table(df).set_index(["t", "mode"])
     assert cv.loc[(1.0, "backbone_eval"), "verdict"] == "longer budget higher"
     assert cv.loc[(1.0, "train_mode"), "verdict"] == "not decided"             # 0 change in every seed, no margin
     assert cv.loc[(1.0, "benefit"), "verdict"] == "longer budget lower"
     assert (cv["m"] == len(cv)).all()                                           # the table's rows: one family
     assert cv.loc[(0.25, "backbone_eval"), "steps_from"] == 200
-    F = ss.findings(df, n_boot=10, n_boot_select=10)
+    F = findings.findings(df, n_boot=10, n_boot_select=10)
     assert F.n_heads_improving == 1 and F.n_heads_checked == 4
     assert claim(F, "convergence_1_backbone_eval")["verdict"] == "longer budget higher"
     assert claim(F, "convergence_weakest_backbone_eval")["verdict"] == "not decided"
-    bp = ss.budget_points(df)
+    bp = findings.budget_points(df)
     assert set(bp["steps"]) == {100, 200, 300} and {"train_mode", "backbone_eval", "paired"} <= set(bp["mode"])
 
 
 def test_findings_of_issue_ten_on_a_hand_made_table():
-    F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
+    F = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
     assert F.room_a == pytest.approx(0.5) and F.room_b["new"] == pytest.approx(0.25)
     assert F.exchange_rate == pytest.approx(0.5)
     assert claim(F, "at_t1_both_raw")["verdict"] == "train mode lower"
@@ -575,24 +575,24 @@ def test_gaussian_blur_keeps_a_constant_image_and_its_mean():
 
 
 def test_tiny_sweep_runs_the_new_lines_through_the_engine(cache_dir):
-    cfg = ss.make_config("quick", **{**TINY, "brightness_levels": (0.0, 2.0), "contrast_levels": (1.0, 2.0),
+    cfg = run.make_config("quick", **{**TINY, "brightness_levels": (0.0, 2.0), "contrast_levels": (1.0, 2.0),
                                      "both_levels": (0.0, 0.5), "grid_brightness": (), "grid_contrast": (),
                                      "blur_levels": (0.0, 1.0), "same_noise_levels": (0.0, 2.0)})
-    df = ss.run(cfg, Execution(cache_dir=cache_dir, n_jobs=1, progress=False))
+    df = run.run(cfg, Execution(cache_dir=cache_dir, n_jobs=1, progress=False))
     assert set(df["task_b_classes"]) == {"new", "same"} and set(df["corruption"]) == {"none", "blur", "noise"}
     assert df["mismatch_wasserstein"].notna().all() and df["mismatch_log_var_ratio"].notna().all()
     same0 = df[(df.task_b_classes == "same") & (df.corruption == "none")]
     assert same0["on_same_noise"].all() and same0["s_same_noise"].eq(0).all()
-    eff = ss.paired_effects(df)
-    x, _, _ = ss.line_matrix(eff, "blur", "cost")
+    eff = findings.paired_effects(df)
+    x, _, _ = findings.line_matrix(eff, "blur", "cost")
     assert list(x) == [0.0, 1.0]
 
 
 def test_selection_findings_name_the_winner_and_its_limits():
     df = _table10(_cfg10())
     df["mismatch_kl_train"] = 2 * df["mismatch_kl"]        # not constant, so no candidate ties every shift
-    F = ss.findings(df, n_boot=10, n_boot_select=30)
-    assert F.winner in ss.CANDIDATES and F.n_candidates == 3      # _table10 has KL, mean shift, KL (train pass)
+    F = findings.findings(df, n_boot=10, n_boot_select=30)
+    assert F.winner in findings.CANDIDATES and F.n_candidates == 3      # _table10 has KL, mean shift, KL (train pass)
     assert F.winner_clear in ("clearly", "not clearly") and 0 <= F.n_beaten <= 2
     sel = F.selection[F.winner]["per_type"]
     assert F.winner_worst_error == max(sel.values()) and sel[F.winner_worst_type] == F.winner_worst_error
@@ -605,11 +605,11 @@ def test_selection_findings_name_the_winner_and_its_limits():
 
 def test_source_backbone_trains_its_source_when_the_cache_has_none(tmp_path):
     import torch
-    # The page's mismatch cell runs after ss.run, or, when it analyses an earlier run's rows, with no source cached.
-    cfg = ss.make_config("quick", seeds=[0, 1], stage1_steps=5)
+    # The page's mismatch cell runs after run.run, or, when it analyses an earlier run's rows, with no source cached.
+    cfg = run.make_config("quick", seeds=[0, 1], stage1_steps=5)
     mc = cfg.mismatch_config(0, 0.0, 1.0)
-    first = ss.source_backbone(mc, tmp_path)
-    again = ss.source_backbone(mc, tmp_path)                      # read back, not retrained
+    first = run.source_backbone(mc, tmp_path)
+    again = run.source_backbone(mc, tmp_path)                      # read back, not retrained
     assert not first.training
     for (k, a), (_, b) in zip(first.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), k
@@ -618,25 +618,25 @@ def test_source_backbone_trains_its_source_when_the_cache_has_none(tmp_path):
 def test_breakeven_interval_brackets_the_rate_and_refuses_where_the_cost_may_be_zero():
     cost = np.array([0.28, 0.30, 0.32, 0.29, 0.31])
     ben = np.array([0.19, 0.21, 0.20, 0.22, 0.18])
-    lo, hi = ss.breakeven_interval(cost, ben, n_boot=500)
+    lo, hi = findings.breakeven_interval(cost, ben, n_boot=500)
     assert lo < ben.mean() / cost.mean() < hi and hi - lo < 0.2
-    assert ss.breakeven_interval(cost, ben, n_boot=500) == (lo, hi)            # reproducible (seed 0)
-    lo0, hi0 = ss.breakeven_interval(np.array([0.02, -0.03, 0.01, -0.01, 0.02]), ben, n_boot=500)
+    assert findings.breakeven_interval(cost, ben, n_boot=500) == (lo, hi)            # reproducible (seed 0)
+    lo0, hi0 = findings.breakeven_interval(np.array([0.02, -0.03, 0.01, -0.01, 0.02]), ben, n_boot=500)
     assert np.isnan(lo0) and np.isnan(hi0)                                       # mean cost often <= 0: no bound
-    assert all(np.isnan(ss.breakeven_interval(cost[:1], ben[:1], n_boot=50)))  # too few seeds (inference: n < 2)
+    assert all(np.isnan(findings.breakeven_interval(cost[:1], ben[:1], n_boot=50)))  # too few seeds (inference: n < 2)
     with pytest.raises(ValueError, match="n_boot"):
-        ss.breakeven_interval(cost, ben, n_boot=0)
+        findings.breakeven_interval(cost, ben, n_boot=0)
     with pytest.raises(ValueError, match="equal length"):
-        ss.breakeven_interval(cost, ben[:3])
+        findings.breakeven_interval(cost, ben[:3])
 
 
 def test_rate_reading_flags_point_estimates_and_rates_above_one_where_the_net_is_unresolved():
-    assert ss.rate_reading(math.nan, math.nan, math.nan, "equivalent") == "n/a"
-    assert ss.rate_reading(0.5, 0.4, 0.6, "lower") == "0.50 [0.40, 0.60]"
-    assert ss.rate_reading(1.39, math.nan, math.nan, "equivalent") == \
+    assert findings.rate_reading(math.nan, math.nan, math.nan, "equivalent") == "n/a"
+    assert findings.rate_reading(0.5, 0.4, 0.6, "lower") == "0.50 [0.40, 0.60]"
+    assert findings.rate_reading(1.39, math.nan, math.nan, "equivalent") == \
         "1.39 (point estimate only), net: no direction shown"
-    assert ss.rate_reading(1.39, 0.8, 2.5, "not decided") == "1.39 [0.80, 2.50], net: no direction shown"
-    assert ss.rate_reading(1.39, 1.1, 2.5, "higher") == "1.39 [1.10, 2.50]"
+    assert findings.rate_reading(1.39, 0.8, 2.5, "not decided") == "1.39 [0.80, 2.50], net: no direction shown"
+    assert findings.rate_reading(1.39, 1.1, 2.5, "higher") == "1.39 [1.10, 2.50]"
 
 
 def test_rate_findings_do_not_read_rates_above_one_at_unresolved_levels_as_drifting_paying():
@@ -649,15 +649,15 @@ def test_rate_findings_do_not_read_rates_above_one_at_unresolved_levels_as_drift
                        row("both", 1.0, 0.36, 0.3, 0.43, "train mode lower"),
                        row("contrast", 2.0, math.nan, math.nan, math.nan, "equivalent within \u00b10.02"),
                        dict(row("both", 1.0, 9.0, 8.0, 10.0, "train mode higher"), view="normalized")])
-    R = ss.rate_findings(lv)
+    R = findings.rate_findings(lv)
     assert (R["rate_n"], R["rate_n_point_only"], R["rate_n_above_1"], R["rate_n_above_1_ci"],
             R["rate_n_above_1_paid"]) == (3, 1, 2, 0, 0)
     assert R["rate_above_1_levels"] == ("brightness 0.5: 1.39 [0.70, 2.90], equivalent within \u00b10.02; "
                                         "noise 3: 1.48 (point estimate only), not decided")
     assert "none shows that drifting pays" in R["rate_above_1_reading"]
-    paid = ss.rate_findings(pd.DataFrame([row("both", 0.25, 2.0, 1.5, 2.6, "train mode higher")]))
+    paid = findings.rate_findings(pd.DataFrame([row("both", 0.25, 2.0, 1.5, 2.6, "train mode higher")]))
     assert paid["rate_n_above_1_ci"] == 1 and paid["rate_above_1_reading"].startswith("at 1 of them")
-    assert ss.rate_findings(lv.iloc[2:3])["rate_above_1_reading"] == "no break-even rate lies above 1"
+    assert findings.rate_findings(lv.iloc[2:3])["rate_above_1_reading"] == "no break-even rate lies above 1"
 
 
 # --- the page (issue 25): the answer and every findings-chosen sentence follow the data ----------------------------
@@ -666,7 +666,7 @@ def _swap_modes(df):
     """The same table with train_mode's and backbone_eval's accuracies swapped in every seed and shift: each
     difference train_mode - backbone_eval changes sign, so every headline verdict flips."""
     out = df.copy()
-    keys = [k for k in ss.PAIR_KEYS if k in out.columns]
+    keys = [k for k in findings.PAIR_KEYS if k in out.columns]
     tm, pn = out["mode"].eq("train_mode"), out["mode"].eq("backbone_eval")
     cols = ["task_a_after", "task_b"]
     a = out[tm].set_index(keys)[cols]
@@ -677,15 +677,15 @@ def _swap_modes(df):
 
 
 def _page(F):
-    return ss.page_texts(F)
+    return findings.page_texts(F)
 
 
 def test_answer_and_chosen_sentences_flip_when_the_data_do():
     df = _table10(_cfg10(), seed_noise=0.001)
-    F = ss.findings(df, n_boot=20, n_boot_select=20)
-    G = ss.findings(_swap_modes(df), n_boot=20, n_boot_select=20)
-    a, g = ss.answer(F), ss.answer(G)
-    nF, nG = ss.level_counts(F), ss.level_counts(G)
+    F = findings.findings(df, n_boot=20, n_boot_select=20)
+    G = findings.findings(_swap_modes(df), n_boot=20, n_boot_select=20)
+    a, g = findings.answer(F), findings.answer(G)
+    nF, nG = findings.level_counts(F), findings.level_counts(G)
     assert (nF["higher"], nF["lower"]) == (nG["lower"], nG["higher"]) and nF["lower"] != nF["higher"]
     # chapter 1's shift: train mode lower (net -0.1) on the data, higher once swapped; the answer says so
     assert claim(F, "at_t1_both_raw")["verdict"] == "train mode lower"
@@ -701,12 +701,12 @@ def test_answer_and_chosen_sentences_flip_when_the_data_do():
     assert _page(G)["takeaway_cost_benefit"].startswith("Task B's gain outweighs") == (nG["higher"] > nG["lower"])
     # the mismatch sentence: KL ranks the shifts by task A's loss on the data; swapped, the loss is a gain
     assert F.rho["KL"]["rho"] > 0 > G.rho["KL"]["rho"]
-    assert "ranks the shifts by task A's loss" in ss.mismatch_sentence(F)
-    assert "ranks the shifts by task A's loss" not in ss.mismatch_sentence(G)
+    assert "ranks the shifts by task A's loss" in findings.mismatch_sentence(F)
+    assert "ranks the shifts by task A's loss" not in findings.mismatch_sentence(G)
     # every findings-chosen sentence that states an outcome differs once the data flip
     for key in ("answer", "takeaway_cost_benefit", "counts_sentence"):
         assert _page(F)[key] != _page(G)[key], key
-    assert ss.pays_sentence(F) != ss.pays_sentence(G)
+    assert findings.pays_sentence(F) != findings.pays_sentence(G)
 
 
 @pytest.mark.parametrize("higher, lower, starts", [
@@ -718,43 +718,43 @@ def test_answer_and_chosen_sentences_flip_when_the_data_do():
 def test_pays_sentence_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, starts):
     counts = {"higher": higher, "lower": lower, "equivalent": 0, "not decided": 1, "too few seeds": 0,
               "m": higher + lower + 1}
-    monkeypatch.setattr(ss, "level_counts", lambda F, view="raw": counts)
-    assert ss.pays_sentence(None).startswith(starts)
+    monkeypatch.setattr(findings, "level_counts", lambda F, view="raw": counts)
+    assert findings.pays_sentence(None).startswith(starts)
 
 
 def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
     from bnstudy.inference import count_verdicts
-    F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
-    for view in ss.VIEWS:
-        n = count_verdicts(ss.view_claims(F.claims, view))
+    F = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    for view in findings.VIEWS:
+        n = count_verdicts(findings.view_claims(F.claims, view))
         assert n["m"] == F.m_tests
         assert (F.n_lower[view], F.n_higher[view], F.n_equivalent[view], F.n_not_decided[view]) == \
             (n["lower"], n["higher"], n["equivalent"], n["not decided"])
 
 
 def test_page_values_print_task_a_as_train_mode_minus_backbone_eval_clipped():
-    F = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
-    v = ss.page_values(F)
+    F = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    v = findings.page_values(F)
     assert v["task_a_t1"].mean == pytest.approx(-F.cost["t1"].mean) and v["task_a_t1"].mean < 0
     assert v["task_a_t1"].low <= v["task_a_t1"].mean <= v["task_a_t1"].high
     assert v["task_a_grid_corner"] == pytest.approx(-F.grid_cost_corner)
-    wide = ss.task_a_difference(ss.Interval(0.9, 0.2, 1.6, 3)).clipped(-1, 1)
+    wide = findings.task_a_difference(findings.Interval(0.9, 0.2, 1.6, 3)).clipped(-1, 1)
     assert (wide.low, wide.high) == (-1.0, -0.2)
 
 
 def test_threshold_sentence_is_chosen_by_whether_the_groups_overlap():
-    F = ss.findings(_table(_cfg()), n_boot=10, n_boot_select=10)
+    F = findings.findings(_table(_cfg()), n_boot=10, n_boot_select=10)
     clean = dataclasses.replace(F, winner_threshold_clean="do not overlap", winner_safe_max=0.01, winner_harm_min=0.5)
     mixed = dataclasses.replace(F, winner_threshold_clean="overlap", winner_safe_max=0.6, winner_harm_min=0.5)
-    assert ss.threshold_sentence(clean).startswith("On these shifts a value")
-    assert ss.threshold_sentence(mixed).startswith("No value of it separates")
+    assert findings.threshold_sentence(clean).startswith("On these shifts a value")
+    assert findings.threshold_sentence(mixed).startswith("No value of it separates")
 
 
 # --- the notebook: no typed outcome outside glue ------------------------------------------------------------------
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "chapters" / "03_shift_strength.ipynb"
 #: Words that state an outcome; the page may only show them through glue (verdicts, chosen sentences).
-OUTCOME_WORDS = (*ss.DIRECTIONS, "equivalent within", "not decided", "too few seeds", "costs more", "costs less",
+OUTCOME_WORDS = (*findings.DIRECTIONS, "equivalent within", "not decided", "too few seeds", "costs more", "costs less",
                  "destroyed", "no break", "only at t")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bnstudy.experiments import shift_strength as ss
+from bnstudy.experiments.shift_strength import findings, run
 from bnstudy.inference import Family, holm
 from test_shift_strength import _cfg10, _table10, claim
 
@@ -25,17 +25,17 @@ def test_a_direction_shown_takes_precedence_over_equivalence():
     # blur 1: net -0.003 with a tiny spread (the old "resolved, within margin"): a direction is shown, and it is
     # also inside the margin by the TOST; the verdict is the direction, the estimate says how small it is
     df = _blur(_table10(_cfg10(), seed_noise=0.001), lambda s: -0.003 + 0.0001 * (s - 1))
-    lv = ss.level_table(df, margin=0.02)
+    lv = findings.level_table(df, margin=0.02)
     r = lv[(lv["metric"] == "net") & (lv["view"] == "raw") & (lv["line"] == "blur")].iloc[0]
     assert r["mean"] == pytest.approx(-0.003)
     assert r["verdict"] == "train mode lower" and r["kind"] == "lower"
     assert r["tost_p"] < Family(int(r["m_tests"])).level
     # the same level with a spread around 0: no direction; equivalent within a wide margin, not decided in a narrow one
     df0 = _blur(df, lambda s: 0.004 * (s - 1))
-    r0 = lambda mg: ss.level_table(df0, margin=mg).query("metric == 'net' and view == 'raw' and line == 'blur'").iloc[0]
+    r0 = lambda mg: findings.level_table(df0, margin=mg).query("metric == 'net' and view == 'raw' and line == 'blur'").iloc[0]
     assert r0(0.2)["verdict"] == "equivalent within \u00b10.2"
     assert r0(0.001)["verdict"] == "not decided"
-    assert ss.KINDS == ("lower", "higher", "equivalent", "not decided", "too few seeds")
+    assert findings.KINDS == ("lower", "higher", "equivalent", "not decided", "too few seeds")
 
 
 def test_crossover_counts_no_crossing_as_an_outcome_of_its_interval():
@@ -45,13 +45,13 @@ def test_crossover_counts_no_crossing_as_an_outcome_of_its_interval():
     cost = np.tile([0.0, 0.05, 0.2], (12, 1))
     benefit = np.tile([0.0, 0.0, 0.0], (12, 1)) + rng.normal(0, 1e-4, (12, 3))
     benefit[:, 0] = np.where(np.arange(12) % 2 == 0, 0.04, -0.02)
-    r = ss.crossover(x, cost, benefit, n_boot=400, seed=0, min_effect=0.01)
+    r = findings.crossover(x, cost, benefit, n_boot=400, seed=0, min_effect=0.01)
     assert 0.2 < r["p_cross"] < 0.95
     assert np.isfinite(r["q_low"]) and r["q_high"] == math.inf          # "none" lies inside the interval
     assert np.isfinite(r["ci_high"])                                     # the conditional one hides it
     # A crossing every resample reproduces: both ends finite.
     benefit[:, 0] = 0.04
-    r = ss.crossover(x, cost, benefit, n_boot=200, seed=0, min_effect=0.01)
+    r = findings.crossover(x, cost, benefit, n_boot=200, seed=0, min_effect=0.01)
     assert r["p_cross"] == 1.0 and np.isfinite(r["q_high"]) and 1.0 < r["q_low"] <= r["q_high"] < 2.0
 
 
@@ -59,7 +59,7 @@ def test_threshold_display_writes_none_for_an_open_end():
     th = pd.DataFrame(dict(line=["a", "b"], view=["raw", "raw"], threshold=[0.01, 0.01], estimate=[0.5, np.nan],
                            ci_low=[0.4, np.nan], ci_high=[0.6, np.nan], q_low=[0.45, np.inf], q_high=[np.inf, np.inf],
                            p_cross=[0.55, 0.0]))
-    out = ss.threshold_display(th)
+    out = findings.threshold_display(th)
     assert out.loc[("a", "raw"), "tie < 0.01"] == "0.5 [0.45, none] (55%)"
     assert out.loc[("b", "raw"), "tie < 0.01"] == "none [none, none] (0%)"
 
@@ -74,12 +74,12 @@ def _with_noshift_gain(df, gain=0.03):
 def test_vs_no_shift_view_removes_the_benefit_a_task_gains_without_a_shift():
     cfg = _cfg10()
     df = _with_noshift_gain(_table10(cfg, seed_noise=0.001))
-    eff = ss.normalized_effects(ss.paired_effects(ss._main(df)), 0.1)
+    eff = findings.normalized_effects(findings.paired_effects(findings._main(df)), 0.1)
     both1 = eff[eff["s_both"] == 1.0]
     assert both1["benefit"].to_numpy() == pytest.approx(0.23)
     assert both1["benefit_0"].to_numpy() == pytest.approx(0.2)            # 0.23 - 0.03 at no shift
     assert both1["net_0"].to_numpy() == pytest.approx(0.2 - both1["cost"].to_numpy())
-    lv = ss.level_table(df, margin=0.02)
+    lv = findings.level_table(df, margin=0.02)
     net = lv[lv["metric"] == "net"].set_index(["line", "strength", "view"])
     # brightness 1: cost 0.01*?, benefit from _effects plus the offset; the vs-no-shift view subtracts the offset
     assert net.loc[("brightness", 1.0, "vs no shift"), "mean"] == pytest.approx(
@@ -89,12 +89,12 @@ def test_vs_no_shift_view_removes_the_benefit_a_task_gains_without_a_shift():
 def test_break_even_rate_only_where_the_cost_is_resolved():
     cfg = _cfg10()
     df = _table10(cfg, seed_noise=0.001)
-    lv = ss.level_table(df, margin=0.02)
+    lv = findings.level_table(df, margin=0.02)
     net = lv[(lv["metric"] == "net") & (lv["view"] == "raw")].set_index(["line", "strength"])
     assert net.loc[("both", 1.0), "breakeven_rate"] == pytest.approx(0.2 / 0.3)
     # A cost whose interval spans 0: big seed-to-seed spread around a tiny mean -> no rate.
     df2 = _table10(cfg, seed_noise=0.2)
-    lv2 = ss.level_table(df2, margin=0.02)
+    lv2 = findings.level_table(df2, margin=0.02)
     net2 = lv2[(lv2["metric"] == "net") & (lv2["view"] == "raw")].set_index(["line", "strength"])
     assert np.isnan(net2.loc[("blur", 1.0), "breakeven_rate"])
 
@@ -103,16 +103,16 @@ def test_margin_counts_move_with_the_margin_and_sum_to_the_levels():
     # blur 1's net is 0 on average with a spread: equivalent within 0.2, not decided within 0.001; every other
     # level shows a direction at both margins (a direction does not depend on the margin)
     df = _blur(_table10(_cfg10(), seed_noise=0.001), lambda s: 0.004 * (s - 1))
-    mc = ss.margin_counts(df, (0.001, 0.2))
+    mc = findings.margin_counts(df, (0.001, 0.2))
     tot = mc.groupby(["view", "margin"])["n"].sum()
     assert (tot == 9).all()
     raw = mc[mc["view"] == "raw"].set_index(["margin", "kind"])["n"]
     assert raw.loc[(0.001, "equivalent")] == 0 and raw.loc[(0.001, "not decided")] == 1
     assert raw.loc[(0.2, "equivalent")] == 1 and raw.loc[(0.2, "not decided")] == 0
     assert raw.loc[(0.2, "lower")] + raw.loc[(0.2, "higher")] == raw.loc[(0.001, "lower")] + raw.loc[(0.001, "higher")] == 8
-    assert list(ss.margin_display(mc).columns)[0] == "train mode lower"
+    assert list(findings.margin_display(mc).columns)[0] == "train mode lower"
     with pytest.raises(ValueError, match="margins"):
-        ss.margin_counts(df, (0.0,))
+        findings.margin_counts(df, (0.0,))
 
 
 def test_loo_errors_hold_twin_lines_out_together():
@@ -120,19 +120,19 @@ def test_loo_errors_hold_twin_lines_out_together():
     x = [0.0, 1.0, 2.0, 1.0, 2.0, 3.0, 4.0]
     y = [0.0, 0.5, 0.6, 0.5, 0.6, 0.7, 0.8]
     kinds = ["no shift", "t", "t", "t2", "t2", "o", "o"]
-    leak = ss.loo_errors(x, y, kinds, ["t"])
-    held = ss.loo_errors(x, y, kinds, ["t"], {"t": ("t", "t2")})
+    leak = findings.loo_errors(x, y, kinds, ["t"])
+    held = findings.loo_errors(x, y, kinds, ["t"], {"t": ("t", "t2")})
     assert leak["t"] == pytest.approx(0.0) and held["t"] == pytest.approx((0.5 - 0.7 / 3 + 0.6 - 1.4 / 3) / 2)
 
 
 def test_budget_net_rows_and_their_verdicts():
     cfg = _cfg10(budget_levels=(0.25, 1.0), budget_steps=(200, 300))
     df = _table10(cfg, seed_noise=0.001)
-    bn = ss.budget_net_table(df, margin=0.02).set_index(["t", "steps"])
+    bn = findings.budget_net_table(df, margin=0.02).set_index(["t", "steps"])
     assert set(bn.index.get_level_values("steps")) == {100, 200, 300}
     assert bn.loc[(1.0, 300), "verdict"] == "train mode lower" and bn.loc[(1.0, 300), "mean"] < -0.05
     assert len(bn) == 6 and (bn["m"] == 6).all()              # the points printed together: one family
-    F = ss.findings(df, n_boot=10, n_boot_select=10)
+    F = findings.findings(df, n_boot=10, n_boot_select=10)
     want = sum(g.sort_index()["kind"].iloc[0] != g.sort_index()["kind"].iloc[-1]
                for _, g in bn.groupby(level="t"))
     assert F.budget_net_n_flips == want == 1            # t = 0.25's benefit shrinks with steps in _effects
@@ -142,16 +142,16 @@ def test_budget_net_rows_and_their_verdicts():
     late = (df["steps"] == 300) & (df["both_strength"] == 1.0)
     df.loc[late, "task_a_after"] = 0.6
     df.loc[late, "task_b"] = 0.35
-    F2 = ss.findings(df, n_boot=10, n_boot_select=10)
+    F2 = findings.findings(df, n_boot=10, n_boot_select=10)
     assert F2.budget_net_n_flips == 2 and claim(F2, "budget_net_1_s300")["verdict"] == "equivalent within \u00b10.02"
-    assert ss.findings(_table10(_cfg10(budget_levels=(1.0,), budget_steps=(200, 300)), seed_noise=0.001),
+    assert findings.findings(_table10(_cfg10(budget_levels=(1.0,), budget_steps=(200, 300)), seed_noise=0.001),
                        n_boot=10, n_boot_select=10).budget_net_word == "does not change"
 
 
 def test_referee_findings_on_a_hand_made_table():
     df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
-    F = ss.findings(df, n_boot=20, n_boot_select=20)
-    assert set(F.margin_counts) == set(ss.VIEWS) and set(F.margin_counts["raw"]) == {"m0.01", "m0.02", "m0.03"}
+    F = findings.findings(df, n_boot=20, n_boot_select=20)
+    assert set(F.margin_counts) == set(findings.VIEWS) and set(F.margin_counts["raw"]) == {"m0.01", "m0.02", "m0.03"}
     assert sum(F.margin_counts["raw"]["m0.02"].values()) == F.m_tests
     assert F.benefit_n_noshift == pytest.approx(0.03 / 0.25)
     assert F.cross_page["raw"]["both"].endswith("of resamples cross")
@@ -164,11 +164,11 @@ def test_referee_findings_on_a_hand_made_table():
 
 def test_winner_call_names_the_train_pass_when_that_wins():
     df = _table10(_cfg10())
-    eff = ss.paired_effects(ss._main(df))
-    cost = eff.set_index(["seed", *ss.POINT_COLS])["cost"]
-    key = pd.MultiIndex.from_frame(df[["seed", *ss.POINT_COLS]])
+    eff = findings.paired_effects(findings._main(df))
+    cost = eff.set_index(["seed", *run.POINT_COLS])["cost"]
+    key = pd.MultiIndex.from_frame(df[["seed", *run.POINT_COLS]])
     df["mismatch_kl_train"] = 0.001 + cost.reindex(key).to_numpy()      # the train-pass KL predicts the cost exactly
-    F = ss.findings(df, n_boot=10, n_boot_select=30)
+    F = findings.findings(df, n_boot=10, n_boot_select=30)
     assert F.winner == "KL (train pass)" and 'network_mode="train"' in F.winner_call
     assert 'measure="kl"' in F.winner_call
 
@@ -176,7 +176,7 @@ def test_winner_call_names_the_train_pass_when_that_wins():
 def test_grid_compound_is_worded_from_the_paired_interval():
     cfg = _cfg10(grid_brightness=(0.0, 4.0), grid_contrast=(1.0, 5.0))
     df = _table10(cfg, seed_noise=0.001)
-    F = ss.findings(df, n_boot=10, n_boot_select=10)
+    F = findings.findings(df, n_boot=10, n_boot_select=10)
     assert F.grid_n_shifted == F.grid_n_cells - 1
     c = claim(F, "grid_compound")     # the corner (4, 5) is the both line's t = 1: cost 0.3 against 0.4, every seed
     assert c["estimate"] == pytest.approx(-0.1) and c["verdict"] == "combined shift costs less"
@@ -186,7 +186,7 @@ def test_grid_compound_is_worded_from_the_paired_interval():
     base = df.loc[(df["brightness"] == 4.0) & (df["contrast"] == 1.0) & (df["mode"] == "train_mode")]
     df.loc[corner, "task_a_after"] = base.set_index("seed").loc[df.loc[corner, "seed"], "task_a_after"].to_numpy() \
         + np.where(df.loc[corner, "seed"] % 2 == 0, 0.2, -0.2) - 0.001
-    F2 = ss.findings(df, n_boot=10, n_boot_select=10)
+    F2 = findings.findings(df, n_boot=10, n_boot_select=10)
     assert claim(F2, "grid_compound")["verdict"] == "not decided"
 
 
@@ -194,7 +194,7 @@ def test_mismatch_figure_shows_paired_differences_from_the_winner_and_tells_twin
     """Fig. 6 (referee ch3 item 11): the last panel holds the non-winners' score differences; twin lines differ."""
     import matplotlib
     matplotlib.use("Agg")
-    from bnstudy import plots
+    from bnstudy.experiments.shift_strength import figures
     kinds = ["no shift", "noise", "noise", "same_noise", "same_noise", "no shift, same classes"]
     x = np.array([0.01, 0.1, 1.0, 0.1, 1.0, 0.01])
     cond = pd.DataFrame({"kind": kinds, "cost": [0.0, 0.1, 0.5, 0.05, 0.3, 0.0]})
@@ -204,44 +204,44 @@ def test_mismatch_figure_shows_paired_differences_from_the_winner_and_tells_twin
         cond[c + "_lo"], cond[c + "_hi"] = cond[c] - 0.005, cond[c] + 0.005
     sel = {"KL": dict(score=0.1, diff=0.0, diff_lo=0.0, diff_hi=0.0),
            "mean shift": dict(score=0.12, diff=0.02, diff_lo=0.01, diff_hi=0.03)}
-    fig = plots.ch3_candidates(cond, sel, {"KL": "mismatch_kl", "mean shift": "mismatch_mean_shift"}, winner="KL")
+    fig = figures.ch3_candidates(cond, sel, {"KL": "mismatch_kl", "mean shift": "mismatch_mean_shift"}, winner="KL")
     last = fig.axes[2]
     assert [t.get_text() for t in last.get_yticklabels()] == ["mean shift"]
     assert "score minus KL's" in last.get_xlabel()
-    assert plots.CH3_KIND_MARKS["noise"][0] != plots.CH3_KIND_MARKS["same_noise"][0]
+    assert figures.CH3_KIND_MARKS["noise"][0] != figures.CH3_KIND_MARKS["same_noise"][0]
     assert min(t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)) >= 9
 
 
 def test_holm_resolves_at_least_what_bonferroni_resolves_and_counts_the_extra_levels():
     # four p-values; m = 4, alpha = 0.05: Bonferroni needs p < 0.0125 -> only 0.001; Holm: 0.004, 0.012*3=0.036 < 0.05,
     # then 0.03*2 = 0.06 stops -> two resolved, one of them extra
-    adj = ss.holm([0.001, 0.012, 0.03, 0.5])
+    adj = findings.holm([0.001, 0.012, 0.03, 0.5])
     assert adj == pytest.approx([0.004, 0.036, 0.06, 0.5])
-    assert np.isnan(ss.holm([np.nan, 0.01])[0])
+    assert np.isnan(findings.holm([np.nan, 0.01])[0])
 
 
 def test_threshold_display_blanks_the_vs_no_shift_crossings_at_threshold_zero():
     th = pd.DataFrame(dict(line=["a", "a", "a"], view=["vs no shift", "vs no shift", "raw"], threshold=[0.0, 0.01, 0.0],
                            estimate=[0.007, 0.5, 0.3], ci_low=[0.0, 0.4, 0.2], ci_high=[0.01, 0.6, 0.4],
                            q_low=[0.005, 0.45, 0.25], q_high=[0.01, 0.55, 0.35], p_cross=[1.0, 0.9, 0.8]))
-    out = ss.threshold_display(th)
-    assert out.loc[("a", "vs no shift"), "tie < 0"] == ss.ARTEFACT_CELL          # an artefact of the view: blanked
+    out = findings.threshold_display(th)
+    assert out.loc[("a", "vs no shift"), "tie < 0"] == findings.ARTEFACT_CELL          # an artefact of the view: blanked
     assert out.loc[("a", "vs no shift"), "tie < 0.01"] == "0.5 [0.45, 0.55] (90%)"  # other thresholds kept
     assert out.loc[("a", "raw"), "tie < 0"] == "0.3 [0.25, 0.35] (80%)"            # other views kept
 
 
 def test_final_referee_findings_no_shift_test_margin_in_images_and_candidate_count():
     df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
-    F = ss.findings(df, n_boot=20, n_boot_select=20)
+    F = findings.findings(df, n_boot=20, n_boot_select=20)
     assert F.benefit["noshift"].mean == pytest.approx(0.03)
     c = claim(F, "noshift_benefit")                      # 0.03 in every seed: zero spread, a direction
     assert c["p"] < 0.001 and c["verdict"] == "train mode higher" and c["estimate"] == pytest.approx(0.03)
     assert F.tie_margin_images == 20 and F.n_eval == 1000
     assert F.n_other_candidates == F.n_candidates - 1
-    for view in ss.VIEWS:      # lists read "a, b and c", never "a and b and c"
+    for view in findings.VIEWS:      # lists read "a, b and c", never "a and b and c"
         assert all(v.count(" and ") <= 1 for v in F.threshold_lines[view].values())
     # Without the gain the no-shift benefit is exactly 0 in every seed: no direction, and no margin to be within.
-    G = ss.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
+    G = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
     assert claim(G, "noshift_benefit")["verdict"] == "not decided"
 
 
@@ -249,7 +249,7 @@ def test_display_tables_name_their_columns_in_words_and_format_their_cells():
     bn = pd.DataFrame(dict(t=[0.0625, 1.0], steps=[300, 1600], mean=[-0.00004, -0.6], ci_low=[-0.01, -0.7],
                            ci_high=[0.01, -0.5], n_seeds=[16, 16], m=[2, 2], tost_p=[0.00001, 1.0],
                            verdict=["equivalent within \u00b10.02", "train mode lower"]))
-    out = ss.budget_net_display(bn)
+    out = findings.budget_net_display(bn)
     assert list(out.index.names) == ["t", "stage-2 steps"] and ("0.0625", "300") in out.index
     assert ("1", "1,600") in out.index
     assert out.loc[("0.0625", "300"), "TOST p"] == "<0.0001" and out.loc[("1", "1,600"), "TOST p"] == "1.0000"
@@ -257,20 +257,20 @@ def test_display_tables_name_their_columns_in_words_and_format_their_cells():
     assert "interval (97.50%, m = 2)" in out.columns                                 # the family's confidence
     cv = pd.DataFrame(dict(t=[0.0625], mode=["benefit"], steps_from=[800], steps_to=[1600], mean=[-0.0002],
                            ci_low=[-0.01], ci_high=[0.01], m=[1], verdict=["not decided"]))
-    c = ss.convergence_display(cv)
+    c = findings.convergence_display(cv)
     assert c.loc[("0.0625", "benefit"), "budgets (steps)"] == "800 to 1,600"
     assert c.loc[("0.0625", "benefit"), "change (mean)"] == "0.000"
     sel = pd.DataFrame(dict(candidate=["mean shift", "KL", "mean shift", "KL", "mean shift", "KL"],
                             held_out=["blur", "blur", "noise", "noise", "mean", "mean"],
                             error=[0.3, 0.1, 0.2, 0.1, 0.25, 0.1]))
-    s = ss.selection_display(sel)
+    s = findings.selection_display(sel)
     assert list(s.columns) == ["blur", "noise", "score (mean)"] and list(s.index) == ["KL", "mean shift"]
 
 
 def test_budget_dependent_levels_and_benefit_change_p_on_a_hand_made_table():
     df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
-    F = ss.findings(df, n_boot=20, n_boot_select=20)
-    lv = ss.level_table(df, margin=0.02)
+    F = findings.findings(df, n_boot=20, n_boot_select=20)
+    lv = findings.level_table(df, margin=0.02)
     be = lv[(lv["metric"] == "net") & (lv["view"] == "raw")]["breakeven_rate"]
     lo, hi = sorted([F.exchange_rate, F.exchange_rate_long])
     assert F.n_budget_dependent == int(be.between(lo, hi).sum())

@@ -15,7 +15,7 @@ different head or a different head optimizer closes that gap:
   task-B *validation* set (``RunConfig(eval_split="validation")``), never on the reported seeds
   or the test set;
 * the four freeze modes; three shifts: none, chapter 1's ``(brightness 4, contrast 5)`` and one
-  point between on chapter 3's ``both`` line (:func:`bnstudy.experiments.shift_strength.shift_of`).
+  point between on chapter 3's ``both`` line (:func:`bnstudy.experiments.shift_strength.run.shift_of`).
 
 Within a seed every head, optimizer and mode sees the same trained backbone and the same
 task-B batch stream, and every mode and optimizer of a head the same head initialization

@@ -23,7 +23,7 @@ from ...models import ConvBackbone, make_head
 from ...modes import MODE_NAMES, TransferModel, get_mode
 from ...sweep import reset_sweep_counts, run_sweep, sweep_counts
 from ...tasks import BatchStream, eval_set, generator, make_task
-from ..shift_strength import shift_of
+from ..shift_strength.run import shift_of
 
 NAMESPACE = "ch04_heads"
 SEARCH_NAMESPACE = "ch04_lr_search"

@@ -700,7 +700,7 @@ def page_settings(config: Config) -> dict:
     ``ch3_gentlest`` (chapter 3's gentlest non-zero ``both`` level, full profile), ``ch3_margin`` (its
     equivalence margin), ``margin_text`` (:func:`margin_phrase`), ``router_samples`` and ``router_samples_bmax`` (the
     classifier's training points per bank at the largest inference batch)."""
-    from ..shift_strength import PROFILES as CH3_PROFILES, make_config as ch3_config
+    from ..shift_strength.run import PROFILES as CH3_PROFILES, make_config as ch3_config
     ch3_margin = ch3_config("full").tie_margin
     return dict(tau_first=TEMPERATURE_TRIED_FIRST, temperature=config.temperature,
                 first_grid_text=", ".join(_fmt_t(t) for t in FIRST_STRENGTH_GRID),
