@@ -24,7 +24,7 @@ def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
         run.make_config("fast")
     # the message names the config's module, now ``run`` (config.from_profile's rule; naming the chapter folder
     # there would change config.py, which every run's cache key hashes whole: left to the lead)
-    with pytest.raises(ValueError, match=r"unknown run parameters \['stepz'\]"):
+    with pytest.raises(ValueError, match=r"unknown eval_traps parameters \['stepz'\]"):
         run.make_config("quick", stepz=3)
     with pytest.raises(ValueError, match=r"sorted_fractions\[1\] must be a finite number >= 0.0 and <= 1.0"):
         run.make_config("quick", sorted_fractions=(0.0, 1.5))
