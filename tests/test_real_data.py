@@ -190,7 +190,9 @@ def test_findings_on_a_table_built_to_satisfy_every_claim():
     assert x.rho_cost["n"] == pytest.approx(-1.0) and x.rho_p_text["n"].startswith(("=", "<"))
     assert x.rho_within_text["n"] == x.rho_across_text["n"] == "not computable (fewer than 4 points)"
     assert x.most_severe["n"] == "inversion at severity 5" and x.n_conditions == 4
-    assert x.cost_none["n"].mean == 0 and x.gap_b_most_severe["n"].mean == pytest.approx(0.306)
+    cited = F.cited.set_index("key")  # task B at the most severe condition and at the reference, condition family
+    assert x.cost_none["n"].mean == 0 and cited.loc["f3_most_severe_n", "estimate"] == pytest.approx(0.306)
+    assert set(cited.index) == {"f3_most_severe_n", "f3_reference_n"} and list(cited.columns) == list(F.claims.columns[1:])
 
 
 def test_every_verdict_is_a_word_of_the_glossary_and_no_old_word_is_left():

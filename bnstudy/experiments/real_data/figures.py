@@ -13,7 +13,7 @@ import pandas as pd
 
 from ... import style
 from ...plots import MODE_ORDER, fit_page
-from .findings import CLIP, Findings, network_label, verdict_table
+from .findings import CLIP, CORRUPTION_LABELS, NETWORK_LABELS, Findings, network_label, verdict_table
 
 # --- chapter 7 (issue 15): real digits and torchvision networks ---------------------------------------------------
 
@@ -27,7 +27,6 @@ CH07_CORRUPTION_ORDER = ("brightness", "contrast", "gaussian_noise", "blur", "in
 
 def _ch07_label(name: str, kind: str = "network") -> str:
     """A readable name for a chapter-7 network or corruption (real_data's label maps)."""
-    from .findings import CORRUPTION_LABELS, NETWORK_LABELS
     return (NETWORK_LABELS if kind == "network" else CORRUPTION_LABELS).get(name, name)
 
 

@@ -294,14 +294,15 @@ class Facts:
     Per network: ``task_a_source`` (stage 1), ``task_a_train_mode``, ``task_a_before`` (at the reference; 95% t
     intervals of mean accuracies); ``task_b_clean_pinned`` / ``task_b_clean_train`` (task B without corruption,
     ``backbone_eval`` / ``train_mode``) and ``task_b_ref_minus_clean_pinned`` (``backbone_eval``'s task B at the
-    reference minus without corruption, paired within seed; 95%); ``cost_none`` (the cost without corruption) and
-    ``gap_b_most_severe`` (task B ``train_mode - backbone_eval`` at ``most_severe``, the condition of largest median
-    mismatch), both at the condition family's level. Counts over the ``n_conditions`` conditions (Holm-adjusted p
+    reference minus without corruption, paired within seed; 95%); ``cost_none`` (the cost without corruption, at
+    the condition family's level); ``most_severe`` (the condition of largest median mismatch: task B there is
+    :attr:`Findings.cited`'s ``f3_most_severe_<network>``). Counts over the ``n_conditions`` conditions (Holm-adjusted p
     below 0.05, :func:`condition_claims`): ``f2_n_below`` / ``f2_n_above`` (task A shown below / above 1.5x
     chance, one-sided tests), ``f2_n_neither``, ``f2_n_mean_at_chance`` (a mean at most 1.5x chance: a point
     estimate, no test), ``f2_n_drop`` (task A shown lower after stage 2, one-sided); ``f3_n_higher`` / ``f3_n_lower`` (task B, train mode shown
     higher / lower), ``f3_n_equivalent`` (the others whose verdict is equivalent within :data:`TIE_MARGIN`),
-    ``f3_n_not_decided``; ``f3_p_holm_reference`` (the Holm p of task B at the reference, over conditions).
+    ``f3_n_not_decided`` (task B at the reference, Holm over conditions: :attr:`Findings.cited`'s
+    ``f3_reference_<network>``).
     Chapter 3: ``rho_cost`` (Spearman's rho of the conditions' median mismatch and mean cost) and ``rho_p_text``
     (its two-sided p, Holm over networks, as printed); ``rho_cost_mean_kl`` (the same on seed-mean mismatches);
     ``rho_within_text`` (mean over corruptions of rho within a corruption: no corruption and its severities) and
@@ -327,7 +328,6 @@ class Facts:
     task_b_ref_minus_clean_pinned: dict
     cost_none: dict
     most_severe: dict
-    gap_b_most_severe: dict
     f2_n_below: dict
     f2_n_above: dict
     f2_n_neither: dict
@@ -337,7 +337,6 @@ class Facts:
     f3_n_lower: dict
     f3_n_equivalent: dict
     f3_n_not_decided: dict
-    f3_p_holm_reference: dict
     rho_cost: dict
     rho_p_text: dict
     rho_cost_mean_kl: dict
@@ -365,11 +364,15 @@ class Facts:
 class Findings:
     """Chapter 7's findings: ``claims`` (the verdict table's comparisons and checks, one claims table: glued by
     :func:`bnstudy.pages.glue_claims` as ``ch07_<key>_<field>``, keys ``<claim>_<network>``, see :data:`CLAIMS`),
-    ``conditions`` (:func:`condition_claims`) and ``facts`` (:class:`Facts`, the numbers the prose cites)."""
+    ``conditions`` (:func:`condition_claims`), ``facts`` (:class:`Facts`, the numbers the prose cites) and
+    ``cited``: the rows of ``conditions`` the prose cites, as a claims table glued like ``claims`` (their
+    ``p_adjusted`` is Holm over the network's conditions): task B ``train_mode - backbone_eval`` at the reference
+    (``f3_reference_<network>``) and at the condition of largest median mismatch (``f3_most_severe_<network>``)."""
 
     claims: pd.DataFrame
     conditions: pd.DataFrame
     facts: Facts
+    cited: pd.DataFrame | None = None
 
 
 #: The verdict table's rows: (claim key, kind, claim as the chapter states it). Kinds: "chapter 1 finding",
@@ -416,7 +419,7 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
     seed_rho = per_seed_rho(df)
     fields = [f.name for f in dataclasses.fields(Facts) if f.type == "dict"]
     out: dict = {f: {} for f in fields}
-    claims, checks, rho_p = [], [], {}
+    claims, checks, rho_p, cited = [], [], {}, []
     for n in nets:
         r, d = ref[ref.network == n], df[df.network == n]
         tm = r[r["mode"] == "train_mode"]
@@ -457,11 +460,10 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["f3_n_equivalent"][n] = int(((f3["kind"] == "equivalent") & ~directed).sum())
         out["f3_n_not_decided"][n] = len(f3) - out["f3_n_higher"][n] - out["f3_n_lower"][n] - out["f3_n_equivalent"][n]
         at_ref = f3[(f3.corruption == reference[0]) & (f3.severity == reference[1])]
-        out["f3_p_holm_reference"][n] = float(at_ref["p_adjusted"].iloc[0])
         top = c.loc[c["mismatch_kl"].idxmax()]  # median mismatch over seeds
         out["most_severe"][n] = condition_label(top["corruption"], top["severity"])
-        g = f3[(f3.corruption == top["corruption"]) & (f3.severity == top["severity"])].iloc[0]
-        out["gap_b_most_severe"][n] = Interval(g["estimate"], g["low"], g["high"], int(g["n"]), g["confidence"])
+        at_top = f3[(f3.corruption == top["corruption"]) & (f3.severity == top["severity"])]
+        cited += [at_ref.assign(key=f"f3_reference_{n}"), at_top.assign(key=f"f3_most_severe_{n}")]
         loss = by_q[f"loss_{MIN_EFFECT:g}"]
         at_none = loss[loss.corruption == "none"]
         out["cost_none"][n] = (Interval(float(at_none["estimate"].iloc[0]) - MIN_EFFECT,
@@ -513,7 +515,8 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
                   f2_lowest_bound=float(f2_all["low"].min()) + CHANCE_LINE,
                   inversion_sentence=_inversion_sentence(out, nets, int(df["seed"].nunique())),
                   example_pair=_example_pair(cond), **out)
-    return Findings(claims=claims_table(claims + checks), conditions=conds, facts=facts)
+    cited = pd.concat(cited, ignore_index=True)[list(claims_table([]).columns)]
+    return Findings(claims=claims_table(claims + checks), conditions=conds, facts=facts, cited=cited)
 
 
 def _c2_phrase(outcome: str, safe, harm, loss: pd.DataFrame, lowest: str, cost_none: Interval) -> str:
