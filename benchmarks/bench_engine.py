@@ -189,7 +189,7 @@ def sharing_ratios(steps: int = 100) -> pd.DataFrame:
     time differs.
     """
     from bnstudy.data import corrupted_task_b, digits_tasks, normalise, pixel_statistics
-    from bnstudy.experiments import real_data as rd
+    from bnstudy.experiments.real_data import run as rd
     torch.set_num_threads(1)
     recs = []
     heads = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln")

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from bnstudy.audit import FreezeAudit
-from bnstudy.experiments.real_data import AUDIT_OUTCOMES, audit_counts
+from bnstudy.experiments.real_data.findings import AUDIT_OUTCOMES, audit_counts
 from bnstudy.freeze import freeze_batchnorm, pin_norm_eval
 from bnstudy.vision import audit_model, classification_model_names, has_batchnorm, has_norm_layer, logits_only
 
@@ -207,7 +207,7 @@ def outcome_word(outcome: str) -> str:
 
 def write_outcomes(outcomes: dict, path=AUDIT_OUTCOMES) -> Path:
     """Write ``{model: outcome}`` into the outcomes CSV (``model, outcome``, sorted by model) that chapter 7's
-    counts are read from (:func:`bnstudy.experiments.real_data.audit_counts`). Rows of models not in
+    counts are read from (:func:`bnstudy.experiments.real_data.findings.audit_counts`). Rows of models not in
     ``outcomes`` are kept, so a run over some models (``python tests/test_audit_torchvision.py NAME ...``)
     updates only theirs. Returns the path."""
     path = Path(path)

@@ -14,7 +14,7 @@ import torch
 from bnstudy.config import Execution
 from bnstudy.data import (CORRUPTIONS, HELD_OUT_PER_CLASS, corrupt, corrupted_task_b, digits_tasks, held_out_mask,
                           load_digits_images, split_counts)
-from bnstudy.experiments import real_data as rd
+from bnstudy.experiments.real_data import run, findings, figures
 from bnstudy.inference import holm, is_verdict, one_sided_p
 from bnstudy.modes import MODE_NAMES
 
@@ -106,20 +106,20 @@ def test_torchvision_is_imported_only_through_the_shim():
 
 def test_notebook_nones_take_the_profile_and_networks_match_the_vision_module():
     from bnstudy.vision import NETWORKS
-    assert rd.NETWORKS == NETWORKS
-    cfg = rd.make_config("quick", seeds=None, networks=None, corruptions=None, severities=None, stage1_steps=None,
+    assert run.NETWORKS == NETWORKS
+    cfg = run.make_config("quick", seeds=None, networks=None, corruptions=None, severities=None, stage1_steps=None,
                          steps=None)
     assert cfg.networks == NETWORKS and cfg.seeds == (0, 1)
 
 
 def test_config_rejects_bad_values_naming_the_parameter():
     with pytest.raises(ValueError, match="networks"):
-        rd.make_config("quick", networks=("vgg",))
+        run.make_config("quick", networks=("vgg",))
     with pytest.raises(ValueError, match="reference"):
-        rd.make_config("quick", reference=("blur", 5))
+        run.make_config("quick", reference=("blur", 5))
     with pytest.raises(ValueError, match="severities"):
-        rd.make_config("quick", severities=(7,))
-    cfg = rd.make_config("full")
+        run.make_config("quick", severities=(7,))
+    cfg = run.make_config("full")
     assert len(cfg.seeds) >= 10
     specs = cfg.run_configs()
     assert {s.mode for s in specs if (s.corruption, s.severity) == cfg.reference} == set(MODE_NAMES)
@@ -148,7 +148,7 @@ def _table(good: bool = True, ref_a_train=0.2) -> pd.DataFrame:
         for corr, sev, cost, kl in conds:
             a_tm = ref_a_train + j if cost is None else 0.95 - cost - (j if cost >= 0.1 else 0)
             b_tm = 0.9 + j
-            modes = MODE_NAMES if corr in ("none", "inversion") else rd.SWEEP_MODES
+            modes = MODE_NAMES if corr in ("none", "inversion") else run.SWEEP_MODES
             for m in modes:
                 if m == "train_mode":
                     rows.append(_row("n", seed, corr, sev, m, a_tm, b_tm, kl, old=3.0))
@@ -166,7 +166,7 @@ def _verdicts(F) -> dict:
 
 
 def test_findings_on_a_table_built_to_satisfy_every_claim():
-    F = rd.findings(_table(True), ("inversion", 5))
+    F = findings.findings(_table(True), ("inversion", 5))
     v, x = _verdicts(F), F.facts
     assert v["f2_n"] == "below 1.5x chance" and v["drop_n"] == "lower after stage 2"
     assert v["f3_n"] == "train mode higher" and v["c1_n"] == "larger mismatch, larger loss"
@@ -190,14 +190,16 @@ def test_findings_on_a_table_built_to_satisfy_every_claim():
     assert x.rho_cost["n"] == pytest.approx(-1.0) and x.rho_p_text["n"].startswith(("=", "<"))
     assert x.rho_within_text["n"] == x.rho_across_text["n"] == "not computable (fewer than 4 points)"
     assert x.most_severe["n"] == "inversion at severity 5" and x.n_conditions == 4
-    assert x.cost_none["n"].mean == 0 and x.gap_b_most_severe["n"].mean == pytest.approx(0.306)
+    cited = F.cited.set_index("key")  # task B at the most severe condition and at the reference, condition family
+    assert x.cost_none["n"].mean == 0 and cited.loc["f3_most_severe_n", "estimate"] == pytest.approx(0.306)
+    assert set(cited.index) == {"f3_most_severe_n", "f3_reference_n"} and list(cited.columns) == list(F.claims.columns[1:])
 
 
 def test_every_verdict_is_a_word_of_the_glossary_and_no_old_word_is_left():
     for df in (_table(True), _table(False, ref_a_train=0.947), _with_b_gap(0.001, noise=0.05)):
-        F = rd.findings(df, ("inversion", 5))
-        words = set(F.claims["verdict"]) | set(F.conditions["verdict"]) | set(rd.verdict_table(F)["verdict"]) - {""}
-        assert all(is_verdict(w, rd.DIRECTIONS) for w in words), words
+        F = findings.findings(df, ("inversion", 5))
+        words = set(F.claims["verdict"]) | set(F.conditions["verdict"]) | set(findings.verdict_table(F)["verdict"]) - {""}
+        assert all(is_verdict(w, findings.DIRECTIONS) for w in words), words
         assert not words & set(OLD_WORDS)
     import nbformat
     from bnstudy import book
@@ -209,18 +211,18 @@ def test_every_verdict_is_a_word_of_the_glossary_and_no_old_word_is_left():
 
 
 def test_cost_is_train_mode_minus_backbone_eval_negative_when_train_mode_loses():
-    e = rd.effects(_table(True)).set_index(["corruption", "severity", "seed"])
+    e = findings.effects(_table(True)).set_index(["corruption", "severity", "seed"])
     assert e.loc[("blur", 5, 1), "cost"] == pytest.approx(-0.302)
     assert e.loc[("blur", 5, 1), "benefit"] == pytest.approx(0.304)
     assert (e["net"] == e["benefit"] + e["cost"]).all()
-    c = rd.condition_table(_table(True)).set_index(["corruption", "severity"])
+    c = findings.condition_table(_table(True)).set_index(["corruption", "severity"])
     assert c.loc[("blur", 5), "cost"] < 0 and c.loc[("none", 0), "cost"] == 0
-    t = rd.effects_table(_table(True))
+    t = findings.effects_table(_table(True))
     assert (t["confidence"] == 1 - 0.05 / 4).all()  # the network's four conditions are one family
 
 
 def test_findings_name_each_failure():
-    F = rd.findings(_table(False, ref_a_train=0.947), ("inversion", 5))
+    F = findings.findings(_table(False, ref_a_train=0.947), ("inversion", 5))
     v = _verdicts(F)
     assert v["f1_n"] == "not exact"  # one weight moved
     assert v["c3_n"] == "not exact"  # separate_stats 0.05 below train_mode on task B
@@ -231,7 +233,7 @@ def test_findings_name_each_failure():
 
 
 def test_task_a_falling_significantly_but_not_to_chance_is_two_verdicts():
-    v = _verdicts(rd.findings(_table(True, ref_a_train=0.6), ("inversion", 5)))
+    v = _verdicts(findings.findings(_table(True, ref_a_train=0.6), ("inversion", 5)))
     assert v["f2_n"] == "above 1.5x chance" and v["drop_n"] == "lower after stage 2"
 
 
@@ -246,27 +248,27 @@ def _with_b_gap(gap: float, noise: float = 0.0) -> pd.DataFrame:
 
 
 def test_task_b_gap_not_decided_equivalent_lower_and_too_few_seeds():
-    F = rd.findings(_with_b_gap(0.001, noise=0.05), ("inversion", 5))
+    F = findings.findings(_with_b_gap(0.001, noise=0.05), ("inversion", 5))
     assert _verdicts(F)["f3_n"] == "not decided" and F.facts.f3_n_not_decided["n"] == 4
     # small spread: the family interval (98.75%) spans 0, the TOST at 0.05/4 shows equivalence within 0.02
-    F = rd.findings(_with_b_gap(0.001, noise=0.002), ("inversion", 5))
+    F = findings.findings(_with_b_gap(0.001, noise=0.002), ("inversion", 5))
     assert _verdicts(F)["f3_n"] == "equivalent within ±0.02" and F.facts.f3_n_equivalent["n"] == 4
-    F = rd.findings(_with_b_gap(-0.1), ("inversion", 5))
+    F = findings.findings(_with_b_gap(-0.1), ("inversion", 5))
     assert _verdicts(F)["f3_n"] == "train mode lower" and F.facts.f3_n_lower["n"] == 4
     df = _table(True)
     df.loc[(df.corruption == "inversion") & (df["mode"] == "train_mode") & (df.seed > 0), "task_b"] = np.nan
-    c = rd.findings(df, ("inversion", 5)).claims.set_index("key")
+    c = findings.findings(df, ("inversion", 5)).claims.set_index("key")
     assert c.loc["f3_n", "verdict"] == "too few seeds" and c.loc["f3_n", "n"] == 1 and np.isnan(c.loc["f3_n", "low"])
 
 
 def test_condition_claims_are_one_family_per_network_and_question_with_holm():
-    cc = rd.condition_claims(_with_b_gap(-0.1))
-    assert set(cc["question"]) == set(rd.QUESTIONS) and len(cc) == 4 * len(rd.QUESTIONS)
+    cc = findings.condition_claims(_with_b_gap(-0.1))
+    assert set(cc["question"]) == set(findings.QUESTIONS) and len(cc) == 4 * len(findings.QUESTIONS)
     f3 = cc[cc.question == "f3"]
     assert set(f3["verdict"]) == {"train mode lower"} and (f3["confidence"] == 1 - 0.05 / 4).all()
     for q, g in cc.groupby("question"):
         assert g["p_adjusted"].tolist() == pytest.approx(list(holm(g["p"])), nan_ok=True), q
-    cv = rd.condition_verdicts(_table(True))
+    cv = findings.condition_verdicts(_table(True))
     assert len(cv) == 4 and list(cv.loc[cv.corruption == "inversion", "f2_verdict"]) == ["below 1.5x chance"]
 
 
@@ -279,23 +281,23 @@ def _loss(rows):
 def test_threshold_outcomes_name_what_the_counts_show():
     harm_none = _loss([("none", 0, 0.2, -0.04, 0.01, 1.0), ("blur", 1, 0.1, -0.03, 0.2, 0.9),
                        ("blur", 5, 2.0, -0.5, 0.001, 1.0)])
-    assert rd._threshold(harm_none)[0] == "no condition shown safe (a loss already without corruption)"
+    assert findings._threshold(harm_none)[0] == "no condition shown safe (a loss already without corruption)"
     lowest = _loss([("none", 0, 0.2, -0.01, 0.3, 0.6), ("blur", 1, 0.1, -0.05, 0.01, 1.0)])
-    assert rd._threshold(lowest)[0] == "no condition shown safe (a loss already at the lowest mismatch)"
+    assert findings._threshold(lowest)[0] == "no condition shown safe (a loss already at the lowest mismatch)"
     power = _loss([("none", 0, 0.2, 0.005, 0.7, 0.2), ("blur", 5, 2.0, -0.5, 0.001, 1.0)])
-    assert rd._threshold(power)[0] == "no condition shown safe"
+    assert findings._threshold(power)[0] == "no condition shown safe"
     no_harm = _loss([("none", 0, 0.2, 0.005, 0.9, 0.01), ("blur", 5, 2.0, -0.01, 0.3, 0.4)])
-    assert rd._threshold(no_harm)[0] == "no condition shown harmful"
+    assert findings._threshold(no_harm)[0] == "no condition shown harmful"
     overlap = _loss([("none", 0, 0.2, 0.005, 0.9, 0.01), ("blur", 1, 0.1, -0.3, 0.01, 1.0),
                      ("blur", 5, 2.0, 0.008, 0.9, 0.02)])
-    out, safe, harm = rd._threshold(overlap)
+    out, safe, harm = findings._threshold(overlap)
     assert out == "no single value separates them" and sorted(safe) == [0.2, 2.0] and list(harm) == [0.1]
 
 
 def test_threshold_without_a_safe_condition_says_so_in_a_sentence():
     df = _table(True)
     keep = (df["corruption"] != "none") & ~((df["corruption"] == "blur") & (df["severity"] == 1))
-    x = rd.findings(df[keep], ("inversion", 5)).facts
+    x = findings.findings(df[keep], ("inversion", 5)).facts
     # the lowest-mismatch condition (blur 5, a loss of 0.3) is harmful
     assert x.n_safe["n"] == 0 and x.c2_threshold_separates["n"] == "no condition shown safe (a loss already at the lowest mismatch)"
     assert "nan" not in x.c2_phrase["n"] and x.c2_phrase["n"].endswith("loses more")
@@ -304,9 +306,9 @@ def test_threshold_without_a_safe_condition_says_so_in_a_sentence():
 def test_a_difference_at_the_margin_is_at_it_not_a_float_artefact_away():
     """0.94 - 0.95 is -0.010000000000000009: compared with the margin -0.01 at the accuracy resolution it is on
     the line, so a zero-spread sample there shows neither a smaller nor a larger loss."""
-    v = rd._off_line([0.94 - 0.95] * 3, -0.01)
+    v = findings._off_line([0.94 - 0.95] * 3, -0.01)
     assert (v == 0).all() and one_sided_p(v, "greater") == 1.0 and one_sided_p(v, "less") == 1.0
-    assert rd._off_line([90 / 300], rd.CHANCE_LINE)[0] == 0
+    assert findings._off_line([90 / 300], findings.CHANCE_LINE)[0] == 0
 
 
 def test_task_a_at_chance_needs_a_test_not_a_mean():
@@ -314,18 +316,18 @@ def test_task_a_at_chance_needs_a_test_not_a_mean():
     df = _table(True)
     ref = (df.corruption == "inversion") & (df["mode"] == "train_mode")
     df.loc[ref, "task_a_after"] = [0.29 + (0.3 if s % 2 else -0.3) * 0.5 for s in df.loc[ref, "seed"]]
-    F = rd.findings(df, ("inversion", 5))
+    F = findings.findings(df, ("inversion", 5))
     x = F.facts
     assert _verdicts(F)["f2_n"] == "not decided"
     assert x.f2_n_below["n"] == 0 and x.f2_n_mean_at_chance["n"] == 1
     assert x.f2_n_above["n"] == 3 and x.f2_n_neither["n"] == 1
     assert x.f2_lowest_bound < 0.2
-    vt = rd.verdict_table(F)
+    vt = findings.verdict_table(F)
     assert "below 1.5x chance at 0, above at 3, neither at 1 of 4" in vt[vt.claim.str.contains("each condition")]["detail"].iloc[0]
 
 
 def test_condition_verdicts_carry_each_modes_task_b_accuracy():
-    cv = rd.condition_verdicts(_table(True))
+    cv = findings.condition_verdicts(_table(True))
     for m in ("train_mode", "backbone_eval", "separate_stats"):
         assert cv[f"task_b_{m}"].notna().all()
     ref = cv[cv.corruption == "inversion"].iloc[0]
@@ -337,16 +339,16 @@ def test_mismatch_summaries_are_medians_robust_to_one_extreme_seed():
     severe condition stays inversion 5, and the inversion check counts seeds, not one mean."""
     df = _table(True)
     df.loc[(df.corruption == "blur") & (df.severity == 1) & (df.seed == 0), "mismatch_kl"] = 100.0
-    c = rd.condition_table(df)
+    c = findings.condition_table(df)
     assert c.set_index(["corruption", "severity"]).loc[("blur", 1), "mismatch_kl"] == pytest.approx(0.1)
     assert c.set_index(["corruption", "severity"]).loc[("blur", 1), "mismatch_kl_mean"] > 20
-    F = rd.findings(df, ("inversion", 5))
+    F = findings.findings(df, ("inversion", 5))
     x = F.facts
     assert x.most_severe["n"] == "inversion at severity 5" and x.rho_cost["n"] == pytest.approx(-1.0)
     assert x.kl_max_over_median["n"] == pytest.approx(1000.0)
     # per seed: seed 0 ranks blur 1 (a loss of 0.003) above blur 5 (0.3): rho -0.4 there, -1 elsewhere
-    assert rd.per_seed_rho(df)["rho"].tolist() == pytest.approx([-0.4, -1, -1, -1])
-    c1 = rd.claim_intervals(F.claims, "c1")["n"]
+    assert findings.per_seed_rho(df)["rho"].tolist() == pytest.approx([-0.4, -1, -1, -1])
+    c1 = findings.claim_intervals(F.claims, "c1")["n"]
     assert c1.n == 4 and c1.mean == pytest.approx(-0.85) and c1.high > -0.4
     assert x.inversion_monotone["n"] == "not run" and "inversion was not run" in x.inversion_sentence
 
@@ -356,7 +358,7 @@ def test_inversion_sentence_counts_the_seeds_that_break_monotony():
     extra = df[df.corruption == "inversion"].copy()
     extra["severity"] = 3
     extra["mismatch_kl"] = [9.0 if s else 1.0 for s in extra["seed"]]  # above severity 5's 5.0 in 3 of 4 seeds
-    x = rd.findings(pd.concat([df, extra]), ("inversion", 5)).facts
+    x = findings.findings(pd.concat([df, extra]), ("inversion", 5)).facts
     assert x.inversion_monotone["n"] == "no" and x.inversion_nonmonotone_seeds["n"] == 3
     assert x.inversion_sentence.startswith("the median mismatch of inversion does not rise monotonically")
     assert "3 of 4 seeds for n" in x.inversion_sentence
@@ -370,85 +372,85 @@ def _cond(rows):
 def test_example_pair_names_two_corruptions_of_like_mismatch_and_unlike_cost():
     cond = _cond([("none", 0, 0.01, 0, 0, 0), ("blur", 5, 1.0, -0.02, -0.04, 0.0),
                   ("contrast", 5, 1.1, -0.5, -0.6, -0.4), ("inversion", 5, 5.0, -0.9, -1.0, -0.8)])
-    text = rd._example_pair(cond)
+    text = findings._example_pair(cond)
     assert text.startswith("on n, blur at severity 5 moves the statistics about as much as contrast at severity 5")
     assert "changes task A by -0.020 (-0.040 to 0.000) against -0.500 (-0.600 to -0.400)" in text
-    assert rd._example_pair(cond[cond.corruption != "contrast"]) == ""
+    assert findings._example_pair(cond[cond.corruption != "contrast"]) == ""
 
 
 def test_origin_sentence_says_where_the_rows_came_from_and_what_they_cost():
     df = pd.DataFrame(dict(wall_s=[30.0] * 4))
-    ran = rd.origin_sentence(df, "full", None, 125.0)
+    ran = findings.origin_sentence(df, "full", None, 125.0)
     assert "computed by this page's own run" in ran and "2.1 minutes" in ran and "2 worker-minutes" in ran
-    assert "was not timed" in rd.origin_sentence(df, "full", None, None)
+    assert "was not timed" in findings.origin_sentence(df, "full", None, None)
     prov = dict(git_commit="f40bda3604", written="2026-12-01T00:45:58+00:00", sha256="386abfe974fa7a9", run_wall_s=None)
-    text = rd.origin_sentence(df, "full", prov)
+    text = findings.origin_sentence(df, "full", prov)
     assert "full-profile run at git commit f40bda3604" in text and "2026-12-01 00:45:58 UTC" in text
     assert "wall time is not recorded in its sidecar" in text and "386abfe974fa" in text and "2 worker-minutes" in text
-    assert "took 1.5 minutes" in rd.origin_sentence(df, "full", {**prov, "run_wall_s": 90})
-    assert rd.rows_from(prov) == dict(git_commit="f40bda3604", written="2026-12-01T00:45:58+00:00", sha256="386abfe974fa")
+    assert "took 1.5 minutes" in findings.origin_sentence(df, "full", {**prov, "run_wall_s": 90})
+    assert findings.rows_from(prov) == dict(git_commit="f40bda3604", written="2026-12-01T00:45:58+00:00", sha256="386abfe974fa")
 
 
 def test_p_text_never_prints_zero():
-    assert rd.p_text(4e-5) == "< 0.001" and rd.p_text(0.016) == "= 0.016" and rd.p_text(float("nan")) == "not computed"
+    assert findings.p_text(4e-5) == "< 0.001" and findings.p_text(0.016) == "= 0.016" and findings.p_text(float("nan")) == "not computed"
 
 
 def test_audit_counts_and_the_not_run_sentence_are_read_from_an_outcomes_file(tmp_path):
     p = tmp_path / "o.csv"
     p.write_text("model,outcome\na,caught\nb,clean\nc,no norm\nd,not run (too slow: 900 s)\ne,caught\n")
-    assert rd.audit_counts(p) == dict(models=5, caught=2, clean=1, failed=0, no_norm=1, not_run=1, run=3)
-    assert rd.audit_not_run_sentence(p) == "One model was not run: d (too slow: 900 s)."
+    assert findings.audit_counts(p) == dict(models=5, caught=2, clean=1, failed=0, no_norm=1, not_run=1, run=3)
+    assert findings.audit_not_run_sentence(p) == "One model was not run: d (too slow: 900 s)."
     p.write_text("model,outcome\na,caught\n")
-    assert rd.audit_not_run_sentence(p) == "Every other model was run."
+    assert findings.audit_not_run_sentence(p) == "Every other model was run."
     p.write_text("model,outcome\na,exploded\n")
     with pytest.raises(ValueError, match="unknown outcomes"):
-        rd.audit_counts(p)
+        findings.audit_counts(p)
 
 
 def test_findings_refuse_a_table_without_the_four_modes_at_the_reference():
     df = _table(True)
     with pytest.raises(ValueError, match="all four modes"):
-        rd.findings(df[df["mode"] != "all_eval"], ("inversion", 5))
+        findings.findings(df[df["mode"] != "all_eval"], ("inversion", 5))
     with pytest.raises(ValueError, match="reference"):
-        rd.findings(df, ("contrast", 5))
+        findings.findings(df, ("contrast", 5))
 
 
 def test_three_conditions_are_too_few_for_a_rank_correlation():
     df = _table(True)
-    F = rd.findings(df[~((df["corruption"] == "blur") & (df["severity"] == 1))], ("inversion", 5))
+    F = findings.findings(df[~((df["corruption"] == "blur") & (df["severity"] == 1))], ("inversion", 5))
     c = F.claims.set_index("key")
     assert np.isnan(F.facts.rho_cost["n"]) and c.loc["c1_n", "verdict"] == "too few seeds" and c.loc["c1_n", "n"] == 0
 
 
 def test_verdict_table_has_one_row_per_claim_and_network():
-    F = rd.findings(_table(True), ("inversion", 5))
-    t = rd.verdict_table(F)
-    assert len(t) == len(rd.CLAIMS)
+    F = findings.findings(_table(True), ("inversion", 5))
+    t = findings.verdict_table(F)
+    assert len(t) == len(findings.CLAIMS)
     stated = t[t["detail"] == ""]
-    assert len(stated) == len(rd.CLAIMS) - 3 and all(is_verdict(w, rd.DIRECTIONS) for w in stated["verdict"])
-    g = rd.verdict_grid(F)
-    assert list(g.columns) == ["kind", "claim", "n"] and len(g) == len(rd.CLAIMS)
+    assert len(stated) == len(findings.CLAIMS) - 3 and all(is_verdict(w, findings.DIRECTIONS) for w in stated["verdict"])
+    g = figures.verdict_grid(F)
+    assert list(g.columns) == ["kind", "claim", "n"] and len(g) == len(findings.CLAIMS)
     assert set(t["kind"]) == {"chapter 1 finding", "chapter 3 conclusion", "over conditions", "check"}
     cell = g.set_index("claim")["n"]
-    assert cell[rd.CLAIMS[2][2]].startswith("train mode higher (0.306 [")
+    assert cell[findings.CLAIMS[2][2]].startswith("train mode higher (0.306 [")
 
 
 def test_verdict_grid_uses_readable_network_names():
     df = _table(True)
     df["network"] = "mobilenet_v3_small"
-    g = rd.verdict_grid(rd.findings(df, ("inversion", 5)))
+    g = figures.verdict_grid(findings.findings(df, ("inversion", 5)))
     assert list(g.columns) == ["kind", "claim", "MobileNetV3-small"]
-    assert rd.condition_label("gaussian_noise", 5) == "Gaussian noise at severity 5"
-    assert rd.condition_label("none", 0) == "no corruption"
+    assert findings.condition_label("gaussian_noise", 5) == "Gaussian noise at severity 5"
+    assert findings.condition_label("none", 0) == "no corruption"
 
 
 # --- a tiny real run ---------------------------------------------------------------------------------------------
 
 def test_tiny_run_pins_task_a_exactly_and_separate_stats_keeps_logits(tmp_path):
-    cfg = rd.make_config("quick", seeds=2, networks=("small_cnn",), corruptions=("inversion",), severities=(5,),
+    cfg = run.make_config("quick", seeds=2, networks=("small_cnn",), corruptions=("inversion",), severities=(5,),
                          stage1_steps=3, steps=3, batch_size=8)
     ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
-    df = rd.run(cfg, ex)
+    df = run.run(cfg, ex)
     assert len(df) == 2 * 2 * 4
     assert (df["max_param_change"] == 0).all()
     for m in ("backbone_eval", "all_eval", "separate_stats"):
@@ -459,7 +461,7 @@ def test_tiny_run_pins_task_a_exactly_and_separate_stats_keeps_logits(tmp_path):
     # separate_stats sees the same batches as train_mode and normalises task B the same way
     p = df.pivot_table(index=["seed", "corruption"], columns="mode", values="task_b")
     assert (p["separate_stats"] == p["train_mode"]).all()
-    again = rd.run(cfg, ex)  # from the cache
+    again = run.run(cfg, ex)  # from the cache
     pd.testing.assert_frame_equal(df, again)
     assert not math.isnan(df["mismatch_kl"].iloc[0])
 
@@ -470,19 +472,19 @@ def test_shared_forwards_give_rows_equal_to_every_mode_running_its_own_forward(m
     # train-mode forward; every row value must be == the path where each mode runs its full model per step.
     from bnstudy import engine
     from bnstudy.data import digits_tasks, normalise, pixel_statistics
-    cfg = rd.make_config("quick", seeds=2, networks=(network,), corruptions=("inversion",), severities=(5,),
+    cfg = run.make_config("quick", seeds=2, networks=(network,), corruptions=("inversion",), severities=(5,),
                          stage1_steps=2, steps=6, batch_size=8, epoch_steps=4)
     specs = [s for s in cfg.run_configs() if s.corruption == "inversion" and s.seed == 0]
     assert {s.mode for s in specs} == set(MODE_NAMES)
     tasks = digits_tasks(cfg.size)
     mean, std = pixel_statistics(tasks["A"])
     xa = normalise(tasks["A"].x_train, mean, std)
-    source = rd.train_stage1(specs[0], xa, tasks["A"].y_train)
+    source = run.train_stage1(specs[0], xa, tasks["A"].y_train)
     a_test = (normalise(tasks["A"].x_test, mean, std), tasks["A"].y_test)
     tb = corrupted_task_b(tasks, "inversion", 5, 0)
-    shared = rd.run_condition(specs, source, a_test, tb)
+    shared = run.run_condition(specs, source, a_test, tb)
     monkeypatch.setattr(engine, "SHARE_FEATURES", False)
-    plain = rd.run_condition(specs, source, a_test, tb)
+    plain = run.run_condition(specs, source, a_test, tb)
     for s, r1, r2 in zip(specs, shared, plain):
         assert r1 == r2, s.mode
 
@@ -529,7 +531,7 @@ def test_notebook_with_rows_analyses_the_given_table_instead_of_running(tmp_path
     assert float(glued["ch07_n_seeds"]) == 4 and float(glued["ch07_n_conditions"]) == 4
     verdicts = {k: v.strip().strip("*") for k, v in glued.items() if k.endswith("_verdict")}
     assert verdicts["ch07_f3_small_cnn_verdict"] == "train mode higher" and len(verdicts) == 9 * 1
-    assert all(is_verdict(v, rd.DIRECTIONS) for v in verdicts.values()), verdicts
+    assert all(is_verdict(v, findings.DIRECTIONS) for v in verdicts.values()), verdicts
     origin = glued["ch07_origin"]
     assert "not computed for it" in origin and "wall time is not recorded in its sidecar" in origin
     assert f"{len(df):,} runs' own times sum to {len(df) * 6 / 60:.0f} worker-minutes" in origin
@@ -545,16 +547,16 @@ def test_notebook_with_rows_analyses_the_given_table_instead_of_running(tmp_path
 
 
 def test_severities_text_and_readable_model_names():
-    assert rd.severities_text(pd.DataFrame(dict(severity=[0, 5, 1, 3, 3]))) == "1, 3 and 5"
-    assert rd.severities_text(pd.DataFrame(dict(severity=[0]))) == "none"
-    assert rd.MODEL_LABELS["vit_h_14"] == "ViT-H/14"
+    assert findings.severities_text(pd.DataFrame(dict(severity=[0, 5, 1, 3, 3]))) == "1, 3 and 5"
+    assert findings.severities_text(pd.DataFrame(dict(severity=[0]))) == "none"
+    assert findings.MODEL_LABELS["vit_h_14"] == "ViT-H/14"
 
 
 # --- the answer box: chosen by the findings, and it flips with them (issue 25) -------------------------------------
 
 def _page_text(df) -> dict:
-    F = rd.findings(df, ("inversion", 5))
-    return dict(answer=rd.answer(F), what_to_do=rd.what_to_do(F), **rd.figure_takeaways(F))
+    F = findings.findings(df, ("inversion", 5))
+    return dict(answer=findings.answer(F), what_to_do=findings.what_to_do(F), **findings.figure_takeaways(F))
 
 
 def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
@@ -578,22 +580,22 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     assert "higher at 0, lower at 4 of 4 conditions" in flip["effects_takeaway"]
     assert "higher at 4, lower at 0 of 4 conditions" in base["effects_takeaway"]
     # a broken pin is said, not hidden
-    bad = rd.findings(_table(False), ("inversion", 5))
+    bad = findings.findings(_table(False), ("inversion", 5))
     if (bad.claims.set_index("key").loc["pinned_keep_a_n", "kind"]) != "exact":
-        assert "yet in some run here it did not" in rd.what_to_do(bad)
+        assert "yet in some run here it did not" in findings.what_to_do(bad)
 
 
 def test_printed_ranges_are_cut_to_what_each_quantity_allows():
-    F = rd.findings(_table(True), ("inversion", 5))
+    F = findings.findings(_table(True), ("inversion", 5))
     claims = F.claims.copy()
     claims.loc[claims.key == "c1_n", ["low", "high"]] = [-12.71, 12.71]
     claims.loc[claims.key == "f2_n", "low"] = -1.025
-    ranges = {tuple(rows["key"]): rng for rng, rows in rd.claims_by_range(claims)}
+    ranges = {tuple(rows["key"]): rng for rng, rows in findings.claims_by_range(claims)}
     assert ranges[("f2_n",)] == pytest.approx((-0.3, 0.7)) and ranges[("c1_n",)] == (-1.0, 1.0)
     assert sum(len(k) for k in ranges) == len(claims)
-    grid = rd.verdict_grid(rd.Findings(claims=claims, conditions=F.conditions, facts=F.facts)).set_index("claim")["n"]
-    assert "[-1.000, 1.000]" in grid[rd.CLAIMS[3][2]] and "[-0.300," in grid[rd.CLAIMS[0][2]]
-    facts = rd.printed_facts(__import__("dataclasses").replace(F.facts, f2_lowest_bound=-1.025))
+    grid = figures.verdict_grid(findings.Findings(claims=claims, conditions=F.conditions, facts=F.facts)).set_index("claim")["n"]
+    assert "[-1.000, 1.000]" in grid[findings.CLAIMS[3][2]] and "[-0.300," in grid[findings.CLAIMS[0][2]]
+    facts = findings.printed_facts(__import__("dataclasses").replace(F.facts, f2_lowest_bound=-1.025))
     assert facts.f2_lowest_bound == 0.0 and F.facts.f2_lowest_bound != -1.025
     assert all(0 <= iv.low and iv.high <= 1 for iv in facts.task_a_train_mode.values())
 
@@ -602,7 +604,7 @@ def test_the_notebook_types_no_outcome_outside_glue_and_leads_with_the_answer():
     from pathlib import Path
     from test_unknown_task import _markdown_prose, typed_outcomes  # tests/ is on sys.path (rootdir import mode)
     nb = Path(__file__).resolve().parent.parent / "chapters" / "07_real_data.ipynb"
-    assert typed_outcomes(_markdown_prose(nb), rd.DIRECTIONS) == []
+    assert typed_outcomes(_markdown_prose(nb), findings.DIRECTIONS) == []
     cells = json.loads(nb.read_text())["cells"]
     first = "".join(cells[0]["source"]).split("\n")
     assert first[0].startswith("# ") and first[2] == "```{admonition} The answer" and first[3] == ":class: answer"
@@ -614,4 +616,4 @@ def test_the_notebook_types_no_outcome_outside_glue_and_leads_with_the_answer():
 def test_off_line_is_at_the_books_resolution():
     from bnstudy.inference import at_resolution
     v = np.array([90 / 300, 0.1 + 0.2])
-    assert rd._off_line(v, 0.3).tolist() == at_resolution(v - 0.3).tolist() == [0.0, 0.0]
+    assert findings._off_line(v, 0.3).tolist() == at_resolution(v - 0.3).tolist() == [0.0, 0.0]
