@@ -78,7 +78,7 @@ def test_lockstep_groups_are_the_modes_of_one_seed_and_shift():
 
 
 def test_bad_sweep_arguments_raise(tmp_path):
-    from bnstudy.experiments import freeze_modes
+    from bnstudy.experiments.freeze_modes import run as freeze_modes
     with pytest.raises(ValueError, match="configs is empty"):
         sweep.run_sweep([], len, namespace="x", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="groups must list every config index exactly once"):
@@ -226,28 +226,33 @@ def _edit(path, old, new):
 
 
 def test_a_chapters_analysis_edit_leaves_its_runs_keys_and_an_engine_edit_does_not(tmp_path, monkeypatch):
-    """Issue 23: the run cache key of a namespace covers only the code its runs reach. A wording or findings
-    edit in a chapter module (which holds the chapter's runs beside its analysis) keeps every key; an edit to
-    a function the runs call, or to the engine, changes them."""
+    """Issue 23/24: the run cache key of a namespace covers only the code its runs reach. An edit to a chapter
+    folder's findings or figures (what it claims and draws), or a presentation module, keeps every key and the
+    code fingerprint; an edit to a function the runs call in the folder's run.py, or to the engine, changes them."""
     from bnstudy.engine import _stage2_group, source_version
-    from bnstudy.experiments import heads, real_data, shift_strength
+    from bnstudy.experiments.heads import run as heads
+    from bnstudy.experiments.real_data import run as real_data
+    from bnstudy.experiments.shift_strength import run as shift_strength
     from bnstudy.sweep import code_version
     pkg = _package_copy(tmp_path, monkeypatch)
     roots = {"heads": (heads._feature_group, heads.FeatureConfig), "real_data": (real_data.run_group,),
              "stage2": (_stage2_group,), "mismatch": (shift_strength._mismatch_group,)}
     before = {k: code_version(*r) for k, r in roots.items()}
-    src0 = source_version()
-    # analysis and wording: findings, a verdict sentence, the presentation modules
-    _edit(pkg / "experiments" / "heads.py", "def findings(", "def _unused_helper():\n    return 'x'\n\n\ndef findings(")
-    _edit(pkg / "experiments" / "real_data.py", "def findings(", "def findings_wording():\n    return 'a verdict'\n\n\ndef findings(")
+    src0, fingerprint0 = source_version(), code_version()
+    # analysis, wording and figures: findings, a verdict sentence, a figure, the presentation modules
+    _edit(pkg / "experiments" / "heads" / "findings.py", "def findings(",
+          "def _unused_helper():\n    return 'x'\n\n\ndef findings(")
+    _edit(pkg / "experiments" / "real_data" / "findings.py", "def findings(",
+          "def findings_wording():\n    return 'a verdict'\n\n\ndef findings(")
+    _edit(pkg / "experiments" / "shift_strength" / "figures.py", "import", "# a figure edit\nimport")
     _edit(pkg / "plots.py", "import", "# a figure edit\nimport")
     _edit(pkg / "report.py", "import", "# a wording edit\nimport")
     assert {k: code_version(*r) for k, r in roots.items()} == before
-    assert source_version() == src0
+    assert source_version() == src0 and code_version() == fingerprint0
     # a function chapter 4's feature runs call: only chapter 4's features change
-    _edit(pkg / "experiments" / "heads.py", "def _ridge_probe(", "def _ridge_probe(*_args_changed, ")
+    _edit(pkg / "experiments" / "heads" / "run.py", "def _ridge_probe(", "def _ridge_probe(*_args_changed, ")
     after = {k: code_version(*r) for k, r in roots.items()}
-    assert after["heads"] != before["heads"]
+    assert after["heads"] != before["heads"] and code_version() != fingerprint0
     assert {k: v for k, v in after.items() if k != "heads"} == {k: v for k, v in before.items() if k != "heads"}
     # the engine: every namespace that trains through it, stage 1 included
     _edit(pkg / "engine.py", "def train_source(", "def _engine_edit():\n    return 1\n\n\ndef train_source(")
