@@ -503,6 +503,20 @@ def count_verdicts(table: pd.DataFrame, alpha: float = 0.05) -> dict:
     return out
 
 
+def count_one_sided(table: pd.DataFrame, alternative: str, alpha: float = 0.05) -> int:
+    """The book's count for a one-sided question ("k of m conditions shown below / above the line"): rows of a
+    claims table whose one-sided p (:func:`one_sided_p`), Holm-adjusted over the family, is below ``alpha``, read
+    from the column ``p_less_adjusted`` (``alternative="less"``) or ``p_greater_adjusted`` (``"greater"``).
+
+    Raises ``ValueError`` for another ``alternative`` and ``KeyError`` if the column is missing."""
+    if alternative not in ("less", "greater"):
+        raise ValueError(f"count_one_sided: alternative must be 'less' or 'greater', got {alternative!r}")
+    col = f"p_{alternative}_adjusted"
+    if col not in table.columns:
+        raise KeyError(f"count_one_sided: the claims table has no column {col!r}")
+    return int((table[col].astype(float) < alpha).sum())
+
+
 _EQUIV = re.compile(r"^equivalent within \u00b1\d+(\.\d+)?(e-?\d+)?$")
 
 

@@ -262,3 +262,24 @@ def test_count_verdicts_counts_holm_directions():
     assert c["higher"] >= int((t["kind"] == "higher").sum())
     with pytest.raises(KeyError, match="p_adjusted"):
         I.count_verdicts(t.drop(columns="p_adjusted"))
+
+
+def test_count_kinds_and_one_sided_counts_follow_holm_and_never_convert_too_few_or_exact_rows():
+    """Issue 24: one counts rule. count_kinds gives each row's counted kind (count_verdicts sums it);
+    count_one_sided counts the one-sided questions by their Holm-adjusted p."""
+    import pandas as pd
+
+    from bnstudy import inference as inf
+    t = pd.DataFrame({"estimate": [0.1, -0.2, 0.01, 0.3, 0.0], "p_adjusted": [0.01, 0.04, 0.5, 0.001, 0.001],
+                      "kind": ["not decided", "lower", "equivalent", "too few seeds", "exact"],
+                      "p_less_adjusted": [0.9, 0.02, 0.6, float("nan"), 1.0],
+                      "p_greater_adjusted": [0.03, 0.9, 0.4, float("nan"), 1.0]})
+    assert list(inf.count_kinds(t)) == ["higher", "lower", "equivalent", "too few seeds", "exact"]
+    c = inf.count_verdicts(t)
+    assert (c["higher"], c["lower"], c["equivalent"], c["too few seeds"], c["exact"], c["m"]) == (1, 1, 1, 1, 1, 5)
+    assert inf.count_one_sided(t, "less") == 1 and inf.count_one_sided(t, "greater") == 1
+    assert inf.count_one_sided(t, "greater", alpha=0.5) == 2
+    with pytest.raises(ValueError, match="alternative must be 'less' or 'greater'"):
+        inf.count_one_sided(t, "two-sided")
+    with pytest.raises(KeyError, match="p_less_adjusted"):
+        inf.count_one_sided(t.drop(columns="p_less_adjusted"), "less")

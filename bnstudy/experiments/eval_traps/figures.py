@@ -82,33 +82,6 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     return min_text_size(fig)
 
 
-def batch_size_figure(t5: pd.DataFrame, min_batch: int, chance: float):
-    """Chapter 2, trap 5: task-A accuracy with BatchNorm in train mode against the per-device batch size.
-
-    ``t5``: the trap's tidy table (``seed, device_batch_size, module_train_accuracy,
-    module_eval_accuracy``). Mean over seeds with a 95% Student-t band; the eval-mode accuracy
-    and ``chance`` as reference lines; the shaded region is where the small-batch lints fire
-    (below ``min_batch``). Returns the figure.
-    """
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    c = _curve(t5, "device_batch_size", "module_train_accuracy")
-    ax.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
-    ax.plot(c["device_batch_size"], c["mean"], "s-", ms=4, color=style.STATISTICS["batch"], label="train mode (batch statistics)")
-    ax.fill_between(c["device_batch_size"], c["lo"], c["hi"], color=style.STATISTICS["batch"], alpha=0.2)
-    ax.axhline(float(t5["module_eval_accuracy"].mean()), color=style.STATISTICS["running"], ls="--",
-               label="eval mode (running statistics)")
-    ax.axhline(chance, color="0.4", ls=":", label="chance")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(c["device_batch_size"].tolist())
-    ax.set_xticklabels([str(int(b)) for b in c["device_batch_size"]])
-    ax.set_xlim(0.8, c["device_batch_size"].max() * 1.25)
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("per-device batch size")
-    ax.set_ylabel("accuracy on task A")
-    ax.legend(fontsize=8, loc="lower right")
-    return fig
-
-
 def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: float, chance_factor: float = 1.5):
     """Chapter 2, trap 3: the main head's task-B accuracy, at the run line's rate and tuned on validation data.
 

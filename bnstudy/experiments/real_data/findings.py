@@ -17,10 +17,12 @@ import numpy as np
 import pandas as pd
 
 from ...report import p_text
-from ...inference import (Claim, Family, Interval, at_resolution, claims_table, decide, exact_check, holm,
-                          one_sided_p, paired_differences, rank_correlation, t_interval)
+from ...inference import (Claim, Family, Interval, at_resolution, claims_table, count_one_sided, count_verdicts, decide,
+                          exact_check, holm, one_sided_p, paired_differences, rank_correlation, t_interval)
 from ...modes import MODE_NAMES
 
+#: The counts' and one-sided questions' level (Holm-adjusted p below it; the glossary's rule).
+ALPHA = 0.05
 #: Equivalence margin (accuracy, fraction) of task B's ``train_mode - backbone_eval``: "equivalent within
 #: ±0.02" by TOST at the family's level (bnstudy.inference.decide).
 TIE_MARGIN = 0.02
@@ -242,12 +244,13 @@ def condition_verdicts(df: pd.DataFrame, claims: pd.DataFrame | None = None) -> 
 
 
 def _count(c: pd.DataFrame, sign: int, one_sided: bool = False) -> int:
-    """Conditions whose Holm-adjusted p is below 0.05 with the estimate of ``sign`` (the glossary's counts).
-    ``one_sided``: the one-sided question "below 0" (``sign=-1``) or "above 0" (``sign=1``), by the one-sided
-    tests' Holm p (``p_less_adjusted`` / ``p_greater_adjusted``)."""
+    """Conditions shown in the direction of ``sign`` by the glossary's counts rule: two-sided,
+    :func:`bnstudy.inference.count_verdicts` (Holm-adjusted p below 0.05, by the estimate's sign); ``one_sided``:
+    the one-sided question "below 0" (``sign=-1``) or "above 0" (``sign=1``),
+    :func:`bnstudy.inference.count_one_sided` (the one-sided tests' Holm p)."""
     if one_sided:
-        return int((c["p_less_adjusted" if sign < 0 else "p_greater_adjusted"] < 0.05).sum())
-    return int(((c["p_adjusted"] < 0.05) & (np.sign(c["estimate"]) == sign)).sum())
+        return count_one_sided(c, "less" if sign < 0 else "greater", ALPHA)
+    return count_verdicts(c, ALPHA)["higher" if sign > 0 else "lower"]
 
 
 def _threshold(c: pd.DataFrame) -> tuple[str, pd.Series, pd.Series]:
@@ -259,9 +262,9 @@ def _threshold(c: pd.DataFrame) -> tuple[str, pd.Series, pd.Series]:
     separates them", "no condition shown harmful", and without a safe condition "no condition shown safe", with
     "(a loss already without corruption)" or "(a loss already at the lowest mismatch)" when that condition is
     harmful. A description of the counts, not a verdict."""
-    safe = c[c["p_greater_adjusted"] < 0.05]["mismatch_kl"]
-    harm = c[c["p_less_adjusted"] < 0.05]["mismatch_kl"]
-    harmful = lambda rows: bool(len(rows)) and bool((rows["p_less_adjusted"] < 0.05).all())  # noqa: E731
+    safe = c[c["p_greater_adjusted"] < ALPHA]["mismatch_kl"]
+    harm = c[c["p_less_adjusted"] < ALPHA]["mismatch_kl"]
+    harmful = lambda rows: bool(len(rows)) and bool((rows["p_less_adjusted"] < ALPHA).all())  # noqa: E731
     if not len(safe):
         if harmful(c[c["corruption"] == "none"]):
             return "no condition shown safe (a loss already without corruption)", safe, harm
@@ -455,10 +458,10 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         out["f2_n_neither"][n] = len(f2) - out["f2_n_below"][n] - out["f2_n_above"][n]
         out["f2_n_mean_at_chance"][n] = int((f2["estimate"] <= 0).sum())
         out["f2_n_drop"][n] = _count(by_q["drop"], -1, True)
-        out["f3_n_higher"][n], out["f3_n_lower"][n] = _count(f3, 1), _count(f3, -1)
-        directed = (f3["p_adjusted"] < 0.05) & (f3["estimate"] != 0)
-        out["f3_n_equivalent"][n] = int(((f3["kind"] == "equivalent") & ~directed).sum())
-        out["f3_n_not_decided"][n] = len(f3) - out["f3_n_higher"][n] - out["f3_n_lower"][n] - out["f3_n_equivalent"][n]
+        counts = count_verdicts(f3, ALPHA)
+        out["f3_n_higher"][n], out["f3_n_lower"][n] = counts["higher"], counts["lower"]
+        out["f3_n_equivalent"][n] = counts["equivalent"]
+        out["f3_n_not_decided"][n] = len(f3) - counts["higher"] - counts["lower"] - counts["equivalent"]
         at_ref = f3[(f3.corruption == reference[0]) & (f3.severity == reference[1])]
         top = c.loc[c["mismatch_kl"].idxmax()]  # median mismatch over seeds
         out["most_severe"][n] = condition_label(top["corruption"], top["severity"])
@@ -531,7 +534,7 @@ def _c2_phrase(outcome: str, safe, harm, loss: pd.DataFrame, lowest: str, cost_n
                 f"already without corruption, when task B is merely other clean digits, and the condition of lowest "
                 f"mismatch is {lowest}")
     if not len(safe):
-        open_ = loss[~(loss["p_less_adjusted"] < 0.05) & (loss["estimate"] > 0)]
+        open_ = loss[~(loss["p_less_adjusted"] < ALPHA) & (loss["estimate"] > 0)]
         k = len(open_)
         return (f"no condition was shown safe; {k} undecided condition{'s' if k != 1 else ''} "
                 f"ha{'ve' if k != 1 else 's'} a mean loss smaller than the margin, and the condition of lowest "
