@@ -18,7 +18,6 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 import seaborn as sns
 
-import numpy as np
 import pandas as pd
 
 from . import style

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...inference import MIN_BOOTSTRAP_UNITS, NOT_DECIDED, TOO_FEW, Claim, Family, Interval, bootstrap_interval, \
-    claims_table, count_verdicts, decide, decide_interval, equivalent_text, exact_check, paired_differences, \
+    claims_table, count_kinds, count_verdicts, decide, decide_interval, equivalent_text, exact_check, paired_differences, \
     rank_correlation, t_interval
 from ...modes import MODE_NAMES
 from .run import OPTIMIZERS, PINNED_MODES, REFERENCE_MODE, STEPS_CHECK_HEAD, STEPS_CHECK_OPTIMIZERS, chosen_lrs, \
