@@ -284,7 +284,9 @@ def _fmt_t(t: float) -> str:
 
 
 def _threshold(levels: list[float], ok: list[bool]) -> float:
-    """Smallest level from which ``ok`` holds at every larger level (NaN: at none)."""
+    """Smallest level from which ``ok`` holds at every larger level (NaN: at none). With ``ok`` a test at level
+    alpha per level, this is fixed-sequence testing from the largest level down (stop at the first level not
+    shown): the family-wise error of "holds from t0 on" stays at alpha with no correction."""
     good = [t for i, t in enumerate(levels) if all(ok[i:])]
     return min(good) if good else math.nan
 
