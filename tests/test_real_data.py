@@ -530,7 +530,9 @@ def test_notebook_with_rows_analyses_the_given_table_instead_of_running(tmp_path
     assert float(glued["ch07_task_a_source_small_cnn_mean"]) == pytest.approx(0.95)
     assert float(glued["ch07_n_seeds"]) == 4 and float(glued["ch07_n_conditions"]) == 4
     verdicts = {k: v.strip().strip("*") for k, v in glued.items() if k.endswith("_verdict")}
-    assert verdicts["ch07_f3_small_cnn_verdict"] == "train mode higher" and len(verdicts) == 9 * 1
+    # 9 claims per network, and the two condition claims the prose cites (reference, most severe condition)
+    assert verdicts["ch07_f3_small_cnn_verdict"] == "train mode higher" and len(verdicts) == 9 * 1 + 2
+    assert {"ch07_f3_reference_small_cnn_verdict", "ch07_f3_most_severe_small_cnn_verdict"} <= set(verdicts)
     assert all(is_verdict(v, findings.DIRECTIONS) for v in verdicts.values()), verdicts
     origin = glued["ch07_origin"]
     assert "not computed for it" in origin and "wall time is not recorded in its sidecar" in origin
