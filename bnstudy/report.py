@@ -60,7 +60,10 @@ def fmt_ci(mean: float, low: float, high: float, digits: int = 3) -> str:
 
 @lru_cache(maxsize=None)
 def git_commit(repo=None) -> str:
-    """The code's git commit: a short hash, ``"+dirty"`` appended when tracked files have uncommitted changes.
+    """The code's git commit: a short hash, ``"+dirty"`` appended when tracked files of the code that computes rows
+    or pages (``bnstudy/``, ``chapters/``, ``pyproject.toml``: what :func:`bnstudy.release.git_state` checks) have
+    uncommitted changes. Files a run itself rewrites (``release/`` while ``make release`` computes several
+    chapters, ``CITATION.cff``) do not make it dirty: they are outputs, not the code.
 
     ``"unknown"`` outside a git checkout (an installed package) or without ``git``.
     """
@@ -70,8 +73,8 @@ def git_commit(repo=None) -> str:
                               text=True, timeout=10)
         if head.returncode != 0:
             return "unknown"
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", "bnstudy",
+                                "chapters", "pyproject.toml"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head.stdout.strip() + ("+dirty" if dirty else "")
@@ -87,9 +90,11 @@ def package_version() -> str:
 
 
 def environment() -> dict:
-    """Where the code ran: package version, git commit, device, torch and its thread count, Python."""
+    """Where the code ran: package version, git commit, device, torch and its thread count, Python, and the numeric
+    environment's id (:func:`bnstudy.numerics.key`: pinned or native kernels, capability, CPU vendor, versions)."""
+    from . import numerics
     cuda = torch.cuda.is_available()
-    return dict(bnstudy=package_version(), git_commit=git_commit(),
+    return dict(bnstudy=package_version(), git_commit=git_commit(), numerics=numerics.key(),
                 device=f"cuda ({torch.cuda.get_device_name(0)})" if cuda else "cpu",
                 torch=torch.__version__, torch_threads=torch.get_num_threads(),
                 python=platform.python_version())

@@ -39,6 +39,12 @@ import joblib
 import pandas as pd
 from tqdm import tqdm
 
+from . import numerics
+
+# The book's runs compute under pinned CPU kernels (bnstudy.numerics): set before torch's first operation in this
+# process, and inherited by every worker process started after this import.
+numerics.apply_pin()
+
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -274,10 +280,12 @@ def _jsonable(obj):
     return obj
 
 
-def config_key(config, namespace: str, version: str | None = None) -> str:
-    """The cache key (40 hex digits) of ``config`` (a dataclass or dict) in ``namespace`` for a code version."""
+def config_key(config, namespace: str, version: str | None = None, environment: str | None = None) -> str:
+    """The cache key (40 hex digits) of ``config`` (a dataclass or dict) in ``namespace`` for a code version and a
+    numeric environment (``environment``: :func:`bnstudy.numerics.key`, default this machine's in the current mode),
+    so a row computed under other CPU kernels is never read back as this machine's."""
     payload = json.dumps({"namespace": namespace, "version": version or code_version(),
-                          "config": _jsonable(config)}, sort_keys=True)
+                          "numerics": environment or numerics.key(), "config": _jsonable(config)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:40]
 
 
@@ -317,15 +325,17 @@ def _umask() -> int:
 class RunCache:
     """Finished runs on disk: ``<root>/<namespace>/<key>.json``, one file per run."""
 
-    def __init__(self, root, namespace: str, version: str | None = None):
+    def __init__(self, root, namespace: str, version: str | None = None, environment: str | None = None):
         if not namespace or "/" in namespace:
             raise ValueError(f"namespace must be a non-empty name without '/', got {namespace!r}")
         self.root, self.namespace = Path(root), namespace
         self.version = version or code_version()
+        #: The numeric environment the rows are computed under (:func:`bnstudy.numerics.key`): part of every key.
+        self.environment = environment or numerics.key()
         self.dir = self.root / namespace
 
     def key(self, config) -> str:
-        return config_key(config, self.namespace, self.version)
+        return config_key(config, self.namespace, self.version, self.environment)
 
     def path(self, config) -> Path:
         return self.dir / f"{self.key(config)}.json"
@@ -339,7 +349,8 @@ class RunCache:
 
     def put(self, config, row: dict) -> None:
         """Store ``row`` for ``config`` atomically."""
-        doc = {"namespace": self.namespace, "version": self.version, "config": _jsonable(config), "row": _jsonable(row)}
+        doc = {"namespace": self.namespace, "version": self.version, "numerics": self.environment,
+               "config": _jsonable(config), "row": _jsonable(row)}
         atomic_write_bytes(self.path(config), json.dumps(doc).encode())
 
 
@@ -384,15 +395,26 @@ def current_run_threads() -> int | None:
         return _THREADS_STATE["threads"] if _THREADS_STATE["active"] else None
 
 
-def _run_group_and_cache(run_group, group_cfgs, cache_root, namespace, version, threads, group_kwargs):
+#: One run at a time per process. torch's state is process-wide (thread count, kernel choice, oneDNN's caches, the
+#: default generator): runs in threads of one process (joblib's ``threading`` backend, a dask cluster with
+#: ``processes=False``) execute one after another, so their rows are the rows of a sequential run. Parallelism
+#: comes from processes.
+_RUN_LOCK = threading.Lock()
+
+
+def _run_group_and_cache(run_group, group_cfgs, cache_root, namespace, version, threads, group_kwargs,
+                         environment: dict | None = None):
+    # Refuse before computing anything if this worker's kernels are not the ones the keys name (bnstudy.numerics).
+    if environment is not None:
+        numerics.check(environment)
     # The same thread count everywhere: intra-op threading changes float summation order, and
     # long training amplifies rounding, so a run's numbers must not depend on where it ran.
-    with torch_threads(threads):
+    with _RUN_LOCK, torch_threads(threads):
         rows = run_group(group_cfgs, **group_kwargs)
     if len(rows) != len(group_cfgs):
         raise RuntimeError(f"{getattr(run_group, '__name__', run_group)} returned {len(rows)} rows for "
                            f"{len(group_cfgs)} configs")
-    cache = RunCache(cache_root, namespace, version)
+    cache = RunCache(cache_root, namespace, version, numerics.key(environment) if environment else None)
     for c, r in zip(group_cfgs, rows):
         cache.put(c, r)
     return len(rows)
@@ -452,7 +474,8 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
         n_jobs = 1 if torch.cuda.is_available() else (os.cpu_count() or 1)
     cache_dir = cache_dir if cache_dir is not None else ex.cache_dir
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cache = RunCache(root, namespace, version or namespace_version(run_group, configs))
+    want = numerics.expected()
+    cache = RunCache(root, namespace, version or namespace_version(run_group, configs), numerics.key(want))
     known = os.environ.get(VERIFY_ENV)
     if known:  # verifying a release: the recorded rows of every unit not sampled count as cached
         rows_of = _known_rows(known)
@@ -484,10 +507,13 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
                    postfix={"cached": len(configs) - n_runs}, mininterval=2.0 if forced else 0.1,
                    bar_format="{l_bar}{bar}{r_bar} (bnstudy progress)" if forced else None)
         jobs = (joblib.delayed(_run_group_and_cache)(run_group, [configs[i] for i in g], str(root), namespace,
-                                                     cache.version, ex.threads, group_kwargs or {})
+                                                     cache.version, ex.threads, group_kwargs or {}, want)
                 for g in pending)
+        # This process computes under the expected kernels unless torch ran an operation before the pin was set
+        # (bnstudy.numerics); then its runs go to one worker process, which starts pinned.
+        here_ok = not numerics.differences(want, numerics.record())
         try:
-            if n_jobs == 1 or len(pending) == 1 or ex.backend == "sequential":
+            if (n_jobs == 1 or len(pending) == 1 or ex.backend == "sequential") and here_ok:
                 for fn, args, kwargs in jobs:
                     bar.update(fn(*args, **kwargs))
             else:
@@ -495,7 +521,11 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
                 # backends, "dask" and "ray", on first use.
                 if ex.backend == "ray":
                     _register_ray()
-                with joblib.parallel_config(backend=ex.backend, n_jobs=min(n_jobs, len(pending))), \
+                backend, workers = ex.backend, min(n_jobs, len(pending))
+                if not here_ok and backend in ("sequential", "threading"):
+                    backend = "loky"
+                    workers = 1 if ex.backend == "sequential" else workers
+                with joblib.parallel_config(backend=backend, n_jobs=workers), \
                         warnings.catch_warnings():
                     # loky restarts a worker whose memory grew (its leak check) or that idled out, starts a
                     # replacement, and warns that the worker "stopped while some jobs were given": no job is
@@ -561,7 +591,8 @@ def record_units(path, namespace: str, configs: list, rows: list[dict], threads:
     seen = _LOGGED.setdefault(path, set())
     lines = []
     for c, r in zip(configs, rows):
-        doc = {"namespace": namespace, "config": _jsonable(c), "row": _jsonable(r), "threads": int(threads)}
+        doc = {"namespace": namespace, "config": _jsonable(c), "row": _jsonable(r), "threads": int(threads),
+               "numerics": numerics.key()}
         key = config_key(doc["config"], namespace, f"threads={int(threads)}")
         if key in seen:
             continue
