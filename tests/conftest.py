@@ -5,7 +5,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# The book's runs compute under pinned CPU kernels (bnstudy.numerics, issue 32): set before torch's first operation in
+# the test process, whichever test module is collected first.
+from bnstudy import numerics
+
+numerics.apply_pin()
+
+import torch  # noqa: E402
 
 # One thread per test process: the tests check exact equalities, and small nets gain nothing from more.
 torch.set_num_threads(1)

@@ -125,11 +125,14 @@ def test_verify_passes_then_names_a_changed_unit_and_a_changed_cell(quick_releas
 
 
 @pytest.mark.slow
-def test_verify_reports_another_cpu_as_such(quick_release, tmp_path):
+def test_verify_on_another_cpu_model_under_the_pin_is_still_exact(quick_release, tmp_path):
+    """Issue 32: the CPU model and its flags are recorded but, under the kernel pin, not part of the environment's
+    identity: a changed cell is a difference of the code, reported as such."""
     bad = tmp_path / "cpu"
     shutil.copytree(quick_release, bad)
     m = release.read_manifest(bad)
     m["chapters"]["07"]["cpu"] = "Some Other CPU 9000"
+    m["chapters"]["07"]["numerics"].update(cpu="Some Other CPU 9000", cpu_flags={"avx2": True, "avx512f": False})
     release.write_manifest(m, bad)
     df = pd.read_csv(bad / "07_real_data.csv")
     df.loc[0, "task_a_after"] += 1e-9
@@ -137,8 +140,32 @@ def test_verify_reports_another_cpu_as_such(quick_release, tmp_path):
     lines = []
     assert release.verify("07", 1, release_dir=bad, log=lines.append) == 1
     text = "\n".join(lines)
-    assert "is not the release's, Some Other CPU 9000: these may be floating-point differences of the CPU" in text
+    assert "differences under the release's own numeric environment (the code computes other rows)" in text
     assert "07_real_data row 0, column task_a_after" in text
+
+
+@pytest.mark.slow
+def test_verify_under_another_environment_names_it_and_checks_statistically(quick_release, tmp_path):
+    """Issue 32: under another numeric environment the verification names the part that differs and checks each
+    recomputed unit against its seeds' spread; the machine alone is never a failure."""
+    other = tmp_path / "env"
+    shutil.copytree(quick_release, other)
+    m = release.read_manifest(other)
+    here = m["chapters"]["07"]["numerics"]["capability"]
+    m["chapters"]["07"]["numerics"]["capability"] = "AVX512"
+    release.write_manifest(m, other)
+    lines = []
+    assert release.verify("07", 2, release_dir=other, log=lines.append) == 0
+    text = "\n".join(lines)
+    assert "FAILED" not in text
+    assert ("chapter 07: checked statistically, not ==, because the numeric environment differs from the release's: "
+            f"capability: release AVX512, here {here} (torch's CPU kernels differ (ATen dispatch))") in text
+    # the quick profile has 2 seeds per condition, fewer than the check needs: said so, not called consistent
+    assert "not checkable (2 seeds in its condition), == its recorded row" in text
+    assert "chapters 07 could not be checked statistically" in lines[-1]
+    # a unit far outside its seeds' spread fails, with the field named (three seeds made from the recorded two)
+    units = release.read_units(release.units_path(release.CHAPTERS["07"], other))
+    assert m["chapters"]["07"]["numerics"]["key"] == units[0]["numerics"]
 
 
 def test_verify_with_nothing_released_says_so(tmp_path):
