@@ -534,6 +534,7 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
 
     statistical: list[str] = []
     unjudged: list[str] = []
+    checked = 0
     with tempfile.TemporaryDirectory(prefix=f"bnstudy-verify-{ch.number}-") as tmp:
         tmp = Path(tmp)
         cfg, rec = chapter_config(ch, release_dir)
@@ -577,6 +578,7 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
                 continue
             res = seed_spread_check(got, peers_of[(u["namespace"], unit_threads(u), condition_of(u["config"]))])
             exact = not compare_rows(name, u["row"], got)
+            checked += res["checked"]
             if not res["checked"]:
                 statistical.append(f"{name}: not checkable ({res['n']} seeds in its condition)"
                                    + (", == its recorded row" if exact else ""))
@@ -616,7 +618,7 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
         f"{wall:.0f} s")
     return dict(chapter=ch.number, mode=mode, environment=environment, sampled=picked, units=len(units),
                 tables=len(ch.table_stems()), retrained=len(retrained), differences=diffs, statistical=statistical,
-                unjudged=unjudged, wall_s=round(wall, 1))
+                unjudged=unjudged, checked=checked, wall_s=round(wall, 1))
 
 
 def _cache_index(folder: Path) -> dict:
@@ -680,7 +682,8 @@ def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_
         log(f"[bnstudy.release] not in the release yet (not verified): chapters {', '.join(missing)}")
     units = sum(len(r["sampled"]) for r in results)
     exact = [r["chapter"] for r in results if r["mode"] == "exact"]
-    stat = [r["chapter"] for r in results if r["mode"] == "statistical"]
+    stat = [r["chapter"] for r in results if r["mode"] == "statistical" and r["checked"]]
+    unchecked = [r["chapter"] for r in results if r["mode"] == "statistical" and not r["checked"]]
     if bad:
         log(f"[bnstudy.release] FAILED: {len(bad)} of {len(results)} chapters differ from the release "
             f"({', '.join(r['chapter'] + ' ' + r['mode'] for r in bad)})")
@@ -691,7 +694,10 @@ def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_
                      "wall times aside)")
     if stat:
         parts.append(f"chapters {', '.join(stat)} statistically consistent (numeric environment differs; every "
-                     "sampled unit within its seeds' spread)")
+                     "checkable sampled unit within its seeds' spread)")
+    if unchecked:
+        parts.append(f"chapters {', '.join(unchecked)} could not be checked statistically (numeric environment "
+                     f"differs, and no sampled unit's condition has {STAT_MIN_SEEDS} seeds)")
     log(f"[bnstudy.release] verified: {units} sampled units in {len(results)} chapters recomputed; "
         + "; ".join(parts) + f"; {sum(r['wall_s'] for r in results):.0f} s")
     if record:
@@ -700,7 +706,8 @@ def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_
         manifest["release"]["verified"] = dict(
             date=datetime.date.today().isoformat(), git_commit=commit + ("+dirty" if dirty else ""),
             code_fingerprint=code_fingerprint(), units_per_chapter=n, seed=seed,
-            chapters=[r["chapter"] for r in results], exact=exact, statistical=stat, cpu=here["cpu"],
+            chapters=[r["chapter"] for r in results], exact=exact, statistical=stat, unchecked=unchecked,
+            cpu=here["cpu"],
             numerics=numerics.key(here), cpu_flags=here["cpu_flags"],
             wall_s=round(sum(r["wall_s"] for r in results), 1))
         write_manifest(manifest, release_dir)

@@ -284,11 +284,17 @@ def release_of(path) -> dict | None:
     m = Path(path).parent / "manifest.json"
     if not m.is_file():
         return None
-    rel = (json.loads(m.read_text()).get("release") or {})
+    manifest = json.loads(m.read_text())
+    rel = (manifest.get("release") or {})
     v = rel.get("verified") or None
+    chapter = ((manifest.get("tables") or {}).get(Path(path).stem) or {}).get("chapter")
+    how = None
+    if v is not None and chapter is not None:
+        how = ("exact" if chapter in (v.get("exact") or ()) else "statistical" if chapter in (v.get("statistical") or ())
+               else "unchecked" if chapter in (v.get("unchecked") or ()) else None)
     return dict(version=rel.get("version"), date=rel.get("date"),
                 verified=None if v is None else dict(date=v.get("date"), git_commit=str(v.get("git_commit"))[:12],
-                                                     units_per_chapter=v.get("units_per_chapter")))
+                                                     units_per_chapter=v.get("units_per_chapter"), how=how))
 
 
 def release_text(release: dict | None) -> str:
@@ -297,9 +303,13 @@ def release_text(release: dict | None) -> str:
     if not release:
         return ""
     v = release.get("verified")
+    how = (v or {}).get("how")
+    result = {"statistical": "not == under other numeric kernels, every one within its seeds' spread",
+              "unchecked": "not == under other numeric kernels, too few seeds to check their spread"}.get(
+                  how, "every column ==")
     ver = ("never verified by recomputation" if not v else
            f"last verified {v.get('date')} at git commit {v.get('git_commit')}: {v.get('units_per_chapter')} units "
-           f"per chapter recomputed, every column ==")
+           f"per chapter recomputed, {result}")
     return f"data release {release.get('version')} ({ver})"
 
 
