@@ -61,6 +61,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_engine.py
+	$(PY) benchmarks/bench_numerics.py
 
 clean:
 	rm -rf _build results figures chapters/.partial chapters/[0-9][0-9]-*.ipynb

@@ -210,7 +210,7 @@ class StatisticBank(nn.Module):
                                      f"{x.shape[0]}")
                 shape = (mean.shape[0], -1) + (1,) * (x.dim() - 2)
                 m, v = mean.to(x).reshape(shape), var.to(x).reshape(shape)
-                y = (x - m) / torch.sqrt(v + module.eps)
+                y = (x - m) * torch.rsqrt(v + module.eps)  # rsqrt, as BatchNorm does: same bits on every CPU
                 if module.affine:
                     ws = (1, -1) + (1,) * (x.dim() - 2)
                     y = y * module.weight.reshape(ws) + module.bias.reshape(ws)

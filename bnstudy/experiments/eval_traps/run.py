@@ -465,7 +465,8 @@ def _bn_drift(before: dict, model: nn.Module) -> dict:
     shift, ratio = [], []
     for name, (mu0, var0) in before.items():
         m = mods[name]
-        shift.append(float(((m.running_mean - mu0).abs() / (var0 + m.eps).sqrt()).max()))
+        # rsqrt, not / sqrt: torch's float32 sqrt differs in the last bits between CPUs (bnstudy.numerics)
+        shift.append(float(((m.running_mean - mu0).abs() * (var0 + m.eps).rsqrt()).max()))
         ratio.append(float((m.running_var.clamp_min(1e-12) / var0.clamp_min(1e-12)).log().abs().max()))
     return dict(max_mean_shift_sd=max(shift), max_abs_log_var_ratio=max(ratio))
 
@@ -752,7 +753,7 @@ def _sorted_training(ctx: _Ctx, case: str):
     model = ctx.seeded("sorted_training_init", lambda: Classifier(
         ConvBackbone(3, c.widths, "batch", c.momentum), make_head("linear", c.widths[-1], c.n_classes)))
     stream = BatchStream(ctx.task_a, c.stage1_batch_size, generator(c.seed, "ch02", "sorted_training", case), case)
-    opt = torch.optim.Adam(model.parameters(), lr=STAGE1_LR)
+    opt = torch.optim.Adam(model.parameters(), lr=STAGE1_LR, fused=True)  # fused: engine.make_optimizer says why
     model.train()
     hits, seen = 0, 0
     for step in range(c.stage1_steps):
@@ -796,7 +797,7 @@ def _batch_training(ctx: _Ctx, case: str):
     if mode == "pinned":
         pin_eval(model.backbone)  # flags only: every weight stays trainable
     stream = BatchStream(ctx.task_a, m, generator(c.seed, "ch02", "batch_training", m))
-    opt = torch.optim.Adam(model.parameters(), lr=c.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=c.lr, fused=True)  # fused: engine.make_optimizer says why
     model.train()
     losses = []
     for _ in range(c.steps):
