@@ -188,7 +188,7 @@ def train_stage1(spec: RunSpec, x: torch.Tensor, y: torch.Tensor) -> tuple[dict,
     net, out = _backbone(spec.network, spec.seed, spec.momentum)
     head = seeded((spec.seed, "init", "head_a", spec.network), lambda: make_head("linear", out, 5))
     model = torch.nn.Sequential(net, head)
-    opt = torch.optim.Adam(model.parameters(), lr=spec.stage1_lr, fused=True)  # fused: engine.make_optimizer says why
+    opt = torch.optim.Adam(model.parameters(), lr=spec.stage1_lr)
     g = generator(spec.seed, "stream", "A")
     model.train()
     for _ in range(spec.stage1_steps):
