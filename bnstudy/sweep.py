@@ -522,9 +522,13 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
                 if ex.backend == "ray":
                     _register_ray()
                 backend, workers = ex.backend, min(n_jobs, len(pending))
-                if not here_ok and backend in ("sequential", "threading"):
-                    backend = "loky"
-                    workers = 1 if ex.backend == "sequential" else workers
+                if not here_ok and (backend in ("sequential", "threading", "loky")):
+                    # joblib runs n_jobs=1 in this process: use loky's executor itself, whose workers start pinned
+                    from joblib.externals.loky import get_reusable_executor
+                    pool = get_reusable_executor(max_workers=max(1, workers if backend != "sequential" else 1))
+                    for fut in [pool.submit(fn, *args, **kwargs) for fn, args, kwargs in jobs]:
+                        bar.update(fut.result())
+                    jobs = iter(())
                 with joblib.parallel_config(backend=backend, n_jobs=workers), \
                         warnings.catch_warnings():
                     # loky restarts a worker whose memory grew (its leak check) or that idled out, starts a

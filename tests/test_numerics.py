@@ -1,5 +1,6 @@
 """Issue 32: the numeric environment of the runs (pinned kernels), in the run cache key, the units and the verification."""
 
+import io
 import json
 import math
 import os
@@ -113,7 +114,7 @@ def test_a_process_that_ran_torch_before_the_pin_still_computes_pinned_rows(tmp_
                          capture_output=True, text=True, check=True)
     late = pd.read_json(tmp_path / "late.json")
     here = _tiny(tmp_path / "here", n_jobs=1).drop(columns=["wall_s"])
-    pd.testing.assert_frame_equal(late.reset_index(drop=True), pd.read_json(here.to_json()).reset_index(drop=True))
+    pd.testing.assert_frame_equal(late.reset_index(drop=True), pd.read_json(io.StringIO(here.to_json())).reset_index(drop=True))
     if numerics.cpu_info()["flags"]["avx512f"]:
         assert out.stdout.strip().endswith("AVX512")  # the script's own process was not pinned
 
