@@ -23,24 +23,16 @@ def _assert_equal(a: pd.DataFrame, b: pd.DataFrame):
         assert a[col].tolist() == b[col].tolist(), col
 
 
-def test_dask_local_cluster_rows_equal_a_local_run(tmp_path):
+@pytest.mark.parametrize("processes,threads_per_worker", [(True, 1), (False, 2)], ids=["processes", "threads"])
+def test_dask_local_cluster_rows_equal_a_local_run(tmp_path, processes, threads_per_worker):
+    """Process workers, and (issue 32) thread workers, two threads each: runs in threads of one process execute one
+    at a time (torch's state is process-wide), so rows are == a local run either way."""
     distributed = pytest.importorskip("distributed", reason='dask is an optional extra: pip install -e ".[dask]"')
     local = _rows(tmp_path, "local", backend="sequential")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
-            distributed.Client(cl):
-        remote = _rows(tmp_path, "dask", backend="dask", n_jobs=2)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=threads_per_worker, processes=processes,
+                                  dashboard_address=None) as cl, distributed.Client(cl):
+        remote = _rows(tmp_path, "dask", backend="dask", n_jobs=2 * threads_per_worker)
     _assert_equal(local, remote)
-
-
-def test_dask_thread_workers_rows_equal_a_local_run(tmp_path):
-    """Issue 32: a dask cluster of thread workers (``processes=False``, two threads per worker) runs its units in
-    threads of this process; they execute one at a time (torch's state is process-wide), so rows are == a local run."""
-    distributed = pytest.importorskip("distributed", reason='dask is an optional extra: pip install -e ".[dask]"')
-    local = _rows(tmp_path, "local", backend="sequential")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=False, dashboard_address=None) as cl, \
-            distributed.Client(cl):
-        threads = _rows(tmp_path, "dask_threads", backend="dask", n_jobs=4)
-    _assert_equal(local, threads)
 
 
 def test_ray_rows_equal_a_local_run(tmp_path):
