@@ -1,6 +1,8 @@
 """Chapter 3's experiment: config checks, the sweep's points, paired cost/benefit, crossover and findings."""
 
+import copy
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -131,8 +133,29 @@ def claim(F, key):
     return F.claims.set_index("key").loc[key]
 
 
+#: The hand-made tables whose findings several tests read (computed once per test process, see shared_findings).
+SHARED_TABLES = {
+    "cfg": lambda: _table(_cfg()),                                   # _effects on the three lines, no seed spread
+    "ten": lambda: _table10(_cfg10(), seed_noise=0.001),             # issue 10's table, tiny seed spread
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_findings(name):
+    return findings.findings(SHARED_TABLES[name](), n_boot=20, n_boot_select=20)
+
+
+def shared_findings(name):
+    """``findings.findings(SHARED_TABLES[name](), n_boot=20, n_boot_select=20)``, computed once per test process
+    (each call takes seconds) and handed out as a deep copy, so no test can change another's findings. Shared by
+    the tests of this module and of test_shift_strength_referee that ask the same question of the same table; their
+    assertions do not depend on the number of resamples (tables without seed spread, or point estimates, counts
+    and wording)."""
+    return copy.deepcopy(_shared_findings(name))
+
+
 def test_findings_find_the_known_crossover_and_name_the_lines():
-    F = findings.findings(_table(_cfg()), n_boot=50)
+    F = shared_findings("cfg")
     assert F.cross["both"]["estimate"] == pytest.approx(0.6)
     assert F.curves_cross == {"brightness": "do not cross", "contrast": "do not cross", "both": "cross"}
     assert F.crossing_lines == "both" and F.any_crossover
@@ -146,7 +169,7 @@ def test_findings_find_the_known_crossover_and_name_the_lines():
 
 
 def test_findings_verdicts_flip_when_the_data_do():
-    F = findings.findings(_table(_cfg()), n_boot=20)
+    F = shared_findings("cfg")
     # zero spread over seeds (every seed the same effect): the interval is the point, a direction is shown
     assert claim(F, "budget_change_strongest")["verdict"] == "longer budget lower"
     assert claim(F, "budget_change_1")["estimate"] == pytest.approx(-0.1)
@@ -164,7 +187,7 @@ def test_findings_verdicts_flip_when_the_data_do():
     df = _table(_cfg(), flipped, sep_b_offset=0.05)
     one = df.index[df["mode"].eq("separate_stats") & df["on_both"]][0]
     df.loc[one, "task_a_after"] -= 1e-12          # separate_stats touching task A at all: no longer exact
-    G = findings.findings(df, n_boot=20)
+    G = findings.findings(df, n_boot=10, n_boot_select=10)
     assert claim(G, "grid_compound")["verdict"] == "combined shift costs less"   # corner 0.1 below 0.2, every seed
     assert claim(G, "sep_task_a")["verdict"] == "not exact" and G.sep_vs_train_max_b_diff == pytest.approx(0.05)
     assert G.curves_cross["both"] == "do not cross" and G.crossing_lines == "none" and not G.any_crossover
@@ -174,14 +197,15 @@ def test_budget_direction_grows_and_stays():
     def grows(b, c, steps):
         cost, ben = _effects(b, c, steps)
         return cost, (ben * 4 if steps > 100 and b > 0 and c > 1 else ben)
-    assert claim(findings.findings(_table(_cfg(), grows), n_boot=10), "budget_change_strongest")["verdict"] == \
-        "longer budget higher"
+    assert claim(findings.findings(_table(_cfg(), grows), n_boot=10, n_boot_select=10),
+                 "budget_change_strongest")["verdict"] == "longer budget higher"
     same = lambda b, c, steps: _effects(b, c, 100)
-    assert claim(findings.findings(_table(_cfg(), same), n_boot=10), "budget_change_strongest")["verdict"] == "not decided"
+    assert claim(findings.findings(_table(_cfg(), same), n_boot=10, n_boot_select=10),
+                 "budget_change_strongest")["verdict"] == "not decided"
 
 
 def test_every_verdict_of_the_findings_is_a_word_of_the_vocabulary():
-    F = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    F = shared_findings("ten")
     assert len(F.claims) and not F.claims["key"].duplicated().any()
     assert all(is_verdict(v, findings.DIRECTIONS) for v in F.claims["verdict"])
     assert not any(is_verdict(w) for w in findings.DIRECTIONS)   # the page's own words, declared
@@ -192,12 +216,13 @@ def test_every_verdict_of_the_findings_is_a_word_of_the_vocabulary():
 
 
 def test_findings_of_the_mismatch_measure():
-    F = findings.findings(_table(_cfg()), n_boot=10)
+    F = shared_findings("cfg")
     assert F.rho_eval_train == pytest.approx(1.0)
     # three levels per affine line: fewer than 4 pairs, no rank correlation (inference.rank_correlation's rule)
     assert math.isnan(F.rho_cost_line_min)
     four = _cfg(brightness_levels=(0.0, 1.0, 2.0, 3.0), contrast_levels=(1.0, 2.0, 3.0, 4.0))
-    assert findings.findings(_table(four), n_boot=10).rho_cost_line_min == pytest.approx(1.0)   # cost rises with mismatch
+    G = findings.findings(_table(four), n_boot=10, n_boot_select=10)
+    assert G.rho_cost_line_min == pytest.approx(1.0)   # cost rises with mismatch
     assert F.noshift_kl == pytest.approx(0.01)
     # safe: cost < 0.01 with 95% confidence (only no shift); harmed: cost > 0.01 (every other shift)
     assert F.safe_max_kl == pytest.approx(0.01) and F.harm_min_kl > F.safe_max_kl
@@ -217,7 +242,7 @@ def test_figure_tables_are_tidy_and_hold_the_effects():
     assert len(gt) == 4 * 3
     st = findings.scatter_table(df)
     assert set(st["mode"]) == set(MODE_NAMES)
-    for t in (lt, bt, gt, st, findings.condition_table(df), findings.crossover_long(findings.findings(df, n_boot=5))):
+    for t in (lt, bt, gt, st, findings.condition_table(df), findings.crossover_long(shared_findings("cfg"))):
         assert not any(t[c].map(lambda v: isinstance(v, (list, tuple, dict))).any() for c in t.columns)
 
 
@@ -530,7 +555,7 @@ def test_convergence_flags_a_head_still_improving():
 
 
 def test_findings_of_issue_ten_on_a_hand_made_table():
-    F = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
+    F = shared_findings("ten")
     assert F.room_a == pytest.approx(0.5) and F.room_b["new"] == pytest.approx(0.25)
     assert F.exchange_rate == pytest.approx(0.5)
     assert claim(F, "at_t1_both_raw")["verdict"] == "train mode lower"
@@ -681,8 +706,8 @@ def _page(F):
 
 
 def test_answer_and_chosen_sentences_flip_when_the_data_do():
-    df = _table10(_cfg10(), seed_noise=0.001)
-    F = findings.findings(df, n_boot=20, n_boot_select=20)
+    df = SHARED_TABLES["ten"]()
+    F = shared_findings("ten")
     G = findings.findings(_swap_modes(df), n_boot=20, n_boot_select=20)
     a, g = findings.answer(F), findings.answer(G)
     nF, nG = findings.level_counts(F), findings.level_counts(G)
@@ -724,7 +749,7 @@ def test_pays_sentence_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, 
 
 def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
     from bnstudy.inference import count_verdicts
-    F = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    F = shared_findings("ten")
     for view in findings.VIEWS:
         n = count_verdicts(findings.view_claims(F.claims, view))
         assert n["m"] == F.m_tests
@@ -733,7 +758,7 @@ def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
 
 
 def test_page_values_print_task_a_as_train_mode_minus_backbone_eval_clipped():
-    F = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=10, n_boot_select=10)
+    F = shared_findings("ten")
     v = findings.page_values(F)
     assert v["task_a_t1"].mean == pytest.approx(-F.cost["t1"].mean) and v["task_a_t1"].mean < 0
     assert v["task_a_t1"].low <= v["task_a_t1"].mean <= v["task_a_t1"].high
@@ -743,7 +768,7 @@ def test_page_values_print_task_a_as_train_mode_minus_backbone_eval_clipped():
 
 
 def test_threshold_sentence_is_chosen_by_whether_the_groups_overlap():
-    F = findings.findings(_table(_cfg()), n_boot=10, n_boot_select=10)
+    F = shared_findings("cfg")
     clean = dataclasses.replace(F, winner_threshold_clean="do not overlap", winner_safe_max=0.01, winner_harm_min=0.5)
     mixed = dataclasses.replace(F, winner_threshold_clean="overlap", winner_safe_max=0.6, winner_harm_min=0.5)
     assert findings.threshold_sentence(clean).startswith("On these shifts a value")

@@ -2,6 +2,8 @@
 benefit above its no-shift value, twin lines held out together, budget net rows and the paired grid comparison.
 Every rule on small hand-made tables, with the verdict flipping when the data do."""
 
+import copy
+import functools
 import math
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 
 from bnstudy.experiments.shift_strength import findings, run
 from bnstudy.inference import Family, holm
-from test_shift_strength import _cfg10, _table10, claim
+from test_shift_strength import _cfg10, _table10, claim, shared_findings
 
 
 def _blur(df, net):
@@ -69,6 +71,17 @@ def _with_noshift_gain(df, gain=0.03):
     df = df.copy()
     df.loc[df["mode"] != "train_mode", "task_b"] -= gain
     return df
+
+
+@functools.lru_cache(maxsize=None)
+def _noshift_gain_findings_once():
+    return findings.findings(_with_noshift_gain(_table10(_cfg10(), seed_noise=0.001)), n_boot=20, n_boot_select=20)
+
+
+def noshift_gain_findings():
+    """``findings.findings(_with_noshift_gain(_table10(_cfg10(), seed_noise=0.001)), n_boot=20, n_boot_select=20)``,
+    computed once per test process and handed out as a deep copy (test_shift_strength.shared_findings's rule)."""
+    return copy.deepcopy(_noshift_gain_findings_once())
 
 
 def test_vs_no_shift_view_removes_the_benefit_a_task_gains_without_a_shift():
@@ -149,8 +162,7 @@ def test_budget_net_rows_and_their_verdicts():
 
 
 def test_referee_findings_on_a_hand_made_table():
-    df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
-    F = findings.findings(df, n_boot=20, n_boot_select=20)
+    F = noshift_gain_findings()
     assert set(F.margin_counts) == set(findings.VIEWS) and set(F.margin_counts["raw"]) == {"m0.01", "m0.02", "m0.03"}
     assert sum(F.margin_counts["raw"]["m0.02"].values()) == F.m_tests
     assert F.benefit_n_noshift == pytest.approx(0.03 / 0.25)
@@ -231,8 +243,7 @@ def test_threshold_display_blanks_the_vs_no_shift_crossings_at_threshold_zero():
 
 
 def test_final_referee_findings_no_shift_test_margin_in_images_and_candidate_count():
-    df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
-    F = findings.findings(df, n_boot=20, n_boot_select=20)
+    F = noshift_gain_findings()
     assert F.benefit["noshift"].mean == pytest.approx(0.03)
     c = claim(F, "noshift_benefit")                      # 0.03 in every seed: zero spread, a direction
     assert c["p"] < 0.001 and c["verdict"] == "train mode higher" and c["estimate"] == pytest.approx(0.03)
@@ -241,7 +252,7 @@ def test_final_referee_findings_no_shift_test_margin_in_images_and_candidate_cou
     for view in findings.VIEWS:      # lists read "a, b and c", never "a and b and c"
         assert all(v.count(" and ") <= 1 for v in F.threshold_lines[view].values())
     # Without the gain the no-shift benefit is exactly 0 in every seed: no direction, and no margin to be within.
-    G = findings.findings(_table10(_cfg10(), seed_noise=0.001), n_boot=20, n_boot_select=20)
+    G = shared_findings("ten")
     assert claim(G, "noshift_benefit")["verdict"] == "not decided"
 
 
@@ -269,7 +280,7 @@ def test_display_tables_name_their_columns_in_words_and_format_their_cells():
 
 def test_budget_dependent_levels_and_benefit_change_p_on_a_hand_made_table():
     df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
-    F = findings.findings(df, n_boot=20, n_boot_select=20)
+    F = noshift_gain_findings()
     lv = findings.level_table(df, margin=0.02)
     be = lv[(lv["metric"] == "net") & (lv["view"] == "raw")]["breakeven_rate"]
     lo, hi = sorted([F.exchange_rate, F.exchange_rate_long])
