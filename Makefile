@@ -56,8 +56,11 @@ book: chapters
 readme: $(STAMP)
 	$(PY) -m bnstudy.book --readme
 
+# The whole suite on TEST_WORKERS processes (pytest-xdist; default: one per core): each book is built once, on one
+# worker, with the tests that read it (tests/conftest.py's xdist groups). Prints the 15 slowest tests.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_engine.py

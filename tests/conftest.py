@@ -20,6 +20,39 @@ torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: Session fixtures that build a book, and the xdist group of the tests that use them (`make test` runs pytest-xdist with
+#: --dist loadgroup): each book is built once, on one worker, and every test that reads it runs on that worker.
+BOOK_GROUPS = {"built_book": "quick_book", "quick_rebuild": "quick_book", "release_book": "release_book"}
+
+
+def _xdist_group(item) -> str | None:
+    """The xdist group of a collected test: the book it reads (BOOK_GROUPS; ``built_html`` by its parameter, the
+    glossary test by its ``which``), else its module when it uses a module-scoped fixture (computed once per
+    worker: a module's tests stay together), else None (scheduled test by test)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    names = set(getattr(item, "fixturenames", ()))
+    if "built_html" in names:
+        return BOOK_GROUPS["built_book" if params.get("built_html") == "quick" else "release_book"]
+    if params.get("which") in BOOK_GROUPS:
+        return BOOK_GROUPS[params["which"]]
+    for name in sorted(names):
+        if name in BOOK_GROUPS:
+            return BOOK_GROUPS[name]
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    if any(d and d[-1].scope == "module" for d in defs.values()):
+        return item.module.__name__
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its xdist group (before xdist's own hook reads the marks)."""
+    for item in items:
+        group = _xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def glued_payloads():
     """A function: executed notebook path -> {glue name: payload} (HTML tables with pandas' random Styler ids
@@ -42,25 +75,43 @@ def glued_payloads():
     return _glued
 
 
-@pytest.fixture
-def page_and_rebuild(tmp_path):
-    """A function ``(stem, params) -> (first, again, rows)``: execute chapter ``stem`` (quick profile, ``params``,
-    its own cache and output folders under ``tmp_path``), then again from the first execution's saved tables
-    (``rows``) with an empty cache (``cache2``); returns both executed notebooks and the rows path."""
-    from bnstudy import book
+@pytest.fixture(scope="session")
+def quick_rebuild(built_book, tmp_path_factory):
+    """A function ``stem -> Rebuild``: the session's quick page of chapter ``stem`` (built_book: executed once, empty
+    cache) and the same page executed again from that execution's saved tables (``rows``) with an empty cache, in a
+    folder of its own. Each chapter is rebuilt at most once per session (shared by the tests that read it).
+    ``Rebuild`` fields: ``first``, ``again`` (executed notebooks), ``rows`` (the first execution's table),
+    ``results``, ``figures`` (the first execution's folders, shared by every chapter of built_book), ``results2``,
+    ``figures2``, ``cache2`` (the rebuild's), ``parameters`` (the notebook parameters the first execution's sidecar
+    recorded: None where the profile's value applied), ``recorded(name)`` (a regex of that value as a refused
+    rebuild names it) and
+    ``folder`` (a scratch folder of this chapter's rebuild, for further executions)."""
+    import json
+    import re
+    from types import SimpleNamespace
 
-    def _run(stem: str, params: dict):
-        nb_path = [p for p in book.chapter_paths() if p.stem == stem][0]
-        first = book.execute_chapter(nb_path, tmp_path / "run", "quick", parameters=dict(
-            params, results_dir=str(tmp_path / "results"), figures_dir=str(tmp_path / "figures"),
-            cache_dir=str(tmp_path / "cache")))
-        rows = str(tmp_path / "results" / f"{stem}.csv")
-        again = book.execute_chapter(nb_path, tmp_path / "again", "quick", parameters=dict(
-            params, rows=rows, results_dir=str(tmp_path / "results2"), figures_dir=str(tmp_path / "figures2"),
-            cache_dir=str(tmp_path / "cache2")))
-        return first, again, rows
+    from bnstudy import book, report
 
-    return _run
+    root, done = built_book[0], {}
+
+    def _get(stem: str):
+        if stem not in done:
+            nb_path = [p for p in book.chapter_paths() if p.stem == stem][0]
+            out = tmp_path_factory.mktemp(f"rebuild_{stem}")
+            rows = root / "results" / f"{stem}.csv"
+            again = book.execute_chapter(nb_path, out / "again", "quick", parameters=dict(
+                rows=str(rows), results_dir=str(out / "results2"), figures_dir=str(out / "figures2"),
+                cache_dir=str(out / "cache2")))
+            done[stem] = SimpleNamespace(
+                first=root / "chapters" / f"{book.page_name(nb_path)}.ipynb", again=again, rows=rows,
+                results=root / "results", figures=root / "figures", results2=out / "results2",
+                figures2=out / "figures2", cache2=out / "cache2", folder=out, nb_path=nb_path,
+                parameters=json.loads(report.sidecar_path(rows).read_text())["parameters"])
+            done[stem].recorded = lambda name, p=done[stem].parameters: re.escape(  # as a refusal names it
+                "None (the profile's value)" if p[name] is None else str(p[name]))
+        return done[stem]
+
+    return _get
 
 
 @pytest.fixture
@@ -99,10 +150,11 @@ def built_book(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def release_book(tmp_path_factory, built_book):
+def release_book(tmp_path_factory, request):
     """The published book as `make book` builds it: every chapter in the data release (release/) analyses the
     release's rows (nothing trained; an empty cache proves it), a chapter not released yet is its quick page
-    (taken from built_book, which executed it already), and the book is built with -W. Returns (book root,
+    (taken from built_book, which executed it already; requested only then, so that a worker building this book does
+    not build the quick one too), and the book is built with -W. Returns (book root,
     CompletedProcess of the build, seconds the released pages took)."""
     import time
 
@@ -117,7 +169,7 @@ def release_book(tmp_path_factory, built_book):
         params = dict(results_dir=str(root / "results"), figures_dir=str(root / "figures"),
                       cache_dir=str(root / "cache" / nb_path.stem))  # per chapter: a released one's stays empty
         if nb_path.stem not in released:  # the quick page, as `make book` runs it
-            quick = built_book[0]
+            quick = request.getfixturevalue("built_book")[0]
             (root / "chapters").mkdir(exist_ok=True)
             shutil.copy(quick / "chapters" / f"{book.page_name(nb_path)}.ipynb", root / "chapters")
             for folder in ("results", "figures"):

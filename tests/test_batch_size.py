@@ -558,29 +558,27 @@ def test_analysis_parameters_decide_no_run():
 
 
 @pytest.mark.slow
-def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
-    """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quick_rebuild):
+    """The session's quick page, then the page again from its saved tables (``rows``) with an empty cache: every
     glued number, verdict and table is the same, only the cost sentence says the rows were analysed again, and
     nothing ran. A notebook that ignored ``rows`` would fill the empty cache and say it ran the experiment."""
     from papermill.exceptions import PapermillExecutionError
 
     from bnstudy import book
-    tiny = dict(seeds=2, samples=64, batch_sizes=[2, 32], stage1_steps=20, tune_batch_sizes=[2, 32],
-                lr_factors=[1.0, 2.0], precise_samples=[4, 16, 64], precise_pool=512, n_jobs=1)
-    first, again, rows = page_and_rebuild("05_batch_size", tiny)
-    nb_path = [p for p in book.chapter_paths() if p.stem == "05_batch_size"][0]  # for the refused rebuild below
-    a, b = glued_payloads(first), glued_payloads(again)
+    r = quick_rebuild("05_batch_size")
+    a, b = glued_payloads(r.first), glued_payloads(r.again)
     assert set(a) == set(b)
     assert not [k for k in a if a[k] != b[k] and not k.startswith("ch05_fig") and k != "ch05_timing"]
     assert "did not run the experiment" in b["ch05_timing"] and "did not run" not in a["ch05_timing"]
-    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
+    assert not r.cache2.exists() or not any(p.is_file() for p in r.cache2.rglob("*"))
     for t in ("",) + tuple(f"_{s}" for s in run.SIBLING_TABLES):
-        assert (tmp_path / "results" / f"05_batch_size{t}.csv").read_bytes() == \
-            (tmp_path / "results2" / f"05_batch_size{t}.csv").read_bytes()
-    with pytest.raises(PapermillExecutionError, match="parameter 'samples' is 128 here but was 64"):
-        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
-            tiny, samples=128, rows=rows, results_dir=str(tmp_path / "results3"),
-            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+        assert (r.results / f"05_batch_size{t}.csv").read_bytes() == (r.results2 / f"05_batch_size{t}.csv").read_bytes()
+    samples = run.make_config("quick").samples  # the profile the session's page ran
+    refused = f"parameter 'samples' is {2 * samples} here but was {r.recorded('samples')}"
+    with pytest.raises(PapermillExecutionError, match=refused):
+        book.execute_chapter(r.nb_path, r.folder / "bad", "quick", parameters=dict(
+            samples=2 * samples, rows=str(r.rows), results_dir=str(r.folder / "results3"),
+            figures_dir=str(r.folder / "figures3"), cache_dir=str(r.folder / "cache3")))
 
 
 # --- second referee round (referee_ch5b): B1-B5 ----------------------------------------------------------------------

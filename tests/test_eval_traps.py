@@ -687,37 +687,35 @@ def _printed(path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
-    """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every glued
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quick_rebuild):
+    """The session's quick page, then the page again from its saved tables (``rows``) with an empty cache: every glued
     value and table, every saved table and the printed audits are the same, only the timing sentence and the run line
     say the rows were analysed again, and nothing ran (the empty cache stays empty: no source, run, thread check or
     audit was computed). A notebook that ignored ``rows`` would fill the empty cache."""
     from papermill.exceptions import PapermillExecutionError
 
     from bnstudy import book
-    tiny = dict(seeds=2, steps=6, epoch_steps=3, batch_size=8, teacher_batches=2, t3_steps=6, t5_train_steps=4,
-                n_eval=128, n_jobs=1)
-    first, again, rows = page_and_rebuild("02_eval_traps", tiny)
-    a, b = glued_payloads(first), glued_payloads(again)
+    r = quick_rebuild("02_eval_traps")
+    a, b = glued_payloads(r.first), glued_payloads(r.again)
     assert set(a) == set(b)
     assert {k for k in a if a[k] != b[k]} == {"ch02_timing"}
     assert "did not run the experiment" in b["ch02_timing"] and "did not run" not in a["ch02_timing"]
-    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
-    saved = sorted(p.name for p in (tmp_path / "results").glob("02_eval_traps*.csv"))
-    assert saved == sorted(p.name for p in (tmp_path / "results2").glob("02_eval_traps*.csv"))
+    assert not r.cache2.exists() or not any(p.is_file() for p in r.cache2.rglob("*"))
+    saved = sorted(p.name for p in r.results.glob("02_eval_traps*.csv"))
+    assert saved == sorted(p.name for p in r.results2.glob("02_eval_traps*.csv"))
     assert {f"02_eval_traps_{s}.csv" for s in run.SIBLING_TABLES} <= set(saved)
     for name in saved:
-        assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
-    pa, pb = _printed(first), _printed(again)
+        assert (r.results / name).read_bytes() == (r.results2 / name).read_bytes(), name
+    pa, pb = _printed(r.first), _printed(r.again)
     differ = [i for i, (x, y) in enumerate(zip(pa, pb)) if x != y]
     assert len(pa) == len(pb) and len(differ) == 1 and pa[differ[0]].startswith("Ran with")  # only the run line
     assert "analysing the rows computed by the run at git commit" in " ".join(pb[differ[0]].split())
     assert sum("FreezeAudit" in x or "buffer" in x for x in pb) >= 3  # the three audits are printed from the table
-    nb_path = [p for p in book.chapter_paths() if p.stem == "02_eval_traps"][0]
-    with pytest.raises(PapermillExecutionError, match="parameter 'steps' is 7 here but was 6"):
-        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
-            tiny, steps=7, rows=rows, results_dir=str(tmp_path / "results3"),
-            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+    steps = run.make_config("quick").steps  # the profile the session's page ran
+    with pytest.raises(PapermillExecutionError, match=f"parameter 'steps' is {steps + 1} here but was {r.recorded('steps')}"):
+        book.execute_chapter(r.nb_path, r.folder / "bad", "quick", parameters=dict(
+            steps=steps + 1, rows=str(r.rows), results_dir=str(r.folder / "results3"),
+            figures_dir=str(r.folder / "figures3"), cache_dir=str(r.folder / "cache3")))
 
 
 def test_single_layer_facts_are_the_same_in_every_process():

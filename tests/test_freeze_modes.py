@@ -817,46 +817,46 @@ def test_drift_check_takes_the_engines_drift_table_from_saved_rows():
 
 
 @pytest.mark.slow
-def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
-    """A tiny run of chapter 1's page, then the page again from its saved tables (``rows``) with an empty cache:
-    every glued number, verdict, table and figure is the same, only the run line says where the rows came from,
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quick_rebuild):
+    """The session's quick page of chapter 1, then the page again from its saved tables (``rows``) with an empty
+    cache: every glued number, verdict, table and figure is the same, only the run line says where the rows came from,
     and nothing trained (the empty cache stays empty). A parameter that differs from the run's is refused."""
     import nbformat
     from papermill.exceptions import PapermillExecutionError
 
     from bnstudy import book
-    tiny = dict(steps=25, momentum=0.5, checkpoints=[12, 25], n_jobs=1)  # (1 - 0.5)^17 < 1e-4: the drift floor
-    first, again, rows = page_and_rebuild("01_freeze_modes", tiny)
-    a, b = glued_payloads(first), glued_payloads(again)
+    r = quick_rebuild("01_freeze_modes")
+    a, b = glued_payloads(r.first), glued_payloads(r.again)
     run_a, run_b = str(a.pop("ch01_run_line", "")), str(b.pop("ch01_run_line", ""))  # the run line is glued
     assert set(a) == set(b) and a
     assert {k for k in a if a[k] != b[k]} == set()
-    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
-    written = sorted(p.name for p in (tmp_path / "results").glob("01_freeze_modes*.csv"))
-    assert written == sorted(p.name for p in (tmp_path / "results2").glob("01_freeze_modes*.csv"))
+    assert not r.cache2.exists() or not any(p.is_file() for p in r.cache2.rglob("*"))
+    written = sorted(p.name for p in r.results.glob("01_freeze_modes*.csv"))
+    assert written == sorted(p.name for p in r.results2.glob("01_freeze_modes*.csv"))
     assert {f"01_freeze_modes_{s}.csv" for s in run.SIBLING_TABLES} <= set(written)
     for name in written:
-        assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
+        assert (r.results / name).read_bytes() == (r.results2 / name).read_bytes(), name
     line = lambda nb: " ".join("".join(o.get("text", "") for c in nbformat.read(nb, as_version=4).cells
                                        for o in c.get("outputs", []) if o.get("name") == "stdout").split())
     said = "analysing the rows computed by the run at git commit"
     said_in = lambda nb, run: said in " ".join((line(nb) + " " + run).split())
-    assert not said_in(first, run_a) and said_in(again, run_b)  # the rebuilt page names the run behind its rows
-    pngs = sorted(p.name for p in (tmp_path / "figures").glob("01-*.png"))
-    assert pngs == sorted(p.name for p in (tmp_path / "figures2").glob("01-*.png")) and len(pngs) == 6
+    assert not said_in(r.first, run_a) and said_in(r.again, run_b)  # the rebuilt page names the run behind its rows
+    pngs = sorted(p.name for p in r.figures.glob("01-*.png"))
+    assert pngs == sorted(p.name for p in r.figures2.glob("01-*.png")) and len(pngs) == 6
     for name in pngs:  # the figures too, drawn from the same tables; the accuracy strips' seaborn jitter is
         if name != "01-accuracy.png":  # random in every execution (numpy's global generator), rows or not
-            assert (tmp_path / "figures" / name).read_bytes() == (tmp_path / "figures2" / name).read_bytes(), name
+            assert (r.figures / name).read_bytes() == (r.figures2 / name).read_bytes(), name
     import json
     for fig in ("01-drift", "01-logits", "01-accuracy"):  # each figure names the table it was drawn from
-        meta = json.loads((tmp_path / "figures2" / f"{fig}.json").read_text())
+        meta = json.loads((r.figures2 / f"{fig}.json").read_text())
         assert meta["data"] == {"01-drift": "01_freeze_modes_drift_targets.csv", "01-accuracy": "01_freeze_modes.csv",
                                 "01-logits": "01_freeze_modes_logit_quantiles.csv"}[fig], fig
-    nb_path = [p for p in book.chapter_paths() if p.stem == "01_freeze_modes"][0]
-    with pytest.raises(PapermillExecutionError, match="parameter 'steps' is 17 here but was 25"):
-        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
-            tiny, steps=17, checkpoints=[12, 17], rows=rows, results_dir=str(tmp_path / "results3"),
-            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+    cfg = run.make_config("quick")  # the profile the session's page ran
+    steps, last = cfg.steps, cfg.checkpoints[0]
+    with pytest.raises(PapermillExecutionError, match=f"parameter 'steps' is {steps + 1} here but was {r.recorded('steps')}"):
+        book.execute_chapter(r.nb_path, r.folder / "bad", "quick", parameters=dict(
+            steps=steps + 1, checkpoints=[last, steps + 1], rows=str(r.rows), results_dir=str(r.folder / "results3"),
+            figures_dir=str(r.folder / "figures3"), cache_dir=str(r.folder / "cache3")))
 
 
 # --- the answer box and the findings-chosen sentences (issue 25: no typed outcome; the flip test) ---------------

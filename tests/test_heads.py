@@ -601,35 +601,35 @@ def test_analysis_parameters_decide_no_run():
 
 
 @pytest.mark.slow
-def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
-    """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quick_rebuild):
+    """The session's quick page, then the page again from its saved tables (``rows``) with an empty cache: every
     glued number, verdict and table is the same, only the timing sentence says the rows were analysed again, and
-    nothing ran. A notebook that ignored ``rows`` would fill the empty cache and say it ran the experiment."""
+    nothing ran. A notebook that ignored ``rows`` would fill the empty cache and say it ran the experiment. An
+    analysis parameter may change on a rebuild; a run parameter is refused."""
     from papermill.exceptions import PapermillExecutionError
 
     from bnstudy import book
-    tiny = dict(steps=40, steps_check=60, n_jobs=1)
-    first, again, rows = page_and_rebuild("04_heads", tiny)
-    nb_path = [p for p in book.chapter_paths() if p.stem == "04_heads"][0]  # for the refused rebuild below
-    a, b = glued_payloads(first), glued_payloads(again)
+    r = quick_rebuild("04_heads")
+    a, b = glued_payloads(r.first), glued_payloads(r.again)
     assert set(a) == set(b)
     assert {k for k in a if a[k] != b[k] and not k.startswith("ch04_fig")} == {"ch04_timing"}
     assert "did not run the experiment" in b["ch04_timing"] and "did not run" not in a["ch04_timing"]
-    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
+    assert not r.cache2.exists() or not any(p.is_file() for p in r.cache2.rglob("*"))
     for t in ("",) + tuple(f"_{s}" for s in run.SIBLING_TABLES) + ("_lr_search", "_accuracy", "_geometry", "_link"):
-        assert (tmp_path / "results" / f"04_heads{t}.csv").read_bytes() == \
-            (tmp_path / "results2" / f"04_heads{t}.csv").read_bytes(), t
-    units = pd.read_csv(tmp_path / "results" / "04_heads_units.csv")
-    assert (units["computed"] == units["total"]).all()  # a cold page is reported cold
-    assert "cold" in a["ch04_cost_cache_state"] and "cold" in b["ch04_cost_cache_state"]  # the run's, not this one's
-    wider = book.execute_chapter(nb_path, tmp_path / "wider", "quick", parameters=dict(  # an analysis parameter
-        tiny, rows=rows, margin=0.05, results_dir=str(tmp_path / "results4"), figures_dir=str(tmp_path / "figures4"),
-        cache_dir=str(tmp_path / "cache4")))
+        assert (r.results / f"04_heads{t}.csv").read_bytes() == (r.results2 / f"04_heads{t}.csv").read_bytes(), t
+    units = pd.read_csv(r.results / "04_heads_units.csv")
+    state = "cold" if (units["computed"] == units["total"]).all() else "warm"  # the run's cache state, reported
+    assert state in a["ch04_cost_cache_state"] and state in b["ch04_cost_cache_state"]  # the run's, not this one's
+    margin = run.make_config("quick").margin  # the profile the session's page ran
+    wider = book.execute_chapter(r.nb_path, r.folder / "wider", "quick", parameters=dict(  # an analysis parameter
+        rows=str(r.rows), margin=margin + 0.02, results_dir=str(r.folder / "results4"),
+        figures_dir=str(r.folder / "figures4"), cache_dir=str(r.folder / "cache4")))
     assert glued_payloads(wider)["ch04_margin"] != a["ch04_margin"]
-    with pytest.raises(PapermillExecutionError, match="parameter 'steps' is 50 here but was 40"):
-        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
-            tiny, steps=50, rows=rows, results_dir=str(tmp_path / "results3"),
-            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+    steps = run.make_config("quick").steps
+    with pytest.raises(PapermillExecutionError, match=f"parameter 'steps' is {steps + 10} here but was {r.recorded('steps')}"):
+        book.execute_chapter(r.nb_path, r.folder / "bad", "quick", parameters=dict(
+            steps=steps + 10, rows=str(r.rows), results_dir=str(r.folder / "results3"),
+            figures_dir=str(r.folder / "figures3"), cache_dir=str(r.folder / "cache3")))
 
 
 def test_link_texts_say_not_computed_instead_of_printing_nan():

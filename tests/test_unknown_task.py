@@ -504,8 +504,8 @@ def test_run_workers_are_the_runs_own_when_the_rows_are_an_earlier_runs():
 
 
 @pytest.mark.slow
-def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payloads, page_and_rebuild):
-    """A tiny run of the page, then the page again from its saved tables (``rows``) with an empty cache: every glued
+def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quick_rebuild):
+    """The session's quick page, then the page again from its saved tables (``rows``) with an empty cache: every glued
     value and every saved table are the same (the worker count and worker-minutes are the run's), only the timing
     sentence says the rows were analysed again, and nothing ran. The rebuilt page's own tables can be analysed again
     (its temperature sidecar still names the run that computed the rows), and a changed parameter is refused."""
@@ -514,30 +514,29 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(tmp_path, glued_payl
     from papermill.exceptions import PapermillExecutionError
 
     from bnstudy import book, report
-    tiny = dict(seeds=2, steps=5, n_eval=32, router_samples=64, n_jobs=1)
-    first, again, rows = page_and_rebuild("06_unknown_task", tiny)
-    a, b = glued_payloads(first), glued_payloads(again)
+    r = quick_rebuild("06_unknown_task")
+    a, b = glued_payloads(r.first), glued_payloads(r.again)
     assert set(a) == set(b)
     assert {k for k in a if a[k] != b[k]} == {"ch06_timing"}
     assert "did not run the experiment" in b["ch06_timing"] and "did not run" not in a["ch06_timing"]
-    assert not (tmp_path / "cache2").exists() or not any(p.is_file() for p in (tmp_path / "cache2").rglob("*"))
-    saved = sorted(p.name for p in (tmp_path / "results").glob("06_unknown_task*.csv"))
-    assert saved == sorted(p.name for p in (tmp_path / "results2").glob("06_unknown_task*.csv"))
+    assert not r.cache2.exists() or not any(p.is_file() for p in r.cache2.rglob("*"))
+    saved = sorted(p.name for p in r.results.glob("06_unknown_task*.csv"))
+    assert saved == sorted(p.name for p in r.results2.glob("06_unknown_task*.csv"))
     assert {f"06_unknown_task_{s}.csv" for s in run.SIBLING_TABLES} <= set(saved)
     for name in saved:
-        assert (tmp_path / "results" / name).read_bytes() == (tmp_path / "results2" / name).read_bytes(), name
-    temp = [json.loads(report.sidecar_path(tmp_path / d / "06_unknown_task_temperature.csv").read_text())["parameters"]
-            for d in ("results", "results2")]
+        assert (r.results / name).read_bytes() == (r.results2 / name).read_bytes(), name
+    temp = [json.loads(report.sidecar_path(d / "06_unknown_task_temperature.csv").read_text())["parameters"]
+            for d in (r.results, r.results2)]
     assert temp[0]["seeds"] == temp[1]["seeds"] == [10, 11] and "rows_from" in temp[1]  # the check's own config
-    nb_path = [p for p in book.chapter_paths() if p.stem == "06_unknown_task"][0]
-    twice = book.execute_chapter(nb_path, tmp_path / "twice", "quick", parameters=dict(  # the rebuilt page's tables
-        tiny, rows=str(tmp_path / "results2" / "06_unknown_task.csv"), results_dir=str(tmp_path / "results4"),
-        figures_dir=str(tmp_path / "figures4"), cache_dir=str(tmp_path / "cache4")))
+    twice = book.execute_chapter(r.nb_path, r.folder / "twice", "quick", parameters=dict(  # the rebuilt page's tables
+        rows=str(r.results2 / "06_unknown_task.csv"), results_dir=str(r.folder / "results4"),
+        figures_dir=str(r.folder / "figures4"), cache_dir=str(r.folder / "cache4")))
     assert {k for k, v in glued_payloads(twice).items() if v != b[k]} <= {"ch06_timing"}
-    with pytest.raises(PapermillExecutionError, match="parameter 'steps' is 6 here but was 5"):
-        book.execute_chapter(nb_path, tmp_path / "bad", "quick", parameters=dict(
-            tiny, steps=6, rows=rows, results_dir=str(tmp_path / "results3"),
-            figures_dir=str(tmp_path / "figures3"), cache_dir=str(tmp_path / "cache3")))
+    steps = run.make_config("quick").steps  # the profile the session's page ran
+    with pytest.raises(PapermillExecutionError, match=f"parameter 'steps' is {steps + 1} here but was {r.recorded('steps')}"):
+        book.execute_chapter(r.nb_path, r.folder / "bad", "quick", parameters=dict(
+            steps=steps + 1, rows=str(r.rows), results_dir=str(r.folder / "results3"),
+            figures_dir=str(r.folder / "figures3"), cache_dir=str(r.folder / "cache3")))
 
 
 # --- the answer box: chosen by the findings, and it flips with them (issue 25) -------------------------------------
