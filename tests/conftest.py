@@ -84,8 +84,7 @@ def quick_rebuild(built_book, tmp_path_factory):
     ``results``, ``figures`` (the first execution's folders, shared by every chapter of built_book), ``results2``,
     ``figures2``, ``cache2`` (the rebuild's), ``parameters`` (the notebook parameters the first execution's sidecar
     recorded: None where the profile's value applied), ``recorded(name)`` (a regex of that value as a refused
-    rebuild names it) and
-    ``folder`` (a scratch folder of this chapter's rebuild, for further executions)."""
+    rebuild names it) and ``folder`` (a scratch folder of this chapter's rebuild, for further executions)."""
     import json
     import re
     from types import SimpleNamespace
