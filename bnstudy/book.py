@@ -345,7 +345,7 @@ def front_page_findings(html_dir, chapters=None) -> str:
 
 def released_chapters(release_dir=None) -> list[str]:
     """The chapter numbers in the data release (``release/manifest.json``), sorted; ``[]`` without one."""
-    from .release import RELEASE_DIR, read_manifest
+    from .manifest import RELEASE_DIR, read_manifest
     return sorted(read_manifest(release_dir or RELEASE_DIR).get("chapters", {}))
 
 
@@ -399,7 +399,7 @@ def main(argv=None) -> int:
         paths = [p for p in paths if p.stem in args.only]
     released = {}
     if args.release is not None:
-        from .release import read_manifest
+        from .manifest import read_manifest
         rdir = Path(args.release)
         rdir = (rdir if rdir.is_absolute() else REPO / rdir).resolve()
         if not (rdir / "manifest.json").is_file():

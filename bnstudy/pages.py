@@ -183,3 +183,50 @@ def run_line(config, execution=None, width: int = 78, extra: dict | None = None)
     text = config.describe() + workers + "".join(_extra_text(k, v) for k, v in extra.items())
     return describe_run(text, {**config.asdict(), **extra, **({} if "rows_from" in extra else {"workers": jobs})},
                         width, run_threads=ex.threads)
+
+
+# --- single values, Markdown and tables (moved from bnstudy.report: no import cycle) ---
+
+def glue_number(key: str, value) -> float:
+    """Glue ``value`` as a Python float under ``key`` (for ``{glue:text}`key:.3f```)."""
+    from myst_nb import glue
+    value = float(value)
+    glue(key, value, display=False)
+    return value
+
+
+def glue_md(key: str, text: str) -> str:
+    """Glue Markdown ``text`` under ``key`` (for ``{glue:md}`key```)."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+    glue(key, Markdown(text), display=False)
+    return text
+
+
+def glue_table(key: str, table: pd.DataFrame) -> pd.DataFrame:
+    """Glue a DataFrame for a ``{glue:figure}`` that the book renders and numbers as a *table*.
+
+    Any ``{glue:figure}`` whose content is not an image is numbered in the table series (Table 1.1) by
+    ``bnstudy.sphinxext``; name it ``tbl-chNN-...`` so the label says so. Cells are never cut ("...").
+    """
+    from myst_nb import glue
+    with pd.option_context("display.max_colwidth", None):
+        glue(key, table, display=False)
+    return table
+
+
+def glue_p_texts(prefix: str, p_values: dict) -> None:
+    """Glue each ``{name: p}`` as ``<prefix>_<name>``: :func:`p_text` as plain Markdown, for ``{glue:md}``."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+
+    from .report import p_text
+    for name, p in p_values.items():
+        glue(f"{prefix}_{name}", Markdown(p_text(p)), display=False)
+
+
+def glue_values(prefix: str, values: dict) -> None:
+    """Glue each ``{name: value}`` of ``values`` as ``<prefix>_<name>`` by the rules of :func:`glue_value` (a
+    page's settings and constants that its prose cites, in one call)."""
+    for name, v in values.items():
+        glue_value(f"{prefix}_{name}", v)

@@ -41,9 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-RELEASE_DIR = REPO / "release"
-MANIFEST = "manifest.json"
+from .manifest import MANIFEST, RELEASE_DIR, REPO, read_manifest, write_manifest  # noqa: F401 (release's API)
 #: The release's version: the date of its newest chapter computation (``YYYY.MM.DD``), set by :func:`compute`.
 WALL_COLUMNS_SUFFIX = "wall_s"
 
@@ -159,21 +157,6 @@ def git_state(repo: Path = REPO) -> tuple[str, bool]:
 
 def sha256_file(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def read_manifest(release_dir=RELEASE_DIR) -> dict:
-    """The release's manifest (an empty one if there is none yet)."""
-    p = Path(release_dir) / MANIFEST
-    if not p.exists():
-        return {"release": {}, "chapters": {}, "tables": {}, "units": {}}
-    return json.loads(p.read_text())
-
-
-def write_manifest(manifest: dict, release_dir=RELEASE_DIR) -> Path:
-    from .sweep import atomic_write_bytes
-    p = Path(release_dir) / MANIFEST
-    atomic_write_bytes(p, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
-    return p
 
 
 def release_entry(release_dir=RELEASE_DIR) -> dict:

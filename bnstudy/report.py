@@ -37,22 +37,6 @@ _RUN: dict = {}
 _SAVED: list[Path] = []
 
 
-def glue_number(key: str, value) -> float:
-    """Glue ``value`` as a Python float under ``key`` (for ``{glue:text}`key:.3f```)."""
-    from myst_nb import glue
-    value = float(value)
-    glue(key, value, display=False)
-    return value
-
-
-def glue_md(key: str, text: str) -> str:
-    """Glue Markdown ``text`` under ``key`` (for ``{glue:md}`key```)."""
-    from IPython.display import Markdown
-    from myst_nb import glue
-    glue(key, Markdown(text), display=False)
-    return text
-
-
 def fmt_ci(mean: float, low: float, high: float, digits: int = 3) -> str:
     """``"0.512 [0.498, 0.526]"``: a mean and its interval."""
     return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
@@ -435,18 +419,6 @@ def timing_sentence(wall_s: float, run_s: float | None, rows_from: dict | None =
             f"wall time; {own}.")
 
 
-def glue_table(key: str, table: pd.DataFrame) -> pd.DataFrame:
-    """Glue a DataFrame for a ``{glue:figure}`` that the book renders and numbers as a *table*.
-
-    Any ``{glue:figure}`` whose content is not an image is numbered in the table series (Table 1.1) by
-    ``bnstudy.sphinxext``; name it ``tbl-chNN-...`` so the label says so. Cells are never cut ("...").
-    """
-    from myst_nb import glue
-    with pd.option_context("display.max_colwidth", None):
-        glue(key, table, display=False)
-    return table
-
-
 def profile_note(profile: str, n_seeds: int) -> str:
     """A Markdown note telling readers how much to trust a page built in the ``quick`` profile."""
     if profile == "full":
@@ -468,18 +440,3 @@ def p_text(p) -> str:
     return "< 0.001" if float(p) < 0.001 else f"= {float(p):.3f}"
 
 
-def glue_p_texts(prefix: str, p_values: dict) -> None:
-    """Glue each ``{name: p}`` as ``<prefix>_<name>``: :func:`p_text` as plain Markdown, for ``{glue:md}``."""
-    from IPython.display import Markdown
-    from myst_nb import glue
-    for name, p in p_values.items():
-        glue(f"{prefix}_{name}", Markdown(p_text(p)), display=False)
-
-
-def glue_values(prefix: str, values: dict) -> None:
-    """Glue each ``{name: value}`` of ``values`` as ``<prefix>_<name>`` by the rules of
-    :func:`bnstudy.pages.glue_value` (a page's settings and constants that its prose cites, in one call).
-    Here rather than in ``pages`` because this module is outside the run cache's code version."""
-    from .pages import glue_value
-    for name, v in values.items():
-        glue_value(f"{prefix}_{name}", v)

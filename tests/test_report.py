@@ -172,7 +172,8 @@ def test_glue_values_glues_each_value_under_the_prefix_by_the_pages_rules(monkey
     import myst_nb
     glued = {}
     monkeypatch.setattr(myst_nb, "glue", lambda k, v, display=True: glued.__setitem__(k, v))
-    report.glue_values("ch09", dict(n=np.int64(3), lr=0.05, split=dict(fit=40, val=10)))
+    from bnstudy.pages import glue_values
+    glue_values("ch09", dict(n=np.int64(3), lr=0.05, split=dict(fit=40, val=10)))
     assert glued == {"ch09_n": 3, "ch09_lr": 0.05, "ch09_split_fit": 40, "ch09_split_val": 10}
     assert type(glued["ch09_n"]) is int                           # a NumPy scalar would print as np.int64(3)
 

@@ -328,7 +328,7 @@ def checklist_table(f: Findings) -> pd.DataFrame:
     """The chapter's checklist (one row per trap: what the audit reported in this run, and the fix) from ``f``.
 
     A DataFrame indexed by ``trap``, with columns ``what the audit reported (this run)`` and ``fix``; plain text (no
-    Markdown), for :func:`bnstudy.report.glue_table`. Means over seeds; ``[a, b]`` a 95% interval over seeds, or the
+    Markdown), for :func:`bnstudy.pages.glue_table`. Means over seeds; ``[a, b]`` a 95% interval over seeds, or the
     family's interval beside a verdict; "per-seed largest" values are averaged over seeds with the range in
     brackets. Referee ch2 item 6.
     """
