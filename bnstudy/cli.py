@@ -149,7 +149,8 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
             own = getattr(module, "sibling_parameters", None)  # siblings whose sidecars record their own config
             rows_or_run(values["rows"], None, *config_parameters(config, {**values, "profile": profile},
                                                                  module.ANALYSIS_PARAMETERS),
-                        siblings=getattr(module, "SIBLING_TABLES", ()), sibling_parameters=own(config) if own else None)
+                        siblings=getattr(module, "SIBLING_TABLES", ()), sibling_parameters=own(config) if own else None,
+                        defaults=getattr(module, "READ_DEFAULTS", None))
         else:
             load_rows(values["rows"], {})
 

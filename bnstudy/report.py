@@ -191,7 +191,8 @@ def save_table(df: pd.DataFrame, path) -> Path:
     return path
 
 
-def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.DataFrame, dict]:
+def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: dict | None = None
+              ) -> tuple[pd.DataFrame, dict]:
     """The result rows of an earlier run of a chapter, to analyse again without recomputing them.
 
     A chapter's notebook can take its rows from a results CSV that an earlier execution saved (with
@@ -205,12 +206,16 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
     chapter's experiment parameters, such as ``profile`` and ``seeds``; not output folders or ``n_jobs``).
     Each must equal the sidecar's record of the run. ``resolved``: the same parameters as the chapter's
     config resolved them (``None`` replaced by the profile's value); a record that equals the resolved
-    value also matches (a run made without the ``bnstudy`` command records resolved values).
+    value also matches (a run made without the ``bnstudy`` command records resolved values). ``defaults``: for
+    parameters a chapter's design added after some rows were computed (its ``READ_DEFAULTS``), the value those
+    older rows were computed with; a parameter the sidecar does not record is read as that value (and a
+    missing column of the same name is filled with it), so a new axis never breaks a page built from an older
+    release: the new cells alone need computing, and only when asked for.
 
     Returns ``(rows, provenance)``: the table exactly as saved (``pandas.read_csv``; floats round-trip
     exactly; a table saved with no columns comes back empty), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds,
-    workers)`` (``run_wall_s`` / ``workers``, the worker processes the run line recorded, are ``None`` when the
-    run did not record them). When the sidecar's parameters carry ``rows_from`` (the
+    workers, defaulted)`` (``run_wall_s`` / ``workers``, the worker processes the run line recorded, are ``None`` when the
+    run did not record them; ``defaulted``: ``{name: value}`` of the parameters read from ``defaults``). When the sidecar's parameters carry ``rows_from`` (the
     table was re-saved by a page that analysed an earlier run's rows), its ``git_commit``, ``written``
     and ``run_wall_s`` are used, so the provenance still names the run that computed the rows.
 
@@ -232,11 +237,21 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
     if digest != meta.get("sha256"):
         raise ValueError(f"rows: {path} does not match its sidecar (sha256 {digest[:12]}... against "
                          f"{str(meta.get('sha256'))[:12]}...): the file was changed after the run or is incomplete")
-    recorded = meta.get("parameters") or {}
+    recorded = dict(meta.get("parameters") or {})
+    defaulted = {name: _jsonable(v) for name, v in (defaults or {}).items()
+                 if name in parameters and name not in recorded}
+    recorded.update(defaulted)
     for name, value in parameters.items():
         if name not in recorded:
             raise ValueError(f"rows: the run behind {path} did not record parameter {name!r}, so its rows "
-                             f"cannot be matched to this configuration (recorded: {sorted(recorded)})")
+                             f"cannot be matched to this configuration (recorded: {sorted(recorded)}; a parameter "
+                             f"added after the rows were computed needs its value in the chapter's READ_DEFAULTS)")
+        if name in defaulted and _jsonable(value) != recorded[name] and not (
+                resolved and name in resolved and _jsonable(resolved[name]) == recorded[name]):
+            raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here, but the rows behind {path} "
+                             f"predate it and were computed as {name}={recorded[name]!r} (its READ_DEFAULTS value); "
+                             f"compute the new cells (rows=None, or recompute the release: cached cells stay warm) "
+                             f"or give {name}={recorded[name]!r}")
         if _jsonable(value) != recorded[name] and not (resolved and name in resolved
                                                        and _jsonable(resolved[name]) == recorded[name]):
             if recorded[name] is None:  # the run took its profile's value; it recorded None, not the value
@@ -247,10 +262,13 @@ def load_rows(path, parameters: dict, resolved: dict | None = None) -> tuple[pd.
                              f"{recorded[name]!r} in the run behind {path}; run the experiment (rows=None) "
                              f"or give the same {name}")
     df = _read_table(path, data)
+    for name, value in defaulted.items():
+        if name not in df.columns and len(df.columns) and not isinstance(value, (list, dict)):
+            df[name] = value
     env = meta.get("environment") or {}
     prov = dict(path=str(path), sha256=digest, git_commit=env.get("git_commit", "unknown"),
                 written=meta.get("written"), run_wall_s=recorded.get("run_wall_s"), seeds=meta.get("seeds"),
-                workers=recorded.get("workers"))
+                workers=recorded.get("workers"), defaulted=defaulted)
     origin = recorded.get("rows_from")
     if isinstance(origin, dict):  # the table was itself re-saved from an earlier run's rows: name that run
         for k in ("git_commit", "written", "run_wall_s", "workers", "release"):
@@ -343,7 +361,7 @@ class Rows:
 
 
 def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, siblings=(),
-                sibling_parameters: dict | None = None) -> Rows:
+                sibling_parameters: dict | None = None, defaults: dict | None = None) -> Rows:
     """A chapter's rows: from ``run()`` (``rows is None``) or from an earlier run's saved tables (``rows``).
 
     ``rows``: ``None``, or the path of an earlier run's main results CSV (``results/NN_name.csv``).
@@ -354,7 +372,8 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
     the same run saved beside the main one (``NN_name_<suffix>.csv``); each is loaded and checked the same way
     and must come from the same git commit as the main table. ``sibling_parameters``: ``{suffix: (parameters,
     resolved)}`` for a sibling whose sidecar records its own configuration (a check the run derived from the
-    chapter's config, on other seeds), checked against those instead.
+    chapter's config, on other seeds), checked against those instead. ``defaults``: the chapter's
+    ``READ_DEFAULTS`` (see :func:`load_rows`), applied to every table.
 
     Returns :class:`Rows`. Raises what :func:`load_rows` raises (a missing table or sidecar, a changed file, a
     parameter that differs, naming it), ``ValueError`` if a sibling comes from another commit than the main
@@ -369,7 +388,7 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
             raise ValueError(f"rows_or_run: run returned tables {sorted(tables)}, expected siblings {sorted(siblings)}")
         return Rows(table, dict(tables), None, wall, {})
     path = Path(rows)
-    table, prov = load_rows(path, parameters, resolved)
+    table, prov = load_rows(path, parameters, resolved, defaults)
     tables = {}
     for suffix in siblings:
         sib = path.with_name(f"{path.stem}_{suffix}{path.suffix}")
@@ -378,7 +397,7 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
                                     f"is not in {sib.parent}; the page analyses {path.name} together with "
                                     f"{', '.join(f'{path.stem}_{s}{path.suffix}' for s in siblings)} (keep the "
                                     f"run's results folder together)")
-        tables[suffix], sp = load_rows(sib, *(sibling_parameters or {}).get(suffix, (parameters, resolved)))
+        tables[suffix], sp = load_rows(sib, *(sibling_parameters or {}).get(suffix, (parameters, resolved)), defaults)
         if sp["git_commit"] != prov["git_commit"]:
             raise ValueError(f"rows: {sib.name} was written at git commit {sp['git_commit']} but {path.name} at "
                              f"{prov['git_commit']}; give tables saved by one run")

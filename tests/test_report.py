@@ -51,6 +51,26 @@ def test_a_different_parameter_is_refused_by_name(saved):
         report.load_rows(path, dict(steps=100))
 
 
+def test_a_parameter_added_after_the_rows_reads_as_its_documented_default(saved):
+    """Issue 33: a design that adds a parameter (here ``shift_kind``) still reads a release computed before it:
+    the rows take the chapter's READ_DEFAULTS value, the column is filled, and only another value is refused."""
+    df, path = saved
+    defaults = dict(shift_kind="brightness", blur_sigma=0.0)
+    rows, prov = report.load_rows(path, dict(profile="full", shift_kind=None, blur_sigma=0.0),
+                                  resolved=dict(profile="full", shift_kind="brightness", blur_sigma=0.0),
+                                  defaults=defaults)
+    assert prov["defaulted"] == defaults and list(rows.columns) == [*df.columns, "shift_kind", "blur_sigma"]
+    assert (rows["shift_kind"] == "brightness").all() and (rows["blur_sigma"] == 0.0).all()
+    pd.testing.assert_frame_equal(rows[df.columns], df, check_exact=True)
+    with pytest.raises(ValueError, match=r"'shift_kind' is 'blur' here, but the rows .* predate it and were "
+                                         r"computed as shift_kind='brightness'"):
+        report.load_rows(path, dict(shift_kind="blur"), defaults=defaults)
+    with pytest.raises(ValueError, match=r"did not record parameter 'shift_kind'.*READ_DEFAULTS"):
+        report.load_rows(path, dict(shift_kind="brightness"))          # no default documented: refused
+    r = report.rows_or_run(path, _never_run, dict(profile="full", shift_kind="brightness"), defaults=defaults)
+    assert r.provenance["defaulted"] == dict(shift_kind="brightness") and "shift_kind" in r.table
+
+
 def test_missing_table_or_sidecar(saved, tmp_path):
     _, path = saved
     with pytest.raises(FileNotFoundError, match="no results table"):
