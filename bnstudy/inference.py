@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 import warnings
 from typing import Callable, Iterable, Sequence
@@ -135,15 +136,17 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
 
 
-def paired_differences(df: pd.DataFrame, value: str, column: str, condition, reference, on: str = "seed"
+def paired_differences(df: pd.DataFrame, value: str, column: str, condition, reference, on="seed"
                        ) -> pd.Series:
     """Per-``on`` (per-seed) difference ``value[column == condition] - value[column == reference]``, indexed
-    by ``on``: the paired design's comparison. A seed missing either condition, or with a non-finite value,
-    is left out (the one missing-data rule); duplicate ``(on, column)`` rows raise.
+    by ``on``: the paired design's comparison. ``on``: a column, or a list of columns that together name a
+    pair (e.g. ``["seed", "strength"]``). A seed missing either condition, or with a non-finite value, is left
+    out (the one missing-data rule); duplicate ``(on, column)`` rows raise.
 
     Raises ``KeyError`` naming a missing column and ``ValueError`` if ``condition`` or ``reference`` never
     occurs in ``column`` or a seed has two rows of one condition."""
-    for c in (value, column, on):
+    on_cols = [on] if isinstance(on, str) else list(on)
+    for c in (value, column, *on_cols):
         if c not in df.columns:
             raise KeyError(f"paired_differences: no column {c!r}; columns: {list(df.columns)}")
     present = set(df[column].unique())
@@ -152,7 +155,7 @@ def paired_differences(df: pd.DataFrame, value: str, column: str, condition, ref
             raise ValueError(f"paired_differences: {name} {x!r} does not occur in column {column!r} "
                              f"(values: {sorted(map(str, present))})")
     sub = df[df[column].isin([condition, reference])]
-    if sub.duplicated([on, column]).any():
+    if sub.duplicated([*on_cols, column]).any():
         raise ValueError(f"paired_differences: more than one row per ({on}, {column}); select the cell first")
     piv = sub.pivot(index=on, columns=column, values=value).astype(float)
     d = piv[condition] - piv[reference]
@@ -536,3 +539,198 @@ def is_verdict(text: str, directions: Iterable[str] = ()) -> bool:
     ``"exact, checked =="``, ``"not exact"``, ``"equivalent within ±m"``, or one of the page's declared
     direction words ``directions`` (e.g. ``"pinned lower"``)."""
     return text in (NOT_DECIDED, TOO_FEW, EXACT, NOT_EXACT) or bool(_EQUIV.match(text)) or text in set(directions)
+
+
+# --- questions as data: a chapter's claims from a declarative list (issue 33) -------------------------------------
+
+#: Level selectors a :class:`Question`'s ``at`` may give instead of a value: resolved over the levels of that
+#: column in the whole table the question reads (not after its other selections), so that "the strongest shift"
+#: is one level for every claim of a page.
+SELECTORS = ("min", "max", "min_positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """One question a chapter asks of its rows, as data; :func:`ask` turns a list of them into a claims table.
+
+    ``key``: the claim key, with ``{column}`` fields filled from the levels of ``each`` (``"gap_k{n_tasks}"``).
+    ``condition`` may be a tuple: one claim per condition, its key's ``{condition}`` field filled (a condition
+    added to the tuple, the design's list, is asked with no new code).
+    A comparison (``exact`` is ``None``): per pair (``pair``, usually the seed), ``value`` of the rows whose
+    ``by`` column is ``condition`` minus ``reference_value`` (default ``value``) of those whose ``by`` is
+    ``reference``, decided by :func:`decide` at ``margin`` (``None``: no equivalence verdict) in the family of
+    every comparison of the :func:`ask` call, the direction worded ``"<words> higher"`` / ``"<words> lower"``
+    (``words=""``: ``higher`` / ``lower``). An exact check (``exact`` a number, :func:`exact_check`): the
+    selected ``value`` (or, with ``reference``, the paired differences) must equal ``exact`` everywhere.
+
+    ``at``: ``{column: level}`` selecting rows: a level, a tuple of levels, or a selector of :data:`SELECTORS`
+    (``"max"``: the table's largest level of that column; ``"min_positive"``: its smallest level above 0, else its
+    smallest). ``table``: which table given to :func:`ask` the question reads. Raises ``ValueError`` for an
+    unknown selector or a key whose fields ``each`` does not name."""
+
+    key: str
+    condition: object = None
+    reference: object = None
+    value: str = "accuracy"
+    reference_value: str | None = None
+    at: dict = dataclasses.field(default_factory=dict)
+    each: tuple = ()
+    table: str = "main"
+    by: str = "condition"
+    pair: tuple = ("seed",)
+    margin: float | None = None
+    words: str = ""
+    exact: float | None = None
+
+    def __post_init__(self):
+        for col, level in self.at.items():
+            if isinstance(level, str) and level.startswith(("min", "max")) and level not in SELECTORS:
+                raise ValueError(f"Question {self.key!r}: at[{col!r}]={level!r} is not a selector; allowed: "
+                                 f"{list(SELECTORS)}")
+        fields = set(re.findall(r"{(\w+)", self.key))
+        several = isinstance(self.condition, (tuple, list))
+        allowed = set(self.each) | ({"condition"} if several else set())
+        if fields - allowed:
+            raise ValueError(f"Question {self.key!r}: key fields {sorted(fields - allowed)} are not in "
+                             f"each={list(self.each)}" + ("" if several else " (nor is condition a tuple)"))
+        if several and "condition" not in fields:
+            raise ValueError(f"Question {self.key!r}: with several conditions the key needs a {{condition}} field")
+        if self.exact is None and (self.condition is None or self.reference is None):
+            raise ValueError(f"Question {self.key!r}: a comparison needs condition and reference (or give exact=)")
+
+
+def _level(table: pd.DataFrame, column: str, level):
+    if level in SELECTORS:
+        levels = sorted(table[column].dropna().unique())
+        if not levels:
+            raise ValueError(f"ask: column {column!r} has no levels to take {level!r} of")
+        if level == "min_positive":
+            positive = [v for v in levels if v > 0]
+            return positive[0] if positive else levels[0]
+        return levels[0] if level == "min" else levels[-1]
+    return level
+
+
+def _select(table: pd.DataFrame, at: dict) -> pd.DataFrame:
+    keep = np.ones(len(table), dtype=bool)
+    for col, level in at.items():
+        if col not in table.columns:
+            raise KeyError(f"ask: no column {col!r} to select on; columns: {list(table.columns)}")
+        level = _level(table, col, level)
+        keep &= table[col].isin(level).to_numpy() if isinstance(level, (tuple, list)) else \
+            (table[col] == level).to_numpy()
+    return table[keep]
+
+
+def _question_values(q: Question, sel: pd.DataFrame, condition) -> np.ndarray | pd.Series:
+    if q.reference is None:
+        return sel[q.value].to_numpy(dtype=float)
+    ref_value = q.reference_value or q.value
+    x = sel[sel[q.by].isin([condition, q.reference])]
+    x = x.assign(_v=np.where(x[q.by] == condition, x[q.value], x[ref_value]))
+    if not len(x):
+        return np.array([], dtype=float)
+    return paired_differences(x, "_v", q.by, condition, q.reference, on=list(q.pair) if len(q.pair) > 1
+                              else q.pair[0])
+
+
+def ask(tables, questions: Iterable[Question], alpha: float = 0.05) -> pd.DataFrame:
+    """A chapter's claims table (:func:`claims_table`) from its questions as data: every comparison of
+    ``questions`` (each :class:`Question` expanded over the levels of its ``each`` columns, in sorted order) is a
+    member of one :class:`Family` at ``alpha`` (``m`` = their number: Bonferroni intervals, equivalence at
+    ``alpha / m``, Holm-adjusted p), decided by :func:`decide`; the exact checks follow, by
+    :func:`exact_check`. ``tables``: a DataFrame (the table ``"main"``) or ``{name: DataFrame}``.
+
+    A new condition or level in the rows needs no code: a question whose ``each`` ranges over it asks it too.
+    Raises ``KeyError`` for a table or column the questions name that is missing, ``ValueError`` for a
+    condition or reference that never occurs where a question looks (naming the question) or a duplicate key."""
+    tables = {"main": tables} if isinstance(tables, pd.DataFrame) else dict(tables)
+    comparisons, checks = [], []
+    for q in questions:
+        if q.table not in tables:
+            raise KeyError(f"ask: question {q.key!r} reads table {q.table!r}; tables given: {sorted(tables)}")
+        t = _select(tables[q.table], q.at)
+        groups = [((), t)] if not q.each else [
+            (k if isinstance(k, tuple) else (k,), g) for k, g in t.groupby(list(q.each), sort=True)]
+        several = isinstance(q.condition, (tuple, list))
+        for cond in (q.condition if several else (q.condition,)):
+            for levels, sel in groups:
+                fields = {c: (int(v) if float(v).is_integer() else v) if isinstance(v, numbers.Real) else v
+                          for c, v in zip(q.each, levels)}
+                key = q.key.format(**fields, **({"condition": cond} if several else {}))
+                try:
+                    values = _question_values(q, sel, cond)
+                except ValueError as e:
+                    raise ValueError(f"ask: question {key!r}: {e}") from None
+                (comparisons if q.exact is None else checks).append((q, key, values))
+    fam = Family(max(len(comparisons), 1), alpha)
+    words = lambda q: dict(higher=f"{q.words} higher".strip(), lower=f"{q.words} lower".strip())  # noqa: E731
+    claims = [decide(v, key, margin=q.margin, family=fam, **words(q)) for q, key, v in comparisons]
+    return claims_table(claims + [exact_check(v, q.exact, key) for q, key, v in checks])
+
+
+# --- the numbers table: a chapter's descriptive numbers, flat (issue 33: no records) -------------------------------
+
+#: Columns of a numbers table: ``value`` (a number, a bool or a short text; the mean of an interval), ``low`` /
+#: ``high`` / ``n`` (an interval's ends and its number of seeds; ``n`` is NaN for a plain value) and ``lowest`` /
+#: ``highest``, what the quantity allows (``0, 1`` for an accuracy; the page prints interval ends cut to them).
+NUMBER_COLUMNS = ("key", "value", "low", "high", "n", "lowest", "highest")
+
+
+def _slug(v) -> str:
+    return re.sub(r"[^0-9a-zA-Z]+", "_", str(v)).strip("_").lower()
+
+
+def numbers_table(values: dict, bounds: Callable[[str], tuple] | None = None) -> pd.DataFrame:
+    """A flat numbers table (:data:`NUMBER_COLUMNS`) from ``{key: value}``: a value is a number, a bool, a text
+    or an :class:`Interval`, or a dict of those, flattened to ``<key>_<entry>`` (entries slugged, as glue keys
+    are). ``bounds(key)``: ``(lowest, highest)`` the quantity under that top-level key allows (default
+    ``(-inf, inf)``). Raises ``ValueError`` on a key that two entries flatten to, ``TypeError`` on a list."""
+    rows, inf = [], float("inf")
+
+    def add(key, v, lo_hi):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                add(f"{key}_{_slug(k)}", x, lo_hi)
+        elif isinstance(v, Interval):
+            rows.append((key, float(v.mean), float(v.low), float(v.high), v.n, *lo_hi))
+        elif isinstance(v, (list, tuple, set, np.ndarray, pd.Series)):
+            raise TypeError(f"numbers_table: {key!r} holds a {type(v).__name__}; give one value per key")
+        else:
+            rows.append((key, v.item() if isinstance(v, np.generic) else v, math.nan, math.nan, math.nan, *lo_hi))
+
+    for key, v in values.items():
+        add(key, v, bounds(key) if bounds else (-inf, inf))
+    table = pd.DataFrame(rows, columns=list(NUMBER_COLUMNS))
+    table["value"] = pd.Series([r[1] for r in rows], dtype=object)  # ints stay ints (a page prints 3, not 3.0)
+    dup = table["key"][table["key"].duplicated()]
+    if len(dup):
+        raise ValueError(f"numbers_table: keys given twice: {sorted(set(dup))}")
+    return table
+
+
+def number(table: pd.DataFrame, key: str):
+    """One entry of a numbers table: its value, or an :class:`Interval` where the row is one. Raises ``KeyError``
+    naming the key (and a few of the table's keys) if it is not there."""
+    hit = table.index[table["key"] == key]
+    if not len(hit):
+        raise KeyError(f"number: no {key!r} in the numbers table (keys such as {list(table['key'][:5])})")
+    r = table.loc[hit[0]]
+    if r["n"] == r["n"]:
+        return Interval(float(r["value"]), float(r["low"]), float(r["high"]), int(r["n"]))
+    return r["value"]
+
+
+def with_numbers(table: pd.DataFrame, values: dict) -> pd.DataFrame:
+    """A copy of the numbers table with the entries of ``values`` (flattened as :func:`numbers_table` does)
+    replacing those of the same key, each keeping its row's ``lowest`` / ``highest``: for tests that flip one
+    finding. Raises ``KeyError`` for a key the table does not have."""
+    new = numbers_table(values)
+    unknown = sorted(set(new["key"]) - set(table["key"]))
+    if unknown:
+        raise KeyError(f"with_numbers: no {unknown} in the numbers table")
+    out = table.copy()
+    for r in new.itertuples(index=False):
+        i = out.index[out["key"] == r.key][0]
+        out.loc[i, ["value", "low", "high", "n"]] = [r.value, r.low, r.high, r.n]
+    return out

@@ -20,9 +20,10 @@ Nothing here decides anything: the values come from the tested findings function
 from __future__ import annotations
 
 import dataclasses
-import os
 import numbers
+import os
 import re
+from collections import Counter
 
 import pandas as pd
 
@@ -133,6 +134,55 @@ def glue_claims(prefix: str, claims: pd.DataFrame, clip: tuple | None = None) ->
     ``_p_equivalence``)."""
     from myst_nb import glue
     for name, v in claims_items(prefix, claims, clip):
+        glue(name, v, display=False)
+
+
+def numbers_items(prefix: str, numbers: pd.DataFrame) -> list[tuple[str, object]]:
+    """The names and values :func:`glue_numbers` glues (no gluing): per row of a numbers table
+    (:func:`bnstudy.inference.numbers_table`) an interval as ``<prefix>_<key>_mean``, ``_ci_low``, ``_ci_high``
+    (ends cut to the row's ``lowest`` / ``highest``), any other value as ``<prefix>_<key>`` by
+    :func:`glue_items`' rules (a short text bold, a bool ``yes`` / ``no``).
+
+    Raises ``ValueError`` naming the rows if two rows would glue one name (an interval ``x`` beside a value
+    ``x_mean``): the page would cite whichever came last."""
+    out, owner, clashes = [], {}, []
+    for r in numbers.itertuples(index=False):
+        if r.n == r.n:
+            iv = Interval(float(r.value), float(r.low), float(r.high), int(r.n)).clipped(r.lowest, r.highest)
+            items = glue_items(f"{prefix}_{r.key}", iv)
+        else:
+            items = glue_items(f"{prefix}_{r.key}", r.value)
+        for name, v in items:
+            if name in owner:
+                clashes.append(f"{name} (rows {owner[name]!r} and {r.key!r})")
+            owner.setdefault(name, r.key)
+            out.append((name, v))
+    if clashes:
+        raise ValueError(f"glue_numbers: these names would be glued twice: {', '.join(clashes)}; rename a row")
+    return out
+
+
+def glue_numbers(prefix: str, numbers: pd.DataFrame) -> None:
+    """Glue a numbers table by derived keys (:func:`numbers_items`): the page cites
+    ``{glue:text}`<prefix>_<key>_mean:.3f``` for an interval and ``{glue:text}`<prefix>_<key>``` for a value."""
+    from myst_nb import glue
+    for name, v in numbers_items(prefix, numbers):
+        glue(name, v, display=False)
+
+
+def glue_chapter(prefix: str, claims: pd.DataFrame, numbers: pd.DataFrame, words: dict | None = None,
+                 clip: tuple | None = None) -> None:
+    """A chapter's whole contract with its page in one call: its claims table (:func:`glue_claims`, interval ends
+    cut to ``clip``), its numbers table (:func:`glue_numbers`) and its sentences ``words`` (``{name: Markdown
+    text}``, glued as ``<prefix>_<name>``). Raises ``ValueError`` if two of them would glue one name."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+    items = claims_items(prefix, claims, clip) + numbers_items(prefix, numbers) + \
+        [(f"{prefix}_{k}", Markdown(v)) for k, v in (words or {}).items()]
+    dup = sorted(n for n, count in Counter(n for n, _ in items).items() if count > 1)
+    if dup:
+        raise ValueError(f"glue_chapter: names glued twice (claims, numbers, words): {dup}")
+    for name, v in items:
         glue(name, v, display=False)
 
 

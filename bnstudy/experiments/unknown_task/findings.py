@@ -10,13 +10,14 @@ interval, test and verdict comes from :mod:`bnstudy.inference`; every difference
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
 
 import numpy as np
 import pandas as pd
 
-from ...inference import Claim, Family, Interval, claims_table, count_verdicts, decide, exact_check, holm, \
+from ...inference import Family, Interval, Question, _slug, ask, count_verdicts, decide, holm, number, numbers_table, \
     one_sided_p, paired_differences, t_interval
+from ...words import Note, claim, claim_text, count_word, counts_text, fmt_level, join, notes, verdict_md
 from .run import CONDITIONS, FIRST_STRENGTH_GRID, HARD_ROUTERS, ROUTE_OK, ROUTERS, TASK_NAMES, \
     TEMPERATURE_TRIED_FIRST, TOST_MARGIN, Config
 
@@ -214,55 +215,46 @@ def _of(sel: pd.DataFrame, cond: str) -> pd.DataFrame:
     return sel[sel.condition == cond]
 
 
-def checks(df: pd.DataFrame) -> list[Claim]:
-    """The page's identities of the code, each an :func:`bnstudy.inference.exact_check` (stated as checks, not
-    findings): ``oracle_exact``, task A's logits under the oracle minus the source model's (``== 0`` in every
-    run); ``train_is_last_bank``, with two tasks, task B's accuracy under ``train_mode`` minus its oracle's
-    (``== 0`` in every seed and cell: the shared drifting statistics are its own bank); ``perfect_at_strong``,
-    every hard router's routing accuracy (:data:`HARD_ROUTERS`, per seed) at the strongest shift, at every
-    inference batch (``== 1``, so those routers' gaps to the oracle are 0 by construction)."""
-    m, strengths, *_ = _frame_parts(df)
-    strong_route = m[(m.strength == strengths[-1]) & m.condition.isin(HARD_ROUTERS)].routing_accuracy
-    b_task = df[(df.n_tasks == 2) & (df.task == TASK_NAMES[1]) & df.condition.isin(["train_mode", "oracle"])]
-    piv = b_task.pivot_table(index=["seed", "strength", "inference_batch"], columns="condition", values="accuracy")
-    last_bank = (piv["train_mode"] - piv["oracle"]).to_numpy() if len(piv) else np.array([])
-    return [exact_check(df["oracle_logit_change"], 0.0, "oracle_exact"),
-            exact_check(last_bank, 0.0, "train_is_last_bank"),
-            exact_check(strong_route, 1.0, "perfect_at_strong")]
+#: The page's questions, as data (:func:`bnstudy.inference.ask`): every comparison is condition minus the oracle
+#: per seed in the seed means (tasks averaged within seed), one decision per sample (the smallest inference batch)
+#: unless named, at margin :data:`TOST_MARGIN`, all of them one family; one claim per task count (``_k<n>``).
+#: ``train_vs_oracle``, ``pinned_vs_oracle``, ``mixture_vs_oracle``: at the strongest shift; ``router_vs_oracle``:
+#: ``nearest_first`` at the gentlest non-zero shift; ``routed_gentle_b1`` / ``_bmax``: fully task-unknown,
+#: ``accuracy_routed_head(nearest_first) - accuracy(oracle)`` at the gentlest shift, per sample and at the largest
+#: inference batch. Then the identities of the code (exact checks, not findings): ``oracle_exact``, task A's
+#: logits under the oracle minus the source model's (``== 0`` in every run); ``train_is_last_bank``, with two
+#: tasks, task B's accuracy under ``train_mode`` minus its oracle's (``== 0`` in every seed and cell: the shared
+#: drifting statistics are its own bank); ``perfect_at_strong``, every hard router's routing accuracy at the
+#: strongest shift (``== 1``, so those routers' gaps to the oracle are 0 by construction).
+_STRONG_B1 = dict(strength="max", inference_batch="min")
+_GENTLE_B1 = dict(strength="min_positive", inference_batch="min")
+_VS_ORACLE = dict(reference="oracle", each=("n_tasks",), table="means", margin=TOST_MARGIN)
+QUESTIONS = (
+    Question("train_vs_oracle_k{n_tasks}", "train_mode", at=_STRONG_B1, words="train mode", **_VS_ORACLE),
+    Question("pinned_vs_oracle_k{n_tasks}", "pinned", at=_STRONG_B1, words="pinned", **_VS_ORACLE),
+    Question("mixture_vs_oracle_k{n_tasks}", "mixture", at=_STRONG_B1, words="mixture", **_VS_ORACLE),
+    Question("router_vs_oracle_k{n_tasks}", "nearest_first", at=_GENTLE_B1, words="router", **_VS_ORACLE),
+    Question("routed_gentle_b1_k{n_tasks}", "nearest_first", value="accuracy_routed_head", reference_value="accuracy",
+             at=_GENTLE_B1, words="routed head", **_VS_ORACLE),
+    Question("routed_gentle_bmax_k{n_tasks}", "nearest_first", value="accuracy_routed_head",
+             reference_value="accuracy", at=dict(strength="min_positive", inference_batch="max"), words="routed head",
+             **_VS_ORACLE),
+    Question("oracle_exact", value="oracle_logit_change", table="rows", exact=0.0),
+    Question("train_is_last_bank", "train_mode", "oracle", at=dict(n_tasks=2, task=TASK_NAMES[1]), table="rows",
+             pair=("seed", "strength", "inference_batch"), exact=0.0),
+    Question("perfect_at_strong", value="routing_accuracy", at=dict(strength="max", condition=HARD_ROUTERS),
+             table="means", exact=1.0),
+)
 
 
 def claims(df: pd.DataFrame) -> pd.DataFrame:
-    """The page's comparisons and checks as one claims table (:func:`bnstudy.inference.claims_table`; glued with
-    :func:`bnstudy.pages.glue_claims` as ``ch06_<key>_<field>``). Every comparison is condition minus the oracle,
-    per seed, one decision per sample (the smallest inference batch ``b1``) unless named, decided with
-    :func:`bnstudy.inference.decide` at margin :data:`TOST_MARGIN`, all of them one family (``m`` = their number,
-    :func:`claims_family`). Per task count ``k`` (keys end in ``_k<k>``):
-
-    * ``train_vs_oracle``, ``pinned_vs_oracle``, ``mixture_vs_oracle``: ``accuracy(train_mode | pinned | mixture)
-      - accuracy(oracle)`` at the strongest shift;
-    * ``router_vs_oracle``: ``nearest_first`` minus the oracle at the gentlest non-zero shift;
-    * ``routed_gentle_b1``, ``routed_gentle_bmax``: fully task-unknown, ``accuracy_routed_head(nearest_first) -
-      accuracy(oracle)`` at the gentlest non-zero shift, per sample and at the largest inference batch;
-
-    then the :func:`checks` (NaN p-values: not members of the family). Raises ``ValueError`` if a condition is
-    missing."""
+    """The page's comparisons and checks (:data:`QUESTIONS`) as one claims table
+    (:func:`bnstudy.inference.ask`; glued with :func:`bnstudy.pages.glue_claims` as ``ch06_<key>_<field>``). Raises
+    ``ValueError`` if a condition is missing."""
     missing = set(CONDITIONS) - set(df["condition"])
     if missing:
         raise ValueError(f"claims needs every condition; missing {sorted(missing)}")
-    m, strengths, batches, gentle, ks = _frame_parts(df)
-    strong, b1, bmax = strengths[-1], batches[0], batches[-1]
-    specs = []
-    for k in ks:
-        for cond in ("train_mode", "pinned", "mixture"):
-            specs.append((f"{cond.split('_')[0]}_vs_oracle_k{k}", _diff(_at(m, k, strong, b1), cond, "oracle"), cond))
-        specs.append((f"router_vs_oracle_k{k}", _diff(_at(m, k, gentle, b1), "nearest_first", "oracle"),
-                      "nearest_first"))
-        for b, name in ((b1, "b1"), (bmax, "bmax")):
-            specs.append((f"routed_gentle_{name}_k{k}", _diff(_at(m, k, gentle, b), "nearest_first", "oracle",
-                                                              "accuracy_routed_head", "accuracy"), "routed"))
-    fam = Family(len(specs), ALPHA)
-    comps = [decide(v, key, margin=TOST_MARGIN, family=fam, **_words(c)) for key, v, c in specs]
-    return claims_table(comps + checks(df))
+    return ask(dict(means=seed_means(df[df.condition.isin(CONDITIONS)]), rows=df), QUESTIONS, ALPHA)
 
 
 def claims_family(table: pd.DataFrame) -> dict:
@@ -273,15 +265,7 @@ def claims_family(table: pd.DataFrame) -> dict:
                 float("nan"))
 
 
-def _claim(table: pd.DataFrame, key: str):
-    return table.set_index("key").loc[key]
-
-
 # --- findings ------------------------------------------------------------------------------------------------------
-
-def _fmt_t(t: float) -> str:
-    return f"{t:g}"
-
 
 def _threshold(levels: list[float], ok: list[bool]) -> float:
     """Smallest level from which ``ok`` holds at every larger level (NaN: at none). With ``ok`` a test at level
@@ -291,12 +275,19 @@ def _threshold(levels: list[float], ok: list[bool]) -> float:
     return min(good) if good else math.nan
 
 
-@dataclass(frozen=True)
-class Findings:
-    """The descriptive numbers chapter 6's prose cites beside its claims (:func:`claims`) and cell verdicts
+def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Chapter 6's numbers table (:func:`bnstudy.inference.numbers_table`) from :func:`run`'s table (every router
+    and baseline, >= 2 seeds, >= 3 strengths); read one with :func:`bnstudy.inference.number`, glued with
+    :func:`bnstudy.pages.glue_numbers` as ``ch06_<key>`` (intervals ``ch06_<key>_mean`` / ``_ci_low`` /
+    ``_ci_high``, cut to [0, 1] for accuracies, :data:`ACCURACY_FIELDS`, and to [-1, 1] for differences).
+
+    ``cells``: :func:`cell_tests` of ``df`` if already computed (else computed here).
+    Raises ``ValueError`` if a condition is missing.
+
+    Its rows: the descriptive numbers chapter 6's prose cites beside its claims (:func:`claims`) and cell verdicts
     (:func:`cell_tests`); accuracies and routing accuracies are fractions 0..1.
 
-    Keys of the dict fields are ``k<n_tasks>_<router>`` (e.g. ``k2_nearest_first``) or ``k<n_tasks>``;
+    Keys end in ``k<n_tasks>_<router>`` (e.g. ``k2_nearest_first``) or ``k<n_tasks>``;
     "gentle" is the smallest swept strength above zero, "strong" the largest, "zero" t = 0 (the smallest
     strength); ``b1``/``bmax`` the smallest and largest inference batch. Intervals are 95% Student-t over seeds
     (:func:`bnstudy.inference.t_interval`; tasks averaged within a seed; differences paired within seed, always
@@ -337,64 +328,7 @@ class Findings:
     * ``n_chance_cells`` / ``n_above_chance``: at t = 0, the (router, task count, inference batch) cells and
       how many route above chance ``1/n_tasks`` (one-sided t tests, Holm over those cells, below
       :data:`ALPHA`).
-    """
-
-    n_seeds: int
-    route_ok: float
-    tost_margin: float
-    gentle: float
-    strong: float
-    zero: float
-    b1: int
-    bmax: int
-    route_strong_min: dict
-    route_zero_b1: dict
-    route_zero_bmax: dict
-    n_chance_cells: int
-    n_above_chance: int
-    route_gentle_b1: dict
-    route_gentle_bmax: dict
-    route_strong_b1: dict
-    route_diff_gentle_b1: dict
-    nall_worst: dict
-    nall_worst_t: dict
-    route_gentle_b1_per_task: dict
-    works_from_b1: dict
-    works_from_bmax: dict
-    route_at_works_b1: dict
-    wrong_from_train: dict
-    wrong_from_pinned: dict
-    wrong_at_train: dict
-    wrong_at_pinned: dict
-    wrong_from_train_text: dict
-    wrong_from_pinned_text: dict
-    wrong_below_routing: dict
-    cost_after_routing: bool
-    train_task_a: dict
-    routed_zero_b1: dict
-    routed_zero_bmax: dict
-    routed_task_a_gentle_b1: dict
-    oracle_task_a: dict
-    oracle_new_tasks: dict
-    n_cells: int
-    cells_confidence: float
-    n_equivalent: int
-    n_equivalent_half: int
-    n_lower: int
-    n_higher: int
-    n_not_decided: int
-    max_bound_hard: float
-    worst_router: str
-    worst_strength: float
-    worst_batch: int
-    worst_n_tasks: int
-
-
-def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
-    """Chapter 6's findings from :func:`run`'s table (every router and baseline, >= 2 seeds, >= 3 strengths).
-
-    ``cells``: :func:`cell_tests` of ``df`` if already computed (else computed here).
-    Raises ``ValueError`` if a condition is missing.
+    
     """
     missing = set(CONDITIONS) - set(df["condition"])
     if missing:
@@ -484,7 +418,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
     # above chance at t = 0: one-sided t tests, Holm over the cells (a count)
     chance_p = [one_sided_p(_of(_at(m, k, zero, b), r).routing_accuracy, "greater", null=1 / k)
                 for k in ks for r in ROUTERS for b in batches]
-    return Findings(
+    return numbers_table(dict(
         n_seeds=int(m.seed.nunique()), route_ok=ROUTE_OK, tost_margin=TOST_MARGIN, gentle=float(gentle),
         strong=float(strong), zero=float(zero), b1=int(b1), bmax=int(bmax),
         route_strong_min=route_strong_min,
@@ -514,12 +448,14 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> Findings:
         worst_router=str(worst["condition"]),
         worst_strength=float(worst["strength"]), worst_batch=int(worst["inference_batch"]),
         worst_n_tasks=int(worst["n_tasks"]),
-    )
+    ), bounds=_bounds)
 
 
-@dataclass(frozen=True)
-class TemperatureFindings:
-    """The mixture's temperature check (:func:`temperature_check_config`, seeds not reported elsewhere).
+def temperature_findings(df: pd.DataFrame, kept: float) -> pd.DataFrame:
+    """The temperature check's numbers table (glued as ``ch06t_<key>``) from its results (:func:`run` of
+    :func:`temperature_check_config`). Raises ``ValueError`` if ``kept`` was not among its temperatures.
+
+    The mixture's temperature check (:func:`temperature_check_config`, seeds not reported elsewhere).
 
     ``worst``: per temperature (keys ``tau_<value>``, e.g. ``tau_0_1``), the most negative paired
     ``mixture - oracle`` over the strengths and task counts checked (b1), with its 95% interval;
@@ -527,21 +463,8 @@ class TemperatureFindings:
     ``best_no_direction``: whether at ``best`` no strength checked shows a direction (every (task count,
     strength) cell's :func:`bnstudy.inference.decide` verdict, the cells one family of ``best_m``, is not
     "mixture lower" or "mixture higher"); ``seed_first`` / ``seed_last`` / ``n_seeds``: the held-out seeds.
+    
     """
-
-    kept: float
-    best: float
-    best_no_direction: bool
-    best_m: int
-    worst: dict
-    seed_first: int
-    seed_last: int
-    n_seeds: int
-
-
-def temperature_findings(df: pd.DataFrame, kept: float) -> TemperatureFindings:
-    """:class:`TemperatureFindings` from the temperature check's results (:func:`run` of
-    :func:`temperature_check_config`). Raises ``ValueError`` if ``kept`` was not among its temperatures."""
     t = temperature_table(df)
     if not np.isclose(t.temperature, kept).any():
         raise ValueError(f"temperature_findings: kept temperature {kept:g} not in {sorted(t.temperature.unique())}")
@@ -557,22 +480,26 @@ def temperature_findings(df: pd.DataFrame, kept: float) -> TemperatureFindings:
     fam = Family(max(len(at_best), 1), ALPHA)
     kinds = [decide(v, family=fam, **_words("mixture")).kind for v in at_best]
     seeds = sorted(df.seed.unique())
-    return TemperatureFindings(kept=float(kept), best=float(best),
-                               best_no_direction=not any(k in ("higher", "lower") for k in kinds),
-                               best_m=len(at_best), worst={f"tau_{tau:g}": iv for tau, iv in worst.items()},
-                               seed_first=int(seeds[0]), seed_last=int(seeds[-1]), n_seeds=len(seeds))
+    return numbers_table(dict(kept=float(kept), best=float(best),
+                              best_no_direction=not any(k in ("higher", "lower") for k in kinds),
+                              best_m=len(at_best), worst={f"tau_{tau:g}": iv for tau, iv in worst.items()},
+                              seed_first=int(seeds[0]), seed_last=int(seeds[-1]), n_seeds=len(seeds)),
+                         bounds=lambda key: (-1.0, 1.0))
 
 
-_COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
+# --- words: the page's sentences, chosen by the data (issue 25); claims in words from bnstudy.words -------------
+# Every outcome sentence of the page's answer box and captions is chosen here from the numbers and claims tables, so
+# that it is true for any rows (tests/test_unknown_task.py flips each headline verdict and checks the words follow).
+
+def _ks(f: pd.DataFrame, stem: str = "works_from_b1") -> list[int]:
+    """The task counts the numbers table ``f`` holds ``<stem>_k<n>`` (or ``<stem>_k<n>_...``) rows for, sorted."""
+    pat = re.compile(rf"^{re.escape(stem)}_k(\d+)(_|$)")
+    return sorted({int(m.group(1)) for m in map(pat.match, f["key"]) if m})
 
 
-def _count(k: int) -> str:
-    return _COUNT_WORDS.get(int(k), str(int(k)))
-
-
-def _ks(d: dict) -> list[int]:
-    """Task counts named by a findings dict's ``k<n>`` or ``k<n>_...`` keys, sorted."""
-    return sorted({int(key[1:].split("_")[0]) for key in d})
+def _per_k(f: pd.DataFrame, stem: str) -> dict:
+    """``{"k<n>": number(f, "<stem>_k<n>")}`` for every task count of :func:`_ks`."""
+    return {f"k{k}": number(f, f"{stem}_k{k}") for k in _ks(f, stem)}
 
 
 def _iv(iv: Interval, digits: int, flip: bool = False) -> tuple[str, str, str]:
@@ -581,9 +508,7 @@ def _iv(iv: Interval, digits: int, flip: bool = False) -> tuple[str, str, str]:
     return f"{m:.{digits}f}", f"{lo:.{digits}f}", f"{hi:.{digits}f}"
 
 
-def _and(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
+_count, _and, _fmt_t = count_word, join, fmt_level
 
 def works_phrase(thresholds: dict, gentle: float, intervals: dict | None = None) -> str:
     """Where routing works, per task count, in words.
@@ -594,7 +519,7 @@ def works_phrase(thresholds: dict, gentle: float, intervals: dict | None = None)
     shares the threshold and no interval is given: "at every non-zero strength tested, for both task counts
     (t ≥ 0.0025; the threshold may lie lower)".
     """
-    ks = _ks(thresholds)
+    ks = sorted({int(key[1:].split("_")[0]) for key in thresholds})  # keys k<n>
 
     def desc(t):
         if math.isnan(t):
@@ -711,34 +636,68 @@ def page_settings(config: Config) -> dict:
                 router_samples_bmax=config.router_samples // max(config.inference_batches))
 
 
-def phrases(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
+
+#: The page's binary outcomes, each a rule on the claims table (``c``) or numbers table (``f``) and a fixed
+#: sentence (:class:`bnstudy.words.Note`): exactly one note of each key holds.
+_IS = lambda key, kind: (lambda c, f: claim(c, key).kind == kind)  # noqa: E731
+NOTES = (
+    Note("oracle_exact_text", _IS("oracle_exact", "exact"), "the largest difference over all runs is zero"),
+    Note("oracle_exact_text", lambda c, f: claim(c, "oracle_exact").kind != "exact",
+         "yet in some run they differ, by up to {estimate:.3g}", lambda c, f: dict(claim(c, "oracle_exact"))),
+    Note("train_is_last_bank_text", _IS("train_is_last_bank", "exact"), "the two are equal in every seed and cell"),
+    Note("train_is_last_bank_text", lambda c, f: claim(c, "train_is_last_bank").kind != "exact"
+         and claim(c, "train_is_last_bank").n > 0, "in some seed or cell the two differ"),
+    Note("train_is_last_bank_text", lambda c, f: claim(c, "train_is_last_bank").n == 0,
+         "no run with two tasks to check it on"),
+    Note("known_head_text", lambda c, f: number(f, "cost_after_routing"),
+         "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on this "
+         "grid"),
+    Note("known_head_text", lambda c, f: not number(f, "cost_after_routing"),
+         "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not everywhere a wrong "
+         "bank measurably costs on this grid"),
+    Note("batch_effect_text", lambda c, f: _pooled(f),
+         "pooling samples shrinks the noise in the estimated statistics, and here the larger batches route the "
+         "gentlest shift more often on average with every task count"),
+    Note("batch_effect_text", lambda c, f: not _pooled(f),
+         "pooling samples shrinks the noise in the estimated statistics, yet here the larger batches do not route "
+         "the gentlest shift more often on average with every task count"),
+)
+
+
+def _pooled(f: pd.DataFrame) -> bool:
+    nf = "nearest_first"
+    return all(number(f, f"route_gentle_bmax_k{k}_{nf}").mean > number(f, f"route_gentle_b1_k{k}_{nf}").mean
+               for k in _ks(f, "route_gentle_b1"))
+
+
+def phrases(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
     """The page's data-dependent sentences (plain Markdown), keyed by name (glued as ``ch06_<name>``; every
-    name ends in ``_text``, which no glued name of :class:`Findings` or of the claims table does, so they cannot
-    clash). ``cells``: :func:`cell_tests`; ``table``: :func:`claims` (its checks).
+    name ends in ``_text``, which no glued name of the numbers or claims table does, so they cannot clash).
+    ``f``: :func:`findings`; ``cells``: :func:`cell_tests`; ``table``: :func:`claims` (its checks).
 
     ``works_b1_text`` / ``works_bmax_text`` (:func:`works_phrase`); ``works_b1_short_text``;
     ``equivalence_text`` (:func:`equivalence_phrase`); ``below_text`` (:func:`below_phrase`);
     ``nall_worst_text`` (where ``nearest_all`` routes below ``nearest_first``, as magnitudes);
-    ``zero_shift_text`` (routing at t = 0 against chance); ``oracle_exact_text``, ``train_is_last_bank_text``,
-    ``strong_routing_text``: what the checks found, worded for either outcome (their verdicts are the claims
-    table's); ``cost_vs_routing_text``, ``known_head_text``: the threshold comparison, worded for either outcome.
+    ``zero_shift_text`` (routing at t = 0 against chance); ``strong_routing_text``; ``cost_vs_routing_text``;
+    ``cell_counts_text``; ``unknown_head_text``; and the :data:`NOTES` (``oracle_exact_text``,
+    ``train_is_last_bank_text``, ``known_head_text``, ``batch_effect_text``), worded for either outcome.
     """
-    check = lambda key: _claim(table, key)  # noqa: E731
+    n = lambda key: number(f, key)  # noqa: E731
+    gentle = n("gentle")
     out = {
-        "works_b1_text": works_phrase(f.works_from_b1, f.gentle, f.route_at_works_b1),
-        "works_b1_short_text": works_phrase(f.works_from_b1, f.gentle),
-        "works_bmax_text": works_phrase(f.works_from_bmax, f.gentle),
-        "equivalence_text": equivalence_phrase(cells, f.tost_margin),
-        "below_text": below_phrase(cells, f.zero),
+        "works_b1_text": works_phrase(_per_k(f, "works_from_b1"), gentle, _per_k(f, "route_at_works_b1")),
+        "works_b1_short_text": works_phrase(_per_k(f, "works_from_b1"), gentle),
+        "works_bmax_text": works_phrase(_per_k(f, "works_from_bmax"), gentle),
+        "equivalence_text": equivalence_phrase(cells, n("tost_margin")),
+        "below_text": below_phrase(cells, n("zero")),
     }
-    ks = _ks(f.nall_worst)
-    neg = [k for k in ks if f.nall_worst[f"k{k}"].mean < 0]
+    neg = [k for k in _ks(f, "nall_worst") if n(f"nall_worst_k{k}").mean < 0]
     if neg:
         parts = []
-        for i, k in enumerate(neg):
-            iv = f.nall_worst[f"k{k}"]
+        for k in neg:
+            iv = n(f"nall_worst_k{k}")
             m, lo, hi = _iv(iv, 3, flip=True)
-            t = _fmt_t(f.nall_worst_t[f"k{k}"])
+            t = _fmt_t(n(f"nall_worst_t_k{k}"))
             # magnitudes "below"; an interval reaching above zero is said as such (no "-0.2 below")
             span = f"{lo} to {hi} below" if iv.high < 0 else f"from {-float(lo):.3f} above to {hi} below"
             avg = "" if iv.high < 0 else " on average"
@@ -748,70 +707,55 @@ def phrases(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, 
     else:
         out["nall_worst_text"] = "and no less at any strength on average"
     nf = "nearest_first"
-    ks0 = _ks(f.route_zero_b1)
-    per_k = _and([f"{f.route_zero_b1[f'k{k}_{nf}'].mean:.3f} ({_count(k)} tasks)" if i == 0 else
-                  f"{f.route_zero_b1[f'k{k}_{nf}'].mean:.3f} ({_count(k)})" for i, k in enumerate(ks0)])
-    bigger = _and([f"{f.route_zero_bmax[f'k{k}_{nf}'].mean:.3f}" for k in ks0])
-    numbers = f"`{nf}` routes {per_k} per sample, and {bigger} with batches of {f.bmax}"
-    tests = (f"one-sided t tests against 1/K, Holm over the {f.n_chance_cells} (router, task count, inference "
+    ks0 = _ks(f, "route_zero_b1")
+    per_k = _and([f"{n(f'route_zero_b1_k{k}_{nf}').mean:.3f} ({_count(k)} tasks)" if i == 0 else
+                  f"{n(f'route_zero_b1_k{k}_{nf}').mean:.3f} ({_count(k)})" for i, k in enumerate(ks0)])
+    bigger = _and([f"{n(f'route_zero_bmax_k{k}_{nf}').mean:.3f}" for k in ks0])
+    numbers = f"`{nf}` routes {per_k} per sample, and {bigger} with batches of {n('bmax')}"
+    tests = (f"one-sided t tests against 1/K, Holm over the {n('n_chance_cells')} (router, task count, inference "
              f"batch) cells")
-    if f.n_above_chance == f.n_chance_cells:
+    if n("n_above_chance") == n("n_chance_cells"):
         out["zero_shift_text"] = ("which lets every router do better than chance (1/K) at every inference batch "
                                   f"size ({tests}): {numbers}")
     else:
         out["zero_shift_text"] = ("which is not enough for every router to do better than chance (1/K) at every "
-                                  f"inference batch size ({f.n_above_chance} of the {f.n_chance_cells} cells are "
-                                  f"shown above it; {tests}): {numbers}")
-    oe, lb = check("oracle_exact"), check("train_is_last_bank")
-    out["oracle_exact_text"] = ("the largest difference over all runs is zero" if oe.kind == "exact" else
-                                f"yet in some run they differ, by up to {oe.estimate:.3g}")
-    out["train_is_last_bank_text"] = ("the two are equal in every seed and cell" if lb.kind == "exact" else
-                                      "in some seed or cell the two differ" if lb.n else
-                                      "no run with two tasks to check it on")
+                                  f"inference batch size ({n('n_above_chance')} of the {n('n_chance_cells')} cells "
+                                  f"are shown above it; {tests}): {numbers}")
+    out.update(notes(NOTES, table, f))
     hard = [f"`{r}`" for r in HARD_ROUTERS]
-    off = [f"`{r}` ({v:.3f})" for r, v in f.route_strong_min.items() if v < 1.0]
+    off = [f"`{r}` ({n(f'route_strong_min_{r}'):.3f})" for r in HARD_ROUTERS if n(f"route_strong_min_{r}") < 1.0]
     out["strong_routing_text"] = (
         f"There, every hard router ({_and(hard)}) sends every sample to its own bank at every inference batch size "
         f"in every seed, so its accuracy equals the oracle's by construction: a check, not a finding."
-        if check("perfect_at_strong").kind == "exact" else
+        if claim(table, "perfect_at_strong").kind == "exact" else
         f"There, not every hard router routes every sample to its own bank (lowest seed's routing: {_and(off)}), "
         f"so not every router's accuracy equals the oracle's by construction.")
     out["cost_vs_routing_text"] = _cost_vs_routing(f)  # plain words: the guide pastes it across pages
-    ks_b = _ks(f.route_gentle_b1)
-    pooled = all(f.route_gentle_bmax[f"k{k}_{nf}"].mean > f.route_gentle_b1[f"k{k}_{nf}"].mean for k in ks_b)
-    out["batch_effect_text"] = (
-        "pooling samples shrinks the noise in the estimated statistics, and here the larger batches route the "
-        "gentlest shift more often on average with every task count" if pooled else
-        "pooling samples shrinks the noise in the estimated statistics, yet here the larger batches do not route "
-        "the gentlest shift more often on average with every task count")
-    out["cell_counts_text"] = cell_counts_text(f)
-    rk = [(k, _claim(table, f"routed_gentle_b1_k{k}")) for k in _ks(f.works_from_b1)]
-    verdicts = _and([f"{_claim_text(c)} with {_count(k)} tasks" for k, c in rk])
+    out["cell_counts_text"] = cell_counts_text(cells, n("tost_margin"))
+    rk = [(k, claim(table, f"routed_gentle_b1_k{k}")) for k in _ks(f)]
+    verdicts = _and([f"{claim_text(c)} with {_count(k)} tasks" for k, c in rk])
     if any(c.kind == "lower" for _, c in rk):
         out["unknown_head_text"] = (
-            f"at the gentlest shift (t = {f.gentle:g}) the routed head minus the oracle is {verdicts} per sample, "
+            f"at the gentlest shift (t = {gentle:g}) the routed head minus the oracle is {verdicts} per sample, "
             "so there routing by statistics does not stand in for the task label: pool inference batches, or keep "
             "a task label.")
     else:
         out["unknown_head_text"] = (
-            f"at the gentlest shift (t = {f.gentle:g}) the routed head minus the oracle is {verdicts} per sample: "
+            f"at the gentlest shift (t = {gentle:g}) the routed head minus the oracle is {verdicts} per sample: "
             "no loss is shown there on this grid.")
-    out["known_head_text"] = (
-        "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on this "
-        "grid" if f.cost_after_routing else
-        "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not everywhere a wrong "
-        "bank measurably costs on this grid")
     return out
 
 
-def mixture_advice(table: pd.DataFrame, tf: TemperatureFindings) -> str:
+def mixture_advice(table: pd.DataFrame, tf: pd.DataFrame) -> str:
     """The practice bullet on the soft mixture, for the temperature the main sweep used (``table``:
     :func:`claims`, its ``mixture_vs_oracle_k<k>`` at the largest task count and its ``perfect_at_strong`` check;
     worded for its verdict: "Prefer hard routing ..." only where the mixture is shown lower) and what the held-out
-    check (``tf``) found at its least bad temperature ``tf.best``, with its worst interval."""
-    kept = f"τ = {tf.kept:g}"
+    check (``tf``: :func:`temperature_findings`) found at its least bad temperature ``best``, with its worst
+    interval."""
+    kept_t, best = number(tf, "kept"), number(tf, "best")
+    kept = f"τ = {kept_t:g}"
     k = max(int(key.rsplit("_k", 1)[1]) for key in table.key if key.startswith("mixture_vs_oracle_k"))
-    c = _claim(table, f"mixture_vs_oracle_k{k}")
+    c = claim(table, f"mixture_vs_oracle_k{k}")
     m, lo, hi = _iv(Interval(c.estimate, c.low, c.high, int(c.n)).clipped(-1, 1), 4)  # printed ends, as glued
     lead = {"lower": f"Prefer hard routing to the soft mixture at {kept}: at the strongest shift with {_count(k)} "
                      f"tasks the mixture differs from the oracle by",
@@ -821,93 +765,65 @@ def mixture_advice(table: pd.DataFrame, tf: TemperatureFindings) -> str:
                 f"{_count(k)} tasks: it differs from the oracle by")
     text = (f"{lead} {m} ({lo} to {hi}; {c.verdict}), "
             + ("where hard routing matches the oracle by construction." if
-               _claim(table, "perfect_at_strong").kind == "exact" else
+               claim(table, "perfect_at_strong").kind == "exact" else
                "where not every hard router routes perfectly either."))
-    if np.isclose(tf.best, tf.kept):
+    if np.isclose(best, kept_t):
         return text + f" The held-out temperature check found no temperature better than {kept}."
-    w = tf.worst[f"tau_{tf.best:g}"]
-    wm, wlo, whi = _iv(w, 4)
-    if tf.best_no_direction:
-        tail = (f" At τ = {tf.best:g}, the least bad temperature in the held-out check, the mixture's worst "
+    wm, wlo, whi = _iv(number(tf, f"worst_tau_{_slug(f'{best:g}')}"), 4)
+    if number(tf, "best_no_direction"):
+        tail = (f" At τ = {best:g}, the least bad temperature in the held-out check, the mixture's worst "
                 f"difference from the oracle is {wm} ({wlo} to {whi}) and no strength checked shows a direction "
-                f"(one family of {tf.best_m}), so the advice is for {kept} only (the main sweep was not rerun at "
-                f"τ = {tf.best:g}).")
+                f"(one family of {number(tf, 'best_m')}), so the advice is for {kept} only (the main sweep was not "
+                f"rerun at τ = {best:g}).")
     else:
-        tail = (f" At τ = {tf.best:g}, the held-out check's least bad temperature, the mixture's worst difference "
+        tail = (f" At τ = {best:g}, the held-out check's least bad temperature, the mixture's worst difference "
                 f"from the oracle is {wm} ({wlo} to {whi}); the main sweep was not rerun at it.")
     return text + tail
 
 
-# --- the answer box and the figures' takeaways (issue 25) ------------------------------------------------------------
-# Every outcome sentence of the page's answer box and captions is chosen here from the findings and claims, so that
-# it is true for any rows (tests/test_unknown_task.py flips each headline verdict and checks the words follow).
-
-def _verdict_md(c) -> str:
-    return f"**{c.verdict}**"
-
-
-def _claim_text(c, digits: int = 3) -> str:
-    """``-0.210 (-0.25 to -0.17; **routed head lower**)``: a claim's estimate, its printed (clipped) family interval
-    and its verdict."""
-    iv = Interval(float(c.estimate), float(c.low), float(c.high), int(c.n)).clipped(-1, 1)
-    if math.isnan(iv.low):
-        return f"{iv.mean:.{digits}f} ({_verdict_md(c)})"
-    return f"{iv.mean:.{digits}f} ({iv.low:.{digits}f} to {iv.high:.{digits}f}; {_verdict_md(c)})"
+def cell_counts_text(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
+    """The router cells (:func:`cell_tests`) against the oracle, counted by the book's rule
+    (:func:`bnstudy.words.counts_text`), e.g. "275 of the 288 router cells are **equivalent within ±0.02** of the
+    oracle and 13 are **not decided**"."""
+    return counts_text(cells, "router cells", "a router", "the oracle", margin, ALPHA)
 
 
-def cell_counts_text(f: Findings) -> str:
-    """The router cells against the oracle, counted by the book's rule (:func:`bnstudy.inference.count_verdicts`),
-    e.g. "275 of the 288 router cells are **equivalent within ±0.02** of the oracle and 13 are **not decided**";
-    only the kinds that occur are named."""
-    eq = f"**equivalent within ±{f.tost_margin:g}** of the oracle"
-    parts = [(f.n_equivalent, ("is " + eq, "are " + eq)),
-             (f.n_lower, ("shows a router below the oracle (a direction shown)",
-                          "show a router below the oracle (a direction shown)")),
-             (f.n_higher, ("shows a router above it", "show a router above it")),
-             (f.n_not_decided, ("is **not decided**", "are **not decided**"))]
-    named = [(n, w[0] if n == 1 else w[1]) for n, w in parts if n]
-    if not named:
-        return f"none of the {f.n_cells} router cells has two seeds to compare"
-    (lead_n, lead_w), rest = named[0], [f"{n} {w}" for n, w in named[1:]]
-    lead = f"{lead_n} of the {f.n_cells} router cells {lead_w}"
-    return lead + (" and " + rest[0] if len(rest) == 1 else ", " + _and(rest) if rest else "")
-
-
-def answer(f: Findings, cells: pd.DataFrame, table: pd.DataFrame) -> str:
-    """The answer box's outcome sentences (Markdown, glued as ``ch06_answer``), chosen from the findings ``f``,
+def answer(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> str:
+    """The answer box's outcome sentences (Markdown, glued as ``ch06_answer``), chosen from the numbers ``f``,
     the router cells ``cells`` (:func:`cell_tests`) and the claims table ``table`` (:func:`claims`), so that they
     are true for any rows: where per-sample routing reaches the right bank, where it works, how the router cells
     compare with the oracle, whether a wrong bank costs before the router works, and what routing the head costs."""
+    n = lambda key: number(f, key)  # noqa: E731
     nf = "nearest_first"
-    ks = _ks(f.works_from_b1)
-    strong = _and([f"{f.route_strong_b1[f'k{k}_{nf}'].mean:.3f} with {_count(k)} tasks" if i == 0 else
-                   f"{f.route_strong_b1[f'k{k}_{nf}'].mean:.3f} with {_count(k)}" for i, k in enumerate(ks)])
-    gentle = _and([f"{f.route_gentle_b1[f'k{k}_{nf}'].mean:.3f}" for k in ks])
+    ks = _ks(f)
+    strong = _and([f"{n(f'route_strong_b1_k{k}_{nf}').mean:.3f} with {_count(k)} tasks" if i == 0 else
+                   f"{n(f'route_strong_b1_k{k}_{nf}').mean:.3f} with {_count(k)}" for i, k in enumerate(ks)])
+    gentle = _and([f"{n(f'route_gentle_b1_k{k}_{nf}').mean:.3f}" for k in ks])
     s1 = (f"Routed to the bank nearest its own statistics at the first BatchNorm layer's input (`{nf}`), one image "
-          f"per decision, an input reaches the right bank {strong} at the strongest shift (t = {f.strong:g}), and "
-          f"{gentle} at the gentlest (t = {f.gentle:g}).")
-    s2 = (f"Taking “works” as routing shown above {f.route_ok:g}, per-sample routing works "
-          f"{works_phrase(f.works_from_b1, f.gentle)}, and with batches of {f.bmax} "
-          f"{works_phrase(f.works_from_bmax, f.gentle)}.")
-    s3 = f"With the task's own head, {cell_counts_text(f)}."
+          f"per decision, an input reaches the right bank {strong} at the strongest shift (t = {n('strong'):g}), "
+          f"and {gentle} at the gentlest (t = {n('gentle'):g}).")
+    s2 = (f"Taking “works” as routing shown above {n('route_ok'):g}, per-sample routing works "
+          f"{works_phrase(_per_k(f, 'works_from_b1'), n('gentle'))}, and with batches of {n('bmax')} "
+          f"{works_phrase(_per_k(f, 'works_from_bmax'), n('gentle'))}.")
+    s3 = f"With the task's own head, {cell_counts_text(cells, n('tost_margin'))}."
     s4 = _cost_vs_routing(f)
-    routed = [(k, _claim(table, f"routed_gentle_b1_k{k}"), _claim(table, f"routed_gentle_bmax_k{k}")) for k in ks]
+    routed = [(k, claim(table, f"routed_gentle_b1_k{k}"), claim(table, f"routed_gentle_bmax_k{k}")) for k in ks]
     s5 = ("If the router must also pick the head, accuracy minus the oracle's at the gentlest shift is "
-          + _and([f"{_claim_text(b1)} with {_count(k)} tasks" for k, b1, _ in routed]) + " per sample, and "
-          + _and([_claim_text(bm) for _, _, bm in routed]) + f" with batches of {f.bmax}.")
+          + _and([f"{claim_text(b1)} with {_count(k)} tasks" for k, b1, _ in routed]) + " per sample, and "
+          + _and([claim_text(bm) for _, _, bm in routed]) + f" with batches of {n('bmax')}.")
     return " ".join((s1, s2, s3, s4, s5))
 
 
-def _cost_vs_routing(f: Findings) -> str:
+def _cost_vs_routing(f: pd.DataFrame) -> str:
     late = []
-    for k in _ks(f.works_from_b1):
-        w = f.works_from_b1[f"k{k}"]
-        early = [name for name, d in (("train mode", f.wrong_from_train), ("pinned", f.wrong_from_pinned))
-                 if not math.isnan(d[f"k{k}"]) and (math.isnan(w) or d[f"k{k}"] < w)]
+    for k in _ks(f):
+        w = number(f, f"works_from_b1_k{k}")
+        early = [name for name, stem in (("train mode", "wrong_from_train"), ("pinned", "wrong_from_pinned"))
+                 if not math.isnan(number(f, f"{stem}_k{k}")) and (math.isnan(w) or number(f, f"{stem}_k{k}") < w)]
         if early:
             late.append(f"with {_count(k)} tasks the cost of {_and(early)} is detectable below the strength from "
                         f"which per-sample routing works")
-    ks1 = _ks(f.works_from_b1)
+    ks1 = _ks(f)
     counts = (f"With {_count(ks1[0])} tasks" if len(ks1) == 1 else "With both task counts" if len(ks1) == 2 else
               "With every task count")
     return (f"{counts}, each wrong-bank cost becomes detectable only at or above the strength from which "
@@ -915,63 +831,52 @@ def _cost_vs_routing(f: Findings) -> str:
             "Not everywhere does the cost wait for routing: " + "; ".join(late) + ".")
 
 
-def what_to_do(f: Findings, table: pd.DataFrame) -> str:
+def what_to_do(f: pd.DataFrame, table: pd.DataFrame) -> str:
     """The answer box's advice (Markdown, glued as ``ch06_what_to_do``), worded for the findings: keep one set of
     BatchNorm statistics per task and route each input by its first-layer statistics; where a wrong bank costs
     before routing works, or a routed head loses accuracy, pool inference batches or keep a task label."""
-    ks = _ks(f.works_from_b1)
-    head_loses = any(_claim(table, f"routed_gentle_b1_k{k}").kind == "lower" for k in ks)
+    head_loses = any(claim(table, f"routed_gentle_b1_k{k}").kind == "lower" for k in _ks(f))
+    cost_after = number(f, "cost_after_routing")
     base = ("Keep one set of BatchNorm statistics per task over the shared frozen weights "
             "(`bnstudy.banks.StatisticBank(model, n_banks)`) and send each input batch to the bank nearest its "
             "first-layer statistics (`bnstudy.routing.routed_forward(bank, x, bnstudy.routing.NearestStatistics(bank))`)")
-    if f.cost_after_routing and not head_loses:
+    if cost_after and not head_loses:
         return base + "; on this grid that needs no task label."
     why = []
-    if not f.cost_after_routing:
+    if not cost_after:
         why.append("a wrong bank costs accuracy at shifts too gentle for one image to route")
     if head_loses:
         why.append("a router that also picks the head loses accuracy at the gentlest shift")
     return base + "; where the shift is gentle, pool inference batches or keep a task label (" + _and(why) + ")."
 
 
-def figure_takeaways(f: Findings, table: pd.DataFrame) -> dict[str, str]:
+def figure_takeaways(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
     """The data-dependent takeaway of each figure's caption (glued as ``ch06_<name>``): ``routing_takeaway`` (where
     per-sample and batched routing work), ``accuracy_takeaway`` (what the wrong banks of ``train_mode`` and pinned
     statistics read at the strongest shift), ``cost_takeaway`` (the router cells' counts) and ``unknown_takeaway``
     (the routed head at the gentlest shift)."""
-    ks = _ks(f.works_from_b1)
-    acc = _and([f"{_verdict_md(_claim(table, f'train_vs_oracle_k{k}'))} and "
-                f"{_verdict_md(_claim(table, f'pinned_vs_oracle_k{k}'))} with {_count(k)} tasks" for k in ks])
+    ks, gentle = _ks(f), number(f, "gentle")
+    acc = _and([f"{verdict_md(claim(table, f'train_vs_oracle_k{k}'))} and "
+                f"{verdict_md(claim(table, f'pinned_vs_oracle_k{k}'))} with {_count(k)} tasks" for k in ks])
     return dict(
-        routing_takeaway=(f"Takeaway: per-sample routing works {works_phrase(f.works_from_b1, f.gentle)}; with "
-                          f"batches of {f.bmax} {works_phrase(f.works_from_bmax, f.gentle)}."),
+        routing_takeaway=(f"Takeaway: per-sample routing works {works_phrase(_per_k(f, 'works_from_b1'), gentle)}; "
+                          f"with batches of {number(f, 'bmax')} {works_phrase(_per_k(f, 'works_from_bmax'), gentle)}."),
         accuracy_takeaway=(f"Takeaway: at the strongest shift, train mode and pinned statistics minus the oracle "
                            f"read {acc}."),
-        cost_takeaway=f"Takeaway: {_cost_vs_routing(f)} With the task's own head, {cell_counts_text(f)}.",
+        cost_takeaway=(f"Takeaway: {_cost_vs_routing(f)} With the task's own head, "
+                       f"{cell_counts_text(cells, number(f, 'tost_margin'))}."),
         unknown_takeaway=("Takeaway: with the head routed too, at the gentlest shift per sample the difference reads "
-                          + _and([f"{_verdict_md(_claim(table, f'routed_gentle_b1_k{k}'))} with {_count(k)} tasks"
+                          + _and([f"{verdict_md(claim(table, f'routed_gentle_b1_k{k}'))} with {_count(k)} tasks"
                                   for k in ks]) + "."),
     )
 
 
-#: Findings fields that are accuracies or routing accuracies (printed in [0, 1]); every other interval is a
-#: difference of accuracies (printed in [-1, 1]).
+#: Numbers that are accuracies or routing accuracies (printed in [0, 1]); every other interval is a difference of
+#: accuracies (printed in [-1, 1]).
 ACCURACY_FIELDS = ("route_zero_b1", "route_zero_bmax", "route_gentle_b1", "route_gentle_bmax", "route_strong_b1",
                    "route_gentle_b1_per_task", "route_at_works_b1", "routed_task_a_gentle_b1", "oracle_task_a",
                    "oracle_new_tasks")
 
 
-def printed(f):
-    """``f`` (:class:`Findings` or :class:`TemperatureFindings`) with every interval cut to what its quantity
-    allows (accuracies :data:`ACCURACY_FIELDS` to [0, 1], differences to [-1, 1]): for gluing; tests and the
-    findings keep the raw intervals."""
-    import dataclasses
-    changes = {}
-    for fld in dataclasses.fields(f):
-        v = getattr(f, fld.name)
-        rng = (0.0, 1.0) if fld.name in ACCURACY_FIELDS else (-1.0, 1.0)
-        if isinstance(v, Interval):
-            changes[fld.name] = v.clipped(*rng)
-        elif isinstance(v, dict) and any(isinstance(x, Interval) for x in v.values()):
-            changes[fld.name] = {k: x.clipped(*rng) if isinstance(x, Interval) else x for k, x in v.items()}
-    return dataclasses.replace(f, **changes)
+def _bounds(key: str) -> tuple[float, float]:
+    return (0.0, 1.0) if key in ACCURACY_FIELDS else (-1.0, 1.0)
