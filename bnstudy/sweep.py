@@ -51,7 +51,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 # Modules that only present results (book runner, CLI, Sphinx extension, report and plot helpers): no run
 # computes anything with them, so editing them must not invalidate the run cache.
 _PRESENTATION_ONLY = {"book.py", "cli.py", "sphinxext.py", "report.py", "plots.py", "release.py", "inference.py", "pages.py",
-                      "style.py", "pagecheck.py"}
+                      "style.py", "pagecheck.py", "words.py", "manifest.py"}
 # In a chapter's folder (``experiments/NAME/``): what it claims and what it draws; its ``run.py`` computes rows.
 _CHAPTER_PRESENTATION = {"findings.py", "figures.py"}
 

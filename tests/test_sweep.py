@@ -247,6 +247,11 @@ def test_a_chapters_analysis_edit_leaves_its_runs_keys_and_an_engine_edit_does_n
     _edit(pkg / "experiments" / "shift_strength" / "figures.py", "import", "# a figure edit\nimport")
     _edit(pkg / "plots.py", "import", "# a figure edit\nimport")
     _edit(pkg / "report.py", "import", "# a wording edit\nimport")
+    # the lean shape's page side (issue 33): claims engine, words, glue
+    _edit(pkg / "inference.py", "def ask(", "def _another_question():\n    return 1\n\n\ndef ask(")
+    _edit(pkg / "words.py", "def claim_text(", "def _another_shape():\n    return 'x'\n\n\ndef claim_text(")
+    _edit(pkg / "pages.py", "def glue_chapter(", "def _another_glue():\n    return 1\n\n\ndef glue_chapter(")
+    _edit(pkg / "experiments" / "unknown_task" / "findings.py", "QUESTIONS = (", "EXTRA = ()\nQUESTIONS = (")
     assert {k: code_version(*r) for k, r in roots.items()} == before
     assert source_version() == src0 and code_version() == fingerprint0
     # a function chapter 4's feature runs call: only chapter 4's features change
