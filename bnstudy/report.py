@@ -210,7 +210,9 @@ def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: di
     parameters a chapter's design added after some rows were computed (its ``READ_DEFAULTS``), the value those
     older rows were computed with; a parameter the sidecar does not record is read as that value (and a
     missing column of the same name is filled with it), so a new axis never breaks a page built from an older
-    release: the new cells alone need computing, and only when asked for.
+    release: the new cells alone need computing, and only when asked for. Such a parameter left at ``None`` (the
+    profile's value) takes the rows' value; the page reads it back from :attr:`Rows.defaulted` (its config
+    rebuilt with ``config.replace(**R.defaulted)``), and a value given explicitly must equal it.
 
     Returns ``(rows, provenance)``: the table exactly as saved (``pandas.read_csv``; floats round-trip
     exactly; a table saved with no columns comes back empty), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds,
@@ -246,6 +248,8 @@ def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: di
             raise ValueError(f"rows: the run behind {path} did not record parameter {name!r}, so its rows "
                              f"cannot be matched to this configuration (recorded: {sorted(recorded)}; a parameter "
                              f"added after the rows were computed needs its value in the chapter's READ_DEFAULTS)")
+        if name in defaulted and value is None:
+            continue  # left to the profile: the rows' value is the page's (Rows.defaulted says which)
         if name in defaulted and _jsonable(value) != recorded[name] and not (
                 resolved and name in resolved and _jsonable(resolved[name]) == recorded[name]):
             raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here, but the rows behind {path} "
@@ -353,6 +357,12 @@ class Rows:
     provenance: dict | None
     run_wall_s: float | None
     extra: dict
+
+    @property
+    def defaulted(self) -> dict:
+        """``{parameter: value}`` read from the chapter's ``READ_DEFAULTS`` because the rows predate the parameter
+        (:func:`load_rows`); ``{}`` for rows this execution computed or that record every parameter."""
+        return dict((self.provenance or {}).get("defaulted") or {})
 
     def timing(self, wall_s: float, what: str = "the sweep") -> str:
         """:func:`timing_sentence` for this page (``wall_s``: this execution's wall time, seconds)."""

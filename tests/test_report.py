@@ -68,7 +68,11 @@ def test_a_parameter_added_after_the_rows_reads_as_its_documented_default(saved)
     with pytest.raises(ValueError, match=r"did not record parameter 'shift_kind'.*READ_DEFAULTS"):
         report.load_rows(path, dict(shift_kind="brightness"))          # no default documented: refused
     r = report.rows_or_run(path, _never_run, dict(profile="full", shift_kind="brightness"), defaults=defaults)
-    assert r.provenance["defaulted"] == dict(shift_kind="brightness") and "shift_kind" in r.table
+    assert r.defaulted == dict(shift_kind="brightness") and "shift_kind" in r.table
+    # left to the profile (None) while the profile now says "blur": the page takes the rows' value, and says so
+    r = report.rows_or_run(path, _never_run, dict(profile="full", shift_kind=None),
+                           resolved=dict(profile="full", shift_kind="blur"), defaults=defaults)
+    assert r.defaulted == dict(shift_kind="brightness")
 
 
 def test_missing_table_or_sidecar(saved, tmp_path):

@@ -105,6 +105,10 @@ CONTENDERS = ("bn_train", "group_pretrained", "layer_pretrained")
 #: Config fields that only the analysis reads: a page that analyses an earlier run's tables again (``rows`` in the
 #: notebook, :func:`bnstudy.report.rows_or_run`) may change them; every other field must equal the run's record.
 ANALYSIS_PARAMETERS = ("break_margin", "equivalence_margin")
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
 #: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``) that :func:`findings`
 #: needs: the learning-rate check's runs, the tuned-rate runs at the smallest batch size and the diagnostics (:func:`run_tables`, :func:`diag_from_tables`).
 SIBLING_TABLES = ("lr_check", "noise", "precise_bn", "tuned")

@@ -65,6 +65,10 @@ NAMESPACE = "ch02_eval_traps"
 #: Parameters that only change the analysis: none (every field of :class:`Config` decides runs), so a page given
 #: ``rows`` (an earlier run's tables) must be given every parameter as that run was.
 ANALYSIS_PARAMETERS = ()
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
 #: The tables a run saves beside ``02_eval_traps.csv`` (``02_eval_traps_<suffix>.csv``) that the page's analysis
 #: needs (:func:`run_tables`): the thread check's rows (:func:`thread_check`), the first seed's audit printouts
 #: (:func:`audit_table`) and the one-layer facts (:func:`single_layer_table`).

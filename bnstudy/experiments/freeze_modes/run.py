@@ -65,6 +65,10 @@ FLOOR_WEIGHT = 1e-4
 #: The notebook parameters that only change the analysis, not the rows (a rows rebuild may change them): none,
 #: every field of :class:`Config` decides some run (``thread_seeds`` the thread check's).
 ANALYSIS_PARAMETERS = ()
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
 #: The tables :func:`run_tables` returns beside the main one, saved as ``01_freeze_modes_<suffix>.csv`` and read
 #: back by a rows rebuild (keys of its second value, in this order).
 SIBLING_TABLES = ("drift", "logit_quantiles", "head_sweep", "reference_grads", "buffers", "drift_targets", "threads")

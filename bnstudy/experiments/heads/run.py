@@ -31,6 +31,10 @@ FEATURE_NAMESPACE = "ch04_features"
 #: Parameters that only change the analysis: a page given ``rows`` (an earlier run's tables) may differ from
 #: that run in these, in nothing else.
 ANALYSIS_PARAMETERS = ("margin",)
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
 #: The tables a run saves beside ``04_heads.csv`` (``04_heads_<suffix>.csv``) that the page's analysis needs
 #: (:func:`run_tables`): the search's runs, the step-count check's runs, the per-seed feature geometry and the
 #: units the run computed or read from the cache.

@@ -43,6 +43,10 @@ from ...running_stats import statistics_mismatch
 from ...sweep import default_cache_dir, run_sweep
 
 NAMESPACE = "ch07_real_data"
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
 #: Modes at every condition; all four run at the reference condition and without corruption.
 SWEEP_MODES = ("train_mode", "backbone_eval", "separate_stats")
 

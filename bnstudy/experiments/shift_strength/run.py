@@ -432,6 +432,10 @@ def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
 #: (``rows`` in the notebook, :func:`bnstudy.report.load_rows`) may change them; every other field must
 #: equal the earlier run's record.
 ANALYSIS_PARAMETERS = ("n_boot", "n_boot_select", "min_effect", "tie_margin")
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
 
 
 def results_table(df: pd.DataFrame) -> pd.DataFrame:

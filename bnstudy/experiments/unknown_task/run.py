@@ -62,6 +62,10 @@ NAMESPACE = "ch06_unknown_task"
 #: temperature included: the mixture runs at it), so a page given ``rows`` must be given every parameter as that
 #: run was.
 ANALYSIS_PARAMETERS = ()
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
 #: The tables a run saves beside ``06_unknown_task.csv`` (``06_unknown_task_<suffix>.csv``) that the page's
 #: analysis needs (:func:`run_tables`): the temperature check's rows (held-out seeds; its sidecar records its own
 #: configuration, :func:`sibling_parameters`).
