@@ -294,6 +294,35 @@ FINDINGS_START = "<!-- findings: made by `make readme` from the release book's f
 FINDINGS_END = "<!-- findings end -->"
 
 
+def glued_values(chapters_dir) -> dict[str, str]:
+    """Every value glued by the executed notebooks in ``chapters_dir`` (``NN-name.ipynb``, as ``make book`` leaves
+    them in ``chapters/``): ``{key: text}``, the text as the page would render it (Markdown, else plain text;
+    ``"<figure>"`` for an image, ``"<html>"`` for a table). The identity check of a refactoring (issue 33): the
+    same release must glue the same values before and after (:func:`compare_glued`)."""
+    out = {}
+    for path in sorted(Path(chapters_dir).glob("[0-9][0-9]-*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            for o in cell.get("outputs", []):
+                name = (o.get("metadata") or {}).get("scrapbook", {}).get("name")
+                if name is None:
+                    continue
+                data = o.get("data") or {}
+                v = data.get("text/markdown") or data.get("text/plain") or \
+                    ("<figure>" if "image/png" in data else "<html>" if "text/html" in data else "?")
+                out[name] = "".join(v) if isinstance(v, list) else v
+    return out
+
+
+def compare_glued(before: dict, after: dict, prefix: str = "") -> list[str]:
+    """The differences between two :func:`glued_values` (keys starting with ``prefix``), one line each: a key
+    only before, only after, or with another value (both texts shown); ``[]`` when identical."""
+    a = {k: v for k, v in before.items() if k.startswith(prefix)}
+    b = {k: v for k, v in after.items() if k.startswith(prefix)}
+    return ([f"only before: {k}" for k in sorted(set(a) - set(b))] + [f"only after: {k}" for k in sorted(set(b) - set(a))]
+            + [f"changed: {k}: {a[k]!r} -> {b[k]!r}" for k in sorted(set(a) & set(b)) if a[k] != b[k]])
+
+
 def front_page_findings(html_dir, chapters=None) -> str:
     """The built front page's "What the chapters find" list as Markdown, for the README.
 
@@ -379,10 +408,24 @@ def main(argv=None) -> int:
                     help="build the published book: every chapter analyses the data release's tables in DIR "
                          "(default release/; nothing is trained); a chapter not in the release yet runs at the "
                          "quick profile, and its page says so")
+    ap.add_argument("--glue-dump", nargs=2, metavar=("CHAPTERS_DIR", "JSON"),
+                    help="only write every glued value of the executed notebooks in CHAPTERS_DIR to JSON and exit")
+    ap.add_argument("--glue-compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="only compare two --glue-dump files (or executed-notebook folders); exit 1 if they differ")
     ap.add_argument("--readme", nargs="?", const=str(BOOK_DIR / "_build" / "html"), default=None, metavar="HTML",
                     help="only rewrite the README's findings from a built book's front page (default "
                          "_build/html, as `make book` leaves it) and exit")
     args = ap.parse_args(argv)
+    if args.glue_dump:
+        values = glued_values(args.glue_dump[0])
+        Path(args.glue_dump[1]).write_text(json.dumps(values, indent=0, sort_keys=True) + "\n")
+        print(f"[bnstudy.book] {len(values)} glued values from {args.glue_dump[0]} -> {args.glue_dump[1]}")
+        return 0
+    if args.glue_compare:
+        a, b = (glued_values(x) if Path(x).is_dir() else json.loads(Path(x).read_text()) for x in args.glue_compare)
+        diff = compare_glued(a, b)
+        print("\n".join(diff) or f"[bnstudy.book] identical: {len(a)} glued values")
+        return 1 if diff else 0
     if args.readme is not None:
         changed = update_readme(args.readme)
         print(f"[bnstudy.book] README findings {'rewritten' if changed else 'unchanged'} from {args.readme}")

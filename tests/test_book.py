@@ -329,3 +329,30 @@ def test_glossary_is_in_the_book_and_names_every_verdict_word():
     for word in (inference.NOT_DECIDED, inference.TOO_FEW, inference.EXACT, inference.NOT_EXACT,
                  "equivalent within \u00b1m", "a direction shown"):
         assert word in text, word
+
+
+def test_glue_dump_and_compare_find_every_changed_value(tmp_path):
+    """Issue 33's identity check: the values a page glues, dumped and compared before and after a refactoring."""
+    import nbformat
+    from bnstudy.book import compare_glued, glued_values, main
+
+    def page(folder, answer):
+        folder.mkdir()
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("glue(...)")
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": answer},
+                                               metadata={"scrapbook": {"name": "ch09_answer", "mime_prefix": ""}}),
+                        nbformat.v4.new_output("display_data", data={"text/plain": "0.5"},
+                                               metadata={"scrapbook": {"name": "ch09_gap_mean", "mime_prefix": ""}}),
+                        nbformat.v4.new_output("stream", name="stdout", text="not glued")]
+        nb.cells = [cell]
+        nbformat.write(nb, folder / "09-new.ipynb")
+        return folder
+
+    a, b = page(tmp_path / "a", "**Yes.**"), page(tmp_path / "b", "**No.**")
+    assert glued_values(a) == {"ch09_answer": "**Yes.**", "ch09_gap_mean": "0.5"}
+    assert compare_glued(glued_values(a), glued_values(a)) == []
+    assert compare_glued(glued_values(a), glued_values(b)) == ["changed: ch09_answer: '**Yes.**' -> '**No.**'"]
+    assert main(["--glue-dump", str(a), str(tmp_path / "a.json")]) == 0
+    assert main(["--glue-compare", str(tmp_path / "a.json"), str(a)]) == 0
+    assert main(["--glue-compare", str(tmp_path / "a.json"), str(b)]) == 1
