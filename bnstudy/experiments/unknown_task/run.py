@@ -49,8 +49,8 @@ import torch
 import torch.nn.functional as F
 
 from ...banks import StatisticBank
-from ...config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
-    check_sequence, from_profile, seeds_label
+from ...config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_seeds, from_profile
+from ...design import ChapterConfig, Rule
 from ...engine import accuracy, ensure_sources, load_source, logits_of, seeded, source_version
 from ...models import ConvBackbone, make_head
 from ...routing import NearestStatistics, SoftMixture, StatisticsClassifier, sample_moments
@@ -138,7 +138,7 @@ class UnitConfig(_Frozen):
 
 
 @dataclass(frozen=True)
-class Config(_Frozen):
+class Config(ChapterConfig):
     """Chapter 6's parameters (the notebook's parameters cell, one for one).
 
     ``seeds``: an int ``n`` (seeds 0..n-1) or a list. ``n_tasks``: numbers of tasks (2..4; task A
@@ -168,35 +168,26 @@ class Config(_Frozen):
     batch_size: int = 64
     check_temperatures: tuple = ()
 
-    def __post_init__(self):
-        check_choice("profile", self.profile, tuple(PROFILES))
-        self._set("seeds", check_seeds(self.seeds))
-        self._set("n_tasks", check_sequence("n_tasks", self.n_tasks, lambda n, v: check_choice(n, v, (2, 3, 4)), 1))
-        strengths = check_sequence("strengths", self.strengths, lambda n, v: check_float(n, v, 0.0), 3)
-        if list(strengths) != sorted(set(strengths)):
-            raise ValueError(f"strengths must be strictly increasing, got {list(strengths)}")
-        self._set("strengths", strengths)
-        self._set("inference_batches", check_sequence("inference_batches", self.inference_batches,
-                                                      lambda n, v: check_int(n, v, 1), 1))
-        self._set("steps", check_int("steps", self.steps, 1))
-        self._set("n_eval", check_int("n_eval", self.n_eval, 1))
-        bad = [b for b in self.inference_batches if self.n_eval % b]
-        if bad:
-            raise ValueError(f"n_eval must be a multiple of every inference batch size; {self.n_eval} is not a "
-                             f"multiple of {bad}")
-        self._set("router_samples", check_int("router_samples", self.router_samples, 2))
-        bad = [b for b in self.inference_batches if self.router_samples % b or self.router_samples // b < 2]
-        if bad:
-            raise ValueError(f"router_samples must be a multiple of every inference batch size with at least two "
-                             f"batches each; {self.router_samples} fails for {bad}")
-        self._set("temperature", check_float("temperature", self.temperature, 0.0, low_open=True))
-        self._set("noise", check_float("noise", self.noise, 0.0))
-        self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, low_open=True))
-        self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
-        self._set("batch_size", check_int("batch_size", self.batch_size, 2))
-        self._set("check_temperatures", check_sequence(
-            "check_temperatures", self.check_temperatures,
-            lambda n, v: check_float(n, v, 0.0, low_open=True), 0))
+    PROFILES = PROFILES
+    NORMALIZE = {"seeds": check_seeds}
+    RULES = (
+        Rule("n_tasks", "one or more task counts from 2 to 4", lambda c: c.n_tasks and set(c.n_tasks) <= {2, 3, 4}),
+        Rule("strengths", "at least 3 strictly increasing strengths >= 0",
+             lambda c: len(c.strengths) >= 3 and list(c.strengths) == sorted(set(c.strengths)) and c.strengths[0] >= 0),
+        Rule("inference_batches", "one or more integers >= 1",
+             lambda c: c.inference_batches and min(c.inference_batches) >= 1),
+        Rule("steps", "an integer >= 1", lambda c: c.steps >= 1),
+        Rule("n_eval", "a multiple of every inference batch size", lambda c: all(
+            c.n_eval >= 1 and c.n_eval % b == 0 for b in c.inference_batches)),
+        Rule("router_samples", "a multiple of every inference batch size with at least two batches each",
+             lambda c: all(c.router_samples % b == 0 and c.router_samples // b >= 2 for b in c.inference_batches)),
+        Rule("temperature", "> 0", lambda c: c.temperature > 0),
+        Rule("noise", ">= 0", lambda c: c.noise >= 0),
+        Rule("momentum", "in (0, 1]", lambda c: 0 < c.momentum <= 1),
+        Rule("lr", "> 0", lambda c: c.lr > 0),
+        Rule("batch_size", "an integer >= 2", lambda c: c.batch_size >= 2),
+        Rule("check_temperatures", "temperatures > 0", lambda c: all(t > 0 for t in c.check_temperatures)),
+    )
 
     def units(self) -> list[UnitConfig]:
         """One :class:`UnitConfig` per (seed, n_tasks, strength), seeds outermost."""
@@ -205,14 +196,6 @@ class Config(_Frozen):
                            temperature=self.temperature, noise=self.noise, momentum=self.momentum, lr=self.lr,
                            batch_size=self.batch_size, n_classes=10, check_temperatures=self.check_temperatures)
                 for s in self.seeds for k in self.n_tasks for t in self.strengths]
-
-    def describe(self) -> str:
-        return (f"profile={self.profile}, {seeds_label(self.seeds)}, n_tasks={list(self.n_tasks)}, "
-                f"strengths={[float(f'{t:g}') for t in self.strengths]}, "
-                f"inference_batches={list(self.inference_batches)}, steps={self.steps}, n_eval={self.n_eval}, "
-                f"router_samples={self.router_samples}, temperature={self.temperature:g}, noise={self.noise:g}, "
-                f"momentum={self.momentum:g}, lr={self.lr:g}, batch_size={self.batch_size}"
-                + (f", check_temperatures={list(self.check_temperatures)}" if self.check_temperatures else ""))
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
