@@ -296,22 +296,29 @@ FINDINGS_END = "<!-- findings end -->"
 
 def glued_values(chapters_dir) -> dict[str, str]:
     """Every value glued by the executed notebooks in ``chapters_dir`` (``NN-name.ipynb``, as ``make book`` leaves
-    them in ``chapters/``): ``{key: text}``, the text as the page would render it (Markdown, else plain text;
-    ``"<figure>"`` for an image, ``"<html>"`` for a table). The identity check of a refactoring (issue 33): the
-    same release must glue the same values before and after (:func:`compare_glued`)."""
+    them in ``chapters/``): ``{key: text}``, the payload the page renders (myst_nb stores it under
+    ``application/papermill.record/<mime>``): Markdown, else HTML (a table; pandas Styler's random ids and memory
+    addresses masked), else plain text (a figure's is its size). The identity check of a refactoring (issue 33):
+    the same release must glue the same values before and after (:func:`compare_glued`); only the run line's git
+    commit and the timing sentence's wall time may differ."""
     out = {}
     for path in sorted(Path(chapters_dir).glob("[0-9][0-9]-*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
             for o in cell.get("outputs", []):
                 name = (o.get("metadata") or {}).get("scrapbook", {}).get("name")
-                if name is None:
-                    continue
-                data = o.get("data") or {}
-                v = data.get("text/markdown") or data.get("text/plain") or \
-                    ("<figure>" if "image/png" in data else "<html>" if "text/html" in data else "?")
-                out[name] = "".join(v) if isinstance(v, list) else v
+                if name is not None:
+                    out[name] = _glued_payload(o.get("data") or {})
     return out
+
+
+def _glued_payload(data: dict) -> str:
+    d = {k.split("application/papermill.record/", 1)[-1]: "".join(v) if isinstance(v, list) else v
+         for k, v in data.items()}
+    for mime in ("text/markdown", "text/html", "text/plain"):
+        if mime in d:
+            return re.sub(r"0x[0-9a-f]{6,}", "0x", re.sub(r"T_[0-9a-f]{5}(_\w+)?", "T_x", str(d[mime])))
+    return "<image>" if any(k.startswith("image/") for k in d) else "?"
 
 
 def compare_glued(before: dict, after: dict, prefix: str = "") -> list[str]:

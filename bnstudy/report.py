@@ -414,6 +414,18 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
     return Rows(table, tables, prov, prov["run_wall_s"], dict(rows_from=rows_origin(prov)))
 
 
+def chapter_rows(rows, run, config, given: dict, module):
+    """The one chapter-run preamble: :func:`rows_or_run` with the chapter module's ``ANALYSIS_PARAMETERS``,
+    ``SIBLING_TABLES``, ``sibling_parameters(config)`` and ``READ_DEFAULTS`` (each optional), and ``config`` with
+    the values older rows were read with (:attr:`Rows.defaulted`). ``given``: the notebook's ``globals()``.
+    Returns ``(Rows, config)``; raises what :func:`rows_or_run` raises."""
+    own = getattr(module, "sibling_parameters", None)
+    r = rows_or_run(rows, run, *config_parameters(config, given, getattr(module, "ANALYSIS_PARAMETERS", ())),
+                    siblings=getattr(module, "SIBLING_TABLES", ()), sibling_parameters=own(config) if own else None,
+                    defaults=getattr(module, "READ_DEFAULTS", None))
+    return r, (config.replace(**r.defaulted) if r.defaulted else config)
+
+
 def record_run_time(seconds: float) -> float:
     """Remember the experiment's wall time (seconds) for the sidecars of the tables this process saves
     (``parameters.run_wall_s``), so that :func:`load_rows` can report it later. Returns ``seconds``."""

@@ -342,15 +342,20 @@ def test_glue_dump_and_compare_find_every_changed_value(tmp_path):
         cell = nbformat.v4.new_code_cell("glue(...)")
         cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": answer},
                                                metadata={"scrapbook": {"name": "ch09_answer", "mime_prefix": ""}}),
-                        nbformat.v4.new_output("display_data", data={"text/plain": "0.5"},
-                                               metadata={"scrapbook": {"name": "ch09_gap_mean", "mime_prefix": ""}}),
+                        nbformat.v4.new_output("display_data", data={"application/papermill.record/text/plain": "0.5"},
+                                               metadata={"scrapbook": {"name": "ch09_gap_mean",
+                                                                       "mime_prefix": "application/papermill.record/"}}),
+                        nbformat.v4.new_output("display_data", data={"application/papermill.record/text/html":
+                                                                     '<table id="T_1a2b3"><tr id="T_9f8e7_row0">'},
+                                               metadata={"scrapbook": {"name": "ch09_tbl", "mime_prefix": ""}}),
                         nbformat.v4.new_output("stream", name="stdout", text="not glued")]
         nb.cells = [cell]
         nbformat.write(nb, folder / "09-new.ipynb")
         return folder
 
     a, b = page(tmp_path / "a", "**Yes.**"), page(tmp_path / "b", "**No.**")
-    assert glued_values(a) == {"ch09_answer": "**Yes.**", "ch09_gap_mean": "0.5"}
+    assert glued_values(a) == {"ch09_answer": "**Yes.**", "ch09_gap_mean": "0.5",    # as myst_nb stores them
+                               "ch09_tbl": '<table id="T_x"><tr id="T_x">'}         # Styler's random ids masked
     assert compare_glued(glued_values(a), glued_values(a)) == []
     assert compare_glued(glued_values(a), glued_values(b)) == ["changed: ch09_answer: '**Yes.**' -> '**No.**'"]
     assert main(["--glue-dump", str(a), str(tmp_path / "a.json")]) == 0

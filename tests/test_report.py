@@ -75,6 +75,26 @@ def test_a_parameter_added_after_the_rows_reads_as_its_documented_default(saved)
     assert r.defaulted == dict(shift_kind="brightness")
 
 
+def test_chapter_rows_is_one_preamble_for_every_chapter(saved):
+    """The chapter module's ANALYSIS_PARAMETERS, siblings and READ_DEFAULTS, and the config rebuilt from the rows."""
+    import types
+    from dataclasses import dataclass
+    from bnstudy.config import _Frozen
+
+    @dataclass(frozen=True)
+    class C(_Frozen):
+        profile: str = "full"
+        shift_kind: str = "blur"            # the design's new default
+        n_boot: int = 9                     # analysis only
+
+    _, path = saved
+    module = types.SimpleNamespace(ANALYSIS_PARAMETERS=("n_boot",), READ_DEFAULTS=dict(shift_kind="brightness"))
+    r, cfg = report.chapter_rows(str(path), _never_run, C(), dict(shift_kind=None), module)
+    assert cfg == C(shift_kind="brightness") and r.defaulted == dict(shift_kind="brightness")
+    ran, cfg2 = report.chapter_rows(None, lambda: pd.DataFrame({"x": [1]}), C(), {}, types.SimpleNamespace())
+    assert cfg2 == C() and ran.defaulted == {} and list(ran.table.x) == [1]
+
+
 def test_missing_table_or_sidecar(saved, tmp_path):
     _, path = saved
     with pytest.raises(FileNotFoundError, match="no results table"):
