@@ -179,19 +179,24 @@ def _n(f, key):
 
 def test_findings_on_a_table_whose_answers_are_known():
     f = findings.findings(_table())
-    assert (_n(f, "n_seeds"), _n(f, "chance"), _n(f, "steps"), _n(f, "min_batch")) == (3, 0.1, 60, 16) and _n(f, "source_acc") == pytest.approx(0.95)
+    assert (_n(f, "n_seeds"), _n(f, "chance"), _n(f, "steps"), _n(f, "min_batch")) == (3, 0.1, 60, 16) and \
+        _n(f, "source_acc") == pytest.approx(0.95)
     assert _n(f, "t1_buffer") == pytest.approx(3.0) and (_n(f, "t1_buffer_min"), _n(f, "t1_buffer_max")) == (2.0, 4.0)
     assert _n(f, "t1_task_a_after") == pytest.approx(0.3)
     assert _v(f, "t1_pinned") == "exact, checked ==" and _n(f, "t1_lint_every_seed") is True
-    assert _n(f, "t1_price_b").mean == pytest.approx(0.1) and _n(f, "t1_price_b").low > 0  # drifting - pinned, descriptive
+    assert _n(f, "t1_price_b").mean == pytest.approx(0.1) and \
+        _n(f, "t1_price_b").low > 0  # drifting - pinned, descriptive
     assert (_n(f, "t1_price_b_pos_seeds"), _n(f, "t1_price_b_neg_seeds")) == (3, 0)
     assert np.isnan(_n(f, "t1_loss_first_pinned"))  # a table from before the loss was recorded: not measured
     assert _n(f, "t1_param") == 0.0  # the largest change of any backbone weight over seeds
-    assert (_n(f, "t2_logit_mates"), _n(f, "t2_logit_mates_min"), _n(f, "t2_logit_mates_max")) == pytest.approx((4.0, 3.0, 5.0))
+    assert (_n(f, "t2_logit_mates"), _n(f, "t2_logit_mates_min"), _n(f, "t2_logit_mates_max")) == \
+        pytest.approx((4.0, 3.0, 5.0))
     assert _v(f, "t2_eval") == "exact, checked ==" and _n(f, "t2_acc_b_mates") == pytest.approx(0.3)
     assert _v(f, "t3_aux_untouched") == "exact, checked ==" and _n(f, "t3_aux_change_fixed") == pytest.approx(0.3)
-    assert (_n(f, "t4_train_shuffled"), _n(f, "t4_train_half"), _n(f, "t4_half"), _n(f, "t4_train_sorted")) == pytest.approx((0.9, 0.7, 0.5, 0.3))
-    assert _n(f, "t4_monotone") is True and _n(f, "t4_shuffled_clean") is True and _n(f, "t4_flagged_every_seed") is True
+    assert (_n(f, "t4_train_shuffled"), _n(f, "t4_train_half"), _n(f, "t4_half"), _n(f, "t4_train_sorted")) == \
+        pytest.approx((0.9, 0.7, 0.5, 0.3))
+    assert _n(f, "t4_monotone") is True and _n(f, "t4_shuffled_clean") is True and \
+        _n(f, "t4_flagged_every_seed") is True
     assert (_n(f, "t4_first_flagged"), _n(f, "t4_dep_first_flagged")) == (0.5, 0.5)
     # after the sorted pass: exactly the source's accuracy in every seed (zero spread): equivalent within the margin
     c = _c(f, "t4_after")
@@ -214,10 +219,12 @@ def test_findings_on_a_table_whose_answers_are_known():
     c = _c(f, "t6_meter_gap")  # meter - held-out: 0.70 on average, far outside the +-0.05 margin
     assert c["estimate"] == pytest.approx(0.70) and c["low"] > 0 and c["verdict"] == "meter higher"
     assert _n(f, "t6_sorted_vs_shuffled").mean == pytest.approx(-0.64)  # class-sorted - shuffled
-    assert (_n(f, "t1_mean_shift"), _n(f, "t1_mean_shift_min"), _n(f, "t1_mean_shift_max")) == pytest.approx((2.0, 1.0, 3.0))
+    assert (_n(f, "t1_mean_shift"), _n(f, "t1_mean_shift_min"), _n(f, "t1_mean_shift_max")) == \
+        pytest.approx((2.0, 1.0, 3.0))
     assert _n(f, "t1_log_var") == pytest.approx(1.0) and _n(f, "t2_log_var") == pytest.approx(3.0)
     assert _n(f, "t2_mean_shift") == pytest.approx(0.4)
-    assert (_n(f, "t3_lr_whole"), _n(f, "t3_lr_fixed"), _n(f, "t3_lr_interior"), _n(f, "t3_tuned_steps")) == (0.01, 0.001, True, 600)
+    assert (_n(f, "t3_lr_whole"), _n(f, "t3_lr_fixed"), _n(f, "t3_lr_interior"), _n(f, "t3_tuned_steps")) == \
+        (0.01, 0.001, True, 600)
     assert (_n(f, "t3_n_lrs"), _n(f, "t3_lr_min"), _n(f, "t3_lr_max"), _n(f, "t3_lr_runline")) == (4, 0.0005, 0.1, 0.05)
     assert (_n(f, "t3_tuned_main_whole"), _n(f, "t3_tuned_main_fixed")) == pytest.approx((0.62, 0.45))
     # whole model - fix at tuned rates: +0.17 with 3 seeds of spread 0.05: the 95% interval excludes 0, the family's
@@ -227,26 +234,30 @@ def test_findings_on_a_table_whose_answers_are_known():
     from bnstudy.inference import t_interval
     assert t_interval(np.array([0.6, 0.62, 0.64]) - np.array([0.4, 0.45, 0.5])).low > 0
     assert _n(f, "t3_tuned_fixed_ci").mean == pytest.approx(0.45)
-    assert _n(f, "t3_tuned_gain_fixed").mean == pytest.approx(0.05) and _n(f, "t3_tuned_loss_last_fixed") == pytest.approx(2.5)
+    assert _n(f, "t3_tuned_gain_fixed").mean == pytest.approx(0.05) and _n(f, "t3_tuned_loss_last_fixed") == \
+        pytest.approx(2.5)
     c = _c(f, "t3_fix_chance")  # 0.8 in every seed: 0.65 above the line, no spread
     assert c["estimate"] == pytest.approx(0.65) and c["verdict"] == "above 1.5 times chance"
     assert _v(f, "t3_eval_dropout_off") == "exact, checked =="
-    assert (_n(f, "t3_n_features"), _n(f, "t3_chance_line"), _n(f, "t3_fix_seeds_below")) == (16, pytest.approx(0.15), 0)
+    assert (_n(f, "t3_n_features"), _n(f, "t3_chance_line"), _n(f, "t3_fix_seeds_below")) == \
+        (16, pytest.approx(0.15), 0)
     # same-rate differences, whole model - fix: 0 at 0.0005 and 0.1, -0.25 at 0.001 (the fix's peak), +0.42 at 0.01
     assert (_n(f, "t3_same_rate_low_lr"), _n(f, "t3_same_rate_high_lr")) == (0.0005, 0.1)
     assert (_n(f, "t3_same_rate_low").mean, _n(f, "t3_same_rate_high").mean) == pytest.approx((0.0, 0.0))
     assert (_n(f, "t3_same_rate_min"), _n(f, "t3_same_rate_max")) == pytest.approx((-0.25, 0.42))
     assert _n(f, "t3_lr_aux") == 0.0005 and _n(f, "t3_tuned_aux").mean == pytest.approx(0.55)
     assert _n(f, "t3_tuned_aux_vs_whole").mean == pytest.approx(-0.07)
-    assert (_n(f, "t3_loss_first_fixed"), _n(f, "t3_loss_last_fixed"), _n(f, "t3_loss_last_whole")) == pytest.approx((6.0, 12.0, 2.0))
+    assert (_n(f, "t3_loss_first_fixed"), _n(f, "t3_loss_last_fixed"), _n(f, "t3_loss_last_whole")) == \
+        pytest.approx((6.0, 12.0, 2.0))
     # trap 4, train - eval mode on the same batches
-    assert (_n(f, "t4_train_vs_eval_shuffled").mean, _n(f, "t4_train_vs_eval_half").mean, _n(f, "t4_train_vs_eval_sorted").mean) == \
-        pytest.approx((-0.05, -0.25, -0.65))
+    assert [_n(f, f"t4_train_vs_eval_{x}").mean for x in ("shuffled", "half", "sorted")] == \
+        pytest.approx([-0.05, -0.25, -0.65])
     c = _c(f, "t4_first_flagged")
     assert c["estimate"] == pytest.approx(-0.25) and c["verdict"] == "train mode lower"
     assert (_n(f, "t5_tol"), _n(f, "t6_tie_margin"), _n(f, "t4_lint_max_dependence")) == (0.02, 0.05, 0.05)
     # trap 1 at tuned rates: drifting at 0.02 (interior) against the pinned whole-model head at 0.01; +0.10 everywhere
-    assert (_n(f, "t1_tuned_lr_drifting"), _n(f, "t1_tuned_lr_pinned"), _n(f, "t1_tuned_lr_interior")) == (0.02, 0.01, True)
+    assert (_n(f, "t1_tuned_lr_drifting"), _n(f, "t1_tuned_lr_pinned"), _n(f, "t1_tuned_lr_interior")) == \
+        (0.02, 0.01, True)
     assert (_n(f, "t1_tuned_n_lrs"), _n(f, "t1_tuned_lr_min"), _n(f, "t1_tuned_lr_max")) == (4, 0.005, 0.05)
     assert (_n(f, "t1_tuned_b_drifting"), _n(f, "t1_tuned_b_pinned")) == pytest.approx((0.72, 0.62))
     c = _c(f, "t1_tuned_price")
@@ -257,12 +268,16 @@ def test_findings_on_a_table_whose_answers_are_known():
     assert (_n(f, "t1_tuned_loss_last_drifting"), _n(f, "t1_tuned_loss_last_pinned")) == pytest.approx((2.0, 2.5))
     # trap 5's training arm: batch statistics - pinned
     assert (_n(f, "t5t_steps"), _n(f, "t5t_smallest"), _n(f, "t5t_largest")) == (100, 4, 32)
-    assert _n(f, "t5t_bs_vs_pinned_b4").mean == pytest.approx(-0.03) and _n(f, "t5t_bs_vs_pinned_b32").mean == pytest.approx(0.0)
-    assert _n(f, "t5t_eval_batch_stats_b4") == pytest.approx(0.92) and _n(f, "t5t_eval_pinned_b4") == pytest.approx(0.95)
-    assert _n(f, "t5t_safe_batch") == 16.0 and findings.page_words(*f)["t5t_threshold_word"] == "at" and _n(f, "t5t_n_below") == 1
+    assert _n(f, "t5t_bs_vs_pinned_b4").mean == pytest.approx(-0.03) and _n(f, "t5t_bs_vs_pinned_b32").mean == \
+        pytest.approx(0.0)
+    assert _n(f, "t5t_eval_batch_stats_b4") == pytest.approx(0.92) and _n(f, "t5t_eval_pinned_b4") == \
+        pytest.approx(0.95)
+    assert _n(f, "t5t_safe_batch") == 16.0 and findings.page_words(*f)["t5t_threshold_word"] == "at" and \
+        _n(f, "t5t_n_below") == 1
     # -0.03 at batch 4, spread 0.01 over 3 seeds: not decided at the family's level, so no cost counted
     assert _v(f, "t5t_reest_b4") == "not decided" and _n(f, "t5t_costs_n") == 0
-    assert _n(f, "t5t_reest_gain_b4").mean == pytest.approx(0.01) and _n(f, "t5t_loss_last_pinned_b16") == pytest.approx(0.1)
+    assert _n(f, "t5t_reest_gain_b4").mean == pytest.approx(0.01) and _n(f, "t5t_loss_last_pinned_b16") == \
+        pytest.approx(0.1)
     assert _n(f, "t5t_change_pinned_b4").mean == pytest.approx(0.0)
 
 
@@ -272,7 +287,8 @@ def test_every_verdict_is_a_word_of_the_vocabulary_and_the_family_is_one_bonferr
         f = findings.findings(_table(**kw))
         assert all(is_verdict(v, findings.DIRECTIONS) for v in f[0]["verdict"])
         tests = f[0][~f[0]["kind"].isin(["exact", "not exact"])]
-        assert _n(f, "family_m") == len(tests) + len(findings.RULES) == 13  # 11 comparisons (one batch below 16) and 2 rules
+        # 11 comparisons (one batch below 16) and 2 rules
+        assert _n(f, "family_m") == len(tests) + len(findings.RULES) == 13
         assert _n(f, "family_confidence") == pytest.approx(100 * (1 - 0.05 / 13))
         assert (tests["confidence"] == Family(13).confidence).all()
     # each claim is decide() on the per-seed difference it names, at the family's level: trap 1's, by hand
@@ -353,13 +369,15 @@ def test_multiplicity_table_lists_the_family():
     assert t.loc[findings.RULES["t5_safe_batch"], "estimate [family interval]"] == "safe batch 16"
     assert t.loc["trap 5, training, re-estimated: batch statistics minus pinned at batch 4", "verdict"] == "not decided"
     # trap 1 at tuned rates: the pinned head's second-half gain and the price at half budget
-    assert _n(f, "t1_tuned_gain_pinned").mean == pytest.approx(0.05) and _n(f, "t1_tuned_price_b_half").mean == pytest.approx(0.13)
+    assert _n(f, "t1_tuned_gain_pinned").mean == pytest.approx(0.05) and _n(f, "t1_tuned_price_b_half").mean == \
+        pytest.approx(0.13)
     assert _n(f, "t1_tuned_price_change").mean == pytest.approx(-0.03)
 
 
 def test_findings_say_when_a_claim_is_not_shown():
     f = findings.findings(_table(price=(0.15, -0.05, 0.09)))  # the run line's difference: descriptive, spans zero
-    assert _n(f, "t1_price_b").low < 0 < _n(f, "t1_price_b").high and (_n(f, "t1_price_b_pos_seeds"), _n(f, "t1_price_b_neg_seeds")) == (2, 1)
+    assert _n(f, "t1_price_b").low < 0 < _n(f, "t1_price_b").high and \
+        (_n(f, "t1_price_b_pos_seeds"), _n(f, "t1_price_b_neg_seeds")) == (2, 1)
     f = findings.findings(_table(head_loss=(20.0, 10.0)))  # the head's training loss, recorded: eval_once, pinned = 2x
     assert (_n(f, "t1_loss_first_eval_once"), _n(f, "t1_loss_last_eval_once")) == pytest.approx((20.0, 10.0))
     assert (_n(f, "t1_loss_first_pinned"), _n(f, "t1_loss_last_pinned")) == pytest.approx((40.0, 20.0))
@@ -552,12 +570,16 @@ _HOLDS = dict(whole_at_fix=(0.8, 0.82, 0.84), tuned_fixed=(0.4, 0.45, 0.5),  # r
 
 def test_dropout_mechanism_findings_on_a_table_where_the_hypothesis_holds():
     f = findings.findings(_table(**_HOLDS))
-    assert (_n(f, "t3d_lr_raw"), _n(f, "t3d_lr_std"), _n(f, "t3d_std_n_lrs"), _n(f, "t3d_std_lr_interior")) == (0.001, 0.05, 3, True)
-    assert findings.page_words(*f)["t3d_ps"] == "0.1, 0.3, 0.5" and (_n(f, "t3d_p_low"), _n(f, "t3d_p_high"), _n(f, "t3d_p_page")) == (0.1, 0.5, 0.3)
+    assert (_n(f, "t3d_lr_raw"), _n(f, "t3d_lr_std"), _n(f, "t3d_std_n_lrs"), _n(f, "t3d_std_lr_interior")) == \
+        (0.001, 0.05, 3, True)
+    assert findings.page_words(*f)["t3d_ps"] == "0.1, 0.3, 0.5" and \
+        (_n(f, "t3d_p_low"), _n(f, "t3d_p_high"), _n(f, "t3d_p_page")) == (0.1, 0.5, 0.3)
     assert _n(f, "t3d_acc_raw_off") == pytest.approx(0.82) and _n(f, "t3d_acc_std_p30") == pytest.approx(0.771)
     # dropout's effect, fix at p - fix with dropout off: negative, a cost
-    assert _n(f, "t3d_effect_raw_p30").mean == pytest.approx(-0.37) and _n(f, "t3d_effect_raw_p10").mean == pytest.approx(-0.049)
-    assert _n(f, "t3d_effect_raw_p50").mean == pytest.approx(-0.6) and _n(f, "t3d_effect_std_p30").mean == pytest.approx(-0.029)
+    assert _n(f, "t3d_effect_raw_p30").mean == pytest.approx(-0.37) and _n(f, "t3d_effect_raw_p10").mean == \
+        pytest.approx(-0.049)
+    assert _n(f, "t3d_effect_raw_p50").mean == pytest.approx(-0.6) and _n(f, "t3d_effect_std_p30").mean == \
+        pytest.approx(-0.029)
     c = _c(f, "t3d_growth_raw")  # effect at 0.5 - effect at 0.1: -0.551, the cost grows with the rate
     assert c["estimate"] == pytest.approx(-0.551) and c["high"] < 0 and c["verdict"] == "cost grows with the rate"
     c = _c(f, "t3d_std_vs_raw")  # standardized effect - raw effect at 0.3: +0.341
@@ -566,7 +588,8 @@ def test_dropout_mechanism_findings_on_a_table_where_the_hypothesis_holds():
     assert _n(f, "t3d_hypothesis") is True and findings.page_words(*f)["t3d_hypothesis_words"].startswith(
         "The data are consistent with it")
     # the effect as a share of each kind's no-dropout accuracy, per seed (raw: -0.37 / 0.82 on average)
-    assert _n(f, "t3d_rel_effect_raw").mean == pytest.approx(-0.452, abs=1e-3) and _n(f, "t3d_rel_effect_std").mean > -0.04
+    assert _n(f, "t3d_rel_effect_raw").mean == pytest.approx(-0.452, abs=1e-3) and \
+        _n(f, "t3d_rel_effect_std").mean > -0.04
     assert _n(f, "t3d_rel_std_vs_raw").low > 0
     t = figures.dropout_mechanism_table(f[1])
     assert list(t.index) == [0.1, 0.3, 0.5] and t.loc[0.3, "raw features"].startswith("-0.370 [")
@@ -914,7 +937,8 @@ def test_safe_batch_is_berger_intersection_union_over_the_larger_batches():
     f = findings.findings(_table(b4_train=(0.93, 0.94, 0.945)))
     diffs = {b: np.full(3, 0.0) for b in (16, 32)}
     assert _n(f, "t5_safe_batch") == 16.0
-    assert _n(f, "t5_safe_p") == intersection_union_p([one_sided_p(diffs[b], "greater", null=-findings.TOL_LOSS) for b in (16, 32)])
+    assert _n(f, "t5_safe_p") == \
+        intersection_union_p([one_sided_p(diffs[b], "greater", null=-findings.TOL_LOSS) for b in (16, 32)])
 
 
 def _markdown_outside_glue(nb_path) -> str:

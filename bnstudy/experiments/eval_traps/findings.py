@@ -16,7 +16,7 @@ import pandas as pd
 from ...inference import Family, Interval, Question, ask, claims_table, count_verdicts, decide, exact_check, \
     intersection_union_p, number, numbers_table, one_sided_p, t_interval
 from ...words import Note, claim, notes
-from .run import AUX_WEIGHT, BATCH_TRAINING_MODES, CASES, FEATURE_KINDS, P_DROP, REESTIMATE_BATCHES, STAGE1_LR, \
+from .run import AUX_WEIGHT, BATCH_TRAINING_MODES, FEATURE_KINDS, P_DROP, REESTIMATE_BATCHES, STAGE1_LR, \
     THREAD_QUANTITIES, parse_dropout_case
 
 #: Stated tolerances the prose quotes: "within 0.01" (trap 4's curve), "about chance" (1.5x chance), and the
