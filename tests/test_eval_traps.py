@@ -12,6 +12,8 @@ import torch
 
 from bnstudy.config import Execution
 from bnstudy.experiments.eval_traps import figures, findings, run
+from bnstudy.inference import number, with_numbers
+from bnstudy.words import claim
 
 
 # --- config ------------------------------------------------------------------------------------------------------
@@ -161,124 +163,153 @@ def _table(seeds=(0, 1, 2), price=(0.1, 0.12, 0.08), pinned_probe=0.0, aux_whole
 
 
 def _v(f, key):
-    return f.verdict(key)
+    """The verdict of claim ``key`` of :func:`findings.findings`' ``(claims, numbers)``."""
+    return claim(f[0], key)["verdict"]
+
+
+def _c(f, key):
+    """Claim ``key``'s row of :func:`findings.findings`' claims table."""
+    return claim(f[0], key)
+
+
+def _n(f, key):
+    """Number ``key`` of :func:`findings.findings`' numbers table (an ``Interval`` for an interval row)."""
+    return number(f[1], key)
 
 
 def test_findings_on_a_table_whose_answers_are_known():
     f = findings.findings(_table())
-    assert (f.n_seeds, f.chance, f.steps, f.min_batch) == (3, 0.1, 60, 16) and f.source_acc == pytest.approx(0.95)
-    assert f.t1_buffer == pytest.approx(3.0) and (f.t1_buffer_min, f.t1_buffer_max) == (2.0, 4.0)
-    assert f.t1_task_a_after == pytest.approx(0.3)
-    assert _v(f, "t1_pinned") == "exact, checked ==" and f.t1_lint_every_seed is True
-    assert f.t1_price_b.mean == pytest.approx(0.1) and f.t1_price_b.low > 0  # drifting - pinned, descriptive
-    assert (f.t1_price_b_pos_seeds, f.t1_price_b_neg_seeds) == (3, 0)
-    assert np.isnan(f.t1_loss_first_pinned)  # a table from before the loss was recorded: not measured
-    assert f.t1_param == 0.0  # the largest change of any backbone weight over seeds
-    assert (f.t2_logit_mates, f.t2_logit_mates_min, f.t2_logit_mates_max) == pytest.approx((4.0, 3.0, 5.0))
-    assert _v(f, "t2_eval") == "exact, checked ==" and f.t2_acc_b_mates == pytest.approx(0.3)
-    assert _v(f, "t3_aux_untouched") == "exact, checked ==" and f.t3_aux_change_fixed == pytest.approx(0.3)
-    assert (f.t4_train_shuffled, f.t4_train_half, f.t4_half, f.t4_train_sorted) == pytest.approx((0.9, 0.7, 0.5, 0.3))
-    assert f.t4_monotone is True and f.t4_shuffled_clean is True and f.t4_flagged_every_seed is True
-    assert (f.t4_first_flagged, f.t4_dep_first_flagged) == (0.5, 0.5)
+    assert (_n(f, "n_seeds"), _n(f, "chance"), _n(f, "steps"), _n(f, "min_batch")) == (3, 0.1, 60, 16) and \
+        _n(f, "source_acc") == pytest.approx(0.95)
+    assert _n(f, "t1_buffer") == pytest.approx(3.0) and (_n(f, "t1_buffer_min"), _n(f, "t1_buffer_max")) == (2.0, 4.0)
+    assert _n(f, "t1_task_a_after") == pytest.approx(0.3)
+    assert _v(f, "t1_pinned") == "exact, checked ==" and _n(f, "t1_lint_every_seed") is True
+    assert _n(f, "t1_price_b").mean == pytest.approx(0.1) and \
+        _n(f, "t1_price_b").low > 0  # drifting - pinned, descriptive
+    assert (_n(f, "t1_price_b_pos_seeds"), _n(f, "t1_price_b_neg_seeds")) == (3, 0)
+    assert np.isnan(_n(f, "t1_loss_first_pinned"))  # a table from before the loss was recorded: not measured
+    assert _n(f, "t1_param") == 0.0  # the largest change of any backbone weight over seeds
+    assert (_n(f, "t2_logit_mates"), _n(f, "t2_logit_mates_min"), _n(f, "t2_logit_mates_max")) == \
+        pytest.approx((4.0, 3.0, 5.0))
+    assert _v(f, "t2_eval") == "exact, checked ==" and _n(f, "t2_acc_b_mates") == pytest.approx(0.3)
+    assert _v(f, "t3_aux_untouched") == "exact, checked ==" and _n(f, "t3_aux_change_fixed") == pytest.approx(0.3)
+    assert (_n(f, "t4_train_shuffled"), _n(f, "t4_train_half"), _n(f, "t4_half"), _n(f, "t4_train_sorted")) == \
+        pytest.approx((0.9, 0.7, 0.5, 0.3))
+    assert _n(f, "t4_monotone") is True and _n(f, "t4_shuffled_clean") is True and \
+        _n(f, "t4_flagged_every_seed") is True
+    assert (_n(f, "t4_first_flagged"), _n(f, "t4_dep_first_flagged")) == (0.5, 0.5)
     # after the sorted pass: exactly the source's accuracy in every seed (zero spread): equivalent within the margin
-    c = f.claim("t4_after")
+    c = _c(f, "t4_after")
     assert c["estimate"] == pytest.approx(0.0) and c["p_equivalence"] == 0.0 and c["verdict"] == "equivalent within ±0.02"
-    assert f.t5_train == pytest.approx({"b1": 0.1, "b4": 0.6, "b16": 0.95, "b32": 0.95})
-    assert (f.t5_smallest, f.t5_first_ok) == (1, 16.0) and f.t5_eval == pytest.approx(0.95)
+    assert [k for k in f[1]["key"] if k.startswith("t5_train_b")] == ["t5_train_b1", "t5_train_b4", "t5_train_b16",
+                                                                      "t5_train_b32"]
+    assert [_n(f, f"t5_train_b{b}") for b in (1, 4, 16, 32)] == pytest.approx([0.1, 0.6, 0.95, 0.95])
+    assert (_n(f, "t5_smallest"), _n(f, "t5_first_ok")) == (1, 16.0) and _n(f, "t5_eval") == pytest.approx(0.95)
     assert _v(f, "t5_lint_matches") == "exact, checked =="
     # trap 3 at the run line: dropout's effect, fix - fix with dropout off (negative: dropout costs)
-    assert f.t3_dropout_effect.mean == pytest.approx(-0.11) and f.t3_dropout_effect.high < 0
-    assert f.claim("t3_whole_vs_fix")["estimate"] == pytest.approx(0.0) and _v(f, "t3_whole_vs_fix") == "not decided"
-    assert _v(f, "t3_nodrop_equals_whole") == "not exact" and f.claim("t3_nodrop_equals_whole")["estimate"] == \
+    assert _n(f, "t3_dropout_effect").mean == pytest.approx(-0.11) and _n(f, "t3_dropout_effect").high < 0
+    assert _c(f, "t3_whole_vs_fix")["estimate"] == pytest.approx(0.0) and _v(f, "t3_whole_vs_fix") == "not decided"
+    assert _v(f, "t3_nodrop_equals_whole") == "not exact" and _c(f, "t3_nodrop_equals_whole")["estimate"] == \
         pytest.approx(0.12)
     assert _v(findings.findings(_table(nodrop=(0.8, 0.8, 0.8))), "t3_nodrop_equals_whole") == "exact, checked =="
     # trap 5 at inference: train - eval mode (negative: train mode loses); safe from 16 (zero loss there and at 32)
-    assert f.t5_train_vs_eval["b4"].mean == pytest.approx(-0.35) and f.t5_safe_batch == 16.0
-    assert f.t5_safe_count == 1024.0 and f.t5_count["b1"] == 64.0 and f.t5_safe_p == 0.0
-    assert f.t6_meter_sorted == pytest.approx(0.95) and f.t6_eval_sorted == pytest.approx(0.25)
-    c = f.claim("t6_meter_gap")  # meter - held-out: 0.70 on average, far outside the +-0.05 margin
+    assert _n(f, "t5_train_vs_eval_b4").mean == pytest.approx(-0.35) and _n(f, "t5_safe_batch") == 16.0
+    assert _n(f, "t5_safe_count") == 1024.0 and _n(f, "t5_count_b1") == 64.0 and _n(f, "t5_safe_p") == 0.0
+    assert _n(f, "t6_meter_sorted") == pytest.approx(0.95) and _n(f, "t6_eval_sorted") == pytest.approx(0.25)
+    c = _c(f, "t6_meter_gap")  # meter - held-out: 0.70 on average, far outside the +-0.05 margin
     assert c["estimate"] == pytest.approx(0.70) and c["low"] > 0 and c["verdict"] == "meter higher"
-    assert f.t6_sorted_vs_shuffled.mean == pytest.approx(-0.64)  # class-sorted - shuffled
-    assert (f.t1_mean_shift, f.t1_mean_shift_min, f.t1_mean_shift_max) == pytest.approx((2.0, 1.0, 3.0))
-    assert f.t1_log_var == pytest.approx(1.0) and f.t2_log_var == pytest.approx(3.0)
-    assert f.t2_mean_shift == pytest.approx(0.4)
-    assert (f.t3_lr_whole, f.t3_lr_fixed, f.t3_lr_interior, f.t3_tuned_steps) == (0.01, 0.001, True, 600)
-    assert (f.t3_n_lrs, f.t3_lr_min, f.t3_lr_max, f.t3_lr_runline) == (4, 0.0005, 0.1, 0.05)
-    assert (f.t3_tuned_main_whole, f.t3_tuned_main_fixed) == pytest.approx((0.62, 0.45))
+    assert _n(f, "t6_sorted_vs_shuffled").mean == pytest.approx(-0.64)  # class-sorted - shuffled
+    assert (_n(f, "t1_mean_shift"), _n(f, "t1_mean_shift_min"), _n(f, "t1_mean_shift_max")) == \
+        pytest.approx((2.0, 1.0, 3.0))
+    assert _n(f, "t1_log_var") == pytest.approx(1.0) and _n(f, "t2_log_var") == pytest.approx(3.0)
+    assert _n(f, "t2_mean_shift") == pytest.approx(0.4)
+    assert (_n(f, "t3_lr_whole"), _n(f, "t3_lr_fixed"), _n(f, "t3_lr_interior"), _n(f, "t3_tuned_steps")) == \
+        (0.01, 0.001, True, 600)
+    assert (_n(f, "t3_n_lrs"), _n(f, "t3_lr_min"), _n(f, "t3_lr_max"), _n(f, "t3_lr_runline")) == (4, 0.0005, 0.1, 0.05)
+    assert (_n(f, "t3_tuned_main_whole"), _n(f, "t3_tuned_main_fixed")) == pytest.approx((0.62, 0.45))
     # whole model - fix at tuned rates: +0.17 with 3 seeds of spread 0.05: the 95% interval excludes 0, the family's
     # (13 comparisons, Bonferroni) does not: not decided
-    c = f.claim("t3_tuned_whole_vs_fix")
+    c = _c(f, "t3_tuned_whole_vs_fix")
     assert c["estimate"] == pytest.approx(0.17) and c["low"] < 0 < c["high"] and c["verdict"] == "not decided"
     from bnstudy.inference import t_interval
     assert t_interval(np.array([0.6, 0.62, 0.64]) - np.array([0.4, 0.45, 0.5])).low > 0
-    assert f.t3_tuned_fixed_ci.mean == pytest.approx(0.45)
-    assert f.t3_tuned_gain_fixed.mean == pytest.approx(0.05) and f.t3_tuned_loss_last_fixed == pytest.approx(2.5)
-    c = f.claim("t3_fix_chance")  # 0.8 in every seed: 0.65 above the line, no spread
+    assert _n(f, "t3_tuned_fixed_ci").mean == pytest.approx(0.45)
+    assert _n(f, "t3_tuned_gain_fixed").mean == pytest.approx(0.05) and _n(f, "t3_tuned_loss_last_fixed") == \
+        pytest.approx(2.5)
+    c = _c(f, "t3_fix_chance")  # 0.8 in every seed: 0.65 above the line, no spread
     assert c["estimate"] == pytest.approx(0.65) and c["verdict"] == "above 1.5 times chance"
     assert _v(f, "t3_eval_dropout_off") == "exact, checked =="
-    assert (f.t3_n_features, f.t3_chance_line, f.t3_fix_seeds_below) == (16, pytest.approx(0.15), 0)
+    assert (_n(f, "t3_n_features"), _n(f, "t3_chance_line"), _n(f, "t3_fix_seeds_below")) == \
+        (16, pytest.approx(0.15), 0)
     # same-rate differences, whole model - fix: 0 at 0.0005 and 0.1, -0.25 at 0.001 (the fix's peak), +0.42 at 0.01
-    assert (f.t3_same_rate_low_lr, f.t3_same_rate_high_lr) == (0.0005, 0.1)
-    assert (f.t3_same_rate_low.mean, f.t3_same_rate_high.mean) == pytest.approx((0.0, 0.0))
-    assert (f.t3_same_rate_min, f.t3_same_rate_max) == pytest.approx((-0.25, 0.42))
-    assert f.t3_lr_aux == 0.0005 and f.t3_tuned_aux.mean == pytest.approx(0.55)
-    assert f.t3_tuned_aux_vs_whole.mean == pytest.approx(-0.07)
-    assert (f.t3_loss_first_fixed, f.t3_loss_last_fixed, f.t3_loss_last_whole) == pytest.approx((6.0, 12.0, 2.0))
+    assert (_n(f, "t3_same_rate_low_lr"), _n(f, "t3_same_rate_high_lr")) == (0.0005, 0.1)
+    assert (_n(f, "t3_same_rate_low").mean, _n(f, "t3_same_rate_high").mean) == pytest.approx((0.0, 0.0))
+    assert (_n(f, "t3_same_rate_min"), _n(f, "t3_same_rate_max")) == pytest.approx((-0.25, 0.42))
+    assert _n(f, "t3_lr_aux") == 0.0005 and _n(f, "t3_tuned_aux").mean == pytest.approx(0.55)
+    assert _n(f, "t3_tuned_aux_vs_whole").mean == pytest.approx(-0.07)
+    assert (_n(f, "t3_loss_first_fixed"), _n(f, "t3_loss_last_fixed"), _n(f, "t3_loss_last_whole")) == \
+        pytest.approx((6.0, 12.0, 2.0))
     # trap 4, train - eval mode on the same batches
-    assert (f.t4_train_vs_eval_shuffled.mean, f.t4_train_vs_eval_half.mean, f.t4_train_vs_eval_sorted.mean) == \
-        pytest.approx((-0.05, -0.25, -0.65))
-    c = f.claim("t4_first_flagged")
+    assert [_n(f, f"t4_train_vs_eval_{x}").mean for x in ("shuffled", "half", "sorted")] == \
+        pytest.approx([-0.05, -0.25, -0.65])
+    c = _c(f, "t4_first_flagged")
     assert c["estimate"] == pytest.approx(-0.25) and c["verdict"] == "train mode lower"
-    assert (f.t5_tol, f.t6_tie_margin, f.t4_lint_max_dependence) == (0.02, 0.05, 0.05)
+    assert (_n(f, "t5_tol"), _n(f, "t6_tie_margin"), _n(f, "t4_lint_max_dependence")) == (0.02, 0.05, 0.05)
     # trap 1 at tuned rates: drifting at 0.02 (interior) against the pinned whole-model head at 0.01; +0.10 everywhere
-    assert (f.t1_tuned_lr_drifting, f.t1_tuned_lr_pinned, f.t1_tuned_lr_interior) == (0.02, 0.01, True)
-    assert (f.t1_tuned_n_lrs, f.t1_tuned_lr_min, f.t1_tuned_lr_max) == (4, 0.005, 0.05)
-    assert (f.t1_tuned_b_drifting, f.t1_tuned_b_pinned) == pytest.approx((0.72, 0.62))
-    c = f.claim("t1_tuned_price")
+    assert (_n(f, "t1_tuned_lr_drifting"), _n(f, "t1_tuned_lr_pinned"), _n(f, "t1_tuned_lr_interior")) == \
+        (0.02, 0.01, True)
+    assert (_n(f, "t1_tuned_n_lrs"), _n(f, "t1_tuned_lr_min"), _n(f, "t1_tuned_lr_max")) == (4, 0.005, 0.05)
+    assert (_n(f, "t1_tuned_b_drifting"), _n(f, "t1_tuned_b_pinned")) == pytest.approx((0.72, 0.62))
+    c = _c(f, "t1_tuned_price")
     assert c["estimate"] == pytest.approx(0.10) and c["verdict"] == "drifting higher"
-    assert (f.t1_tuned_price_b_pos_seeds, f.t1_tuned_price_b_neg_seeds) == (3, 0)
-    assert np.isnan(f.t1_tuned_price_b_same_rate.mean)  # the pinned sweep has no rate 0.02 in this table
-    assert f.t1_tuned_gain_drifting.mean == pytest.approx(0.02)
-    assert (f.t1_tuned_loss_last_drifting, f.t1_tuned_loss_last_pinned) == pytest.approx((2.0, 2.5))
+    assert (_n(f, "t1_tuned_price_b_pos_seeds"), _n(f, "t1_tuned_price_b_neg_seeds")) == (3, 0)
+    assert np.isnan(_n(f, "t1_tuned_price_b_same_rate").mean)  # the pinned sweep has no rate 0.02 in this table
+    assert _n(f, "t1_tuned_gain_drifting").mean == pytest.approx(0.02)
+    assert (_n(f, "t1_tuned_loss_last_drifting"), _n(f, "t1_tuned_loss_last_pinned")) == pytest.approx((2.0, 2.5))
     # trap 5's training arm: batch statistics - pinned
-    assert (f.t5t_steps, f.t5t_smallest, f.t5t_largest) == (100, 4, 32)
-    assert f.t5t_bs_vs_pinned["b4"].mean == pytest.approx(-0.03) and f.t5t_bs_vs_pinned["b32"].mean == pytest.approx(0.0)
-    assert f.t5t_eval["batch_stats_b4"] == pytest.approx(0.92) and f.t5t_eval["pinned_b4"] == pytest.approx(0.95)
-    assert f.t5t_safe_batch == 16.0 and f.t5t_threshold_word == "at" and f.t5t_n_below == 1
+    assert (_n(f, "t5t_steps"), _n(f, "t5t_smallest"), _n(f, "t5t_largest")) == (100, 4, 32)
+    assert _n(f, "t5t_bs_vs_pinned_b4").mean == pytest.approx(-0.03) and _n(f, "t5t_bs_vs_pinned_b32").mean == \
+        pytest.approx(0.0)
+    assert _n(f, "t5t_eval_batch_stats_b4") == pytest.approx(0.92) and _n(f, "t5t_eval_pinned_b4") == \
+        pytest.approx(0.95)
+    assert _n(f, "t5t_safe_batch") == 16.0 and findings.page_words(*f)["t5t_threshold_word"] == "at" and \
+        _n(f, "t5t_n_below") == 1
     # -0.03 at batch 4, spread 0.01 over 3 seeds: not decided at the family's level, so no cost counted
-    assert _v(f, "t5t_reest_b4") == "not decided" and f.t5t_costs_n == 0
-    assert f.t5t_reest_gain["b4"].mean == pytest.approx(0.01) and f.t5t_loss_last["pinned_b16"] == pytest.approx(0.1)
-    assert f.t5t_change["pinned_b4"].mean == pytest.approx(0.0)
+    assert _v(f, "t5t_reest_b4") == "not decided" and _n(f, "t5t_costs_n") == 0
+    assert _n(f, "t5t_reest_gain_b4").mean == pytest.approx(0.01) and _n(f, "t5t_loss_last_pinned_b16") == \
+        pytest.approx(0.1)
+    assert _n(f, "t5t_change_pinned_b4").mean == pytest.approx(0.0)
 
 
 def test_every_verdict_is_a_word_of_the_vocabulary_and_the_family_is_one_bonferroni_family():
     from bnstudy.inference import Family, decide, is_verdict
     for kw in ({}, _HOLDS, dict(drift_test=(0.7, 0.5, 0.74)), dict(price=(0.15, -0.05, 0.09))):
         f = findings.findings(_table(**kw))
-        assert all(is_verdict(v, findings.DIRECTIONS) for v in f.claims["verdict"])
-        tests = f.claims[~f.claims["kind"].isin(["exact", "not exact"])]
-        assert f.family_m == len(tests) + len(findings.RULES) == 13  # 11 comparisons (one batch below 16) and 2 rules
-        assert f.family_confidence == pytest.approx(100 * (1 - 0.05 / 13))
+        assert all(is_verdict(v, findings.DIRECTIONS) for v in f[0]["verdict"])
+        tests = f[0][~f[0]["kind"].isin(["exact", "not exact"])]
+        # 11 comparisons (one batch below 16) and 2 rules
+        assert _n(f, "family_m") == len(tests) + len(findings.RULES) == 13
+        assert _n(f, "family_confidence") == pytest.approx(100 * (1 - 0.05 / 13))
         assert (tests["confidence"] == Family(13).confidence).all()
     # each claim is decide() on the per-seed difference it names, at the family's level: trap 1's, by hand
     f = findings.findings(_table(drift_test=(0.7, 0.66, 0.74)))  # drifting - pinned: 0.1, 0.04, 0.1
     d = decide([0.1, 0.04, 0.1], "t1_tuned_price", family=Family(13), higher="drifting higher", lower="drifting lower")
-    c = f.claim("t1_tuned_price")
+    c = _c(f, "t1_tuned_price")
     assert (c["estimate"], c["low"], c["high"], c["p"], c["verdict"]) == pytest.approx(
         (d.estimate, d.low, d.high, d.p, d.verdict))
     # Holm over the table's p-values (exact checks have none and stay NaN)
     from bnstudy.inference import holm
-    assert list(f.claims["p_adjusted"]) == pytest.approx(list(holm(f.claims["p"])), nan_ok=True)
-    assert f.claims.loc[f.claims["kind"] == "exact", "p_adjusted"].isna().all()
+    assert list(f[0]["p_adjusted"]) == pytest.approx(list(holm(f[0]["p"])), nan_ok=True)
+    assert f[0].loc[f[0]["kind"] == "exact", "p_adjusted"].isna().all()
     assert set(findings.DIRECTIONS) == {w for _, words in findings.CLAIMS.values() for w in words}
 
 
 def test_the_chance_rule_reads_the_family_interval_against_the_line():
     # the run line's fix against 1.5 x chance (0.15): accuracy minus the line, decided like every comparison
     f = findings.findings(_table(runline_fixed=0.12))  # at chance in every seed: below the line, no spread
-    assert _v(f, "t3_fix_chance") == "below 1.5 times chance" and f.t3_fix_seeds_below == 3
+    assert _v(f, "t3_fix_chance") == "below 1.5 times chance" and _n(f, "t3_fix_seeds_below") == 3
     f = findings.findings(_table(runline_fixed=0.15, runline_seeds=(-0.05, 0.0, 0.06)))  # interval across the line
-    assert _v(f, "t3_fix_chance") == "not decided" and f.t3_fix_seeds_below == 2
+    assert _v(f, "t3_fix_chance") == "not decided" and _n(f, "t3_fix_seeds_below") == 2
     f = findings.findings(_table(tuned_fixed=(0.12, 0.1, 0.14)))  # mean 0.12, interval across 0.15
     assert _v(f, "t3_tuned_fix_chance") == "not decided"
     f = findings.findings(_table(tuned_fixed=(0.5, 0.5, 0.5)))
@@ -287,7 +318,7 @@ def test_the_chance_rule_reads_the_family_interval_against_the_line():
 
 def test_checklist_table_is_plain_text_with_one_row_per_trap():
     f = findings.findings(_table())
-    t = figures.checklist_table(f)
+    t = figures.checklist_table(*f)
     assert list(t.columns) == ["what the audit reported (this run)", "fix"] and len(t) == 6
     assert t.index.name == "trap" and t.index[0].startswith("1. model.train()")
     assert not t.reset_index().apply(lambda c: c.str.contains(r"\*\*|\{glue")).any().any()  # no Markdown or roles
@@ -296,11 +327,11 @@ def test_checklist_table_is_plain_text_with_one_row_per_trap():
     assert "above 1.5 times chance" in t.iloc[2, 1]
     assert t.iloc[5, 0].endswith("meter higher")
     f = findings.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # one seed's held-out accuracy high: neither shown
-    assert figures.checklist_table(f).iloc[5, 0].endswith("not decided")
+    assert figures.checklist_table(*f).iloc[5, 0].endswith("not decided")
 
 
 def test_batch_training_table_has_one_row_per_training_batch():
-    t = figures.batch_training_table(findings.findings(_table()))
+    t = figures.batch_training_table(findings.findings(_table())[1])
     assert list(t.index) == [4, 16, 32] and t.loc[4, "batch stats minus pinned, as trained"].startswith("-0.030 [")
     assert t.loc[4, "batch stats minus pinned, re-estimated"].startswith("-0.030 [") and t.loc[32, "samples seen"] == "3200"
     assert t.loc[32, "last-epoch loss (batch stats / pinned)"] == "1.00 / 0.10"
@@ -310,7 +341,7 @@ def test_as_trained_count_is_the_counts_rule_over_its_own_family():
     # batch statistics lower as trained at batch 4 (0.1, tiny spread): counted by count_verdicts over the as-trained
     # comparisons' own claims table, which leaves the chapter's family (and its intervals) as it was
     f = findings.findings(_table(bt_b4=(0.80, 0.81, 0.805), bt_pinned_b4=(0.90, 0.911, 0.905)))
-    assert f.t5t_costs_n_as_trained == 1 and f.family_m == 13
+    assert _n(f, "t5t_costs_n_as_trained") == 1 and _n(f, "family_m") == 13
     t = findings._as_trained_claims({4: pd.Series([-0.1, -0.099, -0.1005])})
     assert list(t["key"]) == ["t5t_as_trained_b4"] and t["verdict"].iloc[0] == "batch statistics lower"
     assert findings._as_trained_claims({}).empty
@@ -321,70 +352,72 @@ def test_batch_training_verdicts_use_the_re_estimated_comparison():
     # both arms' statistics reverses the sign. The claims follow the re-estimated comparison.
     f = findings.findings(_table(bt_b4=(0.93, 0.94, 0.935), bt_pinned_b4=(0.90, 0.91, 0.905),
                            bt_reest_b4=dict(batch_stats=(0.90, 0.91, 0.905), pinned=(0.95, 0.951, 0.949))))
-    assert f.t5t_bs_vs_pinned["b4"].mean == pytest.approx(0.03) and f.t5t_bs_vs_pinned["b4"].low > 0
-    c = f.claim("t5t_reest_b4")  # -0.045, spread 0.001: batch statistics lower even at the family's level
+    assert _n(f, "t5t_bs_vs_pinned_b4").mean == pytest.approx(0.03) and _n(f, "t5t_bs_vs_pinned_b4").low > 0
+    c = _c(f, "t5t_reest_b4")  # -0.045, spread 0.001: batch statistics lower even at the family's level
     assert c["estimate"] == pytest.approx(-0.045) and c["verdict"] == "batch statistics lower"
-    assert f.t5t_costs_n == 1 and f.t5t_costs_n_as_trained == 0
-    assert f.t5t_safe_batch == 16.0 and f.t5t_safe_batch_as_trained == 4.0
-    assert f.t5t_change["pinned_reest_b4"].mean == pytest.approx(0.95 - 0.95) and f.t5t_samples["b4"] == 400
-    assert f.t5t_reest["pinned_b4"] == pytest.approx(0.95)
+    assert _n(f, "t5t_costs_n") == 1 and _n(f, "t5t_costs_n_as_trained") == 0
+    assert _n(f, "t5t_safe_batch") == 16.0 and _n(f, "t5t_safe_batch_as_trained") == 4.0
+    assert _n(f, "t5t_change_pinned_reest_b4").mean == pytest.approx(0.95 - 0.95) and _n(f, "t5t_samples_b4") == 400
+    assert _n(f, "t5t_reest_pinned_b4") == pytest.approx(0.95)
 
 
 def test_multiplicity_table_lists_the_family():
     f = findings.findings(_table())
-    t = figures.multiplicity_table(f)
-    assert len(t) == f.family_m and list(t.index[-2:]) == list(findings.RULES.values())
+    t = figures.multiplicity_table(*f)
+    assert len(t) == _n(f, "family_m") and list(t.index[-2:]) == list(findings.RULES.values())
     assert t.loc[findings.CLAIMS["t1_tuned_price"][0], "verdict"] == "drifting higher"
     assert t.loc[findings.RULES["t5_safe_batch"], "estimate [family interval]"] == "safe batch 16"
     assert t.loc["trap 5, training, re-estimated: batch statistics minus pinned at batch 4", "verdict"] == "not decided"
     # trap 1 at tuned rates: the pinned head's second-half gain and the price at half budget
-    assert f.t1_tuned_gain_pinned.mean == pytest.approx(0.05) and f.t1_tuned_price_b_half.mean == pytest.approx(0.13)
-    assert f.t1_tuned_price_change.mean == pytest.approx(-0.03)
+    assert _n(f, "t1_tuned_gain_pinned").mean == pytest.approx(0.05) and _n(f, "t1_tuned_price_b_half").mean == \
+        pytest.approx(0.13)
+    assert _n(f, "t1_tuned_price_change").mean == pytest.approx(-0.03)
 
 
 def test_findings_say_when_a_claim_is_not_shown():
     f = findings.findings(_table(price=(0.15, -0.05, 0.09)))  # the run line's difference: descriptive, spans zero
-    assert f.t1_price_b.low < 0 < f.t1_price_b.high and (f.t1_price_b_pos_seeds, f.t1_price_b_neg_seeds) == (2, 1)
+    assert _n(f, "t1_price_b").low < 0 < _n(f, "t1_price_b").high and \
+        (_n(f, "t1_price_b_pos_seeds"), _n(f, "t1_price_b_neg_seeds")) == (2, 1)
     f = findings.findings(_table(head_loss=(20.0, 10.0)))  # the head's training loss, recorded: eval_once, pinned = 2x
-    assert (f.t1_loss_first_eval_once, f.t1_loss_last_eval_once) == pytest.approx((20.0, 10.0))
-    assert (f.t1_loss_first_pinned, f.t1_loss_last_pinned) == pytest.approx((40.0, 20.0))
+    assert (_n(f, "t1_loss_first_eval_once"), _n(f, "t1_loss_last_eval_once")) == pytest.approx((20.0, 10.0))
+    assert (_n(f, "t1_loss_first_pinned"), _n(f, "t1_loss_last_pinned")) == pytest.approx((40.0, 20.0))
     assert _v(findings.findings(_table(pinned_probe=1e-7)), "t1_pinned") == "not exact"
     assert _v(findings.findings(_table(aux_whole_change=1e-6)), "t3_aux_untouched") == "not exact"
     assert _v(findings.findings(_table(aux_whole=0.2)), "t3_aux_untouched") == "exact, checked =="  # an identity only
-    assert findings.findings(_table(shuffled_lint=1.0)).t4_shuffled_clean is False
-    assert findings.findings(_table(sorted_train=(0.9, 0.92, 0.3))).t4_monotone is False
-    assert findings.findings(_table(sorted_train=(0.9, 0.905, 0.3))).t4_monotone is False  # no allowance
-    assert findings.findings(_table(sorted_train_seed2=(0.5, 0.6, 0.3))).t4_monotone is False  # one seed rises
+    assert _n(findings.findings(_table(shuffled_lint=1.0)), "t4_shuffled_clean") is False
+    assert _n(findings.findings(_table(sorted_train=(0.9, 0.92, 0.3))), "t4_monotone") is False
+    assert _n(findings.findings(_table(sorted_train=(0.9, 0.905, 0.3))), "t4_monotone") is False  # no allowance
+    assert _n(findings.findings(_table(sorted_train_seed2=(0.5, 0.6, 0.3))), "t4_monotone") is False  # one seed rises
     f = findings.findings(_table(after=0.9))  # 0.05 lower after the pass in every seed: a direction, not equivalence
     assert _v(f, "t4_after") == "lower after the pass"
     assert _v(findings.findings(_table(lint_b16=1.0)), "t5_lint_matches") == "not exact"
     # batch 4 loses 0.005 in every seed: within the 0.02 tolerance, so the safe batch moves down to 4
-    assert findings.findings(_table(b4_train=(0.945, 0.945, 0.945))).t5_safe_batch == 4.0
+    assert _n(findings.findings(_table(b4_train=(0.945, 0.945, 0.945))), "t5_safe_batch") == 4.0
     # batch 4 loses 0.015 +- 0.01 over 3 seeds: the one-sided test at 0.05/13 does not reject, safe only from 16
-    assert findings.findings(_table(b4_train=(0.925, 0.935, 0.945))).t5_safe_batch == 16.0
+    assert _n(findings.findings(_table(b4_train=(0.925, 0.935, 0.945))), "t5_safe_batch") == 16.0
     f = findings.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # one seed's sorted model does well: not decided
     assert _v(f, "t6_meter_gap") == "not decided"
     f = findings.findings(_table(fixed_peak=0.0005))  # the fix's best rate at the grid's lower end
-    assert f.t3_lr_fixed == 0.0005 and f.t3_lr_interior is False
+    assert _n(f, "t3_lr_fixed") == 0.0005 and _n(f, "t3_lr_interior") is False
     f = findings.findings(_table(tuned_fixed=(0.6, 0.62, 0.64)))  # the fix as good as the whole model, every seed
-    assert f.claim("t3_tuned_whole_vs_fix")["estimate"] == pytest.approx(0.0)
+    assert _c(f, "t3_tuned_whole_vs_fix")["estimate"] == pytest.approx(0.0)
     assert _v(f, "t3_tuned_whole_vs_fix") == "not decided"
     f = findings.findings(_table(tuned_fixed=(0.5, 0.52, 0.54)))  # 0.1 lower in every seed: shown
     assert _v(f, "t3_tuned_whole_vs_fix") == "whole model higher"
     assert _v(findings.findings(_table(eval_dropout_off=0.0)), "t3_eval_dropout_off") == "not exact"
     # a mean change inside +-0.02 whose interval is not: not decided, not equivalent
     f = findings.findings(_table(after_seeds=(0.01, -0.015, 0.012)))
-    assert abs(f.claim("t4_after")["estimate"]) < 0.02 and _v(f, "t4_after") == "not decided"
-    assert findings.findings(_table(half_lint=(1.0, 0.0, 1.0))).t4_flagged_every_seed is False
+    assert abs(_c(f, "t4_after")["estimate"]) < 0.02 and _v(f, "t4_after") == "not decided"
+    assert _n(findings.findings(_table(half_lint=(1.0, 0.0, 1.0))), "t4_flagged_every_seed") is False
     # trap 1 at tuned rates: one seed's drifting head below the pinned one -> not decided; grid end flagged
     f = findings.findings(_table(drift_test=(0.7, 0.5, 0.74)))
-    assert _v(f, "t1_tuned_price") == "not decided" and f.t1_tuned_price_b_neg_seeds == 1
-    assert findings.findings(_table(drift_peak=0.05)).t1_tuned_lr_interior is False
+    assert _v(f, "t1_tuned_price") == "not decided" and _n(f, "t1_tuned_price_b_neg_seeds") == 1
+    assert _n(findings.findings(_table(drift_peak=0.05)), "t1_tuned_lr_interior") is False
     # trap 5's training arm: no loss at 4 -> safe from 4, nothing below min_batch shown
     f = findings.findings(_table(bt_b4=(0.95, 0.95, 0.95), bt_b16=(0.95, 0.95, 0.95)))
-    assert f.t5t_safe_batch == 4.0 and f.t5t_costs_n == 0
+    assert _n(f, "t5t_safe_batch") == 4.0 and _n(f, "t5t_costs_n") == 0
     f = findings.findings(_table(bt_b16=(0.94, 0.92, 0.95)))  # batch 16 loses up to 0.03: safe only from 32
-    assert f.t5t_safe_batch == 32.0
+    assert _n(f, "t5t_safe_batch") == 32.0
     f = findings.findings(_table(sorted_eval=(0.25, 0.26, 0.255), sorted_meter=0.255))  # meter within +-0.05
     assert _v(f, "t6_meter_gap") == "equivalent within ±0.05"
 
@@ -486,7 +519,7 @@ def test_tiny_run_is_tidy_and_each_trap_shows_and_each_fix_holds_exactly(tiny):
     again = run.run(cfg, ex)
     pd.testing.assert_frame_equal(t, again)
     f = findings.findings(t)
-    assert f.verdict("t1_pinned") == "exact, checked ==" and f.verdict("t2_eval") == "exact, checked =="
+    assert _v(f, "t1_pinned") == "exact, checked ==" and _v(f, "t2_eval") == "exact, checked =="
 
 
 def test_thread_check_reruns_the_cited_runs_at_the_other_thread_count(tiny):
@@ -497,8 +530,9 @@ def test_thread_check_reruns_the_cited_runs_at_the_other_thread_count(tiny):
     main = tc[tc["threads"] == 1].set_index("quantity")["accuracy"]
     assert main["t1_pinned"] == _q(t, "train_call", "pinned", "task_b").iloc[0]  # the main rows, unchanged
     f = findings.thread_findings(tc)
-    assert f.n_runs == len(run.THREAD_QUANTITIES) * cfg.thread_seeds and 0 <= f.max_diff <= 1
-    assert set(f.paired_largest) == set(findings.THREAD_PAIRS)
+    assert number(f, "n_runs") == len(run.THREAD_QUANTITIES) * cfg.thread_seeds and 0 <= number(f, "max_diff") <= 1
+    assert {k for k in f["key"] if k.startswith("paired_largest_")} == {f"paired_largest_{k}" for k in
+                                                                      findings.THREAD_PAIRS}
 
 
 def test_first_seed_audit_recomputes_the_cached_row(tiny):
@@ -536,22 +570,28 @@ _HOLDS = dict(whole_at_fix=(0.8, 0.82, 0.84), tuned_fixed=(0.4, 0.45, 0.5),  # r
 
 def test_dropout_mechanism_findings_on_a_table_where_the_hypothesis_holds():
     f = findings.findings(_table(**_HOLDS))
-    assert (f.t3d_lr_raw, f.t3d_lr_std, f.t3d_std_n_lrs, f.t3d_std_lr_interior) == (0.001, 0.05, 3, True)
-    assert f.t3d_ps == "0.1, 0.3, 0.5" and (f.t3d_p_low, f.t3d_p_high, f.t3d_p_page) == (0.1, 0.5, 0.3)
-    assert f.t3d_acc["raw_off"] == pytest.approx(0.82) and f.t3d_acc["std_p30"] == pytest.approx(0.771)
+    assert (_n(f, "t3d_lr_raw"), _n(f, "t3d_lr_std"), _n(f, "t3d_std_n_lrs"), _n(f, "t3d_std_lr_interior")) == \
+        (0.001, 0.05, 3, True)
+    assert findings.page_words(*f)["t3d_ps"] == "0.1, 0.3, 0.5" and \
+        (_n(f, "t3d_p_low"), _n(f, "t3d_p_high"), _n(f, "t3d_p_page")) == (0.1, 0.5, 0.3)
+    assert _n(f, "t3d_acc_raw_off") == pytest.approx(0.82) and _n(f, "t3d_acc_std_p30") == pytest.approx(0.771)
     # dropout's effect, fix at p - fix with dropout off: negative, a cost
-    assert f.t3d_effect["raw_p30"].mean == pytest.approx(-0.37) and f.t3d_effect["raw_p10"].mean == pytest.approx(-0.049)
-    assert f.t3d_effect["raw_p50"].mean == pytest.approx(-0.6) and f.t3d_effect["std_p30"].mean == pytest.approx(-0.029)
-    c = f.claim("t3d_growth_raw")  # effect at 0.5 - effect at 0.1: -0.551, the cost grows with the rate
+    assert _n(f, "t3d_effect_raw_p30").mean == pytest.approx(-0.37) and _n(f, "t3d_effect_raw_p10").mean == \
+        pytest.approx(-0.049)
+    assert _n(f, "t3d_effect_raw_p50").mean == pytest.approx(-0.6) and _n(f, "t3d_effect_std_p30").mean == \
+        pytest.approx(-0.029)
+    c = _c(f, "t3d_growth_raw")  # effect at 0.5 - effect at 0.1: -0.551, the cost grows with the rate
     assert c["estimate"] == pytest.approx(-0.551) and c["high"] < 0 and c["verdict"] == "cost grows with the rate"
-    c = f.claim("t3d_std_vs_raw")  # standardized effect - raw effect at 0.3: +0.341
+    c = _c(f, "t3d_std_vs_raw")  # standardized effect - raw effect at 0.3: +0.341
     assert c["estimate"] == pytest.approx(0.341) and c["verdict"] == "standardized costs less"
-    assert f.t3d_std_vs_raw_at["p30"].mean == pytest.approx(0.341)
-    assert f.t3d_hypothesis is True and f.t3d_hypothesis_words.startswith("The data are consistent with it")
+    assert _n(f, "t3d_std_vs_raw_at_p30").mean == pytest.approx(0.341)
+    assert _n(f, "t3d_hypothesis") is True and findings.page_words(*f)["t3d_hypothesis_words"].startswith(
+        "The data are consistent with it")
     # the effect as a share of each kind's no-dropout accuracy, per seed (raw: -0.37 / 0.82 on average)
-    assert f.t3d_rel_effect["raw"].mean == pytest.approx(-0.452, abs=1e-3) and f.t3d_rel_effect["std"].mean > -0.04
-    assert f.t3d_rel_std_vs_raw.low > 0
-    t = figures.dropout_mechanism_table(f)
+    assert _n(f, "t3d_rel_effect_raw").mean == pytest.approx(-0.452, abs=1e-3) and \
+        _n(f, "t3d_rel_effect_std").mean > -0.04
+    assert _n(f, "t3d_rel_std_vs_raw").low > 0
+    t = figures.dropout_mechanism_table(f[1])
     assert list(t.index) == [0.1, 0.3, 0.5] and t.loc[0.3, "raw features"].startswith("-0.370 [")
     assert t.loc[0.3, "standardized minus raw"].startswith("+0.341 [")
 
@@ -559,20 +599,80 @@ def test_dropout_mechanism_findings_on_a_table_where_the_hypothesis_holds():
 def test_dropout_mechanism_says_which_part_of_the_hypothesis_fails():
     # the raw cost does not grow: p = 0.5 as good as p = 0.1 in one seed, worse in another
     f = findings.findings(_table(**{**_HOLDS, "dm_raw": {0.1: (0.75, 0.77, 0.79), 0.5: (0.76, 0.5, 0.8)}}))
-    assert f.verdict("t3d_growth_raw") == "not decided" and f.t3d_hypothesis is False
-    assert "do not show that the dropout cost grows with the dropout rate" in f.t3d_hypothesis_words
-    assert "standardizing" not in f.t3d_hypothesis_words
+    assert _v(f, "t3d_growth_raw") == "not decided" and _n(f, "t3d_hypothesis") is False
+    words = findings.page_words(*f)["t3d_hypothesis_words"]
+    assert "do not show that the dropout cost grows with the dropout rate" in words and "standardizing" not in words
     # standardizing does not shrink the cost: the standardized effect as large as the raw one
     f = findings.findings(_table(**{**_HOLDS, "dm_std": {0.0: (0.8, 0.8, 0.8), 0.1: (0.7, 0.7, 0.7),
                                                    0.3: (0.4, 0.43, 0.46), 0.5: (0.3, 0.3, 0.3)}}))
-    assert f.claim("t3d_std_vs_raw")["estimate"] == pytest.approx(0.0, abs=1e-9)
-    assert f.verdict("t3d_std_vs_raw") == "not decided" and f.t3d_hypothesis is False
-    assert "that standardizing the features shrinks" in f.t3d_hypothesis_words
+    assert _c(f, "t3d_std_vs_raw")["estimate"] == pytest.approx(0.0, abs=1e-9)
+    assert _v(f, "t3d_std_vs_raw") == "not decided" and _n(f, "t3d_hypothesis") is False
+    assert "that standardizing the features shrinks" in findings.page_words(*f)["t3d_hypothesis_words"]
     # the standardized fix's best rate at an end of its grid is flagged
-    assert findings.findings(_table(**_HOLDS, std_peak=0.2)).t3d_std_lr_interior is False
-    assert findings.hypothesis_words("cost grows with the rate", "standardized costs less").startswith("The data are")
-    words = findings.hypothesis_words("cost shrinks with the rate", "standardized costs less")
+    assert _n(findings.findings(_table(**_HOLDS, std_peak=0.2)), "t3d_std_lr_interior") is False
+    # the hypothesis' words follow the two verdicts alone (the notes' flips: test_each_note_flips_with_its_rule)
+    C, N = findings.findings(_table(**_HOLDS))
+    assert _hypothesis(C, N, "cost grows with the rate", "standardized costs less").startswith("The data are")
+    words = _hypothesis(C, N, "cost shrinks with the rate", "standardized costs less")
     assert words.startswith("It is not shown as stated") and "grows with the dropout rate" in words
+
+
+def _with_verdicts(C, **verdicts):
+    """The claims table ``C`` with the verdicts of the keys given replaced."""
+    C = C.copy()
+    for key, verdict in verdicts.items():
+        C.loc[C["key"] == key, "verdict"] = verdict
+    return C
+
+
+def _hypothesis(C, N, growth, std_vs_raw):
+    """Trap 3's hypothesis note with the verdicts of its two claims set to ``growth`` and ``std_vs_raw``."""
+    from bnstudy.words import notes
+    return notes(findings.NOTES, _with_verdicts(C, t3d_growth_raw=growth, t3d_std_vs_raw=std_vs_raw),
+                 N)["t3d_hypothesis_words"]
+
+
+def test_each_note_flips_with_its_rule():
+    """Every rule-triggered note (findings.NOTES): exactly one holds per key, and turning its rule round says the
+    other sentence."""
+    from bnstudy.words import notes
+    C, N = findings.findings(_table(**_HOLDS))
+    said = lambda c=C, n=N: notes(findings.NOTES, c, n)  # noqa: E731
+    base = said()
+    assert set(base) == {"t3d_hypothesis_words", "t5t_threshold_word", "t6_seed", "t5_safe_p_text",
+                         "t5_safe_count_text", "t1_loss_note"} == {note.key for note in findings.NOTES}
+    # trap 3's hypothesis: one sentence per pair of verdicts
+    grows, less, nd = "cost grows with the rate", "standardized costs less", "not decided"
+    texts = {(g, s_): _hypothesis(C, N, g, s_) for g in (grows, nd) for s_ in (less, nd)}
+    assert texts[(grows, less)] == base["t3d_hypothesis_words"] and base["t3d_hypothesis_words"].startswith(
+        "The data are consistent with it") and len(set(texts.values())) == 4
+    assert "grows with the dropout rate" in texts[(nd, less)] and "standardizing" not in texts[(nd, less)]
+    assert "standardizing the features shrinks" in texts[(grows, nd)] and "grows with" not in texts[(grows, nd)]
+    assert texts[(nd, nd)] == ("It is not shown as stated: these data do not show that the dropout cost grows with "
+                               "the dropout rate on raw features; these data do not show that standardizing the "
+                               "features shrinks the dropout cost.")
+    # trap 5's training arm: its safe batch against the small_batch lint's threshold (16)
+    assert base["t5t_threshold_word"] == "at"
+    for batch, word in ((4.0, "below"), (16.0, "at"), (32.0, "above"),
+                        (float("nan"), "nowhere in the grid tried: no batch is safe by this rule,")):
+        assert said(n=with_numbers(N, {"t5t_safe_batch": batch}))["t5t_threshold_word"] == word
+    # trap 6 against seed article 002: the meter overstates, then understates
+    assert base["t6_seed"] == ("That is seed article 002's warning: under class-sorted batches the training meter "
+                               "looked better than held-out accuracy.")
+    lower = C.copy()
+    lower.loc[lower["key"] == "t6_meter_gap", "kind"] = "lower"
+    assert said(c=lower)["t6_seed"] == (f"Seed article 002 warns that the meter \"can look healthy\" under "
+                                        f"class-sorted batches; here the meter understated held-out accuracy, and "
+                                        f"both stood against the {number(N, 't6_meter_shuffled'):.3f} the meter read "
+                                        f"on shuffled batches.")
+    # trap 5's safe batch: its p and sample count, n/a without one
+    assert (base["t5_safe_p_text"], base["t5_safe_count_text"]) == ("0.0e+00", "1024 at the safe batch (16)")
+    none = said(n=with_numbers(N, {"t5_safe_p": float("nan"), "t5_safe_count": float("nan")}))
+    assert (none["t5_safe_p_text"], none["t5_safe_count_text"]) == ("n/a (no batch is safe by this rule)", "n/a")
+    # trap 1's head losses: not recorded in this table; recorded in another
+    assert base["t1_loss_note"] == "not recorded in the run behind this page (its table predates the column)"
+    assert notes(findings.NOTES, *findings.findings(_table(head_loss=(20.0, 10.0))))["t1_loss_note"] == \
+        "pinned 40.00 and 20.00 nats; drifting 20.00 and 10.00"
 
 
 def test_findings_need_the_dropout_mechanism_rows():
@@ -625,13 +725,15 @@ def _threads(main=(0.5, 0.6), other=(0.52, 0.57), quantities=("t1_eval_once", "t
 
 def test_thread_findings_on_a_hand_made_table():
     f = findings.thread_findings(_threads())
-    assert (f.n_seeds, f.threads_main, f.threads_other, f.n_runs, f.n_differ) == (2, 1, 2, 4, 4)
-    assert f.largest["t1_eval_once"] == pytest.approx(0.03) and f.typical["t1_eval_once"] == pytest.approx(0.025)
-    assert (f.max_diff, f.mean_diff) == pytest.approx((0.03, 0.025))
-    assert f.max_quantity == findings.THREAD_WORDS["t1_eval_once"]
-    assert f.paired_largest == {"t1_price": pytest.approx(0.0)}  # both runs moved alike: the difference kept
+    n = lambda key: number(f, key)  # noqa: E731
+    assert (n("n_seeds"), n("threads_main"), n("threads_other"), n("n_runs"), n("n_differ")) == (2, 1, 2, 4, 4)
+    assert n("largest_t1_eval_once") == pytest.approx(0.03) and n("typical_t1_eval_once") == pytest.approx(0.025)
+    assert (n("max_diff"), n("mean_diff")) == pytest.approx((0.03, 0.025))
+    assert findings.thread_words(f) == {"max_quantity": findings.THREAD_WORDS["t1_eval_once"]}
+    assert [k for k in f["key"] if k.startswith("paired_largest_")] == ["paired_largest_t1_price"]
+    assert n("paired_largest_t1_price") == pytest.approx(0.0)  # both runs moved alike: the difference kept
     f = findings.thread_findings(_threads(other=(0.5, 0.6)))  # nothing moved
-    assert f.n_differ == 0 and f.max_diff == 0.0
+    assert n("n_differ") == 0 and n("max_diff") == 0.0
     with pytest.raises(ValueError, match="exactly two thread counts including main_threads=1"):
         findings.thread_findings(_threads().assign(threads=2))
     with pytest.raises(ValueError, match="every \\(seed, quantity\\) at both"):
@@ -764,7 +866,7 @@ def _set(df, trap, case, **values):
 
 def test_answer_on_a_hand_made_table_states_what_the_findings_say():
     f = findings.findings(_table())
-    a = findings.answer(f)
+    a = findings.answer(*f)
     assert a.count(". ") + 1 >= 5 and "{glue" not in a and "nan" not in a.lower().split()
     assert "is undone by the training loop's next `model.train()`" in a and "task A fell from 0.950 to 0.300" in a
     assert "although no backbone weight moved" in a
@@ -773,16 +875,16 @@ def test_answer_on_a_hand_made_table_states_what_the_findings_say():
     assert "these seeds do not tell the two main heads apart" in a and "**not decided**" in a
     assert "cost train mode accuracy" in a and "**train mode lower**" in a and "share of 0.50" in a
     assert "loses less than 0.02 from batch 16 on" in a and "at the `small_batch` lint's threshold of 16" in a
-    s = findings.page_sentences(f)
+    s = findings.page_words(*f)
     assert s["answer"] == a and "overstated" in s["t6_summary"] and "**meter higher**" in s["t6_summary"]
     assert s["t6_seed"].startswith("That is seed article 002's warning")
     assert s["t5_safe_p_text"] == "0.0e+00" and s["t5_safe_count_text"] == "1024 at the safe batch (16)"
 
 
-def test_flip_each_headline_verdict_and_the_page_sentences_follow():
+def test_flip_each_headline_verdict_and_the_page_words_follow():
     """The flip test: hand-made tables in which each headline outcome of the page turns round; the answer and every
     findings-chosen sentence change with it and no longer assert the old outcome."""
-    base = findings.page_sentences(findings.findings(_table()))
+    base = findings.page_words(*findings.findings(_table()))
     flips = {  # name: (table, sentence key, old words that must go, new words that must come)
         "task A rises after trap 1": (_set(_table(), "train_call", "eval_once", task_a_after=0.99),
                                      "t1_summary", "task A fell from", "task A rose from 0.950 to 0.990"),
@@ -815,18 +917,18 @@ def test_flip_each_headline_verdict_and_the_page_sentences_follow():
                           "the network loses less than 0.02 at no batch size tried"),
     }
     for name, (df, key, old, new) in flips.items():
-        s = findings.page_sentences(findings.findings(df))
+        s = findings.page_words(*findings.findings(df))
         assert old in base[key] and old not in s[key] and new in s[key], name
         assert s[key] != base[key], name
         if key in ("t1_summary", "t2_summary", "t3_summary", "t4_summary", "t5_summary"):
             assert s[key] in s["answer"] and base[key] not in s["answer"], name  # the answer follows
         assert not any(" nan" in v.lower() or "nan " in v.lower() for v in s.values()), name
     # the meter against seed 002: the sentence that agrees with the seed goes when the meter stops overstating
-    s = findings.page_sentences(findings.findings(_table(sorted_eval=(0.3, 0.3, 0.3), sorted_meter=0.1)))
+    s = findings.page_words(*findings.findings(_table(sorted_eval=(0.3, 0.3, 0.3), sorted_meter=0.1)))
     assert base["t6_seed"].startswith("That is seed article 002's warning") and "understated" in s["t6_seed"]
     assert "That is seed article 002's warning" not in s["t6_seed"]
     # no safe batch: printed as n/a, never nan
-    s = findings.page_sentences(findings.findings(flips["no batch safe"][0]))
+    s = findings.page_words(*findings.findings(flips["no batch safe"][0]))
     assert s["t5_safe_p_text"].startswith("n/a") and s["t5_safe_count_text"] == "n/a"
 
 
@@ -834,8 +936,9 @@ def test_safe_batch_is_berger_intersection_union_over_the_larger_batches():
     from bnstudy.inference import intersection_union_p, one_sided_p
     f = findings.findings(_table(b4_train=(0.93, 0.94, 0.945)))
     diffs = {b: np.full(3, 0.0) for b in (16, 32)}
-    assert f.t5_safe_batch == 16.0
-    assert f.t5_safe_p == intersection_union_p([one_sided_p(diffs[b], "greater", null=-findings.TOL_LOSS) for b in (16, 32)])
+    assert _n(f, "t5_safe_batch") == 16.0
+    assert _n(f, "t5_safe_p") == \
+        intersection_union_p([one_sided_p(diffs[b], "greater", null=-findings.TOL_LOSS) for b in (16, 32)])
 
 
 def _markdown_outside_glue(nb_path) -> str:

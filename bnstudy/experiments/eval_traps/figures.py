@@ -1,19 +1,23 @@
 """Chapter 2, what is drawn: the chapter's figures (moved from :mod:`bnstudy.plots`) and its display tables.
 
 The figures take :func:`.run.trap_table`'s tidy tables; the display tables take :func:`.findings.findings`'
-:class:`~.findings.Findings`. Colours come from :mod:`bnstudy.style`; the shared helpers (bars, bands, text
+claims and numbers tables. Colours come from :mod:`bnstudy.style`; the shared helpers (bars, bands, text
 size) from :mod:`bnstudy.plots`.
 """
 
 from __future__ import annotations
+
+import re
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from ... import style
+from ...inference import number
 from ...plots import _interval, _mean_ci_bar, interval_frame, min_text_size
-from .findings import CLAIMS, RULES, Findings, _pkey
+from ...words import claim
+from .findings import CLAIMS, RULES, _pkey, dropout_ps
 
 
 def _curve(table: pd.DataFrame, x: str, value: str) -> pd.DataFrame:
@@ -259,8 +263,14 @@ def _ci_text(iv) -> str:
     return f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
 
 
-def batch_training_table(f: Findings) -> pd.DataFrame:
-    """Trap 5's training arm as a display table (plain text), one row per per-device training batch m.
+def _batches(N: pd.DataFrame, stem: str) -> list[int]:
+    """The batches ``b`` of the numbers table's ``<stem>_b<b>`` rows, ascending."""
+    return sorted(int(k[len(stem) + 2:]) for k in N["key"] if re.fullmatch(rf"{stem}_b\d+", k))
+
+
+def batch_training_table(N: pd.DataFrame) -> pd.DataFrame:
+    """Trap 5's training arm as a display table (plain text), one row per per-device training batch m, from the
+    numbers table ``N`` (:func:`.findings.findings`).
 
     Columns: samples seen (steps x m); held-out eval-mode accuracy of each mode as trained and after re-estimating
     its running statistics with the weights fixed (means over seeds); the paired difference batch statistics minus
@@ -268,39 +278,42 @@ def batch_training_table(f: Findings) -> pd.DataFrame:
     each mode's re-estimated change from the source network; the last epoch's training loss of each mode (nats;
     measured in the mode it trained in). Indexed by ``training batch``.
     """
-    bs = sorted(int(k[1:]) for k in f.t5t_bs_vs_pinned)
-    rows = [{"training batch": b, "samples seen": f"{f.t5t_samples[f'b{b}']:d}",
-             "as trained (batch stats / pinned)": f"{f.t5t_eval[f'batch_stats_b{b}']:.3f} / "
-                                                  f"{f.t5t_eval[f'pinned_b{b}']:.3f}",
-             "re-estimated (batch stats / pinned)": f"{f.t5t_reest[f'batch_stats_b{b}']:.3f} / "
-                                                    f"{f.t5t_reest[f'pinned_b{b}']:.3f}",
-             "batch stats minus pinned, as trained": _ci_text(f.t5t_bs_vs_pinned[f"b{b}"]),
-             "batch stats minus pinned, re-estimated": _ci_text(f.t5t_reest_bs_vs_pinned[f"b{b}"]),
-             "batch stats re-estimated minus source": _ci_text(f.t5t_change[f"batch_stats_reest_b{b}"]),
-             "pinned re-estimated minus source": _ci_text(f.t5t_change[f"pinned_reest_b{b}"]),
-             "last-epoch loss (batch stats / pinned)": f"{f.t5t_loss_last[f'batch_stats_b{b}']:.2f} / "
-                                                       f"{f.t5t_loss_last[f'pinned_b{b}']:.2f}"} for b in bs]
+    n = lambda k: number(N, k)  # noqa: E731
+    rows = [{"training batch": b, "samples seen": f"{n(f't5t_samples_b{b}'):d}",
+             "as trained (batch stats / pinned)": f"{n(f't5t_eval_batch_stats_b{b}'):.3f} / "
+                                                  f"{n(f't5t_eval_pinned_b{b}'):.3f}",
+             "re-estimated (batch stats / pinned)": f"{n(f't5t_reest_batch_stats_b{b}'):.3f} / "
+                                                    f"{n(f't5t_reest_pinned_b{b}'):.3f}",
+             "batch stats minus pinned, as trained": _ci_text(n(f"t5t_bs_vs_pinned_b{b}")),
+             "batch stats minus pinned, re-estimated": _ci_text(n(f"t5t_reest_bs_vs_pinned_b{b}")),
+             "batch stats re-estimated minus source": _ci_text(n(f"t5t_change_batch_stats_reest_b{b}")),
+             "pinned re-estimated minus source": _ci_text(n(f"t5t_change_pinned_reest_b{b}")),
+             "last-epoch loss (batch stats / pinned)": f"{n(f't5t_loss_last_batch_stats_b{b}'):.2f} / "
+                                                       f"{n(f't5t_loss_last_pinned_b{b}'):.2f}"}
+            for b in _batches(N, "t5t_bs_vs_pinned")]
     return pd.DataFrame(rows).set_index("training batch")
 
 
-def dropout_mechanism_table(f: Findings) -> pd.DataFrame:
-    """Trap 3's dropout mechanism as a display table (plain text), one row per head dropout rate p.
+def dropout_mechanism_table(N: pd.DataFrame) -> pd.DataFrame:
+    """Trap 3's dropout mechanism as a display table (plain text), one row per head dropout rate p, from the numbers
+    table ``N`` (:func:`.findings.findings`).
 
     Columns: the fix's main-head accuracy at p on raw / standardized features (means over seeds), dropout's effect
     (fix at p minus fix with dropout off) on raw and on standardized features, and standardized effect minus raw
     effect (mean [95% interval], paired within seed). Indexed by ``dropout p``.
     """
-    ps = [float(x) for x in f.t3d_ps.split(", ")]
-    rows = [{"dropout p": p, "accuracy (raw / standardized)": f"{f.t3d_acc[f'raw_{_pkey(p)}']:.3f} / "
-                                                              f"{f.t3d_acc[f'std_{_pkey(p)}']:.3f}",
-             "raw features": _ci_text(f.t3d_effect[f"raw_{_pkey(p)}"]),
-             "standardized features": _ci_text(f.t3d_effect[f"std_{_pkey(p)}"]),
-             "standardized minus raw": _ci_text(f.t3d_std_vs_raw_at[_pkey(p)])} for p in ps]
+    n = lambda k: number(N, k)  # noqa: E731
+    rows = [{"dropout p": p, "accuracy (raw / standardized)": f"{n(f't3d_acc_raw_{_pkey(p)}'):.3f} / "
+                                                              f"{n(f't3d_acc_std_{_pkey(p)}'):.3f}",
+             "raw features": _ci_text(n(f"t3d_effect_raw_{_pkey(p)}")),
+             "standardized features": _ci_text(n(f"t3d_effect_std_{_pkey(p)}")),
+             "standardized minus raw": _ci_text(n(f"t3d_std_vs_raw_at_{_pkey(p)}"))} for p in dropout_ps(N)]
     return pd.DataFrame(rows).set_index("dropout p")
 
 
-def multiplicity_table(f: Findings) -> pd.DataFrame:
-    """The chapter's family (its claims that are tests, then :data:`RULES`) as a display table (plain text).
+def multiplicity_table(C: pd.DataFrame, N: pd.DataFrame) -> pd.DataFrame:
+    """The chapter's family (its claims that are tests, then :data:`RULES`) as a display table (plain text), from
+    the claims and numbers tables ``C``, ``N`` (:func:`.findings.findings`).
 
     Columns: what is compared (condition minus reference), the estimate with its family (Bonferroni) interval, the
     two-sided p, Holm's adjusted p over the claims table, and the verdict (:func:`bnstudy.inference.decide`); for a
@@ -309,7 +322,7 @@ def multiplicity_table(f: Findings) -> pd.DataFrame:
     """
     fmt = lambda p: "-" if p != p else "< 0.001" if p < 0.001 else f"{p:.3f}"
     rows = []
-    for r in f.claims.itertuples(index=False):
+    for r in C.itertuples(index=False):
         if r.kind in ("exact", "not exact"):
             continue
         stem = "t5t_reest" if r.key.startswith("t5t_reest_b") else r.key
@@ -318,73 +331,79 @@ def multiplicity_table(f: Findings) -> pd.DataFrame:
         rows.append({"comparison": what, "estimate [family interval]": est, "p": fmt(r.p),
                      "Holm p": fmt(r.p_adjusted), "verdict": r.verdict})
     for key, what in RULES.items():
-        b, p = getattr(f, key), getattr(f, "t5_safe_p" if key == "t5_safe_batch" else "t5t_safe_p")
+        b, p = number(N, key), number(N, "t5_safe_p" if key == "t5_safe_batch" else "t5t_safe_p")
         rows.append({"comparison": what, "estimate [family interval]": "-" if b != b else f"safe batch {b:.0f}",
                      "p": fmt(p), "Holm p": "-", "verdict": "-"})
     return pd.DataFrame(rows).set_index("comparison")
 
 
-def checklist_table(f: Findings) -> pd.DataFrame:
-    """The chapter's checklist (one row per trap: what the audit reported in this run, and the fix) from ``f``.
+def checklist_table(C: pd.DataFrame, N: pd.DataFrame) -> pd.DataFrame:
+    """The chapter's checklist (one row per trap: what the audit reported in this run, and the fix) from the claims
+    and numbers tables ``C``, ``N`` (:func:`.findings.findings`).
 
     A DataFrame indexed by ``trap``, with columns ``what the audit reported (this run)`` and ``fix``; plain text (no
     Markdown), for :func:`bnstudy.pages.glue_table`. Means over seeds; ``[a, b]`` a 95% interval over seeds, or the
     family's interval beside a verdict; "per-seed largest" values are averaged over seeds with the range in
     brackets. Referee ch2 item 6.
     """
+    n = lambda k: number(N, k)  # noqa: E731
     ci = lambda iv: f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
     cl = lambda key: (lambda r: f"{r['estimate']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}], {r['verdict']}")(
-        f.claim(key))
-    small = f"t5t_reest_b{f.t5t_smallest}"
-    t5t = (f"batch statistics minus pinned at batch {f.t5t_smallest}: {cl(small)}"
-           if small in set(f.claims["key"]) else f"no training batch below {f.min_batch}")
+        claim(C, key))
+    smallest = n("t5t_smallest")
+    small = f"t5t_reest_b{smallest}"
+    t5t = (f"batch statistics minus pinned at batch {smallest}: {cl(small)}"
+           if small in set(C["key"]) else f"no training batch below {n('min_batch')}")
     rows = [
         ("1. model.train() every epoch undoes backbone.eval()",
-         f"frozen_bn_in_train_mode on every backbone BN; BN in train mode for {f.t1_bn_train:.0%} of calls; running "
-         f"means moved by a per-seed largest {f.t1_mean_shift:.2f} former running SDs (range {f.t1_mean_shift_min:.2f}"
-         f"-{f.t1_mean_shift_max:.2f}); num_batches_tracked +{f.t1_nbt:.0f}; largest change of any backbone weight "
-         f"{f.t1_param:.0f}; probe logits moved by a per-seed largest {f.t1_probe:.2f} (range {f.t1_probe_min:.2f}-"
-         f"{f.t1_probe_max:.2f}); task A {f.t1_task_a_before:.3f} to {f.t1_task_a_after:.3f}",
+         f"frozen_bn_in_train_mode on every backbone BN; BN in train mode for {n('t1_bn_train'):.0%} of calls; running "
+         f"means moved by a per-seed largest {n('t1_mean_shift'):.2f} former running SDs (range "
+         f"{n('t1_mean_shift_min'):.2f}-{n('t1_mean_shift_max'):.2f}); num_batches_tracked +{n('t1_nbt'):.0f}; largest "
+         f"change of any backbone weight {n('t1_param'):.0f}; probe logits moved by a per-seed largest "
+         f"{n('t1_probe'):.2f} (range {n('t1_probe_min'):.2f}-{n('t1_probe_max'):.2f}); task A "
+         f"{n('t1_task_a_before'):.3f} to {n('t1_task_a_after'):.3f}",
          f"pin_eval(backbone) or freeze_batchnorm(backbone): every buffer and probe logit changed by "
-         f"{f.t1_probe_pinned:.0f}"),
+         f"{n('t1_probe_pinned'):.0f}"),
         ("2. no_grad teacher or validation pass left in train mode",
-         f"train_mode_under_no_grad on every BN; {f.t2_nbt:.0f} batches moved running means by a per-seed largest "
-         f"{f.t2_mean_shift:.2f} former running SDs (range {f.t2_mean_shift_min:.2f}-{f.t2_mean_shift_max:.2f}); the "
-         f"same images' logits moved by a per-seed largest {f.t2_logit_mates:.2f} (range {f.t2_logit_mates_min:.2f}-"
-         f"{f.t2_logit_mates_max:.2f}) with other batch mates",
-         f"eval() before any forward pass without a loss: buffer change {f.t2_buffer_eval:.0f}, logits "
+         f"train_mode_under_no_grad on every BN; {n('t2_nbt'):.0f} batches moved running means by a per-seed largest "
+         f"{n('t2_mean_shift'):.2f} former running SDs (range {n('t2_mean_shift_min'):.2f}-"
+         f"{n('t2_mean_shift_max'):.2f}); the same images' logits moved by a per-seed largest "
+         f"{n('t2_logit_mates'):.2f} (range {n('t2_logit_mates_min'):.2f}-{n('t2_logit_mates_max'):.2f}) with other "
+         f"batch mates",
+         f"eval() before any forward pass without a loss: buffer change {n('t2_buffer_eval'):.0f}, logits "
          f"bit-identical whatever the batch mates"),
         ("3. whole model in eval: dropout off, forward changes",
          f"forward_changes_with_mode (AuxOutputs in train, a tensor in eval); dropout_off_in_training on head.0; "
-         f"auxiliary head moved {f.claim('t3_aux_untouched')['estimate']:.0f} (in the loss in "
-         f"{f.t3_aux_loss_whole:.0%} of steps)",
-         f"pin only the frozen part (pin_eval(backbone) or pin_norm_eval): dropout on in {f.t3_dropout_fixed:.0%} of "
-         f"calls, auxiliary loss in {f.t3_aux_loss_fixed:.0%} of steps. Main head with dropout at lr "
-         f"{f.t3_lr_runline:g}: {ci(f.t3_fix_ci)}, against 1.5 times chance {f.verdict('t3_fix_chance')}. At rates "
-         f"chosen on validation data: {ci(f.t3_tuned_fixed_ci)} with dropout against {f.t3_tuned_main_whole:.3f} "
-         f"without, whole model minus fix {cl('t3_tuned_whole_vs_fix')}; the same run's auxiliary head (no dropout) "
-         f"{ci(f.t3_tuned_aux)}. Tune the head's rate and decide whether to keep the dropout"),
+         f"auxiliary head moved {claim(C, 't3_aux_untouched')['estimate']:.0f} (in the loss in "
+         f"{n('t3_aux_loss_whole'):.0%} of steps)",
+         f"pin only the frozen part (pin_eval(backbone) or pin_norm_eval): dropout on in {n('t3_dropout_fixed'):.0%} "
+         f"of calls, auxiliary loss in {n('t3_aux_loss_fixed'):.0%} of steps. Main head with dropout at lr "
+         f"{n('t3_lr_runline'):g}: {ci(n('t3_fix_ci'))}, against 1.5 times chance "
+         f"{claim(C, 't3_fix_chance')['verdict']}. At rates chosen on validation data: {ci(n('t3_tuned_fixed_ci'))} "
+         f"with dropout against {n('t3_tuned_main_whole'):.3f} without, whole model minus fix "
+         f"{cl('t3_tuned_whole_vs_fix')}; the same run's auxiliary head (no dropout) {ci(n('t3_tuned_aux'))}. Tune "
+         f"the head's rate and decide whether to keep the dropout"),
         ("4. label-sorted batches",
-         f"label_sorted_batches from a one-class share of {f.t4_first_flagged:.2f} on the grid tried (label "
-         f"dependence {f.t4_dep_first_flagged:.3f}, lint threshold {f.t4_lint_max_dependence:g}); train-mode accuracy "
-         f"{f.t4_train_shuffled:.3f} shuffled, {f.t4_train_sorted:.3f} sorted; eval mode on the same class-sorted "
-         f"batches {f.t4_eval_sorted:.3f}",
+         f"label_sorted_batches from a one-class share of {n('t4_first_flagged'):.2f} on the grid tried (label "
+         f"dependence {n('t4_dep_first_flagged'):.3f}, lint threshold {n('t4_lint_max_dependence'):g}); train-mode "
+         f"accuracy {n('t4_train_shuffled'):.3f} shuffled, {n('t4_train_sorted'):.3f} sorted; eval mode on the same "
+         f"class-sorted batches {n('t4_eval_sorted'):.3f}",
          "shuffle the loader (or sample batches at random from every class)"),
         ("5. batches of 1 and 2",
-         f"single_value_per_channel / single_sample_batch at 1, small_batch below {f.min_batch}; train-mode "
-         f"inference: accuracy {f.t5_train['b1']:.3f} at batch 1 against {f.t5_eval:.3f} in eval mode, loss below "
-         f"{f.t5_tol:.2f} from batch {f.t5_safe_batch:.0f}; training {f.t5t_steps} more steps, batch statistics "
-         f"against pinned, both re-estimated afterwards: {t5t}; loss below {f.t5_tol:.2f} from batch "
-         f"{f.t5t_safe_batch:.0f}; as trained, the pinned network's stale statistics cost it "
-         f"{ci(f.t5t_change[f'pinned_b{f.t5t_smallest}'])} against the source at batch {f.t5t_smallest}; "
+         f"single_value_per_channel / single_sample_batch at 1, small_batch below {n('min_batch')}; train-mode "
+         f"inference: accuracy {n('t5_train_b1'):.3f} at batch 1 against {n('t5_eval'):.3f} in eval mode, loss below "
+         f"{n('t5_tol'):.2f} from batch {n('t5_safe_batch'):.0f}; training {n('t5t_steps')} more steps, batch "
+         f"statistics against pinned, both re-estimated afterwards: {t5t}; loss below {n('t5_tol'):.2f} from batch "
+         f"{n('t5t_safe_batch'):.0f}; as trained, the pinned network's stale statistics cost it "
+         f"{ci(n(f't5t_change_pinned_b{smallest}'))} against the source at batch {smallest}; "
          f"last_batch_single for 17 samples at batch size 16",
          "drop_last=True; when the per-device batch is small, pin BN in eval (pin_eval or FrozenBatchNorm) for "
          "training, then re-estimate its statistics with the weights fixed (bnstudy.update_bn_stats) before "
          "evaluating; after a domain shift, the same: re-estimate, then freeze"),
         ("6. training on class-sorted batches",
-         f"label_sorted_batches from lint_loader; held-out accuracy {f.t6_eval_sorted:.3f} against "
-         f"{f.t6_eval_shuffled:.3f} trained on shuffled batches; training meter {f.t6_meter_sorted:.3f}; meter minus "
-         f"held-out {cl('t6_meter_gap')}",
+         f"label_sorted_batches from lint_loader; held-out accuracy {n('t6_eval_sorted'):.3f} against "
+         f"{n('t6_eval_shuffled'):.3f} trained on shuffled batches; training meter {n('t6_meter_sorted'):.3f}; meter "
+         f"minus held-out {cl('t6_meter_gap')}",
          "shuffle"),
     ]
     return pd.DataFrame(rows, columns=["trap", "what the audit reported (this run)", "fix"]).set_index("trap")

@@ -1,21 +1,22 @@
-"""Chapter 2, what is claimed: the claims table and the records the page glues, from :mod:`.run`'s tables.
+"""Chapter 2, what is claimed: the claims table and the numbers tables the page glues, from :mod:`.run`'s tables.
 
-:func:`findings` (a claims table from :mod:`bnstudy.inference`, every verdict the page prints, and the descriptive
-numbers its prose cites), :func:`thread_findings` (the thread check's run-to-run variation) and the page's sentences
-chosen by the findings (:func:`page_sentences`). Every difference is *condition minus reference* (:data:`CLAIMS`).
+:func:`findings` (a claims table from :mod:`bnstudy.inference`, every verdict the page prints, and a flat numbers
+table of the descriptive numbers its prose cites), :func:`thread_findings` (the thread check's run-to-run variation,
+a numbers table) and the page's words chosen by the findings (:func:`page_words`: its sentences and the
+rule-triggered :data:`NOTES`). Every difference is *condition minus reference* (:data:`CLAIMS`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ...inference import Family, Interval, claims_table, count_verdicts, decide, exact_check, intersection_union_p, \
-    one_sided_p, t_interval
-from .run import AUX_WEIGHT, BATCH_TRAINING_MODES, CASES, FEATURE_KINDS, P_DROP, REESTIMATE_BATCHES, STAGE1_LR, \
+from ...inference import Family, Interval, Question, ask, claims_table, count_verdicts, decide, exact_check, \
+    intersection_union_p, number, numbers_table, one_sided_p, t_interval
+from ...words import Note, claim, notes
+from .run import AUX_WEIGHT, BATCH_TRAINING_MODES, FEATURE_KINDS, P_DROP, REESTIMATE_BATCHES, STAGE1_LR, \
     THREAD_QUANTITIES, parse_dropout_case
 
 #: Stated tolerances the prose quotes: "within 0.01" (trap 4's curve), "about chance" (1.5x chance), and the
@@ -72,33 +73,18 @@ THREAD_PAIRS = {"t1_price": ("t1_eval_once", "t1_pinned"), "t1_tuned_price": ("t
                 "t3_fix_vs_whole": ("t3_fix", "t3_whole"), "t3_tuned_fix_vs_whole": ("t3_tuned_fix", "t3_tuned_whole")}
 
 
-@dataclass(frozen=True)
-class ThreadFindings:
-    """Run-to-run variation of chapter 2's cited accuracies between two torch thread counts (fractions 0..1).
 
-    From :func:`thread_check`'s table. ``threads_main`` / ``threads_other``: the two counts; ``n_seeds`` seeds,
-    ``n_runs`` (seed, quantity) pairs, ``n_differ`` of them changed. Per quantity of :data:`THREAD_QUANTITIES`:
-    ``largest`` |other - main| over seeds and ``typical`` (the mean |change| over seeds); ``max_diff`` /
-    ``mean_diff`` over every pair, ``max_quantity`` the quantity with the largest. ``paired_largest``: per
-    difference of :data:`THREAD_PAIRS`, the largest |change| of that per-seed paired difference when both of its
-    runs move to the other count (the page's paired differences are computed within one count).
-    """
+def thread_findings(tc: pd.DataFrame, main_threads: int = 1) -> pd.DataFrame:
+    """Run-to-run variation of chapter 2's cited accuracies between two torch thread counts (fractions 0..1), as a
+    numbers table (:func:`bnstudy.inference.numbers_table`; glued as ``ch02_threads_<key>``) from
+    :func:`thread_check`'s table (``seed, quantity, threads, accuracy``).
 
-    n_seeds: int
-    threads_main: int
-    threads_other: int
-    n_runs: int
-    n_differ: int
-    largest: dict
-    typical: dict
-    max_diff: float
-    mean_diff: float
-    max_quantity: str
-    paired_largest: dict
-
-
-def thread_findings(tc: pd.DataFrame, main_threads: int = 1) -> ThreadFindings:
-    """:class:`ThreadFindings` from :func:`thread_check`'s table (``seed, quantity, threads, accuracy``).
+    ``threads_main`` / ``threads_other``: the two counts; ``n_seeds`` seeds, ``n_runs`` (seed, quantity) pairs,
+    ``n_differ`` of them changed. Per quantity of :data:`THREAD_QUANTITIES`: ``largest_<quantity>`` |other - main|
+    over seeds and ``typical_<quantity>`` (the mean |change| over seeds); ``max_diff`` / ``mean_diff`` over every
+    pair (:func:`thread_words` names the quantity with the largest). ``paired_largest_<difference>``: per difference
+    of :data:`THREAD_PAIRS`, the largest |change| of that per-seed paired difference when both of its runs move to
+    the other count (the page's paired differences are computed within one count).
 
     Raises ``ValueError`` unless the table has exactly two thread counts, one of them ``main_threads``, and every
     (seed, quantity) at both.
@@ -119,13 +105,19 @@ def thread_findings(tc: pd.DataFrame, main_threads: int = 1) -> ThreadFindings:
     pair = lambda x, m, s_: x.xs(m, level="quantity") - x.xs(s_, level="quantity")
     paired = {k: float((pair(b, m, s_) - pair(a, m, s_)).abs().max()) for k, (m, s_) in THREAD_PAIRS.items()
               if m in per and s_ in per}
-    return ThreadFindings(n_seeds=int(a.index.get_level_values("seed").nunique()), threads_main=main_threads,
-                          threads_other=other, n_runs=int(len(d)), n_differ=int((d > 0).sum()),
-                          largest={q: float(v.max()) for q, v in per.items()},
-                          typical={q: float(v.mean()) for q, v in per.items()},
-                          max_diff=float(d.max()), mean_diff=float(d.mean()),
-                          max_quantity=THREAD_WORDS.get(max(per, key=lambda q: per[q].max()), ""),
-                          paired_largest=paired)
+    return numbers_table(dict(n_seeds=int(a.index.get_level_values("seed").nunique()), threads_main=main_threads,
+                              threads_other=other, n_runs=int(len(d)), n_differ=int((d > 0).sum()),
+                              largest={q: float(v.max()) for q, v in per.items()},
+                              typical={q: float(v.mean()) for q, v in per.items()},
+                              max_diff=float(d.max()), mean_diff=float(d.mean()), paired_largest=paired))
+
+
+def thread_words(t: pd.DataFrame) -> dict:
+    """The thread check's words (``{"max_quantity": ...}``, glued plain as ``ch02_threads_max_quantity``): how the
+    page names the quantity with the largest change (:data:`THREAD_WORDS`; the first of :func:`thread_findings`'
+    order on a tie, ``""`` for a quantity it has no words for)."""
+    largest = {k[len("largest_"):]: float(v) for k, v in zip(t["key"], t["value"]) if k.startswith("largest_")}
+    return {"max_quantity": THREAD_WORDS.get(max(largest, key=largest.get), "")}
 
 
 #: How the page names each thread-check quantity.
@@ -138,291 +130,8 @@ THREAD_WORDS = {"t1_eval_once": "trap 1's drifting head at the run line's rate",
                 "t3_tuned_fix": "trap 3's fix at its tuned rate"}
 
 
+
 # --- findings ---------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Numbers:
-    """The descriptive numbers chapter 2's prose and checklist cite (accuracies are fractions 0..1); its verdicts
-    are in :class:`Findings`' claims table, not here.
-
-    A plain number is the mean over seeds; ``<name>_min`` / ``<name>_max`` are the lowest and highest seed's value
-    (for a per-seed largest value, ``<name>`` is its mean over seeds). Intervals are 95% Student-t intervals over
-    seeds of a per-seed difference, *condition minus reference*, descriptive (no verdict). Booleans are plain facts
-    of the run (a lint fired in every seed, a chosen rate lies inside its grid), not statistical claims.
-    ``t1_price_b``: ``task_b(eval_once) - task_b(pinned)`` at the run line's untuned rate (referee ch2 item 2);
-    ``t1_loss_*``: the head's mean training cross-entropy (nats) over the first / last epoch (NaN for runs made
-    before it was recorded). ``t3_same_rate_*``: whole model minus fix at the same rate (paired), at the grid's
-    lowest / highest rate and the lowest / highest mean over the grid; ``t3_tuned_aux``: the fix's auxiliary head
-    (no dropout, same run) at the rate with its best validation accuracy (``t3_lr_aux``). ``t3d_effect``: dropout's
-    effect, fix at p minus fix with dropout off (negative: dropout costs). ``t5_safe_batch`` / ``t5t_safe_batch``:
-    the smallest batch from which every larger one loses less than ``TOL_LOSS`` (one-sided t tests at the family's
-    level, intersection-union; ``*_p`` the largest of those p-values), NaN if none. ``t5t_costs_n``: batches below
-    ``min_batch`` where batch statistics score lower than pinned (re-estimated), Holm-adjusted p below ``ALPHA``
-    over the claims table, of ``t5t_n_below``; ``t5t_costs_n_as_trained``: the same count for the comparison as
-    trained, over those batches' own claims table (:func:`_as_trained_claims`). ``family_m``: the family's size (the claims that are tests, plus
-    the two safe-batch rules); ``family_confidence``: its intervals' confidence in percent.
-    """
-
-    n_seeds: int
-    chance: float
-    source_acc: float
-    steps: int
-    epoch_steps: int
-    batch_size: int
-    teacher_batches: int
-    n_eval: int
-    min_batch: int
-    family_m: int
-    family_confidence: float
-    # trap 1
-    t1_bn_train: float
-    t1_nbt: float
-    t1_param: float
-    t1_buffer: float
-    t1_buffer_min: float
-    t1_buffer_max: float
-    t1_probe: float
-    t1_probe_min: float
-    t1_probe_max: float
-    t1_task_a_before: float
-    t1_task_a_before_min: float
-    t1_task_a_before_max: float
-    t1_task_a_after: float
-    t1_task_a_after_min: float
-    t1_task_a_after_max: float
-    t1_task_b_eval_once: float
-    t1_task_b_pinned: float
-    t1_task_a_after_pinned: float
-    t1_probe_pinned: float
-    t1_buffer_pinned: float
-    t1_lint_every_seed: bool
-    t1_price_b: Interval
-    t1_price_b_pos_seeds: int
-    t1_price_b_neg_seeds: int
-    t1_loss_first_eval_once: float
-    t1_loss_first_pinned: float
-    t1_loss_last_eval_once: float
-    t1_loss_last_pinned: float
-    t1_mean_shift: float
-    t1_mean_shift_min: float
-    t1_mean_shift_max: float
-    t1_log_var: float
-    t1_log_var_min: float
-    t1_log_var_max: float
-    # trap 1 at tuned rates
-    t1_tuned_lr_drifting: float
-    t1_tuned_lr_pinned: float
-    t1_tuned_lr_interior: bool
-    t1_tuned_n_lrs: int
-    t1_tuned_lr_min: float
-    t1_tuned_lr_max: float
-    t1_tuned_b_drifting: float
-    t1_tuned_b_drifting_min: float
-    t1_tuned_b_drifting_max: float
-    t1_tuned_b_pinned: float
-    t1_tuned_b_pinned_min: float
-    t1_tuned_b_pinned_max: float
-    t1_tuned_price_b_pos_seeds: int
-    t1_tuned_price_b_neg_seeds: int
-    t1_tuned_price_b_same_rate: Interval
-    t1_tuned_gain_drifting: Interval
-    t1_tuned_gain_pinned: Interval
-    t1_tuned_price_b_half: Interval
-    t1_tuned_price_change: Interval
-    t1_tuned_loss_last_drifting: float
-    t1_tuned_loss_last_pinned: float
-    # trap 2
-    t2_nbt: float
-    t2_buffer: float
-    t2_buffer_min: float
-    t2_buffer_max: float
-    t2_probe: float
-    t2_task_a_before: float
-    t2_task_a_after: float
-    t2_task_a_after_min: float
-    t2_task_a_after_max: float
-    t2_acc_a_mates: float
-    t2_acc_a_mates_min: float
-    t2_acc_a_mates_max: float
-    t2_acc_b_mates: float
-    t2_acc_b_mates_min: float
-    t2_acc_b_mates_max: float
-    t2_logit_mates: float
-    t2_logit_mates_min: float
-    t2_logit_mates_max: float
-    t2_logit_mates_eval: float
-    t2_acc_mates_eval: float
-    t2_buffer_eval: float
-    t2_mean_shift: float
-    t2_mean_shift_min: float
-    t2_mean_shift_max: float
-    t2_log_var: float
-    t2_log_var_min: float
-    t2_log_var_max: float
-    # trap 3
-    t3_aux_loss_whole: float
-    t3_dropout_whole: float
-    t3_task_b_aux_whole: float
-    t3_task_b_aux_whole_min: float
-    t3_task_b_aux_whole_max: float
-    t3_aux_loss_fixed: float
-    t3_aux_change_fixed: float
-    t3_dropout_fixed: float
-    t3_task_b_aux_fixed: float
-    t3_task_b_aux_fixed_min: float
-    t3_task_b_aux_fixed_max: float
-    t3_task_b_main_whole: float
-    t3_task_b_main_fixed: float
-    t3_task_b_main_nodrop: float
-    t3_dropout_effect: Interval
-    t3_n_features: int
-    t3_p_drop_pct: float
-    t3_chance_line: float
-    t3_fix_ci: Interval
-    t3_fix_seeds_below: int
-    t3_lr_aux: float
-    t3_tuned_aux: Interval
-    t3_tuned_aux_vs_whole: Interval
-    t3_same_rate_low_lr: float
-    t3_same_rate_low: Interval
-    t3_same_rate_high_lr: float
-    t3_same_rate_high: Interval
-    t3_same_rate_min: float
-    t3_same_rate_max: float
-    t3_loss_first_fixed: float
-    t3_loss_last_fixed: float
-    t3_loss_last_whole: float
-    t3_lr_whole: float
-    t3_lr_fixed: float
-    t3_lr_interior: bool
-    t3_lr_runline: float
-    t3_n_lrs: int
-    t3_lr_min: float
-    t3_lr_max: float
-    t3_tuned_steps: int
-    t3_tuned_main_whole: float
-    t3_tuned_main_whole_min: float
-    t3_tuned_main_whole_max: float
-    t3_tuned_main_fixed: float
-    t3_tuned_main_fixed_min: float
-    t3_tuned_main_fixed_max: float
-    t3_tuned_fixed_ci: Interval
-    t3_tuned_gain_fixed: Interval
-    t3_tuned_gain_whole: Interval
-    t3_tuned_loss_last_fixed: float
-    t3_tuned_loss_last_whole: float
-    t3_tuned_aux_fixed: float
-    t3_aux_vs_fix_main: Interval
-    t3_aux_vs_fix_main_same_rate: Interval
-    t3_aux_weight: float
-    # trap 3's dropout mechanism (referee ch2c N5)
-    t3d_ps: str
-    t3d_p_low: float
-    t3d_p_high: float
-    t3d_p_page: float
-    t3d_lr_raw: float
-    t3d_lr_std: float
-    t3d_std_n_lrs: int
-    t3d_std_lr_interior: bool
-    t3d_acc: dict
-    t3d_effect: dict
-    t3d_std_vs_raw_at: dict
-    t3d_growth_std: Interval
-    t3d_rel_effect: dict
-    t3d_rel_std_vs_raw: Interval
-    t3d_hypothesis: bool
-    t3d_hypothesis_words: str
-    # trap 4
-    t4_eval_shuffled: float
-    t4_eval_sorted: float
-    t4_train_shuffled: float
-    t4_train_half: float
-    t4_half: float
-    t4_train_sorted: float
-    t4_train_sorted_min: float
-    t4_train_sorted_max: float
-    t4_monotone: bool
-    t4_first_flagged: float
-    t4_dep_first_flagged: float
-    t4_dep_shuffled: float
-    t4_shuffled_clean: bool
-    t4_flagged_every_seed: bool
-    t4_after_sorted: float
-    t4_train_vs_eval_shuffled: Interval
-    t4_train_vs_eval_half: Interval
-    t4_train_vs_eval_sorted: Interval
-    t4_lint_max_dependence: float
-    t4_tol_after: float
-    # trap 5
-    t5_train: dict
-    t5_smallest: int
-    t5_eval: float
-    t5_first_ok: float
-    t5_train_vs_eval: dict
-    t5_count: dict
-    t5_safe_batch: float
-    t5_safe_p: float
-    t5_safe_count: float
-    t5_tol: float
-    t5t_steps: int
-    t5t_largest: int
-    t5t_smallest: int
-    t5t_samples: dict
-    t5t_eval: dict
-    t5t_reest: dict
-    t5t_bs_vs_pinned: dict
-    t5t_reest_bs_vs_pinned: dict
-    t5t_change: dict
-    t5t_reest_gain: dict
-    t5t_loss_last: dict
-    t5t_safe_batch: float
-    t5t_safe_p: float
-    t5t_safe_batch_as_trained: float
-    t5t_threshold_word: str
-    t5t_n_below: int
-    t5t_costs_n: int
-    t5t_costs_n_as_trained: int
-    t5t_pinned_reest_below_n: int
-    t5t_reest_batches: int
-    stage1_lr: float
-    # trap 6
-    t6_meter_shuffled: float
-    t6_meter_sorted: float
-    t6_eval_shuffled: float
-    t6_eval_sorted: float
-    t6_eval_sorted_min: float
-    t6_eval_sorted_max: float
-    t6_batch_stats_sorted: float
-    t6_gap_shuffled: Interval
-    t6_sorted_vs_shuffled: Interval
-    t6_tie_margin: float
-
-
-@dataclass(frozen=True)
-class Findings:
-    """Chapter 2's findings: ``claims``, its claims table (:func:`bnstudy.inference.claims_table`; the notebook glues
-    it with :func:`bnstudy.pages.glue_claims`: every verdict the page prints is a ``verdict`` of it), and
-    ``numbers``, the descriptive :class:`Numbers`. Attribute access falls through to ``numbers``
-    (``f.t1_buffer``); ``f.claim(key)`` is one row of ``claims``."""
-
-    claims: pd.DataFrame
-    numbers: Numbers
-
-    def __getattr__(self, name):
-        if name in ("claims", "numbers"):
-            raise AttributeError(name)
-        return getattr(self.numbers, name)
-
-    def claim(self, key: str) -> pd.Series:
-        """The claims table's row ``key``; ``KeyError`` naming the keys it has."""
-        hit = self.claims[self.claims["key"] == key]
-        if len(hit) != 1:
-            raise KeyError(f"no claim {key!r}; claims: {list(self.claims['key'])}")
-        return hit.iloc[0]
-
-    def verdict(self, key: str) -> str:
-        return str(self.claim(key)["verdict"])
-
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
     """One quantity per seed (indexed by seed); ``KeyError`` if the case or quantity is missing."""
@@ -446,9 +155,36 @@ def _safe_from(batches: list, diff, family: Family) -> tuple[float, float]:
     return float("nan"), float("nan")
 
 
-def findings(df: pd.DataFrame) -> Findings:
-    """Chapter 2's findings from :func:`run`'s table (every trap and case, at least two seeds): the claims table
-    and the descriptive :class:`Numbers`.
+#: The quantities of the code's identities that several columns enter (``t1_pinned``: every backbone buffer, weight
+#: and probe logit of the pinned run changes by exactly 0; ``t2_eval``: in eval mode, logits bit-identical whatever
+#: the batch mates, no buffer or probe change), read from the rows melted long (``quantity``, ``value``).
+_MOVES = ("max_buffer_change", "num_batches_tracked_change", "max_param_change", "max_probe_change",
+          "max_logit_change_by_mates")
+#: The identities of the code (exact checks, not findings) as questions (:func:`bnstudy.inference.ask`), each over
+#: every seed: ``t1_pinned``, ``t2_eval`` (above), ``t3_aux_untouched`` (the auxiliary head's weights unchanged with
+#: the whole model in eval mode), ``t3_nodrop_equals_whole`` (the fix with dropout off minus the whole-model run's
+#: main head, per seed) and ``t3_eval_dropout_off`` (every scored logit equals the head without its dropout layer,
+#: in every run of trap 3 and its sweep).
+CHECKS = (
+    Question("t1_pinned", value="value", at=dict(trap="train_call", case="pinned", quantity=_MOVES[:4]), table="long",
+             exact=0.0),
+    Question("t2_eval", value="value", at=dict(trap="no_grad", case="teacher_eval", quantity=(
+        "max_logit_change_by_mates", "max_buffer_change", "max_probe_change")), table="long", exact=0.0),
+    Question("t3_aux_untouched", value="aux_max_param_change", at=dict(trap="whole_eval", case="whole_model"),
+             exact=0.0),
+    Question("t3_nodrop_equals_whole", "backbone_only_dropout_off", "whole_model", value="task_b_main",
+             at=dict(trap="whole_eval"), by="case", exact=0.0),
+    Question("t3_eval_dropout_off", value="eval_dropout_off", at=dict(trap=("whole_eval", "whole_eval_tuned")),
+             exact=1.0),
+)
+
+
+def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Chapter 2's findings from :func:`run`'s table (every trap and case, at least two seeds): ``(claims,
+    numbers)``, its claims table (:func:`bnstudy.inference.claims_table`; every verdict the page prints is a
+    ``verdict`` of it; read a row with :func:`bnstudy.words.claim`) and its numbers table
+    (:func:`bnstudy.inference.numbers_table`, read one with :func:`bnstudy.inference.number`); the notebook glues
+    both with :func:`bnstudy.pages.glue_chapter` as ``ch02_<key>_<column>`` and ``ch02_<key>``.
 
     Every difference is *condition minus reference*, per seed (:data:`CLAIMS` names each claim's). Claims that
     are tests (:func:`bnstudy.inference.decide`, words :data:`DIRECTIONS`) form one family with the two safe-batch
@@ -461,8 +197,32 @@ def findings(df: pd.DataFrame) -> Findings:
     ``t3_nodrop_equals_whole`` (the fix with dropout off equals the whole-model run's main head),
     ``t3_eval_dropout_off`` (every scored logit equals the head without its dropout layer) and
     ``t5_lint_matches`` (the small-batch lint fires exactly below ``min_batch``), each over every seed.
+    The checks that fit :class:`bnstudy.inference.Question` are :data:`CHECKS`, asked by
+    :func:`bnstudy.inference.ask`; ``t5_lint_matches`` compares the lint with a rule of the batch size and stays an
+    :func:`~bnstudy.inference.exact_check`. The comparisons stay :func:`~bnstudy.inference.decide` calls: their
+    family has the two safe-batch rules as members too (``ask``'s family is its questions alone), and most compare
+    with a constant (1.5 times chance), two columns of one row, rates chosen on validation data, or a difference of
+    differences, which a ``Question`` does not express.
     Rates: per setup the rate with the best mean *validation* accuracy (ties: the smaller). Raises ``KeyError``
     if a case is missing.
+
+    The numbers (accuracies are fractions 0..1): a plain number is the mean over seeds; ``<name>_min`` /
+    ``<name>_max`` are the lowest and highest seed's value (for a per-seed largest value, ``<name>`` is its mean over
+    seeds). Intervals are 95% Student-t intervals over seeds of a per-seed difference, *condition minus reference*,
+    descriptive (no verdict). Booleans are plain facts of the run (a lint fired in every seed, a chosen rate lies
+    inside its grid), not statistical claims. ``t1_price_b``: ``task_b(eval_once) - task_b(pinned)`` at the run
+    line's untuned rate (referee ch2 item 2); ``t1_loss_*``: the head's mean training cross-entropy (nats) over the
+    first / last epoch (NaN for runs made before it was recorded). ``t3_same_rate_*``: whole model minus fix at the
+    same rate (paired), at the grid's lowest / highest rate and the lowest / highest mean over the grid;
+    ``t3_tuned_aux``: the fix's auxiliary head (no dropout, same run) at the rate with its best validation accuracy
+    (``t3_lr_aux``). ``t3d_effect_*``: dropout's effect, fix at p minus fix with dropout off (negative: dropout
+    costs). ``t5_safe_batch`` / ``t5t_safe_batch``: the smallest batch from which every larger one loses less than
+    ``TOL_LOSS`` (one-sided t tests at the family's level, intersection-union; ``*_p`` the largest of those
+    p-values), NaN if none. ``t5t_costs_n``: batches below ``min_batch`` where batch statistics score lower than
+    pinned (re-estimated), Holm-adjusted p below ``ALPHA`` over the claims table, of ``t5t_n_below``;
+    ``t5t_costs_n_as_trained``: the same count for the comparison as trained, over those batches' own claims table
+    (:func:`_as_trained_claims`). ``family_m``: the family's size (the claims that are tests, plus the two
+    safe-batch rules); ``family_confidence``: its intervals' confidence in percent.
     """
     first = df.iloc[0]
     v = lambda trap, case, q: _values(df, trap, case, q)
@@ -474,13 +234,9 @@ def findings(df: pd.DataFrame) -> Findings:
                                              "min_batch")})
     chance, min_batch = out["chance"], out["min_batch"]
     tests: list[tuple] = []  # (key, per-seed differences, margin, (higher, lower)): decided once m is known
-    checks: list = []
     # trap 1
     tc = lambda case, q: v("train_call", case, q)
     price = tc("eval_once", "task_b") - tc("pinned", "task_b")
-    pinned_moves = pd.concat([tc("pinned", q) for q in ("max_buffer_change", "num_batches_tracked_change",
-                                                        "max_param_change", "max_probe_change")])
-    checks.append(exact_check(pinned_moves, 0.0, "t1_pinned"))
     out.update(t1_bn_train=tc("eval_once", "bn_train_fraction").mean(),
                t1_nbt=tc("eval_once", "num_batches_tracked_change").mean(),
                t1_param=tc("eval_once", "max_param_change").max(),
@@ -502,9 +258,6 @@ def findings(df: pd.DataFrame) -> Findings:
                **spread("t1_log_var", tc("eval_once", "max_abs_log_var_ratio")))
     # trap 2
     ng = lambda case, q: v("no_grad", case, q)
-    eval_moves = pd.concat([ng("teacher_eval", q) for q in ("max_logit_change_by_mates", "max_buffer_change",
-                                                            "max_probe_change")])
-    checks.append(exact_check(eval_moves, 0.0, "t2_eval"))
     out.update(t2_nbt=ng("teacher_train", "num_batches_tracked_change").mean(),
                **spread("t2_buffer", ng("teacher_train", "max_buffer_change")),
                t2_probe=ng("teacher_train", "max_probe_change").mean(),
@@ -521,8 +274,6 @@ def findings(df: pd.DataFrame) -> Findings:
     # trap 3 at the run line's rate
     we = lambda case, q: v("whole_eval", case, q)
     main = lambda case: we(case, "task_b_main")
-    checks.append(exact_check(we("whole_model", "aux_max_param_change"), 0.0, "t3_aux_untouched"))
-    checks.append(exact_check(main("backbone_only_dropout_off") - main("whole_model"), 0.0, "t3_nodrop_equals_whole"))
     line = CHANCE_FACTOR * chance
     tests.append(("t3_fix_chance", main("backbone_only") - line, None))
     tests.append(("t3_whole_vs_fix", main("whole_model") - main("backbone_only"), None))
@@ -551,8 +302,6 @@ def findings(df: pd.DataFrame) -> Findings:
     grid = sorted(float(x) for x in tu["lr"].unique())
     lr_w, tw = chosen("whole_model")
     lr_f, tf = chosen("backbone_only")
-    checks_eval = pd.concat([we(cs, "eval_dropout_off") for cs in CASES["whole_eval"]] + [tu["eval_dropout_off"]])
-    checks.append(exact_check(checks_eval, 1.0, "t3_eval_dropout_off"))
     tests.append(("t3_tuned_fix_chance", tf["task_b_main"] - line, None))
     tests.append(("t3_tuned_whole_vs_fix", tw["task_b_main"] - tf["task_b_main"], None))
     widths = re.split(r"[^0-9]+", str(first["widths"]).strip("()[] -"))  # "8-16" or "(8, 16)"
@@ -649,7 +398,9 @@ def findings(df: pd.DataFrame) -> Findings:
     train_acc = {b: tb(b, "module_train_accuracy").mean() for b in bs}
     ok = [b for b in bs if train_acc[b] >= tb(b, "module_eval_accuracy").mean() - TOL_CURVE]
     lint_off = pd.concat([tb(b, "small_batch_lint") - float(b < min_batch) for b in bs])
-    claims = claims_table([*decided, *checks, exact_check(lint_off, 0.0, "t5_lint_matches")])
+    long = df.melt(id_vars=["trap", "case", "seed"], value_vars=list(_MOVES), var_name="quantity")
+    claims = pd.concat([claims_table(decided), ask(dict(main=df, long=long), CHECKS, ALPHA),
+                        claims_table([exact_check(lint_off, 0.0, "t5_lint_matches")])], ignore_index=True)
     has_counts = "min_values_per_channel" in t5 and not t5["min_values_per_channel"].isna().all()
     count = {b: (float(tb(b, "min_values_per_channel").iloc[0]) if has_counts else float("nan")) for b in bs}
     safe, safe_p = _safe_from(bs, t5d, family)
@@ -665,19 +416,14 @@ def findings(df: pd.DataFrame) -> Findings:
     # the book's counts rule (Holm directions, printed kinds otherwise) over the training arm's rows of the family
     reest_rows = claims[claims["key"].isin([f"t5t_reest_b{b}" for b in below["reest"]])]
     out.update(t5t_safe_batch=rsafe, t5t_safe_p=rsafe_p, t5t_safe_batch_as_trained=asafe,
-               t5t_threshold_word=("nowhere in the grid tried: no batch is safe by this rule," if rsafe != rsafe else
-                                   "below" if rsafe < min_batch else "at" if rsafe == min_batch else "above"),
                t5t_n_below=len(below["reest"]), t5t_costs_n=count_verdicts(reest_rows, ALPHA)["lower"],
                t5t_costs_n_as_trained=count_verdicts(_as_trained_claims(below["as_trained"]), ALPHA)["lower"],
                family_m=family.m, family_confidence=100 * family.confidence)
     hyp = (claims.set_index("key")["verdict"].get("t3d_growth_raw") == "cost grows with the rate"
            and claims.set_index("key")["verdict"].get("t3d_std_vs_raw") == "standardized costs less")
-    out.update(t3d_hypothesis=bool(hyp), t3d_hypothesis_words=hypothesis_words(
-        claims.set_index("key")["verdict"]["t3d_growth_raw"], claims.set_index("key")["verdict"]["t3d_std_vs_raw"]),
-        stage1_lr=STAGE1_LR, t5t_reest_batches=REESTIMATE_BATCHES)
-    numbers = Numbers(**{k: (float(x) if isinstance(x, (np.floating, np.integer)) else
-                             bool(x) if isinstance(x, np.bool_) else x) for k, x in out.items()})
-    return Findings(claims=claims, numbers=numbers)
+    out.update(t3d_hypothesis=bool(hyp), stage1_lr=STAGE1_LR, t5t_reest_batches=REESTIMATE_BATCHES)
+    return claims, numbers_table({k: (float(x) if isinstance(x, (np.floating, np.integer)) else
+                                      bool(x) if isinstance(x, np.bool_) else x) for k, x in out.items()})
 
 
 def _as_trained_claims(as_trained: dict) -> pd.DataFrame:
@@ -773,29 +519,13 @@ def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, lr_f: float)
     rel = {k: effect[(k, P_DROP)] / acc(k, 0) for k in FEATURE_KINDS}
     return dict(t3d_rel_effect={k: t_interval(x) for k, x in rel.items()},
                 t3d_rel_std_vs_raw=t_interval(rel["std"] - rel["raw"]),
-                t3d_ps=", ".join(f"{p:g}" for p in ps), t3d_p_low=ps[0], t3d_p_high=ps[-1], t3d_p_page=P_DROP,
+                t3d_p_low=ps[0], t3d_p_high=ps[-1], t3d_p_page=P_DROP,
                 t3d_lr_raw=lr_f, t3d_lr_std=lr_s, t3d_std_n_lrs=len(grid),
                 t3d_std_lr_interior=bool(grid[0] < lr_s < grid[-1]),
                 t3d_acc={f"{k}_{_pkey(p)}": float(acc(k, p).mean()) for k in FEATURE_KINDS for p in [0.0] + ps},
                 t3d_effect={f"{k}_{_pkey(p)}": t_interval(x) for (k, p), x in effect.items()},
                 t3d_std_vs_raw_at={_pkey(p): t_interval(x) for p, x in svr.items()},
                 t3d_growth_std=t_interval(growth["std"])), growth["raw"], svr[P_DROP]
-
-
-def hypothesis_words(growth: str, std_vs_raw: str) -> str:
-    """Trap 3's dropout hypothesis read from its two claims' verdicts (``t3d_growth_raw``, ``t3d_std_vs_raw``): a
-    whole sentence, capitalized, with its full stop. The hypothesis needs both directions shown ("cost grows with
-    the rate", "standardized costs less"); the sentence says which part is missing otherwise."""
-    parts = []
-    if growth != "cost grows with the rate":
-        parts.append("these data do not show that the dropout cost grows with the dropout rate on raw features")
-    if std_vs_raw != "standardized costs less":
-        parts.append("these data do not show that standardizing the features shrinks the dropout cost")
-    if not parts:
-        return ("The data are consistent with it: the cost grows with the dropout rate on raw features, and "
-                "standardizing the features shrinks it. They do not single it out: most accounts of dropout predict "
-                "growth with the rate, and standardizing changes offset and scale together.")
-    return "It is not shown as stated: " + "; ".join(parts) + "."
 
 
 def _batch_training_findings(df: pd.DataFrame, src: pd.Series) -> tuple[dict, dict]:
@@ -839,9 +569,11 @@ def _batch_training_findings(df: pd.DataFrame, src: pd.Series) -> tuple[dict, di
                       reest_all=lambda b: diff(b, re_), as_trained_all=lambda b: diff(b, ev))
 
 
-# --- the page's sentences, chosen by the findings ------------------------------------------------------------------
-# Every sentence of the page that states an outcome is one of these (glued by the notebook with glue_md), so that it
-# stays true for any rows: the words follow the numbers and verdicts, never the other way round (issue 25).
+# --- the page's words, chosen by the findings ----------------------------------------------------------------------
+# Every sentence of the page that states an outcome is one of these (glued by the notebook through glue_chapter's
+# words), so that it stays true for any rows: the words follow the numbers and verdicts, never the other way round
+# (issue 25). Sentences that only choose between fixed outcomes are rule-triggered notes (NOTES); those that quote
+# several numbers are functions of the claims table C and the numbers table N.
 
 #: What the page prints for a number that does not exist (a safe batch that no batch reached, a share never flagged).
 NA = "n/a"
@@ -849,6 +581,64 @@ NA = "n/a"
 
 def _isnan(x) -> bool:
     return x is None or (isinstance(x, (float, np.floating)) and x != x)
+
+
+def _verdict(C: pd.DataFrame, key: str) -> str:
+    return str(claim(C, key)["verdict"])
+
+
+def _kind(C: pd.DataFrame, key: str) -> str:
+    return str(claim(C, key)["kind"])
+
+
+_GROWS, _STD_LESS = "cost grows with the rate", "standardized costs less"
+_NO_GROWTH = "these data do not show that the dropout cost grows with the dropout rate on raw features"
+_NO_STD = "these data do not show that standardizing the features shrinks the dropout cost"
+_hyp = lambda grows, less: lambda C, N: ((_verdict(C, "t3d_growth_raw") == _GROWS) == grows  # noqa: E731
+                                         and (_verdict(C, "t3d_std_vs_raw") == _STD_LESS) == less)
+_safe_t5t = lambda N: number(N, "t5t_safe_batch")  # noqa: E731
+_loss_keys = ("t1_loss_first_pinned", "t1_loss_last_pinned", "t1_loss_first_eval_once", "t1_loss_last_eval_once")
+
+#: The page's rule-triggered notes (:class:`bnstudy.words.Note`; exactly one of each key holds): trap 3's dropout
+#: hypothesis read from its two claims' verdicts (``t3d_hypothesis_words``: it needs both directions shown, "cost grows
+#: with the rate" and "standardized costs less", and says which part is missing otherwise); where trap 5's training
+#: arm is safe against the ``small_batch`` lint's threshold (``t5t_threshold_word``); trap 6 against seed article
+#: 002's warning that the training meter "can look healthy" under class-sorted batches (``t6_seed``); trap 5's safe
+#: batch's p and sample count, ``n/a`` without a safe batch; and trap 1's head losses, or that the run's table
+#: predates them (``t1_loss_note``).
+NOTES = (
+    Note("t3d_hypothesis_words", _hyp(True, True),
+         "The data are consistent with it: the cost grows with the dropout rate on raw features, and standardizing the "
+         "features shrinks it. They do not single it out: most accounts of dropout predict growth with the rate, and "
+         "standardizing changes offset and scale together."),
+    Note("t3d_hypothesis_words", _hyp(False, True), f"It is not shown as stated: {_NO_GROWTH}."),
+    Note("t3d_hypothesis_words", _hyp(True, False), f"It is not shown as stated: {_NO_STD}."),
+    Note("t3d_hypothesis_words", _hyp(False, False), f"It is not shown as stated: {_NO_GROWTH}; {_NO_STD}."),
+    Note("t5t_threshold_word", lambda C, N: _isnan(_safe_t5t(N)),
+         "nowhere in the grid tried: no batch is safe by this rule,"),
+    Note("t5t_threshold_word", lambda C, N: _safe_t5t(N) < number(N, "min_batch"), "below"),
+    Note("t5t_threshold_word", lambda C, N: _safe_t5t(N) == number(N, "min_batch"), "at"),
+    Note("t5t_threshold_word", lambda C, N: _safe_t5t(N) > number(N, "min_batch"), "above"),
+    Note("t6_seed", lambda C, N: _kind(C, "t6_meter_gap") == "higher",
+         "That is seed article 002's warning: under class-sorted batches the training meter looked better than "
+         "held-out accuracy."),
+    Note("t6_seed", lambda C, N: _kind(C, "t6_meter_gap") != "higher",
+         "Seed article 002 warns that the meter \"can look healthy\" under class-sorted batches; here the meter {word} "
+         "held-out accuracy, and both stood against the {shuffled:.3f} the meter read on shuffled batches.",
+         fill=lambda C, N: dict(word=_T6_WORDS[_kind(C, "t6_meter_gap")], shuffled=number(N, "t6_meter_shuffled"))),
+    Note("t5_safe_p_text", lambda C, N: _isnan(number(N, "t5_safe_p")), "n/a (no batch is safe by this rule)"),
+    Note("t5_safe_p_text", lambda C, N: not _isnan(number(N, "t5_safe_p")), "{p:.1e}",
+         fill=lambda C, N: dict(p=number(N, "t5_safe_p"))),
+    Note("t5_safe_count_text", lambda C, N: _isnan(number(N, "t5_safe_count")), NA),
+    Note("t5_safe_count_text", lambda C, N: not _isnan(number(N, "t5_safe_count")),
+         "{count:.0f} at the safe batch ({batch:.0f})",
+         fill=lambda C, N: dict(count=number(N, "t5_safe_count"), batch=number(N, "t5_safe_batch"))),
+    Note("t1_loss_note", lambda C, N: any(_isnan(number(N, k)) for k in _loss_keys),
+         "not recorded in the run behind this page (its table predates the column)"),
+    Note("t1_loss_note", lambda C, N: not any(_isnan(number(N, k)) for k in _loss_keys),
+         "pinned {first_pinned:.2f} and {last_pinned:.2f} nats; drifting {first_eval_once:.2f} and "
+         "{last_eval_once:.2f}", fill=lambda C, N: {k[len("t1_loss_"):]: number(N, k) for k in _loss_keys}),
+)
 
 
 def _change(before: float, after: float, spec: str = ".3f") -> str:
@@ -859,40 +649,41 @@ def _change(before: float, after: float, spec: str = ".3f") -> str:
     return f"{'fell' if after < before else 'rose'} from {a} to {b}"
 
 
-def _claim_ci(f: "Findings", key: str, clip: tuple = (-1.0, 1.0)) -> str:
+def _claim_ci(C: pd.DataFrame, key: str, clip: tuple = (-1.0, 1.0)) -> str:
     """A claim's estimate and family interval (cut to ``clip``, what a difference of accuracies allows) and its bold
-    verdict: ``"+0.123 (+0.010 to +0.236): **drifting higher**"``; without an interval, the estimate and verdict."""
-    r = f.claim(key)
+    verdict: ``"+0.123 (+0.010 to +0.236): **drifting higher**"``; without an interval, the estimate and verdict.
+    (Not :func:`bnstudy.words.claim_text`: this page prints signed numbers and the verdict after a colon.)"""
+    r = claim(C, key)
     iv = Interval(float(r["estimate"]), float(r["low"]), float(r["high"]), int(r["n"])).clipped(*clip)
     if _isnan(iv.low):
         return f"{iv.mean:+.3f}: **{r['verdict']}**"
     return f"{iv.mean:+.3f} ({iv.low:+.3f} to {iv.high:+.3f}): **{r['verdict']}**"
 
 
-def _kind(f: "Findings", key: str) -> str:
-    return str(f.claim(key)["kind"])
-
-
-def trap1_sentence(f: "Findings") -> str:
+def trap1_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     """Trap 1 in one sentence: whether ``model.train()`` undid ``backbone.eval()`` (BatchNorm in train mode in some
     share of its calls), what task A did, and whether any backbone weight moved."""
-    weights = ("although no backbone weight moved" if f.t1_param == 0 else
-               f"and the backbone's weights moved by up to {f.t1_param:.3g}")
-    if f.t1_bn_train > 0:
+    n = lambda k: number(N, k)  # noqa: E731
+    weights = ("although no backbone weight moved" if n("t1_param") == 0 else
+               f"and the backbone's weights moved by up to {n('t1_param'):.3g}")
+    moved = _change(n("t1_task_a_before"), n("t1_task_a_after"))
+    if n("t1_bn_train") > 0:
         return (f"`model.backbone.eval()` is undone by the training loop's next `model.train()`: the backbone's "
-                f"BatchNorm layers ran in train mode in {f.t1_bn_train:.0%} of their calls and rewrote their running "
-                f"statistics, and task A {_change(f.t1_task_a_before, f.t1_task_a_after)}, {weights}.")
+                f"BatchNorm layers ran in train mode in {n('t1_bn_train'):.0%} of their calls and rewrote their "
+                f"running statistics, and task A {moved}, {weights}.")
     return (f"Here `model.backbone.eval()` survived the training loop's `model.train()` (BatchNorm in train mode in "
-            f"none of its calls), and task A {_change(f.t1_task_a_before, f.t1_task_a_after)}, {weights}.")
+            f"none of its calls), and task A {moved}, {weights}.")
 
 
-def trap2_sentence(f: "Findings") -> str:
+def trap2_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     """Trap 2 in one sentence: a train-mode teacher under ``no_grad``, its statistics and its task-A accuracy."""
-    if f.t2_nbt > 0:
+    n = lambda k: number(N, k)  # noqa: E731
+    moved = _change(n("t2_task_a_before"), n("t2_task_a_after"))
+    if n("t2_nbt") > 0:
         return (f"A teacher left in train mode under `torch.no_grad()` rewrote its running statistics in "
-                f"{f.t2_nbt:.0f} batches, and its task-A accuracy {_change(f.t2_task_a_before, f.t2_task_a_after)}.")
+                f"{n('t2_nbt'):.0f} batches, and its task-A accuracy {moved}.")
     return (f"A teacher left in train mode under `torch.no_grad()` did not rewrite its running statistics here, and "
-            f"its task-A accuracy {_change(f.t2_task_a_before, f.t2_task_a_after)}.")
+            f"its task-A accuracy {moved}.")
 
 
 _T3_WORDS = {
@@ -904,16 +695,17 @@ _T3_WORDS = {
 }
 
 
-def trap3_sentence(f: "Findings") -> str:
+def trap3_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     """Trap 3 in one sentence: what the whole model in eval mode switches off, and the tuned main heads' verdict."""
-    off = f.t3_aux_loss_whole < f.t3_aux_loss_fixed or f.t3_dropout_whole < f.t3_dropout_fixed
+    n = lambda k: number(N, k)  # noqa: E731
+    off = n("t3_aux_loss_whole") < n("t3_aux_loss_fixed") or n("t3_dropout_whole") < n("t3_dropout_fixed")
     lead = ("Putting the whole model in eval mode instead switches off what is being trained" if off else
             "Putting the whole model in eval mode instead switched off nothing that is being trained here")
     return (f"{lead}: the auxiliary loss "
-            f"entered {f.t3_aux_loss_whole:.0%} of the steps and dropout {f.t3_dropout_whole:.0%} of its calls, "
-            f"against {f.t3_aux_loss_fixed:.0%} and {f.t3_dropout_fixed:.0%} with only the backbone pinned; at "
-            f"learning rates tuned on validation data {_T3_WORDS[_kind(f, 't3_tuned_whole_vs_fix')]} (whole model "
-            f"minus the fix {_claim_ci(f, 't3_tuned_whole_vs_fix')}).")
+            f"entered {n('t3_aux_loss_whole'):.0%} of the steps and dropout {n('t3_dropout_whole'):.0%} of its calls, "
+            f"against {n('t3_aux_loss_fixed'):.0%} and {n('t3_dropout_fixed'):.0%} with only the backbone pinned; at "
+            f"learning rates tuned on validation data {_T3_WORDS[_kind(C, 't3_tuned_whole_vs_fix')]} (whole model "
+            f"minus the fix {_claim_ci(C, 't3_tuned_whole_vs_fix')}).")
 
 
 _T4_WORDS = {"lower": "Batches that follow the label cost train mode accuracy",
@@ -925,37 +717,22 @@ _T6_WORDS = {"higher": "overstated", "lower": "understated", "equivalent": "matc
              "not decided": "is not shown to differ from", "too few seeds": "cannot be compared with"}
 
 
-def trap4_sentence(f: "Findings") -> str:
+def trap4_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     """Trap 4 in one sentence: train mode minus eval mode on the same batches where the loader lint first fires."""
-    if _isnan(f.t4_first_flagged):
+    share = number(N, "t4_first_flagged")
+    if _isnan(share):
         return "`lint_loader` flagged none of the label-sorted loaders tried."
-    return (f"{_T4_WORDS[_kind(f, 't4_first_flagged')]}: where `lint_loader` first flags the loader (a one-class share "
-            f"of {f.t4_first_flagged:.2f}), train mode minus eval mode on the same batches is "
-            f"{_claim_ci(f, 't4_first_flagged')}.")
+    return (f"{_T4_WORDS[_kind(C, 't4_first_flagged')]}: where `lint_loader` first flags the loader (a one-class share "
+            f"of {share:.2f}), train mode minus eval mode on the same batches is "
+            f"{_claim_ci(C, 't4_first_flagged')}.")
 
 
-def trap6_sentence(f: "Findings") -> str:
+def trap6_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     """Trap 6 in one sentence: a network trained on class-sorted batches, held out and by its training meter."""
-    return (f"A network trained on class-sorted batches reached {f.t6_eval_sorted:.3f} on held-out data, against "
-            f"{f.t6_eval_shuffled:.3f} trained on shuffled ones, and its training meter "
-            f"{_T6_WORDS[_kind(f, 't6_meter_gap')]} that held-out accuracy (meter minus held-out "
-            f"{_claim_ci(f, 't6_meter_gap')}).")
-
-
-def trap6_seed_sentence(f: "Findings") -> str:
-    """Trap 6 against seed article 002's warning that the training meter "can look healthy" under class-sorted
-    batches: whether these data agree, by the meter's verdict."""
-    if _kind(f, "t6_meter_gap") == "higher":
-        return ("That is seed article 002's warning: under class-sorted batches the training meter looked better than "
-                "held-out accuracy.")
-    return (f"Seed article 002 warns that the meter \"can look healthy\" under class-sorted batches; here the meter "
-            f"{_T6_WORDS[_kind(f, 't6_meter_gap')]} held-out accuracy, and both stood against the "
-            f"{f.t6_meter_shuffled:.3f} the meter read on shuffled batches.")
-
-
-def sorted_sentence(f: "Findings") -> str:
-    """Traps 4 and 6: :func:`trap4_sentence` and :func:`trap6_sentence`."""
-    return f"{trap4_sentence(f)} {trap6_sentence(f)}"
+    return (f"A network trained on class-sorted batches reached {number(N, 't6_eval_sorted'):.3f} on held-out data, "
+            f"against {number(N, 't6_eval_shuffled'):.3f} trained on shuffled ones, and its training meter "
+            f"{_T6_WORDS[_kind(C, 't6_meter_gap')]} that held-out accuracy (meter minus held-out "
+            f"{_claim_ci(C, 't6_meter_gap')}).")
 
 
 def safe_batch_text(batch: float, tol: float) -> str:
@@ -965,33 +742,42 @@ def safe_batch_text(batch: float, tol: float) -> str:
     return f"loses less than {tol:.2f} from batch {batch:.0f} on"
 
 
-def small_batch_sentence(f: "Findings") -> str:
+def small_batch_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     """Trap 5 in one sentence: the smallest safe batch at inference in train mode and in training."""
-    where = ("" if _isnan(f.t5t_safe_batch) else
-             f", {'below' if f.t5t_safe_batch < f.min_batch else 'at' if f.t5t_safe_batch == f.min_batch else 'above'}"
-             f" the `small_batch` lint's threshold of {f.min_batch}")
-    return (f"With BatchNorm on batch statistics at inference the network {safe_batch_text(f.t5_safe_batch, f.t5_tol)}"
-            f" (at batch {f.t5_smallest} it scores {f.t5_train['b' + str(f.t5_smallest)]:.3f} against "
-            f"{f.t5_eval:.3f} in eval mode), and trained further on batch statistics, then re-estimated, it "
-            f"{safe_batch_text(f.t5t_safe_batch, f.t5_tol)}{where}.")
+    n = lambda k: number(N, k)  # noqa: E731
+    safe, min_batch, tol, smallest = n("t5t_safe_batch"), n("min_batch"), n("t5_tol"), n("t5_smallest")
+    where = ("" if _isnan(safe) else
+             f", {'below' if safe < min_batch else 'at' if safe == min_batch else 'above'}"
+             f" the `small_batch` lint's threshold of {min_batch}")
+    return (f"With BatchNorm on batch statistics at inference the network {safe_batch_text(n('t5_safe_batch'), tol)}"
+            f" (at batch {smallest} it scores {n(f't5_train_b{smallest}'):.3f} against "
+            f"{n('t5_eval'):.3f} in eval mode), and trained further on batch statistics, then re-estimated, it "
+            f"{safe_batch_text(safe, tol)}{where}.")
 
 
-def answer(f: "Findings") -> str:
+def dropout_ps(N: pd.DataFrame) -> list[float]:
+    """Trap 3's dropout rates p > 0 of the dropout mechanism, ascending, read from the numbers table's
+    ``t3d_acc_raw_p<100 p>`` rows."""
+    return sorted(int(k[len("t3d_acc_raw_p"):]) / 100 for k in N["key"] if k.startswith("t3d_acc_raw_p"))
+
+
+def answer(C: pd.DataFrame, N: pd.DataFrame) -> str:
     """The answer box's outcome sentences (Markdown, one paragraph), each chosen by the findings so that it is true
     for any rows: traps 1 and 2 (:func:`trap1_sentence`, :func:`trap2_sentence`), trap 3 (:func:`trap3_sentence`),
     trap 4 (:func:`trap4_sentence`) and trap 5 (:func:`small_batch_sentence`); trap 6 is on the page."""
-    return " ".join(fn(f) for fn in (trap1_sentence, trap2_sentence, trap3_sentence, trap4_sentence,
-                                     small_batch_sentence))
+    return " ".join(fn(C, N) for fn in (trap1_sentence, trap2_sentence, trap3_sentence, trap4_sentence,
+                                        small_batch_sentence))
 
 
-def page_sentences(f: "Findings") -> dict:
-    """Every findings-chosen sentence of the page, ``{glue key suffix: Markdown}``: the answer and one summary per
-    trap (the notebook glues each as ``ch02_<key>``)."""
-    return {"answer": answer(f), "t1_summary": trap1_sentence(f), "t2_summary": trap2_sentence(f),
-            "t3_summary": trap3_sentence(f), "sorted_summary": sorted_sentence(f),
-            "t5_summary": small_batch_sentence(f), "t5_safe_text": safe_batch_text(f.t5_safe_batch, f.t5_tol),
-            "t5t_safe_text": safe_batch_text(f.t5t_safe_batch, f.t5_tol),
-            "t5_safe_p_text": "n/a (no batch is safe by this rule)" if _isnan(f.t5_safe_p) else f"{f.t5_safe_p:.1e}",
-            "t5_safe_count_text": (NA if _isnan(f.t5_safe_count) else
-                                   f"{f.t5_safe_count:.0f} at the safe batch ({f.t5_safe_batch:.0f})"),
-            "t3_tuned_whole_vs_fix_text": _claim_ci(f, "t3_tuned_whole_vs_fix"), "t4_summary": trap4_sentence(f), "t6_summary": trap6_sentence(f), "t6_seed": trap6_seed_sentence(f)}
+def page_words(C: pd.DataFrame, N: pd.DataFrame) -> dict:
+    """Every findings-chosen text of the page, ``{glue key suffix: Markdown}`` (glued plain as ``ch02_<key>`` by
+    :func:`bnstudy.pages.glue_chapter`): the answer, one summary per trap, the safe-batch texts, the dropout rates
+    tried and the rule-triggered :data:`NOTES`."""
+    tol = number(N, "t5_tol")
+    return {"answer": answer(C, N), "t1_summary": trap1_sentence(C, N), "t2_summary": trap2_sentence(C, N),
+            "t3_summary": trap3_sentence(C, N), "sorted_summary": f"{trap4_sentence(C, N)} {trap6_sentence(C, N)}",
+            "t5_summary": small_batch_sentence(C, N), "t5_safe_text": safe_batch_text(number(N, "t5_safe_batch"), tol),
+            "t5t_safe_text": safe_batch_text(number(N, "t5t_safe_batch"), tol),
+            "t3_tuned_whole_vs_fix_text": _claim_ci(C, "t3_tuned_whole_vs_fix"), "t4_summary": trap4_sentence(C, N),
+            "t6_summary": trap6_sentence(C, N), "t3d_ps": ", ".join(f"{p:g}" for p in dropout_ps(N)),
+            **notes(NOTES, C, N)}
