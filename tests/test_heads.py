@@ -901,3 +901,17 @@ def test_the_notebook_shows_no_code():
     first = "".join(nb["cells"][0]["source"])
     assert first.startswith("# ") and "{admonition} The answer\n:class: answer" in first
     assert "{glue:md}`ch04_answer`" in first and "{glue:md}`ch04_advice`" in first
+
+
+def test_the_chapter_is_data_no_records_and_printed_ends_are_cut_per_family():
+    """The lean chapter shape: no class in findings (claims are QUESTIONS asked by bnstudy.inference.ask, numbers a
+    flat numbers table), and the page's interval ends are cut to each family's range (CLIPS), the claims keep theirs."""
+    assert not [v for v in vars(findings).values() if isinstance(v, type) and v.__module__ == findings.__name__]
+    assert set(findings.QUESTIONS) - {"audit"} <= set(findings.CLIPS)
+    C = findings.claims(_table({("ref", "linear", "sgd"): 0.1, ("none", "linear", "sgd"): 0.0}))
+    wide = C.assign(low=-1.5, high=1.5)
+    shown = findings.printed(wide).set_index("key")
+    assert (shown.loc["gap_ref_linear_sgd", "low"], shown.loc["gap_ref_linear_sgd", "high"]) == (-1.0, 1.0)
+    assert shown.loc["sc_linear_sgd", "high"] == 1.5  # a difference of two gaps may reach 2
+    assert shown.loc["check_train_is_separate", "high"] == 1.5  # checks: no range
+    assert (wide["high"] == 1.5).all()  # the claims keep the raw ends

@@ -447,31 +447,31 @@ def _cell_names(table: pd.DataFrame, kind: str) -> list[str]:
     return [f"{h}/{o}" for h, o in zip(t["head"], t["optimizer"])]
 
 
-def shift_contrast_findings(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`shift_contrast_table` for the prose, a numbers table (glued as ``ch04_sc_<key>``): ``m`` contrasts at
-    ``confidence``; counts (Holm) ``n_larger`` / ``n_smaller`` and ``head/optimizer`` lists of cells whose gap is
-    larger / smaller at the shift, ``larger_cells`` / ``smaller_cells`` (``none`` if empty)."""
+def _contrast(table: pd.DataFrame) -> dict:
+    """A contrast family's numbers: ``m`` contrasts at ``confidence``; counts (Holm) ``n_larger`` / ``n_smaller`` and
+    the ``head/optimizer`` cells with a larger / smaller gap, ``larger_cells`` / ``smaller_cells`` (``none`` if
+    empty)."""
     c = verdict_counts(table)
-    return numbers_table(dict(
-        m=int(len(table)), confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
-        n_larger=c["higher"], n_smaller=c["lower"], larger_cells=_cells(_cell_names(table, "higher")),
-        smaller_cells=_cells(_cell_names(table, "lower"))))
+    return dict(m=int(len(table)), confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
+                n_larger=c["higher"], n_smaller=c["lower"], larger_cells=_cells(_cell_names(table, "higher")),
+                smaller_cells=_cells(_cell_names(table, "lower")))
+
+
+def shift_contrast_findings(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`shift_contrast_table` for the prose, a numbers table (glued as ``ch04_sc_<key>``): :func:`_contrast`'s
+    numbers, larger / smaller meaning a larger / smaller gap at the shift."""
+    return numbers_table(_contrast(table))
 
 
 def head_contrast_findings(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`head_contrast_table` for the prose, a numbers table (glued as ``ch04_hc_<key>``): ``m`` contrasts at
-    ``confidence``; counts (Holm) ``n_smaller`` / ``n_larger`` and the contrasts (``head/optimizer``) with a smaller /
-    larger gap than the linear head (``smaller_cells`` / ``larger_cells``, ``none`` if empty);
-    ``n_smaller_worse_separate`` / ``smaller_worse_separate_cells``: those smaller-gap contrasts whose head reaches a
-    lower ``separate_stats`` accuracy than the linear head (the gap shrinks from the separate side)."""
-    c = verdict_counts(table)
+    """:func:`head_contrast_table` for the prose, a numbers table (glued as ``ch04_hc_<key>``): :func:`_contrast`'s
+    numbers (larger / smaller: than the linear head's gap) and ``n_smaller_worse_separate`` /
+    ``smaller_worse_separate_cells``: those smaller-gap contrasts whose head reaches a lower ``separate_stats``
+    accuracy than the linear head (the gap shrinks from the separate side)."""
     worse = [f"{r.head}/{r.optimizer}" for r in table.itertuples()
              if r.count_kind == "lower" and r.separate < r.separate_reference]
-    return numbers_table(dict(
-        m=int(len(table)), confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
-        n_smaller=c["lower"], n_larger=c["higher"], smaller_cells=_cells(_cell_names(table, "lower")),
-        larger_cells=_cells(_cell_names(table, "higher")), n_smaller_worse_separate=len(worse),
-        smaller_worse_separate_cells=_cells(worse)))
+    return numbers_table(dict(**_contrast(table), n_smaller_worse_separate=len(worse),
+                              smaller_worse_separate_cells=_cells(worse)))
 
 
 def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = None, margin: float = 0.02,
