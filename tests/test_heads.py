@@ -13,8 +13,10 @@ from bnstudy import inference
 from bnstudy.config import Execution, RunConfig
 from bnstudy.engine import eval_tag, make_optimizer
 from bnstudy.experiments.heads import figures, findings, run
+from bnstudy.inference import number, numbers_table
 from bnstudy.models import make_head
 from bnstudy.modes import MODE_NAMES
+from bnstudy.words import claim, notes
 
 
 # --- shared-module additions ---------------------------------------------------------------------------------------
@@ -150,9 +152,9 @@ def test_chosen_lr_per_mode_takes_each_modes_own_best_rate():
     with pytest.raises(ValueError, match="rule"):
         run.chosen_lrs(s, "median")
     SF = findings.search_findings(s)
-    assert SF.gap_own_rates["linear_sgd"] == pytest.approx(0.8 - 0.6)  # separate - backbone_eval
-    assert SF.gap_mean_rate["linear_sgd"] == pytest.approx(0.8 - 0.4)
-    assert SF.lr_pinned["linear_sgd"] == 0.01 and SF.lr_separate["linear_sgd"] == 0.1
+    assert number(SF, "gap_own_rates_linear_sgd") == pytest.approx(0.8 - 0.6)  # separate - backbone_eval
+    assert number(SF, "gap_mean_rate_linear_sgd") == pytest.approx(0.8 - 0.4)
+    assert number(SF, "lr_pinned_linear_sgd") == 0.01 and number(SF, "lr_separate_linear_sgd") == 0.1
     with pytest.raises(ValueError, match="separate_stats"):
         findings.search_findings(s[s["mode"] != "separate_stats"])
 
@@ -183,7 +185,7 @@ def test_each_shift_gets_its_own_rates():
         run.chosen_lrs(s, shift="far")
     with pytest.raises(ValueError, match="covers shifts"):
         findings.search_findings(s)
-    assert findings.search_findings(s[s["shift"] == "ref"]).gap_own_rates["linear_sgd"] == pytest.approx(0.8 - 0.6)
+    assert number(findings.search_findings(s[s["shift"] == "ref"]), "gap_own_rates_linear_sgd") == pytest.approx(0.8 - 0.6)
     tab = run.search_table(s)
     assert set(tab["shift"]) == {"none", "mid", "ref"} and len(tab) == 3 * 2 * (len(MODE_NAMES) + 1)
     cfg = run.make_config("quick")
@@ -228,40 +230,51 @@ def _table(gaps: dict, train_adv: dict | None = None, bn_diff: float = 0.0) -> p
     return pd.DataFrame(rows)
 
 
-def _verdict(F, key):
-    return F.claim(key)["verdict"]
+def _verdict(C, key):
+    return claim(C, key)["verdict"]
+
+
+def _page(df, lrs=None, grids=None, margin=0.02):
+    """The page's claims table and numbers table of ``df``."""
+    C = findings.claims(df, margin)
+    return C, findings.findings(df, lrs, grids, margin, C=C)
+
+
+def _lrs(F) -> dict:
+    """The chosen rates a numbers table holds (``lrs_<key>`` rows), by ``<key>``."""
+    return {k[len("lrs_"):]: v for k, v in zip(F["key"], F["value"]) if k.startswith("lrs_")}
 
 
 def test_gap_verdicts_direction_equivalence_and_the_sign():
     df = _table({("ref", "linear", "sgd"): 0.15, ("ref", "linear", "adam"): 0.0,
                  ("ref", "mlp_bn", "sgd"): -0.10, ("ref", "mlp_bn", "adam"): 0.01})
-    F = findings.findings(df, margin=0.02)
-    R = F.record
-    assert _verdict(F, "gap_ref_linear_sgd") == findings.GAP_HIGHER == "separate_stats higher"  # pinning costs
-    assert _verdict(F, "gap_ref_linear_adam") == "equivalent within \u00b10.02"
-    assert _verdict(F, "gap_ref_mlp_bn_sgd") == findings.GAP_LOWER
-    assert F.claim("gap_ref_linear_sgd")["estimate"] == pytest.approx(0.15, abs=1e-12)  # separate - backbone_eval
+    C, R = _page(df, margin=0.02)
+    assert _verdict(C, "gap_ref_linear_sgd") == findings.GAP_HIGHER == "separate_stats higher"  # pinning costs
+    assert _verdict(C, "gap_ref_linear_adam") == "equivalent within \u00b10.02"
+    assert _verdict(C, "gap_ref_mlp_bn_sgd") == findings.GAP_LOWER
+    assert claim(C, "gap_ref_linear_sgd")["estimate"] == pytest.approx(0.15, abs=1e-12)  # separate - backbone_eval
     # +0.01 with a tight interval: inside the margin, but the interval excludes 0, and a direction shown takes
     # precedence (the old rule called it "within margin")
-    assert F.claim("gap_ref_mlp_bn_adam")["low"] > 0 and _verdict(F, "gap_ref_mlp_bn_adam") == findings.GAP_HIGHER
-    assert (R.n_separate_higher["ref"], R.n_separate_lower["ref"], R.n_equivalent["ref"], R.n_not_decided["ref"]) == (2, 1, 1, 0)
-    assert R.separate_higher_ref == "linear/sgd, mlp_bn/adam" and R.equivalent_ref == "linear/adam"
+    assert claim(C, "gap_ref_mlp_bn_adam")["low"] > 0 and _verdict(C, "gap_ref_mlp_bn_adam") == findings.GAP_HIGHER
+    assert [number(R, f"{k}_ref") for k in ("n_separate_higher", "n_separate_lower", "n_equivalent", "n_not_decided")
+            ] == [2, 1, 1, 0]
+    assert number(R, "separate_higher_ref") == "linear/sgd, mlp_bn/adam" and number(R, "equivalent_ref") == "linear/adam"
     # a tiny margin: the exact tie is no longer shown equivalent, and no tie is claimed without the test
-    assert _verdict(findings.findings(df, margin=0.001), "gap_ref_linear_adam") == inference.NOT_DECIDED
+    assert _verdict(findings.claims(df, margin=0.001), "gap_ref_linear_adam") == inference.NOT_DECIDED
     # absolute accuracies beside the gap; the best pinned cell by absolute accuracy
     gt = findings.gap_table(df).set_index("key")
     assert gt.loc["gap_ref_linear_sgd", "task_b_separate"] == pytest.approx(0.6 + NOISE.mean())
     assert gt.loc["gap_ref_linear_sgd", "task_b_pinned"] == pytest.approx(0.6 + NOISE.mean() - 0.15)
-    best = findings.best_pinned_claim(F)
-    assert R.best_pinned_cell == "mlp_bn/sgd" and best["estimate"].iloc[0] == pytest.approx(-0.10)
+    best = findings.best_pinned_claim(C, R)
+    assert number(R, "best_pinned_cell") == "mlp_bn/sgd" and best["estimate"].iloc[0] == pytest.approx(-0.10)
     assert list(best["key"]) == ["best_pinned_gap"] and best["verdict"].iloc[0] == findings.GAP_LOWER
-    assert best.drop(columns="key").equals(F.claims[F.claims["key"] == "gap_ref_mlp_bn_sgd"].drop(columns="key"))
-    assert R.n_eval == 0 and math.isnan(R.eval_se)
+    assert best.drop(columns="key").equals(C[C["key"] == "gap_ref_mlp_bn_sgd"].drop(columns="key"))
+    assert number(R, "n_eval") == 0 and math.isnan(number(R, "eval_se"))
     p = 0.6 + NOISE.mean()
-    assert findings.findings(df.assign(n_eval=1000)).record.eval_se == pytest.approx((p * (1 - p) / 1000) ** 0.5)
+    assert number(findings.findings(df.assign(n_eval=1000)), "eval_se") == pytest.approx((p * (1 - p) / 1000) ** 0.5)
     se = (p * (1 - p) / 1000) ** 0.5
-    assert findings.findings(df.assign(n_eval=1000), margin=0.05).record.margin_in_se == pytest.approx(0.05 / se)
-    assert math.isnan(R.margin_in_se)
+    assert number(findings.findings(df.assign(n_eval=1000), margin=0.05), "margin_in_se") == pytest.approx(0.05 / se)
+    assert math.isnan(number(R, "margin_in_se"))
 
 
 def test_holm_counts_a_cell_whose_bonferroni_interval_spans_zero():
@@ -287,9 +300,10 @@ def test_equivalence_feasibility_is_the_largest_sd_a_zero_gap_can_pass():
         assert inference.decide(d, margin=0.02, family=fam).kind == kind
     assert math.isnan(findings.equivalence_max_sd(0.02, 1, fam))
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "linear", "adam"): 0.0})
-    R = findings.findings(df).record
-    assert R.equiv_max_sd == pytest.approx(findings.equivalence_max_sd(0.02, len(SEEDS), inference.Family(2)))
-    assert R.n_equiv_feasible["ref"] == 2 and R.equiv_sd_median["ref"] == pytest.approx(np.std(WIGGLE, ddof=1))
+    R = findings.findings(df)
+    assert number(R, "equiv_max_sd") == pytest.approx(findings.equivalence_max_sd(0.02, len(SEEDS), inference.Family(2)))
+    assert number(R, "n_equiv_feasible_ref") == 2
+    assert number(R, "equiv_sd_median_ref") == pytest.approx(np.std(WIGGLE, ddof=1))
 
 
 def test_adam_sgd_interaction_is_paired_and_corrected_over_heads():
@@ -300,11 +314,11 @@ def test_adam_sgd_interaction_is_paired_and_corrected_over_heads():
     # per-seed noise in adam's mlp_bn cell only, so its difference has a spread and spans zero and the margin
     m = (df["head"] == "mlp_bn") & (df["optimizer"] == "adam") & df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)
-    F = findings.findings(df)
-    assert F.claim("adam_vs_sgd_linear")["estimate"] == pytest.approx(-0.10)  # gap(adam) - gap(sgd)
-    assert {h: _verdict(F, f"adam_vs_sgd_{h}") for h in ("linear", "mlp", "mlp_bn")} == {
+    C, F = _page(df)
+    assert claim(C, "adam_vs_sgd_linear")["estimate"] == pytest.approx(-0.10)  # gap(adam) - gap(sgd)
+    assert {h: _verdict(C, f"adam_vs_sgd_{h}") for h in ("linear", "mlp", "mlp_bn")} == {
         "linear": findings.ADAM_LOWER, "mlp": findings.ADAM_HIGHER, "mlp_bn": inference.NOT_DECIDED}
-    assert F.record.interaction_confidence == pytest.approx(1 - 0.05 / 3) and F.record.interaction_m == 3
+    assert number(F, "interaction_confidence") == pytest.approx(1 - 0.05 / 3) and number(F, "interaction_m") == 3
     t = findings.interaction_table(df)
     d = findings.gap_values(df, "ref", "mlp_bn", "adam") - findings.gap_values(df, "ref", "mlp_bn", "sgd")
     assert t.set_index("head").loc["mlp_bn", "low"] == pytest.approx(inference.t_interval(d, 1 - 0.05 / 3).low)
@@ -315,82 +329,85 @@ def test_adam_sgd_interaction_is_paired_and_corrected_over_heads():
 
 def test_one_seed_is_too_few_and_never_equivalent():
     df = _table({("ref", "linear", "sgd"): 0.0, ("ref", "linear", "adam"): 0.0})
-    F = findings.findings(df[df["seed"] == 0])
-    assert _verdict(F, "gap_ref_linear_sgd") == inference.TOO_FEW and math.isnan(F.claim("gap_ref_linear_sgd")["low"])
-    assert F.record.n_too_few["ref"] == 2 and F.record.n_equivalent["ref"] == 0
+    C, F = _page(df[df["seed"] == 0])
+    assert _verdict(C, "gap_ref_linear_sgd") == inference.TOO_FEW and math.isnan(claim(C, "gap_ref_linear_sgd")["low"])
+    assert number(F, "n_too_few_ref") == 2 and number(F, "n_equivalent_ref") == 0
 
 
 def test_gap_intervals_are_bonferroni_corrected_over_the_cells():
     df = _table({("ref", h, o): 0.05 for h in ("linear", "mlp_bn") for o in ("sgd", "adam")})
-    F = findings.findings(df)
-    assert F.record.n_cells == 4 and F.record.confidence == pytest.approx(1 - 0.05 / 4)
+    C, F = _page(df)
+    assert number(F, "n_cells") == 4 and number(F, "confidence") == pytest.approx(1 - 0.05 / 4)
     d = findings.gap_values(df, "ref", "linear", "sgd")
     wide, narrow = inference.t_interval(d, 1 - 0.05 / 4), inference.t_interval(d)
-    assert F.claim("gap_ref_linear_sgd")["low"] == pytest.approx(wide.low) and wide.low < narrow.low
+    assert claim(C, "gap_ref_linear_sgd")["low"] == pytest.approx(wide.low) and wide.low < narrow.low
 
 
 def test_the_reference_is_backbone_eval_and_bn_head_modes_differ():
     # all_eval 0.05 above backbone_eval for mlp_bn: the old "best pinned mode" took all_eval; the reference stays
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp_bn", "sgd"): 0.1}, bn_diff=0.05)
-    F = findings.findings(df)
-    assert F.claim("gap_ref_mlp_bn_sgd")["estimate"] == pytest.approx(0.1)
-    assert F.claim("bn_ref_sgd")["estimate"] == pytest.approx(0.05) and _verdict(F, "bn_ref_sgd") == findings.BN_HIGHER
-    F0 = findings.findings(_table({("ref", "linear", "sgd"): 0.0}))
-    assert math.isnan(F0.claim("bn_ref_sgd")["estimate"]) and _verdict(F0, "bn_ref_sgd") == inference.TOO_FEW
+    C = findings.claims(df)
+    assert claim(C, "gap_ref_mlp_bn_sgd")["estimate"] == pytest.approx(0.1)
+    assert claim(C, "bn_ref_sgd")["estimate"] == pytest.approx(0.05) and _verdict(C, "bn_ref_sgd") == findings.BN_HIGHER
+    C0 = findings.claims(_table({("ref", "linear", "sgd"): 0.0}))
+    assert math.isnan(claim(C0, "bn_ref_sgd")["estimate"]) and _verdict(C0, "bn_ref_sgd") == inference.TOO_FEW
     # reported at every shift, not only chapter 1's, as one family
-    F2 = findings.findings(_table({(s, "mlp_bn", "sgd"): 0.1 for s in ("none", "mid", "ref")}, bn_diff=-0.07))
-    bn = F2.claims[F2.claims["family"] == "bn"]
-    assert set(bn["key"]) == {"bn_none_sgd", "bn_mid_sgd", "bn_ref_sgd"} and F2.record.bn_m == 3
+    C2, F2 = _page(_table({(s, "mlp_bn", "sgd"): 0.1 for s in ("none", "mid", "ref")}, bn_diff=-0.07))
+    bn = C2[C2["family"] == "bn"]
+    assert set(bn["key"]) == {"bn_none_sgd", "bn_mid_sgd", "bn_ref_sgd"} and number(F2, "bn_m") == 3
     assert bn["estimate"].to_numpy() == pytest.approx([-0.07] * 3) and set(bn["verdict"]) == {findings.BN_LOWER}
 
 
 def test_finding3_is_read_from_the_linear_heads_gap_claim():
     gaps = {("ref", "linear", "sgd"): 0.1, ("ref", "linear", "sgd_plain"): 0.0, ("ref", "linear", "adam"): -0.1,
             ("ref", "mlp", "sgd"): 0.1, ("ref", "mlp", "sgd_plain"): 0.1, ("ref", "mlp", "adam"): 0.1}
-    F = findings.findings(_table(gaps))
-    assert {o: _verdict(F, f"gap_ref_linear_{o}") for o in ("sgd", "sgd_plain", "adam")} == {
+    C, F = _page(_table(gaps))
+    assert {o: _verdict(C, f"gap_ref_linear_{o}") for o in ("sgd", "sgd_plain", "adam")} == {
         "sgd": findings.GAP_HIGHER, "sgd_plain": "equivalent within \u00b10.02", "adam": findings.GAP_LOWER}
-    assert F.record.f3_heads_holding == {"sgd": 2, "sgd_plain": 1, "adam": 1}
+    assert {o: number(F, f"f3_heads_holding_{o}") for o in ("sgd", "sgd_plain", "adam")} == {
+        "sgd": 2, "sgd_plain": 1, "adam": 1}
     df = _table({("ref", "linear", "adam"): 0.03})
     m = df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.04, -0.04)  # spans 0 and the margin
-    assert _verdict(findings.findings(df), "gap_ref_linear_adam") == inference.NOT_DECIDED
+    assert _verdict(findings.claims(df), "gap_ref_linear_adam") == inference.NOT_DECIDED
 
 
 def test_identities_are_exact_checks_that_fail_when_broken():
-    F = findings.findings(_table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp", "sgd"): 0.1}))
+    C, F = _page(_table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp", "sgd"): 0.1}))
     keys = ("check_train_is_separate", "check_pinned_keep_a", "check_task_a_loss_shared")
-    assert [_verdict(F, k) for k in keys] == [inference.EXACT] * 3
-    assert F.record.train_mode_task_a_change.mean == pytest.approx(-0.5)  # after - before: lost, negative
-    F1 = findings.findings(_table({("ref", "linear", "sgd"): 0.1}, train_adv={"sgd": 0.001}))
-    assert _verdict(F1, "check_train_is_separate") == inference.NOT_EXACT
-    assert F1.claim("check_train_is_separate")["estimate"] == pytest.approx(0.001)
+    assert [_verdict(C, k) for k in keys] == [inference.EXACT] * 3
+    assert number(F, "train_mode_task_a_change").mean == pytest.approx(-0.5)  # after - before: lost, negative
+    C1 = findings.claims(_table({("ref", "linear", "sgd"): 0.1}, train_adv={"sgd": 0.001}))
+    assert _verdict(C1, "check_train_is_separate") == inference.NOT_EXACT
+    assert claim(C1, "check_train_is_separate")["estimate"] == pytest.approx(0.001)
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp", "sgd"): 0.1})
     df.loc[(df["mode"] == "train_mode") & (df["head"] == "mlp") & (df["seed"] == 1), "task_a_after"] += 0.001
-    assert _verdict(findings.findings(df), "check_task_a_loss_shared") == inference.NOT_EXACT
+    assert _verdict(findings.claims(df), "check_task_a_loss_shared") == inference.NOT_EXACT
 
 
 def test_keep_a_check_fails_when_a_pinned_mode_changes_task_a():
     df = _table({("ref", "linear", "sgd"): 0.1})
     df.loc[(df["mode"] == "all_eval") & (df["seed"] == 2), "task_a_after"] -= 0.001
-    assert _verdict(findings.findings(df), "check_pinned_keep_a") == inference.NOT_EXACT
+    assert _verdict(findings.claims(df), "check_pinned_keep_a") == inference.NOT_EXACT
 
 
 def test_findings_needs_every_mode_and_the_reference_shift():
     df = _table({("ref", "linear", "sgd"): 0.1})
-    with pytest.raises(ValueError, match="separate_stats"):
-        findings.findings(df[df["mode"] != "separate_stats"])
-    with pytest.raises(ValueError, match="ref"):
-        findings.findings(df.assign(shift="none"))
+    for page in (findings.findings, findings.claims):
+        with pytest.raises(ValueError, match="separate_stats"):
+            page(df[df["mode"] != "separate_stats"])
+        with pytest.raises(ValueError, match="ref"):
+            page(df.assign(shift="none"))
 
 
 def test_lr_edge_count():
     df = _table({("ref", "linear", "sgd"): 0.1})
-    R = findings.findings(df, lrs={("linear", "sgd"): 0.16, ("linear", "adam"): 0.003}, grids=run.LR_GRIDS).record
-    assert R.n_lr_at_edge == 1 and R.lrs == {"linear_sgd": 0.16, "linear_adam": 0.003}
-    assert R.lr_edge_cells == "linear/sgd at the top (0.16)"
-    R = findings.findings(df, lrs={("linear", "sgd", "separate_stats"): 0.005}, grids=run.LR_GRIDS).record
-    assert R.lrs == {"linear_sgd_separate_stats": 0.005} and R.lr_edge_cells == "linear/sgd/separate_stats at the bottom (0.005)"
+    R = findings.findings(df, lrs={("linear", "sgd"): 0.16, ("linear", "adam"): 0.003}, grids=run.LR_GRIDS)
+    assert number(R, "n_lr_at_edge") == 1 and _lrs(R) == {"linear_sgd": 0.16, "linear_adam": 0.003}
+    assert number(R, "lr_edge_cells") == "linear/sgd at the top (0.16)"
+    R = findings.findings(df, lrs={("linear", "sgd", "separate_stats"): 0.005}, grids=run.LR_GRIDS)
+    assert _lrs(R) == {"linear_sgd_separate_stats": 0.005}
+    assert number(R, "lr_edge_cells") == "linear/sgd/separate_stats at the bottom (0.005)"
 
 
 def test_steps_findings_pair_the_two_budgets():
@@ -400,9 +417,10 @@ def test_steps_findings_pair_the_two_budgets():
     long.loc[sep, "task_b"] += 0.05  # separate gains 0.05; pinned gains 0.05 + 0.04 (sgd) -> gap narrows by 0.04
     long.loc[~sep, "task_b"] += np.where(long.loc[~sep, "optimizer"] == "sgd", 0.09, 0.05)
     S = findings.steps_findings(short, long)
-    assert (S.steps_short, S.steps_long, S.n_seeds) == (800, 3200, 4)
-    assert S.separate_gain["sgd"].mean == pytest.approx(0.05) and S.pinned_gain["sgd"].mean == pytest.approx(0.09)
-    assert S.gap_long["sgd"].mean == pytest.approx(0.06) and S.gap_short["sgd"].mean == pytest.approx(
+    assert [number(S, k) for k in ("steps_short", "steps_long", "n_seeds")] == [800, 3200, 4]
+    assert number(S, "separate_gain_sgd").mean == pytest.approx(0.05)
+    assert number(S, "pinned_gain_sgd").mean == pytest.approx(0.09)
+    assert number(S, "gap_long_sgd").mean == pytest.approx(0.06) and number(S, "gap_short_sgd").mean == pytest.approx(
         0.1 + WIGGLE[:4].mean())
     C = findings.steps_claims(short, long).set_index("key")
     assert C.loc["steps_change_sgd", "estimate"] == pytest.approx(-0.04)
@@ -429,11 +447,11 @@ def test_every_glued_verdict_is_a_word_of_the_vocabulary():
     gaps = {(s, h, o): g for s in ("none", "ref") for h, g in (("linear", 0.1), ("mlp_bn", -0.05))
             for o in ("sgd", "adam")}
     df = _table(gaps, bn_diff=0.01)
-    F = findings.findings(df)
-    assert set(F.claims["family"]) == {"gap", "interaction", "bn", "checks", "hc", "sc"}
-    items = [kv for fam, t in F.claims.groupby("family") for kv in claims_items("ch04", t, findings.CLIPS[fam])]
+    C = findings.claims(df)
+    assert set(C["family"]) == {"gap", "interaction", "bn", "checks", "hc", "sc"}
+    items = claims_items("ch04", findings.printed(C))
     verdicts = {k: v.data.strip("*") for k, v in items if k.endswith("_verdict")}
-    assert len(verdicts) == len(F.claims) and all(inference.is_verdict(v, findings.DIRECTIONS) for v in verdicts.values())
+    assert len(verdicts) == len(C) and all(inference.is_verdict(v, findings.DIRECTIONS) for v in verdicts.values())
     assert not inference.is_verdict("inconclusive", findings.DIRECTIONS) and len(set(findings.DIRECTIONS)) == len(findings.DIRECTIONS)
     assert "ch04_gap_ref_linear_sgd_verdict" in verdicts and "ch04_check_pinned_keep_a_verdict" in verdicts
 
@@ -444,7 +462,9 @@ def test_audit_matches_declaration_catches_an_unexpected_move():
     t = pd.DataFrame([dict(mode="all_eval", part="head_b", declared=False, moved=False, max_change=0.0)])
     assert findings.audit_matches_declaration(t)
     assert not findings.audit_matches_declaration(t.assign(moved=True))
-    assert findings.audit_check(t).verdict == inference.EXACT and findings.audit_check(t.assign(moved=True)).verdict == inference.NOT_EXACT
+    check = lambda table: claim(findings.audit_claims(table), "audit_matches")  # noqa: E731
+    assert check(t).verdict == inference.EXACT and check(t.assign(moved=True)).verdict == inference.NOT_EXACT
+    assert check(t).family == "checks"
 
 
 def test_bn_head_buffers_move_exactly_where_each_mode_declares():
@@ -503,8 +523,8 @@ def test_link_shows_the_predicted_sign_when_the_gap_rises_with_the_curvature_rat
     down = findings.link_table(_gap_rows({k: -v for k, v in gap.items()}), _geom(curv, probe), n_boot=300)
     assert _row(down, "ref", "curvature_ratio")["verdict"] == findings.LINK_NEGATIVE
     L, D = findings.link_findings(t), findings.link_findings(down)
-    assert L.n_tests == 4 and L.n_predicted_ref >= 1 and D.n_opposite >= 1
-    assert D.n_predicted_ref == int((_row(down, "ref", "probe_cost")["verdict"] == findings.LINK_POSITIVE))
+    assert number(L, "n_tests") == 4 and number(L, "n_predicted_ref") >= 1 and number(D, "n_opposite") >= 1
+    assert number(D, "n_predicted_ref") == int((_row(down, "ref", "probe_cost")["verdict"] == findings.LINK_POSITIVE))
 
 
 def test_link_needs_enough_seeds_and_the_gap_head():
@@ -531,9 +551,10 @@ def test_link_pooled_over_shifts_uses_every_seed_and_shift():
 
 def test_cost_findings_say_whether_the_cache_was_cold():
     F = findings.cost_findings({"source": (2, 2), "ch04_heads": (10, 10)}, 120.0, 1)
-    assert (F.n_computed, F.n_units, F.n_cached, F.cache_state, F.wall_min) == (12, 12, 0, "cold", 2.0)
-    assert findings.cost_findings({"source": (0, 2), "ch04_heads": (4, 10)}, 60.0).cache_state == "partly warm"
-    assert findings.cost_findings({"source": (0, 2)}, 1.0).cache_state == "warm"
+    assert [number(F, k) for k in ("n_computed", "n_units", "n_cached", "cache_state", "wall_min")] == [
+        12, 12, 0, "cold", 2.0]
+    assert number(findings.cost_findings({"source": (0, 2), "ch04_heads": (4, 10)}, 60.0), "cache_state") == "partly warm"
+    assert number(findings.cost_findings({"source": (0, 2)}, 1.0), "cache_state") == "warm"
     with pytest.raises(ValueError, match="computed <= total"):
         findings.cost_findings({"x": (3, 2)}, 1.0)
 
@@ -550,7 +571,7 @@ def test_sweep_counts_tell_computed_from_cached_units(tmp_path):
     assert sweep_counts() == {}
     run_sweep(cfgs + [dict(x=7)], _double_group, namespace="t", execution=ex)  # a later page: three were cached
     assert sweep_counts() == {"t": (1, 4)}
-    assert findings.cost_findings(sweep_counts(), 60.0).cache_state == "partly warm"
+    assert number(findings.cost_findings(sweep_counts(), 60.0), "cache_state") == "partly warm"
     assert run.units_counts(pd.read_csv(io.StringIO(run.units_table(sweep_counts()).to_csv(index=False)))) == \
         {"t": (1, 4)}
     reset_sweep_counts()
@@ -575,13 +596,13 @@ def test_tiny_run_end_to_end(tmp_path):
     assert len(df) == 2 * 3 * 2 * 3 * 4 and set(df["shift"]) == {"none", "mid", "ref"}
     for r in df.itertuples():  # every run at its own shift's chosen rate
         assert r.lr == lrs[r.shift][(r.head, r.optimizer, r.mode)]
-    F = findings.findings(df, lrs["ref"], run.LR_GRIDS)
-    assert F.claim("check_pinned_keep_a")["verdict"] == F.claim("check_train_is_separate")["verdict"] == inference.EXACT
+    C, _ = _page(df, lrs["ref"], run.LR_GRIDS)
+    assert _verdict(C, "check_pinned_keep_a") == _verdict(C, "check_train_is_separate") == inference.EXACT
     assert set(lrs["none"]) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
     long = run.steps_check(cfg, ex, lrs)
     assert len(long) == 2 * 2 * 2 and set(long["steps"]) == {cfg.steps_check}  # sgd and adam, two modes, two seeds
     S = findings.steps_findings(df, long)
-    assert set(S.gap_long) == {"sgd", "adam"}
+    assert {k for k in S["key"] if k.startswith("gap_long_")} == {"gap_long_sgd", "gap_long_adam"}
     geom = run.feature_geometry(cfg, ex)
     sep = geom[geom["statistics"] == "separate"]
     assert np.allclose(sep["scale_ratio"], 1.0) and np.allclose(sep["offset_sd"], 0.0)
@@ -664,8 +685,9 @@ def test_link_texts_say_not_computed_instead_of_printing_nan():
 def test_lr_choice_findings_name_each_shifts_rates_and_edges():
     L = findings.lr_choice_findings({("linear", "sgd", "backbone_eval"): 0.01, ("linear", "sgd", "separate_stats"): 0.1},
                               {"sgd": (0.01, 0.1, 1.0)})
-    assert L.lrs == {"linear_sgd_backbone_eval": 0.01, "linear_sgd_separate_stats": 0.1}
-    assert (L.n_lr, L.n_lr_at_edge) == (2, 1) and L.lr_edge_cells == "linear/sgd/backbone_eval at the bottom (0.01)"
+    assert _lrs(L) == {"linear_sgd_backbone_eval": 0.01, "linear_sgd_separate_stats": 0.1}
+    assert (number(L, "n_lr"), number(L, "n_lr_at_edge")) == (2, 1)
+    assert number(L, "lr_edge_cells") == "linear/sgd/backbone_eval at the bottom (0.01)"
 
 
 def test_head_contrast_is_paired_against_the_linear_head_and_corrected():
@@ -684,7 +706,8 @@ def test_head_contrast_is_paired_against_the_linear_head_and_corrected():
     assert t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 4)
     assert t.set_index(["head", "optimizer"]).loc[("mlp", "sgd"), "estimate"] == pytest.approx(-0.08)
     H = findings.head_contrast_findings(t)
-    assert (H.n_smaller, H.n_larger, H.smaller_cells, H.larger_cells) == (1, 1, "mlp/sgd", "mlp_bn/sgd")
+    assert [number(H, k) for k in ("n_smaller", "n_larger", "smaller_cells", "larger_cells")] == [
+        1, 1, "mlp/sgd", "mlp_bn/sgd"]
     disp = figures.head_contrast_display(t)
     assert list(disp.index) == ["mlp", "mlp_bn"] and list(disp.columns) == ["sgd", "adam"]
     assert disp.loc["mlp", "sgd"].startswith("-0.080 [") and disp.loc["mlp", "sgd"].endswith(findings.HEAD_SMALLER)
@@ -697,8 +720,9 @@ def test_finding_3_names_a_linear_rate_at_the_grid_edge():
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "linear", "adam"): 0.1})
     lrs = {("linear", "sgd", m): 0.05 for m in MODE_NAMES} | {("linear", "adam", m): 0.01 for m in MODE_NAMES}
     lrs[("linear", "sgd", "backbone_eval")] = 0.005
-    R = findings.findings(df, lrs, {"sgd": (0.005, 0.05, 0.5), "adam": (0.001, 0.01, 0.1)}).record
-    assert R.f3_rate_edge == {"sgd": "a rate at the grid's edge", "adam": "rates inside the grid"}
+    R = findings.findings(df, lrs, {"sgd": (0.005, 0.05, 0.5), "adam": (0.001, 0.01, 0.1)})
+    assert (number(R, "f3_rate_edge_sgd"), number(R, "f3_rate_edge_adam")) == ("a rate at the grid's edge",
+                                                                              "rates inside the grid")
 
 
 def test_shift_contrast_pairs_each_cell_across_shifts_and_is_corrected():
@@ -714,8 +738,9 @@ def test_shift_contrast_pairs_each_cell_across_shifts_and_is_corrected():
     # mlp: identical gaps at both shifts in every seed, zero spread at 0: equivalent (the old rule: inconclusive)
     assert v["mlp"] == "equivalent within \u00b10.02" and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 3)
     S = findings.shift_contrast_findings(t)
-    assert (S.n_larger, S.n_smaller, S.larger_cells, S.smaller_cells) == (1, 1, "linear/sgd", "mlp_bn/sgd")
-    assert S.m == 3
+    assert [number(S, k) for k in ("n_larger", "n_smaller", "larger_cells", "smaller_cells")] == [
+        1, 1, "linear/sgd", "mlp_bn/sgd"]
+    assert number(S, "m") == 3
     assert list(figures.contrast_display(t).columns) == ["sgd"]
     with pytest.raises(ValueError, match="no rows at shift 'none'"):
         findings.shift_contrast_table(_table({("ref", "linear", "sgd"): 0.1}))
@@ -729,16 +754,17 @@ def test_head_contrast_says_when_a_smaller_gap_comes_from_a_worse_separate_side(
     t = findings.head_contrast_table(df)
     assert t["separate"].iloc[0] == pytest.approx(t["separate_reference"].iloc[0] - 0.05)
     H = findings.head_contrast_findings(t)
-    assert (H.n_smaller, H.n_smaller_worse_separate, H.smaller_worse_separate_cells) == (1, 1, "mlp/sgd")
+    assert [number(H, k) for k in ("n_smaller", "n_smaller_worse_separate", "smaller_worse_separate_cells")] == [
+        1, 1, "mlp/sgd"]
 
 
 def test_link_counts_are_split_by_scope():
     t = pd.DataFrame([dict(scope=sc, kind=k, predicted_sign=1, m=3, confidence=1 - 0.05 / 3)
                       for sc, k in (("ref", "not decided"), ("all", "higher"), ("ref", "lower"))])
     L = findings.link_findings(t)
-    assert (L.n_predicted, L.n_opposite, L.n_tests) == (1, 1, 3)
-    assert (L.n_predicted_ref, L.n_tests_ref, L.n_predicted_all, L.n_tests_all) == (0, 2, 1, 1)
-    assert L.m == 3
+    assert [number(L, k) for k in ("n_predicted", "n_opposite", "n_tests")] == [1, 1, 3]
+    assert [number(L, k) for k in ("n_predicted_ref", "n_tests_ref", "n_predicted_all", "n_tests_all")] == [0, 2, 1, 1]
+    assert number(L, "m") == 3
 
 
 # --- the page's answer, chosen by the findings (issue 25) --------------------------------------------------------------
@@ -746,15 +772,14 @@ def test_link_counts_are_split_by_scope():
 FLIP_CELLS = [("ref", h, o) for h in ("linear", "mlp_bn") for o in ("sgd", "sgd_plain", "adam")]
 
 
-def _flip_findings(gap: float) -> "findings.Findings":
-    """Findings of a table in which every cell at chapter 1's shift has per-seed gap ``gap`` (+ a small wiggle):
-    ``+0.15`` (pinning costs), ``-0.15`` (the two conditions' values swapped) or ``0`` (equivalent)."""
-    return findings.findings(_table({c: gap for c in FLIP_CELLS}), margin=0.02)
+def _flip_findings(gap: float) -> tuple:
+    """The claims and numbers of a table in which every cell at chapter 1's shift has per-seed gap ``gap`` (+ a
+    small wiggle): ``+0.15`` (pinning costs), ``-0.15`` (the two conditions' values swapped) or ``0`` (equivalent)."""
+    return _page(_table({c: gap for c in FLIP_CELLS}), margin=0.02)
 
 
 def test_answer_states_the_counts_and_the_linear_heads_verdicts():
-    F = _flip_findings(0.15)
-    text = findings.answer(F)
+    text = findings.answer(*_flip_findings(0.15))
     assert text.startswith("No head or optimizer tried makes up for pinned statistics")
     assert "6 head and optimizer cells split into 6 where separate statistics score higher" in text
     assert text.count(f"**{findings.GAP_HIGHER}**") == 4  # the linear head, one per optimizer, and the best pinned cell
@@ -767,7 +792,7 @@ def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     answer, the advice and every findings-chosen sentence change with the verdicts and never keep the old
     outcome."""
     cost, reversed_, none = (_flip_findings(g) for g in (0.15, -0.15, 0.0))
-    a_cost, a_rev, a_none = (findings.answer(F) for F in (cost, reversed_, none))
+    a_cost, a_rev, a_none = (findings.answer(*P) for P in (cost, reversed_, none))
     assert findings.GAP_HIGHER in a_cost and findings.GAP_HIGHER not in a_rev and findings.GAP_HIGHER not in a_none
     assert findings.GAP_LOWER in a_rev and findings.GAP_LOWER not in a_cost
     assert "equivalent within ±0.02" in a_none and "equivalent within ±0.02**" not in a_cost
@@ -776,18 +801,18 @@ def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     assert a_none.startswith("Every head and optimizer tried makes up for pinned statistics")
     assert a_rev.startswith("No head and optimizer cell shows a cost of pinned statistics")
     # the advice: the separate-statistics call only where pinning is shown to cost
-    assert "shared_weight_copy" in findings.advice(cost) and "in the 6 of 6 cells where pinning costs" in findings.advice(cost)
-    for F in (reversed_, none):
-        assert "shared_weight_copy" not in findings.advice(F) and "no cell shows a cost" in findings.advice(F)
-    assert all("bnstudy.pin_eval(model.backbone)" in findings.advice(F) for F in (cost, reversed_, none))
+    assert "shared_weight_copy" in findings.advice(*cost) and "in the 6 of 6 cells where pinning costs" in findings.advice(*cost)
+    for P in (reversed_, none):
+        assert "shared_weight_copy" not in findings.advice(*P) and "no cell shows a cost" in findings.advice(*P)
+    assert all("bnstudy.pin_eval(model.backbone)" in findings.advice(*P) for P in (cost, reversed_, none))
     # a mix: some cells cost, the others equivalent
-    mixed = findings.findings(_table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS}), margin=0.02)
-    assert findings.answer(mixed).startswith("Some heads and optimizers make up for pinned statistics")
+    mixed = _page(_table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS}), margin=0.02)
+    assert findings.answer(*mixed).startswith("Some heads and optimizers make up for pinned statistics")
     # a cost in some cells, the others not decided: none is shown to make up for it
     df = _table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS})
     m = (df["head"] == "mlp_bn") & df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.08, -0.08)  # wide: neither a cost nor a tie
-    undecided = findings.answer(findings.findings(df, margin=0.02))
+    undecided = findings.answer(*_page(df, margin=0.02))
     assert undecided.startswith("No head or optimizer tried is shown to make up") and "3 not decided" in undecided
 
 
@@ -803,14 +828,19 @@ def test_probe_and_geometry_sentences_flip_with_their_numbers():
     assert "shortfall" not in findings.probe_sentence(kept, linear_gap_low=0.01)  # the head's gap within the probe's
     assert "without an interval" in findings.probe_sentence(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
         findings.probe_sentence(I(0.01, math.nan, math.nan, 1))
+    # the curvature note (bnstudy.words.Note): each of its four sentences holds for its own numbers, alone
     base = dict(scale_ratio=2.0, offset_sd=1.0, dead_fraction=0.0, affine_r2=0.9, mean_share_pinned=0.3,
                 mean_share_separate=0.2, probe_pinned=0.5, probe_separate=0.5, probe_cost=kept)
-    wide = findings.geometry_sentences(findings.GeometryFindings(curvature_ratio=5.0, curvature_centered_ratio=4.0, **base))
-    offset = findings.geometry_sentences(findings.GeometryFindings(curvature_ratio=5.0, curvature_centered_ratio=1.2, **base))
-    flat = findings.geometry_sentences(findings.GeometryFindings(curvature_ratio=0.9, curvature_centered_ratio=0.9, **base))
-    assert "from the wider features, not from the common offset" in wide["curvature"]
-    assert "from the common offset, not from the wider features" in offset["curvature"]
-    assert "no curvature" in flat["curvature"] and "wider" not in flat["curvature"]
+    said = lambda ratio, centred: notes(findings.NOTES, pd.DataFrame(), numbers_table(dict(  # noqa: E731
+        curvature_ratio=ratio, curvature_centered_ratio=centred, **base)))["geo_sentence_curvature"]
+    wide, offset, flat, unknown = said(5.0, 4.0), said(5.0, 1.2), said(0.9, 0.9), said(5.0, math.nan)
+    assert "from the wider features, not from the common offset" in wide
+    assert "from the common offset, not from the wider features" in offset
+    assert "no curvature" in flat and "wider" not in flat
+    assert unknown == "The centred ratio is not available." and said(math.nan, 4.0) == unknown
+    assert len({wide, offset, flat, unknown}) == 4
+    # the boundary: a centred excess of exactly half the excess is the wider features' (>=)
+    assert said(5.0, 3.0) == wide and said(5.0, 2.99) == offset and said(1.0, 5.0) == flat
 
 
 def test_vocabulary_is_every_direction_and_the_shared_words():
@@ -871,3 +901,17 @@ def test_the_notebook_shows_no_code():
     first = "".join(nb["cells"][0]["source"])
     assert first.startswith("# ") and "{admonition} The answer\n:class: answer" in first
     assert "{glue:md}`ch04_answer`" in first and "{glue:md}`ch04_advice`" in first
+
+
+def test_the_chapter_is_data_no_records_and_printed_ends_are_cut_per_family():
+    """The lean chapter shape: no class in findings (claims are QUESTIONS asked by bnstudy.inference.ask, numbers a
+    flat numbers table), and the page's interval ends are cut to each family's range (CLIPS), the claims keep theirs."""
+    assert not [v for v in vars(findings).values() if isinstance(v, type) and v.__module__ == findings.__name__]
+    assert set(findings.QUESTIONS) - {"audit"} <= set(findings.CLIPS)
+    C = findings.claims(_table({("ref", "linear", "sgd"): 0.1, ("none", "linear", "sgd"): 0.0}))
+    wide = C.assign(low=-1.5, high=1.5)
+    shown = findings.printed(wide).set_index("key")
+    assert (shown.loc["gap_ref_linear_sgd", "low"], shown.loc["gap_ref_linear_sgd", "high"]) == (-1.0, 1.0)
+    assert shown.loc["sc_linear_sgd", "high"] == 1.5  # a difference of two gaps may reach 2
+    assert shown.loc["check_train_is_separate", "high"] == 1.5  # checks: no range
+    assert (wide["high"] == 1.5).all()  # the claims keep the raw ends

@@ -28,6 +28,6 @@ interval, test and verdict comes from :mod:`bnstudy.inference`: the cells of one
 
 The chapter in three parts: :mod:`.run` (what is trained: ``Config`` -> ``run_tables``, the search, the sweep, the
 step-count check, the measured explanation ``feature_geometry`` and the buffer audit ``audit_buffers``),
-:mod:`.findings` (what is claimed: ``findings``, a claims table and a small ``Record``, and the page's sentences)
-and :mod:`.figures` (what is drawn).
+:mod:`.findings` (what is claimed: its ``QUESTIONS`` asked by ``claims`` into a claims table, ``findings``' numbers
+table, and the page's sentences) and :mod:`.figures` (what is drawn).
 """
