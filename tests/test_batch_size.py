@@ -772,3 +772,54 @@ def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
             tags = set(c["metadata"].get("tags", []))
             assert "show-code" not in tags and tags & {"remove-cell", "remove-input"}
             compile("".join(c["source"]), "cell", "exec")
+
+
+# --- the page's rule-triggered notes (bnstudy.words.Note): every note of findings.NOTES flips with its rule ----------
+
+def _note_tables(close="not decided", shifted="not decided", tuned=("not decided", "not decided"), ratio=2.5,
+                 n_above=0):
+    claims = pd.DataFrame(dict(key=["recommend_close_b2", "recommend_shifted_b2"], verdict=[close, shifted]))
+    f = inference.numbers_table(dict(smallest_batch=2, reference_batch=32, n_break_above=n_above,
+                                     precise_var_err_ratio_b2_b32=ratio, best_bn=dict(close_b2="AdaBN (label)"),
+                                     rate=dict(rec=dict(close_tuned_verdict=tuned[0], shifted_tuned_verdict=tuned[1]))))
+    return claims, f
+
+
+@pytest.mark.parametrize("kw,lead", [
+    (dict(close="per-sample norm higher", shifted="per-sample norm higher"),
+     "To fine-tune a whole network at batch size 2, start from a network pretrained with a per-sample norm"),
+    (dict(close="per-sample norm lower", shifted="per-sample norm lower"),
+     "To fine-tune a whole network at batch size 2, keep BatchNorm with the strategy shown best here (AdaBN (label) on"),
+    (dict(tuned=("per-sample norm lower", "per-sample norm lower")),
+     "At batch size 2, at rates tuned on separate seeds, BatchNorm in train mode is ahead"),
+    (dict(tuned=("per-sample norm higher", "per-sample norm higher")),
+     "At batch size 2, at rates tuned on separate seeds, a per-sample norm from pretraining is ahead"),
+    (dict(close="per-sample norm higher", shifted="not decided", tuned=("per-sample norm higher", "not decided")),
+     "At batch size 2 this chapter does not decide between BatchNorm and a per-sample norm"),
+])
+def test_each_advice_note_holds_only_for_its_outcome(kw, lead):
+    claims, f = _note_tables(**kw)
+    n = notes(findings.NOTES, claims, f)
+    assert n["advice"].startswith(lead)
+    assert findings.advice(claims, f) == n["advice"] + " " + n["restat_advice"]
+    holding = [r for r in findings.NOTES if r.key == "advice" and r.when(claims, f)]  # the other four are false
+    assert len(holding) == 1 and holding[0].text.format(**holding[0].fill(claims, f)).startswith(lead)
+    # the linear-scaling verdicts take precedence: the tuned verdicts only speak where those do not agree
+    if "tuned" not in kw:
+        flipped = _note_tables(**kw, tuned=("per-sample norm lower", "per-sample norm lower"))
+        assert notes(findings.NOTES, *flipped)["advice"] == n["advice"]
+
+
+def test_restat_and_large_batch_notes_flip_with_their_numbers():
+    claims, f = _note_tables(ratio=2.5)
+    assert "in batches of 2 the variance's error is 2.5 times that in batches of 32" in \
+        notes(findings.NOTES, claims, f)["restat_advice"]
+    for ratio in (1.0, 0.5, float("nan")):  # not larger in batches of 2 (or unknown): no comparison claimed
+        text = notes(findings.NOTES, claims, inference.with_numbers(f, dict(precise_var_err_ratio_b2_b32=ratio)))
+        assert text["restat_advice"] == ("Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, "
+                                         "loader)` (a forward pass without gradients).")
+    assert notes(findings.NOTES, claims, f)["large_batch"] == (
+        "Above the reference batch size of 32, no strategy and target pair is shown to break from any cause.")
+    text = notes(findings.NOTES, claims, inference.with_numbers(f, dict(n_break_above=3)))["large_batch"]
+    assert text.startswith("Above the reference batch size of 32, 3 strategy and target pairs are shown to break")
+    assert "lose accuracy" in text

@@ -7,10 +7,11 @@ data choose (:data:`NOTES`, :func:`page_words`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numpy as np
 import pandas as pd
-from ...inference import NOT_DECIDED, TOO_FEW, Claim, Family, claims_table, decide, exact_check, holm, number, \
+from ...inference import NOT_DECIDED, TOO_FEW, Claim, Family, Question, ask, claims_table, decide, holm, number, \
     numbers_table, one_sided_p, rank_correlation, t_interval, tost_p, two_sided_p
 from ...words import Note, notes
 from ...config import STRATEGY_NORM
@@ -190,6 +191,38 @@ def _decide(values, key: str, words: str, family: Family, margin: float | None =
     return decide(values, key, margin=margin, family=family, higher=higher, lower=lower)
 
 
+#: The page's comparisons that are questions as data (:func:`bnstudy.inference.ask`; every difference condition
+#: minus reference per seed, of the target accuracy, between two strategies; :func:`_asked` adds the run's levels):
+#: ``adabn_vs_frozen_<target>_b<m>``, AdaBN minus inherited frozen statistics at the smallest and reference batch
+#: sizes; ``rate_<target>_<contender>_<base|tuned>``, each per-sample contender minus BN in train mode at the
+#: smallest batch size, at the linear-scaling rate (table ``base``) and at the tuned rates (``tuned``,
+#: :func:`rate_comparison`); ``gap_zero_elsewhere``, the exact check that every strategy but BN in train mode has a
+#: train/eval gap ``== 0`` in every run (an identity of the code). The other families compare strategies the data
+#: choose (the best, the winner: :func:`bn_vs_per_sample`, :func:`winners`), one strategy's two columns (``gap``,
+#: ``restat``), layers (``noise``) or batch sizes at a break's own level (``drop``, ``did``, ``lr_did``:
+#: :func:`_smallest_family`), which a :class:`~bnstudy.inference.Question` does not express.
+_BY_STRATEGY = dict(value="target", by="strategy")
+#: The per-sample contenders of the rate comparison (:func:`rate_comparison` asks those present).
+PS_CONTENDERS = tuple(s for s in CONTENDERS if s != "bn_train")
+ADABN_QUESTION = Question("adabn_vs_frozen_{target_name}_b{batch_size}", "adabn", "stats_frozen",
+                          each=("target_name", "batch_size"), words="AdaBN", **_BY_STRATEGY)
+RATE_QUESTIONS = tuple(Question(f"rate_{{target_name}}_{{condition}}_{tag}", PS_CONTENDERS, "bn_train",
+                                each=("target_name",), table=tag, words="per-sample norm", **_BY_STRATEGY)
+                       for tag in ("base", "tuned"))
+CHECK_QUESTION = Question("gap_zero_elsewhere", value="train_eval_gap", exact=0.0)
+
+
+def _asked(name: str, tables, questions, alpha: float = ALPHA, at: dict | None = None,
+           fill: dict | None = None) -> pd.DataFrame:
+    """One family of claims from :func:`bnstudy.inference.ask`, with a first column ``family`` = ``name``: the
+    ``questions`` with the run's levels ``at`` added to their selections and the fields ``fill`` (e.g. the
+    contenders present as ``condition``) replaced."""
+    qs = [dataclasses.replace(q, at={**q.at, **(at or {})}, **(fill or {})) for q in questions]
+    out = ask(tables, qs, alpha)
+    out.insert(0, "family", name)
+    return out
+
+
 def _family(name: str, items: dict, words: str, alpha: float = ALPHA) -> pd.DataFrame:
     """One family of claims: ``items`` ``{key: per-seed differences}`` printed together, decided at
     ``Family(len(items), alpha)`` (:func:`_decide`), as a claims table (Holm within the family) with a first
@@ -364,17 +397,13 @@ def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, a
     grid = sorted(set(tune.lr_factor))
     targets = sorted(set(tuned.target_name))
     out: dict = dict(factor={}, edge={}, rec={}, depends={})
-    diffs = {}
     for t in targets:
         for s in ["bn_train"] + ps:
             f = chosen[(t, s)]
             out["factor"][f"{t}_{s}"] = f
             out["edge"][f"{t}_{s}"] = "at the edge of the grid" if _edge(f, grid) else "inside the grid"
-        for tag, d in (("base", df[df.batch_size == sb]), ("tuned", tuned)):
-            piv = d[d.target_name == t].pivot(index="seed", columns="strategy", values="target")
-            for s in ps:
-                diffs[f"rate_{t}_{s}_{tag}"] = piv[s] - piv["bn_train"]
-    claims = _family("rate", diffs, "ps", alpha)
+    claims = _asked("rate", dict(base=df[df.batch_size == sb], tuned=tuned), RATE_QUESTIONS, alpha,
+                    dict(target_name=tuple(targets)), dict(condition=tuple(ps)))
     word = dict(zip(claims.key, claims.verdict))
     for t in targets:
         for tag in ("base", "tuned"):
@@ -382,7 +411,7 @@ def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, a
         same = out["rec"][f"{t}_base_verdict"] == out["rec"][f"{t}_tuned_verdict"]
         out["depends"][t] = "the same verdict at both rates" if same else "the verdict depends on the rate"
     out["claims"] = claims
-    out["n_comparisons"] = len(diffs)
+    out["n_comparisons"] = len(claims)
     out["n_edge"] = int(sum(v == "at the edge of the grid" for v in out["edge"].values()))
     return out
 
@@ -590,13 +619,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             rec[f"recommend_{t}_b{b}"] = piv[best_ps] - piv[best_bn]
     tables.append(_family("recommend", rec, "ps", alpha))
     if {"adabn", "stats_frozen"} <= strategies:
-        avf = {}
-        for t in targets:
-            for b in cells:
-                piv = df[(df.target_name == t) & (df.batch_size == b)].pivot(index="seed", columns="strategy",
-                                                                             values="target")
-                avf[f"adabn_vs_frozen_{t}_b{b}"] = piv["adabn"] - piv["stats_frozen"]
-        tables.append(_family("adabn", avf, "adabn", alpha))
+        tables.append(_asked("adabn", df, [ADABN_QUESTION], alpha, dict(batch_size=tuple(cells))))
     gap, restat = {}, {}
     for t in targets:
         g_t = df[(df.target_name == t) & (df.strategy == "bn_train")]
@@ -613,9 +636,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         tables.append(_family("restat", restat, "restat", alpha))
     nt = noise_table(diag)
     tables.append(_family("noise", {"deepest_noisiest": _deepest_minus_others(nt)}, "noise", alpha))
-    check = claims_table([exact_check(df[df.strategy != "bn_train"].train_eval_gap, 0.0, "gap_zero_elsewhere")],
-                         family="check")
-    tables.append(check)
+    tables.append(_asked("check", df, [CHECK_QUESTION], alpha, dict(strategy=tuple(sorted(strategies - {"bn_train"})))))
     tables += [_smallest_family(name, items, name, sb) for name, items in (("drop", drop), ("did", did)) if items]
     lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
     lr_claims = lr.pop("claims", None)
