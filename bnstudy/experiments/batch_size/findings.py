@@ -741,7 +741,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
 # --- the page's answer: sentences chosen by the findings (issue 25) -------------------------------------------------
 
 def _get(f: pd.DataFrame, key: str, default=None):
-    """The entry ``key`` of the numbers table ``f`` (:func:`bnstudy.inference.number`), ``default`` where it has none."""
+    """The entry ``key`` of the numbers table ``f`` (:func:`bnstudy.inference.number`), ``default`` where there is
+    none."""
     return number(f, key) if (f["key"] == key).any() else default
 
 
@@ -808,8 +809,8 @@ def answer(claims: pd.DataFrame, f: pd.DataFrame) -> str:
                    + (": the number a training loop reports is not the deployed model's." if shown else "."))
     p32, p2 = _get(f, "precise_enough_b32"), _get(f, "precise_enough_b2")
     if p32 is not None and p2 is not None:
-        out.append(f"Precise BN's re-estimate is within ±{number(f, 'equivalence_margin'):.2f} of the exact statistics' "
-                   f"accuracy {enough_phrase(p32, 32)} and {enough_phrase(p2, 2)}.")
+        out.append(f"Precise BN's re-estimate is within ±{number(f, 'equivalence_margin'):.2f} of the exact "
+                   f"statistics' accuracy {enough_phrase(p32, 32)} and {enough_phrase(p2, 2)}.")
     return " ".join(out)
 
 
