@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from bnstudy import engine, inference
+from bnstudy.inference import number as N
+from bnstudy.words import notes
 from bnstudy.config import FinetuneConfig, SourceConfig
 from bnstudy.experiments.batch_size import figures, findings, run
 from bnstudy.freeze import FrozenBatchNorm
@@ -306,8 +308,8 @@ def test_findings_end_to_end_on_a_hand_made_table():
     df["source_task_a_accuracy"] = 0.99
     claims, F = findings.findings(df, _diag(), reference=32)
     C = claims.set_index("key")
-    assert F.breaks["close_bn_train"] == "<= 2" and F.breaks["close_to_group"] == "never"
-    assert F.breaks_stats["close_bn_train"] == "<= 2" and "close_group_pretrained" not in F.breaks_stats
+    assert N(F, "breaks_close_bn_train") == "<= 2" and N(F, "breaks_close_to_group") == "never"
+    assert N(F, "breaks_stats_close_bn_train") == "<= 2" and "breaks_stats_close_group_pretrained" not in set(F.key)
     assert C.loc["did_close_bn_train_b2", "estimate"] == pytest.approx(-0.3, abs=0.01)
     assert C.loc["did_close_bn_train_b2", "verdict"] == "lower beyond the control"
     for key, control in (("did_close_bn_train_b2", "group_pretrained"), ("drop_close_bn_train_b2", None)):
@@ -319,33 +321,34 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert C.loc["recommend_close_b2", "estimate"] == pytest.approx(0.05, abs=0.005)  # to_group 0.75 vs stats_frozen 0.7
     assert C.loc["recommend_shifted_b32", "verdict"] == "per-sample norm lower"
     assert C.loc["recommend_shifted_b32", "estimate"] == pytest.approx(-0.1, abs=0.005)
-    assert F.best_ps["close_b2"] == run.STRATEGY_LABELS["to_group"]  # labels, never raw slugs
-    assert F.family_size["recommend"] == 4 and F.family_size["adabn"] == 4 and F.family_size["check"] == 1
+    assert N(F, "best_ps_close_b2") == run.STRATEGY_LABELS["to_group"]  # labels, never raw slugs
+    assert N(F, "family_size_recommend") == 4 and N(F, "family_size_adabn") == 4 and N(F, "family_size_check") == 1
     assert list(C[C.family == "recommend"].confidence) == [pytest.approx(1 - 0.05 / 4)] * 4  # Bonferroni over 4
     assert C.loc["gap_zero_elsewhere", "verdict"] == "exact, checked =="
     assert C.loc["gap_close_b2", "estimate"] == pytest.approx(-0.1)
     assert C.loc["gap_close_b2", "verdict"] == "train-mode accuracy lower"  # zero spread: interval [-0.1, -0.1]
     assert C.loc["gap_close_b32", "verdict"] == "not decided" and C.loc["gap_close_b32", "estimate"] == 0
     assert C.loc["deepest_noisiest", "verdict"] == "too few seeds"  # one layer: no other layer to compare with
-    assert F.noise_ratio_m2["l0"] == pytest.approx(2.0)
-    assert F.noise_var_ratio_m2["l0"] == pytest.approx(0.5) and F.noise_var_ratio_top["l0"] == pytest.approx(0.25)
-    assert F.noise_largest_batch == 4
-    assert F.spread_top["close_to_group"] == pytest.approx(0.002, abs=0.0015) and "close_bn_train" in F.spread
-    assert F.noise_slope_mean["l0"] == pytest.approx(-1.0) and F.noise_slope_var["l0"] == pytest.approx(-1.0)
-    assert F.retention["close_bn_train_b2"].mean == pytest.approx(0.9)
-    assert F.precise_mean_err_ratio_b2_b32 == pytest.approx(1.0) and F.precise_var_err_ratio_b2_b32 == pytest.approx(1.0)
-    assert set(F.precise_var_err) == {"b2_n1024", "b2_nmax", "b32_n1024", "b32_nmax"}
-    assert F.precise_enough["b32"] == "256" and F.precise_claim["b32"] == "fewer suffice"
-    assert F.precise_enough["b2"] == "none tried"
-    assert F.precise_mean_enough["b32"] == "256"  # 1/n < 0.01 from n = 256 on (the grid starts at 64)
+    assert N(F, "noise_ratio_m2_l0") == pytest.approx(2.0)
+    assert N(F, "noise_var_ratio_m2_l0") == pytest.approx(0.5) and N(F, "noise_var_ratio_top_l0") == pytest.approx(0.25)
+    assert N(F, "noise_largest_batch") == 4
+    assert N(F, "spread_top_close_to_group") == pytest.approx(0.002, abs=0.0015) and "spread_close_bn_train" in set(F.key)
+    assert N(F, "noise_slope_mean_l0") == pytest.approx(-1.0) and N(F, "noise_slope_var_l0") == pytest.approx(-1.0)
+    assert N(F, "retention_close_bn_train_b2").mean == pytest.approx(0.9)
+    assert N(F, "precise_mean_err_ratio_b2_b32") == pytest.approx(1.0) and N(F, "precise_var_err_ratio_b2_b32") == pytest.approx(1.0)
+    assert set(findings.entries(F, "precise_var_err")) - {"ratio_b2_b32"} == {"b2_n1024", "b2_nmax", "b32_n1024",
+                                                                            "b32_nmax"}
+    assert N(F, "precise_enough_b32") == "256" and N(F, "precise_claim_b32") == "fewer suffice"
+    assert N(F, "precise_enough_b2") == "none tried"
+    assert N(F, "precise_mean_enough_b32") == "256"  # 1/n < 0.01 from n = 256 on (the grid starts at 64)
     assert C.loc["adabn_vs_frozen_shifted_b32", "estimate"] == pytest.approx(0.15, abs=0.01)
     assert C.loc["adabn_vs_frozen_shifted_b32", "verdict"] == "AdaBN higher"
     assert C.loc["adabn_vs_frozen_close_b32", "verdict"] == "not decided"  # both 0.7: noise only
     assert all(inference.is_verdict(v, findings.DIRECTIONS) for v in claims.verdict)
     assert not claims.key.duplicated().any()
-    assert F.n_winner_same_targets == 0  # close: to_group (b2), bn_train; shifted: adabn at every batch size
-    assert F.n_diverged == 0 and F.diverged_where == "none" and F.lr == {}
-    assert F.acc_top["close_bn_train"].mean == pytest.approx(0.8, abs=0.01) and F.largest_batch == 32
+    assert N(F, "n_winner_same_targets") == 0  # close: to_group (b2), bn_train; shifted: adabn at every batch size
+    assert N(F, "n_diverged") == 0 and N(F, "diverged_where") == "none" and not F.key.str.startswith("lr_").any()
+    assert N(F, "acc_top_close_bn_train").mean == pytest.approx(0.8, abs=0.01) and N(F, "largest_batch") == 32
     with pytest.raises(ValueError, match="reference=16"):
         findings.findings(df, _diag(), reference=16)
 
@@ -370,12 +373,12 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
     df["diverged"] = (df.strategy == "stats_frozen") & (df.batch_size == 128) & (df.target_name == "shifted")
     df["source_task_a_accuracy"] = 0.99
     _, F = findings.findings(df, _diag(), reference=32)
-    assert F.breaks_above["close_stats_frozen"] == ">= 128" and F.breaks_stats_above["close_stats_frozen"] == "never"
-    assert F.n_break_above == 6 and F.n_stats_break_below == 2
-    assert F.n_small_beats_large == 4  # stats_frozen and group_pretrained, both targets: 0.6 at 2 against 0.5 at 128
-    assert F.family_size["small_beats_large"] == 6  # Holm over the 6 strategy/target pairs
-    assert F.near_chance_where == "none"
-    assert F.n_diverged == 6 and F.diverged_where == "shifted target, BN stats frozen, affine trained, batch 128: 6 of 6 runs"
+    assert N(F, "breaks_above_close_stats_frozen") == ">= 128" and N(F, "breaks_stats_above_close_stats_frozen") == "never"
+    assert N(F, "n_break_above") == 6 and N(F, "n_stats_break_below") == 2
+    assert N(F, "n_small_beats_large") == 4  # stats_frozen and group_pretrained, both targets: 0.6 at 2 against 0.5 at 128
+    assert N(F, "family_size_small_beats_large") == 6  # Holm over the 6 strategy/target pairs
+    assert N(F, "near_chance_where") == "none"
+    assert N(F, "n_diverged") == 6 and N(F, "diverged_where") == "shifted target, BN stats frozen, affine trained, batch 128: 6 of 6 runs"
     tbl = figures.breaks_display(F, ("stats_frozen", "bn_train", "group_pretrained"))
     assert list(tbl.columns) == ["target", "strategy", "below 32: any cause", "below 32: beyond the control",
                                  "above 32: any cause", "above 32: beyond the control"]
@@ -678,15 +681,15 @@ def test_findings_per_source_accuracy_na_for_per_sample_and_restat_verdict():
     df["task_a_before"] = df.strategy.map({"bn_train": 0.997, "to_layer": 0.321, "group_pretrained": 0.974})
     df["target_restat"] = np.where(df.strategy == "bn_train", 0.8, np.nan)
     claims, F = findings.findings(df, _diag(), reference=32)
-    assert F.breaks_stats_above["close_bn_train"] == ">= 128" and F.breaks_stats_above_restat["close"] == "never"
-    assert F.breaks_above["close_to_layer"] == ">= 128" and F.breaks_stats_above["close_to_layer"] == "n/a"
-    assert F.breaks_stats["close_to_layer"] == "n/a" and F.n_stats_break_below == 0
-    assert F.source_acc == {"batch": pytest.approx(0.997), "group": pytest.approx(0.974)}
-    assert F.replaced_before["to_layer"].mean == pytest.approx(0.321) and "to_group" not in F.replaced_before
+    assert N(F, "breaks_stats_above_close_bn_train") == ">= 128" and N(F, "breaks_stats_above_restat_close") == "never"
+    assert N(F, "breaks_above_close_to_layer") == ">= 128" and N(F, "breaks_stats_above_close_to_layer") == "n/a"
+    assert N(F, "breaks_stats_close_to_layer") == "n/a" and N(F, "n_stats_break_below") == 0
+    assert findings.entries(F, "source_acc") == {"batch": pytest.approx(0.997), "group": pytest.approx(0.974)}
+    assert N(F, "replaced_before_to_layer").mean == pytest.approx(0.321) and "replaced_before_to_group" not in set(F.key)
     tbl = figures.breaks_display(F, ("bn_train", "to_layer", "group_pretrained"))
     row = tbl[tbl.strategy == "BN in train mode, statistics re-estimated"].iloc[0]
     assert row["above 32: beyond the control"] == "never"
-    assert F.rate == {}
+    assert not F.key.str.startswith("rate_").any()
     C = claims.set_index("key")
     # the re-estimate recovers the 0.2 lost at batch 128: re-estimated minus before = +0.2
     assert C.loc["restat_gain_close", "estimate"] == pytest.approx(0.2, abs=0.01)
@@ -700,7 +703,7 @@ def _answer_of(acc_fn):
                 batch_sizes=(2, 8, 32, 128))
     df["diverged"] = False
     claims, F = findings.findings(df, _diag(), reference=32)
-    return findings.answer(claims, F), findings.advice(claims, F), F
+    return findings.answer(claims, F), findings.advice(claims, F), F, claims
 
 
 def test_flip_the_small_batch_verdicts_and_the_answer_follows():
@@ -713,8 +716,8 @@ def test_flip_the_small_batch_verdicts_and_the_answer_follows():
     def bn_wins(st, b, t):
         return {"bn_train": 0.85, "to_group": 0.6, "group_pretrained": 0.62}.get(st, 0.8)
 
-    a1, adv1, F1 = _answer_of(ps_wins)
-    a2, adv2, F2 = _answer_of(bn_wins)
+    a1, adv1, F1, _ = _answer_of(ps_wins)
+    a2, adv2, F2, _ = _answer_of(bn_wins)
     assert "BatchNorm in train mode breaks from batch size 2 down on the close target" in a1
     assert "breaks from" not in a2 and "shows no break below batch size 32 on the close target" in a2
     assert "reads **per-sample norm higher** on the close target" in a1 and "per-sample norm higher" not in a2
@@ -732,11 +735,13 @@ def test_the_large_batch_sentence_names_a_collapse_only_where_a_break_is_found()
     def collapse(st, b, t):
         return 0.8 - (0.3 if b == 128 else 0.0)
 
-    _, _, F_flat = _answer_of(flat)
-    _, _, F_col = _answer_of(collapse)
-    assert F_flat.n_break_above == 0 and "no strategy and target pair is shown to break" in findings.large_batch_sentence(F_flat)
-    assert "lose accuracy" not in findings.large_batch_sentence(F_flat)
-    assert F_col.n_break_above > 0 and "lose accuracy" in findings.large_batch_sentence(F_col)
+    _, _, F_flat, c_flat = _answer_of(flat)
+    _, _, F_col, c_col = _answer_of(collapse)
+    flat_text = notes(findings.NOTES, c_flat, F_flat)["large_batch"]
+    assert N(F_flat, "n_break_above") == 0 and "no strategy and target pair is shown to break" in flat_text
+    assert "lose accuracy" not in flat_text
+    assert N(F_col, "n_break_above") > 0 and "lose accuracy" in notes(findings.NOTES, c_col, F_col)["large_batch"]
+    assert findings.page_words(c_col, F_col)["large_batch"] == notes(findings.NOTES, c_col, F_col)["large_batch"]
 
 
 def test_break_and_enough_phrases_read_every_token():
@@ -751,7 +756,7 @@ def test_break_and_enough_phrases_read_every_token():
 
 def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
     """Issue 25: the answer box first; "the large-batch collapse" only as the findings choose it
-    (``large_batch_sentence``), no hand-typed table numbers, no typed NaN, no code shown."""
+    (the ``large_batch`` note), no hand-typed table numbers, no typed NaN, no code shown."""
     import json
     import re
     from pathlib import Path
@@ -768,3 +773,54 @@ def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
             tags = set(c["metadata"].get("tags", []))
             assert "show-code" not in tags and tags & {"remove-cell", "remove-input"}
             compile("".join(c["source"]), "cell", "exec")
+
+
+# --- the page's rule-triggered notes (bnstudy.words.Note): every note of findings.NOTES flips with its rule ----------
+
+def _note_tables(close="not decided", shifted="not decided", tuned=("not decided", "not decided"), ratio=2.5,
+                 n_above=0):
+    claims = pd.DataFrame(dict(key=["recommend_close_b2", "recommend_shifted_b2"], verdict=[close, shifted]))
+    f = inference.numbers_table(dict(smallest_batch=2, reference_batch=32, n_break_above=n_above,
+                                     precise_var_err_ratio_b2_b32=ratio, best_bn=dict(close_b2="AdaBN (label)"),
+                                     rate=dict(rec=dict(close_tuned_verdict=tuned[0], shifted_tuned_verdict=tuned[1]))))
+    return claims, f
+
+
+@pytest.mark.parametrize("kw,lead", [
+    (dict(close="per-sample norm higher", shifted="per-sample norm higher"),
+     "To fine-tune a whole network at batch size 2, start from a network pretrained with a per-sample norm"),
+    (dict(close="per-sample norm lower", shifted="per-sample norm lower"),
+     "To fine-tune a whole network at batch size 2, keep BatchNorm with the strategy shown best here (AdaBN (label) on"),
+    (dict(tuned=("per-sample norm lower", "per-sample norm lower")),
+     "At batch size 2, at rates tuned on separate seeds, BatchNorm in train mode is ahead"),
+    (dict(tuned=("per-sample norm higher", "per-sample norm higher")),
+     "At batch size 2, at rates tuned on separate seeds, a per-sample norm from pretraining is ahead"),
+    (dict(close="per-sample norm higher", shifted="not decided", tuned=("per-sample norm higher", "not decided")),
+     "At batch size 2 this chapter does not decide between BatchNorm and a per-sample norm"),
+])
+def test_each_advice_note_holds_only_for_its_outcome(kw, lead):
+    claims, f = _note_tables(**kw)
+    n = notes(findings.NOTES, claims, f)
+    assert n["advice"].startswith(lead)
+    assert findings.advice(claims, f) == n["advice"] + " " + n["restat_advice"]
+    holding = [r for r in findings.NOTES if r.key == "advice" and r.when(claims, f)]  # the other four are false
+    assert len(holding) == 1 and holding[0].text.format(**holding[0].fill(claims, f)).startswith(lead)
+    # the linear-scaling verdicts take precedence: the tuned verdicts only speak where those do not agree
+    if "tuned" not in kw:
+        flipped = _note_tables(**kw, tuned=("per-sample norm lower", "per-sample norm lower"))
+        assert notes(findings.NOTES, *flipped)["advice"] == n["advice"]
+
+
+def test_restat_and_large_batch_notes_flip_with_their_numbers():
+    claims, f = _note_tables(ratio=2.5)
+    assert "in batches of 2 the variance's error is 2.5 times that in batches of 32" in \
+        notes(findings.NOTES, claims, f)["restat_advice"]
+    for ratio in (1.0, 0.5, float("nan")):  # not larger in batches of 2 (or unknown): no comparison claimed
+        text = notes(findings.NOTES, claims, inference.with_numbers(f, dict(precise_var_err_ratio_b2_b32=ratio)))
+        assert text["restat_advice"] == ("Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, "
+                                         "loader)` (a forward pass without gradients).")
+    assert notes(findings.NOTES, claims, f)["large_batch"] == (
+        "Above the reference batch size of 32, no strategy and target pair is shown to break from any cause.")
+    text = notes(findings.NOTES, claims, inference.with_numbers(f, dict(n_break_above=3)))["large_batch"]
+    assert text.startswith("Above the reference batch size of 32, 3 strategy and target pairs are shown to break")
+    assert "lose accuracy" in text

@@ -11,10 +11,10 @@ import matplotlib.ticker
 import pandas as pd
 
 from ... import style
-from ...inference import Family
+from ...inference import Family, number
 from ...plots import legibility, min_text_size
-from .findings import Findings, _edge, winners
-from .run import STRATEGIES, STRATEGY_LABELS, best_rate_table
+from .findings import _edge, entries, winners
+from .run import STRATEGIES, STRATEGY_LABELS, TARGETS, best_rate_table
 
 
 # --- figures (moved from bnstudy.plots) ------------------------------------------------------------------------
@@ -261,27 +261,30 @@ def winners_display(df: pd.DataFrame) -> pd.DataFrame:
                          "verdict": w.verdict, "Holm p": [f"{p:.3g}" for p in w.p_adjusted], "flags": notes})
 
 
-def breaks_display(F: Findings, strategies) -> pd.DataFrame:
+def breaks_display(f: pd.DataFrame, strategies) -> pd.DataFrame:
     """Break thresholds per strategy and target (rows), below and above the reference, any cause and beyond the
-    control (columns); verdict tokens (``"control"`` for the control itself, ``"n/a"`` for strategies without
-    batch statistics). With ``F.breaks_stats_above_restat``, a row per target for BN in train mode with
+    control (columns), from the numbers table ``f`` (:func:`.findings.findings`: ``breaks_<target>_<strategy>``
+    and the like); verdict tokens (``"control"`` for the control itself, ``"n/a"`` for strategies without batch
+    statistics). With ``breaks_stats_above_restat_<target>``, a row per target for BN in train mode with
     re-estimated statistics (above the reference only)."""
-    targets = sorted({k.split("_", 1)[0] for k in F.breaks})
-    ref = F.reference_batch
+    breaks, stats, above, stats_above, restat = (entries(f, stem) for stem in (
+        "breaks", "breaks_stats", "breaks_above", "breaks_stats_above", "breaks_stats_above_restat"))
+    targets = sorted({t for t in TARGETS if any(f"{t}_{s}" in breaks for s in STRATEGIES)})
+    ref = number(f, "reference_batch")
     rows = []
     for t in targets:
         for s in strategies:
             k = f"{t}_{s}"
-            if k not in F.breaks:
+            if k not in breaks:
                 continue
             rows.append({"target": t, "strategy": STRATEGY_LABELS[s],
-                         f"below {ref}: any cause": F.breaks[k],
-                         f"below {ref}: beyond the control": F.breaks_stats.get(k, "control"),
-                         f"above {ref}: any cause": F.breaks_above[k],
-                         f"above {ref}: beyond the control": F.breaks_stats_above.get(k, "control")})
-            if s == "bn_train" and t in F.breaks_stats_above_restat:
+                         f"below {ref}: any cause": breaks[k],
+                         f"below {ref}: beyond the control": stats.get(k, "control"),
+                         f"above {ref}: any cause": above[k],
+                         f"above {ref}: beyond the control": stats_above.get(k, "control")})
+            if s == "bn_train" and t in restat:
                 rows.append({"target": t, "strategy": "BN in train mode, statistics re-estimated",
                              f"below {ref}: any cause": "", f"below {ref}: beyond the control": "",
                              f"above {ref}: any cause": "",
-                             f"above {ref}: beyond the control": F.breaks_stats_above_restat[t]})
+                             f"above {ref}: beyond the control": restat[t]})
     return pd.DataFrame(rows)

@@ -1,18 +1,19 @@
-"""Chapter 5, what is claimed: the claims tables (:mod:`bnstudy.inference`), the :class:`Findings` record the
-page glues beside them, the tidy tables they are computed from and the sentences the data choose.
+"""Chapter 5, what is claimed: the claims tables (:mod:`bnstudy.inference`), the flat numbers table the page glues
+beside them (:func:`bnstudy.inference.numbers_table`), the tidy tables they are computed from and the sentences the
+data choose (:data:`NOTES`, :func:`page_words`).
 
 :func:`findings` takes :func:`.run.run`'s tables (or the saved ones: :func:`.run.diag_from_tables`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
-from ...inference import NOT_DECIDED, TOO_FEW, Claim, Family, claims_table, decide, exact_check, holm, \
-    one_sided_p, rank_correlation, t_interval, tost_p, two_sided_p
+from ...inference import NOT_DECIDED, TOO_FEW, Claim, Family, Question, ask, claims_table, decide, holm, number, \
+    numbers_table, one_sided_p, rank_correlation, t_interval, tost_p, two_sided_p
+from ...words import Note, notes
 from ...config import STRATEGY_NORM
 from .run import BN_STRATEGIES, CONTENDERS, PER_SAMPLE_STRATEGIES, STRATEGY_LABELS, Config, best_rate_table, \
     chosen_factors, noise_table, precise_table
@@ -51,24 +52,33 @@ ALPHA = 0.05
 STAT_TOLERANCE = 0.01
 
 
-def page_values(config: Config, F, runs: pd.DataFrame, tune: pd.DataFrame, tuned: pd.DataFrame | None = None) -> dict:
+def page_values(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.DataFrame,
+                tuned: pd.DataFrame | None = None) -> dict:
     """The settings and costs the page cites beside its findings (glued as ``ch05_<name>``): worker-minutes
     the fine-tuning runs measured (``wall_s``; main grid, learning-rate check and its share, tuned-rate runs), the
     check's sizes, AdaBN's settings, samples, steps and learning rates at the smallest and largest batch size, the
     base rate, the sensitivity margin, the number of strategy/target pairs and precise BN's source-minus-exact
     accuracy."""
     tuned = tuned if tuned is not None and len(tuned) else pd.DataFrame({"wall_s": []})
+    sb, lb = number(f, "smallest_batch"), number(f, "largest_batch")
     return dict(main_cpu_min=float(runs.wall_s.sum()) / 60, tune_cpu_min=float(tune.wall_s.sum()) / 60,
                 tuned_cpu_min=float(tuned.wall_s.sum()) / 60, n_tuned_runs=len(tuned), base_lr=config.base_lr,
                 wide_margin=WIDE_MARGIN, n_pairs=int(runs.groupby(["target_name", "strategy"]).ngroups),
-                precise_source_gap=F.precise_source_acc - F.precise_exact_acc,
+                precise_source_gap=number(f, "precise_source_acc") - number(f, "precise_exact_acc"),
                 tune_share=float(tune.wall_s.sum() / runs.wall_s.sum()), n_tune_seeds=len(config.tune_seeds),
                 n_lr_factors=len(config.lr_factors), lr_factor_low=min(config.lr_factors),
                 lr_factor_high=max(config.lr_factors), adabn_batch_size=config.adabn_batch_size,
                 adabn_samples=config.adabn_samples, samples=config.samples,
-                steps_smallest=config.samples // F.smallest_batch, steps_largest=config.samples // F.largest_batch,
-                lr_smallest=config.lr_for(F.smallest_batch), lr_largest=config.lr_for(F.largest_batch),
+                steps_smallest=config.samples // sb, steps_largest=config.samples // lb,
+                lr_smallest=config.lr_for(sb), lr_largest=config.lr_for(lb),
                 stage1_steps=config.stage1_steps, near_chance_margin=NEAR_CHANCE)
+
+def page_numbers(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.DataFrame,
+                 tuned: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The page's whole numbers table: :func:`findings`' ``f`` and the :func:`page_values` beside it, one flat
+    table (glued as ``ch05_<key>``)."""
+    return pd.concat([f, numbers_table(page_values(config, f, runs, tune, tuned))], ignore_index=True)
+
 
 def _ci_long(df, by, metrics):
     recs = []
@@ -179,6 +189,38 @@ def _decide(values, key: str, words: str, family: Family, margin: float | None =
     """:func:`bnstudy.inference.decide` with this page's direction words :data:`WORDS` ``[words]``."""
     higher, lower = WORDS[words]
     return decide(values, key, margin=margin, family=family, higher=higher, lower=lower)
+
+
+#: The page's comparisons that are questions as data (:func:`bnstudy.inference.ask`; every difference condition
+#: minus reference per seed, of the target accuracy, between two strategies; :func:`_asked` adds the run's levels):
+#: ``adabn_vs_frozen_<target>_b<m>``, AdaBN minus inherited frozen statistics at the smallest and reference batch
+#: sizes; ``rate_<target>_<contender>_<base|tuned>``, each per-sample contender minus BN in train mode at the
+#: smallest batch size, at the linear-scaling rate (table ``base``) and at the tuned rates (``tuned``,
+#: :func:`rate_comparison`); ``gap_zero_elsewhere``, the exact check that every strategy but BN in train mode has a
+#: train/eval gap ``== 0`` in every run (an identity of the code). The other families compare strategies the data
+#: choose (the best, the winner: :func:`bn_vs_per_sample`, :func:`winners`), one strategy's two columns (``gap``,
+#: ``restat``), layers (``noise``) or batch sizes at a break's own level (``drop``, ``did``, ``lr_did``:
+#: :func:`_smallest_family`), which a :class:`~bnstudy.inference.Question` does not express.
+_BY_STRATEGY = dict(value="target", by="strategy")
+#: The per-sample contenders of the rate comparison (:func:`rate_comparison` asks those present).
+PS_CONTENDERS = tuple(s for s in CONTENDERS if s != "bn_train")
+ADABN_QUESTION = Question("adabn_vs_frozen_{target_name}_b{batch_size}", "adabn", "stats_frozen",
+                          each=("target_name", "batch_size"), words="AdaBN", **_BY_STRATEGY)
+RATE_QUESTIONS = tuple(Question(f"rate_{{target_name}}_{{condition}}_{tag}", PS_CONTENDERS, "bn_train",
+                                each=("target_name",), table=tag, words="per-sample norm", **_BY_STRATEGY)
+                       for tag in ("base", "tuned"))
+CHECK_QUESTION = Question("gap_zero_elsewhere", value="train_eval_gap", exact=0.0)
+
+
+def _asked(name: str, tables, questions, alpha: float = ALPHA, at: dict | None = None,
+           fill: dict | None = None) -> pd.DataFrame:
+    """One family of claims from :func:`bnstudy.inference.ask`, with a first column ``family`` = ``name``: the
+    ``questions`` with the run's levels ``at`` added to their selections and the fields ``fill`` (e.g. the
+    contenders present as ``condition``) replaced."""
+    qs = [dataclasses.replace(q, at={**q.at, **(at or {})}, **(fill or {})) for q in questions]
+    out = ask(tables, qs, alpha)
+    out.insert(0, "family", name)
+    return out
 
 
 def _family(name: str, items: dict, words: str, alpha: float = ALPHA) -> pd.DataFrame:
@@ -355,17 +397,13 @@ def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, a
     grid = sorted(set(tune.lr_factor))
     targets = sorted(set(tuned.target_name))
     out: dict = dict(factor={}, edge={}, rec={}, depends={})
-    diffs = {}
     for t in targets:
         for s in ["bn_train"] + ps:
             f = chosen[(t, s)]
             out["factor"][f"{t}_{s}"] = f
             out["edge"][f"{t}_{s}"] = "at the edge of the grid" if _edge(f, grid) else "inside the grid"
-        for tag, d in (("base", df[df.batch_size == sb]), ("tuned", tuned)):
-            piv = d[d.target_name == t].pivot(index="seed", columns="strategy", values="target")
-            for s in ps:
-                diffs[f"rate_{t}_{s}_{tag}"] = piv[s] - piv["bn_train"]
-    claims = _family("rate", diffs, "ps", alpha)
+    claims = _asked("rate", dict(base=df[df.batch_size == sb], tuned=tuned), RATE_QUESTIONS, alpha,
+                    dict(target_name=tuple(targets)), dict(condition=tuple(ps)))
     word = dict(zip(claims.key, claims.verdict))
     for t in targets:
         for tag in ("base", "tuned"):
@@ -373,7 +411,7 @@ def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame, a
         same = out["rec"][f"{t}_base_verdict"] == out["rec"][f"{t}_tuned_verdict"]
         out["depends"][t] = "the same verdict at both rates" if same else "the verdict depends on the rate"
     out["claims"] = claims
-    out["n_comparisons"] = len(diffs)
+    out["n_comparisons"] = len(claims)
     out["n_edge"] = int(sum(v == "at the edge of the grid" for v in out["edge"].values()))
     return out
 
@@ -447,83 +485,6 @@ def diverged_where(df: pd.DataFrame) -> str:
 
 
 
-@dataclass(frozen=True)
-class Findings:
-    """The numbers, thresholds and labels chapter 5's prose cites beside its claims table (accuracies are
-    fractions 0..1); every verdict is in the claims table :func:`findings` returns with it.
-
-    ``breaks`` / ``breaks_above``: per ``<target>_<strategy>`` the threshold token of :func:`break_batch` below /
-    above the reference (any cause); ``breaks_stats`` / ``breaks_stats_above``: the same judged against the
-    control (:data:`CONTROL`; a batch-statistics break). ``winner``: per ``<target>_b<m>`` the winning strategy's
-    label (its verdict: claim ``winner_<target>_b<m>``). ``lr``: the learning-rate check (:func:`lr_check`; empty
-    without tuning seeds; without its claims); ``rate``: :func:`rate_comparison` without its claims. ``family_size``: the ``m`` of each
-    family of the claims table and of the Holm counts (``near_chance``: cells; ``small_beats_large``: pairs).
-    """
-
-    n_seeds: int
-    n_runs: int
-    chance: float
-    smallest_batch: int
-    largest_batch: int
-    reference_batch: int
-    margin: float
-    equivalence_margin: float
-    control: str
-    breaks: dict
-    breaks_above: dict
-    breaks_stats: dict
-    breaks_stats_above: dict
-    breaks_stats_wide: dict
-    breaks_stats_above_restat: dict
-    n_break_above: int
-    n_break_below: int
-    n_stats_break_below: int
-    winner: dict
-    n_winner_separated_holm: int
-    best_bn: dict
-    best_ps: dict
-    acc: dict
-    acc_top: dict
-    n_diverged: int
-    diverged_where: str
-    n_near_chance: int
-    near_chance_where: str
-    n_small_beats_large: int
-    spread: dict
-    spread_top: dict
-    retention: dict
-    source_acc: dict
-    replaced_before: dict
-    noise_ratio_m2: dict
-    noise_var_ratio_m2: dict
-    noise_var_ratio_top: dict
-    noise_largest_batch: int
-    noise_rel_std_m2: dict
-    n_eff_frac: dict
-    noise_slope_mean: dict
-    noise_slope_var: dict
-    precise_enough: dict
-    precise_claim: dict
-    precise_mean_enough: dict
-    precise_var_enough: dict
-    precise_smallest_n: dict
-    precise_acc_gap: dict
-    precise_mean_err: dict
-    precise_var_err: dict
-    precise_mean_err_ratio_b2_b32: float
-    precise_var_err_ratio_b2_b32: float
-    precise_source_acc: float
-    precise_exact_acc: float
-    stat_tolerance: float
-    mismatch: dict
-    mismatch_rho_within: dict
-    n_sizes: int
-    n_winner_same_targets: int
-    lr: dict
-    rate: dict
-    family_size: dict
-
-
 def _cells_where(cells: pd.DataFrame, most: int = 8) -> str:
     """Near-chance cells, readable; more than ``most``: a count pointing to the figure instead of a list."""
     if not len(cells):
@@ -563,8 +524,8 @@ def _deepest_minus_others(nt: pd.DataFrame) -> pd.Series:
 def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
              equivalence_margin: float = 0.01, tune: pd.DataFrame | None = None, control: str = CONTROL,
              wide_margin: float = None, tuned: pd.DataFrame | None = None, alpha: float = ALPHA
-             ) -> tuple[pd.DataFrame, Findings]:
-    """Chapter 5's claims table and findings from :func:`run`'s tables: ``(claims, F)``.
+             ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Chapter 5's claims table and numbers table from :func:`run`'s tables: ``(claims, f)``.
 
     ``claims``: one :func:`bnstudy.inference.claims_table` per family (column ``family``; every difference is
     condition minus reference, per seed; intervals and verdicts at ``Family(m)``, Holm within the family), glued
@@ -590,7 +551,11 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     * ``lr_did``: ``lr_did_<base|best>_<target>``, the same difference-in-differences of bn_train on the tuning
       seeds at the reported and at the best rates (:func:`lr_check`, with ``tune``).
 
-    ``F`` (:class:`Findings`): breaks (:func:`break_batch` against ``reference`` with ``margin``, below and above,
+    ``f``: the descriptive numbers the prose cites beside the claims, a flat numbers table
+    (:func:`bnstudy.inference.numbers_table`; read one with :func:`bnstudy.inference.number`; glued with
+    :func:`bnstudy.pages.glue_numbers` as ``ch05_<key>``, intervals as ``_mean`` / ``_ci_low`` / ``_ci_high``, not
+    cut; accuracies are fractions 0..1; a dict of entries is flattened to ``<key>_<entry>``, e.g.
+    ``breaks_close_bn_train``): breaks (:func:`break_batch` against ``reference`` with ``margin``, below and above,
     raw and against ``control``; ``breaks_stats_wide`` at ``wide_margin``; strategies in
     :data:`NO_BATCH_STATISTICS` get ``"n/a"`` against the control; ``breaks_stats_above_restat``: bn_train above
     the reference with its re-estimated statistics), winners' labels and their Holm count, near-chance cells
@@ -654,13 +619,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             rec[f"recommend_{t}_b{b}"] = piv[best_ps] - piv[best_bn]
     tables.append(_family("recommend", rec, "ps", alpha))
     if {"adabn", "stats_frozen"} <= strategies:
-        avf = {}
-        for t in targets:
-            for b in cells:
-                piv = df[(df.target_name == t) & (df.batch_size == b)].pivot(index="seed", columns="strategy",
-                                                                             values="target")
-                avf[f"adabn_vs_frozen_{t}_b{b}"] = piv["adabn"] - piv["stats_frozen"]
-        tables.append(_family("adabn", avf, "adabn", alpha))
+        tables.append(_asked("adabn", df, [ADABN_QUESTION], alpha, dict(batch_size=tuple(cells))))
     gap, restat = {}, {}
     for t in targets:
         g_t = df[(df.target_name == t) & (df.strategy == "bn_train")]
@@ -677,9 +636,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         tables.append(_family("restat", restat, "restat", alpha))
     nt = noise_table(diag)
     tables.append(_family("noise", {"deepest_noisiest": _deepest_minus_others(nt)}, "noise", alpha))
-    check = claims_table([exact_check(df[df.strategy != "bn_train"].train_eval_gap, 0.0, "gap_zero_elsewhere")],
-                         family="check")
-    tables.append(check)
+    tables.append(_asked("check", df, [CHECK_QUESTION], alpha, dict(strategy=tuple(sorted(strategies - {"bn_train"})))))
     tables += [_smallest_family(name, items, name, sb) for name, items in (("drop", drop), ("did", did)) if items]
     lr = lr_check(tune, reference, margin, control) if tune is not None and len(tune) else {}
     lr_claims = lr.pop("claims", None)
@@ -754,7 +711,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     family_size = {str(k): int(v) for k, v in claims.groupby("family").size().items()}
     family_size.update(near_chance=int(df.groupby(["target_name", "strategy", "batch_size"]).ngroups),
                        small_beats_large=n_pairs)
-    F = Findings(
+    f = numbers_table(dict(
         n_seeds=int(df.seed.nunique()), n_runs=len(df), chance=chance, smallest_batch=sb, largest_batch=lb,
         reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin),
         control=STRATEGY_LABELS.get(control, control), breaks=breaks, breaks_above=above, breaks_stats=sbreaks,
@@ -777,11 +734,22 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         precise_exact_acc=float(pt[pt.kind == "exact"].accuracy.mean()), stat_tolerance=STAT_TOLERANCE,
         mismatch=mism, mismatch_rho_within=rho_w, n_sizes=int(df.batch_size.nunique()),
         n_winner_same_targets=int(same), lr=lr, rate=rate, family_size=family_size,
-    )
-    return claims, F
+    ))
+    return claims, f
 
 
 # --- the page's answer: sentences chosen by the findings (issue 25) -------------------------------------------------
+
+def _get(f: pd.DataFrame, key: str, default=None):
+    """The entry ``key`` of the numbers table ``f`` (:func:`bnstudy.inference.number`), ``default`` where there is
+    none."""
+    return number(f, key) if (f["key"] == key).any() else default
+
+
+def entries(f: pd.DataFrame, stem: str) -> dict:
+    """``{entry: value}`` of the rows ``<stem>_<entry>`` of the numbers table ``f`` (a flattened dict)."""
+    return {k[len(stem) + 1:]: number(f, k) for k in f["key"] if k.startswith(f"{stem}_")}
+
 
 def _verdict_of(claims: pd.DataFrame, key: str) -> str | None:
     t = claims[claims["key"] == key]
@@ -813,34 +781,24 @@ def enough_phrase(token: str | None, batch: int) -> str:
     return f"in batches of {batch} from N = {token} samples on"
 
 
-def large_batch_sentence(F: "Findings") -> str:
-    """The page's sentence on breaks above the reference (any cause), chosen by their count: a large-batch
-    collapse is named only where some strategy is shown to break above the reference."""
-    if F.n_break_above == 0:
-        return (f"Above the reference batch size of {F.reference_batch}, no strategy and target pair is shown to break "
-                f"from any cause.")
-    return (f"Above the reference batch size of {F.reference_batch}, {F.n_break_above} strategy and target pairs are "
-            f"shown to break from any cause: the large batches of this protocol lose accuracy.")
-
-
-def answer(claims: pd.DataFrame, F: "Findings") -> str:
-    """The answer box's outcome sentences (Markdown), filled and chosen from the claims table and findings so that
-    they are true for any rows: BatchNorm in train mode's breaks beyond the per-sample control, the best
-    per-sample norm against the best BatchNorm strategy at the smallest batch size (and at tuned rates where the
-    rate check ran), train-mode minus eval-mode accuracy, and how many samples precise BN needs."""
-    sb, ref = F.smallest_batch, F.reference_batch
+def answer(claims: pd.DataFrame, f: pd.DataFrame) -> str:
+    """The answer box's outcome sentences (Markdown), filled and chosen from the claims table and the numbers table
+    ``f`` so that they are true for any rows: BatchNorm in train mode's breaks beyond the per-sample control, the
+    best per-sample norm against the best BatchNorm strategy at the smallest batch size (and at tuned rates where
+    the rate check ran), train-mode minus eval-mode accuracy, and how many samples precise BN needs."""
+    sb, ref = number(f, "smallest_batch"), number(f, "reference_batch")
     out = [f"Judged against GroupNorm from pretraining (which computes no batch statistics), BatchNorm in train mode "
-           f"{break_phrase(F.breaks_stats.get('close_bn_train'), ref)} on the close target and "
-           f"{break_phrase(F.breaks_stats.get('shifted_bn_train'), ref)} on the shifted one (a break: more than "
-           f"{F.margin:.2f} below its own accuracy at batch size {ref}, with 95% confidence)."]
+           f"{break_phrase(_get(f, 'breaks_stats_close_bn_train'), ref)} on the close target and "
+           f"{break_phrase(_get(f, 'breaks_stats_shifted_bn_train'), ref)} on the shifted one (a break: more than "
+           f"{number(f, 'margin'):.2f} below its own accuracy at batch size {ref}, with 95% confidence)."]
     rc, rs = (_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted"))
     if rc and rs:
         rec = (f"At batch size {sb} and the linear-scaling rate, the best per-sample norm minus the best BatchNorm "
                f"strategy reads **{rc}** on the close target and **{rs}** on the shifted one")
-        r = F.rate.get("rec", {}) if F.rate else {}
-        if r.get("close_tuned_verdict") and r.get("shifted_tuned_verdict"):
+        tc, ts = (_get(f, f"rate_rec_{t}_tuned_verdict") for t in ("close", "shifted"))
+        if tc and ts:
             rec += (f"; at rates tuned on separate seeds, the per-sample norms against BatchNorm in train mode read "
-                    f"**{r['close_tuned_verdict']}** and **{r['shifted_tuned_verdict']}**")
+                    f"**{tc}** and **{ts}**")
         out.append(rec + ".")
     g = claims[claims["key"] == f"gap_close_b{sb}"]
     if len(g):
@@ -849,10 +807,10 @@ def answer(claims: pd.DataFrame, F: "Findings") -> str:
         out.append(f"BatchNorm in train mode's accuracy measured in train mode minus eval mode at batch size {sb} is "
                    f"{'n/a' if math.isnan(e) else format(e, '+.3f')} on the close target (**{g.iloc[0]['verdict']}**)"
                    + (": the number a training loop reports is not the deployed model's." if shown else "."))
-    pe = F.precise_enough
-    if "b32" in pe and "b2" in pe:
-        out.append(f"Precise BN's re-estimate is within ±{F.equivalence_margin:.2f} of the exact statistics' accuracy "
-                   f"{enough_phrase(pe['b32'], 32)} and {enough_phrase(pe['b2'], 2)}.")
+    p32, p2 = _get(f, "precise_enough_b32"), _get(f, "precise_enough_b2")
+    if p32 is not None and p2 is not None:
+        out.append(f"Precise BN's re-estimate is within ±{number(f, 'equivalence_margin'):.2f} of the exact "
+                   f"statistics' accuracy {enough_phrase(p32, 32)} and {enough_phrase(p2, 2)}.")
     return " ".join(out)
 
 
@@ -865,37 +823,80 @@ def _shown_on_both(verdicts) -> str | None:
     return None
 
 
-def advice(claims: pd.DataFrame, F: "Findings") -> str:
-    """The answer box's "what to do" (Markdown) with the front-door call, chosen by the small-batch verdicts at the
-    linear-scaling rate (both targets): a per-sample norm where it is shown higher on both, BatchNorm's best
-    strategy where the per-sample norms are shown lower on both, otherwise the verdicts at tuned rates on both
-    targets, else to measure both; and where precise BN in batches of 2 errs more than in batches of 32, to
-    re-estimate in larger batches."""
-    sb = F.smallest_batch
+def small_batch_outcome(claims: pd.DataFrame, f: pd.DataFrame) -> tuple[str | None, str | None]:
+    """``(base, tuned)``: where the small-batch verdicts of both targets agree at the linear-scaling rate
+    (``recommend_<target>_b<smallest>``: ``"higher"`` / ``"lower"`` for the per-sample norm, else ``None``), and
+    where they do not, the same of the summary verdicts at tuned rates (:func:`rate_comparison`'s ``rec``)."""
+    sb = number(f, "smallest_batch")
     base = _shown_on_both([_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted")])
-    r = (F.rate or {}).get("rec", {})
-    tuned = None if base else _shown_on_both([r.get(f"{t}_tuned_verdict") for t in ("close", "shifted")])
-    first = {
-        ("higher", None): (f"To fine-tune a whole network at batch size {sb}, start from a network pretrained with "
-                           f"a per-sample norm (GroupNorm here); swapping BatchNorm out afterwards "
-                           f"(`bnstudy.replace_norm`) changes the network's function, so it needs retraining."),
-        ("lower", None): (f"To fine-tune a whole network at batch size {sb}, keep BatchNorm with the strategy shown "
-                          f"best here ({F.best_bn.get(f'close_b{sb}', 'see the table')} on the close target); a "
-                          f"per-sample norm did not do better."),
-        (None, "lower"): (f"At batch size {sb}, at rates tuned on separate seeds, BatchNorm in train mode is ahead "
-                          f"of the per-sample norms on both targets (at the linear-scaling rate the comparison is "
-                          f"not decided on both): keep BatchNorm and tune the learning rate for the small batch."),
-        (None, "higher"): (f"At batch size {sb}, at rates tuned on separate seeds, a per-sample norm from pretraining "
-                           f"is ahead of BatchNorm in train mode on both targets: start from a network pretrained "
-                           f"with one."),
-        (None, None): (f"At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on "
-                       f"both targets: try both on your own task, each at its own tuned learning rate."),
-    }[(base, tuned)]
-    ratio = F.precise_var_err_ratio_b2_b32
-    if not math.isnan(ratio) and ratio > 1:
-        first += (f" Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` in large batches "
-                  f"(a forward pass without gradients): in batches of 2 the variance's error is {ratio:.1f} times that "
-                  f"in batches of 32.")
-    else:
-        first += " Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` (a forward pass without gradients)."
-    return first
+    tuned = None if base else _shown_on_both([_get(f, f"rate_rec_{t}_tuned_verdict") for t in ("close", "shifted")])
+    return base, tuned
+
+
+def _outcome(case):
+    return lambda c, f: small_batch_outcome(c, f) == case  # noqa: E731
+
+
+def _ratio(f: pd.DataFrame) -> float:
+    return float(number(f, "precise_var_err_ratio_b2_b32"))
+
+
+_SB = lambda c, f: dict(sb=number(f, "smallest_batch"))  # noqa: E731
+_SB_BEST = lambda c, f: dict(sb=(sb := number(f, "smallest_batch")),  # noqa: E731
+                             best_bn=_get(f, f"best_bn_close_b{sb}", "see the table"))
+_LARGE = lambda c, f: dict(ref=number(f, "reference_batch"), n=number(f, "n_break_above"))  # noqa: E731
+
+#: The page's rule-triggered sentences (:func:`bnstudy.words.notes`): ``advice``, the answer box's first "what to do",
+#: chosen by the small-batch verdicts at the linear-scaling rate on both targets (:func:`small_batch_outcome`), else
+#: by those at tuned rates, else to measure both; ``restat_advice``, to re-estimate in large batches where precise BN
+#: in batches of 2 errs more than in batches of 32; ``large_batch``, a large-batch collapse named only where some
+#: strategy is shown to break above the reference.
+NOTES = (
+    Note("advice", _outcome(("higher", None)),
+         "To fine-tune a whole network at batch size {sb}, start from a network pretrained with a per-sample norm "
+         "(GroupNorm here); swapping BatchNorm out afterwards (`bnstudy.replace_norm`) changes the network's function, "
+         "so it needs retraining.", _SB),
+    Note("advice", _outcome(("lower", None)),
+         "To fine-tune a whole network at batch size {sb}, keep BatchNorm with the strategy shown best here ({best_bn} "
+         "on the close target); a per-sample norm did not do better.", _SB_BEST),
+    Note("advice", _outcome((None, "lower")),
+         "At batch size {sb}, at rates tuned on separate seeds, BatchNorm in train mode is ahead of the per-sample "
+         "norms on both targets (at the linear-scaling rate the comparison is not decided on both): keep BatchNorm "
+         "and tune the learning rate for the small batch.", _SB),
+    Note("advice", _outcome((None, "higher")),
+         "At batch size {sb}, at rates tuned on separate seeds, a per-sample norm from pretraining is ahead of "
+         "BatchNorm in train mode on both targets: start from a network pretrained with one.", _SB),
+    Note("advice", _outcome((None, None)),
+         "At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on both targets: "
+         "try both on your own task, each at its own tuned learning rate.", _SB),
+    Note("restat_advice", lambda c, f: _ratio(f) > 1,
+         "Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` in large batches (a forward "
+         "pass without gradients): in batches of 2 the variance's error is {ratio:.1f} times that in batches of 32.",
+         lambda c, f: dict(ratio=_ratio(f))),
+    Note("restat_advice", lambda c, f: not _ratio(f) > 1,
+         "Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` (a forward pass without "
+         "gradients)."),
+    Note("large_batch", lambda c, f: number(f, "n_break_above") == 0,
+         "Above the reference batch size of {ref}, no strategy and target pair is shown to break from any cause.",
+         _LARGE),
+    Note("large_batch", lambda c, f: number(f, "n_break_above") != 0,
+         "Above the reference batch size of {ref}, {n} strategy and target pairs are shown to break from any cause: "
+         "the large batches of this protocol lose accuracy.", _LARGE),
+)
+
+
+def advice(claims: pd.DataFrame, f: pd.DataFrame) -> str:
+    """The answer box's "what to do" (Markdown) with the front-door call: the :data:`NOTES` ``advice`` then
+    ``restat_advice``."""
+    n = notes(NOTES, claims, f)
+    return n["advice"] + " " + n["restat_advice"]
+
+
+def page_words(claims: pd.DataFrame, f: pd.DataFrame) -> dict[str, str]:
+    """The page's sentences (plain Markdown, glued as ``ch05_<name>``): ``answer`` (:func:`answer`), ``advice``
+    (:func:`advice`), ``large_batch`` (:data:`NOTES`) and ``mismatch_rho_text_<target>`` (the within-target rank
+    correlation to two decimals, ``"n/a"`` where too few seeds give none: never NaN)."""
+    out = dict(answer=answer(claims, f), advice=advice(claims, f), large_batch=notes(NOTES, claims, f)["large_batch"])
+    for t, rho in entries(f, "mismatch_rho_within").items():
+        out[f"mismatch_rho_text_{t}"] = "n/a" if rho != rho else f"{rho:.2f}"
+    return out
