@@ -11,6 +11,7 @@ difference is *condition minus reference*, the reference of freeze modes being `
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import numpy as np
 import pandas as pd
@@ -244,16 +245,6 @@ def condition_verdicts(df: pd.DataFrame, claims: pd.DataFrame | None = None) -> 
     return out
 
 
-def _count(c: pd.DataFrame, sign: int, one_sided: bool = False) -> int:
-    """Conditions shown in the direction of ``sign`` by the glossary's counts rule: two-sided,
-    :func:`bnstudy.inference.count_verdicts` (Holm-adjusted p below 0.05, by the estimate's sign); ``one_sided``:
-    the one-sided question "below 0" (``sign=-1``) or "above 0" (``sign=1``),
-    :func:`bnstudy.inference.count_one_sided` (the one-sided tests' Holm p)."""
-    if one_sided:
-        return count_one_sided(c, "less" if sign < 0 else "greater", ALPHA)
-    return count_verdicts(c, ALPHA)["higher" if sign > 0 else "lower"]
-
-
 def _threshold(c: pd.DataFrame) -> tuple[str, pd.Series, pd.Series]:
     """Chapter 3's threshold question on one network's ``loss_<m>`` claims (:func:`condition_claims`, with the
     conditions' ``mismatch_kl``): (outcome, safe conditions' mismatch, harmful ones'). Safe: the loss of task A
@@ -331,20 +322,17 @@ def _checked(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
 
 
 def claims(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
-    """The verdict table's comparisons and checks, one claims table (:func:`bnstudy.inference.claims_table`; glued
-    as ``ch07_<key>_<field>``, keys ``<claim>_<network>``, :data:`CLAIMS`). The comparisons at the reference,
-    :data:`REFERENCE_CLAIMS` per network, are one family (``Family(4 x networks)``, Holm over them): ``f2`` task A
-    of ``train_mode`` minus 1.5x chance, ``drop`` its task A after minus before stage 2, ``f3`` task B
-    ``train_mode - backbone_eval`` (equivalence within :data:`TIE_MARGIN`) and ``c1`` the per-seed rank
-    correlation of mismatch and cost (:func:`per_seed_rho`, over every condition). Their direction words
-    (:data:`DIRECTIONS`) and the one-sample tests against a line at the accuracy resolution are the chapter's
-    own (:func:`_decide`), not a :class:`bnstudy.inference.Question`'s. Then the checks: :data:`CHECK_QUESTIONS`,
-    and ``c3`` (``separate_stats``' task A after minus before, with its task B minus ``train_mode``'s per cell and
-    seed) and ``all_eval`` (``all_eval - backbone_eval`` on task A and on task B per cell and seed), each pooling
-    two quantities into one check.
-
-    Needs all four modes at the reference condition and ``train_mode``, ``backbone_eval``, ``separate_stats`` at
-    every condition, and at least 2 seeds. Raises ``ValueError`` otherwise."""
+    """The verdict table's comparisons and checks (:data:`CLAIMS`), one claims table glued as
+    ``ch07_<claim>_<network>_<field>``. The comparisons at the reference, :data:`REFERENCE_CLAIMS` per network, are
+    one family (Holm over them): ``f2`` task A of ``train_mode`` minus 1.5x chance, ``drop`` its task A after minus
+    before stage 2, ``f3`` task B ``train_mode - backbone_eval`` (equivalence within :data:`TIE_MARGIN`), ``c1``
+    the per-seed rank correlation of mismatch and cost (:func:`per_seed_rho`). They stay the chapter's own
+    (:func:`_decide`): their direction words (:data:`DIRECTIONS`) are not ``"<words> higher"``, three are one-sample
+    tests against a line at the accuracy resolution and ``c1`` reads a derived per-seed table, and the one family
+    spans all four, so no :class:`bnstudy.inference.Question` asks them. Then the checks: :data:`CHECK_QUESTIONS`,
+    ``c3`` (``separate_stats``' task A after minus before, and its task B minus ``train_mode``'s per cell and seed)
+    and ``all_eval`` (``all_eval - backbone_eval`` on task A and on task B), each pooling two quantities into one
+    check. Raises ``ValueError`` without all four modes at the reference or with fewer than 2 seeds."""
     ref = _checked(df, reference)
     nets = tuple(dict.fromkeys(df["network"]))
     fam = Family(len(REFERENCE_CLAIMS) * len(nets))
@@ -431,7 +419,7 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
     nets = tuple(dict.fromkeys(df["network"]))
     conds = condition_claims(df) if conditions is None else conditions
     cond = condition_table(df)
-    out: dict = {f: {} for f in PER_NETWORK}
+    out: dict = defaultdict(dict)  # per network: out[<number>][<network>]
     rho_p = {}
     for n in nets:
         r, d = ref[ref.network == n], df[df.network == n]
@@ -450,10 +438,12 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
         c = cond[cond.network == n].reset_index(drop=True)
         kl_of = c[["corruption", "severity", "mismatch_kl"]]
         f2, f3 = by_q["f2"], by_q["f3"]
-        out["f2_n_below"][n], out["f2_n_above"][n] = _count(f2, -1, True), _count(f2, 1, True)
+        # one-sided questions "below 0" / "above 0": the one-sided tests' Holm p over the conditions
+        out["f2_n_below"][n] = count_one_sided(f2, "less", ALPHA)
+        out["f2_n_above"][n] = count_one_sided(f2, "greater", ALPHA)
         out["f2_n_neither"][n] = len(f2) - out["f2_n_below"][n] - out["f2_n_above"][n]
         out["f2_n_mean_at_chance"][n] = int((f2["estimate"] <= 0).sum())
-        out["f2_n_drop"][n] = _count(by_q["drop"], -1, True)
+        out["f2_n_drop"][n] = count_one_sided(by_q["drop"], "less", ALPHA)
         counts = count_verdicts(f3, ALPHA)
         out["f3_n_higher"][n], out["f3_n_lower"][n] = counts["higher"], counts["lower"]
         out["f3_n_equivalent"][n] = counts["equivalent"]
@@ -512,16 +502,6 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
         f2_lowest_bound=float(conds[conds.question == "f2"]["low"].min()) + CHANCE_LINE,
         inversion_sentence=_inversion_sentence(out, nets, n_seeds), example_pair=_example_pair(cond), **out),
         bounds=_bounds)
-
-
-#: The numbers :func:`findings` gives per network (``<field>_<network>``).
-PER_NETWORK = ("task_a_source", "task_a_train_mode", "task_a_before", "task_b_clean_pinned", "task_b_clean_train",
-               "task_b_ref_minus_clean_pinned", "cost_none", "most_severe", "f2_n_below", "f2_n_above", "f2_n_neither",
-               "f2_n_mean_at_chance", "f2_n_drop", "f3_n_higher", "f3_n_lower", "f3_n_equivalent", "f3_n_not_decided",
-               "rho_cost", "rho_p_text", "rho_cost_mean_kl", "rho_within_text", "rho_across_text",
-               "kl_max_over_median", "inversion_monotone", "inversion_nonmonotone_seeds", "n_safe", "n_harm",
-               "n_neither", "safe_max_kl", "harm_min_kl", "c2_threshold_separates", "c2_phrase", "lowest_condition",
-               "c2_margin_002", "c2_margin_003")
 
 
 def networks_of(numbers: pd.DataFrame) -> list[str]:
