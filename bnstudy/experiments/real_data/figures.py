@@ -13,7 +13,7 @@ import pandas as pd
 
 from ... import style
 from ...plots import MODE_ORDER, fit_page
-from .findings import CLIP, CORRUPTION_LABELS, NETWORK_LABELS, Findings, network_label, verdict_table
+from .findings import CLIP, CORRUPTION_LABELS, NETWORK_LABELS, networks_of, network_label, verdict_table
 
 # --- chapter 7 (issue 15): real digits and torchvision networks ---------------------------------------------------
 
@@ -177,10 +177,10 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
     return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
-def verdict_grid(F: Findings) -> pd.DataFrame:
-    """The verdict table for the page: one row per claim, one column per network (readable names; verdict and
-    number)."""
-    t = verdict_table(F)
+def verdict_grid(claims: pd.DataFrame, numbers: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table for the page (:func:`.findings.verdict_table` of the claims and numbers tables): one row
+    per claim, one column per network (readable names; verdict and number)."""
+    t = verdict_table(claims, numbers)
 
     def cell(r):
         if r["detail"]:
@@ -194,7 +194,7 @@ def verdict_grid(F: Findings) -> pd.DataFrame:
                 f"{min(max(r['ci_high'], lo), hi):.3f}])")
     t["cell"] = t.apply(cell, axis=1)
     t = t.drop(columns="key")
-    nets = list(F.facts.task_a_source)
+    nets = networks_of(numbers)
     g = t.pivot_table(index=["kind", "claim"], columns="network", values="cell", aggfunc="first", sort=False)
     g = g[nets].reset_index()
     return g.rename(columns={n: network_label(n) for n in nets})

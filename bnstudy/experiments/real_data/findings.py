@@ -1,25 +1,27 @@
 """Chapter 7, what is claimed: the findings of :mod:`.run`'s results table.
 
-``Config`` -> :func:`run` -> results table -> :func:`findings` (chapter 1's findings and chapter 3's
-conclusions per network as a claims table of :mod:`bnstudy.inference`, the per-condition claims and the numbers
-the prose cites) -> :func:`verdict_table`, and the tidy figure tables :func:`effects_table` and
+``Config`` -> :func:`run` -> results table -> :func:`claims` (chapter 1's findings and chapter 3's conclusions
+per network as a claims table of :mod:`bnstudy.inference`), :func:`condition_claims` (the per-condition claims;
+:func:`cited`, those the prose cites) and :func:`findings` (the numbers table the prose cites) ->
+:func:`verdict_table`, the answer box's sentences, and the tidy figure tables :func:`effects_table` and
 :func:`condition_table`. Every interval, test and verdict comes from :mod:`bnstudy.inference`; every
 difference is *condition minus reference*, the reference of freeze modes being ``backbone_eval``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
+from collections import defaultdict
 
 import numpy as np
 import pandas as pd
 
 from ...report import p_text
-from ...inference import (Claim, Family, Interval, at_resolution, claims_table, count_one_sided, count_verdicts, decide,
-                          exact_check, holm, one_sided_p, paired_differences, rank_correlation, t_interval)
+from ...inference import (Claim, Family, Interval, Question, ask, at_resolution, claims_table, count_one_sided,
+                          count_verdicts, decide, exact_check, holm, number, numbers_table, one_sided_p,
+                          paired_differences, rank_correlation, t_interval)
 from ...modes import MODE_NAMES
+from ...words import Note, claim, join, notes, verdict_md
 
 #: The counts' and one-sided questions' level (Holm-adjusted p below it; the glossary's rule).
 ALPHA = 0.05
@@ -243,16 +245,6 @@ def condition_verdicts(df: pd.DataFrame, claims: pd.DataFrame | None = None) -> 
     return out
 
 
-def _count(c: pd.DataFrame, sign: int, one_sided: bool = False) -> int:
-    """Conditions shown in the direction of ``sign`` by the glossary's counts rule: two-sided,
-    :func:`bnstudy.inference.count_verdicts` (Holm-adjusted p below 0.05, by the estimate's sign); ``one_sided``:
-    the one-sided question "below 0" (``sign=-1``) or "above 0" (``sign=1``),
-    :func:`bnstudy.inference.count_one_sided` (the one-sided tests' Holm p)."""
-    if one_sided:
-        return count_one_sided(c, "less" if sign < 0 else "greater", ALPHA)
-    return count_verdicts(c, ALPHA)["higher" if sign > 0 else "lower"]
-
-
 def _threshold(c: pd.DataFrame) -> tuple[str, pd.Series, pd.Series]:
     """Chapter 3's threshold question on one network's ``loss_<m>`` claims (:func:`condition_claims`, with the
     conditions' ``mismatch_kl``): (outcome, safe conditions' mismatch, harmful ones'). Safe: the loss of task A
@@ -280,106 +272,8 @@ def _ci_text(iv: Interval) -> str:
     return f"{iv.mean:.3f} ({iv.confidence:.1%} interval {iv.low:.3f} to {iv.high:.3f})"
 
 
-def _and(items: list[str]) -> str:
-    items = list(items)
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-@dataclass(frozen=True)
-class Facts:
-    """The numbers and descriptions chapter 7's prose cites beside its claims (dicts keyed by network), glued by
-    :func:`bnstudy.pages.glue_findings`. Every verdict is in :attr:`Findings.claims` instead.
-
-    Scalars: ``n_seeds``, ``chance``, ``networks`` (comma-separated), ``reference`` (the condition in words),
-    ``n_conditions`` (per network: the size of each family over conditions), ``m_reference`` (the family of the
-    verdict table's comparisons), ``f2_lowest_bound`` (the lowest lower bound of ``train_mode``'s task A over every
-    condition and network, at the family level), ``inversion_sentence``, ``example_pair`` (:func:`_example_pair`).
-    Per network: ``task_a_source`` (stage 1), ``task_a_train_mode``, ``task_a_before`` (at the reference; 95% t
-    intervals of mean accuracies); ``task_b_clean_pinned`` / ``task_b_clean_train`` (task B without corruption,
-    ``backbone_eval`` / ``train_mode``) and ``task_b_ref_minus_clean_pinned`` (``backbone_eval``'s task B at the
-    reference minus without corruption, paired within seed; 95%); ``cost_none`` (the cost without corruption, at
-    the condition family's level); ``most_severe`` (the condition of largest median mismatch: task B there is
-    :attr:`Findings.cited`'s ``f3_most_severe_<network>``). Counts over the ``n_conditions`` conditions (Holm-adjusted p
-    below 0.05, :func:`condition_claims`): ``f2_n_below`` / ``f2_n_above`` (task A shown below / above 1.5x
-    chance, one-sided tests), ``f2_n_neither``, ``f2_n_mean_at_chance`` (a mean at most 1.5x chance: a point
-    estimate, no test), ``f2_n_drop`` (task A shown lower after stage 2, one-sided); ``f3_n_higher`` / ``f3_n_lower`` (task B, train mode shown
-    higher / lower), ``f3_n_equivalent`` (the others whose verdict is equivalent within :data:`TIE_MARGIN`),
-    ``f3_n_not_decided`` (task B at the reference, Holm over conditions: :attr:`Findings.cited`'s
-    ``f3_reference_<network>``).
-    Chapter 3: ``rho_cost`` (Spearman's rho of the conditions' median mismatch and mean cost) and ``rho_p_text``
-    (its two-sided p, Holm over networks, as printed); ``rho_cost_mean_kl`` (the same on seed-mean mismatches);
-    ``rho_within_text`` (mean over corruptions of rho within a corruption: no corruption and its severities) and
-    ``rho_across_text`` (rho over corruptions at the highest severity), "not computable" below 4 points;
-    ``kl_max_over_median`` (the largest ratio of one seed's mismatch to its condition's median);
-    ``inversion_monotone``, ``inversion_nonmonotone_seeds``; at the margin :data:`MIN_EFFECT`: ``n_safe``,
-    ``n_harm``, ``n_neither``, ``safe_max_kl``, ``harm_min_kl``, ``c2_threshold_separates`` (:func:`_threshold`'s
-    outcome), ``c2_phrase`` (it in a sentence), ``lowest_condition``; ``c2_margin_002`` / ``_003``: the outcome at
-    the margins :data:`MARGIN_SWEEP`.
-    """
-
-    n_seeds: int
-    chance: float
-    networks: str
-    reference: str
-    n_conditions: int
-    m_reference: int
-    task_a_source: dict
-    task_a_train_mode: dict
-    task_a_before: dict
-    task_b_clean_pinned: dict
-    task_b_clean_train: dict
-    task_b_ref_minus_clean_pinned: dict
-    cost_none: dict
-    most_severe: dict
-    f2_n_below: dict
-    f2_n_above: dict
-    f2_n_neither: dict
-    f2_n_mean_at_chance: dict
-    f2_n_drop: dict
-    f3_n_higher: dict
-    f3_n_lower: dict
-    f3_n_equivalent: dict
-    f3_n_not_decided: dict
-    rho_cost: dict
-    rho_p_text: dict
-    rho_cost_mean_kl: dict
-    rho_within_text: dict
-    rho_across_text: dict
-    kl_max_over_median: dict
-    inversion_monotone: dict
-    inversion_nonmonotone_seeds: dict
-    n_safe: dict
-    n_harm: dict
-    n_neither: dict
-    safe_max_kl: dict
-    harm_min_kl: dict
-    c2_threshold_separates: dict
-    c2_phrase: dict
-    lowest_condition: dict
-    c2_margin_002: dict
-    c2_margin_003: dict
-    f2_lowest_bound: float = math.nan
-    inversion_sentence: str = ""
-    example_pair: str = ""
-
-
-@dataclass(frozen=True)
-class Findings:
-    """Chapter 7's findings: ``claims`` (the verdict table's comparisons and checks, one claims table: glued by
-    :func:`bnstudy.pages.glue_claims` as ``ch07_<key>_<field>``, keys ``<claim>_<network>``, see :data:`CLAIMS`),
-    ``conditions`` (:func:`condition_claims`), ``facts`` (:class:`Facts`, the numbers the prose cites) and
-    ``cited``: the rows of ``conditions`` the prose cites, as a claims table glued like ``claims`` (their
-    ``p_adjusted`` is Holm over the network's conditions): task B ``train_mode - backbone_eval`` at the reference
-    (``f3_reference_<network>``) and at the condition of largest median mismatch (``f3_most_severe_<network>``)."""
-
-    claims: pd.DataFrame
-    conditions: pd.DataFrame
-    facts: Facts
-    cited: pd.DataFrame | None = None
-
-
 #: The verdict table's rows: (claim key, kind, claim as the chapter states it). Kinds: "chapter 1 finding",
-#: "chapter 3 conclusion" (one family of comparisons at the reference, :attr:`Facts.m_reference`), "over
+#: "chapter 3 conclusion" (one family of comparisons at the reference, the number ``m_reference``), "over
 #: conditions" (counts, Holm over a network's conditions) and "check" (an identity of the code, checked with ==).
 CLAIMS = (
     ("f2", "chapter 1 finding", "in train_mode task A falls to about chance: task A minus 1.5x chance"),
@@ -400,13 +294,22 @@ CLAIMS = (
 #: The claims compared at the reference (the family of the verdict table), in :data:`CLAIMS`' order.
 REFERENCE_CLAIMS = ("f2", "drop", "f3", "c1")
 
+#: The identities of the code that one question each states (:func:`bnstudy.inference.ask`, exact checks per
+#: network, ``== 0`` in every run): ``f1``, every frozen weight unchanged; ``pinned_keep_a``, the pinned modes'
+#: task A after stage 2 minus before; ``separate_exact``, ``separate_stats``' largest change of task A's logits.
+#: (``c3`` and ``all_eval`` pool two quantities into one check, which one question cannot: :func:`claims`.)
+CHECK_QUESTIONS = (
+    Question("f1_{network}", value="max_param_change", each=("network",), exact=0.0),
+    Question("pinned_keep_a_{network}", value="task_a_change", at=dict(mode=("backbone_eval", "all_eval")),
+             each=("network",), exact=0.0),
+    Question("separate_exact_{network}", value="max_old_logit_change", at=dict(mode="separate_stats"),
+             each=("network",), exact=0.0),
+)
 
-def findings(df: pd.DataFrame, reference: tuple) -> Findings:
-    """Chapter 7's findings from :func:`run`'s table; ``reference``: the config's ``(corruption, severity)``.
 
-    Needs all four modes at the reference condition and ``train_mode``, ``backbone_eval``,
-    ``separate_stats`` at every condition, and at least 2 seeds. Raises ``ValueError`` otherwise.
-    """
+def _checked(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
+    """``df`` after the checks every claim and number of the page needs (raises ``ValueError`` naming what is
+    missing): runs at ``reference`` with all four modes, and at least 2 seeds."""
     ref = df[(df.corruption == reference[0]) & (df.severity == reference[1])]
     if ref.empty:
         raise ValueError(f"findings: no runs at the reference condition {reference}")
@@ -415,31 +318,112 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         raise ValueError(f"findings needs all four modes at the reference condition; missing {sorted(missing)}")
     if df["seed"].nunique() < 2:
         raise ValueError("findings needs at least 2 seeds")
+    return ref
+
+
+def claims(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
+    """The verdict table's comparisons and checks (:data:`CLAIMS`), one claims table glued as
+    ``ch07_<claim>_<network>_<field>``. The comparisons at the reference, :data:`REFERENCE_CLAIMS` per network, are
+    one family (Holm over them): ``f2`` task A of ``train_mode`` minus 1.5x chance, ``drop`` its task A after minus
+    before stage 2, ``f3`` task B ``train_mode - backbone_eval`` (equivalence within :data:`TIE_MARGIN`), ``c1``
+    the per-seed rank correlation of mismatch and cost (:func:`per_seed_rho`). They stay the chapter's own
+    (:func:`_decide`): their direction words (:data:`DIRECTIONS`) are not ``"<words> higher"``, three are one-sample
+    tests against a line at the accuracy resolution and ``c1`` reads a derived per-seed table, and the one family
+    spans all four, so no :class:`bnstudy.inference.Question` asks them. Then the checks: :data:`CHECK_QUESTIONS`,
+    ``c3`` (``separate_stats``' task A after minus before, and its task B minus ``train_mode``'s per cell and seed)
+    and ``all_eval`` (``all_eval - backbone_eval`` on task A and on task B), each pooling two quantities into one
+    check. Raises ``ValueError`` without all four modes at the reference or with fewer than 2 seeds."""
+    ref = _checked(df, reference)
     nets = tuple(dict.fromkeys(df["network"]))
     fam = Family(len(REFERENCE_CLAIMS) * len(nets))
-    conds = condition_claims(df)
-    cond = condition_table(df)
     seed_rho = per_seed_rho(df)
-    fields = [f.name for f in dataclasses.fields(Facts) if f.type == "dict"]
-    out: dict = {f: {} for f in fields}
-    claims, checks, rho_p, cited = [], [], {}, []
+    comparisons, checks = [], []
     for n in nets:
         r, d = ref[ref.network == n], df[df.network == n]
-        tm = r[r["mode"] == "train_mode"]
-        claims += [_decide(q, _question_values(r, q), f"{q}_{n}", fam) for q in ("f2", "drop", "f3")]
-        claims.append(_decide("c1", seed_rho.loc[seed_rho.network == n, "rho"], f"c1_{n}", fam))
-        pinned = d[d["mode"].isin(["backbone_eval", "all_eval"])]
+        comparisons += [_decide(q, _question_values(r, q), f"{q}_{n}", fam) for q in ("f2", "drop", "f3")]
+        comparisons.append(_decide("c1", seed_rho.loc[seed_rho.network == n, "rho"], f"c1_{n}", fam))
         sep = d[d["mode"] == "separate_stats"]
         ae = d[d["mode"].isin(["all_eval", "backbone_eval"])]
         checks += [
-            exact_check(d["max_param_change"], key=f"f1_{n}"),
-            exact_check(pinned["task_a_after"] - pinned["task_a_before"], key=f"pinned_keep_a_{n}"),
-            exact_check(sep["max_old_logit_change"], key=f"separate_exact_{n}"),
             exact_check(np.concatenate([(sep["task_a_after"] - sep["task_a_before"]).to_numpy(),
                                         _pair(d, "task_b", "separate_stats", "train_mode")["diff"].to_numpy()]),
                         key=f"c3_{n}"),
             exact_check(np.concatenate([_pair(ae, m, "all_eval", "backbone_eval")["diff"].to_numpy()
                                         for m in ("task_a_after", "task_b")]), key=f"all_eval_{n}")]
+    asked = ask(df.assign(task_a_change=df["task_a_after"] - df["task_a_before"]), CHECK_QUESTIONS, ALPHA)
+    return pd.concat([claims_table(comparisons + checks), asked], ignore_index=True)
+
+
+def cited(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows of :func:`condition_claims` the prose cites, as a claims table glued like :func:`claims` (their
+    ``p_adjusted`` is Holm over the network's conditions): task B ``train_mode - backbone_eval`` at the reference
+    (``f3_reference_<network>``) and at the condition of largest median mismatch (``f3_most_severe_<network>``).
+    ``conditions``: :func:`condition_claims` of ``df`` if already computed."""
+    conditions = condition_claims(df) if conditions is None else conditions
+    cond, parts = condition_table(df), []
+    for n in dict.fromkeys(df["network"]):
+        f3 = conditions[(conditions.network == n) & (conditions.question == "f3")]
+        c = cond[cond.network == n].reset_index(drop=True)
+        top = c.loc[c["mismatch_kl"].idxmax()]  # median mismatch over seeds
+        parts += [f3[(f3.corruption == reference[0]) & (f3.severity == reference[1])].assign(key=f"f3_reference_{n}"),
+                  f3[(f3.corruption == top["corruption"]) & (f3.severity == top["severity"])].assign(
+                      key=f"f3_most_severe_{n}")]
+    return pd.concat(parts, ignore_index=True)[list(claims_table([]).columns)]
+
+
+#: Numbers that are accuracies (printed in [0, 1]; ``f2_lowest_bound`` is a bound on task A) and differences of
+#: accuracies or rank correlations (printed in [-1, 1]); other numbers have no printed range.
+ACCURACY_FIELDS = ("task_a_source", "task_a_train_mode", "task_a_before", "task_b_clean_pinned", "task_b_clean_train",
+                   "f2_lowest_bound")
+DIFFERENCE_FIELDS = ("task_b_ref_minus_clean_pinned", "cost_none", "rho_cost", "rho_cost_mean_kl")
+
+
+def _bounds(key: str) -> tuple[float, float]:
+    return (0.0, 1.0) if key in ACCURACY_FIELDS else (-1.0, 1.0) if key in DIFFERENCE_FIELDS else (-math.inf, math.inf)
+
+
+def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Chapter 7's numbers table (:func:`bnstudy.inference.numbers_table`) from :func:`run`'s table;
+    ``reference``: the config's ``(corruption, severity)``; ``conditions``: :func:`condition_claims` of ``df`` if
+    already computed. Read one with :func:`bnstudy.inference.number`; glued as ``ch07_<key>`` (:func:`glued`).
+    Every verdict is in :func:`claims` and :func:`cited` instead. Raises ``ValueError`` as :func:`claims` does.
+
+    Its rows: the numbers and descriptions chapter 7's prose cites beside its claims (keys ending in
+    ``_<network>``: per network). Scalars: ``n_seeds``, ``chance``, ``networks`` (comma-separated),
+    ``reference`` (the condition in words), ``n_conditions`` (per network: the size of each family over
+    conditions), ``m_reference`` (the family of the verdict table's comparisons), ``f2_lowest_bound`` (the lowest
+    lower bound of ``train_mode``'s task A over every condition and network, at the family level),
+    ``inversion_sentence``, ``example_pair`` (:func:`_example_pair`). Per network: ``task_a_source`` (stage 1),
+    ``task_a_train_mode``, ``task_a_before`` (at the reference; 95% t intervals of mean accuracies);
+    ``task_b_clean_pinned`` / ``task_b_clean_train`` (task B without corruption, ``backbone_eval`` /
+    ``train_mode``) and ``task_b_ref_minus_clean_pinned`` (``backbone_eval``'s task B at the reference minus
+    without corruption, paired within seed; 95%); ``cost_none`` (the cost without corruption, at the condition
+    family's level); ``most_severe`` (the condition of largest median mismatch: task B there is
+    :func:`cited`'s ``f3_most_severe_<network>``). Counts over the ``n_conditions`` conditions (Holm-adjusted p
+    below 0.05, :func:`condition_claims`): ``f2_n_below`` / ``f2_n_above`` (task A shown below / above 1.5x
+    chance, one-sided tests), ``f2_n_neither``, ``f2_n_mean_at_chance`` (a mean at most 1.5x chance: a point
+    estimate, no test), ``f2_n_drop`` (task A shown lower after stage 2, one-sided); ``f3_n_higher`` /
+    ``f3_n_lower`` (task B, train mode shown higher / lower), ``f3_n_equivalent`` (the others whose verdict is
+    equivalent within :data:`TIE_MARGIN`), ``f3_n_not_decided``.
+    Chapter 3: ``rho_cost`` (Spearman's rho of the conditions' median mismatch and mean cost) and ``rho_p_text``
+    (its two-sided p, Holm over networks, as printed); ``rho_cost_mean_kl`` (the same on seed-mean mismatches);
+    ``rho_within_text`` (mean over corruptions of rho within a corruption: no corruption and its severities) and
+    ``rho_across_text`` (rho over corruptions at the highest severity), "not computable" below 4 points;
+    ``kl_max_over_median`` (the largest ratio of one seed's mismatch to its condition's median);
+    ``inversion_monotone``, ``inversion_nonmonotone_seeds``; at the margin :data:`MIN_EFFECT`: ``n_safe``,
+    ``n_harm``, ``n_neither``, ``safe_max_kl``, ``harm_min_kl``, ``c2_threshold_separates`` (:func:`_threshold`'s
+    outcome), ``c2_phrase`` (it in a sentence), ``lowest_condition``; ``c2_margin_002`` / ``_003``: the outcome at
+    the margins :data:`MARGIN_SWEEP`.
+    """
+    ref = _checked(df, reference)
+    nets = tuple(dict.fromkeys(df["network"]))
+    conds = condition_claims(df) if conditions is None else conditions
+    cond = condition_table(df)
+    out: dict = defaultdict(dict)  # per network: out[<number>][<network>]
+    rho_p = {}
+    for n in nets:
+        r, d = ref[ref.network == n], df[df.network == n]
+        tm = r[r["mode"] == "train_mode"]
         out["task_a_source"][n] = t_interval(d.groupby("seed")["source_task_a_accuracy"].first())
         out["task_a_train_mode"][n] = t_interval(tm["task_a_after"])
         out["task_a_before"][n] = t_interval(tm["task_a_before"])
@@ -454,19 +438,18 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
         c = cond[cond.network == n].reset_index(drop=True)
         kl_of = c[["corruption", "severity", "mismatch_kl"]]
         f2, f3 = by_q["f2"], by_q["f3"]
-        out["f2_n_below"][n], out["f2_n_above"][n] = _count(f2, -1, True), _count(f2, 1, True)
+        # one-sided questions "below 0" / "above 0": the one-sided tests' Holm p over the conditions
+        out["f2_n_below"][n] = count_one_sided(f2, "less", ALPHA)
+        out["f2_n_above"][n] = count_one_sided(f2, "greater", ALPHA)
         out["f2_n_neither"][n] = len(f2) - out["f2_n_below"][n] - out["f2_n_above"][n]
         out["f2_n_mean_at_chance"][n] = int((f2["estimate"] <= 0).sum())
-        out["f2_n_drop"][n] = _count(by_q["drop"], -1, True)
+        out["f2_n_drop"][n] = count_one_sided(by_q["drop"], "less", ALPHA)
         counts = count_verdicts(f3, ALPHA)
         out["f3_n_higher"][n], out["f3_n_lower"][n] = counts["higher"], counts["lower"]
         out["f3_n_equivalent"][n] = counts["equivalent"]
         out["f3_n_not_decided"][n] = len(f3) - counts["higher"] - counts["lower"] - counts["equivalent"]
-        at_ref = f3[(f3.corruption == reference[0]) & (f3.severity == reference[1])]
         top = c.loc[c["mismatch_kl"].idxmax()]  # median mismatch over seeds
         out["most_severe"][n] = condition_label(top["corruption"], top["severity"])
-        at_top = f3[(f3.corruption == top["corruption"]) & (f3.severity == top["severity"])]
-        cited += [at_ref.assign(key=f"f3_reference_{n}"), at_top.assign(key=f"f3_most_severe_{n}")]
         loss = by_q[f"loss_{MIN_EFFECT:g}"]
         at_none = loss[loss.corruption == "none"]
         out["cost_none"][n] = (Interval(float(at_none["estimate"].iloc[0]) - MIN_EFFECT,
@@ -511,15 +494,19 @@ def findings(df: pd.DataFrame, reference: tuple) -> Findings:
             out[k][n] = _threshold(by_q[f"loss_{m:g}"].merge(kl_of, on=["corruption", "severity"]))[0]
     adj = dict(zip(rho_p, holm(list(rho_p.values()))))
     out["rho_p_text"] = {n: p_text(adj[n]) for n in nets}
-    f2_all = conds[conds.question == "f2"]
-    facts = Facts(n_seeds=int(df["seed"].nunique()), chance=CHANCE, networks=", ".join(nets),
-                  reference=condition_label(*reference),
-                  n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]), m_reference=fam.m,
-                  f2_lowest_bound=float(f2_all["low"].min()) + CHANCE_LINE,
-                  inversion_sentence=_inversion_sentence(out, nets, int(df["seed"].nunique())),
-                  example_pair=_example_pair(cond), **out)
-    cited = pd.concat(cited, ignore_index=True)[list(claims_table([]).columns)]
-    return Findings(claims=claims_table(claims + checks), conditions=conds, facts=facts, cited=cited)
+    n_seeds = int(df["seed"].nunique())
+    return numbers_table(dict(
+        n_seeds=n_seeds, chance=CHANCE, networks=", ".join(nets), reference=condition_label(*reference),
+        n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]),
+        m_reference=len(REFERENCE_CLAIMS) * len(nets),
+        f2_lowest_bound=float(conds[conds.question == "f2"]["low"].min()) + CHANCE_LINE,
+        inversion_sentence=_inversion_sentence(out, nets, n_seeds), example_pair=_example_pair(cond), **out),
+        bounds=_bounds)
+
+
+def networks_of(numbers: pd.DataFrame) -> list[str]:
+    """The networks of a numbers table (:func:`findings`), in run order."""
+    return number(numbers, "networks").split(", ")
 
 
 def _c2_phrase(outcome: str, safe, harm, loss: pd.DataFrame, lowest: str, cost_none: Interval) -> str:
@@ -547,7 +534,7 @@ def _inversion_sentence(out: dict, nets: tuple, n_seeds: int) -> str:
     if all(v == "not run" for v in mono.values()):
         return "inversion was not run at two or more severities"
     run_nets = [n for n in nets if mono[n] != "not run"]
-    seeds_txt = _and([f"{out['inversion_nonmonotone_seeds'][n]} of {n_seeds} seeds for {_in_prose(n)}"
+    seeds_txt = join([f"{out['inversion_nonmonotone_seeds'][n]} of {n_seeds} seeds for {_in_prose(n)}"
                       for n in run_nets])
     no = [n for n in run_nets if mono[n] == "no"]
     if len(no) == len(run_nets):
@@ -556,7 +543,7 @@ def _inversion_sentence(out: dict, nets: tuple, n_seeds: int) -> str:
         head = "the median mismatch of inversion rises monotonically with severity on every network"
     else:
         head = (f"the median mismatch of inversion does not rise monotonically with severity for "
-                f"{_and([_in_prose(n) for n in no])}")
+                f"{join([_in_prose(n) for n in no])}")
     return f"{head}, and it fails to rise in {seeds_txt}"
 
 
@@ -584,8 +571,8 @@ def _example_pair(cond: pd.DataFrame) -> str:
             f"against {hi.cost:.3f} ({hi.cost_lo:.3f} to {hi.cost_hi:.3f})")
 
 
-#: Facts fields that are sentences or numbers as text: glued as plain Markdown (``glue_findings(plain=...)``),
-#: not bold like verdict words.
+#: Numbers that are sentences or numbers as text: glued as plain Markdown (:func:`glued`), not bold like verdict
+#: words.
 PLAIN_FIELDS = ("inversion_sentence", "example_pair", "c2_phrase", "lowest_condition", "rho_p_text",
                 "rho_within_text", "rho_across_text", "c2_threshold_separates", "c2_margin_002", "c2_margin_003",
                 "most_severe", "reference", "inversion_monotone")
@@ -593,34 +580,36 @@ PLAIN_FIELDS = ("inversion_sentence", "example_pair", "c2_phrase", "lowest_condi
 
 def claim_intervals(claims: pd.DataFrame, claim: str) -> dict:
     """``{network: Interval}`` of one claim of :data:`REFERENCE_CLAIMS` (e.g. ``"c1"`` for the mismatch figure's
-    titles), from :attr:`Findings.claims`."""
+    titles), from :func:`claims`' table."""
     rows = claims[claims["key"].str.startswith(claim + "_")]
     return {k[len(claim) + 1:]: Interval(e, lo, hi, int(n), conf)
             for k, e, lo, hi, n, conf in zip(rows["key"], rows["estimate"], rows["low"], rows["high"], rows["n"],
                                              rows["confidence"])}
 
 
-def verdict_table(F: Findings) -> pd.DataFrame:
+def verdict_table(claims: pd.DataFrame, numbers: pd.DataFrame) -> pd.DataFrame:
     """Tidy verdict table: ``kind, claim, network, verdict, value, ci_low, ci_high, detail`` (``verdict``: a
-    :class:`bnstudy.inference.Claim`'s, "" for rows over conditions; ``detail``: the counts over conditions or
-    the threshold outcome; kind "check": an identity of the code checked with ``==``, not a finding)."""
-    c = F.claims.set_index("key")
-    x = F.facts
+    claim's of :func:`claims`, "" for rows over conditions; ``detail``: the counts over conditions or the
+    threshold outcome, from :func:`findings`' ``numbers``; kind "check": an identity of the code checked with
+    ``==``, not a finding)."""
+    c = claims.set_index("key")
+    x = lambda key, n: number(numbers, f"{key}_{n}")  # noqa: E731
+    k = number(numbers, "n_conditions")
     recs = []
-    for key, kind, claim in CLAIMS:
-        for n in x.task_a_source:  # networks, in run order
-            rec = dict(kind=kind, claim=claim, network=n, verdict="", value=math.nan, ci_low=math.nan,
+    for key, kind, stated in CLAIMS:
+        for n in networks_of(numbers):  # networks, in run order
+            rec = dict(kind=kind, claim=stated, network=n, verdict="", value=math.nan, ci_low=math.nan,
                        ci_high=math.nan, detail="", key=key)
             if key == "f2_conditions":
-                rec["detail"] = (f"below 1.5x chance at {x.f2_n_below[n]}, above at {x.f2_n_above[n]}, neither at "
-                                 f"{x.f2_n_neither[n]} of {x.n_conditions}; lower after stage 2 at {x.f2_n_drop[n]}")
+                rec["detail"] = (f"below 1.5x chance at {x('f2_n_below', n)}, above at {x('f2_n_above', n)}, neither "
+                                 f"at {x('f2_n_neither', n)} of {k}; lower after stage 2 at {x('f2_n_drop', n)}")
             elif key == "f3_conditions":
-                rec["detail"] = (f"train mode higher at {x.f3_n_higher[n]}, lower at {x.f3_n_lower[n]}, equivalent "
-                                 f"within ±{TIE_MARGIN:g} at {x.f3_n_equivalent[n]}, not decided at "
-                                 f"{x.f3_n_not_decided[n]} of {x.n_conditions}")
+                rec["detail"] = (f"train mode higher at {x('f3_n_higher', n)}, lower at {x('f3_n_lower', n)}, "
+                                 f"equivalent within ±{TIE_MARGIN:g} at {x('f3_n_equivalent', n)}, not decided at "
+                                 f"{x('f3_n_not_decided', n)} of {k}")
             elif key == "c2":
-                rec["detail"] = (f"{x.c2_threshold_separates[n]}: {x.n_safe[n]} shown to lose less, {x.n_harm[n]} "
-                                 f"more, {x.n_neither[n]} neither")
+                rec["detail"] = (f"{x('c2_threshold_separates', n)}: {x('n_safe', n)} shown to lose less, "
+                                 f"{x('n_harm', n)} more, {x('n_neither', n)} neither")
             else:
                 r = c.loc[f"{key}_{n}"]
                 rec.update(verdict=r["verdict"], value=r["estimate"])
@@ -690,7 +679,7 @@ MODEL_LABELS = {"regnet_y_128gf": "RegNetY-128GF", "vit_h_14": "ViT-H/14"}
 def severities_text(df: pd.DataFrame) -> str:
     """The corruption severities the rows ran (severity 0, no corruption, left out), as prose: "1, 3 and 5"."""
     vals = [str(int(v)) for v in sorted(set(df["severity"])) if v > 0]
-    return _and(vals) if vals else "none"
+    return join(vals) if vals else "none"
 
 
 def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
@@ -710,91 +699,101 @@ def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
 # What a printed interval may span (Interval.clipped): the tests use the unclipped intervals.
 
 #: Per reference claim, the range its quantity allows: task A minus 1.5x chance lies in [-0.3, 0.7], differences
-#: of accuracies and rank correlations in [-1, 1].
+#: of accuracies and rank correlations in [-1, 1] (also every other claim's).
 CLIP = {"f2": (-CHANCE_LINE, 1 - CHANCE_LINE), "drop": (-1.0, 1.0), "f3": (-1.0, 1.0), "c1": (-1.0, 1.0)}
-#: Facts fields that are accuracies (in [0, 1]); the other intervals are differences of accuracies (in [-1, 1]).
-ACCURACY_FIELDS = ("task_a_source", "task_a_train_mode", "task_a_before", "task_b_clean_pinned", "task_b_clean_train")
 
 
-def claims_by_range(claims: pd.DataFrame) -> list[tuple[tuple[float, float], pd.DataFrame]]:
-    """The claims table split by the range its printed interval ends are cut to (:data:`CLIP`; checks and
-    anything else: [-1, 1]), for :func:`bnstudy.pages.glue_claims`' ``clip``: ``[(range, rows), ...]``."""
-    stem = claims["key"].str.split("_").str[0]
-    out = []
-    for q, rng in CLIP.items():
-        rows = claims[stem == q]
-        if len(rows):
-            out.append((rng, rows))
-    rest = claims[~stem.isin(list(CLIP))]
-    if len(rest):
-        out.append(((-1.0, 1.0), rest))
+def printed_claims(claims: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a claims table with its interval ends cut to what each claim's quantity allows (:data:`CLIP`, by
+    the key's first word; anything else [-1, 1]), for gluing; the claims keep the raw ones."""
+    out = claims.copy()
+    stem = out["key"].str.split("_").str[0]
+    for col in ("low", "high"):
+        out[col] = [v if v != v else min(max(float(v), CLIP.get(s, (-1.0, 1.0))[0]), CLIP.get(s, (-1.0, 1.0))[1])
+                    for v, s in zip(out[col], stem)]
     return out
 
 
-def printed_facts(facts: Facts) -> Facts:
-    """``facts`` with every interval cut to what its quantity allows (accuracies :data:`ACCURACY_FIELDS` to [0, 1],
-    differences to [-1, 1]) and the lowest task-A bound to [0, 1]: for gluing; the findings keep the raw ones."""
-    changes = {}
-    for f in dataclasses.fields(facts):
-        v = getattr(facts, f.name)
-        rng = (0.0, 1.0) if f.name in ACCURACY_FIELDS else (-1.0, 1.0)
-        if isinstance(v, dict) and any(isinstance(x, Interval) for x in v.values()):
-            changes[f.name] = {k: x.clipped(*rng) if isinstance(x, Interval) else x for k, x in v.items()}
-    lb = facts.f2_lowest_bound
-    changes["f2_lowest_bound"] = lb if math.isnan(lb) else min(max(lb, 0.0), 1.0)
-    return dataclasses.replace(facts, **changes)
+def _plain(key: str) -> bool:
+    return any(key == f or key.startswith(f + "_") for f in PLAIN_FIELDS)
 
 
-def _verdicts_by_network(claims: pd.DataFrame, claim: str, nets) -> str:
-    c = claims.set_index("key")
-    return _and([f"**{c.loc[f'{claim}_{n}', 'verdict']}** for {_in_prose(n)}" for n in nets])
+def glued(claims: pd.DataFrame, numbers: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """What :func:`bnstudy.pages.glue_chapter` glues for the page: ``(claims, numbers, words)``: the claims with
+    printed ends (:func:`printed_claims`); the numbers table without its texts of :data:`PLAIN_FIELDS`, each plain
+    number cut to what its quantity allows (``f2_lowest_bound`` to [0, 1]; intervals are cut by ``glue_numbers``);
+    and those texts as ``{key: text}``, glued plain (not bold as a short text of the numbers table would be)."""
+    plain = numbers["key"].map(_plain)
+    nums = numbers[~plain].copy()
+    cut = nums["n"].isna() & nums["value"].map(lambda v: isinstance(v, float) and v == v) & \
+        np.isfinite(nums["lowest"].astype(float))
+    nums.loc[cut, "value"] = [min(max(v, lo), hi) for v, lo, hi in
+                              zip(nums.loc[cut, "value"], nums.loc[cut, "lowest"], nums.loc[cut, "highest"])]
+    return printed_claims(claims), nums, dict(zip(numbers.loc[plain, "key"], numbers.loc[plain, "value"]))
 
 
-def answer(F: Findings) -> str:
-    """The answer box's outcome sentences (Markdown, glued as ``ch07_answer``), built from the findings so that they
-    are true for any rows: task A after the one-line freeze per network, and the verdicts at the reference on
-    task A against 1.5x chance, task A after minus before stage 2, task B and the mismatch's ranking of the cost."""
-    x, nets = F.facts, list(F.facts.task_a_source)
-    left = _and([f"{x.task_a_train_mode[n].mean:.3f} with {_in_prose(n)} (from {x.task_a_source[n].mean:.3f})"
+def _verdicts_by_network(claims: pd.DataFrame, key: str, nets) -> str:
+    return join([f"{verdict_md(claim(claims, f'{key}_{n}'))} for {_in_prose(n)}" for n in nets])
+
+
+def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """The answer box's outcome sentences (Markdown, glued as ``ch07_answer``), built from :func:`claims` and
+    :func:`findings` so that they are true for any rows: task A after the one-line freeze per network, and the
+    verdicts at the reference on task A against 1.5x chance, task A after minus before stage 2, task B and the
+    mismatch's ranking of the cost."""
+    x, nets = (lambda key: number(numbers, key)), networks_of(numbers)  # noqa: E731
+    left = join([f"{x(f'task_a_train_mode_{n}').mean:.3f} with {_in_prose(n)} (from {x(f'task_a_source_{n}').mean:.3f})"
                  for n in nets])
     return (f"On scikit-learn's handwritten digits, after the one-line freeze (`train_mode`) task A is left at {left}; "
-            f"chance is {x.chance:.2f}. At the reference corruption ({x.reference}), task A after stage 2 minus 1.5 "
-            f"times chance reads {_verdicts_by_network(F.claims, 'f2', nets)}, and task A after minus before stage 2 "
-            f"reads {_verdicts_by_network(F.claims, 'drop', nets)}. On task B, `train_mode` minus the pinned "
-            f"backbone reads {_verdicts_by_network(F.claims, 'f3', nets)}. Over every corruption and severity, "
+            f"chance is {x('chance'):.2f}. At the reference corruption ({x('reference')}), task A after stage 2 minus "
+            f"1.5 times chance reads {_verdicts_by_network(claims, 'f2', nets)}, and task A after minus before stage 2 "
+            f"reads {_verdicts_by_network(claims, 'drop', nets)}. On task B, `train_mode` minus the pinned "
+            f"backbone reads {_verdicts_by_network(claims, 'f3', nets)}. Over every corruption and severity, "
             f"chapter 3's statistics mismatch against the cost of train mode reads "
-            f"{_verdicts_by_network(F.claims, 'c1', nets)}.")
+            f"{_verdicts_by_network(claims, 'c1', nets)}.")
 
 
-def what_to_do(F: Findings) -> str:
-    """The answer box's advice (Markdown, glued as ``ch07_what_to_do``), worded for the findings: where task A is
-    shown to fall on some network, the one-line freeze is not enough; the pin's exactness is the check
+def _fell(c: pd.DataFrame, f: pd.DataFrame) -> list[str]:
+    """The networks whose task A is shown to fall at the reference (``drop_<network>`` lower)."""
+    return [n for n in networks_of(f) if claim(c, f"drop_{n}").kind == "lower"]
+
+
+#: The answer box's advice in parts, each a rule on the claims (``c``) and numbers (``f``) tables and a fixed
+#: sentence (:class:`bnstudy.words.Note`; exactly one of each key holds): ``fell``, where task A is shown to fall;
+#: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
+NOTES = (
+    Note("fell", lambda c, f: bool(_fell(c, f)), "Turning off gradients does not keep task A on {networks}: ",
+         lambda c, f: dict(networks=join([_in_prose(n) for n in _fell(c, f)]))),
+    Note("fell", lambda c, f: not _fell(c, f), "Task A was not shown to fall on any network here, but the one-line "
+                                               "freeze still rewrites every BatchNorm layer's statistics: "),
+    Note("pin_keeps_a", lambda c, f: all(claim(c, f"pinned_keep_a_{n}").kind == "exact" for n in networks_of(f)),
+         "keeps task A exactly on every network here (a check of the code)"),
+    Note("pin_keeps_a", lambda c, f: not all(claim(c, f"pinned_keep_a_{n}").kind == "exact" for n in networks_of(f)),
+         "should keep task A exactly, yet in some run here it did not (the checks below)"),
+)
+
+
+def what_to_do(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """The answer box's advice (Markdown, glued as ``ch07_what_to_do``), worded by the :data:`NOTES`: where task A
+    is shown to fall on some network, the one-line freeze is not enough; the pin's exactness is the check
     ``pinned_keep_a``."""
-    c = F.claims.set_index("key")
-    nets = list(F.facts.task_a_source)
-    fell = [n for n in nets if c.loc[f"drop_{n}", "kind"] == "lower"]
-    exact = all(c.loc[f"pinned_keep_a_{n}", "kind"] == "exact" for n in nets)
-    keep = ("keeps task A exactly on every network here (a check of the code)" if exact else
-            "should keep task A exactly, yet in some run here it did not (the checks below)")
-    lead = (f"Turning off gradients does not keep task A on {_and([_in_prose(n) for n in fell])}: "
-            if fell else "Task A was not shown to fall on any network here, but the one-line freeze still rewrites "
-                         "every BatchNorm layer's statistics: ")
-    return (lead + "set `requires_grad_(False)` and pin the backbone in eval mode with "
-            f"`bnstudy.pin_eval(model.backbone)`, which {keep}; wrap the first epoch in `bnstudy.FreezeAudit` to see "
-            "what moved.")
+    said = notes(NOTES, claims, numbers)
+    return (said["fell"] + "set `requires_grad_(False)` and pin the backbone in eval mode with "
+            f"`bnstudy.pin_eval(model.backbone)`, which {said['pin_keeps_a']}; wrap the first epoch in "
+            "`bnstudy.FreezeAudit` to see what moved.")
 
 
-def figure_takeaways(F: Findings) -> dict[str, str]:
+def figure_takeaways(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
     """The data-dependent takeaway of each figure's caption (glued as ``ch07_<name>``): ``accuracy_takeaway``
     (task A after minus before stage 2), ``effects_takeaway`` (task B over the conditions, the book's counts) and
     ``mismatch_takeaway`` (the rank correlation's verdicts)."""
-    x, nets = F.facts, list(F.facts.task_a_source)
-    counts = _and([f"higher at {x.f3_n_higher[n]}, lower at {x.f3_n_lower[n]} of {x.n_conditions} conditions for "
-                   f"{_in_prose(n)}" for n in nets])
+    x, nets = (lambda key: number(numbers, key)), networks_of(numbers)  # noqa: E731
+    counts = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} of {x('n_conditions')} "
+                   f"conditions for {_in_prose(n)}" for n in nets])
     return dict(
         accuracy_takeaway=("Takeaway: task A under `train_mode`, after minus before stage 2, reads "
-                           f"{_verdicts_by_network(F.claims, 'drop', nets)}."),
+                           f"{_verdicts_by_network(claims, 'drop', nets)}."),
         effects_takeaway=f"Takeaway: on task B, train mode is shown {counts} (Holm over each network's conditions).",
         mismatch_takeaway=("Takeaway: the per-seed rank correlation of mismatch and cost reads "
-                           f"{_verdicts_by_network(F.claims, 'c1', nets)}."),
+                           f"{_verdicts_by_network(claims, 'c1', nets)}."),
     )
