@@ -761,6 +761,18 @@ def test_pays_sentence_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, 
     assert said("pays_sentence", None, None).startswith(starts)     # the note of each outcome, and only it, holds
 
 
+@pytest.mark.parametrize("higher, lower, starts", [
+    (1, 5, "Task A's loss outweighs task B's gain at 5 of the 7 levels and falls short of it at 1 (Holm)."),
+    (5, 1, "Task B's gain outweighs task A's loss at 5 of the 7 levels and falls short of it at 1 (Holm)."),
+    (3, 3, "Task B's gain and task A's loss are shown apart at equally many levels (3 each, of 7)."),
+])
+def test_cost_benefit_takeaway_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, starts):
+    counts = {"higher": higher, "lower": lower, "equivalent": 0, "not decided": 7 - higher - lower,
+              "too few seeds": 0, "m": 7}
+    monkeypatch.setattr(findings, "level_counts", lambda C, view="raw": counts)
+    assert said("takeaway_cost_benefit", None, None) == starts
+
+
 def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
     from bnstudy.inference import count_verdicts
     C, F = shared_findings("ten")
