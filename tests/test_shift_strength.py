@@ -1,7 +1,6 @@
 """Chapter 3's experiment: config checks, the sweep's points, paired cost/benefit, crossover and findings."""
 
 import copy
-import dataclasses
 import functools
 import json
 import math
@@ -14,7 +13,7 @@ import pytest
 
 from bnstudy.config import Execution, RunConfig
 from bnstudy.experiments.shift_strength import findings, run
-from bnstudy.inference import is_verdict
+from bnstudy.inference import _slug, is_verdict, number, with_numbers
 from bnstudy.modes import MODE_NAMES
 
 NO_EXTRA = dict(blur_levels=(), noise_levels=(), same_both_levels=(), same_noise_levels=())
@@ -128,9 +127,20 @@ def _cfg(**kw):
     return run.make_config("quick", seeds=3, **{**SMALL, "both_levels": (0.0, 0.25, 0.5, 1.0), **kw})
 
 
-def claim(F, key):
-    """The claims-table row ``key`` of findings ``F``."""
-    return F.claims.set_index("key").loc[key]
+def claim(C, key):
+    """The row ``key`` of the claims table ``C``."""
+    return C.set_index("key").loc[key]
+
+
+def analyse(df, n_boot=20, n_boot_select=20):
+    """``(claims, numbers)`` of ``df`` (:func:`findings.claims`, :func:`findings.findings` reading those claims)."""
+    C = findings.claims(df, n_boot=n_boot)
+    return C, findings.findings(df, n_boot=n_boot, n_boot_select=n_boot_select, claims_=C)
+
+
+def said(key, C, F):
+    """The sentence the page's notes (:data:`findings.NOTES`) say under ``key``."""
+    return findings.notes([n for n in findings.NOTES if n.key == key], C, F)[key]
 
 
 #: The hand-made tables whose findings several tests read (computed once per test process, see shared_findings).
@@ -142,11 +152,11 @@ SHARED_TABLES = {
 
 @functools.lru_cache(maxsize=None)
 def _shared_findings(name):
-    return findings.findings(SHARED_TABLES[name](), n_boot=20, n_boot_select=20)
+    return analyse(SHARED_TABLES[name](), n_boot=20, n_boot_select=20)
 
 
 def shared_findings(name):
-    """``findings.findings(SHARED_TABLES[name](), n_boot=20, n_boot_select=20)``, computed once per test process
+    """``analyse(SHARED_TABLES[name](), n_boot=20, n_boot_select=20)``: ``(claims, numbers)``, computed once per test process
     (each call takes seconds) and handed out as a deep copy, so no test can change another's findings. Shared by
     the tests of this module and of test_shift_strength_referee that ask the same question of the same table; their
     assertions do not depend on the number of resamples (tables without seed spread, or point estimates, counts
@@ -155,28 +165,29 @@ def shared_findings(name):
 
 
 def test_findings_find_the_known_crossover_and_name_the_lines():
-    F = shared_findings("cfg")
-    assert F.cross["both"]["estimate"] == pytest.approx(0.6)
-    assert F.curves_cross == {"brightness": "do not cross", "contrast": "do not cross", "both": "cross"}
-    assert F.crossing_lines == "both" and F.any_crossover
-    assert math.isnan(F.cross["brightness"]["estimate"]) and F.cross["brightness"]["dominant"] == "cost"
-    assert F.cost["brightness_max"].mean == pytest.approx(0.2) and F.benefit["brightness_max"].mean == pytest.approx(0.04)
-    assert F.cost["t1"].mean == pytest.approx(0.3) and F.benefit["t1"].mean == pytest.approx(0.2)
-    assert F.cost["noshift"].mean == 0 and F.benefit["noshift"].mean == 0
-    assert F.lines["brightness"]["n_cost_wins"] == 2 and F.lines["both"]["n_benefit_wins"] == 2
-    assert F.net_best == pytest.approx(0.05 - 0.01875) and F.net_worst == pytest.approx(-0.16)
-    assert F.n_seeds == 3 and F.chance == 0.1 and F.ch1_steps == 800
+    C, F = shared_findings("cfg")
+    assert number(F, "cross_both_estimate") == pytest.approx(0.6)
+    assert {t: number(F, f"curves_cross_{t}") for t in run.SHIFT_TYPES} == \
+        {"brightness": "do not cross", "contrast": "do not cross", "both": "cross"}
+    assert number(F, "crossing_lines") == "both" and number(F, "any_crossover")
+    assert math.isnan(number(F, "cross_brightness_estimate")) and number(F, "cross_brightness_dominant") == "cost"
+    assert number(F, "cost_brightness_max").mean == pytest.approx(0.2) and number(F, "benefit_brightness_max").mean == pytest.approx(0.04)
+    assert number(F, "cost_t1").mean == pytest.approx(0.3) and number(F, "benefit_t1").mean == pytest.approx(0.2)
+    assert number(F, "cost_noshift").mean == 0 and number(F, "benefit_noshift").mean == 0
+    assert number(F, "lines_brightness_n_cost_wins") == 2 and number(F, "lines_both_n_benefit_wins") == 2
+    assert number(F, "net_best") == pytest.approx(0.05 - 0.01875) and number(F, "net_worst") == pytest.approx(-0.16)
+    assert number(F, "n_seeds") == 3 and number(F, "chance") == 0.1 and number(F, "ch1_steps") == 800
 
 
 def test_findings_verdicts_flip_when_the_data_do():
-    F = shared_findings("cfg")
+    C, F = shared_findings("cfg")
     # zero spread over seeds (every seed the same effect): the interval is the point, a direction is shown
-    assert claim(F, "budget_change_strongest")["verdict"] == "longer budget lower"
-    assert claim(F, "budget_change_1")["estimate"] == pytest.approx(-0.1)
-    assert claim(F, "grid_compound")["verdict"] == "combined shift costs more"
-    assert claim(F, "sep_task_a")["verdict"] == "exact, checked =="
-    assert F.budget_t == 1.0 and (F.budget_s_lo, F.budget_s_hi) == (100, 300)
-    assert F.grid_cost_corner == pytest.approx(0.25) and F.grid_cost_bonly == pytest.approx(0.2)
+    assert claim(C, "budget_change_strongest")["verdict"] == "longer budget lower"
+    assert claim(C, "budget_change_1")["estimate"] == pytest.approx(-0.1)
+    assert claim(C, "grid_compound")["verdict"] == "combined shift costs more"
+    assert claim(C, "sep_task_a")["verdict"] == "exact, checked =="
+    assert number(F, "budget_t") == 1.0 and (number(F, "budget_s_lo"), number(F, "budget_s_hi")) == (100, 300)
+    assert number(F, "grid_cost_corner") == pytest.approx(0.25) and number(F, "grid_cost_bonly") == pytest.approx(0.2)
 
     def flipped(b, c, steps):
         if b > 0 and c > 1 and not math.isclose(c, 1 + b):   # grid only: no dearer than a pure shift
@@ -187,47 +198,48 @@ def test_findings_verdicts_flip_when_the_data_do():
     df = _table(_cfg(), flipped, sep_b_offset=0.05)
     one = df.index[df["mode"].eq("separate_stats") & df["on_both"]][0]
     df.loc[one, "task_a_after"] -= 1e-12          # separate_stats touching task A at all: no longer exact
-    G = findings.findings(df, n_boot=10, n_boot_select=10)
-    assert claim(G, "grid_compound")["verdict"] == "combined shift costs less"   # corner 0.1 below 0.2, every seed
-    assert claim(G, "sep_task_a")["verdict"] == "not exact" and G.sep_vs_train_max_b_diff == pytest.approx(0.05)
-    assert G.curves_cross["both"] == "do not cross" and G.crossing_lines == "none" and not G.any_crossover
+    CG, G = analyse(df, n_boot=10, n_boot_select=10)
+    assert claim(CG, "grid_compound")["verdict"] == "combined shift costs less"   # corner 0.1 below 0.2, every seed
+    assert claim(CG, "sep_task_a")["verdict"] == "not exact" and number(G, "sep_vs_train_max_b_diff") == pytest.approx(0.05)
+    assert number(G, "curves_cross_both") == "do not cross" and number(G, "crossing_lines") == "none" and not number(G, "any_crossover")
 
 
 def test_budget_direction_grows_and_stays():
     def grows(b, c, steps):
         cost, ben = _effects(b, c, steps)
         return cost, (ben * 4 if steps > 100 and b > 0 and c > 1 else ben)
-    assert claim(findings.findings(_table(_cfg(), grows), n_boot=10, n_boot_select=10),
+    assert claim(analyse(_table(_cfg(), grows), n_boot=10, n_boot_select=10)[0],
                  "budget_change_strongest")["verdict"] == "longer budget higher"
     same = lambda b, c, steps: _effects(b, c, 100)
-    assert claim(findings.findings(_table(_cfg(), same), n_boot=10, n_boot_select=10),
+    assert claim(analyse(_table(_cfg(), same), n_boot=10, n_boot_select=10)[0],
                  "budget_change_strongest")["verdict"] == "not decided"
 
 
 def test_every_verdict_of_the_findings_is_a_word_of_the_vocabulary():
-    F = shared_findings("ten")
-    assert len(F.claims) and not F.claims["key"].duplicated().any()
-    assert all(is_verdict(v, findings.DIRECTIONS) for v in F.claims["verdict"])
+    C, F = shared_findings("ten")
+    assert len(C) and not C["key"].duplicated().any()
+    assert all(is_verdict(v, findings.DIRECTIONS) for v in C["verdict"])
     assert not any(is_verdict(w) for w in findings.DIRECTIONS)   # the page's own words, declared
     lv = findings.level_table(_table10(_cfg10(), seed_noise=0.001), margin=0.02)
     assert all(is_verdict(v, findings.DIRECTIONS) for v in lv["verdict"])
-    # record(): the findings without the claims table, for glue_findings
-    assert findings.record(F).claims == {} and findings.record(F).n_seeds == F.n_seeds
+    # the numbers table holds no claim: its glued names and the claims' never meet (one glue_chapter call)
+    from bnstudy.pages import claims_items, numbers_items
+    assert not {n for n, _ in numbers_items("ch03", F)} & {n for n, _ in claims_items("ch03", C)}
 
 
 def test_findings_of_the_mismatch_measure():
-    F = shared_findings("cfg")
-    assert F.rho_eval_train == pytest.approx(1.0)
+    C, F = shared_findings("cfg")
+    assert number(F, "rho_eval_train") == pytest.approx(1.0)
     # three levels per affine line: fewer than 4 pairs, no rank correlation (inference.rank_correlation's rule)
-    assert math.isnan(F.rho_cost_line_min)
+    assert math.isnan(number(F, "rho_cost_line_min"))
     four = _cfg(brightness_levels=(0.0, 1.0, 2.0, 3.0), contrast_levels=(1.0, 2.0, 3.0, 4.0))
     G = findings.findings(_table(four), n_boot=10, n_boot_select=10)
-    assert G.rho_cost_line_min == pytest.approx(1.0)   # cost rises with mismatch
-    assert F.noshift_kl == pytest.approx(0.01)
+    assert number(G, "rho_cost_line_min") == pytest.approx(1.0)   # cost rises with mismatch
+    assert number(F, "noshift_kl") == pytest.approx(0.01)
     # safe: cost < 0.01 with 95% confidence (only no shift); harmed: cost > 0.01 (every other shift)
-    assert F.safe_max_kl == pytest.approx(0.01) and F.harm_min_kl > F.safe_max_kl
-    assert F.threshold_clean == "do not overlap"
-    assert F.n_conditions == len({p[:5] for p in _cfg().points() if p[5] == 100})
+    assert number(F, "safe_max_kl") == pytest.approx(0.01) and number(F, "harm_min_kl") > number(F, "safe_max_kl")
+    assert number(F, "threshold_clean") == "do not overlap"
+    assert number(F, "n_conditions") == len({p[:5] for p in _cfg().points() if p[5] == 100})
 
 
 def test_figure_tables_are_tidy_and_hold_the_effects():
@@ -242,7 +254,7 @@ def test_figure_tables_are_tidy_and_hold_the_effects():
     assert len(gt) == 4 * 3
     st = findings.scatter_table(df)
     assert set(st["mode"]) == set(MODE_NAMES)
-    for t in (lt, bt, gt, st, findings.condition_table(df), findings.crossover_long(shared_findings("cfg"))):
+    for t in (lt, bt, gt, st, findings.condition_table(df), findings.crossover_long(shared_findings("cfg")[1])):
         assert not any(t[c].map(lambda v: isinstance(v, (list, tuple, dict))).any() for c in t.columns)
 
 
@@ -546,25 +558,25 @@ def test_convergence_flags_a_head_still_improving():
     assert cv.loc[(1.0, "benefit"), "verdict"] == "longer budget lower"
     assert (cv["m"] == len(cv)).all()                                           # the table's rows: one family
     assert cv.loc[(0.25, "backbone_eval"), "steps_from"] == 200
-    F = findings.findings(df, n_boot=10, n_boot_select=10)
-    assert F.n_heads_improving == 1 and F.n_heads_checked == 4
-    assert claim(F, "convergence_1_backbone_eval")["verdict"] == "longer budget higher"
-    assert claim(F, "convergence_weakest_backbone_eval")["verdict"] == "not decided"
+    C, F = analyse(df, n_boot=10, n_boot_select=10)
+    assert number(F, "n_heads_improving") == 1 and number(F, "n_heads_checked") == 4
+    assert claim(C, "convergence_1_backbone_eval")["verdict"] == "longer budget higher"
+    assert claim(C, "convergence_weakest_backbone_eval")["verdict"] == "not decided"
     bp = findings.budget_points(df)
     assert set(bp["steps"]) == {100, 200, 300} and {"train_mode", "backbone_eval", "paired"} <= set(bp["mode"])
 
 
 def test_findings_of_issue_ten_on_a_hand_made_table():
-    F = shared_findings("ten")
-    assert F.room_a == pytest.approx(0.5) and F.room_b["new"] == pytest.approx(0.25)
-    assert F.exchange_rate == pytest.approx(0.5)
-    assert claim(F, "at_t1_both_raw")["verdict"] == "train mode lower"
-    assert claim(F, "at_t1_both_normalized")["verdict"] == "train mode higher"
-    assert claim(F, "weakest_raw_both")["estimate"] == claim(F, "raw_both_0_25")["estimate"]
-    assert F.family["benefit"].mean == pytest.approx(0.2) and F.family["cost"].mean == pytest.approx(0.3)
-    assert F.extra["blur"]["cost"].mean == pytest.approx(0.05)
-    assert F.threshold_lines["raw"]["thr0.02"] == "both"
-    assert F.counts["raw"]["both"]["levels"] == 3 and F.m_tests == 9
+    C, F = shared_findings("ten")
+    assert number(F, "room_a") == pytest.approx(0.5) and number(F, "room_b_new") == pytest.approx(0.25)
+    assert number(F, "exchange_rate") == pytest.approx(0.5)
+    assert claim(C, "at_t1_both_raw")["verdict"] == "train mode lower"
+    assert claim(C, "at_t1_both_normalized")["verdict"] == "train mode higher"
+    assert claim(C, "weakest_raw_both")["estimate"] == claim(C, "raw_both_0_25")["estimate"]
+    assert number(F, "family_benefit").mean == pytest.approx(0.2) and number(F, "family_cost").mean == pytest.approx(0.3)
+    assert number(F, "extra_blur_cost").mean == pytest.approx(0.05)
+    assert number(F, "threshold_lines_raw_thr0_02") == "both"
+    assert number(F, "counts_raw_both_levels") == 3 and number(F, "m_tests") == 9
 
 
 def test_task_b_options_default_to_todays_task_and_change_it_when_asked():
@@ -617,15 +629,17 @@ def test_selection_findings_name_the_winner_and_its_limits():
     df = _table10(_cfg10())
     df["mismatch_kl_train"] = 2 * df["mismatch_kl"]        # not constant, so no candidate ties every shift
     F = findings.findings(df, n_boot=10, n_boot_select=30)
-    assert F.winner in findings.CANDIDATES and F.n_candidates == 3      # _table10 has KL, mean shift, KL (train pass)
-    assert F.winner_clear in ("clearly", "not clearly") and 0 <= F.n_beaten <= 2
-    sel = F.selection[F.winner]["per_type"]
-    assert F.winner_worst_error == max(sel.values()) and sel[F.winner_worst_type] == F.winner_worst_error
+    assert number(F, "winner") in findings.CANDIDATES and number(F, "n_candidates") == 3      # _table10 has KL, mean shift, KL (train pass)
+    assert number(F, "winner_clear") in ("clearly", "not clearly") and 0 <= number(F, "n_beaten") <= 2
+    stem = f"selection_{_slug(number(F, 'winner'))}_per_type_"
+    sel = {k[len(stem):]: number(F, k) for k in F["key"] if k.startswith(stem)}
+    assert number(F, "winner_worst_error") == max(sel.values())
+    assert sel[_slug(number(F, "winner_worst_type"))] == number(F, "winner_worst_error")
     # the safe and harm groups are worded from their values (the mean shift, 0.01 at every contrast-only shift,
     # puts costly shifts at the no-shift value: the groups meet)
-    assert F.winner_threshold_clean == ("overlap" if F.winner_harm_min < F.winner_safe_max else "do not overlap")
-    assert (F.n_lower["raw"] + F.n_higher["raw"] + F.n_equivalent["raw"] + F.n_not_decided["raw"]
-            + F.n_too_few["raw"]) == F.m_tests                    # every level has exactly one verdict
+    assert number(F, "winner_threshold_clean") == ("overlap" if number(F, "winner_harm_min") < number(F, "winner_safe_max") else "do not overlap")
+    assert (number(F, "n_lower_raw") + number(F, "n_higher_raw") + number(F, "n_equivalent_raw") + number(F, "n_not_decided_raw")
+            + number(F, "n_too_few_raw")) == number(F, "m_tests")                    # every level has exactly one verdict
 
 
 def test_source_backbone_trains_its_source_when_the_cache_has_none(tmp_path):
@@ -701,37 +715,37 @@ def _swap_modes(df):
     return out
 
 
-def _page(F):
-    return findings.page_texts(F)
+def _page(C, F):
+    return findings.page_texts(C, F)
 
 
 def test_answer_and_chosen_sentences_flip_when_the_data_do():
     df = SHARED_TABLES["ten"]()
-    F = shared_findings("ten")
-    G = findings.findings(_swap_modes(df), n_boot=20, n_boot_select=20)
-    a, g = findings.answer(F), findings.answer(G)
-    nF, nG = findings.level_counts(F), findings.level_counts(G)
+    C, F = shared_findings("ten")
+    CG, G = analyse(_swap_modes(df), n_boot=20, n_boot_select=20)
+    a, g = findings.answer(C, F), findings.answer(CG, G)
+    nF, nG = findings.level_counts(C), findings.level_counts(CG)
     assert (nF["higher"], nF["lower"]) == (nG["lower"], nG["higher"]) and nF["lower"] != nF["higher"]
     # chapter 1's shift: train mode lower (net -0.1) on the data, higher once swapped; the answer says so
-    assert claim(F, "at_t1_both_raw")["verdict"] == "train mode lower"
-    assert claim(G, "at_t1_both_raw")["verdict"] == "train mode higher"
+    assert claim(C, "at_t1_both_raw")["verdict"] == "train mode lower"
+    assert claim(CG, "at_t1_both_raw")["verdict"] == "train mode higher"
     assert "their sum reads **train mode lower**" in a and "their sum reads **train mode lower**" not in g
     assert "their sum reads **train mode higher**" in g
     # task A's difference is printed as train_mode - backbone_eval: negative on the data (-0.300), positive swapped
     assert "task A's accuracy by -0.300" in a and "task A's accuracy by +0.300" in g
     # the count sentence and the takeaway follow the counts
     assert f"**train mode lower** at {nF['lower']}," in a and f"**train mode lower** at {nG['lower']}," in g
-    assert _page(F)["takeaway_cost_benefit"] != _page(G)["takeaway_cost_benefit"]
-    assert _page(F)["takeaway_cost_benefit"].startswith("Task A's loss outweighs") == (nF["lower"] > nF["higher"])
-    assert _page(G)["takeaway_cost_benefit"].startswith("Task B's gain outweighs") == (nG["higher"] > nG["lower"])
+    assert _page(C, F)["takeaway_cost_benefit"] != _page(CG, G)["takeaway_cost_benefit"]
+    assert _page(C, F)["takeaway_cost_benefit"].startswith("Task A's loss outweighs") == (nF["lower"] > nF["higher"])
+    assert _page(CG, G)["takeaway_cost_benefit"].startswith("Task B's gain outweighs") == (nG["higher"] > nG["lower"])
     # the mismatch sentence: KL ranks the shifts by task A's loss on the data; swapped, the loss is a gain
-    assert F.rho["KL"]["rho"] > 0 > G.rho["KL"]["rho"]
+    assert number(F, "rho_kl_rho") > 0 > number(G, "rho_kl_rho")
     assert "ranks the shifts by task A's loss" in findings.mismatch_sentence(F)
     assert "ranks the shifts by task A's loss" not in findings.mismatch_sentence(G)
     # every findings-chosen sentence that states an outcome differs once the data flip
     for key in ("answer", "takeaway_cost_benefit", "counts_sentence"):
-        assert _page(F)[key] != _page(G)[key], key
-    assert findings.pays_sentence(F) != findings.pays_sentence(G)
+        assert _page(C, F)[key] != _page(CG, G)[key], key
+    assert said("pays_sentence", C, F) != said("pays_sentence", CG, G)
 
 
 @pytest.mark.parametrize("higher, lower, starts", [
@@ -743,36 +757,54 @@ def test_answer_and_chosen_sentences_flip_when_the_data_do():
 def test_pays_sentence_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, starts):
     counts = {"higher": higher, "lower": lower, "equivalent": 0, "not decided": 1, "too few seeds": 0,
               "m": higher + lower + 1}
-    monkeypatch.setattr(findings, "level_counts", lambda F, view="raw": counts)
-    assert findings.pays_sentence(None).startswith(starts)
+    monkeypatch.setattr(findings, "level_counts", lambda C, view="raw": counts)
+    assert said("pays_sentence", None, None).startswith(starts)     # the note of each outcome, and only it, holds
+
+
+@pytest.mark.parametrize("higher, lower, starts", [
+    (1, 5, "Task A's loss outweighs task B's gain at 5 of the 7 levels and falls short of it at 1 (Holm)."),
+    (5, 1, "Task B's gain outweighs task A's loss at 5 of the 7 levels and falls short of it at 1 (Holm)."),
+    (3, 3, "Task B's gain and task A's loss are shown apart at equally many levels (3 each, of 7)."),
+])
+def test_cost_benefit_takeaway_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, starts):
+    counts = {"higher": higher, "lower": lower, "equivalent": 0, "not decided": 7 - higher - lower,
+              "too few seeds": 0, "m": 7}
+    monkeypatch.setattr(findings, "level_counts", lambda C, view="raw": counts)
+    assert said("takeaway_cost_benefit", None, None) == starts
 
 
 def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
     from bnstudy.inference import count_verdicts
-    F = shared_findings("ten")
+    C, F = shared_findings("ten")
     for view in findings.VIEWS:
-        n = count_verdicts(findings.view_claims(F.claims, view))
-        assert n["m"] == F.m_tests
-        assert (F.n_lower[view], F.n_higher[view], F.n_equivalent[view], F.n_not_decided[view]) == \
+        n = count_verdicts(findings.view_claims(C, view))
+        assert n["m"] == number(F, "m_tests")
+        assert tuple(number(F, f"n_{k}_{_slug(view)}") for k in ("lower", "higher", "equivalent", "not_decided")) == \
             (n["lower"], n["higher"], n["equivalent"], n["not decided"])
 
 
 def test_page_values_print_task_a_as_train_mode_minus_backbone_eval_clipped():
-    F = shared_findings("ten")
-    v = findings.page_values(F)
-    assert v["task_a_t1"].mean == pytest.approx(-F.cost["t1"].mean) and v["task_a_t1"].mean < 0
+    from bnstudy.pages import numbers_items
+    C, F = shared_findings("ten")
+    v = {k: number(F, k) for k in F["key"] if k.startswith("task_a_")}
+    assert v["task_a_t1"].mean == pytest.approx(-number(F, "cost_t1").mean) and v["task_a_t1"].mean < 0
     assert v["task_a_t1"].low <= v["task_a_t1"].mean <= v["task_a_t1"].high
-    assert v["task_a_grid_corner"] == pytest.approx(-F.grid_cost_corner)
+    assert v["task_a_grid_corner"] == pytest.approx(-number(F, "grid_cost_corner"))
+    # printed cut to what accuracy allows; the numbers table keeps the raw interval
+    g = dict(numbers_items("ch03", with_numbers(F, {"task_a": {"t1": findings.Interval(-0.9, -1.6, -0.2, 3)}})))
+    assert (g["ch03_task_a_t1_ci_low"], g["ch03_task_a_t1_ci_high"]) == (-1.0, -0.2)
     wide = findings.task_a_difference(findings.Interval(0.9, 0.2, 1.6, 3)).clipped(-1, 1)
     assert (wide.low, wide.high) == (-1.0, -0.2)
 
 
 def test_threshold_sentence_is_chosen_by_whether_the_groups_overlap():
-    F = shared_findings("cfg")
-    clean = dataclasses.replace(F, winner_threshold_clean="do not overlap", winner_safe_max=0.01, winner_harm_min=0.5)
-    mixed = dataclasses.replace(F, winner_threshold_clean="overlap", winner_safe_max=0.6, winner_harm_min=0.5)
-    assert findings.threshold_sentence(clean).startswith("On these shifts a value")
-    assert findings.threshold_sentence(mixed).startswith("No value of it separates")
+    C, F = shared_findings("cfg")
+    clean = with_numbers(F, dict(winner_threshold_clean="do not overlap", winner_safe_max=0.01, winner_harm_min=0.5))
+    mixed = with_numbers(F, dict(winner_threshold_clean="overlap", winner_safe_max=0.6, winner_harm_min=0.5))
+    one_side = with_numbers(F, dict(winner_safe_max=0.01, winner_harm_min=math.nan))
+    assert said("threshold_sentence", C, clean).startswith("On these shifts a value")
+    assert said("threshold_sentence", C, mixed).startswith("No value of it separates")
+    assert said("threshold_sentence", C, one_side).startswith("The sweep has shifts on only one side")
 
 
 # --- the notebook: no typed outcome outside glue ------------------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 
 from bnstudy.experiments.shift_strength import findings, run
 from bnstudy.inference import Family, holm
-from test_shift_strength import _cfg10, _table10, claim, shared_findings
+from bnstudy.inference import _slug, number
+from test_shift_strength import _cfg10, _table10, analyse, claim, shared_findings
 
 
 def _blur(df, net):
@@ -75,11 +76,11 @@ def _with_noshift_gain(df, gain=0.03):
 
 @functools.lru_cache(maxsize=None)
 def _noshift_gain_findings_once():
-    return findings.findings(_with_noshift_gain(_table10(_cfg10(), seed_noise=0.001)), n_boot=20, n_boot_select=20)
+    return analyse(_with_noshift_gain(_table10(_cfg10(), seed_noise=0.001)), n_boot=20, n_boot_select=20)
 
 
 def noshift_gain_findings():
-    """``findings.findings(_with_noshift_gain(_table10(_cfg10(), seed_noise=0.001)), n_boot=20, n_boot_select=20)``,
+    """``(claims, numbers)``: ``analyse(_with_noshift_gain(_table10(_cfg10(), seed_noise=0.001)), n_boot=20, n_boot_select=20)``,
     computed once per test process and handed out as a deep copy (test_shift_strength.shared_findings's rule)."""
     return copy.deepcopy(_noshift_gain_findings_once())
 
@@ -145,33 +146,36 @@ def test_budget_net_rows_and_their_verdicts():
     assert set(bn.index.get_level_values("steps")) == {100, 200, 300}
     assert bn.loc[(1.0, 300), "verdict"] == "train mode lower" and bn.loc[(1.0, 300), "mean"] < -0.05
     assert len(bn) == 6 and (bn["m"] == 6).all()              # the points printed together: one family
-    F = findings.findings(df, n_boot=10, n_boot_select=10)
+    C, F = analyse(df, n_boot=10, n_boot_select=10)
     want = sum(g.sort_index()["kind"].iloc[0] != g.sort_index()["kind"].iloc[-1]
                for _, g in bn.groupby(level="t"))
-    assert F.budget_net_n_flips == want == 1            # t = 0.25's benefit shrinks with steps in _effects
-    assert F.budget_net_word == "changes" and claim(F, "budget_net_1_s300")["verdict"] == "train mode lower"
-    assert F.budget_t_min == 0.25 and claim(F, "convergence_weakest_train_mode")["verdict"] == "not decided"
+    assert number(F, "budget_net_n_flips") == want == 1            # t = 0.25's benefit shrinks with steps in _effects
+    assert number(F, "budget_net_word") == "changes" and claim(C, "budget_net_1_s300")["verdict"] == "train mode lower"
+    assert number(F, "budget_t_min") == 0.25 and claim(C, "convergence_weakest_train_mode")["verdict"] == "not decided"
     # At t = 1 and 300 steps cost and benefit both vanish: the net there is exactly 0, equivalent.
     late = (df["steps"] == 300) & (df["both_strength"] == 1.0)
     df.loc[late, "task_a_after"] = 0.6
     df.loc[late, "task_b"] = 0.35
-    F2 = findings.findings(df, n_boot=10, n_boot_select=10)
-    assert F2.budget_net_n_flips == 2 and claim(F2, "budget_net_1_s300")["verdict"] == "equivalent within \u00b10.02"
-    assert findings.findings(_table10(_cfg10(budget_levels=(1.0,), budget_steps=(200, 300)), seed_noise=0.001),
-                       n_boot=10, n_boot_select=10).budget_net_word == "does not change"
+    C2, F2 = analyse(df, n_boot=10, n_boot_select=10)
+    assert number(F2, "budget_net_n_flips") == 2 and claim(C2, "budget_net_1_s300")["verdict"] == "equivalent within \u00b10.02"
+    assert number(findings.findings(_table10(_cfg10(budget_levels=(1.0,), budget_steps=(200, 300)), seed_noise=0.001),
+                                    n_boot=10, n_boot_select=10), "budget_net_word") == "does not change"
 
 
 def test_referee_findings_on_a_hand_made_table():
-    F = noshift_gain_findings()
-    assert set(F.margin_counts) == set(findings.VIEWS) and set(F.margin_counts["raw"]) == {"m0.01", "m0.02", "m0.03"}
-    assert sum(F.margin_counts["raw"]["m0.02"].values()) == F.m_tests
-    assert F.benefit_n_noshift == pytest.approx(0.03 / 0.25)
-    assert F.cross_page["raw"]["both"].endswith("of resamples cross")
-    assert F.t1_taska_train_seed_min < F.t1_taska_train_seed_max
-    assert F.eval_se == pytest.approx(math.sqrt(0.35 * 0.65 / F.n_eval))
-    assert F.favour.startswith("no shift") == (F.n_higher["raw"] + F.n_higher["vs no shift"] == 0)
-    assert F.winner in F.indistinct and F.n_indistinct >= 1
-    assert F.winner_call.startswith("`statistics_mismatch(") and "network_mode=" in F.winner_call
+    C, F = noshift_gain_findings()
+    keys = set(F["key"])
+    assert all(f"margin_counts_{_slug(v)}_m0_02_lower" in keys for v in findings.VIEWS)
+    assert {m for m in ("m0_005", "m0_01", "m0_02", "m0_03", "m0_04") if f"margin_counts_raw_{m}_lower" in keys} == \
+        {"m0_01", "m0_02", "m0_03"}
+    assert sum(number(F, f"margin_counts_raw_m0_02_{_slug(k)}") for k in findings.KINDS) == number(F, "m_tests")
+    assert number(F, "benefit_n_noshift") == pytest.approx(0.03 / 0.25)
+    assert number(F, "cross_page_raw_both").endswith("of resamples cross")
+    assert number(F, "t1_taska_train_seed_min") < number(F, "t1_taska_train_seed_max")
+    assert number(F, "eval_se") == pytest.approx(math.sqrt(0.35 * 0.65 / number(F, "n_eval")))
+    assert number(F, "favour").startswith("no shift") == (number(F, "n_higher_raw") + number(F, "n_higher_vs_no_shift") == 0)
+    assert number(F, "winner") in number(F, "indistinct") and number(F, "n_indistinct") >= 1
+    assert number(F, "winner_call").startswith("`statistics_mismatch(") and "network_mode=" in number(F, "winner_call")
 
 
 def test_winner_call_names_the_train_pass_when_that_wins():
@@ -181,16 +185,16 @@ def test_winner_call_names_the_train_pass_when_that_wins():
     key = pd.MultiIndex.from_frame(df[["seed", *run.POINT_COLS]])
     df["mismatch_kl_train"] = 0.001 + cost.reindex(key).to_numpy()      # the train-pass KL predicts the cost exactly
     F = findings.findings(df, n_boot=10, n_boot_select=30)
-    assert F.winner == "KL (train pass)" and 'network_mode="train"' in F.winner_call
-    assert 'measure="kl"' in F.winner_call
+    assert number(F, "winner") == "KL (train pass)" and 'network_mode="train"' in number(F, "winner_call")
+    assert 'measure="kl"' in number(F, "winner_call")
 
 
 def test_grid_compound_is_worded_from_the_paired_interval():
     cfg = _cfg10(grid_brightness=(0.0, 4.0), grid_contrast=(1.0, 5.0))
     df = _table10(cfg, seed_noise=0.001)
-    F = findings.findings(df, n_boot=10, n_boot_select=10)
-    assert F.grid_n_shifted == F.grid_n_cells - 1
-    c = claim(F, "grid_compound")     # the corner (4, 5) is the both line's t = 1: cost 0.3 against 0.4, every seed
+    C, F = analyse(df, n_boot=10, n_boot_select=10)
+    assert number(F, "grid_n_shifted") == number(F, "grid_n_cells") - 1
+    c = claim(C, "grid_compound")     # the corner (4, 5) is the both line's t = 1: cost 0.3 against 0.4, every seed
     assert c["estimate"] == pytest.approx(-0.1) and c["verdict"] == "combined shift costs less"
     assert c["confidence"] == pytest.approx(Family(2).confidence)   # two comparisons printed together
     # Make the corner cost wildly different per seed around the same mean: no direction is shown any more
@@ -198,8 +202,8 @@ def test_grid_compound_is_worded_from_the_paired_interval():
     base = df.loc[(df["brightness"] == 4.0) & (df["contrast"] == 1.0) & (df["mode"] == "train_mode")]
     df.loc[corner, "task_a_after"] = base.set_index("seed").loc[df.loc[corner, "seed"], "task_a_after"].to_numpy() \
         + np.where(df.loc[corner, "seed"] % 2 == 0, 0.2, -0.2) - 0.001
-    F2 = findings.findings(df, n_boot=10, n_boot_select=10)
-    assert claim(F2, "grid_compound")["verdict"] == "not decided"
+    C2, F2 = analyse(df, n_boot=10, n_boot_select=10)
+    assert claim(C2, "grid_compound")["verdict"] == "not decided"
 
 
 def test_mismatch_figure_shows_paired_differences_from_the_winner_and_tells_twins_apart():
@@ -243,17 +247,18 @@ def test_threshold_display_blanks_the_vs_no_shift_crossings_at_threshold_zero():
 
 
 def test_final_referee_findings_no_shift_test_margin_in_images_and_candidate_count():
-    F = noshift_gain_findings()
-    assert F.benefit["noshift"].mean == pytest.approx(0.03)
-    c = claim(F, "noshift_benefit")                      # 0.03 in every seed: zero spread, a direction
+    C, F = noshift_gain_findings()
+    assert number(F, "benefit_noshift").mean == pytest.approx(0.03)
+    c = claim(C, "noshift_benefit")                      # 0.03 in every seed: zero spread, a direction
     assert c["p"] < 0.001 and c["verdict"] == "train mode higher" and c["estimate"] == pytest.approx(0.03)
-    assert F.tie_margin_images == 20 and F.n_eval == 1000
-    assert F.n_other_candidates == F.n_candidates - 1
+    assert number(F, "tie_margin_images") == 20 and number(F, "n_eval") == 1000
+    assert number(F, "n_other_candidates") == number(F, "n_candidates") - 1
     for view in findings.VIEWS:      # lists read "a, b and c", never "a and b and c"
-        assert all(v.count(" and ") <= 1 for v in F.threshold_lines[view].values())
+        stem = f"threshold_lines_{_slug(view)}_thr"
+        assert all(number(F, k).count(" and ") <= 1 for k in F["key"] if k.startswith(stem))
     # Without the gain the no-shift benefit is exactly 0 in every seed: no direction, and no margin to be within.
-    G = shared_findings("ten")
-    assert claim(G, "noshift_benefit")["verdict"] == "not decided"
+    CG, G = shared_findings("ten")
+    assert claim(CG, "noshift_benefit")["verdict"] == "not decided"
 
 
 def test_display_tables_name_their_columns_in_words_and_format_their_cells():
@@ -280,11 +285,11 @@ def test_display_tables_name_their_columns_in_words_and_format_their_cells():
 
 def test_budget_dependent_levels_and_benefit_change_p_on_a_hand_made_table():
     df = _with_noshift_gain(_table10(_cfg10(), seed_noise=0.001))
-    F = noshift_gain_findings()
+    C, F = noshift_gain_findings()
     lv = findings.level_table(df, margin=0.02)
     be = lv[(lv["metric"] == "net") & (lv["view"] == "raw")]["breakeven_rate"]
-    lo, hi = sorted([F.exchange_rate, F.exchange_rate_long])
-    assert F.n_budget_dependent == int(be.between(lo, hi).sum())
-    assert (F.budget_dependent_levels == "none") == (F.n_budget_dependent == 0)
-    bc = F.claims[F.claims["key"].str.match(r"budget_change_\d")]
-    assert len(bc) == F.budget_change_m >= 1 and bc["p_adjusted"].to_numpy() == pytest.approx(holm(bc["p"]))
+    lo, hi = sorted([number(F, "exchange_rate"), number(F, "exchange_rate_long")])
+    assert number(F, "n_budget_dependent") == int(be.between(lo, hi).sum())
+    assert (number(F, "budget_dependent_levels") == "none") == (number(F, "n_budget_dependent") == 0)
+    bc = C[C["key"].str.match(r"budget_change_\d")]
+    assert len(bc) == number(F, "budget_change_m") >= 1 and bc["p_adjusted"].to_numpy() == pytest.approx(holm(bc["p"]))

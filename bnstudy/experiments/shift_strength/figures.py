@@ -260,8 +260,8 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
     """Cost against each mismatch candidate (``conditions``: findings.condition_table; one point per shift,
     95% bars in both directions), log measure axis, two rows of three panels; the second family's lines and no-shift
     point in open markers. The last panel: each candidate's leave-one-type-out score minus the ``winner``'s, with the
-    95% bootstrap interval of that paired difference (``selection``: Findings.selection; filled where it excludes 0,
-    "beaten"); the claim rests on these differences, not on the overlapping marginal score intervals. Without
+    95% bootstrap interval of that paired difference (``selection``: ``findings.mismatch_selection(...)["candidates"]``;
+    filled where it excludes 0, "beaten"); the claim rests on these differences, not on the overlapping marginal score intervals. Without
     ``winner`` it shows the marginal scores (the old panel). Grid-only shifts (in the rank correlations) are not
     drawn."""
     with plt.rc_context(CH3_FONT):
