@@ -747,7 +747,8 @@ def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_thr
     dmax = float((gb - ga).abs().max())
     return numbers_table(dict(
         n_seeds=int(len(ga)), n_runs=int(distinct.sum()), n_differ=int((d_b > 0).sum()), max_diff_b=float(d_b.max()),
-        mean_diff_b=float(d_b.mean()), max_diff_a=float(d_a.max()), gap_diff=_series((gb - ga).rename(lambda s: f"seed{s}")),
+        mean_diff_b=float(d_b.mean()), max_diff_a=float(d_a.max()),
+        gap_diff=_series((gb - ga).rename(lambda s: f"seed{s}")),
         gap_diff_largest=dmax, gap_seed_sd=sd, diff_over_sd=dmax / sd if sd and not math.isnan(sd) else math.nan))
 
 
@@ -947,8 +948,8 @@ def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
     fam, sfam = Family(max(len(opts), 1)), Family(max(len(std_opts), 1))
     narrow = [decide(_path_gap(t, o, POOLED, steps[-1]) - _path_gap(t, o, POOLED, steps[0]), f"narrow_{o}", family=fam,
                      higher=GAP_LARGER, lower=GAP_SMALLER) for o in opts]
-    red = [decide(_path_gap(t, o, POOLED, main_step) - _path_gap(t, o + STD_SUFFIX, POOLED, main_step), f"reduction_{o}",
-                  family=sfam, higher=STD_SMALLER, lower=STD_LARGER) for o in std_opts]
+    red = [decide(_path_gap(t, o, POOLED, main_step) - _path_gap(t, o + STD_SUFFIX, POOLED, main_step),
+                  f"reduction_{o}", family=sfam, higher=STD_SMALLER, lower=STD_LARGER) for o in std_opts]
     std = t[t["optimizer"].isin([o + STD_SUFFIX for o in std_opts]) & t["role"].isin(POOLED)]
     std = std.assign(base=std["optimizer"].str.removesuffix(STD_SUFFIX))
     return pd.concat([
@@ -1004,7 +1005,8 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | 
         n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0, n_opt=len(opts),
         narrow_reading=_narrow_reading({r.key.removeprefix("narrow_"): r.verdict for r in narrow.itertuples()}),
         narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
-        std_m=Family(max(len(std_opts), 1)).m, std_lr=std_lr, std_reading=std_reading(plain, red, std_above, len(std_at)),
+        std_m=Family(max(len(std_opts), 1)).m, std_lr=std_lr,
+        std_reading=std_reading(plain, red, std_above, len(std_at)),
         std_gap_at=std_at,
         std_at_confidence=float(std_at_claims["confidence"].iloc[0]) if len(std_at_claims) else math.nan,
         std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
@@ -1189,7 +1191,8 @@ NOTES = (
          _verdicts("c_separate_matches_b", "c_separate_exact")),
     Note("separate", lambda c, n: not _exact("c_separate_matches_b", "c_separate_exact")(c, n),
          "`separate_stats` does not reproduce `train_mode` on task B (**{c_separate_matches_b}**) or does not keep task "
-         "A's logits (**{c_separate_exact}**) in this run: a bug.", _verdicts("c_separate_matches_b", "c_separate_exact")),
+         "A's logits (**{c_separate_exact}**) in this run: a bug.",
+         _verdicts("c_separate_matches_b", "c_separate_exact")),
     Note("reference_reading", lambda c, n: _kind(c, "opt_primary") == "equivalent",
          ", so the pinned features allow a converged linear classifier as much as the drifting ones do"),
     Note("reference_reading", lambda c, n: _kind(c, "opt_primary") == "higher",
@@ -1260,8 +1263,9 @@ def reference_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     """The reference test (a logistic regression fitted to convergence), its verdict and what it means
     (:data:`NOTES`' ``reference_reading``)."""
     p = claim(claims, "opt_primary")
+    said = notes(NOTES, claims, numbers)["reference_reading"]
     return (f"a logistic regression fitted to convergence on the same features finds {p['estimate']:+.3f} "
-            f"({_range(p['low'], p['high'])}): {_bold(p['verdict'])}" + notes(NOTES, claims, numbers)["reference_reading"])
+            f"({_range(p['low'], p['high'])}): {_bold(p['verdict'])}{said}")
 
 
 def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
