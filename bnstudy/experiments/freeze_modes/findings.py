@@ -30,7 +30,7 @@ from ...inference import EXACT, Family, Interval, Question, _slug, ask, claims_t
     numbers_table, one_sided_p, paired_differences, t_interval
 from ...config import check_float
 from ...modes import MODE_NAMES
-from ...words import Note, claim, notes
+from ...words import Note, claim, notes, verdict_md
 from .run import DRIFT_TARGET_BATCHES, ENGINE_TARGET_BATCHES, FLOOR_WEIGHT, PATHS, PROFILES, REF_VARIANTS, \
     STD_SUFFIX, drift_table, floor_steps
 
@@ -1212,15 +1212,15 @@ def weights_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     stats = (f"the most-moved running mean shifts by {number(numbers, 'buf_mean_shift').mean:.1f} of task A's standard "
              f"deviations and the most-changed running variance by a factor of {number(numbers, 'buf_var_factor'):.1f} "
              f"(means over seeds; against the criteria of {MEAN_SHIFT_SD:g} SD and a factor {VAR_FACTOR:g}: "
-             f"{_bold(sh['verdict'])} and {_bold(va['verdict'])})")
+             f"{verdict_md(sh)} and {verdict_md(va)})")
     moved = "higher" in (sh["kind"], va["kind"])
     if w["kind"] != "exact":
         return (f"Switching off the backbone's gradients did not keep every weight in this run (largest change "
-                f"{w['estimate']:.3g}, {_bold(w['verdict'])}: a bug), and in `train_mode` {stats}.")
+                f"{w['estimate']:.3g}, {verdict_md(w)}: a bug), and in `train_mode` {stats}.")
     if moved:
         return (f"Switching off the backbone's gradients does not freeze its BatchNorm layers: no weight moves "
-                f"({_bold(w['verdict'])}), yet in `train_mode` {stats}.")
-    return (f"Switching off the backbone's gradients keeps every weight ({_bold(w['verdict'])}), and in `train_mode` "
+                f"({verdict_md(w)}), yet in `train_mode` {stats}.")
+    return (f"Switching off the backbone's gradients keeps every weight ({verdict_md(w)}), and in `train_mode` "
             f"the running statistics are not shown to move beyond the chapter's criteria: {stats}.")
 
 
@@ -1232,15 +1232,15 @@ def task_a_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     ch_, ac = claim(claims, "task_a_change"), claim(claims, "task_a_chance")
     chance = number(numbers, "chance")
     move = {"lower": "falls from", "higher": "rises from"}.get(ch_["kind"], "goes from")
-    about = (f"about chance ({chance:.2f}): {_bold(ac['verdict'])}" if ac["kind"] == "equivalent" else
-             f"against chance ({chance:.2f}): {_bold(ac['verdict'])}")
+    about = (f"about chance ({chance:.2f}): {verdict_md(ac)}" if ac["kind"] == "equivalent" else
+             f"against chance ({chance:.2f}): {verdict_md(ac)}")
     kept = [claim(claims, k) for k in ("c_pinned_keep_a", "c_separate_exact")]
     both = all(k["kind"] == "exact" for k in kept)
     keep = ("the pinned modes and `separate_stats` keep task A exactly" if both
             else "the pinned modes and `separate_stats` do not keep task A exactly in this run (a bug)")
-    checks = f"both {_bold(EXACT)}" if both else ", ".join(_bold(k["verdict"]) for k in kept)
+    checks = f"both {_bold(EXACT)}" if both else ", ".join(verdict_md(k) for k in kept)
     return (f"In `train_mode` the old head's task-A accuracy {move} {before:.3f} to {after:.3f} (after minus before: "
-            f"{_bold(ch_['verdict'])}; {about}), while {keep} ({checks}).")
+            f"{verdict_md(ch_)}; {about}), while {keep} ({checks}).")
 
 
 def trained_heads_clause(claims: pd.DataFrame) -> str:
@@ -1265,7 +1265,7 @@ def reference_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     p = claim(claims, "opt_primary")
     said = notes(NOTES, claims, numbers)["reference_reading"]
     return (f"a logistic regression fitted to convergence on the same features finds {p['estimate']:+.3f} "
-            f"({_range(p['low'], p['high'])}): {_bold(p['verdict'])}{said}")
+            f"({_range(p['low'], p['high'])}): {verdict_md(p)}{said}")
 
 
 def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
