@@ -123,36 +123,32 @@ def _glued(nb) -> dict:
 
 @pytest.mark.slow
 def test_chapter_one_verdicts_on_the_page_are_the_findings_of_its_own_csv(built_book):
-    """Recompute chapter 1's findings from the CSV the page published: every verdict of its claims tables
-    (bnstudy.inference) is the one glued under ``ch01_<key>_verdict`` and appears bold on the page; every
-    short verdict-like string field is glued as it is."""
-    import dataclasses
-
+    """Recompute chapter 1's main-run claims and numbers from the CSV the page published: every verdict of its
+    claims table (bnstudy.inference) is the one glued under ``ch01_<key>_verdict`` and appears bold on the page;
+    every short verdict-like text of its numbers table is glued as it is."""
     import pandas as pd
 
     from bnstudy.experiments.freeze_modes import findings as ch
     from bnstudy.pages import BOLD_MAX_WORDS
     root, _ = built_book
-    f = ch.findings(pd.read_csv(root / "results" / "01_freeze_modes.csv"))
+    df = pd.read_csv(root / "results" / "01_freeze_modes.csv")
+    claims, numbers = ch.claims(df), ch.findings(df)
     glued = _glued(nbformat.read(root / "chapters" / "01-freeze-modes.ipynb", as_version=4))
     html = (root / "_build" / "html" / "chapters" / "01-freeze-modes.html").read_text()
-    claims = [getattr(f, fl.name) for fl in dataclasses.fields(f) if fl.name.endswith("claims")]
-    assert claims and sum(len(c) for c in claims), "chapter 1's findings carry claims tables"
-    for table in claims:
-        for r in table.itertuples(index=False):
-            assert glued[f"ch01_{r.key}_verdict"].strip() == f"**{r.verdict}**", r.key
-    shown = [r.verdict for t in claims for r in t.itertuples(index=False)
+    assert len(claims), "chapter 1's main run has claims"
+    for r in claims.itertuples(index=False):
+        assert glued[f"ch01_{r.key}_verdict"].strip() == f"**{r.verdict}**", r.key
+    shown = [r.verdict for r in claims.itertuples(index=False)
              if f"{{glue:md}}`ch01_{r.key}_verdict`" in "".join(
                  c.source for c in nbformat.read(root / "chapters" / "01-freeze-modes.ipynb", as_version=4).cells
                  if c.cell_type == "markdown")]
     assert shown, "the page cites at least one claim verdict"
     for word in shown:
         assert f"<strong>{word}</strong>" in html, word
-    for fl in dataclasses.fields(f):
-        v = getattr(f, fl.name)
-        if isinstance(v, str) and f"ch01_{fl.name}" in glued:
-            want = f"**{v}**" if len(v.split()) <= BOLD_MAX_WORDS else v
-            assert glued[f"ch01_{fl.name}"].strip() == want, fl.name
+    for r in numbers.itertuples(index=False):
+        if isinstance(r.value, str) and f"ch01_{r.key}" in glued:
+            want = f"**{r.value}**" if len(r.value.split()) <= BOLD_MAX_WORDS else r.value
+            assert glued[f"ch01_{r.key}"].strip() == want, r.key
 
 
 def test_every_parameters_line_parses_for_papermill(caplog):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bnstudy.experiments.freeze_modes import run, findings, figures
-from bnstudy.inference import EXACT, NOT_DECIDED, NOT_EXACT, TOO_FEW, is_verdict
+from bnstudy.inference import EXACT, NOT_DECIDED, NOT_EXACT, TOO_FEW, is_verdict, number, with_numbers
 from bnstudy.modes import MODE_NAMES
 
 
@@ -28,36 +28,56 @@ def table(task_a_after_tm=(0.1, 0.12, 0.11), task_b=None, buffer_tm=(5.0, 6.0, 7
     return pd.DataFrame(rows)
 
 
-def verdicts(claims):
+def verdicts(claims, family=None):
+    """``{key: verdict}`` of a claims table (of one ``family`` when given)."""
+    claims = claims if family is None else findings.family(claims, family)
     return dict(zip(claims["key"], claims["verdict"]))
 
 
 def claim(claims, key):
     """Row ``key`` of a claims table (its ``estimate``, ``low``, ``high``, ...)."""
-    return findings._claim(claims, key)
+    from bnstudy.words import claim as row
+    return row(claims, key)
+
+
+class Numbers:
+    """A numbers table read by attribute (``f.n_seeds``: :func:`bnstudy.inference.number`); ``f["gap_b_all_eval"]``
+    for any key, ``f.entries("task_a_change")`` for a per-seed series."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def __getattr__(self, key):
+        return number(self.__dict__["table"], key)
+
+    def __getitem__(self, key):
+        return number(self.table, key)
+
+    def entries(self, stem):
+        return findings.entries(self.table, stem)
 
 
 def test_findings_on_a_table_where_every_finding_holds():
-    f = findings.findings(table())
-    v = verdicts(f.claims)
+    f, v = Numbers(findings.findings(table())), verdicts(findings.claims(table()))
     # task A after train_mode minus chance: 0, 0.02, 0.01 (mean 0.01, SD 0.01): its 97.5% interval (a family of 2)
     # holds 0 and its TOST at 0.025 puts it inside +-0.05 (0.5 x chance)
     assert v["task_a_chance"] == "equivalent within \u00b10.05" and f.n_near_chance == 3 and f.f2_m == 2
     assert v["task_a_change"] == findings.A_LOWER  # 0.9 -> about 0.11 in every seed
     assert [v[k] for k in ("c_weights_unchanged", "c_pinned_keep_a", "c_separate_exact", "c_separate_matches_b",
                            "c_pinned_equal_b")] == [EXACT] * 5
-    assert f.gap_b["backbone_eval"].mean == pytest.approx(0.11)  # train_mode - backbone_eval: positive, train mode higher
+    assert f.gap_b_backbone_eval.mean == pytest.approx(0.11)  # train_mode - backbone_eval: positive, train mode higher
     assert f.n_seeds == 3 and f.chance == 0.1 and f.chance_limit == pytest.approx(0.15) and f.steps_gone == 66
-    assert f.task_a_after_tm_median == pytest.approx(0.11) and list(f.task_a_after_tm.index) == ["seed0", "seed1", "seed2"]
-    assert f.task_a_change["seed0"] == pytest.approx(-0.8)  # after minus before: one sign
+    assert f.task_a_after_tm_median == pytest.approx(0.11) and list(f.entries("task_a_after_tm").index) == [
+        "seed0", "seed1", "seed2"]
+    assert f.task_a_change_seed0 == pytest.approx(-0.8)  # after minus before: one sign
     assert 0 < f.task_a_above_chance_p < 1
 
 
 def test_findings_flip_when_the_data_say_otherwise():
     tb = dict(train_mode=(0.40, 0.30, 0.35), backbone_eval=(0.35, 0.36, 0.34), all_eval=(0.35, 0.36, 0.34),
               separate_stats=(0.50, 0.41, 0.47))
-    f = findings.findings(table(task_a_after_tm=(0.5, 0.55, 0.52), task_b=tb, logit_sep=1e-7))
-    v = verdicts(f.claims)
+    main = table(task_a_after_tm=(0.5, 0.55, 0.52), task_b=tb, logit_sep=1e-7)
+    f, v = Numbers(findings.findings(main)), verdicts(findings.claims(main))
     assert v["task_a_chance"] == findings.ABOVE_CHANCE      # task A fell, but stays far above chance
     assert v["task_a_change"] == findings.A_LOWER
     assert v["c_separate_exact"] == NOT_EXACT         # a logit moved by 1e-7: exact means == 0
@@ -68,27 +88,28 @@ def test_findings_flip_when_the_data_say_otherwise():
 def test_two_seeds_near_chance_out_of_three_are_not_decided_with_the_count():
     # the referee's case: 2 of 3 seeds at chance, one at 0.40: the spread leaves "about chance" not decided
     # (it was "holds in part" under the old every-seed rule), while the fall of task A is shown
-    f = findings.findings(table(task_a_after_tm=(0.137, 0.403, 0.100)))
-    v = verdicts(f.claims)
+    main = table(task_a_after_tm=(0.137, 0.403, 0.100))
+    f, v = Numbers(findings.findings(main)), verdicts(findings.claims(main))
     assert v["task_a_chance"] == NOT_DECIDED and f.n_near_chance == 2 and v["task_a_change"] == findings.A_LOWER
     assert f.task_a_after_tm_median == pytest.approx(0.137)
     assert 0 < f.task_a_after_tm_ci.low < f.task_a_after_tm_ci.high < 1  # bounded, unlike the t interval
 
 
 def test_task_a_that_does_not_fall_is_above_chance_and_its_change_not_decided():
-    v = verdicts(findings.findings(table(task_a_after_tm=(0.9, 0.88, 0.91))).claims)
+    v = verdicts(findings.claims(table(task_a_after_tm=(0.9, 0.88, 0.91))))
     assert v["task_a_chance"] == findings.ABOVE_CHANCE and v["task_a_change"] == NOT_DECIDED  # changes 0, -0.02, 0.01
 
 
 def test_one_seed_gives_too_few_seeds():
-    v = verdicts(findings.findings(table().query("seed < 1")).claims)
+    v = verdicts(findings.claims(table().query("seed < 1")))
     assert v["task_a_chance"] == TOO_FEW and v["task_a_change"] == TOO_FEW
     assert findings.gap_claim([0.1]).verdict == TOO_FEW and findings.gap_claim([0.1, 0.11]).verdict != TOO_FEW
 
 
 def test_findings_need_all_four_modes():
-    with pytest.raises(ValueError, match="missing \\['separate_stats'\\]"):
-        findings.findings(table().query("mode != 'separate_stats'"))
+    for f in (findings.findings, findings.claims):
+        with pytest.raises(ValueError, match="missing \\['separate_stats'\\]"):
+            f(table().query("mode != 'separate_stats'"))
 
 
 def test_bounded_interval_stays_inside_0_1_and_rejects_non_accuracies():
@@ -142,12 +163,12 @@ def test_drift_findings_on_a_hand_made_drift_table():
             for t in steps:
                 w = (1 - m) ** t + (noise if t >= 88 else 0.0) * (1 if s else -1)
                 rows.append(dict(seed=s, layer=layer, step=t, weight=w))
-    d = findings.drift_findings(pd.DataFrame(rows), m, 100)
+    d = Numbers(findings.drift_findings(pd.DataFrame(rows), m, 100))
     assert d.floor_first_step == 100 and d.floor_last_step == 100
-    assert d.floor["block 1"] == pytest.approx(0.01, abs=1e-4) and d.floor["block 2"] == pytest.approx(0.02, abs=1e-4)
+    assert d.floor_block_1 == pytest.approx(0.01, abs=1e-4) and d.floor_block_2 == pytest.approx(0.02, abs=1e-4)
     assert d.last_step == 35  # 0.9^35 = 0.025 > 0.02 >= 0.9^50
-    assert d.theory_12 == pytest.approx(0.9 ** 12) and d.weight_12["block 1"] == pytest.approx(0.9 ** 12)
-    assert d.weight_12_low["block 1"] == d.weight_12_high["block 1"] == pytest.approx(0.9 ** 12)
+    assert d.theory_12 == pytest.approx(0.9 ** 12) and d.weight_12_block_1 == pytest.approx(0.9 ** 12)
+    assert d.weight_12_low_block_1 == d.weight_12_high_block_1 == pytest.approx(0.9 ** 12)
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -239,23 +260,24 @@ def test_the_lr_choice_table_shows_grid_edges_and_checkpoint_dependence():
 
 
 def test_optimizer_findings_lead_with_the_primary_reference_test():
-    f = findings.optimizer_findings(sweep_table(), 800, reference_grads=[1e-7, 2e-6])
-    assert verdicts(f.claims) == {"primary": "equivalent within \u00b10.03"}
-    assert f.claims["n"].tolist() == [6] and f.claims["p_equivalence"].iloc[0] < 0.05
+    c = findings.optimizer_claims(sweep_table(), 800)
+    f = Numbers(findings.optimizer_findings(sweep_table(), 800, reference_grads=[1e-7, 2e-6], claims=c))
+    assert verdicts(c, "primary") == {"primary": "equivalent within \u00b10.03"}
+    assert claim(c, "primary").n == 6 and claim(c, "primary").p_equivalence < 0.05
     assert f.primary.mean == pytest.approx(0.001 / 3) and f.margin == findings.PRIMARY_MARGIN
-    assert f.ref_sets_kind == {"report": "95% interval over 3 seeds", "confirm": "95% interval over 3 seeds"}
-    assert f.lr["sgd_pinned"] == 0.05 and f.lr_position["sgd_pinned"] == "interior"
-    assert f.lr_changes["sgd_pinned"] == "yes" and f.lr_changes["sgd_batch_stats"] == "no"
-    assert f.acc["sgd_pinned"] == pytest.approx(0.5)
+    assert (f.ref_sets_kind_report, f.ref_sets_kind_confirm) == ("95% interval over 3 seeds", "95% interval over 3 seeds")
+    assert f.lr_sgd_pinned == 0.05 and f.lr_position_sgd_pinned == "interior"
+    assert f.lr_changes_sgd_pinned == "yes" and f.lr_changes_sgd_batch_stats == "no"
+    assert f.acc_sgd_pinned == pytest.approx(0.5)
     # no gain between the checkpoints (exactly 0 in every seed): not decided, one family of four cells
-    assert verdicts(f.gain_claims) == {f"gain_{k}": NOT_DECIDED for k in
+    assert verdicts(c, "gain") == {f"gain_{k}": NOT_DECIDED for k in
                                        ("sgd_batch_stats", "sgd_pinned", "adam_batch_stats", "adam_pinned")}
     assert f.gain_m == 4 and f.gain_confidence == pytest.approx(1 - 0.05 / 4)
     assert f.reference_converged and (f.prev_step, f.last_step) == (400, 800)
     # exploratory, one family of 4: sgd's gap is shown at both checkpoints, adam's is not
-    assert verdicts(f.explore_claims) == {"explore_sgd_400": findings.TRAIN_HIGHER, "explore_sgd_800": findings.TRAIN_HIGHER,
+    assert verdicts(c, "explore") == {"explore_sgd_400": findings.TRAIN_HIGHER, "explore_sgd_800": findings.TRAIN_HIGHER,
                                           "explore_adam_400": NOT_DECIDED, "explore_adam_800": NOT_DECIDED}
-    assert verdicts(f.explore_at_main_claims) == {"explore_at_main_sgd": findings.TRAIN_HIGHER,
+    assert verdicts(c, "explore_at_main") == {"explore_at_main_sgd": findings.TRAIN_HIGHER,
                                                   "explore_at_main_adam": NOT_DECIDED}
     assert f.n_explore == 4 and f.n_explore_resolved == 2 and f.explore_confidence == pytest.approx(1 - 0.05 / 4)
     # the sensitivity fit's gap is 0.1 larger: its verdict differs from the primary's
@@ -263,15 +285,16 @@ def test_optimizer_findings_lead_with_the_primary_reference_test():
 
 
 def test_primary_verdicts_train_mode_higher_lower_and_not_decided():
-    got = [verdicts(findings.optimizer_findings(sweep_table(gap_ref=g), 800).claims)["primary"]
+    got = [verdicts(findings.optimizer_claims(sweep_table(gap_ref=g), 800))["primary"]
            for g in ((0.10, 0.12, 0.11), (-0.10, -0.12, -0.11), (0.15, -0.15, 0.02))]
     assert got == [findings.TRAIN_HIGHER, findings.TRAIN_LOWER, NOT_DECIDED]
 
 
 def test_two_confirmation_seeds_get_a_t_interval():
-    f = findings.optimizer_findings(sweep_table(confirm=(200, 201)), 800)
-    assert f.ref_sets_kind["confirm"] == "95% interval over 2 seeds" and f.claims["n"].tolist() == [5]
-    iv = f.ref_sets["confirm"]  # gaps 0.001, -0.002: mean -0.0005, a 1-degree-of-freedom t interval
+    f = Numbers(findings.optimizer_findings(sweep_table(confirm=(200, 201)), 800))
+    assert f.ref_sets_kind_confirm == "95% interval over 2 seeds"
+    assert claim(findings.optimizer_claims(sweep_table(confirm=(200, 201)), 800), "primary").n == 5
+    iv = f.ref_sets_confirm  # gaps 0.001, -0.002: mean -0.0005, a 1-degree-of-freedom t interval
     assert iv.mean == pytest.approx(-0.0005) and iv.low < -0.002 and iv.high > 0.001
 
 
@@ -307,12 +330,14 @@ def test_reference_sensitivity_has_one_row_per_fit_in_one_family():
 
 def test_heads_still_gaining_between_the_last_checkpoints_are_flagged():
     # every seed gains 0.03 (no spread: the interval collapses to 0.03 > 0)
-    f = findings.optimizer_findings(sweep_table(gain=0.03), 800, reference_grads=[1e-3])
-    assert verdicts(f.gain_claims)["gain_sgd_pinned"] == findings.LAST_HIGHER
-    assert claim(f.gain_claims, "gain_sgd_pinned").estimate == pytest.approx(0.03)
-    assert not f.reference_converged
-    with pytest.raises(ValueError, match="main_step"):
-        findings.optimizer_findings(sweep_table(), 1600)
+    c = findings.optimizer_claims(sweep_table(gain=0.03), 800)
+    assert verdicts(c, "gain")["gain_sgd_pinned"] == findings.LAST_HIGHER
+    assert claim(c, "gain_sgd_pinned").estimate == pytest.approx(0.03)
+    assert not number(findings.optimizer_findings(sweep_table(gain=0.03), 800, reference_grads=[1e-3]),
+                      "reference_converged")
+    for f in (findings.optimizer_findings, findings.optimizer_claims):
+        with pytest.raises(ValueError, match="main_step"):
+            f(sweep_table(), 1600)
 
 
 def buffers(mean_sd=(2.0, 3.0, 4.0), log_var=(1.0, 2.0, 0.5)):
@@ -322,14 +347,17 @@ def buffers(mean_sd=(2.0, 3.0, 4.0), log_var=(1.0, 2.0, 0.5)):
 
 
 def test_buffer_findings_use_normalised_scales_and_check_the_engine():
-    b = findings.buffer_findings(buffers())
+    b = Numbers(findings.buffer_findings(buffers()))
     assert b.mean_shift.mean == pytest.approx(3.0) and b.mean_shift_min == 2.0
     assert b.var_factor == pytest.approx(math.exp(3.5 / 3))
-    assert b.m == 6 and len(b.claims) == 6  # 2 criteria x (2 blocks + the most-moved layer): one family
+    c = findings.buffer_claims(buffers())
+    assert b.m == 6 and len(c) == 6 and set(c["family"]) == {"criteria"}  # 2 criteria x (2 blocks + the most-moved)
+    assert (c["confidence"] == 1 - 0.05 / 6).all()  # one family
     main = table().assign(drift_mean_l0=1.0, drift_var_l0=10.0, drift_mean_l1=2.0, drift_var_l1=11.0 * 1.001)
-    assert findings.buffer_findings(buffers(), main).engine_check == pytest.approx(0.001 / 1.001)
-    with pytest.raises(ValueError, match="non-empty"):
-        findings.buffer_findings(buffers().iloc[:0])
+    assert number(findings.buffer_findings(buffers(), main), "engine_check") == pytest.approx(0.001 / 1.001)
+    for f in (findings.buffer_findings, findings.buffer_claims):
+        with pytest.raises(ValueError, match="non-empty"):
+            f(buffers().iloc[:0])
 
 
 def test_engine_check_compares_the_sweep_with_the_engines_runs():
@@ -337,7 +365,7 @@ def test_engine_check_compares_the_sweep_with_the_engines_runs():
     main.loc[main["mode"].isin(["train_mode", "separate_stats"]), "task_b"] = 0.5 + 0.11
     main.loc[main["mode"].isin(["backbone_eval", "all_eval"]), "task_b"] = 0.5
     f = findings.optimizer_findings(sweep_table(gap_sgd=(0.11, 0.11, 0.11)), 800, [0.0], main=main)
-    assert f.engine_check == pytest.approx(0.0, abs=1e-12)
+    assert number(f, "engine_check") == pytest.approx(0.0, abs=1e-12)
 
 
 def test_fit_logistic_converges_and_separates_separable_classes():
@@ -359,16 +387,18 @@ def thread_rows(change=0.04, seeds=(0, 1)):
 
 def test_thread_findings_count_distinct_runs_and_use_the_main_runs_sd():
     main = table()  # gaps 0.10, 0.11, 0.12: sd 0.01
-    f = findings.thread_findings(pd.DataFrame(thread_rows()), main)
+    f = Numbers(findings.thread_findings(pd.DataFrame(thread_rows()), main))
+    c = findings.thread_claims(pd.DataFrame(thread_rows()), main)
     assert (f.n_runs, f.n_differ, f.n_seeds) == (4, 1, 2)  # separate_stats / all_eval repeat runs
     assert f.max_diff_b == pytest.approx(0.04) and f.mean_diff_b == pytest.approx(0.01) and f.max_diff_a == 0
-    assert f.gap_diff["seed1"] == pytest.approx(0.04) and f.gap_diff_largest == pytest.approx(0.04)
+    assert f.gap_diff_seed1 == pytest.approx(0.04) and f.gap_diff_largest == pytest.approx(0.04)
     assert f.gap_seed_sd == pytest.approx(0.01) and f.diff_over_sd == pytest.approx(4.0)
     # swapped gaps 0.10, 0.15, 0.12: the verdict stays
-    assert verdicts(f.claims) == {"main_gap": findings.TRAIN_HIGHER} and verdicts(f.swapped_claims) == {
+    assert verdicts(c, "main_gap") == {"main_gap": findings.TRAIN_HIGHER} and verdicts(c, "swapped_gap") == {
         "swapped_gap": findings.TRAIN_HIGHER}
-    with pytest.raises(ValueError, match="two thread counts"):
-        findings.thread_findings(pd.DataFrame(thread_rows()).query("threads == 1"))
+    for f in (findings.thread_findings, findings.thread_claims):
+        with pytest.raises(ValueError, match="two thread counts"):
+            f(pd.DataFrame(thread_rows()).query("threads == 1"))
 
 
 def test_a_thread_change_that_changes_the_main_runs_verdict_is_reported():
@@ -376,18 +406,18 @@ def test_a_thread_change_that_changes_the_main_runs_verdict_is_reported():
               separate_stats=(0.40, 0.42, 0.41))
     main = table(task_b=tb)  # gaps 0.10, 0.09, 0.12: interval above 0
     rows = pd.DataFrame(thread_rows(change=-0.18))  # seed 1's gap at 2 threads: -0.08
-    f = findings.thread_findings(rows, main)
-    assert claim(f.claims, "main_gap").low > 0 and claim(f.swapped_claims, "swapped_gap").low < 0
-    assert verdicts(f.claims)["main_gap"] == findings.TRAIN_HIGHER and verdicts(f.swapped_claims)["swapped_gap"] == NOT_DECIDED
+    c = findings.thread_claims(rows, main)
+    assert claim(c, "main_gap").low > 0 and claim(c, "swapped_gap").low < 0
+    assert verdicts(c)["main_gap"] == findings.TRAIN_HIGHER and verdicts(c)["swapped_gap"] == NOT_DECIDED
 
 
 def test_separate_stats_and_pinned_identities_are_exact_checks():
     tb = dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.31, 0.29), all_eval=(0.30, 0.31, 0.2901),
               separate_stats=(0.40, 0.42, 0.41))
-    v = verdicts(findings.findings(table(task_b=tb)).claims)
+    v = verdicts(findings.claims(table(task_b=tb)))
     assert v["c_separate_matches_b"] == EXACT and v["c_pinned_equal_b"] == NOT_EXACT
     tb["separate_stats"] = (0.40, 0.42, 0.4101)  # equal inside any interval is still not the identity
-    assert verdicts(findings.findings(table(task_b=tb)).claims)["c_separate_matches_b"] == NOT_EXACT
+    assert verdicts(findings.claims(table(task_b=tb)))["c_separate_matches_b"] == NOT_EXACT
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -430,18 +460,18 @@ def test_the_sweeps_heads_equal_the_engines_transfer_exactly():
 
 
 def test_about_chance_is_an_equivalence_with_the_chapters_margin():
-    f = findings.findings(table(task_a_after_tm=(0.101, 0.099, 0.1)))   # at chance, tight
-    assert verdicts(f.claims)["task_a_chance"] == "equivalent within \u00b10.05" and f.chance_margin == pytest.approx(0.05)
-    f = findings.findings(table(task_a_after_tm=(0.137, 0.403, 0.300)))   # 1 of 3 at or below 1.5 x chance: too spread
-    v = verdicts(f.claims)
+    both = lambda main: (Numbers(findings.findings(main)), verdicts(findings.claims(main)))  # noqa: E731
+    f, v = both(table(task_a_after_tm=(0.101, 0.099, 0.1)))   # at chance, tight
+    assert v["task_a_chance"] == "equivalent within \u00b10.05" and f.chance_margin == pytest.approx(0.05)
+    f, v = both(table(task_a_after_tm=(0.137, 0.403, 0.300)))   # 1 of 3 at or below 1.5 x chance: too spread
     assert v["task_a_chance"] == NOT_DECIDED and v["task_a_change"] == findings.A_LOWER and f.n_near_chance == 1
-    f = findings.findings(table(task_a_after_tm=(0.40, 0.42, 0.41)))       # every seed far above, tightly
-    assert verdicts(f.claims)["task_a_chance"] == findings.ABOVE_CHANCE and f.n_near_chance == 0
+    f, v = both(table(task_a_after_tm=(0.40, 0.42, 0.41)))       # every seed far above, tightly
+    assert v["task_a_chance"] == findings.ABOVE_CHANCE and f.n_near_chance == 0
 
 
 def test_the_logit_interval_is_printed_with_its_own_centre():
     v = (0.137, 0.403, 0.100)
-    f = findings.findings(table(task_a_after_tm=v))
+    f = Numbers(findings.findings(table(task_a_after_tm=v)))
     want = float(scipy.special.expit(np.mean(scipy.special.logit(v))))
     assert f.task_a_after_tm_logit_centre == pytest.approx(want)
     assert f.task_a_after_tm_ci.low < want < f.task_a_after_tm_ci.high
@@ -456,46 +486,48 @@ def test_p_values_below_a_thousandth_print_as_a_bound():
 
 
 def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_individually():
-    f = findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
-    assert verdicts(f.sens_claims) == {"sens_l2_1e_04_n4000": "equivalent within \u00b10.03",
+    c = findings.optimizer_claims(sweep_table(), 800, seen_seeds=(0, 200))
+    f = Numbers(findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200), claims=c))
+    assert verdicts(c, "sens") == {"sens_l2_1e_04_n4000": "equivalent within \u00b10.03",
                                        "sens_l2_1e_02_n1000": findings.TRAIN_HIGHER}
     assert (f.sens_n, f.sens_n_agree) == (2, 1) and f.sens_confidence == pytest.approx(0.975)
     assert f.sens_dissent == "L2 1e-02 with 1,000 samples: train mode higher"
     # unseen: seeds 1, 2, 201, 202 (gaps -0.002, 0.002, -0.002, 0.002)
-    assert f.unseen_claims["n"].tolist() == [4] and f.seen_n == 2 and claim(f.unseen_claims, "unseen").estimate == pytest.approx(0.0)
-    assert verdicts(f.unseen_claims) == {"unseen": "equivalent within \u00b10.03"}
+    assert claim(c, "unseen").n == 4 and f.seen_n == 2 and claim(c, "unseen").estimate == pytest.approx(0.0)
+    assert verdicts(c, "unseen") == {"unseen": "equivalent within \u00b10.03"}
     assert f.primary_p_tost_text == "< 0.001"
     # trained heads: sgd train mode higher at both checkpoints (Holm), adam not
     assert (f.n_explore, f.trained_n_higher, f.trained_reading) == (4, 2, "train mode higher in 2 of 4 tests")
     assert f.trained_min == pytest.approx(-1 / 300) and f.trained_max == pytest.approx(0.11)
-    every = findings.optimizer_findings(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800)
-    assert every.trained_reading == "train mode higher in all 4 tests" and every.unseen_claims["n"].tolist() == [1]
-    assert verdicts(every.unseen_claims) == {"unseen": TOO_FEW}
+    every = Numbers(findings.optimizer_findings(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800))
+    every_c = findings.optimizer_claims(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800)
+    assert every.trained_reading == "train mode higher in all 4 tests" and claim(every_c, "unseen").n == 1
+    assert verdicts(every_c, "unseen") == {"unseen": TOO_FEW}
 
 
 def test_drift_excess_is_measured_minus_prediction():
     drift = pd.DataFrame([dict(seed=s, layer=l, step=t, weight=0.9 ** t + (0.01 if l == "block 2" else 0.0))
                           for s in range(3) for l in ("block 1", "block 2") for t in (12, 700, 800)])
-    d = findings.drift_findings(drift, 0.1, 800)
-    assert d.excess_12["block 1"] == pytest.approx(0.0, abs=1e-12) and d.excess_12["block 2"] == pytest.approx(0.01)
+    d = Numbers(findings.drift_findings(drift, 0.1, 800))
+    assert d.excess_12_block_1 == pytest.approx(0.0, abs=1e-12) and d.excess_12_block_2 == pytest.approx(0.01)
 
 
 def test_buffer_criteria_per_block_and_the_contrasts_log_variance():
     # block 1: shifts 5.0, 5.1, 4.9 SD and log-ratios 3.0, 3.1, 2.9 (above 1 SD, above a factor 2, tightly);
     # block 2 (halved): 2.5 +- 0.05 SD, log-ratios 1.5 +- 0.05 (> log 2 = 0.69, tight): above as well, in a
     # family of 6 (99.2% intervals, 2 degrees of freedom)
-    b = findings.buffer_findings(buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9)), contrast=5.0)
-    v = verdicts(b.claims)
+    b = Numbers(findings.buffer_findings(buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9)), contrast=5.0))
+    v = verdicts(findings.buffer_claims(buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9))))
     assert (v["shift_block_1"], v["var_block_1"], v["shift_block_2"], v["var_block_2"]) == (
         findings.SHIFT_ABOVE, findings.VAR_ABOVE, findings.SHIFT_ABOVE, findings.VAR_ABOVE)
     assert (v["shift_most"], v["var_most"]) == (findings.SHIFT_ABOVE, findings.VAR_ABOVE)
     assert b.contrast_log_var == pytest.approx(math.log(25))
-    assert math.isnan(findings.buffer_findings(buffers()).contrast_log_var)
+    assert math.isnan(number(findings.buffer_findings(buffers()), "contrast_log_var"))
     # block 2 below the criteria: shifts 0.5 +- 0.01 SD (after halving 1.0), log-ratios 0.1 (< log 2)
-    low = verdicts(findings.buffer_findings(buffers((1.0, 1.02, 0.98), (0.2, 0.21, 0.19))).claims)
+    low = verdicts(findings.buffer_claims(buffers((1.0, 1.02, 0.98), (0.2, 0.21, 0.19))))
     assert (low["shift_block_2"], low["var_block_2"]) == (findings.SHIFT_BELOW, findings.VAR_BELOW)
     # the old test's spread (2, 3, 4 SD): one seed at 2 is not enough to decide with three seeds
-    assert verdicts(findings.buffer_findings(buffers()).claims)["shift_block_1"] == NOT_DECIDED
+    assert verdicts(findings.buffer_claims(buffers()))["shift_block_1"] == NOT_DECIDED
 
 
 def test_display_tables_print_small_p_values_as_a_bound_and_label_their_rows():
@@ -525,19 +557,20 @@ def test_the_oracle_lr_is_chosen_on_the_pooled_test_sets_per_path_and_step():
 
 
 def test_tuning_findings_report_oracle_budget_and_no_standardized_heads():
-    t = findings.tuning_findings(sweep_table(gain=0.0), 800)
+    c = findings.tuning_claims(sweep_table(gain=0.0), 800)
+    t = Numbers(findings.tuning_findings(sweep_table(gain=0.0), 800, claims=c))
     # sweep_table: the test rows at the chosen lr are the best, so the oracle equals the validation choice
-    assert claim(t.oracle_claims, "oracle_sgd_800").estimate == pytest.approx(0.11)
-    assert claim(t.oracle_at_main_claims, "oracle_at_main_sgd").estimate == pytest.approx(0.11)
-    assert list(t.oracle_at_main_claims["key"]) == ["oracle_at_main_adam", "oracle_at_main_sgd"]
+    assert claim(c, "oracle_sgd_800").estimate == pytest.approx(0.11)
+    assert claim(c, "oracle_at_main_sgd").estimate == pytest.approx(0.11)
+    assert list(findings.family(c, "oracle_at_main")["key"]) == ["oracle_at_main_adam", "oracle_at_main_sgd"]
     assert (t.oracle_n, t.oracle_n_above) == (4, 2) and t.oracle_confidence == pytest.approx(1 - 0.05 / 4)
     assert "2 of 4" in t.oracle_reading
     # the gap is the same at both checkpoints: the change is exactly 0, not decided
-    assert claim(t.narrow_claims, "narrow_sgd").estimate == pytest.approx(0.0)
-    assert verdicts(t.narrow_claims) == {"narrow_sgd": NOT_DECIDED, "narrow_adam": NOT_DECIDED}
-    assert t.gap_first["sgd"].mean == pytest.approx(0.11) and t.gap_last["adam"].mean == pytest.approx(-1 / 300)
+    assert claim(c, "narrow_sgd").estimate == pytest.approx(0.0)
+    assert verdicts(c, "narrow") == {"narrow_sgd": NOT_DECIDED, "narrow_adam": NOT_DECIDED}
+    assert t.gap_first_sgd.mean == pytest.approx(0.11) and t.gap_last_adam.mean == pytest.approx(-1 / 300)
     assert t.narrow_reading == "SGD: not decided; Adam: not decided"
-    assert t.std_claims.empty and t.std_reading == "not run" and (t.first_step, t.last_step) == (400, 800)
+    assert findings.family(c, "std").empty and t.std_reading == "not run" and (t.first_step, t.last_step) == (400, 800)
 
 
 def _with_std(sweep: pd.DataFrame, std_gaps) -> pd.DataFrame:
@@ -560,41 +593,46 @@ def _with_std(sweep: pd.DataFrame, std_gaps) -> pd.DataFrame:
 
 def test_standardized_heads_are_read_from_the_reduction_not_from_an_equivalence():
     base = sweep_table(gap_adam=(0.10, 0.12, 0.11))
-    eq = findings.tuning_findings(_with_std(base, (0.001, -0.002, 0.002, 0.0, 0.001, -0.001)), 800)
-    assert verdicts(eq.std_claims) == {"std_sgd": "equivalent within \u00b10.03"}
-    assert eq.std_lr == {"sgd_batch_stats": 0.05, "sgd_pinned": 0.05}
-    assert verdicts(eq.reduction_claims) == {"reduction_sgd": findings.STD_SMALLER} and claim(eq.reduction_claims, "reduction_sgd").low > 0
+    tuning = lambda gaps: (Numbers(findings.tuning_findings(_with_std(base, gaps), 800)),  # noqa: E731
+                           findings.tuning_claims(_with_std(base, gaps), 800))
+    eq, eq_c = tuning((0.001, -0.002, 0.002, 0.0, 0.001, -0.001))
+    assert verdicts(eq_c, "std") == {"std_sgd": "equivalent within \u00b10.03"}
+    assert (eq.std_lr_sgd_batch_stats, eq.std_lr_sgd_pinned) == (0.05, 0.05)
+    assert "std_lr_adam_pinned" not in set(eq.table["key"])
+    assert verdicts(eq_c, "reduction") == {"reduction_sgd": findings.STD_SMALLER} and claim(eq_c, "reduction_sgd").low > 0
     # even an equivalence with nothing left says "most", never "the" explanation, and says nothing remains shown
     assert eq.std_reading.startswith("standardizing the features removes most of the gap")
     assert "not shown to differ from zero at any checkpoint" in eq.std_reading and "not all of it" in eq.std_reading
-    assert eq.std_plain_gap["sgd"].mean == pytest.approx(0.11)
-    assert eq.std_share["sgd"] == pytest.approx(claim(eq.reduction_claims, "reduction_sgd").estimate / 0.11)
-    assert eq.std_share_low["sgd"] == pytest.approx(claim(eq.reduction_claims, "reduction_sgd").low / 0.11)
+    assert eq.std_plain_gap_sgd.mean == pytest.approx(0.11)
+    assert eq.std_share_sgd == pytest.approx(claim(eq_c, "reduction_sgd").estimate / 0.11)
+    assert eq.std_share_low_sgd == pytest.approx(claim(eq_c, "reduction_sgd").low / 0.11)
     # every checkpoint: the std heads exist at 400 and 800 only for the reported rows of lr 0.05 (one family)
-    assert set(eq.std_gap_at) == {"sgd_400", "sgd_800"} and eq.std_n == 2
+    assert {k for k in eq.table["key"] if k.startswith("std_gap_at_")} == {"std_gap_at_sgd_400", "std_gap_at_sgd_800"}
+    assert eq.std_n == 2
     assert eq.std_at_confidence == pytest.approx(0.975)
     # accuracies and gains: pinned std = plain pinned (0.5), batch_stats std = 0.5 + small gap
-    assert eq.std_acc["sgd_pinned"] == pytest.approx(0.5) and eq.std_gain["sgd_pinned"].mean == pytest.approx(0.0)
-    assert eq.std_gain["sgd_batch_stats"].mean == pytest.approx(-0.11, abs=1e-3)
+    assert eq.std_acc_sgd_pinned == pytest.approx(0.5) and eq.std_gain_sgd_pinned.mean == pytest.approx(0.0)
+    assert eq.std_gain_sgd_batch_stats.mean == pytest.approx(-0.11, abs=1e-3)
     # a residual gap shown above zero is named, with its count
-    most = findings.tuning_findings(_with_std(base, (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
-    assert verdicts(most.std_claims) == {"std_sgd": findings.TRAIN_HIGHER} and "removes most" in most.std_reading
+    most, most_c = tuning((0.03, 0.035, 0.032, 0.03, 0.035, 0.032))
+    assert verdicts(most_c, "std") == {"std_sgd": findings.TRAIN_HIGHER} and "removes most" in most.std_reading
     assert "train mode higher at 2 of 2 checkpoints" in most.std_reading and most.std_n_above == 2
     assert most.std_n_positive == 2
-    part = findings.tuning_findings(_with_std(base, (0.07, 0.08, 0.075, 0.07, 0.08, 0.075)), 800)
+    part, _ = tuning((0.07, 0.08, 0.075, 0.07, 0.08, 0.075))
     assert "removes part of the gap" in part.std_reading
-    same = findings.tuning_findings(_with_std(base, (0.10, 0.12, 0.11, 0.10, 0.12, 0.11)), 800)
+    same, _ = tuning((0.10, 0.12, 0.11, 0.10, 0.12, 0.11))
     assert "is not shown to shrink" in same.std_reading
     assert findings.std_reading({}, pd.DataFrame(), 0, 0) == "not run"
 
 
 def test_std_display_table_lists_every_checkpoint_and_both_paths():
-    t = findings.tuning_findings(_with_std(sweep_table(gap_adam=(0.10, 0.12, 0.11)), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
-    d = figures.ch01_std_display(t, {"batch_stats": 0.6, "pinned": 0.59})
+    s = _with_std(sweep_table(gap_adam=(0.10, 0.12, 0.11)), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032))
+    d = figures.ch01_std_display(findings.tuning_claims(s, 800), findings.tuning_findings(s, 800),
+                                 {"batch_stats": 0.6, "pinned": 0.59})
     assert list(d.columns[:2]) == ["gap, 400 steps", "gap, 800 steps"] and d.index[-1] == "reference (converged)"
     assert d.loc["SGD + momentum", "pinned path, 800 steps (gain)"].startswith("0.500 (+0.000 [")
     with pytest.raises(ValueError, match="standardized heads"):
-        figures.ch01_std_display(findings.tuning_findings(sweep_table(), 800))
+        figures.ch01_std_display(findings.tuning_claims(sweep_table(), 800), findings.tuning_findings(sweep_table(), 800))
 
 
 def test_table_one_prints_the_centre_of_its_logit_interval():
@@ -620,17 +658,19 @@ def test_the_gap_narrows_only_when_its_change_is_shown():
     s = sweep_table()
     late = (s["step"] == 800) & (s["path"] == "batch_stats") & (s["optimizer"] == "sgd") & s["role"].isin(["report", "confirm"])
     s.loc[late, "accuracy"] -= np.linspace(0.04, 0.06, int(late.sum()))   # the SGD gap shrinks by 0.04-0.06 per seed
-    t = findings.tuning_findings(s, 800)
-    assert verdicts(t.narrow_claims)["narrow_sgd"] == findings.GAP_SMALLER and claim(t.narrow_claims, "narrow_sgd").high < 0
-    assert t.n_narrows == 1 and claim(t.narrow_claims, "narrow_sgd").confidence == pytest.approx(0.975)  # a family of 2 optimizers
-    assert t.narrowing_p_holm_text["sgd"] == findings.p_text(t.narrow_claims.set_index("key").loc["narrow_sgd", "p_adjusted"])
+    c = findings.tuning_claims(s, 800)
+    t = Numbers(findings.tuning_findings(s, 800, claims=c))
+    assert verdicts(c, "narrow")["narrow_sgd"] == findings.GAP_SMALLER and claim(c, "narrow_sgd").high < 0
+    assert t.n_narrows == 1 and claim(c, "narrow_sgd").confidence == pytest.approx(0.975)  # a family of 2 optimizers
+    assert t.narrowing_p_holm_text_sgd == findings.p_text(claim(c, "narrow_sgd").p_adjusted)
 
 
 def test_the_unseen_seed_sentence_never_prints_nan():
-    f = findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 1, 2, 200, 201, 202))
-    assert f.unseen_claims["n"].tolist() == [0] and "nan" not in f.unseen_text.lower() and "full profile" in f.unseen_text
+    f = Numbers(findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 1, 2, 200, 201, 202)))
+    assert claim(findings.optimizer_claims(sweep_table(), 800, seen_seeds=(0, 1, 2, 200, 201, 202)), "unseen").n == 0
+    assert "nan" not in f.unseen_text.lower() and "full profile" in f.unseen_text
     assert f.unseen_short.startswith("no confirmatory verdict")
-    g = findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200))
+    g = Numbers(findings.optimizer_findings(sweep_table(), 800, seen_seeds=(0, 200)))
     assert g.unseen_text.startswith("On the 4 seeds") and "verdict: equivalent within \u00b10.03" in g.unseen_text
     assert g.unseen_short == ("equivalent within \u00b10.03 on the 4 seeds the quick profile had not shown when the "
                               "test was designed")
@@ -651,19 +691,19 @@ def drift_targets(bias=(0.0, 0.01), noise=0.001):
 
 
 def test_drift_check_measures_the_engine_targets_bias_and_the_residual_noise():
-    c = findings.drift_check(drift_targets(), 0.1, 25, n_batches=400, n_batches_engine=20)
-    assert c.bias_engine_12["block 1"] == pytest.approx(0.0)
-    assert c.bias_engine_12["block 2"] == pytest.approx(0.01 * (1 - 0.9 ** 12))
+    c = Numbers(findings.drift_check(drift_targets(), 0.1, 25, n_batches=400, n_batches_engine=20))
+    assert c.bias_engine_12_block_1 == pytest.approx(0.0)
+    assert c.bias_engine_12_block_2 == pytest.approx(0.01 * (1 - 0.9 ** 12))
     assert c.remaining_bias == pytest.approx(0.01 * (1 - 0.9 ** 12) / 20)
     assert (c.n_intervals, c.n_inside) == (10, 10)   # steps 1, 2, 5, 12, 25 (up to last_step) x 2 blocks
     assert c.residual_max == pytest.approx(0.0, abs=1e-12) and c.halfwidth_max > 0
     assert math.isnan(c.engine_reproduced)
     assert c.misses == "none" and c.n_expected_misses == pytest.approx(0.5)
-    assert c.engine_excess_12["block 2"] == pytest.approx(0.01 * (1 - 0.9 ** 12))
-    assert c.bias_share_12["block 2"] == pytest.approx(1.0)
+    assert c.engine_excess_12_block_2 == pytest.approx(0.01 * (1 - 0.9 ** 12))
+    assert c.bias_share_12_block_2 == pytest.approx(1.0)
     off = drift_targets()
     off.loc[(off.target == "precise") & (off.layer == "block 2") & (off.step == 5), "weight"] += 0.05
-    assert findings.drift_check(off, 0.1, 25).misses == "block 2 at step 5 (mean residual +0.0500, half-width 0.0025)"
+    assert number(findings.drift_check(off, 0.1, 25), "misses") == "block 2 at step 5 (mean residual +0.0500, half-width 0.0025)"
     with pytest.raises(ValueError, match="targets 'engine' and 'precise'"):
         findings.drift_check(drift_targets().query("target == 'precise'"), 0.1, 25)
 
@@ -678,9 +718,9 @@ def test_sweep_drift_table_reads_the_sweeps_attrs():
 
 def test_the_seed_article_table_is_built_from_findings():
     df = table(task_a_after_tm=(0.137, 0.403, 0.100)).assign(n_eval=1000)
-    f = findings.findings(df)
-    o = findings.optimizer_findings(sweep_table(), 800, main=df.assign(optimizer="sgd", lr=0.05, steps=800))
-    art = findings.seed_article_table(df, f, o, buffers())
+    c, n = findings.chapter({"": (findings.claims(df), findings.findings(df)), "opt": (findings.optimizer_claims(
+        sweep_table(), 800, main=df.assign(optimizer="sgd", lr=0.05, steps=800)), None)})
+    art = findings.seed_article_table(df, buffers(), c, n)
     st = dict(zip(art["claim"], art["status"]))
     assert st["task A after `train_mode`"] == ("differs: task A lower after in the paired comparison, at most 0.15 "
                                                 "in 2 of 3 seeds")
@@ -690,7 +730,7 @@ def test_the_seed_article_table_is_built_from_findings():
     assert st["every weight unchanged (all modes)"] == "reproduced (check)"
     row = art.set_index("claim").loc["running statistics moved (`train_mode`, raw units)", "this chapter"]
     assert row == "running_mean up to 2.0, running_var up to 11"
-    c = findings.article_counts(art)
+    c = Numbers(findings.article_counts(art))
     assert c.n == 7 and c.reproduced + c.smaller + c.differs + c.identity == 7 and (c.smaller, c.identity) == (1, 1)
 
 
@@ -721,14 +761,11 @@ def test_the_sweep_replays_the_engines_drift_and_trains_standardized_heads():
 
 def test_every_claim_of_the_chapter_is_a_verdict_of_the_vocabulary():
     main = table(task_a_after_tm=(0.137, 0.403, 0.100)).assign(optimizer="sgd", lr=0.05, steps=800)
-    f = findings.findings(main)
-    o = findings.optimizer_findings(_with_std(sweep_table(), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800, main=main)
-    t = findings.tuning_findings(_with_std(sweep_table(), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032)), 800)
-    b = findings.buffer_findings(buffers())
-    th = findings.thread_findings(pd.DataFrame(thread_rows()), main)
-    tables = [f.claims, o.claims, o.unseen_claims, o.explore_claims, o.sens_claims, o.gain_claims,
-              o.explore_at_main_claims, t.narrow_claims, t.std_claims, t.reduction_claims, t.std_at_claims,
-              b.claims, th.claims, th.swapped_claims]
+    s = _with_std(sweep_table(), (0.03, 0.035, 0.032, 0.03, 0.035, 0.032))
+    tables = [findings.claims(main), findings.optimizer_claims(s, 800, main=main), findings.tuning_claims(s, 800),
+              findings.buffer_claims(buffers()), findings.thread_claims(pd.DataFrame(thread_rows()), main)]
+    assert {"primary", "unseen", "explore", "sens", "gain", "explore_at_main"} == set(tables[1]["family"])
+    assert {"narrow", "std", "reduction", "std_at", "oracle", "oracle_at_main"} == set(tables[2]["family"])
     words = [w for c in tables for w in c["verdict"]]
     assert words and all(is_verdict(w, findings.DIRECTIONS) for w in words), [w for w in words if not is_verdict(w, findings.DIRECTIONS)]
 
@@ -807,13 +844,10 @@ def test_drift_check_takes_the_engines_drift_table_from_saved_rows():
         f"drift_weight_l{i}": [list(eng[(eng.seed == s) & (eng.layer == f"block {i + 1}")].sort_values("step")["weight"])
                                for s in range(3) for _ in MODE_NAMES] for i in range(2)})
     from_lists = findings.drift_check(d, 0.1, 25, main)
-    assert from_lists.engine_reproduced == 0.0
+    assert number(from_lists, "engine_reproduced") == 0.0
     from_table = findings.drift_check(d, 0.1, 25, run.results_table(main), engine=run.drift_table(main))
-    import dataclasses
-    for f in dataclasses.fields(from_lists):
-        x, y = getattr(from_table, f.name), getattr(from_lists, f.name)
-        assert x.equals(y) if isinstance(x, pd.Series) else x == y, f.name
-    assert math.isnan(findings.drift_check(d, 0.1, 25, run.results_table(main)).engine_reproduced)
+    pd.testing.assert_frame_equal(from_table, from_lists, check_exact=True)
+    assert math.isnan(number(findings.drift_check(d, 0.1, 25, run.results_table(main)), "engine_reproduced"))
 
 
 @pytest.mark.slow
@@ -861,12 +895,21 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quic
 
 # --- the answer box and the findings-chosen sentences (issue 25: no typed outcome; the flip test) ---------------
 
+def _tables(main=None, sweep=None, bufs=None):
+    """The chapter's claims and numbers tables (:func:`findings.chapter`) for hand-made tables (defaults: every
+    headline finding holds)."""
+    main = main if main is not None else table()
+    sweep = sweep if sweep is not None else sweep_table()
+    bufs = bufs if bufs is not None else buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9))
+    return findings.chapter({"": (findings.claims(main), findings.findings(main)),
+                             "opt": (findings.optimizer_claims(sweep, 800), findings.optimizer_findings(sweep, 800)),
+                             "buf": (findings.buffer_claims(bufs), findings.buffer_findings(bufs))})
+
+
 def _page(main=None, sweep=None, bufs=None):
     """The answer and the readings for hand-made tables (defaults: every headline finding holds)."""
-    f = findings.findings(main if main is not None else table())
-    o = findings.optimizer_findings(sweep if sweep is not None else sweep_table(), 800)
-    b = findings.buffer_findings(bufs if bufs is not None else buffers((5.0, 5.1, 4.9), (3.0, 3.1, 2.9)))
-    return findings.answer(f, o, b), findings.readings(f, o, b)
+    c, n = _tables(main, sweep, bufs)
+    return findings.answer(c, n), findings.readings(c, n)
 
 
 def test_the_answer_states_each_headline_finding_from_the_findings():
@@ -881,12 +924,12 @@ def test_the_answer_states_each_headline_finding_from_the_findings():
 
 
 def test_flip_task_a_the_answer_no_longer_says_it_falls():
-    rises = findings.findings(table(task_a_after_tm=(0.95, 0.96, 0.97)))
+    rises = _tables(main=table(task_a_after_tm=(0.95, 0.96, 0.97)))
     text, say = _page(main=table(task_a_after_tm=(0.95, 0.96, 0.97)))
     assert "rises from 0.900" in text and "falls from" not in text and f"**{findings.A_HIGHER}**" in text
     assert "about chance" not in text and f"**{findings.ABOVE_CHANCE}**" in text
     assert "in 0 of 3 seeds" in say["seeds"]
-    assert findings.task_a_sentence(rises) in text
+    assert findings.task_a_sentence(*rises) in text
     same, _ = _page(main=table(task_a_after_tm=(0.9, 0.9, 0.9)))
     assert "goes from 0.900 to 0.900" in same and "falls from" not in same and "rises from" not in same
     assert f"**{NOT_DECIDED}**" in same
@@ -919,7 +962,7 @@ def test_flip_the_trained_heads_the_answer_counts_them_with_holm():
     assert "no test of a new head trained by an optimizer shows a difference" in none
     assert "how easily" not in none  # nothing to explain when the trained heads show no difference
     o = findings.optimizer_findings(sweep_table(gap_sgd=(-0.10, -0.12, -0.11), gap_adam=(-0.10, -0.12, -0.11)), 800)
-    assert o.trained_reading == "train mode lower in all 4 tests"
+    assert number(o, "trained_reading") == "train mode lower in all 4 tests"
 
 
 def test_flip_the_exact_checks_the_answer_reports_a_bug():
@@ -983,7 +1026,62 @@ def test_the_typed_outcome_check_finds_typed_outcomes_and_ignores_glue():
 
 
 def test_glued_interval_ends_are_cut_to_what_the_quantity_allows():
-    from bnstudy.inference import Interval
-    wide = Interval(0.5, -1.7, 2.5, 2)
-    assert findings._clip_intervals({"a": wide, "b": 3.0}, (-1, 1)) == {"a": Interval(0.5, -1, 1, 2), "b": 3.0}
-    assert findings._clip_intervals(wide, (-2, 2)) == Interval(0.5, -1.7, 2, 2)
+    """A difference of accuracies prints inside [-1, 1], a difference of two gaps inside [-2, 2], the buffers'
+    criteria as they are; the claims table itself keeps its ends (tests use the unclipped ones)."""
+    c = pd.DataFrame(dict(family=["f2", "tune_narrow", "buf_criteria", "opt_primary"], key=list("abcd"),
+                          low=[-1.7, -2.5, -3.0, math.nan], high=[2.5, 1.5, 4.0, math.nan]))
+    p = findings._printed(c)
+    assert p["low"].tolist()[:3] == [-1.0, -2.0, -3.0] and p["high"].tolist()[:3] == [1.0, 1.5, 4.0]
+    assert p[["low", "high"]].iloc[3].isna().all() and c["low"].tolist()[:3] == [-1.7, -2.5, -3.0]
+    n = findings.findings(table())
+    wide = with_numbers(n, {"gap_b": {"all_eval": findings.Interval(0.5, -1.7, 2.5, 2)}})
+    from bnstudy.pages import numbers_items
+    got = dict(numbers_items("ch01", wide))
+    assert (got["ch01_gap_b_all_eval_ci_low"], got["ch01_gap_b_all_eval_ci_high"]) == (-1.0, 1.0)
+    big = with_numbers(n, {"max_old_logit_change": {"train_mode": findings.Interval(3.0, 2.0, 4.0, 3)}})
+    assert dict(numbers_items("ch01", big))["ch01_max_old_logit_change_train_mode_ci_high"] == 4.0  # not an accuracy
+
+
+def _notes(main=None, sweep=None, numbers=None):
+    from bnstudy.words import notes
+    c, n = _tables(main, sweep)
+    return notes(findings.NOTES, c, n if numbers is None else numbers(n))
+
+
+def test_every_note_key_has_one_note_that_holds():
+    said = _notes()
+    assert set(said) == {n.key for n in findings.NOTES} == {"say_weights", "say_logits", "separate",
+                                                           "reference_reading"}
+
+
+def test_flip_the_weights_note():
+    assert _notes()["say_weights"] == f"No weight changed in any mode (**{EXACT}**, a check of the code, below)."
+    moved = table()
+    moved.loc[0, "max_param_change"] = 1e-3
+    assert _notes(main=moved)["say_weights"] == ("Some weight changed although gradients were off (largest 0.001) "
+                                                 f"(**{NOT_EXACT}**, a check of the code, below).")
+
+
+def test_flip_the_logits_note():
+    assert _notes()["say_logits"] == "in the other three modes every old-head logit is unchanged (largest change exactly 0)"
+    moved = lambda n: with_numbers(n, {"max_old_logit_change_all_eval": findings.Interval(0.5, 0.4, 0.6, 3)})  # noqa: E731
+    assert _notes(numbers=moved)["say_logits"] == ("in the other three modes the largest old-head logit change is 0.5 "
+                                                   "on average over seeds")
+
+
+def test_flip_the_separate_stats_note():
+    assert _notes()["separate"].startswith("`separate_stats`, which gives task B its own copy of the statistics, has both")
+    tb = dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.31, 0.29), all_eval=(0.30, 0.31, 0.29),
+              separate_stats=(0.41, 0.42, 0.41))
+    said = _notes(main=table(task_b=tb))["separate"]
+    assert said.endswith("in this run: a bug.") and f"(**{NOT_EXACT}**)" in said and "has both" not in said
+
+
+@pytest.mark.parametrize("gap_ref, want", [
+    ((0.001, -0.002, 0.002), ", so the pinned features allow a converged linear classifier as much as the drifting ones do"),
+    ((0.10, 0.12, 0.11), ", so the drifting features allow more even to a converged linear classifier"),
+    ((-0.10, -0.12, -0.11), ", so the pinned features allow more to a converged linear classifier"),
+    ((0.15, -0.15, 0.02), ", so what the two kinds of features allow is not decided with these seeds"),
+])
+def test_flip_the_reference_reading_note(gap_ref, want):
+    assert _notes(sweep=sweep_table(gap_ref=gap_ref))["reference_reading"] == want

@@ -42,9 +42,15 @@ def test_two_fields_gluing_one_name_is_an_error_naming_both():
 
 
 def test_chapter_one_thread_findings_glue_no_name_twice():
-    from bnstudy.experiments.freeze_modes.findings import ThreadFindings
-    import dataclasses
-    assert "gap_diff_max" not in {f.name for f in dataclasses.fields(ThreadFindings)}
+    """Its numbers table glues each name once (numbers_items refuses a clash): ``gap_diff_max`` is the per-seed
+    series' maximum, ``gap_diff_largest`` its largest size."""
+    from bnstudy.experiments.freeze_modes.findings import thread_findings
+    from bnstudy.modes import MODE_NAMES
+    from bnstudy.pages import numbers_items
+    tc = pd.DataFrame([dict(seed=s, mode=m, threads=t, task_a_after=0.9, task_b=0.5 + 0.01 * s * t)
+                       for t in (1, 2) for s in (0, 1) for m in MODE_NAMES])
+    names = [n for n, _ in numbers_items("ch01_threads", thread_findings(tc))]
+    assert len(names) == len(set(names)) and {"ch01_threads_gap_diff_max", "ch01_threads_gap_diff_largest"} <= set(names)
 
 
 def test_glue_findings_glues_plain_fields_without_bold(monkeypatch):

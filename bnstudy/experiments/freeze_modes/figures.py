@@ -17,6 +17,7 @@ import pandas as pd
 import seaborn as sns
 
 from ... import style
+from ...inference import number
 from ...plots import MODE_ORDER, MODE_PALETTE, _ci_text, _interval, interval_frame, min_text_size
 
 
@@ -340,35 +341,38 @@ def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> 
     return pd.DataFrame(rows).set_index("head")  # the row label, not a 0, 1, 2 index
 
 
-def ch01_std_display(tuning, reference: dict | None = None) -> pd.DataFrame:
-    """Chapter 1: the heads on standardized features (:class:`~bnstudy.experiments.freeze_modes.findings.TuningFindings`).
+def ch01_std_display(claims: pd.DataFrame, numbers: pd.DataFrame, reference: dict | None = None) -> pd.DataFrame:
+    """Chapter 1: the heads on standardized features, from the tuning part's claims and numbers tables
+    (:func:`~bnstudy.experiments.freeze_modes.findings.tuning_claims` / ``tuning_findings``).
 
     Rows per optimizer: the gap ``train_mode`` minus pinned path with its family interval at every checkpoint, then
     at the main step each path's mean test accuracy with the paired gain over the plain head (95% interval).
     ``reference``: optional ``{"batch_stats": acc, "pinned": acc}``, the converged reference, added as a last row
     (accuracies only). Raises ``ValueError`` when the standardized heads were not run.
     """
-    if not tuning.std_gap_at:
-        raise ValueError("ch01_std_display needs standardized heads (TuningFindings.std_gap_at is empty)")
-    reduced = {k.removeprefix("reduction_") for k in tuning.reduction_claims["key"]}
+    gap_at = {k.removeprefix("std_gap_at_"): number(numbers, k) for k in numbers["key"] if k.startswith("std_gap_at_")}
+    if not gap_at:
+        raise ValueError("ch01_std_display needs standardized heads (the tuning numbers have no std_gap_at)")
+    reduced = {k.removeprefix("reduction_") for k in claims[claims["family"] == "reduction"]["key"]}
     opts = [o for o in ("sgd", "adam") if o in reduced]
-    steps = sorted({int(k.rsplit("_", 1)[1]) for k in tuning.std_gap_at})
+    steps = sorted({int(k.rsplit("_", 1)[1]) for k in gap_at})
+    main_step = number(numbers, "main_step")
     rows = []
     for o in opts:
         row = {"head (standardized features)": EXPLORE_LABELS[o]}
         for st in steps:
-            iv = tuning.std_gap_at[f"{o}_{st}"]
+            iv = gap_at[f"{o}_{st}"]
             row[f"gap, {st:,} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n, min_seeds=2)
         for p, label in (("batch_stats", "train_mode path"), ("pinned", "pinned path")):
-            g = tuning.std_gain[f"{o}_{p}"]
-            row[f"{label}, {tuning.main_step:,} steps (gain)"] = (f"{tuning.std_acc[f'{o}_{p}']:.3f} "
-                                                               f"(+{_ci_text(g.mean, g.low, g.high, g.n, min_seeds=2)})")
+            g = number(numbers, f"std_gain_{o}_{p}")
+            row[f"{label}, {main_step:,} steps (gain)"] = (f"{number(numbers, f'std_acc_{o}_{p}'):.3f} "
+                                                         f"(+{_ci_text(g.mean, g.low, g.high, g.n, min_seeds=2)})")
         rows.append(row)
     if reference:
         row = {"head (standardized features)": "reference (converged)"}
         row.update({f"gap, {st:,} steps": "-" for st in steps})
-        row[f"train_mode path, {tuning.main_step:,} steps (gain)"] = f"{reference['batch_stats']:.3f}"
-        row[f"pinned path, {tuning.main_step:,} steps (gain)"] = f"{reference['pinned']:.3f}"
+        row[f"train_mode path, {main_step:,} steps (gain)"] = f"{reference['batch_stats']:.3f}"
+        row[f"pinned path, {main_step:,} steps (gain)"] = f"{reference['pinned']:.3f}"
         rows.append(row)
     return pd.DataFrame(rows).set_index("head (standardized features)")
 
