@@ -301,8 +301,11 @@ def glued_values(chapters_dir) -> dict[str, str]:
     addresses masked), else plain text (a figure's is its size). The identity check of a refactoring (issue 33):
     the same release must glue the same values before and after (:func:`compare_glued`); only the run line's git
     commit and the timing sentence's wall time may differ."""
+    folder = Path(chapters_dir)
+    if not folder.is_dir():
+        raise ValueError(f"glued_values: {folder} is not a folder of executed notebooks (NN-name.ipynb)")
     out = {}
-    for path in sorted(Path(chapters_dir).glob("[0-9][0-9]-*.ipynb")):
+    for path in sorted(folder.glob("[0-9][0-9]-*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
             for o in cell.get("outputs", []):
@@ -423,13 +426,26 @@ def main(argv=None) -> int:
                     help="only rewrite the README's findings from a built book's front page (default "
                          "_build/html, as `make book` leaves it) and exit")
     args = ap.parse_args(argv)
+    if args.glue_dump or args.glue_compare:
+        def load(x):
+            if Path(x).is_dir():
+                values = glued_values(x)
+            elif Path(x).suffix == ".json" and Path(x).is_file():
+                values = json.loads(Path(x).read_text())
+            else:
+                ap.error(f"{x}: give a folder of executed notebooks (NN-name.ipynb) or a --glue-dump JSON file")
+            if not values or not isinstance(values, dict):
+                ap.error(f"{x}: no glued values (executed notebooks are NN-name.ipynb, as make book leaves them "
+                         f"in chapters/; a dump is a JSON object)")
+            return values
     if args.glue_dump:
-        values = glued_values(args.glue_dump[0])
-        Path(args.glue_dump[1]).write_text(json.dumps(values, indent=0, sort_keys=True) + "\n")
+        from .sweep import atomic_write_bytes
+        values = load(args.glue_dump[0])
+        atomic_write_bytes(Path(args.glue_dump[1]), (json.dumps(values, indent=0, sort_keys=True) + "\n").encode())
         print(f"[bnstudy.book] {len(values)} glued values from {args.glue_dump[0]} -> {args.glue_dump[1]}")
         return 0
     if args.glue_compare:
-        a, b = (glued_values(x) if Path(x).is_dir() else json.loads(Path(x).read_text()) for x in args.glue_compare)
+        a, b = (load(x) for x in args.glue_compare)
         diff = compare_glued(a, b)
         print("\n".join(diff) or f"[bnstudy.book] identical: {len(a)} glued values")
         return 1 if diff else 0
@@ -442,7 +458,9 @@ def main(argv=None) -> int:
     out = Path(args.output_dir).resolve()
     shutil.rmtree(out / "chapters" / PARTIAL_DIR, ignore_errors=True)  # left by a SIGKILLed run
     paths = chapter_paths()
-    if args.only:
+    if args.only is not None:
+        if not args.only:
+            ap.error("--only: name at least one chapter; available: " + ", ".join(p.stem for p in paths))
         unknown = set(args.only) - {p.stem for p in paths}
         if unknown:
             ap.error(f"--only: unknown chapters {sorted(unknown)}; available: {[p.stem for p in paths]}")
@@ -450,8 +468,8 @@ def main(argv=None) -> int:
     released = {}
     if args.release is not None:
         from .manifest import read_manifest
-        rdir = Path(args.release)
-        rdir = (rdir if rdir.is_absolute() else REPO / rdir).resolve()
+        rdir = Path(args.release)  # relative: to the current folder if it is there, else to the repository
+        rdir = (rdir if rdir.is_absolute() or (Path.cwd() / rdir / "manifest.json").is_file() else REPO / rdir).resolve()
         if not (rdir / "manifest.json").is_file():
             ap.error(f"--release: no manifest.json in {rdir} (the data release; `make release` computes it)")
         released = {c["notebook"]: c for c in read_manifest(rdir)["chapters"].values()}

@@ -11,7 +11,7 @@ A chapter's ``Config`` subclasses :class:`ChapterConfig` and declares, as data:
 Every other field is checked against its default's type (:func:`check_like`): an ``int`` field takes an
 integer, a ``float`` field a finite number, a ``str`` field a string, a ``bool`` field ``True``/``False``, a
 ``tuple`` field a list of values each checked against the default's first element (a number where the default is
-empty). The error names the parameter, what it must be and what was given, in the words
+empty), none repeated (unless named in ``REPEATS_OK``). The error names the parameter, what it must be and what was given, in the words
 :mod:`bnstudy.config` uses everywhere. :meth:`ChapterConfig.describe` prints the resolved parameters for the run
 line.
 """
@@ -67,6 +67,9 @@ class ChapterConfig(_Frozen):
     PROFILES: ClassVar[dict] = {}
     NORMALIZE: ClassVar[dict] = {}
     RULES: ClassVar[tuple] = ()
+    #: List parameters that may repeat a value (by default none may: a repeated level would run the same cells
+    #: twice and give the analysis duplicate rows).
+    REPEATS_OK: ClassVar[tuple] = ()
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -78,6 +81,9 @@ class ChapterConfig(_Frozen):
             else:
                 default = None if f.default is dataclasses.MISSING else f.default
                 self._set(f.name, check_like(f.name, value, default))
+            value = getattr(self, f.name)
+            if isinstance(value, tuple) and f.name not in self.REPEATS_OK and len(set(value)) != len(value):
+                raise ValueError(f"{f.name} must not repeat a value, got {list(value)}")
         for rule in self.RULES:
             if not rule.holds(self):
                 raise ValueError(f"{rule.name} must be {rule.what}, got {_shown(getattr(self, rule.name))}")

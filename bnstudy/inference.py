@@ -39,6 +39,7 @@ import dataclasses
 import math
 import numbers
 import re
+import string
 import warnings
 from typing import Callable, Iterable, Sequence
 
@@ -451,13 +452,15 @@ def decide_interval(iv: Interval, key: str = "", *, p: float = float("nan"), hig
 def exact_check(values, expected: float = 0.0, key: str = "") -> Claim:
     """An identity of the code checked with ``==`` (e.g. a pinned backbone's buffers change by exactly 0):
     ``"exact, checked =="`` when every value equals ``expected``, else ``"not exact"``; the estimate is the
-    largest ``|value - expected|``. Not a finding: the page states it as a check."""
+    largest ``|value - expected|``; with no values at all, nothing was checked: ``"too few seeds"`` (never a
+    failed check). Not a finding: the page states it as a check."""
     v = np.asarray(values, dtype=float).ravel()
     dev = float(np.max(np.abs(v - expected))) if v.size else float("nan")
     ok = bool(v.size) and bool(np.all(v == expected))
     nan = float("nan")
+    kind, verdict = ("exact", EXACT) if ok else ("not exact", NOT_EXACT) if v.size else (TOO_FEW, TOO_FEW)
     return Claim(key=key, estimate=dev, low=nan, high=nan, n=int(v.size), p=nan, p_equivalence=nan, margin=nan,
-                 confidence=nan, kind="exact" if ok else "not exact", verdict=EXACT if ok else NOT_EXACT)
+                 confidence=nan, kind=kind, verdict=verdict)
 
 
 def claims_table(claims: Iterable[Claim], family: str | None = None) -> pd.DataFrame:
@@ -565,7 +568,9 @@ class Question:
 
     ``at``: ``{column: level}`` selecting rows: a level, a tuple of levels, or a selector of :data:`SELECTORS`
     (``"max"``: the table's largest level of that column; ``"min_positive"``: its smallest level above 0, else its
-    smallest). ``table``: which table given to :func:`ask` the question reads. Raises ``ValueError`` for an
+    smallest). ``table``: which table given to :func:`ask` the question reads. ``optional``: a design may lack what
+    the question looks at (a level of ``at``, or any row there): it then makes one claim with no values ("too few
+    seeds"; the page says there was nothing to check) instead of raising. Raises ``ValueError`` for an
     unknown selector or a key whose fields ``each`` does not name."""
 
     key: str
@@ -581,13 +586,30 @@ class Question:
     margin: float | None = None
     words: str = ""
     exact: float | None = None
+    optional: bool = False
 
     def __post_init__(self):
+        for name in ("each", "pair"):  # a single column given as a string: one column, not its letters
+            v = getattr(self, name)
+            if isinstance(v, str):
+                object.__setattr__(self, name, (v,))
+            elif not isinstance(v, (tuple, list)):
+                raise ValueError(f"Question {self.key!r}: {name} must be a column name or a tuple of them, got {v!r}")
+        if not isinstance(self.at, dict):
+            raise ValueError(f"Question {self.key!r}: at must be a dict {{column: level}}, got {self.at!r}")
         for col, level in self.at.items():
-            if isinstance(level, str) and level.startswith(("min", "max")) and level not in SELECTORS:
+            if isinstance(level, str) and level.lower().startswith(("min", "max")) and level not in SELECTORS:
                 raise ValueError(f"Question {self.key!r}: at[{col!r}]={level!r} is not a selector; allowed: "
                                  f"{list(SELECTORS)}")
-        fields = set(re.findall(r"{(\w+)", self.key))
+            if not (isinstance(level, (str, numbers.Number, bool, tuple, list)) or level is None) or \
+                    isinstance(level, (tuple, list)) and any(v in SELECTORS for v in level):
+                raise ValueError(f"Question {self.key!r}: at[{col!r}] must be a level, a tuple of levels or one of "
+                                 f"{list(SELECTORS)}, got {level!r}")
+        try:
+            parsed = [f for _, f, _, _ in string.Formatter().parse(self.key) if f is not None]
+        except ValueError as e:
+            raise ValueError(f"Question {self.key!r}: the key is not a valid format string ({e})") from None
+        fields = set(parsed)
         several = isinstance(self.condition, (tuple, list))
         allowed = set(self.each) | ({"condition"} if several else set())
         if fields - allowed:
@@ -597,39 +619,54 @@ class Question:
             raise ValueError(f"Question {self.key!r}: with several conditions the key needs a {{condition}} field")
         if self.exact is None and (self.condition is None or self.reference is None):
             raise ValueError(f"Question {self.key!r}: a comparison needs condition and reference (or give exact=)")
+        if self.margin is not None and not (isinstance(self.margin, numbers.Real) and self.margin > 0):
+            raise ValueError(f"Question {self.key!r}: margin must be a positive number or None, got {self.margin!r}")
 
 
-def _level(table: pd.DataFrame, column: str, level):
-    if level in SELECTORS:
+def _level(table: pd.DataFrame, column: str, level, key: str):
+    if isinstance(level, str) and level in SELECTORS:
         levels = sorted(table[column].dropna().unique())
         if not levels:
-            raise ValueError(f"ask: column {column!r} has no levels to take {level!r} of")
+            raise ValueError(f"ask: question {key!r}: column {column!r} has no levels to take {level!r} of")
+        if not all(isinstance(v, numbers.Real) for v in levels):
+            raise ValueError(f"ask: question {key!r}: {level!r} needs a numeric column; {column!r} holds "
+                             f"{levels[:5]}")
         if level == "min_positive":
             positive = [v for v in levels if v > 0]
             return positive[0] if positive else levels[0]
         return levels[0] if level == "min" else levels[-1]
+    present = set(table[column].dropna().unique())
+    missing = [v for v in (level if isinstance(level, (tuple, list)) else (level,)) if v not in present]
+    if missing and present:  # an empty table has no levels to check against: it asks nothing (too few seeds)
+        raise ValueError(f"ask: question {key!r}: {column}={missing[0]!r} does not occur in the table; its levels: "
+                         f"{sorted(present, key=str)[:12]}")
     return level
 
 
-def _select(table: pd.DataFrame, at: dict) -> pd.DataFrame:
+def _select(table: pd.DataFrame, at: dict, key: str) -> pd.DataFrame:
     keep = np.ones(len(table), dtype=bool)
     for col, level in at.items():
         if col not in table.columns:
-            raise KeyError(f"ask: no column {col!r} to select on; columns: {list(table.columns)}")
-        level = _level(table, col, level)
+            raise KeyError(f"ask: question {key!r}: no column {col!r} to select on; columns: {list(table.columns)}")
+        level = _level(table, col, level, key)
         keep &= table[col].isin(level).to_numpy() if isinstance(level, (tuple, list)) else \
             (table[col] == level).to_numpy()
     return table[keep]
 
 
-def _question_values(q: Question, sel: pd.DataFrame, condition) -> np.ndarray | pd.Series:
+def _question_values(q: Question, sel: pd.DataFrame, condition, table_rows: int = 1) -> np.ndarray | pd.Series:
+    if not len(sel):
+        if not table_rows:  # an empty table: nothing to ask, a claim with no values ("too few seeds")
+            return np.array([], dtype=float)
+        raise ValueError(f"no rows where it looks ({q.at or 'the whole table'})")
     if q.reference is None:
         return sel[q.value].to_numpy(dtype=float)
     ref_value = q.reference_value or q.value
     x = sel[sel[q.by].isin([condition, q.reference])]
     x = x.assign(_v=np.where(x[q.by] == condition, x[q.value], x[ref_value]))
     if not len(x):
-        return np.array([], dtype=float)
+        raise ValueError(f"neither {q.by}={condition!r} nor {q.by}={q.reference!r} occurs where it looks "
+                         f"({q.at or 'the whole table'})")
     return paired_differences(x, "_v", q.by, condition, q.reference, on=list(q.pair) if len(q.pair) > 1
                               else q.pair[0])
 
@@ -644,22 +681,45 @@ def ask(tables, questions: Iterable[Question], alpha: float = 0.05) -> pd.DataFr
     A new condition or level in the rows needs no code: a question whose ``each`` ranges over it asks it too.
     Raises ``KeyError`` for a table or column the questions name that is missing, ``ValueError`` for a
     condition or reference that never occurs where a question looks (naming the question) or a duplicate key."""
+    if not isinstance(tables, (pd.DataFrame, dict)):
+        raise TypeError(f"ask: tables must be a DataFrame or {{name: DataFrame}}, got {type(tables).__name__}")
     tables = {"main": tables} if isinstance(tables, pd.DataFrame) else dict(tables)
     comparisons, checks = [], []
     for q in questions:
         if q.table not in tables:
             raise KeyError(f"ask: question {q.key!r} reads table {q.table!r}; tables given: {sorted(tables)}")
-        t = _select(tables[q.table], q.at)
+        table = tables[q.table]
+        if not isinstance(table, pd.DataFrame):
+            raise TypeError(f"ask: table {q.table!r} must be a pandas DataFrame, got {type(table).__name__}")
+        needed = [q.value, *q.each, *([q.by, *q.pair, q.reference_value or q.value] if q.reference is not None else [])]
+        missing = [c for c in dict.fromkeys(needed) if c not in table.columns]
+        if missing:
+            raise KeyError(f"ask: question {q.key!r} reads columns {missing} that table {q.table!r} lacks; columns: "
+                           f"{list(table.columns)}")
+        try:
+            t = _select(table, q.at, q.key)
+        except ValueError:
+            if not q.optional:
+                raise
+            t = table.iloc[:0]
+        if q.optional and not len(t):
+            (comparisons if q.exact is None else checks).append((q, q.key.format(**dict.fromkeys(q.each, "none")),
+                                                                 np.array([], dtype=float)))
+            continue
+        if q.each and t[list(q.each)].isna().any().any():
+            raise ValueError(f"ask: question {q.key!r}: a missing value in {list(q.each)} (each level makes a key)")
         groups = [((), t)] if not q.each else [
             (k if isinstance(k, tuple) else (k,), g) for k, g in t.groupby(list(q.each), sort=True)]
+        if not groups and len(table):
+            raise ValueError(f"ask: question {q.key!r}: no rows where it looks ({q.at})")
         several = isinstance(q.condition, (tuple, list))
         for cond in (q.condition if several else (q.condition,)):
             for levels, sel in groups:
-                fields = {c: (int(v) if float(v).is_integer() else v) if isinstance(v, numbers.Real) else v
-                          for c, v in zip(q.each, levels)}
+                fields = {c: (int(v) if float(v).is_integer() else v) if isinstance(v, numbers.Real)
+                          and not isinstance(v, (bool, np.bool_)) else v for c, v in zip(q.each, levels)}
                 key = q.key.format(**fields, **({"condition": cond} if several else {}))
                 try:
-                    values = _question_values(q, sel, cond)
+                    values = _question_values(q, sel, cond, len(table))
                 except ValueError as e:
                     raise ValueError(f"ask: question {key!r}: {e}") from None
                 (comparisons if q.exact is None else checks).append((q, key, values))
@@ -694,13 +754,20 @@ def numbers_table(values: dict, bounds: Callable[[str], tuple] | None = None) ->
                 add(f"{key}_{_slug(k)}", x, lo_hi)
         elif isinstance(v, Interval):
             rows.append((key, float(v.mean), float(v.low), float(v.high), v.n, *lo_hi))
-        elif isinstance(v, (list, tuple, set, np.ndarray, pd.Series)):
-            raise TypeError(f"numbers_table: {key!r} holds a {type(v).__name__}; give one value per key")
-        else:
+        elif isinstance(v, (bool, np.bool_, str)) or isinstance(v, numbers.Real):
             rows.append((key, v.item() if isinstance(v, np.generic) else v, math.nan, math.nan, math.nan, *lo_hi))
+        else:
+            raise TypeError(f"numbers_table: {key!r} holds a {type(v).__name__} ({v!r}); give a number, a bool, a "
+                            f"text, an Interval or a dict of those, one value per key")
 
     for key, v in values.items():
-        add(key, v, bounds(key) if bounds else (-inf, inf))
+        if not (isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_]+", key)):
+            raise ValueError(f"numbers_table: key {key!r} must be letters, digits and underscores (it becomes a glue "
+                             f"key)")
+        lo_hi = bounds(key) if bounds else (-inf, inf)
+        if not (isinstance(lo_hi, tuple) and len(lo_hi) == 2 and lo_hi[0] <= lo_hi[1]):
+            raise ValueError(f"numbers_table: bounds({key!r}) must be (lowest, highest), got {lo_hi!r}")
+        add(key, v, lo_hi)
     table = pd.DataFrame(rows, columns=list(NUMBER_COLUMNS))
     table["value"] = pd.Series([r[1] for r in rows], dtype=object)  # ints stay ints (a page prints 3, not 3.0)
     dup = table["key"][table["key"].duplicated()]

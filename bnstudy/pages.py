@@ -112,6 +112,10 @@ def claims_items(prefix: str, claims: pd.DataFrame, clip: tuple | None = None) -
     Raises ``ValueError`` if ``claims`` lacks a claims table's columns."""
     from IPython.display import Markdown
 
+    if clip is not None and not (len(clip) == 2 and clip[0] <= clip[1]):
+        raise ValueError(f"glue_claims: clip must be (low, high) with low <= high, got {clip!r}")
+    if not isinstance(claims, pd.DataFrame):
+        raise ValueError(f"glue_claims needs a claims table (a DataFrame), got {type(claims).__name__}")
     missing = [c for c in ("key",) + CLAIM_FIELDS if c not in claims.columns]
     if missing:
         raise ValueError(f"glue_claims needs a claims table (bnstudy.inference.claims_table); missing {missing}")
@@ -145,6 +149,10 @@ def numbers_items(prefix: str, numbers: pd.DataFrame) -> list[tuple[str, object]
 
     Raises ``ValueError`` naming the rows if two rows would glue one name (an interval ``x`` beside a value
     ``x_mean``): the page would cite whichever came last."""
+    from .inference import NUMBER_COLUMNS
+    if not isinstance(numbers, pd.DataFrame) or set(NUMBER_COLUMNS) - set(numbers.columns):
+        raise ValueError(f"glue_numbers needs a numbers table (bnstudy.inference.numbers_table, columns "
+                         f"{list(NUMBER_COLUMNS)}), got {type(numbers).__name__}")
     out, owner, clashes = [], {}, []
     for r in numbers.itertuples(index=False):
         if r.n == r.n:

@@ -46,11 +46,16 @@ def verdict_md(claim) -> str:
     return f"**{claim.verdict}**"
 
 
-def claim_text(claim, digits: int = 3, clip: tuple = (-1.0, 1.0)) -> str:
+def claim_text(claim, digits: int = 3, clip: tuple | None = None) -> str:
     """A claims-table row in words, the same shape for every verdict kind: ``"-0.210 (-0.250 to -0.170; **routed
     head lower**)"``; without interval ends (too few seeds, an exact check) ``"-0.210 (**too few seeds**)"``.
-    ``clip``: what the quantity allows; the printed ends are cut to it (the estimate never is)."""
-    iv = Interval(float(claim.estimate), float(claim.low), float(claim.high), int(claim.n)).clipped(*clip)
+    ``clip``: ``(low, high)``, what the quantity allows (``(-1, 1)`` for a difference of accuracies); the printed
+    ends are cut to it (the estimate never is); ``None``: not cut."""
+    iv = Interval(float(claim.estimate), float(claim.low), float(claim.high), int(claim.n))
+    if clip is not None:
+        if not (len(clip) == 2 and clip[0] <= clip[1]):
+            raise ValueError(f"claim_text: clip must be (low, high) with low <= high, got {clip!r}")
+        iv = iv.clipped(*clip)
     if math.isnan(iv.low):
         return f"{iv.mean:.{digits}f} ({verdict_md(claim)})"
     return f"{iv.mean:.{digits}f} ({iv.low:.{digits}f} to {iv.high:.{digits}f}; {verdict_md(claim)})"
@@ -63,9 +68,11 @@ COUNT_PHRASES = {
                                                                           "{reference}"),
     "lower": ("shows {subject} below {reference} (a direction shown)",
               "show {subject} below {reference} (a direction shown)"),
-    "higher": ("shows {subject} above it", "show {subject} above it"),
+    "higher": ("shows {subject} above {it}", "show {subject} above {it}"),
     "not decided": ("is **not decided**", "are **not decided**"),
     "too few seeds": ("has **too few seeds**", "have **too few seeds**"),
+    "exact": ("is **exact, checked ==**", "are **exact, checked ==**"),
+    "not exact": ("is **not exact**", "are **not exact**"),
 }
 
 
@@ -78,11 +85,13 @@ def counts_text(claims: pd.DataFrame, noun: str, subject: str, reference: str, m
     claim is (``"router cells"``); ``subject`` / ``reference``: the two sides (``"a router"``, ``"the oracle"``).
     """
     counts = count_verdicts(claims, alpha) if len(claims) else {}
-    fill = dict(margin=margin, reference=reference, subject=subject)
+    # "above it" only where the reference was named just before (after a "below the oracle" count)
+    fill = dict(margin=margin, reference=reference, subject=subject,
+                it="it" if counts.get("lower", 0) else reference)
     named = [(counts.get(kind, 0), words[0 if counts.get(kind, 0) == 1 else 1].format(**fill))
              for kind, words in COUNT_PHRASES.items() if counts.get(kind, 0)]
     if not named:
-        return f"none of the {len(claims)} {noun} has two seeds to compare"
+        return f"none of the {len(claims)} {noun} can be counted" if len(claims) else f"there are no {noun}"
     (lead_n, lead_w), rest = named[0], [f"{n} {w}" for n, w in named[1:]]
     lead = f"{lead_n} of the {len(claims)} {noun} {lead_w}"
     return lead + (" and " + rest[0] if len(rest) == 1 else ", " + join(rest) if rest else "")

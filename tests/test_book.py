@@ -357,3 +357,22 @@ def test_glue_dump_and_compare_find_every_changed_value(tmp_path):
     assert main(["--glue-dump", str(a), str(tmp_path / "a.json")]) == 0
     assert main(["--glue-compare", str(tmp_path / "a.json"), str(a)]) == 0
     assert main(["--glue-compare", str(tmp_path / "a.json"), str(b)]) == 1
+
+
+def test_glue_tools_refuse_what_holds_no_glued_values(tmp_path, capsys):
+    """An empty folder, the source notebooks (not NN-name.ipynb), a notebook file or a missing path must not read as
+    "identical: 0 glued values"."""
+    from bnstudy.book import main
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "x.ipynb").write_text("{}")
+    for args in (["--glue-compare", str(tmp_path / "empty"), str(tmp_path / "empty")],
+                 ["--glue-compare", str(tmp_path / "x.ipynb"), str(tmp_path / "x.ipynb")],
+                 ["--glue-dump", str(tmp_path / "nope"), str(tmp_path / "out.json")],
+                 ["--glue-compare", str(tmp_path / "missing.json"), str(tmp_path / "missing.json")],
+                 ["--only"]):
+        with pytest.raises(SystemExit) as e:
+            main(args)
+        assert e.value.code == 2, args
+    err = capsys.readouterr().err
+    assert "no glued values" in err and "give a folder of executed notebooks" in err and "--only: name at least" in err
+    assert not (tmp_path / "out.json").exists()

@@ -118,7 +118,10 @@ def test_claim_text_has_one_shape_for_every_verdict_kind():
     few = decide(np.array([0.1]), "x")
     assert words.claim_text(few) == "0.100 (**too few seeds**)"
     wide = claims_table([decide(np.array([0.5, 1.5, 0.9]), "x")]).iloc[0]
-    assert "to 1.000;" in words.claim_text(wide)          # the printed end cut to what the quantity allows
+    assert "to 1.000;" in words.claim_text(wide, clip=(-1, 1))   # the printed end cut to what the quantity allows
+    assert "to 2.217;" in words.claim_text(wide)                  # not cut unless asked (the quantity's own range)
+    with pytest.raises(ValueError, match="clip must be"):
+        words.claim_text(wide, clip=(1, -1))
 
 
 def test_counts_text_counts_by_the_books_rule_and_names_only_kinds_that_occur():
@@ -153,3 +156,94 @@ def test_glue_chapter_refuses_a_name_glued_twice(monkeypatch):
     assert set(glued) == {n for n, _ in claims_items("ch09", cl)} | {"ch09_n", "ch09_answer"}
     with pytest.raises(ValueError, match="glued twice"):
         glue_chapter("ch09", cl, numbers_table(dict(chk_n=3)))
+
+
+# --- bad input, by kind (a new user's report: each silent or unclear case, fixed as a kind) -----------------------
+
+@pytest.mark.parametrize("question, message", [
+    (Question("x", "b", "ref", at=dict(shift=0.7)), r"question 'x': shift=0.7 does not occur in the table; its levels"),
+    (Question("x", "b", "ref", at=dict(shift="1.0")), r"shift='1.0' does not occur"),      # a text for a number
+    (Question("x", "b", "ref", at=dict(shift=(0.0, 9.0))), r"shift=9.0 does not occur"),
+    (Question("x", "zzz", "yyy"), r"question 'x': neither condition='zzz' nor condition='yyy' occurs"),
+    (Question("x_{shift}", "b", "ref", each=("shift",), at=dict(condition="a")), r"question 'x_0': neither condition='b' nor condition='ref' occurs"),
+    (Question("x", "b", "ref", at=dict(condition="min_positive")), r"'min_positive' needs a numeric column"),
+])
+def test_a_question_that_looks_where_the_rows_are_not_is_refused_naming_it(question, message):
+    with pytest.raises(ValueError, match=message):
+        ask(_rows(), [question])
+
+
+def test_an_optional_question_says_there_was_nothing_to_check_and_an_empty_table_asks_nothing():
+    t = ask(_rows(), [Question("two_tasks", "b", "ref", at=dict(shift=0.7), exact=0.0, optional=True),
+                      Question("gap", "b", "ref", at=dict(shift=0.7), optional=True)]).set_index("key")
+    assert list(t.kind) == ["too few seeds", "too few seeds"] and list(t.n) == [0, 0]  # never "not exact"
+    assert exact_check([], 0.0, "k").kind == "too few seeds"
+    empty = ask(_rows().iloc[:0], [Question("g_{shift}", "b", "ref", each=("shift",)), Question("h", "b", "ref")])
+    assert list(empty.key) == ["h"] and empty.kind.iloc[0] == "too few seeds"
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: Question("x", "b", "ref", at=dict(shift="Max")), ValueError, r"'Max' is not a selector"),
+    (lambda: Question("x", "b", "ref", at=dict(shift=np.array([1.0]))), ValueError, r"at\['shift'\] must be a level"),
+    (lambda: Question("x", "b", "ref", at=dict(shift=("max",))), ValueError, r"at\['shift'\] must be a level"),
+    (lambda: Question("x_{}", "b", "ref"), ValueError, r"key fields \[''\] are not in each"),
+    (lambda: Question("x_{a", "b", "ref"), ValueError, "not a valid format string"),
+    (lambda: Question("x", "b", "ref", margin=0), ValueError, r"question|Question 'x': margin must be a positive"),
+    (lambda: Question("x", "b", "ref", each=3), ValueError, "each must be a column name"),
+    (lambda: ask([_rows()], [Question("x", "b", "ref")]), TypeError, "tables must be a DataFrame"),
+    (lambda: ask(_rows(), [Question("x", "b", "ref", value="acc")]), KeyError, r"question 'x' reads columns \['acc'\]"),
+    (lambda: ask(_rows(), [Question("x", "b", "ref", by="cond")]), KeyError, r"reads columns \['cond'\]"),
+])
+def test_bad_questions_get_errors_that_name_the_question_and_the_parameter(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_a_column_given_as_a_string_is_one_column_and_bool_or_missing_levels_are_handled():
+    df = _rows().assign(flag=lambda d: d["shift"] > 0.2)
+    t = ask(df, [Question("x_{flag}", "b", "ref", each="flag", pair="seed", at=dict(shift=(0.0, 1.0)))])
+    assert list(t.key) == ["x_False", "x_True"]
+    with pytest.raises(ValueError, match=r"a missing value in \['level'\]"):
+        ask(df.assign(level=np.where(df["shift"] > 0.9, np.nan, 1.0)), [Question("x_{level}", "b", "ref",
+                                                                                  each=("level",))])
+
+
+def test_ask_agrees_with_scipys_paired_t_test_on_random_tables():
+    from scipy import stats
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        n = int(rng.integers(2, 15))
+        ref, cond = rng.normal(0.6, 0.1, n), None
+        cond = ref + rng.normal(rng.normal(0, 0.05), 0.05, n)
+        df = pd.DataFrame(dict(seed=np.r_[np.arange(n), np.arange(n)], condition=["c"] * n + ["r"] * n,
+                               accuracy=np.r_[cond, ref])).sample(frac=1, random_state=trial)
+        row = ask(df, [Question("x", "c", "r")]).iloc[0]
+        test = stats.ttest_rel(cond, ref)
+        lo, hi = test.confidence_interval(0.95)
+        assert row.n == n and row.estimate == pytest.approx(np.mean(cond - ref), abs=1e-12)
+        assert row.p == pytest.approx(test.pvalue, rel=1e-9) and (row.low, row.high) == pytest.approx((lo, hi))
+
+
+def test_numbers_tables_refuse_what_a_page_cannot_glue():
+    with pytest.raises(TypeError, match=r"'a' holds a NoneType"):
+        numbers_table(dict(a=None))
+    with pytest.raises(TypeError, match=r"holds a DataFrame"):
+        numbers_table(dict(a=pd.DataFrame()))
+    with pytest.raises(ValueError, match=r"key 'a b' must be letters"):
+        numbers_table({"a b": 1})
+    with pytest.raises(ValueError, match=r"bounds\('a'\) must be \(lowest, highest\)"):
+        numbers_table(dict(a=1.0), bounds=lambda key: (1.0, 0.0))
+    with pytest.raises(ValueError, match="needs a numbers table"):
+        numbers_items("x", {"a": 1})
+    with pytest.raises(ValueError, match="clip must be"):
+        claims_items("x", claims_table([exact_check([0.0], 0.0, "c")]), clip=(1, -1))
+
+
+def test_counts_text_names_the_reference_when_nothing_before_did_and_counts_checks():
+    fam = Family(3)
+    up = claims_table([decide(np.array([0.3, 0.31, 0.29, 0.3]) + i, f"u{i}", family=fam) for i in range(3)])
+    assert words.counts_text(up, "cells", "a router", "the oracle", 0.02) == \
+        "3 of the 3 cells show a router above the oracle"
+    checks = claims_table([exact_check([0.0], 0.0, "a"), exact_check([1.0], 0.0, "b")])
+    assert words.counts_text(checks, "checks", "", "", 0.02) == \
+        "1 of the 2 checks is **exact, checked ==** and 1 is **not exact**"

@@ -40,6 +40,7 @@ class Toy(ChapterConfig):
     (dict(shuffle=1), "shuffle must be True or False, got 1"),
     (dict(kind=3), "kind must be a string, got 3"),
     (dict(seeds=1), "seeds must name at least 2 seeds"),
+    (dict(batches=(1, 1)), "batches must not repeat a value, got [1, 1]"),
 ])
 def test_each_value_is_checked_against_its_defaults_type_and_the_rules(override, message):
     with pytest.raises(ValueError) as e:

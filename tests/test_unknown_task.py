@@ -672,3 +672,15 @@ def test_printed_numbers_clip_intervals_to_the_quantitys_range():
     g = dict(numbers_items("ch06", h))
     assert g["ch06_route_strong_b1_k2_nearest_first_ci_high"] == 1.0 and g["ch06_train_task_a_k2_ci_low"] == -1.0
     assert number(h, "train_task_a_k2").low == -1.2  # the numbers table keeps the raw intervals
+
+
+def test_a_missing_task_value_drops_its_seed_and_a_repeated_row_is_refused():
+    """A task's NaN must not average the condition over fewer tasks than the oracle (the seed is left out), and a
+    repeated run must not be averaged away (a new user's report; every comparison of the page reads seed_means)."""
+    df = _table()
+    full = findings.claims(df).set_index("key")
+    hit = (df.seed == 0) & (df.task == "B") & (df.condition == "train_mode")
+    nan = findings.claims(df.assign(accuracy=df.accuracy.mask(hit))).set_index("key")
+    assert nan.loc["train_vs_oracle_k2", "n"] == full.loc["train_vs_oracle_k2", "n"] - 1
+    with pytest.raises(ValueError, match="repeated .* rows"):
+        findings.claims(pd.concat([df, df.iloc[:3]]))
