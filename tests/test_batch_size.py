@@ -824,3 +824,27 @@ def test_restat_and_large_batch_notes_flip_with_their_numbers():
     text = notes(findings.NOTES, claims, inference.with_numbers(f, dict(n_break_above=3)))["large_batch"]
     assert text.startswith("Above the reference batch size of 32, 3 strategy and target pairs are shown to break")
     assert "lose accuracy" in text
+
+
+def test_per_seed_means_drop_a_seed_with_a_missing_run_and_refuse_repeated_rows():
+    """``replaced_before`` and ``deepest_noisiest`` aggregate within a seed (over runs / over layers) before the
+    interval or the verdict: a missing value drops that seed (it is not averaged or maximised over fewer runs or
+    layers), and a repeated row is refused rather than merged."""
+    df = _table(_acc, seeds=range(4), strategies=("to_layer",))
+    df["task_a_before"] = 0.3 + 0.1 * df["seed"] + 0.01 * (df["target_name"] == "shifted")
+    df.loc[(df.seed == 0) & (df.target_name == "shifted") & (df.batch_size == 8), "task_a_before"] = math.nan
+    m = findings._seed_means(df, "task_a_before")
+    assert math.isnan(m.loc[0]) and m.loc[1:].values == pytest.approx([0.405, 0.505, 0.605])
+    iv = inference.t_interval(m)
+    assert iv.n == 3 and iv.mean == pytest.approx(0.505)  # seed 0 left out, not averaged over 5 of its 6 runs
+    with pytest.raises(ValueError, match=r"repeated \(seed, target_name, strategy, batch_size\) rows"):
+        findings._seed_means(pd.concat([df, df.iloc[[3]]]), "task_a_before")
+
+    nt = pd.DataFrame([dict(seed=s, layer=l, batch_size=2, var_mean_rel=v)
+                       for s in range(4) for l, v in ((0, 0.04), (1, 0.09), (2, 0.16))])
+    nt.loc[(nt.seed == 1) & (nt.layer == 1), "var_mean_rel"] = math.nan  # else layer 0 would stand in for it
+    d = findings._deepest_minus_others(nt)
+    assert math.isnan(d.loc[1]) and d.drop(1).values == pytest.approx([0.1] * 3)
+    assert findings._decide(d, "deepest_noisiest", "noise", inference.Family(1)).n == 3
+    with pytest.raises(ValueError):
+        findings._deepest_minus_others(pd.concat([nt, nt.iloc[[0]]]))

@@ -1085,3 +1085,22 @@ def test_flip_the_separate_stats_note():
 ])
 def test_flip_the_reference_reading_note(gap_ref, want):
     assert _notes(sweep=sweep_table(gap_ref=gap_ref))["reference_reading"] == want
+
+
+def test_buffer_per_seed_largest_drops_a_seed_with_a_missing_layer_and_refuses_repeated_rows():
+    """Each seed's largest change over layers feeds the criteria and the intervals: a layer's NaN drops that seed
+    (not the largest over the remaining layers, which would bias it down), and a repeated (seed, layer) row is
+    refused rather than merged."""
+    b = buffers()
+    b.loc[(b.seed == 0) & (b.layer == "block 1"), "mean_shift_sd"] = math.nan  # block 2 (1.0) would stand in
+    n = Numbers(findings.buffer_findings(b))
+    assert n.mean_shift.n == 2 and n.mean_shift.mean == pytest.approx(3.5) and n.mean_shift_min == 3.0
+    c = findings.buffer_claims(b).set_index("key")
+    assert c.loc["shift_most", "n"] == 2 and c.loc["shift_block_1", "n"] == 2 and c.loc["shift_block_2", "n"] == 3
+    assert c.loc["var_most", "n"] == 3
+    for f in (findings.buffer_findings, findings.buffer_claims):
+        with pytest.raises(ValueError, match=r"repeated \(seed, layer\) rows"):
+            f(pd.concat([buffers(), buffers().iloc[[1]]]))
+    d = drift_targets()
+    with pytest.raises(ValueError, match=r"repeated \(seed, layer, step, target\) rows"):
+        findings.drift_check(pd.concat([d, d.iloc[[4]]]), 0.1, 25)

@@ -510,15 +510,29 @@ def _n_small_beats_large(df: pd.DataFrame, small: int, large: int, alpha: float 
     return int(sum(bool(a < alpha) and m > 0 for a, m in zip(adj, means))), len(ps)
 
 
+def _seed_means(d: pd.DataFrame, column: str) -> pd.Series:
+    """Per seed the mean of ``column`` over its (target, strategy, batch size) runs. A run's missing value (NaN)
+    makes its seed's mean NaN (the interval leaves that seed out) instead of averaging over fewer runs; a repeated
+    (seed, target_name, strategy, batch_size) row raises ``ValueError`` (a mean would hide it)."""
+    keys = ["seed", "target_name", "strategy", "batch_size"]
+    dup = d.duplicated(keys)
+    if dup.any():
+        raise ValueError(f"batch_size findings: {int(dup.sum())} repeated ({', '.join(keys)}) rows, e.g. "
+                         f"{d.loc[dup, keys].iloc[0].to_dict()}; give each run once")
+    return d.groupby("seed")[column].mean(skipna=False)
+
+
 def _deepest_minus_others(nt: pd.DataFrame) -> pd.Series:
     """Per seed, at the smallest noise batch size: the deepest layer's relative standard deviation of the batch
-    mean (``sqrt(var_mean_rel)``) minus the largest of the other layers' (empty with one layer)."""
+    mean (``sqrt(var_mean_rel)``) minus the largest of the other layers' (empty with one layer). A seed with a layer's value
+    missing (NaN, or no row) gets NaN; a repeated (seed, layer) row raises ``ValueError`` (``DataFrame.pivot``)."""
     n2 = nt[nt.batch_size == nt.batch_size.min()]
     piv = n2.assign(rel=np.sqrt(n2.var_mean_rel)).pivot(index="seed", columns="layer", values="rel")
     if piv.shape[1] < 2:
         return pd.Series(dtype=float)
     deepest = piv.columns.max()
-    return piv[deepest] - piv.drop(columns=deepest).max(axis=1)
+    # a layer's NaN makes its seed's value NaN (the engine leaves that seed out), not the largest over fewer layers
+    return piv[deepest] - piv.drop(columns=deepest).max(axis=1, skipna=False)
 
 
 def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
@@ -704,7 +718,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         norm = df.strategy.map(STRATEGY_NORM)
         src = {n: float(g.groupby("seed")["source_task_a_accuracy"].first().mean())
                for n, g in df.groupby(norm, sort=True)}
-    replaced = {s: t_interval(df[df.strategy == s].groupby("seed")["task_a_before"].mean())
+    replaced = {s: t_interval(_seed_means(df[df.strategy == s], "task_a_before"))
                 for s in ("to_group", "to_layer") if "task_a_before" in df and s in strategies}
     near = near_chance_cells(df, chance, alpha)
     n_small, n_pairs = _n_small_beats_large(df, sb, lb, alpha)

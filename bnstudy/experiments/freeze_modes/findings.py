@@ -635,26 +635,42 @@ def _criteria(per_seed: pd.DataFrame, key: str, family: Family) -> list:
 _BUFFER_COLUMNS = ["mean_shift_sd", "log_var_ratio"]
 
 
+def _check_buffer_rows(buffers: pd.DataFrame, who: str) -> None:
+    """Raises ``ValueError`` for a repeated ``(seed, layer)`` row: the per-seed largest would hide it."""
+    dup = buffers.duplicated(["seed", "layer"])
+    if dup.any():
+        raise ValueError(f"{who}: {int(dup.sum())} repeated (seed, layer) rows, e.g. "
+                         f"{buffers.loc[dup, ['seed', 'layer']].iloc[0].to_dict()}; give each seed's layer once")
+
+
+def _largest_per_seed(buffers: pd.DataFrame) -> pd.DataFrame:
+    """Per seed the largest of :data:`_BUFFER_COLUMNS` over its rows (layers). A layer's missing value (NaN) makes
+    its seed's largest NaN, so the engine leaves that seed out instead of taking the largest over fewer layers."""
+    return buffers.groupby("seed")[_BUFFER_COLUMNS].max(skipna=False)
+
+
 def buffer_claims(buffers: pd.DataFrame) -> pd.DataFrame:
     """Finding 2's buffer criteria as verdicts (:func:`bnstudy.inference.decide` on the per-seed value minus the
     criterion), one family ``"criteria"`` (2 per layer, and 2 for the most-moved layer): keys ``shift_block_<i>``
     (largest mean shift - :data:`MEAN_SHIFT_SD`; "above 1 SD" / "below 1 SD") and ``var_block_<i>`` (largest |log
     variance ratio| - ``log(VAR_FACTOR)``; "above a factor 2" / "below a factor 2"), and ``shift_most`` /
-    ``var_most`` for the most-moved layer (each seed's largest over layers). Raises ``ValueError`` for an empty
-    table."""
+    ``var_most`` for the most-moved layer (each seed's largest over layers; a layer's NaN leaves its seed out).
+    Raises ``ValueError`` for an empty table or a repeated (seed, layer) row."""
     if buffers.empty:
         raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
+    _check_buffer_rows(buffers, "buffer_claims")
     layers = list(buffers.groupby("layer"))
     fam = Family(2 * len(layers) + 2)
     return _decided("criteria", [c for layer, g in layers
-                                 for c in _criteria(g.groupby("seed")[_BUFFER_COLUMNS].max(), _slug(layer), fam)]
-                    + _criteria(buffers.groupby("seed")[_BUFFER_COLUMNS].max(), "most", fam))
+                                 for c in _criteria(_largest_per_seed(g), _slug(layer), fam)]
+                    + _criteria(_largest_per_seed(buffers), "most", fam))
 
 
 def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, contrast: float | None = None
                     ) -> pd.DataFrame:
     """How far ``train_mode``'s running statistics moved, on scales that do not depend on the layer's units, a
-    numbers table from :func:`buffer_table` (raises ``ValueError`` for an empty table).
+    numbers table from :func:`buffer_table` (raises ``ValueError`` for an empty table or a repeated (seed, layer)
+    row; a layer's NaN leaves its seed out of the per-seed values).
 
     Per seed the largest value over layers and channels: ``mean_shift`` (running_mean change in task A's running
     standard deviations) and ``log_var`` (``|log(var1 / var0)|``), 95% intervals over seeds; ``var_factor`` =
@@ -667,7 +683,8 @@ def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, con
     """
     if buffers.empty:
         raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
-    per_seed = buffers.groupby("seed")[_BUFFER_COLUMNS].max()
+    _check_buffer_rows(buffers, "buffer_findings")
+    per_seed = _largest_per_seed(buffers)
     check = math.nan
     if main is not None:
         tm = main[main["mode"] == "train_mode"].set_index("seed")
@@ -758,7 +775,7 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
                 n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES,
                 engine: pd.DataFrame | None = None) -> pd.DataFrame:
     """The drift check with task B's population mean estimated from many batches (:func:`sweep_drift_table`, both
-    targets needed, else ``ValueError``), a numbers table.
+    targets needed, else ``ValueError``; a repeated (seed, layer, step, target) row also raises), a numbers table.
 
     ``last_step``: the last recorded step above the noise floor (:func:`drift_findings`' ``last_step``).
     ``engine``: the engine's own drift measurement, :func:`drift_table` of the main run (a saved table's rows:
@@ -782,6 +799,10 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
     """
     if not {"engine", "precise"} <= set(drift["target"]):
         raise ValueError(f"drift_check needs targets 'engine' and 'precise', got {sorted(set(drift['target']))}")
+    dup = drift.duplicated(["seed", "layer", "step", "target"])
+    if dup.any():  # pivot_table would average them into one value
+        raise ValueError(f"drift_check: {int(dup.sum())} repeated (seed, layer, step, target) rows, e.g. "
+                         f"{drift.loc[dup, ['seed', 'layer', 'step', 'target']].iloc[0].to_dict()}; give each once")
     piv = drift.pivot_table(index=["seed", "layer", "step"], columns="target", values="weight")
     at12 = piv.xs(12, level="step")
     bias = {l: t_interval(g["engine"] - g["precise"]) for l, g in at12.groupby(level="layer")}
