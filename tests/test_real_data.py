@@ -670,3 +670,17 @@ def test_off_line_is_at_the_books_resolution():
     from bnstudy.inference import at_resolution
     v = np.array([90 / 300, 0.1 + 0.2])
     assert findings._off_line(v, 0.3).tolist() == at_resolution(v - 0.3).tolist() == [0.0, 0.0]
+
+
+def test_a_seed_missing_a_condition_gets_no_rho_and_a_repeated_run_is_refused():
+    """A per-seed rank correlation over fewer conditions than the other seeds' is not comparable with theirs: that
+    seed is left out (NaN), whether the condition's rows are missing or its mismatch is (a new user's report's kind:
+    per-seed aggregation that hides a missing sub-unit)."""
+    df = _table(True)
+    full = findings.per_seed_rho(df)["rho"]
+    gone = df[~((df.seed == 1) & (df.corruption == "blur") & (df.severity == 1))]
+    rho = findings.per_seed_rho(gone).set_index("seed")["rho"]
+    assert np.isnan(rho.loc[1]) and rho.drop(1).tolist() == pytest.approx(full.drop(1).tolist())
+    nan = df.copy()
+    nan.loc[(nan.seed == 2) & (nan.corruption == "blur") & (nan.severity == 1), "mismatch_kl"] = np.nan
+    assert np.isnan(findings.per_seed_rho(nan).set_index("seed").loc[2, "rho"])

@@ -297,6 +297,9 @@ def test_paired_effects_compute_cost_and_benefit_within_each_seed_and_shift():
         findings.paired_effects(_runs(), pinned="train_mode")
     with pytest.raises(ValueError, match="all_eval"):
         findings.paired_effects(_runs(), pinned="all_eval")
+    runs = _runs()
+    with pytest.raises(ValueError, match=r"1 repeated \(seed, .*mode\) rows"):   # a run given twice
+        findings.paired_effects(pd.concat([runs, runs.iloc[:1]]))
 
 
 def test_mode_effects_measure_gain_against_the_pinned_run_of_the_same_seed():

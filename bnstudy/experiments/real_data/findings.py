@@ -133,10 +133,23 @@ def condition_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def per_seed_rho(df: pd.DataFrame) -> pd.DataFrame:
     """Per (network, seed): Spearman's rho over the conditions of that seed's mismatch and cost
-    (:func:`bnstudy.inference.rank_correlation`; NaN with fewer than 4 conditions or a constant column)."""
+    (:func:`bnstudy.inference.rank_correlation`; NaN with fewer than 4 conditions or a constant column).
+
+    A seed that lacks one of its network's conditions, or has a missing mismatch or cost in one, gets NaN (the
+    paired analysis then leaves it out) rather than a rho over fewer conditions than the other seeds'; a repeated
+    (network, seed, condition) row raises ``ValueError``."""
     e = effects(df)
-    recs = [dict(network=net, seed=seed, rho=rank_correlation(g["mismatch_kl"], g["cost"])[0])
-            for (net, seed), g in e.groupby(["network", "seed"], sort=False)]
+    cell = [c for c in _CELL if c in e.columns and c != "network"]
+    dup = e.duplicated(["network", "seed", *cell])
+    if dup.any():
+        raise ValueError(f"per_seed_rho: {int(dup.sum())} repeated (network, seed, {', '.join(cell)}) rows; "
+                         f"give each run once")
+    n_cond = e.groupby("network", sort=False)[cell].apply(lambda g: len(g.drop_duplicates())) if cell else None
+    recs = []
+    for (net, seed), g in e.groupby(["network", "seed"], sort=False):
+        complete = g[["mismatch_kl", "cost"]].notna().all(axis=None) and (n_cond is None or len(g) == n_cond[net])
+        recs.append(dict(network=net, seed=seed,
+                         rho=rank_correlation(g["mismatch_kl"], g["cost"])[0] if complete else float("nan")))
     return pd.DataFrame(recs, columns=["network", "seed", "rho"])
 
 

@@ -55,10 +55,14 @@ def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFr
     ``cost = task_a_after(pinned) - task_a_after(train_mode)``, ``benefit = task_b(train_mode) -
     task_b(pinned)``, ``net = benefit - cost`` (accuracy fractions; positive net means drifting
     pays), the accuracies behind them, and the ``train_mode`` row's columns that are constant across
-    modes (mismatch, line flags). Raises ``ValueError`` if ``pinned`` is not a pinned mode or no pair exists.
+    modes (mismatch, line flags). Raises ``ValueError`` if ``pinned`` is not a pinned mode, no pair exists, or a run
+    is repeated.
     """
     check_choice("pinned", pinned, PINNED_MODES)
     keys = [k for k in PAIR_KEYS if k in df.columns]
+    dup = df[df["mode"].isin(["train_mode", pinned])].duplicated([*keys, "mode"])
+    if dup.any():  # a repeated run would pair twice (or pick one silently): each point's runs once
+        raise ValueError(f"paired_effects: {int(dup.sum())} repeated ({', '.join(keys)}, mode) rows; give each run once")
     tm = df[df["mode"] == "train_mode"].set_index(keys)
     pn = df[df["mode"] == pinned].set_index(keys)
     both = tm.index.intersection(pn.index)
