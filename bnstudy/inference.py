@@ -671,12 +671,13 @@ def _question_values(q: Question, sel: pd.DataFrame, condition, table_rows: int 
                               else q.pair[0])
 
 
-def ask(tables, questions: Iterable[Question], alpha: float = 0.05) -> pd.DataFrame:
+def ask(tables, questions: Iterable[Question], alpha: float = 0.05, family: str | None = None) -> pd.DataFrame:
     """A chapter's claims table (:func:`claims_table`) from its questions as data: every comparison of
     ``questions`` (each :class:`Question` expanded over the levels of its ``each`` columns, in sorted order) is a
     member of one :class:`Family` at ``alpha`` (``m`` = their number: Bonferroni intervals, equivalence at
     ``alpha / m``, Holm-adjusted p), decided by :func:`decide`; the exact checks follow, by
-    :func:`exact_check`. ``tables``: a DataFrame (the table ``"main"``) or ``{name: DataFrame}``.
+    :func:`exact_check`. ``tables``: a DataFrame (the table ``"main"``) or ``{name: DataFrame}``. ``family``: the
+    family's name, put in a first column ``family`` (:func:`claims_table`).
 
     A new condition or level in the rows needs no code: a question whose ``each`` ranges over it asks it too.
     Raises ``KeyError`` for a table or column the questions name that is missing, ``ValueError`` for a
@@ -726,7 +727,7 @@ def ask(tables, questions: Iterable[Question], alpha: float = 0.05) -> pd.DataFr
     fam = Family(max(len(comparisons), 1), alpha)
     words = lambda q: dict(higher=f"{q.words} higher".strip(), lower=f"{q.words} lower".strip())  # noqa: E731
     claims = [decide(v, key, margin=q.margin, family=fam, **words(q)) for q, key, v in comparisons]
-    return claims_table(claims + [exact_check(v, q.exact, key) for q, key, v in checks])
+    return claims_table(claims + [exact_check(v, q.exact, key) for q, key, v in checks], family=family)
 
 
 # --- the numbers table: a chapter's descriptive numbers, flat (issue 33: no records) -------------------------------

@@ -22,20 +22,15 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
-import re
 from collections import Counter
 
 import pandas as pd
 
-from .inference import Interval
+from .inference import Interval, _slug  # one slug rule for glue keys and numbers-table keys
 
 
 #: A glued string of at most this many words is a verdict and rendered bold; a longer one is prose, glued plain.
 BOLD_MAX_WORDS = 6
-
-
-def _slug(v) -> str:
-    return re.sub(r"[^0-9a-zA-Z]+", "_", str(v)).strip("_").lower()
 
 
 def glue_items(key: str, value) -> list[tuple[str, object]]:

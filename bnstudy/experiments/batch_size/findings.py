@@ -218,9 +218,7 @@ def _asked(name: str, tables, questions, alpha: float = ALPHA, at: dict | None =
     ``questions`` with the run's levels ``at`` added to their selections and the fields ``fill`` (e.g. the
     contenders present as ``condition``) replaced."""
     qs = [dataclasses.replace(q, at={**q.at, **(at or {})}, **(fill or {})) for q in questions]
-    out = ask(tables, qs, alpha)
-    out.insert(0, "family", name)
-    return out
+    return ask(tables, qs, alpha, family=name)
 
 
 def _family(name: str, items: dict, words: str, alpha: float = ALPHA) -> pd.DataFrame:

@@ -116,9 +116,7 @@ def _decided(family: str, claims) -> pd.DataFrame:
 
 def _asked(family: str, tables: dict, questions) -> pd.DataFrame:
     """:func:`bnstudy.inference.ask`'s claims table of ``questions`` (one family), column ``family`` first."""
-    out = ask(tables, questions, ALPHA)
-    out.insert(0, "family", family)
-    return out
+    return ask(tables, questions, ALPHA, family=family)
 
 
 def family(claims: pd.DataFrame, name: str) -> pd.DataFrame:
