@@ -31,20 +31,20 @@ venv: $(STAMP)
 # error); tables and figures go to results/ and figures/. PROFILE=release (default): each page analyses the release's rows.
 chapters: $(STAMP)
 ifeq ($(PROFILE),release)
-	$(PY) -m bnstudy.book --release
+	$(PY) -m bnstudy.study.book --release
 else
-	$(PY) -m bnstudy.book --profile $(PROFILE)
+	$(PY) -m bnstudy.study.book --profile $(PROFILE)
 endif
 
 # Recompute the data release at the full profile (hours for all chapters on two cores; CHAPTERS=03,04 for some;
 # resumable: finished runs are in the run cache). Rewrites release/ tables, units and manifest.json.
 release: $(STAMP)
-	$(PY) -m bnstudy.release compute --chapters $(CHAPTERS) $(if $(N_JOBS),--n-jobs $(N_JOBS))
+	$(PY) -m bnstudy.study.release compute --chapters $(CHAPTERS) $(if $(N_JOBS),--n-jobs $(N_JOBS))
 
 # Recompute UNITS seeded random units per chapter from an empty cache and compare every column with ==.
 # RECORD=1 writes the verification into release/manifest.json (the date the pages' run lines cite).
 verify-release: $(STAMP)
-	$(PY) -m bnstudy.release verify --chapters $(CHAPTERS) --units $(UNITS) $(if $(N_JOBS),--n-jobs $(N_JOBS)) $(if $(RECORD),--record)
+	$(PY) -m bnstudy.study.release verify --chapters $(CHAPTERS) --units $(UNITS) $(if $(N_JOBS),--n-jobs $(N_JOBS)) $(if $(RECORD),--record)
 
 # Build the HTML from the executed notebooks (the book's root is the top level: _config.yml, _toc.yml); warnings
 # are errors.
@@ -54,7 +54,7 @@ book: chapters
 
 # The README's "What the chapters find", made from the built book's front page (run after `make book`).
 readme: $(STAMP)
-	$(PY) -m bnstudy.book --readme
+	$(PY) -m bnstudy.study.book --readme
 
 # The whole suite on TEST_WORKERS processes (pytest-xdist; default: one per core): each book is built once, on one
 # worker, with the tests that read it (tests/conftest.py's xdist groups). Prints the 15 slowest tests.

@@ -1,6 +1,6 @@
 """Engine benchmark: one workload done four ways, side by side, in one run; then the chapters' cold-cache times.
 
-Workload: chapter 1's runs (:class:`bnstudy.config.RunConfig` defaults) on ``--seeds`` seeds: one stage-1 training
+Workload: chapter 1's runs (:class:`bnstudy.study.config.RunConfig` defaults) on ``--seeds`` seeds: one stage-1 training
 per seed and one stage-2 run per (seed, freeze mode). Compared, each from scratch:
 
 * naive  - the loop most PyTorch code would write first: one run at a time, fresh samples produced one by one by
@@ -10,7 +10,7 @@ per seed and one stage-2 run per (seed, freeze mode). Compared, each from scratc
            every step, torch's default intra-op threads;
 * engine before issue 9 - the same with every mode's full forward (``engine.SHARE_FEATURES = False``) on the
            stream: what the engine did before issue 9 (measured in-process, so only with ``--cores 1``);
-* engine (stream) - ``bnstudy.engine.transfer_sweep`` with ``train_size=None`` (an endless stream of fresh
+* engine (stream) - ``bnstudy.study.engine.transfer_sweep`` with ``train_size=None`` (an endless stream of fresh
            samples, the engine before issue 9): joblib processes, one torch thread each, the modes of a seed in
            lockstep, channels-last where it pays, shared per-step backbone forwards for eval-mode backbones;
 * engine (stream) is the engine as the book runs it today (``RunConfig``'s default ``train_size=None``);
@@ -48,11 +48,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from bnstudy import engine
-from bnstudy.config import Execution, RunConfig
-from bnstudy.models import Classifier, ConvBackbone, make_head
-from bnstudy.modes import MODE_NAMES, TransferModel, get_mode
-from bnstudy.tasks import eval_set, generator, make_task, train_set
+from bnstudy.study import engine
+from bnstudy.study.config import Execution, RunConfig
+from bnstudy.study.models import Classifier, ConvBackbone, make_head
+from bnstudy.study.modes import MODE_NAMES, TransferModel, get_mode
+from bnstudy.study.tasks import eval_set, generator, make_task, train_set
 
 CHAPTERS = ("freeze_modes", "eval_traps", "shift_strength")
 
@@ -165,9 +165,9 @@ def chapter_times(profile: str, n_jobs: int | None) -> pd.DataFrame:
     """Each chapter's ``run(make_config(profile))`` in a fresh run cache: wall seconds and runs."""
     recs = []
     for name in CHAPTERS:
-        mod = importlib.import_module(f"bnstudy.experiments.{name}")
+        mod = importlib.import_module(f"bnstudy.study.experiments.{name}")
         if hasattr(mod, "__path__"):  # a chapter folder: what is trained is its run module
-            mod = importlib.import_module(f"bnstudy.experiments.{name}.run")
+            mod = importlib.import_module(f"bnstudy.study.experiments.{name}.run")
         with tempfile.TemporaryDirectory() as cache:
             t0 = time.perf_counter()
             df = mod.run(mod.make_config(profile), Execution(cache_dir=cache, n_jobs=n_jobs, progress=False))
@@ -188,8 +188,8 @@ def sharing_ratios(steps: int = 100) -> pd.DataFrame:
     Rows are ``==`` in every case (tests/test_engine.py, tests/test_real_data.py, tests/test_batch_size.py); only
     time differs.
     """
-    from bnstudy.data import corrupted_task_b, digits_tasks, normalise, pixel_statistics
-    from bnstudy.experiments.real_data import run as rd
+    from bnstudy.study.data import corrupted_task_b, digits_tasks, normalise, pixel_statistics
+    from bnstudy.study.experiments.real_data import run as rd
     torch.set_num_threads(1)
     recs = []
     heads = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln")
@@ -231,9 +231,9 @@ def sharing_ratios(steps: int = 100) -> pd.DataFrame:
 def ch5_group_ratio(samples: int = 1024, batch_sizes=(2, 4, 8, 16, 32, 64, 128, 256),
                     strategies=("stats_frozen", "adabn", "bn_train", "group_pretrained")) -> dict:
     """Chapter 5's fine-tuning group of one seed and target (``strategies`` x ``batch_sizes``, ``samples`` per run,
-    the full profile's other settings) with the draws shared (:class:`bnstudy.engine.FinetuneData`) against every
+    the full profile's other settings) with the draws shared (:class:`bnstudy.study.engine.FinetuneData`) against every
     run drawing its own; 1 thread, CPU seconds. Rows are ``==`` (tests/test_batch_size.py)."""
-    from bnstudy.config import FinetuneConfig, SourceConfig, STRATEGY_NORM
+    from bnstudy.study.config import FinetuneConfig, SourceConfig, STRATEGY_NORM
     torch.set_num_threads(1)
     srcs = {n: engine.train_source(SourceConfig(seed=0, norm=n, stage1_steps=20)) for n in ("batch", "group")}
     cfgs = [FinetuneConfig(seed=0, stage1_steps=20, norm=STRATEGY_NORM[st], strategy=st, batch_size=b,

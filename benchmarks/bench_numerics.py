@@ -1,8 +1,8 @@
 """What the kernel pin costs (issue 32): one workload under pinned and under native kernels, alternated, in one run.
 
-Workload: chapter 1's runs (:class:`bnstudy.config.RunConfig` defaults, ``--steps`` stage-2 steps) on ``--seeds``
+Workload: chapter 1's runs (:class:`bnstudy.study.config.RunConfig` defaults, ``--steps`` stage-2 steps) on ``--seeds``
 seeds, each computed from an empty run cache in a fresh Python process (the pin must be set before torch's first
-operation, :mod:`bnstudy.numerics`), one worker process of one torch thread, so the two settings compete for the
+operation, :mod:`bnstudy.study.numerics`), one worker process of one torch thread, so the two settings compete for the
 machine the same way. Each setting runs ``--repeats`` times, alternating (pinned, native, pinned, ...); the table
 gives each run's wall time, the medians and the ratio pinned / native of the medians.
 
@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 _CHILD = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, sys.argv[1])
-    from bnstudy import engine, numerics
-    from bnstudy.config import Execution, RunConfig
-    from bnstudy.modes import MODE_NAMES
+    from bnstudy.study import engine, numerics
+    from bnstudy.study.config import Execution, RunConfig
+    from bnstudy.study.modes import MODE_NAMES
     steps, seeds, cache = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     cfgs = [RunConfig(seed=s, mode=m, steps=steps) for s in range(seeds) for m in MODE_NAMES]
     t = time.perf_counter()

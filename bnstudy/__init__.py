@@ -1,9 +1,10 @@
 """bnstudy: what batch normalization does when you freeze, fine-tune and transfer networks.
 
 The practitioner's library, the front door (it needs only torch and numpy; a table it returns needs pandas).
-Beside it, the book's study machinery, imported from its own modules and installed with ``bnstudy[study]``:
-``bnstudy.config``, ``engine``, ``sweep``, ``tasks``, ``models``, ``modes`` (the four freeze modes:
-``MODES``, ``TransferModel``), ``banks``, ``routing``, ``inference`` and ``experiments`` (one folder per chapter: ``run``, ``findings``, ``figures``).
+Beside it, in its own subpackage ``bnstudy.study`` (installed with ``bnstudy[study]``; ``import bnstudy`` never loads
+it), the book's study machinery: ``config``, ``engine``, ``sweep``, ``tasks``, ``models``, ``modes`` (the four freeze
+modes: ``MODES``, ``TransferModel``), ``banks``, ``routing``, ``inference``, ``words``, ``pages``, the release and book
+runner, and ``experiments`` (one folder per chapter: ``run``, ``findings``, ``figures``).
 
 
 * **freeze** so that it stays frozen: :func:`pin_eval` (eval mode that survives ``model.train()``;

@@ -8,7 +8,7 @@ own statistics and overwrites the buffers::
     running_var  <- (1 - momentum) * running_var  + momentum * batch_var (unbiased)
 
 (PyTorch's convention; Ioffe & Szegedy, 2015). The book's four freeze modes are
-in :mod:`bnstudy.modes` (re-exported here).
+in :mod:`bnstudy.study.modes` (re-exported here).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-# The book's freeze modes live in bnstudy.modes, the norm-layer rules in bnstudy.norms (one import path per name).
+# The book's freeze modes live in bnstudy.study.modes, the norm-layer rules in bnstudy.norms (one import path per name).
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
 from .norms import (PRECISE_MARK, has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
                     keeps_running_stats, statistics_source, updates_running_stats)

@@ -453,7 +453,7 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
     when they do not.
 
     ``model``: any module with BN layers (single-replica: for a packed
-    :class:`bnstudy.models.ConvBackbone` the channels of all replicas would be
+    :class:`bnstudy.study.models.ConvBackbone` the channels of all replicas would be
     averaged together unless ``per_channel=True``). ``batches``: an iterable of
     valid inputs of ``model``, e.g. a few ``(B, 3, H, W)`` batches of the new
     data, or a DataLoader of ``(x, y)`` pairs or dicts (``input_fn`` picks the
@@ -712,7 +712,7 @@ def replace_norm(model: nn.Module, kind: str, num_groups: int | None = None) -> 
     """Replace every BatchNorm in ``model`` by a per-sample norm; returns the converted module.
 
     ``kind="group"``: GroupNorm (Wu & He, 2018) with ``num_groups`` groups (default
-    ``gcd(8, C)``, what :func:`bnstudy.models.make_norm2d` builds, so a converted
+    ``gcd(8, C)``, what :func:`bnstudy.study.models.make_norm2d` builds, so a converted
     backbone has the architecture of one pretrained with ``norm="group"``).
     ``kind="layer"``: GroupNorm with one group, i.e. LayerNorm over every dimension but
     the batch (``(C, H, W)`` for BatchNorm2d inputs, ``(C,)`` for BatchNorm1d on ``(N, C)``,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-# The book's runs compute under pinned CPU kernels (bnstudy.numerics, issue 32): set before torch's first operation in
+# The book's runs compute under pinned CPU kernels (bnstudy.study.numerics, issue 32): set before torch's first operation in
 # the test process, whichever test module is collected first.
-from bnstudy import numerics
+from bnstudy.study import numerics
 
 numerics.apply_pin()
 
@@ -89,7 +89,7 @@ def quick_rebuild(built_book, tmp_path_factory):
     import re
     from types import SimpleNamespace
 
-    from bnstudy import book, report
+    from bnstudy.study import book, report
 
     root, done = built_book[0], {}
 
@@ -119,7 +119,7 @@ def cache_dir(tmp_path):
 
 
 def _copy_book_sources(root: Path) -> None:
-    from bnstudy.book import book_sources
+    from bnstudy.study.book import book_sources
 
     for p in book_sources():
         if p.is_dir():
@@ -136,9 +136,9 @@ def _jupyter_book_build(root: Path):
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory):
     """Every chapter executed (quick profile, empty cache) and the book built with -W, in a temporary copy
-    of the book's sources (bnstudy.book.book_sources) so the repository's outputs are untouched. Returns (book root, CompletedProcess of the build);
+    of the book's sources (bnstudy.study.book.book_sources) so the repository's outputs are untouched. Returns (book root, CompletedProcess of the build);
     the HTML is in root/_build/html. Shared by test_book.py and test_browser.py (built once per session)."""
-    from bnstudy import book
+    from bnstudy.study import book
 
     root = tmp_path_factory.mktemp("book_root")
     _copy_book_sources(root)
@@ -157,8 +157,8 @@ def release_book(tmp_path_factory, request):
     CompletedProcess of the build, seconds the released pages took)."""
     import time
 
-    from bnstudy import book
-    from bnstudy.release import RELEASE_DIR, read_manifest
+    from bnstudy.study import book
+    from bnstudy.study.release import RELEASE_DIR, read_manifest
 
     root = tmp_path_factory.mktemp("release_book_root")
     _copy_book_sources(root)

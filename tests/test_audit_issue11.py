@@ -10,7 +10,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from bnstudy import audit, freeze, modes, norms
+from bnstudy import audit, freeze, norms
+from bnstudy.study import modes
 from bnstudy.audit import FreezeAudit
 from bnstudy.freeze import FrozenBatchNorm, is_pinned, pin_eval, pin_norm_eval
 from bnstudy.running_stats import compare_statistics, precise_bn_statistics, update_bn_stats

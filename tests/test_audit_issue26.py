@@ -16,7 +16,7 @@ from bnstudy.freeze import (FrozenBatchNorm, UnfrozenBatchNorm2d, batch_stats_re
                             eval_after_train, freeze_batchnorm, freeze_modules, is_pinned, pin_dropped, pin_eval,
                             pin_norm_eval, unfreeze_batchnorm, unfreeze_modules)
 from bnstudy.running_stats import compare_statistics, precise_bn_statistics, update_bn_stats
-from bnstudy.vision import import_torchvision
+from bnstudy.study.vision import import_torchvision
 
 
 def _codes(lints, severity=None):

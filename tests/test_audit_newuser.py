@@ -128,6 +128,6 @@ def test_update_bn_stats_warns_when_it_rewrites_a_pinned_backbone_at_the_users_l
 
 
 def test_too_few_seeds_shows_what_the_user_typed_not_its_expansion():
-    from bnstudy.config import check_seeds
+    from bnstudy.study.config import check_seeds
     with pytest.raises(ValueError, match=r"at least 2 seeds for a 95% interval, got 0 \(seeds \[\]\)"):
         check_seeds(0)  # was "got []" for `-p seeds 0`

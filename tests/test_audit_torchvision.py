@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from bnstudy.audit import FreezeAudit
-from bnstudy.experiments.real_data.findings import AUDIT_OUTCOMES, audit_counts
+from bnstudy.study.experiments.real_data.findings import AUDIT_OUTCOMES, audit_counts
 from bnstudy.freeze import freeze_batchnorm, pin_norm_eval
-from bnstudy.vision import audit_model, classification_model_names, has_batchnorm, has_norm_layer, logits_only
+from bnstudy.study.vision import audit_model, classification_model_names, has_batchnorm, has_norm_layer, logits_only
 
 #: The representative dozen: plain BN (ResNet, DenseNet, ShuffleNet, MNASNet), auxiliary heads (GoogLeNet,
 #: Inception v3), squeeze-and-excitation and stochastic depth (EfficientNet, MobileNetV3, RegNetY), LayerNorm
@@ -207,7 +207,7 @@ def outcome_word(outcome: str) -> str:
 
 def write_outcomes(outcomes: dict, path=AUDIT_OUTCOMES) -> Path:
     """Write ``{model: outcome}`` into the outcomes CSV (``model, outcome``, sorted by model) that chapter 7's
-    counts are read from (:func:`bnstudy.experiments.real_data.findings.audit_counts`). Rows of models not in
+    counts are read from (:func:`bnstudy.study.experiments.real_data.findings.audit_counts`). Rows of models not in
     ``outcomes`` are kept, so a run over some models (``python tests/test_audit_torchvision.py NAME ...``)
     updates only theirs. Returns the path."""
     path = Path(path)

@@ -1,4 +1,4 @@
-"""Statistic banks (bnstudy.banks): selection moves buffers only, round trips keep every bank."""
+"""Statistic banks (bnstudy.study.banks): selection moves buffers only, round trips keep every bank."""
 
 import io
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from bnstudy.audit import FreezeAudit
-from bnstudy.banks import StatisticBank
-from bnstudy.models import ConvBackbone
+from bnstudy.study.banks import StatisticBank
+from bnstudy.study.models import ConvBackbone
 
 
 def _trained_bank(seed: int = 0) -> StatisticBank:

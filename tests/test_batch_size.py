@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from bnstudy import engine, inference
-from bnstudy.inference import number as N
-from bnstudy.words import notes
-from bnstudy.config import FinetuneConfig, SourceConfig
-from bnstudy.experiments.batch_size import figures, findings, run
+from bnstudy.study import engine, inference
+from bnstudy.study.inference import number as N
+from bnstudy.study.words import notes
+from bnstudy.study.config import FinetuneConfig, SourceConfig
+from bnstudy.study.experiments.batch_size import figures, findings, run
 from bnstudy.freeze import FrozenBatchNorm
-from bnstudy.models import ConvBackbone
+from bnstudy.study.models import ConvBackbone
 from bnstudy.running_stats import replace_norm
 
 
@@ -147,7 +147,7 @@ def test_bn_frozen_and_stats_frozen_keep_task_a_before_exact(bn_source):
 
 
 def test_finetune_same_images_across_batch_sizes():
-    from bnstudy.tasks import generator, make_task
+    from bnstudy.study.tasks import generator, make_task
     task = make_task(0, "B", 10, 1.0)
     a = torch.cat([x for x, _ in engine._unit_batches(task, 16, 2, generator(1, "s"))])
     b = torch.cat([x for x, _ in engine._unit_batches(task, 16, 8, generator(1, "s"))])
@@ -157,8 +157,8 @@ def test_finetune_same_images_across_batch_sizes():
 def test_shared_finetune_data_rows_equal_runs_made_alone(tmp_path, monkeypatch):
     """Issue 9's chapter-5 lever: one group per seed and target drawing the stream, AdaBN images and held-out
     sets once (:class:`engine.FinetuneData`) gives rows ``==`` to every run drawing its own."""
-    from bnstudy.config import Execution
-    from bnstudy.sweep import code_version
+    from bnstudy.study.config import Execution
+    from bnstudy.study.sweep import code_version
     kw = dict(TINY, samples=16, adabn_samples=10)  # 10: not a multiple of every batch size
     cfgs = [FinetuneConfig(**kw, norm=run.STRATEGY_NORM[st], strategy=st, batch_size=b, lr=0.01 * b / 4,
                            brightness=br, contrast=ct)
@@ -567,7 +567,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quic
     nothing ran. A notebook that ignored ``rows`` would fill the empty cache and say it ran the experiment."""
     from papermill.exceptions import PapermillExecutionError
 
-    from bnstudy import book
+    from bnstudy.study import book
     r = quick_rebuild("05_batch_size")
     a, b = glued_payloads(r.first), glued_payloads(r.again)
     assert set(a) == set(b)
@@ -775,7 +775,7 @@ def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
             compile("".join(c["source"]), "cell", "exec")
 
 
-# --- the page's rule-triggered notes (bnstudy.words.Note): every note of findings.NOTES flips with its rule ----------
+# --- the page's rule-triggered notes (bnstudy.study.words.Note): every note of findings.NOTES flips with its rule ----------
 
 def _note_tables(close="not decided", shifted="not decided", tuned=("not decided", "not decided"), ratio=2.5,
                  n_above=0):

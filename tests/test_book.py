@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bnstudy import book
+from bnstudy.study import book
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -124,12 +124,12 @@ def _glued(nb) -> dict:
 @pytest.mark.slow
 def test_chapter_one_verdicts_on_the_page_are_the_findings_of_its_own_csv(built_book):
     """Recompute chapter 1's main-run claims and numbers from the CSV the page published: every verdict of its
-    claims table (bnstudy.inference) is the one glued under ``ch01_<key>_verdict`` and appears bold on the page;
+    claims table (bnstudy.study.inference) is the one glued under ``ch01_<key>_verdict`` and appears bold on the page;
     every short verdict-like text of its numbers table is glued as it is."""
     import pandas as pd
 
-    from bnstudy.experiments.freeze_modes import findings as ch
-    from bnstudy.pages import BOLD_MAX_WORDS
+    from bnstudy.study.experiments.freeze_modes import findings as ch
+    from bnstudy.study.pages import BOLD_MAX_WORDS
     root, _ = built_book
     df = pd.read_csv(root / "results" / "01_freeze_modes.csv")
     claims, numbers = ch.claims(df), ch.findings(df)
@@ -216,7 +216,7 @@ def test_the_release_book_builds_and_every_released_page_names_its_release(relea
     the release and its last verification, no run is computed for it (its cache folder stays empty), and the
     whole book builds with -W. The seconds the pages took are printed (the note's build time is measured by
     `make book` from a fresh clone)."""
-    from bnstudy.release import RELEASE_DIR, read_manifest
+    from bnstudy.study.release import RELEASE_DIR, read_manifest
 
     root, res, pages_s = release_book
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
@@ -280,7 +280,7 @@ def _glued_verdicts(nb_path) -> dict[str, str]:
     """``{glue key: text}`` of every value an executed chapter glued under a key ending in ``_verdict``."""
     import nbformat
 
-    from bnstudy.cli import glue_data
+    from bnstudy.study.cli import glue_data
 
     out = {}
     for key, bundle in glue_data(nbformat.read(nb_path, as_version=4)).items():
@@ -294,10 +294,10 @@ def _glued_verdicts(nb_path) -> dict[str, str]:
 @pytest.mark.parametrize("which", ["built_book", "release_book"])
 def test_every_glued_verdict_is_a_word_of_the_glossary(which, request):
     """Issue 24: every verdict a page glues (keys ending in ``_verdict``) is in the one vocabulary
-    (bnstudy.inference.is_verdict, with the chapter's declared DIRECTIONS), and every chapter page links the
+    (bnstudy.study.inference.is_verdict, with the chapter's declared DIRECTIONS), and every chapter page links the
     glossary that defines the words."""
-    from bnstudy import book, inference
-    from bnstudy.release import CHAPTERS
+    from bnstudy.study import book, inference
+    from bnstudy.study.release import CHAPTERS
 
     root = request.getfixturevalue(which)[0]
     chapters = {c.notebook: c for c in CHAPTERS.values()}
@@ -318,7 +318,7 @@ def test_every_glued_verdict_is_a_word_of_the_glossary(which, request):
 
 
 def test_glossary_is_in_the_book_and_names_every_verdict_word():
-    from bnstudy import inference
+    from bnstudy.study import inference
 
     assert "- file: glossary" in (REPO / "_toc.yml").read_text()
     text = (REPO / "glossary.md").read_text()
@@ -330,7 +330,7 @@ def test_glossary_is_in_the_book_and_names_every_verdict_word():
 def test_glue_dump_and_compare_find_every_changed_value(tmp_path):
     """Issue 33's identity check: the values a page glues, dumped and compared before and after a refactoring."""
     import nbformat
-    from bnstudy.book import compare_glued, glued_values, main
+    from bnstudy.study.book import compare_glued, glued_values, main
 
     def page(folder, answer):
         folder.mkdir()
@@ -362,7 +362,7 @@ def test_glue_dump_and_compare_find_every_changed_value(tmp_path):
 def test_glue_tools_refuse_what_holds_no_glued_values(tmp_path, capsys):
     """An empty folder, the source notebooks (not NN-name.ipynb), a notebook file or a missing path must not read as
     "identical: 0 glued values"."""
-    from bnstudy.book import main
+    from bnstudy.study.book import main
     (tmp_path / "empty").mkdir()
     (tmp_path / "x.ipynb").write_text("{}")
     for args in (["--glue-compare", str(tmp_path / "empty"), str(tmp_path / "empty")],

@@ -127,7 +127,7 @@ def test_a_rerun_page_opened_from_disk_renders_its_math_offline(tmp_path, browse
     that leaves the folder refused, its math must render and nothing may fail to load."""
     import nbformat
 
-    from bnstudy import cli
+    from bnstudy.study import cli
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("Inline $3\\times32\\times32$ and display\n\n$$\nx^2 = \\frac{1}{2}\n$$\n")]

@@ -1,5 +1,5 @@
-"""The lean chapter shape's engine (issue 33): questions as data (bnstudy.inference.ask), the numbers table, words
-from one place (bnstudy.words) and glue keys derived from the tables (bnstudy.pages.glue_chapter)."""
+"""The lean chapter shape's engine (issue 33): questions as data (bnstudy.study.inference.ask), the numbers table, words
+from one place (bnstudy.study.words) and glue keys derived from the tables (bnstudy.study.pages.glue_chapter)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bnstudy import words
-from bnstudy.inference import Family, Interval, Question, ask, claims_table, decide, exact_check, number, \
+from bnstudy.study import words
+from bnstudy.study.inference import Family, Interval, Question, ask, claims_table, decide, exact_check, number, \
     numbers_table, paired_differences, with_numbers
-from bnstudy.pages import claims_items, numbers_items
+from bnstudy.study.pages import claims_items, numbers_items
 
 
 def _rows(conditions=("a", "b"), seeds=10, shifts=(0.0, 0.5, 1.0)):
@@ -147,7 +147,7 @@ def test_notes_need_exactly_one_rule_per_key_to_hold():
 
 def test_glue_chapter_refuses_a_name_glued_twice(monkeypatch):
     import myst_nb
-    from bnstudy.pages import glue_chapter
+    from bnstudy.study.pages import glue_chapter
     glued = {}
     monkeypatch.setattr(myst_nb, "glue", lambda k, v, display=True: glued.__setitem__(k, v))
     cl = claims_table([exact_check(np.zeros(2), 0.0, "chk")])

@@ -10,7 +10,7 @@ import time
 import nbformat
 import pytest
 
-from bnstudy import book, cli, report
+from bnstudy.study import book, cli, report
 
 
 def test_chapter_is_found_by_number_or_name_and_an_unknown_one_lists_the_choices():
@@ -133,7 +133,7 @@ with open(pid_file, "a") as f:
     f.write(f"{os.getpid()}\\n")
 Parallel(n_jobs=2, backend="loky")(delayed(work)(seconds) for _ in range(2))'''
 # `bnstudy chapter 01` on the toy notebook: the console script's call, with the chapter table pointed at the toy
-TOY_MAIN = "import sys; from pathlib import Path; from bnstudy import cli; " \
+TOY_MAIN = "import sys; from pathlib import Path; from bnstudy.study import cli; " \
            "toy = Path(sys.argv.pop(1)); cli.chapters = lambda: {'01': toy}; sys.exit(cli.main())"
 
 
@@ -253,7 +253,7 @@ def test_bad_yaml_cache_dir_file_and_missing_rows_fail_before_the_kernel_naming_
 def _fake_ch04_rows(folder, **given):
     """A chapter-4 main table and its sibling tables with sidecars recording ``given`` (the bnstudy command's
     record: the parameters as given, ``None`` for the profile's)."""
-    from bnstudy.experiments.heads import run as heads
+    from bnstudy.study.experiments.heads import run as heads
     folder.mkdir()
     params = {"chapter": "04_heads", "profile": "quick", **{k: None for k in ("seeds", "steps", "heads",
               "tuning_seeds", "steps_check", "steps_check_seeds")}, "optimizers": ["sgd", "sgd_plain", "adam"],
@@ -292,7 +292,7 @@ def test_rows_of_another_run_or_without_a_sibling_fail_before_the_kernel(tmp_pat
 def _fake_ch01_rows(folder, **given):
     """A chapter-1 main table and its sibling tables with sidecars recording ``given`` as the bnstudy command
     records a run (the parameters as given, ``None`` for the profile's; the resolved fields beside them)."""
-    from bnstudy.experiments.freeze_modes import run as freeze_modes
+    from bnstudy.study.experiments.freeze_modes import run as freeze_modes
     folder.mkdir()
     nb = book.chapter_paths()[0]
     params = {"chapter": "01_freeze_modes", **book.notebook_parameters(nb), "profile": "quick", **given}
@@ -336,7 +336,7 @@ def _fake_rows(folder, number, **given):
     """Chapter ``number``'s main table and its sibling tables with sidecars recording its notebook's defaults and
     ``given`` as the book runner does (the parameters as given, ``None`` for the profile's, the config's resolved
     fields beside them)."""
-    from bnstudy.cli import EXECUTION_PARAMETERS
+    from bnstudy.study.cli import EXECUTION_PARAMETERS
     nb = cli.resolve_chapter(number)
     module = cli.experiment_module(nb)
     defaults = {k: v for k, v in book.notebook_parameters(nb).items() if k not in EXECUTION_PARAMETERS}

@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from bnstudy import engine
-from bnstudy.config import Execution, RunConfig
-from bnstudy.modes import MODE_NAMES
+from bnstudy.study import engine
+from bnstudy.study.config import Execution, RunConfig
+from bnstudy.study.modes import MODE_NAMES
 
 SMALL = dict(widths=(4, 8), stage1_steps=20, steps=15, n_eval=40, batch_size=16, stage1_batch_size=16,
              epoch_steps=10, train_size=64)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bnstudy.config import Execution, RunConfig, SourceConfig, check_seeds, seeds_label
+from bnstudy.study.config import Execution, RunConfig, SourceConfig, check_seeds, seeds_label
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -78,5 +78,5 @@ def test_front_door_names_exist_and_every_readme_import_still_works():
     from bnstudy import freeze  # noqa: F401  (names the README shows, from where they were)
     from bnstudy.audit import FreezeAudit, lint_forward_modes, lint_loader, lint_model  # noqa: F401
     from bnstudy.freeze import pin_eval, shared_weight_copy, batch_stats_report  # noqa: F401
-    from bnstudy.modes import MODES  # noqa: F401  (the book's freeze modes: study machinery, not the front door)
+    from bnstudy.study.modes import MODES  # noqa: F401  (the book's freeze modes: study machinery, not the front door)
     from bnstudy.running_stats import precise_bn_statistics  # noqa: F401

@@ -1,4 +1,4 @@
-"""The generic parameter check of a chapter's config (bnstudy.design, issue 33)."""
+"""The generic parameter check of a chapter's config (bnstudy.study.design, issue 33)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from bnstudy.config import check_seeds
-from bnstudy.design import ChapterConfig, Rule, check_like
+from bnstudy.study.config import check_seeds
+from bnstudy.study.design import ChapterConfig, Rule, check_like
 
 
 @dataclass(frozen=True)

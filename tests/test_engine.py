@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from bnstudy import engine
-from bnstudy.config import RunConfig
-from bnstudy.modes import MODE_NAMES
+from bnstudy.study import engine
+from bnstudy.study.config import RunConfig
+from bnstudy.study.modes import MODE_NAMES
 
 SMALL = dict(widths=(4, 8), stage1_steps=30, steps=40, n_eval=40, batch_size=16, stage1_batch_size=16, epoch_steps=10)
 
@@ -169,7 +169,7 @@ def test_memory_format_follows_what_the_mode_says():
 # --- issue 9: finite training sets and fixed (cached) features ----------------------------------------------------
 
 def test_finite_set_is_a_fixed_function_of_seed_task_and_size():
-    from bnstudy.tasks import SetBatches, make_task, train_set
+    from bnstudy.study.tasks import SetBatches, make_task, train_set
     task = make_task(0, "B", 10, 3.0, 4.0, 5.0)
     (xa, ya), (xb, yb) = train_set(task, 100, 0, "B"), train_set(task, 100, 0, "B")
     assert torch.equal(xa, xb) and torch.equal(ya, yb)

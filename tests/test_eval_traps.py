@@ -1,4 +1,4 @@
-"""Chapter 2 (bnstudy.experiments.eval_traps: run, findings, figures): config checks, findings on hand-made tables,
+"""Chapter 2 (bnstudy.study.experiments.eval_traps: run, findings, figures): config checks, findings on hand-made tables,
 and a tiny real run."""
 
 
@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from bnstudy.config import Execution
-from bnstudy.experiments.eval_traps import figures, findings, run
-from bnstudy.inference import number, with_numbers
-from bnstudy.words import claim
+from bnstudy.study.config import Execution
+from bnstudy.study.experiments.eval_traps import figures, findings, run
+from bnstudy.study.inference import number, with_numbers
+from bnstudy.study.words import claim
 
 
 # --- config ------------------------------------------------------------------------------------------------------
@@ -231,7 +231,7 @@ def test_findings_on_a_table_whose_answers_are_known():
     # (13 comparisons, Bonferroni) does not: not decided
     c = _c(f, "t3_tuned_whole_vs_fix")
     assert c["estimate"] == pytest.approx(0.17) and c["low"] < 0 < c["high"] and c["verdict"] == "not decided"
-    from bnstudy.inference import t_interval
+    from bnstudy.study.inference import t_interval
     assert t_interval(np.array([0.6, 0.62, 0.64]) - np.array([0.4, 0.45, 0.5])).low > 0
     assert _n(f, "t3_tuned_fixed_ci").mean == pytest.approx(0.45)
     assert _n(f, "t3_tuned_gain_fixed").mean == pytest.approx(0.05) and _n(f, "t3_tuned_loss_last_fixed") == \
@@ -282,7 +282,7 @@ def test_findings_on_a_table_whose_answers_are_known():
 
 
 def test_every_verdict_is_a_word_of_the_vocabulary_and_the_family_is_one_bonferroni_family():
-    from bnstudy.inference import Family, decide, is_verdict
+    from bnstudy.study.inference import Family, decide, is_verdict
     for kw in ({}, _HOLDS, dict(drift_test=(0.7, 0.5, 0.74)), dict(price=(0.15, -0.05, 0.09))):
         f = findings.findings(_table(**kw))
         assert all(is_verdict(v, findings.DIRECTIONS) for v in f[0]["verdict"])
@@ -298,7 +298,7 @@ def test_every_verdict_is_a_word_of_the_vocabulary_and_the_family_is_one_bonferr
     assert (c["estimate"], c["low"], c["high"], c["p"], c["verdict"]) == pytest.approx(
         (d.estimate, d.low, d.high, d.p, d.verdict))
     # Holm over the table's p-values (exact checks have none and stay NaN)
-    from bnstudy.inference import holm
+    from bnstudy.study.inference import holm
     assert list(f[0]["p_adjusted"]) == pytest.approx(list(holm(f[0]["p"])), nan_ok=True)
     assert f[0].loc[f[0]["kind"] == "exact", "p_adjusted"].isna().all()
     assert set(findings.DIRECTIONS) == {w for _, words in findings.CLAIMS.values() for w in words}
@@ -627,7 +627,7 @@ def _with_verdicts(C, **verdicts):
 
 def _hypothesis(C, N, growth, std_vs_raw):
     """Trap 3's hypothesis note with the verdicts of its two claims set to ``growth`` and ``std_vs_raw``."""
-    from bnstudy.words import notes
+    from bnstudy.study.words import notes
     return notes(findings.NOTES, _with_verdicts(C, t3d_growth_raw=growth, t3d_std_vs_raw=std_vs_raw),
                  N)["t3d_hypothesis_words"]
 
@@ -635,7 +635,7 @@ def _hypothesis(C, N, growth, std_vs_raw):
 def test_each_note_flips_with_its_rule():
     """Every rule-triggered note (findings.NOTES): exactly one holds per key, and turning its rule round says the
     other sentence."""
-    from bnstudy.words import notes
+    from bnstudy.study.words import notes
     C, N = findings.findings(_table(**_HOLDS))
     said = lambda c=C, n=N: notes(findings.NOTES, c, n)  # noqa: E731
     base = said()
@@ -745,7 +745,7 @@ def test_thread_findings_on_a_hand_made_table():
 def test_run_tables_returns_the_sibling_tables_the_page_saves(tiny, tmp_path):
     """run_tables gives exactly SIBLING_TABLES: the thread check and the printed audits, so a page rebuilt from the
     saved tables trains nothing; the printouts come back from their CSV character for character."""
-    from bnstudy import report
+    from bnstudy.study import report
     cfg, ex, t = tiny
     df, tables = run.run_tables(cfg, ex)
     assert set(tables) == set(run.SIBLING_TABLES) and run.ANALYSIS_PARAMETERS == ()
@@ -796,7 +796,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quic
     audit was computed). A notebook that ignored ``rows`` would fill the empty cache."""
     from papermill.exceptions import PapermillExecutionError
 
-    from bnstudy import book
+    from bnstudy.study import book
     r = quick_rebuild("02_eval_traps")
     a, b = glued_payloads(r.first), glued_payloads(r.again)
     assert set(a) == set(b)
@@ -825,7 +825,7 @@ def test_single_layer_facts_are_the_same_in_every_process():
     initialized from torch's global generator. Seeded now, a fresh process gives the same facts."""
     import subprocess
     import sys
-    code = ("from bnstudy.experiments.eval_traps.run import single_layer_table as t; import torch; "
+    code = ("from bnstudy.study.experiments.eval_traps.run import single_layer_table as t; import torch; "
             "torch.manual_seed({}); print(t(0).to_json())")
     # the two processes run side by side (each mostly imports torch): the same check in half the wall time
     procs = [subprocess.Popen([sys.executable, "-c", code.format(s)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -843,7 +843,7 @@ def test_the_printed_audits_train_at_the_executions_thread_count_whatever_the_pr
     train at the execution's now, so the process's own count does not matter."""
     import torch
     cfg = run.make_config("full")  # the release's settings: at quick's tiny sizes the thread count changes nothing
-    from bnstudy.config import Execution
+    from bnstudy.study.config import Execution
     before = torch.get_num_threads()
     tables = []
     for n in (1, 2):
@@ -933,7 +933,7 @@ def test_flip_each_headline_verdict_and_the_page_words_follow():
 
 
 def test_safe_batch_is_berger_intersection_union_over_the_larger_batches():
-    from bnstudy.inference import intersection_union_p, one_sided_p
+    from bnstudy.study.inference import intersection_union_p, one_sided_p
     f = findings.findings(_table(b4_train=(0.93, 0.94, 0.945)))
     diffs = {b: np.full(3, 0.0) for b in (16, 32)}
     assert _n(f, "t5_safe_batch") == 16.0

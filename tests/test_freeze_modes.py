@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bnstudy.experiments.freeze_modes import run, findings, figures
-from bnstudy.inference import EXACT, NOT_DECIDED, NOT_EXACT, TOO_FEW, is_verdict, number, with_numbers
-from bnstudy.modes import MODE_NAMES
+from bnstudy.study.experiments.freeze_modes import run, findings, figures
+from bnstudy.study.inference import EXACT, NOT_DECIDED, NOT_EXACT, TOO_FEW, is_verdict, number, with_numbers
+from bnstudy.study.modes import MODE_NAMES
 
 
 def table(task_a_after_tm=(0.1, 0.12, 0.11), task_b=None, buffer_tm=(5.0, 6.0, 7.0), logit_sep=0.0):
@@ -36,12 +36,12 @@ def verdicts(claims, family=None):
 
 def claim(claims, key):
     """Row ``key`` of a claims table (its ``estimate``, ``low``, ``high``, ...)."""
-    from bnstudy.words import claim as row
+    from bnstudy.study.words import claim as row
     return row(claims, key)
 
 
 class Numbers:
-    """A numbers table read by attribute (``f.n_seeds``: :func:`bnstudy.inference.number`); ``f["gap_b_all_eval"]``
+    """A numbers table read by attribute (``f.n_seeds``: :func:`bnstudy.study.inference.number`); ``f["gap_b_all_eval"]``
     for any key, ``f.entries("task_a_change")`` for a per-seed series."""
 
     def __init__(self, table):
@@ -299,7 +299,7 @@ def test_two_confirmation_seeds_get_a_t_interval():
 
 
 def test_exploratory_tests_are_one_family_and_include_the_main_run():
-    from bnstudy.inference import holm
+    from bnstudy.study.inference import holm
     main = table()  # main-run gap 0.11 +- 0.01 over 3 seeds
     main = main.assign(optimizer="sgd", lr=0.05, steps=800)
     ex = findings.exploratory_tests(sweep_table(gap_sgd=(0.02, 0.10, 0.05)), 800, main).set_index("test")
@@ -434,9 +434,9 @@ def test_sweep_parameters_are_checked(kw, match):
 
 def test_the_sweeps_heads_equal_the_engines_transfer_exactly():
     """The two-path shortcut computes the engine's task-B heads: same init, batches, modes (``==``)."""
-    from bnstudy.config import RunConfig
-    from bnstudy.engine import train_source, transfer
-    from bnstudy.modes import MODE_NAMES as modes
+    from bnstudy.study.config import RunConfig
+    from bnstudy.study.engine import train_source, transfer
+    from bnstudy.study.modes import MODE_NAMES as modes
     kw = dict(seed=3, widths=(4, 8), stage1_steps=5, n_eval=40, steps=6, batch_size=8, epoch_steps=3, lr=0.05)
     rcs = [RunConfig(mode=m, **kw) for m in modes]
     src = train_source(rcs[0].source)
@@ -737,8 +737,8 @@ def test_the_seed_article_table_is_built_from_findings():
 def test_the_sweep_replays_the_engines_drift_and_trains_standardized_heads():
     """With ``drift_batches`` the batch_stats path's running means, projected on the engine's 20-batch target,
     reproduce the engine's ``drift_weight_l<i>``; standardized heads get their own rows."""
-    from bnstudy.config import RunConfig
-    from bnstudy.engine import train_source, transfer
+    from bnstudy.study.config import RunConfig
+    from bnstudy.study.engine import train_source, transfer
     kw = dict(seed=3, widths=(4, 8), stage1_steps=5, n_eval=40, steps=12, batch_size=8, epoch_steps=3, lr=0.05)
     rcs = [RunConfig(mode=m, **kw) for m in MODE_NAMES]
     src = train_source(rcs[0].source)
@@ -858,7 +858,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quic
     import nbformat
     from papermill.exceptions import PapermillExecutionError
 
-    from bnstudy import book
+    from bnstudy.study import book
     r = quick_rebuild("01_freeze_modes")
     a, b = glued_payloads(r.first), glued_payloads(r.again)
     run_a, run_b = str(a.pop("ch01_run_line", "")), str(b.pop("ch01_run_line", ""))  # the run line is glued
@@ -1035,7 +1035,7 @@ def test_glued_interval_ends_are_cut_to_what_the_quantity_allows():
     assert p[["low", "high"]].iloc[3].isna().all() and c["low"].tolist()[:3] == [-1.7, -2.5, -3.0]
     n = findings.findings(table())
     wide = with_numbers(n, {"gap_b": {"all_eval": findings.Interval(0.5, -1.7, 2.5, 2)}})
-    from bnstudy.pages import numbers_items
+    from bnstudy.study.pages import numbers_items
     got = dict(numbers_items("ch01", wide))
     assert (got["ch01_gap_b_all_eval_ci_low"], got["ch01_gap_b_all_eval_ci_high"]) == (-1.0, 1.0)
     big = with_numbers(n, {"max_old_logit_change": {"train_mode": findings.Interval(3.0, 2.0, 4.0, 3)}})
@@ -1043,7 +1043,7 @@ def test_glued_interval_ends_are_cut_to_what_the_quantity_allows():
 
 
 def _notes(main=None, sweep=None, numbers=None):
-    from bnstudy.words import notes
+    from bnstudy.study.words import notes
     c, n = _tables(main, sweep)
     return notes(findings.NOTES, c, n if numbers is None else numbers(n))
 

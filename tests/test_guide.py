@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from docutils import nodes
 
-from bnstudy import book
-from bnstudy.sphinxext import inline_markdown
+from bnstudy.study import book
+from bnstudy.study.sphinxext import inline_markdown
 
 REPO = Path(__file__).resolve().parent.parent
 GUIDE = REPO / "guide.md"
@@ -111,18 +111,19 @@ def short_answer_rows(text: str) -> list[list[str]]:
 
 
 def resolve_call(code: str) -> str | None:
-    """The library path an inline code span names (``bnstudy.pin_eval``, ``bnstudy.banks.StatisticBank``), if it
+    """The library path an inline code span names (``bnstudy.pin_eval``, ``bnstudy.study.banks.StatisticBank``), if it
     names one that exists through the front door or a study module; else None."""
     import importlib
 
     import bnstudy
 
-    for m in re.finditer(r"\bbnstudy\.(\w+)(?:\.(\w+))?", code):
-        first, second = m.groups()
-        if first in bnstudy.__all__:
+    for m in re.finditer(r"\bbnstudy\.(study\.)?(\w+)(?:\.(\w+))?", code):
+        study, first, second = m.groups()
+        if not study and first in bnstudy.__all__:
             return f"bnstudy.{first}"
-        if first in STUDY_MODULES and second and hasattr(importlib.import_module(f"bnstudy.{first}"), second):
-            return f"bnstudy.{first}.{second}"
+        if study and first in STUDY_MODULES and second and hasattr(importlib.import_module(f"bnstudy.study.{first}"),
+                                                                   second):
+            return f"bnstudy.study.{first}.{second}"
     return None
 
 
@@ -145,21 +146,21 @@ def test_every_short_answer_row_names_a_call_that_exists_through_one_door():
         spans = re.findall(r"(?<!\})`([^`]+)`", row[1])  # inline code, not a role's target
         called = [resolve_call(s) for s in spans]
         assert any(called), f"row {row[0]!r}: {row[1]!r} names no call of bnstudy.__all__ (or " \
-                            f"bnstudy.{{{', '.join(STUDY_MODULES)}}})"
+                            f"bnstudy.study.{{{', '.join(STUDY_MODULES)}}})"
         assert "{numref}" in row[2], f"row {row[0]!r} rests on no figure or table"
 
 
 def test_resolve_call_refuses_names_that_do_not_exist_or_take_a_second_path():
     assert resolve_call("bnstudy.pin_eval(model.backbone)") == "bnstudy.pin_eval"
-    assert resolve_call("bnstudy.routing.NearestStatistics(bank)") == "bnstudy.routing.NearestStatistics"
-    for bad in ("bnstudy.pin_everything(model)", "bnstudy.routing.Nearest(bank)", "model.eval()",
+    assert resolve_call("bnstudy.study.routing.NearestStatistics(bank)") == "bnstudy.study.routing.NearestStatistics"
+    for bad in ("bnstudy.pin_everything(model)", "bnstudy.study.routing.Nearest(bank)", "model.eval()",
                 "bnstudy.stats.update_bn_stats(model, x)", "bnstudy.freeze.pin_eval(model)"):
         assert resolve_call(bad) is None, bad
 
 
 def test_every_bnstudy_path_on_the_guide_takes_the_front_door():
     """One import path per name: a front-door name is spelled ``bnstudy.<name>`` (never through the submodule
-    that defines it), study machinery ``bnstudy.<modes|banks|routing>.<name>``, and every such name exists."""
+    that defines it), study machinery ``bnstudy.study.<modes|banks|routing>.<name>``, and every such name exists."""
     import bnstudy
 
     text = GUIDE.read_text()
@@ -170,12 +171,14 @@ def test_every_bnstudy_path_on_the_guide_takes_the_front_door():
         parts = path.split(".")[1:]
         if parts[0].startswith("__"):
             continue
-        assert parts[0] in bnstudy.__all__ or (parts[0] in STUDY_MODULES and (len(parts) == 1 or resolve_call(path))), \
-            f"{path}: not a front-door name (bnstudy.__all__) nor one of bnstudy.{{{', '.join(STUDY_MODULES)}}}"
-    for mod, names in re.findall(r"^from bnstudy(\.\w+)? import (.+)$", " \n".join(python_blocks(text)), flags=re.M):
+        study = parts[0] == "study" and len(parts) > 1 and parts[1] in STUDY_MODULES
+        assert parts[0] in bnstudy.__all__ or (study and (len(parts) == 2 or resolve_call(path))), \
+            f"{path}: not a front-door name (bnstudy.__all__) nor one of bnstudy.study.{{{', '.join(STUDY_MODULES)}}}"
+    for mod, names in re.findall(r"^from bnstudy(\.study\.\w+|\.\w+)? import (.+)$", " \n".join(python_blocks(text)),
+                                 flags=re.M):
         for name in (n.strip() for n in names.split(",")):
             where = "bnstudy" + mod
-            assert (not mod and name in bnstudy.__all__) or (mod[1:] in STUDY_MODULES and resolve_call(
+            assert (not mod and name in bnstudy.__all__) or (mod[7:] in STUDY_MODULES and resolve_call(
                 f"{where}.{name}")), f"from {where} import {name}: import front-door names from bnstudy itself"
 
 

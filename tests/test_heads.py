@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 import torch
 
-from bnstudy import inference
-from bnstudy.config import Execution, RunConfig
-from bnstudy.engine import eval_tag, make_optimizer
-from bnstudy.experiments.heads import figures, findings, run
-from bnstudy.inference import number, numbers_table
-from bnstudy.models import make_head
-from bnstudy.modes import MODE_NAMES
-from bnstudy.words import claim, notes
+from bnstudy.study import inference
+from bnstudy.study.config import Execution, RunConfig
+from bnstudy.study.engine import eval_tag, make_optimizer
+from bnstudy.study.experiments.heads import figures, findings, run
+from bnstudy.study.inference import number, numbers_table
+from bnstudy.study.models import make_head
+from bnstudy.study.modes import MODE_NAMES
+from bnstudy.study.words import claim, notes
 
 
 # --- shared-module additions ---------------------------------------------------------------------------------------
@@ -443,7 +443,7 @@ def test_tidy_tables_have_one_value_per_row():
 def test_every_glued_verdict_is_a_word_of_the_vocabulary():
     """The book-wide rule: every glued ``*_verdict`` passes ``inference.is_verdict(text, DIRECTIONS)``, and the
     page's direction words are declared."""
-    from bnstudy.pages import claims_items
+    from bnstudy.study.pages import claims_items
     gaps = {(s, h, o): g for s in ("none", "ref") for h, g in (("linear", 0.1), ("mlp_bn", -0.05))
             for o in ("sgd", "adam")}
     df = _table(gaps, bn_diff=0.01)
@@ -560,7 +560,7 @@ def test_cost_findings_say_whether_the_cache_was_cold():
 
 
 def test_sweep_counts_tell_computed_from_cached_units(tmp_path):
-    from bnstudy.sweep import reset_sweep_counts, run_sweep, sweep_counts
+    from bnstudy.study.sweep import reset_sweep_counts, run_sweep, sweep_counts
     reset_sweep_counts()
     ex = Execution(cache_dir=str(tmp_path), n_jobs=1, progress=False)
     cfgs = [dict(x=i) for i in range(3)]
@@ -629,7 +629,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quic
     analysis parameter may change on a rebuild; a run parameter is refused."""
     from papermill.exceptions import PapermillExecutionError
 
-    from bnstudy import book
+    from bnstudy.study import book
     r = quick_rebuild("04_heads")
     a, b = glued_payloads(r.first), glued_payloads(r.again)
     assert set(a) == set(b)
@@ -828,7 +828,7 @@ def test_probe_and_geometry_sentences_flip_with_their_numbers():
     assert "shortfall" not in findings.probe_sentence(kept, linear_gap_low=0.01)  # the head's gap within the probe's
     assert "without an interval" in findings.probe_sentence(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
         findings.probe_sentence(I(0.01, math.nan, math.nan, 1))
-    # the curvature note (bnstudy.words.Note): each of its four sentences holds for its own numbers, alone
+    # the curvature note (bnstudy.study.words.Note): each of its four sentences holds for its own numbers, alone
     base = dict(scale_ratio=2.0, offset_sd=1.0, dead_fraction=0.0, affine_r2=0.9, mean_share_pinned=0.3,
                 mean_share_separate=0.2, probe_pinned=0.5, probe_separate=0.5, probe_cost=kept)
     said = lambda ratio, centred: notes(findings.NOTES, pd.DataFrame(), numbers_table(dict(  # noqa: E731
@@ -904,7 +904,7 @@ def test_the_notebook_shows_no_code():
 
 
 def test_the_chapter_is_data_no_records_and_printed_ends_are_cut_per_family():
-    """The lean chapter shape: no class in findings (claims are QUESTIONS asked by bnstudy.inference.ask, numbers a
+    """The lean chapter shape: no class in findings (claims are QUESTIONS asked by bnstudy.study.inference.ask, numbers a
     flat numbers table), and the page's interval ends are cut to each family's range (CLIPS), the claims keep theirs."""
     assert not [v for v in vars(findings).values() if isinstance(v, type) and v.__module__ == findings.__name__]
     assert set(findings.QUESTIONS) - {"audit"} <= set(findings.CLIPS)

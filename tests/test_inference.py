@@ -1,4 +1,4 @@
-"""bnstudy.inference: the one inference layer, against statsmodels and scipy on random inputs, and on the cases
+"""bnstudy.study.inference: the one inference layer, against statsmodels and scipy on random inputs, and on the cases
 where the chapters' old copies disagreed, with their right answers."""
 
 import gc
@@ -13,7 +13,7 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import DescrStatsW
 
-from bnstudy import inference as I
+from bnstudy.study import inference as I
 
 finite = st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False)
 samples = st.lists(finite, min_size=2, max_size=30).filter(lambda v: np.ptp(v) > 1e-6)
@@ -279,7 +279,7 @@ def test_count_kinds_and_one_sided_counts_follow_holm_and_never_convert_too_few_
     count_one_sided counts the one-sided questions by their Holm-adjusted p."""
     import pandas as pd
 
-    from bnstudy import inference as inf
+    from bnstudy.study import inference as inf
     t = pd.DataFrame({"estimate": [0.1, -0.2, 0.01, 0.3, 0.0], "p_adjusted": [0.01, 0.04, 0.5, 0.001, 0.001],
                       "kind": ["not decided", "lower", "equivalent", "too few seeds", "exact"],
                       "p_less_adjusted": [0.9, 0.02, 0.6, float("nan"), 1.0],

@@ -1,4 +1,5 @@
-"""The package's shape (issue 33): no import cycle between bnstudy's modules, counting imports inside functions."""
+"""The package's shape (issue 33): no import cycle between bnstudy's modules, counting imports inside functions; the
+practitioner's library (``bnstudy`` outside ``bnstudy.study``) never imports the study machinery."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
 
 def test_the_package_has_no_import_cycle():
     graph = import_graph()
-    assert "bnstudy.book" in graph["bnstudy.release"] and "bnstudy.manifest" in graph["bnstudy.book"]  # sees inside functions
+    assert "bnstudy.study.book" in graph["bnstudy.study.release"] and "bnstudy.study.manifest" in graph["bnstudy.study.book"]  # sees inside functions
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as e:
@@ -60,3 +61,16 @@ def test_the_cycle_check_finds_a_cycle_inside_a_function(tmp_path):
     assert graph["bnstudy.a"] == {"bnstudy.b"} and graph["bnstudy.b"] == {"bnstudy.a"}
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter(graph).prepare()
+
+
+def test_the_library_never_imports_the_study_machinery():
+    """The two users' layout: the front door (``bnstudy``, ``bnstudy.audit``) and the book's machinery in its own
+    subpackage (``bnstudy.study``: engine, sweeps, claims, pages, chapters), which may use the library, never the
+    reverse (a front-door import would otherwise need pandas, scipy, matplotlib)."""
+    graph = import_graph()
+    library = {m for m in graph if not (m == "bnstudy.study" or m.startswith("bnstudy.study."))}
+    study = set(graph) - library
+    assert {"bnstudy.freeze", "bnstudy.audit.freeze_audit"} <= library and "bnstudy.study.experiments.heads.run" in study
+    crossing = {m: sorted(graph[m] & study) for m in library if graph[m] & study}
+    assert not crossing, f"library modules importing the study machinery: {crossing}"
+    assert any(graph[m] & library for m in study)  # the check sees the edges (the study side uses the library)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from bnstudy.freeze import is_pinned, pin_eval
-from bnstudy.models import ConvBackbone
+from bnstudy.study.models import ConvBackbone
 from bnstudy.running_stats import (MISMATCH_MEASURES, bn_input_statistics, gaussian_kl, mismatch_from_statistics,
                            statistics_mismatch)
 

@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from bnstudy import freeze as fz
-from bnstudy.models import ConvBackbone, make_head
-from bnstudy.modes import MODES, TransferModel, get_mode
+from bnstudy.study.models import ConvBackbone, make_head
+from bnstudy.study.modes import MODES, TransferModel, get_mode
 
 
 def _small_model(head="linear"):

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bnstudy import engine, numerics, release, sweep
-from bnstudy.config import Execution, RunConfig
-from bnstudy.modes import MODE_NAMES
+from bnstudy.study import engine, numerics, release, sweep
+from bnstudy.study.config import Execution, RunConfig
+from bnstudy.study.modes import MODE_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = dict(widths=(4, 8), stage1_steps=20, steps=15, n_eval=40, batch_size=16, stage1_batch_size=16)
@@ -27,7 +27,7 @@ def _tiny(cache, **ex):
 
 
 def test_this_process_computes_under_the_pin():
-    """The test process imported bnstudy.sweep before any torch operation (conftest), so the pin holds here."""
+    """The test process imported bnstudy.study.sweep before any torch operation (conftest), so the pin holds here."""
     assert numerics.mode() == "pinned"
     assert numerics.settings() == numerics.PIN
     want = numerics.expected()
@@ -100,9 +100,9 @@ def test_a_process_that_ran_torch_before_the_pin_still_computes_pinned_rows(tmp_
         import sys, torch
         torch.ones(3).sum()                      # the first operation, before the pin
         sys.path.insert(0, {str(REPO)!r})
-        from bnstudy import engine, numerics
-        from bnstudy.config import Execution, RunConfig
-        from bnstudy.modes import MODE_NAMES
+        from bnstudy.study import engine, numerics
+        from bnstudy.study.config import Execution, RunConfig
+        from bnstudy.study.modes import MODE_NAMES
         cfgs = [RunConfig(**{TINY!r}, seed=0, mode=m) for m in MODE_NAMES[:2]]
         df = engine.transfer_sweep(cfgs, "numerics_test", Execution(cache_dir=sys.argv[1], progress=False,
                                                                      backend="sequential"))
@@ -159,7 +159,7 @@ def test_condition_of_drops_only_seed_fields():
 
 
 def test_git_commit_is_dirty_for_code_not_for_release_outputs(tmp_path):
-    from bnstudy.report import git_commit
+    from bnstudy.study.report import git_commit
     run = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
     run("init", "-q")
     (tmp_path / "bnstudy").mkdir()

@@ -1,4 +1,4 @@
-"""bnstudy.pages: the naming rule and its guard against two fields gluing one name."""
+"""bnstudy.study.pages: the naming rule and its guard against two fields gluing one name."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from bnstudy.inference import Interval
-from bnstudy.pages import glue_findings, glue_items
+from bnstudy.study.inference import Interval
+from bnstudy.study.pages import glue_findings, glue_items
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,9 @@ def test_two_fields_gluing_one_name_is_an_error_naming_both():
 def test_chapter_one_thread_findings_glue_no_name_twice():
     """Its numbers table glues each name once (numbers_items refuses a clash): ``gap_diff_max`` is the per-seed
     series' maximum, ``gap_diff_largest`` its largest size."""
-    from bnstudy.experiments.freeze_modes.findings import thread_findings
-    from bnstudy.modes import MODE_NAMES
-    from bnstudy.pages import numbers_items
+    from bnstudy.study.experiments.freeze_modes.findings import thread_findings
+    from bnstudy.study.modes import MODE_NAMES
+    from bnstudy.study.pages import numbers_items
     tc = pd.DataFrame([dict(seed=s, mode=m, threads=t, task_a_after=0.9, task_b=0.5 + 0.01 * s * t)
                        for t in (1, 2) for s in (0, 1) for m in MODE_NAMES])
     names = [n for n, _ in numbers_items("ch01_threads", thread_findings(tc))]
@@ -69,7 +69,7 @@ def test_glue_findings_glues_plain_fields_without_bold(monkeypatch):
 
 def test_long_glued_text_is_plain_and_short_verdicts_bold():
     """Referees found whole sentences and lists of levels set in bold on chapters 1, 3 and 6: only short verdicts are."""
-    from bnstudy.pages import BOLD_MAX_WORDS, glue_items
+    from bnstudy.study.pages import BOLD_MAX_WORDS, glue_items
     short = " ".join(["holds"] * BOLD_MAX_WORDS)
     long = " ".join(["word"] * (BOLD_MAX_WORDS + 1))
     assert glue_items("k", short)[0][1].data == f"**{short}**"
@@ -80,8 +80,8 @@ def test_long_glued_text_is_plain_and_short_verdicts_bold():
 def test_run_line_says_where_analysed_rows_came_from_in_words():
     """A page rebuilt from an earlier run's rows names that run in its run line, without a raw dict or a
     float wall time (newuser-s7: 'rows_from={..., 'run_wall_s': 22.843358344995067}')."""
-    from bnstudy.experiments.heads import run as ch
-    from bnstudy.pages import run_line
+    from bnstudy.study.experiments.heads import run as ch
+    from bnstudy.study.pages import run_line
     origin = dict(git_commit="abc1234567", written="2026-12-01T06:47:16+00:00", sha256="0123456789ab",
                   run_wall_s=22.843358344995067)
     line = run_line(ch.make_config("quick"), extra=dict(rows_from=origin)).replace("\n  ", " ")
@@ -101,6 +101,6 @@ def test_run_line_says_where_analysed_rows_came_from_in_words():
     line = run_line(ch.make_config("quick"), extra=dict(rows_from={**origin, "release": stat})).replace("\n  ", " ")
     assert ("5 units per chapter recomputed, not == under other numeric kernels, every one within its seeds' "
             "spread)") in line and "every column ==" not in line
-    from bnstudy.config import Execution
+    from bnstudy.study.config import Execution
     assert ", 1 worker process;" in run_line(ch.make_config("quick"), Execution(n_jobs=1)).replace("\n  ", " ")
     assert ", 3 worker processes" in run_line(ch.make_config("quick"), Execution(n_jobs=3)).replace("\n  ", " ")

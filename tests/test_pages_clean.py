@@ -1,13 +1,13 @@
 """Issue 25's clean pages, on the release book as `make book` builds it: every chapter opens with its answer box,
 shows at most about 3,000 words outside its folded methods, and no page shows code, a warning, a path, NaN, a
-hand-typed or unresolved reference or a figure without descriptive alt text (bnstudy.pagecheck, the checks
+hand-typed or unresolved reference or a figure without descriptive alt text (bnstudy.study.pagecheck, the checks
 of docs/pages.md); every figure's text is at least 9 pt at the column width."""
 
 import json
 
 import pytest
 
-from bnstudy import book, pagecheck, style
+from bnstudy.study import book, pagecheck, style
 
 #: The visible-words ceiling per chapter (issue 25: "about 3,000 words at most").
 MAX_VISIBLE_WORDS = 3200

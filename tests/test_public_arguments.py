@@ -23,7 +23,7 @@ import bnstudy
 from bnstudy import audit, freeze
 from bnstudy import running_stats as stats
 from bnstudy.audit import FreezeAudit, Lint, LayerRecord, Snapshot
-from bnstudy.modes import MODE_NAMES, TRAIN_MODE, FreezeMode, TransferModel, get_mode
+from bnstudy.study.modes import MODE_NAMES, TRAIN_MODE, FreezeMode, TransferModel, get_mode
 
 GARBAGE = [None, 0, -1, 3, 1.5, math.nan, True, "x", "", b"x", object(), [], [object()], {"k": 1},
            torch.zeros(2)]

@@ -26,7 +26,7 @@ def test_pages_workflow_builds_the_release_book_on_a_tag_and_deploys_it():
 
 
 def test_citation_carries_the_release_version_and_date():
-    from bnstudy.release import RELEASE_DIR, read_manifest
+    from bnstudy.study.release import RELEASE_DIR, read_manifest
     cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
     rel = read_manifest(RELEASE_DIR)["release"]
     assert str(cff["version"]) == rel["version"]

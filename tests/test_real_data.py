@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import torch
 
-from bnstudy.config import Execution
-from bnstudy.data import (CORRUPTIONS, HELD_OUT_PER_CLASS, corrupt, corrupted_task_b, digits_tasks, held_out_mask,
+from bnstudy.study.config import Execution
+from bnstudy.study.data import (CORRUPTIONS, HELD_OUT_PER_CLASS, corrupt, corrupted_task_b, digits_tasks, held_out_mask,
                           load_digits_images, split_counts)
-from bnstudy.experiments.real_data import run, findings, figures
-from bnstudy.inference import Interval, holm, is_verdict, number, one_sided_p, with_numbers
-from bnstudy.modes import MODE_NAMES
+from bnstudy.study.experiments.real_data import run, findings, figures
+from bnstudy.study.inference import Interval, holm, is_verdict, number, one_sided_p, with_numbers
+from bnstudy.study.modes import MODE_NAMES
 
 
 # --- data ---------------------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def test_corrupted_held_out_set_is_the_same_for_every_seed():
 
 @pytest.mark.parametrize("name", ["small_cnn", "resnet18", "mobilenet_v3_small"])
 def test_backbones_map_16px_images_to_features(name):
-    from bnstudy.vision import make_backbone
+    from bnstudy.study.vision import make_backbone
     torch.manual_seed(0)
     net, out = make_backbone(name)
     net.eval()
@@ -87,7 +87,7 @@ def test_backbones_map_16px_images_to_features(name):
 
 
 def test_resnet_stem_is_3x3_stride_2_without_maxpool():
-    from bnstudy.vision import make_backbone
+    from bnstudy.study.vision import make_backbone
     net, out = make_backbone("resnet18")
     assert net.conv1.kernel_size == (3, 3) and net.conv1.stride == (2, 2)
     assert isinstance(net.maxpool, torch.nn.Identity) and out == 512
@@ -105,7 +105,7 @@ def test_torchvision_is_imported_only_through_the_shim():
 # --- config --------------------------------------------------------------------------------------------------------
 
 def test_notebook_nones_take_the_profile_and_networks_match_the_vision_module():
-    from bnstudy.vision import NETWORKS
+    from bnstudy.study.vision import NETWORKS
     assert run.NETWORKS == NETWORKS
     cfg = run.make_config("quick", seeds=None, networks=None, corruptions=None, severities=None, stage1_steps=None,
                          steps=None)
@@ -127,7 +127,7 @@ def test_config_rejects_bad_values_naming_the_parameter():
 
 # --- findings on hand-made tables ----------------------------------------------------------------------------------
 
-#: Verdict words the page used before issue 24 (bnstudy.inference's vocabulary replaced them).
+#: Verdict words the page used before issue 24 (bnstudy.study.inference's vocabulary replaced them).
 OLD_WORDS = ("holds", "does not hold", "inconclusive", "reversed", "holds in part", "mixed", "not shown",
              "drops, not to chance", "by construction", "too little power", "no safe level", "tie")
 
@@ -221,7 +221,7 @@ def test_every_verdict_is_a_word_of_the_glossary_and_no_old_word_is_left():
         assert all(is_verdict(w, findings.DIRECTIONS) for w in words), words
         assert not words & set(OLD_WORDS)
     import nbformat
-    from bnstudy import book
+    from bnstudy.study import book
     nb = nbformat.read([p for p in book.chapter_paths() if p.stem == "07_real_data"][0], as_version=4)
     prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for w in ("inconclusive", "holds in part", "by construction (checked ==)", "not shown", "drops, not to chance", "reversed",
@@ -491,8 +491,8 @@ def test_tiny_run_pins_task_a_exactly_and_separate_stats_keeps_logits(tmp_path):
 def test_shared_forwards_give_rows_equal_to_every_mode_running_its_own_forward(monkeypatch, network):
     # Issue 9: pinned modes train head B on a feature table of the whole set, batch-statistics modes share one
     # train-mode forward; every row value must be == the path where each mode runs its full model per step.
-    from bnstudy import engine
-    from bnstudy.data import digits_tasks, normalise, pixel_statistics
+    from bnstudy.study import engine
+    from bnstudy.study.data import digits_tasks, normalise, pixel_statistics
     cfg = run.make_config("quick", seeds=2, networks=(network,), corruptions=("inversion",), severities=(5,),
                          stage1_steps=2, steps=6, batch_size=8, epoch_steps=4)
     specs = [s for s in cfg.run_configs() if s.corruption == "inversion" and s.seed == 0]
@@ -532,7 +532,7 @@ def test_notebook_with_rows_analyses_the_given_table_instead_of_running(tmp_path
     instead and fail these checks (or, with an empty cache, take minutes)."""
     import nbformat
 
-    from bnstudy import book, report
+    from bnstudy.study import book, report
     df = _table(True)
     df["network"] = "small_cnn"
     df["wall_s"] = 6.0
@@ -610,8 +610,8 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
 
 
 def test_notes_flip_with_their_rules():
-    """Each note of findings.NOTES (bnstudy.words.Note) holds for one outcome and gives way to the other."""
-    from bnstudy.words import notes
+    """Each note of findings.NOTES (bnstudy.study.words.Note) holds for one outcome and gives way to the other."""
+    from bnstudy.study.words import notes
     said = lambda df: notes(findings.NOTES, *_page(df)[:2])  # noqa: E731
     base = said(_table(True))
     assert base == {"fell": "Turning off gradients does not keep task A on n: ",
@@ -632,7 +632,7 @@ def test_notes_flip_with_their_rules():
 
 
 def test_printed_ranges_are_cut_to_what_each_quantity_allows():
-    from bnstudy.pages import numbers_items
+    from bnstudy.study.pages import numbers_items
     C, F, _ = _page(_table(True))
     claims = C.copy()
     claims.loc[claims.key == "c1_n", ["low", "high"]] = [-12.71, 12.71]
@@ -667,7 +667,7 @@ def test_the_notebook_types_no_outcome_outside_glue_and_leads_with_the_answer():
 
 
 def test_off_line_is_at_the_books_resolution():
-    from bnstudy.inference import at_resolution
+    from bnstudy.study.inference import at_resolution
     v = np.array([90 / 300, 0.1 + 0.2])
     assert findings._off_line(v, 0.3).tolist() == at_resolution(v - 0.3).tolist() == [0.0, 0.0]
 

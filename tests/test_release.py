@@ -7,8 +7,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from bnstudy import release
-from bnstudy.sweep import read_units as read_log, record_units
+from bnstudy.study import release
+from bnstudy.study.sweep import read_units as read_log, record_units
 
 
 def test_parse_chapters_names_the_parameter_and_allowed_values():
@@ -175,7 +175,7 @@ def test_verify_with_nothing_released_says_so(tmp_path):
 
 
 def test_load_rows_names_the_release_of_a_release_table(tmp_path):
-    from bnstudy.report import load_rows, release_text, save_table
+    from bnstudy.study.report import load_rows, release_text, save_table
     save_table(pd.DataFrame(dict(seed=[0], x=[1.0])), tmp_path / "t.csv")
     _, prov = load_rows(tmp_path / "t.csv", {})
     assert "release" not in prov

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bnstudy import report
+from bnstudy.study import report
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_chapter_rows_is_one_preamble_for_every_chapter(saved):
     """The chapter module's ANALYSIS_PARAMETERS, siblings and READ_DEFAULTS, and the config rebuilt from the rows."""
     import types
     from dataclasses import dataclass
-    from bnstudy.config import _Frozen
+    from bnstudy.study.config import _Frozen
 
     @dataclass(frozen=True)
     class C(_Frozen):
@@ -216,7 +216,7 @@ def test_glue_values_glues_each_value_under_the_prefix_by_the_pages_rules(monkey
     import myst_nb
     glued = {}
     monkeypatch.setattr(myst_nb, "glue", lambda k, v, display=True: glued.__setitem__(k, v))
-    from bnstudy.pages import glue_values
+    from bnstudy.study.pages import glue_values
     glue_values("ch09", dict(n=np.int64(3), lr=0.05, split=dict(fit=40, val=10)))
     assert glued == {"ch09_n": 3, "ch09_lr": 0.05, "ch09_split_fit": 40, "ch09_split_val": 10}
     assert type(glued["ch09_n"]) is int                           # a NumPy scalar would print as np.int64(3)
@@ -224,7 +224,7 @@ def test_glue_values_glues_each_value_under_the_prefix_by_the_pages_rules(monkey
 
 def test_figure_sidecar_names_every_table_the_figure_draws_from(saved, tmp_path):
     import matplotlib.pyplot as plt
-    from bnstudy import plots
+    from bnstudy.study import plots
     df, path = saved
     other = report.save_table(df, tmp_path / "results" / "07_points.csv")
     fig = plt.figure()

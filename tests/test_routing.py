@@ -1,11 +1,11 @@
-"""Routers (bnstudy.routing): each picks bank k for inputs from bank k's own distribution."""
+"""Routers (bnstudy.study.routing): each picks bank k for inputs from bank k's own distribution."""
 
 import pytest
 import torch
 
-from bnstudy.banks import StatisticBank
-from bnstudy.models import ConvBackbone
-from bnstudy.routing import (NearestStatistics, OracleRouter, SoftMixture, StatisticsClassifier, pool_moments,
+from bnstudy.study.banks import StatisticBank
+from bnstudy.study.models import ConvBackbone
+from bnstudy.study.routing import (NearestStatistics, OracleRouter, SoftMixture, StatisticsClassifier, pool_moments,
                              routed_forward, sample_moments)
 
 SHIFTS = ((0.0, 1.0), (3.0, 1.0), (-2.0, 3.0))   # (brightness, contrast) of each bank's distribution

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bnstudy.config import Execution, RunConfig
-from bnstudy.experiments.shift_strength import findings, run
-from bnstudy.inference import _slug, is_verdict, number, with_numbers
-from bnstudy.modes import MODE_NAMES
+from bnstudy.study.config import Execution, RunConfig
+from bnstudy.study.experiments.shift_strength import findings, run
+from bnstudy.study.inference import _slug, is_verdict, number, with_numbers
+from bnstudy.study.modes import MODE_NAMES
 
 NO_EXTRA = dict(blur_levels=(), noise_levels=(), same_both_levels=(), same_noise_levels=())
 SMALL = dict(brightness_levels=(0.0, 1.0, 2.0), contrast_levels=(1.0, 2.0, 3.0), both_levels=(0.0, 0.5, 1.0),
@@ -223,7 +223,7 @@ def test_every_verdict_of_the_findings_is_a_word_of_the_vocabulary():
     lv = findings.level_table(_table10(_cfg10(), seed_noise=0.001), margin=0.02)
     assert all(is_verdict(v, findings.DIRECTIONS) for v in lv["verdict"])
     # the numbers table holds no claim: its glued names and the claims' never meet (one glue_chapter call)
-    from bnstudy.pages import claims_items, numbers_items
+    from bnstudy.study.pages import claims_items, numbers_items
     assert not {n for n, _ in numbers_items("ch03", F)} & {n for n, _ in claims_items("ch03", C)}
 
 
@@ -420,7 +420,7 @@ def test_budget_check_reruns_its_points_at_each_step_count_without_duplicating_t
 # --- issue 10: multiplicity, equivalence, the normalized view, leave-one-type-out, the budget ----------------------
 
 def test_level_table_uses_the_family_interval_and_tost_of_inference():
-    from bnstudy.inference import Family, t_interval, tost_p
+    from bnstudy.study.inference import Family, t_interval, tost_p
     df = _table10(_cfg10(), seed_noise=0.01)
     lv = findings.level_table(df, margin=0.02)
     net = lv[(lv["metric"] == "net") & (lv["view"] == "raw")].set_index(["line", "strength"])
@@ -583,7 +583,7 @@ def test_findings_of_issue_ten_on_a_hand_made_table():
 
 
 def test_task_b_options_default_to_todays_task_and_change_it_when_asked():
-    from bnstudy.tasks import generator, make_task, make_task_b, task_b_of
+    from bnstudy.study.tasks import generator, make_task, make_task_b, task_b_of
     a, b = make_task(3, "B", 10, 3.0, 1.0, 2.0), make_task_b(3, 10, 3.0, 1.0, 2.0)
     y = torch_arange()
     assert (a.sample(y, generator(1)) == b.sample(y, generator(1))).all()        # exactly today's task B
@@ -605,7 +605,7 @@ def torch_arange():
 
 def test_gaussian_blur_keeps_a_constant_image_and_its_mean():
     import torch
-    from bnstudy.tasks import gaussian_blur
+    from bnstudy.study.tasks import gaussian_blur
     x = torch.full((1, 3, 8, 8), 2.5)
     assert torch.allclose(gaussian_blur(x, 1.0), x)
     z = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
@@ -777,7 +777,7 @@ def test_cost_benefit_takeaway_is_chosen_by_the_holm_counts(monkeypatch, higher,
 
 
 def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
-    from bnstudy.inference import count_verdicts
+    from bnstudy.study.inference import count_verdicts
     C, F = shared_findings("ten")
     for view in findings.VIEWS:
         n = count_verdicts(findings.view_claims(C, view))
@@ -787,7 +787,7 @@ def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
 
 
 def test_page_values_print_task_a_as_train_mode_minus_backbone_eval_clipped():
-    from bnstudy.pages import numbers_items
+    from bnstudy.study.pages import numbers_items
     C, F = shared_findings("ten")
     v = {k: number(F, k) for k in F["key"] if k.startswith("task_a_")}
     assert v["task_a_t1"].mean == pytest.approx(-number(F, "cost_t1").mean) and v["task_a_t1"].mean < 0

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bnstudy.experiments.shift_strength import findings, run
-from bnstudy.inference import Family, holm
-from bnstudy.inference import _slug, number
+from bnstudy.study.experiments.shift_strength import findings, run
+from bnstudy.study.inference import Family, holm
+from bnstudy.study.inference import _slug, number
 from test_shift_strength import _cfg10, _table10, analyse, claim, shared_findings
 
 
@@ -210,7 +210,7 @@ def test_mismatch_figure_shows_paired_differences_from_the_winner_and_tells_twin
     """Fig. 6 (referee ch3 item 11): the last panel holds the non-winners' score differences; twin lines differ."""
     import matplotlib
     matplotlib.use("Agg")
-    from bnstudy.experiments.shift_strength import figures
+    from bnstudy.study.experiments.shift_strength import figures
     kinds = ["no shift", "noise", "noise", "same_noise", "same_noise", "no shift, same classes"]
     x = np.array([0.01, 0.1, 1.0, 0.1, 1.0, 0.01])
     cond = pd.DataFrame({"kind": kinds, "cost": [0.0, 0.1, 0.5, 0.05, 0.3, 0.0]})

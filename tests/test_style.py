@@ -1,18 +1,18 @@
-"""bnstudy.style: one palette per concept, the same colour for a name in every chapter."""
+"""bnstudy.study.style: one palette per concept, the same colour for a name in every chapter."""
 
 import pytest
 
-from bnstudy import style
-from bnstudy.config import FINETUNE_STRATEGIES
-from bnstudy.modes import MODE_NAMES
+from bnstudy.study import style
+from bnstudy.study.config import FINETUNE_STRATEGIES
+from bnstudy.study.modes import MODE_NAMES
 
 
 def test_every_concept_covers_the_names_the_study_uses():
     assert set(style.MODES) == set(MODE_NAMES)
     assert set(FINETUNE_STRATEGIES) <= set(style.STRATEGIES)
-    from bnstudy.experiments.heads import run as heads
-    from bnstudy.experiments.real_data import run as real_data
-    from bnstudy.experiments.unknown_task import run as unknown_task
+    from bnstudy.study.experiments.heads import run as heads
+    from bnstudy.study.experiments.real_data import run as real_data
+    from bnstudy.study.experiments.unknown_task import run as unknown_task
     assert set(heads.OPTIMIZERS) <= set(style.OPTIMIZERS) and set(heads.HEADS) <= set(style.HEADS)
     assert set(real_data.NETWORKS) <= set(style.NETWORKS)
     assert set(unknown_task.CONDITIONS) <= set(style.ROUTERS)

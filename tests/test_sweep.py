@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bnstudy import engine, sweep
-from bnstudy.config import Execution, RunConfig
-from bnstudy.modes import MODE_NAMES
+from bnstudy.study import engine, sweep
+from bnstudy.study.config import Execution, RunConfig
+from bnstudy.study.modes import MODE_NAMES
 
 TINY = dict(widths=(4, 8), stage1_steps=20, steps=30, n_eval=40, batch_size=16, stage1_batch_size=16)
 REPO = Path(__file__).resolve().parent.parent
@@ -78,7 +78,7 @@ def test_lockstep_groups_are_the_modes_of_one_seed_and_shift():
 
 
 def test_bad_sweep_arguments_raise(tmp_path):
-    from bnstudy.experiments.freeze_modes import run as freeze_modes
+    from bnstudy.study.experiments.freeze_modes import run as freeze_modes
     with pytest.raises(ValueError, match="configs is empty"):
         sweep.run_sweep([], len, namespace="x", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="groups must list every config index exactly once"):
@@ -93,9 +93,9 @@ def test_bad_sweep_arguments_raise(tmp_path):
 
 _SCRIPT = textwrap.dedent("""
     import sys
-    from bnstudy import engine
-    from bnstudy.config import Execution, RunConfig
-    from bnstudy.modes import MODE_NAMES
+    from bnstudy.study import engine
+    from bnstudy.study.config import Execution, RunConfig
+    from bnstudy.study.modes import MODE_NAMES
     cfgs = [RunConfig(**dict({tiny}, steps=150), seed=s, mode=m) for s in range(3) for m in MODE_NAMES]
     ex = Execution(cache_dir=sys.argv[1], n_jobs=2, progress=False)
     engine.transfer_sweep(cfgs, "{ns}", ex).drop(columns=["wall_s"]).to_json(sys.argv[2])
@@ -157,7 +157,7 @@ def test_loky_restart_warning_filter_matches_the_text_loky_emits():
 
     from joblib.externals.loky import process_executor
 
-    from bnstudy.sweep import LOKY_RESTART_WARNING
+    from bnstudy.study.sweep import LOKY_RESTART_WARNING
 
     src = inspect.getsource(process_executor)
     i = src.index("A worker stopped")
@@ -212,11 +212,12 @@ def test_torch_threads_refuses_a_different_count_while_runs_execute():
 def _package_copy(tmp_path, monkeypatch):
     import shutil
 
-    from bnstudy import sweep
+    from bnstudy.study import sweep
     dst = tmp_path / "bnstudy"
     shutil.copytree(sweep._PACKAGE_DIR, dst, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(sweep, "_PACKAGE_DIR", dst)
-    return dst
+    monkeypatch.setattr(sweep, "_STUDY_DIR", dst / "study")
+    return dst / "study"  # the study machinery's folder, where the edits below land
 
 
 def _edit(path, old, new):
@@ -229,11 +230,11 @@ def test_a_chapters_analysis_edit_leaves_its_runs_keys_and_an_engine_edit_does_n
     """Issue 23/24: the run cache key of a namespace covers only the code its runs reach. An edit to a chapter
     folder's findings or figures (what it claims and draws), or a presentation module, keeps every key and the
     code fingerprint; an edit to a function the runs call in the folder's run.py, or to the engine, changes them."""
-    from bnstudy.engine import _stage2_group, source_version
-    from bnstudy.experiments.heads import run as heads
-    from bnstudy.experiments.real_data import run as real_data
-    from bnstudy.experiments.shift_strength import run as shift_strength
-    from bnstudy.sweep import code_version
+    from bnstudy.study.engine import _stage2_group, source_version
+    from bnstudy.study.experiments.heads import run as heads
+    from bnstudy.study.experiments.real_data import run as real_data
+    from bnstudy.study.experiments.shift_strength import run as shift_strength
+    from bnstudy.study.sweep import code_version
     pkg = _package_copy(tmp_path, monkeypatch)
     roots = {"heads": (heads._feature_group, heads.FeatureConfig), "real_data": (real_data.run_group,),
              "stage2": (_stage2_group,), "mismatch": (shift_strength._mismatch_group,)}
@@ -266,12 +267,12 @@ def test_a_chapters_analysis_edit_leaves_its_runs_keys_and_an_engine_edit_does_n
 
 
 def test_chapter_folder_findings_and_figures_are_outside_the_code_fingerprint_and_run_is_inside():
-    from bnstudy.sweep import _PACKAGE_DIR, _is_chapter_module, _is_presentation
-    _EXPERIMENTS_DIR = _PACKAGE_DIR / "experiments"
+    from bnstudy.study.sweep import _STUDY_DIR, _is_chapter_module, _is_presentation
+    _EXPERIMENTS_DIR = _STUDY_DIR / "experiments"
     folder = _EXPERIMENTS_DIR / "some_chapter"
     assert _is_presentation(folder / "findings.py") and _is_presentation(folder / "figures.py")
     assert not _is_presentation(folder / "run.py") and not _is_presentation(_EXPERIMENTS_DIR / "heads.py")
-    assert _is_presentation(_PACKAGE_DIR / "plots.py") and not _is_presentation(_PACKAGE_DIR / "engine.py")
+    assert _is_presentation(_STUDY_DIR / "plots.py") and not _is_presentation(_STUDY_DIR / "engine.py")
     # a run module of a folder is hashed by what its runs reach, like a single chapter module
     assert _is_chapter_module(folder / "run.py") and _is_chapter_module(_EXPERIMENTS_DIR / "heads.py")
-    assert not _is_chapter_module(folder / "__init__.py") and not _is_chapter_module(_PACKAGE_DIR / "engine.py")
+    assert not _is_chapter_module(folder / "__init__.py") and not _is_chapter_module(_STUDY_DIR / "engine.py")

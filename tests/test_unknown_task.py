@@ -1,4 +1,4 @@
-"""Chapter 6 (bnstudy.experiments.unknown_task: run, findings, figures): config checks, one tiny unit, findings on
+"""Chapter 6 (bnstudy.study.experiments.unknown_task: run, findings, figures): config checks, one tiny unit, findings on
 hand-made tables."""
 
 import dataclasses
@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bnstudy.config import SourceConfig
-from bnstudy.engine import train_source
-from bnstudy.experiments.unknown_task import figures, findings, run
-from bnstudy.inference import Interval, number, with_numbers
+from bnstudy.study.config import SourceConfig
+from bnstudy.study.engine import train_source
+from bnstudy.study.experiments.unknown_task import figures, findings, run
+from bnstudy.study.inference import Interval, number, with_numbers
 
 
 def test_shift_of_task_b_is_chapter_3s_both_line():
@@ -142,7 +142,7 @@ def test_findings_on_a_hand_made_table():
 
 
 def test_claims_on_a_hand_made_table_are_condition_minus_oracle_in_one_family():
-    from bnstudy import inference
+    from bnstudy.study import inference
     c = findings.claims(_table()).set_index("key")
     comparisons = ["train_vs_oracle_k2", "pinned_vs_oracle_k2", "mixture_vs_oracle_k2", "router_vs_oracle_k2",
                    "routed_gentle_b1_k2", "routed_gentle_bmax_k2"]
@@ -192,7 +192,7 @@ def test_checks_detect_a_broken_oracle_and_findings_missing_conditions():
     assert c.loc["train_is_last_bank", "verdict"] == "exact, checked =="
     with pytest.raises(ValueError, match="mixture"):
         findings.findings(df[df.condition != "mixture"])
-    # the notes on the code's identities flip with their checks (bnstudy.words.Note: one rule per outcome)
+    # the notes on the code's identities flip with their checks (bnstudy.study.words.Note: one rule per outcome)
     notes = lambda d: findings.notes(findings.NOTES, findings.claims(d), findings.findings(d))  # noqa: E731
     assert notes(df)["oracle_exact_text"] == "yet in some run they differ, by up to 1e-07"
     off = _table()
@@ -387,7 +387,7 @@ def test_table_routing_writes_three_decimals_everywhere():
 
 
 def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
-    from bnstudy.pages import claims_items, numbers_items
+    from bnstudy.study.pages import claims_items, numbers_items
     df = _table()
     cells = findings.cell_tests(df)
     f, c = findings.findings(df, cells), findings.claims(df)
@@ -422,7 +422,7 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
                                           "train mode is detectable below the strength from which per-sample "
                                           "routing works.")
     assert p2["known_head_text"].endswith("but not everywhere a wrong bank measurably costs on this grid")
-    from bnstudy.sphinxext import inline_markdown
+    from bnstudy.study.sphinxext import inline_markdown
     for texts in (p, p2):  # the guide pastes it across pages, where only bold and italics render
         assert inline_markdown(texts["cost_vs_routing_text"]) is not None, texts["cost_vs_routing_text"]
     assert p2["nall_worst_text"] == ("but not at every strength: it routes 0.110 below `nearest_first` at t = 0.01 "
@@ -488,7 +488,7 @@ def test_chapter_three_cost_benefit_is_its_first_figure_as_the_page_says():
 def test_run_tables_returns_the_sibling_tables_the_page_saves(monkeypatch):
     """run_tables runs the main sweep and the temperature check (held-out seeds) and returns exactly SIBLING_TABLES;
     the temperature table is checked against the check's own configuration, which its sidecar records."""
-    from bnstudy.config import Execution
+    from bnstudy.study.config import Execution
     seen = []
 
     def fake_run(config, execution=None):
@@ -507,7 +507,7 @@ def test_run_tables_returns_the_sibling_tables_the_page_saves(monkeypatch):
 
 
 def test_run_workers_are_the_runs_own_when_the_rows_are_an_earlier_runs():
-    from bnstudy.config import Execution
+    from bnstudy.study.config import Execution
     assert run.run_workers(None, Execution(n_jobs=3)) == 3
     assert run.run_workers({"workers": 2}, Execution(n_jobs=1)) == 2
     assert run.run_workers({"workers": None}, Execution(n_jobs=1)) == 1  # not recorded: this execution's
@@ -523,7 +523,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quic
 
     from papermill.exceptions import PapermillExecutionError
 
-    from bnstudy import book, report
+    from bnstudy.study import book, report
     r = quick_rebuild("06_unknown_task")
     a, b = glued_payloads(r.first), glued_payloads(r.again)
     assert set(a) == set(b)
@@ -599,8 +599,8 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
 
 
 def test_cell_counts_use_the_books_counts_rule():
-    # the router cells carry Holm's adjusted p, and the findings count them by bnstudy.inference.count_verdicts
-    from bnstudy import inference
+    # the router cells carry Holm's adjusted p, and the findings count them by bnstudy.study.inference.count_verdicts
+    from bnstudy.study import inference
     for df in (_table(), _tight_mixture_table()):
         cells = findings.cell_tests(df)
         assert cells["p_adjusted"].tolist() == pytest.approx(list(inference.holm(cells["p"])), nan_ok=True)
@@ -665,7 +665,7 @@ def test_answer_box_is_the_first_thing_under_the_title_and_every_figure_has_alt_
 
 
 def test_printed_numbers_clip_intervals_to_the_quantitys_range():
-    from bnstudy.pages import numbers_items
+    from bnstudy.study.pages import numbers_items
     over = Interval(0.99, 0.95, 1.03, 3)
     h = with_numbers(findings.findings(_table()), {"route_strong_b1": {"k2_nearest_first": over},
                                                     "train_task_a": {"k2": Interval(-0.5, -1.2, 0.2, 3)}})

@@ -1,0 +1,117 @@
+"""One generic check of a chapter's parameters (issue 33): each value against the type of its default, plus a few
+one-line domain rules per chapter, instead of a hand-written ``__post_init__`` per chapter.
+
+A chapter's ``Config`` subclasses :class:`ChapterConfig` and declares, as data:
+
+* ``PROFILES``: ``{profile: {parameter: value}}`` (the ``profile`` field must name one);
+* ``NORMALIZE``: ``{parameter: function(value) -> value}`` for the few parameters with their own spelling
+  (``seeds``: an int ``n`` means seeds 0..n-1, :func:`bnstudy.study.config.check_seeds`);
+* ``RULES``: :class:`Rule` s, each a parameter, what it must be, and a predicate on the whole config.
+
+Every other field is checked against its default's type (:func:`check_like`): an ``int`` field takes an
+integer, a ``float`` field a finite number, a ``str`` field a string, a ``bool`` field ``True``/``False``, a
+``tuple`` field a list of values each checked against the default's first element (a number where the default is
+empty), none repeated (unless named in ``REPEATS_OK``). The error names the parameter, what it must be and what was given, in the words
+:mod:`bnstudy.study.config` uses everywhere. :meth:`ChapterConfig.describe` prints the resolved parameters for the run
+line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Callable, ClassVar
+
+from .config import _Frozen, check_choice, check_float, check_int, check_sequence, seeds_label
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A one-line domain rule: ``holds(config)`` must be true, else ``ValueError("<name> must be <what>, got
+    <value>")`` (``value``: the config's ``name`` field)."""
+
+    name: str
+    what: str
+    holds: Callable[[object], bool]
+
+
+def check_like(name: str, value, like):
+    """``value`` checked against the type of ``like`` (a parameter's default or profile value) and returned in
+    that type (an integer-valued float for an ``int``, a list as a tuple). ``like is None``: anything.
+
+    Raises ``ValueError`` naming ``name``, what it must be and what was given."""
+    if like is None:
+        return value
+    if isinstance(like, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+        return value
+    if isinstance(like, numbers.Integral):
+        return check_int(name, value)
+    if isinstance(like, numbers.Real):
+        return check_float(name, value)
+    if isinstance(like, str):
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return value
+    if isinstance(like, tuple):
+        item = like[0] if like else 0.0
+        return check_sequence(name, value, lambda n, v: check_like(n, v, item))
+    return value
+
+
+class ChapterConfig(_Frozen):
+    """Base of a chapter's frozen ``Config`` (a ``@dataclass(frozen=True)`` subclass): the generic check of every
+    field (:func:`check_like` against its default, or the class's ``NORMALIZE``), then its ``RULES`` in order."""
+
+    PROFILES: ClassVar[dict] = {}
+    NORMALIZE: ClassVar[dict] = {}
+    RULES: ClassVar[tuple] = ()
+    #: List parameters that may repeat a value (by default none may: a repeated level would run the same cells
+    #: twice and give the analysis duplicate rows).
+    REPEATS_OK: ClassVar[tuple] = ()
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "profile":
+                check_choice("profile", value, tuple(self.PROFILES))
+            elif f.name in self.NORMALIZE:
+                self._set(f.name, self.NORMALIZE[f.name](value))
+            else:
+                default = None if f.default is dataclasses.MISSING else f.default
+                self._set(f.name, check_like(f.name, value, default))
+            value = getattr(self, f.name)
+            if isinstance(value, tuple) and f.name not in self.REPEATS_OK and len(set(value)) != len(value):
+                raise ValueError(f"{f.name} must not repeat a value, got {list(value)}")
+        for rule in self.RULES:
+            if not rule.holds(self):
+                raise ValueError(f"{rule.name} must be {rule.what}, got {_shown(getattr(self, rule.name))}")
+
+    def describe(self) -> str:
+        """The resolved parameters for the run line, in field order: ``profile=full, 10 seeds (0-9), n_tasks=[2,
+        4], strengths=[0.0, 0.0025], steps=300, temperature=0.1, ...`` (floats ``:g``, lists as lists, an empty
+        list left out)."""
+        parts = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "seeds":
+                parts.append(seeds_label(v))
+            elif isinstance(v, tuple):
+                if v:
+                    parts.append(f"{f.name}={[_g(x) for x in v]}")
+            else:
+                parts.append(f"{f.name}={_fmt(v)}")
+        return ", ".join(parts)
+
+
+def _g(x):
+    return float(f"{x:g}") if isinstance(x, float) else x
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _shown(v):
+    return list(v) if isinstance(v, tuple) else v

@@ -1,0 +1,397 @@
+"""Chapter 1, what is drawn: the page's figures and display tables (moved out of :mod:`bnstudy.study.plots`).
+
+The accuracy strips per freeze mode (:func:`mode_strips`), the drift figure (:func:`drift_figure`), the old
+logits' change per quantile (:func:`quantile_figure`), the head sweep's figures (:func:`optimizer_gap_figure`,
+:func:`budget_figure_ch01`, :func:`lr_figure`) and the display tables of the page. Colours come from
+:mod:`bnstudy.study.style` (through :data:`bnstudy.study.plots.MODE_PALETTE` for the freeze modes); the shared helpers
+(``interval_frame``, ``min_text_size``, ``fit_page``, ``save_figure``) stay in :mod:`bnstudy.study.plots`.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from ... import style
+from ...inference import number
+from ...plots import MODE_ORDER, MODE_PALETTE, _ci_text, _interval, interval_frame, min_text_size
+
+
+def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, ylabel: str = "accuracy",
+                interval=None, ylim=None):
+    """One panel per ``columns`` item (column -> title): each seed a dot per mode, mean and 95% interval beside.
+
+    ``interval(values) -> Interval`` computes the bars (default: Student t, :func:`bnstudy.study.inference.t_interval`);
+    ``ylim``: the value axis' limits, where a bar cut by them ends in a triangle pointing past the axis.
+    ``chance`` draws a dotted chance line in every panel. The legend sits below the panels. Returns the figure.
+    """
+    from matplotlib.lines import Line2D
+    interval = interval or _interval
+    modes = [m for m in MODE_ORDER if m in set(df["mode"])]
+    fig, axes = plt.subplots(1, len(columns), figsize=(3.3 * len(columns), 4.2), sharey=True, squeeze=False)
+    clipped = False
+    for ax, (col, title) in zip(axes[0], columns.items()):
+        sns.stripplot(data=df, x="mode", y=col, hue="mode", order=modes, palette=MODE_PALETTE, ax=ax,
+                      alpha=0.55, size=5, jitter=0.15, legend=False)
+        ivs = [interval(df[df["mode"] == m][col]) for m in modes]
+        x = np.arange(len(modes)) + 0.3
+        mean, lo, hi = (np.array([getattr(iv, a) for iv in ivs]) for a in ("mean", "low", "high"))
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+            for xi, l, h in zip(x, lo, hi):
+                if l < ylim[0]:
+                    ax.plot([xi], [ylim[0]], marker="v", color="black", ms=6, clip_on=False); clipped = True
+                if h > ylim[1]:
+                    ax.plot([xi], [ylim[1]], marker="^", color="black", ms=6, clip_on=False); clipped = True
+            lo, hi = np.clip(lo, *ylim), np.clip(hi, *ylim)
+        ax.errorbar(x, mean, yerr=[mean - lo, hi - mean], fmt="o", color="black", capsize=4, ms=5)
+        if chance is not None:
+            ax.axhline(chance, ls=":", color="grey", lw=1.2)
+        ax.set_title(title); ax.set_xlabel(""); ax.set_ylabel(ylabel)
+        ax.set_xticks(range(len(modes)))
+        ax.set_xticklabels([m.replace("_", "_\n", 1) for m in modes])
+    handles = [Line2D([], [], marker="o", ls="-", color="black", label="mean, 95% interval")]
+    if chance is not None:
+        handles.append(Line2D([], [], ls=":", color="grey", lw=1.2, label="chance"))
+    if clipped:
+        handles.append(Line2D([], [], marker="v", ls="", color="black", label="interval cut by the axis"))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0), fontsize=9)
+    return fig
+
+
+def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, max_step: int = 100,
+                 residual: bool = False, compare: pd.DataFrame | None = None, residual_max_step: int | None = None):
+    """Weight left on task A's running_mean per layer (mean over seeds, 95% band) against ``(1-m)^t``.
+
+    Left: steps 0 to ``max_step`` (the decay). Right: the remaining recorded steps, where each layer's
+    noise floor (``floor``, RMS of the weight there) is drawn as a band of the layer's colour with edges.
+    ``residual``: a bottom panel with measured minus ``(1-m)^t`` per layer (mean, 95% band) for steps 1 to
+    ``residual_max_step`` (default ``max_step``) on a linear axis; ``compare`` (same columns, e.g. the weight on
+    a less precise target) is drawn there as thin dotted lines (means only).
+    """
+    last = int(drift.step.max())
+    two = last > max_step
+    if residual:
+        fig = plt.figure(figsize=(6.6, 7.0))
+        gs = fig.add_gridspec(2, 2 if two else 1, width_ratios=[2, 1] if two else [1], height_ratios=[1.25, 1])
+        ax0 = fig.add_subplot(gs[0, 0])
+        axes = np.array([[ax0] + ([fig.add_subplot(gs[0, 1], sharey=ax0)] if two else [])])
+        rax = fig.add_subplot(gs[1, :])
+    else:
+        fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
+                                 gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
+    layers = sorted(drift["layer"].unique())
+    colors = style.sequential(layers)  # blocks are ordered: the book's one sequential scale (bnstudy.study.style)
+    markers = dict(zip(layers, "os^Dv"))
+    for k, ax in enumerate(axes[0]):
+        show = drift[drift.step <= max_step] if k == 0 else drift[drift.step >= max_step]
+        for layer in layers:
+            g = interval_frame(show[show.layer == layer], "step", "weight")
+            ax.plot(g.index, g["mean"], marker=markers[layer], ls="-", color=colors[layer], ms=3, label=f"{layer} (measured)")
+            ax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
+            if k == len(axes[0]) - 1:
+                f = floor[layer]
+                ax.axhspan(-f, f, color=colors[layer], alpha=0.08, lw=0)
+                for y in (-f, f):
+                    ax.axhline(y, color=colors[layer], lw=0.8, ls=(0, (4, 2)))
+        lo_t = 0 if k == 0 else max_step
+        t = np.linspace(lo_t, max_step if k == 0 else last, 400)
+        ax.plot(t, (1 - momentum) ** t, "k--", lw=1.2, label=f"$(1-m)^t$, m = {momentum:g}")
+        if k == 0:
+            ax.axvline(gone_step, color="grey", ls=":", lw=1)
+            ax.set_ylabel("weight left on task A's running_mean")
+        ax.set_yscale("symlog", linthresh=1e-2, linscale=0.5); ax.set_ylim(-0.05, 1.5)
+        ax.set_xlabel("stage-2 step t (train_mode)")
+    if two:
+        axes[0][1].set_title("noise floor (\u00b1 RMS)", fontsize=10)
+        axes[0][0].set_title("decay", fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if residual:
+        top = residual_max_step or max_step
+        for layer in layers:
+            sub = drift[(drift.layer == layer) & (drift.step >= 1) & (drift.step <= top)]
+            sub = sub.assign(res=sub["weight"] - (1 - momentum) ** sub["step"])
+            g = interval_frame(sub, "step", "res")
+            rax.plot(g.index, g["mean"], marker=markers[layer], ls="-", color=colors[layer], ms=3)
+            rax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
+            if compare is not None:
+                c = compare[(compare.layer == layer) & (compare.step >= 1) & (compare.step <= top)]
+                c = c.assign(res=c["weight"] - (1 - momentum) ** c["step"]).groupby("step")["res"].mean()
+                rax.plot(c.index, c.values, ls=":", lw=1.4, color=colors[layer])
+        rax.axhline(0, color="k", ls="--", lw=1.2)
+        rax.set_xlabel("stage-2 step t (train_mode)")
+        rax.set_ylabel("measured - $(1-m)^t$")
+        rax.set_title("residual (95% bands)", fontsize=10)
+        if compare is not None:
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
+            labels.append("residual on the 20-batch target (means)")
+        fig.tight_layout(rect=(0, 0.11, 1, 1))
+    else:
+        fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
+    return fig
+
+
+def quantile_figure(lq: pd.DataFrame):
+    """Absolute old-logit change per quantile and mode (mean over seeds, 95% band clipped at 0, since the
+    quantity is non-negative); symlog axis shows zeros. Modes that coincide are drawn with distinct, nested
+    markers, and the legend says which lie exactly at zero."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    styles = [("o", 9, "none"), ("s", 6.5, "none"), ("^", 4.5, None), ("x", 5, None)]
+    for i, mode in enumerate([m for m in MODE_ORDER if m in set(lq["mode"])]):
+        sub = lq[lq["mode"] == mode]
+        g = interval_frame(sub, "quantile", "change")
+        zero = bool((sub["change"] == 0).all())
+        marker, ms, mfc = styles[i % len(styles)]
+        ax.plot(g.index, g["mean"], marker=marker, ms=ms, mfc=mfc, ls="-", lw=1, color=MODE_PALETTE[mode],
+                label=f"{mode} (all exactly 0)" if zero else mode, zorder=3 + i)
+        ax.fill_between(g.index, g["lo"].clip(lower=0), g["hi"], color=MODE_PALETTE[mode], alpha=0.2)
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_ylim(bottom=-2e-4)
+    ax.set_xlabel("quantile over held-out images and classes"); ax.set_ylabel("|logit after - logit before|")
+    ax.legend(loc="center right", fontsize=9)
+    return fig
+
+
+def summary_table(summary: pd.DataFrame, by: str, labels: dict, order=None, digits: int = 3) -> pd.DataFrame:
+    """A display table from a long summary (columns ``metric, mean, ci_low, ci_high``): one row per ``by`` value,
+    one column per metric in ``labels`` (metric -> column title), cells ``"mean [low, high]"``."""
+    cell = summary.assign(value=[f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+                                 for m, lo, hi in summary[["mean", "ci_low", "ci_high"]].values])
+    table = cell.pivot(index=by, columns="metric", values="value")
+    table = table.loc[order if order is not None else table.index, list(labels)]
+    table.columns = list(labels.values())
+    return table
+
+
+OPTIMIZER_COLORS = {"sgd": style.OPTIMIZERS["sgd"], "adam": style.OPTIMIZERS["adam"], "reference": style.GREY,
+                    "sgd-std": style.SKY, "adam-std": style.PINK}
+CH01_GAP_LABELS = {"sgd": "SGD +\nmomentum", "adam": "Adam", "sgd-std": "SGD,\nstandardized", "adam-std": "Adam,\nstandardized",
+                    "reference": "logistic regr.\n(converged,\n4000 samples)"}
+PATH_STYLES = {"batch_stats": ("-", "o", "train_mode = separate_stats"),
+               "pinned": ("--", "s", "backbone_eval = all_eval")}
+
+
+def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_seeds: int = 3):
+    """Chapter 1: paired task-B difference ``train_mode - backbone_eval`` per head optimizer and the reference.
+
+    ``gaps``: tidy ``seed, role (report | confirm), optimizer, gap``. Each seed a dot (reported seeds
+    filled, confirmation seeds open); per optimizer the pooled mean and 95% Student-t interval over all
+    seeds (only with >= ``min_seeds`` seeds; otherwise the mean and the range). Optimizers ``sgd-std`` /
+    ``adam-std`` (heads on standardized features) get their own columns. ``margin``: the reference test's
+    equivalence margin, drawn as a band around zero in the reference column only.
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
+    # at most the column's width, so that 9 pt text stays 9 pt on the page (bnstudy.study.style)
+    fig, ax = plt.subplots(figsize=(min(style.COLUMN_WIDTH_IN - 0.2, max(6.4, 1.35 * len(opts) + 1.4)), 4.2))
+    ax.axhline(0, color=style.REFERENCE["zero"], lw=1)
+    if margin is not None and "reference" in opts:
+        i = opts.index("reference")
+        ax.fill_between([i - 0.45, i + 0.45], -margin, margin, color=style.REFERENCE["band"], lw=0)
+    for i, o in enumerate(opts):
+        for j, (role, fill) in enumerate((("report", True), ("confirm", False))):
+            g = gaps[(gaps["optimizer"] == o) & (gaps["role"] == role)]
+            if g.empty:
+                continue
+            x = i - 0.22 + j * 0.14
+            jit = np.linspace(-0.04, 0.04, len(g)) if len(g) > 1 else np.zeros(1)
+            ax.scatter(x + jit, g["gap"], s=24, facecolors=OPTIMIZER_COLORS[o] if fill else "none",
+                       edgecolors=OPTIMIZER_COLORS[o], alpha=0.85, zorder=3)
+        v = gaps[gaps["optimizer"] == o]["gap"]
+        if len(v) >= min_seeds:  # a difference of accuracies: the drawn interval cut to [-1, 1]
+            iv = _interval(v).clipped(-1, 1)
+            ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
+                        color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
+        else:
+            ax.errorbar([i + 0.2], [v.mean()], yerr=[[v.mean() - v.min()], [v.max() - v.mean()]], fmt="D",
+                        color=style.GREY, ms=6, capsize=5, zorder=4)
+    ax.set_xticks(range(len(opts)))
+    ax.set_xticklabels([CH01_GAP_LABELS[o] for o in opts])
+    ax.set_xlim(-0.6, len(opts) - 0.4)
+    ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
+    handles = [Line2D([], [], marker="o", ls="", color=style.GREY, label="reported seed"),
+               Line2D([], [], marker="o", ls="", mfc="none", color=style.GREY, label="confirmation seed"),
+               Line2D([], [], marker="D", ls="-", color=style.REFERENCE["zero"], label="all seeds: mean, 95% CI")]
+    if margin is not None:
+        handles.append(Patch(color=style.REFERENCE["band"], label=f"reference test's margin \u00b1{margin:g}"))
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
+    return min_text_size(fig)
+
+
+def budget_figure_ch01(chosen: pd.DataFrame):
+    """Chapter 1: task-B test accuracy against head-training steps, one panel per optimizer.
+
+    ``chosen``: tidy ``seed, role, path, optimizer, lr, step, accuracy`` (reported and confirmation seeds,
+    pooled). Lines per path (mean over seeds, 95% Student-t band); the logistic-regression reference per
+    path as a horizontal line with its 95% band (solid and plain for ``train_mode``, dashed and hatched
+    for the pinned path).
+    """
+    from ...inference import t_interval
+    rep = chosen[chosen["role"].isin(["report", "confirm"])]
+    opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
+    fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.9), sharey=True, squeeze=False)
+    ref_style = {"batch_stats": dict(color=style.OPTIMIZERS["sgd"], hatch=None, alpha=0.22),
+                 "pinned": dict(color=style.GREY, hatch="////", alpha=0.25)}
+    for ax, o in zip(axes[0], opts):
+        for path, (ls, marker, label) in PATH_STYLES.items():
+            g = interval_frame(rep[(rep["optimizer"] == o) & (rep["path"] == path)], "step", "accuracy")
+            ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=OPTIMIZER_COLORS[o], label=label)
+            ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.18, lw=0)
+            r = rep[(rep["optimizer"] == "reference") & (rep["path"] == path)]
+            if len(r):
+                iv = t_interval(r["accuracy"])
+                st = ref_style[path]
+                ax.axhspan(iv.low, iv.high, facecolor=st["color"] if st["hatch"] is None else "none",
+                           edgecolor=st["color"], hatch=st["hatch"], alpha=st["alpha"], lw=0)
+                ax.axhline(iv.mean, color=st["color"], ls=ls, lw=1.2,
+                           label=f"reference, {label.split(' =')[0]} (one fit at step {int(r['step'].iloc[0])})")
+        ax.set_xscale("log", base=2)
+        steps = sorted(rep["step"].unique())
+        ax.set_xticks(steps); ax.set_xticklabels([str(s) for s in steps])
+        ax.set_title("SGD + momentum" if o == "sgd" else "Adam")
+        ax.set_xlabel("head-training steps")
+    axes[0][0].set_ylabel("task-B accuracy (fraction)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
+    return min_text_size(fig)
+
+
+def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3):
+    """Chapter 1: what was tried: validation accuracy (tuning seeds) against learning rate, per optimizer and path.
+
+    Each tuning seed is a small dot; the line joins the means; the band is the seeds' range (plain on the
+    ``batch_stats`` path, hatched on the pinned one; a t interval from 2-3 tuning seeds would be mostly its
+    t quantile). ``min_seeds`` is kept for callers and not used. ``chosen``: ``{(optimizer, path): lr}``, each
+    choice ringed. Where ``lrt`` holds the standardized heads (``sgd-std``, ``adam-std``) they get a second row,
+    on the same y axis.
+    """
+    from matplotlib.lines import Line2D
+    present = set(lrt["optimizer"])
+    base = [o for o in ("sgd", "adam") if o in present or o + "-std" in present]
+    rows = [[o if o in present else None for o in base]]
+    if any(o + "-std" in present for o in base):
+        rows.append([o + "-std" if o + "-std" in present else None for o in base])
+    n = int(lrt["seed"].nunique())
+    fig, axes = plt.subplots(len(rows), len(base), figsize=(3.4 * len(base) + 0.4, 3.0 * len(rows) + 0.7),
+                             sharey=True, squeeze=False)
+    for r, row in enumerate(rows):
+        for ax, o in zip(axes[r], row):
+            if o is None:
+                ax.set_visible(False)
+                continue
+            color = OPTIMIZER_COLORS[o.removesuffix("-std")]
+            for path, (ls, marker, label) in PATH_STYLES.items():
+                sub = lrt[(lrt["optimizer"] == o) & (lrt["path"] == path)]
+                g = sub.groupby("lr")["accuracy"].agg(mean="mean", lo="min", hi="max")
+                ax.plot(g.index, g["mean"], ls=ls, marker=marker, ms=4, color=color, label=label)
+                pinned = path == "pinned"
+                ax.fill_between(g.index, g["lo"], g["hi"], facecolor="none" if pinned else color,
+                                edgecolor=color, hatch="////" if pinned else None,
+                                alpha=0.35 if pinned else 0.15, lw=0)
+                ax.scatter(sub["lr"], sub["accuracy"], s=8, color=color, alpha=0.6, zorder=3)
+                if chosen and (o, path) in chosen and chosen[(o, path)] in g.index:
+                    lr = chosen[(o, path)]
+                    ax.plot([lr], [g.loc[lr, "mean"]], marker="o", ms=13, mfc="none", mec=style.REFERENCE["zero"], mew=1.4, zorder=4)
+            ax.set_xscale("log"); ax.set_xlabel("learning rate")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            grid = sorted(lrt[lrt["optimizer"] == o]["lr"].unique())
+            if grid and np.log10(grid[-1] / grid[0]) < 1.5:   # a narrow grid: label its rates, not the decades
+                ax.set_xticks(grid, [f"{x:g}" for x in grid])
+            ax.set_title(("SGD + momentum" if o.startswith("sgd") else "Adam")
+                         + (", standardized" if o.endswith("-std") else ""))
+        axes[r][0].set_ylabel("validation accuracy, task B")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if chosen:
+        handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec=style.REFERENCE["zero"], ls="", label="chosen"))
+        labels.append("chosen")
+    band = f"range of {n} seeds"
+    handles.append(Line2D([], [], marker="o", ms=3, ls="", color=style.GREY)); labels.append(f"one tuning seed (band: {band})")
+    fig.tight_layout(rect=(0, 0.7 / (3.0 * len(rows) + 0.7), 1, 1))   # the legend's 0.7 inch below the panels
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
+    return min_text_size(fig)
+
+
+EXPLORE_LABELS = {"sgd": "SGD + momentum", "adam": "Adam", "sgd-std": "SGD + momentum, standardized features",
+                  "adam-std": "Adam, standardized features"}
+
+
+def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> pd.DataFrame:
+    """Chapter 1: :func:`bnstudy.study.experiments.freeze_modes.findings.exploratory_tests` as a display table."""
+    rows = []
+    for _, r in ex.iterrows():
+        if r["test"] == "main":
+            what = f"main run: {EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr {r['lr']:g} (reported seeds)"
+        else:
+            what = f"{EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr chosen on validation (all seeds)"
+        p = "-" if pd.isna(r["p"]) else "< 0.001" if r["p"] < 0.001 else f"{r['p']:.3f}"
+        ph = "-" if pd.isna(r["p_holm"]) else "< 0.001" if r["p_holm"] < 0.001 else f"{r['p_holm']:.3f}"
+        rows.append({"head": what, "steps": int(r["step"]), "seeds": int(r["n"]),
+                     "difference [family interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"]), min_seeds=2),
+                     "p": p, "p (Holm)": ph, "verdict": r["verdict"]})
+    return pd.DataFrame(rows).set_index("head")  # the row label, not a 0, 1, 2 index
+
+
+def ch01_std_display(claims: pd.DataFrame, numbers: pd.DataFrame, reference: dict | None = None) -> pd.DataFrame:
+    """Chapter 1: the heads on standardized features, from the tuning part's claims and numbers tables
+    (:func:`~bnstudy.study.experiments.freeze_modes.findings.tuning_claims` / ``tuning_findings``).
+
+    Rows per optimizer: the gap ``train_mode`` minus pinned path with its family interval at every checkpoint, then
+    at the main step each path's mean test accuracy with the paired gain over the plain head (95% interval).
+    ``reference``: optional ``{"batch_stats": acc, "pinned": acc}``, the converged reference, added as a last row
+    (accuracies only). Raises ``ValueError`` when the standardized heads were not run.
+    """
+    gap_at = {k.removeprefix("std_gap_at_"): number(numbers, k) for k in numbers["key"] if k.startswith("std_gap_at_")}
+    if not gap_at:
+        raise ValueError("ch01_std_display needs standardized heads (the tuning numbers have no std_gap_at)")
+    reduced = {k.removeprefix("reduction_") for k in claims[claims["family"] == "reduction"]["key"]}
+    opts = [o for o in ("sgd", "adam") if o in reduced]
+    steps = sorted({int(k.rsplit("_", 1)[1]) for k in gap_at})
+    main_step = number(numbers, "main_step")
+    rows = []
+    for o in opts:
+        row = {"head (standardized features)": EXPLORE_LABELS[o]}
+        for st in steps:
+            iv = gap_at[f"{o}_{st}"]
+            row[f"gap, {st:,} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n, min_seeds=2)
+        for p, label in (("batch_stats", "train_mode path"), ("pinned", "pinned path")):
+            g = number(numbers, f"std_gain_{o}_{p}")
+            row[f"{label}, {main_step:,} steps (gain)"] = (f"{number(numbers, f'std_acc_{o}_{p}'):.3f} "
+                                                         f"(+{_ci_text(g.mean, g.low, g.high, g.n, min_seeds=2)})")
+        rows.append(row)
+    if reference:
+        row = {"head (standardized features)": "reference (converged)"}
+        row.update({f"gap, {st:,} steps": "-" for st in steps})
+        row[f"train_mode path, {main_step:,} steps (gain)"] = f"{reference['batch_stats']:.3f}"
+        row[f"pinned path, {main_step:,} steps (gain)"] = f"{reference['pinned']:.3f}"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("head (standardized features)")
+
+
+def ch01_sensitivity_display(sens: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 1: the reference's sensitivity fits (:func:`~bnstudy.study.experiments.freeze_modes.findings.reference_sensitivity`)."""
+    return pd.DataFrame([{"L2 penalty": f"{r['l2']:g}", "fit samples": int(r["n_fit"]), "seeds": int(r["n"]),
+                          "train_mode path": f"{r['acc_batch_stats']:.3f}", "pinned path": f"{r['acc_pinned']:.3f}",
+                          "difference [family interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"]), min_seeds=2),
+                          "verdict": r["verdict"]} for _, r in sens.iterrows()]).set_index("L2 penalty")
+
+
+def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 1: the learning rate chosen when selecting at each checkpoint (rows: optimizer and path)."""
+    names = {"batch_stats": "train_mode path", "pinned": "pinned path"}
+    out = {}
+    for (o, p), g in choice.groupby(["optimizer", "path"], sort=False):
+        out[f"{EXPLORE_LABELS.get(o, o)}, {names.get(p, p)}"] = {
+            f"selected at {int(r['step']):,} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
+                                                                   else f" ({r['position']} tried)")
+            for _, r in g.iterrows()}
+    return pd.DataFrame(out).T.rename_axis("head")

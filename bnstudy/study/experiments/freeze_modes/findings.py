@@ -1,0 +1,1348 @@
+"""Chapter 1, what is claimed: the page's claims tables and numbers tables, from :mod:`.run`'s tables.
+
+Each part of the page has a claims table (:func:`claims`, :func:`optimizer_claims`, :func:`tuning_claims`,
+:func:`buffer_claims`, :func:`thread_claims`; column ``family`` names each family of comparisons) and a numbers table
+(:func:`findings`, :func:`optimizer_findings`, :func:`tuning_findings`, :func:`buffer_findings`,
+:func:`thread_findings`, :func:`drift_findings`, :func:`drift_check`, :func:`article_counts`; flat,
+:func:`bnstudy.study.inference.numbers_table`). :func:`chapter` puts the parts into one claims table and one numbers table,
+keys prefixed by the part (``opt_primary``), which the sentences (:data:`NOTES`, :func:`answer`, :func:`readings`,
+:func:`seed_article_table`) read and the page glues in one call (:func:`glue_page`: ``ch01_<key>...``).
+
+Finding 3's one primary test is the reference's pooled gap ``train_mode - backbone_eval`` against the equivalence
+margin :data:`PRIMARY_MARGIN` (:func:`optimizer_claims`), every other test of it is exploratory, one family
+(:func:`exploratory_tests`). Comparisons whose direction words are ``"train mode higher"`` / ``"train mode lower"`` and
+the checks of the code are questions as data (:data:`CHECKS`, :data:`EXPLORE`, ...; :func:`bnstudy.study.inference.ask`);
+the others keep :func:`bnstudy.study.inference.decide` with their own direction words (:data:`DIRECTIONS`), which ``ask``'s
+``"<words> higher"`` cannot say ("above chance", "task A lower after", "gap smaller at more steps", ...).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+from scipy import special as spx
+
+from ...report import p_text  # noqa: F401  (chapter 1's p-values print as the other pages' do)
+from ...inference import EXACT, Family, Interval, Question, _slug, ask, claims_table, count_verdicts, decide, number, \
+    numbers_table, one_sided_p, paired_differences, t_interval
+from ...config import check_float
+from ...modes import MODE_NAMES
+from ...words import Note, claim, notes, verdict_md
+from .run import DRIFT_TARGET_BATCHES, ENGINE_TARGET_BATCHES, FLOOR_WEIGHT, PATHS, PROFILES, REF_VARIANTS, \
+    STD_SUFFIX, drift_table, floor_steps
+
+#: The weight left on the old running statistics that counts as "gone" in the prose.
+GONE = 1e-3
+METRICS = ("task_a_before", "task_a_after", "task_b", "max_param_change", "max_buffer_change",
+           "max_old_logit_change")
+ACCURACIES = ("task_a_before", "task_a_after", "task_b")
+#: Finding 2's "about chance": task A after ``train_mode`` within ``(CHANCE_FACTOR - 1) * chance`` of chance
+#: (an equivalence margin, TOST; the factor was set by trial while the project was built).
+CHANCE_FACTOR = 1.5
+#: Finding 3's primary test (fixed in revision, before the full profile ran): the logistic-regression
+#: reference's task-B difference ``train_mode - backbone_eval`` (path ``batch_stats - pinned``) at
+#: ``Config.steps``, all reported and confirmation seeds pooled, against the equivalence margin
+#: +-PRIMARY_MARGIN (accuracy, fraction), one comparison (:func:`bnstudy.study.inference.decide`).
+PRIMARY_MARGIN = 0.03
+ALPHA = 0.05
+#: Buffer-change criteria of finding 2 (fixed in revision): a running_mean moves by more than MEAN_SHIFT_SD
+#: of task A's running standard deviations, a running_var by more than a factor VAR_FACTOR either way.
+MEAN_SHIFT_SD = 1.0
+VAR_FACTOR = 2.0
+#: Seeds of the primary reference test that the quick profile had shown before its design and margin were
+#: fixed (reported seeds 0..2 and confirmation seeds 200, 201); the others are the unseen, confirmatory part.
+QUICK_SEEN_SEEDS = (*range(PROFILES["quick"]["seeds"]), *PROFILES["quick"]["confirm_seeds"])
+PINNED = ("backbone_eval", "all_eval")
+POOLED = ("report", "confirm")
+UNBOUNDED = (-math.inf, math.inf)
+
+
+def steps_until(momentum: float, weight: float = GONE) -> int:
+    """The first step ``t`` at which ``(1 - momentum) ** t`` falls below ``weight``.
+
+    Raises ``ValueError`` unless ``0 < momentum <= 1`` and ``0 < weight < 1``.
+    """
+    check_float("momentum", momentum, 0.0, 1.0, low_open=True)
+    check_float("weight", weight, 0.0, 1.0, low_open=True)
+    if momentum == 1.0:
+        return 1
+    return math.floor(math.log(weight) / math.log(1 - momentum)) + 1
+
+
+
+# --- the chapter's verdicts: every interval, test and verdict from bnstudy.study.inference -------------------------------
+#
+# One sign per quantity, *condition minus reference*: the reference of a freeze-mode comparison is the pinned
+# backbone ``backbone_eval`` (on the head sweep's two feature paths: ``batch_stats - pinned``), so the cost of
+# train mode is negative when train mode loses. The direction words below name that sign for each quantity.
+
+#: train_mode - backbone_eval (task B; the reference test, the trained heads, the thread check).
+TRAIN_HIGHER, TRAIN_LOWER = "train mode higher", "train mode lower"
+#: task A after ``train_mode`` - chance.
+ABOVE_CHANCE, BELOW_CHANCE = "above chance", "below chance"
+#: task A after stage 2 - before (``train_mode``).
+A_HIGHER, A_LOWER = "task A higher after", "task A lower after"
+#: accuracy at the last checkpoint - at the one before (a head still gaining).
+LAST_HIGHER, LAST_LOWER = "higher at the last checkpoint", "lower at the last checkpoint"
+#: gap at the last checkpoint - gap at the first.
+GAP_LARGER, GAP_SMALLER = "gap larger at more steps", "gap smaller at more steps"
+#: plain heads' gap - standardized heads' gap.
+STD_SMALLER, STD_LARGER = "smaller with standardized features", "larger with standardized features"
+#: a running mean's largest shift - MEAN_SHIFT_SD (task-A SDs); a running variance's largest |log ratio| - log 2.
+SHIFT_ABOVE, SHIFT_BELOW = f"above {MEAN_SHIFT_SD:g} SD", f"below {MEAN_SHIFT_SD:g} SD"
+VAR_ABOVE, VAR_BELOW = f"above a factor {VAR_FACTOR:g}", f"below a factor {VAR_FACTOR:g}"
+#: Every direction word this chapter's verdicts use (:func:`bnstudy.study.inference.is_verdict`'s ``directions``).
+DIRECTIONS: tuple[str, ...] = (TRAIN_HIGHER, TRAIN_LOWER, ABOVE_CHANCE, BELOW_CHANCE, A_HIGHER, A_LOWER,
+                               LAST_HIGHER, LAST_LOWER, GAP_LARGER, GAP_SMALLER, STD_SMALLER, STD_LARGER,
+                               SHIFT_ABOVE, SHIFT_BELOW, VAR_ABOVE, VAR_BELOW)
+#: ``ask``'s words for a gap ``batch_stats - pinned`` (``train_mode - backbone_eval``): "train mode higher" / "lower".
+TRAIN = "train mode"
+
+
+def gap_claim(values, key: str = "", margin: float | None = PRIMARY_MARGIN, family: Family = Family()):
+    """The verdict on per-seed task-B differences ``train_mode - backbone_eval`` (path ``batch_stats -
+    pinned``): :func:`bnstudy.study.inference.decide` with the words ``"train mode higher"`` / ``"train mode
+    lower"`` and, by default, the reference test's margin :data:`PRIMARY_MARGIN`."""
+    return decide(values, key, margin=margin, family=family, higher=TRAIN_HIGHER, lower=TRAIN_LOWER)
+
+
+def _decided(family: str, claims) -> pd.DataFrame:
+    """A claims table of one family (:func:`bnstudy.study.inference.claims_table`, column ``family``)."""
+    return claims_table(list(claims), family=family)
+
+
+def _asked(family: str, tables: dict, questions) -> pd.DataFrame:
+    """:func:`bnstudy.study.inference.ask`'s claims table of ``questions`` (one family), column ``family`` first."""
+    return ask(tables, questions, ALPHA, family=family)
+
+
+def family(claims: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows of one family of a claims table."""
+    return claims[claims["family"] == name]
+
+
+def _series(s: pd.Series) -> dict:
+    """A per-seed or per-layer series as numbers-table entries, with its ``min`` and ``max`` (as the page cites)."""
+    out = dict(s.items())
+    if len(s) and pd.api.types.is_numeric_dtype(s):
+        out.update(min=float(s.min()), max=float(s.max()))
+    return out
+
+
+def entries(numbers: pd.DataFrame, stem: str, names: str = r"seed\d+") -> pd.Series:
+    """The entries ``<stem>_<name>`` of a numbers table whose ``<name>`` matches ``names`` (a per-seed series:
+    ``seed<n>``; per layer: ``block_<i>``), in the table's order, indexed by ``<name>``."""
+    hit = numbers[numbers["key"].str.fullmatch(rf"{re.escape(stem)}_{names}")]
+    return pd.Series(list(hit["value"]), index=[k[len(stem) + 1:] for k in hit["key"]], dtype=float)
+
+
+def _interval(r) -> Interval:
+    return Interval(float(r.estimate), float(r.low), float(r.high), int(r.n), float(r.confidence))
+
+
+def _with_claims(rows: list[dict], claims: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (dicts with a ``key``) with their claims' ``n, mean, ci_low, ci_high, confidence, p, p_holm,
+    verdict`` (a display table: the rows' order, the claims' numbers)."""
+    c = claims.set_index("key").reindex([r["key"] for r in rows])
+    out = pd.DataFrame(rows)
+    for col, src in (("n", "n"), ("mean", "estimate"), ("ci_low", "low"), ("ci_high", "high"),
+                     ("confidence", "confidence"), ("p", "p"), ("p_holm", "p_adjusted"), ("verdict", "verdict")):
+        out[col] = c[src].to_numpy() if len(c) else []
+    return out
+
+
+def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95, logit_centre: bool = False) -> Interval:
+    """Mean of accuracies ``values`` (0..1) with a Student-t interval computed on the logit scale.
+
+    The interval stays inside (0, 1), unlike a t interval on the raw scale for accuracies near 0 or 1.
+    Values are clipped to ``[0.5 / n_eval, 1 - 0.5 / n_eval]`` before the logit (``n_eval``: the size
+    of the evaluation set; default 1000). ``mean`` is the plain mean of ``values``, or with ``logit_centre``
+    the interval's own centre, ``expit`` of the mean logit.
+    Raises ``ValueError`` for an empty input or values outside [0, 1].
+    """
+    v = np.asarray(values, dtype=float)
+    if v.size == 0 or (v < 0).any() or (v > 1).any():
+        raise ValueError(f"bounded_interval needs accuracies in [0, 1], got {v.tolist()}")
+    eps = 0.5 / (n_eval or 1000)
+    z = spx.logit(np.clip(v, eps, 1 - eps))
+    iv = t_interval(z, confidence)
+    centre = float(spx.expit(iv.mean)) if logit_centre else float(v.mean())
+    return Interval(centre, float(spx.expit(iv.low)), float(spx.expit(iv.high)), int(v.size))
+
+
+def accuracy_summary(df: pd.DataFrame, by: str = "mode", columns=METRICS, logit_centre: bool = False) -> pd.DataFrame:
+    """Mean and 95% Student-t interval over seeds (:func:`bnstudy.study.inference.t_interval`) of ``columns`` per
+    ``by`` (a long table ``by, metric, mean, ci_low, ci_high, n_seeds``), with :func:`bounded_interval` for the
+    accuracy columns.
+
+    ``logit_centre``: the accuracy rows' ``mean`` is the interval's own centre (``expit`` of the mean logit)
+    instead of the plain mean, so that a table printing "mean [low, high]" pairs matching numbers.
+    """
+    out = pd.DataFrame([dict({by: k}, metric=c, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n)
+                        for k, g in df.groupby(by, sort=False) for c in columns for iv in [t_interval(g[c])]])
+    n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
+    for i, r in out.iterrows():
+        if r["metric"] in ACCURACIES:
+            iv = bounded_interval(df[df[by] == r[by]][r["metric"]], n_eval, logit_centre=logit_centre)
+            out.loc[i, ["mean", "ci_low", "ci_high"]] = [iv.mean, iv.low, iv.high]
+    return out
+
+
+
+# --- the main run: finding 2's claims, the checks of the code, the numbers ----------------------------------------
+
+#: The page's identities of the code, as data (:func:`bnstudy.study.inference.ask`, exact checks, stated as checks, not
+#: findings), on the main run's rows (every seed): ``c_weights_unchanged`` (largest weight change == 0, every mode),
+#: ``c_pinned_keep_a`` (pinned modes' task A after == before), ``c_separate_exact`` (``separate_stats``' old logits
+#: change == 0), ``c_separate_matches_b`` (``separate_stats`` == ``train_mode`` on task B), ``c_pinned_equal_b``
+#: (``all_eval`` == ``backbone_eval`` on task B).
+CHECKS = (
+    Question("c_weights_unchanged", value="max_param_change", table="rows", exact=0.0),
+    Question("c_pinned_keep_a", value="task_a_kept", at=dict(mode=PINNED), table="rows", exact=0.0),
+    Question("c_separate_exact", value="max_old_logit_change", at=dict(mode="separate_stats"), table="rows",
+             exact=0.0),
+    Question("c_separate_matches_b", "separate_stats", "train_mode", value="task_b", by="mode", table="rows",
+             exact=0.0),
+    Question("c_pinned_equal_b", "all_eval", "backbone_eval", value="task_b", by="mode", table="rows", exact=0.0),
+)
+
+
+def _main_parts(df: pd.DataFrame):
+    """Chance, the chance limit, and per seed task A after ``train_mode`` and its change (after - before)."""
+    missing = set(MODE_NAMES) - set(df["mode"])
+    if missing:
+        raise ValueError(f"findings needs all four modes; missing {sorted(missing)}")
+    chance = 1 / int(df["n_classes"].iloc[0])
+    piv = {c: df.pivot(index="seed", columns="mode", values=c) for c in ("task_a_after", "task_a_before")}
+    after = piv["task_a_after"]["train_mode"]
+    return chance, CHANCE_FACTOR * chance, after, after - piv["task_a_before"]["train_mode"]
+
+
+def claims(df: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 1's main-run claims table (all four modes needed; raises ``ValueError`` if one is missing).
+
+    Finding 2, one family of 2 (``family`` ``"f2"``): ``task_a_chance`` (task A after ``train_mode`` minus chance,
+    equivalence margin ``(CHANCE_FACTOR - 1) * chance``: "about chance" is "equivalent within ±margin") and
+    ``task_a_change`` (after - before); then :data:`CHECKS` (``family`` ``"checks"``)."""
+    chance, limit, after, change = _main_parts(df)
+    f2 = Family(2)
+    return pd.concat([
+        _decided("f2", [decide(after - chance, "task_a_chance", margin=limit - chance, family=f2, higher=ABOVE_CHANCE,
+                               lower=BELOW_CHANCE),
+                        decide(change, "task_a_change", family=f2, higher=A_HIGHER, lower=A_LOWER)]),
+        _asked("checks", dict(rows=df.assign(task_a_kept=df["task_a_after"] - df["task_a_before"])), CHECKS),
+    ], ignore_index=True)
+
+
+def findings(df: pd.DataFrame) -> pd.DataFrame:
+    """Chapter 1's main-run numbers table (accuracies are fractions 0..1; all four modes needed, else
+    ``ValueError``); intervals printed inside [-1, 1], the summary's as they are.
+
+    Per metric of :data:`METRICS` and mode (``<metric>_<mode>``): mean and 95% interval over seeds (accuracies:
+    :func:`bounded_interval`). ``task_a_after_tm_<seed>`` (``train_mode``; with ``_min`` / ``_max``), its
+    ``_median``, bounded interval ``_ci`` and ``_logit_centre`` (``expit`` of the mean logit, the centre of the
+    ``_ci`` interval, whose mean is the plain mean); ``task_a_change_<seed>`` (after - before); ``n_near_chance``
+    seeds at most ``chance_limit``; ``task_a_above_chance_p``, the one-sided t test of task A after ``train_mode``
+    above chance; ``gap_b_<pinned mode>``: paired ``task_b(train_mode) - task_b(pinned)`` (95% interval; the main
+    run's test is among the exploratory ones, :func:`exploratory_tests`); ``f2_m``: finding 2's family size."""
+    chance, limit, after, change = _main_parts(df)
+    m = float(df["momentum"].iloc[0])
+    n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
+    s = accuracy_summary(df)
+    summary = {c: {r.mode: Interval(r.mean, r.ci_low, r.ci_high, int(r.n_seeds)) for r in s[s.metric == c].itertuples()}
+               for c in METRICS}
+    seed = lambda v: f"seed{v}"  # noqa: E731
+    return numbers_table(dict(
+        n_seeds=int(df["seed"].nunique()), chance=chance, chance_limit=limit, chance_margin=limit - chance,
+        f2_m=Family(2).m, momentum=m, steps_gone=steps_until(m), **summary,
+        task_a_after_tm=_series(after.rename(seed)), task_a_after_tm_median=float(after.median()),
+        task_a_after_tm_ci=bounded_interval(after, n_eval), task_a_change=_series(change.rename(seed)),
+        n_near_chance=int((after <= limit).sum()), task_a_above_chance_p=one_sided_p(after, "greater", null=chance),
+        task_a_after_tm_logit_centre=bounded_interval(after, n_eval, logit_centre=True).mean,
+        gap_b={p: t_interval(paired_differences(df, "task_b", "mode", "train_mode", p)) for p in PINNED},
+    ), bounds=lambda key: UNBOUNDED if key in METRICS else (-1, 1))
+
+
+# --- the drift figure: the weight left on task A's running_mean against (1 - m)^t ----------------------------------
+
+def noise_floor(drift: pd.DataFrame, momentum: float, steps: int) -> pd.Series:
+    """Per layer, the RMS of the measured weight at recorded steps where the prediction ``(1 - m)^t`` is below 1e-4
+    (the moving average's own noise). Raises ``ValueError`` if no recorded step up to ``steps`` has one."""
+    fs = floor_steps(momentum, steps)
+    if not fs:
+        raise ValueError(f"no recorded step up to steps={steps} has (1 - momentum)^t < {FLOOR_WEIGHT}")
+    return drift[drift.step.isin(fs)].groupby("layer")["weight"].apply(lambda v: float(np.sqrt(np.mean(v ** 2))))
+
+
+def drift_findings(drift: pd.DataFrame, momentum: float, steps: int) -> pd.DataFrame:
+    """The drift figure's numbers table from :func:`drift_table`'s output (raises ``ValueError`` as
+    :func:`noise_floor`).
+
+    ``floor_<layer>`` (:func:`noise_floor`), at steps ``floor_first_step`` .. ``floor_last_step``; ``last_step``: the
+    last recorded step whose prediction is above every layer's floor. ``weight_12_<layer>`` / ``weight_last_<layer>``:
+    the mean over seeds at step 12 / ``last_step``, with 95% Student-t bounds ``weight_12_low_<layer>`` /
+    ``_high_<layer>`` (each with ``_min`` / ``_max`` over layers); ``theory_12`` / ``theory_last``: ``(1 - m)^t``;
+    ``excess_12_<layer>``: mean weight minus ``(1 - m)^12``. The agreement with ``(1 - m)^t`` is a check of the
+    moving average's definition, but the measured weight is a statistical comparison: it depends on the projected
+    batch means being unbiased and on the estimated target mean (an error there biases it upward)."""
+    floor = noise_floor(drift, momentum, steps)
+    fs = floor_steps(momentum, steps)
+    last = max(s for s in sorted(drift.step.unique()) if (1 - momentum) ** s > floor.max())
+
+    def at(t, name):
+        ivs = {layer: t_interval(g["weight"]) for layer, g in drift[drift.step == t].groupby("layer")}
+        return {f"{name}{a}": _series(pd.Series({k: getattr(iv, s) for k, iv in ivs.items()}))
+                for a, s in (("", "mean"), ("_low", "low"), ("_high", "high"))}
+
+    w12 = at(12, "weight_12")
+    return numbers_table(dict(
+        floor=_series(floor), floor_first_step=min(fs), floor_last_step=max(fs), **w12, theory_12=(1 - momentum) ** 12,
+        last_step=int(last), theory_last=(1 - momentum) ** last, **at(last, "weight_last"),
+        excess_12=_series(pd.Series({k: v for k, v in w12["weight_12"].items() if k not in ("min", "max")})
+                          - (1 - momentum) ** 12)))
+
+
+# --- the head sweep's analysis: chosen learning rates, paired gaps, finding 3's tests (issue 10) -------------------
+
+def primary_reference(sweep: pd.DataFrame) -> pd.DataFrame:
+    """``sweep`` with only the primary reference fit (``REF_VARIANTS[0]``) among the reference rows."""
+    l2, n = REF_VARIANTS[0]
+    ref = sweep["optimizer"] == "reference"
+    keep = ~ref | ((sweep["l2"] == l2) & (sweep["n_fit"] == n)) if "l2" in sweep.columns else ~ref | ref
+    return sweep[keep]
+
+
+def gap_table(chosen: pd.DataFrame, step: int) -> pd.DataFrame:
+    """Tidy paired gaps ``seed, role, optimizer, gap`` (``batch_stats - pinned`` test accuracy) at ``step``
+    (the reference at its own single step)."""
+    recs = []
+    for (role, o), g in chosen.groupby(["role", "optimizer"]):
+        st = step if o != "reference" else g["step"].min()
+        piv = g[g["step"] == st].pivot(index="seed", columns="path", values="accuracy")
+        recs += [dict(seed=s, role=role, optimizer=o, gap=float(v)) for s, v in (piv["batch_stats"] - piv["pinned"]).items()]
+    return pd.DataFrame(recs, columns=["seed", "role", "optimizer", "gap"])
+
+
+def choose_lrs(sweep: pd.DataFrame, step: int) -> dict:
+    """Learning rate per ``(optimizer, path)``: the best mean *validation* accuracy over the tuning seeds at ``step``.
+
+    Only rows with ``role == "tune"`` and ``split == "validation"`` are read (never a test set, never a
+    reported seed). Ties go to the smaller learning rate. Raises ``ValueError`` if none are present.
+    """
+    t = sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["step"] == step)
+              & (sweep["optimizer"] != "reference")]
+    if t.empty:
+        raise ValueError(f"choose_lrs: no tuning-seed validation rows at step {step}")
+    mean = t.groupby(["optimizer", "path", "lr"])["accuracy"].mean().reset_index()
+    mean = mean.sort_values(["optimizer", "path", "accuracy", "lr"], ascending=[True, True, False, True])
+    return {(o, p): float(g["lr"].iloc[0]) for (o, p), g in mean.groupby(["optimizer", "path"])}
+
+
+def chosen_table(sweep: pd.DataFrame, lrs: dict) -> pd.DataFrame:
+    """Test-set rows of the chosen heads (and the primary reference), reported and confirmation seeds:
+    ``seed, role, path, optimizer, lr, step, accuracy``."""
+    t = primary_reference(sweep)
+    t = t[(t["split"] == "test") & (t["role"] != "tune")]
+    keep = t.apply(lambda r: r["optimizer"] == "reference" or lrs.get((r["optimizer"], r["path"])) == r["lr"], axis=1)
+    return t[keep].drop(columns=[c for c in ("split", "l2", "n_fit") if c in t.columns]).reset_index(drop=True)
+
+
+def lr_table(sweep: pd.DataFrame, step: int | None = None) -> pd.DataFrame:
+    """What was tried: validation accuracy per tuning seed, ``seed, path, optimizer, lr, step, accuracy``
+    (at ``step``, or at every checkpoint when ``None``)."""
+    t = sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["optimizer"] != "reference")]
+    if step is not None:
+        t = t[t["step"] == step]
+    return t[["seed", "path", "optimizer", "lr", "step", "accuracy"]].reset_index(drop=True)
+
+
+def lr_choice_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The learning rate :func:`choose_lrs` picks when selecting at each checkpoint: ``optimizer, path, step,
+    lr, position`` (``position``: ``lowest`` / ``highest`` of the grid, or ``interior``)."""
+    t = sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["optimizer"] != "reference")]
+    grid = t.groupby("optimizer")["lr"].agg(["min", "max"])
+    recs = []
+    for step in sorted(t["step"].unique()):
+        for (o, p), lr in choose_lrs(sweep, step).items():
+            pos = "lowest" if lr == grid.loc[o, "min"] else "highest" if lr == grid.loc[o, "max"] else "interior"
+            recs.append(dict(optimizer=o, path=p, step=int(step), lr=lr, position=pos))
+    return pd.DataFrame(recs, columns=["optimizer", "path", "step", "lr", "position"])
+
+
+def _path_gap(t: pd.DataFrame, optimizer: str, roles, step: int) -> pd.Series:
+    s = t[(t["optimizer"] == optimizer) & (t["role"].isin(roles)) & (t["step"] == step)]
+    piv = s.pivot(index="seed", columns="path", values="accuracy")
+    return piv["batch_stats"] - piv["pinned"]
+
+
+
+def _checkpoints(sweep: pd.DataFrame, main_step: int, optimizers=None) -> list:
+    rows = sweep[sweep["optimizer"].isin(optimizers)] if optimizers else sweep[sweep["optimizer"] != "reference"]
+    steps = sorted(rows["step"].unique())
+    if main_step not in steps or len(steps) < 2:
+        raise ValueError(f"main_step must be among >= 2 checkpoints, got {main_step} in {steps}")
+    return steps
+
+
+#: Finding 3's exploratory tests, as data, one family (:func:`exploratory_tests`): the main run's ``train_mode -
+#: backbone_eval`` (table ``main``, when given), then per optimizer (learning rate chosen at the main step) and
+#: checkpoint the pooled reported + confirmation seeds' gap ``batch_stats - pinned`` (table ``chosen``).
+EXPLORE = (
+    Question("explore_main", "train_mode", "backbone_eval", value="task_b", by="mode", table="main", words=TRAIN),
+    Question("explore_{optimizer}_{step}", "batch_stats", "pinned", by="path", each=("optimizer", "step"),
+             at=dict(role=POOLED), table="chosen", words=TRAIN),
+)
+#: The reference test on the pooled seeds (``primary``, the pre-specified one) and on the seeds the quick profile had
+#: not shown (``unseen``), each a family of one, at :data:`PRIMARY_MARGIN` (tables ``reference`` / ``unseen``);
+#: its sensitivity fits, one family (``sens_l2_<l2>_n<n_fit>``, table ``fits``).
+PRIMARY = Question("primary", "batch_stats", "pinned", by="path", table="reference", margin=PRIMARY_MARGIN, words=TRAIN)
+UNSEEN = Question("unseen", "batch_stats", "pinned", by="path", table="unseen", margin=PRIMARY_MARGIN, words=TRAIN)
+SENSITIVITY = Question("sens_{fit}", "batch_stats", "pinned", by="path", each=("fit",), table="fits",
+                       margin=PRIMARY_MARGIN, words=TRAIN)
+
+
+def _explore(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None):
+    """:func:`exploratory_tests`' table and its claims table (one family, keys ``explore_<test>``)."""
+    lrs = choose_lrs(sweep, main_step)
+    t = chosen_table(sweep, lrs)
+    opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+    rows = [] if main is None else [dict(key="explore_main", test="main", optimizer=str(main["optimizer"].iloc[0]),
+                                         lr=float(main["lr"].iloc[0]),
+                                         step=int(main["steps"].iloc[0]) if "steps" in main.columns else main_step)]
+    for o in opts:
+        lr = lrs[(o, "pinned")] if lrs[(o, "pinned")] == lrs[(o, "batch_stats")] else math.nan
+        rows += [dict(key=f"explore_{o}_{int(s)}", test=f"{o}_{int(s)}", optimizer=o, lr=lr, step=int(s))
+                 for s in sorted(t[t["optimizer"] == o]["step"].unique())]
+    claims = _asked("explore", dict(main=main, chosen=t[t["optimizer"].isin(opts)]),
+                    EXPLORE if main is not None else EXPLORE[1:])
+    cols = ["test", "optimizer", "lr", "step", "n", "mean", "ci_low", "ci_high", "confidence", "p", "p_holm", "verdict"]
+    return _with_claims(rows, claims).reindex(columns=cols), claims
+
+
+def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every test of finding 3 other than the primary one, as one family (:data:`EXPLORE`).
+
+    Rows: the main run (``main``'s ``train_mode - backbone_eval``, its seeds), then per optimizer (learning
+    rate chosen at ``main_step``) and checkpoint the pooled reported + confirmation seeds' gap. Columns
+    ``test, optimizer, lr, step, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict``: the family's
+    Bonferroni interval (``confidence`` = 1 - 0.05/m), the two-sided t test of a zero gap and its Holm-adjusted
+    p-value over the rows, and the verdict (no margin: the trained heads' tests have none).
+    """
+    return _explore(sweep, main_step, main)[0]
+
+
+def _sens_key(l2: float, n_fit: int) -> str:
+    return f"sens_l2_{l2:.0e}_n{int(n_fit)}".replace("-", "_")
+
+
+def _sensitivity(sweep: pd.DataFrame):
+    """:func:`reference_sensitivity`'s table and its claims table (one family, keys ``sens_l2_<l2>_n<n_fit>``)."""
+    t = sweep[(sweep["optimizer"] == "reference") & (sweep["split"] == "test") & sweep["role"].isin(POOLED)]
+    t = t.assign(fit=[_sens_key(l2, n).removeprefix("sens_") for l2, n in zip(t["l2"], t["n_fit"])])
+    rows = []
+    for (l2, n), g in t.groupby(["l2", "n_fit"], sort=False):
+        piv = g.pivot(index="seed", columns="path", values="accuracy")
+        rows.append(dict(key=_sens_key(l2, n), l2=float(l2), n_fit=int(n), acc_batch_stats=float(piv["batch_stats"].mean()),
+                         acc_pinned=float(piv["pinned"].mean())))
+    claims = _asked("sens", dict(fits=t), [SENSITIVITY])
+    cols = ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", "mean", "ci_low", "ci_high", "confidence", "p",
+            "p_holm", "verdict"]
+    return _with_claims(rows, claims).reindex(columns=cols), claims
+
+
+def reference_sensitivity(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The reference gap for every ``(l2, n_fit)`` fit, pooled reported + confirmation seeds, the fits one family
+    (:data:`SENSITIVITY`; margin :data:`PRIMARY_MARGIN`): ``key, l2, n_fit, n, acc_batch_stats, acc_pinned, mean,
+    ci_low, ci_high, confidence, p, p_holm, verdict`` (the interval is the family's)."""
+    return _sensitivity(sweep)[0]
+
+
+def _reference(sweep: pd.DataFrame, main_step: int):
+    """The chosen learning rates, the chosen heads' table, the primary reference's step and its pooled rows."""
+    lrs = choose_lrs(sweep, main_step)
+    t = chosen_table(sweep, lrs)
+    ref = t[t["optimizer"] == "reference"]
+    if ref.empty:
+        raise ValueError("optimizer_findings needs the primary reference's rows (optimizer='reference')")
+    ref_step = int(ref["step"].min())
+    return lrs, t, ref_step, ref[ref["role"].isin(POOLED) & (ref["step"] == ref_step)]
+
+
+def optimizer_claims(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None,
+                     seen_seeds=QUICK_SEEN_SEEDS) -> pd.DataFrame:
+    """Finding 3's claims table (every gap ``train_mode - backbone_eval``, on the sweep's paths ``batch_stats -
+    pinned``), its families (column ``family``):
+
+    ``primary``: the primary (pre-specified) test (:data:`PRIMARY`, the reference's paired gap at its step over all
+    reported and confirmation seeds, one comparison); ``unseen``: the same test on the seeds not in ``seen_seeds``
+    (the quick profile's, seen before the design was fixed); ``explore``: every row of :func:`exploratory_tests`
+    (keys ``explore_main``, ``explore_<optimizer>_<step>``); ``sens``: the reference's sensitivity fits
+    (:func:`reference_sensitivity`); ``gain``: per ``<optimizer>_<path>`` (key ``gain_<optimizer>_<path>``) the
+    paired gain from the second-to-last to the last checkpoint (pooled seeds); ``explore_at_main``: the rows of
+    ``explore`` at ``main_step`` under the keys ``explore_at_main_<optimizer>`` (the same claims and adjusted
+    p-values, for the prose). Raises ``ValueError`` if ``main_step`` is not a checkpoint, fewer than two checkpoints
+    exist, or the sweep has no primary reference rows."""
+    steps = _checkpoints(sweep, main_step)
+    lrs, t, _, ref = _reference(sweep, main_step)
+    _, explore = _explore(sweep, main_step, main)
+    opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+    pooled = t[t["role"].isin(POOLED)]
+    gains = {}
+    for o in opts:
+        for p in PATHS:
+            s = pooled[(pooled["optimizer"] == o) & (pooled["path"] == p)]
+            piv = s.pivot(index="seed", columns="step", values="accuracy")
+            gains[f"{o}_{p}"] = piv[steps[-1]] - piv[steps[-2]]
+    gain_family = Family(max(len(gains), 1))
+    at_main = explore[explore["key"].isin([f"explore_{o}_{main_step}" for o in opts])].assign(
+        family="explore_at_main", key=lambda c: c["key"].str.replace(f"_{main_step}", "", regex=False).str.replace(
+            "explore_", "explore_at_main_", regex=False))
+    return pd.concat([
+        _asked("primary", dict(reference=ref), [PRIMARY]),
+        _asked("unseen", dict(unseen=ref[~ref["seed"].isin(list(seen_seeds))]), [UNSEEN]),
+        explore, _sensitivity(sweep)[1],
+        _decided("gain", [decide(d, f"gain_{k}", family=gain_family, higher=LAST_HIGHER, lower=LAST_LOWER)
+                          for k, d in gains.items()]),
+        at_main], ignore_index=True)
+
+
+def _unseen_text(c, n_unseen: int, n_all: int, iv90: Interval) -> str:
+    """The reference test on the unseen seeds (claim ``c``, 90% interval ``iv90``), in one sentence."""
+    if c.verdict == "too few seeds":
+        return (f"This profile cannot show that part: {n_all - n_unseen} of its {n_all} seeds are ones the quick profile "
+                f"had shown, so the confirmatory part of the test needs the full profile.")
+    return (f"On the {n_unseen} seeds the quick profile did not have, the difference is {c.estimate:.3f} (95% interval "
+            f"{c.low:.3f} to {c.high:.3f}; 90% interval {iv90.low:.3f} to {iv90.high:.3f}; TOST p "
+            f"{p_text(c.p_equivalence)}), verdict: {c.verdict}; this is the confirmatory part of the test.")
+
+
+def _unseen_short(c, n_unseen: int) -> str:
+    """The unseen seeds' verdict (claim ``c``) as a clause."""
+    if c.verdict == "too few seeds":
+        return "no confirmatory verdict in this profile (its seeds are all among those the design was fixed on)"
+    return f"{c.verdict} on the {n_unseen} seeds the quick profile had not shown when the test was designed"
+
+
+def _trained_reading(counts: dict) -> str:
+    """The exploratory tests' counts (:func:`bnstudy.study.inference.count_verdicts`: a direction where Holm's adjusted p
+    is below 0.05, else the printed verdict) in words: how many show train mode higher, and how many lower where any
+    do."""
+    n, k, j = counts["m"], counts["higher"], counts["lower"]
+    if n and k == n:
+        return f"train mode higher in all {n} tests"
+    if n and j == n:
+        return f"train mode lower in all {n} tests"
+    return f"train mode higher in {k} of {n} tests" + (f", lower in {j}" if j else "")
+
+
+def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None, main: pd.DataFrame | None = None,
+                       seen_seeds=QUICK_SEEN_SEEDS, claims: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Finding 3's numbers table from :func:`run_head_sweep`'s table (accuracies 0..1; intervals printed inside
+    [-1, 1]); ``claims``: :func:`optimizer_claims` of the same arguments if already computed.
+
+    ``primary`` (95% interval) and ``primary_ci90`` (90%, the TOST's at one comparison; the TOST p is the claim's
+    ``p_equivalence``, ``primary_p_tost_text`` its :func:`p_text`), ``margin``; ``ref_sets_<report|confirm>``: the
+    reference gap per seed set (95% interval; ``ref_sets_kind_<set>`` says with how many seeds). ``n_explore`` tests,
+    ``n_explore_resolved`` of them with a Holm-adjusted p below 0.05, ``trained_n_higher`` with ``train_mode``
+    higher, ``trained_reading`` that count in words, ``explore_confidence`` the family intervals' confidence,
+    ``trained_min`` / ``trained_max``: smallest / largest mean gap of the tuned-optimizer rows. ``lr_<optimizer>_
+    <path>`` chosen at ``main_step``, ``lr_position_...`` there (``interior`` / ``lowest`` / ``highest`` in the grid),
+    ``lr_changes_...``: ``"yes"`` when selecting at another checkpoint picks another rate. ``acc_<optimizer>_<path>``:
+    mean test accuracy, pooled seeds (``reference`` too). ``gain_m`` / ``gain_confidence``: the gains' family.
+    ``sens_min`` / ``sens_max``: the smallest and largest mean gap over the ``sens_n`` sensitivity fits;
+    ``sens_n_agree`` fits with the primary verdict, ``sens_dissent`` the others in words (``"none"``).
+    ``unseen_ci90``, ``seen_n`` seeds seen, ``unseen_p_tost_text``; ``unseen_text`` / ``unseen_short``: that result as
+    a sentence / a clause, or a sentence saying it is not available in this profile (never a NaN).
+    ``reference_converged``: every fit's gradient max-norm below 1e-5. ``engine_check``: largest |sweep - engine| test
+    accuracy at the main run's optimizer and lr (NaN when its lr is not in the grid)."""
+    steps = _checkpoints(sweep, main_step)
+    claims = optimizer_claims(sweep, main_step, main, seen_seeds) if claims is None else claims
+    lrs, t, ref_step, _ = _reference(sweep, main_step)
+    g = _path_gap(t, "reference", POOLED, ref_step)
+    sets, kinds = {}, {}
+    for role in POOLED:
+        if (t[t["optimizer"] == "reference"]["role"] == role).any():
+            v = _path_gap(t, "reference", (role,), ref_step)
+            sets[role], kinds[role] = t_interval(v), f"95% interval over {len(v)} seeds"
+    opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+    pooled = t[t["role"].isin(POOLED)]
+    acc = {}
+    for o in opts + ["reference"]:
+        for p in PATHS:
+            s = pooled[(pooled["optimizer"] == o) & (pooled["path"] == p)]
+            acc[f"{o}_{p}"] = float(s[s["step"] == (ref_step if o == "reference" else main_step)]["accuracy"].mean())
+    choice = lr_choice_table(sweep)
+    at_main = choice[choice["step"] == main_step].set_index(["optimizer", "path"])
+    sens = _sensitivity(sweep)[0]
+    primary, unseen = claim(claims, "primary"), claim(claims, "unseen")
+    check = math.nan
+    if main is not None:
+        o, lr = str(main["optimizer"].iloc[0]), float(main["lr"].iloc[0])
+        s = sweep[(sweep["role"] == "report") & (sweep["split"] == "test") & (sweep["step"] == main_step)
+                  & (sweep["optimizer"] == o) & (sweep["lr"] == lr)]
+        if not s.empty:
+            diffs = [abs(float(r["accuracy"]) - float(main[(main["seed"] == r["seed"]) & (main["mode"] == m)]["task_b"].iloc[0]))
+                     for _, r in s.iterrows() for m in PATHS[r["path"]] if r["seed"] in set(main["seed"])]
+            check = max(diffs) if diffs else math.nan
+    grads = [] if reference_grads is None else list(reference_grads)
+    u = g[~g.index.isin(list(seen_seeds))]
+    explore, gain = family(claims, "explore"), family(claims, "gain")
+    counts = count_verdicts(explore, ALPHA)  # the book's one counts rule: Holm directions, printed kinds otherwise
+    tuned = explore[explore["key"] != "explore_main"]
+    gain_family = Family(max(len(gain), 1))
+    return numbers_table(dict(
+        main_step=int(main_step), last_step=int(steps[-1]), prev_step=int(steps[-2]), margin=PRIMARY_MARGIN,
+        primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA), ref_sets=sets, ref_sets_kind=kinds,
+        n_explore=len(explore), n_explore_resolved=int(counts["higher"] + counts["lower"]),
+        explore_confidence=float(explore["confidence"].iloc[0]) if len(explore) else math.nan,
+        lr={f"{o}_{p}": v for (o, p), v in lrs.items()},
+        lr_position={f"{o}_{p}": str(r["position"]) for (o, p), r in at_main.iterrows()},
+        lr_changes={f"{o}_{p}": "yes" if c["lr"].nunique() > 1 else "no"
+                    for (o, p), c in choice.groupby(["optimizer", "path"])},
+        acc=acc, gain_m=gain_family.m, gain_confidence=gain_family.confidence,
+        sens_min=float(sens["mean"].min()), sens_max=float(sens["mean"].max()), sens_n=len(sens),
+        sens_n_agree=int((sens["verdict"] == primary.verdict).sum()),
+        sens_dissent="; ".join(f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}"
+                               for _, r in sens.iterrows() if r["verdict"] != primary.verdict) or "none",
+        sens_confidence=float(sens["confidence"].iloc[0]) if len(sens) else math.nan,
+        primary_p_tost_text=p_text(primary.p_equivalence), unseen_ci90=t_interval(u, 1 - 2 * ALPHA),
+        seen_n=int(len(g) - len(u)), unseen_p_tost_text=p_text(unseen.p_equivalence),
+        unseen_text=_unseen_text(unseen, len(u), len(g), t_interval(u, 1 - 2 * ALPHA)),
+        unseen_short=_unseen_short(unseen, len(u)),
+        trained_n_higher=counts["higher"], trained_reading=_trained_reading(counts),
+        trained_min=float(tuned["estimate"].min()) if len(tuned) else math.nan,
+        trained_max=float(tuned["estimate"].max()) if len(tuned) else math.nan,
+        reference_converged=bool(all(g_ < 1e-5 for g_ in grads)), engine_check=float(check),
+    ), bounds=lambda key: (-1, 1))
+
+
+# --- the running statistics' change on normalised scales (finding 2) -----------------------------------------------
+
+def _criteria(per_seed: pd.DataFrame, key: str, family: Family) -> list:
+    """Finding 2's two criteria on ``per_seed`` (columns ``mean_shift_sd``, ``log_var_ratio``, one row per seed)
+    as claims ``shift_<key>`` and ``var_<key>``."""
+    return [decide(per_seed["mean_shift_sd"] - MEAN_SHIFT_SD, f"shift_{key}", family=family, higher=SHIFT_ABOVE,
+                   lower=SHIFT_BELOW),
+            decide(per_seed["log_var_ratio"] - math.log(VAR_FACTOR), f"var_{key}", family=family, higher=VAR_ABOVE,
+                   lower=VAR_BELOW)]
+
+
+_BUFFER_COLUMNS = ["mean_shift_sd", "log_var_ratio"]
+
+
+def _check_buffer_rows(buffers: pd.DataFrame, who: str) -> None:
+    """Raises ``ValueError`` for a repeated ``(seed, layer)`` row: the per-seed largest would hide it."""
+    dup = buffers.duplicated(["seed", "layer"])
+    if dup.any():
+        raise ValueError(f"{who}: {int(dup.sum())} repeated (seed, layer) rows, e.g. "
+                         f"{buffers.loc[dup, ['seed', 'layer']].iloc[0].to_dict()}; give each seed's layer once")
+
+
+def _largest_per_seed(buffers: pd.DataFrame) -> pd.DataFrame:
+    """Per seed the largest of :data:`_BUFFER_COLUMNS` over its rows (layers). A layer's missing value (NaN) makes
+    its seed's largest NaN, so the engine leaves that seed out instead of taking the largest over fewer layers."""
+    return buffers.groupby("seed")[_BUFFER_COLUMNS].max(skipna=False)
+
+
+def buffer_claims(buffers: pd.DataFrame) -> pd.DataFrame:
+    """Finding 2's buffer criteria as verdicts (:func:`bnstudy.study.inference.decide` on the per-seed value minus the
+    criterion), one family ``"criteria"`` (2 per layer, and 2 for the most-moved layer): keys ``shift_block_<i>``
+    (largest mean shift - :data:`MEAN_SHIFT_SD`; "above 1 SD" / "below 1 SD") and ``var_block_<i>`` (largest |log
+    variance ratio| - ``log(VAR_FACTOR)``; "above a factor 2" / "below a factor 2"), and ``shift_most`` /
+    ``var_most`` for the most-moved layer (each seed's largest over layers; a layer's NaN leaves its seed out).
+    Raises ``ValueError`` for an empty table or a repeated (seed, layer) row."""
+    if buffers.empty:
+        raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
+    _check_buffer_rows(buffers, "buffer_claims")
+    layers = list(buffers.groupby("layer"))
+    fam = Family(2 * len(layers) + 2)
+    return _decided("criteria", [c for layer, g in layers
+                                 for c in _criteria(_largest_per_seed(g), _slug(layer), fam)]
+                    + _criteria(_largest_per_seed(buffers), "most", fam))
+
+
+def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, contrast: float | None = None
+                    ) -> pd.DataFrame:
+    """How far ``train_mode``'s running statistics moved, on scales that do not depend on the layer's units, a
+    numbers table from :func:`buffer_table` (raises ``ValueError`` for an empty table or a repeated (seed, layer)
+    row; a layer's NaN leaves its seed out of the per-seed values).
+
+    Per seed the largest value over layers and channels: ``mean_shift`` (running_mean change in task A's running
+    standard deviations) and ``log_var`` (``|log(var1 / var0)|``), 95% intervals over seeds; ``var_factor`` =
+    ``exp`` of ``log_var``'s mean (the factor by which the most-changed variance moved); ``mean_shift_min`` /
+    ``log_var_min``: the smallest seed's value. ``mean_shift_by_layer_<layer>`` / ``log_var_by_layer_<layer>``: means
+    over seeds per layer. ``engine_check``: largest relative difference between the sweep's raw changes and the
+    engine's ``drift_mean_l<i>`` / ``drift_var_l<i>`` (NaN without the main table). ``contrast_log_var``:
+    ``ln(contrast^2)``, the log-variance ratio a linear first layer inherits from task B's contrast gain
+    (``contrast`` argument, else the main table's; NaN without). ``m``: the criteria's family (:func:`buffer_claims`).
+    """
+    if buffers.empty:
+        raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
+    _check_buffer_rows(buffers, "buffer_findings")
+    per_seed = _largest_per_seed(buffers)
+    check = math.nan
+    if main is not None:
+        tm = main[main["mode"] == "train_mode"].set_index("seed")
+        rel = []
+        for _, r in buffers.iterrows():
+            if r["seed"] in tm.index:
+                i = int(r["layer"].split()[-1]) - 1
+                for ours, theirs in (("mean_abs", f"drift_mean_l{i}"), ("var_abs", f"drift_var_l{i}")):
+                    e = float(tm.loc[r["seed"], theirs])
+                    rel.append(abs(float(r[ours]) - e) / max(abs(e), 1e-12))
+        check = max(rel) if rel else math.nan
+    ls = t_interval(per_seed["log_var_ratio"])
+    if contrast is None and main is not None and "contrast" in main.columns:
+        contrast = float(main["contrast"].iloc[0])
+    return numbers_table(dict(
+        mean_shift=t_interval(per_seed["mean_shift_sd"]), mean_shift_min=float(per_seed["mean_shift_sd"].min()),
+        log_var=ls, log_var_min=float(per_seed["log_var_ratio"].min()), var_factor=float(math.exp(ls.mean)),
+        mean_shift_by_layer=_series(buffers.groupby("layer")["mean_shift_sd"].mean()),
+        log_var_by_layer=_series(buffers.groupby("layer")["log_var_ratio"].mean()), engine_check=float(check),
+        contrast_log_var=float(math.log(contrast ** 2)) if contrast else math.nan,
+        m=Family(2 * buffers["layer"].nunique() + 2).m))
+
+
+# --- numerical noise: the same runs at another torch thread count (issue 10) ---------------------------------------
+
+#: The main run's gap ``train_mode - backbone_eval`` (table ``main``), no margin, a family of one.
+MAIN_GAP = Question("main_gap", "train_mode", "backbone_eval", value="task_b", by="mode", table="main", words=TRAIN)
+
+
+def _threads(tc: pd.DataFrame, main: pd.DataFrame | None, main_threads: int):
+    """Per thread count (the main run's, the other) the rows indexed by seed and mode, the gaps per seed, and the
+    main run's gap per seed (empty without ``main``)."""
+    ths = sorted(tc["threads"].unique())
+    if len(ths) != 2 or main_threads not in ths:
+        raise ValueError(f"thread_findings needs exactly two thread counts including main_threads={main_threads}, "
+                         f"got {ths}")
+    other = [t for t in ths if t != main_threads][0]
+    a, b = (tc[tc["threads"] == t].set_index(["seed", "mode"]).sort_index() for t in (main_threads, other))
+    gap = lambda x: x["task_b"].xs("train_mode", level="mode") - x["task_b"].xs("backbone_eval", level="mode")  # noqa: E731
+    mg = pd.Series(dtype=float) if main is None else paired_differences(main, "task_b", "mode", "train_mode",
+                                                                        "backbone_eval")
+    return a, b, gap(a), gap(b), mg
+
+
+def thread_claims(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threads: int = 1) -> pd.DataFrame:
+    """The thread check's claims: the main run's gap (:data:`MAIN_GAP`, family ``main_gap``) and the same with the
+    checked seeds' gaps taken from the other thread count (:func:`gap_claim`, no margin, family ``swapped_gap``), which
+    differ when the thread count alone changes the verdict. Raises ``ValueError`` unless there are exactly two thread
+    counts, one of them ``main_threads``."""
+    _, _, _, gb, mg = _threads(tc, main, main_threads)
+    sw = mg.copy()
+    for s in gb.index:
+        if s in sw.index:
+            sw[s] = gb[s]
+    empty = pd.DataFrame(columns=["seed", "mode", "task_b"])
+    return pd.concat([_asked("main_gap", dict(main=empty if main is None else main), [MAIN_GAP]),
+                      _decided("swapped_gap", [gap_claim(sw, "swapped_gap", margin=None)])], ignore_index=True)
+
+
+def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threads: int = 1) -> pd.DataFrame:
+    """Run-to-run variation between two torch thread counts (accuracies 0..1), a numbers table from
+    :func:`thread_check`'s table and the main run's table ``main`` (raises as :func:`thread_claims`).
+
+    Only distinct runs count: on task B ``separate_stats`` repeats ``train_mode`` and ``all_eval`` repeats
+    ``backbone_eval`` (checks of the code), so ``n_runs`` is 2 per seed and thread count, and task A after
+    stage 2 is compared for ``train_mode`` only (the other modes keep it exactly). ``n_differ``: distinct runs
+    whose task B differs; ``max_diff_b`` / ``mean_diff_b``: largest and mean |change|; ``max_diff_a``: the
+    same for task A. ``gap_diff_<seed>``: the change of the gap ``train_mode - backbone_eval`` (``<other> -
+    <main>`` threads), ``gap_diff_largest`` its largest size. ``gap_seed_sd``: the main run's standard deviation of
+    that gap over *all* its seeds (NaN without it); ``diff_over_sd`` the ratio."""
+    a, b, ga, gb, mg = _threads(tc, main, main_threads)
+    distinct = a.index.get_level_values("mode").isin(["train_mode", "backbone_eval"])
+    d_b = (a["task_b"] - b["task_b"]).abs()[distinct]
+    tm = a.index.get_level_values("mode") == "train_mode"
+    d_a = (a["task_a_after"] - b["task_a_after"]).abs()[tm]
+    sd = float(mg.std(ddof=1)) if len(mg) > 1 else math.nan
+    dmax = float((gb - ga).abs().max())
+    return numbers_table(dict(
+        n_seeds=int(len(ga)), n_runs=int(distinct.sum()), n_differ=int((d_b > 0).sum()), max_diff_b=float(d_b.max()),
+        mean_diff_b=float(d_b.mean()), max_diff_a=float(d_a.max()),
+        gap_diff=_series((gb - ga).rename(lambda s: f"seed{s}")),
+        gap_diff_largest=dmax, gap_seed_sd=sd, diff_over_sd=dmax / sd if sd and not math.isnan(sd) else math.nan))
+
+
+# --- the drift check against a precise target (referee item 3) ---------------------------------------------------
+
+def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.DataFrame | None = None,
+                n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES,
+                engine: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The drift check with task B's population mean estimated from many batches (:func:`sweep_drift_table`, both
+    targets needed, else ``ValueError``; a repeated (seed, layer, step, target) row also raises), a numbers table.
+
+    ``last_step``: the last recorded step above the noise floor (:func:`drift_findings`' ``last_step``).
+    ``engine``: the engine's own drift measurement, :func:`drift_table` of the main run (a saved table's rows:
+    the results table keeps no list columns); default: :func:`drift_table` of ``main`` when it has its list
+    columns (``drift_steps``), else not compared (``engine_reproduced`` NaN).
+
+    ``n_batches`` / ``n_batches_engine``: precise-BN batches of the two targets. ``engine_reproduced``: largest
+    |sweep weight on the engine's target - engine's ``drift_weight_l<i>``| over reported seeds, layers and steps
+    (the sweep's ``batch_stats`` path repeats the engine's ``train_mode`` run). ``bias_engine_12_<layer>``: the mean
+    over seeds of (weight on the engine's target - weight on the precise target) at step 12, with 95% bounds
+    ``bias_engine_12_low_<layer>`` / ``_high_<layer>``: the bias the 20-batch target adds. ``remaining_bias``: the
+    largest of those biases times ``n_batches_engine / n_batches`` (the estimation error's squared size, which the
+    bias is proportional to, falls as 1 / batches): the bias expected to be left. ``n_intervals`` / ``n_inside``:
+    (layer, recorded step) pairs with ``1 <= t <= last_step`` and how many of their 95% intervals (Student t over
+    seeds) contain ``(1 - m)^t``. ``residual_max``: the largest |mean residual| (weight - ``(1 - m)^t``) over those
+    pairs, at ``residual_max_layer`` / ``residual_max_step``, and ``halfwidth_max``: the largest 95% half-width among
+    them (the seed-to-seed noise of the measurement). ``misses``: the intervals that do not contain the prediction, in
+    words (layer, step, mean residual and half-width; ``"none"``), ``n_expected_misses``: ``n_intervals * 0.05``, the
+    misses expected by chance at 95%. ``engine_excess_12_<layer>``: mean weight on the engine's target minus
+    ``(1 - m)^12`` at step 12 (the excess ``bias_engine_12`` is a part of), and ``bias_share_12_<layer>`` the ratio.
+    """
+    if not {"engine", "precise"} <= set(drift["target"]):
+        raise ValueError(f"drift_check needs targets 'engine' and 'precise', got {sorted(set(drift['target']))}")
+    dup = drift.duplicated(["seed", "layer", "step", "target"])
+    if dup.any():  # pivot_table would average them into one value
+        raise ValueError(f"drift_check: {int(dup.sum())} repeated (seed, layer, step, target) rows, e.g. "
+                         f"{drift.loc[dup, ['seed', 'layer', 'step', 'target']].iloc[0].to_dict()}; give each once")
+    piv = drift.pivot_table(index=["seed", "layer", "step"], columns="target", values="weight")
+    at12 = piv.xs(12, level="step")
+    bias = {l: t_interval(g["engine"] - g["precise"]) for l, g in at12.groupby(level="layer")}
+    rep = math.nan
+    if engine is None and main is not None and "drift_steps" in main.columns:
+        engine = drift_table(main)
+    if engine is not None:
+        eng = engine.set_index(["seed", "layer", "step"])["weight"]
+        common = piv.index.intersection(eng.index)
+        if len(common):
+            rep = float((piv.loc[common, "engine"] - eng.loc[common]).abs().max())
+    pr = drift[(drift["target"] == "precise") & (drift["step"] >= 1) & (drift["step"] <= last_step)]
+    n_in, n_iv, best = 0, 0, (0.0, "", 0)
+    half, missed = 0.0, []
+    for (layer, t), g in pr.groupby(["layer", "step"]):
+        iv, th = t_interval(g["weight"]), (1 - momentum) ** t
+        n_iv += 1
+        n_in += int(iv.low <= th <= iv.high)
+        if not iv.low <= th <= iv.high:
+            missed.append(f"{layer} at step {int(t)} (mean residual {iv.mean - th:+.4f}, half-width "
+                          f"{(iv.high - iv.low) / 2:.4f})")
+        half = max(half, (iv.high - iv.low) / 2)
+        if abs(iv.mean - th) > best[0]:
+            best = (abs(iv.mean - th), layer, int(t))
+    b12 = pd.Series({l: iv.mean for l, iv in bias.items()})
+    exc12 = at12.groupby(level="layer")["engine"].mean() - (1 - momentum) ** 12
+    return numbers_table(dict(
+        n_batches=int(n_batches), n_batches_engine=int(n_batches_engine), engine_reproduced=rep,
+        bias_engine_12=_series(b12), bias_engine_12_low=_series(pd.Series({l: iv.low for l, iv in bias.items()})),
+        bias_engine_12_high=_series(pd.Series({l: iv.high for l, iv in bias.items()})),
+        remaining_bias=float(b12.abs().max() * n_batches_engine / n_batches), n_intervals=n_iv, n_inside=n_in,
+        residual_max=float(best[0]), residual_max_layer=best[1], residual_max_step=best[2], halfwidth_max=float(half),
+        misses="; ".join(missed) or "none", n_expected_misses=0.05 * n_iv, engine_excess_12=_series(exc12),
+        bias_share_12=_series(b12 / exc12)))
+
+
+# --- tuning, budget and feature scale: what explains the trained heads' gap (referee items 6 and 8) ----------------
+
+#: The gap with each path's learning rate chosen on the pooled *test* sets (table ``oracle``, :func:`oracle_gaps`,
+#: robustness only), one family; the standardized heads' gap at the main step (table ``std_main``, margin
+#: :data:`PRIMARY_MARGIN`), one family; the standardized heads' gap at every checkpoint (table ``std``), one family.
+ORACLE = Question("oracle_{optimizer}_{step}", "batch_stats", "pinned", by="path", each=("optimizer", "step"),
+                  table="oracle", words=TRAIN)
+STD = Question("std_{base}", "batch_stats", "pinned", by="path", each=("base",), table="std_main",
+               margin=PRIMARY_MARGIN, words=TRAIN)
+STD_AT = Question("std_{base}_{step}", "batch_stats", "pinned", by="path", each=("base", "step"), table="std",
+                  words=TRAIN)
+
+
+def _oracle(sweep: pd.DataFrame):
+    """:func:`oracle_gaps`' table and its claims table (one family, keys ``oracle_<optimizer>_<step>``)."""
+    t = sweep[(sweep["split"] == "test") & sweep["role"].isin(POOLED) & sweep["optimizer"].isin(["sgd", "adam"])]
+    rows, chosen = [], []
+    for (o, step), g in t.groupby(["optimizer", "step"]):
+        best = {p: float(h.groupby("lr")["accuracy"].mean().sort_index().idxmax()) for p, h in g.groupby("path")}
+        if set(best) != set(PATHS):
+            continue
+        chosen += [g[(g["path"] == p) & (g["lr"] == lr)] for p, lr in best.items()]
+        rows.append(dict(key=f"oracle_{o}_{int(step)}", optimizer=o, step=int(step), lr_batch_stats=best["batch_stats"],
+                         lr_pinned=best["pinned"]))
+    cols = ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", "n", "mean", "ci_low", "ci_high", "confidence",
+            "p", "p_holm", "verdict"]
+    if not rows:
+        return pd.DataFrame(columns=cols), _decided("oracle", [])
+    claims = _asked("oracle", dict(oracle=pd.concat(chosen)), [ORACLE])
+    return _with_claims(rows, claims).reindex(columns=cols), claims
+
+
+def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds.
+
+    Uses test data to choose, so it is a robustness check only (it favours each path, the pinned one included),
+    never a test. Per optimizer (``sgd``, ``adam``) and checkpoint: ``key, optimizer, step, lr_batch_stats,
+    lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (paired gap ``batch_stats - pinned``;
+    the rows one family, :data:`ORACLE`: Bonferroni intervals, Holm-adjusted p-values, no margin).
+    """
+    return _oracle(sweep)[0]
+
+
+def _opt_name(o: str) -> str:
+    return "SGD" if o == "sgd" else "Adam"
+
+
+def _narrow_reading(verdicts: dict) -> str:
+    """Per optimizer the verdict on the gap's change with the budget, in words (``"not run"`` without one)."""
+    parts = [f"{_opt_name(o)}: {v}" for o, v in verdicts.items()]
+    return "; ".join(parts) if parts else "not run"
+
+
+def engine_check_text(diff: float, digits: int = 3) -> str:
+    """How the head sweep's heads at the main run's settings compare with the main run's task-B accuracy
+    (``diff``: :func:`optimizer_findings`' ``engine_check``), in words: ``"reproduce it exactly"`` at 0, else
+    ``"differ from it by at most <diff>"``; ``"were not compared with it"`` for NaN."""
+    if math.isnan(diff):
+        return "were not compared with it"
+    return "reproduce it exactly" if diff == 0 else f"differ from it by at most {diff:.{digits}g}"
+
+
+def _oracle_reading(k: int, n: int) -> str:
+    """``k`` of ``n`` oracle rows with train mode higher, in words."""
+    if n and k == n:
+        return ("Even a learning rate tuned per path on the test data leaves the pinned path behind at every "
+                "checkpoint, so the trained heads' gap is not an artifact of the learning-rate choice")
+    if k == 0:
+        return ("With the learning rate tuned per path on the test data no difference is shown, so tuning could "
+                "account for the trained heads' gap")
+    return (f"With the learning rate tuned per path on the test data the pinned path stays behind in {k} of {n} "
+            f"optimizer-checkpoint pairs, so tuning explains at most a part of the trained heads' gap")
+
+
+def std_reading(plain: dict, reductions: pd.DataFrame, n_above: int, n_residual: int) -> str:
+    """The standardized heads' result in words, read from the reductions' verdicts, not from an equivalence.
+
+    ``plain``: per optimizer the plain heads' gap (:class:`~bnstudy.study.inference.Interval`) at the main step;
+    ``reductions``: the claims table of (plain - standardized gap), keys ``reduction_<optimizer>``;
+    ``n_above`` of ``n_residual`` checkpoints where the standardized gap still shows ``train_mode`` higher.
+    "Most of the gap" when every reduction is shown ("smaller with standardized features") and its mean is at
+    least half the plain gap; "part of the gap" when every reduction is shown but not that large; otherwise not
+    shown to shrink. ``"not run"`` without standardized heads.
+    """
+    if reductions.empty:
+        return "not run"
+    opt = lambda k: k.removeprefix("reduction_")  # noqa: E731
+    missing = [opt(r.key) for r in reductions.itertuples() if r.verdict != STD_SMALLER]
+    if missing:
+        names = " and ".join(_opt_name(o) for o in missing)
+        return (f"standardizing the features is not shown to shrink the gap for {names}: feature "
+                "conditioning is not shown to explain it")
+    most = all(r.estimate >= 0.5 * plain[opt(r.key)].mean for r in reductions.itertuples())
+    rest = (f"a smaller gap remains, train mode higher at {n_above} of {n_residual} checkpoints" if n_above else
+            "what remains is not shown to differ from zero at any checkpoint")
+    if most:
+        return ("standardizing the features removes most of the gap on average, but by the reductions' intervals "
+                f"possibly less; {rest}. Feature conditioning, which standardization improves more on the pinned "
+                "path, most likely explains most of the trained heads' gap, not all of it")
+    return (f"standardizing the features removes part of the gap; {rest}. Feature conditioning explains part of "
+            "the trained heads' gap")
+
+
+
+def _tuning(sweep: pd.DataFrame, main_step: int):
+    steps = _checkpoints(sweep, main_step, ["sgd", "adam"])
+    lrs = choose_lrs(sweep, main_step)
+    t = chosen_table(sweep, lrs)
+    opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+    return steps, lrs, t, opts, [o for o in opts if (o + STD_SUFFIX, "pinned") in lrs]
+
+
+def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
+    """What the trained heads' gap depends on (gaps ``batch_stats - pinned`` = ``train_mode - backbone_eval``, pooled
+    seeds, learning rates chosen on validation at ``main_step``), a claims table of these families:
+
+    ``oracle`` (:func:`oracle_gaps`, robustness only; keys ``oracle_<optimizer>_<step>``) and ``oracle_at_main`` (its
+    rows at ``main_step`` under the keys ``oracle_at_main_<optimizer>``); ``narrow`` (keys ``narrow_<optimizer>``):
+    the paired change of the gap from the first to the last checkpoint (negative: it narrows; "gap smaller at more
+    steps" / "gap larger at more steps"); the standardized heads (``<optimizer>-std``): ``std`` (keys
+    ``std_<optimizer>``, :data:`STD`), ``reduction`` (keys ``reduction_<optimizer>``: paired plain gap -
+    standardized gap, "smaller with standardized features" / "larger ...", a family of the same size) and ``std_at``
+    (keys ``std_<optimizer>_<step>``, :data:`STD_AT`). Raises ``ValueError`` if ``main_step`` is not a checkpoint of
+    at least two."""
+    steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
+    _, orc = _oracle(sweep)
+    at_main = {f"oracle_{o}_{main_step}": f"oracle_at_main_{o}" for o in ("sgd", "adam")}
+    fam, sfam = Family(max(len(opts), 1)), Family(max(len(std_opts), 1))
+    narrow = [decide(_path_gap(t, o, POOLED, steps[-1]) - _path_gap(t, o, POOLED, steps[0]), f"narrow_{o}", family=fam,
+                     higher=GAP_LARGER, lower=GAP_SMALLER) for o in opts]
+    red = [decide(_path_gap(t, o, POOLED, main_step) - _path_gap(t, o + STD_SUFFIX, POOLED, main_step),
+                  f"reduction_{o}", family=sfam, higher=STD_SMALLER, lower=STD_LARGER) for o in std_opts]
+    std = t[t["optimizer"].isin([o + STD_SUFFIX for o in std_opts]) & t["role"].isin(POOLED)]
+    std = std.assign(base=std["optimizer"].str.removesuffix(STD_SUFFIX))
+    return pd.concat([
+        _decided("narrow", narrow), _asked("std", dict(std_main=std[std["step"] == main_step]), [STD]),
+        _decided("reduction", red), _asked("std_at", dict(std=std), [STD_AT]), orc,
+        orc[orc["key"].isin(list(at_main))].assign(family="oracle_at_main", key=lambda c: c["key"].map(at_main))],
+        ignore_index=True)
+
+
+def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The numbers of :func:`tuning_claims`' analysis (accuracies 0..1; intervals printed inside [-1, 1]);
+    ``claims``: :func:`tuning_claims` if already computed.
+
+    *Oracle learning rate*: ``oracle_n`` rows, ``oracle_min`` / ``oracle_max`` of their means, ``oracle_n_above``
+    with ``train_mode`` higher as :func:`bnstudy.study.inference.count_verdicts` counts them (Holm), ``oracle_confidence``
+    (the family intervals'), ``oracle_reading``: what that count means, in words. *Budget*: ``gap_at_<optimizer>_
+    <step>`` (95% interval; ``gap_first_<optimizer>`` / ``gap_last_<optimizer>`` at the first / last checkpoint,
+    ``first_step`` / ``last_step``); ``n_narrows`` optimizers (of ``n_opt``) whose gap is smaller by Holm,
+    ``narrow_reading`` the verdicts in words, ``narrowing_p_holm_text_<optimizer>`` (:func:`p_text` of the Holm p).
+    *Feature scale*: ``std_m`` (the ``std`` / ``reduction`` families' size), ``std_lr_<optimizer>_<path>`` the chosen
+    rates; ``std_gap_at_<optimizer>_<step>`` (the ``std_at`` claims' intervals, at ``std_at_confidence``),
+    ``std_gap_min`` / ``std_gap_max`` of its means, ``std_n`` of them, ``std_n_above`` with ``train_mode`` higher by
+    Holm and ``std_n_positive`` means above 0; ``std_acc_<optimizer>_<path>``: the standardized heads' mean test
+    accuracy at ``main_step``, ``std_gain_<optimizer>_<path>``: paired (standardized - plain) accuracy there (95%
+    interval); ``std_plain_gap_<optimizer>``: the plain heads' gap at ``main_step``; ``std_share_<optimizer>`` /
+    ``std_share_low_<optimizer>``: the reduction's mean / lower bound as a fraction of the plain gap's mean;
+    ``std_reading``: what the standardized heads show, in words (:func:`std_reading`; ``"not run"`` without them)."""
+    steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
+    claims = tuning_claims(sweep, main_step) if claims is None else claims
+    orc, narrow = family(claims, "oracle"), family(claims, "narrow")
+    red, std_at_claims = family(claims, "reduction"), family(claims, "std_at")
+    orc_above = count_verdicts(orc, ALPHA)["higher"]  # the book's one counts rule, on the claims table
+    gap_at = {f"{o}_{s}": t_interval(_path_gap(t, o, POOLED, s)) for o in opts for s in steps}
+    std_lr, std_acc, std_gain = {}, {}, {}
+    at = t[t["role"].isin(POOLED) & (t["step"] == main_step)]
+    for o in std_opts:
+        so = o + STD_SUFFIX
+        std_lr.update({f"{o}_{p}": lrs[(so, p)] for p in PATHS})
+        for p in PATHS:
+            acc = lambda name: at[(at["optimizer"] == name) & (at["path"] == p)].set_index("seed")["accuracy"]  # noqa: E731
+            std_acc[f"{o}_{p}"] = float(acc(so).mean())
+            std_gain[f"{o}_{p}"] = t_interval(acc(so) - acc(o))
+    std_at = {r.key.removeprefix("std_"): _interval(r) for r in std_at_claims.itertuples()}
+    std_above = count_verdicts(std_at_claims, ALPHA)["higher"] if len(std_at_claims) else 0
+    reduction = {r.key.removeprefix("reduction_"): _interval(r) for r in red.itertuples()}
+    plain = {o: gap_at[f"{o}_{main_step}"] for o in reduction}
+    return numbers_table(dict(
+        main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]),
+        oracle_min=float(orc["estimate"].min()), oracle_max=float(orc["estimate"].max()), oracle_n=len(orc),
+        oracle_n_above=orc_above, oracle_confidence=float(orc["confidence"].iloc[0]) if len(orc) else math.nan,
+        oracle_reading=_oracle_reading(orc_above, len(orc)), gap_at=gap_at,
+        gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
+        n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0, n_opt=len(opts),
+        narrow_reading=_narrow_reading({r.key.removeprefix("narrow_"): r.verdict for r in narrow.itertuples()}),
+        narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
+        std_m=Family(max(len(std_opts), 1)).m, std_lr=std_lr,
+        std_reading=std_reading(plain, red, std_above, len(std_at)),
+        std_gap_at=std_at,
+        std_at_confidence=float(std_at_claims["confidence"].iloc[0]) if len(std_at_claims) else math.nan,
+        std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
+        std_gap_max=float(max((iv.mean for iv in std_at.values()), default=math.nan)),
+        std_n_above=std_above, std_n=len(std_at), std_n_positive=sum(iv.mean > 0 for iv in std_at.values()),
+        std_acc=std_acc, std_gain=std_gain,
+        std_share={o: reduction[o].mean / plain[o].mean if plain[o].mean else math.nan for o in reduction},
+        std_share_low={o: reduction[o].low / plain[o].mean if plain[o].mean else math.nan for o in reduction},
+        std_plain_gap=plain,
+    ), bounds=lambda key: (-1, 1))
+
+
+# --- the page: one claims table, one numbers table (keys prefixed by part), one glue call --------------------------
+
+#: Claims families that are differences of two gaps (a gap's change with the budget, the reduction by
+#: standardizing): they lie in twice the range of one difference of accuracies.
+DIFFERENCE_OF_GAPS = ("tune_narrow", "tune_reduction")
+
+
+def chapter(parts: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``{part: (claims or None, numbers or None)}`` as one claims table and one numbers table, each key and family
+    prefixed ``<part>_`` (part ``""``: as it is), e.g. ``{"": (claims(df), findings(df)), "opt": (optimizer_claims(...),
+    optimizer_findings(...)), ...}``: the tables :data:`NOTES`, :func:`answer`, :func:`readings` and
+    :func:`seed_article_table` read, and :func:`glue_page` glues (``ch01_opt_primary_verdict``)."""
+    cs, ns = [], []
+    for part, (c, n) in parts.items():
+        pre = f"{part}_" if part else ""
+        if c is not None and len(c):
+            cs.append(c.assign(key=pre + c["key"], family=pre + c["family"]))
+        if n is not None and len(n):
+            ns.append(n.assign(key=pre + n["key"]))
+    return pd.concat(cs, ignore_index=True), pd.concat(ns, ignore_index=True)
+
+
+def _printed(claims: pd.DataFrame) -> pd.DataFrame:
+    """The claims with interval ends cut to what each quantity allows, for printing: a difference of accuracies to
+    [-1, 1], a difference of two gaps (:data:`DIFFERENCE_OF_GAPS`) to [-2, 2], the buffers' criteria (part ``buf``)
+    not at all."""
+    out = claims.copy()
+    for i, r in out.iterrows():
+        if r["family"].startswith("buf_"):
+            continue
+        c = 2.0 if r["family"] in DIFFERENCE_OF_GAPS else 1.0
+        out.loc[i, ["low", "high"]] = [v if v != v else min(max(float(v), -c), c) for v in (r["low"], r["high"])]
+    return out
+
+
+def glue_page(prefix: str, claims: pd.DataFrame, numbers: pd.DataFrame, words: dict) -> None:
+    """Glue the chapter's tables (:func:`chapter`) and its sentences ``words`` in one
+    :func:`bnstudy.study.pages.glue_chapter` call, the claims' interval ends cut per family (:func:`_printed`)."""
+    from ...pages import glue_chapter
+    glue_chapter(prefix, _printed(claims), numbers, words=words)
+
+
+# --- the seed article's numbers beside this chapter's (referee item 9) ---------------------------------------------
+
+#: Seed article 001's numbers (3 seeds, linear head, 800 steps), as it states them; fractions 0..1, logits, units.
+ARTICLE = dict(task_a_after_tm=0.104, max_logit_change=39.0, buffer_units=4.0, task_b_tm=0.43,
+               task_b_pinned_low=0.21, task_b_pinned_high=0.26, pinned_a=0.256, pinned_b=0.206)
+
+
+def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.DataFrame, numbers: pd.DataFrame
+                       ) -> pd.DataFrame:
+    """The seed article's claims beside this chapter's measurements: ``claim, seed article, this chapter, status``.
+
+    Every entry of ``this chapter`` and ``status`` is computed from ``main`` (the main run's table), ``buffers``
+    (:func:`buffer_table`) and the chapter's tables (:func:`chapter`: the main run's claims and numbers, the
+    exploratory family ``opt_explore``); the ``seed article`` column is :data:`ARTICLE`. ``status`` is
+    ``reproduced``, ``reproduced, smaller``, ``differs`` (with what differs) or ``identity of the code`` where the
+    article reports a measurement that is an equality of the code here.
+    """
+    a = ARTICLE
+    piv = main.pivot(index="seed", columns="mode", values="task_b")
+    logit = main[main["mode"] == "train_mode"]["max_old_logit_change"]
+    after = entries(numbers, "task_a_after_tm")
+    raw_mean, raw_var = float(buffers["mean_abs"].max()), float(buffers["var_abs"].max())
+    pinned = piv[["backbone_eval", "all_eval"]].mean()
+    n = lambda key: number(numbers, key)  # noqa: E731
+    v = lambda key: claim(claims, key).verdict  # noqa: E731
+    ok = lambda key: v(key) == EXACT  # noqa: E731
+    chance_v, change_v = v("task_a_chance"), v("task_a_change")
+    main_v = v("opt_explore_main") if (claims["key"] == "opt_explore_main").any() else "not run"
+    near, n_seeds, limit = n("n_near_chance"), n("n_seeds"), n("chance_limit")
+    rows = [
+        ("every weight unchanged (all modes)", "largest change 0", f"largest change 0: {v('c_weights_unchanged')}",
+         "reproduced (check)" if ok("c_weights_unchanged") else "differs"),
+        ("task A after `train_mode`", f"{a['task_a_after_tm']:.3f} (chance)",
+         f"{after.mean():.3f} mean, {after.min():.3f} to {after.max():.3f}; against chance: {chance_v}; "
+         f"{near} of {n_seeds} seeds at or below {limit:.2f}",
+         "reproduced" if chance_v.startswith("equivalent") else
+         f"differs: {change_v} in the paired comparison, at most {limit:.2f} in {near} of "
+         f"{n_seeds} seeds" if change_v == A_LOWER else "differs"),
+        ("largest old-head logit change (`train_mode`)", f"up to {a['max_logit_change']:.0f}",
+         f"{logit.mean():.1f} mean over seeds, at most {logit.max():.1f}",
+         "reproduced, smaller" if 0 < logit.max() < a["max_logit_change"] else
+         "reproduced" if logit.max() >= a["max_logit_change"] else "differs"),
+        ("running statistics moved (`train_mode`, raw units)", f"up to {a['buffer_units']:g} units",
+         f"running_mean up to {raw_mean:.1f}, running_var up to {raw_var:.0f}",
+         "reproduced (they move; sizes depend on the data's scale)" if raw_mean > 0 else "differs"),
+        ("task B, `train_mode` against the pinned modes (main run)",
+         f"{a['task_b_tm']:.2f} against {a['task_b_pinned_low']:.2f} to {a['task_b_pinned_high']:.2f}",
+         f"{piv['train_mode'].mean():.3f} against "
+         f"{f'{pinned.min():.3f} (both)' if pinned.min() == pinned.max() else f'{pinned.min():.3f} to {pinned.max():.3f}'}; "
+         f"difference: {main_v} (exploratory family)",
+         "reproduced" if main_v == TRAIN_HIGHER else f"differs: {main_v}"),
+        ("the two pinned modes on task B", f"{a['pinned_a']:.3f} against {a['pinned_b']:.3f} (\"run-to-run noise\")",
+         f"equal in every seed: {v('c_pinned_equal_b')}",
+         "identity of the code (the article's runs were not paired)" if ok("c_pinned_equal_b") else "differs"),
+        ("`separate_stats`: task A logits unchanged, task B as `train_mode`", "exactly 0; 0.43 as `train_mode`",
+         f"logits unchanged: {v('c_separate_exact')}; equal to `train_mode`: {v('c_separate_matches_b')}",
+         "reproduced (checks)" if ok("c_separate_exact") and ok("c_separate_matches_b") else "differs"),
+    ]
+    return pd.DataFrame(rows, columns=["claim", "seed article", "this chapter", "status"])
+
+
+def article_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """How many rows of :func:`seed_article_table` have each status, a numbers table: ``n`` rows, ``reproduced``
+    (status starting "reproduced" but not "reproduced, smaller"), ``smaller``, ``differs`` and ``identity``."""
+    st = table["status"]
+    smaller = int(st.str.startswith("reproduced, smaller").sum())
+    return numbers_table(dict(n=len(table), reproduced=int(st.str.startswith("reproduced").sum()) - smaller,
+                              smaller=smaller, differs=int(st.str.startswith("differs").sum()),
+                              identity=int(st.str.startswith("identity").sum())))
+
+
+# --- the page's answer and the sentences its findings choose (issue 25: no typed outcome) ------------------------
+#
+# Every sentence of the page that states an outcome is built here from the chapter's two tables (:func:`chapter`),
+# so that it is true for any data: a rule-triggered note (:data:`NOTES`), numbers spliced into wording that holds
+# whatever they are, or a sentence assembled from the verdicts. ``tests/test_freeze_modes.py`` flips each headline
+# verdict and each note on hand-made tables and checks that the text follows.
+
+def _bold(v: str) -> str:
+    return f"**{v}**"
+
+
+def _range(low: float, high: float, clip=(-1.0, 1.0), fmt: str = "+.3f") -> str:
+    """``"low to high"`` cut to ``clip`` (what the quantity allows), ``"no interval"`` without ends."""
+    iv = Interval(0.0, float(low), float(high), 2).clipped(*clip) if clip else Interval(0.0, float(low), float(high), 2)
+    if math.isnan(iv.low) or math.isnan(iv.high):
+        return "no interval"
+    return f"{iv.low:{fmt}} to {iv.high:{fmt}}"
+
+
+def _kind(claims: pd.DataFrame, key: str) -> str:
+    return str(claim(claims, key).kind)
+
+
+def _exact(*keys):
+    return lambda c, n: all(_kind(c, k) == "exact" for k in keys)
+
+
+def _other_logits(c, n) -> float:
+    """The other modes' largest old-logit change (means over seeds; 0 when every old-head logit is unchanged)."""
+    return max(number(n, f"max_old_logit_change_{m}").mean for m in MODE_NAMES if m != "train_mode")
+
+
+def _verdicts(*keys):
+    return lambda c, n: {k: claim(c, k).verdict for k in keys}
+
+
+#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`; exactly one of each key holds), read from the
+#: chapter's tables (:func:`chapter`): ``say_weights`` (every weight unchanged, or not), ``say_logits`` (the other
+#: modes' largest old-logit change), ``separate`` (``separate_stats``' two checks, a sentence of the answer) and
+#: ``reference_reading`` (what the reference test's verdict means, the end of :func:`reference_clause`).
+NOTES = (
+    Note("say_weights", _exact("c_weights_unchanged"),
+         "No weight changed in any mode (**{c_weights_unchanged}**, a check of the code, below).",
+         _verdicts("c_weights_unchanged")),
+    Note("say_weights", lambda c, n: not _exact("c_weights_unchanged")(c, n),
+         "Some weight changed although gradients were off (largest {largest:.3g}) (**{verdict}**, a check of the code, "
+         "below).", lambda c, n: dict(largest=claim(c, "c_weights_unchanged").estimate,
+                                     verdict=claim(c, "c_weights_unchanged").verdict)),
+    Note("say_logits", lambda c, n: _other_logits(c, n) == 0,
+         "in the other three modes every old-head logit is unchanged (largest change exactly 0)"),
+    Note("say_logits", lambda c, n: _other_logits(c, n) != 0,
+         "in the other three modes the largest old-head logit change is {worst:.3g} on average over seeds",
+         lambda c, n: dict(worst=_other_logits(c, n))),
+    Note("separate", _exact("c_separate_matches_b", "c_separate_exact"),
+         "`separate_stats`, which gives task B its own copy of the statistics, has both: `train_mode`'s task-B accuracy "
+         "(**{c_separate_matches_b}**) and task A's logits unchanged (**{c_separate_exact}**).",
+         _verdicts("c_separate_matches_b", "c_separate_exact")),
+    Note("separate", lambda c, n: not _exact("c_separate_matches_b", "c_separate_exact")(c, n),
+         "`separate_stats` does not reproduce `train_mode` on task B (**{c_separate_matches_b}**) or does not keep task "
+         "A's logits (**{c_separate_exact}**) in this run: a bug.",
+         _verdicts("c_separate_matches_b", "c_separate_exact")),
+    Note("reference_reading", lambda c, n: _kind(c, "opt_primary") == "equivalent",
+         ", so the pinned features allow a converged linear classifier as much as the drifting ones do"),
+    Note("reference_reading", lambda c, n: _kind(c, "opt_primary") == "higher",
+         ", so the drifting features allow more even to a converged linear classifier"),
+    Note("reference_reading", lambda c, n: _kind(c, "opt_primary") == "lower",
+         ", so the pinned features allow more to a converged linear classifier"),
+    Note("reference_reading", lambda c, n: _kind(c, "opt_primary") not in ("equivalent", "higher", "lower"),
+         ", so what the two kinds of features allow is not decided with these seeds"),
+)
+
+
+def weights_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """What switching off the gradients froze and what it did not: the weights' exact check and finding 2's
+    buffer criteria for the most-moved layer (``buf_shift_most`` / ``buf_var_most``), chosen by their verdicts."""
+    w = claim(claims, "c_weights_unchanged")
+    sh, va = claim(claims, "buf_shift_most"), claim(claims, "buf_var_most")
+    stats = (f"the most-moved running mean shifts by {number(numbers, 'buf_mean_shift').mean:.1f} of task A's standard "
+             f"deviations and the most-changed running variance by a factor of {number(numbers, 'buf_var_factor'):.1f} "
+             f"(means over seeds; against the criteria of {MEAN_SHIFT_SD:g} SD and a factor {VAR_FACTOR:g}: "
+             f"{verdict_md(sh)} and {verdict_md(va)})")
+    moved = "higher" in (sh["kind"], va["kind"])
+    if w["kind"] != "exact":
+        return (f"Switching off the backbone's gradients did not keep every weight in this run (largest change "
+                f"{w['estimate']:.3g}, {verdict_md(w)}: a bug), and in `train_mode` {stats}.")
+    if moved:
+        return (f"Switching off the backbone's gradients does not freeze its BatchNorm layers: no weight moves "
+                f"({verdict_md(w)}), yet in `train_mode` {stats}.")
+    return (f"Switching off the backbone's gradients keeps every weight ({verdict_md(w)}), and in `train_mode` "
+            f"the running statistics are not shown to move beyond the chapter's criteria: {stats}.")
+
+
+def task_a_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """What happens to the old task: ``train_mode``'s change (after - before) and its distance from chance,
+    and whether the pinned modes and ``separate_stats`` keep task A exactly, chosen by the claims."""
+    before = number(numbers, "task_a_before_train_mode").mean
+    after = number(numbers, "task_a_after_train_mode").mean
+    ch_, ac = claim(claims, "task_a_change"), claim(claims, "task_a_chance")
+    chance = number(numbers, "chance")
+    move = {"lower": "falls from", "higher": "rises from"}.get(ch_["kind"], "goes from")
+    about = (f"about chance ({chance:.2f}): {verdict_md(ac)}" if ac["kind"] == "equivalent" else
+             f"against chance ({chance:.2f}): {verdict_md(ac)}")
+    kept = [claim(claims, k) for k in ("c_pinned_keep_a", "c_separate_exact")]
+    both = all(k["kind"] == "exact" for k in kept)
+    keep = ("the pinned modes and `separate_stats` keep task A exactly" if both
+            else "the pinned modes and `separate_stats` do not keep task A exactly in this run (a bug)")
+    checks = f"both {_bold(EXACT)}" if both else ", ".join(verdict_md(k) for k in kept)
+    return (f"In `train_mode` the old head's task-A accuracy {move} {before:.3f} to {after:.3f} (after minus before: "
+            f"{verdict_md(ch_)}; {about}), while {keep} ({checks}).")
+
+
+def trained_heads_clause(claims: pd.DataFrame) -> str:
+    """The optimizer-trained heads' tests (family ``opt_explore``) as counted (:func:`bnstudy.study.inference.count_verdicts`:
+    Holm), a clause."""
+    c = count_verdicts(family(claims, "opt_explore"), ALPHA)
+    n, k, j = c["m"], c["higher"], c["lower"]
+    head = "a new head trained by an optimizer scores"
+    if n and k == n:
+        return f"{head} higher with drifting statistics than with pinned ones in all {n} tests"
+    if n and j == n:
+        return f"{head} lower with drifting statistics than with pinned ones in all {n} tests"
+    if k or j:
+        return (f"{head} higher with drifting statistics than with pinned ones in {k} of {n} tests"
+                + (f" and lower in {j}" if j else ""))
+    return f"no test of a new head trained by an optimizer shows a difference between drifting and pinned statistics ({n} tests)"
+
+
+def reference_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """The reference test (a logistic regression fitted to convergence), its verdict and what it means
+    (:data:`NOTES`' ``reference_reading``)."""
+    p = claim(claims, "opt_primary")
+    said = notes(NOTES, claims, numbers)["reference_reading"]
+    return (f"a logistic regression fitted to convergence on the same features finds {p['estimate']:+.3f} "
+            f"({_range(p['low'], p['high'])}): {verdict_md(p)}{said}")
+
+
+def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """Task B: the trained heads' count and the reference test, in one sentence, with the reading of the two
+    together chosen by both (the difference lies in how easily a trained head uses the features only when the
+    trained heads show one and the reference finds the features equivalent)."""
+    c = count_verdicts(family(claims, "opt_explore"), ALPHA)
+    tail = ("; the difference lies in how easily a trained head uses the features, not in what they allow"
+            if (c["higher"] or c["lower"]) and _kind(claims, "opt_primary") == "equivalent" else "")
+    return f"On task B, {trained_heads_clause(claims)}; {reference_clause(claims, numbers)}{tail}."
+
+
+def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """The answer box's outcome sentences (Markdown, glued as ``ch01_answer``) from the chapter's tables
+    (:func:`chapter`): what switching off the gradients freezes, what happens to task A, what pinning does to task
+    B, and what ``separate_stats`` gives; every outcome chosen by the claims and numbers."""
+    return " ".join([weights_sentence(claims, numbers), task_a_sentence(claims, numbers),
+                     task_b_sentence(claims, numbers), notes(NOTES, claims, numbers)["separate"]])
+
+
+def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
+    """The page's other findings-chosen sentences from the chapter's tables, ``{key: Markdown}`` (glued as
+    ``ch01_say_<key>``):
+
+    ``weights`` and ``logits`` (:data:`NOTES`), ``deeper`` (the deeper blocks' largest mean shift against block
+    1's), ``seeds`` (in how many seeds ``train_mode`` lost task A), ``trained`` (the trained heads' count),
+    ``reference`` (the reference test's clause), ``budget`` (how many chosen heads are still shown to gain between
+    the last two checkpoints; ``budget_caption`` the same as a sentence), ``seeds_caption`` (:func:`task_a_sentence`),
+    ``task_b`` (:func:`task_b_sentence`)."""
+    said = notes(NOTES, claims, numbers)
+    out = {"weights": said["say_weights"]}
+    by = entries(numbers, "buf_mean_shift_by_layer", r"block_\d+")
+    first, rest = (float(by.iloc[0]), by.iloc[1:]) if len(by) else (math.nan, by)
+    out["deeper"] = (f"The deeper blocks' largest mean shift is {float(rest.max()) / first:.0%} of block 1's."
+                     if len(rest) and first > 0 else "")
+    lost = int((entries(numbers, "task_a_change") < 0).sum())
+    kept = all(_kind(claims, k) == "exact" for k in ("c_pinned_keep_a", "c_separate_exact"))
+    out["seeds"] = ((f"in the two pinned modes and in `separate_stats` task A is exactly where it started "
+                     f"({_bold(EXACT)}), while " if kept else
+                     "in the pinned modes or `separate_stats` task A is not exactly where it started (a bug), and ")
+                    + f"`train_mode` is lower after stage 2 than before in {lost} of {number(numbers, 'n_seeds')} seeds")
+    out["seeds_caption"] = task_a_sentence(claims, numbers)
+    out["logits"] = said["say_logits"]
+    out["trained"] = trained_heads_clause(claims)
+    out["reference"] = reference_clause(claims, numbers)
+    g = family(claims, "opt_gain")
+    gaining = int((g["kind"] == "higher").sum()) if len(g) else 0
+    out["budget"] = (f"{gaining} of {len(g)} chosen heads are still shown to gain between the last two checkpoints"
+                     if len(g) else "no head was trained at two checkpoints")
+    out["budget_caption"] = out["budget"][0].upper() + out["budget"][1:] + "."
+    out["task_b"] = task_b_sentence(claims, numbers)
+    return out
+
+
+def drift_sentence(n_inside: int, n_intervals: int, n_expected_misses: float) -> str:
+    """The drift figure's takeaway (:func:`drift_check`'s counts): how many per-block, per-step 95% intervals
+    contain the moving average's prediction ``(1 - m)^t``, against the misses expected by chance."""
+    if not n_intervals:
+        return "No recorded step was compared with the prediction."
+    return (f"{n_inside} of {n_intervals} per-block, per-step 95% intervals contain the prediction (about "
+            f"{n_expected_misses:.1f} misses expected by chance).")

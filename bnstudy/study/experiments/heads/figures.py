@@ -1,0 +1,204 @@
+"""Chapter 4, what is drawn: the figures (moved from :mod:`bnstudy.study.plots`) and the page's display tables, from the
+tables of :mod:`.run` and the claims of :mod:`.findings`; colours from :mod:`bnstudy.study.style`."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ... import style
+from ...inference import Interval
+from ...plots import MODE_ORDER, MODE_PALETTE, min_text_size
+from .findings import CLIPS
+
+
+# --- figures (moved from bnstudy.study.plots) -----------------------------------------------------------------------------
+
+OPTIMIZER_PALETTE = style.palette("optimizer", ("sgd", "sgd_plain", "adam"))
+OPTIMIZER_LABELS = {"sgd": "SGD + momentum 0.9", "sgd_plain": "plain SGD", "adam": "Adam"}
+#: Chapter 4's figures: drawn at the column width with text of at least the book's minimum (bnstudy.study.style).
+_CH4_WIDTH, _CH4_MIN_PT = style.COLUMN_WIDTH_IN - 0.3, style.MIN_FONT_PT  # a margin for the tight bounding box
+
+
+def _dodge(n: int, width: float = 0.6) -> np.ndarray:
+    return (np.arange(n) - (n - 1) / 2) * (width / max(n, 1))
+
+
+def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
+    """Chapter 4: the gap ``task_b(separate_stats) - task_b(backbone_eval)`` per head (x) and optimizer (colour),
+    one panel per shift, with the table's (Bonferroni, per shift) intervals cut to [-1, 1] and the equivalence band
+    ``±margin``; the legend below the panels, clear of the whiskers. ``gaps``:
+    :func:`bnstudy.study.experiments.heads.findings.gap_table`'s output."""
+    shifts = [s for s in shift_labels if s in set(gaps["shift"])]
+    heads = list(dict.fromkeys(gaps["head"]))
+    opts = [o for o in OPTIMIZER_PALETTE if o in set(gaps["optimizer"])]
+    fig, axes = plt.subplots(1, len(shifts), figsize=(_CH4_WIDTH, 3.4), sharey=True, squeeze=False)
+    off = _dodge(len(opts))
+    ends = [margin, -margin]
+    for ax, s in zip(axes[0], shifts):
+        ax.axhspan(-margin, margin, color="grey", alpha=0.15, lw=0, label=f"±{margin:g} (equivalence margin)")
+        ax.axhline(0, color="black", lw=0.8)
+        for k, o in enumerate(opts):
+            g = gaps[(gaps["shift"] == s) & (gaps["optimizer"] == o)].set_index("head").reindex(heads)
+            x = np.arange(len(heads)) + off[k]
+            est = g["estimate"].clip(-1, 1)
+            lo, hi = g["low"].clip(-1, 1).fillna(est), g["high"].clip(-1, 1).fillna(est)  # no interval: a point
+            ends += [float(v) for v in pd.concat([lo, hi]).dropna()]
+            ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", capsize=2.5,
+                        color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=4)
+        ax.set_xticks(range(len(heads)), heads, rotation=45, ha="right", rotation_mode="anchor")
+        ax.set_title(shift_labels[s])
+    lo, hi = min(ends), max(ends)  # the axis spans the clipped intervals (at most [-1, 1]) and the band
+    pad = 0.06 * (hi - lo)
+    axes[0][0].set_ylim(max(lo - pad, -1.02), min(hi + pad, 1.02))
+    axes[0][0].set_ylabel("task-B accuracy difference\n(separate_stats - backbone_eval)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=_CH4_MIN_PT, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    return min_text_size(fig, _CH4_MIN_PT)
+
+
+def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "task_b",
+                         modes=("backbone_eval", "all_eval", "separate_stats")):
+    """Chapter 4: ``metric`` per head (x) and freeze mode (colour), rows = shifts, columns = optimizers, with
+    95% intervals over seeds. ``acc``: :func:`bnstudy.study.experiments.heads.findings.accuracy_table`'s output.
+    ``modes``: the series drawn; by default not ``train_mode``, whose task-B accuracy equals ``separate_stats``' in
+    every run (a check of the code, glued on the page), so drawing both would only hide one behind the other."""
+    a = acc[acc["metric"] == metric]
+    shifts = [s for s in shift_labels if s in set(a["shift"])]
+    opts = [o for o in OPTIMIZER_PALETTE if o in set(a["optimizer"])]
+    heads = list(dict.fromkeys(a["head"]))
+    modes = [m for m in MODE_ORDER if m in set(a["mode"]) and m in modes]
+    fig, axes = plt.subplots(len(shifts), len(opts), figsize=(_CH4_WIDTH, 2.3 * len(shifts) + 0.9),
+                             sharey=True, sharex=True, squeeze=False)
+    off = _dodge(len(modes), 0.6)
+    for i, s in enumerate(shifts):
+        for j, o in enumerate(opts):
+            ax = axes[i][j]
+            for k, m in enumerate(modes):
+                g = a[(a["shift"] == s) & (a["optimizer"] == o) & (a["mode"] == m)].set_index("head").reindex(heads)
+                label = m + (" (= train_mode)" if m == "separate_stats" and "train_mode" not in modes else "")
+                ax.errorbar(np.arange(len(heads)) + off[k], g["mean"], yerr=[g["mean"] - g["ci_low"],
+                            g["ci_high"] - g["mean"]], fmt="o", ms=4, capsize=2, color=MODE_PALETTE[m], label=label)
+            ax.set_xticks(range(len(heads)), heads, rotation=45, ha="right", rotation_mode="anchor")
+            if i == 0:
+                ax.set_title(OPTIMIZER_LABELS[o])
+            if j == 0:
+                ax.set_ylabel(f"task-B accuracy\n{shift_labels[s]}")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.45 / (2.3 * len(shifts) + 0.9), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=_CH4_MIN_PT, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    return min_text_size(fig, _CH4_MIN_PT)
+
+
+#: Chapter 4: line and marker per mode, so that modes with equal values (``all_eval`` = ``backbone_eval`` for a
+#: head without BatchNorm) stay visible and close colours stay apart.
+CH4_MODE_STYLE = {"backbone_eval": dict(ls="-", marker="o", ms=5), "all_eval": dict(ls=":", marker="s", ms=3),
+                  "separate_stats": dict(ls="--", marker="^", ms=4.5)}
+
+
+def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval", "all_eval", "separate_stats")):
+    """Chapter 4: validation accuracy (mean over the tuning seeds) against the learning rate, one panel per head
+    (rows) and optimizer (columns), one line per mode in ``modes`` (``train_mode`` left out: on task B it equals
+    ``separate_stats``), each mode's chosen rate ringed; dashed grey: the mean over the four modes (the
+    mode-averaged rule's criterion). ``search``: :func:`bnstudy.study.experiments.heads.run.search_table`; ``chosen``:
+    ``{(head, optimizer, mode): lr}`` (or ``{(head, optimizer): lr}``, ringed on the mean line)."""
+    opts = [o for o in OPTIMIZER_PALETTE if o in set(search["optimizer"])]
+    heads = list(dict.fromkeys(search["head"]))
+    fig, axes = plt.subplots(len(heads), len(opts), figsize=(_CH4_WIDTH, 1.9 * len(heads) + 1.0),
+                             sharey=True, squeeze=False)
+    for i, h in enumerate(heads):
+        for j, o in enumerate(opts):
+            ax = axes[i][j]
+            g = search[(search["optimizer"] == o) & (search["head"] == h)]
+            for m in (*modes, "mean"):
+                c = g[g["mode"] == m].sort_values("lr")
+                if not len(c):
+                    continue
+                style = dict(color="0.5", ls="--", marker="", lw=1) if m == "mean" else \
+                    dict(color=MODE_PALETTE[m], lw=1.2, **CH4_MODE_STYLE.get(m, dict(ls="-", marker="o", ms=3.5)))
+                label = "mean over modes" if m == "mean" else m + (" (= train_mode)" if m == "separate_stats" else "")
+                ax.plot(c["lr"], c["val_accuracy"], label=label, **style)
+                lr = chosen.get((h, o, m), chosen.get((h, o)) if m == "mean" else None)
+                sel = c[c["lr"] == lr]
+                ax.plot(sel["lr"], sel["val_accuracy"], "o", ms=10, mfc="none",
+                        color=style["color"])
+            ax.set_xscale("log")
+            ax.minorticks_off()
+            if i == 0:
+                ax.set_title(OPTIMIZER_LABELS[o])
+            if i == len(heads) - 1:
+                ax.set_xlabel("learning rate")
+            if j == 0:
+                ax.set_ylabel(f"{h}\nvalidation task B")
+    handles, labels = {}, {}
+    for ax in axes.flat:
+        for hd, lb in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lb, hd)
+    fig.tight_layout(rect=(0, 0.55 / (1.9 * len(heads) + 1.0), 1, 1))
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=2, fontsize=_CH4_MIN_PT,
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    return min_text_size(fig, _CH4_MIN_PT)
+
+
+# --- display tables -----------------------------------------------------------------------------------------
+
+def contrast_display(table: pd.DataFrame, clip: tuple = (-2, 2)) -> pd.DataFrame:
+    """A contrast table for the page (:func:`head_contrast_table`, :func:`shift_contrast_table`): heads in rows,
+    optimizers in columns, ``estimate [low, high] verdict`` (interval ends cut to ``clip``)."""
+    t = table.assign(cell=[_cell_text(r, clip) for r in table.itertuples(index=False)])
+    return t.pivot(index="head", columns="optimizer", values="cell").reindex(
+        index=list(dict.fromkeys(table["head"])), columns=list(dict.fromkeys(table["optimizer"])))
+
+
+def _cell_text(r, clip: tuple = (-1, 1)) -> str:
+    """``+0.123 [+0.050, +0.200] verdict`` of one claims-table row (no interval: ``[no interval]``)."""
+    iv = Interval(r.estimate, r.low, r.high, int(r.n), r.confidence).clipped(*clip)
+    span = "[no interval]" if math.isnan(iv.low) else f"[{iv.low:+.3f}, {iv.high:+.3f}]"
+    return f"{r.estimate:+.3f} {span} {r.verdict}"
+
+
+def head_contrast_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The page's head-contrast table: heads in rows, optimizers in columns, ``estimate [low, high] verdict``
+    (:func:`contrast_display`)."""
+    return contrast_display(table)
+
+
+def gap_display(gaps: pd.DataFrame, heads, optimizers, shift: str = "ref") -> pd.DataFrame:
+    """The page's gap table at ``shift``: one row per head, one column per optimizer, cells
+    ``estimate [low, high] verdict (pinned a / separate b)`` from :func:`gap_table`'s rows (display only)."""
+    t = gaps[gaps["shift"] == shift]
+    cell = {(r.head, r.optimizer): f"{_cell_text(r)} (pinned {r.task_b_pinned:.3f} / separate {r.task_b_separate:.3f})"
+            for r in t.itertuples(index=False)}
+    rows = {h: {o: cell.get((h, o), "") for o in optimizers} for h in heads}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def interaction_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The page's interaction table (:func:`interaction_table`): per head, gap with Adam minus gap with SGD +
+    momentum at chapter 1's shift, ``estimate [low, high]`` and verdict (display only)."""
+    out = {}
+    for r in table.itertuples(index=False):
+        iv = Interval(r.estimate, r.low, r.high, int(r.n), r.confidence).clipped(*CLIPS["interaction"])
+        span = "[no interval]" if math.isnan(iv.low) else f"[{iv.low:+.3f}, {iv.high:+.3f}]"
+        out[r.head] = {"Adam - SGD + momentum (gap difference)": f"{r.estimate:+.3f} {span}", "verdict": r.verdict}
+    return pd.DataFrame(out).T
+
+
+def link_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The page's link table (display only), indexed by ``scope, optimizer, measure``: ``predicted, rho,
+    n_seeds, n_points, verdict``, ``rho`` as ``+0.12 [-0.30, +0.50]``, ``-0.83 [no interval]`` or ``not computed``."""
+    def rho(r, lo, hi):
+        if math.isnan(r):
+            return "not computed"
+        return f"{r:+.2f} [no interval]" if math.isnan(lo) or math.isnan(hi) else f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+    return table.assign(rho=[rho(*v) for v in zip(table["estimate"], table["low"], table["high"])],
+                        predicted=["negative" if s < 0 else "positive" for s in table["predicted_sign"]],
+                        n_seeds=table["n"])[
+        ["scope", "optimizer", "measure", "predicted", "rho", "n_seeds", "n_points", "verdict"]].set_index(
+        ["scope", "optimizer", "measure"])  # a meaningful index: the page shows no bare row numbers

@@ -1,0 +1,443 @@
+"""Chapter 3, what is trained: drifting BatchNorm statistics against shift strength.
+
+Chapter 1 shows that the one-line freeze (``train_mode``) lets the backbone's
+``running_mean``/``running_var`` drift to task B's statistics: that costs task A and helps
+task B. This module runs both as the shift between the tasks grows, along three lines
+("shift types"), each from no shift to beyond chapter 1's shift ``REFERENCE_SHIFT = (b0, c0)``:
+
+* ``brightness``: task-B inputs offset by ``b`` (contrast 1), strength ``b``;
+* ``contrast``: task-B inputs multiplied by ``c`` (brightness 0), strength ``c``;
+* ``both``: strength ``t`` with ``brightness = t * b0`` and ``contrast = 1 + t * (c0 - 1)``
+  (``t = 1`` is chapter 1's shift);
+
+plus (issue 10) two corruptions no per-channel affine map undoes, ``blur`` (Gaussian blur std) and
+``noise`` (extra pixel-noise std), and a second task family where task B has task A's classes seen through
+the shift (``same_both``, ``same_noise``; :func:`bnstudy.study.tasks.make_task_b`); a brightness x contrast grid
+for heatmaps and a training-budget check (points of the ``both`` line rerun with longer stage-2 training). Each distinct ``(seed, mode, shift, steps)`` runs once, through :func:`bnstudy.study.engine.transfer_sweep`; every run also
+carries the statistics mismatch between its source backbone's stored statistics and its
+task-B data (:func:`bnstudy.running_stats.mismatch_from_statistics`), which needs no training.
+
+``Config`` -> :func:`run` -> :func:`results_table` (the rows the release saves); what is claimed from them is in
+:mod:`.findings`, what is drawn in :mod:`.figures`. This module imports neither (docs/chapter-code.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ...config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
+    check_seeds, check_sequence, from_profile, seeds_label
+from ...engine import ensure_sources, load_source, source_version, transfer_sweep
+from ...models import ConvBackbone
+from ...modes import MODE_NAMES
+from ....running_stats import bn_input_statistics, mismatch_from_statistics
+from ...sweep import default_cache_dir, run_sweep
+from ...tasks import BatchStream, generator, make_task_b
+
+NAMESPACE = "ch03_shift_strength"
+MISMATCH_NAMESPACE = "ch03_mismatch"
+SHIFT_TYPES = ("brightness", "contrast", "both")
+#: Every line (issue 10): the three affine lines above on task B's own classes, two corruptions a BatchNorm layer
+#: cannot undo (``blur``: Gaussian blur std in pixels; ``noise``: extra pixel-noise std), and the second task family
+#: where task B has task A's classes seen through the shift (``same_both``: the both line; ``same_noise``).
+LINES = SHIFT_TYPES + ("blur", "noise", "same_both", "same_noise")
+#: ``line: (task_b_classes, kind)``; kind is ``brightness``/``contrast``/``both`` (affine) or a corruption.
+LINE_SPEC = {"brightness": ("new", "brightness"), "contrast": ("new", "contrast"), "both": ("new", "both"),
+             "blur": ("new", "blur"), "noise": ("new", "noise"), "same_both": ("same", "both"),
+             "same_noise": ("same", "noise")}
+#: The lines that only need the cost and the benefit (they run :data:`GRID_MODES`).
+EXTRA_LINES = LINES[len(SHIFT_TYPES):]
+#: What identifies a shift: task B's classes, the corruption and its level, brightness, contrast (RunConfig fields).
+POINT_COLS = ("task_b_classes", "corruption", "corruption_level", "brightness", "contrast")
+PINNED_MODES = ("backbone_eval", "all_eval")
+#: Modes the grid and the budget check run (all the cost and benefit need).
+GRID_MODES = ("train_mode", "backbone_eval")
+#: Chapter 1's shift, the ``t = 1`` point of the ``both`` line, and its stage-2 steps (RunConfig's defaults).
+REFERENCE_SHIFT = (RunConfig.brightness, RunConfig.contrast)
+CH1_STEPS = RunConfig.steps
+
+#: The profiles' sweep sizes (the only place they are set). quick: 3 seeds, the grid's corners only (all on the
+#: lines), a short budget check at a weak and at chapter 1's shift; full: 16 seeds (issue 10: more seeds where the
+#: engine makes it cheap).
+PROFILES = {
+    "quick": dict(seeds=3, steps=100, brightness_levels=(0.0, 1.0, 2.0, 4.0), contrast_levels=(1.0, 1.5, 2.0, 5.0),
+                  both_levels=(0.0, 0.25, 0.5, 1.0), grid_brightness=(0.0, 4.0), grid_contrast=(1.0, 5.0),
+                  budget_levels=(0.25, 1.0), budget_steps=(200,), blur_levels=(0.0, 1.0, 2.0),
+                  noise_levels=(0.0, 3.0, 6.0), same_both_levels=(0.0, 0.25, 1.0), same_noise_levels=(0.0, 3.0, 6.0)),
+    "full": dict(seeds=16, steps=300, brightness_levels=(0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 6.0),
+                 contrast_levels=(1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0),
+                 both_levels=(0.0, 0.0625, 0.125, 0.25, 0.375, 0.5, 1.0, 1.5),
+                 grid_brightness=(0.0, 1.0, 2.0, 4.0), grid_contrast=(1.0, 2.0, 3.0, 5.0),
+                 budget_levels=(0.0625, 0.25, 1.0), budget_steps=(800, 1600),
+                 blur_levels=(0.0, 0.5, 1.0, 1.5, 2.0, 3.0), noise_levels=(0.0, 1.0, 2.0, 3.0, 4.5, 6.0),
+                 same_both_levels=(0.0, 0.0625, 0.125, 0.25, 0.5, 1.0, 1.5),
+                 same_noise_levels=(0.0, 1.0, 2.0, 3.0, 4.5, 6.0)),
+}
+
+
+def _r(v: float) -> float:
+    # Shift values are keys (cache, pairing, line membership): round away float noise from t * b0.
+    return round(float(v), 9)
+
+
+def shift_of(shift_type: str, strength: float) -> tuple[float, float]:
+    """``(brightness, contrast)`` of the point at ``strength`` on the line ``shift_type``.
+
+    Raises ``ValueError`` for an unknown shift type or a strength that gives a non-positive contrast.
+    """
+    check_choice("shift_type", shift_type, SHIFT_TYPES)
+    s = float(strength)
+    if shift_type == "brightness":
+        b, c = s, 1.0
+    elif shift_type == "contrast":
+        b, c = 0.0, s
+    else:
+        b0, c0 = REFERENCE_SHIFT
+        b, c = s * b0, 1.0 + s * (c0 - 1.0)
+    if not c > 0:
+        raise ValueError(f"strength={strength!r} on the {shift_type} line gives contrast {c}; contrast must be > 0")
+    return _r(b), _r(c)
+
+
+def point_of(line: str, strength: float) -> tuple:
+    """The shift at ``strength`` on ``line``: ``(task_b_classes, corruption, corruption_level, brightness, contrast)``
+    (:data:`POINT_COLS`). A corruption at level 0 is no corruption, so every line of a family starts at its
+    no-shift point. Raises ``ValueError`` for an unknown line or a bad strength (negative corruption level,
+    non-positive contrast)."""
+    check_choice("line", line, LINES)
+    classes, kind = LINE_SPEC[line]
+    if kind in SHIFT_TYPES:
+        return (classes, "none", 0.0, *shift_of(kind, strength))
+    s = float(strength)
+    if not s >= 0:
+        raise ValueError(f"strength={strength!r} on the {line} line: a {kind} level must be >= 0")
+    return (classes, kind, _r(s), 0.0, 1.0) if s > 0 else (classes, "none", 0.0, 0.0, 1.0)
+
+
+def _key(row) -> tuple:
+    """A results row's (or dict's) shift as a :func:`point_of` tuple, floats rounded."""
+    return (row["task_b_classes"], row["corruption"], _r(row["corruption_level"]), _r(row["brightness"]),
+            _r(row["contrast"]))
+
+
+def _levels(name: str, value, shift_type: str) -> tuple[float, ...]:
+    """Strictly increasing, finite levels valid on ``shift_type``'s line; empty (skip) or at least 2."""
+    out = check_sequence(name, value, check_float)
+    if len(out) == 1:
+        raise ValueError(f"{name} needs at least 2 levels (or none, to skip it), got {list(out)!r}")
+    if list(out) != sorted(set(out)):
+        raise ValueError(f"{name} must be strictly increasing, got {list(out)!r}")
+    for v in out:
+        try:
+            point_of(shift_type, v)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+    return out
+
+
+def _modes(name: str, value) -> tuple[str, ...]:
+    modes = check_sequence(name, value, lambda n, v: check_choice(n, v, MODE_NAMES), 1)
+    missing = [m for m in GRID_MODES if m not in modes]
+    if missing:
+        raise ValueError(f"{name} must include {list(GRID_MODES)} (cost and benefit compare them), got {list(modes)}")
+    return modes
+
+
+@dataclass(frozen=True)
+class Config(_Frozen):
+    """Chapter 3's parameters (the notebook's parameters cell, one for one, and a few run sizes).
+
+    Profile-sized (no defaults; :data:`PROFILES` sets them): ``seeds``; ``steps`` (stage-2 steps of
+    the sweep); ``brightness_levels`` / ``contrast_levels`` / ``both_levels`` (strengths on each line,
+    strictly increasing, an empty list skips the line; issue 10's ``blur_levels``, ``noise_levels``,
+    ``same_both_levels``, ``same_noise_levels`` likewise, default empty); ``grid_brightness`` / ``grid_contrast`` (the
+    heatmap axes, both empty: no grid); ``budget_levels`` (``both``-line strengths of the budget check)
+    and ``budget_steps`` (its longer step counts; either empty: no check). Others: ``line_modes`` and
+    ``grid_modes`` (must include ``train_mode`` and ``backbone_eval``), ``mismatch_batches`` (unlabelled
+    task-B batches per mismatch measurement), ``n_boot`` and ``min_effect`` (the crossover's bootstrap
+    and tie tolerance, accuracy fraction), ``tie_margin`` (the TOST's equivalence margin), and the run
+    sizes ``noise``, ``momentum``, ``widths``,
+    ``batch_size``, ``stage1_steps``, ``stage1_batch_size``, ``n_eval`` (defaults: :class:`RunConfig`'s).
+    Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
+    """
+
+    profile: str
+    seeds: tuple
+    steps: int
+    brightness_levels: tuple
+    contrast_levels: tuple
+    both_levels: tuple
+    grid_brightness: tuple
+    grid_contrast: tuple
+    budget_levels: tuple
+    budget_steps: tuple
+    blur_levels: tuple = ()
+    noise_levels: tuple = ()
+    same_both_levels: tuple = ()
+    same_noise_levels: tuple = ()
+    line_modes: tuple = MODE_NAMES
+    grid_modes: tuple = GRID_MODES
+    mismatch_batches: int = 8
+    n_boot: int = 2000
+    n_boot_select: int = 500
+    min_effect: float = 0.01
+    tie_margin: float = 0.02
+    noise: float = RunConfig.noise
+    momentum: float | None = RunConfig.momentum
+    widths: tuple = RunConfig.widths
+    batch_size: int = RunConfig.batch_size
+    stage1_steps: int = RunConfig.stage1_steps
+    stage1_batch_size: int = RunConfig.stage1_batch_size
+    n_eval: int = RunConfig.n_eval
+
+    def __post_init__(self):
+        check_choice("profile", self.profile, tuple(PROFILES))
+        self._set("seeds", check_seeds(self.seeds))
+        self._set("steps", check_int("steps", self.steps, 1))
+        for t in LINES:
+            self._set(f"{t}_levels", _levels(f"{t}_levels", getattr(self, f"{t}_levels"), t))
+        self._set("grid_brightness", _levels("grid_brightness", self.grid_brightness, "brightness"))
+        self._set("grid_contrast", _levels("grid_contrast", self.grid_contrast, "contrast"))
+        if bool(self.grid_brightness) != bool(self.grid_contrast):
+            raise ValueError("grid_brightness and grid_contrast must both be given or both be empty")
+        bl = check_sequence("budget_levels", self.budget_levels, check_float)
+        for v in bl:
+            try:
+                shift_of("both", v)
+            except ValueError as e:
+                raise ValueError(f"budget_levels: {e}") from None
+        if len(set(bl)) != len(bl):
+            raise ValueError(f"budget_levels must not repeat a level, got {list(bl)}")
+        self._set("budget_levels", bl)
+        self._set("budget_steps", check_sequence("budget_steps", self.budget_steps, lambda n, v: check_int(n, v, 1)))
+        self._set("line_modes", _modes("line_modes", self.line_modes))
+        self._set("grid_modes", _modes("grid_modes", self.grid_modes))
+        self._set("mismatch_batches", check_int("mismatch_batches", self.mismatch_batches, 1))
+        self._set("n_boot", check_int("n_boot", self.n_boot, 1))
+        self._set("n_boot_select", check_int("n_boot_select", self.n_boot_select, 1))
+        self._set("min_effect", check_float("min_effect", self.min_effect, 0.0))
+        self._set("tie_margin", check_float("tie_margin", self.tie_margin, 0.0, low_open=True))
+        self._set("widths", check_sequence("widths", self.widths, lambda n, v: check_int(n, v, 1), 1))
+        RunConfig(**self._base())  # noise, momentum, sizes: checked with the engine's own messages
+        if not self.points():
+            raise ValueError("nothing to run: every line's levels and the grid are empty")
+
+    def _base(self) -> dict:
+        return dict(noise=self.noise, momentum=self.momentum, widths=self.widths, batch_size=self.batch_size,
+                    stage1_steps=self.stage1_steps, stage1_batch_size=self.stage1_batch_size, n_eval=self.n_eval)
+
+    def levels(self) -> dict[str, tuple]:
+        """``{line: strengths}`` of the lines that run (:data:`LINES` order)."""
+        return {t: getattr(self, f"{t}_levels") for t in LINES if getattr(self, f"{t}_levels")}
+
+    def points(self) -> dict[tuple, set]:
+        """``{(task_b_classes, corruption, corruption_level, brightness, contrast, steps): modes}``: every distinct
+        run point and the modes it needs.
+
+        Affine line points run ``line_modes``, points of the issue-10 lines (:data:`EXTRA_LINES`) and grid points
+        ``grid_modes``, budget points :data:`GRID_MODES` at the sweep's steps and each budget step count; a point
+        on several runs the union, once.
+        """
+        pts: dict[tuple, set] = {}
+        for t, ls in self.levels().items():
+            for s in ls:
+                pts.setdefault((*point_of(t, s), self.steps), set()).update(
+                    self.line_modes if t in SHIFT_TYPES else self.grid_modes)
+        for b in self.grid_brightness:
+            for c in self.grid_contrast:
+                pts.setdefault(("new", "none", 0.0, _r(b), _r(c), self.steps), set()).update(self.grid_modes)
+        if self.budget_levels and self.budget_steps:
+            for n in sorted({self.steps, *self.budget_steps}):
+                for t in self.budget_levels:
+                    pts.setdefault((*point_of("both", t), n), set()).update(GRID_MODES)
+        return pts
+
+    def run_configs(self) -> list[RunConfig]:
+        """One :class:`RunConfig` per distinct ``(seed, brightness, contrast, steps, mode)``, seeds outermost."""
+        base = self._base()
+        return [RunConfig(seed=s, mode=m, steps=n, brightness=b, contrast=c, task_b_classes=cl, corruption=co,
+                          corruption_level=lv, **base)
+                for s in self.seeds for (cl, co, lv, b, c, n), modes in self.points().items()
+                for m in MODE_NAMES if m in modes]
+
+    def mismatch_config(self, seed: int, brightness: float, contrast: float, task_b_classes: str = "new",
+                        corruption: str = "none", corruption_level: float = 0.0) -> "MismatchConfig":
+        """The mismatch measurement of ``seed``'s source backbone at one shift."""
+        src = RunConfig(seed=seed, **self._base()).source
+        return MismatchConfig(**src.asdict(), brightness=brightness, contrast=contrast, batch_size=self.batch_size,
+                              mismatch_batches=self.mismatch_batches, task_b_classes=task_b_classes,
+                              corruption=corruption, corruption_level=corruption_level)
+
+    def describe(self) -> str:
+        """The parameters for the page's run line."""
+        def span(v):
+            return f"{len(v)} levels {min(v):g} to {max(v):g}" if v else "none"
+        grid = f"{len(self.grid_brightness)}x{len(self.grid_contrast)}" if self.grid_brightness else "none"
+        budget = ("/".join(map(str, self.budget_steps)) + " steps at t=" + "/".join(f"{t:g}" for t in self.budget_levels)
+                  if self.budget_levels and self.budget_steps else "none")
+        return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
+                f"brightness {span(self.brightness_levels)}, contrast {span(self.contrast_levels)}, "
+                f"both t {span(self.both_levels)}, blur {span(self.blur_levels)}, added noise {span(self.noise_levels)}, "
+                f"same classes: both t {span(self.same_both_levels)}, added noise {span(self.same_noise_levels)}; "
+                f"grid {grid}, budget {budget}, noise={self.noise:g}, mismatch_batches={self.mismatch_batches}, "
+                f"n_boot={self.n_boot}, n_boot_select={self.n_boot_select}, min_effect={self.min_effect:g}, tie_margin={self.tie_margin:g}, "
+                f"head optimizer sgd lr {RunConfig.lr:g}")
+
+
+def make_config(profile: str = "quick", **overrides) -> Config:
+    """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
+    return from_profile(Config, PROFILES, profile, **overrides)
+
+
+# --- the statistics mismatch of each run -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MismatchConfig(SourceConfig):
+    """One mismatch measurement: a source backbone (:class:`SourceConfig`) and ``mismatch_batches``
+    unlabelled task-B batches of ``batch_size`` at ``(brightness, contrast)``."""
+
+    brightness: float = RunConfig.brightness
+    contrast: float = RunConfig.contrast
+    batch_size: int = RunConfig.batch_size
+    mismatch_batches: int = 8
+    task_b_classes: str = "new"
+    corruption: str = "none"
+    corruption_level: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._set("corruption_level", check_float("corruption_level", self.corruption_level, 0.0))
+        self._set("brightness", check_float("brightness", self.brightness))
+        self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
+        self._set("batch_size", check_int("batch_size", self.batch_size, 1))
+        self._set("mismatch_batches", check_int("mismatch_batches", self.mismatch_batches, 1))
+
+    @property
+    def source(self) -> SourceConfig:
+        return SourceConfig(**{k: getattr(self, k) for k in SourceConfig.__dataclass_fields__})
+
+
+def mismatch_batches(cfg: MismatchConfig) -> list[torch.Tensor]:
+    """``cfg.mismatch_batches`` unlabelled task-B batches ``(batch_size, 3, 32, 32)`` of ``cfg``'s seed and shift.
+
+    Drawn from their own generator (``seed, "mismatch", "B"``), so the same images, shifted
+    differently, serve every shift level of a seed.
+    """
+    task = make_task_b(cfg.seed, cfg.n_classes, cfg.noise, cfg.brightness, cfg.contrast, cfg.task_b_classes,
+                       cfg.corruption, cfg.corruption_level)
+    stream = BatchStream(task, cfg.batch_size, generator(cfg.seed, "mismatch", "B"))
+    return [stream.next()[0] for _ in range(cfg.mismatch_batches)]
+
+
+def source_backbone(cfg: SourceConfig, cache_dir=None, version: str | None = None) -> ConvBackbone:
+    """The trained (stage-1) backbone of ``cfg`` in eval mode: read from the run cache, trained into it first
+    when absent (as when the page analyses an earlier run's rows and this code version has no source yet)."""
+    src = cfg.source if hasattr(cfg, "source") else cfg
+    ensure_sources([src], Execution(cache_dir=cache_dir, progress=False), version)
+    backbone = ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum)
+    backbone.load_state_dict(load_source(src, cache_dir, version)["backbone"])
+    return backbone.eval()
+
+
+def mismatch_row(backbone: torch.nn.Module, batches: list[torch.Tensor]) -> dict:
+    """The mismatch columns of one run: Gaussian KL (eval and train pass) and standardised mean shift.
+
+    ``mismatch_kl`` (the chapter's measure): mean over BN layers of the per-layer,
+    channel-averaged ``KL(new || stored)`` in the eval pass; ``mismatch_kl_l<i>``: per layer;
+    ``mismatch_mean_shift``: mean over layers of the standardised mean shift (eval pass);
+    ``mismatch_kl_train``: the KL in the train pass (against the statistics ``train_mode`` drifts to).
+    """
+    row = {}
+    stats_eval = bn_input_statistics(backbone, batches, "eval")
+    kl = mismatch_from_statistics(backbone, stats_eval, "kl")
+    row["mismatch_kl"] = float(np.mean(list(kl.values())))
+    for i, v in enumerate(kl.values()):
+        row[f"mismatch_kl_l{i}"] = v
+    row["mismatch_mean_shift"] = float(np.mean(list(mismatch_from_statistics(backbone, stats_eval, "mean_shift").values())))
+    for m in ("log_var_ratio", "wasserstein"):
+        row[f"mismatch_{m}"] = float(np.mean(list(mismatch_from_statistics(backbone, stats_eval, m).values())))
+    kl_train = mismatch_from_statistics(backbone, bn_input_statistics(backbone, batches, "train"), "kl")
+    row["mismatch_kl_train"] = float(np.mean(list(kl_train.values())))
+    return row
+
+
+def _mismatch_group(configs: list[MismatchConfig], cache_root: str, version: str) -> list[dict]:
+    """Mismatch rows for configs of one seed (a :func:`bnstudy.study.sweep.run_sweep` group): one backbone load."""
+    rows, backbones = [], {}
+    for c in configs:
+        if c.source not in backbones:
+            backbones[c.source] = source_backbone(c.source, cache_root, version)
+        rows.append(mismatch_row(backbones[c.source], mismatch_batches(c)))
+    return rows
+
+
+# --- the experiment -----------------------------------------------------------------------------------------------
+
+def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
+    """Run chapter 3's sweep; one row per distinct ``(seed, mode, brightness, contrast, steps)``.
+
+    Columns: those of :func:`bnstudy.study.engine.transfer`; the mismatch columns of :func:`mismatch_row`;
+    ``on_brightness`` / ``on_contrast`` / ``on_both`` (whether the run's shift is one of that line's
+    levels), ``both_strength`` (``t`` where the shift is a level of the ``both`` line or of the budget
+    check, NaN elsewhere), ``in_grid``, and ``part``: ``"main"`` for runs with the sweep's ``steps``,
+    ``"budget"`` for the budget check's other step counts.
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"run needs a shift_strength.Config (see make_config), got {type(config).__name__}")
+    ex = execution or Execution()
+    version = source_version()  # stage 1's code version: the mismatch sweep reads the backbones with it
+    df = transfer_sweep(config.run_configs(), NAMESPACE, ex)  # each namespace keyed on the code its runs reach
+
+    # The mismatch needs only the cached source backbones (stage 1 ran above) and unlabelled task-B images.
+    root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
+    mcfgs = list(dict.fromkeys(config.mismatch_config(s, b, c, cl, co, lv) for s in config.seeds
+                               for (cl, co, lv, b, c, _n) in config.points()))
+    by_seed: dict = {}
+    for i, c in enumerate(mcfgs):
+        by_seed.setdefault(c.seed, []).append(i)
+    mm = run_sweep(mcfgs, _mismatch_group, namespace=MISMATCH_NAMESPACE, cache_dir=root, execution=ex,
+                   groups=list(by_seed.values()), desc="statistics mismatch",
+                   group_kwargs={"cache_root": root, "version": version})
+    keys = pd.DataFrame([dict(seed=c.seed, **{k: getattr(c, k) for k in POINT_COLS}) for c in mcfgs])
+    df = df.merge(pd.concat([keys, mm], axis=1), on=["seed", *POINT_COLS], how="left", validate="many_to_one")
+    return annotate(df, config)
+
+
+def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
+    """``df`` with the columns saying where each run sits: ``on_<line>``, ``both_strength``, ``in_grid``, ``part``."""
+    df = df.copy()
+    for col, default in (("task_b_classes", "new"), ("corruption", "none"), ("corruption_level", 0.0)):
+        if col not in df.columns:
+            df[col] = default
+    pts = {t: {point_of(t, s): s for s in ls} for t, ls in config.levels().items()}
+    key = [_key(r) for r in df[list(POINT_COLS)].to_dict("records")]
+    for t in LINES:
+        df[f"s_{t}"] = [pts.get(t, {}).get(k, math.nan) for k in key]
+        df[f"on_{t}"] = df[f"s_{t}"].notna()
+    budget = config.budget_levels if config.budget_steps else ()
+    on_path = {**{point_of("both", s): s for s in budget}, **pts.get("both", {})}
+    df["both_strength"] = [on_path.get(k, math.nan) for k in key]
+    gpts = {("new", "none", 0.0, _r(b), _r(c)) for b in config.grid_brightness for c in config.grid_contrast}
+    df["in_grid"] = [k in gpts for k in key]
+    df["part"] = np.where(df["steps"] == config.steps, "main", "budget")
+    return df
+
+
+#: Config fields that only the analysis reads: a page that analyses an earlier run's rows again
+#: (``rows`` in the notebook, :func:`bnstudy.study.report.load_rows`) may change them; every other field must
+#: equal the earlier run's record.
+ANALYSIS_PARAMETERS = ("n_boot", "n_boot_select", "min_effect", "tie_margin")
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.study.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
+
+
+def results_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The results without the list-valued columns (drift traces and logit quantiles; chapter 1 draws them)."""
+    return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple))).any()]]

@@ -1,0 +1,443 @@
+"""Chapter 6, what is trained: separate statistics when the task is unknown at inference. Routing inputs to
+statistic banks.
+
+``separate_stats`` (chapter 1) keeps task A exact and adapts each new task, but at inference it
+must know which statistics an input needs. This module trains one frozen backbone with a
+:class:`~bnstudy.study.banks.StatisticBank` (bank 0: task A's statistics; bank ``j``: new task ``j``'s,
+accumulated in train mode while its head learns), then routes every evaluation input to a bank
+with the routers of :mod:`bnstudy.study.routing`, which see only the input.
+
+Tasks: task A (no shift) plus ``n_tasks - 1`` shifted tasks, each with its own templates and head
+(the engine's tasks, :func:`bnstudy.study.tasks.make_task`). At shift strength ``t`` (:func:`shift_of`):
+``B``: brightness ``4t``, contrast ``1 + 4t`` (chapter 3's ``both`` line, so ``t = 1`` is chapter
+1's shift); ``C``: brightness ``-4t``, contrast ``1 + 4t``; ``D``: brightness 0, contrast
+``1 / (1 + 4t)``.
+
+The head is the task's own (the application knows which question it asks; what it does not know
+is which statistics the input needs): ``accuracy`` is the true task's head on the routed
+statistics. ``accuracy_routed_head`` also lets the router pick the head (fully task-unknown).
+
+Conditions per task (all from one trained backbone per seed, paired):
+
+* routers ``nearest_first``, ``nearest_all``, ``classifier``, ``mixture`` at each inference batch
+  size (one decision per batch of ``b`` consecutive samples of one task; ``b = 1`` is per sample);
+* ``oracle``: the task's own bank; ``train_mode``: one shared set of statistics that drifted
+  through the new tasks in order (it ends as the last task's); ``pinned``: task A's statistics for
+  everything, with heads trained on them (``backbone_eval``).
+
+Identity used (a check, not a finding): a train-mode BatchNorm's output depends only on the batch,
+so the heads trained under ``train_mode`` are the heads trained for the banks; and bank ``j``
+starts from bank ``j-1``'s final statistics, so the shared drifting statistics after the last task
+*are* the last bank, bit for bit. One training pass per task therefore serves oracle, routers and
+``train_mode``; ``pinned`` heads train in lockstep on the same batches.
+
+``Config`` -> :func:`run` -> results table (:func:`run_tables`: with the temperature check's table beside it).
+What the page claims from it is in :mod:`.findings` (claims table, cell verdicts, findings, tidy tables), what it
+draws in :mod:`.figures`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ...banks import StatisticBank
+from ...config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_seeds, from_profile
+from ...design import ChapterConfig, Rule
+from ...engine import accuracy, ensure_sources, load_source, logits_of, seeded, source_version
+from ...models import ConvBackbone, make_head
+from ...routing import NearestStatistics, SoftMixture, StatisticsClassifier, sample_moments
+from ...sweep import default_cache_dir, run_sweep
+from ...tasks import BatchStream, eval_set, generator, make_task
+
+NAMESPACE = "ch06_unknown_task"
+#: Parameters that only change the analysis: none (every field of :class:`Config` decides the units, the
+#: temperature included: the mixture runs at it), so a page given ``rows`` must be given every parameter as that
+#: run was.
+ANALYSIS_PARAMETERS = ()
+#: Parameters this design added after rows of the release were computed, with the value those older rows were
+#: computed with: rows that do not record one read as that value (bnstudy.study.report.load_rows), so a new axis
+#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+READ_DEFAULTS: dict = {}
+#: The tables a run saves beside ``06_unknown_task.csv`` (``06_unknown_task_<suffix>.csv``) that the page's
+#: analysis needs (:func:`run_tables`): the temperature check's rows (held-out seeds; its sidecar records its own
+#: configuration, :func:`sibling_parameters`).
+SIBLING_TABLES = ("temperature",)
+TASK_NAMES = ("A", "B", "C", "D")
+ROUTERS = ("nearest_first", "nearest_all", "classifier", "mixture")
+#: The routers that make a hard choice (the mixture blends banks).
+HARD_ROUTERS = ("nearest_first", "nearest_all", "classifier")
+BASELINES = ("oracle", "train_mode", "pinned")
+CONDITIONS = ROUTERS + BASELINES
+#: Brightness and contrast-gain directions of each shifted task (see :func:`shift_of`).
+SHIFT_DIRECTIONS = {"B": "brightness 4t, contrast 1 + 4t", "C": "brightness -4t, contrast 1 + 4t",
+                    "D": "brightness 0, contrast 1 / (1 + 4t)"}
+#: Equivalence margin (accuracy, fraction) for "routing costs about nothing" (TOST at the family's level,
+#: :func:`bnstudy.study.inference.decide`).
+TOST_MARGIN = 0.02
+#: Routing accuracy that counts as "routing works" in the prose (shown above it by a one-sided t test).
+ROUTE_OK = 0.9
+
+#: quick: about a minute on this project's 2-core CPU; full: see the chapter's profile note.
+PROFILES = {
+    "quick": dict(seeds=2, strengths=(0.0, 0.005, 1.0), steps=50, n_eval=160, router_samples=128),
+    "full": dict(seeds=10, strengths=(0.0, 0.0025, 0.005, 0.01, 0.03, 0.1, 0.25, 0.5, 1.0), steps=300, n_eval=960,
+                 router_samples=1024),
+}
+#: Settings chosen by trying, disclosed on the page: the mixture temperature tried first (then 0.1 kept) and the
+#: first strength grid (it routed 100% everywhere, so the grid was moved to gentler shifts).
+TEMPERATURE_TRIED_FIRST = 1.0
+FIRST_STRENGTH_GRID = (0.0625, 0.25, 1.0)
+#: The temperature check: seeds that are NOT part of the reported set, four tasks, one decision per sample, and
+#: the mixture at each of ``check_temperatures`` besides the config's own temperature.
+TEMPERATURE_CHECK = {
+    "quick": dict(seeds=(10, 11), n_tasks=(4,), strengths=(0.03, 0.1, 1.0), inference_batches=(1,),
+                  check_temperatures=(0.03, 0.3, 1.0)),
+    "full": dict(seeds=(10, 11, 12, 13, 14), n_tasks=(4,), strengths=(0.03, 0.1, 1.0), inference_batches=(1,),
+                 check_temperatures=(0.01, 0.03, 0.3, 1.0)),
+}
+
+
+def shift_of(task: str, strength: float) -> tuple[float, float]:
+    """``(brightness, contrast)`` of ``task`` (``A``..``D``) at shift ``strength >= 0``. Task A is never shifted."""
+    check_choice("task", task, TASK_NAMES)
+    t = check_float("strength", strength, 0.0)
+    b, c = {"A": (0.0, 1.0), "B": (4 * t, 1 + 4 * t), "C": (-4 * t, 1 + 4 * t), "D": (0.0, 1 / (1 + 4 * t))}[task]
+    return round(b, 9), round(c, 9)
+
+
+@dataclass(frozen=True)
+class UnitConfig(_Frozen):
+    """One cached unit: one seed, one number of tasks, one shift strength (all routers and batch sizes)."""
+
+    seed: int
+    n_tasks: int
+    strength: float
+    steps: int
+    n_eval: int
+    router_samples: int
+    inference_batches: tuple
+    temperature: float
+    noise: float
+    momentum: float
+    lr: float
+    batch_size: int
+    n_classes: int
+    check_temperatures: tuple = ()
+
+    @property
+    def source(self) -> SourceConfig:
+        return SourceConfig(seed=self.seed, n_classes=self.n_classes, noise=self.noise, momentum=self.momentum)
+
+
+@dataclass(frozen=True)
+class Config(ChapterConfig):
+    """Chapter 6's parameters (the notebook's parameters cell, one for one).
+
+    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. ``n_tasks``: numbers of tasks (2..4; task A
+    plus shifted tasks). ``strengths``: shift strengths ``t >= 0`` (:func:`shift_of`), strictly
+    increasing, at least 3. ``inference_batches``: inference batch sizes; ``n_eval`` (samples per
+    task's evaluation set) must be a multiple of each. ``steps``, ``lr``, ``batch_size``: each new
+    head's training (SGD with momentum 0.9). ``router_samples``: samples per task, drawn from its
+    training distribution, on which the classifier router is fitted. ``temperature``: the soft
+    mixture's (nats). ``check_temperatures``: extra mixture temperatures evaluated at the smallest
+    inference batch (conditions ``mixture_tau=<value>``; :func:`temperature_table`); empty in the
+    profiles, set by :func:`temperature_check_config`. ``noise``, ``momentum``: the tasks' pixel noise
+    and BatchNorm momentum. Raises ``ValueError`` naming the parameter for any bad value.
+    """
+
+    profile: str = "quick"
+    seeds: tuple = (0, 1)
+    n_tasks: tuple = (2, 4)
+    strengths: tuple = (0.0, 0.005, 1.0)
+    inference_batches: tuple = (1, 2, 8, 32)
+    steps: int = 50
+    n_eval: int = 160
+    router_samples: int = 128
+    temperature: float = 0.1
+    noise: float = 3.0
+    momentum: float = 0.1
+    lr: float = 0.05
+    batch_size: int = 64
+    check_temperatures: tuple = ()
+
+    PROFILES = PROFILES
+    NORMALIZE = {"seeds": check_seeds}
+    RULES = (
+        Rule("n_tasks", "one or more task counts from 2 to 4", lambda c: c.n_tasks and set(c.n_tasks) <= {2, 3, 4}),
+        Rule("strengths", "at least 3 strictly increasing strengths >= 0",
+             lambda c: len(c.strengths) >= 3 and list(c.strengths) == sorted(set(c.strengths)) and c.strengths[0] >= 0),
+        Rule("inference_batches", "one or more integers >= 1",
+             lambda c: c.inference_batches and min(c.inference_batches) >= 1),
+        Rule("steps", "an integer >= 1", lambda c: c.steps >= 1),
+        Rule("n_eval", "a multiple of every inference batch size", lambda c: all(
+            c.n_eval >= 1 and c.n_eval % b == 0 for b in c.inference_batches)),
+        Rule("router_samples", "a multiple of every inference batch size with at least two batches each",
+             lambda c: all(c.router_samples % b == 0 and c.router_samples // b >= 2 for b in c.inference_batches)),
+        Rule("temperature", "> 0", lambda c: c.temperature > 0),
+        Rule("noise", ">= 0", lambda c: c.noise >= 0),
+        Rule("momentum", "in (0, 1]", lambda c: 0 < c.momentum <= 1),
+        Rule("lr", "> 0", lambda c: c.lr > 0),
+        Rule("batch_size", "an integer >= 2", lambda c: c.batch_size >= 2),
+        Rule("check_temperatures", "temperatures > 0", lambda c: all(t > 0 for t in c.check_temperatures)),
+    )
+
+    def units(self) -> list[UnitConfig]:
+        """One :class:`UnitConfig` per (seed, n_tasks, strength), seeds outermost."""
+        return [UnitConfig(seed=s, n_tasks=k, strength=t, steps=self.steps, n_eval=self.n_eval,
+                           router_samples=self.router_samples, inference_batches=self.inference_batches,
+                           temperature=self.temperature, noise=self.noise, momentum=self.momentum, lr=self.lr,
+                           batch_size=self.batch_size, n_classes=10, check_temperatures=self.check_temperatures)
+                for s in self.seeds for k in self.n_tasks for t in self.strengths]
+
+
+def make_config(profile: str = "quick", **overrides) -> Config:
+    """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
+    return from_profile(Config, PROFILES, profile, **overrides)
+
+
+def temperature_check_config(config: Config) -> Config:
+    """The temperature check for ``config``: :data:`TEMPERATURE_CHECK` of its profile (held-out seeds, four
+    tasks, b = 1, extra temperatures), everything else (steps, n_eval, temperature, ...) as in ``config``.
+
+    Raises ``ValueError`` if a held-out seed is one of ``config.seeds`` (the check must not reuse them).
+    """
+    check = TEMPERATURE_CHECK[config.profile]
+    overlap = sorted(set(check["seeds"]) & set(config.seeds))
+    if overlap:
+        raise ValueError(f"the temperature check's seeds must not be reported seeds; {overlap} are in both")
+    base = {f: getattr(config, f) for f in ("profile", "steps", "n_eval", "router_samples", "temperature", "noise",
+                                            "momentum", "lr", "batch_size")}
+    return Config(**{**base, **check})
+
+
+# --- one unit ------------------------------------------------------------------------------------------------------
+
+def _train_heads(u: UnitConfig, bank: StatisticBank, pinned: torch.nn.Module, tasks: list) -> tuple[list, list]:
+    """Train each new task's head twice in lockstep: banked (train-mode BN into its bank) and pinned (task A's stats)."""
+    backbone = bank.model
+    heads, pinned_heads = [], []
+    for j in range(1, u.n_tasks):
+        name = TASK_NAMES[j]
+        bank.copy_bank(j - 1, j)  # bank j starts where the shared drifting statistics would be
+        head = seeded((u.seed, "init", "ch06_head", name), lambda: make_head("linear", backbone.out_features, u.n_classes))
+        head_p = copy.deepcopy(head)
+        opts = [torch.optim.SGD(h.parameters(), lr=u.lr, momentum=0.9) for h in (head, head_p)]
+        stream = BatchStream(tasks[j], u.batch_size, generator(u.seed, "stream", name))
+        with bank.use(j):
+            for _ in range(u.steps):
+                x, y = stream.next()
+                with torch.no_grad():
+                    backbone.train()
+                    f = backbone(x)          # batch statistics; bank j's buffers update
+                    backbone.eval()
+                    fp = pinned(x)           # task A's running statistics
+                for h, o, feats in ((head, opts[0], f), (head_p, opts[1], fp)):
+                    loss = F.cross_entropy(h(feats), y)
+                    o.zero_grad(set_to_none=True)
+                    loss.backward()
+                    o.step()
+        backbone.eval()
+        heads.append(head.requires_grad_(False))
+        pinned_heads.append(head_p.requires_grad_(False))
+    return heads, pinned_heads
+
+
+def run_unit(u: UnitConfig, source: dict) -> dict:
+    """Train, route and measure one unit; returns ``{"records": [...], "oracle_logit_change": ..., "wall_s": ...}``.
+
+    ``records``: one dict per (task, condition, inference batch size) with ``routing_accuracy``
+    (fraction of the task's samples sent to its own bank; NaN for ``train_mode`` and ``pinned``),
+    ``accuracy`` and ``accuracy_routed_head`` (fractions 0..1).
+    """
+    t0 = time.perf_counter()
+    backbone = ConvBackbone(3, SourceConfig.widths, "batch", u.momentum)
+    backbone.load_state_dict(source["backbone"])
+    backbone.requires_grad_(False).eval()
+    head_a = make_head("linear", backbone.out_features, u.n_classes)
+    head_a.load_state_dict(source["head_a"])
+    head_a.requires_grad_(False)
+    pinned = copy.deepcopy(backbone).eval()
+    bank = StatisticBank(backbone, u.n_tasks)
+    tasks = [make_task(u.seed, TASK_NAMES[j], u.n_classes, u.noise, *shift_of(TASK_NAMES[j], u.strength))
+             for j in range(u.n_tasks)]
+    new_heads, pinned_new = _train_heads(u, bank, pinned, tasks)
+    heads, pinned_heads = [head_a] + new_heads, [head_a] + pinned_new
+    K = u.n_tasks
+    dev = torch.device("cpu")
+
+    evals = [eval_set(tasks[i], u.n_eval, u.seed, TASK_NAMES[i]) for i in range(K)]
+    ref_a = head_a(logits_of(pinned, evals[0][0], dev))
+    # features and per-sample moments at every layer, per task and bank
+    feats, moms = {}, {}
+    for k in range(K):
+        with bank.use(k):
+            for i, (x, _) in enumerate(evals):
+                feats[i, k] = logits_of(backbone, x, dev)
+                moms[i, k] = sample_moments(bank, x, "all")
+    first = bank.layer_names[0]
+    router_first = NearestStatistics(bank, "first")
+    router_all = NearestStatistics(bank, "all")
+    # classifier training data: each task's training distribution (not the evaluation sets)
+    train_moms = [sample_moments(bank, BatchStream(tasks[k], u.router_samples,
+                                                   generator(u.seed, "router", TASK_NAMES[k])).next()[0], "first")
+                  for k in range(K)]
+
+    records = []
+    oracle_logits_a = heads[0](feats[0, 0])
+    oracle_change = float((oracle_logits_a.double() - ref_a.double()).abs().max())
+
+    def add(i, cond, b, route, acc, acc_routed, tau=math.nan):
+        records.append(dict(task=TASK_NAMES[i], condition=cond, inference_batch=b,
+                            routing_accuracy=math.nan if route is None else float((route == i).double().mean()),
+                            accuracy=acc, accuracy_routed_head=acc_routed, temperature=tau))
+
+    def mixed(i, x, y, d, n, tau):
+        w = SoftMixture(bank, tau, "first").weights_from_distances(d, n)
+        with torch.no_grad(), bank.use_blend(w):
+            fm = backbone(x)
+        r = w.argmax(1)
+        routed = torch.stack([heads[k](fm) for k in range(K)])[r, torch.arange(n)]
+        return r, accuracy(heads[i](fm), y), accuracy(routed, y)
+
+    def hard(i, route, y):
+        # per sample: logits of the routed bank with the true head, and with the routed head
+        stack = torch.stack([feats[i, k] for k in range(K)])          # (K, N, F)
+        f = stack[route, torch.arange(len(route))]
+        true_head = heads[i](f)
+        routed = torch.stack([heads[k](f) for k in range(K)])[route, torch.arange(len(route))]
+        return accuracy(true_head, y), accuracy(routed, y)
+
+    for b in u.inference_batches:
+        clf = StatisticsClassifier(bank)
+        tf = torch.cat([clf.features_from_moments(m, b) for m in train_moms])
+        tl = torch.cat([torch.full((u.router_samples // b,), k, dtype=torch.long) for k in range(K)])
+        clf.fit_features(tf, tl)
+        for i, (x, y) in enumerate(evals):
+            first_moms = {first: moms[i, 0][first]}
+            d_first = router_first.distances_from_moments([first_moms], b)
+            n = len(y)
+            routes = {
+                "nearest_first": d_first.argmin(1).repeat_interleave(b),
+                "nearest_all": router_all.distances_from_moments([moms[i, k] for k in range(K)], b)
+                .argmin(1).repeat_interleave(b),
+                "classifier": clf.decide(clf.features_from_moments(first_moms, b)).repeat_interleave(b),
+            }
+            for cond, r in routes.items():
+                add(i, cond, b, r, *hard(i, r, y))
+            add(i, "mixture", b, *mixed(i, x, y, d_first, n, u.temperature), tau=u.temperature)
+            if b == u.inference_batches[0]:
+                for tau in u.check_temperatures:
+                    add(i, f"mixture_tau={tau:g}", b, *mixed(i, x, y, d_first, n, tau), tau=tau)
+            oracle = torch.full((n,), i, dtype=torch.long)
+            add(i, "oracle", b, oracle, *hard(i, oracle, y))
+            last = torch.full((n,), K - 1, dtype=torch.long)
+            add(i, "train_mode", b, None, hard(i, last, y)[0], math.nan)
+            acc_p = accuracy(pinned_heads[i](logits_of(pinned, x, dev)), y)
+            add(i, "pinned", b, None, acc_p, math.nan)
+    return dict(records=records, oracle_logit_change=oracle_change, source_task_a_accuracy=source["task_a_accuracy"],
+                wall_s=time.perf_counter() - t0)
+
+
+def _unit_group(units: list[UnitConfig], cache_root: str, version: str) -> list[dict]:
+    return [run_unit(u, load_source(u.source, cache_root, version)) for u in units]
+
+
+def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
+    """Run chapter 6's sweep; one row per (seed, n_tasks, strength, task, condition, inference_batch).
+
+    Columns: ``seed, n_tasks, strength, task, brightness, contrast, condition, inference_batch,
+    routing_accuracy, accuracy, accuracy_routed_head, oracle_logit_change, source_task_a_accuracy,
+    unit_wall_s`` (``unit_wall_s``: seconds for the whole unit). Resumable through the run cache.
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"run needs an unknown_task.Config (see make_config), got {type(config).__name__}")
+    ex = execution or Execution()
+    root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
+    version = source_version()  # stage 1's code version: the units read the backbones with it
+    units = config.units()
+    ensure_sources([u.source for u in units], ex, version)
+    rows = run_sweep(units, _unit_group, namespace=NAMESPACE, cache_dir=root, execution=ex,
+                     group_kwargs={"cache_root": root, "version": version},
+                     desc="chapter 6 units")
+    out = []
+    for u, (_, row) in zip(units, rows.iterrows()):
+        for rec in row["records"]:
+            b, c = shift_of(rec["task"], u.strength)
+            out.append(dict(seed=u.seed, n_tasks=u.n_tasks, strength=u.strength, brightness=b, contrast=c, **rec,
+                            oracle_logit_change=row["oracle_logit_change"],
+                            source_task_a_accuracy=row["source_task_a_accuracy"], unit_wall_s=row["wall_s"]))
+    return pd.DataFrame(out)
+
+
+def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
+    """Everything chapter 6's page analyses, as the tables it saves: ``(run(config), {"temperature":
+    run(temperature_check_config(config))})`` (keys: :data:`SIBLING_TABLES`). Both sweeps are cached, so a page
+    given these tables trains nothing."""
+    if not isinstance(config, Config):
+        raise TypeError(f"run_tables needs an unknown_task.Config (see make_config), got {type(config).__name__}")
+    df = run(config, execution)
+    return df, dict(temperature=run(temperature_check_config(config), execution))
+
+
+def sibling_parameters(config: Config) -> dict:
+    """``{suffix: (parameters, resolved)}`` for the sibling tables whose sidecars record their own configuration
+    rather than the page's (:func:`bnstudy.study.report.rows_or_run`'s ``sibling_parameters``): the temperature check's,
+    :func:`temperature_check_config` of ``config`` with every field resolved (its sidecar,
+    :func:`sidecar_parameters`, records them so)."""
+    from ...report import config_parameters
+    return {"temperature": config_parameters(temperature_check_config(config), {}, ANALYSIS_PARAMETERS)}
+
+
+def run_workers(provenance: dict | None, execution: Execution) -> int:
+    """The worker processes of the run behind the page: the earlier run's record (``provenance`` from
+    :func:`bnstudy.study.report.load_rows`, when the page analyses its rows and it recorded them), else ``execution``'s
+    (``n_jobs``, or one per CPU core)."""
+    import os
+    recorded = (provenance or {}).get("workers")
+    return int(recorded) if recorded else (execution.n_jobs or os.cpu_count())
+
+
+
+# --- run costs and sidecars ---------------------------------------------------------------------------------------
+
+def worker_minutes(*tables: pd.DataFrame) -> float:
+    """Worker-minutes to compute every unit of ``tables`` (results of :func:`run`) from an empty unit cache:
+    the sum of each unit's measured ``unit_wall_s`` (one unit per seed, task count and strength), over 60."""
+    return float(sum(t.drop_duplicates(["seed", "n_tasks", "strength"]).unit_wall_s.sum() for t in tables)) / 60
+
+
+def sidecar_parameters(config: Config, run_parameters: dict | None = None) -> dict:
+    """What a table's JSON sidecar records as the parameters of a run of ``config``: ``run_parameters``
+    (default: the book runner's ``$BNSTUDY_RUN_PARAMETERS``, where ``seeds`` may be ``None``, "the profile's")
+    with every field of ``config`` as actually used (the seeds run, the task counts, the temperatures checked)."""
+    import json
+    import os
+    if run_parameters is None:
+        run_parameters = json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}")
+    return {**run_parameters, **{k: list(v) if isinstance(v, tuple) else v for k, v in config.asdict().items()}}
+
+
+def full_profile_estimate(df: pd.DataFrame, config: Config, workers: int = 2) -> float:
+    """Estimated wall time (seconds) of the full profile from this run's measured per-unit cost.
+
+    The mean measured unit time per ``n_tasks`` is scaled by the larger of the ``steps`` and ``n_eval``
+    ratios (full over this run), times the full profile's unit count, divided by ``workers``. Crude: training
+    scales with steps and evaluation with n_eval, not both with the larger ratio, so it overestimates.
+    """
+    full = make_config("full")
+    units = df.drop_duplicates(["seed", "n_tasks", "strength"])
+    per_k = units.groupby("n_tasks")["unit_wall_s"].mean()
+    scale = max(full.steps / config.steps, full.n_eval / config.n_eval)
+    n_units = len(full.seeds) * len(full.strengths)
+    return float(sum(per_k.get(k, per_k.mean()) * scale * n_units for k in full.n_tasks) / workers)
+
+
+# --- the page's sentences ------------------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""One palette per concept, shared by every figure of the book (issue 24): a freeze mode, an optimizer, a
+fine-tuning strategy, a router, a network or a head has the same colour in every chapter.
+
+Colours come from seaborn's colour-blind-safe ``colorblind`` palette (Okabe-Ito-like); the vermillion entry is
+kept away from orange within one concept. Figures take colours only from here: :func:`color` raises for a name
+that has none, so a new condition cannot silently get matplotlib's default cycle.
+
+Sizes: figures are drawn at the book's text-column width (:data:`COLUMN_WIDTH_IN`) with fonts of at least
+:data:`MIN_FONT_PT` points, so that text stays legible on the page without zooming.
+"""
+
+from __future__ import annotations
+
+#: The book's text column in inches (the Jupyter Book theme's ~700 px at 96 dpi).
+COLUMN_WIDTH_IN = 7.3
+#: The smallest font a figure may use, in points at column width.
+MIN_FONT_PT = 9
+
+_CB = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9"]
+BLUE, ORANGE, GREEN, VERMILLION, PURPLE, BROWN, PINK, GREY, YELLOW, SKY = _CB
+
+#: The four freeze modes (bnstudy.study.modes): train mode (drifting statistics) is blue everywhere; the pinned
+#: backbone orange; the whole model in eval mode green; task-B's own statistics purple.
+MODES = {"train_mode": BLUE, "backbone_eval": ORANGE, "all_eval": GREEN, "separate_stats": PURPLE}
+#: Which statistics a layer normalises with: batch statistics as train mode, running statistics as pinned.
+STATISTICS = {"batch": MODES["train_mode"], "running": MODES["backbone_eval"], "per-sample": GREY}
+#: Head optimizers (chapter 4; chapter 1's head sweep uses the same names).
+OPTIMIZERS = {"sgd": "#222222", "sgd_plain": GREY, "adam": VERMILLION}
+#: Fine-tuning strategies (chapter 5): BatchNorm variants in warm colours, per-sample norms in greens/purples.
+STRATEGIES = {"bn_frozen": ORANGE, "stats_frozen": YELLOW, "adabn": BROWN, "bn_train": BLUE, "to_group": GREEN,
+              "to_layer": PURPLE, "group_pretrained": "#016b4f", "layer_pretrained": "#8a3f82"}
+#: Routers to per-task statistics and their baselines (chapter 6).
+ROUTERS = {"nearest_first": GREEN, "nearest_all": "#016b4f", "classifier": VERMILLION, "mixture": BROWN, "oracle": "#222222",
+           "train_mode": MODES["train_mode"], "pinned": MODES["backbone_eval"]}
+#: Networks (chapter 7).
+NETWORKS = {"small_cnn": GREY, "resnet18": BLUE, "mobilenet_v3_small": VERMILLION}
+#: Heads (chapter 4).
+HEADS = {"linear": GREY, "mlp": BLUE, "mlp2": SKY, "mlp_bn": ORANGE, "mlp_ln": GREEN}
+#: Effects drawn against each other (chapter 3): what drifting statistics cost task A, what they give task B.
+EFFECTS = {"cost": VERMILLION, "benefit": BLUE, "net": "#222222"}
+#: Reference lines: chance, zero, an equivalence band.
+REFERENCE = {"chance": "0.4", "zero": "black", "band": "0.9"}
+
+#: Kinds of input shift (chapter 3's lines, chapter 7's corruptions): one colour per kind in both chapters.
+SHIFTS = {"none": "black", "brightness": BLUE, "contrast": ORANGE, "both": GREEN, "blur": PINK, "noise": BROWN,
+          "inversion": PURPLE}
+#: Other names of the same kinds of shift (chapter 7's ``gaussian_noise``; chapter 3's same-class lines, told
+#: apart by marker, not colour): :func:`color` gives them their kind's colour.
+SHIFT_ALIASES = {"gaussian_noise": "noise", "same_both": "both", "same_noise": "noise"}
+
+PALETTES = {"mode": MODES, "statistics": STATISTICS, "optimizer": OPTIMIZERS, "strategy": STRATEGIES,
+            "router": ROUTERS, "network": NETWORKS, "head": HEADS, "effect": EFFECTS, "reference": REFERENCE,
+            "shift": SHIFTS}
+
+
+def sequential(values) -> dict:
+    """``{value: colour}`` for an ordered quantity (batch sizes, shift strengths, layers), on one sequential scale
+    (viridis, dark to light in the order given) in every figure."""
+    import seaborn as sns
+
+    values = list(values)
+    return dict(zip(values, sns.color_palette("viridis", len(values)).as_hex()))
+
+
+def color(concept: str, name: str) -> str:
+    """The colour of ``name`` (e.g. ``"train_mode"``) within ``concept`` (``"mode"``, ``"optimizer"``, ...).
+
+    Raises ``KeyError`` naming the concept's names when ``name`` has no colour, and the concepts when
+    ``concept`` is unknown."""
+    if concept not in PALETTES:
+        raise KeyError(f"style.color: unknown concept {concept!r}; concepts: {sorted(PALETTES)}")
+    pal = PALETTES[concept]
+    if concept == "shift":
+        name = SHIFT_ALIASES.get(name, name)
+    if name not in pal:
+        raise KeyError(f"style.color: {concept} {name!r} has no colour; names: {list(pal)}")
+    return pal[name]
+
+
+def palette(concept: str, names=None) -> dict:
+    """``{name: colour}`` for ``concept`` (all its names, or ``names`` in that order; see :func:`color`)."""
+    return {n: color(concept, n) for n in (names if names is not None else PALETTES[concept])}
+
+
+def rc() -> dict:
+    """matplotlib rcParams for the book's figures: fonts of at least :data:`MIN_FONT_PT` points."""
+    return {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": MIN_FONT_PT,
+            "ytick.labelsize": MIN_FONT_PT, "legend.fontsize": MIN_FONT_PT, "legend.title_fontsize": MIN_FONT_PT,
+            "figure.titlesize": 11}
+
+
+# chapter 3
+#: train_mode's path along each of chapter 3's affine lines (its retention figure, drawn beside the freeze modes'
+#: points): named colours that no freeze mode uses, so that a path is not read as a mode.
+SHIFT_PATHS = {"brightness": SKY, "contrast": BROWN, "both": PINK}
+PALETTES["shift_path"] = SHIFT_PATHS
