@@ -244,7 +244,7 @@ def winners_display(df: pd.DataFrame) -> pd.DataFrame:
     """The winners table for the page: target, batch size, winner, runner-up, winner minus runner-up with its
     family interval (Bonferroni over the table's rows), the verdict, the Holm-adjusted p-value, and flags:
     diverged runs in the two cells, winner near chance (:func:`near_chance_cells`)."""
-    w = winners(df, chance=1 / int(df.n_classes.iloc[0]) if "n_classes" in df else None)
+    w = winners(df, chance=1 / int(df.n_classes.iloc[0]) if "n_classes" in df else None)[0]
     notes = []
     for r in w.itertuples():
         n = []
