@@ -53,11 +53,9 @@ STRATEGY_LABELS = {"bn_frozen": "BN frozen (stats + affine)", "stats_frozen": "B
 #: Batch sizes of the precise-BN data experiment (the issue's 2 and 32).
 PRECISE_BATCH_SIZES = (2, 32)
 
-#: The profiles' sizes (the only place they are set). Measured cost (issue 9, 1 torch thread, 2 loaded cores): a
-#: cold full chapter takes about 40 wall-min: 40.3 worker-min for the main grid, 11.7 for the learning-rate check
-#: (3.9 per factor; x4 at b <= 32 and x0.25 at 256 only would save about 3.9), at most 5.9 for the tuned-rate runs
-#: (commit 4dda5e6; 0.60 wall-min per worker-min). Batch 2 is 40% of a (seed, target, strategy)'s cost. Quick
-#: profile (2026-12-01): 18.7 CPU-min for the check against 15.0 for the main grid.
+#: The profiles' sizes (the only place they are set). Cost (issue 9, commit 4dda5e6, 1 torch thread, 2 loaded cores):
+#: a cold full chapter is about 40 wall-min: 40.3 worker-min main grid (batch 2: 40%), 11.7 learning-rate check (3.9
+#: per factor), at most 5.9 tuned-rate runs; 0.60 wall-min per worker-min. Quick: 18.7 CPU-min check, 15.0 main grid.
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
                   precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
@@ -74,11 +72,9 @@ TUNE_SEED_BASE = 1000
 #: norms. At the smallest batch size each also runs on the reported seeds at the rate the tuning seeds chose for it.
 CONTENDERS = ("bn_train", "group_pretrained", "layer_pretrained")
 
-#: Config fields that only the analysis reads: a page that analyses an earlier run's tables again (``rows`` in the
-#: notebook, :func:`bnstudy.report.rows_or_run`) may change them; every other field must equal the run's record.
+#: Config fields only the analysis reads: a page analysing an earlier run's tables (``rows``) may change them.
 ANALYSIS_PARAMETERS = ("break_margin", "equivalence_margin")
-#: Parameters added after rows of the release were computed, with the value those rows were computed with
-#: (docs/chapter-code.md). Empty: none yet.
+#: Parameters added after the release's rows were computed, with the value they were computed with: none yet.
 READ_DEFAULTS: dict = {}
 #: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``; :func:`run_tables`).
 SIBLING_TABLES = ("lr_check", "noise", "precise_bn", "tuned")
@@ -185,8 +181,8 @@ class Config(ChapterConfig):
         """The linear scaling rule: ``base_lr * batch_size / lr_batch``."""
         return self.base_lr * batch_size / self.lr_batch
 
-    def source(self, seed: int, norm: str = "batch") -> SourceConfig:
-        return SourceConfig(seed=seed, norm=norm, noise=self.noise, stage1_steps=self.stage1_steps)
+    def source(self, seed: int) -> SourceConfig:
+        return SourceConfig(seed=seed, norm="batch", noise=self.noise, stage1_steps=self.stage1_steps)
 
     def _finetune_config(self, s, t, b, st, factor=1.0) -> FinetuneConfig:
         return FinetuneConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, norm=STRATEGY_NORM[st],
@@ -410,14 +406,12 @@ def _diag_group(configs: list[DiagConfig], cache_root: str, version: str) -> lis
 
 # --- the experiment -----------------------------------------------------------------------------------------------
 
-#: Share the draws of a seed and target among its fine-tuning runs (:class:`bnstudy.engine.FinetuneData`); ``False``
-#: lets every run draw its own, the reference the tests compare with (rows ``==``).
+#: Share a seed and target's draws among its runs (:class:`bnstudy.engine.FinetuneData`); ``False``: the tests' reference.
 SHARE_DATA = True
 
 
 def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str) -> list[dict]:
-    """Fine-tuning rows for configs of one seed and target (a run_sweep group): sources loaded once, the task-B
-    stream, AdaBN images and held-out sets drawn once (:data:`SHARE_DATA`)."""
+    """Fine-tuning rows for configs of one seed and target (a run_sweep group), sources loaded and draws made once."""
     from ...engine import FinetuneData
     sources: dict = {}
     data = FinetuneData() if SHARE_DATA else None
@@ -530,11 +524,11 @@ def best_rate_table(tune: pd.DataFrame) -> pd.DataFrame:
     return tune.merge(best, on=cell + ["lr_factor"]).assign(best_factor=lambda d: d["lr_factor"])
 
 
-def chosen_factors(tune: pd.DataFrame, batch_size: int, strategies=CONTENDERS) -> dict:
+def chosen_factors(tune: pd.DataFrame, batch_size: int) -> dict:
     """``{(target, strategy): factor}``: the best ``lr_factor`` (:func:`best_rate_table`) at ``batch_size`` of each
-    of ``strategies`` in ``tune``. Raises ``ValueError`` if ``batch_size`` is not one of ``tune``'s."""
+    of the :data:`CONTENDERS` in ``tune``. Raises ``ValueError`` if ``batch_size`` is not one of ``tune``'s."""
     if batch_size not in set(tune.batch_size):
         raise ValueError(f"batch_size={batch_size} is not a batch size of the learning-rate check "
                          f"{sorted(set(tune.batch_size))}")
     best = best_rate_table(tune[tune.batch_size == batch_size]).drop_duplicates(["target_name", "strategy"])
-    return {(r.target_name, r.strategy): float(r.best_factor) for r in best.itertuples() if r.strategy in strategies}
+    return {(r.target_name, r.strategy): float(r.best_factor) for r in best.itertuples() if r.strategy in CONTENDERS}
