@@ -30,11 +30,7 @@ NO_BATCH_STATISTICS = PER_SAMPLE_STRATEGIES
 #: A cell whose accuracy a one-sided t test (Holm over the cells) does not place above chance + this is "near
 #: chance": rankings there are meaningless (:func:`near_chance_cells`).
 NEAR_CHANCE = 0.06
-#: The page's direction words (condition minus reference): best per-sample norm minus BatchNorm (``ps``), AdaBN minus
-#: frozen statistics (``adabn``), winner minus runner-up (``winner``), BN in train mode's accuracy in train minus
-#: eval mode (``gap``), re-estimated minus fine-tuned running statistics (``restat``), the deepest layer's batch-mean
-#: spread minus the largest other's (``noise``), accuracy at the smallest batch minus at the reference (``drop``) and
-#: the same minus the control's (``did``).
+#: The page's direction words per family of claims (condition minus reference; see :func:`findings`).
 WORDS = {"ps": ("per-sample norm higher", "per-sample norm lower"), "adabn": ("AdaBN higher", "AdaBN lower"),
          "winner": ("winner higher", "winner lower"),
          "gap": ("train-mode accuracy higher", "train-mode accuracy lower"),
@@ -51,12 +47,9 @@ ALPHA = 0.05
 STAT_TOLERANCE = 0.01
 CELL = ["target_name", "strategy", "batch_size"]
 
-#: The comparisons that are questions as data (:func:`bnstudy.inference.ask`, target accuracy by strategy;
-#: :func:`_asked` adds the run's levels): AdaBN minus frozen statistics at the smallest and reference batch sizes;
-#: each per-sample contender minus BN in train mode at the smallest batch size, at the linear-scaling (``base``)
-#: and the tuned rates (:func:`rate_comparison`); and the exact check that every strategy but BN in train mode has
-#: a train/eval gap ``== 0`` in every run. The other families compare strategies the data choose, two columns, layers
-#: or batch sizes at a break's own level, which a :class:`~bnstudy.inference.Question` does not express.
+#: The comparisons that are questions as data (:func:`bnstudy.inference.ask`; :func:`_asked` adds the run's levels).
+#: The other families compare strategies the data choose, two columns, layers or batch sizes at a break's own level,
+#: which a :class:`~bnstudy.inference.Question` does not express.
 PS_CONTENDERS = tuple(s for s in CONTENDERS if s != "bn_train")
 ADABN_QUESTION = Question("adabn_vs_frozen_{target_name}_b{batch_size}", "adabn", "stats_frozen", value="target",
                           by="strategy", each=("target_name", "batch_size"), words="AdaBN")
@@ -273,15 +266,11 @@ def _summary_verdict(verdicts: list[str]) -> str:
 
 
 def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame) -> dict:
-    """The small-batch recommendation at the linear-scaling and at tuned rates (B1), reported seeds only.
-
-    At the smallest batch size, each per-sample contender minus BN in train mode per target, at factor 1 (``df``)
-    and at the factors the tuning seeds chose (``tuned``, :func:`.run.chosen_factors` on ``tune``), all in one
-    family. Returns ``factor`` / ``edge`` per ``<target>_<strategy>``, ``claims`` (family ``"rate"``, keys
-    ``rate_<target>_<strategy>_<base|tuned>``), ``rec`` per ``<target>_<base|tuned>_verdict``
-    (:func:`_summary_verdict`), ``depends`` per target, ``n_comparisons`` and ``n_edge``. Raises ``ValueError`` if a
-    tuned run's factor is not the one the tuning seeds chose, or without bn_train or a per-sample contender.
-    """
+    """The small-batch recommendation (B1, reported seeds): each per-sample contender minus BN in train mode at the
+    smallest batch size, at factor 1 (``df``) and at the factors the tuning seeds chose (``tuned``), one family
+    (``claims``, ``rate_<target>_<strategy>_<base|tuned>``); with ``factor`` / ``edge``, ``rec``
+    (:func:`_summary_verdict`), ``depends``, ``n_comparisons``, ``n_edge``. Raises ``ValueError`` if a tuned run's
+    factor is not the one the tuning seeds chose, or without bn_train or a per-sample contender."""
     sb = int(df.batch_size.min())
     chosen = chosen_factors(tune, sb)
     for r in tuned.drop_duplicates(["target_name", "strategy"]).itertuples():
@@ -307,16 +296,10 @@ def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame) -
 
 
 def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = CONTROL) -> dict:
-    """The learning-rate check's summary, tuning seeds only (nothing selects on the reported seeds).
-
-    Returns ``best_factor`` per ``<target>_<strategy>_b<m>``, ``n_cells``, ``n_moved`` (best factor not 1),
-    ``n_edge`` (moved to an end of the grid: a lower bound on the gain), ``n_diverged`` of ``n_runs``, ``gain_max``
-    (best over reported rate, mean) and ``gain_where``; per ``<target>_b<m>`` the winners at the reported and the
-    best rates (``winner_base``, ``winner_best``, ``winner_same``, ``winner_pair``) and ``n_winner_changes``; per
-    target, bn_train's break against the control at both rates (``break_base``, ``break_best``) and ``claims``:
-    their difference-in-differences at the smallest tuning batch size (family ``lr_did``, keys
-    ``lr_did_<base|best>_<target>``).
-    """
+    """The learning-rate check's summary on the tuning seeds only: best factors and how many moved (to an edge of
+    the grid: a lower bound on the gain), the largest gain, the winners at the reported and the best rates, bn_train's
+    break against the control at both and ``claims``: its difference-in-differences at the smallest tuning batch size
+    (family ``lr_did``, keys ``lr_did_<base|best>_<target>``)."""
     base, best = tune[tune.lr_factor == 1.0], best_rate_table(tune)
     means = tune.groupby(CELL + ["lr_factor"])["target"].mean()
     cells = best.drop_duplicates(CELL)
@@ -409,21 +392,13 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
              tuned: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Chapter 5's claims table and numbers table: ``(claims, f)``.
 
-    ``claims``, one family per table or paragraph (column ``family``; Bonferroni intervals, Holm within it):
-    ``recommend_<target>_b<m>`` (best per-sample norm minus best BN strategy at the smallest and reference batch
-    size, :func:`bn_vs_per_sample`), ``adabn_vs_frozen_<target>_b<m>``, ``winner_<target>_b<m>``
-    (:func:`winners`), ``rate_*`` (:func:`rate_comparison`), ``gap_<target>_<b<m>|top>`` (BN in train mode, train
-    minus eval mode), ``restat_gain_<target>`` (BN in train mode at the largest batch size, re-estimated minus
-    fine-tuned statistics), ``deepest_noisiest`` (:func:`_deepest_minus_others`), the exact check
-    ``gap_zero_elsewhere``, ``drop_<target>_<strategy>_b<smallest>`` / ``did_...`` (smallest batch size minus the
-    reference, and minus the control's, at the break verdict's level) and ``lr_did_*`` (:func:`lr_check`).
-
-    ``f``: the numbers the prose cites (accuracies are fractions): break tokens (:func:`break_batch` with ``margin``,
-    below and above, raw and against :data:`CONTROL`; ``"n/a"`` for :data:`NO_BATCH_STATISTICS`; ``breaks_stats_wide``
-    at :data:`WIDE_MARGIN`; ``breaks_stats_above_restat``), winners and their Holm count, near-chance cells,
-    accuracies and retention intervals, spreads, the noise and precise-BN measurements, the mismatch's
-    within-target Spearman (NaN with fewer than 4 seeds), the rate check, per-source accuracies and
-    ``family_size``. Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
+    ``claims``, one family per table or paragraph (Bonferroni intervals, Holm within it): ``recommend`` (best
+    per-sample norm minus best BN strategy, :func:`bn_vs_per_sample`), ``adabn``, ``winners``, ``rate``, ``gap`` (BN
+    in train mode, train minus eval mode), ``restat`` (re-estimated minus fine-tuned statistics at the largest batch
+    size), ``noise`` (:func:`_deepest_minus_others`), ``check``, ``drop`` / ``did`` (smallest batch size minus the
+    reference, and minus the control's, at the break verdict's level) and ``lr_did``. ``f``: the numbers the prose
+    cites (accuracies are fractions; break tokens from :func:`break_batch`, ``"n/a"`` against the control for
+    :data:`NO_BATCH_STATISTICS`). Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
     """
     if reference not in set(df.batch_size):
         raise ValueError(f"reference={reference} is not a batch size of the results {sorted(set(df.batch_size))}")
@@ -433,31 +408,29 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     has_control = CONTROL in strategies
     targets = sorted(df.target_name.unique())
     cells = sorted({sb, reference})
-    # --- breaks: thresholds from family intervals within strategy, target and side
+    def tok(t, s, ctl=None, side="below", mg=margin):  # the break token of one strategy on one target
+        return break_word(break_batch(df, t, s, reference, mg, ctl, side)[0], side)
+
     breaks, above, sbreaks, sabove, swide, did, drop = {}, {}, {}, {}, {}, {}, {}
     for t in targets:
         for s in sorted(df[df.target_name == t].strategy.unique()):
             k = f"{t}_{s}"
-            m, ivs = break_batch(df, t, s, reference, margin)
-            breaks[k] = break_word(m)
-            if sb in ivs:
-                drop[f"drop_{k}_b{sb}"] = break_differences(df, t, s, reference)
-            above[k] = break_word(break_batch(df, t, s, reference, margin, side="above")[0], "above")
+            breaks[k], above[k] = tok(t, s), tok(t, s, side="above")
+            if sb in (d := break_differences(df, t, s, reference)):
+                drop[f"drop_{k}_b{sb}"] = d
             if has_control and s != CONTROL and s in NO_BATCH_STATISTICS:
                 sbreaks[k] = sabove[k] = swide[k] = "n/a"
             elif has_control and s != CONTROL:
-                m, ivs = break_batch(df, t, s, reference, margin, CONTROL)
-                sbreaks[k] = break_word(m)
-                if sb in ivs:
-                    did[f"did_{k}_b{sb}"] = break_differences(df, t, s, reference, CONTROL)
-                sabove[k] = break_word(break_batch(df, t, s, reference, margin, CONTROL, "above")[0], "above")
-                swide[k] = break_word(break_batch(df, t, s, reference, WIDE_MARGIN, CONTROL)[0])
+                sbreaks[k], sabove[k], swide[k] = (tok(t, s, CONTROL), tok(t, s, CONTROL, "above"),
+                                                   tok(t, s, CONTROL, mg=WIDE_MARGIN))
+                if sb in (d := break_differences(df, t, s, reference, CONTROL)):
+                    did[f"did_{k}_b{sb}"] = d
     above_restat = {}
     bn = df.strategy == "bn_train"
     if has_control and bn.any() and "target_restat" in df and df.loc[bn, "target_restat"].notna().all():
         dr = df.assign(target=df.target.where(~bn, df.target_restat))
-        above_restat = {t: break_word(break_batch(dr, t, "bn_train", reference, margin, CONTROL, "above")[0], "above")
-                        for t in targets}
+        above_restat = {t: break_word(break_batch(dr, t, "bn_train", reference, margin, CONTROL, "above")[0],
+                                      "above") for t in targets}
     # --- the claims
     w, wclaims = winners(df, chance)
     best = {(t, b): bn_vs_per_sample(df, t, b) for t in targets for b in cells}
