@@ -245,23 +245,33 @@ def test_break_batch_finds_the_known_threshold_and_never_otherwise():
     assert findings.break_batch(df2, "close", "bn_train", 32, 0.02)[0] == 0
 
 
+def _ps_claim(df, target, b=2):
+    """The recommendation's claim (best per-sample norm minus best BN) at one cell, alone in its family."""
+    return findings._family("recommend", {"k": findings.bn_vs_per_sample(df, target, b)[2]}, "ps").iloc[0]
+
+
+def _noise_claim(d):
+    return findings._family("noise", {"deepest_noisiest": d}, "noise").iloc[0]
+
+
 def test_winners_and_recommendation_flip_with_the_table():
     df = _table(_acc)
-    w = findings.winners(df).set_index(["target_name", "batch_size"])
+    w = findings.winners(df)[0].set_index(["target_name", "batch_size"])
     assert w.loc[("close", 2), "winner"] == "to_group" and w.loc[("close", 2), "verdict"] == "winner higher"
     assert w.loc[("shifted", 32), "winner"] == "adabn"
     # winner minus runner-up is >= 0 by construction; the family interval is Bonferroni over the 6 rows
     assert w.loc[("close", 2), "diff_mean"] == pytest.approx(0.05, abs=0.005)
-    assert findings.bn_vs_per_sample(df, "close", 2)[2].verdict == "per-sample norm higher"
-    assert findings.bn_vs_per_sample(df, "shifted", 2)[2].verdict == "per-sample norm lower"
+    assert _ps_claim(df, "close").verdict == "per-sample norm higher"
+    assert _ps_claim(df, "shifted").verdict == "per-sample norm lower"
+    assert findings.bn_vs_per_sample(df, "shifted", 2)[:2] == ("adabn", "to_group")
     df_tie = _table(lambda st, b, t: 0.7)
     df_tie["target"] = 0.7 + 0.01 * df_tie["seed"]  # every strategy equal within a seed: zero spread, d == 0
-    c = findings.bn_vs_per_sample(df_tie, "close", 2)[2]
+    c = _ps_claim(df_tie, "close")
     assert c.verdict == "not decided" and c.estimate == 0 and c.p == 1.0
-    assert set(findings.winners(df_tie).verdict) == {"not decided"}
-    one = findings.bn_vs_per_sample(df[df.seed == 0], "close", 2)[2]
+    assert set(findings.winners(df_tie)[0].verdict) == {"not decided"}
+    one = _ps_claim(df[df.seed == 0], "close")
     assert one.verdict == "too few seeds" and one.n == 1  # a single seed decides nothing
-    for v in findings.winners(df).verdict:
+    for v in findings.winners(df)[0].verdict:
         assert inference.is_verdict(v, findings.DIRECTIONS)
 
 
@@ -391,7 +401,7 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
 def test_winners_flag_near_chance_diverged_and_holm():
     df = _table(lambda st, b, t: 0.12 if b == 2 else (0.8 if st == "bn_train" else 0.7))
     df["diverged"] = (df.batch_size == 2) & (df.strategy == "stats_frozen")
-    w = findings.winners(df, chance=0.1).set_index(["target_name", "batch_size"])
+    w = findings.winners(df, chance=0.1)[0].set_index(["target_name", "batch_size"])
     assert w.loc[("close", 2), "near_chance"] and not w.loc[("close", 32), "near_chance"]
     assert w.loc[("close", 32), "separated_holm"] and not w.loc[("close", 2), "separated_holm"]
     assert w.loc[("close", 32), "verdict"] == "winner higher" and w.loc[("close", 2), "verdict"] == "not decided"
@@ -410,10 +420,9 @@ def test_deepest_noisiest_is_a_paired_claim_over_seeds():
                              for s in range(6) for l, v in ((0, 0.04), (1, 0.09), (2, deep(s)))])
     d = findings._deepest_minus_others(nt(lambda s: 0.16 + 0.001 * s))
     assert d.values == pytest.approx(np.sqrt(0.16 + 0.001 * np.arange(6)) - 0.3)  # minus layer 1, the noisier other
-    fam = inference.Family(1)
-    assert findings._decide(d, "deepest_noisiest", "noise", fam).verdict == "deepest layer noisier"
+    assert _noise_claim(d).verdict == "deepest layer noisier"
     mixed = findings._deepest_minus_others(nt(lambda s: 0.16 if s % 2 else 0.04))
-    assert findings._decide(mixed, "deepest_noisiest", "noise", fam).verdict == "not decided"
+    assert _noise_claim(mixed).verdict == "not decided"
 
 
 def test_near_chance_is_a_one_sided_test_above_the_line():
@@ -502,26 +511,26 @@ def test_tune_configs_use_separate_seeds_and_every_factor():
     assert len(tc) == 2 * 2 * len(cfg.tune_batch_sizes) * 8 * len(cfg.lr_factors)
     c = next(c for c in tc if c.batch_size == 2 and c.strategy == "bn_train" and c.lr == cfg.lr_for(2) * 2.0)
     assert c.adabn_batch_size == cfg.adabn_batch_size
-    with pytest.raises(ValueError, match="tune_seeds must not reuse a reported seed"):
+    with pytest.raises(ValueError, match="tune_seeds must be seeds other than the reported ones, got \\[0, 5\\]"):
         run.make_config("quick", tune_seeds=[0, 5])
-    with pytest.raises(ValueError, match="lr_factors must be increasing and contain 1.0"):
+    with pytest.raises(ValueError, match="lr_factors must be increasing factors > 0 that contain 1.0"):
         run.make_config("quick", lr_factors=(0.5, 2.0))
-    with pytest.raises(ValueError, match="tune_batch_sizes must contain lr_batch=32"):
+    with pytest.raises(ValueError, match="tune_batch_sizes must be batch sizes that contain lr_batch"):
         run.make_config("quick", tune_batch_sizes=(2, 8))
     assert run.make_config("quick", tune_seeds=0).tune_configs() == []
 
 
 def test_config_errors_name_the_parameter():
-    with pytest.raises(ValueError, match="lr_batch=64 must be one of batch_sizes"):
+    with pytest.raises(ValueError, match="lr_batch must be one of batch_sizes .*, got 64"):
         run.make_config("quick", lr_batch=64)
-    with pytest.raises(ValueError, match="batch_sizes must be even"):
+    with pytest.raises(ValueError, match="batch_sizes must be even integers >= 2"):
         run.make_config("quick", batch_sizes=(3, 32), samples=96)
     with pytest.raises(ValueError, match="strategies\\[0\\]='x' is not allowed"):
         run.make_config("quick", strategies=("x",))
     cfg = run.make_config("quick")
     assert cfg.lr_for(2) == pytest.approx(cfg.base_lr / 16)
     assert len(cfg.run_configs()) == len(cfg.seeds) * 2 * len(cfg.batch_sizes) * 8
-    with pytest.raises(ValueError, match="precise_samples must be multiples of 2"):
+    with pytest.raises(ValueError, match="precise_samples must be increasing multiples of 2"):
         run.make_config("quick", precise_samples=(3, 32))
     assert math.isclose(run.make_config("full").lr_for(256), 0.08)
 
@@ -703,7 +712,7 @@ def _answer_of(acc_fn):
                 batch_sizes=(2, 8, 32, 128))
     df["diverged"] = False
     claims, F = findings.findings(df, _diag(), reference=32)
-    return findings.answer(claims, F), findings.advice(claims, F), F, claims
+    return findings.answer(claims, F), findings.page_words(claims, F)["advice"], F, claims
 
 
 def test_flip_the_small_batch_verdicts_and_the_answer_follows():
@@ -802,7 +811,6 @@ def test_each_advice_note_holds_only_for_its_outcome(kw, lead):
     claims, f = _note_tables(**kw)
     n = notes(findings.NOTES, claims, f)
     assert n["advice"].startswith(lead)
-    assert findings.advice(claims, f) == n["advice"] + " " + n["restat_advice"]
     holding = [r for r in findings.NOTES if r.key == "advice" and r.when(claims, f)]  # the other four are false
     assert len(holding) == 1 and holding[0].text.format(**holding[0].fill(claims, f)).startswith(lead)
     # the linear-scaling verdicts take precedence: the tuned verdicts only speak where those do not agree
@@ -845,6 +853,6 @@ def test_per_seed_means_drop_a_seed_with_a_missing_run_and_refuse_repeated_rows(
     nt.loc[(nt.seed == 1) & (nt.layer == 1), "var_mean_rel"] = math.nan  # else layer 0 would stand in for it
     d = findings._deepest_minus_others(nt)
     assert math.isnan(d.loc[1]) and d.drop(1).values == pytest.approx([0.1] * 3)
-    assert findings._decide(d, "deepest_noisiest", "noise", inference.Family(1)).n == 3
+    assert _noise_claim(d).n == 3
     with pytest.raises(ValueError):
         findings._deepest_minus_others(pd.concat([nt, nt.iloc[[0]]]))

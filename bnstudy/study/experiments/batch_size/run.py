@@ -1,37 +1,24 @@
 """Chapter 5: what small batches do to BatchNorm, and which fine-tuning strategy survives them.
 
-Three measurements on the book's backbone (:class:`bnstudy.study.models.ConvBackbone`), all paired
-within a seed:
+Three measurements on the book's backbone (:class:`bnstudy.study.models.ConvBackbone`), paired within a seed:
 
-1. **Noise of batch statistics** (:func:`noise_records`). For every BN layer of the trained
-   source backbone, the spread across batches of the per-channel batch mean and batch
-   variance, against batch size, beside the prediction for ``m x H x W`` independent values:
-   ``Var(mean) = sigma^2 / (m H W)`` and ``Var(var) = (kurtosis - 1) sigma^4 / (m H W)``.
-2. **How much data precise BN needs** (:func:`precise_records`). The source network meets
-   task A shifted as in chapter 1; its statistics are re-estimated with
-   :func:`bnstudy.update_bn_stats` (precise BN's pooled estimator; AdaBN) from
-   ``N`` unlabelled samples in batches of 2 and 32, and compared with the exact population
-   statistics (computed layer by layer on a large reference sample) and by head A's accuracy.
-3. **Fine-tuning strategies** (:func:`bnstudy.study.engine.finetune`): the whole backbone and a new
-   head trained on task B, close to the source (no input shift) or shifted as in chapter 1,
-   at batch sizes 2..256, under eight strategies (:data:`bnstudy.study.config.FINETUNE_STRATEGIES`).
+1. **Noise of batch statistics** (:func:`noise_records`): per BN layer of the trained source backbone, the spread
+   across batches of the per-channel batch mean and variance against batch size, beside the prediction for
+   ``m x H x W`` independent values: ``Var(mean) = sigma^2 / (m H W)``, ``Var(var) = (kurtosis - 1) sigma^4 / (m H W)``.
+2. **How much data precise BN needs** (:func:`precise_records`): the source network meets task A shifted as in
+   chapter 1; its statistics are re-estimated (:func:`bnstudy.update_bn_stats`, precise BN's pooled estimator)
+   from ``N`` unlabelled samples in batches of 2 and 32, against the exact population statistics.
+3. **Fine-tuning strategies** (:func:`bnstudy.study.engine.finetune`): backbone and a new head trained on task B, close
+   (no shift) or shifted as in chapter 1, at batch sizes 2..256, under :data:`bnstudy.study.config.FINETUNE_STRATEGIES`.
 
-Design choice: the number of **samples seen is fixed** across batch sizes (``samples``), and
-the learning rate follows the linear scaling rule ``lr = base_lr * batch_size / lr_batch``
-(Goyal et al., 2017; the rule the GroupNorm paper uses for its batch-size sweep), the same for
-every strategy. Every batch size then sees the same images in the same order. The protocol is
-not batch-size-neutral: the batch size also sets the number of steps (``samples / batch_size``)
-and the learning rate, so every strategy's accuracy depends on it (the referee's M1). Two
-devices separate what batch *statistics* do from what the protocol does: a per-sample-norm
-control (``group_pretrained``: no batch statistics at all) against which a break is judged as a
-difference-in-differences (:func:`break_batch` with ``control``), and a learning-rate check
-(``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds, :func:`lr_check`); at the smallest batch size the
-contenders of the recommendation (:data:`CONTENDERS`) also run on the reported seeds at the rates the tuning seeds
-chose (:func:`rate_comparison`), so the recommendation is given at both rates. Fixing the
-steps instead would give large batches 128 times more data, confounding batch size with data.
+The **samples seen are fixed** across batch sizes and the learning rate follows the linear scaling rule ``lr =
+base_lr * batch_size / lr_batch`` (Goyal et al., 2017), so every batch size sees the same images in the same order;
+the batch size still sets the steps and the rate (the referee's M1). Two devices separate batch *statistics* from
+the protocol: a per-sample-norm control (``group_pretrained``) against which a break is a difference-in-differences,
+and a learning-rate check (``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds); at the smallest batch
+size the :data:`CONTENDERS` also run on the reported seeds at the rates the tuning seeds chose.
 
-``Config`` -> :func:`run` -> results table (this module: what is trained) -> claims and findings
-(:mod:`.findings`) -> figures and display tables (:mod:`.figures`).
+``Config`` -> :func:`run` -> tables (:func:`run_tables`) -> claims (:mod:`.findings`) -> figures (:mod:`.figures`).
 """
 
 from __future__ import annotations
@@ -42,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from ...config import FINETUNE_STRATEGIES, STRATEGY_NORM, Execution, FinetuneConfig, RunConfig, SourceConfig, \
-    _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, from_profile, seeds_label
+from ...config import FINETUNE_STRATEGIES, STRATEGY_NORM, Execution, FinetuneConfig, SourceConfig, RunConfig, \
+    check_choice, check_int, check_seeds, check_sequence, from_profile
+from ...design import ChapterConfig, Rule
 from ...engine import accuracy, ensure_sources, finetune, load_source, logits_of, source_version
 from ...models import ConvBackbone, make_head
 from ....running_stats import bn_input_statistics, statistics_mismatch, update_bn_stats
@@ -65,27 +53,9 @@ STRATEGY_LABELS = {"bn_frozen": "BN frozen (stats + affine)", "stats_frozen": "B
 #: Batch sizes of the precise-BN data experiment (the issue's 2 and 32).
 PRECISE_BATCH_SIZES = (2, 32)
 
-#: The profiles' sizes (the only place they are set).
-#: Full-profile cost (issue 9, measured 2026-11-30, 1 torch thread, CPU seconds on the 2-core machine at load 6-15):
-#: one (seed, target, strategy) over the 8 batch sizes at 4096 samples costs 19.2 s (stats_frozen), 21.5 s
-#: (bn_train), about 21 s (adabn) and about 15.5 s (per-sample norms; batch 2: 5.7 s against 7.5 s), of which batch 2
-#: is 40%; so about 142 CPU-s per (seed, target), 2850 CPU-s for the 20 groups, about 24 min of fine-tuning on 2
-#: idle workers; stage 1 (30 sources) and the diagnostics add an estimated 5-10 min (not measured).
-#: The learning-rate check's cost (tuning seeds x 2 targets x 8 strategies x ``lr_factors`` at ``tune_batch_sizes``):
-#: from the full run's per-run seconds (commit e3769c6231, mean wall_s 10.6 s at batch 2, 1.85 at 32, 1.51 at 256,
-#: 4096 samples), 670 CPU-s per tuning seed at (2, 32, 256) and 3 factors; 2 tuning seeds are 22 CPU-min. The full
-#: chapter's 47 min of wall time held 78 CPU-min of fine-tuning (0.60 wall-min per CPU-min, 2 loaded cores), so the
-#: check adds about 13.5 min of wall time plus 6 stage-1 sources (~1 min): within the +15 min budget; a third
-#: tuning seed would add about 7 min more. Quick profile, measured 2026-12-01 (2 loaded cores): 18.7 CPU-min for the
-#: check against 15.0 for the main grid (192 against 144 runs).
-#: Second round (referee_ch5b B2/B1): the full grid of factors is (0.25, 0.5, 1, 2, 4) at every tuning batch size (with
-#: 3 factors every moved best sat at an edge). Measured on the cold full run at commit 4dda5e6 (31.4 wall-min for 40.3 +
-#: 11.7 worker-min of fine-tuning, 0.60 wall-min per worker-min): one factor of the check costs 3.9 worker-min (mean
-#: wall_s 5.6 s at batch 2, 0.98 at 32, 0.78 at 256), so the two added factors cost 7.8 (x4 at b <= 32 and x0.25 at 256
-#: only would save about 3.9 of them). The tuned-rate runs (:meth:`Config.tuned_configs`: 10 reported seeds x 2 targets
-#: x 3 contenders at batch 2, 60 runs, fewer where x1 is chosen and the main grid's cache answers) cost at most 5.9
-#: worker-min (their batch-2 cells of the main grid). Together at most 13.7 worker-min, about 8 wall-min: a cold full
-#: chapter of about 40 min.
+#: The profiles' sizes (the only place they are set). Cost (issue 9, commit 4dda5e6, 1 torch thread, 2 loaded cores):
+#: a cold full chapter is about 40 wall-min: 40.3 worker-min main grid (batch 2: 40%), 11.7 learning-rate check (3.9
+#: per factor), at most 5.9 tuned-rate runs; 0.60 wall-min per worker-min. Quick: 18.7 CPU-min check, 15.0 main grid.
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
                   precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
@@ -102,44 +72,46 @@ TUNE_SEED_BASE = 1000
 #: norms. At the smallest batch size each also runs on the reported seeds at the rate the tuning seeds chose for it.
 CONTENDERS = ("bn_train", "group_pretrained", "layer_pretrained")
 
-#: Config fields that only the analysis reads: a page that analyses an earlier run's tables again (``rows`` in the
-#: notebook, :func:`bnstudy.study.report.rows_or_run`) may change them; every other field must equal the run's record.
+#: Config fields only the analysis reads: a page analysing an earlier run's tables (``rows``) may change them.
 ANALYSIS_PARAMETERS = ("break_margin", "equivalence_margin")
-#: Parameters this design added after rows of the release were computed, with the value those older rows were
-#: computed with: rows that do not record one read as that value (bnstudy.study.report.load_rows), so a new axis
-#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+#: Parameters added after the release's rows were computed, with the value they were computed with: none yet.
 READ_DEFAULTS: dict = {}
-#: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``) that :func:`findings`
-#: needs: the learning-rate check's runs, the tuned-rate runs at the smallest batch size and the diagnostics (:func:`run_tables`, :func:`diag_from_tables`).
+#: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``; :func:`run_tables`).
 SIBLING_TABLES = ("lr_check", "noise", "precise_bn", "tuned")
 
-def _increasing_ints(name, value, low=2):
-    out = check_sequence(name, value, lambda n, v: check_int(n, v, low), 1)
-    if list(out) != sorted(set(out)):
-        raise ValueError(f"{name} must be strictly increasing, got {list(out)!r}")
-    return out
+
+def _choices(name, allowed):
+    return lambda v: check_sequence(name, v, lambda n, x: check_choice(n, x, allowed), 1)
+
+
+def _tune_seeds(v) -> tuple:
+    """``tune_seeds`` as a tuple: a count ``n >= 0`` means ``TUNE_SEED_BASE + 0..n-1``; a list names them."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        if v < 0:
+            raise ValueError(f"tune_seeds must be a count >= 0 or a list of seeds, got {v}")
+        v = tuple(range(TUNE_SEED_BASE, TUNE_SEED_BASE + v))
+    return tuple(check_sequence("tune_seeds", v, lambda n, x: check_int(n, x, 0), 0)) if len(v) else ()
+
+
+def _increasing(v) -> bool:
+    return bool(v) and list(v) == sorted(v) and v[0] >= 2
 
 
 @dataclass(frozen=True)
-class Config(_Frozen):
+class Config(ChapterConfig):
     """Chapter 5's parameters (the notebook's parameters cell, one for one).
 
-    ``seeds``: an int ``n`` or a list. ``strategies``: from :data:`STRATEGIES`. ``targets``: names in
-    :data:`TARGETS`. ``batch_sizes``: fine-tuning batch sizes (even, >= 2, increasing; must contain
-    ``lr_batch``). ``samples``: labelled target samples seen by every run (a multiple of every batch
-    size). ``base_lr``: SGD (momentum 0.9) learning rate at batch size ``lr_batch``; other batch sizes
-    scale it linearly. ``adabn_samples``: unlabelled samples for AdaBN. ``break_margin``: accuracy
-    drop (fraction) that counts as breaking. ``noise_batch_sizes`` / ``noise_pool``: the noise
-    measurement's batch sizes and the samples it draws. ``stage1_steps``: source training steps (Adam, batch 64).
-    ``precise_samples`` / ``precise_pool``: sample
-    counts tried for precise BN and the reference sample for the exact population statistics.
-    ``equivalence_margin``: TOST margin (accuracy fraction) for "enough samples".
-    ``mismatch_batches``: unlabelled target batches of 64 for the statistics mismatch.
-    ``adabn_batch_size``: batch size of AdaBN's re-estimate (no gradients; the same at every fine-tuning batch
-    size). ``tune_seeds``: seeds of the learning-rate check (an int ``n``: ``TUNE_SEED_BASE + 0..n-1``; 0 or
-    empty: no check), disjoint from ``seeds``; ``lr_factors``: multiples of the linear-scaling rate tried there
-    (must contain 1); ``tune_batch_sizes``: batch sizes of the check (must contain ``lr_batch``).
-    Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
+    ``seeds``: an int ``n`` or a list. ``batch_sizes``: fine-tuning batch sizes. ``samples``: labelled target
+    samples every run sees. ``base_lr``: SGD (momentum 0.9) rate at batch size ``lr_batch`` (also the break
+    criterion's reference), scaled linearly elsewhere. ``adabn_samples`` / ``adabn_batch_size``: AdaBN's unlabelled
+    samples and the batch size it re-estimates in. ``break_margin``: accuracy drop (fraction) that counts as
+    breaking. ``noise_batch_sizes`` / ``noise_pool``: the noise measurement's batch sizes and samples.
+    ``stage1_steps``: source training steps (Adam, batch 64). ``precise_samples`` / ``precise_pool``: sample counts
+    tried for precise BN and the reference sample for the exact statistics. ``equivalence_margin``: TOST margin
+    (accuracy) for "enough samples". ``mismatch_batches``: target batches of 64 for the statistics mismatch.
+    ``tune_seeds`` (an int ``n``: ``TUNE_SEED_BASE + 0..n-1``; 0: no check), ``lr_factors`` (multiples of the
+    linear-scaling rate) and ``tune_batch_sizes``: the learning-rate check. Raises ``ValueError`` naming the
+    parameter for any bad value (:data:`RULES`), before any work starts.
     """
 
     profile: str = "quick"
@@ -165,76 +137,52 @@ class Config(_Frozen):
     lr_factors: tuple = (0.5, 1.0, 2.0)
     tune_batch_sizes: tuple = (2, 32)
 
+    PROFILES = PROFILES
+    NORMALIZE = {"seeds": check_seeds, "strategies": _choices("strategies", STRATEGIES),
+                 "targets": _choices("targets", tuple(TARGETS)), "tune_seeds": _tune_seeds}
+    RULES = (
+        Rule("batch_sizes", "even integers >= 2 (batches are built from 2-sample draws), increasing",
+             lambda c: _increasing(c.batch_sizes) and not any(b % 2 for b in c.batch_sizes)),
+        Rule("samples", "an integer >= 2, a multiple of every batch size",
+             lambda c: c.samples >= 2 and all(c.samples % b == 0 for b in c.batch_sizes)),
+        Rule("base_lr", "> 0", lambda c: c.base_lr > 0),
+        Rule("lr_batch", "one of batch_sizes (the reference of the break criterion)",
+             lambda c: c.lr_batch in c.batch_sizes),
+        Rule("stage1_steps", "an integer >= 1", lambda c: c.stage1_steps >= 1),
+        Rule("adabn_samples", "an integer >= 2", lambda c: c.adabn_samples >= 2),
+        Rule("noise", ">= 0", lambda c: c.noise >= 0),
+        Rule("break_margin", "in [0, 1]", lambda c: 0 <= c.break_margin <= 1),
+        Rule("noise_batch_sizes", "increasing integers >= 2", lambda c: _increasing(c.noise_batch_sizes)),
+        Rule("noise_pool", "at least 2 batches of the largest noise batch size",
+             lambda c: c.noise_pool >= 2 * max(c.noise_batch_sizes)),
+        Rule("precise_samples", f"increasing multiples of {min(PRECISE_BATCH_SIZES)}, at least one of "
+             f"{max(PRECISE_BATCH_SIZES)} (each batch size uses the counts it divides)",
+             lambda c: _increasing(c.precise_samples) and not any(n % min(PRECISE_BATCH_SIZES) for n in c.precise_samples)
+             and any(n % max(PRECISE_BATCH_SIZES) == 0 for n in c.precise_samples)),
+        Rule("precise_pool", "an integer >= 2", lambda c: c.precise_pool >= 2),
+        Rule("equivalence_margin", "in (0, 1]", lambda c: 0 < c.equivalence_margin <= 1),
+        Rule("mismatch_batches", "an integer >= 1", lambda c: c.mismatch_batches >= 1),
+        Rule("adabn_batch_size", "an integer >= 2", lambda c: c.adabn_batch_size >= 2),
+        Rule("tune_seeds", "none or at least 2 seeds (an interval needs two)", lambda c: len(c.tune_seeds) != 1),
+        Rule("tune_seeds", "seeds other than the reported ones", lambda c: not set(c.tune_seeds) & set(c.seeds)),
+        Rule("lr_factors", "increasing factors > 0 that contain 1.0 (the reported rate)",
+             lambda c: 1.0 in c.lr_factors and list(c.lr_factors) == sorted(c.lr_factors) and c.lr_factors[0] > 0),
+        Rule("tune_batch_sizes", "increasing even divisors of samples",
+             lambda c: _increasing(c.tune_batch_sizes) and all(b % 2 == 0 and c.samples % b == 0 for b in c.tune_batch_sizes)),
+        Rule("tune_batch_sizes", "batch sizes that contain lr_batch (the break reference)",
+             lambda c: c.lr_batch in c.tune_batch_sizes),
+    )
+
     def __post_init__(self):
-        check_choice("profile", self.profile, tuple(PROFILES))
-        self._set("seeds", check_seeds(self.seeds))
-        self._set("strategies", check_sequence("strategies", self.strategies,
-                                               lambda n, v: check_choice(n, v, STRATEGIES), 1))
-        self._set("targets", check_sequence("targets", self.targets, lambda n, v: check_choice(n, v, tuple(TARGETS)), 1))
-        self._set("batch_sizes", _increasing_ints("batch_sizes", self.batch_sizes))
-        for b in self.batch_sizes:
-            if b % 2:
-                raise ValueError(f"batch_sizes must be even (batches are built from 2-sample draws), got {b}")
-        self._set("samples", check_int("samples", self.samples, 2))
-        for b in self.batch_sizes:
-            if self.samples % b:
-                raise ValueError(f"samples={self.samples} must be a multiple of every batch size, not of {b}")
-        self._set("base_lr", check_float("base_lr", self.base_lr, 0.0, low_open=True))
-        self._set("lr_batch", check_int("lr_batch", self.lr_batch, 2))
-        self._set("stage1_steps", check_int("stage1_steps", self.stage1_steps, 1))
-        if self.lr_batch not in self.batch_sizes:
-            raise ValueError(f"lr_batch={self.lr_batch} must be one of batch_sizes {list(self.batch_sizes)} (it is "
-                             "the reference the break criterion compares with)")
-        self._set("adabn_samples", check_int("adabn_samples", self.adabn_samples, 2))
-        self._set("noise", check_float("noise", self.noise, 0.0))
-        self._set("break_margin", check_float("break_margin", self.break_margin, 0.0, 1.0))
-        self._set("noise_batch_sizes", _increasing_ints("noise_batch_sizes", self.noise_batch_sizes))
-        self._set("noise_pool", check_int("noise_pool", self.noise_pool, 2))
-        if self.noise_pool < 2 * max(self.noise_batch_sizes):
-            raise ValueError(f"noise_pool must hold at least 2 batches of the largest noise batch size "
-                             f"({2 * max(self.noise_batch_sizes)}), got {self.noise_pool}")
-        self._set("precise_samples", _increasing_ints("precise_samples", self.precise_samples))
-        if any(n % min(PRECISE_BATCH_SIZES) for n in self.precise_samples) or not any(
-                n % max(PRECISE_BATCH_SIZES) == 0 for n in self.precise_samples):
-            raise ValueError(f"precise_samples must be multiples of {min(PRECISE_BATCH_SIZES)}, at least one of "
-                             f"{max(PRECISE_BATCH_SIZES)} (each batch size uses the counts it divides), got "
-                             f"{list(self.precise_samples)}")
-        self._set("precise_pool", check_int("precise_pool", self.precise_pool, 2))
-        self._set("equivalence_margin", check_float("equivalence_margin", self.equivalence_margin, 0.0, 1.0,
-                                                    low_open=True))
-        self._set("mismatch_batches", check_int("mismatch_batches", self.mismatch_batches, 1))
-        self._set("adabn_batch_size", check_int("adabn_batch_size", self.adabn_batch_size, 2))
-        ts = self.tune_seeds
-        if isinstance(ts, int) and not isinstance(ts, bool):
-            if ts < 0:
-                raise ValueError(f"tune_seeds must be a count >= 0 or a list of seeds, got {ts}")
-            ts = tuple(range(TUNE_SEED_BASE, TUNE_SEED_BASE + ts))
-        ts = tuple(check_sequence("tune_seeds", ts, lambda n, v: check_int(n, v, 0), 0)) if len(ts) else ()
-        if set(ts) & set(self.seeds):
-            raise ValueError(f"tune_seeds must not reuse a reported seed, got {sorted(set(ts) & set(self.seeds))}")
-        if len(ts) == 1:
-            raise ValueError("tune_seeds must hold 0 or at least 2 seeds (an interval needs two)")
-        self._set("tune_seeds", ts)
-        self._set("lr_factors", check_sequence("lr_factors", self.lr_factors,
-                                               lambda n, v: check_float(n, v, 0.0, low_open=True), 1))
-        if 1.0 not in self.lr_factors or list(self.lr_factors) != sorted(set(self.lr_factors)):
-            raise ValueError(f"lr_factors must be increasing and contain 1.0 (the reported rate), got "
-                             f"{list(self.lr_factors)}")
-        self._set("tune_batch_sizes", _increasing_ints("tune_batch_sizes", self.tune_batch_sizes))
-        if self.lr_batch not in self.tune_batch_sizes:
-            raise ValueError(f"tune_batch_sizes must contain lr_batch={self.lr_batch} (the break reference), got "
-                             f"{list(self.tune_batch_sizes)}")
-        for b in self.tune_batch_sizes:
-            if b % 2 or self.samples % b:
-                raise ValueError(f"tune_batch_sizes must be even divisors of samples={self.samples}, not {b}")
-        self.run_configs()  # every run validated with the engine's own messages
+        super().__post_init__()
+        self.run_configs()  # every run checked with the engine's own messages
 
     def lr_for(self, batch_size: int) -> float:
         """The linear scaling rule: ``base_lr * batch_size / lr_batch``."""
         return self.base_lr * batch_size / self.lr_batch
 
-    def source(self, seed: int, norm: str = "batch") -> SourceConfig:
-        return SourceConfig(seed=seed, norm=norm, noise=self.noise, stage1_steps=self.stage1_steps)
+    def source(self, seed: int) -> SourceConfig:
+        return SourceConfig(seed=seed, norm="batch", noise=self.noise, stage1_steps=self.stage1_steps)
 
     def _finetune_config(self, s, t, b, st, factor=1.0) -> FinetuneConfig:
         return FinetuneConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, norm=STRATEGY_NORM[st],
@@ -249,39 +197,25 @@ class Config(_Frozen):
 
     def tune_configs(self) -> list[FinetuneConfig]:
         """The learning-rate check: per tuning seed, target, tuning batch size, strategy and factor ``f``, a run at
-        ``f * lr_for(batch_size)`` (the same data stream and head initialisation per seed as the main grid)."""
+        ``f * lr_for(batch_size)``."""
         return [self._finetune_config(s, t, b, st, f) for s in self.tune_seeds for t in self.targets
                 for b in self.tune_batch_sizes for st in self.strategies for f in self.lr_factors]
 
     def tuned_configs(self, factors: dict) -> list[FinetuneConfig]:
-        """The tuned-rate runs of the recommendation (B1): per reported seed, target and contender in
-        :data:`CONTENDERS` (those in ``strategies``), a run at the smallest batch size at ``factors[(target,
-        strategy)] * lr_for(batch)`` (``factors`` from :func:`chosen_factors` on the tuning seeds only). Raises
-        ``ValueError`` naming a missing ``(target, strategy)``."""
-        b = min(self.batch_sizes)
-        out = []
-        for s in self.seeds:
-            for t in self.targets:
-                for st in (x for x in CONTENDERS if x in self.strategies):
-                    if (t, st) not in factors:
-                        raise ValueError(f"factors has no rate for target {t!r}, strategy {st!r}")
-                    out.append(self._finetune_config(s, t, b, st, factors[(t, st)]))
-        return out
+        """The tuned-rate runs (B1): per reported seed, target and contender (:data:`CONTENDERS` in
+        ``strategies``), a run at the smallest batch size at ``factors[(target, strategy)] * lr_for(batch)``
+        (:func:`chosen_factors`). Raises ``ValueError`` naming a missing ``(target, strategy)``."""
+        missing = [(t, st) for t in self.targets for st in CONTENDERS if st in self.strategies and (t, st) not in factors]
+        if missing:
+            raise ValueError(f"factors has no rate for target {missing[0][0]!r}, strategy {missing[0][1]!r}")
+        return [self._finetune_config(s, t, min(self.batch_sizes), st, factors[(t, st)])
+                for s in self.seeds for t in self.targets for st in CONTENDERS if st in self.strategies]
 
     def diag_configs(self) -> list["DiagConfig"]:
         return [DiagConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, noise_batch_sizes=self.noise_batch_sizes,
                            noise_pool=self.noise_pool, precise_samples=self.precise_samples,
                            precise_pool=self.precise_pool, targets=self.targets,
                            mismatch_batches=self.mismatch_batches) for s in self.seeds]
-
-    def describe(self) -> str:
-        return (f"profile={self.profile}, {seeds_label(self.seeds)}, batch sizes {list(self.batch_sizes)}, "
-                f"{self.samples} samples per run, SGD base_lr={self.base_lr:g} at batch {self.lr_batch} "
-                f"(linear scaling), {len(self.strategies)} strategies, targets {list(self.targets)}, "
-                f"stage1_steps={self.stage1_steps}, noise={self.noise:g}, adabn_samples={self.adabn_samples}, noise pool {self.noise_pool}, "
-                f"precise-BN samples {list(self.precise_samples)} (reference {self.precise_pool}), AdaBN in batches "
-                f"of {self.adabn_batch_size}; learning-rate check: factors {list(self.lr_factors)} at batch sizes "
-                f"{list(self.tune_batch_sizes)} on {len(self.tune_seeds)} tuning seeds {list(self.tune_seeds)}")
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
@@ -356,16 +290,10 @@ def per_sample_moments(backbone: torch.nn.Module, x: torch.Tensor) -> dict[str, 
 
 
 def noise_records(moments: dict, batch_sizes) -> list[dict]:
-    """Spread of batch statistics across disjoint batches, per layer and batch size, against the iid prediction.
-
-    For batch size ``m`` the ``N`` samples form ``K = N // m`` disjoint batches; per channel, the batch mean
-    is the mean of the samples' spatial means and the batch variance (biased, what train mode divides by)
-    is ``mean(s2) - mean^2``. Reported, averaged over channels: ``var_mean_rel = Var_K(batch mean) / sigma^2``
-    against ``pred_mean_rel = 1 / (m H W)``, and ``var_var_rel = Var_K(batch var) / sigma^4`` against
-    ``pred_var_rel = (kurtosis - 1) / (m H W)`` (independent values; ``sigma^2``, kurtosis: pooled over all
-    ``N H W`` values). ``n_eff_frac = pred_mean_rel / var_mean_rel``: the effective number of independent
-    values as a fraction of ``m H W``.
-    """
+    """Spread of batch statistics across ``K = N // m`` disjoint batches per layer and batch size ``m``, averaged
+    over channels: ``var_mean_rel = Var_K(batch mean) / sigma^2`` against ``pred_mean_rel = 1 / (m H W)`` and
+    ``var_var_rel = Var_K(batch var) / sigma^4`` (biased batch variance, as train mode) against ``pred_var_rel =
+    (kurtosis - 1) / (m H W)``; ``n_eff_frac = pred_mean_rel / var_mean_rel``, the effective fraction of ``m H W``."""
     recs = []
     for li, (name, a) in enumerate(moments.items()):
         s1, s2, hw, var = a["s1"], a["s2"], a["hw"], a["var"]
@@ -390,7 +318,7 @@ def noise_records(moments: dict, batch_sizes) -> list[dict]:
 
 def _stream(task, n: int, batch_size: int, gen: torch.Generator):
     """``n`` samples of ``task`` in batches of ``batch_size`` built from 2-sample draws (same images for any even
-    batch size; a longer stream starts with a shorter one's images)."""
+    batch size)."""
     unit = BatchStream(task, 2, gen)
     for _ in range(n // batch_size):
         xs = [unit.next()[0] for _ in range(batch_size // 2)]
@@ -399,12 +327,8 @@ def _stream(task, n: int, batch_size: int, gen: torch.Generator):
 
 @torch.no_grad()
 def exact_population_statistics(backbone: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple]:
-    """Population mean and (biased) variance of every BN layer's input on ``x``, layer by layer.
-
-    Layer ``l``'s statistics are measured with layers ``< l`` already normalising with their exact
-    statistics (eval mode), so each is the statistic the layer has at inference once all are exact. Writes
-    them into ``backbone`` and returns ``{name: (mean (C,), var (C,))}`` (float64).
-    """
+    """Population mean and (biased) variance of every BN layer's input on ``x``, layer by layer (layers ``< l``
+    already exact, eval mode); written into ``backbone`` and returned as ``{name: (mean (C,), var (C,))}``."""
     from ....freeze import batchnorm_layers
     layers = batchnorm_layers(backbone)
     out = {}
@@ -430,11 +354,8 @@ def _stat_errors(backbone, exact: dict) -> tuple[float, float]:
 
 
 def precise_records(cfg: DiagConfig, state: dict) -> list[dict]:
-    """Precise BN on task A shifted as in chapter 1: statistic errors and head-A accuracy against ``N`` samples.
-
-    Rows: ``batch_size, n_samples, mean_err, var_err, accuracy`` plus reference rows with
-    ``n_samples = 0`` for the exact statistics (``kind="exact"``) and the source statistics (``kind="source"``).
-    """
+    """Precise BN on task A shifted as in chapter 1: rows ``kind, batch_size, n_samples, mean_err, var_err,
+    accuracy`` (head A), with ``n_samples = 0`` rows for the exact and the source statistics (``kind``)."""
     b, c = TARGETS["shifted"]
     task = make_task(cfg.seed, "A", cfg.n_classes, cfg.noise, b, c)
     xe, ye = eval_set(task, cfg.n_eval, cfg.seed, "A")
@@ -485,14 +406,12 @@ def _diag_group(configs: list[DiagConfig], cache_root: str, version: str) -> lis
 
 # --- the experiment -----------------------------------------------------------------------------------------------
 
-#: Share the draws of a seed and target among its fine-tuning runs (:class:`bnstudy.study.engine.FinetuneData`); ``False``
-#: lets every run draw its own, the reference the tests compare with (rows ``==``).
+#: Share a seed and target's draws among its runs (:class:`bnstudy.study.engine.FinetuneData`); ``False``: the tests' reference.
 SHARE_DATA = True
 
 
 def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str) -> list[dict]:
-    """Fine-tuning rows for configs of one seed and target (a run_sweep group): sources loaded once, the task-B
-    stream, AdaBN images and held-out sets drawn once (:data:`SHARE_DATA`)."""
+    """Fine-tuning rows for configs of one seed and target (a run_sweep group), sources loaded and draws made once."""
     from ...engine import FinetuneData
     sources: dict = {}
     data = FinetuneData() if SHARE_DATA else None
@@ -504,51 +423,45 @@ def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str
     return rows
 
 
-def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run chapter 5: stage 1 for every source norm needed, the diagnostics per seed, the fine-tuning sweep.
 
-    Returns ``(runs, diag, tune, tuned)``: one row per fine-tuning run (columns of :func:`bnstudy.study.engine.finetune`,
-    plus ``target_name``, ``mismatch_kl`` of the run's seed and target), one row per seed with the
-    list-valued ``noise_records`` / ``precise_records`` (expanded by :func:`noise_table` and
-    :func:`precise_table`) and ``mismatch_kl_<target>``, and the learning-rate check's runs on the tuning seeds
-    (the same columns without ``mismatch_kl``, plus ``lr_factor``; empty without tuning seeds), and the tuned-rate
-    runs on the reported seeds (:meth:`Config.tuned_configs` at the factors :func:`chosen_factors` picks on
-    ``tune``; the same columns plus ``lr_factor``; empty without tuning seeds or without a contender).
+def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, ...]:
+    """Run chapter 5: stage 1 for every source norm needed, the diagnostics per seed, the fine-tuning sweeps.
+
+    Returns ``(runs, diag, tune, tuned)``: one row per fine-tuning run (:func:`bnstudy.study.engine.finetune`'s columns,
+    ``target_name`` and the seed's ``mismatch_kl`` for it); one row per seed with the list-valued
+    ``noise_records`` / ``precise_records`` and ``mismatch_kl_<target>``; the learning-rate check's runs on the
+    tuning seeds and the tuned-rate runs on the reported seeds (:meth:`Config.tuned_configs`), both with
+    ``lr_factor`` and no ``mismatch_kl`` (each empty without tuning seeds or contenders).
     """
     if not isinstance(config, Config):
         raise TypeError(f"run needs a batch_size.Config (see make_config), got {type(config).__name__}")
     ex = execution or Execution()
     version = source_version()  # stage 1's code version (the sweeps read the backbones with it)
     root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
-    cfgs = config.run_configs()
-    tcfgs = config.tune_configs()
+    cfgs, tcfgs = config.run_configs(), config.tune_configs()
     ensure_sources(list(dict.fromkeys([config.source(s) for s in config.seeds] + [c.source for c in cfgs + tcfgs])),
                    ex, version)
-    # each sweep's keys: the code its runs reach (bnstudy.study.sweep.namespace_version)
     kw = dict(cache_dir=root, execution=ex, group_kwargs={"cache_root": root, "version": version})
     diag = run_sweep(config.diag_configs(), _diag_group, namespace=DIAG_NAMESPACE, desc="noise, precise BN, mismatch",
                      **kw)
-    groups: dict = {}
-    for i, c in enumerate(cfgs):  # one group per seed and target: every batch size shares the draws
-        groups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
-    df = run_sweep(cfgs, _finetune_group, namespace=NAMESPACE, groups=list(groups.values()),
-                   desc="fine-tuning", **kw)
     names = {v: k for k, v in TARGETS.items()}
-    df["target_name"] = [names[(b, c)] for b, c in zip(df["brightness"], df["contrast"])]
-    def labelled_sweep(cfgs, desc):  # one group per seed and target, like the main grid; target and rate factor named
+
+    def sweep(cfgs, desc, factor=True):  # one group per seed and target: every batch size shares the draws
         groups: dict = {}
         for i, c in enumerate(cfgs):
             groups.setdefault((c.seed, c.brightness, c.contrast), []).append(i)
         out = run_sweep(cfgs, _finetune_group, namespace=NAMESPACE, groups=list(groups.values()), desc=desc, **kw)
         out["target_name"] = [names[(b, c)] for b, c in zip(out["brightness"], out["contrast"])]
-        out["lr_factor"] = [round(lr / config.lr_for(b), 6) for lr, b in zip(out["lr"], out["batch_size"])]
+        if factor:
+            out["lr_factor"] = [round(lr / config.lr_for(b), 6) for lr, b in zip(out["lr"], out["batch_size"])]
         return out
 
-    tune = labelled_sweep(tcfgs, "learning-rate check") if tcfgs else pd.DataFrame()
+    df = sweep(cfgs, "fine-tuning", factor=False)
+    tune = sweep(tcfgs, "learning-rate check") if tcfgs else pd.DataFrame()
     tuned = pd.DataFrame()
     sb = min(config.batch_sizes)
     if tcfgs and sb in config.tune_batch_sizes and set(CONTENDERS) & set(config.strategies):
-        tuned = labelled_sweep(config.tuned_configs(chosen_factors(tune, sb)), "tuned rates, reported seeds")
+        tuned = sweep(config.tuned_configs(chosen_factors(tune, sb)), "tuned rates, reported seeds")
     mm = diag.melt(id_vars="seed", value_vars=[f"mismatch_kl_{t}" for t in config.targets],
                    var_name="target_name", value_name="mismatch_kl")
     mm["target_name"] = mm["target_name"].str.replace("mismatch_kl_", "", regex=False)
@@ -563,34 +476,34 @@ def results_table(df: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()]]
 
 
+def _records(diag: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The list-valued ``column`` of ``diag`` as a tidy table, one row per record with its ``seed``."""
+    return pd.DataFrame([dict(seed=r["seed"], **rec) for _, r in diag.iterrows() for rec in r[column]])
+
+
 def noise_table(diag: pd.DataFrame) -> pd.DataFrame:
-    """Tidy noise table: ``seed, layer, layer_name, hw, channels, batch_size, ...`` (see :func:`noise_records`)."""
-    return pd.DataFrame([dict(seed=r["seed"], **rec) for _, r in diag.iterrows() for rec in r["noise_records"]])
+    """Tidy noise table: ``seed`` and :func:`noise_records`' columns."""
+    return _records(diag, "noise_records")
 
 
 def precise_table(diag: pd.DataFrame) -> pd.DataFrame:
-    """Tidy precise-BN table: ``seed, kind, batch_size, n_samples, mean_err, var_err, accuracy, acc_vs_exact``."""
-    t = pd.DataFrame([dict(seed=r["seed"], **rec) for _, r in diag.iterrows() for rec in r["precise_records"]])
-    exact = t[t.kind == "exact"].set_index("seed")["accuracy"]
-    t["acc_vs_exact"] = t["accuracy"] - t["seed"].map(exact)
+    """Tidy precise-BN table: ``seed``, :func:`precise_records`' columns and ``acc_vs_exact`` (minus the seed's
+    exact-statistics accuracy)."""
+    t = _records(diag, "precise_records")
+    t["acc_vs_exact"] = t["accuracy"] - t["seed"].map(t[t.kind == "exact"].set_index("seed")["accuracy"])
     return t
 
 
-
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """:func:`run` as the tables a page saves: ``(results_table(runs), {"lr_check": results_table(tune),
-    "noise": noise_table(diag), "precise_bn": precise_table(diag), "tuned": results_table(tuned)})`` (keys: :data:`SIBLING_TABLES`).
-    :func:`diag_from_tables` gives :func:`findings` its ``diag`` back from them."""
+    """:func:`run` as the tables a page saves: the results and ``{suffix: table}`` of :data:`SIBLING_TABLES`."""
     df, diag, tune, tuned = run(config, execution)
     return results_table(df), dict(lr_check=results_table(tune), noise=noise_table(diag),
                                    precise_bn=precise_table(diag), tuned=results_table(tuned))
 
 
 def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """:func:`run`'s ``diag`` (one row per seed) rebuilt from the saved tables: ``noise`` (:func:`noise_table`),
-    ``precise`` (:func:`precise_table`; its derived ``acc_vs_exact`` is dropped and recomputed by it) and the
-    fine-tuning ``runs`` (their ``mismatch_kl`` per ``seed, target_name`` gives ``mismatch_kl_<target>``).
-    :func:`noise_table` and :func:`precise_table` of the result equal ``noise`` and ``precise``."""
+    """:func:`run`'s ``diag`` rebuilt from the saved tables (``mismatch_kl_<target>`` from the ``runs``): its
+    :func:`noise_table` and :func:`precise_table` equal ``noise`` and ``precise``."""
     out = []
     for s in sorted(set(noise["seed"]) | set(precise["seed"])):
         row = dict(seed=s, noise_records=noise[noise.seed == s].drop(columns="seed").to_dict("records"),
@@ -604,22 +517,18 @@ def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFr
 def best_rate_table(tune: pd.DataFrame) -> pd.DataFrame:
     """The learning-rate check's rows at each (target, strategy, batch size)'s best ``lr_factor`` (highest mean
     target accuracy over the tuning seeds; ties to the factor nearest 1), with ``best_factor``."""
-    m = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean().reset_index()
+    cell = ["target_name", "strategy", "batch_size"]
+    m = tune.groupby(cell + ["lr_factor"])["target"].mean().reset_index()
     m["dist"] = np.abs(np.log(m.lr_factor))
-    m = m.sort_values(["target", "dist"], ascending=[False, True])
-    best = m.groupby(["target_name", "strategy", "batch_size"]).head(1)[["target_name", "strategy", "batch_size",
-                                                                          "lr_factor"]]
-    out = tune.merge(best, on=["target_name", "strategy", "batch_size", "lr_factor"])
-    out["best_factor"] = out["lr_factor"]
-    return out
+    best = m.sort_values(["target", "dist"], ascending=[False, True]).groupby(cell).head(1)[cell + ["lr_factor"]]
+    return tune.merge(best, on=cell + ["lr_factor"]).assign(best_factor=lambda d: d["lr_factor"])
 
 
-def chosen_factors(tune: pd.DataFrame, batch_size: int, strategies=CONTENDERS) -> dict:
-    """``{(target, strategy): factor}``: each strategy's best ``lr_factor`` at ``batch_size`` on the tuning seeds
-    (:func:`best_rate_table`), for the strategies of ``strategies`` that ``tune`` has. Raises ``ValueError`` if
-    ``batch_size`` is not a batch size of ``tune``."""
+def chosen_factors(tune: pd.DataFrame, batch_size: int) -> dict:
+    """``{(target, strategy): factor}``: the best ``lr_factor`` (:func:`best_rate_table`) at ``batch_size`` of each
+    of the :data:`CONTENDERS` in ``tune``. Raises ``ValueError`` if ``batch_size`` is not one of ``tune``'s."""
     if batch_size not in set(tune.batch_size):
         raise ValueError(f"batch_size={batch_size} is not a batch size of the learning-rate check "
                          f"{sorted(set(tune.batch_size))}")
     best = best_rate_table(tune[tune.batch_size == batch_size]).drop_duplicates(["target_name", "strategy"])
-    return {(r.target_name, r.strategy): float(r.best_factor) for r in best.itertuples() if r.strategy in strategies}
+    return {(r.target_name, r.strategy): float(r.best_factor) for r in best.itertuples() if r.strategy in CONTENDERS}
