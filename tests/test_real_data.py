@@ -405,11 +405,14 @@ def test_origin_sentence_says_where_the_rows_came_from_and_what_they_cost():
     assert "full-profile run at git commit f40bda3604" in text and "2026-12-01 00:45:58 UTC" in text
     assert "wall time is not recorded in its sidecar" in text and "386abfe974fa" in text and "2 worker-minutes" in text
     assert "took 1.5 minutes" in findings.origin_sentence(df, "full", {**prov, "run_wall_s": 90})
-    assert findings.rows_from(prov) == dict(git_commit="f40bda3604", written="2026-12-01T00:45:58+00:00", sha256="386abfe974fa")
 
 
-def test_p_text_never_prints_zero():
-    assert findings.p_text(4e-5) == "< 0.001" and findings.p_text(0.016) == "= 0.016" and findings.p_text(float("nan")) == "not computed"
+def test_the_rank_correlations_p_is_printed_never_as_zero():
+    from bnstudy.report import p_text
+    assert p_text(4e-5) == "< 0.001" and p_text(0.016) == "= 0.016" and p_text(float("nan")) == "not computed"
+    from bnstudy.inference import rank_correlation
+    c = findings.condition_table(_table(True))  # one network: Holm over networks leaves its p as it is
+    assert _n(findings.findings(_table(True), REF), "rho_p_text") == p_text(rank_correlation(c["mismatch_kl"], c["cost"])[2])
 
 
 def test_audit_counts_and_the_not_run_sentence_are_read_from_an_outcomes_file(tmp_path):
@@ -637,7 +640,7 @@ def test_printed_ranges_are_cut_to_what_each_quantity_allows():
     claims = C.copy()
     claims.loc[claims.key == "c1_n", ["low", "high"]] = [-12.71, 12.71]
     claims.loc[claims.key == "f2_n", "low"] = -1.025
-    cut = findings.printed_claims(claims).set_index("key")
+    cut = findings.glued(claims, F)[0].set_index("key")
     assert (cut.loc["c1_n", "low"], cut.loc["c1_n", "high"]) == (-1.0, 1.0)
     assert cut.loc["f2_n", "low"] == pytest.approx(-0.3) and cut.loc["f2_n", "high"] == claims.set_index("key").loc["f2_n", "high"]
     assert claims.set_index("key").loc["c1_n", "low"] == -12.71  # the claims keep the raw ends
