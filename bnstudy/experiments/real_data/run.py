@@ -1,16 +1,12 @@
-"""Chapter 7, what is trained: real handwritten digits and standard torchvision networks.
+"""Chapter 7, what is trained: scikit-learn's 1,797 digit scans (:mod:`bnstudy.data`: 16x16, 3 channels; task A digits
+0-4, task B digits 5-9 under a corruption at severity 0..5) and the small CNN, ResNet-18 and MobileNetV3-small
+(:mod:`bnstudy.vision`, random initialization) as ``TransferModel(backbone, head_a, head_b)`` with linear heads.
 
-Data (:mod:`bnstudy.data`): scikit-learn's 1,797 8x8 digit scans, upsampled to 16x16 and repeated to 3 channels;
-task A = digits 0-4, task B = digits 5-9 (relabelled 0-4), shifted by a corruption at a severity 0..5 (0: none);
-one fixed held-out split (60 images per digit). Networks (:mod:`bnstudy.vision`, ``weights=None``, stems adapted
-to 16x16): the book's small CNN, ResNet-18 and MobileNetV3-small, as ``TransferModel(backbone, head_a, head_b)``.
-
-Per (network, seed), one lockstep group (:func:`run_group`): stage 1 trains backbone + head A on task A (Adam);
-then for every condition the freeze modes (:mod:`bnstudy.modes`) each train a new linear head on corrupted task B
-(SGD) on the same batch indices (paired, across conditions too), and chapter 3's statistics mismatch of the
-stage-1 backbone against the condition's task-B images is recorded. All four modes run at the reference condition
-and without corruption; elsewhere ``all_eval`` is left out (with a linear head it computes what ``backbone_eval``
-does). ``Config`` -> :func:`run` -> one row per (network, seed, condition, mode).
+Per (network, seed), :func:`run_group`: stage 1 trains backbone + head A on task A (Adam); then at every condition
+the freeze modes (:mod:`bnstudy.modes`) each train a new head on corrupted task B (SGD) on the same batch indices
+(paired, across conditions too), and chapter 3's statistics mismatch of the stage-1 backbone against the
+condition's task-B images is recorded. ``all_eval`` runs only at the reference and without corruption (with a
+linear head it computes what ``backbone_eval`` does). ``Config`` -> :func:`run` -> one row per run.
 """
 
 from __future__ import annotations
@@ -216,16 +212,14 @@ def run_condition(specs: list[RunSpec], source: tuple, task_a_test: tuple, task_
         logits0 = logits_of(model.forward_a, xa, "cpu")
         before = _frozen_state(model)
         get_mode(spec.mode).apply(model)
-        runs.append(dict(spec=spec, model=model, logits0=logits0, before=before,
-                         opt=make_optimizer("sgd", model.head_b.parameters(), spec.lr)))
-    # Shared backbone forwards (issue 9, as bnstudy.engine.transfer; 1.8-2.4x less CPU, benchmarks/bench_engine.py):
-    # the pinned modes' features of the training set once, one train-mode forward per step for the others (rows ==).
-    for r in runs:
-        model = r["model"]
-        r["feature_module"] = model.backbone if model.backbone_b is None else model.backbone_b
-        r["feature_key"] = ("batch" if get_mode(r["spec"].mode).backbone_batch_stats else "fixed", torch.contiguous_format)
-    units = [SimpleNamespace(**r) for r in runs]
-    groups = feature_groups(units) if engine.SHARE_FEATURES else {}
+        # Shared backbone forwards (issue 9, as bnstudy.engine.transfer; 1.8-2.4x less CPU, benchmarks/bench_engine.py):
+        # the pinned modes' features of the training set once, one train-mode forward per step for the others (rows ==).
+        runs.append(SimpleNamespace(spec=spec, model=model, logits0=logits0, before=before,
+                                    opt=make_optimizer("sgd", model.head_b.parameters(), spec.lr),
+                                    feature_module=model.backbone if model.backbone_b is None else model.backbone_b,
+                                    feature_key=("batch" if get_mode(spec.mode).backbone_batch_stats else "fixed",
+                                                 torch.contiguous_format)))
+    groups = feature_groups(runs) if engine.SHARE_FEATURES else {}
     tables = {key: set_features(rs[0].feature_module, xbt, "cpu", key[1], s0.batch_size)
               for key, rs in groups.items() if key[0] == "fixed"}
     g = generator(s0.seed, "stream", "B")  # the same indices for every mode and condition of a seed
@@ -241,23 +235,23 @@ def run_condition(specs: list[RunSpec], source: tuple, task_a_test: tuple, task_
             for follower in rs[1:]:  # the leader's forward updated its running statistics; the same update
                 copy_norm_buffers(rs[0].feature_module, follower.feature_module)
         for r in runs:
-            f = feats.get(r["feature_key"])
+            f = feats.get(r.feature_key)
             if f is None:
-                train_step(r["model"], r["model"].forward_b, r["opt"], step, xbt[idx], ybt[idx], s0.epoch_steps, "cpu")
+                train_step(r.model, r.model.forward_b, r.opt, step, xbt[idx], ybt[idx], s0.epoch_steps, "cpu")
             else:
-                train_step(r["model"], r["model"].head_b, r["opt"], step, f, ybt[idx], s0.epoch_steps, "cpu")
+                train_step(r.model, r.model.head_b, r.opt, step, f, ybt[idx], s0.epoch_steps, "cpu")
     rows = []
     for r in runs:
-        model = r["model"].eval()
+        model = r.model.eval()
         logits1 = logits_of(model.forward_a, xa, "cpu")
         after = _frozen_state(model)
         params = {n for n, _ in model.backbone.named_parameters()} | {"head_a." + n for n, _ in model.head_a.named_parameters()}
-        row = r["spec"].asdict()
-        row.update(task_a_before=accuracy(r["logits0"], ya), task_a_after=accuracy(logits1, ya),
+        row = r.spec.asdict()
+        row.update(task_a_before=accuracy(r.logits0, ya), task_a_after=accuracy(logits1, ya),
                    task_b=accuracy(logits_of(model.forward_b, xbe, "cpu"), ybe),
-                   max_param_change=_max_change(r["before"], after, lambda k: k in params),
-                   max_buffer_change=_max_change(r["before"], after, lambda k: k.endswith(("running_mean", "running_var"))),
-                   max_old_logit_change=float((logits1.double() - r["logits0"].double()).abs().max()))
+                   max_param_change=_max_change(r.before, after, lambda k: k in params),
+                   max_buffer_change=_max_change(r.before, after, lambda k: k.endswith(("running_mean", "running_var"))),
+                   max_old_logit_change=float((logits1.double() - r.logits0.double()).abs().max()))
         rows.append(row)
     return rows
 
