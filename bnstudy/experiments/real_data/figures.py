@@ -87,7 +87,8 @@ def ch07_effects_figure(eff: pd.DataFrame):
                 if j == 0:
                     label = CORRUPTION_LABELS.get(corr, corr)
                     if corr == "inversion":  # its x axis is not monotone in pixel statistics: give the mix s
-                        label += "\n(s = " + ", ".join(f"{SEVERITY_LEVELS['inversion'][v - 1]:g}" for v in sevs if v > 0) + ")"
+                        mix = [f"{SEVERITY_LEVELS['inversion'][v - 1]:g}" for v in sevs if v > 0]
+                        label += "\n(s = " + ", ".join(mix) + ")"
                     ax.set_ylabel(label)
                 if i == len(corrs) - 1:
                     ax.set_xlabel("severity")

@@ -1,12 +1,8 @@
-"""Chapter 7, what is claimed from :mod:`.run`'s rows: :func:`claims` (chapter 1's findings and chapter 3's
-conclusion at the reference, and the code's checks, per network), :func:`condition_claims` (every question at every
-condition; :func:`cited`, those the prose cites), :func:`findings` (the numbers table), :data:`NOTES` and the answer
-box's sentences, and the tidy tables the figures draw.
-
-Every difference is *condition minus reference*, the freeze modes' reference being ``backbone_eval``: the ``cost``
-of drifting statistics is ``task_a(train_mode) - task_a(backbone_eval)`` (negative when train mode loses task A),
-its ``benefit`` ``task_b(train_mode) - task_b(backbone_eval)``.
-"""
+"""Chapter 7, what is claimed from :mod:`.run`'s rows: the claims at the reference (:func:`claims`) and at every
+condition (:func:`condition_claims`, :func:`cited`), the numbers table (:func:`findings`), the answer box and the
+tidy tables the figures draw. A difference is *condition minus reference*, the freeze modes' reference being
+``backbone_eval``: the ``cost`` of drifting statistics is task A's ``train_mode - backbone_eval`` (negative when
+train mode loses), its ``benefit`` task B's."""
 
 from __future__ import annotations
 
@@ -182,11 +178,11 @@ def _question_values(cell: pd.DataFrame, question: str) -> np.ndarray:
 
 
 def condition_claims(df: pd.DataFrame) -> pd.DataFrame:
-    """Every question of :data:`QUESTIONS` at every condition of every network: one claims table per network and
-    question (its family: the network's conditions), stacked, with ``network, question, corruption, severity`` in
-    front and ``p_less_adjusted`` / ``p_greater_adjusted`` (one-sided t tests, Holm over the same conditions).
-    ``f2``: task A of ``train_mode`` minus 1.5x chance; ``drop``: its task A after minus before; ``f3``: task B
-    ``train_mode - backbone_eval``; ``loss_<m>``: the cost minus ``-m``."""
+    """Every question of :data:`QUESTIONS` at every condition: one claims table per network and question (one family:
+    the network's conditions) with ``network, question, corruption, severity`` in front and ``p_less_adjusted`` /
+    ``p_greater_adjusted`` (one-sided t tests, Holm over the same conditions). ``f2``: task A of ``train_mode`` minus
+    1.5x chance; ``drop``: its task A after minus before; ``f3``: task B ``train_mode - backbone_eval``;
+    ``loss_<m>``: the cost minus ``-m``."""
     fams, parts = _families(df), []
     for net, d in df.groupby("network", sort=False):
         cells = list(d.groupby(["corruption", "severity"], sort=False))
@@ -280,14 +276,11 @@ def _checked(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
 
 
 def claims(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
-    """The verdict table's comparisons and checks (:data:`CLAIMS`) as one claims table, keys ``<claim>_<network>``.
-
-    :data:`REFERENCE_CLAIMS` of every network are one family: ``f2``, ``drop``, ``f3`` as in
-    :func:`condition_claims` at the reference, ``c1`` the per-seed rank correlation (:func:`per_seed_rho`). They stay
-    the chapter's own (one-sample tests against a line, a derived table, their own direction words), as do the
-    checks pooling two quantities: ``c3`` (``separate_stats``' task A after minus before, and its task B minus
-    ``train_mode``'s) and ``all_eval`` (minus ``backbone_eval`` on task A and B); the others are
-    :data:`CHECK_QUESTIONS`. Raises ``ValueError`` as :func:`_checked`."""
+    """The verdict table's comparisons and checks (:data:`CLAIMS`), keys ``<claim>_<network>``. One family: every
+    network's :data:`REFERENCE_CLAIMS` (``f2``, ``drop``, ``f3`` as :func:`condition_claims` asks them, ``c1`` on
+    :func:`per_seed_rho`); then :data:`CHECK_QUESTIONS` and the two checks that pool two quantities, ``c3``
+    (``separate_stats``' task A change, its task B minus ``train_mode``'s) and ``all_eval`` (minus ``backbone_eval``
+    on tasks A and B). Raises ``ValueError`` as :func:`_checked`."""
     ref = _checked(df, reference)
     nets = tuple(dict.fromkeys(df["network"]))
     fam, seed_rho = Family(len(REFERENCE_CLAIMS) * len(nets)), per_seed_rho(df)
@@ -339,19 +332,11 @@ def _rho_text(v: float) -> str:
 
 
 def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Chapter 7's numbers table, glued as ``ch07_<key>`` (:func:`glued`); ``conditions``: :func:`condition_claims`
-    of ``df`` if already computed. Raises ``ValueError`` as :func:`claims` does.
-
-    Keys ending in ``_<network>`` are per network: accuracies of stage 1 and at the reference, task B without
-    corruption and its change at the reference (95% t intervals); ``cost_none`` (condition-family interval);
-    ``most_severe`` (the condition of largest median mismatch); counts over the ``n_conditions`` conditions
-    (Holm-adjusted one-sided p below :data:`ALPHA`; ``f2_n_mean_at_chance`` counts point estimates); chapter 3's rank
-    correlations of the conditions' median (``rho_cost``, its p as ``rho_p_text``, Holm over networks) and mean
-    mismatch with their mean cost, within a corruption and across corruptions at the highest severity (texts); the
-    inversion's monotony; :func:`_threshold`'s outcome at :data:`MIN_EFFECT` (``n_safe``, ``c2_*`` ...) and at
-    :data:`MARGIN_SWEEP` (``c2_margin_002`` / ``_003``). Scalars: ``n_seeds``, ``chance``, ``networks``,
-    ``reference``, ``n_conditions``, ``m_reference``, ``f2_lowest_bound`` (the lowest family lower bound of
-    ``train_mode``'s task A), ``inversion_sentence``, ``example_pair``."""
+    """Chapter 7's numbers table (``conditions``: :func:`condition_claims` of ``df``, if computed); raises
+    ``ValueError`` as :func:`claims`. Per network (keys ``<number>_<network>``): accuracies (95% t intervals), the
+    counts over the ``n_conditions`` conditions (Holm-adjusted p below :data:`ALPHA`), chapter 3's rank correlations
+    of the conditions' median (``rho_cost``; its p Holm over networks) and mean mismatch with their mean cost, the
+    inversion's monotony and :func:`_threshold`'s outcome at :data:`MIN_EFFECT` and :data:`MARGIN_SWEEP`."""
     ref = _checked(df, reference)
     nets = tuple(dict.fromkeys(df["network"]))
     conds = condition_claims(df) if conditions is None else conditions
@@ -365,7 +350,7 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
         pin_ref = r[r["mode"] == "backbone_eval"].set_index("seed")["task_b"]
         by_q = {q: conds[(conds.network == n) & (conds.question == q)].reset_index(drop=True) for q in QUESTIONS}
         kl_of = c[["corruption", "severity", "mismatch_kl"]]
-        f2, f3, f3_n = by_q["f2"], by_q["f3"], count_verdicts(by_q["f3"], ALPHA)
+        f2, f3, f3_counts = by_q["f2"], by_q["f3"], count_verdicts(by_q["f3"], ALPHA)
         below, above = count_one_sided(f2, "less", ALPHA), count_one_sided(f2, "greater", ALPHA)
         top, low = c.loc[c["mismatch_kl"].idxmax()], c.loc[c["mismatch_kl"].idxmin()]
         at_none = by_q[f"loss_{MIN_EFFECT:g}"].query("corruption == 'none'")
@@ -394,8 +379,8 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
             f2_n_below=below, f2_n_above=above, f2_n_neither=len(f2) - below - above,
             f2_n_mean_at_chance=int((f2["estimate"] <= 0).sum()),
             f2_n_drop=count_one_sided(by_q["drop"], "less", ALPHA),
-            f3_n_higher=f3_n["higher"], f3_n_lower=f3_n["lower"], f3_n_equivalent=f3_n["equivalent"],
-            f3_n_not_decided=len(f3) - f3_n["higher"] - f3_n["lower"] - f3_n["equivalent"],
+            f3_n_higher=f3_counts["higher"], f3_n_lower=f3_counts["lower"], f3_n_equivalent=f3_counts["equivalent"],
+            f3_n_not_decided=len(f3) - f3_counts["higher"] - f3_counts["lower"] - f3_counts["equivalent"],
             most_severe=condition_label(top["corruption"], top["severity"]), cost_none=cost_none,
             kl_max_over_median=float((kl.groupby(level=[0, 1]).max() / kl.groupby(level=[0, 1]).median()).max()),
             rho_cost=rho, rho_cost_mean_kl=rank_correlation(c["mismatch_kl_mean"], c["cost"])[0],

@@ -84,7 +84,8 @@ class Config(ChapterConfig):
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds,
-                 "severities": lambda v: tuple(sorted(check_sequence("severities", v, lambda n, x: check_int(n, x, 1)))),
+                 "severities": lambda v: tuple(sorted(check_sequence("severities", v,
+                                                                     lambda n, x: check_int(n, x, 1)))),
                  "reference": lambda v: (v[0], int(v[1])) if isinstance(v, (list, tuple)) and len(v) == 2
                  and isinstance(v[1], numbers.Integral) else v}
     RULES = (
@@ -123,9 +124,11 @@ class Config(ChapterConfig):
     def describe(self) -> str:
         """The parameters for the page's run line (lists comma-separated, the reference as ``inversion 5``)."""
         def text(name, v):
+            if name == "seeds":
+                return seeds_label(v)
             if isinstance(v, tuple):
                 v = (" " if name == "reference" else ", ").join(map(str, v))
-            return seeds_label(self.seeds) if name == "seeds" else f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}"
+            return f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}"
         return ", ".join(text(f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
 
 
