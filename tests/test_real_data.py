@@ -582,7 +582,7 @@ def test_severities_text_and_readable_model_names():
 
 def _page_text(df) -> dict:
     C, F, _ = _page(df)
-    return dict(answer=findings.answer(C, F), what_to_do=findings.what_to_do(C, F), **findings.figure_takeaways(C, F))
+    return findings.sentences(C, F)
 
 
 def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():

@@ -316,15 +316,11 @@ def cited(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None = 
     return pd.concat(parts, ignore_index=True)[list(claims_table([]).columns)]
 
 
-#: What a number's quantity allows: accuracies (and ``f2_lowest_bound``, a bound on one) [0, 1]; differences of
-#: accuracies and rank correlations [-1, 1]; other numbers unbounded.
-ACCURACY_FIELDS = ("task_a_source", "task_a_train_mode", "task_a_before", "task_b_clean_pinned", "task_b_clean_train",
-                   "f2_lowest_bound")
-DIFFERENCE_FIELDS = ("task_b_ref_minus_clean_pinned", "cost_none", "rho_cost", "rho_cost_mean_kl")
-
-
-def _bounds(key: str) -> tuple[float, float]:
-    return (0.0, 1.0) if key in ACCURACY_FIELDS else (-1.0, 1.0) if key in DIFFERENCE_FIELDS else (-math.inf, math.inf)
+#: What a number's quantity allows (others are unbounded): accuracies, and ``f2_lowest_bound``, a bound on one; then
+#: differences of accuracies and rank correlations.
+_BOUNDS = {**dict.fromkeys(("task_a_source", "task_a_train_mode", "task_a_before", "task_b_clean_pinned",
+                            "task_b_clean_train", "f2_lowest_bound"), (0.0, 1.0)),
+           **dict.fromkeys(("task_b_ref_minus_clean_pinned", "cost_none", "rho_cost", "rho_cost_mean_kl"), (-1.0, 1.0))}
 
 
 def _rho_text(v: float) -> str:
@@ -407,7 +403,7 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
         m_reference=len(REFERENCE_CLAIMS) * len(nets),
         f2_lowest_bound=float(conds[conds.question == "f2"]["low"].min()) + CHANCE_LINE,
         inversion_sentence=_inversion_sentence(out, nets, n_seeds), example_pair=_example_pair(cond), **out),
-        bounds=_bounds)
+        bounds=lambda key: _BOUNDS.get(key, (-math.inf, math.inf)))
 
 
 def networks_of(numbers: pd.DataFrame) -> list[str]:
@@ -603,25 +599,6 @@ def glued(claims: pd.DataFrame, numbers: pd.DataFrame) -> tuple[pd.DataFrame, pd
     return out, nums, dict(zip(numbers.loc[plain, "key"], numbers.loc[plain, "value"]))
 
 
-def _verdicts_by_network(claims: pd.DataFrame, key: str, nets) -> str:
-    return join([f"{verdict_md(claim(claims, f'{key}_{n}'))} for {_in_prose(n)}" for n in nets])
-
-
-def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The answer box's outcome sentences (glued as ``ch07_answer``), true for any rows: task A after the one-line
-    freeze per network, and the reference verdicts on task A, task B and the mismatch's ranking of the cost."""
-    x, nets = (lambda key: number(numbers, key)), networks_of(numbers)  # noqa: E731
-    left = join([f"{x(f'task_a_train_mode_{n}').mean:.3f} with {_in_prose(n)} (from {x(f'task_a_source_{n}').mean:.3f})"
-                 for n in nets])
-    return (f"On scikit-learn's handwritten digits, after the one-line freeze (`train_mode`) task A is left at {left}; "
-            f"chance is {x('chance'):.2f}. At the reference corruption ({x('reference')}), task A after stage 2 minus "
-            f"1.5 times chance reads {_verdicts_by_network(claims, 'f2', nets)}, and task A after minus before stage 2 "
-            f"reads {_verdicts_by_network(claims, 'drop', nets)}. On task B, `train_mode` minus the pinned "
-            f"backbone reads {_verdicts_by_network(claims, 'f3', nets)}. Over every corruption and severity, "
-            f"chapter 3's statistics mismatch against the cost of train mode reads "
-            f"{_verdicts_by_network(claims, 'c1', nets)}.")
-
-
 def _fell(c: pd.DataFrame, f: pd.DataFrame) -> list[str]:
     """The networks whose task A is shown to fall at the reference (``drop_<network>`` lower)."""
     return [n for n in networks_of(f) if claim(c, f"drop_{n}").kind == "lower"]
@@ -644,23 +621,30 @@ NOTES = (
 )
 
 
-def what_to_do(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The answer box's advice (glued as ``ch07_what_to_do``), worded by the :data:`NOTES`."""
-    said = notes(NOTES, claims, numbers)
-    return (said["fell"] + "set `requires_grad_(False)` and pin the backbone in eval mode with "
-            f"`bnstudy.pin_eval(model.backbone)`, which {said['pin_keeps_a']}; wrap the first epoch in "
-            "`bnstudy.FreezeAudit` to see what moved.")
-
-
-def figure_takeaways(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
-    """Each figure caption's data-dependent takeaway, glued as ``ch07_<name>``."""
+def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
+    """The page's sentences that depend on the rows, each glued as ``ch07_<name>`` and true for any rows: the answer
+    box's outcome (``answer``: task A after the one-line freeze, and the reference verdicts) and advice
+    (``what_to_do``, worded by :data:`NOTES`), and each figure's takeaway (``<figure>_takeaway``)."""
     x, nets = (lambda key: number(numbers, key)), networks_of(numbers)  # noqa: E731
+    said = notes(NOTES, claims, numbers)
+
+    def by_net(key: str) -> str:  # a reference claim's verdict per network
+        return join([f"{verdict_md(claim(claims, f'{key}_{n}'))} for {_in_prose(n)}" for n in nets])
+    left = join([f"{x(f'task_a_train_mode_{n}').mean:.3f} with {_in_prose(n)} (from {x(f'task_a_source_{n}').mean:.3f})"
+                 for n in nets])
     counts = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} of {x('n_conditions')} "
                    f"conditions for {_in_prose(n)}" for n in nets])
     return dict(
-        accuracy_takeaway=("Takeaway: task A under `train_mode`, after minus before stage 2, reads "
-                           f"{_verdicts_by_network(claims, 'drop', nets)}."),
+        answer=(f"On scikit-learn's handwritten digits, after the one-line freeze (`train_mode`) task A is left at "
+                f"{left}; chance is {x('chance'):.2f}. At the reference corruption ({x('reference')}), task A after "
+                f"stage 2 minus 1.5 times chance reads {by_net('f2')}, and task A after minus before stage 2 reads "
+                f"{by_net('drop')}. On task B, `train_mode` minus the pinned backbone reads {by_net('f3')}. Over every "
+                f"corruption and severity, chapter 3's statistics mismatch against the cost of train mode reads "
+                f"{by_net('c1')}."),
+        what_to_do=(said["fell"] + "set `requires_grad_(False)` and pin the backbone in eval mode with "
+                    f"`bnstudy.pin_eval(model.backbone)`, which {said['pin_keeps_a']}; wrap the first epoch in "
+                    "`bnstudy.FreezeAudit` to see what moved."),
+        accuracy_takeaway=f"Takeaway: task A under `train_mode`, after minus before stage 2, reads {by_net('drop')}.",
         effects_takeaway=f"Takeaway: on task B, train mode is shown {counts} (Holm over each network's conditions).",
-        mismatch_takeaway=("Takeaway: the per-seed rank correlation of mismatch and cost reads "
-                           f"{_verdicts_by_network(claims, 'c1', nets)}."),
+        mismatch_takeaway=f"Takeaway: the per-seed rank correlation of mismatch and cost reads {by_net('c1')}.",
     )
