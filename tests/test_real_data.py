@@ -112,17 +112,33 @@ def test_notebook_nones_take_the_profile_and_networks_match_the_vision_module():
     assert cfg.networks == NETWORKS and cfg.seeds == (0, 1)
 
 
-def test_config_rejects_bad_values_naming_the_parameter():
-    with pytest.raises(ValueError, match="networks"):
-        run.make_config("quick", networks=("vgg",))
-    with pytest.raises(ValueError, match="reference"):
-        run.make_config("quick", reference=("blur", 5))
-    with pytest.raises(ValueError, match="severities"):
-        run.make_config("quick", severities=(7,))
+@pytest.mark.parametrize("bad, message", [
+    (dict(networks=("vgg",)), "networks must be one or more of ['small_cnn', 'resnet18', 'mobilenet_v3_small']"),
+    (dict(networks=()), "networks must be one or more of"),
+    (dict(corruptions=("fog",)), "corruptions must be one or more of ['brightness', "),
+    (dict(reference=("blur", 5)), "reference must be a (corruption, severity) pair among the conditions"),
+    (dict(severities=(7,)), "severities must be one or more distinct integers in 1..5"),
+    (dict(severities=(5, 5)), "severities must not repeat a value"),
+    (dict(severities=(0,)), "severities[0] must be an integer >= 1"),
+    (dict(size=4), "size must be an integer >= 8"), (dict(momentum=0.0), "momentum must be in (0, 1]"),
+    (dict(lr=0.0), "lr must be > 0"), (dict(batch_size=1), "batch_size must be an integer >= 2"),
+    (dict(steps=1.5), "steps"), (dict(profile="huge"), "profile='huge' is not allowed; choose one of"),
+])
+def test_config_rejects_bad_values_naming_the_parameter_and_what_it_allows(bad, message):
+    with pytest.raises(ValueError) as e:
+        run.make_config(**{"profile": "quick", **bad})
+    assert message in str(e.value)
+
+
+def test_config_sorts_severities_and_runs_all_four_modes_at_the_reference():
+    cfg = run.make_config("quick", corruptions=["blur"], severities=[5, 1], reference=["blur", 1])
+    assert cfg.severities == (1, 5) and cfg.reference == ("blur", 1)
+    assert "severities=1, 5, reference=blur 1," in cfg.describe()
     cfg = run.make_config("full")
     assert len(cfg.seeds) >= 10
     specs = cfg.run_configs()
     assert {s.mode for s in specs if (s.corruption, s.severity) == cfg.reference} == set(MODE_NAMES)
+    assert {s.mode for s in specs if (s.corruption, s.severity) == ("blur", 3)} == set(run.SWEEP_MODES)
 
 
 # --- findings on hand-made tables ----------------------------------------------------------------------------------

@@ -84,17 +84,23 @@ def _families(df: pd.DataFrame) -> dict:
             for n, d in df.groupby("network", sort=False)}
 
 
-def effects_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tidy: ``network, corruption, severity, effect, mean, ci_low, ci_high, n_seeds, confidence`` (effect:
-    cost/benefit/net), intervals at the network's condition family's level."""
-    fams, recs = _families(df), []
-    for key, g in effects(df).groupby(_CELL, sort=False):
-        conf = fams[key[0]].confidence
-        for eff in ("cost", "benefit", "net"):
-            iv = t_interval(g[eff], conf)
-            recs.append(dict(zip(_CELL, key), effect=eff, mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
-                             n_seeds=iv.n, confidence=conf))
+def _tidy(df: pd.DataFrame, by: list, metrics: tuple, column: str, confidence=lambda key: 0.95) -> pd.DataFrame:
+    """Tidy: ``*by, <column>, mean, ci_low, ci_high, n_seeds``, a t interval of each of ``metrics`` (named in
+    ``column``) per group of ``by``, at ``confidence(group key)``."""
+    recs = []
+    for key, g in df.groupby(by, sort=False):
+        for m in metrics:
+            iv = t_interval(g[m], confidence(key))
+            recs.append(dict(zip(by, key), **{column: m}, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
     return pd.DataFrame(recs)
+
+
+def effects_table(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`_tidy` of the ``cost``, ``benefit`` and ``net`` effects per cell, at the network's condition family's
+    level (column ``confidence``)."""
+    conf = {n: fam.confidence for n, fam in _families(df).items()}
+    t = _tidy(effects(df), _CELL, ("cost", "benefit", "net"), "effect", lambda key: conf[key[0]])
+    return t.assign(confidence=t["network"].map(conf))
 
 
 def condition_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -128,15 +134,9 @@ def per_seed_rho(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def accuracy_table(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
-    """Tidy, at the reference condition: ``network, mode, metric, mean, ci_low, ci_high, n_seeds`` (95% t intervals
-    of mean accuracies, not comparisons)."""
-    ref, recs = df[(df.corruption == reference[0]) & (df.severity == reference[1])], []
-    for (net, mode), g in ref.groupby(["network", "mode"], sort=False):
-        for metric in ("task_a_before", "task_a_after", "task_b"):
-            iv = t_interval(g[metric])
-            recs.append(dict(network=net, mode=mode, metric=metric, mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
-                             n_seeds=iv.n))
-    return pd.DataFrame(recs)
+    """:func:`_tidy` of the accuracies per network and mode at the reference (95% intervals, not comparisons)."""
+    ref = df[(df.corruption == reference[0]) & (df.severity == reference[1])]
+    return _tidy(ref, ["network", "mode"], ("task_a_before", "task_a_after", "task_b"), "metric")
 
 
 # --- claims ---------------------------------------------------------------------------------------------------------
