@@ -484,29 +484,29 @@ def claim_intervals(claims: pd.DataFrame, claim: str) -> dict:
                                              rows["confidence"])}
 
 
+#: The verdict table's rows "over conditions": the counts and the threshold outcome, filled from one network's
+#: numbers (:func:`findings`).
+DETAILS = {
+    "f2_conditions": "below 1.5x chance at {f2_n_below}, above at {f2_n_above}, neither at {f2_n_neither} of "
+                     "{n_conditions}; lower after stage 2 at {f2_n_drop}",
+    "f3_conditions": "train mode higher at {f3_n_higher}, lower at {f3_n_lower}, equivalent within ±{margin:g} at "
+                     "{f3_n_equivalent}, not decided at {f3_n_not_decided} of {n_conditions}",
+    "c2": "{c2_threshold_separates}: {n_safe} shown to lose less, {n_harm} more, {n_neither} neither",
+}
+
+
 def verdict_table(claims: pd.DataFrame, numbers: pd.DataFrame) -> pd.DataFrame:
     """Tidy: ``kind, claim, network, verdict, value, ci_low, ci_high, detail, key``, one row per claim of
-    :data:`CLAIMS` and network (``verdict`` and value from :func:`claims`; ``detail``: the counts over conditions or
-    the threshold outcome, from the numbers table, for the rows "over conditions")."""
-    c, k = claims.set_index("key"), number(numbers, "n_conditions")
-    x = lambda key, n: number(numbers, f"{key}_{n}")  # noqa: E731
-    detail = {
-        "f2_conditions": lambda n: (f"below 1.5x chance at {x('f2_n_below', n)}, above at {x('f2_n_above', n)}, "
-                                    f"neither at {x('f2_n_neither', n)} of {k}; lower after stage 2 at "
-                                    f"{x('f2_n_drop', n)}"),
-        "f3_conditions": lambda n: (f"train mode higher at {x('f3_n_higher', n)}, lower at {x('f3_n_lower', n)}, "
-                                    f"equivalent within ±{TIE_MARGIN:g} at {x('f3_n_equivalent', n)}, not decided at "
-                                    f"{x('f3_n_not_decided', n)} of {k}"),
-        "c2": lambda n: (f"{x('c2_threshold_separates', n)}: {x('n_safe', n)} shown to lose less, {x('n_harm', n)} "
-                         f"more, {x('n_neither', n)} neither")}
+    :data:`CLAIMS` and network: the verdict and value of :func:`claims`, or the :data:`DETAILS` text."""
+    c, nets = claims.set_index("key"), networks_of(numbers)
+    fill = {n: {k.removesuffix(f"_{n}"): v for k, v in zip(numbers["key"], numbers["value"]) if k.endswith(f"_{n}")}
+            | dict(n_conditions=number(numbers, "n_conditions"), margin=TIE_MARGIN) for n in nets}
     recs = []
     for key, kind, stated in CLAIMS:
-        for n in networks_of(numbers):
+        for n in nets:
             rec = dict(kind=kind, claim=stated, network=n, verdict="", value=math.nan, ci_low=math.nan,
-                       ci_high=math.nan, detail="", key=key)
-            if key in detail:
-                rec["detail"] = detail[key](n)
-            else:
+                       ci_high=math.nan, detail=DETAILS[key].format(**fill[n]) if key in DETAILS else "", key=key)
+            if key not in DETAILS:
                 r = c.loc[f"{key}_{n}"]
                 rec.update(verdict=r["verdict"], value=r["estimate"])
                 if kind != "check":
