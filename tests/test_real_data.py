@@ -112,17 +112,33 @@ def test_notebook_nones_take_the_profile_and_networks_match_the_vision_module():
     assert cfg.networks == NETWORKS and cfg.seeds == (0, 1)
 
 
-def test_config_rejects_bad_values_naming_the_parameter():
-    with pytest.raises(ValueError, match="networks"):
-        run.make_config("quick", networks=("vgg",))
-    with pytest.raises(ValueError, match="reference"):
-        run.make_config("quick", reference=("blur", 5))
-    with pytest.raises(ValueError, match="severities"):
-        run.make_config("quick", severities=(7,))
+@pytest.mark.parametrize("bad, message", [
+    (dict(networks=("vgg",)), "networks must be one or more of ['small_cnn', 'resnet18', 'mobilenet_v3_small']"),
+    (dict(networks=()), "networks must be one or more of"),
+    (dict(corruptions=("fog",)), "corruptions must be one or more of ['brightness', "),
+    (dict(reference=("blur", 5)), "reference must be a (corruption, severity) pair among the conditions"),
+    (dict(severities=(7,)), "severities must be one or more distinct integers in 1..5"),
+    (dict(severities=(5, 5)), "severities must not repeat a value"),
+    (dict(severities=(0,)), "severities[0] must be an integer >= 1"),
+    (dict(size=4), "size must be an integer >= 8"), (dict(momentum=0.0), "momentum must be in (0, 1]"),
+    (dict(lr=0.0), "lr must be > 0"), (dict(batch_size=1), "batch_size must be an integer >= 2"),
+    (dict(steps=1.5), "steps"), (dict(profile="huge"), "profile='huge' is not allowed; choose one of"),
+])
+def test_config_rejects_bad_values_naming_the_parameter_and_what_it_allows(bad, message):
+    with pytest.raises(ValueError) as e:
+        run.make_config(**{"profile": "quick", **bad})
+    assert message in str(e.value)
+
+
+def test_config_sorts_severities_and_runs_all_four_modes_at_the_reference():
+    cfg = run.make_config("quick", corruptions=["blur"], severities=[5, 1], reference=["blur", 1])
+    assert cfg.severities == (1, 5) and cfg.reference == ("blur", 1)
+    assert "severities=1, 5, reference=blur 1," in cfg.describe()
     cfg = run.make_config("full")
     assert len(cfg.seeds) >= 10
     specs = cfg.run_configs()
     assert {s.mode for s in specs if (s.corruption, s.severity) == cfg.reference} == set(MODE_NAMES)
+    assert {s.mode for s in specs if (s.corruption, s.severity) == ("blur", 3)} == set(run.SWEEP_MODES)
 
 
 # --- findings on hand-made tables ----------------------------------------------------------------------------------
@@ -405,11 +421,14 @@ def test_origin_sentence_says_where_the_rows_came_from_and_what_they_cost():
     assert "full-profile run at git commit f40bda3604" in text and "2026-12-01 00:45:58 UTC" in text
     assert "wall time is not recorded in its sidecar" in text and "386abfe974fa" in text and "2 worker-minutes" in text
     assert "took 1.5 minutes" in findings.origin_sentence(df, "full", {**prov, "run_wall_s": 90})
-    assert findings.rows_from(prov) == dict(git_commit="f40bda3604", written="2026-12-01T00:45:58+00:00", sha256="386abfe974fa")
 
 
-def test_p_text_never_prints_zero():
-    assert findings.p_text(4e-5) == "< 0.001" and findings.p_text(0.016) == "= 0.016" and findings.p_text(float("nan")) == "not computed"
+def test_the_rank_correlations_p_is_printed_never_as_zero():
+    from bnstudy.study.report import p_text
+    assert p_text(4e-5) == "< 0.001" and p_text(0.016) == "= 0.016" and p_text(float("nan")) == "not computed"
+    from bnstudy.study.inference import rank_correlation
+    c = findings.condition_table(_table(True))  # one network: Holm over networks leaves its p as it is
+    assert _n(findings.findings(_table(True), REF), "rho_p_text") == p_text(rank_correlation(c["mismatch_kl"], c["cost"])[2])
 
 
 def test_audit_counts_and_the_not_run_sentence_are_read_from_an_outcomes_file(tmp_path):
@@ -579,7 +598,7 @@ def test_severities_text_and_readable_model_names():
 
 def _page_text(df) -> dict:
     C, F, _ = _page(df)
-    return dict(answer=findings.answer(C, F), what_to_do=findings.what_to_do(C, F), **findings.figure_takeaways(C, F))
+    return findings.sentences(C, F)
 
 
 def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
@@ -637,7 +656,7 @@ def test_printed_ranges_are_cut_to_what_each_quantity_allows():
     claims = C.copy()
     claims.loc[claims.key == "c1_n", ["low", "high"]] = [-12.71, 12.71]
     claims.loc[claims.key == "f2_n", "low"] = -1.025
-    cut = findings.printed_claims(claims).set_index("key")
+    cut = findings.glued(claims, F)[0].set_index("key")
     assert (cut.loc["c1_n", "low"], cut.loc["c1_n", "high"]) == (-1.0, 1.0)
     assert cut.loc["f2_n", "low"] == pytest.approx(-0.3) and cut.loc["f2_n", "high"] == claims.set_index("key").loc["f2_n", "high"]
     assert claims.set_index("key").loc["c1_n", "low"] == -12.71  # the claims keep the raw ends

@@ -1,29 +1,18 @@
-"""Chapter 7, what is trained: real handwritten digits and standard torchvision networks.
+"""Chapter 7, what is trained: scikit-learn's 1,797 digit scans (:mod:`bnstudy.study.data`: 16x16, 3 channels; task A digits
+0-4, task B digits 5-9 under a corruption at severity 0..5) and the small CNN, ResNet-18 and MobileNetV3-small
+(:mod:`bnstudy.study.vision`, random initialization) as ``TransferModel(backbone, head_a, head_b)`` with linear heads.
 
-Data (:mod:`bnstudy.study.data`): scikit-learn's 1,797 bundled 8x8 digit scans, upsampled to 16x16
-(bilinear) and repeated to 3 channels; task A = digits 0-4, task B = digits 5-9 (relabelled
-0-4); task B's shift is a corruption (brightness, contrast, Gaussian noise, blur, inversion) at a
-severity 0..5 (0: none). One fixed held-out split for every seed (60 images per digit).
-
-Networks (:mod:`bnstudy.study.vision`): the book's small CNN, ResNet-18 and MobileNetV3-small
-(``weights=None``; stems adapted to 16x16 inputs), each wrapped as
-``TransferModel(backbone, head_a, head_b)`` with linear heads.
-
-Per (network, seed), one lockstep group (:func:`run_group`): stage 1 trains backbone + head A
-on task A with Adam; then for every condition (corruption, severity) the freeze modes
-(:mod:`bnstudy.study.modes`) each train a new linear head on corrupted task B with SGD, all modes
-consuming the same batch indices (a paired design; the same indices for every condition too),
-and the statistics mismatch (:func:`bnstudy.statistics_mismatch`, KL, eval pass) of the
-stage-1 backbone against the condition's task-B training images is recorded. Chapter 1's four
-modes all run at the reference condition and without corruption; elsewhere ``all_eval`` is left
-out (with a linear head it computes exactly what ``backbone_eval`` computes).
-
-``Config`` -> :func:`run` -> the results table (one row per network, seed, condition and mode), which
-:mod:`.findings` analyses and :mod:`.figures` draws.
+Per (network, seed), :func:`run_group`: stage 1 trains backbone + head A on task A (Adam); then at every condition
+the freeze modes (:mod:`bnstudy.study.modes`) each train a new head on corrupted task B (SGD) on the same batch indices
+(paired, across conditions too), and chapter 3's statistics mismatch of the stage-1 backbone against the
+condition's task-B images is recorded. ``all_eval`` runs only at the reference and without corruption (with a
+linear head it computes what ``backbone_eval`` does). ``Config`` -> :func:`run` -> one row per run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -33,8 +22,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ...config import Execution, _Frozen, check_choice, check_float, check_int, check_seeds, check_sequence, \
-    from_profile, seeds_label
+from ...config import Execution, _Frozen, check_int, check_seeds, check_sequence, from_profile, seeds_label
+from ...data import CORRUPTIONS, MAX_SEVERITY
+from ...design import ChapterConfig, Rule
 from ... import engine
 from ...engine import accuracy, copy_norm_buffers, feature_groups, logits_of, make_optimizer, seeded, set_features, train_step
 from ...models import make_head
@@ -43,27 +33,21 @@ from ....running_stats import statistics_mismatch
 from ...sweep import default_cache_dir, run_sweep
 
 NAMESPACE = "ch07_real_data"
-#: Parameters this design added after rows of the release were computed, with the value those older rows were
-#: computed with: rows that do not record one read as that value (bnstudy.study.report.load_rows), so a new axis
-#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+#: Parameters added after rows of the release were computed, with the value those rows had (docs/chapter-code.md).
 READ_DEFAULTS: dict = {}
 #: Modes at every condition; all four run at the reference condition and without corruption.
 SWEEP_MODES = ("train_mode", "backbone_eval", "separate_stats")
-
-#: The networks (bnstudy.study.vision.NETWORKS, repeated here so that importing this module needs no torchvision).
+#: bnstudy.study.vision.NETWORKS, repeated so that importing this module needs no torchvision.
 NETWORKS = ("small_cnn", "resnet18", "mobilenet_v3_small")
 
-
-#: Profile sizes (the only place they are set). quick: 2 seeds, 2 corruptions at severity 5, short training
-#: (a pipeline check: 66 runs; 18 min of wall time measured on the shared 2-core machine at load 20). Tried:
-#: stage1_steps=40, steps=30 (14 min) left MobileNetV3-small at chance in eval mode after stage 1 (0.200 held-out
-#: in both seeds: its running statistics had not caught up with its weights), 60 gave 0.952. full: 10 seeds, all five corruptions at severities 1, 3, 5 (1,500 runs).
-#: Settings tried before the committed ones (measured on this project's shared 2-core CPU; bnstudy.study.vision's
-#: docstring): seconds per train-mode forward pass / train step of 32 images with a stride-1 first convolution
-#: against the committed stride 2, torchvision MobileNetV3's own BatchNorm momentum (overridden by
-#: ``Config.momentum``), and the quick profile's stage-1 steps that left MobileNetV3-small at chance (eval mode).
+#: Settings tried before the committed ones, on this project's shared 2-core CPU (bnstudy.study.vision's docstring):
+#: seconds per train-mode forward pass / step of 32 images with a stride-1 against the committed stride-2 first
+#: convolution, torchvision MobileNetV3's own BatchNorm momentum (overridden by ``Config.momentum``), and the quick
+#: profile's stage-1 steps that left MobileNetV3-small at chance in eval mode (its running statistics had not
+#: caught up with its weights) against those that did not.
 TRIED = dict(batch_images=32, resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobilenet_stride1_s=0.94, mobilenet_stride2_s=0.41,
              mobilenet_default_momentum=0.01, mobilenet_chance_stage1_steps=40, mobilenet_ok_stage1_steps=60)
+#: quick: a pipeline check (66 runs, 18 min on the shared 2-core machine at load 20); full: 1,500 runs.
 PROFILES = {
     "quick": dict(seeds=2, networks=NETWORKS, corruptions=("inversion", "gaussian_noise"), severities=(5,),
                   stage1_steps=60, steps=40),
@@ -73,21 +57,19 @@ PROFILES = {
 
 
 @dataclass(frozen=True)
-class Config(_Frozen):
+class Config(ChapterConfig):
     """Chapter 7's parameters (the notebook's parameters cell, one for one).
 
-    ``seeds``: an int ``n`` (0..n-1) or a list. ``networks``: among :data:`bnstudy.study.vision.NETWORKS`.
-    ``corruptions`` (:data:`bnstudy.study.data.CORRUPTIONS`) and ``severities`` (1..5): task B's shifts, all
-    combinations plus no corruption. ``reference``: the corruption and severity at which chapter 1's four
-    findings are judged (must be among the conditions). ``size``: input pixels (square). ``stage1_steps``,
-    ``stage1_lr``: Adam on task A. ``steps``, ``lr``: SGD (momentum 0.9) on head B; ``batch_size`` both
-    stages; ``epoch_steps``: ``model.train()`` every so many steps; ``momentum``: every BatchNorm's.
-    Raises ``ValueError`` naming the parameter for any bad value.
+    ``seeds``: an int ``n`` (0..n-1) or a list. ``corruptions`` and ``severities`` (1..5, sorted): task B's shifts,
+    all combinations plus no corruption. ``reference``: the (corruption, severity) at which chapter 1's findings
+    are judged. ``size``: input pixels (square). ``stage1_steps``, ``stage1_lr``: Adam on task A; ``steps``,
+    ``lr``: SGD (momentum 0.9) on head B; ``batch_size``: both stages; ``epoch_steps``: ``model.train()`` every so
+    many steps; ``momentum``: every BatchNorm's. Raises ``ValueError`` naming the parameter for any bad value.
     """
 
     profile: str = "quick"
     seeds: tuple = (0, 1)
-    networks: tuple = ("small_cnn", "resnet18", "mobilenet_v3_small")
+    networks: tuple = NETWORKS
     corruptions: tuple = ("inversion", "gaussian_noise")
     severities: tuple = (5,)
     reference: tuple = ("inversion", 5)
@@ -100,31 +82,29 @@ class Config(_Frozen):
     epoch_steps: int = 20
     momentum: float = 0.1
 
-    def __post_init__(self):
-        from ...data import CORRUPTIONS, MAX_SEVERITY
-        from ...vision import NETWORKS
-        check_choice("profile", self.profile, tuple(PROFILES))
-        self._set("seeds", check_seeds(self.seeds))
-        self._set("networks", check_sequence("networks", self.networks, lambda n, v: check_choice(n, v, NETWORKS), 1))
-        self._set("corruptions", check_sequence("corruptions", self.corruptions,
-                                                lambda n, v: check_choice(n, v, CORRUPTIONS), 1))
-        sev = check_sequence("severities", self.severities, lambda n, v: check_int(n, v, 1), 1)
-        if max(sev) > MAX_SEVERITY or len(set(sev)) != len(sev):
-            raise ValueError(f"severities must be distinct integers in 1..{MAX_SEVERITY}, got {list(sev)}")
-        self._set("severities", tuple(sorted(sev)))
-        ref = tuple(self.reference) if isinstance(self.reference, (list, tuple)) else self.reference
-        if not (isinstance(ref, tuple) and len(ref) == 2 and ref[0] in self.corruptions and ref[1] in self.severities):
-            raise ValueError(f"reference must be a (corruption, severity) pair among the conditions "
-                             f"{list(self.corruptions)} x {list(self.severities)}, got {self.reference!r}")
-        self._set("reference", (ref[0], int(ref[1])))
-        self._set("size", check_int("size", self.size, 8))
-        self._set("stage1_steps", check_int("stage1_steps", self.stage1_steps, 1))
-        self._set("stage1_lr", check_float("stage1_lr", self.stage1_lr, 0.0, low_open=True))
-        self._set("steps", check_int("steps", self.steps, 1))
-        self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
-        self._set("batch_size", check_int("batch_size", self.batch_size, 2))
-        self._set("epoch_steps", check_int("epoch_steps", self.epoch_steps, 1))
-        self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, low_open=True))
+    PROFILES = PROFILES
+    NORMALIZE = {"seeds": check_seeds,
+                 "severities": lambda v: tuple(sorted(check_sequence("severities", v,
+                                                                     lambda n, x: check_int(n, x, 1)))),
+                 "reference": lambda v: (v[0], int(v[1])) if isinstance(v, (list, tuple)) and len(v) == 2
+                 and isinstance(v[1], numbers.Integral) else v}
+    RULES = (
+        Rule("networks", f"one or more of {list(NETWORKS)}", lambda c: c.networks and set(c.networks) <= set(NETWORKS)),
+        Rule("corruptions", f"one or more of {list(CORRUPTIONS)}",
+             lambda c: c.corruptions and set(c.corruptions) <= set(CORRUPTIONS)),
+        Rule("severities", f"one or more distinct integers in 1..{MAX_SEVERITY}",
+             lambda c: c.severities and max(c.severities) <= MAX_SEVERITY),
+        Rule("reference", "a (corruption, severity) pair among the conditions", lambda c: isinstance(c.reference, tuple)
+             and len(c.reference) == 2 and c.reference[0] in c.corruptions and c.reference[1] in c.severities),
+        Rule("size", "an integer >= 8", lambda c: c.size >= 8),
+        Rule("stage1_steps", "an integer >= 1", lambda c: c.stage1_steps >= 1),
+        Rule("stage1_lr", "> 0", lambda c: c.stage1_lr > 0),
+        Rule("steps", "an integer >= 1", lambda c: c.steps >= 1),
+        Rule("lr", "> 0", lambda c: c.lr > 0),
+        Rule("batch_size", "an integer >= 2", lambda c: c.batch_size >= 2),
+        Rule("epoch_steps", "an integer >= 1", lambda c: c.epoch_steps >= 1),
+        Rule("momentum", "in (0, 1]", lambda c: 0 < c.momentum <= 1),
+    )
 
     def conditions(self) -> list[tuple[str, int]]:
         """``("none", 0)`` then every ``(corruption, severity)``."""
@@ -136,19 +116,20 @@ class Config(_Frozen):
 
     def run_configs(self) -> list["RunSpec"]:
         """One :class:`RunSpec` per (network, seed, condition, mode): the run cache's keys and the table's rows."""
-        common = {k: getattr(self, k) for k in ("size", "stage1_steps", "stage1_lr", "steps", "lr", "batch_size",
-                                                "epoch_steps", "momentum")}
+        common = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunSpec)[5:]}
         return [RunSpec(network=n, seed=s, corruption=c, severity=v, mode=m, **common)
                 for n in self.networks for s in self.seeds for (c, v) in self.conditions()
                 for m in self.modes_at((c, v))]
 
     def describe(self) -> str:
-        """The parameters for the page's run line."""
-        return (f"profile={self.profile}, {seeds_label(self.seeds)}, networks={', '.join(self.networks)}, "
-                f"corruptions={', '.join(self.corruptions)}, severities={', '.join(map(str, self.severities))}, "
-                f"reference={self.reference[0]} {self.reference[1]}, size={self.size}, "
-                f"stage1_steps={self.stage1_steps}, stage1_lr={self.stage1_lr:g}, steps={self.steps}, lr={self.lr:g}, "
-                f"batch_size={self.batch_size}, epoch_steps={self.epoch_steps}, momentum={self.momentum:g}")
+        """The parameters for the page's run line (lists comma-separated, the reference as ``inversion 5``)."""
+        def text(name, v):
+            if name == "seeds":
+                return seeds_label(v)
+            if isinstance(v, tuple):
+                v = (" " if name == "reference" else ", ").join(map(str, v))
+            return f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}"
+        return ", ".join(text(f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
 
 
 @dataclass(frozen=True)
@@ -171,7 +152,7 @@ class RunSpec(_Frozen):
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
-    """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``seeds=None``: the profile's)."""
+    """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
     return from_profile(Config, PROFILES, profile, **overrides)
 
 
@@ -183,11 +164,8 @@ def _backbone(network: str, seed: int, momentum: float):
 
 
 def train_stage1(spec: RunSpec, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, dict, int]:
-    """Backbone and head A trained on task A (``x (N, 3, S, S)`` normalised, ``y (N,)`` 0..4) with Adam.
-
-    Returns the backbone's and head A's state dicts and ``out_features``. Batches are drawn with
-    replacement by ``generator(seed, "stream", "A")``; train mode throughout.
-    """
+    """Backbone and head A trained on task A (``x (N, 3, S, S)`` normalised, ``y (N,)`` 0..4) with Adam, in train
+    mode on batches drawn with replacement: the backbone's and head A's state dicts and ``out_features``."""
     from ...tasks import generator
     net, out = _backbone(spec.network, spec.seed, spec.momentum)
     head = seeded((spec.seed, "init", "head_a", spec.network), lambda: make_head("linear", out, 5))
@@ -216,14 +194,11 @@ def _frozen_state(model: TransferModel) -> dict:
 
 
 def run_condition(specs: list[RunSpec], source: tuple, task_a_test: tuple, task_b: tuple) -> list[dict]:
-    """Stage 2 of one (network, seed, condition): every spec's mode in lockstep on the same batches.
-
-    ``source``: :func:`train_stage1`'s output; ``task_a_test``: ``(x, y)`` clean held-out task A;
-    ``task_b``: ``(x_train, y_train, x_test, y_test)`` corrupted task B (:func:`bnstudy.study.data.corrupted_task_b`).
-    Returns one row per spec: the spec's fields, ``task_a_before``, ``task_a_after``, ``task_b``
-    (fractions, eval mode, held-out), ``max_param_change``, ``max_buffer_change`` (running
-    statistics of the original backbone), ``max_old_logit_change`` (head A's logits on held-out A).
-    """
+    """Stage 2 of one (network, seed, condition): every spec's mode in lockstep on the same batches. ``source``:
+    :func:`train_stage1`'s output; ``task_a_test``: clean held-out ``(x, y)``; ``task_b``: corrupted ``(x_train,
+    y_train, x_test, y_test)`` (:func:`bnstudy.study.data.corrupted_task_b`). One row per spec: its fields,
+    ``task_a_before``, ``task_a_after``, ``task_b`` (held-out accuracies, eval mode), ``max_param_change``,
+    ``max_buffer_change`` (the backbone's running statistics), ``max_old_logit_change`` (head A on held-out A)."""
     from ...tasks import generator
     state_bb, state_ha, out = source
     xa, ya = task_a_test
@@ -240,20 +215,14 @@ def run_condition(specs: list[RunSpec], source: tuple, task_a_test: tuple, task_
         logits0 = logits_of(model.forward_a, xa, "cpu")
         before = _frozen_state(model)
         get_mode(spec.mode).apply(model)
-        runs.append(dict(spec=spec, model=model, logits0=logits0, before=before,
-                         opt=make_optimizer("sgd", model.head_b.parameters(), spec.lr)))
-    # Shared backbone forwards (issue 9, as in bnstudy.study.engine.transfer): the pinned modes' features of the whole
-    # training set are computed once (set_features: chunks of the batch size, so rows equal the per-step
-    # forward bit for bit) and the batch-statistics modes share one train-mode forward per step. Measured on the
-    # idle-ish 2-core machine, 1 thread, 100 steps of batch 32, CPU s shared vs every mode its own forward:
-    # ResNet-18 4 modes 9.2 vs 21.7 (2.35x), 3 modes 8.5 vs 15.6 (1.83x); MobileNetV3-small 11.6 vs 25.6 (2.21x),
-    # 11.4 vs 27.1 (2.38x). Rows are == (tests/test_real_data.py).
-    for r in runs:
-        model = r["model"]
-        r["feature_module"] = model.backbone if model.backbone_b is None else model.backbone_b
-        r["feature_key"] = ("batch" if get_mode(r["spec"].mode).backbone_batch_stats else "fixed", torch.contiguous_format)
-    units = [SimpleNamespace(**r) for r in runs]
-    groups = feature_groups(units) if engine.SHARE_FEATURES else {}
+        # Shared backbone forwards (issue 9, as bnstudy.study.engine.transfer; 1.8-2.4x less CPU, benchmarks/bench_engine.py):
+        # the pinned modes' features of the training set once, one train-mode forward per step for the others (rows ==).
+        runs.append(SimpleNamespace(spec=spec, model=model, logits0=logits0, before=before,
+                                    opt=make_optimizer("sgd", model.head_b.parameters(), spec.lr),
+                                    feature_module=model.backbone if model.backbone_b is None else model.backbone_b,
+                                    feature_key=("batch" if get_mode(spec.mode).backbone_batch_stats else "fixed",
+                                                 torch.contiguous_format)))
+    groups = feature_groups(runs) if engine.SHARE_FEATURES else {}
     tables = {key: set_features(rs[0].feature_module, xbt, "cpu", key[1], s0.batch_size)
               for key, rs in groups.items() if key[0] == "fixed"}
     g = generator(s0.seed, "stream", "B")  # the same indices for every mode and condition of a seed
@@ -269,23 +238,23 @@ def run_condition(specs: list[RunSpec], source: tuple, task_a_test: tuple, task_
             for follower in rs[1:]:  # the leader's forward updated its running statistics; the same update
                 copy_norm_buffers(rs[0].feature_module, follower.feature_module)
         for r in runs:
-            f = feats.get(r["feature_key"])
+            f = feats.get(r.feature_key)
             if f is None:
-                train_step(r["model"], r["model"].forward_b, r["opt"], step, xbt[idx], ybt[idx], s0.epoch_steps, "cpu")
+                train_step(r.model, r.model.forward_b, r.opt, step, xbt[idx], ybt[idx], s0.epoch_steps, "cpu")
             else:
-                train_step(r["model"], r["model"].head_b, r["opt"], step, f, ybt[idx], s0.epoch_steps, "cpu")
+                train_step(r.model, r.model.head_b, r.opt, step, f, ybt[idx], s0.epoch_steps, "cpu")
     rows = []
     for r in runs:
-        model = r["model"].eval()
+        model = r.model.eval()
         logits1 = logits_of(model.forward_a, xa, "cpu")
         after = _frozen_state(model)
         params = {n for n, _ in model.backbone.named_parameters()} | {"head_a." + n for n, _ in model.head_a.named_parameters()}
-        row = r["spec"].asdict()
-        row.update(task_a_before=accuracy(r["logits0"], ya), task_a_after=accuracy(logits1, ya),
+        row = r.spec.asdict()
+        row.update(task_a_before=accuracy(r.logits0, ya), task_a_after=accuracy(logits1, ya),
                    task_b=accuracy(logits_of(model.forward_b, xbe, "cpu"), ybe),
-                   max_param_change=_max_change(r["before"], after, lambda k: k in params),
-                   max_buffer_change=_max_change(r["before"], after, lambda k: k.endswith(("running_mean", "running_var"))),
-                   max_old_logit_change=float((logits1.double() - r["logits0"].double()).abs().max()))
+                   max_param_change=_max_change(r.before, after, lambda k: k in params),
+                   max_buffer_change=_max_change(r.before, after, lambda k: k.endswith(("running_mean", "running_var"))),
+                   max_old_logit_change=float((logits1.double() - r.logits0.double()).abs().max()))
         rows.append(row)
     return rows
 
@@ -298,11 +267,9 @@ def mismatch_kl(backbone: torch.nn.Module, x: torch.Tensor, chunk: int = 256) ->
 
 
 def run_group(specs: list[RunSpec]) -> list[dict]:
-    """Every run of one (network, seed): stage 1 once, then each condition's modes in lockstep; rows in order.
-
-    Each row also carries ``source_task_a_accuracy`` (stage 1, held-out), ``mismatch_kl`` of its condition
-    and ``wall_s`` (the group's wall time divided by its runs). A :func:`bnstudy.study.sweep.run_sweep` group function.
-    """
+    """Every run of one (network, seed) (a :func:`bnstudy.study.sweep.run_sweep` group): stage 1 once, then each
+    condition's modes in lockstep. Rows also carry ``source_task_a_accuracy`` (stage 1, held-out), the condition's
+    ``mismatch_kl`` and ``wall_s`` (the group's wall time over its runs)."""
     from ...data import corrupted_task_b, digits_tasks, normalise, pixel_statistics
     t0 = time.perf_counter()
     s0 = specs[0]
