@@ -49,15 +49,11 @@ EFFECTS = ("cost", "benefit", "net")
 # --- analysis: paired effects, lines, crossover -------------------------------------------------------------------
 
 def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFrame:
-    """Cost and benefit of drifting statistics, paired within each ``(seed, brightness, contrast[, steps])``.
-
-    Returns one row per pair point that has both a ``train_mode`` and a ``pinned`` run:
-    ``cost = task_a_after(pinned) - task_a_after(train_mode)``, ``benefit = task_b(train_mode) -
-    task_b(pinned)``, ``net = benefit - cost`` (accuracy fractions; positive net means drifting
-    pays), the accuracies behind them, and the ``train_mode`` row's columns that are constant across
-    modes (mismatch, line flags). Raises ``ValueError`` if ``pinned`` is not a pinned mode, no pair exists, or a run
-    is repeated.
-    """
+    """One row per point (:data:`PAIR_KEYS`) with a ``train_mode`` and a ``pinned`` run: ``cost =
+    task_a_after(pinned) - task_a_after(train_mode)``, ``benefit = task_b(train_mode) - task_b(pinned)``, ``net =
+    benefit - cost`` (accuracy fractions), the accuracies behind them and the ``train_mode`` row's columns that do
+    not depend on the mode (mismatch, line flags). Raises ``ValueError`` if ``pinned`` is not a pinned mode, no
+    pair exists, or a run is repeated."""
     check_choice("pinned", pinned, PINNED_MODES)
     keys = [k for k in PAIR_KEYS if k in df.columns]
     dup = df[df["mode"].isin(["train_mode", pinned])].duplicated([*keys, "mode"])
@@ -69,13 +65,11 @@ def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFr
     if len(both) == 0:
         raise ValueError(f"paired_effects needs train_mode and {pinned} runs at the same (seed, brightness, contrast)")
     tm, pn = tm.loc[both], pn.loc[both]
-    shared = [c for c in tm.columns if c.startswith("mismatch_") or c.startswith("on_") or c.startswith("s_") or
+    shared = [c for c in tm.columns if c.startswith(("mismatch_", "on_", "s_")) or
               c in ("both_strength", "in_grid", "task_a_before", "part", "n_classes")]
     out = tm[shared].copy()
-    out["task_a_after_train_mode"] = tm["task_a_after"]
-    out["task_a_after_pinned"] = pn["task_a_after"]
-    out["task_b_train_mode"] = tm["task_b"]
-    out["task_b_pinned"] = pn["task_b"]
+    out["task_a_after_train_mode"], out["task_a_after_pinned"] = tm["task_a_after"], pn["task_a_after"]
+    out["task_b_train_mode"], out["task_b_pinned"] = tm["task_b"], pn["task_b"]
     out["cost"] = pn["task_a_after"] - tm["task_a_after"]
     out["benefit"] = tm["task_b"] - pn["task_b"]
     out["net"] = out["benefit"] - out["cost"]
@@ -83,14 +77,10 @@ def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFr
     return out.reset_index()
 
 
-def strength_of(effects: pd.DataFrame, shift_type: str) -> pd.Series:
-    """The strength of each row on ``shift_type``'s line (any of :data:`LINES`; NaN off the line)."""
-    check_choice("shift_type", shift_type, LINES)
-    if f"s_{shift_type}" in effects.columns:
-        return effects[f"s_{shift_type}"].astype(float)
-    on = effects[f"on_{shift_type}"].astype(bool)
-    s = {"brightness": effects["brightness"], "contrast": effects["contrast"], "both": effects["both_strength"]}[shift_type]
-    return s.where(on)
+def strength_of(effects: pd.DataFrame, line: str) -> pd.Series:
+    """The strength of each row on ``line`` (any of :data:`LINES`; NaN off the line)."""
+    check_choice("shift_type", line, LINES)
+    return effects[f"s_{line}"].astype(float)
 
 
 def line_matrix(effects: pd.DataFrame, shift_type: str, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -107,12 +97,9 @@ def line_matrix(effects: pd.DataFrame, shift_type: str, column: str) -> tuple[np
 
 
 def first_crossing(strength, cost_mean, benefit_mean, min_effect: float = 0.01) -> float:
-    """The weakest strength where the mean ``benefit - cost`` changes sign; NaN if it never does.
-
-    Levels where both ``|cost|`` and ``|benefit|`` are below ``min_effect`` (accuracy fraction),
-    or both exactly 0, are ties and are skipped. Between the two resolved levels that bracket a sign change the
-    crossing is found by linear interpolation of ``benefit - cost``.
-    """
+    """The weakest strength where the mean ``benefit - cost`` changes sign (linear interpolation between the two
+    resolved levels that bracket it); NaN if it never does. Levels where both ``|cost|`` and ``|benefit|`` are below
+    ``min_effect`` (accuracy fraction), or both exactly 0, are ties and are skipped."""
     x = np.asarray(strength, float)
     c, b = np.asarray(cost_mean, float), np.asarray(benefit_mean, float)
     keep = ((np.abs(c) >= min_effect) | (np.abs(b) >= min_effect)) & ((c != 0) | (b != 0))  # exact zeros: a tie
@@ -129,22 +116,14 @@ def first_crossing(strength, cost_mean, benefit_mean, min_effect: float = 0.01) 
 
 def crossover(strength, cost, benefit, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95,
               min_effect: float = 0.01) -> dict:
-    """The crossover strength of the cost and benefit curves, with a bootstrap interval over seeds.
-
-    ``strength (L,)`` increasing; ``cost (S, L)`` and ``benefit (S, L)``: per-seed paired effects.
-    The point estimate is :func:`first_crossing` of the mean curves; the interval resamples whole seeds
-    ``n_boot`` times (:func:`bnstudy.inference.bootstrap_distribution`, seed ``seed``, cost and benefit together) and
-    takes the percentile interval of the crossings among the resamples that cross at all (``ci_low``,
-    ``ci_high``: a *conditional* interval, given that the curves cross). ``q_low``, ``q_high``: the unconditional
-    percentile interval, with a resample that does not cross counted as crossing at ``+inf`` ("none"), so that
-    "no crossing" is one of the outcomes the interval can contain.
-
-    Returns ``estimate``, ``ci_low``, ``ci_high`` (NaN where undefined), ``q_low``, ``q_high`` (``inf``: none),
-    ``p_cross`` (fraction of resamples that cross), ``n_boot``, ``dominant`` (``"cost"`` or ``"benefit"``: the higher mean
-    curve at the strongest level), ``first_resolved`` (weakest strength where either mean reaches
-    ``min_effect``; NaN if none) and ``min_effect``. Raises ``ValueError`` for mismatched shapes,
-    fewer than 2 seeds or levels, ``n_boot < 1`` or ``confidence`` outside (0, 1).
-    """
+    """The crossover of the cost and benefit curves (``strength (L,)`` increasing; ``cost``, ``benefit``: ``(S, L)``
+    per-seed paired effects): ``estimate`` (:func:`first_crossing` of the mean curves); resampling whole seeds
+    ``n_boot`` times (:func:`bnstudy.inference.bootstrap_distribution`, seed ``seed``), ``ci_low`` / ``ci_high``
+    (percentile interval among the resamples that cross: conditional on crossing), ``q_low`` / ``q_high`` (the
+    unconditional one, a resample that does not cross counted at ``+inf``) and ``p_cross`` (share that crosses);
+    ``dominant`` (the higher mean curve at the strongest level), ``first_resolved`` (the weakest strength where
+    either mean reaches ``min_effect``), ``n_boot``, ``min_effect``. Raises ``ValueError`` for mismatched shapes,
+    fewer than 2 seeds or levels, ``n_boot < 1``, ``confidence`` outside (0, 1) or a non-increasing strength."""
     x = np.asarray(strength, float)
     c, b = np.asarray(cost, float), np.asarray(benefit, float)
     if c.ndim != 2 or c.shape != b.shape or c.shape[1] != len(x):
@@ -159,24 +138,20 @@ def crossover(strength, cost, benefit, n_boot: int = 2000, seed: int = 0, confid
     if np.any(np.diff(x) <= 0):
         raise ValueError("strength must be strictly increasing")
     cm, bm = c.mean(0), b.mean(0)
-    est = first_crossing(x, cm, bm, min_effect)
     boots = bootstrap_distribution(c.shape[0], lambda i: first_crossing(x, c[i].mean(0), b[i].mean(0), min_effect),
                                     n_boot, seed)
     crossed = boots[~np.isnan(boots)]
     lo, hi = percentile_interval(crossed, confidence)
     qlo, qhi = percentile_interval(np.where(np.isnan(boots), np.inf, boots), confidence, method="inverted_cdf")
     resolved = x[(np.abs(cm) >= min_effect) | (np.abs(bm) >= min_effect)]
-    return dict(estimate=est, ci_low=lo, ci_high=hi, q_low=qlo, q_high=qhi,
-                p_cross=float(len(crossed) / n_boot),
-                n_boot=n_boot, dominant="cost" if cm[-1] >= bm[-1] else "benefit",
+    return dict(estimate=first_crossing(x, cm, bm, min_effect), ci_low=lo, ci_high=hi, q_low=qlo, q_high=qhi,
+                p_cross=float(len(crossed) / n_boot), n_boot=n_boot, dominant="cost" if cm[-1] >= bm[-1] else "benefit",
                 first_resolved=float(resolved[0]) if len(resolved) else math.nan, min_effect=min_effect)
 
 
 def mode_effects(df: pd.DataFrame, reference: str = "backbone_eval") -> pd.DataFrame:
-    """Per run: ``task_a_change = task_a_after - task_a_before`` and ``task_b_gain`` (``task_b`` minus
-    ``task_b`` of ``reference`` at the same seed and shift). Rows without a ``reference`` run are dropped.
-    Raises ``ValueError`` for an unknown ``reference`` mode.
-    """
+    """Per run with a ``reference`` run at its point: ``task_a_change = task_a_after - task_a_before`` and
+    ``task_b_gain`` (``task_b`` minus the reference's). Raises ``ValueError`` for an unknown ``reference`` mode."""
     check_choice("reference", reference, MODE_NAMES)
     keys = [k for k in PAIR_KEYS if k in df.columns]
     ref = df[df["mode"] == reference].set_index(keys)["task_b"].rename("task_b_reference")
@@ -203,44 +178,42 @@ def _main(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _affine(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the original design: task B's own classes, no corruption (all rows of an older table)."""
-    keep = np.ones(len(df), bool)
-    if "task_b_classes" in df.columns:
-        keep &= (df["task_b_classes"] == "new").to_numpy()
-    if "corruption" in df.columns:
-        keep &= (df["corruption"] == "none").to_numpy()
-    return df[keep]
+    """The rows of the original design: task B's own classes, no corruption."""
+    return df[((df["task_b_classes"] == "new") & (df["corruption"] == "none")).to_numpy()]
 
 
 def _noshift(eff: pd.DataFrame) -> np.ndarray:
     """Rows at their family's no-shift point (no corruption, brightness 0, contrast 1)."""
-    ns = ((eff["brightness"] == 0) & (eff["contrast"] == 1)).to_numpy().copy()
-    if "corruption" in eff.columns:
-        ns &= (eff["corruption"] == "none").to_numpy()
-    return ns
+    return ((eff["brightness"] == 0) & (eff["contrast"] == 1) & (eff["corruption"] == "none")).to_numpy()
 
 
 def _present_lines(eff: pd.DataFrame) -> list:
-    return [t for t in LINES if f"on_{t}" in eff.columns and eff[f"on_{t}"].astype(bool).any()]
+    return [t for t in LINES if eff[f"on_{t}"].astype(bool).any()]
+
+
+def _shifted_levels(eff: pd.DataFrame):
+    """``(line, strength, rows)`` for every level of every line present but the family's no-shift point."""
+    shifted = ~_noshift(eff)
+    for t in _present_lines(eff):
+        st = strength_of(eff, t).where(shifted)
+        for x in sorted(st.dropna().unique()):
+            yield t, float(x), eff[st == x]
+
+
+def _budget_levels(df: pd.DataFrame) -> list:
+    """The ``both``-line strengths of the budget check (empty without one)."""
+    return sorted(df.loc[df["part"] == "budget", "both_strength"].dropna().unique()) if "part" in df.columns else []
 
 
 def seed_points(df: pd.DataFrame) -> pd.DataFrame:
-    """Each seed's raw cost and benefit at every shifted level of every line (the points behind
-    :func:`level_table`'s raw-view means, drawn as a strip in Fig. 1 so the spread behind each interval shows).
-    Long: ``line, strength, seed, metric, value`` (accuracy fractions; ``metric`` is ``cost`` or ``benefit``).
-    The no-shift point of each family is left out, as in :func:`level_table`."""
-    eff = paired_effects(_main(df))
-    shifted = ~_noshift(eff)
-    parts = []
-    for t in _present_lines(eff):
-        st = strength_of(eff, t).where(shifted)
-        g = eff[st.notna()].assign(line=t, strength=st[st.notna()].astype(float))
-        parts.append(g.melt(id_vars=["line", "strength", "seed"], value_vars=["cost", "benefit"],
-                            var_name="metric", value_name="value"))
+    """Each seed's cost and benefit at every shifted level (the points behind :func:`level_table`'s raw means, Fig. 1's
+    strip), long: ``line, strength, seed, metric, value`` (accuracy fractions)."""
+    parts = [g.assign(line=t, strength=x).melt(id_vars=["line", "strength", "seed"], value_vars=["cost", "benefit"],
+                                               var_name="metric", value_name="value")
+             for t, x, g in _shifted_levels(paired_effects(_main(df)))]
     if not parts:
         return pd.DataFrame(columns=["line", "strength", "seed", "metric", "value"])
-    return pd.concat(parts, ignore_index=True).sort_values(["line", "strength", "metric", "seed"],
-                                                            ignore_index=True)
+    return pd.concat(parts, ignore_index=True).sort_values(["line", "strength", "metric", "seed"], ignore_index=True)
 
 
 def line_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -253,10 +226,9 @@ def line_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def budget_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Cost, benefit and net (benefit - cost) at the budget check's ``both``-line strengths per stage-2 step count:
-    ``t, steps, metric, mean, ci_low, ci_high, n_seeds`` (95% t intervals over seeds; empty without a budget
-    check)."""
-    levels = sorted(df.loc[df["part"] == "budget", "both_strength"].dropna().unique())
+    """Cost, benefit and net at the budget check's strengths per stage-2 step count: ``t, steps, metric, mean,
+    ci_low, ci_high, n_seeds`` (empty without a budget check)."""
+    levels = _budget_levels(df)
     if not levels:
         return pd.DataFrame(columns=["t", "steps", "metric", "mean", "ci_low", "ci_high", "n_seeds"])
     bud = paired_effects(df[df["both_strength"].isin(levels)])
@@ -276,13 +248,8 @@ def condition_kind(effects: pd.DataFrame) -> np.ndarray:
     kind = np.full(len(effects), "grid only", dtype=object)
     for t in reversed(_present_lines(effects)):
         kind = np.where(strength_of(effects, t).notna().to_numpy(), t, kind)
-    if "task_b_classes" in effects.columns:
-        same = (effects["task_b_classes"] == "same").to_numpy()
-    else:
-        same = np.zeros(len(effects), bool)
-    noshift = _noshift(effects)
-    kind = np.where(noshift & same, "no shift, same classes", np.where(noshift, "no shift", kind))
-    return kind
+    same, noshift = (effects["task_b_classes"] == "same").to_numpy(), _noshift(effects)
+    return np.where(noshift & same, "no shift, same classes", np.where(noshift, "no shift", kind))
 
 
 def condition_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -317,19 +284,18 @@ def _wide(long: pd.DataFrame, by: list, metric: str) -> pd.DataFrame:
 
 # --- issue 10: per-level effects, multiplicity, equivalence, the normalized view -------------------------------------
 
-#: The page's direction words (:func:`bnstudy.inference.decide`), each naming the sign of *condition minus
-#: reference*: the net effect (benefit - cost, i.e. ``train_mode - backbone_eval`` summed over both tasks) and the
-#: no-shift benefit; a longer minus a shorter budget; the grid's corner cost minus a part's.
+#: The page's direction words (:func:`bnstudy.inference.decide`), each the sign of *condition minus reference*: the
+#: net (``train_mode - backbone_eval`` over both tasks) and the no-shift benefit; a longer minus a shorter budget; the
+#: grid's corner cost minus a part's.
 NET_WORDS = dict(higher="train mode higher", lower="train mode lower")
 BUDGET_WORDS = dict(higher="longer budget higher", lower="longer budget lower")
 COMPOUND_WORDS = dict(higher="combined shift costs more", lower="combined shift costs less")
 DIRECTIONS: tuple[str, ...] = tuple(w for d in (NET_WORDS, BUDGET_WORDS, COMPOUND_WORDS) for w in d.values())
 #: The verdict kinds (:data:`bnstudy.inference.VERDICT_KINDS`) the per-level tables count, in the page's order.
 KINDS = ("lower", "higher", "equivalent", "not decided", "too few seeds")
-#: Views of the per-level effects: name -> (cost, benefit, net) columns of :func:`normalized_effects`.
-#: ``raw``: accuracy; ``normalized``: shares of each task's room above chance; ``vs no shift``: accuracy, with the
-#: benefit counted above its own value at the family's no-shift point (``benefit - benefit(no shift)``, per seed),
-#: so that a constant offset the new task gains without any shift does not count as adaptation.
+#: Views of the per-level effects: name -> (cost, benefit, net) columns of :func:`normalized_effects`. ``raw``:
+#: accuracy; ``normalized``: shares of each task's room above chance; ``vs no shift``: accuracy, the benefit counted
+#: above its value at the family's no-shift point (an offset gained without any shift is not adaptation).
 VIEWS = {"raw": ("cost", "benefit", "net"), "normalized": ("cost_n", "benefit_n", "net_n"),
          "vs no shift": ("cost", "benefit_0", "net_0")}
 #: Equivalence margins at which the page counts the verdicts (the TOST margin is a choice; the counts show it).
@@ -344,30 +310,23 @@ CANDIDATE_CALLS = {"KL": ("kl", "eval"), "mean shift": ("mean_shift", "eval"),
 
 
 def normalized_effects(eff: pd.DataFrame, chance: float) -> pd.DataFrame:
-    """``eff`` (:func:`paired_effects`) with each effect divided by its task's room above chance, per seed:
-    ``room_a = task_a_before - chance``; ``room_b`` = ``train_mode``'s task-B accuracy minus chance at the
-    no-shift point of the same seed and task-B family (``task_b_classes``); ``cost_n = cost / room_a``,
-    ``benefit_n = benefit / room_b``, ``net_n = benefit_n - cost_n``. Rows whose room is not positive get NaN.
-    Also ``benefit_noshift`` (the same seed's and family's benefit at no shift), ``benefit_0 = benefit -
-    benefit_noshift`` and ``net_0 = benefit_0 - cost`` (accuracy; the ``vs no shift`` view of :data:`VIEWS`).
-    Raises ``ValueError`` if a family has no no-shift point."""
+    """``eff`` (:func:`paired_effects`) with, per seed, ``room_a = task_a_before - chance``, ``room_b`` (``train_mode``'s
+    task-B accuracy minus chance at the no-shift point of the seed and task-B family; NaN where a room is not
+    positive), ``cost_n = cost / room_a``, ``benefit_n = benefit / room_b``, ``net_n = benefit_n - cost_n``,
+    ``benefit_noshift`` (the benefit at that no-shift point), ``benefit_0 = benefit - benefit_noshift`` and ``net_0 =
+    benefit_0 - cost``. Raises ``ValueError`` if a family has no no-shift point."""
     out = eff.copy()
-    fam = out["task_b_classes"] if "task_b_classes" in out.columns else pd.Series("new", index=out.index)
-    noshift = (out["brightness"] == 0) & (out["contrast"] == 1)
-    if "corruption" in out.columns:
-        noshift &= out["corruption"] == "none"
-    ns = out[noshift].assign(fam=fam[noshift]).groupby(["seed", "fam"])["task_b_train_mode"].first() - chance
-    idx = pd.MultiIndex.from_arrays([out["seed"], fam])
-    if not idx.isin(ns.index).all():
+    at0 = out[_noshift(out)].groupby(["seed", "task_b_classes"])
+    idx = pd.MultiIndex.from_arrays([out["seed"], out["task_b_classes"]])
+    if not idx.isin(at0["task_b_train_mode"].first().index).all():
         raise ValueError("normalized_effects needs the no-shift point of every seed and task-B family")
     out["room_a"] = (out["task_a_before"] - chance).where(lambda r: r > 0)
-    out["room_b"] = ns.reindex(idx).to_numpy()
+    out["room_b"] = (at0["task_b_train_mode"].first() - chance).reindex(idx).to_numpy()
     out["room_b"] = out["room_b"].where(out["room_b"] > 0)
     out["cost_n"] = out["cost"] / out["room_a"]
     out["benefit_n"] = out["benefit"] / out["room_b"]
     out["net_n"] = out["benefit_n"] - out["cost_n"]
-    b0 = out[noshift].assign(fam=fam[noshift]).groupby(["seed", "fam"])["benefit"].first()
-    out["benefit_noshift"] = b0.reindex(idx).to_numpy()
+    out["benefit_noshift"] = at0["benefit"].first().reindex(idx).to_numpy()
     out["benefit_0"] = out["benefit"] - out["benefit_noshift"]
     out["net_0"] = out["benefit_0"] - out["cost"]
     return out
@@ -377,23 +336,12 @@ def _chance(df: pd.DataFrame) -> float:
     return 1 / int(df["n_classes"].iloc[0]) if "n_classes" in df.columns else 0.1
 
 
-def _rate(c: np.ndarray, b: np.ndarray) -> float:
-    """``mean(b) / mean(c)``; ``+inf`` where the mean cost is not positive (the ratio has no upper bound)."""
-    cm = float(np.mean(c))
-    return float(np.mean(b)) / cm if cm > 0 else math.inf
-
-
 def breakeven_interval(cost, benefit, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95) -> tuple:
-    """Seed-bootstrap percentile interval of the break-even rate ``mean(benefit) / mean(cost)``
-    (:func:`bnstudy.inference.bootstrap_interval`: whole seeds resampled with cost and benefit together, ``n_boot``
-    resamples, seed ``seed``; a resample with a mean cost at or below 0 has an unbounded rate).
-
-    ``cost``, ``benefit``: per-seed paired effects (same length, accuracy 0..1). Returns ``(low, high)``, an
-    uncorrected ``confidence`` interval; ``(nan, nan)`` (the rate is a point estimate only) where inference gives
-    no interval (fewer than 2 seeds) or its upper end is unbounded (more than ``(1 - confidence) / 2`` of the
-    resamples have no positive mean cost). Raises ``ValueError`` for unequal lengths, ``n_boot < 1`` or
-    ``confidence`` outside (0, 1).
-    """
+    """Uncorrected seed-bootstrap percentile interval ``(low, high)`` of the break-even rate ``mean(benefit) /
+    mean(cost)`` (:func:`bnstudy.inference.bootstrap_interval`, cost and benefit resampled together; a resample
+    with a mean cost <= 0 has an unbounded rate). ``(nan, nan)`` (a point estimate only) where there is no interval
+    (fewer than 2 seeds) or its upper end is unbounded. Raises ``ValueError`` for unequal lengths, ``n_boot < 1`` or
+    ``confidence`` outside (0, 1)."""
     c, b = np.asarray(cost, float), np.asarray(benefit, float)
     if c.shape != b.shape or c.ndim != 1:
         raise ValueError(f"cost and benefit must be 1-D of equal length, got {c.shape} and {b.shape}")
@@ -401,7 +349,8 @@ def breakeven_interval(cost, benefit, n_boot: int = 2000, seed: int = 0, confide
         raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    iv = bootstrap_interval((c, b), _rate, confidence, int(n_boot), seed)
+    rate = lambda c, b: float(np.mean(b)) / float(np.mean(c)) if float(np.mean(c)) > 0 else math.inf  # noqa: E731
+    iv = bootstrap_interval((c, b), rate, confidence, int(n_boot), seed)
     if not (np.isfinite(iv.low) and np.isfinite(iv.high)):
         return math.nan, math.nan
     return float(iv.low), float(iv.high)
@@ -421,45 +370,29 @@ def rate_reading(rate: float, low: float, high: float, kind: str) -> str:
 
 
 def level_table(df: pd.DataFrame, alpha: float = 0.05, margin: float = 0.02, n_boot: int = 2000) -> pd.DataFrame:
-    """Per line and level with a shift (every level but the family's no-shift point), in each view of :data:`VIEWS`
-    (``raw``: accuracy; ``normalized``: share of each task's room above chance, :func:`normalized_effects`; ``vs no
-    shift``: the benefit above its no-shift value): mean cost, benefit and net with family intervals over all
-    ``m_tests`` levels tested, separately per view (a :class:`bnstudy.inference.Family` of ``m_tests``: Bonferroni
-    intervals at ``1 - alpha/m``, so that each verdict can be read off its printed interval), the net's two-sided
-    ``p``, its TOST p-value against ``margin`` (``tost_p``) and :func:`bnstudy.inference.decide`'s ``kind`` and
-    ``verdict`` (:data:`NET_WORDS`; the net is ``train_mode - backbone_eval`` over both tasks), and ``breakeven_rate`` (mean benefit over mean
-    cost: how many task-B points one task-A point must be worth for drifting not to pay; raw view only, and only
-    where the cost's corrected interval excludes 0: a ratio of a mean cost that may be 0 is noise, so NaN there),
-    with ``breakeven_low`` / ``breakeven_high``: its uncorrected 95% seed-bootstrap interval
-    (:func:`breakeven_interval`, ``n_boot`` resamples, seed 0; NaN where it is a point estimate only).
-    Views: :data:`VIEWS`.
-    Long: :data:`LEVEL_COLUMNS`."""
-    eff = normalized_effects(paired_effects(_main(df)), _chance(df))
-    lines = _present_lines(eff)
-    groups = []
-    shifted = ~_noshift(eff)
-    for t in lines:
-        st = strength_of(eff, t).where(shifted)
-        for x in sorted(st.dropna().unique()):
-            groups.append((t, float(x), eff[st == x]))
-    m = max(len(groups), 1)
-    fam = Family(m, alpha)
+    """Per line and shifted level (:func:`_shifted_levels`) and view (:data:`VIEWS`), long (:data:`LEVEL_COLUMNS`):
+    mean cost, benefit and net with family intervals (a :class:`~bnstudy.inference.Family` of the ``m_tests``
+    levels: Bonferroni at ``1 - alpha/m``), the net's ``p``, TOST ``tost_p`` at ``margin`` and
+    :func:`~bnstudy.inference.decide`'s ``kind`` and ``verdict`` (:data:`NET_WORDS`); in the raw view where the
+    cost's family interval excludes 0, ``breakeven_rate`` (mean benefit over mean cost: how many task-B points one
+    task-A point must be worth for drifting not to pay) and its :func:`breakeven_interval` (``n_boot``, seed 0)."""
+    groups = list(_shifted_levels(normalized_effects(paired_effects(_main(df)), _chance(df))))
+    fam = Family(max(len(groups), 1), alpha)
     recs = []
     for t, x, g in groups:
-        for view, cols in VIEWS.items():
-            c = decide(g[cols[2]], margin=margin, family=fam, **NET_WORDS)
-            c_iv = t_interval(g["cost"], fam.confidence)
-            rate = float(g["benefit"].mean() / g["cost"].mean()) if view == "raw" and c_iv.low > 0 else math.nan
-            r_lo, r_hi = math.nan, math.nan
+        rate, r_lo, r_hi = math.nan, math.nan, math.nan
+        if t_interval(g["cost"], fam.confidence).low > 0:
+            rate = float(g["benefit"].mean() / g["cost"].mean())
             if np.isfinite(rate):
                 pair = g[["cost", "benefit"]].dropna()
                 r_lo, r_hi = breakeven_interval(pair["cost"], pair["benefit"], n_boot, seed=0)
-            for metric, col in zip(("cost", "benefit", "net"), cols):
+        for view, cols in VIEWS.items():
+            c = decide(g[cols[2]], margin=margin, family=fam, **NET_WORDS)
+            raw = [rate, r_lo, r_hi] if view == "raw" else [math.nan] * 3
+            for metric, col in zip(EFFECTS, cols):
                 iv = t_interval(g[col], fam.confidence)
-                recs.append(dict(line=t, family=LINE_SPEC[t][0], strength=x, view=view, metric=metric, mean=iv.mean,
-                                 ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n, m_tests=m, p=c.p,
-                                 tost_p=c.p_equivalence, kind=c.kind, verdict=c.verdict, breakeven_rate=rate,
-                                 breakeven_low=r_lo, breakeven_high=r_hi))
+                recs.append([t, LINE_SPEC[t][0], x, view, metric, iv.mean, iv.low, iv.high, iv.n, fam.m, c.p,
+                             c.p_equivalence, c.kind, c.verdict, *raw])
     return pd.DataFrame(recs, columns=LEVEL_COLUMNS)
 
 
@@ -474,30 +407,23 @@ def _strength_key(x: float) -> str:
 
 
 def level_claims(levels: pd.DataFrame, margin: float) -> pd.DataFrame:
-    """The per-level verdicts of :func:`level_table` (its ``net`` rows) as one claims table
-    (:func:`bnstudy.inference.claims_table`) per view, concatenated: key ``<view>_<line>_<strength>`` (view
-    slugged, e.g. ``vs_no_shift_both_1``), the family interval, p, Holm's adjusted p within the view, the TOST p."""
+    """The per-level verdicts of :func:`level_table` (its ``net`` rows), one claims table per view (its own Holm
+    column), concatenated; key ``<view>_<line>_<strength>`` (e.g. ``vs_no_shift_both_1``)."""
     net = levels[levels["metric"] == "net"]
-    parts = []
-    for view in VIEWS:
-        v = net[net["view"] == view]
-        if not len(v):
-            continue
-        conf = Family(int(v["m_tests"].iloc[0])).confidence
-        parts.append(claims_table(Claim(
-            key=f"{view.replace(' ', '_')}_{r['line']}_{_strength_key(r['strength'])}", estimate=float(r["mean"]),
-            low=float(r["ci_low"]), high=float(r["ci_high"]), n=int(r["n_seeds"]), p=float(r["p"]),
-            p_equivalence=float(r["tost_p"]), margin=float(margin), confidence=conf, kind=r["kind"],
-            verdict=r["verdict"]) for _, r in v.iterrows()))
+    parts = [_table_claims(v.rename(columns={"m_tests": "m"}), [f"{_vs(view)}_{t}_{_strength_key(x)}"
+                                                                for t, x in zip(v["line"], v["strength"])], margin)
+             for view in VIEWS for v in [net[net["view"] == view]] if len(v)]
     return pd.concat(parts, ignore_index=True) if parts else claims_table([])
 
 
+def _vs(view: str) -> str:
+    return view.replace(" ", "_")
+
+
 def view_claims(claims: pd.DataFrame, view: str) -> pd.DataFrame:
-    """The per-level claims of one view (:func:`level_claims`'s keys ``<view>_<line>_<strength>``; not the aliases
-    ``weakest_...`` / ``at_t1_...``), one Holm family: what :func:`bnstudy.inference.count_verdicts` counts."""
-    vs = view.replace(" ", "_")
-    keys = [f"{vs}_{t}_" for t in LINES]
-    other = [f"{w.replace(' ', '_')}_" for w in VIEWS if w != view and w.replace(" ", "_").startswith(vs)]
+    """The per-level claims of one view (keys ``<view>_<line>_<strength>``, not the aliases), one Holm family."""
+    keys = [f"{_vs(view)}_{t}_" for t in LINES]
+    other = [f"{_vs(w)}_" for w in VIEWS if w != view and _vs(w).startswith(_vs(view))]
     sel = claims["key"].map(lambda k: any(k.startswith(p) for p in keys) and not any(k.startswith(o) for o in other))
     return claims[sel.astype(bool)]
 
@@ -506,23 +432,16 @@ VIEW_LABELS = {"raw": "accuracy", "normalized": "share of room", "vs no shift": 
 
 
 def holm_extra_resolved(df: pd.DataFrame, alpha: float = 0.05) -> dict:
-    """Per view (slug of :data:`VIEWS`), how many levels Holm's step-down procedure would resolve (sign of benefit
-    minus cost settled: Holm-adjusted two-sided one-sample t-test p below ``alpha``, :func:`bnstudy.inference.holm`)
-    that the page's Bonferroni family leaves without a direction (p at least ``alpha / m``). A sensitivity count for the page's choice of Bonferroni; Holm
-    never unresolves a level Bonferroni resolves. Levels as :func:`level_table` (every level with a shift)."""
-    eff = normalized_effects(paired_effects(_main(df)), _chance(df))
-    shifted = ~_noshift(eff)
-    groups = [eff[strength_of(eff, t).where(shifted) == x] for t in _present_lines(eff)
-              for x in sorted(strength_of(eff, t).where(shifted).dropna().unique())]
+    """Per view, how many levels Holm's step-down (:func:`bnstudy.inference.holm` of the net's two-sided p) resolves
+    that the page's Bonferroni family leaves without a direction (p >= ``alpha / m``): the sensitivity of that
+    choice."""
+    groups = [g for _, _, g in _shifted_levels(normalized_effects(paired_effects(_main(df)), _chance(df)))]
     m = max(len(groups), 1)
     out = {}
     for view, cols in VIEWS.items():
         p = np.array([two_sided_p(g[cols[2]]) for g in groups], float)
-        adj = holm(p)
-        out[view.replace(" ", "_")] = int(np.sum((adj < alpha) & ~(p < alpha / m)))
+        out[_vs(view)] = int(np.sum((holm(p) < alpha) & ~(p < alpha / m)))
     return out
-
-
 
 
 def verdict_table(levels: pd.DataFrame) -> pd.DataFrame:

@@ -35,9 +35,7 @@ from ...tasks import BatchStream, generator, make_task_b
 NAMESPACE = "ch03_shift_strength"
 MISMATCH_NAMESPACE = "ch03_mismatch"
 SHIFT_TYPES = ("brightness", "contrast", "both")
-#: Every line (issue 10): the three affine lines above on task B's own classes, two corruptions a BatchNorm layer
-#: cannot undo (``blur``: Gaussian blur std in pixels; ``noise``: extra pixel-noise std), and the second task family
-#: where task B has task A's classes seen through the shift (``same_both``: the both line; ``same_noise``).
+#: Every line (module docstring): ``blur`` is a Gaussian blur std in pixels, ``noise`` an extra pixel-noise std.
 LINES = SHIFT_TYPES + ("blur", "noise", "same_both", "same_noise")
 #: ``line: (task_b_classes, kind)``; kind is ``brightness``/``contrast``/``both`` (affine) or a corruption.
 LINE_SPEC = {"brightness": ("new", "brightness"), "contrast": ("new", "contrast"), "both": ("new", "both"),
@@ -54,9 +52,7 @@ GRID_MODES = ("train_mode", "backbone_eval")
 REFERENCE_SHIFT = (RunConfig.brightness, RunConfig.contrast)
 CH1_STEPS = RunConfig.steps
 
-#: The profiles' sweep sizes (the only place they are set). quick: 3 seeds, the grid's corners only (all on the
-#: lines), a short budget check at a weak and at chapter 1's shift; full: 16 seeds (issue 10: more seeds where the
-#: engine makes it cheap).
+#: The sweep sizes (only set here). quick: the grid's corners only, a short budget check; full: the published book.
 PROFILES = {
     "quick": dict(seeds=3, steps=100, brightness_levels=(0.0, 1.0, 2.0, 4.0), contrast_levels=(1.0, 1.5, 2.0, 5.0),
                   both_levels=(0.0, 0.25, 0.5, 1.0), grid_brightness=(0.0, 4.0), grid_contrast=(1.0, 5.0),
@@ -359,14 +355,8 @@ def _mismatch_group(configs: list[MismatchConfig], cache_root: str, version: str
 # --- the experiment -----------------------------------------------------------------------------------------------
 
 def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """Run chapter 3's sweep; one row per distinct ``(seed, mode, brightness, contrast, steps)``.
-
-    Columns: those of :func:`bnstudy.engine.transfer`; the mismatch columns of :func:`mismatch_row`;
-    ``on_brightness`` / ``on_contrast`` / ``on_both`` (whether the run's shift is one of that line's
-    levels), ``both_strength`` (``t`` where the shift is a level of the ``both`` line or of the budget
-    check, NaN elsewhere), ``in_grid``, and ``part``: ``"main"`` for runs with the sweep's ``steps``,
-    ``"budget"`` for the budget check's other step counts.
-    """
+    """Chapter 3's sweep, one row per distinct ``(seed, mode, shift, steps)``: the columns of
+    :func:`bnstudy.engine.transfer`, of :func:`mismatch_row` and of :func:`annotate`."""
     if not isinstance(config, Config):
         raise TypeError(f"run needs a shift_strength.Config (see make_config), got {type(config).__name__}")
     ex = execution or Execution()
@@ -377,11 +367,9 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
     root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
     mcfgs = list(dict.fromkeys(config.mismatch_config(s, b, c, cl, co, lv) for s in config.seeds
                                for (cl, co, lv, b, c, _n) in config.points()))
-    by_seed: dict = {}
-    for i, c in enumerate(mcfgs):
-        by_seed.setdefault(c.seed, []).append(i)
+    groups = [[i for i, c in enumerate(mcfgs) if c.seed == s] for s in dict.fromkeys(c.seed for c in mcfgs)]
     mm = run_sweep(mcfgs, _mismatch_group, namespace=MISMATCH_NAMESPACE, cache_dir=root, execution=ex,
-                   groups=list(by_seed.values()), desc="statistics mismatch",
+                   groups=groups, desc="statistics mismatch",
                    group_kwargs={"cache_root": root, "version": version})
     keys = pd.DataFrame([dict(seed=c.seed, **{k: getattr(c, k) for k in POINT_COLS}) for c in mcfgs])
     df = df.merge(pd.concat([keys, mm], axis=1), on=["seed", *POINT_COLS], how="left", validate="many_to_one")
@@ -389,11 +377,10 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
 
 
 def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
-    """``df`` with the columns saying where each run sits: ``on_<line>``, ``both_strength``, ``in_grid``, ``part``."""
+    """``df`` with where each run sits: ``s_<line>`` (its strength on the line, NaN off it) and ``on_<line>``,
+    ``both_strength`` (``t`` on the ``both`` line or the budget check), ``in_grid`` and ``part`` (``"main"`` at the
+    sweep's steps, ``"budget"`` at the budget check's other step counts)."""
     df = df.copy()
-    for col, default in (("task_b_classes", "new"), ("corruption", "none"), ("corruption_level", 0.0)):
-        if col not in df.columns:
-            df[col] = default
     pts = {t: {point_of(t, s): s for s in ls} for t, ls in config.levels().items()}
     key = [_key(r) for r in df[list(POINT_COLS)].to_dict("records")]
     for t in LINES:
@@ -408,13 +395,9 @@ def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
     return df
 
 
-#: Config fields that only the analysis reads: a page that analyses an earlier run's rows again
-#: (``rows`` in the notebook, :func:`bnstudy.report.load_rows`) may change them; every other field must
-#: equal the earlier run's record.
+#: Config fields only the analysis reads: a page analysing an earlier run's rows may change them.
 ANALYSIS_PARAMETERS = ("n_boot", "n_boot_select", "min_effect", "tie_margin")
-#: Parameters this design added after rows of the release were computed, with the value those older rows were
-#: computed with: rows that do not record one read as that value (bnstudy.report.load_rows), so a new axis
-#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+#: Parameters added after the release's rows were computed, with the value those rows had (docs/chapter-code.md).
 READ_DEFAULTS: dict = {}
 
 
