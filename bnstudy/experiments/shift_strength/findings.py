@@ -278,10 +278,6 @@ def scatter_table(df: pd.DataFrame) -> pd.DataFrame:
     return _ci_long(me, ["mode", "brightness", "contrast"], ("task_a_change", "task_b_gain"))
 
 
-def _wide(long: pd.DataFrame, by: list, metric: str) -> pd.DataFrame:
-    return long[long["metric"] == metric].set_index(by)[["mean", "ci_low", "ci_high"]]
-
-
 # --- issue 10: per-level effects, multiplicity, equivalence, the normalized view -------------------------------------
 
 #: The page's direction words (:func:`bnstudy.inference.decide`), each the sign of *condition minus reference*: the
@@ -445,23 +441,19 @@ def holm_extra_resolved(df: pd.DataFrame, alpha: float = 0.05) -> dict:
 
 
 def verdict_table(levels: pd.DataFrame) -> pd.DataFrame:
-    """The page's per-level table (display cells) from :func:`level_table`: one row per line and strength, the net
-    effect with its corrected interval and the verdict in each view (:data:`VIEW_LABELS`), and the break-even
-    exchange rate with its seed-bootstrap interval (:func:`rate_reading`; ``n/a`` where the cost's corrected
-    interval contains 0)."""
+    """The page's per-level table (display cells) from :func:`level_table`: per line and strength the net with its
+    family interval and the verdict in each view (:data:`VIEW_LABELS`) and the break-even rate (:func:`rate_reading`)."""
     net = levels[levels["metric"] == "net"]
     rows = []
     for (t, x), g in net.groupby(["line", "strength"], sort=False):
         r = {"line": t, "strength": f"{x:g}"}
         for view, label in VIEW_LABELS.items():
-            if not (g["view"] == view).any():
-                continue
-            v = g[g["view"] == view].iloc[0]
-            r[f"benefit - cost ({label})"] = f"{v['mean']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
-            r[f"verdict ({label})"] = v["verdict"]
+            for _, v in g[g["view"] == view].iloc[:1].iterrows():
+                r[f"benefit - cost ({label})"] = f"{v['mean']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
+                r[f"verdict ({label})"] = v["verdict"]
         raw = g[g["view"] == "raw"].iloc[0]
-        r["break-even rate [95%]"] = rate_reading(raw["breakeven_rate"], raw.get("breakeven_low", math.nan),
-                                                  raw.get("breakeven_high", math.nan), raw["kind"])
+        r["break-even rate [95%]"] = rate_reading(raw["breakeven_rate"], raw["breakeven_low"], raw["breakeven_high"],
+                                                  raw["kind"])
         rows.append(r)
     return pd.DataFrame(rows).set_index(["line", "strength"])
 
@@ -472,20 +464,17 @@ KIND_LABELS = {"lower": NET_WORDS["lower"], "higher": NET_WORDS["higher"], "equi
 
 
 def margin_counts(df: pd.DataFrame, margins=MARGINS, alpha: float = 0.05) -> pd.DataFrame:
-    """How the verdict counts move with the equivalence margin: per view (:data:`VIEWS`) and margin, the number of
-    levels with each verdict kind of :data:`KINDS` (:func:`level_table` at that margin, counted by
-    :func:`bnstudy.inference.count_verdicts`: directions by Holm within the view; only ``equivalent`` and
-    ``not decided`` can move, a direction does not depend on the margin). Long: ``view, margin, kind, n``.
-    Raises ``ValueError`` for a margin that is not positive."""
+    """Per view and equivalence margin, how many levels count as each kind of :data:`KINDS` (:func:`level_table` at
+    that margin, :func:`bnstudy.inference.count_verdicts`; only ``equivalent`` and ``not decided`` can move). Long:
+    ``view, margin, kind, n``. Raises ``ValueError`` for a margin that is not positive."""
     recs = []
     for mg in margins:
         if not mg > 0:
             raise ValueError(f"margins must be > 0, got {mg!r}")
         cl = level_claims(level_table(df, alpha, float(mg)), float(mg))
         for view in VIEWS:
-            cnt = count_verdicts(view_claims(cl, view), alpha)  # the book's counts rule: Holm for directions
-            for k in KINDS:
-                recs.append(dict(view=view, margin=float(mg), kind=k, n=int(cnt[k])))
+            cnt = count_verdicts(view_claims(cl, view), alpha)
+            recs += [(view, float(mg), k, int(cnt[k])) for k in KINDS]
     return pd.DataFrame(recs, columns=["view", "margin", "kind", "n"])
 
 
@@ -497,10 +486,13 @@ def margin_display(mc: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns=KIND_LABELS)
 
 
+#: The columns of :func:`threshold_table` after ``line, view, threshold`` (:func:`crossover`'s entries).
+CROSS_COLUMNS = ["estimate", "ci_low", "ci_high", "q_low", "q_high", "p_cross"]
+
+
 def threshold_table(df: pd.DataFrame, thresholds=TIE_THRESHOLDS, n_boot: int = 2000) -> pd.DataFrame:
-    """How the crossover answer moves with the tie threshold: per line, view (:data:`VIEWS`) and threshold,
-    :func:`crossover`'s ``estimate, ci_low, ci_high`` (conditional on crossing), ``q_low, q_high`` (unconditional,
-    ``inf`` = no crossing) and ``p_cross`` (bootstrap seed 0). Long table."""
+    """How the crossover moves with the tie threshold: per line, view and threshold, :func:`crossover`'s
+    :data:`CROSS_COLUMNS` (bootstrap seed 0). Long."""
     eff = normalized_effects(paired_effects(_main(df)), _chance(df))
     recs = []
     for t in _present_lines(eff):
@@ -508,14 +500,10 @@ def threshold_table(df: pd.DataFrame, thresholds=TIE_THRESHOLDS, n_boot: int = 2
             sub = eff.dropna(subset=[cc, bc])
             x, _, c = line_matrix(sub, t, cc)
             _, _, b = line_matrix(sub, t, bc)
-            if len(x) < 2 or c.shape[0] < 2:
-                continue
-            for thr in thresholds:
-                cr = crossover(x, c, b, n_boot=n_boot, seed=0, min_effect=float(thr))
-                recs.append(dict(line=t, view=view, threshold=float(thr), estimate=cr["estimate"], ci_low=cr["ci_low"],
-                                 ci_high=cr["ci_high"], q_low=cr["q_low"], q_high=cr["q_high"], p_cross=cr["p_cross"]))
-    return pd.DataFrame(recs, columns=["line", "view", "threshold", "estimate", "ci_low", "ci_high", "q_low", "q_high",
-                                       "p_cross"])
+            if len(x) >= 2 and c.shape[0] >= 2:
+                recs += [[t, view, float(thr)] + [cr[k] for k in CROSS_COLUMNS] for thr in thresholds
+                         for cr in [crossover(x, c, b, n_boot=n_boot, seed=0, min_effect=float(thr))]]
+    return pd.DataFrame(recs, columns=["line", "view", "threshold", *CROSS_COLUMNS])
 
 
 def _loc(v: float) -> str:
@@ -524,15 +512,13 @@ def _loc(v: float) -> str:
 
 def threshold_display(th: pd.DataFrame) -> pd.DataFrame:
     """The page's sensitivity table (display cells): rows line x view, columns the tie thresholds; a cell is the
-    crossover strength of the mean curves (``none`` if they do not cross), the unconditional 95% bootstrap interval
-    of the crossing location in brackets (``none`` = a resample that does not cross, counted at +inf), and the share
-    of resamples that cross."""
+    crossover of the mean curves (``none``: they do not cross), its unconditional 95% bootstrap interval in brackets
+    and the share of resamples that cross."""
     th = th.assign(cell=[f"{_loc(e)} [{_loc(lo)}, {_loc(hi)}] ({p:.0%})"
                          for e, lo, hi, p in zip(th["estimate"], th["q_low"], th["q_high"], th["p_cross"])])
     # In the "vs no shift" view the net at no shift is -cost(no shift) by construction, so at threshold 0 every line
     # "crosses" just after no shift as soon as its first level's mean is negative: no information, blanked.
-    art = (th["view"] == "vs no shift") & (th["threshold"] == 0)
-    th.loc[art, "cell"] = ARTEFACT_CELL
+    th.loc[(th["view"] == "vs no shift") & (th["threshold"] == 0), "cell"] = ARTEFACT_CELL
     out = th.pivot_table(index=["line", "view"], columns="threshold", values="cell", aggfunc="first", sort=False)
     out.columns = [f"tie < {c:g}" for c in out.columns]
     return out
@@ -545,61 +531,48 @@ ARTEFACT_CELL = "n/a (by construction)"
 # --- issue 10: which mismatch measure predicts the cost of a shift type it has not seen -------------------------
 
 def isotonic_predict(x_train, y_train, x_new) -> np.ndarray:
-    """Fit a non-decreasing step function of ``x_train`` to ``y_train`` (least squares, pool adjacent violators:
-    ``scipy.optimize.isotonic_regression``) and read it at ``x_new`` by linear interpolation between the fitted
-    points, constant beyond the ends. Ties in ``x`` are averaged first."""
+    """A non-decreasing least-squares step function of ``x_train`` fitted to ``y_train`` (pool adjacent violators,
+    ``scipy.optimize.isotonic_regression``; ties in ``x`` averaged first), read at ``x_new`` by linear interpolation,
+    constant beyond the ends."""
     from scipy.optimize import isotonic_regression
     x, y = np.asarray(x_train, float), np.asarray(y_train, float)
     ux, inv = np.unique(x, return_inverse=True)
     w = np.bincount(inv).astype(float)
-    ym = np.bincount(inv, weights=y) / w
-    fit = isotonic_regression(ym, weights=w, increasing=True).x
+    fit = isotonic_regression(np.bincount(inv, weights=y) / w, weights=w, increasing=True).x
     return np.interp(np.asarray(x_new, float), ux, fit)
 
 
 def loo_errors(x, y, kinds, held_out_types, twins: dict | None = None) -> dict:
-    """Leave one shift type out: for each type in ``held_out_types``, fit :func:`isotonic_predict` on the points
-    of every other kind and return the mean absolute error on that type's points. ``x``, ``y``, ``kinds``: one
-    entry per condition. ``twins`` (type -> kinds held out with it, e.g. :data:`TWINS`): lines that share their
-    shifts are left out of the fit together, so that the held-out type's shifts are truly unseen."""
+    """Leave one shift type out: per type of ``held_out_types``, the mean absolute error on its points of
+    :func:`isotonic_predict` fitted on the other kinds' points (one entry per condition), its ``twins`` (type ->
+    kinds, :data:`TWINS`) held out with it so its shifts are truly unseen."""
     x, y, kinds = np.asarray(x, float), np.asarray(y, float), np.asarray(kinds)
-    twins = twins or {}
     out = {}
     for t in held_out_types:
         test = kinds == t
-        train = ~np.isin(kinds, list(twins.get(t, (t,))) + [t])
+        train = ~np.isin(kinds, list((twins or {}).get(t, (t,))) + [t])
         if test.any() and train.sum() >= 2:
             out[t] = float(np.abs(isotonic_predict(x[train], y[train], x[test]) - y[test]).mean())
     return out
 
 
-def _spearman(a, b) -> float:
-    """Spearman's rho (:func:`bnstudy.inference.rank_correlation`; NaN for fewer than 4 pairs or a constant input)."""
-    return rank_correlation(a, b)[0]
-
-
 def mismatch_selection(df: pd.DataFrame, candidates: dict = CANDIDATES, n_boot: int = 1000, seed: int = 0,
                        confidence: float = 0.95, twins: dict | None = TWINS) -> dict:
-    """Compare mismatch candidates on predicting the cost of a held-out shift type, with bootstrap intervals.
+    """Mismatch candidates compared on predicting the cost of a held-out shift type.
 
-    Conditions are the sweep's shifts except grid-only ones; a condition's value is the mean over seeds of its
-    per-seed cost and candidate measure; the held-out types are the :func:`condition_kind` lines (not the
-    no-shift points). Score of a candidate: the mean over held-out types of :func:`loo_errors` (accuracy
-    fraction; lower is better), twin lines (``twins``, default :data:`TWINS`) held out together. The winner has the lowest score on the data. Intervals: ``n_boot`` resamples of
-    whole seeds (:func:`bnstudy.inference.bootstrap_distribution`, seed ``seed``), percentile, for every score, every Spearman correlation of a
-    candidate with the cost (over all shifts, grid included) and the score difference of each candidate from
-    the winner (``beaten``: its interval lies above 0).
-
-    Returns ``candidates`` (name -> dict(score, score_lo, score_hi, rho, rho_lo, rho_hi, diff, diff_lo, diff_hi,
-    beaten, per_type)), ``winner``, ``types``, ``n_conditions``, ``n_boot``. The winner is chosen on the same data
-    and kept fixed in the bootstrap (a winner's curse): read it with the ``diff`` intervals, not alone.
-    Raises ``ValueError`` if fewer than 2 held-out types or 2 seeds exist.
-    """
+    A condition is a shift but the grid-only ones, valued by its seed means of cost and candidate; a candidate's
+    score is the mean over the lines (:func:`condition_kind`) of :func:`loo_errors` (accuracy; lower is better). The
+    winner has the lowest score on the data and is kept fixed in the bootstrap (``n_boot`` resamples of whole seeds,
+    seed ``seed``, percentile intervals of every score, every Spearman correlation of a candidate with the cost over
+    all shifts, and each candidate's score minus the winner's: ``beaten`` where that lies above 0; read the winner
+    with these, not alone). Returns ``candidates`` (name -> ``score, score_lo, score_hi, rho, rho_lo, rho_hi, diff,
+    diff_lo, diff_hi, beaten, per_type``), ``winner``, ``types``, ``n_conditions``, ``n_boot``. Raises
+    ``ValueError`` with fewer than 2 held-out types or 2 seeds."""
     eff = paired_effects(_main(df))
     eff = eff.assign(kind=condition_kind(eff))
     keys = [k for k in POINT_COLS if k in eff.columns]
-    cols = [c for c in candidates.values()]
-    piv = {c: eff.pivot_table(index="seed", columns=keys, values=c, aggfunc="first") for c in (*cols, "cost")}
+    piv = {c: eff.pivot_table(index="seed", columns=keys, values=c, aggfunc="first")
+           for c in (*candidates.values(), "cost")}
     kinds = eff.groupby(keys)["kind"].first().reindex(piv["cost"].columns).to_numpy()
     V = {c: p.dropna().to_numpy(float) for c, p in piv.items()}
     n_seeds = V["cost"].shape[0]
@@ -613,7 +586,7 @@ def mismatch_selection(df: pd.DataFrame, candidates: dict = CANDIDATES, n_boot: 
         out = {}
         for name, col in candidates.items():
             e = loo_errors(means[col][use], means["cost"][use], kinds[use], types, twins)
-            out[name] = (float(np.mean(list(e.values()))), _spearman(means[col], means["cost"]), e)
+            out[name] = (float(np.mean(list(e.values()))), rank_correlation(means[col], means["cost"])[0], e)
         return out
 
     names = list(candidates)
@@ -635,12 +608,11 @@ def mismatch_selection(df: pd.DataFrame, candidates: dict = CANDIDATES, n_boot: 
 
 
 def selection_table(sel: dict) -> pd.DataFrame:
-    """Tidy table of :func:`mismatch_selection`: ``candidate, held_out, error`` (``held_out = "mean"`` is the
-    score) plus the score's and the rank correlation's intervals on the ``mean`` rows."""
+    """:func:`mismatch_selection` tidy: ``candidate, held_out, error`` (``held_out = "mean"``: the score, with the
+    score's, the rank correlation's and the difference from the winner's intervals)."""
     recs = []
     for name, r in sel["candidates"].items():
-        for t, e in r["per_type"].items():
-            recs.append(dict(candidate=name, held_out=t, error=e))
+        recs += [dict(candidate=name, held_out=t, error=e) for t, e in r["per_type"].items()]
         recs.append(dict(candidate=name, held_out="mean", error=r["score"], error_lo=r["score_lo"],
                          error_hi=r["score_hi"], rho=r["rho"], rho_lo=r["rho_lo"], rho_hi=r["rho_hi"],
                          diff_from_winner_lo=r["diff_lo"], diff_from_winner_hi=r["diff_hi"]))
@@ -648,22 +620,17 @@ def selection_table(sel: dict) -> pd.DataFrame:
 
 
 def equal_measure_spread(conditions: pd.DataFrame, column: str) -> dict:
-    """The largest gap in cost between two lines at the same value of the mismatch ``column``.
-
-    Each line's cost is read as a function of the measure by linear interpolation (log scale) between its
-    conditions, its family's no-shift point included; for every pair of lines, over the range of the measure both
-    cover, the value where their costs differ most. Returns ``value, line_low, cost_low, line_high, cost_high``
-    (NaN / ``"none"`` if no two lines overlap)."""
+    """The largest gap in cost between two lines at one value of the mismatch ``column``: each line's cost read as a
+    function of the measure by linear interpolation (log scale) between its conditions (its no-shift point
+    included), over the range both lines cover. Returns ``value, line_low, cost_low, line_high, cost_high`` (NaN /
+    ``"none"`` if no two lines overlap)."""
     best = dict(value=math.nan, line_low="none", cost_low=math.nan, line_high="none", cost_high=math.nan)
     curves = {}
     for t in LINES:
-        if f"on_{t}" not in conditions.columns:
-            continue
-        g = conditions[conditions[f"on_{t}"].astype(bool)].sort_values(column)
+        g = conditions[conditions[f"on_{t}"].astype(bool)].sort_values(column) if f"on_{t}" in conditions else ()
         if len(g) >= 2 and (g[column] > 0).all():
             curves[t] = (np.log(g[column].to_numpy(float)), g["cost"].to_numpy(float))
-    gap = -1.0
-    names = list(curves)
+    gap, names = -1.0, list(curves)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             lo, hi = max(curves[a][0][0], curves[b][0][0]), min(curves[a][0][-1], curves[b][0][-1])
@@ -683,53 +650,49 @@ def equal_measure_spread(conditions: pd.DataFrame, column: str) -> dict:
 # --- issue 10: the training budget at every budget point -------------------------------------------------------------
 
 def budget_points(df: pd.DataFrame) -> pd.DataFrame:
-    """Every point of the budget check: per ``t`` (both line), stage-2 ``steps`` and ``mode``, the task-B accuracy,
-    and per ``t`` and ``steps`` the cost and benefit: long ``t, steps, mode, metric, mean, ci_low, ci_high,
-    n_seeds`` (``mode = "paired"`` for cost and benefit). Empty without a budget check."""
+    """Every point of the budget check, long ``t, steps, mode, metric, mean, ci_low, ci_high, n_seeds``: per ``t``,
+    stage-2 ``steps`` and mode the task-B accuracy, and (``mode = "paired"``) :func:`budget_table`'s effects."""
     cols = ["t", "steps", "mode", "metric", "mean", "ci_low", "ci_high", "n_seeds"]
-    if "part" not in df.columns or not (df["part"] == "budget").any():
+    levels = _budget_levels(df)
+    if not levels:
         return pd.DataFrame(columns=cols)
-    levels = sorted(df.loc[df["part"] == "budget", "both_strength"].dropna().unique())
     sub = df[df["both_strength"].isin(levels)].rename(columns={"both_strength": "t"})
     acc = _ci_long(sub[sub["mode"].isin(GRID_MODES)], ["t", "steps", "mode"], ("task_b",))
-    bud = budget_table(df).assign(mode="paired")
-    return pd.concat([acc, bud], ignore_index=True)[cols]
+    return pd.concat([acc, budget_table(df).assign(mode="paired")], ignore_index=True)[cols]
+
+
+#: The columns of :func:`budget_net_table` and :func:`convergence_table` (the latter without ``tost_p``).
+VERDICT_COLUMNS = ["mean", "ci_low", "ci_high", "n_seeds", "m", "p", "tost_p", "kind", "verdict"]
+
+
+def _verdict_rows(rows: list, keys: list, alpha: float, margin: float | None, words: dict) -> pd.DataFrame:
+    """``rows`` of ``(*key values, per-seed differences)`` decided as one family (:func:`bnstudy.inference.decide`;
+    intervals at ``1 - alpha/m``), columns ``keys`` + :data:`VERDICT_COLUMNS`."""
+    fam = Family(max(len(rows), 1), alpha)
+    recs = []
+    for *key, d in rows:
+        c = decide(d, margin=margin, family=fam, **words)
+        recs.append([*key, c.estimate, c.low, c.high, c.n, fam.m, c.p, c.p_equivalence, c.kind, c.verdict])
+    return pd.DataFrame(recs, columns=[*keys, *VERDICT_COLUMNS])
 
 
 def budget_net_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """The net effect (benefit - cost, ``train_mode - backbone_eval`` over both tasks) at every budget point with its
-    verdict: per ``t`` (both line) and ``steps``, :func:`bnstudy.inference.decide` with the equivalence ``margin``,
-    the points printed together being one :class:`~bnstudy.inference.Family` (``m`` = the number of points; family
-    interval at ``1 - alpha/m``, TOST at ``alpha/m``). Columns ``t, steps, mean, ci_low, ci_high, n_seeds, m, p,
-    tost_p, kind, verdict``; empty without a budget check."""
-    cols = ["t", "steps", "mean", "ci_low", "ci_high", "n_seeds", "m", "p", "tost_p", "kind", "verdict"]
-    if "part" not in df.columns or not (df["part"] == "budget").any():
-        return pd.DataFrame(columns=cols)
-    levels = sorted(df.loc[df["part"] == "budget", "both_strength"].dropna().unique())
-    eff = paired_effects(df[df["both_strength"].isin(levels)])
-    groups = list(eff.groupby(["both_strength", "steps"], sort=True))
-    fam = Family(len(groups), alpha)
-    recs = []
-    for (t, st), g in groups:
-        c = decide(g["net"], margin=margin, family=fam, **NET_WORDS)
-        recs.append(dict(t=float(t), steps=int(st), mean=c.estimate, ci_low=c.low, ci_high=c.high, n_seeds=c.n,
-                         m=fam.m, p=c.p, tost_p=c.p_equivalence, kind=c.kind, verdict=c.verdict))
-    return pd.DataFrame(recs, columns=cols)
+    """The net (benefit - cost) at every budget point with its verdict: per ``t`` and ``steps``, the points one family,
+    TOST at ``margin``. Columns ``t, steps`` + :data:`VERDICT_COLUMNS`; empty without a budget check."""
+    levels = _budget_levels(df)
+    eff = paired_effects(df[df["both_strength"].isin(levels)]) if levels else None
+    rows = [(float(t), int(st), g["net"]) for (t, st), g in eff.groupby(["both_strength", "steps"], sort=True)] \
+        if levels else []
+    return _verdict_rows(rows, ["t", "steps"], alpha, margin, NET_WORDS)
 
 
 def convergence_table(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """Has each head stopped improving? Per budget ``t`` and mode (:data:`GRID_MODES`), the paired change of
-    task-B accuracy from the second-longest to the longest budget (longer minus shorter, per seed), and the same
-    change of the benefit (``mode = "benefit"``), each with :func:`bnstudy.inference.decide`'s verdict in
-    :data:`BUDGET_WORDS` (``"longer budget higher"``: still improving), the rows being one family (``m`` rows,
-    intervals at ``1 - alpha/m``). Columns ``t, mode, steps_from, steps_to, mean, ci_low, ci_high, n_seeds, m, p,
-    kind, verdict``."""
-    cols = ["t", "mode", "steps_from", "steps_to", "mean", "ci_low", "ci_high", "n_seeds", "m", "p", "kind", "verdict"]
-    if "part" not in df.columns or not (df["part"] == "budget").any():
-        return pd.DataFrame(columns=cols)
-    levels = sorted(df.loc[df["part"] == "budget", "both_strength"].dropna().unique())
+    """Has each head stopped improving? Per budget ``t`` and mode (:data:`GRID_MODES`), the paired change of task-B
+    accuracy from the second-longest to the longest budget, and of the benefit (``mode = "benefit"``), decided as one
+    family in :data:`BUDGET_WORDS` (``"longer budget higher"``: still improving). Columns ``t, mode, steps_from,
+    steps_to`` + :data:`VERDICT_COLUMNS` but ``tost_p``."""
     rows = []
-    for t in levels:
+    for t in _budget_levels(df):
         sub = df[df["both_strength"] == t]
         steps = sorted(sub["steps"].unique())
         if len(steps) < 2:
@@ -740,13 +703,8 @@ def convergence_table(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
             rows.append((float(t), mode, int(s0), int(s1), w[s1] - w[s0]))
         e = paired_effects(sub).pivot_table(index="seed", columns="steps", values="benefit", aggfunc="first")
         rows.append((float(t), "benefit", int(s0), int(s1), e[s1] - e[s0]))
-    fam = Family(max(len(rows), 1), alpha)
-    recs = []
-    for t, mode, s0, s1, d in rows:
-        c = decide(d, family=fam, **BUDGET_WORDS)
-        recs.append(dict(t=t, mode=mode, steps_from=s0, steps_to=s1, mean=c.estimate, ci_low=c.low, ci_high=c.high,
-                         n_seeds=c.n, m=fam.m, p=c.p, kind=c.kind, verdict=c.verdict))
-    return pd.DataFrame(recs, columns=cols)
+    return _verdict_rows(rows, ["t", "mode", "steps_from", "steps_to"], alpha, None, BUDGET_WORDS).drop(
+        columns="tost_p")
 
 
 def _num(x: float, d: int) -> str:
@@ -755,36 +713,33 @@ def _num(x: float, d: int) -> str:
     return c[1:] if c.startswith("-") and float(c) == 0 else c
 
 
-def _p_cell(p: float) -> str:
-    return "n/a" if not np.isfinite(p) else ("<0.0001" if p < 1e-4 else f"{p:.4f}")
-
-
-def _family_label(table: pd.DataFrame) -> str:
-    """The column head of a family's intervals: ``"interval (1 - 0.05/m, m = 9)"``."""
+def _display(table: pd.DataFrame, index: dict, mean: str, d: int, middle: dict, tail: dict) -> pd.DataFrame:
+    """A verdict table's display cells: the ``index`` columns, ``middle``, the ``mean`` and the family interval to
+    ``d`` decimals, then ``tail``."""
     m = int(table["m"].iloc[0]) if len(table) else 1
-    return f"interval ({Family(m).confidence:.2%}, m = {m})"
+    out = pd.DataFrame({**index, **middle, mean: [_num(v, d) for v in table["mean"]],
+                        f"interval ({Family(m).confidence:.2%}, m = {m})":
+                            [f"{_num(lo, d)} to {_num(hi, d)}" for lo, hi in zip(table["ci_low"], table["ci_high"])],
+                        **tail})
+    return out.set_index(list(index))
 
 
 def budget_net_display(bn: pd.DataFrame) -> pd.DataFrame:
-    """The page's budget-net table (display cells) from :func:`budget_net_table`: rows ``t`` x ``stage-2 steps``,
-    columns mean, family interval (:func:`_family_label`), seeds, TOST p (``<0.0001`` below that) and verdict."""
-    out = pd.DataFrame({"t": [f"{t:g}" for t in bn["t"]], "stage-2 steps": [f"{int(s):,}" for s in bn["steps"]],
-                        "net (mean)": [_num(m, 4) for m in bn["mean"]],
-                        _family_label(bn): [f"{_num(lo, 4)} to {_num(hi, 4)}" for lo, hi in zip(bn["ci_low"], bn["ci_high"])],
-                        "seeds": [f"{int(n)}" for n in bn["n_seeds"]],
-                        "TOST p": [_p_cell(float(p)) for p in bn["tost_p"]], "verdict": list(bn["verdict"])})
-    return out.set_index(["t", "stage-2 steps"])
+    """The page's budget-net table (display cells) from :func:`budget_net_table`: rows ``t`` x ``stage-2 steps``;
+    mean, family interval, seeds, TOST p (``<0.0001`` below that) and verdict."""
+    p_cell = lambda p: "n/a" if not np.isfinite(p) else ("<0.0001" if p < 1e-4 else f"{p:.4f}")  # noqa: E731
+    return _display(bn, {"t": [f"{t:g}" for t in bn["t"]], "stage-2 steps": [f"{int(s):,}" for s in bn["steps"]]},
+                    "net (mean)", 4,
+                    {}, {"seeds": [f"{int(n)}" for n in bn["n_seeds"]],
+                         "TOST p": [p_cell(float(p)) for p in bn["tost_p"]], "verdict": list(bn["verdict"])})
 
 
 def convergence_display(cv: pd.DataFrame) -> pd.DataFrame:
-    """The page's convergence table (display cells) from :func:`convergence_table`: rows ``t`` (as ``%g``, so
-    0.0625 stays 0.0625) x head, columns the budgets compared, the change (mean, family interval) and verdict."""
-    out = pd.DataFrame({"t": [f"{t:g}" for t in cv["t"]], "head": list(cv["mode"]),
-                        "budgets (steps)": [f"{int(a):,} to {int(b):,}" for a, b in zip(cv["steps_from"], cv["steps_to"])],
-                        "change (mean)": [_num(m, 3) for m in cv["mean"]],
-                        _family_label(cv): [f"{_num(lo, 3)} to {_num(hi, 3)}" for lo, hi in zip(cv["ci_low"], cv["ci_high"])],
-                        "verdict": list(cv["verdict"])})
-    return out.set_index(["t", "head"])
+    """The page's convergence table (display cells) from :func:`convergence_table`: rows ``t`` x head; the budgets
+    compared, the change (mean, family interval) and the verdict."""
+    return _display(cv, {"t": [f"{t:g}" for t in cv["t"]], "head": list(cv["mode"])}, "change (mean)", 3,
+                    {"budgets (steps)": [f"{int(a):,} to {int(b):,}" for a, b in zip(cv["steps_from"], cv["steps_to"])]},
+                    {"verdict": list(cv["verdict"])})
 
 
 def selection_display(selection: pd.DataFrame) -> pd.DataFrame:
@@ -819,25 +774,15 @@ def _on_lines(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _level_claims(lv: pd.DataFrame, margin: float) -> list[pd.DataFrame]:
-    """The per-level claims (:func:`level_claims`) and the same claims under fixed keys: ``weakest_<view>_<line>``
-    (each line's weakest shifted level) and ``at_t1_<line>_<view>`` (chapter 1's shift, t = 1, on ``both`` and
-    ``same_both``)."""
-    claims = level_claims(lv, margin)
-    net = lv[lv["metric"] == "net"]
-    aliases = []
-    for view in VIEWS:
-        vs = view.replace(" ", "_")
-        for t, g in net[net["view"] == view].groupby("line", sort=False):
-            x = float(g.sort_values("strength").iloc[0]["strength"])
-            aliases.append(_alias(claims, f"{vs}_{t}_{_strength_key(x)}", f"weakest_{vs}_{t}"))
-    for t in ("both", "same_both"):
-        for view in VIEWS:
-            g = net[(net["line"] == t) & np.isclose(net["strength"], 1.0) & (net["view"] == view)]
-            if len(g):
-                vs = view.replace(" ", "_")
-                aliases.append(_alias(claims, f"{vs}_{t}_{_strength_key(float(g['strength'].iloc[0]))}",
-                                      f"at_t1_{t}_{vs}"))
-    return [claims, *aliases]
+    """:func:`level_claims` and the same claims under fixed keys: ``weakest_<view>_<line>`` (each line's weakest
+    shifted level) and ``at_t1_<line>_<view>`` (chapter 1's shift, t = 1, on ``both`` and ``same_both``)."""
+    claims, net = level_claims(lv, margin), lv[lv["metric"] == "net"]
+    pairs = [(f"{_vs(v)}_{t}_{_strength_key(g['strength'].min())}", f"weakest_{_vs(v)}_{t}")
+             for v in VIEWS for t, g in net[net["view"] == v].groupby("line", sort=False)]
+    pairs += [(f"{_vs(v)}_{t}_{_strength_key(g['strength'].iloc[0])}", f"at_t1_{t}_{_vs(v)}")
+              for t in ("both", "same_both") for v in VIEWS
+              for g in [net[(net["line"] == t) & np.isclose(net["strength"], 1.0) & (net["view"] == v)]] if len(g)]
+    return [claims, *(_alias(claims, k, a) for k, a in pairs)]
 
 
 def _budget_changes(df: pd.DataFrame, bn: pd.DataFrame) -> dict:
@@ -854,25 +799,22 @@ def _budget_changes(df: pd.DataFrame, bn: pd.DataFrame) -> dict:
 
 
 def _family_claims(df: pd.DataFrame, margin: float, alpha: float) -> list[pd.DataFrame]:
-    """The budget and grid claims, each list printed together one family (:class:`bnstudy.inference.Family`):
-    ``budget_net_<t>_s<steps>`` (:func:`budget_net_table`), ``budget_change_<t>`` (:func:`_budget_changes`, alias
-    ``budget_change_strongest`` at the strongest ``t``), ``grid_compound`` / ``grid_compound_max`` (the grid's corner
-    cost minus the brightness offset's alone / minus the larger part's, per seed) and ``convergence_<t>_<mode>``
-    (:func:`convergence_table`, alias ``convergence_weakest_<mode>``). Not :func:`bnstudy.inference.ask`: the
-    budget and convergence verdicts are the rows of the display tables (read off them so the tables and the prose
-    agree), and the grid's comparisons are of derived quantities (a corner minus the larger of two cells)."""
+    """The budget, grid and convergence claims, each list printed together one family: ``budget_net_<t>_s<steps>``
+    (:func:`budget_net_table`'s rows, so table and prose agree), ``budget_change_<t>`` (:func:`_budget_changes`;
+    alias ``budget_change_strongest``), ``grid_compound`` / ``grid_compound_max`` (the grid corner's cost minus the
+    brightness offset's alone / minus the larger part's, per seed) and ``convergence_<t>_<mode>``
+    (:func:`convergence_table`; alias ``convergence_weakest_<mode>``)."""
     bn = budget_net_table(df, margin, alpha)
     out = [_table_claims(bn, [f"budget_net_{_strength_key(t)}_s{int(st)}" for t, st in zip(bn["t"], bn["steps"])],
                          margin)]
     changes = _budget_changes(df, bn)
     if len(bn):
-        fam = Family(max(len(changes), 1), alpha)  # the budget strengths' benefit changes: one family
+        fam = Family(max(len(changes), 1), alpha)
         bc = claims_table(decide(d, f"budget_change_{_strength_key(t)}", family=fam, **BUDGET_WORDS)
                           for t, d in changes.items())
         out += [bc, _alias(bc, f"budget_change_{_strength_key(max(changes))}", "budget_change_strongest")
                 if changes else bc.iloc[:0]]
-    eff = paired_effects(_affine(_main(df)))
-    grid = eff[eff["in_grid"].astype(bool)]
+    grid = _grid_effects(df)
     if len(grid):
         bmax, cmax = grid["brightness"].max(), grid["contrast"].max()
         cw = grid.pivot_table(index="seed", columns=["brightness", "contrast"], values="cost", aggfunc="first")
@@ -880,30 +822,29 @@ def _family_claims(df: pd.DataFrame, margin: float, alpha: float) -> list[pd.Dat
             comp = [("grid_compound", cw[(bmax, cmax)] - cw[(bmax, 1.0)])]
             if (0.0, cmax) in cw.columns:
                 comp.append(("grid_compound_max", cw[(bmax, cmax)] - np.maximum(cw[(bmax, 1.0)], cw[(0.0, cmax)])))
-            fam = Family(len(comp), alpha)  # corner minus brightness alone, and minus the larger part: one family
+            fam = Family(len(comp), alpha)
             out.append(claims_table(decide(d, k, family=fam, **COMPOUND_WORDS) for k, d in comp))
     cv = convergence_table(df)
     keys = [f"convergence_{_strength_key(t)}_{m}" for t, m in zip(cv["t"], cv["mode"])]
     conv = _table_claims(cv, keys)
-    out += [conv, *[_alias(conv, k, f"convergence_weakest_{m}") for k, t, m in zip(keys, cv["t"], cv["mode"])
-                    if len(cv) and t == cv["t"].min()]]
-    return out
+    return out + [conv, *(_alias(conv, k, f"convergence_weakest_{m}") for k, t, m in zip(keys, cv["t"], cv["mode"])
+                          if t == cv["t"].min())]
+
+
+def _grid_effects(df: pd.DataFrame) -> pd.DataFrame:
+    """The paired effects at the grid's cells (the original design's main sweep)."""
+    eff = paired_effects(_affine(_main(df)))
+    return eff[eff["in_grid"].astype(bool)]
 
 
 def claims(df: pd.DataFrame, n_boot: int = 2000, tie_margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """Every verdict chapter 3 prints, as one claims table (:func:`bnstudy.inference.claims_table` rows; glued by key
-    with :func:`bnstudy.pages.glue_chapter` as ``ch03_<key>_<column>``), each family with its own Holm column:
-
-    * :data:`QUESTIONS` (``noshift_benefit``, ``sep_task_a``), by :func:`bnstudy.inference.ask`;
-    * ``<view>_<line>_<strength>`` per level (:func:`level_claims`: the Bonferroni family of the ``m_tests`` levels of
-      a view, TOST at ``tie_margin``; ``n_boot``: the break-even bootstrap of :func:`level_table`), and the same
-      claims as ``weakest_<view>_<line>`` and ``at_t1_<line>_<view>`` (:func:`_level_claims`);
-    * the budget, grid and convergence families (:func:`_family_claims`).
-
-    Direction words: :data:`DIRECTIONS`. Raises ``ValueError`` on a duplicate key."""
+    """Every verdict chapter 3 prints, one claims table (glued as ``ch03_<key>_<column>``), each family with its own
+    Holm column: :data:`QUESTIONS` (:func:`bnstudy.inference.ask`); the per-level claims and their aliases
+    (:func:`_level_claims`; TOST at ``tie_margin``, ``n_boot`` for :func:`level_table`'s break-even bootstrap); the
+    budget, grid and convergence families (:func:`_family_claims`). Raises ``ValueError`` on a duplicate key."""
     lines = _on_lines(df).assign(task_a_change=lambda d: d["task_a_after"] - d["task_a_before"])
-    lines = lines[lines.set_index([k for k in PAIR_KEYS if k in lines.columns]).index.isin(
-        lines[lines["mode"] == "backbone_eval"].set_index([k for k in PAIR_KEYS if k in lines.columns]).index)]
+    keys = [k for k in PAIR_KEYS if k in lines.columns]
+    lines = lines[lines.set_index(keys).index.isin(lines[lines["mode"] == "backbone_eval"].set_index(keys).index)]
     parts = [ask(dict(affine=_affine(_main(df)), lines=lines), QUESTIONS, alpha)]
     parts += _level_claims(level_table(df, alpha, tie_margin, n_boot), tie_margin)
     parts += _family_claims(df, tie_margin, alpha)
@@ -915,25 +856,16 @@ def claims(df: pd.DataFrame, n_boot: int = 2000, tie_margin: float = 0.02, alpha
 
 # --- the numbers: every descriptive number the prose cites, one flat table (bnstudy.inference.numbers_table) ---
 
-def _iv(values) -> Interval:
-    return t_interval(values)
-
-
 def _holm_counts(samples, alpha: float = 0.05) -> tuple[int, int]:
-    """``(n_lower, n_higher)``: how many of ``samples`` (each a set of per-seed differences, one comparison of a
-    family) show a direction below or above zero by Holm's adjusted p below ``alpha`` (the book's rule for
-    counts, :func:`bnstudy.inference.claims_table`)."""
-    samples = list(samples)
-    if not samples:
-        return 0, 0
+    """``(n_lower, n_higher)``: how many of ``samples`` (per-seed differences, one family) show a direction below
+    or above zero by Holm's adjusted p below ``alpha`` (the book's counts rule)."""
     ct = claims_table([decide(v, key=str(i)) for i, v in enumerate(samples)])
     sig = ct["p_adjusted"] < alpha
     return int((sig & (ct["estimate"] < 0)).sum()), int((sig & (ct["estimate"] > 0)).sum())
 
 
 def _table_claims(table: pd.DataFrame, keys, margin: float = math.nan) -> pd.DataFrame:
-    """The rows of a verdict table made by :func:`bnstudy.inference.decide` (columns ``mean, ci_low, ci_high,
-    n_seeds, m, p, kind, verdict``, optionally ``tost_p``) as a claims table, one family, keyed by ``keys``."""
+    """The rows of a verdict table (:data:`VERDICT_COLUMNS`, ``tost_p`` optional) as one family's claims table."""
     if not len(table):
         return claims_table([])
     conf = Family(int(table["m"].iloc[0])).confidence
@@ -944,8 +876,7 @@ def _table_claims(table: pd.DataFrame, keys, margin: float = math.nan) -> pd.Dat
 
 
 def _alias(claims: pd.DataFrame, key: str, alias: str) -> pd.DataFrame:
-    """The row ``key`` of a claims table again under the key ``alias`` (a name the prose can cite whatever the
-    sweep's levels; empty if there is no such row)."""
+    """The row ``key`` of a claims table again under ``alias`` (a name the prose can cite whatever the levels)."""
     return claims[claims["key"] == key].assign(key=alias)
 
 
@@ -955,13 +886,13 @@ def _budget_findings(df: pd.DataFrame) -> dict:
         return dict(budget_t=math.nan, budget_s_lo=math.nan, budget_s_hi=math.nan, budget={})
     t, s_lo, s_hi = float(bt["t"].max()), int(bt["steps"].min()), int(bt["steps"].max())
     B = bt.set_index(["t", "steps", "metric"])
-    iv = lambda n, m: Interval(*B.loc[(t, n, m), ["mean", "ci_low", "ci_high"]].astype(float), int(B.loc[(t, n, m), "n_seeds"]))
     tbw = df[df["both_strength"] == t].groupby(["steps", "mode"])["task_b"].mean().unstack()
-    budget = {"cost_lo": iv(s_lo, "cost"), "cost_hi": iv(s_hi, "cost"), "benefit_lo": iv(s_lo, "benefit"),
-              "benefit_hi": iv(s_hi, "benefit"),
-              "taskb_train_lo": float(tbw.loc[s_lo, "train_mode"]), "taskb_train_hi": float(tbw.loc[s_hi, "train_mode"]),
-              "taskb_pinned_lo": float(tbw.loc[s_lo, "backbone_eval"]),
-              "taskb_pinned_hi": float(tbw.loc[s_hi, "backbone_eval"])}
+    budget = {f"{m}_{end}": Interval(*B.loc[(t, n, m), ["mean", "ci_low", "ci_high"]].astype(float),
+                                     int(B.loc[(t, n, m), "n_seeds"]))
+              for m in ("cost", "benefit") for end, n in (("lo", s_lo), ("hi", s_hi))}
+    budget = {k: budget[k] for k in ("cost_lo", "cost_hi", "benefit_lo", "benefit_hi")}
+    budget |= {f"taskb_{name}_{end}": float(tbw.loc[n, mode]) for name, mode in (("train", "train_mode"),
+               ("pinned", "backbone_eval")) for end, n in (("lo", s_lo), ("hi", s_hi))}
     return dict(budget_t=t, budget_s_lo=s_lo, budget_s_hi=s_hi, budget=budget)
 
 
@@ -971,26 +902,22 @@ def _grid_findings(df: pd.DataFrame) -> dict:
                     grid_bmax=math.nan, grid_cmax=math.nan, grid_cost_corner=math.nan, grid_cost_bonly=math.nan,
                     grid_cost_conly=math.nan)
     gt = grid_table(df)
-    net, cm = _wide(gt, ["brightness", "contrast"], "net"), _wide(gt, ["brightness", "contrast"], "cost")["mean"]
+    wide = {m: gt[gt["metric"] == m].set_index(["brightness", "contrast"])["mean"] for m in ("net", "cost")}
     bmax, cmax = float(gt["brightness"].max()), float(gt["contrast"].max())
-    corner = float(cm.loc[(bmax, cmax)])
-    bonly, conly = float(cm.get((bmax, 1.0), math.nan)), float(cm.get((0.0, cmax), math.nan))
-    eff = paired_effects(_affine(_main(df)))
-    cells = [g["net"] for _, g in eff[eff["in_grid"].astype(bool)].groupby(["brightness", "contrast"])]
-    n_neg, n_pos = _holm_counts(cells)
-    return dict(grid_n_cells=len(net), grid_n_net_negative=n_neg, grid_n_net_positive=n_pos,
-                grid_net_max=float(net["mean"].max()),
-                grid_bmax=bmax, grid_cmax=cmax, grid_cost_corner=corner, grid_cost_bonly=bonly, grid_cost_conly=conly)
+    n_neg, n_pos = _holm_counts(g["net"] for _, g in _grid_effects(df).groupby(["brightness", "contrast"]))
+    return dict(grid_n_cells=len(wide["net"]), grid_n_net_negative=n_neg, grid_n_net_positive=n_pos,
+                grid_net_max=float(wide["net"].max()), grid_bmax=bmax, grid_cmax=cmax,
+                grid_cost_corner=float(wide["cost"].loc[(bmax, cmax)]),
+                grid_cost_bonly=float(wide["cost"].get((bmax, 1.0), math.nan)),
+                grid_cost_conly=float(wide["cost"].get((0.0, cmax), math.nan)))
 
 
 def _mismatch_findings(df: pd.DataFrame, min_effect: float) -> dict:
     pc = condition_table(df)
-    rho = _spearman
+    rho = lambda a, b: rank_correlation(a, b)[0]  # noqa: E731
     safe = pc[pc["cost_hi"] < min_effect]["mismatch_kl"]
     harm = pc[pc["cost_lo"] > min_effect]["mismatch_kl"]
-    overlap = len(safe) and len(harm) and harm.min() < safe.max()
-    line_rho = [rho(g["mismatch_kl"], g["cost"]) for t in SHIFT_TYPES
-                for g in [pc[pc[f"on_{t}"]]] if len(g) >= 2]
+    line_rho = [rho(g["mismatch_kl"], g["cost"]) for t in SHIFT_TYPES for g in [pc[pc[f"on_{t}"]]] if len(g) >= 2]
     both_pts = pc[pc.kind.isin(["both", "no shift"])].sort_values("mismatch_kl")
     bri = pc[(pc.kind == "brightness") & pc.mismatch_kl.between(both_pts.mismatch_kl.min(), both_pts.mismatch_kl.max())]
     gap = bri["cost"] - np.interp(np.log(bri["mismatch_kl"]), np.log(both_pts["mismatch_kl"]), both_pts["cost"])
@@ -999,11 +926,20 @@ def _mismatch_findings(df: pd.DataFrame, min_effect: float) -> dict:
                 rho_eval_train=rho(pc["mismatch_kl"], pc["mismatch_kl_train"]),
                 rho_cost_line_min=min(line_rho) if line_rho else math.nan,
                 noshift_kl=float(pc[pc.kind == "no shift"]["mismatch_kl"].mean()),
-                safe_max_kl=float(safe.max()) if len(safe) else math.nan,
-                harm_min_kl=float(harm.min()) if len(harm) else math.nan,
-                threshold_clean="overlap" if overlap else "do not overlap",
+                **_groups(safe, harm, "kl"), threshold_clean=_overlap(safe, harm),
                 bright_vs_both_gap=float(gap.mean()) if len(gap) else math.nan, bright_vs_both_n=len(gap),
                 bright_vs_both_word="more" if len(gap) and gap.mean() > 0 else "less")
+
+
+def _groups(safe: pd.Series, harm: pd.Series, name: str) -> dict:
+    """The largest measure among the shifts whose cost stayed below ``min_effect`` (95%) and the smallest among those
+    whose cost exceeded it, as ``safe_max_<name>`` / ``harm_min_<name>`` (NaN where a group is empty)."""
+    return {f"safe_max_{name}": float(safe.max()) if len(safe) else math.nan,
+            f"harm_min_{name}": float(harm.min()) if len(harm) else math.nan}
+
+
+def _overlap(safe: pd.Series, harm: pd.Series) -> str:
+    return "overlap" if len(safe) and len(harm) and harm.min() < safe.max() else "do not overlap"
 
 
 def _level_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, alpha: float, margin: float,
@@ -1011,13 +947,10 @@ def _level_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, al
     net = lv[lv["metric"] == "net"]
     counts, n_kind = {}, {k: {} for k in KINDS}
     for view in VIEWS:
-        v = net[net["view"] == view]
-        vs = view.replace(" ", "_")
-        # counts: Holm within the view for directions, the printed kind otherwise (inference.count_verdicts)
-        vc = view_claims(claims, view)
-        line_of = dict(zip(v.apply(lambda r: f"{vs}_{r['line']}_{_strength_key(r['strength'])}", axis=1), v["line"]))
-        counts[view] = {t: {k: int(cnt[k]) for k in KINDS} | {"levels": cnt["m"]}
-                        for t in dict.fromkeys(v["line"])
+        v, vc = net[net["view"] == view], view_claims(claims, view)  # counts: inference.count_verdicts
+        line_of = dict(zip([f"{_vs(view)}_{t}_{_strength_key(x)}" for t, x in zip(v["line"], v["strength"])],
+                           v["line"]))
+        counts[view] = {t: {k: int(cnt[k]) for k in KINDS} | {"levels": cnt["m"]} for t in dict.fromkeys(v["line"])
                         for cnt in [count_verdicts(vc[vc["key"].map(line_of).eq(t)])]}
         total = count_verdicts(vc)
         for k in KINDS:
@@ -1028,38 +961,27 @@ def _level_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, al
             g = lv[(lv["line"] == t) & np.isclose(lv["strength"], 1.0) & (lv["view"] == view)].set_index("metric")
             if len(g):
                 at_t1[f"{t}_{view}"] = {m: Interval(*g.loc[m, ["mean", "ci_low", "ci_high"]].astype(float),
-                                                    int(g.loc[m, "n_seeds"]), float(Family(int(g.loc[m, "m_tests"]))
-                                                                                    .confidence))
-                                        for m in ("cost", "benefit", "net")} | {
-                    "breakeven_rate": float(g.loc["net", "breakeven_rate"])}
+                                                    int(g.loc[m, "n_seeds"]), Family(int(g.loc[m, "m_tests"])).confidence)
+                                        for m in EFFECTS} | {"breakeven_rate": float(g.loc["net", "breakeven_rate"])}
     th = threshold_table(df, TIE_THRESHOLDS, n_boot)
-    tl, tn = {}, {}
-    for view in VIEWS:
-        tl[view], tn[view] = {}, {}
-        for thr in TIE_THRESHOLDS:
-            g = th[(th["view"] == view) & (th["threshold"] == thr) & th["estimate"].notna()]
-            key = f"thr{thr:g}"
-            tl[view][key] = join(list(g["line"])) if len(g) else "none"
-            tn[view][key] = len(g)
+    crossing = {(view, thr): list(th.loc[(th["view"] == view) & (th["threshold"] == thr) & th["estimate"].notna(),
+                                         "line"]) for view in VIEWS for thr in TIE_THRESHOLDS}
+    tl = {view: {f"thr{thr:g}": join(crossing[view, thr]) if crossing[view, thr] else "none" for thr in TIE_THRESHOLDS}
+          for view in VIEWS}
+    tn = {view: {f"thr{thr:g}": len(crossing[view, thr]) for thr in TIE_THRESHOLDS} for view in VIEWS}
     eff = normalized_effects(paired_effects(_main(df)), _chance(df))
-    fam = eff["task_b_classes"] if "task_b_classes" in eff.columns else pd.Series("new", index=eff.index)
-    room_b = {f: float(g.groupby("seed")["room_b"].first().mean()) for f, g in eff.groupby(fam)}
+    room_b = {f: float(g.groupby("seed")["room_b"].first().mean()) for f, g in eff.groupby(eff["task_b_classes"])}
     room_a = float(eff.groupby("seed")["room_a"].first().mean())
-    family, extra = {}, {}
-    if "same_both" in _present_lines(eff):
+    family, extra, present = {}, {}, _present_lines(eff)
+    if "same_both" in present:
         st = strength_of(eff, "same_both")
-        top = st.max()
-        g1 = eff[np.isclose(st, 1.0)] if np.isclose(st, 1.0).any() else eff[st == top]
-        family = dict(t=float(g1["s_same_both"].iloc[0]), cost=t_interval(g1["cost"]), benefit=t_interval(g1["benefit"]),
-                      taskb_train=float(g1["task_b_train_mode"].mean()), taskb_pinned=float(g1["task_b_pinned"].mean()),
+        g1 = eff[np.isclose(st, 1.0)] if np.isclose(st, 1.0).any() else eff[st == st.max()]
+        family = dict(t=float(g1["s_same_both"].iloc[0]), **_ends(g1),
                       benefit_max=float(eff[st > 0].groupby(st[st > 0])["benefit"].mean().max()))
     for t in EXTRA_LINES:
-        if t in _present_lines(eff) and t != "same_both":
+        if t in present and t != "same_both":
             st = strength_of(eff, t)
-            g = eff[st == st.max()]
-            extra[t] = dict(max_strength=float(st.max()), cost=t_interval(g["cost"]), benefit=t_interval(g["benefit"]),
-                            taskb_train=float(g["task_b_train_mode"].mean()),
-                            taskb_pinned=float(g["task_b_pinned"].mean()))
+            extra[t] = dict(max_strength=float(st.max()), **_ends(eff[st == st.max()]))
     return dict(alpha=alpha, tie_margin=margin, m_tests=int(lv["m_tests"].iloc[0]) if len(lv) else 0, counts=counts,
                 at_t1=at_t1, n_lower=n_kind["lower"], n_higher=n_kind["higher"], n_equivalent=n_kind["equivalent"],
                 n_not_decided=n_kind["not decided"], n_too_few=n_kind["too few seeds"],
@@ -1068,22 +990,26 @@ def _level_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, al
                 family=family, extra=extra)
 
 
+def _ends(g: pd.DataFrame) -> dict:
+    """Cost and benefit intervals and the two task-B accuracies of one level's rows."""
+    return dict(cost=t_interval(g["cost"]), benefit=t_interval(g["benefit"]),
+                taskb_train=float(g["task_b_train_mode"].mean()), taskb_pinned=float(g["task_b_pinned"].mean()))
+
+
 def _selection_findings(df: pd.DataFrame, n_boot: int, min_effect: float) -> dict:
     cands = {k: v for k, v in CANDIDATES.items() if v in df.columns}
     sel = mismatch_selection(df, cands, n_boot=n_boot, seed=0)
     pc = condition_table(df)
     # Intervals on the other correlations the page cites (seeds resampled as in mismatch_selection).
     rho = {name: dict(rho=r["rho"], lo=r["rho_lo"], hi=r["rho_hi"]) for name, r in sel["candidates"].items()}
-    extra_pairs = {"kl_benefit": ("mismatch_kl", "benefit"), "kl_eval_train": ("mismatch_kl", "mismatch_kl_train")}
     eff = paired_effects(_main(df))
     keys = [k for k in POINT_COLS if k in eff.columns]
-    for name, (a, b) in extra_pairs.items():
+    for name, (a, b) in {"kl_benefit": ("mismatch_kl", "benefit"),
+                         "kl_eval_train": ("mismatch_kl", "mismatch_kl_train")}.items():
         if a in eff.columns and b in eff.columns:
             rho[name] = _boot_rho(eff, keys, a, b, n_boot)
     for t in _present_lines(eff):
-        on = eff[eff[f"on_{t}"].astype(bool)]
-        rho[f"kl_cost_{t}"] = _boot_rho(on, keys, "mismatch_kl", "cost", n_boot)
-    sel_flat = {name: {k: v for k, v in r.items()} for name, r in sel["candidates"].items()}
+        rho[f"kl_cost_{t}"] = _boot_rho(eff[eff[f"on_{t}"].astype(bool)], keys, "mismatch_kl", "cost", n_boot)
     w = sel["winner"]
     per = sel["candidates"][w]["per_type"]
     n_beaten = sum(r["beaten"] == "yes" for n, r in sel["candidates"].items() if n != w)
@@ -1093,53 +1019,45 @@ def _selection_findings(df: pd.DataFrame, n_boot: int, min_effect: float) -> dic
     tied = [n for n, r in sel["candidates"].items() if n == w or r["beaten"] != "yes"]
     beaten = [n for n in sel["candidates"] if n not in tied]
     measure, mode = CANDIDATE_CALLS.get(w, ("kl", "eval"))
-    extra = dict(indistinct=join(tied), n_indistinct=len(tied), beaten=join(beaten) if beaten else "none",
-                 winner_call=f'`statistics_mismatch(backbone, batches, measure="{measure}", network_mode="{mode}")`')
-    return extra | dict(rho=rho, selection=sel_flat, winner=w, winner_is_kl="is" if w == "KL" else "is not",
+    groups = _groups(safe, harm, "w")
+    return dict(indistinct=join(tied), n_indistinct=len(tied), beaten=join(beaten) if beaten else "none",
+                winner_call=f'`statistics_mismatch(backbone, batches, measure="{measure}", network_mode="{mode}")`',
+                rho=rho, selection=dict(sel["candidates"]), winner=w, winner_is_kl="is" if w == "KL" else "is not",
                 winner_clear="clearly" if n_beaten == len(cands) - 1 else "not clearly", n_beaten=n_beaten,
                 n_candidates=len(cands), winner_worst_type=max(per, key=per.get), winner_worst_error=max(per.values()),
                 winner_best_type=min(per, key=per.get), winner_best_error=min(per.values()),
                 winner_noshift=float(ns.mean()) if len(ns) else math.nan,
-                winner_safe_max=float(safe.max()) if len(safe) else math.nan,
-                winner_harm_min=float(harm.min()) if len(harm) else math.nan,
-                winner_threshold_clean="overlap" if len(safe) and len(harm) and harm.min() < safe.max() else "do not overlap",
+                winner_safe_max=groups["safe_max_w"], winner_harm_min=groups["harm_min_w"],
+                winner_threshold_clean=_overlap(safe, harm),
                 kl_spread=equal_measure_spread(pc, "mismatch_kl"),
                 winner_spread=equal_measure_spread(pc, cands[sel["winner"]]))
 
 
 def _boot_rho(eff: pd.DataFrame, keys: list, a: str, b: str, n_boot: int, seed: int = 0) -> dict:
-    """Spearman correlation of condition means of ``a`` and ``b`` (:func:`_spearman`) with a seeded paired percentile
-    bootstrap interval over whole seeds (:func:`bnstudy.inference.bootstrap_interval`)."""
+    """Spearman correlation of the condition means of ``a`` and ``b`` with a seeded percentile bootstrap interval
+    over whole seeds (:func:`bnstudy.inference.bootstrap_interval`)."""
     A = eff.pivot_table(index="seed", columns=keys, values=a, aggfunc="first").dropna()
     B = eff.pivot_table(index="seed", columns=keys, values=b, aggfunc="first").reindex_like(A)
     A, B = A.to_numpy(float), B.to_numpy(float)
     iv = bootstrap_interval((np.arange(len(A), dtype=float),),
-                            lambda i: _spearman(A[i.astype(int)].mean(0), B[i.astype(int)].mean(0)),
+                            lambda i: rank_correlation(A[i.astype(int)].mean(0), B[i.astype(int)].mean(0))[0],
                             n_resamples=n_boot, seed=seed)
     return dict(rho=iv.mean, lo=iv.low, hi=iv.high)
 
 
-def _convergence_findings(df: pd.DataFrame) -> dict:
-    heads = convergence_table(df).query("mode in @GRID_MODES")
-    return dict(n_heads_improving=int((heads["kind"] == "higher").sum()), n_heads_checked=len(heads))
-
-
 def rate_findings(levels: pd.DataFrame) -> dict:
-    """What the break-even rates of :func:`level_table` (raw view) support, for the page: ``rate_n`` levels with a
-    rate, ``rate_n_point_only`` of them without an interval, ``rate_n_above_1`` rates above 1 (mean benefit above
-    mean cost), ``rate_n_above_1_ci`` of those whose interval lies above 1, ``rate_n_above_1_paid`` of those whose
-    accuracy verdict is ``"train mode higher"``; ``rate_above_1_levels``: ``"line strength: rate [low, high],
-    verdict"`` for each (``"none"``), and ``rate_above_1_reading``: whether they show drifting statistics paying at
-    a 1:1 exchange, in words (only a resolved net does)."""
+    """What the raw view's break-even rates (:func:`level_table`) support: ``rate_n`` levels with a rate,
+    ``rate_n_point_only`` of them without an interval, ``rate_n_above_1`` above 1 (mean benefit above mean cost),
+    ``rate_n_above_1_ci`` of those whose interval lies above 1 and ``rate_n_above_1_paid`` whose verdict is
+    ``"train mode higher"``; ``rate_above_1_levels`` (``"line strength: rate [low, high], verdict"``; ``"none"``) and
+    ``rate_above_1_reading``: whether they show drifting paying at a 1:1 exchange (only a resolved net does)."""
     r = levels[(levels["metric"] == "net") & (levels["view"] == "raw")]
     r = r[np.isfinite(r["breakeven_rate"].astype(float))]
-    lo = r["breakeven_low"] if "breakeven_low" in r.columns else pd.Series(math.nan, index=r.index)
     above = r[r["breakeven_rate"] > 1]
-    ci_above = int((lo.reindex(above.index) > 1).sum())
     paid = int((above["kind"] == "higher").sum())
-    items = [f"{x['line']} {x['strength']:g}: " + rate_reading(x["breakeven_rate"], x.get("breakeven_low", math.nan),
-                                                               x.get("breakeven_high", math.nan), "").rstrip()
-             + f", {x['verdict']}" for _, x in above.iterrows()]
+    items = [f"{x['line']} {x['strength']:g}: " + rate_reading(x["breakeven_rate"], x["breakeven_low"],
+                                                               x["breakeven_high"], "").rstrip() + f", {x['verdict']}"
+             for _, x in above.iterrows()]
     if not len(above):
         reading = "no break-even rate lies above 1"
     elif paid == 0:
@@ -1147,9 +1065,10 @@ def rate_findings(levels: pd.DataFrame) -> dict:
                    "that drifting pays even at a 1:1 exchange")
     else:
         reading = f"at {paid} of them the net shows a direction in favour of drifting statistics"
-    return dict(rate_n=len(r), rate_n_point_only=int((~np.isfinite(lo.astype(float))).sum()),
-                rate_n_above_1=len(above), rate_n_above_1_ci=ci_above, rate_n_above_1_paid=paid,
-                rate_above_1_levels="; ".join(items) if items else "none", rate_above_1_reading=reading)
+    return dict(rate_n=len(r), rate_n_point_only=int((~np.isfinite(r["breakeven_low"].astype(float))).sum()),
+                rate_n_above_1=len(above), rate_n_above_1_ci=int((above["breakeven_low"] > 1).sum()),
+                rate_n_above_1_paid=paid, rate_above_1_levels="; ".join(items) if items else "none",
+                rate_above_1_reading=reading)
 
 
 def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, alpha: float, margin: float,
@@ -1168,37 +1087,33 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
                                     f"{r['p_cross']:.0%} of resamples cross"
                          for _, r in th[th["view"] == view].iterrows()} for view in VIEWS}
     bn = budget_net_table(df, margin, alpha)
-    b_t_min, room_long, room_t, room_steps = math.nan, math.nan, math.nan, math.nan
-    ben_sum = []
+    b_t_min, room_long, room_steps, ben_sum = math.nan, math.nan, math.nan, []
     if len(bn):
         b_t_min = float(bn["t"].min())
         bud = paired_effects(df[df["both_strength"].isin(bn["t"].unique())])
         for t in _budget_changes(df, bn):
             r = claim(claims, f"budget_change_{_strength_key(t)}")
             ben_sum.append(f"t = {t:g}: {r.estimate:+.3f} [{r.low:+.3f}, {r.high:+.3f}], {r.verdict}")
+        room_steps = float(bud["steps"].max())
         g = bud[(bud["both_strength"] == b_t_min) & (bud["steps"] == bud["steps"].max())]
-        room_t, room_steps = b_t_min, float(bud["steps"].max())
         room_long = float(g["task_b_train_mode"].mean()) - _chance(df)
-    eff = paired_effects(_affine(_main(df)))
-    grid = eff[eff["in_grid"].astype(bool)]
+    grid = _grid_effects(df)
     shifted = grid[~_noshift(grid)]
     n_neg, _ = _holm_counts(g["net"] for _, g in shifted.groupby(["brightness", "contrast"]))
-    at1 = eff[np.isclose(eff["both_strength"], 1.0)]
+    eff = paired_effects(_affine(_main(df)))
+    t1 = eff.loc[np.isclose(eff["both_strength"], 1.0), "task_a_after_train_mode"]
     n_ben = sum(count_verdicts(view_claims(claims, view), alpha)["higher"] for view in ("raw", "vs no shift"))
     # Levels whose break-even rate lies between the sweep's exchange rate and the longest budget's: the sign of their
     # normalized mean net differs between the two rates (benefit / cost > rate <=> normalized net > 0).
     rate_long = room_long / room_a if room_a > 0 else math.nan
     lo_r, hi_r = sorted([rate, rate_long]) if np.isfinite(rate) and np.isfinite(rate_long) else (math.nan, math.nan)
-    be = lv[(lv["metric"] == "net") & (lv["view"] == "raw") & lv["breakeven_rate"].between(lo_r, hi_r)]
-    nv = lv[(lv["metric"] == "net") & (lv["view"] == "normalized")].set_index(["line", "strength"])["verdict"]
+    be = net[(net["view"] == "raw") & net["breakeven_rate"].between(lo_r, hi_r)]
+    nv = net[net["view"] == "normalized"].set_index(["line", "strength"])["verdict"]
     dep = [f"{r['line']} {r['strength']:g} ({nv.get((r['line'], r['strength']), 'n/a')})" for _, r in be.iterrows()]
-    favour = ("no shift in the sweep was shown to favour drifting statistics" if n_ben == 0 else
-              f"drifting statistics were shown to pay at {n_ben} level-views")
-    n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else 1000
+    n_eval = int(df["n_eval"].iloc[0])
     p_b = float(_main(df).loc[lambda d: d["mode"] == "train_mode", "task_b"].mean())
     ne = normalized_effects(paired_effects(_main(df)), _chance(df))
-    fam_b = ne["task_b_classes"] if "task_b_classes" in ne.columns else pd.Series("new", index=ne.index)
-    b_n0 = ne[_noshift(ne) & (fam_b == "new").to_numpy()]["benefit_n"]
+    b_n0 = ne[_noshift(ne) & (ne["task_b_classes"] == "new").to_numpy()]["benefit_n"]
     flips, net_sum = 0, []
     for t, g in bn.groupby("t"):
         g = g.sort_values("steps")
@@ -1207,24 +1122,41 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
         net_sum.append(f"t = {t:g}: {r['mean']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}], {r['verdict']}")
     return dict(**rate_findings(lv), holm_extra_resolved=holm_extra_resolved(df, alpha),
                 budget_dependent_levels=join(dep) if dep else "none", n_budget_dependent=len(dep),
-                t1_taska_train_mean=float(at1["task_a_after_train_mode"].mean()) if len(at1) else math.nan,
-                n_eval=n_eval, eval_se=math.sqrt(p_b * (1 - p_b) / n_eval), favour=favour,
+                t1_taska_train_mean=float(t1.mean()) if len(t1) else math.nan,
+                n_eval=n_eval, eval_se=math.sqrt(p_b * (1 - p_b) / n_eval),
+                favour=("no shift in the sweep was shown to favour drifting statistics" if n_ben == 0 else
+                        f"drifting statistics were shown to pay at {n_ben} level-views"),
                 benefit_n_noshift=float(b_n0.mean()) if len(b_n0) else math.nan, budget_net_n_flips=flips,
                 budget_net_word="does not change" if flips == 0 else "changes",
                 budget_net_m=len(bn), budget_change_m=len(ben_sum),
                 budget_net_summary="; ".join(net_sum) if net_sum else "not measured",
                 budget_benefit_summary="; ".join(ben_sum) if ben_sum else "not measured",
                 margin_counts=margins, n_within_margin=n_within, cross_page=cross_page,
-                budget_t_min=b_t_min, room_b_long=room_long,
-                room_b_long_t=room_t, room_b_long_steps=room_steps,
-                exchange_rate_long=room_long / room_a if room_a > 0 else math.nan,
-                grid_n_shifted=int(shifted.groupby(["brightness", "contrast"]).ngroups),
+                budget_t_min=b_t_min, room_b_long=room_long, room_b_long_t=b_t_min, room_b_long_steps=room_steps,
+                exchange_rate_long=rate_long, grid_n_shifted=int(shifted.groupby(["brightness", "contrast"]).ngroups),
                 grid_n_net_negative_shifted=n_neg,
-                t1_taska_train_seed_min=float(at1["task_a_after_train_mode"].min()) if len(at1) else math.nan,
-                t1_taska_train_seed_max=float(at1["task_a_after_train_mode"].max()) if len(at1) else math.nan)
+                t1_taska_train_seed_min=float(t1.min()) if len(t1) else math.nan,
+                t1_taska_train_seed_max=float(t1.max()) if len(t1) else math.nan)
 
 
-def _check(df: pd.DataFrame) -> None:
+def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie_margin: float = 0.02,
+             alpha: float = 0.05, n_boot_select: int = 500, claims_: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Chapter 3's numbers table (:func:`bnstudy.inference.numbers_table`; accuracies and effects as fractions; a dict
+    flattens to ``<key>_<entry>``; glued as ``ch03_<key>``) from :func:`run`'s rows (the three lines with 2 levels
+    and 2 seeds at least, and ``train_mode``, ``backbone_eval``, ``separate_stats`` on them); NaN where the sweep
+    lacks what a number needs. ``n_boot`` / ``min_effect``: the crossover's resamples (seed 0) and tie tolerance;
+    ``tie_margin`` / ``alpha``: the per-level verdicts' margin and level; ``n_boot_select``: :func:`mismatch_selection`'s
+    resamples; ``claims_``: :func:`claims` of ``df`` if already computed (the counts are read off it). Raises
+    ``ValueError`` if a line or one of those modes is missing.
+
+    Among the rows: ``cross_<line>_*`` (:func:`crossover`), ``lines_<line>_*`` (levels, and Holm counts of the net
+    below / above 0), ``cost_*`` / ``benefit_*`` (95% intervals at ``noshift``, ``t1`` and each line's strongest
+    level), ``task_a_*`` (task-A quantities as the page prints them, ``train_mode - backbone_eval``: the negated cost,
+    cut to [-1, 1]), ``budget_*`` (the budget check at its largest strength), ``grid_*``, the mismatch rows (rank
+    correlations, the ``safe`` / ``harm`` groups around ``min_effect``, the candidates' selection), ``n_<kind>_<view>``
+    (the book's counts of the per-level claims) and the referee's rows (:func:`_referee_findings`: margin counts,
+    crossings at the page's threshold, the longest budget's exchange rate, break-even rates, :func:`rate_findings`).
+    """
     main = _affine(_main(df))
     for t in SHIFT_TYPES:
         if main[f"on_{t}"].sum() == 0:
@@ -1232,53 +1164,7 @@ def _check(df: pd.DataFrame) -> None:
     missing = {"train_mode", "backbone_eval", "separate_stats"} - set(main["mode"])
     if missing:
         raise ValueError(f"findings needs the modes {sorted(missing)} on the lines")
-
-
-def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie_margin: float = 0.02,
-             alpha: float = 0.05, n_boot_select: int = 500, claims_: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Chapter 3's numbers table (:func:`bnstudy.inference.numbers_table`: every number its prose cites, accuracies
-    and effects as fractions 0..1; read one with :func:`bnstudy.inference.number`, glued with
-    :func:`bnstudy.pages.glue_chapter` as ``ch03_<key>``, intervals as ``ch03_<key>_mean`` / ``_ci_low`` /
-    ``_ci_high``) from its results table (:func:`run`'s columns; all three lines with at least 2 levels and 2 seeds,
-    and the modes ``train_mode``, ``backbone_eval``, ``separate_stats`` on the lines). NaN where the sweep lacks
-    what a number needs.
-
-    ``n_boot`` and ``min_effect``: the crossover's bootstrap resamples (seed 0) and tie tolerance; ``tie_margin`` and
-    ``alpha``: the equivalence margin and level of the per-level verdicts (Bonferroni over the levels,
-    :func:`level_table`); ``n_boot_select``: resamples of :func:`mismatch_selection`. ``claims_``: :func:`claims` of
-    ``df`` at the same settings if already computed (else computed here); the counts are read off it.
-    Raises ``ValueError`` if a line or one of those modes is missing.
-
-    Rows (a dict flattens to ``<key>_<entry>``): ``cross_<line>_<k>``: :func:`crossover`'s result;
-    ``curves_cross_<line>``: ``"cross"`` / ``"do not cross"``; ``crossing_lines`` (``"none"`` if none);
-    ``lines_<line>_<k>``: levels and how many show the net below zero (``n_cost_wins``) or above (``n_benefit_wins``)
-    by Holm over the line's levels. ``cost_*`` / ``benefit_*``: 95% intervals at ``noshift``, ``t1`` (chapter 1's
-    shift) and ``<line>_max`` (the strongest level); ``task_a_*``: the page's task-A quantities as condition minus
-    reference (``train_mode - backbone_eval``, the negated cost; intervals printed cut to [-1, 1]).
-    ``budget_*``: the budget check at its largest strength ``budget_t`` between ``budget_s_lo`` and ``budget_s_hi``
-    steps. Grid: ``grid_n_net_negative`` / ``_positive`` (Holm counts of cells). Mismatch: Spearman correlations,
-    the ``safe`` (cost below ``min_effect`` with 95% confidence) and ``harm`` groups, ``threshold_clean``
-    (``"do not overlap"`` / ``"overlap"``), ``bright_vs_both_word`` (``"more"`` / ``"less"``). ``n_lower`` /
-    ``n_higher`` / ``n_equivalent`` / ``n_not_decided`` / ``n_too_few`` ``_<view>``: the per-level verdicts by kind
-    (the book's counts rule on the claims).
-
-    Referee rows: ``margin_counts_<view>_m<margin>_<kind>`` (:func:`margin_counts` at :data:`MARGINS`),
-    ``n_within_margin_<view>`` (levels with a direction shown whose TOST also puts them inside the margin);
-    ``cross_page_<view>_<line>``: the crossing at the page's threshold with its unconditional interval as text;
-    ``room_b_long`` / ``exchange_rate_long``: task B's room and the exchange rate measured at the longest budget (at
-    the weakest budget strength ``room_b_long_t``, the budget check having no no-shift point); ``grid_n_shifted`` and
-    ``grid_n_net_negative_shifted`` (the grid without its no-shift cell, Holm count); ``t1_taska_train_seed_min/max``:
-    the per-seed range of task A after ``train_mode`` at ``t = 1``; ``indistinct``: the mismatch candidates whose
-    score is not distinguishable from the winner's (the winner included), ``beaten`` the others, ``winner_call`` the
-    code that computes the winner. ``tie_margin_images`` (the margin in test images); ``n_other_candidates``;
-    ``budget_dependent_levels`` (``"line strength (normalized verdict)"`` for the levels whose break-even rate lies
-    between ``exchange_rate`` and ``exchange_rate_long``) and their number. Break-even rates (:func:`rate_findings`):
-    ``rate_n``, ``rate_n_point_only``, ``rate_n_above_1``, ``rate_n_above_1_ci``, ``rate_n_above_1_paid``,
-    ``rate_above_1_levels``, ``rate_above_1_reading``.
-    """
-    _check(df)
     C = claims(df, n_boot, tie_margin, alpha) if claims_ is None else claims_
-    main = _affine(_main(df))
     eff = paired_effects(main)
     cross, lines, near, cost, benefit, nets = {}, {}, {}, {}, {}, []
     for t in SHIFT_TYPES:
@@ -1293,10 +1179,9 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
         upto = x <= x[np.searchsorted(x, cr["ci_high"])] if cr["ci_high"] <= x[-1] else np.ones_like(x, bool)
         near[t] = dict(cost=float(c.mean(0)[upto].max()), benefit=float(b.mean(0)[upto].max()))
         cost[f"{t}_max"], benefit[f"{t}_max"] = t_interval(c[:, -1]), t_interval(b[:, -1])
-    ns = eff[(eff.brightness == 0) & (eff.contrast == 1)]
-    at1 = eff[np.isclose(eff["both_strength"], 1.0)]
+    ns, at1 = eff[_noshift(eff)], eff[np.isclose(eff["both_strength"], 1.0)]
     for name, d in (("cost", cost), ("benefit", benefit)):
-        d["noshift"], d["t1"] = _iv(ns[name]), _iv(at1[name])
+        d["noshift"], d["t1"] = t_interval(ns[name]), t_interval(at1[name])
     crossing = [t for t in SHIFT_TYPES if not math.isnan(cross[t]["estimate"])]
     all_net = np.concatenate(nets)
 
@@ -1305,11 +1190,11 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     on_line = _on_lines(df)
     cond = on_line.groupby(["brightness", "contrast", "mode"])[["task_b", "task_a_after"]].mean().reset_index()
     noshift = cond[(cond.brightness == 0) & (cond.contrast == 1)].set_index("mode")
+    by_mode = {m: cond[cond["mode"] == m] for m in ("train_mode", "backbone_eval")}
 
     me = mode_effects(on_line)
     sep = me[me["mode"] == "separate_stats"].set_index(["seed", "brightness", "contrast"])
     tmm = me[me["mode"] == "train_mode"].set_index(["seed", "brightness", "contrast"])
-    sep_b = float((sep["task_b"] - tmm.loc[sep.index, "task_b"]).abs().max())
     tm_net = me[me["mode"] == "train_mode"].assign(net=lambda d: d["task_b_gain"] + d["task_a_change"])
     scat = [g["net"] for _, g in tm_net.groupby(["brightness", "contrast"])]
     scat_below, scat_above = _holm_counts(scat)  # the scatter's points: one family
@@ -1318,16 +1203,17 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     grid_f, level_f = _grid_findings(df), _level_findings(df, lv, C, alpha, tie_margin, n_boot)
     ref_f = _referee_findings(df, lv, C, alpha, tie_margin, n_boot, min_effect, level_f["room_a"],
                               level_f["exchange_rate"])
-    conv_f, sel_f, bud_f = _convergence_findings(df), _selection_findings(df, n_boot_select, min_effect), \
-        _budget_findings(df)
+    bud_f = _budget_findings(df)
+    heads = convergence_table(df).query("mode in @GRID_MODES")
     task_a = {k: task_a_difference(v) for k, v in cost.items()}  # the page's sign: train_mode - backbone_eval
-    task_a.update({"t1_family": task_a_difference(level_f["at_t1"]["both_raw"]["cost"])}
-                  if level_f["at_t1"].get("both_raw") else {})
-    task_a.update({"family": task_a_difference(level_f["family"]["cost"])} if level_f["family"] else {})
-    task_a.update({f"extra_{t}": task_a_difference(e["cost"]) for t, e in level_f["extra"].items()})
-    task_a.update({f"budget_{k[5:]}": task_a_difference(bud_f["budget"][k]) for k in ("cost_lo", "cost_hi")
-                   if k in bud_f["budget"]})
-    task_a.update({f"grid_{k}": -float(grid_f[f"grid_cost_{k}"]) for k in ("corner", "bonly", "conly")})
+    if level_f["at_t1"].get("both_raw"):
+        task_a["t1_family"] = task_a_difference(level_f["at_t1"]["both_raw"]["cost"])
+    if level_f["family"]:
+        task_a["family"] = task_a_difference(level_f["family"]["cost"])
+    task_a |= {f"extra_{t}": task_a_difference(e["cost"]) for t, e in level_f["extra"].items()}
+    task_a |= {f"budget_{k[5:]}": task_a_difference(bud_f["budget"][k]) for k in ("cost_lo", "cost_hi")
+               if k in bud_f["budget"]}
+    task_a |= {f"grid_{k}": -float(grid_f[f"grid_cost_{k}"]) for k in ("corner", "bonly", "conly")}
     return numbers_table(dict(
         n_seeds=int(df["seed"].nunique()), n_runs=len(df), steps=int(main["steps"].iloc[0]), ch1_steps=CH1_STEPS,
         chance=1 / int(df["n_classes"].iloc[0]), ref_brightness=REFERENCE_SHIFT[0], ref_contrast=REFERENCE_SHIFT[1],
@@ -1338,18 +1224,19 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
         crossing_lines=" and ".join(crossing) if crossing else "none", any_crossover=bool(crossing),
         lines=lines, near=near, cost=cost, benefit=benefit, task_a=task_a,
         net_best=float(all_net.max()), net_worst=float(all_net.min()),
-        taskb_train_min=float(cond[cond["mode"] == "train_mode"]["task_b"].min()),
-        taskb_train_max=float(cond[cond["mode"] == "train_mode"]["task_b"].max()),
+        taskb_train_min=float(by_mode["train_mode"]["task_b"].min()),
+        taskb_train_max=float(by_mode["train_mode"]["task_b"].max()),
         taskb_pinned_noshift=float(noshift.loc["backbone_eval", "task_b"]) if "backbone_eval" in noshift.index else math.nan,
-        taskb_pinned_min=float(cond[cond["mode"] == "backbone_eval"]["task_b"].min()),
-        taska_train_min=float(cond[cond["mode"] == "train_mode"]["task_a_after"].min()),
+        taskb_pinned_min=float(by_mode["backbone_eval"]["task_b"].min()),
+        taska_train_min=float(by_mode["train_mode"]["task_a_after"].min()),
         taska_before_mean=float(main["task_a_before"].mean()),
         **bud_f, **grid_f, **ref_f,
         scatter_n_points=len(scat), scatter_n_below=scat_below, scatter_n_above=scat_above,
-        sep_vs_train_max_b_diff=sep_b,
+        sep_vs_train_max_b_diff=float((sep["task_b"] - tmm.loc[sep.index, "task_b"]).abs().max()),
         **_mismatch_findings(df, min_effect),
         worker_min=float(df["wall_s"].sum()) / 60 if "wall_s" in df.columns else math.nan,
-        **level_f, **sel_f, **conv_f,
+        **level_f, **_selection_findings(df, n_boot_select, min_effect),
+        n_heads_improving=int((heads["kind"] == "higher").sum()), n_heads_checked=len(heads),
         tie_margin_images=int(round(tie_margin * ref_f["n_eval"])),
         n_other_candidates=len({k for k, v in CANDIDATES.items() if v in df.columns}) - 1,
     ), bounds=lambda key: (-1.0, 1.0) if key == "task_a" else (-math.inf, math.inf))
