@@ -1,23 +1,15 @@
 """Chapter 3, what is claimed: the cost and the benefit of drifting statistics against shift strength.
 
-Within a seed every mode and shift starts from the same trained backbone, head-B
-initialisation and task-B batch stream (:mod:`.run`), so effects are paired differences per seed
-(:func:`paired_effects`)::
+Within a seed every mode and shift starts from the same backbone, head-B initialisation and task-B batches
+(:mod:`.run`), so effects are paired differences per seed (:func:`paired_effects`)::
 
     cost    = task_a_after(pinned) - task_a_after(train_mode)
     benefit = task_b(train_mode)   - task_b(pinned)
 
-with ``pinned = "backbone_eval"``, so that ``net = benefit - cost`` is the sum over both tasks of
-``accuracy(train_mode) - accuracy(backbone_eval)``: condition minus reference, the book's one sign. Every
-interval, test and verdict comes from :mod:`bnstudy.inference` (the book's one vocabulary, :data:`DIRECTIONS`).
-Issue 10's analysis: per-level verdicts (Bonferroni family intervals and TOST at the family level,
-:func:`level_table`), the crossover against the tie threshold (:func:`threshold_table`), each
-effect over its task's room above chance (:func:`normalized_effects`), mismatch candidates compared on a
-held-out shift type (:func:`mismatch_selection`) and the heads' convergence (:func:`convergence_table`).
-The results table of :func:`bnstudy.experiments.shift_strength.run.run` ->
-:func:`claims` (every verdict, one claims table), :func:`findings` (every number the prose cites, one numbers
-table) and the tidy figure tables :func:`line_table`, :func:`budget_table`, :func:`grid_table`, :func:`condition_table`,
-:func:`scatter_table`.
+with ``pinned = "backbone_eval"``: ``net = benefit - cost`` is the sum over both tasks of ``accuracy(train_mode) -
+accuracy(backbone_eval)``, condition minus reference. Every interval, test and verdict comes from
+:mod:`bnstudy.inference`. The rows -> :func:`claims` (one claims table), :func:`findings` (one numbers table), the
+page's sentences (:func:`page_texts`, :data:`NOTES`) and the tidy tables the figures and display tables draw.
 """
 
 from __future__ import annotations
@@ -238,8 +230,7 @@ def budget_table(df: pd.DataFrame) -> pd.DataFrame:
 def grid_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cost, benefit and net on the brightness x contrast grid: ``brightness, contrast, metric, mean, ci_low,
     ci_high, n_seeds``."""
-    eff = paired_effects(_affine(_main(df)))
-    return _ci_long(eff[eff["in_grid"].astype(bool)], ["brightness", "contrast"], EFFECTS)
+    return _ci_long(_grid_effects(df), ["brightness", "contrast"], EFFECTS)
 
 
 def condition_kind(effects: pd.DataFrame) -> np.ndarray:
@@ -273,9 +264,7 @@ def condition_table(df: pd.DataFrame) -> pd.DataFrame:
 def scatter_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per mode and line shift: task-A change and task-B gain over ``backbone_eval``, long:
     ``mode, brightness, contrast, metric, mean, ci_low, ci_high, n_seeds``."""
-    me = mode_effects(_affine(_main(df)))
-    me = me[me[["on_brightness", "on_contrast", "on_both"]].any(axis=1)]
-    return _ci_long(me, ["mode", "brightness", "contrast"], ("task_a_change", "task_b_gain"))
+    return _ci_long(mode_effects(_on_lines(df)), ["mode", "brightness", "contrast"], ("task_a_change", "task_b_gain"))
 
 
 # --- issue 10: per-level effects, multiplicity, equivalence, the normalized view -------------------------------------
@@ -1256,9 +1245,8 @@ def crossover_long(F: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- the page: its answer and the sentences the numbers and claims choose (issue 25) ---------------------------------
-# The page prints every task-A quantity as condition minus reference (train_mode minus backbone_eval, negative when
-# train mode loses), the book's one sign (issue 24): the rows and the numbers keep ``cost = pinned - train_mode``; the
-# ``task_a_*`` numbers and the functions below negate it for printing and drawing.
+# The page prints task A as condition minus reference (train_mode - backbone_eval): the rows and numbers keep ``cost =
+# pinned - train_mode``; the ``task_a_*`` numbers and the functions below negate it.
 
 def _verdict(C: pd.DataFrame, key: str) -> str:
     """The printed verdict of claim ``key`` (``"not measured"`` if the sweep has no such claim)."""
@@ -1283,24 +1271,20 @@ def _range(iv: Interval, low: float = -1.0, high: float = 1.0, d: int = 3) -> st
 
 
 def task_a_difference(cost: Interval) -> Interval:
-    """Task-A accuracy ``train_mode - backbone_eval`` from a cost interval (``backbone_eval - train_mode``): the
-    same interval, negated (the page's sign, condition minus reference)."""
+    """Task A's ``train_mode - backbone_eval`` (the page's sign) from a cost interval: the same interval, negated."""
     return Interval(-cost.mean, -cost.high, -cost.low, cost.n, cost.confidence)
 
 
 def level_counts(C: pd.DataFrame, view: str = "raw") -> dict:
-    """The per-level verdicts of ``view`` (claims ``C``) counted by the book's rule
-    (:func:`bnstudy.inference.count_verdicts`: directions by Holm over the view's levels, the printed kind
-    otherwise): ``{kind: n}`` plus ``"m"``."""
+    """The per-level verdicts of ``view`` counted by the book's rule (:func:`bnstudy.inference.count_verdicts`)."""
     return count_verdicts(view_claims(C, view))
 
 
 def counts_sentence(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
     """The levels' count sentence (fixed wording, numbers and verdict words spliced in)."""
     n = level_counts(C, view)
-    w = NET_WORDS
     return (f"Over the {n['m']} shifted levels of the {len(_lines_of(C))} lines, the sum of the two differences reads "
-            f"**{w['higher']}** at {n['higher']}, **{w['lower']}** at {n['lower']}, "
+            f"**{NET_WORDS['higher']}** at {n['higher']}, **{NET_WORDS['lower']}** at {n['lower']}, "
             f"**equivalent within \u00b1{number(F, 'tie_margin'):g}** at {n['equivalent']} and **not decided** at "
             f"{n['not decided']} (Holm counts, the [glossary](../glossary.html)'s rule).")
 
@@ -1315,15 +1299,12 @@ def _raw(c: pd.DataFrame, kind: str) -> int:
 
 
 def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
-    n = level_counts(c, "raw")
-    return dict(higher=n["higher"], lower=n["lower"], m=n["m"])
+    return level_counts(c, "raw")
 
 
-#: The page's sentences that choose between fixed outcomes (:class:`bnstudy.words.Note`: a rule on the claims ``c``
-#: and numbers ``f``, exactly one per key holds): ``pays_sentence`` (whether any shift was shown to make drifting
-#: statistics pay, by the raw view's Holm counts), ``takeaway_cost_benefit`` (the cost-and-benefit figure's takeaway,
-#: by the same counts) and ``threshold_sentence`` (whether one value of the winning mismatch measure separates the
-#: shifts whose task-A loss stayed below ``min_effect`` (95% upper bound) from those whose loss exceeded it).
+#: The page's sentences that choose between fixed outcomes (:class:`bnstudy.words.Note`): ``pays_sentence`` and
+#: ``takeaway_cost_benefit`` by the raw view's Holm counts; ``threshold_sentence`` by whether one value of the
+#: winning mismatch measure separates the shifts whose task-A loss stayed below ``min_effect`` (95%) from the others.
 NOTES = (
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
          "No shift tested was shown to make drifting statistics pay, even counting both tasks' points as equal."),
@@ -1369,8 +1350,7 @@ def _groups_fill(f: pd.DataFrame) -> dict:
 def mismatch_sentence(F: pd.DataFrame) -> str:
     """What the KL mismatch measured before training says about task A's loss, chosen by its rank correlation's
     bootstrap interval (clipped to [-1, 1])."""
-    nan = math.nan
-    rho, lo, hi = (number(F, f"rho_kl_{k}") if _has(F, f"rho_kl_{k}") else nan for k in ("rho", "lo", "hi"))
+    rho, lo, hi = (number(F, f"rho_kl_{k}") if _has(F, f"rho_kl_{k}") else math.nan for k in ("rho", "lo", "hi"))
     iv = Interval(rho, lo, hi, number(F, "n_seeds"))
     text = (f"Spearman {rho:.2f}, {_range(iv, d=2)}" if np.isfinite(rho) else "no rank correlation")
     if np.isfinite(lo) and lo > 0:
