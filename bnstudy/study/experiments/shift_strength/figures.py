@@ -1,6 +1,6 @@
 """Chapter 3, what is drawn: the per-level effects, the net in its views, the budget points, the grid's heatmaps,
-the retention scatter and the mismatch candidates (moved out of :mod:`bnstudy.study.plots`; colours from
-:mod:`bnstudy.study.style` only)."""
+the retention scatter and the mismatch candidates (colours from :mod:`bnstudy.study.style` only). Figures at most 9 in wide
+(the page's width), text at least 9 pt."""
 
 from __future__ import annotations
 
@@ -24,14 +24,10 @@ LINE_XLABELS = {"brightness": "brightness offset b (contrast 1)", "contrast": "c
 REFERENCE_STRENGTH = {"brightness": REFERENCE_SHIFT[0], "contrast": REFERENCE_SHIFT[1], "both": 1.0, "same_both": 1.0}
 
 
-# --- moved from bnstudy.study.plots (issue 24); issue 10: per-level effects, normalized view, budget points, candidates ---
-# Figures at most 9 in wide (the page's width), text at least 9 pt, so nothing is shrunk below 9 pt on the page.
-
 CH3_FONT = {"font.size": 9.5, "axes.titlesize": 9.5, "axes.labelsize": 9.5, "xtick.labelsize": 9,
             "ytick.labelsize": 9, "legend.fontsize": 9, "legend.title_fontsize": 9}
 #: Task A's and task B's differences (train_mode - backbone_eval) and their sum: style.EFFECTS ("cost" is task A's).
-EFFECT_COLORS = {"cost": style.color("effect", "cost"), "benefit": style.color("effect", "benefit"),
-                 "net": style.color("effect", "net")}
+EFFECT_COLORS = {k: style.color("effect", k) for k in ("cost", "benefit", "net")}
 #: The page's labels of the three effects, as drawn (condition minus reference, the book's one sign).
 CH3_EFFECT_LABELS = {"cost": "task A (train_mode − backbone_eval)", "benefit": "task B (train_mode − backbone_eval)",
                      "net": "sum of both"}
@@ -96,11 +92,9 @@ def _ch3_legend(fig, axes, ncol=4, order=None):
 
 
 def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, view: str = "raw", points=None):
-    """Cost and benefit per level (``levels``: findings.level_table) with their Bonferroni intervals, one
-    panel per line, log strength axis (so the weak shifts get as much room as the strong ones); the two series
-    are drawn side by side (dodged), never on top of each other. ``crossings[line]``: the crossover strength drawn
-    as a dashed line when finite; ``reference[line]``: chapter 1's shift, dotted. ``points``
-    (findings.seed_points, raw view only): each seed's value as a small translucent dot behind its mean."""
+    """Task A's and task B's differences per level (``levels``: findings.level_table) with their family intervals,
+    one panel per line, log strength axis, the two series dodged; ``crossings[line]``: a dashed line where finite;
+    ``reference[line]``: chapter 1's shift, dotted; ``points`` (findings.seed_points, raw view): each seed's value."""
     with plt.rc_context(CH3_FONT):
         lv = levels[levels["view"] == view]
         lines = list(dict.fromkeys(lv["line"]))
@@ -112,7 +106,7 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
                     p = points[(points["line"] == t) & (points["metric"] == name)]
                     sign = -1 if name == "cost" else 1
                     ax.plot(p["strength"] * f, sign * p["value"], ".", ms=2.5, alpha=0.35, color=EFFECT_COLORS[name],
-                            zorder=1, label=f"{CH3_EFFECT_LABELS[name].split(' ')[0]} {CH3_EFFECT_LABELS[name].split(' ')[1]}, one seed")
+                            zorder=1, label=f"{' '.join(CH3_EFFECT_LABELS[name].split(' ')[:2])}, one seed")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
                             fmt=mk + "-", ms=5, lw=1, capsize=2, color=EFFECT_COLORS[name], label=CH3_EFFECT_LABELS[name])
             cx = crossings.get(t, np.nan)
@@ -131,12 +125,9 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
 
 
 def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("raw", "vs no shift")):
-    """Benefit minus cost per level (difference in accuracy) in the ``views`` of ``levels`` (findings.
-    level_table; default: ``raw`` and ``vs no shift``, the benefit counted above its no-shift value), Bonferroni
-    intervals, the equivalence band ``±margin`` shaded; one panel per line, log strength axis labelled by
-    ``xlabels[line]``, symmetric-log y axis (linear within ±0.05) so that the band and the weak levels stay
-    readable next to losses of 0.8. Filled markers: a direction shown (the family interval excludes 0); open
-    diamonds: equivalent within the margin (TOST); open circles: not decided."""
+    """The net per level in the ``views`` of ``levels`` (findings.level_table) with family intervals and the band
+    ``±margin`` shaded, one panel per line, symmetric-log y (linear within ±0.05). Filled markers: a direction
+    shown; open diamonds: equivalent within the margin; open circles: not decided."""
     labels = {"raw": "benefit − cost", "vs no shift": "benefit above its no-shift value − cost",
               "normalized": "share of room above chance"}
     with plt.rc_context(CH3_FONT):
@@ -151,8 +142,8 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
                 g = _ch3_signed(g.sort_values("strength"), "net")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
                             fmt="-", lw=1, capsize=2, color=col[view], label=labels[view])
-                res = g["kind"].isin(["lower", "higher"]) if "kind" in g.columns else (g["ci_low"] > 0) | (g["ci_high"] < 0)
-                tie = ~res & (g["kind"] == "equivalent") if "kind" in g.columns else ~res & False
+                res = g["kind"].isin(["lower", "higher"])
+                tie = ~res & (g["kind"] == "equivalent")
                 ax.plot(g["strength"][res] * f, g["mean"][res], "o", ms=4.5, color=col[view])
                 ax.plot(g["strength"][~res & ~tie] * f, g["mean"][~res & ~tie], "o", ms=4.5, mfc="white",
                         color=col[view])
@@ -172,10 +163,8 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
 
 
 def ch3_budget_points(bp):
-    """Every budget point (``bp``: findings.budget_points): top row task-B accuracy of the drifting and the
-    pinned head against stage-2 steps, bottom row cost, benefit and net (differences in accuracy; colours distinct
-    from the modes'); one column per strength ``t`` of the both line; 95% t intervals over seeds; series dodged
-    (x scaled by 0.96 / 1.04) so that none hides another."""
+    """Every budget point (``bp``: findings.budget_points), one column per ``t``: task-B accuracy of the drifting and
+    the pinned head (top) and the two differences and their sum (bottom) against stage-2 steps, series dodged."""
     with plt.rc_context(CH3_FONT):
         ts = sorted(bp["t"].unique())
         fig, axes = plt.subplots(2, len(ts), figsize=(style.COLUMN_WIDTH_IN, 5.6), squeeze=False, sharex=True)
@@ -203,9 +192,8 @@ def ch3_budget_points(bp):
 
 
 def ch3_heatmaps(grid):
-    """Task-A difference, task-B difference and their sum (each train_mode - backbone_eval) on the brightness x
-    contrast grid (``grid``: findings.grid_table), one row per quantity so that the cells' 9 pt text fits the
-    column, each with its colour bar; cells show the mean and the half-width of the 95% interval."""
+    """Task A's and task B's differences and their sum on the grid (``grid``: findings.grid_table), one panel each;
+    cells show the mean and the half-width of the 95% interval."""
     with plt.rc_context(CH3_FONT):
         gb, gc = sorted(grid["brightness"].unique()), sorted(grid["contrast"].unique())
         wide = {m: _ch3_signed(grid[grid["metric"] == m], m).set_index(["brightness", "contrast"])
@@ -256,14 +244,11 @@ def _log_ticks(ax):
         t.set_rotation(35); t.set_ha("right")
 
 
-def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | None = None):
-    """Cost against each mismatch candidate (``conditions``: findings.condition_table; one point per shift,
-    95% bars in both directions), log measure axis, two rows of three panels; the second family's lines and no-shift
-    point in open markers. The last panel: each candidate's leave-one-type-out score minus the ``winner``'s, with the
-    95% bootstrap interval of that paired difference (``selection``: ``findings.mismatch_selection(...)["candidates"]``;
-    filled where it excludes 0, "beaten"); the claim rests on these differences, not on the overlapping marginal score intervals. Without
-    ``winner`` it shows the marginal scores (the old panel). Grid-only shifts (in the rank correlations) are not
-    drawn."""
+def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str):
+    """Task A's difference against each mismatch candidate (``conditions``: findings.condition_table, grid-only shifts
+    left out), log measure axis; the second family in open markers. The last panel: each candidate's score minus the
+    ``winner``'s with its 95% bootstrap interval (``selection``: ``mismatch_selection(...)["candidates"]``; filled
+    where it excludes 0)."""
     with plt.rc_context(CH3_FONT):
         names = [n for n in candidates if candidates[n] in conditions.columns]
         ncol = 3
@@ -292,25 +277,15 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str | 
             if i % ncol == 0:
                 ax.set_ylabel("task-A difference\n(train_mode − backbone_eval)")
         ax = axes[len(names)]
-        if winner is not None:
-            others = [n for n in names if n != winner]
-            d = np.array([selection[n]["diff"] for n in others])
-            lo = np.array([selection[n]["diff_lo"] for n in others])
-            hi = np.array([selection[n]["diff_hi"] for n in others])
-            for i, (n, v, l, h) in enumerate(zip(others, d, lo, hi)):
-                beaten = l > 0
-                ax.errorbar([v], [i], xerr=[[v - l], [h - v]], fmt="o", color="0.15", mfc="0.15" if beaten else "white",
-                            capsize=3, ms=6, mew=1.2)
-            ax.axvline(0, color="black", lw=0.8)
-            ax.set_yticks(range(len(others))); ax.set_yticklabels(others); ax.invert_yaxis()
-            ax.set_xlabel(f"score minus {winner}'s\n(accuracy; 95% bootstrap)")
-            ax.set_title("against the lowest score")
-        else:
-            sc = np.array([selection[n]["score"] for n in names])
-            lo = np.array([selection[n]["score_lo"] for n in names]); hi = np.array([selection[n]["score_hi"] for n in names])
-            ax.errorbar(sc, range(len(names)), xerr=[sc - lo, hi - sc], fmt="o", color="0.2", capsize=2)
-            ax.set_yticks(range(len(names))); ax.set_yticklabels(names); ax.invert_yaxis()
-            ax.set_xlabel("held-out-type error (accuracy)"); ax.set_title("leave one type out")
+        others = [n for n in names if n != winner]
+        for i, n in enumerate(others):
+            v, lo, hi = (selection[n][k] for k in ("diff", "diff_lo", "diff_hi"))
+            ax.errorbar([v], [i], xerr=[[v - lo], [hi - v]], fmt="o", color="0.15", mfc="0.15" if lo > 0 else "white",
+                        capsize=3, ms=6, mew=1.2)
+        ax.axvline(0, color="black", lw=0.8)
+        ax.set_yticks(range(len(others))); ax.set_yticklabels(others); ax.invert_yaxis()
+        ax.set_xlabel(f"score minus {winner}'s\n(accuracy; 95% bootstrap)")
+        ax.set_title("against the lowest score")
         _ch3_legend(fig, axes[:len(names)], ncol=3, order=list(CH3_KIND_MARKS))
         fig.tight_layout(rect=(0, 0.12, 1, 1))
     return min_text_size(fig)
@@ -321,9 +296,8 @@ CH3_PATH_COLORS = style.palette("shift_path")
 
 
 def ch3_retention(scatter):
-    """Task-B gain over ``backbone_eval`` (y) against task-A change from before stage 2 (x) (``scatter``:
-    findings.scatter_table), one marker shape and size per mode so that modes that coincide (the two pinned
-    modes at the origin) stay visible; ``train_mode``'s points joined along each line in order of strength."""
+    """Task-B gain over ``backbone_eval`` against task-A change (``scatter``: findings.scatter_table), a marker shape
+    and size per mode (so coinciding modes stay visible); ``train_mode``'s points joined along each line."""
     marks = {"train_mode": ("o", 5), "backbone_eval": ("s", 9), "all_eval": ("D", 5), "separate_stats": ("^", 6)}
     with plt.rc_context(CH3_FONT):
         fig, ax = plt.subplots(figsize=(style.COLUMN_WIDTH_IN, 5.2))

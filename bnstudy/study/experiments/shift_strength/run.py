@@ -1,28 +1,20 @@
-"""Chapter 3, what is trained: drifting BatchNorm statistics against shift strength.
+"""Chapter 3, what is trained: ``train_mode``'s cost on task A and benefit on task B as the shift between the tasks
+grows, along lines from no shift to beyond chapter 1's shift ``REFERENCE_SHIFT = (b0, c0)``:
 
-Chapter 1 shows that the one-line freeze (``train_mode``) lets the backbone's
-``running_mean``/``running_var`` drift to task B's statistics: that costs task A and helps
-task B. This module runs both as the shift between the tasks grows, along three lines
-("shift types"), each from no shift to beyond chapter 1's shift ``REFERENCE_SHIFT = (b0, c0)``:
+* ``brightness`` (offset ``b``, contrast 1), ``contrast`` (gain ``c``, brightness 0) and ``both`` (strength ``t``:
+  brightness ``t * b0``, contrast ``1 + t * (c0 - 1)``; ``t = 1`` is chapter 1's shift);
+* issue 10: ``blur`` and ``noise`` (corruptions no per-channel affine map undoes) and the second task family whose
+  task B has task A's classes (``same_both``, ``same_noise``; :func:`bnstudy.study.tasks.make_task_b`);
 
-* ``brightness``: task-B inputs offset by ``b`` (contrast 1), strength ``b``;
-* ``contrast``: task-B inputs multiplied by ``c`` (brightness 0), strength ``c``;
-* ``both``: strength ``t`` with ``brightness = t * b0`` and ``contrast = 1 + t * (c0 - 1)``
-  (``t = 1`` is chapter 1's shift);
-
-plus (issue 10) two corruptions no per-channel affine map undoes, ``blur`` (Gaussian blur std) and
-``noise`` (extra pixel-noise std), and a second task family where task B has task A's classes seen through
-the shift (``same_both``, ``same_noise``; :func:`bnstudy.study.tasks.make_task_b`); a brightness x contrast grid
-for heatmaps and a training-budget check (points of the ``both`` line rerun with longer stage-2 training). Each distinct ``(seed, mode, shift, steps)`` runs once, through :func:`bnstudy.study.engine.transfer_sweep`; every run also
-carries the statistics mismatch between its source backbone's stored statistics and its
-task-B data (:func:`bnstudy.running_stats.mismatch_from_statistics`), which needs no training.
-
-``Config`` -> :func:`run` -> :func:`results_table` (the rows the release saves); what is claimed from them is in
-:mod:`.findings`, what is drawn in :mod:`.figures`. This module imports neither (docs/chapter-code.md).
+plus a brightness x contrast grid and a training-budget check (``both``-line points rerun with longer stage 2).
+Each distinct ``(seed, mode, shift, steps)`` runs once (:func:`bnstudy.study.engine.transfer_sweep`) and carries the
+statistics mismatch between its source backbone's stored statistics and its task-B data, which needs no training.
+This module imports neither :mod:`.findings` nor :mod:`.figures` (docs/chapter-code.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -30,8 +22,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...config import Execution, RunConfig, SourceConfig, _Frozen, check_choice, check_float, check_int, \
-    check_seeds, check_sequence, from_profile, seeds_label
+from ...config import Execution, RunConfig, SourceConfig, check_choice, check_float, check_int, check_seeds, \
+    check_sequence, from_profile, seeds_label
+from ...design import ChapterConfig, Rule
 from ...engine import ensure_sources, load_source, source_version, transfer_sweep
 from ...models import ConvBackbone
 from ...modes import MODE_NAMES
@@ -42,9 +35,7 @@ from ...tasks import BatchStream, generator, make_task_b
 NAMESPACE = "ch03_shift_strength"
 MISMATCH_NAMESPACE = "ch03_mismatch"
 SHIFT_TYPES = ("brightness", "contrast", "both")
-#: Every line (issue 10): the three affine lines above on task B's own classes, two corruptions a BatchNorm layer
-#: cannot undo (``blur``: Gaussian blur std in pixels; ``noise``: extra pixel-noise std), and the second task family
-#: where task B has task A's classes seen through the shift (``same_both``: the both line; ``same_noise``).
+#: Every line (module docstring): ``blur`` is a Gaussian blur std in pixels, ``noise`` an extra pixel-noise std.
 LINES = SHIFT_TYPES + ("blur", "noise", "same_both", "same_noise")
 #: ``line: (task_b_classes, kind)``; kind is ``brightness``/``contrast``/``both`` (affine) or a corruption.
 LINE_SPEC = {"brightness": ("new", "brightness"), "contrast": ("new", "contrast"), "both": ("new", "both"),
@@ -61,9 +52,7 @@ GRID_MODES = ("train_mode", "backbone_eval")
 REFERENCE_SHIFT = (RunConfig.brightness, RunConfig.contrast)
 CH1_STEPS = RunConfig.steps
 
-#: The profiles' sweep sizes (the only place they are set). quick: 3 seeds, the grid's corners only (all on the
-#: lines), a short budget check at a weak and at chapter 1's shift; full: 16 seeds (issue 10: more seeds where the
-#: engine makes it cheap).
+#: The sweep sizes (only set here). quick: the grid's corners only, a short budget check; full: the published book.
 PROFILES = {
     "quick": dict(seeds=3, steps=100, brightness_levels=(0.0, 1.0, 2.0, 4.0), contrast_levels=(1.0, 1.5, 2.0, 5.0),
                   both_levels=(0.0, 0.25, 0.5, 1.0), grid_brightness=(0.0, 4.0), grid_contrast=(1.0, 5.0),
@@ -125,12 +114,13 @@ def _key(row) -> tuple:
             _r(row["contrast"]))
 
 
-def _levels(name: str, value, shift_type: str) -> tuple[float, ...]:
-    """Strictly increasing, finite levels valid on ``shift_type``'s line; empty (skip) or at least 2."""
+def _levels(name: str, value, shift_type: str = "both", ordered: bool = True) -> tuple[float, ...]:
+    """Levels valid on ``shift_type``'s line (:func:`point_of`); ``ordered``: empty (skip) or at least 2, strictly
+    increasing."""
     out = check_sequence(name, value, check_float)
-    if len(out) == 1:
+    if ordered and len(out) == 1:
         raise ValueError(f"{name} needs at least 2 levels (or none, to skip it), got {list(out)!r}")
-    if list(out) != sorted(set(out)):
+    if ordered and list(out) != sorted(set(out)):
         raise ValueError(f"{name} must be strictly increasing, got {list(out)!r}")
     for v in out:
         try:
@@ -142,28 +132,23 @@ def _levels(name: str, value, shift_type: str) -> tuple[float, ...]:
 
 def _modes(name: str, value) -> tuple[str, ...]:
     modes = check_sequence(name, value, lambda n, v: check_choice(n, v, MODE_NAMES), 1)
-    missing = [m for m in GRID_MODES if m not in modes]
-    if missing:
+    if set(GRID_MODES) - set(modes):
         raise ValueError(f"{name} must include {list(GRID_MODES)} (cost and benefit compare them), got {list(modes)}")
     return modes
 
 
 @dataclass(frozen=True)
-class Config(_Frozen):
+class Config(ChapterConfig):
     """Chapter 3's parameters (the notebook's parameters cell, one for one, and a few run sizes).
 
-    Profile-sized (no defaults; :data:`PROFILES` sets them): ``seeds``; ``steps`` (stage-2 steps of
-    the sweep); ``brightness_levels`` / ``contrast_levels`` / ``both_levels`` (strengths on each line,
-    strictly increasing, an empty list skips the line; issue 10's ``blur_levels``, ``noise_levels``,
-    ``same_both_levels``, ``same_noise_levels`` likewise, default empty); ``grid_brightness`` / ``grid_contrast`` (the
-    heatmap axes, both empty: no grid); ``budget_levels`` (``both``-line strengths of the budget check)
-    and ``budget_steps`` (its longer step counts; either empty: no check). Others: ``line_modes`` and
-    ``grid_modes`` (must include ``train_mode`` and ``backbone_eval``), ``mismatch_batches`` (unlabelled
-    task-B batches per mismatch measurement), ``n_boot`` and ``min_effect`` (the crossover's bootstrap
-    and tie tolerance, accuracy fraction), ``tie_margin`` (the TOST's equivalence margin), and the run
-    sizes ``noise``, ``momentum``, ``widths``,
-    ``batch_size``, ``stage1_steps``, ``stage1_batch_size``, ``n_eval`` (defaults: :class:`RunConfig`'s).
-    Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
+    Profile-sized (:data:`PROFILES`): ``seeds``, ``steps`` (stage-2 steps), the strengths of each line
+    ``<line>_levels`` (strictly increasing; empty skips the line; the issue-10 lines default empty), the heatmap
+    axes ``grid_brightness`` / ``grid_contrast`` (both empty: no grid), ``budget_levels`` (``both``-line strengths)
+    and ``budget_steps`` (the longer step counts; either empty: no budget check). ``line_modes`` / ``grid_modes``
+    must include :data:`GRID_MODES`; ``mismatch_batches``: task-B batches per mismatch measurement; ``n_boot``,
+    ``n_boot_select``, ``min_effect``, ``tie_margin``: the analysis' resamples, crossover tie tolerance and TOST
+    margin (accuracy fractions); the run sizes default to :class:`RunConfig`'s. Raises ``ValueError`` naming the
+    parameter for any bad value, before any work starts.
     """
 
     profile: str
@@ -195,34 +180,29 @@ class Config(_Frozen):
     stage1_batch_size: int = RunConfig.stage1_batch_size
     n_eval: int = RunConfig.n_eval
 
+    PROFILES = PROFILES
+    REPEATS_OK = ("widths",)
+    NORMALIZE = {"seeds": check_seeds, "steps": lambda v: check_int("steps", v, 1),
+                 **{f"{t}_levels": functools.partial(_levels, f"{t}_levels", shift_type=t) for t in LINES},
+                 "grid_brightness": functools.partial(_levels, "grid_brightness", shift_type="brightness"),
+                 "grid_contrast": functools.partial(_levels, "grid_contrast", shift_type="contrast"),
+                 "budget_levels": functools.partial(_levels, "budget_levels", ordered=False),
+                 "budget_steps": lambda v: check_sequence("budget_steps", v, lambda n, x: check_int(n, x, 1)),
+                 "line_modes": functools.partial(_modes, "line_modes"),
+                 "grid_modes": functools.partial(_modes, "grid_modes"),
+                 "momentum": lambda v: v}  # None allowed: RunConfig checks it
+    RULES = (
+        Rule("grid_contrast", "given exactly when grid_brightness is (both be given or both be empty)",
+             lambda c: bool(c.grid_brightness) == bool(c.grid_contrast)),
+        *(Rule(n, "an integer >= 1", lambda c, n=n: getattr(c, n) >= 1)
+          for n in ("mismatch_batches", "n_boot", "n_boot_select")),
+        Rule("min_effect", ">= 0", lambda c: c.min_effect >= 0),
+        Rule("tie_margin", "a finite number > 0", lambda c: c.tie_margin > 0),
+        Rule("widths", "one or more integers >= 1", lambda c: c.widths and min(c.widths) >= 1),
+    )
+
     def __post_init__(self):
-        check_choice("profile", self.profile, tuple(PROFILES))
-        self._set("seeds", check_seeds(self.seeds))
-        self._set("steps", check_int("steps", self.steps, 1))
-        for t in LINES:
-            self._set(f"{t}_levels", _levels(f"{t}_levels", getattr(self, f"{t}_levels"), t))
-        self._set("grid_brightness", _levels("grid_brightness", self.grid_brightness, "brightness"))
-        self._set("grid_contrast", _levels("grid_contrast", self.grid_contrast, "contrast"))
-        if bool(self.grid_brightness) != bool(self.grid_contrast):
-            raise ValueError("grid_brightness and grid_contrast must both be given or both be empty")
-        bl = check_sequence("budget_levels", self.budget_levels, check_float)
-        for v in bl:
-            try:
-                shift_of("both", v)
-            except ValueError as e:
-                raise ValueError(f"budget_levels: {e}") from None
-        if len(set(bl)) != len(bl):
-            raise ValueError(f"budget_levels must not repeat a level, got {list(bl)}")
-        self._set("budget_levels", bl)
-        self._set("budget_steps", check_sequence("budget_steps", self.budget_steps, lambda n, v: check_int(n, v, 1)))
-        self._set("line_modes", _modes("line_modes", self.line_modes))
-        self._set("grid_modes", _modes("grid_modes", self.grid_modes))
-        self._set("mismatch_batches", check_int("mismatch_batches", self.mismatch_batches, 1))
-        self._set("n_boot", check_int("n_boot", self.n_boot, 1))
-        self._set("n_boot_select", check_int("n_boot_select", self.n_boot_select, 1))
-        self._set("min_effect", check_float("min_effect", self.min_effect, 0.0))
-        self._set("tie_margin", check_float("tie_margin", self.tie_margin, 0.0, low_open=True))
-        self._set("widths", check_sequence("widths", self.widths, lambda n, v: check_int(n, v, 1), 1))
+        super().__post_init__()
         RunConfig(**self._base())  # noise, momentum, sizes: checked with the engine's own messages
         if not self.points():
             raise ValueError("nothing to run: every line's levels and the grid are empty")
@@ -236,13 +216,9 @@ class Config(_Frozen):
         return {t: getattr(self, f"{t}_levels") for t in LINES if getattr(self, f"{t}_levels")}
 
     def points(self) -> dict[tuple, set]:
-        """``{(task_b_classes, corruption, corruption_level, brightness, contrast, steps): modes}``: every distinct
-        run point and the modes it needs.
-
-        Affine line points run ``line_modes``, points of the issue-10 lines (:data:`EXTRA_LINES`) and grid points
-        ``grid_modes``, budget points :data:`GRID_MODES` at the sweep's steps and each budget step count; a point
-        on several runs the union, once.
-        """
+        """``{(*point_of(...), steps): modes}``: every distinct run point and the modes it needs, once (affine
+        lines ``line_modes``; issue-10 lines and the grid ``grid_modes``; budget points :data:`GRID_MODES` at the
+        sweep's steps and each budget step count)."""
         pts: dict[tuple, set] = {}
         for t, ls in self.levels().items():
             for s in ls:
@@ -258,7 +234,7 @@ class Config(_Frozen):
         return pts
 
     def run_configs(self) -> list[RunConfig]:
-        """One :class:`RunConfig` per distinct ``(seed, brightness, contrast, steps, mode)``, seeds outermost."""
+        """One :class:`RunConfig` per distinct point and mode, seeds outermost."""
         base = self._base()
         return [RunConfig(seed=s, mode=m, steps=n, brightness=b, contrast=c, task_b_classes=cl, corruption=co,
                           corruption_level=lv, **base)
@@ -274,7 +250,7 @@ class Config(_Frozen):
                               corruption=corruption, corruption_level=corruption_level)
 
     def describe(self) -> str:
-        """The parameters for the page's run line."""
+        """The parameters for the page's run line (lines as level spans, not :class:`ChapterConfig`'s lists)."""
         def span(v):
             return f"{len(v)} levels {min(v):g} to {max(v):g}" if v else "none"
         grid = f"{len(self.grid_brightness)}x{len(self.grid_contrast)}" if self.grid_brightness else "none"
@@ -379,14 +355,8 @@ def _mismatch_group(configs: list[MismatchConfig], cache_root: str, version: str
 # --- the experiment -----------------------------------------------------------------------------------------------
 
 def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """Run chapter 3's sweep; one row per distinct ``(seed, mode, brightness, contrast, steps)``.
-
-    Columns: those of :func:`bnstudy.study.engine.transfer`; the mismatch columns of :func:`mismatch_row`;
-    ``on_brightness`` / ``on_contrast`` / ``on_both`` (whether the run's shift is one of that line's
-    levels), ``both_strength`` (``t`` where the shift is a level of the ``both`` line or of the budget
-    check, NaN elsewhere), ``in_grid``, and ``part``: ``"main"`` for runs with the sweep's ``steps``,
-    ``"budget"`` for the budget check's other step counts.
-    """
+    """Chapter 3's sweep, one row per distinct ``(seed, mode, shift, steps)``: the columns of
+    :func:`bnstudy.study.engine.transfer`, of :func:`mismatch_row` and of :func:`annotate`."""
     if not isinstance(config, Config):
         raise TypeError(f"run needs a shift_strength.Config (see make_config), got {type(config).__name__}")
     ex = execution or Execution()
@@ -397,11 +367,9 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
     root = str(ex.cache_dir if ex.cache_dir is not None else default_cache_dir())
     mcfgs = list(dict.fromkeys(config.mismatch_config(s, b, c, cl, co, lv) for s in config.seeds
                                for (cl, co, lv, b, c, _n) in config.points()))
-    by_seed: dict = {}
-    for i, c in enumerate(mcfgs):
-        by_seed.setdefault(c.seed, []).append(i)
+    groups = [[i for i, c in enumerate(mcfgs) if c.seed == s] for s in dict.fromkeys(c.seed for c in mcfgs)]
     mm = run_sweep(mcfgs, _mismatch_group, namespace=MISMATCH_NAMESPACE, cache_dir=root, execution=ex,
-                   groups=list(by_seed.values()), desc="statistics mismatch",
+                   groups=groups, desc="statistics mismatch",
                    group_kwargs={"cache_root": root, "version": version})
     keys = pd.DataFrame([dict(seed=c.seed, **{k: getattr(c, k) for k in POINT_COLS}) for c in mcfgs])
     df = df.merge(pd.concat([keys, mm], axis=1), on=["seed", *POINT_COLS], how="left", validate="many_to_one")
@@ -409,11 +377,10 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
 
 
 def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
-    """``df`` with the columns saying where each run sits: ``on_<line>``, ``both_strength``, ``in_grid``, ``part``."""
+    """``df`` with where each run sits: ``s_<line>`` (its strength on the line, NaN off it) and ``on_<line>``,
+    ``both_strength`` (``t`` on the ``both`` line or the budget check), ``in_grid`` and ``part`` (``"main"`` at the
+    sweep's steps, ``"budget"`` at the budget check's other step counts)."""
     df = df.copy()
-    for col, default in (("task_b_classes", "new"), ("corruption", "none"), ("corruption_level", 0.0)):
-        if col not in df.columns:
-            df[col] = default
     pts = {t: {point_of(t, s): s for s in ls} for t, ls in config.levels().items()}
     key = [_key(r) for r in df[list(POINT_COLS)].to_dict("records")]
     for t in LINES:
@@ -428,13 +395,9 @@ def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
     return df
 
 
-#: Config fields that only the analysis reads: a page that analyses an earlier run's rows again
-#: (``rows`` in the notebook, :func:`bnstudy.study.report.load_rows`) may change them; every other field must
-#: equal the earlier run's record.
+#: Config fields only the analysis reads: a page analysing an earlier run's rows may change them.
 ANALYSIS_PARAMETERS = ("n_boot", "n_boot_select", "min_effect", "tie_margin")
-#: Parameters this design added after rows of the release were computed, with the value those older rows were
-#: computed with: rows that do not record one read as that value (bnstudy.study.report.load_rows), so a new axis
-#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+#: Parameters added after the release's rows were computed, with the value those rows had (docs/chapter-code.md).
 READ_DEFAULTS: dict = {}
 
 
