@@ -21,16 +21,22 @@ def _curve(table: pd.DataFrame, x: str, value: str) -> pd.DataFrame:
     return interval_frame(table, x, value).reset_index()
 
 
+def _bands(ax, table: pd.DataFrame, x: str, lines) -> None:
+    """Per ``(value, label, color, marker)`` of ``lines``: its mean over seeds against ``x``, the 95% band shaded."""
+    for q, label, color, marker in lines:
+        c = _curve(table, x, q)
+        ax.plot(c[x], c["mean"], marker=marker, ms=4, color=color, label=label)
+        ax.fill_between(c[x], c["lo"], c["hi"], color=color, alpha=0.2)
+
+
 def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, tolerance: float | None = None):
     """Trap 4: task-A accuracy in eval and train mode on the same batches against the share of each batch from one
     class (top; circled: loaders the lint flagged in most seeds), and the paired differences train minus eval mode
     and held-out accuracy after the pass minus before (bottom; inset: the latter zoomed, band +-``tolerance``)."""
     fig, (ax, dx) = plt.subplots(2, 1, figsize=(6.6, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.25, 1]})
-    for q, label, color, marker in (("module_eval_accuracy", "eval mode (running statistics)", style.STATISTICS["running"], "o"),
-                                    ("module_train_accuracy", "train mode (batch statistics)", style.STATISTICS["batch"], "s")):
-        c = _curve(t4, "sorted_fraction", q)
-        ax.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
-        ax.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
+    _bands(ax, t4, "sorted_fraction", (
+        ("module_eval_accuracy", "eval mode (running statistics)", style.STATISTICS["running"], "o"),
+        ("module_train_accuracy", "train mode (batch statistics)", style.STATISTICS["batch"], "s")))
     flagged = _curve(t4, "sorted_fraction", "sorted_lint")
     dep = _curve(t4, "sorted_fraction", "label_dependence")
     tm = _curve(t4, "sorted_fraction", "module_train_accuracy")
@@ -48,12 +54,9 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(0.0, 0.45))
     d = t4.assign(train_minus_eval=t4["module_train_accuracy"] - t4["module_eval_accuracy"],
                   after_minus_before=t4["module_eval_accuracy_after_pass"] - t4["source_task_a_accuracy"])
-    for q, label, color, marker in (("train_minus_eval", "train mode - eval mode (same batches)", style.STATISTICS["batch"], "s"),
-                                    ("after_minus_before", "held-out eval accuracy: after the pass - before", style.GREEN,
-                                     "^")):
-        c = _curve(d, "sorted_fraction", q)
-        dx.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
-        dx.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
+    _bands(dx, d, "sorted_fraction", (
+        ("train_minus_eval", "train mode - eval mode (same batches)", style.STATISTICS["batch"], "s"),
+        ("after_minus_before", "held-out eval accuracy: after the pass - before", style.GREEN, "^")))
     dx.axhline(0, color=style.REFERENCE["chance"], lw=1)
     if tolerance is not None:  # upper right, above the zero line, its ticks on the right (not beside dx's)
         ins = dx.inset_axes([0.52, 0.66, 0.40, 0.22])
@@ -271,8 +274,7 @@ def multiplicity_table(C: pd.DataFrame, N: pd.DataFrame) -> pd.DataFrame:
     for r in C.itertuples(index=False):
         if r.kind in ("exact", "not exact"):
             continue
-        stem = "t5t_reest" if r.key.startswith("t5t_reest_b") else r.key
-        what = CLAIMS[stem][0].format(m=r.key[len("t5t_reest_b"):]) if stem == "t5t_reest" else CLAIMS[stem][0]
+        what = CLAIMS["t5t_reest" if r.key.startswith("t5t_reest_b") else r.key][0].format(m=r.key[len("t5t_reest_b"):])
         est = (f"{r.estimate:+.3f}" if r.low != r.low else f"{r.estimate:+.3f} [{r.low:+.3f}, {r.high:+.3f}]")
         rows.append({"comparison": what, "estimate [family interval]": est, "p": fmt(r.p),
                      "Holm p": fmt(r.p_adjusted), "verdict": r.verdict})

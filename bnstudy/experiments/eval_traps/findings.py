@@ -30,16 +30,13 @@ ALPHA = 0.05
 LINT_MAX_DEPENDENCE = 0.05
 #: The chapter's claims (key stems; ``t5t_reest_b<m>``: one per training batch m below ``min_batch``): what each
 #: compares, condition minus reference, and its ``(higher, lower)`` verdict words.
+_CHANCE, _WHOLE = ("above 1.5 times chance", "below 1.5 times chance"), ("whole model higher", "whole model lower")
 CLAIMS = {
     "t1_tuned_price": ("trap 1 at tuned rates: drifting head minus pinned head", ("drifting higher", "drifting lower")),
-    "t3_fix_chance": ("trap 3: the run line's fix minus 1.5 times chance",
-                      ("above 1.5 times chance", "below 1.5 times chance")),
-    "t3_tuned_fix_chance": ("trap 3: the tuned fix minus 1.5 times chance",
-                            ("above 1.5 times chance", "below 1.5 times chance")),
-    "t3_whole_vs_fix": ("trap 3 at the run line's rate: whole model minus the fix",
-                        ("whole model higher", "whole model lower")),
-    "t3_tuned_whole_vs_fix": ("trap 3 at tuned rates: whole model minus the fix",
-                              ("whole model higher", "whole model lower")),
+    "t3_fix_chance": ("trap 3: the run line's fix minus 1.5 times chance", _CHANCE),
+    "t3_tuned_fix_chance": ("trap 3: the tuned fix minus 1.5 times chance", _CHANCE),
+    "t3_whole_vs_fix": ("trap 3 at the run line's rate: whole model minus the fix", _WHOLE),
+    "t3_tuned_whole_vs_fix": ("trap 3 at tuned rates: whole model minus the fix", _WHOLE),
     "t3d_growth_raw": ("trap 3, raw features: dropout's effect at the highest rate minus at the lowest",
                        ("cost shrinks with the rate", "cost grows with the rate")),
     "t3d_std_vs_raw": ("trap 3: dropout's effect at the model's rate, standardized minus raw features",
