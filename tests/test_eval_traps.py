@@ -28,20 +28,32 @@ def test_make_config_uses_the_profile_and_checks_every_parameter_up_front():
     # there would change config.py, which every run's cache key hashes whole: left to the lead)
     with pytest.raises(ValueError, match=r"unknown eval_traps parameters \['stepz'\]"):
         run.make_config("quick", stepz=3)
-    with pytest.raises(ValueError, match=r"sorted_fractions\[1\] must be a finite number >= 0.0 and <= 1.0"):
+    with pytest.raises(ValueError, match=r"sorted_fractions must be one or more shares in \[0, 1\], got \[0.0, 1.5\]"):
         run.make_config("quick", sorted_fractions=(0.0, 1.5))
-    with pytest.raises(ValueError, match=r"batch_sizes\[0\] must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"batch_sizes must be one or more integers >= 1, got \[0, 2\]"):
         run.make_config("quick", batch_sizes=(0, 2))
-    with pytest.raises(ValueError, match="batch_size must be an integer >= 2"):
+    with pytest.raises(ValueError, match=r"batch_sizes\[1\] must be an integer, got 2.5"):
+        run.make_config("quick", batch_sizes=(1, 2.5))
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 2, got 1"):
         run.make_config("quick", batch_size=1)
-    with pytest.raises(ValueError, match="n_eval must be an integer >= 64"):
+    with pytest.raises(ValueError, match=r"n_eval must be an integer >= 2 \* batch_size, got 40"):
         run.make_config("quick", n_eval=40)
-    with pytest.raises(ValueError, match="noise must be a finite number >= 0.0"):  # SourceConfig's own message
+    with pytest.raises(ValueError, match="noise must be >= 0, got -1"):
         run.make_config("quick", noise=-1)
-    with pytest.raises(ValueError, match=r"t3_lrs\[1\] must be a finite number > 0.0"):
+    with pytest.raises(ValueError, match=r"widths must be one or more integers >= 1, got \[8, 0\]"):
+        run.make_config("quick", widths=(8, 0))
+    with pytest.raises(ValueError, match="stage1_batch_size must be an integer >= 2, got 1"):
+        run.make_config("quick", stage1_batch_size=1)
+    with pytest.raises(ValueError, match=r"t3_lrs must be one or more rates > 0, got \[0.01, 0.0\]"):
         run.make_config("quick", t3_lrs=(0.01, 0.0))
+    with pytest.raises(ValueError, match="momentum must be in \\(0, 1\\], got 0"):
+        run.make_config("quick", momentum=0)
+    with pytest.raises(ValueError, match="lr must be a finite number, got 'fast'"):
+        run.make_config("quick", lr="fast")
     with pytest.raises(ValueError, match="seeds must not repeat"):
         run.make_config("quick", seeds=[1, 1])
+    with pytest.raises(ValueError, match="sorted_fractions must not repeat a value"):
+        run.make_config("quick", sorted_fractions=(0.5, 0.5))
     with pytest.raises(ValueError, match="sorted_fraction must be a finite number"):
         run.sorted_fraction_labels(2, 4, 3, -0.1, torch.Generator())
 
@@ -57,7 +69,7 @@ def test_run_configs_one_per_seed_trap_and_case_with_unique_keys():
     assert {r.seed for r in runs} == {0, 5}
     t5 = [r for r in runs if r.trap == "tiny_batch"]
     assert [r.device_batch_size for r in t5[:2]] == [1, 16] and all(r.sorted_fraction is None for r in t5)
-    assert runs[0].source == cfg.source(0)
+    assert runs[0].source.widths == cfg.widths and runs[0].source.seed == 0
     assert "2 seeds (0, 5)" in cfg.describe()
 
 
@@ -281,11 +293,15 @@ def test_findings_on_a_table_whose_answers_are_known():
     assert _n(f, "t5t_change_pinned_b4").mean == pytest.approx(0.0)
 
 
+#: The direction words of the chapter's claims.
+_WORDS = {w for _, words in findings.CLAIMS.values() for w in words}
+
+
 def test_every_verdict_is_a_word_of_the_vocabulary_and_the_family_is_one_bonferroni_family():
     from bnstudy.study.inference import Family, decide, is_verdict
     for kw in ({}, _HOLDS, dict(drift_test=(0.7, 0.5, 0.74)), dict(price=(0.15, -0.05, 0.09))):
         f = findings.findings(_table(**kw))
-        assert all(is_verdict(v, findings.DIRECTIONS) for v in f[0]["verdict"])
+        assert all(is_verdict(v, _WORDS) for v in f[0]["verdict"])
         tests = f[0][~f[0]["kind"].isin(["exact", "not exact"])]
         # 11 comparisons (one batch below 16) and 2 rules
         assert _n(f, "family_m") == len(tests) + len(findings.RULES) == 13
@@ -301,7 +317,7 @@ def test_every_verdict_is_a_word_of_the_vocabulary_and_the_family_is_one_bonferr
     from bnstudy.study.inference import holm
     assert list(f[0]["p_adjusted"]) == pytest.approx(list(holm(f[0]["p"])), nan_ok=True)
     assert f[0].loc[f[0]["kind"] == "exact", "p_adjusted"].isna().all()
-    assert set(findings.DIRECTIONS) == {w for _, words in findings.CLAIMS.values() for w in words}
+    assert len(_WORDS) == 18 and all(len(words) == 2 for _, words in findings.CLAIMS.values())
 
 
 def test_the_chance_rule_reads_the_family_interval_against_the_line():
@@ -436,10 +452,14 @@ def test_findings_reject_a_table_without_a_case():
 
 def test_single_layer_facts():
     s = run.single_layer_cases(0)
-    assert s.t5_error.startswith("ValueError: Expected more than 1 value per channel")
-    assert "norm" in s.t5_lint1 and s.t5_loader == "last_batch_single" or "last_batch" in s.t5_loader
-    assert s.t5_bn2d_mean < 1e-5 and s.t5_dev2 < 1e-3
-    assert s.t4_sorted_rm > s.t4_data_mean + 1 and abs(s.t4_shuffled_rm - s.t4_data_mean) < 1
+    assert s["t5_error"].startswith("ValueError: Expected more than 1 value per channel")
+    assert "norm" in s["t5_lint1"] and s["t5_loader"] == "[last_batch_single] loader"
+    assert s["t5_bn2d_mean"] < 1e-5 and s["t5_dev2"] < 1e-3
+    assert s["t4_sorted_rm"] > s["t4_data_mean"] + 1 and abs(s["t4_shuffled_rm"] - s["t4_data_mean"]) < 1
+    table = run.single_layer_table(0)
+    assert list(table.columns) == ["seed", *s] and run.single_layer_from_table(table) == s
+    with pytest.raises(ValueError, match="needs single_layer_table's one row, got 2 rows"):
+        run.single_layer_from_table(pd.concat([table, table]))
 
 
 # --- a tiny real run: each trap shows, and each fix holds exactly ------------------------------------------------
@@ -697,18 +717,18 @@ def test_dropout_and_thread_configs_and_their_checks():
     assert {r.seed for r in tc} == {0, 5} and len(tc) == 2 * 7
     assert {r.case for r in tc if r.trap == "whole_eval_tuned"} == {"whole_model_lr0.01", "backbone_only_lr0.001"}
     assert run.make_config("quick").thread_seeds == 1 and run.make_config("full").thread_seeds == 2
-    assert "thread_seeds=2" in cfg.describe() and "t3_dropout_ps=0.1,0.3,0.5" in cfg.describe()
-    with pytest.raises(ValueError, match="thread_seeds must be <= the number of seeds"):
+    assert "thread_seeds=2" in cfg.describe() and "t3_dropout_ps=[0.1, 0.3, 0.5]" in cfg.describe()
+    with pytest.raises(ValueError, match="thread_seeds must be an integer from 0 to the number of seeds, got 4"):
         run.make_config("quick", thread_seeds=4)
-    with pytest.raises(ValueError, match="thread_seeds must be an integer >= 0"):
+    with pytest.raises(ValueError, match="thread_seeds must be an integer from 0 to the number of seeds, got -1"):
         run.make_config("quick", thread_seeds=-1)
-    with pytest.raises(ValueError, match="t3_dropout_ps must contain the model's own rate 0.3"):
-        run.make_config("quick", t3_dropout_ps=(0.1, 0.5))
-    with pytest.raises(ValueError, match=r"t3_dropout_ps\[1\] must be a finite number > 0.0 and <= 0.9"):
-        run.make_config("quick", t3_dropout_ps=(0.3, 1.0))
+    rule = r"t3_dropout_ps must be two or more rates in \(0, 0.9\], the model's own 0.3 among them"
+    for ps in ((0.1, 0.5), (0.3, 1.0), (0.3,), (0.0, 0.3)):
+        with pytest.raises(ValueError, match=rule):
+            run.make_config("quick", t3_dropout_ps=ps)
     with pytest.raises(ValueError, match="t3_dropout_ps must not repeat"):
         run.make_config("quick", t3_dropout_ps=(0.3, 0.3))
-    with pytest.raises(ValueError, match=r"t3_std_lrs\[0\] must be a finite number > 0.0"):
+    with pytest.raises(ValueError, match=r"t3_std_lrs must be one or more rates > 0, got \[0.0\]"):
         run.make_config("quick", t3_std_lrs=(0.0,))
     with pytest.raises(ValueError, match="case must look like"):
         run.parse_dropout_case("big_p0.1_lr0.1")
@@ -759,8 +779,11 @@ def test_run_tables_returns_the_sibling_tables_the_page_saves(tiny, tmp_path):
     audits = tables["audits"]
     assert list(zip(audits["trap"], audits["case"])) == [(trap, case) for trap, case, _ in run.PRINTED_AUDITS]
     assert set(audits["seed"]) == {cfg.seeds[0]}
-    for trap, case, codes in run.PRINTED_AUDITS:
-        assert run.printout(audits, trap, case) == run.first_seed_printout(cfg, trap, case, ex, lint_codes=codes)
+    for trap, case, codes in run.PRINTED_AUDITS:  # the printed lints above the audit's own printout
+        a, lints = run.first_seed_audit(cfg, trap, case, ex)
+        shown = [str(x) for x in lints if x.code in codes]
+        assert run.printout(audits, trap, case) == "\n".join(shown + ([""] if shown else []) + [str(a)])
+        assert bool(shown) == bool(codes) and run.printout(audits, trap, case).endswith(str(a))
     report.save_table(audits, tmp_path / "02_eval_traps_audits.csv")
     back, _ = report.load_rows(tmp_path / "02_eval_traps_audits.csv", {})
     for trap, case, _ in run.PRINTED_AUDITS:  # multi-line text with quotes and commas survives the CSV
@@ -771,10 +794,10 @@ def test_run_tables_returns_the_sibling_tables_the_page_saves(tiny, tmp_path):
     report.save_table(single, tmp_path / "02_eval_traps_single_layer.csv")
     back, _ = report.load_rows(tmp_path / "02_eval_traps_single_layer.csv", {})
     assert run.single_layer_from_table(back) == run.single_layer_from_table(single)  # floats and texts exactly
-    assert run.single_layer_from_table(single).t5_error.startswith("ValueError")
+    assert run.single_layer_from_table(single)["t5_error"].startswith("ValueError")
     empty = single.assign(t5_lint1="")
     report.save_table(empty, tmp_path / "empty.csv")
-    assert run.single_layer_from_table(report.load_rows(tmp_path / "empty.csv", {})[0]).t5_lint1 == ""
+    assert run.single_layer_from_table(report.load_rows(tmp_path / "empty.csv", {})[0])["t5_lint1"] == ""
     with pytest.raises(KeyError, match="no single printout of trap='train_call', case='pinned'"):
         run.printout(audits, "train_call", "pinned")
     with pytest.raises(TypeError, match="run_tables needs an eval_traps.Config"):
@@ -960,7 +983,7 @@ def test_the_notebook_types_no_outcome_outside_glue():
     nb = Path(__file__).resolve().parents[1] / "chapters" / "02_eval_traps.ipynb"
     text = _markdown_outside_glue(nb)
     low = text.lower()
-    found = [w for w in findings.DIRECTIONS if w.lower() in low]
+    found = [w for w in _WORDS if w.lower() in low]
     found += re.findall(r"\bequivalent\b|\bnot decided\b|\btoo few seeds\b", low)
     found += re.findall(r"(?<![\w.])\d+\.\d{3,}\b", text)  # a result printed with three decimals
     found += [m for m in re.findall(r"(?<![\w.])\d+\.\d{2}\b", text) if m not in ("0.05", "0.25", "0.75")]

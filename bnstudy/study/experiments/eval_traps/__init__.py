@@ -2,6 +2,6 @@
 audit catch each, and what fixes it?
 
 Three parts, read in order: :mod:`.run` (what is trained: the traps, their configs and the tables a run saves),
-:mod:`.findings` (what is claimed: the claims table, the records and sentences the page glues) and :mod:`.figures`
+:mod:`.findings` (what is claimed: the claims and numbers tables and the sentences the page glues) and :mod:`.figures`
 (what is drawn: the chapter's figures and display tables).
 """

@@ -1,9 +1,6 @@
-"""Chapter 2, what is drawn: the chapter's figures (moved from :mod:`bnstudy.study.plots`) and its display tables.
-
-The figures take :func:`.run.trap_table`'s tidy tables; the display tables take :func:`.findings.findings`'
-claims and numbers tables. Colours come from :mod:`bnstudy.study.style`; the shared helpers (bars, bands, text
-size) from :mod:`bnstudy.study.plots`.
-"""
+"""Chapter 2, what is drawn: the figures, from :func:`.run.trap_table`'s tidy tables (means over seeds with 95%
+Student-t bands, :func:`bnstudy.study.plots.interval_frame`), and the display tables (plain text), from
+:func:`.findings.findings`' claims and numbers tables."""
 
 from __future__ import annotations
 
@@ -21,29 +18,25 @@ from .findings import CLAIMS, RULES, _pkey, dropout_ps
 
 
 def _curve(table: pd.DataFrame, x: str, value: str) -> pd.DataFrame:
-    """Mean and 95% interval over seeds of ``value`` at each ``x``: columns ``x, mean, lo, hi``."""
     return interval_frame(table, x, value).reset_index()
 
 
-def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, tolerance: float | None = None):
-    """Chapter 2, trap 4: task-A accuracy against the share of each batch drawn from one class.
+def _bands(ax, table: pd.DataFrame, x: str, lines) -> None:
+    """Per ``(value, label, color, marker)`` of ``lines``: its mean over seeds against ``x``, the 95% band shaded."""
+    for q, label, color, marker in lines:
+        c = _curve(table, x, q)
+        ax.plot(c[x], c["mean"], marker=marker, ms=4, color=color, label=label)
+        ax.fill_between(c[x], c["lo"], c["hi"], color=color, alpha=0.2)
 
-    ``t4``: the trap's tidy table (``seed, sorted_fraction, module_eval_accuracy,
-    module_train_accuracy, module_eval_accuracy_after_pass, label_dependence, sorted_lint,
-    source_task_a_accuracy``). Top: the module in eval mode (running statistics) and in train mode
-    (batch statistics) on the same batches, means over seeds with 95% Student-t bands, ``chance``
-    dotted; the top axis gives each loader's label dependence, circled points are loaders the lint
-    flagged (in more than half of the seeds). Bottom: paired differences per seed, train minus eval
-    mode on the same batches, and held-out eval accuracy after the train-mode pass minus before it
-    (the same held-out images), with 95% Student-t bands; an inset zooms on the latter with the
-    equivalence band +-``tolerance`` (upper right, its own y ticks on its right). Returns the figure.
-    """
+
+def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, tolerance: float | None = None):
+    """Trap 4: task-A accuracy in eval and train mode on the same batches against the share of each batch from one
+    class (top; circled: loaders the lint flagged in most seeds), and the paired differences train minus eval mode
+    and held-out accuracy after the pass minus before (bottom; inset: the latter zoomed, band +-``tolerance``)."""
     fig, (ax, dx) = plt.subplots(2, 1, figsize=(6.6, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.25, 1]})
-    for q, label, color, marker in (("module_eval_accuracy", "eval mode (running statistics)", style.STATISTICS["running"], "o"),
-                                    ("module_train_accuracy", "train mode (batch statistics)", style.STATISTICS["batch"], "s")):
-        c = _curve(t4, "sorted_fraction", q)
-        ax.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
-        ax.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
+    _bands(ax, t4, "sorted_fraction", (
+        ("module_eval_accuracy", "eval mode (running statistics)", style.STATISTICS["running"], "o"),
+        ("module_train_accuracy", "train mode (batch statistics)", style.STATISTICS["batch"], "s")))
     flagged = _curve(t4, "sorted_fraction", "sorted_lint")
     dep = _curve(t4, "sorted_fraction", "label_dependence")
     tm = _curve(t4, "sorted_fraction", "module_train_accuracy")
@@ -61,12 +54,9 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(0.0, 0.45))
     d = t4.assign(train_minus_eval=t4["module_train_accuracy"] - t4["module_eval_accuracy"],
                   after_minus_before=t4["module_eval_accuracy_after_pass"] - t4["source_task_a_accuracy"])
-    for q, label, color, marker in (("train_minus_eval", "train mode - eval mode (same batches)", style.STATISTICS["batch"], "s"),
-                                    ("after_minus_before", "held-out eval accuracy: after the pass - before", style.GREEN,
-                                     "^")):
-        c = _curve(d, "sorted_fraction", q)
-        dx.plot(c["sorted_fraction"], c["mean"], marker=marker, ms=4, color=color, label=label)
-        dx.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=color, alpha=0.2)
+    _bands(dx, d, "sorted_fraction", (
+        ("train_minus_eval", "train mode - eval mode (same batches)", style.STATISTICS["batch"], "s"),
+        ("after_minus_before", "held-out eval accuracy: after the pass - before", style.GREEN, "^")))
     dx.axhline(0, color=style.REFERENCE["chance"], lw=1)
     if tolerance is not None:  # upper right, above the zero line, its ticks on the right (not beside dx's)
         ins = dx.inset_axes([0.52, 0.66, 0.40, 0.22])
@@ -87,19 +77,10 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
 
 
 def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: float, chance_factor: float = 1.5):
-    """Chapter 2, trap 3: the main head's task-B accuracy, at the run line's rate and tuned on validation data.
-
-    ``t3``: tidy ``seed, case, task_b_main, lr, steps`` (the audited runs); ``tuned``: tidy ``seed, setup,
-    lr, steps, val_main, task_b_main`` (the learning-rate sweep); ``chosen``: setup -> the rate chosen on
-    validation accuracy. (a) the run line's rate and budget; (b) test accuracy at the chosen rates; (c) mean
-    validation accuracy against the rate, 95% Student-t bands over seeds, chosen rates starred.
-    Grey lines join one seed's runs; black diamonds are means with 95% Student-t intervals; ``chance``
-    dotted in every panel. The fix with dropout off is not drawn: for the main head it equals the
-    whole-model run by construction. Dash-dotted: ``chance_factor`` x chance, the line the page's "about
-    chance" rule tests against. (c) also draws the fix's auxiliary head (``val_aux``: the same run's
-    linear head on the same features, without dropout) when ``tuned`` has it. (a) and (b) share the y axis.
-    Returns the figure.
-    """
+    """Trap 3: the main head's task-B accuracy, whole model pinned against the fix: (a) at the run line's rate
+    (``t3``), (b) at the rates ``chosen`` (setup -> rate) on validation data, per seed and mean with 95% interval,
+    ``chance`` and ``chance_factor`` x chance dashed; (c) validation accuracy against the rate (``tuned``), the
+    chosen rates starred, and the fix's auxiliary head when ``tuned`` has ``val_aux``."""
     setups = ["whole_model", "backbone_only"]
     names = {"whole_model": "whole model\npinned", "backbone_only": "backbone pinned\n(the fix)"}
     colors = {"whole_model": style.MODES["all_eval"], "backbone_only": style.MODES["backbone_eval"]}
@@ -150,15 +131,9 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
 
 
 def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None = None):
-    """Chapter 2, trap 5: train-mode minus eval-mode accuracy (negative: train mode loses) per per-device batch size.
-
-    ``t5``: tidy ``seed, device_batch_size, module_eval_accuracy, module_train_accuracy,
-    min_values_per_channel``. Mean and 95% Student-t interval of the paired difference; the top axis
-    gives the values per channel of the last BatchNorm (m x H x W: a candidate effective count, not
-    tested here); shaded: where the lint fires; ``tolerance``: a dashed line at minus the loss tolerance.
-    Bottom panel: the same, zoomed on batches from 4 on, where the lower ends are read against the
-    tolerance. Returns the figure.
-    """
+    """Trap 5: train-mode minus eval-mode accuracy per per-device batch size (mean, 95% interval; shaded: where the
+    lint fires below ``min_batch``; dashed: ``-tolerance``; top axis: values per channel of the last BatchNorm), and
+    below the same zoomed on batches from 4 on."""
     from matplotlib.ticker import NullLocator
     d = t5.assign(loss=t5["module_train_accuracy"] - t5["module_eval_accuracy"])
     c = _curve(d, "device_batch_size", "loss")
@@ -191,16 +166,9 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
 
 
 def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_margin: float | None = None):
-    """Chapter 2, trap 6: networks trained on shuffled or class-sorted batches.
-
-    ``t6``: tidy ``seed, case, train_meter_accuracy, heldout_eval_accuracy,
-    heldout_batch_stats_accuracy``. Bars: means; error bars: 95% Student-t intervals (clipped at 0, a
-    small bar marks a clipped end); dots: seeds; ``chance``: a dotted line. Right panel: paired per seed,
-    meter minus held-out (eval mode) for each case, and held-out accuracy class-sorted minus shuffled,
-    mean and 95% Student-t interval; ``tie_margin``: the equivalence band +-margin, shaded on the
-    class-sorted meter row. Row labels sit inside the lower panel, so both panels use the full width.
-    Returns the figure.
-    """
+    """Trap 6: the training meter and held-out accuracy (eval mode, and train mode on shuffled batches) of networks
+    trained on shuffled or class-sorted batches (bars: means, 95% intervals clipped at 0, dots: seeds), and below
+    the paired differences per seed, with the equivalence band +-``tie_margin`` on the class-sorted meter row."""
     qs = [("train_meter_accuracy", "training meter\n(train mode,\nits own batches)"),
           ("heldout_eval_accuracy", "held-out,\neval mode"),
           ("heldout_batch_stats_accuracy", "held-out,\ntrain mode\n(shuffled batches)")]
@@ -259,25 +227,17 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
 
 # --- display tables ----------------------------------------------------------------------------------------------
 
-def _ci_text(iv) -> str:
+def _ci_text(iv) -> str:  # mean [95% interval]
     return f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
 
 
 def _batches(N: pd.DataFrame, stem: str) -> list[int]:
-    """The batches ``b`` of the numbers table's ``<stem>_b<b>`` rows, ascending."""
     return sorted(int(k[len(stem) + 2:]) for k in N["key"] if re.fullmatch(rf"{stem}_b\d+", k))
 
 
 def batch_training_table(N: pd.DataFrame) -> pd.DataFrame:
-    """Trap 5's training arm as a display table (plain text), one row per per-device training batch m, from the
-    numbers table ``N`` (:func:`.findings.findings`).
-
-    Columns: samples seen (steps x m); held-out eval-mode accuracy of each mode as trained and after re-estimating
-    its running statistics with the weights fixed (means over seeds); the paired difference batch statistics minus
-    pinned as trained and re-estimated (mean [95% interval]; the re-estimated one is the headline, referee ch2c N1);
-    each mode's re-estimated change from the source network; the last epoch's training loss of each mode (nats;
-    measured in the mode it trained in). Indexed by ``training batch``.
-    """
+    """Trap 5's training arm, one row per training batch: samples seen, held-out accuracy of each mode as trained
+    and re-estimated, batch statistics minus pinned both ways, each mode's change from the source, last-epoch loss."""
     n = lambda k: number(N, k)  # noqa: E731
     rows = [{"training batch": b, "samples seen": f"{n(f't5t_samples_b{b}'):d}",
              "as trained (batch stats / pinned)": f"{n(f't5t_eval_batch_stats_b{b}'):.3f} / "
@@ -295,13 +255,8 @@ def batch_training_table(N: pd.DataFrame) -> pd.DataFrame:
 
 
 def dropout_mechanism_table(N: pd.DataFrame) -> pd.DataFrame:
-    """Trap 3's dropout mechanism as a display table (plain text), one row per head dropout rate p, from the numbers
-    table ``N`` (:func:`.findings.findings`).
-
-    Columns: the fix's main-head accuracy at p on raw / standardized features (means over seeds), dropout's effect
-    (fix at p minus fix with dropout off) on raw and on standardized features, and standardized effect minus raw
-    effect (mean [95% interval], paired within seed). Indexed by ``dropout p``.
-    """
+    """Trap 3's dropout mechanism, one row per head dropout rate p: the fix's accuracy on raw / standardized
+    features, dropout's effect (p minus off) on each, and standardized minus raw effect."""
     n = lambda k: number(N, k)  # noqa: E731
     rows = [{"dropout p": p, "accuracy (raw / standardized)": f"{n(f't3d_acc_raw_{_pkey(p)}'):.3f} / "
                                                               f"{n(f't3d_acc_std_{_pkey(p)}'):.3f}",
@@ -312,21 +267,14 @@ def dropout_mechanism_table(N: pd.DataFrame) -> pd.DataFrame:
 
 
 def multiplicity_table(C: pd.DataFrame, N: pd.DataFrame) -> pd.DataFrame:
-    """The chapter's family (its claims that are tests, then :data:`RULES`) as a display table (plain text), from
-    the claims and numbers tables ``C``, ``N`` (:func:`.findings.findings`).
-
-    Columns: what is compared (condition minus reference), the estimate with its family (Bonferroni) interval, the
-    two-sided p, Holm's adjusted p over the claims table, and the verdict (:func:`bnstudy.study.inference.decide`); for a
-    rule, its safe batch and its intersection-union p (one-sided tests at the family's level). Indexed by
-    ``comparison``.
-    """
+    """The chapter's family: each test of the claims table (what, estimate [family interval], p, Holm p, verdict),
+    then the two safe-batch rules (safe batch, intersection-union p)."""
     fmt = lambda p: "-" if p != p else "< 0.001" if p < 0.001 else f"{p:.3f}"
     rows = []
     for r in C.itertuples(index=False):
         if r.kind in ("exact", "not exact"):
             continue
-        stem = "t5t_reest" if r.key.startswith("t5t_reest_b") else r.key
-        what = CLAIMS[stem][0].format(m=r.key[len("t5t_reest_b"):]) if stem == "t5t_reest" else CLAIMS[stem][0]
+        what = CLAIMS["t5t_reest" if r.key.startswith("t5t_reest_b") else r.key][0].format(m=r.key[len("t5t_reest_b"):])
         est = (f"{r.estimate:+.3f}" if r.low != r.low else f"{r.estimate:+.3f} [{r.low:+.3f}, {r.high:+.3f}]")
         rows.append({"comparison": what, "estimate [family interval]": est, "p": fmt(r.p),
                      "Holm p": fmt(r.p_adjusted), "verdict": r.verdict})
@@ -338,14 +286,7 @@ def multiplicity_table(C: pd.DataFrame, N: pd.DataFrame) -> pd.DataFrame:
 
 
 def checklist_table(C: pd.DataFrame, N: pd.DataFrame) -> pd.DataFrame:
-    """The chapter's checklist (one row per trap: what the audit reported in this run, and the fix) from the claims
-    and numbers tables ``C``, ``N`` (:func:`.findings.findings`).
-
-    A DataFrame indexed by ``trap``, with columns ``what the audit reported (this run)`` and ``fix``; plain text (no
-    Markdown), for :func:`bnstudy.study.pages.glue_table`. Means over seeds; ``[a, b]`` a 95% interval over seeds, or the
-    family's interval beside a verdict; "per-seed largest" values are averaged over seeds with the range in
-    brackets. Referee ch2 item 6.
-    """
+    """The checklist, one row per trap: what the audit reported in this run, and the fix (referee ch2 item 6)."""
     n = lambda k: number(N, k)  # noqa: E731
     ci = lambda iv: f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
     cl = lambda key: (lambda r: f"{r['estimate']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}], {r['verdict']}")(

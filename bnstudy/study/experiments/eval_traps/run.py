@@ -1,42 +1,29 @@
-"""Chapter 2: the everyday calls that undo a freeze, each caught by the audit and then fixed.
+"""Chapter 2, what is trained: the everyday calls that undo a freeze, each run inside a
+:class:`bnstudy.audit.FreezeAudit` (or checked by a :mod:`bnstudy.audit` lint) on a small conv network trained on
+task A (stage 1 of the engine, cached), then fixed. One run per (seed, trap, case) (:class:`TrapRun`):
 
-Five traps, each run on a small conv network trained on task A (stage 1 of the engine,
-:func:`bnstudy.study.engine.train_source`, cached like every chapter's) or on a single BatchNorm
-layer, each wrapped in a :class:`bnstudy.audit.FreezeAudit` or checked by a
-:mod:`bnstudy.audit` lint:
+1. ``train_call``: ``model.train()`` every epoch undoes the backbone's ``eval()``; fixed by
+   :func:`bnstudy.freeze.pin_eval`. ``train_call_tuned``: its drifting head at each rate of ``t1_lrs``.
+2. ``no_grad``: a teacher left in train mode under ``torch.no_grad()`` still overwrites running statistics, and a
+   sample's output depends on its batch mates; fixed by ``eval()``.
+3. ``whole_eval``: the whole model in eval mode turns dropout off and changes what ``forward`` returns (auxiliary
+   logits only in train mode, as torchvision's Inception v3); fixed by pinning only the backbone
+   (``backbone_only_dropout_off``: the fix with the head's dropout off). ``whole_eval_tuned``: both setups'
+   main heads at every rate of ``t3_lrs`` (rates chosen on a task-B validation set, :func:`chosen_rates`);
+   ``dropout_mechanism``: the fix at other dropout rates, on raw or standardized features.
+4. ``sorted_batches``: batches whose composition follows the label (the share of each batch from one class).
+5. ``tiny_batch``: accuracy with BatchNorm in train mode against the per-device batch size;
+   ``batch_training``: training further at small batches, BatchNorm on batch statistics or pinned; the one-layer facts
+   (:func:`single_layer_cases`).
+6. ``sorted_training``: a network trained on class-sorted batches against one trained on shuffled batches.
 
-1. ``train_call``: a loop calls ``model.train()`` every epoch and undoes the backbone's
-   ``eval()``; fixed by :func:`bnstudy.freeze.pin_eval`.
-2. ``no_grad``: a teacher (or validation) pass left in train mode under ``torch.no_grad()``
-   still overwrites running statistics, and a sample's output depends on its batch mates;
-   fixed by ``eval()``.
-3. ``whole_eval``: the whole model in eval mode turns dropout off and changes what ``forward``
-   returns (auxiliary logits only in train mode, as torchvision's Inception v3); fixed by
-   pinning only the backbone.
-4. ``sorted_batches``: batches whose composition follows the label; the gap between a module
-   in train and in eval mode grows with the share of each batch that has one class.
-5. ``tiny_batch``: accuracy with BatchNorm in train mode against the per-device batch size,
-   and the batch-of-1 and batch-of-2 cases of BatchNorm1d/2d (:func:`single_layer_cases`).
-6. ``sorted_training``: a network *trained* on class-sorted batches (every batch one class, the
-   seed article's case) against one trained on shuffled batches: the training loop's accuracy
-   meter (train mode, batch statistics) against held-out accuracy in eval mode.
-
-Trap 3's third case, ``backbone_only_dropout_off``, is the recommended fix with the head's
-dropout pinned off: it measures how much of the fix's lower main-head accuracy is dropout's.
-``whole_eval_tuned`` (issue 10, referee item 6) trains trap 3's main head again, without the
-audit, for ``t3_steps`` steps at every learning rate of ``t3_lrs``, with the whole model pinned and
-with the fix; :func:`findings` picks each setup's rate on a task-B *validation* set (drawn apart
-from the test set) and reports test accuracy at that rate, so the fix is judged on a head that
-had a fair chance to learn.
-
-``Config`` -> :func:`run` (one row per (seed, trap, case), cached by :mod:`bnstudy.study.sweep`; this module: what is
-trained) -> :func:`bnstudy.study.experiments.eval_traps.findings.findings` (a claims table from :mod:`bnstudy.study.inference`,
-every verdict the page prints, and the descriptive numbers its prose cites) -> :mod:`.figures`. Here ``module_mode``
-is a module's train/eval flag; "train mode" in prose means that flag, never chapter 1's freeze mode ``train_mode``.
+Here ``module_mode`` is a module's train/eval flag; "train mode" in prose means that flag, never chapter 1's freeze
+mode ``train_mode``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from collections import OrderedDict, namedtuple
@@ -52,7 +39,8 @@ from torch import nn
 from .... import audit
 
 from ...config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
-    check_sequence, from_profile, seeds_label
+    from_profile
+from ...design import ChapterConfig, Rule
 from ...engine import accuracy, ensure_sources, load_source, logits_of, make_optimizer, seeded, source_version, \
     train_step
 from ....freeze import pin_eval
@@ -62,66 +50,59 @@ from ...sweep import default_cache_dir, run_sweep
 from ...tasks import BatchStream, derive_seed, eval_set, generator, make_task
 
 NAMESPACE = "ch02_eval_traps"
-#: Parameters that only change the analysis: none (every field of :class:`Config` decides runs), so a page given
-#: ``rows`` (an earlier run's tables) must be given every parameter as that run was.
+#: Parameters that only change the analysis: none, so a page given ``rows`` must be given every parameter as that
+#: run had it.
 ANALYSIS_PARAMETERS = ()
-#: Parameters this design added after rows of the release were computed, with the value those older rows were
-#: computed with: rows that do not record one read as that value (bnstudy.study.report.load_rows), so a new axis
-#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+#: Parameters added after the release's rows were computed, with the value those rows had (docs/chapter-code.md).
 READ_DEFAULTS: dict = {}
-#: The tables a run saves beside ``02_eval_traps.csv`` (``02_eval_traps_<suffix>.csv``) that the page's analysis
-#: needs (:func:`run_tables`): the thread check's rows (:func:`thread_check`), the first seed's audit printouts
-#: (:func:`audit_table`) and the one-layer facts (:func:`single_layer_table`).
+#: The tables :func:`run_tables` saves beside ``02_eval_traps.csv`` (``02_eval_traps_<suffix>.csv``).
 SIBLING_TABLES = ("threads", "audits", "single_layer")
-#: The first seed's cases whose audit the page prints (trap 1's drifting loop, trap 2's train-mode teacher, trap 3's
-#: whole model), each with the lint codes printed above its audit: ``(trap, case, lint_codes)``.
+#: The first seed's printed audits ``(trap, case, lint codes printed above the audit)``.
 PRINTED_AUDITS = (("train_call", "eval_once", ()), ("no_grad", "teacher_train", ()),
                   ("whole_eval", "whole_model", ("forward_changes_with_mode", "dropout_present")))
-#: quick: one thread-check seed and a three-rate grid for the standardized fix (about 8 added 600-step runs per seed)
+#: quick: one thread-check seed and a three-rate grid for the standardized fix
 PROFILES = {"quick": dict(seeds=3, thread_seeds=1, t3_std_lrs=(0.01, 0.02, 0.05)),
             "full": dict(seeds=10, thread_seeds=2, t3_std_lrs=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2))}
 TRAPS = ("train_call", "no_grad", "whole_eval", "sorted_batches", "tiny_batch", "sorted_training",
          "whole_eval_tuned", "train_call_tuned", "batch_training", "dropout_mechanism")
-#: Trap 3's setups in the learning-rate sweep (the fix with dropout off equals ``whole_model`` for the main head).
+#: Trap 3's setups in the learning-rate sweep, and trap 1's drifting head at tuned rates (BatchNorm in train mode,
+#: the head's dropout pinned off; its pinned partner is trap 3's ``whole_model`` sweep).
 TUNED_SETUPS = ("whole_model", "backbone_only")
-#: Trap 1 at tuned rates (``train_call_tuned``): the backbone's statistics drifting (BatchNorm in train mode, the
-#: head's dropout pinned off); its pinned partner is trap 3's ``whole_model`` sweep (same head init and batches).
 DRIFT_SETUP = "drifting"
-#: Trap 5's training arm (``batch_training``): stage 1 continued with BatchNorm normalizing with batch statistics
-#: (``batch_stats``) or pinned in eval mode (``pinned``), on the same batches.
+#: Trap 5's training arm: BatchNorm on batch statistics or pinned in eval mode, on the same batches; then
+#: ``REESTIMATE_BATCHES`` batches re-estimate the statistics with the weights fixed (seed 002's remedy).
 BATCH_TRAINING_MODES = ("batch_stats", "pinned")
-#: Batches that trap 5's training arm uses to re-estimate the statistics with the weights fixed (seed 002's remedy).
 REESTIMATE_BATCHES = 16
-#: The fixed cases of traps 1-3 (traps 4 and 5 have one case per swept value).
+#: The fixed cases (traps 4 and 5 have one case per swept value).
 CASES = {"train_call": ("eval_once", "pinned"), "no_grad": ("teacher_train", "teacher_eval"),
          "whole_eval": ("whole_model", "backbone_only", "backbone_only_dropout_off"),
          "sorted_training": ("shuffled", "class_sorted")}
 STAGE1_LR = 3e-3
 AUX_WEIGHT = 0.4  # the auxiliary head's loss weight (trap 3)
 P_DROP = 0.3  # the main head's dropout rate in trap 3's model (AuxHeadNet's default)
-#: Trap 3's dropout mechanism (``dropout_mechanism``, referee ch2c N5): the fix's main head on ``raw`` features or on
-#: ``std`` features (standardized per feature with the mean and SD of the pinned backbone's task-B features, as
-#: chapter 1's standardized heads), at head dropout p (0: the dropout pinned off).
+#: Trap 3's dropout mechanism (referee ch2c N5): the fix's main head on ``raw`` or standardized (``std``) features.
 FEATURE_KINDS = ("raw", "std")
 CPU = torch.device("cpu")  # the traps' networks are tiny; the audits and probes live on the CPU
 
 
-@dataclass(frozen=True)
-class Config(_Frozen):
-    """Chapter 2's parameters (the notebook's parameters, plus the ones only a library user changes).
+_positive = lambda name: Rule(name, "one or more rates > 0", lambda c: bool(getattr(c, name)) and min(getattr(c, name)) > 0)  # noqa: E731
+_at_least = lambda name, k: Rule(name, f"an integer >= {k}", lambda c: getattr(c, name) >= k)  # noqa: E731
 
-    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. Stage 1: ``n_classes``, ``noise``,
-    ``widths``, ``momentum``, ``stage1_steps``, ``stage1_batch_size``, ``n_eval`` (held-out
-    samples per task, also the audit's probe). Task B's shift: ``brightness``, ``contrast``.
-    Traps 1 and 3 train new heads for ``steps`` steps of ``batch_size`` (SGD, ``lr``), calling
-    ``model.train()`` every ``epoch_steps`` steps; trap 2 runs ``teacher_batches`` batches;
-    trap 3's learning-rate sweep trains for ``t3_steps`` steps at each rate of ``t3_lrs``;
-    trap 4 sweeps ``sorted_fractions`` (share of each batch from one class), trap 5
-    ``batch_sizes`` (per-device batch); ``min_batch`` is the ``small_batch`` lint's threshold.
-    Trap 3's dropout mechanism: the fix's head dropout rates ``t3_dropout_ps`` (each in (0, 0.9], must include the
-    model's :data:`P_DROP`) and the standardized fix's rate grid ``t3_std_lrs``. ``thread_seeds``: how many of the
-    first seeds :func:`thread_check` reruns at the other torch thread count (0: none; at most the number of seeds).
-    Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
+
+@dataclass(frozen=True)
+class Config(ChapterConfig):
+    """Chapter 2's parameters (the notebook's, plus those only a library user changes).
+
+    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. Stage 1 (:func:`bnstudy.study.engine.train_source`): ``n_classes``,
+    ``noise``, ``widths``, ``momentum``, ``stage1_steps``, ``stage1_batch_size``, ``n_eval`` (held-out samples per
+    task, also the audit's probe). Task B's shift: ``brightness``, ``contrast``. Traps 1 and 3 train new heads for
+    ``steps`` steps of ``batch_size`` (SGD, ``lr``), calling ``model.train()`` every ``epoch_steps`` steps; trap 2
+    runs ``teacher_batches`` batches; the learning-rate sweeps train ``t3_steps`` steps at each rate of ``t3_lrs``
+    (trap 3), ``t1_lrs`` (trap 1) and ``t3_std_lrs`` (the standardized fix); ``t3_dropout_ps``: the fix's head
+    dropout rates (must include :data:`P_DROP`); trap 4 sweeps ``sorted_fractions`` (share of each batch from one
+    class), trap 5 ``batch_sizes`` at inference and ``t5_train_batch_sizes`` for ``t5_train_steps`` steps of
+    training; ``min_batch``: the ``small_batch`` lint's threshold; ``thread_seeds``: how many first seeds
+    :func:`thread_check` reruns at the other thread count. Raises ``ValueError`` naming the parameter.
     """
 
     profile: str = "quick"
@@ -152,102 +133,69 @@ class Config(_Frozen):
     t3_std_lrs: tuple = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
     thread_seeds: int = 2
 
-    def __post_init__(self):
-        check_choice("profile", self.profile, tuple(PROFILES))
-        self._set("seeds", check_seeds(self.seeds))
-        self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, low_open=True))
-        for name in ("steps", "epoch_steps", "teacher_batches", "min_batch", "t3_steps", "t5_train_steps"):
-            self._set(name, check_int(name, getattr(self, name), 1))
-        self._set("batch_size", check_int("batch_size", self.batch_size, 2))
-        self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
-        self._set("t3_lrs", check_sequence("t3_lrs", self.t3_lrs, lambda n, v: check_float(n, v, 0.0, low_open=True),
-                                           1))
-        self._set("brightness", check_float("brightness", self.brightness))
-        self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
-        self._set("sorted_fractions", check_sequence("sorted_fractions", self.sorted_fractions,
-                                                     lambda n, v: check_float(n, v, 0.0, 1.0), 1))
-        self._set("batch_sizes", check_sequence("batch_sizes", self.batch_sizes, lambda n, v: check_int(n, v, 1), 1))
-        self._set("t1_lrs", check_sequence("t1_lrs", self.t1_lrs, lambda n, v: check_float(n, v, 0.0, low_open=True),
-                                           1))
-        self._set("t5_train_batch_sizes", check_sequence("t5_train_batch_sizes", self.t5_train_batch_sizes,
-                                                         lambda n, v: check_int(n, v, 2), 1))
-        self._set("t3_dropout_ps", check_sequence("t3_dropout_ps", self.t3_dropout_ps,
-                                                  lambda n, v: check_float(n, v, 0.0, 0.9, low_open=True), 2))
-        if len(set(self.t3_dropout_ps)) != len(self.t3_dropout_ps):
-            raise ValueError(f"t3_dropout_ps must not repeat a rate, got {self.t3_dropout_ps}")
-        if P_DROP not in self.t3_dropout_ps:
-            raise ValueError(f"t3_dropout_ps must contain the model's own rate {P_DROP:g} (trap 3's runs are reused "
-                             f"for it), got {self.t3_dropout_ps}")
-        self._set("t3_std_lrs", check_sequence("t3_std_lrs", self.t3_std_lrs,
-                                               lambda n, v: check_float(n, v, 0.0, low_open=True), 1))
-        self._set("thread_seeds", check_int("thread_seeds", self.thread_seeds, 0))
-        if self.thread_seeds > len(self.seeds):
-            raise ValueError(f"thread_seeds must be <= the number of seeds ({len(self.seeds)}), got {self.thread_seeds}")
-        self.source(self.seeds[0])  # stage 1's values, checked with the engine's own messages
-        self._set("widths", self.source(self.seeds[0]).widths)
-        self._set("n_eval", check_int("n_eval", self.n_eval, 2 * self.batch_size))
+    PROFILES = PROFILES
+    NORMALIZE = {"seeds": check_seeds}
+    RULES = (
+        _at_least("n_classes", 2),
+        Rule("noise", ">= 0", lambda c: c.noise >= 0),
+        Rule("widths", "one or more integers >= 1", lambda c: bool(c.widths) and min(c.widths) >= 1),
+        Rule("momentum", "in (0, 1]", lambda c: 0 < c.momentum <= 1),
+        *(_at_least(n, 1) for n in ("stage1_steps", "steps", "epoch_steps", "teacher_batches", "min_batch",
+                                    "t3_steps", "t5_train_steps")),
+        _at_least("stage1_batch_size", 2), _at_least("batch_size", 2),
+        Rule("n_eval", "an integer >= 2 * batch_size", lambda c: c.n_eval >= 2 * c.batch_size),
+        Rule("contrast", "> 0", lambda c: c.contrast > 0),
+        Rule("lr", "> 0", lambda c: c.lr > 0),
+        _positive("t3_lrs"), _positive("t1_lrs"), _positive("t3_std_lrs"),
+        Rule("sorted_fractions", "one or more shares in [0, 1]",
+             lambda c: bool(c.sorted_fractions) and 0 <= min(c.sorted_fractions) <= max(c.sorted_fractions) <= 1),
+        Rule("batch_sizes", "one or more integers >= 1", lambda c: bool(c.batch_sizes) and min(c.batch_sizes) >= 1),
+        Rule("t5_train_batch_sizes", "one or more integers >= 2",
+             lambda c: bool(c.t5_train_batch_sizes) and min(c.t5_train_batch_sizes) >= 2),
+        Rule("t3_dropout_ps", f"two or more rates in (0, 0.9], the model's own {P_DROP:g} among them (trap 3's runs "
+                              f"are reused for it)", lambda c: len(c.t3_dropout_ps) >= 2 and P_DROP in c.t3_dropout_ps
+             and 0 < min(c.t3_dropout_ps) and max(c.t3_dropout_ps) <= 0.9),
+        Rule("thread_seeds", "an integer from 0 to the number of seeds",
+             lambda c: 0 <= c.thread_seeds <= len(c.seeds)),
+    )
 
-    def source(self, seed: int) -> SourceConfig:
-        """Stage 1 of ``seed`` (BatchNorm backbone, Adam at 3e-3, see :func:`bnstudy.study.engine.train_source`)."""
-        return SourceConfig(seed=seed, n_classes=self.n_classes, noise=self.noise, widths=self.widths, norm="batch",
-                            momentum=self.momentum, stage1_steps=self.stage1_steps, stage1_lr=STAGE1_LR,
-                            stage1_batch_size=self.stage1_batch_size, n_eval=self.n_eval)
+    def _fields(self, *drop) -> dict:
+        """The :class:`TrapRun` fields this config sets (all but the run's own), less ``drop``."""
+        own = ("seed", "trap", "case", "sorted_fraction", "device_batch_size") + drop
+        return {f.name: getattr(self, f.name) for f in fields(TrapRun) if f.name not in own}
 
     def run_configs(self) -> list["TrapRun"]:
-        """One :class:`TrapRun` per (seed, trap, case), seeds outermost, traps in :data:`TRAPS` order."""
-        shared = {f.name: getattr(self, f.name) for f in fields(TrapRun)
-                  if f.name not in ("seed", "trap", "case", "sorted_fraction", "device_batch_size")}
-        out = []
-        for s in self.seeds:
-            for trap in TRAPS:
-                base = {k: v for k, v in shared.items() if k not in ("lr", "steps")}
-                if trap == "whole_eval_tuned":
-                    out += [TrapRun(seed=s, trap=trap, case=f"{setup}_lr{lr:g}", lr=lr, steps=self.t3_steps, **base)
-                            for setup in TUNED_SETUPS for lr in self.t3_lrs]
-                elif trap == "train_call_tuned":
-                    out += [TrapRun(seed=s, trap=trap, case=f"{DRIFT_SETUP}_lr{lr:g}", lr=lr, steps=self.t3_steps,
-                                    **base) for lr in self.t1_lrs]
-                elif trap == "batch_training":
-                    out += [TrapRun(seed=s, trap=trap, case=f"{mode}_b{b}", device_batch_size=b, lr=STAGE1_LR,
-                                    steps=self.t5_train_steps, **base)
-                            for b in self.t5_train_batch_sizes for mode in BATCH_TRAINING_MODES]
-                elif trap == "dropout_mechanism":  # the standardized fix's rate sweep; the rest: dropout_configs
-                    out += [TrapRun(seed=s, trap=trap, case=dropout_case("std", P_DROP, lr), lr=lr,
-                                    steps=self.t3_steps, **base) for lr in self.t3_std_lrs]
-                elif trap in CASES:
-                    out += [TrapRun(seed=s, trap=trap, case=c, **shared) for c in CASES[trap]]
-                elif trap == "sorted_batches":
-                    out += [TrapRun(seed=s, trap=trap, case=f"fraction_{p:g}", sorted_fraction=p, **shared)
-                            for p in self.sorted_fractions]
-                else:
-                    out += [TrapRun(seed=s, trap=trap, case=f"batch_{b}", device_batch_size=b, **shared)
-                            for b in self.batch_sizes]
-        return out
+        """One :class:`TrapRun` per (seed, trap, case), seeds outermost, traps in :data:`TRAPS` order; of trap 3's
+        dropout mechanism only the standardized fix's rate sweep (the rest: :meth:`dropout_configs`)."""
+        shared, base = self._fields(), self._fields("lr", "steps")
+        t3 = dict(steps=self.t3_steps, **base)
+        cases = {
+            **{trap: [dict(case=c, **shared) for c in cs] for trap, cs in CASES.items()},
+            "sorted_batches": [dict(case=f"fraction_{p:g}", sorted_fraction=p, **shared) for p in self.sorted_fractions],
+            "tiny_batch": [dict(case=f"batch_{b}", device_batch_size=b, **shared) for b in self.batch_sizes],
+            "whole_eval_tuned": [dict(case=f"{setup}_lr{lr:g}", lr=lr, **t3) for setup in TUNED_SETUPS
+                                 for lr in self.t3_lrs],
+            "train_call_tuned": [dict(case=f"{DRIFT_SETUP}_lr{lr:g}", lr=lr, **t3) for lr in self.t1_lrs],
+            "batch_training": [dict(case=f"{mode}_b{b}", device_batch_size=b, lr=STAGE1_LR, steps=self.t5_train_steps,
+                                    **base) for b in self.t5_train_batch_sizes for mode in BATCH_TRAINING_MODES],
+            "dropout_mechanism": [dict(case=dropout_case("std", P_DROP, lr), lr=lr, **t3) for lr in self.t3_std_lrs],
+        }
+        return [TrapRun(seed=s, trap=trap, **kw) for s in self.seeds for trap in TRAPS for kw in cases[trap]]
 
     def dropout_configs(self, lr_raw: float, lr_std: float) -> list["TrapRun"]:
-        """Trap 3's dropout mechanism at the chosen rates (the second pass of :func:`run`).
-
-        ``lr_raw``: the fix's rate chosen on validation in ``whole_eval_tuned``; ``lr_std``: the standardized fix's
-        (p = :data:`P_DROP`) chosen over ``t3_std_lrs``. Per seed: the raw fix at every p of ``t3_dropout_ps`` but
-        :data:`P_DROP` (that run is ``whole_eval_tuned``'s, and its dropout-off partner is the whole-model run at
-        the same rate), and the standardized fix at the other p and with dropout off (p = 0).
-        """
-        base = {f.name: getattr(self, f.name) for f in fields(TrapRun)
-                if f.name not in ("seed", "trap", "case", "sorted_fraction", "device_batch_size", "lr", "steps")}
+        """Trap 3's dropout mechanism at the rates chosen on validation (the second pass of :func:`run`): per seed
+        the raw fix (at ``lr_raw``) at every p of ``t3_dropout_ps`` but :data:`P_DROP` (that run is
+        ``whole_eval_tuned``'s, its dropout-off partner the whole-model run) and the standardized fix (at
+        ``lr_std``) at those p and with dropout off (p = 0)."""
         others = [p for p in self.t3_dropout_ps if p != P_DROP]
         return [TrapRun(seed=s, trap="dropout_mechanism", case=dropout_case(kind, p, lr), lr=lr, steps=self.t3_steps,
-                        **base)
+                        **self._fields("lr", "steps"))
                 for s in self.seeds for kind, lr, ps in (("raw", lr_raw, others), ("std", lr_std, others + [0.0]))
                 for p in ps]
 
     def thread_configs(self, rates: dict) -> list["TrapRun"]:
-        """The runs whose per-seed accuracies the page cites in traps 1 and 3, for the first ``thread_seeds`` seeds.
-
-        ``rates``: :func:`chosen_rates`'s ``drifting`` / ``whole_model`` / ``backbone_only``. Trap 1's two run-line
-        cases and its drifting head at its chosen rate; trap 3's whole model and fix at the run line and at their
-        chosen rates (the whole model's is also trap 1's pinned partner). The fix with dropout off is left out: it
-        repeats the whole-model run by construction.
-        """
+        """The runs whose per-seed accuracies traps 1 and 3 cite, for the first ``thread_seeds`` seeds (``rates``:
+        :func:`chosen_rates`); the fix with dropout off repeats the whole-model run and is left out."""
         keep = {("train_call", "eval_once"), ("train_call", "pinned"), ("whole_eval", "whole_model"),
                 ("whole_eval", "backbone_only"), ("train_call_tuned", f"{DRIFT_SETUP}_lr{rates[DRIFT_SETUP]:g}"),
                 ("whole_eval_tuned", f"whole_model_lr{rates['whole_model']:g}"),
@@ -255,25 +203,11 @@ class Config(_Frozen):
         seeds = set(self.seeds[:self.thread_seeds])
         return [c for c in self.run_configs() if c.seed in seeds and (c.trap, c.case) in keep]
 
-    def describe(self) -> str:
-        """The parameters for the page's run line."""
-        return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
-                f"epoch_steps={self.epoch_steps}, batch_size={self.batch_size}, "
-                f"lr={self.lr:g}, t3_steps={self.t3_steps}, t3_lrs={','.join(f'{x:g}' for x in self.t3_lrs)}, "
-                f"t1_lrs={','.join(f'{x:g}' for x in self.t1_lrs)}, t5_train_steps={self.t5_train_steps}, "
-                f"t5_train_batch_sizes={','.join(str(b) for b in self.t5_train_batch_sizes)}, "
-                f"teacher_batches={self.teacher_batches}, n_eval={self.n_eval}, brightness={self.brightness:g}, "
-                f"contrast={self.contrast:g}, noise={self.noise:g}, momentum={self.momentum:g}, "
-                f"t3_dropout_ps={','.join(f'{x:g}' for x in self.t3_dropout_ps)}, "
-                f"t3_std_lrs={','.join(f'{x:g}' for x in self.t3_std_lrs)}, thread_seeds={self.thread_seeds}")
-
 
 @dataclass(frozen=True)
 class TrapRun(_Frozen):
-    """One (seed, trap, case): the run cache's key and the columns every results row starts with.
-
-    ``sorted_fraction`` is set for trap 4 only, ``device_batch_size`` for trap 5 only.
-    """
+    """One (seed, trap, case): the run cache's key and the first columns of its row (``sorted_fraction``: trap 4
+    only, ``device_batch_size``: trap 5 only)."""
 
     seed: int
     trap: str
@@ -331,12 +265,8 @@ AuxOutputs = namedtuple("AuxOutputs", "logits aux_logits")
 
 
 class AuxHeadNet(nn.Module):
-    """A backbone, a main head behind dropout, and an auxiliary head that only train mode returns.
-
-    ``forward(x)`` returns ``AuxOutputs(logits, aux_logits)`` (each ``(B, K)``) in train mode
-    and the main ``logits`` ``(B, K)`` alone in eval mode, which is what torchvision's
-    Inception v3 does with its auxiliary classifier.
-    """
+    """A backbone, a main head behind dropout and an auxiliary head: ``forward(x)`` returns ``AuxOutputs(logits,
+    aux_logits)`` (each ``(B, K)``) in train mode and ``logits`` alone in eval mode, as torchvision's Inception v3."""
 
     def __init__(self, backbone: nn.Module, n_features: int, n_classes: int, p_drop: float = P_DROP):
         super().__init__()
@@ -351,11 +281,8 @@ class AuxHeadNet(nn.Module):
 
 
 def aux_loss(out, y: torch.Tensor, aux_weight: float = AUX_WEIGHT) -> torch.Tensor:
-    """Cross-entropy of the main logits, plus ``aux_weight`` times the auxiliary one when ``out`` has it.
-
-    The usual loss for such models; with the model in eval mode the auxiliary term silently
-    disappears.
-    """
+    """Cross-entropy of the main logits, plus ``aux_weight`` times the auxiliary one when ``out`` has it (the usual
+    loss; with the model in eval mode the auxiliary term silently disappears)."""
     if isinstance(out, AuxOutputs):
         return F.cross_entropy(out.logits, y) + aux_weight * F.cross_entropy(out.aux_logits, y)
     return F.cross_entropy(out, y)
@@ -363,13 +290,9 @@ def aux_loss(out, y: torch.Tensor, aux_weight: float = AUX_WEIGHT) -> torch.Tens
 
 def sorted_fraction_labels(n_batches: int, batch_size: int, n_classes: int, sorted_fraction: float,
                            gen: torch.Generator) -> list[torch.Tensor]:
-    """Labels of ``n_batches`` batches where ``round(sorted_fraction * batch_size)`` samples share one class.
-
-    The shared class cycles through the classes in a random order (a new order every
-    ``n_classes`` batches); the rest of each batch is drawn uniformly at random, and each batch
-    is shuffled. ``sorted_fraction=0`` is a shuffled loader, ``1`` a class-sorted one. Raises
-    ``ValueError`` for a fraction outside [0, 1] or a non-positive size.
-    """
+    """Labels of ``n_batches`` batches where ``round(sorted_fraction * batch_size)`` samples share one class (cycling
+    through the classes in a new random order every ``n_classes`` batches), the rest uniform, each batch shuffled: 0
+    is a shuffled loader, 1 a class-sorted one. Raises ``ValueError`` for a fraction outside [0, 1] or a size < 1."""
     check_float("sorted_fraction", sorted_fraction, 0.0, 1.0)
     for name, v in (("n_batches", n_batches), ("batch_size", batch_size), ("n_classes", n_classes)):
         check_int(name, v, 1)
@@ -427,16 +350,22 @@ def _acc(forward, x: torch.Tensor, y: torch.Tensor) -> float:
     return accuracy(logits_of(forward, x, CPU), y)
 
 
-def _eval_accuracy(model: nn.Module, forward, x, y) -> float:
-    """Accuracy with every module of ``model`` in eval mode (flags restored afterwards, pins untouched)."""
+@contextlib.contextmanager
+def _all_eval(model: nn.Module):
+    """Every module of ``model`` in eval mode inside the block (flags restored afterwards, pins untouched)."""
     saved = [(m, m.training) for m in model.modules()]
     for m, _ in saved:
         m.training = False
     try:
-        return _acc(forward, x, y)
+        yield
     finally:
         for m, flag in saved:
             m.training = flag
+
+
+def _eval_accuracy(model: nn.Module, forward, x, y) -> float:
+    with _all_eval(model):
+        return _acc(forward, x, y)
 
 
 def _buffer_stats(a: audit.FreezeAudit, module_prefix: str) -> dict:
@@ -457,14 +386,9 @@ def _bn_state(model: nn.Module) -> dict:
 
 
 def _bn_drift(before: dict, model: nn.Module) -> dict:
-    """How far each BatchNorm's running statistics moved from ``before`` (:func:`_bn_state`), on readable scales.
-
-    ``max_mean_shift_sd``: largest ``|mean_after - mean_before| / sqrt(var_before + eps)`` over layers
-    and channels (the mean's move in units of the old running standard deviation);
-    ``max_abs_log_var_ratio``: largest ``|ln(var_after / var_before)|`` (0: unchanged; ln 2 = 0.69:
-    doubled or halved). Referee item 8: the audit's raw ``max_buffer_change`` mixes a variance's squared
-    units with a mean's.
-    """
+    """How far each BatchNorm's running statistics moved from ``before`` (:func:`_bn_state`), on readable scales
+    (referee item 8): ``max_mean_shift_sd``, the largest ``|mean_after - mean_before| / sqrt(var_before + eps)`` over
+    layers and channels, and ``max_abs_log_var_ratio``, the largest ``|ln(var_after / var_before)|``."""
     mods = dict(model.named_modules())
     shift, ratio = [], []
     for name, (mu0, var0) in before.items():
@@ -596,19 +520,10 @@ def _whole_eval(ctx: _Ctx, case: str):
 
 
 def _dropout_off_at_eval(model: AuxHeadNet, x: torch.Tensor) -> float:
-    """1.0 if the logits :func:`_eval_accuracy` scores equal, bit for bit, the head without its dropout layer.
-
-    A check of the evaluation path (referee item 6): dropout must be off when accuracy is measured.
-    """
-    saved = [(m, m.training) for m in model.modules()]
-    for m, _ in saved:
-        m.training = False
-    try:
-        with torch.no_grad():
-            scored, plain = model(x), model.head[1](model.backbone(x))
-    finally:
-        for m, flag in saved:
-            m.training = flag
+    """1.0 if the logits :func:`_eval_accuracy` scores equal, bit for bit, the head without its dropout layer (dropout
+    must be off when accuracy is measured, referee item 6)."""
+    with _all_eval(model), torch.no_grad():
+        scored, plain = model(x), model.head[1](model.backbone(x))
     return float(torch.equal(scored, plain))
 
 
@@ -624,14 +539,9 @@ class _Standardize(nn.Module):
 
 
 def _dropout_mechanism(ctx: _Ctx, case: str):
-    """Trap 3's fix (backbone pinned) at head dropout p on raw or standardized features (referee ch2c N5).
-
-    ``case``: :func:`dropout_case`; p = 0 pins the head's dropout off. ``std``: the backbone's pooled features are
-    standardized per feature with the mean and SD of the pinned backbone's features on task-B images drawn apart
-    from the test and validation sets (chapter 1's :func:`~bnstudy.study.experiments.freeze_modes.run._feature_standardizer`),
-    for both heads, before the head's dropout. Same head initialization, batches and dropout seed as
-    :func:`_whole_eval_tuned` (whose quantities it records).
-    """
+    """Trap 3's fix at head dropout p (``case``: :func:`dropout_case`; p = 0: dropout pinned off), on raw features or
+    standardized per feature with the pinned backbone's mean and SD on task-B images drawn apart (chapter 1's
+    ``_feature_standardizer``), before both heads; otherwise :func:`_whole_eval_tuned` (whose quantities it records)."""
     kind, p, _ = parse_dropout_case(case)
     return _whole_eval_tuned(ctx, "backbone_only", p_drop=p if p > 0 else P_DROP, dropout_off=p == 0,
                              standardize=kind == "std", extra=dict(kind=kind, p_drop=p))
@@ -639,19 +549,12 @@ def _dropout_mechanism(ctx: _Ctx, case: str):
 
 def _whole_eval_tuned(ctx: _Ctx, case: str, p_drop: float = P_DROP, dropout_off: bool = False,
                       standardize: bool = False, extra: dict | None = None):
-    """Trap 3's main head, trained without the audit at one learning rate for ``steps`` steps (issue 10).
-
-    ``case`` is ``<setup>_lr<lr>`` with ``setup`` in :data:`TUNED_SETUPS` or :data:`DRIFT_SETUP` (trap 1 at tuned
-    rates, ``train_call_tuned``: nothing pinned but the head's dropout, so the backbone's BatchNorm normalizes
-    with batch statistics and its running statistics drift to task B, as in trap 1's ``eval_once``; its pinned
-    partner is ``whole_model``, which pins the backbone and, having no dropout, trains the main head as trap 1's
-    ``pinned`` does); the rate and budget are the
-    run's ``lr`` and ``steps``. Same head initialization, batches and dropout draws as :func:`_whole_eval`.
-    Records the main and auxiliary heads' accuracy on task B's test set and on a validation set
-    drawn apart from it (``eval_set(..., "B-validation")``: the set the rate is chosen on), the main
-    head's test and validation accuracy at half the budget, and its mean training loss (cross-entropy,
-    nats; ln 10 = 2.30 is a uniform guess) over the first and the last epoch.
-    """
+    """Trap 3's main head trained without the audit at the run's ``lr`` for ``steps`` steps (issue 10); same head
+    initialization, batches and dropout draws as :func:`_whole_eval`. ``case``: ``<setup>_lr<lr>``, ``setup`` in
+    :data:`TUNED_SETUPS` or :data:`DRIFT_SETUP` (trap 1 at tuned rates: only the head's dropout pinned, so the
+    backbone's statistics drift to task B). Records both heads' accuracy on task B's test set and on a validation
+    set drawn apart (the rate is chosen on it), the main head's at half the budget, and its mean training loss
+    (nats) over the first and the last epoch."""
     c, (xb, yb) = ctx.c, ctx.eval_b
     setup = case.rsplit("_lr", 1)[0]
     check_choice("setup", setup, TUNED_SETUPS + (DRIFT_SETUP,))
@@ -696,14 +599,9 @@ def _whole_eval_tuned(ctx: _Ctx, case: str, p_drop: float = P_DROP, dropout_off:
 
 
 def _sorted_batches(ctx: _Ctx, case: str):
-    """Trap 4: the trained model on batches where a share of each batch has one class.
-
-    Accuracy with the module in eval mode (running statistics: independent of the batching),
-    in train mode (batch statistics, what a training loop's accuracy meter sees; the copy's
-    running statistics are updated as a loop would), in eval mode on the held-out set after
-    that one train-mode pass, the loader's :func:`bnstudy.audit.batch_label_dependence` and
-    whether :func:`bnstudy.audit.lint_loader` flags it.
-    """
+    """Trap 4: the trained model on batches where a share of each batch has one class: accuracy in eval mode, in
+    train mode (what a training loop's meter sees; running statistics updated), in eval mode on the held-out set
+    after that pass, the loader's label dependence and whether ``lint_loader`` flags it."""
     c, (xa, ya), p = ctx.c, ctx.eval_a, ctx.c.sorted_fraction
     g = generator(c.seed, "ch02", "sorted", p)
     labels = sorted_fraction_labels(max(c.n_eval // c.batch_size, 2), c.batch_size, c.n_classes, p, g)
@@ -745,14 +643,9 @@ def _tiny_batch(ctx: _Ctx, case: str):
 
 
 def _sorted_training(ctx: _Ctx, case: str):
-    """Trap 6: train backbone and head from scratch on task A with shuffled or class-sorted batches.
-
-    Stage 1's recipe (Adam at ``STAGE1_LR``, ``stage1_steps`` steps of ``stage1_batch_size``, train
-    mode throughout) with :class:`bnstudy.study.tasks.BatchStream`'s sampler set to ``case``. Records the
-    loop's accuracy meter over the last ``n_classes`` steps (train mode, on the batches it trained
-    on, before each update), held-out accuracy in eval mode (running statistics) and, on the same
-    held-out set, in train mode on shuffled batches of ``stage1_batch_size`` (batch statistics).
-    """
+    """Trap 6: stage 1's recipe from scratch with :class:`bnstudy.study.tasks.BatchStream`'s sampler set to ``case``
+    (shuffled or class-sorted): the loop's accuracy meter over the last ``n_classes`` steps (before each update),
+    held-out accuracy in eval mode and in train mode on shuffled batches of ``stage1_batch_size``."""
     c, (xa, ya) = ctx.c, ctx.eval_a
     model = ctx.seeded("sorted_training_init", lambda: Classifier(
         ConvBackbone(3, c.widths, "batch", c.momentum), make_head("linear", c.widths[-1], c.n_classes)))
@@ -779,20 +672,12 @@ def _sorted_training(ctx: _Ctx, case: str):
 
 
 def _batch_training(ctx: _Ctx, case: str):
-    """Trap 5's training arm: stage 1 continued on task A at a small per-device batch (referee ch2 item 3).
-
-    ``case`` is ``<mode>_b<m>`` with ``mode`` in :data:`BATCH_TRAINING_MODES`: the trained source network is
-    trained further, every weight trainable, for ``steps`` steps of ``device_batch_size`` samples with stage 1's
-    optimizer (Adam at ``lr``, :data:`STAGE1_LR`), with its BatchNorm layers normalizing with batch statistics and
-    updating their running statistics (``batch_stats``, seed 000's "fully unfreezing BN") or pinned in eval mode
-    (``pinned``: running statistics fixed, what ``lint_model`` recommends below ``min_batch``). Both modes see the
-    same batches (their generator depends on the seed and ``m`` only). Records held-out task-A accuracy in eval
-    mode after training, the same after re-estimating the running statistics with the weights fixed
-    (:func:`bnstudy.update_bn_stats` over :data:`REESTIMATE_BATCHES` shuffled batches of
-    ``stage1_batch_size``: seed 002's remedy), and the mean training loss (nats) over the last ``epoch_steps``
-    steps. The source's own accuracy is the row's ``source_task_a_accuracy``.
-    """
-    from ....running_stats import update_bn_stats  # local: running_stats imports nothing from here, but keep the trap self-contained
+    """Trap 5's training arm (referee ch2 item 3): the source network trained further, every weight trainable, for
+    ``steps`` steps of ``device_batch_size`` with stage 1's optimizer, BatchNorm on batch statistics (``batch_stats``)
+    or pinned in eval mode (``pinned``), both on the same batches (``case``: ``<mode>_b<m>``). Records held-out
+    accuracy in eval mode, the same after re-estimating the running statistics with the weights fixed
+    (:data:`REESTIMATE_BATCHES` batches), and the mean training loss (nats) over the last ``epoch_steps`` steps."""
+    from ....running_stats import update_bn_stats
 
     c, (xa, ya), m = ctx.c, ctx.eval_a, ctx.c.device_batch_size
     mode = case.rsplit("_b", 1)[0]
@@ -827,7 +712,7 @@ TRAP_FUNCTIONS = dict(train_call=_train_call, no_grad=_no_grad, whole_eval=_whol
 
 
 def run_case(c: TrapRun, source: dict):
-    """One (seed, trap, case): its results row, its audit (traps 1-3; else ``None``) and its lints."""
+    """One (seed, trap, case): its row, its audit (traps 1-3; else ``None``) and its lints."""
     q, a, lints = TRAP_FUNCTIONS[c.trap](_Ctx(c, source), c.case)
     row = c.asdict()
     row["widths"] = "-".join(map(str, c.widths))
@@ -890,10 +775,9 @@ def run(config: Config, execution: Execution | None = None, version: str | None 
 
 
 def chosen_rates(df: pd.DataFrame) -> dict:
-    """The learning rates :func:`findings` reports at, each with the best mean validation accuracy of the main head
-    over seeds (ties: the smaller rate): ``whole_model`` / ``backbone_only`` (``whole_eval_tuned``), ``drifting``
-    (``train_call_tuned``) and ``std`` (the standardized fix at p = :data:`P_DROP`, ``dropout_mechanism``; NaN
-    without those rows). Raises ``KeyError`` when a sweep is missing."""
+    """The rates the findings report at, each with the main head's best mean validation accuracy over seeds (ties:
+    the smaller): ``whole_model`` / ``backbone_only``, ``drifting`` and ``std`` (the standardized fix at
+    :data:`P_DROP`; NaN without its rows). Raises ``KeyError`` when a sweep is missing."""
     def best(rows, what):
         if rows.empty:
             raise KeyError(f"no rows of {what}")
@@ -911,25 +795,19 @@ def chosen_rates(df: pd.DataFrame) -> dict:
 
 
 def thread_check(config: Config, df: pd.DataFrame, execution: Execution | None = None) -> pd.DataFrame:
-    """The runs the page cites in traps 1 and 3 (:meth:`Config.thread_configs`), for the first ``thread_seeds``
-    seeds, again at the other torch thread count (1 or 2, whichever ``execution.threads`` is not), stage 1 included,
-    in their own cache folder ``<cache>/threads<n>`` (the thread count is not part of a cache key): chapter 1's
-    :func:`~bnstudy.study.experiments.freeze_modes.run.thread_check` on this chapter's network.
-
-    ``df``: :func:`run`'s table (the main thread count's rows, and the chosen rates). Returns one row per (seed,
-    quantity, threads): ``seed, quantity, threads, accuracy``, with ``quantity`` a key of :data:`THREAD_QUANTITIES`.
-    Empty (those columns) when ``thread_seeds`` is 0.
-    """
+    """The runs traps 1 and 3 cite (:meth:`Config.thread_configs`) again at the other torch thread count (1 or 2),
+    stage 1 included, in their own cache folder ``<cache>/threads<n>`` (a thread count is not part of a cache key),
+    beside ``df``'s (:func:`run`'s table): one row per (seed, quantity of :data:`THREAD_QUANTITIES`, threads), columns
+    ``seed, quantity, threads, accuracy``; empty when ``thread_seeds`` is 0."""
     ex, root = _cache(execution)
     cols = ["seed", "quantity", "threads", "accuracy"]
     if config.thread_seeds == 0:
         return pd.DataFrame(columns=cols)
     other = 2 if ex.threads == 1 else 1
     configs = config.thread_configs(chosen_rates(df))
-    e = ex.replace(threads=other, cache_dir=str(Path(root) / f"threads{other}"))
-    version = source_version()
-    ensure_sources([c.source for c in configs], e, version)
     oroot = str(Path(root) / f"threads{other}")
+    e, version = ex.replace(threads=other, cache_dir=oroot), source_version()
+    ensure_sources([c.source for c in configs], e, version)
     rerun = run_sweep(configs, _trap_group, namespace=NAMESPACE, cache_dir=oroot, execution=e,
                       groups=_groups(configs), group_kwargs={"cache_root": oroot, "version": version},
                       desc=f"chapter 2 thread check ({other} threads)")
@@ -939,8 +817,7 @@ def thread_check(config: Config, df: pd.DataFrame, execution: Execution | None =
     frames = []
     for th, d in ((ex.threads, main), (other, rerun)):
         for q, (trap, case_of, col) in THREAD_QUANTITIES.items():
-            sub = d[d["trap"] == trap]
-            sub = sub[sub["case"].map(lambda cs: case_of(cs))]
+            sub = d[(d["trap"] == trap) & d["case"].map(case_of)]
             frames.append(pd.DataFrame(dict(seed=sub["seed"].astype(int).values, quantity=q, threads=th,
                                             accuracy=sub[col].astype(float).values)))
     return pd.concat(frames, ignore_index=True)[cols]
@@ -960,41 +837,32 @@ THREAD_QUANTITIES = {
 
 
 def first_seed_audit(config: Config, trap: str, case: str, execution: Execution | None = None):
-    """The first seed's audit and lints for one case (recomputed from the cached source, deterministically).
-
-    Returns ``(audit, lints)``; the audit is ``None`` for traps 4 and 5. Uses the source cached by
-    :func:`run` (trained again if the code changed since).
-    """
+    """``(audit, lints)`` of one case of the first seed, run again from the cached source (trained if missing); the
+    audit is ``None`` for traps without one. Raises ``ValueError`` naming the trap's cases for an unknown case."""
     ex, root = _cache(execution)
-    c = next((r for r in config.run_configs() if r.seed == config.seeds[0] and r.trap == trap and r.case == case),
-             None)
+    first = [r for r in config.run_configs() if r.seed == config.seeds[0] and r.trap == trap]
+    c = next((r for r in first if r.case == case), None)
     if c is None:
-        raise ValueError(f"no case {case!r} in trap {trap!r}; cases: "
-                         f"{[r.case for r in config.run_configs() if r.trap == trap and r.seed == config.seeds[0]]}")
-    version = source_version()  # one version for both calls; trains the source if this code has none cached
+        raise ValueError(f"no case {case!r} in trap {trap!r}; cases: {[r.case for r in first]}")
+    version = source_version()
     ensure_sources([c.source], ex, version)
     _, a, lints = run_case(c, load_source(c.source, root, version))
     return a, lints
 
 
-def first_seed_printout(config: Config, trap: str, case: str, execution: Execution | None = None,
-                        lint_codes: tuple = ()) -> str:
-    """What the page shows for one case: the lints whose code is in ``lint_codes``, then the audit's printout."""
-    a, lints = first_seed_audit(config, trap, case, execution)
-    shown = [str(x) for x in lints if x.code in lint_codes]
-    return "\n".join(shown + ([""] if shown else []) + [str(a)])
-
-
 def audit_table(config: Config, execution: Execution | None = None, cases=PRINTED_AUDITS) -> pd.DataFrame:
-    """The first seed's audit printouts the page shows, as a table: one row per ``(trap, case, lint_codes)`` of
-    ``cases``, columns ``seed, trap, case, printout`` (:func:`first_seed_printout`'s text: each case run again on the
-    cached source, traps 1 and 3 training their new head for ``steps`` steps). :func:`printout` reads one back."""
+    """The printouts the page shows, one row per ``(trap, case, lint_codes)`` of ``cases``: columns ``seed, trap,
+    case, printout`` (the lints whose code is in ``lint_codes``, then the audit; :func:`first_seed_audit`)."""
     from ...sweep import torch_threads
-    # the printed heads train here, not in a sweep: at the execution's thread count, as every run does (at the
-    # process's own count the numbers depended on where the page ran; the release's verification found it)
+
+    def text(trap, case, codes):
+        a, lints = first_seed_audit(config, trap, case, execution)
+        shown = [str(x) for x in lints if x.code in codes]
+        return "\n".join(shown + ([""] if shown else []) + [str(a)])
+
+    # the printed heads train here, not in a sweep: at the execution's thread count, as every run does
     with torch_threads((execution or Execution()).threads):
-        rows = [dict(seed=int(config.seeds[0]), trap=trap, case=case,
-                     printout=first_seed_printout(config, trap, case, execution, lint_codes=codes))
+        rows = [dict(seed=int(config.seeds[0]), trap=trap, case=case, printout=text(trap, case, codes))
                 for trap, case, codes in cases]
     return pd.DataFrame(rows, columns=["seed", "trap", "case", "printout"])
 
@@ -1009,11 +877,8 @@ def printout(table: pd.DataFrame, trap: str, case: str) -> str:
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """Everything chapter 2's page analyses, as the tables it saves: ``(run(config), {"threads": thread_check(...),
-    "audits": audit_table(...), "single_layer": single_layer_table(first seed)})`` (keys: :data:`SIBLING_TABLES`).
-    Every run that trains is here (all cached but the audit printouts, which retrain the first seed's printed heads
-    from its cached source), so a page given these tables trains nothing. The one-layer facts are saved too (their
-    layers are seeded, so they are the same in every execution)."""
+    """Everything the page analyses: ``(run(config), {name: table})`` for :data:`SIBLING_TABLES` (the thread check,
+    the audit printouts, the one-layer facts), so that a page given these tables trains nothing."""
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs an eval_traps.Config (see make_config), got {type(config).__name__}")
     df = run(config, execution)
@@ -1022,9 +887,8 @@ def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.D
 
 
 def rows_table(df: pd.DataFrame) -> pd.DataFrame:
-    """:func:`run`'s table as it returns it, also when read back from its CSV (a page given ``rows``): there
-    ``module_mode``'s empty text comes back as NaN, and :func:`trap_table` would then drop the column that the run's
-    own tables keep. Returns ``df`` with NaN in ``module_mode`` as ``""`` (a run's own table has none)."""
+    """:func:`run`'s table as it returns it, also read back from its CSV (where ``module_mode``'s empty text comes
+    back as NaN, and :func:`trap_table` would drop the column)."""
     return df.assign(module_mode=df["module_mode"].fillna("")) if "module_mode" in df else df
 
 
@@ -1036,36 +900,20 @@ def trap_table(df: pd.DataFrame, trap: str) -> pd.DataFrame:
 
 # --- the one-layer facts ----------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class SingleLayer:
-    """The one-layer facts chapter 2 quotes (traps 4 and 5), computed on fresh layers.
-
-    ``t5_error``: PyTorch's error for a train-mode BatchNorm1d on a ``(1, C)`` batch;
-    ``t5_lint1``: the audit's lint that named the layer first (up to its explanation);
-    ``t5_bn2d_mean``: largest |per-channel mean| of a train-mode BatchNorm2d's output on one
-    image (0 up to rounding: an instance norm); ``t5_dev2``: largest ||y| - 1| of a train-mode
-    BatchNorm1d on two samples; ``t5_loader``: the lint code for 17 samples at batch 16;
-    ``t4_sorted_rm`` / ``t4_shuffled_rm`` / ``t4_data_mean``: BatchNorm1d(1)'s running_mean after
-    one epoch at batch 10 over 10 classes x 100 values from N(k, 0.5), class-sorted or shuffled,
-    and the data mean.
-    """
-
-    t5_error: str
-    t5_lint1: str
-    t5_bn2d_mean: float
-    t5_dev2: float
-    t5_loader: str
-    t4_sorted_rm: float
-    t4_shuffled_rm: float
-    t4_data_mean: float
+#: The one-layer facts that are texts (the others are numbers).
+SINGLE_LAYER_TEXTS = ("t5_error", "t5_lint1", "t5_loader")
 
 
-def single_layer_cases(seed: int = 0) -> SingleLayer:
-    """:class:`SingleLayer` for ``seed`` (random inputs from ``derive_seed(seed, "ch02", "single")``, layers
-    initialized under their own seeds: the same in every process)."""
+def single_layer_cases(seed: int = 0) -> dict:
+    """The one-layer facts traps 4 and 5 quote, on fresh layers seeded from ``seed`` (the same in every process):
+    ``t5_error``, PyTorch's error for a train-mode BatchNorm1d on a ``(1, C)`` batch; ``t5_lint1``, the audit's first
+    lint there (up to its explanation); ``t5_bn2d_mean``, the largest |per-channel mean| of a train-mode BatchNorm2d's
+    output on one image; ``t5_dev2``, the largest ||y| - 1| of a train-mode BatchNorm1d on two samples;
+    ``t5_loader``, the lint code for 17 samples at batch 16; ``t4_sorted_rm`` / ``t4_shuffled_rm`` /
+    ``t4_data_mean``, BatchNorm1d(1)'s running mean after one epoch at batch 10 over 10 classes x 100 values from
+    N(k, 0.5), class-sorted or shuffled, and the data mean."""
     g = torch.Generator().manual_seed(derive_seed(seed, "ch02", "single"))
-    # layers initialized from their own seeds, not torch's global generator (seeded every process differently,
-    # it made t5_bn2d_mean differ between executions; the release's verification found it)
+    # layers initialized from their own seeds, not torch's global generator (seeded differently in every process)
     bn1 = seeded((seed, "ch02", "single", "bn1"),
                  lambda: nn.Sequential(OrderedDict(fc=nn.Linear(4, 4), norm=nn.BatchNorm1d(4))).train())
     error = ""
@@ -1086,24 +934,22 @@ def single_layer_cases(seed: int = 0) -> SingleLayer:
         for i in range(0, 1000, 10):
             bn(x[order[i:i + 10]])
         rm[name] = float(bn.running_mean)
-    return SingleLayer(t5_error=error, t5_lint1=str(a.lints[0]).split(" normalises")[0] if a.lints else "",
-                       t5_bn2d_mean=float(y2.detach().mean((0, 2, 3)).abs().max()),
-                       t5_dev2=float((y.detach().abs() - 1).abs().max()),
-                       t5_loader=str(audit.lint_loader(17, 16, warn=False)[0]).split(":")[0],
-                       t4_sorted_rm=rm["sorted"], t4_shuffled_rm=rm["shuffled"], t4_data_mean=float(x.mean()))
+    return dict(t5_error=error, t5_lint1=str(a.lints[0]).split(" normalises")[0] if a.lints else "",
+                t5_bn2d_mean=float(y2.detach().mean((0, 2, 3)).abs().max()),
+                t5_dev2=float((y.detach().abs() - 1).abs().max()),
+                t5_loader=str(audit.lint_loader(17, 16, warn=False)[0]).split(":")[0],
+                t4_sorted_rm=rm["sorted"], t4_shuffled_rm=rm["shuffled"], t4_data_mean=float(x.mean()))
 
 
 def single_layer_table(seed: int = 0) -> pd.DataFrame:
-    """:func:`single_layer_cases` of ``seed`` as a one-row table to save: ``seed`` and one column per field."""
-    return pd.DataFrame([dict(seed=int(seed), **{f.name: getattr(c, f.name) for f in fields(c)})
-                         for c in (single_layer_cases(seed),)])
+    """:func:`single_layer_cases` of ``seed`` as a one-row table to save: ``seed`` and one column per fact."""
+    return pd.DataFrame([dict(seed=int(seed), **single_layer_cases(seed))])
 
 
-def single_layer_from_table(table: pd.DataFrame) -> SingleLayer:
-    """:func:`single_layer_table`'s inverse, also for the table read back from its CSV (where an empty text comes
-    back as NaN: it is the empty string again). Raises ``ValueError`` unless the table has exactly one row."""
+def single_layer_from_table(table: pd.DataFrame) -> dict:
+    """:func:`single_layer_cases`' facts from :func:`single_layer_table`'s table, also read back from its CSV (an
+    empty text comes back as NaN). Raises ``ValueError`` unless the table has exactly one row."""
     if len(table) != 1:
         raise ValueError(f"single_layer_from_table needs single_layer_table's one row, got {len(table)} rows")
-    r = table.iloc[0]
-    return SingleLayer(**{f.name: (("" if pd.isna(r[f.name]) else str(r[f.name])) if f.type in ("str", str)
-                                   else float(r[f.name])) for f in fields(SingleLayer)})
+    r = table.iloc[0].drop("seed")
+    return {k: ("" if pd.isna(v) else str(v)) if k in SINGLE_LAYER_TEXTS else float(v) for k, v in r.items()}
