@@ -223,18 +223,22 @@ def test_routing_above_chance_is_a_one_sided_test_with_holm_over_the_cells():
 
 def test_tidy_tables_have_one_row_per_seed_and_cell():
     df = _table()
-    assert len(findings.routing_table(df)) == 3 * 3 * 2 * 4
+    assert len(_routes(df)) == 3 * 3 * 2 * 4
     g = findings.gap_table(df)
     row = g[(g.condition == "train_mode") & (g.strength == 1.0) & (g.inference_batch == 1)].iloc[0]
     assert row["mean"] == pytest.approx(-0.31)
     # baselines make no routing decision: kept at the smallest inference batch only
     assert set(g[g.condition.isin(findings.BATCH_FREE)].inference_batch) == {1}
-    assert set(findings.accuracy_table(df).query("condition == 'pinned'").inference_batch) == {1}
+    assert set(findings.seed_table(df, ["accuracy", "accuracy_routed_head"]).query("condition == 'pinned'").inference_batch) == {1}
     assert len(findings.per_task_table(df)) == 3 * 2 * 2 * 5 + 3 * 2 * 2  # 5 conditions at 2 batches, 2 at one
     r = findings.routed_head_table(df)
     assert len(r) == 3 * 2 * 4
     cell = r[(r.condition == "nearest_first") & (r.strength == 0.01) & (r.inference_batch == 1)].iloc[0]
     assert cell["mean"] == pytest.approx(-0.105)
+
+
+def _routes(df):
+    return findings.seed_table(df, ["routing_accuracy"], run.ROUTERS)
 
 
 def _temperature_table():
@@ -379,12 +383,12 @@ def test_margin_phrase_glues_the_value_once():
 
 
 def test_table_routing_writes_three_decimals_everywhere():
-    tab = figures.table_routing(findings.routing_table(_table()))
+    tab = figures.table_routing(_routes(_table()))
     assert list(tab.index) == ["2 tasks, batch 1", "2 tasks, batch 32"]
     assert list(tab.columns) == ["t=0", "t=0.01", "t=1"]
     assert tab.loc["2 tasks, batch 1"].tolist() == ["0.500", "0.600", "1.000"]
     with pytest.raises(ValueError, match="router"):
-        figures.table_routing(findings.routing_table(_table()), router="nearest")
+        figures.table_routing(_routes(_table()), router="nearest")
 
 
 def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():

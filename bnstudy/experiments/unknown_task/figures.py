@@ -58,8 +58,8 @@ def _finish(fig, axes_with_legend, ncol=3, bottom=-0.02):
 
 def routing_figure(table: pd.DataFrame, routers=HARD_ROUTERS):
     """Routing accuracy against shift strength, one line (band: 95% interval) per inference batch size; rows:
-    number of tasks, columns: routers (``table``: :func:`.findings.routing_table`); chance (1/K) dotted. The
-    mixture is left out by default: its heaviest bank is ``nearest_first``'s choice, so its column would repeat."""
+    number of tasks, columns: routers (``table``: the routing table, :func:`.findings.seed_table`); chance (1/K)
+    dotted. The mixture is left out by default: its heaviest bank is ``nearest_first``'s choice."""
     ks, batches = sorted(table.n_tasks.unique()), sorted(table.inference_batch.unique())
     colors, pos = style.sequential(batches), _positions(table.strength)
     with plt.rc_context(style.rc()):
@@ -112,7 +112,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
     one would shrink the text below 9 pt). ``part="cost"``: (a) the cost of a wrong bank, ``train_mode`` and
     ``pinned`` minus the oracle (``gaps``: :func:`.findings.gap_table`); (b) router minus oracle, one decision per
     sample, zoomed, the equivalence band ``±margin`` shaded. ``part="unknown"``: (a) ``nearest_first``'s routing
-    accuracy at ``inference_batches`` (``routes``: :func:`.findings.routing_table`) with the :data:`~.run.ROUTE_OK`
+    accuracy at ``inference_batches`` (``routes``: :func:`.findings.seed_table`) with the :data:`~.run.ROUTE_OK`
     line; (b) ``nearest_first`` picking bank and head, minus the oracle, per inference batch (``routed``:
     :func:`.findings.routed_head_table`). Raises ``ValueError`` for another ``part``."""
     if part not in ("cost", "unknown"):
@@ -189,7 +189,7 @@ def temperature_figure(table: pd.DataFrame, kept: float):
 
 def table_routing(routes: pd.DataFrame, router: str = "nearest_first") -> pd.DataFrame:
     """Table 1: ``router``'s routing accuracy (mean over seeds, three decimals) per number of tasks and inference
-    batch (rows) and strength (columns); ``routes``: :func:`.findings.routing_table`. Raises ``ValueError`` for a
+    batch (rows) and strength (columns); ``routes``: :func:`.findings.seed_table`. Raises ``ValueError`` for a
     router without rows."""
     sel = routes[routes.condition == router]
     if sel.empty:

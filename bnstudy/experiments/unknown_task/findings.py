@@ -52,16 +52,12 @@ def _batch_free_once(t: pd.DataFrame) -> pd.DataFrame:
     return t[~(t.condition.isin(BATCH_FREE) & (t.inference_batch != b1))].reset_index(drop=True)
 
 
-def routing_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tidy: ``seed, n_tasks, strength, inference_batch, condition, routing_accuracy`` for the four routers."""
+def seed_table(df: pd.DataFrame, values: list, conditions=CONDITIONS) -> pd.DataFrame:
+    """Tidy: ``seed, n_tasks, strength, inference_batch, condition`` and the task means ``values`` of
+    ``conditions`` (the routing table: ``["routing_accuracy"]`` of the routers; :data:`BATCH_FREE` at the smallest
+    inference batch only)."""
     m = seed_means(df)
-    return m[m.condition.isin(ROUTERS)][["seed"] + KEYS + ["routing_accuracy"]].reset_index(drop=True)
-
-
-def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tidy: ``seed, n_tasks, strength, inference_batch, condition, accuracy, accuracy_routed_head`` (task means;
-    :data:`BATCH_FREE` at the smallest inference batch only)."""
-    return _batch_free_once(seed_means(df)[["seed"] + KEYS + ["accuracy", "accuracy_routed_head"]])
+    return _batch_free_once(m[m.condition.isin(conditions)][["seed"] + KEYS + list(values)])
 
 
 def per_task_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -127,13 +123,10 @@ def temperature_table(df: pd.DataFrame) -> pd.DataFrame:
 
 # --- claims -----------------------------------------------------------------------------------------------------------
 
-#: The page's questions (:func:`bnstudy.inference.ask`), all one family at margin :data:`TOST_MARGIN`, one claim per
-#: task count, at one decision per sample (the smallest inference batch) unless named: train mode, pinned
-#: statistics and the mixture at the strongest shift; ``nearest_first`` at the gentlest non-zero shift; the fully
-#: task-unknown case (``accuracy_routed_head(nearest_first) - accuracy(oracle)``) at the gentlest shift, per sample
-#: and at the largest batch. Then the code's identities (exact checks, not findings): task A's logits under the
-#: oracle equal the source model's; with two tasks, task B under ``train_mode`` is its own bank (the shared drifting
-#: statistics end as the last bank); every hard router routes perfectly at the strongest shift.
+#: The page's questions, one family at margin :data:`TOST_MARGIN`, one claim per task count, one decision per sample
+#: unless named; the fully task-unknown case is ``accuracy_routed_head(nearest_first) - accuracy(oracle)``. Then the
+#: code's identities (exact checks, not findings): task A's logits under the oracle are the source model's; with
+#: two tasks, task B under ``train_mode`` is its own bank; every hard router routes perfectly at the strongest shift.
 _STRONG_B1 = dict(strength="max", inference_batch="min")
 _GENTLE_B1 = dict(strength="min_positive", inference_batch="min")
 _VS_ORACLE = dict(reference="oracle", each=("n_tasks",), table="means", margin=TOST_MARGIN)
@@ -219,14 +212,11 @@ ACCURACY_FIELDS = ("route_zero_b1", "route_zero_bmax", "route_gentle_b1", "route
 
 
 def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Chapter 6's numbers table (:func:`bnstudy.inference.numbers_table`, glued as ``ch06_<key>``; intervals cut
-    to [0, 1] for :data:`ACCURACY_FIELDS`, else to [-1, 1]) from :func:`.run.run`'s rows (every condition, >= 2
-    seeds, >= 3 strengths). ``cells``: :func:`cell_tests` of ``df`` if already computed. Raises ``ValueError`` if a
-    condition is missing.
-
-    "zero", "gentle", "strong": the smallest strength, the smallest above zero, the largest; ``b1`` / ``bmax``: the
-    smallest and largest inference batch. Keys end in ``_k<n_tasks>`` or ``_k<n_tasks>_<router or task>``;
-    intervals are 95% Student-t over seeds.
+    """Chapter 6's numbers table (glued as ``ch06_<key>``; intervals cut to [0, 1] for :data:`ACCURACY_FIELDS`,
+    else to [-1, 1]) from :func:`.run.run`'s rows (every condition, >= 2 seeds, >= 3 strengths); ``cells``:
+    :func:`cell_tests` of ``df`` if already computed. Raises ``ValueError`` if a condition is missing. "zero",
+    "gentle", "strong": the smallest strength, the smallest above zero, the largest; ``b1`` / ``bmax``: the smallest
+    and largest inference batch; keys end in ``_k<n_tasks>[_<router or task>]``; intervals 95% Student-t over seeds.
 
     * ``route_<strength>_<batch>``: routing accuracy; ``route_diff_gentle_b1``: a router's minus ``nearest_first``'s;
       ``nall_worst`` (at ``nall_worst_t``): the most negative such difference of ``nearest_all`` over strengths;
@@ -262,10 +252,6 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
 
     def iv(col, cond, k, t, b, ref=None, ref_col=None):
         return t_interval(at(k, t, b, cond)[col] if ref is None else _diff(at(k, t, b), cond, ref, col, ref_col))
-
-    def task(k, t, name, cond=None):
-        sel = df[(df.n_tasks == k) & (df.strength == t) & (df.inference_batch == b1) & (df.task == name)]
-        return sel if cond is None else sel[sel.condition == cond]
 
     out = dict(n_seeds=int(m.seed.nunique()), route_ok=ROUTE_OK, tost_margin=TOST_MARGIN, gentle=float(gentle),
                strong=float(strong), zero=float(zero), b1=int(b1), bmax=int(bmax),
@@ -306,16 +292,18 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
         tw = min(nall, key=lambda t: nall[t].mean)
         put("nall_worst", nall[tw])
         put("nall_worst_t", float(tw))
-        at_gentle = df[(df.n_tasks == k) & (df.strength == gentle) & (df.inference_batch == b1)]
-        for name, g in at_gentle[at_gentle.condition == nf].groupby("task"):
+        rows = df[(df.n_tasks == k) & (df.inference_batch == b1)]  # per task, at one decision per sample
+        put("train_task_a", t_interval(_diff(rows[(rows.strength == strong) & (rows.task == "A")], "train_mode",
+                                             "oracle")))
+        rows = rows[rows.strength == gentle]
+        for name, g in rows[rows.condition == nf].groupby("task"):
             put("route_gentle_b1_per_task", t_interval(g.groupby("seed").routing_accuracy.mean()), f"_{name}")
-        put("train_task_a", t_interval(_diff(task(k, strong, "A"), "train_mode", "oracle")))
+        a, new = rows[rows.task == "A"], rows[(rows.task != "A") & (rows.condition == "oracle")]
+        put("routed_task_a_gentle_b1", t_interval(a[a.condition == nf].accuracy_routed_head))
+        put("oracle_task_a", t_interval(a[a.condition == "oracle"].accuracy))
+        put("oracle_new_tasks", t_interval(new.groupby("seed").accuracy.mean()))
         for name, b in (("zero_b1", b1), ("zero_bmax", bmax)):
             put(f"routed_{name}", iv("accuracy_routed_head", nf, k, zero, b, "oracle", "accuracy"))
-        put("routed_task_a_gentle_b1", t_interval(task(k, gentle, "A", nf).accuracy_routed_head))
-        put("oracle_task_a", t_interval(task(k, gentle, "A", "oracle").accuracy))
-        new = at_gentle[(at_gentle.task != "A") & (at_gentle.condition == "oracle")]
-        put("oracle_new_tasks", t_interval(new.groupby("seed").accuracy.mean()))
     tests = cell_tests(df) if cells is None else cells
     counts = count_verdicts(tests, ALPHA)
     worst = tests.loc[tests["estimate"].idxmin()]
@@ -396,11 +384,13 @@ def works_phrase(thresholds: dict, gentle: float, intervals: dict | None = None)
     return join(parts)
 
 
-def _compact_cells(cells: pd.DataFrame, strengths: list, batches: list) -> str:
-    """Router cells (rows of :func:`cell_tests`) in few words: per router and task count, the strengths ("t ≥
-    0.25" when they are the top of the grid) and the batches ("at every inference batch size" when all)."""
+def _compact_cells(sub: pd.DataFrame, cells: pd.DataFrame) -> str:
+    """Some router cells (``sub``, rows of :func:`cell_tests` ``cells``) in few words: per router and task count,
+    the strengths ("t ≥ 0.25" when they are the top of the grid) and the batches ("at every inference batch size"
+    when all)."""
+    strengths, batches = sorted(cells.strength.unique()), sorted(int(b) for b in cells.inference_batch.unique())
     groups = {}
-    for (r, k, t), g in cells.groupby(["condition", "n_tasks", "strength"]):
+    for (r, k, t), g in sub.groupby(["condition", "n_tasks", "strength"]):
         groups.setdefault((r, int(k), tuple(sorted(int(b) for b in g.inference_batch))), []).append(float(t))
     parts = []
     for (r, k, bs), ts in sorted(groups.items(), key=lambda g: (ROUTERS.index(g[0][0]), g[0][1], min(g[1]))):
@@ -412,10 +402,6 @@ def _compact_cells(cells: pd.DataFrame, strengths: list, batches: list) -> str:
     return "; ".join(parts)
 
 
-def _grid(cells: pd.DataFrame) -> tuple[list, list]:
-    return sorted(cells.strength.unique()), sorted(int(b) for b in cells.inference_batch.unique())
-
-
 def equivalence_phrase(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
     """How many router cells (:func:`cell_tests`) are shown equivalent to the oracle at ``margin`` and at half of
     it, and which are not, e.g. "is shown in 276 of the 288 cells, all but `mixture` with four tasks at t ≥ 0.25
@@ -425,7 +411,7 @@ def equivalence_phrase(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
     def clause(col, of):
         ok = cells[col].astype(bool)
         return (f"all {n}" + of if ok.all() else f"{int(ok.sum())}" + (f" of the {n} cells" if of else "")
-                + ", all but " + _compact_cells(cells[~ok], *_grid(cells)))
+                + ", all but " + _compact_cells(cells[~ok], cells))
 
     return f"is shown in {clause('equivalent', ' cells')}; within half that margin (±{margin / 2:g}) in " \
            f"{clause('equivalent_half', '')}"
@@ -437,10 +423,10 @@ def below_phrase(cells: pd.DataFrame, zero: float = 0.0) -> str:
     are at ``t = zero``; cells above the oracle after a semicolon."""
     bad, up = cells[cells.below.astype(bool)], cells[cells.above.astype(bool)]
     tail = "" if not len(up) else f"; {'one cell' if len(up) == 1 else f'{len(up)} cells'} above it: " + \
-        _compact_cells(up, *_grid(cells))
+        _compact_cells(up, cells)
     if not len(bad):
         return "find no cell below the oracle" + tail
-    text = _compact_cells(bad, *_grid(cells))
+    text = _compact_cells(bad, cells)
     if len(bad) == 1:
         return f"find one cell below the oracle: {text}" + tail
     n0 = int((bad.strength == zero).sum())
@@ -479,29 +465,30 @@ def _pooled(f: pd.DataFrame) -> bool:
                number(f, f"route_gentle_b1_k{k}_nearest_first").mean for k in _ks(f))
 
 
-_IS = lambda key, kind: (lambda c, f: claim(c, key).kind == kind)  # noqa: E731
+def _either(key: str, holds, yes: str, no: str, fill=None) -> tuple[Note, Note]:
+    """Two notes of ``key``: ``yes`` where ``holds(claims, numbers)``, else ``no`` (with ``fill``'s fields)."""
+    return Note(key, holds, yes), Note(key, lambda c, f: not holds(c, f), no, fill)
+
+
+_exact = lambda key: (lambda c, f: claim(c, key).kind == "exact")  # noqa: E731
 #: The page's binary outcomes (:class:`bnstudy.words.Note`): exactly one note of each key holds.
 NOTES = (
-    Note("oracle_exact_text", _IS("oracle_exact", "exact"), "the largest difference over all runs is zero"),
-    Note("oracle_exact_text", lambda c, f: claim(c, "oracle_exact").kind != "exact",
-         "yet in some run they differ, by up to {estimate:.3g}", lambda c, f: dict(claim(c, "oracle_exact"))),
-    Note("train_is_last_bank_text", _IS("train_is_last_bank", "exact"), "the two are equal in every seed and cell"),
+    *_either("oracle_exact_text", _exact("oracle_exact"), "the largest difference over all runs is zero",
+             "yet in some run they differ, by up to {estimate:.3g}", lambda c, f: dict(claim(c, "oracle_exact"))),
+    Note("train_is_last_bank_text", _exact("train_is_last_bank"), "the two are equal in every seed and cell"),
     Note("train_is_last_bank_text", lambda c, f: claim(c, "train_is_last_bank").kind != "exact"
          and claim(c, "train_is_last_bank").n > 0, "in some seed or cell the two differ"),
     Note("train_is_last_bank_text", lambda c, f: claim(c, "train_is_last_bank").n == 0,
          "no run with two tasks to check it on"),
-    Note("known_head_text", lambda c, f: number(f, "cost_after_routing"),
-         "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on this "
-         "grid"),
-    Note("known_head_text", lambda c, f: not number(f, "cost_after_routing"),
-         "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not everywhere a wrong "
-         "bank measurably costs on this grid"),
-    Note("batch_effect_text", lambda c, f: _pooled(f),
-         "pooling samples shrinks the noise in the estimated statistics, and here the larger batches route the "
-         "gentlest shift more often on average with every task count"),
-    Note("batch_effect_text", lambda c, f: not _pooled(f),
-         "pooling samples shrinks the noise in the estimated statistics, yet here the larger batches do not route "
-         "the gentlest shift more often on average with every task count"),
+    *_either("known_head_text", lambda c, f: number(f, "cost_after_routing"),
+             "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on "
+             "this grid", "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not "
+             "everywhere a wrong bank measurably costs on this grid"),
+    *_either("batch_effect_text", lambda c, f: _pooled(f),
+             "pooling samples shrinks the noise in the estimated statistics, and here the larger batches route the "
+             "gentlest shift more often on average with every task count",
+             "pooling samples shrinks the noise in the estimated statistics, yet here the larger batches do not "
+             "route the gentlest shift more often on average with every task count"),
 )
 
 
