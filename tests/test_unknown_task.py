@@ -147,7 +147,8 @@ def test_claims_on_a_hand_made_table_are_condition_minus_oracle_in_one_family():
     comparisons = ["train_vs_oracle_k2", "pinned_vs_oracle_k2", "mixture_vs_oracle_k2", "router_vs_oracle_k2",
                    "routed_gentle_b1_k2", "routed_gentle_bmax_k2"]
     assert list(c.index) == comparisons + ["oracle_exact", "train_is_last_bank", "perfect_at_strong"]
-    assert findings.claims_family(c.reset_index()) == dict(claims_m=6, claims_confidence=pytest.approx(100 * (1 - 0.05 / 6)))
+    settings = findings.page_settings(run.make_config("quick"), c.reset_index())
+    assert (settings["claims_m"], settings["claims_confidence"]) == (6, pytest.approx(100 * (1 - 0.05 / 6)))
     # train mode: -0.3 - 0.01 * seed (task A -0.6, task B its own bank): a Bonferroni interval at 1 - 0.05/6 below 0
     assert c.loc["train_vs_oracle_k2", "estimate"] == pytest.approx(-0.31)
     assert c.loc["train_vs_oracle_k2", "confidence"] == pytest.approx(1 - 0.05 / 6)
@@ -217,23 +218,27 @@ def test_routing_above_chance_is_a_one_sided_test_with_holm_over_the_cells():
     df.loc[one, "routing_accuracy"] = 0.5 + 0.01 * df.loc[one, "seed"]
     g = findings.findings(df)
     assert number(g, "n_above_chance") == 7
-    assert "7 of the 8 cells are shown above it" in findings.phrases(g, findings.cell_tests(df), findings.claims(df))["zero_shift_text"]
+    assert "7 of the 8 cells are shown above it" in findings.page_words(g, findings.cell_tests(df), findings.claims(df))["zero_shift_text"]
 
 
 def test_tidy_tables_have_one_row_per_seed_and_cell():
     df = _table()
-    assert len(findings.routing_table(df)) == 3 * 3 * 2 * 4
+    assert len(_routes(df)) == 3 * 3 * 2 * 4
     g = findings.gap_table(df)
     row = g[(g.condition == "train_mode") & (g.strength == 1.0) & (g.inference_batch == 1)].iloc[0]
     assert row["mean"] == pytest.approx(-0.31)
     # baselines make no routing decision: kept at the smallest inference batch only
     assert set(g[g.condition.isin(findings.BATCH_FREE)].inference_batch) == {1}
-    assert set(findings.accuracy_table(df).query("condition == 'pinned'").inference_batch) == {1}
+    assert set(findings.seed_table(df, ["accuracy", "accuracy_routed_head"]).query("condition == 'pinned'").inference_batch) == {1}
     assert len(findings.per_task_table(df)) == 3 * 2 * 2 * 5 + 3 * 2 * 2  # 5 conditions at 2 batches, 2 at one
     r = findings.routed_head_table(df)
     assert len(r) == 3 * 2 * 4
     cell = r[(r.condition == "nearest_first") & (r.strength == 0.01) & (r.inference_batch == 1)].iloc[0]
     assert cell["mean"] == pytest.approx(-0.105)
+
+
+def _routes(df):
+    return findings.seed_table(df, ["routing_accuracy"], run.ROUTERS)
 
 
 def _temperature_table():
@@ -292,7 +297,7 @@ def test_findings_check_every_hard_router_and_chance_at_zero():
     perfect = c.set_index("key").loc["perfect_at_strong"]
     assert perfect.verdict == "not exact" and perfect.estimate == pytest.approx(0.1)
     assert number(g, "route_strong_min_classifier") == pytest.approx(0.9)
-    assert "not every hard router" in findings.phrases(g, findings.cell_tests(df), c)["strong_routing_text"]
+    assert "not every hard router" in findings.page_words(g, findings.cell_tests(df), c)["strong_routing_text"]
     assert findings.mixture_advice(c, findings.temperature_findings(_temperature_table(), 0.1)).count(
         "where not every hard router routes perfectly either.") == 1
 
@@ -378,12 +383,12 @@ def test_margin_phrase_glues_the_value_once():
 
 
 def test_table_routing_writes_three_decimals_everywhere():
-    tab = figures.table_routing(findings.routing_table(_table()))
+    tab = figures.table_routing(_routes(_table()))
     assert list(tab.index) == ["2 tasks, batch 1", "2 tasks, batch 32"]
     assert list(tab.columns) == ["t=0", "t=0.01", "t=1"]
     assert tab.loc["2 tasks, batch 1"].tolist() == ["0.500", "0.600", "1.000"]
     with pytest.raises(ValueError, match="router"):
-        figures.table_routing(findings.routing_table(_table()), router="nearest")
+        figures.table_routing(_routes(_table()), router="nearest")
 
 
 def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
@@ -391,11 +396,11 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     df = _table()
     cells = findings.cell_tests(df)
     f, c = findings.findings(df, cells), findings.claims(df)
-    p = findings.phrases(f, cells, c)
+    p = findings.page_words(f, cells, c)
     names = [n for n, _ in numbers_items("ch06", f)]
     claim_names = [n for t in (c, findings.worst_cell(cells)) for n, _ in claims_items("ch06", t)]
-    extra = {f"ch06_{k}" for k in {**findings.claims_family(c), **p}}
-    assert all(k.endswith("_text") for k in p) and not extra & (set(names) | set(claim_names))
+    extra = [f"ch06_{k}" for k in [*findings.page_settings(run.make_config("quick"), c), *p]]
+    assert len(set(extra)) == len(extra) and not set(extra) & (set(names) | set(claim_names))
     assert len(set(names) | set(claim_names)) == len(names) + len(claim_names)  # findings and claims never clash
     assert p["oracle_exact_text"] == "the largest difference over all runs is zero"
     assert p["train_is_last_bank_text"] == "the two are equal in every seed and cell"
@@ -416,7 +421,7 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     df2.loc[hit, "accuracy"] -= 0.1 + 0.01 * df2.loc[hit, "seed"]
     lose = (df2.condition == "nearest_all") & (df2.strength == 0.01) & (df2.inference_batch == 1)
     df2.loc[lose, "routing_accuracy"] = 0.5 - 0.01 * df2.loc[lose, "seed"]
-    p2 = findings.phrases(findings.findings(df2), findings.cell_tests(df2), findings.claims(df2))
+    p2 = findings.page_words(findings.findings(df2), findings.cell_tests(df2), findings.claims(df2))
     assert p2["oracle_exact_text"] == "yet in some run they differ, by up to 1e-07"
     assert p2["cost_vs_routing_text"] == ("Not everywhere does the cost wait for routing: with two tasks the cost of "
                                           "train mode is detectable below the strength from which per-sample "
@@ -429,7 +434,7 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
                                      "with two tasks (95% interval 0.085 to 0.135 below)")
     # an interval reaching above zero: no negative magnitude, and "on average"
     wide = with_numbers(findings.findings(df2), {"nall_worst": {"k2": Interval(-0.027, -0.344, 0.291, 2)}})
-    assert findings.phrases(wide, findings.cell_tests(df2), findings.claims(df2))["nall_worst_text"] == (
+    assert findings.page_words(wide, findings.cell_tests(df2), findings.claims(df2))["nall_worst_text"] == (
         "but not at every strength: it routes 0.027 below `nearest_first` on average at t = 0.01 with two tasks "
         "(95% interval from 0.291 above to 0.344 below)")
 
@@ -458,11 +463,14 @@ def test_mixture_advice_qualifies_by_the_held_out_temperatures():
         "is for τ = 0.1 only (the main sweep was not rerun at τ = 1).")
 
 
-def test_sidecar_parameters_and_worker_minutes():
+def test_sidecar_parameters_and_worker_minutes(monkeypatch):
+    import json
     cfg = run.temperature_check_config(run.make_config("quick"))
-    par = run.sidecar_parameters(cfg, {"chapter": "06_unknown_task", "seeds": None, "cache_dir": "/c"})
-    assert par["seeds"] == list(cfg.seeds) and par["n_tasks"] == [4] and par["cache_dir"] == "/c"
-    assert par["check_temperatures"] == list(cfg.check_temperatures)
+    monkeypatch.setenv("BNSTUDY_RUN_PARAMETERS", json.dumps({"chapter": "06_unknown_task", "seeds": None,
+                                                            "cache_dir": "/c"}))
+    par = run.sidecar_parameters(cfg)
+    assert par["seeds"] == cfg.seeds and par["n_tasks"] == (4,) and par["cache_dir"] == "/c"
+    assert par["check_temperatures"] == cfg.check_temperatures and par["chapter"] == "06_unknown_task"
     t = pd.DataFrame(dict(seed=[0, 0, 1], n_tasks=[2, 2, 2], strength=[0.0, 0.0, 0.0], unit_wall_s=[60.0, 60.0, 30.0]))
     assert run.worker_minutes(t, t) == pytest.approx(3.0)
 
@@ -554,9 +562,7 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quic
 def _page_text(df):
     """Every findings-chosen text of the page for the rows ``df``: the answer, the advice, the phrases and the
     figure takeaways, as one dict."""
-    F, cells, C = findings.findings(df), findings.cell_tests(df), findings.claims(df)
-    return dict(answer=findings.answer(F, cells, C), what_to_do=findings.what_to_do(F, C), **findings.phrases(F, cells, C),
-                **findings.figure_takeaways(F, cells, C))
+    return findings.page_words(findings.findings(df), findings.cell_tests(df), findings.claims(df))
 
 
 def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
@@ -595,7 +601,7 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     # and with neither a cost before routing nor a loss of the routed head, the advice needs no task label
     df = _table()
     df["accuracy_routed_head"] = df["accuracy"]
-    assert findings.what_to_do(findings.findings(df), findings.claims(df)).endswith("on this grid that needs no task label.")
+    assert _page_text(df)["what_to_do"].endswith("on this grid that needs no task label.")
 
 
 def test_cell_counts_use_the_books_counts_rule():

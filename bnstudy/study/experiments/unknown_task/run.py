@@ -1,39 +1,23 @@
-"""Chapter 6, what is trained: separate statistics when the task is unknown at inference. Routing inputs to
-statistic banks.
+"""Chapter 6, what is trained: one frozen backbone with a :class:`~bnstudy.study.banks.StatisticBank` (bank 0: task A's
+BatchNorm statistics; bank ``j``: new task ``j``'s, accumulated in train mode while its head learns), and every
+evaluation input routed to a bank by the routers of :mod:`bnstudy.study.routing`, which see only the input.
 
-``separate_stats`` (chapter 1) keeps task A exact and adapts each new task, but at inference it
-must know which statistics an input needs. This module trains one frozen backbone with a
-:class:`~bnstudy.study.banks.StatisticBank` (bank 0: task A's statistics; bank ``j``: new task ``j``'s,
-accumulated in train mode while its head learns), then routes every evaluation input to a bank
-with the routers of :mod:`bnstudy.study.routing`, which see only the input.
+Tasks (:func:`bnstudy.study.tasks.make_task`, each with its own templates and head): task A (no shift) plus ``n_tasks -
+1`` shifted tasks; at shift strength ``t`` (:func:`shift_of`) ``B`` has brightness ``4t`` and contrast ``1 + 4t``
+(chapter 3's ``both`` line: ``t = 1`` is chapter 1's shift), ``C`` brightness ``-4t`` and contrast ``1 + 4t``,
+``D`` brightness 0 and contrast ``1 / (1 + 4t)``.
 
-Tasks: task A (no shift) plus ``n_tasks - 1`` shifted tasks, each with its own templates and head
-(the engine's tasks, :func:`bnstudy.study.tasks.make_task`). At shift strength ``t`` (:func:`shift_of`):
-``B``: brightness ``4t``, contrast ``1 + 4t`` (chapter 3's ``both`` line, so ``t = 1`` is chapter
-1's shift); ``C``: brightness ``-4t``, contrast ``1 + 4t``; ``D``: brightness 0, contrast
-``1 / (1 + 4t)``.
+``accuracy`` is the true task's head on the routed statistics (the application knows its question, not which
+statistics the input needs); ``accuracy_routed_head`` lets the router pick the head too (fully task-unknown).
+Conditions per task, all from one trained backbone per seed (paired): the routers ``nearest_first``,
+``nearest_all``, ``classifier``, ``mixture`` at each inference batch size (one decision per ``b`` consecutive
+samples of one task); ``oracle`` (the task's own bank); ``train_mode`` (one set of statistics that drifted through
+the new tasks in order); ``pinned`` (task A's statistics, heads trained on them).
 
-The head is the task's own (the application knows which question it asks; what it does not know
-is which statistics the input needs): ``accuracy`` is the true task's head on the routed
-statistics. ``accuracy_routed_head`` also lets the router pick the head (fully task-unknown).
-
-Conditions per task (all from one trained backbone per seed, paired):
-
-* routers ``nearest_first``, ``nearest_all``, ``classifier``, ``mixture`` at each inference batch
-  size (one decision per batch of ``b`` consecutive samples of one task; ``b = 1`` is per sample);
-* ``oracle``: the task's own bank; ``train_mode``: one shared set of statistics that drifted
-  through the new tasks in order (it ends as the last task's); ``pinned``: task A's statistics for
-  everything, with heads trained on them (``backbone_eval``).
-
-Identity used (a check, not a finding): a train-mode BatchNorm's output depends only on the batch,
-so the heads trained under ``train_mode`` are the heads trained for the banks; and bank ``j``
-starts from bank ``j-1``'s final statistics, so the shared drifting statistics after the last task
-*are* the last bank, bit for bit. One training pass per task therefore serves oracle, routers and
-``train_mode``; ``pinned`` heads train in lockstep on the same batches.
-
-``Config`` -> :func:`run` -> results table (:func:`run_tables`: with the temperature check's table beside it).
-What the page claims from it is in :mod:`.findings` (claims table, cell verdicts, findings, tidy tables), what it
-draws in :mod:`.figures`.
+Identity used (a check, not a finding): a train-mode BatchNorm's output depends only on the batch, so the heads
+trained under ``train_mode`` are the banks' heads, and as bank ``j`` starts from bank ``j-1``'s final statistics,
+the shared drifting statistics after the last task *are* the last bank. One training pass per task therefore
+serves oracle, routers and ``train_mode``; ``pinned`` heads train in lockstep on the same batches.
 """
 
 from __future__ import annotations
@@ -58,17 +42,14 @@ from ...sweep import default_cache_dir, run_sweep
 from ...tasks import BatchStream, eval_set, generator, make_task
 
 NAMESPACE = "ch06_unknown_task"
-#: Parameters that only change the analysis: none (every field of :class:`Config` decides the units, the
-#: temperature included: the mixture runs at it), so a page given ``rows`` must be given every parameter as that
-#: run was.
+#: Every parameter decides the units (the mixture runs at the temperature), so rows given to the page must come
+#: with every parameter as that run had it.
 ANALYSIS_PARAMETERS = ()
-#: Parameters this design added after rows of the release were computed, with the value those older rows were
-#: computed with: rows that do not record one read as that value (bnstudy.study.report.load_rows), so a new axis
-#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
+#: Parameters added after rows of the release were computed, with their value for those rows
+#: (docs/chapter-code.md): none yet.
 READ_DEFAULTS: dict = {}
-#: The tables a run saves beside ``06_unknown_task.csv`` (``06_unknown_task_<suffix>.csv``) that the page's
-#: analysis needs (:func:`run_tables`): the temperature check's rows (held-out seeds; its sidecar records its own
-#: configuration, :func:`sibling_parameters`).
+#: The table saved beside ``06_unknown_task.csv`` that the page analyses (:func:`run_tables`): the temperature
+#: check's rows (its sidecar records its own configuration, :func:`sibling_parameters`).
 SIBLING_TABLES = ("temperature",)
 TASK_NAMES = ("A", "B", "C", "D")
 ROUTERS = ("nearest_first", "nearest_all", "classifier", "mixture")
@@ -76,13 +57,9 @@ ROUTERS = ("nearest_first", "nearest_all", "classifier", "mixture")
 HARD_ROUTERS = ("nearest_first", "nearest_all", "classifier")
 BASELINES = ("oracle", "train_mode", "pinned")
 CONDITIONS = ROUTERS + BASELINES
-#: Brightness and contrast-gain directions of each shifted task (see :func:`shift_of`).
-SHIFT_DIRECTIONS = {"B": "brightness 4t, contrast 1 + 4t", "C": "brightness -4t, contrast 1 + 4t",
-                    "D": "brightness 0, contrast 1 / (1 + 4t)"}
-#: Equivalence margin (accuracy, fraction) for "routing costs about nothing" (TOST at the family's level,
-#: :func:`bnstudy.study.inference.decide`).
+#: Equivalence margin (accuracy, fraction) for "routing costs about nothing".
 TOST_MARGIN = 0.02
-#: Routing accuracy that counts as "routing works" in the prose (shown above it by a one-sided t test).
+#: Routing accuracy that counts as "routing works" (shown above it by a one-sided t test).
 ROUTE_OK = 0.9
 
 #: quick: about a minute on this project's 2-core CPU; full: see the chapter's profile note.
@@ -95,8 +72,8 @@ PROFILES = {
 #: first strength grid (it routed 100% everywhere, so the grid was moved to gentler shifts).
 TEMPERATURE_TRIED_FIRST = 1.0
 FIRST_STRENGTH_GRID = (0.0625, 0.25, 1.0)
-#: The temperature check: seeds that are NOT part of the reported set, four tasks, one decision per sample, and
-#: the mixture at each of ``check_temperatures`` besides the config's own temperature.
+#: The temperature check: seeds that are NOT reported, four tasks, one decision per sample, and the mixture at
+#: each of ``check_temperatures`` besides the config's own temperature.
 TEMPERATURE_CHECK = {
     "quick": dict(seeds=(10, 11), n_tasks=(4,), strengths=(0.03, 0.1, 1.0), inference_batches=(1,),
                   check_temperatures=(0.03, 0.3, 1.0)),
@@ -139,19 +116,13 @@ class UnitConfig(_Frozen):
 
 @dataclass(frozen=True)
 class Config(ChapterConfig):
-    """Chapter 6's parameters (the notebook's parameters cell, one for one).
-
-    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. ``n_tasks``: numbers of tasks (2..4; task A
-    plus shifted tasks). ``strengths``: shift strengths ``t >= 0`` (:func:`shift_of`), strictly
-    increasing, at least 3. ``inference_batches``: inference batch sizes; ``n_eval`` (samples per
-    task's evaluation set) must be a multiple of each. ``steps``, ``lr``, ``batch_size``: each new
-    head's training (SGD with momentum 0.9). ``router_samples``: samples per task, drawn from its
-    training distribution, on which the classifier router is fitted. ``temperature``: the soft
-    mixture's (nats). ``check_temperatures``: extra mixture temperatures evaluated at the smallest
-    inference batch (conditions ``mixture_tau=<value>``; :func:`temperature_table`); empty in the
-    profiles, set by :func:`temperature_check_config`. ``noise``, ``momentum``: the tasks' pixel noise
-    and BatchNorm momentum. Raises ``ValueError`` naming the parameter for any bad value.
-    """
+    """Chapter 6's parameters (the notebook's parameters cell), checked by :class:`bnstudy.study.design.ChapterConfig`
+    (``ValueError`` naming the parameter). ``seeds``: an int ``n`` (seeds 0..n-1) or a list; ``n_tasks``: 2..4;
+    ``strengths``: shift strengths (:func:`shift_of`); ``n_eval``: samples per task's evaluation set;
+    ``steps``, ``lr``, ``batch_size``: each new head's training (SGD, momentum 0.9); ``router_samples``: samples
+    per task (training distribution) the classifier router is fitted on; ``temperature``: the mixture's (nats);
+    ``check_temperatures``: extra mixture temperatures at the smallest batch (conditions ``mixture_tau=<value>``,
+    set by :func:`temperature_check_config`); ``noise``, ``momentum``: the tasks' pixel noise, BatchNorm momentum."""
 
     profile: str = "quick"
     seeds: tuple = (0, 1)
@@ -204,18 +175,12 @@ def make_config(profile: str = "quick", **overrides) -> Config:
 
 
 def temperature_check_config(config: Config) -> Config:
-    """The temperature check for ``config``: :data:`TEMPERATURE_CHECK` of its profile (held-out seeds, four
-    tasks, b = 1, extra temperatures), everything else (steps, n_eval, temperature, ...) as in ``config``.
-
-    Raises ``ValueError`` if a held-out seed is one of ``config.seeds`` (the check must not reuse them).
-    """
-    check = TEMPERATURE_CHECK[config.profile]
-    overlap = sorted(set(check["seeds"]) & set(config.seeds))
+    """``config`` with :data:`TEMPERATURE_CHECK` of its profile (held-out seeds, four tasks, b = 1, extra
+    temperatures). Raises ``ValueError`` if a held-out seed is one of ``config.seeds``."""
+    overlap = sorted(set(TEMPERATURE_CHECK[config.profile]["seeds"]) & set(config.seeds))
     if overlap:
         raise ValueError(f"the temperature check's seeds must not be reported seeds; {overlap} are in both")
-    base = {f: getattr(config, f) for f in ("profile", "steps", "n_eval", "router_samples", "temperature", "noise",
-                                            "momentum", "lr", "batch_size")}
-    return Config(**{**base, **check})
+    return config.replace(**TEMPERATURE_CHECK[config.profile])
 
 
 # --- one unit ------------------------------------------------------------------------------------------------------
@@ -351,22 +316,18 @@ def _unit_group(units: list[UnitConfig], cache_root: str, version: str) -> list[
 
 
 def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """Run chapter 6's sweep; one row per (seed, n_tasks, strength, task, condition, inference_batch).
-
-    Columns: ``seed, n_tasks, strength, task, brightness, contrast, condition, inference_batch,
-    routing_accuracy, accuracy, accuracy_routed_head, oracle_logit_change, source_task_a_accuracy,
-    unit_wall_s`` (``unit_wall_s``: seconds for the whole unit). Resumable through the run cache.
-    """
-    if not isinstance(config, Config):
-        raise TypeError(f"run needs an unknown_task.Config (see make_config), got {type(config).__name__}")
+    """Run chapter 6's sweep (resumable through the run cache): one row per (seed, n_tasks, strength, task,
+    condition, inference_batch) with ``brightness, contrast, routing_accuracy`` (fraction of the task's samples sent
+    to its own bank; NaN for ``train_mode`` and ``pinned``), ``accuracy``, ``accuracy_routed_head`` (fractions),
+    ``temperature`` (the mixture's), ``oracle_logit_change``, ``source_task_a_accuracy`` and ``unit_wall_s``
+    (seconds for the whole unit)."""
     ex = execution or Execution()
     root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
     version = source_version()  # stage 1's code version: the units read the backbones with it
     units = config.units()
     ensure_sources([u.source for u in units], ex, version)
     rows = run_sweep(units, _unit_group, namespace=NAMESPACE, cache_dir=root, execution=ex,
-                     group_kwargs={"cache_root": root, "version": version},
-                     desc="chapter 6 units")
+                     group_kwargs={"cache_root": root, "version": version}, desc="chapter 6 units")
     out = []
     for u, (_, row) in zip(units, rows.iterrows()):
         for rec in row["records"]:
@@ -378,66 +339,48 @@ def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """Everything chapter 6's page analyses, as the tables it saves: ``(run(config), {"temperature":
-    run(temperature_check_config(config))})`` (keys: :data:`SIBLING_TABLES`). Both sweeps are cached, so a page
-    given these tables trains nothing."""
+    """What the page analyses, as the tables it saves: ``(run(config), {"temperature":
+    run(temperature_check_config(config))})``. Raises ``TypeError`` for another config."""
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs an unknown_task.Config (see make_config), got {type(config).__name__}")
-    df = run(config, execution)
-    return df, dict(temperature=run(temperature_check_config(config), execution))
+    return run(config, execution), dict(temperature=run(temperature_check_config(config), execution))
 
 
 def sibling_parameters(config: Config) -> dict:
-    """``{suffix: (parameters, resolved)}`` for the sibling tables whose sidecars record their own configuration
-    rather than the page's (:func:`bnstudy.study.report.rows_or_run`'s ``sibling_parameters``): the temperature check's,
-    :func:`temperature_check_config` of ``config`` with every field resolved (its sidecar,
-    :func:`sidecar_parameters`, records them so)."""
+    """``{"temperature": (parameters, resolved)}``: the temperature table's sidecar records the check's own
+    configuration, every field resolved (:func:`bnstudy.study.report.rows_or_run`'s ``sibling_parameters``)."""
     from ...report import config_parameters
     return {"temperature": config_parameters(temperature_check_config(config), {}, ANALYSIS_PARAMETERS)}
 
 
-def run_workers(provenance: dict | None, execution: Execution) -> int:
-    """The worker processes of the run behind the page: the earlier run's record (``provenance`` from
-    :func:`bnstudy.study.report.load_rows`, when the page analyses its rows and it recorded them), else ``execution``'s
-    (``n_jobs``, or one per CPU core)."""
-    import os
-    recorded = (provenance or {}).get("workers")
-    return int(recorded) if recorded else (execution.n_jobs or os.cpu_count())
-
-
-
 # --- run costs and sidecars ---------------------------------------------------------------------------------------
 
+def run_workers(provenance: dict | None, execution: Execution) -> int:
+    """The worker processes of the run behind the page: the earlier run's record (``provenance``, when the page
+    analyses its rows), else ``execution``'s (``n_jobs``, or one per CPU core)."""
+    import os
+    return int((provenance or {}).get("workers") or execution.n_jobs or os.cpu_count())
+
+
 def worker_minutes(*tables: pd.DataFrame) -> float:
-    """Worker-minutes to compute every unit of ``tables`` (results of :func:`run`) from an empty unit cache:
-    the sum of each unit's measured ``unit_wall_s`` (one unit per seed, task count and strength), over 60."""
+    """Worker-minutes to compute every unit of ``tables`` (:func:`run`'s) from an empty cache."""
     return float(sum(t.drop_duplicates(["seed", "n_tasks", "strength"]).unit_wall_s.sum() for t in tables)) / 60
 
 
-def sidecar_parameters(config: Config, run_parameters: dict | None = None) -> dict:
-    """What a table's JSON sidecar records as the parameters of a run of ``config``: ``run_parameters``
-    (default: the book runner's ``$BNSTUDY_RUN_PARAMETERS``, where ``seeds`` may be ``None``, "the profile's")
-    with every field of ``config`` as actually used (the seeds run, the task counts, the temperatures checked)."""
+def sidecar_parameters(config: Config) -> dict:
+    """A run table's sidecar parameters: the book runner's ``$BNSTUDY_RUN_PARAMETERS`` (``seeds`` may be ``None``,
+    "the profile's") with every field of ``config`` as used."""
     import json
     import os
-    if run_parameters is None:
-        run_parameters = json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}")
-    return {**run_parameters, **{k: list(v) if isinstance(v, tuple) else v for k, v in config.asdict().items()}}
+    return {**json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}"), **config.asdict()}
 
 
 def full_profile_estimate(df: pd.DataFrame, config: Config, workers: int = 2) -> float:
-    """Estimated wall time (seconds) of the full profile from this run's measured per-unit cost.
-
-    The mean measured unit time per ``n_tasks`` is scaled by the larger of the ``steps`` and ``n_eval``
-    ratios (full over this run), times the full profile's unit count, divided by ``workers``. Crude: training
-    scales with steps and evaluation with n_eval, not both with the larger ratio, so it overestimates.
-    """
+    """Estimated wall time (seconds) of the full profile: the mean measured unit time per ``n_tasks`` of ``df``,
+    scaled by the larger of the ``steps`` and ``n_eval`` ratios (full over ``config``: an overestimate), times
+    the full profile's units, over ``workers``."""
     full = make_config("full")
-    units = df.drop_duplicates(["seed", "n_tasks", "strength"])
-    per_k = units.groupby("n_tasks")["unit_wall_s"].mean()
+    per_k = df.drop_duplicates(["seed", "n_tasks", "strength"]).groupby("n_tasks")["unit_wall_s"].mean()
     scale = max(full.steps / config.steps, full.n_eval / config.n_eval)
     n_units = len(full.seeds) * len(full.strengths)
     return float(sum(per_k.get(k, per_k.mean()) * scale * n_units for k in full.n_tasks) / workers)
-
-
-# --- the page's sentences ------------------------------------------------------------------------------------------
