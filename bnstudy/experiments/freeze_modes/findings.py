@@ -1,18 +1,10 @@
-"""Chapter 1, what is claimed: the page's claims and numbers tables, from :mod:`.run`'s tables.
-
-Each part of the page has a claims table (:func:`claims`, :func:`optimizer_claims`, :func:`tuning_claims`,
-:func:`buffer_claims`, :func:`thread_claims`; column ``family``) and a numbers table (:func:`findings`,
-:func:`optimizer_findings`, :func:`tuning_findings`, :func:`buffer_findings`, :func:`thread_findings`,
-:func:`drift_findings`, :func:`drift_check`, :func:`article_counts`). :func:`chapter` joins the parts, keys prefixed
-by part (``opt_primary``); the sentences (:data:`NOTES`, :func:`answer`, :func:`readings`) read the joined tables and
-:func:`glue_page` glues them (``ch01_<key>...``).
-
-One sign everywhere, *condition minus reference*: the reference of a freeze-mode comparison is the pinned backbone
-``backbone_eval`` (on the head sweep's paths ``batch_stats - pinned``). Finding 3's one primary test is the
-reference's pooled gap against :data:`PRIMARY_MARGIN`; every other test of it is exploratory, one family. Comparisons
-worded "train mode higher / lower" and the checks of the code are questions (:func:`bnstudy.inference.ask`); the
-others have their own direction words (:data:`DIRECTIONS`), which ``ask`` cannot say, and go through :func:`_decided`.
-"""
+"""Chapter 1, what is claimed: per part of the page a claims table (``*_claims``; column ``family``) and a numbers
+table (``*_findings``, :func:`drift_check`, :func:`article_counts`) from :mod:`.run`'s tables; :func:`chapter` joins
+them, keys prefixed by part (``opt_primary``), for the sentences (:data:`NOTES`, :func:`answer`, :func:`readings`) and
+:func:`glue_page`. One sign everywhere, *condition minus reference* (the pinned ``backbone_eval``; on the head sweep's
+paths ``batch_stats - pinned``). Comparisons worded "train mode higher / lower" and the checks of the code are
+questions (:func:`bnstudy.inference.ask`); those with their own direction words (:data:`DIRECTIONS`) go through
+:func:`_decided`."""
 
 from __future__ import annotations
 
@@ -112,6 +104,12 @@ def entries(numbers: pd.DataFrame, stem: str, names: str = r"seed\d+") -> pd.Ser
     layer ``block_<i>``), in the table's order, indexed by ``<name>``."""
     hit = numbers[numbers["key"].str.fullmatch(rf"{re.escape(stem)}_{names}")]
     return pd.Series(list(hit["value"]), index=[k[len(stem) + 1:] for k in hit["key"]], dtype=float)
+
+
+def _bands(name: str, ivs: dict) -> dict:
+    """``{key: Interval}`` as numbers-table series ``<name>``, ``<name>_low`` and ``<name>_high`` (each with min, max)."""
+    return {f"{name}{a}": _series(pd.Series({k: getattr(iv, s) for k, iv in ivs.items()}, dtype=float))
+            for a, s in (("", "mean"), ("_low", "low"), ("_high", "high"))}
 
 
 def _interval(r) -> Interval:
@@ -240,12 +238,8 @@ def drift_findings(drift: pd.DataFrame, momentum: float, steps: int) -> pd.DataF
     floor = noise_floor(drift, momentum, steps)
     fs = floor_steps(momentum, steps)
     last = max(s for s in sorted(drift.step.unique()) if (1 - momentum) ** s > floor.max())
-
-    def at(t, name):
-        ivs = {layer: t_interval(g["weight"]) for layer, g in drift[drift.step == t].groupby("layer")}
-        return {f"{name}{a}": _series(pd.Series({k: getattr(iv, s) for k, iv in ivs.items()}))
-                for a, s in (("", "mean"), ("_low", "low"), ("_high", "high"))}
-
+    at = lambda t, name: _bands(name, {layer: t_interval(g["weight"])  # noqa: E731
+                                       for layer, g in drift[drift.step == t].groupby("layer")})
     w12 = at(12, "weight_12")
     return numbers_table(dict(
         floor=_series(floor), floor_first_step=min(fs), floor_last_step=max(fs), **w12, theory_12=(1 - momentum) ** 12,
@@ -465,18 +459,10 @@ def _count_reading(counts: dict, subject: str = "train mode", mid: str = "", sep
 def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None, main: pd.DataFrame | None = None,
                        seen_seeds=QUICK_SEEN_SEEDS, claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """Finding 3's numbers table (accuracies 0..1, intervals printed inside [-1, 1]; ``claims``: :func:`optimizer_claims`
-    of the same arguments if already computed).
-
-    ``primary`` (95%) / ``primary_ci90`` (the TOST's interval; ``primary_p_tost_text``), ``margin``; ``ref_sets_<set>``
-    the reference gap per seed set (``ref_sets_kind_<set>`` with how many seeds); ``n_explore`` tests,
-    ``n_explore_resolved`` directions by Holm, ``trained_n_higher`` / ``trained_reading`` (train mode higher, in words),
-    ``explore_confidence``, ``trained_min`` / ``_max`` over the tuned rows; ``lr_<optimizer>_<path>`` chosen at
-    ``main_step``, its ``lr_position_...`` and ``lr_changes_...`` (another checkpoint picks another rate);
-    ``acc_<optimizer>_<path>`` (``reference`` too); ``gain_m`` / ``gain_confidence``; ``sens_min`` / ``sens_max`` /
-    ``sens_n`` / ``sens_n_agree`` (with the primary verdict) / ``sens_dissent`` / ``sens_confidence``; ``unseen_ci90``,
-    ``seen_n``, ``unseen_p_tost_text``, ``unseen_text`` / ``unseen_short`` (never a NaN); ``reference_converged``
-    (every fit's gradient max-norm below 1e-5); ``engine_check``: largest |sweep - main run| task-B accuracy at the
-    main run's optimizer and lr (NaN when not in the grid)."""
+    if already computed): the reference gap (``primary``, its 90% ``primary_ci90``, per seed set ``ref_sets_<set>``,
+    on the unseen seeds), the exploratory tests' counts (Holm) and range, the chosen rates (``lr_``, ``lr_position_``,
+    ``lr_changes_``), accuracies (``acc_``), the sensitivity fits' agreement, ``reference_converged`` (every gradient
+    max-norm < 1e-5) and ``engine_check`` (largest |sweep - main run| task B at the main run's settings; NaN if absent)."""
     steps = _checkpoints(sweep, main_step)
     claims = optimizer_claims(sweep, main_step, main, seen_seeds) if claims is None else claims
     lrs, t, ref_step, _ = _reference(sweep, main_step)
@@ -559,13 +545,10 @@ def buffer_claims(buffers: pd.DataFrame) -> pd.DataFrame:
 
 def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, contrast: float | None = None
                     ) -> pd.DataFrame:
-    """How far ``train_mode``'s running statistics moved on scales free of the layer's units, a numbers table from
-    :func:`buffer_table` (raises as :func:`_largest_per_seed`). Per seed the largest over layers and channels:
-    ``mean_shift`` (task A's running SDs) and ``log_var`` (``|log(var1 / var0)|``), 95% intervals, ``_min`` the
-    smallest seed's; ``var_factor`` = ``exp`` of ``log_var``'s mean; ``<quantity>_by_layer_<layer>``: means per layer;
-    ``engine_check``: largest relative difference of the raw changes from the engine's ``drift_mean_l<i>`` /
-    ``drift_var_l<i>`` (NaN without ``main``); ``contrast_log_var``: ``ln(contrast^2)``, what a linear first layer
-    inherits from task B's contrast gain (``contrast``, else ``main``'s; NaN without); ``m``: the criteria's family."""
+    """How far ``train_mode``'s running statistics moved, a numbers table from :func:`buffer_table` (raises as
+    :func:`_largest_per_seed`): per seed the largest ``mean_shift`` (task A's running SDs) and ``log_var``
+    (``|log(var1 / var0)|``), per layer their means; ``engine_check`` (largest relative difference from the engine's
+    raw changes; NaN without ``main``); ``contrast_log_var`` = ``ln(contrast^2)`` (NaN without a contrast)."""
     per_seed = _largest_per_seed(buffers, "buffer_findings")
     check = math.nan
     if main is not None:
@@ -646,19 +629,13 @@ def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_thr
 def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.DataFrame | None = None,
                 n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES,
                 engine: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The drift check with task B's population mean from many batches, a numbers table from
-    :func:`~.run.sweep_drift_table` (both targets needed and each (seed, layer, step, target) once, else
-    ``ValueError``). ``last_step``: :func:`drift_findings`' ``last_step``; ``engine``: the engine's own measurement,
-    :func:`drift_table` of the main run (default: of ``main`` when it has its list columns; else not compared).
-
-    ``engine_reproduced``: largest |weight on the engine's target - the engine's| (NaN when not compared).
-    ``bias_engine_12[_low|_high]_<layer>``: the mean (95% bounds) over seeds of weight on the engine's target minus on
-    the precise one at step 12, the bias the small target adds; ``remaining_bias``: the largest times ``n_batches_engine
-    / n_batches`` (it falls as 1 / batches). Over (layer, recorded step) with ``1 <= t <= last_step``: ``n_intervals``,
-    ``n_inside`` (95% intervals containing ``(1 - m)^t``), ``misses`` in words (``"none"``), ``n_expected_misses`` (5%),
-    ``residual_max`` (largest |mean - (1 - m)^t|, at ``residual_max_layer`` / ``_step``), ``halfwidth_max``.
-    ``engine_excess_12_<layer>``: mean weight on the engine's target minus ``(1 - m)^12``; ``bias_share_12_<layer>``
-    the bias's share of it."""
+    """The drift check on task B's population mean from ``n_batches`` batches, a numbers table from
+    :func:`~.run.sweep_drift_table` (both targets, each (seed, layer, step, target) once, else ``ValueError``):
+    ``engine_reproduced`` (largest |replay - ``engine``|, :func:`drift_table` of the main run; NaN without),
+    ``bias_engine_12_<layer>`` (weight on the engine's target minus on the precise one at step 12, 95% bounds) and
+    ``remaining_bias`` (its largest times ``n_batches_engine / n_batches``); over (layer, recorded step) up to
+    ``last_step``: ``n_intervals``, ``n_inside`` (95% intervals containing ``(1 - m)^t``), ``misses``,
+    ``n_expected_misses``, ``residual_max`` (where), ``halfwidth_max``; ``engine_excess_12`` and ``bias_share_12``."""
     if not {"engine", "precise"} <= set(drift["target"]):
         raise ValueError(f"drift_check needs targets 'engine' and 'precise', got {sorted(set(drift['target']))}")
     dup = drift.duplicated(["seed", "layer", "step", "target"])
@@ -688,8 +665,7 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
     exc12 = at12.groupby(level="layer")["engine"].mean() - (1 - momentum) ** 12
     return numbers_table(dict(
         n_batches=int(n_batches), n_batches_engine=int(n_batches_engine), engine_reproduced=rep,
-        bias_engine_12=_series(b12), bias_engine_12_low=_series(pd.Series({l: iv.low for l, iv in bias.items()})),
-        bias_engine_12_high=_series(pd.Series({l: iv.high for l, iv in bias.items()})),
+        **_bands("bias_engine_12", bias),
         remaining_bias=float(b12.abs().max() * n_batches_engine / n_batches), n_intervals=len(cells),
         n_inside=len(inside), residual_max=float(best[0]), residual_max_layer=best[1], residual_max_step=best[2],
         halfwidth_max=float(max([0.0] + [c[4] for c in cells])),
@@ -809,14 +785,9 @@ def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
 
 def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """The numbers of :func:`tuning_claims`' analysis (``claims``: it, if already computed; intervals printed inside
-    [-1, 1]). Oracle: ``oracle_n``, ``oracle_min`` / ``_max`` of the means, ``oracle_n_above`` (train mode higher by
-    Holm), ``oracle_confidence``, ``oracle_reading``. Budget: ``gap_at_<optimizer>_<step>`` (``gap_first_`` /
-    ``gap_last_<optimizer>``, ``first_step`` / ``last_step``), ``n_narrows`` of ``n_opt`` (smaller by Holm),
-    ``narrow_reading``, ``narrowing_p_holm_text_<optimizer>``. Feature scale: ``std_m``, ``std_lr_<optimizer>_<path>``,
-    ``std_gap_at_<optimizer>_<step>`` (the ``std_at`` claims, at ``std_at_confidence``) with ``std_gap_min`` / ``_max``,
-    ``std_n``, ``std_n_above`` (Holm), ``std_n_positive``; at ``main_step`` ``std_acc_<optimizer>_<path>``,
-    ``std_gain_...`` (standardized - plain, 95%), ``std_plain_gap_<optimizer>``, ``std_share[_low]_<optimizer>`` (the
-    reduction's mean / lower end over the plain gap's mean); ``std_reading`` (:func:`std_reading`)."""
+    [-1, 1]): the oracle rows' range and count (Holm), the gap per checkpoint (``gap_at_``, first, last) and its
+    narrowing, the standardized heads' rates, gaps, accuracies and gains (``std_...``), the reduction's share of the
+    plain gap (``std_share[_low]_<optimizer>``) and the readings in words."""
     steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
     claims = tuning_claims(sweep, main_step) if claims is None else claims
     orc, narrow = family(claims, "oracle"), family(claims, "narrow")
