@@ -199,6 +199,17 @@ def test_profiles_set_the_seed_count_and_describe_names_the_seeds():
     assert run.make_config("quick", seeds=[0, 5]).seeds == (0, 5)
 
 
+def test_the_run_line_names_every_grid_as_the_release_recorded_it():
+    """The full profile's run-line parameters, as the published page prints them (the generic ChapterConfig.describe
+    would print the grids as lists: chapter 1 keeps its own)."""
+    assert run.make_config("full").describe() == (
+        "profile=full, 10 seeds (0-9), steps=800, brightness=4, contrast=5, noise=3, momentum=0.1, head=linear, "
+        "optimizer=sgd, lr=0.05; head sweep: sgd lrs 0.001/0.002/0.005/0.01/0.02/0.05/0.2/0.5, adam lrs "
+        "0.001/0.003/0.01/0.03/0.1 (standardized features: sgd 0.005/0.02/0.05/0.2, adam 0.003/0.01/0.03), tuning 3 "
+        "seeds (100-102), confirmation 5 seeds (200-204), checkpoints 400/800/1600/3200; thread check on 2 seeds (1 vs 2 "
+        "torch threads)")
+
+
 def test_tidy_tables_hold_the_list_columns_one_value_per_row():
     df = table().assign(drift_steps=[[0, 1]] * 12, drift_weight_l0=[[1.0, 0.9]] * 12,
                         old_logit_change_q=[list(np.linspace(0, 1, 21))] * 12)
