@@ -28,6 +28,13 @@ def table(task_a_after_tm=(0.1, 0.12, 0.11), task_b=None, buffer_tm=(5.0, 6.0, 7
     return pd.DataFrame(rows)
 
 
+def primary(gaps):
+    """The reference test (:data:`findings.PRIMARY`) on per-seed gaps ``batch_stats - pinned``."""
+    rows = pd.DataFrame([dict(seed=s, path=p, accuracy=0.5 + (g if p == "batch_stats" else 0.0))
+                         for s, g in enumerate(gaps) for p in run.PATHS])
+    return claim(findings.ask(dict(reference=rows), [findings.PRIMARY]), "primary")
+
+
 def verdicts(claims, family=None):
     """``{key: verdict}`` of a claims table (of one ``family`` when given)."""
     claims = claims if family is None else findings.family(claims, family)
@@ -103,7 +110,7 @@ def test_task_a_that_does_not_fall_is_above_chance_and_its_change_not_decided():
 def test_one_seed_gives_too_few_seeds():
     v = verdicts(findings.claims(table().query("seed < 1")))
     assert v["task_a_chance"] == TOO_FEW and v["task_a_change"] == TOO_FEW
-    assert findings.gap_claim([0.1]).verdict == TOO_FEW and findings.gap_claim([0.1, 0.11]).verdict != TOO_FEW
+    assert primary([0.1]).verdict == TOO_FEW and primary([0.1, 0.11]).verdict != TOO_FEW
 
 
 def test_findings_need_all_four_modes():
@@ -130,8 +137,8 @@ def test_bounded_interval_stays_inside_0_1_and_rejects_non_accuracies():
     # direction first, and the printed estimate says how small it is
     ((0.010, 0.011, 0.009, 0.010, 0.012), "train mode higher"),
 ])
-def test_gap_claim_shows_a_direction_first_then_equivalence(gaps, want):
-    c = findings.gap_claim(gaps, margin=0.03)
+def test_the_primary_question_shows_a_direction_first_then_equivalence(gaps, want):
+    c = primary(gaps)
     assert c.verdict == want and is_verdict(c.verdict, findings.DIRECTIONS)
 
 
@@ -172,9 +179,10 @@ def test_drift_findings_on_a_hand_made_drift_table():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(momentum=None), "momentum must be a number in \\(0, 1\\] for this chapter"),
+    (dict(momentum=None), "momentum must be a finite number > 0.0 and <= 1.0, got None"),
     (dict(momentum=0), "momentum must be a finite number > 0.0"),
-    (dict(steps=50), "steps must be >= 100 for this chapter's drift analysis with momentum=0.1"),
+    (dict(steps=50), "steps must be at least the first recorded step where \\(1 - momentum\\)\\^t < 0.0001 .*100 at "
+                     "momentum 0.1.*got 50"),
     (dict(noise=-1), "noise must be a finite number >= 0.0, got -1"),
     (dict(seeds="[0,5]"), "-y"),
     (dict(modes=("train_mode", "frozen")), "modes\\[1\\]='frozen' is not allowed"),
@@ -189,6 +197,17 @@ def test_profiles_set_the_seed_count_and_describe_names_the_seeds():
     assert len(run.make_config("full").seeds) == 10 and len(run.make_config("quick").seeds) == 3
     assert "2 seeds (0, 5)" in run.make_config("quick", seeds=[0, 5]).describe()
     assert run.make_config("quick", seeds=[0, 5]).seeds == (0, 5)
+
+
+def test_the_run_line_names_every_grid_as_the_release_recorded_it():
+    """The full profile's run-line parameters, as the published page prints them (the generic ChapterConfig.describe
+    would print the grids as lists: chapter 1 keeps its own)."""
+    assert run.make_config("full").describe() == (
+        "profile=full, 10 seeds (0-9), steps=800, brightness=4, contrast=5, noise=3, momentum=0.1, head=linear, "
+        "optimizer=sgd, lr=0.05; head sweep: sgd lrs 0.001/0.002/0.005/0.01/0.02/0.05/0.2/0.5, adam lrs "
+        "0.001/0.003/0.01/0.03/0.1 (standardized features: sgd 0.005/0.02/0.05/0.2, adam 0.003/0.01/0.03), tuning 3 "
+        "seeds (100-102), confirmation 5 seeds (200-204), checkpoints 400/800/1600/3200; thread check on 2 seeds (1 vs 2 "
+        "torch threads)")
 
 
 def test_tidy_tables_hold_the_list_columns_one_value_per_row():
@@ -421,8 +440,9 @@ def test_separate_stats_and_pinned_identities_are_exact_checks():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(tuning_seeds=(0, 100)), "must not share a seed"),
-    (dict(checkpoints=(400, 1600)), "checkpoints must include steps=800"),
+    (dict(tuning_seeds=(0, 100)), "seeds must be disjoint from tuning_seeds and confirm_seeds"),
+    (dict(confirm_seeds=(100, 200)), "seeds must be disjoint from tuning_seeds and confirm_seeds"),
+    (dict(checkpoints=(400, 1600)), "checkpoints must be a list that includes steps .*got \\[400, 1600\\]"),
     (dict(checkpoints=(800,)), "checkpoints must have at least 2 element"),
     (dict(sgd_lrs=(0.1, -1)), "sgd_lrs\\[1\\] must be a finite number > 0.0"),
     (dict(thread_seeds=5), "thread_seeds must be <= the number of seeds"),
@@ -653,8 +673,6 @@ def test_engine_check_text_says_identical_at_zero():
 
 
 def test_the_gap_narrows_only_when_its_change_is_shown():
-    assert findings._narrow_reading({"sgd": findings.GAP_SMALLER, "adam": NOT_DECIDED}) == \
-        "SGD: gap smaller at more steps; Adam: not decided"
     s = sweep_table()
     late = (s["step"] == 800) & (s["path"] == "batch_stats") & (s["optimizer"] == "sgd") & s["role"].isin(["report", "confirm"])
     s.loc[late, "accuracy"] -= np.linspace(0.04, 0.06, int(late.sum()))   # the SGD gap shrinks by 0.04-0.06 per seed
@@ -663,6 +681,7 @@ def test_the_gap_narrows_only_when_its_change_is_shown():
     assert verdicts(c, "narrow")["narrow_sgd"] == findings.GAP_SMALLER and claim(c, "narrow_sgd").high < 0
     assert t.n_narrows == 1 and claim(c, "narrow_sgd").confidence == pytest.approx(0.975)  # a family of 2 optimizers
     assert t.narrowing_p_holm_text_sgd == findings.p_text(claim(c, "narrow_sgd").p_adjusted)
+    assert t.narrow_reading == "SGD: gap smaller at more steps; Adam: not decided"
 
 
 def test_the_unseen_seed_sentence_never_prints_nan():

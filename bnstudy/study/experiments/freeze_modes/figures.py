@@ -1,11 +1,5 @@
-"""Chapter 1, what is drawn: the page's figures and display tables (moved out of :mod:`bnstudy.study.plots`).
-
-The accuracy strips per freeze mode (:func:`mode_strips`), the drift figure (:func:`drift_figure`), the old
-logits' change per quantile (:func:`quantile_figure`), the head sweep's figures (:func:`optimizer_gap_figure`,
-:func:`budget_figure_ch01`, :func:`lr_figure`) and the display tables of the page. Colours come from
-:mod:`bnstudy.study.style` (through :data:`bnstudy.study.plots.MODE_PALETTE` for the freeze modes); the shared helpers
-(``interval_frame``, ``min_text_size``, ``fit_page``, ``save_figure``) stay in :mod:`bnstudy.study.plots`.
-"""
+"""Chapter 1, what is drawn: the page's figures and display tables; colours from :mod:`bnstudy.study.style` (the freeze
+modes' through :data:`bnstudy.study.plots.MODE_PALETTE`), shared helpers in :mod:`bnstudy.study.plots`."""
 
 from __future__ import annotations
 
@@ -23,12 +17,9 @@ from ...plots import MODE_ORDER, MODE_PALETTE, _ci_text, _interval, interval_fra
 
 def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, ylabel: str = "accuracy",
                 interval=None, ylim=None):
-    """One panel per ``columns`` item (column -> title): each seed a dot per mode, mean and 95% interval beside.
-
-    ``interval(values) -> Interval`` computes the bars (default: Student t, :func:`bnstudy.study.inference.t_interval`);
-    ``ylim``: the value axis' limits, where a bar cut by them ends in a triangle pointing past the axis.
-    ``chance`` draws a dotted chance line in every panel. The legend sits below the panels. Returns the figure.
-    """
+    """One panel per ``columns`` item (column -> title): each seed a dot per mode, mean and 95% interval beside
+    (``interval(values) -> Interval``, default Student t); a bar cut by ``ylim`` ends in a triangle; ``chance``: a
+    dotted line in every panel."""
     from matplotlib.lines import Line2D
     interval = interval or _interval
     modes = [m for m in MODE_ORDER if m in set(df["mode"])]
@@ -65,26 +56,18 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
 
 
 def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, max_step: int = 100,
-                 residual: bool = False, compare: pd.DataFrame | None = None, residual_max_step: int | None = None):
-    """Weight left on task A's running_mean per layer (mean over seeds, 95% band) against ``(1-m)^t``.
-
-    Left: steps 0 to ``max_step`` (the decay). Right: the remaining recorded steps, where each layer's
-    noise floor (``floor``, RMS of the weight there) is drawn as a band of the layer's colour with edges.
-    ``residual``: a bottom panel with measured minus ``(1-m)^t`` per layer (mean, 95% band) for steps 1 to
-    ``residual_max_step`` (default ``max_step``) on a linear axis; ``compare`` (same columns, e.g. the weight on
-    a less precise target) is drawn there as thin dotted lines (means only).
-    """
+                 compare: pd.DataFrame | None = None, residual_max_step: int | None = None):
+    """Weight left on task A's running_mean per layer (mean over seeds, 95% band) against ``(1-m)^t``: steps 0 to
+    ``max_step`` (the decay), then the remaining recorded steps with each layer's noise floor (``floor``) as a band;
+    below, measured minus ``(1-m)^t`` for steps 1 to ``residual_max_step`` (default ``max_step``), ``compare`` (the
+    same columns, e.g. on a less precise target) as dotted means."""
     last = int(drift.step.max())
     two = last > max_step
-    if residual:
-        fig = plt.figure(figsize=(6.6, 7.0))
-        gs = fig.add_gridspec(2, 2 if two else 1, width_ratios=[2, 1] if two else [1], height_ratios=[1.25, 1])
-        ax0 = fig.add_subplot(gs[0, 0])
-        axes = np.array([[ax0] + ([fig.add_subplot(gs[0, 1], sharey=ax0)] if two else [])])
-        rax = fig.add_subplot(gs[1, :])
-    else:
-        fig, axes = plt.subplots(1, 2 if two else 1, figsize=(6.6, 4.4), sharey=True, squeeze=False,
-                                 gridspec_kw=dict(width_ratios=[2, 1] if two else [1]))
+    fig = plt.figure(figsize=(6.6, 7.0))
+    gs = fig.add_gridspec(2, 2 if two else 1, width_ratios=[2, 1] if two else [1], height_ratios=[1.25, 1])
+    ax0 = fig.add_subplot(gs[0, 0])
+    axes = np.array([[ax0] + ([fig.add_subplot(gs[0, 1], sharey=ax0)] if two else [])])
+    rax = fig.add_subplot(gs[1, :])
     layers = sorted(drift["layer"].unique())
     colors = style.sequential(layers)  # blocks are ordered: the book's one sequential scale (bnstudy.study.style)
     markers = dict(zip(layers, "os^Dv"))
@@ -111,37 +94,32 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
         axes[0][1].set_title("noise floor (\u00b1 RMS)", fontsize=10)
         axes[0][0].set_title("decay", fontsize=10)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    if residual:
-        top = residual_max_step or max_step
-        for layer in layers:
-            sub = drift[(drift.layer == layer) & (drift.step >= 1) & (drift.step <= top)]
-            sub = sub.assign(res=sub["weight"] - (1 - momentum) ** sub["step"])
-            g = interval_frame(sub, "step", "res")
-            rax.plot(g.index, g["mean"], marker=markers[layer], ls="-", color=colors[layer], ms=3)
-            rax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
-            if compare is not None:
-                c = compare[(compare.layer == layer) & (compare.step >= 1) & (compare.step <= top)]
-                c = c.assign(res=c["weight"] - (1 - momentum) ** c["step"]).groupby("step")["res"].mean()
-                rax.plot(c.index, c.values, ls=":", lw=1.4, color=colors[layer])
-        rax.axhline(0, color="k", ls="--", lw=1.2)
-        rax.set_xlabel("stage-2 step t (train_mode)")
-        rax.set_ylabel("measured - $(1-m)^t$")
-        rax.set_title("residual (95% bands)", fontsize=10)
+    top = residual_max_step or max_step
+    for layer in layers:
+        sub = drift[(drift.layer == layer) & (drift.step >= 1) & (drift.step <= top)]
+        g = interval_frame(sub.assign(res=sub["weight"] - (1 - momentum) ** sub["step"]), "step", "res")
+        rax.plot(g.index, g["mean"], marker=markers[layer], ls="-", color=colors[layer], ms=3)
+        rax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
         if compare is not None:
-            from matplotlib.lines import Line2D
-            handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
-            labels.append("residual on the 20-batch target (means)")
-        fig.tight_layout(rect=(0, 0.11, 1, 1))
-    else:
-        fig.tight_layout(rect=(0, 0.16, 1, 1))
+            c = compare[(compare.layer == layer) & (compare.step >= 1) & (compare.step <= top)]
+            c = c.assign(res=c["weight"] - (1 - momentum) ** c["step"]).groupby("step")["res"].mean()
+            rax.plot(c.index, c.values, ls=":", lw=1.4, color=colors[layer])
+    rax.axhline(0, color="k", ls="--", lw=1.2)
+    rax.set_xlabel("stage-2 step t (train_mode)")
+    rax.set_ylabel("measured - $(1-m)^t$")
+    rax.set_title("residual (95% bands)", fontsize=10)
+    if compare is not None:
+        from matplotlib.lines import Line2D
+        handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
+        labels.append("residual on the 20-batch target (means)")
+    fig.tight_layout(rect=(0, 0.11, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return fig
 
 
 def quantile_figure(lq: pd.DataFrame):
-    """Absolute old-logit change per quantile and mode (mean over seeds, 95% band clipped at 0, since the
-    quantity is non-negative); symlog axis shows zeros. Modes that coincide are drawn with distinct, nested
-    markers, and the legend says which lie exactly at zero."""
+    """Absolute old-logit change per quantile and mode (mean over seeds, 95% band cut at 0) on a symlog axis;
+    coinciding modes get nested markers, and the legend says which lie exactly at zero."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     styles = [("o", 9, "none"), ("s", 6.5, "none"), ("^", 4.5, None), ("x", 5, None)]
     for i, mode in enumerate([m for m in MODE_ORDER if m in set(lq["mode"])]):
@@ -160,8 +138,8 @@ def quantile_figure(lq: pd.DataFrame):
 
 
 def summary_table(summary: pd.DataFrame, by: str, labels: dict, order=None, digits: int = 3) -> pd.DataFrame:
-    """A display table from a long summary (columns ``metric, mean, ci_low, ci_high``): one row per ``by`` value,
-    one column per metric in ``labels`` (metric -> column title), cells ``"mean [low, high]"``."""
+    """A long summary (``metric, mean, ci_low, ci_high``) as a display table: a row per ``by`` value, a column per
+    metric in ``labels`` (metric -> title), cells ``"mean [low, high]"``."""
     cell = summary.assign(value=[f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
                                  for m, lo, hi in summary[["mean", "ci_low", "ci_high"]].values])
     table = cell.pivot(index=by, columns="metric", values="value")
@@ -179,14 +157,9 @@ PATH_STYLES = {"batch_stats": ("-", "o", "train_mode = separate_stats"),
 
 
 def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_seeds: int = 3):
-    """Chapter 1: paired task-B difference ``train_mode - backbone_eval`` per head optimizer and the reference.
-
-    ``gaps``: tidy ``seed, role (report | confirm), optimizer, gap``. Each seed a dot (reported seeds
-    filled, confirmation seeds open); per optimizer the pooled mean and 95% Student-t interval over all
-    seeds (only with >= ``min_seeds`` seeds; otherwise the mean and the range). Optimizers ``sgd-std`` /
-    ``adam-std`` (heads on standardized features) get their own columns. ``margin``: the reference test's
-    equivalence margin, drawn as a band around zero in the reference column only.
-    """
+    """Paired task-B difference ``train_mode - backbone_eval`` per head optimizer and the reference, from ``gaps``
+    (``seed, role, optimizer, gap``): a dot per seed (confirmation seeds open), the pooled mean and 95% interval (with
+    fewer than ``min_seeds`` seeds the range); ``margin``: the reference test's band, in its column only."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
@@ -228,13 +201,8 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
 
 
 def budget_figure_ch01(chosen: pd.DataFrame):
-    """Chapter 1: task-B test accuracy against head-training steps, one panel per optimizer.
-
-    ``chosen``: tidy ``seed, role, path, optimizer, lr, step, accuracy`` (reported and confirmation seeds,
-    pooled). Lines per path (mean over seeds, 95% Student-t band); the logistic-regression reference per
-    path as a horizontal line with its 95% band (solid and plain for ``train_mode``, dashed and hatched
-    for the pinned path).
-    """
+    """Task-B test accuracy of the ``chosen`` heads (pooled seeds) against head-training steps, a panel per optimizer,
+    a line per path (mean, 95% band), the reference per path as a horizontal line and band (pinned: dashed, hatched)."""
     from ...inference import t_interval
     rep = chosen[chosen["role"].isin(["report", "confirm"])]
     opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
@@ -266,15 +234,10 @@ def budget_figure_ch01(chosen: pd.DataFrame):
     return min_text_size(fig)
 
 
-def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3):
-    """Chapter 1: what was tried: validation accuracy (tuning seeds) against learning rate, per optimizer and path.
-
-    Each tuning seed is a small dot; the line joins the means; the band is the seeds' range (plain on the
-    ``batch_stats`` path, hatched on the pinned one; a t interval from 2-3 tuning seeds would be mostly its
-    t quantile). ``min_seeds`` is kept for callers and not used. ``chosen``: ``{(optimizer, path): lr}``, each
-    choice ringed. Where ``lrt`` holds the standardized heads (``sgd-std``, ``adam-std``) they get a second row,
-    on the same y axis.
-    """
+def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None):
+    """What was tried: the tuning seeds' validation accuracy against learning rate, per optimizer and path (dots per
+    seed, the means joined, the seeds' range as a band: a t interval from 2-3 seeds would be mostly its quantile);
+    ``chosen``: ``{(optimizer, path): lr}``, ringed. Standardized heads, where present, get a second row."""
     from matplotlib.lines import Line2D
     present = set(lrt["optimizer"])
     base = [o for o in ("sgd", "adam") if o in present or o + "-std" in present]
@@ -323,75 +286,67 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None, min_seeds: int = 3)
 
 EXPLORE_LABELS = {"sgd": "SGD + momentum", "adam": "Adam", "sgd-std": "SGD + momentum, standardized features",
                   "adam-std": "Adam, standardized features"}
+PATH_LABELS = {"batch_stats": "train_mode path", "pinned": "pinned path"}
 
 
-def ch01_exploratory_display(ex: pd.DataFrame, main_lr: float | None = None) -> pd.DataFrame:
-    """Chapter 1: :func:`bnstudy.study.experiments.freeze_modes.findings.exploratory_tests` as a display table."""
-    rows = []
-    for _, r in ex.iterrows():
-        if r["test"] == "main":
-            what = f"main run: {EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr {r['lr']:g} (reported seeds)"
-        else:
-            what = f"{EXPLORE_LABELS.get(r['optimizer'], r['optimizer'])}, lr chosen on validation (all seeds)"
-        p = "-" if pd.isna(r["p"]) else "< 0.001" if r["p"] < 0.001 else f"{r['p']:.3f}"
-        ph = "-" if pd.isna(r["p_holm"]) else "< 0.001" if r["p_holm"] < 0.001 else f"{r['p_holm']:.3f}"
-        rows.append({"head": what, "steps": int(r["step"]), "seeds": int(r["n"]),
-                     "difference [family interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"]), min_seeds=2),
-                     "p": p, "p (Holm)": ph, "verdict": r["verdict"]})
-    return pd.DataFrame(rows).set_index("head")  # the row label, not a 0, 1, 2 index
+def _p(p) -> str:
+    return "-" if pd.isna(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _diff(mean, low, high, n) -> str:
+    """A difference with its interval, or its mean and range of seeds below two seeds."""
+    return _ci_text(mean, low, high, int(n), min_seeds=2)
+
+
+def ch01_exploratory_display(ex: pd.DataFrame) -> pd.DataFrame:
+    """:func:`~bnstudy.study.experiments.freeze_modes.findings.exploratory_tests` as a display table."""
+    label = lambda r: EXPLORE_LABELS.get(r["optimizer"], r["optimizer"])  # noqa: E731
+    return pd.DataFrame([{
+        "head": f"main run: {label(r)}, lr {r['lr']:g} (reported seeds)" if r["test"] == "main" else
+        f"{label(r)}, lr chosen on validation (all seeds)", "steps": int(r["step"]), "seeds": int(r["n"]),
+        "difference [family interval]": _diff(r["mean"], r["ci_low"], r["ci_high"], r["n"]), "p": _p(r["p"]),
+        "p (Holm)": _p(r["p_holm"]), "verdict": r["verdict"]} for _, r in ex.iterrows()]).set_index("head")
 
 
 def ch01_std_display(claims: pd.DataFrame, numbers: pd.DataFrame, reference: dict | None = None) -> pd.DataFrame:
-    """Chapter 1: the heads on standardized features, from the tuning part's claims and numbers tables
-    (:func:`~bnstudy.study.experiments.freeze_modes.findings.tuning_claims` / ``tuning_findings``).
-
-    Rows per optimizer: the gap ``train_mode`` minus pinned path with its family interval at every checkpoint, then
-    at the main step each path's mean test accuracy with the paired gain over the plain head (95% interval).
-    ``reference``: optional ``{"batch_stats": acc, "pinned": acc}``, the converged reference, added as a last row
-    (accuracies only). Raises ``ValueError`` when the standardized heads were not run.
-    """
+    """The heads on standardized features from the tuning part's claims and numbers tables: per optimizer the gap
+    ``train_mode`` minus pinned path with its family interval at every checkpoint, then at the main step each path's
+    mean test accuracy with the paired gain over the plain head; ``reference`` (``{path: accuracy}``): the converged
+    reference as a last row. Raises ``ValueError`` when the standardized heads were not run."""
     gap_at = {k.removeprefix("std_gap_at_"): number(numbers, k) for k in numbers["key"] if k.startswith("std_gap_at_")}
     if not gap_at:
         raise ValueError("ch01_std_display needs standardized heads (the tuning numbers have no std_gap_at)")
     reduced = {k.removeprefix("reduction_") for k in claims[claims["family"] == "reduction"]["key"]}
-    opts = [o for o in ("sgd", "adam") if o in reduced]
     steps = sorted({int(k.rsplit("_", 1)[1]) for k in gap_at})
     main_step = number(numbers, "main_step")
     rows = []
-    for o in opts:
+    for o in [o for o in ("sgd", "adam") if o in reduced]:
         row = {"head (standardized features)": EXPLORE_LABELS[o]}
         for st in steps:
             iv = gap_at[f"{o}_{st}"]
-            row[f"gap, {st:,} steps"] = _ci_text(iv.mean, iv.low, iv.high, iv.n, min_seeds=2)
-        for p, label in (("batch_stats", "train_mode path"), ("pinned", "pinned path")):
+            row[f"gap, {st:,} steps"] = _diff(iv.mean, iv.low, iv.high, iv.n)
+        for p, label in PATH_LABELS.items():
             g = number(numbers, f"std_gain_{o}_{p}")
             row[f"{label}, {main_step:,} steps (gain)"] = (f"{number(numbers, f'std_acc_{o}_{p}'):.3f} "
-                                                         f"(+{_ci_text(g.mean, g.low, g.high, g.n, min_seeds=2)})")
+                                                         f"(+{_diff(g.mean, g.low, g.high, g.n)})")
         rows.append(row)
     if reference:
-        row = {"head (standardized features)": "reference (converged)"}
-        row.update({f"gap, {st:,} steps": "-" for st in steps})
-        row[f"train_mode path, {main_step:,} steps (gain)"] = f"{reference['batch_stats']:.3f}"
-        row[f"pinned path, {main_step:,} steps (gain)"] = f"{reference['pinned']:.3f}"
-        rows.append(row)
+        rows.append({"head (standardized features)": "reference (converged)", **{f"gap, {st:,} steps": "-" for st in steps},
+                     **{f"{label}, {main_step:,} steps (gain)": f"{reference[p]:.3f}" for p, label in PATH_LABELS.items()}})
     return pd.DataFrame(rows).set_index("head (standardized features)")
 
 
 def ch01_sensitivity_display(sens: pd.DataFrame) -> pd.DataFrame:
-    """Chapter 1: the reference's sensitivity fits (:func:`~bnstudy.study.experiments.freeze_modes.findings.reference_sensitivity`)."""
+    """The reference's sensitivity fits (:func:`~bnstudy.study.experiments.freeze_modes.findings.reference_sensitivity`)."""
     return pd.DataFrame([{"L2 penalty": f"{r['l2']:g}", "fit samples": int(r["n_fit"]), "seeds": int(r["n"]),
                           "train_mode path": f"{r['acc_batch_stats']:.3f}", "pinned path": f"{r['acc_pinned']:.3f}",
-                          "difference [family interval]": _ci_text(r["mean"], r["ci_low"], r["ci_high"], int(r["n"]), min_seeds=2),
+                          "difference [family interval]": _diff(r["mean"], r["ci_low"], r["ci_high"], r["n"]),
                           "verdict": r["verdict"]} for _, r in sens.iterrows()]).set_index("L2 penalty")
 
 
 def ch01_lr_choice_display(choice: pd.DataFrame) -> pd.DataFrame:
-    """Chapter 1: the learning rate chosen when selecting at each checkpoint (rows: optimizer and path)."""
-    names = {"batch_stats": "train_mode path", "pinned": "pinned path"}
-    out = {}
-    for (o, p), g in choice.groupby(["optimizer", "path"], sort=False):
-        out[f"{EXPLORE_LABELS.get(o, o)}, {names.get(p, p)}"] = {
-            f"selected at {int(r['step']):,} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
-                                                                   else f" ({r['position']} tried)")
-            for _, r in g.iterrows()}
-    return pd.DataFrame(out).T.rename_axis("head")
+    """The learning rate chosen when selecting at each checkpoint (rows: optimizer and path)."""
+    return pd.DataFrame({f"{EXPLORE_LABELS.get(o, o)}, {PATH_LABELS.get(p, p)}": {
+        f"selected at {int(r['step']):,} steps": f"{r['lr']:g}" + ("" if r["position"] == "interior"
+                                                                 else f" ({r['position']} tried)")
+        for _, r in g.iterrows()} for (o, p), g in choice.groupby(["optimizer", "path"], sort=False)}).T.rename_axis("head")

@@ -1,20 +1,10 @@
-"""Chapter 1, what is claimed: the page's claims tables and numbers tables, from :mod:`.run`'s tables.
-
-Each part of the page has a claims table (:func:`claims`, :func:`optimizer_claims`, :func:`tuning_claims`,
-:func:`buffer_claims`, :func:`thread_claims`; column ``family`` names each family of comparisons) and a numbers table
-(:func:`findings`, :func:`optimizer_findings`, :func:`tuning_findings`, :func:`buffer_findings`,
-:func:`thread_findings`, :func:`drift_findings`, :func:`drift_check`, :func:`article_counts`; flat,
-:func:`bnstudy.study.inference.numbers_table`). :func:`chapter` puts the parts into one claims table and one numbers table,
-keys prefixed by the part (``opt_primary``), which the sentences (:data:`NOTES`, :func:`answer`, :func:`readings`,
-:func:`seed_article_table`) read and the page glues in one call (:func:`glue_page`: ``ch01_<key>...``).
-
-Finding 3's one primary test is the reference's pooled gap ``train_mode - backbone_eval`` against the equivalence
-margin :data:`PRIMARY_MARGIN` (:func:`optimizer_claims`), every other test of it is exploratory, one family
-(:func:`exploratory_tests`). Comparisons whose direction words are ``"train mode higher"`` / ``"train mode lower"`` and
-the checks of the code are questions as data (:data:`CHECKS`, :data:`EXPLORE`, ...; :func:`bnstudy.study.inference.ask`);
-the others keep :func:`bnstudy.study.inference.decide` with their own direction words (:data:`DIRECTIONS`), which ``ask``'s
-``"<words> higher"`` cannot say ("above chance", "task A lower after", "gap smaller at more steps", ...).
-"""
+"""Chapter 1, what is claimed: per part of the page a claims table (``*_claims``; column ``family``) and a numbers
+table (``*_findings``, :func:`drift_check`, :func:`article_counts`) from :mod:`.run`'s tables; :func:`chapter` joins
+them, keys prefixed by part (``opt_primary``), for the sentences (:data:`NOTES`, :func:`answer`, :func:`readings`) and
+:func:`glue_page`. One sign everywhere, *condition minus reference* (the pinned ``backbone_eval``; on the head sweep's
+paths ``batch_stats - pinned``). Comparisons worded "train mode higher / lower" and the checks of the code are
+questions (:func:`bnstudy.study.inference.ask`); those with their own direction words (:data:`DIRECTIONS`) go through
+:func:`_decided`."""
 
 from __future__ import annotations
 
@@ -39,83 +29,60 @@ GONE = 1e-3
 METRICS = ("task_a_before", "task_a_after", "task_b", "max_param_change", "max_buffer_change",
            "max_old_logit_change")
 ACCURACIES = ("task_a_before", "task_a_after", "task_b")
-#: Finding 2's "about chance": task A after ``train_mode`` within ``(CHANCE_FACTOR - 1) * chance`` of chance
-#: (an equivalence margin, TOST; the factor was set by trial while the project was built).
+#: Finding 2's "about chance": task A after ``train_mode`` within ``(CHANCE_FACTOR - 1) * chance`` of chance (an
+#: equivalence margin; the factor was set by trial while the project was built).
 CHANCE_FACTOR = 1.5
-#: Finding 3's primary test (fixed in revision, before the full profile ran): the logistic-regression
-#: reference's task-B difference ``train_mode - backbone_eval`` (path ``batch_stats - pinned``) at
-#: ``Config.steps``, all reported and confirmation seeds pooled, against the equivalence margin
-#: +-PRIMARY_MARGIN (accuracy, fraction), one comparison (:func:`bnstudy.study.inference.decide`).
+#: Finding 3's primary test (fixed in revision, before the full profile ran): the reference's task-B gap
+#: ``batch_stats - pinned`` at ``Config.steps``, reported and confirmation seeds pooled, against +-PRIMARY_MARGIN.
 PRIMARY_MARGIN = 0.03
 ALPHA = 0.05
-#: Buffer-change criteria of finding 2 (fixed in revision): a running_mean moves by more than MEAN_SHIFT_SD
-#: of task A's running standard deviations, a running_var by more than a factor VAR_FACTOR either way.
+#: Finding 2's buffer criteria (fixed in revision): a running_mean moves by more than MEAN_SHIFT_SD of task A's
+#: running SDs, a running_var by more than a factor VAR_FACTOR either way.
 MEAN_SHIFT_SD = 1.0
 VAR_FACTOR = 2.0
-#: Seeds of the primary reference test that the quick profile had shown before its design and margin were
-#: fixed (reported seeds 0..2 and confirmation seeds 200, 201); the others are the unseen, confirmatory part.
+#: Seeds of the primary test the quick profile had shown before its design and margin were fixed; the others are
+#: the unseen, confirmatory part.
 QUICK_SEEN_SEEDS = (*range(PROFILES["quick"]["seeds"]), *PROFILES["quick"]["confirm_seeds"])
 PINNED = ("backbone_eval", "all_eval")
 POOLED = ("report", "confirm")
 UNBOUNDED = (-math.inf, math.inf)
 
-
-def steps_until(momentum: float, weight: float = GONE) -> int:
-    """The first step ``t`` at which ``(1 - momentum) ** t`` falls below ``weight``.
-
-    Raises ``ValueError`` unless ``0 < momentum <= 1`` and ``0 < weight < 1``.
-    """
-    check_float("momentum", momentum, 0.0, 1.0, low_open=True)
-    check_float("weight", weight, 0.0, 1.0, low_open=True)
-    if momentum == 1.0:
-        return 1
-    return math.floor(math.log(weight) / math.log(1 - momentum)) + 1
-
-
-
-# --- the chapter's verdicts: every interval, test and verdict from bnstudy.study.inference -------------------------------
-#
-# One sign per quantity, *condition minus reference*: the reference of a freeze-mode comparison is the pinned
-# backbone ``backbone_eval`` (on the head sweep's two feature paths: ``batch_stats - pinned``), so the cost of
-# train mode is negative when train mode loses. The direction words below name that sign for each quantity.
-
-#: train_mode - backbone_eval (task B; the reference test, the trained heads, the thread check).
-TRAIN_HIGHER, TRAIN_LOWER = "train mode higher", "train mode lower"
-#: task A after ``train_mode`` - chance.
-ABOVE_CHANCE, BELOW_CHANCE = "above chance", "below chance"
-#: task A after stage 2 - before (``train_mode``).
-A_HIGHER, A_LOWER = "task A higher after", "task A lower after"
-#: accuracy at the last checkpoint - at the one before (a head still gaining).
-LAST_HIGHER, LAST_LOWER = "higher at the last checkpoint", "lower at the last checkpoint"
-#: gap at the last checkpoint - gap at the first.
-GAP_LARGER, GAP_SMALLER = "gap larger at more steps", "gap smaller at more steps"
-#: plain heads' gap - standardized heads' gap.
-STD_SMALLER, STD_LARGER = "smaller with standardized features", "larger with standardized features"
-#: a running mean's largest shift - MEAN_SHIFT_SD (task-A SDs); a running variance's largest |log ratio| - log 2.
-SHIFT_ABOVE, SHIFT_BELOW = f"above {MEAN_SHIFT_SD:g} SD", f"below {MEAN_SHIFT_SD:g} SD"
-VAR_ABOVE, VAR_BELOW = f"above a factor {VAR_FACTOR:g}", f"below a factor {VAR_FACTOR:g}"
+#: Direction words (higher, lower) per quantity: train_mode - backbone_eval; task A after train_mode - chance; task A
+#: after - before; accuracy at the last checkpoint - the one before; gap at the last checkpoint - at the first; plain
+#: heads' gap - standardized heads'; a running mean's largest shift - MEAN_SHIFT_SD; a variance's |log ratio| - log 2.
+TRAIN_HIGHER, TRAIN_LOWER = TRAIN_WORDS = ("train mode higher", "train mode lower")
+ABOVE_CHANCE, BELOW_CHANCE = CHANCE_WORDS = ("above chance", "below chance")
+A_HIGHER, A_LOWER = A_WORDS = ("task A higher after", "task A lower after")
+LAST_HIGHER, LAST_LOWER = LAST_WORDS = ("higher at the last checkpoint", "lower at the last checkpoint")
+GAP_LARGER, GAP_SMALLER = GAP_WORDS = ("gap larger at more steps", "gap smaller at more steps")
+STD_SMALLER, STD_LARGER = STD_WORDS = ("smaller with standardized features", "larger with standardized features")
+SHIFT_ABOVE, SHIFT_BELOW = SHIFT_WORDS = (f"above {MEAN_SHIFT_SD:g} SD", f"below {MEAN_SHIFT_SD:g} SD")
+VAR_ABOVE, VAR_BELOW = VAR_WORDS = (f"above a factor {VAR_FACTOR:g}", f"below a factor {VAR_FACTOR:g}")
 #: Every direction word this chapter's verdicts use (:func:`bnstudy.study.inference.is_verdict`'s ``directions``).
-DIRECTIONS: tuple[str, ...] = (TRAIN_HIGHER, TRAIN_LOWER, ABOVE_CHANCE, BELOW_CHANCE, A_HIGHER, A_LOWER,
-                               LAST_HIGHER, LAST_LOWER, GAP_LARGER, GAP_SMALLER, STD_SMALLER, STD_LARGER,
-                               SHIFT_ABOVE, SHIFT_BELOW, VAR_ABOVE, VAR_BELOW)
-#: ``ask``'s words for a gap ``batch_stats - pinned`` (``train_mode - backbone_eval``): "train mode higher" / "lower".
+DIRECTIONS: tuple[str, ...] = (*TRAIN_WORDS, *CHANCE_WORDS, *A_WORDS, *LAST_WORDS, *GAP_WORDS, *STD_WORDS,
+                               *SHIFT_WORDS, *VAR_WORDS)
+#: ``ask``'s words for a gap ``batch_stats - pinned``: "train mode higher" / "train mode lower".
 TRAIN = "train mode"
 
 
-def gap_claim(values, key: str = "", margin: float | None = PRIMARY_MARGIN, family: Family = Family()):
-    """The verdict on per-seed task-B differences ``train_mode - backbone_eval`` (path ``batch_stats -
-    pinned``): :func:`bnstudy.study.inference.decide` with the words ``"train mode higher"`` / ``"train mode
-    lower"`` and, by default, the reference test's margin :data:`PRIMARY_MARGIN`."""
-    return decide(values, key, margin=margin, family=family, higher=TRAIN_HIGHER, lower=TRAIN_LOWER)
+def steps_until(momentum: float, weight: float = GONE) -> int:
+    """The first step ``t`` at which ``(1 - momentum) ** t`` falls below ``weight``. Raises ``ValueError`` unless
+    ``0 < momentum <= 1`` and ``0 < weight < 1``."""
+    check_float("momentum", momentum, 0.0, 1.0, low_open=True)
+    check_float("weight", weight, 0.0, 1.0, low_open=True)
+    return 1 if momentum == 1.0 else math.floor(math.log(weight) / math.log(1 - momentum)) + 1
 
 
-def _decided(family: str, claims) -> pd.DataFrame:
-    """A claims table of one family (:func:`bnstudy.study.inference.claims_table`, column ``family``)."""
-    return claims_table(list(claims), family=family)
+def _decided(family: str, comparisons) -> pd.DataFrame:
+    """One family's claims table from ``[(key, per-seed values, (higher, lower) words, margin or None)]``: each
+    decided by :func:`bnstudy.study.inference.decide` at the family's level (``m`` = the comparisons given): the
+    comparisons with their own direction words, which :func:`bnstudy.study.inference.ask` cannot say."""
+    fam = Family(max(len(comparisons), 1))
+    return claims_table([decide(v, k, margin=m, family=fam, higher=w[0], lower=w[1]) for k, v, w, m in comparisons],
+                        family=family)
 
 
 def _asked(family: str, tables: dict, questions) -> pd.DataFrame:
-    """:func:`bnstudy.study.inference.ask`'s claims table of ``questions`` (one family), column ``family`` first."""
     return ask(tables, questions, ALPHA, family=family)
 
 
@@ -133,72 +100,65 @@ def _series(s: pd.Series) -> dict:
 
 
 def entries(numbers: pd.DataFrame, stem: str, names: str = r"seed\d+") -> pd.Series:
-    """The entries ``<stem>_<name>`` of a numbers table whose ``<name>`` matches ``names`` (a per-seed series:
-    ``seed<n>``; per layer: ``block_<i>``), in the table's order, indexed by ``<name>``."""
+    """The entries ``<stem>_<name>`` of a numbers table whose ``<name>`` matches ``names`` (per seed ``seed<n>``, per
+    layer ``block_<i>``), in the table's order, indexed by ``<name>``."""
     hit = numbers[numbers["key"].str.fullmatch(rf"{re.escape(stem)}_{names}")]
     return pd.Series(list(hit["value"]), index=[k[len(stem) + 1:] for k in hit["key"]], dtype=float)
+
+
+def _bands(name: str, ivs: dict) -> dict:
+    """``{key: Interval}`` as numbers-table series ``<name>``, ``<name>_low`` and ``<name>_high`` (each with min, max)."""
+    return {f"{name}{a}": _series(pd.Series({k: getattr(iv, s) for k, iv in ivs.items()}, dtype=float))
+            for a, s in (("", "mean"), ("_low", "low"), ("_high", "high"))}
 
 
 def _interval(r) -> Interval:
     return Interval(float(r.estimate), float(r.low), float(r.high), int(r.n), float(r.confidence))
 
 
-def _with_claims(rows: list[dict], claims: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` (dicts with a ``key``) with their claims' ``n, mean, ci_low, ci_high, confidence, p, p_holm,
-    verdict`` (a display table: the rows' order, the claims' numbers)."""
+def _with_claims(rows: list[dict], claims: pd.DataFrame, cols: list) -> pd.DataFrame:
+    """A display table: ``rows`` (dicts with a ``key``) with their claims' ``n, mean, ci_low, ci_high, confidence, p,
+    p_holm, verdict``, in the rows' order, columns ``cols``."""
     c = claims.set_index("key").reindex([r["key"] for r in rows])
     out = pd.DataFrame(rows)
     for col, src in (("n", "n"), ("mean", "estimate"), ("ci_low", "low"), ("ci_high", "high"),
                      ("confidence", "confidence"), ("p", "p"), ("p_holm", "p_adjusted"), ("verdict", "verdict")):
         out[col] = c[src].to_numpy() if len(c) else []
-    return out
+    return out.reindex(columns=cols)
+
+
+_SHOWN = ["n", "mean", "ci_low", "ci_high", "confidence", "p", "p_holm", "verdict"]
 
 
 def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95, logit_centre: bool = False) -> Interval:
-    """Mean of accuracies ``values`` (0..1) with a Student-t interval computed on the logit scale.
-
-    The interval stays inside (0, 1), unlike a t interval on the raw scale for accuracies near 0 or 1.
-    Values are clipped to ``[0.5 / n_eval, 1 - 0.5 / n_eval]`` before the logit (``n_eval``: the size
-    of the evaluation set; default 1000). ``mean`` is the plain mean of ``values``, or with ``logit_centre``
-    the interval's own centre, ``expit`` of the mean logit.
-    Raises ``ValueError`` for an empty input or values outside [0, 1].
-    """
+    """Mean of accuracies ``values`` (0..1) with a Student-t interval on the logit scale, so it stays inside (0, 1).
+    Values are clipped to ``[0.5 / n_eval, 1 - 0.5 / n_eval]`` first (``n_eval``: the evaluation set's size, default
+    1000). ``mean``: the plain mean, or with ``logit_centre`` the interval's centre, ``expit`` of the mean logit.
+    Raises ``ValueError`` for an empty input or values outside [0, 1]."""
     v = np.asarray(values, dtype=float)
     if v.size == 0 or (v < 0).any() or (v > 1).any():
         raise ValueError(f"bounded_interval needs accuracies in [0, 1], got {v.tolist()}")
     eps = 0.5 / (n_eval or 1000)
-    z = spx.logit(np.clip(v, eps, 1 - eps))
-    iv = t_interval(z, confidence)
+    iv = t_interval(spx.logit(np.clip(v, eps, 1 - eps)), confidence)
     centre = float(spx.expit(iv.mean)) if logit_centre else float(v.mean())
     return Interval(centre, float(spx.expit(iv.low)), float(spx.expit(iv.high)), int(v.size))
 
 
 def accuracy_summary(df: pd.DataFrame, by: str = "mode", columns=METRICS, logit_centre: bool = False) -> pd.DataFrame:
-    """Mean and 95% Student-t interval over seeds (:func:`bnstudy.study.inference.t_interval`) of ``columns`` per
-    ``by`` (a long table ``by, metric, mean, ci_low, ci_high, n_seeds``), with :func:`bounded_interval` for the
-    accuracy columns.
-
-    ``logit_centre``: the accuracy rows' ``mean`` is the interval's own centre (``expit`` of the mean logit)
-    instead of the plain mean, so that a table printing "mean [low, high]" pairs matching numbers.
-    """
-    out = pd.DataFrame([dict({by: k}, metric=c, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n)
-                        for k, g in df.groupby(by, sort=False) for c in columns for iv in [t_interval(g[c])]])
+    """Mean and 95% Student-t interval over seeds of ``columns`` per ``by``, a long table ``by, metric, mean, ci_low,
+    ci_high, n_seeds``; the accuracy columns by :func:`bounded_interval` (``logit_centre``: its own centre)."""
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
-    for i, r in out.iterrows():
-        if r["metric"] in ACCURACIES:
-            iv = bounded_interval(df[df[by] == r[by]][r["metric"]], n_eval, logit_centre=logit_centre)
-            out.loc[i, ["mean", "ci_low", "ci_high"]] = [iv.mean, iv.low, iv.high]
-    return out
-
+    ivs = lambda g, c: (bounded_interval(g[c], n_eval, logit_centre=logit_centre) if c in ACCURACIES  # noqa: E731
+                        else t_interval(g[c]))
+    return pd.DataFrame([dict({by: k}, metric=c, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=t_interval(g[c]).n)
+                         for k, g in df.groupby(by, sort=False) for c in columns for iv in [ivs(g, c)]])
 
 
 # --- the main run: finding 2's claims, the checks of the code, the numbers ----------------------------------------
 
-#: The page's identities of the code, as data (:func:`bnstudy.study.inference.ask`, exact checks, stated as checks, not
-#: findings), on the main run's rows (every seed): ``c_weights_unchanged`` (largest weight change == 0, every mode),
-#: ``c_pinned_keep_a`` (pinned modes' task A after == before), ``c_separate_exact`` (``separate_stats``' old logits
-#: change == 0), ``c_separate_matches_b`` (``separate_stats`` == ``train_mode`` on task B), ``c_pinned_equal_b``
-#: (``all_eval`` == ``backbone_eval`` on task B).
+#: The identities of the code (exact checks, stated as checks, not findings), on every seed of the main run: every
+#: weight unchanged, the pinned modes' task A after == before, ``separate_stats``' old logits unchanged and its task B
+#: == ``train_mode``'s, ``all_eval`` == ``backbone_eval`` on task B.
 CHECKS = (
     Question("c_weights_unchanged", value="max_param_change", table="rows", exact=0.0),
     Question("c_pinned_keep_a", value="task_a_kept", at=dict(mode=PINNED), table="rows", exact=0.0),
@@ -222,32 +182,24 @@ def _main_parts(df: pd.DataFrame):
 
 
 def claims(df: pd.DataFrame) -> pd.DataFrame:
-    """Chapter 1's main-run claims table (all four modes needed; raises ``ValueError`` if one is missing).
-
-    Finding 2, one family of 2 (``family`` ``"f2"``): ``task_a_chance`` (task A after ``train_mode`` minus chance,
-    equivalence margin ``(CHANCE_FACTOR - 1) * chance``: "about chance" is "equivalent within ±margin") and
-    ``task_a_change`` (after - before); then :data:`CHECKS` (``family`` ``"checks"``)."""
+    """The main run's claims table (all four modes needed, else ``ValueError``): finding 2, family ``f2``
+    (``task_a_chance``: task A after ``train_mode`` minus chance, "about chance" as equivalence within ``(CHANCE_FACTOR
+    - 1) * chance``; ``task_a_change``: after - before), then :data:`CHECKS` (family ``checks``)."""
     chance, limit, after, change = _main_parts(df)
-    f2 = Family(2)
     return pd.concat([
-        _decided("f2", [decide(after - chance, "task_a_chance", margin=limit - chance, family=f2, higher=ABOVE_CHANCE,
-                               lower=BELOW_CHANCE),
-                        decide(change, "task_a_change", family=f2, higher=A_HIGHER, lower=A_LOWER)]),
+        _decided("f2", [("task_a_chance", after - chance, CHANCE_WORDS, limit - chance),
+                        ("task_a_change", change, A_WORDS, None)]),
         _asked("checks", dict(rows=df.assign(task_a_kept=df["task_a_after"] - df["task_a_before"])), CHECKS),
     ], ignore_index=True)
 
 
 def findings(df: pd.DataFrame) -> pd.DataFrame:
-    """Chapter 1's main-run numbers table (accuracies are fractions 0..1; all four modes needed, else
-    ``ValueError``); intervals printed inside [-1, 1], the summary's as they are.
-
-    Per metric of :data:`METRICS` and mode (``<metric>_<mode>``): mean and 95% interval over seeds (accuracies:
-    :func:`bounded_interval`). ``task_a_after_tm_<seed>`` (``train_mode``; with ``_min`` / ``_max``), its
-    ``_median``, bounded interval ``_ci`` and ``_logit_centre`` (``expit`` of the mean logit, the centre of the
-    ``_ci`` interval, whose mean is the plain mean); ``task_a_change_<seed>`` (after - before); ``n_near_chance``
-    seeds at most ``chance_limit``; ``task_a_above_chance_p``, the one-sided t test of task A after ``train_mode``
-    above chance; ``gap_b_<pinned mode>``: paired ``task_b(train_mode) - task_b(pinned)`` (95% interval; the main
-    run's test is among the exploratory ones, :func:`exploratory_tests`); ``f2_m``: finding 2's family size."""
+    """The main run's numbers table (all four modes needed, else ``ValueError``; intervals printed inside [-1, 1],
+    the summary's as they are): ``<metric>_<mode>`` (mean and 95% interval, accuracies :func:`bounded_interval`);
+    per seed ``task_a_after_tm_<seed>`` (``train_mode``) with its ``_median``, bounded interval ``_ci`` and
+    ``_logit_centre``, and ``task_a_change_<seed>``; ``n_near_chance`` seeds at most ``chance_limit``;
+    ``task_a_above_chance_p`` (one-sided t test); ``gap_b_<pinned mode>`` (paired task B ``train_mode`` minus it);
+    ``f2_m``, finding 2's family size."""
     chance, limit, after, change = _main_parts(df)
     m = float(df["momentum"].iloc[0])
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
@@ -269,8 +221,8 @@ def findings(df: pd.DataFrame) -> pd.DataFrame:
 # --- the drift figure: the weight left on task A's running_mean against (1 - m)^t ----------------------------------
 
 def noise_floor(drift: pd.DataFrame, momentum: float, steps: int) -> pd.Series:
-    """Per layer, the RMS of the measured weight at recorded steps where the prediction ``(1 - m)^t`` is below 1e-4
-    (the moving average's own noise). Raises ``ValueError`` if no recorded step up to ``steps`` has one."""
+    """Per layer, the RMS of the measured weight at recorded steps where ``(1 - m)^t`` is below 1e-4 (the moving
+    average's own noise). Raises ``ValueError`` if no recorded step up to ``steps`` has one."""
     fs = floor_steps(momentum, steps)
     if not fs:
         raise ValueError(f"no recorded step up to steps={steps} has (1 - momentum)^t < {FLOOR_WEIGHT}")
@@ -278,25 +230,16 @@ def noise_floor(drift: pd.DataFrame, momentum: float, steps: int) -> pd.Series:
 
 
 def drift_findings(drift: pd.DataFrame, momentum: float, steps: int) -> pd.DataFrame:
-    """The drift figure's numbers table from :func:`drift_table`'s output (raises ``ValueError`` as
-    :func:`noise_floor`).
-
-    ``floor_<layer>`` (:func:`noise_floor`), at steps ``floor_first_step`` .. ``floor_last_step``; ``last_step``: the
-    last recorded step whose prediction is above every layer's floor. ``weight_12_<layer>`` / ``weight_last_<layer>``:
-    the mean over seeds at step 12 / ``last_step``, with 95% Student-t bounds ``weight_12_low_<layer>`` /
-    ``_high_<layer>`` (each with ``_min`` / ``_max`` over layers); ``theory_12`` / ``theory_last``: ``(1 - m)^t``;
-    ``excess_12_<layer>``: mean weight minus ``(1 - m)^12``. The agreement with ``(1 - m)^t`` is a check of the
-    moving average's definition, but the measured weight is a statistical comparison: it depends on the projected
-    batch means being unbiased and on the estimated target mean (an error there biases it upward)."""
+    """The drift figure's numbers table from :func:`drift_table`'s output (raises as :func:`noise_floor`):
+    ``floor_<layer>`` at steps ``floor_first_step`` .. ``floor_last_step``; ``last_step``, the last recorded step whose
+    prediction is above every floor; ``weight_12[_low|_high]_<layer>`` / ``weight_last...``: mean over seeds and 95%
+    bounds at step 12 / ``last_step``; ``theory_12`` / ``theory_last``: ``(1 - m)^t``; ``excess_12_<layer>``: mean
+    weight minus ``(1 - m)^12`` (a statistical comparison: it depends on the estimated target mean)."""
     floor = noise_floor(drift, momentum, steps)
     fs = floor_steps(momentum, steps)
     last = max(s for s in sorted(drift.step.unique()) if (1 - momentum) ** s > floor.max())
-
-    def at(t, name):
-        ivs = {layer: t_interval(g["weight"]) for layer, g in drift[drift.step == t].groupby("layer")}
-        return {f"{name}{a}": _series(pd.Series({k: getattr(iv, s) for k, iv in ivs.items()}))
-                for a, s in (("", "mean"), ("_low", "low"), ("_high", "high"))}
-
+    at = lambda t, name: _bands(name, {layer: t_interval(g["weight"])  # noqa: E731
+                                       for layer, g in drift[drift.step == t].groupby("layer")})
     w12 = at(12, "weight_12")
     return numbers_table(dict(
         floor=_series(floor), floor_first_step=min(fs), floor_last_step=max(fs), **w12, theory_12=(1 - momentum) ** 12,
@@ -307,6 +250,11 @@ def drift_findings(drift: pd.DataFrame, momentum: float, steps: int) -> pd.DataF
 
 # --- the head sweep's analysis: chosen learning rates, paired gaps, finding 3's tests (issue 10) -------------------
 
+def _tuning_rows(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The tuning seeds' validation rows of the trained heads (what the learning rates are chosen on)."""
+    return sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["optimizer"] != "reference")]
+
+
 def primary_reference(sweep: pd.DataFrame) -> pd.DataFrame:
     """``sweep`` with only the primary reference fit (``REF_VARIANTS[0]``) among the reference rows."""
     l2, n = REF_VARIANTS[0]
@@ -316,8 +264,8 @@ def primary_reference(sweep: pd.DataFrame) -> pd.DataFrame:
 
 
 def gap_table(chosen: pd.DataFrame, step: int) -> pd.DataFrame:
-    """Tidy paired gaps ``seed, role, optimizer, gap`` (``batch_stats - pinned`` test accuracy) at ``step``
-    (the reference at its own single step)."""
+    """Tidy paired gaps ``seed, role, optimizer, gap`` (``batch_stats - pinned`` test accuracy) at ``step`` (the
+    reference at its own single step)."""
     recs = []
     for (role, o), g in chosen.groupby(["role", "optimizer"]):
         st = step if o != "reference" else g["step"].min()
@@ -327,13 +275,10 @@ def gap_table(chosen: pd.DataFrame, step: int) -> pd.DataFrame:
 
 
 def choose_lrs(sweep: pd.DataFrame, step: int) -> dict:
-    """Learning rate per ``(optimizer, path)``: the best mean *validation* accuracy over the tuning seeds at ``step``.
-
-    Only rows with ``role == "tune"`` and ``split == "validation"`` are read (never a test set, never a
-    reported seed). Ties go to the smaller learning rate. Raises ``ValueError`` if none are present.
-    """
-    t = sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["step"] == step)
-              & (sweep["optimizer"] != "reference")]
+    """Learning rate per ``(optimizer, path)``: the best mean *validation* accuracy over the tuning seeds at ``step``
+    (never a test set, never a reported seed; ties to the smaller rate). Raises ``ValueError`` if there are none."""
+    t = _tuning_rows(sweep)
+    t = t[t["step"] == step]
     if t.empty:
         raise ValueError(f"choose_lrs: no tuning-seed validation rows at step {step}")
     mean = t.groupby(["optimizer", "path", "lr"])["accuracy"].mean().reset_index()
@@ -342,8 +287,8 @@ def choose_lrs(sweep: pd.DataFrame, step: int) -> dict:
 
 
 def chosen_table(sweep: pd.DataFrame, lrs: dict) -> pd.DataFrame:
-    """Test-set rows of the chosen heads (and the primary reference), reported and confirmation seeds:
-    ``seed, role, path, optimizer, lr, step, accuracy``."""
+    """Test-set rows of the chosen heads (and the primary reference), reported and confirmation seeds: ``seed, role,
+    path, optimizer, lr, step, accuracy``."""
     t = primary_reference(sweep)
     t = t[(t["split"] == "test") & (t["role"] != "tune")]
     keep = t.apply(lambda r: r["optimizer"] == "reference" or lrs.get((r["optimizer"], r["path"])) == r["lr"], axis=1)
@@ -351,24 +296,21 @@ def chosen_table(sweep: pd.DataFrame, lrs: dict) -> pd.DataFrame:
 
 
 def lr_table(sweep: pd.DataFrame, step: int | None = None) -> pd.DataFrame:
-    """What was tried: validation accuracy per tuning seed, ``seed, path, optimizer, lr, step, accuracy``
-    (at ``step``, or at every checkpoint when ``None``)."""
-    t = sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["optimizer"] != "reference")]
-    if step is not None:
-        t = t[t["step"] == step]
+    """What was tried: validation accuracy per tuning seed, ``seed, path, optimizer, lr, step, accuracy`` (at
+    ``step``, or at every checkpoint when ``None``)."""
+    t = _tuning_rows(sweep)
+    t = t if step is None else t[t["step"] == step]
     return t[["seed", "path", "optimizer", "lr", "step", "accuracy"]].reset_index(drop=True)
 
 
 def lr_choice_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The learning rate :func:`choose_lrs` picks when selecting at each checkpoint: ``optimizer, path, step,
-    lr, position`` (``position``: ``lowest`` / ``highest`` of the grid, or ``interior``)."""
-    t = sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["optimizer"] != "reference")]
+    """The rate :func:`choose_lrs` picks at each checkpoint: ``optimizer, path, step, lr, position`` (``lowest`` /
+    ``highest`` of the grid, or ``interior``)."""
+    t = _tuning_rows(sweep)
     grid = t.groupby("optimizer")["lr"].agg(["min", "max"])
-    recs = []
-    for step in sorted(t["step"].unique()):
-        for (o, p), lr in choose_lrs(sweep, step).items():
-            pos = "lowest" if lr == grid.loc[o, "min"] else "highest" if lr == grid.loc[o, "max"] else "interior"
-            recs.append(dict(optimizer=o, path=p, step=int(step), lr=lr, position=pos))
+    recs = [dict(optimizer=o, path=p, step=int(step), lr=lr, position="lowest" if lr == grid.loc[o, "min"] else
+                 "highest" if lr == grid.loc[o, "max"] else "interior")
+            for step in sorted(t["step"].unique()) for (o, p), lr in choose_lrs(sweep, step).items()]
     return pd.DataFrame(recs, columns=["optimizer", "path", "step", "lr", "position"])
 
 
@@ -376,7 +318,6 @@ def _path_gap(t: pd.DataFrame, optimizer: str, roles, step: int) -> pd.Series:
     s = t[(t["optimizer"] == optimizer) & (t["role"].isin(roles)) & (t["step"] == step)]
     piv = s.pivot(index="seed", columns="path", values="accuracy")
     return piv["batch_stats"] - piv["pinned"]
-
 
 
 def _checkpoints(sweep: pd.DataFrame, main_step: int, optimizers=None) -> list:
@@ -387,17 +328,21 @@ def _checkpoints(sweep: pd.DataFrame, main_step: int, optimizers=None) -> list:
     return steps
 
 
-#: Finding 3's exploratory tests, as data, one family (:func:`exploratory_tests`): the main run's ``train_mode -
-#: backbone_eval`` (table ``main``, when given), then per optimizer (learning rate chosen at the main step) and
-#: checkpoint the pooled reported + confirmation seeds' gap ``batch_stats - pinned`` (table ``chosen``).
+def _chosen(sweep: pd.DataFrame, main_step: int):
+    """The rates chosen at ``main_step``, the chosen heads' table, and the plain optimizers run on both paths."""
+    lrs = choose_lrs(sweep, main_step)
+    return lrs, chosen_table(sweep, lrs), [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+
+
+#: Finding 3's exploratory tests, one family (:func:`exploratory_tests`): the main run's ``train_mode -
+#: backbone_eval`` (table ``main``, when given), then per optimizer and checkpoint the pooled seeds' gap.
 EXPLORE = (
     Question("explore_main", "train_mode", "backbone_eval", value="task_b", by="mode", table="main", words=TRAIN),
     Question("explore_{optimizer}_{step}", "batch_stats", "pinned", by="path", each=("optimizer", "step"),
              at=dict(role=POOLED), table="chosen", words=TRAIN),
 )
-#: The reference test on the pooled seeds (``primary``, the pre-specified one) and on the seeds the quick profile had
-#: not shown (``unseen``), each a family of one, at :data:`PRIMARY_MARGIN` (tables ``reference`` / ``unseen``);
-#: its sensitivity fits, one family (``sens_l2_<l2>_n<n_fit>``, table ``fits``).
+#: The reference test on the pooled seeds (``primary``, pre-specified) and on those the quick profile had not shown
+#: (``unseen``), each a family of one; its sensitivity fits, one family (``sens_l2_<l2>_n<n_fit>``).
 PRIMARY = Question("primary", "batch_stats", "pinned", by="path", table="reference", margin=PRIMARY_MARGIN, words=TRAIN)
 UNSEEN = Question("unseen", "batch_stats", "pinned", by="path", table="unseen", margin=PRIMARY_MARGIN, words=TRAIN)
 SENSITIVITY = Question("sens_{fit}", "batch_stats", "pinned", by="path", each=("fit",), table="fits",
@@ -405,10 +350,8 @@ SENSITIVITY = Question("sens_{fit}", "batch_stats", "pinned", by="path", each=("
 
 
 def _explore(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None):
-    """:func:`exploratory_tests`' table and its claims table (one family, keys ``explore_<test>``)."""
-    lrs = choose_lrs(sweep, main_step)
-    t = chosen_table(sweep, lrs)
-    opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+    """:func:`exploratory_tests`' table and its claims table (keys ``explore_<test>``)."""
+    lrs, t, opts = _chosen(sweep, main_step)
     rows = [] if main is None else [dict(key="explore_main", test="main", optimizer=str(main["optimizer"].iloc[0]),
                                          lr=float(main["lr"].iloc[0]),
                                          step=int(main["steps"].iloc[0]) if "steps" in main.columns else main_step)]
@@ -418,19 +361,13 @@ def _explore(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = No
                  for s in sorted(t[t["optimizer"] == o]["step"].unique())]
     claims = _asked("explore", dict(main=main, chosen=t[t["optimizer"].isin(opts)]),
                     EXPLORE if main is not None else EXPLORE[1:])
-    cols = ["test", "optimizer", "lr", "step", "n", "mean", "ci_low", "ci_high", "confidence", "p", "p_holm", "verdict"]
-    return _with_claims(rows, claims).reindex(columns=cols), claims
+    return _with_claims(rows, claims, ["test", "optimizer", "lr", "step", *_SHOWN]), claims
 
 
 def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every test of finding 3 other than the primary one, as one family (:data:`EXPLORE`).
-
-    Rows: the main run (``main``'s ``train_mode - backbone_eval``, its seeds), then per optimizer (learning
-    rate chosen at ``main_step``) and checkpoint the pooled reported + confirmation seeds' gap. Columns
-    ``test, optimizer, lr, step, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict``: the family's
-    Bonferroni interval (``confidence`` = 1 - 0.05/m), the two-sided t test of a zero gap and its Holm-adjusted
-    p-value over the rows, and the verdict (no margin: the trained heads' tests have none).
-    """
+    """Every test of finding 3 but the primary one, one family (:data:`EXPLORE`): the main run (``main``), then per
+    optimizer (rate chosen at ``main_step``) and checkpoint the pooled seeds' gap. Columns ``test, optimizer, lr,
+    step, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (Bonferroni interval, t test, Holm, no margin)."""
     return _explore(sweep, main_step, main)[0]
 
 
@@ -439,7 +376,7 @@ def _sens_key(l2: float, n_fit: int) -> str:
 
 
 def _sensitivity(sweep: pd.DataFrame):
-    """:func:`reference_sensitivity`'s table and its claims table (one family, keys ``sens_l2_<l2>_n<n_fit>``)."""
+    """:func:`reference_sensitivity`'s table and its claims table (keys ``sens_l2_<l2>_n<n_fit>``)."""
     t = sweep[(sweep["optimizer"] == "reference") & (sweep["split"] == "test") & sweep["role"].isin(POOLED)]
     t = t.assign(fit=[_sens_key(l2, n).removeprefix("sens_") for l2, n in zip(t["l2"], t["n_fit"])])
     rows = []
@@ -448,22 +385,18 @@ def _sensitivity(sweep: pd.DataFrame):
         rows.append(dict(key=_sens_key(l2, n), l2=float(l2), n_fit=int(n), acc_batch_stats=float(piv["batch_stats"].mean()),
                          acc_pinned=float(piv["pinned"].mean())))
     claims = _asked("sens", dict(fits=t), [SENSITIVITY])
-    cols = ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", "mean", "ci_low", "ci_high", "confidence", "p",
-            "p_holm", "verdict"]
-    return _with_claims(rows, claims).reindex(columns=cols), claims
+    return _with_claims(rows, claims, ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", *_SHOWN[1:]]), claims
 
 
 def reference_sensitivity(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The reference gap for every ``(l2, n_fit)`` fit, pooled reported + confirmation seeds, the fits one family
-    (:data:`SENSITIVITY`; margin :data:`PRIMARY_MARGIN`): ``key, l2, n_fit, n, acc_batch_stats, acc_pinned, mean,
-    ci_low, ci_high, confidence, p, p_holm, verdict`` (the interval is the family's)."""
+    """The reference gap for every ``(l2, n_fit)`` fit, pooled seeds, the fits one family (:data:`SENSITIVITY`):
+    ``key, l2, n_fit, n, acc_batch_stats, acc_pinned, mean, ci_low, ci_high, confidence, p, p_holm, verdict``."""
     return _sensitivity(sweep)[0]
 
 
 def _reference(sweep: pd.DataFrame, main_step: int):
-    """The chosen learning rates, the chosen heads' table, the primary reference's step and its pooled rows."""
-    lrs = choose_lrs(sweep, main_step)
-    t = chosen_table(sweep, lrs)
+    """The chosen rates, the chosen heads' table, the primary reference's step and its pooled rows."""
+    lrs, t, _ = _chosen(sweep, main_step)
     ref = t[t["optimizer"] == "reference"]
     if ref.empty:
         raise ValueError("optimizer_findings needs the primary reference's rows (optimizer='reference')")
@@ -473,40 +406,28 @@ def _reference(sweep: pd.DataFrame, main_step: int):
 
 def optimizer_claims(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None,
                      seen_seeds=QUICK_SEEN_SEEDS) -> pd.DataFrame:
-    """Finding 3's claims table (every gap ``train_mode - backbone_eval``, on the sweep's paths ``batch_stats -
-    pinned``), its families (column ``family``):
-
-    ``primary``: the primary (pre-specified) test (:data:`PRIMARY`, the reference's paired gap at its step over all
-    reported and confirmation seeds, one comparison); ``unseen``: the same test on the seeds not in ``seen_seeds``
-    (the quick profile's, seen before the design was fixed); ``explore``: every row of :func:`exploratory_tests`
-    (keys ``explore_main``, ``explore_<optimizer>_<step>``); ``sens``: the reference's sensitivity fits
-    (:func:`reference_sensitivity`); ``gain``: per ``<optimizer>_<path>`` (key ``gain_<optimizer>_<path>``) the
-    paired gain from the second-to-last to the last checkpoint (pooled seeds); ``explore_at_main``: the rows of
-    ``explore`` at ``main_step`` under the keys ``explore_at_main_<optimizer>`` (the same claims and adjusted
-    p-values, for the prose). Raises ``ValueError`` if ``main_step`` is not a checkpoint, fewer than two checkpoints
-    exist, or the sweep has no primary reference rows."""
+    """Finding 3's claims table, families: ``primary`` (:data:`PRIMARY`), ``unseen`` (the same on the seeds not in
+    ``seen_seeds``), ``explore`` (:func:`exploratory_tests`), ``sens`` (:func:`reference_sensitivity`), ``gain`` (per
+    ``gain_<optimizer>_<path>`` the paired gain from the second-to-last to the last checkpoint, pooled seeds) and
+    ``explore_at_main`` (``explore``'s rows at ``main_step`` as ``explore_at_main_<optimizer>``). Raises
+    ``ValueError`` if ``main_step`` is not one of >= 2 checkpoints or the sweep has no primary reference rows."""
     steps = _checkpoints(sweep, main_step)
     lrs, t, _, ref = _reference(sweep, main_step)
     _, explore = _explore(sweep, main_step, main)
-    opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
     pooled = t[t["role"].isin(POOLED)]
-    gains = {}
-    for o in opts:
+    gains = []
+    for o in [o for o in ("sgd", "adam") if (o, "pinned") in lrs]:
         for p in PATHS:
-            s = pooled[(pooled["optimizer"] == o) & (pooled["path"] == p)]
-            piv = s.pivot(index="seed", columns="step", values="accuracy")
-            gains[f"{o}_{p}"] = piv[steps[-1]] - piv[steps[-2]]
-    gain_family = Family(max(len(gains), 1))
-    at_main = explore[explore["key"].isin([f"explore_{o}_{main_step}" for o in opts])].assign(
+            piv = pooled[(pooled["optimizer"] == o) & (pooled["path"] == p)].pivot(index="seed", columns="step",
+                                                                                 values="accuracy")
+            gains.append((f"gain_{o}_{p}", piv[steps[-1]] - piv[steps[-2]], LAST_WORDS, None))
+    at_main = explore[explore["key"].str.fullmatch(rf"explore_(sgd|adam)_{main_step}")].assign(
         family="explore_at_main", key=lambda c: c["key"].str.replace(f"_{main_step}", "", regex=False).str.replace(
             "explore_", "explore_at_main_", regex=False))
     return pd.concat([
         _asked("primary", dict(reference=ref), [PRIMARY]),
         _asked("unseen", dict(unseen=ref[~ref["seed"].isin(list(seen_seeds))]), [UNSEEN]),
-        explore, _sensitivity(sweep)[1],
-        _decided("gain", [decide(d, f"gain_{k}", family=gain_family, higher=LAST_HIGHER, lower=LAST_LOWER)
-                          for k, d in gains.items()]),
-        at_main], ignore_index=True)
+        explore, _sensitivity(sweep)[1], _decided("gain", gains), at_main], ignore_index=True)
 
 
 def _unseen_text(c, n_unseen: int, n_all: int, iv90: Interval) -> str:
@@ -520,60 +441,39 @@ def _unseen_text(c, n_unseen: int, n_all: int, iv90: Interval) -> str:
 
 
 def _unseen_short(c, n_unseen: int) -> str:
-    """The unseen seeds' verdict (claim ``c``) as a clause."""
     if c.verdict == "too few seeds":
         return "no confirmatory verdict in this profile (its seeds are all among those the design was fixed on)"
     return f"{c.verdict} on the {n_unseen} seeds the quick profile had not shown when the test was designed"
 
 
-def _trained_reading(counts: dict) -> str:
-    """The exploratory tests' counts (:func:`bnstudy.study.inference.count_verdicts`: a direction where Holm's adjusted p
-    is below 0.05, else the printed verdict) in words: how many show train mode higher, and how many lower where any
-    do."""
+def _count_reading(counts: dict, subject: str = "train mode", mid: str = "", sep: str = ", lower in") -> str:
+    """Counts of :func:`bnstudy.study.inference.count_verdicts` (Holm) in words: ``"<subject> higher<mid> in k of n tests"``."""
     n, k, j = counts["m"], counts["higher"], counts["lower"]
     if n and k == n:
-        return f"train mode higher in all {n} tests"
+        return f"{subject} higher{mid} in all {n} tests"
     if n and j == n:
-        return f"train mode lower in all {n} tests"
-    return f"train mode higher in {k} of {n} tests" + (f", lower in {j}" if j else "")
+        return f"{subject} lower{mid} in all {n} tests"
+    return f"{subject} higher{mid} in {k} of {n} tests" + (f"{sep} {j}" if j else "")
 
 
 def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None, main: pd.DataFrame | None = None,
                        seen_seeds=QUICK_SEEN_SEEDS, claims: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Finding 3's numbers table from :func:`run_head_sweep`'s table (accuracies 0..1; intervals printed inside
-    [-1, 1]); ``claims``: :func:`optimizer_claims` of the same arguments if already computed.
-
-    ``primary`` (95% interval) and ``primary_ci90`` (90%, the TOST's at one comparison; the TOST p is the claim's
-    ``p_equivalence``, ``primary_p_tost_text`` its :func:`p_text`), ``margin``; ``ref_sets_<report|confirm>``: the
-    reference gap per seed set (95% interval; ``ref_sets_kind_<set>`` says with how many seeds). ``n_explore`` tests,
-    ``n_explore_resolved`` of them with a Holm-adjusted p below 0.05, ``trained_n_higher`` with ``train_mode``
-    higher, ``trained_reading`` that count in words, ``explore_confidence`` the family intervals' confidence,
-    ``trained_min`` / ``trained_max``: smallest / largest mean gap of the tuned-optimizer rows. ``lr_<optimizer>_
-    <path>`` chosen at ``main_step``, ``lr_position_...`` there (``interior`` / ``lowest`` / ``highest`` in the grid),
-    ``lr_changes_...``: ``"yes"`` when selecting at another checkpoint picks another rate. ``acc_<optimizer>_<path>``:
-    mean test accuracy, pooled seeds (``reference`` too). ``gain_m`` / ``gain_confidence``: the gains' family.
-    ``sens_min`` / ``sens_max``: the smallest and largest mean gap over the ``sens_n`` sensitivity fits;
-    ``sens_n_agree`` fits with the primary verdict, ``sens_dissent`` the others in words (``"none"``).
-    ``unseen_ci90``, ``seen_n`` seeds seen, ``unseen_p_tost_text``; ``unseen_text`` / ``unseen_short``: that result as
-    a sentence / a clause, or a sentence saying it is not available in this profile (never a NaN).
-    ``reference_converged``: every fit's gradient max-norm below 1e-5. ``engine_check``: largest |sweep - engine| test
-    accuracy at the main run's optimizer and lr (NaN when its lr is not in the grid)."""
+    """Finding 3's numbers table (accuracies 0..1, intervals printed inside [-1, 1]; ``claims``: :func:`optimizer_claims`
+    if already computed): the reference gap (``primary``, its 90% ``primary_ci90``, per seed set ``ref_sets_<set>``,
+    on the unseen seeds), the exploratory tests' counts (Holm) and range, the chosen rates (``lr_``, ``lr_position_``,
+    ``lr_changes_``), accuracies (``acc_``), the sensitivity fits' agreement, ``reference_converged`` (every gradient
+    max-norm < 1e-5) and ``engine_check`` (largest |sweep - main run| task B at the main run's settings; NaN if absent)."""
     steps = _checkpoints(sweep, main_step)
     claims = optimizer_claims(sweep, main_step, main, seen_seeds) if claims is None else claims
     lrs, t, ref_step, _ = _reference(sweep, main_step)
     g = _path_gap(t, "reference", POOLED, ref_step)
-    sets, kinds = {}, {}
-    for role in POOLED:
-        if (t[t["optimizer"] == "reference"]["role"] == role).any():
-            v = _path_gap(t, "reference", (role,), ref_step)
-            sets[role], kinds[role] = t_interval(v), f"95% interval over {len(v)} seeds"
+    refs = t[t["optimizer"] == "reference"]["role"]
+    sets = {role: _path_gap(t, "reference", (role,), ref_step) for role in POOLED if (refs == role).any()}
     opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
     pooled = t[t["role"].isin(POOLED)]
-    acc = {}
-    for o in opts + ["reference"]:
-        for p in PATHS:
-            s = pooled[(pooled["optimizer"] == o) & (pooled["path"] == p)]
-            acc[f"{o}_{p}"] = float(s[s["step"] == (ref_step if o == "reference" else main_step)]["accuracy"].mean())
+    acc = {f"{o}_{p}": float(pooled[(pooled["optimizer"] == o) & (pooled["path"] == p) & (
+        pooled["step"] == (ref_step if o == "reference" else main_step))]["accuracy"].mean())
+        for o in opts + ["reference"] for p in PATHS}
     choice = lr_choice_table(sweep)
     at_main = choice[choice["step"] == main_step].set_index(["optimizer", "path"])
     sens = _sensitivity(sweep)[0]
@@ -583,120 +483,83 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         o, lr = str(main["optimizer"].iloc[0]), float(main["lr"].iloc[0])
         s = sweep[(sweep["role"] == "report") & (sweep["split"] == "test") & (sweep["step"] == main_step)
                   & (sweep["optimizer"] == o) & (sweep["lr"] == lr)]
-        if not s.empty:
-            diffs = [abs(float(r["accuracy"]) - float(main[(main["seed"] == r["seed"]) & (main["mode"] == m)]["task_b"].iloc[0]))
-                     for _, r in s.iterrows() for m in PATHS[r["path"]] if r["seed"] in set(main["seed"])]
-            check = max(diffs) if diffs else math.nan
-    grads = [] if reference_grads is None else list(reference_grads)
+        diffs = [abs(float(r["accuracy"]) - float(main[(main["seed"] == r["seed"]) & (main["mode"] == m)]["task_b"].iloc[0]))
+                 for _, r in s.iterrows() for m in PATHS[r["path"]] if r["seed"] in set(main["seed"])]
+        check = max(diffs) if diffs else math.nan
     u = g[~g.index.isin(list(seen_seeds))]
     explore, gain = family(claims, "explore"), family(claims, "gain")
     counts = count_verdicts(explore, ALPHA)  # the book's one counts rule: Holm directions, printed kinds otherwise
-    tuned = explore[explore["key"] != "explore_main"]
-    gain_family = Family(max(len(gain), 1))
+    tuned = explore[explore["key"] != "explore_main"]["estimate"]
+    first = lambda c: float(c["confidence"].iloc[0]) if len(c) else math.nan  # noqa: E731
     return numbers_table(dict(
         main_step=int(main_step), last_step=int(steps[-1]), prev_step=int(steps[-2]), margin=PRIMARY_MARGIN,
-        primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA), ref_sets=sets, ref_sets_kind=kinds,
+        primary=t_interval(g), primary_ci90=t_interval(g, 1 - 2 * ALPHA), ref_sets={r: t_interval(v) for r, v in sets.items()},
+        ref_sets_kind={r: f"95% interval over {len(v)} seeds" for r, v in sets.items()},
         n_explore=len(explore), n_explore_resolved=int(counts["higher"] + counts["lower"]),
-        explore_confidence=float(explore["confidence"].iloc[0]) if len(explore) else math.nan,
-        lr={f"{o}_{p}": v for (o, p), v in lrs.items()},
+        explore_confidence=first(explore), lr={f"{o}_{p}": v for (o, p), v in lrs.items()},
         lr_position={f"{o}_{p}": str(r["position"]) for (o, p), r in at_main.iterrows()},
         lr_changes={f"{o}_{p}": "yes" if c["lr"].nunique() > 1 else "no"
                     for (o, p), c in choice.groupby(["optimizer", "path"])},
-        acc=acc, gain_m=gain_family.m, gain_confidence=gain_family.confidence,
+        acc=acc, gain_m=Family(max(len(gain), 1)).m, gain_confidence=Family(max(len(gain), 1)).confidence,
         sens_min=float(sens["mean"].min()), sens_max=float(sens["mean"].max()), sens_n=len(sens),
         sens_n_agree=int((sens["verdict"] == primary.verdict).sum()),
         sens_dissent="; ".join(f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}"
                                for _, r in sens.iterrows() if r["verdict"] != primary.verdict) or "none",
-        sens_confidence=float(sens["confidence"].iloc[0]) if len(sens) else math.nan,
-        primary_p_tost_text=p_text(primary.p_equivalence), unseen_ci90=t_interval(u, 1 - 2 * ALPHA),
-        seen_n=int(len(g) - len(u)), unseen_p_tost_text=p_text(unseen.p_equivalence),
+        sens_confidence=first(sens), primary_p_tost_text=p_text(primary.p_equivalence),
+        unseen_ci90=t_interval(u, 1 - 2 * ALPHA), seen_n=int(len(g) - len(u)),
+        unseen_p_tost_text=p_text(unseen.p_equivalence),
         unseen_text=_unseen_text(unseen, len(u), len(g), t_interval(u, 1 - 2 * ALPHA)),
-        unseen_short=_unseen_short(unseen, len(u)),
-        trained_n_higher=counts["higher"], trained_reading=_trained_reading(counts),
-        trained_min=float(tuned["estimate"].min()) if len(tuned) else math.nan,
-        trained_max=float(tuned["estimate"].max()) if len(tuned) else math.nan,
-        reference_converged=bool(all(g_ < 1e-5 for g_ in grads)), engine_check=float(check),
+        unseen_short=_unseen_short(unseen, len(u)), trained_n_higher=counts["higher"],
+        trained_reading=_count_reading(counts), trained_min=float(tuned.min()) if len(tuned) else math.nan,
+        trained_max=float(tuned.max()) if len(tuned) else math.nan,
+        reference_converged=bool(all(v < 1e-5 for v in ([] if reference_grads is None else list(reference_grads)))),
+        engine_check=float(check),
     ), bounds=lambda key: (-1, 1))
 
 
 # --- the running statistics' change on normalised scales (finding 2) -----------------------------------------------
 
-def _criteria(per_seed: pd.DataFrame, key: str, family: Family) -> list:
-    """Finding 2's two criteria on ``per_seed`` (columns ``mean_shift_sd``, ``log_var_ratio``, one row per seed)
-    as claims ``shift_<key>`` and ``var_<key>``."""
-    return [decide(per_seed["mean_shift_sd"] - MEAN_SHIFT_SD, f"shift_{key}", family=family, higher=SHIFT_ABOVE,
-                   lower=SHIFT_BELOW),
-            decide(per_seed["log_var_ratio"] - math.log(VAR_FACTOR), f"var_{key}", family=family, higher=VAR_ABOVE,
-                   lower=VAR_BELOW)]
-
-
-_BUFFER_COLUMNS = ["mean_shift_sd", "log_var_ratio"]
-
-
-def _check_buffer_rows(buffers: pd.DataFrame, who: str) -> None:
-    """Raises ``ValueError`` for a repeated ``(seed, layer)`` row: the per-seed largest would hide it."""
+def _largest_per_seed(buffers: pd.DataFrame, who: str) -> pd.DataFrame:
+    """Per seed the largest ``mean_shift_sd`` and ``log_var_ratio`` over its rows (layers); a layer's NaN makes its
+    seed's largest NaN (the seed is left out, not judged on fewer layers). Raises ``ValueError`` for an empty table
+    or a repeated ``(seed, layer)`` row (the largest would hide it)."""
+    if buffers.empty:
+        raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
     dup = buffers.duplicated(["seed", "layer"])
     if dup.any():
         raise ValueError(f"{who}: {int(dup.sum())} repeated (seed, layer) rows, e.g. "
                          f"{buffers.loc[dup, ['seed', 'layer']].iloc[0].to_dict()}; give each seed's layer once")
-
-
-def _largest_per_seed(buffers: pd.DataFrame) -> pd.DataFrame:
-    """Per seed the largest of :data:`_BUFFER_COLUMNS` over its rows (layers). A layer's missing value (NaN) makes
-    its seed's largest NaN, so the engine leaves that seed out instead of taking the largest over fewer layers."""
-    return buffers.groupby("seed")[_BUFFER_COLUMNS].max(skipna=False)
+    return buffers.groupby("seed")[["mean_shift_sd", "log_var_ratio"]].max(skipna=False)
 
 
 def buffer_claims(buffers: pd.DataFrame) -> pd.DataFrame:
-    """Finding 2's buffer criteria as verdicts (:func:`bnstudy.study.inference.decide` on the per-seed value minus the
-    criterion), one family ``"criteria"`` (2 per layer, and 2 for the most-moved layer): keys ``shift_block_<i>``
-    (largest mean shift - :data:`MEAN_SHIFT_SD`; "above 1 SD" / "below 1 SD") and ``var_block_<i>`` (largest |log
-    variance ratio| - ``log(VAR_FACTOR)``; "above a factor 2" / "below a factor 2"), and ``shift_most`` /
-    ``var_most`` for the most-moved layer (each seed's largest over layers; a layer's NaN leaves its seed out).
-    Raises ``ValueError`` for an empty table or a repeated (seed, layer) row."""
-    if buffers.empty:
-        raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
-    _check_buffer_rows(buffers, "buffer_claims")
-    layers = list(buffers.groupby("layer"))
-    fam = Family(2 * len(layers) + 2)
-    return _decided("criteria", [c for layer, g in layers
-                                 for c in _criteria(_largest_per_seed(g), _slug(layer), fam)]
-                    + _criteria(_largest_per_seed(buffers), "most", fam))
+    """Finding 2's buffer criteria, one family ``criteria``: per layer ``shift_block_<i>`` (largest mean shift -
+    :data:`MEAN_SHIFT_SD`) and ``var_block_<i>`` (largest |log variance ratio| - ``log(VAR_FACTOR)``), and
+    ``shift_most`` / ``var_most`` on each seed's largest over layers. Raises as :func:`_largest_per_seed`."""
+    per_seed = _largest_per_seed(buffers, "buffer_claims")
+    parts = [(_slug(layer), _largest_per_seed(g, "buffer_claims")) for layer, g in buffers.groupby("layer")]
+    return _decided("criteria", [c for key, p in parts + [("most", per_seed)] for c in (
+        (f"shift_{key}", p["mean_shift_sd"] - MEAN_SHIFT_SD, SHIFT_WORDS, None),
+        (f"var_{key}", p["log_var_ratio"] - math.log(VAR_FACTOR), VAR_WORDS, None))])
 
 
 def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, contrast: float | None = None
                     ) -> pd.DataFrame:
-    """How far ``train_mode``'s running statistics moved, on scales that do not depend on the layer's units, a
-    numbers table from :func:`buffer_table` (raises ``ValueError`` for an empty table or a repeated (seed, layer)
-    row; a layer's NaN leaves its seed out of the per-seed values).
-
-    Per seed the largest value over layers and channels: ``mean_shift`` (running_mean change in task A's running
-    standard deviations) and ``log_var`` (``|log(var1 / var0)|``), 95% intervals over seeds; ``var_factor`` =
-    ``exp`` of ``log_var``'s mean (the factor by which the most-changed variance moved); ``mean_shift_min`` /
-    ``log_var_min``: the smallest seed's value. ``mean_shift_by_layer_<layer>`` / ``log_var_by_layer_<layer>``: means
-    over seeds per layer. ``engine_check``: largest relative difference between the sweep's raw changes and the
-    engine's ``drift_mean_l<i>`` / ``drift_var_l<i>`` (NaN without the main table). ``contrast_log_var``:
-    ``ln(contrast^2)``, the log-variance ratio a linear first layer inherits from task B's contrast gain
-    (``contrast`` argument, else the main table's; NaN without). ``m``: the criteria's family (:func:`buffer_claims`).
-    """
-    if buffers.empty:
-        raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
-    _check_buffer_rows(buffers, "buffer_findings")
-    per_seed = _largest_per_seed(buffers)
+    """How far ``train_mode``'s running statistics moved, a numbers table from :func:`buffer_table` (raises as
+    :func:`_largest_per_seed`): per seed the largest ``mean_shift`` (task A's running SDs) and ``log_var``
+    (``|log(var1 / var0)|``), per layer their means; ``engine_check`` (largest relative difference from the engine's
+    raw changes; NaN without ``main``); ``contrast_log_var`` = ``ln(contrast^2)`` (NaN without a contrast)."""
+    per_seed = _largest_per_seed(buffers, "buffer_findings")
     check = math.nan
     if main is not None:
         tm = main[main["mode"] == "train_mode"].set_index("seed")
-        rel = []
-        for _, r in buffers.iterrows():
-            if r["seed"] in tm.index:
-                i = int(r["layer"].split()[-1]) - 1
-                for ours, theirs in (("mean_abs", f"drift_mean_l{i}"), ("var_abs", f"drift_var_l{i}")):
-                    e = float(tm.loc[r["seed"], theirs])
-                    rel.append(abs(float(r[ours]) - e) / max(abs(e), 1e-12))
+        rel = [abs(float(r[ours]) - e) / max(abs(e), 1e-12) for _, r in buffers.iterrows() if r["seed"] in tm.index
+               for ours, theirs in (("mean_abs", "drift_mean_l"), ("var_abs", "drift_var_l"))
+               for e in [float(tm.loc[r["seed"], f"{theirs}{int(r['layer'].split()[-1]) - 1}"])]]
         check = max(rel) if rel else math.nan
+        if contrast is None and "contrast" in main.columns:
+            contrast = float(main["contrast"].iloc[0])
     ls = t_interval(per_seed["log_var_ratio"])
-    if contrast is None and main is not None and "contrast" in main.columns:
-        contrast = float(main["contrast"].iloc[0])
     return numbers_table(dict(
         mean_shift=t_interval(per_seed["mean_shift_sd"]), mean_shift_min=float(per_seed["mean_shift_sd"].min()),
         log_var=ls, log_var_min=float(per_seed["log_var_ratio"].min()), var_factor=float(math.exp(ls.mean)),
@@ -713,7 +576,7 @@ MAIN_GAP = Question("main_gap", "train_mode", "backbone_eval", value="task_b", b
 
 
 def _threads(tc: pd.DataFrame, main: pd.DataFrame | None, main_threads: int):
-    """Per thread count (the main run's, the other) the rows indexed by seed and mode, the gaps per seed, and the
+    """The rows at the main run's and the other thread count (indexed by seed and mode), their gaps per seed, and the
     main run's gap per seed (empty without ``main``)."""
     ths = sorted(tc["threads"].unique())
     if len(ths) != 2 or main_threads not in ths:
@@ -728,10 +591,9 @@ def _threads(tc: pd.DataFrame, main: pd.DataFrame | None, main_threads: int):
 
 
 def thread_claims(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threads: int = 1) -> pd.DataFrame:
-    """The thread check's claims: the main run's gap (:data:`MAIN_GAP`, family ``main_gap``) and the same with the
-    checked seeds' gaps taken from the other thread count (:func:`gap_claim`, no margin, family ``swapped_gap``), which
-    differ when the thread count alone changes the verdict. Raises ``ValueError`` unless there are exactly two thread
-    counts, one of them ``main_threads``."""
+    """The main run's gap (:data:`MAIN_GAP`, family ``main_gap``) and the same with the checked seeds' gaps from the
+    other thread count (family ``swapped_gap``): they differ when the thread count alone changes the verdict. Raises
+    ``ValueError`` unless there are exactly two thread counts, one of them ``main_threads``."""
     _, _, _, gb, mg = _threads(tc, main, main_threads)
     sw = mg.copy()
     for s in gb.index:
@@ -739,25 +601,20 @@ def thread_claims(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threa
             sw[s] = gb[s]
     empty = pd.DataFrame(columns=["seed", "mode", "task_b"])
     return pd.concat([_asked("main_gap", dict(main=empty if main is None else main), [MAIN_GAP]),
-                      _decided("swapped_gap", [gap_claim(sw, "swapped_gap", margin=None)])], ignore_index=True)
+                      _decided("swapped_gap", [("swapped_gap", sw, TRAIN_WORDS, None)])], ignore_index=True)
 
 
 def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threads: int = 1) -> pd.DataFrame:
-    """Run-to-run variation between two torch thread counts (accuracies 0..1), a numbers table from
-    :func:`thread_check`'s table and the main run's table ``main`` (raises as :func:`thread_claims`).
-
-    Only distinct runs count: on task B ``separate_stats`` repeats ``train_mode`` and ``all_eval`` repeats
-    ``backbone_eval`` (checks of the code), so ``n_runs`` is 2 per seed and thread count, and task A after
-    stage 2 is compared for ``train_mode`` only (the other modes keep it exactly). ``n_differ``: distinct runs
-    whose task B differs; ``max_diff_b`` / ``mean_diff_b``: largest and mean |change|; ``max_diff_a``: the
-    same for task A. ``gap_diff_<seed>``: the change of the gap ``train_mode - backbone_eval`` (``<other> -
-    <main>`` threads), ``gap_diff_largest`` its largest size. ``gap_seed_sd``: the main run's standard deviation of
-    that gap over *all* its seeds (NaN without it); ``diff_over_sd`` the ratio."""
+    """Run-to-run variation between two torch thread counts, a numbers table (raises as :func:`thread_claims`). Only
+    distinct runs count (``separate_stats`` repeats ``train_mode`` and ``all_eval`` ``backbone_eval`` on task B;
+    task A after stage 2 changes only in ``train_mode``): ``n_runs``, ``n_differ`` (task B differs), ``max_diff_b`` /
+    ``mean_diff_b`` / ``max_diff_a`` (|change|); ``gap_diff_<seed>``: the change of the gap ``train_mode -
+    backbone_eval`` (other - main threads), ``gap_diff_largest`` its largest size; ``gap_seed_sd``: the main run's SD
+    of that gap over all its seeds (NaN without it), ``diff_over_sd`` the ratio."""
     a, b, ga, gb, mg = _threads(tc, main, main_threads)
     distinct = a.index.get_level_values("mode").isin(["train_mode", "backbone_eval"])
     d_b = (a["task_b"] - b["task_b"]).abs()[distinct]
-    tm = a.index.get_level_values("mode") == "train_mode"
-    d_a = (a["task_a_after"] - b["task_a_after"]).abs()[tm]
+    d_a = (a["task_a_after"] - b["task_a_after"]).abs()[a.index.get_level_values("mode") == "train_mode"]
     sd = float(mg.std(ddof=1)) if len(mg) > 1 else math.nan
     dmax = float((gb - ga).abs().max())
     return numbers_table(dict(
@@ -772,29 +629,13 @@ def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_thr
 def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.DataFrame | None = None,
                 n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES,
                 engine: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The drift check with task B's population mean estimated from many batches (:func:`sweep_drift_table`, both
-    targets needed, else ``ValueError``; a repeated (seed, layer, step, target) row also raises), a numbers table.
-
-    ``last_step``: the last recorded step above the noise floor (:func:`drift_findings`' ``last_step``).
-    ``engine``: the engine's own drift measurement, :func:`drift_table` of the main run (a saved table's rows:
-    the results table keeps no list columns); default: :func:`drift_table` of ``main`` when it has its list
-    columns (``drift_steps``), else not compared (``engine_reproduced`` NaN).
-
-    ``n_batches`` / ``n_batches_engine``: precise-BN batches of the two targets. ``engine_reproduced``: largest
-    |sweep weight on the engine's target - engine's ``drift_weight_l<i>``| over reported seeds, layers and steps
-    (the sweep's ``batch_stats`` path repeats the engine's ``train_mode`` run). ``bias_engine_12_<layer>``: the mean
-    over seeds of (weight on the engine's target - weight on the precise target) at step 12, with 95% bounds
-    ``bias_engine_12_low_<layer>`` / ``_high_<layer>``: the bias the 20-batch target adds. ``remaining_bias``: the
-    largest of those biases times ``n_batches_engine / n_batches`` (the estimation error's squared size, which the
-    bias is proportional to, falls as 1 / batches): the bias expected to be left. ``n_intervals`` / ``n_inside``:
-    (layer, recorded step) pairs with ``1 <= t <= last_step`` and how many of their 95% intervals (Student t over
-    seeds) contain ``(1 - m)^t``. ``residual_max``: the largest |mean residual| (weight - ``(1 - m)^t``) over those
-    pairs, at ``residual_max_layer`` / ``residual_max_step``, and ``halfwidth_max``: the largest 95% half-width among
-    them (the seed-to-seed noise of the measurement). ``misses``: the intervals that do not contain the prediction, in
-    words (layer, step, mean residual and half-width; ``"none"``), ``n_expected_misses``: ``n_intervals * 0.05``, the
-    misses expected by chance at 95%. ``engine_excess_12_<layer>``: mean weight on the engine's target minus
-    ``(1 - m)^12`` at step 12 (the excess ``bias_engine_12`` is a part of), and ``bias_share_12_<layer>`` the ratio.
-    """
+    """The drift check on task B's population mean from ``n_batches`` batches, a numbers table from
+    :func:`~.run.sweep_drift_table` (both targets, each (seed, layer, step, target) once, else ``ValueError``):
+    ``engine_reproduced`` (largest |replay - ``engine``|, :func:`drift_table` of the main run; NaN without),
+    ``bias_engine_12_<layer>`` (weight on the engine's target minus on the precise one at step 12, 95% bounds) and
+    ``remaining_bias`` (its largest times ``n_batches_engine / n_batches``); over (layer, recorded step) up to
+    ``last_step``: ``n_intervals``, ``n_inside`` (95% intervals containing ``(1 - m)^t``), ``misses``,
+    ``n_expected_misses``, ``residual_max`` (where), ``halfwidth_max``; ``engine_excess_12`` and ``bias_share_12``."""
     if not {"engine", "precise"} <= set(drift["target"]):
         raise ValueError(f"drift_check needs targets 'engine' and 'precise', got {sorted(set(drift['target']))}")
     dup = drift.duplicated(["seed", "layer", "step", "target"])
@@ -813,35 +654,31 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
         if len(common):
             rep = float((piv.loc[common, "engine"] - eng.loc[common]).abs().max())
     pr = drift[(drift["target"] == "precise") & (drift["step"] >= 1) & (drift["step"] <= last_step)]
-    n_in, n_iv, best = 0, 0, (0.0, "", 0)
-    half, missed = 0.0, []
-    for (layer, t), g in pr.groupby(["layer", "step"]):
-        iv, th = t_interval(g["weight"]), (1 - momentum) ** t
-        n_iv += 1
-        n_in += int(iv.low <= th <= iv.high)
-        if not iv.low <= th <= iv.high:
-            missed.append(f"{layer} at step {int(t)} (mean residual {iv.mean - th:+.4f}, half-width "
-                          f"{(iv.high - iv.low) / 2:.4f})")
-        half = max(half, (iv.high - iv.low) / 2)
+    cells = [(layer, int(t), iv, (1 - momentum) ** t, (iv.high - iv.low) / 2)
+             for (layer, t), g in pr.groupby(["layer", "step"]) for iv in [t_interval(g["weight"])]]
+    inside = [c for c in cells if c[2].low <= c[3] <= c[2].high]
+    best = (0.0, "", 0)
+    for layer, t, iv, th, _ in cells:
         if abs(iv.mean - th) > best[0]:
-            best = (abs(iv.mean - th), layer, int(t))
+            best = (abs(iv.mean - th), layer, t)
     b12 = pd.Series({l: iv.mean for l, iv in bias.items()})
     exc12 = at12.groupby(level="layer")["engine"].mean() - (1 - momentum) ** 12
     return numbers_table(dict(
         n_batches=int(n_batches), n_batches_engine=int(n_batches_engine), engine_reproduced=rep,
-        bias_engine_12=_series(b12), bias_engine_12_low=_series(pd.Series({l: iv.low for l, iv in bias.items()})),
-        bias_engine_12_high=_series(pd.Series({l: iv.high for l, iv in bias.items()})),
-        remaining_bias=float(b12.abs().max() * n_batches_engine / n_batches), n_intervals=n_iv, n_inside=n_in,
-        residual_max=float(best[0]), residual_max_layer=best[1], residual_max_step=best[2], halfwidth_max=float(half),
-        misses="; ".join(missed) or "none", n_expected_misses=0.05 * n_iv, engine_excess_12=_series(exc12),
-        bias_share_12=_series(b12 / exc12)))
+        **_bands("bias_engine_12", bias),
+        remaining_bias=float(b12.abs().max() * n_batches_engine / n_batches), n_intervals=len(cells),
+        n_inside=len(inside), residual_max=float(best[0]), residual_max_layer=best[1], residual_max_step=best[2],
+        halfwidth_max=float(max([0.0] + [c[4] for c in cells])),
+        misses="; ".join(f"{layer} at step {t} (mean residual {iv.mean - th:+.4f}, half-width {hw:.4f})"
+                         for layer, t, iv, th, hw in cells if (layer, t) not in {c[:2] for c in inside}) or "none",
+        n_expected_misses=0.05 * len(cells), engine_excess_12=_series(exc12), bias_share_12=_series(b12 / exc12)))
 
 
 # --- tuning, budget and feature scale: what explains the trained heads' gap (referee items 6 and 8) ----------------
 
-#: The gap with each path's learning rate chosen on the pooled *test* sets (table ``oracle``, :func:`oracle_gaps`,
-#: robustness only), one family; the standardized heads' gap at the main step (table ``std_main``, margin
-#: :data:`PRIMARY_MARGIN`), one family; the standardized heads' gap at every checkpoint (table ``std``), one family.
+#: Each a family: the gap with each path's rate chosen on the pooled *test* sets (table ``oracle``, robustness only);
+#: the standardized heads' gap at the main step (table ``std_main``, margin :data:`PRIMARY_MARGIN`) and at every
+#: checkpoint (table ``std``).
 ORACLE = Question("oracle_{optimizer}_{step}", "batch_stats", "pinned", by="path", each=("optimizer", "step"),
                   table="oracle", words=TRAIN)
 STD = Question("std_{base}", "batch_stats", "pinned", by="path", each=("base",), table="std_main",
@@ -851,7 +688,7 @@ STD_AT = Question("std_{base}_{step}", "batch_stats", "pinned", by="path", each=
 
 
 def _oracle(sweep: pd.DataFrame):
-    """:func:`oracle_gaps`' table and its claims table (one family, keys ``oracle_<optimizer>_<step>``)."""
+    """:func:`oracle_gaps`' table and its claims table (keys ``oracle_<optimizer>_<step>``)."""
     t = sweep[(sweep["split"] == "test") & sweep["role"].isin(POOLED) & sweep["optimizer"].isin(["sgd", "adam"])]
     rows, chosen = [], []
     for (o, step), g in t.groupby(["optimizer", "step"]):
@@ -861,22 +698,14 @@ def _oracle(sweep: pd.DataFrame):
         chosen += [g[(g["path"] == p) & (g["lr"] == lr)] for p, lr in best.items()]
         rows.append(dict(key=f"oracle_{o}_{int(step)}", optimizer=o, step=int(step), lr_batch_stats=best["batch_stats"],
                          lr_pinned=best["pinned"]))
-    cols = ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", "n", "mean", "ci_low", "ci_high", "confidence",
-            "p", "p_holm", "verdict"]
-    if not rows:
-        return pd.DataFrame(columns=cols), _decided("oracle", [])
-    claims = _asked("oracle", dict(oracle=pd.concat(chosen)), [ORACLE])
-    return _with_claims(rows, claims).reindex(columns=cols), claims
+    claims = _asked("oracle", dict(oracle=pd.concat(chosen)), [ORACLE]) if rows else claims_table([], family="oracle")
+    return _with_claims(rows, claims, ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", *_SHOWN]), claims
 
 
 def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds.
-
-    Uses test data to choose, so it is a robustness check only (it favours each path, the pinned one included),
-    never a test. Per optimizer (``sgd``, ``adam``) and checkpoint: ``key, optimizer, step, lr_batch_stats,
-    lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (paired gap ``batch_stats - pinned``;
-    the rows one family, :data:`ORACLE`: Bonferroni intervals, Holm-adjusted p-values, no margin).
-    """
+    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds (a
+    robustness check, never a test: it favours each path), per optimizer and checkpoint, one family (:data:`ORACLE`):
+    ``key, optimizer, step, lr_batch_stats, lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict``."""
     return _oracle(sweep)[0]
 
 
@@ -884,16 +713,9 @@ def _opt_name(o: str) -> str:
     return "SGD" if o == "sgd" else "Adam"
 
 
-def _narrow_reading(verdicts: dict) -> str:
-    """Per optimizer the verdict on the gap's change with the budget, in words (``"not run"`` without one)."""
-    parts = [f"{_opt_name(o)}: {v}" for o, v in verdicts.items()]
-    return "; ".join(parts) if parts else "not run"
-
-
 def engine_check_text(diff: float, digits: int = 3) -> str:
-    """How the head sweep's heads at the main run's settings compare with the main run's task-B accuracy
-    (``diff``: :func:`optimizer_findings`' ``engine_check``), in words: ``"reproduce it exactly"`` at 0, else
-    ``"differ from it by at most <diff>"``; ``"were not compared with it"`` for NaN."""
+    """The head sweep's heads at the main run's settings against the main run's task-B accuracy (``diff``:
+    :func:`optimizer_findings`' ``engine_check``), in words."""
     if math.isnan(diff):
         return "were not compared with it"
     return "reproduce it exactly" if diff == 0 else f"differ from it by at most {diff:.{digits}g}"
@@ -912,27 +734,20 @@ def _oracle_reading(k: int, n: int) -> str:
 
 
 def std_reading(plain: dict, reductions: pd.DataFrame, n_above: int, n_residual: int) -> str:
-    """The standardized heads' result in words, read from the reductions' verdicts, not from an equivalence.
-
-    ``plain``: per optimizer the plain heads' gap (:class:`~bnstudy.study.inference.Interval`) at the main step;
-    ``reductions``: the claims table of (plain - standardized gap), keys ``reduction_<optimizer>``;
-    ``n_above`` of ``n_residual`` checkpoints where the standardized gap still shows ``train_mode`` higher.
-    "Most of the gap" when every reduction is shown ("smaller with standardized features") and its mean is at
-    least half the plain gap; "part of the gap" when every reduction is shown but not that large; otherwise not
-    shown to shrink. ``"not run"`` without standardized heads.
-    """
+    """The standardized heads' result in words, read from the reductions' verdicts (claims ``reduction_<optimizer>``
+    of plain minus standardized gap), not from an equivalence: "most of the gap" when every reduction is shown and
+    its mean is at least half the plain gap (``plain``: per optimizer an Interval), "part" when shown but smaller,
+    otherwise not shown to shrink; ``n_above`` of ``n_residual`` checkpoints where train mode stays higher."""
     if reductions.empty:
         return "not run"
     opt = lambda k: k.removeprefix("reduction_")  # noqa: E731
     missing = [opt(r.key) for r in reductions.itertuples() if r.verdict != STD_SMALLER]
     if missing:
-        names = " and ".join(_opt_name(o) for o in missing)
-        return (f"standardizing the features is not shown to shrink the gap for {names}: feature "
-                "conditioning is not shown to explain it")
-    most = all(r.estimate >= 0.5 * plain[opt(r.key)].mean for r in reductions.itertuples())
+        return (f"standardizing the features is not shown to shrink the gap for {' and '.join(map(_opt_name, missing))}: "
+                "feature conditioning is not shown to explain it")
     rest = (f"a smaller gap remains, train mode higher at {n_above} of {n_residual} checkpoints" if n_above else
             "what remains is not shown to differ from zero at any checkpoint")
-    if most:
+    if all(r.estimate >= 0.5 * plain[opt(r.key)].mean for r in reductions.itertuples()):
         return ("standardizing the features removes most of the gap on average, but by the reductions' intervals "
                 f"possibly less; {rest}. Feature conditioning, which standardization improves more on the pinned "
                 "path, most likely explains most of the trained heads' gap, not all of it")
@@ -940,81 +755,54 @@ def std_reading(plain: dict, reductions: pd.DataFrame, n_above: int, n_residual:
             "the trained heads' gap")
 
 
-
 def _tuning(sweep: pd.DataFrame, main_step: int):
     steps = _checkpoints(sweep, main_step, ["sgd", "adam"])
-    lrs = choose_lrs(sweep, main_step)
-    t = chosen_table(sweep, lrs)
-    opts = [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+    lrs, t, opts = _chosen(sweep, main_step)
     return steps, lrs, t, opts, [o for o in opts if (o + STD_SUFFIX, "pinned") in lrs]
 
 
 def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
-    """What the trained heads' gap depends on (gaps ``batch_stats - pinned`` = ``train_mode - backbone_eval``, pooled
-    seeds, learning rates chosen on validation at ``main_step``), a claims table of these families:
-
-    ``oracle`` (:func:`oracle_gaps`, robustness only; keys ``oracle_<optimizer>_<step>``) and ``oracle_at_main`` (its
-    rows at ``main_step`` under the keys ``oracle_at_main_<optimizer>``); ``narrow`` (keys ``narrow_<optimizer>``):
-    the paired change of the gap from the first to the last checkpoint (negative: it narrows; "gap smaller at more
-    steps" / "gap larger at more steps"); the standardized heads (``<optimizer>-std``): ``std`` (keys
-    ``std_<optimizer>``, :data:`STD`), ``reduction`` (keys ``reduction_<optimizer>``: paired plain gap -
-    standardized gap, "smaller with standardized features" / "larger ...", a family of the same size) and ``std_at``
-    (keys ``std_<optimizer>_<step>``, :data:`STD_AT`). Raises ``ValueError`` if ``main_step`` is not a checkpoint of
-    at least two."""
+    """What the trained heads' gap (pooled seeds, rates chosen on validation at ``main_step``) depends on, families:
+    ``oracle`` (:func:`oracle_gaps`) and ``oracle_at_main`` (its rows at ``main_step``, ``oracle_at_main_<optimizer>``);
+    ``narrow`` (``narrow_<optimizer>``: the gap's change from the first to the last checkpoint); for the standardized
+    heads ``std`` (:data:`STD`), ``reduction`` (``reduction_<optimizer>``: plain gap - standardized gap) and ``std_at``
+    (:data:`STD_AT`). Raises ``ValueError`` if ``main_step`` is not one of >= 2 checkpoints."""
     steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
     _, orc = _oracle(sweep)
     at_main = {f"oracle_{o}_{main_step}": f"oracle_at_main_{o}" for o in ("sgd", "adam")}
-    fam, sfam = Family(max(len(opts), 1)), Family(max(len(std_opts), 1))
-    narrow = [decide(_path_gap(t, o, POOLED, steps[-1]) - _path_gap(t, o, POOLED, steps[0]), f"narrow_{o}", family=fam,
-                     higher=GAP_LARGER, lower=GAP_SMALLER) for o in opts]
-    red = [decide(_path_gap(t, o, POOLED, main_step) - _path_gap(t, o + STD_SUFFIX, POOLED, main_step),
-                  f"reduction_{o}", family=sfam, higher=STD_SMALLER, lower=STD_LARGER) for o in std_opts]
+    gap = lambda o, s: _path_gap(t, o, POOLED, s)  # noqa: E731
     std = t[t["optimizer"].isin([o + STD_SUFFIX for o in std_opts]) & t["role"].isin(POOLED)]
     std = std.assign(base=std["optimizer"].str.removesuffix(STD_SUFFIX))
     return pd.concat([
-        _decided("narrow", narrow), _asked("std", dict(std_main=std[std["step"] == main_step]), [STD]),
-        _decided("reduction", red), _asked("std_at", dict(std=std), [STD_AT]), orc,
+        _decided("narrow", [(f"narrow_{o}", gap(o, steps[-1]) - gap(o, steps[0]), GAP_WORDS, None) for o in opts]),
+        _asked("std", dict(std_main=std[std["step"] == main_step]), [STD]),
+        _decided("reduction", [(f"reduction_{o}", gap(o, main_step) - gap(o + STD_SUFFIX, main_step), STD_WORDS, None)
+                               for o in std_opts]),
+        _asked("std_at", dict(std=std), [STD_AT]), orc,
         orc[orc["key"].isin(list(at_main))].assign(family="oracle_at_main", key=lambda c: c["key"].map(at_main))],
         ignore_index=True)
 
 
 def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The numbers of :func:`tuning_claims`' analysis (accuracies 0..1; intervals printed inside [-1, 1]);
-    ``claims``: :func:`tuning_claims` if already computed.
-
-    *Oracle learning rate*: ``oracle_n`` rows, ``oracle_min`` / ``oracle_max`` of their means, ``oracle_n_above``
-    with ``train_mode`` higher as :func:`bnstudy.study.inference.count_verdicts` counts them (Holm), ``oracle_confidence``
-    (the family intervals'), ``oracle_reading``: what that count means, in words. *Budget*: ``gap_at_<optimizer>_
-    <step>`` (95% interval; ``gap_first_<optimizer>`` / ``gap_last_<optimizer>`` at the first / last checkpoint,
-    ``first_step`` / ``last_step``); ``n_narrows`` optimizers (of ``n_opt``) whose gap is smaller by Holm,
-    ``narrow_reading`` the verdicts in words, ``narrowing_p_holm_text_<optimizer>`` (:func:`p_text` of the Holm p).
-    *Feature scale*: ``std_m`` (the ``std`` / ``reduction`` families' size), ``std_lr_<optimizer>_<path>`` the chosen
-    rates; ``std_gap_at_<optimizer>_<step>`` (the ``std_at`` claims' intervals, at ``std_at_confidence``),
-    ``std_gap_min`` / ``std_gap_max`` of its means, ``std_n`` of them, ``std_n_above`` with ``train_mode`` higher by
-    Holm and ``std_n_positive`` means above 0; ``std_acc_<optimizer>_<path>``: the standardized heads' mean test
-    accuracy at ``main_step``, ``std_gain_<optimizer>_<path>``: paired (standardized - plain) accuracy there (95%
-    interval); ``std_plain_gap_<optimizer>``: the plain heads' gap at ``main_step``; ``std_share_<optimizer>`` /
-    ``std_share_low_<optimizer>``: the reduction's mean / lower bound as a fraction of the plain gap's mean;
-    ``std_reading``: what the standardized heads show, in words (:func:`std_reading`; ``"not run"`` without them)."""
+    """The numbers of :func:`tuning_claims`' analysis (``claims``: it, if already computed; intervals printed inside
+    [-1, 1]): the oracle rows' range and count (Holm), the gap per checkpoint (``gap_at_``, first, last) and its
+    narrowing, the standardized heads' rates, gaps, accuracies and gains (``std_...``), the reduction's share of the
+    plain gap (``std_share[_low]_<optimizer>``) and the readings in words."""
     steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
     claims = tuning_claims(sweep, main_step) if claims is None else claims
     orc, narrow = family(claims, "oracle"), family(claims, "narrow")
     red, std_at_claims = family(claims, "reduction"), family(claims, "std_at")
     orc_above = count_verdicts(orc, ALPHA)["higher"]  # the book's one counts rule, on the claims table
     gap_at = {f"{o}_{s}": t_interval(_path_gap(t, o, POOLED, s)) for o in opts for s in steps}
-    std_lr, std_acc, std_gain = {}, {}, {}
     at = t[t["role"].isin(POOLED) & (t["step"] == main_step)]
-    for o in std_opts:
-        so = o + STD_SUFFIX
-        std_lr.update({f"{o}_{p}": lrs[(so, p)] for p in PATHS})
-        for p in PATHS:
-            acc = lambda name: at[(at["optimizer"] == name) & (at["path"] == p)].set_index("seed")["accuracy"]  # noqa: E731
-            std_acc[f"{o}_{p}"] = float(acc(so).mean())
-            std_gain[f"{o}_{p}"] = t_interval(acc(so) - acc(o))
+    acc = lambda name, p: at[(at["optimizer"] == name) & (at["path"] == p)].set_index("seed")["accuracy"]  # noqa: E731
+    cells = [(f"{o}_{p}", o + STD_SUFFIX, o, p) for o in std_opts for p in PATHS]
     std_at = {r.key.removeprefix("std_"): _interval(r) for r in std_at_claims.itertuples()}
     std_above = count_verdicts(std_at_claims, ALPHA)["higher"] if len(std_at_claims) else 0
     reduction = {r.key.removeprefix("reduction_"): _interval(r) for r in red.itertuples()}
     plain = {o: gap_at[f"{o}_{main_step}"] for o in reduction}
+    share = lambda end: {o: getattr(reduction[o], end) / plain[o].mean if plain[o].mean else math.nan  # noqa: E731
+                         for o in reduction}
     return numbers_table(dict(
         main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]),
         oracle_min=float(orc["estimate"].min()), oracle_max=float(orc["estimate"].max()), oracle_n=len(orc),
@@ -1022,60 +810,50 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | 
         oracle_reading=_oracle_reading(orc_above, len(orc)), gap_at=gap_at,
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
         n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0, n_opt=len(opts),
-        narrow_reading=_narrow_reading({r.key.removeprefix("narrow_"): r.verdict for r in narrow.itertuples()}),
+        narrow_reading="; ".join(f"{_opt_name(r.key.removeprefix('narrow_'))}: {r.verdict}"
+                                 for r in narrow.itertuples()) or "not run",
         narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
-        std_m=Family(max(len(std_opts), 1)).m, std_lr=std_lr,
-        std_reading=std_reading(plain, red, std_above, len(std_at)),
-        std_gap_at=std_at,
+        std_m=Family(max(len(std_opts), 1)).m, std_lr={k: lrs[(so, p)] for k, so, _, p in cells},
+        std_reading=std_reading(plain, red, std_above, len(std_at)), std_gap_at=std_at,
         std_at_confidence=float(std_at_claims["confidence"].iloc[0]) if len(std_at_claims) else math.nan,
         std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
         std_gap_max=float(max((iv.mean for iv in std_at.values()), default=math.nan)),
         std_n_above=std_above, std_n=len(std_at), std_n_positive=sum(iv.mean > 0 for iv in std_at.values()),
-        std_acc=std_acc, std_gain=std_gain,
-        std_share={o: reduction[o].mean / plain[o].mean if plain[o].mean else math.nan for o in reduction},
-        std_share_low={o: reduction[o].low / plain[o].mean if plain[o].mean else math.nan for o in reduction},
-        std_plain_gap=plain,
+        std_acc={k: float(acc(so, p).mean()) for k, so, _, p in cells},
+        std_gain={k: t_interval(acc(so, p) - acc(o, p)) for k, so, o, p in cells},
+        std_share=share("mean"), std_share_low=share("low"), std_plain_gap=plain,
     ), bounds=lambda key: (-1, 1))
 
 
 # --- the page: one claims table, one numbers table (keys prefixed by part), one glue call --------------------------
 
-#: Claims families that are differences of two gaps (a gap's change with the budget, the reduction by
-#: standardizing): they lie in twice the range of one difference of accuracies.
+#: Claims families that are differences of two gaps: printed inside [-2, 2], twice a difference of accuracies.
 DIFFERENCE_OF_GAPS = ("tune_narrow", "tune_reduction")
 
 
 def chapter(parts: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``{part: (claims or None, numbers or None)}`` as one claims table and one numbers table, each key and family
-    prefixed ``<part>_`` (part ``""``: as it is), e.g. ``{"": (claims(df), findings(df)), "opt": (optimizer_claims(...),
-    optimizer_findings(...)), ...}``: the tables :data:`NOTES`, :func:`answer`, :func:`readings` and
-    :func:`seed_article_table` read, and :func:`glue_page` glues (``ch01_opt_primary_verdict``)."""
-    cs, ns = [], []
-    for part, (c, n) in parts.items():
-        pre = f"{part}_" if part else ""
-        if c is not None and len(c):
-            cs.append(c.assign(key=pre + c["key"], family=pre + c["family"]))
-        if n is not None and len(n):
-            ns.append(n.assign(key=pre + n["key"]))
-    return pd.concat(cs, ignore_index=True), pd.concat(ns, ignore_index=True)
+    """``{part: (claims or None, numbers or None)}`` as one claims table and one numbers table, keys and families
+    prefixed ``<part>_`` (part ``""``: as they are): what the sentences read and :func:`glue_page` glues."""
+    pre = lambda part: f"{part}_" if part else ""  # noqa: E731
+    return (pd.concat([c.assign(key=pre(k) + c["key"], family=pre(k) + c["family"])
+                       for k, (c, _) in parts.items() if c is not None and len(c)], ignore_index=True),
+            pd.concat([n.assign(key=pre(k) + n["key"]) for k, (_, n) in parts.items() if n is not None and len(n)],
+                      ignore_index=True))
 
 
 def _printed(claims: pd.DataFrame) -> pd.DataFrame:
-    """The claims with interval ends cut to what each quantity allows, for printing: a difference of accuracies to
-    [-1, 1], a difference of two gaps (:data:`DIFFERENCE_OF_GAPS`) to [-2, 2], the buffers' criteria (part ``buf``)
-    not at all."""
+    """The claims with interval ends cut for printing: a difference of accuracies to [-1, 1], a difference of two
+    gaps (:data:`DIFFERENCE_OF_GAPS`) to [-2, 2], the buffers' criteria (part ``buf``) not at all."""
     out = claims.copy()
-    for i, r in out.iterrows():
-        if r["family"].startswith("buf_"):
-            continue
-        c = 2.0 if r["family"] in DIFFERENCE_OF_GAPS else 1.0
-        out.loc[i, ["low", "high"]] = [v if v != v else min(max(float(v), -c), c) for v in (r["low"], r["high"])]
+    c = np.where(out["family"].isin(DIFFERENCE_OF_GAPS), 2.0, 1.0)
+    for end in ("low", "high"):
+        out[end] = out[end].where(out["family"].str.startswith("buf_"), out[end].astype(float).clip(-c, c))
     return out
 
 
 def glue_page(prefix: str, claims: pd.DataFrame, numbers: pd.DataFrame, words: dict) -> None:
-    """Glue the chapter's tables (:func:`chapter`) and its sentences ``words`` in one
-    :func:`bnstudy.study.pages.glue_chapter` call, the claims' interval ends cut per family (:func:`_printed`)."""
+    """Glue the chapter's tables (:func:`chapter`, interval ends cut by :func:`_printed`) and ``words`` in one
+    :func:`bnstudy.study.pages.glue_chapter` call."""
     from ...pages import glue_chapter
     glue_chapter(prefix, _printed(claims), numbers, words=words)
 
@@ -1089,14 +867,9 @@ ARTICLE = dict(task_a_after_tm=0.104, max_logit_change=39.0, buffer_units=4.0, t
 
 def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.DataFrame, numbers: pd.DataFrame
                        ) -> pd.DataFrame:
-    """The seed article's claims beside this chapter's measurements: ``claim, seed article, this chapter, status``.
-
-    Every entry of ``this chapter`` and ``status`` is computed from ``main`` (the main run's table), ``buffers``
-    (:func:`buffer_table`) and the chapter's tables (:func:`chapter`: the main run's claims and numbers, the
-    exploratory family ``opt_explore``); the ``seed article`` column is :data:`ARTICLE`. ``status`` is
-    ``reproduced``, ``reproduced, smaller``, ``differs`` (with what differs) or ``identity of the code`` where the
-    article reports a measurement that is an equality of the code here.
-    """
+    """The seed article's claims (:data:`ARTICLE`) beside this chapter's measurements, from the main run's table, the
+    buffer table and the chapter's tables (:func:`chapter`): ``claim, seed article, this chapter, status``; status
+    ``reproduced``, ``reproduced, smaller``, ``differs`` (with what differs) or ``identity of the code``."""
     a = ARTICLE
     piv = main.pivot(index="seed", columns="mode", values="task_b")
     logit = main[main["mode"] == "train_mode"]["max_old_logit_change"]
@@ -1142,32 +915,24 @@ def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.Dat
 
 
 def article_counts(table: pd.DataFrame) -> pd.DataFrame:
-    """How many rows of :func:`seed_article_table` have each status, a numbers table: ``n`` rows, ``reproduced``
-    (status starting "reproduced" but not "reproduced, smaller"), ``smaller``, ``differs`` and ``identity``."""
-    st = table["status"]
-    smaller = int(st.str.startswith("reproduced, smaller").sum())
-    return numbers_table(dict(n=len(table), reproduced=int(st.str.startswith("reproduced").sum()) - smaller,
-                              smaller=smaller, differs=int(st.str.startswith("differs").sum()),
-                              identity=int(st.str.startswith("identity").sum())))
+    """How many rows of :func:`seed_article_table` have each status, a numbers table: ``n``, ``reproduced`` (not
+    "reproduced, smaller"), ``smaller``, ``differs`` and ``identity``."""
+    st = table["status"].str.startswith
+    smaller = int(st("reproduced, smaller").sum())
+    return numbers_table(dict(n=len(table), reproduced=int(st("reproduced").sum()) - smaller, smaller=smaller,
+                              differs=int(st("differs").sum()), identity=int(st("identity").sum())))
 
 
 # --- the page's answer and the sentences its findings choose (issue 25: no typed outcome) ------------------------
 #
-# Every sentence of the page that states an outcome is built here from the chapter's two tables (:func:`chapter`),
-# so that it is true for any data: a rule-triggered note (:data:`NOTES`), numbers spliced into wording that holds
-# whatever they are, or a sentence assembled from the verdicts. ``tests/test_freeze_modes.py`` flips each headline
-# verdict and each note on hand-made tables and checks that the text follows.
-
-def _bold(v: str) -> str:
-    return f"**{v}**"
-
+# Every sentence that states an outcome is built from the chapter's two tables (:func:`chapter`), true for any data:
+# a rule-triggered note (:data:`NOTES`), numbers spliced into wording that holds whatever they are, or a sentence
+# assembled from the verdicts; the tests flip each headline verdict and each note.
 
 def _range(low: float, high: float, clip=(-1.0, 1.0), fmt: str = "+.3f") -> str:
     """``"low to high"`` cut to ``clip`` (what the quantity allows), ``"no interval"`` without ends."""
-    iv = Interval(0.0, float(low), float(high), 2).clipped(*clip) if clip else Interval(0.0, float(low), float(high), 2)
-    if math.isnan(iv.low) or math.isnan(iv.high):
-        return "no interval"
-    return f"{iv.low:{fmt}} to {iv.high:{fmt}}"
+    iv = Interval(0.0, float(low), float(high), 2).clipped(*clip)
+    return "no interval" if math.isnan(iv.low) or math.isnan(iv.high) else f"{iv.low:{fmt}} to {iv.high:{fmt}}"
 
 
 def _kind(claims: pd.DataFrame, key: str) -> str:
@@ -1176,6 +941,10 @@ def _kind(claims: pd.DataFrame, key: str) -> str:
 
 def _exact(*keys):
     return lambda c, n: all(_kind(c, k) == "exact" for k in keys)
+
+
+def _not(rule):
+    return lambda c, n: not rule(c, n)
 
 
 def _other_logits(c, n) -> float:
@@ -1187,15 +956,18 @@ def _verdicts(*keys):
     return lambda c, n: {k: claim(c, k).verdict for k in keys}
 
 
-#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`; exactly one of each key holds), read from the
-#: chapter's tables (:func:`chapter`): ``say_weights`` (every weight unchanged, or not), ``say_logits`` (the other
-#: modes' largest old-logit change), ``separate`` (``separate_stats``' two checks, a sentence of the answer) and
-#: ``reference_reading`` (what the reference test's verdict means, the end of :func:`reference_clause`).
+def _primary_is(*kinds):
+    return lambda c, n: _kind(c, "opt_primary") in kinds
+
+
+#: The page's rule-triggered sentences (exactly one of each key holds), read from the chapter's tables:
+#: ``say_weights`` (every weight unchanged, or not), ``say_logits`` (the other modes' largest old-logit change),
+#: ``separate`` (``separate_stats``' two checks) and ``reference_reading`` (the end of :func:`reference_clause`).
 NOTES = (
     Note("say_weights", _exact("c_weights_unchanged"),
          "No weight changed in any mode (**{c_weights_unchanged}**, a check of the code, below).",
          _verdicts("c_weights_unchanged")),
-    Note("say_weights", lambda c, n: not _exact("c_weights_unchanged")(c, n),
+    Note("say_weights", _not(_exact("c_weights_unchanged")),
          "Some weight changed although gradients were off (largest {largest:.3g}) (**{verdict}**, a check of the code, "
          "below).", lambda c, n: dict(largest=claim(c, "c_weights_unchanged").estimate,
                                      verdict=claim(c, "c_weights_unchanged").verdict)),
@@ -1208,35 +980,33 @@ NOTES = (
          "`separate_stats`, which gives task B its own copy of the statistics, has both: `train_mode`'s task-B accuracy "
          "(**{c_separate_matches_b}**) and task A's logits unchanged (**{c_separate_exact}**).",
          _verdicts("c_separate_matches_b", "c_separate_exact")),
-    Note("separate", lambda c, n: not _exact("c_separate_matches_b", "c_separate_exact")(c, n),
+    Note("separate", _not(_exact("c_separate_matches_b", "c_separate_exact")),
          "`separate_stats` does not reproduce `train_mode` on task B (**{c_separate_matches_b}**) or does not keep task "
          "A's logits (**{c_separate_exact}**) in this run: a bug.",
          _verdicts("c_separate_matches_b", "c_separate_exact")),
-    Note("reference_reading", lambda c, n: _kind(c, "opt_primary") == "equivalent",
+    Note("reference_reading", _primary_is("equivalent"),
          ", so the pinned features allow a converged linear classifier as much as the drifting ones do"),
-    Note("reference_reading", lambda c, n: _kind(c, "opt_primary") == "higher",
+    Note("reference_reading", _primary_is("higher"),
          ", so the drifting features allow more even to a converged linear classifier"),
-    Note("reference_reading", lambda c, n: _kind(c, "opt_primary") == "lower",
-         ", so the pinned features allow more to a converged linear classifier"),
-    Note("reference_reading", lambda c, n: _kind(c, "opt_primary") not in ("equivalent", "higher", "lower"),
+    Note("reference_reading", _primary_is("lower"), ", so the pinned features allow more to a converged linear classifier"),
+    Note("reference_reading", _not(_primary_is("equivalent", "higher", "lower")),
          ", so what the two kinds of features allow is not decided with these seeds"),
 )
 
 
 def weights_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """What switching off the gradients froze and what it did not: the weights' exact check and finding 2's
-    buffer criteria for the most-moved layer (``buf_shift_most`` / ``buf_var_most``), chosen by their verdicts."""
+    """What switching off the gradients froze and what not: the weights' check and finding 2's buffer criteria for
+    the most-moved layer, chosen by their verdicts."""
     w = claim(claims, "c_weights_unchanged")
     sh, va = claim(claims, "buf_shift_most"), claim(claims, "buf_var_most")
     stats = (f"the most-moved running mean shifts by {number(numbers, 'buf_mean_shift').mean:.1f} of task A's standard "
              f"deviations and the most-changed running variance by a factor of {number(numbers, 'buf_var_factor'):.1f} "
              f"(means over seeds; against the criteria of {MEAN_SHIFT_SD:g} SD and a factor {VAR_FACTOR:g}: "
              f"{verdict_md(sh)} and {verdict_md(va)})")
-    moved = "higher" in (sh["kind"], va["kind"])
     if w["kind"] != "exact":
         return (f"Switching off the backbone's gradients did not keep every weight in this run (largest change "
                 f"{w['estimate']:.3g}, {verdict_md(w)}: a bug), and in `train_mode` {stats}.")
-    if moved:
+    if "higher" in (sh["kind"], va["kind"]):
         return (f"Switching off the backbone's gradients does not freeze its BatchNorm layers: no weight moves "
                 f"({verdict_md(w)}), yet in `train_mode` {stats}.")
     return (f"Switching off the backbone's gradients keeps every weight ({verdict_md(w)}), and in `train_mode` "
@@ -1244,53 +1014,42 @@ def weights_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
 
 
 def task_a_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """What happens to the old task: ``train_mode``'s change (after - before) and its distance from chance,
-    and whether the pinned modes and ``separate_stats`` keep task A exactly, chosen by the claims."""
+    """The old task: ``train_mode``'s change and its distance from chance, and whether the pinned modes and
+    ``separate_stats`` keep task A exactly, chosen by the claims."""
     before = number(numbers, "task_a_before_train_mode").mean
     after = number(numbers, "task_a_after_train_mode").mean
     ch_, ac = claim(claims, "task_a_change"), claim(claims, "task_a_chance")
     chance = number(numbers, "chance")
     move = {"lower": "falls from", "higher": "rises from"}.get(ch_["kind"], "goes from")
-    about = (f"about chance ({chance:.2f}): {verdict_md(ac)}" if ac["kind"] == "equivalent" else
-             f"against chance ({chance:.2f}): {verdict_md(ac)}")
+    about = f"{'about' if ac['kind'] == 'equivalent' else 'against'} chance ({chance:.2f}): {verdict_md(ac)}"
     kept = [claim(claims, k) for k in ("c_pinned_keep_a", "c_separate_exact")]
     both = all(k["kind"] == "exact" for k in kept)
     keep = ("the pinned modes and `separate_stats` keep task A exactly" if both
             else "the pinned modes and `separate_stats` do not keep task A exactly in this run (a bug)")
-    checks = f"both {_bold(EXACT)}" if both else ", ".join(verdict_md(k) for k in kept)
+    checks = f"both **{EXACT}**" if both else ", ".join(verdict_md(k) for k in kept)
     return (f"In `train_mode` the old head's task-A accuracy {move} {before:.3f} to {after:.3f} (after minus before: "
             f"{verdict_md(ch_)}; {about}), while {keep} ({checks}).")
 
 
 def trained_heads_clause(claims: pd.DataFrame) -> str:
-    """The optimizer-trained heads' tests (family ``opt_explore``) as counted (:func:`bnstudy.study.inference.count_verdicts`:
-    Holm), a clause."""
+    """The optimizer-trained heads' tests (family ``opt_explore``) as counted (Holm), a clause."""
     c = count_verdicts(family(claims, "opt_explore"), ALPHA)
-    n, k, j = c["m"], c["higher"], c["lower"]
-    head = "a new head trained by an optimizer scores"
-    if n and k == n:
-        return f"{head} higher with drifting statistics than with pinned ones in all {n} tests"
-    if n and j == n:
-        return f"{head} lower with drifting statistics than with pinned ones in all {n} tests"
-    if k or j:
-        return (f"{head} higher with drifting statistics than with pinned ones in {k} of {n} tests"
-                + (f" and lower in {j}" if j else ""))
-    return f"no test of a new head trained by an optimizer shows a difference between drifting and pinned statistics ({n} tests)"
+    if not (c["higher"] or c["lower"]):
+        return f"no test of a new head trained by an optimizer shows a difference between drifting and pinned statistics ({c['m']} tests)"
+    return _count_reading(c, "a new head trained by an optimizer scores", " with drifting statistics than with pinned "
+                          "ones", " and lower in")
 
 
 def reference_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The reference test (a logistic regression fitted to convergence), its verdict and what it means
-    (:data:`NOTES`' ``reference_reading``)."""
+    """The reference test (a logistic regression fitted to convergence), its verdict and what it means."""
     p = claim(claims, "opt_primary")
-    said = notes(NOTES, claims, numbers)["reference_reading"]
     return (f"a logistic regression fitted to convergence on the same features finds {p['estimate']:+.3f} "
-            f"({_range(p['low'], p['high'])}): {verdict_md(p)}{said}")
+            f"({_range(p['low'], p['high'])}): {verdict_md(p)}{notes(NOTES, claims, numbers)['reference_reading']}")
 
 
 def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """Task B: the trained heads' count and the reference test, in one sentence, with the reading of the two
-    together chosen by both (the difference lies in how easily a trained head uses the features only when the
-    trained heads show one and the reference finds the features equivalent)."""
+    """Task B: the trained heads' count and the reference test in one sentence; where the trained heads show a
+    difference and the reference finds the features equivalent, that it lies in how easily a head uses them."""
     c = count_verdicts(family(claims, "opt_explore"), ALPHA)
     tail = ("; the difference lies in how easily a trained head uses the features, not in what they allow"
             if (c["higher"] or c["lower"]) and _kind(claims, "opt_primary") == "equivalent" else "")
@@ -1298,50 +1057,41 @@ def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
 
 
 def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The answer box's outcome sentences (Markdown, glued as ``ch01_answer``) from the chapter's tables
-    (:func:`chapter`): what switching off the gradients freezes, what happens to task A, what pinning does to task
-    B, and what ``separate_stats`` gives; every outcome chosen by the claims and numbers."""
+    """The answer box's outcome sentences (glued as ``ch01_answer``): what switching off the gradients freezes, what
+    happens to task A, what pinning does to task B, and what ``separate_stats`` gives."""
     return " ".join([weights_sentence(claims, numbers), task_a_sentence(claims, numbers),
                      task_b_sentence(claims, numbers), notes(NOTES, claims, numbers)["separate"]])
 
 
 def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
-    """The page's other findings-chosen sentences from the chapter's tables, ``{key: Markdown}`` (glued as
-    ``ch01_say_<key>``):
-
-    ``weights`` and ``logits`` (:data:`NOTES`), ``deeper`` (the deeper blocks' largest mean shift against block
-    1's), ``seeds`` (in how many seeds ``train_mode`` lost task A), ``trained`` (the trained heads' count),
-    ``reference`` (the reference test's clause), ``budget`` (how many chosen heads are still shown to gain between
-    the last two checkpoints; ``budget_caption`` the same as a sentence), ``seeds_caption`` (:func:`task_a_sentence`),
-    ``task_b`` (:func:`task_b_sentence`)."""
+    """The page's other findings-chosen sentences, ``{key: Markdown}`` (glued as ``ch01_say_<key>``): ``weights`` and
+    ``logits`` (:data:`NOTES`), ``deeper`` (the deeper blocks' largest mean shift against block 1's), ``seeds`` (in
+    how many seeds ``train_mode`` lost task A), ``trained``, ``reference``, ``budget`` (chosen heads still shown to gain
+    between the last two checkpoints; ``budget_caption`` as a sentence), ``seeds_caption`` and ``task_b``."""
     said = notes(NOTES, claims, numbers)
-    out = {"weights": said["say_weights"]}
     by = entries(numbers, "buf_mean_shift_by_layer", r"block_\d+")
     first, rest = (float(by.iloc[0]), by.iloc[1:]) if len(by) else (math.nan, by)
-    out["deeper"] = (f"The deeper blocks' largest mean shift is {float(rest.max()) / first:.0%} of block 1's."
-                     if len(rest) and first > 0 else "")
     lost = int((entries(numbers, "task_a_change") < 0).sum())
     kept = all(_kind(claims, k) == "exact" for k in ("c_pinned_keep_a", "c_separate_exact"))
-    out["seeds"] = ((f"in the two pinned modes and in `separate_stats` task A is exactly where it started "
-                     f"({_bold(EXACT)}), while " if kept else
-                     "in the pinned modes or `separate_stats` task A is not exactly where it started (a bug), and ")
-                    + f"`train_mode` is lower after stage 2 than before in {lost} of {number(numbers, 'n_seeds')} seeds")
-    out["seeds_caption"] = task_a_sentence(claims, numbers)
-    out["logits"] = said["say_logits"]
-    out["trained"] = trained_heads_clause(claims)
-    out["reference"] = reference_clause(claims, numbers)
     g = family(claims, "opt_gain")
-    gaining = int((g["kind"] == "higher").sum()) if len(g) else 0
-    out["budget"] = (f"{gaining} of {len(g)} chosen heads are still shown to gain between the last two checkpoints"
-                     if len(g) else "no head was trained at two checkpoints")
-    out["budget_caption"] = out["budget"][0].upper() + out["budget"][1:] + "."
-    out["task_b"] = task_b_sentence(claims, numbers)
-    return out
+    budget = (f"{int((g['kind'] == 'higher').sum())} of {len(g)} chosen heads are still shown to gain between the last "
+              "two checkpoints" if len(g) else "no head was trained at two checkpoints")
+    return dict(
+        weights=said["say_weights"],
+        deeper=(f"The deeper blocks' largest mean shift is {float(rest.max()) / first:.0%} of block 1's."
+                if len(rest) and first > 0 else ""),
+        seeds=(f"in the two pinned modes and in `separate_stats` task A is exactly where it started (**{EXACT}**), "
+               "while " if kept else
+               "in the pinned modes or `separate_stats` task A is not exactly where it started (a bug), and ")
+        + f"`train_mode` is lower after stage 2 than before in {lost} of {number(numbers, 'n_seeds')} seeds",
+        seeds_caption=task_a_sentence(claims, numbers), logits=said["say_logits"],
+        trained=trained_heads_clause(claims), reference=reference_clause(claims, numbers), budget=budget,
+        budget_caption=budget[0].upper() + budget[1:] + ".", task_b=task_b_sentence(claims, numbers))
 
 
 def drift_sentence(n_inside: int, n_intervals: int, n_expected_misses: float) -> str:
-    """The drift figure's takeaway (:func:`drift_check`'s counts): how many per-block, per-step 95% intervals
-    contain the moving average's prediction ``(1 - m)^t``, against the misses expected by chance."""
+    """The drift figure's takeaway (:func:`drift_check`'s counts): how many per-block, per-step 95% intervals contain
+    ``(1 - m)^t``, against the misses expected by chance."""
     if not n_intervals:
         return "No recorded step was compared with the prediction."
     return (f"{n_inside} of {n_intervals} per-block, per-step 95% intervals contain the prediction (about "

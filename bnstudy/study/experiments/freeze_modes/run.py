@@ -1,17 +1,10 @@
 """Chapter 1, what is trained: the four freeze modes, paired over seeds, the head sweep and the thread check.
 
-Stage 1 trains backbone + head A on task A; stage 2 freezes the backbone in one of the four
-modes (:mod:`bnstudy.study.modes`), trains a new head on task B (shifted in brightness and
-contrast) and measures task A again on the same held-out set. Within a seed every mode starts
-from the same trained backbone, head-B initialisation and task-B batch stream.
-
-``Config`` -> :func:`run` -> results table (:func:`results_table`) and the tidy figure tables :func:`drift_table`
-and :func:`logit_quantile_table`. :func:`run_tables` runs everything the page analyses (the main run, the head
-sweep, the thread check) and returns it as the tables the page saves (:data:`SIBLING_TABLES`), so that a page
-can analyse an earlier run's tables again (the notebook's ``rows``) without training anything. The head sweep
-(:func:`run_head_sweep`) trains heads per optimizer and learning rate on the two feature paths and fits the
-optimizer-free reference. What the page claims from these tables is in :mod:`.findings`; this module imports
-neither it nor :mod:`.figures` (the run cache key hashes what runs reach, :func:`bnstudy.study.sweep.code_version`).
+Stage 1 trains backbone + head A on task A; stage 2 freezes the backbone in one of the four modes
+(:mod:`bnstudy.study.modes`), trains a new head on task B (shifted in brightness and contrast) and measures task A again on
+the same held-out set. Within a seed every mode starts from the same backbone, head-B initialisation and task-B batch
+stream. :func:`run_tables` runs everything the page analyses (the main run, the head sweep, the thread check) and
+returns the tables the page saves (:data:`SIBLING_TABLES`), so a page can analyse an earlier run's tables again.
 """
 
 from __future__ import annotations
@@ -27,8 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from ...config import Execution, RunConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
-    check_sequence, from_profile, seeds_label, HEAD_KINDS, OPTIMIZERS
+    check_sequence, from_profile, seeds_label
 from ...config import RunConfig as _RunConfig
+from ...design import ChapterConfig, Rule
 from ....freeze import batchnorm_layers
 from ...engine import DRIFT_STEPS, accuracy as _accuracy, ensure_sources, load_source, logits_of, make_optimizer, \
     memory_format_for, seeded, source_version, transfer_sweep
@@ -38,22 +32,18 @@ from ...sweep import default_cache_dir, run_sweep
 from ...tasks import BatchStream, eval_set, generator, make_task
 
 NAMESPACE = "ch01_freeze_modes"
-#: Learning rates tried per optimizer for the head sweep (validation accuracy on the tuning seeds picks one
-#: per optimizer and path). SGD's grid reaches down to 0.001 so that the pinned path's best rate is inside it
-#: (0.005 was the grid's lowest value and the pinned path's choice before revision);
-#: 0.01 fills the former x4 gap above 0.005, and the grid reaches up to 0.5 because the 400-step choice on the ``train_mode`` path was
-#: the former top, 0.2 (referee, item 8); Adam's spans PyTorch's 1e-3.
+#: Learning rates tried per optimizer in the head sweep (validation accuracy on the tuning seeds picks one per
+#: optimizer and path). SGD's grid reaches down to 0.001 so that the pinned path's best rate is inside it and up to
+#: 0.5 because the 400-step choice on the ``train_mode`` path was the former top, 0.2 (referee, item 8).
 SGD_LRS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.2, 0.5)
 ADAM_LRS = (0.001, 0.003, 0.01, 0.03, 0.1)
-#: Standardized heads (referee item 6's discriminating run): the same linear head fed ``(f - mean) / sd`` with the
-#: feature mean and standard deviation of the path's training features on the fit set, fixed before training. An
-#: affine map fixed in advance changes only the optimization's conditioning, not what a linear head can represent.
+#: Standardized heads (referee item 6): the same linear head fed ``(f - mean) / sd``, the path's training-feature
+#: statistics on the fit set, fixed before training (only the optimization's conditioning changes).
 STD_SUFFIX = "-std"
 STD_SGD_LRS = (0.005, 0.02, 0.05, 0.2)
 STD_ADAM_LRS = (0.003, 0.01, 0.03)
-#: The profiles' settings (everything else is a ``Config`` default). The quick profile checks the pipeline in
-#: minutes: fewer learning rates (each path's best on the quick tuning seeds and a neighbour either side) and two
-#: checkpoints; the full profile runs the complete grids and four checkpoints.
+#: quick: the pipeline in minutes (each path's best rate on the quick tuning seeds and a neighbour either side, two
+#: checkpoints); full: the complete grids and four checkpoints.
 PROFILES = {"quick": dict(seeds=3, tuning_seeds=(100, 101), confirm_seeds=(200, 201), checkpoints=(400, 800),
                           sgd_lrs=(0.001, 0.005, 0.05, 0.2), adam_lrs=(0.003, 0.01, 0.03, 0.1),
                           std_sgd_lrs=(0.02, 0.05, 0.2), std_adam_lrs=(0.003, 0.01, 0.03)),
@@ -62,15 +52,11 @@ PROFILES = {"quick": dict(seeds=3, tuning_seeds=(100, 101), confirm_seeds=(200, 
                          std_sgd_lrs=STD_SGD_LRS, std_adam_lrs=STD_ADAM_LRS)}
 #: The drift figure's noise floor is read at recorded steps where (1 - m)^t is below this.
 FLOOR_WEIGHT = 1e-4
-#: The notebook parameters that only change the analysis, not the rows (a rows rebuild may change them): none,
-#: every field of :class:`Config` decides some run (``thread_seeds`` the thread check's).
+#: Analysis-only parameters: none, every field of :class:`Config` decides some run (``thread_seeds`` the thread
+#: check's). Parameters added after the release's rows were computed (docs/chapter-code.md): none yet.
 ANALYSIS_PARAMETERS = ()
-#: Parameters this design added after rows of the release were computed, with the value those older rows were
-#: computed with: rows that do not record one read as that value (bnstudy.study.report.load_rows), so a new axis
-#: costs a recompute of its new cells, never a broken page (docs/chapter-code.md). Empty: none yet.
 READ_DEFAULTS: dict = {}
-#: The tables :func:`run_tables` returns beside the main one, saved as ``01_freeze_modes_<suffix>.csv`` and read
-#: back by a rows rebuild (keys of its second value, in this order).
+#: The tables :func:`run_tables` returns beside the main one (``01_freeze_modes_<suffix>.csv``), in this order.
 SIBLING_TABLES = ("drift", "logit_quantiles", "head_sweep", "reference_grads", "buffers", "drift_targets", "threads")
 
 
@@ -79,16 +65,21 @@ def floor_steps(momentum: float, steps: int) -> list[int]:
     return [t for t in DRIFT_STEPS if 0 < t <= steps and (1 - momentum) ** t < FLOOR_WEIGHT]
 
 
+def _positive_floats(name):
+    return lambda v: check_sequence(name, v, lambda n, x: check_float(n, x, 0.0, low_open=True), 1)
+
+
 @dataclass(frozen=True)
-class Config(_Frozen):
+class Config(ChapterConfig):
     """Chapter 1's parameters (the notebook's parameters cell, one for one).
 
-    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. ``modes``: freeze modes to run.
-    ``steps``: stage-2 steps. ``brightness`` (template std units) and ``contrast`` (a gain):
-    task B's shift. ``noise``: per-pixel noise std of both tasks. ``momentum``: BatchNorm
-    momentum, in (0, 1] here (the drift analysis needs a fixed momentum; the library also
-    accepts ``None``). ``head``, ``optimizer``, ``lr``: the new head and how it is trained.
-    Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
+    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. ``modes``: freeze modes to run. ``steps``: stage-2 steps.
+    ``brightness`` (template std units) and ``contrast`` (a gain): task B's shift. ``noise``: per-pixel noise std of
+    both tasks. ``momentum``: BatchNorm momentum in (0, 1] (the drift analysis needs a number). ``head``,
+    ``optimizer``, ``lr``: the new head and how it is trained. The head sweep: ``tuning_seeds`` (choose the learning
+    rates), ``confirm_seeds`` (in no choice), ``checkpoints`` (must include ``steps``) and the four learning-rate
+    grids; ``thread_seeds``: seeds rerun at another torch thread count. Raises ``ValueError`` naming the parameter
+    for any bad value (every run's values also by :class:`bnstudy.study.config.RunConfig`), before any work starts.
     """
 
     profile: str = "quick"
@@ -111,49 +102,30 @@ class Config(_Frozen):
     std_adam_lrs: tuple = STD_ADAM_LRS
     thread_seeds: int = 2
 
+    PROFILES = PROFILES
+    NORMALIZE = {
+        "seeds": check_seeds, "tuning_seeds": check_seeds, "confirm_seeds": check_seeds,
+        "modes": lambda v: check_sequence("modes", v, lambda n, x: check_choice(n, x, MODE_NAMES), 1),
+        "momentum": lambda v: check_float("momentum", v, 0.0, 1.0, low_open=True),
+        "checkpoints": lambda v: tuple(sorted(check_sequence("checkpoints", v, lambda n, x: check_int(n, x, 1), 2))),
+        **{name: _positive_floats(name) for name in ("sgd_lrs", "adam_lrs", "std_sgd_lrs", "std_adam_lrs")},
+        "thread_seeds": lambda v: check_int("thread_seeds", v, 0),
+    }
+    RULES = (
+        Rule("seeds", "disjoint from tuning_seeds and confirm_seeds (a setting chosen on a seed would be judged on it)",
+             lambda c: not ({*c.seeds} & {*c.tuning_seeds} or {*c.seeds} & {*c.confirm_seeds}
+                            or {*c.tuning_seeds} & {*c.confirm_seeds})),
+        Rule("thread_seeds", "<= the number of seeds", lambda c: c.thread_seeds <= len(c.seeds)),
+        Rule("steps", f"at least the first recorded step where (1 - momentum)^t < {FLOOR_WEIGHT} (the drift analysis' "
+             "noise floor; 100 at momentum 0.1)", lambda c: "train_mode" not in c.modes or floor_steps(c.momentum,
+                                                                                                       c.steps)),
+        Rule("checkpoints", "a list that includes steps (the head sweep is compared with the main run there; on the "
+             "command line e.g. -y \"checkpoints: [400, 800]\")", lambda c: c.steps in c.checkpoints),
+    )
+
     def __post_init__(self):
-        check_choice("profile", self.profile, tuple(PROFILES))
-        self._set("seeds", check_seeds(self.seeds))
-        self._set("tuning_seeds", check_seeds(self.tuning_seeds))
-        self._set("confirm_seeds", check_seeds(self.confirm_seeds))
-        groups = (set(self.seeds), set(self.tuning_seeds), set(self.confirm_seeds))
-        if any(a & b for i, a in enumerate(groups) for b in groups[i + 1:]):
-            raise ValueError(f"seeds, tuning_seeds and confirm_seeds must not share a seed (a setting chosen on a "
-                             f"seed would be judged on it), got {list(self.seeds)}, {list(self.tuning_seeds)}, "
-                             f"{list(self.confirm_seeds)}")
-        self._set("checkpoints", tuple(sorted(check_sequence("checkpoints", self.checkpoints,
-                                                             lambda n, v: check_int(n, v, 1), 2))))
-        for name in ("sgd_lrs", "adam_lrs", "std_sgd_lrs", "std_adam_lrs"):
-            self._set(name, check_sequence(name, getattr(self, name),
-                                           lambda n, v: check_float(n, v, 0.0, low_open=True), 1))
-        self._set("thread_seeds", check_int("thread_seeds", self.thread_seeds, 0))
-        if self.thread_seeds > len(self.seeds):
-            raise ValueError(f"thread_seeds must be <= the number of seeds ({len(self.seeds)}), got {self.thread_seeds}")
-        self._set("modes", check_sequence("modes", self.modes, lambda n, v: check_choice(n, v, MODE_NAMES), 1))
-        if self.momentum is None:
-            raise ValueError("momentum must be a number in (0, 1] for this chapter (its drift analysis compares "
-                             "with (1 - momentum)^t); momentum=None (a cumulative average) is accepted by the "
-                             "library but not here")
-        self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, low_open=True))
-        self._set("steps", check_int("steps", self.steps, 1))
-        check_choice("head", self.head, HEAD_KINDS)
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        self.run_configs()  # validates every run's values with the engine's own messages
-        if "train_mode" in self.modes and not floor_steps(self.momentum, self.steps):
-            need = min((t for t in DRIFT_STEPS if (1 - self.momentum) ** t < FLOOR_WEIGHT), default=None)
-            if need is None:
-                raise ValueError(f"momentum={self.momentum} is too small for this chapter's drift analysis: "
-                                 f"(1 - momentum)^t never falls below {FLOOR_WEIGHT} within "
-                                 f"{max(DRIFT_STEPS)} recorded steps")
-            raise ValueError(f"steps must be >= {need} for this chapter's drift analysis with "
-                             f"momentum={self.momentum} (a recorded step where (1 - momentum)^t < {FLOOR_WEIGHT}), "
-                             f"got {self.steps}")
-        if self.steps not in self.checkpoints:
-            below = [c for c in self.checkpoints if c < self.steps] or ([self.steps // 2] if self.steps >= 2 else [])
-            fix = below + [self.steps]
-            raise ValueError(f"checkpoints must include steps={self.steps} (the head sweep is compared with the main "
-                             f"run there), got {list(self.checkpoints)}; pass checkpoints={fix} with it (on the "
-                             f"command line: -y \"checkpoints: {fix}\")")
+        super().__post_init__()
+        self.run_configs()  # every run's values, with the engine's own messages
 
     def run_configs(self) -> list[RunConfig]:
         """One :class:`RunConfig` per (seed, mode), seeds outermost."""
@@ -163,13 +135,13 @@ class Config(_Frozen):
                 for s in self.seeds for m in self.modes]
 
     def describe(self) -> str:
-        """The parameters for the page's run line."""
+        """The parameters for the page's run line (the head sweep's grids as ``a/b/c``)."""
+        g = lambda v: "/".join(f"{x:g}" for x in v)  # noqa: E731
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
                 f"brightness={self.brightness:g}, contrast={self.contrast:g}, noise={self.noise:g}, "
                 f"momentum={self.momentum:g}, head={self.head}, optimizer={self.optimizer}, lr={self.lr:g}; "
-                f"head sweep: sgd lrs {'/'.join(f'{v:g}' for v in self.sgd_lrs)}, adam lrs "
-                f"{'/'.join(f'{v:g}' for v in self.adam_lrs)} (standardized features: sgd "
-                f"{'/'.join(f'{v:g}' for v in self.std_sgd_lrs)}, adam {'/'.join(f'{v:g}' for v in self.std_adam_lrs)}), tuning {seeds_label(self.tuning_seeds)}, "
+                f"head sweep: sgd lrs {g(self.sgd_lrs)}, adam lrs {g(self.adam_lrs)} (standardized features: sgd "
+                f"{g(self.std_sgd_lrs)}, adam {g(self.std_adam_lrs)}), tuning {seeds_label(self.tuning_seeds)}, "
                 f"confirmation {seeds_label(self.confirm_seeds)}, checkpoints {'/'.join(map(str, self.checkpoints))}; "
                 f"thread check on {self.thread_seeds} seeds (1 vs 2 torch threads)")
 
@@ -191,11 +163,15 @@ def results_table(df: pd.DataFrame) -> pd.DataFrame:
     return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple))).any()]]
 
 
+def _block(i) -> str:
+    return f"block {int(i) + 1}"
+
+
 def drift_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tidy drift table of ``train_mode`` runs: ``seed, layer, step, weight`` (weight left on task A's running_mean)."""
+    """Tidy drift of the ``train_mode`` runs: ``seed, layer, step, weight`` (weight left on task A's running_mean)."""
     tm = df[df["mode"] == "train_mode"]
     cols = sorted(c for c in df.columns if c.startswith("drift_weight_l"))
-    recs = [dict(seed=r["seed"], layer=f"block {int(col.rsplit('l', 1)[1]) + 1}", step=t, weight=w)
+    recs = [dict(seed=r["seed"], layer=_block(col.rsplit("l", 1)[1]), step=t, weight=w)
             for _, r in tm.iterrows() for col in cols for t, w in zip(r["drift_steps"], r[col])]
     return pd.DataFrame(recs, columns=["seed", "layer", "step", "weight"])
 
@@ -210,15 +186,11 @@ def logit_quantile_table(df: pd.DataFrame) -> pd.DataFrame:
 
 # --- the head's optimizer, swept (issue 10) ------------------------------------------------------------------------
 #
-# With a linear head, the four modes feed the new head through only two feature maps: the backbone with batch
-# statistics while training and drifted running statistics at evaluation (``train_mode``; ``separate_stats`` is the
-# same computation on a copy of the buffers), and the backbone with task A's running statistics throughout
-# (``backbone_eval``; ``all_eval`` differs only in head modules, and a linear head has none). The sweep therefore
-# trains every (optimizer, learning rate) head on these two "paths" in one pass per seed, sharing each step's
-# backbone forward (the backbone is frozen, so a head's learning rate cannot change what it is fed). The main run's
-# table checks both identities exactly, and ``tests/test_freeze_modes.py`` checks that a path's head equals the
-# engine's :func:`bnstudy.study.engine.transfer` with ``==``.
-
+# With a linear head the four modes feed the new head through two feature maps ("paths"): batch statistics while
+# training and drifted running statistics at evaluation (``train_mode``; ``separate_stats`` on a copy of the
+# buffers), and task A's running statistics throughout (``backbone_eval``; ``all_eval`` differs only in head
+# modules, which a linear head lacks). The sweep trains every (optimizer, lr) head on both paths in one pass per
+# seed, sharing each step's backbone forward; a test checks that a path's head equals the engine's with ``==``.
 
 SWEEP_NAMESPACE = "ch01_head_sweep"
 #: path -> the freeze modes whose task-B head it computes (linear head).
@@ -228,13 +200,14 @@ VAL_TAG, FIT_TAG = "B-validation", "B-reference-fit"
 N_VAL, N_FIT = 1000, 4000
 #: L2 penalty of the reference logistic regression (on standardised features; mean cross-entropy + l2/2 |W|^2).
 REF_L2 = 1e-4
-#: The reference's sensitivity fits (l2 penalty, fit-set size); the first is the primary test's reference. A
-#: smaller set is the first ``n`` samples of the largest.
+#: The reference's fits (l2 penalty, fit-set size; a smaller set is the first ``n`` samples); the first is the
+#: primary test's.
 REF_VARIANTS = ((REF_L2, N_FIT), (1e-2, N_FIT), (1e-6, N_FIT), (REF_L2, 1000), (1e-2, 1000), (1e-6, 1000))
-#: The drift check's target (task B's population mean per layer): precise BN over this many train-mode batches
-#: of the engine's own population stream (whose first :data:`ENGINE_TARGET_BATCHES` batches the engine uses).
+#: The drift check's target: precise BN over this many batches of the engine's population stream (the engine
+#: uses its first :data:`ENGINE_TARGET_BATCHES`).
 DRIFT_TARGET_BATCHES = 400
 ENGINE_TARGET_BATCHES = 20
+
 
 
 @dataclass(frozen=True)
@@ -272,15 +245,11 @@ def head_sweep_runs(config: Config) -> list[HeadSweepRun]:
 
 
 def fit_logistic(x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = REF_L2, max_rounds: int = 50):
-    """Multinomial logistic regression fitted to convergence with full-batch L-BFGS (float64).
-
-    ``x (N, D)`` features, ``y (N,)`` labels. Features are standardised with the fit set's mean
-    and standard deviation (an affine map a linear head can represent); the objective is mean
-    cross-entropy plus ``l2 / 2 * ||W||^2`` (bias unpenalised), strictly convex, so L-BFGS
-    (strong-Wolfe line search, as scikit-learn's ``lbfgs`` solver) reaches its unique optimum.
-    Returns ``(predict, grad_norm)``: ``predict(x) -> logits (N, K)`` and the final gradient's
-    max-norm (convergence: below 1e-5). Raises ``ValueError`` on mismatched shapes.
-    """
+    """Multinomial logistic regression on ``x (N, D)``, ``y (N,)``, fitted to convergence by full-batch L-BFGS
+    (float64, strong-Wolfe line search as scikit-learn's ``lbfgs``) on features standardised with the fit set's mean
+    and SD; objective mean cross-entropy + ``l2 / 2 * ||W||^2`` (bias unpenalised), strictly convex. Returns
+    ``(predict, grad_norm)``: ``predict(x) -> logits (N, K)`` and the final gradient's max-norm (converged: < 1e-5).
+    Raises ``ValueError`` on mismatched shapes."""
     if x.ndim != 2 or y.shape != (x.shape[0],):
         raise ValueError(f"fit_logistic needs x (N, D) and y (N,), got {tuple(x.shape)} and {tuple(y.shape)}")
     x = x.double()
@@ -310,14 +279,10 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = R
 
 
 def buffer_changes(backbone: torch.nn.Module, source_state: dict) -> dict:
-    """How far each BatchNorm layer's buffers moved from ``source_state`` (task A's), on two scales.
-
-    Per layer ``i`` (the engine's ``l<i>`` order): ``buffer_mean_sd_l<i>``, the largest
-    ``|mean1 - mean0| / sqrt(var0 + eps)`` over channels (in task A's running standard deviations);
-    ``buffer_log_var_l<i>``, the largest ``|log((var1 + eps) / (var0 + eps))|`` (a log-ratio: log 2 is a factor
-    of 2 either way); and the raw largest absolute changes ``buffer_mean_abs_l<i>`` / ``buffer_var_abs_l<i>``
-    (the engine's ``drift_mean_l<i>`` / ``drift_var_l<i>``, for the check).
-    """
+    """How far each BatchNorm layer's buffers moved from ``source_state`` (task A's), per layer ``i`` (the engine's
+    ``l<i>`` order) the largest over channels of: ``buffer_mean_sd_l<i>`` ``|mean1 - mean0| / sqrt(var0 + eps)``
+    (task A's running SDs), ``buffer_log_var_l<i>`` ``|log((var1 + eps) / (var0 + eps))|``, and the raw changes
+    ``buffer_mean_abs_l<i>`` / ``buffer_var_abs_l<i>`` (the engine's ``drift_mean_l<i>`` / ``drift_var_l<i>``)."""
     out = {}
     for i, (name, m) in enumerate((n, m) for n, m in batchnorm_layers(backbone).items() if m.running_mean is not None):
         m0 = source_state[f"{name}.running_mean"].double()
@@ -332,19 +297,13 @@ def buffer_changes(backbone: torch.nn.Module, source_state: dict) -> dict:
 
 
 def head_curves(c: HeadSweepRun, source: dict, device=None) -> dict:
-    """One seed of the head sweep: every (path, optimizer, lr) head, evaluated at every checkpoint.
-
-    Returns ``records``: dicts ``path, optimizer, lr, step, split, accuracy, l2, n_fit`` (``split`` is
-    ``validation`` or ``test``). The reference, :func:`fit_logistic` for each ``(l2, n_fit)`` of
-    ``c.ref_variants`` on task-B samples drawn with their own tag, has ``optimizer="reference"``,
-    ``lr=0``; it is fitted and evaluated on eval-mode features at step ``ref_step``: with the drifted
-    running statistics on the ``batch_stats`` path (what ``train_mode``'s head is evaluated with),
-    task A's on the ``pinned`` path. Heads have ``l2 = n_fit = NaN``. Also ``reference_grad_<path>``
-    (the largest final gradient max-norm of the path's fits) and, from the ``batch_stats`` path at
-    ``ref_step``, :func:`buffer_changes` (the same running statistics as the engine's ``train_mode``).
-    Every head of the seed starts from the engine's head-B initialisation and sees the engine's
-    task-B batch stream.
-    """
+    """One seed of the head sweep: every (path, optimizer, lr) head (the engine's head-B initialisation and task-B
+    batch stream), evaluated at every checkpoint. Returns ``records``: dicts ``path, optimizer, lr, step, split
+    (validation | test), accuracy, l2, n_fit`` (heads: ``l2 = n_fit = NaN``). The reference (``optimizer=
+    "reference"``, ``lr=0``): :func:`fit_logistic` per ``c.ref_variants`` on samples of their own tag, fitted on
+    eval-mode features at ``ref_step`` (drifted statistics on ``batch_stats``, task A's on ``pinned``). Also
+    ``reference_grad_<path>`` (the largest final gradient max-norm of its fits), :func:`buffer_changes` of the
+    ``batch_stats`` path at ``ref_step`` and, with ``c.drift_batches``, ``drift`` (:class:`_DriftRecorder`)."""
     rc = c.run_config()
     device = torch.device("cpu") if device is None else torch.device(device)
     task_b = make_task(rc.seed, "B", rc.n_classes, rc.noise, rc.brightness, rc.contrast)
@@ -441,14 +400,11 @@ def _feature_standardizer(bb: torch.nn.Module, x: torch.Tensor, batch_size: int,
 
 
 class _DriftRecorder:
-    """The drift check's measurement on the ``batch_stats`` path (the engine's ``train_mode`` buffers).
-
-    Records each BatchNorm layer's running_mean at step 0 and at :data:`bnstudy.study.engine.DRIFT_STEPS` up to
-    ``c.ref_step``, and projects it as the engine does, ``w_t = (m_t - mu) . (m_0 - mu) / |m_0 - mu|^2``, on two
-    targets ``mu``: precise BN over the engine's first :data:`ENGINE_TARGET_BATCHES` population batches (the
-    engine's own target, so ``w`` reproduces its ``drift_weight_l<i>``) and over ``c.drift_batches`` batches of
-    the same stream.
-    """
+    """The drift check on the ``batch_stats`` path: each BatchNorm layer's running_mean at step 0 and at
+    :data:`bnstudy.study.engine.DRIFT_STEPS` up to ``c.ref_step``, projected as the engine does, ``w_t = (m_t - mu) .
+    (m_0 - mu) / |m_0 - mu|^2``, on two targets ``mu``: precise BN over the engine's first
+    :data:`ENGINE_TARGET_BATCHES` population batches (reproducing its ``drift_weight_l<i>``) and over
+    ``c.drift_batches`` batches of the same stream."""
 
     def __init__(self, bb, task_b, rc, c, device, fmt):
         from ....running_stats import precise_bn_statistics
@@ -481,6 +437,7 @@ class _DriftRecorder:
                                         for t in steps]
         return out
 
+
 def _head_sweep_group(configs: list[HeadSweepRun], cache_root: str, version: str) -> list[dict]:
     return [head_curves(c, load_source(c.run_config().source, cache_root, version)) for c in configs]
 
@@ -489,15 +446,10 @@ SWEEP_COLUMNS = ["seed", "role", "path", "optimizer", "lr", "step", "split", "ac
 
 
 def run_head_sweep(config: Config, execution: Execution | None = None, version: str | None = None) -> pd.DataFrame:
-    """The head sweep (cached, resumable): a tidy table ``seed, role, path, optimizer, lr, step, split,
-    accuracy, l2, n_fit`` (see :func:`head_curves`).
-
-    ``table.attrs["reference_grads"]``: every reference fit's final gradient max-norm (``attrs["reference_fits"]``:
-    the same with each seed, role and path, read with :func:`reference_grad_table`);
-    ``table.attrs["buffers"]``: one dict per seed (``seed, role`` and :func:`buffer_changes`'s values),
-    read with :func:`buffer_table`. Raises ``ValueError`` unless ``config.head == "linear"`` (the
-    two-path shortcut needs a head without modes of its own).
-    """
+    """The head sweep (cached, resumable): a tidy table of :data:`SWEEP_COLUMNS` (see :func:`head_curves`), its
+    ``attrs``: ``reference_grads`` / ``reference_fits`` (each fit's final gradient max-norm, plain and with seed,
+    role and path), ``buffers`` (per seed :func:`buffer_changes`) and ``drift`` (the reported seeds' drift check).
+    Raises ``ValueError`` unless ``config.head == "linear"`` (two paths cover the four modes only for it)."""
     if config.head != "linear":
         raise ValueError(f"the head sweep needs head='linear' (two feature paths cover the four modes only for a "
                          f"linear head), got head={config.head!r}")
@@ -508,67 +460,50 @@ def run_head_sweep(config: Config, execution: Execution | None = None, version: 
     ensure_sources([r.run_config().source for r in runs], ex, sv)
     out = run_sweep(runs, _head_sweep_group, namespace=SWEEP_NAMESPACE, cache_dir=root, execution=ex,
                     group_kwargs={"cache_root": root, "version": sv}, version=version, desc="head sweep")
-    recs = [dict(seed=r.seed, role=r.role, **rec) for r, (_, row) in zip(runs, out.iterrows()) for rec in row["records"]]
-    table = pd.DataFrame(recs, columns=SWEEP_COLUMNS)
-    table.attrs["reference_grads"] = [float(row[f"reference_grad_{p}"]) for _, row in out.iterrows() for p in PATHS]
-    table.attrs["reference_fits"] = [dict(seed=r.seed, role=r.role, path=p,
-                                          grad_max_norm=float(row[f"reference_grad_{p}"]))
-                                     for r, (_, row) in zip(runs, out.iterrows()) for p in PATHS]
+    rows = list(zip(runs, (row for _, row in out.iterrows())))
+    table = pd.DataFrame([dict(seed=r.seed, role=r.role, **rec) for r, row in rows for rec in row["records"]],
+                         columns=SWEEP_COLUMNS)
+    fits = [dict(seed=r.seed, role=r.role, path=p, grad_max_norm=float(row[f"reference_grad_{p}"]))
+            for r, row in rows for p in PATHS]
     bcols = [c for c in out.columns if c.startswith("buffer_")]
-    table.attrs["buffers"] = [dict(seed=r.seed, role=r.role, **{c: float(row[c]) for c in bcols})
-                              for r, (_, row) in zip(runs, out.iterrows())]
-    table.attrs["drift"] = [dict(seed=r.seed, **row["drift"]) for r, (_, row) in zip(runs, out.iterrows())
-                            if "drift" in out.columns and isinstance(row["drift"], dict)]
+    table.attrs.update(
+        reference_grads=[f["grad_max_norm"] for f in fits], reference_fits=fits,
+        buffers=[dict(seed=r.seed, role=r.role, **{c: float(row[c]) for c in bcols}) for r, row in rows],
+        drift=[dict(seed=r.seed, **row["drift"]) for r, row in rows
+               if "drift" in out.columns and isinstance(row["drift"], dict)])
     return table
 
 
 def sweep_drift_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """Tidy drift check from :func:`run_head_sweep`'s ``attrs["drift"]`` (reported seeds): ``seed, layer, step,
-    target, weight``; ``target`` is ``engine`` (precise BN over :data:`ENGINE_TARGET_BATCHES` batches, the engine's
-    own target) or ``precise`` (over :data:`DRIFT_TARGET_BATCHES`)."""
-    recs = []
-    for d in sweep.attrs.get("drift", []):
-        for k, ws in d.items():
-            if k in ("seed", "steps"):
-                continue
-            target, i = k.rsplit("_l", 1)
-            recs += [dict(seed=d["seed"], layer=f"block {int(i) + 1}", step=int(t), target=target, weight=float(w))
-                     for t, w in zip(d["steps"], ws)]
+    """Tidy drift check from :func:`run_head_sweep`'s ``attrs["drift"]``: ``seed, layer, step, target, weight``;
+    ``target``: ``engine`` (:data:`ENGINE_TARGET_BATCHES` batches, the engine's own) or ``precise``
+    (:data:`DRIFT_TARGET_BATCHES`)."""
+    recs = [dict(seed=d["seed"], layer=_block(i), step=int(t), target=target, weight=float(w))
+            for d in sweep.attrs.get("drift", []) for k, ws in d.items() if k not in ("seed", "steps")
+            for target, i in [k.rsplit("_l", 1)] for t, w in zip(d["steps"], ws)]
     return pd.DataFrame(recs, columns=["seed", "layer", "step", "target", "weight"])
 
 
 def reference_grad_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """Tidy convergence record of the reference fits from :func:`run_head_sweep`'s ``attrs["reference_fits"]``:
-    ``seed, role, path, grad_max_norm`` (per seed and path the largest final gradient max-norm of its
-    :data:`REF_VARIANTS` fits; the values of ``attrs["reference_grads"]``, in the same order)."""
+    """The reference fits' convergence, ``seed, role, path, grad_max_norm`` (per seed and path the largest final
+    gradient max-norm of its :data:`REF_VARIANTS` fits), from :func:`run_head_sweep`'s ``attrs``."""
     return pd.DataFrame(sweep.attrs.get("reference_fits", []), columns=["seed", "role", "path", "grad_max_norm"])
 
 
-# --- the running statistics' change on normalised scales (finding 2) ---------------------------------------------
-
 def buffer_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """Tidy buffer changes after ``steps`` train-mode steps (from :func:`run_head_sweep`'s ``attrs``), reported
-    seeds only: ``seed, layer, mean_shift_sd, log_var_ratio, mean_abs, var_abs`` (see :func:`buffer_changes`)."""
-    recs = []
-    for b in sweep.attrs.get("buffers", []):
-        if b["role"] != "report":
-            continue
-        layers = sorted({k.rsplit("_l", 1)[1] for k in b if k.startswith("buffer_mean_sd_l")}, key=int)
-        recs += [dict(seed=b["seed"], layer=f"block {int(i) + 1}", mean_shift_sd=b[f"buffer_mean_sd_l{i}"],
-                      log_var_ratio=b[f"buffer_log_var_l{i}"], mean_abs=b[f"buffer_mean_abs_l{i}"],
-                      var_abs=b[f"buffer_var_abs_l{i}"]) for i in layers]
-    return pd.DataFrame(recs, columns=["seed", "layer", "mean_shift_sd", "log_var_ratio", "mean_abs", "var_abs"])
+    """The reported seeds' buffer changes after ``steps`` train-mode steps (:func:`buffer_changes`, from
+    :func:`run_head_sweep`'s ``attrs``): ``seed, layer, mean_shift_sd, log_var_ratio, mean_abs, var_abs``."""
+    names = dict(mean_shift_sd="mean_sd", log_var_ratio="log_var", mean_abs="mean_abs", var_abs="var_abs")
+    recs = [dict(seed=b["seed"], layer=_block(i), **{k: b[f"buffer_{v}_l{i}"] for k, v in names.items()})
+            for b in sweep.attrs.get("buffers", []) if b["role"] == "report"
+            for i in sorted({k.rsplit("_l", 1)[1] for k in b if k.startswith("buffer_mean_sd_l")}, key=int)]
+    return pd.DataFrame(recs, columns=["seed", "layer", *names])
 
-
-# --- numerical noise: the same runs at another torch thread count (issue 10) ---------------------------------------
 
 def thread_check(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """The first ``config.thread_seeds`` seeds run end to end (stage 1 included) at two torch thread counts.
-
-    ``execution.threads`` (the main run's) and the other of 1/2, the second in its own cache
-    folder (``threads`` is not part of a cache key). Returns ``seed, mode, threads, task_b,
-    task_a_after`` (tidy). Raises ``ValueError`` when ``thread_seeds < 2``.
-    """
+    """The first ``config.thread_seeds`` seeds run end to end (stage 1 included) at ``execution.threads`` and at the
+    other of 1/2 (in its own cache folder: ``threads`` is not part of a cache key): ``seed, mode, threads, task_b,
+    task_a_after``. Raises ``ValueError`` when ``thread_seeds < 2``."""
     if config.thread_seeds < 2:
         raise ValueError(f"thread_check needs thread_seeds >= 2, got {config.thread_seeds}")
     ex = execution or Execution()
@@ -577,24 +512,16 @@ def thread_check(config: Config, execution: Execution | None = None) -> pd.DataF
     sub = config.replace(seeds=config.seeds[:config.thread_seeds])
     frames = []
     for th, cache in ((ex.threads, root), (other, root / f"threads{other}")):
-        e = ex.replace(threads=th, cache_dir=str(cache))
-        d = transfer_sweep(sub.run_configs(), NAMESPACE, e, desc=f"thread check ({th} threads)")
+        d = transfer_sweep(sub.run_configs(), NAMESPACE, ex.replace(threads=th, cache_dir=str(cache)),
+                           desc=f"thread check ({th} threads)")
         frames.append(d.assign(threads=th)[["seed", "mode", "threads", "task_b", "task_a_after"]])
     return pd.concat(frames, ignore_index=True)
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """Everything chapter 1's page analyses, as the tables it saves: ``(results_table(main run), {"drift":
-    drift_table(main run), "logit_quantiles": logit_quantile_table(main run), "head_sweep": the head sweep's
-    table, "reference_grads": reference_grad_table(sweep), "buffers": buffer_table(sweep), "drift_targets":
-    sweep_drift_table(sweep), "threads": thread_check(...)})`` (keys: :data:`SIBLING_TABLES`).
-
-    Runs :func:`run`, :func:`run_head_sweep` and :func:`thread_check` (in that order, all cached); every table
-    is what the page analyses, so a page built from the saved tables trains nothing. The list-valued columns
-    of the main run (drift and logit quantiles) are in their tidy tables; the sweep's ``attrs`` (reference
-    fits, buffer changes, drift check) in theirs, and the ``head_sweep`` table returned carries no ``attrs``
-    (a saved table cannot).
-    """
+    """Everything the page analyses, as the tables it saves: ``(results_table(main run), {name: table})`` for
+    :data:`SIBLING_TABLES` (the main run's list columns and the sweep's ``attrs`` as tidy tables; the saved
+    ``head_sweep`` keeps no ``attrs``). Runs :func:`run`, :func:`run_head_sweep`, :func:`thread_check` (cached)."""
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs a freeze_modes.Config (see make_config), got {type(config).__name__}")
     df = run(config, execution)
