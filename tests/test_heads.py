@@ -18,6 +18,9 @@ from bnstudy.study.models import make_head
 from bnstudy.study.modes import MODE_NAMES
 from bnstudy.study.words import claim, notes
 
+#: The page's direction words by name.
+W = findings.vocabulary(0.02)
+
 
 # --- shared-module additions ---------------------------------------------------------------------------------------
 
@@ -64,24 +67,29 @@ def test_validation_split_has_its_own_tag_and_test_is_unchanged():
 # --- config ----------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("override, message", [
-    (dict(tuning_seeds=(0,)), "tuning_seeds must be disjoint"),
-    (dict(heads=("linear", "cnn")), "heads\\[1\\]='cnn' is not allowed"),
+    (dict(tuning_seeds=(0,)), "tuning_seeds must be .*disjoint from seeds.*got \\[0\\]"),
+    (dict(tuning_seeds=(-1,)), "tuning_seeds must be one or more seeds >= 0"),
+    (dict(heads=("linear", "cnn")), "heads must be one or more of \\['linear', 'mlp', 'mlp2', 'mlp_bn', 'mlp_ln'\\]"
+                                    ".*got \\['linear', 'cnn'\\]"),
     (dict(heads=("linear", "linear")), "heads must not repeat"),
-    (dict(optimizers=("sgd", "lbfgs")), "optimizers\\[1\\]='lbfgs'"),
-    (dict(heads=("mlp",)), "heads must include 'linear' and 'mlp_bn'.*\\['linear', 'mlp_bn'\\] missing"),
-    (dict(heads=("linear", "mlp")), "\\['mlp_bn'\\] missing from \\['linear', 'mlp'\\]"),
-    (dict(optimizers=("sgd", "adam")), "optimizers must list all of.*\\['sgd_plain'\\] missing"),
-    (dict(mid_strength=1.0), "mid_strength must be a number > 0.0 and < 1.0"),
+    (dict(optimizers=("sgd", "lbfgs", "adam")), "optimizers must be all of \\['sgd', 'sgd_plain', 'adam'\\]"),
+    (dict(heads=("mlp",)), "heads must be .*including 'linear' and 'mlp_bn'.*got \\['mlp'\\]"),
+    (dict(heads=("linear", "mlp")), "including 'linear' and 'mlp_bn'.*got \\['linear', 'mlp'\\]"),
+    (dict(optimizers=("sgd", "adam")), "optimizers must be all of.*got \\['sgd', 'adam'\\]"),
+    (dict(mid_strength=1.0), "mid_strength must be a number > 0 and < 1"),
     (dict(mid_strength=0.0), "mid_strength"),
-    (dict(lr_sgd=(0.1, 0.01)), "lr_sgd must be strictly increasing"),
-    (dict(lr_adam=(0.0, 0.01)), "lr_adam\\[0\\]"),
+    (dict(lr_sgd=(0.1, 0.01)), "lr_sgd must be one or more increasing learning rates > 0, got \\[0.1, 0.01\\]"),
+    (dict(lr_sgd=(0.1, 0.1)), "lr_sgd must not repeat"),
+    (dict(lr_adam=(0.0, 0.01)), "lr_adam must be one or more increasing learning rates > 0"),
+    (dict(lr_adam=("fast",)), "lr_adam\\[0\\]"),
     (dict(margin=0.0), "margin"),
     (dict(seeds=1), "seeds must name at least 2"),
     (dict(steps=0), "steps must be an integer >= 1"),
     (dict(steps_check=150), "steps_check must be larger than steps"),
-    (dict(steps_check_seeds=3), "steps_check_seeds must be at most the number of seeds"),
+    (dict(steps_check_seeds=3), "steps_check_seeds must be from 2 .* to the number of seeds, got 3"),
     # one seed would give the step check no interval at all (t_interval of one value has none)
-    (dict(steps_check_seeds=1), "steps_check_seeds must be an integer >= 2"),
+    (dict(steps_check_seeds=1), "steps_check_seeds must be from 2"),
+    (dict(n_eval=0), "n_eval"),  # the run sizes: the engine's own check
 ])
 def test_config_errors_name_the_parameter(override, message):
     with pytest.raises(ValueError, match=message):
@@ -164,8 +172,10 @@ def test_lr_edges_name_the_end():
     e = findings.lr_edges({("linear", "sgd", "separate_stats"): 1.0, ("linear", "sgd", "backbone_eval"): 0.01,
                      ("linear", "sgd", "all_eval"): 0.1, ("linear", "adam"): 0.001}, grids)
     assert e == [(("linear", "sgd", "separate_stats"), 1.0, "top"), (("linear", "sgd", "backbone_eval"), 0.01, "bottom")]
-    assert findings._edge_text(e) == "linear/sgd/separate_stats at the top (1), linear/sgd/backbone_eval at the bottom (0.01)"
-    assert findings._edge_text([]) == "none"
+    cells = lambda lrs: number(findings.lr_choice_findings(lrs, grids), "lr_edge_cells")  # noqa: E731
+    assert cells({k: v for k, v, _ in e}) == \
+        "linear/sgd/separate_stats at the top (1), linear/sgd/backbone_eval at the bottom (0.01)"
+    assert cells({("linear", "sgd", "all_eval"): 0.1}) == "none"
 
 
 def test_each_shift_gets_its_own_rates():
@@ -249,13 +259,13 @@ def test_gap_verdicts_direction_equivalence_and_the_sign():
     df = _table({("ref", "linear", "sgd"): 0.15, ("ref", "linear", "adam"): 0.0,
                  ("ref", "mlp_bn", "sgd"): -0.10, ("ref", "mlp_bn", "adam"): 0.01})
     C, R = _page(df, margin=0.02)
-    assert _verdict(C, "gap_ref_linear_sgd") == findings.GAP_HIGHER == "separate_stats higher"  # pinning costs
+    assert _verdict(C, "gap_ref_linear_sgd") == W["gap_higher"] == "separate_stats higher"  # pinning costs
     assert _verdict(C, "gap_ref_linear_adam") == "equivalent within \u00b10.02"
-    assert _verdict(C, "gap_ref_mlp_bn_sgd") == findings.GAP_LOWER
+    assert _verdict(C, "gap_ref_mlp_bn_sgd") == W["gap_lower"]
     assert claim(C, "gap_ref_linear_sgd")["estimate"] == pytest.approx(0.15, abs=1e-12)  # separate - backbone_eval
     # +0.01 with a tight interval: inside the margin, but the interval excludes 0, and a direction shown takes
     # precedence (the old rule called it "within margin")
-    assert claim(C, "gap_ref_mlp_bn_adam")["low"] > 0 and _verdict(C, "gap_ref_mlp_bn_adam") == findings.GAP_HIGHER
+    assert claim(C, "gap_ref_mlp_bn_adam")["low"] > 0 and _verdict(C, "gap_ref_mlp_bn_adam") == W["gap_higher"]
     assert [number(R, f"{k}_ref") for k in ("n_separate_higher", "n_separate_lower", "n_equivalent", "n_not_decided")
             ] == [2, 1, 1, 0]
     assert number(R, "separate_higher_ref") == "linear/sgd, mlp_bn/adam" and number(R, "equivalent_ref") == "linear/adam"
@@ -267,7 +277,7 @@ def test_gap_verdicts_direction_equivalence_and_the_sign():
     assert gt.loc["gap_ref_linear_sgd", "task_b_pinned"] == pytest.approx(0.6 + NOISE.mean() - 0.15)
     best = findings.best_pinned_claim(C, R)
     assert number(R, "best_pinned_cell") == "mlp_bn/sgd" and best["estimate"].iloc[0] == pytest.approx(-0.10)
-    assert list(best["key"]) == ["best_pinned_gap"] and best["verdict"].iloc[0] == findings.GAP_LOWER
+    assert list(best["key"]) == ["best_pinned_gap"] and best["verdict"].iloc[0] == W["gap_lower"]
     assert best.drop(columns="key").equals(C[C["key"] == "gap_ref_mlp_bn_sgd"].drop(columns="key"))
     assert number(R, "n_eval") == 0 and math.isnan(number(R, "eval_se"))
     p = 0.6 + NOISE.mean()
@@ -280,13 +290,15 @@ def test_gap_verdicts_direction_equivalence_and_the_sign():
 def test_holm_counts_a_cell_whose_bonferroni_interval_spans_zero():
     """The glossary's rule: counts use Holm's adjusted p (below 0.05), which can call a cell whose printed
     Bonferroni interval still spans zero; the count says so, the cell's verdict stays "not decided"."""
-    t = findings.family_table([inference.decide(v, k, family=inference.Family(2)) for k, v in
-                         (("a", [0.10, 0.11, 0.09, 0.10]), ("b", [0.02, 0.05, -0.005, 0.03, 0.01, 0.04]))],
-                        "gap", inference.Family(2), [dict(head="h", optimizer=o) for o in "ab"])
-    b = t.set_index("key").loc["b"]
+    df = _table({("ref", "linear", "sgd"): 0.10, ("ref", "linear", "adam"): 0.0})
+    b = (df["optimizer"] == "adam") & (df["mode"] == "backbone_eval")
+    df.loc[b, "task_b"] -= np.array([0.02, 0.05, -0.005, 0.03, 0.01, 0.04]) - WIGGLE  # per-seed gaps of cell b
+    C, F = _page(df)
+    b = claim(C, "gap_ref_linear_adam")
     assert b["verdict"] == inference.NOT_DECIDED and b["low"] < 0  # 97.5% interval spans 0
     assert b["p_adjusted"] < 0.05 and b["count_kind"] == "higher"  # Holm: a's p is tiny, b is tested at 0.05
-    assert findings.verdict_counts(t) == {"higher": 2, "lower": 0, "equivalent": 0, "not decided": 0, "too few seeds": 0}
+    assert number(F, "n_separate_higher_ref") == 2 and number(F, "n_not_decided_ref") == 0
+    assert number(F, "separate_higher_ref") == "linear/sgd, linear/adam"
 
 
 def test_equivalence_feasibility_is_the_largest_sd_a_zero_gap_can_pass():
@@ -317,14 +329,13 @@ def test_adam_sgd_interaction_is_paired_and_corrected_over_heads():
     C, F = _page(df)
     assert claim(C, "adam_vs_sgd_linear")["estimate"] == pytest.approx(-0.10)  # gap(adam) - gap(sgd)
     assert {h: _verdict(C, f"adam_vs_sgd_{h}") for h in ("linear", "mlp", "mlp_bn")} == {
-        "linear": findings.ADAM_LOWER, "mlp": findings.ADAM_HIGHER, "mlp_bn": inference.NOT_DECIDED}
+        "linear": W["adam_lower"], "mlp": W["adam_higher"], "mlp_bn": inference.NOT_DECIDED}
     assert number(F, "interaction_confidence") == pytest.approx(1 - 0.05 / 3) and number(F, "interaction_m") == 3
-    t = findings.interaction_table(df)
+    t = findings.family(C, "interaction")
     d = findings.gap_values(df, "ref", "mlp_bn", "adam") - findings.gap_values(df, "ref", "mlp_bn", "sgd")
     assert t.set_index("head").loc["mlp_bn", "low"] == pytest.approx(inference.t_interval(d, 1 - 0.05 / 3).low)
-    assert findings.interaction_table(df[df["optimizer"] == "sgd"]).empty
     shown = figures.interaction_display(t)
-    assert shown.loc["linear", "verdict"] == findings.ADAM_LOWER and shown.loc["linear"].iloc[0].startswith("-0.100 [")
+    assert shown.loc["linear", "verdict"] == W["adam_lower"] and shown.loc["linear"].iloc[0].startswith("-0.100 [")
 
 
 def test_one_seed_is_too_few_and_never_equivalent():
@@ -348,14 +359,14 @@ def test_the_reference_is_backbone_eval_and_bn_head_modes_differ():
     df = _table({("ref", "linear", "sgd"): 0.1, ("ref", "mlp_bn", "sgd"): 0.1}, bn_diff=0.05)
     C = findings.claims(df)
     assert claim(C, "gap_ref_mlp_bn_sgd")["estimate"] == pytest.approx(0.1)
-    assert claim(C, "bn_ref_sgd")["estimate"] == pytest.approx(0.05) and _verdict(C, "bn_ref_sgd") == findings.BN_HIGHER
-    C0 = findings.claims(_table({("ref", "linear", "sgd"): 0.0}))
-    assert math.isnan(claim(C0, "bn_ref_sgd")["estimate"]) and _verdict(C0, "bn_ref_sgd") == inference.TOO_FEW
+    assert claim(C, "bn_ref_sgd")["estimate"] == pytest.approx(0.05) and _verdict(C, "bn_ref_sgd") == W["bn_higher"]
+    C0, F0 = _page(_table({("ref", "linear", "sgd"): 0.0}))  # no head with its own BatchNorm: no bn claims
+    assert "bn" not in set(C0["family"]) and number(F0, "bn_m") == 0 and math.isnan(number(F0, "bn_confidence"))
     # reported at every shift, not only chapter 1's, as one family
     C2, F2 = _page(_table({(s, "mlp_bn", "sgd"): 0.1 for s in ("none", "mid", "ref")}, bn_diff=-0.07))
     bn = C2[C2["family"] == "bn"]
     assert set(bn["key"]) == {"bn_none_sgd", "bn_mid_sgd", "bn_ref_sgd"} and number(F2, "bn_m") == 3
-    assert bn["estimate"].to_numpy() == pytest.approx([-0.07] * 3) and set(bn["verdict"]) == {findings.BN_LOWER}
+    assert bn["estimate"].to_numpy() == pytest.approx([-0.07] * 3) and set(bn["verdict"]) == {W["bn_lower"]}
 
 
 def test_finding3_is_read_from_the_linear_heads_gap_claim():
@@ -363,7 +374,7 @@ def test_finding3_is_read_from_the_linear_heads_gap_claim():
             ("ref", "mlp", "sgd"): 0.1, ("ref", "mlp", "sgd_plain"): 0.1, ("ref", "mlp", "adam"): 0.1}
     C, F = _page(_table(gaps))
     assert {o: _verdict(C, f"gap_ref_linear_{o}") for o in ("sgd", "sgd_plain", "adam")} == {
-        "sgd": findings.GAP_HIGHER, "sgd_plain": "equivalent within \u00b10.02", "adam": findings.GAP_LOWER}
+        "sgd": W["gap_higher"], "sgd_plain": "equivalent within \u00b10.02", "adam": W["gap_lower"]}
     assert {o: number(F, f"f3_heads_holding_{o}") for o in ("sgd", "sgd_plain", "adam")} == {
         "sgd": 2, "sgd_plain": 1, "adam": 1}
     df = _table({("ref", "linear", "adam"): 0.03})
@@ -424,7 +435,7 @@ def test_steps_findings_pair_the_two_budgets():
         0.1 + WIGGLE[:4].mean())
     C = findings.steps_claims(short, long).set_index("key")
     assert C.loc["steps_change_sgd", "estimate"] == pytest.approx(-0.04)
-    assert C.loc["steps_change_sgd", "verdict"] == findings.STEPS_SMALLER
+    assert C.loc["steps_change_sgd", "verdict"] == W["steps_smaller"]
     # no change at all in any seed: zero spread at 0, inside the margin (the old rule: "inconclusive")
     assert C.loc["steps_change_adam", "verdict"] == "equivalent within \u00b10.02"
     assert set(C["m"]) == {2} and C["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 2)
@@ -436,7 +447,7 @@ def test_tidy_tables_have_one_value_per_row():
     df = _table({("ref", "linear", "sgd"): 0.1, ("none", "linear", "sgd"): 0.0})
     gt = findings.gap_table(df)
     assert len(gt) == 2 and all(inference.is_verdict(v, findings.DIRECTIONS) for v in gt["verdict"])
-    at = findings.accuracy_table(df)
+    at = findings.summary_table(df, ["shift", "head", "optimizer", "mode"], ["task_b", "task_a_after"])
     assert len(at) == 2 * 4 * 2 and not at.isna().any().any()
 
 
@@ -460,8 +471,6 @@ def test_every_glued_verdict_is_a_word_of_the_vocabulary():
 
 def test_audit_matches_declaration_catches_an_unexpected_move():
     t = pd.DataFrame([dict(mode="all_eval", part="head_b", declared=False, moved=False, max_change=0.0)])
-    assert findings.audit_matches_declaration(t)
-    assert not findings.audit_matches_declaration(t.assign(moved=True))
     check = lambda table: claim(findings.audit_claims(table), "audit_matches")  # noqa: E731
     assert check(t).verdict == inference.EXACT and check(t.assign(moved=True)).verdict == inference.NOT_EXACT
     assert check(t).family == "checks"
@@ -469,7 +478,7 @@ def test_audit_matches_declaration_catches_an_unexpected_move():
 
 def test_bn_head_buffers_move_exactly_where_each_mode_declares():
     table, audits = run.audit_buffers(seed=0, steps=2, stage1_steps=3)
-    assert findings.audit_matches_declaration(table)
+    assert claim(findings.audit_claims(table), "audit_matches").verdict == inference.EXACT
     t = table.set_index(["mode", "part"])["moved"]
     assert t[("backbone_eval", "head_b")] and not t[("all_eval", "head_b")]  # the two pinned modes now differ
     assert not t[("backbone_eval", "backbone")] and t[("separate_stats", "backbone_b")]
@@ -508,7 +517,7 @@ def test_link_shows_the_predicted_sign_when_the_gap_rises_with_the_curvature_rat
     gap = {(s, "ref"): 0.01 * s for s in seeds}  # perfectly increasing in the curvature ratio
     t = findings.link_table(_gap_rows(gap), _geom(curv, probe), n_boot=300)
     r = _row(t, "ref", "curvature_ratio")
-    assert r["estimate"] == pytest.approx(1.0) and r["verdict"] == findings.LINK_POSITIVE and r["n"] == 10
+    assert r["estimate"] == pytest.approx(1.0) and r["verdict"] == W["link_positive"] and r["n"] == 10
     assert r["low"] > 0 and r["predicted_sign"] == 1
     assert set(t["m"]) == {4} and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 4)  # one family
     # the same rho and interval as inference's rank correlation at the family's confidence
@@ -521,10 +530,10 @@ def test_link_shows_the_predicted_sign_when_the_gap_rises_with_the_curvature_rat
     assert inference.rank_correlation(x, y)[0] == pytest.approx(1.0)
     # a gap falling with the curvature ratio: the other sign, not the predicted one
     down = findings.link_table(_gap_rows({k: -v for k, v in gap.items()}), _geom(curv, probe), n_boot=300)
-    assert _row(down, "ref", "curvature_ratio")["verdict"] == findings.LINK_NEGATIVE
+    assert _row(down, "ref", "curvature_ratio")["verdict"] == W["link_negative"]
     L, D = findings.link_findings(t), findings.link_findings(down)
     assert number(L, "n_tests") == 4 and number(L, "n_predicted_ref") >= 1 and number(D, "n_opposite") >= 1
-    assert number(D, "n_predicted_ref") == int((_row(down, "ref", "probe_cost")["verdict"] == findings.LINK_POSITIVE))
+    assert number(D, "n_predicted_ref") == int((_row(down, "ref", "probe_cost")["verdict"] == W["link_positive"]))
 
 
 def test_link_needs_enough_seeds_and_the_gap_head():
@@ -698,21 +707,20 @@ def test_head_contrast_is_paired_against_the_linear_head_and_corrected():
     df = _table(gaps)
     m = (df["head"] == "mlp") & (df["optimizer"] == "adam") & df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.03, -0.03)  # a spread: spans zero and the margin
-    t = findings.head_contrast_table(df)
+    C, F = _page(df)
+    t = findings.family(C, "hc")
     v = t.set_index(["head", "optimizer"])["verdict"]
-    assert v[("mlp", "sgd")] == findings.HEAD_SMALLER and v[("mlp_bn", "sgd")] == findings.HEAD_LARGER
+    assert v[("mlp", "sgd")] == W["head_smaller"] and v[("mlp_bn", "sgd")] == W["head_larger"]
     assert v[("mlp", "adam")] == inference.NOT_DECIDED and len(t) == 4
     assert v[("mlp_bn", "adam")] == "equivalent within \u00b10.02"  # the same gap in every seed
     assert t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 4)
     assert t.set_index(["head", "optimizer"]).loc[("mlp", "sgd"), "estimate"] == pytest.approx(-0.08)
-    H = findings.head_contrast_findings(t)
-    assert [number(H, k) for k in ("n_smaller", "n_larger", "smaller_cells", "larger_cells")] == [
+    assert [number(F, f"hc_{k}") for k in ("n_smaller", "n_larger", "smaller_cells", "larger_cells")] == [
         1, 1, "mlp/sgd", "mlp_bn/sgd"]
-    disp = figures.head_contrast_display(t)
+    disp = figures.contrast_display(t)
     assert list(disp.index) == ["mlp", "mlp_bn"] and list(disp.columns) == ["sgd", "adam"]
-    assert disp.loc["mlp", "sgd"].startswith("-0.080 [") and disp.loc["mlp", "sgd"].endswith(findings.HEAD_SMALLER)
-    with pytest.raises(ValueError, match="reference head 'linear'"):
-        findings.head_contrast_table(df[df["head"] != "linear"])
+    assert disp.loc["mlp", "sgd"].startswith("-0.080 [") and disp.loc["mlp", "sgd"].endswith(W["head_smaller"])
+    assert "hc" not in set(findings.claims(df[df["head"] != "linear"])["family"])  # no reference head: no contrast
 
 
 def test_finding_3_names_a_linear_rate_at_the_grid_edge():
@@ -731,19 +739,18 @@ def test_shift_contrast_pairs_each_cell_across_shifts_and_is_corrected():
     gaps = {("ref", "linear", "sgd"): 0.10, ("none", "linear", "sgd"): 0.0,
             ("ref", "mlp", "sgd"): 0.0, ("none", "mlp", "sgd"): 0.0,
             ("ref", "mlp_bn", "sgd"): -0.05, ("none", "mlp_bn", "sgd"): 0.0}
-    t = findings.shift_contrast_table(_table(gaps))
+    C, F = _page(_table(gaps))
+    t = findings.family(C, "sc")
     v = t.set_index("head")["verdict"]
-    assert v["linear"] == findings.SHIFT_LARGER and v["mlp_bn"] == findings.SHIFT_SMALLER
+    assert v["linear"] == W["shift_larger"] and v["mlp_bn"] == W["shift_smaller"]
     assert t.set_index("head").loc["linear", "estimate"] == pytest.approx(0.10)
     # mlp: identical gaps at both shifts in every seed, zero spread at 0: equivalent (the old rule: inconclusive)
     assert v["mlp"] == "equivalent within \u00b10.02" and t["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 3)
-    S = findings.shift_contrast_findings(t)
-    assert [number(S, k) for k in ("n_larger", "n_smaller", "larger_cells", "smaller_cells")] == [
+    assert [number(F, f"sc_{k}") for k in ("n_larger", "n_smaller", "larger_cells", "smaller_cells")] == [
         1, 1, "linear/sgd", "mlp_bn/sgd"]
-    assert number(S, "m") == 3
+    assert number(F, "sc_m") == 3
     assert list(figures.contrast_display(t).columns) == ["sgd"]
-    with pytest.raises(ValueError, match="no rows at shift 'none'"):
-        findings.shift_contrast_table(_table({("ref", "linear", "sgd"): 0.1}))
+    assert "sc" not in set(findings.claims(_table({("ref", "linear", "sgd"): 0.1}))["family"])  # no unshifted rows
 
 
 def test_head_contrast_says_when_a_smaller_gap_comes_from_a_worse_separate_side():
@@ -751,11 +758,14 @@ def test_head_contrast_says_when_a_smaller_gap_comes_from_a_worse_separate_side(
     df = _table({("ref", "linear", "sgd"): 0.10, ("ref", "mlp", "sgd"): 0.02})
     m = (df["head"] == "mlp") & (df["optimizer"] == "sgd")
     df.loc[m, "task_b"] -= 0.05  # every mode of mlp 0.05 lower: the same gap, a worse separate side
-    t = findings.head_contrast_table(df)
+    C, F = _page(df)
+    t = findings.family(C, "hc")
     assert t["separate"].iloc[0] == pytest.approx(t["separate_reference"].iloc[0] - 0.05)
-    H = findings.head_contrast_findings(t)
-    assert [number(H, k) for k in ("n_smaller", "n_smaller_worse_separate", "smaller_worse_separate_cells")] == [
+    assert [number(F, f"hc_{k}") for k in ("n_smaller", "n_smaller_worse_separate", "smaller_worse_separate_cells")] == [
         1, 1, "mlp/sgd"]
+    df.loc[m & (df["mode"] == "separate_stats"), "task_b"] += 0.10  # the separate side now better: not counted
+    C, F = _page(df)
+    assert number(F, "hc_n_smaller_worse_separate") == 0 and number(F, "hc_smaller_worse_separate_cells") == "none"
 
 
 def test_link_counts_are_split_by_scope():
@@ -780,9 +790,14 @@ def _flip_findings(gap: float) -> tuple:
 
 def test_answer_states_the_counts_and_the_linear_heads_verdicts():
     text = findings.answer(*_flip_findings(0.15))
+    probe = numbers_table(dict(probe_cost=inference.Interval(0.05, 0.03, 0.07, 10)))
+    assert findings.answer(*_flip_findings(0.15), probe) == text + " A least-squares probe solved in closed form, free " \
+        "of any optimizer, reads +0.050 (+0.030 to +0.070) on separate minus pinned features: pinning loses some " \
+        "linearly decodable information about task B; the trained linear head with SGD and momentum falls short by " \
+        "more than that, a shortfall of optimization (rate and step budget) rather than of the features."
     assert text.startswith("No head or optimizer tried makes up for pinned statistics")
     assert "6 head and optimizer cells split into 6 where separate statistics score higher" in text
-    assert text.count(f"**{findings.GAP_HIGHER}**") == 4  # the linear head, one per optimizer, and the best pinned cell
+    assert text.count(f"**{W['gap_higher']}**") == 4  # the linear head, one per optimizer, and the best pinned cell
     assert "**mlp_bn/" in text or "**linear/" in text  # the best pinned cell is named
     assert "nan" not in text.lower().split()
 
@@ -793,8 +808,8 @@ def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     outcome."""
     cost, reversed_, none = (_flip_findings(g) for g in (0.15, -0.15, 0.0))
     a_cost, a_rev, a_none = (findings.answer(*P) for P in (cost, reversed_, none))
-    assert findings.GAP_HIGHER in a_cost and findings.GAP_HIGHER not in a_rev and findings.GAP_HIGHER not in a_none
-    assert findings.GAP_LOWER in a_rev and findings.GAP_LOWER not in a_cost
+    assert W["gap_higher"] in a_cost and W["gap_higher"] not in a_rev and W["gap_higher"] not in a_none
+    assert W["gap_lower"] in a_rev and W["gap_lower"] not in a_cost
     assert "equivalent within ±0.02" in a_none and "equivalent within ±0.02**" not in a_cost
     lead = "No head or optimizer tried makes up for pinned statistics"
     assert a_cost.startswith(lead) and lead not in a_rev and lead not in a_none
@@ -816,18 +831,47 @@ def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     assert undecided.startswith("No head or optimizer tried is shown to make up") and "3 not decided" in undecided
 
 
+#: The gap family's verdict kinds at chapter 1's shift -> the answer's lead (findings.LEAD_NOTES), one case per note.
+LEADS = [(["higher"] * 3, "No head or optimizer tried makes up"),
+         (["equivalent"] * 3, "Every head and optimizer tried makes up for pinned statistics at chapter 1's shift, "
+                              "within ±0.02"),
+         (["equivalent", "not decided", "not decided"], "No head and optimizer cell shows a cost of pinned statistics "
+                                                       "at chapter 1's shift, and not every one"),
+         (["lower", "equivalent", "not decided"], "No head and optimizer cell shows a cost of pinned statistics at "
+                                                 "chapter 1's shift"),
+         (["higher", "not decided", "not decided"], "No head or optimizer tried is shown to make up"),
+         (["higher", "equivalent", "equivalent"], "Some heads and optimizers make up"),
+         (["higher", "lower", "equivalent"], "Whether a head or optimizer makes up for pinned statistics at chapter 1's "
+                                            "shift depends on the cell"),
+         (["higher", "equivalent", "not decided"], "Whether a head or optimizer makes up")]
+
+
+@pytest.mark.parametrize("kinds, lead", LEADS)
+def test_the_answers_lead_is_chosen_by_the_counts_alone(kinds, lead):
+    """Each lead note holds for its own counts and no other does (notes() raises on none or two); flipping the
+    counts flips the lead."""
+    C = pd.DataFrame(dict(family="gap", shift="ref", kind=kinds, estimate=0.0, p_adjusted=1.0, margin=0.02))
+    said = notes(findings.LEAD_NOTES, C, pd.DataFrame())["lead"]
+    assert said.startswith(lead) and "nan" not in said
+
+
 def test_probe_and_geometry_sentences_flip_with_their_numbers():
     I = inference.Interval
     lost, kept, gained = I(0.05, 0.03, 0.07, 10), I(0.01, -0.004, 0.027, 10), I(-0.05, -0.07, -0.03, 10)
-    assert "pinning loses some linearly decodable information" in findings.probe_sentence(lost)
-    assert "detects no linearly decodable information lost" in findings.probe_sentence(kept)
-    assert "pinned features are the more linearly decodable" in findings.probe_sentence(gained)
-    for s in (findings.probe_sentence(kept), findings.probe_sentence(gained)):
+
+    def probe(iv, linear_gap_low=0.0):
+        said = notes(findings.PROBE_NOTES, pd.DataFrame(dict(key=["gap_ref_linear_sgd"], low=[linear_gap_low])),
+                     numbers_table(dict(probe_cost=iv)))
+        return said["probe"] + said["probe_tail"]
+    assert "pinning loses some linearly decodable information" in probe(lost)
+    assert "detects no linearly decodable information lost" in probe(kept) and "(-0.004 to +0.027)" in probe(kept)
+    assert "pinned features are the more linearly decodable" in probe(gained)
+    for s in (probe(kept), probe(gained)):
         assert "loses some" not in s
-    assert "shortfall of optimization" in findings.probe_sentence(kept, linear_gap_low=0.1)
-    assert "shortfall" not in findings.probe_sentence(kept, linear_gap_low=0.01)  # the head's gap within the probe's
-    assert "without an interval" in findings.probe_sentence(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
-        findings.probe_sentence(I(0.01, math.nan, math.nan, 1))
+    assert "shortfall of optimization" in probe(kept, linear_gap_low=0.1)
+    assert "shortfall" not in probe(kept, linear_gap_low=0.01)  # the head's gap within the probe's
+    assert "without an interval" in probe(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
+        probe(I(0.01, math.nan, math.nan, 1), linear_gap_low=0.1)
     # the curvature note (bnstudy.study.words.Note): each of its four sentences holds for its own numbers, alone
     base = dict(scale_ratio=2.0, offset_sd=1.0, dead_fraction=0.0, affine_r2=0.9, mean_share_pinned=0.3,
                 mean_share_separate=0.2, probe_pinned=0.5, probe_separate=0.5, probe_cost=kept)
@@ -887,7 +931,7 @@ def test_the_notebook_types_no_outcome_outside_glue():
                 for m in re.finditer(r"\d", t)]
     assert not bad, bad
     # the scan sees a typed outcome
-    assert re.search(re.escape(findings.GAP_HIGHER), "the gap reads separate_stats higher here", flags=re.I)
+    assert re.search(re.escape(W["gap_higher"]), "the gap reads separate_stats higher here", flags=re.I)
 
 
 def test_the_notebook_shows_no_code():

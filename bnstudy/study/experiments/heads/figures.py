@@ -1,5 +1,5 @@
-"""Chapter 4, what is drawn: the figures (moved from :mod:`bnstudy.study.plots`) and the page's display tables, from the
-tables of :mod:`.run` and the claims of :mod:`.findings`; colours from :mod:`bnstudy.study.style`."""
+"""Chapter 4, what is drawn: the figures and the page's display tables, from the tables of :mod:`.run` and the
+claims of :mod:`.findings`; colours from :mod:`bnstudy.study.style`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from ...inference import Interval
 from ...plots import MODE_ORDER, MODE_PALETTE, min_text_size
 from .findings import CLIPS
 
-
-# --- figures (moved from bnstudy.study.plots) -----------------------------------------------------------------------------
-
 OPTIMIZER_PALETTE = style.palette("optimizer", ("sgd", "sgd_plain", "adam"))
 OPTIMIZER_LABELS = {"sgd": "SGD + momentum 0.9", "sgd_plain": "plain SGD", "adam": "Adam"}
 #: Chapter 4's figures: drawn at the column width with text of at least the book's minimum (bnstudy.study.style).
@@ -28,10 +25,8 @@ def _dodge(n: int, width: float = 0.6) -> np.ndarray:
 
 
 def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
-    """Chapter 4: the gap ``task_b(separate_stats) - task_b(backbone_eval)`` per head (x) and optimizer (colour),
-    one panel per shift, with the table's (Bonferroni, per shift) intervals cut to [-1, 1] and the equivalence band
-    ``±margin``; the legend below the panels, clear of the whiskers. ``gaps``:
-    :func:`bnstudy.study.experiments.heads.findings.gap_table`'s output."""
+    """The gap claims (``findings.gap_table``) per head (x) and optimizer (colour), a panel per shift, intervals cut
+    to [-1, 1], the equivalence band ``±margin`` and the legend below the panels, clear of the whiskers."""
     shifts = [s for s in shift_labels if s in set(gaps["shift"])]
     heads = list(dict.fromkeys(gaps["head"]))
     opts = [o for o in OPTIMIZER_PALETTE if o in set(gaps["optimizer"])]
@@ -64,10 +59,9 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
 
 def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "task_b",
                          modes=("backbone_eval", "all_eval", "separate_stats")):
-    """Chapter 4: ``metric`` per head (x) and freeze mode (colour), rows = shifts, columns = optimizers, with
-    95% intervals over seeds. ``acc``: :func:`bnstudy.study.experiments.heads.findings.accuracy_table`'s output.
-    ``modes``: the series drawn; by default not ``train_mode``, whose task-B accuracy equals ``separate_stats``' in
-    every run (a check of the code, glued on the page), so drawing both would only hide one behind the other."""
+    """``metric`` per head (x) and freeze mode (colour), rows = shifts, columns = optimizers, 95% intervals over
+    seeds (``acc``: ``findings.summary_table``'s). Not ``train_mode`` by default: its task-B accuracy is
+    ``separate_stats``' in every run (a check glued on the page), so it would only hide behind it."""
     a = acc[acc["metric"] == metric]
     shifts = [s for s in shift_labels if s in set(a["shift"])]
     opts = [o for o in OPTIMIZER_PALETTE if o in set(a["optimizer"])]
@@ -96,18 +90,16 @@ def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "t
     return min_text_size(fig, _CH4_MIN_PT)
 
 
-#: Chapter 4: line and marker per mode, so that modes with equal values (``all_eval`` = ``backbone_eval`` for a
-#: head without BatchNorm) stay visible and close colours stay apart.
+#: Line and marker per mode, so that equal modes (``all_eval`` = ``backbone_eval`` without a BatchNorm head) stay
+#: visible.
 CH4_MODE_STYLE = {"backbone_eval": dict(ls="-", marker="o", ms=5), "all_eval": dict(ls=":", marker="s", ms=3),
                   "separate_stats": dict(ls="--", marker="^", ms=4.5)}
 
 
 def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval", "all_eval", "separate_stats")):
-    """Chapter 4: validation accuracy (mean over the tuning seeds) against the learning rate, one panel per head
-    (rows) and optimizer (columns), one line per mode in ``modes`` (``train_mode`` left out: on task B it equals
-    ``separate_stats``), each mode's chosen rate ringed; dashed grey: the mean over the four modes (the
-    mode-averaged rule's criterion). ``search``: :func:`bnstudy.study.experiments.heads.run.search_table`; ``chosen``:
-    ``{(head, optimizer, mode): lr}`` (or ``{(head, optimizer): lr}``, ringed on the mean line)."""
+    """Validation accuracy (``run.search_table``) against the learning rate, a panel per head (rows) and optimizer,
+    a line per mode with its ``chosen`` rate ringed (``{(head, optimizer, mode): lr}``; ``{(head, optimizer): lr}``
+    ringed on the dashed mean over the four modes, the mode-averaged rule's criterion)."""
     opts = [o for o in OPTIMIZER_PALETTE if o in set(search["optimizer"])]
     heads = list(dict.fromkeys(search["head"]))
     fig, axes = plt.subplots(len(heads), len(opts), figsize=(_CH4_WIDTH, 1.9 * len(heads) + 1.0),
@@ -136,7 +128,7 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
                 ax.set_xlabel("learning rate")
             if j == 0:
                 ax.set_ylabel(f"{h}\nvalidation task B")
-    handles, labels = {}, {}
+    handles = {}
     for ax in axes.flat:
         for hd, lb in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lb, hd)
@@ -148,30 +140,27 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
 
 # --- display tables -----------------------------------------------------------------------------------------
 
+def _value_text(r, clip: tuple) -> str:
+    """``+0.123 [+0.050, +0.200]`` of one claims-table row, ends cut to ``clip`` (no interval: ``[no interval]``)."""
+    iv = Interval(r.estimate, r.low, r.high, int(r.n), r.confidence).clipped(*clip)
+    return f"{r.estimate:+.3f} " + ("[no interval]" if math.isnan(iv.low) else f"[{iv.low:+.3f}, {iv.high:+.3f}]")
+
+
+def _cell_text(r, clip: tuple = (-1, 1)) -> str:
+    return f"{_value_text(r, clip)} {r.verdict}"
+
+
 def contrast_display(table: pd.DataFrame, clip: tuple = (-2, 2)) -> pd.DataFrame:
-    """A contrast table for the page (:func:`head_contrast_table`, :func:`shift_contrast_table`): heads in rows,
-    optimizers in columns, ``estimate [low, high] verdict`` (interval ends cut to ``clip``)."""
+    """A contrast family (``hc``, ``sc``) for the page: heads in rows, optimizers in columns, ``estimate [low,
+    high] verdict``."""
     t = table.assign(cell=[_cell_text(r, clip) for r in table.itertuples(index=False)])
     return t.pivot(index="head", columns="optimizer", values="cell").reindex(
         index=list(dict.fromkeys(table["head"])), columns=list(dict.fromkeys(table["optimizer"])))
 
 
-def _cell_text(r, clip: tuple = (-1, 1)) -> str:
-    """``+0.123 [+0.050, +0.200] verdict`` of one claims-table row (no interval: ``[no interval]``)."""
-    iv = Interval(r.estimate, r.low, r.high, int(r.n), r.confidence).clipped(*clip)
-    span = "[no interval]" if math.isnan(iv.low) else f"[{iv.low:+.3f}, {iv.high:+.3f}]"
-    return f"{r.estimate:+.3f} {span} {r.verdict}"
-
-
-def head_contrast_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The page's head-contrast table: heads in rows, optimizers in columns, ``estimate [low, high] verdict``
-    (:func:`contrast_display`)."""
-    return contrast_display(table)
-
-
 def gap_display(gaps: pd.DataFrame, heads, optimizers, shift: str = "ref") -> pd.DataFrame:
-    """The page's gap table at ``shift``: one row per head, one column per optimizer, cells
-    ``estimate [low, high] verdict (pinned a / separate b)`` from :func:`gap_table`'s rows (display only)."""
+    """The gap claims at ``shift``, heads in rows, optimizers in columns: ``estimate [low, high] verdict (pinned a /
+    separate b)``."""
     t = gaps[gaps["shift"] == shift]
     cell = {(r.head, r.optimizer): f"{_cell_text(r)} (pinned {r.task_b_pinned:.3f} / separate {r.task_b_separate:.3f})"
             for r in t.itertuples(index=False)}
@@ -180,19 +169,14 @@ def gap_display(gaps: pd.DataFrame, heads, optimizers, shift: str = "ref") -> pd
 
 
 def interaction_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The page's interaction table (:func:`interaction_table`): per head, gap with Adam minus gap with SGD +
-    momentum at chapter 1's shift, ``estimate [low, high]`` and verdict (display only)."""
-    out = {}
-    for r in table.itertuples(index=False):
-        iv = Interval(r.estimate, r.low, r.high, int(r.n), r.confidence).clipped(*CLIPS["interaction"])
-        span = "[no interval]" if math.isnan(iv.low) else f"[{iv.low:+.3f}, {iv.high:+.3f}]"
-        out[r.head] = {"Adam - SGD + momentum (gap difference)": f"{r.estimate:+.3f} {span}", "verdict": r.verdict}
-    return pd.DataFrame(out).T
+    """The interaction family per head: ``estimate [low, high]`` and the verdict."""
+    return pd.DataFrame({r.head: {"Adam - SGD + momentum (gap difference)": _value_text(r, CLIPS["interaction"]),
+                                  "verdict": r.verdict} for r in table.itertuples(index=False)}).T
 
 
 def link_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The page's link table (display only), indexed by ``scope, optimizer, measure``: ``predicted, rho,
-    n_seeds, n_points, verdict``, ``rho`` as ``+0.12 [-0.30, +0.50]``, ``-0.83 [no interval]`` or ``not computed``."""
+    """The link family indexed by ``scope, optimizer, measure``: ``predicted, rho, n_seeds, n_points, verdict``
+    (``rho``: ``+0.12 [-0.30, +0.50]``, ``-0.83 [no interval]`` or ``not computed``)."""
     def rho(r, lo, hi):
         if math.isnan(r):
             return "not computed"

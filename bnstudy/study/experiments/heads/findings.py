@@ -1,13 +1,10 @@
-"""Chapter 4, what is claimed, in the lean chapter shape: the page's questions as data (:data:`QUESTIONS`, run by
-:func:`bnstudy.study.inference.ask` into one claims table per family), its descriptive numbers as flat numbers tables
-(:func:`bnstudy.study.inference.numbers_table`; no records), the estimators that are the chapter's own (the link test's
-rank correlations, the equivalence feasibility, the geometry's ratios) and the sentences chosen by the data, all
-from the tables of :mod:`.run`.
+"""Chapter 4, what is claimed: the page's comparisons as data (:data:`QUESTIONS`, asked by
+:func:`bnstudy.study.inference.ask`), its numbers as flat numbers tables, the chapter's own estimators (the link test's rank
+correlations, the equivalence feasibility, the geometry's ratios) and the sentences the claims choose (:class:`Note`).
 
-The *gap* of a (shift, head, optimizer) cell is ``task_b(separate_stats) - task_b(backbone_eval)`` per seed
-(condition minus the pinned reference, the book's one sign: positive when pinning costs the new task). The cells
-of one shift are one family (Bonferroni intervals, equivalence at ``alpha / m``, Holm counts). :func:`claims` gives
-the page's claims table and :func:`findings` its numbers table.
+The *gap* of a (shift, head, optimizer) cell is ``task_b(separate_stats) - task_b(backbone_eval)`` per seed (positive
+when pinning costs the new task); the cells of one shift are one family (Bonferroni intervals, equivalence at
+``alpha / m``, Holm counts).
 """
 
 from __future__ import annotations
@@ -18,136 +15,157 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...inference import MIN_BOOTSTRAP_UNITS, NOT_DECIDED, TOO_FEW, Family, Interval, Question, ask, \
-    bootstrap_interval, claims_table, count_kinds, count_verdicts, decide, decide_interval, equivalent_text, number, \
-    numbers_table, paired_differences, rank_correlation, t_interval
-from ...modes import MODE_NAMES
-from ...words import Note, join, verdict_md
-from .run import HEADS, OPTIMIZERS, PINNED_MODES, REFERENCE_MODE, STEPS_CHECK_HEAD, STEPS_CHECK_OPTIMIZERS, \
-    chosen_lrs, search_at, search_table
+from ...inference import MIN_BOOTSTRAP_UNITS, NOT_DECIDED, TOO_FEW, Family, Question, ask, bootstrap_interval, \
+    claims_table, count_kinds, count_verdicts, decide_interval, equivalent_text, number, numbers_table, \
+    paired_differences, rank_correlation, t_interval
+from ...words import Note, join, notes, verdict_md
+from .run import HEADS, OPTIMIZERS, REFERENCE_MODE, STEPS_CHECK_HEAD, STEPS_CHECK_OPTIMIZERS, chosen_lrs, search_at, search_table
 
-#: Direction words of the page's verdicts (:func:`bnstudy.study.inference.decide`), each (higher, lower) pair naming
-#: the direction of *condition minus reference*: the gap ``separate_stats - backbone_eval`` of a cell;
-GAP_HIGHER, GAP_LOWER = "separate_stats higher", "separate_stats lower"
-#: the optimizer interaction ``gap(adam) - gap(sgd)``;
-ADAM_HIGHER, ADAM_LOWER = "gap larger with Adam", "gap smaller with Adam"
-#: the head contrast ``gap(head) - gap(linear)``;
-HEAD_LARGER, HEAD_SMALLER = "larger gap than linear", "smaller gap than linear"
-#: the shift contrast ``gap(ref) - gap(none)``;
-SHIFT_LARGER, SHIFT_SMALLER = "larger gap at the shift", "smaller gap at the shift"
-#: the step check ``gap(long budget) - gap(short budget)``;
-STEPS_LARGER, STEPS_SMALLER = "gap larger with more steps", "gap smaller with more steps"
-#: the BatchNorm head's two pinned modes, ``all_eval - backbone_eval``;
-BN_HIGHER, BN_LOWER = "all_eval higher", "all_eval lower"
-#: the link test: a rank correlation above / below zero.
-LINK_POSITIVE, LINK_NEGATIVE = "rank correlation positive", "rank correlation negative"
-#: Every direction word this page may print (``inference.is_verdict(text, DIRECTIONS)``).
-DIRECTIONS = (GAP_HIGHER, GAP_LOWER, ADAM_HIGHER, ADAM_LOWER, HEAD_LARGER, HEAD_SMALLER, SHIFT_LARGER, SHIFT_SMALLER,
-              STEPS_LARGER, STEPS_SMALLER, BN_HIGHER, BN_LOWER, LINK_POSITIVE, LINK_NEGATIVE)
-#: The families of the page's claims (the ``family`` column of the claims tables) and the range each
-#: quantity allows, to which printed interval ends are cut (:func:`printed`): accuracy differences lie in
-#: [-1, 1], differences of two gaps in [-2, 2], rank correlations in [-1, 1].
+#: The page's direction words per family (condition minus reference above / below zero), by the names the page
+#: cites them under (``ch04_w_<name>``, :func:`vocabulary`).
+WORDS = {"gap": dict(gap_higher="separate_stats higher", gap_lower="separate_stats lower"),
+         "interaction": dict(adam_higher="gap larger with Adam", adam_lower="gap smaller with Adam"),
+         "hc": dict(head_larger="larger gap than linear", head_smaller="smaller gap than linear"),
+         "sc": dict(shift_larger="larger gap at the shift", shift_smaller="smaller gap at the shift"),
+         "steps": dict(steps_larger="gap larger with more steps", steps_smaller="gap smaller with more steps"),
+         "bn": dict(bn_higher="all_eval higher", bn_lower="all_eval lower"),
+         "link": dict(link_positive="rank correlation positive", link_negative="rank correlation negative")}
+DIRECTIONS = tuple(w for d in WORDS.values() for w in d.values())
+#: What each family's quantity allows (a difference of accuracies, of two gaps, a rank correlation): printed
+#: interval ends are cut to it (:func:`printed`).
 CLIPS = {"gap": (-1, 1), "interaction": (-2, 2), "hc": (-2, 2), "sc": (-2, 2), "bn": (-1, 1), "steps": (-2, 2),
          "checks": None, "link": (-1, 1)}
 
-
-# --- the questions, as data ----------------------------------------------------------------------------------------
-# Every comparison is condition minus reference per seed (bnstudy.study.inference.ask); one ask call is one family. The
-# tables a question reads: "main" (run's rows), "gaps" (gap_rows: one per-seed gap per shift, head, optimizer and
-# seed), "steps" (the step check's per-seed gaps at the two budgets), "rows" (run's rows with the checks' columns)
-# and "audit" (run.audit_buffers' table). Each comparison's margin is the page's (the notebook's ``margin``).
-
-_MARGIN = 0.02  # run.Config's default margin; every call replaces it with the page's
-_GAP = dict(value="task_b", by="mode", margin=_MARGIN)
+# --- the questions, as data -------------------------------------------------------------------------------------
+# Each comparison is condition minus reference per seed, at the page's margin; one group is one family. Tables:
+# "main" (run's rows), "gaps" (gap_rows), "steps" (the step check's per-seed gaps), "rows" (run's rows with the
+# checks' columns), "audit" (run.audit_buffers' table).
+_GAP = dict(value="task_b", by="mode")
+_GAPS = dict(value="gap", table="gaps")
 QUESTIONS = {
-    # the gap of every (shift, head, optimizer) cell; one family per shift (gap_table asks one shift at a time)
     "gap": (Question("gap_{shift}_{head}_{optimizer}", "separate_stats", REFERENCE_MODE,
-                     each=("shift", "head", "optimizer"), words="separate_stats", **_GAP),),
-    # the optimizer interaction at chapter 1's shift: gap(adam) - gap(sgd) per head
-    "interaction": (Question("adam_vs_sgd_{head}", "adam", "sgd", value="gap", by="optimizer", at=dict(shift="ref"),
-                             each=("head",), table="gaps", margin=_MARGIN),),
-    # each head against the linear head at chapter 1's shift, per optimizer: gap(head) - gap(linear)
-    "hc": (Question("hc_{condition}_{optimizer}", tuple(h for h in HEADS if h != STEPS_CHECK_HEAD), STEPS_CHECK_HEAD,
-                    value="gap", by="head", at=dict(shift="ref"), each=("optimizer",), table="gaps",
-                    margin=_MARGIN),),
-    # does the shift make the gap? gap(ref) - gap(none) per head and optimizer
-    "sc": (Question("sc_{head}_{optimizer}", "ref", "none", value="gap", by="shift", each=("head", "optimizer"),
-                    table="gaps", margin=_MARGIN),),
-    # the BatchNorm head's two pinned modes, all_eval - backbone_eval, per shift and optimizer
+                     each=("shift", "head", "optimizer"), **_GAP),),
+    # at chapter 1's shift: gap(adam) - gap(sgd) per head, and each head's gap minus the linear head's
+    "interaction": (Question("adam_vs_sgd_{head}", "adam", "sgd", by="optimizer", at=dict(shift="ref"),
+                             each=("head",), **_GAPS),),
+    "hc": (Question("hc_{condition}_{optimizer}", tuple(h for h in HEADS if h != "linear"), "linear", by="head",
+                    at=dict(shift="ref"), each=("optimizer",), **_GAPS),),
+    # does the shift make the gap? gap(ref) - gap(none)
+    "sc": (Question("sc_{head}_{optimizer}", "ref", "none", by="shift", each=("head", "optimizer"), **_GAPS),),
+    # the BatchNorm head's two pinned modes
     "bn": (Question("bn_{shift}_{optimizer}", "all_eval", REFERENCE_MODE, at=dict(head="mlp_bn"),
-                    each=("shift", "optimizer"), words="all_eval", **_GAP),),
-    # the step check: gap at the long budget minus gap at the short one, per optimizer
+                    each=("shift", "optimizer"), **_GAP),),
+    # the step check: the gap at the long budget minus at the short one
     "steps": (Question("steps_change_{optimizer}", "long", "short", value="gap", by="budget", each=("optimizer",),
-                       table="steps", margin=_MARGIN),),
-    # the identities of the code (exact checks, not findings): train_mode's task B equals separate_stats' in every
-    # seed, shift, head and optimizer (the same backbone statistics see the same stream); task A after minus before
-    # is 0 in every run of both pinned modes; train_mode's task A after stage 2 equals the first head and
-    # optimizer's of the same seed and shift (the head does not touch the backbone's buffers)
+                       table="steps"),),
+    # identities of the code (exact checks): train_mode's task B is separate_stats' (the same statistics see the
+    # same stream); the pinned modes keep task A; train_mode's task A does not depend on the head or optimizer
     "checks": (Question("check_train_is_separate", "train_mode", "separate_stats", value="task_b", by="mode",
                         pair=("shift", "head", "optimizer", "seed"), table="rows", exact=0.0),
-               Question("check_pinned_keep_a", value="task_a_change", at=dict(mode=PINNED_MODES), table="rows",
-                        exact=0.0),
+               Question("check_pinned_keep_a", value="task_a_change", at=dict(mode=("backbone_eval", "all_eval")),
+                        table="rows", exact=0.0),
                Question("check_task_a_loss_shared", value="task_a_vs_first", at=dict(mode="train_mode"),
                         table="rows", exact=0.0)),
-    # every part moved exactly where its mode declares it may (run.audit_buffers)
+    # every part's buffers moved exactly where its mode declares they may
     "audit": (Question("audit_matches", value="mismatch", table="audit", exact=0.0),),
 }
-#: The direction words of the families whose words are not ``"<words> higher"`` / ``"<words> lower"`` (what
-#: :class:`bnstudy.study.inference.Question` can say): the verdict of a direction shown, by its kind.
-VERDICT_WORDS = {"interaction": {"higher": ADAM_HIGHER, "lower": ADAM_LOWER},
-                 "hc": {"higher": HEAD_LARGER, "lower": HEAD_SMALLER},
-                 "sc": {"higher": SHIFT_LARGER, "lower": SHIFT_SMALLER},
-                 "steps": {"higher": STEPS_LARGER, "lower": STEPS_SMALLER}}
 
 
-def _asked(tables: dict, group: str, about: dict, margin: float, alpha: float, columns: tuple = (),
-           family: str | None = None) -> pd.DataFrame:
-    """One family's claims: :data:`QUESTIONS` ``[group]`` asked of ``tables`` (:func:`bnstudy.study.inference.ask`, every
-    comparison at ``margin``; a tuple of conditions asked where the rows have them), the verdict of a direction in
-    the family's words (:data:`VERDICT_WORDS`), then :func:`family_table`'s columns: ``family`` (default ``group``),
-    ``m``, ``columns`` (what each claim is about, from ``about``: ``{key: {column: value}}``, in the page's order)
-    and ``count_kind``. Raises ``ValueError`` if the questions give other claims than ``about`` names."""
-    qs = []
+def _asked(tables: dict, group: str, margin: float | None, alpha: float = 0.05, family: str | None = None
+           ) -> pd.DataFrame:
+    """One family's claims table: :data:`QUESTIONS` ``[group]`` asked of ``tables`` at ``margin`` (a tuple of
+    conditions: those the rows have), directions in the family's :data:`WORDS`, a column per ``each`` level (and
+    ``by`` for a tuple of conditions), rows in the order the cells occur in the tables, ``m`` and ``count_kind``
+    (the kind a count uses, :func:`bnstudy.study.inference.count_kinds`: a direction where Holm's p is below ``alpha``)."""
+    qs, about = [], {}
     for q in QUESTIONS[group]:
-        if q.exact is None:
-            q = dataclasses.replace(q, margin=margin)
-        if isinstance(q.condition, tuple):
-            present = set(tables[q.table][q.by])
-            q = dataclasses.replace(q, condition=tuple(c for c in q.condition if c in present))
-        qs.append(q)
-    t = ask(tables, qs, alpha)
-    if set(t["key"]) != set(about):
-        raise ValueError(f"{group}: the questions give claims {sorted(t['key'])}, the page expects {sorted(about)}")
-    words = VERDICT_WORDS.get(group, {})
-    t["verdict"] = [words.get(k, v) for k, v in zip(t["kind"], t["verdict"])]
-    t = t.set_index("key").loc[list(about)].reset_index()
-    t.insert(0, "family", family or group)
-    t["m"] = max(len(t), 1)
-    for c in columns:
-        t[c] = [e[c] for e in about.values()] if len(t) else pd.Series(dtype=object)
-    t["count_kind"] = count_kinds(t, alpha) if len(t) else pd.Series(dtype=str)
-    return t
+        t, several = tables[q.table], isinstance(q.condition, tuple)
+        if several:
+            q = dataclasses.replace(q, condition=tuple(c for c in q.condition if c in set(t[q.by])))
+        qs.append(q if q.exact is not None else dataclasses.replace(q, margin=margin))
+        for levels in (dict.fromkeys(zip(*(t[c] for c in q.each))) if q.each else [()]):
+            for c in (q.condition if several else [None]):
+                cols = dict(zip(q.each, levels), **({q.by: c} if several else {}))
+                about[q.key.format(**cols, condition=c)] = cols
+    out = ask(tables, qs, alpha, family=family or group)
+    hi, lo = WORDS.get(group, dict(higher="higher", lower="lower")).values()
+    out["verdict"] = [{"higher": hi, "lower": lo}.get(k, v) for k, v in zip(out["kind"], out["verdict"])]
+    order = {k: i for i, k in enumerate(about)}
+    out = out.sort_values("key", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+    out = pd.concat([out, pd.DataFrame([about[k] for k in out["key"]], index=out.index)], axis=1)
+    out["m"] = max(len(out), 1)
+    out["count_kind"] = count_kinds(out, alpha) if len(out) else pd.Series(dtype=str)
+    return out
 
 
-def family_table(claims: list, family: str, fam: Family, extra: list[dict], alpha: float = 0.05) -> pd.DataFrame:
-    """One family's claims (:class:`bnstudy.study.inference.Claim` objects, for the estimators that are not a paired
-    comparison: the link test's rank correlations) as a table: :func:`bnstudy.study.inference.claims_table` (Holm's
-    ``p_adjusted`` over these claims) with the columns ``family``, ``m`` (the family's size) and ``extra`` (one dict
-    per claim: what the claim is about), and ``count_kind``: the kind a count of cells uses (the glossary's rule: a
-    direction, ``higher`` / ``lower`` by the estimate's sign, where Holm's adjusted p is below ``alpha``; otherwise
-    the verdict's kind: :func:`bnstudy.study.inference.count_kinds`). Holm calls at least the cells whose Bonferroni
-    interval excludes zero, so a cell can count as a direction while its printed verdict is ``not decided``."""
-    t = claims_table(claims, family=family)
-    t["m"] = fam.m
-    for k in (extra[0] if extra else {}):
-        t[k] = [e[k] for e in extra]
-    t["count_kind"] = count_kinds(t, alpha) if len(t) else pd.Series(dtype=str)
-    return t
+def gap_values(df: pd.DataFrame, shift: str, head: str, optimizer: str) -> pd.Series:
+    """The per-seed gap of one cell, indexed by seed (a seed without both modes left out). Raises ``ValueError``
+    if the cell has no rows or lacks a mode."""
+    cell = df[(df["shift"] == shift) & (df["head"] == head) & (df["optimizer"] == optimizer)]
+    if not len(cell):
+        raise ValueError(f"gap: no rows for cell ({shift}, {head}, {optimizer})")
+    return paired_differences(cell, "task_b", "mode", "separate_stats", REFERENCE_MODE)
+
+
+def gap_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """``shift, head, optimizer, seed, gap``: the per-seed gap of every cell of ``df`` (the table ``gaps``)."""
+    cols = ["shift", "head", "optimizer", "seed", "gap"]
+    parts = [pd.DataFrame({"shift": s, "head": h, "optimizer": o, "seed": d.index, "gap": d.to_numpy()})
+             for s, h, o in dict.fromkeys(zip(df["shift"], df["head"], df["optimizer"]))
+             for d in (gap_values(df, s, h, o),)]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
+
+def gap_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
+    """The gap claims, one family per shift, with ``sd`` (the per-seed gap's SD) and ``task_b_pinned`` /
+    ``task_b_separate`` (the two modes' mean task-B accuracy)."""
+    parts = []
+    for shift, g in df.groupby("shift", sort=False):
+        t, extra = _asked(dict(main=g), "gap", margin, alpha), []
+        for h, o in zip(t["head"], t["optimizer"]):
+            d, c = gap_values(df, shift, h, o), g[(g["head"] == h) & (g["optimizer"] == o)]
+            extra.append(dict(sd=float(np.std(d, ddof=1)) if len(d) > 1 else math.nan,
+                              task_b_pinned=float(c[c["mode"] == REFERENCE_MODE]["task_b"].mean()),
+                              task_b_separate=float(c[c["mode"] == "separate_stats"]["task_b"].mean())))
+        parts.append(pd.concat([t, pd.DataFrame(extra, index=t.index)], axis=1))
+    return pd.concat(parts, ignore_index=True)
+
+
+def claims(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
+    """The page's claims table from :func:`run`'s rows: families ``gap`` (:func:`gap_table`), ``checks`` and, where
+    the rows have what they compare, ``interaction``, ``bn`` (mlp_bn), ``hc`` (the linear head; with
+    ``separate`` / ``separate_reference``: the head's and the linear head's mean separate_stats accuracy, since a
+    smaller gap can come from a worse separate side) and ``sc`` (the ``none`` shift). Raises ``ValueError`` without chapter 1's shift
+    (``shift == "ref"``) or with a mode missing."""
+    if "ref" not in set(df["shift"]):
+        raise ValueError("claims needs chapter 1's shift (rows with shift == 'ref')")
+    ref = df[df["shift"] == "ref"]
+    first = df.groupby(["mode", "shift", "seed"])["task_a_after"].transform("first")
+    tables = dict(main=df, gaps=gap_rows(df), rows=df.assign(task_a_change=df["task_a_after"] - df["task_a_before"],
+                                                              task_a_vs_first=df["task_a_after"] - first))
+    groups = {"interaction": {"adam", "sgd"} <= set(ref["optimizer"]), "bn": "mlp_bn" in set(df["head"]), "checks": True,
+              "hc": "linear" in set(ref["head"]), "sc": "none" in set(df["shift"])}
+    C = pd.concat([gap_table(df, margin, alpha)] + [_asked(tables, g, margin, alpha) for g, on in groups.items() if on],
+                  ignore_index=True)
+    sep = lambda h, o: float(ref[(ref["head"] == h) & (ref["optimizer"] == o)  # noqa: E731
+                                 & (ref["mode"] == "separate_stats")]["task_b"].mean())
+    hc = C["family"] == "hc"
+    if hc.any():
+        C.loc[hc, "separate"] = [sep(h, o) for h, o in zip(C.loc[hc, "head"], C.loc[hc, "optimizer"])]
+        C.loc[hc, "separate_reference"] = [sep("linear", o) for o in C.loc[hc, "optimizer"]]
+    return C
+
+
+def family(C: pd.DataFrame, name: str) -> pd.DataFrame:
+    """One family's rows of a claims table, without the columns only other families fill."""
+    t = C[C["family"] == name].reset_index(drop=True)
+    keep = set(claims_table([]).columns) | {"family", "m", "count_kind"}
+    return t[[c for c in t.columns if c in keep or t[c].notna().any()]]
 
 
 def printed(claims: pd.DataFrame) -> pd.DataFrame:
-    """The claims with each family's interval ends cut to what its quantity allows (:data:`CLIPS`), for the page
-    (:func:`bnstudy.study.pages.glue_chapter`); tests and figures read the raw ends."""
+    """The claims with each family's interval ends cut to :data:`CLIPS` (for the page; tests and figures read the
+    raw ends)."""
     out = claims.copy()
     for fam, clip in CLIPS.items():
         hit = out["family"] == fam
@@ -156,153 +174,108 @@ def printed(claims: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-# --- the learning-rate search and the step check -------------------------------------------------------------------
+def summary_table(df: pd.DataFrame, by: list, metrics: list) -> pd.DataFrame:
+    """Mean and 95% Student-t interval over seeds (not corrected; for display) of each of ``metrics`` per ``by``:
+    ``*by, metric, mean, ci_low, ci_high, n_seeds``."""
+    rows = []
+    for key, g in df.groupby(by, sort=False):
+        for metric in metrics:
+            iv = t_interval(g[metric])
+            rows.append(dict(zip(by, key), metric=metric, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
+    return pd.DataFrame(rows)
 
-def lr_edges(lrs: dict, grids: dict) -> list[tuple]:
-    """The chosen rates at an end of their grid: ``[(key, lr, "top" | "bottom"), ...]`` (``key`` as in
-    ``lrs``), in ``lrs``' order. A rate at the top (bottom) end might be beaten by a larger (smaller) one."""
-    out = []
-    for k, v in lrs.items():
-        g = grids.get(k[1])
-        if g is None or len(g) < 2:
-            continue
-        if v == max(g):
-            out.append((k, v, "top"))
-        elif v == min(g):
-            out.append((k, v, "bottom"))
-    return out
 
+# --- the numbers beside the claims ------------------------------------------------------------------------------
 
 def _cells(names) -> str:
     return ", ".join(names) if names else "none"
 
 
-def _edge_text(edges) -> str:
-    return _cells([f"{'/'.join(k)} at the {end} ({v:g})" for k, v, end in edges])
+def lr_edges(lrs: dict, grids: dict) -> list[tuple]:
+    """The chosen rates at an end of their grid (``grids``: ``{optimizer: grid}``), in ``lrs``' order: ``[(key, lr,
+    "top" | "bottom")]``; a rate at the top (bottom) might be beaten by a larger (smaller) one."""
+    out = []
+    for k, v in lrs.items():
+        g = grids.get(k[1])
+        if g is not None and len(g) >= 2 and v in (max(g), min(g)):
+            out.append((k, v, "top" if v == max(g) else "bottom"))
+    return out
+
+
+def _rates(lrs: dict, grids: dict) -> dict:
+    edges = lr_edges(lrs, grids)
+    return dict(lrs={"_".join(k): float(v) for k, v in lrs.items()}, n_lr_at_edge=len(edges),
+                lr_edge_cells=_cells([f"{'/'.join(k)} at the {end} ({v:g})" for k, v, end in edges]))
 
 
 def lr_choice_findings(lrs: dict, grids: dict) -> pd.DataFrame:
-    """One shift's chosen rates as a numbers table (glued as ``ch04_<shift>_<key>``) from its :func:`chosen_lrs` and
-    the grids (``{optimizer: grid}``): ``lrs_<head>_<optimizer>_<mode>``, ``n_lr`` of them, ``n_lr_at_edge`` at an
-    end of their grid and ``lr_edge_cells`` naming those (:func:`lr_edges`)."""
-    edges = lr_edges(lrs, grids)
-    return numbers_table(dict(lrs={"_".join(k): float(v) for k, v in lrs.items()}, n_lr=len(lrs),
-                              n_lr_at_edge=len(edges), lr_edge_cells=_edge_text(edges)))
+    """One shift's chosen rates (:func:`chosen_lrs`) as a numbers table: ``lrs_<head>_<optimizer>_<mode>``, ``n_lr``
+    of them, ``n_lr_at_edge`` at an end of their grid and ``lr_edge_cells`` naming those."""
+    return numbers_table(dict(**_rates(lrs, grids), n_lr=len(lrs)))
 
 
 def search_findings(search: pd.DataFrame) -> pd.DataFrame:
-    """The learning-rate search read as a sensitivity check (tuning seeds, validation set; fractions 0..1), a numbers
-    table (glued as ``ch04_search_<key>``) from :func:`lr_search`'s rows at one shift (:func:`search_at`; or any table
-    with ``head, optimizer, lr, mode, task_b``). Per ``"<head>_<optimizer>"``: ``gap_own_rates`` = ``separate_stats``
-    at its own best rate minus ``backbone_eval`` at its own best rate (the chapter's rule; the book's sign, positive
-    when pinning costs); ``gap_mean_rate`` = the same two modes at the one rate the mode-averaged rule picks (the
-    first full run's rule); ``lr_mean_rule`` that rate; ``lr_pinned`` / ``lr_separate`` each side's own best rate. No
-    intervals: the search has few tuning seeds and selects its maxima, so these are descriptions of the search, not
-    tests. Raises ``ValueError`` if ``backbone_eval`` or ``separate_stats`` is missing, or the table covers several
-    shifts."""
+    """The search at one shift as a sensitivity check (no intervals: few seeds, selected maxima), per
+    ``<head>_<optimizer>``: ``gap_own_rates`` (separate_stats at its best rate minus backbone_eval at its own),
+    ``gap_mean_rate`` (both at the mode-averaged rule's ``lr_mean_rule``), ``lr_pinned`` / ``lr_separate``. Raises
+    ``ValueError`` if either mode is missing or the table covers several shifts."""
     search = search_at(search, None)
     missing = {REFERENCE_MODE, "separate_stats"} - set(search["mode"])
     if missing:
         raise ValueError(f"search_findings needs modes {sorted(missing)} in the search")
-    t = search_table(search)
-    own, at_mean, lr_mean, lr_p, lr_s = {}, {}, {}, {}, {}
-    mean_rule = chosen_lrs(search, "mean")
+    t, mean_rule = search_table(search), chosen_lrs(search, "mean")
+    out = dict(gap_own_rates={}, gap_mean_rate={}, lr_mean_rule={}, lr_pinned={}, lr_separate={})
     for (h, o), g in t[t["mode"] != "mean"].groupby(["head", "optimizer"], sort=False):
         piv = g.pivot(index="lr", columns="mode", values="val_accuracy").sort_index()
-        pinned, sep = piv[REFERENCE_MODE], piv["separate_stats"]
-        k = f"{h}_{o}"
-        own[k] = float(sep.max() - pinned.max())
-        lr_p[k] = float(pinned.index[pinned == pinned.max()].min())
-        lr_s[k] = float(sep.index[sep == sep.max()].min())
-        lr_mean[k] = mean_rule[(h, o)]
-        at_mean[k] = float(sep[lr_mean[k]] - pinned[lr_mean[k]])
-    return numbers_table(dict(gap_own_rates=own, gap_mean_rate=at_mean, lr_mean_rule=lr_mean, lr_pinned=lr_p,
-                              lr_separate=lr_s))
+        pinned, sep, k, lr = piv[REFERENCE_MODE], piv["separate_stats"], f"{h}_{o}", mean_rule[(h, o)]
+        out["gap_own_rates"][k] = float(sep.max() - pinned.max())
+        out["lr_pinned"][k] = float(pinned.index[pinned == pinned.max()].min())
+        out["lr_separate"][k] = float(sep.index[sep == sep.max()].min())
+        out["lr_mean_rule"][k], out["gap_mean_rate"][k] = lr, float(sep[lr] - pinned[lr])
+    return numbers_table(out)
 
 
 def _steps_pairs(short: pd.DataFrame, long: pd.DataFrame) -> tuple[list, dict]:
-    """The check's seeds and, per optimizer, the per-seed task-B series ``(pinned short, separate short, pinned
-    long, separate long)``. Raises ``ValueError`` if ``long`` is empty or a seed lacks a mode."""
+    """The check's seeds and per optimizer the task-B series ``(pinned short, separate short, pinned long, separate
+    long)`` over them. Raises ``ValueError`` if ``long`` is empty or a seed lacks a mode."""
     if not len(long):
         raise ValueError("steps_findings: the step-count check has no rows (linear head and sgd/adam needed)")
     seeds = sorted(set(long["seed"]))
-    sel = lambda d, o, m: d[(d["shift"] == "ref") & (d["head"] == STEPS_CHECK_HEAD) & (d["optimizer"] == o)
+    sel = lambda d, o, m: d[(d["shift"] == "ref") & (d["head"] == STEPS_CHECK_HEAD) & (d["optimizer"] == o)  # noqa
                             & (d["mode"] == m) & d["seed"].isin(seeds)].set_index("seed")["task_b"].reindex(seeds)
     out = {}
     for o in [o for o in STEPS_CHECK_OPTIMIZERS if o in set(long["optimizer"])]:
-        parts = tuple(sel(d, o, m) for d in (short, long) for m in (REFERENCE_MODE, "separate_stats"))
-        if pd.concat(parts).isna().any():
+        out[o] = tuple(sel(d, o, m) for d in (short, long) for m in (REFERENCE_MODE, "separate_stats"))
+        if pd.concat(out[o]).isna().any():
             raise ValueError(f"steps_findings: optimizer {o!r} lacks backbone_eval or separate_stats for some seed")
-        out[o] = parts
     return seeds, out
 
 
 def steps_findings(short: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
-    """The step-count check at chapter 1's shift, linear head, per optimizer (``"sgd"``, ``"adam"``), on the check's
-    seeds, as a numbers table (glued as ``ch04_steps_<key>``) from the main sweep's rows (``short``) and
-    :func:`steps_check`'s (``long``), paired on the long table's seeds; 95% Student-t intervals over those seeds
-    (:func:`bnstudy.study.inference.t_interval`; fractions 0..1). ``steps_short`` / ``steps_long``: the two budgets;
-    ``n_seeds``. ``gap_short`` / ``gap_long``: ``task_b(separate_stats) - task_b(backbone_eval)`` per seed at each
-    budget; ``separate_gain`` / ``pinned_gain``: task-B accuracy long minus short for each mode (how far from
-    converged the short budget is). The change of the gap and its verdict: :func:`steps_claims`. Raises
-    ``ValueError`` if ``long`` is empty or a seed lacks a mode."""
+    """The step-count check per optimizer from the sweep's rows (``short``) and :func:`steps_check`'s (``long``) on
+    the check's seeds, 95% t intervals: the gap at each budget (``gap_short`` / ``gap_long``) and each mode's gain,
+    long minus short (``separate_gain`` / ``pinned_gain``: how far from converged the short budget is)."""
     seeds, pairs = _steps_pairs(short, long)
-    gs, gl, sep, pin = {}, {}, {}, {}
-    for o, (ps, ss, pl, sl) in pairs.items():
-        gs[o], gl[o] = t_interval(ss - ps), t_interval(sl - pl)
-        sep[o], pin[o] = t_interval(sl - ss), t_interval(pl - ps)
+    diffs = {o: dict(gap_short=ss - ps, gap_long=sl - pl, separate_gain=sl - ss, pinned_gain=pl - ps)
+             for o, (ps, ss, pl, sl) in pairs.items()}
     return numbers_table(dict(steps_short=int(short["steps"].iloc[0]), steps_long=int(long["steps"].iloc[0]),
-                              n_seeds=len(seeds), gap_short=gs, gap_long=gl, separate_gain=sep, pinned_gain=pin))
+                              n_seeds=len(seeds), **{k: {o: t_interval(d[k]) for o, d in diffs.items()}
+                                                     for k in ("gap_short", "gap_long", "separate_gain", "pinned_gain")}))
 
 
 def steps_claims(short: pd.DataFrame, long: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """The step check's claims (family ``steps``, :data:`QUESTIONS`, one per optimizer, printed together): per seed
-    the gap at the long budget minus the gap at the short one, keys ``steps_change_<optimizer>``, verdict ``gap larger
-    with more steps`` / ``gap smaller with more steps`` / ``equivalent within ±margin`` / ``not decided`` / ``too few
-    seeds``. Raises as :func:`steps_findings`."""
+    """The step check's claims (family ``steps``): per seed the gap at the long budget minus at the short one."""
     _, pairs = _steps_pairs(short, long)
-    rows = [pd.DataFrame({"optimizer": o, "budget": b, "seed": g.index, "gap": g.to_numpy()})
-            for o, (ps, ss, pl, sl) in pairs.items() for b, g in (("short", ss - ps), ("long", sl - pl))]
-    rows = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["optimizer", "budget", "seed", "gap"])
-    return _asked(dict(steps=rows), "steps", {f"steps_change_{o}": dict(optimizer=o) for o in pairs}, margin, alpha,
-                  ("optimizer",))
-
-
-# --- the gap and the claims ----------------------------------------------------------------------------------------
-
-def verdict_counts(table: pd.DataFrame, alpha: float = 0.05) -> dict:
-    """``{kind: count}`` of one family's claims for ``higher``, ``lower``, ``equivalent``, ``not decided`` and
-    ``too few seeds`` (every kind present, 0 if none): the book's counts rule,
-    :func:`bnstudy.study.inference.count_verdicts` (Holm directions, printed kinds otherwise)."""
-    c = count_verdicts(table, alpha)
-    return {k: int(c[k]) for k in ("higher", "lower", "equivalent", "not decided", "too few seeds")}
-
-
-def gap_values(df: pd.DataFrame, shift: str, head: str, optimizer: str) -> pd.Series:
-    """The per-seed gap of a cell, ``task_b(separate_stats) - task_b(backbone_eval)``, indexed by seed
-    (:func:`bnstudy.study.inference.paired_differences`: a seed without both modes is left out). Raises ``ValueError``
-    if the cell has no rows or lacks one of the two modes."""
-    cell = df[(df["shift"] == shift) & (df["head"] == head) & (df["optimizer"] == optimizer)]
-    if not len(cell):
-        raise ValueError(f"gap: no rows for cell ({shift}, {head}, {optimizer})")
-    return paired_differences(cell, "task_b", "mode", "separate_stats", REFERENCE_MODE)
-
-
-def gap_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The per-seed gap (:func:`gap_values`) of every (shift, head, optimizer) cell of ``df``, one row per seed:
-    ``shift, head, optimizer, seed, gap`` (the table ``gaps`` the contrasts of :data:`QUESTIONS` read)."""
-    cols = ["shift", "head", "optimizer", "seed", "gap"]
-    parts = [pd.DataFrame({"shift": s, "head": h, "optimizer": o, "seed": d.index, "gap": d.to_numpy()})
-             for s, h, o in dict.fromkeys(zip(df["shift"], df["head"], df["optimizer"]))
-             for d in (gap_values(df, s, h, o),)]
-    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+    rows = pd.concat([pd.DataFrame({"optimizer": o, "budget": b, "seed": g.index, "gap": g.to_numpy()})
+                      for o, (ps, ss, pl, sl) in pairs.items() for b, g in (("short", ss - ps), ("long", sl - pl))],
+                     ignore_index=True)
+    return _asked(dict(steps=rows), "steps", margin, alpha)
 
 
 def equivalence_max_sd(margin: float, n: int, family: Family = Family()) -> float:
-    """The largest per-seed standard deviation of a gap whose mean is exactly 0 that the equivalence test of
-    :func:`bnstudy.study.inference.decide` (TOST at ``family.level``) can still call equivalent within ``±margin``:
-    ``margin`` over the half-width of the ``1 - 2 level`` t interval of ``n`` values of standard deviation 1 (TOST
-    passes exactly when that interval lies inside the margin). The design's feasibility; NaN for ``n < 2``."""
+    """The largest per-seed SD of a gap of mean exactly 0 that TOST at ``family.level`` can still call equivalent
+    within ``±margin`` with ``n`` seeds (the design's feasibility): ``margin`` over the half-width of the ``1 - 2
+    level`` t interval of ``n`` values of SD 1; NaN for ``n < 2``."""
     if n < 2:
         return math.nan
     unit = np.arange(n, dtype=float)
@@ -310,266 +283,96 @@ def equivalence_max_sd(margin: float, n: int, family: Family = Family()) -> floa
     return float(margin / t_interval(unit, 1 - 2 * family.level).high)
 
 
-def gap_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """The gap claims (family ``gap``, :data:`QUESTIONS`), one per (shift, head, optimizer), keys
-    ``gap_<shift>_<head>_<optimizer>``, the head x optimizer cells of one shift one family (Bonferroni intervals,
-    TOST at ``alpha / m``, Holm over the shift's cells). Columns: :func:`family_table`'s plus ``shift, head,
-    optimizer, sd`` (the gap's per-seed standard deviation), ``task_b_pinned`` / ``task_b_separate`` (the two modes'
-    mean task-B accuracy)."""
-    parts = []
-    for shift, g in df.groupby("shift", sort=False):
-        about = {}
-        for h, o in dict.fromkeys(zip(g["head"], g["optimizer"])):
-            d = gap_values(df, shift, h, o)
-            c = g[(g["head"] == h) & (g["optimizer"] == o)]
-            about[f"gap_{shift}_{h}_{o}"] = dict(
-                shift=shift, head=h, optimizer=o, sd=float(np.std(d, ddof=1)) if len(d) > 1 else math.nan,
-                task_b_pinned=float(c[c["mode"] == REFERENCE_MODE]["task_b"].mean()),
-                task_b_separate=float(c[c["mode"] == "separate_stats"]["task_b"].mean()))
-        parts.append(_asked(dict(main=g), "gap", about, margin, alpha,
-                            ("shift", "head", "optimizer", "sd", "task_b_pinned", "task_b_separate")))
-    return pd.concat(parts, ignore_index=True)
-
-
-def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tidy task-B and task-A accuracy per ``shift, head, optimizer, mode``: ``metric, mean, ci_low, ci_high,
-    n_seeds`` (95% Student-t over seeds, :func:`bnstudy.study.inference.t_interval`, not corrected; for display)."""
-    rows = []
-    for key, g in df.groupby(["shift", "head", "optimizer", "mode"], sort=False):
-        for metric in ("task_b", "task_a_after"):
-            iv = t_interval(g[metric])
-            rows.append(dict(zip(("shift", "head", "optimizer", "mode"), key), metric=metric, mean=iv.mean,
-                             ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
-    return pd.DataFrame(rows)
-
-
-def interaction_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """The optimizer interaction (family ``interaction``, :data:`QUESTIONS`) per head at chapter 1's shift: per seed
-    ``gap(adam) - gap(sgd)``, keys ``adam_vs_sgd_<head>``, one family over the heads that have both optimizers;
-    verdict ``gap larger with Adam`` (pinning costs more with Adam) / ``gap smaller with Adam`` / equivalence /
-    ``not decided``. Columns: :func:`family_table`'s plus ``head``; empty if either optimizer is missing."""
-    d = df[df["shift"] == "ref"]
-    heads = [h for h in dict.fromkeys(d["head"]) if {"adam", "sgd"} <= set(d[d["head"] == h]["optimizer"])]
-    gaps = gap_rows(d[d["head"].isin(heads) & d["optimizer"].isin(["adam", "sgd"])])
-    return _asked(dict(gaps=gaps), "interaction", {f"adam_vs_sgd_{h}": dict(head=h) for h in heads}, margin, alpha,
-                  ("head",))
-
-
-def head_contrast_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """Does a head change the gap? (family ``hc``, :data:`QUESTIONS`) Per optimizer and head, per seed ``gap(head) -
-    gap(linear)`` at chapter 1's shift, keys ``hc_<head>_<optimizer>``, one family over the head x optimizer
-    contrasts; verdict ``larger gap than linear`` (pinning costs more with that head) / ``smaller gap than linear``
-    / equivalence / ``not decided``. Columns: :func:`family_table`'s plus ``head, optimizer``, ``separate`` /
-    ``separate_reference`` (the two heads' mean ``separate_stats`` task-B accuracy: a smaller gap can come from
-    a worse separate side). Raises ``ValueError`` if the linear head has no rows at chapter 1's shift."""
-    d = df[df["shift"] == "ref"]
-    if STEPS_CHECK_HEAD not in set(d["head"]):
-        raise ValueError(f"head_contrast_table: reference head {STEPS_CHECK_HEAD!r} has no rows at shift 'ref'")
-    heads = [h for h in dict.fromkeys(d["head"]) if h != STEPS_CHECK_HEAD]
-    sep = lambda head, o: float(d[(d["head"] == head) & (d["optimizer"] == o)
-                                  & (d["mode"] == "separate_stats")]["task_b"].mean())
-    about = {f"hc_{h}_{o}": dict(head=h, optimizer=o, separate=sep(h, o), separate_reference=sep(STEPS_CHECK_HEAD, o))
-             for o in dict.fromkeys(d["optimizer"]) for h in heads}
-    return _asked(dict(gaps=gap_rows(d)), "hc", about, margin, alpha,
-                  ("head", "optimizer", "separate", "separate_reference"))
-
-
-def shift_contrast_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """Does the shift make the gap? (family ``sc``, :data:`QUESTIONS`) Per head and optimizer, per seed ``gap(ref) -
-    gap(none)`` (the pairing is the seed: same backbone, head initialization and task-B stream), keys
-    ``sc_<head>_<optimizer>``, one family over the cells of chapter 1's shift; verdict ``larger gap at the shift``
-    (pinning costs more at the shift) / ``smaller gap at the shift`` / equivalence / ``not decided``. Columns:
-    :func:`family_table`'s plus ``head, optimizer``. Raises ``ValueError`` if either shift has no rows."""
-    for name in ("ref", "none"):
-        if name not in set(df["shift"]):
-            raise ValueError(f"shift_contrast_table: no rows at shift {name!r}")
-    d = df[df["shift"] == "ref"]
-    cells = list(dict.fromkeys(zip(d["head"], d["optimizer"])))
-    both = df[df["shift"].isin(["ref", "none"])]
-    both = both[[c in set(cells) for c in zip(both["head"], both["optimizer"])]]
-    return _asked(dict(gaps=gap_rows(both)), "sc", {f"sc_{h}_{o}": dict(head=h, optimizer=o) for h, o in cells},
-                  margin, alpha, ("head", "optimizer"))
-
-
-def _optimizers(df: pd.DataFrame) -> list:
-    return sorted(set(df["optimizer"]), key=lambda o: OPTIMIZERS.index(o) if o in OPTIMIZERS else 99)
-
-
-def bn_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """The BatchNorm head's two pinned modes (family ``bn``, :data:`QUESTIONS`): per shift and optimizer, per seed
-    ``task_b(all_eval) - task_b(backbone_eval)`` of ``mlp_bn``, keys ``bn_<shift>_<optimizer>``, one family over the
-    table's cells; ``too few seeds`` in every cell where the rows have no ``mlp_bn`` at all."""
-    about = {f"bn_{s}_{o}": dict(shift=s, optimizer=o) for s in dict.fromkeys(df["shift"]) for o in _optimizers(df)}
-    if "mlp_bn" not in set(df["head"]):  # nothing to pair: every cell has too few seeds (run.Config requires mlp_bn)
-        fam = Family(max(len(about), 1), alpha)
-        return family_table([decide([], k, margin=margin, family=fam, higher=BN_HIGHER, lower=BN_LOWER) for k in about],
-                            "bn", fam, list(about.values()), alpha)
-    return _asked(dict(main=df), "bn", about, margin, alpha, ("shift", "optimizer"))
-
-
-def checks_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The identities of the code as exact checks (family ``checks``, :data:`QUESTIONS`): ``check_train_is_separate``,
-    ``check_pinned_keep_a``, ``check_task_a_loss_shared``."""
-    first = df.groupby(["mode", "shift", "seed"])["task_a_after"].transform("first")
-    rows = df.assign(task_a_change=df["task_a_after"] - df["task_a_before"], task_a_vs_first=df["task_a_after"] - first)
-    return _asked(dict(rows=rows), "checks", {k.key: {} for k in QUESTIONS["checks"]}, _MARGIN, 0.05)
-
-
-def _require(df: pd.DataFrame, who: str) -> None:
-    missing = set(MODE_NAMES) - set(df["mode"])
-    if missing:
-        raise ValueError(f"{who} needs all four modes; missing {sorted(missing)}")
-    if "ref" not in set(df["shift"]):
-        raise ValueError(f"{who} needs chapter 1's shift (rows with shift == 'ref')")
-
-
-def claims(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """Chapter 4's claims table from :func:`run`'s table (``shift`` column; all four modes): every claim of the page's
-    main comparisons, families ``gap``, ``interaction``, ``bn``, ``checks`` and, given the linear head and the
-    ``none`` shift, ``hc`` and ``sc`` (:func:`family_table`'s columns); glued by key with
-    :func:`bnstudy.study.pages.glue_chapter` after :func:`printed`. Raises ``ValueError`` if a mode or chapter 1's shift
-    (``shift == "ref"``) is missing."""
-    _require(df, "claims")
-    parts = [gap_table(df, margin, alpha), interaction_table(df, margin, alpha), bn_table(df, margin, alpha),
-             checks_table(df)]
-    if "linear" in set(df[df["shift"] == "ref"]["head"]):
-        parts.append(head_contrast_table(df, margin, alpha))
-    if "none" in set(df["shift"]):
-        parts.append(shift_contrast_table(df, margin, alpha))
-    return pd.concat([p for p in parts if len(p)], ignore_index=True)
-
-
-# --- the numbers beside the claims ---------------------------------------------------------------------------------
-
-def _cell_names(table: pd.DataFrame, kind: str) -> list[str]:
-    """``head/optimizer`` of a family table's rows that count as ``kind`` (:func:`family_table`)."""
-    t = table[table["count_kind"] == kind]
-    return [f"{h}/{o}" for h, o in zip(t["head"], t["optimizer"])]
-
-
 def _contrast(table: pd.DataFrame) -> dict:
-    """A contrast family's numbers: ``m`` contrasts at ``confidence``; counts (Holm) ``n_larger`` / ``n_smaller`` and
-    the ``head/optimizer`` cells with a larger / smaller gap, ``larger_cells`` / ``smaller_cells`` (``none`` if
-    empty)."""
-    c = verdict_counts(table)
+    """A contrast family's ``m``, ``confidence``, Holm counts ``n_larger`` / ``n_smaller`` and those cells."""
+    c = count_verdicts(table)
+    names = lambda kind: _cells([f"{h}/{o}" for h, o, k in zip(table["head"], table["optimizer"],  # noqa: E731
+                                                               table["count_kind"]) if k == kind])
     return dict(m=int(len(table)), confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
-                n_larger=c["higher"], n_smaller=c["lower"], larger_cells=_cells(_cell_names(table, "higher")),
-                smaller_cells=_cells(_cell_names(table, "lower")))
-
-
-def shift_contrast_findings(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`shift_contrast_table` for the prose, a numbers table (glued as ``ch04_sc_<key>``): :func:`_contrast`'s
-    numbers, larger / smaller meaning a larger / smaller gap at the shift."""
-    return numbers_table(_contrast(table))
-
-
-def head_contrast_findings(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`head_contrast_table` for the prose, a numbers table (glued as ``ch04_hc_<key>``): :func:`_contrast`'s
-    numbers (larger / smaller: than the linear head's gap) and ``n_smaller_worse_separate`` /
-    ``smaller_worse_separate_cells``: those smaller-gap contrasts whose head reaches a lower ``separate_stats``
-    accuracy than the linear head (the gap shrinks from the separate side)."""
-    worse = [f"{r.head}/{r.optimizer}" for r in table.itertuples()
-             if r.count_kind == "lower" and r.separate < r.separate_reference]
-    return numbers_table(dict(**_contrast(table), n_smaller_worse_separate=len(worse),
-                              smaller_worse_separate_cells=_cells(worse)))
+                n_larger=c["higher"], n_smaller=c["lower"], larger_cells=names("higher"), smaller_cells=names("lower"))
 
 
 def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = None, margin: float = 0.02,
              alpha: float = 0.05, C: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Chapter 4's numbers table (:func:`bnstudy.study.inference.numbers_table`; glued as ``ch04_<key>``), the numbers its
-    prose cites beside its claims (accuracies are fractions 0..1), from :func:`run`'s table (``shift`` column; all
-    four modes). ``lrs``: :func:`chosen_lrs`' output (per mode or per head and optimizer) and ``grids``
-    (``{optimizer: grid}``) for the search's numbers; ``C``: :func:`claims` of ``df`` if already computed (else
-    computed here). Raises ``ValueError`` if a mode or chapter 1's shift (``shift == "ref"``) is missing.
-
-    Its rows: ``n_seeds``; the gap family (one shift's cells): ``n_cells`` (its ``m``), ``confidence`` (of its
-    Bonferroni intervals), ``margin``, ``chance``. Counts per shift (``<count>_<shift>``; Holm's rule,
-    :func:`family_table`): ``n_separate_higher`` (separate_stats higher: pinning costs), ``n_separate_lower``,
-    ``n_equivalent``, ``n_not_decided``, ``n_too_few``; ``separate_higher_ref`` / ``equivalent_ref``: those cells at
-    chapter 1's shift as ``head/optimizer`` lists (``none`` if empty).
-
-    Equivalence feasibility: ``equiv_max_sd``, the largest per-seed SD for which a gap of mean exactly 0 could be
-    shown equivalent at this design (:func:`equivalence_max_sd`); ``equiv_sd_median_<shift>`` and
-    ``n_equiv_feasible_<shift>``: the median observed SD and the cells whose SD is below ``equiv_max_sd``.
-
-    ``interaction_m`` / ``interaction_confidence``, ``bn_m`` / ``bn_confidence``: the other families' sizes and
-    interval confidence. ``f3_heads_holding_<optimizer>``: for how many heads the gap at chapter 1's shift counts as
-    ``separate_stats higher`` (Holm); ``f3_rate_edge_<optimizer>``: ``a rate at the grid's edge`` if one of the linear
-    head's chosen rates (``backbone_eval`` or ``separate_stats``) sits at an end of its grid, else ``rates inside
-    the grid``. ``train_mode_task_a_change``: ``task_a_after - task_a_before`` of ``train_mode`` at chapter 1's shift
-    (one head and optimizer, negative = lost; 95% t interval).
-
-    Best absolute accuracy at chapter 1's shift: ``best_pinned_cell`` (``head/optimizer`` with the highest
-    ``backbone_eval`` accuracy), ``best_pinned_acc``, ``best_separate_cell``, ``best_separate_acc``; the best pinned
-    cell's gap claim (estimate, interval, verdict) is the claims table's row (:func:`best_pinned_claim`).
-
-    ``lrs_<head>_<optimizer>[_<mode>]``: the chosen rates; ``n_lr_at_edge`` and ``lr_edge_cells``. ``n_eval``: test
-    images per accuracy (0 if absent); ``eval_se``: the binomial standard error of one accuracy at the mean
-    ``separate_stats`` task-B accuracy at chapter 1's shift (NaN without ``n_eval``); ``margin_in_se``.
-    """
-    _require(df, "findings")
+    """The page's numbers table (accuracies are fractions) from :func:`run`'s rows, its claims ``C`` (computed if
+    not given), the chosen rates ``lrs`` and the grids ``{optimizer: grid}``: the gap family's size and confidence
+    (``n_cells``, ``confidence``), per shift its Holm counts (``n_separate_higher_<shift>``, ...) and median gap SD
+    beside the largest SD an equivalence could pass (:func:`equivalence_max_sd`); the cells counted at chapter 1's
+    shift; the other families' ``m`` / ``confidence`` and counts (:func:`_contrast`; ``hc_n_smaller_worse_separate``:
+    smaller gaps from a worse separate side); per optimizer ``f3_heads_holding`` (heads whose gap counts as
+    separate_stats higher) and ``f3_rate_edge``; ``train_mode_task_a_change`` (95% t); the best pinned and separate
+    cells at chapter 1's shift; the rates (:func:`lr_choice_findings`); ``eval_se``, one accuracy's binomial SE."""
     C = claims(df, margin, alpha) if C is None else C
-    gt, inter, bn = (C[C["family"] == f] for f in ("gap", "interaction", "bn"))
-    by_shift = {s: verdict_counts(g) for s, g in gt.groupby("shift", sort=False)}
-    count = lambda kind: {s: c[kind] for s, c in by_shift.items()}
+    gt = C[C["family"] == "gap"]
+    by_shift = {s: count_verdicts(g) for s, g in gt.groupby("shift", sort=False)}
+    count = lambda kind: {s: c[kind] for s, c in by_shift.items()}  # noqa: E731
     ref = gt[gt["shift"] == "ref"]
-    label = lambda d: [f"{h}/{o}" for h, o in zip(d["head"], d["optimizer"])]
-    n = int(df["seed"].nunique())
+    label = lambda kind: _cells([f"{h}/{o}" for h, o in ref.loc[ref["count_kind"] == kind, ["head", "optimizer"]]  # noqa
+                                 .itertuples(index=False)])
     fam = Family(int(ref["m"].iloc[0]), alpha)
-    max_sd = equivalence_max_sd(margin, n, fam)
-    opts = _optimizers(df)
-    holding = {o: int(((ref["optimizer"] == o) & (ref["count_kind"] == "higher")).sum()) for o in opts}
-
+    max_sd = equivalence_max_sd(margin, int(df["seed"].nunique()), fam)
+    opts = list(dict.fromkeys(ref["optimizer"]))
     tm = df[(df["mode"] == "train_mode") & (df["shift"] == "ref")]
     first = tm[(tm["head"] == tm["head"].iloc[0]) & (tm["optimizer"] == tm["optimizer"].iloc[0])]
-    change = t_interval(first["task_a_after"] - first["task_a_before"])
-
-    bp = ref.loc[ref["task_b_pinned"].idxmax()]
-    bs = ref.loc[ref["task_b_separate"].idxmax()]
-    lrs = lrs or {}
-    edges = lr_edges(lrs, grids or {})
-    edge_keys = {k for k, _, _ in edges}
-    f3_edge = {}
-    for o in opts:
-        ks = {("linear", o, m) for m in (REFERENCE_MODE, "separate_stats")} | {("linear", o)}
-        f3_edge[o] = "a rate at the grid's edge" if ks & edge_keys else "rates inside the grid"
+    bp, bs = ref.loc[ref["task_b_pinned"].idxmax()], ref.loc[ref["task_b_separate"].idxmax()]
+    edges = {k for k, _, _ in lr_edges(lrs or {}, grids or {})}
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df else 0
     p_sep = float(ref["task_b_separate"].mean())
     se = math.sqrt(p_sep * (1 - p_sep) / n_eval) if n_eval else math.nan
-    return numbers_table(dict(
-        n_seeds=n, n_cells=fam.m, confidence=fam.confidence, margin=margin,
+    out = dict(
+        n_seeds=int(df["seed"].nunique()), n_cells=fam.m, confidence=fam.confidence, margin=margin,
         chance=1 / int(df["n_classes"].iloc[0]) if "n_classes" in df else 0.1,
         n_separate_higher=count("higher"), n_separate_lower=count("lower"), n_equivalent=count("equivalent"),
         n_not_decided=count("not decided"), n_too_few=count("too few seeds"),
-        separate_higher_ref=_cells(label(ref[ref["count_kind"] == "higher"])),
-        equivalent_ref=_cells(label(ref[ref["count_kind"] == "equivalent"])),
-        equiv_max_sd=max_sd,
+        separate_higher_ref=label("higher"), equivalent_ref=label("equivalent"), equiv_max_sd=max_sd,
         equiv_sd_median={s: float(g["sd"].median()) for s, g in gt.groupby("shift", sort=False)},
         n_equiv_feasible={s: int((g["sd"] < max_sd).sum()) for s, g in gt.groupby("shift", sort=False)},
-        interaction_m=int(inter["m"].iloc[0]) if len(inter) else 0,
-        interaction_confidence=float(inter["confidence"].iloc[0]) if len(inter) else math.nan,
-        bn_m=int(bn["m"].iloc[0]), bn_confidence=float(bn["confidence"].iloc[0]),
-        f3_heads_holding=holding, f3_rate_edge=f3_edge, train_mode_task_a_change=change,
+        f3_heads_holding={o: int(((ref["optimizer"] == o) & (ref["count_kind"] == "higher")).sum()) for o in opts},
+        f3_rate_edge={o: "a rate at the grid's edge" if {("linear", o, REFERENCE_MODE), ("linear", o, "separate_stats"),
+                                                          ("linear", o)} & edges else "rates inside the grid"
+                      for o in opts},
+        train_mode_task_a_change=t_interval(first["task_a_after"] - first["task_a_before"]),
         best_pinned_cell=f"{bp['head']}/{bp['optimizer']}", best_pinned_acc=float(bp["task_b_pinned"]),
-        best_separate_cell=f"{bs['head']}/{bs['optimizer']}",
-        best_separate_acc=float(bs["task_b_separate"]),
-        lrs={"_".join(k): v for k, v in lrs.items()}, n_lr_at_edge=len(edges), lr_edge_cells=_edge_text(edges),
-        n_eval=n_eval, eval_se=se, margin_in_se=margin / se if se > 0 else math.nan,
-    ))
+        best_separate_cell=f"{bs['head']}/{bs['optimizer']}", best_separate_acc=float(bs["task_b_separate"]),
+        **_rates(lrs or {}, grids or {}), n_eval=n_eval, eval_se=se, margin_in_se=margin / se if se > 0 else math.nan)
+    for name in ("interaction", "bn"):
+        t = C[C["family"] == name]
+        out.update({f"{name}_m": int(t["m"].iloc[0]) if len(t) else 0,
+                    f"{name}_confidence": float(t["confidence"].iloc[0]) if len(t) else math.nan})
+    for name in ("hc", "sc"):
+        t = C[C["family"] == name]
+        if len(t):
+            out[name] = _contrast(t)
+    if "hc" in out:
+        hc = C[C["family"] == "hc"]
+        worse = [f"{h}/{o}" for h, o, k, s, r in zip(hc["head"], hc["optimizer"], hc["count_kind"], hc["separate"],
+                                                     hc["separate_reference"]) if k == "lower" and s < r]
+        out["hc"].update(n_smaller_worse_separate=len(worse), smaller_worse_separate_cells=_cells(worse))
+    return numbers_table(out)
 
 
-# --- the page's answer: sentences chosen by the claims and numbers (issue 25) ---------------------------------------
+def best_pinned_claim(C: pd.DataFrame, F: pd.DataFrame) -> pd.DataFrame:
+    """The gap claim of the best pinned cell (``best_pinned_cell`` of ``F``) under the key ``best_pinned_gap``, so
+    that the page cites it without knowing which cell it is."""
+    return C[C["key"] == "gap_ref_" + number(F, "best_pinned_cell").replace("/", "_")].assign(key="best_pinned_gap")
 
-#: Labels of the optimizers in the page's sentences.
-OPTIMIZER_WORDS = {"sgd": "SGD with momentum", "sgd_plain": "plain SGD", "adam": "Adam"}
+
+def vocabulary(margin: float) -> dict:
+    """The page's verdict words by name (glued as ``ch04_w_<name>``): every direction of :data:`WORDS`, the
+    equivalence verdict at ``margin``, ``not decided`` and ``too few seeds``."""
+    return {**{k: w for d in WORDS.values() for k, w in d.items()}, "equivalent": equivalent_text(margin),
+            "not_decided": NOT_DECIDED, "too_few": TOO_FEW}
 
 
-def _bold(text: str) -> str:
-    return f"**{text}**"
+def grid_text(grid) -> str:
+    """A learning-rate grid for the page: ``0.005, 0.016, 0.05, 0.16``."""
+    return ", ".join(f"{v:g}" for v in grid)
 
+
+# --- the page's answer: sentences chosen by the claims and numbers --------------------------------------------------
 
 def _num(v: float, fmt: str = "+.3f") -> str:
-    """A number for the page's prose; ``n/a`` for NaN (a page never prints NaN)."""
+    """A number for the prose; ``n/a`` for NaN (a page never prints NaN)."""
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
 
@@ -581,113 +384,104 @@ def _span(low: float, high: float, clip: tuple = (-1, 1)) -> str:
     return f"{lo:+.3f} to {hi:+.3f}"
 
 
-def gap_counts(C: pd.DataFrame, shift: str = "ref") -> dict:
-    """The counts of one shift's gap family in the claims table ``C`` (:func:`bnstudy.study.inference.count_verdicts`:
-    Holm directions, printed kinds otherwise), with ``m``. Raises ``ValueError`` if the shift has no gap claims."""
-    t = C[(C["family"] == "gap") & (C["shift"] == shift)]
-    if not len(t):
-        raise ValueError(f"gap_counts: no gap claims at shift {shift!r}")
-    return count_verdicts(t)
+def _ref_counts(C: pd.DataFrame) -> dict:
+    """The gap family's counts at chapter 1's shift (the book's rule), with ``m``."""
+    return count_verdicts(C[(C["family"] == "gap") & (C["shift"] == "ref")])
 
 
-def headline(C: pd.DataFrame, F: pd.DataFrame) -> str:
-    """The answer's first sentence, chosen by the counts of the gap family at chapter 1's shift (claims ``C``,
-    numbers ``F``): whether the heads and optimizers tried make up for pinned statistics (all cells a cost shown,
-    none, every cell equivalent, or a mix), with the counts spliced in."""
-    c = gap_counts(C)
-    m, hi, lo, eq = c["m"], c["higher"], c["lower"], c["equivalent"]
-    und = c["not decided"] + c["too few seeds"]
-    margin = number(F, "margin")
-    eqw = equivalent_text(margin)
-    counts = (f"the {m} head and optimizer cells split into {hi} where separate statistics score higher on task B "
-              f"than the pinned backbone, {lo} where they score lower, {eq} {eqw} and {und} not decided")
-    if hi == m:
-        lead = "No head or optimizer tried makes up for pinned statistics at chapter 1's shift"
-    elif hi == 0 and eq == m:
-        lead = f"Every head and optimizer tried makes up for pinned statistics at chapter 1's shift, within ±{margin:g}"
-    elif hi == 0 and lo == 0:
-        lead = "No head and optimizer cell shows a cost of pinned statistics at chapter 1's shift, and not every one is shown to be without one"
-    elif hi == 0:
-        lead = "No head and optimizer cell shows a cost of pinned statistics at chapter 1's shift"
-    elif lo == 0 and eq == 0:
-        lead = "No head or optimizer tried is shown to make up for pinned statistics at chapter 1's shift"
-    elif lo == 0 and hi + eq == m:
-        lead = "Some heads and optimizers make up for pinned statistics at chapter 1's shift and others do not"
-    else:
-        lead = "Whether a head or optimizer makes up for pinned statistics at chapter 1's shift depends on the cell"
-    return (f"{lead}: with every freeze mode at its own tuned learning rate, {counts} (counted by Holm; the words "
-            f"are the [glossary](../glossary.html)'s).")
+def _counted(rule):
+    """A note's rule on :func:`_ref_counts`."""
+    return lambda C, G: rule(_ref_counts(C))
 
 
-def linear_sentence(C: pd.DataFrame) -> str:
-    """The seed's linear head, per optimizer: its gap verdicts at chapter 1's shift, spliced into fixed words."""
-    parts = [f"{verdict_md(C[C['key'] == f'gap_ref_linear_{o}'].iloc[0])} with {OPTIMIZER_WORDS[o]}"
-             for o in ("sgd", "sgd_plain", "adam") if (C["key"] == f"gap_ref_linear_{o}").any()]
-    if not parts:
-        return ""
-    return f"For the seed's linear head, separate minus pinned statistics on task B reads {join(parts)}."
+def _probe(G: pd.DataFrame):
+    return number(G, "probe_cost")
 
 
-def best_pinned_claim(C: pd.DataFrame, F: pd.DataFrame) -> pd.DataFrame:
-    """The gap claim of the best pinned cell (``best_pinned_cell`` of the numbers ``F``, chapter 1's shift) as a
-    one-row claims table under the key ``best_pinned_gap`` (``ch04_best_pinned_gap_estimate``, ``_low``, ``_high``,
-    ``_verdict``, ...: the page cites the best cell without knowing which it is)."""
-    key = "gap_ref_" + number(F, "best_pinned_cell").replace("/", "_")
-    return C[C["key"] == key].assign(key="best_pinned_gap")
+def _probe_fill(C: pd.DataFrame, G: pd.DataFrame) -> dict:
+    return dict(mean=_num(_probe(G).mean), span=_span(_probe(G).low, _probe(G).high))
 
 
-def best_sentence(C: pd.DataFrame, F: pd.DataFrame) -> str:
-    """The best pinned configuration against the best separate one (absolute accuracies), with the gap claim of
-    the best pinned cell (:func:`best_pinned_claim`)."""
+def _shortfall(C: pd.DataFrame, G: pd.DataFrame) -> bool:
+    """Whether the linear head's gap with SGD + momentum lies above the probe's whole interval."""
+    t = C[C["key"] == "gap_ref_linear_sgd"]
+    return bool(len(t)) and float(t.iloc[0]["low"]) > _probe(G).high
+
+
+_PIN = " for pinned statistics at chapter 1's shift"
+_COST = "No head and optimizer cell shows a cost of pinned statistics at chapter 1's shift"
+_PROBE = "A least-squares probe solved in closed form, free of any optimizer, reads {mean}"
+_NO_IV = lambda C, G: math.isnan(_probe(G).low) or math.isnan(_probe(G).high)  # noqa: E731
+#: The answer's sentences (:func:`answer`), chosen by the claims ``C`` (and, for ``probe`` and ``probe_tail``, the
+#: geometry's numbers ``G``, :func:`geometry_findings`): ``lead``, by the gap family's counts at chapter 1's shift;
+#: ``probe``, by where the closed-form probe's interval (separate minus pinned features) lies; ``probe_tail``,
+#: whether the trained linear head falls short by more than the features lose.
+LEAD_NOTES = (
+    Note("lead", _counted(lambda c: c["higher"] == c["m"]), "No head or optimizer tried makes up" + _PIN),
+    Note("lead", _counted(lambda c: c["higher"] == 0 < c["equivalent"] == c["m"]),
+         "Every head and optimizer tried makes up" + _PIN + ", within ±{margin:g}",
+         fill=lambda C, G: dict(margin=float(C[C["family"] == "gap"]["margin"].iloc[0]))),
+    Note("lead", _counted(lambda c: c["higher"] == c["lower"] == 0 and c["equivalent"] < c["m"]),
+         _COST + ", and not every one is shown to be without one"),
+    Note("lead", _counted(lambda c: c["higher"] == 0 < c["lower"]), _COST),
+    Note("lead", _counted(lambda c: 0 < c["higher"] < c["m"] and c["lower"] == c["equivalent"] == 0),
+         "No head or optimizer tried is shown to make up" + _PIN),
+    Note("lead", _counted(lambda c: 0 < c["higher"] < c["m"] and c["lower"] == 0 < c["equivalent"]
+                          and c["higher"] + c["equivalent"] == c["m"]),
+         "Some heads and optimizers make up" + _PIN + " and others do not"),
+    Note("lead", _counted(lambda c: 0 < c["higher"] < c["m"] and (c["lower"] > 0
+                                                                  or 0 < c["equivalent"] < c["m"] - c["higher"])),
+         "Whether a head or optimizer makes up" + _PIN + " depends on the cell"),
+)
+PROBE_NOTES = (
+    Note("probe", _NO_IV, _PROBE + " on separate minus pinned features, without an interval (too few seeds)",
+         _probe_fill),
+    Note("probe", lambda C, G: not _NO_IV(C, G) and _probe(G).low > 0, _PROBE + " ({span}) on separate minus pinned "
+         "features: pinning loses some linearly decodable information about task B", _probe_fill),
+    Note("probe", lambda C, G: not _NO_IV(C, G) and _probe(G).high < 0, _PROBE + " ({span}) on separate minus pinned "
+         "features: for this probe the pinned features are the more linearly decodable", _probe_fill),
+    Note("probe", lambda C, G: not _NO_IV(C, G) and _probe(G).low <= 0 <= _probe(G).high, _PROBE + " ({span}) on "
+         "separate minus pinned features, an interval that includes zero: this probe detects no linearly decodable "
+         "information lost to pinning", _probe_fill),
+    Note("probe_tail", _shortfall, "; the trained linear head with SGD and momentum falls short by more than that, "
+         "a shortfall of optimization (rate and step budget) rather than of the features"),
+    Note("probe_tail", lambda C, G: not _shortfall(C, G), ""),
+)
+
+#: Labels of the optimizers in the page's sentences.
+OPTIMIZER_WORDS = {"sgd": "SGD with momentum", "sgd_plain": "plain SGD", "adam": "Adam"}
+
+
+def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None) -> str:
+    """The answer box (Markdown), true for any rows: the gap family's lead (:data:`LEAD_NOTES`) and counts at chapter
+    1's shift, the linear head's verdicts, the best pinned cell against the best separate one, and given the
+    geometry's numbers ``G``, the probe's reading (:data:`PROBE_NOTES`)."""
+    c, said = _ref_counts(C), notes(LEAD_NOTES, C, F)
     n = lambda key: number(F, key)  # noqa: E731
+    parts = [f"{said['lead']}: with every freeze mode at its own tuned learning rate, the {c['m']} head and optimizer "
+             f"cells split into {c['higher']} where separate statistics score higher on task B than the pinned "
+             f"backbone, {c['lower']} where they score lower, {c['equivalent']} {equivalent_text(n('margin'))} and "
+             f"{c['not decided'] + c['too few seeds']} not decided (counted by Holm; the words are the "
+             f"[glossary](../glossary.html)'s)."]
+    linear = [f"{verdict_md(C[C['key'] == f'gap_ref_linear_{o}'].iloc[0])} with {OPTIMIZER_WORDS[o]}"
+              for o in OPTIMIZER_WORDS if (C["key"] == f"gap_ref_linear_{o}").any()]
+    if linear:
+        parts.append(f"For the seed's linear head, separate minus pinned statistics on task B reads {join(linear)}.")
     g = best_pinned_claim(C, F).iloc[0]
-    est, low, high = (float(g[c]) for c in ("estimate", "low", "high"))
-    return (f"The best pinned configuration, {_bold(n('best_pinned_cell'))}, reaches "
-            f"{_num(n('best_pinned_acc'), '.3f')} against {_num(n('best_separate_acc'), '.3f')} for the best one with "
-            f"separate statistics ({_bold(n('best_separate_cell'))}; separate minus pinned in the best pinned cell "
-            f"{_num(est)}, {_span(low, high)}: {verdict_md(g)}).")
-
-
-def probe_sentence(probe: Interval, linear_gap_low: float = float("nan")) -> str:
-    """The closed-form probe's reading (separate minus pinned features, 95% interval), chosen by where its interval
-    lies: pinning loses linearly decodable information (above 0), the pinned features are the more decodable
-    (below 0), or no loss is detected (spans 0); and, when ``linear_gap_low`` (the lower end of the linear head's
-    gap with SGD and momentum) lies above the probe's interval, that the trained head's shortfall exceeds what the
-    features lose."""
-    if math.isnan(probe.low) or math.isnan(probe.high):
-        return (f"A least-squares probe solved in closed form, free of any optimizer, reads {_num(probe.mean)} on "
-                f"separate minus pinned features, without an interval (too few seeds).")
-    head = (f"A least-squares probe solved in closed form, free of any optimizer, reads {_num(probe.mean)} "
-            f"({_span(probe.low, probe.high)}) on separate minus pinned features")
-    if probe.low > 0:
-        body = ": pinning loses some linearly decodable information about task B"
-    elif probe.high < 0:
-        body = ": for this probe the pinned features are the more linearly decodable"
-    else:
-        body = ", an interval that includes zero: this probe detects no linearly decodable information lost to pinning"
-    tail = ""
-    if not math.isnan(linear_gap_low) and linear_gap_low > probe.high:
-        tail = ("; the trained linear head with SGD and momentum falls short by more than that, a shortfall of "
-                "optimization (rate and step budget) rather than of the features")
-    return head + body + tail + "."
-
-
-def answer(C: pd.DataFrame, F: pd.DataFrame, probe: Interval | None = None) -> str:
-    """The answer box's outcome sentences (Markdown), chosen and filled from the claims ``C`` and numbers ``F``, so
-    that they are true for any rows: :func:`headline`, :func:`linear_sentence`, :func:`best_sentence` and, given the
-    geometry's ``probe`` interval (:func:`geometry_findings`' ``probe_cost``), :func:`probe_sentence`."""
-    parts = [headline(C, F), linear_sentence(C), best_sentence(C, F)]
-    if probe is not None:
-        t = C[C["key"] == "gap_ref_linear_sgd"]
-        parts.append(probe_sentence(probe, float(t.iloc[0]["low"]) if len(t) else float("nan")))
-    return " ".join(p for p in parts if p)
+    parts.append(f"The best pinned configuration, **{n('best_pinned_cell')}**, reaches {_num(n('best_pinned_acc'), '.3f')} "
+                 f"against {_num(n('best_separate_acc'), '.3f')} for the best one with separate statistics "
+                 f"(**{n('best_separate_cell')}**; separate minus pinned in the best pinned cell {_num(g['estimate'])}, "
+                 f"{_span(g['low'], g['high'])}: {verdict_md(g)}).")
+    if G is not None:
+        said = notes(PROBE_NOTES, C, G)
+        parts.append(said["probe"] + said["probe_tail"] + ".")
+    return " ".join(parts)
 
 
 def advice(C: pd.DataFrame, F: pd.DataFrame) -> str:
-    """The answer box's "what to do" (Markdown), with the one front-door call, chosen by whether a cost of
-    pinning is shown in any cell at chapter 1's shift."""
-    c = gap_counts(C)
-    lrs = {k: v for k, v in zip(F["key"], F["value"]) if k.startswith("lrs_")}
+    """The answer box's "what to do" (Markdown), chosen by whether pinning is shown to cost in any cell at chapter
+    1's shift."""
+    c, lrs = _ref_counts(C), dict(zip(F["key"], F["value"]))
     p, s = lrs.get("lrs_linear_sgd_backbone_eval"), lrs.get("lrs_linear_sgd_separate_stats")
     rates = (f" (here {p:g} pinned against {s:g} with separate statistics, for the linear head with SGD and momentum)"
              if p is not None and s is not None else "")
@@ -701,19 +495,24 @@ def advice(C: pd.DataFrame, F: pd.DataFrame) -> str:
     return pin + " At this shift no cell shows a cost of pinning that another head or optimizer would have to make up."
 
 
-def vocabulary(margin: float) -> dict:
-    """The page's verdict words by a short name (the glue keys ``ch04_w_<name>``), so that the notebook's
-    definitions cite the words instead of typing them: every direction of :data:`DIRECTIONS`, the equivalence
-    verdict at ``margin``, ``not decided`` and ``too few seeds``."""
-    names = ("gap_higher", "gap_lower", "adam_higher", "adam_lower", "head_larger", "head_smaller", "shift_larger",
-             "shift_smaller", "steps_larger", "steps_smaller", "bn_higher", "bn_lower", "link_positive",
-             "link_negative")
-    out = dict(zip(names, DIRECTIONS))
-    out.update(equivalent=equivalent_text(margin), not_decided=NOT_DECIDED, too_few=TOO_FEW)
-    return out
+# --- the "why" section: the feature geometry and its link to the gap -----------------------------------------------
 
+def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> pd.DataFrame:
+    """The "why" section's numbers from :func:`feature_geometry`'s table at ``shift`` (means over seeds; ratios
+    pinned over separate), and ``probe_cost``: the probe's accuracy on separate minus pinned features per seed
+    (positive: pinning loses linearly decodable information; 95% t interval)."""
+    g = geom[geom["shift"] == shift]
+    p = g[g["statistics"] == "pinned"].set_index("seed")
+    s = g[g["statistics"] == "separate"].set_index("seed").loc[p.index]
+    return numbers_table(dict(
+        scale_ratio=float(p["scale_ratio"].mean()), offset_sd=float(p["offset_sd"].mean()),
+        dead_fraction=float(p["dead_fraction"].mean()), affine_r2=float(p["affine_r2"].mean()),
+        curvature_ratio=float((p["curvature"] / s["curvature"]).mean()),
+        curvature_centered_ratio=float((p["curvature_centered"] / s["curvature_centered"]).mean()),
+        mean_share_pinned=float(p["mean_share"].mean()), mean_share_separate=float(s["mean_share"].mean()),
+        probe_pinned=float(p["probe_accuracy"].mean()), probe_separate=float(s["probe_accuracy"].mean()),
+        probe_cost=t_interval(s["probe_accuracy"] - p["probe_accuracy"])))
 
-# --- the "why" section: the feature geometry -------------------------------------------------------------------------
 
 def _curvature(f: pd.DataFrame) -> tuple[float, float]:
     return number(f, "curvature_ratio"), number(f, "curvature_centered_ratio")
@@ -728,10 +527,9 @@ def _wider(f: pd.DataFrame) -> bool:
     return c - 1 >= (r - 1) / 2
 
 
-#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`; exactly one note of a key holds), said with
-#: ``notes(NOTES, claims, geometry_findings(...))`` and glued as ``ch04_<key>``: ``geo_sentence_curvature``, whether
-#: the added curvature under pinned statistics survives centring (the covariance's ratio at least half the second
-#: moment's) or comes mostly from the common offset.
+#: The page's rule-triggered sentences, said with ``notes(NOTES, claims, geometry_findings(...))`` and glued as
+#: ``ch04_<key>``: ``geo_sentence_curvature``, whether the added curvature under pinned statistics survives
+#: centring (the covariance's ratio at least half the second moment's) or comes mostly from the common offset.
 NOTES = (
     Note("geo_sentence_curvature", lambda c, f: _nan(f), "The centred ratio is not available."),
     Note("geo_sentence_curvature", lambda c, f: not _nan(f) and _curvature(f)[0] <= 1,
@@ -742,136 +540,64 @@ NOTES = (
          "So most of the added curvature comes from the common offset, not from the wider features."),
 )
 
-
-def grid_text(grid) -> str:
-    """A learning-rate grid for the page: ``0.005, 0.016, 0.05, 0.16``."""
-    return ", ".join(f"{v:g}" for v in grid)
-
-
-def geometry_summary(geom: pd.DataFrame) -> pd.DataFrame:
-    """Mean and 95% interval over seeds (:func:`bnstudy.study.inference.t_interval`) of each geometry measure per
-    ``shift, statistics`` (tidy)."""
-    rows = []
-    for key, g in geom.groupby(["shift", "statistics"], sort=False):
-        for metric in ("scale_ratio", "offset_sd", "dead_fraction", "affine_r2", "curvature", "curvature_centered",
-                       "mean_share", "probe_accuracy"):
-            iv = t_interval(g[metric])
-            rows.append(dict(shift=key[0], statistics=key[1], metric=metric, mean=iv.mean, ci_low=iv.low,
-                             ci_high=iv.high, n_seeds=iv.n))
-    return pd.DataFrame(rows)
-
-
-def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> pd.DataFrame:
-    """The numbers the "why" section cites (glued as ``ch04_geo_<key>``), from :func:`feature_geometry`'s table at
-    ``shift`` (means over seeds): ``scale_ratio``, ``offset_sd``, ``dead_fraction``, ``affine_r2`` (pinned),
-    ``curvature_ratio`` / ``curvature_centered_ratio`` (pinned over separate), ``mean_share_pinned`` /
-    ``mean_share_separate``, ``probe_pinned`` / ``probe_separate``, and ``probe_cost``: the closed-form probe's
-    accuracy on separate-statistics features minus on pinned ones, per seed (positive: pinning loses linearly
-    decodable information; 95% t interval, :func:`bnstudy.study.inference.t_interval`)."""
-    g = geom[geom["shift"] == shift]
-    p = g[g["statistics"] == "pinned"].set_index("seed")
-    s = g[g["statistics"] == "separate"].set_index("seed").loc[p.index]
-    return numbers_table(dict(
-        scale_ratio=float(p["scale_ratio"].mean()), offset_sd=float(p["offset_sd"].mean()),
-        dead_fraction=float(p["dead_fraction"].mean()), affine_r2=float(p["affine_r2"].mean()),
-        curvature_ratio=float((p["curvature"] / s["curvature"]).mean()),
-        curvature_centered_ratio=float((p["curvature_centered"] / s["curvature_centered"]).mean()),
-        mean_share_pinned=float(p["mean_share"].mean()), mean_share_separate=float(s["mean_share"].mean()),
-        probe_pinned=float(p["probe_accuracy"].mean()), probe_separate=float(s["probe_accuracy"].mean()),
-        probe_cost=t_interval(s["probe_accuracy"] - p["probe_accuracy"])))
-
-
-# --- the geometry-gap link: rank correlations and a bootstrap (the chapter's own estimators, not paired comparisons)
-
-#: The geometry measures the link test relates to the gap (``separate_stats - backbone_eval``, positive when pinning
-#: costs), and the sign of the correlation each explanation predicts: a larger curvature ratio (pinned / separate:
-#: steeper pinned features, the optimization story) should go with a larger gap; a larger probe difference
-#: (separate minus pinned: information lost, the information story) likewise. Both positive.
+#: The geometry measures the link test relates to the gap, with the sign each explanation predicts: a larger
+#: curvature ratio (pinned / separate: the optimization story) and a larger probe cost (the information story)
+#: should both go with a larger gap.
 LINK_MEASURES = {"curvature_ratio": 1, "probe_cost": 1}
-
-
-def _pooled_interval(x, y, rows_of: list, confidence: float, n_boot: int, seed: int) -> Interval:
-    """The pooled Spearman rho of ``x``, ``y`` with a percentile bootstrap interval over whole seeds
-    (:func:`bnstudy.study.inference.bootstrap_interval`; ``rows_of[i]``: the rows of seed ``i``); no interval below
-    :data:`bnstudy.study.inference.MIN_BOOTSTRAP_UNITS` seeds (bootstrap_interval's ``min_units``)."""
-    pooled = lambda ix: rank_correlation(*(a[np.concatenate([rows_of[int(i)] for i in ix])] for a in (x, y)))[0]
-    return bootstrap_interval((np.arange(len(rows_of)),), pooled, confidence, n_boot, seed,
-                              min_units=MIN_BOOTSTRAP_UNITS)
 
 
 def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boot: int = 2000, alpha: float = 0.05,
                seed: int = 0) -> pd.DataFrame:
-    """Does the feature geometry track the gap? (family ``link``) Spearman's rank correlation between a per-seed
-    geometry measure and the per-seed gap of ``head`` (:func:`gap_values`), per optimizer, from rows the run already
-    has (no training); keys ``link_<scope>_<optimizer>_<measure>``.
-
-    Measures (:data:`LINK_MEASURES`), per seed and shift from :func:`feature_geometry`'s table:
-    ``curvature_ratio`` = pinned / separate largest eigenvalue of E[f f^T]; ``probe_cost`` = separate minus pinned
-    closed-form probe accuracy. Scopes: ``ref`` (chapter 1's shift, one point per seed: the seed-to-seed link;
-    :func:`bnstudy.study.inference.rank_correlation`, Fisher-z interval, ``too few seeds`` below 4 seeds) and ``all``
-    (every shift, one point per seed and shift, which mixes in the shift's own effect on both sides; its points
-    are not independent within a seed, so its interval is :func:`bnstudy.study.inference.bootstrap_interval`'s seeded
-    percentile bootstrap over whole seeds, ``n_boot`` resamples, of the pooled Spearman rho, without a p-value;
-    no interval below :data:`bnstudy.study.inference.MIN_BOOTSTRAP_UNITS` seeds).
-    All rows are one :class:`bnstudy.study.inference.Family` (Bonferroni intervals at ``1 - alpha / m``). Verdict:
-    ``rank correlation positive`` / ``rank correlation negative`` / ``not decided`` / ``too few seeds``.
-
-    Columns: :func:`family_table`'s plus ``scope, optimizer, measure, predicted_sign, n_points``. Empty if
-    ``head`` is not in ``df``. Raises ``ValueError`` if ``geom`` lacks a measure's columns.
-    """
+    """Does the feature geometry track the gap? (family ``link``, no training) Spearman's rho of each
+    :data:`LINK_MEASURES` measure with ``head``'s per-seed gap, per optimizer and scope: ``ref`` (a point per seed at
+    chapter 1's shift; Fisher-z interval) and ``all`` (a point per seed and shift, not independent within a seed: a
+    seeded percentile bootstrap over whole seeds, no p-value, no interval below ``MIN_BOOTSTRAP_UNITS`` seeds). One
+    family (Bonferroni); columns ``scope, optimizer, measure, predicted_sign, n_points`` besides the claims'. Empty if
+    ``head`` has no rows; raises ``ValueError`` if ``geom`` lacks a measure's columns."""
     need = {"seed", "shift", "statistics", "curvature", "probe_accuracy"} - set(geom.columns)
     if need:
         raise ValueError(f"link_table: the geometry table lacks columns {sorted(need)}")
     opts = [o for o in OPTIMIZERS if o in set(df[df["head"] == head]["optimizer"])]
-    fam = Family(max(2 * len(opts) * len(LINK_MEASURES), 1), alpha)
+    fam, (hi, lo) = Family(max(2 * len(opts) * len(LINK_MEASURES), 1), alpha), WORDS["link"].values()
     p = geom[geom["statistics"] == "pinned"].set_index(["seed", "shift"])
     q = geom[geom["statistics"] == "separate"].set_index(["seed", "shift"]).reindex(p.index)
     meas = pd.DataFrame({"curvature_ratio": p["curvature"] / q["curvature"],
                          "probe_cost": q["probe_accuracy"] - p["probe_accuracy"]}).reset_index()
-    claims, extra = [], []
+    out, extra = [], []
     for o in opts:
-        gaps = []
-        for shift in dict.fromkeys(df["shift"]):
-            gv = gap_values(df, shift, head, o)
-            gaps.append(pd.DataFrame({"seed": gv.index, "shift": shift, "gap": gv.to_numpy()}))
+        gaps = [pd.DataFrame({"seed": gv.index, "shift": s, "gap": gv.to_numpy()})
+                for s in dict.fromkeys(df["shift"]) for gv in (gap_values(df, s, head, o),)]
         tab = meas.merge(pd.concat(gaps), on=["seed", "shift"]).dropna()
         for scope in ("ref", "all"):
             t = tab[tab["shift"] == "ref"] if scope == "ref" else tab
-            y = t["gap"].to_numpy()
-            seeds = np.array(sorted(set(t["seed"])))
+            y, seeds = t["gap"].to_numpy(), np.array(sorted(set(t["seed"])))
             rows_of = [np.flatnonzero(t["seed"].to_numpy() == s) for s in seeds]
             for m, sign in LINK_MEASURES.items():
                 x = t[m].to_numpy()
-                key = f"link_{scope}_{o}_{m}"
                 if scope == "ref":
                     _, iv, pv = rank_correlation(x, y, fam.confidence)
                 else:
-                    iv, pv = _pooled_interval(x, y, rows_of, fam.confidence, n_boot, seed), math.nan
-                claims.append(decide_interval(iv, key, p=pv, higher=LINK_POSITIVE, lower=LINK_NEGATIVE))
+                    pooled = lambda ix: rank_correlation(*(a[np.concatenate([rows_of[int(i)] for i in ix])]  # noqa
+                                                           for a in (x, y)))[0]
+                    iv, pv = bootstrap_interval((np.arange(len(rows_of)),), pooled, fam.confidence, n_boot, seed,
+                                                min_units=MIN_BOOTSTRAP_UNITS), math.nan
+                out.append(decide_interval(iv, f"link_{scope}_{o}_{m}", p=pv, higher=hi, lower=lo))
                 extra.append(dict(scope=scope, optimizer=o, measure=m, predicted_sign=sign, n_points=len(t)))
-    t = family_table(claims, "link", fam, extra, alpha)
-    if not extra:
-        t = t.assign(**{c: pd.Series(dtype=object) for c in ("scope", "optimizer", "measure", "predicted_sign",
-                                                              "n_points")})
+    t = claims_table(out, family="link")
+    t["m"] = fam.m
+    t = pd.concat([t, pd.DataFrame(extra, index=t.index, columns=["scope", "optimizer", "measure", "predicted_sign",
+                                                                 "n_points"])], axis=1)
+    t["count_kind"] = count_kinds(t, alpha) if len(t) else pd.Series(dtype=str)
     return t
 
 
-def _predicted(table: pd.DataFrame) -> pd.Series:
-    """Whether each link row's verdict is a direction with the predicted sign."""
-    return ((table["kind"] == "higher") & (table["predicted_sign"] > 0)) | \
-        ((table["kind"] == "lower") & (table["predicted_sign"] < 0))
-
-
 def link_findings(table: pd.DataFrame, head: str = "linear") -> pd.DataFrame:
-    """The link test's counts (:func:`link_table`, computed for ``head``; the verdicts themselves are glued from its
-    claims) as a numbers table (glued as ``ch04_link_<key>``): ``head`` tested; ``m`` rows at Bonferroni
-    ``confidence``; ``n_predicted`` / ``n_opposite`` / ``n_tests``: rows whose verdict is a direction with the
-    predicted sign / the other sign / rows with a verdict other than ``too few seeds``, and the same per scope
-    (``_ref``: one point per seed at chapter 1's shift; ``_all``: pooled over shifts, which the shift itself drives).
-    Counted on the printed verdicts: the pooled rows have no p-value for Holm."""
-    pred = _predicted(table)
-    tested = table["kind"] != TOO_FEW
-    direction = table["kind"].isin(["higher", "lower"])
+    """The link test's counts on its printed verdicts (its pooled rows have no p-value for Holm): ``head``, ``m``,
+    ``confidence``; ``n_predicted`` / ``n_opposite`` (a direction with / against the predicted sign) and ``n_tests``
+    (rows not ``too few seeds``), and the same per scope (``_ref``, ``_all``)."""
+    pred = ((table["kind"] == "higher") & (table["predicted_sign"] > 0)) | \
+        ((table["kind"] == "lower") & (table["predicted_sign"] < 0))
+    tested, direction = table["kind"] != TOO_FEW, table["kind"].isin(["higher", "lower"])
     sc = lambda s: table["scope"] == s  # noqa: E731
     return numbers_table(dict(
         head=head, m=int(table["m"].iloc[0]) if len(table) else 0,
@@ -882,15 +608,12 @@ def link_findings(table: pd.DataFrame, head: str = "linear") -> pd.DataFrame:
 
 
 def link_texts(table: pd.DataFrame) -> dict:
-    """The page's words for each :func:`link_table` row's value, keyed ``"<scope>_<optimizer>_<measure>"``
-    (Markdown, to follow "$\\rho$"; the verdict is glued on its own, ``..._verdict``): ``= +0.12 (-0.30 to
-    +0.50)``; without an interval ``= -0.83, no interval``; without a correlation at all (fewer than 4 points or a
-    constant side) ``not computed (2 seeds, one point each)``. Never prints NaN."""
+    """The words for each link row's value, keyed ``<scope>_<optimizer>_<measure>``, to follow "$\\rho$": ``= +0.12
+    (-0.30 to +0.50)``, ``= -0.83, no interval``, or ``not computed (2 seeds, one point each)``; never NaN."""
     out = {}
     for r in table.itertuples(index=False):
         if math.isnan(r.estimate):
-            where = f"{r.n} seeds, one point each" if r.n_points == r.n else f"{r.n_points} points"
-            text = f"not computed ({where})"
+            text = f"not computed ({f'{r.n} seeds, one point each' if r.n_points == r.n else f'{r.n_points} points'})"
         elif math.isnan(r.low) or math.isnan(r.high):
             text = f"= {r.estimate:+.2f}, no interval"
         else:
@@ -899,36 +622,21 @@ def link_texts(table: pd.DataFrame) -> dict:
     return out
 
 
-def audit_matches_declaration(table: pd.DataFrame) -> bool:
-    """Whether every part moved exactly where its mode declares it may (``moved == declared`` on every row)."""
-    return bool((table["moved"] == table["declared"]).all())
-
-
 def audit_claims(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`audit_matches_declaration` as an exact check (:data:`QUESTIONS`, key ``audit_matches``, family
-    ``checks``): ``exact, checked ==`` when ``moved == declared`` on every row of :func:`audit_buffers`' table, else
-    ``not exact`` (an identity of the code, not a finding)."""
+    """:func:`run.audit_buffers`' table as an exact check (key ``audit_matches``, family ``checks``): every part
+    moved exactly where its mode declares it may (``moved == declared`` on every row)."""
     audit = table.assign(mismatch=(table["moved"] != table["declared"]).astype(float))
-    return _asked(dict(audit=audit), "audit", {"audit_matches": {}}, _MARGIN, 0.05, family="checks")
+    return _asked(dict(audit=audit), "audit", None, family="checks")
 
 
-# --- what this execution cost ------------------------------------------------------------------------------------
-
-def cost_findings(counts: dict, wall_s: float, threads_per_run: int = 1) -> pd.DataFrame:
-    """What the page's execution cost and whether that is a cold-cache time, a numbers table (glued as
-    ``ch04_cost_<key>``) from ``counts`` (``{namespace: (computed, total)}``, as :func:`bnstudy.study.sweep.sweep_counts`
-    returns) and the wall time ``wall_s`` in seconds (``None``: not recorded, ``wall_min`` is NaN).
-
-    ``wall_min``: minutes of wall time; ``n_computed`` of ``n_units`` cached units (stage-1 sources, search, sweep,
-    step check and feature runs) were computed in this execution, ``n_cached`` read from the run cache;
-    ``cache_state``: ``cold`` (every unit computed), ``warm`` (none) or ``partly warm``; ``threads_per_run``: torch
-    threads each run used (:attr:`bnstudy.study.config.Execution.threads`, the sidecars' ``torch_threads_per_run``).
-    Raises ``ValueError`` if a namespace claims more computed units than it has."""
+def cost_findings(counts: dict, wall_s: float | None, threads_per_run: int = 1) -> pd.DataFrame:
+    """What the execution cost, from ``{namespace: (computed, total)}`` and the wall time in seconds (``None``:
+    NaN): ``wall_min``, ``n_computed`` / ``n_cached`` of ``n_units``, ``cache_state`` (``cold``, ``warm``, ``partly
+    warm``), ``threads_per_run``. Raises ``ValueError`` if a namespace claims more computed units than it has."""
     bad = [k for k, (c, t) in counts.items() if not 0 <= c <= t]
     if bad:
         raise ValueError(f"cost_findings: counts must satisfy 0 <= computed <= total, not for {bad}")
-    n_c = int(sum(c for c, _ in counts.values()))
-    n_t = int(sum(t for _, t in counts.values()))
+    n_c, n_t = int(sum(c for c, _ in counts.values())), int(sum(t for _, t in counts.values()))
     state = "cold" if n_t and n_c == n_t else ("warm" if n_c == 0 else "partly warm")
     return numbers_table(dict(wall_min=float("nan") if wall_s is None else float(wall_s) / 60, n_computed=n_c,
                               n_units=n_t, n_cached=n_t - n_c, cache_state=state, threads_per_run=int(threads_per_run)))
