@@ -213,7 +213,7 @@ def test_unknown_parameter_list_leaves_out_profile_which_has_its_own_option(tmp_
 def test_steps_without_checkpoints_says_which_checkpoints_to_pass_and_that_value_works(tmp_path, capsys):
     assert cli.main(["chapter", "01", "-p", "steps", "200", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert 'checkpoints must include steps=200' in err and '-y "checkpoints: [100, 200]"' in err
+    assert 'checkpoints must be a list that includes steps=200' in err and '-y "checkpoints: [100, 200]"' in err
     module = cli.experiment_module(book.chapter_paths()[0])
     module.make_config("quick", steps=200, checkpoints=[100, 200])  # the suggested fix is accepted
     with pytest.raises(ValueError, match=r"-y \"checkpoints: \[400, 800, 1000\]\""):

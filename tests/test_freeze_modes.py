@@ -442,7 +442,7 @@ def test_separate_stats_and_pinned_identities_are_exact_checks():
 @pytest.mark.parametrize("kw, match", [
     (dict(tuning_seeds=(0, 100)), "seeds must be disjoint from tuning_seeds and confirm_seeds"),
     (dict(confirm_seeds=(100, 200)), "seeds must be disjoint from tuning_seeds and confirm_seeds"),
-    (dict(checkpoints=(400, 1600)), "checkpoints must be a list that includes steps .*got \\[400, 1600\\]"),
+    (dict(checkpoints=(400, 1600)), "checkpoints must be a list that includes steps=800 .*checkpoints: \\[400, 800\\].*got \\[400, 1600\\]"),
     (dict(checkpoints=(800,)), "checkpoints must have at least 2 element"),
     (dict(sgd_lrs=(0.1, -1)), "sgd_lrs\\[1\\] must be a finite number > 0.0"),
     (dict(thread_seeds=5), "thread_seeds must be <= the number of seeds"),

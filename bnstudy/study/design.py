@@ -28,10 +28,11 @@ from .config import _Frozen, check_choice, check_float, check_int, check_sequenc
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """A one-line domain rule: ``holds(config)`` must be true, else ``ValueError("<name> must be <what>, got
-    <value>")`` (``value``: the config's ``name`` field)."""
+    <value>")`` (``value``: the config's ``name`` field). ``what`` is a string, or a function of the config that
+    returns one, for a message that names the fix for this config (chapter 1: the checkpoints to pass)."""
 
     name: str
-    what: str
+    what: str | Callable[[object], str]
     holds: Callable[[object], bool]
 
 
@@ -86,7 +87,8 @@ class ChapterConfig(_Frozen):
                 raise ValueError(f"{f.name} must not repeat a value, got {list(value)}")
         for rule in self.RULES:
             if not rule.holds(self):
-                raise ValueError(f"{rule.name} must be {rule.what}, got {_shown(getattr(self, rule.name))}")
+                what = rule.what(self) if callable(rule.what) else rule.what
+                raise ValueError(f"{rule.name} must be {what}, got {_shown(getattr(self, rule.name))}")
 
     def describe(self) -> str:
         """The resolved parameters for the run line, in field order: ``profile=full, 10 seeds (0-9), n_tasks=[2,

@@ -69,6 +69,13 @@ def _positive_floats(name):
     return lambda v: check_sequence(name, v, lambda n, x: check_float(n, x, 0.0, low_open=True), 1)
 
 
+def _checkpoints_fix(c) -> list:
+    """The checkpoints a config without ``steps`` among them should pass: those below ``steps`` (else half of it), then
+    ``steps``."""
+    below = [x for x in c.checkpoints if x < c.steps] or ([c.steps // 2] if c.steps >= 2 else [])
+    return below + [c.steps]
+
+
 @dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 1's parameters (the notebook's parameters cell, one for one).
@@ -119,8 +126,9 @@ class Config(ChapterConfig):
         Rule("steps", f"at least the first recorded step where (1 - momentum)^t < {FLOOR_WEIGHT} (the drift analysis' "
              "noise floor; 100 at momentum 0.1)", lambda c: "train_mode" not in c.modes or floor_steps(c.momentum,
                                                                                                        c.steps)),
-        Rule("checkpoints", "a list that includes steps (the head sweep is compared with the main run there; on the "
-             "command line e.g. -y \"checkpoints: [400, 800]\")", lambda c: c.steps in c.checkpoints),
+        Rule("checkpoints", lambda c: f"a list that includes steps={c.steps} (the head sweep is compared with the main run there); "
+             f"pass checkpoints={_checkpoints_fix(c)} with it (on the command line: -y \"checkpoints: "
+             f"{_checkpoints_fix(c)}\")", lambda c: c.steps in c.checkpoints),
     )
 
     def __post_init__(self):
