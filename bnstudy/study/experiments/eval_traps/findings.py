@@ -49,6 +49,9 @@ CLAIMS = {
                   ("batch statistics higher", "batch statistics lower")),
     "t6_meter_gap": ("trap 6, trained class-sorted: the meter minus held-out accuracy", ("meter higher", "meter lower")),
 }
+#: Every direction word the page may print (:func:`bnstudy.study.inference.is_verdict`; the book's glossary test reads it):
+#: the claims' own words, in order.
+DIRECTIONS: tuple[str, ...] = tuple(dict.fromkeys(w for _, words in CLAIMS.values() for w in words))
 #: The two safe-batch rules, members of the family beside the claims table.
 RULES = {"t5_safe_batch": "trap 5, inference: train mode loses less than the tolerance from the safe batch on",
          "t5t_safe_batch": "trap 5, training, re-estimated: batch statistics lose less than the tolerance from the "
