@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 #: Session fixtures that build a book, and the xdist group of the tests that use them (`make test` runs pytest-xdist with
 #: --dist loadgroup): each book is built once, on one worker, and every test that reads it runs on that worker.
-BOOK_GROUPS = {"built_book": "quick_book", "quick_rebuild": "quick_book", "release_book": "release_book"}
+BOOK_GROUPS = {"built_book": "quick_book", "release_book": "release_book"}
 
 
 def _xdist_group(item) -> str | None:
@@ -76,9 +76,9 @@ def glued_payloads():
 
 
 @pytest.fixture(scope="session")
-def quick_rebuild(built_book, tmp_path_factory):
-    """A function ``stem -> Rebuild``: the session's quick page of chapter ``stem`` (built_book: executed once, empty
-    cache) and the same page executed again from that execution's saved tables (``rows``) with an empty cache, in a
+def quick_rebuild(quick_page, tmp_path_factory):
+    """A function ``stem -> Rebuild``: the session's quick page of chapter ``stem`` (quick_page: executed once per
+    session, empty cache, the same page built_book builds the book from) and the same page executed again from that execution's saved tables (``rows``) with an empty cache, in a
     folder of its own. Each chapter is rebuilt at most once per session (shared by the tests that read it).
     ``Rebuild`` fields: ``first``, ``again`` (executed notebooks), ``rows`` (the first execution's table),
     ``results``, ``figures`` (the first execution's folders, shared by every chapter of built_book), ``results2``,
@@ -91,10 +91,11 @@ def quick_rebuild(built_book, tmp_path_factory):
 
     from bnstudy.study import book, report
 
-    root, done = built_book[0], {}
+    done = {}
 
     def _get(stem: str):
         if stem not in done:
+            root = quick_page(stem)
             nb_path = [p for p in book.chapter_paths() if p.stem == stem][0]
             out = tmp_path_factory.mktemp(f"rebuild_{stem}")
             rows = root / "results" / f"{stem}.csv"
@@ -133,19 +134,71 @@ def _jupyter_book_build(root: Path):
     return subprocess.run([str(jb), "build", str(root), "-W", "-n", "--keep-going"], capture_output=True, text=True)
 
 
+def _session_folder(tmp_path_factory, worker_id: str, name: str) -> Path:
+    """A folder shared by every xdist worker of this session (the parent of the workers' base temp folders, which is
+    new for each session), or this process's own one without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base if worker_id == "master" else base.parent) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session")
-def built_book(tmp_path_factory):
-    """Every chapter executed (quick profile, empty cache) and the book built with -W, in a temporary copy
-    of the book's sources (bnstudy.study.book.book_sources) so the repository's outputs are untouched. Returns (book root, CompletedProcess of the build);
-    the HTML is in root/_build/html. Shared by test_book.py and test_browser.py (built once per session)."""
+def quick_page(tmp_path_factory, worker_id):
+    """A function ``stem -> book root``: chapter ``stem`` executed at the quick profile (empty cache) into the session's
+    one quick book (a copy of the book's sources, bnstudy.study.book.book_sources, so the repository's outputs are
+    untouched). Each chapter executes once per session whichever xdist worker asks first (a file lock per chapter;
+    a marker file written after the page is complete), so the two workers share the chapters' executions."""
+    from filelock import FileLock
+
     from bnstudy.study import book
 
-    root = tmp_path_factory.mktemp("book_root")
-    _copy_book_sources(root)
-    for nb_path in book.chapter_paths():
-        book.execute_chapter(nb_path, root / "chapters", "quick", parameters=dict(
-            results_dir=str(root / "results"), figures_dir=str(root / "figures"), cache_dir=str(root / "cache")))
-    return root, _jupyter_book_build(root)
+    root = _session_folder(tmp_path_factory, worker_id, "quick_book")
+    with FileLock(root.parent / "quick_book.lock"):
+        if not (root / ".sources").exists():
+            _copy_book_sources(root)
+            (root / ".sources").touch()
+
+    def _page(stem: str, wait: bool = True) -> Path | None:
+        done = root / f".{stem}.done"
+        lock = FileLock(root / f".{stem}.lock", timeout=-1 if wait else 0)
+        try:
+            with lock:
+                if not done.exists():
+                    nb_path = [p for p in book.chapter_paths() if p.stem == stem][0]
+                    book.execute_chapter(nb_path, root / "chapters", "quick", parameters=dict(
+                        results_dir=str(root / "results"), figures_dir=str(root / "figures"),
+                        cache_dir=str(root / "cache")))
+                    done.touch()
+        except TimeoutError:  # another worker is executing it (wait=False): ask again later
+            return None
+        return root
+
+    return _page
+
+
+@pytest.fixture(scope="session")
+def built_book(quick_page):
+    """Every chapter executed (quick_page: quick profile, empty cache) and the book built with -W, once per session
+    (the build's result is saved for the other worker). Returns (book root, CompletedProcess of the build); the HTML
+    is in root/_build/html. Shared by test_book.py and test_browser.py."""
+    import json
+
+    from filelock import FileLock
+
+    from bnstudy.study import book
+
+    stems = [p.stem for p in book.chapter_paths()]
+    for s in stems:  # first the chapters no other worker is executing, then wait for the others
+        quick_page(s, wait=False)
+    root = [quick_page(s) for s in stems][0]
+    saved = root / ".build.json"
+    with FileLock(root / ".build.lock"):
+        if not saved.exists():
+            res = _jupyter_book_build(root)
+            saved.write_text(json.dumps(dict(args=res.args, returncode=res.returncode, stdout=res.stdout,
+                                             stderr=res.stderr)))
+    return root, subprocess.CompletedProcess(**json.loads(saved.read_text()))
 
 
 @pytest.fixture(scope="session")

@@ -185,9 +185,11 @@ def read_units(path) -> list[dict]:
 # --- compute ---------------------------------------------------------------------------------------------------------
 
 def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_dirty: bool = False,
-            work_dir=None, profile: str = "full", log=print) -> dict:
+            work_dir=None, profile: str = "full", log=print, parameters: dict | None = None) -> dict:
     """Recompute ``chapters`` (see :func:`parse_chapters`) at ``profile`` (the release's is ``full``; ``quick``
-    makes a small release for tests) and write them into ``release_dir``.
+    makes a small release for tests) and write them into ``release_dir``. ``parameters``: notebook parameters
+    passed to every chapter on top of the profile's (e.g. ``{"networks": ["small_cnn"]}`` for a smaller test
+    release); the release's recorded parameters name them.
 
     Each chapter's notebook is executed with papermill (:func:`bnstudy.study.book.execute_chapter`, profile
     ``full``, the notebook's defaults) with its tables, figures and page going to a work folder and every unit
@@ -217,6 +219,7 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
         params = dict(results_dir=str(work / "results"), figures_dir=str(work / "figures"))
         if n_jobs is not None:
             params["n_jobs"] = n_jobs
+        params.update(parameters or {})
         log(f"[bnstudy.study.release] chapter {ch.number} ({ch.notebook}, {profile} profile) ...")
         t0 = time.perf_counter()
         old = os.environ.get(UNITS_LOG_ENV)
