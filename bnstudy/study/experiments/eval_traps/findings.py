@@ -334,7 +334,7 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     count = {b: (float(tb(b, "min_values_per_channel").iloc[0]) if has_counts else float("nan")) for b in bs}
     safe, safe_p = _safe_from(bs, t5d, family)
     rsafe, rsafe_p = _safe_from(below["batches"], below["reest_all"], family)
-    # the book's counts rule (Holm directions, printed kinds otherwise) over the training arm's rows of the family
+    # the book's counts rule (the printed verdicts) over the training arm's rows of the family
     reest_rows = claims[claims["key"].isin([f"t5t_reest_b{b}" for b in below["reest"]])]
     verdict = claims.set_index("key")["verdict"]
     out.update(t5_train={f"b{b}": float(a) for b, a in train_acc.items()}, t5_smallest=bs[0],

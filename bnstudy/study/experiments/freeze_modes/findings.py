@@ -447,7 +447,7 @@ def _unseen_short(c, n_unseen: int) -> str:
 
 
 def _count_reading(counts: dict, subject: str = "train mode", mid: str = "", sep: str = ", lower in") -> str:
-    """Counts of :func:`bnstudy.study.inference.count_verdicts` (Holm) in words: ``"<subject> higher<mid> in k of n tests"``."""
+    """Counts of :func:`bnstudy.study.inference.count_verdicts` (the printed verdicts) in words: ``"<subject> higher<mid> in k of n tests"``."""
     n, k, j = counts["m"], counts["higher"], counts["lower"]
     if n and k == n:
         return f"{subject} higher{mid} in all {n} tests"
@@ -460,7 +460,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
                        seen_seeds=QUICK_SEEN_SEEDS, claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """Finding 3's numbers table (accuracies 0..1, intervals printed inside [-1, 1]; ``claims``: :func:`optimizer_claims`
     if already computed): the reference gap (``primary``, its 90% ``primary_ci90``, per seed set ``ref_sets_<set>``,
-    on the unseen seeds), the exploratory tests' counts (Holm) and range, the chosen rates (``lr_``, ``lr_position_``,
+    on the unseen seeds), the exploratory tests' counts (printed verdicts) and range, the chosen rates (``lr_``, ``lr_position_``,
     ``lr_changes_``), accuracies (``acc_``), the sensitivity fits' agreement, ``reference_converged`` (every gradient
     max-norm < 1e-5) and ``engine_check`` (largest |sweep - main run| task B at the main run's settings; NaN if absent)."""
     steps = _checkpoints(sweep, main_step)
@@ -488,7 +488,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         check = max(diffs) if diffs else math.nan
     u = g[~g.index.isin(list(seen_seeds))]
     explore, gain = family(claims, "explore"), family(claims, "gain")
-    counts = count_verdicts(explore, ALPHA)  # the book's one counts rule: Holm directions, printed kinds otherwise
+    counts = count_verdicts(explore, ALPHA)  # the book's one counts rule: the printed verdicts
     tuned = explore[explore["key"] != "explore_main"]["estimate"]
     first = lambda c: float(c["confidence"].iloc[0]) if len(c) else math.nan  # noqa: E731
     return numbers_table(dict(
@@ -785,7 +785,7 @@ def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
 
 def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """The numbers of :func:`tuning_claims`' analysis (``claims``: it, if already computed; intervals printed inside
-    [-1, 1]): the oracle rows' range and count (Holm), the gap per checkpoint (``gap_at_``, first, last) and its
+    [-1, 1]): the oracle rows' range and count (printed verdicts), the gap per checkpoint (``gap_at_``, first, last) and its
     narrowing, the standardized heads' rates, gaps, accuracies and gains (``std_...``), the reduction's share of the
     plain gap (``std_share[_low]_<optimizer>``) and the readings in words."""
     steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
@@ -1032,7 +1032,7 @@ def task_a_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
 
 
 def trained_heads_clause(claims: pd.DataFrame) -> str:
-    """The optimizer-trained heads' tests (family ``opt_explore``) as counted (Holm), a clause."""
+    """The optimizer-trained heads' tests (family ``opt_explore``) as counted (printed verdicts), a clause."""
     c = count_verdicts(family(claims, "opt_explore"), ALPHA)
     if not (c["higher"] or c["lower"]):
         return f"no test of a new head trained by an optimizer shows a difference between drifting and pinned statistics ({c['m']} tests)"
