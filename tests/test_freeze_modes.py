@@ -516,7 +516,7 @@ def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_indivi
     assert claim(c, "unseen").n == 4 and f.seen_n == 2 and claim(c, "unseen").estimate == pytest.approx(0.0)
     assert verdicts(c, "unseen") == {"unseen": "equivalent within \u00b10.03"}
     assert f.primary_p_tost_text == "< 0.001"
-    # trained heads: sgd train mode higher at both checkpoints (Holm), adam not
+    # trained heads: sgd train mode higher at both checkpoints (printed verdicts), adam not
     assert (f.n_explore, f.trained_n_higher, f.trained_reading) == (4, 2, "train mode higher in 2 of 4 tests")
     assert f.trained_min == pytest.approx(-1 / 300) and f.trained_max == pytest.approx(0.11)
     every = Numbers(findings.optimizer_findings(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800))
@@ -973,7 +973,7 @@ def test_flip_the_reference_test_the_answer_follows_its_verdict():
     assert b in open_ and f"**{NOT_DECIDED}**" in b and "not decided with these seeds" in b and "allow more" not in b
 
 
-def test_flip_the_trained_heads_the_answer_counts_them_with_holm():
+def test_flip_the_trained_heads_the_answer_counts_their_printed_verdicts():
     lower, say = _page(sweep=sweep_table(gap_sgd=(-0.10, -0.12, -0.11), gap_adam=(-0.10, -0.12, -0.11)))
     assert "scores lower with drifting statistics than with pinned ones in all 4 tests" in lower
     assert "scores higher" not in lower and say["trained"] in lower

@@ -742,6 +742,16 @@ def std_reading(plain: dict, reductions: pd.DataFrame, n_above: int, n_residual:
         return "not run"
     opt = lambda k: k.removeprefix("reduction_")  # noqa: E731
     missing = [opt(r.key) for r in reductions.itertuples() if r.verdict != STD_SMALLER]
+    shown = [r for r in reductions.itertuples() if r.verdict == STD_SMALLER]
+    if missing and shown:
+        sizes = " and ".join(f"{_opt_name(opt(r.key))} by {r.estimate:.3f} ({r.low:.3f} to {r.high:.3f}; on average "
+                             f"{r.estimate / plain[opt(r.key)].mean:.0%} of its plain gap)" if plain[opt(r.key)].mean
+                             else f"{_opt_name(opt(r.key))} by {r.estimate:.3f} ({r.low:.3f} to {r.high:.3f})"
+                             for r in shown)
+        return (f"standardizing the features is shown to shrink the gap for {sizes}, and not shown to shrink it for "
+                f"{' and '.join(map(_opt_name, missing))}: feature conditioning explains part of the gap for "
+                f"{' and '.join(_opt_name(opt(r.key)) for r in shown)} and is not shown to explain it for "
+                f"{' and '.join(map(_opt_name, missing))}")
     if missing:
         return (f"standardizing the features is not shown to shrink the gap for {' and '.join(map(_opt_name, missing))}: "
                 "feature conditioning is not shown to explain it")
