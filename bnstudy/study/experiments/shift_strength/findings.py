@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ...inference import Claim, Family, Interval, Question, ask, bootstrap_distribution, bootstrap_interval, \
-    claims_table, count_verdicts, decide, holm, number, numbers_table, percentile_interval, rank_correlation, \
+    claims_table, count_verdicts, decide, holm, number, _slug, numbers_table, percentile_interval, rank_correlation, \
     t_interval, two_sided_p
 from ...words import Note, claim, join, notes
 from ...config import check_choice
@@ -1387,10 +1387,29 @@ def answer(C: pd.DataFrame, F: pd.DataFrame) -> str:
     return " ".join([s1, counts_sentence(C, F), notes(NOTES, C, F)["pays_sentence"], s4, mismatch_sentence(F)])
 
 
+def sensitivity_sentence(F: pd.DataFrame) -> str:
+    """Beside the answer's verdicts (issue 35): how the per-level counts move over the equivalence margins of
+    :data:`MARGINS`, and which lines' mean curves cross at each tie threshold of :data:`TIE_THRESHOLDS`, the page's
+    (``min_effect``) marked; both were chosen by us, the threshold table after the answer was seen to flip."""
+    n = lambda key: number(F, key)  # noqa: E731
+    slug = lambda v: _slug(f"{v:g}")  # noqa: E731
+    lower = join([str(n(f"margin_counts_raw_m{slug(m)}_lower")) for m in MARGINS])
+    equiv = join([str(n(f"margin_counts_raw_m{slug(m)}_equivalent")) for m in MARGINS])
+    page = n("min_effect") if _has(F, "min_effect") else math.nan
+    cross = join([f"{str(n(f'threshold_lines_raw_thr{slug(t)}')).replace('**', '')} at {t:g}"
+                  + (" (the page's)" if np.isclose(t, page) else "") for t in TIE_THRESHOLDS])
+    return (f"Sensitivity to the margins and thresholds we chose (the [glossary](../glossary.html) gives each and its "
+            f"reason): at equivalence margins of {join([f'{m:g}' for m in MARGINS])} the levels shown lower number "
+            f"{lower} and those equivalent {equiv}; the lines whose mean curves cross, in accuracy points, are "
+            f"{cross}, so where a line crosses depends on the tie threshold, which predates the table of thresholds "
+            f"but was kept after the answer was seen to flip between two of them.")
+
+
 def page_texts(C: pd.DataFrame, F: pd.DataFrame) -> dict:
     """Every sentence and word the page's Markdown glues by name (``ch03_<name>``), chosen by ``C`` and ``F``."""
     said = notes(NOTES, C, F)
     return dict(answer=answer(C, F), takeaway_cost_benefit=said["takeaway_cost_benefit"],
                 counts_sentence=counts_sentence(C, F), threshold_sentence=said["threshold_sentence"],
+                sensitivity_sentence=sensitivity_sentence(F),
                 word_lower=f"**{NET_WORDS['lower']}**", word_higher=f"**{NET_WORDS['higher']}**",
                 margins_text=join([f"{m:g}" for m in MARGINS]), thresholds_text=join([f"{t:g}" for t in TIE_THRESHOLDS]))
