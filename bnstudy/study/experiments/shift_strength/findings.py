@@ -1412,4 +1412,5 @@ def page_texts(C: pd.DataFrame, F: pd.DataFrame) -> dict:
                 counts_sentence=counts_sentence(C, F), threshold_sentence=said["threshold_sentence"],
                 sensitivity_sentence=sensitivity_sentence(F),
                 word_lower=f"**{NET_WORDS['lower']}**", word_higher=f"**{NET_WORDS['higher']}**",
+                word_not_decided="**not decided**", word_not_decided_plain="not decided",
                 margins_text=join([f"{m:g}" for m in MARGINS]), thresholds_text=join([f"{t:g}" for t in TIE_THRESHOLDS]))
