@@ -864,3 +864,18 @@ def test_answer_box_comes_first_and_glues_the_answer():
         if c["cell_type"] == "code":
             tags = c["metadata"].get("tags", [])
             assert "show-code" not in tags and ({"remove-input", "remove-cell"} & set(tags)), tags
+
+
+def test_the_sensitivity_beside_the_answer_quotes_the_margin_counts_and_the_crossings_at_every_threshold():
+    """Issue 35 (point 4): the answer box shows how its verdicts move with the margin and the tie threshold, every
+    number read from the numbers table; a changed count or crossing changes the sentence."""
+    C, F = shared_findings("ten")
+    s = findings.sensitivity_sentence(F)
+    lows = [str(number(F, f"margin_counts_raw_m{_slug(f'{m:g}')}_lower")) for m in findings.MARGINS]
+    assert f"the levels shown lower number {lows[0]}, {lows[1]} and {lows[2]}" in s
+    for t in findings.TIE_THRESHOLDS:
+        lines = str(number(F, "threshold_lines_raw_thr" + _slug(f"{t:g}"))).replace("**", "")
+        assert f"{lines} at {t:g}" in s
+    assert s.count("(the page's)") == 1
+    flipped = with_numbers(F, {"threshold_lines_raw_thr0_005": "brightness"})
+    assert "brightness at 0.005" in findings.sensitivity_sentence(flipped)
