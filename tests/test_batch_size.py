@@ -386,7 +386,7 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
     assert N(F, "breaks_above_close_stats_frozen") == ">= 128" and N(F, "breaks_stats_above_close_stats_frozen") == "never"
     assert N(F, "n_break_above") == 6 and N(F, "n_stats_break_below") == 2
     assert N(F, "n_small_beats_large") == 4  # stats_frozen and group_pretrained, both targets: 0.6 at 2 against 0.5 at 128
-    assert N(F, "family_size_small_beats_large") == 6  # Holm over the 6 strategy/target pairs
+    assert N(F, "family_size_small_beats_large") == 6  # one family of the 6 strategy/target pairs
     assert N(F, "near_chance_where") == "none"
     assert N(F, "n_diverged") == 6 and N(F, "diverged_where") == "shifted target, BN stats frozen, affine trained, batch 128: 6 of 6 runs"
     tbl = figures.breaks_display(F, ("stats_frozen", "bn_train", "group_pretrained"))
@@ -398,12 +398,12 @@ def test_break_against_the_control_removes_a_drop_the_control_shares():
     assert set(cell.diverged_runs) == {6}
 
 
-def test_winners_flag_near_chance_diverged_and_holm():
+def test_winners_flag_near_chance_diverged_and_the_printed_verdict():
     df = _table(lambda st, b, t: 0.12 if b == 2 else (0.8 if st == "bn_train" else 0.7))
     df["diverged"] = (df.batch_size == 2) & (df.strategy == "stats_frozen")
     w = findings.winners(df, chance=0.1)[0].set_index(["target_name", "batch_size"])
     assert w.loc[("close", 2), "near_chance"] and not w.loc[("close", 32), "near_chance"]
-    assert w.loc[("close", 32), "separated_holm"] and not w.loc[("close", 2), "separated_holm"]
+    assert w.loc[("close", 32), "separated"] and not w.loc[("close", 2), "separated"]
     assert w.loc[("close", 32), "verdict"] == "winner higher" and w.loc[("close", 2), "verdict"] == "not decided"
     disp = figures.winners_display(df)
     assert "winner near chance" in disp["flags"].iloc[0] and "diverged" in disp["flags"].iloc[0]
@@ -426,7 +426,7 @@ def test_deepest_noisiest_is_a_paired_claim_over_seeds():
 
 
 def test_near_chance_is_a_one_sided_test_above_the_line():
-    """Near chance: not shown above chance + NEAR_CHANCE by a one-sided t test (Holm over the cells); a mean
+    """Near chance: not shown above chance + NEAR_CHANCE by a one-sided t test at 0.05/m, Bonferroni over the cells; a mean
     above the line with a wide spread is still near chance, one far above it with a small spread is not, and a
     single seed is never shown above."""
     line = 0.1 + findings.NEAR_CHANCE

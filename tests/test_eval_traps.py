@@ -1003,3 +1003,20 @@ def test_the_typed_outcome_check_can_fail(tmp_path):
     text = _markdown_outside_glue(p).lower()
     assert "ch02_x" not in text and "train mode lower" in text and "not decided" in text and "0.912" in text
     assert "meter higher" in text and "0.123" not in text  # folded prose is checked; code is not prose
+
+
+@pytest.mark.parametrize("kind, verdict, says, fix", [
+    ("higher", "whole model higher", "helped the new task rather than harmed it", "the fix scores lower on task B"),
+    ("lower", "whole model lower", "and that costs the new task", "the fix also scores higher on task B"),
+    ("not decided", "not decided", "these seeds do not tell the two main heads apart", "these seeds do not tell"),
+])
+def test_flip_trap_3_is_framed_as_the_tuned_comparison_shows(kind, verdict, says, fix):
+    """Issue 35 (point 8): trap 3 reads as a harm only where the tuned comparison shows one; where the whole model in
+    eval mode scores higher, the summary and the fix say so."""
+    C, N = findings.findings(_table())
+    C = C.copy()
+    hit = C["key"] == "t3_tuned_whole_vs_fix"
+    C.loc[hit, ["kind", "verdict"]] = [kind, verdict]
+    s, f = findings.trap3_sentence(C, N), findings.trap3_fix_reading(C, N)
+    assert says in s and fix in f and f"**{verdict}**" in s and f"**{verdict}**" in f
+    assert ("harmed" in s) == (kind == "higher")

@@ -516,7 +516,7 @@ def test_sensitivity_verdicts_unseen_seeds_and_trained_heads_are_reported_indivi
     assert claim(c, "unseen").n == 4 and f.seen_n == 2 and claim(c, "unseen").estimate == pytest.approx(0.0)
     assert verdicts(c, "unseen") == {"unseen": "equivalent within \u00b10.03"}
     assert f.primary_p_tost_text == "< 0.001"
-    # trained heads: sgd train mode higher at both checkpoints (Holm), adam not
+    # trained heads: sgd train mode higher at both checkpoints (printed verdicts), adam not
     assert (f.n_explore, f.trained_n_higher, f.trained_reading) == (4, 2, "train mode higher in 2 of 4 tests")
     assert f.trained_min == pytest.approx(-1 / 300) and f.trained_max == pytest.approx(0.11)
     every = Numbers(findings.optimizer_findings(sweep_table(gap_adam=(0.10, 0.12, 0.11)), 800))
@@ -973,7 +973,7 @@ def test_flip_the_reference_test_the_answer_follows_its_verdict():
     assert b in open_ and f"**{NOT_DECIDED}**" in b and "not decided with these seeds" in b and "allow more" not in b
 
 
-def test_flip_the_trained_heads_the_answer_counts_them_with_holm():
+def test_flip_the_trained_heads_the_answer_counts_their_printed_verdicts():
     lower, say = _page(sweep=sweep_table(gap_sgd=(-0.10, -0.12, -0.11), gap_adam=(-0.10, -0.12, -0.11)))
     assert "scores lower with drifting statistics than with pinned ones in all 4 tests" in lower
     assert "scores higher" not in lower and say["trained"] in lower
@@ -1123,3 +1123,29 @@ def test_buffer_per_seed_largest_drops_a_seed_with_a_missing_layer_and_refuses_r
     d = drift_targets()
     with pytest.raises(ValueError, match=r"repeated \(seed, layer, step, target\) rows"):
         findings.drift_check(pd.concat([d, d.iloc[[4]]]), 0.1, 25)
+
+
+def test_flip_the_standardized_reading_reports_a_shown_reduction_beside_a_non_result():
+    """Issue 35 (point 8): where standardizing is shown to shrink the gap for one optimizer and not for the other,
+    the reading reports both, with the shown reduction's size; where both are shown, neither branch is the mixed one."""
+    from bnstudy.study.inference import Interval
+    plain = {"sgd": Interval(0.079, 0.06, 0.1, 10), "adam": Interval(0.033, 0.01, 0.05, 10)}
+    red = pd.DataFrame(dict(key=["reduction_sgd", "reduction_adam"], estimate=[0.062, 0.004], low=[0.040, -0.02],
+                            high=[0.084, 0.03], verdict=[findings.STD_SMALLER, NOT_DECIDED]))
+    mixed = findings.std_reading(plain, red, 0, 2)
+    assert mixed.startswith("standardizing the features is shown to shrink the gap for SGD by 0.062 (0.040 to 0.084")
+    assert "78% of its plain gap" in mixed and "not shown to shrink it for Adam" in mixed
+    both = findings.std_reading(plain, red.assign(verdict=findings.STD_SMALLER, low=[0.04, 0.001]), 0, 2)
+    assert "not shown to shrink" not in both and both.startswith("standardizing the features removes")
+    neither = findings.std_reading(plain, red.assign(verdict=NOT_DECIDED), 0, 2)
+    assert neither.startswith("standardizing the features is not shown to shrink the gap for SGD and Adam")
+
+
+def test_flip_the_reference_margin_is_disclosed_where_the_equivalence_is_stated():
+    """Issue 35 (point 4): the answer says the reference test's margin was fixed after a quick run, beside its
+    equivalence verdict, and says it only where the verdict is an equivalence; the settings caveat is always said."""
+    text, say = _page()
+    assert "**equivalent within \u00b10.03** (its margin, \u00b10.03, was fixed after a quick run's result had been seen)" \
+        in text and findings.SETTINGS_CAVEAT in text and "were not recorded" in text
+    open_, say = _page(sweep=sweep_table(gap_ref=(0.15, -0.15, 0.02)))
+    assert "its margin" not in say["reference"] and findings.SETTINGS_CAVEAT in open_

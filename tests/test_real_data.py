@@ -308,23 +308,25 @@ def test_condition_claims_are_one_family_per_network_and_question_with_holm():
 
 
 def _loss(rows):
-    """A loss_<m> claims frame: (corruption, severity, mismatch, estimate, Holm one-sided p less, greater)."""
-    return pd.DataFrame([dict(corruption=c, severity=v, mismatch_kl=kl, estimate=e, p_less_adjusted=pl,
-                              p_greater_adjusted=pg) for c, v, kl, e, pl, pg in rows])
+    """A loss_<m> claims frame: (corruption, severity, mismatch, estimate, printed kind). The one-sided Holm p columns
+    say the opposite of every kind, so a threshold read off them instead of the printed verdicts fails."""
+    return pd.DataFrame([dict(corruption=c, severity=v, mismatch_kl=kl, estimate=e, kind=k,
+                              p_less_adjusted=0.001 if k != "lower" else 1.0,
+                              p_greater_adjusted=0.001 if k != "higher" else 1.0) for c, v, kl, e, k in rows])
 
 
 def test_threshold_outcomes_name_what_the_counts_show():
-    harm_none = _loss([("none", 0, 0.2, -0.04, 0.01, 1.0), ("blur", 1, 0.1, -0.03, 0.2, 0.9),
-                       ("blur", 5, 2.0, -0.5, 0.001, 1.0)])
+    harm_none = _loss([("none", 0, 0.2, -0.04, "lower"), ("blur", 1, 0.1, -0.03, "not decided"),
+                       ("blur", 5, 2.0, -0.5, "lower")])
     assert findings._threshold(harm_none)[0] == "no condition shown safe (a loss already without corruption)"
-    lowest = _loss([("none", 0, 0.2, -0.01, 0.3, 0.6), ("blur", 1, 0.1, -0.05, 0.01, 1.0)])
+    lowest = _loss([("none", 0, 0.2, -0.01, "not decided"), ("blur", 1, 0.1, -0.05, "lower")])
     assert findings._threshold(lowest)[0] == "no condition shown safe (a loss already at the lowest mismatch)"
-    power = _loss([("none", 0, 0.2, 0.005, 0.7, 0.2), ("blur", 5, 2.0, -0.5, 0.001, 1.0)])
+    power = _loss([("none", 0, 0.2, 0.005, "not decided"), ("blur", 5, 2.0, -0.5, "lower")])
     assert findings._threshold(power)[0] == "no condition shown safe"
-    no_harm = _loss([("none", 0, 0.2, 0.005, 0.9, 0.01), ("blur", 5, 2.0, -0.01, 0.3, 0.4)])
+    no_harm = _loss([("none", 0, 0.2, 0.005, "higher"), ("blur", 5, 2.0, -0.01, "not decided")])
     assert findings._threshold(no_harm)[0] == "no condition shown harmful"
-    overlap = _loss([("none", 0, 0.2, 0.005, 0.9, 0.01), ("blur", 1, 0.1, -0.3, 0.01, 1.0),
-                     ("blur", 5, 2.0, 0.008, 0.9, 0.02)])
+    overlap = _loss([("none", 0, 0.2, 0.005, "higher"), ("blur", 1, 0.1, -0.3, "lower"),
+                     ("blur", 5, 2.0, 0.008, "higher")])
     out, safe, harm = findings._threshold(overlap)
     assert out == "no single value separates them" and sorted(safe) == [0.2, 2.0] and list(harm) == [0.1]
 

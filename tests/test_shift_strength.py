@@ -757,7 +757,7 @@ def test_answer_and_chosen_sentences_flip_when_the_data_do():
     (3, 0, "Drifting statistics were shown to pay at 3 of the"),
     (2, 4, "Drifting statistics were shown to pay at 2 levels and to lose at 4"),
 ])
-def test_pays_sentence_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, starts):
+def test_pays_sentence_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, higher, lower, starts):
     counts = {"higher": higher, "lower": lower, "equivalent": 0, "not decided": 1, "too few seeds": 0,
               "m": higher + lower + 1}
     monkeypatch.setattr(findings, "level_counts", lambda C, view="raw": counts)
@@ -765,22 +765,25 @@ def test_pays_sentence_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, 
 
 
 @pytest.mark.parametrize("higher, lower, starts", [
-    (1, 5, "Task A's loss outweighs task B's gain at 5 of the 7 levels and falls short of it at 1 (Holm)."),
-    (5, 1, "Task B's gain outweighs task A's loss at 5 of the 7 levels and falls short of it at 1 (Holm)."),
+    (1, 5, "Task A's loss outweighs task B's gain at 5 of the 7 levels and falls short of it at 1."),
+    (5, 1, "Task B's gain outweighs task A's loss at 5 of the 7 levels and falls short of it at 1."),
     (3, 3, "Task B's gain and task A's loss are shown apart at equally many levels (3 each, of 7)."),
 ])
-def test_cost_benefit_takeaway_is_chosen_by_the_holm_counts(monkeypatch, higher, lower, starts):
+def test_cost_benefit_takeaway_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, higher, lower, starts):
     counts = {"higher": higher, "lower": lower, "equivalent": 0, "not decided": 7 - higher - lower,
               "too few seeds": 0, "m": 7}
     monkeypatch.setattr(findings, "level_counts", lambda C, view="raw": counts)
     assert said("takeaway_cost_benefit", None, None) == starts
 
 
-def test_counts_use_holm_not_the_printed_bonferroni_verdicts():
+def test_counts_are_the_printed_bonferroni_verdicts():
     from bnstudy.study.inference import count_verdicts
     C, F = shared_findings("ten")
     for view in findings.VIEWS:
-        n = count_verdicts(findings.view_claims(C, view))
+        vc = findings.view_claims(C, view)
+        n = count_verdicts(vc)
+        # read off the printed intervals, not off Holm's p
+        assert (n["lower"], n["higher"]) == (int((vc["high"] < 0).sum()), int((vc["low"] > 0).sum()))
         assert n["m"] == number(F, "m_tests")
         assert tuple(number(F, f"n_{k}_{_slug(view)}") for k in ("lower", "higher", "equivalent", "not_decided")) == \
             (n["lower"], n["higher"], n["equivalent"], n["not decided"])
@@ -861,3 +864,18 @@ def test_answer_box_comes_first_and_glues_the_answer():
         if c["cell_type"] == "code":
             tags = c["metadata"].get("tags", [])
             assert "show-code" not in tags and ({"remove-input", "remove-cell"} & set(tags)), tags
+
+
+def test_the_sensitivity_beside_the_answer_quotes_the_margin_counts_and_the_crossings_at_every_threshold():
+    """Issue 35 (point 4): the answer box shows how its verdicts move with the margin and the tie threshold, every
+    number read from the numbers table; a changed count or crossing changes the sentence."""
+    C, F = shared_findings("ten")
+    s = findings.sensitivity_sentence(F)
+    lows = [str(number(F, f"margin_counts_raw_m{_slug(f'{m:g}')}_lower")) for m in findings.MARGINS]
+    assert f"the levels shown lower number {lows[0]}, {lows[1]} and {lows[2]}" in s
+    for t in findings.TIE_THRESHOLDS:
+        lines = str(number(F, "threshold_lines_raw_thr" + _slug(f"{t:g}"))).replace("**", "")
+        assert f"{lines} at {t:g}" in s
+    assert s.count("(the page's)") == 1
+    flipped = with_numbers(F, {"threshold_lines_raw_thr0_005": "brightness"})
+    assert "brightness at 0.005" in findings.sensitivity_sentence(flipped)

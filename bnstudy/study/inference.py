@@ -11,9 +11,13 @@ every page. The conventions, decided once (the glossary page, ``glossary.md``, s
 * **Intervals** are Student's t intervals of the mean (:func:`t_interval`, on
   :meth:`scipy.stats.ttest_1samp`'s ``confidence_interval``).
 * **Families.** ``m`` comparisons printed together are one family (:class:`Family`): their printed intervals
-  are Bonferroni intervals at confidence ``1 - alpha/m``, and their equivalence tests run at ``alpha/m``;
-  counts ("k of m cells show a direction") use Holm's step-down adjusted p-values (:func:`holm`, on
-  ``statsmodels.stats.multitest.multipletests``).
+  are Bonferroni intervals at confidence ``1 - alpha/m``, and their equivalence tests run at ``alpha/m``.
+* **One verdict per claim.** A claim's verdict is read off its printed family interval (:func:`decide`), and
+  every count ("k of m cells show a direction", "k of m conditions below the line") counts those printed
+  verdicts (:func:`count_kinds`, :func:`count_verdicts`, :func:`count_one_sided`), so a cell never reads
+  "higher" in a count and "not decided" in its table or figure. Holm's step-down adjusted p-values
+  (:func:`holm`, on ``statsmodels.stats.multitest.multipletests``) are still reported beside a p-value, as a
+  p-value only: they decide nothing.
 * **Equivalence** is the two one-sided tests (TOST; Schuirmann 1987) against ``±margin`` at level ``alpha``
   (:func:`tost_p`, on ``statsmodels.stats.weightstats.DescrStatsW.ttost_mean``): equivalent exactly when the
   ``1 - 2 alpha`` t interval lies inside ``(-margin, margin)``.
@@ -485,53 +489,44 @@ def claims_table(claims: Iterable[Claim], family: str | None = None) -> pd.DataF
 
 
 def count_kinds(table: pd.DataFrame, alpha: float = 0.05) -> pd.Series:
-    """The kind each row of a claims table of one family (:func:`claims_table`) counts as in the book's counts
-    (index as ``table``): ``"higher"`` / ``"lower"`` by the sign of its estimate when its Holm-adjusted p is below
-    ``alpha`` and its printed kind is a comparison's (``higher``, ``lower``, ``equivalent``, ``not decided``);
-    else its printed kind (``"too few seeds"`` and the exact-check kinds are never converted).
+    """The kind each row of a claims table (:func:`claims_table`) counts as in the book's counts (index as
+    ``table``): its printed kind, the verdict its family interval earned (:func:`decide`). One verdict per claim:
+    a count never shows a direction that the row's printed interval does not (Holm's ``p_adjusted`` decides
+    nothing). ``alpha`` is accepted for the callers' signature and unused: the family's level is already in the
+    printed interval.
 
-    Raises ``KeyError`` if ``table`` lacks ``p_adjusted``, ``estimate`` or ``kind``."""
-    for c in ("p_adjusted", "estimate", "kind"):
-        if c not in table.columns:
-            raise KeyError(f"count_kinds: the claims table has no column {c!r}")
-    out = []
-    for pa, est, kind in zip(table["p_adjusted"].astype(float), table["estimate"].astype(float), table["kind"]):
-        if kind in ("higher", "lower", "equivalent", NOT_DECIDED) and pa < alpha:
-            kind = "higher" if est > 0 else "lower"
-        out.append(kind)
-    return pd.Series(out, index=table.index, dtype=object)
+    Raises ``KeyError`` if ``table`` lacks ``kind``."""
+    if "kind" not in table.columns:
+        raise KeyError("count_kinds: the claims table has no column 'kind'")
+    return pd.Series(list(table["kind"]), index=table.index, dtype=object)
 
 
 def count_verdicts(table: pd.DataFrame, alpha: float = 0.05) -> dict:
-    """The book's counts ("k of m cells show a direction") over a claims table of one family
-    (:func:`claims_table`): each row counts as :func:`count_kinds` says, a direction when its Holm-adjusted p is
-    below ``alpha``, else its printed kind. Holm is uniformly more powerful than the printed Bonferroni
-    intervals, so a count may show a direction in a row whose printed interval still spans zero, never the
-    reverse. Returns ``{kind: count}`` over :data:`VERDICT_KINDS` (zeros included) plus ``"m"``, the rows.
+    """The book's counts ("k of m cells show a direction") over a claims table (:func:`claims_table`): each row
+    counts as its printed verdict (:func:`count_kinds`), so the count and the verdicts it counts always agree.
+    Returns ``{kind: count}`` over :data:`VERDICT_KINDS` (zeros included) plus ``"m"``, the rows.
 
-    Raises ``KeyError`` if ``table`` lacks ``p_adjusted``, ``estimate`` or ``kind``."""
-    for c in ("p_adjusted", "estimate", "kind"):
-        if c not in table.columns:
-            raise KeyError(f"count_verdicts: the claims table has no column {c!r}")
+    Raises ``KeyError`` if ``table`` lacks ``kind``; ``ValueError`` on a kind outside :data:`VERDICT_KINDS`."""
     out = dict.fromkeys(VERDICT_KINDS, 0)
     for kind in count_kinds(table, alpha):
+        if kind not in out:
+            raise ValueError(f"count_verdicts: {kind!r} is not a verdict kind ({VERDICT_KINDS})")
         out[kind] += 1
     out["m"] = len(table)
     return out
 
 
 def count_one_sided(table: pd.DataFrame, alternative: str, alpha: float = 0.05) -> int:
-    """The book's count for a one-sided question ("k of m conditions shown below / above the line"): rows of a
-    claims table whose one-sided p (:func:`one_sided_p`), Holm-adjusted over the family, is below ``alpha``, read
-    from the column ``p_less_adjusted`` (``alternative="less"``) or ``p_greater_adjusted`` (``"greater"``).
+    """The book's count for a one-sided question ("k of m conditions shown below / above the line") over a
+    claims table: the rows whose printed verdict shows that direction (``kind`` ``"lower"`` for
+    ``alternative="less"``, ``"higher"`` for ``"greater"``), the same verdicts the table prints (one verdict per
+    claim; a one-sided Holm p below ``alpha`` no longer counts a row whose family interval spans zero).
 
-    Raises ``ValueError`` for another ``alternative`` and ``KeyError`` if the column is missing."""
+    Raises ``ValueError`` for another ``alternative`` and ``KeyError`` if ``kind`` is missing."""
     if alternative not in ("less", "greater"):
         raise ValueError(f"count_one_sided: alternative must be 'less' or 'greater', got {alternative!r}")
-    col = f"p_{alternative}_adjusted"
-    if col not in table.columns:
-        raise KeyError(f"count_one_sided: the claims table has no column {col!r}")
-    return int((table[col].astype(float) < alpha).sum())
+    kind = "lower" if alternative == "less" else "higher"
+    return int((count_kinds(table, alpha) == kind).sum())
 
 
 _EQUIV = re.compile(r"^equivalent within \u00b1\d+(\.\d+)?(e-?\d+)?$")

@@ -3,7 +3,7 @@
 * :func:`claim_text`: a claims-table row as ``-0.210 (-0.250 to -0.170; **routed head lower**)``, one shape for
   every verdict kind (a direction shown, equivalent within ±m, not decided, too few seeds: estimate, printed
   interval, verdict; an exact check: its largest deviation and the verdict).
-* :func:`counts_text`: how many of a family's claims count as each kind (the book's counts rule,
+* :func:`counts_text`: how many of a family's claims print each verdict (the book's counts rule,
   :func:`bnstudy.study.inference.count_verdicts`), only the kinds that occur named.
 * :class:`Note` and :func:`notes`: a chapter's rule-triggered sentences, each a predicate on the claims and
   numbers tables and a fixed sentence (the model: statsmodels' numbered notes under a summary), so a chapter
@@ -78,8 +78,8 @@ COUNT_PHRASES = {
 
 def counts_text(claims: pd.DataFrame, noun: str, subject: str, reference: str, margin: float,
                 alpha: float = 0.05) -> str:
-    """A family's claims counted by the book's rule (:func:`bnstudy.study.inference.count_verdicts`: a direction where
-    Holm over the family shows it, else the printed verdict), only the kinds that occur named, in the
+    """A family's claims counted by the book's rule (:func:`bnstudy.study.inference.count_verdicts`: each claim's
+    printed verdict, one verdict per claim), only the kinds that occur named, in the
     book's fixed order (equivalent, lower, higher, not decided, too few seeds): e.g. ``"275 of the 288
     router cells are **equivalent within ±0.02** of the oracle and 13 are **not decided**"``. ``noun``: what a
     claim is (``"router cells"``); ``subject`` / ``reference``: the two sides (``"a router"``, ``"the oracle"``).

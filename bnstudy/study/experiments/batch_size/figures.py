@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 
 import matplotlib
@@ -105,15 +106,16 @@ def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: 
                 ax.axhline(chance, color="grey", lw=0.8, ls=":")
             if reference is not None:
                 ax.axvline(reference, color="grey", lw=0.8, ls="-.")
-            ax.set(xlabel="fine-tuning batch size", title=f"target: {t}" + (f" - {gname}" if gname else ""),
-                   ylabel=ylabel)
+            ax.set(xlabel="fine-tuning batch size", title=f"target: {t}" + (f" - {gname}" if gname else ""))
+            if ax is row[0]:  # one y label a row: the panels share the axis (issue 35: the second ran into the first)
+                ax.set_ylabel(textwrap.fill(ylabel, 24))
             _log2_axis(ax, sorted(df.batch_size.unique()))
     legend = {}
     for ax in axes.flat:
         for h, n in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(n, h)
-    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.01))
-    fig.tight_layout(rect=(0, 0.14 if nrow == 1 else 0.1, 1, 1))
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=2, fontsize=9, bbox_to_anchor=(0.5, -0.01))
+    fig.tight_layout(rect=(0, 0.24 if nrow == 1 else 0.14, 1, 1))
     return _ch05_fit(fig)
 
 
@@ -154,7 +156,9 @@ def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None =
     ``tolerance`` dashed) and the accuracy difference to the exact statistics (mean, 90% interval: the TOST's;
     ``+-margin`` dashed); Wu & Johnson's range shaded."""
     d = pt[pt.kind == "precise"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    # two panels a row, the legend in the fourth cell (issue 35: three a row ran the labels into each other)
+    fig, grid = plt.subplots(2, 2, figsize=(9, 7))
+    axes, spare = [grid[0][0], grid[0][1], grid[1][0]], grid[1][1]
     colors = style.sequential(sorted(d.batch_size.unique()))
     for ax, (val, lab) in zip(axes, (("mean_err", "mean error / population std"), ("var_err", "|log variance ratio|"),
                                      ("acc_vs_exact", "accuracy difference to exact statistics"))):
@@ -167,12 +171,13 @@ def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None =
         for y in ((-margin, margin) if acc and margin is not None else
                   (tolerance,) if not acc and tolerance is not None else ()):
             ax.axhline(y, color="black", lw=0.8, ls="--")
-        ax.set(xscale="log", xlabel="samples used by precise BN", ylabel=lab)
+        ax.set(xscale="log", xlabel="samples used by precise BN", ylabel=textwrap.fill(lab, 22))
         if acc:
             ax.axhline(0, color="grey", lw=0.8)
         else:
             ax.set_yscale("log")
-    axes[0].legend()
+    spare.axis("off")
+    spare.legend(*axes[0].get_legend_handles_labels(), loc="center")
     fig.tight_layout()
     return _ch05_fit(fig)
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from ...config import STRATEGY_NORM
-from ...inference import NOT_DECIDED, TOO_FEW, Family, Question, ask, claims_table, decide, holm, number, \
-    numbers_table, one_sided_p, rank_correlation, t_interval, tost_p, two_sided_p
+from ...inference import NOT_DECIDED, TOO_FEW, Family, Question, ask, claims_table, count_verdicts, decide, number, \
+    numbers_table, one_sided_p, rank_correlation, t_interval, tost_p
 from ...words import Note, notes
 from .run import BN_STRATEGIES, CONTENDERS, PER_SAMPLE_STRATEGIES, STRATEGY_LABELS, Config, best_rate_table, \
     chosen_factors, noise_table, precise_table
@@ -27,7 +27,7 @@ CONTROL = "group_pretrained"
 WIDE_MARGIN = 0.05
 #: Strategies without batch statistics: their break against the control is "n/a" (two per-sample norms).
 NO_BATCH_STATISTICS = PER_SAMPLE_STRATEGIES
-#: A cell whose accuracy a one-sided t test (Holm over the cells) does not place above chance + this is "near
+#: A cell whose accuracy a one-sided t test (Bonferroni over the cells) does not place above chance + this is "near
 #: chance": rankings there are meaningless (:func:`near_chance_cells`).
 NEAR_CHANCE = 0.06
 #: The page's direction words per family of claims (condition minus reference; see :func:`findings`).
@@ -40,7 +40,7 @@ WORDS = {"ps": ("per-sample norm higher", "per-sample norm lower"), "adabn": ("A
          "did": ("higher beyond the control", "lower beyond the control")}
 #: Every direction word the page may print (:func:`bnstudy.study.inference.is_verdict`).
 DIRECTIONS: tuple[str, ...] = tuple(w for pair in WORDS.values() for w in pair)
-#: The overall level of every family of claims and of the Holm counts.
+#: The overall level of every family of claims and of the counts (Bonferroni: the printed verdicts).
 ALPHA = 0.05
 #: Precise BN's statistics are "close enough" below this mean error (population SDs for the mean, absolute log
 #: ratio for the variance): 1% of the population scale.
@@ -167,12 +167,13 @@ def _smallest_family(name: str, items: dict, words: str, smallest: int) -> pd.Da
 
 def near_chance_cells(df: pd.DataFrame, chance: float) -> pd.DataFrame:
     """The cells (``target_name, strategy, batch_size``, mean ``target``, ``p``, ``p_adjusted``) whose accuracy the
-    one-sided t test against ``chance +`` :data:`NEAR_CHANCE`, Holm over every cell, does not place above it at
-    :data:`ALPHA` (a cell with one seed never is)."""
+    one-sided t test against ``chance +`` :data:`NEAR_CHANCE` does not place above it at the family's level
+    :data:`ALPHA` / m, Bonferroni over every cell (the book's one rule: a one-sided Bonferroni bound; ``p_adjusted``
+    is ``min(1, m p)``; a cell with one seed never is placed above)."""
     groups = df.groupby(CELL, sort=True)["target"]
     m = groups.mean().reset_index()
     m["p"] = [one_sided_p(v, "greater", null=chance + NEAR_CHANCE) for _, v in groups]
-    m["p_adjusted"] = holm(m["p"].to_numpy(dtype=float)) if len(m) else []
+    m["p_adjusted"] = np.minimum(1.0, m["p"].to_numpy(dtype=float) * max(len(m), 1)) if len(m) else []
     return m[~(m.p_adjusted < ALPHA)].reset_index(drop=True)
 
 
@@ -180,7 +181,7 @@ def winners(df: pd.DataFrame, chance: float | None = None) -> tuple[pd.DataFrame
     """Per target and batch size, the strategy with the highest mean target accuracy against the runner-up:
     ``(table, claims)``. ``claims``: family ``"winners"``, keys ``winner_<target>_b<m>``. The table: ``winner``,
     ``runner_up``, ``winner_mean``, the claim's ``diff_mean, diff_lo, diff_hi, verdict, p, p_adjusted``,
-    ``separated_holm`` (Holm p below :data:`ALPHA`, difference positive: what the page counts), ``diverged_runs``
+    ``separated`` (the printed verdict is the winner higher: what the page counts), ``diverged_runs``
     (in the two cells) and ``near_chance`` (the winner's cell is in :func:`near_chance_cells`; needs ``chance``)."""
     near = set() if chance is None else set(near_chance_cells(df, chance)[CELL].itertuples(index=False, name=None))
     recs, diffs = [], {}
@@ -197,7 +198,7 @@ def winners(df: pd.DataFrame, chance: float | None = None) -> tuple[pd.DataFrame
         for col, src in (("diff_mean", "estimate"), ("diff_lo", "low"), ("diff_hi", "high"), ("verdict", "verdict"),
                          ("p", "p"), ("p_adjusted", "p_adjusted")):
             out[col] = claims[src].values
-        out["separated_holm"] = (out.p_adjusted < ALPHA) & (out.diff_mean > 0)
+        out["separated"] = claims["kind"].eq("higher").to_numpy()
     return out, claims
 
 
@@ -351,15 +352,17 @@ def _cells_where(cells: pd.DataFrame, most: int = 8) -> str:
 
 def _n_small_beats_large(df: pd.DataFrame, small: int, large: int) -> tuple[int, int]:
     """``(k, m)``: of the ``m`` strategy/target pairs with both batch sizes, the ``k`` whose accuracy at ``small``
-    is shown above that at ``large`` (paired two-sided t test, Holm over the ``m`` pairs, mean difference > 0)."""
-    ps, means = [], []
+    is shown above that at ``large`` (paired differences, their Bonferroni interval over the ``m`` pairs above zero:
+    :func:`bnstudy.study.inference.decide` at ``Family(m)``, counted by the book's one rule, ``count_verdicts``)."""
+    diffs = []
     for _, g in df.groupby(["target_name", "strategy"]):
         piv = g.pivot(index="seed", columns="batch_size", values="target")
         if small in piv and large in piv and small != large:
-            ps.append(two_sided_p(piv[small] - piv[large]))
-            means.append(float((piv[small] - piv[large]).mean()))
-    adj = holm(ps) if ps else np.array([])
-    return int(sum(bool(a < ALPHA) and m > 0 for a, m in zip(adj, means))), len(ps)
+            diffs.append(piv[small] - piv[large])
+    if not diffs:
+        return 0, 0
+    fam = Family(len(diffs), ALPHA)
+    return count_verdicts(claims_table([decide(d, str(i), family=fam) for i, d in enumerate(diffs)]))["higher"], len(diffs)
 
 
 def _seed_means(d: pd.DataFrame, column: str) -> pd.Series:
@@ -519,7 +522,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         n_break_below=int(sum(v != "never" for v in breaks.values())),
         n_stats_break_below=int(sum(v not in ("never", "n/a") for v in sbreaks.values())),
         winner={f"{r.target_name}_b{r.batch_size}": STRATEGY_LABELS[r.winner] for r in w.itertuples()},
-        n_winner_separated_holm=int(w.separated_holm.sum()),
+        n_winner_separated=int(w.separated.sum()),
         best_bn={f"{t}_b{b}": STRATEGY_LABELS[v[0]] for (t, b), v in best.items()},
         best_ps={f"{t}_b{b}": STRATEGY_LABELS[v[1]] for (t, b), v in best.items()},
         acc=acc, acc_top={k.rsplit("_b", 1)[0]: v for k, v in acc.items() if k.endswith(f"_b{lb}")},

@@ -447,7 +447,7 @@ def _unseen_short(c, n_unseen: int) -> str:
 
 
 def _count_reading(counts: dict, subject: str = "train mode", mid: str = "", sep: str = ", lower in") -> str:
-    """Counts of :func:`bnstudy.study.inference.count_verdicts` (Holm) in words: ``"<subject> higher<mid> in k of n tests"``."""
+    """Counts of :func:`bnstudy.study.inference.count_verdicts` (the printed verdicts) in words: ``"<subject> higher<mid> in k of n tests"``."""
     n, k, j = counts["m"], counts["higher"], counts["lower"]
     if n and k == n:
         return f"{subject} higher{mid} in all {n} tests"
@@ -460,7 +460,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
                        seen_seeds=QUICK_SEEN_SEEDS, claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """Finding 3's numbers table (accuracies 0..1, intervals printed inside [-1, 1]; ``claims``: :func:`optimizer_claims`
     if already computed): the reference gap (``primary``, its 90% ``primary_ci90``, per seed set ``ref_sets_<set>``,
-    on the unseen seeds), the exploratory tests' counts (Holm) and range, the chosen rates (``lr_``, ``lr_position_``,
+    on the unseen seeds), the exploratory tests' counts (printed verdicts) and range, the chosen rates (``lr_``, ``lr_position_``,
     ``lr_changes_``), accuracies (``acc_``), the sensitivity fits' agreement, ``reference_converged`` (every gradient
     max-norm < 1e-5) and ``engine_check`` (largest |sweep - main run| task B at the main run's settings; NaN if absent)."""
     steps = _checkpoints(sweep, main_step)
@@ -488,7 +488,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         check = max(diffs) if diffs else math.nan
     u = g[~g.index.isin(list(seen_seeds))]
     explore, gain = family(claims, "explore"), family(claims, "gain")
-    counts = count_verdicts(explore, ALPHA)  # the book's one counts rule: Holm directions, printed kinds otherwise
+    counts = count_verdicts(explore, ALPHA)  # the book's one counts rule: the printed verdicts
     tuned = explore[explore["key"] != "explore_main"]["estimate"]
     first = lambda c: float(c["confidence"].iloc[0]) if len(c) else math.nan  # noqa: E731
     return numbers_table(dict(
@@ -742,6 +742,16 @@ def std_reading(plain: dict, reductions: pd.DataFrame, n_above: int, n_residual:
         return "not run"
     opt = lambda k: k.removeprefix("reduction_")  # noqa: E731
     missing = [opt(r.key) for r in reductions.itertuples() if r.verdict != STD_SMALLER]
+    shown = [r for r in reductions.itertuples() if r.verdict == STD_SMALLER]
+    if missing and shown:
+        sizes = " and ".join(f"{_opt_name(opt(r.key))} by {r.estimate:.3f} ({r.low:.3f} to {r.high:.3f}; on average "
+                             f"{r.estimate / plain[opt(r.key)].mean:.0%} of its plain gap)" if plain[opt(r.key)].mean
+                             else f"{_opt_name(opt(r.key))} by {r.estimate:.3f} ({r.low:.3f} to {r.high:.3f})"
+                             for r in shown)
+        return (f"standardizing the features is shown to shrink the gap for {sizes}, and not shown to shrink it for "
+                f"{' and '.join(map(_opt_name, missing))}: feature conditioning explains part of the gap for "
+                f"{' and '.join(_opt_name(opt(r.key)) for r in shown)} and is not shown to explain it for "
+                f"{' and '.join(map(_opt_name, missing))}")
     if missing:
         return (f"standardizing the features is not shown to shrink the gap for {' and '.join(map(_opt_name, missing))}: "
                 "feature conditioning is not shown to explain it")
@@ -785,7 +795,7 @@ def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
 
 def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """The numbers of :func:`tuning_claims`' analysis (``claims``: it, if already computed; intervals printed inside
-    [-1, 1]): the oracle rows' range and count (Holm), the gap per checkpoint (``gap_at_``, first, last) and its
+    [-1, 1]): the oracle rows' range and count (printed verdicts), the gap per checkpoint (``gap_at_``, first, last) and its
     narrowing, the standardized heads' rates, gaps, accuracies and gains (``std_...``), the reduction's share of the
     plain gap (``std_share[_low]_<optimizer>``) and the readings in words."""
     steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
@@ -1032,7 +1042,7 @@ def task_a_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
 
 
 def trained_heads_clause(claims: pd.DataFrame) -> str:
-    """The optimizer-trained heads' tests (family ``opt_explore``) as counted (Holm), a clause."""
+    """The optimizer-trained heads' tests (family ``opt_explore``) as counted (printed verdicts), a clause."""
     c = count_verdicts(family(claims, "opt_explore"), ALPHA)
     if not (c["higher"] or c["lower"]):
         return f"no test of a new head trained by an optimizer shows a difference between drifting and pinned statistics ({c['m']} tests)"
@@ -1043,8 +1053,12 @@ def trained_heads_clause(claims: pd.DataFrame) -> str:
 def reference_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     """The reference test (a logistic regression fitted to convergence), its verdict and what it means."""
     p = claim(claims, "opt_primary")
+    has_margin = bool((numbers["key"] == "opt_margin").any())
+    margin = (f" (its margin, ±{number(numbers, 'opt_margin'):.2f}, was fixed after a quick run's result had been seen)"
+              if has_margin and p["kind"] == "equivalent" else "")
     return (f"a logistic regression fitted to convergence on the same features finds {p['estimate']:+.3f} "
-            f"({_range(p['low'], p['high'])}): {verdict_md(p)}{notes(NOTES, claims, numbers)['reference_reading']}")
+            f"({_range(p['low'], p['high'])}): {verdict_md(p)}{margin}"
+            f"{notes(NOTES, claims, numbers)['reference_reading']}")
 
 
 def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
@@ -1060,7 +1074,14 @@ def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     """The answer box's outcome sentences (glued as ``ch01_answer``): what switching off the gradients freezes, what
     happens to task A, what pinning does to task B, and what ``separate_stats`` gives."""
     return " ".join([weights_sentence(claims, numbers), task_a_sentence(claims, numbers),
-                     task_b_sentence(claims, numbers), notes(NOTES, claims, numbers)["separate"]])
+                     task_b_sentence(claims, numbers), notes(NOTES, claims, numbers)["separate"], SETTINGS_CAVEAT])
+
+
+#: Said where the answer states its verdicts (issue 35): the main run's settings were chosen by trial.
+SETTINGS_CAVEAT = ("The main run's pixel noise, shift and head learning rate were set by trying values until the seed "
+                   "article's effects were visible, and the values tried were not recorded (the methods of \"The "
+                   "experiment\"; the [glossary](../glossary.html) lists every margin and setting chosen after seeing "
+                   "data).")
 
 
 def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:

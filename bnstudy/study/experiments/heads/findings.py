@@ -4,7 +4,7 @@ correlations, the equivalence feasibility, the geometry's ratios) and the senten
 
 The *gap* of a (shift, head, optimizer) cell is ``task_b(separate_stats) - task_b(backbone_eval)`` per seed (positive
 when pinning costs the new task); the cells of one shift are one family (Bonferroni intervals, equivalence at
-``alpha / m``, Holm counts).
+``alpha / m``; counts count the printed verdicts).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _asked(tables: dict, group: str, margin: float | None, alpha: float = 0.05, 
     """One family's claims table: :data:`QUESTIONS` ``[group]`` asked of ``tables`` at ``margin`` (a tuple of
     conditions: those the rows have), directions in the family's :data:`WORDS`, a column per ``each`` level (and
     ``by`` for a tuple of conditions), rows in the order the cells occur in the tables, ``m`` and ``count_kind``
-    (the kind a count uses, :func:`bnstudy.study.inference.count_kinds`: a direction where Holm's p is below ``alpha``)."""
+    (the kind a count uses, :func:`bnstudy.study.inference.count_kinds`: the printed verdict's kind)."""
     qs, about = [], {}
     for q in QUESTIONS[group]:
         t, several = tables[q.table], isinstance(q.condition, tuple)
@@ -284,7 +284,7 @@ def equivalence_max_sd(margin: float, n: int, family: Family = Family()) -> floa
 
 
 def _contrast(table: pd.DataFrame) -> dict:
-    """A contrast family's ``m``, ``confidence``, Holm counts ``n_larger`` / ``n_smaller`` and those cells."""
+    """A contrast family's ``m``, ``confidence``, counts ``n_larger`` / ``n_smaller`` and those cells."""
     c = count_verdicts(table)
     names = lambda kind: _cells([f"{h}/{o}" for h, o, k in zip(table["head"], table["optimizer"],  # noqa: E731
                                                                table["count_kind"]) if k == kind])
@@ -296,7 +296,7 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
              alpha: float = 0.05, C: pd.DataFrame | None = None) -> pd.DataFrame:
     """The page's numbers table (accuracies are fractions) from :func:`run`'s rows, its claims ``C`` (computed if
     not given), the chosen rates ``lrs`` and the grids ``{optimizer: grid}``: the gap family's size and confidence
-    (``n_cells``, ``confidence``), per shift its Holm counts (``n_separate_higher_<shift>``, ...) and median gap SD
+    (``n_cells``, ``confidence``), per shift its counts (``n_separate_higher_<shift>``, ...) and median gap SD
     beside the largest SD an equivalence could pass (:func:`equivalence_max_sd`); the cells counted at chapter 1's
     shift; the other families' ``m`` / ``confidence`` and counts (:func:`_contrast`; ``hc_n_smaller_worse_separate``:
     smaller gaps from a worse separate side); per optimizer ``f3_heads_holding`` (heads whose gap counts as
@@ -461,7 +461,7 @@ def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None) -> s
     parts = [f"{said['lead']}: with every freeze mode at its own tuned learning rate, the {c['m']} head and optimizer "
              f"cells split into {c['higher']} where separate statistics score higher on task B than the pinned "
              f"backbone, {c['lower']} where they score lower, {c['equivalent']} {equivalent_text(n('margin'))} and "
-             f"{c['not decided'] + c['too few seeds']} not decided (counted by Holm; the words are the "
+             f"{c['not decided'] + c['too few seeds']} not decided (the printed verdicts counted; the words are the "
              f"[glossary](../glossary.html)'s)."]
     linear = [f"{verdict_md(C[C['key'] == f'gap_ref_linear_{o}'].iloc[0])} with {OPTIMIZER_WORDS[o]}"
               for o in OPTIMIZER_WORDS if (C["key"] == f"gap_ref_linear_{o}").any()]
@@ -592,7 +592,7 @@ def link_table(df: pd.DataFrame, geom: pd.DataFrame, head: str = "linear", n_boo
 
 
 def link_findings(table: pd.DataFrame, head: str = "linear") -> pd.DataFrame:
-    """The link test's counts on its printed verdicts (its pooled rows have no p-value for Holm): ``head``, ``m``,
+    """The link test's counts on its printed verdicts : ``head``, ``m``,
     ``confidence``; ``n_predicted`` / ``n_opposite`` (a direction with / against the predicted sign) and ``n_tests``
     (rows not ``too few seeds``), and the same per scope (``_ref``, ``_all``)."""
     pred = ((table["kind"] == "higher") & (table["predicted_sign"] > 0)) | \

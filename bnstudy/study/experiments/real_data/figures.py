@@ -80,7 +80,7 @@ def ch07_effects_figure(eff: pd.DataFrame):
                     h = g[g["effect"] == name].sort_values("severity")
                     ax.errorbar(h["severity"], h["mean"], yerr=_yerr(h, "mean", "ci_low", "ci_high", -1, 1),
                                 fmt="o-", ms=3, capsize=2, lw=1, color=style.EFFECTS[name],
-                                label=f"{name} (task {'A' if name == 'cost' else 'B'})")
+                                label=f"task {'A' if name == 'cost' else 'B'} difference")
                 ax.axhline(0, color=style.REFERENCE["zero"], lw=0.6)
                 if i == 0:
                     ax.set_title(network_label(net))
@@ -145,7 +145,7 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
             ax.set_xlabel("median mismatch KL over seeds (nats)")
         _clip_ylim(axes[0])
         for ax in grid[:, 0]:
-            ax.set_ylabel("cost: task A, train_mode\n− backbone_eval (accuracy)")
+            ax.set_ylabel("task-A difference: train_mode\n− backbone_eval (accuracy)")
         h, lab = axes[0].get_legend_handles_labels()
         spare = flat[len(nets)] if len(flat) > len(nets) else None
         (spare or axes[-1]).legend(h, lab, title="corruption", loc="center" if spare is not None else "best")

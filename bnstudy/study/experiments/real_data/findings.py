@@ -20,7 +20,7 @@ from ...modes import MODE_NAMES
 from ...report import p_text
 from ...words import Note, claim, join, notes, verdict_md
 
-#: The level of every family and count (Holm-adjusted p below it).
+#: The level of every family (Bonferroni intervals at ALPHA / m; counts count the printed verdicts).
 ALPHA = 0.05
 #: Equivalence margin (accuracy) of task B's ``train_mode - backbone_eval`` (TOST at the family's level).
 TIE_MARGIN = 0.02
@@ -216,10 +216,11 @@ def condition_verdicts(df: pd.DataFrame, claims: pd.DataFrame | None = None) -> 
 def _threshold(c: pd.DataFrame) -> tuple[str, pd.Series, pd.Series]:
     """Chapter 3's threshold question on one network's ``loss_<m>`` claims with the conditions' ``mismatch_kl``:
     (outcome, safe conditions' mismatch, harmful ones'). Safe: the loss of task A shown smaller than the margin,
-    harmful: shown larger (one-sided, Holm over the conditions). A description of the counts, not a verdict."""
-    safe = c[c["p_greater_adjusted"] < ALPHA]["mismatch_kl"]
-    harm = c[c["p_less_adjusted"] < ALPHA]["mismatch_kl"]
-    harmful = lambda rows: bool(len(rows)) and bool((rows["p_less_adjusted"] < ALPHA).all())  # noqa: E731
+    harmful: shown larger, each by its printed verdict (the family interval above or below the margin's line: the
+    book's one verdict per claim, :func:`bnstudy.study.inference.count_one_sided`). A description of the counts."""
+    safe = c[c["kind"] == "higher"]["mismatch_kl"]
+    harm = c[c["kind"] == "lower"]["mismatch_kl"]
+    harmful = lambda rows: bool(len(rows)) and bool((rows["kind"] == "lower").all())  # noqa: E731
     if not len(safe):
         if harmful(c[c["corruption"] == "none"]):
             return "no condition shown safe (a loss already without corruption)", safe, harm
@@ -231,7 +232,7 @@ def _threshold(c: pd.DataFrame) -> tuple[str, pd.Series, pd.Series]:
     return ("one value separates them" if safe.max() < harm.min() else "no single value separates them"), safe, harm
 
 
-#: The verdict table's rows: (claim key, kind, claim as the chapter states it). "over conditions": counts, Holm over
+#: The verdict table's rows: (claim key, kind, claim as the chapter states it). "over conditions": counts of printed verdicts over
 #: a network's conditions; "check": an identity of the code, checked with ==.
 CLAIMS = (
     ("f2", "chapter 1 finding", "in train_mode task A falls to about chance: task A minus 1.5x chance"),
@@ -330,7 +331,7 @@ def _rho_text(v: float) -> str:
 def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None = None) -> pd.DataFrame:
     """Chapter 7's numbers table (``conditions``: :func:`condition_claims` of ``df``, if computed); raises
     ``ValueError`` as :func:`claims`. Per network (keys ``<number>_<network>``): accuracies (95% t intervals), the
-    counts over the ``n_conditions`` conditions (Holm-adjusted p below :data:`ALPHA`), chapter 3's rank correlations
+    counts over the ``n_conditions`` conditions (printed verdicts, :func:`bnstudy.study.inference.count_verdicts`), chapter 3's rank correlations
     of the conditions' median (``rho_cost``; its p Holm over networks) and mean mismatch with their mean cost, the
     inversion's monotony and :func:`_threshold`'s outcome at :data:`MIN_EFFECT` and :data:`MARGIN_SWEEP`."""
     ref = _checked(df, reference)
@@ -424,8 +425,8 @@ def _c2_phrase(outcome: str, safe, harm, loss: pd.DataFrame, lowest: str, cost_n
                 f"({iv.confidence:.1%} interval {iv.low:.3f} to {iv.high:.3f}) already without corruption, when task "
                 f"B is merely other clean digits, and the condition of lowest mismatch is {lowest}")
     if not len(safe):
-        k = len(loss[~(loss["p_less_adjusted"] < ALPHA) & (loss["estimate"] > 0)])
-        return (f"no condition was shown safe; {k} undecided condition{'s' if k != 1 else ''} "
+        k = len(loss[(loss["kind"] != "lower") & (loss["estimate"] > 0)])
+        return (f"no condition was shown safe; {k} not-decided condition{'s' if k != 1 else ''} "
                 f"ha{'ve' if k != 1 else 's'} a mean loss smaller than the margin, and the condition of lowest "
                 f"mismatch is {lowest}")
     return "no condition was shown harmful"
@@ -645,6 +646,6 @@ def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
                     f"`bnstudy.pin_eval(model.backbone)`, which {said['pin_keeps_a']}; wrap the first epoch in "
                     "`bnstudy.FreezeAudit` to see what moved."),
         accuracy_takeaway=f"Takeaway: task A under `train_mode`, after minus before stage 2, reads {by_net('drop')}.",
-        effects_takeaway=f"Takeaway: on task B, train mode is shown {counts} (Holm over each network's conditions).",
+        effects_takeaway=f"Takeaway: on task B, train mode is shown {counts} (Bonferroni intervals over each network's conditions).",
         mismatch_takeaway=f"Takeaway: the per-seed rank correlation of mismatch and cost reads {by_net('c1')}.",
     )

@@ -126,14 +126,19 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
 
 def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("raw", "vs no shift")):
     """The net per level in the ``views`` of ``levels`` (findings.level_table) with family intervals and the band
-    ``±margin`` shaded, one panel per line, symmetric-log y (linear within ±0.05). Filled markers: a direction
-    shown; open diamonds: equivalent within the margin; open circles: not decided."""
+    ``±margin`` shaded, one panel per line, on a linear y axis shared by the panels (issue 35: a symmetric-log axis
+    made a loss of 0.7 look like one of 0.1). Filled markers: a direction shown; open diamonds: equivalent within the
+    margin; open circles: not decided."""
     labels = {"raw": "benefit − cost", "vs no shift": "benefit above its no-shift value − cost",
               "normalized": "share of room above chance"}
     with plt.rc_context(CH3_FONT):
         lines = list(dict.fromkeys(levels["line"]))
         fig, axes = _ch3_grid(len(lines), height=2.9)
         col = {"raw": style.color("effect", "net"), "vs no shift": style.PURPLE, "normalized": style.GREEN}
+        drawn = levels[(levels["metric"] == "net") & levels["view"].isin(views)]
+        drawn = _ch3_signed(drawn, "net") if len(drawn) else drawn
+        ylim = (min(-0.1, float(drawn["ci_low"].min()) if len(drawn) else -0.1) - 0.05,
+                max(0.1, float(drawn["ci_high"].max()) if len(drawn) else 0.1) + 0.05)
         for ax, t in zip(axes, lines):
             ax.axhspan(-margin, margin, color="grey", alpha=0.25, lw=0, label=f"equivalence band ±{margin:g}")
             for k, view in enumerate(views):
@@ -149,15 +154,13 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
                         color=col[view])
                 ax.plot(g["strength"][tie] * f, g["mean"][tie], "D", ms=4, mfc="white", color=col[view])
             ax.axhline(0, color="black", lw=0.6)
-            ax.set_yscale("symlog", linthresh=0.05, linscale=1.5)
-            ax.set_ylim(-1.05, 0.3)
-            ax.set_yticks([-1, -0.1, -0.02, 0, 0.02, 0.1])
-            ax.set_yticklabels(["−1", "−0.1", "−0.02", "0", "0.02", "0.1"])
-            _ch3_log_levels(ax, levels.loc[levels["line"] == t, "strength"], ylim=(-1.05, 0.3))
+            ax.set_ylim(*ylim)
+            ax.yaxis.set_major_locator(plt.MultipleLocator(0.25))
+            _ch3_log_levels(ax, levels.loc[levels["line"] == t, "strength"], ylim=ylim)
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
             ax.set_xlabel(textwrap.fill((xlabels or {}).get(t, "strength"), 26))
         for ax in axes[::3]:
-            ax.set_ylabel("difference in accuracy\n(symmetric log)")
+            ax.set_ylabel("difference in accuracy")
         _ch3_legend(fig, axes, ncol=2)
     return fig
 
@@ -199,7 +202,10 @@ def ch3_heatmaps(grid):
         wide = {m: _ch3_signed(grid[grid["metric"] == m], m).set_index(["brightness", "contrast"])
                 for m in ("cost", "benefit", "net")}
         titles = {"cost": "task-A difference", "benefit": "task-B difference", "net": "sum of both"}
-        fig, axes = plt.subplots(1, 3, figsize=(style.COLUMN_WIDTH_IN, 3.2), sharey=True)
+        # two panels a row (issue 35: at three a row the cells' two lines of text ran into each other)
+        fig, grid_axes = plt.subplots(2, 2, figsize=(style.COLUMN_WIDTH_IN, 6.0))
+        axes = [grid_axes[0][0], grid_axes[0][1], grid_axes[1][0]]
+        grid_axes[1][1].axis("off")
         for ax, (name, cmap) in zip(axes, (("cost", "RdBu"), ("benefit", "RdBu"), ("net", "RdBu"))):
             a = wide[name]
             M = a["mean"].unstack("contrast").reindex(index=gb, columns=gc).values
@@ -216,8 +222,11 @@ def ch3_heatmaps(grid):
             ax.set_yticks(range(len(gb))); ax.set_yticklabels([f"{b:g}" for b in gb])
             ax.set_xlabel("contrast gain c"); ax.set_title(titles[name])
             ax.grid(False)
-        axes[0].set_ylabel("brightness offset b")
-        fig.supxlabel("colour: difference in accuracy (train_mode − backbone_eval)", fontsize=9)
+        for ax in (axes[0], axes[2]):
+            ax.set_ylabel("brightness offset b")
+        grid_axes[1][1].text(0.05, 0.5, "colour: difference in accuracy\n(train_mode − backbone_eval);\nin each cell "
+                             "the mean over seeds\nand ± the half-width of its\n95% interval", ha="left", va="center",
+                             fontsize=9, transform=grid_axes[1][1].transAxes)
         fig.tight_layout()
     return min_text_size(fig)
 
@@ -244,6 +253,14 @@ def _log_ticks(ax):
         t.set_rotation(35); t.set_ha("right")
 
 
+def _decade_ticks(ax):
+    """Labels on a log x axis at powers of ten only, upright (at most a handful per panel, none overlapping)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,), numticks=6))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str):
     """Task A's difference against each mismatch candidate (``conditions``: findings.condition_table, grid-only shifts
     left out), log measure axis; the second family in open markers. The last panel: each candidate's score minus the
@@ -251,9 +268,9 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str):
     where it excludes 0)."""
     with plt.rc_context(CH3_FONT):
         names = [n for n in candidates if candidates[n] in conditions.columns]
-        ncol = 3
+        ncol = 2  # issue 35: three narrow panels a row crowded their tick labels into each other
         nrow = int(np.ceil((len(names) + 1) / ncol))
-        fig, axs = plt.subplots(nrow, ncol, figsize=(style.COLUMN_WIDTH_IN - 0.3, 3.2 * nrow + 1.2), squeeze=False)
+        fig, axs = plt.subplots(nrow, ncol, figsize=(style.COLUMN_WIDTH_IN, 2.7 * nrow + 1.3), squeeze=False)
         axes = list(axs.flat)
         for ax in axes[len(names) + 1:]:
             ax.set_visible(False)
@@ -269,9 +286,9 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str):
                             capsize=1.5, color=color, mfc=color if filled else "white", mew=1.2, label=kind,
                             alpha=0.9)
             ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
-            _log_ticks(ax)
-            ax.set_title(f"{n}\nscore {selection[n]['score']:.3f}")
-            ax.set_xlabel(textwrap.fill(f"{n} (before stage 2)", 22))
+            _decade_ticks(ax)
+            ax.set_title(f"{n}: score {selection[n]['score']:.3f}")
+            ax.set_xlabel(f"{n} (before stage 2)")
             ax.set_ylim(-1.0, 0.1)
         for i, ax in enumerate(axes[:len(names)]):
             if i % ncol == 0:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ...inference import Claim, Family, Interval, Question, ask, bootstrap_distribution, bootstrap_interval, \
-    claims_table, count_verdicts, decide, holm, number, numbers_table, percentile_interval, rank_correlation, \
+    claims_table, count_verdicts, decide, holm, number, _slug, numbers_table, percentile_interval, rank_correlation, \
     t_interval, two_sided_p
 from ...words import Note, claim, join, notes
 from ...config import check_choice
@@ -392,8 +392,7 @@ def _strength_key(x: float) -> str:
 
 
 def level_claims(levels: pd.DataFrame, margin: float) -> pd.DataFrame:
-    """The per-level verdicts of :func:`level_table` (its ``net`` rows), one claims table per view (its own Holm
-    column), concatenated; key ``<view>_<line>_<strength>`` (e.g. ``vs_no_shift_both_1``)."""
+    """The per-level verdicts of :func:`level_table` (its ``net`` rows), one claims table per view (one family each), concatenated; key ``<view>_<line>_<strength>`` (e.g. ``vs_no_shift_both_1``)."""
     net = levels[levels["metric"] == "net"]
     parts = [_table_claims(v.rename(columns={"m_tests": "m"}), [f"{_vs(view)}_{t}_{_strength_key(x)}"
                                                                 for t, x in zip(v["line"], v["strength"])], margin)
@@ -406,7 +405,7 @@ def _vs(view: str) -> str:
 
 
 def view_claims(claims: pd.DataFrame, view: str) -> pd.DataFrame:
-    """The per-level claims of one view (keys ``<view>_<line>_<strength>``, not the aliases), one Holm family."""
+    """The per-level claims of one view (keys ``<view>_<line>_<strength>``, not the aliases), one family."""
     keys = [f"{_vs(view)}_{t}_" for t in LINES]
     other = [f"{_vs(w)}_" for w in VIEWS if w != view and _vs(w).startswith(_vs(view))]
     sel = claims["key"].map(lambda k: any(k.startswith(p) for p in keys) and not any(k.startswith(o) for o in other))
@@ -845,12 +844,15 @@ def claims(df: pd.DataFrame, n_boot: int = 2000, tie_margin: float = 0.02, alpha
 
 # --- the numbers: every descriptive number the prose cites, one flat table (bnstudy.study.inference.numbers_table) ---
 
-def _holm_counts(samples, alpha: float = 0.05) -> tuple[int, int]:
-    """``(n_lower, n_higher)``: how many of ``samples`` (per-seed differences, one family) show a direction below
-    or above zero by Holm's adjusted p below ``alpha`` (the book's counts rule)."""
-    ct = claims_table([decide(v, key=str(i)) for i, v in enumerate(samples)])
-    sig = ct["p_adjusted"] < alpha
-    return int((sig & (ct["estimate"] < 0)).sum()), int((sig & (ct["estimate"] > 0)).sum())
+def _family_counts(samples, alpha: float = 0.05) -> tuple[int, int]:
+    """``(n_lower, n_higher)``: how many of ``samples`` (per-seed differences, one family of ``m = len(samples)``)
+    show a direction below or above zero by their Bonferroni family interval (:func:`bnstudy.study.inference.decide`
+    at ``Family(m, alpha)``), counted by :func:`bnstudy.study.inference.count_verdicts` (the book's one verdict per
+    claim)."""
+    samples = list(samples)
+    fam = Family(max(len(samples), 1), alpha)
+    c = count_verdicts(claims_table([decide(v, key=str(i), family=fam) for i, v in enumerate(samples)]))
+    return int(c["lower"]), int(c["higher"])
 
 
 def _table_claims(table: pd.DataFrame, keys, margin: float = math.nan) -> pd.DataFrame:
@@ -893,7 +895,7 @@ def _grid_findings(df: pd.DataFrame) -> dict:
     gt = grid_table(df)
     wide = {m: gt[gt["metric"] == m].set_index(["brightness", "contrast"])["mean"] for m in ("net", "cost")}
     bmax, cmax = float(gt["brightness"].max()), float(gt["contrast"].max())
-    n_neg, n_pos = _holm_counts(g["net"] for _, g in _grid_effects(df).groupby(["brightness", "contrast"]))
+    n_neg, n_pos = _family_counts(g["net"] for _, g in _grid_effects(df).groupby(["brightness", "contrast"]))
     return dict(grid_n_cells=len(wide["net"]), grid_n_net_negative=n_neg, grid_n_net_positive=n_pos,
                 grid_net_max=float(wide["net"].max()), grid_bmax=bmax, grid_cmax=cmax,
                 grid_cost_corner=float(wide["cost"].loc[(bmax, cmax)]),
@@ -1088,7 +1090,7 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
         room_long = float(g["task_b_train_mode"].mean()) - _chance(df)
     grid = _grid_effects(df)
     shifted = grid[~_noshift(grid)]
-    n_neg, _ = _holm_counts(g["net"] for _, g in shifted.groupby(["brightness", "contrast"]))
+    n_neg, _ = _family_counts(g["net"] for _, g in shifted.groupby(["brightness", "contrast"]))
     eff = paired_effects(_affine(_main(df)))
     t1 = eff.loc[np.isclose(eff["both_strength"], 1.0), "task_a_after_train_mode"]
     n_ben = sum(count_verdicts(view_claims(claims, view), alpha)["higher"] for view in ("raw", "vs no shift"))
@@ -1138,8 +1140,8 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     resamples; ``claims_``: :func:`claims` of ``df`` if already computed (the counts are read off it). Raises
     ``ValueError`` if a line or one of those modes is missing.
 
-    Among the rows: ``cross_<line>_*`` (:func:`crossover`), ``lines_<line>_*`` (levels, and Holm counts of the net
-    below / above 0), ``cost_*`` / ``benefit_*`` (95% intervals at ``noshift``, ``t1`` and each line's strongest
+    Among the rows: ``cross_<line>_*`` (:func:`crossover`), ``lines_<line>_*`` (levels, and the counts of the raw
+    view's printed verdicts of the net below / above 0), ``cost_*`` / ``benefit_*`` (95% intervals at ``noshift``, ``t1`` and each line's strongest
     level), ``task_a_*`` (task-A quantities as the page prints them, ``train_mode - backbone_eval``: the negated cost,
     cut to [-1, 1]), ``budget_*`` (the budget check at its largest strength), ``grid_*``, the mismatch rows (rank
     correlations, the ``safe`` / ``harm`` groups around ``min_effect``, the candidates' selection), ``n_<kind>_<view>``
@@ -1160,7 +1162,9 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
         x, _, c = line_matrix(eff, t, "cost")
         _, _, b = line_matrix(eff, t, "benefit")
         cr = cross[t] = crossover(x, c, b, n_boot=n_boot, seed=0, min_effect=min_effect)
-        n_lower, n_higher = _holm_counts((b - c)[:, j] for j in range(len(x)))  # a line's levels: one family
+        # a line's levels as the per-level table prints them (the raw view's family): one verdict per claim
+        raw = count_verdicts(view_claims(C, "raw").loc[lambda v: v["key"].str.startswith(f"raw_{t}_")])
+        n_lower, n_higher = raw["lower"], raw["higher"]
         lines[t] = dict(n_levels=len(x), min_strength=float(x[0]), max_strength=float(x[-1]),
                         n_cost_wins=n_lower, n_benefit_wins=n_higher)
         nets.append((b - c).mean(0))
@@ -1186,7 +1190,7 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     tmm = me[me["mode"] == "train_mode"].set_index(["seed", "brightness", "contrast"])
     tm_net = me[me["mode"] == "train_mode"].assign(net=lambda d: d["task_b_gain"] + d["task_a_change"])
     scat = [g["net"] for _, g in tm_net.groupby(["brightness", "contrast"])]
-    scat_below, scat_above = _holm_counts(scat)  # the scatter's points: one family
+    scat_below, scat_above = _family_counts(scat)  # the scatter's points: one family
 
     lv = level_table(df, alpha, tie_margin, n_boot)
     grid_f, level_f = _grid_findings(df), _level_findings(df, lv, C, alpha, tie_margin, n_boot)
@@ -1286,7 +1290,7 @@ def counts_sentence(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
     return (f"Over the {n['m']} shifted levels of the {len(_lines_of(C))} lines, the sum of the two differences reads "
             f"**{NET_WORDS['higher']}** at {n['higher']}, **{NET_WORDS['lower']}** at {n['lower']}, "
             f"**equivalent within \u00b1{number(F, 'tie_margin'):g}** at {n['equivalent']} and **not decided** at "
-            f"{n['not decided']} (Holm counts, the [glossary](../glossary.html)'s rule).")
+            f"{n['not decided']} (the printed verdicts counted, the [glossary](../glossary.html)'s rule).")
 
 
 def _lines_of(C: pd.DataFrame) -> list:
@@ -1303,7 +1307,7 @@ def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
 
 
 #: The page's sentences that choose between fixed outcomes (:class:`bnstudy.study.words.Note`): ``pays_sentence`` and
-#: ``takeaway_cost_benefit`` by the raw view's Holm counts; ``threshold_sentence`` by whether one value of the
+#: ``takeaway_cost_benefit`` by the raw view's counts of printed verdicts; ``threshold_sentence`` by whether one value of the
 #: winning mismatch measure separates the shifts whose task-A loss stayed below ``min_effect`` (95%) from the others.
 NOTES = (
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
@@ -1317,10 +1321,10 @@ NOTES = (
          "Drifting statistics were shown to pay at {higher} levels and to lose at {lower}, counting both tasks' points "
          "as equal: which one you get depends on the shift.", _raw_fill),
     Note("takeaway_cost_benefit", lambda c, f: _raw(c, "lower") > _raw(c, "higher"),
-         "Task A's loss outweighs task B's gain at {lower} of the {m} levels and falls short of it at {higher} (Holm).",
+         "Task A's loss outweighs task B's gain at {lower} of the {m} levels and falls short of it at {higher}.",
          _raw_fill),
     Note("takeaway_cost_benefit", lambda c, f: _raw(c, "higher") > _raw(c, "lower"),
-         "Task B's gain outweighs task A's loss at {higher} of the {m} levels and falls short of it at {lower} (Holm).",
+         "Task B's gain outweighs task A's loss at {higher} of the {m} levels and falls short of it at {lower}.",
          _raw_fill),
     Note("takeaway_cost_benefit", lambda c, f: _raw(c, "higher") == _raw(c, "lower"),
          "Task B's gain and task A's loss are shown apart at equally many levels ({lower} each, of {m}).", _raw_fill),
@@ -1383,10 +1387,30 @@ def answer(C: pd.DataFrame, F: pd.DataFrame) -> str:
     return " ".join([s1, counts_sentence(C, F), notes(NOTES, C, F)["pays_sentence"], s4, mismatch_sentence(F)])
 
 
+def sensitivity_sentence(F: pd.DataFrame) -> str:
+    """Beside the answer's verdicts (issue 35): how the per-level counts move over the equivalence margins of
+    :data:`MARGINS`, and which lines' mean curves cross at each tie threshold of :data:`TIE_THRESHOLDS`, the page's
+    (``min_effect``) marked; both were chosen by us, the threshold table after the answer was seen to flip."""
+    n = lambda key: number(F, key)  # noqa: E731
+    slug = lambda v: _slug(f"{v:g}")  # noqa: E731
+    lower = join([str(n(f"margin_counts_raw_m{slug(m)}_lower")) for m in MARGINS])
+    equiv = join([str(n(f"margin_counts_raw_m{slug(m)}_equivalent")) for m in MARGINS])
+    page = n("min_effect") if _has(F, "min_effect") else math.nan
+    cross = join([f"{str(n(f'threshold_lines_raw_thr{slug(t)}')).replace('**', '')} at {t:g}"
+                  + (" (the page's)" if np.isclose(t, page) else "") for t in TIE_THRESHOLDS])
+    return (f"Sensitivity to the margins and thresholds we chose (the [glossary](../glossary.html) gives each and its "
+            f"reason): at equivalence margins of {join([f'{m:g}' for m in MARGINS])} the levels shown lower number "
+            f"{lower} and those equivalent {equiv}; the lines whose mean curves cross, in accuracy points, are "
+            f"{cross}, so where a line crosses depends on the tie threshold, which predates the table of thresholds "
+            f"but was kept after the answer was seen to flip between two of them.")
+
+
 def page_texts(C: pd.DataFrame, F: pd.DataFrame) -> dict:
     """Every sentence and word the page's Markdown glues by name (``ch03_<name>``), chosen by ``C`` and ``F``."""
     said = notes(NOTES, C, F)
     return dict(answer=answer(C, F), takeaway_cost_benefit=said["takeaway_cost_benefit"],
                 counts_sentence=counts_sentence(C, F), threshold_sentence=said["threshold_sentence"],
+                sensitivity_sentence=sensitivity_sentence(F),
                 word_lower=f"**{NET_WORDS['lower']}**", word_higher=f"**{NET_WORDS['higher']}**",
+                word_not_decided="**not decided**", word_not_decided_plain="not decided",
                 margins_text=join([f"{m:g}" for m in MARGINS]), thresholds_text=join([f"{t:g}" for t in TIE_THRESHOLDS]))

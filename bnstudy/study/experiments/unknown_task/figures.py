@@ -22,9 +22,9 @@ def _positions(strengths) -> dict:
     return {t: i for i, t in enumerate(sorted(set(strengths)))}
 
 
-def _ticks(ax, pos):
+def _ticks(ax, pos, rotation=90):
     ax.set_xticks(list(pos.values()))
-    ax.set_xticklabels([f"{t:g}" for t in pos], rotation=90)
+    ax.set_xticklabels([f"{t:g}" for t in pos], rotation=rotation, ha="right" if rotation % 90 else "center")
 
 
 def _select(t: pd.DataFrame, **levels) -> pd.DataFrame:
@@ -43,9 +43,9 @@ def _gap(t: pd.DataFrame, **levels) -> pd.DataFrame:
     return f.assign(lo=f["ci_low"].clip(-1, 1), hi=f["ci_high"].clip(-1, 1))
 
 
-def _errorbar(ax, x, f, name, label=None, color=None, ls="-"):
-    ax.errorbar(x, f["mean"], yerr=[f["mean"] - f["lo"], f["hi"] - f["mean"]], fmt=MARKERS[name], ls=ls, ms=4,
-                capsize=2, color=color or PALETTE[name], label=label or name)
+def _errorbar(ax, x, f, name, label=None, color=None, ls="-", capsize=2, ms=4):
+    ax.errorbar(x, f["mean"], yerr=[f["mean"] - f["lo"], f["hi"] - f["mean"]], fmt=MARKERS[name], ls=ls, ms=ms,
+                capsize=capsize, color=color or PALETTE[name], label=label or name)
 
 
 def _finish(fig, axes_with_legend, ncol=3, bottom=-0.02):
@@ -91,15 +91,18 @@ def router_accuracy_figure(df: pd.DataFrame, inference_batch: int = 1):
     per_seed = d.groupby(["seed", "n_tasks", "strength", "condition", "group"])["accuracy"].mean().reset_index()
     ks, pos = sorted(per_seed.n_tasks.unique()), _positions(per_seed.strength)
     with plt.rc_context(style.rc()):
-        fig, axes = plt.subplots(len(ks), 2, figsize=(style.COLUMN_WIDTH_IN, 2.8 * len(ks) + 0.9), sharex=True,
+        # issue 35: the seven series' bars sat on top of each other; spread them over most of a level's width,
+        # without caps, and tilt the level labels instead of standing them on end
+        fig, axes = plt.subplots(len(ks), 2, figsize=(style.COLUMN_WIDTH_IN, 3.2 * len(ks) + 0.9), sharex=True,
                                  squeeze=False)
         for r, k in enumerate(ks):
             for ax, grp in zip(axes[r], ("task A", "new tasks (mean)")):
                 for i, name in enumerate(CONDITIONS):
                     f = _band(per_seed, "accuracy", n_tasks=k, condition=name, group=grp)
-                    _errorbar(ax, f.strength.map(pos) + (i - 3) * 0.05, f, name, ls="--" if name in BASELINES else "-")
+                    _errorbar(ax, f.strength.map(pos) + (i - 3) * 0.1, f, name, ls="--" if name in BASELINES else "-",
+                              capsize=0, ms=3.5)
                 ax.set_title(f"{grp}, {k} tasks")
-                _ticks(ax, pos)
+                _ticks(ax, pos, rotation=45)
             axes[r][0].set_ylabel("accuracy\n(task's own head)")
         for ax in axes[-1]:
             ax.set_xlabel("shift strength t (levels, not to scale)")

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...inference import Interval, Question, _slug, ask, count_verdicts, decide, holm, number, numbers_table, \
+from ...inference import Interval, Question, _slug, ask, count_verdicts, decide, number, numbers_table, \
     one_sided_p, paired_differences, t_interval
 from ...words import Note, claim, claim_text, count_word, counts_text, fmt_level, join, notes, verdict_md
 from .run import CONDITIONS, FIRST_STRENGTH_GRID, HARD_ROUTERS, ROUTE_OK, ROUTERS, TASK_NAMES, \
@@ -238,7 +238,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
       ``n_not_decided``, and ``n_equivalent_half`` (printed verdicts at half the margin); ``max_bound_hard``;
       ``worst_*``: the cell of :func:`worst_cell`.
     * ``n_chance_cells`` / ``n_above_chance``: the (router, task count, batch) cells at t = 0 and how many route
-      above chance 1/K (one-sided t tests, Holm over the cells).
+      above chance 1/K (one-sided t tests at ALPHA / m, Bonferroni over the cells).
     """
     df = _conditions(df, "findings")
     m = seed_means(df)
@@ -262,7 +262,9 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
         out[f"route_{name}"] = {f"k{k}_{r}": iv("routing_accuracy", r, k, t, b) for k in ks for r in ROUTERS}
     chance_p = [one_sided_p(at(k, zero, b, r).routing_accuracy, "greater", null=1 / k)
                 for k in ks for r in ROUTERS for b in batches]
-    out.update(n_chance_cells=len(chance_p), n_above_chance=int((holm(chance_p) < ALPHA).sum()))
+    # one-sided at the family's level ALPHA / m (Bonferroni, the book's one rule for verdicts and counts)
+    n_above = int((np.asarray(chance_p, float) < ALPHA / max(len(chance_p), 1)).sum())
+    out.update(n_chance_cells=len(chance_p), n_above_chance=n_above)
     per_k = {}  # stem -> {"k<n>": value}
     after = []
     for k in ks:
@@ -539,7 +541,7 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
     zero_b1 = join([f"{n(f'route_zero_b1_k{k}_{nf}').mean:.3f} ({_tasks(i, k)})" for i, k in enumerate(ks)])
     numbers = (f"`{nf}` routes {zero_b1} per sample, and "
                f"{join([format(n(f'route_zero_bmax_k{k}_{nf}').mean, '.3f') for k in ks])} with batches of {bmax}")
-    tests = f"one-sided t tests against 1/K, Holm over the {n('n_chance_cells')} (router, task count, inference " \
+    tests = f"one-sided t tests against 1/K at 0.05/m, Bonferroni over the {n('n_chance_cells')} (router, task count, inference " \
             "batch) cells"
     out["zero_shift_text"] = (
         f"which lets every router do better than chance (1/K) at every inference batch size ({tests}): {numbers}"
