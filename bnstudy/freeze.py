@@ -397,12 +397,20 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     converted (its train-mode output is per-sample, not a BatchNorm's): pin it
     with :func:`pin_norm_eval`, or use :func:`freeze_modules`, which does both. The converted
     model computes what the original computes in eval mode, bit for bit, and
-    stays that way through ``.train()``. An :class:`UnfrozenBatchNorm2d` (a layer
+    stays that way through ``.train()``: for torch's own layers by construction,
+    and for a subclass with a ``forward`` of its own (timm's ``BatchNormAct2d``,
+    whose activation sits inside the norm layer) by a check on probe inputs
+    (:meth:`FrozenBatchNorm.from_batchnorm`); a layer that fails it, or that lacks
+    torch's fields (another library's layer without ``eps``), is refused, and
+    since every replacement is built before the first swap, the model is then
+    untouched (``eps=0`` is carried as it is). An :class:`UnfrozenBatchNorm2d` (a layer
     :func:`unfreeze_batchnorm` made from another library's FrozenBatchNorm2d) goes
     back to that library's class, so the round trip is exact too. Undo with
     :func:`unfreeze_batchnorm`.
     Raises ``ValueError`` naming the first layer with
-    ``track_running_stats=False`` or an uninitialised lazy layer, ``TypeError`` if ``module`` is not an
+    ``track_running_stats=False``, an uninitialised lazy layer, or a layer the
+    frozen layer would not compute bit for bit (as above), before changing
+    anything; ``TypeError`` if ``module`` is not an
     ``nn.Module`` or is a TorchScript module (convert before scripting).
     """
     check_module("freeze_batchnorm", "module", module)
@@ -794,9 +802,12 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     shared FrozenBatchNorm). What acts on the object itself reaches every name,
     as sharing means: a shared parameter (tied weights) gets
     ``requires_grad=False`` everywhere, a shared InstanceNorm is pinned everywhere.
-    Raises ``ValueError`` naming an unknown name or a shared layer as above,
-    ``TypeError`` for a missing ``names``, arguments of the wrong type, or a
-    TorchScript model (freeze before scripting).
+    Raises ``ValueError`` naming an unknown name, a shared layer as above, or a
+    BatchNorm :func:`freeze_batchnorm` refuses (a ``forward`` of its own that
+    the frozen layer would not compute, fields torch's layers have missing),
+    before changing anything (flags, pins and layers are changed only once
+    every replacement is built); ``TypeError`` for a missing ``names``,
+    arguments of the wrong type, or a TorchScript model (freeze before scripting).
     """
     names = _resolve(model, names, whole_model, "freeze_modules")
     if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
