@@ -218,8 +218,9 @@ def _refuse_changed_output(old: nn.Module, new: nn.Module, label: str, into: str
     if why is not None:
         raise ValueError(
             f"cannot turn {type(old).__name__} {label} ({type(old).__module__}) into {into} without changing what "
-            f"it computes: {why}. Its class has a forward of its own (an activation or other step inside the norm "
-            "layer, as timm's BatchNormAct2d has), which the replacement would drop. Nothing was changed. Use its "
+            f"it computes: {why}. A class with a forward of its own does more than normalise (timm's "
+            "BatchNormAct2d applies its activation inside the norm layer), which the replacement would drop. "
+            "Nothing was changed. Use its "
             "library's own conversion (timm: timm.layers.freeze_batch_norm_2d / convert_sync_batchnorm), or keep "
             "the layer and pin it in eval mode (bnstudy.pin_norm_eval)")
 
@@ -492,7 +493,8 @@ class _UnfrozenMixin:
             raise ValueError(f"cannot unfreeze {type(frozen).__name__} {label}: its running_mean, running_var, "
                              "weight and bias must be 1-D buffers of one length")
         bn = cls(c, eps=float(frozen.eps), affine=w is not None)
-        bn.frozen_class = type(frozen)
+        # this package's FrozenBatchNorm computes BatchNorm's own eval kernel (and its forward needs its own methods)
+        bn.frozen_class = None if isinstance(frozen, FrozenBatchNorm) else type(frozen)
         bn = bn.to(device=rm.device, dtype=rm.dtype)
         with torch.no_grad():
             if w is not None:

@@ -369,9 +369,9 @@ def _same(a, b) -> bool:
 
 def eval_output_difference(old: nn.Module, new: nn.Module) -> str | None:
     """``None`` when ``new`` computes in eval mode what ``old`` computes, bit for bit (``torch.equal``, NaN where
-    both are NaN), on probe inputs of every rank (2 to 5) ``old`` accepts; otherwise a sentence saying where they
-    differ (the rank, the largest ``|difference|``) or why it could not be checked (``old`` refuses every probe,
-    has no ``num_features``, cannot be copied).
+    both are NaN), on probe inputs of every rank (2 to 5) both accept (a rank only ``new`` refuses raises there
+    rather than changing silently); otherwise a sentence saying where they differ (the rank, the largest
+    ``|difference|``) or why it could not be checked (no rank both accept, no ``num_features``, cannot be copied).
 
     The probes (:data:`PROBE_Z`) put each channel's normalised value at both signs, zero and up to 1000 standard
     deviations, so an activation, clamp, dropout-free rescale or extra term inside ``forward`` shows; a forward that
@@ -400,8 +400,9 @@ def eval_output_difference(old: nn.Module, new: nn.Module) -> str | None:
                 continue
             try:
                 yb = b(x)
-            except Exception as e:  # noqa: BLE001
-                return f"on a rank-{rank} probe its replacement raises {type(e).__name__}: {e}"
+            except Exception as e:  # noqa: BLE001 - the replacement refuses this rank: loud, not a silent change
+                first_error = first_error or e
+                continue
             if not _same(ya, yb):
                 if isinstance(ya, torch.Tensor) and isinstance(yb, torch.Tensor) and ya.shape == yb.shape:
                     diff = (ya.double() - yb.double()).abs()
@@ -411,7 +412,8 @@ def eval_output_difference(old: nn.Module, new: nn.Module) -> str | None:
                 return f"its eval output on a rank-{rank} probe is {_what(ya)}, the replacement's {_what(yb)}"
             checked.append(rank)
     if not checked:
-        return f"its forward raised on every probe input (ranks 2 to 5): {type(first_error).__name__}: {first_error}"
+        return (f"it and its replacement ran on no common probe input (ranks 2 to 5): {type(first_error).__name__}: "
+                f"{first_error}")
     return None
 
 
