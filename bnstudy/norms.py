@@ -337,7 +337,7 @@ def _hookless_copy(module: nn.Module) -> nn.Module:
 def _probe(module: nn.Module, rank: int) -> torch.Tensor:
     """A probe input of rank ``rank`` for ``module``: channel ``c`` holds ``mean_c + sd_c * z`` for z in
     :data:`PROBE_Z`, with the layer's running statistics (0 and 1 when it has none), in its dtype and on its device."""
-    c = int(getattr(module, "num_features"))
+    c = _channels(module)
     ref = next((t for t in (getattr(module, "running_mean", None), getattr(module, "weight", None))
                 if isinstance(t, torch.Tensor)), None)
     dtype = ref.dtype if ref is not None and ref.is_floating_point() else torch.float32
@@ -371,7 +371,7 @@ def eval_output_difference(old: nn.Module, new: nn.Module) -> str | None:
     """``None`` when ``new`` computes in eval mode what ``old`` computes, bit for bit (``torch.equal``, NaN where
     both are NaN), on probe inputs of every rank (2 to 5) both accept (a rank only ``new`` refuses raises there
     rather than changing silently); otherwise a sentence saying where they differ (the rank, the largest
-    ``|difference|``) or why it could not be checked (no rank both accept, no ``num_features``, cannot be copied).
+    ``|difference|``) or why it could not be checked (no rank both accept, no number of channels, cannot be copied).
 
     The probes (:data:`PROBE_Z`) put each channel's normalised value at both signs, zero and up to 1000 standard
     deviations, so an activation, clamp, dropout-free rescale or extra term inside ``forward`` shows; a forward that
@@ -379,9 +379,9 @@ def eval_output_difference(old: nn.Module, new: nn.Module) -> str | None:
     hook-free deep copies (``model`` and its hooks, an audit's included, see nothing), in eval mode, under
     ``torch.no_grad()`` with the global RNG forked; neither is changed.
     """
-    c = getattr(old, "num_features", None)
-    if not isinstance(c, numbers.Integral) or isinstance(c, bool) or c < 1:
-        return f"it has no num_features (got {c!r}), so its output could not be checked"
+    if _channels(old) is None:
+        return ("it has neither num_features nor a 1-D running_mean, so its number of channels, and its output, "
+                "could not be checked")
     try:
         a, b = _hookless_copy(old), _hookless_copy(new)
     except Exception as e:  # noqa: BLE001 - any failure to copy means: not checked, refuse
@@ -415,6 +415,16 @@ def eval_output_difference(old: nn.Module, new: nn.Module) -> str | None:
         return (f"it and its replacement ran on no common probe input (ranks 2 to 5): {type(first_error).__name__}: "
                 f"{first_error}")
     return None
+
+
+def _channels(module: nn.Module) -> int | None:
+    """The layer's number of channels: ``num_features``, else the length of a 1-D ``running_mean`` (torchvision's
+    ``FrozenBatchNorm2d`` keeps no ``num_features``); None when neither is there."""
+    c = getattr(module, "num_features", None)
+    if isinstance(c, numbers.Integral) and not isinstance(c, bool) and c >= 1:
+        return int(c)
+    rm = getattr(module, "running_mean", None)
+    return int(rm.numel()) if isinstance(rm, torch.Tensor) and rm.dim() == 1 and rm.numel() else None
 
 
 def _preferred_rank(module: nn.Module) -> int:
