@@ -446,7 +446,10 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
     Returns ``{layer_name: (mean (C,), var (C,))}`` (float64, on the inputs' device)
     for every BN layer with ``track_running_stats=True`` that the forward pass
     reached. ``batches``, ``input_fn`` and ``forward`` (``forward(model, batch)``
-    runs a model with several inputs) as in :func:`update_bn_stats`.
+    runs a model with several inputs) as in :func:`update_bn_stats`; with
+    ``network_mode="train"`` a batch torch's BatchNorm refuses (one value per
+    channel: a last batch of one sample) is skipped with a ``RuntimeWarning``
+    naming it, as there (``ValueError`` when no batch is usable).
     Raises ``ValueError`` for an unknown ``network_mode``, a model with
     no such BN layer, or empty ``batches``; ``TypeError`` for a TorchScript
     model (its hooks do not run inside TorchScript: measure the Python model).
@@ -474,16 +477,31 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
 
     handles = [m.register_forward_pre_hook(hook_for(n)) for n, m in bns.items()]
     work.train(network_mode == "train")
-    n_batches = 0
+    n_batches, skipped = 0, []
     try:
         for x in inputs:
-            _run(work, x, forward)
             n_batches += 1
+            before = {k: list(v) for k, v in sums.items()}
+            try:
+                _run(work, x, forward)
+            except ValueError as e:  # network_mode="train": torch refuses one value per channel; forget the batch
+                if _ONE_VALUE not in str(e):
+                    raise
+                sums.clear()
+                sums.update(before)
+                skipped.append((n_batches - 1, _rows(x), f"a BatchNorm in train mode would normalise one value per "
+                                                         f"channel ({e})"))
     finally:
         for h in handles:
             h.remove()
     if n_batches == 0:
         raise ValueError("bn_input_statistics: batches is empty")
+    if skipped:
+        if len(skipped) == n_batches:
+            raise ValueError(f"bn_input_statistics: no batch could be used: {_skipped_words(skipped)}")
+        warnings.warn(f"bn_input_statistics skipped {len(skipped)} of {n_batches} batches in network_mode='train': "
+                      f"{_skipped_words(skipped)}; pass a DataLoader with drop_last=True (lint_loader's "
+                      "last_batch_single)", RuntimeWarning, stacklevel=user_stacklevel())
     out = {}
     for name in bns:
         if name in sums:
@@ -791,17 +809,18 @@ def _takes_only_flat_input(bn: nn.Module) -> bool:
 def _replacement(bn: nn.Module, name: str, kind: str, num_groups: int | None) -> nn.Module:
     from .freeze import FrozenBatchNorm
     c = bn.num_features
+    label = repr(name) if name else "(the model itself)"
     if nn.parameter.is_lazy(bn.running_mean if bn.running_mean is not None else bn.weight):
         raise ValueError(f"replace_norm: BatchNorm {name!r} is lazy and uninitialised; run one forward pass first")
     if not computes_standard_eval(bn):  # a forward of its own (an activation inside the norm layer) would be dropped
         if not has_running_stats(bn):
-            raise ValueError(f"replace_norm: {type(bn).__name__} {name!r} has a forward of its own and no running "
+            raise ValueError(f"replace_norm: {type(bn).__name__} {label} has a forward of its own and no running "
                              "statistics, so replace_norm cannot check that it only normalises; a GroupNorm in its "
                              "place could drop what its forward does. Nothing was changed; replace it yourself")
         try:
             FrozenBatchNorm.from_batchnorm(bn, name)
         except ValueError as e:
-            raise ValueError(f"replace_norm: {type(bn).__name__} {name!r} does more in its forward than normalise, "
+            raise ValueError(f"replace_norm: {type(bn).__name__} {label} does more in its forward than normalise, "
                              f"and the GroupNorm put in its place would drop that ({e})") from None
     if kind == "layer":
         g = 1
@@ -812,7 +831,7 @@ def _replacement(bn: nn.Module, name: str, kind: str, num_groups: int | None) ->
     if c // g == 1 and _takes_only_flat_input(bn):
         alternatives = [d for d in range(1, c) if c % d == 0]
         raise ValueError(
-            f"replace_norm: {type(bn).__name__} {name!r} normalises (N, C) features, and "
+            f"replace_norm: {type(bn).__name__} {label} normalises (N, C) features, and "
             f"{'kind=' + repr(kind) if kind == 'layer' or num_groups is None else f'num_groups={g}'} gives "
             f"GroupNorm({g}, {c}) one channel per group: each group then holds one value per sample, which it "
             "normalises to 0, so the layer outputs its bias (0 before training) for every sample, whatever the "

@@ -102,3 +102,16 @@ def test_forward_runs_a_model_with_several_inputs_in_every_estimator_and_compari
         update_bn_stats(model, batches, input_fn=lambda b: b["x"], forward=call)
     with pytest.raises(TypeError, match="forward must be a function forward"):
         update_bn_stats(model, batches, forward="x")
+
+
+def test_bn_input_statistics_in_train_mode_skips_a_batch_of_one_sample_like_update_bn_stats():
+    torch.manual_seed(5)
+    data = torch.randn(9, 3)
+    model = _mlp()
+    ref = bn_input_statistics(model, [data[:4], data[4:8]], network_mode="train")
+    with pytest.warns(RuntimeWarning, match=r"skipped 1 of 3 batches.*batch 2 \(1 sample"):
+        got = bn_input_statistics(model, DataLoader(TensorDataset(data), batch_size=4), network_mode="train")
+    assert all(torch.equal(got[k][i], ref[k][i]) for k in ref for i in (0, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # eval mode normalises one sample with stored statistics: nothing to skip
+        bn_input_statistics(model, [data[:4], data[8:]], network_mode="eval")
