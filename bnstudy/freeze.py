@@ -187,7 +187,7 @@ def batchnorm_layers(module: nn.Module) -> dict[str, _BatchNorm]:
 def _check_fields(bn: nn.Module, label: str, what: str) -> None:
     """Raise ``ValueError`` when ``bn`` lacks a field a torch BatchNorm has and a conversion copies: ``num_features``
     (a positive integer matching ``running_mean``), ``eps`` (a number >= 0), ``affine`` (a bool, with ``weight`` and
-    ``bias`` tensors of ``num_features`` values when True). Another library's norm layer may name them otherwise."""
+    ``bias`` tensors when True). Another library's norm layer may name them otherwise."""
     c, eps, affine = (getattr(bn, k, None) for k in ("num_features", "eps", "affine"))
     problems = []
     if not isinstance(c, numbers.Integral) or isinstance(c, bool) or c < 1:

@@ -409,7 +409,8 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
 
 
 def _skipped_words(skipped: list) -> str:
-    """``"batch 7 (1 sample): a BatchNorm would ..."`` for each skipped batch (the first three, then a count)."""
+    """``"batch 7 (1 sample, counted from 0): a BatchNorm would ..."`` for each skipped batch (the first three,
+    then a count)."""
     shown = "; ".join(f"batch {i} ({'?' if r is None else r} sample{'' if r == 1 else 's'}, counted from 0): {why}"
                       for i, r, why in skipped[:3])
     return shown + (f"; and {len(skipped) - 3} more" if len(skipped) > 3 else "")
