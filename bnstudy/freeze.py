@@ -24,7 +24,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 # The book's freeze modes live in bnstudy.study.modes, the norm-layer rules in bnstudy.norms (one import path per name).
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
-from .norms import (PRECISE_MARK, has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
+from .norms import (PRECISE_MARK, STANDARD_EVAL_FORWARDS, _hookless_copy, computes_standard_eval, eval_output_difference,
+                    has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
                     keeps_running_stats, statistics_source, updates_running_stats)
 
 #: Attribute :func:`pin_eval` sets (``True``) on every module it pins, besides the ``train`` override. TorchScript
@@ -183,6 +184,47 @@ def batchnorm_layers(module: nn.Module) -> dict[str, _BatchNorm]:
 # ---------------------------------------------------------------------------
 
 
+def _check_fields(bn: nn.Module, label: str, what: str) -> None:
+    """Raise ``ValueError`` when ``bn`` lacks a field a torch BatchNorm has and a conversion copies: ``num_features``
+    (a positive integer matching ``running_mean``), ``eps`` (a number >= 0), ``affine`` (a bool, with ``weight`` and
+    ``bias`` tensors when True). Another library's norm layer may name them otherwise."""
+    c, eps, affine = (getattr(bn, k, None) for k in ("num_features", "eps", "affine"))
+    problems = []
+    if not isinstance(c, numbers.Integral) or isinstance(c, bool) or c < 1:
+        problems.append(f"num_features is {describe(c)}, not a positive integer")
+    elif isinstance(getattr(bn, "running_mean", None), torch.Tensor) and bn.running_mean.numel() != c:
+        problems.append(f"num_features={c} but running_mean holds {bn.running_mean.numel()} values")
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not eps >= 0 or eps == float("inf"):
+        problems.append(f"eps is {describe(eps)}, not a finite number >= 0"
+                        + (" (the class has no eps attribute)" if not hasattr(bn, "eps") else ""))
+    if not isinstance(affine, bool):
+        problems.append(f"affine is {describe(affine)}, not True or False")
+    elif affine and not (isinstance(getattr(bn, "weight", None), torch.Tensor)
+                         and isinstance(getattr(bn, "bias", None), torch.Tensor)):
+        problems.append("affine is True but weight and bias are not both tensors")
+    if problems:
+        raise ValueError(f"cannot {what} {type(bn).__name__} {label} ({type(bn).__module__}): it does not have "
+                         f"torch BatchNorm's fields: {'; '.join(problems)}. Nothing was changed. Convert it with its own "
+                         "library's tool, or keep it and pin it in eval mode (bnstudy.pin_norm_eval)")
+
+
+def _refuse_changed_output(old: nn.Module, new: nn.Module, label: str, into: str) -> None:
+    """Raise ``ValueError`` unless ``new`` computes ``old``'s eval output bit for bit: by construction when both run
+    torch's kernel (:func:`bnstudy.norms.computes_standard_eval`), else measured on probe inputs
+    (:func:`bnstudy.norms.eval_output_difference`)."""
+    if computes_standard_eval(old) and computes_standard_eval(new):
+        return
+    why = eval_output_difference(old, new)
+    if why is not None:
+        raise ValueError(
+            f"cannot turn {type(old).__name__} {label} ({type(old).__module__}) into {into} without changing what "
+            f"it computes: {why}. A class with a forward of its own does more than normalise (timm's "
+            "BatchNormAct2d applies its activation inside the norm layer), which the replacement would drop. "
+            "Nothing was changed. Use its "
+            "library's own conversion (timm: timm.layers.freeze_batch_norm_2d / convert_sync_batchnorm), or keep "
+            "the layer and pin it in eval mode (bnstudy.pin_norm_eval)")
+
+
 class FrozenBatchNorm(nn.Module):
     """BatchNorm with fixed statistics: ``running_mean``/``running_var`` and the affine as buffers.
 
@@ -215,7 +257,7 @@ class FrozenBatchNorm(nn.Module):
                  momentum: float | None = 0.1, source_class: type = nn.BatchNorm2d):
         super().__init__()
         check_int("FrozenBatchNorm", "num_features", num_features)
-        check_number("FrozenBatchNorm", "eps", eps, minimum=0, strict_minimum=True)
+        check_number("FrozenBatchNorm", "eps", eps, minimum=0)  # eps=0 is torch's too (BatchNorm2d(4, eps=0))
         check_bool("FrozenBatchNorm", "affine", affine)
         if momentum is not None and (not isinstance(momentum, numbers.Real) or isinstance(momentum, bool)):
             raise TypeError(f"FrozenBatchNorm: momentum must be a number or None (kept for to_batchnorm), got "
@@ -240,12 +282,24 @@ class FrozenBatchNorm(nn.Module):
         :mod:`bnstudy.norms`). What decides convertibility is what the layer
         computes in eval mode, not its ``track_running_stats`` flag: a layer
         with ``running_mean``/``running_var`` buffers normalises with them in
-        eval mode, and that is what the frozen layer computes. Raises
-        ``ValueError`` (naming the layer as ``name``) when ``bn`` is not such a
-        layer (InstanceNorm: pin it with :func:`pin_norm_eval` instead), has no
-        running-statistics buffers (it normalises with batch statistics even in
-        eval mode, whatever its flag says), or is a lazy layer that has not seen
-        an input yet.
+        eval mode, and that is what the frozen layer computes.
+
+        The frozen layer must compute what ``bn`` computes in eval mode, bit for
+        bit. That holds by construction when ``bn``'s class runs torch's own
+        ``forward`` (:func:`bnstudy.norms.computes_standard_eval`); a class with a
+        ``forward`` of its own (timm's ``BatchNormAct2d`` applies its activation
+        there, detectron2's ``NaiveSyncBatchNorm`` calls torch's) is checked on
+        probe inputs (:func:`bnstudy.norms.eval_output_difference`) and refused
+        when the outputs differ.
+
+        Raises ``ValueError`` (naming the layer as ``name``) when ``bn`` is not
+        such a layer (InstanceNorm: pin it with :func:`pin_norm_eval` instead),
+        has no running-statistics buffers (it normalises with batch statistics
+        even in eval mode, whatever its flag says), is a lazy layer that has not
+        seen an input yet, lacks a field torch's layers have (``num_features``,
+        ``eps`` >= 0, ``affine``; another library's layer may name them
+        otherwise), or computes something else in eval mode (an activation in
+        its ``forward``): in each case before anything is built or changed.
         """
         check_module("FrozenBatchNorm.from_batchnorm", "bn", bn)
         check_str("FrozenBatchNorm.from_batchnorm", "name", name)
@@ -257,22 +311,24 @@ class FrozenBatchNorm(nn.Module):
                              f"subclass){hint}")
         if not has_running_stats(bn):
             raise ValueError(f"BatchNorm {label} has no running_mean/running_var buffers (its track_running_stats "
-                             f"flag is {bn.track_running_stats}): there are no running statistics to freeze, and it "
-                             "normalises with batch statistics even in eval mode")
-        lazy = [t for t in (bn.weight, bn.running_mean) if t is not None and nn.parameter.is_lazy(t)]
+                             f"flag is {getattr(bn, 'track_running_stats', None)}): there are no running statistics "
+                             "to freeze, and it normalises with batch statistics even in eval mode")
+        lazy = [t for t in (getattr(bn, "weight", None), bn.running_mean) if t is not None and nn.parameter.is_lazy(t)]
         if lazy:
             raise ValueError(f"BatchNorm {label} is lazy and uninitialised; run one forward pass before freezing it")
-        frozen = cls(bn.num_features, bn.eps, bn.affine, bn.momentum, type(bn))
+        _check_fields(bn, label, "freeze")
+        frozen = cls(bn.num_features, bn.eps, bn.affine, getattr(bn, "momentum", None), type(bn))
         if bn.affine:
             frozen.weight = bn.weight.detach().clone()
             frozen.bias = bn.bias.detach().clone()
         frozen.running_mean = bn.running_mean.detach().clone()
         frozen.running_var = bn.running_var.detach().clone()
-        if getattr(bn, "num_batches_tracked", None) is not None:
+        if isinstance(getattr(bn, "num_batches_tracked", None), torch.Tensor):
             frozen.num_batches_tracked = bn.num_batches_tracked.detach().clone()
         if hasattr(bn, PRECISE_MARK):  # statistics from update_bn_stats stay known as an estimate
             setattr(frozen, PRECISE_MARK, getattr(bn, PRECISE_MARK))
         frozen.train(bn.training)
+        _refuse_changed_output(bn, frozen, label, "a FrozenBatchNorm")
         return frozen
 
     def to_batchnorm(self) -> _BatchNorm:
@@ -282,11 +338,14 @@ class FrozenBatchNorm(nn.Module):
         (BatchNorm's default; freeze it again if you need to). The new layer's
         train/eval flag copies this module's. Raises ``ValueError`` when
         ``source_class`` cannot be built as ``source_class(num_features, eps=,
-        momentum=, affine=)`` (a subclass with another constructor).
+        momentum=, affine=)`` (a subclass with another constructor), or when the
+        rebuilt layer would compute something else in eval mode than this one (a
+        ``source_class`` with a ``forward`` of its own, checked as
+        :meth:`from_batchnorm` checks), before anything is changed.
         """
         try:
             bn = self.source_class(self.num_features, eps=self.eps, momentum=self.momentum, affine=self.affine)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise ValueError(f"cannot rebuild {self.source_class.__name__}(num_features, eps=, momentum=, affine=): "
                              f"{e}") from None
         if self.affine:
@@ -298,6 +357,7 @@ class FrozenBatchNorm(nn.Module):
         if hasattr(self, PRECISE_MARK):
             setattr(bn, PRECISE_MARK, getattr(self, PRECISE_MARK))
         bn.train(self.training)
+        _refuse_changed_output(self, bn, f"({self.source_class.__name__} source)", f"a {self.source_class.__name__}")
         return bn
 
     @torch.jit.unused
@@ -322,6 +382,9 @@ class FrozenBatchNorm(nn.Module):
                 f"source={self.source_class.__name__}")
 
 
+STANDARD_EVAL_FORWARDS.add(FrozenBatchNorm.forward)  # F.batch_norm(training=False) on its buffers: torch's eval kernel
+
+
 def freeze_batchnorm(module: nn.Module) -> nn.Module:
     """Replace every BatchNorm in ``module`` by a :class:`FrozenBatchNorm`; returns the converted module.
 
@@ -335,12 +398,20 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     converted (its train-mode output is per-sample, not a BatchNorm's): pin it
     with :func:`pin_norm_eval`, or use :func:`freeze_modules`, which does both. The converted
     model computes what the original computes in eval mode, bit for bit, and
-    stays that way through ``.train()``. An :class:`UnfrozenBatchNorm2d` (a layer
+    stays that way through ``.train()``: for torch's own layers by construction,
+    and for a subclass with a ``forward`` of its own (timm's ``BatchNormAct2d``,
+    whose activation sits inside the norm layer) by a check on probe inputs
+    (:meth:`FrozenBatchNorm.from_batchnorm`); a layer that fails it, or that lacks
+    torch's fields (another library's layer without ``eps``), is refused, and
+    since every replacement is built before the first swap, the model is then
+    untouched (``eps=0`` is carried as it is). An :class:`UnfrozenBatchNorm2d` (a layer
     :func:`unfreeze_batchnorm` made from another library's FrozenBatchNorm2d) goes
     back to that library's class, so the round trip is exact too. Undo with
     :func:`unfreeze_batchnorm`.
     Raises ``ValueError`` naming the first layer with
-    ``track_running_stats=False`` or an uninitialised lazy layer, ``TypeError`` if ``module`` is not an
+    ``track_running_stats=False``, an uninitialised lazy layer, or a layer the
+    frozen layer would not compute bit for bit (as above), before changing
+    anything; ``TypeError`` if ``module`` is not an
     ``nn.Module`` or is a TorchScript module (convert before scripting).
     """
     check_module("freeze_batchnorm", "module", module)
@@ -422,7 +493,8 @@ class _UnfrozenMixin:
             raise ValueError(f"cannot unfreeze {type(frozen).__name__} {label}: its running_mean, running_var, "
                              "weight and bias must be 1-D buffers of one length")
         bn = cls(c, eps=float(frozen.eps), affine=w is not None)
-        bn.frozen_class = type(frozen)
+        # this package's FrozenBatchNorm computes BatchNorm's own eval kernel (and its forward needs its own methods)
+        bn.frozen_class = None if isinstance(frozen, FrozenBatchNorm) else type(frozen)
         bn = bn.to(device=rm.device, dtype=rm.dtype)
         with torch.no_grad():
             if w is not None:
@@ -434,14 +506,16 @@ class _UnfrozenMixin:
             if isinstance(nbt, torch.Tensor):
                 bn.num_batches_tracked.copy_(nbt)
         bn.train(frozen.training)
+        _refuse_changed_output(frozen, bn, label, f"an {cls.__name__}")
         return bn
 
     def to_frozen(self) -> nn.Module:
         """The layer as an instance of ``frozen_class`` again (its statistics and affine copied); our own
-        :class:`FrozenBatchNorm` if that class cannot be built as ``frozen_class(num_features, eps=eps)``."""
+        :class:`FrozenBatchNorm` if that class cannot be built as ``frozen_class(num_features, eps=eps)``.
+        Raises ``ValueError`` when the result would not compute this layer's eval output bit for bit."""
         try:
             out = self.frozen_class(self.num_features, eps=self.eps)
-        except TypeError:
+        except (TypeError, ValueError):
             return FrozenBatchNorm.from_batchnorm(self)
         out = out.to(device=self.running_mean.device, dtype=self.running_mean.dtype)
         with torch.no_grad():
@@ -453,6 +527,7 @@ class _UnfrozenMixin:
             if isinstance(nbt, torch.Tensor):
                 nbt.copy_(self.num_batches_tracked)
         out.train(self.training)
+        _refuse_changed_output(self, out, type(self).__name__, f"a {self.frozen_class.__name__}")
         return out
 
 
@@ -519,6 +594,22 @@ def _from_frozen(m: nn.Module, name: str):
 
 
 def _convert(module: nn.Module, name: str, memo: dict, make) -> nn.Module:
+    """Replace, recursively and in place, every module for which ``make(module, name)`` returns a new one; returns
+    ``module`` or its replacement. Every replacement is built first and only then swapped in, so when ``make``
+    raises (a layer it refuses) the model is untouched."""
+    plan: list = []
+    out = _plan(module, name, memo, make, plan)
+    _apply(plan)
+    return out
+
+
+def _apply(plan: list) -> None:
+    for parent, child_name, new in plan:
+        setattr(parent, child_name, new)
+
+
+def _plan(module: nn.Module, name: str, memo: dict, make, plan: list) -> nn.Module:
+    """:func:`_convert` without the swaps: append ``(parent, child_name, replacement)`` to ``plan``."""
     if id(module) in memo:
         return memo[id(module)]
     new = make(module, name)
@@ -529,9 +620,9 @@ def _convert(module: nn.Module, name: str, memo: dict, make) -> nn.Module:
     for child_name, child in list(module._modules.items()):  # not named_children(): it skips a repeated child
         if child is None:
             continue
-        converted = _convert(child, f"{name}.{child_name}" if name else child_name, memo, make)
+        converted = _plan(child, f"{name}.{child_name}" if name else child_name, memo, make, plan)
         if converted is not child:
-            setattr(module, child_name, converted)
+            plan.append((module, child_name, converted))
     return module
 
 
@@ -713,28 +804,36 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     shared FrozenBatchNorm). What acts on the object itself reaches every name,
     as sharing means: a shared parameter (tied weights) gets
     ``requires_grad=False`` everywhere, a shared InstanceNorm is pinned everywhere.
-    Raises ``ValueError`` naming an unknown name or a shared layer as above,
-    ``TypeError`` for a missing ``names``, arguments of the wrong type, or a
-    TorchScript model (freeze before scripting).
+    Raises ``ValueError`` naming an unknown name, a shared layer as above, or a
+    BatchNorm :func:`freeze_batchnorm` refuses (a ``forward`` of its own that
+    the frozen layer would not compute, fields torch's layers have missing),
+    before changing anything (flags, pins and layers are changed only once
+    every replacement is built); ``TypeError`` for a missing ``names``,
+    arguments of the wrong type, or a TorchScript model (freeze before scripting).
     """
     names = _resolve(model, names, whole_model, "freeze_modules")
     if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
         raise ValueError(f"freeze_modules: the root is a {type(model).__name__}; name it from its parent "
                          "(freeze_modules(parent, ['bn'])) or use freeze_batchnorm(layer) and keep the return value")
     _check_not_shared_outside(model, names, "freeze_modules", is_batch_norm)
-    state = model.__dict__.setdefault(_FREEZE_STATE, {})
     # every name's flags before any change: a layer shared by two named submodules is frozen by the first
     records = {name: dict(requires_grad={n: p.requires_grad for n, p in model.get_submodule(name).named_parameters()},
                           pinned=[]) for name in names}
     memo: dict = {}  # one conversion for the whole call: a layer shared by two named submodules stays shared
+    # every replacement is built (and checked) before anything changes: a refused layer leaves the model untouched
+    plans = {}
     for name in names:
-        sub = model.get_submodule(name)
+        sub, plan = model.get_submodule(name), []
+        plans[name] = (sub, _plan(sub, name, memo, _to_frozen, plan), plan)
+    state = model.__dict__.setdefault(_FREEZE_STATE, {})
+    for name in names:
+        sub, new, plan = plans[name]
         record = records[name]
         sub.requires_grad_(False)
-        if is_batch_norm(sub):
-            _swap(model, name, _convert(sub, name, memo, _to_frozen))
+        _apply(plan)
+        if new is not sub:
+            _swap(model, name, new)
         else:
-            _convert(sub, name, memo, _to_frozen)
             for n, m in sub.named_modules():
                 if keeps_running_stats(m) and not is_pinned(m):
                     record["pinned"].append((n, m.training))
@@ -772,14 +871,16 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
         _check_unfreezable(model.get_submodule(name), "unfreeze_modules", name)
     state = model.__dict__.get(_FREEZE_STATE, {})
     memo: dict = {}
+    plans = {}
+    for name in names:  # built (and checked) before anything changes
+        sub, plan = model.get_submodule(name), []
+        plans[name] = (sub, _plan(sub, name, memo, _from_frozen, plan), plan)
     for name in names:
-        sub = model.get_submodule(name)
+        old, sub, plan = plans[name]
         record = state.pop(name, None)
-        if is_frozen_batchnorm(sub):
-            sub = _convert(sub, name, memo, _from_frozen)
+        _apply(plan)
+        if sub is not old:
             _swap(model, name, sub)
-        else:
-            _convert(sub, name, memo, _from_frozen)
         if record is None:
             sub.requires_grad_(True)
             continue
@@ -863,9 +964,19 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     held twice by the *same* parent (``nn.ModuleList([bn, bn])``) is converted
     at its first slot only and torch leaves the original layer (with its pin)
     at the others. Returns the converted module (use the return value: a bare
-    BatchNorm is replaced). Raises ``TypeError`` if ``module`` is not an
-    ``nn.Module``, is a TorchScript module, or ``process_group`` is not a
-    ``ProcessGroup``.
+    BatchNorm is replaced).
+
+    A ``_BatchNorm`` subclass with a ``forward`` of its own (timm's
+    ``BatchNormAct2d`` applies its activation inside the norm layer) becomes a
+    plain SyncBatchNorm under torch's conversion, which drops what that
+    ``forward`` did. Each such layer is checked first: converted (on a copy)
+    and compared in eval mode on probe inputs
+    (:func:`bnstudy.norms.eval_output_difference`); where the outputs differ,
+    or the layer lacks torch's fields (``eps``...), the call raises
+    ``ValueError`` naming the layer before anything is changed (timm's own
+    ``timm.layers.convert_sync_batchnorm`` keeps the activation). Raises
+    ``TypeError`` if ``module`` is not an ``nn.Module``, is a TorchScript module,
+    or ``process_group`` is not a ``ProcessGroup``.
     """
     check_module("convert_sync_batchnorm", "module", module)
     _refuse_script_module("convert_sync_batchnorm", "module", module)
@@ -873,6 +984,16 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
         raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
                         f"torch.distributed.ProcessGroup, got {describe(process_group)}")
+    for n, m in module.named_modules():  # what torch converts: every _BatchNorm; checked before anything changes
+        if isinstance(m, _BatchNorm) and not computes_standard_eval(m):
+            label = repr(n) if n else type(m).__name__
+            _check_fields(m, label, "convert to SyncBatchNorm")
+            try:
+                sync = nn.SyncBatchNorm.convert_sync_batchnorm(_hookless_copy(m), process_group)
+            except Exception as e:  # noqa: BLE001 - torch's conversion failed on a copy: say so, change nothing
+                raise ValueError(f"convert_sync_batchnorm: torch's conversion fails on {type(m).__name__} {label} "
+                                 f"({type(e).__name__}: {e}); nothing was changed") from e
+            _refuse_changed_output(m, sync, label, "a SyncBatchNorm")
     # every name, not named_modules()'s first one: torch splits a shared layer into one copy per parent
     pinned = {n for n, m in module.named_modules(remove_duplicate=False) if is_pinned(m)}
     stays = eval_after_train(module)

@@ -36,6 +36,7 @@ BatchNorm1d follows the BatchNorm rule, reading the same ``training``,
 
 from __future__ import annotations
 
+import copy
 import numbers
 import re
 import sys
@@ -289,3 +290,149 @@ def norm_layers(model: nn.Module, with_running_stats: bool = False) -> dict[str,
         elif statistics_source(m) is not None:
             out[name] = m
     return out
+
+
+# --- Does a replacement compute what a layer computes in eval mode? (conversions ask before changing anything) ---
+
+#: ``forward`` functions whose eval-mode output is exactly ``F.batch_norm(x, running_mean, running_var, weight, bias,
+#: training=False, momentum, eps)`` of the layer's own fields (batch statistics when it has no buffers). A layer of
+#: a class with one of these, without an instance ``forward`` or a class ``__call__`` of its own, is converted
+#: without a probe. :class:`bnstudy.freeze.FrozenBatchNorm` adds its own forward.
+STANDARD_EVAL_FORWARDS: set = {_BatchNorm.forward, nn.SyncBatchNorm.forward}
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+               "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+
+#: Normalised values ``z`` each probe channel holds (``x = running_mean + sqrt(running_var + eps) * z``): both signs,
+#: zero, tiny and large values, so an activation, a clamp or a rescale inside ``forward`` shows.
+PROBE_Z = (-1000.0, -40.0, -6.0, -3.0, -1.5, -1.0, -0.5, -0.1, -1e-3, 0.0, 1e-3, 0.1, 0.5, 1.0, 1.5, 3.0, 6.0, 40.0,
+           1000.0, -0.73, 0.27, 2.2, -2.6, 0.9)
+
+#: Probe shapes ``(N, *spatial)`` for each input rank (24 values per channel, as :data:`PROBE_Z`).
+_PROBE_SHAPES = {2: (24,), 3: (4, 6), 4: (2, 3, 4), 5: (2, 2, 2, 3)}
+
+
+def computes_standard_eval(module: nn.Module) -> bool:
+    """Whether ``module``'s eval output is, by its code, torch's BatchNorm eval kernel on its own fields: its class's
+    ``forward`` is in :data:`STANDARD_EVAL_FORWARDS` (``_BatchNorm.forward``, ``SyncBatchNorm.forward``,
+    FrozenBatchNorm's), with no ``forward`` set on the instance and no ``__call__`` of its own class. A subclass that
+    overrides ``forward`` (timm's ``BatchNormAct2d`` applies its activation there) does not count, whatever it
+    computes: :func:`eval_output_difference` measures that."""
+    cls = type(module)
+    return (not is_script_module(module) and getattr(cls, "forward", None) in STANDARD_EVAL_FORWARDS
+            and "forward" not in module.__dict__ and cls.__call__ is nn.Module.__call__)
+
+
+def _hookless_copy(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` without its hooks (an audit's hooks must not see a probe, nor be copied)."""
+    memo: dict = {}
+    for m in module.modules():
+        for k in _HOOK_DICTS:
+            d = m.__dict__.get(k)
+            if d is not None:
+                memo[id(d)] = type(d)()
+    return copy.deepcopy(module, memo)
+
+
+def _probe(module: nn.Module, rank: int) -> torch.Tensor:
+    """A probe input of rank ``rank`` for ``module``: channel ``c`` holds ``mean_c + sd_c * z`` for z in
+    :data:`PROBE_Z`, with the layer's running statistics (0 and 1 when it has none), in its dtype and on its device."""
+    c = _channels(module)
+    ref = next((t for t in (getattr(module, "running_mean", None), getattr(module, "weight", None))
+                if isinstance(t, torch.Tensor)), None)
+    dtype = ref.dtype if ref is not None and ref.is_floating_point() else torch.float32
+    device = ref.device if ref is not None else torch.device("cpu")
+    mean = torch.zeros(c, dtype=torch.float64)
+    sd = torch.ones(c, dtype=torch.float64)
+    rm, rv = getattr(module, "running_mean", None), getattr(module, "running_var", None)
+    if isinstance(rm, torch.Tensor) and isinstance(rv, torch.Tensor) and rm.numel() == c and rv.numel() == c:
+        eps = getattr(module, "eps", 0.0)
+        eps = float(eps) if isinstance(eps, numbers.Real) else 0.0
+        mean = rm.detach().double().cpu().reshape(c)
+        sd = (rv.detach().double().cpu().reshape(c) + eps).clamp_min(0).sqrt()
+        mean, sd = torch.nan_to_num(mean), torch.nan_to_num(sd, nan=1.0)
+    z = torch.tensor(PROBE_Z, dtype=torch.float64)
+    x = mean[:, None] + sd[:, None] * z[None, :]  # (C, 24)
+    big = torch.finfo(dtype).max / 4
+    x = x.clamp(-big, big).T.reshape(_PROBE_SHAPES[rank] + (c,))  # (*, C): values of one sample position by channel
+    x = x.movedim(-1, 1) if rank > 2 else x
+    return x.contiguous().to(device=device, dtype=dtype)
+
+
+def _same(a, b) -> bool:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def eval_output_difference(old: nn.Module, new: nn.Module) -> str | None:
+    """``None`` when ``new`` computes in eval mode what ``old`` computes, bit for bit (``torch.equal``, NaN where
+    both are NaN), on probe inputs of every rank (2 to 5) both accept (a rank only ``new`` refuses raises there
+    rather than changing silently); otherwise a sentence saying where they differ (the rank, the largest
+    ``|difference|``) or why it could not be checked (no rank both accept, no number of channels, cannot be copied).
+
+    The probes (:data:`PROBE_Z`) put each channel's normalised value at both signs, zero and up to 1000 standard
+    deviations, so an activation, clamp, dropout-free rescale or extra term inside ``forward`` shows; a forward that
+    differs only on inputs outside them (another batch size, a spatial size) is not seen. Both layers are run as
+    hook-free deep copies (``model`` and its hooks, an audit's included, see nothing), in eval mode, under
+    ``torch.no_grad()`` with the global RNG forked; neither is changed.
+    """
+    if _channels(old) is None:
+        return ("it has neither num_features nor a 1-D running_mean, so its number of channels, and its output, "
+                "could not be checked")
+    try:
+        a, b = _hookless_copy(old), _hookless_copy(new)
+    except Exception as e:  # noqa: BLE001 - any failure to copy means: not checked, refuse
+        return f"it could not be copied to check its output ({type(e).__name__}: {e})"
+    for m in list(a.modules()) + list(b.modules()):
+        m.training = False
+    checked = []
+    first_error = None
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        for rank in sorted(_PROBE_SHAPES, key=lambda r: r != _preferred_rank(old)):
+            x = _probe(old, rank)
+            try:
+                ya = a(x)
+            except Exception as e:  # noqa: BLE001 - a rank the layer does not take
+                first_error = first_error or e
+                continue
+            try:
+                yb = b(x)
+            except Exception as e:  # noqa: BLE001 - the replacement refuses this rank: loud, not a silent change
+                first_error = first_error or e
+                continue
+            if not _same(ya, yb):
+                if isinstance(ya, torch.Tensor) and isinstance(yb, torch.Tensor) and ya.shape == yb.shape:
+                    diff = (ya.double() - yb.double()).abs()
+                    worst = float(torch.nan_to_num(diff, nan=float("inf")).max())
+                    return (f"its eval output differs from the replacement's by up to {worst:.4g} on a rank-{rank} "
+                            f"probe {tuple(x.shape)}")
+                return f"its eval output on a rank-{rank} probe is {_what(ya)}, the replacement's {_what(yb)}"
+            checked.append(rank)
+    if not checked:
+        return (f"it and its replacement ran on no common probe input (ranks 2 to 5): {type(first_error).__name__}: "
+                f"{first_error}")
+    return None
+
+
+def _channels(module: nn.Module) -> int | None:
+    """The layer's number of channels: ``num_features``, else the length of a 1-D ``running_mean`` (torchvision's
+    ``FrozenBatchNorm2d`` keeps no ``num_features``); None when neither is there."""
+    c = getattr(module, "num_features", None)
+    if isinstance(c, numbers.Integral) and not isinstance(c, bool) and c >= 1:
+        return int(c)
+    rm = getattr(module, "running_mean", None)
+    return int(rm.numel()) if isinstance(rm, torch.Tensor) and rm.dim() == 1 and rm.numel() else None
+
+
+def _preferred_rank(module: nn.Module) -> int:
+    name = type(module).__name__
+    return 2 if "1d" in name else 5 if "3d" in name else 4
+
+
+def _what(y) -> str:
+    if isinstance(y, torch.Tensor):
+        return f"a {str(y.dtype).removeprefix('torch.')} tensor of shape {tuple(y.shape)}"
+    return f"a {type(y).__name__}"

@@ -29,7 +29,9 @@ the result equals the statistics of the concatenated data up to float rounding.
 Every function that takes ``batches`` accepts what users hold: an iterable of
 input tensors, or a ``DataLoader`` yielding tensors, ``(x, y)`` tuples/lists or
 dicts; ``input_fn`` (default :func:`batch_input`) turns one batch into the
-model's input, as fvcore's ``update_bn_stats`` users pass a preprocessing hook.
+model's input, as fvcore's ``update_bn_stats`` users pass a preprocessing hook,
+and ``forward(model, batch)`` replaces the call altogether for a model whose
+forward takes several inputs or keywords (``lambda m, b: m(**b)``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from torch import nn
 from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_module,
                       check_number, describe, module_names, user_stacklevel)
 from .freeze import batchnorm_layers, is_pinned, _refuse_script_module, unpin
-from .norms import compiled_original, has_running_stats, is_batch_norm, keeps_running_stats, mark_precise_estimate
+from .norms import (compiled_original, computes_standard_eval, has_running_stats, is_batch_norm, keeps_running_stats,
+                    mark_precise_estimate)
 
 #: Dict keys :func:`batch_input` looks for, in order, when a batch is a dict.
 INPUT_KEYS = ("input", "inputs", "x", "image", "images", "img", "pixel_values", "data")
@@ -77,11 +80,19 @@ def batch_input(batch: Any) -> Any:
 _BATCHES = "an iterable of batches (a list of tensors, (x, y) pairs or dicts, or a DataLoader)"
 
 
-def _inputs(batches, input_fn: Callable | None, num_iters: int | None, fn: str):
-    """Check the arguments now (not at the first ``next``) and return a generator of model inputs."""
+def _inputs(batches, input_fn: Callable | None, num_iters: int | None, fn: str, forward: Callable | None = None):
+    """Check the arguments now (not at the first ``next``) and return a generator of model inputs (of the batches
+    themselves when ``forward`` is given: :func:`_run` hands each to it)."""
     check_callable(fn, "input_fn", input_fn, "a function from one batch to the model's input")
+    check_callable(fn, "forward", forward, "a function forward(model, batch) that runs the model on one batch")
+    if forward is not None and input_fn is not None:
+        raise ValueError(f"{fn}: give input_fn (one batch -> the model's input, called as model(input)) or forward "
+                         "(forward(model, batch) runs the model itself), not both")
     check_int(fn, "num_iters", num_iters, allow_none=True, what="a positive integer or None (every batch)")
     check_iterable(fn, "batches", batches, _BATCHES)
+    if forward is not None:
+        it = iter(batches)
+        return it if num_iters is None else itertools.islice(it, num_iters)
     return _input_stream(batches, input_fn, num_iters, fn)
 
 
@@ -99,6 +110,26 @@ def _input_stream(batches, input_fn, num_iters, fn):
             raise TypeError(f"{fn}: batches must be {_BATCHES}; it yielded a batch it cannot read "
                             f"({describe(b)}): {e}") from None
         yield x
+
+
+def _run(model: nn.Module, item, forward: Callable | None):
+    """One forward pass: ``forward(model, batch)`` when given, else ``model(input)``."""
+    return model(item) if forward is None else forward(model, item)
+
+
+def _rows(item) -> int | None:
+    """The number of samples in a model input (the first dimension of its first tensor), or None."""
+    if isinstance(item, torch.Tensor):
+        return int(item.shape[0]) if item.dim() else None
+    values = item.values() if isinstance(item, dict) else item if isinstance(item, (tuple, list)) else ()
+    for v in values:
+        r = _rows(v)
+        if r is not None:
+            return r
+    return None
+
+
+_ONE_VALUE = "Expected more than 1 value per channel when training"
 
 
 class _PooledMoments:
@@ -169,8 +200,8 @@ def _refuse_nonfinite(estimates: dict, moments: dict, bns: dict) -> None:
 
 @torch.no_grad()
 def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None = None,
-                    input_fn: Callable | None = None, modules: str | nn.Module | Iterable | None = None
-                    ) -> dict[str, int]:
+                    input_fn: Callable | None = None, modules: str | nn.Module | Iterable | None = None, *,
+                    forward: Callable | None = None) -> dict[str, int]:
     """Re-estimate the population statistics of the BatchNorm layers of ``model`` on ``batches`` and write them in place.
 
     fvcore's ``update_bn_stats`` contract (precise BN; AdaBN when ``batches``
@@ -201,10 +232,29 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
     A layer the forward passes never reached keeps its statistics. A layer
     called several times per batch (shared) pools all its calls.
 
-    ``model``: any ``nn.Module``; it is called as ``model(input_fn(batch))``.
+    Unusable batches are skipped with a ``RuntimeWarning`` naming each (its
+    index counted from 0 and its size): a batch of one sample that a layer
+    would receive as one value per channel (``(1, C)`` into a BatchNorm1d:
+    torch's train-mode kernel raises "Expected more than 1 value per
+    channel", the usual last batch of a DataLoader without ``drop_last``,
+    which :func:`bnstudy.lint_loader` lints as ``last_batch_single``), and an
+    empty batch. Such a batch contributes nothing to any layer (the layers it
+    reached before the refusing one forget it) and is not counted in
+    ``num_batches_tracked``; the estimate pools the other batches. A batch of
+    one image into a BatchNorm2d holds ``H x W`` values per channel, which
+    torch accepts: it is pooled like any other, each value weighted equally.
+    When no batch is usable the call raises ``ValueError`` with every
+    statistic restored.
+
+    ``model``: any ``nn.Module``; it is called as ``model(input_fn(batch))``,
+    or as ``forward(model, batch)`` when ``forward`` is given: the way to
+    estimate a model whose forward takes several inputs or keywords
+    (``forward=lambda m, b: m(b["ids"], b["mask"])``, ``lambda m, b: m(**b)``);
+    give ``input_fn`` or ``forward``, not both (``ValueError``).
     ``batches``: an iterable of batches (tensors, ``(x, y)`` tuples, dicts,
-    e.g. a ``DataLoader``). ``num_iters``: how many batches to use (None: all);
-    raises ``ValueError`` if ``batches`` yields fewer (fvcore asserts the same).
+    e.g. a ``DataLoader``). ``num_iters``: how many batches to use (None: all;
+    skipped batches count, as they are read); raises ``ValueError`` if
+    ``batches`` yields fewer (fvcore asserts the same).
     ``input_fn``: one batch -> the model's input (default :func:`batch_input`).
     ``modules``: which layers to re-estimate: qualified names or module objects
     of ``model`` (one or a list; the BatchNorm layers inside them), or None
@@ -235,7 +285,7 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
     _refuse_script_module("update_bn_stats", "model", model)
     model = compiled_original(model)
     bns = _estimated_layers(model, modules, "update_bn_stats")
-    inputs = _inputs(batches, input_fn, num_iters, "update_bn_stats")
+    inputs = _inputs(batches, input_fn, num_iters, "update_bn_stats", forward)
     flags = [(m, m.training) for m in model.modules()]
     saved = {}
     for n, m in bns.items():
@@ -244,7 +294,7 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
                         var=m.running_var.clone(), nbt=None if nbt is None else nbt.clone(), had_nbt=nbt is not None)
     moments = {n: _PooledMoments() for n in bns}
     handles = [m.register_forward_pre_hook(moments[n]) for n, m in bns.items()]
-    n_batches = 0
+    n_batches, skipped = 0, []
     try:
         for m in model.modules():
             m.training = False
@@ -257,12 +307,30 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
             m.momentum = None  # torch's own update is overwritten below; it keeps num_batches_tracked counting
         with torch.random.fork_rng(devices=[]):
             for x in inputs:
-                model(x)
                 n_batches += 1
+                rows = _rows(x)
+                if rows == 0:
+                    skipped.append((n_batches - 1, 0, "it holds no sample"))
+                    continue
+                before = {n: (mo.count, mo.mean, mo.m2) for n, mo in moments.items()}
+                counted = {n: m.num_batches_tracked.clone() for n, m in bns.items()}
+                try:
+                    _run(model, x, forward)
+                except ValueError as e:  # torch's train-mode BatchNorm refuses one value per channel
+                    if _ONE_VALUE not in str(e):
+                        raise
+                    for n, mo in moments.items():  # the layers before the refusing one saw this batch: forget it
+                        mo.count, mo.mean, mo.m2 = before[n]
+                    for n, m in bns.items():
+                        m.num_batches_tracked.copy_(counted[n])
+                    skipped.append((n_batches - 1, rows, f"a BatchNorm would normalise one value per channel ({e})"))
         if n_batches == 0:
             raise ValueError("update_bn_stats: batches is empty")
         if num_iters is not None and n_batches < num_iters:
             raise ValueError(f"update_bn_stats: num_iters={num_iters} but batches yielded only {n_batches}")
+        if len(skipped) == n_batches:
+            raise ValueError(f"update_bn_stats: no batch could be used: {_skipped_words(skipped)}; nothing was "
+                             "written and every statistic is restored")
         calls = {n: int(m.num_batches_tracked) for n, m in bns.items()}
         estimates = {n: (moments[n].mean.to(m.running_mean), moments[n].unbiased_var().to(m.running_var))
                      for n, m in bns.items() if moments[n].count}
@@ -295,6 +363,12 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
                 m.num_batches_tracked.copy_(saved[n]["nbt"])
         elif n in estimates:  # lint_model's stats_near_init reads num_batches_tracked; this says it counts batches
             mark_precise_estimate(m)
+    if skipped:
+        warnings.warn(f"update_bn_stats skipped {len(skipped)} of {n_batches} batches, which torch's BatchNorm cannot "
+                      f"use in train mode: {_skipped_words(skipped)}. The estimate pools the other batches (each "
+                      "value weighted equally, as always). A DataLoader's last batch of one sample is the usual cause "
+                      "(bnstudy.lint_loader lints it as last_batch_single): pass drop_last=True", RuntimeWarning,
+                      stacklevel=user_stacklevel())
     pinned = [n for n, m in bns.items() if calls[n] and is_pinned(m)]
     if modules is None and pinned:
         shown = ", ".join(n or "(model)" for n in pinned[:6]) + (f" and {len(pinned) - 6} more" if len(pinned) > 6
@@ -308,8 +382,8 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
 
 @torch.no_grad()
 def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | None = None,
-                          input_fn: Callable | None = None, modules: str | nn.Module | Iterable | None = None
-                          ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+                          input_fn: Callable | None = None, modules: str | nn.Module | Iterable | None = None, *,
+                          forward: Callable | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Population mean and variance at every BatchNorm layer of ``model``, on ``batches``, without touching ``model``.
 
     :func:`update_bn_stats` on a deep copy (same estimator: dropout off, every
@@ -318,17 +392,28 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
     about pinned layers, as nothing of ``model`` changes).
 
     Returns ``{layer_name: (running_mean (C,), running_var (C,))}`` for every
-    layer the forward passes reached. Raises as :func:`update_bn_stats`.
+    layer the forward passes reached. Skips unusable batches with a warning
+    (one value per channel, empty) and raises as :func:`update_bn_stats`;
+    ``forward`` as there.
     """
     check_module("precise_bn_statistics", "model", model)
     _refuse_script_module("precise_bn_statistics", "model", model)
     model = compiled_original(model)
     chosen = _estimated_layers(model, modules, "precise_bn_statistics")
-    _inputs(batches, input_fn, num_iters, "precise_bn_statistics")  # argument errors name this function
+    _inputs(batches, input_fn, num_iters, "precise_bn_statistics", forward)  # argument errors name this function
     work = copy.deepcopy(model)
-    calls = update_bn_stats(work, batches, num_iters, input_fn, modules=[work.get_submodule(n) for n in chosen])
+    calls = update_bn_stats(work, batches, num_iters, input_fn, modules=[work.get_submodule(n) for n in chosen],
+                            forward=forward)
     mods = dict(work.named_modules())
     return {n: (mods[n].running_mean.clone(), mods[n].running_var.clone()) for n, c in calls.items() if c > 0}
+
+
+def _skipped_words(skipped: list) -> str:
+    """``"batch 7 (1 sample, counted from 0): a BatchNorm would ..."`` for each skipped batch (the first three,
+    then a count)."""
+    shown = "; ".join(f"batch {i} ({'?' if r is None else r} sample{'' if r == 1 else 's'}, counted from 0): {why}"
+                      for i, r, why in skipped[:3])
+    return shown + (f"; and {len(skipped) - 3} more" if len(skipped) > 3 else "")
 
 
 # --- Statistics mismatch: how far stored running statistics are from new data's -------------------------------
@@ -341,7 +426,8 @@ MISMATCH_PASSES = ("eval", "train")
 
 @torch.no_grad()
 def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str = "eval",
-                        input_fn: Callable | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+                        input_fn: Callable | None = None, *, forward: Callable | None = None
+                        ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Per-channel mean and variance of what each BatchNorm layer receives over ``batches``.
 
     A forward pre-hook on every BN layer of a deep copy of ``model`` (``model``
@@ -360,7 +446,11 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
 
     Returns ``{layer_name: (mean (C,), var (C,))}`` (float64, on the inputs' device)
     for every BN layer with ``track_running_stats=True`` that the forward pass
-    reached. ``batches`` and ``input_fn`` as in :func:`update_bn_stats`.
+    reached. ``batches``, ``input_fn`` and ``forward`` (``forward(model, batch)``
+    runs a model with several inputs) as in :func:`update_bn_stats`; with
+    ``network_mode="train"`` a batch torch's BatchNorm refuses (one value per
+    channel: a last batch of one sample) is skipped with a ``RuntimeWarning``
+    naming it, as there (``ValueError`` when no batch is usable).
     Raises ``ValueError`` for an unknown ``network_mode``, a model with
     no such BN layer, or empty ``batches``; ``TypeError`` for a TorchScript
     model (its hooks do not run inside TorchScript: measure the Python model).
@@ -370,7 +460,7 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
     _refuse_script_module("bn_input_statistics", "model", model)
     model = compiled_original(model)
     check_choice("bn_input_statistics", "network_mode", network_mode, MISMATCH_PASSES)
-    inputs = _inputs(batches, input_fn, None, "bn_input_statistics")
+    inputs = _inputs(batches, input_fn, None, "bn_input_statistics", forward)
     work = unpin(copy.deepcopy(model))
     bns = {n: m for n, m in batchnorm_layers(work).items() if has_running_stats(m)}
     if not bns:
@@ -388,16 +478,31 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
 
     handles = [m.register_forward_pre_hook(hook_for(n)) for n, m in bns.items()]
     work.train(network_mode == "train")
-    n_batches = 0
+    n_batches, skipped = 0, []
     try:
         for x in inputs:
-            work(x)
             n_batches += 1
+            before = {k: list(v) for k, v in sums.items()}
+            try:
+                _run(work, x, forward)
+            except ValueError as e:  # network_mode="train": torch refuses one value per channel; forget the batch
+                if _ONE_VALUE not in str(e):
+                    raise
+                sums.clear()
+                sums.update(before)
+                skipped.append((n_batches - 1, _rows(x), f"a BatchNorm in train mode would normalise one value per "
+                                                         f"channel ({e})"))
     finally:
         for h in handles:
             h.remove()
     if n_batches == 0:
         raise ValueError("bn_input_statistics: batches is empty")
+    if skipped:
+        if len(skipped) == n_batches:
+            raise ValueError(f"bn_input_statistics: no batch could be used: {_skipped_words(skipped)}")
+        warnings.warn(f"bn_input_statistics skipped {len(skipped)} of {n_batches} batches in network_mode='train': "
+                      f"{_skipped_words(skipped)}; pass a DataLoader with drop_last=True (lint_loader's "
+                      "last_batch_single)", RuntimeWarning, stacklevel=user_stacklevel())
     out = {}
     for name in bns:
         if name in sums:
@@ -424,7 +529,7 @@ def gaussian_kl(mean_p: torch.Tensor, var_p: torch.Tensor, mean_q: torch.Tensor,
 
 def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl",
                         network_mode: str = "eval", per_channel: bool = False,
-                        input_fn: Callable | None = None) -> dict:
+                        input_fn: Callable | None = None, *, forward: Callable | None = None) -> dict:
     """How far each BN layer's stored running statistics are from new data's, without any training.
 
     For every BatchNorm layer, compares the stored ``running_mean``/``running_var``
@@ -457,7 +562,8 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
     averaged together unless ``per_channel=True``). ``batches``: an iterable of
     valid inputs of ``model``, e.g. a few ``(B, 3, H, W)`` batches of the new
     data, or a DataLoader of ``(x, y)`` pairs or dicts (``input_fn`` picks the
-    input, default :func:`batch_input`); no labels are needed.
+    input, default :func:`batch_input`; or ``forward(model, batch)`` runs the
+    model on one batch, for a forward with several inputs); no labels are needed.
 
     Returns ``{layer_name: value}``: the mean over channels (a float), or with
     ``per_channel=True`` the per-channel values (a float64 tensor ``(C,)``).
@@ -473,8 +579,8 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
     model = compiled_original(model)
     _check_measure(measure)
     check_bool("statistics_mismatch", "per_channel", per_channel)
-    return mismatch_from_statistics(model, bn_input_statistics(model, batches, network_mode, input_fn), measure,
-                                    per_channel)
+    return mismatch_from_statistics(model, bn_input_statistics(model, batches, network_mode, input_fn,
+                                                               forward=forward), measure, per_channel)
 
 
 def _check_measure(measure: str) -> None:
@@ -546,7 +652,7 @@ def _match_names(a: dict, b: dict) -> dict[str, str]:
 
 
 def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters: int | None = None,
-                       input_fn: Callable | None = None):
+                       input_fn: Callable | None = None, *, forward: Callable | None = None):
     """Do ``model``'s BatchNorm running statistics agree with ``other``'s? One row per layer, naming those that do not.
 
     ``other`` is either another model (an EMA or SWA copy, a teacher, the same
@@ -555,7 +661,8 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
     or DataLoader, read with ``input_fn`` as in :func:`update_bn_stats`): then
     the reference is what the statistics *should* be for ``model``'s current
     weights on that data, the precise-BN estimate (:func:`precise_bn_statistics`,
-    ``num_iters`` batches). This catches an EMA copy that averages parameters but
+    ``num_iters`` batches; ``forward(model, batch)`` runs a model with several
+    inputs, as in :func:`update_bn_stats`). This catches an EMA copy that averages parameters but
     never copies buffers (its statistics follow old weights), a checkpoint whose
     statistics were not loaded, or statistics from another domain.
 
@@ -595,6 +702,8 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
     check_int("compare_statistics", "num_iters", num_iters, allow_none=True,
               what="a positive integer or None (every batch)")
     check_callable("compare_statistics", "input_fn", input_fn, "a function from one batch to the model's input")
+    check_callable("compare_statistics", "forward", forward, "a function forward(model, batch) that runs the model "
+                   "on one batch")
     if not isinstance(other, nn.Module):
         check_iterable("compare_statistics", "other", other, "another model (nn.Module) or " + _BATCHES)
     mine = _stats_layers(model)
@@ -610,7 +719,7 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
                    getattr(theirs[o], "num_batches_tracked", None)) for n, o in names.items()}
     else:
         try:
-            est = precise_bn_statistics(model, other, num_iters, input_fn)
+            est = precise_bn_statistics(model, other, num_iters, input_fn, forward=forward)
         except (TypeError, ValueError) as e:  # say which argument the batches came from
             raise type(e)(f"compare_statistics: other was read as data (batches): {e}") from e
         ref = {n: (mean, var, None) for n, (mean, var) in est.items()}
@@ -684,16 +793,54 @@ def mismatch_candidate(measure: str, mean_new: torch.Tensor, var_new: torch.Tens
 REPLACE_KINDS = ("group", "layer")
 
 
+def _takes_only_flat_input(bn: nn.Module) -> bool:
+    """Whether ``bn`` takes ``(N, C)`` input and no image input: its ``_check_input_dim`` accepts rank 2 and refuses
+    rank 4 (BatchNorm1d and its lazy variant; SyncBatchNorm takes every rank and is not counted)."""
+    def accepts(rank: int) -> bool | None:
+        try:
+            bn._check_input_dim(torch.empty((2, bn.num_features) + (2,) * (rank - 2), device="meta"))
+            return True
+        except (ValueError, RuntimeError):
+            return False
+        except Exception:  # noqa: BLE001 - _NormBase's NotImplementedError, or another library's check
+            return None
+    return accepts(2) is True and accepts(4) is False
+
+
 def _replacement(bn: nn.Module, name: str, kind: str, num_groups: int | None) -> nn.Module:
+    from .freeze import FrozenBatchNorm
     c = bn.num_features
+    label = repr(name) if name else "(the model itself)"
     if nn.parameter.is_lazy(bn.running_mean if bn.running_mean is not None else bn.weight):
         raise ValueError(f"replace_norm: BatchNorm {name!r} is lazy and uninitialised; run one forward pass first")
+    if not computes_standard_eval(bn):  # a forward of its own (an activation inside the norm layer) would be dropped
+        if not has_running_stats(bn):
+            raise ValueError(f"replace_norm: {type(bn).__name__} {label} has a forward of its own and no running "
+                             "statistics, so replace_norm cannot check that it only normalises; a GroupNorm in its "
+                             "place could drop what its forward does. Nothing was changed; replace it yourself")
+        try:
+            FrozenBatchNorm.from_batchnorm(bn, name)
+        except ValueError as e:
+            raise ValueError(f"replace_norm: {type(bn).__name__} {label} does more in its forward than normalise, "
+                             f"and the GroupNorm put in its place would drop that ({e})") from None
     if kind == "layer":
         g = 1
     else:
         g = math.gcd(8, c) if num_groups is None else num_groups
     if c % g:
         raise ValueError(f"replace_norm: num_groups={g} does not divide the {c} channels of {name!r}")
+    if c // g == 1 and _takes_only_flat_input(bn):
+        alternatives = [d for d in range(1, c) if c % d == 0]
+        raise ValueError(
+            f"replace_norm: {type(bn).__name__} {label} normalises (N, C) features, and "
+            f"{'kind=' + repr(kind) if kind == 'layer' or num_groups is None else f'num_groups={g}'} gives "
+            f"GroupNorm({g}, {c}) one channel per group: each group then holds one value per sample, which it "
+            "normalises to 0, so the layer outputs its bias (0 before training) for every sample, whatever the "
+            "input (opacus#567). Nothing was changed. "
+            + (f"Choose num_groups dividing {c} below {c} ({alternatives}) or kind='layer'" if alternatives else
+               "A single feature has nothing to normalise it with per sample: keep the BatchNorm, or remove it")
+            + "; on (N, C, L) input with L > 1 one channel per group is GroupNorm's instance norm: replace the "
+            f"layer yourself with nn.GroupNorm({c}, {c})")
     ref = bn.weight if bn.affine else bn.running_mean
     new = nn.GroupNorm(g, c, eps=bn.eps, affine=bn.affine)
     if ref is not None:
@@ -734,9 +881,22 @@ def replace_norm(model: nn.Module, kind: str, num_groups: int | None = None) -> 
     subclasses; a layer reached twice becomes one shared replacement. FrozenBatchNorm
     and InstanceNorm are left alone.
 
+    Degenerate groups are refused: a BatchNorm1d (a layer that takes ``(N, C)`` input and
+    no images) whose replacement would hold **one channel per group** (``C // num_groups
+    == 1``, e.g. the default ``GroupNorm(4, 4)`` for ``BatchNorm1d(4)``, or ``kind="layer"``
+    on one feature) normalises each sample's single value per group to 0: the layer would
+    output its bias for every sample, whatever the input (opacus#567). Layers that take
+    images (BatchNorm2d/3d, SyncBatchNorm) with one channel per group are GroupNorm's
+    instance norm and are converted; one whose feature maps are ``1 x 1`` degenerates the
+    same way, which cannot be seen without an input and is not checked. A ``_BatchNorm``
+    subclass with a ``forward`` of its own is converted only if its eval output is torch's
+    BatchNorm's (probed as :meth:`bnstudy.freeze.FrozenBatchNorm.from_batchnorm` does): an
+    activation inside the norm layer (timm's ``BatchNormAct2d``) would be dropped.
+
     Raises ``ValueError`` for an unknown ``kind``, a ``num_groups`` that does not divide a
-    layer's channels (naming the layer), ``num_groups`` given with ``kind="layer"``, or an
-    uninitialised lazy layer.
+    layer's channels (naming the layer), ``num_groups`` given with ``kind="layer"``, an
+    uninitialised lazy layer, a degenerate group or a layer whose forward does more than
+    normalise (naming the layer), in each case before any layer is replaced.
     """
     from .freeze import _convert
     check_module("replace_norm", "model", model)

@@ -114,7 +114,7 @@ CASES = {
     "unfreeze_batchnorm": (freeze.unfreeze_batchnorm, lambda: dict(module=_model()), dict(module=module)),
     "FrozenBatchNorm": (freeze.FrozenBatchNorm,
                         lambda: dict(num_features=4, eps=1e-5, affine=True, momentum=0.1, source_class=nn.BatchNorm2d),
-                        dict(num_features=pos_int, eps=number_at_least(0, strict=True), affine=flag,
+                        dict(num_features=pos_int, eps=number_at_least(0), affine=flag,  # eps=0: torch's too
                              momentum=or_none(lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)),
                              source_class=lambda v: isinstance(v, type) and issubclass(v, nn.Module))),
     "FrozenBatchNorm.from_batchnorm": (freeze.FrozenBatchNorm.from_batchnorm,
@@ -181,9 +181,10 @@ CASES = {
                                                                   num_iters=None, input_fn=None),
                            dict(model=module, other=lambda v: False, tol=number_at_least(0),
                                 num_iters=or_none(lambda v: pos_int(v) and v <= 2), input_fn=lambda v: v is None)),
-    "replace_norm": (stats.replace_norm, lambda: dict(model=_model(), kind="group", num_groups=None),
+    # BatchNorm1d(4) on (N, C): num_groups None (4 groups) or 4 would give one value per group (opacus#567)
+    "replace_norm": (stats.replace_norm, lambda: dict(model=_model(), kind="group", num_groups=2),
                      dict(model=module, kind=one_of(*stats.REPLACE_KINDS),
-                          num_groups=or_none(lambda v: pos_int(v) and 4 % v == 0))),
+                          num_groups=lambda v: pos_int(v) and 4 % v == 0 and v < 4)),
     # bnstudy.audit.__all__
     "layer_kind": (audit.layer_kind, lambda: dict(m=nn.BatchNorm1d(2), is_root=False), dict(m=module, is_root=flag)),
     "LayerRecord": (LayerRecord, lambda: dict(name="bn", module=nn.BatchNorm1d(2), kind="batchnorm"),
