@@ -759,8 +759,8 @@ def test_an_unpinned_layer_is_linted_at_the_next_model_call():
 
 def test_an_error_inside_the_audit_hooks_is_recorded_and_the_step_runs_on(monkeypatch):
     model = _net()
-    import bnstudy.audit.freeze_audit as fa
-    monkeypatch.setattr(fa, "_in_backward", lambda: 1 / 0)
+    import bnstudy.audit.live as live
+    monkeypatch.setattr(live, "_in_backward", lambda: 1 / 0)
     with pytest.warns(RuntimeWarning, match="its hook failed"):
         with FreezeAudit(model, warn=False) as a:
             out = model(_x())
