@@ -15,6 +15,15 @@ from .results import _change_words, _isnan
 
 
 _WIDTH = 100
+_MAX_PARTS = 4  # frozen parts whose own output the summary shows (each costs a probe pass)
+
+
+def _max_change_words(rows) -> str:
+    """``max |change| 0.5`` over output rows (NaN skipped, as pandas' max), ``(bit-identical)`` when none
+    changed."""
+    changes = [r.max_abs_change for r in rows if not _isnan(r.max_abs_change)]
+    worst = max(changes) if changes else (float("nan") if rows else 0.0)
+    return f"max |change| {worst:.4g}" + (" (bit-identical)" if not any(r.changed for r in rows) else "")
 
 
 def _n(count: int, word: str, plural: str | None = None) -> str:
@@ -64,14 +73,22 @@ class _Display:
                              f"{where}" for n, k, w, where in lost[:4]) + (
                 f"; and {len(lost) - 4} more layers" if len(lost) > 4 else "")
             lines += textwrap.wrap(f"  writes not in the model: {text}; the model's buffers do not show them "
-                                   "(audit.elsewhere())", width=_WIDTH, subsequent_indent="    ")
-        if self._foreign:
+                                   "(audit.elsewhere(), a table: needs pandas)", width=_WIDTH, subsequent_indent="    ")
+        if any(e["writes"] for e in self._foreign.values()):
             outside = Counter()
             for e in self._foreign.values():
-                outside[e["root_type"]] += e["writes"]
+                if e["writes"]:
+                    outside[e["root_type"]] += e["writes"]
             lines += textwrap.wrap("  norm layers outside the model wrote running statistics: " + ", ".join(
                 f"{k} ({_n(v, 'write')})" for k, v in outside.items()) + " (their own buffers, not the model's: "
-                "audit.elsewhere())", width=_WIDTH, subsequent_indent="    ")
+                "audit.elsewhere(), a table: needs pandas)", width=_WIDTH, subsequent_indent="    ")
+        flagged = [f"{layer.partition(':')[2]} ({layer.partition(':')[0]})" for layer in
+                   (x.layer for x in self.lints if x.code == "reset_stats_pinned" and ":" in x.layer)]
+        if flagged:
+            lines += textwrap.wrap(f"  outside the model, {_n(len(flagged), 'norm layer')} normalised with reset "
+                                   "statistics mean 0 / variance 1: " + ", ".join(flagged[:4])
+                                   + (", ..." if len(flagged) > 4 else "") + " (see [reset_stats_pinned])",
+                                   width=_WIDTH, subsequent_indent="    ")
         hidden = sum(r.hidden_calls for r in self._records.values() if r.kind != "model")
         if hidden:
             lines += textwrap.wrap(f"  hidden calls: the model ran compiled or as TorchScript; {_n(hidden, 'layer call')} "
@@ -88,10 +105,9 @@ class _Display:
                 lines.append(f"  probe outputs: NON-FINITE: {sum(int(r.nonfinite_after) for r in nonfinite)} of "
                              f"{total} values NaN/inf after the block (finite before)")
             else:
-                changes = [r.max_abs_change for r in out if not _isnan(r.max_abs_change)]
-                worst = max(changes) if changes else (float("nan") if out else 0.0)  # NaN skipped, as pandas' max
-                lines.append(f"  probe outputs: max |change| {worst:.4g}"
-                             + (" (bit-identical)" if not any(r.changed for r in out) else ""))
+                lines += self._frozen_part_lines()
+                lines += textwrap.wrap(f"  probe outputs ({self._probe_words()}): {_max_change_words(out)}",
+                                       width=_WIDTH, subsequent_indent="    ")
             if self.probe_note:
                 lines += textwrap.wrap(f"    ({self.probe_note})", width=_WIDTH, subsequent_indent="    ")
         for note in self.notes:
@@ -102,6 +118,34 @@ class _Display:
         warn = [x for x in self.lints if x.severity == "warning"]
         groups = len({(x.code, x.message) for x in warn})
         lines.append(f"  lints: {len(warn) or 'none'}" + (f" ({groups} distinct)" if warn else ""))
+        return lines
+
+    def _probe_words(self) -> str:
+        """Whose output the probe line shows: what ``forward`` names, or the whole model with its trained parts."""
+        if self.forward is not None:
+            name = next((n for n, m in self.model.named_modules() if m is self.forward), None)
+            return (f"through forward={_label(name)!r}" if name is not None else
+                    f"through forward={getattr(self.forward, '__qualname__', type(self.forward).__name__)}")
+        trained = self._trained_parts()
+        if not trained:
+            return "the whole model's output; every parameter frozen"
+        shown = ", ".join(repr(_label(n)) for n in trained[:3]) + (", ..." if len(trained) > 3 else "")
+        return f"the whole model's output, incl. the parts that train: {shown}"
+
+    def _frozen_part_lines(self) -> list[str]:
+        """First of the probe lines: each frozen part's own output (:meth:`module_outputs`), entry against now,
+        when the probe ran through the whole model and part of it trains."""
+        if self.forward is not None or not self._trained_parts():
+            return []
+        lines = []
+        parts = self._frozen_parts()
+        for name in parts[:_MAX_PARTS]:
+            rows = self._part_rows(name)
+            if rows is not None:
+                lines += textwrap.wrap(f"  frozen part {_label(name)!r}, its own output on the probe: "
+                                       f"{_max_change_words(rows)}", width=_WIDTH, subsequent_indent="    ")
+        if len(parts) > _MAX_PARTS:
+            lines.append(f"    ... {_n(len(parts) - _MAX_PARTS, 'more frozen part')} (audit.module_outputs(name))")
         return lines
 
     def summary(self, details: bool = False, max_rows: int = 12) -> str:
@@ -159,7 +203,8 @@ class _Display:
             for r in (rows if details else rows[:max_rows]):
                 lines.append(f"    {r.kind:<6} {r.tensor:<40} {_change_words(r)}")
             if not details and len(rows) > max_rows:
-                lines.append(f"    ... {len(rows) - max_rows} more (audit.moved() or audit.summary(details=True))")
+                lines.append(f"    ... {len(rows) - max_rows} more (audit.summary(details=True); audit.moved() "
+                             "as a table needs pandas)")
         if self.output_signatures:
             lines += textwrap.wrap("  forward returned: " + "; ".join(
                 f"{s} x{c}" for s, c in self.output_signatures.items()), width=_WIDTH, subsequent_indent="    ")

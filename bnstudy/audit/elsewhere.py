@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from .._checks import LazyPandas
-from ..norms import counts_batches, updates_running_stats
+from ..norms import counts_batches, has_running_stats, statistics_source, updates_running_stats
 from .inspect import LayerRecord, _stat_tensors
-from .lints import _lint, _type_name
+from .lints import _at_reset_values, _label, _lint, _type_name
 
 pd = LazyPandas()  # pandas is imported only when a table is asked for
 
@@ -76,18 +76,61 @@ class _WritesElsewhere:
                    "one set per process)")
         self._add_lint(_lint("stats_written_elsewhere", rec.name, msg), emit=True)
 
-    def _foreign_write(self, module: nn.Module) -> None:
-        """A norm layer that is not the model's wrote statistics: remember it and the outermost module calling it."""
-        if not (updates_running_stats(module) or counts_batches(module)):
-            return
+    def _foreign_entry(self, module: nn.Module) -> dict:
+        """The record of a norm layer outside the model, with the outermost module calling it now."""
         stack = self._stack()
         outer = stack[0][0] if stack else module
         entry = self._foreign.get(id(module))
         if entry is None or entry["layer"]() is not module:
             entry = self._foreign[id(module)] = dict(layer=weakref.ref(module), root=weakref.ref(outer),
                                                      type=_type_name(module), root_type=_type_name(outer),
-                                                     writes=0, name=None)
-        entry["writes"] += 1
+                                                     writes=0, reset_reads=0, name=None)
+        return entry
+
+    def _foreign_call(self, module: nn.Module) -> None:
+        """A norm layer that is not the model's ran: count its writes, and lint it once when it normalises with
+        the reset values mean 0 / variance 1 while it looks trained (see :meth:`_foreign_reset_read`)."""
+        if updates_running_stats(module) or counts_batches(module):
+            self._foreign_entry(module)["writes"] += 1
+        elif statistics_source(module) == "running" and has_running_stats(module) and _at_reset_values(module):
+            self._foreign_reset_read(module)
+
+    def _foreign_reset_read(self, module: nn.Module) -> None:
+        """``reset_stats_pinned`` for a layer outside the model that normalises with reset statistics (case:
+        ``torch.optim.swa_utils.update_bn(loader, swa_model)`` resets every BatchNorm of an ``AveragedModel`` copy
+        and re-estimates only those that run in train mode, so the copy's pinned backbone keeps mean 0 / variance
+        1). Linted when the layer cannot be freshly built: it is a copy of one of the model's layers (same type and
+        name, possibly under ``module.``) whose statistics are estimated, or its affine parameters are trained."""
+        entry = self._foreign_entry(module)
+        entry["reset_reads"] += 1
+        if entry["reset_reads"] > 1:
+            return
+        root = entry["root"]()
+        name = entry["name"] = next((n for n, m in root.named_modules() if m is module), "?") if root else "?"
+        twin = self._twin(name, entry["type"])
+        estimated = twin is not None and has_running_stats(twin.module) and not _at_reset_values(twin.module)
+        w, b = getattr(module, "weight", None), getattr(module, "bias", None)
+        trained = isinstance(w, torch.Tensor) and isinstance(b, torch.Tensor) and not (
+            bool((w == 1).all()) and bool((b == 0).all()))
+        if not (estimated or trained):
+            return
+        copy = (f" (a copy of the model's {_label(twin.name)!r}, whose statistics are estimated)" if estimated
+                else "")
+        self._add_lint(_lint(
+            "reset_stats_pinned", f"{entry['root_type']}:{name}",
+            f"{entry['type']} {_label(name)!r} of {entry['root_type']}, outside the audited model{copy}, normalises "
+            "with running statistics that hold the reset values mean 0 / variance 1 (seen at model call "
+            f"{self.model_calls}): torch.optim.swa_utils.update_bn resets every BatchNorm of the model it is given "
+            "and re-estimates only those that run in train mode, so a pinned (eval-mode) layer of an AveragedModel "
+            "or EMA copy keeps mean 0 / variance 1; re-estimate the copy with bnstudy.update_bn_stats (it reaches "
+            "pinned layers) or load the model's statistics into it"), emit=True)
+
+    def _twin(self, name: str, type_name: str):
+        """The model's layer record a layer outside the model copies: the same type and name (``module.`` prefix
+        dropped, as ``AveragedModel`` and DataParallel add it); None if there is none."""
+        mine = {r.name: r for r in self._records.values()}
+        return next((mine[n] for n in (name, name.removeprefix("module.")) if n in mine
+                     and _type_name(mine[n].module) == type_name), None)
 
     def elsewhere(self) -> pd.DataFrame:
         """Writes of running statistics that no audited buffer shows, one row per layer and place.
@@ -105,6 +148,8 @@ class _WritesElsewhere:
                 rows.append(dict(layer=rec.name, type=_type_name(rec.module), where=where, writes=k, in_model=False))
         mine = {r.name: _type_name(r.module) for r in self._records.values()}
         for entry in self._foreign.values():
+            if not entry["writes"]:
+                continue  # it only read (reset) statistics: a lint, not a write
             layer, root = entry["layer"](), entry["root"]()
             if entry["name"] is None and layer is not None and root is not None:
                 entry["name"] = next((n for n, m in root.named_modules() if m is layer), "?")

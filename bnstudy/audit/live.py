@@ -87,7 +87,7 @@ class _LiveHooks:
             self._opaque_enter(module, opaque)
         if rec is None:
             if not root and opaque is None and isinstance(module, _NormBase):
-                self._foreign_write(module)
+                self._foreign_call(module)
             return
         training, grad = compiled_original(module).training, torch.is_grad_enabled()
         rec.calls += 1

@@ -136,6 +136,7 @@ class _Results:
             fix = lambda x: (self.model if x is self.wrapper else x.removeprefix("_orig_mod").removeprefix(".")
                              if isinstance(x, str) else x)
             modules = fix(modules) if isinstance(modules, (str, nn.Module)) else [fix(x) for x in modules]
+        modules = self._expand_views(modules)
         names = module_names(fn, "modules", self.model, modules)
         items = [modules] if isinstance(modules, (str, nn.Module)) else modules
         out: list[str] = []
@@ -144,6 +145,24 @@ class _Results:
             expanded = self._all_names(item) if isinstance(item, nn.Module) and item is not self.model else [name]
             out += [n for n in expanded if n not in out]
         return out
+
+    def _expand_views(self, modules):
+        """A container that is not a module of the model but holds only modules of it (a ``Sequential`` slice
+        such as ``model[:3]`` or ``model.backbone[2:]``, a ``ModuleList`` slice: new containers around the same
+        layers) stands for those layers; anything else is returned as given (and judged by ``module_names``)."""
+        single = isinstance(modules, (str, nn.Module))
+        items = [modules] if single else modules
+        if not isinstance(items, list) or not any(isinstance(x, nn.Module) for x in items):
+            return modules
+        ids = {id(m) for m in self.model.modules()}
+        out: list = []
+        for x in items:
+            kids = list(x.children()) if isinstance(x, nn.Module) and id(x) not in ids else []
+            if kids and all(id(k) in ids for k in kids):
+                out += kids
+            else:
+                out.append(x)
+        return modules if single and len(out) == 1 and out[0] is modules else out
 
     def _by_name(self) -> dict:
         return {r.name: r for r in self._records.values()}
@@ -224,6 +243,34 @@ class _Results:
         return [_Row(**r) for r in compare_outputs_rows({k: v.detach().cpu() for k, v in _flatten(out_before).items()},
                                                         {k: v.detach().cpu() for k, v in _flatten(out_after).items()})]
 
+    def _frozen_parts(self) -> list[str]:
+        """The outermost submodules whose parameters are all frozen (``requires_grad=False``, at least one),
+        in registration order; empty when the whole model is frozen or nothing is."""
+        out: list[str] = []
+        for n, m in self.model.named_modules():
+            if not n or any(n.startswith(p + ".") for p in out):
+                continue
+            params = list(m.parameters())
+            if params and not any(p.requires_grad for p in params):
+                out.append(n)
+        return out
+
+    def _trained_parts(self) -> list[str]:
+        """The model's direct children (or ``""``: the model's own parameters) holding a parameter that trains."""
+        out: list[str] = []
+        for n, p in self.model.named_parameters():
+            top = n.split(".")[0] if "." in n else ""
+            if p.requires_grad and top not in out:
+                out.append(top)
+        return out
+
+    def _part_rows(self, name: str) -> list | None:
+        """:meth:`module_outputs` rows for ``name``, computed once per finished audit (the summary asks again)."""
+        cache = self.__dict__.setdefault("_part_cache", {})
+        if (name, id(self.after)) not in cache:
+            cache[(name, id(self.after))] = self._module_outputs_rows(name)
+        return cache[(name, id(self.after))]
+
     def assert_frozen(self, modules: str | nn.Module | Iterable | None = None, outputs: bool = True,
                       tol: float = 0.0, max_items: int = 20) -> None:
         """Raise ``AssertionError`` naming every tensor under ``modules`` that moved by more than ``tol``.
@@ -270,6 +317,6 @@ class _Results:
         if problems:
             where = "the model" if names is None else ", ".join(repr(n) for n in names)
             shown = problems[:max_items]
-            more = [f"... and {len(problems) - max_items} more (audit.moved() lists every tensor)"] \
-                if len(problems) > max_items else []
+            more = [f"... and {len(problems) - max_items} more (audit.summary(details=True) lists every tensor; "
+                    "audit.moved() too, as a table, which needs pandas)"] if len(problems) > max_items else []
             raise AssertionError(f"{where} is not frozen; {len(problems)} moved:\n  " + "\n  ".join(shown + more))
