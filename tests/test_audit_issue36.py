@@ -266,3 +266,21 @@ def test_the_probe_line_shows_the_frozen_parts_own_output_first_and_says_it_is_t
     assert lines[frozen].endswith("its own output on the probe: max |change| 0 (bit-identical)")
     assert "the whole model's output, incl. the parts that train: 'head'" in lines[whole]
     assert float(audit.outputs()["max_abs_change"].max()) > 0  # the head trained: the whole output moved
+
+
+# --- kinds with further instances: a model exported with torch.export while in train mode -------------------------
+
+def test_a_model_exported_in_train_mode_is_refused_with_what_its_graph_does_and_torch_does_write_at_inference():
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).train()
+    exported = torch.export.export(model, (torch.randn(8, 4),)).module()
+    for call in (lambda: lint_model(exported, warn=False), lambda: FreezeAudit(exported)):
+        with pytest.raises(TypeError, match=r"exported in train mode \(1 batch_norm call with training=True\)"
+                                            r": .*overwrites '1.running_mean'"):
+            call()
+    before = dict(exported.named_buffers())["1.running_mean"].clone()
+    exported(torch.randn(8, 4) + 3)  # what the message says: an inference call writes the statistics
+    assert not torch.equal(dict(exported.named_buffers())["1.running_mean"], before)
+    in_eval = torch.export.export(model.eval(), (torch.randn(8, 4),)).module()
+    with pytest.raises(TypeError) as err:
+        lint_model(in_eval, warn=False)
+    assert "before exporting it" in str(err.value) and "exported in train mode" not in str(err.value)

@@ -21,6 +21,7 @@ from .boundaries import _Boundaries
 from .display import _Display
 from .elsewhere import _WritesElsewhere
 from .inspect import LayerRecord, _stat_tensors, layer_kind
+from .layer_lints import exported_train_words
 from .lints import (MIN_BATCH, WARN_MAX_LAYERS, BNLintWarning, Lint, _at_reset_values, _check_positive_int, _emit,
                     _finite_stats, _label, _lint, _near_init_lint, _nonfinite_lint, _type_name, lint_model,
                     resolve_forward)
@@ -172,7 +173,10 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
         #: The ``torch.compile`` wrapper given as ``model`` (None otherwise); ``model`` is what it wraps.
         self.wrapper = model if compiled_original(model) is not model else None
         model = compiled_original(model)
-        _refuse_fixed_mode("FreezeAudit", model)
+        try:
+            _refuse_fixed_mode("FreezeAudit", model)
+        except TypeError as e:  # a torch.export module: say whether it was exported in train mode
+            raise TypeError(f"{e}{exported_train_words(model)}") from None
         if isinstance(forward, nn.Module):
             forward = compiled_original(forward)
         self.model, self.probe, self.forward = model, probe, forward

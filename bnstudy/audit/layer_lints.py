@@ -217,3 +217,26 @@ def _batch_lints(name: str, m: nn.Module, batch: int, values_per_channel: int | 
                       f"{1 / math.sqrt(batch):.2f} standard deviations, shifting every output"
                       + (" (at a batch of 2 every normalised value is +-1)" if batch == 2 else ""))]
     return []
+
+
+def exported_train_words(model: nn.Module) -> str:
+    """For the module of a ``torch.export`` program: words saying which running statistics its graph normalises
+    past and overwrites at every call, when it was exported in train mode (a ``batch_norm`` call with
+    ``training=True``: the graph uses batch statistics and writes ``running_mean``/``running_var`` at inference
+    too, and no ``eval()`` can change it); ``""`` otherwise (eval-mode export, or not a graph module)."""
+    graph = getattr(model, "graph", None)
+    nodes = getattr(graph, "nodes", None)
+    if nodes is None:
+        return ""
+    stats = []
+    for node in nodes:
+        args = getattr(node, "args", ())
+        if (getattr(node, "op", None) == "call_function" and "batch_norm" in str(node.target) and len(args) > 5
+                and args[5] is True):
+            stats.append(str(getattr(args[3], "target", "?")))
+    if not stats:
+        return ""
+    shown = ", ".join(repr(x) for x in stats[:4]) + (f" and {len(stats) - 4} more" if len(stats) > 4 else "")
+    return (f". It was exported in train mode ({len(stats)} batch_norm call{'s' if len(stats) != 1 else ''} with "
+            f"training=True): it normalises with batch statistics and overwrites {shown} and the matching "
+            "running_var at every call, inference included, and no eval() changes that; export from model.eval()")

@@ -27,7 +27,8 @@ from .codes import (LINT_CODES, MAX_INIT_WEIGHT, MAX_MOMENTUM, MIN_BATCH, SEVERI
                     BNLintWarning, Lint, _check_lints, _check_positive_int, _emit, _label, _lint, format_lints,
                     group_lints, grouped_message, lints_frame)
 from .layer_lints import (_at_reset_values, _batch_lints, _finite_stats, _frozen_context, _low_precision,
-                          _low_precision_lint, _momentum_lints, _near_init_lint, _nonfinite_lint, _type_name)
+                          _low_precision_lint, _momentum_lints, _near_init_lint, _nonfinite_lint, _type_name,
+                          exported_train_words)
 from .loader_lints import _loader_labels, batch_label_dependence, lint_loader
 from .forward_lints import _is_dropout, _required_positional, call_forward, lint_forward_modes, resolve_forward
 
@@ -87,7 +88,10 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
     _check_positive_int("min_batch", min_batch, "lint_model")
     check_bool("lint_model", "warn", warn)
     model = compiled_original(model)
-    _refuse_fixed_mode("lint_model", model)
+    try:
+        _refuse_fixed_mode("lint_model", model)
+    except TypeError as e:  # a torch.export module: say whether it was exported in train mode
+        raise TypeError(f"{e}{exported_train_words(model)}") from None
     report = {r["layer"]: r for r in batch_stats_rows(model)}
     modules = dict(model.named_modules())
     lints = []
