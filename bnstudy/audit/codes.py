@@ -44,8 +44,10 @@ MAX_INIT_WEIGHT = 0.05
 #: Every lint code, with what it flags.
 LINT_CODES = {
     "frozen_bn_in_train_mode": "a norm layer that keeps running statistics (BatchNorm, tracked InstanceNorm) whose "
-                               "affine is frozen (requires_grad=False) will write its running statistics after "
-                               "model.train(): a frozen backbone whose statistics still move",
+                               "affine is frozen (requires_grad=False), or that has no affine and sits in a frozen "
+                               "part (its block, the model, or every layer registered before it frozen), will write "
+                               "its running statistics after model.train(): a frozen backbone whose statistics "
+                               "still move",
     "train_mode_under_no_grad": "a norm layer wrote its running statistics under torch.no_grad(): no gradient, but "
                                 "its statistics were overwritten (a teacher or validation pass left in train mode)",
     "single_value_per_channel": "a BatchNorm using batch statistics saw one value per channel: PyTorch raises "

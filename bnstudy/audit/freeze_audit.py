@@ -115,7 +115,11 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
     ``dict(model.named_buffers())``), and a DataParallel replica's copies on
     other devices (lost after the forward). Norm layers *outside* the model that
     wrote statistics during the block (an EMA copy or a teacher in train mode)
-    are listed by the model they ran in (:meth:`elsewhere`).
+    are listed by the model they ran in (:meth:`elsewhere`); one that normalises
+    with the reset values mean 0 / variance 1 while it copies an estimated layer of
+    the model (or has trained affine parameters) gets ``reset_stats_pinned`` under
+    ``"<outer type>:<its name>"`` and a summary line: ``update_bn(loader,
+    swa_model)`` on an ``AveragedModel`` whose backbone is pinned.
 
     Models that are not plain module trees: a ``torch.compile`` wrapper
     (``OptimizedModule``) is audited through the module it wraps
