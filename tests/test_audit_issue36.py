@@ -284,3 +284,16 @@ def test_a_model_exported_in_train_mode_is_refused_with_what_its_graph_does_and_
     with pytest.raises(TypeError) as err:
         lint_model(in_eval, warn=False)
     assert "before exporting it" in str(err.value) and "exported in train mode" not in str(err.value)
+
+
+def test_the_probe_line_reads_as_before_where_no_part_is_frozen_or_forward_names_the_output():
+    """Chapter 2's printed audits are part of the release: the label is added only where the line is ambiguous."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))  # nothing frozen
+    with FreezeAudit(model, probe=torch.randn(16, 4), warn=False) as audit:
+        model.train()(torch.randn(16, 4))
+    assert "\n  probe outputs: max |change| " in str(audit) and "frozen part" not in str(audit)
+    model[:2].requires_grad_(False)
+    with FreezeAudit(model, probe=torch.randn(16, 4), forward=model[:2], warn=False) as audit:
+        model.train()(torch.randn(16, 4))
+    assert "\n  probe outputs: max |change| " in str(audit) and "frozen part" not in str(audit)

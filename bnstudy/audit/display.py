@@ -105,9 +105,14 @@ class _Display:
                 lines.append(f"  probe outputs: NON-FINITE: {sum(int(r.nonfinite_after) for r in nonfinite)} of "
                              f"{total} values NaN/inf after the block (finite before)")
             else:
-                lines += self._frozen_part_lines()
-                lines += textwrap.wrap(f"  probe outputs ({self._probe_words()}): {_max_change_words(out)}",
-                                       width=_WIDTH, subsequent_indent="    ")
+                frozen = self._frozen_part_lines()
+                lines += frozen
+                # Whose output: said where it is ambiguous, a model with a frozen part and a part that trains (a
+                # trained head moves the whole model's output however well the backbone is frozen). Elsewhere the
+                # line reads as it always did: the book's release pins chapter 2's printed audits.
+                label = f" ({self._probe_words()})" if frozen else ""
+                lines += textwrap.wrap(f"  probe outputs{label}: {_max_change_words(out)}", width=_WIDTH,
+                                       subsequent_indent="    ")
             if self.probe_note:
                 lines += textwrap.wrap(f"    ({self.probe_note})", width=_WIDTH, subsequent_indent="    ")
         for note in self.notes:
@@ -121,31 +126,32 @@ class _Display:
         return lines
 
     def _probe_words(self) -> str:
-        """Whose output the probe line shows: what ``forward`` names, or the whole model with its trained parts."""
-        if self.forward is not None:
-            name = next((n for n, m in self.model.named_modules() if m is self.forward), None)
-            return (f"through forward={_label(name)!r}" if name is not None else
-                    f"through forward={getattr(self.forward, '__qualname__', type(self.forward).__name__)}")
+        """Whose output the probe line shows when part of the model is frozen: the whole model with the parts
+        that train."""
         trained = self._trained_parts()
-        if not trained:
-            return "the whole model's output; every parameter frozen"
         shown = ", ".join(repr(_label(n)) for n in trained[:3]) + (", ..." if len(trained) > 3 else "")
         return f"the whole model's output, incl. the parts that train: {shown}"
 
     def _frozen_part_lines(self) -> list[str]:
         """First of the probe lines: each frozen part's own output (:meth:`module_outputs`), entry against now,
-        when the probe ran through the whole model and part of it trains."""
-        if self.forward is not None or not self._trained_parts():
+        when the probe ran through the whole model (no ``forward``), part of it is frozen and part of it trains."""
+        if self.forward is not None or not self._trained_parts() or not self._frozen_parts():
             return []
         lines = []
         parts = self._frozen_parts()
         for name in parts[:_MAX_PARTS]:
-            rows = self._part_rows(name)
+            try:
+                rows = self._part_rows(name)
+            except Exception as e:  # noqa: BLE001 - a display line must not lose the summary
+                lines += textwrap.wrap(f"  frozen part {_label(name)!r}, its own output: not compared "
+                                       f"({type(e).__name__}: {e})", width=_WIDTH, subsequent_indent="    ")
+                continue
             if rows is not None:
                 lines += textwrap.wrap(f"  frozen part {_label(name)!r}, its own output on the probe: "
                                        f"{_max_change_words(rows)}", width=_WIDTH, subsequent_indent="    ")
         if len(parts) > _MAX_PARTS:
-            lines.append(f"    ... {_n(len(parts) - _MAX_PARTS, 'more frozen part')} (audit.module_outputs(name))")
+            lines.append(f"    ... {_n(len(parts) - _MAX_PARTS, 'more frozen part')} "
+                         "(audit.module_outputs(name), a table: needs pandas)")
         return lines
 
     def summary(self, details: bool = False, max_rows: int = 12) -> str:
