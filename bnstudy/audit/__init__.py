@@ -12,10 +12,17 @@ per module:
 2. :mod:`~bnstudy.audit.inspect`: **each layer's mode** as seen by hooks
    (:func:`layer_kind`, :class:`LayerRecord`), decided by :mod:`bnstudy.norms`
    the way torch's own forward decides.
-3. :mod:`~bnstudy.audit.lints`: **known traps** by layer name (:func:`lint_model`,
-   :func:`lint_loader`, :func:`lint_forward_modes`; codes in :data:`LINT_CODES`).
+3. :mod:`~bnstudy.audit.lints`: **known traps** by layer name (:func:`lint_model`;
+   :func:`lint_loader` in :mod:`~bnstudy.audit.loader_lints`, :func:`lint_forward_modes`
+   in :mod:`~bnstudy.audit.forward_lints`; one layer's findings in
+   :mod:`~bnstudy.audit.layer_lints`; codes, :class:`Lint` and thresholds in
+   :mod:`~bnstudy.audit.codes`, :data:`LINT_CODES`).
 4. :mod:`~bnstudy.audit.freeze_audit`: :class:`FreezeAudit`, all of the above
-   around a block of code.
+   around a block of code, one idea per module: :mod:`~bnstudy.audit.results`
+   (what moved: the tables and ``assert_frozen``), :mod:`~bnstudy.audit.live` (live
+   hooks and live lints), :mod:`~bnstudy.audit.elsewhere` (writes that land outside
+   the model), :mod:`~bnstudy.audit.boundaries` (compiled and scripted calls),
+   :mod:`~bnstudy.audit.display` (the summary and notebook views).
 
 Covered layers: BatchNorm1d/2d/3d, SyncBatchNorm, lazy variants, InstanceNorm
 (tracked or not), third-party ``_NormBase`` subclasses, FrozenBatchNorm (this

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from ..norms import is_batch_norm, is_frozen_batchnorm, is_instance_norm, script_source_class, statistics_source
@@ -88,3 +89,12 @@ class LayerRecord:
     @property
     def updated_running_stats(self) -> bool:
         return self.writes > 0 or self.hidden_writes > 0
+
+
+_STATS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def _stat_tensors(m: nn.Module) -> dict:
+    """The running-statistics buffers of ``m`` that exist now (``running_mean``, ``running_var``,
+    ``num_batches_tracked``)."""
+    return {k: t for k in _STATS if isinstance(t := getattr(m, k, None), torch.Tensor)}

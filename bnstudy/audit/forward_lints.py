@@ -1,0 +1,106 @@
+"""A forward pass in both modes: how the audit and the lints call a model (:func:`resolve_forward`,
+:func:`call_forward`) and what changes between train and eval mode (:func:`lint_forward_modes`)."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from .._checks import check_bool, check_callable, check_model_input, check_module, check_str
+from ..freeze import is_pinned
+from .codes import Lint, _emit, _label, _lint
+
+
+def _is_dropout(m: nn.Module) -> bool:
+    return isinstance(m, nn.modules.dropout._DropoutNd)
+
+
+def _required_positional(fn) -> int | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return sum(1 for p in sig.parameters.values()
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+
+
+def resolve_forward(model: nn.Module, forward: Callable | nn.Module | None, where: str) -> Callable:
+    """The one ``forward`` convention of :class:`FreezeAudit` and :func:`lint_forward_modes`: ``None`` (call
+    ``model``), a module or any callable taking the input (``model.backbone``, ``model.forward_a``,
+    ``lambda x: ...``). The old ``lint_forward_modes`` form ``forward(model, example)`` (two required positional
+    parameters) still works with a ``DeprecationWarning``. Raises ``TypeError`` for anything else."""
+    check_str("resolve_forward", "where", where)
+    check_module(where, "model", model)
+    if forward is None:
+        return model
+    if isinstance(forward, nn.Module):
+        return forward
+    if not callable(forward):
+        raise TypeError(f"{where}: forward must be None, an nn.Module or a callable taking the input, got "
+                        f"{type(forward).__name__}")
+    if _required_positional(forward) == 2:
+        warnings.warn(f"{where}: forward(model, example) is deprecated; pass a callable of the input alone "
+                      "(e.g. model.forward_a or lambda x: model(x)), as FreezeAudit takes it", DeprecationWarning,
+                      stacklevel=3)
+        return lambda x: forward(model, x)
+    return forward
+
+
+def call_forward(fn: Callable, x: Any) -> Any:
+    """``fn(*x)`` for a tuple ``x`` (several inputs), else ``fn(x)``: how the audit calls a forward on a probe."""
+    check_callable("call_forward", "fn", fn, "a callable (a module or a function of the input)", allow_none=False)
+    return fn(*x) if isinstance(x, tuple) else fn(x)
+
+
+def lint_forward_modes(model: nn.Module, example: Any, forward: Callable | nn.Module | None = None,
+                       warn: bool = True) -> list[Lint]:
+    """Run ``forward(example)`` once after ``model.train()`` and once after ``model.eval()``, and compare.
+
+    Lints ``forward_changes_with_mode`` when the return value's structure
+    (:func:`output_signature`) differs between the modes (torchvision's
+    Inception v3 returns auxiliary logits only in train mode; its detection
+    models return a loss dict in train mode), and ``dropout_present``
+    (information) naming the dropout layers that ``model.eval()`` turns off.
+    ``forward`` follows :class:`FreezeAudit`'s convention (:func:`resolve_forward`:
+    None for ``model``, a submodule, or a callable of the input; the old
+    ``forward(model, example)`` is deprecated). A tuple ``example`` is unpacked.
+    ``model`` ends as it started: every buffer is copied back, every train/eval
+    flag restored, the global RNG forked; the passes run under
+    ``torch.no_grad()``. Costs a copy of the buffers and two forward passes.
+    """
+    from .snapshot import output_signature
+
+    check_module("lint_forward_modes", "model", model)
+    check_model_input("lint_forward_modes", "example", example)
+    check_bool("lint_forward_modes", "warn", warn)
+    call = resolve_forward(model, forward, "lint_forward_modes")
+    flags = [(m, m.training) for m in model.modules()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers() if b is not None and not nn.parameter.is_lazy(b)]
+    sigs = {}
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            for mode in (True, False):
+                model.train(mode)
+                sigs[mode] = output_signature(call_forward(call, example))
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        for m, flag in flags:
+            m.training = flag
+    lints = []
+    if sigs[True] != sigs[False]:
+        lints.append(_lint("forward_changes_with_mode", "",
+                           f"{type(model).__name__}.forward returns {sigs[True]} after model.train() but "
+                           f"{sigs[False]} after model.eval(): a loop that puts the whole model in eval mode "
+                           "trains on a different output (a missing term raises, or is silently dropped)"))
+    drops = [n for n, m in model.named_modules() if _is_dropout(m) and not is_pinned(m)]
+    if drops:
+        lints.append(_lint("dropout_present", drops[0] if len(drops) == 1 else "",
+                           f"model.eval() turns off dropout in {', '.join(map(_label, drops))}"))
+    _emit(lints, warn)
+    return lints
