@@ -25,6 +25,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 # The book's freeze modes live in bnstudy.study.modes, the norm-layer rules in bnstudy.norms (one import path per name).
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
 from .norms import (PRECISE_MARK, STANDARD_EVAL_FORWARDS, _hookless_copy, computes_standard_eval, eval_output_difference,
+                    registered_hooks,
                     has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
                     keeps_running_stats, statistics_source, updates_running_stats)
 
@@ -199,6 +200,10 @@ def _check_fields(bn: nn.Module, label: str, what: str) -> None:
                         + (" (the class has no eps attribute)" if not hasattr(bn, "eps") else ""))
     if not isinstance(affine, bool):
         problems.append(f"affine is {describe(affine)}, not True or False")
+    elif affine and isinstance(getattr(bn, "weight", None), torch.Tensor) and getattr(bn, "bias", 0) is None:
+        raise ValueError(f"cannot {what} {type(bn).__name__} {label}: it was built with bias=False (a weight and no "
+                         "bias), which this conversion does not support yet. Nothing was changed. Keep the layer and "
+                         "pin it in eval mode (bnstudy.pin_norm_eval), or give it a zero bias first")
     elif affine and not (isinstance(getattr(bn, "weight", None), torch.Tensor)
                          and isinstance(getattr(bn, "bias", None), torch.Tensor)):
         problems.append("affine is True but weight and bias are not both tensors")
@@ -208,10 +213,22 @@ def _check_fields(bn: nn.Module, label: str, what: str) -> None:
                          "library's tool, or keep it and pin it in eval mode (bnstudy.pin_norm_eval)")
 
 
+def _refuse_hooks(old: nn.Module, label: str, into: str) -> None:
+    """Raise ``ValueError`` when ``old`` has hooks of its own (:func:`bnstudy.norms.registered_hooks`): the layer
+    built in its place would not run them, so the output or what they record would change silently."""
+    hooks = registered_hooks(old)
+    if hooks:
+        raise ValueError(f"cannot turn {type(old).__name__} {label} into {into}: it has {', '.join(hooks)} registered "
+                         "on it, which the new layer would not run (its output, or what the hooks record, would change "
+                         "silently). Nothing was changed. Remove them (handle.remove()), convert, and register them "
+                         "on the converted layer")
+
+
 def _refuse_changed_output(old: nn.Module, new: nn.Module, label: str, into: str) -> None:
-    """Raise ``ValueError`` unless ``new`` computes ``old``'s eval output bit for bit: by construction when both run
-    torch's kernel (:func:`bnstudy.norms.computes_standard_eval`), else measured on probe inputs
-    (:func:`bnstudy.norms.eval_output_difference`)."""
+    """Raise ``ValueError`` unless ``new`` computes ``old``'s eval output bit for bit: ``old`` has no hooks of its own
+    (:func:`_refuse_hooks`), and both run torch's kernel (:func:`bnstudy.norms.computes_standard_eval`) or the
+    outputs are equal on probe inputs (:func:`bnstudy.norms.eval_output_difference`)."""
+    _refuse_hooks(old, label, into)
     if computes_standard_eval(old) and computes_standard_eval(new):
         return
     why = eval_output_difference(old, new)
@@ -816,6 +833,10 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
         raise ValueError(f"freeze_modules: the root is a {type(model).__name__}; name it from its parent "
                          "(freeze_modules(parent, ['bn'])) or use freeze_batchnorm(layer) and keep the return value")
     _check_not_shared_outside(model, names, "freeze_modules", is_batch_norm)
+    again = [n for n in names if n in model.__dict__.get(_FREEZE_STATE, {})]
+    if again:  # a second record would replace the first, and unfreeze_modules would undo only the second call
+        raise ValueError(f"freeze_modules: {again} already frozen by an earlier freeze_modules call on this model; "
+                         f"nothing was changed (call unfreeze_modules(model, {again}) first to freeze again)")
     # every name's flags before any change: a layer shared by two named submodules is frozen by the first
     records = {name: dict(requires_grad={n: p.requires_grad for n, p in model.get_submodule(name).named_parameters()},
                           pinned=[]) for name in names}
@@ -985,6 +1006,8 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
         raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
                         f"torch.distributed.ProcessGroup, got {describe(process_group)}")
     for n, m in module.named_modules():  # what torch converts: every _BatchNorm; checked before anything changes
+        if isinstance(m, _BatchNorm):
+            _refuse_hooks(m, repr(n) if n else type(m).__name__, "a SyncBatchNorm")
         if isinstance(m, _BatchNorm) and not computes_standard_eval(m):
             label = repr(n) if n else type(m).__name__
             _check_fields(m, label, "convert to SyncBatchNorm")

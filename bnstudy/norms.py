@@ -323,6 +323,23 @@ def computes_standard_eval(module: nn.Module) -> bool:
             and "forward" not in module.__dict__ and cls.__call__ is nn.Module.__call__)
 
 
+def registered_hooks(module: nn.Module) -> list[str]:
+    """The hooks registered on ``module`` itself (``register_forward_pre_hook``, ``register_forward_hook``,
+    ``register_full_backward_pre_hook``, ``register_full_backward_hook``), as words such as ``"1 forward hook"``;
+    empty when there are none. A module built to replace ``module`` would not run them, so a conversion that drops
+    them changes what the model computes (a hook may rescale the output) or records (a feature-capture hook).
+    Global hooks (``torch.nn.modules.module.register_module_forward_hook``, which the freeze audit uses) are not
+    per-module and are not counted."""
+    words = (("_forward_pre_hooks", "forward pre-hook"), ("_forward_hooks", "forward hook"),
+             ("_backward_pre_hooks", "backward pre-hook"), ("_backward_hooks", "backward hook"))
+    out = []
+    for attr, word in words:
+        n = len(module.__dict__.get(attr) or ())
+        if n:
+            out.append(f"{n} {word}{'s' if n > 1 else ''}")
+    return out
+
+
 def _hookless_copy(module: nn.Module) -> nn.Module:
     """A deep copy of ``module`` without its hooks (an audit's hooks must not see a probe, nor be copied)."""
     memo: dict = {}

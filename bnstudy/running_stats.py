@@ -47,7 +47,7 @@ from torch import nn
 
 from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_module,
                       check_number, describe, module_names, user_stacklevel)
-from .freeze import batchnorm_layers, is_pinned, _refuse_script_module, unpin
+from .freeze import _refuse_hooks, batchnorm_layers, is_pinned, _refuse_script_module, unpin
 from .norms import (compiled_original, computes_standard_eval, has_running_stats, is_batch_norm, keeps_running_stats,
                     mark_precise_estimate)
 
@@ -813,6 +813,10 @@ def _replacement(bn: nn.Module, name: str, kind: str, num_groups: int | None) ->
     label = repr(name) if name else "(the model itself)"
     if nn.parameter.is_lazy(bn.running_mean if bn.running_mean is not None else bn.weight):
         raise ValueError(f"replace_norm: BatchNorm {name!r} is lazy and uninitialised; run one forward pass first")
+    _refuse_hooks(bn, label, "a GroupNorm")
+    if getattr(bn, "affine", False) and getattr(bn, "bias", 0) is None:
+        raise ValueError(f"replace_norm: {type(bn).__name__} {label} was built with bias=False (a weight and no bias), "
+                         "which replace_norm does not support yet; nothing was changed")
     if not computes_standard_eval(bn):  # a forward of its own (an activation inside the norm layer) would be dropped
         if not has_running_stats(bn):
             raise ValueError(f"replace_norm: {type(bn).__name__} {label} has a forward of its own and no running "

@@ -297,7 +297,8 @@ def test_the_probe_neither_runs_hooks_nor_moves_the_global_rng():
     calls = []
     model[0].register_forward_hook(lambda *a: calls.append(1))
     state = torch.random.get_rng_state()
-    fz.freeze_batchnorm(model)
+    frozen = fz.FrozenBatchNorm(4, source_class=BatchNormAct2d)  # the probe itself (a hooked layer is now refused first)
+    assert bnstudy.norms.eval_output_difference(model[0], frozen) is None
     assert calls == [] and torch.equal(torch.random.get_rng_state(), state)
 
 
@@ -328,3 +329,65 @@ def test_replace_norm_checks_every_layer_before_replacing_any():
         with pytest.raises(ValueError):
             bnstudy.replace_norm(m, "group", **kw)
         assert _unchanged(m, snap)
+
+
+# --- hooks on a converted layer (found by a new user: a conversion dropped them silently) --------------------------
+
+HOOKS = {
+    "forward": lambda m: m.register_forward_hook(lambda mod, inp, out: out * 2),
+    "forward_pre": lambda m: m.register_forward_pre_hook(lambda mod, inp: (inp[0] + 1,)),
+    "forward_kwargs": lambda m: m.register_forward_hook(lambda mod, args, kwargs, out: out - 1, with_kwargs=True),
+    "backward": lambda m: m.register_full_backward_hook(lambda mod, gin, gout: None),
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversion=st.sampled_from(sorted({**CONVERSIONS, "replace_norm": None})),
+       hooks=st.lists(st.sampled_from(sorted(HOOKS)), max_size=2), layer=st.sampled_from([1, 3]),
+       seed=st.integers(0, 2**16))
+def test_a_conversion_refuses_a_layer_with_hooks_of_its_own_before_changing_anything_and_keeps_the_output_without(
+        conversion, hooks, layer, seed):
+    """Torch's modules built in a layer's place do not carry its hooks: a forward hook that doubles the output moved
+    the eval output by 1.95 under freeze_batchnorm, freeze_modules and convert_sync_batchnorm, silently. Now each
+    conversion refuses a layer with hooks of its own (the model untouched), and without hooks keeps the output."""
+    g = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), _fill(nn.BatchNorm2d(8), g), nn.ReLU(), _fill(nn.BatchNorm2d(8), g)).eval()
+    for h in hooks:
+        HOOKS[h](model[layer])
+    x = torch.randn(2, 3, 6, 6, generator=g)
+    with torch.no_grad():
+        y = model(x)
+    snap = _snapshot(model)
+    convert = CONVERSIONS.get(conversion) or (lambda m: bnstudy.replace_norm(m, "group", num_groups=2))
+    if hooks:
+        with pytest.raises(ValueError, match=rf"BatchNorm2d '{layer}' into .*: it has .*hook.* registered on it"):
+            convert(model)
+        assert _unchanged(model, snap)
+        with torch.no_grad():
+            assert torch.equal(model(x), y)  # the hooks still run on the untouched layer
+    elif conversion != "replace_norm":  # a GroupNorm computes something else by design: nothing to compare
+        with torch.no_grad():
+            assert torch.equal(convert(model).eval()(x), y)
+
+
+def test_freezing_the_same_name_twice_is_refused_so_one_unfreeze_restores_the_model():
+    model = nn.Sequential(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)), nn.Linear(4, 2))
+    fz.freeze_modules(model, ["0"])
+    snap = _snapshot(model)
+    with pytest.raises(ValueError, match=r"\['0'\] already frozen by an earlier freeze_modules call"):
+        fz.freeze_modules(model, ["0"])
+    assert _unchanged(model, snap)
+    fz.unfreeze_modules(model, ["0"])
+    assert all(p.requires_grad for p in model.parameters()) and type(model[0][1]) is nn.BatchNorm1d
+
+
+def test_torch_batchnorm_with_bias_false_is_refused_clearly_by_freeze_and_replace_norm():
+    if "bias" not in nn.BatchNorm2d.__init__.__code__.co_varnames:
+        pytest.skip("this torch's BatchNorm has no bias argument")
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4, bias=False)).eval()
+    snap = _snapshot(model)
+    for convert in (fz.freeze_batchnorm, lambda m: fz.freeze_modules(m, whole_model=True),
+                    lambda m: bnstudy.replace_norm(m, "group", num_groups=2)):
+        with pytest.raises(ValueError, match="bias=False"):
+            convert(model)
+        assert _unchanged(model, snap)
