@@ -216,9 +216,14 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
     * every estimated layer normalises with batch statistics during the
       estimate (train mode, pinned layers included: their flag is set directly),
       and **every other module is in eval mode** (an unestimated BatchNorm
-      normalises with its stored statistics), so Dropout is off and the
-      estimate is what the layer sees at inference (with dropout on, a layer
-      behind ``Dropout(p)`` would see a variance inflated by about ``1/(1-p)``);
+      normalises with its stored statistics), so Dropout is off (with dropout
+      on, a layer behind ``Dropout(p)`` would see a variance inflated by about
+      ``1/(1-p)``). As in fvcore's precise BN (Wu & Johnson 2021), the
+      estimated layers run in train mode together, so a later layer's estimate
+      is of its input under the earlier layers' *batch* statistics, not the
+      population statistics they will use at inference; the two differ more
+      at small batches (``compare_statistics`` after the estimate shows by how
+      much; estimate one layer at a time with ``modules=`` for the exact one);
     * each layer's ``running_mean`` is the mean of every value it received
       over all its calls (each call weighted by its ``N x spatial`` values per
       channel, so an unequal last batch weighs what it holds) and
