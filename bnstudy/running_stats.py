@@ -223,7 +223,8 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
       is of its input under the earlier layers' *batch* statistics, not the
       population statistics they will use at inference; the two differ more
       at small batches (``compare_statistics`` after the estimate shows by how
-      much; estimate one layer at a time with ``modules=`` for the exact one);
+      much; estimating the layers one at a time, first to last, with
+      ``modules=`` gives each the input it sees at inference);
     * each layer's ``running_mean`` is the mean of every value it received
       over all its calls (each call weighted by its ``N x spatial`` values per
       channel, so an unequal last batch weighs what it holds) and
