@@ -69,13 +69,18 @@ def test_chapter_1_counts_of_the_trained_heads_are_the_verdicts_of_its_explorato
     assert int((table["verdict"] == findings.TRAIN_HIGHER).sum()) == k
 
 
+def _assert_family_counts(findings, claims_table, numbers, chapter, specs):
+    """For each ``(family, number key, kind)``: the family's verdicts are its printed intervals, and the glued count
+    is the number of those verdicts of that kind."""
+    for fam, key, kind in specs:
+        claims = findings.family(claims_table, fam)
+        _assert_verdicts_are_the_intervals(claims, f"{chapter} {fam}")
+        assert number(numbers, key) == _shown(claims, kind), key
+
 def test_chapter_1_tuning_counts_are_the_printed_verdicts():
     findings, *_, tc, tn = _ch01()
-    for fam, key, kind in (("oracle", "oracle_n_above", "higher"), ("std_at", "std_n_above", "higher"),
-                           ("narrow", "n_narrows", "lower")):
-        claims = findings.family(tc, fam)
-        _assert_verdicts_are_the_intervals(claims, f"ch01 {fam}")
-        assert number(tn, key) == _shown(claims, kind), key
+    _assert_family_counts(findings, tc, tn, "ch01", (("oracle", "oracle_n_above", "higher"),
+                                                    ("std_at", "std_n_above", "higher"), ("narrow", "n_narrows", "lower")))
 
 
 # --- chapter 2 ------------------------------------------------------------------------------------------------------
@@ -127,11 +132,8 @@ def test_chapter_4_answer_and_figure_counts_are_the_gap_cells_printed_verdicts()
         assert number(F, f"n_not_decided_{shift}") == int((g["kind"] == "not decided").sum()), shift
     ref = gap[gap["shift"] == "ref"]
     assert f"split into {_shown(ref, 'higher')} where separate statistics score higher" in findings.answer(C, F)
-    for fam, key, kind in (("hc", "hc_n_smaller", "lower"), ("sc", "sc_n_larger", "higher"),
-                           ("sc", "sc_n_smaller", "lower")):
-        claims = findings.family(C, fam)
-        _assert_verdicts_are_the_intervals(claims, f"ch04 {fam}")
-        assert number(F, key) == _shown(claims, kind), key
+    _assert_family_counts(findings, C, F, "ch04", (("hc", "hc_n_smaller", "lower"), ("sc", "sc_n_larger", "higher"),
+                                                 ("sc", "sc_n_smaller", "lower")))
 
 
 # --- chapter 5 ------------------------------------------------------------------------------------------------------
