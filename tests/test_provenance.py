@@ -91,3 +91,9 @@ def test_pagecheck_fails_a_missing_card_a_dead_link_and_a_wrong_sha256_and_passe
     dead = _page(root, "<figure id='fig-ch04-toy'>" + card.replace("04_toy.csv", "04_gone.csv") + "</figure>")
     assert "does not resolve" in " ".join(pagecheck.card_problems(dead))
     assert any("provenance card" in p for p in pagecheck.page_problems(dead, chapter=True))  # the page check runs it
+    table = "<table><tr><td>separate_stats higher</td></tr></table>"
+    prose = _page(root, f"<div class='section'>{table}{card}</div>")   # a table typed in the prose: its card follows
+    assert pagecheck.card_problems(prose) == []
+    bare = _page(root, f"<div class='section'>{table}<p>next</p>{table}{card}</div>")
+    assert pagecheck.card_problems(bare) == ["a figure or table without its provenance card: the prose table 1 "
+                                             "(separate_stats higher...)"]

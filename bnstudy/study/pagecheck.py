@@ -69,7 +69,8 @@ def figure_alts(page) -> list[tuple[str, str]]:
 
 def card_problems(page) -> list[str]:
     """What is wrong with the provenance cards (:mod:`bnstudy.study.provenance`) of the built page ``page`` (an HTML
-    path): a figure or table (a ``<figure>`` of the article) without a card (``details.bn-provenance``), a card
+    path): a figure or table (a ``<figure>`` of the article, or a ``<table>`` of the prose, whose card follows it)
+    without a card (``details.bn-provenance``), a card
     without a rows link, a rows link (``a.bn-rows``) or checksum (``code.bn-sha256``, whose ``data-file`` names the
     file) whose file does not exist in the built book, a checksum that is not the file's sha256, or a rows link
     without its checksum. Links resolve relative to ``page``, as a browser reading the built folder offline would.
@@ -81,9 +82,14 @@ def card_problems(page) -> list[str]:
     page = Path(page)
     art = _article(_soup(page))
     out = []
-    for fig in art.find_all("figure"):
-        name = fig.get("id") or next((s.get("id") for s in fig.find_all("span", id=True)), None) or "unlabelled"
-        cards = fig.select(f"details.{CARD_CLASS}")
+    shown = [(fig, fig.get("id") or next((s.get("id") for s in fig.find_all("span", id=True)), None) or "unlabelled",
+              fig.select(f"details.{CARD_CLASS}")) for fig in art.find_all("figure")]
+    for i, t in enumerate(art.find_all("table")):  # a table of the prose: its card follows it
+        if t.find_parent(["figure", "details"]) is None and t.find_parent("div", class_="cell_output") is None:
+            nxt = t.find_next(lambda tag: tag.name in ("details", "table", "figure"))
+            shown.append((t, f"the prose table {i + 1} ({t.get_text(' ', strip=True)[:40]}...)",
+                          [nxt] if nxt is not None and CARD_CLASS in (nxt.get("class") or []) else []))
+    for fig, name, cards in shown:
         if not cards:
             out.append(f"a figure or table without its provenance card: {name}")
             continue

@@ -92,6 +92,11 @@ class BookFigures(Transform):
             else:
                 self._add_downloads(fig, env)
             _add_card(fig, env)
+        m = re.match(r"^chapters/(\d+)-", env.docname)
+        if m:  # a table typed in a chapter's prose (unnumbered; its cells glued): the chapter's rows
+            for table in list(self.document.findall(nodes.table)):
+                if not any(isinstance(a, nodes.figure) for a in _ancestors(table)):
+                    _add_card(table, env, label=f"tbl-ch{m.group(1)}-prose")
 
     def _to_table(self, fig: nodes.figure) -> None:
         table = table_figure(fig.rawsource, **fig.attributes)
@@ -148,12 +153,19 @@ class BookFigures(Transform):
 _CARD_LABEL = re.compile(r"^(fig|tbl)-ch\d+-.+$")
 
 
-def _add_card(fig: nodes.Element, env) -> None:
+def _ancestors(node: nodes.Node):
+    while node.parent is not None:
+        node = node.parent
+        yield node
+
+
+def _add_card(fig: nodes.Element, env, label: str | None = None) -> None:
     """Append the provenance card (:func:`bnstudy.study.provenance.card_html`) to a chapter's labelled figure or
-    table; a labelled one whose chapter has no per-seed rows in the results folder is a build warning."""
+    table (or, given ``label``, put it after a table of the chapter's prose); a labelled one whose chapter has no
+    per-seed rows in the results folder is a build warning."""
     from . import provenance
 
-    label = next((i for i in list(fig["ids"]) + list(fig["names"]) if _CARD_LABEL.match(i)), None)
+    label = label or next((i for i in list(fig["ids"]) + list(fig["names"]) if _CARD_LABEL.match(i)), None)
     if label is None:
         return
     c = provenance.card(label, env.srcdir, env.config.bnstudy_figures_dir, env.config.bnstudy_results_dir)
@@ -162,6 +174,9 @@ def _add_card(fig: nodes.Element, env) -> None:
                        f"provenance card (a CSV NN_*.csv with a seed column)", location=fig)
         return
     html = provenance.card_html(c, _relative_root(env.docname))
+    if isinstance(fig, nodes.table):
+        fig.parent.insert(fig.parent.index(fig) + 1, nodes.raw("", html, format="html"))
+        return
     if isinstance(fig, table_figure):
         fig += nodes.raw("", html, format="html")
         return
