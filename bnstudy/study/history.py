@@ -171,7 +171,7 @@ def _verified(v: dict | None) -> str:
     for word, key in (("exactly (`==`)", "exact"), ("statistically (within the seeds' spread)", "statistical"),
                       ("unchecked", "unchecked")):
         if v.get(key):
-            how.append(f"chapters {', '.join(str(int(c)) for c in v[key])} {word}")
+            how.append(f"chapter{'s' if len(v[key]) > 1 else ''} {', '.join(str(int(c)) for c in v[key])} {word}")
     return (f"last verified {v.get('date')} at code {v.get('code_fingerprint')}: {v.get('units_per_chapter')} units per "
             f"chapter recomputed from an empty cache, " + "; ".join(how))
 
@@ -209,16 +209,16 @@ def page(release_dir=RELEASE_DIR) -> str:
     parts = [HEADER]
     for i in range(len(hist) - 1, -1, -1):
         meta, claims = hist[i]
-        parts.append(f"\n## Release {meta['version']}\n")
+        parts.append(f"\n## Release {meta['version']}\n\n")
         parts.append(f"Computed with code {meta.get('code_fingerprint')} (git commit "
                      f"{str(meta.get('git_commit'))[:12]}); {_verified(meta.get('verified'))}. "
-                     f"{len(claims)} claims in {claims['chapter'].nunique()} chapters.\n")
+                     f"{len(claims)} claims in {claims['chapter'].nunique()} chapters.\n\n")
         if i == 0:
             parts.append("The first recorded release: its claims, per chapter (each verdict word as the chapter "
                          "prints it):\n\n" + _summary(claims) + "\n")
             continue
         prev_meta, prev_claims = hist[i - 1]
-        parts.append(f"Since {prev_meta['version']}: {_why(prev_meta, meta)}.\n")
+        parts.append(f"Since {prev_meta['version']}: {_why(prev_meta, meta)}.\n\n")
         ch = changes(prev_claims, claims)
         if ch.empty:
             parts.append("No claim's verdict changed.\n")
