@@ -94,4 +94,4 @@ def test_every_card_of_the_release_book_links_the_releases_own_rows(release_book
     assert card.select_one("a.bn-rows")["href"] == "../results/04_heads.csv"
     rows = pd.read_csv(RELEASE_DIR / "04_heads.csv")
     n = int(rows["mode"].isin(["separate_stats", "backbone_eval"]).sum())
-    assert f"mode in {{separate_stats, backbone_eval}}: {n:,} of its {len(rows):,} rows" in card.get_text(" ")
+    assert f"mode in {{separate_stats, backbone_eval}}: {n:,} of its {len(rows):,} rows" in card.get_text()
