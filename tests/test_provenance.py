@@ -50,6 +50,7 @@ def test_a_tables_card_lists_the_chapters_per_seed_tables_and_other_labels_get_n
     root = _book(tmp_path)
     c = provenance.card("tbl-ch04-anything", root)
     assert [r["file"] for r in c["rows"]] == ["04_toy.csv"] and c["rows"][0]["where"] == {}
+    assert provenance.card("tab-ch04-anything", root)["rows"] == c["rows"]   # chapter 5's spelling of a table label
     assert provenance.card("fig-intro-diagram", root) is None   # not a chapter's figure
     assert provenance.card("fig-ch05-toy", root) is None        # no per-seed rows for chapter 5
 

@@ -166,7 +166,8 @@ def _notebook_of(chapter: str, results_dir: Path, manifest: dict) -> str | None:
 
 def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "results",
          release_dir: str = "release") -> dict | None:
-    """The provenance of the figure or table labelled ``label`` (``fig-chNN-name`` / ``tbl-chNN-name``) in a book
+    """The provenance of the figure or table labelled ``label`` (``fig-chNN-name`` / ``tbl-chNN-name``; chapter 5
+    spells its tables ``tab-chNN-name``) in a book
     whose root is ``srcdir``; ``None`` if the label is not a chapter's figure or table, or the chapter has no
     per-seed table in ``results_dir`` (nothing to point to).
 
@@ -178,10 +179,10 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
     (from the release's units file, or ``None``), ``run_wall_s`` / ``workers`` (the chapter's recorded run),
     ``remake_s`` (this build's time to execute the chapter).
     """
-    m = re.match(r"^(fig|tbl)-ch(\d+)-(.+)$", label)
+    m = re.match(r"^(fig|tbl|tab)-ch(\d+)-(.+)$", label)
     if m is None:
         return None
-    kind, chapter, name = m.group(1), f"{int(m.group(2)):02d}", m.group(3)
+    kind, chapter, name = m.group(1).replace("tab", "tbl"), f"{int(m.group(2)):02d}", m.group(3)
     src = Path(srcdir)
     res, figs = src / results_dir, src / figures_dir
     tables = per_seed_tables(res, chapter)

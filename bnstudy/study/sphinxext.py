@@ -150,7 +150,7 @@ class BookFigures(Transform):
         legend += para
 
 
-_CARD_LABEL = re.compile(r"^(fig|tbl)-ch\d+-.+$")
+_CARD_LABEL = re.compile(r"^(fig|tbl|tab)-ch\d+-.+$")
 
 
 def _ancestors(node: nodes.Node):
