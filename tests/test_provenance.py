@@ -44,6 +44,7 @@ def test_card_names_the_per_seed_rows_their_filter_and_sha256(tmp_path):
     html = provenance.card_html(c, "../")
     assert 'href="../results/04_toy.csv"' in html and r["sha256"] in html
     assert "head in {linear, mlp}, mode == backbone_eval" in html and "<details" in html
+    assert "--profile quick --only 04_toy" in html and "never verified" not in html
 
 
 def test_a_tables_card_lists_the_chapters_per_seed_tables_and_other_labels_get_none(tmp_path):

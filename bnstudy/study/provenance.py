@@ -177,7 +177,7 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
     figure's own CSV, or ``None``), ``release`` (the rows' release record or ``None``), ``manifest_sha256`` (per
     linked file, the release manifest's sha256 of that table, or ``None``), ``chapter_cpu_s`` / ``chapter_units``
     (from the release's units file, or ``None``), ``run_wall_s`` / ``workers`` (the chapter's recorded run),
-    ``remake_s`` (this build's time to execute the chapter).
+    ``remake_s`` (this build's time to execute the chapter), ``profile`` (the rows' profile, from the sidecar).
     """
     m = re.match(r"^(fig|tbl|tab)-ch(\d+)-(.+)$", label)
     if m is None:
@@ -238,7 +238,7 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
     n_chapters = len((((manifest.get("release") or {}).get("verified")) or {}).get("chapters") or ()) or None
     return dict(label=label, kind=kind, chapter=chapter, notebook=notebook, rows=rows, data=data_name,
                 release=release, verified=verified, n_verified_chapters=n_chapters, chapter_cpu_s=chapter_cpu_s, chapter_units=chapter_units,
-                run_wall_s=rows_from.get("run_wall_s"), workers=rows_from.get("workers"),
+                run_wall_s=rows_from.get("run_wall_s"), workers=rows_from.get("workers"), profile=params.get("profile"),
                 remake_s=_chapter_seconds(res, notebook))
 
 
@@ -294,8 +294,9 @@ def card_html(c: dict, root: str = "") -> str:
     remake = (f"<code>python -m bnstudy.study.book --release --only {e(nb)} --output-dir remake/</code> re-executes "
               f"this chapter from the release's rows, nothing trained, and writes this {what} again"
               if c["release"] else
-              f"<code>python -m bnstudy.study.book --only {e(nb)} --output-dir remake/</code> re-executes this "
-              f"chapter at the profile of its <em>Ran with</em> line, computing only runs not in the run cache")
+              f"<code>python -m bnstudy.study.book --profile {e(str(c.get('profile') or 'quick'))} --only {e(nb)} "
+              f"--output-dir remake/</code> re-executes this chapter at the profile of its <em>Ran with</em> line, "
+              f"computing only runs not in the run cache")
     if c["remake_s"] is not None:
         remake += f" ({_duration(c['remake_s'])} in this build)"
     cpu = [r["cpu_s"] for r in c["rows"] if r["cpu_s"] is not None]
