@@ -13,7 +13,8 @@ What the card reads (nothing here is typed by hand):
   drawn from (``data``);
 * the chapter's **per-seed tables** in ``results/`` (a CSV ``NN_*.csv`` with a ``seed`` column, one row per run
   and seed, and its JSON sidecar), copied verbatim into the built book's ``results/`` by the Sphinx extension; in a
-  book built from the data release they are byte-identical to ``release/NN_*.csv`` (same sha256 as the manifest);
+  book built from the data release only the release's tables count, which are byte-identical to
+  ``release/NN_*.csv`` (same sha256 as the manifest);
 * the filter: the figure's data and its per-seed table share grouping columns (``head``, ``optimizer``,
   ``batch_size``...); a shared column whose values in the figure's data are a strict subset of the rows' values
   selects the rows (``head in {linear, mlp}``). A table (no data file) is drawn from the chapter's per-seed tables;
@@ -198,6 +199,9 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
     manifest_path = rdir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if release and manifest_path.is_file() else {}
     notebook = _notebook_of(chapter, res, manifest) or tables[0].stem
+    released = [t for t in tables if t.stem in (manifest.get("tables") or {})]
+    if released:  # rows read from a release: link its tables, not a per-seed table the page derived from them
+        tables = released
     data_name = None
     if kind == "fig":
         meta_path = figs / f"{chapter}-{name}.json"
