@@ -318,7 +318,8 @@ def card_html(c: dict, root: str = "") -> str:
     recompute = (f"<code>make release CHAPTERS={e(c['chapter'])}</code> recomputes the chapter's rows at the full "
                  f"profile into <code>release/</code> (resumable); "
                  + ("; ".join(cost) if cost else "no recorded time") + ".")
-    return (f"<details class=\"{CARD_CLASS}\" data-label=\"{e(c['label'])}\"><summary>Provenance: the rows behind "
+    # overflow-wrap: a sha256 is one 64-character word, wider than a phone's column
+    return (f"<details class=\"{CARD_CLASS}\" data-label=\"{e(c['label'])}\" style=\"overflow-wrap: anywhere\"><summary>Provenance: the rows behind "
             f"this {what}, their checksum and how to remake it</summary>"
             f"<p>{drawn}</p><ul>{''.join(items)}</ul>"
             f"<p><strong>Release.</strong> {_verification(c)}.</p>"
