@@ -162,13 +162,17 @@ def _ancestors(node: nodes.Node):
 def _add_card(fig: nodes.Element, env, label: str | None = None) -> None:
     """Append the provenance card (:func:`bnstudy.study.provenance.card_html`) to a chapter's labelled figure or
     table (or, given ``label``, put it after a table of the chapter's prose); a labelled one whose chapter has no
-    per-seed rows in the results folder is a build warning."""
+    per-seed rows in the results folder, or whose figure filters on a column its rows lack, is a build warning."""
     from . import provenance
 
     label = label or next((i for i in list(fig["ids"]) + list(fig["names"]) if _CARD_LABEL.match(i)), None)
     if label is None:
         return
-    c = provenance.card(label, env.srcdir, env.config.bnstudy_figures_dir, env.config.bnstudy_results_dir)
+    try:
+        c = provenance.card(label, env.srcdir, env.config.bnstudy_figures_dir, env.config.bnstudy_results_dir)
+    except ValueError as exc:  # a filter naming a column the rows lack: say which, and build on (-W fails it)
+        logger.warning(f"bnstudy: {exc}", location=fig)
+        return
     if c is None:
         logger.warning(f"bnstudy: {label!r} has no per-seed rows in {env.config.bnstudy_results_dir}/ for its "
                        f"provenance card (a CSV NN_*.csv with a seed column)", location=fig)
