@@ -99,3 +99,9 @@ def test_pagecheck_fails_a_missing_card_a_dead_link_and_a_wrong_sha256_and_passe
     bare = _page(root, f"<div class='section'>{table}<p>next</p>{table}{card}</div>")
     assert pagecheck.card_problems(bare) == ["a figure or table without its provenance card: the prose table 1 "
                                              "(separate_stats higher...)"]
+
+
+def test_a_measured_column_is_no_filter_even_when_its_values_happen_to_be_a_subset():
+    rows = pd.DataFrame(dict(seed=[0, 0, 1, 1], trap=["a", "b", "a", "b"], accuracy=[0.5, 0.75, 0.25, 0.5]))
+    data = pd.DataFrame(dict(trap=["a"], accuracy=[0.5]))   # 0.5 is one of the rows' accuracies, by chance
+    assert provenance.row_filter(data, rows) == {"trap": ["a"]}

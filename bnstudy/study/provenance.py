@@ -90,17 +90,26 @@ def _levels(s: pd.Series) -> set[str]:
 
 def row_filter(data: pd.DataFrame, rows: pd.DataFrame) -> dict[str, list[str]]:
     """The filter that selects ``rows``' part shown by ``data``: ``{column: sorted values}`` for each column the two
-    share whose values in ``data`` (as text) are a non-empty strict subset of its values in ``rows``, and which has at
-    most :data:`MAX_LEVELS` values in ``rows`` (a measurement is no filter). Empty when ``data`` shows every row."""
+    share whose values in ``data`` (as text) are a non-empty strict subset of its values in ``rows``, and which is a
+    design column of ``rows``: at most :data:`MAX_LEVELS` values, the same set of them for every seed (a measured
+    accuracy differs from seed to seed; a swept setting does not). Empty when ``data`` shows every row."""
     out = {}
     for c in data.columns:
         if c == "seed" or c not in rows.columns:
             continue
         have = _levels(rows[c])
         want = _levels(data[c])
-        if want and len(have) <= MAX_LEVELS and want < have:
+        if want and len(have) <= MAX_LEVELS and want < have and _design(rows, c):
             out[c] = sorted(want, key=lambda v: (_num(v) is None, _num(v) or 0.0, v))
     return out
+
+
+def _design(rows: pd.DataFrame, column: str) -> bool:
+    """Whether ``column`` takes the same set of values under every seed of ``rows`` (no ``seed`` column: yes)."""
+    if "seed" not in rows.columns:
+        return True
+    sets = rows.groupby("seed")[column].agg(lambda s: frozenset(_levels(s)))
+    return sets.nunique() == 1
 
 
 def _num(v: str):
