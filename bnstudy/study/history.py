@@ -13,8 +13,9 @@ release, which claims and verdicts changed and why.
   ``verify --record`` calls to note the verification; ``python -m bnstudy.study.history record
   --chapters-dir DIR`` records the claims of a release book's executed chapters (nothing is recomputed: the release's
   rows, tables and manifest are unchanged).
-* **The page** ``history.md`` is made by :func:`page` (``python -m bnstudy.study.history page``; ``make history``);
-  ``tests/test_history.py`` requires the committed page to equal it.
+* **The page** ``history.md`` is made by :func:`page` (``python -m bnstudy.study.history page``; ``make history``;
+  ``compute`` and ``verify --record`` rewrite it for the repository's release); ``tests/test_history.py`` requires
+  the committed page to equal it.
 """
 
 from __future__ import annotations

@@ -275,6 +275,8 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
             sync_citation(manifest)
         from . import history  # the release's claims table: this chapter's claims, the others' carried over
         history.record(release_dir, work / "chapters", chapters=[ch.number])
+        if release_dir.resolve() == RELEASE_DIR.resolve():
+            history.PAGE.write_text(history.page(release_dir))
         shutil.rmtree(work, ignore_errors=True)
         try:
             work.parent.rmdir()
@@ -702,6 +704,8 @@ def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_
         from . import history
         if (Path(release_dir) / history.CLAIMS_DIR / f"{manifest['release'].get('version')}.csv").is_file():
             history.record(release_dir)  # the history entry notes the verification too
+            if Path(release_dir).resolve() == RELEASE_DIR.resolve():
+                history.PAGE.write_text(history.page(release_dir))
     return 0
 
 
