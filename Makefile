@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bnstudy-installed
 export BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy
 
-.PHONY: venv chapters book test bench clean clean-cache release verify-release readme
+.PHONY: venv chapters book test bench clean clean-cache release verify-release readme history
 
 # Set-up: a venv in the repo. torch is installed first and pinned exactly; TORCH_INDEX (optional) is the
 # package index to take it from, e.g. PyTorch's CPU-only wheel index on a machine without a GPU.
@@ -51,6 +51,10 @@ verify-release: $(STAMP)
 book: chapters
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@echo "Book: $(CURDIR)/_build/html/index.html"
+
+# The release history page (history.md) from release/claims/: each release's claims table and what changed.
+history: $(STAMP)
+	$(PY) -m bnstudy.study.history page
 
 # The README's "What the chapters find", made from the built book's front page (run after `make book`).
 readme: $(STAMP)

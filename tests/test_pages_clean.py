@@ -11,7 +11,7 @@ from bnstudy.study import book, pagecheck, style
 
 #: The visible-words ceiling per chapter (issue 25: "about 3,000 words at most").
 MAX_VISIBLE_WORDS = 3200
-OTHER_PAGES = ("index", "guide", "glossary", "reproduce", "cite", "bibliography")
+OTHER_PAGES = ("index", "guide", "glossary", "reproduce", "cite", "history", "bibliography")
 
 
 def _html(release_book):
@@ -68,3 +68,30 @@ def test_pagecheck_finds_what_it_should(tmp_path):
                     "<img src='a.png' alt='Accuracy per mode: train mode falls'></article></body></html>")
     assert pagecheck.page_problems(good) == []
     assert pagecheck.visible_words(good) == 3   # "T", "The", "answer": the folded words do not count
+
+
+def test_every_card_of_the_release_book_links_the_releases_own_rows(release_book):
+    """Issue 37: the rows under every figure and table of the release book are the release's per-seed tables, byte
+    for byte (sha256 as in release/manifest.json); Fig. 4.2's card links chapter 4's per-seed rows with the filter
+    that selects the two freeze modes it compares."""
+    import pandas as pd
+    from bs4 import BeautifulSoup
+
+    from bnstudy.study.manifest import RELEASE_DIR, read_manifest
+
+    _, html = _html(release_book)
+    tables = read_manifest(RELEASE_DIR)["tables"]
+    n_cards = 0
+    for nb in book.chapter_paths():
+        soup = BeautifulSoup((html / "chapters" / f"{book.page_name(nb)}.html").read_text(), "html.parser")
+        for code in soup.select("details.bn-provenance code.bn-sha256"):
+            stem = code["data-file"].rsplit("/", 1)[-1].removesuffix(".csv")
+            assert code.get_text(strip=True) == tables[stem]["sha256"], (nb.name, stem)
+            n_cards += 1
+    assert n_cards >= 50
+    soup = BeautifulSoup((html / "chapters" / "04-heads.html").read_text(), "html.parser")
+    card = soup.select_one("#fig-ch04-gap details.bn-provenance")
+    assert card.select_one("a.bn-rows")["href"] == "../results/04_heads.csv"
+    rows = pd.read_csv(RELEASE_DIR / "04_heads.csv")
+    n = int(rows["mode"].isin(["separate_stats", "backbone_eval"]).sum())
+    assert f"mode in {{separate_stats, backbone_eval}}: {n:,} of its {len(rows):,} rows" in card.get_text()

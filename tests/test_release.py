@@ -103,6 +103,9 @@ def test_compute_writes_tables_units_and_manifest(quick_release):
         assert c[k] not in (None, ""), k
     assert m["release"]["version"] and m["release"]["date"]
     assert not (quick_release / ".work" / "07_real_data").exists()
+    claims = pd.read_csv(quick_release / "claims" / f"{m['release']['version']}.csv", dtype={"chapter": str})
+    assert set(claims["chapter"]) == {"07"} and len(claims)  # the release's claims table (issue 37), from its page
+    assert json.loads((quick_release / "claims" / f"{m['release']['version']}.json").read_text())["chapters"]["07"]
 
 
 @pytest.mark.slow

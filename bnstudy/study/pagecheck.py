@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["visible_words", "answer_first", "page_problems", "figure_alts"]
+__all__ = ["visible_words", "answer_first", "page_problems", "figure_alts", "card_problems"]
 
 #: Text that must not reach a reader: Python warnings and tracebacks, local paths, NaN.
 _LEAKS = {
@@ -67,10 +67,60 @@ def figure_alts(page) -> list[tuple[str, str]]:
     return [(img.get("src", ""), img.get("alt", "")) for img in art.find_all("img")]
 
 
+def card_problems(page) -> list[str]:
+    """What is wrong with the provenance cards (:mod:`bnstudy.study.provenance`) of the built page ``page`` (an HTML
+    path): a figure or table (a ``<figure>`` of the article, or a ``<table>`` of the prose, whose card follows it)
+    without a card (``details.bn-provenance``), a card
+    without a rows link, a rows link (``a.bn-rows``) or checksum (``code.bn-sha256``, whose ``data-file`` names the
+    file) whose file does not exist in the built book, a checksum that is not the file's sha256, or a rows link
+    without its checksum. Links resolve relative to ``page``, as a browser reading the built folder offline would.
+    Empty if every card is sound."""
+    from urllib.parse import unquote
+
+    from .provenance import CARD_CLASS, sha256_of
+
+    page = Path(page)
+    art = _article(_soup(page))
+    out = []
+    shown = [(fig, fig.get("id") or next((s.get("id") for s in fig.find_all("span", id=True)), None) or "unlabelled",
+              fig.select(f"details.{CARD_CLASS}")) for fig in art.find_all("figure")]
+    for i, t in enumerate(art.find_all("table")):  # a table of the prose: its card follows it
+        if t.find_parent(["figure", "details"]) is None and t.find_parent("div", class_="cell_output") is None:
+            nxt = t.find_next(lambda tag: tag.name in ("details", "table", "figure"))
+            shown.append((t, f"the prose table {i + 1} ({t.get_text(' ', strip=True)[:40]}...)",
+                          [nxt] if nxt is not None and CARD_CLASS in (nxt.get("class") or []) else []))
+    for fig, name, cards in shown:
+        if not cards:
+            out.append(f"a figure or table without its provenance card: {name}")
+            continue
+        for card in cards:
+            links = card.select("a.bn-rows")
+            sums = {c.get("data-file"): c.get_text(strip=True) for c in card.select("code.bn-sha256")}
+            if not links:
+                out.append(f"a provenance card without a link to its rows: {name}")
+            for a in links:
+                href = a.get("href", "")
+                target = (page.parent / unquote(href.split("#")[0])).resolve()
+                if re.match(r"[a-z]+:", href) or not target.is_file():
+                    out.append(f"a provenance card's rows link does not resolve in the built book: {name} -> {href}")
+                    continue
+                if href not in sums:
+                    out.append(f"a provenance card's rows link has no sha256: {name} -> {href}")
+            for href, digest in sums.items():
+                target = (page.parent / unquote(str(href))).resolve()
+                if not target.is_file():
+                    out.append(f"a provenance card's sha256 names a file not in the built book: {name} -> {href}")
+                elif sha256_of(target) != digest:
+                    out.append(f"a provenance card's sha256 does not match its file: {name} -> {href} "
+                               f"(card {digest[:12]}..., file {sha256_of(target)[:12]}...)")
+    return out
+
+
 def page_problems(page, chapter: bool = True) -> list[str]:
     """What a reader should not see on ``page``: code cells shown (an input area), a warning, a path, NaN, a
     hand-typed reference, an unresolved cross-reference, a figure whose alt text is empty or a file name; for
-    a chapter (``chapter=True``) also an answer box that is not the first section. Empty if clean."""
+    a chapter (``chapter=True``) also an answer box that is not the first section, and every problem of its
+    provenance cards (:func:`card_problems`). Empty if clean."""
     soup = _soup(page)
     art = _article(soup)
     out = []
@@ -96,6 +146,8 @@ def page_problems(page, chapter: bool = True) -> list[str]:
             out.append(f"a figure without descriptive alt text: {src} (alt {alt!r})")
     if chapter and not answer_first(page):
         out.append("the answer box (admonition class 'answer') is not the first thing under the title")
+    if chapter:
+        out += card_problems(page)
     return out
 
 

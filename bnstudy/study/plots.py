@@ -51,7 +51,7 @@ def set_style() -> None:
 PNG_DPI = 300
 
 
-def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path]:
+def save_figure(fig: plt.Figure, name: str, figures_dir, data=None, where: dict | None = None) -> list[Path]:
     """Write ``fig`` as ``<figures_dir>/<name>.png`` (300 dpi) and ``.svg``; returns both paths.
 
     Also writes ``<name>.json`` naming the files and ``data``, the tidy CSV the figure was drawn from
@@ -59,11 +59,19 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path
     path when the figure comes from another one, or a list of paths when it draws from several: the first is
     ``data``, the others ``data_more``, each with its run-parameter sidecar). Raises ``ValueError`` if ``name`` has
     a suffix or a path separator (names are stable ids), or for an empty list of paths.
+
+    ``where``: ``{column: [values]}`` of the chapter's per-seed rows that the figure shows, for its provenance card
+    (:mod:`bnstudy.study.provenance`), where ``data`` does not say it by itself (a claims table names no freeze
+    mode); the card adds the filter it derives from ``data``'s own columns. Raises ``ValueError`` unless it maps
+    column names to non-empty lists.
     """
     from . import report
 
     if "/" in name or "." in name:
         raise ValueError(f"name must be a bare figure id like '01-accuracy', got {name!r}")
+    if where is not None and not (isinstance(where, dict) and all(
+            isinstance(c, str) and isinstance(v, (list, tuple)) and len(v) for c, v in where.items())):
+        raise ValueError(f"where must map column names to non-empty lists of values, got {where!r}")
     paths = []
     for ext, kw in (("png", {"dpi": PNG_DPI}), ("svg", {})):
         buf = io.BytesIO()
@@ -82,6 +90,8 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None) -> list[Path
                 data_sidecar=report.sidecar_path(data).name if data is not None else None)
     if more:
         meta.update(data_more=[d.name for d in more], data_more_sidecars=[report.sidecar_path(d).name for d in more])
+    if where:
+        meta["where"] = {c: list(v) for c, v in where.items()}
     meta.update(legibility(fig))
     side = Path(figures_dir) / f"{name}.json"
     atomic_write_bytes(side, (json.dumps(meta, indent=2) + "\n").encode())

@@ -273,6 +273,10 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
         write_manifest(manifest, release_dir)
         if release_dir.resolve() == RELEASE_DIR.resolve():
             sync_citation(manifest)
+        from . import history  # the release's claims table: this chapter's claims, the others' carried over
+        history.record(release_dir, work / "chapters", chapters=[ch.number])
+        if release_dir.resolve() == RELEASE_DIR.resolve():
+            history.PAGE.write_text(history.page(release_dir))
         shutil.rmtree(work, ignore_errors=True)
         try:
             work.parent.rmdir()
@@ -697,6 +701,11 @@ def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_
             numerics=numerics.key(here), cpu_flags=here["cpu_flags"],
             wall_s=round(sum(r["wall_s"] for r in results), 1))
         write_manifest(manifest, release_dir)
+        from . import history
+        if (Path(release_dir) / history.CLAIMS_DIR / f"{manifest['release'].get('version')}.csv").is_file():
+            history.record(release_dir)  # the history entry notes the verification too
+            if Path(release_dir).resolve() == RELEASE_DIR.resolve():
+                history.PAGE.write_text(history.page(release_dir))
     return 0
 
 

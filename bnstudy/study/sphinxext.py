@@ -10,6 +10,9 @@ It does four things the stock Jupyter Book build does not:
   (300 dpi) and ``.svg``, and to the tidy CSV it was drawn from and that CSV's JSON sidecar (both named by
   ``figures/NN-name.json``, written by :func:`bnstudy.study.plots.save_figure`). A labelled figure with no file
   is a build warning (an error in the strict build).
+* **A provenance card under every figure and table** of a chapter (label ``fig-chNN-...`` / ``tbl-chNN-...``):
+  a folded block naming the per-seed rows behind it, their sha256, the release's last verification and the
+  commands (and recorded costs) that remake the figure and recompute its rows (:mod:`bnstudy.study.provenance`).
 * **Verdict words from other pages.** ``{glue:md}`chapters/NN-name.ipynb::key``` pastes a Markdown value
   (a verdict word such as **holds**) glued in another notebook; myst-nb pastes only plain text, HTML and
   images across pages (the decision guide cites every chapter's verdicts this way).
@@ -85,9 +88,15 @@ class BookFigures(Transform):
             if type(fig) is not nodes.figure:
                 continue
             if not _has_image(fig):
-                self._to_table(fig)
+                fig = self._to_table(fig)
             else:
                 self._add_downloads(fig, env)
+            _add_card(fig, env)
+        m = re.match(r"^chapters/(\d+)-", env.docname)
+        if m:  # a table typed in a chapter's prose (unnumbered; its cells glued): the chapter's rows
+            for table in list(self.document.findall(nodes.table)):
+                if not any(isinstance(a, nodes.figure) for a in _ancestors(table)):
+                    _add_card(table, env, label=f"tbl-ch{m.group(1)}-prose")
 
     def _to_table(self, fig: nodes.figure) -> None:
         table = table_figure(fig.rawsource, **fig.attributes)
@@ -99,6 +108,7 @@ class BookFigures(Transform):
         fig.replace_self(table)
         for i in table["ids"]:  # numref looks the label's node up here: it must be the new node
             self.document.ids[i] = table
+        return table
 
     @staticmethod
     def _add_downloads(fig: nodes.figure, env) -> None:
@@ -138,6 +148,47 @@ class BookFigures(Transform):
             legend = nodes.legend()
             fig += legend
         legend += para
+
+
+_CARD_LABEL = re.compile(r"^(fig|tbl|tab)-ch\d+-.+$")
+
+
+def _ancestors(node: nodes.Node):
+    while node.parent is not None:
+        node = node.parent
+        yield node
+
+
+def _add_card(fig: nodes.Element, env, label: str | None = None) -> None:
+    """Append the provenance card (:func:`bnstudy.study.provenance.card_html`) to a chapter's labelled figure or
+    table (or, given ``label``, put it after a table of the chapter's prose); a labelled one whose chapter has no
+    per-seed rows in the results folder, or whose figure filters on a column its rows lack, is a build warning."""
+    from . import provenance
+
+    label = label or next((i for i in list(fig["ids"]) + list(fig["names"]) if _CARD_LABEL.match(i)), None)
+    if label is None:
+        return
+    try:
+        c = provenance.card(label, env.srcdir, env.config.bnstudy_figures_dir, env.config.bnstudy_results_dir)
+    except ValueError as exc:  # a filter naming a column the rows lack: say which, and build on (-W fails it)
+        logger.warning(f"bnstudy: {exc}", location=fig)
+        return
+    if c is None:
+        logger.warning(f"bnstudy: {label!r} has no per-seed rows in {env.config.bnstudy_results_dir}/ for its "
+                       f"provenance card (a CSV NN_*.csv with a seed column)", location=fig)
+        return
+    html = provenance.card_html(c, _relative_root(env.docname))
+    if isinstance(fig, nodes.table):
+        fig.parent.insert(fig.parent.index(fig) + 1, nodes.raw("", html, format="html"))
+        return
+    if isinstance(fig, table_figure):
+        fig += nodes.raw("", html, format="html")
+        return
+    legend = next((ch for ch in fig.children if isinstance(ch, nodes.legend)), None)
+    if legend is None:
+        legend = nodes.legend()
+        fig += legend
+    legend += nodes.raw("", html, format="html")
 
 
 # --- Markdown glued in another notebook: {glue:md}`path::key` ------------------------------------------------

@@ -1,0 +1,336 @@
+"""The provenance card under every figure and table of a chapter page (issue 37).
+
+A reader of a figure should find, without leaving the page, the rows behind it, a checksum that proves the file is
+the one the figure was drawn from, whether those rows were re-verified by recomputation, and what remaking the
+figure or its rows costs. :func:`card` gathers that from files the build already has, and :func:`card_html` writes
+it as a folded ``<details class="bn-provenance">`` block; ``bnstudy.study.sphinxext`` puts one under every labelled
+figure (``fig-chNN-...``) and table (``tbl-chNN-...``), and :func:`bnstudy.study.pagecheck.card_problems` checks
+every card of a built page (a missing card, a link that does not resolve, a sha256 that does not match).
+
+What the card reads (nothing here is typed by hand):
+
+* the figure's sidecar ``figures/NN-name.json`` (:func:`bnstudy.study.plots.save_figure`): the CSV the figure was
+  drawn from (``data``);
+* the chapter's **per-seed tables** in ``results/`` (a CSV ``NN_*.csv`` with a ``seed`` column, one row per run
+  and seed, and its JSON sidecar), copied verbatim into the built book's ``results/`` by the Sphinx extension; in a
+  book built from the data release only the release's tables count, which are byte-identical to
+  ``release/NN_*.csv`` (same sha256 as the manifest);
+* the filter: the figure's data and its per-seed table share grouping columns (``head``, ``optimizer``,
+  ``batch_size``...); a shared column whose values in the figure's data are a strict subset of the rows' values
+  selects the rows (``head in {linear, mlp}``). A table (no data file) is drawn from the chapter's per-seed tables;
+  its card lists each of them, unfiltered;
+* the release (``rows_from.release`` in the per-seed table's sidecar, written by :func:`bnstudy.study.report.load_rows`
+  from ``release/manifest.json``) and its last verification (``release.verified`` of the manifest, which
+  ``make verify-release RECORD=1`` writes): date, units recomputed per chapter, and the result for this chapter;
+* the cost: the command that regenerates the figure from the release (re-executing its chapter, nothing trained;
+  the time measured in ``results/chapter_times.csv`` of this build) and the command that recomputes its rows, with
+  the recorded CPU time: the sum of the filtered rows' ``wall_s`` (each run used one thread) and the chapter's whole
+  recorded compute, the sum of every unit's recorded ``*wall_s`` in ``release/units/NN_name.jsonl.gz``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import html
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["card", "card_html", "sha256_of", "row_filter", "per_seed_tables", "CARD_CLASS"]
+
+#: The HTML class of a card's ``<details>``; :mod:`bnstudy.study.pagecheck` looks for it.
+CARD_CLASS = "bn-provenance"
+#: A column with more distinct values than this is a measurement, not a grouping column: never part of a filter.
+MAX_LEVELS = 60
+
+
+def sha256_of(path) -> str:
+    """The sha256 (hex) of the file at ``path``'s bytes. Raises ``FileNotFoundError`` if there is none."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _csv(path: str, mtime: float) -> pd.DataFrame:
+    return pd.read_csv(path, low_memory=False)
+
+
+def _read(path: Path) -> pd.DataFrame:
+    return _csv(str(path), path.stat().st_mtime)
+
+
+def _sidecar(csv: Path) -> dict:
+    p = csv.with_suffix(".json")
+    try:
+        return json.loads(p.read_text()) if p.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def per_seed_tables(results_dir, chapter: str) -> list[Path]:
+    """The chapter's per-seed tables in ``results_dir``: ``NN_*.csv`` (``chapter`` is ``"04"``) with a ``seed``
+    column, the chapter's main table (the shortest name) first. Empty if there are none."""
+    out = []
+    for p in sorted(Path(results_dir).glob(f"{chapter}_*.csv"), key=lambda q: (len(q.name), q.name)):
+        try:
+            cols = pd.read_csv(p, nrows=0).columns
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
+            continue
+        if "seed" in cols:
+            out.append(p)
+    return out
+
+
+def _levels(s: pd.Series) -> set[str]:
+    return {str(v) for v in s.dropna().unique()}
+
+
+def row_filter(data: pd.DataFrame, rows: pd.DataFrame) -> dict[str, list[str]]:
+    """The filter that selects ``rows``' part shown by ``data``: ``{column: sorted values}`` for each column the two
+    share whose values in ``data`` (as text) are a non-empty strict subset of its values in ``rows``, and which is a
+    design column of ``rows``: at most :data:`MAX_LEVELS` values, the same set of them for every seed (a measured
+    accuracy differs from seed to seed; a swept setting does not). Empty when ``data`` shows every row."""
+    out = {}
+    for c in data.columns:
+        if c == "seed" or c not in rows.columns:
+            continue
+        have = _levels(rows[c])
+        want = _levels(data[c])
+        if want and len(have) <= MAX_LEVELS and want < have and _design(rows, c):
+            out[c] = sorted(want, key=lambda v: (_num(v) is None, _num(v) or 0.0, v))
+    return out
+
+
+def _design(rows: pd.DataFrame, column: str) -> bool:
+    """Whether ``column`` takes the same set of values under every seed of ``rows`` (no ``seed`` column: yes)."""
+    if "seed" not in rows.columns:
+        return True
+    sets = rows.groupby("seed")[column].agg(lambda s: frozenset(_levels(s)))
+    return sets.nunique() == 1
+
+
+def _num(v: str):
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def _mask(rows: pd.DataFrame, where: dict) -> pd.Series:
+    m = pd.Series(True, index=rows.index)
+    for c, values in where.items():
+        m &= rows[c].map(lambda v: str(v)).isin(set(values))
+    return m
+
+
+def filter_text(where: dict) -> str:
+    """``"head in {linear, mlp}, batch_size == 2"``; ``"all rows"`` for an empty filter."""
+    if not where:
+        return "all rows"
+    return ", ".join(f"{c} == {v[0]}" if len(v) == 1 else f"{c} in {{{', '.join(v)}}}" for c, v in where.items())
+
+
+def _best_table(data: pd.DataFrame, tables: list[Path]) -> Path:
+    """The per-seed table with most columns whose values in ``data`` it all holds (``data``'s learning rates are
+    the search's, not the chosen ones), then most shared columns (ties: the chapter's main table, listed first)."""
+    def score(p):
+        t = _read(p)
+        shared = [c for c in data.columns if c in t.columns and c != "seed"]
+        return (sum(_levels(data[c]) <= _levels(t[c]) for c in shared), len(shared), -tables.index(p))
+    return max(tables, key=score)
+
+
+@functools.lru_cache(maxsize=32)
+def _units_cpu_s(units_file: str, mtime: float) -> tuple[float, int]:
+    """The sum of every recorded ``*wall_s`` of a release's units file (seconds, one thread per unit), and the
+    number of units."""
+    total, n = 0.0, 0
+    with gzip.open(units_file, "rt") as f:
+        for line in f:
+            unit = json.loads(line)
+            n += 1
+            total += sum(float(v) for k, v in (unit.get("row") or {}).items()
+                         if k.endswith("wall_s") and isinstance(v, (int, float)))
+    return total, n
+
+
+def _chapter_seconds(results_dir: Path, notebook: str) -> float | None:
+    p = results_dir / "chapter_times.csv"
+    if not p.is_file():
+        return None
+    t = pd.read_csv(p)
+    t = t[t["chapter"] == notebook]
+    return float(t["wall_s"].iloc[-1]) if len(t) else None
+
+
+def _notebook_of(chapter: str, results_dir: Path, manifest: dict) -> str | None:
+    for c, rec in (manifest.get("chapters") or {}).items():
+        if c == chapter:
+            return rec.get("notebook")
+    names = sorted((p.stem for p in results_dir.glob(f"{chapter}_*.csv")), key=len)
+    return names[0] if names else None
+
+
+def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "results",
+         release_dir: str = "release") -> dict | None:
+    """The provenance of the figure or table labelled ``label`` (``fig-chNN-name`` / ``tbl-chNN-name``; chapter 5
+    spells its tables ``tab-chNN-name``) in a book
+    whose root is ``srcdir``; ``None`` if the label is not a chapter's figure or table, or the chapter has no
+    per-seed table in ``results_dir`` (nothing to point to).
+
+    Returns a dict: ``label``, ``chapter`` (``"04"``), ``notebook`` (``"04_heads"``), ``rows`` (a list, one per linked
+    per-seed table, of ``file`` (name under ``results/``), ``sha256``, ``n_rows``, ``where`` (the filter),
+    ``n_selected``, ``cpu_s`` (the selected rows' summed ``wall_s``, ``None`` without that column)), ``data`` (the
+    figure's own CSV, or ``None``), ``release`` (the rows' release record or ``None``), ``manifest_sha256`` (per
+    linked file, the release manifest's sha256 of that table, or ``None``), ``chapter_cpu_s`` / ``chapter_units``
+    (from the release's units file, or ``None``), ``run_wall_s`` / ``workers`` (the chapter's recorded run),
+    ``remake_s`` (this build's time to execute the chapter), ``profile`` (the rows' profile, from the sidecar).
+    """
+    m = re.match(r"^(fig|tbl|tab)-ch(\d+)-(.+)$", label)
+    if m is None:
+        return None
+    kind, chapter, name = m.group(1).replace("tab", "tbl"), f"{int(m.group(2)):02d}", m.group(3)
+    src = Path(srcdir)
+    res, figs = src / results_dir, src / figures_dir
+    tables = per_seed_tables(res, chapter)
+    if not tables:
+        return None
+    side = _sidecar(tables[0])
+    params = side.get("parameters") or {}
+    rows_from = params.get("rows_from") or {}
+    release = rows_from.get("release")
+    rdir = src / release_dir
+    if release and params.get("rows") and (Path(params["rows"]).parent / "manifest.json").is_file():
+        rdir = Path(params["rows"]).parent  # the release the page's rows were read from
+    manifest_path = rdir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if release and manifest_path.is_file() else {}
+    notebook = _notebook_of(chapter, res, manifest) or tables[0].stem
+    released = [t for t in tables if t.stem in (manifest.get("tables") or {})]
+    if released:  # rows read from a release: link its tables, not a per-seed table the page derived from them
+        tables = released
+    data_name = None
+    if kind == "fig":
+        meta_path = figs / f"{chapter}-{name}.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        data_name = meta.get("data")
+        given = {c: [str(v) for v in vs] for c, vs in (meta.get("where") or {}).items()}
+    else:
+        given = {}
+    linked = []
+    if data_name and (res / data_name).is_file():
+        data_path = res / data_name
+        if data_path in tables:
+            linked.append((data_path, given))
+        else:
+            data = _read(data_path)
+            best = _best_table(data, tables)
+            missing = sorted(set(given) - set(_read(best).columns))
+            if missing:
+                raise ValueError(f"provenance: figure {label!r} filters its rows on {missing}, which "
+                                 f"{best.name} lacks; its columns: {list(_read(best).columns)}")
+            linked.append((best, {**row_filter(data, _read(best)), **given}))
+    else:
+        linked = [(t, {}) for t in tables]
+    rows = []
+    for path, where in linked:
+        df = _read(path)
+        sel = df[_mask(df, where)] if where else df
+        cpu = float(sel["wall_s"].sum()) if "wall_s" in sel.columns else None
+        rows.append(dict(file=path.name, sha256=sha256_of(path), n_rows=len(df), where=where, n_selected=len(sel),
+                         cpu_s=cpu,
+                         manifest_sha256=((manifest.get("tables") or {}).get(path.stem) or {}).get("sha256")))
+    chapter_cpu_s = chapter_units = None
+    units = (manifest.get("units") or {}).get(notebook) or {}
+    if release and units.get("file") and (rdir / units["file"]).is_file():
+        f = rdir / units["file"]
+        chapter_cpu_s, chapter_units = _units_cpu_s(str(f), f.stat().st_mtime)
+    verified = (release or {}).get("verified")
+    n_chapters = len((((manifest.get("release") or {}).get("verified")) or {}).get("chapters") or ()) or None
+    return dict(label=label, kind=kind, chapter=chapter, notebook=notebook, rows=rows, data=data_name,
+                release=release, verified=verified, n_verified_chapters=n_chapters, chapter_cpu_s=chapter_cpu_s, chapter_units=chapter_units,
+                run_wall_s=rows_from.get("run_wall_s"), workers=rows_from.get("workers"), profile=params.get("profile"),
+                remake_s=_chapter_seconds(res, notebook))
+
+
+def _duration(s: float) -> str:
+    s = float(s)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def _verification(c: dict) -> str:
+    rel, v = c["release"], c["verified"]
+    if not rel:
+        return ("none: these rows were computed by this build's own run (not a data release), so nothing has "
+                "re-verified them")
+    head = f"data release {html.escape(str(rel.get('version')))}"
+    if not v:
+        return head + ", never verified by recomputation"
+    result = {"exact": "every column recomputed <code>==</code>",
+              "statistical": "not <code>==</code> under other numeric kernels; every recomputed unit within its "
+                             "seeds' spread",
+              "unchecked": "not <code>==</code> under other numeric kernels; too few seeds to check their spread"
+              }.get(v.get("how"), "this chapter was not in the verification")
+    per, n_ch = v.get("units_per_chapter"), c.get("n_verified_chapters")
+    total = f" ({per * n_ch} over {n_ch} chapters)" if isinstance(per, int) and n_ch else ""
+    return (f"{head}; last verified {html.escape(str(v.get('date')))} (code {html.escape(str(v.get('git_commit'))[:12])}) "
+            f"by recomputing {per} seeded random units of this chapter from an empty cache{total}: {result}")
+
+
+def card_html(c: dict, root: str = "") -> str:
+    """The folded HTML of card ``c`` (:func:`card`); links are relative to the page, ``root`` is the path from the
+    page to the book's root (``"../"`` for a chapter page). Each rows link is an ``<a class="bn-rows">`` and its
+    checksum a ``<code class="bn-sha256" data-file="...">`` naming the same href, which the page check resolves."""
+    e = html.escape
+    what = "figure" if c["kind"] == "fig" else "table"
+    items = []
+    for r in c["rows"]:
+        href = f"{root}results/{r['file']}"
+        sel = (f"filter <code>{e(filter_text(r['where']))}</code>: {r['n_selected']:,} of its {r['n_rows']:,} rows"
+               if r["where"] else f"all {r['n_rows']:,} rows")
+        same = ""
+        if r["manifest_sha256"]:
+            same = (" (the release manifest's sha256 of this table: the same)" if r["manifest_sha256"] == r["sha256"]
+                    else " (<strong>differs</strong> from the release manifest's sha256 of this table)")
+        items.append(f"<li><a class=\"bn-rows\" href=\"{e(href)}\">{e(r['file'])}</a>, one row per run and seed; {sel}. "
+                     f"sha256 <code class=\"bn-sha256\" data-file=\"{e(href)}\">{e(r['sha256'])}</code>{same}</li>")
+    drawn = (f"This {what} is drawn from <code>{e(c['data'])}</code> (in the same folder), a summary of:"
+             if c["data"] and c["rows"][0]["file"] != c["data"] else
+             f"This {what} is drawn from the chapter's per-seed rows:")
+    nb = c["notebook"]
+    remake = (f"<code>python -m bnstudy.study.book --release --only {e(nb)} --output-dir remake/</code> re-executes "
+              f"this chapter from the release's rows, nothing trained, and writes this {what} again"
+              if c["release"] else
+              f"<code>python -m bnstudy.study.book --profile {e(str(c.get('profile') or 'quick'))} --only {e(nb)} "
+              f"--output-dir remake/</code> re-executes this chapter at the profile of its <em>Ran with</em> line, "
+              f"computing only runs not in the run cache")
+    if c["remake_s"] is not None:
+        remake += f" ({_duration(c['remake_s'])} in this build)"
+    cpu = [r["cpu_s"] for r in c["rows"] if r["cpu_s"] is not None]
+    cost = []
+    if cpu and c["rows"][0]["where"]:
+        cost.append(f"the selected rows recorded {_duration(sum(cpu))} of CPU time (the sum of their "
+                    f"<code>wall_s</code>, one thread per run)")
+    if c["chapter_cpu_s"] is not None:
+        cost.append(f"the whole chapter, {c['chapter_units']:,} units, recorded {_duration(c['chapter_cpu_s'])} of CPU "
+                    f"time (every unit's <code>wall_s</code> in the release's units file)"
+                    + (f", {_duration(c['run_wall_s'])} wall on {c['workers']} worker processes"
+                       if c.get("run_wall_s") and c.get("workers") else ""))
+    elif cpu:
+        cost.append(f"its rows recorded {_duration(sum(cpu))} of CPU time (the sum of their <code>wall_s</code>)")
+    recompute = (f"<code>make release CHAPTERS={e(c['chapter'])}</code> recomputes the chapter's rows at the full "
+                 f"profile into <code>release/</code> (resumable); "
+                 + ("; ".join(cost) if cost else "no recorded time") + ".")
+    # overflow-wrap: a sha256 is one 64-character word, wider than a phone's column
+    return (f"<details class=\"{CARD_CLASS}\" data-label=\"{e(c['label'])}\" style=\"overflow-wrap: anywhere\"><summary>Provenance: the rows behind "
+            f"this {what}, their checksum and how to remake it</summary>"
+            f"<p>{drawn}</p><ul>{''.join(items)}</ul>"
+            f"<p><strong>Release.</strong> {_verification(c)}.</p>"
+            f"<p><strong>Remake this {what}</strong> (seconds to minutes): {remake}.</p>"
+            f"<p><strong>Recompute its rows</strong> (hours): {recompute}</p></details>")
