@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bnstudy-installed
 export BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy
 
-.PHONY: venv chapters book test bench clean clean-cache release verify-release readme
+.PHONY: venv chapters book test bench clean clean-cache release verify-release readme wheel
 
 # Set-up: a venv in the repo. torch is installed first and pinned exactly; TORCH_INDEX (optional) is the
 # package index to take it from, e.g. PyTorch's CPU-only wheel index on a machine without a GPU.
@@ -50,7 +50,18 @@ verify-release: $(STAMP)
 # are errors.
 book: chapters
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	$(MAKE) --no-print-directory wheel WHEEL_DIR=_build/html/dist
 	@echo "Book: $(CURDIR)/_build/html/index.html"
+
+# The practitioner's library as a wheel (needs torch and numpy only; the study machinery's dependencies are the
+# `study` extra), into WHEEL_DIR: `make book` puts it in the built book, whose install line links it
+# (<Documentation URL>/dist/bnstudy-<version>-py3-none-any.whl). Built from a clean build/ so that no stale module
+# enters it.
+WHEEL_DIR ?= dist
+wheel:
+	rm -rf build
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir $(WHEEL_DIR) .
+	rm -rf build
 
 # The README's "What the chapters find", made from the built book's front page (run after `make book`).
 readme: $(STAMP)
