@@ -56,11 +56,14 @@ book: chapters
 # The practitioner's library as a wheel (needs torch and numpy only; the study machinery's dependencies are the
 # `study` extra), into WHEEL_DIR: `make book` puts it in the built book, whose install line links it
 # (<Documentation URL>/dist/bnstudy-<version>-py3-none-any.whl). Built from a clean build/ so that no stale module
-# enters it.
+# enters it; with the venv's own setuptools when it has one that pyproject.toml accepts (seconds), else in pip's
+# isolated build environment (fetches setuptools from the package index).
 WHEEL_DIR ?= dist
+WHEEL_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 wheel:
 	rm -rf build
-	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir $(WHEEL_DIR) .
+	$(WHEEL_PY) -m pip wheel --quiet --no-deps --wheel-dir $(WHEEL_DIR) \
+	  $$($(WHEEL_PY) -c "import setuptools, wheel; assert int(setuptools.__version__.split('.')[0]) >= 68" 2>/dev/null && echo --no-build-isolation) .
 	rm -rf build
 
 # The README's "What the chapters find", made from the built book's front page (run after `make book`).
