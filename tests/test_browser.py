@@ -131,8 +131,8 @@ def visits(built_html, server, browser):
         name = rel.replace("/", "__").removesuffix(".html") + ".png"
         page.screenshot(path=str(shots / name), full_page=True)
         page.set_viewport_size(PHONE)
+        page.screenshot(path=str(shots / "phone" / name), animations="disabled")  # the sidebar's slide finished
         phone = page.evaluate(PHONE_FACTS)
-        page.screenshot(path=str(shots / "phone" / name))
         page.close()
         out[rel] = (seen, facts, phone)
     print(f"screenshots of {len(out)} pages in {shots}")
