@@ -46,7 +46,7 @@ def test_the_one_setting_names_the_repository_and_the_book():
 
 
 @pytest.mark.parametrize("page", ["index.md", "guide.md", "cite.md", "reproduce.md", "README.md", "CITATION.cff",
-                                  ".zenodo.json"])
+                                  ".zenodo.json", "_config.yml"])
 def test_every_address_of_the_project_on_a_page_comes_from_the_one_setting(page):
     """No page names another repository, another book address or another wheel than the setting's."""
     repo, book = _urls()
@@ -65,6 +65,8 @@ def test_the_install_lines_link_the_books_wheel_and_the_repository():
     assert f"pip install {wheel_url()}" in install and f"git clone {repo}" in install
     readme = (REPO / "README.md").read_text()
     assert repo in readme and book in readme and f"pip install {wheel_url()}" in readme
+    config = yaml.safe_load((REPO / "_config.yml").read_text())
+    assert config["repository"]["url"] == repo and config["html"]["use_repository_button"], "no repository button"
     makefile = (REPO / "Makefile").read_text()
     assert "wheel WHEEL_DIR=_build/html/dist" in makefile, "make book no longer puts the wheel where the pages link it"
 
