@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_front_door import SCRIPT as FRONT_DOOR
+from test_front_door import _requirement_closure, _top_level_paths
 
 REPO = Path(__file__).resolve().parent.parent
 URL = re.compile(r"https?://[^\s)>`'\"\]}]+")
@@ -109,48 +111,12 @@ def test_sync_citation_moves_every_cited_version_to_the_releases(tmp_path):
 
 # --- the wheel ---------------------------------------------------------------------------------------------------------
 
-def _requirement_closure(names: tuple[str, ...]) -> set[str]:
-    """Distribution names of ``names`` and everything they require (no extras), as installed here."""
-    from importlib import metadata
-
-    from packaging.requirements import Requirement
-
-    seen, todo = set(), list(names)
-    while todo:
-        name = todo.pop()
-        key = name.lower().replace("_", "-")
-        if key in seen:
-            continue
-        seen.add(key)
-        for req in metadata.requires(name) or ():
-            r = Requirement(req)
-            if r.marker is None or r.marker.evaluate({"extra": ""}):
-                todo.append(r.name)
-    return seen
-
-
-def _only(dists: set[str], folder: Path) -> Path:
-    """``folder`` holding links to the top-level modules of ``dists`` only (and nothing else of this venv)."""
-    from importlib import metadata
-
-    folder.mkdir()
-    for name in dists:
-        dist = metadata.distribution(name)
-        tops = {f.parts[0] for f in dist.files or () if f.parts and not f.parts[0].endswith((".dist-info", ".pth"))
-                and f.parts[0] != "__pycache__" and ".." not in f.parts}
-        for top in tops:
-            src = Path(dist.locate_file(top))
-            if src.exists() and not (folder / top).exists():
-                (folder / top).symlink_to(src)
-    return folder
-
-
 @pytest.mark.slow
 def test_the_books_wheel_requires_torch_and_numpy_only_and_runs_with_nothing_else(tmp_path):
     """``make wheel`` (the step ``make book`` runs into the built book's ``dist/``) builds a wheel whose metadata
-    requires torch and numpy and nothing else outside extras; installed with ``pip --no-deps`` into a folder, it
-    imports and freezes-and-audits a model in an isolated interpreter (``-I -S``: no site-packages) whose path
-    holds only that folder and torch's and numpy's own distributions."""
+    requires torch and numpy and nothing else outside extras; installed with ``pip --no-deps`` into a folder, it runs
+    tests/test_front_door.py's script (import, pin, audit, lint; no pandas) in an isolated interpreter (``-I -S``: no
+    site-packages) whose path holds only that folder and torch's requirement closure and numpy."""
     import zipfile
 
     out = tmp_path / "dist"
@@ -172,24 +138,20 @@ def test_the_books_wheel_requires_torch_and_numpy_only_and_runs_with_nothing_els
     res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                           "--target", str(target), str(wheel)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
-    deps = _only(_requirement_closure(("torch", "numpy")), tmp_path / "deps")
+    # what tests/test_front_door.py runs on the repository, here on the installed wheel, with the same bare set of
+    # distributions: torch's requirement closure and numpy, linked into one folder
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for d in sorted(_requirement_closure("torch") | {"numpy"}):
+        for p in _top_level_paths(d):
+            if not (deps / p.name).exists():
+                (deps / p.name).symlink_to(p)
+    assert not (deps / "pandas").exists() and not (deps / "scipy").exists()
     script = "\n".join([
         f"import sys; sys.path[:0] = [{str(target)!r}, {str(deps)!r}]",
-        "import torch, bnstudy",
+        "import bnstudy",
         f"assert bnstudy.__file__.startswith({str(target)!r}), bnstudy.__file__",
-        "for m in ('pandas', 'scipy', 'matplotlib', 'IPython'):",
-        "    try:",
-        "        __import__(m)",
-        "    except ImportError:",
-        "        pass",
-        "    else:",
-        "        raise SystemExit(f'{m} is importable: the environment is not torch and numpy only')",
-        "net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))",
-        "bnstudy.pin_eval(net[:2])",
-        "with bnstudy.FreezeAudit(net, probe=torch.randn(8, 3)) as audit:",
-        "    net.train(); net(torch.randn(8, 3) * 3 + 1)",
-        "audit.assert_frozen(net[:2])",
-        "print('ok', bnstudy.__file__)",
+        FRONT_DOOR,
     ])
     res = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True, text=True, cwd=tmp_path)
-    assert res.returncode == 0 and res.stdout.startswith("ok"), (res.stdout + res.stderr)[-3000:]
+    assert res.returncode == 0 and "front door ok []" in res.stdout, (res.stdout + res.stderr)[-3000:]
