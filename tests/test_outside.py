@@ -91,6 +91,7 @@ def test_citation_files_name_the_repository_and_agree_with_each_other_and_the_bi
     assert fields["year"] == str(cff["date-released"])[:4]
     assert f"package bnstudy {_project()['version']}" in bib and f"data release {cff['version']}" in bib
     assert repo in bib and "<" not in bib, "the BibTeX still holds a placeholder"
+    assert f"`bnstudy` package, version {_project()['version']}" in cite
 
 
 def test_sync_citation_moves_every_cited_version_to_the_releases(tmp_path):
