@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bnstudy-installed
 export BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy
 
-.PHONY: venv chapters book test bench clean clean-cache release verify-release readme history
+.PHONY: venv chapters book test bench clean clean-cache release verify-release readme history wheel
 
 # Set-up: a venv in the repo. torch is installed first and pinned exactly; TORCH_INDEX (optional) is the
 # package index to take it from, e.g. PyTorch's CPU-only wheel index on a machine without a GPU.
@@ -50,11 +50,25 @@ verify-release: $(STAMP)
 # are errors.
 book: chapters
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	$(MAKE) --no-print-directory wheel WHEEL_DIR=_build/html/dist
 	@echo "Book: $(CURDIR)/_build/html/index.html"
 
 # The release history page (history.md) from release/claims/: each release's claims table and what changed.
 history: $(STAMP)
 	$(PY) -m bnstudy.study.history page
+
+# The practitioner's library as a wheel (needs torch and numpy only; the study machinery's dependencies are the
+# `study` extra), into WHEEL_DIR: `make book` puts it in the built book, whose install line links it
+# (<Documentation URL>/dist/bnstudy-<version>-py3-none-any.whl). Built from a clean build/ so that no stale module
+# enters it; with the venv's own setuptools when it has one that pyproject.toml accepts (seconds), else in pip's
+# isolated build environment (fetches setuptools from the package index).
+WHEEL_DIR ?= dist
+WHEEL_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+wheel:
+	rm -rf build
+	$(WHEEL_PY) -m pip wheel --quiet --no-deps --wheel-dir $(WHEEL_DIR) \
+	  $$($(WHEEL_PY) -c "import setuptools, wheel; assert int(setuptools.__version__.split('.')[0]) >= 68" 2>/dev/null && echo --no-build-isolation) .
+	rm -rf build
 
 # The README's "What the chapters find", made from the built book's front page (run after `make book`).
 readme: $(STAMP)

@@ -1,9 +1,10 @@
 """The built book in a real browser: every page opened in headless Chromium (Debian's /usr/bin/chromium,
 driven by playwright), served from localhost with no other network. Checks on every page: no console errors,
 no failed requests, no request leaving localhost, no broken images, math rendered by MathJax (no raw ``\\(``,
-``\\[`` or ``$$`` left in the visible text), every figure with a caption and an id. A full-page screenshot of
-every page goes to ``$BNSTUDY_SCREENSHOTS`` (default: ``screenshots/`` next to the HTML folder, i.e.
-``_build/screenshots``) for a person to look at."""
+``\\[`` or ``$$`` left in the visible text), every figure with a caption and an id; at a phone's 390 px, no page wider than the screen, wide tables scrolling in
+their own box with the first column in view, and every figure opening full-size. A full-page screenshot of
+every page (and the first screen at 390 px, in ``phone/``) goes to ``$BNSTUDY_SCREENSHOTS`` (default:
+``screenshots/`` next to the HTML folder, i.e. ``_build/screenshots``) for a person to look at."""
 
 import functools
 import http.server
@@ -78,14 +79,37 @@ PAGE_FACTS = """() => {
 }"""
 
 
-def test_every_page_renders_offline_without_errors(built_html, server, browser):
+#: A phone's viewport (issue 37: a 390 px wide phone).
+PHONE = {"width": 390, "height": 844}
+
+PHONE_FACTS = """() => {
+  const main = document.querySelector('main') || document.body;
+  // the nearest box that scrolls sideways, from the element itself up to the article
+  const box = el => { for (let a = el; a && a !== main; a = a.parentElement) {
+      if (/(auto|scroll)/.test(getComputedStyle(a).overflowX)) return a; } return null; };
+  const tables = [...main.querySelectorAll('table')].map(t => {
+      const b = box(t), first = t.querySelector('tbody tr > :first-child') || t.querySelector('tr > :first-child');
+      return {where: (t.closest('[id]') || {}).id || '', box: !!b, fits: !b || b.getBoundingClientRect().right <= innerWidth + 1,
+              sticky: first ? getComputedStyle(first).position : 'sticky', wide: t.scrollWidth > innerWidth};
+  });
+  const images = [...main.querySelectorAll('figure img')].map(i => ({src: i.src,
+      link: i.closest('a') ? i.closest('a').href : null}));
+  const pres = [...main.querySelectorAll('pre')].filter(p => !box(p) && p.getBoundingClientRect().right > innerWidth + 1)
+      .map(p => p.textContent.slice(0, 60));
+  return {width: innerWidth, scrollWidth: document.documentElement.scrollWidth, tables, images, pres};
+}"""
+
+
+@pytest.fixture(scope="module")
+def visits(built_html, server, browser):
+    """Every page of the book opened once, served from localhost: ``{page: (what went wrong loading it, its facts at
+    1280 px, its facts at 390 px)}``. A full-page screenshot at 1280 px and a first-screen one at 390 px of each page
+    go to ``$BNSTUDY_SCREENSHOTS`` (``phone/`` for the narrow ones)."""
     shots = Path(os.environ.get("BNSTUDY_SCREENSHOTS") or built_html.parent / "screenshots")
     shutil.rmtree(shots, ignore_errors=True)
-    shots.mkdir(parents=True)
-    pages = _pages(built_html)
-    assert "index.html" in pages and any(p.startswith("chapters/") for p in pages)
-    problems = []
-    for rel in pages:
+    (shots / "phone").mkdir(parents=True)
+    out = {}
+    for rel in _pages(built_html):
         page = browser.new_page()
         seen = {"console": [], "failed": [], "external": [], "status": []}
         page.on("console", lambda m: m.type == "error" and seen["console"].append(m.text))
@@ -104,8 +128,22 @@ def test_every_page_renders_offline_without_errors(built_html, server, browser):
         page.evaluate(MATH_DONE)
         page.wait_for_load_state("networkidle")
         facts = page.evaluate(PAGE_FACTS)
-        page.screenshot(path=str(shots / (rel.replace("/", "__").removesuffix(".html") + ".png")), full_page=True)
+        name = rel.replace("/", "__").removesuffix(".html") + ".png"
+        page.screenshot(path=str(shots / name), full_page=True)
+        page.set_viewport_size(PHONE)
+        page.screenshot(path=str(shots / "phone" / name), animations="disabled")  # the sidebar's slide finished
+        phone = page.evaluate(PHONE_FACTS)
         page.close()
+        out[rel] = (seen, facts, phone)
+    print(f"screenshots of {len(out)} pages in {shots}")
+    return out
+
+
+def test_every_page_renders_offline_without_errors(visits):
+    pages = list(visits)
+    assert "index.html" in pages and any(p.startswith("chapters/") for p in pages)
+    problems = []
+    for rel, (seen, facts, _) in visits.items():
         for kind, items in seen.items():
             problems += [f"{rel}: {kind}: {x}" for x in items]
         problems += [f"{rel}: broken image {src}" for src in facts["brokenImages"]]
@@ -118,7 +156,30 @@ def test_every_page_renders_offline_without_errors(built_html, server, browser):
         for f in facts["figures"]:
             if not f["id"] or not f["caption"]:
                 problems.append(f"{rel}: figure without {'an id' if not f['id'] else 'a caption'}: {f}")
-    print(f"screenshots of {len(pages)} pages in {shots}")
+    assert not problems, "\n".join(problems[:60])
+
+
+def test_no_page_is_wider_than_a_phone_and_every_figure_opens_full_size(visits):
+    """At 390 px (issue 37): no page scrolls sideways as a whole (``scrollWidth`` of the document at most the
+    viewport); a table wider than the screen scrolls inside a box that fits, with its first column sticky; no code
+    block sticks out of the screen; every figure's image links to the image itself."""
+    problems, n_images, n_wide = [], 0, 0
+    for rel, (_, _, phone) in visits.items():
+        assert phone["width"] == PHONE["width"], phone["width"]
+        if phone["scrollWidth"] > phone["width"]:
+            problems.append(f"{rel}: the page is {phone['scrollWidth']} px wide at {phone['width']} px")
+        for t in phone["tables"]:
+            n_wide += t["wide"]
+            if t["wide"] and not (t["box"] and t["fits"]):
+                problems.append(f"{rel}: a table near #{t['where']} is wider than the screen and scrolls in no box that fits")
+            if t["sticky"] != "sticky":
+                problems.append(f"{rel}: a table near #{t['where']} does not keep its first column in view")
+        problems += [f"{rel}: a code block sticks out of the screen: {p!r}" for p in phone["pres"]]
+        for img in phone["images"]:
+            n_images += 1
+            if img["link"] != img["src"]:
+                problems.append(f"{rel}: figure image {img['src']} links to {img['link']}, not to itself")
+    assert n_images > 10 and n_wide > 0, (n_images, n_wide)  # the check saw the book's figures and wide tables
     assert not problems, "\n".join(problems[:60])
 
 

@@ -166,7 +166,7 @@ def test_readme_library_snippet_passes_on_a_correctly_frozen_backbone(heading):
             loss = m(torch.randn(16, 3, 8, 8) + 2).pow(2).mean()
             opt.zero_grad(); loss.backward(); opt.step()
 
-    ns = dict(model=model, x_old_batch=torch.randn(8, 3, 8, 8), train_one_epoch=train_one_epoch)
+    ns = dict(model=model, x_old=torch.randn(8, 3, 8, 8), train_one_epoch=train_one_epoch)
     exec(snippet, ns)  # ends with audit.assert_frozen(model.backbone): raises if the backbone moved
     report = ns["audit"].report()
     assert report[report["module"].str.startswith("head")]["changed"].any()  # the head did train

@@ -301,8 +301,12 @@ def _chapter_numerics(units: list[dict]) -> dict:
     return rec
 
 
-def sync_citation(manifest: dict, path=REPO / "CITATION.cff") -> None:
-    """Set ``version`` and ``date-released`` in ``CITATION.cff`` to the release's (the release is what is cited)."""
+def sync_citation(manifest: dict, path=REPO / "CITATION.cff", zenodo=REPO / ".zenodo.json",
+                  cite_page=REPO / "cite.md") -> None:
+    """Set the release's version and date where the book is cited: ``version`` and ``date-released`` in
+    ``CITATION.cff``, ``version`` and ``publication_date`` in ``.zenodo.json`` and the BibTeX on ``cite.md``
+    (the release is what is cited). A file that does not exist is skipped."""
+    import json
     import re
 
     from .sweep import atomic_write_bytes
@@ -311,6 +315,16 @@ def sync_citation(manifest: dict, path=REPO / "CITATION.cff") -> None:
     text = re.sub(r"(?m)^version: .*$", f'version: "{rel["version"]}"', text)
     text = re.sub(r"(?m)^date-released: .*$", f'date-released: "{rel["date"]}"', text)
     atomic_write_bytes(Path(path), text.encode())
+    if Path(zenodo).exists():
+        meta = json.loads(Path(zenodo).read_text())
+        meta.update(version=rel["version"], publication_date=rel["date"])
+        atomic_write_bytes(Path(zenodo), (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode())
+    if Path(cite_page).exists():
+        text = Path(cite_page).read_text()
+        text = re.sub(r"(?m)^(\s*version\s*=\s*\{)[^}]*\}", rf"\g<1>{rel['version']}}}", text)
+        text = re.sub(r"data release \d{4}\.\d{2}\.\d{2};", f"data release {rel['version']};", text)
+        text = re.sub(r"(?m)^(\s*year\s*=\s*\{)\d{4}\}", rf"\g<1>{rel['date'][:4]}}}", text)
+        atomic_write_bytes(Path(cite_page), text.encode())
 
 
 # --- verify ----------------------------------------------------------------------------------------------------------
