@@ -408,3 +408,55 @@ def test_a_relative_rows_path_reaches_the_notebook_as_the_file_the_check_found(t
     assert cli.main(["chapter", "04", "-p", "rows", "run/04_heads.csv", "-p", "steps", "40", "-p", "steps_check",
                      "60", "--no-html", "--out", "o"]) == 0
     assert seen["rows"] == str(main.resolve())
+
+
+# --- issue 37: a misspelt parameter is refused, whichever way the chapter runs ----------------------------------
+
+
+def test_a_misspelt_parameter_is_refused_by_the_command_with_the_close_match_and_the_allowed_names(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["chapter", "01", "-p", "seedz", "4", "--out", str(tmp_path / "o")])
+    assert "['seedz']" in str(e.value) and "did you mean 'seeds'?" in str(e.value)
+    assert "'tuning_seeds'" in str(e.value).split("allowed:")[1]
+    assert not (tmp_path / "o").exists()
+
+
+def _injected_history(nb_path, parameters):
+    """The cell sources a kernel has run when it reaches the first code cell after papermill's injected
+    parameters (IPython's ``In``: an empty first entry, the running cell last), for ``parameters``."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+    nb = parameterize_notebook(load_notebook_node(str(nb_path)), parameters, kernel_name="python3",
+                               language="python")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "injected-parameters" in code[1].metadata.tags
+    return [""] + [c.source for c in code[:3]]
+
+
+@pytest.mark.parametrize("nb_path", book.chapter_paths(), ids=lambda p: p.stem)
+def test_every_chapters_first_cell_refuses_a_parameter_papermill_injects_but_the_notebook_lacks(nb_path):
+    """papermill -p seedz 4 only warns; the notebook's first code cell after the injected one refuses it."""
+    history = _injected_history(nb_path, {"seedz": 4})
+    assert "check_injected_parameters()" in history[-1]  # the first code cell after the injected one calls it
+    with pytest.raises(ValueError, match=r"\['seedz'\].*did you mean 'seeds'\?.*allowed: \[.*'seeds'"):
+        book.check_injected_parameters(history)
+    book.check_injected_parameters(_injected_history(nb_path, {"seeds": 4}))  # a known name passes
+    book.check_injected_parameters(history[:2] + history[3:])  # no injected cell (run as it is): nothing to check
+
+
+def test_papermill_run_of_a_notebook_with_the_check_stops_at_a_misspelt_parameter(tmp_path):
+    """The check reads the kernel's own history (IPython's ``In``): a real papermill run fails in that cell."""
+    import papermill as pm
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    params = nbformat.v4.new_code_cell("seeds = None\nsteps = 800")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("from bnstudy.study.book import check_injected_parameters\n"
+                                                  "check_injected_parameters()\nprint('ran', steps)")]
+    nbformat.write(nb, tmp_path / "toy.ipynb")
+    with pytest.raises(pm.PapermillExecutionError, match=r"did you mean 'steps'\?"):
+        pm.execute_notebook(str(tmp_path / "toy.ipynb"), str(tmp_path / "bad.ipynb"), parameters={"stpes": 5},
+                            cwd=str(tmp_path), progress_bar=False)
+    pm.execute_notebook(str(tmp_path / "toy.ipynb"), str(tmp_path / "ok.ipynb"), parameters={"steps": 5},
+                        cwd=str(tmp_path), progress_bar=False)
+    assert "ran 5" in str(nbformat.read(tmp_path / "ok.ipynb", as_version=4).cells[-1].outputs)

@@ -94,11 +94,12 @@ def collect_parameters(args, defaults: dict) -> dict:
         params.update(loaded)
     for name, value in args.param or []:
         params[name] = parse_value(value)
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise SystemExit(f"bnstudy: unknown parameter(s) {unknown} for this chapter; allowed: "
-                         f"{sorted(k for k in defaults if k not in RESERVED and k != 'profile')} "
-                         "(the profile: --profile quick|full)")
+    try:
+        book.check_parameter_names([k for k in params if k != "profile" and k not in RESERVED],
+                                   [k for k in defaults if k not in RESERVED and k != "profile"], "this chapter",
+                                   " (the profile: --profile quick|full)")
+    except ValueError as e:
+        raise SystemExit(f"bnstudy: {e}")
     reserved = sorted(set(params) & set(RESERVED))
     if reserved:
         raise SystemExit(f"bnstudy: {reserved} are set by --out (DIR/results, DIR/figures); do not pass them")
