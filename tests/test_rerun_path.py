@@ -81,3 +81,13 @@ def test_import_torchvision_without_torchvision_names_the_install_line(monkeypat
     with pytest.raises(ModuleNotFoundError, match=r'pip install "torchvision==0\.28\.0"'):
         vision.import_torchvision()
     assert "torchvision._meta_registrations" not in sys.modules  # the shim is not left behind
+
+
+@pytest.mark.parametrize("nb_path", cli.book.chapter_paths(), ids=lambda p: p.stem)
+def test_papermill_run_as_it_is_writes_inside_the_kernels_folder(nb_path):
+    """Run from the clone, papermill wrote results/ and figures/ into the clone's parent ("../results")."""
+    from pathlib import Path
+    defaults = cli.book.notebook_parameters(nb_path)
+    for name in ("results_dir", "figures_dir"):
+        path = Path(defaults[name])
+        assert not path.is_absolute() and ".." not in path.parts, (name, path)

@@ -24,9 +24,14 @@ Papermill tags the cell it injects ``injected-parameters``; we add
 instead of raw code. The chapter's full parameters (its defaults with the
 overrides applied) reach the kernel in ``$BNSTUDY_RUN_PARAMETERS`` (JSON), which
 :func:`bnstudy.study.report.save_table` writes into each table's JSON sidecar. With
-``log_output`` the cells' outputs stream to the terminal as they run, and sweeps
-show a progress bar there (``$BNSTUDY_PROGRESS``); the bar's lines are removed
-from the executed notebook afterwards.
+``log_output`` the cells' outputs stream to the terminal as they run, each sweep
+phase says there how many runs it computes and how many are cached before it trains,
+and one progress bar counts the run across its phases (``$BNSTUDY_PROGRESS``,
+:func:`bnstudy.study.sweep.run_sweep`); those lines are removed from the executed
+notebook afterwards.
+
+A chapter's first code cell calls :func:`check_injected_parameters`, so that a
+parameter papermill injects but the notebook lacks is refused (papermill only warns).
 """
 
 from __future__ import annotations

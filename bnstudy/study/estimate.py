@@ -103,8 +103,8 @@ def chapter_estimate(stem: str, profile: str, seeds: int, workers: int, release_
     if profile == rec["profile"]:
         text = f"about {runs:,} runs, expected about {duration(wall)} on {workers} worker{'s' if workers != 1 else ''}"
     else:
-        text = (f"at most about {runs:,} runs and {duration(wall)} on {workers} worker{'s' if workers != 1 else ''} "
-                f"(the {profile} profile also shortens its sweeps)")
+        text = f"at most about {runs:,} runs and {duration(wall)} on {workers} worker{'s' if workers != 1 else ''}"
+        basis += f"; the {profile} profile also shortens its sweeps"
     return (f"{stem} at the {profile} profile with {seeds} seed{'s' if seeds != 1 else ''}: {text} ({basis}); "
             f"runs already in the cache are not recomputed, and each phase says how many before it trains", runs)
 
