@@ -91,3 +91,14 @@ def test_papermill_run_as_it_is_writes_inside_the_kernels_folder(nb_path):
     for name in ("results_dir", "figures_dir"):
         path = Path(defaults[name])
         assert not path.is_absolute() and ".." not in path.parts, (name, path)
+
+
+def test_a_value_from_another_chapters_page_is_named_not_dropped():
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(
+        "reads {glue:text}`01-freeze-modes.ipynb::ch01_mean:.3f` ({glue:md}`chapters/01-freeze-modes.ipynb::v`), "
+        "here {glue:text}`ch02_x:.2f` and {glue:text}`02-eval-traps.ipynb::ch02_y`")]
+    assert cli.mark_other_pages_values(nb, "02-eval-traps") == 2
+    assert nb.cells[0].source == ("reads *[chapter 1]* (*[chapter 1]*), here {glue:text}`ch02_x:.2f` "
+                                  "and {glue:text}`02-eval-traps.ipynb::ch02_y`")

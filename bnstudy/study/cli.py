@@ -209,12 +209,36 @@ def book_config(number: str, root: Path = book.BOOK_DIR) -> dict:
     return config
 
 
+#: A value another chapter's page glues (``{glue:text}`01-freeze-modes.ipynb::key:.3f```): not in a one-chapter book.
+_OTHER_PAGE_GLUE = re.compile(r"\{glue(?::\w+)?\}`(?:chapters/)?(\d\d)-[\w-]+\.ipynb::[^`]*`")
+
+
+def mark_other_pages_values(nb, page: str) -> int:
+    """Replace, in the Markdown cells of notebook ``nb`` (nbformat), each value glued from another chapter's page
+    than ``page`` (``NN-name``) by *[chapter N]*, the page to read it on: the one-chapter book has no such page, and
+    the build would otherwise drop the value and leave a hole in the sentence. Returns how many it replaced."""
+    count = 0
+
+    def mark(m):
+        nonlocal count
+        if m.group(0).split("`")[1].removeprefix("chapters/").startswith(f"{page}.ipynb::"):
+            return m.group(0)
+        count += 1
+        return f"*[chapter {int(m.group(1))}]*"
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = _OTHER_PAGE_GLUE.sub(mark, cell.source)
+    return count
+
+
 def build_page(executed: Path, out: Path, quiet: bool = True) -> Path:
     """Build the rerun's page as the published book renders it: a one-chapter Jupyter Book in
     ``out/`` :data:`BOOK_FOLDER` made of the executed chapter ``executed`` (``out/NN-name.ipynb``), its tables and
     figures (``out/results``, ``out/figures``), the book's references page and the book's own ``_config.yml``
     settings and extensions (:func:`book_config`): MyST admonitions, glued values, figures, citations and the
-    *Ran with* line, MathJax served from the build (offline). Writes ``out/NN-name.html``, a page that opens the
+    *Ran with* line, MathJax served from the build (offline). A value the page pastes from another chapter's page
+    reads *[chapter N]* (:func:`mark_other_pages_values`). Writes ``out/NN-name.html``, a page that opens the
     built one (``out/book/_build/html/chapters/NN-name.html``), and returns it. The build log is
     ``out/book/build.log``. Raises ``RuntimeError`` with the log's end if ``jupyter-book`` fails."""
     import subprocess
@@ -226,7 +250,10 @@ def build_page(executed: Path, out: Path, quiet: bool = True) -> Path:
     root = out / BOOK_FOLDER
     shutil.rmtree(root, ignore_errors=True)
     (root / "chapters").mkdir(parents=True)
-    shutil.copy2(executed, root / "chapters" / executed.name)
+    import nbformat
+    nb = nbformat.read(executed, as_version=4)
+    mark_other_pages_values(nb, page)
+    nbformat.write(nb, root / "chapters" / executed.name)
     for folder in ("results", "figures"):
         if (out / folder).is_dir():
             shutil.copytree(out / folder, root / folder, ignore=shutil.ignore_patterns(".*"))
