@@ -1,7 +1,6 @@
 """The `bnstudy` command: chapter names, parameter checks with clear errors, glue filled into the HTML."""
 
 import os
-import re
 import signal
 import subprocess
 import sys
