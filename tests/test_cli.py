@@ -1,4 +1,4 @@
-"""The `bnstudy` command: chapter names, parameter checks with clear errors, glue filled into the HTML."""
+"""The `bnstudy` command: chapter names, parameter checks with clear errors, the rerun's page built as the book renders it."""
 
 import os
 import signal

@@ -277,8 +277,9 @@ def build_page(executed: Path, out: Path, quiet: bool = True) -> Path:
         print(f"bnstudy: page built ({len(warnings)} build warnings, in {log})", file=sys.stderr, flush=True)
     link = out / f"{page}.html"
     rel = html.relative_to(out).as_posix()
-    link.write_text(f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0; url={rel}">'
-                    f'<title>{page}</title></head>\n<body><a href="{rel}">{rel}</a></body></html>\n', encoding="utf-8")
+    link.write_text(f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+                    f'<meta http-equiv="refresh" content="0; url={rel}"><title>{page}</title></head>\n'
+                    f'<body><a href="{rel}">{rel}</a></body></html>\n', encoding="utf-8")
     return html
 
 
@@ -302,8 +303,8 @@ def cmd_chapter(args) -> int:
     defaults = book.notebook_parameters(nb_path)
     params = collect_parameters(args, defaults)
     try:
-        config = check_parameters(nb_path, args.profile, {**defaults, **({"cache_dir": str(args.cache_dir)}
-                                                                          if args.cache_dir is not None else {})}, params)
+        given = {"cache_dir": str(args.cache_dir)} if args.cache_dir is not None else {}
+        config = check_parameters(nb_path, args.profile, {**defaults, **given}, params)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"bnstudy: {e}", file=sys.stderr)
         return 2
