@@ -184,7 +184,7 @@ def test_no_page_is_wider_than_a_phone_and_every_figure_opens_full_size(visits):
 
 
 def test_a_rerun_page_opened_from_disk_renders_its_math_offline(tmp_path, browser):
-    """`bnstudy chapter` writes NN-name.html with MathJax beside it; opened as a file, with every request
+    """`bnstudy chapter` builds a one-chapter book whose MathJax is in the build; opened as a file, with every request
     that leaves the folder refused, its math must render and nothing may fail to load."""
     import nbformat
 
@@ -192,8 +192,8 @@ def test_a_rerun_page_opened_from_disk_renders_its_math_offline(tmp_path, browse
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("Inline $3\\times32\\times32$ and display\n\n$$\nx^2 = \\frac{1}{2}\n$$\n")]
-    nbformat.write(nb, tmp_path / "nb.ipynb")
-    html = cli.render_html(tmp_path / "nb.ipynb", tmp_path / "nb.html")
+    nbformat.write(nb, tmp_path / "01-toy.ipynb")
+    html = cli.build_page(tmp_path / "01-toy.ipynb", tmp_path)  # the one-chapter book, as `bnstudy chapter` builds it
     page = browser.new_page()
     seen = []
     page.on("console", lambda m: m.type == "error" and seen.append(m.text))

@@ -1,7 +1,6 @@
-"""The `bnstudy` command: chapter names, parameter checks with clear errors, glue filled into the HTML."""
+"""The `bnstudy` command: chapter names, parameter checks with clear errors, the rerun's page built as the book renders it."""
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -42,55 +41,12 @@ def test_list_names_every_chapter_and_its_parameters(capsys):
     assert "01_freeze_modes" in out and "seeds = None" in out and "results_dir" not in out
 
 
-def test_rendered_rerun_fills_glued_numbers_figures_and_references(tmp_path):
-    nb = nbformat.v4.new_notebook()
-    code = nbformat.v4.new_code_cell("glue")
-    code.outputs = [nbformat.v4.new_output("display_data", data={
-        "application/papermill.record/text/plain": "0.12345"}, metadata={"scrapbook": {"name": "x"}}),
-        nbformat.v4.new_output("display_data", data={"application/papermill.record/image/png": "iVBORw0KGgo=",
-                                                     "application/papermill.record/text/plain": "<Figure>"},
-                               metadata={"scrapbook": {"name": "fig"}})]
-    nb.cells = [code, nbformat.v4.new_markdown_cell(
-        "Value {glue:text}`x:.2f`, see {numref}`fig-a`.\n\n```{glue:figure} fig\n:name: fig-a\n\nA caption.\n```\n")]
-    path = tmp_path / "nb.ipynb"
-    nbformat.write(nb, path)
-    html = cli.render_html(path, tmp_path / "nb.html").read_text()
-    assert "Value 0.12" in html and "Figure 1" in html and "data:image/png;base64" in html
-    assert "{glue" not in html and "{numref}" not in html
-
-
-def test_glue_text_without_a_format_pastes_an_integer_as_an_integer():
-    nb = nbformat.v4.new_notebook()
-    md = nbformat.v4.new_markdown_cell("{glue:text}`n` of {glue:text}`m:.0f`, {glue:text}`x:.2f`, {glue:text}`x`")
-    out = lambda k, v: nbformat.v4.new_output("display_data", data={cli.GLUE_PREFIX + "text/plain": v},
-                                              metadata={"scrapbook": {"name": k}})
-    code = nbformat.v4.new_code_cell("", outputs=[out("n", "15"), out("m", "10"), out("x", "0.125")])
-    nb.cells = [md, code]
-    cli.fill_glue(nb)
-    assert nb.cells[0].source == "15 of 10, 0.12, 0.125"
-
-
 def test_run_line_names_the_git_commit_device_and_threads_and_is_wrapped():
     line = report.run_line("quick", 3, steps=800)
     commit = report.git_commit()
     assert commit in line and "threads" in line and "device cpu" in line.replace("\n  ", " ")
     assert all(len(ln) <= 78 for ln in line.splitlines())
     assert commit == "unknown" or len(commit.split("+")[0]) == 10
-
-
-# --- offline page ----------------------------------------------------------------------------------------------
-
-def test_rendered_rerun_loads_nothing_from_the_network_and_ships_its_mathjax(tmp_path):
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("Inline $3\\times32$ and display\n\n$$\nx^2 = \\frac{1}{2}\n$$\n")]
-    nbformat.write(nb, tmp_path / "nb.ipynb")
-    html = cli.render_html(tmp_path / "nb.ipynb", tmp_path / "nb.html").read_text()
-    srcs = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"']([^\"']+)", html)
-    assert srcs and not [s for s in srcs if re.match(r"(https?:)?//", s)], srcs
-    assert "mathjax/tex-chtml.js" in srcs and (tmp_path / "mathjax" / "tex-chtml.js").exists()
-    # the TeX extensions and fonts that tex-chtml.js loads on demand come with it
-    assert any((tmp_path / "mathjax" / "output" / "chtml" / "fonts").rglob("*.woff"))
-    assert "inlineMath: [['$', '$']" in html  # the chapters write $...$; MathJax 3 skips it by default
 
 
 # --- parameters checked before the kernel starts ----------------------------------------------------------------
@@ -408,3 +364,89 @@ def test_a_relative_rows_path_reaches_the_notebook_as_the_file_the_check_found(t
     assert cli.main(["chapter", "04", "-p", "rows", "run/04_heads.csv", "-p", "steps", "40", "-p", "steps_check",
                      "60", "--no-html", "--out", "o"]) == 0
     assert seen["rows"] == str(main.resolve())
+
+
+# --- issue 37: a misspelt parameter is refused, whichever way the chapter runs ----------------------------------
+
+
+def test_a_misspelt_parameter_is_refused_by_the_command_with_the_close_match_and_the_allowed_names(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["chapter", "01", "-p", "seedz", "4", "--out", str(tmp_path / "o")])
+    assert "['seedz']" in str(e.value) and "did you mean 'seeds'?" in str(e.value)
+    assert "'tuning_seeds'" in str(e.value).split("allowed:")[1]
+    assert not (tmp_path / "o").exists()
+
+
+def _injected_history(nb_path, parameters):
+    """The cell sources a kernel has run when it reaches the first code cell after papermill's injected
+    parameters (IPython's ``In``: an empty first entry, the running cell last), for ``parameters``."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+    nb = parameterize_notebook(load_notebook_node(str(nb_path)), parameters, kernel_name="python3",
+                               language="python")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "injected-parameters" in code[1].metadata.tags
+    return [""] + [c.source for c in code[:3]]
+
+
+@pytest.mark.parametrize("nb_path", book.chapter_paths(), ids=lambda p: p.stem)
+def test_every_chapters_first_cell_refuses_a_parameter_papermill_injects_but_the_notebook_lacks(nb_path):
+    """papermill -p seedz 4 only warns; the notebook's first code cell after the injected one refuses it."""
+    history = _injected_history(nb_path, {"seedz": 4})
+    assert "check_injected_parameters()" in history[-1]  # the first code cell after the injected one calls it
+    with pytest.raises(ValueError, match=r"\['seedz'\].*did you mean 'seeds'\?.*allowed: \[.*'seeds'"):
+        book.check_injected_parameters(history)
+    book.check_injected_parameters(_injected_history(nb_path, {"seeds": 4}))  # a known name passes
+    book.check_injected_parameters(history[:2] + history[3:])  # no injected cell (run as it is): nothing to check
+
+
+def test_papermill_run_of_a_notebook_with_the_check_stops_at_a_misspelt_parameter(tmp_path):
+    """The check reads the kernel's own history (IPython's ``In``): a real papermill run fails in that cell."""
+    import papermill as pm
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    params = nbformat.v4.new_code_cell("seeds = None\nsteps = 800")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("from bnstudy.study.book import check_injected_parameters\n"
+                                                  "check_injected_parameters()")]
+    nbformat.write(nb, tmp_path / "toy.ipynb")
+    with pytest.raises(pm.PapermillExecutionError, match=r"did you mean 'steps'\?"):
+        pm.execute_notebook(str(tmp_path / "toy.ipynb"), str(tmp_path / "bad.ipynb"), parameters={"stpes": 5},
+                            cwd=str(tmp_path), progress_bar=False)
+    # (a known name passes: test_every_chapters_first_cell_refuses_..., on the same history without a kernel)
+
+
+# --- issue 37: a rerun makes a page rendered like the published one ---------------------------------------------
+
+
+def test_a_rerun_page_is_the_published_rendering_with_its_run_line(quick_page, tmp_path, monkeypatch, capsys):
+    """`bnstudy chapter 01 --out DIR` builds a one-chapter book with the book's settings: the answer box is an
+    admonition (not its MyST source), glued values, figures and citations are rendered, and the methods carry the
+    *Ran with* line with its commit. The session's quick execution of chapter 1 stands in for the kernel's run."""
+    import shutil
+    from pathlib import Path
+
+    from bs4 import BeautifulSoup
+    root = quick_page("01_freeze_modes")
+
+    def session_run(nb_path, out, profile, parameters=None, **k):
+        for folder in ("results", "figures"):
+            (out / folder).mkdir(parents=True, exist_ok=True)
+            for f in (root / folder).glob("01[-_]*"):
+                shutil.copy(f, out / folder)
+        return Path(shutil.copy(root / "chapters" / "01-freeze-modes.ipynb", out))
+    monkeypatch.setattr(cli.book, "execute_chapter", session_run)
+    out = tmp_path / "r01"
+    assert cli.main(["chapter", "01", "--out", str(out), "--quiet"]) == 0
+    page = out / "book" / "_build" / "html" / "chapters" / "01-freeze-modes.html"
+    assert str(page) in capsys.readouterr().out
+    soup = BeautifulSoup(page.read_text(), "html.parser")
+    text = soup.get_text(" ")
+    for raw in ("{admonition}", ":class:", "{glue", "{numref}", "{cite}", "[ioffe2015batch]"):
+        assert raw not in text, raw
+    assert soup.select(".admonition.answer") and "Fig. 1.1" in text and "Ioffe" in text
+    line = " ".join(text[text.index("Ran with"):].split()[:400])
+    assert "profile=quick" in line and "git commit" in line
+    for img in soup.find_all("img"):  # every figure is in the build, none inlined from elsewhere
+        assert (page.parent / img["src"]).resolve().is_file(), img["src"]
+    assert "book/_build/html/chapters/01-freeze-modes.html" in (out / "01-freeze-modes.html").read_text()

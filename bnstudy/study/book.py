@@ -24,9 +24,14 @@ Papermill tags the cell it injects ``injected-parameters``; we add
 instead of raw code. The chapter's full parameters (its defaults with the
 overrides applied) reach the kernel in ``$BNSTUDY_RUN_PARAMETERS`` (JSON), which
 :func:`bnstudy.study.report.save_table` writes into each table's JSON sidecar. With
-``log_output`` the cells' outputs stream to the terminal as they run, and sweeps
-show a progress bar there (``$BNSTUDY_PROGRESS``); the bar's lines are removed
-from the executed notebook afterwards.
+``log_output`` the cells' outputs stream to the terminal as they run, each sweep
+phase says there how many runs it computes and how many are cached before it trains,
+and one progress bar counts the run across its phases (``$BNSTUDY_PROGRESS``,
+:func:`bnstudy.study.sweep.run_sweep`); those lines are removed from the executed
+notebook afterwards.
+
+A chapter's first code cell calls :func:`check_injected_parameters`, so that a
+parameter papermill injects but the notebook lacks is refused (papermill only warns).
 """
 
 from __future__ import annotations
@@ -97,6 +102,67 @@ def notebook_parameters(notebook) -> dict:
         except (ValueError, SyntaxError):
             out[name] = spec["default"]
     return out
+
+
+def check_parameter_names(given, allowed, where: str = "this chapter", hint: str = "") -> None:
+    """Refuse parameter names that ``allowed`` lacks: ``ValueError("unknown parameter(s) ['seedz'] for <where>
+    (did you mean 'seeds'?); allowed: [...]<hint>")``, the closest allowed name per unknown one from
+    :func:`difflib.get_close_matches`. ``given``, ``allowed``: iterables of names. Returns ``None`` when every name
+    is allowed."""
+    import difflib
+
+    allowed = sorted(set(allowed))
+    unknown = [n for n in dict.fromkeys(given) if n not in set(allowed)]
+    if not unknown:
+        return
+    close = {n: difflib.get_close_matches(n, allowed, n=1, cutoff=0.6) for n in unknown}
+    hints = [f"{c[0]!r}" + (f" for {n!r}" if len(unknown) > 1 else "") for n, c in close.items() if c]
+    mean = f" (did you mean {', '.join(hints)}?)" if hints else ""
+    raise ValueError(f"unknown parameter(s) {sorted(unknown)} for {where}{mean}; allowed: {allowed}{hint}")
+
+
+def assigned_names(source: str) -> list[str]:
+    """The names a cell of Python source assigns at its top level (``seeds = None`` -> ``["seeds"]``), in order;
+    what papermill reads as a notebook's parameters. Raises ``SyntaxError`` for source that does not parse."""
+    names = []
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return list(dict.fromkeys(names))
+
+
+#: The first line of the cell papermill injects after a notebook's ``parameters`` cell (its ``-p``/``-y`` values).
+INJECTED_HEADER = "# Parameters"
+
+
+def check_injected_parameters(history=None, where: str = "this notebook") -> None:
+    """Refuse a parameter that papermill injected but the notebook's ``parameters`` cell does not have
+    (``papermill -p seedz 4`` only warns "Passed unknown parameter" and runs the defaults).
+
+    Called by every chapter notebook's first code cell after the parameters. ``history``: the sources of the cells
+    executed so far, oldest first, the running cell last (default: IPython's ``In``; nothing is checked outside
+    IPython). The injected cell is the last one starting with :data:`INJECTED_HEADER`; the parameters cell is the
+    cell run just before it. Without an injected cell (the notebook run as it is) nothing is checked. Raises
+    ``ValueError`` from :func:`check_parameter_names`, naming the unknown names, the closest allowed ones and every
+    allowed name."""
+    if history is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return
+        shell = get_ipython()
+        if shell is None:
+            return
+        history = list(shell.user_ns.get("In", []))
+    cells = list(history)[:-1]  # the running cell is the last
+    injected = [i for i, src in enumerate(cells) if src.lstrip().startswith(INJECTED_HEADER)]
+    if not injected or injected[-1] == 0:
+        return
+    i = injected[-1]
+    check_parameter_names(assigned_names(cells[i]), assigned_names(cells[i - 1]), where,
+                          " (papermill injected them, but this notebook has no such parameters: its parameters "
+                          "cell is the list; `bnstudy list` prints every chapter's)")
 
 
 PROGRESS_TAG = "(bnstudy progress)"
@@ -231,9 +297,7 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
     notebook = Path(notebook).resolve()
     params = {"profile": profile, **(parameters or {})}
     defaults = notebook_parameters(notebook)
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise ValueError(f"{notebook.name} has no parameter(s) {unknown}; its parameters are {sorted(defaults)}")
+    check_parameter_names(params, defaults, notebook.name)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     final = output_dir / f"{page_name(notebook)}.ipynb"

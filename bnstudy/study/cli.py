@@ -6,9 +6,11 @@
 
 ``bnstudy chapter`` executes the chapter notebook with papermill and writes every output under ``--out``:
 the executed notebook ``NN-name.ipynb``, its tables ``results/`` (CSV, each with a JSON sidecar of what it
-ran with), its figures ``figures/`` (PNG, SVG), and ``NN-name.html``, the executed chapter rendered with
-nbconvert, glued numbers filled in, for a person to open offline (MathJax is copied next to it, into
-``mathjax/``). Cell outputs and a sweep progress bar stream to the terminal while it runs.
+ran with), its figures ``figures/`` (PNG, SVG), and its page as the published book renders it: a one-chapter
+Jupyter Book built with the book's own settings in ``book/`` (the page ``book/_build/html/chapters/NN-name.html``,
+readable offline; ``NN-name.html`` beside the notebook opens it). Before any training it says how many runs it
+will compute, how many the cache holds, the expected time from the data release's recorded times, and where the
+cache is; cell outputs and one progress bar stream to the terminal while it runs.
 
 Parameters are checked before the kernel starts: the chapter's ``make_config`` builds its config in this
 process, so a bad value fails in seconds with the message the notebook would give. Ctrl-C (SIGINT) or
@@ -34,8 +36,6 @@ RESERVED = ("results_dir", "figures_dir")  # set from --out
 #: Notebook parameters that are not the experiment's config: the profile, where outputs go, how runs execute,
 #: and ``rows`` (an earlier run's results CSV to analyse again instead of running; bnstudy.study.report.load_rows).
 EXECUTION_PARAMETERS = ("profile", "results_dir", "figures_dir", "cache_dir", "n_jobs", "rows")
-#: Where the HTML page of a rerun finds MathJax, relative to the page.
-MATHJAX_DIR = "mathjax"
 
 #: The run cache `make` uses in this checkout (Makefile: BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy).
 REPO_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "bnstudy"
@@ -94,11 +94,12 @@ def collect_parameters(args, defaults: dict) -> dict:
         params.update(loaded)
     for name, value in args.param or []:
         params[name] = parse_value(value)
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise SystemExit(f"bnstudy: unknown parameter(s) {unknown} for this chapter; allowed: "
-                         f"{sorted(k for k in defaults if k not in RESERVED and k != 'profile')} "
-                         "(the profile: --profile quick|full)")
+    try:
+        book.check_parameter_names([k for k in params if k != "profile" and k not in RESERVED],
+                                   [k for k in defaults if k not in RESERVED and k != "profile"], "this chapter",
+                                   " (the profile: --profile quick|full)")
+    except ValueError as e:
+        raise SystemExit(f"bnstudy: {e}")
     reserved = sorted(set(params) & set(RESERVED))
     if reserved:
         raise SystemExit(f"bnstudy: {reserved} are set by --out (DIR/results, DIR/figures); do not pass them")
@@ -127,15 +128,16 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     table exists with its sidecar and checksum and, for a chapter with ``ANALYSIS_PARAMETERS``, as its notebook
     checks it: every other parameter as the run recorded it, each ``SIBLING_TABLES`` table beside it from the
     same commit, checked against the module's ``sibling_parameters(config)`` where it has its own configuration
-    (``FileNotFoundError`` / ``ValueError`` from :func:`bnstudy.study.report.rows_or_run`)."""
+    (``FileNotFoundError`` / ``ValueError`` from :func:`bnstudy.study.report.rows_or_run`). Returns the config
+    (``None`` where the chapter's module cannot be imported here or has no ``make_config``)."""
     from .config import Execution
 
     try:
         module = experiment_module(nb_path)
     except ImportError:  # a missing extra (e.g. torchvision): the notebook's own import reports it
-        return
+        return None
     if module is None or not hasattr(module, "make_config"):
-        return
+        return None
     values = {**defaults, **params}
     config = module.make_config(profile, **{k: v for k, v in values.items() if k not in EXECUTION_PARAMETERS})
     Execution(cache_dir=values.get("cache_dir"), n_jobs=values.get("n_jobs"))
@@ -153,144 +155,132 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
                         defaults=getattr(module, "READ_DEFAULTS", None))
         else:
             load_rows(values["rows"], {})
+    return config
 
 
-# --- rendering the executed notebook for a person: glued values filled into the Markdown ---------------
-
-GLUE_PREFIX = "application/papermill.record/"
-_FIGURE = re.compile(r"```\{glue:figure\}\s*(\S+)\s*\n(.*?)```", re.S)
-_ROLE = re.compile(r"\{(glue(?::\w*)?|numref|cite(?::\w+)?|ref)\}`([^`]*)`")
-
-
-def glue_data(nb) -> dict[str, dict]:
-    """``{key: mime bundle}`` of every value the notebook glued."""
-    out = {}
-    for cell in nb.cells:
-        for o in cell.get("outputs", []):
-            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name:
-                out[name] = {k.removeprefix(GLUE_PREFIX): v for k, v in o.get("data", {}).items()}
-    return out
+def cache_location(cache_dir=None) -> tuple[Path, str]:
+    """The run cache a rerun uses and where that choice comes from: ``--cache-dir`` (``cache_dir``), else
+    ``$BNSTUDY_CACHE_DIR``, else the checkout's ``.cache/bnstudy`` when it exists (``make`` fills it), else
+    ``~/.cache/bnstudy`` (:func:`bnstudy.study.sweep.default_cache_dir`). Returns ``(absolute path, why)``."""
+    if cache_dir is not None:
+        return Path(cache_dir).resolve(), "--cache-dir"
+    if os.environ.get("BNSTUDY_CACHE_DIR"):
+        return Path(os.environ["BNSTUDY_CACHE_DIR"]).resolve(), "$BNSTUDY_CACHE_DIR"
+    if REPO_CACHE.is_dir():
+        return REPO_CACHE, "the checkout's .cache/bnstudy, which make fills"
+    from .sweep import default_cache_dir
+    return default_cache_dir().resolve(), "the default; set $BNSTUDY_CACHE_DIR or --cache-dir to move it"
 
 
-def _figure_markdown(bundle: dict, label: str, caption: str, kind: str, number: int) -> str:
-    if "image/png" in bundle:
-        body = f'<img alt="{label}" src="data:image/png;base64,{bundle["image/png"]}" style="max-width:100%">'
-    elif "text/html" in bundle:
-        body = bundle["text/html"]
-    else:
-        body = f"<pre>{bundle.get('text/plain', '')}</pre>"
-    return f'<div id="{label}">\n\n{body}\n\n**{kind} {number}.** {caption.strip()}\n\n</div>\n'
+def run_estimate(nb_path: Path, profile: str, config, params: dict) -> tuple[str, int | None]:
+    """The line :func:`cmd_chapter` prints before the kernel starts (and the run count it expects, for the one
+    progress display): nothing to train when ``rows`` are given, else
+    :func:`bnstudy.study.estimate.chapter_estimate` for the config's seeds and the run's worker processes."""
+    from .estimate import chapter_estimate
+
+    if params.get("rows") is not None:
+        return "nothing to train: the notebook analyses the rows given (-p rows)", 0
+    if config is None or not hasattr(config, "seeds"):
+        return f"{nb_path.stem}: no estimate (its design could not be read here)", None
+    workers = params.get("n_jobs") or os.cpu_count() or 1
+    return chapter_estimate(nb_path.stem, profile, len(config.seeds), int(workers))
 
 
-def fill_glue(nb) -> None:
-    """Replace ``{glue:*}``, ``{glue:figure}``, ``{numref}`` and ``{cite}`` in Markdown cells with their values."""
-    data = glue_data(nb)
-    numbers: dict[str, str] = {}
-    counts = {"Figure": 0, "Table": 0}
+# --- the rerun's page: a one-chapter Jupyter Book with the book's own settings --------------------------------
 
-    def figure(m):
-        key, rest = m.group(1), m.group(2)
-        name = re.search(r"^:name:\s*(\S+)", rest, re.M)
-        label = name.group(1) if name else key
-        caption = "\n".join(ln for ln in rest.splitlines() if not ln.startswith(":"))
-        bundle = data.get(key, {})
-        kind = "Figure" if "image/png" in bundle else "Table"
-        counts[kind] += 1
-        numbers[label] = f"{kind} {counts[kind]}"
-        return _figure_markdown(bundle, label, caption, kind, counts[kind])
+#: Where the rerun's one-chapter book goes under ``--out``: its sources, and the HTML in ``BOOK_FOLDER/_build/html``.
+BOOK_FOLDER = "book"
+#: The book's pages a one-chapter book takes along: the references page (``{cite}`` resolves against its
+#: ``{bibliography}``). The glossary is left out: it pastes values glued by every other chapter.
+RERUN_PAGES = ("bibliography.md",)
 
-    def role(m):
-        kind, text = m.group(1), m.group(2)
-        if kind in ("numref", "ref"):
-            return f"[{numbers.get(text, text)}](#{text})"
-        if kind.startswith("cite"):
-            return f"[{text}]"
-        if kind == "glue:text":
-            key, _, fmt = text.rpartition(":") if ":" in text else (text, "", "")
-            raw = data.get(key, {}).get("text/plain", key)
-            if not fmt:  # as myst-nb pastes it: an integer stays an integer ("15", not "15.0")
-                return str(raw)
-            try:
-                return format(float(raw), fmt)
-            except ValueError:
-                return str(raw)
-        if kind == "glue:md":
-            return data.get(text, {}).get("text/markdown", text)
-        return str(data.get(text, {}).get("text/plain", text))
+
+def book_config(number: str, root: Path = book.BOOK_DIR) -> dict:
+    """The book's ``_config.yml`` (``root``) for a one-chapter book of chapter ``number`` (``"04"``): the same
+    extensions, parse settings, bibliography and theme, a title naming the rerun, and figures and tables numbered
+    as the published chapter numbers them (``Fig. 4.1``, ``Table 4.1``) though the book has one chapter."""
+    import yaml
+
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    n = int(number)
+    config["title"] = f"bnstudy rerun: chapter {n}"
+    sphinx = config.setdefault("sphinx", {}).setdefault("config", {})
+    sphinx["numfig_format"] = {"figure": f"Fig. {n}.%s", "table": f"Table {n}.%s"}
+    return config
+
+
+#: A value another chapter's page glues (``{glue:text}`01-freeze-modes.ipynb::key:.3f```): not in a one-chapter book.
+_OTHER_PAGE_GLUE = re.compile(r"\{glue(?::\w+)?\}`(?:chapters/)?(\d\d)-[\w-]+\.ipynb::[^`]*`")
+
+
+def mark_other_pages_values(nb, page: str) -> int:
+    """Replace, in the Markdown cells of notebook ``nb`` (nbformat), each value glued from another chapter's page
+    than ``page`` (``NN-name``) by *[chapter N]*, the page to read it on: the one-chapter book has no such page, and
+    the build would otherwise drop the value and leave a hole in the sentence. Returns how many it replaced."""
+    count = 0
+
+    def mark(m):
+        nonlocal count
+        if m.group(0).split("`")[1].removeprefix("chapters/").startswith(f"{page}.ipynb::"):
+            return m.group(0)
+        count += 1
+        return f"*[chapter {int(m.group(1))}]*"
 
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            src = _FIGURE.sub(figure, cell.source)
-            cell.source = src
-    for cell in nb.cells:  # second pass: numrefs may point forward
-        if cell.cell_type == "markdown":
-            cell.source = _ROLE.sub(role, cell.source)
-        elif cell.cell_type == "code":  # the glued values are now in the text; nbconvert cannot show them
-            cell.outputs = [o for o in cell.get("outputs", []) if not o.get("metadata", {}).get("scrapbook")]
+            cell.source = _OTHER_PAGE_GLUE.sub(mark, cell.source)
+    return count
 
 
-#: nbconvert's "lab" page with nothing loaded from the network: MathJax 3 from the page's folder (configured
-#: for the ``$...$`` the chapters write; the stock page configures MathJax 2 from a CDN), and no require.js or
-#: mermaid, which the chapters do not use.
-OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
-{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{%- block html_head_js_mathjax -%}
-<script>
-window.MathJax = {
-  tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']],
-        processEscapes: true, processEnvironments: true, tags: 'ams'},
-  options: {ignoreHtmlClass: 'tex2jax_ignore', processHtmlClass: 'tex2jax_process'}
-};
-</script>
-<script defer src="{{ resources.mathjax_url }}"></script>
-{%- endblock html_head_js_mathjax -%}
-"""
+def build_page(executed: Path, out: Path, quiet: bool = True) -> Path:
+    """Build the rerun's page as the published book renders it: a one-chapter Jupyter Book in
+    ``out/`` :data:`BOOK_FOLDER` made of the executed chapter ``executed`` (``out/NN-name.ipynb``), its tables and
+    figures (``out/results``, ``out/figures``), the book's references page and the book's own ``_config.yml``
+    settings and extensions (:func:`book_config`): MyST admonitions, glued values, figures, citations and the
+    *Ran with* line, MathJax served from the build (offline). A value the page pastes from another chapter's page
+    reads *[chapter N]* (:func:`mark_other_pages_values`). Writes ``out/NN-name.html``, a page that opens the
+    built one (``out/book/_build/html/chapters/NN-name.html``), and returns it. The build log is
+    ``out/book/build.log``. Raises ``RuntimeError`` with the log's end if ``jupyter-book`` fails."""
+    import subprocess
 
-#: The parts of the MathJax 3 distribution the page can load (the combined TeX-to-CHTML file, TeX extensions,
-#: CHTML fonts, the menu and its accessibility code), about 5 MB of its 24 MB.
-MATHJAX_PARTS = ("tex-chtml.js", "input", "output/chtml", "output/chtml.js", "ui", "a11y", "adaptors")
+    import yaml
 
-
-def copy_mathjax(dest: Path) -> Path:
-    """Copy MathJax 3 from the book's offline package (``sphinx-mathjax-offline``) into ``dest``; returns
-    ``dest/tex-chtml.js``. Raises ``sphinx.errors.ExtensionError`` naming the package if it is missing."""
-    from .sphinxext import mathjax_source
-
-    src = mathjax_source()
-    for part in MATHJAX_PARTS:
-        if (src / part).is_dir():
-            shutil.copytree(src / part, dest / part, dirs_exist_ok=True)
-        elif (src / part).exists():
-            (dest / part).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / part, dest / part)
-    return dest / "tex-chtml.js"
-
-
-def render_html(executed: Path, out: Path) -> Path:
-    """Render ``executed`` to the HTML file ``out``, hidden cells removed and glue filled in, readable offline:
-    figures are embedded, and MathJax is copied next to it (``out``'s folder / :data:`MATHJAX_DIR`)."""
-    import tempfile
-
+    out, executed = Path(out), Path(executed)
+    number, page = executed.stem[:2], executed.stem
+    root = out / BOOK_FOLDER
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "chapters").mkdir(parents=True)
     import nbformat
-    from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import TagRemovePreprocessor
-
     nb = nbformat.read(executed, as_version=4)
-    fill_glue(nb)
-    copy_mathjax(out.parent / MATHJAX_DIR)
-    with tempfile.TemporaryDirectory() as tdir:
-        (Path(tdir) / "bnstudy_offline.html.j2").write_text(OFFLINE_TEMPLATE)
-        exporter = HTMLExporter(template_name="lab", extra_template_paths=[tdir],
-                                template_file="bnstudy_offline.html.j2",
-                                mathjax_url=f"{MATHJAX_DIR}/tex-chtml.js")
-        exporter.register_preprocessor(TagRemovePreprocessor(
-            remove_cell_tags=("remove-cell",), remove_input_tags=("remove-input", "hide-input"),
-            remove_all_outputs_tags=("remove-output",), enabled=True), enabled=True)
-        html, _ = exporter.from_notebook_node(nb)
-    out.write_text(html, encoding="utf-8")
-    return out
+    mark_other_pages_values(nb, page)
+    nbformat.write(nb, root / "chapters" / executed.name)
+    for folder in ("results", "figures"):
+        if (out / folder).is_dir():
+            shutil.copytree(out / folder, root / folder, ignore=shutil.ignore_patterns(".*"))
+    for name in ("references.bib", "_static", *RERUN_PAGES):
+        src = book.BOOK_DIR / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    (root / "_config.yml").write_text(yaml.safe_dump(book_config(number), sort_keys=False))
+    toc = {"format": "jb-book", "root": f"chapters/{page}",
+           "parts": [{"caption": "Reference", "chapters": [{"file": Path(p).stem} for p in RERUN_PAGES]}]}
+    (root / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
+    jb = Path(sys.executable).parent / "jupyter-book"
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "--builder", "html", "-n"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    log = root / "build.log"
+    log.write_text(res.stdout + res.stderr)
+    html = root / "_build" / "html" / "chapters" / f"{page}.html"
+    if res.returncode != 0 or not html.exists():
+        raise RuntimeError(f"jupyter-book could not build the page ({log}): ...{(res.stdout + res.stderr)[-2000:]}")
+    if not quiet:
+        warnings = [ln for ln in (res.stdout + res.stderr).splitlines() if "WARNING" in ln]
+        print(f"bnstudy: page built ({len(warnings)} build warnings, in {log})", file=sys.stderr, flush=True)
+    link = out / f"{page}.html"
+    rel = html.relative_to(out).as_posix()
+    link.write_text(f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+                    f'<meta http-equiv="refresh" content="0; url={rel}"><title>{page}</title></head>\n'
+                    f'<body><a href="{rel}">{rel}</a></body></html>\n', encoding="utf-8")
+    return html
 
 
 # --- the commands -----------------------------------------------------------------------------------------
@@ -313,8 +303,8 @@ def cmd_chapter(args) -> int:
     defaults = book.notebook_parameters(nb_path)
     params = collect_parameters(args, defaults)
     try:
-        check_parameters(nb_path, args.profile, {**defaults, **({"cache_dir": str(args.cache_dir)}
-                                                                 if args.cache_dir is not None else {})}, params)
+        given = {"cache_dir": str(args.cache_dir)} if args.cache_dir is not None else {}
+        config = check_parameters(nb_path, args.profile, {**defaults, **given}, params)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"bnstudy: {e}", file=sys.stderr)
         return 2
@@ -326,18 +316,22 @@ def cmd_chapter(args) -> int:
     params.update(results_dir=str(out / "results"), figures_dir=str(out / "figures"))
     if params.get("rows") is not None:  # checked from here; the kernel runs in chapters/, so it gets the full path
         params["rows"] = str(Path(params["rows"]).resolve())
-    cache = args.cache_dir
-    if cache is None and not os.environ.get("BNSTUDY_CACHE_DIR") and REPO_CACHE.is_dir():
-        cache = REPO_CACHE  # the cache `make book` filled in this checkout, so a rerun reuses its runs
-    if cache is not None and "cache_dir" in defaults:
-        params["cache_dir"] = str(Path(cache).resolve())
+    cache, why = cache_location(args.cache_dir)  # the checkout's make cache when it exists: a rerun reuses its runs
+    if "cache_dir" in defaults:
+        params["cache_dir"] = str(cache)
     # Nothing in --out may look like the result of this run before it has finished: a partial notebook
     # left by a killed run, or the previous run's page.
     shutil.rmtree(out / book.PARTIAL_DIR, ignore_errors=True)
     page = out / f"{book.page_name(nb_path)}.ipynb"
     for old in (page, page.with_suffix(".html")):
         old.unlink(missing_ok=True)
-    print(f"bnstudy: running {nb_path.name} (profile {args.profile}) into {out}", file=sys.stderr, flush=True)
+    shutil.rmtree(out / BOOK_FOLDER, ignore_errors=True)
+    estimate, expected = run_estimate(nb_path, args.profile, config, params)
+    print(f"bnstudy: running {nb_path.name} (profile {args.profile}) into {out}\n"
+          f"bnstudy: {estimate}\nbnstudy: run cache: {cache} ({why})", file=sys.stderr, flush=True)
+    from .estimate import EXPECTED_RUNS_ENV
+    saved = os.environ.get(EXPECTED_RUNS_ENV)
+    os.environ[EXPECTED_RUNS_ENV] = str(expected or "")  # the kernel's one progress display shows the total
     t0 = time.perf_counter()
     try:
         executed = book.execute_chapter(nb_path, out, args.profile, parameters=params, log_output=not args.quiet)
@@ -352,12 +346,21 @@ def cmd_chapter(args) -> int:
     except Exception as e:  # papermill names the failing cell
         print(f"bnstudy: {nb_path.name} failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    finally:
+        if saved is None:
+            os.environ.pop(EXPECTED_RUNS_ENV, None)
+        else:
+            os.environ[EXPECTED_RUNS_ENV] = saved
     wall = time.perf_counter() - t0
     lines = [f"executed notebook: {executed}", f"tables:            {out / 'results'}",
              f"figures:           {out / 'figures'}"]
     if not args.no_html:
-        html = render_html(executed, executed.with_suffix(".html"))
-        lines.append(f"open in a browser: {html}")
+        try:
+            html = build_page(executed, out, quiet=args.quiet)
+        except RuntimeError as e:
+            print(f"bnstudy: {e}", file=sys.stderr)
+            return 1
+        lines.append(f"open in a browser: {html}  (or {executed.with_suffix('.html')}, which opens it)")
     print(f"bnstudy: {nb_path.name} done in {wall:.0f} s\n  " + "\n  ".join(lines), flush=True)
     return 0
 
@@ -382,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--cache-dir", metavar="DIR", default=None,
                     help="run cache (default $BNSTUDY_CACHE_DIR, else the checkout's .cache/bnstudy that make fills, "
                          "else ~/.cache/bnstudy); e.g. DIR/cache to keep it apart")
-    ch.add_argument("--no-html", action="store_true", help="skip rendering the executed notebook to HTML")
+    ch.add_argument("--no-html", action="store_true", help="skip building the page (a one-chapter Jupyter Book)")
     ch.add_argument("--quiet", action="store_true", help="do not stream cell outputs and progress")
     ch.set_defaults(func=cmd_chapter)
     return ap

@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import threading
 import warnings
@@ -53,7 +54,7 @@ _STUDY_DIR = _PACKAGE_DIR / "study"
 
 # Modules that only present results (book runner, CLI, Sphinx extension, report and plot helpers): no run
 # computes anything with them, so editing them must not invalidate the run cache.
-_PRESENTATION_ONLY = {"book.py", "cli.py", "sphinxext.py", "report.py", "plots.py", "release.py", "inference.py", "pages.py",
+_PRESENTATION_ONLY = {"book.py", "cli.py", "estimate.py", "sphinxext.py", "report.py", "plots.py", "release.py", "inference.py", "pages.py",
                       "style.py", "pagecheck.py", "words.py", "manifest.py"}
 # In a chapter's folder (``experiments/NAME/``): what it claims and what it draws; its ``run.py`` computes rows.
 _CHAPTER_PRESENTATION = {"findings.py", "figures.py"}
@@ -449,6 +450,21 @@ def reset_sweep_counts() -> None:
     _COUNTS.clear()
 
 
+#: The tag that marks a line as terminal progress (the runner strips tagged lines from the executed notebook).
+PROGRESS_TAG = "(bnstudy progress)"
+#: See :data:`bnstudy.study.estimate.EXPECTED_RUNS_ENV`.
+EXPECTED_RUNS_ENV = "BNSTUDY_EXPECTED_RUNS"
+_PROGRESS = {"phase": 0, "runs": 0}
+
+
+def _progress_phase(n_configs: int) -> tuple[int, int]:
+    """This process's next sweep phase: ``(its number from 1, the runs of the phases before it)``."""
+    _PROGRESS["phase"] += 1
+    before = _PROGRESS["runs"]
+    _PROGRESS["runs"] += n_configs
+    return _PROGRESS["phase"], before
+
+
 def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace: str, cache_dir=None,
               execution=None, groups: list[list[int]] | None = None, desc: str | None = None,
               group_kwargs: dict | None = None, version: str | None = None) -> pd.DataFrame:
@@ -500,15 +516,24 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
     keys = [cache.key(c) for c in configs]
     done.update(keys[i] for g in pending for i in g)
     seen.update(keys)
+    # $BNSTUDY_PROGRESS (set by `bnstudy chapter` and `python -m bnstudy.study.book`) turns the progress on even
+    # where a notebook asked for none: papermill streams it to the terminal, and the runner strips its lines
+    # (tagged PROGRESS_TAG) from the executed notebook.
+    forced = bool(os.environ.get("BNSTUDY_PROGRESS"))
+    n_runs = sum(len(g) for g in pending)
+    phase, before = _progress_phase(len(configs))
+    if ex.progress or forced:  # before any training: what this phase computes, what is cached, what it costs
+        from .estimate import phase_line
+        print(phase_line(phase, namespace, n_runs, len(configs) - n_runs, n_jobs, root) + f" {PROGRESS_TAG}",
+              file=sys.stderr, flush=True)
     if pending:
-        n_runs = sum(len(g) for g in pending)
-        # $BNSTUDY_PROGRESS (set by `bnstudy chapter` and `python -m bnstudy.study.book`) turns the bar on even
-        # where a notebook asked for none: papermill streams it to the terminal, and the runner strips its
-        # lines (tagged below) from the executed notebook.
-        forced = bool(os.environ.get("BNSTUDY_PROGRESS"))
-        bar = tqdm(total=n_runs, desc=desc or namespace, unit="run", disable=not (ex.progress or forced),
+        # One display across the run's phases: each phase's bar continues the count of the runs before it, out of
+        # the run's expected total ($BNSTUDY_EXPECTED_RUNS, from the release's record) when it is known.
+        expected = int(os.environ.get(EXPECTED_RUNS_ENV) or 0)
+        bar = tqdm(total=max(expected, before + len(configs)), initial=before + len(configs) - n_runs,
+                   desc=f"phase {phase}: {desc or namespace}", unit="run", disable=not (ex.progress or forced),
                    postfix={"cached": len(configs) - n_runs}, mininterval=2.0 if forced else 0.1,
-                   bar_format="{l_bar}{bar}{r_bar} (bnstudy progress)" if forced else None)
+                   bar_format="{l_bar}{bar}{r_bar} " + PROGRESS_TAG if forced else None)
         jobs = (joblib.delayed(_run_group_and_cache)(run_group, [configs[i] for i in g], str(root), namespace,
                                                      cache.version, ex.threads, group_kwargs or {}, want)
                 for g in pending)

@@ -49,13 +49,24 @@ def import_torchvision():
     the skipped registrations only serve ``torch.compile``'s meta tracing of those detection ops.
 
     Call this instead of ``import torchvision`` anywhere in the project (tests included).
-    Raises ``ImportError`` if torchvision is not installed (``pip install -e ".[vision]"``).
+    Raises ``ModuleNotFoundError`` naming the install line (:data:`INSTALL_LINE`) if torchvision is not installed.
     """
     if "torchvision" in sys.modules:
         return sys.modules["torchvision"]
     sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
-    import torchvision  # noqa: PLC0415  (the one import in the package, after the shim)
+    try:
+        import torchvision  # noqa: PLC0415  (the one import in the package, after the shim)
+    except ModuleNotFoundError as e:
+        if e.name != "torchvision":
+            raise
+        sys.modules.pop("torchvision._meta_registrations", None)
+        raise ModuleNotFoundError(f"import_torchvision: torchvision is not installed; install the version matching "
+                                  f"torch 2.13.0 with {INSTALL_LINE}", name="torchvision") from e
     return torchvision
+
+
+#: How to install torchvision for :func:`import_torchvision`: the ``vision`` extra pins the release matching torch.
+INSTALL_LINE = "pip install \"torchvision==0.28.0\" (in a clone: pip install -e \".[vision]\")"
 
 
 def classification_model_names() -> list[str]:
