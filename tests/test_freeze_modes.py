@@ -1121,12 +1121,13 @@ def test_flip_the_lead_note():
 def test_the_task_b_sentence_leads_with_the_controlled_comparison_and_labels_the_seeds_protocol():
     """Issue 35: the tuned-per-path gaps come first, the main run's single-rate gap after them, labelled."""
     main = table()
+    oc = findings.optimizer_claims(sweep_table(), 800, main=main.assign(optimizer="sgd", lr=0.05, steps=800))
     c, n = findings.chapter({"": (findings.claims(main), findings.findings(main)),
-                             "opt": (findings.optimizer_claims(sweep_table(), 800, main=main.assign(
-                                 optimizer="sgd", lr=0.05, steps=800)), findings.optimizer_findings(sweep_table(), 800)),
+                             "opt": (oc, findings.optimizer_findings(sweep_table(), 800)),
                              "buf": (findings.buffer_claims(buffers()), findings.buffer_findings(buffers()))})
     b = findings.task_b_sentence(c, n)
-    ctl, seed = b.index("each path at the learning rate chosen for it"), b.index("the seed's protocol (one untuned rate")
+    ctl = b.index("each path at the learning rate chosen for it")
+    seed = b.index("the seed's protocol (one untuned rate")
     assert ctl < seed < b.index("over every test of a trained head")
     assert f"0.110 (" in b and "with SGD (rates 0.05 drifting, 0.05 pinned)" in b and "with Adam" in b
     assert findings.readings(c, n)["controlled"].startswith("With each path at the learning rate chosen for it")

@@ -654,8 +654,9 @@ def test_notes_flip_with_their_rules():
     # two networks: the fall is named where it is shown, and the pin's check must hold on each
     two = pd.concat([flat, _table(True).assign(network="resnet18")], ignore_index=True)
     assert said(two).pop("lead").startswith("**Not everywhere.**")
-    assert {k: v for k, v in said(two).items() if k != "lead"} == {"fell": "Turning off gradients does not keep task A on ResNet-18: ",
-                         "pin_keeps_a": "keeps task A exactly on every network here (a check of the code)"}
+    assert {k: v for k, v in said(two).items() if k != "lead"} == {
+        "fell": "Turning off gradients does not keep task A on ResNet-18: ",
+        "pin_keeps_a": "keeps task A exactly on every network here (a check of the code)"}
     two.loc[(two.network == "resnet18") & (two["mode"] == "backbone_eval") & (two.seed == 2), "task_a_after"] = 0.9
     assert said(two)["pin_keeps_a"].startswith("should keep task A exactly, yet")
 

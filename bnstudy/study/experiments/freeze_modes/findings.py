@@ -1016,10 +1016,11 @@ def _primary_is(*kinds):
     return lambda c, n: _kind(c, "opt_primary") in kinds
 
 
-#: The page's rule-triggered sentences (exactly one of each key holds), read from the chapter's tables:
-#: ``lead`` (the answer's plain first sentence: whether the buffers moved and task A fell), ``say_weights`` (every
-#: weight unchanged, or not), ``controlled_vs_seed`` (the tuned SGD gap's interval against the seed protocol's
-#: estimate), ``say_logits`` (the other modes' largest old-logit change), ``separate`` (``separate_stats``' two checks) and ``reference_reading`` (the end of :func:`reference_clause`).
+#: The page's rule-triggered sentences (exactly one of each key holds), read from the chapter's tables: ``lead`` (the
+#: answer's plain first sentence: whether the buffers moved and task A fell), ``say_weights`` (every weight unchanged,
+#: or not), ``controlled_vs_seed`` (the tuned SGD gap's interval against the seed protocol's estimate), ``say_logits``
+#: (the other modes' largest old-logit change), ``separate`` (``separate_stats``' two checks) and ``reference_reading``
+#: (the end of :func:`reference_clause`).
 NOTES = (
     Note("lead", lambda c, n: _moved(c, n) and _a_fell(c, n),
          "**No.** Switching off the gradients leaves BatchNorm's running statistics free to move, and the old task "

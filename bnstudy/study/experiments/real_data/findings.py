@@ -619,7 +619,8 @@ def _a_falls_everywhere(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 
 
 def _b_helps_everywhere(c: pd.DataFrame, f: pd.DataFrame) -> bool:
-    """Chapter 1's task-B finding carried over: train mode shown higher on task B at every condition of every network."""
+    """Chapter 1's task-B finding carried over: train mode shown higher on task B at every condition of every
+    network."""
     return len(_everywhere(f, "f3_n_higher")) == len(networks_of(f))
 
 
@@ -629,7 +630,8 @@ def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 
 #: The answer box's advice in parts (:class:`bnstudy.study.words.Note`, one of each key holds): ``lead``, the answer's
 #: plain first sentence (issue 37: whether chapter 1's task-A and task-B findings hold at every condition of every
-#: network, by the counts of printed verdicts); ``fell``, whether task A is shown to fall at the reference; ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
+#: network, by the counts of printed verdicts); ``fell``, whether task A is shown to fall at the reference;
+#: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
          "**Yes, on these networks.** The one-line freeze costs the old task and drifting statistics help the new "

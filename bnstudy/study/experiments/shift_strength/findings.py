@@ -1307,8 +1307,9 @@ def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
 
 
 #: The page's sentences that choose between fixed outcomes (:class:`bnstudy.study.words.Note`): ``lead`` (the answer's
-#: plain first sentence, issue 37), ``pays_sentence`` and ``takeaway_cost_benefit`` by the raw view's counts of printed verdicts; ``threshold_sentence`` by whether one value of the
-#: winning mismatch measure separates the shifts whose task-A loss stayed below ``min_effect`` (95%) from the others.
+#: plain first sentence, issue 37), ``pays_sentence`` and ``takeaway_cost_benefit`` by the raw view's counts of printed
+#: verdicts; ``threshold_sentence`` by whether one value of the winning mismatch measure separates the shifts whose
+#: task-A loss stayed below ``min_effect`` (95%) from the others.
 NOTES = (
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
          "**No.** At no shift tested did letting the statistics drift gain the new task more than it cost the old "
