@@ -635,16 +635,14 @@ def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 NOTES = (
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
          "**Yes, on these networks.** The one-line freeze costs the old task and drifting statistics help the new "
-         "one at every condition tested, as in chapter 1: pin the backbone with `bnstudy.pin_eval(model.backbone)` "
-         "where the old task must be kept."),
+         "one at every condition tested, as in chapter 1: pin the backbone in eval mode where the old task must be "
+         "kept."),
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and not _b_helps_everywhere(c, f),
          "**Partly.** The one-line freeze costs the old task at every condition on every network here, as in chapter "
-         "1, but drifting statistics do not help the new task everywhere: pin the backbone with "
-         "`bnstudy.pin_eval(model.backbone)`."),
+         "1, but drifting statistics do not help the new task everywhere: pin the backbone in eval mode."),
     Note("lead", lambda c, f: not _a_falls_everywhere(c, f),
          "**Not everywhere.** The one-line freeze's cost to the old task is not shown at every condition of every "
-         "network here: pin the backbone with `bnstudy.pin_eval(model.backbone)` all the same, and check with "
-         "`bnstudy.FreezeAudit` what moved."),
+         "network here: pin the backbone in eval mode all the same, and let the freeze audit show what moved."),
     Note("fell", lambda c, f: bool(_fell(c, f)), "Turning off gradients does not keep task A on {networks}: ",
          lambda c, f: dict(networks=join([_in_prose(n) for n in _fell(c, f)]))),
     Note("fell", lambda c, f: not _fell(c, f), "Task A was not shown to fall on any network here, but the one-line "

@@ -1313,16 +1313,16 @@ def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
 NOTES = (
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
          "**No.** At no shift tested did letting the statistics drift gain the new task more than it cost the old "
-         "one: keep them pinned with `bnstudy.pin_eval(model.backbone)`."),
+         "one: keep them pinned in eval mode."),
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
          "**Not shown either way.** No shift tested showed drifting statistics paying or losing: keep them pinned "
-         "with `bnstudy.pin_eval(model.backbone)` unless your own shift is measured."),
+         "in eval mode unless your own shift is measured."),
     Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") == 0,
          "**Yes, at some shifts.** Drifting statistics paid at some shifts tested and lost at none: measure your "
-         "shift with `bnstudy.statistics_mismatch` before choosing."),
+         "shift's statistics mismatch before choosing."),
     Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") > 0,
          "**It depends on the shift.** Drifting statistics paid at some shifts tested and lost at others: measure "
-         "your shift with `bnstudy.statistics_mismatch` before choosing."),
+         "your shift's statistics mismatch before choosing."),
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
          "No shift tested was shown to make drifting statistics pay, even counting both tasks' points as equal."),
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
