@@ -1112,7 +1112,7 @@ def test_flip_the_controlled_against_the_seed_protocol_note():
 
 def test_flip_the_lead_note():
     """The answer's plain first sentence (issue 37) follows the buffers' criteria and task A's change."""
-    assert _notes()["lead"].startswith("**No.** Switching off the gradients leaves BatchNorm's running statistics")
+    assert _notes()["lead"].startswith("**No.** With gradients off, BatchNorm's running statistics still move")
     assert _notes(main=table(task_a_after_tm=(0.95, 0.96, 0.97)))["lead"].startswith("**Not entirely.**")
     c, n = _tables(bufs=buffers((0.2, 0.21, 0.19), (0.1, 0.11, 0.09)))
     assert findings.lead(c, n).startswith("**In this run, yes.**")

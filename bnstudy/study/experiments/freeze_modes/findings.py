@@ -1023,15 +1023,14 @@ def _primary_is(*kinds):
 #: (the end of :func:`reference_clause`).
 NOTES = (
     Note("lead", lambda c, n: _moved(c, n) and _a_fell(c, n),
-         "**No.** Switching off the gradients leaves BatchNorm's running statistics free to move, and the old task "
-         "falls: pin the backbone in eval mode, and give the new task statistics of its own only through a "
-         "shared-weight copy of the backbone."),
+         "**No.** With gradients off, BatchNorm's running statistics still move and the old task falls: pin the "
+         "backbone in eval mode."),
     Note("lead", lambda c, n: _moved(c, n) and not _a_fell(c, n),
-         "**Not entirely.** Switching off the gradients leaves BatchNorm's running statistics free to move, though "
-         "the old task is not shown to fall in this run: pin the backbone in eval mode to be sure."),
+         "**Not entirely.** With gradients off, BatchNorm's running statistics still move, though the old task is "
+         "not shown to fall: pin the backbone in eval mode."),
     Note("lead", lambda c, n: not _moved(c, n),
-         "**In this run, yes.** The running statistics are not shown to move beyond the chapter's criteria; pinning "
-         "the backbone in eval mode costs nothing and makes sure."),
+         "**In this run, yes.** The running statistics are not shown to move beyond the chapter's criteria; "
+         "pinning the backbone in eval mode makes sure."),
     Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "smaller",
          "With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is smaller: "
          "{sgd:+.3f} with SGD, whose interval ends below the seed protocol's {main:+.3f}.", lambda c, n: _vs_fill(c)),

@@ -634,15 +634,14 @@ def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 #: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
-         "**Yes, on these networks.** The one-line freeze costs the old task and drifting statistics help the new "
-         "one at every condition tested, as in chapter 1: pin the backbone in eval mode where the old task must be "
-         "kept."),
+         "**Yes, on these networks.** The old task falls and drifting statistics help the new one at every "
+         "condition tested, as in chapter 1: pin the backbone in eval mode."),
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and not _b_helps_everywhere(c, f),
-         "**Partly.** The one-line freeze costs the old task at every condition on every network here, as in chapter "
-         "1, but drifting statistics do not help the new task everywhere: pin the backbone in eval mode."),
+         "**Partly.** The old task falls at every condition on every network, but drifting statistics do not help "
+         "the new task everywhere: pin the backbone in eval mode."),
     Note("lead", lambda c, f: not _a_falls_everywhere(c, f),
-         "**Not everywhere.** The one-line freeze's cost to the old task is not shown at every condition of every "
-         "network here: pin the backbone in eval mode all the same, and let the freeze audit show what moved."),
+         "**Not everywhere.** The old task's fall is not shown at every condition of every network: pin the "
+         "backbone in eval mode all the same."),
     Note("fell", lambda c, f: bool(_fell(c, f)), "Turning off gradients does not keep task A on {networks}: ",
          lambda c, f: dict(networks=join([_in_prose(n) for n in _fell(c, f)]))),
     Note("fell", lambda c, f: not _fell(c, f), "Task A was not shown to fall on any network here, but the one-line "

@@ -1312,17 +1312,17 @@ def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
 #: task-A loss stayed below ``min_effect`` (95%) from the others.
 NOTES = (
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
-         "**No.** At no shift tested did letting the statistics drift gain the new task more than it cost the old "
-         "one: keep them pinned in eval mode."),
+         "**No.** At no shift tested did drifting statistics gain the new task more than they cost the old one: "
+         "keep them pinned."),
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
          "**Not shown either way.** No shift tested showed drifting statistics paying or losing: keep them pinned "
-         "in eval mode unless your own shift is measured."),
+         "unless your shift is measured."),
     Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") == 0,
-         "**Yes, at some shifts.** Drifting statistics paid at some shifts tested and lost at none: measure your "
-         "shift's statistics mismatch before choosing."),
+         "**Yes, at some shifts.** Drifting statistics paid at some shifts and lost at none: measure your shift's "
+         "statistics mismatch first."),
     Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") > 0,
-         "**It depends on the shift.** Drifting statistics paid at some shifts tested and lost at others: measure "
-         "your shift's statistics mismatch before choosing."),
+         "**It depends on the shift.** Drifting statistics paid at some shifts and lost at others: measure your "
+         "shift's statistics mismatch first."),
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
          "No shift tested was shown to make drifting statistics pay, even counting both tasks' points as equal."),
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,

@@ -636,16 +636,14 @@ def _head_loses(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
 #: head, at the gentlest shift): a loss shown per sample and with batches, per sample only, or at neither.
 LEAD = (
     Note("lead", lambda c, f: _head_loses(c, f, "b1") and _head_loses(c, f, "bmax"),
-         "**Not without a cost.** Routing each input to its own statistics works at clear shifts, but where the "
-         "task is unknown and the shift gentle it loses accuracy even with batches: keep a task label where you "
-         "can."),
+         "**Not without a cost.** Routing by statistics works at clear shifts, but with the task unknown and a "
+         "gentle shift it loses accuracy, even in batches: keep a task label."),
     Note("lead", lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax"),
-         "**Yes, with batches.** Routing each input to its own statistics works at clear shifts, but one image at a "
-         "time loses accuracy where the shift is gentle and the task unknown: route pooled inference batches, or "
-         "keep a task label."),
+         "**Yes, with batches.** Routing by statistics works at clear shifts, but one image at a time loses "
+         "accuracy at gentle shifts when the task is unknown: route batches."),
     Note("lead", lambda c, f: not _head_loses(c, f, "b1"),
-         "**Yes, on this grid.** Routing each input to the statistics nearest its own first-layer statistics shows "
-         "no loss even where the task is unknown: keep one set of statistics per task and route."),
+         "**Yes, on this grid.** Routing by first-layer statistics shows no loss, even with the task unknown: keep"
+         " one set of statistics per task and route."),
 )
 
 
