@@ -748,7 +748,7 @@ def test_the_seed_article_table_is_built_from_findings():
     assert st["task B, `train_mode` against the pinned modes (main run: the seed's protocol, one untuned rate)"] == \
         "reproduced"  # gaps 0.10-0.12
     # the same row under the controlled comparison (issue 35): the tuned SGD gap 0.11 is below the article's 0.17
-    controlled = "task B, drifting minus pinned statistics, each path at its own tuned rate (controlled)"
+    controlled = "task B, each path at its own tuned rate (controlled)"
     assert st[controlled] == "reproduced, smaller (SGD, the seed's optimizer)"
     shown = art.set_index("claim").loc[controlled, "this chapter"]
     assert shown.startswith("SGD 0.110 (") and "; Adam " in shown and "**" not in shown
@@ -1126,11 +1126,11 @@ def test_the_task_b_sentence_leads_with_the_controlled_comparison_and_labels_the
                              "opt": (oc, findings.optimizer_findings(sweep_table(), 800)),
                              "buf": (findings.buffer_claims(buffers()), findings.buffer_findings(buffers()))})
     b = findings.task_b_sentence(c, n)
-    ctl = b.index("each path at the learning rate chosen for it")
+    ctl = b.index("each path at its own learning rate, tuned on separate seeds")
     seed = b.index("the seed's protocol (one untuned rate")
     assert ctl < seed < b.index("over every test of a trained head")
-    assert f"0.110 (" in b and "with SGD (rates 0.05 drifting, 0.05 pinned)" in b and "with Adam" in b
-    assert findings.readings(c, n)["controlled"].startswith("With each path at the learning rate chosen for it")
+    assert f"0.110 (" in b and "with SGD (rates 0.05 drifting, 0.05 pinned)" in b and "with Adam;" in b
+    assert findings.readings(c, n)["controlled"].startswith("With each path at its own learning rate")
     lower, _ = _page(sweep=sweep_table(gap_sgd=(-0.10, -0.12, -0.11)))
     assert f"-0.110 (" in lower and f"**{findings.TRAIN_LOWER}**) with SGD" in lower
     alone, _ = _page()  # no main run among the tests: nothing to label

@@ -933,7 +933,7 @@ def controlled_article_row(main: pd.DataFrame, claims: pd.DataFrame) -> tuple:
     ``reproduced`` where by as much or more, ``differs: <verdict>`` otherwise, ``not run`` without the head sweep."""
     a = ARTICLE
     low, high = a["task_b_tm"] - a["task_b_pinned_high"], a["task_b_tm"] - a["task_b_pinned_low"]
-    label = "task B, drifting minus pinned statistics, each path at its own tuned rate (controlled)"
+    label = "task B, each path at its own tuned rate (controlled)"
     article = f"{low:.2f} to {high:.2f} (one rate for both)"
     o = str(main["optimizer"].iloc[0]) if "optimizer" in main.columns else "sgd"
     if not _has(claims, f"opt_explore_at_main_{o}"):
@@ -1149,13 +1149,13 @@ def controlled_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
         if not _has(claims, f"opt_explore_at_main_{o}"):
             continue
         lr = lambda p: number(numbers, f"opt_lr_{o}_{p}")  # noqa: E731
-        parts.append(f"{claim_text(claim(claims, f'opt_explore_at_main_{o}'), clip=(-1.0, 1.0))} with {_opt_name(o)} "
-                     f"(rates {lr('batch_stats'):g} drifting, {lr('pinned'):g} pinned)")
+        rates = f" (rates {lr('batch_stats'):g} drifting, {lr('pinned'):g} pinned)" if o == CONTROLLED[0] else ""
+        parts.append(f"{claim_text(claim(claims, f'opt_explore_at_main_{o}'), clip=(-1.0, 1.0))} with "
+                     f"{_opt_name(o)}{rates}")
     if not parts:
         raise KeyError(f"controlled_clause: no opt_explore_at_main_<optimizer> claim for {CONTROLLED}")
-    return (f"with each path at the learning rate chosen for it on separate tuning seeds, a new head's task-B accuracy "
-            f"after {number(numbers, 'opt_main_step'):,.0f} steps on drifting minus pinned statistics is "
-            f"{join(parts)}")
+    return (f"with each path at its own learning rate, tuned on separate seeds, a new head after "
+            f"{number(numbers, 'opt_main_step'):,.0f} steps scores, drifting minus pinned statistics, {join(parts)}")
 
 
 def seed_protocol_clause(claims: pd.DataFrame) -> str:
@@ -1163,7 +1163,7 @@ def seed_protocol_clause(claims: pd.DataFrame) -> str:
     rate; ``""`` where the main run is not among the tests (claim ``opt_explore_main``)."""
     if not _has(claims, "opt_explore_main"):
         return ""
-    return ("the seed's protocol (one untuned rate, the same for both paths) gives "
+    return ("the seed's protocol (one untuned rate for both paths) gives "
             f"{claim_text(claim(claims, 'opt_explore_main'), clip=(-1.0, 1.0))}")
 
 
