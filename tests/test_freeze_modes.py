@@ -1112,7 +1112,7 @@ def test_flip_the_controlled_against_the_seed_protocol_note():
 
 def test_flip_the_lead_note():
     """The answer's plain first sentence (issue 37) follows the buffers' criteria and task A's change."""
-    assert _notes()["lead"].startswith("**No.** With gradients off, BatchNorm's running statistics still move")
+    assert _notes()["lead"].startswith("**No.** With gradients off, BatchNorm's statistics still move")
     assert _notes(main=table(task_a_after_tm=(0.95, 0.96, 0.97)))["lead"].startswith("**Not entirely.**")
     c, n = _tables(bufs=buffers((0.2, 0.21, 0.19), (0.1, 0.11, 0.09)))
     assert findings.lead(c, n).startswith("**In this run, yes.**")
@@ -1127,8 +1127,8 @@ def test_the_task_b_sentence_leads_with_the_controlled_comparison_and_labels_the
                              "buf": (findings.buffer_claims(buffers()), findings.buffer_findings(buffers()))})
     b = findings.task_b_sentence(c, n)
     ctl = b.index("each path at its own learning rate, tuned on separate seeds")
-    seed = b.index("the seed's protocol (one untuned rate")
-    assert ctl < seed < b.index("over every test of a trained head")
+    seed = b.index("the seed's protocol (one untuned rate)")
+    assert ctl < seed < b.index("over every test, a new head trained by an optimizer")
     assert f"0.110 (" in b and "with SGD (rates 0.05 drifting, 0.05 pinned)" in b and "with Adam;" in b
     assert findings.readings(c, n)["controlled"].startswith("With each path at its own learning rate")
     lower, _ = _page(sweep=sweep_table(gap_sgd=(-0.10, -0.12, -0.11)))

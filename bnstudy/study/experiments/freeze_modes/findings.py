@@ -1022,7 +1022,7 @@ def _primary_is(*kinds):
 #: (the end of :func:`reference_clause`).
 NOTES = (
     Note("lead", lambda c, n: _moved(c, n) and _a_fell(c, n),
-         "**No.** With gradients off, BatchNorm's running statistics still move and the old task falls: pin the "
+         "**No.** With gradients off, BatchNorm's statistics still move and the old task falls: pin the "
          "backbone in eval mode."),
     Note("lead", lambda c, n: _moved(c, n) and not _a_fell(c, n),
          "**Not entirely.** With gradients off, BatchNorm's running statistics still move, though the old task is "
@@ -1153,7 +1153,7 @@ def controlled_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
                      f"{_opt_name(o)}{rates}")
     if not parts:
         raise KeyError(f"controlled_clause: no opt_explore_at_main_<optimizer> claim for {CONTROLLED}")
-    return (f"with each path at its own learning rate, tuned on separate seeds, a new head after "
+    return (f"with each path at its own learning rate, tuned on separate seeds, a head after "
             f"{number(numbers, 'opt_main_step'):,.0f} steps scores, drifting minus pinned statistics, {join(parts)}")
 
 
@@ -1162,7 +1162,7 @@ def seed_protocol_clause(claims: pd.DataFrame) -> str:
     rate; ``""`` where the main run is not among the tests (claim ``opt_explore_main``)."""
     if not _has(claims, "opt_explore_main"):
         return ""
-    return ("the seed's protocol (one untuned rate for both paths) gives "
+    return ("the seed's protocol (one untuned rate) gives "
             f"{claim_text(claim(claims, 'opt_explore_main'), clip=(-1.0, 1.0))}")
 
 
@@ -1175,8 +1175,8 @@ def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     tail = ("; the difference lies in how easily a trained head uses the features, not in what they allow"
             if (c["higher"] or c["lower"]) and _kind(claims, "opt_primary") == "equivalent" else "")
     seed = seed_protocol_clause(claims)
-    return (f"On task B, {controlled_clause(claims, numbers)}{'; ' + seed if seed else ''}; over every test of a "
-            f"trained head, {trained_heads_clause(claims)}; {reference_clause(claims, numbers)}{tail}.")
+    return (f"On task B, {controlled_clause(claims, numbers)}{'; ' + seed if seed else ''}; over every "
+            f"test, {trained_heads_clause(claims)}; {reference_clause(claims, numbers)}{tail}.")
 
 
 def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
@@ -1195,8 +1195,8 @@ def lead(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
 
 #: Said where the answer states its verdicts (issue 35): the main run's settings were chosen by trial.
 SETTINGS_CAVEAT = ("The main run's pixel noise, shift and head learning rate were set by trial until the seed article's "
-                   "effects showed; the values tried were not recorded (\"The experiment\"; the "
-                   "[glossary](../glossary.html) lists every setting chosen after seeing data).")
+                   "effects showed; the values tried were not recorded (the [glossary](../glossary.html) lists every "
+                   "setting chosen after seeing data).")
 
 
 def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
