@@ -320,3 +320,25 @@ def test_built_front_page_links_the_guide_before_any_chapter(built_html):
 
 # The guide's blocks with the front door's requirements only (torch and numpy): tests/test_code_blocks.py runs
 # every page's python blocks that way, the guide's included.
+
+
+def test_every_chapters_plain_lead_pastes_inline_on_the_front_page():
+    """Issue 37: the front page opens each chapter's line with the chapter's ``lead`` note, glued across pages, so every
+    alternative must be inline Markdown the cross-page glue renders (no code, links or underscores), one sentence,
+    opening with a bold answer; a lead the renderer refused would be a build warning, and the book builds with -W."""
+    from bnstudy.study.experiments.freeze_modes import findings as f1
+    from bnstudy.study.experiments.real_data import findings as f7
+    from bnstudy.study.experiments.shift_strength import findings as f3
+    from bnstudy.study.experiments.unknown_task import findings as f6
+    from bnstudy.study.sphinxext import inline_markdown
+    leads = [n.text for rules in (f1.NOTES, f3.NOTES, f6.LEAD, f7.NOTES) for n in rules if n.key == "lead"]
+    assert len(leads) == 3 + 4 + 3 + 3
+    for text in leads:
+        assert inline_markdown(text) is not None, text
+        assert text.startswith("**") and text.count(". ") <= 1 and text.endswith("."), text
+    assert inline_markdown("**No.** Pin it with `bnstudy.pin_eval(model)`.") is None  # what the check refuses
+    text = INDEX.read_text()
+    for page in _chapter_sources():
+        stem = page.split("/")[1][:2]
+        if stem in ("01", "03", "06", "07"):
+            assert text.count(f"{{glue:md}}`{page}::ch{stem}_lead`") == 2, page  # the box and the findings

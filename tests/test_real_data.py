@@ -605,7 +605,11 @@ def _page_text(df) -> dict:
 
 def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     base = _page_text(_table(True))
-    assert "**below 1.5x chance** for n" in base["answer"] and "**lower after stage 2** for n" in base["answer"]
+    # counted over every condition (issue 35), then the reference condition
+    assert "shown lower than before stage 2 at 3 for n" in base["answer"]
+    assert "shown below 1.5 times chance at 1 and above it at 3 for n" in base["answer"]
+    assert "shown higher at 4, lower at 0 and neither at 0 for n" in base["answer"]
+    assert "drifting statistics help the new task carried over on every network" in base["answer"]
     assert "**train mode higher** for n" in base["answer"]
     assert "**larger mismatch, larger loss** for n" in base["answer"]
     assert base["what_to_do"].startswith("Turning off gradients does not keep task A on n:")
@@ -616,9 +620,11 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     ref = (df.corruption == "inversion") & (df.severity == 5) & (df["mode"] == "train_mode")
     df.loc[ref, "task_a_after"] = 0.947 + 0.002 * df.loc[ref, "seed"]
     flip = _page_text(df)
-    assert "**above 1.5x chance** for n" in flip["answer"] and "**below 1.5x chance**" not in flip["answer"]
-    assert "**lower after stage 2**" not in flip["answer"] + flip["accuracy_takeaway"]
+    assert "shown below 1.5 times chance at 0 and above it at 4 for n" in flip["answer"]
+    assert "shown lower than before stage 2 at 2 for n" in flip["answer"]
+    assert "**lower after stage 2**" not in flip["accuracy_takeaway"]
     assert "**train mode lower** for n" in flip["answer"] and "**train mode higher**" not in flip["answer"]
+    assert "carried over on no network (on n pinning is better at 4 of 4 conditions)" in flip["answer"]
     assert flip["what_to_do"].startswith("Task A was not shown to fall on any network here")
     assert "does not keep task A" not in flip["what_to_do"]
     assert "higher at 0, lower at 4 of 4 conditions" in flip["effects_takeaway"]
@@ -635,6 +641,7 @@ def test_notes_flip_with_their_rules():
     from bnstudy.study.words import notes
     said = lambda df: notes(findings.NOTES, *_page(df)[:2])  # noqa: E731
     base = said(_table(True))
+    assert base.pop("lead").startswith("**Not everywhere.**")  # task A shown lower at 3 of the 4 conditions
     assert base == {"fell": "Turning off gradients does not keep task A on n: ",
                     "pin_keeps_a": "keeps task A exactly on every network here (a check of the code)"}
     flat = _table(True)  # task A after stage 2 as before it at the reference: no fall shown
@@ -646,10 +653,29 @@ def test_notes_flip_with_their_rules():
     assert said(broken)["pin_keeps_a"] == "should keep task A exactly, yet in some run here it did not (the checks below)"
     # two networks: the fall is named where it is shown, and the pin's check must hold on each
     two = pd.concat([flat, _table(True).assign(network="resnet18")], ignore_index=True)
-    assert said(two) == {"fell": "Turning off gradients does not keep task A on ResNet-18: ",
-                         "pin_keeps_a": "keeps task A exactly on every network here (a check of the code)"}
+    assert said(two).pop("lead").startswith("**Not everywhere.**")
+    assert {k: v for k, v in said(two).items() if k != "lead"} == {
+        "fell": "Turning off gradients does not keep task A on ResNet-18: ",
+        "pin_keeps_a": "keeps task A exactly on every network here (a check of the code)"}
     two.loc[(two.network == "resnet18") & (two["mode"] == "backbone_eval") & (two.seed == 2), "task_a_after"] = 0.9
     assert said(two)["pin_keeps_a"].startswith("should keep task A exactly, yet")
+
+
+@pytest.mark.parametrize("drop, higher, starts", [
+    (4, 4, "**Yes, on these networks.**"), (4, 3, "**Partly.**"), (3, 4, "**Not everywhere.**"),
+    (3, 0, "**Not everywhere.**")])
+def test_the_lead_flips_with_the_counts_over_every_condition(drop, higher, starts):
+    """Issue 37: the answer's plain first sentence, by whether chapter 1's findings hold at every condition; and
+    the carried-over sentence names what each count shows instead (issue 35)."""
+    from bnstudy.study.words import notes
+    C, F, _ = _page(_table(True))
+    F = with_numbers(F, {"f2_n_drop_n": drop, "f3_n_higher_n": higher, "f3_n_lower_n": 4 - higher})
+    assert notes(findings.NOTES, C, F)["lead"].startswith(starts)
+    said = findings.carried_sentence(F)
+    assert ("costs the old task carried over on every network" in said) == (drop == 4)
+    assert ("help the new task carried over on every network" in said) == (higher == 4)
+    if 0 < 4 - higher:
+        assert f"on n pinning is better at {4 - higher} of 4 conditions" in said
 
 
 def test_printed_ranges_are_cut_to_what_each_quantity_allows():

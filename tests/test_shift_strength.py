@@ -765,6 +765,20 @@ def test_pays_sentence_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, 
 
 
 @pytest.mark.parametrize("higher, lower, starts", [
+    (0, 5, "**No.** At no shift tested did drifting statistics gain the new task more than they cost the old one"),
+    (0, 0, "**Not shown either way.**"),
+    (3, 0, "**Yes, at some shifts.**"),
+    (2, 4, "**It depends on the shift.**"),
+])
+def test_the_answers_plain_lead_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, higher, lower, starts):
+    """Issue 37: the answer box opens with one plain sentence, a note per outcome of the raw view's counts."""
+    counts = {"higher": higher, "lower": lower, "equivalent": 0, "not decided": 1, "too few seeds": 0,
+              "m": higher + lower + 1}
+    monkeypatch.setattr(findings, "level_counts", lambda C, view="raw": counts)
+    assert said("lead", None, None).startswith(starts)
+
+
+@pytest.mark.parametrize("higher, lower, starts", [
     (1, 5, "Task A's loss outweighs task B's gain at 5 of the 7 levels and falls short of it at 1."),
     (5, 1, "Task B's gain outweighs task A's loss at 5 of the 7 levels and falls short of it at 1."),
     (3, 3, "Task B's gain and task A's loss are shown apart at equally many levels (3 each, of 7)."),

@@ -573,8 +573,12 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     assert "**routed head lower**" in base["answer"] and "**routed head lower**" in base["unknown_takeaway"]
     assert "a router that also picks the head loses accuracy" in base["what_to_do"]
     assert "does not stand in for the task label" in base["unknown_head_text"]
-    assert "23 of the 24 router cells are **equivalent within ±0.02** of the oracle and 1 is **not decided**" \
-        in base["answer"]
+    # cells equal to the oracle by construction (every input routed to its own bank) said apart (issue 35)
+    assert ("11 of the 24 router cells send every input to its own bank in every seed and so equal the oracle by "
+            "construction (no finding); of the other cells, 12 of 13 are **equivalent within ±0.02** of the oracle "
+            "and 1 is **not decided**") in base["answer"]
+    assert base["answer"].startswith("When the task is unknown and the router also picks the head")  # headlined
+    assert base["lead"].startswith("**Yes, with batches.**")
     # flip 1: the routed head loses nothing, and train mode costs already where routing fails
     df = _table()
     df["accuracy_routed_head"] = df["accuracy"]
@@ -596,12 +600,42 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     flip = _page_text(df)
     assert "per-sample routing works at no strength tested" in flip["answer"]
     assert "per-sample routing works from t = 1 on" not in flip["answer"] + flip["routing_takeaway"]
-    assert "24 of the 24 router cells are **equivalent within ±0.02**" in flip["answer"]
+    assert "of the other cells, 13 of 13 are **equivalent within ±0.02**" in flip["answer"]
     assert "**not decided**" not in flip["answer"]
     # and with neither a cost before routing nor a loss of the routed head, the advice needs no task label
     df = _table()
     df["accuracy_routed_head"] = df["accuracy"]
     assert _page_text(df)["what_to_do"].endswith("on this grid that needs no task label.")
+    assert _page_text(df)["lead"].startswith("**Yes, on this grid.**")
+
+
+def test_the_lead_says_not_without_a_cost_when_the_routed_head_loses_with_batches_too():
+    from bnstudy.study.words import notes
+    f, c = findings.findings(_table()), findings.claims(_table())
+    lost = c.copy()
+    lost.loc[lost.key.str.startswith("routed_gentle_bmax_k"), "kind"] = "lower"
+    assert notes(findings.LEAD, lost, f)["lead"].startswith("**Not without a cost.**")
+    assert notes(findings.LEAD, c, f)["lead"].startswith("**Yes, with batches.**")
+
+
+def test_a_cell_equals_the_oracle_by_construction_only_with_every_input_routed_home_in_every_seed():
+    """Issue 35: a router cell whose every seed routes every input to its own bank computes the oracle's outputs,
+    so it is said apart, not counted as a finding; one misrouted seed, or one seed whose accuracy differs, makes it
+    an ordinary cell."""
+    df = _table()
+    cells = findings.cell_tests(df)
+    home = cells[cells.identical].iloc[0]
+    at = ((df.condition == home.condition) & (df.n_tasks == home.n_tasks) & (df.strength == home.strength)
+          & (df.inference_batch == home.inference_batch) & (df.seed == df.seed.min()))
+    for column, value in (("routing_accuracy", 0.99), ("accuracy", None)):
+        moved = df.copy()
+        moved.loc[at, column] = value if value is not None else moved.loc[at, column] - 0.01
+        again = findings.cell_tests(moved).set_index(["condition"] + findings.CELL)
+        assert not again.loc[(home.condition, home.n_tasks, home.strength, home.inference_batch), "identical"]
+    f = findings.findings(df, cells)
+    assert number(f, "n_identical") + number(f, "n_cells_other") == number(f, "n_cells") == len(cells)
+    assert number(f, "n_equivalent_other") + number(f, "n_not_decided_other") + number(f, "n_lower_other") + \
+        number(f, "n_higher_other") == number(f, "n_cells_other")
 
 
 def test_cell_counts_use_the_books_counts_rule():

@@ -20,7 +20,7 @@ from ...inference import EXACT, Family, Interval, Question, _slug, ask, claims_t
     numbers_table, one_sided_p, paired_differences, t_interval
 from ...config import check_float
 from ...modes import MODE_NAMES
-from ...words import Note, claim, notes, verdict_md
+from ...words import Note, claim, claim_text, join, notes, verdict_md
 from .run import DRIFT_TARGET_BATCHES, ENGINE_TARGET_BATCHES, FLOOR_WEIGHT, PATHS, PROFILES, REF_VARIANTS, \
     STD_SUFFIX, drift_table, floor_steps
 
@@ -908,12 +908,13 @@ def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.Dat
         ("running statistics moved (`train_mode`, raw units)", f"up to {a['buffer_units']:g} units",
          f"running_mean up to {raw_mean:.1f}, running_var up to {raw_var:.0f}",
          "reproduced (they move; sizes depend on the data's scale)" if raw_mean > 0 else "differs"),
-        ("task B, `train_mode` against the pinned modes (main run)",
+        ("task B, `train_mode` against the pinned modes (main run: the seed's protocol, one untuned rate)",
          f"{a['task_b_tm']:.2f} against {a['task_b_pinned_low']:.2f} to {a['task_b_pinned_high']:.2f}",
          f"{piv['train_mode'].mean():.3f} against "
          f"{f'{pinned.min():.3f} (both)' if pinned.min() == pinned.max() else f'{pinned.min():.3f} to {pinned.max():.3f}'}; "
          f"difference: {main_v} (exploratory family)",
          "reproduced" if main_v == TRAIN_HIGHER else f"differs: {main_v}"),
+        controlled_article_row(main, claims),
         ("the two pinned modes on task B", f"{a['pinned_a']:.3f} against {a['pinned_b']:.3f} (\"run-to-run noise\")",
          f"equal in every seed: {v('c_pinned_equal_b')}",
          "identity of the code (the article's runs were not paired)" if ok("c_pinned_equal_b") else "differs"),
@@ -922,6 +923,26 @@ def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.Dat
          "reproduced (checks)" if ok("c_separate_exact") and ok("c_separate_matches_b") else "differs"),
     ]
     return pd.DataFrame(rows, columns=["claim", "seed article", "this chapter", "status"])
+
+
+def controlled_article_row(main: pd.DataFrame, claims: pd.DataFrame) -> tuple:
+    """Table 1.6's task-B row under the controlled comparison (issue 35): the seed article's difference (one rate)
+    beside the test of the main run's optimizer with each path at its own tuned rate (claim
+    ``opt_explore_at_main_<optimizer>``; the answer names the other optimizers of :data:`CONTROLLED`). Status
+    ``reproduced, smaller`` where that test shows train mode higher by less than the article's smallest difference,
+    ``reproduced`` where by as much or more, ``differs: <verdict>`` otherwise, ``not run`` without the head sweep."""
+    a = ARTICLE
+    low, high = a["task_b_tm"] - a["task_b_pinned_high"], a["task_b_tm"] - a["task_b_pinned_low"]
+    label = "task B, each path at its own tuned rate (controlled)"
+    article = f"{low:.2f} to {high:.2f} (one rate for both)"
+    o = str(main["optimizer"].iloc[0]) if "optimizer" in main.columns else "sgd"
+    if not _has(claims, f"opt_explore_at_main_{o}"):
+        return label, article, "not run", "not run"
+    c = claim(claims, f"opt_explore_at_main_{o}")
+    shown = [f"{_opt_name(o)} {claim_text(c, clip=(-1.0, 1.0))}"]
+    status = (("reproduced, smaller" if c.estimate < low else "reproduced") if c.verdict == TRAIN_HIGHER
+              else f"differs: {c.verdict}")
+    return label, article, "; ".join(shown).replace("**", ""), f"{status} ({_opt_name(o)}, the seed's optimizer)"
 
 
 def article_counts(table: pd.DataFrame) -> pd.DataFrame:
@@ -966,14 +987,60 @@ def _verdicts(*keys):
     return lambda c, n: {k: claim(c, k).verdict for k in keys}
 
 
+def _moved(c, n) -> bool:
+    """Finding 2: the most-moved running mean or the most-changed running variance is shown beyond its criterion."""
+    return "higher" in (_kind(c, "buf_shift_most"), _kind(c, "buf_var_most"))
+
+
+def _a_fell(c, n) -> bool:
+    """Finding 2: task A after ``train_mode`` is shown lower than before stage 2."""
+    return _kind(c, "task_a_change") == "lower"
+
+
+def _vs_seed(c) -> str:
+    """The controlled SGD gap (claim ``opt_explore_at_main_sgd``, printed interval) against the seed protocol's
+    estimate (``opt_explore_main``): ``smaller`` / ``larger`` where the interval lies wholly below / above it,
+    ``covers`` where it holds it, ``absent`` where either claim is missing."""
+    if not (_has(c, "opt_explore_at_main_sgd") and _has(c, "opt_explore_main")):
+        return "absent"
+    sgd, main = claim(c, "opt_explore_at_main_sgd"), claim(c, "opt_explore_main").estimate
+    return "smaller" if sgd.high < main else "larger" if sgd.low > main else "covers"
+
+
+def _vs_fill(c) -> dict:
+    return dict(sgd=claim(c, "opt_explore_at_main_sgd").estimate, main=claim(c, "opt_explore_main").estimate)
+
+
 def _primary_is(*kinds):
     return lambda c, n: _kind(c, "opt_primary") in kinds
 
 
-#: The page's rule-triggered sentences (exactly one of each key holds), read from the chapter's tables:
-#: ``say_weights`` (every weight unchanged, or not), ``say_logits`` (the other modes' largest old-logit change),
-#: ``separate`` (``separate_stats``' two checks) and ``reference_reading`` (the end of :func:`reference_clause`).
+#: The page's rule-triggered sentences (exactly one of each key holds), read from the chapter's tables: ``lead`` (the
+#: answer's plain first sentence: whether the buffers moved and task A fell), ``say_weights`` (every weight unchanged,
+#: or not), ``controlled_vs_seed`` (the tuned SGD gap's interval against the seed protocol's estimate), ``say_logits``
+#: (the other modes' largest old-logit change), ``separate`` (``separate_stats``' two checks) and ``reference_reading``
+#: (the end of :func:`reference_clause`).
 NOTES = (
+    Note("lead", lambda c, n: _moved(c, n) and _a_fell(c, n),
+         "**No.** With gradients off, BatchNorm's statistics still move and the old task falls: pin the "
+         "backbone in eval mode."),
+    Note("lead", lambda c, n: _moved(c, n) and not _a_fell(c, n),
+         "**Not entirely.** With gradients off, BatchNorm's running statistics still move, though the old task is "
+         "not shown to fall: pin the backbone in eval mode."),
+    Note("lead", lambda c, n: not _moved(c, n),
+         "**In this run, yes.** The running statistics are not shown to move beyond the chapter's criteria; "
+         "pinning the backbone in eval mode makes sure."),
+    Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "smaller",
+         "With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is smaller: "
+         "{sgd:+.3f} with SGD, whose interval ends below the seed protocol's {main:+.3f}.", lambda c, n: _vs_fill(c)),
+    Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "larger",
+         "With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is larger: "
+         "{sgd:+.3f} with SGD, whose interval starts above the seed protocol's {main:+.3f}.", lambda c, n: _vs_fill(c)),
+    Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "covers",
+         "With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is "
+         "{sgd:+.3f} with SGD, an interval that holds the seed protocol's {main:+.3f}.", lambda c, n: _vs_fill(c)),
+    Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "absent",
+         "The controlled comparison and the seed's protocol were not both run here."),
     Note("say_weights", _exact("c_weights_unchanged"),
          "No weight changed in any mode (**{c_weights_unchanged}**, a check of the code, below).",
          _verdicts("c_weights_unchanged")),
@@ -1061,13 +1128,55 @@ def reference_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
             f"{notes(NOTES, claims, numbers)['reference_reading']}")
 
 
+#: The controlled comparison's optimizers (issue 35), in the order the page names them: finding 3's test per
+#: optimizer at the main run's budget, each path at the rate chosen for it on the tuning seeds (claims
+#: ``opt_explore_at_main_<optimizer>``); SGD with momentum is the seed article's optimizer.
+CONTROLLED = ("sgd", "adam")
+
+
+def _has(claims: pd.DataFrame, key: str) -> bool:
+    return bool(len(claims)) and bool((claims["key"] == key).any())
+
+
+def controlled_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """The controlled comparison in one clause: per optimizer of :data:`CONTROLLED`, the task-B gap (drifting minus
+    pinned statistics) with each path at the learning rate chosen for it on separate tuning seeds, after the main
+    run's budget (``opt_main_step`` steps), estimate, printed (Bonferroni) interval and verdict. Raises ``KeyError``
+    if no optimizer of :data:`CONTROLLED` has its claim (the head sweep was not analysed)."""
+    parts = []
+    for o in CONTROLLED:
+        if not _has(claims, f"opt_explore_at_main_{o}"):
+            continue
+        lr = lambda p: number(numbers, f"opt_lr_{o}_{p}")  # noqa: E731
+        rates = f" (rates {lr('batch_stats'):g} drifting, {lr('pinned'):g} pinned)" if o == CONTROLLED[0] else ""
+        parts.append(f"{claim_text(claim(claims, f'opt_explore_at_main_{o}'), clip=(-1.0, 1.0))} with "
+                     f"{_opt_name(o)}{rates}")
+    if not parts:
+        raise KeyError(f"controlled_clause: no opt_explore_at_main_<optimizer> claim for {CONTROLLED}")
+    return (f"with each path at its own learning rate, tuned on separate seeds, a head after "
+            f"{number(numbers, 'opt_main_step'):,.0f} steps scores, drifting minus pinned statistics, {join(parts)}")
+
+
+def seed_protocol_clause(claims: pd.DataFrame) -> str:
+    """The main run's task-B gap labelled as what it is (issue 35): the seed's protocol, both paths at one untuned
+    rate; ``""`` where the main run is not among the tests (claim ``opt_explore_main``)."""
+    if not _has(claims, "opt_explore_main"):
+        return ""
+    return ("the seed's protocol (one untuned rate) gives "
+            f"{claim_text(claim(claims, 'opt_explore_main'), clip=(-1.0, 1.0))}")
+
+
 def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """Task B: the trained heads' count and the reference test in one sentence; where the trained heads show a
-    difference and the reference finds the features equivalent, that it lies in how easily a head uses them."""
+    """Task B, the controlled comparison first (:func:`controlled_clause`), then the seed's protocol
+    (:func:`seed_protocol_clause`), the trained heads' count and the reference test, in one sentence; where the
+    trained heads show a difference and the reference finds the features equivalent, that it lies in how easily a
+    head uses them."""
     c = count_verdicts(family(claims, "opt_explore"), ALPHA)
     tail = ("; the difference lies in how easily a trained head uses the features, not in what they allow"
             if (c["higher"] or c["lower"]) and _kind(claims, "opt_primary") == "equivalent" else "")
-    return f"On task B, {trained_heads_clause(claims)}; {reference_clause(claims, numbers)}{tail}."
+    seed = seed_protocol_clause(claims)
+    return (f"On task B, {controlled_clause(claims, numbers)}{'; ' + seed if seed else ''}; over every "
+            f"test, {trained_heads_clause(claims)}; {reference_clause(claims, numbers)}{tail}.")
 
 
 def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
@@ -1077,18 +1186,26 @@ def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
                      task_b_sentence(claims, numbers), notes(NOTES, claims, numbers)["separate"], SETTINGS_CAVEAT])
 
 
+def lead(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """The answer's first sentence, in plain words a practitioner can act on (issue 37): the :data:`NOTES` of key
+    ``lead``, chosen by the buffers' criteria and task A's change (glued as ``ch01_lead``, first in the answer box
+    and on the front page)."""
+    return notes(NOTES, claims, numbers)["lead"]
+
+
 #: Said where the answer states its verdicts (issue 35): the main run's settings were chosen by trial.
-SETTINGS_CAVEAT = ("The main run's pixel noise, shift and head learning rate were set by trying values until the seed "
-                   "article's effects were visible, and the values tried were not recorded (the methods of \"The "
-                   "experiment\"; the [glossary](../glossary.html) lists every margin and setting chosen after seeing "
-                   "data).")
+SETTINGS_CAVEAT = ("The main run's pixel noise, shift and head learning rate were set by trial until the seed article's "
+                   "effects showed; the values tried were not recorded (the [glossary](../glossary.html) lists every "
+                   "setting chosen after seeing data).")
 
 
 def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
     """The page's other findings-chosen sentences, ``{key: Markdown}`` (glued as ``ch01_say_<key>``): ``weights`` and
     ``logits`` (:data:`NOTES`), ``deeper`` (the deeper blocks' largest mean shift against block 1's), ``seeds`` (in
     how many seeds ``train_mode`` lost task A), ``trained``, ``reference``, ``budget`` (chosen heads still shown to gain
-    between the last two checkpoints; ``budget_caption`` as a sentence), ``seeds_caption`` and ``task_b``."""
+    between the last two checkpoints; ``budget_caption`` as a sentence), ``seeds_caption``, ``task_b`` and
+    ``controlled`` (:func:`controlled_sentence`) and ``controlled_vs_seed`` (:data:`NOTES`: the controlled benefit
+    against the seed protocol's, for chapter 3's page)."""
     said = notes(NOTES, claims, numbers)
     by = entries(numbers, "buf_mean_shift_by_layer", r"block_\d+")
     first, rest = (float(by.iloc[0]), by.iloc[1:]) if len(by) else (math.nan, by)
@@ -1107,7 +1224,15 @@ def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
         + f"`train_mode` is lower after stage 2 than before in {lost} of {number(numbers, 'n_seeds')} seeds",
         seeds_caption=task_a_sentence(claims, numbers), logits=said["say_logits"],
         trained=trained_heads_clause(claims), reference=reference_clause(claims, numbers), budget=budget,
-        budget_caption=budget[0].upper() + budget[1:] + ".", task_b=task_b_sentence(claims, numbers))
+        budget_caption=budget[0].upper() + budget[1:] + ".", task_b=task_b_sentence(claims, numbers),
+        controlled=controlled_sentence(claims, numbers), controlled_vs_seed=said["controlled_vs_seed"])
+
+
+def controlled_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
+    """:func:`controlled_clause` and :func:`seed_protocol_clause` as one sentence (glued as ``ch01_say_controlled``:
+    the front page's task-B headline, the controlled comparison first)."""
+    text, seed = controlled_clause(claims, numbers), seed_protocol_clause(claims)
+    return text[0].upper() + text[1:] + (f"; {seed}" if seed else "") + "."
 
 
 def drift_sentence(n_inside: int, n_intervals: int, n_expected_misses: float) -> str:

@@ -400,6 +400,8 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
     n_seeds = int(df["seed"].nunique())
     return numbers_table(dict(
         n_seeds=n_seeds, chance=CHANCE, networks=", ".join(nets), reference=condition_label(*reference),
+        corruptions=join([CORRUPTION_LABELS.get(k, k) for k in dict.fromkeys(df["corruption"]) if k != "none"] or
+                         ["none"]),
         n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]),
         m_reference=len(REFERENCE_CLAIMS) * len(nets),
         f2_lowest_bound=float(conds[conds.question == "f2"]["low"].min()) + CHANCE_LINE,
@@ -605,13 +607,41 @@ def _fell(c: pd.DataFrame, f: pd.DataFrame) -> list[str]:
     return [n for n in networks_of(f) if claim(c, f"drop_{n}").kind == "lower"]
 
 
+def _everywhere(f: pd.DataFrame, count: str) -> list[str]:
+    """The networks whose ``<count>_<network>`` (a count of printed verdicts over conditions) reaches every one of the
+    ``n_conditions`` conditions."""
+    return [n for n in networks_of(f) if number(f, f"{count}_{n}") == number(f, "n_conditions")]
+
+
+def _a_falls_everywhere(c: pd.DataFrame, f: pd.DataFrame) -> bool:
+    """Chapter 1's task-A finding carried over: task A shown lower after stage 2 at every condition of every network."""
+    return len(_everywhere(f, "f2_n_drop")) == len(networks_of(f))
+
+
+def _b_helps_everywhere(c: pd.DataFrame, f: pd.DataFrame) -> bool:
+    """Chapter 1's task-B finding carried over: train mode shown higher on task B at every condition of every
+    network."""
+    return len(_everywhere(f, "f3_n_higher")) == len(networks_of(f))
+
+
 def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
     return all(claim(c, f"pinned_keep_a_{n}").kind == "exact" for n in networks_of(f))
 
 
-#: The answer box's advice in parts (:class:`bnstudy.study.words.Note`, one of each key holds): ``fell``, whether task A
-#: is shown to fall; ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
+#: The answer box's advice in parts (:class:`bnstudy.study.words.Note`, one of each key holds): ``lead``, the answer's
+#: plain first sentence (issue 37: whether chapter 1's task-A and task-B findings hold at every condition of every
+#: network, by the counts of printed verdicts); ``fell``, whether task A is shown to fall at the reference;
+#: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
+    Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
+         "**Yes, on these networks.** The old task falls and drifting statistics help the new one at every "
+         "condition tested, as in chapter 1: pin the backbone in eval mode."),
+    Note("lead", lambda c, f: _a_falls_everywhere(c, f) and not _b_helps_everywhere(c, f),
+         "**Partly.** The old task falls at every condition on every network, but drifting statistics do not help "
+         "the new task everywhere: pin the backbone in eval mode."),
+    Note("lead", lambda c, f: not _a_falls_everywhere(c, f),
+         "**Not everywhere.** The old task's fall is not shown at every condition of every network: pin the "
+         "backbone in eval mode all the same."),
     Note("fell", lambda c, f: bool(_fell(c, f)), "Turning off gradients does not keep task A on {networks}: ",
          lambda c, f: dict(networks=join([_in_prose(n) for n in _fell(c, f)]))),
     Note("fell", lambda c, f: not _fell(c, f), "Task A was not shown to fall on any network here, but the one-line "
@@ -622,9 +652,54 @@ NOTES = (
 )
 
 
+def conditions_sentence(numbers: pd.DataFrame) -> str:
+    """Chapter 1's two findings counted over each network's conditions (printed verdicts, one verdict per claim):
+    task A shown lower after stage 2 than before, and below / above 1.5 times chance; task B ``train_mode -
+    backbone_eval`` shown higher, lower or neither. Fixed wording, counts spliced in."""
+    x, nets = (lambda key: number(numbers, key)), networks_of(numbers)  # noqa: E731
+    a = join([f"{x(f'f2_n_drop_{n}')} for {_in_prose(n)}" for n in nets])
+    chance = join([f"at {x(f'f2_n_below_{n}')} and above it at {x(f'f2_n_above_{n}')} for {_in_prose(n)}"
+                   for n in nets])
+    b = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} and neither at "
+              f"{x(f'f3_n_not_decided_{n}') + x(f'f3_n_equivalent_{n}')} for {_in_prose(n)}" for n in nets])
+    return (f"task A after the one-line freeze (`train_mode`) is shown lower than before stage 2 at {a}, and shown "
+            f"below 1.5 times chance {chance}; on task B, `train_mode` minus the pinned backbone is shown {b}.")
+
+
+def _b_phrase(numbers: pd.DataFrame, n: str) -> str:
+    x = lambda key: number(numbers, key)  # noqa: E731
+    h, lo, m = x(f"f3_n_higher_{n}"), x(f"f3_n_lower_{n}"), x("n_conditions")
+    if lo:
+        return f"on {_in_prose(n)} pinning is better at {lo} of {m} conditions"
+    if h:
+        return f"on {_in_prose(n)} drifting statistics help at {h} of {m} conditions only"
+    return f"on {_in_prose(n)} no difference is shown at any condition"
+
+
+def carried_sentence(numbers: pd.DataFrame) -> str:
+    """Which of chapter 1's findings carried over, per network, from the counts over conditions (issue 35): the
+    old task's fall where it is shown at every condition, the new task's gain from drifting statistics where
+    ``train_mode`` is shown higher at every condition; the others named with what their counts show instead."""
+    nets = networks_of(numbers)
+    a_all, b_all = _everywhere(numbers, "f2_n_drop"), _everywhere(numbers, "f3_n_higher")
+    a_not, b_not = [n for n in nets if n not in a_all], [n for n in nets if n not in b_all]
+    label = lambda ns: join([_in_prose(n) for n in ns])  # noqa: E731
+    a = "Chapter 1's finding that the one-line freeze costs the old task " + (
+        "carried over on every network (shown at every condition)" if not a_not else
+        f"carried over on {label(a_all)} and not at every condition on {label(a_not)}" if a_all else
+        "is not shown at every condition on any network")
+    b = "its finding that drifting statistics help the new task " + (
+        "carried over on every network (shown at every condition)" if not b_not else
+        (f"carried over on {label(b_all)} and not on {label(b_not)}" if b_all else "carried over on no network")
+        + " (" + "; ".join(_b_phrase(numbers, n) for n in b_not) + ")")
+    return f"{a}; {b}."
+
+
 def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
     """The page's sentences that depend on the rows, each glued as ``ch07_<name>`` and true for any rows: the answer
-    box's outcome (``answer``: task A after the one-line freeze, and the reference verdicts) and advice
+    box's plain first sentence (``lead``, :data:`NOTES`), its outcome (``answer``: chapter 1's findings counted over
+    every condition, which carried over (:func:`carried_sentence`), chapter 3's mismatch, then the reference
+    condition's task A and task B; ``carried`` alone, for the front page) and advice
     (``what_to_do``, worded by :data:`NOTES`), and each figure's takeaway (``<figure>_takeaway``)."""
     x, nets = (lambda key: number(numbers, key)), networks_of(numbers)  # noqa: E731
     said = notes(NOTES, claims, numbers)
@@ -636,12 +711,12 @@ def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
     counts = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} of {x('n_conditions')} "
                    f"conditions for {_in_prose(n)}" for n in nets])
     return dict(
-        answer=(f"On scikit-learn's handwritten digits, after the one-line freeze (`train_mode`) task A is left at "
-                f"{left}; chance is {x('chance'):.2f}. At the reference corruption ({x('reference')}), task A after "
-                f"stage 2 minus 1.5 times chance reads {by_net('f2')}, and task A after minus before stage 2 reads "
-                f"{by_net('drop')}. On task B, `train_mode` minus the pinned backbone reads {by_net('f3')}. Over every "
-                f"corruption and severity, chapter 3's statistics mismatch against the cost of train mode reads "
-                f"{by_net('c1')}."),
+        lead=said["lead"], carried=carried_sentence(numbers),
+        answer=(f"Over all {x('n_conditions')} conditions of each network (every corruption and severity, and none), "
+                f"{conditions_sentence(numbers)} {carried_sentence(numbers)} Over every corruption and severity, "
+                f"chapter 3's statistics mismatch against the cost of train mode reads {by_net('c1')}. At the "
+                f"reference condition ({x('reference')}) task A is left at {left}, chance being {x('chance'):.2f}, and "
+                f"task B, `train_mode` minus the pinned backbone, reads {by_net('f3')}."),
         what_to_do=(said["fell"] + "set `requires_grad_(False)` and pin the backbone in eval mode with "
                     f"`bnstudy.pin_eval(model.backbone)`, which {said['pin_keeps_a']}; wrap the first epoch in "
                     "`bnstudy.FreezeAudit` to see what moved."),

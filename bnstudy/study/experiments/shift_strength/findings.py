@@ -1306,10 +1306,23 @@ def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
     return level_counts(c, "raw")
 
 
-#: The page's sentences that choose between fixed outcomes (:class:`bnstudy.study.words.Note`): ``pays_sentence`` and
-#: ``takeaway_cost_benefit`` by the raw view's counts of printed verdicts; ``threshold_sentence`` by whether one value of the
-#: winning mismatch measure separates the shifts whose task-A loss stayed below ``min_effect`` (95%) from the others.
+#: The page's sentences that choose between fixed outcomes (:class:`bnstudy.study.words.Note`): ``lead`` (the answer's
+#: plain first sentence, issue 37), ``pays_sentence`` and ``takeaway_cost_benefit`` by the raw view's counts of printed
+#: verdicts; ``threshold_sentence`` by whether one value of the winning mismatch measure separates the shifts whose
+#: task-A loss stayed below ``min_effect`` (95%) from the others.
 NOTES = (
+    Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
+         "**No.** At no shift tested did drifting statistics gain the new task more than they cost the old one: "
+         "keep them pinned."),
+    Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
+         "**Not shown either way.** No shift tested showed drifting statistics paying or losing: keep them pinned "
+         "unless your shift is measured."),
+    Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") == 0,
+         "**Yes, at some shifts.** Drifting statistics paid at some shifts and lost at none: measure your shift's "
+         "statistics mismatch first."),
+    Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") > 0,
+         "**It depends on the shift.** Drifting statistics paid at some shifts and lost at others: measure your "
+         "shift's statistics mismatch first."),
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
          "No shift tested was shown to make drifting statistics pay, even counting both tasks' points as equal."),
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
@@ -1377,7 +1390,8 @@ def answer(C: pd.DataFrame, F: pd.DataFrame) -> str:
     shift, the count over levels, whether any level pays, the gentlest levels, the mismatch measure."""
     if _has(F, "at_t1_both_raw_cost"):
         a, b = task_a_difference(number(F, "at_t1_both_raw_cost")), number(F, "at_t1_both_raw_benefit")
-        s1 = (f"At chapter 1's shift (t = 1) drifting statistics change task A's accuracy by {_signed(a.mean)} "
+        s1 = (f"At chapter 1's shift (t = 1), on the seed's protocol (one untuned rate for both modes' heads), "
+              f"drifting statistics change task A's accuracy by {_signed(a.mean)} "
               f"({_range(a)}) and task B's by {_signed(b.mean)} ({_range(b)}), `train_mode` minus the pinned "
               f"`backbone_eval`; their sum reads **{_verdict(C, 'at_t1_both_raw')}**.")
     else:
@@ -1408,7 +1422,7 @@ def sensitivity_sentence(F: pd.DataFrame) -> str:
 def page_texts(C: pd.DataFrame, F: pd.DataFrame) -> dict:
     """Every sentence and word the page's Markdown glues by name (``ch03_<name>``), chosen by ``C`` and ``F``."""
     said = notes(NOTES, C, F)
-    return dict(answer=answer(C, F), takeaway_cost_benefit=said["takeaway_cost_benefit"],
+    return dict(answer=answer(C, F), lead=said["lead"], takeaway_cost_benefit=said["takeaway_cost_benefit"],
                 counts_sentence=counts_sentence(C, F), threshold_sentence=said["threshold_sentence"],
                 sensitivity_sentence=sensitivity_sentence(F),
                 word_lower=f"**{NET_WORDS['lower']}**", word_higher=f"**{NET_WORDS['higher']}**",

@@ -165,8 +165,9 @@ def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
     the cells (:func:`bnstudy.study.inference.ask`: Bonferroni intervals, equivalence at ``ALPHA / m``, Holm's
     ``p_adjusted``): a claims table with the cell in ``condition, n_tasks, strength, inference_batch``, the same
     verdict at ``margin / 2`` (``p_equivalence_half, kind_half, verdict_half``), booleans ``equivalent``,
-    ``equivalent_half``, ``below``, ``above`` (a direction shown) and ``bound``, the largest |end| of the
-    family interval."""
+    ``equivalent_half``, ``below``, ``above`` (a direction shown), ``identical`` (in every seed the router sent
+    every input to its own bank and the accuracy equals the oracle's exactly: the cell equals the oracle by
+    construction, not by a finding; issue 35) and ``bound``, the largest |end| of the family interval."""
     means = dict(means=seed_means(df))
 
     def asked(mg):
@@ -176,11 +177,19 @@ def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
 
     out, half = asked(margin), asked(margin / 2)
     cell = out.key.str.split("|", expand=True)
+    m = means["means"]
+    oracle = m[m.condition == "oracle"].set_index(["seed"] + CELL)["accuracy"]
+    routed = m[m.condition.isin(set(cell[0]))].set_index(["condition", "seed"] + CELL)
+    same = (routed["accuracy"] - oracle.reindex(routed.index.droplevel("condition")).to_numpy()).eq(0) & \
+        routed["routing_accuracy"].eq(1.0)
+    identical = same.groupby(level=["condition"] + CELL).all()
     out = out.assign(condition=cell[0], n_tasks=cell[1].astype(int), strength=cell[2].astype(float),
                      inference_batch=cell[3].astype(int), p_equivalence_half=half.p_equivalence,
                      kind_half=half.kind, verdict_half=half.verdict, equivalent=out.kind == "equivalent",
                      equivalent_half=half.kind == "equivalent", below=out.kind == "lower", above=out.kind == "higher",
                      bound=np.maximum(out.low.abs(), out.high.abs()))
+    out["identical"] = [bool(identical.get((c, k, t, b), False)) for c, k, t, b in
+                        zip(out.condition, out.n_tasks, out.strength, out.inference_batch)]
     return out[["condition"] + CELL + [c for c in out.columns if c not in ["condition"] + CELL]]
 
 
@@ -235,7 +244,10 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
       accuracy and the new tasks' oracle accuracy (gentle, b1).
     * The router cells (:func:`cell_tests`, one family): ``n_cells``, ``cells_confidence`` (percent), the book's
       counts (:func:`bnstudy.study.inference.count_verdicts`) ``n_equivalent``, ``n_lower``, ``n_higher``,
-      ``n_not_decided``, and ``n_equivalent_half`` (printed verdicts at half the margin); ``max_bound_hard``;
+      ``n_not_decided``, and ``n_equivalent_half`` (printed verdicts at half the margin); ``n_identical`` (cells
+      equal to the oracle by construction, :func:`cell_tests`' ``identical``), ``n_cells_other`` and the counts of
+      the other cells ``n_equivalent_other``, ``n_lower_other``, ``n_higher_other``, ``n_not_decided_other``
+      (issue 35: a cell equal by construction is no finding); ``max_bound_hard``;
       ``worst_*``: the cell of :func:`worst_cell`.
     * ``n_chance_cells`` / ``n_above_chance``: the (router, task count, batch) cells at t = 0 and how many route
       above chance 1/K (one-sided t tests at ALPHA / m, Bonferroni over the cells).
@@ -308,11 +320,16 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
             put(f"routed_{name}", iv("accuracy_routed_head", nf, k, zero, b, "oracle", "accuracy"))
     tests = cell_tests(df) if cells is None else cells
     counts = count_verdicts(tests, ALPHA)
+    other = count_verdicts(tests[~tests.identical], ALPHA) if (~tests.identical).any() else \
+        dict.fromkeys(("equivalent", "lower", "higher", "not decided"), 0)
     worst = tests.loc[tests["estimate"].idxmin()]
     out.update(per_k, cost_after_routing=all(after), n_cells=len(tests),
                cells_confidence=100 * float(tests.confidence.iloc[0]), n_equivalent=counts["equivalent"],
                n_equivalent_half=int(tests.equivalent_half.sum()), n_lower=counts["lower"], n_higher=counts["higher"],
-               n_not_decided=counts["not decided"], max_bound_hard=float(tests[tests.condition != "mixture"].bound.max()),
+               n_not_decided=counts["not decided"], n_identical=int(tests.identical.sum()),
+               n_cells_other=int((~tests.identical).sum()), n_equivalent_other=other["equivalent"],
+               n_lower_other=other["lower"], n_higher_other=other["higher"], n_not_decided_other=other["not decided"],
+               max_bound_hard=float(tests[tests.condition != "mixture"].bound.max()),
                worst_router=str(worst["condition"]), worst_strength=float(worst["strength"]),
                worst_batch=int(worst["inference_batch"]), worst_n_tasks=int(worst["n_tasks"]))
     return numbers_table(out, bounds=lambda key: (0.0, 1.0) if key in ACCURACY_FIELDS else (-1.0, 1.0))
@@ -559,6 +576,7 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
     cost = out["cost_vs_routing_text"] = _cost_vs_routing(f)  # plain words: the guide pastes it across pages
     counted = out["cell_counts_text"] = counts_text(cells, "router cells", "a router", "the oracle",
                                                     n("tost_margin"), ALPHA)
+    apart = out["cell_counts_apart_text"] = cells_apart_text(cells, n("tost_margin"))
     head_loses = any(claim(table, f"routed_gentle_b1_k{k}").kind == "lower" for k in ks)
     out["unknown_head_text"] = f"at the gentlest shift (t = {gentle:g}) the routed head minus the oracle is " \
         f"{routed_b1} per sample" + (
@@ -571,20 +589,20 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
                           + join([f"{verdict_md(claim(table, f'train_vs_oracle_k{k}'))} and "
                                   f"{verdict_md(claim(table, f'pinned_vs_oracle_k{k}'))} with {count_word(k)} tasks"
                                   for k in ks]) + ".",
-        cost_takeaway=f"Takeaway: {cost} With the task's own head, {counted}.",
+        cost_takeaway=f"Takeaway: {cost} With the task's own head, {apart}.",
         unknown_takeaway=f"Takeaway: with the head routed too, at the gentlest shift per sample the difference reads "
                          f"{vs('routed_gentle_b1')}.")
     strong = join([f"{n(f'route_strong_b1_k{k}_{nf}').mean:.3f} with {_tasks(i, k)}" for i, k in enumerate(ks)])
     out["answer"] = " ".join((
+        f"When the task is unknown and the router also picks the head, accuracy minus the oracle's at the gentlest "
+        f"shift (t = {gentle:g}) is {routed_b1} per sample, and {join(routed('bmax'))} with batches of {bmax}.",
         f"Routed to the bank nearest its own statistics at the first BatchNorm layer's input (`{nf}`), one image per "
         f"decision, an input reaches the right bank {strong} at the strongest shift (t = {n('strong'):g}), and "
-        f"{join([format(n(f'route_gentle_b1_k{k}_{nf}').mean, '.3f') for k in ks])} at the gentlest "
-        f"(t = {gentle:g}).",
+        f"{join([format(n(f'route_gentle_b1_k{k}_{nf}').mean, '.3f') for k in ks])} at the gentlest.",
         f"Taking “works” as routing shown above {n('route_ok'):g}, per-sample routing works "
         f"{out['works_b1_short_text']}, and with batches of {bmax} {out['works_bmax_text']}.",
-        f"With the task's own head, {counted}.", cost,
-        f"If the router must also pick the head, accuracy minus the oracle's at the gentlest shift is {routed_b1} per "
-        f"sample, and {join(routed('bmax'))} with batches of {bmax}."))
+        f"With the task's own head, {apart}.", cost))
+    out["lead"] = notes(LEAD, table, f)["lead"]
     why = ([] if n("cost_after_routing") else ["a wrong bank costs accuracy at shifts too gentle for one image to "
                                                "route"]) + \
         (["a router that also picks the head loses accuracy at the gentlest shift"] if head_loses else [])
@@ -595,6 +613,38 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
         + ("; where the shift is gentle, pool inference batches or keep a task label (" + join(why) + ")." if why
            else "; on this grid that needs no task label."))
     return out
+
+
+def cells_apart_text(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
+    """The router cells with those equal to the oracle by construction (``cells.identical``: every input routed to
+    its own bank in every seed) said apart and not counted as findings (issue 35), then the book's counts
+    (:func:`bnstudy.study.words.counts_text`, printed verdicts) over the others."""
+    same, other = int(cells.identical.sum()), cells[~cells.identical]
+    head = (f"{same} of the {len(cells)} router cells send every input to its own bank in every seed and so equal "
+            "the oracle by construction (no finding); of the other cells, ")
+    return head + counts_text(other, "others", "a router", "the oracle", margin, ALPHA).replace(
+        f" of the {len(other)} others", f" of {len(other)}", 1) if len(other) else head.replace(
+        "; of the other cells, ", "; no other cell is left")
+
+
+def _head_loses(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
+    """Whether the fully task-unknown claim (``routed_gentle_<b>_k<K>``) is shown lower for some task count."""
+    return any(claim(c, f"routed_gentle_{b}_k{k}").kind == "lower" for k in _ks(f))
+
+
+#: The answer's plain first sentence (issue 37), chosen by the fully task-unknown claims (the router also picks the
+#: head, at the gentlest shift): a loss shown per sample and with batches, per sample only, or at neither.
+LEAD = (
+    Note("lead", lambda c, f: _head_loses(c, f, "b1") and _head_loses(c, f, "bmax"),
+         "**Not without a cost.** Routing by statistics works at clear shifts, but with the task unknown and a "
+         "gentle shift it loses accuracy, even in batches: keep a task label."),
+    Note("lead", lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax"),
+         "**Yes, with batches.** Routing by statistics works at clear shifts, but one image at a time loses "
+         "accuracy at gentle shifts when the task is unknown: route batches."),
+    Note("lead", lambda c, f: not _head_loses(c, f, "b1"),
+         "**Yes, on this grid.** Routing by first-layer statistics shows no loss, even with the task unknown: keep"
+         " one set of statistics per task and route."),
+)
 
 
 def mixture_advice(table: pd.DataFrame, tf: pd.DataFrame) -> str:
