@@ -68,7 +68,7 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
         audit                             # summary first (a notebook shows it as HTML)
         audit.report()                    # DataFrame: every tensor's max |change|
         audit.modes()                     # DataFrame: each norm/dropout layer's mode during the block
-        audit.assert_frozen("backbone")   # AssertionError naming what moved
+        audit.assert_frozen(model.backbone)  # AssertionError naming what moved
 
     On entry it snapshots every parameter and buffer (:func:`snapshot`),
     records ``forward(probe)`` in eval mode (:func:`probe_outputs`; skipped when

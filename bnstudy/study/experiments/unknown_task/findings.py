@@ -608,7 +608,7 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
         (["a router that also picks the head loses accuracy at the gentlest shift"] if head_loses else [])
     out["what_to_do"] = (
         "Keep one set of BatchNorm statistics per task over the shared frozen weights "
-        "(`bnstudy.study.banks.StatisticBank(model, n_banks)`) and send each input batch to the bank nearest its "
+        "(`bnstudy.study.banks.StatisticBank(model.backbone, n_banks=2)` for two tasks) and send each input batch to the bank nearest its "
         "first-layer statistics (`bnstudy.study.routing.routed_forward(bank, x, bnstudy.study.routing.NearestStatistics(bank))`)"
         + ("; where the shift is gentle, pool inference batches or keep a task label (" + join(why) + ")." if why
            else "; on this grid that needs no task label."))
