@@ -659,8 +659,12 @@ def test_each_note_flips_with_its_rule():
     C, N = findings.findings(_table(**_HOLDS))
     said = lambda c=C, n=N: notes(findings.NOTES, c, n)  # noqa: E731
     base = said()
-    assert set(base) == {"t3d_hypothesis_words", "t5t_threshold_word", "t6_seed", "t5_safe_p_text",
+    assert set(base) == {"lead", "t3d_hypothesis_words", "t5t_threshold_word", "t6_seed", "t5_safe_p_text",
                          "t5_safe_count_text", "t1_loss_note"} == {note.key for note in findings.NOTES}
+    # the plain lead (the answer's first sentence, the front page's line): by whether BN ran in train mode in trap 1
+    assert base["lead"].startswith("**Calling eval() on the backbone once does not keep it there.**")
+    assert said(n=with_numbers(N, {"t1_bn_train": 0.0}))["lead"].startswith(
+        "**Here eval() on the backbone survived the training loop.**")
     # trap 3's hypothesis: one sentence per pair of verdicts
     grows, less, nd = "cost grows with the rate", "standardized costs less", "not decided"
     texts = {(g, s_): _hypothesis(C, N, g, s_) for g in (grows, nd) for s_ in (less, nd)}

@@ -331,8 +331,11 @@ def test_every_chapters_plain_lead_pastes_inline_on_the_front_page():
     from bnstudy.study.experiments.shift_strength import findings as f3
     from bnstudy.study.experiments.unknown_task import findings as f6
     from bnstudy.study.sphinxext import inline_markdown
-    leads = [n.text for rules in (f1.NOTES, f3.NOTES, f6.LEAD, f7.NOTES) for n in rules if n.key == "lead"]
-    assert len(leads) == 3 + 4 + 3 + 3
+    from bnstudy.study.experiments.eval_traps import findings as f2
+    from bnstudy.study.experiments.heads import findings as f4
+    leads = [n.text for rules in (f1.NOTES, f2.NOTES, f3.NOTES, f6.LEAD, f7.NOTES) for n in rules if n.key == "lead"]
+    leads += [n.text.format(higher=10, lower=2, m=15) for n in f4.PLAIN_NOTES]
+    assert len(leads) == 3 + 2 + 4 + 3 + 3 + 5
     for text in leads:
         assert inline_markdown(text) is not None, text
         assert text.startswith("**") and text.count(". ") <= 1 and text.endswith("."), text
@@ -340,5 +343,7 @@ def test_every_chapters_plain_lead_pastes_inline_on_the_front_page():
     text = INDEX.read_text()
     for page in _chapter_sources():
         stem = page.split("/")[1][:2]
-        if stem in ("01", "03", "06", "07"):
+        if stem in ("01", "02", "03", "06", "07"):
             assert text.count(f"{{glue:md}}`{page}::ch{stem}_lead`") == 2, page  # the box and the findings
+        if stem == "04":
+            assert text.count(f"{{glue:md}}`{page}::ch04_plain`") == 2, page

@@ -795,11 +795,17 @@ def test_answer_states_the_counts_and_the_linear_heads_verdicts():
         "of any optimizer, reads +0.050 (+0.030 to +0.070) on separate minus pinned features: pinning loses some " \
         "linearly decodable information about task B; the trained linear head with SGD and momentum falls short by " \
         "more than that, a shortfall of optimization (rate and step budget) rather than of the features."
-    assert text.startswith("No head or optimizer tried makes up for pinned statistics")
+    assert text.startswith("**Give the new task its own statistics.** At chapter 1's shift they beat a pinned backbone "
+                           "with every head and optimizer tried. No head or optimizer tried makes up for pinned")
     assert "6 head and optimizer cells split into 6 where separate statistics score higher" in text
     assert text.count(f"**{W['gap_higher']}**") == 4  # the linear head, one per optimizer, and the best pinned cell
     assert "**mlp_bn/" in text or "**linear/" in text  # the best pinned cell is named
     assert "nan" not in text.lower().split()
+
+
+def _body(answer: str) -> str:
+    """The answer after its plain lead (``PLAIN_NOTES``: a bold sentence and one more)."""
+    return answer.split("** ", 1)[1].split(". ", 1)[1]
 
 
 def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
@@ -812,9 +818,11 @@ def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     assert W["gap_lower"] in a_rev and W["gap_lower"] not in a_cost
     assert "equivalent within ±0.02" in a_none and "equivalent within ±0.02**" not in a_cost
     lead = "No head or optimizer tried makes up for pinned statistics"
-    assert a_cost.startswith(lead) and lead not in a_rev and lead not in a_none
-    assert a_none.startswith("Every head and optimizer tried makes up for pinned statistics")
-    assert a_rev.startswith("No head and optimizer cell shows a cost of pinned statistics")
+    assert _body(a_cost).startswith(lead) and lead not in a_rev and lead not in a_none
+    assert _body(a_none).startswith("Every head and optimizer tried makes up for pinned statistics")
+    assert _body(a_rev).startswith("No head and optimizer cell shows a cost of pinned statistics")
+    assert a_cost.startswith("**Give the new task") and a_rev.startswith("**Pin the backbone.**")
+    assert a_none.startswith("**Either works on this evidence.**")
     # the advice: the separate-statistics call only where pinning is shown to cost
     assert "shared_weight_copy" in findings.advice(*cost) and "in the 6 of 6 cells where pinning costs" in findings.advice(*cost)
     for P in (reversed_, none):
@@ -822,13 +830,13 @@ def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     assert all("bnstudy.pin_eval(model.backbone)" in findings.advice(*P) for P in (cost, reversed_, none))
     # a mix: some cells cost, the others equivalent
     mixed = _page(_table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS}), margin=0.02)
-    assert findings.answer(*mixed).startswith("Some heads and optimizers make up for pinned statistics")
+    assert _body(findings.answer(*mixed)).startswith("Some heads and optimizers make up for pinned statistics")
     # a cost in some cells, the others not decided: none is shown to make up for it
     df = _table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS})
     m = (df["head"] == "mlp_bn") & df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.08, -0.08)  # wide: neither a cost nor a tie
     undecided = findings.answer(*_page(df, margin=0.02))
-    assert undecided.startswith("No head or optimizer tried is shown to make up") and "3 not decided" in undecided
+    assert _body(undecided).startswith("No head or optimizer tried is shown to make up") and "3 not decided" in undecided
 
 
 #: The gap family's verdict kinds at chapter 1's shift -> the answer's lead (findings.LEAD_NOTES), one case per note.
@@ -959,3 +967,24 @@ def test_the_chapter_is_data_no_records_and_printed_ends_are_cut_per_family():
     assert shown.loc["sc_linear_sgd", "high"] == 1.5  # a difference of two gaps may reach 2
     assert shown.loc["check_train_is_separate", "high"] == 1.5  # checks: no range
     assert (wide["high"] == 1.5).all()  # the claims keep the raw ends
+
+
+def test_the_plain_lead_follows_the_counts_at_chapter_1s_shift():
+    """Issue 37's plain lead (``PLAIN_NOTES``, the answer's first sentence and the front page's): each outcome of the
+    gap family's printed verdicts at chapter 1's shift says its own sentence, exactly one holds, and it quotes the
+    counts."""
+    from bnstudy.study.words import notes
+
+    def claims(verdicts):
+        return pd.DataFrame(dict(family="gap", shift="ref", key=[f"gap_ref_{i}" for i in range(len(verdicts))],
+                                 kind=verdicts, verdict=verdicts, estimate=0.0, low=0.0, high=0.0))
+
+    said = lambda v: notes(findings.PLAIN_NOTES, claims(v), None)["plain"]  # noqa: E731
+    assert said(["higher"] * 3).startswith("**Give the new task its own statistics.**")
+    assert said(["higher", "higher", "not decided"]) == ("**Prefer the new task's own statistics.** At chapter 1's "
+                                                         "shift they beat a pinned backbone with 2 of the 3 heads and "
+                                                         "optimizers tried and lose with none.")
+    assert said(["higher", "lower", "not decided"]).startswith("**It depends on the head.**")
+    assert said(["higher", "lower", "not decided"]).endswith("with 1 of the 3 heads and optimizers tried and lose with 1.")
+    assert said(["lower", "not decided"]).startswith("**Pin the backbone.**")
+    assert said(["not decided", "equivalent"]).startswith("**Either works on this evidence.**")

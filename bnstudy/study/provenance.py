@@ -300,7 +300,7 @@ def card_html(c: dict, root: str = "") -> str:
                     else " (<strong>differs</strong> from the release manifest's sha256 of this table)")
         items.append(f"<li><a class=\"bn-rows\" href=\"{e(href)}\">{e(r['file'])}</a>, one row per run and seed; {sel}. "
                      f"sha256 <code class=\"bn-sha256\" data-file=\"{e(href)}\">{e(r['sha256'])}</code>{same}</li>")
-    drawn = (f"This {what} is drawn from <code>{e(c['data'])}</code> (in the same folder), a summary of:"
+    drawn = (f"This {what} is drawn from <code>{e(c['data'])}</code> (beside them in <code>results/</code>; its checksum is in its JSON sidecar), a summary of:"
              if c["data"] and c["rows"][0]["file"] != c["data"] else
              f"This {what} is drawn from the chapter's per-seed rows:")
     nb = c["notebook"]

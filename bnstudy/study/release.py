@@ -322,7 +322,7 @@ def sync_citation(manifest: dict, path=REPO / "CITATION.cff", zenodo=REPO / ".ze
     if Path(cite_page).exists():
         text = Path(cite_page).read_text()
         text = re.sub(r"(?m)^(\s*version\s*=\s*\{)[^}]*\}", rf"\g<1>{rel['version']}}}", text)
-        text = re.sub(r"data release \d{4}\.\d{2}\.\d{2};", f"data release {rel['version']};", text)
+        text = re.sub(r"data release \d{4}\.\d{2}\.\d{2}([;,])", rf"data release {rel['version']}\g<1>", text)
         text = re.sub(r"(?m)^(\s*year\s*=\s*\{)\d{4}\}", rf"\g<1>{rel['date'][:4]}}}", text)
         atomic_write_bytes(Path(cite_page), text.encode())
 

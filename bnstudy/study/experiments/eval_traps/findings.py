@@ -531,6 +531,12 @@ NOTES = (
     Note("t5_safe_count_text", lambda C, N: not _isnan(number(N, "t5_safe_count")),
          "{count:.0f} at the safe batch ({batch:.0f})",
          fill=lambda C, N: dict(count=number(N, "t5_safe_count"), batch=number(N, "t5_safe_batch"))),
+    Note("lead", lambda C, N: number(N, "t1_bn_train") > 0,
+         "**Calling eval() on the backbone once does not keep it there.** The loop's next train() call undoes it: pin "
+         "the backbone in eval mode instead."),
+    Note("lead", lambda C, N: not number(N, "t1_bn_train") > 0,
+         "**Here eval() on the backbone survived the training loop.** Pin it in eval mode all the same, and audit the "
+         "first epoch."),
     Note("t1_loss_note", lambda C, N: any(_isnan(number(N, k)) for k in _loss_keys),
          "not recorded in the run behind this page (its table predates the column)"),
     Note("t1_loss_note", lambda C, N: not any(_isnan(number(N, k)) for k in _loss_keys),
@@ -654,9 +660,10 @@ def dropout_ps(N: pd.DataFrame) -> list[float]:
 
 
 def answer(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    """The answer box's outcome sentences, one paragraph: traps 1 to 5 (trap 6 is on the page)."""
-    return " ".join(fn(C, N) for fn in (trap1_sentence, trap2_sentence, trap3_sentence, trap4_sentence,
-                                        small_batch_sentence))
+    """The answer box's outcome sentences, one paragraph: the plain lead (:data:`NOTES`' ``lead``), then traps 1 to 5
+    (trap 6 is on the page)."""
+    return " ".join([notes(NOTES, C, N)["lead"]] + [fn(C, N) for fn in (trap1_sentence, trap2_sentence, trap3_sentence,
+                                                                        trap4_sentence, small_batch_sentence)])
 
 
 def page_words(C: pd.DataFrame, N: pd.DataFrame) -> dict:

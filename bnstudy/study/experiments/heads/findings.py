@@ -433,6 +433,26 @@ LEAD_NOTES = (
                                                                   or 0 < c["equivalent"] < c["m"] - c["higher"])),
          "Whether a head or optimizer makes up" + _PIN + " depends on the cell"),
 )
+#: The plain lead that opens the answer box and the front page's line (one sentence a practitioner acts on), by the
+#: same counts at chapter 1's shift as :data:`LEAD_NOTES`.
+_HEADS = "with {higher} of the {m} heads and optimizers tried"
+PLAIN_NOTES = (
+    Note("plain", _counted(lambda c: c["higher"] == c["m"]),
+         "**Give the new task its own statistics.** At chapter 1's shift they beat a pinned backbone with every head "
+         "and optimizer tried."),
+    Note("plain", _counted(lambda c: 0 < c["higher"] < c["m"] and c["lower"] == 0),
+         "**Prefer the new task's own statistics.** At chapter 1's shift they beat a pinned backbone " + _HEADS +
+         " and lose with none.", fill=lambda C, G: _ref_counts(C)),
+    Note("plain", _counted(lambda c: c["higher"] > 0 and c["lower"] > 0),
+         "**It depends on the head.** At chapter 1's shift separate statistics beat a pinned backbone " + _HEADS +
+         " and lose with {lower}.", fill=lambda C, G: _ref_counts(C)),
+    Note("plain", _counted(lambda c: c["higher"] == 0 < c["lower"]),
+         "**Pin the backbone.** At chapter 1's shift separate statistics lose to a pinned backbone with {lower} of the "
+         "{m} heads and optimizers tried and win with none.", fill=lambda C, G: _ref_counts(C)),
+    Note("plain", _counted(lambda c: c["higher"] == c["lower"] == 0),
+         "**Either works on this evidence.** At chapter 1's shift no head and optimizer tried shows separate "
+         "statistics ahead of a pinned backbone or behind it."),
+)
 PROBE_NOTES = (
     Note("probe", _NO_IV, _PROBE + " on separate minus pinned features, without an interval (too few seeds)",
          _probe_fill),
@@ -458,7 +478,8 @@ def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None) -> s
     geometry's numbers ``G``, the probe's reading (:data:`PROBE_NOTES`)."""
     c, said = _ref_counts(C), notes(LEAD_NOTES, C, F)
     n = lambda key: number(F, key)  # noqa: E731
-    parts = [f"{said['lead']}: with every freeze mode at its own tuned learning rate, the {c['m']} head and optimizer "
+    parts = [notes(PLAIN_NOTES, C, F)["plain"],
+             f"{said['lead']}: with every freeze mode at its own tuned learning rate, the {c['m']} head and optimizer "
              f"cells split into {c['higher']} where separate statistics score higher on task B than the pinned "
              f"backbone, {c['lower']} where they score lower, {c['equivalent']} {equivalent_text(n('margin'))} and "
              f"{c['not decided'] + c['too few seeds']} not decided (the printed verdicts counted; the words are the "
