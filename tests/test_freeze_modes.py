@@ -746,7 +746,7 @@ def test_the_seed_article_table_is_built_from_findings():
     assert st["largest old-head logit change (`train_mode`)"] == "reproduced, smaller"   # 3 < 39
     assert st["the two pinned modes on task B"].startswith("identity of the code")
     assert st["task B, `train_mode` against the pinned modes (main run: the seed's protocol, one untuned rate)"] == \
-        "reproduced"  # gaps 0.10-0.12
+        "reproduced, smaller"  # gaps 0.10-0.12, below the article's smallest difference 0.17 (the referee's point 8)
     # the same row under the controlled comparison (issue 35): the tuned SGD gap 0.11 is below the article's 0.17
     controlled = "task B, each path at its own tuned rate (controlled)"
     assert st[controlled] == "reproduced, smaller (SGD, the seed's optimizer)"
@@ -756,7 +756,7 @@ def test_the_seed_article_table_is_built_from_findings():
     row = art.set_index("claim").loc["running statistics moved (`train_mode`, raw units)", "this chapter"]
     assert row == "running_mean up to 2.0, running_var up to 11"
     c = Numbers(findings.article_counts(art))
-    assert c.n == 8 and c.reproduced + c.smaller + c.differs + c.identity == 8 and (c.smaller, c.identity) == (2, 1)
+    assert c.n == 8 and c.reproduced + c.smaller + c.differs + c.identity == 8 and (c.smaller, c.identity) == (3, 1)
 
 
 @pytest.mark.parametrize("gap_sgd, want", [

@@ -765,7 +765,8 @@ def test_pays_sentence_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, 
 
 
 @pytest.mark.parametrize("higher, lower, starts", [
-    (0, 5, "**No.** At no shift tested did drifting statistics gain the new task more than they cost the old one"),
+    (0, 5, "**No.** At no shift tested was a net gain shown for drifting statistics (the new task's gain against "
+            "the old one's cost)"),
     (0, 0, "**Not shown either way.**"),
     (3, 0, "**Yes, at some shifts.**"),
     (2, 4, "**It depends on the shift.**"),

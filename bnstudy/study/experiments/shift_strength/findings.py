@@ -1312,7 +1312,8 @@ def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
 #: task-A loss stayed below ``min_effect`` (95%) from the others.
 NOTES = (
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
-         "**No.** At no shift tested did drifting statistics gain the new task more than they cost the old one: "
+         "**No.** At no shift tested was a net gain shown for drifting statistics (the new task's gain against the old "
+         "one's cost): "
          "keep them pinned."),
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
          "**Not shown either way.** No shift tested showed drifting statistics paying or losing: keep them pinned "
