@@ -280,13 +280,14 @@ def _glued_verdicts(nb_path) -> dict[str, str]:
     """``{glue key: text}`` of every value an executed chapter glued under a key ending in ``_verdict``."""
     import nbformat
 
-    from bnstudy.study.cli import glue_data
+    from bnstudy.study.book import _glued_payload
 
     out = {}
-    for key, bundle in glue_data(nbformat.read(nb_path, as_version=4)).items():
-        if key.endswith("_verdict"):
-            text = bundle.get("text/markdown", bundle.get("text/plain", ""))
-            out[key] = text.strip().strip("'\"").strip("*").strip()
+    for cell in nbformat.read(nb_path, as_version=4).cells:
+        for o in cell.get("outputs", []):
+            key = (o.get("metadata") or {}).get("scrapbook", {}).get("name")
+            if key is not None and key.endswith("_verdict"):
+                out[key] = _glued_payload(o.get("data") or {}).strip().strip("'\"").strip("*").strip()
     return out
 
 
