@@ -110,14 +110,16 @@ def test_findings_on_a_hand_made_table():
     assert number(f, "route_gentle_b1_k2_nearest_first").mean == pytest.approx(0.6)
     assert number(f, "route_gentle_bmax_k2_nearest_first").mean == pytest.approx(1.0)
     assert number(f, "route_diff_gentle_b1_k2_classifier").mean == pytest.approx(0.0)
-    # routing "works" where it is shown above 0.9 (one-sided): 1.0 at t = 1 (b = 1), from t = 0.01 with b = 32
+    # routing "works" where the page's family interval (6 comparisons) is above 0.9: 1.0 at t = 1 (b = 1), from
+    # t = 0.01 with b = 32
     assert number(f, "works_from_b1_k2") == 1.0 and number(f, "works_from_bmax_k2") == 0.01
     assert number(f, "route_at_works_b1_k2").mean == pytest.approx(1.0)
     # wrong-bank differences (condition minus oracle): only at t = 1, so detectable from 1 on, nothing below routing
     assert number(f, "wrong_from_train_k2") == 1.0 and number(f, "wrong_from_pinned_k2") == 1.0
     assert number(f, "wrong_at_train_k2").mean == pytest.approx(-0.31) and number(f, "wrong_at_train_k2").high < 0
     assert number(f, "wrong_below_routing_k2") == pytest.approx(0.0)
-    assert number(f, "wrong_from_train_text_k2").startswith("from t = 1 on (-0.3100, 95% interval")
+    assert number(f, "wrong_from_train_text_k2").startswith("from t = 1 on (-0.3100, 99.17% interval")
+    assert (number(f, "threshold_m"), number(f, "threshold_confidence")) == (6, pytest.approx(100 * (1 - 0.05 / 6)))
     assert number(f, "cost_after_routing") is True
     assert number(f, "train_task_a_k2").mean == pytest.approx(-0.62)
     # fully task-unknown at t = 0: routing at chance, but every head equals the oracle's here
@@ -183,6 +185,33 @@ def test_findings_see_a_cost_before_routing_works():
     no_cost = pd.concat([no_cost, _table().query("condition == 'train_mode'").assign(accuracy=lambda d: 0.8 + 0.001 * d.seed)])
     assert number(findings.findings(no_cost), "wrong_from_train_text_k2") == "at no strength tested"
     assert number(f, "wrong_below_routing_k2") < -0.05
+
+
+def test_thresholds_are_read_off_the_pages_family_intervals_not_95_percent_ones():
+    """Issue 35: a cost and a routing rate shown by a 95% interval but not by the page's family interval (6
+    comparisons here, 3 seeds: t quantile 4.3 against about 10.9) count for neither threshold, so the cost no longer
+    comes before routing, and the note that says which comes first flips with it."""
+    df = _table()
+    hit = (df.condition == "train_mode") & (df.strength == 0.01) & (df.task == "A") & (df.inference_batch == 1)
+    df.loc[hit, "accuracy"] -= 0.2 + 0.04 * df.loc[hit, "seed"]  # seed means -0.1, -0.12, -0.14: 95% below zero only
+    route = (df.condition == "nearest_first") & (df.strength == 0.01) & (df.inference_batch == 1)
+    df.loc[route, "routing_accuracy"] = 0.94 + 0.01 * df.loc[route, "seed"]  # 95% lower end 0.925, family's 0.887
+    from bnstudy.study.inference import decide, t_interval
+    diffs = np.array([-0.1, -0.12, -0.14])
+    assert decide(diffs).kind == "lower" and t_interval([0.94, 0.95, 0.96]).low > 0.9  # the old rule: both shown
+    cells = findings.cell_tests(df)
+    f, c = findings.findings(df, cells), findings.claims(df)
+    assert number(f, "wrong_from_train_k2") == 1.0 and number(f, "works_from_b1_k2") == 1.0
+    assert number(f, "route_at_works_b1_k2").low > 0.9 and number(f, "wrong_at_train_k2").high < 0
+    assert number(f, "cost_after_routing") is True and findings.cost_before_routing(f) == []
+    assert findings.page_words(f, cells, c)["cost_vs_routing_text"].startswith("With two tasks, each wrong-bank cost")
+    # the flip: the same cost with a tight spread is shown at the family's level too, below where routing works
+    df.loc[hit, "accuracy"] = 0.8 + 0.001 * df.loc[hit, "seed"] - 0.2 - 0.002 * df.loc[hit, "seed"]
+    f = findings.findings(df)
+    assert number(f, "wrong_from_train_k2") == 0.01 and findings.cost_before_routing(f) == [("train", 2)]
+    assert findings.page_words(f, findings.cell_tests(df), c)["cost_vs_routing_text"] == (
+        "Not everywhere does the cost wait for routing: the cost of train mode with two tasks is shown (at the page's "
+        "family level) below the strength from which per-sample routing works.")
 
 
 def test_checks_detect_a_broken_oracle_and_findings_missing_conditions():
@@ -428,9 +457,9 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     df2.loc[lose, "routing_accuracy"] = 0.5 - 0.01 * df2.loc[lose, "seed"]
     p2 = findings.page_words(findings.findings(df2), findings.cell_tests(df2), findings.claims(df2))
     assert p2["oracle_exact_text"] == "yet in some run they differ, by up to 1e-07"
-    assert p2["cost_vs_routing_text"] == ("Not everywhere does the cost wait for routing: with two tasks the cost of "
-                                          "train mode is detectable below the strength from which per-sample "
-                                          "routing works.")
+    assert p2["cost_vs_routing_text"] == ("Not everywhere does the cost wait for routing: the cost of train mode with "
+                                          "two tasks is shown (at the page's family level) below the strength from "
+                                          "which per-sample routing works.")
     assert p2["known_head_text"].endswith("but not everywhere a wrong bank measurably costs on this grid")
     from bnstudy.study.sphinxext import inline_markdown
     for texts in (p, p2):  # the guide pastes it across pages, where only bold and italics render
@@ -574,7 +603,7 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     base = _page_text(_table())
     # the hand-made table: routing works from t = 1 per sample, a wrong bank costs only there, the routed head loses
     assert "per-sample routing works from t = 1 on" in base["answer"]
-    assert "each wrong-bank cost becomes detectable only at or above" in base["answer"]
+    assert "each wrong-bank cost is shown (at the page's family level) only at or above" in base["answer"]
     assert "**routed head lower**" in base["answer"] and "**routed head lower**" in base["unknown_takeaway"]
     assert "a router that also picks the head loses accuracy" in base["what_to_do"]
     assert "does not stand in for the task label" in base["unknown_head_text"]
@@ -593,7 +622,7 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     assert "**routed head lower**" not in flip["answer"] + flip["unknown_takeaway"] + flip["unknown_head_text"]
     assert "no loss is shown there" in flip["unknown_head_text"]
     assert "Not everywhere does the cost wait for routing" in flip["answer"]
-    assert "each wrong-bank cost becomes detectable only" not in flip["answer"] + flip["cost_takeaway"]
+    assert "each wrong-bank cost is shown (at the page's family level) only" not in flip["answer"] + flip["cost_takeaway"]
     assert "a wrong bank costs accuracy at shifts too gentle" in flip["what_to_do"]
     assert "a router that also picks the head loses accuracy" not in flip["what_to_do"]
     # flip 2: routing never works per sample; the mixture's shortfall is gone (every cell equivalent)

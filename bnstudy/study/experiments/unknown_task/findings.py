@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...inference import Interval, Question, _slug, ask, count_verdicts, decide, number, numbers_table, \
+from ...inference import Family, Interval, Question, _slug, ask, count_verdicts, decide, number, numbers_table, \
     one_sided_p, paired_differences, t_interval
 from ...words import Note, claim, claim_text, count_word, counts_text, fmt_level, join, notes, verdict_md
 from .run import CONDITIONS, FIRST_STRENGTH_GRID, HARD_ROUTERS, ROUTE_OK, ROUTERS, TASK_NAMES, \
@@ -206,9 +206,10 @@ def worst_cell(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame
 # --- findings: the numbers table ------------------------------------------------------------------------------------
 
 def _threshold(levels: list[float], ok: list[bool]) -> float:
-    """Smallest level from which ``ok`` holds at every larger level (NaN: at none). With ``ok`` a test at level
-    alpha per level, this is fixed-sequence testing from the largest level down: "holds from t0 on" keeps a
-    family-wise error of alpha with no correction."""
+    """Smallest level from which ``ok`` holds at every larger level (NaN: at none): testing from the largest level
+    down, the first level not shown stops it (a fixed sequence). :func:`findings` judges each ``ok`` on the page's
+    family interval (:func:`page_family`), the book's one rule, so the threshold and the interval printed at it
+    cannot disagree."""
     good = [t for i, t in enumerate(levels) if all(ok[i:])]
     return min(good) if good else math.nan
 
@@ -220,10 +221,38 @@ ACCURACY_FIELDS = ("route_zero_b1", "route_zero_bmax", "route_gentle_b1", "route
                    "oracle_new_tasks")
 
 
-def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+def page_family(table: pd.DataFrame) -> Family:
+    """The page's family (Bonferroni at :data:`ALPHA` over ``m`` comparisons): ``m`` = the comparisons of the
+    claims ``table`` (:func:`claims`; exact checks not counted), 12 on the release (6 questions, 2 task counts).
+    Raises ``ValueError`` if the table has no comparison."""
+    comp = table[table.kind.isin(["higher", "lower", "equivalent", "not decided", "too few seeds"])]
+    if not len(comp):
+        raise ValueError("page_family needs a claims table with at least one comparison (findings.claims)")
+    return Family(m=int(len(comp)), alpha=ALPHA)
+
+
+#: The two wrong-bank baselines (condition, key stem): shared statistics and pinned (task A's) statistics.
+BASELINES = (("train_mode", "train"), ("pinned", "pinned"))
+
+
+def cost_before_routing(f: pd.DataFrame) -> list[tuple[str, int]]:
+    """The (baseline stem of :data:`BASELINES`, task count) pairs whose wrong-bank cost is shown at a strength
+    below the one from which per-sample routing works (numbers ``f`` with ``works_from_b1_k<K>`` and
+    ``wrong_from_<stem>_k<K>``; a cost shown anywhere counts where routing never works), in task-count order.
+    The one rule behind ``cost_after_routing`` and the page's ``cost_vs_routing_text`` note."""
+    out = []
+    for k in _ks(f):
+        w = number(f, f"works_from_b1_k{k}")
+        out += [(stem, k) for _, stem in BASELINES
+                if not math.isnan(t := number(f, f"wrong_from_{stem}_k{k}")) and (math.isnan(w) or t < w)]
+    return out
+
+
+def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Chapter 6's numbers table (glued as ``ch06_<key>``; intervals cut to [0, 1] for :data:`ACCURACY_FIELDS`,
     else to [-1, 1]) from :func:`.run.run`'s rows (every condition, >= 2 seeds, >= 3 strengths); ``cells``:
-    :func:`cell_tests` of ``df`` if already computed. Raises ``ValueError`` if a condition is missing. "zero",
+    :func:`cell_tests` and ``table``: :func:`claims` of ``df`` if already computed. Raises ``ValueError`` if a
+    condition is missing. "zero",
     "gentle", "strong": the smallest strength, the smallest above zero, the largest; ``b1`` / ``bmax``: the smallest
     and largest inference batch; keys end in ``_k<n_tasks>[_<router or task>]``; intervals 95% Student-t over seeds.
 
@@ -231,14 +260,18 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
       ``nall_worst`` (at ``nall_worst_t``): the most negative such difference of ``nearest_all`` over strengths;
       ``route_gentle_b1_per_task``: ``nearest_first`` per task; ``route_strong_min``: the lowest seed's routing
       of each hard router at the strong shift.
-    * ``works_from_b1`` / ``_bmax``: the smallest strength from which ``nearest_first``'s routing is shown above
-      :data:`ROUTE_OK` (one-sided t test below :data:`ALPHA`) there and at every stronger one (NaN: never;
-      :func:`_threshold`); ``route_at_works_b1``: the routing interval there.
+    * Both thresholds are read off the page's family intervals (:func:`page_family`: ``threshold_m``
+      comparisons, ``threshold_confidence`` percent, two-sided; issue 35: one verdict per claim, Bonferroni within
+      the family), not off 95% intervals, which on the release put the cost of train mode with four tasks before
+      routing and the reverse at the family's level. ``works_from_b1`` / ``_bmax``: the smallest strength from
+      which ``nearest_first``'s routing is shown above :data:`ROUTE_OK` (the family interval's lower end above it)
+      there and at every stronger one (NaN: never; :func:`_threshold`); ``route_at_works_b1``: the family interval
+      there.
     * ``wrong_from_train`` / ``_pinned``: likewise, the strength from which ``train_mode`` / ``pinned`` minus the
-      oracle (b1) is shown lower (:func:`bnstudy.study.inference.decide`); ``wrong_at_*``: that difference there;
-      ``wrong_from_*_text``: both in words; ``wrong_below_routing``: the lowest lower end of either difference
-      below ``works_from_b1``; ``cost_after_routing``: whether every such cost is detectable only at or above
-      ``works_from_b1``, for every task count; ``train_task_a``: task A's ``train_mode - oracle`` (strong, b1).
+      oracle (b1) is shown lower (:func:`bnstudy.study.inference.decide` at the family's level); ``wrong_at_*``:
+      that difference's family interval there; ``wrong_from_*_text``: both in words; ``wrong_below_routing``: the
+      lowest family lower end of either difference below ``works_from_b1``; ``cost_after_routing``: whether no
+      cost is shown below ``works_from_b1`` (:func:`cost_before_routing` is empty); ``train_task_a``: task A's ``train_mode - oracle`` (strong, b1, 95%).
     * ``routed_zero_b1`` / ``_bmax``: ``accuracy_routed_head(nearest_first) - accuracy(oracle)`` at t = 0;
       ``routed_task_a_gentle_b1``, ``oracle_task_a``, ``oracle_new_tasks``: task A's routed-head and oracle
       accuracy and the new tasks' oracle accuracy (gentle, b1).
@@ -253,6 +286,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
       above chance 1/K (one-sided t tests at ALPHA / m, Bonferroni over the cells).
     """
     df = _conditions(df, "findings")
+    fam = page_family(claims(df) if table is None else table)
     m = seed_means(df)
     strengths, batches, ks = (sorted(m[c].unique()) for c in ("strength", "inference_batch", "n_tasks"))
     gentle = next((t for t in strengths if t > 0), strengths[0])
@@ -266,6 +300,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
         return t_interval(at(k, t, b, cond)[col] if ref is None else _diff(at(k, t, b), cond, ref, col, ref_col))
 
     out = dict(n_seeds=int(m.seed.nunique()), route_ok=ROUTE_OK, tost_margin=TOST_MARGIN, gentle=float(gentle),
+               threshold_m=fam.m, threshold_confidence=100 * fam.confidence,
                strong=float(strong), zero=float(zero), b1=int(b1), bmax=int(bmax),
                route_strong_min={r: float(m[(m.strength == strong) & (m.condition == r)].routing_accuracy.min())
                                  for r in HARD_ROUTERS})
@@ -278,27 +313,26 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
     n_above = int((np.asarray(chance_p, float) < ALPHA / max(len(chance_p), 1)).sum())
     out.update(n_chance_cells=len(chance_p), n_above_chance=n_above)
     per_k = {}  # stem -> {"k<n>": value}
-    after = []
     for k in ks:
         put = lambda stem, v, sub="": per_k.setdefault(stem, {}).__setitem__(f"k{k}{sub}", v)  # noqa: E731
         for b, name in ((b1, "b1"), (bmax, "bmax")):
-            vals = [at(k, t, b, nf).routing_accuracy for t in strengths]
-            t0 = _threshold(strengths, [one_sided_p(v, "greater", null=ROUTE_OK) < ALPHA for v in vals])
+            ivs = [t_interval(at(k, t, b, nf).routing_accuracy, fam.confidence) for t in strengths]
+            t0 = _threshold(strengths, [v.low > ROUTE_OK for v in ivs])
             put(f"works_from_{name}", t0)
             if name == "b1":
-                put("route_at_works_b1", NO_INTERVAL if math.isnan(t0) else t_interval(vals[strengths.index(t0)]))
+                put("route_at_works_b1", NO_INTERVAL if math.isnan(t0) else ivs[strengths.index(t0)])
         limit, lows = per_k["works_from_b1"][f"k{k}"], []
-        for base, stem in (("train_mode", "train"), ("pinned", "pinned")):
+        for base, stem in BASELINES:
             ds = [_diff(at(k, t, b1), base, "oracle") for t in strengths]
-            ivs = [t_interval(d) for d in ds]
-            t0 = _threshold(strengths, [decide(d).kind == "lower" for d in ds])
+            ivs = [t_interval(d, fam.confidence) for d in ds]
+            t0 = _threshold(strengths, [decide(d, family=fam).kind == "lower" for d in ds])
             w = NO_INTERVAL if math.isnan(t0) else ivs[strengths.index(t0)]
             put(f"wrong_from_{stem}", t0)
             put(f"wrong_at_{stem}", w)
             put(f"wrong_from_{stem}_text", "at no strength tested" if math.isnan(t0) else
-                f"from t = {fmt_level(t0)} on ({w.mean:.4f}, 95% interval {w.low:.4f} to {w.high:.4f})")
+                f"from t = {fmt_level(t0)} on ({w.mean:.4f}, {_pct(fam.confidence)} interval {w.low:.4f} to "
+                f"{w.high:.4f})")
             lows += [v.low for t, v in zip(strengths, ivs) if math.isnan(limit) or t < limit]
-            after.append(not math.isnan(limit) and (math.isnan(t0) or t0 >= limit))
         put("wrong_below_routing", float(np.nanmin(lows)) if any(v == v for v in lows) else math.nan)
         for r in ("classifier", "nearest_all"):
             put("route_diff_gentle_b1", iv("routing_accuracy", r, k, gentle, b1, nf), f"_{r}")
@@ -323,7 +357,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
     other = count_verdicts(tests[~tests.identical], ALPHA) if (~tests.identical).any() else \
         dict.fromkeys(("equivalent", "lower", "higher", "not decided"), 0)
     worst = tests.loc[tests["estimate"].idxmin()]
-    out.update(per_k, cost_after_routing=all(after), n_cells=len(tests),
+    out.update(per_k, cost_after_routing=not cost_before_routing(numbers_table(per_k)), n_cells=len(tests),
                cells_confidence=100 * float(tests.confidence.iloc[0]), n_equivalent=counts["equivalent"],
                n_equivalent_half=int(tests.equivalent_half.sum()), n_lower=counts["lower"], n_higher=counts["higher"],
                n_not_decided=counts["not decided"], n_identical=int(tests.identical.sum()),
@@ -333,6 +367,11 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFram
                worst_router=str(worst["condition"]), worst_strength=float(worst["strength"]),
                worst_batch=int(worst["inference_batch"]), worst_n_tasks=int(worst["n_tasks"]))
     return numbers_table(out, bounds=lambda key: (0.0, 1.0) if key in ACCURACY_FIELDS else (-1.0, 1.0))
+
+
+def _pct(confidence: float) -> str:
+    """A confidence as the page prints it: ``0.9958333`` -> "99.58%"."""
+    return f"{100 * confidence:.4g}%"
 
 
 def temperature_findings(df: pd.DataFrame, kept: float) -> pd.DataFrame:
@@ -378,11 +417,11 @@ def _tasks(i: int, k: int) -> str:
     return f"{count_word(k)} tasks" if i == 0 else count_word(k)
 
 
-def works_phrase(thresholds: dict, gentle: float, intervals: dict | None = None) -> str:
+def works_phrase(thresholds: dict, gentle: float, intervals: dict | None = None, confidence: float = 0.95) -> str:
     """Where routing works, per task count (``thresholds``: ``{"k2": t, ...}``, NaN: at no strength tested; at or
     below ``gentle``: at every non-zero strength tested, the threshold may lie lower), optionally citing the
-    routing interval at each threshold (``intervals``, same keys). One clause when every count shares the
-    threshold and no interval is given."""
+    routing interval at each threshold (``intervals``, same keys, at ``confidence``, printed as "99.58% interval").
+    One clause when every count shares the threshold and no interval is given."""
     ks = sorted(int(key[1:]) for key in thresholds)
     ts = [thresholds[f"k{k}"] for k in ks]
     desc = lambda t: ("at no strength tested" if math.isnan(t) else "at every non-zero strength tested"  # noqa: E731
@@ -398,7 +437,8 @@ def works_phrase(thresholds: dict, gentle: float, intervals: dict | None = None)
         text = desc(t) + (f" (t ≥ {fmt_level(gentle)})" if floor(t) else "") + f" with {_tasks(i, k)}"
         if intervals is not None and not math.isnan(t):
             m, lo, hi = _iv(intervals[f"k{k}"], 3)
-            text += f" (routing there {m}, 95% interval {lo} to {hi})" if i == 0 else f" ({m}, {lo} to {hi})"
+            text += f" (routing there {m}, {_pct(confidence)} interval {lo} to {hi})" if i == 0 else \
+                f" ({m}, {lo} to {hi})"
         parts.append(text)
     return join(parts)
 
@@ -489,6 +529,18 @@ def _pooled(f: pd.DataFrame) -> bool:
                number(f, f"route_gentle_b1_k{k}_nearest_first").mean for k in _ks(f))
 
 
+def _early_fill(f: pd.DataFrame) -> dict:
+    """The fields of the ``cost_vs_routing_text`` notes: ``counts`` ("With both task counts") and ``early``
+    ("train mode with four tasks", from :func:`cost_before_routing`)."""
+    ks, words = _ks(f), dict(train="train mode", pinned="pinned statistics")
+    counts = f"With {count_word(ks[0])} tasks" if len(ks) == 1 else "With both task counts" if len(ks) == 2 else \
+        "With every task count"
+    pairs = cost_before_routing(f)
+    early = join([f"{join([words[s] for s, kk in pairs if kk == k])} with {count_word(k)} tasks"
+                  for k in dict.fromkeys(kk for _, kk in pairs)]) if pairs else ""
+    return dict(counts=counts, early=early)
+
+
 def _either(key: str, holds, yes: str, no: str, fill=None) -> tuple[Note, Note]:
     """Two notes of ``key``: ``yes`` where ``holds(claims, numbers)``, else ``no`` (with ``fill``'s fields)."""
     return Note(key, holds, yes), Note(key, lambda c, f: not holds(c, f), no, fill)
@@ -508,30 +560,20 @@ NOTES = (
              "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on "
              "this grid", "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not "
              "everywhere a wrong bank measurably costs on this grid"),
+    # which comes first on the strength axis, both read off the page's family intervals (findings): a wrong bank's
+    # cost or per-sample routing; plain words, the guide and the front page paste it across pages
+    Note("cost_vs_routing_text", lambda c, f: number(f, "cost_after_routing"),
+         "{counts}, each wrong-bank cost is shown (at the page's family level) only at or above the strength from "
+         "which per-sample routing works.", lambda c, f: _early_fill(f)),
+    Note("cost_vs_routing_text", lambda c, f: not number(f, "cost_after_routing"),
+         "Not everywhere does the cost wait for routing: the cost of {early} is shown (at the page's family level) "
+         "below the strength from which per-sample routing works.", lambda c, f: _early_fill(f)),
     *_either("batch_effect_text", lambda c, f: _pooled(f),
              "pooling samples shrinks the noise in the estimated statistics, and here the larger batches route the "
              "gentlest shift more often on average with every task count",
              "pooling samples shrinks the noise in the estimated statistics, yet here the larger batches do not "
              "route the gentlest shift more often on average with every task count"),
 )
-
-
-def _cost_vs_routing(f: pd.DataFrame) -> str:
-    late = []
-    for k in _ks(f):
-        w = number(f, f"works_from_b1_k{k}")
-        early = [name for name, stem in (("train mode", "train"), ("pinned", "pinned"))
-                 if not math.isnan(t := number(f, f"wrong_from_{stem}_k{k}")) and (math.isnan(w) or t < w)]
-        if early:
-            late.append(f"with {count_word(k)} tasks the cost of {join(early)} is detectable below the strength "
-                        "from which per-sample routing works")
-    if late:
-        return "Not everywhere does the cost wait for routing: " + "; ".join(late) + "."
-    ks = _ks(f)
-    counts = f"With {count_word(ks[0])} tasks" if len(ks) == 1 else "With both task counts" if len(ks) == 2 else \
-        "With every task count"
-    return f"{counts}, each wrong-bank cost becomes detectable only at or above the strength from which per-sample " \
-           "routing works."
 
 
 def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
@@ -545,7 +587,8 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
                             for k in ks])
     routed = lambda b: [claim_text(claim(table, f"routed_gentle_{b}_k{k}"), clip=(-1, 1)) for k in ks]  # noqa: E731
     routed_b1 = join([f"{t} with {count_word(k)} tasks" for k, t in zip(ks, routed("b1"))])
-    out = dict(works_b1_text=works_phrase(_per_k(f, "works_from_b1"), gentle, _per_k(f, "route_at_works_b1")),
+    out = dict(works_b1_text=works_phrase(_per_k(f, "works_from_b1"), gentle, _per_k(f, "route_at_works_b1"),
+                                          n("threshold_confidence") / 100),
                works_b1_short_text=works_phrase(_per_k(f, "works_from_b1"), gentle),
                works_bmax_text=works_phrase(_per_k(f, "works_from_bmax"), gentle),
                equivalence_text=equivalence_phrase(cells, n("tost_margin")), below_text=below_phrase(cells, n("zero")))
@@ -578,7 +621,7 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
         "a finding." if claim(table, "perfect_at_strong").kind == "exact" else
         f"There, not every hard router routes every sample to its own bank (lowest seed's routing: {join(off)}), "
         "so not every router's accuracy equals the oracle's by construction.")
-    cost = out["cost_vs_routing_text"] = _cost_vs_routing(f)  # plain words: the guide pastes it across pages
+    cost = out["cost_vs_routing_text"]  # a note (NOTES); plain words: the guide pastes it across pages
     counted = out["cell_counts_text"] = counts_text(cells, "router cells", "a router", "the oracle",
                                                     n("tost_margin"), ALPHA)
     apart = out["cell_counts_apart_text"] = cells_apart_text(cells, n("tost_margin"))
