@@ -1213,3 +1213,27 @@ def test_flip_the_reference_margin_is_disclosed_where_the_equivalence_is_stated(
         in text and findings.SETTINGS_CAVEAT in text and "were not recorded" in text
     open_, say = _page(sweep=sweep_table(gap_ref=(0.15, -0.15, 0.02)))
     assert "its margin" not in say["reference"] and findings.SETTINGS_CAVEAT in open_
+
+
+def test_fig_1_5_draws_the_interval_its_printed_verdict_is_read_from():
+    """Issue 35: Fig. 1.5 drew 95% intervals beside family verdicts (Adam's bar cleared zero while its verdict read
+    "not decided"). With the page's claims, each column draws its claim's own interval and prints its verdict, so
+    they cannot disagree: here SGD's 95% interval clears zero, its family interval (1 - 0.05/4) does not."""
+    import matplotlib.pyplot as plt
+    from bnstudy.study.inference import t_interval
+    sweep = sweep_table(gap_sgd=(0.03, 0.09, 0.01))
+    claims = findings.optimizer_claims(sweep, 800).assign(key=lambda c: "opt_" + c["key"])
+    gaps = findings.gap_table(findings.chosen_table(sweep, findings.choose_lrs(sweep, 800)), 800)
+    chosen = findings.gap_figure_claims(claims)
+    assert set(chosen) == {"sgd", "adam", "reference"}  # no standardized heads in this sweep: left out
+    c = chosen["sgd"]
+    assert c["verdict"] == NOT_DECIDED and c["low"] < 0 < t_interval(gaps[gaps.optimizer == "sgd"]["gap"]).low
+    fig = figures.optimizer_gap_figure(gaps, margin=findings.PRIMARY_MARGIN, verdicts=chosen)
+    ax = fig.axes[0]
+    (x0, low), (_, high) = ax.containers[0].lines[2][0].get_segments()[0]
+    assert (low, high) == (pytest.approx(c["low"]), pytest.approx(c["high"]))
+    texts = [t.get_text() for t in ax.texts]
+    assert f"not decided\n({100 * c['confidence']:.3g}%)" in texts and len(texts) == len(chosen)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="'sgd' has estimate"):  # a claim of another quantity is refused
+        figures.optimizer_gap_figure(gaps, verdicts={"sgd": chosen["adam"]})

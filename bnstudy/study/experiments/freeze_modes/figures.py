@@ -3,6 +3,8 @@ modes' through :data:`bnstudy.study.plots.MODE_PALETTE`), shared helpers in :mod
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 import matplotlib.pyplot as plt
 import matplotlib.ticker
@@ -11,7 +13,7 @@ import pandas as pd
 import seaborn as sns
 
 from ... import style
-from ...inference import number
+from ...inference import Interval, number
 from ...plots import MODE_ORDER, MODE_PALETTE, _ci_text, _interval, interval_frame, min_text_size
 
 
@@ -156,10 +158,16 @@ PATH_STYLES = {"batch_stats": ("-", "o", "train_mode = separate_stats"),
                "pinned": ("--", "s", "backbone_eval = all_eval")}
 
 
-def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_seeds: int = 3):
+def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_seeds: int = 3,
+                         verdicts: dict | None = None):
     """Paired task-B difference ``train_mode - backbone_eval`` per head optimizer and the reference, from ``gaps``
     (``seed, role, optimizer, gap``): a dot per seed (confirmation seeds open), the pooled mean and 95% interval (with
-    fewer than ``min_seeds`` seeds the range); ``margin``: the reference test's band, in its column only."""
+    fewer than ``min_seeds`` seeds the range); ``margin``: the reference test's band, in its column only.
+    ``verdicts``: ``{optimizer: claim}`` (claims-table rows with ``estimate, low, high, confidence, verdict``; the
+    page's, :func:`.findings.gap_figure_claims`): a column with one draws that claim's interval (its family's level,
+    e.g. a Bonferroni interval) instead of the 95% one and prints its verdict and confidence above it, so the bar and
+    the verdict the page states cannot disagree (issue 35). Raises ``ValueError`` for a claim whose estimate is not
+    the column's mean over seeds (a claim of another quantity)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
@@ -179,7 +187,17 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
             ax.scatter(x + jit, g["gap"], s=24, facecolors=OPTIMIZER_COLORS[o] if fill else "none",
                        edgecolors=OPTIMIZER_COLORS[o], alpha=0.85, zorder=3)
         v = gaps[gaps["optimizer"] == o]["gap"]
-        if len(v) >= min_seeds:  # a difference of accuracies: the drawn interval cut to [-1, 1]
+        c = (verdicts or {}).get(o)
+        if c is not None:  # the verdict's own interval, cut to [-1, 1]; its word and confidence above the column
+            if not np.isclose(float(c["estimate"]), float(v.mean()), atol=1e-9):
+                raise ValueError(f"optimizer_gap_figure: the claim for {o!r} has estimate {float(c['estimate']):.6g}, "
+                                 f"not the column's mean {float(v.mean()):.6g}")
+            iv = Interval(float(c["estimate"]), float(c["low"]), float(c["high"]), int(c["n"])).clipped(-1, 1)
+            ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
+                        color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
+            ax.text(i, 0.98, f"{textwrap.fill(str(c['verdict']), 12)}\n({100 * float(c['confidence']):.3g}%)",
+                    transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=style.MIN_FONT_PT)
+        elif len(v) >= min_seeds:  # a difference of accuracies: the drawn interval cut to [-1, 1]
             iv = _interval(v).clipped(-1, 1)
             ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
                         color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
@@ -189,10 +207,14 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
     ax.set_xticks(range(len(opts)))
     ax.set_xticklabels([CH01_GAP_LABELS[o] for o in opts])
     ax.set_xlim(-0.6, len(opts) - 0.4)
+    if verdicts:  # room above the data for the verdicts' three lines
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi + 0.45 * (hi - lo))
     ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
     handles = [Line2D([], [], marker="o", ls="", color=style.GREY, label="reported seed"),
                Line2D([], [], marker="o", ls="", mfc="none", color=style.GREY, label="confirmation seed"),
-               Line2D([], [], marker="D", ls="-", color=style.REFERENCE["zero"], label="all seeds: mean, 95% CI")]
+               Line2D([], [], marker="D", ls="-", color=style.REFERENCE["zero"],
+                      label="all seeds: mean, verdict's interval" if verdicts else "all seeds: mean, 95% CI")]
     if margin is not None:
         handles.append(Patch(color=style.REFERENCE["band"], label=f"reference test's margin \u00b1{margin:g}"))
     fig.tight_layout(rect=(0, 0.16, 1, 1))

@@ -404,6 +404,20 @@ def _reference(sweep: pd.DataFrame, main_step: int):
     return lrs, t, ref_step, ref[ref["role"].isin(POOLED) & (ref["step"] == ref_step)]
 
 
+#: Fig. 1.5's columns and the chapter claims (keys of the page's claims table, :func:`chapter`) whose verdicts the
+#: page states for them: the trained heads' exploratory tests at the main step, the standardized heads' tests, the
+#: reference test. The figure draws these claims' intervals (:func:`.figures.optimizer_gap_figure`).
+GAP_FIGURE_CLAIMS = {"sgd": "opt_explore_at_main_sgd", "adam": "opt_explore_at_main_adam", "sgd-std": "tune_std_sgd",
+                     "adam-std": "tune_std_adam", "reference": "opt_primary"}
+
+
+def gap_figure_claims(claims: pd.DataFrame) -> dict:
+    """``{column: claim row}`` of :data:`GAP_FIGURE_CLAIMS` found in the page's ``claims`` (a column without its
+    claim is left out and drawn with its 95% interval)."""
+    keys = set(claims["key"])
+    return {o: claims[claims["key"] == k].iloc[0] for o, k in GAP_FIGURE_CLAIMS.items() if k in keys}
+
+
 def optimizer_claims(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None,
                      seen_seeds=QUICK_SEEN_SEEDS) -> pd.DataFrame:
     """Finding 3's claims table, families: ``primary`` (:data:`PRIMARY`), ``unseen`` (the same on the seeds not in
