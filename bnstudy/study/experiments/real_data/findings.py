@@ -30,8 +30,8 @@ MIN_EFFECT = 0.01
 MARGIN_SWEEP = (0.02, 0.03)
 #: A count verdict "rests on a hair" where the end of its family interval nearest zero lies within this of zero
 #: (accuracy): a tenth of a percent, about three of the 300 task-B test images answered differently in one of the
-#: 10 seeds (each moves the mean over seeds by 1/3000), so the verdict could flip with that; fixed before it was
-#: counted on the release (issue 35), and a round number, not fitted to the one bound it flags.
+#: 10 seeds (each moves the mean over seeds by 1/3000), so the verdict could flip with that. Chosen after a referee
+#: named the small CNN's bound of +0.00002 (issue 35); a round number, not tuned to that bound (the glossary says so).
 NEAR_ZERO = 0.001
 #: Chance accuracy (five classes) and the "about chance" line, 1.5x chance.
 CHANCE = 1 / 5
