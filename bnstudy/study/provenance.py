@@ -22,8 +22,10 @@ What the card reads (nothing here is typed by hand):
 * the release (``rows_from.release`` in the per-seed table's sidecar, written by :func:`bnstudy.study.report.load_rows`
   from ``release/manifest.json``) and its last verification (``release.verified`` of the manifest, which
   ``make verify-release RECORD=1`` writes): date, units recomputed per chapter, and the result for this chapter;
-* the cost: the command that regenerates the figure from the release (re-executing its chapter, nothing trained;
-  the time measured in ``results/chapter_times.csv`` of this build) and the command that recomputes its rows, with
+* the cost: the command that regenerates the figure alone from the release (:mod:`bnstudy.study.figure`, nothing
+  trained, no notebook executed; the time measured by ``python -m bnstudy.study.figure --all``, in
+  ``bnstudy/study/figure_times.csv``), the command that re-executes its chapter (the time measured in
+  ``results/chapter_times.csv`` of this build) and the command that recomputes its rows, with
   the recorded CPU time: the sum of the filtered rows' ``wall_s`` (each run used one thread) and the chapter's whole
   recorded compute, the sum of every unit's recorded ``*wall_s`` in ``release/units/NN_name.jsonl.gz``.
 """
@@ -249,10 +251,26 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
         chapter_cpu_s, chapter_units = _units_cpu_s(str(f), f.stat().st_mtime)
     verified = (release or {}).get("verified")
     n_chapters = len((((manifest.get("release") or {}).get("verified")) or {}).get("chapters") or ()) or None
+    remake_figure = _remake_figure(label) if kind == "fig" else None
     return dict(label=label, kind=kind, chapter=chapter, notebook=notebook, rows=rows, data=data_name,
+                remake_figure=remake_figure,
                 release=release, verified=verified, n_verified_chapters=n_chapters, chapter_cpu_s=chapter_cpu_s, chapter_units=chapter_units,
                 run_wall_s=rows_from.get("run_wall_s"), workers=rows_from.get("workers"), profile=params.get("profile"),
                 remake_s=_chapter_seconds(res, notebook))
+
+
+def _remake_figure(label: str) -> dict | None:
+    """The per-figure remake of ``label`` (:mod:`bnstudy.study.figure`): ``number``, ``command`` and, when
+    :data:`bnstudy.study.figure.TIMES_FILE` records it, ``seconds``, ``cpus``, ``measured``; ``None`` for a label no
+    chapter notebook numbers."""
+    from . import figure
+
+    numbers = {f.label: n for n, f in figure.figure_index().items()}
+    if label not in numbers:
+        return None
+    t = figure.measured_times().get(label) or {}
+    return dict(number=numbers[label], command=figure.command(numbers[label]), seconds=t.get("seconds"),
+                cpus=t.get("cpus"), measured=t.get("measured"))
 
 
 def _duration(s: float) -> str:
@@ -312,6 +330,13 @@ def card_html(c: dict, root: str = "") -> str:
               f"computing only runs not in the run cache")
     if c["remake_s"] is not None:
         remake += f" ({_duration(c['remake_s'])} in this build)"
+    one = c.get("remake_figure")
+    if one and c["release"]:  # the release's rows are what the per-figure command reads
+        took = (f" (measured {_duration(one['seconds'])} on a {one['cpus']}-core machine on {e(str(one['measured']))},"
+                f" start-up included)" if one.get("seconds") is not None else "")
+        remake = (f"<code>{e(one['command'])}</code> draws Fig. {e(one['number'])} alone again from the release's rows "
+                  f"with the chapter's own figure code, and writes the CSV it is drawn from beside it: nothing "
+                  f"trained, no notebook executed{took}. The whole chapter: " + remake)
     cpu = [r["cpu_s"] for r in c["rows"] if r["cpu_s"] is not None]
     cost = []
     if cpu and c["rows"][0]["where"]:
