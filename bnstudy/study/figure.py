@@ -96,6 +96,54 @@ def _index(notebooks: tuple) -> tuple:
     return tuple(out.items())
 
 
+_SAVED = re.compile(r"\{results_dir\}/([\w.-]+\.csv)")
+
+
+def table_data(label: str, chapters_dir=CHAPTERS_DIR) -> str | None:
+    """The CSV a chapter's glued table labelled ``label`` (``tbl-ch04-gap``) is drawn from, for its provenance card:
+    the last table saved (``save_table(gaps, f"{results_dir}/04_heads_gap.csv")``) before the statement that
+    glues the table, of a variable that statement reads (``glue("ch04_gap_table", figures.gap_display(gaps, ...))``):
+    ``"04_heads_gap.csv"``. ``None`` when the table is made from no saved table (a numbers table, the claims) or
+    the label is no chapter's glued table."""
+    m = re.match(r"^(?:tbl|tab)-ch(\d+)-", label)
+    if m is None:
+        return None
+    nbs = [p for p in chapter_paths(Path(chapters_dir)) if p.name.startswith(f"{int(m.group(1)):02d}_")]
+    if not nbs:
+        return None
+    cells = _cells(nbs[0])
+    key = None
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            for d in _DIRECTIVE.finditer(_source(cell)):
+                name = _NAME.search(d.group(2))
+                if name and name.group(1) == label:
+                    key = d.group(1)
+    if key is None:
+        return None
+    saved: dict[str, str] = {}   # variable -> the CSV it was saved to, latest first seen
+    for cell in cells:
+        if cell["cell_type"] != "code":
+            continue
+        try:
+            tree = ast.parse(_source(cell))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+                fname = getattr(call.func, "attr", None) or getattr(call.func, "id", None)
+                if fname == "save_table" and len(call.args) >= 2 and isinstance(call.args[0], ast.Name):
+                    csv = _SAVED.search(ast.get_source_segment(_source(cell), call.args[1]) or "")
+                    if csv:
+                        saved[call.args[0].id] = csv.group(1)
+                elif (fname in GLUE_NAMES and call.args and isinstance(call.args[0], ast.Constant)
+                      and call.args[0].value == key):
+                    reads = {n.id for a in call.args[1:] for n in ast.walk(a) if isinstance(n, ast.Name)}
+                    hits = [csv for var, csv in saved.items() if var in reads]
+                    return hits[-1] if hits else None
+    return None
+
+
 def find_figure(number: str, chapters_dir=CHAPTERS_DIR) -> Figure:
     """The figure numbered ``number`` (``"4.2"``; ``"Fig. 4.2"`` and a label ``"fig-ch04-gap"`` are read too).
     Raises ``ValueError`` naming every known number with its label when there is no such figure."""

@@ -17,8 +17,11 @@ What the card reads (nothing here is typed by hand):
   ``release/NN_*.csv`` (same sha256 as the manifest);
 * the filter: the figure's data and its per-seed table share grouping columns (``head``, ``optimizer``,
   ``batch_size``...); a shared column whose values in the figure's data are a strict subset of the rows' values
-  selects the rows (``head in {linear, mlp}``). A table (no data file) is drawn from the chapter's per-seed tables;
-  its card lists each of them, unfiltered;
+  selects the rows (``head in {linear, mlp}``). A glued table's data is the table its notebook saved last, before
+  gluing it, of a variable the glue call reads (:func:`bnstudy.study.figure.table_data`: ``04_heads_gap.csv`` for
+  ``glue("ch04_gap_table", figures.gap_display(gaps, ...))``), filtered the same way, with the ``where`` of a
+  figure drawn from the same CSV; a table made from no saved table (a numbers table) lists the chapter's per-seed
+  tables, unfiltered;
 * the release (``rows_from.release`` in the per-seed table's sidecar, written by :func:`bnstudy.study.report.load_rows`
   from ``release/manifest.json``) and its last verification (``release.verified`` of the manifest, which
   ``make verify-release RECORD=1`` writes): date, units recomputed per chapter, and the result for this chapter;
@@ -46,6 +49,8 @@ __all__ = ["card", "card_html", "sha256_of", "row_filter", "per_seed_tables", "C
 
 #: The HTML class of a card's ``<details>``; :mod:`bnstudy.study.pagecheck` looks for it.
 CARD_CLASS = "bn-provenance"
+#: The columns that make a CSV a claims table (:func:`bnstudy.study.inference.claims_table`).
+CLAIMS_COLUMNS = frozenset({"key", "estimate", "low", "high", "verdict"})
 #: A column with more distinct values than this is a measurement, not a grouping column: never part of a filter.
 MAX_LEVELS = 60
 
@@ -219,8 +224,15 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
         data_name = meta.get("data")
         given = {c: [str(v) for v in vs] for c, vs in (meta.get("where") or {}).items()}
-    else:
+    else:  # a glued table: the saved table it is made from (bnstudy.study.figure.table_data), if any
+        from .figure import table_data
+
+        data_name = table_data(label)
         given = {}
+        for side_path in sorted(figs.glob(f"{chapter}-*.json")):  # a figure drawn from the same CSV says its where
+            meta = json.loads(side_path.read_text())
+            if data_name and meta.get("data") == data_name:
+                given.update({c: [str(v) for v in vs] for c, vs in (meta.get("where") or {}).items()})
     linked = []
     if data_name and (res / data_name).is_file():
         data_path = res / data_name
@@ -233,7 +245,10 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
             if missing:
                 raise ValueError(f"provenance: figure {label!r} filters its rows on {missing}, which "
                                  f"{best.name} lacks; its columns: {list(_read(best).columns)}")
-            linked.append((best, {**row_filter(data, _read(best)), **given}))
+            # a claims table's columns name the compared condition, not the reference it is paired with (each head
+            # against the linear head): no filter from them, only the one the figure states (``where``)
+            derived = {} if CLAIMS_COLUMNS <= set(data.columns) else row_filter(data, _read(best))
+            linked.append((best, {**derived, **given}))
     else:
         linked = [(t, {}) for t in tables]
     rows = []
