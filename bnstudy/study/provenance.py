@@ -210,8 +210,11 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
     rows_from = params.get("rows_from") or {}
     release = rows_from.get("release")
     rdir = src / release_dir
-    if release and params.get("rows") and (Path(params["rows"]).parent / "manifest.json").is_file():
-        rdir = Path(params["rows"]).parent  # the release the page's rows were read from
+    rows_path = Path(params["rows"]) if params.get("rows") else None
+    if rows_path is not None and not rows_path.is_absolute():  # recorded relative to the repository (report.py)
+        rows_path = Path(__file__).resolve().parents[2] / rows_path
+    if release and rows_path is not None and (rows_path.parent / "manifest.json").is_file():
+        rdir = rows_path.parent  # the release the page's rows were read from
     manifest_path = rdir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if release and manifest_path.is_file() else {}
     notebook = _notebook_of(chapter, res, manifest) or tables[0].stem
