@@ -301,22 +301,22 @@ def _duration(s: float) -> str:
 
 
 def _verification(c: dict) -> str:
+    """The card's release line, in the words of the run line and the history page
+    (:func:`bnstudy.study.report.verified_text`, :func:`~bnstudy.study.report.verification_words`)."""
+    from .report import verification_words, verified_text
+
     rel, v = c["release"], c["verified"]
     if not rel:
         return ("none: these rows were computed by this build's own run (not a data release), so nothing has "
                 "re-verified them")
     head = f"data release {html.escape(str(rel.get('version')))}"
     if not v:
-        return head + ", never verified by recomputation"
-    result = {"exact": "every column recomputed <code>==</code>",
-              "statistical": "not <code>==</code> under other numeric kernels; every recomputed unit within its "
-                             "seeds' spread",
-              "unchecked": "not <code>==</code> under other numeric kernels; too few seeds to check their spread"
-              }.get(v.get("how"), "this chapter was not in the verification")
-    per, n_ch = v.get("units_per_chapter"), c.get("n_verified_chapters")
+        return head + ", " + verified_text(None)
+    n_ch = c.get("n_verified_chapters")
+    per = v.get("units_per_chapter")
     total = f" ({per * n_ch} over {n_ch} chapters)" if isinstance(per, int) and n_ch else ""
-    return (f"{head}; last verified {html.escape(str(v.get('date')))} (code {html.escape(str(v.get('git_commit'))[:12])}) "
-            f"by recomputing {per} seeded random units of this chapter from an empty cache{total}: {result}")
+    words = html.escape(verification_words(v.get("how")), quote=False).replace("==", "<code>==</code>")
+    return f"{head}; {html.escape(verified_text(v), quote=False)}{total}; this chapter {words}"
 
 
 def card_html(c: dict, root: str = "") -> str:

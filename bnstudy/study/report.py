@@ -334,20 +334,44 @@ def release_of(path) -> dict | None:
                                                      units_per_chapter=v.get("units_per_chapter"), how=how))
 
 
+#: How one chapter of the data release was verified, in the words every place that says it uses: the pages' *Ran
+#: with* line (:func:`release_text`), the provenance cards (:mod:`bnstudy.study.provenance`) and the release history
+#: (:mod:`bnstudy.study.history`). The release was computed chapter by chapter; a chapter computed under the pinned
+#: numerics (:mod:`bnstudy.study.numerics`) recomputes ``==``, one computed before the pin only statistically.
+VERIFICATION_WORDS = {
+    "exact": "exactly: every column == (computed and recomputed under the pinned numerics)",
+    "statistical": "statistically: not == (computed under other numeric kernels), every recomputed unit within its "
+                   "seeds' spread",
+    "unchecked": "unchecked: not == (computed under other numeric kernels), too few seeds to check their spread",
+}
+
+
+def verification_words(how: str | None) -> str:
+    """:data:`VERIFICATION_WORDS` of ``how`` (``"exact"``, ``"statistical"``, ``"unchecked"``); a record made
+    before verifications said how (``None``) was exact. ``"not in this verification"`` for another value."""
+    return VERIFICATION_WORDS.get("exact" if how is None else how, "not in this verification")
+
+
+def verified_text(verified: dict | None) -> str:
+    """``"last verified 2026-12-03 at git commit 610372f574f6: 5 units per chapter recomputed from an empty cache"``
+    (``verified``: a release's ``verified`` record, which names its ``git_commit``); ``"never verified by
+    recomputation"`` for ``None``."""
+    if not verified:
+        return "never verified by recomputation"
+    return (f"last verified {verified.get('date')} at git commit {str(verified.get('git_commit'))[:12]}: "
+            f"{verified.get('units_per_chapter')} units per chapter recomputed from an empty cache")
+
+
 def release_text(release: dict | None) -> str:
-    """``"data release 2026.12.01 (last verified 2026-12-01 at git commit abc..., 5 units per chapter
-    recomputed ==)"``, or ``""`` for rows that are not a release's."""
+    """``"data release 2026.12.03 (last verified 2026-12-03 at git commit 610372f574f6: 5 units per chapter
+    recomputed from an empty cache; this chapter statistically: not == ...)"`` (:func:`verified_text`,
+    :func:`verification_words`), or ``""`` for rows that are not a release's."""
     if not release:
         return ""
     v = release.get("verified")
-    how = (v or {}).get("how")
-    result = {"statistical": "not == under other numeric kernels, every one within its seeds' spread",
-              "unchecked": "not == under other numeric kernels, too few seeds to check their spread"}.get(
-                  how, "every column ==")
-    ver = ("never verified by recomputation" if not v else
-           f"last verified {v.get('date')} at git commit {v.get('git_commit')}: {v.get('units_per_chapter')} units "
-           f"per chapter recomputed, {result}")
-    return f"data release {release.get('version')} ({ver})"
+    if not v:
+        return f"data release {release.get('version')} ({verified_text(None)})"
+    return f"data release {release.get('version')} ({verified_text(v)}; this chapter {verification_words(v.get('how'))})"
 
 
 def rows_origin(provenance: dict) -> dict:
