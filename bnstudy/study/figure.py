@@ -44,6 +44,8 @@ GLUE_NAMES = ("glue", "glue_md", "glue_table", "glue_numbers", "glue_chapter", "
 STYLE_CALLS = ("set_style", "set_option", "use")
 #: Calls that save a table: kept, with what they need, when they come in the figure's own cell.
 SAVE_CALLS = ("save_table", "write_sidecar")
+#: Calls kept wherever they are: the run line records the parameters the saved tables' sidecars carry.
+RECORD_CALLS = ("run_line",)
 
 _DIRECTIVE = re.compile(r"```\{glue:figure\}\s*(\S+)\s*\n((?::[^\n]*\n)*)")
 _NAME = re.compile(r"^:name:\s*(\S+)", re.M)
@@ -274,7 +276,8 @@ def figure_program(fig: Figure) -> tuple[str, str]:
         if s.cell == target and id(s) not in seeds:
             continue
         wanted = (id(s) in seeds or (s.defines | s.changes) & needed
-                  or isinstance(s.node, (ast.Import, ast.ImportFrom)) or _called(s.node) in STYLE_CALLS)
+                  or isinstance(s.node, (ast.Import, ast.ImportFrom)) or _called(s.node) in STYLE_CALLS
+                  or (s.cell != target and _calls(s.node, RECORD_CALLS)))
         if not wanted:
             continue
         keep.add(id(s))
@@ -297,6 +300,12 @@ def _names_data(node: ast.stmt, name: str) -> bool:
         if isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == "save_figure":
             return len(n.args) >= 4 or any(k.arg == "data" for k in n.keywords)
     return True  # a loop or helper that saves it: not ours to second-guess
+
+
+def _calls(node: ast.stmt, names) -> bool:
+    """Whether ``node`` calls a function or method named in ``names`` anywhere inside it."""
+    return any(isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) in names
+               for n in ast.walk(node))
 
 
 def _no_glue(key=None, value=None, *args, **kwargs):
@@ -329,23 +338,42 @@ def remake(number: str, out, release=None, chapters_dir=CHAPTERS_DIR, quiet: boo
     out = Path(out).resolve()
     (out / "figures").mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(parents=True, exist_ok=True)
+    import os
+
+    import matplotlib.pyplot as plt
+
+    from . import report
+
     params_src, program = figure_program(fig)
     ns: dict = {"__name__": "__bnstudy_figure__"}
     t0 = time.perf_counter()
     exec(compile(params_src, f"{fig.notebook.name}:parameters", "exec"), ns)
     ns.update(profile=chapters[stem]["profile"], rows=str((rdir / f"{stem}.csv").resolve()),
               results_dir=str(out / "results"), figures_dir=str(out / "figures"))
+    # the tables' sidecars record what `python -m bnstudy.study.book` records (its $BNSTUDY_RUN_PARAMETERS); the
+    # process's own state (the run line's record, the last table, rcParams) is put back afterwards
+    run_parameters = {"chapter": stem, **{k: ns[k] for k in assigned_names(params_src)}}
+    state = (os.environ.get("BNSTUDY_RUN_PARAMETERS"), dict(report._RUN), list(report._SAVED), report.last_table)
+    os.environ["BNSTUDY_RUN_PARAMETERS"] = json.dumps(run_parameters, default=str)
     code = ast.parse(program)
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
-        for node in code.body:  # one statement at a time, so the glue names are stubbed as soon as imported
-            exec(compile(ast.Module([node], []), f"{fig.notebook.name}:{fig.label}", "exec"), ns)
-            for g in GLUE_NAMES:
-                if callable(ns.get(g)) and ns[g] is not _no_glue:
-                    ns[g] = _no_glue
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
+    try:
+        with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext(), matplotlib.rc_context():
+            for node in code.body:  # one statement at a time, so the glue names are stubbed as soon as imported
+                exec(compile(ast.Module([node], []), f"{fig.notebook.name}:{fig.label}", "exec"), ns)
+                for g in GLUE_NAMES:
+                    if callable(ns.get(g)) and ns[g] is not _no_glue:
+                        ns[g] = _no_glue
+            plt.close("all")
+    finally:
+        if state[0] is None:
+            os.environ.pop("BNSTUDY_RUN_PARAMETERS", None)
+        else:
+            os.environ["BNSTUDY_RUN_PARAMETERS"] = state[0]
+        report._RUN.clear()
+        report._RUN.update(state[1])
+        report._SAVED[:] = state[2]
+        report.last_table = state[3]
     seconds = time.perf_counter() - t0
     meta = json.loads((out / "figures" / f"{fig.name}.json").read_text())
     data = out / "results" / meta["data"] if meta.get("data") else None
