@@ -204,7 +204,7 @@ class _TwoParts(nn.Module):
         return self.head(self.backbone(x))
 
 
-@settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
 @given(calls=st.lists(st.sampled_from(["model", "backbone", "head", "backbone.1", "outside"]), max_size=6))
 def test_every_call_into_the_model_is_counted_whichever_part_the_loop_calls(calls):
     """Issue 37: whatever mix of calls a loop makes (the model, one of its parts, a layer, a module outside it), the
