@@ -131,3 +131,37 @@ def test_too_few_seeds_shows_what_the_user_typed_not_its_expansion():
     from bnstudy.study.config import check_seeds
     with pytest.raises(ValueError, match=r"at least 2 seeds for a 95% interval, got 0 \(seeds \[\]\)"):
         check_seeds(0)  # was "got []" for `-p seeds 0`
+
+
+class _Parts(nn.Module):
+    """A backbone with BatchNorm and a head; the loops below call the parts, never the model."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.backbone = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+def test_a_loop_that_calls_the_models_parts_is_counted_and_named_not_zero_model_calls():
+    """Issue 37 (a fresh reader): the header said "0 model calls" when the training loop called model.backbone and
+    model.head. Every call into the model counts: of the model, or through a submodule, named."""
+    model = _Parts().train()
+    with FreezeAudit(model, warn=False) as a:
+        for _ in range(3):
+            model.head(model.backbone(torch.randn(16, 4)))
+    assert a.model_calls == 0 and a.calls_into_model == 6
+    assert dict(a.submodule_calls) == {"backbone": 3, "head": 3}
+    assert " ".join(str(a).split()).startswith(
+        "FreezeAudit of _Parts: 9 tensors (6 parameters, 3 buffers), 0 model calls; 6 calls into its submodules "
+        "(backbone 3, head 3)")
+    row = a.modes().set_index("module").loc["backbone.1"]
+    assert (row["calls"], row["writes"], row["max_writes_per_model_call"]) == (3, 3, 1)   # once per call into it
+    with FreezeAudit(model, warn=False) as b:       # the model itself: as before, nothing about submodules
+        model(torch.randn(16, 4))
+        model.backbone(torch.randn(16, 4))          # and one call of a part, after
+    assert (b.model_calls, b.calls_into_model, dict(b.submodule_calls)) == (1, 2, {"backbone": 1})
+    assert "1 model call; 1 call into its submodules (backbone 1)" in " ".join(str(b).split())

@@ -192,3 +192,41 @@ def test_audit_verdicts_on_compiled_scripted_functional_and_low_precision_varian
                 assert ("pin_lost", name) in codes                              # dropped by TorchScript, named
             else:
                 assert not after_train[name]                                    # the pin held
+
+
+class _TwoParts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv1d(3, 3, 1), nn.BatchNorm1d(3))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(15, 2))
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(calls=st.lists(st.sampled_from(["model", "backbone", "head", "backbone.1", "outside"]), max_size=6))
+def test_every_call_into_the_model_is_counted_whichever_part_the_loop_calls(calls):
+    """Issue 37: whatever mix of calls a loop makes (the model, one of its parts, a layer, a module outside it), the
+    audit counts the model's own calls, each outermost call through a part by its name, and their sum."""
+    torch.manual_seed(0)
+    model, outside = _TwoParts().train(), nn.BatchNorm1d(3)
+    x = torch.randn(4, 3, 5)
+    with audit.FreezeAudit(model, warn=False) as a:
+        for c in calls:
+            if c == "model":
+                model(x)
+            elif c == "backbone":
+                model.backbone(x)
+            elif c == "head":
+                model.head(model.backbone[0](x))   # the head's input from a layer: two calls into the model
+            elif c == "backbone.1":
+                model.backbone[1](x)
+            else:
+                outside(x)
+    parts = [c for c in calls if c not in ("model", "outside")] + ["backbone.0"] * calls.count("head")
+    assert a.model_calls == calls.count("model")
+    assert dict(a.submodule_calls) == {k: parts.count(k) for k in set(parts)}
+    assert a.calls_into_model == calls.count("model") + len(parts)
+    writes = calls.count("model") + calls.count("backbone") + calls.count("backbone.1")
+    assert a.modes().set_index("module").loc["backbone.1", "writes"] == writes

@@ -988,3 +988,26 @@ def test_the_plain_lead_follows_the_counts_at_chapter_1s_shift():
     assert said(["higher", "lower", "not decided"]).endswith("with 1 of the 3 heads and optimizers tried and lose with 1.")
     assert said(["lower", "not decided"]).startswith("**Pin the backbone.**")
     assert said(["not decided", "equivalent"]).startswith("**Either works on this evidence.**")
+
+
+def test_fig_4_2_stays_readable_on_a_phone():
+    """Issue 37: Fig. 4.2 shown 360 px wide on a phone keeps its smallest text (the heads' names) at least 9 px tall
+    and level; drawn three panels side by side at the column width, they shrank to about 6 px, rotated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bnstudy.study import plots, style
+
+    gaps = pd.DataFrame([dict(shift=s, head=h, optimizer=o, estimate=0.02, low=-0.01, high=0.05)
+                         for s in ("none", "mid", "ref") for h in ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln")
+                         for o in ("sgd", "sgd_plain", "adam")])
+    fig = figures.gap_figure(gaps, {"none": "no shift", "mid": "t = 0.25", "ref": "chapter 1's shift"}, 0.02)
+    leg = plots.legibility(fig)
+    assert leg["phone_font_px"] >= style.PHONE_MIN_FONT_PX, leg
+    assert leg["page_font_pt"] >= style.MIN_FONT_PT, leg
+    ticks = [t for ax in fig.axes for t in ax.get_xticklabels() if t.get_text()]
+    assert {t.get_text() for t in ticks} == {"linear", "mlp", "mlp2", "mlp_bn", "mlp_ln"}
+    assert all(t.get_rotation() == 0 for t in ticks)
+    plt.close(fig)

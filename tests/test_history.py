@@ -80,3 +80,27 @@ def test_the_committed_release_has_its_claims_table_and_the_page_is_current():
     meta = json.loads((RELEASE_DIR / history.CLAIMS_DIR / f"{version}.json").read_text())
     assert meta["version"] == version
     assert history.PAGE.read_text() == history.page(RELEASE_DIR), "history.md is stale: run `make history`"
+
+
+def test_history_run_line_and_card_say_each_chapters_verification_in_the_same_words():
+    """Issue 37: the history page, a page's *Ran with* line and a provenance card say how a chapter was verified
+    with one set of words (report.VERIFICATION_WORDS) and the same verification commit; the history names each
+    chapter's own computing commit (the release was computed chapter by chapter), the one its run line names."""
+    from bnstudy.study import provenance
+    from bnstudy.study.report import VERIFICATION_WORDS, release_of, release_text, verified_text
+
+    manifest = read_manifest(RELEASE_DIR)
+    v = manifest["release"]["verified"]
+    page = history.page(RELEASE_DIR)
+    assert verified_text(v) in page
+    for ch, rec in manifest["chapters"].items():
+        how = "exact" if ch in v["exact"] else "statistical" if ch in v["statistical"] else "unchecked"
+        words = VERIFICATION_WORDS[how]
+        row = next(line for line in page.splitlines() if line.startswith(f"| {int(ch)} | "))
+        assert words.replace("==", "`==`") in row and rec["git_commit"][:10] in row
+        rel = release_of(RELEASE_DIR / f"{rec['notebook']}.csv")
+        line = release_text(rel)
+        assert f"{verified_text(rel['verified'])}; this chapter {words}" in line
+        card = provenance._verification(dict(release=rel, verified=rel["verified"], n_verified_chapters=None))
+        assert words.replace("==", "<code>==</code>") in card and verified_text(rel["verified"]) in card
+    assert "exactly: every column ==" in VERIFICATION_WORDS["exact"] and "not ==" in VERIFICATION_WORDS["statistical"]

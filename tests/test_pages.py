@@ -95,12 +95,14 @@ def test_run_line_says_where_analysed_rows_came_from_in_words():
                    verified=dict(date="2026-12-02", git_commit="fedcba987654", units_per_chapter=5))
     line = run_line(ch.make_config("quick"), extra=dict(rows_from={**origin, "release": release})).replace("\n  ", " ")
     assert ("analysing the rows of the data release 2026.12.01 (last verified 2026-12-02 at git commit fedcba987654: "
-            "5 units per chapter recomputed, every column ==) computed by the run at git commit abc1234567") in line
+            "5 units per chapter recomputed from an empty cache; this chapter exactly: every column == (computed and "
+            "recomputed under the pinned numerics)) computed by the run at git commit abc1234567") in line
     # issue 32: a chapter verified under other numeric kernels says so, not "=="
     stat = dict(release, verified=dict(release["verified"], how="statistical"))
     line = run_line(ch.make_config("quick"), extra=dict(rows_from={**origin, "release": stat})).replace("\n  ", " ")
-    assert ("5 units per chapter recomputed, not == under other numeric kernels, every one within its seeds' "
-            "spread)") in line and "every column ==" not in line
+    assert ("5 units per chapter recomputed from an empty cache; this chapter statistically: not == (computed under "
+            "other numeric kernels), every recomputed unit within its seeds' spread)") in line
+    assert "every column ==" not in line
     from bnstudy.study.config import Execution
     assert ", 1 worker process;" in run_line(ch.make_config("quick"), Execution(n_jobs=1)).replace("\n  ", " ")
     assert ", 3 worker processes" in run_line(ch.make_config("quick"), Execution(n_jobs=3)).replace("\n  ", " ")

@@ -95,3 +95,4 @@ def test_every_card_of_the_release_book_links_the_releases_own_rows(release_book
     rows = pd.read_csv(RELEASE_DIR / "04_heads.csv")
     n = int(rows["mode"].isin(["separate_stats", "backbone_eval"]).sum())
     assert f"mode in {{separate_stats, backbone_eval}}: {n:,} of its {len(rows):,} rows" in card.get_text()
+    assert "python -m bnstudy.study.figure 4.2 --out remake/" in card.get_text()   # the figure alone, by its number

@@ -105,3 +105,35 @@ def test_a_measured_column_is_no_filter_even_when_its_values_happen_to_be_a_subs
     rows = pd.DataFrame(dict(seed=[0, 0, 1, 1], trap=["a", "b", "a", "b"], accuracy=[0.5, 0.75, 0.25, 0.5]))
     data = pd.DataFrame(dict(trap=["a"], accuracy=[0.5]))   # 0.5 is one of the rows' accuracies, by chance
     assert provenance.row_filter(data, rows) == {"trap": ["a"]}
+
+
+def test_a_tables_card_filters_the_rows_its_saved_table_shows(tmp_path):
+    """A glued table drawn from a saved table (chapter 6's routing table from 06_unknown_task_routing.csv) gets the
+    filter that selects its rows, as a figure does; a claims table (chapter 4's gap table) takes no filter from its
+    columns (they name the compared condition, not its reference) but the `where` of the figure drawn from the same
+    CSV; a table made from no saved table lists the per-seed tables unfiltered."""
+    from bnstudy.study import figure
+
+    assert figure.table_data("tbl-ch04-gap") == "04_heads_gap.csv"     # glue("ch04_gap_table", gap_display(gaps...))
+    assert figure.table_data("tbl-ch06-routing") == "06_unknown_task_routing.csv"
+    assert figure.table_data("tbl-ch02-checklist") is None              # made from the claims and numbers only
+    res, figs = tmp_path / "results", tmp_path / "figures"
+    res.mkdir()
+    figs.mkdir()
+    pd.DataFrame([dict(seed=s, condition=c, accuracy=0.5) for s in (0, 1) for c in ("oracle", "nearest_first", "pinned")]
+                 ).to_csv(res / "06_unknown_task.csv", index=False)
+    pd.DataFrame(dict(condition=["nearest_first"], routing_accuracy=0.9)).to_csv(
+        res / "06_unknown_task_routing.csv", index=False)
+    (r,) = provenance.card("tbl-ch06-routing", tmp_path)["rows"]
+    assert r["file"] == "06_unknown_task.csv" and r["where"] == {"condition": ["nearest_first"]} and r["n_selected"] == 2
+    pd.DataFrame([dict(seed=s, mode=m, head=h) for s in (0, 1) for m in ("train_mode", "backbone_eval", "separate_stats")
+                  for h in ("linear", "mlp")]).to_csv(res / "04_heads.csv", index=False)
+    pd.DataFrame(dict(key=["gap_mlp"], estimate=0.1, low=0.0, high=0.2, verdict="x", head="mlp")).to_csv(
+        res / "04_heads_gap.csv", index=False)
+    (figs / "04-gap.json").write_text(json.dumps(dict(data="04_heads_gap.csv",
+                                                      where={"mode": ["separate_stats", "backbone_eval"]})))
+    c = provenance.card("tbl-ch04-gap", tmp_path)
+    assert c["data"] == "04_heads_gap.csv"
+    assert c["rows"][0]["where"] == {"mode": ["separate_stats", "backbone_eval"]}   # no `head == mlp`
+    assert "filter <code>mode in {separate_stats, backbone_eval}</code>: 8 of its 12 rows" in provenance.card_html(c)
+    assert all(r["where"] == {} for r in provenance.card("tbl-ch04-anything", tmp_path)["rows"])

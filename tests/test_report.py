@@ -247,3 +247,29 @@ def test_a_table_with_no_columns_saves_and_comes_back_empty(saved, tmp_path):
     assert side["rows"] == 0 and side["columns"] == []
     rows, prov = report.load_rows(path, dict(profile="full"))
     assert rows.empty and list(rows.columns) == [] and prov["sha256"] == side["sha256"]
+
+
+def test_a_sidecar_records_the_resolved_parameters_and_no_machine_paths(tmp_path, monkeypatch):
+    """Issue 37: a table's sidecar, written under the book runner (`$BNSTUDY_RUN_PARAMETERS` holds the notebook's
+    values: `seeds: null` for the profile's, absolute folders), records the seeds the run resolved and its paths
+    relative to the repository or the book's root: no /tmp, /work or home folder of the machine that wrote it."""
+    import os
+
+    monkeypatch.setattr(report, "_RUN", {})
+    monkeypatch.setattr(report, "_SAVED", [])
+    root = tmp_path / "book"
+    monkeypatch.setenv("BNSTUDY_RUN_PARAMETERS", json.dumps(dict(
+        profile="full", seeds=None, steps=None, rows=str(report._REPO / "release" / "04_heads.csv"),
+        results_dir=str(root / "results"), figures_dir=str(root / "figures"),
+        cache_dir=os.path.expanduser("~/.cache/bnstudy"), elsewhere="/somewhere/else/x.csv", margin=0.02)))
+    report.describe_run("test", dict(profile="full", seeds=(0, 1, 2), steps=800, margin=0.02,
+                                     rows_from=dict(path=str(report._REPO / "release" / "04_heads.csv"))))
+    path = report.save_table(pd.DataFrame(dict(seed=[0, 1, 2], x=[1, 2, 3])), root / "results" / "04_t.csv")
+    text = report.sidecar_path(path).read_text()
+    p = json.loads(text)["parameters"]
+    assert p["seeds"] == [0, 1, 2] and p["steps"] == 800 and p["margin"] == 0.02   # resolved, not null
+    assert p["rows"] == "release/04_heads.csv" and p["rows_from"]["path"] == "release/04_heads.csv"
+    assert (p["results_dir"], p["figures_dir"], p["cache_dir"], p["elsewhere"]) == (
+        "results", "figures", "~/.cache/bnstudy", "x.csv")
+    for machine in (str(tmp_path), str(report._REPO), os.path.expanduser("~") + "/"):
+        assert machine not in text

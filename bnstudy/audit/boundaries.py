@@ -70,4 +70,4 @@ class _Boundaries:
                 if es is not None and es["finite"] and has_running_stats(m) and not _finite_stats(m):
                     es["finite"] = False
                     self._add_lint(_nonfinite_lint(rec.name, m, f", written inside a compiled/scripted call "
-                                                               f"(model call {self.model_calls})"), emit=True)
+                                                               f"({self._at_call()})"), emit=True)

@@ -55,7 +55,11 @@ class _Display:
             f"{getattr(self.model, 'original_name', '?')} (TorchScript)")
         if self.wrapper is not None:
             what += " (compiled: audited through torch.compile's _orig_mod)"
-        lines = [f"FreezeAudit of {what}: {counts(rep)}, {_n(self.model_calls, 'model call')}"]
+        head = f"FreezeAudit of {what}: {counts(rep)}, {_n(self.model_calls, 'model call')}"
+        if self.submodule_calls:  # the loop called the model's parts, not the model: say what it called
+            head += (f"; {_n(sum(self.submodule_calls.values()), 'call')} into its submodules ("
+                     + ", ".join(f"{_label(n)} {k}" for n, k in self.submodule_calls.most_common()) + ")")
+        lines = textwrap.wrap(head, width=_WIDTH, subsequent_indent="    ") if self.submodule_calls else [head]
         if not moved:
             lines.append("  moved: nothing (every parameter and buffer is bit-identical)")
         else:

@@ -119,8 +119,8 @@ class _WritesElsewhere:
         self._add_lint(_lint(
             "reset_stats_pinned", f"{entry['root_type']}:{name}",
             f"{entry['type']} {_label(name)!r} of {entry['root_type']}, outside the audited model{copy}, normalises "
-            "with running statistics that hold the reset values mean 0 / variance 1 (seen at model call "
-            f"{self.model_calls}): torch.optim.swa_utils.update_bn resets every BatchNorm of the model it is given "
+            "with running statistics that hold the reset values mean 0 / variance 1 (seen at "
+            f"{self._at_call()}): torch.optim.swa_utils.update_bn resets every BatchNorm of the model it is given "
             "and re-estimates only those that run in train mode, so a pinned (eval-mode) layer of an AveragedModel "
             "or EMA copy keeps mean 0 / variance 1; re-estimate the copy with bnstudy.update_bn_stats (it reaches "
             "pinned layers) or load the model's statistics into it"), emit=True)

@@ -87,7 +87,14 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
     (``batch``/``running``/``per-sample``), whether it wrote its running
     statistics (decided as torch's forward decides: :mod:`bnstudy.norms`),
     whether gradients were on, the batch size (dim 0), values per channel, and
-    how many times it wrote within one call of the model. Live lints
+    how many times it wrote within one call into the model. A call into the
+    model is the outermost call of any of its modules: of the model itself
+    (``model_calls``) or of a part while none of the model runs, as a loop that
+    calls ``model.backbone(x)`` and ``model.head(f)`` makes
+    (``submodule_calls``, ``{"backbone": 3, "head": 3}``, which the summary's
+    first line names: "0 model calls; 6 calls into its submodules (backbone 3,
+    head 3)"); ``calls_into_model`` counts both, and the messages that say
+    where a finding was seen count it ("call 4 into the model"). Live lints
     (``train_mode_under_no_grad``, ``single_value_per_channel``,
     ``single_sample_batch``, ``small_batch``, ``dropout_off_in_training``,
     ``double_update``, ``cumulative_overwrites_loaded``, ``reset_stats_pinned``
@@ -192,7 +199,14 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
         self.outputs_before: dict[str, torch.Tensor] | None = None
         self.outputs_after: dict[str, torch.Tensor] | None = None
         self.output_signatures: Counter = Counter()
+        #: Calls of the model itself (``model(x)``).
         self.model_calls = 0
+        #: Calls into the model through one of its submodules while no module of the model was running
+        #: (``model.backbone(x)`` then ``model.head(f)`` in a loop that never calls ``model``): ``{name: calls}``.
+        self.submodule_calls: Counter = Counter()
+        #: Calls into the model, of the model or of a submodule (the outermost call of any of its modules): the
+        #: count a "call" means in the audit's messages and per-call checks.
+        self.calls_into_model = 0
         #: Plain-text notes on what the audit could not see (a module compiled in place), shown in the summary.
         self.notes: list[str] = []
         #: Errors raised inside the audit's own hooks (``"TypeError: ..."``); the block ran on regardless.
@@ -206,6 +220,9 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
         self._stays_eval_at_entry: set[str] = set()
         self._pinned_objects: list = []
         self._root_depth = 0
+        self._tree_depth = 0  # calls of the model's modules in progress (the model's or a submodule's)
+        self._tree_ids: set[int] = set()
+        self._tree_names: dict[int, str] = {}
         self._place_at_entry = None
         self._local = threading.local()  # per thread: the stack of module calls in progress
         self._homes: dict[int, dict] = {}  # id(record) -> its buffers (the tensors a write must land in)
@@ -252,6 +269,8 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
             self._records[id(m)] = rec
             self._remember(rec)
         self._module_ids = [id(m) for m in self.model.modules()]
+        self._tree_ids = set(self._module_ids)
+        self._tree_names = {id(m): n for n, m in self.model.named_modules()}
         self._opaque_cache.clear()
 
     def _remember(self, rec: LayerRecord) -> None:

@@ -72,14 +72,21 @@ class _LiveHooks:
             rec = rec if replica else None
         opaque = self._opaque_for(module)
         root = module is self.model or (_is_compiled_wrapper(module) and compiled_original(module) is self.model)
-        self._stack().append((module, root, opaque is not None))
+        in_tree = root or id(module) in self._tree_ids
+        self._stack().append((module, root, opaque is not None, in_tree))
+        if in_tree:  # a call into the model: of the model itself, or of a submodule (model.backbone(x))
+            self._tree_depth += 1
+            if self._tree_depth == 1:
+                self.calls_into_model += 1
+                if not root:
+                    self.submodule_calls[self._tree_names.get(id(module), type(module).__name__)] += 1
+                self._check_tree()
+                for r in self._records.values():
+                    r.writes_this_call = 0
         if root:
             self._root_depth += 1
             if self._root_depth == 1:
                 self.model_calls += 1
-                self._check_tree()
-                for r in self._records.values():
-                    r.writes_this_call = 0
             root_rec = self._records.get(id(self.model))
             if rec is None and root_rec is not None and root_rec.kind == "model":
                 rec = root_rec  # the compiled wrapper's call is the model's (a compiled bare norm layer: hidden)
@@ -114,7 +121,7 @@ class _LiveHooks:
             rec.writes += 1
             in_backward = _in_backward()
             rec.backward_writes += in_backward
-            if self._root_depth > 0 or in_backward:
+            if self._tree_depth > 0 or in_backward:
                 rec.writes_this_call += 1
                 rec.max_writes_per_model_call = max(rec.max_writes_per_model_call, rec.writes_this_call)
             if in_backward:
@@ -154,7 +161,9 @@ class _LiveHooks:
         entry = stack.pop() if stack and stack[-1][0] is module else None
         if entry is None:
             return
-        _, root, opaque = entry
+        _, root, opaque, in_tree = entry
+        if in_tree:
+            self._tree_depth = max(0, self._tree_depth - 1)
         if opaque:
             self._opaque_exit(module)
         pending = getattr(self._local, "pending", None)
@@ -167,6 +176,12 @@ class _LiveHooks:
                 self.output_signatures[f"{output_signature(output)} ({'train' if training else 'eval'} mode)"] += 1
 
     # -- what the hooks check ---------------------------------------------------------------------------------
+    def _at_call(self, call: int | None = None) -> str:
+        """``"model call 3"``; ``"call 3 into the model"`` once a call went in through a submodule (a loop that
+        calls ``model.backbone`` and ``model.head``, not ``model``): the count of :attr:`calls_into_model`."""
+        call = self.calls_into_model if call is None else call
+        return f"call {call} into the model" if self.submodule_calls else f"model call {call}"
+
     def _check_tree(self) -> None:
         """At each call of the model: a module replaced since entry (or since the last call) is watched under its
         name, and a pin lost with it (or by unpin) is linted now, before the replaced layer runs."""
@@ -175,7 +190,7 @@ class _LiveHooks:
                 now = dict(self.model.named_modules()).get(n)
                 if now is m:
                     self._pin_lost(n, m, f"was pinned in eval mode when the audit started and was unpinned during "
-                                         f"the block (seen at model call {self.model_calls})")
+                                         f"the block (seen at {self._at_call()})")
         ids = [id(m) for m in self.model.modules()]
         if ids == self._module_ids:
             return
@@ -197,8 +212,8 @@ class _LiveHooks:
             for name in replaced:
                 if name in self._stays_eval_at_entry and name not in stays:
                     rec = by_name[name]
-                    self._pin_lost(name, rec.module, f"was replaced during the block ({rec.replaced}, seen at model "
-                                                     f"call {self.model_calls}) and the new module does not stay in "
+                    self._pin_lost(name, rec.module, f"was replaced during the block ({rec.replaced}, seen at "
+                                                     f"{self._at_call()}) and the new module does not stay in "
                                                      "eval mode after model.train() as the old one did")
 
     def _reset_check(self, rec: LayerRecord, module: nn.Module) -> None:
@@ -211,7 +226,7 @@ class _LiveHooks:
             self._add_lint(_lint("reset_stats_pinned", rec.name,
                                  f"{_type_name(module)} normalises with its running statistics, and they hold the "
                                  "reset values mean 0 / variance 1, which they did not hold when the audit started: "
-                                 f"they were reset during the block (seen at model call {self.model_calls}). "
+                                 f"they were reset during the block (seen at {self._at_call()}). "
                                  "torch.optim.swa_utils.update_bn resets every BatchNorm and cannot re-estimate "
                                  "one that stays in eval mode (pinned); re-estimate with "
                                  "bnstudy.update_bn_stats, which reaches pinned layers"), emit=True)
@@ -226,8 +241,8 @@ class _LiveHooks:
         if not _at_reset_values(module):
             self._add_lint(_lint("cumulative_overwrites_loaded", rec.name,
                                  f"{_type_name(module)} has momentum=None and num_batches_tracked=0, and its "
-                                 "running statistics are not the reset values: this train-mode batch (model call "
-                                 f"{self.model_calls}) gets weight 1/1 and replaces them entirely (they were set or "
+                                 "running statistics are not the reset values: this train-mode batch ("
+                                 f"{self._at_call()}) gets weight 1/1 and replaces them entirely (they were set or "
                                  "loaded without num_batches_tracked); load num_batches_tracked too, or set it to "
                                  "the number of batches they average"), emit=True)
 
@@ -246,7 +261,7 @@ class _LiveHooks:
         pending = getattr(self._local, "pending", None)
         if pending is None:
             pending = self._local.pending = {}
-        pending[id(module)] = (rec, module, x, watch_finite, old, batch_mean, self.model_calls)
+        pending[id(module)] = (rec, module, x, watch_finite, old, batch_mean, self.calls_into_model)
 
     def _after_write(self, rec, module, x, watch_finite, old, batch_mean, call) -> None:
         if watch_finite and not _finite_stats(module):
@@ -254,7 +269,7 @@ class _LiveHooks:
             src = ("its input held inf/NaN" if x is not None and not bool(torch.isfinite(x).all()) else
                    f"its input was finite: the batch statistics overflowed "
                    f"{str(module.running_var.dtype).removeprefix('torch.')}")
-            self._add_lint(_nonfinite_lint(rec.name, module, f", written at model call {call} ({src})"), emit=True)
+            self._add_lint(_nonfinite_lint(rec.name, module, f", written at {self._at_call(call)} ({src})"), emit=True)
         if old is not None and batch_mean is not None:
             new = module.running_mean.detach()
             if new.shape == old.shape and batch_mean.shape == old.shape:
@@ -262,7 +277,7 @@ class _LiveHooks:
                 if lost:
                     self._add_lint(_lint("stats_update_lost", rec.name,
                                          f"{_type_name(module)} wrote its running statistics in "
-                                         f"{str(new.dtype).removeprefix('torch.')} at model call {call}, and "
+                                         f"{str(new.dtype).removeprefix('torch.')} at {self._at_call(call)}, and "
                                          f"running_mean stayed exactly as it was in {lost} of {new.numel()} "
                                          "channels although the batch mean differs: the update rounded away. "
                                          "Keep norm layers and their buffers in float32 (torch.autocast does)"),

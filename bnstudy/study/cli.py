@@ -369,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="bnstudy", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,chapter}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,chapter,figure}")
     sub.add_parser("list", help="list the chapters and their parameters").set_defaults(func=cmd_list)
     ch = sub.add_parser("chapter", help="rerun one chapter with other parameters",
                         description="Rerun one chapter; every output goes under --out.")
@@ -388,7 +388,22 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--no-html", action="store_true", help="skip building the page (a one-chapter Jupyter Book)")
     ch.add_argument("--quiet", action="store_true", help="do not stream cell outputs and progress")
     ch.set_defaults(func=cmd_chapter)
+    fg = sub.add_parser("figure", help="remake one figure from the data release (seconds; nothing trained)",
+                        description="Remake one figure of the book from the data release's rows, without executing "
+                                    "its chapter: python -m bnstudy.study.figure (bnstudy.study.figure).")
+    fg.add_argument("number", nargs="?", help="the figure's number on its page, e.g. 4.2; --list lists them")
+    fg.add_argument("--out", default="remake", metavar="DIR", help="folder for figures/ and results/ (default remake)")
+    fg.add_argument("--release", default=None, metavar="DIR", help="the data release (default the checkout's release/)")
+    fg.add_argument("--list", action="store_true", help="list every figure's number, label and file")
+    fg.set_defaults(func=cmd_figure)
     return ap
+
+
+def cmd_figure(args) -> int:
+    from . import figure
+
+    return figure.main(([args.number] if args.number else []) + ["--out", args.out] + (["--list"] if args.list else [])
+                       + (["--release", args.release] if args.release else []))
 
 
 #: Exit statuses of a run stopped by SIGINT or SIGTERM.

@@ -166,15 +166,35 @@ def _seeds(seeds) -> str:
 
 
 def _verified(v: dict | None) -> str:
+    """The release's verification in the run line's words (:func:`bnstudy.study.report.verified_text`)."""
+    from .report import verified_text
+
+    return verified_text(v)
+
+
+def _how(v: dict | None, chapter: str) -> str | None:
     if not v:
-        return "never verified by recomputation"
-    how = []
-    for word, key in (("exactly (`==`)", "exact"), ("statistically (within the seeds' spread)", "statistical"),
-                      ("unchecked", "unchecked")):
-        if v.get(key):
-            how.append(f"chapter{'s' if len(v[key]) > 1 else ''} {', '.join(str(int(c)) for c in v[key])} {word}")
-    return (f"last verified {v.get('date')} at code {v.get('code_fingerprint')}: {v.get('units_per_chapter')} units per "
-            f"chapter recomputed from an empty cache, " + "; ".join(how))
+        return None
+    for key in ("exact", "statistical", "unchecked"):
+        if chapter in (v.get(key) or ()):
+            return key
+    return "absent"
+
+
+def _chapters_table(meta: dict) -> str:
+    """Per chapter: when and by which git commit its rows were computed (the release was computed chapter by
+    chapter), its seeds, and how the last verification found it, in the run line's words
+    (:func:`bnstudy.study.report.verification_words`)."""
+    from .report import verification_words
+
+    v = meta.get("verified")
+    lines = ["| chapter | computed | git commit | seeds | verification |", "| --- | --- | --- | --- | --- |"]
+    for ch, rec in sorted((meta.get("chapters") or {}).items()):
+        how = _how(v, ch)
+        words = "never verified by recomputation" if v is None else verification_words(how)
+        lines.append(f"| {int(ch)} | {str(rec.get('computed') or '')[:10]} | {str(rec.get('git_commit'))[:10]} | "
+                     f"{_seeds(rec.get('seeds'))} | {words.replace('==', '`==`')} |")
+    return "\n".join(lines)
 
 
 HEADER = """# Release history
@@ -211,9 +231,10 @@ def page(release_dir=RELEASE_DIR) -> str:
     for i in range(len(hist) - 1, -1, -1):
         meta, claims = hist[i]
         parts.append(f"\n## Release {meta['version']}\n\n")
-        parts.append(f"Computed with code {meta.get('code_fingerprint')} (git commit "
-                     f"{str(meta.get('git_commit'))[:12]}); {_verified(meta.get('verified'))}. "
-                     f"{len(claims)} claims in {claims['chapter'].nunique()} chapters.\n\n")
+        parts.append(f"Computed chapter by chapter, each by the git commit in the table below (the chapter's "
+                     f"*Ran with* line names the same one); {_verified(meta.get('verified'))}. "
+                     f"{len(claims)} claims in {claims['chapter'].nunique()} chapters.\n\n"
+                     + _chapters_table(meta) + "\n\n")
         if i == 0:
             parts.append("The first recorded release: its claims, per chapter (each verdict word as the chapter "
                          "prints it):\n\n" + _summary(claims) + "\n")

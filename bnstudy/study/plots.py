@@ -102,7 +102,9 @@ def legibility(fig: plt.Figure) -> dict:
     """How large ``fig``'s smallest text is on the page: ``width_in`` (the drawn width, tight bounding box, in
     inches), ``min_font_pt`` (the smallest visible, non-empty text, in points as drawn) and ``page_font_pt``,
     that size once the browser shrinks the figure to the text column
-    (:data:`bnstudy.study.style.COLUMN_WIDTH_IN`; a narrower figure is not enlarged). ``tests/test_pages_clean.py``
+    (:data:`bnstudy.study.style.COLUMN_WIDTH_IN`; a narrower figure is not enlarged), and ``phone_font_px``, the
+    smallest text's height in CSS px when a phone shows the figure :data:`bnstudy.study.style.PHONE_WIDTH_PX` wide
+    (a point is 1/72 in, drawn at 100 px per inch on the page). ``tests/test_pages_clean.py``
     requires ``page_font_pt >= bnstudy.study.style.MIN_FONT_PT`` for every figure of the book."""
     from . import style
 
@@ -112,7 +114,9 @@ def legibility(fig: plt.Figure) -> dict:
     width = float(fig.get_tightbbox(fig.canvas.get_renderer()).width)
     smallest = float(min(sizes)) if sizes else float("nan")
     scale = min(1.0, style.COLUMN_WIDTH_IN / width) if width > 0 else 1.0
-    return dict(width_in=round(width, 3), min_font_pt=smallest, page_font_pt=round(smallest * scale, 3))
+    phone = min(1.0, style.PHONE_WIDTH_PX / (100 * width)) if width > 0 else 1.0  # shown at most its own width
+    return dict(width_in=round(width, 3), min_font_pt=smallest, page_font_pt=round(smallest * scale, 3),
+                phone_font_px=round(smallest / 72 * 100 * phone, 2))
 
 
 def interval_frame(df: pd.DataFrame, by, value: str) -> pd.DataFrame:

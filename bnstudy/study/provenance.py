@@ -17,13 +17,18 @@ What the card reads (nothing here is typed by hand):
   ``release/NN_*.csv`` (same sha256 as the manifest);
 * the filter: the figure's data and its per-seed table share grouping columns (``head``, ``optimizer``,
   ``batch_size``...); a shared column whose values in the figure's data are a strict subset of the rows' values
-  selects the rows (``head in {linear, mlp}``). A table (no data file) is drawn from the chapter's per-seed tables;
-  its card lists each of them, unfiltered;
+  selects the rows (``head in {linear, mlp}``). A glued table's data is the table its notebook saved last, before
+  gluing it, of a variable the glue call reads (:func:`bnstudy.study.figure.table_data`: ``04_heads_gap.csv`` for
+  ``glue("ch04_gap_table", figures.gap_display(gaps, ...))``), filtered the same way, with the ``where`` of a
+  figure drawn from the same CSV; a table made from no saved table (a numbers table) lists the chapter's per-seed
+  tables, unfiltered;
 * the release (``rows_from.release`` in the per-seed table's sidecar, written by :func:`bnstudy.study.report.load_rows`
   from ``release/manifest.json``) and its last verification (``release.verified`` of the manifest, which
   ``make verify-release RECORD=1`` writes): date, units recomputed per chapter, and the result for this chapter;
-* the cost: the command that regenerates the figure from the release (re-executing its chapter, nothing trained;
-  the time measured in ``results/chapter_times.csv`` of this build) and the command that recomputes its rows, with
+* the cost: the command that regenerates the figure alone from the release (:mod:`bnstudy.study.figure`, nothing
+  trained, no notebook executed; the time measured by ``python -m bnstudy.study.figure --all``, in
+  ``bnstudy/study/figure_times.csv``), the command that re-executes its chapter (the time measured in
+  ``results/chapter_times.csv`` of this build) and the command that recomputes its rows, with
   the recorded CPU time: the sum of the filtered rows' ``wall_s`` (each run used one thread) and the chapter's whole
   recorded compute, the sum of every unit's recorded ``*wall_s`` in ``release/units/NN_name.jsonl.gz``.
 """
@@ -44,6 +49,8 @@ __all__ = ["card", "card_html", "sha256_of", "row_filter", "per_seed_tables", "C
 
 #: The HTML class of a card's ``<details>``; :mod:`bnstudy.study.pagecheck` looks for it.
 CARD_CLASS = "bn-provenance"
+#: The columns that make a CSV a claims table (:func:`bnstudy.study.inference.claims_table`).
+CLAIMS_COLUMNS = frozenset({"key", "estimate", "low", "high", "verdict"})
 #: A column with more distinct values than this is a measurement, not a grouping column: never part of a filter.
 MAX_LEVELS = 60
 
@@ -203,8 +210,11 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
     rows_from = params.get("rows_from") or {}
     release = rows_from.get("release")
     rdir = src / release_dir
-    if release and params.get("rows") and (Path(params["rows"]).parent / "manifest.json").is_file():
-        rdir = Path(params["rows"]).parent  # the release the page's rows were read from
+    rows_path = Path(params["rows"]) if params.get("rows") else None
+    if rows_path is not None and not rows_path.is_absolute():  # recorded relative to the repository (report.py)
+        rows_path = Path(__file__).resolve().parents[2] / rows_path
+    if release and rows_path is not None and (rows_path.parent / "manifest.json").is_file():
+        rdir = rows_path.parent  # the release the page's rows were read from
     manifest_path = rdir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if release and manifest_path.is_file() else {}
     notebook = _notebook_of(chapter, res, manifest) or tables[0].stem
@@ -217,8 +227,15 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
         data_name = meta.get("data")
         given = {c: [str(v) for v in vs] for c, vs in (meta.get("where") or {}).items()}
-    else:
+    else:  # a glued table: the saved table it is made from (bnstudy.study.figure.table_data), if any
+        from .figure import table_data
+
+        data_name = table_data(label)
         given = {}
+        for side_path in sorted(figs.glob(f"{chapter}-*.json")):  # a figure drawn from the same CSV says its where
+            meta = json.loads(side_path.read_text())
+            if data_name and meta.get("data") == data_name:
+                given.update({c: [str(v) for v in vs] for c, vs in (meta.get("where") or {}).items()})
     linked = []
     if data_name and (res / data_name).is_file():
         data_path = res / data_name
@@ -231,7 +248,10 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
             if missing:
                 raise ValueError(f"provenance: figure {label!r} filters its rows on {missing}, which "
                                  f"{best.name} lacks; its columns: {list(_read(best).columns)}")
-            linked.append((best, {**row_filter(data, _read(best)), **given}))
+            # a claims table's columns name the compared condition, not the reference it is paired with (each head
+            # against the linear head): no filter from them, only the one the figure states (``where``)
+            derived = {} if CLAIMS_COLUMNS <= set(data.columns) else row_filter(data, _read(best))
+            linked.append((best, {**derived, **given}))
     else:
         linked = [(t, {}) for t in tables]
     rows = []
@@ -249,10 +269,26 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
         chapter_cpu_s, chapter_units = _units_cpu_s(str(f), f.stat().st_mtime)
     verified = (release or {}).get("verified")
     n_chapters = len((((manifest.get("release") or {}).get("verified")) or {}).get("chapters") or ()) or None
+    remake_figure = _remake_figure(label) if kind == "fig" else None
     return dict(label=label, kind=kind, chapter=chapter, notebook=notebook, rows=rows, data=data_name,
+                remake_figure=remake_figure,
                 release=release, verified=verified, n_verified_chapters=n_chapters, chapter_cpu_s=chapter_cpu_s, chapter_units=chapter_units,
                 run_wall_s=rows_from.get("run_wall_s"), workers=rows_from.get("workers"), profile=params.get("profile"),
                 remake_s=_chapter_seconds(res, notebook))
+
+
+def _remake_figure(label: str) -> dict | None:
+    """The per-figure remake of ``label`` (:mod:`bnstudy.study.figure`): ``number``, ``command`` and, when
+    :data:`bnstudy.study.figure.TIMES_FILE` records it, ``seconds``, ``cpus``, ``measured``; ``None`` for a label no
+    chapter notebook numbers."""
+    from . import figure
+
+    numbers = {f.label: n for n, f in figure.figure_index().items()}
+    if label not in numbers:
+        return None
+    t = figure.measured_times().get(label) or {}
+    return dict(number=numbers[label], command=figure.command(numbers[label]), seconds=t.get("seconds"),
+                cpus=t.get("cpus"), measured=t.get("measured"))
 
 
 def _duration(s: float) -> str:
@@ -265,22 +301,22 @@ def _duration(s: float) -> str:
 
 
 def _verification(c: dict) -> str:
+    """The card's release line, in the words of the run line and the history page
+    (:func:`bnstudy.study.report.verified_text`, :func:`~bnstudy.study.report.verification_words`)."""
+    from .report import verification_words, verified_text
+
     rel, v = c["release"], c["verified"]
     if not rel:
         return ("none: these rows were computed by this build's own run (not a data release), so nothing has "
                 "re-verified them")
     head = f"data release {html.escape(str(rel.get('version')))}"
     if not v:
-        return head + ", never verified by recomputation"
-    result = {"exact": "every column recomputed <code>==</code>",
-              "statistical": "not <code>==</code> under other numeric kernels; every recomputed unit within its "
-                             "seeds' spread",
-              "unchecked": "not <code>==</code> under other numeric kernels; too few seeds to check their spread"
-              }.get(v.get("how"), "this chapter was not in the verification")
-    per, n_ch = v.get("units_per_chapter"), c.get("n_verified_chapters")
+        return head + ", " + verified_text(None)
+    n_ch = c.get("n_verified_chapters")
+    per = v.get("units_per_chapter")
     total = f" ({per * n_ch} over {n_ch} chapters)" if isinstance(per, int) and n_ch else ""
-    return (f"{head}; last verified {html.escape(str(v.get('date')))} (code {html.escape(str(v.get('git_commit'))[:12])}) "
-            f"by recomputing {per} seeded random units of this chapter from an empty cache{total}: {result}")
+    words = html.escape(verification_words(v.get("how")), quote=False).replace("==", "<code>==</code>")
+    return f"{head}; {html.escape(verified_text(v), quote=False)}{total}; this chapter {words}"
 
 
 def card_html(c: dict, root: str = "") -> str:
@@ -312,6 +348,13 @@ def card_html(c: dict, root: str = "") -> str:
               f"computing only runs not in the run cache")
     if c["remake_s"] is not None:
         remake += f" ({_duration(c['remake_s'])} in this build)"
+    one = c.get("remake_figure")
+    if one and c["release"]:  # the release's rows are what the per-figure command reads
+        took = (f" (measured {_duration(one['seconds'])} on a {one['cpus']}-core machine on {e(str(one['measured']))},"
+                f" start-up included)" if one.get("seconds") is not None else "")
+        remake = (f"<code>{e(one['command'])}</code> draws Fig. {e(one['number'])} alone again from the release's rows "
+                  f"with the chapter's own figure code, and writes the CSV it is drawn from beside it: nothing "
+                  f"trained, no notebook executed{took}. The whole chapter: " + remake)
     cpu = [r["cpu_s"] for r in c["rows"] if r["cpu_s"] is not None]
     cost = []
     if cpu and c["rows"][0]["where"]:

@@ -129,6 +129,31 @@ def _jsonable(v):
     return v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
 
 
+def portable_path(value: str, root) -> str:
+    """An absolute path as a sidecar records it, free of the machine that wrote it: relative to the repository
+    (``release/04_heads.csv``), else to the book's ``root`` (``results``), else to the home folder
+    (``~/.cache/bnstudy``), else its name alone. Anything else (a relative path, a word) comes back unchanged."""
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return value
+    p = Path(value).resolve()
+    for base, prefix in ((_REPO, ""), (Path(root).resolve(), ""), (Path.home().resolve(), "~/")):
+        try:
+            rel = p.relative_to(base)
+        except ValueError:
+            continue
+        return prefix + (rel.as_posix() or ".")
+    return p.name
+
+
+def portable_paths(value, root):
+    """:func:`portable_path` applied to every string of ``value`` (dicts and lists walked)."""
+    if isinstance(value, dict):
+        return {k: portable_paths(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(v, root) for v in value]
+    return portable_path(value, root)
+
+
 def sidecar_path(csv_path) -> Path:
     """``results/NN_name.csv`` -> ``results/NN_name.json``."""
     return Path(csv_path).with_suffix(".json")
@@ -145,18 +170,24 @@ def write_sidecar(csv_path, parameters: dict | None = None, seeds=None) -> Path:
 
     Keys: ``table`` (file name), ``rows``, ``columns``, ``sha256`` of the CSV, ``seeds`` (from the
     table's ``seed`` column unless given), ``parameters`` (``parameters``, else ``$BNSTUDY_RUN_PARAMETERS``
-    merged with the last :func:`run_line`), ``environment`` (:func:`environment`) and ``written`` (UTC time).
+    merged with the last :func:`run_line`, whose resolved values replace the notebook's ``None``: the seeds, steps
+    and grids the rows were computed with, not "the profile's"), ``environment`` (:func:`environment`) and
+    ``written`` (UTC time). Paths in ``parameters`` are recorded by :func:`portable_paths`: relative to the
+    repository or the book's root (``rows: release/04_heads.csv``, ``results_dir: results``), never the writing
+    machine's ``/tmp`` or home folder.
     """
     csv_path = Path(csv_path)
     data = csv_path.read_bytes()
     df = _read_table(csv_path, data)
-    if parameters is None:
+    if parameters is None:  # the notebook's values, a None among them (the profile's) as the run resolved it
         parameters = json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}")
-        parameters = {**parameters, **{k: v for k, v in _RUN.items() if k not in parameters}}
+        parameters = {**parameters, **{k: v for k, v in _RUN.items() if parameters.get(k) is None}}
     if seeds is None and "seed" in df.columns:
         seeds = sorted(int(s) for s in df["seed"].dropna().unique())
+    root = csv_path.resolve().parent.parent  # the book's root: results/ and figures/ are in it
     meta = dict(table=csv_path.name, rows=len(df), columns=list(df.columns),
-                sha256=hashlib.sha256(data).hexdigest(), seeds=seeds, parameters=_jsonable(parameters),
+                sha256=hashlib.sha256(data).hexdigest(), seeds=seeds,
+                parameters=portable_paths(_jsonable(parameters), root),
                 environment=environment(),
                 written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     out = sidecar_path(csv_path)
@@ -303,20 +334,44 @@ def release_of(path) -> dict | None:
                                                      units_per_chapter=v.get("units_per_chapter"), how=how))
 
 
+#: How one chapter of the data release was verified, in the words every place that says it uses: the pages' *Ran
+#: with* line (:func:`release_text`), the provenance cards (:mod:`bnstudy.study.provenance`) and the release history
+#: (:mod:`bnstudy.study.history`). The release was computed chapter by chapter; a chapter computed under the pinned
+#: numerics (:mod:`bnstudy.study.numerics`) recomputes ``==``, one computed before the pin only statistically.
+VERIFICATION_WORDS = {
+    "exact": "exactly: every column == (computed and recomputed under the pinned numerics)",
+    "statistical": "statistically: not == (computed under other numeric kernels), every recomputed unit within its "
+                   "seeds' spread",
+    "unchecked": "unchecked: not == (computed under other numeric kernels), too few seeds to check their spread",
+}
+
+
+def verification_words(how: str | None) -> str:
+    """:data:`VERIFICATION_WORDS` of ``how`` (``"exact"``, ``"statistical"``, ``"unchecked"``); a record made
+    before verifications said how (``None``) was exact. ``"not in this verification"`` for another value."""
+    return VERIFICATION_WORDS.get("exact" if how is None else how, "not in this verification")
+
+
+def verified_text(verified: dict | None) -> str:
+    """``"last verified 2026-12-03 at git commit 610372f574f6: 5 units per chapter recomputed from an empty cache"``
+    (``verified``: a release's ``verified`` record, which names its ``git_commit``); ``"never verified by
+    recomputation"`` for ``None``."""
+    if not verified:
+        return "never verified by recomputation"
+    return (f"last verified {verified.get('date')} at git commit {str(verified.get('git_commit'))[:12]}: "
+            f"{verified.get('units_per_chapter')} units per chapter recomputed from an empty cache")
+
+
 def release_text(release: dict | None) -> str:
-    """``"data release 2026.12.01 (last verified 2026-12-01 at git commit abc..., 5 units per chapter
-    recomputed ==)"``, or ``""`` for rows that are not a release's."""
+    """``"data release 2026.12.03 (last verified 2026-12-03 at git commit 610372f574f6: 5 units per chapter
+    recomputed from an empty cache; this chapter statistically: not == ...)"`` (:func:`verified_text`,
+    :func:`verification_words`), or ``""`` for rows that are not a release's."""
     if not release:
         return ""
     v = release.get("verified")
-    how = (v or {}).get("how")
-    result = {"statistical": "not == under other numeric kernels, every one within its seeds' spread",
-              "unchecked": "not == under other numeric kernels, too few seeds to check their spread"}.get(
-                  how, "every column ==")
-    ver = ("never verified by recomputation" if not v else
-           f"last verified {v.get('date')} at git commit {v.get('git_commit')}: {v.get('units_per_chapter')} units "
-           f"per chapter recomputed, {result}")
-    return f"data release {release.get('version')} ({ver})"
+    if not v:
+        return f"data release {release.get('version')} ({verified_text(None)})"
+    return f"data release {release.get('version')} ({verified_text(v)}; this chapter {verification_words(v.get('how'))})"
 
 
 def rows_origin(provenance: dict) -> dict:

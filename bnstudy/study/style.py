@@ -15,6 +15,9 @@ from __future__ import annotations
 COLUMN_WIDTH_IN = 7.3
 #: The smallest font a figure may use, in points at column width.
 MIN_FONT_PT = 9
+#: A phone's figure width in CSS px (a 390 px screen less the page's margins), and the smallest text height in px
+#: a figure meant to be read there keeps (:func:`bnstudy.study.plots.legibility`'s ``phone_font_px``).
+PHONE_WIDTH_PX, PHONE_MIN_FONT_PX = 360, 9.0
 
 _CB = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9"]
 BLUE, ORANGE, GREEN, VERMILLION, PURPLE, BROWN, PINK, GREY, YELLOW, SKY = _CB

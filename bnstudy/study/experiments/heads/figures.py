@@ -24,16 +24,26 @@ def _dodge(n: int, width: float = 0.6) -> np.ndarray:
     return (np.arange(n) - (n - 1) / 2) * (width / max(n, 1))
 
 
+#: Fig. 4.2's width (inches): narrow enough that its 9 pt text is still about 11 px tall on a phone, where the
+#: figure is shown 360 px wide (``style.PHONE_WIDTH_PX``); its shifts are stacked as rows instead.
+GAP_WIDTH_IN = 4.0
+
+
 def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
-    """The gap claims (``findings.gap_table``) per head (x) and optimizer (colour), a panel per shift, intervals cut
-    to [-1, 1], the equivalence band ``±margin`` and the legend below the panels, clear of the whiskers."""
+    """The gap claims (``findings.gap_table``) per head (x) and optimizer (colour), a row per shift (stacked, so that
+    the figure stays :data:`GAP_WIDTH_IN` wide and readable on a phone; the heads' names level, under the last row
+    only), intervals cut to [-1, 1], the equivalence band ``±margin`` and the legend below the panels, clear of the
+    whiskers."""
     shifts = [s for s in shift_labels if s in set(gaps["shift"])]
     heads = list(dict.fromkeys(gaps["head"]))
     opts = [o for o in OPTIMIZER_PALETTE if o in set(gaps["optimizer"])]
-    fig, axes = plt.subplots(1, len(shifts), figsize=(_CH4_WIDTH, 3.4), sharey=True, squeeze=False)
+    row_in, legend_in = 1.55, 0.55
+    height = row_in * len(shifts) + legend_in
+    fig, axes = plt.subplots(len(shifts), 1, figsize=(GAP_WIDTH_IN, height), sharex=True, sharey=True,
+                             squeeze=False)
     off = _dodge(len(opts))
     ends = [margin, -margin]
-    for ax, s in zip(axes[0], shifts):
+    for ax, s in zip(axes[:, 0], shifts):
         ax.axhspan(-margin, margin, color="grey", alpha=0.15, lw=0, label=f"±{margin:g} (equivalence margin)")
         ax.axhline(0, color="black", lw=0.8)
         for k, o in enumerate(opts):
@@ -44,16 +54,16 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
             ends += [float(v) for v in pd.concat([lo, hi]).dropna()]
             ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", capsize=2.5,
                         color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=4)
-        ax.set_xticks(range(len(heads)), heads, rotation=45, ha="right", rotation_mode="anchor")
-        ax.set_title(shift_labels[s])
+        ax.set_title(shift_labels[s], pad=3)
+    axes[-1][0].set_xticks(range(len(heads)), heads)
     lo, hi = min(ends), max(ends)  # the axis spans the clipped intervals (at most [-1, 1]) and the band
     pad = 0.06 * (hi - lo)
     axes[0][0].set_ylim(max(lo - pad, -1.02), min(hi + pad, 1.02))
-    axes[0][0].set_ylabel("task-B accuracy difference\n(separate_stats - backbone_eval)")
+    fig.supylabel("task-B accuracy difference\n(separate_stats - backbone_eval)", fontsize=_CH4_MIN_PT)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.tight_layout(rect=(0, legend_in / height, 1, 1), h_pad=0.6)
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=_CH4_MIN_PT, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
+               bbox_to_anchor=(0.5, 0.0), handlelength=1.2, columnspacing=0.8)
     return min_text_size(fig, _CH4_MIN_PT)
 
 
