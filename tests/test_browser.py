@@ -59,8 +59,8 @@ def _pages(html_root: Path) -> list[str]:
     from bnstudy.study.book import redirects
 
     moved = {f"{old}.html" for old in redirects()}
-    return sorted(str(p.relative_to(html_root)) for p in html_root.rglob("*.html")
-                  if not p.relative_to(html_root).parts[0].startswith("_") and str(p.relative_to(html_root)) not in moved)
+    pages = (p.relative_to(html_root) for p in html_root.rglob("*.html"))
+    return sorted(str(p) for p in pages if not p.parts[0].startswith("_") and str(p) not in moved)
 
 
 MATH_DONE = """async () => {

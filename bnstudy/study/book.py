@@ -56,8 +56,6 @@ REPO = Path(__file__).resolve().parents[2]
 CHAPTERS_DIR = REPO / "chapters"
 BOOK_DIR = REPO  # the book's root: _config.yml and _toc.yml are at the top level
 EXECUTED_DIR = BOOK_DIR / "chapters"
-#: The book's pages that are not chapters (front page, guide, glossary, reference pages), under the root's ``book/``.
-PAGES_DIR = BOOK_DIR / "book"
 
 
 def toc_files(root: Path = BOOK_DIR) -> list[str]:

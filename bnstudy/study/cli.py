@@ -265,7 +265,8 @@ def build_page(executed: Path, out: Path, quiet: bool = True) -> Path:
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
     (root / "_config.yml").write_text(yaml.safe_dump(book_config(number), sort_keys=False))
     toc = {"format": "jb-book", "root": f"chapters/{page}",
-           "parts": [{"caption": "Reference", "chapters": [{"file": Path(p).with_suffix("").as_posix()} for p in RERUN_PAGES]}]}
+           "parts": [{"caption": "Reference",
+                      "chapters": [{"file": Path(p).with_suffix("").as_posix()} for p in RERUN_PAGES]}]}
     (root / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
     jb = Path(sys.executable).parent / "jupyter-book"
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "--builder", "html", "-n"]
