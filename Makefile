@@ -46,14 +46,14 @@ release: $(STAMP)
 verify-release: $(STAMP)
 	$(PY) -m bnstudy.study.release verify --chapters $(CHAPTERS) --units $(UNITS) $(if $(N_JOBS),--n-jobs $(N_JOBS)) $(if $(RECORD),--record)
 
-# Build the HTML from the executed notebooks (the book's root is the top level: _config.yml, _toc.yml); warnings
-# are errors.
+# Build the HTML from the executed notebooks (the book's root is the top level: _config.yml, _toc.yml; the pages that
+# are not chapters are in book/, their old addresses redirect there); warnings are errors.
 book: chapters
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	$(MAKE) --no-print-directory wheel WHEEL_DIR=_build/html/dist
 	@echo "Book: $(CURDIR)/_build/html/index.html"
 
-# The release history page (history.md) from release/claims/: each release's claims table and what changed.
+# The release history page (book/history.md) from release/claims/: each release's claims table and what changed.
 history: $(STAMP)
 	$(PY) -m bnstudy.study.history page
 

@@ -120,13 +120,15 @@ def cache_dir(tmp_path):
 
 
 def _copy_book_sources(root: Path) -> None:
-    from bnstudy.study.book import book_sources
+    from bnstudy.study.book import BOOK_DIR, book_sources
 
     for p in book_sources():
+        dst = root / p.relative_to(BOOK_DIR)  # book/index.md stays in book/
+        dst.parent.mkdir(parents=True, exist_ok=True)
         if p.is_dir():
-            shutil.copytree(p, root / p.name)
+            shutil.copytree(p, dst)
         else:
-            shutil.copy(p, root / p.name)
+            shutil.copy(p, dst)
 
 
 def _jupyter_book_build(root: Path):

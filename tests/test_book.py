@@ -252,21 +252,24 @@ def test_readme_findings_are_the_release_books_front_page(release_book):
 
 
 def test_front_page_findings_turn_the_built_list_into_readme_markdown(tmp_path):
-    html = tmp_path / "index.html"
+    (tmp_path / "book").mkdir()
+    html = tmp_path / "book" / "index.html"  # the front page, book/index.md, links ../chapters/ and its siblings
     html.write_text('''<html><body><section id="what-the-chapters-find">
 <h2>What the chapters find<a class="headerlink" href="#what-the-chapters-find" title="Link to this heading">#</a></h2>
 <p>Numbers come from the executed chapters.</p>
 <ul class="simple">
-<li><p><strong><a class="reference internal" href="chapters/01-freeze-modes.html">Chapter 1, freeze modes</a>.</strong>
+<li><p><strong><a class="reference internal" href="../chapters/01-freeze-modes.html">Chapter 1, freeze modes</a>.</strong>
 In <code class="docutils literal notranslate"><span class="pre">train_mode</span></code> task A falls to 0.125
-(<a class="reference internal" href="chapters/01-freeze-modes.html#fig-ch01-accuracy"><span class="std std-numref">Fig. 1.1</span></a>).</p></li>
-<li><p>See <a class="reference internal" href="guide.html">the guide</a>.</p></li>
+(<a class="reference internal" href="../chapters/01-freeze-modes.html#fig-ch01-accuracy"><span class="std std-numref">Fig. 1.1</span></a>).</p></li>
+<li><p>See <a class="reference internal" href="guide.html">the guide</a> and the
+<a class="reference external" href="../book/glossary.html">glossary</a>.</p></li>
 </ul></section><section id="next"><h2>Next</h2></section></body></html>''')
     md = book.front_page_findings(tmp_path)
     assert md.splitlines()[0] == "Numbers come from the executed chapters."
     assert "- **[Chapter 1, freeze modes](chapters/01_freeze_modes.ipynb).**" in md
     assert "`train_mode`" in md and "0.125" in md and "(Fig. 1.1)" in md
-    assert "[the guide](guide.md)" in md and "Next" not in md and "#" not in md
+    assert "[the guide](book/guide.md)" in md and "[glossary](book/glossary.md)" in md
+    assert "Next" not in md and "#" not in md
     readme = tmp_path / "README.md"
     readme.write_text(f"top\n{book.FINDINGS_START}\nold\n{book.FINDINGS_END}\nbottom\n")
     assert book.update_readme(tmp_path, readme, None) and not book.update_readme(tmp_path, readme, None)
@@ -321,8 +324,8 @@ def test_every_glued_verdict_is_a_word_of_the_glossary(which, request):
 def test_glossary_is_in_the_book_and_names_every_verdict_word():
     from bnstudy.study import inference
 
-    assert "- file: glossary" in (REPO / "_toc.yml").read_text()
-    text = (REPO / "glossary.md").read_text()
+    assert "- file: book/glossary" in (REPO / "_toc.yml").read_text()
+    text = (REPO / "book" / "glossary.md").read_text()
     for word in (inference.NOT_DECIDED, inference.TOO_FEW, inference.EXACT, inference.NOT_EXACT,
                  "equivalent within \u00b1m", "a direction shown"):
         assert word in text, word

@@ -32,9 +32,10 @@ NOT_TORCH_OR_NUMPY = ("pandas", "scipy", "statsmodels", "matplotlib", "seaborn",
 
 
 def pages() -> dict[str, str]:
-    """``{page: Markdown}`` for every page a reader sees: the book's top-level pages, the README, docs/ and each
-    chapter notebook's Markdown cells (joined)."""
+    """``{page: Markdown}`` for every page a reader sees: the book's pages that are not chapters (``book/``), the
+    top level's Markdown (the README), docs/ and each chapter notebook's Markdown cells (joined)."""
     out = {p.name: p.read_text() for p in sorted(REPO.glob("*.md"))}
+    out |= {f"book/{p.name}": p.read_text() for p in sorted((REPO / "book").glob("*.md"))}
     out |= {f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}
     for p in sorted((REPO / "chapters").glob("[0-9][0-9]_*.ipynb")):
         cells = json.loads(p.read_text())["cells"]
@@ -92,7 +93,7 @@ def test_the_pages_hold_python_blocks_and_only_the_listed_ones_do_not_run():
     where = {(p, h) for p, _, _, h in blocks}
     assert set(NOT_RUN) <= where, sorted(set(NOT_RUN) - where)
     on = {p for p, _, _, _ in blocks}
-    assert {"guide.md", "README.md", "chapters/01_freeze_modes.ipynb", "chapters/02_eval_traps.ipynb"} <= on, on
+    assert {"book/guide.md", "README.md", "chapters/01_freeze_modes.ipynb", "chapters/02_eval_traps.ipynb"} <= on, on
     assert set(RAISES) <= {(p, i) for p, i, _, _ in blocks}
 
 

@@ -1,5 +1,5 @@
 """The glossary (issue 37): the book's own terms, every verdict word ``bnstudy.study.words`` can print, every threshold
-and outcome word the chapters print, and each chapter's direction words, all defined on glossary.md. Cheap: it
+and outcome word the chapters print, and each chapter's direction words, all defined on book/glossary.md. Cheap: it
 reads the page and calls the word functions, nothing is executed or built."""
 
 import math
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-GLOSSARY = (REPO / "glossary.md").read_text()
+GLOSSARY = (REPO / "book" / "glossary.md").read_text()
 
 
 def _section(label: str) -> str:

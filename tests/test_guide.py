@@ -1,4 +1,4 @@
-"""The decision guide (guide.md): every number and verdict on it is glued from an executed chapter, every
+"""The decision guide (book/guide.md): every number and verdict on it is glued from an executed chapter, every
 recommendation cites a figure or table that a chapter defines, and the cross-page Markdown glue renders."""
 
 import re
@@ -11,7 +11,7 @@ from bnstudy.study import book
 from bnstudy.study.sphinxext import inline_markdown
 
 REPO = Path(__file__).resolve().parent.parent
-GUIDE = REPO / "guide.md"
+GUIDE = REPO / "book" / "guide.md"
 ROLE = re.compile(r"\{(glue(?::\w+)?|numref|cite(?::\w+)?|ref)\}`([^`]*)`")
 
 
@@ -20,14 +20,15 @@ def _refs(kind: str) -> list[str]:
 
 
 def _chapter_sources() -> dict[str, str]:
-    """``{"chapters/01-freeze-modes.ipynb": source text of chapters/01_freeze_modes.ipynb, ...}``."""
-    return {f"chapters/{book.page_name(p)}.ipynb": p.read_text() for p in book.chapter_paths()}
+    """``{"../chapters/01-freeze-modes.ipynb": source text of chapters/01_freeze_modes.ipynb, ...}``: the path as a
+    page in ``book/`` (the guide, the front page) names a chapter's page."""
+    return {f"../chapters/{book.page_name(p)}.ipynb": p.read_text() for p in book.chapter_paths()}
 
 
 def test_guide_is_the_last_chapter_of_the_toc():
     toc = (REPO / "_toc.yml").read_text()
     chapters = re.findall(r"- file: (\S+)", toc.split("caption: Reference")[0])
-    assert chapters[-1] == "guide"
+    assert chapters[-1] == "book/guide"
 
 
 def test_guide_types_no_number_of_its_own():
@@ -52,7 +53,7 @@ def test_guide_glues_only_from_chapter_pages_with_their_own_keys():
         assert "::" in text, f"{text!r}: the guide has no glue of its own; give the chapter page"
         page, key = text.split("::", 1)
         assert page in pages, f"{page!r} is not a chapter page ({sorted(pages)})"
-        number = page.split("/")[1][:2]
+        number = page.split("/")[-1][:2]
         assert key.startswith(f"ch{number}_"), f"{key!r} is not chapter {number}'s key"
 
 
@@ -80,7 +81,7 @@ def test_inline_markdown_renders_verdict_words_and_refuses_other_markdown():
 
 @pytest.mark.slow
 def test_guide_page_pastes_every_value_and_verdict(built_html):
-    page = (built_html / "guide.html").read_text()
+    page = (built_html / "book" / "guide.html").read_text()
     assert "IPython.core.display" not in page and "glue:" not in page and "::ch0" not in page
     pasted = re.findall(r'class="pasted-(?:text|inline)"', page)
     assert len(pasted) == len(_refs("glue"))
@@ -90,7 +91,7 @@ def test_guide_page_pastes_every_value_and_verdict(built_html):
 
 # --- the practitioner's page (issue 25): code on every row, snippets that run, one import path per name -------------
 
-INDEX = REPO / "index.md"
+INDEX = REPO / "book" / "index.md"
 #: Study machinery a guide row may name beside the front door (``bnstudy.__all__``).
 STUDY_MODULES = ("modes", "banks", "routing")
 #: Verdict words of the book before the glossary (issue 24); the guide uses the glossary's instead.
@@ -287,7 +288,7 @@ def _start_here(text: str) -> str:
 
 def test_front_page_links_the_guide_before_the_first_chapter_and_answers_every_chapter_in_one_line():
     text = INDEX.read_text()
-    first_chapter = text.index("](chapters/")
+    first_chapter = text.index("](../chapters/")
     assert text.index("](guide.md)") < first_chapter, "the front page links a chapter before the guide"
     assert text.index("{admonition} Start here") < first_chapter and "Start here: what to do" in text
     box = _start_here(text)
@@ -307,14 +308,14 @@ def test_front_page_glues_only_keys_of_the_chapter_it_names():
     pages = _chapter_sources()
     for page, key in re.findall(r"\{glue(?::\w+)?\}`([^`]+?)::(\w+)", INDEX.read_text()):
         assert page in pages, page
-        assert key.startswith(f"ch{page.split('/')[1][:2]}_"), (page, key)
+        assert key.startswith(f"ch{page.split('/')[-1][:2]}_"), (page, key)
 
 
 @pytest.mark.slow
 def test_built_front_page_links_the_guide_before_any_chapter(built_html):
-    page = (built_html / "index.html").read_text()
+    page = (built_html / "book" / "index.html").read_text()
     main = page[page.index('<main'):]
-    assert main.index('href="guide.html') < main.index('href="chapters/01-freeze-modes.html')
+    assert main.index('href="guide.html') < main.index('href="../chapters/01-freeze-modes.html')
     assert "glue:" not in main and "::ch0" not in main
 
 
@@ -342,7 +343,7 @@ def test_every_chapters_plain_lead_pastes_inline_on_the_front_page():
     assert inline_markdown("**No.** Pin it with `bnstudy.pin_eval(model)`.") is None  # what the check refuses
     text = INDEX.read_text()
     for page in _chapter_sources():
-        stem = page.split("/")[1][:2]
+        stem = page.split("/")[-1][:2]
         if stem in ("01", "02", "03", "06", "07"):
             assert text.count(f"{{glue:md}}`{page}::ch{stem}_lead`") == 2, page  # the box and the findings
         if stem == "04":

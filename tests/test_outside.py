@@ -47,7 +47,7 @@ def test_the_one_setting_names_the_repository_and_the_book():
     assert book.startswith("https://") and book.endswith("/"), book
 
 
-@pytest.mark.parametrize("page", ["index.md", "guide.md", "cite.md", "reproduce.md", "README.md", "CITATION.cff",
+@pytest.mark.parametrize("page", ["book/index.md", "book/guide.md", "book/cite.md", "book/reproduce.md", "README.md", "CITATION.cff",
                                   ".zenodo.json", "_config.yml"])
 def test_every_address_of_the_project_on_a_page_comes_from_the_one_setting(page):
     """No page names another repository, another book address or another wheel than the setting's."""
@@ -59,11 +59,11 @@ def test_every_address_of_the_project_on_a_page_comes_from_the_one_setting(page)
 
 def test_the_install_lines_link_the_books_wheel_and_the_repository():
     repo, book = _urls()
-    index = (REPO / "index.md").read_text()
+    index = (REPO / "book" / "index.md").read_text()
     box = index.index("{admonition} Start here")
     start = index[box:index.index("\n```", box)]  # the Start here box, answers and install line
     assert f"pip install {wheel_url()}" in start and repo in start and "in a clone of this repository" not in start
-    guide = (REPO / "guide.md").read_text()
+    guide = (REPO / "book" / "guide.md").read_text()
     install = guide[guide.index("(guide-install)="):guide.index("(guide-short)=")]
     assert f"pip install {wheel_url()}" in install and f"git clone {repo}" in install
     readme = (REPO / "README.md").read_text()
@@ -85,7 +85,7 @@ def test_citation_files_name_the_repository_and_agree_with_each_other_and_the_bi
     assert zenodo["license"] == cff["license"] == "MIT"
     assert {(r["identifier"], r["relation"]) for r in zenodo["related_identifiers"]} >= {(repo, "isSupplementTo")}
     assert f"bnstudy {_project()['version']}" in zenodo["notes"]
-    cite = (REPO / "cite.md").read_text()
+    cite = (REPO / "book" / "cite.md").read_text()
     bib = re.search(r"```bibtex\n(.*?)```", cite, flags=re.S).group(1)
     fields = dict(re.findall(r"^\s*(\w+)\s*=\s*\{(.*?)\},?\s*$", bib, flags=re.M))
     assert fields["version"] == str(cff["version"]) and fields["url"] == book, fields
@@ -100,8 +100,8 @@ def test_sync_citation_moves_every_cited_version_to_the_releases(tmp_path):
     the cite page's BibTeX together, so the test above keeps holding."""
     from bnstudy.study.release import sync_citation
 
-    for name in ("CITATION.cff", ".zenodo.json", "cite.md"):
-        (tmp_path / name).write_text((REPO / name).read_text())
+    for name in ("CITATION.cff", ".zenodo.json", "book/cite.md"):
+        (tmp_path / Path(name).name).write_text((REPO / name).read_text())
     sync_citation({"release": {"version": "2031.01.02", "date": "2031-01-02"}}, path=tmp_path / "CITATION.cff",
                   zenodo=tmp_path / ".zenodo.json", cite_page=tmp_path / "cite.md")
     cff = yaml.safe_load((tmp_path / "CITATION.cff").read_text())

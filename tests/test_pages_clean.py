@@ -34,7 +34,7 @@ def test_chapter_page_is_clean_and_leads_with_its_answer(release_book, nb):
 @pytest.mark.parametrize("name", OTHER_PAGES)
 def test_other_pages_are_clean(release_book, name):
     _, html = _html(release_book)
-    problems = pagecheck.page_problems(html / f"{name}.html", chapter=False)
+    problems = pagecheck.page_problems(html / "book" / f"{name}.html", chapter=False)
     assert not problems, "\n".join(problems)
 
 

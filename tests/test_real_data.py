@@ -247,8 +247,8 @@ def test_every_verdict_is_a_word_of_the_glossary_and_no_old_word_is_left():
     nb = nbformat.read([p for p in book.chapter_paths() if p.stem == "07_real_data"][0], as_version=4)
     prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for w in ("inconclusive", "holds in part", "by construction (checked ==)", "not shown", "drops, not to chance", "reversed",
-              "too little power", "[glossary](../glossary.md)"):
-        assert (w in prose) == (w == "[glossary](../glossary.md)"), w
+              "too little power", "[glossary](../book/glossary.md)"):
+        assert (w in prose) == (w == "[glossary](../book/glossary.md)"), w
 
 
 def test_cost_is_train_mode_minus_backbone_eval_negative_when_train_mode_loses():

@@ -15,11 +15,12 @@ KEYS = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
 
 
 def _texts():
-    """``(name, text)`` of every page the book renders: the top-level Markdown pages and the chapters' markdown
+    """``(name, text)`` of every page the book renders: its Markdown pages (``book/``) and the chapters' markdown
     cells."""
-    for p in sorted(REPO.glob("*.md")):
-        if p.name != "README.md":
-            yield p.name, p.read_text()
+    pages = sorted((REPO / "book").glob("*.md"))
+    assert len(pages) >= 7, pages  # the front page, guide, glossary and reference pages
+    for p in pages:
+        yield f"book/{p.name}", p.read_text()
     for p in sorted((REPO / "chapters").glob("[0-9][0-9]_*.ipynb")):
         cells = json.loads(p.read_text())["cells"]
         yield p.name, "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")

@@ -58,18 +58,35 @@ BOOK_DIR = REPO  # the book's root: _config.yml and _toc.yml are at the top leve
 EXECUTED_DIR = BOOK_DIR / "chapters"
 
 
-def book_sources(root: Path = BOOK_DIR) -> list[Path]:
-    """The book's committed sources at its root: ``_config.yml``, ``_toc.yml``, every page file the table of
-    contents names that is not an executed chapter (``index.md``, ``guide.md``, ...), ``references.bib`` and
-    ``_static/``. Raises ``FileNotFoundError`` naming a page the table of contents lists but the root lacks."""
+def toc_files(root: Path = BOOK_DIR) -> list[str]:
+    """Every file the table of contents (``root/_toc.yml``) names, root first, without suffix, relative to ``root``:
+    ``["book/index", "chapters/01-freeze-modes", ..., "book/bibliography"]``."""
     import yaml
 
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     files = [toc["root"]]
     for part in toc.get("parts", []):
         files += [c["file"] for c in part.get("chapters", [])]
-    out = [root / "_config.yml", root / "_toc.yml", root / "references.bib", root / "_static"]
-    for f in files:
+    return files
+
+
+def redirects(root: Path = BOOK_DIR) -> dict[str, str]:
+    """The old addresses the built book keeps (``_config.yml``'s ``sphinx: config: redirects``, written by
+    sphinx-reredirects): ``{old docname: new address relative to the old page}``, e.g. ``{"guide":
+    "book/guide.html"}``; the old page is ``<html root>/<old docname>.html``. ``{}`` when none are configured."""
+    import yaml
+
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    return dict(((config.get("sphinx") or {}).get("config") or {}).get("redirects") or {})
+
+
+def book_sources(root: Path = BOOK_DIR) -> list[Path]:
+    """The book's committed sources at its root: ``_config.yml``, ``_toc.yml``, every page file the table of
+    contents names that is not an executed chapter (``book/index.md``, ``book/guide.md``, ...),
+    ``references.bib``, ``_static/`` and ``_templates/`` (the redirect page's template). Copy each to the same path
+    relative to ``root``. Raises ``FileNotFoundError`` naming a page the table of contents lists but the root lacks."""
+    out = [root / "_config.yml", root / "_toc.yml", root / "references.bib", root / "_static", root / "_templates"]
+    for f in toc_files(root):
         if f.startswith("chapters/"):
             continue  # executed by papermill, not a source
         hit = [p for p in (root / f"{f}.md", root / f"{f}.ipynb") if p.exists()]
@@ -409,7 +426,7 @@ def front_page_findings(html_dir, chapters=None) -> str:
     from bs4 import BeautifulSoup
     from markdownify import markdownify
 
-    page = Path(html_dir) / "index.html"
+    page = Path(html_dir) / "book" / "index.html"
     soup = BeautifulSoup(page.read_text(), "html.parser")
     section = soup.find("section", id="what-the-chapters-find")
     if section is None:
@@ -432,11 +449,12 @@ def front_page_findings(html_dir, chapters=None) -> str:
         if "#" in href and not href.startswith("http"):
             a.unwrap()  # a figure or table reference: its number stays as text
             continue
-        m = re.match(r"(?:\./)?chapters/(\d\d-[\w-]+)\.html$", href)
+        # the front page is book/index.html: a chapter is ../chapters/NN-name.html, another page NAME.html
+        m = re.match(r"(?:\.\./)?chapters/(\d\d-[\w-]+)\.html$", href)
         if m:
             a["href"] = f"chapters/{m.group(1).replace('-', '_')}.ipynb"
-        elif re.match(r"(?:\./)?[\w-]+\.html$", href):
-            a["href"] = re.sub(r"^\./", "", href).replace(".html", ".md")
+        elif m := re.match(r"(?:\./|\.\./book/)?([\w-]+)\.html$", href):
+            a["href"] = f"book/{m.group(1)}.md"
     md = markdownify(str(section), heading_style="ATX", bullets="-", strip=["span", "div", "section"])
     md = re.sub(r"\n{3,}", "\n\n", md).strip().replace("\u00a0", " ")
     if left_out:

@@ -192,19 +192,21 @@ def run_estimate(nb_path: Path, profile: str, config, params: dict) -> tuple[str
 BOOK_FOLDER = "book"
 #: The book's pages a one-chapter book takes along: the references page (``{cite}`` resolves against its
 #: ``{bibliography}``). The glossary is left out: it pastes values glued by every other chapter.
-RERUN_PAGES = ("bibliography.md",)
+RERUN_PAGES = ("book/bibliography.md",)
 
 
 def book_config(number: str, root: Path = book.BOOK_DIR) -> dict:
     """The book's ``_config.yml`` (``root``) for a one-chapter book of chapter ``number`` (``"04"``): the same
     extensions, parse settings, bibliography and theme, a title naming the rerun, and figures and tables numbered
-    as the published chapter numbers them (``Fig. 4.1``, ``Table 4.1``) though the book has one chapter."""
+    as the published chapter numbers them (``Fig. 4.1``, ``Table 4.1``) though the book has one chapter; without the
+    published book's redirects (``guide.html`` -> ``book/guide.html``), whose targets a one-chapter book lacks."""
     import yaml
 
     config = yaml.safe_load((root / "_config.yml").read_text())
     n = int(number)
     config["title"] = f"bnstudy rerun: chapter {n}"
     sphinx = config.setdefault("sphinx", {}).setdefault("config", {})
+    sphinx.pop("redirects", None)  # the published book's old addresses: their pages are not in a one-chapter book
     sphinx["numfig_format"] = {"figure": f"Fig. {n}.%s", "table": f"Table {n}.%s"}
     return config
 
@@ -258,11 +260,13 @@ def build_page(executed: Path, out: Path, quiet: bool = True) -> Path:
         if (out / folder).is_dir():
             shutil.copytree(out / folder, root / folder, ignore=shutil.ignore_patterns(".*"))
     for name in ("references.bib", "_static", *RERUN_PAGES):
-        src = book.BOOK_DIR / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+        src, dst = book.BOOK_DIR / name, root / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
     (root / "_config.yml").write_text(yaml.safe_dump(book_config(number), sort_keys=False))
     toc = {"format": "jb-book", "root": f"chapters/{page}",
-           "parts": [{"caption": "Reference", "chapters": [{"file": Path(p).stem} for p in RERUN_PAGES]}]}
+           "parts": [{"caption": "Reference",
+                      "chapters": [{"file": Path(p).with_suffix("").as_posix()} for p in RERUN_PAGES]}]}
     (root / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
     jb = Path(sys.executable).parent / "jupyter-book"
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "--builder", "html", "-n"]

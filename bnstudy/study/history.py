@@ -13,7 +13,7 @@ release, which claims and verdicts changed and why.
   ``verify --record`` calls to note the verification; ``python -m bnstudy.study.history record
   --chapters-dir DIR`` records the claims of a release book's executed chapters (nothing is recomputed: the release's
   rows, tables and manifest are unchanged).
-* **The page** ``history.md`` is made by :func:`page` (``python -m bnstudy.study.history page``; ``make history``;
+* **The page** ``book/history.md`` is made by :func:`page` (``python -m bnstudy.study.history page``; ``make history``;
   ``compute`` and ``verify --record`` rewrite it for the repository's release); ``tests/test_history.py`` requires
   the committed page to equal it.
 """
@@ -34,7 +34,7 @@ __all__ = ["COLUMNS", "claims_of_chapters", "record", "entries", "changes", "pag
 #: The columns of a release's claims table: the chapter (``"04"``), then a claims table's (``bnstudy.study.pages.CLAIM_FIELDS``).
 COLUMNS = ("chapter", "key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence", "verdict")
 CLAIMS_DIR = "claims"
-PAGE = Path(__file__).resolve().parents[2] / "history.md"
+PAGE = Path(__file__).resolve().parents[2] / "book" / "history.md"
 
 
 def _plain(md: str) -> str:
@@ -221,7 +221,7 @@ the chapters recomputed and why (the code fingerprint and seeds before and after
 
 
 def page(release_dir=RELEASE_DIR) -> str:
-    """The Markdown of ``history.md``: per release, newest first, its date, code and verification, what changed
+    """The Markdown of ``book/history.md``: per release, newest first, its date, code and verification, what changed
     since the previous entry (chapters recomputed and why; claims whose verdict changed) and, for the first entry,
     its claims summary (claims and verdicts per chapter). Raises ``ValueError`` if no release is recorded."""
     hist = entries(release_dir)
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     r.add_argument("--release-dir", default=str(RELEASE_DIR))
     p = sub.add_parser("page", help="write the history page")
     p.add_argument("--release-dir", default=str(RELEASE_DIR))
-    p.add_argument("--out", default=str(PAGE), help="the page to write (default history.md at the top level)")
+    p.add_argument("--out", default=str(PAGE), help="the page to write (default book/history.md)")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "record":

@@ -2,7 +2,7 @@
 equivalence, one-sided tests, bootstrap intervals, rank correlation, and the one verdict vocabulary.
 
 Every chapter's findings use these functions and no others, so the same numbers get the same verdict on
-every page. The conventions, decided once (the glossary page, ``glossary.md``, states them for readers):
+every page. The conventions, decided once (the glossary page, ``book/glossary.md``, states them for readers):
 
 * **Replications are seeds.** Within a seed every condition sees the same data stream and head init, so a
   comparison is the per-seed difference ``condition - reference`` (:func:`paired_differences`). Missing

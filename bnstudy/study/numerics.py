@@ -17,7 +17,7 @@ and MKL read these settings once, on first use):
   AMD it silently falls back to its automatic branch (``MKL_VERBOSE=1`` prints ``CNR:AUTO`` on this project's
   AMD EPYC machines, ``CNR:COMPATIBLE`` with this setting).
 
-What it cannot pin (measured, see ``reproduce.md``): the results of the CPU's approximate instructions
+What it cannot pin (measured, see ``book/reproduce.md``): the results of the CPU's approximate instructions
 (``rsqrtps``/``rcpps``), whose tables differ between CPU vendors, reach MKL's vector math (torch's ``sqrt``, in
 Adam's update). The CPU vendor is therefore part of the environment's identity (:func:`identity`): rows are
 expected ``==`` between machines of one vendor under the pin, and are checked statistically across vendors.

@@ -3,7 +3,8 @@ first, methods are folded, the visible text is short, and no code, warning, path
 reaches a reader.
 
 ``python -m bnstudy.study.pagecheck _build/html/chapters/04-heads.html`` prints a page's visible words and its
-problems; ``tests/test_pages_clean.py`` runs the same checks on every page of the built book.
+problems (``_build/html/book/*.html _build/html/chapters/*.html``: every page; the ``*.html`` at the top are the
+redirects from the old addresses); ``tests/test_pages_clean.py`` runs the same checks on every page of the built book.
 """
 
 from __future__ import annotations

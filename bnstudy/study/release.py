@@ -302,9 +302,9 @@ def _chapter_numerics(units: list[dict]) -> dict:
 
 
 def sync_citation(manifest: dict, path=REPO / "CITATION.cff", zenodo=REPO / ".zenodo.json",
-                  cite_page=REPO / "cite.md") -> None:
+                  cite_page=REPO / "book" / "cite.md") -> None:
     """Set the release's version and date where the book is cited: ``version`` and ``date-released`` in
-    ``CITATION.cff``, ``version`` and ``publication_date`` in ``.zenodo.json`` and the BibTeX on ``cite.md``
+    ``CITATION.cff``, ``version`` and ``publication_date`` in ``.zenodo.json`` and the BibTeX on ``book/cite.md``
     (the release is what is cited). A file that does not exist is skipped."""
     import json
     import re

@@ -13,7 +13,7 @@ It does four things the stock Jupyter Book build does not:
 * **A provenance card under every figure and table** of a chapter (label ``fig-chNN-...`` / ``tbl-chNN-...``):
   a folded block naming the per-seed rows behind it, their sha256, the release's last verification and the
   commands (and recorded costs) that remake the figure and recompute its rows (:mod:`bnstudy.study.provenance`).
-* **Verdict words from other pages.** ``{glue:md}`chapters/NN-name.ipynb::key``` pastes a Markdown value
+* **Verdict words from other pages.** ``{glue:md}`../chapters/NN-name.ipynb::key``` pastes a Markdown value
   (a verdict word such as **holds**) glued in another notebook; myst-nb pastes only plain text, HTML and
   images across pages (the decision guide cites every chapter's verdicts this way).
 * **A clean console.** Repeated ``<script>`` entries (sphinx-thebe declares a constant twice) are dropped.

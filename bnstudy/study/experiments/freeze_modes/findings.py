@@ -1234,7 +1234,7 @@ def lead(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
 
 #: Said where the answer states its verdicts (issue 35): the main run's settings were chosen by trial.
 SETTINGS_CAVEAT = ("The main run's pixel noise, shift and head learning rate were set by trial until the seed article's "
-                   "effects showed; the values tried were not recorded (the [glossary](../glossary.html) lists every "
+                   "effects showed; the values tried were not recorded (the [glossary](../book/glossary.html) lists every "
                    "setting chosen after seeing data).")
 
 

@@ -483,7 +483,7 @@ def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None) -> s
              f"cells split into {c['higher']} where separate statistics score higher on task B than the pinned "
              f"backbone, {c['lower']} where they score lower, {c['equivalent']} {equivalent_text(n('margin'))} and "
              f"{c['not decided'] + c['too few seeds']} not decided (the printed verdicts counted; the words are the "
-             f"[glossary](../glossary.html)'s)."]
+             f"[glossary](../book/glossary.html)'s)."]
     linear = [f"{verdict_md(C[C['key'] == f'gap_ref_linear_{o}'].iloc[0])} with {OPTIMIZER_WORDS[o]}"
               for o in OPTIMIZER_WORDS if (C["key"] == f"gap_ref_linear_{o}").any()]
     if linear:

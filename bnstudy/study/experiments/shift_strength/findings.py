@@ -1290,7 +1290,7 @@ def counts_sentence(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
     return (f"Over the {n['m']} shifted levels of the {len(_lines_of(C))} lines, the sum of the two differences reads "
             f"**{NET_WORDS['higher']}** at {n['higher']}, **{NET_WORDS['lower']}** at {n['lower']}, "
             f"**equivalent within \u00b1{number(F, 'tie_margin'):g}** at {n['equivalent']} and **not decided** at "
-            f"{n['not decided']} (the printed verdicts counted, the [glossary](../glossary.html)'s rule).")
+            f"{n['not decided']} (the printed verdicts counted, the [glossary](../book/glossary.html)'s rule).")
 
 
 def _lines_of(C: pd.DataFrame) -> list:
@@ -1413,7 +1413,7 @@ def sensitivity_sentence(F: pd.DataFrame) -> str:
     page = n("min_effect") if _has(F, "min_effect") else math.nan
     cross = join([f"{str(n(f'threshold_lines_raw_thr{slug(t)}')).replace('**', '')} at {t:g}"
                   + (" (the page's)" if np.isclose(t, page) else "") for t in TIE_THRESHOLDS])
-    return (f"Sensitivity to the margins and thresholds we chose (the [glossary](../glossary.html) gives each and its "
+    return (f"Sensitivity to the margins and thresholds we chose (the [glossary](../book/glossary.html) gives each and its "
             f"reason): at equivalence margins of {join([f'{m:g}' for m in MARGINS])} the levels shown lower number "
             f"{lower} and those equivalent {equiv}; the lines whose mean curves cross, in accuracy points, are "
             f"{cross}, so where a line crosses depends on the tie threshold, which predates the table of thresholds "
