@@ -679,8 +679,8 @@ def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 #: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
-         "**Yes, at the strongest shift.** Where a corruption moves the statistics most, on each network the old task falls and drifting "
-         "statistics help the new one, as in chapter 1: pin the backbone in eval mode."),
+         "**Yes, at the strongest shift.** There, on each network, the old task falls and the new one gains, as in "
+         "chapter 1: pin the backbone in eval mode."),
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and not _b_helps_everywhere(c, f),
          "**Partly.** Where a corruption moves the statistics most, the old task falls on every network, but "
          "drifting statistics do not help the new task on every network: pin the backbone in eval mode."),
