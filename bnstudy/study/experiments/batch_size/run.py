@@ -18,12 +18,22 @@ the protocol: a per-sample-norm control (``group_pretrained``) against which a b
 and a learning-rate check (``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds); at the smallest batch
 size the :data:`CONTENDERS` also run on the reported seeds at the rates the tuning seeds chose.
 
+4. **The batch-size-2 decision** (issue 34, :func:`decision_tables`): every strategy of :data:`DECISION_STRATEGIES`
+   (the eight of :data:`STRATEGIES` and ``bn_train_precise``, Wu & Johnson's recipe: BatchNorm in train mode, then
+   precise BN re-estimated before evaluation; scored by ``target_restat`` of the ``bn_train`` runs) at its own
+   learning rate, tuned on the tuning seeds, at ``decision_batch_sizes`` (2 and 256), under two **budgets**
+   (:data:`BUDGETS`): the fixed number of ``samples`` of the main grid, and a fixed number of optimizer steps
+   (``budget_steps``; ``samples = budget_steps * batch_size``). The rate grid (``lr_factors``) is extended by a factor
+   of 2 past any edge the best rate sits at, up to ``grid_extensions`` times (:func:`decision_factors`); the reported
+   seeds then run at each cell's chosen rate.
+
 ``Config`` -> :func:`run` -> tables (:func:`run_tables`) -> claims (:mod:`.findings`) -> figures (:mod:`.figures`).
 """
 
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,12 +69,14 @@ PRECISE_BATCH_SIZES = (2, 32)
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
                   precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
-                  tune_seeds=2, tune_batch_sizes=(2, 32), lr_factors=(0.5, 1.0, 2.0)),
+                  tune_seeds=2, tune_batch_sizes=(2, 32), lr_factors=(0.5, 1.0, 2.0),
+                  budget_steps=16, decision_batch_sizes=(2, 32), grid_extensions=1),
     "full": dict(seeds=10, batch_sizes=(2, 4, 8, 16, 32, 64, 128, 256), samples=4096, stage1_steps=400,
                  noise_pool=8192,
                  precise_samples=(4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
                  precise_pool=32768, tune_seeds=2, tune_batch_sizes=(2, 32, 256),
-                 lr_factors=(0.25, 0.5, 1.0, 2.0, 4.0)),
+                 lr_factors=(0.25, 0.5, 1.0, 2.0, 4.0), budget_steps=128, decision_batch_sizes=(2, 256),
+                 grid_extensions=3),
 }
 #: Tuning seeds given as a count ``n`` are ``TUNE_SEED_BASE .. TUNE_SEED_BASE + n - 1``: never a reported seed.
 TUNE_SEED_BASE = 1000
@@ -72,12 +84,34 @@ TUNE_SEED_BASE = 1000
 #: norms. At the smallest batch size each also runs on the reported seeds at the rate the tuning seeds chose for it.
 CONTENDERS = ("bn_train", "group_pretrained", "layer_pretrained")
 
+#: The decision's two budgets (:func:`decision_tables`): ``samples``: every batch size sees ``Config.samples`` labelled
+#: samples (the main grid's protocol; steps shrink as batches grow); ``steps``: every batch size takes
+#: ``Config.budget_steps`` optimizer steps (samples grow with the batch).
+BUDGETS = ("samples", "steps")
+#: Wu & Johnson (2021)'s recipe as a strategy of the decision: the ``bn_train`` runs, scored after precise BN
+#: re-estimated their running statistics (``target_restat``).
+PRECISE_AFTER = "bn_train_precise"
+#: The decision's strategies (``arm``): every fine-tuning strategy and :data:`PRECISE_AFTER`.
+DECISION_STRATEGIES = STRATEGIES + (PRECISE_AFTER,)
+STRATEGY_LABELS[PRECISE_AFTER] = "BN in train mode, then precise BN"
+
 #: Config fields only the analysis reads: a page analysing an earlier run's tables (``rows``) may change them.
 ANALYSIS_PARAMETERS = ("break_margin", "equivalence_margin")
 #: Parameters added after the release's rows were computed, with the value they were computed with: none yet.
 READ_DEFAULTS: dict = {}
 #: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``; :func:`run_tables`).
-SIBLING_TABLES = ("lr_check", "noise", "precise_bn", "tuned")
+SIBLING_TABLES = ("lr_check", "noise", "precise_bn", "tuned", "decision_check", "decision")
+
+
+def run_strategy(arm: str) -> str:
+    """The fine-tuning strategy whose runs score ``arm`` (:data:`DECISION_STRATEGIES`): ``bn_train`` for
+    :data:`PRECISE_AFTER`, else ``arm`` itself."""
+    return "bn_train" if arm == PRECISE_AFTER else arm
+
+
+def score_column(arm: str) -> str:
+    """The accuracy column that scores ``arm``: ``target_restat`` for :data:`PRECISE_AFTER`, else ``target``."""
+    return "target_restat" if arm == PRECISE_AFTER else "target"
 
 
 def _choices(name, allowed):
@@ -110,7 +144,9 @@ class Config(ChapterConfig):
     tried for precise BN and the reference sample for the exact statistics. ``equivalence_margin``: TOST margin
     (accuracy) for "enough samples". ``mismatch_batches``: target batches of 64 for the statistics mismatch.
     ``tune_seeds`` (an int ``n``: ``TUNE_SEED_BASE + 0..n-1``; 0: no check), ``lr_factors`` (multiples of the
-    linear-scaling rate) and ``tune_batch_sizes``: the learning-rate check. Raises ``ValueError`` naming the
+    linear-scaling rate) and ``tune_batch_sizes``: the learning-rate check. ``budget_steps``,
+    ``decision_batch_sizes`` and ``grid_extensions``: the batch-size-2 decision (:func:`decision_tables`; the
+    samples budget uses ``samples``). Raises ``ValueError`` naming the
     parameter for any bad value (:data:`RULES`), before any work starts.
     """
 
@@ -136,6 +172,9 @@ class Config(ChapterConfig):
     tune_seeds: tuple = ()
     lr_factors: tuple = (0.5, 1.0, 2.0)
     tune_batch_sizes: tuple = (2, 32)
+    budget_steps: int = 16
+    decision_batch_sizes: tuple = (2, 32)
+    grid_extensions: int = 1
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds, "strategies": _choices("strategies", STRATEGIES),
@@ -153,13 +192,14 @@ class Config(ChapterConfig):
         Rule("noise", ">= 0", lambda c: c.noise >= 0),
         Rule("break_margin", "in [0, 1]", lambda c: 0 <= c.break_margin <= 1),
         Rule("noise_batch_sizes", "increasing integers >= 2", lambda c: _increasing(c.noise_batch_sizes)),
-        Rule("noise_pool", "at least 2 batches of the largest noise batch size",
-             lambda c: c.noise_pool >= 2 * max(c.noise_batch_sizes)),
+        Rule("noise_pool", "an even integer, at least 2 batches of the largest noise batch size",
+             lambda c: c.noise_pool >= 2 * max(c.noise_batch_sizes) and c.noise_pool % 2 == 0),
         Rule("precise_samples", f"increasing multiples of {min(PRECISE_BATCH_SIZES)}, at least one of "
              f"{max(PRECISE_BATCH_SIZES)} (each batch size uses the counts it divides)",
              lambda c: _increasing(c.precise_samples) and not any(n % min(PRECISE_BATCH_SIZES) for n in c.precise_samples)
              and any(n % max(PRECISE_BATCH_SIZES) == 0 for n in c.precise_samples)),
-        Rule("precise_pool", "an integer >= 2", lambda c: c.precise_pool >= 2),
+        Rule("precise_pool", "an even integer >= 2 (drawn two samples at a time)",
+             lambda c: c.precise_pool >= 2 and c.precise_pool % 2 == 0),
         Rule("equivalence_margin", "in (0, 1]", lambda c: 0 < c.equivalence_margin <= 1),
         Rule("mismatch_batches", "an integer >= 1", lambda c: c.mismatch_batches >= 1),
         Rule("adabn_batch_size", "an integer >= 2", lambda c: c.adabn_batch_size >= 2),
@@ -171,6 +211,15 @@ class Config(ChapterConfig):
              lambda c: _increasing(c.tune_batch_sizes) and all(b % 2 == 0 and c.samples % b == 0 for b in c.tune_batch_sizes)),
         Rule("tune_batch_sizes", "batch sizes that contain lr_batch (the break reference)",
              lambda c: c.lr_batch in c.tune_batch_sizes),
+        Rule("budget_steps", "an integer >= 1 (optimizer steps at every batch size of the steps budget)",
+             lambda c: c.budget_steps >= 1),
+        Rule("decision_batch_sizes", "increasing even divisors of samples (at least one)",
+             lambda c: _increasing(c.decision_batch_sizes)
+             and all(b % 2 == 0 and c.samples % b == 0 for b in c.decision_batch_sizes)),
+        Rule("grid_extensions", "an integer >= 0 (times the rate grid may be extended past an edge)",
+             lambda c: c.grid_extensions >= 0),
+        Rule("tune_seeds", "at least 2 seeds where decision_batch_sizes is set (each rate is tuned on them)",
+             lambda c: len(c.tune_seeds) >= 2 or not c.decision_batch_sizes),
     )
 
     def __post_init__(self):
@@ -210,6 +259,24 @@ class Config(ChapterConfig):
             raise ValueError(f"factors has no rate for target {missing[0][0]!r}, strategy {missing[0][1]!r}")
         return [self._finetune_config(s, t, min(self.batch_sizes), st, factors[(t, st)])
                 for s in self.seeds for t in self.targets for st in CONTENDERS if st in self.strategies]
+
+    def budget_samples(self, budget: str, batch_size: int) -> int:
+        """Labelled samples of a run under ``budget`` (:data:`BUDGETS`) at ``batch_size``; raises ``ValueError``
+        naming ``budget`` otherwise."""
+        check_choice("budget", budget, BUDGETS)
+        return self.samples if budget == "samples" else self.budget_steps * batch_size
+
+    def decision_cells(self) -> list[tuple]:
+        """The decision's cells ``(budget, batch_size, target, arm)``, arms of :data:`DECISION_STRATEGIES` whose run
+        strategy is in ``strategies``."""
+        arms = [a for a in DECISION_STRATEGIES if run_strategy(a) in self.strategies]
+        return [(bu, b, t, a) for bu in BUDGETS for b in self.decision_batch_sizes for t in self.targets for a in arms]
+
+    def decision_config(self, cell: tuple, seed: int, factor: float) -> FinetuneConfig:
+        """The run of ``cell`` (:meth:`decision_cells`) for ``seed`` at ``factor * lr_for(batch_size)``."""
+        bu, b, t, a = cell
+        return dataclasses.replace(self._finetune_config(seed, t, b, run_strategy(a), factor),
+                                   samples=self.budget_samples(bu, b))
 
     def diag_configs(self) -> list["DiagConfig"]:
         return [DiagConfig(seed=s, noise=self.noise, stage1_steps=self.stage1_steps, noise_batch_sizes=self.noise_batch_sizes,
@@ -325,6 +392,13 @@ def _stream(task, n: int, batch_size: int, gen: torch.Generator):
         yield torch.cat(xs)
 
 
+def _pool(task, n: int, gen: torch.Generator) -> torch.Tensor:
+    """``n`` samples (``n`` even) of ``task`` as one tensor ``(n, 3, H, W)``: the images of :func:`_stream` with the
+    same generator, in the same order, with no batch size that must divide ``n``."""
+    unit = BatchStream(task, 2, gen)
+    return torch.cat([unit.next()[0] for _ in range(n // 2)])
+
+
 @torch.no_grad()
 def exact_population_statistics(backbone: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple]:
     """Population mean and (biased) variance of every BN layer's input on ``x``, layer by layer (layers ``< l``
@@ -370,7 +444,7 @@ def precise_records(cfg: DiagConfig, state: dict) -> list[dict]:
     def acc(bb, head):
         return accuracy(logits_of(lambda x: head(bb(x)), xe, "cpu"), ye)
 
-    ref = torch.cat(list(_stream(task, cfg.precise_pool, 512, generator(cfg.seed, "precise", "reference"))))
+    ref = _pool(task, cfg.precise_pool, generator(cfg.seed, "precise", "reference"))
     bb, head = model()
     recs = [dict(kind="source", batch_size=0, n_samples=0, mean_err=math.nan, var_err=math.nan, accuracy=acc(bb, head))]
     exact = exact_population_statistics(bb, ref)
@@ -392,7 +466,7 @@ def _diag_group(configs: list[DiagConfig], cache_root: str, version: str) -> lis
         bb = ConvBackbone(3, cfg.widths, cfg.norm, cfg.momentum)
         bb.load_state_dict(state["backbone"])
         task_a = make_task(cfg.seed, "A", cfg.n_classes, cfg.noise)
-        x = torch.cat(list(_stream(task_a, cfg.noise_pool, 512, generator(cfg.seed, "noise", "A"))))
+        x = _pool(task_a, cfg.noise_pool, generator(cfg.seed, "noise", "A"))
         row = dict(seed=cfg.seed, noise_records=noise_records(per_sample_moments(bb, x), cfg.noise_batch_sizes),
                    precise_records=precise_records(cfg, state))
         for t in cfg.targets:
@@ -427,11 +501,12 @@ def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str
 def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, ...]:
     """Run chapter 5: stage 1 for every source norm needed, the diagnostics per seed, the fine-tuning sweeps.
 
-    Returns ``(runs, diag, tune, tuned)``: one row per fine-tuning run (:func:`bnstudy.study.engine.finetune`'s columns,
+    Returns ``(runs, diag, tune, tuned, decision_check, decision)``: one row per fine-tuning run (:func:`bnstudy.study.engine.finetune`'s columns,
     ``target_name`` and the seed's ``mismatch_kl`` for it); one row per seed with the list-valued
     ``noise_records`` / ``precise_records`` and ``mismatch_kl_<target>``; the learning-rate check's runs on the
     tuning seeds and the tuned-rate runs on the reported seeds (:meth:`Config.tuned_configs`), both with
-    ``lr_factor`` and no ``mismatch_kl`` (each empty without tuning seeds or contenders).
+    ``lr_factor`` and no ``mismatch_kl`` (each empty without tuning seeds or contenders); the decision's tuning
+    runs and its reported runs (:func:`decision_tables`; empty without ``decision_batch_sizes``).
     """
     if not isinstance(config, Config):
         raise TypeError(f"run needs a batch_size.Config (see make_config), got {type(config).__name__}")
@@ -462,11 +537,12 @@ def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFram
     sb = min(config.batch_sizes)
     if tcfgs and sb in config.tune_batch_sizes and set(CONTENDERS) & set(config.strategies):
         tuned = sweep(config.tuned_configs(chosen_factors(tune, sb)), "tuned rates, reported seeds")
+    dcheck, dec = decision_tables(config, sweep) if config.decision_batch_sizes else (pd.DataFrame(), pd.DataFrame())
     mm = diag.melt(id_vars="seed", value_vars=[f"mismatch_kl_{t}" for t in config.targets],
                    var_name="target_name", value_name="mismatch_kl")
     mm["target_name"] = mm["target_name"].str.replace("mismatch_kl_", "", regex=False)
     df = df.merge(mm, on=["seed", "target_name"], how="left", validate="many_to_one")
-    return df, diag, tune, tuned
+    return df, diag, tune, tuned, dcheck, dec
 
 
 # --- tidy tables --------------------------------------------------------------------------------------------------
@@ -496,9 +572,10 @@ def precise_table(diag: pd.DataFrame) -> pd.DataFrame:
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
     """:func:`run` as the tables a page saves: the results and ``{suffix: table}`` of :data:`SIBLING_TABLES`."""
-    df, diag, tune, tuned = run(config, execution)
+    df, diag, tune, tuned, dcheck, dec = run(config, execution)
     return results_table(df), dict(lr_check=results_table(tune), noise=noise_table(diag),
-                                   precise_bn=precise_table(diag), tuned=results_table(tuned))
+                                   precise_bn=precise_table(diag), tuned=results_table(tuned),
+                                   decision_check=results_table(dcheck), decision=results_table(dec))
 
 
 def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -532,3 +609,83 @@ def chosen_factors(tune: pd.DataFrame, batch_size: int) -> dict:
                          f"{sorted(set(tune.batch_size))}")
     best = best_rate_table(tune[tune.batch_size == batch_size]).drop_duplicates(["target_name", "strategy"])
     return {(r.target_name, r.strategy): float(r.best_factor) for r in best.itertuples() if r.strategy in CONTENDERS}
+
+
+# --- 4. the batch-size-2 decision (issue 34) -----------------------------------------------------------------------
+
+#: The columns naming a decision cell in :func:`decision_tables`' tables.
+DECISION_CELL = ["budget", "batch_size", "target_name", "arm"]
+
+
+def best_factors(check: pd.DataFrame) -> pd.DataFrame:
+    """Per decision cell (:data:`DECISION_CELL`) of the tuning runs ``check``: the ``lr_factor`` with the highest mean
+    ``score`` over the tuning seeds (ties: the factor nearest 1, then the smaller), with ``grid_low`` /
+    ``grid_high`` (the factors tried) and ``at_edge`` (the best is the smallest or the largest tried). A factor some
+    seed diverged at scores its seed's (chance-level) accuracy, so it is never picked over a working rate by luck.
+    Raises ``ValueError`` if ``check`` lacks a column of :data:`DECISION_CELL`."""
+    missing = [c for c in DECISION_CELL + ["lr_factor", "score"] if c not in check]
+    if missing:
+        raise ValueError(f"best_factors: the tuning table has no column {missing[0]!r}")
+    m = check.groupby(DECISION_CELL + ["lr_factor"])["score"].mean().reset_index()
+    m["dist"] = np.abs(np.log(m.lr_factor))
+    best = (m.sort_values(["score", "dist", "lr_factor"], ascending=[False, True, True])
+            .groupby(DECISION_CELL, sort=True).head(1).set_index(DECISION_CELL))
+    span = check.groupby(DECISION_CELL)["lr_factor"].agg(grid_low="min", grid_high="max")
+    out = best[["lr_factor", "score"]].join(span).reset_index()
+    out["at_edge"] = (out.lr_factor == out.grid_low) | (out.lr_factor == out.grid_high)
+    return out.sort_values(DECISION_CELL).reset_index(drop=True)
+
+
+def _decision_rows(rows: pd.DataFrame, cells: list, seeds_factors: list) -> pd.DataFrame:
+    """Rows of the decision runs ``rows`` (one per config of ``seeds_factors``, in order) with the cell's columns,
+    ``lr_factor`` and ``score`` (:func:`score_column` of the arm)."""
+    rows = rows.reset_index(drop=True).copy()
+    rows["budget"] = [c[0] for c in cells]
+    rows["arm"] = [c[3] for c in cells]
+    rows["lr_factor"] = [f for _, f in seeds_factors]
+    rows["score"] = [r[score_column(c[3])] for c, (_, r) in zip(cells, rows.iterrows())]
+    return rows
+
+
+def decision_tables(config: Config, sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The batch-size-2 decision's runs: ``(check, reported)``.
+
+    ``check``: every decision cell (:meth:`Config.decision_cells`) on every tuning seed at every factor of
+    ``lr_factors``; then up to ``grid_extensions`` rounds that add ``factor / 2`` below (``* 2`` above) the grid of
+    every cell whose best factor (:func:`best_factors`) is its smallest (largest). ``reported``: every cell on the
+    reported seeds at its final best factor. Both have the runs' columns (:func:`bnstudy.study.engine.finetune`),
+    ``target_name`` and :data:`DECISION_CELL`, ``lr_factor`` and ``score``. ``sweep(configs, desc)`` runs configs
+    through the run cache (:func:`run`'s). Runs shared between cells (the ``bn_train`` runs score both ``bn_train``
+    and :data:`PRECISE_AFTER`) are computed once."""
+    cells = config.decision_cells()
+    grid = {c: list(config.lr_factors) for c in cells}
+
+    def runs(todo, desc):  # each distinct config once, its row copied to every cell it scores
+        cfgs = [config.decision_config(c, s, f) for c, s, f in todo]
+        unique = list(dict.fromkeys(cfgs))
+        out = sweep(unique, desc, factor=False)
+        at = {c: i for i, c in enumerate(unique)}
+        return _decision_rows(out.iloc[[at[c] for c in cfgs]], [c for c, _, _ in todo], [(s, f) for _, s, f in todo])
+
+    def run_check():
+        return runs([(c, s, f) for c in cells for f in sorted(grid[c]) for s in config.tune_seeds],
+                    "decision: rate tuning")
+
+    check = run_check()
+    for _ in range(config.grid_extensions):
+        best = best_factors(check)
+        grew = False
+        for r in best.itertuples(index=False):
+            c = (r.budget, r.batch_size, r.target_name, r.arm)
+            if r.lr_factor == min(grid[c]):
+                grid[c].append(min(grid[c]) / 2)
+                grew = True
+            elif r.lr_factor == max(grid[c]):
+                grid[c].append(max(grid[c]) * 2)
+                grew = True
+        if not grew:
+            break
+        check = run_check()
+    best = best_factors(check)
+    chosen = {(r.budget, r.batch_size, r.target_name, r.arm): float(r.lr_factor) for r in best.itertuples(index=False)}
+    return check, runs([(c, s, chosen[c]) for s in config.seeds for c in cells], "decision: reported seeds")
