@@ -31,7 +31,8 @@ STATISTICS = {"batch": MODES["train_mode"], "running": MODES["backbone_eval"], "
 OPTIMIZERS = {"sgd": "#222222", "sgd_plain": GREY, "adam": VERMILLION}
 #: Fine-tuning strategies (chapter 5): BatchNorm variants in warm colours, per-sample norms in greens/purples.
 STRATEGIES = {"bn_frozen": ORANGE, "stats_frozen": YELLOW, "adabn": BROWN, "bn_train": BLUE, "to_group": GREEN,
-              "to_layer": PURPLE, "group_pretrained": "#016b4f", "layer_pretrained": "#8a3f82"}
+              "to_layer": PURPLE, "group_pretrained": "#016b4f", "layer_pretrained": "#8a3f82",
+              "bn_train_precise": "#0b3d66"}
 #: Routers to per-task statistics and their baselines (chapter 6).
 ROUTERS = {"nearest_first": GREEN, "nearest_all": "#016b4f", "classifier": VERMILLION, "mixture": BROWN, "oracle": "#222222",
            "train_mode": MODES["train_mode"], "pinned": MODES["backbone_eval"]}

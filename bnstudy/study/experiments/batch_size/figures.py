@@ -186,7 +186,7 @@ def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
     """Per seed and target: each strategy's target-accuracy difference to inherited frozen statistics against the
     statistics mismatch before fine-tuning; means with 95% intervals per target as bars."""
     strategies = [s for s in labels if s in set(mt.strategy)]
-    colors = style.palette("strategy", list(labels))
+    colors = style.palette("strategy", strategies)
     fig, ax = plt.subplots(figsize=(8, 4.6))
     for i, s in enumerate(strategies):
         g = mt[mt.strategy == s]
@@ -253,3 +253,38 @@ def breaks_display(f: pd.DataFrame, strategies) -> pd.DataFrame:
                 rows.append(dict(target=t, strategy="BN in train mode, statistics re-estimated",
                                  **dict(zip(cols, ("", "", "", restat[t])))))
     return pd.DataFrame(rows)
+
+
+def decision_figure(cells: pd.DataFrame, small: int, chance: float):
+    """The batch-size-2 decision: per budget (panels) and target (marker), each strategy's accuracy at batch size
+    ``small`` at its own tuned rate, mean and 95% interval over the reported seeds (:func:`.decision.cell_table`'s
+    rows), strategies sorted by their mean on the samples budget; chance dotted. A hollow marker: the chosen rate is
+    still at an end of its grid."""
+    c = cells[cells.batch_size == small]
+    budgets = [b for b in ("samples", "steps") if b in set(c.budget)]
+    order = (c[c.budget == budgets[0]].groupby("arm")["mean"].mean().sort_values().index.tolist())
+    fig, axes = plt.subplots(1, len(budgets), figsize=(9, 0.42 * len(order) + 1.6), sharey=True, squeeze=False)
+    markers = {"close": "o", "shifted": "s"}
+    offset = {"close": -0.15, "shifted": 0.15}
+    for ax, bu in zip(axes[0], budgets):
+        for t, g in c[c.budget == bu].groupby("target_name"):
+            for r in g.itertuples():
+                y = order.index(r.arm) + offset.get(t, 0)
+                col = style.color("strategy", r.arm)
+                ax.errorbar(r.mean, y, xerr=[[r.mean - r.ci_low], [r.ci_high - r.mean]], fmt="none", ecolor=col,
+                            elinewidth=1.2, capsize=2)
+                ax.plot(r.mean, y, markers.get(t, "o"), color=col, markerfacecolor="white" if r.at_edge else col,
+                        markersize=6, label=f"{t} target" if r.arm == order[-1] else None)
+        ax.axvline(chance, color=style.GREY, linestyle=":", linewidth=1)
+        ax.set_title("fixed samples" if bu == "samples" else "fixed optimizer steps")
+        ax.set_xlabel(f"task-B accuracy at batch {small}")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(range(len(order)))
+    axes[0][0].set_yticklabels([textwrap.fill(STRATEGY_LABELS.get(a, a), 24) for a in order])
+    handles = [plt.Line2D([], [], marker=markers[t], linestyle="", color=style.GREY, label=f"{t} target")
+               for t in markers if t in set(c.target_name)]
+    handles.append(plt.Line2D([], [], marker="o", linestyle="", color=style.GREY, markerfacecolor="white",
+                              label="rate at a grid edge"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return _ch05_fit(fig)

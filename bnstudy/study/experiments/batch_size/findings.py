@@ -16,6 +16,7 @@ from ...config import STRATEGY_NORM
 from ...inference import NOT_DECIDED, TOO_FEW, Family, Question, ask, claims_table, count_verdicts, decide, number, \
     numbers_table, one_sided_p, rank_correlation, t_interval, tost_p
 from ...words import Note, notes
+from . import decision
 from .run import BN_STRATEGIES, CONTENDERS, PER_SAMPLE_STRATEGIES, STRATEGY_LABELS, Config, best_rate_table, \
     chosen_factors, noise_table, precise_table
 
@@ -39,7 +40,8 @@ WORDS = {"ps": ("per-sample norm higher", "per-sample norm lower"), "adabn": ("A
          "drop": ("higher at the smallest batch", "lower at the smallest batch"),
          "did": ("higher beyond the control", "lower beyond the control")}
 #: Every direction word the page may print (:func:`bnstudy.study.inference.is_verdict`).
-DIRECTIONS: tuple[str, ...] = tuple(w for pair in WORDS.values() for w in pair)
+DIRECTIONS: tuple[str, ...] = tuple(w for pair in WORDS.values() for w in pair) + tuple(
+    w for pair in decision.WORDS.values() for w in pair)
 #: The overall level of every family of claims and of the counts (Bonferroni: the printed verdicts).
 ALPHA = 0.05
 #: Precise BN's statistics are "close enough" below this mean error (population SDs for the mean, absolute log
@@ -392,7 +394,7 @@ def _deepest_minus_others(nt: pd.DataFrame) -> pd.Series:
 
 def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
              equivalence_margin: float = 0.01, tune: pd.DataFrame | None = None,
-             tuned: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+             tuned: pd.DataFrame | None = None, decided: tuple | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Chapter 5's claims table and numbers table: ``(claims, f)``.
 
     ``claims``, one family per table or paragraph (Bonferroni intervals, Holm within it): ``recommend`` (best
@@ -401,7 +403,11 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     size), ``noise`` (:func:`_deepest_minus_others`), ``check``, ``drop`` / ``did`` (smallest batch size minus the
     reference, and minus the control's, at the break verdict's level) and ``lr_did``. ``f``: the numbers the prose
     cites (accuracies are fractions; break tokens from :func:`break_batch`, ``"n/a"`` against the control for
-    :data:`NO_BATCH_STATISTICS`). Raises ``ValueError`` if ``reference`` is not a batch size of ``df``.
+    :data:`NO_BATCH_STATISTICS`). ``decided``: :func:`.run.decision_tables`' ``(check, reported)``; where given
+    (and not empty), the batch-size-2 decision (:func:`.decision.decision`: families ``decision`` and
+    ``tuned_break``, numbers ``decision_*``) replaces the contenders-only ``rate`` family, which asks the same
+    question with fewer strategies on an unextended grid (one verdict per question). Raises ``ValueError`` if
+    ``reference`` is not a batch size of ``df``.
     """
     if reference not in set(df.batch_size):
         raise ValueError(f"reference={reference} is not a batch size of the results {sorted(set(df.batch_size))}")
@@ -458,9 +464,12 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     if len(lr.get("claims", ())):
         tables.append(lr["claims"])
     lr.pop("claims", None)
-    rate = rate_comparison(df, tuned, tune) if tuned is not None and len(tuned) and lr else {}
+    dec = decision.decision(decided[1], decided[0], margin) if decided is not None and len(decided[1]) else None
+    rate = rate_comparison(df, tuned, tune) if dec is None and tuned is not None and len(tuned) and lr else {}
     if rate:
         tables.append(rate.pop("claims"))
+    if dec is not None:
+        tables.append(dec["claims"])
     claims = pd.concat(tables, ignore_index=True)
     # --- descriptive numbers
     at = lambda b: df[df.batch_size == b]  # noqa: E731
@@ -543,14 +552,42 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         mismatch={t: t_interval(diag[f"mismatch_kl_{t}"]) for t in targets if f"mismatch_kl_{t}" in diag},
         mismatch_rho_within=rho_w, n_sizes=int(df.batch_size.nunique()),
         n_winner_same_targets=int(sum(len(set(g.winner)) == 1 for _, g in w.groupby("batch_size"))),
-        lr=lr, rate=rate, family_size=family_size))
+        lr=lr, rate=rate, family_size=family_size, **(decision.numbers(dec) if dec is not None else {})))
+
+
+def decided_tables(tables: dict) -> tuple | None:
+    """The decision's ``(check, reported)`` tables from a page's sibling tables (:data:`.run.SIBLING_TABLES`), or
+    ``None`` where the run had none (``decision_batch_sizes`` empty, or rows of a release before the decision)."""
+    dec = tables.get("decision")
+    return None if dec is None or not len(dec) else (tables["decision_check"], dec)
+
+
+def decision_of(tables: dict, margin: float) -> dict | None:
+    """:func:`.decision.decision` of a page's sibling tables at ``margin`` (``None`` without decision runs)."""
+    d = decided_tables(tables)
+    return None if d is None else decision.decision(d[1], d[0], margin)
 
 
 def page_numbers(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.DataFrame,
-                 tuned: pd.DataFrame | None = None) -> pd.DataFrame:
+                 tuned: pd.DataFrame | None = None, decided: tuple | None = None) -> pd.DataFrame:
     """The page's whole numbers table: :func:`findings`' ``f`` and the settings and costs cited beside it
     (worker-minutes of the runs' ``wall_s``, the check's sizes, AdaBN's settings, samples, steps and rates at the
-    smallest and largest batch size, precise BN's source-minus-exact accuracy)."""
+    smallest and largest batch size, precise BN's source-minus-exact accuracy; with ``decided``, the decision's
+    worker-minutes, runs, steps budget and grid)."""
+    extra = {}
+    if decided is not None:
+        check, dec = decided
+        extra = dict(decision_cpu_min=float(pd.concat([check, dec]).drop_duplicates(
+            ["seed", "strategy", "batch_size", "samples", "lr", "target_name"]).wall_s.sum()) / 60,
+            decision_n_runs=int(len(dec.drop_duplicates(["seed", "strategy", "batch_size", "samples", "lr",
+                                                          "target_name"]))),
+            decision_n_check_runs=int(len(check.drop_duplicates(["seed", "strategy", "batch_size", "samples", "lr",
+                                                                  "target_name"]))),
+            budget_steps=config.budget_steps, grid_extensions=config.grid_extensions,
+            steps_budget_samples_small=config.budget_steps * min(config.decision_batch_sizes),
+            steps_budget_samples_large=config.budget_steps * max(config.decision_batch_sizes),
+            samples_budget_steps_small=config.samples // min(config.decision_batch_sizes),
+            samples_budget_steps_large=config.samples // max(config.decision_batch_sizes))
     tuned = tuned if tuned is not None and len(tuned) else pd.DataFrame({"wall_s": []})
     sb, lb = number(f, "smallest_batch"), number(f, "largest_batch")
     return pd.concat([f, numbers_table(dict(
@@ -563,7 +600,7 @@ def page_numbers(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.D
         lr_factor_high=max(config.lr_factors), adabn_batch_size=config.adabn_batch_size,
         adabn_samples=config.adabn_samples, samples=config.samples, steps_smallest=config.samples // sb,
         steps_largest=config.samples // lb, lr_smallest=config.lr_for(sb), lr_largest=config.lr_for(lb),
-        stage1_steps=config.stage1_steps, near_chance_margin=NEAR_CHANCE))], ignore_index=True)
+        stage1_steps=config.stage1_steps, near_chance_margin=NEAR_CHANCE, **extra))], ignore_index=True)
 
 
 # --- the page's sentences, chosen by the findings (issue 25) ----------------------------------------------------------
@@ -604,24 +641,43 @@ def enough_phrase(token: str | None, batch: int) -> str:
     return f"in batches of {batch} from N = {token} samples on"
 
 
-def answer(claims: pd.DataFrame, f: pd.DataFrame) -> str:
-    """The answer box's outcome sentences (Markdown), true for any rows: BatchNorm in train mode's breaks beyond the
-    control, the small-batch recommendation (and at tuned rates where the check ran), the train/eval gap, and the
-    samples precise BN needs."""
+def tuned_break_sentence(d: dict) -> str:
+    """The breaks at tuned rates (:func:`.decision.decision`'s ``breaks``), in one sentence: how many strategy,
+    target and budget pairs break and which, BatchNorm in train mode's named."""
+    br = d["breaks"]
+    broken = sorted(k for k, v in br.items() if v == "breaks")
+    bn = [k for k in br if k[2] == "bn_train"]
+    bn_text = "; ".join(f"{br[k]} ({k[0]} budget, {k[1]} target)" for k in sorted(bn))
+    which = ("" if not broken else ": " + "; ".join(f"{decision.label(k[2])} ({k[0]} budget, {k[1]} target)"
+                                                      for k in broken))
+    return (f"Each strategy at its own tuned rate, {len(broken)} of {len(br)} strategy, target and budget pairs "
+            f"break at batch size {d['small']} against batch size {d['large']} (more than {d['margin']:.2f} lower, "
+            f"family interval){which}. BatchNorm in train mode: {bn_text}.")
+
+
+def answer(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> str:
+    """The answer box's outcome sentences (Markdown), true for any rows. With the batch-size-2 decision ``dec``
+    (:func:`.decision.decision`): its answer, whether it depends on the budget or target, the breaks at tuned rates;
+    without it, BatchNorm in train mode's breaks beyond the control and the small-batch comparison at the
+    linear-scaling rate. Then the train/eval gap and the samples precise BN needs."""
     sb, ref = number(f, "smallest_batch"), number(f, "reference_batch")
-    out = [f"Judged against GroupNorm from pretraining (which computes no batch statistics), BatchNorm in train mode "
-           f"{break_phrase(_get(f, 'breaks_stats_close_bn_train'), ref)} on the close target and "
-           f"{break_phrase(_get(f, 'breaks_stats_shifted_bn_train'), ref)} on the shifted one (a break: more than "
-           f"{number(f, 'margin'):.2f} below its own accuracy at batch size {ref}, with 95% confidence)."]
-    rc, rs = (_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted"))
-    if rc and rs:
-        rec = (f"At batch size {sb} and the linear-scaling rate, the best per-sample norm minus the best BatchNorm "
-               f"strategy reads **{rc}** on the close target and **{rs}** on the shifted one")
-        tc, ts = (_get(f, f"rate_rec_{t}_tuned_verdict") for t in ("close", "shifted"))
-        if tc and ts:
-            rec += (f"; at rates tuned on separate seeds, the per-sample norms against BatchNorm in train mode read "
-                    f"**{tc}** and **{ts}**")
-        out.append(rec + ".")
+    if dec is not None:
+        w = decision.words(dec)
+        out = [w["answer"], w["depends"], tuned_break_sentence(dec)]
+    else:
+        out = [f"Judged against GroupNorm from pretraining (which computes no batch statistics), BatchNorm in train "
+               f"mode {break_phrase(_get(f, 'breaks_stats_close_bn_train'), ref)} on the close target and "
+               f"{break_phrase(_get(f, 'breaks_stats_shifted_bn_train'), ref)} on the shifted one (a break: more "
+               f"than {number(f, 'margin'):.2f} below its own accuracy at batch size {ref}, with 95% confidence)."]
+        rc, rs = (_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted"))
+        if rc and rs:
+            rec = (f"At batch size {sb} and the linear-scaling rate, the best per-sample norm minus the best "
+                   f"BatchNorm strategy reads **{rc}** on the close target and **{rs}** on the shifted one")
+            tc, ts = (_get(f, f"rate_rec_{t}_tuned_verdict") for t in ("close", "shifted"))
+            if tc and ts:
+                rec += (f"; at rates tuned on separate seeds, the per-sample norms against BatchNorm in train mode "
+                        f"read **{tc}** and **{ts}**")
+            out.append(rec + ".")
     g = claims[claims["key"] == f"gap_close_b{sb}"]
     if len(g):
         e = float(g.iloc[0]["estimate"])
@@ -695,12 +751,22 @@ NOTES = (
 )
 
 
-def page_words(claims: pd.DataFrame, f: pd.DataFrame) -> dict[str, str]:
-    """The page's sentences (Markdown, glued as ``ch05_<name>``): ``answer``, ``advice`` (the :data:`NOTES`
-    ``advice`` then ``restat_advice``), ``large_batch`` and ``mismatch_rho_text_<target>`` (two decimals, ``"n/a"``
-    where too few seeds give none)."""
+def page_words(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> dict[str, str]:
+    """The page's sentences (Markdown, glued as ``ch05_<name>``): ``answer`` (:func:`answer`), ``advice``,
+    ``large_batch`` and ``mismatch_rho_text_<target>`` (two decimals, ``"n/a"`` where too few seeds give none). With
+    the batch-size-2 decision ``dec``: ``advice`` is its one answer (:func:`.decision.words` ``use``, what to run,
+    whether it depends on the budget or target) and the re-estimate note, and every :func:`.decision.words` sentence
+    is also glued as ``decision_<name>`` (the one answer the guide, chapter 2 and the lint's explanation glue);
+    without it, ``advice`` is the :data:`NOTES` ``advice`` then ``restat_advice``."""
     n = notes(NOTES, claims, f)
-    out = dict(answer=answer(claims, f), advice=n["advice"] + " " + n["restat_advice"], large_batch=n["large_batch"])
+    out = dict(answer=answer(claims, f, dec), large_batch=n["large_batch"])
+    if dec is not None:
+        w = decision.words(dec)
+        out["advice"] = f"{w['use']} In code: {w['code']}. {w['depends']} {n['restat_advice']}"
+        out.update({f"decision_{k}": v for k, v in w.items()})
+        out["decision_tuned_breaks"] = tuned_break_sentence(dec)
+    else:
+        out["advice"] = n["advice"] + " " + n["restat_advice"]
     for t, rho in entries(f, "mismatch_rho_within").items():
         out[f"mismatch_rho_text_{t}"] = "n/a" if rho != rho else f"{rho:.2f}"
     return out

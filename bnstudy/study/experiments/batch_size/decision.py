@@ -1,0 +1,268 @@
+"""Chapter 5's batch-size-2 decision (issue 34): which way of treating BatchNorm to fine-tune with at a batch of two,
+each strategy at its own tuned learning rate, under two budgets. One answer, glued by every page that gives advice
+about small batches (the guide's row and recipe, chapter 2's trap 5, the lint's threshold, chapter 5's "What to do").
+
+Input: :func:`.run.decision_tables`' two tables (``decision_check``: the rate tuning on the tuning seeds;
+``decision``: the reported seeds at each cell's chosen rate). Every difference is paired within seed.
+
+* **Against BatchNorm in train mode** (family ``decision``): at the smallest decision batch size, per budget and
+  target, every other strategy minus ``bn_train``, and the best strategy (highest mean) minus the runner-up;
+  Bonferroni over the whole family, TOST within ``margin`` (the chapter's ``break_margin``, 0.02: the accuracy
+  difference the chapter already calls a break, fixed before these runs).
+* **Breaks at tuned rates** (family ``tuned_break``): per budget, target and strategy, the smallest minus the
+  largest decision batch size, each at its own tuned rate; a break where the family interval's upper end is below
+  ``-margin`` (the main grid's break rule, one rule for every strategy).
+* **Grid edges**: a chosen rate still at an end of its grid after the extensions is named with its cell.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...inference import TOO_FEW, Family, claims_table, decide, one_sided_p, t_interval
+from .run import BUDGETS, DECISION_CELL, PRECISE_AFTER, STRATEGY_LABELS, best_factors
+
+#: Direction words of the decision's claims (strategy minus BatchNorm in train mode; best minus runner-up; the
+#: smallest minus the largest batch size).
+WORDS = {"decision": ("above BN in train mode", "below BN in train mode"),
+         "best": ("best above the runner-up", "best below the runner-up"),
+         "tuned_break": ("higher at the smaller batch", "lower at the smaller batch")}
+#: The decision's overall level (Bonferroni over each family).
+ALPHA = 0.05
+#: A cell whose mean is not shown above chance + this (one-sided t, Bonferroni over the cells) is "near chance":
+#: no strategy there is worth recommending (the chapter's :data:`.findings.NEAR_CHANCE`).
+NEAR_CHANCE = 0.06
+#: What the reader runs for each strategy (the guide's recipe column): code in this package or in torch.
+CODE = {"bn_train": "`model.train()` (BatchNorm uses and updates batch statistics)",
+        "stats_frozen": "`bnstudy.pin_norm_eval(backbone)` (statistics fixed, affine trained)",
+        "adabn": "`bnstudy.update_bn_stats(backbone, target_loader)`, then `bnstudy.pin_norm_eval(backbone)`",
+        "bn_frozen": "`bnstudy.freeze_batchnorm(backbone)` (FrozenBatchNorm: statistics and affine fixed)",
+        PRECISE_AFTER: "`model.train()`, then `bnstudy.update_bn_stats(backbone, target_loader)` before evaluating",
+        "to_group": "`bnstudy.replace_norm(backbone, \"group\")`, then fine-tune",
+        "to_layer": "`bnstudy.replace_norm(backbone, \"layer\")`, then fine-tune",
+        "group_pretrained": "a network pretrained with GroupNorm",
+        "layer_pretrained": "a network pretrained with LayerNorm"}
+
+
+def _pivot(d: pd.DataFrame) -> pd.DataFrame:
+    """Seeds x arms of ``score`` for one budget, batch size and target; a repeated (seed, arm) raises ``ValueError``."""
+    dup = d.duplicated(["seed", "arm"])
+    if dup.any():
+        raise ValueError(f"decision: repeated (seed, arm) rows, e.g. {d.loc[dup, ['seed', 'arm']].iloc[0].to_dict()}")
+    return d.pivot(index="seed", columns="arm", values="score")
+
+
+def cell_table(dec: pd.DataFrame, check: pd.DataFrame, chance: float) -> pd.DataFrame:
+    """One row per decision cell (:data:`.run.DECISION_CELL`): the chosen ``lr_factor`` and ``lr``, the grid tried
+    (``grid_low``, ``grid_high``, ``n_factors``), ``at_edge``, the reported seeds' ``mean``, 95% ``ci_low`` /
+    ``ci_high`` and ``n`` of ``score``, ``diverged_runs`` and ``near_chance`` (not shown above ``chance +``
+    :data:`NEAR_CHANCE`, one-sided, Bonferroni over the cells)."""
+    best = best_factors(check).rename(columns={"score": "tuning_score"})
+    n_factors = check.groupby(DECISION_CELL)["lr_factor"].nunique().rename("n_factors")
+    recs = []
+    for key, g in dec.groupby(DECISION_CELL, sort=True):
+        iv = t_interval(g["score"])
+        recs.append(dict(zip(DECISION_CELL, key), lr=float(g["lr"].iloc[0]), mean=iv.mean, ci_low=iv.low,
+                         ci_high=iv.high, n=iv.n, diverged_runs=int(g["diverged"].sum()),
+                         p_chance=one_sided_p(g["score"], "greater", null=chance + NEAR_CHANCE)))
+    out = pd.DataFrame(recs).merge(best, on=DECISION_CELL, how="left").merge(n_factors.reset_index(), on=DECISION_CELL)
+    out["near_chance"] = ~(np.minimum(1.0, out["p_chance"] * len(out)) < ALPHA)
+    return out
+
+
+def decision(dec: pd.DataFrame, check: pd.DataFrame, margin: float) -> dict:
+    """The decision: ``dict(cells, claims, answers, breaks, small, large, margin)``.
+
+    ``cells``: :func:`cell_table`. ``claims``: families ``decision`` (keys ``decision_<budget>_<target>_<arm>``,
+    arm minus ``bn_train`` at the smallest batch size; ``decision_best_<budget>_<target>``, best minus runner-up)
+    and ``tuned_break`` (``tuned_break_<budget>_<target>_<arm>``, smallest minus largest batch size).
+    ``answers``: per (budget, target) the recommended arm (highest mean at the smallest batch size), the runner-up,
+    their verdicts and whether the cell is near chance. ``breaks``: ``{(budget, target, arm): "breaks" | "no
+    break"}`` by the upper end of the family interval against ``-margin``. Raises ``ValueError`` without
+    ``bn_train`` among the arms or with an unknown budget."""
+    if "bn_train" not in set(dec.arm):
+        raise ValueError("decision: the reported runs have no bn_train arm (the reference of every comparison)")
+    unknown = set(dec.budget) - set(BUDGETS)
+    if unknown:
+        raise ValueError(f"decision: budget must be one of {list(BUDGETS)}, got {sorted(unknown)}")
+    chance = 1 / int(dec.n_classes.iloc[0])
+    cells = cell_table(dec, check, chance)
+    small, large = int(dec.batch_size.min()), int(dec.batch_size.max())
+    vs, best_items, answers = {}, {}, {}
+    for (bu, t), g in dec[dec.batch_size == small].groupby(["budget", "target_name"], sort=True):
+        piv = _pivot(g)
+        order = piv.mean().sort_values(ascending=False).index
+        for a in piv.columns:
+            if a != "bn_train":
+                vs[f"decision_{bu}_{t}_{a}"] = piv[a] - piv["bn_train"]
+        best_items[f"decision_best_{bu}_{t}"] = piv[order[0]] - piv[order[1]]
+        answers[(bu, t)] = dict(best=order[0], runner_up=order[1])
+    fam = Family(max(len(vs) + len(best_items), 1), ALPHA)
+    c_vs = [decide(v, k, margin=margin, family=fam, higher=WORDS["decision"][0], lower=WORDS["decision"][1])
+            for k, v in vs.items()]
+    c_best = [decide(v, k, margin=margin, family=fam, higher=WORDS["best"][0], lower=WORDS["best"][1])
+              for k, v in best_items.items()]
+    drops = {}
+    if large != small:
+        for (bu, t), g in dec.groupby(["budget", "target_name"], sort=True):
+            s, lg = _pivot(g[g.batch_size == small]), _pivot(g[g.batch_size == large])
+            for a in s.columns.intersection(lg.columns):
+                drops[f"tuned_break_{bu}_{t}_{a}"] = (s[a] - lg[a]).dropna()
+    fam_b = Family(max(len(drops), 1), ALPHA)
+    c_drop = [decide(v, k, margin=margin, family=fam_b, higher=WORDS["tuned_break"][0],
+                     lower=WORDS["tuned_break"][1]) for k, v in drops.items()]
+    claims = pd.concat([claims_table(c_vs + c_best, family="decision"),
+                        claims_table(c_drop, family="tuned_break")], ignore_index=True)
+    verdict = dict(zip(claims.key, claims.verdict))
+    kind = dict(zip(claims.key, claims.kind))
+    for (bu, t), a in answers.items():
+        row = cells.set_index(DECISION_CELL).loc[(bu, small, t, a["best"])]
+        a.update(mean=row["mean"], ci_low=row["ci_low"], ci_high=row["ci_high"], near_chance=bool(row["near_chance"]),
+                 vs_runner_up=verdict[f"decision_best_{bu}_{t}"], vs_runner_up_kind=kind[f"decision_best_{bu}_{t}"],
+                 vs_bn_train="is BN in train mode" if a["best"] == "bn_train"
+                 else verdict[f"decision_{bu}_{t}_{a['best']}"],
+                 vs_bn_train_kind="self" if a["best"] == "bn_train" else kind[f"decision_{bu}_{t}_{a['best']}"])
+    breaks = {tuple(k[len("tuned_break_"):].split("_", 2)): ("breaks" if c.high < -margin else "no break")
+              for k, c in zip([c.key for c in c_drop], c_drop)}
+    return dict(cells=cells, claims=claims, answers=answers, breaks=breaks, small=small, large=large,
+                margin=float(margin))
+
+
+def edge_cells(d: dict) -> pd.DataFrame:
+    """The cells whose chosen rate is still at an end of its grid after the extensions (``DECISION_CELL``,
+    ``lr_factor``, ``grid_low``, ``grid_high``)."""
+    c = d["cells"]
+    return c[c.at_edge][DECISION_CELL + ["lr_factor", "grid_low", "grid_high"]].reset_index(drop=True)
+
+
+def label(arm: str) -> str:
+    """The readable name of a decision arm."""
+    return STRATEGY_LABELS.get(arm, arm)
+
+
+def _iv(a: dict) -> str:
+    return f"{a['mean']:.3f} (95% interval {a['ci_low']:.3f} to {a['ci_high']:.3f})"
+
+
+def _versus(a: dict) -> str:
+    """The recommended arm's standing, in words: against the runner-up and against BatchNorm in train mode."""
+    runner = label(a["runner_up"])
+    if a["vs_runner_up_kind"] == "higher":
+        first = f"ahead of the runner-up ({runner})"
+    elif a["vs_runner_up_kind"] == "equivalent":
+        first = f"equivalent to the runner-up ({runner}) within ±{{margin}}"
+    elif a["vs_runner_up"] == TOO_FEW:
+        first = f"not compared with the runner-up ({runner}): too few seeds"
+    else:
+        first = f"not separated from the runner-up ({runner})"
+    if a["vs_bn_train_kind"] == "self":
+        return first
+    second = {"higher": "above BatchNorm in train mode", "lower": "below BatchNorm in train mode",
+              "equivalent": "equivalent to BatchNorm in train mode within ±{margin}"}.get(
+        a["vs_bn_train_kind"], "not separated from BatchNorm in train mode")
+    return f"{first}, {second}"
+
+
+def words(d: dict) -> dict[str, str]:
+    """The one answer, in the sentences every page glues (Markdown): ``use`` (the strategy per target under the
+    samples budget, one line), ``answer`` (both budgets, both targets, with verdicts), ``short`` (a phrase for the
+    guide's table and chapter 2), ``code`` (what to run), ``edges`` (grid edges and what they mean) and
+    ``depends`` (one sentence on whether the answer depends on the target or the budget)."""
+    m, sb = d["margin"], d["small"]
+    ans = d["answers"]
+    targets = sorted({t for _, t in ans})
+    out = {}
+    per_budget = []
+    for bu in BUDGETS:
+        parts = []
+        for t in targets:
+            a = ans.get((bu, t))
+            if a is None:
+                continue
+            if a["near_chance"]:
+                parts.append(f"on the {t} target no strategy is shown above chance ({label(a['best'])} is highest, "
+                             f"{_iv(a)})")
+            else:
+                parts.append(f"on the {t} target **{label(a['best'])}**, {_iv(a)}, "
+                             + _versus(a).format(margin=f"{m:.2f}"))
+        if parts:
+            budget = ("with a fixed number of samples" if bu == "samples" else "with a fixed number of optimizer steps")
+            per_budget.append(f"{budget.capitalize()}: " + "; ".join(parts) + ".")
+    out["answer"] = f"At batch size {sb}, each strategy at its own tuned learning rate. " + " ".join(per_budget)
+    rec = {k: a["best"] for k, a in ans.items() if not a["near_chance"]}
+    samples = {t: a for (bu, t), a in ans.items() if bu == "samples"}
+    chosen = sorted({a["best"] for a in samples.values() if not a["near_chance"]})
+    if len(chosen) == 1:
+        out["short"] = f"{label(chosen[0])}, at its own tuned learning rate"
+        out["code"] = CODE.get(chosen[0], label(chosen[0]))
+    elif chosen:
+        out["short"] = "; ".join(f"{label(a['best'])} on the {t} target" for t, a in sorted(samples.items())
+                                 if not a["near_chance"]) + ", each at its own tuned learning rate"
+        out["code"] = "; ".join(f"{t} target: {CODE.get(a['best'], label(a['best']))}" for t, a in
+                                sorted(samples.items()) if not a["near_chance"])
+    else:
+        out["short"] = "no strategy shown above chance"
+        out["code"] = "no recommendation"
+    out["use"] = (f"To fine-tune a whole network at batch size {sb} with a fixed number of labelled samples, use "
+                  f"{out['short']}.")
+    if len(set(rec.values())) <= 1:
+        out["depends"] = ("The recommendation is the same on both targets and under both budgets "
+                          "(where a strategy is above chance).")
+    else:
+        by = [f"{label(v)} ({'samples' if bu == 'samples' else 'steps'} budget, {t} target)"
+              for (bu, t), v in sorted(rec.items())]
+        out["depends"] = "The recommendation depends on the budget or the target: " + "; ".join(by) + "."
+    e = edge_cells(d)
+    if len(e):
+        items = "; ".join(f"{label(r.arm)}, {r.budget} budget, batch {r.batch_size}, {r.target_name} target "
+                          f"(factor {r.lr_factor:g}, grid {r.grid_low:g} to {r.grid_high:g})" for r in e.itertuples())
+        rec_edge = [r for r in e.itertuples() if r.batch_size == sb and ans.get((r.budget, r.target_name), {})
+                    .get("best") == r.arm]
+        out["edges"] = (f"{len(e)} chosen rates are still at an end of their grid after the extensions: {items}. "
+                        "At such a cell the strategy's best rate may lie beyond the grid, so its accuracy is a lower "
+                        "bound on what tuning could reach" +
+                        (", including the recommended strategy's own cell: its lead could only grow."
+                         if rec_edge else "; none of them is a recommended strategy's cell at batch size "
+                         f"{sb}, so no recommendation rests on an edge rate."))
+    else:
+        out["edges"] = "Every chosen rate lies inside its grid."
+    return out
+
+
+def numbers(d: dict) -> dict:
+    """The decision's numbers for the chapter's numbers table (``decision_*`` keys): per budget and target the
+    recommended arm's label, mean, interval and factor; the number of cells, cells at an edge, breaks."""
+    out = {}
+    cells = d["cells"].set_index(DECISION_CELL)
+    for (bu, t), a in d["answers"].items():
+        k = f"{bu}_{t}"
+        out[f"decision_best_label_{k}"] = label(a["best"])
+        out[f"decision_best_mean_{k}"] = float(a["mean"])
+        out[f"decision_best_low_{k}"] = float(a["ci_low"])
+        out[f"decision_best_high_{k}"] = float(a["ci_high"])
+        out[f"decision_best_factor_{k}"] = float(cells.loc[(bu, d["small"], t, a["best"]), "lr_factor"])
+        out[f"decision_bn_train_mean_{k}"] = float(cells.loc[(bu, d["small"], t, "bn_train"), "mean"])
+    out["decision_n_cells"] = int(len(d["cells"]))
+    out["decision_n_edge"] = int(d["cells"].at_edge.sum())
+    out["decision_n_breaks"] = int(sum(v == "breaks" for v in d["breaks"].values()))
+    out["decision_n_break_pairs"] = int(len(d["breaks"]))
+    out["decision_small"], out["decision_large"] = int(d["small"]), int(d["large"])
+    return out
+
+
+def display(d: dict) -> pd.DataFrame:
+    """The page's decision table: per budget and target at the smallest batch size, each strategy's tuned rate,
+    accuracy with its 95% interval and verdict against BatchNorm in train mode (the family's Bonferroni level)."""
+    c = d["cells"]
+    c = c[c.batch_size == d["small"]]
+    verdict = dict(zip(d["claims"].key, d["claims"].verdict))
+    rows = []
+    for r in c.sort_values(["budget", "target_name", "mean"], ascending=[True, True, False]).itertuples():
+        rows.append({"budget": "fixed samples" if r.budget == "samples" else "fixed steps", "target": r.target_name,
+                     "strategy": label(r.arm), "tuned rate": f"{r.lr:.3g}" + (" (edge)" if r.at_edge else ""),
+                     "accuracy (95% interval)": f"{r.mean:.3f} ({r.ci_low:.3f} to {r.ci_high:.3f})"
+                     + (" near chance" if r.near_chance else ""),
+                     "vs BN in train mode": "reference" if r.arm == "bn_train"
+                     else verdict.get(f"decision_{r.budget}_{r.target_name}_{r.arm}", "")})
+    return pd.DataFrame(rows)
