@@ -268,6 +268,35 @@ def test_guide_code_block_runs_on_a_toy_model_and_a_freeze_keeps_the_backbone_bi
                 f"block {i}: the new task's statistics ({name}) never moved"
 
 
+def test_guide_precise_bn_block_leaves_a_pinned_backbone_and_re_estimates_only_the_train_mode_layers():
+    """Question (d)'s precise-BN block, run where the guide's flow has pinned the backbone and the new part has a
+    BatchNorm of its own: the pinned backbone's statistics stay bit-identical (``update_bn_stats(model, ...)`` alone
+    would re-estimate every BatchNorm, the pinned ones too) and the new part's BatchNorm is re-estimated."""
+    import warnings
+
+    import torch
+
+    import bnstudy
+
+    text = GUIDE.read_text()
+    block, = [b for b in python_blocks(_section(text, "(d) What is the batch size per device?"))
+              if "update_bn_stats" in b and "lint_model" in b]
+    ns = _toy_namespace()
+    model = ns["model"]
+    model.head = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 4))
+    bnstudy.pin_eval(model.backbone)
+    model.train()
+    before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    head_mean = model.head[1].running_mean.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the small_batch lints the block provokes on purpose
+        exec(compile(block, "guide.md precise BN block", "exec"), ns)
+    after = model.backbone.state_dict()
+    moved = [k for k, v in before.items() if not torch.equal(v, after[k])]
+    assert not moved, f"the precise-BN block moved the pinned backbone's {moved}"
+    assert not torch.equal(model.head[1].running_mean, head_mean), "the new part's BatchNorm was not re-estimated"
+
+
 def test_guide_uses_the_glossary_words_and_splices_verdicts_into_frames_that_read_for_any_word():
     """Issue 24's vocabulary: none of the old verdict words; a glued verdict (a key ending in ``_verdict``) stands
     after "verdict:", a colon or "reads", so that the sentence parses whichever word of the glossary it is (on the
