@@ -137,3 +137,23 @@ def test_a_tables_card_filters_the_rows_its_saved_table_shows(tmp_path):
     assert c["rows"][0]["where"] == {"mode": ["separate_stats", "backbone_eval"]}   # no `head == mlp`
     assert "filter <code>mode in {separate_stats, backbone_eval}</code>: 8 of its 12 rows" in provenance.card_html(c)
     assert all(r["where"] == {} for r in provenance.card("tbl-ch04-anything", tmp_path)["rows"])
+
+
+def test_the_recompute_heading_states_the_recorded_cost_not_a_guess(tmp_path):
+    """The card's *Recompute its rows* heading gives the chapter's recorded CPU time (its release units file), else
+    the rows' own when no filter narrows them, else says only "recorded cost" (the sentence gives the selected rows'
+    figure) or "no recorded cost"; never a hard-coded "hours" (a chapter recorded in seconds read as one of hours)."""
+    root = _book(tmp_path)
+    c = provenance.card("tbl-ch04-anything", root)          # 12 rows of 1.5 s each, no filter, no release
+    html = provenance.card_html(c)
+    assert "(hours)" not in html
+    assert "<strong>Recompute its rows</strong> (recorded cost: 18 s of CPU time):" in html
+    html = provenance.card_html({**c, "chapter_cpu_s": 9000.0, "chapter_units": 40})
+    assert "<strong>Recompute its rows</strong> (recorded cost: 2.5 h of CPU time):" in html
+    (tmp_path / "f").mkdir()
+    filtered = provenance.card("fig-ch04-toy", _book(tmp_path / "f", where={"mode": ["backbone_eval"]}))
+    html = provenance.card_html(filtered)
+    assert "<strong>Recompute its rows</strong> (recorded cost):" in html and "the selected rows recorded 6 s" in html
+    bare = {**c, "rows": [{**c["rows"][0], "cpu_s": None}]}  # rows without wall_s
+    html = provenance.card_html(bare)
+    assert "<strong>Recompute its rows</strong> (no recorded cost):" in html and "no recorded time" in html

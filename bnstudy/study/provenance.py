@@ -367,6 +367,14 @@ def card_html(c: dict, root: str = "") -> str:
                        if c.get("run_wall_s") and c.get("workers") else ""))
     elif cpu:
         cost.append(f"its rows recorded {_duration(sum(cpu))} of CPU time (the sum of their <code>wall_s</code>)")
+    # the heading's cost: the whole chapter's recorded CPU time (what the command recomputes), else every row's
+    # when no filter narrowed them; a filtered subset is not the chapter's cost, so the sentence below gives it
+    if c["chapter_cpu_s"] is not None:
+        recorded = f"recorded cost: {_duration(c['chapter_cpu_s'])} of CPU time"
+    elif cpu and not c["rows"][0]["where"]:
+        recorded = f"recorded cost: {_duration(sum(cpu))} of CPU time"
+    else:
+        recorded = "recorded cost" if cost else "no recorded cost"
     recompute = (f"<code>make release CHAPTERS={e(c['chapter'])}</code> recomputes the chapter's rows at the full "
                  f"profile into <code>release/</code> (resumable); "
                  + ("; ".join(cost) if cost else "no recorded time") + ".")
@@ -376,4 +384,4 @@ def card_html(c: dict, root: str = "") -> str:
             f"<p>{drawn}</p><ul>{''.join(items)}</ul>"
             f"<p><strong>Release.</strong> {_verification(c)}.</p>"
             f"<p><strong>Remake this {what}</strong> (seconds to minutes): {remake}.</p>"
-            f"<p><strong>Recompute its rows</strong> (hours): {recompute}</p></details>")
+            f"<p><strong>Recompute its rows</strong> ({recorded}): {recompute}</p></details>")
