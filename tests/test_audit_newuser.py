@@ -165,3 +165,42 @@ def test_a_loop_that_calls_the_models_parts_is_counted_and_named_not_zero_model_
         model.backbone(torch.randn(16, 4))          # and one call of a part, after
     assert (b.model_calls, b.calls_into_model, dict(b.submodule_calls)) == (1, 2, {"backbone": 1})
     assert "1 model call; 1 call into its submodules (backbone 1)" in " ".join(str(b).split())
+
+
+def test_lint_and_error_messages_name_the_calls_a_user_can_type_through_the_front_door():
+    """A message that tells the user what to call names it as ``import bnstudy`` reaches it: ``bnstudy.pin_eval``,
+    ``bnstudy.pin_norm_eval``, ``bnstudy.freeze_batchnorm`` (``bnstudy.__all__``), never ``bnstudy.freeze.pin_eval``
+    or a bare ``pin_norm_eval``; a name outside the front door keeps its module path (it must resolve)."""
+    import ast
+    import importlib
+    import re
+    from pathlib import Path
+
+    import bnstudy
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3, affine=False)).requires_grad_(False)
+    (lint,) = [x for x in lint_model(model, warn=False) if x.code == "frozen_bn_in_train_mode"]
+    assert "bnstudy.pin_eval or bnstudy.pin_norm_eval" in lint.message, lint.message
+    assert "bnstudy.freeze_batchnorm / bnstudy.freeze_modules" in lint.message, lint.message
+    with pytest.raises(ValueError, match=r"pin it with bnstudy\.pin_norm_eval\)"):
+        FrozenBatchNorm.from_batchnorm(nn.InstanceNorm1d(3, track_running_stats=True))
+    # every call path in the message strings of the library's modules (docstrings aside), but one: the affine
+    # frozen_bn_in_train_mode lint's text is in chapter 2's printed audits (release/02_eval_traps_audits.csv), so it
+    # changes with a re-release of chapter 2
+    held = {("lints.py", "bnstudy.freeze.pin_eval")}
+    root = Path(bnstudy.__file__).parent
+    problems = []
+    for path in sorted([*root.glob("*.py"), *(root / "audit").glob("*.py")]):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
+                continue
+            for mod, name in re.findall(r"\bbnstudy\.(\w+)\.(\w+)\b", node.value):
+                if name in bnstudy.__all__ and (path.name, f"bnstudy.{mod}.{name}") not in held:
+                    problems.append(f"{path.name}:{node.lineno}: bnstudy.{mod}.{name}, the front door is bnstudy.{name}")
+                elif mod not in ("study",) and not hasattr(importlib.import_module(f"bnstudy.{mod}"), name):
+                    problems.append(f"{path.name}:{node.lineno}: bnstudy.{mod}.{name} does not exist")
+    assert not problems, "\n".join(problems)

@@ -339,7 +339,7 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
     def _pin_lost(self, name: str, module: nn.Module, what: str) -> None:
         self._add_lint(_lint("pin_lost", name, f"{_type_name(module)} {_label(name)} {what}: the next model.train() "
                              "puts it in train mode; use bnstudy.freeze.convert_sync_batchnorm (it keeps every kind "
-                             "of pin), or pin again (bnstudy.freeze.pin_eval)"), emit=True)
+                             "of pin), or pin again (bnstudy.pin_eval)"), emit=True)
 
     def _probed(self) -> nn.Module:
         return self.forward if isinstance(self.forward, nn.Module) else self.model

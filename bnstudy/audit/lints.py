@@ -100,9 +100,9 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
         if pin_dropped(m):
             lints.append(_lint("pin_lost", name, "carries pin_eval's mark but not its pin: it comes from a "
                                "transformation that keeps attributes and drops Python methods (torch.jit.script, torch.jit.save/load), so model.train() puts it in train mode "
-                               "again; pin it again on this model (bnstudy.freeze.pin_eval works on a scripted "
+                               "again; pin it again on this model (bnstudy.pin_eval works on a scripted "
                                "module, in Python only), or convert the BatchNorm layers before scripting "
-                               "(bnstudy.freeze.freeze_batchnorm, whose FrozenBatchNorm scripts)"))
+                               "(bnstudy.freeze_batchnorm, whose FrozenBatchNorm scripts)"))
         if is_frozen_batchnorm(m):
             if has_running_stats(m) and not _finite_stats(m):
                 lints.append(_nonfinite_lint(name, m))
@@ -154,8 +154,8 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
                                "model.train() it " + ("normalises with batch statistics and " if is_batch_norm(m)
                                                       else "")
                                + "overwrites running_mean/running_var on every forward pass: requires_grad has "
-                               "nothing to act on in this layer (pin it: bnstudy.freeze.pin_eval or pin_norm_eval, "
-                               "or convert it: freeze_batchnorm / freeze_modules)"))
+                               "nothing to act on in this layer (pin it: bnstudy.pin_eval or bnstudy.pin_norm_eval, "
+                               "or convert it: bnstudy.freeze_batchnorm / bnstudy.freeze_modules)"))
         parent = modules.get(name.rpartition(".")[0]) if name else None
         if has_running_stats(m) and not m.training and writes and parent is not None and parent.training:
             lints.append(_lint("eval_undone_by_train", name,
@@ -163,7 +163,7 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
                                "train mode, and nothing keeps it there (no pin_eval pin, no train() override): the "
                                "next model.train() puts it in train mode and its running statistics move. A layer "
                                "set to eval by hand (redo it after every model.train(), or pin it: "
-                               "bnstudy.freeze.pin_eval), or a pin a conversion dropped: torch's "
+                               "bnstudy.pin_eval), or a pin a conversion dropped: torch's "
                                "nn.SyncBatchNorm.convert_sync_batchnorm copies the eval flag but not pin_eval's "
                                "pin (bnstudy.freeze.convert_sync_batchnorm keeps it)"))
         uses_running = row["stats_after_train"] == "running" or row["stats_now"] == "running"
