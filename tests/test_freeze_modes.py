@@ -430,6 +430,33 @@ def test_a_thread_change_that_changes_the_main_runs_verdict_is_reported():
     assert verdicts(c)["main_gap"] == findings.TRAIN_HIGHER and verdicts(c)["swapped_gap"] == NOT_DECIDED
 
 
+def test_the_thread_checks_verdict_sentence_says_the_same_verdict_once_and_a_change_from_one_to_the_other():
+    """Chapter 1's numerical-noise sentence (``ch01_say_threads``): where the thread count leaves the verdict as it
+    was it says so, never "from train mode higher to train mode higher"; where it changes it, "from X to Y"; nothing
+    without the thread check. The page glues the clause, not the two verdicts in a fixed "from ... to ..." frame."""
+    from pathlib import Path
+
+    def threads(rows, main):
+        rows = pd.DataFrame(rows)
+        return findings.thread_claims(rows, main), findings.thread_findings(rows, main)
+
+    main = table()  # gaps 0.10, 0.11, 0.12
+    same = findings.chapter({"threads": threads(thread_rows(), main)})[0]
+    text = findings.threads_verdict_clause(same)
+    assert f"**{findings.TRAIN_HIGHER}** either way" in text and "did not change it" in text
+    assert " from " not in text and text.count(findings.TRAIN_HIGHER) == 1, text
+    tb = dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.33, 0.29), all_eval=(0.30, 0.33, 0.29),
+              separate_stats=(0.40, 0.42, 0.41))
+    moved = findings.chapter({"threads": threads(thread_rows(change=-0.18), table(task_b=tb))})[0]
+    assert findings.threads_verdict_clause(moved) == (f"its verdict from **{findings.TRAIN_HIGHER}** to "
+                                                      f"**{NOT_DECIDED}**: the thread count alone changed it")
+    assert findings.threads_verdict_clause(findings.claims(main)) == ""  # no thread check in these tables
+    c, n = findings.chapter({"": _tables(), "threads": threads(thread_rows(), main)})  # as the page joins them
+    assert findings.readings(c, n)["threads"] == text
+    page = (Path(__file__).resolve().parent.parent / "chapters" / "01_freeze_modes.ipynb").read_text()
+    assert "{glue:md}`ch01_say_threads`" in page and "ch01_threads_main_gap_verdict" not in page
+
+
 def test_separate_stats_and_pinned_identities_are_exact_checks():
     tb = dict(train_mode=(0.40, 0.42, 0.41), backbone_eval=(0.30, 0.31, 0.29), all_eval=(0.30, 0.31, 0.2901),
               separate_stats=(0.40, 0.42, 0.41))

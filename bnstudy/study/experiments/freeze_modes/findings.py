@@ -1243,8 +1243,8 @@ def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
     ``logits`` (:data:`NOTES`), ``deeper`` (the deeper blocks' largest mean shift against block 1's), ``seeds`` (in
     how many seeds ``train_mode`` lost task A), ``trained``, ``reference``, ``budget`` (chosen heads still shown to gain
     between the last two checkpoints; ``budget_caption`` as a sentence), ``seeds_caption``, ``task_b`` and
-    ``controlled`` (:func:`controlled_sentence`) and ``controlled_vs_seed`` (:data:`NOTES`: the controlled benefit
-    against the seed protocol's, for chapter 3's page)."""
+    ``controlled`` (:func:`controlled_sentence`), ``controlled_vs_seed`` (:data:`NOTES`: the controlled benefit
+    against the seed protocol's, for chapter 3's page) and ``threads`` (:func:`threads_verdict_clause`)."""
     said = notes(NOTES, claims, numbers)
     by = entries(numbers, "buf_mean_shift_by_layer", r"block_\d+")
     first, rest = (float(by.iloc[0]), by.iloc[1:]) if len(by) else (math.nan, by)
@@ -1264,7 +1264,21 @@ def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
         seeds_caption=task_a_sentence(claims, numbers), logits=said["say_logits"],
         trained=trained_heads_clause(claims), reference=reference_clause(claims, numbers), budget=budget,
         budget_caption=budget[0].upper() + budget[1:] + ".", task_b=task_b_sentence(claims, numbers),
-        controlled=controlled_sentence(claims, numbers), controlled_vs_seed=said["controlled_vs_seed"])
+        controlled=controlled_sentence(claims, numbers), controlled_vs_seed=said["controlled_vs_seed"],
+        threads=threads_verdict_clause(claims))
+
+
+def threads_verdict_clause(claims: pd.DataFrame) -> str:
+    """The numerical-noise check's verdicts in one clause (glued as ``ch01_say_threads``): the main run's gap
+    (``threads_main_gap``) against the same with the checked seeds' gaps at the other thread count
+    (``threads_swapped_gap``). "from X to Y" only where the two verdicts differ; where they are the same it says so
+    (never "from X to X"); ``""`` without the check."""
+    if not all(_has(claims, k) for k in ("threads_main_gap", "threads_swapped_gap")):
+        return ""
+    main, swapped = claim(claims, "threads_main_gap"), claim(claims, "threads_swapped_gap")
+    if main.verdict == swapped.verdict:
+        return f"its verdict is {verdict_md(main)} either way: the thread count alone did not change it"
+    return f"its verdict from {verdict_md(main)} to {verdict_md(swapped)}: the thread count alone changed it"
 
 
 def controlled_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
