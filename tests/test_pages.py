@@ -106,3 +106,45 @@ def test_run_line_says_where_analysed_rows_came_from_in_words():
     from bnstudy.study.config import Execution
     assert ", 1 worker process;" in run_line(ch.make_config("quick"), Execution(n_jobs=1)).replace("\n  ", " ")
     assert ", 3 worker processes" in run_line(ch.make_config("quick"), Execution(n_jobs=3)).replace("\n  ", " ")
+
+
+def test_a_pasted_number_that_rounds_to_zero_prints_without_a_minus_and_the_glued_value_is_kept():
+    """A reader saw "-0.000" on the guide: myst-nb formats a ``{glue:text}`` value at build time with the page's format
+    spec (``-1e-07:.3f`` is "-0.000"). The book's Sphinx extension drops that minus from every pasted text, on the
+    page and across pages (after myst-nb's cross-page pass), and leaves any other text, and the glued value, alone."""
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+    from myst_nb.core.variables import format_plain_text
+    from myst_nb.ext.glue.crossref import ReplacePendingGlueReferences
+
+    from bnstudy.study import sphinxext
+
+    glued = {"tiny": repr(-1e-07), "zero": repr(-0.0), "small": repr(-0.0004), "neg": repr(-0.0123), "pos": "0.25",
+             "pct": repr(-1e-09), "int": repr(-3)}
+    specs = {"tiny": ".3f", "zero": "+.3f", "small": ".2f", "neg": ".3f", "pos": ".3f", "pct": ".1%", "int": ".0f"}
+    shown = {k: format_plain_text(glued[k], specs[k]) for k in glued}
+    assert shown["tiny"] == "-0.000" and shown["zero"] == "-0.000" and shown["pct"] == "-0.0%"  # what myst-nb prints
+    doc = new_document("page", get_default_settings(Parser))
+    para = nodes.paragraph()
+    for k, text in shown.items():
+        para += nodes.inline(text, text, classes=["pasted-text"])
+    para += nodes.inline("-0.000", "-0.000")  # not a pasted value: left as it is
+    doc += para
+    assert sphinxext.unsign_pasted_zeros(doc) == 4
+    got = [n.astext() for n in doc.findall(nodes.inline)]
+    assert got == ["0.000", "0.000", "0.00", "-0.012", "0.250", "0.0%", "-3", "-0.000"]
+    assert glued["tiny"] == "-1e-07"  # the glued value is untouched
+    for text in ("-0.001", "-10", "-0.0x", "0.000", "-", "-1e-05", "text -0.000"):
+        assert sphinxext.unsigned_zero(text) == text, text
+    assert sphinxext.unsigned_zero("-0e+00") == "0e+00" and sphinxext.unsigned_zero("-0") == "0"
+    assert sphinxext.UnsignedZeroPastes.default_priority > ReplacePendingGlueReferences.default_priority
+    calls = []
+
+    class _App:  # records what setup registers
+        def __getattr__(self, name):
+            return lambda *a, **k: calls.append((name, a))
+
+    sphinxext.setup(_App())
+    assert ("add_post_transform", (sphinxext.UnsignedZeroPastes,)) in calls

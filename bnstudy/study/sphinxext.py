@@ -1,6 +1,6 @@
 """The book's Sphinx extension (``extra_extensions: [bnstudy.study.sphinxext]`` in ``book/_config.yml``).
 
-It does four things the stock Jupyter Book build does not:
+It does these things the stock Jupyter Book build does not:
 
 * **Math offline.** MathJax is served from the build itself (``_static/mathjax/``), copied from the
   ``sphinx-mathjax-offline`` package (MathJax 3), instead of loaded from a CDN.
@@ -16,6 +16,8 @@ It does four things the stock Jupyter Book build does not:
 * **Verdict words from other pages.** ``{glue:md}`../chapters/NN-name.ipynb::key``` pastes a Markdown value
   (a verdict word such as **holds**) glued in another notebook; myst-nb pastes only plain text, HTML and
   images across pages (the decision guide cites every chapter's verdicts this way).
+* **No negative zero in pasted numbers.** A ``{glue:text}`` value that its format spec rounds to zero prints
+  without a sign ("-0.000" from ``-1e-07:.3f`` reads "0.000"); the glued value itself is not touched.
 * **A clean console.** Repeated ``<script>`` entries (sphinx-thebe declares a constant twice) are dropped.
 * **The files behind the links.** After the build, ``figures/`` and ``results/`` (next to ``_config.yml``)
   are copied to ``_build/html/figures/`` and ``_build/html/results/``, so the links resolve and the file
@@ -259,6 +261,45 @@ class CrossPageMarkdownGlue(SphinxPostTransform):
             node.replace_self(span)
 
 
+#: A formatted negative zero: a minus, then only zeros (a decimal point, an exponent, a percent sign allowed).
+_NEGATIVE_ZERO = re.compile(r"-(0+(?:\.0*)?(?:[eE][+-]?\d+)?%?)")
+
+
+def unsigned_zero(text: str) -> str:
+    """``text`` without the minus of a negative zero that formatting left: ``"-0.000"`` -> ``"0.000"``,
+    ``"-0.0%"`` -> ``"0.0%"``, ``"-0e+00"`` -> ``"0e+00"``; any other text (``"-0.001"``, ``"-1"``) unchanged.
+    A value shown as zero has no sign; the sign of a tiny value is below the printed precision."""
+    m = _NEGATIVE_ZERO.fullmatch(text)
+    return m.group(1) if m else text
+
+
+def unsign_pasted_zeros(document: nodes.Node) -> int:
+    """Drop the minus of every negative zero that myst-nb's ``{glue:text}`` pasted into ``document`` (its
+    ``inline`` nodes of class ``pasted-text``, on the page and across pages); returns how many it changed. Display
+    only: the glued value stays what the notebook glued (the format spec is applied at build time, so a value such
+    as ``-1e-07`` formats as "-0.000" under ``:.3f``)."""
+    changed = 0
+    for node in list(document.findall(nodes.inline)):
+        if "pasted-text" not in node.get("classes", ()) or len(node.children) != 1 \
+                or not isinstance(node.children[0], nodes.Text):
+            continue
+        text = node.astext()
+        fixed = unsigned_zero(text)
+        if fixed != text:
+            node.replace(node.children[0], nodes.Text(fixed))
+            changed += 1
+    return changed
+
+
+class UnsignedZeroPastes(SphinxPostTransform):
+    """:func:`unsign_pasted_zeros` on every page, after myst-nb has pasted the cross-page values (its priority 5)."""
+
+    default_priority = 6
+
+    def run(self, **kwargs) -> None:
+        unsign_pasted_zeros(self.document)
+
+
 def _visit_table_figure(self, node):
     self.visit_figure(node)
 
@@ -306,6 +347,7 @@ def setup(app):
     app.add_transform(BookFigures)
     app.add_role_to_domain("glue", "md", _paste_markdown_role, override=True)
     app.add_post_transform(CrossPageMarkdownGlue)
+    app.add_post_transform(UnsignedZeroPastes)
     app.connect("config-inited", _set_mathjax_path)
     app.connect("build-finished", _copy_outputs)
     app.connect("html-page-context", _dedupe_scripts)
