@@ -179,14 +179,15 @@ def test_lint_and_error_messages_name_the_calls_a_user_can_type_through_the_fron
     import bnstudy
 
     model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3, affine=False)).requires_grad_(False)
-    affine = nn.BatchNorm1d(3).requires_grad_(False)  # the text chapter 2's printed audits show
-    for m in (model, nn.Sequential(affine)):
-        (lint,) = [x for x in lint_model(m, warn=False) if x.code == "frozen_bn_in_train_mode"]
-        assert "bnstudy.pin_eval or bnstudy.pin_norm_eval" in lint.message, lint.message
-        assert "bnstudy.freeze_batchnorm / bnstudy.freeze_modules" in lint.message, lint.message
+    (lint,) = [x for x in lint_model(model, warn=False) if x.code == "frozen_bn_in_train_mode"]
+    assert "bnstudy.pin_eval or bnstudy.pin_norm_eval" in lint.message, lint.message
+    assert "bnstudy.freeze_batchnorm / bnstudy.freeze_modules" in lint.message, lint.message
     with pytest.raises(ValueError, match=r"pin it with bnstudy\.pin_norm_eval\)"):
         FrozenBatchNorm.from_batchnorm(nn.InstanceNorm1d(3, track_running_stats=True))
-    # every call path in the message strings of the library's modules (docstrings aside)
+    # every call path in the message strings of the library's modules (docstrings aside), but one: the affine
+    # frozen_bn_in_train_mode lint's text is in chapter 2's printed audits (release/02_eval_traps_audits.csv), so it
+    # changes with a re-release of chapter 2
+    held = {("lints.py", "bnstudy.freeze.pin_eval")}
     root = Path(bnstudy.__file__).parent
     problems = []
     for path in sorted([*root.glob("*.py"), *(root / "audit").glob("*.py")]):
@@ -198,7 +199,7 @@ def test_lint_and_error_messages_name_the_calls_a_user_can_type_through_the_fron
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
                 continue
             for mod, name in re.findall(r"\bbnstudy\.(\w+)\.(\w+)\b", node.value):
-                if name in bnstudy.__all__:
+                if name in bnstudy.__all__ and (path.name, f"bnstudy.{mod}.{name}") not in held:
                     problems.append(f"{path.name}:{node.lineno}: bnstudy.{mod}.{name}, the front door is bnstudy.{name}")
                 elif mod not in ("study",) and not hasattr(importlib.import_module(f"bnstudy.{mod}"), name):
                     problems.append(f"{path.name}:{node.lineno}: bnstudy.{mod}.{name} does not exist")

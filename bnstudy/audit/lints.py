@@ -145,8 +145,8 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
                                f"{kind}'s weight and bias have requires_grad=False, but after model.train() it "
                                + ("normalises with batch statistics and " if is_batch_norm(m) else "")
                                + "overwrites running_mean/running_var on every forward pass (pin it: "
-                               "bnstudy.pin_eval or bnstudy.pin_norm_eval, or convert it: bnstudy.freeze_batchnorm / "
-                               "bnstudy.freeze_modules)"))
+                               "bnstudy.freeze.pin_eval or pin_norm_eval, or convert it: freeze_batchnorm / "
+                               "freeze_modules)"))
         elif frozen_block is not None and writes:
             lints.append(_lint("frozen_bn_in_train_mode", name,
                                f"{kind} has no affine parameters (affine=False) and sits in a frozen part of the "
