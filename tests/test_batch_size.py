@@ -517,7 +517,9 @@ def test_tune_configs_use_separate_seeds_and_every_factor():
         run.make_config("quick", lr_factors=(0.5, 2.0))
     with pytest.raises(ValueError, match="tune_batch_sizes must be batch sizes that contain lr_batch"):
         run.make_config("quick", tune_batch_sizes=(2, 8))
-    assert run.make_config("quick", tune_seeds=0).tune_configs() == []
+    assert run.make_config("quick", tune_seeds=0, decision_batch_sizes=()).tune_configs() == []
+    with pytest.raises(ValueError, match="tune_seeds must be at least 2 seeds where decision_batch_sizes is set"):
+        run.make_config("quick", tune_seeds=0)
 
 
 def test_config_errors_name_the_parameter():

@@ -99,7 +99,7 @@ def test_grid_grows_past_an_edge_until_the_best_rate_is_inside_and_reported_runs
         assert r.score == (r.target_restat if r.arm == run.PRECISE_AFTER else r.target)
     # a shared config runs once: bn_train and its precise-BN arm ask for the same runs
     assert all(n == distinct for _, n, distinct in sweep.calls)
-    n_rep = [n for desc, n, _ in sweep.calls if "reported" in desc][0]
+    n_rep = sum(n for desc, n, _ in sweep.calls if "reported" in desc)
     assert n_rep == len(cfg.seeds) * 2 * 2 * 2 * 2  # seeds x budgets x batch sizes x targets x {bn_train, stats_frozen}
     assert len(rep) == len(cfg.seeds) * len(cfg.decision_cells())  # the precise-BN arm reads the bn_train runs
 

@@ -213,9 +213,10 @@ class Config(ChapterConfig):
              lambda c: c.lr_batch in c.tune_batch_sizes),
         Rule("budget_steps", "an integer >= 1 (optimizer steps at every batch size of the steps budget)",
              lambda c: c.budget_steps >= 1),
-        Rule("decision_batch_sizes", "increasing even divisors of samples (at least one)",
-             lambda c: _increasing(c.decision_batch_sizes)
-             and all(b % 2 == 0 and c.samples % b == 0 for b in c.decision_batch_sizes)),
+        Rule("decision_batch_sizes", "increasing even divisors of samples, or empty (no decision runs)",
+             lambda c: not c.decision_batch_sizes or (_increasing(c.decision_batch_sizes)
+                                                      and all(b % 2 == 0 and c.samples % b == 0
+                                                              for b in c.decision_batch_sizes))),
         Rule("grid_extensions", "an integer >= 0 (times the rate grid may be extended past an edge)",
              lambda c: c.grid_extensions >= 0),
         Rule("tune_seeds", "at least 2 seeds where decision_batch_sizes is set (each rate is tuned on them)",
@@ -659,12 +660,17 @@ def decision_tables(config: Config, sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
     and :data:`PRECISE_AFTER`) are computed once."""
     cells = config.decision_cells()
     grid = {c: list(config.lr_factors) for c in cells}
+    # configs this run has already computed (the main grid, the learning-rate check, earlier rounds): swept apart
+    # from the new ones, so that a (seed, target) group with one new config does not recompute its cached mates
+    seen = set(config.run_configs()) | set(config.tune_configs())
 
     def runs(todo, desc):  # each distinct config once, its row copied to every cell it scores
         cfgs = [config.decision_config(c, s, f) for c, s, f in todo]
         unique = list(dict.fromkeys(cfgs))
-        out = sweep(unique, desc, factor=False)
-        at = {c: i for i, c in enumerate(unique)}
+        parts = [[c for c in unique if c in seen], [c for c in unique if c not in seen]]
+        out = pd.concat([sweep(p, desc, factor=False) for p in parts if p], ignore_index=True)
+        seen.update(unique)
+        at = {c: i for i, c in enumerate(parts[0] + parts[1])}
         return _decision_rows(out.iloc[[at[c] for c in cfgs]], [c for c, _, _ in todo], [(s, f) for _, s, f in todo])
 
     def run_check():
