@@ -159,7 +159,7 @@ def test_a_strategy_clearly_above_train_mode_is_recommended_with_its_verdicts():
     assert a["best"] == "stats_frozen" and a["runner_up"] == "bn_train" and not a["near_chance"]
     w = decision.words(d)
     assert "BN stats frozen, affine trained" in w["use"] and "pin_norm_eval" in w["code"]
-    assert w["depends"].startswith("The recommendation is the same")
+    assert w["depends"].startswith("The answer is the same") and "BN stats frozen, affine trained leads" in w["depends"]
     # one Bonferroni family over every comparison of the decision
     fam = d["claims"][d["claims"].family == "decision"]
     assert len(fam) == 4 * (2 + 1) and np.allclose(fam.confidence, 1 - 0.05 / len(fam))
@@ -186,7 +186,9 @@ def test_breaks_at_tuned_rates_use_one_rule_for_every_strategy():
     assert d["breaks"][("samples", "close", "bn_train")] == "breaks"  # 0.10 lower: beyond the 0.02 margin
     assert d["breaks"][("samples", "close", "stats_frozen")] == "no break"  # 0.01 lower: within it
     s = findings.tuned_break_sentence(d)
-    assert "4 of 8" in s and "BN in train mode (samples budget, close target)" in s
+    # per budget: 2 pairs of 4 break with a fixed number of samples (bn_train on both targets), and the same with steps
+    assert s.count("2 of 4 strategy and target pairs break") == 2
+    assert "BatchNorm in train mode: breaks on the close target; breaks on the shifted target" in s
 
 
 def test_the_answer_says_when_it_depends_on_the_target():
@@ -195,7 +197,7 @@ def test_the_answer_says_when_it_depends_on_the_target():
     rep.loc[flip, "score"] += 0.2
     d = decision.decision(rep, _check(rep), 0.02)
     w = decision.words(d)
-    assert w["depends"].startswith("The recommendation depends")
+    assert w["depends"].startswith("The answer depends")
     assert "on the close target" in w["short"] and "on the shifted target" in w["short"]
 
 

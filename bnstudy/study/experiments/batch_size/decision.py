@@ -33,6 +33,9 @@ ALPHA = 0.05
 #: A cell whose mean is not shown above chance + this (one-sided t, Bonferroni over the cells) is "near chance":
 #: no strategy there is worth recommending (the chapter's :data:`.findings.NEAR_CHANCE`).
 NEAR_CHANCE = 0.06
+#: The order ties are named in: BatchNorm in train mode first, then the other arms as the chapter lists them.
+DECISION_ORDER = ("bn_train", PRECISE_AFTER, "stats_frozen", "adabn", "bn_frozen", "to_group", "to_layer",
+                  "group_pretrained", "layer_pretrained")
 #: What the reader runs for each strategy (the guide's recipe column): code in this package or in torch.
 CODE = {"bn_train": "`model.train()` (BatchNorm uses and updates batch statistics)",
         "stats_frozen": "`bnstudy.pin_norm_eval(backbone)` (statistics fixed, affine trained)",
@@ -156,12 +159,25 @@ def _versus(a: dict) -> str:
         first = f"not compared with the runner-up ({runner}): too few seeds"
     else:
         first = f"not separated from the runner-up ({runner})"
-    if a["vs_bn_train_kind"] == "self":
+    if a["vs_bn_train_kind"] == "self" or a["runner_up"] == "bn_train":
         return first
     second = {"higher": "above BatchNorm in train mode", "lower": "below BatchNorm in train mode",
               "equivalent": "equivalent to BatchNorm in train mode within ±{margin}"}.get(
         a["vs_bn_train_kind"], "not separated from BatchNorm in train mode")
     return f"{first}, {second}"
+
+
+def leading(a: dict) -> list[str]:
+    """The arms a cell's answer ``a`` cannot tell apart at its top: the best, and the runner-up unless the best is
+    shown above it (equivalent or not separated)."""
+    return [a["best"]] if a["vs_runner_up_kind"] == "higher" else [a["best"], a["runner_up"]]
+
+
+def _names(arms) -> str:
+    """Readable names joined with "or"; BatchNorm in train mode with and without precise BN after, as one."""
+    if set(arms) == {"bn_train", PRECISE_AFTER}:
+        return "BN in train mode, with or without precise BN after it"
+    return " or ".join(label(x) for x in arms)
 
 
 def words(d: dict) -> dict[str, str]:
@@ -190,40 +206,43 @@ def words(d: dict) -> dict[str, str]:
             budget = ("with a fixed number of samples" if bu == "samples" else "with a fixed number of optimizer steps")
             per_budget.append(f"{budget.capitalize()}: " + "; ".join(parts) + ".")
     out["answer"] = f"At batch size {sb}, each strategy at its own tuned learning rate. " + " ".join(per_budget)
-    rec = {k: a["best"] for k, a in ans.items() if not a["near_chance"]}
-    samples = {t: a for (bu, t), a in ans.items() if bu == "samples"}
-    chosen = sorted({a["best"] for a in samples.values() if not a["near_chance"]})
-    if len(chosen) == 1:
-        out["short"] = f"{label(chosen[0])}, at its own tuned learning rate"
-        out["code"] = CODE.get(chosen[0], label(chosen[0]))
-    elif chosen:
-        out["short"] = "; ".join(f"{label(a['best'])} on the {t} target" for t, a in sorted(samples.items())
-                                 if not a["near_chance"]) + ", each at its own tuned learning rate"
-        out["code"] = "; ".join(f"{t} target: {CODE.get(a['best'], label(a['best']))}" for t, a in
-                                sorted(samples.items()) if not a["near_chance"])
+    live = {k: a for k, a in ans.items() if not a["near_chance"]}
+    samples = {t: a for (bu, t), a in live.items() if bu == "samples"}
+    common = sorted(set.intersection(*(set(leading(a)) for a in samples.values())), key=DECISION_ORDER.index) \
+        if samples else []
+    if common:
+        tied = len(common) > 1
+        out["short"] = (f"{_names(common)}, at its own tuned learning rate"
+                        + (" (the two are not told apart here)" if tied and set(common) != {"bn_train", PRECISE_AFTER}
+                           else ""))
+        out["code"] = "; or ".join(CODE.get(x, label(x)) for x in common)
+    elif samples:
+        out["short"] = "; ".join(f"{_names(leading(a))} on the {t} target" for t, a in sorted(samples.items())) \
+            + ", each at its own tuned learning rate"
+        out["code"] = "; ".join(f"{t} target: {CODE.get(a['best'], label(a['best']))}" for t, a in sorted(samples.items()))
     else:
         out["short"] = "no strategy shown above chance"
         out["code"] = "no recommendation"
     out["use"] = (f"To fine-tune a whole network at batch size {sb} with a fixed number of labelled samples, use "
                   f"{out['short']}.")
-    if len(set(rec.values())) <= 1:
-        out["depends"] = ("The recommendation is the same on both targets and under both budgets "
-                          "(where a strategy is above chance).")
+    everywhere = set.intersection(*(set(leading(a)) for a in live.values())) if live else set()
+    if everywhere:
+        out["depends"] = (f"The answer is the same on both targets and under both budgets (where a strategy is above "
+                          f"chance): {_names(sorted(everywhere, key=DECISION_ORDER.index))} leads every time.")
     else:
-        by = [f"{label(v)} ({'samples' if bu == 'samples' else 'steps'} budget, {t} target)"
-              for (bu, t), v in sorted(rec.items())]
-        out["depends"] = "The recommendation depends on the budget or the target: " + "; ".join(by) + "."
+        by = [f"{_names(leading(a))} ({bu} budget, {t} target)" for (bu, t), a in sorted(live.items())]
+        out["depends"] = "The answer depends on the budget or the target: " + "; ".join(by) + "."
     e = edge_cells(d)
     if len(e):
         items = "; ".join(f"{label(r.arm)}, {r.budget} budget, batch {r.batch_size}, {r.target_name} target "
                           f"(factor {r.lr_factor:g}, grid {r.grid_low:g} to {r.grid_high:g})" for r in e.itertuples())
-        rec_edge = [r for r in e.itertuples() if r.batch_size == sb and ans.get((r.budget, r.target_name), {})
-                    .get("best") == r.arm]
+        rec_edge = [r for r in e.itertuples() if r.batch_size == sb and (r.budget, r.target_name) in ans
+                    and r.arm in leading(ans[(r.budget, r.target_name)])]
         out["edges"] = (f"{len(e)} chosen rates are still at an end of their grid after the extensions: {items}. "
                         "At such a cell the strategy's best rate may lie beyond the grid, so its accuracy is a lower "
                         "bound on what tuning could reach" +
-                        (", including the recommended strategy's own cell: its lead could only grow."
-                         if rec_edge else "; none of them is a recommended strategy's cell at batch size "
+                        (", including a leading strategy's own cell: its accuracy there could only rise with a "
+                         "wider grid, so the answer does not rest on the edge." if rec_edge else "; none of them is a recommended strategy's cell at batch size "
                          f"{sb}, so no recommendation rests on an edge rate."))
     else:
         out["edges"] = "Every chosen rate lies inside its grid."

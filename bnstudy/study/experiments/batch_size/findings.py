@@ -642,17 +642,20 @@ def enough_phrase(token: str | None, batch: int) -> str:
 
 
 def tuned_break_sentence(d: dict) -> str:
-    """The breaks at tuned rates (:func:`.decision.decision`'s ``breaks``), in one sentence: how many strategy,
-    target and budget pairs break and which, BatchNorm in train mode's named."""
+    """The breaks at tuned rates (:func:`.decision.decision`'s ``breaks``), one clause per budget: how many
+    strategies break on how many targets (batch size ``small`` more than the margin below ``large``, each at its own
+    tuned rate), and BatchNorm in train mode's own."""
     br = d["breaks"]
-    broken = sorted(k for k, v in br.items() if v == "breaks")
-    bn = [k for k in br if k[2] == "bn_train"]
-    bn_text = "; ".join(f"{br[k]} ({k[0]} budget, {k[1]} target)" for k in sorted(bn))
-    which = ("" if not broken else ": " + "; ".join(f"{decision.label(k[2])} ({k[0]} budget, {k[1]} target)"
-                                                      for k in broken))
-    return (f"Each strategy at its own tuned rate, {len(broken)} of {len(br)} strategy, target and budget pairs "
-            f"break at batch size {d['small']} against batch size {d['large']} (more than {d['margin']:.2f} lower, "
-            f"family interval){which}. BatchNorm in train mode: {bn_text}.")
+    parts = []
+    for bu in sorted({k[0] for k in br}):
+        keys = sorted(k for k in br if k[0] == bu)
+        n = sum(br[k] == "breaks" for k in keys)
+        bn = "; ".join(f"{br[k]} on the {k[1]} target" for k in keys if k[2] == "bn_train")
+        what = "a fixed number of samples" if bu == "samples" else "a fixed number of optimizer steps"
+        parts.append(f"with {what}, {n} of {len(keys)} strategy and target pairs break (BatchNorm in train mode: "
+                     f"{bn})")
+    return (f"Each strategy at its own tuned rate, batch size {d['small']} against batch size {d['large']} (a break: "
+            f"more than {d['margin']:.2f} lower, family interval): " + "; ".join(parts) + ".")
 
 
 def answer(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> str:
