@@ -45,8 +45,8 @@ def _refuse_script_module(fn: str, param: str, module) -> None:
             "from torch.jit.script/trace/load): its submodules cannot be replaced, momentum and "
             "track_running_stats are compiled constants, and Python hooks do not run inside it. Call "
             f"{fn} on the Python model and script the result (FrozenBatchNorm scripts); to read a scripted "
-            "model use bnstudy.audit.lint_model, batch_stats_report or FreezeAudit, which work on it, and "
-            "re-pin it with pin_eval/pin_norm_eval after scripting or loading")
+            "model use bnstudy.lint_model, bnstudy.freeze.batch_stats_report or bnstudy.FreezeAudit, which work on it, "
+            "and re-pin it with bnstudy.pin_eval/bnstudy.pin_norm_eval after scripting or loading")
 
 
 class _PinnedTrain:
@@ -322,7 +322,7 @@ class FrozenBatchNorm(nn.Module):
         check_str("FrozenBatchNorm.from_batchnorm", "name", name)
         label = repr(name) if name else type(bn).__name__
         if not is_batch_norm(bn):
-            hint = " (InstanceNorm is not converted: pin it with bnstudy.freeze.pin_norm_eval)" if isinstance(
+            hint = " (InstanceNorm is not converted: pin it with bnstudy.pin_norm_eval)" if isinstance(
                 bn, nn.modules.batchnorm._NormBase) else ""
             raise ValueError(f"bn={label} is a {type(bn).__name__}, not a BatchNorm (_BatchNorm or _NormBase "
                              f"subclass){hint}")
