@@ -696,9 +696,11 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
     buffers are read; a compiled wrapper through the module it wraps); data as
     ``other`` needs a Python ``model`` (the estimate runs hooks). Raises
     ``ValueError`` for a negative ``tol``, a model without BatchNorm
-    statistics, models that share no layer name, or layers of different shape.
+    statistics, models that share no layer name, or layers of different shape; ``ImportError`` (saying to
+    install it) without pandas, since the result is a table.
     """
-    import pandas as pd
+    from ._checks import require_pandas
+    pd = require_pandas()
 
     check_module("compare_statistics", "model", model)
     model = compiled_original(model)

@@ -204,3 +204,16 @@ def test_lint_and_error_messages_name_the_calls_a_user_can_type_through_the_fron
                 elif mod not in ("study",) and not hasattr(importlib.import_module(f"bnstudy.{mod}"), name):
                     problems.append(f"{path.name}:{node.lineno}: bnstudy.{mod}.{name} does not exist")
     assert not problems, "\n".join(problems)
+
+
+def test_compare_statistics_without_pandas_says_what_to_install(monkeypatch):
+    """A fresh user's report (torch and numpy only): compare_statistics raised a bare ModuleNotFoundError, where
+    every other call that returns a table says that it needs pandas and how to install it."""
+    import sys
+
+    import bnstudy
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).eval()
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now raises ImportError
+    with pytest.raises(ImportError, match="needs pandas: pip install pandas"):
+        bnstudy.compare_statistics(model, model)
