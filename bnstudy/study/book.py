@@ -50,7 +50,16 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import nbformat
+
+def _nbformat():
+    """nbformat, imported where a notebook is read or written: the ``bnstudy`` command's other parts (``--help``,
+    ``list``, ``figure``) run without the book's dependencies. Raises ``ImportError`` saying what to install."""
+    try:
+        import nbformat
+    except ImportError as e:
+        raise ImportError("reading a chapter notebook needs nbformat, one of the book's dependencies: "
+                          "pip install 'bnstudy[book]' (or run `make venv` in a checkout)") from e
+    return nbformat
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTERS_DIR = REPO / "chapters"
@@ -99,8 +108,14 @@ PARTIAL_DIR = ".partial"
 
 
 def chapter_paths(chapters_dir: Path = CHAPTERS_DIR) -> list[Path]:
-    """The chapter notebooks ``NN_*.ipynb`` in ``chapters_dir``, sorted by number."""
-    return sorted(p for p in Path(chapters_dir).glob("[0-9][0-9]_*.ipynb"))
+    """The chapter notebooks ``NN_*.ipynb`` in ``chapters_dir``, sorted by number. Raises ``FileNotFoundError``
+    when there are none (an installed wheel has no ``chapters/``: the book's chapters run from a checkout)."""
+    found = sorted(p for p in Path(chapters_dir).glob("[0-9][0-9]_*.ipynb"))
+    if not found:
+        raise FileNotFoundError(f"no chapter notebooks in {chapters_dir}: the book's chapters, figures and release run "
+                                "from a checkout of the repository (git clone https://github.com/bnstudy/bnstudy), "
+                                "not from an installed wheel, which holds the practitioner's library only")
+    return found
 
 
 def page_name(notebook) -> str:
@@ -272,7 +287,7 @@ def hide_injected_parameters(path: Path) -> None:
     Progress lines are those ending in :data:`PROGRESS_TAG` (written by sweeps when ``$BNSTUDY_PROGRESS`` is
     set); they belong on the terminal, not on the page.
     """
-    nb = nbformat.read(path, as_version=4)
+    nb = _nbformat().read(path, as_version=4)
     for cell in nb.cells:
         tags = cell.get("metadata", {}).get("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
@@ -290,7 +305,7 @@ def hide_injected_parameters(path: Path) -> None:
                 out["text"] = "\n".join(kept) + "\n"
             outputs.append(out)
         cell["outputs"] = outputs
-    nbformat.write(nb, path)
+    _nbformat().write(nb, path)
 
 
 #: Seconds nbclient waits for a finished cell's outputs (its default, 4 s, fails cells on a loaded machine).
@@ -387,7 +402,7 @@ def glued_values(chapters_dir) -> dict[str, str]:
         raise ValueError(f"glued_values: {folder} is not a folder of executed notebooks (NN-name.ipynb)")
     out = {}
     for path in sorted(folder.glob("[0-9][0-9]-*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
+        nb = _nbformat().read(path, as_version=4)
         for cell in nb.cells:
             for o in cell.get("outputs", []):
                 name = (o.get("metadata") or {}).get("scrapbook", {}).get("name")

@@ -20,14 +20,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...inference import TOO_FEW, Family, claims_table, decide, one_sided_p, t_interval
+from ...inference import NOT_DECIDED, TOO_FEW, Family, claims_table, decide, one_sided_p, t_interval
 from .run import BUDGETS, DECISION_CELL, PRECISE_AFTER, STRATEGY_LABELS, best_factors
 
 #: Direction words of the decision's claims (strategy minus BatchNorm in train mode; best minus runner-up; the
 #: smallest minus the largest batch size).
 WORDS = {"decision": ("above BN in train mode", "below BN in train mode"),
          "best": ("best above the runner-up", "best below the runner-up"),
-         "tuned_break": ("higher at the smaller batch", "lower at the smaller batch")}
+         "tuned_break": ("higher at the smaller batch", "lower at the smaller batch"),
+         "did": ("BN in train mode higher beyond the control", "BN in train mode lower beyond the control"),
+         "gain": ("precise BN higher", "precise BN lower")}
+#: The control of the difference-in-differences at tuned rates: a per-sample norm, no batch statistics.
+CONTROL = "group_pretrained"
 #: The decision's overall level (Bonferroni over each family).
 ALPHA = 0.05
 #: A cell whose mean is not shown above chance + this (one-sided t, Bonferroni over the cells) is "near chance":
@@ -66,7 +70,9 @@ def cell_table(dec: pd.DataFrame, check: pd.DataFrame, chance: float) -> pd.Data
     recs = []
     for key, g in dec.groupby(DECISION_CELL, sort=True):
         iv = t_interval(g["score"])
-        recs.append(dict(zip(DECISION_CELL, key), lr=float(g["lr"].iloc[0]), mean=iv.mean, ci_low=iv.low,
+        recs.append(dict(zip(DECISION_CELL, key), lr=float(g["lr"].iloc[0]),
+                         retention=float(g["task_a_after"].mean()) if "task_a_after" in g else float("nan"),
+                         mean=iv.mean, ci_low=iv.low,
                          ci_high=iv.high, n=iv.n, diverged_runs=int(g["diverged"].sum()),
                          p_chance=one_sided_p(g["score"], "greater", null=chance + NEAR_CHANCE)))
     out = pd.DataFrame(recs).merge(best, on=DECISION_CELL, how="left").merge(n_factors.reset_index(), on=DECISION_CELL)
@@ -126,8 +132,32 @@ def decision(dec: pd.DataFrame, check: pd.DataFrame, margin: float) -> dict:
                  vs_bn_train="is BN in train mode" if a["best"] == "bn_train"
                  else verdict[f"decision_{bu}_{t}_{a['best']}"],
                  vs_bn_train_kind="self" if a["best"] == "bn_train" else kind[f"decision_{bu}_{t}_{a['best']}"])
-    breaks = {tuple(k[len("tuned_break_"):].split("_", 2)): ("breaks" if c.high < -margin else "no break")
-              for k, c in zip([c.key for c in c_drop], c_drop)}
+    near = cells.set_index(DECISION_CELL)["near_chance"]
+    breaks = {}
+    for c in c_drop:
+        bu, t, a = c.key[len("tuned_break_"):].split("_", 2)
+        if near.get((bu, large, t, a), False):
+            breaks[(bu, t, a)] = "reference near chance"
+        else:
+            breaks[(bu, t, a)] = "breaks" if c.high < -margin else "no break" if c.low > -margin else NOT_DECIDED
+    # the control (no batch statistics) against BN in train mode, and precise BN's gain at the large batch
+    did, gain = {}, {}
+    if large != small and {"bn_train", CONTROL} <= set(dec.arm):
+        for (bu, t), g in dec.groupby(["budget", "target_name"], sort=True):
+            s_, lg = _pivot(g[g.batch_size == small]), _pivot(g[g.batch_size == large])
+            did[f"tuned_did_{bu}_{t}"] = ((s_["bn_train"] - lg["bn_train"]) - (s_[CONTROL] - lg[CONTROL])).dropna()
+            if PRECISE_AFTER in lg:
+                gain[f"precise_gain_{bu}_{t}_b{large}"] = (lg[PRECISE_AFTER] - lg["bn_train"]).dropna()
+    extra = []
+    if did:
+        fam_d = Family(len(did), ALPHA)
+        extra.append(claims_table([decide(v, k, family=fam_d, higher=WORDS["did"][0], lower=WORDS["did"][1])
+                                   for k, v in did.items()], family="tuned_did"))
+    if gain:
+        fam_g = Family(len(gain), ALPHA)
+        extra.append(claims_table([decide(v, k, margin=margin, family=fam_g, higher=WORDS["gain"][0],
+                                          lower=WORDS["gain"][1]) for k, v in gain.items()], family="precise_gain"))
+    claims = pd.concat([claims, *extra], ignore_index=True)
     return dict(cells=cells, claims=claims, answers=answers, breaks=breaks, small=small, large=large,
                 margin=float(margin))
 
@@ -158,12 +188,12 @@ def _versus(a: dict) -> str:
     elif a["vs_runner_up"] == TOO_FEW:
         first = f"not compared with the runner-up ({runner}): too few seeds"
     else:
-        first = f"not separated from the runner-up ({runner})"
+        first = f"not decided against the runner-up ({runner})"
     if a["vs_bn_train_kind"] == "self" or a["runner_up"] == "bn_train":
         return first
     second = {"higher": "above BatchNorm in train mode", "lower": "below BatchNorm in train mode",
               "equivalent": "equivalent to BatchNorm in train mode within ±{margin}"}.get(
-        a["vs_bn_train_kind"], "not separated from BatchNorm in train mode")
+        a["vs_bn_train_kind"], "not decided against BatchNorm in train mode")
     return f"{first}, {second}"
 
 
@@ -176,7 +206,7 @@ def leading(a: dict) -> list[str]:
 def _names(arms) -> str:
     """Readable names joined with "or"; BatchNorm in train mode with and without precise BN after, as one."""
     if set(arms) == {"bn_train", PRECISE_AFTER}:
-        return "BN in train mode, with or without precise BN after it"
+        return "BN in train mode, then precise BN (not shown to differ from train mode alone here)"
     return " or ".join(label(x) for x in arms)
 
 
@@ -210,25 +240,41 @@ def words(d: dict) -> dict[str, str]:
     samples = {t: a for (bu, t), a in live.items() if bu == "samples"}
     common = sorted(set.intersection(*(set(leading(a)) for a in samples.values())), key=DECISION_ORDER.index) \
         if samples else []
+    cells = d["cells"].set_index(DECISION_CELL)
     if common:
-        tied = len(common) > 1
-        out["short"] = (f"{_names(common)}, at its own tuned learning rate"
-                        + (" (the two are not told apart here)" if tied and set(common) != {"bn_train", PRECISE_AFTER}
-                           else ""))
+        if set(common) == {"bn_train", PRECISE_AFTER}:
+            out["short"] = ("BN in train mode at its own tuned learning rate, then precise BN (not shown to differ from "
+                            "train mode alone here)")
+        else:
+            out["short"] = f"{_names(common)}, at its own tuned learning rate" + (
+                " (the two are not told apart here)" if len(common) > 1 else "")
         out["code"] = "; or ".join(CODE.get(x, label(x)) for x in common)
+        out["rate"] = " and ".join(
+            f"{cells.loc[('samples', sb, t, common[0]), 'lr']:.3g} on the {t} target "
+            f"({cells.loc[('samples', sb, t, common[0]), 'lr_factor']:g} times the linear-scaling rate)"
+            for t in sorted(samples))
     elif samples:
         out["short"] = "; ".join(f"{_names(leading(a))} on the {t} target" for t, a in sorted(samples.items())) \
             + ", each at its own tuned learning rate"
         out["code"] = "; ".join(f"{t} target: {CODE.get(a['best'], label(a['best']))}" for t, a in sorted(samples.items()))
+        out["rate"] = "see the table"
     else:
-        out["short"] = "no strategy shown above chance"
+        out["short"] = "no strategy shown above chance plus the near-chance margin"
         out["code"] = "no recommendation"
-    out["use"] = (f"To fine-tune a whole network at batch size {sb} with a fixed number of labelled samples, use "
-                  f"{out['short']}.")
-    everywhere = set.intersection(*(set(leading(a)) for a in live.values())) if live else set()
-    if everywhere:
-        out["depends"] = (f"The answer is the same on both targets and under both budgets (where a strategy is above "
-                          f"chance): {_names(sorted(everywhere, key=DECISION_ORDER.index))} leads every time.")
+        out["rate"] = "none"
+    out["use"] = (f"On this chapter's three-block network and synthetic ten-class task, to fine-tune the whole network "
+                  f"at batch size {sb} with a fixed number of labelled samples, use {out['short']}; its tuned rate here "
+                  f"was {out['rate']}.")
+    near_steps = [k for k, a in ans.items() if k[0] == "steps"]
+    n_near = int(d["cells"].query("budget == 'steps' and batch_size == @sb").near_chance.sum())
+    n_all = int((d["cells"].query("budget == 'steps' and batch_size == @sb")).shape[0])
+    if samples and common:
+        out["depends"] = ("The answer is the same on both targets with a fixed number of samples. With a fixed number "
+                          f"of optimizer steps a batch of {sb} sees few images: {n_near} of {n_all} strategy and "
+                          f"target cells there are near chance (not shown above chance plus {NEAR_CHANCE:.2f}), and "
+                          + ("the leaders are the same" if all(set(common) & set(leading(ans[k])) for k in near_steps
+                                                               if k in live) else "the leaders differ")
+                          + ".")
     else:
         by = [f"{_names(leading(a))} ({bu} budget, {t} target)" for (bu, t), a in sorted(live.items())]
         out["depends"] = "The answer depends on the budget or the target: " + "; ".join(by) + "."
@@ -239,11 +285,12 @@ def words(d: dict) -> dict[str, str]:
         rec_edge = [r for r in e.itertuples() if r.batch_size == sb and (r.budget, r.target_name) in ans
                     and r.arm in leading(ans[(r.budget, r.target_name)])]
         out["edges"] = (f"{len(e)} chosen rates are still at an end of their grid after the extensions: {items}. "
-                        "At such a cell the strategy's best rate may lie beyond the grid, so its accuracy is a lower "
-                        "bound on what tuning could reach" +
-                        (", including a leading strategy's own cell: its accuracy there could only rise with a "
-                         "wider grid, so the answer does not rest on the edge." if rec_edge else "; none of them is a recommended strategy's cell at batch size "
-                         f"{sb}, so no recommendation rests on an edge rate."))
+                        "At such a cell the tuning curve was still rising at the edge, so a wider grid would be "
+                        "expected to raise its accuracy" +
+                        (", including a leading strategy's own cell: the answer does not rest on the edge, since "
+                         "more tuning would be expected to raise the leader." if rec_edge else
+                         f"; none of them is a leading strategy's cell at batch size {sb}, so no recommendation rests "
+                         "on an edge rate."))
     else:
         out["edges"] = "Every chosen rate lies inside its grid."
     return out
@@ -262,6 +309,10 @@ def numbers(d: dict) -> dict:
         out[f"decision_best_high_{k}"] = float(a["ci_high"])
         out[f"decision_best_factor_{k}"] = float(cells.loc[(bu, d["small"], t, a["best"]), "lr_factor"])
         out[f"decision_bn_train_mean_{k}"] = float(cells.loc[(bu, d["small"], t, "bn_train"), "mean"])
+    for (bu, t), a in d["answers"].items():
+        for arm in ("bn_train", PRECISE_AFTER, "stats_frozen", "adabn", "bn_frozen", CONTROL):
+            if (bu, d["small"], t, arm) in cells.index and "retention" in cells:
+                out[f"decision_retention_{bu}_{t}_{arm}"] = float(cells.loc[(bu, d["small"], t, arm), "retention"])
     out["decision_n_cells"] = int(len(d["cells"]))
     out["decision_n_edge"] = int(d["cells"].at_edge.sum())
     out["decision_n_breaks"] = int(sum(v == "breaks" for v in d["breaks"].values()))
@@ -276,12 +327,16 @@ def display(d: dict) -> pd.DataFrame:
     c = d["cells"]
     c = c[c.batch_size == d["small"]]
     verdict = dict(zip(d["claims"].key, d["claims"].verdict))
+    est, low, high = (dict(zip(d["claims"].key, d["claims"][c])) for c in ("estimate", "low", "high"))
     rows = []
     for r in c.sort_values(["budget", "target_name", "mean"], ascending=[True, True, False]).itertuples():
         rows.append({"budget": "fixed samples" if r.budget == "samples" else "fixed steps", "target": r.target_name,
                      "strategy": label(r.arm), "tuned rate": f"{r.lr:.3g}" + (" (edge)" if r.at_edge else ""),
                      "accuracy (95% interval)": f"{r.mean:.3f} ({r.ci_low:.3f} to {r.ci_high:.3f})"
                      + (" near chance" if r.near_chance else ""),
+                     "minus BN in train mode": "" if r.arm == "bn_train" else (
+                         lambda k: f"{est[k]:+.3f} ({low[k]:+.3f} to {high[k]:+.3f})" if k in est else "")(
+                         f"decision_{r.budget}_{r.target_name}_{r.arm}"),
                      "vs BN in train mode": "reference" if r.arm == "bn_train"
                      else verdict.get(f"decision_{r.budget}_{r.target_name}_{r.arm}", "")})
     return pd.DataFrame(rows)

@@ -255,11 +255,11 @@ def breaks_display(f: pd.DataFrame, strategies) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def decision_figure(cells: pd.DataFrame, small: int, chance: float):
+def decision_figure(cells: pd.DataFrame, small: int, chance: float, near_chance: float | None = None):
     """The batch-size-2 decision: per budget (panels) and target (marker), each strategy's accuracy at batch size
     ``small`` at its own tuned rate, mean and 95% interval over the reported seeds (:func:`.decision.cell_table`'s
     rows), strategies sorted by their mean on the samples budget; chance dotted. A hollow marker: the chosen rate is
-    still at an end of its grid."""
+    still at an end of its grid; dashed: ``chance + near_chance`` where given (the near-chance rule's line)."""
     c = cells[cells.batch_size == small]
     budgets = [b for b in ("samples", "steps") if b in set(c.budget)]
     order = (c[c.budget == budgets[0]].groupby("arm")["mean"].mean().sort_values().index.tolist())
@@ -276,6 +276,8 @@ def decision_figure(cells: pd.DataFrame, small: int, chance: float):
                 ax.plot(r.mean, y, markers.get(t, "o"), color=col, markerfacecolor="white" if r.at_edge else col,
                         markersize=6, label=f"{t} target" if r.arm == order[-1] else None)
         ax.axvline(chance, color=style.GREY, linestyle=":", linewidth=1)
+        if near_chance is not None:
+            ax.axvline(chance + near_chance, color=style.GREY, linestyle="--", linewidth=0.8)
         ax.set_title("fixed samples" if bu == "samples" else "fixed optimizer steps")
         ax.set_xlabel(f"task-B accuracy at batch {small}")
         ax.grid(axis="x", alpha=0.3)

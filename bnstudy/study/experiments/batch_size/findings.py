@@ -642,20 +642,32 @@ def enough_phrase(token: str | None, batch: int) -> str:
 
 
 def tuned_break_sentence(d: dict) -> str:
-    """The breaks at tuned rates (:func:`.decision.decision`'s ``breaks``), one clause per budget: how many
-    strategies break on how many targets (batch size ``small`` more than the margin below ``large``, each at its own
-    tuned rate), and BatchNorm in train mode's own."""
-    br = d["breaks"]
+    """The pairs at tuned rates (:func:`.decision.decision`'s ``breaks``: batch size ``small`` against ``large``, each
+    strategy at its own tuned rate), one clause per budget with what else the budget changes between the two ends,
+    then BatchNorm in train mode against the per-sample control (``tuned_did``): what the pairs can say about batch
+    statistics."""
+    br, sb, lb = d["breaks"], d["small"], d["large"]
+    claims = d["claims"].set_index("key")
     parts = []
     for bu in sorted({k[0] for k in br}):
         keys = sorted(k for k in br if k[0] == bu)
-        n = sum(br[k] == "breaks" for k in keys)
-        bn = "; ".join(f"{br[k]} on the {k[1]} target" for k in keys if k[2] == "bn_train")
-        what = "a fixed number of samples" if bu == "samples" else "a fixed number of optimizer steps"
-        parts.append(f"with {what}, {n} of {len(keys)} strategy and target pairs break (BatchNorm in train mode: "
-                     f"{bn})")
-    return (f"Each strategy at its own tuned rate, batch size {d['small']} against batch size {d['large']} (a break: "
-            f"more than {d['margin']:.2f} lower, family interval): " + "; ".join(parts) + ".")
+        count = {w: sum(br[k] == w for k in keys) for w in ("breaks", "no break", NOT_DECIDED, "reference near chance")}
+        what = (f"a fixed number of samples (batch {lb} then takes few steps)" if bu == "samples" else
+                f"a fixed number of optimizer steps (batch {sb} then sees far fewer images)")
+        parts.append(f"with {what}, of {len(keys)} strategy and target pairs {count['breaks']} break, "
+                     f"{count['no break']} show no break, {count[NOT_DECIDED]} are not decided and "
+                     f"{count['reference near chance']} have a batch-{lb} reference near chance")
+    out = (f"Each strategy at its own tuned rate, batch size {sb} against {lb} (a break: the family interval below "
+           f"-{d['margin']:.2f}; no break: above it): " + "; ".join(parts) + ". Both ends of a pair differ in the "
+           "budget's other quantity, so these counts describe the budgets, not batch statistics.")
+    did = [k for k in claims.index if k.startswith("tuned_did_")]
+    if did:
+        out += (" Against GroupNorm from pretraining, which computes no batch statistics, BatchNorm in train mode's "
+                f"change from batch {lb} to {sb} reads " + "; ".join(
+                    f"{claims.loc[k, 'estimate']:+.3f} ({claims.loc[k, 'low']:+.3f} to {claims.loc[k, 'high']:+.3f}, "
+                    f"**{claims.loc[k, 'verdict']}**) with {'fixed samples' if k.split('_')[2] == 'samples' else 'fixed steps'} "
+                    f"on the {k.split('_')[3]} target" for k in did) + ".")
+    return out
 
 
 def answer(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> str:
@@ -666,7 +678,7 @@ def answer(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> st
     sb, ref = number(f, "smallest_batch"), number(f, "reference_batch")
     if dec is not None:
         w = decision.words(dec)
-        out = [w["answer"], w["depends"], tuned_break_sentence(dec)]
+        out = [w["answer"], w["depends"]]
     else:
         out = [f"Judged against GroupNorm from pretraining (which computes no batch statistics), BatchNorm in train "
                f"mode {break_phrase(_get(f, 'breaks_stats_close_bn_train'), ref)} on the close target and "
@@ -684,7 +696,8 @@ def answer(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> st
     g = claims[claims["key"] == f"gap_close_b{sb}"]
     if len(g):
         e = float(g.iloc[0]["estimate"])
-        out.append(f"BatchNorm in train mode's accuracy measured in train mode minus eval mode at batch size {sb} is "
+        out.append(f"At the linear-scaling rate, BatchNorm in train mode's accuracy measured in train mode minus eval "
+                   f"mode at batch size {sb} is "
                    f"{'n/a' if math.isnan(e) else format(e, '+.3f')} on the close target (**{g.iloc[0]['verdict']}**)"
                    + (": the number a training loop reports is not the deployed model's."
                       if g.iloc[0]["kind"] in ("higher", "lower") else "."))
