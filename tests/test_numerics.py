@@ -48,10 +48,13 @@ def test_differences_name_each_part_and_ignore_the_cpu_model():
     other = dict(here, cpu="Some Other CPU 9000", cpu_flags={f: False for f in numerics.FLAGS})
     assert numerics.differences(other, here) == []  # the pin makes the model and its flags irrelevant
     assert numerics.key(other) == numerics.key(here)
-    changed = dict(here, capability="AVX512", vendor="GenuineIntel")
+    # another capability and another vendor than this machine's, whichever this machine is
+    cap = "AVX512" if here["capability"] != "AVX512" else "AVX2"
+    vendor = "GenuineIntel" if here["vendor"] != "GenuineIntel" else "AuthenticAMD"
+    changed = dict(here, capability=cap, vendor=vendor)
     d = numerics.differences(changed, here)
-    assert d == [f"capability: release AVX512, here {here['capability']} (torch's CPU kernels differ (ATen dispatch))",
-                 f"vendor: release GenuineIntel, here {here['vendor']} (another CPU vendor (approximate instructions "
+    assert d == [f"capability: release {cap}, here {here['capability']} (torch's CPU kernels differ (ATen dispatch))",
+                 f"vendor: release {vendor}, here {here['vendor']} (another CPU vendor (approximate instructions "
                  "such as rsqrtps differ between vendors))"]
     assert numerics.key(changed) != numerics.key(here)
     assert "before the kernel pin" in numerics.differences(None, here)[0]

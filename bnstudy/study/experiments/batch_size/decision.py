@@ -147,7 +147,7 @@ def decision(dec: pd.DataFrame, check: pd.DataFrame, margin: float) -> dict:
             s_, lg = _pivot(g[g.batch_size == small]), _pivot(g[g.batch_size == large])
             did[f"tuned_did_{bu}_{t}"] = ((s_["bn_train"] - lg["bn_train"]) - (s_[CONTROL] - lg[CONTROL])).dropna()
             if PRECISE_AFTER in lg:
-                gain[f"precise_gain_{bu}_{t}_b{large}"] = (lg[PRECISE_AFTER] - lg["bn_train"]).dropna()
+                gain[f"precise_gain_{bu}_{t}"] = (lg[PRECISE_AFTER] - lg["bn_train"]).dropna()  # at ``large``
     extra = []
     if did:
         fam_d = Family(len(did), ALPHA)
