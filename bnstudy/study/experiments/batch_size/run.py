@@ -24,7 +24,7 @@ size the :data:`CONTENDERS` also run on the reported seeds at the rates the tuni
    learning rate, tuned on the tuning seeds, at ``decision_batch_sizes`` (2 and 256), under two **budgets**
    (:data:`BUDGETS`): the fixed number of ``samples`` of the main grid, and a fixed number of optimizer steps
    (``budget_steps``; ``samples = budget_steps * batch_size``). The rate grid (``lr_factors``) is extended by a factor
-   of 2 past any edge the best rate sits at, up to ``grid_extensions`` times (:func:`decision_factors`); the reported
+   of 2 past any edge the best rate sits at, up to ``grid_extensions`` times (:func:`best_factors`); the reported
    seeds then run at each cell's chosen rate.
 
 ``Config`` -> :func:`run` -> tables (:func:`run_tables`) -> claims (:mod:`.findings`) -> figures (:mod:`.figures`).
