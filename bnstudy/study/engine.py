@@ -20,6 +20,7 @@ every model runs its own mode's code path on the values it would have drawn alon
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 import threading
@@ -52,6 +53,10 @@ EVAL_MEMORY_FORMAT = torch.contiguous_format
 
 #: Evaluation chunk (samples per forward pass).
 EVAL_CHUNK = 500
+
+#: Task-B batches (of the run's batch size, from their own random stream) over which a ``std_linear`` head's fixed
+#: standardization is fitted before stage 2 (:meth:`_ModeRun._fit_standardize`): 20 batches of 64 are 1,280 images.
+STANDARDIZE_BATCHES = 20
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
@@ -222,6 +227,21 @@ class _ModeRun:
         #: the module whose output feeds head B (the backbone, or its buffer copy in separate_stats)
         self.feature_module = model.backbone if model.backbone_b is None else model.backbone_b
         self.feature_key = ("fixed" if features_fixed(c) else "batch", self.fmt)
+        if c.head == "std_linear":
+            self._fit_standardize()
+
+    @torch.no_grad()
+    def _fit_standardize(self, n_batches: int = STANDARDIZE_BATCHES) -> None:
+        """Fit the ``std_linear`` head's :class:`bnstudy.study.models.Standardize` on the features the head trains
+        on: ``n_batches`` task-B batches from their own stream (the training stream is untouched) through a copy of
+        the module that feeds head B, in its stage-2 state (batch statistics per batch for a train-mode backbone,
+        whose buffers stay untouched; running statistics for a pinned one). Fixed before the head trains, as
+        chapter 1's standardized heads (``freeze_modes.run._feature_standardizer``)."""
+        c = self.c
+        work = copy.deepcopy(self.feature_module)
+        stream = BatchStream(self.data.task_b, c.batch_size, generator(c.seed, "standardize", "B"))
+        f = torch.cat([work(stream.next()[0].to(self.device, memory_format=self.fmt)) for _ in range(n_batches)])
+        self.model.head_b.norm.fit(f)
 
     @torch.no_grad()
     def _population_means(self, n_batches: int = 20) -> dict[str, torch.Tensor]:

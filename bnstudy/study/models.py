@@ -9,6 +9,7 @@ several freeze modes share their data in lockstep in :mod:`bnstudy.study.engine`
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -110,6 +111,35 @@ def _block(c_in: int, c_out: int, norm: nn.Module) -> nn.Sequential:
     return seq
 
 
+class Standardize(nn.Module):
+    """A fixed per-feature standardization ``(f - mean) / sd``: input and output ``(B, features)``.
+
+    ``mean`` and ``sd`` are buffers (no parameters, no train/eval behaviour), the identity until :meth:`fit` sets
+    them. It is the fixed input scaling of a linear model (the usual "standardize the features first"), here applied
+    to a frozen backbone's features before a linear head.
+    """
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(features))
+        self.register_buffer("sd", torch.ones(features))
+
+    @torch.no_grad()
+    def fit(self, f: torch.Tensor) -> "Standardize":
+        """Set ``mean`` / ``sd`` from features ``f`` ``(N, features)``, N >= 2 (a feature of SD 0 keeps SD 1, so it
+        stays finite). Raises ``ValueError`` for another shape."""
+        if f.dim() != 2 or f.shape[1] != self.mean.numel() or f.shape[0] < 2:
+            raise ValueError(f"Standardize.fit expects features of shape (N >= 2, {self.mean.numel()}), "
+                             f"got {tuple(f.shape)}")
+        mean, sd = f.double().mean(0), f.double().std(0)
+        self.mean.copy_(mean.to(self.mean.dtype))
+        self.sd.copy_(torch.where(sd > 0, sd, torch.ones_like(sd)).to(self.sd.dtype))
+        return self
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return (f - self.mean) / self.sd
+
+
 def make_head(kind: str, in_features: int, n_classes: int, hidden: int = 64,
               momentum: float | None = 0.1) -> nn.Module:
     """A classification head: ``(B, in_features) -> (B, n_classes)`` logits.
@@ -120,11 +150,20 @@ def make_head(kind: str, in_features: int, n_classes: int, hidden: int = 64,
     layers of ``hidden`` units (fc1, ReLU, fc2, ReLU, fc3). ``mlp_ln``: linear,
     LayerNorm over the ``hidden`` units (Ba et al., 2016; per sample, no running
     statistics), ReLU, linear.
+    Three linear heads normalize their own input (the backbone's features) first: ``std_linear`` a fixed
+    per-feature standardization (:class:`Standardize`, fitted by the engine on task-B features before stage 2),
+    ``bn_linear`` a BatchNorm1d (batch statistics in train mode, its own running statistics in eval mode) and
+    ``ln_linear`` a LayerNorm over the features of each sample; each is named ``norm`` then ``fc``.
     Raises ``ValueError`` for an unknown ``kind``.
     """
     _check_choice("head", kind, HEAD_KINDS)
     if kind == "linear":
         return Linear(in_features, n_classes)
+    if kind in ("std_linear", "bn_linear", "ln_linear"):
+        norm = {"std_linear": lambda: Standardize(in_features),
+                "bn_linear": lambda: nn.BatchNorm1d(in_features, momentum=momentum),
+                "ln_linear": lambda: nn.LayerNorm(in_features)}[kind]()
+        return nn.Sequential(OrderedDict(norm=norm, fc=Linear(in_features, n_classes)))
     layers = [("fc1", Linear(in_features, hidden))]
     if kind == "mlp_bn":
         layers.append(("norm", nn.BatchNorm1d(hidden, momentum=momentum)))

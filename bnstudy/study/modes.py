@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .config import HEAD_BATCHNORM
+
 
 class TransferModel(nn.Module):
     """A backbone with an old head (task A) and a new head (task B).
@@ -103,7 +105,7 @@ class FreezeMode:
 
     def batch_statistics(self, norm: str, head: str) -> bool:
         """Whether stage 2 runs some BatchNorm in train mode, for a backbone ``norm`` and ``head`` kind."""
-        return (norm == "batch" and self.backbone_batch_stats) or (head == "mlp_bn" and self.head_batch_stats)
+        return (norm == "batch" and self.backbone_batch_stats) or (head in HEAD_BATCHNORM and self.head_batch_stats)
 
     def apply(self, model: TransferModel) -> TransferModel:
         """Set ``model`` up for stage 2 in this mode (gradients, pins, buffer copy); returns ``model``.

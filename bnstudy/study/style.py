@@ -39,7 +39,8 @@ ROUTERS = {"nearest_first": GREEN, "nearest_all": "#016b4f", "classifier": VERMI
 #: Networks (chapter 7).
 NETWORKS = {"small_cnn": GREY, "resnet18": BLUE, "mobilenet_v3_small": VERMILLION}
 #: Heads (chapter 4).
-HEADS = {"linear": GREY, "mlp": BLUE, "mlp2": SKY, "mlp_bn": ORANGE, "mlp_ln": GREEN}
+HEADS = {"linear": GREY, "mlp": BLUE, "mlp2": SKY, "mlp_bn": ORANGE, "mlp_ln": GREEN, "std_linear": "#222222",
+         "bn_linear": BROWN, "ln_linear": PURPLE}
 #: Effects drawn against each other (chapter 3): what drifting statistics cost task A, what they give task B.
 EFFECTS = {"cost": VERMILLION, "benefit": BLUE, "net": "#222222"}
 #: Reference lines: chance, zero, an equivalence band.

@@ -19,11 +19,12 @@ from ...inference import MIN_BOOTSTRAP_UNITS, NOT_DECIDED, TOO_FEW, Family, Ques
     claims_table, count_kinds, count_verdicts, decide_interval, equivalent_text, number, numbers_table, \
     paired_differences, rank_correlation, t_interval
 from ...words import Note, join, notes, verdict_md
-from .run import HEADS, OPTIMIZERS, REFERENCE_MODE, STEPS_CHECK_HEAD, STEPS_CHECK_OPTIMIZERS, chosen_lrs, search_at, search_table
+from .run import HEADS, OPTIMIZERS, REFERENCE_MODE, STEPS_CHECK_MODES, chosen_lrs, search_at, search_table
 
 #: The page's direction words per family (condition minus reference above / below zero), by the names the page
 #: cites them under (``ch04_w_<name>``, :func:`vocabulary`).
 WORDS = {"gap": dict(gap_higher="separate_stats higher", gap_lower="separate_stats lower"),
+         "gap_long": dict(gap_long_higher="separate_stats higher", gap_long_lower="separate_stats lower"),
          "interaction": dict(adam_higher="gap larger with Adam", adam_lower="gap smaller with Adam"),
          "hc": dict(head_larger="larger gap than linear", head_smaller="smaller gap than linear"),
          "sc": dict(shift_larger="larger gap at the shift", shift_smaller="smaller gap at the shift"),
@@ -33,7 +34,7 @@ WORDS = {"gap": dict(gap_higher="separate_stats higher", gap_lower="separate_sta
 DIRECTIONS = tuple(w for d in WORDS.values() for w in d.values())
 #: What each family's quantity allows (a difference of accuracies, of two gaps, a rank correlation): printed
 #: interval ends are cut to it (:func:`printed`).
-CLIPS = {"gap": (-1, 1), "interaction": (-2, 2), "hc": (-2, 2), "sc": (-2, 2), "bn": (-1, 1), "steps": (-2, 2),
+CLIPS = {"gap": (-1, 1), "gap_long": (-1, 1), "interaction": (-2, 2), "hc": (-2, 2), "sc": (-2, 2), "bn": (-1, 1), "steps": (-2, 2),
          "checks": None, "link": (-1, 1)}
 
 # --- the questions, as data -------------------------------------------------------------------------------------
@@ -55,9 +56,12 @@ QUESTIONS = {
     # the BatchNorm head's two pinned modes
     "bn": (Question("bn_{shift}_{optimizer}", "all_eval", REFERENCE_MODE, at=dict(head="mlp_bn"),
                     each=("shift", "optimizer"), **_GAP),),
-    # the step check: the gap at the long budget minus at the short one
-    "steps": (Question("steps_change_{optimizer}", "long", "short", value="gap", by="budget", each=("optimizer",),
-                       table="steps"),),
+    # the longer budget: the gap there (each mode at its own rate tuned at that budget), and its change from the
+    # short budget (long minus short, per seed)
+    "gap_long": (Question("gap_long_{head}_{optimizer}", "separate_stats", REFERENCE_MODE, each=("head", "optimizer"),
+                          value="task_b", by="mode", table="long"),),
+    "steps": (Question("steps_change_{head}_{optimizer}", "long", "short", value="gap", by="budget",
+                       each=("head", "optimizer"), table="steps"),),
     # identities of the code (exact checks): train_mode's task B is separate_stats' (the same statistics see the
     # same stream); the pinned modes keep task A; train_mode's task A does not depend on the head or optimizer
     "checks": (Question("check_train_is_separate", "train_mode", "separate_stats", value="task_b", by="mode",
@@ -236,40 +240,47 @@ def search_findings(search: pd.DataFrame) -> pd.DataFrame:
 
 
 def _steps_pairs(short: pd.DataFrame, long: pd.DataFrame) -> tuple[list, dict]:
-    """The check's seeds and per optimizer the task-B series ``(pinned short, separate short, pinned long, separate
-    long)`` over them. Raises ``ValueError`` if ``long`` is empty or a seed lacks a mode."""
+    """The longer budget's seeds and per (head, optimizer) it ran the task-B series ``(pinned short, separate short,
+    pinned long, separate long)`` over them (``short``: the sweep's rows at chapter 1's shift). Raises ``ValueError``
+    if ``long`` is empty or a seed lacks a mode at either budget."""
     if not len(long):
-        raise ValueError("steps_findings: the step-count check has no rows (linear head and sgd/adam needed)")
+        raise ValueError("steps_findings: the longer budget has no rows")
     seeds = sorted(set(long["seed"]))
-    sel = lambda d, o, m: d[(d["shift"] == "ref") & (d["head"] == STEPS_CHECK_HEAD) & (d["optimizer"] == o)  # noqa
-                            & (d["mode"] == m) & d["seed"].isin(seeds)].set_index("seed")["task_b"].reindex(seeds)
+    sel = lambda d, h, o, m: d[(d["shift"] == "ref") & (d["head"] == h) & (d["optimizer"] == o)  # noqa: E731
+                               & (d["mode"] == m) & d["seed"].isin(seeds)].set_index("seed")["task_b"].reindex(seeds)
     out = {}
-    for o in [o for o in STEPS_CHECK_OPTIMIZERS if o in set(long["optimizer"])]:
-        out[o] = tuple(sel(d, o, m) for d in (short, long) for m in (REFERENCE_MODE, "separate_stats"))
-        if pd.concat(out[o]).isna().any():
-            raise ValueError(f"steps_findings: optimizer {o!r} lacks backbone_eval or separate_stats for some seed")
+    for h, o in dict.fromkeys(zip(long["head"], long["optimizer"])):
+        out[(h, o)] = tuple(sel(d, h, o, m) for d in (short, long) for m in STEPS_CHECK_MODES)
+        if pd.concat(out[(h, o)]).isna().any():
+            raise ValueError(f"steps_findings: {h}/{o} lacks backbone_eval or separate_stats for some seed at one of "
+                             f"the budgets")
     return seeds, out
 
 
 def steps_findings(short: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
-    """The step-count check per optimizer from the sweep's rows (``short``) and :func:`steps_check`'s (``long``) on
-    the check's seeds, 95% t intervals: the gap at each budget (``gap_short`` / ``gap_long``) and each mode's gain,
-    long minus short (``separate_gain`` / ``pinned_gain``: how far from converged the short budget is)."""
+    """The longer budget per (head, optimizer) ``<head>_<optimizer>`` from the sweep's rows (``short``) and
+    :func:`steps_check`'s (``long``) on its seeds, 95% t intervals: each mode's gain, long minus short
+    (``separate_gain`` / ``pinned_gain``: how far from converged the short budget is), and ``pinned_long`` /
+    ``separate_long`` (mean task-B accuracy at the longer budget)."""
     seeds, pairs = _steps_pairs(short, long)
-    diffs = {o: dict(gap_short=ss - ps, gap_long=sl - pl, separate_gain=sl - ss, pinned_gain=pl - ps)
-             for o, (ps, ss, pl, sl) in pairs.items()}
-    return numbers_table(dict(steps_short=int(short["steps"].iloc[0]), steps_long=int(long["steps"].iloc[0]),
-                              n_seeds=len(seeds), **{k: {o: t_interval(d[k]) for o, d in diffs.items()}
-                                                     for k in ("gap_short", "gap_long", "separate_gain", "pinned_gain")}))
+    cell = lambda k: "_".join(k)  # noqa: E731
+    return numbers_table(dict(
+        steps_short=int(short["steps"].iloc[0]), steps_long=int(long["steps"].iloc[0]), n_seeds=len(seeds),
+        n_cells=len(pairs), **{k: {cell(c): t_interval(f(*v)) for c, v in pairs.items()} for k, f in (
+            ("separate_gain", lambda ps, ss, pl, sl: sl - ss), ("pinned_gain", lambda ps, ss, pl, sl: pl - ps))},
+        pinned_long={cell(c): float(v[2].mean()) for c, v in pairs.items()},
+        separate_long={cell(c): float(v[3].mean()) for c, v in pairs.items()}))
 
 
 def steps_claims(short: pd.DataFrame, long: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """The step check's claims (family ``steps``): per seed the gap at the long budget minus at the short one."""
+    """The longer budget's claims: family ``gap_long`` (separate minus pinned there, per head and optimizer, one
+    family) and family ``steps`` (per seed the gap at the long budget minus at the short one)."""
     _, pairs = _steps_pairs(short, long)
-    rows = pd.concat([pd.DataFrame({"optimizer": o, "budget": b, "seed": g.index, "gap": g.to_numpy()})
-                      for o, (ps, ss, pl, sl) in pairs.items() for b, g in (("short", ss - ps), ("long", sl - pl))],
+    rows = pd.concat([pd.DataFrame({"head": h, "optimizer": o, "budget": b, "seed": g.index, "gap": g.to_numpy()})
+                      for (h, o), (ps, ss, pl, sl) in pairs.items() for b, g in (("short", ss - ps), ("long", sl - pl))],
                      ignore_index=True)
-    return _asked(dict(steps=rows), "steps", margin, alpha)
+    return pd.concat([_asked(dict(long=long[long["shift"] == "ref"]), "gap_long", margin, alpha),
+                      _asked(dict(steps=rows), "steps", margin, alpha)], ignore_index=True)
 
 
 def equivalence_max_sd(margin: float, n: int, family: Family = Family()) -> float:

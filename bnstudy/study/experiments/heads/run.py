@@ -27,15 +27,19 @@ from ..shift_strength.run import shift_of
 
 NAMESPACE, SEARCH_NAMESPACE, STEPS_NAMESPACE, FEATURE_NAMESPACE = "ch04_heads", "ch04_lr_search", "ch04_steps", \
     "ch04_features"
+STEPS_SEARCH_NAMESPACE = "ch04_steps_search"
 #: Parameters that only change the analysis (a page given ``rows`` may differ from their run in these only).
 ANALYSIS_PARAMETERS = ("margin",)
 #: Parameters added after the release's rows were computed, with the value those rows had: none yet.
 READ_DEFAULTS: dict = {}
 #: The tables saved beside ``04_heads.csv`` (``04_heads_<suffix>.csv``) that the page analyses.
-SIBLING_TABLES = ("search_runs", "steps", "features", "units")
+SIBLING_TABLES = ("search_runs", "steps", "steps_search_runs", "features", "units")
 #: How the run went, not what it computed: a verification (rebuilt from cached units) skips them.
 RUN_STATE_COLUMNS = {"units": ("computed",)}
-HEADS = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln")
+#: Heads that normalize their own input (the backbone's 64 features) before one linear layer: a fixed
+#: standardization fitted on task B's features, a BatchNorm and a LayerNorm (:func:`bnstudy.study.models.make_head`).
+INPUT_NORM_HEADS = ("std_linear", "bn_linear", "ln_linear")
+HEADS = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln", *INPUT_NORM_HEADS)
 OPTIMIZERS = ("sgd", "sgd_plain", "adam")
 PINNED_MODES = ("backbone_eval", "all_eval")
 #: Chapter 1's shift (RunConfig's defaults).
@@ -45,22 +49,24 @@ REFERENCE_MODE = "backbone_eval"
 #: The heads every configuration includes: the seed's linear head (finding 3, the step check, the link test and
 #: the head contrasts' reference) and the head with its own BatchNorm (where backbone_eval and all_eval differ).
 PAGE_HEADS = ("linear", "mlp_bn")
-#: The step-count check: the linear head, SGD + momentum and Adam (chapter 1's contrast), two modes.
-STEPS_CHECK_HEAD, STEPS_CHECK_OPTIMIZERS, STEPS_CHECK_MODES = "linear", ("sgd", "adam"), ("backbone_eval",
-                                                                                         "separate_stats")
+#: The longer budget (``steps_check`` steps): the linear head, the heads that normalize their input and the head
+#: with its own BatchNorm (those of them the config runs), every optimizer, the two modes of the gap, at chapter 1's
+#: shift, each (head, optimizer, mode) at its own rate tuned at that budget on the tuning seeds.
+LONG_HEADS, STEPS_CHECK_MODES = ("linear", *INPUT_NORM_HEADS, "mlp_bn"), ("backbone_eval", "separate_stats")
 #: Learning-rate grids, half a decade apart; SGD with momentum 0.9 steps about 10 times further than plain SGD
 #: at one rate, so plain SGD's grid is ten times higher.
 LR_GRIDS = {"sgd": (0.005, 0.016, 0.05, 0.16), "sgd_plain": (0.05, 0.16, 0.5, 1.6),
             "adam": (0.001, 0.003, 0.01, 0.03)}
-#: quick: 2 heads, 2 seeds, 150 steps, one tuning seed. full: every head, 10 seeds, chapter 1's 800 steps, three
-#: tuning seeds, and grids one point wider where the first full run (c40bf27) chose a rate at an end (separate
-#: statistics at the top for sgd and adam, pinned at the bottom for sgd_plain).
+#: quick: 3 heads, 2 seeds, 150 steps (600 for the longer budget), one tuning seed. full: every head, 10 seeds,
+#: chapter 1's 800 steps and 3,200 for the longer budget, three tuning seeds, and grids wider where an earlier full
+#: run chose a rate at an end: c40bf27 (separate statistics at the top for sgd and adam, pinned at the bottom for
+#: sgd_plain: one point each) and 4ea75c0 (pinned linear / sgd_plain at 0.005, the bottom: 0.0016 added).
 PROFILES = {
-    "quick": dict(seeds=2, steps=150, heads=("linear", "mlp_bn"), tuning_seeds=(1000,), feature_seeds=2,
-                  steps_check=600, steps_check_seeds=2),
+    "quick": dict(seeds=2, steps=150, heads=("linear", "mlp_bn", "std_linear"), tuning_seeds=(1000,),
+                  feature_seeds=2, steps_check=600, steps_check_seeds=2),
     "full": dict(seeds=10, steps=800, heads=HEADS, tuning_seeds=(1000, 1001, 1002), feature_seeds=10,
-                 lr_sgd=(0.0016, *LR_GRIDS["sgd"], 0.5), lr_sgd_plain=(0.005, 0.016, *LR_GRIDS["sgd_plain"]),
-                 lr_adam=(0.0003, *LR_GRIDS["adam"], 0.1, 0.3), steps_check=3200, steps_check_seeds=3),
+                 lr_sgd=(0.0016, *LR_GRIDS["sgd"], 0.5), lr_sgd_plain=(0.0016, 0.005, 0.016, *LR_GRIDS["sgd_plain"]),
+                 lr_adam=(0.0003, *LR_GRIDS["adam"], 0.1, 0.3), steps_check=3200, steps_check_seeds=10),
 }
 
 
@@ -160,14 +166,30 @@ class Config(ChapterConfig):
                 for s in self.seeds for n, (b, c) in self.shifts().items() for h in self.heads
                 for o in self.optimizers for m in MODE_NAMES]
 
-    def steps_check_configs(self, lrs: dict) -> list[RunConfig]:
-        """The step-count check: the first ``steps_check_seeds`` seeds at chapter 1's shift, the linear head with
-        SGD + momentum and Adam, two modes, each at its chosen rate, for ``steps_check`` steps."""
+    def long_heads(self) -> tuple:
+        """The heads of the longer budget: :data:`LONG_HEADS` that the config runs, in its order."""
+        return tuple(h for h in self.heads if h in LONG_HEADS)
+
+    def steps_search_configs(self) -> list[RunConfig]:
+        """The longer budget's own search: tuning seeds x :meth:`long_heads` x optimizers x grid x the two modes of
+        the gap, at chapter 1's shift, ``steps_check`` steps, on the validation set (a rate tuned for 800 steps
+        need not suit 3,200)."""
         b, c = REFERENCE_SHIFT
-        h, ref = STEPS_CHECK_HEAD, self._per_shift(lrs)["ref"]
+        return [RunConfig(seed=s, head=h, optimizer=o, lr=lr, mode=m, brightness=b, contrast=c,
+                          eval_split="validation", **{**self._base(), "steps": self.steps_check})
+                for s in self.tuning_seeds for h in self.long_heads() for o in self.optimizers
+                for lr in self.lr_grid(o) for m in STEPS_CHECK_MODES]
+
+    def steps_check_configs(self, lrs: dict) -> list[RunConfig]:
+        """The longer budget: the first ``steps_check_seeds`` seeds at chapter 1's shift, :meth:`long_heads` x
+        optimizers x the two modes of the gap, each at ``lrs`` (:func:`chosen_lrs` of :func:`steps_search`: its own
+        rate at this budget; a ``{shift: ...}`` mapping is read at ``ref``), for ``steps_check`` steps."""
+        b, c = REFERENCE_SHIFT
+        ref = self._per_shift(lrs)["ref"]
         return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(ref, h, o, m), mode=m, brightness=b, contrast=c,
                           **{**self._base(), "steps": self.steps_check})
-                for s in self.seeds[:self.steps_check_seeds] for o in STEPS_CHECK_OPTIMIZERS for m in STEPS_CHECK_MODES]
+                for s in self.seeds[:self.steps_check_seeds] for h in self.long_heads() for o in self.optimizers
+                for m in STEPS_CHECK_MODES]
 
     def describe(self) -> str:
         """The parameters for the page's run line."""
@@ -177,7 +199,8 @@ class Config(ChapterConfig):
                 f"optimizers={'/'.join(self.optimizers)}, shifts none/(b={b:g}, c={c:g})/(b={REFERENCE_SHIFT[0]:g}, "
                 f"c={REFERENCE_SHIFT[1]:g}), tuning seeds {'/'.join(map(str, self.tuning_seeds))}, lr grids {grids}, "
                 f"hidden={self.hidden}, margin={self.margin:g}, steps check {self.steps_check} steps on "
-                f"{self.steps_check_seeds} seeds, noise={self.noise:g}")
+                f"{self.steps_check_seeds} seeds (heads {'/'.join(self.long_heads())}, rates tuned at that budget), "
+                f"noise={self.noise:g}")
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
@@ -259,11 +282,18 @@ def run(config: Config, execution: Execution | None = None, lrs: dict | None = N
     return annotate(transfer_sweep(config.run_configs(lrs), NAMESPACE, execution), config)
 
 
+def steps_search(config: Config, execution: Execution | None = None) -> pd.DataFrame:
+    """The longer budget's search runs (cached; :meth:`Config.steps_search_configs`), as :func:`lr_search`'s."""
+    return annotate(transfer_sweep(config.steps_search_configs(), STEPS_SEARCH_NAMESPACE, execution,
+                                   desc="stage 2 (longer budget: learning-rate search)"), config)
+
+
 def steps_check(config: Config, execution: Execution | None = None, lrs: dict | None = None) -> pd.DataFrame:
-    """The step-count check's runs (cached; :meth:`Config.steps_check_configs`), rows as :func:`run`'s."""
-    lrs = chosen_lrs_by_shift(lr_search(config, execution)) if lrs is None else lrs
+    """The longer budget's runs (cached; :meth:`Config.steps_check_configs`), rows as :func:`run`'s, each at its own
+    rate tuned at that budget (default: :func:`chosen_lrs` of :func:`steps_search`)."""
+    lrs = chosen_lrs(steps_search(config, execution), shift="ref") if lrs is None else lrs
     return annotate(transfer_sweep(config.steps_check_configs(lrs), STEPS_NAMESPACE, execution,
-                                   desc="stage 2 (step-count check)"), config)
+                                   desc="stage 2 (longer budget)"), config)
 
 
 def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
@@ -289,14 +319,16 @@ def units_counts(table: pd.DataFrame) -> dict:
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """Everything the page analyses, as the tables it saves: ``(runs, {"search_runs", "steps", "features",
-    "units"})`` (:data:`SIBLING_TABLES`); ``units`` counts the cached units this call computed or read."""
+    """Everything the page analyses, as the tables it saves: ``(runs, {"search_runs", "steps", "steps_search_runs",
+    "features", "units"})`` (:data:`SIBLING_TABLES`); ``units`` counts the cached units this call computed or read."""
     reset_sweep_counts()
     search = lr_search(config, execution)
-    lrs = chosen_lrs_by_shift(search)
-    df, long = run(config, execution, lrs), steps_check(config, execution, lrs)
+    df = run(config, execution, chosen_lrs_by_shift(search))
+    long_search = steps_search(config, execution)
+    long = steps_check(config, execution, chosen_lrs(long_search, shift="ref"))
     geom = feature_geometry(config, execution)
-    return results_table(df), dict(search_runs=results_table(search), steps=results_table(long), features=geom,
+    return results_table(df), dict(search_runs=results_table(search), steps=results_table(long),
+                                   steps_search_runs=results_table(long_search), features=geom,
                                    units=units_table(sweep_counts()))
 
 
