@@ -12,6 +12,7 @@ import torch
 from bnstudy.study import inference
 from bnstudy.study.config import Execution, RunConfig
 from bnstudy.study.engine import eval_tag, make_optimizer
+from bnstudy.study import models
 from bnstudy.study.experiments.heads import figures, findings, run
 from bnstudy.study.inference import number, numbers_table
 from bnstudy.study.models import make_head
@@ -24,10 +25,44 @@ W = findings.vocabulary(0.02)
 
 # --- shared-module additions ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["mlp2", "mlp_ln"])
+@pytest.mark.parametrize("kind", ["mlp2", "mlp_ln", "std_linear", "bn_linear", "ln_linear"])
 def test_new_heads_map_features_to_logits(kind):
     head = make_head(kind, 64, 10, hidden=32)
     assert head(torch.randn(5, 64)).shape == (5, 10)
+
+
+def test_input_normalizing_heads_normalize_the_features_then_apply_one_linear_layer():
+    f = torch.randn(300, 8, dtype=torch.float64) * torch.arange(1, 9) + 5.0
+    std = make_head("std_linear", 8, 3).double()
+    assert torch.equal(std.norm(f), f)  # the identity until fitted
+    std.norm.fit(f)
+    z = std.norm(f)
+    assert torch.allclose(z.mean(0), torch.zeros(8, dtype=z.dtype), atol=1e-12)
+    assert torch.allclose(z.std(0), torch.ones(8, dtype=z.dtype))
+    assert torch.allclose(std(f), std.fc(z))
+    const = f.clone()
+    const[:, 0] = 2.0  # a constant feature keeps SD 1: finite, centred
+    std.norm.fit(const)
+    assert float(std.norm.sd[0]) == 1.0 and torch.all(std.norm(const)[:, 0] == 0)
+    with pytest.raises(ValueError, match=r"shape \(N >= 2, 8\)"):
+        std.norm.fit(f[:1])
+    bn, ln = make_head("bn_linear", 8, 3), make_head("ln_linear", 8, 3)
+    assert isinstance(bn.norm, torch.nn.BatchNorm1d) and isinstance(ln.norm, torch.nn.LayerNorm)
+    assert [type(m) for m in (bn.fc, ln.fc)] == [models.Linear] * 2
+    from bnstudy.study.modes import get_mode
+    assert get_mode("backbone_eval").batch_statistics("batch", "bn_linear")  # the head's BatchNorm trains
+    assert not get_mode("backbone_eval").batch_statistics("batch", "ln_linear")
+
+
+def test_the_engine_fits_std_linear_on_the_features_the_head_trains_on_and_leaves_the_stream_alone():
+    from bnstudy.study.config import RunConfig
+    from bnstudy.study.engine import transfer, train_source
+    base = dict(seed=0, steps=4, stage1_steps=3, n_eval=40, mode="backbone_eval")
+    cfgs = [RunConfig(head=h, **base) for h in ("linear", "std_linear")]
+    src = train_source(cfgs[0].source)
+    both, alone = transfer(cfgs, src), transfer(cfgs[:1], src)
+    assert both[0]["task_b"] == alone[0]["task_b"]  # a std_linear mate draws nothing from the training stream
+    assert both[1]["max_buffer_change"] == 0.0  # fitted on a copy: the pinned backbone's buffers never move
 
 
 def test_mlp2_has_two_hidden_layers_and_mlp_ln_a_layernorm():
@@ -69,7 +104,7 @@ def test_validation_split_has_its_own_tag_and_test_is_unchanged():
 @pytest.mark.parametrize("override, message", [
     (dict(tuning_seeds=(0,)), "tuning_seeds must be .*disjoint from seeds.*got \\[0\\]"),
     (dict(tuning_seeds=(-1,)), "tuning_seeds must be one or more seeds >= 0"),
-    (dict(heads=("linear", "cnn")), "heads must be one or more of \\['linear', 'mlp', 'mlp2', 'mlp_bn', 'mlp_ln'\\]"
+    (dict(heads=("linear", "cnn")), "heads must be one or more of \\['linear', 'mlp', 'mlp2', 'mlp_bn', 'mlp_ln', 'std_linear', 'bn_linear', 'ln_linear'\\]"
                                     ".*got \\['linear', 'cnn'\\]"),
     (dict(heads=("linear", "linear")), "heads must not repeat"),
     (dict(optimizers=("sgd", "lbfgs", "adam")), "optimizers must be all of \\['sgd', 'sgd_plain', 'adam'\\]"),
@@ -101,8 +136,9 @@ def test_full_profile_grids_contain_the_quick_grids_and_reach_further():
     for o in run.OPTIMIZERS:
         assert set(q.lr_grid(o)) < set(f.lr_grid(o)) and min(f.lr_grid(o)) < min(q.lr_grid(o))
     # the first full run's edges: separate statistics at the top (sgd, adam), pinned at the bottom (sgd_plain)
-    assert max(f.lr_sgd) > 0.16 and max(f.lr_adam) > 0.1 and min(f.lr_sgd_plain) < 0.016
-    assert f.steps_check > f.steps and 3 <= f.steps_check_seeds <= len(f.seeds)
+    assert max(f.lr_sgd) > 0.16 and max(f.lr_adam) > 0.1 and min(f.lr_sgd_plain) < 0.005
+    assert f.steps_check >= 4 * f.steps and f.steps_check_seeds == len(f.seeds) >= 10
+    assert set(run.INPUT_NORM_HEADS) <= set(f.long_heads()) and "linear" in f.long_heads()
     assert len(f.seeds) >= 10 and set(f.heads) == set(run.HEADS)
 
 
@@ -119,9 +155,14 @@ def test_config_shifts_and_runs_are_paired_grids():
         cfg.run_configs({})
     check = cfg.steps_check_configs(per_mode)
     assert {r.steps for r in check} == {cfg.steps_check} and {r.mode for r in check} == set(run.STEPS_CHECK_MODES)
-    assert {r.seed for r in check} == set(cfg.seeds[:cfg.steps_check_seeds]) and {r.head for r in check} == {"linear"}
-    assert {r.optimizer for r in check} == {"sgd", "adam"} and all((r.brightness, r.contrast) == (4.0, 5.0)
-                                                                    for r in check)
+    assert {r.seed for r in check} == set(cfg.seeds[:cfg.steps_check_seeds])
+    assert {r.head for r in check} == {"linear", "mlp_bn"} == set(cfg.long_heads())
+    assert {r.optimizer for r in check} == set(cfg.optimizers) and all((r.brightness, r.contrast) == (4.0, 5.0)
+                                                                       for r in check)
+    long_search = cfg.steps_search_configs()  # the longer budget tunes its own rates on the tuning seeds
+    assert {r.seed for r in long_search} == set(cfg.tuning_seeds) and {r.steps for r in long_search} == {cfg.steps_check}
+    assert all(r.eval_split == "validation" and (r.brightness, r.contrast) == (4.0, 5.0) for r in long_search)
+    assert {r.mode for r in long_search} == set(run.STEPS_CHECK_MODES)
     assert all(r.eval_split == "test" for r in runs)
     search = cfg.search_configs()
     assert {r.seed for r in search} == set(cfg.tuning_seeds)
@@ -428,16 +469,16 @@ def test_steps_findings_pair_the_two_budgets():
     long.loc[sep, "task_b"] += 0.05  # separate gains 0.05; pinned gains 0.05 + 0.04 (sgd) -> gap narrows by 0.04
     long.loc[~sep, "task_b"] += np.where(long.loc[~sep, "optimizer"] == "sgd", 0.09, 0.05)
     S = findings.steps_findings(short, long)
-    assert [number(S, k) for k in ("steps_short", "steps_long", "n_seeds")] == [800, 3200, 4]
-    assert number(S, "separate_gain_sgd").mean == pytest.approx(0.05)
-    assert number(S, "pinned_gain_sgd").mean == pytest.approx(0.09)
-    assert number(S, "gap_long_sgd").mean == pytest.approx(0.06) and number(S, "gap_short_sgd").mean == pytest.approx(
-        0.1 + WIGGLE[:4].mean())
+    assert [number(S, k) for k in ("steps_short", "steps_long", "n_seeds", "n_cells")] == [800, 3200, 4, 2]
+    assert number(S, "separate_gain_linear_sgd").mean == pytest.approx(0.05)
+    assert number(S, "pinned_gain_linear_sgd").mean == pytest.approx(0.09)
     C = findings.steps_claims(short, long).set_index("key")
-    assert C.loc["steps_change_sgd", "estimate"] == pytest.approx(-0.04)
-    assert C.loc["steps_change_sgd", "verdict"] == W["steps_smaller"]
+    assert C.loc["gap_long_linear_sgd", "estimate"] == pytest.approx(0.06)
+    assert C.loc["gap_long_linear_sgd", "verdict"] == W["gap_long_higher"]
+    assert C.loc["steps_change_linear_sgd", "estimate"] == pytest.approx(-0.04)
+    assert C.loc["steps_change_linear_sgd", "verdict"] == W["steps_smaller"]
     # no change at all in any seed: zero spread at 0, inside the margin (the old rule: "inconclusive")
-    assert C.loc["steps_change_adam", "verdict"] == "equivalent within \u00b10.02"
+    assert C.loc["steps_change_linear_adam", "verdict"] == "equivalent within \u00b10.02"
     assert set(C["m"]) == {2} and C["confidence"].iloc[0] == pytest.approx(1 - 0.05 / 2)
     with pytest.raises(ValueError, match="no rows"):
         findings.steps_findings(short, long.iloc[:0])
@@ -608,10 +649,15 @@ def test_tiny_run_end_to_end(tmp_path):
     C, _ = _page(df, lrs["ref"], run.LR_GRIDS)
     assert _verdict(C, "check_pinned_keep_a") == _verdict(C, "check_train_is_separate") == inference.EXACT
     assert set(lrs["none"]) == {(h, o, m) for h in cfg.heads for o in cfg.optimizers for m in MODE_NAMES}
-    long = run.steps_check(cfg, ex, lrs)
-    assert len(long) == 2 * 2 * 2 and set(long["steps"]) == {cfg.steps_check}  # sgd and adam, two modes, two seeds
-    S = findings.steps_findings(df, long)
-    assert {k for k in S["key"] if k.startswith("gap_long_")} == {"gap_long_sgd", "gap_long_adam"}
+    long_search = run.steps_search(cfg, ex)
+    long_lrs = run.chosen_lrs(long_search, shift="ref")
+    long = run.steps_check(cfg, ex, long_lrs)
+    # two heads, three optimizers, two modes, two seeds; every run at the rate tuned at the longer budget
+    assert len(long) == 2 * 3 * 2 * 2 and set(long["steps"]) == {cfg.steps_check}
+    assert all(r.lr == long_lrs[(r.head, r.optimizer, r.mode)] for r in long.itertuples())
+    C = findings.steps_claims(df, long)
+    assert {k for k in C["key"] if k.startswith("gap_long_")} == {f"gap_long_{h}_{o}" for h in cfg.heads
+                                                                 for o in cfg.optimizers}
     geom = run.feature_geometry(cfg, ex)
     sep = geom[geom["statistics"] == "separate"]
     assert np.allclose(sep["scale_ratio"], 1.0) and np.allclose(sep["offset_sd"], 0.0)
@@ -1011,3 +1057,55 @@ def test_fig_4_2_stays_readable_on_a_phone():
     assert {t.get_text() for t in ticks} == {"linear", "mlp", "mlp2", "mlp_bn", "mlp_ln"}
     assert all(t.get_rotation() == 0 for t in ticks)
     plt.close(fig)
+
+
+# --- the longer budget and the heads that normalize their input (issue 35) ------------------------------------------
+
+def _budgets(short_gaps: dict, long_gaps: dict):
+    """A short sweep (800 steps) and a longer budget (3200) at chapter 1's shift: {(head, opt): gap} each."""
+    short = _table({("ref", h, o): g for (h, o), g in short_gaps.items()}).assign(steps=800)
+    long = _table({("ref", h, o): g for (h, o), g in long_gaps.items()}).assign(steps=3200)
+    long = long[long["mode"].isin(run.STEPS_CHECK_MODES)].reset_index(drop=True)
+    return short, long
+
+
+def test_the_longer_budget_is_counted_and_said_at_its_own_budget():
+    short, long = _budgets({("linear", "sgd"): 0.15, ("std_linear", "sgd"): 0.12, ("linear", "adam"): 0.10,
+                            ("std_linear", "adam"): 0.12},
+                           {("linear", "sgd"): 0.0, ("std_linear", "sgd"): 0.12, ("linear", "adam"): -0.10})
+    S, SF = findings.steps_claims(short, long), findings.steps_findings(short, long)
+    L = findings.long_findings(S, SF)
+    assert [number(L, k) for k in ("m", "n_higher", "n_lower", "n_equivalent", "n_not_decided")] == [3, 1, 1, 1, 0]
+    assert number(L, "higher_cells") == "std_linear/sgd" and number(L, "lower_cells") == "linear/adam"
+    assert number(L, "n_narrower") == 2 and number(L, "n_wider") == 0  # linear/sgd and linear/adam narrow
+    assert number(L, "best_pinned_cell") == "linear/adam"  # pinned = separate + 0.10 there
+    C, F = _page(short)
+    text = findings.plain(C, F, L, SF)
+    assert text.startswith("**Give the new task its own statistics.** At chapter 1's shift and 800 steps they beat")
+    assert text.endswith("At 3,200 steps, rates tuned for that budget, they score higher in 1 of the 3 cells run "
+                         "there and lower in 1.")
+    assert "At 3,200 steps, each mode at its own rate tuned at that budget (6 seeds; heads `linear`, `std_linear`), the 3 head" in findings.long_sentence(
+        L, SF, 0.02)
+    # the advice counts both budgets, and still advises separate statistics when only the longer budget shows a cost
+    assert "4 of 4 cells where pinning costs (1 of 3 at the longer budget)" in findings.advice(C, F, L)
+    flat, flat_long = _budgets({("linear", "sgd"): 0.0}, {("linear", "sgd"): 0.12})
+    C0, F0 = _page(flat)
+    L0 = findings.long_findings(findings.steps_claims(flat, flat_long), findings.steps_findings(flat, flat_long))
+    assert "no substitute" in findings.advice(C0, F0, L0) and "no substitute" not in findings.advice(C0, F0)
+
+
+def test_every_plain_lead_opens_at_chapter_1s_shift_so_the_budget_can_be_named():
+    for note in findings.PLAIN_NOTES:
+        assert note.text.split("** ", 1)[1].startswith(findings.AT_SHIFT)
+
+
+def test_input_normalizing_heads_are_counted_and_the_sentence_flips_with_their_verdicts():
+    gaps = {("ref", "linear", "sgd"): 0.15, ("ref", "std_linear", "sgd"): 0.12, ("ref", "bn_linear", "sgd"): 0.0}
+    C, _ = _page(_table(gaps))
+    I = findings.input_norm_findings(C)  # noqa: E741
+    assert [number(I, k) for k in ("m", "n_higher", "n_equivalent", "hc_m")] == [2, 1, 1, 2]
+    assert "no exception" in findings.inorm_sentence(I)
+    C2, _ = _page(_table({**gaps, ("ref", "std_linear", "sgd"): 0.0}))
+    assert "higher in none of their 2 cells" in findings.inorm_sentence(findings.input_norm_findings(C2))
+    C3, _ = _page(_table({("ref", "linear", "sgd"): 0.15}))
+    assert findings.inorm_sentence(findings.input_norm_findings(C3)) == ""

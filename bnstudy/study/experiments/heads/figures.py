@@ -55,7 +55,8 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
             ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", capsize=2.5,
                         color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=4)
         ax.set_title(shift_labels[s], pad=3)
-    axes[-1][0].set_xticks(range(len(heads)), heads)
+    axes[-1][0].set_xticks(range(len(heads)), heads, rotation=30 if len(heads) > 5 else 0,
+                           ha="right" if len(heads) > 5 else "center")
     lo, hi = min(ends), max(ends)  # the axis spans the clipped intervals (at most [-1, 1]) and the band
     pad = 0.06 * (hi - lo)
     axes[0][0].set_ylim(max(lo - pad, -1.02), min(hi + pad, 1.02))
@@ -196,3 +197,38 @@ def link_display(table: pd.DataFrame) -> pd.DataFrame:
                         n_seeds=table["n"])[
         ["scope", "optimizer", "measure", "predicted", "rho", "n_seeds", "n_points", "verdict"]].set_index(
         ["scope", "optimizer", "measure"])  # a meaningful index: the page shows no bare row numbers
+
+
+def budget_gaps(C: pd.DataFrame, S: pd.DataFrame) -> pd.DataFrame:
+    """The gap at both budgets for :func:`gap_figure`, ``shift`` naming the budget: ``short`` (the gap family at
+    chapter 1's shift, its Bonferroni intervals over that shift's cells) for the cells the longer budget ran, and
+    ``long`` (family ``gap_long``, its own intervals)."""
+    long = S[S["family"] == "gap_long"]
+    cells = set(zip(long["head"], long["optimizer"]))
+    short = C[(C["family"] == "gap") & (C["shift"] == "ref")]
+    short = short[[(h, o) in cells for h, o in zip(short["head"], short["optimizer"])]]
+    return pd.concat([short.assign(shift="short"), long.assign(shift="long")], ignore_index=True)
+
+
+def long_display(C: pd.DataFrame, S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
+    """The longer budget per (head, optimizer): the gap at each budget (``estimate [low, high] verdict``, each
+    family's intervals), the change of the gap (family ``steps``) and each mode's gain from the longer budget
+    (long minus short task-B accuracy, 95% t over seeds)."""
+    from bnstudy.study.inference import number
+    short = C[(C["family"] == "gap") & (C["shift"] == "ref")].set_index(["head", "optimizer"])
+    n_short, n_long = number(SF, "steps_short"), number(SF, "steps_long")
+    rows = {}
+    for fam, r in ((f, r) for f in ("gap_long", "steps") for r in S[S["family"] == f].itertuples(index=False)):
+        row = rows.setdefault((r.head, r.optimizer), {})
+        if fam == "gap_long":
+            row[f"gap, {n_short:,} steps"] = _cell_text(short.loc[(r.head, r.optimizer)])
+            row[f"gap, {n_long:,} steps"] = _cell_text(r)
+        else:
+            row["change of the gap"] = _cell_text(r, (-2, 2))
+    for (h, o), row in rows.items():
+        for mode, key in (("pinned", "pinned_gain"), ("separate", "separate_gain")):
+            iv = number(SF, f"{key}_{h}_{o}")
+            row[f"{mode} gain"] = f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.index = [f"{h} / {OPTIMIZER_LABELS[o]}" for h, o in out.index]
+    return out

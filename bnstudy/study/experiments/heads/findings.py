@@ -19,7 +19,7 @@ from ...inference import MIN_BOOTSTRAP_UNITS, NOT_DECIDED, TOO_FEW, Family, Ques
     claims_table, count_kinds, count_verdicts, decide_interval, equivalent_text, number, numbers_table, \
     paired_differences, rank_correlation, t_interval
 from ...words import Note, join, notes, verdict_md
-from .run import HEADS, OPTIMIZERS, REFERENCE_MODE, STEPS_CHECK_MODES, chosen_lrs, search_at, search_table
+from .run import HEADS, INPUT_NORM_HEADS, OPTIMIZERS, REFERENCE_MODE, STEPS_CHECK_MODES, chosen_lrs, search_at, search_table
 
 #: The page's direction words per family (condition minus reference above / below zero), by the names the page
 #: cites them under (``ch04_w_<name>``, :func:`vocabulary`).
@@ -31,7 +31,7 @@ WORDS = {"gap": dict(gap_higher="separate_stats higher", gap_lower="separate_sta
          "steps": dict(steps_larger="gap larger with more steps", steps_smaller="gap smaller with more steps"),
          "bn": dict(bn_higher="all_eval higher", bn_lower="all_eval lower"),
          "link": dict(link_positive="rank correlation positive", link_negative="rank correlation negative")}
-DIRECTIONS = tuple(w for d in WORDS.values() for w in d.values())
+DIRECTIONS = tuple(dict.fromkeys(w for d in WORDS.values() for w in d.values()))
 #: What each family's quantity allows (a difference of accuracies, of two gaps, a rank correlation): printed
 #: interval ends are cut to it (:func:`printed`).
 CLIPS = {"gap": (-1, 1), "gap_long": (-1, 1), "interaction": (-2, 2), "hc": (-2, 2), "sc": (-2, 2), "bn": (-1, 1), "steps": (-2, 2),
@@ -283,6 +283,47 @@ def steps_claims(short: pd.DataFrame, long: pd.DataFrame, margin: float = 0.02, 
                       _asked(dict(steps=rows), "steps", margin, alpha)], ignore_index=True)
 
 
+def long_findings(S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
+    """The longer budget's counts (glued as ``ch04_long_<key>``) from :func:`steps_claims` ``S`` and
+    :func:`steps_findings` ``SF``: the ``gap_long`` family's ``m`` / ``confidence`` and counts by printed verdict
+    (``n_higher``, ``n_lower``, ``n_equivalent``, ``n_not_decided`` with ``higher_cells`` ...), the ``steps``
+    family's (``n_narrower`` / ``n_wider``: the gap smaller / larger than at the short budget), ``n_pinned_gains`` /
+    ``n_separate_gains`` (cells whose 95% interval of long minus short accuracy lies above zero: not converged at
+    the short budget), the heads run and the best pinned cell at the longer budget."""
+    g, st = S[S["family"] == "gap_long"], S[S["family"] == "steps"]
+    c, cs = count_verdicts(g), count_verdicts(st)
+    cells = lambda t, kind: _cells([f"{h}/{o}" for h, o, k in zip(t["head"], t["optimizer"], t["count_kind"])  # noqa
+                                    if k == kind])
+    gains = lambda name: sum(number(SF, k).low > 0 for k in SF["key"] if k.startswith(name + "_"))  # noqa: E731
+    pinned = {f"{h}/{o}": float(number(SF, f"pinned_long_{h}_{o}")) for h, o in zip(g["head"], g["optimizer"])}
+    best = max(pinned, key=pinned.get) if pinned else ""
+    heads = list(dict.fromkeys(g["head"]))
+    return numbers_table(dict(
+        m=int(len(g)), confidence=float(g["confidence"].iloc[0]) if len(g) else math.nan,
+        n_higher=c["higher"], n_lower=c["lower"], n_equivalent=c["equivalent"],
+        n_not_decided=c["not decided"] + c["too few seeds"], higher_cells=cells(g, "higher"),
+        lower_cells=cells(g, "lower"), equivalent_cells=cells(g, "equivalent"),
+        steps_m=int(len(st)), steps_confidence=float(st["confidence"].iloc[0]) if len(st) else math.nan,
+        n_narrower=cs["lower"], n_wider=cs["higher"], narrower_cells=cells(st, "lower"), wider_cells=cells(st, "higher"),
+        n_pinned_gains=int(gains("pinned_gain")), n_separate_gains=int(gains("separate_gain")),
+        n_heads=len(heads), heads=", ".join(f"`{h}`" for h in heads),
+        best_pinned_cell=best,
+        best_pinned_acc=float(pinned[best]) if best else math.nan))
+
+
+def input_norm_findings(C: pd.DataFrame) -> pd.DataFrame:
+    """The heads that normalize their own input (:data:`INPUT_NORM_HEADS`) at chapter 1's shift and the short
+    budget (glued as ``ch04_inorm_<key>``): their gap cells counted by printed verdict (``n_higher`` ... of ``m``)
+    and their contrasts with the linear head (``n_smaller`` / ``n_larger`` of ``hc_m``, family ``hc``)."""
+    g = C[(C["family"] == "gap") & (C["shift"] == "ref") & C["head"].isin(INPUT_NORM_HEADS)]
+    hc = C[(C["family"] == "hc") & C["head"].isin(INPUT_NORM_HEADS)] if "head" in C else C.iloc[:0]
+    c, ch = count_verdicts(g), count_verdicts(hc)
+    return numbers_table(dict(m=int(len(g)), n_higher=c["higher"], n_lower=c["lower"], n_equivalent=c["equivalent"],
+                              n_not_decided=c["not decided"] + c["too few seeds"], hc_m=int(len(hc)),
+                              n_smaller=ch["lower"], n_larger=ch["higher"],
+                              heads=", ".join(f"`{h}`" for h in dict.fromkeys(g["head"]))))
+
+
 def equivalence_max_sd(margin: float, n: int, family: Family = Family()) -> float:
     """The largest per-seed SD of a gap of mean exactly 0 that TOST at ``family.level`` can still call equivalent
     within ``±margin`` with ``n`` seeds (the design's feasibility): ``margin`` over the half-width of the ``1 - 2
@@ -447,6 +488,7 @@ LEAD_NOTES = (
 #: The plain lead that opens the answer box and the front page's line (one sentence a practitioner acts on), by the
 #: same counts at chapter 1's shift as :data:`LEAD_NOTES`.
 _HEADS = "with {higher} of the {m} heads and optimizers tried"
+AT_SHIFT = "At chapter 1's shift"
 PLAIN_NOTES = (
     Note("plain", _counted(lambda c: c["higher"] == c["m"]),
          "**Give the new task its own statistics.** At chapter 1's shift they beat a pinned backbone with every head "
@@ -483,22 +525,71 @@ PROBE_NOTES = (
 OPTIMIZER_WORDS = {"sgd": "SGD with momentum", "sgd_plain": "plain SGD", "adam": "Adam"}
 
 
-def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None) -> str:
-    """The answer box (Markdown), true for any rows: the gap family's lead (:data:`LEAD_NOTES`) and counts at chapter
-    1's shift, the linear head's verdicts, the best pinned cell against the best separate one, and given the
-    geometry's numbers ``G``, the probe's reading (:data:`PROBE_NOTES`)."""
+def long_sentence(L: pd.DataFrame, SF: pd.DataFrame, margin: float) -> str:
+    """The longer budget in one sentence, from :func:`long_findings` ``L`` and :func:`steps_findings` ``SF``."""
+    n, s = (lambda k: number(L, k)), (lambda k: number(SF, k))  # noqa: E731
+    return (f"At {s('steps_long'):,} steps, each mode at its own rate tuned at that budget ({s('n_seeds')} seeds; "
+            f"heads {n('heads')}), the {n('m')} head and optimizer cells split into {n('n_higher')} where "
+            f"separate statistics score higher, {n('n_lower')} lower, {n('n_equivalent')} "
+            f"{equivalent_text(margin)} and {n('n_not_decided')} not decided; against {s('steps_short'):,} steps the "
+            f"gap is shown to narrow in {n('n_narrower')} of these cells and to widen in {n('n_wider')}.")
+
+
+def long_plain(L: pd.DataFrame, SF: pd.DataFrame) -> str:
+    """The plain lead's second sentence: the answer at the longer budget, in counts."""
+    n = lambda k: number(L, k)  # noqa: E731
+    return (f"At {number(SF, 'steps_long'):,} steps, rates tuned for that budget, they score higher in "
+            f"{n('n_higher')} of the {n('m')} cells run there and lower in {n('n_lower')}.")
+
+
+def plain(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, SF: pd.DataFrame | None = None) -> str:
+    """The plain lead (answer box and front page): :data:`PLAIN_NOTES` at the short budget, then, given the longer
+    budget's numbers, :func:`long_plain`."""
+    lead = notes(PLAIN_NOTES, C, F)["plain"]
+    if L is None:
+        return lead
+    at = f"At chapter 1's shift and {number(SF, 'steps_short'):,} steps"  # every plain note opens "At chapter 1's shift"
+    return f"{lead.replace(AT_SHIFT, at, 1)} {long_plain(L, SF)}"
+
+
+def inorm_sentence(I: pd.DataFrame) -> str:  # noqa: E741
+    """The heads that normalize their own input, from :func:`input_norm_findings` (empty when none ran)."""
+    n = lambda k: number(I, k)  # noqa: E731
+    if not n("m"):
+        return ""
+    return (f"The heads that normalize their own input ({n('heads')}) are no exception at {{steps}} steps: separate "
+            f"statistics score higher in {n('n_higher')} of their {n('m')} cells and lower in {n('n_lower')}, and "
+            f"against the linear head their gap is shown smaller in {n('n_smaller')} of {n('hc_m')} contrasts and "
+            f"larger in {n('n_larger')}.") if n("n_higher") else (
+            f"The heads that normalize their own input ({n('heads')}): at {{steps}} steps separate statistics score "
+            f"higher in none of their {n('m')} cells and lower in {n('n_lower')}; against the linear head their gap "
+            f"is shown smaller in {n('n_smaller')} of {n('hc_m')} contrasts and larger in {n('n_larger')}.")
+
+
+def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: pd.DataFrame | None = None,
+           SF: pd.DataFrame | None = None, I: pd.DataFrame | None = None) -> str:  # noqa: E741
+    """The answer box (Markdown), true for any rows: the plain lead (:func:`plain`), the gap family's lead
+    (:data:`LEAD_NOTES`) and counts at chapter 1's shift, given the longer budget's numbers ``L`` / ``SF`` its
+    counts (:func:`long_sentence`), the linear head's verdicts, given ``I`` the heads that normalize their input
+    (:func:`inorm_sentence`), the best pinned cell against the best separate one, and given the geometry's numbers
+    ``G``, the probe's reading (:data:`PROBE_NOTES`)."""
     c, said = _ref_counts(C), notes(LEAD_NOTES, C, F)
     n = lambda key: number(F, key)  # noqa: E731
-    parts = [notes(PLAIN_NOTES, C, F)["plain"],
-             f"{said['lead']}: with every freeze mode at its own tuned learning rate, the {c['m']} head and optimizer "
-             f"cells split into {c['higher']} where separate statistics score higher on task B than the pinned "
-             f"backbone, {c['lower']} where they score lower, {c['equivalent']} {equivalent_text(n('margin'))} and "
-             f"{c['not decided'] + c['too few seeds']} not decided (the printed verdicts counted; the words are the "
-             f"[glossary](../book/glossary.html)'s)."]
+    steps = f"{number(SF, 'steps_short'):,}" if SF is not None else "the short budget's"
+    parts = [plain(C, F, L, SF),
+             f"{said['lead']}: with every freeze mode at its own tuned learning rate and a budget of {steps} steps, the "
+             f"{c['m']} head and optimizer cells split into {c['higher']} where separate statistics score higher on "
+             f"task B than the pinned backbone, {c['lower']} where they score lower, {c['equivalent']} "
+             f"{equivalent_text(n('margin'))} and {c['not decided'] + c['too few seeds']} not decided (the printed "
+             f"verdicts counted; the words are the [glossary](../book/glossary.html)'s)."]
+    if L is not None:
+        parts.append(long_sentence(L, SF, n("margin")))
     linear = [f"{verdict_md(C[C['key'] == f'gap_ref_linear_{o}'].iloc[0])} with {OPTIMIZER_WORDS[o]}"
               for o in OPTIMIZER_WORDS if (C["key"] == f"gap_ref_linear_{o}").any()]
     if linear:
         parts.append(f"For the seed's linear head, separate minus pinned statistics on task B reads {join(linear)}.")
+    if I is not None and inorm_sentence(I):
+        parts.append(inorm_sentence(I).format(steps=steps))
     g = best_pinned_claim(C, F).iloc[0]
     parts.append(f"The best pinned configuration, **{n('best_pinned_cell')}**, reaches {_num(n('best_pinned_acc'), '.3f')} "
                  f"against {_num(n('best_separate_acc'), '.3f')} for the best one with separate statistics "
@@ -510,20 +601,21 @@ def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None) -> s
     return " ".join(parts)
 
 
-def advice(C: pd.DataFrame, F: pd.DataFrame) -> str:
+def advice(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None) -> str:
     """The answer box's "what to do" (Markdown), chosen by whether pinning is shown to cost in any cell at chapter
-    1's shift."""
+    1's shift at the short budget or, given :func:`long_findings` ``L``, at the longer one."""
     c, lrs = _ref_counts(C), dict(zip(F["key"], F["value"]))
     p, s = lrs.get("lrs_linear_sgd_backbone_eval"), lrs.get("lrs_linear_sgd_separate_stats")
     rates = (f" (here {p:g} pinned against {s:g} with separate statistics, for the linear head with SGD and momentum)"
              if p is not None and s is not None else "")
     pin = (f"Where task A must be kept, pin the backbone with `bnstudy.pin_eval(model.backbone)` and tune the new "
            f"head's learning rate for the pinned features{rates}.")
-    if c["higher"]:
-        return (pin + f" A deeper head, a normalizing head or another optimizer is no substitute for task B's own "
-                f"statistics in the {c['higher']} of {c['m']} cells where pinning costs: where the new task must be as "
-                f"good as it can be, give it its own statistics (the `separate_stats` mode, built with "
-                f"`bnstudy.shared_weight_copy(model.backbone)`).")
+    long = (f" ({number(L, 'n_higher')} of {number(L, 'm')} at the longer budget)" if L is not None else "")
+    if c["higher"] or (L is not None and number(L, "n_higher")):
+        return (pin + f" A deeper head, a head that normalizes its input or another optimizer is no substitute for "
+                f"task B's own statistics in the {c['higher']} of {c['m']} cells where pinning costs{long}: where the "
+                f"new task must be as good as it can be, give it its own statistics (the `separate_stats` mode, built "
+                f"with `bnstudy.shared_weight_copy(model.backbone)`).")
     return pin + " At this shift no cell shows a cost of pinning that another head or optimizer would have to make up."
 
 
