@@ -1082,8 +1082,8 @@ def test_the_longer_budget_is_counted_and_said_at_its_own_budget():
     C, F = _page(short)
     text = findings.plain(C, F, L, SF)
     assert text.startswith("**Give the new task its own statistics.** At chapter 1's shift and 800 steps they beat")
-    assert text.endswith("At 3,200 steps, rates tuned for that budget, they score higher in 1 of the 3 cells run "
-                         "there and lower in 1.")
+    assert ("At 3,200 steps, rates tuned for that budget, they score higher in 1 of the 3 cells run there and lower "
+            "in 1.") in text
     assert "At 3,200 steps, each mode at its own rate tuned at that budget (6 seeds; heads `linear`, `std_linear`), the 3 head" in findings.long_sentence(
         L, SF, 0.02)
     # the advice counts both budgets, and still advises separate statistics when only the longer budget shows a cost
@@ -1099,13 +1099,33 @@ def test_every_plain_lead_opens_at_chapter_1s_shift_so_the_budget_can_be_named()
         assert note.text.split("** ", 1)[1].startswith(findings.AT_SHIFT)
 
 
-def test_input_normalizing_heads_are_counted_and_the_sentence_flips_with_their_verdicts():
+def test_input_normalizing_heads_are_counted_per_head_and_the_sentence_follows_their_verdicts():
     gaps = {("ref", "linear", "sgd"): 0.15, ("ref", "std_linear", "sgd"): 0.12, ("ref", "bn_linear", "sgd"): 0.0}
     C, _ = _page(_table(gaps))
     I = findings.input_norm_findings(C)  # noqa: E741
-    assert [number(I, k) for k in ("m", "n_higher", "n_equivalent", "hc_m")] == [2, 1, 1, 2]
-    assert "no exception" in findings.inorm_sentence(I)
-    C2, _ = _page(_table({**gaps, ("ref", "std_linear", "sgd"): 0.0}))
-    assert "higher in none of their 2 cells" in findings.inorm_sentence(findings.input_norm_findings(C2))
+    assert number(I, "m") == 2 and number(I, "n_higher_std_linear") == 1 and number(I, "n_equivalent_bn_linear") == 1
+    assert number(I, "n_lift_higher_bn_linear") == 1 and number(I, "lift_max_bn_linear") == pytest.approx(0.15)
+    assert number(I, "n_smaller_bn_linear") == 1 and number(I, "n_smaller_std_linear") == 1
+    text = findings.inorm_sentence(I, 0.02)
+    assert "with `std_linear` (a fixed standardization of the features)" in text and "`ln_linear`" not in text
+    assert "separate statistics still score higher in 1 of 1 (gaps +0.120 to +0.120" in text
+    assert "in 0 of 1 (gaps +0.000 to +0.000; 1 equivalent within ±0.02)" in text
     C3, _ = _page(_table({("ref", "linear", "sgd"): 0.15}))
-    assert findings.inorm_sentence(findings.input_norm_findings(C3)) == ""
+    assert findings.inorm_sentence(findings.input_norm_findings(C3), 0.02) == ""
+
+
+def test_the_lift_of_per_feature_heads_is_a_paired_family_and_the_plain_advice_follows_it():
+    base = {("ref", "linear", "sgd"): 0.15, ("ref", "linear", "adam"): 0.15}
+    df = _table({**base, ("ref", "std_linear", "sgd"): 0.02, ("ref", "std_linear", "adam"): 0.02})
+    # _table: pinned = 0.6 + noise - gap - wiggle, so std_linear's pinned side is 0.13 above linear's, per seed
+    C, F = _page(df)
+    lift = findings.family(C, "lift").set_index("key")
+    assert lift.loc["lift_std_linear_sgd", "estimate"] == pytest.approx(0.13)
+    assert set(lift["verdict"]) == {W["lift_higher"]} and set(lift["m"]) == {2}
+    assert "normalize each feature before the new linear head" in findings.plain(C, F)
+    assert "all 2 cells tried, by +0.130 to +0.130" in findings.plain(C, F)
+    same, _ = _page(_table({**base, ("ref", "std_linear", "sgd"): 0.15, ("ref", "std_linear", "adam"): 0.15}))
+    assert findings.lift_plain(same) == ("Normalizing each feature before the new linear head (a fixed standardization "
+                                         "or a BatchNorm) raised the pinned backbone's task-B accuracy in none of the 2 "
+                                         "cells tried.")
+    assert findings.lift_plain(_page(_table(base))[0]) == ""  # no per-feature head: nothing said

@@ -27,6 +27,7 @@ WORDS = {"gap": dict(gap_higher="separate_stats higher", gap_lower="separate_sta
          "gap_long": dict(gap_long_higher="separate_stats higher", gap_long_lower="separate_stats lower"),
          "interaction": dict(adam_higher="gap larger with Adam", adam_lower="gap smaller with Adam"),
          "hc": dict(head_larger="larger gap than linear", head_smaller="smaller gap than linear"),
+         "lift": dict(lift_higher="pinned higher than with linear", lift_lower="pinned lower than with linear"),
          "sc": dict(shift_larger="larger gap at the shift", shift_smaller="smaller gap at the shift"),
          "steps": dict(steps_larger="gap larger with more steps", steps_smaller="gap smaller with more steps"),
          "bn": dict(bn_higher="all_eval higher", bn_lower="all_eval lower"),
@@ -34,7 +35,7 @@ WORDS = {"gap": dict(gap_higher="separate_stats higher", gap_lower="separate_sta
 DIRECTIONS = tuple(dict.fromkeys(w for d in WORDS.values() for w in d.values()))
 #: What each family's quantity allows (a difference of accuracies, of two gaps, a rank correlation): printed
 #: interval ends are cut to it (:func:`printed`).
-CLIPS = {"gap": (-1, 1), "gap_long": (-1, 1), "interaction": (-2, 2), "hc": (-2, 2), "sc": (-2, 2), "bn": (-1, 1), "steps": (-2, 2),
+CLIPS = {"gap": (-1, 1), "gap_long": (-1, 1), "interaction": (-2, 2), "hc": (-2, 2), "lift": (-1, 1), "sc": (-2, 2), "bn": (-1, 1), "steps": (-2, 2),
          "checks": None, "link": (-1, 1)}
 
 # --- the questions, as data -------------------------------------------------------------------------------------
@@ -51,6 +52,10 @@ QUESTIONS = {
                              each=("head",), **_GAPS),),
     "hc": (Question("hc_{condition}_{optimizer}", tuple(h for h in HEADS if h != "linear"), "linear", by="head",
                     at=dict(shift="ref"), each=("optimizer",), **_GAPS),),
+    # with the backbone pinned, does a head that normalizes its input do better than the linear head? (task B,
+    # backbone_eval, at chapter 1's shift, per seed)
+    "lift": (Question("lift_{condition}_{optimizer}", INPUT_NORM_HEADS, "linear", value="task_b", by="head",
+                      at=dict(shift="ref", mode=REFERENCE_MODE), each=("optimizer",)),),
     # does the shift make the gap? gap(ref) - gap(none)
     "sc": (Question("sc_{head}_{optimizer}", "ref", "none", by="shift", each=("head", "optimizer"), **_GAPS),),
     # the BatchNorm head's two pinned modes
@@ -148,7 +153,8 @@ def claims(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.Da
     tables = dict(main=df, gaps=gap_rows(df), rows=df.assign(task_a_change=df["task_a_after"] - df["task_a_before"],
                                                               task_a_vs_first=df["task_a_after"] - first))
     groups = {"interaction": {"adam", "sgd"} <= set(ref["optimizer"]), "bn": "mlp_bn" in set(df["head"]), "checks": True,
-              "hc": "linear" in set(ref["head"]), "sc": "none" in set(df["shift"])}
+              "hc": "linear" in set(ref["head"]), "sc": "none" in set(df["shift"]),
+              "lift": "linear" in set(ref["head"]) and bool(set(INPUT_NORM_HEADS) & set(ref["head"]))}
     C = pd.concat([gap_table(df, margin, alpha)] + [_asked(tables, g, margin, alpha) for g, on in groups.items() if on],
                   ignore_index=True)
     sep = lambda h, o: float(ref[(ref["head"] == h) & (ref["optimizer"] == o)  # noqa: E731
@@ -313,15 +319,44 @@ def long_findings(S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
 
 def input_norm_findings(C: pd.DataFrame) -> pd.DataFrame:
     """The heads that normalize their own input (:data:`INPUT_NORM_HEADS`) at chapter 1's shift and the short
-    budget (glued as ``ch04_inorm_<key>``): their gap cells counted by printed verdict (``n_higher`` ... of ``m``)
-    and their contrasts with the linear head (``n_smaller`` / ``n_larger`` of ``hc_m``, family ``hc``)."""
+    budget (glued as ``ch04_inorm_<key>``): ``m`` (their gap cells), ``heads``, and per head ``<name>_<head>``:
+    ``n_cells``, its gap cells counted by printed verdict (``n_higher``, ``n_equivalent``, ``n_not_decided``),
+    ``gap_min`` / ``gap_max`` (the cells' estimates), family ``lift`` (the pinned backbone's task B with this head
+    minus with the linear head: ``n_lift_higher``, ``lift_min`` / ``lift_max``) and family ``hc`` (``n_smaller``:
+    a gap shown smaller than the linear head's)."""
     g = C[(C["family"] == "gap") & (C["shift"] == "ref") & C["head"].isin(INPUT_NORM_HEADS)]
-    hc = C[(C["family"] == "hc") & C["head"].isin(INPUT_NORM_HEADS)] if "head" in C else C.iloc[:0]
-    c, ch = count_verdicts(g), count_verdicts(hc)
-    return numbers_table(dict(m=int(len(g)), n_higher=c["higher"], n_lower=c["lower"], n_equivalent=c["equivalent"],
-                              n_not_decided=c["not decided"] + c["too few seeds"], hc_m=int(len(hc)),
-                              n_smaller=ch["lower"], n_larger=ch["higher"],
-                              heads=", ".join(f"`{h}`" for h in dict.fromkeys(g["head"]))))
+    heads = list(dict.fromkeys(g["head"]))
+    fam = lambda name, h: C[(C["family"] == name) & (C["head"] == h)] if "head" in C else C.iloc[:0]  # noqa: E731
+    out = dict(m=int(len(g)), heads=", ".join(f"`{h}`" for h in heads))
+    for h in heads:
+        gh, lh = g[g["head"] == h], fam("lift", h)
+        c, cl, ch = count_verdicts(gh), count_verdicts(lh), count_verdicts(fam("hc", h))
+        for k, v in dict(n_cells=len(gh), n_higher=c["higher"], n_equivalent=c["equivalent"],
+                         n_not_decided=c["not decided"] + c["too few seeds"], gap_min=float(gh["estimate"].min()),
+                         gap_max=float(gh["estimate"].max()), n_lift_higher=cl["higher"], n_lift=len(lh),
+                         lift_min=float(lh["estimate"].min()) if len(lh) else math.nan,
+                         lift_max=float(lh["estimate"].max()) if len(lh) else math.nan, n_smaller=ch["lower"]).items():
+            out.setdefault(k, {})[h] = v
+    return numbers_table(out)
+
+
+#: What each head that normalizes its input is, in the answer's words.
+INPUT_NORM_WORDS = {"std_linear": "a fixed standardization", "bn_linear": "a BatchNorm", "ln_linear": "a LayerNorm"}
+
+
+def inorm_sentence(I: pd.DataFrame, margin: float) -> str:  # noqa: E741
+    """The heads that normalize their own input, one clause per head, from :func:`input_norm_findings` (empty when
+    none ran); ``{steps}`` is left for the caller to fill."""
+    if not number(I, "m"):
+        return ""
+    heads = [h for h in INPUT_NORM_HEADS if f"n_cells_{h}" in set(I["key"])]
+    n = lambda k, h: number(I, f"{k}_{h}")  # noqa: E731
+    parts = [f"with `{h}` ({INPUT_NORM_WORDS[h]} of the features) the pinned backbone scores higher on task B than "
+             f"with the linear head in {n('n_lift_higher', h)} of {n('n_lift', h)} optimizer cells "
+             f"({_num(n('lift_min', h))} to {_num(n('lift_max', h))}), and separate statistics still score higher "
+             f"in {n('n_higher', h)} of {n('n_cells', h)} (gaps {_num(n('gap_min', h))} to {_num(n('gap_max', h))}; "
+             f"{n('n_equivalent', h)} {equivalent_text(margin)})" for h in heads]
+    return "Heads that normalize their own input, at {steps} steps: " + "; ".join(parts) + "."
 
 
 def equivalence_max_sd(margin: float, n: int, family: Family = Family()) -> float:
@@ -542,28 +577,38 @@ def long_plain(L: pd.DataFrame, SF: pd.DataFrame) -> str:
             f"{n('n_higher')} of the {n('m')} cells run there and lower in {n('n_lower')}.")
 
 
+#: The heads that normalize each feature (the plain lead's advice for a pinned backbone rests on their ``lift``).
+PER_FEATURE_HEADS = ("std_linear", "bn_linear")
+
+
+def lift_plain(C: pd.DataFrame) -> str:
+    """The plain lead's advice for a pinned backbone, from family ``lift`` of the per-feature heads
+    (:data:`PER_FEATURE_HEADS`): whether normalizing each feature before the linear head raised the pinned
+    backbone's task-B accuracy, in how many of their cells and by how much (plain words: the front page pastes it).
+    Empty when those heads did not run."""
+    t = C[(C["family"] == "lift") & C["head"].isin(PER_FEATURE_HEADS)] if "head" in C else C.iloc[:0]
+    if not len(t):
+        return ""
+    k, m = int((t["count_kind"] == "higher").sum()), len(t)
+    what = "Normalizing each feature before the new linear head (a fixed standardization or a BatchNorm)"
+    if k == 0:
+        return f"{what} raised the pinned backbone's task-B accuracy in none of the {m} cells tried."
+    size = f"by {_num(float(t.loc[t['count_kind'] == 'higher', 'estimate'].min()))} to " \
+           f"{_num(float(t.loc[t['count_kind'] == 'higher', 'estimate'].max()))}"
+    if k == m:
+        return (f"If you pin, normalize each feature before the new linear head (a fixed standardization or a "
+                f"BatchNorm): that raised the pinned backbone's task-B accuracy in all {m} cells tried, {size}.")
+    return f"{what} raised the pinned backbone's task-B accuracy in {k} of the {m} cells tried, {size}."
+
+
 def plain(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, SF: pd.DataFrame | None = None) -> str:
     """The plain lead (answer box and front page): :data:`PLAIN_NOTES` at the short budget, then, given the longer
-    budget's numbers, :func:`long_plain`."""
+    budget's numbers, :func:`long_plain`, then :func:`lift_plain`."""
     lead = notes(PLAIN_NOTES, C, F)["plain"]
-    if L is None:
-        return lead
-    at = f"At chapter 1's shift and {number(SF, 'steps_short'):,} steps"  # every plain note opens "At chapter 1's shift"
-    return f"{lead.replace(AT_SHIFT, at, 1)} {long_plain(L, SF)}"
-
-
-def inorm_sentence(I: pd.DataFrame) -> str:  # noqa: E741
-    """The heads that normalize their own input, from :func:`input_norm_findings` (empty when none ran)."""
-    n = lambda k: number(I, k)  # noqa: E731
-    if not n("m"):
-        return ""
-    return (f"The heads that normalize their own input ({n('heads')}) are no exception at {{steps}} steps: separate "
-            f"statistics score higher in {n('n_higher')} of their {n('m')} cells and lower in {n('n_lower')}, and "
-            f"against the linear head their gap is shown smaller in {n('n_smaller')} of {n('hc_m')} contrasts and "
-            f"larger in {n('n_larger')}.") if n("n_higher") else (
-            f"The heads that normalize their own input ({n('heads')}): at {{steps}} steps separate statistics score "
-            f"higher in none of their {n('m')} cells and lower in {n('n_lower')}; against the linear head their gap "
-            f"is shown smaller in {n('n_smaller')} of {n('hc_m')} contrasts and larger in {n('n_larger')}.")
+    if L is not None:
+        at = f"At chapter 1's shift and {number(SF, 'steps_short'):,} steps"  # each plain note opens with AT_SHIFT
+        lead = f"{lead.replace(AT_SHIFT, at, 1)} {long_plain(L, SF)}"
+    return f"{lead} {lift_plain(C)}".rstrip()
 
 
 def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: pd.DataFrame | None = None,
@@ -588,8 +633,8 @@ def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: p
               for o in OPTIMIZER_WORDS if (C["key"] == f"gap_ref_linear_{o}").any()]
     if linear:
         parts.append(f"For the seed's linear head, separate minus pinned statistics on task B reads {join(linear)}.")
-    if I is not None and inorm_sentence(I):
-        parts.append(inorm_sentence(I).format(steps=steps))
+    if I is not None and number(I, "m"):
+        parts.append(inorm_sentence(I, n("margin")).format(steps=steps))
     g = best_pinned_claim(C, F).iloc[0]
     parts.append(f"The best pinned configuration, **{n('best_pinned_cell')}**, reaches {_num(n('best_pinned_acc'), '.3f')} "
                  f"against {_num(n('best_separate_acc'), '.3f')} for the best one with separate statistics "
