@@ -655,6 +655,11 @@ def advice(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None) -> s
              if p is not None and s is not None else "")
     pin = (f"Where task A must be kept, pin the backbone with `bnstudy.pin_eval(model.backbone)` and tune the new "
            f"head's learning rate for the pinned features{rates}.")
+    t = C[(C["family"] == "lift") & C["head"].isin(PER_FEATURE_HEADS)] if "head" in C else C.iloc[:0]
+    if len(t) and (t["count_kind"] == "higher").all():
+        pin += (" Put a normalization of each feature in front of that head (`std_linear`: a standardization "
+                "fitted once on new-task features; or `bn_linear`): with the backbone pinned it scored higher than "
+                f"the plain linear head in all {len(t)} cells (family `lift`).")
     long = (f" ({number(L, 'n_higher')} of {number(L, 'm')} at the longer budget)" if L is not None else "")
     if c["higher"] or (L is not None and number(L, "n_higher")):
         return (pin + f" A deeper head, a head that normalizes its input or another optimizer is no substitute for "
