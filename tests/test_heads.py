@@ -870,7 +870,8 @@ def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     assert a_cost.startswith("**Give the new task") and a_rev.startswith("**Pin the backbone.**")
     assert a_none.startswith("**Either works on this evidence.**")
     # the advice: the separate-statistics call only where pinning is shown to cost
-    assert "shared_weight_copy" in findings.advice(*cost) and "in the 6 of 6 cells where pinning costs" in findings.advice(*cost)
+    assert "shared_weight_copy" in findings.advice(*cost)
+    assert "Separate statistics scored higher in 6 of the 6 head and optimizer cells" in findings.advice(*cost)
     for P in (reversed_, none):
         assert "shared_weight_copy" not in findings.advice(*P) and "no cell shows a cost" in findings.advice(*P)
     assert all("bnstudy.pin_eval(model.backbone)" in findings.advice(*P) for P in (cost, reversed_, none))
@@ -1087,11 +1088,11 @@ def test_the_longer_budget_is_counted_and_said_at_its_own_budget():
     assert "At 3,200 steps, each mode at its own rate tuned at that budget (6 seeds; heads `linear`, `std_linear`), the 3 head" in findings.long_sentence(
         L, SF, 0.02)
     # the advice counts both budgets, and still advises separate statistics when only the longer budget shows a cost
-    assert "4 of 4 cells where pinning costs (1 of 3 at the longer budget)" in findings.advice(C, F, L)
+    assert "scored higher in 4 of the 4 head and optimizer cells (1 of 3 at the longer budget)" in findings.advice(C, F, L)
     flat, flat_long = _budgets({("linear", "sgd"): 0.0}, {("linear", "sgd"): 0.12})
     C0, F0 = _page(flat)
     L0 = findings.long_findings(findings.steps_claims(flat, flat_long), findings.steps_findings(flat, flat_long))
-    assert "no substitute" in findings.advice(C0, F0, L0) and "no substitute" not in findings.advice(C0, F0)
+    assert "shared_weight_copy" in findings.advice(C0, F0, L0) and "shared_weight_copy" not in findings.advice(C0, F0)
 
 
 def test_every_plain_lead_opens_at_chapter_1s_shift_so_the_budget_can_be_named():
@@ -1109,23 +1110,37 @@ def test_input_normalizing_heads_are_counted_per_head_and_the_sentence_follows_t
     text = findings.inorm_sentence(I, 0.02)
     assert "with `std_linear` (a fixed standardization of the features)" in text and "`ln_linear`" not in text
     assert "separate statistics still score higher in 1 of 1 (gaps +0.120 to +0.120" in text
-    assert "in 0 of 1 (gaps +0.000 to +0.000; 1 equivalent within ±0.02)" in text
+    assert "in 0 of 1 (gaps +0.000 to +0.000, interval ends up to +0.006; 1 equivalent within ±0.02)" in text
     C3, _ = _page(_table({("ref", "linear", "sgd"): 0.15}))
     assert findings.inorm_sentence(findings.input_norm_findings(C3), 0.02) == ""
 
 
-def test_the_lift_of_per_feature_heads_is_a_paired_family_and_the_plain_advice_follows_it():
+def test_the_lift_of_per_feature_heads_is_a_paired_family_for_both_statistics_and_the_plain_advice_follows_it():
     base = {("ref", "linear", "sgd"): 0.15, ("ref", "linear", "adam"): 0.15}
     df = _table({**base, ("ref", "std_linear", "sgd"): 0.02, ("ref", "std_linear", "adam"): 0.02})
-    # _table: pinned = 0.6 + noise - gap - wiggle, so std_linear's pinned side is 0.13 above linear's, per seed
+    # _table: separate = 0.6 + noise for every head, pinned = separate - gap - wiggle: std_linear's pinned side is
+    # 0.13 above linear's per seed, its separate side equal to linear's
     C, F = _page(df)
     lift = findings.family(C, "lift").set_index("key")
-    assert lift.loc["lift_std_linear_sgd", "estimate"] == pytest.approx(0.13)
-    assert set(lift["verdict"]) == {W["lift_higher"]} and set(lift["m"]) == {2}
-    assert "normalize each feature before the new linear head" in findings.plain(C, F)
-    assert "all 2 cells tried, by +0.130 to +0.130" in findings.plain(C, F)
+    assert lift.loc["lift_ref_pinned_std_linear_sgd", "estimate"] == pytest.approx(0.13)
+    assert lift.loc["lift_ref_pinned_std_linear_sgd", "verdict"] == W["lift_higher"]
+    assert lift.loc["lift_ref_separate_std_linear_sgd", "verdict"] == "equivalent within \u00b10.02"
+    assert set(lift["m"]) == {4} and list(lift["statistics"]) == ["pinned", "pinned", "separate", "separate"]
+    I = findings.input_norm_findings(C)  # noqa: E741
+    assert [number(I, k) for k in ("pf_m", "pf_n_lift_higher", "pf_n_sep_higher", "pf_n_smaller")] == [2, 2, 0, 2]
+    text = findings.lift_plain(I)
+    assert text.startswith("Normalizing each feature before the new linear head") and "Whatever" not in text
+    assert "raised task-B accuracy in 2 of 2 cells with the pinned backbone (+0.130 to +0.130) and in 0 of 2" in text
+    assert findings.lift_plain(I) in findings.plain(C, F, I=I)
+    both = _table({("ref", "linear", "sgd"): 0.15, ("ref", "linear", "adam"): 0.15,
+                   ("ref", "std_linear", "sgd"): 0.15, ("ref", "std_linear", "adam"): 0.15})
+    both.loc[both["head"] == "std_linear", "task_b"] += 0.1  # both statistics 0.1 higher: the gap unchanged
+    Cb, Fb = _page(both)
+    Ib = findings.input_norm_findings(Cb)
+    assert findings.lift_plain(Ib).startswith("Whatever the statistics, consider normalizing each feature")
+    assert "but narrowed the gap between them in only 0 of 2" in findings.lift_plain(Ib)
+    assert "Whatever the statistics, put a normalization of each feature" in findings.advice(Cb, Fb, I=Ib)
+    assert "pin `model.backbone`, not the whole model" in findings.advice(Cb, Fb, I=Ib)
     same, _ = _page(_table({**base, ("ref", "std_linear", "sgd"): 0.15, ("ref", "std_linear", "adam"): 0.15}))
-    assert findings.lift_plain(same) == ("Normalizing each feature before the new linear head (a fixed standardization "
-                                         "or a BatchNorm) raised the pinned backbone's task-B accuracy in none of the 2 "
-                                         "cells tried.")
-    assert findings.lift_plain(_page(_table(base))[0]) == ""  # no per-feature head: nothing said
+    assert "in none of the 2 cells tried" in findings.lift_plain(findings.input_norm_findings(same))
+    assert findings.lift_plain(findings.input_norm_findings(_page(_table(base))[0])) == ""  # no per-feature head

@@ -55,8 +55,8 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
             ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", capsize=2.5,
                         color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=4)
         ax.set_title(shift_labels[s], pad=3)
-    axes[-1][0].set_xticks(range(len(heads)), heads, rotation=30 if len(heads) > 5 else 0,
-                           ha="right" if len(heads) > 5 else "center")
+    axes[-1][0].set_xticks(range(len(heads)), heads, rotation=30 if len(heads) > 3 else 0,
+                           ha="right" if len(heads) > 3 else "center")
     lo, hi = min(ends), max(ends)  # the axis spans the clipped intervals (at most [-1, 1]) and the band
     pad = 0.06 * (hi - lo)
     axes[0][0].set_ylim(max(lo - pad, -1.02), min(hi + pad, 1.02))
@@ -232,3 +232,14 @@ def long_display(C: pd.DataFrame, S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataF
     out = pd.DataFrame.from_dict(rows, orient="index")
     out.index = [f"{h} / {OPTIMIZER_LABELS[o]}" for h, o in out.index]
     return out
+
+
+def lift_display(lift: pd.DataFrame, shift_labels: dict) -> pd.DataFrame:
+    """Family ``lift`` for the page: a row per (shift, statistics, head), optimizers in columns, ``estimate [low,
+    high] verdict`` (this head's task B minus the linear head's, per seed)."""
+    t = lift.assign(cell=[_cell_text(r, (-1, 1)) for r in lift.itertuples(index=False)],
+                    where=[shift_labels.get(s, s) for s in lift["shift"]])
+    out = t.pivot_table(index=["where", "statistics", "head"], columns="optimizer", values="cell", aggfunc="first",
+                        sort=False)
+    return out.reindex(columns=list(dict.fromkeys(lift["optimizer"]))).rename_axis(
+        index=["shift", "statistics", "head"], columns=None)

@@ -27,7 +27,8 @@ WORDS = {"gap": dict(gap_higher="separate_stats higher", gap_lower="separate_sta
          "gap_long": dict(gap_long_higher="separate_stats higher", gap_long_lower="separate_stats lower"),
          "interaction": dict(adam_higher="gap larger with Adam", adam_lower="gap smaller with Adam"),
          "hc": dict(head_larger="larger gap than linear", head_smaller="smaller gap than linear"),
-         "lift": dict(lift_higher="pinned higher than with linear", lift_lower="pinned lower than with linear"),
+         "lift": dict(lift_higher="higher than with linear", lift_lower="lower than with linear"),
+         "lift_long": dict(lift_long_higher="higher than with linear", lift_long_lower="lower than with linear"),
          "sc": dict(shift_larger="larger gap at the shift", shift_smaller="smaller gap at the shift"),
          "steps": dict(steps_larger="gap larger with more steps", steps_smaller="gap smaller with more steps"),
          "bn": dict(bn_higher="all_eval higher", bn_lower="all_eval lower"),
@@ -35,7 +36,7 @@ WORDS = {"gap": dict(gap_higher="separate_stats higher", gap_lower="separate_sta
 DIRECTIONS = tuple(dict.fromkeys(w for d in WORDS.values() for w in d.values()))
 #: What each family's quantity allows (a difference of accuracies, of two gaps, a rank correlation): printed
 #: interval ends are cut to it (:func:`printed`).
-CLIPS = {"gap": (-1, 1), "gap_long": (-1, 1), "interaction": (-2, 2), "hc": (-2, 2), "lift": (-1, 1), "sc": (-2, 2), "bn": (-1, 1), "steps": (-2, 2),
+CLIPS = {"gap": (-1, 1), "gap_long": (-1, 1), "interaction": (-2, 2), "hc": (-2, 2), "lift": (-1, 1), "lift_long": (-1, 1), "sc": (-2, 2), "bn": (-1, 1), "steps": (-2, 2),
          "checks": None, "link": (-1, 1)}
 
 # --- the questions, as data -------------------------------------------------------------------------------------
@@ -52,10 +53,15 @@ QUESTIONS = {
                              each=("head",), **_GAPS),),
     "hc": (Question("hc_{condition}_{optimizer}", tuple(h for h in HEADS if h != "linear"), "linear", by="head",
                     at=dict(shift="ref"), each=("optimizer",), **_GAPS),),
-    # with the backbone pinned, does a head that normalizes its input do better than the linear head? (task B,
-    # backbone_eval, at chapter 1's shift, per seed)
-    "lift": (Question("lift_{condition}_{optimizer}", INPUT_NORM_HEADS, "linear", value="task_b", by="head",
-                      at=dict(shift="ref", mode=REFERENCE_MODE), each=("optimizer",)),),
+    # does a head that normalizes its input score higher on task B than the linear head? per seed, each head at
+    # its own rate, with the backbone pinned and with separate statistics (the part specific to pinning is the gap's
+    # change, family hc), at every shift; and at the longer budget
+    "lift": tuple(Question(f"lift_{{shift}}_{m}_{{condition}}_{{optimizer}}", INPUT_NORM_HEADS, "linear", value="task_b",
+                           by="head", at=dict(mode=mode), each=("shift", "optimizer"))
+                  for m, mode in (("pinned", REFERENCE_MODE), ("separate", "separate_stats"))),
+    "lift_long": tuple(Question(f"lift_long_{m}_{{condition}}_{{optimizer}}", INPUT_NORM_HEADS, "linear",
+                                value="task_b", by="head", at=dict(mode=mode), each=("optimizer",), table="long")
+                       for m, mode in (("pinned", REFERENCE_MODE), ("separate", "separate_stats"))),
     # does the shift make the gap? gap(ref) - gap(none)
     "sc": (Question("sc_{head}_{optimizer}", "ref", "none", by="shift", each=("head", "optimizer"), **_GAPS),),
     # the BatchNorm head's two pinned modes
@@ -159,6 +165,9 @@ def claims(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.Da
                   ignore_index=True)
     sep = lambda h, o: float(ref[(ref["head"] == h) & (ref["optimizer"] == o)  # noqa: E731
                                  & (ref["mode"] == "separate_stats")]["task_b"].mean())
+    lift = C["family"] == "lift"
+    if lift.any():
+        C.loc[lift, "statistics"] = ["pinned" if "_pinned_" in k else "separate" for k in C.loc[lift, "key"]]
     hc = C["family"] == "hc"
     if hc.any():
         C.loc[hc, "separate"] = [sep(h, o) for h, o in zip(C.loc[hc, "head"], C.loc[hc, "optimizer"])]
@@ -285,8 +294,14 @@ def steps_claims(short: pd.DataFrame, long: pd.DataFrame, margin: float = 0.02, 
     rows = pd.concat([pd.DataFrame({"head": h, "optimizer": o, "budget": b, "seed": g.index, "gap": g.to_numpy()})
                       for (h, o), (ps, ss, pl, sl) in pairs.items() for b, g in (("short", ss - ps), ("long", sl - pl))],
                      ignore_index=True)
-    return pd.concat([_asked(dict(long=long[long["shift"] == "ref"]), "gap_long", margin, alpha),
-                      _asked(dict(steps=rows), "steps", margin, alpha)], ignore_index=True)
+    at_ref = long[long["shift"] == "ref"]
+    parts = [_asked(dict(long=at_ref), "gap_long", margin, alpha), _asked(dict(steps=rows), "steps", margin, alpha)]
+    norm = set(INPUT_NORM_HEADS) & set(at_ref["head"])
+    whole = [o for o, g in at_ref.groupby("optimizer", sort=False) if {"linear", *norm} <= set(g["head"])]
+    if norm and whole:  # the optimizers that ran the linear head and every input-normalizing head
+        lift = _asked(dict(long=at_ref[at_ref["optimizer"].isin(whole)]), "lift_long", margin, alpha)
+        parts.append(lift.assign(statistics=["pinned" if "_pinned_" in k else "separate" for k in lift["key"]]))
+    return pd.concat(parts, ignore_index=True)
 
 
 def long_findings(S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
@@ -310,33 +325,69 @@ def long_findings(S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
         n_not_decided=c["not decided"] + c["too few seeds"], higher_cells=cells(g, "higher"),
         lower_cells=cells(g, "lower"), equivalent_cells=cells(g, "equivalent"),
         steps_m=int(len(st)), steps_confidence=float(st["confidence"].iloc[0]) if len(st) else math.nan,
-        n_narrower=cs["lower"], n_wider=cs["higher"], narrower_cells=cells(st, "lower"), wider_cells=cells(st, "higher"),
+        n_narrower=cs["lower"], n_wider=cs["higher"], n_steps_equivalent=cs["equivalent"], narrower_cells=cells(st, "lower"), wider_cells=cells(st, "higher"),
         n_pinned_gains=int(gains("pinned_gain")), n_separate_gains=int(gains("separate_gain")),
         n_heads=len(heads), heads=", ".join(f"`{h}`" for h in heads),
         best_pinned_cell=best,
         best_pinned_acc=float(pinned[best]) if best else math.nan))
 
 
-def input_norm_findings(C: pd.DataFrame) -> pd.DataFrame:
-    """The heads that normalize their own input (:data:`INPUT_NORM_HEADS`) at chapter 1's shift and the short
-    budget (glued as ``ch04_inorm_<key>``): ``m`` (their gap cells), ``heads``, and per head ``<name>_<head>``:
-    ``n_cells``, its gap cells counted by printed verdict (``n_higher``, ``n_equivalent``, ``n_not_decided``),
-    ``gap_min`` / ``gap_max`` (the cells' estimates), family ``lift`` (the pinned backbone's task B with this head
-    minus with the linear head: ``n_lift_higher``, ``lift_min`` / ``lift_max``) and family ``hc`` (``n_smaller``:
-    a gap shown smaller than the linear head's)."""
+def _range(t: pd.DataFrame, kind: str | None = None) -> tuple[int, float, float]:
+    """``(count, smallest, largest estimate)`` of the claims ``t`` whose printed verdict has ``kind`` (all: None)."""
+    t = t if kind is None else t[t["count_kind"] == kind]
+    return (len(t), float(t["estimate"].min()), float(t["estimate"].max())) if len(t) else (0, math.nan, math.nan)
+
+
+def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The heads that normalize their own input (:data:`INPUT_NORM_HEADS`), glued as ``ch04_inorm_<key>``: ``m``
+    (their gap cells at chapter 1's shift and the short budget), ``heads``, and per head ``<name>_<head>``:
+    ``n_cells``, the gap cells counted by printed verdict (``n_higher``, ``n_equivalent``, ``n_not_decided``),
+    ``gap_min`` / ``gap_max`` (estimates) and ``gap_high`` (the largest interval end); family ``lift`` at chapter
+    1's shift (this head's task B minus the linear head's, per seed) with the pinned backbone (``n_lift_higher``,
+    ``lift_min`` / ``lift_max``) and with separate statistics (``n_sep_higher``, ``sep_min`` / ``sep_max``); family
+    ``hc`` (``n_smaller``: the gap shown smaller than the linear head's, the part specific to pinning). Per-feature
+    heads (:data:`PER_FEATURE_HEADS`) together: ``pf_*`` (the same, over their cells), ``pf_other_min`` /
+    ``pf_other_max`` (the pinned lift's estimates at the other shifts, counted in ``pf_other_higher`` of
+    ``pf_other_m``), and given the longer budget's claims ``S`` (family ``lift_long``) ``pf_long_*``."""
     g = C[(C["family"] == "gap") & (C["shift"] == "ref") & C["head"].isin(INPUT_NORM_HEADS)]
     heads = list(dict.fromkeys(g["head"]))
+    lift = C[C["family"] == "lift"] if "statistics" in C else C.iloc[:0]
     fam = lambda name, h: C[(C["family"] == name) & (C["head"] == h)] if "head" in C else C.iloc[:0]  # noqa: E731
+    lift_at = lambda h, st, ref=True: lift[(lift["head"].isin(h)) & (lift["statistics"] == st)  # noqa: E731
+                                           & ((lift["shift"] == "ref") == ref)]
     out = dict(m=int(len(g)), heads=", ".join(f"`{h}`" for h in heads))
     for h in heads:
-        gh, lh = g[g["head"] == h], fam("lift", h)
-        c, cl, ch = count_verdicts(gh), count_verdicts(lh), count_verdicts(fam("hc", h))
+        gh = g[g["head"] == h]
+        c, ch = count_verdicts(gh), count_verdicts(fam("hc", h))
+        n_l, lo_l, hi_l = _range(lift_at([h], "pinned"), "higher")
+        n_s, lo_s, hi_s = _range(lift_at([h], "separate"), "higher")
         for k, v in dict(n_cells=len(gh), n_higher=c["higher"], n_equivalent=c["equivalent"],
                          n_not_decided=c["not decided"] + c["too few seeds"], gap_min=float(gh["estimate"].min()),
-                         gap_max=float(gh["estimate"].max()), n_lift_higher=cl["higher"], n_lift=len(lh),
-                         lift_min=float(lh["estimate"].min()) if len(lh) else math.nan,
-                         lift_max=float(lh["estimate"].max()) if len(lh) else math.nan, n_smaller=ch["lower"]).items():
+                         gap_max=float(gh["estimate"].max()), gap_high=float(gh["high"].max()), n_lift_higher=n_l,
+                         n_lift=len(lift_at([h], "pinned")), lift_min=lo_l, lift_max=hi_l, n_sep_higher=n_s,
+                         sep_min=lo_s, sep_max=hi_s, n_smaller=ch["lower"]).items():
             out.setdefault(k, {})[h] = v
+    pf = [h for h in PER_FEATURE_HEADS if h in heads]
+    if pf:
+        gp, hc = g[g["head"].isin(pf)], C[(C["family"] == "hc") & C["head"].isin(pf)]
+        out.update(pf_m=len(gp), pf_n_higher=int((gp["count_kind"] == "higher").sum()),
+                   pf_gap_min=float(gp["estimate"].min()), pf_gap_max=float(gp["estimate"].max()),
+                   pf_gap_high=float(gp["high"].max()), pf_n_smaller=int((hc["count_kind"] == "lower").sum()),
+                   pf_hc_m=len(hc))
+        for name, st in (("lift", "pinned"), ("sep", "separate")):
+            n, lo, hi = _range(lift_at(pf, st), "higher")
+            out.update({f"pf_n_{name}_higher": n, f"pf_{name}_min": lo, f"pf_{name}_max": hi})
+        other = lift_at(pf, "pinned", ref=False)
+        n, lo, hi = _range(other)
+        out.update(pf_other_m=n, pf_other_higher=int((other["count_kind"] == "higher").sum()), pf_other_min=lo,
+                   pf_other_max=hi)
+        if S is not None and (S["family"] == "lift_long").any():
+            ll = S[(S["family"] == "lift_long") & S["head"].isin(pf)]
+            for name, st in (("lift", "pinned"), ("sep", "separate")):
+                t = ll[ll["statistics"] == st]
+                n, lo, hi = _range(t, "higher")
+                out.update({f"pf_long_n_{name}": len(t), f"pf_long_n_{name}_higher": n, f"pf_long_{name}_min": lo,
+                            f"pf_long_{name}_max": hi})
     return numbers_table(out)
 
 
@@ -351,11 +402,14 @@ def inorm_sentence(I: pd.DataFrame, margin: float) -> str:  # noqa: E741
         return ""
     heads = [h for h in INPUT_NORM_HEADS if f"n_cells_{h}" in set(I["key"])]
     n = lambda k, h: number(I, f"{k}_{h}")  # noqa: E731
-    parts = [f"with `{h}` ({INPUT_NORM_WORDS[h]} of the features) the pinned backbone scores higher on task B than "
-             f"with the linear head in {n('n_lift_higher', h)} of {n('n_lift', h)} optimizer cells "
-             f"({_num(n('lift_min', h))} to {_num(n('lift_max', h))}), and separate statistics still score higher "
-             f"in {n('n_higher', h)} of {n('n_cells', h)} (gaps {_num(n('gap_min', h))} to {_num(n('gap_max', h))}; "
-             f"{n('n_equivalent', h)} {equivalent_text(margin)})" for h in heads]
+    parts = [f"with `{h}` ({INPUT_NORM_WORDS[h]} of the features) task B scores higher than with the linear head "
+             f"in {n('n_lift_higher', h)} of {n('n_lift', h)} optimizer cells with the pinned backbone "
+             f"({_num(n('lift_min', h))} to {_num(n('lift_max', h))}) and in {n('n_sep_higher', h)} with separate "
+             f"statistics ({_num(n('sep_min', h))} to {_num(n('sep_max', h))}); separate statistics still score "
+             f"higher in {n('n_higher', h)} of {n('n_cells', h)} (gaps {_num(n('gap_min', h))} to "
+             f"{_num(n('gap_max', h))}, interval ends up to {_num(n('gap_high', h))}; {n('n_equivalent', h)} "
+             f"{equivalent_text(margin)}), and the gap is shown smaller than the linear head's in "
+             f"{n('n_smaller', h)} of {n('n_cells', h)}" for h in heads]
     return "Heads that normalize their own input, at {steps} steps: " + "; ".join(parts) + "."
 
 
@@ -567,7 +621,10 @@ def long_sentence(L: pd.DataFrame, SF: pd.DataFrame, margin: float) -> str:
             f"heads {n('heads')}), the {n('m')} head and optimizer cells split into {n('n_higher')} where "
             f"separate statistics score higher, {n('n_lower')} lower, {n('n_equivalent')} "
             f"{equivalent_text(margin)} and {n('n_not_decided')} not decided; against {s('steps_short'):,} steps the "
-            f"gap is shown to narrow in {n('n_narrower')} of these cells and to widen in {n('n_wider')}.")
+            f"gap is shown to narrow in {n('n_narrower')} of these cells, to widen in {n('n_wider')} and to change "
+            f"less than the margin in {n('n_steps_equivalent')}. Both modes still gained accuracy from "
+            f"{s('steps_short'):,} to {s('steps_long'):,} steps (pinned in {n('n_pinned_gains')} of {n('m')} cells, "
+            f"separate in {n('n_separate_gains')}), so neither budget is shown to be converged.")
 
 
 def long_plain(L: pd.DataFrame, SF: pd.DataFrame) -> str:
@@ -581,47 +638,50 @@ def long_plain(L: pd.DataFrame, SF: pd.DataFrame) -> str:
 PER_FEATURE_HEADS = ("std_linear", "bn_linear")
 
 
-def lift_plain(C: pd.DataFrame) -> str:
-    """The plain lead's advice for a pinned backbone, from family ``lift`` of the per-feature heads
-    (:data:`PER_FEATURE_HEADS`): whether normalizing each feature before the linear head raised the pinned
-    backbone's task-B accuracy, in how many of their cells and by how much (plain words: the front page pastes it).
-    Empty when those heads did not run."""
-    t = C[(C["family"] == "lift") & C["head"].isin(PER_FEATURE_HEADS)] if "head" in C else C.iloc[:0]
-    if not len(t):
+def lift_plain(I: pd.DataFrame) -> str:
+    """The plain lead's advice on the head's input, from :func:`input_norm_findings` ``I`` (the per-feature heads,
+    :data:`PER_FEATURE_HEADS`, at chapter 1's shift): whether normalizing each feature before the linear head
+    raised task B with the pinned backbone and with separate statistics, and whether it narrowed the gap between
+    them (family ``hc``). Plain words (the front page and the guide paste it); empty when those heads did not run."""
+    if "pf_m" not in set(I["key"]):
         return ""
-    k, m = int((t["count_kind"] == "higher").sum()), len(t)
-    what = "Normalizing each feature before the new linear head (a fixed standardization or a BatchNorm)"
-    if k == 0:
-        return f"{what} raised the pinned backbone's task-B accuracy in none of the {m} cells tried."
-    size = f"by {_num(float(t.loc[t['count_kind'] == 'higher', 'estimate'].min()))} to " \
-           f"{_num(float(t.loc[t['count_kind'] == 'higher', 'estimate'].max()))}"
-    if k == m:
-        return (f"If you pin, normalize each feature before the new linear head (a fixed standardization or a "
-                f"BatchNorm): that raised the pinned backbone's task-B accuracy in all {m} cells tried, {size}.")
-    return f"{what} raised the pinned backbone's task-B accuracy in {k} of the {m} cells tried, {size}."
+    n = lambda k: number(I, k)  # noqa: E731
+    m, k, k2, j = n("pf_m"), n("pf_n_lift_higher"), n("pf_n_sep_higher"), n("pf_n_smaller")
+    what = "normalizing each feature before the new linear head (a fixed standardization, or a BatchNorm that keeps " \
+           "updating on the new task)"
+    if k == 0 and k2 == 0:
+        return f"On this synthetic task, {what} raised task-B accuracy in none of the {m} cells tried at chapter 1's shift."
+    said = (f"at chapter 1's shift on this synthetic task it raised task-B accuracy in {k} of {m} cells with the "
+            f"pinned backbone ({_num(n('pf_lift_min'))} to {_num(n('pf_lift_max'))}) and in {k2} of {m} with "
+            f"separate statistics ({_num(n('pf_sep_min'))} to {_num(n('pf_sep_max'))}), but narrowed the gap between "
+            f"them in only {j} of {m}")
+    if k == k2 == m:
+        return f"Whatever the statistics, consider {what}: {said}."
+    return f"{what[0].upper() + what[1:]}: {said}."
 
 
-def plain(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, SF: pd.DataFrame | None = None) -> str:
+def plain(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, SF: pd.DataFrame | None = None,
+          I: pd.DataFrame | None = None) -> str:  # noqa: E741
     """The plain lead (answer box and front page): :data:`PLAIN_NOTES` at the short budget, then, given the longer
-    budget's numbers, :func:`long_plain`, then :func:`lift_plain`."""
+    budget's numbers, :func:`long_plain`, then given :func:`input_norm_findings` ``I``, :func:`lift_plain`."""
     lead = notes(PLAIN_NOTES, C, F)["plain"]
     if L is not None:
         at = f"At chapter 1's shift and {number(SF, 'steps_short'):,} steps"  # each plain note opens with AT_SHIFT
         lead = f"{lead.replace(AT_SHIFT, at, 1)} {long_plain(L, SF)}"
-    return f"{lead} {lift_plain(C)}".rstrip()
+    return f"{lead} {lift_plain(I)}".rstrip() if I is not None else lead
 
 
 def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: pd.DataFrame | None = None,
            SF: pd.DataFrame | None = None, I: pd.DataFrame | None = None) -> str:  # noqa: E741
     """The answer box (Markdown), true for any rows: the plain lead (:func:`plain`), the gap family's lead
     (:data:`LEAD_NOTES`) and counts at chapter 1's shift, given the longer budget's numbers ``L`` / ``SF`` its
-    counts (:func:`long_sentence`), the linear head's verdicts, given ``I`` the heads that normalize their input
-    (:func:`inorm_sentence`), the best pinned cell against the best separate one, and given the geometry's numbers
+    counts (:func:`long_sentence`), the linear head's verdicts (given ``I``, the plain lead says what normalizing the
+    head's input did; :func:`inorm_sentence` per head is the section's), the best pinned cell against the best separate one, and given the geometry's numbers
     ``G``, the probe's reading (:data:`PROBE_NOTES`)."""
     c, said = _ref_counts(C), notes(LEAD_NOTES, C, F)
     n = lambda key: number(F, key)  # noqa: E731
     steps = f"{number(SF, 'steps_short'):,}" if SF is not None else "the short budget's"
-    parts = [plain(C, F, L, SF),
+    parts = [plain(C, F, L, SF, I),
              f"{said['lead']}: with every freeze mode at its own tuned learning rate and a budget of {steps} steps, the "
              f"{c['m']} head and optimizer cells split into {c['higher']} where separate statistics score higher on "
              f"task B than the pinned backbone, {c['lower']} where they score lower, {c['equivalent']} "
@@ -633,8 +693,6 @@ def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: p
               for o in OPTIMIZER_WORDS if (C["key"] == f"gap_ref_linear_{o}").any()]
     if linear:
         parts.append(f"For the seed's linear head, separate minus pinned statistics on task B reads {join(linear)}.")
-    if I is not None and number(I, "m"):
-        parts.append(inorm_sentence(I, n("margin")).format(steps=steps))
     g = best_pinned_claim(C, F).iloc[0]
     parts.append(f"The best pinned configuration, **{n('best_pinned_cell')}**, reaches {_num(n('best_pinned_acc'), '.3f')} "
                  f"against {_num(n('best_separate_acc'), '.3f')} for the best one with separate statistics "
@@ -646,27 +704,35 @@ def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: p
     return " ".join(parts)
 
 
-def advice(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None) -> str:
-    """The answer box's "what to do" (Markdown), chosen by whether pinning is shown to cost in any cell at chapter
-    1's shift at the short budget or, given :func:`long_findings` ``L``, at the longer one."""
+def advice(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, I: pd.DataFrame | None = None) -> str:  # noqa: E741
+    """The answer box's "what to do" (Markdown): pin and tune for the pinned features; given
+    :func:`input_norm_findings` ``I``, normalize each feature before the head where that raised task B for both
+    statistics (with the condition a BatchNorm there needs), and the gap it leaves; then, chosen by whether pinning
+    is shown to cost in any cell at chapter 1's shift at the short budget or, given :func:`long_findings` ``L``, at
+    the longer one, whether to give the new task its own statistics."""
     c, lrs = _ref_counts(C), dict(zip(F["key"], F["value"]))
     p, s = lrs.get("lrs_linear_sgd_backbone_eval"), lrs.get("lrs_linear_sgd_separate_stats")
-    rates = (f" (here {p:g} pinned against {s:g} with separate statistics, for the linear head with SGD and momentum)"
+    rates = (f" (for the plain linear head with SGD and momentum, {p:g} pinned against {s:g} with separate statistics)"
              if p is not None and s is not None else "")
-    pin = (f"Where task A must be kept, pin the backbone with `bnstudy.pin_eval(model.backbone)` and tune the new "
+    out = (f"Where task A must be kept, pin the backbone with `bnstudy.pin_eval(model.backbone)` and tune the new "
            f"head's learning rate for the pinned features{rates}.")
-    t = C[(C["family"] == "lift") & C["head"].isin(PER_FEATURE_HEADS)] if "head" in C else C.iloc[:0]
-    if len(t) and (t["count_kind"] == "higher").all():
-        pin += (" Put a normalization of each feature in front of that head (`std_linear`: a standardization "
-                "fitted once on new-task features; or `bn_linear`): with the backbone pinned it scored higher than "
-                f"the plain linear head in all {len(t)} cells (family `lift`).")
+    pf = I is not None and "pf_m" in set(I["key"])
+    n = (lambda k: number(I, k)) if pf else None  # noqa: E731
+    if pf and n("pf_n_lift_higher") == n("pf_n_sep_higher") == n("pf_m"):
+        out += (f" Whatever the statistics, put a normalization of each feature in front of a linear head: "
+                f"`std_linear` (a standardization fitted once on new-task features) or `bn_linear` (whose BatchNorm "
+                f"must keep updating on the new task: pin `model.backbone`, not the whole model). Here it raised task "
+                f"B over the plain linear head in all {n('pf_m')} cells with the pinned backbone and with separate "
+                f"statistics alike (family `lift`).")
     long = (f" ({number(L, 'n_higher')} of {number(L, 'm')} at the longer budget)" if L is not None else "")
     if c["higher"] or (L is not None and number(L, "n_higher")):
-        return (pin + f" A deeper head, a head that normalizes its input or another optimizer is no substitute for "
-                f"task B's own statistics in the {c['higher']} of {c['m']} cells where pinning costs{long}: where the "
-                f"new task must be as good as it can be, give it its own statistics (the `separate_stats` mode, built "
-                f"with `bnstudy.shared_weight_copy(model.backbone)`).")
-    return pin + " At this shift no cell shows a cost of pinning that another head or optimizer would have to make up."
+        left = (f" With the per-feature normalizing heads the gap left is not decided ({_num(n('pf_gap_min'))} to "
+                f"{_num(n('pf_gap_max'))}, interval ends up to {_num(n('pf_gap_high'))}): these seeds can neither "
+                f"show it nor rule it out." if pf and n("pf_n_higher") == 0 else "")
+        return (out + f" Separate statistics scored higher in {c['higher']} of the {c['m']} head and optimizer cells"
+                f"{long} and lower in {c['lower']}.{left} Where the new task must be as good as it can be, give it its own "
+                f"statistics (the `separate_stats` mode, built with `bnstudy.shared_weight_copy(model.backbone)`).")
+    return out + " At this shift no cell shows a cost of pinning that another head or optimizer would have to make up."
 
 
 # --- the "why" section: the feature geometry and its link to the gap -----------------------------------------------
