@@ -27,8 +27,6 @@ from dataclasses import dataclass, field, fields
 
 NORM_KINDS = ("batch", "group", "layer", "none")
 HEAD_KINDS = ("linear", "mlp", "mlp_bn", "mlp2", "mlp_ln", "std_linear", "bn_linear", "ln_linear")
-#: Heads whose first layer is a BatchNorm trained in stage 2 (batch statistics in train mode).
-HEAD_BATCHNORM = ("mlp_bn", "bn_linear")
 OPTIMIZERS = ("sgd", "adam", "sgd_plain")
 SAMPLERS = ("shuffled", "class_sorted")
 PROFILE_NAMES = ("quick", "full")
@@ -330,7 +328,7 @@ def from_profile(cls, profiles: dict, profile: str = "quick", **overrides):
 
 
 __all__ = ["SourceConfig", "RunConfig", "Execution", "from_profile", "check_seeds", "seeds_label", "field",
-           "NORM_KINDS", "HEAD_KINDS", "HEAD_BATCHNORM", "OPTIMIZERS", "SAMPLERS", "PROFILE_NAMES", "EVAL_SPLITS"]
+           "NORM_KINDS", "HEAD_KINDS", "OPTIMIZERS", "SAMPLERS", "PROFILE_NAMES", "EVAL_SPLITS"]
 
 
 

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import HEAD_BATCHNORM
+#: Heads (:func:`bnstudy.study.models.make_head`) with a BatchNorm of their own, trained in stage 2: batch
+#: statistics while the head is in train mode.
+HEAD_BATCHNORM = ("mlp_bn", "bn_linear")
 
 
 class TransferModel(nn.Module):
