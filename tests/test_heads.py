@@ -1139,8 +1139,20 @@ def test_the_lift_of_per_feature_heads_is_a_paired_family_for_both_statistics_an
     Ib = findings.input_norm_findings(Cb)
     assert findings.lift_plain(Ib).startswith("Whatever the statistics, consider normalizing each feature")
     assert "but narrowed the gap between them in only 0 of 2" in findings.lift_plain(Ib)
-    assert "Whatever the statistics, put a normalization of each feature" in findings.advice(Cb, Fb, I=Ib)
+    assert "Whatever the statistics, consider a normalization of each feature" in findings.advice(Cb, Fb, I=Ib)
+    assert findings.advice(Cb, Fb, I=Ib).startswith("Where only one set of statistics can be deployed")
     assert "pin `model.backbone`, not the whole model" in findings.advice(Cb, Fb, I=Ib)
     same, _ = _page(_table({**base, ("ref", "std_linear", "sgd"): 0.15, ("ref", "std_linear", "adam"): 0.15}))
     assert "in none of the 2 cells tried" in findings.lift_plain(findings.input_norm_findings(same))
     assert findings.lift_plain(findings.input_norm_findings(_page(_table(base))[0])) == ""  # no per-feature head
+
+
+def test_the_plain_lift_quotes_the_longer_budget_where_it_ran():
+    short, long = _budgets({("linear", "sgd"): 0.15, ("std_linear", "sgd"): 0.02, ("linear", "adam"): 0.15,
+                            ("std_linear", "adam"): 0.02},
+                           {("linear", "sgd"): 0.15, ("std_linear", "sgd"): 0.15})
+    C, _ = _page(short)
+    I = findings.input_norm_findings(C, findings.steps_claims(short, long))  # noqa: E741
+    # at the longer budget std_linear's pinned side equals linear's (same gap): no lift there
+    assert [number(I, k) for k in ("pf_long_n_lift", "pf_long_n_lift_higher", "pf_long_n_sep")] == [1, 0, 1]
+    assert "; at the longer budget, in 0 of 1 (+0.000 to +0.000) and 0 of 1 (+0.000 to +0.000), but" in findings.lift_plain(I)

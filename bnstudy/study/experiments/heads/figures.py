@@ -89,7 +89,7 @@ def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "t
                 label = m + (" (= train_mode)" if m == "separate_stats" and "train_mode" not in modes else "")
                 ax.errorbar(np.arange(len(heads)) + off[k], g["mean"], yerr=[g["mean"] - g["ci_low"],
                             g["ci_high"] - g["mean"]], fmt="o", ms=4, capsize=2, color=MODE_PALETTE[m], label=label)
-            ax.set_xticks(range(len(heads)), heads, rotation=45, ha="right", rotation_mode="anchor")
+            ax.set_xticks(range(len(heads)), heads, rotation=90, ha="center")  # eight names: vertical, apart
             if i == 0:
                 ax.set_title(OPTIMIZER_LABELS[o])
             if j == 0:

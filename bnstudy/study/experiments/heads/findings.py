@@ -346,7 +346,8 @@ def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.Da
     1's shift (this head's task B minus the linear head's, per seed) with the pinned backbone (``n_lift_higher``,
     ``lift_min`` / ``lift_max``) and with separate statistics (``n_sep_higher``, ``sep_min`` / ``sep_max``); family
     ``hc`` (``n_smaller``: the gap shown smaller than the linear head's, the part specific to pinning). Per-feature
-    heads (:data:`PER_FEATURE_HEADS`) together: ``pf_*`` (the same, over their cells), ``pf_other_min`` /
+    heads (:data:`PER_FEATURE_HEADS`) together: ``pf_*`` (the same, over their cells; a lift's ``_min`` / ``_max``
+    span every cell's estimate, its ``n_..._higher`` counts those shown), ``pf_other_min`` /
     ``pf_other_max`` (the pinned lift's estimates at the other shifts, counted in ``pf_other_higher`` of
     ``pf_other_m``), and given the longer budget's claims ``S`` (family ``lift_long``) ``pf_long_*``."""
     g = C[(C["family"] == "gap") & (C["shift"] == "ref") & C["head"].isin(INPUT_NORM_HEADS)]
@@ -374,9 +375,11 @@ def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.Da
                    pf_gap_min=float(gp["estimate"].min()), pf_gap_max=float(gp["estimate"].max()),
                    pf_gap_high=float(gp["high"].max()), pf_n_smaller=int((hc["count_kind"] == "lower").sum()),
                    pf_hc_m=len(hc))
-        for name, st in (("lift", "pinned"), ("sep", "separate")):
-            n, lo, hi = _range(lift_at(pf, st), "higher")
-            out.update({f"pf_n_{name}_higher": n, f"pf_{name}_min": lo, f"pf_{name}_max": hi})
+        for name, st in (("lift", "pinned"), ("sep", "separate")):  # counts of those shown; the range of all
+            t = lift_at(pf, st)
+            _, lo, hi = _range(t)
+            out.update({f"pf_n_{name}_higher": int((t["count_kind"] == "higher").sum()), f"pf_{name}_min": lo,
+                        f"pf_{name}_max": hi})
         other = lift_at(pf, "pinned", ref=False)
         n, lo, hi = _range(other)
         out.update(pf_other_m=n, pf_other_higher=int((other["count_kind"] == "higher").sum()), pf_other_min=lo,
@@ -385,9 +388,10 @@ def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.Da
             ll = S[(S["family"] == "lift_long") & S["head"].isin(pf)]
             for name, st in (("lift", "pinned"), ("sep", "separate")):
                 t = ll[ll["statistics"] == st]
-                n, lo, hi = _range(t, "higher")
-                out.update({f"pf_long_n_{name}": len(t), f"pf_long_n_{name}_higher": n, f"pf_long_{name}_min": lo,
-                            f"pf_long_{name}_max": hi})
+                _, lo, hi = _range(t)
+                out.update({f"pf_long_n_{name}": len(t), f"pf_long_n_{name}_higher": int((t["count_kind"] == "higher")
+                                                                                         .sum()),
+                            f"pf_long_{name}_min": lo, f"pf_long_{name}_max": hi})
     return numbers_table(out)
 
 
@@ -651,10 +655,15 @@ def lift_plain(I: pd.DataFrame) -> str:
            "updating on the new task)"
     if k == 0 and k2 == 0:
         return f"On this synthetic task, {what} raised task-B accuracy in none of the {m} cells tried at chapter 1's shift."
+    longer = ""
+    if "pf_long_n_lift" in set(I["key"]):
+        longer = (f"; at the longer budget, in {n('pf_long_n_lift_higher')} of {n('pf_long_n_lift')} "
+                  f"({_num(n('pf_long_lift_min'))} to {_num(n('pf_long_lift_max'))}) and {n('pf_long_n_sep_higher')} "
+                  f"of {n('pf_long_n_sep')} ({_num(n('pf_long_sep_min'))} to {_num(n('pf_long_sep_max'))})")
     said = (f"at chapter 1's shift on this synthetic task it raised task-B accuracy in {k} of {m} cells with the "
             f"pinned backbone ({_num(n('pf_lift_min'))} to {_num(n('pf_lift_max'))}) and in {k2} of {m} with "
-            f"separate statistics ({_num(n('pf_sep_min'))} to {_num(n('pf_sep_max'))}), but narrowed the gap between "
-            f"them in only {j} of {m}")
+            f"separate statistics ({_num(n('pf_sep_min'))} to {_num(n('pf_sep_max'))}){longer}, but narrowed the "
+            f"gap between them in only {j} of {m}")
     if k == k2 == m:
         return f"Whatever the statistics, consider {what}: {said}."
     return f"{what[0].upper() + what[1:]}: {said}."
@@ -714,12 +723,12 @@ def advice(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, I: p
     p, s = lrs.get("lrs_linear_sgd_backbone_eval"), lrs.get("lrs_linear_sgd_separate_stats")
     rates = (f" (for the plain linear head with SGD and momentum, {p:g} pinned against {s:g} with separate statistics)"
              if p is not None and s is not None else "")
-    out = (f"Where task A must be kept, pin the backbone with `bnstudy.pin_eval(model.backbone)` and tune the new "
-           f"head's learning rate for the pinned features{rates}.")
+    out = (f"Where only one set of statistics can be deployed (the task unknown at inference), pin the backbone with "
+           f"`bnstudy.pin_eval(model.backbone)` and tune the new head's learning rate for the pinned features{rates}.")
     pf = I is not None and "pf_m" in set(I["key"])
     n = (lambda k: number(I, k)) if pf else None  # noqa: E731
     if pf and n("pf_n_lift_higher") == n("pf_n_sep_higher") == n("pf_m"):
-        out += (f" Whatever the statistics, put a normalization of each feature in front of a linear head: "
+        out += (f" Whatever the statistics, consider a normalization of each feature in front of a linear head: "
                 f"`std_linear` (a standardization fitted once on new-task features) or `bn_linear` (whose BatchNorm "
                 f"must keep updating on the new task: pin `model.backbone`, not the whole model). Here it raised task "
                 f"B over the plain linear head in all {n('pf_m')} cells with the pinned backbone and with separate "
