@@ -1156,3 +1156,25 @@ def test_the_plain_lift_quotes_the_longer_budget_where_it_ran():
     # at the longer budget std_linear's pinned side equals linear's (same gap): no lift there
     assert [number(I, k) for k in ("pf_long_n_lift", "pf_long_n_lift_higher", "pf_long_n_sep")] == [1, 0, 1]
     assert "; at the longer budget, in 0 of 1 (+0.000 to +0.000) and 0 of 1 (+0.000 to +0.000), but" in findings.lift_plain(I)
+
+
+def test_fig_4_2_with_every_head_keeps_level_names_that_do_not_overlap():
+    """Eight heads in Fig. 4.2's 4-inch width: the long names break after their underscore and stay level, and no two
+    tick labels overlap (the first layout rotated them; a phone reader tilts no head)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gaps = pd.DataFrame([dict(shift="ref", head=h, optimizer=o, estimate=0.02, low=-0.01, high=0.05)
+                         for h in run.HEADS for o in ("sgd", "sgd_plain", "adam")])
+    fig = figures.gap_figure(gaps, {"ref": "chapter 1's shift"}, 0.02)
+    from bnstudy.study import plots, style
+    assert plots.legibility(fig)["phone_font_px"] >= style.PHONE_MIN_FONT_PX
+    fig.canvas.draw()
+    ticks = [t for ax in fig.axes for t in ax.get_xticklabels() if t.get_text()]
+    assert [t.get_text().replace("\n", "") for t in ticks] == list(run.HEADS)
+    assert all(t.get_rotation() == 0 for t in ticks)
+    boxes = [t.get_window_extent() for t in ticks]
+    assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
+    plt.close(fig)

@@ -27,6 +27,8 @@ def _dodge(n: int, width: float = 0.6) -> np.ndarray:
 #: Fig. 4.2's width (inches): narrow enough that its 9 pt text is still about 11 px tall on a phone, where the
 #: figure is shown 360 px wide (``style.PHONE_WIDTH_PX``); its shifts are stacked as rows instead.
 GAP_WIDTH_IN = 4.0
+#: Width per head (inches) from which Fig. 4.2 grows past :data:`GAP_WIDTH_IN`, so that level names never overlap.
+HEAD_WIDTH_IN = 0.6
 
 
 def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
@@ -39,8 +41,8 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
     opts = [o for o in OPTIMIZER_PALETTE if o in set(gaps["optimizer"])]
     row_in, legend_in = 1.55, 0.55
     height = row_in * len(shifts) + legend_in
-    fig, axes = plt.subplots(len(shifts), 1, figsize=(GAP_WIDTH_IN, height), sharex=True, sharey=True,
-                             squeeze=False)
+    width = max(GAP_WIDTH_IN, HEAD_WIDTH_IN * len(heads))  # eight heads: 4.8 in, still >= 9 px text on a phone
+    fig, axes = plt.subplots(len(shifts), 1, figsize=(width, height), sharex=True, sharey=True, squeeze=False)
     off = _dodge(len(opts))
     ends = [margin, -margin]
     for ax, s in zip(axes[:, 0], shifts):
@@ -55,8 +57,10 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
             ax.errorbar(x, est, yerr=[est - lo, hi - est], fmt="o", capsize=2.5,
                         color=OPTIMIZER_PALETTE[o], label=OPTIMIZER_LABELS[o], ms=4)
         ax.set_title(shift_labels[s], pad=3)
-    axes[-1][0].set_xticks(range(len(heads)), heads, rotation=30 if len(heads) > 3 else 0,
-                           ha="right" if len(heads) > 3 else "center")
+    # level names (legible on a phone): a name longer than six letters, or any with more than five heads, breaks
+    # after its underscore (std_ / linear)
+    axes[-1][0].set_xticks(range(len(heads)), [h.replace("_", "_\n", 1) if len(h) > 6 or len(heads) > 5 else h
+                                               for h in heads])
     lo, hi = min(ends), max(ends)  # the axis spans the clipped intervals (at most [-1, 1]) and the band
     pad = 0.06 * (hi - lo)
     axes[0][0].set_ylim(max(lo - pad, -1.02), min(hi + pad, 1.02))
