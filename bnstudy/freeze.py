@@ -433,7 +433,7 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     """
     check_module("freeze_batchnorm", "module", module)
     _refuse_script_module("freeze_batchnorm", "module", module)
-    return _convert(module, "", {}, _to_frozen)
+    return _named_convert("freeze_batchnorm", module, _to_frozen)
 
 
 def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
@@ -458,7 +458,7 @@ def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
     check_module("unfreeze_batchnorm", "module", module)
     _refuse_script_module("unfreeze_batchnorm", "module", module)
     _check_unfreezable(module, "unfreeze_batchnorm")
-    return _convert(module, "", {}, _from_frozen)
+    return _named_convert("unfreeze_batchnorm", module, _from_frozen)
 
 
 #: Class names of other libraries' frozen BatchNorm layers that :func:`unfreeze_batchnorm` rebuilds.
@@ -608,6 +608,15 @@ def _from_frozen(m: nn.Module, name: str):
     if _foreign_frozen(m):
         return _UNFROZEN[_FOREIGN_FROZEN.fullmatch(type(m).__name__).group(1)].from_frozen(m, name)
     return None
+
+
+def _named_convert(fn: str, module: nn.Module, make) -> nn.Module:
+    """:func:`_convert` from the top of ``module``, a refusal's ``ValueError`` prefixed with the public function
+    ``fn`` the user called (the model is untouched when it raises)."""
+    try:
+        return _convert(module, "", {}, make)
+    except ValueError as e:
+        raise ValueError(f"{fn}: {e}") from None
 
 
 def _convert(module: nn.Module, name: str, memo: dict, make) -> nn.Module:

@@ -765,3 +765,16 @@ def test_an_error_inside_the_audit_hooks_is_recorded_and_the_step_runs_on(monkey
         with FreezeAudit(model, warn=False) as a:
             out = model(_x())
     assert out.shape == (16, 2) and a.hook_errors and a.hook_errors[0].startswith("ZeroDivisionError")
+
+
+@pytest.mark.parametrize("steps, verb", [(1, "1 layer call was read"), (3, "3 layer calls were read")])
+def test_the_summary_counts_hidden_calls_in_grammatical_english(steps, verb):
+    """A fresh user's report: one call through a scripted model read '1 layer call were read'."""
+    _, scripted = _pinned_scripted()
+    opt = torch.optim.SGD(scripted.head.parameters(), lr=0.1)
+    with FreezeAudit(scripted, warn=False) as a:
+        for i in range(steps):
+            scripted.train()
+            _step(scripted, opt, _x(seed=i))
+    text = " ".join(a.summary().split())
+    assert f"{verb} at the boundary" in text

@@ -85,8 +85,10 @@ def test_freeze_batchnorm_returns_the_replacement_for_a_bare_bn_and_shares_a_sha
 
 def test_freeze_batchnorm_refuses_a_layer_without_running_statistics_and_names_it():
     model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.BatchNorm1d(3, track_running_stats=False)))
-    with pytest.raises(ValueError, match=r"'1\.0' has no running_mean/running_var buffers \(its track_running_stats flag is False\)"):
+    with pytest.raises(ValueError, match=r"^freeze_batchnorm: BatchNorm '1\.0' has no running_mean/running_var buffers "
+                                         r"\(its track_running_stats flag is False\)"):
         fz.freeze_batchnorm(model)
+    assert isinstance(model[1][0], nn.BatchNorm1d)  # refused before anything changed
     with pytest.raises(ValueError, match="num_features must be a positive integer"):
         fz.FrozenBatchNorm(0)
 

@@ -96,7 +96,8 @@ class _Display:
         hidden = sum(r.hidden_calls for r in self._records.values() if r.kind != "model")
         if hidden:
             lines += textwrap.wrap(f"  hidden calls: the model ran compiled or as TorchScript; {_n(hidden, 'layer call')} "
-                                   "were read at the boundary (flags at the call, writes from the buffers)",
+                                   f"{'was' if hidden == 1 else 'were'} read at the boundary (flags at the call, "
+                                   "writes from the buffers)",
                                    width=_WIDTH, subsequent_indent="    ")
         if self.outputs_before is not None and self.outputs_after is None:
             lines += textwrap.wrap(f"  probe outputs: not compared: {self.probe_note}", width=_WIDTH,
