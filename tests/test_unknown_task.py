@@ -537,9 +537,11 @@ def test_run_tables_returns_the_sibling_tables_the_page_saves(monkeypatch):
         seen.append(config)
         return pd.DataFrame(dict(seed=list(config.seeds)))
     monkeypatch.setattr(run, "run", fake_run)
+    monkeypatch.setattr(run, "run_families", lambda config, execution=None: pd.DataFrame(dict(seed=[-1])))
     cfg = run.make_config("quick")
     df, tables = run.run_tables(cfg, Execution(n_jobs=1))
-    assert set(tables) == set(run.SIBLING_TABLES) == {"temperature"} and run.ANALYSIS_PARAMETERS == ()
+    assert set(tables) == set(run.SIBLING_TABLES) == {"temperature", "families"} and run.ANALYSIS_PARAMETERS == ()
+    assert list(tables["families"].seed) == [-1]
     check = run.temperature_check_config(cfg)
     assert seen == [cfg, check] and list(df.seed) == list(cfg.seeds) and list(tables["temperature"].seed) == [10, 11]
     params, resolved = run.sibling_parameters(cfg)["temperature"]

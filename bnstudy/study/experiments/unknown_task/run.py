@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pandas as pd
@@ -39,18 +39,20 @@ from ...engine import accuracy, ensure_sources, load_source, logits_of, seeded, 
 from ...models import ConvBackbone, make_head
 from ...routing import NearestStatistics, SoftMixture, StatisticsClassifier, sample_moments
 from ...sweep import default_cache_dir, run_sweep
-from ...tasks import BatchStream, eval_set, generator, make_task
+from ...tasks import BatchStream, TemplateTask, eval_set, gaussian_blur, generator, make_task
 
 NAMESPACE = "ch06_unknown_task"
 #: Every parameter decides the units (the mixture runs at the temperature), so rows given to the page must come
 #: with every parameter as that run had it.
 ANALYSIS_PARAMETERS = ()
+#: The namespace of the shift families that are not brightness/contrast (:func:`run_families`).
+FAMILY_NAMESPACE = "ch06_shift_families"
 #: Parameters added after rows of the release were computed, with their value for those rows
-#: (docs/chapter-code.md): none yet.
-READ_DEFAULTS: dict = {}
-#: The table saved beside ``06_unknown_task.csv`` that the page analyses (:func:`run_tables`): the temperature
-#: check's rows (its sidecar records its own configuration, :func:`sibling_parameters`).
-SIBLING_TABLES = ("temperature",)
+#: (docs/chapter-code.md): the shift families of issue 35 (rows computed before them ran none).
+READ_DEFAULTS: dict = {"shift_families": (), "family_strengths": ()}
+#: The tables saved beside ``06_unknown_task.csv`` that the page analyses (:func:`run_tables`): the temperature
+#: check's rows (its sidecar records its own configuration, :func:`sibling_parameters`) and the shift families'.
+SIBLING_TABLES = ("temperature", "families")
 TASK_NAMES = ("A", "B", "C", "D")
 ROUTERS = ("nearest_first", "nearest_all", "classifier", "mixture")
 #: The routers that make a hard choice (the mixture blends banks).
@@ -62,11 +64,26 @@ TOST_MARGIN = 0.02
 #: Routing accuracy that counts as "routing works" (shown above it by a one-sided t test).
 ROUTE_OK = 0.9
 
+#: Shift families that are not a brightness/contrast change (issue 35): each new task's images are corrupted
+#: after sampling, by a per-channel Gaussian blur (std in pixels; :func:`bnstudy.study.tasks.gaussian_blur`) and/or
+#: extra Gaussian pixel noise (std; the tasks' own pixel noise is 3), neither of which a per-channel affine map
+#: undoes. ``(blur, noise)`` per unit of strength ``t``, per task (task A is never shifted):
+#: ``blur``: the new tasks differ in how much they are blurred; ``noise``: in how much noise is added; ``mix``:
+#: in *which* corruption (B both, C blur only, D noise only), at one level. Chosen before any family was run, with
+#: chapter 3's blur (up to 3 px) and added-noise (up to 6) ranges as the guide; not tuned.
+FAMILY_SHIFTS = {
+    "blur": {"B": (2.0, 0.0), "C": (1.0, 0.0), "D": (3.0, 0.0)},
+    "noise": {"B": (0.0, 3.0), "C": (0.0, 1.5), "D": (0.0, 4.5)},
+    "mix": {"B": (2.0, 3.0), "C": (2.0, 0.0), "D": (0.0, 3.0)},
+}
+SHIFT_FAMILIES = tuple(FAMILY_SHIFTS)
+
 #: quick: about a minute on this project's 2-core CPU; full: see the chapter's profile note.
 PROFILES = {
-    "quick": dict(seeds=2, strengths=(0.0, 0.005, 1.0), steps=50, n_eval=160, router_samples=128),
+    "quick": dict(seeds=2, strengths=(0.0, 0.005, 1.0), steps=50, n_eval=160, router_samples=128,
+                  shift_families=("mix",), family_strengths=(0.25, 1.0, 2.0)),
     "full": dict(seeds=10, strengths=(0.0, 0.0025, 0.005, 0.01, 0.03, 0.1, 0.25, 0.5, 1.0), steps=300, n_eval=960,
-                 router_samples=1024),
+                 router_samples=1024, shift_families=SHIFT_FAMILIES, family_strengths=(0.1, 0.25, 0.5, 1.0, 2.0)),
 }
 #: Settings chosen by trying, disclosed on the page: the mixture temperature tried first (then 0.1 kept) and the
 #: first strength grid (it routed 100% everywhere, so the grid was moved to gentler shifts).
@@ -88,6 +105,35 @@ def shift_of(task: str, strength: float) -> tuple[float, float]:
     t = check_float("strength", strength, 0.0)
     b, c = {"A": (0.0, 1.0), "B": (4 * t, 1 + 4 * t), "C": (-4 * t, 1 + 4 * t), "D": (0.0, 1 / (1 + 4 * t))}[task]
     return round(b, 9), round(c, 9)
+
+
+def corruption_of(task: str, family: str, strength: float) -> tuple[float, float]:
+    """``(blur, noise)`` of ``task`` in shift ``family`` (:data:`FAMILY_SHIFTS`) at ``strength >= 0``: the blur's
+    std in pixels and the extra pixel noise's std. Task A is never shifted. Raises ``ValueError`` naming the
+    parameter for an unknown task or family or a negative strength."""
+    check_choice("task", task, TASK_NAMES)
+    check_choice("shift_family", family, SHIFT_FAMILIES)
+    t = check_float("strength", strength, 0.0)
+    blur, noise = FAMILY_SHIFTS[family].get(task, (0.0, 0.0))
+    return round(blur * t, 9), round(noise * t, 9)
+
+
+@dataclass(frozen=True)
+class CorruptedTask(TemplateTask):
+    """A :class:`~bnstudy.study.tasks.TemplateTask` whose samples are blurred (std ``blur`` pixels) and then get extra
+    Gaussian pixel noise (std ``extra_noise``, from the sample's own generator): :func:`corruption_of`'s shifts."""
+
+    blur: float = 0.0
+    extra_noise: float = 0.0
+
+    def sample(self, labels: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """Images ``(len(labels), 3, 32, 32)``: the task's sample, blurred, then noised."""
+        x = super().sample(labels, gen)
+        if self.blur > 0:
+            x = gaussian_blur(x, self.blur)
+        if self.extra_noise > 0:
+            x = x + self.extra_noise * torch.randn(x.shape, generator=gen)
+        return x
 
 
 @dataclass(frozen=True)
@@ -115,6 +161,30 @@ class UnitConfig(_Frozen):
 
 
 @dataclass(frozen=True)
+class FamilyUnitConfig(UnitConfig):
+    """A unit of a shift family that is not brightness/contrast (:data:`FAMILY_SHIFTS`): :class:`UnitConfig`'s
+    fields and ``shift_family`` (its own namespace, :data:`FAMILY_NAMESPACE`, so the brightness/contrast units'
+    keys are unchanged)."""
+
+    shift_family: str = "mix"
+
+
+def unit_tasks(u: UnitConfig) -> list[TemplateTask]:
+    """The ``u.n_tasks`` tasks of a unit (``A``, ``B``, ...): brightness/contrast (:func:`shift_of`) for a
+    :class:`UnitConfig`, blur and noise (:func:`corruption_of`) for a :class:`FamilyUnitConfig`."""
+    family = getattr(u, "shift_family", None)
+    out = []
+    for name in TASK_NAMES[:u.n_tasks]:
+        if family is None:
+            out.append(make_task(u.seed, name, u.n_classes, u.noise, *shift_of(name, u.strength)))
+            continue
+        base = make_task(u.seed, name, u.n_classes, u.noise)
+        blur, extra = corruption_of(name, family, u.strength)
+        out.append(CorruptedTask(base.templates, base.noise, blur=blur, extra_noise=extra) if blur or extra else base)
+    return out
+
+
+@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 6's parameters (the notebook's parameters cell), checked by :class:`bnstudy.study.design.ChapterConfig`
     (``ValueError`` naming the parameter). ``seeds``: an int ``n`` (seeds 0..n-1) or a list; ``n_tasks``: 2..4;
@@ -138,6 +208,8 @@ class Config(ChapterConfig):
     lr: float = 0.05
     batch_size: int = 64
     check_temperatures: tuple = ()
+    shift_families: tuple = ("mix",)
+    family_strengths: tuple = (0.25, 1.0, 2.0)
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds}
@@ -158,15 +230,26 @@ class Config(ChapterConfig):
         Rule("lr", "> 0", lambda c: c.lr > 0),
         Rule("batch_size", "an integer >= 2", lambda c: c.batch_size >= 2),
         Rule("check_temperatures", "temperatures > 0", lambda c: all(t > 0 for t in c.check_temperatures)),
+        Rule("shift_families", f"distinct names from {list(SHIFT_FAMILIES)} (none: no family table)",
+             lambda c: set(c.shift_families) <= set(SHIFT_FAMILIES) and len(set(c.shift_families)) == len(c.shift_families)),
+        Rule("family_strengths", "strictly increasing strengths > 0 (at least one when shift_families is set)",
+             lambda c: list(c.family_strengths) == sorted(set(c.family_strengths))
+             and all(t > 0 for t in c.family_strengths) and (len(c.family_strengths) > 0 or not c.shift_families)),
     )
 
-    def units(self) -> list[UnitConfig]:
-        """One :class:`UnitConfig` per (seed, n_tasks, strength), seeds outermost."""
+    def units(self, strengths: tuple | None = None) -> list[UnitConfig]:
+        """One :class:`UnitConfig` per (seed, n_tasks, strength), seeds outermost (``strengths``: default the
+        config's)."""
         return [UnitConfig(seed=s, n_tasks=k, strength=t, steps=self.steps, n_eval=self.n_eval,
                            router_samples=self.router_samples, inference_batches=self.inference_batches,
                            temperature=self.temperature, noise=self.noise, momentum=self.momentum, lr=self.lr,
                            batch_size=self.batch_size, n_classes=10, check_temperatures=self.check_temperatures)
-                for s in self.seeds for k in self.n_tasks for t in self.strengths]
+                for s in self.seeds for k in self.n_tasks for t in (self.strengths if strengths is None else strengths)]
+
+    def family_units(self) -> list[FamilyUnitConfig]:
+        """One :class:`FamilyUnitConfig` per (shift family, seed, n_tasks, family strength), families outermost."""
+        return [FamilyUnitConfig(**{f.name: getattr(u, f.name) for f in fields(UnitConfig)}, shift_family=fam)
+                for fam in self.shift_families for u in self.units(self.family_strengths)]
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
@@ -231,8 +314,7 @@ def run_unit(u: UnitConfig, source: dict) -> dict:
     head_a.requires_grad_(False)
     pinned = copy.deepcopy(backbone).eval()
     bank = StatisticBank(backbone, u.n_tasks)
-    tasks = [make_task(u.seed, TASK_NAMES[j], u.n_classes, u.noise, *shift_of(TASK_NAMES[j], u.strength))
-             for j in range(u.n_tasks)]
+    tasks = unit_tasks(u)
     new_heads, pinned_new = _train_heads(u, bank, pinned, tasks)
     heads, pinned_heads = [head_a] + new_heads, [head_a] + pinned_new
     K = u.n_tasks
@@ -315,35 +397,64 @@ def _unit_group(units: list[UnitConfig], cache_root: str, version: str) -> list[
     return [run_unit(u, load_source(u.source, cache_root, version)) for u in units]
 
 
+def _sweep(units: list, namespace: str, desc: str, execution: Execution | None) -> pd.DataFrame:
+    """Run ``units`` (resumable through the run cache); one row per unit record, with the unit's shift columns."""
+    ex = execution or Execution()
+    root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
+    version = source_version()  # stage 1's code version: the units read the backbones with it
+    ensure_sources([u.source for u in units], ex, version)
+    rows = run_sweep(units, _unit_group, namespace=namespace, cache_dir=root, execution=ex,
+                     group_kwargs={"cache_root": root, "version": version}, desc=desc)
+    out = []
+    for u, (_, row) in zip(units, rows.iterrows()):
+        for rec in row["records"]:
+            family = getattr(u, "shift_family", None)
+            if family is None:
+                b, c = shift_of(rec["task"], u.strength)
+                shift = dict(strength=u.strength, brightness=b, contrast=c)
+            else:
+                b, c = corruption_of(rec["task"], family, u.strength)
+                shift = dict(shift_family=family, strength=u.strength, blur=b, extra_noise=c)
+            out.append(dict(seed=u.seed, n_tasks=u.n_tasks, **shift, **rec,
+                            oracle_logit_change=row["oracle_logit_change"],
+                            source_task_a_accuracy=row["source_task_a_accuracy"], unit_wall_s=row["wall_s"]))
+    return pd.DataFrame(out)
+
+
 def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
     """Run chapter 6's sweep (resumable through the run cache): one row per (seed, n_tasks, strength, task,
     condition, inference_batch) with ``brightness, contrast, routing_accuracy`` (fraction of the task's samples sent
     to its own bank; NaN for ``train_mode`` and ``pinned``), ``accuracy``, ``accuracy_routed_head`` (fractions),
     ``temperature`` (the mixture's), ``oracle_logit_change``, ``source_task_a_accuracy`` and ``unit_wall_s``
     (seconds for the whole unit)."""
-    ex = execution or Execution()
-    root = str(Path(ex.cache_dir) if ex.cache_dir is not None else default_cache_dir())
-    version = source_version()  # stage 1's code version: the units read the backbones with it
-    units = config.units()
-    ensure_sources([u.source for u in units], ex, version)
-    rows = run_sweep(units, _unit_group, namespace=NAMESPACE, cache_dir=root, execution=ex,
-                     group_kwargs={"cache_root": root, "version": version}, desc="chapter 6 units")
-    out = []
-    for u, (_, row) in zip(units, rows.iterrows()):
-        for rec in row["records"]:
-            b, c = shift_of(rec["task"], u.strength)
-            out.append(dict(seed=u.seed, n_tasks=u.n_tasks, strength=u.strength, brightness=b, contrast=c, **rec,
-                            oracle_logit_change=row["oracle_logit_change"],
-                            source_task_a_accuracy=row["source_task_a_accuracy"], unit_wall_s=row["wall_s"]))
-    return pd.DataFrame(out)
+    return _sweep(config.units(), NAMESPACE, "chapter 6 units", execution)
+
+
+#: The family table's columns (an empty table keeps them when ``shift_families`` is empty).
+FAMILY_COLUMNS = ("seed", "n_tasks", "shift_family", "strength", "blur", "extra_noise", "task", "condition",
+                  "inference_batch", "routing_accuracy", "accuracy", "accuracy_routed_head", "temperature",
+                  "oracle_logit_change", "source_task_a_accuracy", "unit_wall_s")
+
+
+def run_families(config: Config, execution: Execution | None = None) -> pd.DataFrame:
+    """The shift families that are not brightness/contrast (:data:`FAMILY_SHIFTS`), at ``config.family_strengths``
+    for every family of ``config.shift_families``: :func:`run`'s rows with ``shift_family, blur, extra_noise`` (the
+    task's blur std in pixels and extra noise std) in place of ``brightness, contrast`` (columns
+    :data:`FAMILY_COLUMNS`; an empty table when no family is asked)."""
+    units = config.family_units()
+    if not units:
+        return pd.DataFrame(columns=list(FAMILY_COLUMNS))
+    return _sweep(units, FAMILY_NAMESPACE, "chapter 6 shift families", execution)[list(FAMILY_COLUMNS)]
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
     """What the page analyses, as the tables it saves: ``(run(config), {"temperature":
-    run(temperature_check_config(config))})``. Raises ``TypeError`` for another config."""
+    run(temperature_check_config(config)), "families": run_families(config)})``. Raises ``TypeError`` for another
+    config."""
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs an unknown_task.Config (see make_config), got {type(config).__name__}")
-    return run(config, execution), dict(temperature=run(temperature_check_config(config), execution))
+    return run(config, execution), dict(temperature=run(temperature_check_config(config), execution),
+                                        families=run_families(config, execution))
 
 
 def sibling_parameters(config: Config) -> dict:
@@ -363,8 +474,10 @@ def run_workers(provenance: dict | None, execution: Execution) -> int:
 
 
 def worker_minutes(*tables: pd.DataFrame) -> float:
-    """Worker-minutes to compute every unit of ``tables`` (:func:`run`'s) from an empty cache."""
-    return float(sum(t.drop_duplicates(["seed", "n_tasks", "strength"]).unit_wall_s.sum() for t in tables)) / 60
+    """Worker-minutes to compute every unit of ``tables`` (:func:`run`'s or :func:`run_families`') from an empty
+    cache."""
+    return float(sum(t.drop_duplicates([c for c in ("shift_family", "seed", "n_tasks", "strength") if c in t])
+                     .unit_wall_s.sum() for t in tables)) / 60
 
 
 def sidecar_parameters(config: Config) -> dict:
