@@ -568,7 +568,10 @@ def test_notebook_with_rows_analyses_the_given_table_instead_of_running(tmp_path
     df.to_csv(src, index=False)
     params = dict(profile="quick", seeds=None, networks=None, corruptions=None, severities=None, stage1_steps=None,
                   steps=None)
-    report.write_sidecar(src, parameters=params)
+    report.write_sidecar(src, parameters=params)  # no own_momentum: rows from before it read it as False
+    sib = src.with_name("07_real_data_own_momentum.csv")
+    df.iloc[:0].to_csv(sib, index=False)
+    report.write_sidecar(sib, parameters=params)
     nb_path = [p for p in book.chapter_paths() if p.stem == "07_real_data"][0]
     out = book.execute_chapter(nb_path, tmp_path / "page", "quick",
                                parameters=dict(rows=str(src), results_dir=str(tmp_path / "results"),
@@ -770,3 +773,49 @@ def test_a_seed_missing_a_condition_gets_no_rho_and_a_repeated_run_is_refused():
     nan = df.copy()
     nan.loc[(nan.seed == 2) & (nan.corruption == "blur") & (nan.severity == 1), "mismatch_kl"] = np.nan
     assert np.isnan(findings.per_seed_rho(nan).set_index("seed").loc[2, "rho"])
+
+
+# --- each network at its own momentum (issue 35) -------------------------------------------------------------------
+
+def test_own_momentum_reruns_only_networks_whose_library_momentum_differs():
+    full = run.make_config("full")
+    assert run.own_momentum_networks(full) == {"mobilenet_v3_small": 0.01} and full.own_momentum
+    assert run.own_momentum_networks(run.make_config("quick")) == {}  # off in the quick profile
+    assert run.own_momentum_networks(run.make_config("full", momentum=0.01)) == {"small_cnn": 0.1, "resnet18": 0.1}
+    own = run.own_momentum_config(full, "mobilenet_v3_small")
+    specs, main = own.run_configs(), [s for s in full.run_configs() if s.network == "mobilenet_v3_small"]
+    assert len(specs) == len(main) and all(s.momentum == 0.01 for s in specs)
+    assert [s.replace(momentum=0.1) for s in specs] == main  # same seeds, conditions and modes: paired rows
+    with pytest.raises(ValueError, match="own_momentum"):
+        run.make_config("quick", own_momentum="yes")
+
+
+def test_run_tables_returns_an_empty_own_momentum_table_when_no_network_differs(monkeypatch):
+    seen = []
+    monkeypatch.setattr(run, "run", lambda config, execution=None: seen.append(config) or _table().assign(
+        network=config.networks[0], momentum=config.momentum))
+    main, tables = run.run_tables(run.make_config("quick"))
+    assert set(tables) == set(run.SIBLING_TABLES) and tables["own_momentum"].empty and len(seen) == 1
+    assert list(tables["own_momentum"].columns) == list(main.columns)
+    main, tables = run.run_tables(run.make_config("quick", own_momentum=True, networks=["small_cnn",
+                                                                                        "mobilenet_v3_small"]))
+    assert seen[-1].networks == ("mobilenet_v3_small",) and seen[-1].momentum == 0.01
+    assert set(tables["own_momentum"].momentum) == {0.01}
+
+
+def test_own_momentum_claims_table_and_sentence_on_hand_made_rows():
+    df = _table(True).assign(momentum=0.1)
+    own = _table(True).assign(momentum=0.01)
+    own.loc[own["mode"] == "train_mode", "task_b"] = 0.5  # at its own momentum pinning is better on task B
+    O, Q = findings.own_momentum_claims(own), findings.carried_claims(df)
+    assert list(O.key) == ["own_carried_a_n", "own_carried_b_n"]
+    assert O.set_index("key").kind.to_dict() == {"own_carried_a_n": "lower", "own_carried_b_n": "lower"}
+    tab = findings.own_momentum_table(df, own, O, Q)
+    assert list(tab.index.get_level_values("BatchNorm momentum")) == ["0.1", "0.01"]
+    assert tab.iloc[1]["task B over conditions (higher / lower / neither)"] == "0 / 4 / 0 of 4"
+    assert tab.iloc[0]["task A after stage 1 (eval mode)"] == "0.950 (0.950 to 0.950)"
+    text = findings.own_momentum_sentence(own, O)
+    assert "costs the old task carried over" in text and "help the new task did not carry over" in text
+    assert "help at 0 and pinning to be better at 4" in text
+    assert findings.own_momentum_claims(own.iloc[:0]).empty
+    assert "No network was rerun" in findings.own_momentum_sentence(own.iloc[:0], findings.own_momentum_claims(own.iloc[:0]))

@@ -109,6 +109,27 @@ def test_compute_writes_tables_units_and_manifest(quick_release):
 
 
 @pytest.mark.slow
+def test_compute_with_reuse_units_runs_only_the_units_a_new_axis_adds(quick_release, tmp_path, monkeypatch):
+    """A new axis costs its new cells only (issue 33): with reuse_units the release's recorded units count as
+    computed (an empty run cache here), only the added corruption's units run, and the old rows are unchanged."""
+    rel = tmp_path / "release"
+    shutil.copytree(quick_release, rel)
+    monkeypatch.setenv("BNSTUDY_CACHE_DIR", str(tmp_path / "empty-cache"))
+    old_units = release.read_units(rel / "units" / "07_real_data.jsonl.gz")
+    lines = []
+    release.compute("07", rel, allow_dirty=True, profile="quick", log=lines.append, reuse_units=True,
+                    parameters=dict(networks=["small_cnn"], corruptions=["inversion", "gaussian_noise"]))
+    m = release.read_manifest(rel)
+    units = release.read_units(rel / "units" / "07_real_data.jsonl.gz")
+    assert m["chapters"]["07"]["reused_units"] == len(old_units) < len(units)
+    assert any(f"{len(old_units):,} of {len(units):,} units taken from the release's record" in x for x in lines)
+    new, old = pd.read_csv(rel / "07_real_data.csv"), pd.read_csv(quick_release / "07_real_data.csv")
+    keys = ["network", "seed", "corruption", "severity", "mode"]
+    kept = new[new.corruption.isin(set(old.corruption))].drop(columns="wall_s").sort_values(keys, ignore_index=True)
+    assert kept.equals(old.drop(columns="wall_s").sort_values(keys, ignore_index=True))
+
+
+@pytest.mark.slow
 def test_verify_passes_then_names_a_changed_unit_and_a_changed_cell(quick_release, tmp_path):
     lines = []
     assert release.verify("07", 2, release_dir=quick_release, log=lines.append, record=False) == 0

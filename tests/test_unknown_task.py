@@ -738,7 +738,7 @@ def test_answer_box_is_the_first_thing_under_the_title_and_every_figure_has_alt_
     assert first[0].startswith("# ") and first[2] == "```{admonition} The answer" and first[3] == ":class: answer"
     assert "{glue:md}`ch06_answer`" in "".join(cells[0]["source"])
     md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    assert md.count("```{glue:figure} ch06_fig_") == md.count(":alt: ") == 5
+    assert md.count("```{glue:figure} ch06_fig_") == md.count(":alt: ") == 6
     assert not any("show-code" in c["metadata"].get("tags", []) for c in cells)
 
 
@@ -762,3 +762,115 @@ def test_a_missing_task_value_drops_its_seed_and_a_repeated_row_is_refused():
     assert nan.loc["train_vs_oracle_k2", "n"] == full.loc["train_vs_oracle_k2", "n"] - 1
     with pytest.raises(ValueError, match="repeated .* rows"):
         findings.claims(pd.concat([df, df.iloc[:3]]))
+
+
+# --- shift families that are not brightness/contrast (issue 35) ----------------------------------------------------
+
+def test_family_shifts_are_blur_and_noise_per_task_and_task_a_is_never_shifted():
+    assert run.corruption_of("A", "mix", 2.0) == (0.0, 0.0)
+    assert run.corruption_of("B", "mix", 0.5) == (1.0, 1.5)
+    assert run.corruption_of("C", "blur", 0.1) == (0.1, 0.0)
+    assert run.corruption_of("D", "noise", 1.0) == (0.0, 4.5)
+    with pytest.raises(ValueError, match="shift_family"):
+        run.corruption_of("B", "gamma", 1.0)
+    with pytest.raises(ValueError, match="strength"):
+        run.corruption_of("B", "blur", -1.0)
+
+
+def test_family_units_keep_the_brightness_contrast_units_unchanged_and_add_their_own():
+    """The brightness/contrast units (the release's) are built exactly as before; a family unit carries every field
+    of one plus ``shift_family``, and its tasks are the unshifted templates, blurred then noised."""
+    import torch
+    from bnstudy.study.tasks import gaussian_blur, generator, make_task
+    cfg = run.make_config("quick", shift_families=("blur", "mix"), family_strengths=(0.5, 1.0))
+    assert [u.strength for u in cfg.units()][:3] == list(cfg.strengths) and "shift_family" not in cfg.units()[0].asdict()
+    fam = cfg.family_units()
+    assert len(fam) == 2 * len(cfg.seeds) * len(cfg.n_tasks) * 2 and {u.shift_family for u in fam} == {"blur", "mix"}
+    u = next(u for u in fam if u.shift_family == "mix" and u.n_tasks == 4 and u.strength == 1.0)
+    assert {k: v for k, v in u.asdict().items() if k != "shift_family"} == \
+        next(v for v in cfg.units((1.0,)) if v.seed == u.seed and v.n_tasks == 4).asdict()
+    tasks = run.unit_tasks(u)
+    base = make_task(u.seed, "B", u.n_classes, u.noise)
+    y = torch.arange(4)
+    g1, g2 = generator(1), generator(1)
+    x = base.sample(y, g1)
+    want = gaussian_blur(x, 2.0) + 3.0 * torch.randn(x.shape, generator=g1)
+    assert torch.equal(tasks[1].sample(y, g2), want)
+    assert tasks[0] is not None and not hasattr(tasks[0], "blur")  # task A: the plain template task
+    aff = run.unit_tasks(cfg.units()[-1])
+    assert [(t.brightness, t.contrast) for t in aff] == [run.shift_of(n, cfg.units()[-1].strength)
+                                                          for n in run.TASK_NAMES[:len(aff)]]
+
+
+@pytest.mark.parametrize("override, match", [(dict(shift_families=("gamma",)), "shift_families"),
+                                             (dict(shift_families=("blur", "blur")), "shift_families"),
+                                             (dict(family_strengths=(1.0, 0.5)), "family_strengths"),
+                                             (dict(family_strengths=(0.0, 1.0)), "family_strengths"),
+                                             (dict(family_strengths=()), "family_strengths")])
+def test_family_config_rejects_bad_values_naming_the_parameter(override, match):
+    with pytest.raises(ValueError, match=match):
+        run.make_config("quick", **override)
+    assert run.make_config("quick", shift_families=(), family_strengths=()).family_units() == []
+
+
+def _family_table(routed_loss_b1=0.0, routed_loss_bmax=0.0):
+    """Two families of :func:`_table` (strengths 0.01 / 1 as the family grid, t = 0 dropped), the nearest_first
+    routed head at the gentlest strength losing ``routed_loss_*`` (per batch) in the blur family."""
+    t = _table()
+    t = t[t.strength > 0]
+    out = []
+    for fam in ("blur", "noise"):
+        f = t.assign(shift_family=fam)
+        if fam == "blur":
+            sel = (f.condition == "nearest_first") & (f.strength == 0.01)
+            f.loc[sel & (f.inference_batch == 1), "accuracy_routed_head"] -= routed_loss_b1 + 0.01 * f.seed
+            f.loc[sel & (f.inference_batch == 32), "accuracy_routed_head"] -= routed_loss_bmax + 0.01 * f.seed
+        out.append(f)
+    return pd.concat(out, ignore_index=True)
+
+
+def test_family_claims_are_condition_minus_oracle_per_family_and_task_count_in_one_family():
+    fdf = _family_table(routed_loss_b1=0.3)
+    C = findings.family_claims(fdf)
+    assert len(C) == 2 * len(findings.FAMILY_QUESTIONS) and C.confidence.nunique() == 1
+    assert np.isclose(C.confidence.iloc[0], 1 - 0.05 / len(C))
+    blur = findings.claim(C, "fam_blur_routed_b1_k2")
+    # task A loses 0.2 (+0.01 seed) in _table, averaged with task B over two tasks, plus 0.3 (+0.01 seed) here
+    assert np.isclose(blur.estimate, -(0.1 + 0.005 + 0.3 + 0.01)) and blur.kind == "lower"
+    assert findings.claim(C, "fam_noise_pinned_k2").kind == "lower"
+    F = findings.family_findings(fdf, C)
+    assert number(F, "fam_gentle") == 0.01 and number(F, "fam_strong") == 1.0 and number(F, "fam_m") == len(C)
+    assert number(F, "fam_noise_works_from_bmax_k2") == 0.01 and math.isnan(number(F, "fam_noise_works_from_b1_k2")) \
+        is False and number(F, "fam_noise_works_from_b1_k2") == 1.0
+    assert number(F, "fam_blur_n_cells") == 2 * 2 * 4  # routers x strengths x batches, one task count
+    # routed perfectly with the oracle's accuracy in every seed: equal by construction, said apart
+    same = findings.claim(C, "fam_noise_routed_bmax_k2")
+    assert findings.family_claim_text(same).startswith("0 in every seed")
+    assert not findings.family_claim_text(blur).startswith("0 in every seed")
+    assert findings.family_claims(fdf.iloc[:0]).empty
+
+
+@pytest.mark.parametrize("b1, bmax, says", [(0.3, 0.0, "route batches rather than single images"),
+                                            (0.3, 0.3, "keep a task label under these shifts"),
+                                            (0.0, 0.0, "no loss is shown there")])
+def test_family_answer_flips_with_the_routed_head_verdicts(b1, bmax, says):
+    fdf = _family_table(b1, bmax)
+    if b1 == 0.0:  # no loss at all: the routed head equals the oracle's accuracy
+        fdf["accuracy_routed_head"] = fdf["accuracy"]
+    C = findings.family_claims(fdf)
+    words = findings.family_words(fdf, C, findings.family_findings(fdf, C))
+    assert says in words["fam_answer"]
+    assert set(words) == {"fam_design_text", "fam_unknown_text", "fam_routing_text", "fam_wrong_text",
+                          "fam_cells_text", "fam_answer"}
+    tab = findings.family_table(fdf, C, findings.family_findings(fdf, C))
+    assert list(tab.index) == ["blur, 2", "noise, 2"]
+    fig = figures.family_routing_figure(findings.family_routes(fdf))
+    assert len(fig.axes) == 2
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def test_family_design_text_is_made_from_the_shift_table():
+    text = findings.family_design_text(("mix",))
+    assert text == ("**mix**: B blurred (std 2t px) and noised (extra std 3t), C blurred (std 2t px), "
+                    "D noised (extra std 3t)")

@@ -185,7 +185,8 @@ def read_units(path) -> list[dict]:
 # --- compute ---------------------------------------------------------------------------------------------------------
 
 def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_dirty: bool = False,
-            work_dir=None, profile: str = "full", log=print, parameters: dict | None = None) -> dict:
+            work_dir=None, profile: str = "full", log=print, parameters: dict | None = None,
+            reuse_units: bool = False) -> dict:
     """Recompute ``chapters`` (see :func:`parse_chapters`) at ``profile`` (the release's is ``full``; ``quick``
     makes a small release for tests) and write them into ``release_dir``. ``parameters``: notebook parameters
     passed to every chapter on top of the profile's (e.g. ``{"networks": ["small_cnn"]}`` for a smaller test
@@ -197,12 +198,18 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
     ``release_dir`` and the manifest rewritten, so an interrupted chapter leaves the release as it was (its
     finished runs stay in the run cache, and a rerun resumes). Finished chapters are kept when a later one fails.
 
+    ``reuse_units=True`` (a new axis, issue 33): every unit the release already records for the chapter counts as
+    computed, matched by namespace and config (as :func:`verify` takes the units it does not sample), so only the
+    units the design added are run. Use it only when the code that computes the recorded units is unchanged since
+    they were computed; :func:`verify` then recomputes a seeded sample of them, old and new, and requires ``==``.
+    The manifest's chapter entry records ``reused_units``.
+
     Raises ``RuntimeError`` if the code that computes rows has uncommitted changes (a release must name the commit
     that computed it; ``allow_dirty=True`` for tests), or what the chapter's execution raised.
     """
     from . import book, numerics
     from .report import sidecar_path
-    from .sweep import UNITS_LOG_ENV, read_units as read_log
+    from .sweep import UNITS_LOG_ENV, VERIFY_ENV, read_units as read_log
 
     numerics.apply_pin()  # before this process's first torch operation; the chapters' kernels inherit it
     commit, dirty = git_state()
@@ -222,18 +229,30 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
         params.update(parameters or {})
         log(f"[bnstudy.study.release] chapter {ch.number} ({ch.notebook}, {profile} profile) ...")
         t0 = time.perf_counter()
-        old = os.environ.get(UNITS_LOG_ENV)
-        os.environ[UNITS_LOG_ENV] = str(log_path)
+        recorded = units_path(ch, release_dir)
+        reused = read_units(recorded) if reuse_units and recorded.exists() else []
+        env = {UNITS_LOG_ENV: str(log_path), **({VERIFY_ENV: str(recorded)} if reused else {})}
+        old = {k: os.environ.get(k) for k in (UNITS_LOG_ENV, VERIFY_ENV)}
+        os.environ.update(env)
+        if not reused:
+            os.environ.pop(VERIFY_ENV, None)
         try:
             book.execute_chapter(REPO / "chapters" / f"{ch.notebook}.ipynb", work / "chapters", profile,
                                  parameters=params, log_output=True)
         finally:
-            if old is None:
-                os.environ.pop(UNITS_LOG_ENV, None)
-            else:
-                os.environ[UNITS_LOG_ENV] = old
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         wall = time.perf_counter() - t0
         units = read_log(log_path)
+        if reused:
+            from .sweep import _canonical, unit_threads
+            before = {(u["namespace"], _canonical(u["config"]), unit_threads(u)) for u in reused}
+            n_reused = sum((u["namespace"], _canonical(u["config"]), unit_threads(u)) in before for u in units)
+            log(f"[bnstudy.study.release] chapter {ch.number}: {n_reused:,} of {len(units):,} units taken from the "
+                f"release's record (reuse_units), {len(units) - n_reused:,} computed")
         stems = ch.table_stems()
         missing = [s for s in stems if not (work / "results" / f"{s}.csv").exists()]
         if missing:
@@ -263,7 +282,7 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
             threads_per_run=p.get("torch_threads_per_run", 1), workers=p.get("workers"), device=e.get("device"),
             cpu=cpu_model(), run_wall_s=p.get("run_wall_s"), page_wall_s=round(wall, 1),
             computed=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            numerics=_chapter_numerics(units))
+            numerics=_chapter_numerics(units), **({"reused_units": n_reused} if reused else {}))
         today = datetime.date.today()
         manifest["release"] = dict(manifest.get("release") or {}, version=today.strftime("%Y.%m.%d"),
                                    date=today.isoformat(), git_commit=commit, code_fingerprint=code_fingerprint(),
@@ -733,6 +752,9 @@ def main(argv=None) -> int:
     c.add_argument("--release-dir", default=str(RELEASE_DIR))
     c.add_argument("--allow-dirty", action="store_true", help=argparse.SUPPRESS)
     c.add_argument("--profile", choices=("full", "quick"), default="full", help="full (the release) or quick (a test)")
+    c.add_argument("--reuse-units", action="store_true",
+                   help="take the units the release already records as computed and run only the new ones (only "
+                        "when their code is unchanged; verify afterwards)")
     v = sub.add_parser("verify", help="recompute a seeded sample of the release's units and compare with ==")
     v.add_argument("--chapters", default="all")
     v.add_argument("--units", type=int, default=5, help="units recomputed per chapter (default 5)")
@@ -743,7 +765,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "compute":
-            compute(args.chapters, args.release_dir, args.n_jobs, args.allow_dirty, profile=args.profile)
+            compute(args.chapters, args.release_dir, args.n_jobs, args.allow_dirty, profile=args.profile,
+                    reuse_units=args.reuse_units)
             return 0
         if args.units < 1:
             ap.error(f"--units must be at least 1, got {args.units}")

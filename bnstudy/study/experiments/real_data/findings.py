@@ -18,7 +18,7 @@ from ...inference import (Family, Interval, Question, ask, at_resolution, claims
                           paired_differences, rank_correlation, t_interval)
 from ...modes import MODE_NAMES
 from ...report import p_text
-from ...words import Note, claim, count_word, join, notes, verdict_md
+from ...words import Note, claim, claim_text, count_word, join, notes, verdict_md
 
 #: The level of every family (Bonferroni intervals at ALPHA / m; counts count the printed verdicts).
 ALPHA = 0.05
@@ -787,3 +787,64 @@ def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
         effects_takeaway=f"Takeaway: on task B, train mode is shown {counts} (Bonferroni intervals over each network's conditions).",
         mismatch_takeaway=f"Takeaway: the per-seed rank correlation of mismatch and cost reads {by_net('c1')}.",
     )
+
+
+# --- each network at its own momentum (issue 35) -------------------------------------------------------------------
+
+def own_momentum_claims(own: pd.DataFrame) -> pd.DataFrame:
+    """:func:`carried_claims` of the networks rerun at their own momentum (``own``: the ``own_momentum`` table of
+    :func:`.run.run_tables`), keys ``own_carried_<a|b>_<network>``: one family of its own (2 x those networks). An
+    empty claims table when ``own`` has no rows."""
+    if not len(own):
+        return claims_table([])
+    return carried_claims(own).assign(key=lambda t: "own_" + t["key"])
+
+
+def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataFrame,
+                       main_claims: pd.DataFrame) -> pd.DataFrame:
+    """Per network of ``own`` and BatchNorm momentum (the main table's and the network's own): task A after stage 1
+    in eval mode (mean and 95% interval over seeds: whether the running statistics caught up with the weights), the
+    condition of largest mismatch, chapter 1's two findings there (``main_claims``: :func:`carried_claims` of ``df``;
+    ``own_claims``: :func:`own_momentum_claims`) and, over all conditions, the printed task-B verdicts of
+    ``train_mode - backbone_eval`` counted (:func:`condition_claims`, one family per network and question)."""
+    rows = []
+    for n in dict.fromkeys(own["network"]):
+        for d, c, prefix in ((df[df.network == n], main_claims, ""), (own[own.network == n], own_claims, "own_")):
+            where = largest_mismatch(d)[n]
+            f3 = condition_claims(d)
+            counts = count_verdicts(f3[f3["question"] == "f3"], ALPHA)
+            src = t_interval(d.groupby("seed")["source_task_a_accuracy"].first())
+            rows.append({"network": network_label(n), "BatchNorm momentum": f"{d['momentum'].iloc[0]:g}",
+                         "task A after stage 1 (eval mode)": f"{src.mean:.3f} ({max(src.low, 0):.3f} to "
+                                                              f"{min(src.high, 1):.3f})",
+                         "largest mismatch at": condition_label(*where),
+                         "task A after - before there": claim_text(claim(c, f"{prefix}carried_a_{n}"), clip=(-1, 1)),
+                         "task B train mode - pinned there": claim_text(claim(c, f"{prefix}carried_b_{n}"),
+                                                                        clip=(-1, 1)),
+                         "task B over conditions (higher / lower / neither)":
+                             f"{counts['higher']} / {counts['lower']} / "
+                             f"{counts['m'] - counts['higher'] - counts['lower']} of {counts['m']}"})
+    return pd.DataFrame(rows).set_index(["network", "BatchNorm momentum"])
+
+
+def own_momentum_sentence(own: pd.DataFrame, own_claims: pd.DataFrame) -> str:
+    """Which of chapter 1's findings carried over on each network rerun at its own momentum (``own_claims``:
+    :func:`own_momentum_claims`, the same test as :func:`carried_sentence`), with the task-B counts over all
+    conditions; a fixed sentence when no network was rerun."""
+    if not len(own):
+        return ("No network was rerun at its own momentum here (every network's own momentum is the one used, or "
+                "`own_momentum` is off).")
+    parts = []
+    for n in dict.fromkeys(own["network"]):
+        d = own[own.network == n]
+        a, b = claim(own_claims, f"own_carried_a_{n}"), claim(own_claims, f"own_carried_b_{n}")
+        f3 = condition_claims(d)
+        counts = count_verdicts(f3[f3["question"] == "f3"], ALPHA)
+        said = lambda c, want: "carried over" if c.kind == want else f"did not carry over ({verdict_md(c)})"  # noqa: E731
+        parts.append(
+            f"At {_in_prose(n)}'s own BatchNorm momentum ({d['momentum'].iloc[0]:g}), where a corruption moves its "
+            f"statistics most ({condition_label(*largest_mismatch(d)[n])}), chapter 1's finding that the one-line "
+            f"freeze costs the old task {said(a, 'lower')} and its finding that drifting statistics help the new "
+            f"task {said(b, 'higher')}; over all {counts['m']} conditions drifting statistics are shown to help at "
+            f"{counts['higher']} and pinning to be better at {counts['lower']}")
+    return "; ".join(parts) + "."

@@ -33,8 +33,16 @@ from ....running_stats import statistics_mismatch
 from ...sweep import default_cache_dir, run_sweep
 
 NAMESPACE = "ch07_real_data"
-#: Parameters added after rows of the release were computed, with the value those rows had (docs/chapter-code.md).
-READ_DEFAULTS: dict = {}
+#: Parameters added after rows of the release were computed, with the value those rows had (docs/chapter-code.md):
+#: ``own_momentum`` (issue 35; rows computed before it ran no network at its own momentum).
+READ_DEFAULTS: dict = {"own_momentum": False}
+#: The table saved beside ``07_real_data.csv`` (:func:`run_tables`): the networks whose library builds their
+#: BatchNorm layers with another momentum than ``Config.momentum``, rerun at that momentum.
+SIBLING_TABLES = ("own_momentum",)
+#: Each network's own BatchNorm momentum, as its library builds it (PyTorch's convention, the weight of the new
+#: batch): torchvision's ``mobilenet_v3_small`` passes ``momentum=0.01`` to its BatchNorm layers; ``resnet18`` keeps
+#: PyTorch's default 0.1, as does the book's small CNN.
+OWN_MOMENTUM = {"small_cnn": 0.1, "resnet18": 0.1, "mobilenet_v3_small": 0.01}
 #: Modes at every condition; all four run at the reference condition and without corruption.
 SWEEP_MODES = ("train_mode", "backbone_eval", "separate_stats")
 #: bnstudy.study.vision.NETWORKS, repeated so that importing this module needs no torchvision.
@@ -50,9 +58,9 @@ TRIED = dict(batch_images=32, resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobi
 #: quick: a pipeline check (66 runs, 18 min on the shared 2-core machine at load 20); full: 1,500 runs.
 PROFILES = {
     "quick": dict(seeds=2, networks=NETWORKS, corruptions=("inversion", "gaussian_noise"), severities=(5,),
-                  stage1_steps=60, steps=40),
+                  stage1_steps=60, steps=40, own_momentum=False),
     "full": dict(seeds=10, networks=NETWORKS, corruptions=("brightness", "contrast", "gaussian_noise", "blur", "inversion"),
-                 severities=(1, 3, 5), stage1_steps=200, steps=100),
+                 severities=(1, 3, 5), stage1_steps=200, steps=100, own_momentum=True),
 }
 
 
@@ -64,7 +72,9 @@ class Config(ChapterConfig):
     all combinations plus no corruption. ``reference``: the (corruption, severity) at which chapter 1's findings
     are judged. ``size``: input pixels (square). ``stage1_steps``, ``stage1_lr``: Adam on task A; ``steps``,
     ``lr``: SGD (momentum 0.9) on head B; ``batch_size``: both stages; ``epoch_steps``: ``model.train()`` every so
-    many steps; ``momentum``: every BatchNorm's. Raises ``ValueError`` naming the parameter for any bad value.
+    many steps; ``momentum``: every BatchNorm's; ``own_momentum``: also run every network whose own momentum
+    (:data:`OWN_MOMENTUM`) differs from ``momentum`` at its own (:func:`own_momentum_config`, the sibling table
+    ``07_real_data_own_momentum.csv``). Raises ``ValueError`` naming the parameter for any bad value.
     """
 
     profile: str = "quick"
@@ -81,6 +91,7 @@ class Config(ChapterConfig):
     batch_size: int = 32
     epoch_steps: int = 20
     momentum: float = 0.1
+    own_momentum: bool = False
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds,
@@ -104,6 +115,7 @@ class Config(ChapterConfig):
         Rule("batch_size", "an integer >= 2", lambda c: c.batch_size >= 2),
         Rule("epoch_steps", "an integer >= 1", lambda c: c.epoch_steps >= 1),
         Rule("momentum", "in (0, 1]", lambda c: 0 < c.momentum <= 1),
+        Rule("own_momentum", "True or False", lambda c: isinstance(c.own_momentum, bool)),
     )
 
     def conditions(self) -> list[tuple[str, int]]:
@@ -154,6 +166,21 @@ class RunSpec(_Frozen):
 def make_config(profile: str = "quick", **overrides) -> Config:
     """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
     return from_profile(Config, PROFILES, profile, **overrides)
+
+
+def own_momentum_networks(config: Config) -> dict:
+    """``{network: momentum}``: the networks of ``config`` whose own momentum (:data:`OWN_MOMENTUM`) is not
+    ``config.momentum`` (``{}`` when ``config.own_momentum`` is off)."""
+    if not config.own_momentum:
+        return {}
+    return {n: OWN_MOMENTUM[n] for n in config.networks if OWN_MOMENTUM[n] != config.momentum}
+
+
+def own_momentum_config(config: Config, network: str) -> Config:
+    """``config`` for one network of :func:`own_momentum_networks` at its own momentum (every other parameter,
+    seeds and conditions included, as ``config``: the rows pair with the main table's by seed and condition, and the
+    stage-1 weights are the same, since a train-mode pass does not read the running statistics)."""
+    return config.replace(networks=(network,), momentum=OWN_MOMENTUM[network], own_momentum=False)
 
 
 # --- the experiment ---------------------------------------------------------------------------------------------
@@ -298,6 +325,15 @@ def run_group(specs: list[RunSpec]) -> list[dict]:
     for r in rows:
         r["wall_s"] = wall
     return rows
+
+
+def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
+    """What the page analyses, as the tables it saves: ``(run(config), {"own_momentum": ...})``, the second the rows
+    of every network of :func:`own_momentum_networks` at its own momentum (empty, with the main table's columns,
+    when there is none). Raises ``TypeError`` for another config."""
+    main = run(config, execution)
+    own = [run(own_momentum_config(config, n), execution) for n in own_momentum_networks(config)]
+    return main, dict(own_momentum=pd.concat(own, ignore_index=True) if own else main.iloc[:0].copy())
 
 
 def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:

@@ -81,6 +81,34 @@ def routing_figure(table: pd.DataFrame, routers=HARD_ROUTERS):
         return _finish(fig, axes[0][0], ncol=4)
 
 
+def family_routing_figure(routes: pd.DataFrame, router: str = "nearest_first"):
+    """The shift families that are not brightness/contrast: ``router``'s routing accuracy against the family strength,
+    one line (band: 95% interval) per inference batch size; columns: shift families, rows: number of tasks
+    (``routes``: :func:`.findings.family_routes`); the :data:`~.run.ROUTE_OK` line dashed, chance (1/K) dotted."""
+    ks, batches = sorted(routes.n_tasks.unique()), sorted(routes.inference_batch.unique())
+    families = list(dict.fromkeys(routes.shift_family))
+    colors, pos = style.sequential(batches), _positions(routes.strength)
+    with plt.rc_context(style.rc()):
+        fig, axes = plt.subplots(len(ks), len(families), figsize=(style.COLUMN_WIDTH_IN, 2.4 * len(ks) + 0.8),
+                                 sharey=True, sharex=True, squeeze=False)
+        for r, k in enumerate(ks):
+            for ax, fam in zip(axes[r], families):
+                for b in batches:
+                    f = _band(routes, "routing_accuracy", n_tasks=k, condition=router, inference_batch=b,
+                              shift_family=fam)
+                    x = f.strength.map(pos)
+                    ax.plot(x, f["mean"], "o-", ms=3, color=colors[b], label=f"batch {b}")
+                    ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
+                ax.axhline(ROUTE_OK, color=style.REFERENCE["chance"], ls="--", lw=1, label=f"{ROUTE_OK:g} (works)")
+                ax.axhline(1 / k, color=style.GREY, ls=":", lw=1, label="chance (1/K)")
+                ax.set_title(f"{fam}, {k} tasks")
+                _ticks(ax, pos)
+            axes[r][0].set_ylabel(f"routing accuracy\n({router})")
+        for ax in axes[-1]:
+            ax.set_xlabel("strength t")
+        return _finish(fig, axes[0][0], ncol=3)
+
+
 def router_accuracy_figure(df: pd.DataFrame, inference_batch: int = 1):
     """Task accuracy per router and baseline against shift strength, one decision per ``inference_batch``
     (``df``: :func:`.run.run`'s rows): columns task A and the new tasks' mean (averaged per seed first; the two

@@ -17,7 +17,7 @@ import pandas as pd
 from ...inference import Family, Interval, Question, _slug, ask, count_verdicts, decide, number, numbers_table, \
     one_sided_p, paired_differences, t_interval
 from ...words import Note, claim, claim_text, count_word, counts_text, fmt_level, join, notes, verdict_md
-from .run import CONDITIONS, FIRST_STRENGTH_GRID, HARD_ROUTERS, ROUTE_OK, ROUTERS, TASK_NAMES, \
+from .run import CONDITIONS, FAMILY_SHIFTS, FIRST_STRENGTH_GRID, HARD_ROUTERS, ROUTE_OK, ROUTERS, TASK_NAMES, \
     TEMPERATURE_TRIED_FIRST, TOST_MARGIN, Config
 
 KEYS = ["n_tasks", "strength", "inference_batch", "condition"]
@@ -722,3 +722,169 @@ def mixture_advice(table: pd.DataFrame, tf: pd.DataFrame) -> str:
                        f"not rerun at τ = {best:g}).")
     return text + (f" At τ = {best:g}, the held-out check's least bad temperature, the mixture's worst difference "
                    f"from the oracle is {wm} ({wlo} to {whi}); the main sweep was not rerun at it.")
+
+
+# --- shift families that are not brightness/contrast (issue 35) ----------------------------------------------------
+
+#: The family questions (one family of its own, Bonferroni over its comparisons, margin :data:`TOST_MARGIN`), per
+#: shift family and task count, condition minus the oracle: the fully task-unknown cost (the router picks the bank
+#: and the head, ``nearest_first``) at the gentlest family strength, one decision per sample and per largest batch;
+#: the task's own head on the routed statistics there; and the cost of a wrong bank (shared drifting statistics,
+#: pinned statistics) at the strongest family strength.
+_FAM = dict(reference="oracle", each=("shift_family", "n_tasks"), table="means", margin=TOST_MARGIN)
+FAMILY_QUESTIONS = (
+    Question("fam_{shift_family}_routed_b1_k{n_tasks}", "nearest_first", at=_GENTLE_B1, value="accuracy_routed_head",
+             reference_value="accuracy", words="routed head", **_FAM),
+    Question("fam_{shift_family}_routed_bmax_k{n_tasks}", "nearest_first",
+             at=dict(strength="min_positive", inference_batch="max"), value="accuracy_routed_head",
+             reference_value="accuracy", words="routed head", **_FAM),
+    Question("fam_{shift_family}_router_k{n_tasks}", "nearest_first", at=_GENTLE_B1, words="router", **_FAM),
+    Question("fam_{shift_family}_train_k{n_tasks}", "train_mode", at=_STRONG_B1, words="train mode", **_FAM),
+    Question("fam_{shift_family}_pinned_k{n_tasks}", "pinned", at=_STRONG_B1, words="pinned", **_FAM),
+)
+
+
+def family_means(fdf: pd.DataFrame) -> pd.DataFrame:
+    """:func:`seed_means` per shift family (``fdf``: :func:`.run.run_families`' rows), with ``shift_family``."""
+    return pd.concat([seed_means(g.drop(columns="shift_family")).assign(shift_family=f)
+                      for f, g in fdf.groupby("shift_family", sort=False)], ignore_index=True)
+
+
+def family_claims(fdf: pd.DataFrame) -> pd.DataFrame:
+    """The claims table of :data:`FAMILY_QUESTIONS` (keys ``fam_<family>_<question>_k<K>``; an empty claims table
+    when ``fdf`` has no rows). Raises ``ValueError`` if a condition is missing."""
+    if not len(fdf):
+        return pd.DataFrame(columns=["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence",
+                                     "margin", "confidence", "kind", "verdict"])
+    return ask(dict(means=family_means(_conditions(fdf, "family_claims"))), FAMILY_QUESTIONS, ALPHA)
+
+
+def family_findings(fdf: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The families' numbers table (glued as ``ch06_<key>``), per shift family ``<f>`` and task count ``K``:
+    ``fam_<f>_works_from_b1_k<K>`` / ``_bmax_``: the smallest family strength from which ``nearest_first``'s routing
+    is shown above :data:`ROUTE_OK` there and at every stronger one (its interval at the families' claims level,
+    ``table``: :func:`family_claims`; NaN: at none; :func:`_threshold`); ``fam_<f>_route_gentle_b1_k<K>`` /
+    ``_strong_b1_``: routing accuracy (95% over seeds); per family the router cells (:func:`cell_tests`, one
+    family per shift family): ``fam_<f>_n_cells``, ``_n_identical`` (equal to the oracle by construction) and the
+    counts of the others ``_n_equivalent_other``, ``_n_lower_other``, ``_n_higher_other``, ``_n_not_decided_other``;
+    ``fam_gentle`` / ``fam_strong``: the family strengths; ``fam_m`` / ``fam_confidence``: the claims family."""
+    fam = page_family(table)
+    m = family_means(_conditions(fdf, "family_findings"))
+    strengths, batches = sorted(m.strength.unique()), sorted(m.inference_batch.unique())
+    out = dict(fam_gentle=float(strengths[0]), fam_strong=float(strengths[-1]), fam_m=fam.m,
+               fam_confidence=100 * fam.confidence)
+    for f, g in m.groupby("shift_family", sort=False):
+        for k in sorted(g.n_tasks.unique()):
+            sel = g[(g.n_tasks == k) & (g.condition == "nearest_first")]
+            for b, name in ((batches[0], "b1"), (batches[-1], "bmax")):
+                ivs = [t_interval(sel[(sel.strength == t) & (sel.inference_batch == b)].routing_accuracy,
+                                  fam.confidence) for t in strengths]
+                out[f"fam_{f}_works_from_{name}_k{k}"] = _threshold(strengths, [v.low > ROUTE_OK for v in ivs])
+            for t, name in ((strengths[0], "gentle"), (strengths[-1], "strong")):
+                out[f"fam_{f}_route_{name}_b1_k{k}"] = t_interval(
+                    sel[(sel.strength == t) & (sel.inference_batch == batches[0])].routing_accuracy)
+        cells = cell_tests(fdf[fdf.shift_family == f].drop(columns="shift_family"))
+        other = count_verdicts(cells[~cells.identical], ALPHA) if (~cells.identical).any() else {}
+        out.update({f"fam_{f}_n_cells": len(cells), f"fam_{f}_n_identical": int(cells.identical.sum()),
+                    **{f"fam_{f}_n_{w.replace(' ', '_')}_other": int(other.get(w, 0))
+                       for w in ("equivalent", "lower", "higher", "not decided")}})
+    return numbers_table(out, bounds=lambda key: (0.0, 1.0) if "_route_" in key else (-1.0, 1.0))
+
+
+def family_design_text(families) -> str:
+    """The shift families of ``families`` (names of :data:`.run.FAMILY_SHIFTS`) in words, from the table itself."""
+    def amount(v, unit):
+        return f"{v:g}t{unit}" if v != 1 else f"t{unit}"
+
+    def task(name, blur, noise):
+        parts = ([f"blurred (std {amount(blur, ' px')})"] if blur else []) + \
+            ([f"noised (extra std {amount(noise, '')})"] if noise else [])
+        return f"{name} " + " and ".join(parts)
+    return "; ".join(f"**{f}**: " + ", ".join(task(n, *FAMILY_SHIFTS[f][n]) for n in TASK_NAMES[1:])
+                     for f in families)
+
+
+def family_table(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame) -> pd.DataFrame:
+    """The families' display table: one row per (shift family, task count) with ``nearest_first``'s per-sample
+    routing at the gentlest and strongest family strength, where routing works (per sample, with the largest
+    batches), the routed head minus the oracle at the gentlest strength (per sample, largest batches) and the
+    wrong-bank costs at the strongest (``table``: :func:`family_claims`, ``f``: :func:`family_findings`)."""
+    bmax = int(fdf.inference_batch.max())
+    gentle, strong = number(f, "fam_gentle"), number(f, "fam_strong")
+    where = lambda t: "none" if math.isnan(t) else f"t ≥ {fmt_level(t)}"  # noqa: E731
+    rows = []
+    for fam in dict.fromkeys(fdf.shift_family):
+        for k in sorted(fdf[fdf.shift_family == fam].n_tasks.unique()):
+            c = lambda q: family_claim_text(claim(table, f"fam_{fam}_{q}_k{k}"))  # noqa: E731
+            rows.append({"family, tasks": f"{fam}, {k}",
+                         f"routing t={gentle:g}": f"{number(f, f'fam_{fam}_route_gentle_b1_k{k}').mean:.3f}",
+                         f"routing t={strong:g}": f"{number(f, f'fam_{fam}_route_strong_b1_k{k}').mean:.3f}",
+                         "works (b=1)": where(number(f, f"fam_{fam}_works_from_b1_k{k}")),
+                         f"works (b={bmax})": where(number(f, f"fam_{fam}_works_from_bmax_k{k}")),
+                         f"routed head - oracle, t={gentle:g}, b=1": c("routed_b1"),
+                         f"same, b={bmax}": c("routed_bmax"),
+                         f"train mode - oracle, t={strong:g}": c("train"),
+                         f"pinned - oracle, t={strong:g}": c("pinned")})
+    return pd.DataFrame(rows).set_index("family, tasks")
+
+
+def family_claim_text(c) -> str:
+    """:func:`bnstudy.study.words.claim_text` of a family claim, except a difference that is zero in every seed (every
+    input routed to its own bank: equal to the oracle by construction, no finding; issue 35), said as such."""
+    if c.n > 0 and c.estimate == 0 and c.low == 0 and c.high == 0:
+        return "0 in every seed (every input routed home: equal to the oracle by construction)"
+    return claim_text(c, clip=(-1, 1))
+
+
+def family_routes(fdf: pd.DataFrame) -> pd.DataFrame:
+    """:func:`seed_table` of the routing accuracy of the routers, per shift family (with ``shift_family``)."""
+    return pd.concat([seed_table(g.drop(columns="shift_family"), ["routing_accuracy"], ROUTERS).assign(shift_family=f)
+                      for f, g in fdf.groupby("shift_family", sort=False)], ignore_index=True)
+
+
+def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame) -> dict[str, str]:
+    """The families' sentences (glued as ``ch06_<name>``): ``fam_design_text``, ``fam_unknown_text`` (the fully
+    task-unknown cost, per family and task count, per sample and with the largest batches), ``fam_routing_text``
+    (where per-sample routing works), ``fam_wrong_text`` (the wrong-bank costs' verdicts), ``fam_cells_text`` (the
+    router cells with those equal to the oracle by construction apart, :func:`cells_apart_text`) and
+    ``fam_answer`` (one sentence for the answer box, counts of the verdicts printed in the table)."""
+    families = list(dict.fromkeys(fdf.shift_family))
+    if not families:
+        none = "no shift family other than brightness/contrast was run"
+        return dict.fromkeys(("fam_design_text", "fam_unknown_text", "fam_routing_text", "fam_wrong_text",
+                              "fam_cells_text", "fam_answer"), none)
+    bmax, gentle = int(fdf.inference_batch.max()), number(f, "fam_gentle")
+    ks = sorted(int(k) for k in fdf.n_tasks.unique())
+    per = lambda q, fam: join([f"{family_claim_text(claim(table, f'fam_{fam}_{q}_k{k}'))} with "  # noqa: E731
+                               f"{_tasks(i, k)}" for i, k in enumerate(ks)])
+    verdicts = lambda q, fam: join([f"{verdict_md(claim(table, f'fam_{fam}_{q}_k{k}'))} with "  # noqa: E731
+                                    f"{count_word(k)} tasks" for k in ks])
+    out = dict(fam_design_text=family_design_text(families))
+    out["fam_unknown_text"] = "; ".join(f"**{fam}**: {per('routed_b1', fam)} per sample, and {per('routed_bmax', fam)}"
+                                        f" with batches of {bmax}" for fam in families)
+    out["fam_routing_text"] = "; ".join(
+        f"**{fam}**: per sample {works_phrase(_fam_k(f, fam, 'b1'), gentle)}, with batches of {bmax} "
+        f"{works_phrase(_fam_k(f, fam, 'bmax'), gentle)}" for fam in families)
+    out["fam_wrong_text"] = "; ".join(f"**{fam}**: train mode {verdicts('train', fam)}, pinned "
+                                      f"{verdicts('pinned', fam)}" for fam in families)
+    out["fam_cells_text"] = "; ".join(
+        f"**{fam}**: " + cells_apart_text(cell_tests(fdf[fdf.shift_family == fam].drop(columns="shift_family")))
+        for fam in families)
+    n = len(families) * len(ks)
+    lower = lambda q: sum(claim(table, f"fam_{fam}_{q}_k{k}").kind == "lower" for fam in families  # noqa: E731
+                          for k in ks)
+    out["fam_answer"] = (
+        f"Under blur, added noise and a mix of the two (each new task shifted differently, t from {gentle:g} to "
+        f"{number(f, 'fam_strong'):g}; {len(families)} families × {len(ks)} task counts = {n} cells), the task "
+        f"unknown and the router picking the head too, the routed head is shown lower than the oracle at t = "
+        f"{gentle:g} in {lower('routed_b1')} of {n} cells per sample and {lower('routed_bmax')} of {n} with batches "
+        f"of {bmax}: " + (
+            "keep a task label under these shifts, since pooled batches lose there too." if lower("routed_bmax") else
+            "route batches rather than single images under these shifts, or keep a task label." if
+            lower("routed_b1") else "no loss is shown there, so routing by statistics serves these shifts too on "
+            "this grid."))
+    return out
+
+
+def _fam_k(f: pd.DataFrame, fam: str, b: str) -> dict:
+    return {key.rsplit("_", 1)[1]: number(f, key) for key in f["key"] if key.startswith(f"fam_{fam}_works_from_{b}_k")}
