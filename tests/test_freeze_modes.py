@@ -207,7 +207,7 @@ def test_the_run_line_names_every_grid_as_the_release_recorded_it():
         "optimizer=sgd, lr=0.05; head sweep: sgd lrs 0.001/0.002/0.005/0.01/0.02/0.05/0.2/0.5, adam lrs "
         "0.001/0.003/0.01/0.03/0.1 (standardized features: sgd 0.005/0.02/0.05/0.2, adam 0.003/0.01/0.03), tuning 3 "
         "seeds (100-102), confirmation 5 seeds (200-204), checkpoints 400/800/1600/3200; thread check on 2 seeds (1 vs 2 "
-        "torch threads)")
+        "torch threads); ablation: noise 1/2/3, stage-1 steps 400/1600")
 
 
 def test_tidy_tables_hold_the_list_columns_one_value_per_row():
@@ -1272,3 +1272,53 @@ def test_fig_1_5_draws_the_interval_its_printed_verdict_is_read_from():
     plt.close(fig)
     with pytest.raises(ValueError, match="'sgd' has estimate"):  # a claim of another quantity is refused
         figures.optimizer_gap_figure(gaps, verdicts={"sgd": chosen["adam"]})
+
+
+# --- the sizes against the seed article's: the ablation (issue 35) --------------------------------------------------
+
+def test_ablation_runs_the_main_runs_at_other_noise_and_stage1_lengths_and_reuses_the_books_cell():
+    from bnstudy.study.experiments.freeze_modes import run
+    full = run.make_config("full")
+    abl = run.ablation_configs(full)
+    cells = {(r.noise, r.stage1_steps) for r in abl}
+    assert cells == {(n, k) for n in run.ABLATION["noise"] for k in run.ABLATION["stage1_steps"]}
+    assert len(abl) == len(cells) * len(full.seeds) * len(run.ABLATION["modes"])
+    main = set(full.run_configs())
+    assert {r for r in abl if (r.noise, r.stage1_steps) == (full.noise, 400)} <= main  # the book's cell is the main run's
+    assert all(r.replace(noise=full.noise, stage1_steps=400) in main for r in abl)  # all else equal
+    assert run.ablation_configs(run.make_config("quick")) == [] and "ablation" in run.SIBLING_TABLES
+    with pytest.raises(ValueError, match="ablation"):
+        run.make_config("quick", ablation="on")
+
+
+def _ablation_rows():
+    rows = []
+    for n in (1.0, 3.0):
+        for k in (400, 1600):
+            for s in range(4):
+                for m in ("train_mode", "backbone_eval"):
+                    a = (0.1 if n == 1.0 else 0.3) + 0.01 * s
+                    rows.append(dict(seed=s, n_classes=10, noise=n, stage1_steps=k, mode=m, task_a_before=0.99,
+                                     task_a_after=a if m == "train_mode" else 0.99,
+                                     task_b=0.4 + 0.01 * s if m == "train_mode" else 0.3,
+                                     max_old_logit_change=20.0 + s if m == "train_mode" else 0.0))
+    return pd.DataFrame(rows)
+
+
+def test_ablation_claims_table_and_sentence_on_hand_made_rows():
+    ab = _ablation_rows()
+    C = findings.ablation_claims(ab)
+    assert list(C.key) == ["abl_chance_n1_s400", "abl_chance_n1_s1600", "abl_chance_n3_s400", "abl_chance_n3_s1600"]
+    assert list(C.kind) == ["equivalent", "equivalent", "higher", "higher"] and (C.family == "ablation").all()
+    t = findings.ablation_table(ab, C)
+    assert t.loc[("1", "400"), "seeds ≤ 0.15"] == "4 of 4" and t.loc[("3", "400"), "seeds ≤ 0.15"] == "0 of 4"
+    assert t.loc[("3", "1,600"), "old logits moved, median (largest)"] == "21.5 (23.0)"
+    assert t.loc[("1", "400"), "task B train mode - pinned"].startswith("+0.115")
+    text = findings.ablation_sentence(ab, C, 3.0)
+    assert text.startswith("Task A in `train_mode` falls lowest with pixel noise 1 and 400 stage-1 steps: to 0.115")
+    assert "against 0.315 and 23.0 with the book's pixel noise 3 and 400 stage-1 steps" in text
+    assert "in 2 of 4 cells" in text
+    none = ab.assign(task_a_after=ab.task_a_after + 0.3)
+    assert "In no cell is task A shown to be about chance" in findings.ablation_sentence(
+        none, findings.ablation_claims(none), 3.0)
+    assert findings.ablation_claims(ab.iloc[:0]).empty

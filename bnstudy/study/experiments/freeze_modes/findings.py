@@ -1295,3 +1295,72 @@ def drift_sentence(n_inside: int, n_intervals: int, n_expected_misses: float) ->
         return "No recorded step was compared with the prediction."
     return (f"{n_inside} of {n_intervals} per-block, per-step 95% intervals contain the prediction (about "
             f"{n_expected_misses:.1f} misses expected by chance).")
+
+
+# --- the reproduction's sizes against the seed article's: an ablation (issue 35) ----------------------------------
+
+def _ablation_cells(ab: pd.DataFrame):
+    """``[((noise, stage1_steps), rows)]`` of the ablation's rows (:func:`.run.ablation_configs`), in table order."""
+    return list(ab.groupby(["noise", "stage1_steps"], sort=True))
+
+
+def ablation_claims(ab: pd.DataFrame) -> pd.DataFrame:
+    """Finding 2's "about chance" test (``task_a_chance`` of :func:`claims`: task A after ``train_mode`` minus
+    chance, equivalence within ``(CHANCE_FACTOR - 1) * chance``) in every ablation cell, keys
+    ``abl_chance_n<noise>_s<stage-1 steps>``, one family (``ablation``) of the cells. Empty without rows."""
+    if not len(ab):
+        return claims_table([], family="ablation")
+    chance = 1 / int(ab["n_classes"].iloc[0])
+    comps = []
+    for (n, k), g in _ablation_cells(ab):
+        after = g[g["mode"] == "train_mode"].set_index("seed")["task_a_after"]
+        comps.append((f"abl_chance_n{n:g}_s{k}", after - chance, CHANCE_WORDS, (CHANCE_FACTOR - 1) * chance))
+    return _decided("ablation", comps)
+
+
+def ablation_table(ab: pd.DataFrame, claims_: pd.DataFrame) -> pd.DataFrame:
+    """Per ablation cell (pixel noise, stage-1 steps): task A before stage 2 and after it in ``train_mode`` (means
+    and 95% bounded intervals over seeds), the seeds at or below ``CHANCE_FACTOR`` x chance, the "about chance"
+    verdict (``claims_``: :func:`ablation_claims`), the largest change of the old head's logits (median and largest
+    over seeds) and task B ``train_mode - backbone_eval`` (paired, 95% t interval)."""
+    chance = 1 / int(ab["n_classes"].iloc[0])
+    rows = []
+    for (n, k), g in _ablation_cells(ab):
+        tm, pin = (g[g["mode"] == m].set_index("seed") for m in ("train_mode", "backbone_eval"))
+        before, after = bounded_interval(tm["task_a_before"]), bounded_interval(tm["task_a_after"])
+        gap = t_interval((tm["task_b"] - pin["task_b"]).dropna())
+        c = claim(claims_, f"abl_chance_n{n:g}_s{k}")
+        rows.append({"pixel noise": f"{n:g}", "stage-1 steps": f"{k:,}",
+                     "task A before": f"{before.mean:.3f}",
+                     "task A after, train mode": f"{after.mean:.3f} ({after.low:.3f} to {after.high:.3f})",
+                     f"seeds ≤ {CHANCE_FACTOR * chance:.2f}":
+                         f"{int((tm['task_a_after'] <= CHANCE_FACTOR * chance + 1e-12).sum())} of {len(tm)}",
+                     "about chance?": verdict_md(c),
+                     "old logits moved, median (largest)": f"{tm['max_old_logit_change'].median():.1f} "
+                                                          f"({tm['max_old_logit_change'].max():.1f})",
+                     "task B train mode - pinned": f"{gap.mean:+.3f} ({gap.low:+.3f} to {gap.high:+.3f})"})
+    return pd.DataFrame(rows).set_index(["pixel noise", "stage-1 steps"])
+
+
+def ablation_sentence(ab: pd.DataFrame, claims_: pd.DataFrame, noise: float) -> str:
+    """What the ablation says about the sizes (``noise``: the main run's pixel noise, the book's cell at 400 stage-1
+    steps), chosen by the data: the cell whose task A after ``train_mode`` is lowest, with its largest logit change,
+    against the book's cell and the seed article's (:data:`ARTICLE`), and which cells pass the "about chance" test."""
+    if not len(ab):
+        return "The ablation was not run here (its `ablation` parameter is off)."
+    stats = {}
+    for (n, k), g in _ablation_cells(ab):
+        tm = g[g["mode"] == "train_mode"]
+        stats[(n, k)] = (float(tm["task_a_after"].mean()), float(tm["max_old_logit_change"].max()))
+    low = min(stats, key=lambda c: stats[c][0])
+    book = min(stats, key=lambda c: (abs(c[0] - noise), c[1]))
+    chance_cells = [c for c in stats if claim(claims_, f"abl_chance_n{c[0]:g}_s{c[1]}").kind == "equivalent"]
+    cell = lambda c: f"pixel noise {c[0]:g} and {c[1]:,} stage-1 steps"  # noqa: E731
+    said = (f"Task A in `train_mode` falls lowest with {cell(low)}: to {stats[low][0]:.3f} on average, the old head's "
+            f"logits moving by up to {stats[low][1]:.1f}, against {stats[book][0]:.3f} and {stats[book][1]:.1f} with "
+            f"the book's {cell(book)} and {ARTICLE['task_a_after_tm']:.3f} and {ARTICLE['max_logit_change']:.0f} in "
+            f"the seed article. ")
+    if not chance_cells:
+        return said + "In no cell is task A shown to be about chance (equivalence within the chapter's margin)."
+    return said + ("Task A is shown to be about chance (equivalence within the chapter's margin) with "
+                   + join([cell(c) for c in sorted(chance_cells)]) + f", in {len(chance_cells)} of {len(stats)} cells.")

@@ -46,18 +46,27 @@ STD_ADAM_LRS = (0.003, 0.01, 0.03)
 #: checkpoints); full: the complete grids and four checkpoints.
 PROFILES = {"quick": dict(seeds=3, tuning_seeds=(100, 101), confirm_seeds=(200, 201), checkpoints=(400, 800),
                           sgd_lrs=(0.001, 0.005, 0.05, 0.2), adam_lrs=(0.003, 0.01, 0.03, 0.1),
-                          std_sgd_lrs=(0.02, 0.05, 0.2), std_adam_lrs=(0.003, 0.01, 0.03)),
+                          std_sgd_lrs=(0.02, 0.05, 0.2), std_adam_lrs=(0.003, 0.01, 0.03), ablation=False),
             "full": dict(seeds=10, tuning_seeds=(100, 101, 102), confirm_seeds=(200, 201, 202, 203, 204),
                          checkpoints=(400, 800, 1600, 3200), sgd_lrs=SGD_LRS, adam_lrs=ADAM_LRS,
-                         std_sgd_lrs=STD_SGD_LRS, std_adam_lrs=STD_ADAM_LRS)}
+                         std_sgd_lrs=STD_SGD_LRS, std_adam_lrs=STD_ADAM_LRS, ablation=True)}
 #: The drift figure's noise floor is read at recorded steps where (1 - m)^t is below this.
 FLOOR_WEIGHT = 1e-4
 #: Analysis-only parameters: none, every field of :class:`Config` decides some run (``thread_seeds`` the thread
-#: check's). Parameters added after the release's rows were computed (docs/chapter-code.md): none yet.
+#: check's). Parameters added after the release's rows were computed (docs/chapter-code.md): ``ablation`` (off
+#: for rows from before it).
 ANALYSIS_PARAMETERS = ()
-READ_DEFAULTS: dict = {}
+READ_DEFAULTS: dict = {"ablation": False}
 #: The tables :func:`run_tables` returns beside the main one (``01_freeze_modes_<suffix>.csv``), in this order.
-SIBLING_TABLES = ("drift", "logit_quantiles", "head_sweep", "reference_grads", "buffers", "drift_targets", "threads")
+SIBLING_TABLES = ("drift", "logit_quantiles", "head_sweep", "reference_grads", "buffers", "drift_targets", "threads",
+                  "ablation")
+#: Issue 35's ablation of the reproduction's sizes against the seed article's (task A in ``train_mode`` falls to
+#: 0.104 there, 0.246 here; the old logits move by up to 39 there, 12.5 here): the main run's ``train_mode`` and
+#: ``backbone_eval`` (its shift, head, optimizer and rate) at other pixel-noise levels of both tasks and another
+#: stage-1 length, all else equal, on the reported seeds. Noise 1 is the tasks' default
+#: (:func:`bnstudy.study.tasks.make_task`), 3 the book's; 400 stage-1 steps are the book's, 1,600 four times as
+#: many. The seed article gives neither value. Fixed before any of them was run.
+ABLATION = dict(noise=(1.0, 2.0, 3.0), stage1_steps=(400, 1600), modes=("train_mode", "backbone_eval"))
 
 
 def floor_steps(momentum: float, steps: int) -> list[int]:
@@ -108,6 +117,7 @@ class Config(ChapterConfig):
     std_sgd_lrs: tuple = STD_SGD_LRS
     std_adam_lrs: tuple = STD_ADAM_LRS
     thread_seeds: int = 2
+    ablation: bool = False
 
     PROFILES = PROFILES
     NORMALIZE = {
@@ -123,6 +133,7 @@ class Config(ChapterConfig):
              lambda c: not ({*c.seeds} & {*c.tuning_seeds} or {*c.seeds} & {*c.confirm_seeds}
                             or {*c.tuning_seeds} & {*c.confirm_seeds})),
         Rule("thread_seeds", "<= the number of seeds", lambda c: c.thread_seeds <= len(c.seeds)),
+        Rule("ablation", "True or False", lambda c: isinstance(c.ablation, bool)),
         Rule("steps", f"at least the first recorded step where (1 - momentum)^t < {FLOOR_WEIGHT} (the drift analysis' "
              "noise floor; 100 at momentum 0.1)", lambda c: "train_mode" not in c.modes or floor_steps(c.momentum,
                                                                                                        c.steps)),
@@ -151,12 +162,26 @@ class Config(ChapterConfig):
                 f"head sweep: sgd lrs {g(self.sgd_lrs)}, adam lrs {g(self.adam_lrs)} (standardized features: sgd "
                 f"{g(self.std_sgd_lrs)}, adam {g(self.std_adam_lrs)}), tuning {seeds_label(self.tuning_seeds)}, "
                 f"confirmation {seeds_label(self.confirm_seeds)}, checkpoints {'/'.join(map(str, self.checkpoints))}; "
-                f"thread check on {self.thread_seeds} seeds (1 vs 2 torch threads)")
+                f"thread check on {self.thread_seeds} seeds (1 vs 2 torch threads)"
+                + ("; ablation: noise " + "/".join(f"{x:g}" for x in ABLATION["noise"]) + ", stage-1 steps "
+                   + "/".join(map(str, ABLATION["stage1_steps"])) if self.ablation else ""))
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
     """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``seeds=None``: the profile's)."""
     return from_profile(Config, PROFILES, profile, **overrides)
+
+
+def ablation_configs(config: Config) -> list[RunConfig]:
+    """The ablation's runs (:data:`ABLATION`; none when ``config.ablation`` is off): per pixel noise, stage-1 length,
+    seed and mode, the main run's :class:`RunConfig` with that noise and stage-1 length (the book's own cell is the
+    main run's runs, read from the cache)."""
+    if not config.ablation:
+        return []
+    base = config.run_configs()[0].asdict()
+    return [RunConfig(**{**base, "seed": s, "mode": m, "noise": n, "stage1_steps": k})
+            for n in ABLATION["noise"] for k in ABLATION["stage1_steps"] for s in config.seeds
+            for m in ABLATION["modes"]]
 
 
 def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
@@ -529,7 +554,8 @@ def thread_check(config: Config, execution: Execution | None = None) -> pd.DataF
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
     """Everything the page analyses, as the tables it saves: ``(results_table(main run), {name: table})`` for
     :data:`SIBLING_TABLES` (the main run's list columns and the sweep's ``attrs`` as tidy tables; the saved
-    ``head_sweep`` keeps no ``attrs``). Runs :func:`run`, :func:`run_head_sweep`, :func:`thread_check` (cached)."""
+    ``head_sweep`` keeps no ``attrs``; ``ablation``: :func:`ablation_configs`' rows, empty when it is off). Runs
+    :func:`run`, :func:`run_head_sweep`, :func:`thread_check` and the ablation (cached)."""
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs a freeze_modes.Config (see make_config), got {type(config).__name__}")
     df = run(config, execution)
@@ -537,6 +563,8 @@ def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.D
     threads = thread_check(config, execution)
     plain = sweep.copy()
     plain.attrs = {}
+    abl = ablation_configs(config)
+    ablation = results_table(transfer_sweep(abl, NAMESPACE, execution)) if abl else results_table(df).iloc[:0].copy()
     return results_table(df), dict(drift=drift_table(df), logit_quantiles=logit_quantile_table(df), head_sweep=plain,
                                    reference_grads=reference_grad_table(sweep), buffers=buffer_table(sweep),
-                                   drift_targets=sweep_drift_table(sweep), threads=threads)
+                                   drift_targets=sweep_drift_table(sweep), threads=threads, ablation=ablation)
