@@ -116,6 +116,9 @@ def test_compute_with_reuse_units_runs_only_the_units_a_new_axis_adds(quick_rele
     shutil.copytree(quick_release, rel)
     monkeypatch.setenv("BNSTUDY_CACHE_DIR", str(tmp_path / "empty-cache"))
     old_units = release.read_units(rel / "units" / "07_real_data.jsonl.gz")
+    for u in old_units:  # as if computed before numeric environments were recorded
+        u["numerics"] = None
+    release.write_units(old_units, rel / "units" / "07_real_data.jsonl.gz")
     lines = []
     release.compute("07", rel, allow_dirty=True, profile="quick", log=lines.append, reuse_units=True,
                     parameters=dict(networks=["small_cnn"], corruptions=["inversion", "gaussian_noise"]))
@@ -127,6 +130,16 @@ def test_compute_with_reuse_units_runs_only_the_units_a_new_axis_adds(quick_rele
     keys = ["network", "seed", "corruption", "severity", "mode"]
     kept = new[new.corruption.isin(set(old.corruption))].drop(columns="wall_s").sort_values(keys, ignore_index=True)
     assert kept.equals(old.drop(columns="wall_s").sort_values(keys, ignore_index=True))
+    # the reused units keep the environment they were computed under; the chapter says it mixes two, and its
+    # verification is statistical on every machine
+    from bnstudy.study import numerics
+    envs = [u.get("numerics") for u in units]
+    assert envs.count(None) == len(old_units) and envs.count(numerics.key()) == len(units) - len(old_units)
+    assert m["chapters"]["07"]["numerics"]["mixed"] == {"unrecorded": len(old_units),
+                                                        numerics.key(): len(units) - len(old_units)}
+    lines = []
+    assert release.verify("07", 1, release_dir=rel, log=lines.append, record=False) == 0
+    assert any("checked statistically" in x and "2 numeric environments" in x for x in lines), lines
 
 
 @pytest.mark.slow

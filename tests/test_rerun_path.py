@@ -102,3 +102,14 @@ def test_a_value_from_another_chapters_page_is_named_not_dropped():
     assert cli.mark_other_pages_values(nb, "02-eval-traps") == 2
     assert nb.cells[0].source == ("reads *[chapter 1]* (*[chapter 1]*), here {glue:text}`ch02_x:.2f` "
                                   "and {glue:text}`02-eval-traps.ipynb::ch02_y`")
+
+
+def test_the_reproduce_page_lists_every_chapters_sibling_tables():
+    """book/reproduce.md names each table a chapter's page reads beside its main one (the fresh-user report: chapters
+    4-7 had added tables the list missed)."""
+    from pathlib import Path
+    from bnstudy.study import release
+    text = (Path(__file__).resolve().parent.parent / "book" / "reproduce.md").read_text()
+    missing = [f"{ch.main}_{s}.csv" for ch in release.CHAPTERS.values() for s in ch.siblings()
+               if f"_{s}.csv`" not in text]
+    assert not missing, missing

@@ -307,7 +307,7 @@ def test_temperature_check_uses_held_out_seeds_only():
     assert check.n_tasks == (4,) and check.inference_batches == (1,) and check.check_temperatures
     assert check.steps == cfg.steps and check.temperature == cfg.temperature
     assert not set(run.temperature_check_config(run.make_config("full")).seeds) & set(range(10))
-    with pytest.raises(ValueError, match="reported seeds"):
+    with pytest.raises(ValueError, match="held-out seeds"):  # refused when the config is made, before any run
         run.temperature_check_config(run.make_config("quick", seeds=[10, 11]))
 
 
@@ -850,9 +850,9 @@ def test_family_claims_are_condition_minus_oracle_per_family_and_task_count_in_o
     assert findings.family_claims(fdf.iloc[:0]).empty
 
 
-@pytest.mark.parametrize("b1, bmax, says", [(0.3, 0.0, "route batches rather than single images"),
+@pytest.mark.parametrize("b1, bmax, says", [(0.3, 0.0, "whether batches avoid the loss is not decided"),
                                             (0.3, 0.3, "keep a task label under these shifts"),
-                                            (0.0, 0.0, "no loss is shown there")])
+                                            (0.0, 0.0, "routing by statistics serves these shifts too")])
 def test_family_answer_flips_with_the_routed_head_verdicts(b1, bmax, says):
     fdf = _family_table(b1, bmax)
     if b1 == 0.0:  # no loss at all: the routed head equals the oracle's accuracy
@@ -860,7 +860,7 @@ def test_family_answer_flips_with_the_routed_head_verdicts(b1, bmax, says):
     C = findings.family_claims(fdf)
     words = findings.family_words(fdf, C, findings.family_findings(fdf, C))
     assert says in words["fam_answer"]
-    assert set(words) == {"fam_design_text", "fam_unknown_text", "fam_routing_text", "fam_wrong_text",
+    assert set(words) == {"fam_intro_text", "fam_unknown_text", "fam_routing_text", "fam_wrong_text",
                           "fam_cells_text", "fam_answer"}
     tab = findings.family_table(fdf, C, findings.family_findings(fdf, C))
     assert list(tab.index) == ["blur, 2", "noise, 2"]
@@ -874,3 +874,52 @@ def test_family_design_text_is_made_from_the_shift_table():
     text = findings.family_design_text(("mix",))
     assert text == ("**mix**: B blurred (std 2t px) and noised (extra std 3t), C blurred (std 2t px), "
                     "D noised (extra std 3t)")
+
+
+def test_reported_seeds_that_are_the_temperature_checks_are_refused_before_any_run():
+    with pytest.raises(ValueError, match=r"seeds must be disjoint from the temperature check's held-out seeds \[10, 11\]"):
+        run.make_config("quick", seeds=[10, 11])
+    with pytest.raises(ValueError, match="seeds must be disjoint"):
+        run.make_config("full", seeds=12)  # seeds 0..11 include the full check's 10 and 11
+    assert run.temperature_check_config(run.make_config("full")).seeds == (10, 11, 12, 13, 14)
+
+
+@pytest.mark.parametrize("b1, bmax, says", [
+    (["lower"], ["lower"], "keep a task label under these shifts, since pooled batches"),
+    (["lower"], ["equivalent"], "route batches rather than single images"),
+    (["lower"], ["not decided"], "whether batches avoid the loss is not decided"),
+    (["equivalent", "not decided"], ["equivalent"], "its absence is not shown either"),
+    (["equivalent"], ["higher"], "routing by statistics serves these shifts too")])
+def test_family_advice_never_reads_an_open_comparison_as_no_loss(b1, bmax, says):
+    assert says in findings.family_advice(b1, bmax)
+
+
+@pytest.mark.parametrize("kinds, lead", [
+    (dict(b1="lower", bmax="lower"), "**Not without a cost.**"),
+    (dict(b1="lower", bmax="equivalent"), "**Yes, with batches.**"),
+    (dict(b1="lower", bmax="not decided"), "**Not one image at a time.**"),
+    (dict(b1="not decided", bmax="equivalent"), "**Not decided.**"),
+    (dict(b1="equivalent", bmax="equivalent"), "**Yes, on this grid.**")])
+def test_the_lead_never_reads_not_decided_as_no_loss(kinds, lead):
+    """The fresh-user report: two seeds, intervals from -1 to 1, and the lead said "Yes, on this grid"."""
+    from bnstudy.study.words import notes
+    C = pd.DataFrame([dict(key=f"routed_gentle_{b}_k{k}", kind=kinds[b]) for b in ("b1", "bmax") for k in (2, 4)])
+    F = pd.DataFrame(dict(key=["works_from_b1_k2", "works_from_b1_k4"], value=[0.1, 0.1]))
+    assert notes(findings.LEAD, C, F)["lead"].startswith(lead)
+
+
+def test_an_empty_family_table_says_so_everywhere():
+    empty = pd.DataFrame(columns=list(run.FAMILY_COLUMNS))
+    C = findings.family_claims(empty)
+    words = findings.family_words(empty, C, None)
+    assert set(words.values()) == {findings.NO_FAMILY} and "fam_answer" in words and "fam_intro_text" in words
+    import matplotlib.pyplot as plt
+    plt.close(figures.empty_figure(findings.NO_FAMILY))
+
+
+def test_family_answer_names_only_the_families_run():
+    fdf = _family_table(0.3, 0.0)
+    fdf = fdf[fdf.shift_family == "blur"]
+    C = findings.family_claims(fdf)
+    ans = findings.family_words(fdf, C, findings.family_findings(fdf, C))["fam_answer"]
+    assert ans.startswith("Under blur (") and "one shift family × one task count = 1 cell)" in ans

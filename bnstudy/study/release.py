@@ -282,7 +282,7 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
             threads_per_run=p.get("torch_threads_per_run", 1), workers=p.get("workers"), device=e.get("device"),
             cpu=cpu_model(), run_wall_s=p.get("run_wall_s"), page_wall_s=round(wall, 1),
             computed=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            numerics=_chapter_numerics(units), **({"reused_units": n_reused} if reused else {}))
+            numerics=_chapter_numerics(units, allow_other=bool(reused)), **({"reused_units": n_reused} if reused else {}))
         today = datetime.date.today()
         manifest["release"] = dict(manifest.get("release") or {}, version=today.strftime("%Y.%m.%d"),
                                    date=today.isoformat(), git_commit=commit, code_fingerprint=code_fingerprint(),
@@ -305,18 +305,23 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
     return manifest
 
 
-def _chapter_numerics(units: list[dict]) -> dict:
+def _chapter_numerics(units: list[dict], allow_other: bool = False) -> dict:
     """The numeric environment a chapter's units were computed under (:func:`bnstudy.study.numerics.record` of this
     process, which set the pin its kernels and workers inherit), with ``key``; raises ``RuntimeError`` if a unit
     records another environment (a run cache filled under other kernels: rows of two environments never mix in
-    one release table)."""
+    one release table), unless ``allow_other`` (units reused from the release's record, ``compute(reuse_units=
+    True)``): then ``mixed`` counts the units per environment (``"unrecorded"``: computed before environments were
+    recorded), and :func:`verify_chapter` checks the chapter statistically on every machine."""
     from . import numerics
     rec = numerics.record()
     rec["key"] = numerics.key(rec)
-    other = sorted({u.get("numerics") for u in units} - {rec["key"]})
-    if other:
+    envs = [u.get("numerics") or "unrecorded" for u in units]
+    other = sorted(set(envs) - {rec["key"]})
+    if other and not allow_other:
         raise RuntimeError(f"release: units computed under numeric environments {other}, not this process's "
                            f"{rec['key']}; recompute them here (they are keyed apart in the run cache)")
+    if other:
+        rec["mixed"] = {k: envs.count(k) for k in sorted(set(envs))}
     return rec
 
 
@@ -528,6 +533,9 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
     diffs: list[str] = []
     recorded = (manifest.get("chapters", {}).get(ch.number) or {}).get("numerics")
     environment = numerics.differences(recorded, numerics.record())
+    if (recorded or {}).get("mixed"):  # units reused from an earlier computation (compute(reuse_units=True))
+        environment = [f"its units were computed under {len(recorded['mixed'])} numeric environments ("
+                       + ", ".join(f"{n:,} under {k}" for k, n in recorded["mixed"].items()) + ")"] + environment
     mode = "statistical" if environment else "exact"
 
     def compare(tables, when):

@@ -496,12 +496,16 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
     want = numerics.expected()
     cache = RunCache(root, namespace, version or namespace_version(run_group, configs), numerics.key(want))
     known = os.environ.get(VERIFY_ENV)
+    reused = {}  # config index -> the numeric environment its recorded row was computed under
     if known:  # verifying a release: the recorded rows of every unit not sampled count as cached
         rows_of = _known_rows(known)
-        for c in configs:
-            row = rows_of.get((namespace, _canonical(c), ex.threads))
+        envs = _KNOWN_NUMERICS[str(known)]
+        for i, c in enumerate(configs):
+            k = (namespace, _canonical(c), ex.threads)
+            row = rows_of.get(k)
             if row is not None and cache.get(c) is None:
                 cache.put(c, row)
+                reused[i] = envs.get(k)
     if groups is None:
         groups = [[i] for i in range(len(configs))]
     elif sorted(i for g in groups for i in g) != list(range(len(configs))):
@@ -574,8 +578,10 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
             raise RuntimeError(f"run_sweep: no cached result for config {c} after the sweep")
         rows.append(row)
     log = os.environ.get(UNITS_LOG_ENV)
-    if log:
-        record_units(log, namespace, configs, rows, ex.threads)
+    if log:  # a row taken from the known units keeps the environment it was computed under
+        record_units(log, namespace, configs, rows, ex.threads,
+                     environments=[("unrecorded" if reused[i] is None else reused[i]) if i in reused else None
+                                   for i in range(len(configs))] if reused else None)
     return pd.DataFrame(rows)
 
 
@@ -590,6 +596,8 @@ UNITS_LOG_ENV = "BNSTUDY_UNITS_LOG"
 VERIFY_ENV = "BNSTUDY_VERIFY"
 _LOGGED: dict[str, set] = {}
 _KNOWN: dict[str, dict] = {}
+#: The numeric environment each known unit records (``None``: computed before environments were recorded).
+_KNOWN_NUMERICS: dict[str, dict] = {}
 
 
 def unit_threads(doc: dict) -> int:
@@ -610,21 +618,28 @@ def _known_rows(path) -> dict:
         with opener(path, "rt") as f:
             docs = [json.loads(line) for line in f if line.strip()]
         _KNOWN[path] = {(d["namespace"], _canonical(d["config"]), unit_threads(d)): d["row"] for d in docs}
+        _KNOWN_NUMERICS[path] = {(d["namespace"], _canonical(d["config"]), unit_threads(d)): d.get("numerics")
+                                 for d in docs}
     return _KNOWN[path]
 
 
-def record_units(path, namespace: str, configs: list, rows: list[dict], threads: int = 1) -> int:
+def record_units(path, namespace: str, configs: list, rows: list[dict], threads: int = 1,
+                 environments: list | None = None) -> int:
     """Append each ``(config, row)`` of ``namespace`` not yet recorded in ``path`` by this process as one JSON line,
-    with the torch ``threads`` the runs used (a thread check reruns a config at another count: another unit).
+    with the torch ``threads`` the runs used (a thread check reruns a config at another count: another unit) and the
+    numeric environment it was computed under: this process's, or per config ``environments[i]`` where that is not
+    ``None`` (a row reused from an earlier computation keeps its own; ``"unrecorded"`` stands for none recorded).
 
     Returns how many lines were written. Lines are written whole and flushed; a reader skips a last line cut
     short by a killed process (:func:`read_units`)."""
     path = str(Path(path).resolve())
     seen = _LOGGED.setdefault(path, set())
     lines = []
-    for c, r in zip(configs, rows):
+    here = numerics.key()
+    for i, (c, r) in enumerate(zip(configs, rows)):
+        env = (environments or [None] * len(configs))[i]
         doc = {"namespace": namespace, "config": _jsonable(c), "row": _jsonable(r), "threads": int(threads),
-               "numerics": numerics.key()}
+               "numerics": here if env is None else (None if env == "unrecorded" else env)}
         key = config_key(doc["config"], namespace, f"threads={int(threads)}")
         if key in seen:
             continue

@@ -81,6 +81,15 @@ def routing_figure(table: pd.DataFrame, routers=HARD_ROUTERS):
         return _finish(fig, axes[0][0], ncol=4)
 
 
+def empty_figure(text: str):
+    """A small figure that only says ``text`` (a section whose rows were not run, so its figure reference resolves)."""
+    with plt.rc_context(style.rc()):
+        fig, ax = plt.subplots(figsize=(style.COLUMN_WIDTH_IN, 1.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
+        return fig
+
+
 def family_routing_figure(routes: pd.DataFrame, router: str = "nearest_first"):
     """The shift families that are not brightness/contrast: ``router``'s routing accuracy against the family strength,
     one line (band: 95% interval) per inference batch size; columns: shift families, rows: number of tasks

@@ -626,10 +626,13 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
                                                     n("tost_margin"), ALPHA)
     apart = out["cell_counts_apart_text"] = cells_apart_text(cells, n("tost_margin"))
     head_loses = any(claim(table, f"routed_gentle_b1_k{k}").kind == "lower" for k in ks)
+    head_open = _head_open(table, f, "b1") or _head_open(table, f, "bmax")
     out["unknown_head_text"] = f"at the gentlest shift (t = {gentle:g}) the routed head minus the oracle is " \
         f"{routed_b1} per sample" + (
             ", so there routing by statistics does not stand in for the task label: pool inference batches, or keep "
-            "a task label." if head_loses else ": no loss is shown there on this grid.")
+            "a task label." if head_loses else ": no loss is shown there, but some interval includes losses, so "
+            "whether routing stands in for the task label is not decided on this grid." if head_open else
+            ": no loss is shown there on this grid.")
     works = f"{out['works_b1_short_text']}; with batches of {bmax} {out['works_bmax_text']}"
     out.update(
         routing_takeaway=f"Takeaway: per-sample routing works {works}.",
@@ -659,7 +662,8 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
         "(`bnstudy.study.banks.StatisticBank(model.backbone, n_banks=2)` for two tasks) and send each input batch to the bank nearest its "
         "first-layer statistics (`bnstudy.study.routing.routed_forward(bank, x, bnstudy.study.routing.NearestStatistics(bank))`)"
         + ("; where the shift is gentle, pool inference batches or keep a task label (" + join(why) + ")." if why
-           else "; on this grid that needs no task label."))
+           else "; whether a gentle shift needs a task label is not decided on this grid (some interval includes "
+           "losses): keep one until it is." if head_open else "; on this grid that needs no task label."))
     return out
 
 
@@ -680,16 +684,31 @@ def _head_loses(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
     return any(claim(c, f"routed_gentle_{b}_k{k}").kind == "lower" for k in _ks(f))
 
 
+def _head_open(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
+    """Whether some task count's fully task-unknown claim (``routed_gentle_<b>_k<K>``) is left open: neither a
+    direction nor equivalence shown (:data:`OPEN_KINDS`), so "no loss shown" is not "no loss"."""
+    return any(claim(c, f"routed_gentle_{b}_k{k}").kind in OPEN_KINDS for k in _ks(f))
+
+
 #: The answer's plain first sentence (issue 37), chosen by the fully task-unknown claims (the router also picks the
-#: head, at the gentlest shift): a loss shown per sample and with batches, per sample only, or at neither.
+#: head, at the gentlest shift): a loss shown per sample and with batches; per sample only, with batches shown not to
+#: lose or left open; no loss shown per sample but a claim left open; no loss shown and none open.
 LEAD = (
     Note("lead", lambda c, f: _head_loses(c, f, "b1") and _head_loses(c, f, "bmax"),
          "**Not without a cost.** Routing by statistics works at clear shifts, but with the task unknown and a "
          "gentle shift it loses accuracy, in batches too at some task count tried: keep a task label."),
-    Note("lead", lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax"),
+    Note("lead", lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and not _head_open(c, f, "bmax"),
          "**Yes, with batches.** Routing by statistics works at clear shifts, but one image at a time loses "
          "accuracy at gentle shifts when the task is unknown: route batches."),
-    Note("lead", lambda c, f: not _head_loses(c, f, "b1"),
+    Note("lead", lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and _head_open(c, f, "bmax"),
+         "**Not one image at a time.** Routing by statistics works at clear shifts, but one image at a time loses "
+         "accuracy at gentle shifts when the task is unknown, and whether batches avoid that is not decided on "
+         "this grid: keep a task label."),
+    Note("lead", lambda c, f: not _head_loses(c, f, "b1") and _head_open(c, f, "b1"),
+         "**Not decided.** Routing by statistics works at clear shifts, but whether it loses accuracy at a gentle "
+         "shift when the task is unknown is not decided on this grid (the intervals include losses): keep a task "
+         "label until it is."),
+    Note("lead", lambda c, f: not _head_loses(c, f, "b1") and not _head_open(c, f, "b1"),
          "**Yes, on this grid.** Routing by first-layer statistics shows no loss, even with the task unknown: keep"
          " one set of statistics per task and route."),
 )
@@ -842,48 +861,79 @@ def family_routes(fdf: pd.DataFrame) -> pd.DataFrame:
                       for f, g in fdf.groupby("shift_family", sort=False)], ignore_index=True)
 
 
-def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame) -> dict[str, str]:
-    """The families' sentences (glued as ``ch06_<name>``): ``fam_design_text``, ``fam_unknown_text`` (the fully
-    task-unknown cost, per family and task count, per sample and with the largest batches), ``fam_routing_text``
-    (where per-sample routing works), ``fam_wrong_text`` (the wrong-bank costs' verdicts), ``fam_cells_text`` (the
-    router cells with those equal to the oracle by construction apart, :func:`cells_apart_text`) and
-    ``fam_answer`` (one sentence for the answer box, counts of the verdicts printed in the table)."""
+#: How the page names each shift family in a list.
+FAMILY_WORDS = {"blur": "blur", "noise": "added noise", "mix": "a mix of blur and added noise"}
+#: Verdict kinds that leave a comparison open (neither a direction nor equivalence shown).
+OPEN_KINDS = ("not decided", "too few seeds")
+#: The page's words for a family section with no rows (``shift_families`` empty).
+NO_FAMILY = "No shift family other than brightness/contrast was run here (shift_families is empty)."
+
+
+def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None) -> dict[str, str]:
+    """The families' sentences (glued as ``ch06_<name>``): ``fam_intro_text`` (what was run, from
+    :data:`.run.FAMILY_SHIFTS` and the strengths), ``fam_unknown_text`` (the fully task-unknown cost, per family and
+    task count, per sample and with the largest batches), ``fam_routing_text`` (where routing works, at the claims'
+    family level), ``fam_wrong_text`` (the wrong-bank costs' verdicts), ``fam_cells_text`` (the router cells with
+    those equal to the oracle by construction apart, :func:`cells_apart_text`) and ``fam_answer`` (one sentence for
+    the answer box and the front page: counts of the printed verdicts, and what to do by the one rule of
+    :func:`family_advice`). With no rows every one says so (:data:`NO_FAMILY`)."""
     families = list(dict.fromkeys(fdf.shift_family))
-    if not families:
-        none = "no shift family other than brightness/contrast was run"
-        return dict.fromkeys(("fam_design_text", "fam_unknown_text", "fam_routing_text", "fam_wrong_text",
-                              "fam_cells_text", "fam_answer"), none)
-    bmax, gentle = int(fdf.inference_batch.max()), number(f, "fam_gentle")
+    keys = ("fam_intro_text", "fam_unknown_text", "fam_routing_text", "fam_wrong_text", "fam_cells_text",
+            "fam_answer")
+    if not families or f is None:
+        return dict.fromkeys(keys, NO_FAMILY)
+    bmax, gentle, strong = int(fdf.inference_batch.max()), number(f, "fam_gentle"), number(f, "fam_strong")
     ks = sorted(int(k) for k in fdf.n_tasks.unique())
     per = lambda q, fam: join([f"{family_claim_text(claim(table, f'fam_{fam}_{q}_k{k}'))} with "  # noqa: E731
                                f"{_tasks(i, k)}" for i, k in enumerate(ks)])
     verdicts = lambda q, fam: join([f"{verdict_md(claim(table, f'fam_{fam}_{q}_k{k}'))} with "  # noqa: E731
                                     f"{count_word(k)} tasks" for k in ks])
-    out = dict(fam_design_text=family_design_text(families))
-    out["fam_unknown_text"] = "; ".join(f"**{fam}**: {per('routed_b1', fam)} per sample, and {per('routed_bmax', fam)}"
-                                        f" with batches of {bmax}" for fam in families)
-    out["fam_routing_text"] = "; ".join(
-        f"**{fam}**: per sample {works_phrase(_fam_k(f, fam, 'b1'), gentle)}, with batches of {bmax} "
-        f"{works_phrase(_fam_k(f, fam, 'bmax'), gentle)}" for fam in families)
+    names = join([FAMILY_WORDS.get(fam, fam) for fam in families])
+    n_fam = f"{count_word(len(families))} shift famil{'y' if len(families) == 1 else 'ies'}"
+    out = dict(fam_intro_text=(
+        f"So the same banks, routers, heads and tasks were also run under {n_fam} that no per-channel affine map "
+        f"undoes, each new task shifted differently, fixed before any of them was run and not tuned "
+        f"({family_design_text(families)}), at strengths t from {gentle:g} to {strong:g}: a grid of their own, "
+        "since at the brightness/contrast grid's gentlest levels a blur changes next to nothing."))
+    out["fam_unknown_text"] = (f"**The cost when the task is unknown** (`nearest_first` picks the bank and the head; "
+                               f"the routed head minus the oracle at t = {gentle:g}): " + "; ".join(
+                                   f"**{fam}**: {per('routed_b1', fam)} per sample, and {per('routed_bmax', fam)}"
+                                   f" with batches of {bmax}" for fam in families) + ".")
+    out["fam_routing_text"] = (
+        f"Where routing works, by the rule above at these claims' own family level ({number(f, 'fam_confidence'):.4g}% "
+        f"intervals, Bonferroni over {number(f, 'fam_m'):.0f} comparisons): " + "; ".join(
+            f"**{fam}**: per sample {works_phrase(_fam_k(f, fam, 'b1'), gentle)}, with batches of {bmax} "
+            f"{works_phrase(_fam_k(f, fam, 'bmax'), gentle)}" for fam in families))
     out["fam_wrong_text"] = "; ".join(f"**{fam}**: train mode {verdicts('train', fam)}, pinned "
                                       f"{verdicts('pinned', fam)}" for fam in families)
     out["fam_cells_text"] = "; ".join(
         f"**{fam}**: " + cells_apart_text(cell_tests(fdf[fdf.shift_family == fam].drop(columns="shift_family")))
         for fam in families)
     n = len(families) * len(ks)
-    lower = lambda q: sum(claim(table, f"fam_{fam}_{q}_k{k}").kind == "lower" for fam in families  # noqa: E731
-                          for k in ks)
+    kinds = lambda q: [claim(table, f"fam_{fam}_{q}_k{k}").kind for fam in families for k in ks]  # noqa: E731
     out["fam_answer"] = (
-        f"Under blur, added noise and a mix of the two (each new task shifted differently, t from {gentle:g} to "
-        f"{number(f, 'fam_strong'):g}; {len(families)} families × {len(ks)} task counts = {n} cells), the task "
-        f"unknown and the router picking the head too, the routed head is shown lower than the oracle at t = "
-        f"{gentle:g} in {lower('routed_b1')} of {n} cells per sample and {lower('routed_bmax')} of {n} with batches "
-        f"of {bmax}: " + (
-            "keep a task label under these shifts, since pooled batches lose there too." if lower("routed_bmax") else
-            "route batches rather than single images under these shifts, or keep a task label." if
-            lower("routed_b1") else "no loss is shown there, so routing by statistics serves these shifts too on "
-            "this grid."))
+        f"Under {names} (each new task shifted differently, t from {gentle:g} to {strong:g}; {n_fam} × "
+        f"{count_word(len(ks))} task count{'' if len(ks) == 1 else 's'} = {n} cell{'' if n == 1 else 's'}), with the task unknown and the router picking the head too, "
+        f"the routed head is shown lower than the oracle at t = {gentle:g} in {kinds('routed_b1').count('lower')} "
+        f"of {n} cells per sample and {kinds('routed_bmax').count('lower')} of {n} with batches of {bmax}: "
+        + family_advice(kinds("routed_b1"), kinds("routed_bmax")))
     return out
+
+
+def family_advice(b1: list, bmax: list) -> str:
+    """What to do under the other shift families, from the printed verdict kinds of the routed-head claims per
+    sample (``b1``) and with the largest batches (``bmax``): a loss shown with batches, per sample only (batches
+    decided or not), none shown but some comparison open (:data:`OPEN_KINDS`), or none shown and none open."""
+    if "lower" in bmax:
+        return "keep a task label under these shifts, since pooled batches lose there too."
+    if "lower" in b1:
+        return ("route batches rather than single images under these shifts, or keep a task label." if not
+                any(k in OPEN_KINDS for k in bmax) else "single images lose under these shifts, and whether batches "
+                "avoid the loss is not decided on this grid: keep a task label.")
+    if any(k in OPEN_KINDS for k in b1 + bmax):
+        return "no loss is shown, but its absence is not shown either (some intervals include losses): whether " \
+               "these shifts need a task label is not decided on this grid."
+    return "no loss is shown there, so routing by statistics serves these shifts too on this grid."
 
 
 def _fam_k(f: pd.DataFrame, fam: str, b: str) -> dict:

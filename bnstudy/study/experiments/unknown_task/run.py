@@ -214,6 +214,9 @@ class Config(ChapterConfig):
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds}
     RULES = (
+        Rule("seeds", lambda c: f"disjoint from the temperature check's held-out seeds {list(TEMPERATURE_CHECK[c.profile]['seeds'])} "
+             "(run.TEMPERATURE_CHECK; a setting checked on a seed would be judged on it)",
+             lambda c: bool(c.check_temperatures) or not set(c.seeds) & set(TEMPERATURE_CHECK[c.profile]["seeds"])),
         Rule("n_tasks", "one or more task counts from 2 to 4", lambda c: c.n_tasks and set(c.n_tasks) <= {2, 3, 4}),
         Rule("strengths", "at least 3 strictly increasing strengths >= 0",
              lambda c: len(c.strengths) >= 3 and list(c.strengths) == sorted(set(c.strengths)) and c.strengths[0] >= 0),
