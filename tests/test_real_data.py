@@ -819,3 +819,12 @@ def test_own_momentum_claims_table_and_sentence_on_hand_made_rows():
     assert "help at 0 and pinning to be better at 4" in text
     assert findings.own_momentum_claims(own.iloc[:0]).empty
     assert "No network was rerun" in findings.own_momentum_sentence(own.iloc[:0], findings.own_momentum_claims(own.iloc[:0]))
+
+
+def test_own_momentum_sentence_says_when_the_rerun_never_leaves_chance():
+    df = _table(True).assign(momentum=0.1, stage1_steps=200)
+    own = _table(True).assign(momentum=0.01, stage1_steps=200, source_task_a_accuracy=0.2, task_a_before=0.2,
+                              task_a_after=0.2, task_b=0.2)
+    text = findings.own_momentum_sentence(own, findings.own_momentum_claims(own), df)
+    assert "task A after stage 1 (eval mode) is 0.200 against 0.950 at momentum 0.1" in text
+    assert "running statistics alone leave task A at chance" in text and "cannot be tested" in text

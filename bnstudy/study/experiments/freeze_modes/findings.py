@@ -1360,7 +1360,14 @@ def ablation_sentence(ab: pd.DataFrame, claims_: pd.DataFrame, noise: float) -> 
             f"logits moving by up to {stats[low][1]:.1f}, against {stats[book][0]:.3f} and {stats[book][1]:.1f} with "
             f"the book's {cell(book)} and {ARTICLE['task_a_after_tm']:.3f} and {ARTICLE['max_logit_change']:.0f} in "
             f"the seed article. ")
+    largest = max(v[1] for v in stats.values())
+    noises, lengths = sorted({c[0] for c in stats}), sorted({c[1] for c in stats})
+    span = (f"pixel noise from {noises[0]:g} to {noises[-1]:g} and stage-1 training from {lengths[0]:,} to "
+            f"{lengths[-1]:,} steps")
     if not chance_cells:
-        return said + "In no cell is task A shown to be about chance (equivalence within the chapter's margin)."
+        return said + ("In no cell is task A shown to be about chance (equivalence within the chapter's margin)"
+                       + (f", and no cell's logits move by more than {largest:.1f}: {span} do not bring the "
+                          "reproduction to the seed article's sizes, and what would is not known from these runs."
+                          if largest < ARTICLE["max_logit_change"] else "."))
     return said + ("Task A is shown to be about chance (equivalence within the chapter's margin) with "
                    + join([cell(c) for c in sorted(chance_cells)]) + f", in {len(chance_cells)} of {len(stats)} cells.")

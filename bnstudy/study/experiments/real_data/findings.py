@@ -827,24 +827,40 @@ def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataF
     return pd.DataFrame(rows).set_index(["network", "BatchNorm momentum"])
 
 
-def own_momentum_sentence(own: pd.DataFrame, own_claims: pd.DataFrame) -> str:
+def own_momentum_sentence(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.DataFrame | None = None) -> str:
     """Which of chapter 1's findings carried over on each network rerun at its own momentum (``own_claims``:
     :func:`own_momentum_claims`, the same test as :func:`carried_sentence`), with the task-B counts over all
-    conditions; a fixed sentence when no network was rerun."""
+    conditions; first, task A after stage 1 in eval mode at both momenta (``df``: the main table), and where the
+    rerun's stays below :data:`CHANCE_LINE` in every seed (its running statistics never caught up with its weights)
+    that it is so and that chapter 1's findings cannot be tested there. A fixed sentence when no network was rerun."""
     if not len(own):
         return ("No network was rerun at its own momentum here (every network's own momentum is the one used, or "
                 "`own_momentum` is off).")
     parts = []
     for n in dict.fromkeys(own["network"]):
         d = own[own.network == n]
+        m = f"{d['momentum'].iloc[0]:g}"
+        src = d.groupby("seed")["source_task_a_accuracy"].first()
+        before = "" if df is None or not len(df[df.network == n]) else (
+            f"task A after stage 1 (eval mode) is {src.mean():.3f} against "
+            f"{df[df.network == n].groupby('seed')['source_task_a_accuracy'].first().mean():.3f} at momentum "
+            f"{df[df.network == n]['momentum'].iloc[0]:g}")
+        if (src < CHANCE_LINE).all():
+            parts.append(f"At {_in_prose(n)}'s own BatchNorm momentum ({m}), {before or 'task A after stage 1 is '}"
+                         f"{'' if before else f'{src.mean():.3f}'} (chance {CHANCE:g}). Its stage-1 weights are the same at "
+                         f"both momenta (stage 1 runs in train mode, which does not read the running statistics), so "
+                         f"after {int(d['stage1_steps'].iloc[0])} stage-1 steps its running statistics alone leave "
+                         f"task A at chance in eval mode in every seed, and chapter 1's findings cannot be tested at "
+                         f"that momentum on this budget")
+            continue
         a, b = claim(own_claims, f"own_carried_a_{n}"), claim(own_claims, f"own_carried_b_{n}")
         f3 = condition_claims(d)
         counts = count_verdicts(f3[f3["question"] == "f3"], ALPHA)
         said = lambda c, want: "carried over" if c.kind == want else f"did not carry over ({verdict_md(c)})"  # noqa: E731
         parts.append(
-            f"At {_in_prose(n)}'s own BatchNorm momentum ({d['momentum'].iloc[0]:g}), where a corruption moves its "
-            f"statistics most ({condition_label(*largest_mismatch(d)[n])}), chapter 1's finding that the one-line "
-            f"freeze costs the old task {said(a, 'lower')} and its finding that drifting statistics help the new "
-            f"task {said(b, 'higher')}; over all {counts['m']} conditions drifting statistics are shown to help at "
+            f"At {_in_prose(n)}'s own BatchNorm momentum ({m}){f', {before},' if before else ''} where a corruption "
+            f"moves its statistics most ({condition_label(*largest_mismatch(d)[n])}), chapter 1's finding that the "
+            f"one-line freeze costs the old task {said(a, 'lower')} and its finding that drifting statistics help the "
+            f"new task {said(b, 'higher')}; over all {counts['m']} conditions drifting statistics are shown to help at "
             f"{counts['higher']} and pinning to be better at {counts['lower']}")
     return "; ".join(parts) + "."
