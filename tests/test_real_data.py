@@ -566,8 +566,10 @@ def test_notebook_with_rows_analyses_the_given_table_instead_of_running(tmp_path
     src = tmp_path / "earlier" / "07_real_data.csv"
     src.parent.mkdir()
     df.to_csv(src, index=False)
-    params = dict(profile="quick", seeds=None, networks=None, corruptions=None, severities=None, stage1_steps=None,
-                  steps=None)
+    params = {**run.make_config("quick").asdict(),  # every field as the run resolved it, the notebook's as given
+              **dict(profile="quick", seeds=None, networks=None, corruptions=None, severities=None, stage1_steps=None,
+                     steps=None)}
+    params.pop("own_momentum")  # rows from before it: read as False (READ_DEFAULTS)
     report.write_sidecar(src, parameters=params)  # no own_momentum: rows from before it read it as False
     sib = src.with_name("07_real_data_own_momentum.csv")
     df.iloc[:0].to_csv(sib, index=False)
