@@ -1324,3 +1324,9 @@ def test_ablation_claims_table_and_sentence_on_hand_made_rows():
     assert "no cell's logits move by more than 23.0: pixel noise from 1 to 3 and stage-1 training from 400 to 1,600 " \
            "steps do not bring the reproduction to the seed article's sizes" in text
     assert findings.ablation_claims(ab.iloc[:0]).empty
+    # the main run's own cell is not asked again: it carries the main run's claim (one verdict per claim)
+    Cb = findings.ablation_claims(ab, book=(3.0, 400))
+    assert "abl_chance_n3_s400" not in set(Cb.key) and len(Cb) == 3
+    main = pd.Series(dict(kind="not decided", verdict="not decided", estimate=0.2, low=-0.1, high=0.5, n=4))
+    tb = findings.ablation_table(ab, Cb, (3.0, 400), main)
+    assert tb.loc[("3", "400"), "about chance?"] == "**not decided**"
