@@ -1308,14 +1308,20 @@ def _ablation_rows():
 def test_ablation_claims_table_and_sentence_on_hand_made_rows():
     ab = _ablation_rows()
     C = findings.ablation_claims(ab)
-    assert list(C.key) == ["abl_chance_n1_s400", "abl_chance_n1_s1600", "abl_chance_n3_s400", "abl_chance_n3_s1600"]
-    assert list(C.kind) == ["equivalent", "equivalent", "higher", "higher"] and (C.family == "ablation").all()
+    chance = C[C.key.str.startswith("abl_chance")]
+    assert list(chance.key) == ["abl_chance_n1_s400", "abl_chance_n1_s1600", "abl_chance_n3_s400",
+                                "abl_chance_n3_s1600"]
+    assert list(chance.kind) == ["equivalent", "equivalent", "higher", "higher"] and (C.family == "ablation").all()
+    assert len(C) == 8 and set(C[C.key.str.startswith("abl_taskb")].kind) == {"higher"}  # one family of both questions
     t = findings.ablation_table(ab, C)
     assert t.loc[("1", "400"), "seeds ≤ 0.15"] == "4 of 4" and t.loc[("3", "400"), "seeds ≤ 0.15"] == "0 of 4"
     assert t.loc[("3", "1,600"), "old logits moved, median (largest)"] == "21.5 (23.0)"
-    assert t.loc[("1", "400"), "task B train mode - pinned"].startswith("+0.115")
+    assert t.loc[("1", "400"), "task B train mode - pinned"].startswith("0.115 (") and "train mode higher" in \
+        t.loc[("1", "400"), "task B train mode - pinned"]
     text = findings.ablation_sentence(ab, C, 3.0)
-    assert text.startswith("Task A in `train_mode` falls lowest with pixel noise 1 and 400 stage-1 steps: to 0.115")
+    assert text.startswith("Task A in `train_mode` has its lowest mean (not tested against the other cells) with pixel "
+                           "noise 1 and 400 stage-1 steps: 0.115")
+    assert "Task B's gain from drifting statistics under the seed's protocol" in text
     assert "against 0.315 and 23.0 with the book's pixel noise 3 and 400 stage-1 steps" in text
     assert "in 2 of 4 cells" in text
     none = ab.assign(task_a_after=ab.task_a_after + 0.3)
@@ -1326,7 +1332,11 @@ def test_ablation_claims_table_and_sentence_on_hand_made_rows():
     assert findings.ablation_claims(ab.iloc[:0]).empty
     # the main run's own cell is not asked again: it carries the main run's claim (one verdict per claim)
     Cb = findings.ablation_claims(ab, book=(3.0, 400))
-    assert "abl_chance_n3_s400" not in set(Cb.key) and len(Cb) == 3
+    assert "abl_chance_n3_s400" not in set(Cb.key) and "abl_taskb_n3_s400" not in set(Cb.key) and len(Cb) == 6
     main = pd.Series(dict(kind="not decided", verdict="not decided", estimate=0.2, low=-0.1, high=0.5, n=4))
-    tb = findings.ablation_table(ab, Cb, (3.0, 400), main)
-    assert tb.loc[("3", "400"), "about chance?"] == "**not decided**"
+    main_b = pd.Series(dict(kind="lower", verdict="train mode lower", estimate=-0.2, low=-0.3, high=-0.1, n=4))
+    tb = findings.ablation_table(ab, Cb, (3.0, 400), main, main_b)
+    assert "train mode lower" in tb.loc[("3", "400"), "task B train mode - pinned"]
+    assert "not with pixel noise 3 and 400 stage-1 steps (train mode lower)" in findings.ablation_sentence(
+        ab, Cb, 3.0, (3.0, 400), main, main_b)
+    assert tb.loc[("3", "400"), "about chance?"] == "not decided"

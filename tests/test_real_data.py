@@ -817,6 +817,7 @@ def test_own_momentum_claims_table_and_sentence_on_hand_made_rows():
     assert tab.iloc[1]["task B over conditions (higher / lower / neither)"] == "0 / 4 / 0 of 4"
     assert tab.iloc[0]["task A after stage 1 (eval mode)"] == "0.950 (0.950 to 0.950)"
     text = findings.own_momentum_sentence(own, O)
+    assert text.startswith("At n's own BatchNorm momentum (0.01), task A after stage 1 (eval mode) is 0.950;")
     assert "costs the old task carried over" in text and "help the new task did not carry over" in text
     assert "help at 0 and pinning to be better at 4" in text
     assert findings.own_momentum_claims(own.iloc[:0]).empty
@@ -829,4 +830,5 @@ def test_own_momentum_sentence_says_when_the_rerun_never_leaves_chance():
                               task_a_after=0.2, task_b=0.2)
     text = findings.own_momentum_sentence(own, findings.own_momentum_claims(own), df)
     assert "task A after stage 1 (eval mode) is 0.200 against 0.950 at momentum 0.1" in text
-    assert "running statistics alone leave task A at chance" in text and "cannot be tested" in text
+    assert "running statistics alone leave it predicting about one class" in text and "not tested" in text
+    assert "the answer above holds for n at momentum 0.1" in text and "A fair test there would need" in text

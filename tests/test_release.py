@@ -125,6 +125,8 @@ def test_compute_with_reuse_units_runs_only_the_units_a_new_axis_adds(quick_rele
     m = release.read_manifest(rel)
     units = release.read_units(rel / "units" / "07_real_data.jsonl.gz")
     assert m["chapters"]["07"]["reused_units"] == len(old_units) < len(units)
+    assert m["chapters"]["07"]["reused_run_wall_s"] == pytest.approx(
+        release.read_manifest(quick_release)["chapters"]["07"]["run_wall_s"])  # the reused units' own cost
     assert any(f"{len(old_units):,} of {len(units):,} units taken from the release's record" in x for x in lines)
     new, old = pd.read_csv(rel / "07_real_data.csv"), pd.read_csv(quick_release / "07_real_data.csv")
     keys = ["network", "seed", "corruption", "severity", "mode"]

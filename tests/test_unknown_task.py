@@ -822,7 +822,7 @@ def _family_table(routed_loss_b1=0.0, routed_loss_bmax=0.0):
     for fam in ("blur", "noise"):
         f = t.assign(shift_family=fam)
         if fam == "blur":
-            sel = (f.condition == "nearest_first") & (f.strength == 0.01)
+            sel = f.condition == "nearest_first"  # at both family strengths (the claims ask the gentlest and the next)
             f.loc[sel & (f.inference_batch == 1), "accuracy_routed_head"] -= routed_loss_b1 + 0.01 * f.seed
             f.loc[sel & (f.inference_batch == 32), "accuracy_routed_head"] -= routed_loss_bmax + 0.01 * f.seed
         out.append(f)
@@ -832,7 +832,8 @@ def _family_table(routed_loss_b1=0.0, routed_loss_bmax=0.0):
 def test_family_claims_are_condition_minus_oracle_per_family_and_task_count_in_one_family():
     fdf = _family_table(routed_loss_b1=0.3)
     C = findings.family_claims(fdf)
-    assert len(C) == 2 * len(findings.FAMILY_QUESTIONS) and C.confidence.nunique() == 1
+    assert len(C) == 2 * (len(findings.FAMILY_QUESTIONS) + 2) and C.confidence.nunique() == 1  # + the next level's two
+    assert {"fam_blur_routed_next_b1_k2", "fam_noise_routed_next_bmax_k2"} <= set(C.key)
     assert np.isclose(C.confidence.iloc[0], 1 - 0.05 / len(C))
     blur = findings.claim(C, "fam_blur_routed_b1_k2")
     # task A loses 0.2 (+0.01 seed) in _table, averaged with task B over two tasks, plus 0.3 (+0.01 seed) here
@@ -860,8 +861,8 @@ def test_family_answer_flips_with_the_routed_head_verdicts(b1, bmax, says):
     C = findings.family_claims(fdf)
     words = findings.family_words(fdf, C, findings.family_findings(fdf, C))
     assert says in words["fam_answer"]
-    assert set(words) == {"fam_intro_text", "fam_unknown_text", "fam_routing_text", "fam_wrong_text",
-                          "fam_cells_text", "fam_answer"}
+    assert set(words) == {"fam_intro_text", "fam_oracle_text", "fam_unknown_text", "fam_routing_text",
+                          "fam_wrong_text", "fam_cells_text", "fam_answer"}
     tab = findings.family_table(fdf, C, findings.family_findings(fdf, C))
     assert list(tab.index) == ["blur, 2", "noise, 2"]
     fig = figures.family_routing_figure(findings.family_routes(fdf))
@@ -922,4 +923,4 @@ def test_family_answer_names_only_the_families_run():
     fdf = fdf[fdf.shift_family == "blur"]
     C = findings.family_claims(fdf)
     ans = findings.family_words(fdf, C, findings.family_findings(fdf, C))["fam_answer"]
-    assert ans.startswith("Under blur (") and "one shift family × one task count = 1 cell)" in ans
+    assert ans.startswith("Under blur (one shift family,") and "1 (family, task count) pair " in ans

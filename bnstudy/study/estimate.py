@@ -70,7 +70,8 @@ def release_costs(stem: str, release_dir: str | None = None) -> dict | None:
             else:
                 unrecorded[ns] = unrecorded.get(ns, 0) + 1
     workers = int(chapter.get("workers") or 1)
-    wall = float(chapter.get("run_wall_s") or 0.0)
+    # a chapter computed with reuse_units ran only its new units; the reused ones cost their earlier run's time
+    wall = float(chapter.get("run_wall_s") or 0.0) + float(chapter.get("reused_run_wall_s") or 0.0)
     per_unit = {ns: sum(v) / len(v) for ns, v in recorded.items()}
     n_left = sum(unrecorded.values())
     left = max(0.0, wall * workers - sum(sum(v) for v in recorded.values()))

@@ -119,7 +119,7 @@ def card_problems(page) -> list[str]:
 
 def page_problems(page, chapter: bool = True) -> list[str]:
     """What a reader should not see on ``page``: code cells shown (an input area), a warning, a path, NaN, a
-    hand-typed reference, an unresolved cross-reference, a figure whose alt text is empty or a file name; for
+    hand-typed reference, Markdown asterisks in a table cell, an unresolved cross-reference, a figure whose alt text is empty or a file name; for
     a chapter (``chapter=True``) also an answer box that is not the first section, and every problem of its
     provenance cards (:func:`card_problems`). Empty if clean."""
     soup = _soup(page)
@@ -136,6 +136,10 @@ def page_problems(page, chapter: bool = True) -> list[str]:
         if m:
             a = max(0, m.start() - 60)
             out.append(f"{what}: ...{text[a:m.end() + 60].strip()}...")
+    for td in art.select("td, th"):  # a table is HTML: Markdown emphasis pasted into a cell shows its asterisks
+        if "**" in td.get_text():
+            out.append(f"Markdown asterisks in a table cell: {td.get_text(strip=True)[:80]!r}")
+            break
     for x in art.select("span.xref, a.reference.internal.missing, .problematic"):
         out.append(f"an unresolved reference: {x.get_text(strip=True)}")
     for a in art.find_all("a", href=True):  # a Markdown link pasted by glue keeps its source name: dead in HTML

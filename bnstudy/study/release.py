@@ -282,7 +282,10 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
             threads_per_run=p.get("torch_threads_per_run", 1), workers=p.get("workers"), device=e.get("device"),
             cpu=cpu_model(), run_wall_s=p.get("run_wall_s"), page_wall_s=round(wall, 1),
             computed=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            numerics=_chapter_numerics(units, allow_other=bool(reused)), **({"reused_units": n_reused} if reused else {}))
+            numerics=_chapter_numerics(units, allow_other=bool(reused)),
+            **({"reused_units": n_reused, "reused_run_wall_s": sum(
+                float((manifest["chapters"].get(ch.number) or {}).get(k) or 0.0)
+                for k in ("run_wall_s", "reused_run_wall_s"))} if reused else {}))
         today = datetime.date.today()
         manifest["release"] = dict(manifest.get("release") or {}, version=today.strftime("%Y.%m.%d"),
                                    date=today.isoformat(), git_commit=commit, code_fingerprint=code_fingerprint(),

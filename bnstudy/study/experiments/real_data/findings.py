@@ -791,13 +791,22 @@ def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
 
 # --- each network at its own momentum (issue 35) -------------------------------------------------------------------
 
+def at_chance_after_stage1(d: pd.DataFrame) -> bool:
+    """Whether a network's rows (one network) start stage 2 at chance: task A after stage 1, in eval mode, below
+    :data:`CHANCE_LINE` in every seed (its running statistics left it predicting about one class). Nothing of
+    chapter 1 can be tested on such rows."""
+    return bool((d.groupby("seed")["source_task_a_accuracy"].first() < CHANCE_LINE).all())
+
+
 def own_momentum_claims(own: pd.DataFrame) -> pd.DataFrame:
     """:func:`carried_claims` of the networks rerun at their own momentum (``own``: the ``own_momentum`` table of
-    :func:`.run.run_tables`), keys ``own_carried_<a|b>_<network>``: one family of its own (2 x those networks). An
-    empty claims table when ``own`` has no rows."""
-    if not len(own):
+    :func:`.run.run_tables`) that do not start stage 2 at chance (:func:`at_chance_after_stage1`: no test there),
+    keys ``own_carried_<a|b>_<network>``: one family of its own (2 x those networks). An empty claims table when
+    none is left."""
+    testable = [n for n, d in own.groupby("network", sort=False) if not at_chance_after_stage1(d)] if len(own) else []
+    if not testable:
         return claims_table([])
-    return carried_claims(own).assign(key=lambda t: "own_" + t["key"])
+    return carried_claims(own[own.network.isin(testable)]).assign(key=lambda t: "own_" + t["key"])
 
 
 def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataFrame,
@@ -810,13 +819,21 @@ def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataF
     rows = []
     for n in dict.fromkeys(own["network"]):
         for d, c, prefix in ((df[df.network == n], main_claims, ""), (own[own.network == n], own_claims, "own_")):
+            src = t_interval(d.groupby("seed")["source_task_a_accuracy"].first())
+            first = {"network": network_label(n), "BatchNorm momentum": f"{d['momentum'].iloc[0]:g}",
+                     "task A after stage 1 (eval mode)": f"{src.mean:.3f} ({max(src.low, 0):.3f} to "
+                                                          f"{min(src.high, 1):.3f})"}
+            if at_chance_after_stage1(d):
+                untestable = f"not testable: task A at chance after stage 1 in every seed (chance {CHANCE:g})"
+                rows.append({**first, **dict.fromkeys(("largest mismatch at", "task A after - before there",
+                                                       "task B train mode - pinned there",
+                                                       "task B over conditions (higher / lower / neither)"),
+                                                      untestable)})
+                continue
             where = largest_mismatch(d)[n]
             f3 = condition_claims(d)
             counts = count_verdicts(f3[f3["question"] == "f3"], ALPHA)
-            src = t_interval(d.groupby("seed")["source_task_a_accuracy"].first())
-            rows.append({"network": network_label(n), "BatchNorm momentum": f"{d['momentum'].iloc[0]:g}",
-                         "task A after stage 1 (eval mode)": f"{src.mean:.3f} ({max(src.low, 0):.3f} to "
-                                                              f"{min(src.high, 1):.3f})",
+            rows.append({**first,
                          "largest mismatch at": condition_label(*where),
                          "task A after - before there": claim_text(claim(c, f"{prefix}carried_a_{n}"), clip=(-1, 1)),
                          "task B train mode - pinned there": claim_text(claim(c, f"{prefix}carried_b_{n}"),
@@ -824,43 +841,68 @@ def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataF
                          "task B over conditions (higher / lower / neither)":
                              f"{counts['higher']} / {counts['lower']} / "
                              f"{counts['m'] - counts['higher'] - counts['lower']} of {counts['m']}"})
-    return pd.DataFrame(rows).set_index(["network", "BatchNorm momentum"])
+    return pd.DataFrame(rows).set_index(["network", "BatchNorm momentum"]).map(
+        lambda v: v.replace("**", ""))  # an HTML table: no Markdown
 
 
 def own_momentum_sentence(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.DataFrame | None = None) -> str:
     """Which of chapter 1's findings carried over on each network rerun at its own momentum (``own_claims``:
     :func:`own_momentum_claims`, the same test as :func:`carried_sentence`), with the task-B counts over all
-    conditions; first, task A after stage 1 in eval mode at both momenta (``df``: the main table), and where the
-    rerun's stays below :data:`CHANCE_LINE` in every seed (its running statistics never caught up with its weights)
-    that it is so and that chapter 1's findings cannot be tested there. A fixed sentence when no network was rerun."""
+    conditions; first, task A after stage 1 in eval mode at both momenta (``df``: the main table). Where the rerun
+    starts stage 2 at chance (:func:`at_chance_after_stage1`), that it does, why (the same weights: the running
+    statistics alone), that chapter 1's findings were not tested there and what a fair test would need. A fixed
+    sentence when no network was rerun."""
     if not len(own):
         return ("No network was rerun at its own momentum here (every network's own momentum is the one used, or "
                 "`own_momentum` is off).")
-    parts = []
+    out = []
     for n in dict.fromkeys(own["network"]):
         d = own[own.network == n]
         m = f"{d['momentum'].iloc[0]:g}"
         src = d.groupby("seed")["source_task_a_accuracy"].first()
-        before = "" if df is None or not len(df[df.network == n]) else (
-            f"task A after stage 1 (eval mode) is {src.mean():.3f} against "
-            f"{df[df.network == n].groupby('seed')['source_task_a_accuracy'].first().mean():.3f} at momentum "
-            f"{df[df.network == n]['momentum'].iloc[0]:g}")
-        if (src < CHANCE_LINE).all():
-            parts.append(f"At {_in_prose(n)}'s own BatchNorm momentum ({m}), {before or 'task A after stage 1 is '}"
-                         f"{'' if before else f'{src.mean():.3f}'} (chance {CHANCE:g}). Its stage-1 weights are the same at "
-                         f"both momenta (stage 1 runs in train mode, which does not read the running statistics), so "
-                         f"after {int(d['stage1_steps'].iloc[0])} stage-1 steps its running statistics alone leave "
-                         f"task A at chance in eval mode in every seed, and chapter 1's findings cannot be tested at "
-                         f"that momentum on this budget")
+        main = df[df.network == n] if df is not None else own.iloc[:0]
+        m0 = f"{main['momentum'].iloc[0]:g}" if len(main) else None
+        head = f"At {_in_prose(n)}'s own BatchNorm momentum ({m}), task A after stage 1 (eval mode) is {src.mean():.3f}"
+        if m0 is not None:
+            head += (f" against {main.groupby('seed')['source_task_a_accuracy'].first().mean():.3f} at momentum "
+                     f"{m0}")
+        if at_chance_after_stage1(d):
+            text = f"{head} (chance {CHANCE:g})."
+            if m0 is not None:
+                text += (f" Its stage-1 weights are the same at both momenta by construction (stage 1 runs in train "
+                         f"mode, which does not read the running statistics; not checked bit for bit), so after "
+                         f"{int(d['stage1_steps'].iloc[0])} stage-1 steps its running statistics alone leave it "
+                         f"predicting about one class in eval mode in every seed.")
+            text += (" Chapter 1's findings were therefore not tested at that momentum"
+                     + (f": the answer above holds for {_in_prose(n)} at momentum {m0}." if m0 else ".")
+                     + " A fair test there would need a stage 1 that passes a line fixed in advance in eval mode, for "
+                     "instance with the running statistics re-estimated at the final stage-1 weights (precise BN) "
+                     "before stage 2, which keeps the weights and the seed pairs, and a stage 2 long enough for the "
+                     "statistics to drift as far as at the other momentum; it was not run.")
+            out.append(text)
             continue
         a, b = claim(own_claims, f"own_carried_a_{n}"), claim(own_claims, f"own_carried_b_{n}")
         f3 = condition_claims(d)
         counts = count_verdicts(f3[f3["question"] == "f3"], ALPHA)
         said = lambda c, want: "carried over" if c.kind == want else f"did not carry over ({verdict_md(c)})"  # noqa: E731
-        parts.append(
-            f"At {_in_prose(n)}'s own BatchNorm momentum ({m}){f', {before},' if before else ''} where a corruption "
-            f"moves its statistics most ({condition_label(*largest_mismatch(d)[n])}), chapter 1's finding that the "
-            f"one-line freeze costs the old task {said(a, 'lower')} and its finding that drifting statistics help the "
-            f"new task {said(b, 'higher')}; over all {counts['m']} conditions drifting statistics are shown to help at "
-            f"{counts['higher']} and pinning to be better at {counts['lower']}")
-    return "; ".join(parts) + "."
+        out.append(
+            f"{head}; where a corruption moves its statistics most ({condition_label(*largest_mismatch(d)[n])}), "
+            f"chapter 1's finding that the one-line freeze costs the old task {said(a, 'lower')} and its finding that "
+            f"drifting statistics help the new task {said(b, 'higher')}; over all {counts['m']} conditions drifting "
+            f"statistics are shown to help at {counts['higher']} and pinning to be better at {counts['lower']}.")
+    return " ".join(out)
+
+
+#: The run settings the page prints (its ``ch07_cfg_<name>`` values).
+SHOWN_SETTINGS = ("size", "stage1_steps", "stage1_lr", "steps", "lr", "batch_size", "epoch_steps", "momentum")
+
+
+def page_values(cfg) -> dict:
+    """The fixed values the page glues (``ch07_<name>``): the chance line, the margins and thresholds, the data
+    split at ``cfg.size``, the settings tried (:data:`.run.TRIED`), the torchvision audit's counts and the run
+    settings of :data:`SHOWN_SETTINGS`."""
+    from ...data import split_counts
+    from .run import TRIED
+    return dict(chance_bound=CHANCE_LINE, margin_sweep_a=MARGIN_SWEEP[0], margin_sweep_b=MARGIN_SWEEP[1],
+                split=split_counts(cfg.size), tried=TRIED, audit=audit_counts(), tie_margin=TIE_MARGIN,
+                min_effect=MIN_EFFECT, near_zero_bound=NEAR_ZERO, cfg={k: getattr(cfg, k) for k in SHOWN_SETTINGS})
