@@ -832,3 +832,13 @@ def test_own_momentum_sentence_says_when_the_rerun_never_leaves_chance():
     assert "task A after stage 1 (eval mode) is 0.200 against 0.950 at momentum 0.1" in text
     assert "running statistics alone leave it predicting about one class" in text and "not tested" in text
     assert "the answer above holds for n at momentum 0.1" in text and "A fair test there would need" in text
+
+
+def test_own_momentum_short_scopes_the_answer_when_the_rerun_is_at_chance():
+    df = _table(True).assign(momentum=0.1)
+    own = _table(True).assign(momentum=0.01, source_task_a_accuracy=0.2)
+    text = findings.own_momentum_short(own, findings.own_momentum_claims(own), df)
+    assert text == ("Rerun at its own momentum (0.01), n stays at chance after stage 1 (0.200), so chapter 1's "
+                    "findings were not tested there and the answer holds at momentum 0.1.")
+    fine = _table(True).assign(momentum=0.01)
+    assert "task-A finding carried over" in findings.own_momentum_short(fine, findings.own_momentum_claims(fine), df)

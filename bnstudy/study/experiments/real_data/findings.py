@@ -906,3 +906,26 @@ def page_values(cfg) -> dict:
     return dict(chance_bound=CHANCE_LINE, margin_sweep_a=MARGIN_SWEEP[0], margin_sweep_b=MARGIN_SWEEP[1],
                 split=split_counts(cfg.size), tried=TRIED, audit=audit_counts(), tie_margin=TIE_MARGIN,
                 min_effect=MIN_EFFECT, near_zero_bound=NEAR_ZERO, cfg={k: getattr(cfg, k) for k in SHOWN_SETTINGS})
+
+
+def own_momentum_short(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.DataFrame) -> str:
+    """The front page's one sentence on the networks rerun at their own momentum (the chapter's is
+    :func:`own_momentum_sentence`): per network, at chance after stage 1 (so untested, the answer scoped to the main
+    momentum) or which of chapter 1's two findings carried over there (:func:`own_momentum_claims`)."""
+    if not len(own):
+        return "No network was rerun at its own momentum."
+    parts = []
+    for n in dict.fromkeys(own["network"]):
+        d, main = own[own.network == n], df[df.network == n]
+        m, m0 = f"{d['momentum'].iloc[0]:g}", f"{main['momentum'].iloc[0]:g}" if len(main) else "the one used"
+        src = d.groupby("seed")["source_task_a_accuracy"].first().mean()
+        if at_chance_after_stage1(d):
+            parts.append(f"rerun at its own momentum ({m}), {_in_prose(n)} stays at chance after stage 1 ({src:.3f}), "
+                         f"so chapter 1's findings were not tested there and the answer holds at momentum {m0}")
+        else:
+            a, b = claim(own_claims, f"own_carried_a_{n}"), claim(own_claims, f"own_carried_b_{n}")
+            parts.append(f"rerun at its own momentum ({m}), {_in_prose(n)} shows chapter 1's task-A finding "
+                         f"{'carried over' if a.kind == 'lower' else 'not carried over'} and its task-B finding "
+                         f"{'carried over' if b.kind == 'higher' else 'not carried over'}")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
