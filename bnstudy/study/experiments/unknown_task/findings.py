@@ -821,7 +821,7 @@ def family_findings(fdf: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     amounts = [FAMILY_SHIFTS[f][t] for f in families for t in TASK_NAMES[1:]]
     out = dict(fam_gentle=float(strengths[0]), fam_strong=float(strengths[-1]), fam_m=fam.m,
                fam_confidence=100 * fam.confidence,
-               fam_next=float(strengths[1]) if len(strengths) > 1 else math.nan,
+               fam_next=float(strengths[1]) if len(strengths) > 1 else math.nan, fam_near_chance=NEAR_CHANCE,
                fam_gentle_blur_max=max(a[0] for a in amounts) * float(strengths[0]),
                fam_gentle_noise_max=max(a[1] for a in amounts) * float(strengths[0]))
     rows = fdf[fdf.inference_batch == batches[0]]
