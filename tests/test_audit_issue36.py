@@ -230,7 +230,7 @@ def _slice_audit():
 
 def test_assert_frozen_on_a_sequential_slice_judges_the_layers_it_holds():
     model, audit = _slice_audit()
-    with pytest.raises(AssertionError, match=r"'0', '1', '2' is not frozen; 4 moved") as err:
+    with pytest.raises(AssertionError, match=r"'0', '1', '2' are not frozen; 4 moved") as err:
         audit.assert_frozen(model[:3])
     assert "'1.running_mean'" in str(err.value)
     audit.assert_frozen(model[3:])  # the head's layer did not move (no optimizer step)

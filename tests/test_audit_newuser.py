@@ -217,3 +217,35 @@ def test_compare_statistics_without_pandas_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now raises ImportError
     with pytest.raises(ImportError, match="needs pandas: pip install pandas"):
         bnstudy.compare_statistics(model, model)
+
+
+def test_one_audit_watches_one_block_and_a_second_entry_is_refused():
+    """Fresh-user report: re-entering the same FreezeAudit mixed two blocks' summaries."""
+    import pytest
+    import torch
+    from torch import nn
+    from bnstudy import FreezeAudit
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    a = FreezeAudit(m)
+    with a:
+        m(torch.randn(2, 3, 8, 8))
+    with pytest.raises(RuntimeError, match="create a new FreezeAudit"):
+        with a:
+            m(torch.randn(2, 3, 8, 8))
+    with FreezeAudit(m) as b:  # a new audit per block works
+        m(torch.randn(2, 3, 8, 8))
+    assert len(b.moved())
+
+
+def test_assert_frozen_names_the_root_and_agrees_in_number():
+    import pytest
+    import torch
+    from torch import nn
+    from bnstudy import FreezeAudit
+    m = nn.Sequential(nn.BatchNorm2d(3), nn.BatchNorm2d(3)).train()
+    with FreezeAudit(m) as a:
+        m(torch.randn(2, 3, 4, 4))
+    with pytest.raises(AssertionError, match=r"^the model \(root\) is not frozen"):
+        a.assert_frozen("")
+    with pytest.raises(AssertionError, match=r"^'0', '1' are not frozen"):
+        a.assert_frozen(["0", "1"])

@@ -235,6 +235,9 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
 
     # -- context manager ----------------------------------------------------
     def __enter__(self) -> "FreezeAudit":
+        if self.before is not None:  # a second block would mix its calls into the first block's records
+            raise RuntimeError("FreezeAudit: this audit already watched one `with` block and its results describe "
+                               "that block; create a new FreezeAudit(...) for each block")
         self.before = snapshot(self.model, self.snapshot_device)
         if self.probe is not None:
             self._place_at_entry = _place(self._probed())

@@ -315,8 +315,10 @@ class _Results:
                                 if r.status == "non-finite" else f"max |change| {r.max_abs_change:.4g}") + ")"
                              for r in out]
         if problems:
-            where = "the model" if names is None else ", ".join(repr(n) for n in names)
+            where = "the model" if names is None else ", ".join("the model (root)" if n == "" else repr(n)
+                                                                for n in names)
+            verb = "are" if names is not None and len(names) > 1 else "is"
             shown = problems[:max_items]
             more = [f"... and {len(problems) - max_items} more (audit.summary(details=True) lists every tensor; "
                     "audit.moved() too, as a table, which needs pandas)"] if len(problems) > max_items else []
-            raise AssertionError(f"{where} is not frozen; {len(problems)} moved:\n  " + "\n  ".join(shown + more))
+            raise AssertionError(f"{where} {verb} not frozen; {len(problems)} moved:\n  " + "\n  ".join(shown + more))
