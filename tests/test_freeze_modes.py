@@ -768,11 +768,11 @@ def test_the_seed_article_table_is_built_from_findings():
         sweep_table(), 800, main=df.assign(optimizer="sgd", lr=0.05, steps=800)), None)})
     art = findings.seed_article_table(df, buffers(), c, n)
     st = dict(zip(art["claim"], art["status"]))
-    assert st["task A after `train_mode`"] == ("differs: task A lower after in the paired comparison, at most 0.15 "
+    assert st["task A after train_mode"] == ("differs: task A lower after in the paired comparison, at most 0.15 "
                                                 "in 2 of 3 seeds")
-    assert st["largest old-head logit change (`train_mode`)"] == "reproduced, smaller"   # 3 < 39
+    assert st["largest old-head logit change (train_mode)"] == "reproduced, smaller"   # 3 < 39
     assert st["the two pinned modes on task B"].startswith("identity of the code")
-    assert st["task B, `train_mode` against the pinned modes (main run: the seed's protocol, one untuned rate)"] == \
+    assert st["task B, train_mode against the pinned modes (main run: the seed's protocol, one untuned rate)"] == \
         "reproduced, smaller"  # gaps 0.10-0.12, below the article's smallest difference 0.17 (the referee's point 8)
     # the same row under the controlled comparison (issue 35): the tuned SGD gap 0.11 is below the article's 0.17
     controlled = "task B, each path at its own tuned rate (controlled)"
@@ -780,7 +780,7 @@ def test_the_seed_article_table_is_built_from_findings():
     shown = art.set_index("claim").loc[controlled, "this chapter"]
     assert shown.startswith("SGD 0.110 (") and "Adam" not in shown and "**" not in shown
     assert st["every weight unchanged (all modes)"] == "reproduced (check)"
-    row = art.set_index("claim").loc["running statistics moved (`train_mode`, raw units)", "this chapter"]
+    row = art.set_index("claim").loc["running statistics moved (train_mode, raw units)", "this chapter"]
     assert row == "running_mean up to 2.0, running_var up to 11"
     c = Numbers(findings.article_counts(art))
     assert c.n == 8 and c.reproduced + c.smaller + c.differs + c.identity == 8 and (c.smaller, c.identity) == (3, 1)

@@ -58,11 +58,11 @@ def test_pagecheck_finds_what_it_should(tmp_path):
     bad.write_text("<html><body><article><h1>T</h1><p>intro</p><div class='cell'><div class='cell_input'>x=1"
                    "</div></div><p>RuntimeWarning: x in /work/main/.venv/lib</p><p>adjusted p nan</p>"
                    "<p>as shown (Table 3)</p><img src='a.png' alt='../figures/a.png'>"
-                   "<p>the <a href='../glossary.md'>glossary</a></p><table><tr><td>0.1 (**lower**)</td></tr></table>"
+                   "<p>the <a href='../glossary.md'>glossary</a></p><table><tr><td>0.1 (`lower`)</td></tr></table>"
                    "</article></body></html>")
     probs = " | ".join(pagecheck.page_problems(bad))
     for what in ("code cell", "warning", "path", "NaN", "hand-typed", "alt text", "answer box", "source file",
-                 "asterisks"):
+                 "asterisks or backticks"):
         assert what in probs, (what, probs)
     good = tmp_path / "good.html"
     good.write_text("<html><body><article><h1>T</h1><div class='admonition answer'><p>The answer.</p></div>"

@@ -852,7 +852,7 @@ def test_family_claims_are_condition_minus_oracle_per_family_and_task_count_in_o
 
 
 @pytest.mark.parametrize("b1, bmax, says", [(0.3, 0.0, "whether batches avoid the loss is not decided"),
-                                            (0.3, 0.3, "keep a task label under these shifts"),
+                                            (0.3, 0.3, "keep a task label, since pooled batches lose there too"),
                                             (0.0, 0.0, "routing by statistics serves these shifts too")])
 def test_family_answer_flips_with_the_routed_head_verdicts(b1, bmax, says):
     fdf = _family_table(b1, bmax)
@@ -886,9 +886,9 @@ def test_reported_seeds_that_are_the_temperature_checks_are_refused_before_any_r
 
 
 @pytest.mark.parametrize("b1, bmax, says", [
-    (["lower"], ["lower"], "keep a task label under these shifts, since pooled batches"),
+    (["lower"], ["lower"], "keep a task label, since pooled batches"),
     (["lower"], ["equivalent"], "route batches rather than single images"),
-    (["lower"], ["not decided"], "whether batches avoid the loss is not decided"),
+    (["lower"], ["not decided"], "whether batches avoid the loss is not decided for every pair"),
     (["equivalent", "not decided"], ["equivalent"], "its absence is not shown either"),
     (["equivalent"], ["higher"], "routing by statistics serves these shifts too")])
 def test_family_advice_never_reads_an_open_comparison_as_no_loss(b1, bmax, says):
@@ -923,4 +923,4 @@ def test_family_answer_names_only_the_families_run():
     fdf = fdf[fdf.shift_family == "blur"]
     C = findings.family_claims(fdf)
     ans = findings.family_words(fdf, C, findings.family_findings(fdf, C))["fam_answer"]
-    assert ans.startswith("Under blur (one shift family,") and "1 (family, task count) pair " in ans
+    assert ans.startswith("Under blur (one shift family,") and "1 (family, task count) pair:" in ans

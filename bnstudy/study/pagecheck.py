@@ -136,9 +136,9 @@ def page_problems(page, chapter: bool = True) -> list[str]:
         if m:
             a = max(0, m.start() - 60)
             out.append(f"{what}: ...{text[a:m.end() + 60].strip()}...")
-    for td in art.select("td, th"):  # a table is HTML: Markdown emphasis pasted into a cell shows its asterisks
-        if "**" in td.get_text():
-            out.append(f"Markdown asterisks in a table cell: {td.get_text(strip=True)[:80]!r}")
+    for td in art.select("td, th"):  # a table is HTML: Markdown pasted into a cell shows its asterisks / backticks
+        if "**" in td.get_text() or "`" in td.get_text():
+            out.append(f"Markdown asterisks or backticks in a table cell: {td.get_text(strip=True)[:80]!r}")
             break
     for x in art.select("span.xref, a.reference.internal.missing, .problematic"):
         out.append(f"an unresolved reference: {x.get_text(strip=True)}")

@@ -956,7 +956,8 @@ def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.Dat
          f"logits unchanged: {v('c_separate_exact')}; equal to `train_mode`: {v('c_separate_matches_b')}",
          "reproduced (checks)" if ok("c_separate_exact") and ok("c_separate_matches_b") else "differs"),
     ]
-    return pd.DataFrame(rows, columns=["claim", "seed article", "this chapter", "status"])
+    return pd.DataFrame(rows, columns=["claim", "seed article", "this chapter", "status"]).map(
+        lambda v: v.replace("`", "").replace("**", "") if isinstance(v, str) else v)  # an HTML table: no Markdown
 
 
 def controlled_article_row(main: pd.DataFrame, claims: pd.DataFrame) -> tuple:
@@ -1389,7 +1390,8 @@ def ablation_sentence(ab: pd.DataFrame, claims_: pd.DataFrame, noise: float, boo
         task_b = (" Task B's gain from drifting statistics under the seed's protocol (train mode minus pinned) depends"
                   " on these settings too: " + (f"it is shown with {join([cell(c) for c in sorted(up)])}" if up else
                                                 "it is shown in no cell")
-                  + (f" and not with {join([f'{cell(c)} ({b[c].verdict})' for c in rest])}" if rest else "") + ".")
+                  + (f" and not with {join([cell(c) + ' (' + b[c].verdict + (', its estimate negative' if b[c].estimate < 0 and b[c].kind not in ('lower', 'higher') else '') + ')' for c in rest])}"
+                     if rest else "") + ".")
     noises, lengths = sorted({c[0] for c in stats}), sorted({c[1] for c in stats})
     span = (f"pixel noise from {noises[0]:g} to {noises[-1]:g} and stage-1 training from {lengths[0]:,} to "
             f"{lengths[-1]:,} steps")
