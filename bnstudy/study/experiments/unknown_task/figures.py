@@ -56,6 +56,16 @@ def _finish(fig, axes_with_legend, ncol=3, bottom=-0.02):
     return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
+def _batch_lines(ax, table: pd.DataFrame, pos: dict, colors: dict, **levels) -> None:
+    """One line (band: 95% interval) of routing accuracy against strength per inference batch size in ``colors``,
+    for the rows of ``table`` at ``levels``."""
+    for b in colors:
+        f = _band(table, "routing_accuracy", inference_batch=b, **levels)
+        x = f.strength.map(pos)
+        ax.plot(x, f["mean"], "o-", ms=3, color=colors[b], label=f"batch {b}")
+        ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
+
+
 def routing_figure(table: pd.DataFrame, routers=HARD_ROUTERS):
     """Routing accuracy against shift strength, one line (band: 95% interval) per inference batch size; rows:
     number of tasks, columns: routers (``table``: the routing table, :func:`.findings.seed_table`); chance (1/K)
@@ -67,11 +77,7 @@ def routing_figure(table: pd.DataFrame, routers=HARD_ROUTERS):
                                  sharey=True, sharex=True, squeeze=False)
         for r, k in enumerate(ks):
             for ax, name in zip(axes[r], routers):
-                for b in batches:
-                    f = _band(table, "routing_accuracy", n_tasks=k, condition=name, inference_batch=b)
-                    x = f.strength.map(pos)
-                    ax.plot(x, f["mean"], "o-", ms=3, color=colors[b], label=f"batch {b}")
-                    ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
+                _batch_lines(ax, table, pos, colors, n_tasks=k, condition=name)
                 ax.axhline(1 / k, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance (1/K)")
                 ax.set_title(f"{name}\n{k} tasks")
                 _ticks(ax, pos)
@@ -102,12 +108,7 @@ def family_routing_figure(routes: pd.DataFrame, router: str = "nearest_first"):
                                  sharey=True, sharex=True, squeeze=False)
         for r, k in enumerate(ks):
             for ax, fam in zip(axes[r], families):
-                for b in batches:
-                    f = _band(routes, "routing_accuracy", n_tasks=k, condition=router, inference_batch=b,
-                              shift_family=fam)
-                    x = f.strength.map(pos)
-                    ax.plot(x, f["mean"], "o-", ms=3, color=colors[b], label=f"batch {b}")
-                    ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
+                _batch_lines(ax, routes, pos, colors, n_tasks=k, condition=router, shift_family=fam)
                 ax.axhline(ROUTE_OK, color=style.REFERENCE["chance"], ls="--", lw=1, label=f"{ROUTE_OK:g} (works)")
                 ax.axhline(1 / k, color=style.GREY, ls=":", lw=1, label="chance (1/K)")
                 ax.set_title(f"{fam}, {k} tasks")
