@@ -693,7 +693,7 @@ def test_the_lead_and_carried_sentence_follow_the_one_test_at_the_largest_mismat
     assert notes(findings.NOTES, CQ, F)["lead"].startswith(starts)
     said = findings.carried_sentence(CQ, F)
     assert said.startswith("Where a corruption moves each network's statistics most (one test per finding and network, "
-                           "Bonferroni over the 2)")
+                           "Bonferroni over the 2; task B on the seed's protocol)")
     assert ("costs the old task carried over on every network" in said) == (a == "lower")
     assert ("help the new task carried over on every network" in said) == (b == "higher")
     if b != "higher":

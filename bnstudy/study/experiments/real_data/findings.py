@@ -679,11 +679,12 @@ def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 #: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
-         "**Yes, at the strongest shift.** There, on each network, the old task falls and the new one gains, as in "
-         "chapter 1: pin the backbone in eval mode."),
+         "**Yes, at the strongest shift.** There, on each network, the old task falls and, with one untuned rate for "
+         "both heads (the seed's protocol), the new one gains, as in chapter 1: pin the backbone in eval mode."),
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and not _b_helps_everywhere(c, f),
          "**Partly.** Where a corruption moves the statistics most, the old task falls on every network, but "
-         "drifting statistics do not help the new task on every network: pin the backbone in eval mode."),
+         "drifting statistics do not help the new task on every network (one untuned rate for both heads, the seed's "
+         "protocol): pin the backbone in eval mode."),
     Note("lead", lambda c, f: not _a_falls_everywhere(c, f),
          "**Not everywhere.** Even where a corruption moves the statistics most, the old task's fall is not shown "
          "on every network: pin the backbone in eval mode all the same."),
@@ -708,7 +709,8 @@ def conditions_sentence(numbers: pd.DataFrame) -> str:
     b = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} and neither at "
               f"{x(f'f3_n_not_decided_{n}') + x(f'f3_n_equivalent_{n}')} for {_in_prose(n)}" for n in nets])
     return (f"task A after the one-line freeze (`train_mode`) is shown lower than before stage 2 at {a}, and shown "
-            f"below 1.5 times chance {chance}; on task B, `train_mode` minus the pinned backbone is shown {b}.")
+            f"below 1.5 times chance {chance}; on task B (the seed's protocol: one untuned head rate for both paths), `train_mode` minus the "
+            f"pinned backbone is shown {b}.")
 
 
 def _b_phrase(numbers: pd.DataFrame, n: str) -> str:
@@ -738,7 +740,7 @@ def carried_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     counts = "" if not b_not else (f" Over all {number(numbers, 'n_conditions')} conditions the gain is not shown "
                                    "everywhere: " + "; ".join(_b_phrase(numbers, n) for n in b_not) + ".")
     return (f"Where a corruption moves each network's statistics most (one test per finding and network, Bonferroni "
-            f"over the {2 * len(nets)}), chapter 1's finding that the one-line freeze costs the old task "
+            f"over the {2 * len(nets)}; task B on the seed's protocol), chapter 1's finding that the one-line freeze costs the old task "
             f"{said('a')}; its finding that drifting statistics help the new task {said('b')}.{counts}")
 
 
