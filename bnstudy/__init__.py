@@ -18,13 +18,16 @@ runner, and ``experiments`` (one folder per chapter: ``run``, ``findings``, ``fi
   contract), :func:`precise_bn_statistics` (the same estimate, returned);
 * **mismatch**: :func:`statistics_mismatch` (a model's stored statistics against new data),
   :func:`compare_statistics` (two models', or a model's and data's, layer by layer);
-* **replace** BatchNorm by GroupNorm or LayerNorm: :func:`replace_norm`.
+* **replace** BatchNorm by GroupNorm or LayerNorm: :func:`replace_norm`;
+* **adapt at test time**: :func:`adapt_bn_statistics` (a ``with`` block in which each batch is normalised with a
+  prior-weighted mix of the stored statistics and its own, Schneider et al. 2020; the model is left as it was).
 
 Note for users coming from Keras: ``layer.trainable = False`` on a Keras BatchNormalization layer
 also switches it to inference mode; PyTorch's ``requires_grad_(False)`` does not. Use
 :func:`pin_eval` or :func:`pin_norm_eval` (or :func:`freeze_batchnorm`) as well.
 """
 
+from .adapt import AdaptedStatistics, adapt_bn_statistics
 from .audit import FreezeAudit, lint_forward_modes, lint_loader, lint_model
 from .freeze import (FrozenBatchNorm, freeze_batchnorm, freeze_modules, pin_eval, pin_norm_eval,
                      shared_weight_copy, unfreeze_batchnorm, unfreeze_modules, unpin)
@@ -40,4 +43,6 @@ __all__ = [
     "update_bn_stats", "precise_bn_statistics", "statistics_mismatch", "compare_statistics",
     # swap BatchNorm for a per-sample norm
     "replace_norm",
+    # test-time adaptation of the statistics
+    "adapt_bn_statistics", "AdaptedStatistics",
 ]

@@ -105,6 +105,12 @@ def only_false(v):
 
 # --- the table: name, function, valid keyword arguments (built fresh per call), allowed values per argument ----
 
+def _adapted(**kw):
+    """Enter and leave :func:`bnstudy.adapt_bn_statistics`'s block with one batch (its checks run on entry)."""
+    with bnstudy.adapt_bn_statistics(**kw):
+        kw["model"](X)
+
+
 CASES = {
     # bnstudy.__all__
     "pin_eval": (freeze.pin_eval, lambda: dict(module=_model()), dict(module=module)),
@@ -250,6 +256,10 @@ CASES = {
                                  dict(num_features=pos_int, eps=number_at_least(0, strict=True),
                                       momentum=or_none(number_at_least(0, 1)), affine=flag, track_running_stats=flag))
        for d in ("1d", "2d", "3d")},
+    # issue 38
+    "adapt_bn_statistics": (_adapted, lambda: dict(model=_model().eval(), prior=16.0, modules=None),
+                            dict(model=module, prior=lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                 and v >= 0, modules=lambda v: v is None or v == "")),
     "UnfrozenBatchNorm2d.from_frozen": (freeze.UnfrozenBatchNorm2d.from_frozen,
                                         lambda: dict(frozen=freeze.FrozenBatchNorm(4), name="bn"),
                                         dict(frozen=lambda v: False, name=string)),
@@ -257,6 +267,7 @@ CASES = {
 
 #: Public callables that take any value by design, with the reason.
 EXEMPT = {
+    "AdaptedStatistics": "the record adapt_bn_statistics yields (names, prior, counts); users read it, never build it",
     "output_signature": "describes the structure of any return value; every object is a valid argument",
 }
 

@@ -1,0 +1,200 @@
+"""bnstudy.adapt_bn_statistics (issue 38's library call): test-time adaptation of BatchNorm statistics with a prior
+weight (Schneider et al. 2020), checked against statistics computed by hand in numpy (float64) and against what
+torch itself does in train and eval mode."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import bnstudy
+from bnstudy import FrozenBatchNorm, adapt_bn_statistics
+
+
+def _bn(kind: str, c: int, seed: int = 0) -> nn.Module:
+    """A BatchNorm layer in eval mode with non-trivial stored statistics and affine parameters."""
+    g = torch.Generator().manual_seed(seed)
+    bn = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}[kind](c)
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.randn(c, generator=g))
+        bn.running_var.copy_(torch.rand(c, generator=g) * 3 + 0.2)
+        bn.weight.copy_(torch.randn(c, generator=g))
+        bn.bias.copy_(torch.randn(c, generator=g))
+    return bn.eval()
+
+
+def _by_hand(bn: nn.Module, x: torch.Tensor, prior: float) -> np.ndarray:
+    """Schneider et al.'s mix in float64: w = N / (N + n), n = x.shape[0]; the batch's variance is the biased one."""
+    a = x.detach().double().numpy()
+    axes = (0,) + tuple(range(2, a.ndim))
+    n = a.shape[0]
+    w = 1.0 if np.isinf(prior) else prior / (prior + n)
+    rm, rv = bn.running_mean.double().numpy(), bn.running_var.double().numpy()
+    mean = w * rm + (1 - w) * a.mean(axis=axes)
+    var = w * rv + (1 - w) * a.var(axis=axes)
+    shape = (1, -1) + (1,) * (a.ndim - 2)
+    z = (a - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + bn.eps)
+    return z * bn.weight.detach().double().numpy().reshape(shape) + bn.bias.detach().double().numpy().reshape(shape)
+
+
+def _state(m: nn.Module) -> dict:
+    return {k: v.clone() for k, v in m.state_dict().items()}
+
+
+def _same_state(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from([1, 2, 3]), c=st.integers(1, 5), n=st.integers(1, 9), side=st.integers(1, 4),
+       prior=st.one_of(st.just(0.0), st.floats(0.25, 512.0), st.just(float("inf"))), seed=st.integers(0, 10_000))
+def test_the_output_is_the_prior_weighted_mix_computed_by_hand(kind, c, n, side, prior, seed):
+    bn = _bn(kind, c, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    shape = (n, c) if kind == 1 and side == 1 else (n, c) + (side,) * kind
+    x = torch.randn(shape, generator=g) * 2 + 0.5
+    if prior == 0 and n == 1:
+        with pytest.raises(ValueError, match="prior=0"), adapt_bn_statistics(bn, prior=prior):
+            bn(x)
+        return
+    if prior == 0 and np.prod(shape) // c == 1:
+        return  # one value per channel and no prior: variance 0, nothing to compare
+    before = _state(bn)
+    with adapt_bn_statistics(bn, prior=prior) as h:
+        y = bn(x)
+    np.testing.assert_allclose(y.double().detach().numpy(), _by_hand(bn, x, prior), rtol=1e-4, atol=1e-4)
+    assert h.calls == {"": 1}
+    assert _same_state(before, _state(bn))  # the buffers are never written
+    assert "forward" not in bn.__dict__
+
+
+def test_prior_zero_is_a_train_mode_forward_without_its_side_effect_and_inf_is_eval_mode():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(64, 5),
+                          nn.BatchNorm1d(5))
+    for x in (torch.randn(32, 3, 6, 6), torch.randn(32, 3, 6, 6)):
+        model.train()(x)  # non-trivial stored statistics
+    model.eval()
+    x = torch.randn(16, 3, 6, 6) * 1.5 + 0.3
+    before = _state(model)
+    train_copy = copy.deepcopy(model).train()
+    with adapt_bn_statistics(model, prior=0) as h:
+        y0 = model(x)
+    torch.testing.assert_close(y0, train_copy(x), rtol=1e-5, atol=1e-5)
+    assert not _same_state(before, _state(train_copy))  # train mode rewrote the copy's statistics ...
+    assert _same_state(before, _state(model))  # ... the adapted model's are untouched
+    assert h.layers == ("1", "5") and h.calls == {"1": 1, "5": 1}
+    with adapt_bn_statistics(model, prior=float("inf")):
+        yinf = model(x)
+    assert torch.equal(yinf, model(x))  # the stored statistics: torch's eval kernel, bit for bit
+
+
+def test_a_single_sample_is_refused_without_a_prior_and_mixed_with_one():
+    bn = _bn(2, 3)
+    x = torch.randn(1, 3, 4, 4)
+    with pytest.raises(ValueError, match=r"adapt_bn_statistics: prior=0 .* one sample"):
+        with adapt_bn_statistics(bn, prior=0):
+            bn(x)
+    assert "forward" not in bn.__dict__  # restored after the error
+    with adapt_bn_statistics(bn, prior=16) as h:
+        y = bn(x)
+    assert h.weight(1) == pytest.approx(16 / 17)
+    np.testing.assert_allclose(y.detach().double().numpy(), _by_hand(bn, x, 16.0), rtol=1e-5, atol=1e-5)
+
+
+def test_nothing_changes_when_the_block_raises_and_flags_stay_as_they_were():
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    before = _state(model)
+    with pytest.raises(KeyError):
+        with adapt_bn_statistics(model):
+            model(torch.randn(8, 4))
+            raise KeyError("user error")
+    assert "forward" not in model[1].__dict__ and not model[1].training
+    assert _same_state(before, _state(model))
+
+
+@pytest.mark.parametrize("prior, err, match", [(-1, ValueError, "prior must be a number of samples >= 0"),
+                                                 (float("nan"), ValueError, "prior must be"),
+                                                 ("16", TypeError, "prior must be"), (True, TypeError, "prior must be")])
+def test_a_bad_prior_is_refused_naming_it(prior, err, match):
+    bn = _bn(1, 2)
+    with pytest.raises(err, match="adapt_bn_statistics: " + match):
+        with adapt_bn_statistics(bn, prior=prior):
+            pass
+    assert "forward" not in bn.__dict__
+
+
+def test_refusals_before_anything_changes():
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        with adapt_bn_statistics("model"):
+            pass
+    with pytest.raises(ValueError, match="no BatchNorm layer"):
+        with adapt_bn_statistics(nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2))):
+            pass
+    with pytest.raises(ValueError, match="FrozenBatchNorm layers"):
+        with adapt_bn_statistics(nn.Sequential(FrozenBatchNorm(3))):
+            pass
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 3), nn.BatchNorm1d(3)).eval()
+    model[3].train()
+    with pytest.raises(ValueError, match=r"train mode \(\['3'\]\).*model.eval\(\)"):
+        with adapt_bn_statistics(model):
+            pass
+    assert all("forward" not in m.__dict__ for m in model)
+    with pytest.raises(ValueError, match="modules='0' is not|modules=\\['0'\\] hold no BatchNorm"):
+        with adapt_bn_statistics(model, modules="0"):
+            pass
+
+
+def test_train_mode_inside_the_block_and_nested_blocks_are_refused():
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    with adapt_bn_statistics(model):
+        with pytest.raises(ValueError, match="do not run torch's own BatchNorm forward"):
+            with adapt_bn_statistics(model):
+                pass
+        model.train()
+        with pytest.raises(RuntimeError, match="switched to train mode"):
+            model(torch.randn(4, 4))
+        model.eval()
+    assert "forward" not in model[1].__dict__
+
+
+def test_modules_restricts_the_adapted_layers():
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)), nn.Linear(3, 3), nn.BatchNorm1d(3)).eval()
+    x = torch.randn(8, 4) * 3
+    with adapt_bn_statistics(model, prior=0, modules="0") as h:
+        y = model(x)
+    assert h.layers == ("0.1",)
+    with adapt_bn_statistics(model, prior=0, modules=[model[0]]):
+        assert torch.equal(model(x), y)
+    # the head's layer kept its stored statistics: the same as adapting nothing past the first block
+    hidden = model[1](model[0][1].train()(model[0][0](x)))
+    model.eval()
+    torch.testing.assert_close(y, model[2](hidden), rtol=1e-5, atol=1e-5)
+
+
+def test_the_affine_parameters_train_inside_the_block_as_in_tent():
+    bn = _bn(2, 3)
+    bn.weight.grad = None
+    with adapt_bn_statistics(bn, prior=0):
+        out = bn(torch.randn(8, 3, 4, 4))
+        loss = -(out.softmax(1) * out.log_softmax(1)).sum(1).mean()  # entropy, TENT's objective
+        loss.backward()
+    assert bn.weight.grad is not None and bool(bn.weight.grad.abs().sum() > 0)
+
+
+def test_a_compiled_wrapper_is_adapted_through_the_module_it_wraps():
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    compiled = torch.compile(model)
+    with adapt_bn_statistics(compiled) as h:
+        assert h.layers == ("1",) and "forward" in model[1].__dict__
+    assert "forward" not in model[1].__dict__
+
+
+def test_the_front_door_exports_it():
+    assert "adapt_bn_statistics" in bnstudy.__all__ and bnstudy.adapt_bn_statistics is adapt_bn_statistics
