@@ -27,15 +27,17 @@ import contextlib
 import dataclasses
 import math
 import numbers
+import weakref
 from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as glb
 
 from ._checks import check_module, describe, module_names
 from .freeze import _refuse_script_module
-from .norms import compiled_original, computes_standard_eval, has_running_stats, is_batch_norm, is_frozen_batchnorm
+from .norms import computes_standard_eval, has_running_stats, is_batch_norm, is_frozen_batchnorm
 
 _FN = "adapt_bn_statistics"
 
@@ -69,6 +71,15 @@ def _check_prior(prior) -> float:
     return p
 
 
+def _refuse_compiled(model: nn.Module) -> None:
+    compiled = type(model).__name__ == "OptimizedModule" or any(
+        getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+    if compiled:
+        raise TypeError(f"{_FN}: model is compiled (torch.compile / module.compile()); the graph it runs was traced "
+                        "before the block and need not call the hooks that mix the statistics. Adapt the uncompiled "
+                        "model (model._orig_mod for a torch.compile wrapper) and compile afterwards if you must")
+
+
 def _layers(model: nn.Module, modules) -> dict[str, nn.Module]:
     found = {n: m for n, m in model.named_modules() if is_batch_norm(m) and has_running_stats(m)}
     if not found:
@@ -81,6 +92,10 @@ def _layers(model: nn.Module, modules) -> dict[str, nn.Module]:
         found = {n: m for n, m in found.items() if any(p == "" or n == p or n.startswith(p + ".") for p in prefixes)}
         if not found:
             raise ValueError(f"{_FN}: modules={prefixes} hold no BatchNorm layer with running statistics")
+    nested = [n or "(model)" for n, m in found.items() if _adapted(m) is not None]
+    if nested:
+        raise ValueError(f"{_FN}: {nested[:4]} are already adapted by an enclosing adapt_bn_statistics block; "
+                         "nothing was changed (one block per layer: give the outer block the prior you want)")
     training = [n or "(model)" for n, m in found.items() if m.training]
     if training:
         raise ValueError(f"{_FN}: {len(training)} BatchNorm layer(s) are in train mode ({training[:4]}), where they "
@@ -89,42 +104,65 @@ def _layers(model: nn.Module, modules) -> dict[str, nn.Module]:
     odd = [f"{n or '(model)'} ({type(m).__name__})" for n, m in found.items() if not computes_standard_eval(m)]
     if odd:
         raise ValueError(f"{_FN}: {odd[:4]} do not run torch's own BatchNorm forward (a subclass that overrides "
-                         "forward, a forward set on the instance, or a layer already being adapted); replacing it "
-                         "with the mixed-statistics forward would change more than its statistics. Nothing was "
-                         "changed; pass modules= to leave them out")
+                         "forward, or a forward set on the instance); replacing their output with the mixed-"
+                         "statistics one would change more than their statistics. Nothing was changed; pass "
+                         "modules= to leave them out")
     return found
 
 
-def _mixed_forward(name: str, bn: nn.Module, handle: AdaptedStatistics):
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        if bn.training:
-            raise RuntimeError(f"{_FN}: layer {name or '(model)'} was switched to train mode inside the block; "
-                               "call model.eval() again (train mode would rewrite its running statistics)")
-        if x.dim() < 2:
-            raise ValueError(f"{_FN}: layer {name or '(model)'} expects input (N, C, ...), got shape {tuple(x.shape)}")
-        n = x.shape[0]
-        if n == 1 and handle.prior == 0:
-            raise ValueError(f"{_FN}: prior=0 normalises with the test batch's statistics alone, which a batch of "
-                             f"one sample does not estimate (layer {name or '(model)'} got shape {tuple(x.shape)}); "
-                             "use a prior > 0 (Schneider et al. 2020 mix in the stored statistics so that even one "
-                             "sample helps) or batch the test samples")
-        w = handle.weight(n)
-        handle.calls[name] += 1
-        if w == 1.0:  # the stored statistics alone: torch's own eval kernel, bit for bit
-            return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
-        dims = [0] + list(range(2, x.dim()))
-        dtype = torch.promote_types(x.dtype, torch.float32)
-        bvar, bmean = torch.var_mean(x.to(dtype), dim=dims, correction=0)
-        mean = w * bn.running_mean.to(dtype) + (1.0 - w) * bmean
-        var = w * bn.running_var.to(dtype) + (1.0 - w) * bvar
-        shape = (1, -1) + (1,) * (x.dim() - 2)
-        y = (x.to(dtype) - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
-        if bn.weight is not None:
-            y = y * bn.weight.to(dtype).view(shape)
-        if bn.bias is not None:
-            y = y + bn.bias.to(dtype).view(shape)
-        return y.to(x.dtype)
-    return forward
+#: The layers adapted by an open block, by ``id``: ``(weakref to the layer, its name, the block's record)``.
+_ACTIVE: dict[int, tuple] = {}
+
+
+def _adapted(module: nn.Module):
+    entry = _ACTIVE.get(id(module))
+    return entry if entry is not None and entry[0]() is module else None
+
+
+def _check_call(module: nn.Module, args) -> None:
+    """Global forward pre-hook: refuse, before the layer runs, a call that train mode or ``prior=0`` at one sample
+    would make meaningless (train mode would rewrite the running statistics first)."""
+    entry = _adapted(module)
+    if entry is None:
+        return
+    _, name, handle = entry
+    if module.training:
+        raise RuntimeError(f"{_FN}: layer {name or '(model)'} was switched to train mode inside the block; call "
+                           "model.eval() again (train mode would rewrite its running statistics)")
+    x = args[0] if args else None
+    if isinstance(x, torch.Tensor) and x.dim() >= 2 and x.shape[0] == 1 and handle.prior == 0:
+        raise ValueError(f"{_FN}: prior=0 normalises with the test batch's statistics alone, which a batch of one "
+                         f"sample does not estimate (layer {name or '(model)'} got shape {tuple(x.shape)}); use a "
+                         "prior > 0 (Schneider et al. 2020 mix in the stored statistics so that even one sample "
+                         "helps) or batch the test samples")
+
+
+def _mixed_output(module: nn.Module, args, output):
+    """Global forward hook: the layer's output recomputed with the prior-weighted statistics (``None``, keeping
+    torch's eval output, for every module the block does not adapt and when the weight on the stored statistics
+    is 1)."""
+    entry = _adapted(module)
+    if entry is None:
+        return None
+    _, name, handle = entry
+    x = args[0]
+    handle.calls[name] += 1
+    w = handle.weight(x.shape[0])
+    if w == 1.0:  # the stored statistics alone: torch's own eval output, bit for bit
+        return None
+    bn = module
+    dims = [0] + list(range(2, x.dim()))
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    bvar, bmean = torch.var_mean(x.to(dtype), dim=dims, correction=0)
+    mean = w * bn.running_mean.to(dtype) + (1.0 - w) * bmean
+    var = w * bn.running_var.to(dtype) + (1.0 - w) * bvar
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    y = (x.to(dtype) - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
+    if bn.weight is not None:
+        y = y * bn.weight.to(dtype).view(shape)
+    if bn.bias is not None:
+        y = y + bn.bias.to(dtype).view(shape)
+    return y.to(x.dtype)
 
 
 @contextlib.contextmanager
@@ -134,8 +172,7 @@ def adapt_bn_statistics(model: nn.Module, prior: float = 16.0, *, modules=None) 
     2020; the module docstring gives the formula).
 
     ``model``: an ``nn.Module`` whose BatchNorm layers (BatchNorm1d/2d/3d, SyncBatchNorm, lazy variants once
-    initialised) are in eval mode (``model.eval()``); a ``torch.compile`` wrapper is adapted through the module it
-    wraps. ``prior``: ``N``, the stored statistics' weight in samples, ``>= 0``; a batch of ``n`` samples
+    initialised) are in eval mode (``model.eval()``); not compiled (adapt the uncompiled model). ``prior``: ``N``, the stored statistics' weight in samples, ``>= 0``; a batch of ``n`` samples
     (``x.shape[0]``, whatever the spatial size) gets weight ``n / (N + n)``. ``0``: the batch's statistics alone;
     ``float('inf')``: the stored statistics (the model's own eval output). The default 16 is a prior worth a small
     test batch; Schneider et al. report that with such a prior even one test sample improves ResNet-50 on
@@ -147,30 +184,38 @@ def adapt_bn_statistics(model: nn.Module, prior: float = 16.0, *, modules=None) 
     statistics are differentiable functions of the input, as in train mode, so the affine parameters can be
     trained inside the block (TENT's entropy minimisation).
 
-    Nothing about the model is changed: ``running_mean``, ``running_var``, ``num_batches_tracked``, parameters
-    and train/eval flags are never written; each adapted layer gets a ``forward`` on the instance, which is
-    removed on exit, also when the block raises. FrozenBatchNorm and InstanceNorm layers are left alone.
+    Nothing about the model is changed: ``running_mean``, ``running_var``, ``num_batches_tracked``, parameters,
+    train/eval flags and attributes are never written. The block registers two global module hooks (torch's
+    ``register_module_forward_pre_hook`` / ``register_module_forward_hook``) that act only on the adapted layer
+    objects, by identity, and removes them on exit, also when the block raises: torch's eval output is replaced by
+    the mixed one. A copy of the model made inside the block (``copy.deepcopy``, pickling) is therefore plain
+    eval mode, and a saved model carries nothing of the block. FrozenBatchNorm and InstanceNorm layers are left
+    alone; a layer called several times per forward (shared) is mixed at each call.
 
-    Raises ``TypeError`` for a ``model`` that is not an ``nn.Module`` or a TorchScript module (its forward cannot
-    be replaced), or a ``prior`` that is not a number; ``ValueError``, before anything is changed, for a negative
+    Raises ``TypeError`` for a ``model`` that is not an ``nn.Module``, a TorchScript or compiled model (hooks do
+    not run inside a traced graph), or a ``prior`` that is not a number; ``ValueError``, before anything is changed, for a negative
     or NaN ``prior``, a model without BatchNorm layers holding running statistics, ``modules`` that select none,
-    a BatchNorm layer in train mode, or one whose class overrides torch's forward (a layer already adapted by an
-    enclosing block counts). Inside the block, a layer switched to train mode raises ``RuntimeError``, and with
+    a BatchNorm layer in train mode, one whose class overrides torch's forward, or one already adapted by an
+    enclosing block. Inside the block, a layer switched to train mode raises ``RuntimeError``, and with
     ``prior=0`` a batch of one sample raises ``ValueError``: its statistics alone are not an estimate (Schneider
     et al. 2020 and Niu et al. 2023 find test-batch statistics fail at batch size 1).
     """
     check_module(_FN, "model", model)
     _refuse_script_module(_FN, "model", model)
     p = _check_prior(prior)
-    root = compiled_original(model)
-    layers = _layers(root, modules)
+    _refuse_compiled(model)
+    layers = _layers(model, modules)
     handle = AdaptedStatistics(layers=tuple(layers), prior=p, calls={n: 0 for n in layers})
-    patched = []
+    pre = glb.register_module_forward_pre_hook(_check_call)
+    post = glb.register_module_forward_hook(_mixed_output)
+    mine = []
     try:
         for name, bn in layers.items():
-            bn.forward = _mixed_forward(name, bn, handle)
-            patched.append(bn)
+            _ACTIVE[id(bn)] = (weakref.ref(bn), name, handle)
+            mine.append(id(bn))
         yield handle
     finally:
-        for bn in patched:
-            del bn.forward
+        for i in mine:
+            _ACTIVE.pop(i, None)
+        pre.remove()
+        post.remove()
