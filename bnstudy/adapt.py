@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import numbers
+import threading
 import weakref
 from typing import Iterator
 
@@ -64,7 +66,10 @@ def _check_prior(prior) -> float:
     if not isinstance(prior, numbers.Real) or isinstance(prior, bool):
         raise TypeError(f"{_FN}: prior must be a number of samples >= 0 (0: the test batch's statistics alone; "
                         f"float('inf'): the stored statistics), got {describe(prior)}")
-    p = float(prior)
+    try:
+        p = float(prior) + 0.0  # -0.0 -> 0.0
+    except OverflowError:
+        p = float("inf") if prior > 0 else float("nan")
     if p != p or p < 0:
         raise ValueError(f"{_FN}: prior must be a number of samples >= 0 (0: the test batch's statistics alone; "
                          f"float('inf'): the stored statistics), got {prior!r}")
@@ -81,7 +86,13 @@ def _refuse_compiled(model: nn.Module) -> None:
 
 
 def _layers(model: nn.Module, modules) -> dict[str, nn.Module]:
-    found = {n: m for n, m in model.named_modules() if is_batch_norm(m) and has_running_stats(m)}
+    """The layers to adapt, by their first name in ``model.named_modules()``; ``modules`` selects by every name a
+    layer has (a shared layer is selected through any of its owners)."""
+    every = [(n, m) for n, m in model.named_modules(remove_duplicate=False) if is_batch_norm(m) and has_running_stats(m)]
+    first = {}
+    for n, m in every:
+        first.setdefault(id(m), n)
+    found = {first[id(m)]: m for _, m in every}
     if not found:
         frozen = [n or "(model)" for n, m in model.named_modules() if is_frozen_batchnorm(m)]
         why = (f"; its FrozenBatchNorm layers {frozen[:4]} are frozen on purpose and are not adapted" if frozen
@@ -89,7 +100,8 @@ def _layers(model: nn.Module, modules) -> dict[str, nn.Module]:
         raise ValueError(f"{_FN}: model has no BatchNorm layer with running_mean/running_var buffers to adapt{why}")
     if modules is not None:
         prefixes = module_names(_FN, "modules", model, modules)
-        found = {n: m for n, m in found.items() if any(p == "" or n == p or n.startswith(p + ".") for p in prefixes)}
+        chosen = {id(m) for n, m in every if any(p == "" or n == p or n.startswith(p + ".") for p in prefixes)}
+        found = {n: m for n, m in found.items() if id(m) in chosen}
         if not found:
             raise ValueError(f"{_FN}: modules={prefixes} hold no BatchNorm layer with running statistics")
     nested = [n or "(model)" for n, m in found.items() if _adapted(m) is not None]
@@ -112,6 +124,7 @@ def _layers(model: nn.Module, modules) -> dict[str, nn.Module]:
 
 #: The layers adapted by an open block, by ``id``: ``(weakref to the layer, its name, the block's record)``.
 _ACTIVE: dict[int, tuple] = {}
+_LOCK = threading.Lock()
 
 
 def _adapted(module: nn.Module):
@@ -119,16 +132,18 @@ def _adapted(module: nn.Module):
     return entry if entry is not None and entry[0]() is module else None
 
 
-def _check_call(module: nn.Module, args) -> None:
+def _check_call(handle: AdaptedStatistics, module: nn.Module, args) -> None:
     """Global forward pre-hook: refuse, before the layer runs, a call that train mode or ``prior=0`` at one sample
     would make meaningless (train mode would rewrite the running statistics first)."""
     entry = _adapted(module)
-    if entry is None:
+    if entry is None or entry[2] is not handle:
         return
-    _, name, handle = entry
+    name = entry[1]
     if module.training:
-        raise RuntimeError(f"{_FN}: layer {name or '(model)'} was switched to train mode inside the block; call "
-                           "model.eval() again (train mode would rewrite its running statistics)")
+        raise RuntimeError(f"{_FN}: layer {name or '(model)'} was switched to train mode inside the block (by "
+                           "model.train(), or by a call such as update_bn_stats that runs layers in train mode); "
+                           "train mode would rewrite its running statistics. Call model.eval() again, or leave the "
+                           "block first")
     x = args[0] if args else None
     if isinstance(x, torch.Tensor) and x.dim() >= 2 and x.shape[0] == 1 and handle.prior == 0:
         raise ValueError(f"{_FN}: prior=0 normalises with the test batch's statistics alone, which a batch of one "
@@ -137,14 +152,14 @@ def _check_call(module: nn.Module, args) -> None:
                          "helps) or batch the test samples")
 
 
-def _mixed_output(module: nn.Module, args, output):
+def _mixed_output(handle: AdaptedStatistics, module: nn.Module, args, output):
     """Global forward hook: the layer's output recomputed with the prior-weighted statistics (``None``, keeping
     torch's eval output, for every module the block does not adapt and when the weight on the stored statistics
     is 1)."""
     entry = _adapted(module)
-    if entry is None:
+    if entry is None or entry[2] is not handle:
         return None
-    _, name, handle = entry
+    name = entry[1]
     x = args[0]
     handle.calls[name] += 1
     w = handle.weight(x.shape[0])
@@ -153,9 +168,10 @@ def _mixed_output(module: nn.Module, args, output):
     bn = module
     dims = [0] + list(range(2, x.dim()))
     dtype = torch.promote_types(x.dtype, torch.float32)
-    bvar, bmean = torch.var_mean(x.to(dtype), dim=dims, correction=0)
-    mean = w * bn.running_mean.to(dtype) + (1.0 - w) * bmean
-    var = w * bn.running_var.to(dtype) + (1.0 - w) * bvar
+    var, mean = torch.var_mean(x.to(dtype), dim=dims, correction=0)
+    if w > 0.0:  # with prior=0 the stored statistics play no part (not even a NaN in them)
+        mean = w * bn.running_mean.to(dtype) + (1.0 - w) * mean
+        var = w * bn.running_var.to(dtype) + (1.0 - w) * var
     shape = (1, -1) + (1,) * (x.dim() - 2)
     y = (x.to(dtype) - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
     if bn.weight is not None:
@@ -189,12 +205,14 @@ def adapt_bn_statistics(model: nn.Module, prior: float = 16.0, *, modules=None) 
     ``register_module_forward_pre_hook`` / ``register_module_forward_hook``) that act only on the adapted layer
     objects, by identity, and removes them on exit, also when the block raises: torch's eval output is replaced by
     the mixed one. A copy of the model made inside the block (``copy.deepcopy``, pickling) is therefore plain
-    eval mode, and a saved model carries nothing of the block. FrozenBatchNorm and InstanceNorm layers are left
-    alone; a layer called several times per forward (shared) is mixed at each call.
+    eval mode, and a saved model carries nothing of the block. While the block is open the adapted layers are
+    adapted in every call, from any thread; the block does not restore flags the code inside it changes.
+    FrozenBatchNorm and InstanceNorm layers are left alone; a layer called several times per forward (shared) is
+    mixed at each call, and ``modules`` selects it through any of its owners.
 
     Raises ``TypeError`` for a ``model`` that is not an ``nn.Module``, a TorchScript or compiled model (hooks do
-    not run inside a traced graph), or a ``prior`` that is not a number; ``ValueError``, before anything is changed, for a negative
-    or NaN ``prior``, a model without BatchNorm layers holding running statistics, ``modules`` that select none,
+    not run inside a traced graph), or a ``prior`` that is not a number; ``ValueError``, before anything is
+    changed, for a negative or NaN ``prior``, a model without BatchNorm layers holding running statistics, ``modules`` that select none,
     a BatchNorm layer in train mode, one whose class overrides torch's forward, or one already adapted by an
     enclosing block. Inside the block, a layer switched to train mode raises ``RuntimeError``, and with
     ``prior=0`` a batch of one sample raises ``ValueError``: its statistics alone are not an estimate (Schneider
@@ -204,18 +222,19 @@ def adapt_bn_statistics(model: nn.Module, prior: float = 16.0, *, modules=None) 
     _refuse_script_module(_FN, "model", model)
     p = _check_prior(prior)
     _refuse_compiled(model)
-    layers = _layers(model, modules)
-    handle = AdaptedStatistics(layers=tuple(layers), prior=p, calls={n: 0 for n in layers})
-    pre = glb.register_module_forward_pre_hook(_check_call)
-    post = glb.register_module_forward_hook(_mixed_output)
-    mine = []
-    try:
+    with _LOCK:  # the check for an enclosing block and the registration are one step
+        layers = _layers(model, modules)
+        handle = AdaptedStatistics(layers=tuple(layers), prior=p, calls={n: 0 for n in layers})
         for name, bn in layers.items():
             _ACTIVE[id(bn)] = (weakref.ref(bn), name, handle)
-            mine.append(id(bn))
+        pre = glb.register_module_forward_pre_hook(functools.partial(_check_call, handle))
+        post = glb.register_module_forward_hook(functools.partial(_mixed_output, handle))
+    try:
         yield handle
     finally:
-        for i in mine:
-            _ACTIVE.pop(i, None)
-        pre.remove()
-        post.remove()
+        with _LOCK:
+            for bn in layers.values():
+                if _ACTIVE.get(id(bn), (None, None, None))[2] is handle:
+                    del _ACTIVE[id(bn)]
+            pre.remove()
+            post.remove()

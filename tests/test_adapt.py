@@ -5,6 +5,7 @@ torch itself does in train and eval mode."""
 from __future__ import annotations
 
 import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -197,9 +198,67 @@ def test_compiled_models_are_refused_and_copies_made_inside_the_block_are_plain_
     eval_out = model(x)
     with adapt_bn_statistics(model, prior=0):
         inside = copy.deepcopy(model)
+        pickled = pickle.loads(pickle.dumps(model))
         assert torch.equal(inside(x), eval_out) and not torch.equal(model(x), eval_out)
+        assert torch.equal(pickled(x), eval_out)
     assert torch.equal(inside(x), eval_out) and torch.equal(model(x), eval_out)
 
 
 def test_the_front_door_exports_it():
     assert "adapt_bn_statistics" in bnstudy.__all__ and bnstudy.adapt_bn_statistics is adapt_bn_statistics
+
+
+def test_a_shared_layer_is_selected_through_either_owner_and_disjoint_blocks_do_not_add_up():
+    bn = nn.BatchNorm2d(3)
+
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Sequential(nn.Conv2d(3, 3, 1), bn)
+            self.b = nn.Sequential(nn.Conv2d(3, 3, 1), bn)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    m = Shared().eval()
+    x = torch.randn(4, 3, 5, 5)
+    with adapt_bn_statistics(m, prior=4, modules="b") as h:
+        m(x)
+    assert h.layers == ("a.1",) and h.calls == {"a.1": 2}
+    other = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    with adapt_bn_statistics(m, prior=4) as h1, adapt_bn_statistics(other, prior=0) as h2:
+        m(x)
+        y = other(torch.randn(8, 4))
+    assert h1.calls == {"a.1": 2} and h2.calls == {"1": 1} and y.shape == (8, 3)
+
+
+def test_prior_zero_ignores_stored_statistics_even_when_they_are_not_finite():
+    bn = _bn(2, 3)
+    with torch.no_grad():
+        bn.running_var[0] = float("inf")
+        bn.running_mean[1] = float("nan")
+    x = torch.randn(8, 3, 4, 4)
+    with adapt_bn_statistics(bn, prior=0):
+        y = bn(x)
+    torch.testing.assert_close(y, copy.deepcopy(bn).train()(x), rtol=1e-5, atol=1e-5)
+
+
+def test_huge_and_negative_zero_priors_are_numbers_of_samples():
+    bn = _bn(1, 2)
+    with adapt_bn_statistics(bn, prior=10 ** 400) as h:
+        assert h.prior == float("inf")
+    with adapt_bn_statistics(bn, prior=-0.0) as h:
+        assert h.prior == 0.0 and str(h.prior) == "0.0"
+    with pytest.raises(ValueError, match="prior must be"):
+        with adapt_bn_statistics(bn, prior=-10 ** 400):
+            pass
+
+
+def test_wrong_inputs_get_torchs_own_eval_errors_whatever_the_prior():
+    bn = nn.BatchNorm2d(3).eval()
+    for prior in (0, 16, float("inf")):
+        with adapt_bn_statistics(bn, prior=prior):
+            with pytest.raises((RuntimeError, ValueError)):
+                bn(torch.randn(4, 1, 5, 5))
+            with pytest.raises((RuntimeError, ValueError)):
+                bn(torch.randn(4, 3, 5))
