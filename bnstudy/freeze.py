@@ -49,6 +49,13 @@ def _refuse_script_module(fn: str, param: str, module) -> None:
             "and re-pin it with bnstudy.pin_eval/bnstudy.pin_norm_eval after scripting or loading")
 
 
+def _named(fn: str, e: ValueError) -> ValueError:
+    """A refusal from inside a conversion, its message starting with the public function ``fn`` the user called
+    (once: a message that already names it is kept)."""
+    msg = str(e)
+    return ValueError(msg if msg.startswith(f"{fn}: ") else f"{fn}: {msg}")
+
+
 class _PinnedTrain:
     """The ``train`` of a pinned module: ignores the requested mode and keeps the module in eval.
 
@@ -320,6 +327,15 @@ class FrozenBatchNorm(nn.Module):
         """
         check_module("FrozenBatchNorm.from_batchnorm", "bn", bn)
         check_str("FrozenBatchNorm.from_batchnorm", "name", name)
+        try:
+            return cls._build_from_batchnorm(bn, name)
+        except ValueError as e:
+            raise _named("FrozenBatchNorm.from_batchnorm", e) from None
+
+    @classmethod
+    def _build_from_batchnorm(cls, bn: nn.Module, name: str) -> "FrozenBatchNorm":
+        """:meth:`from_batchnorm` without the argument checks, its refusals naming no function (a conversion
+        names the one the user called)."""
         label = repr(name) if name else type(bn).__name__
         if not is_batch_norm(bn):
             hint = " (InstanceNorm is not converted: pin it with bnstudy.pin_norm_eval)" if isinstance(
@@ -360,6 +376,12 @@ class FrozenBatchNorm(nn.Module):
         ``source_class`` with a ``forward`` of its own, checked as
         :meth:`from_batchnorm` checks), before anything is changed.
         """
+        try:
+            return self._build_batchnorm()
+        except ValueError as e:
+            raise _named("FrozenBatchNorm.to_batchnorm", e) from None
+
+    def _build_batchnorm(self) -> _BatchNorm:
         try:
             bn = self.source_class(self.num_features, eps=self.eps, momentum=self.momentum, affine=self.affine)
         except (TypeError, ValueError) as e:
@@ -498,9 +520,16 @@ class _UnfrozenMixin:
         fn = f"{cls.__name__}.from_frozen"
         check_module(fn, "frozen", frozen)
         check_str(fn, "name", name)
+        try:
+            return cls._build_from_frozen(frozen, name)
+        except ValueError as e:
+            raise _named(fn, e) from None
+
+    @classmethod
+    def _build_from_frozen(cls, frozen: nn.Module, name: str) -> nn.Module:
         label = repr(name) if name else type(frozen).__name__
         if not is_frozen_batchnorm(frozen):
-            raise ValueError(f"{fn}: frozen={label} is a {type(frozen).__name__}, not a frozen BatchNorm (a class "
+            raise ValueError(f"frozen={label} is a {type(frozen).__name__}, not a frozen BatchNorm (a class "
                              "named FrozenBatchNorm* with running_mean/running_var buffers and an eps)")
         rm, rv = frozen.running_mean, frozen.running_var
         w, b = getattr(frozen, "weight", None), getattr(frozen, "bias", None)
@@ -531,9 +560,15 @@ class _UnfrozenMixin:
         :class:`FrozenBatchNorm` if that class cannot be built as ``frozen_class(num_features, eps=eps)``.
         Raises ``ValueError`` when the result would not compute this layer's eval output bit for bit."""
         try:
+            return self._build_frozen()
+        except ValueError as e:
+            raise _named(f"{type(self).__name__}.to_frozen", e) from None
+
+    def _build_frozen(self) -> nn.Module:
+        try:
             out = self.frozen_class(self.num_features, eps=self.eps)
         except (TypeError, ValueError):
-            return FrozenBatchNorm.from_batchnorm(self)
+            return FrozenBatchNorm._build_from_batchnorm(self, "")
         out = out.to(device=self.running_mean.device, dtype=self.running_mean.dtype)
         with torch.no_grad():
             for n in ("weight", "bias", "running_mean", "running_var"):
@@ -598,15 +633,15 @@ def _check_unfreezable(module: nn.Module, fn: str, prefix: str = "") -> None:
 
 def _to_frozen(m: nn.Module, name: str):
     if isinstance(m, _UnfrozenMixin) and m.frozen_class is not None:
-        return m.to_frozen()
-    return FrozenBatchNorm.from_batchnorm(m, name) if is_batch_norm(m) else None
+        return m._build_frozen()
+    return FrozenBatchNorm._build_from_batchnorm(m, name) if is_batch_norm(m) else None
 
 
 def _from_frozen(m: nn.Module, name: str):
     if isinstance(m, FrozenBatchNorm):
-        return m.to_batchnorm()
+        return m._build_batchnorm()
     if _foreign_frozen(m):
-        return _UNFROZEN[_FOREIGN_FROZEN.fullmatch(type(m).__name__).group(1)].from_frozen(m, name)
+        return _UNFROZEN[_FOREIGN_FROZEN.fullmatch(type(m).__name__).group(1)]._build_from_frozen(m, name)
     return None
 
 
@@ -616,7 +651,7 @@ def _named_convert(fn: str, module: nn.Module, make) -> nn.Module:
     try:
         return _convert(module, "", {}, make)
     except ValueError as e:
-        raise ValueError(f"{fn}: {e}") from None
+        raise _named(fn, e) from None
 
 
 def _convert(module: nn.Module, name: str, memo: dict, make) -> nn.Module:
@@ -854,7 +889,10 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     plans = {}
     for name in names:
         sub, plan = model.get_submodule(name), []
-        plans[name] = (sub, _plan(sub, name, memo, _to_frozen, plan), plan)
+        try:
+            plans[name] = (sub, _plan(sub, name, memo, _to_frozen, plan), plan)
+        except ValueError as e:  # a layer the conversion refuses: nothing was changed yet
+            raise _named("freeze_modules", e) from None
     state = model.__dict__.setdefault(_FREEZE_STATE, {})
     for name in names:
         sub, new, plan = plans[name]
@@ -904,7 +942,10 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
     plans = {}
     for name in names:  # built (and checked) before anything changes
         sub, plan = model.get_submodule(name), []
-        plans[name] = (sub, _plan(sub, name, memo, _from_frozen, plan), plan)
+        try:
+            plans[name] = (sub, _plan(sub, name, memo, _from_frozen, plan), plan)
+        except ValueError as e:
+            raise _named("unfreeze_modules", e) from None
     for name in names:
         old, sub, plan = plans[name]
         record = state.pop(name, None)
@@ -968,6 +1009,23 @@ def _call_train(module: nn.Module, mode: bool, fn: str) -> None:
                         "holds no norm layer objects to read; lint and audit the model before exporting it") from None
 
 
+def _check_sync_convertible(module: nn.Module, process_group) -> None:
+    """:func:`convert_sync_batchnorm`'s refusals, before anything changes: every ``_BatchNorm`` (what torch converts)
+    with hooks, or with a ``forward`` of its own that the SyncBatchNorm would not compute."""
+    for n, m in module.named_modules():
+        if isinstance(m, _BatchNorm):
+            _refuse_hooks(m, repr(n) if n else type(m).__name__, "a SyncBatchNorm")
+        if isinstance(m, _BatchNorm) and not computes_standard_eval(m):
+            label = repr(n) if n else type(m).__name__
+            _check_fields(m, label, "convert to SyncBatchNorm")
+            try:
+                sync = nn.SyncBatchNorm.convert_sync_batchnorm(_hookless_copy(m), process_group)
+            except Exception as e:  # noqa: BLE001 - torch's conversion failed on a copy: say so, change nothing
+                raise ValueError(f"convert_sync_batchnorm: torch's conversion fails on {type(m).__name__} {label} "
+                                 f"({type(e).__name__}: {e}); nothing was changed") from e
+            _refuse_changed_output(m, sync, label, "a SyncBatchNorm")
+
+
 def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     """``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` that keeps every pin, whatever its kind.
 
@@ -1014,18 +1072,10 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
         raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
                         f"torch.distributed.ProcessGroup, got {describe(process_group)}")
-    for n, m in module.named_modules():  # what torch converts: every _BatchNorm; checked before anything changes
-        if isinstance(m, _BatchNorm):
-            _refuse_hooks(m, repr(n) if n else type(m).__name__, "a SyncBatchNorm")
-        if isinstance(m, _BatchNorm) and not computes_standard_eval(m):
-            label = repr(n) if n else type(m).__name__
-            _check_fields(m, label, "convert to SyncBatchNorm")
-            try:
-                sync = nn.SyncBatchNorm.convert_sync_batchnorm(_hookless_copy(m), process_group)
-            except Exception as e:  # noqa: BLE001 - torch's conversion failed on a copy: say so, change nothing
-                raise ValueError(f"convert_sync_batchnorm: torch's conversion fails on {type(m).__name__} {label} "
-                                 f"({type(e).__name__}: {e}); nothing was changed") from e
-            _refuse_changed_output(m, sync, label, "a SyncBatchNorm")
+    try:
+        _check_sync_convertible(module, process_group)
+    except ValueError as e:  # every refusal names this function
+        raise _named("convert_sync_batchnorm", e) from e.__cause__
     # every name, not named_modules()'s first one: torch splits a shared layer into one copy per parent
     pinned = {n for n, m in module.named_modules(remove_duplicate=False) if is_pinned(m)}
     stays = eval_after_train(module)

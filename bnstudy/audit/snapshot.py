@@ -132,12 +132,13 @@ def nonfinite_words(t: torch.Tensor) -> str:
     return f"{nan + inf} of {t.numel()} values non-finite ({', '.join(parts) or 'none'})"
 
 
-def diff_rows(before: Snapshot, after: Snapshot) -> list[dict]:
+def diff_rows(before: Snapshot, after: Snapshot, where: str = "diff_rows") -> list[dict]:
     """:func:`diff`'s rows as plain dicts, one per tensor with the columns :func:`diff` documents (keys
-    :data:`_DIFF_COLUMNS`); no pandas needed. Raises ``TypeError`` if an argument is not a :class:`Snapshot`."""
+    :data:`_DIFF_COLUMNS`); no pandas needed. Raises ``TypeError`` if an argument is not a :class:`Snapshot`
+    (naming ``where``, the function the user called)."""
     for pname, s in (("before", before), ("after", after)):
         if not isinstance(s, Snapshot):
-            raise TypeError(f"{pname} must be a Snapshot (from bnstudy.audit.snapshot), got {type(s).__name__}")
+            raise TypeError(f"{where}: {pname} must be a Snapshot (from bnstudy.audit.snapshot), got {describe(s)}")
     rows = []
     names = list(before.tensors) + [n for n in after.tensors if n not in before.tensors]
     for n in names:
@@ -192,7 +193,7 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
     the model's order. Raises ``TypeError`` if an argument is not a
     :class:`Snapshot`.
     """
-    return diff_frame(diff_rows(before, after))
+    return diff_frame(diff_rows(before, after, "diff"))
 
 
 # ---------------------------------------------------------------------------
