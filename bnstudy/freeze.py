@@ -24,7 +24,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 # The book's freeze modes live in bnstudy.study.modes, the norm-layer rules in bnstudy.norms (one import path per name).
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
-from .norms import (PRECISE_MARK, STANDARD_EVAL_FORWARDS, _hookless_copy, computes_standard_eval, eval_output_difference,
+from .norms import (PRECISE_MARK, STANDARD_EVAL_FORWARDS, _hookless_copy, compiled_original, computes_standard_eval,
+                    eval_output_difference,
                     registered_hooks,
                     has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
                     keeps_running_stats, statistics_source, updates_running_stats)
@@ -804,6 +805,28 @@ def _resolve(model: nn.Module, names, whole_model, fn: str) -> list[str]:
     return module_names(fn, "names", model, names)
 
 
+def _through_compiled(model: nn.Module, names):
+    """``(model, names)`` seen through ``torch.compile``'s wrapper: the module it wraps (:func:`compiled_original`),
+    and ``names`` as that module's: a name of the wrapper (``"_orig_mod.backbone"``) loses its prefix, the wrapper
+    itself is the root. The uncompiled model's names (``"backbone"``) pass as they are. Anything else is left for
+    :func:`_resolve` to judge."""
+    inner = compiled_original(model)
+    if inner is model:
+        return model, names
+
+    def own(n):
+        if n is model or (isinstance(n, nn.Module) and compiled_original(n) is inner):
+            return ""
+        while isinstance(n, str) and (n == "_orig_mod" or n.startswith("_orig_mod.")):
+            n = n[len("_orig_mod."):]
+        return n
+    if isinstance(names, (str, nn.Module)):
+        return inner, own(names)
+    if isinstance(names, (list, tuple)):
+        return inner, [own(n) for n in names]
+    return inner, names
+
+
 def _check_not_shared_outside(model: nn.Module, names: list[str], fn: str, affected) -> None:
     """Raise ``ValueError`` when a layer that ``fn`` would replace or pin inside the named submodules is also
     reachable under a name outside them: replacing it at some of its names would split one layer into two."""
@@ -871,7 +894,13 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     before changing anything (flags, pins and layers are changed only once
     every replacement is built); ``TypeError`` for a missing ``names``,
     arguments of the wrong type, or a TorchScript model (freeze before scripting).
+
+    A ``torch.compile`` wrapper (``OptimizedModule``) is frozen through the module it wraps, the names being that
+    module's (``"backbone"``, those of the uncompiled model) or the wrapper's (``"_orig_mod.backbone"``); the
+    wrapper is returned, and :func:`unfreeze_modules` takes either the wrapper or the module with the same names.
     """
+    check_module("freeze_modules", "model", model)
+    wrapper, (model, names) = model, _through_compiled(model, names)
     names = _resolve(model, names, whole_model, "freeze_modules")
     if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
         raise ValueError(f"freeze_modules: the root is a {type(model).__name__}; name it from its parent "
@@ -907,7 +936,7 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
                     record["pinned"].append((n, m.training))
                     pin_eval(m)
         state[name] = record
-    return model
+    return wrapper
 
 
 def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = None, *,
@@ -929,8 +958,11 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
     unknown name, a frozen layer it cannot rebuild (see :func:`unfreeze_batchnorm`),
     or a frozen BatchNorm inside the named submodules that is also reachable
     outside them (naming both sides, as :func:`freeze_modules` does), before
-    changing anything; ``TypeError`` for a TorchScript model.
+    changing anything; ``TypeError`` for a TorchScript model. A ``torch.compile`` wrapper is unfrozen through the
+    module it wraps, with that module's names or the wrapper's, as in :func:`freeze_modules`; returns the wrapper.
     """
+    check_module("unfreeze_modules", "model", model)
+    wrapper, (model, names) = model, _through_compiled(model, names)
     names = _resolve(model, names, whole_model, "unfreeze_modules")
     if "" in names and is_frozen_batchnorm(model):
         raise ValueError(f"unfreeze_modules: the root is a {type(model).__name__}; name it from its parent")
@@ -963,7 +995,7 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
         for n, flag in record["requires_grad"].items():
             if n in params:
                 params[n].requires_grad_(flag)
-    return model
+    return wrapper
 
 
 def eval_after_train(module: nn.Module) -> set[str]:
