@@ -49,8 +49,8 @@ def _label_dependence(fn: str, labels_per_batch: Sequence) -> dict[str, float]:
         try:
             t = torch.as_tensor(y)
         except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"{fn}: labels_per_batch must hold one 1-D integer sequence of labels per batch, got an item "
-                            f"{describe(y)}") from None
+            raise TypeError(f"{fn}: labels_per_batch must hold one 1-D integer sequence of labels per batch, got an "
+                            f"item {describe(y)}") from None
         if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
             raise ValueError(f"{fn}: labels_per_batch must hold 1-D integer class labels per batch (not one-hot, not "
                              f"floats), got a batch of dtype {t.dtype} and shape {tuple(t.shape)}")
