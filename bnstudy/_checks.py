@@ -8,6 +8,7 @@ integer or a number, and a ``str`` never as an iterable of items.
 
 from __future__ import annotations
 
+import itertools
 import numbers
 import os
 import sys
@@ -131,19 +132,47 @@ def check_iterable(fn: str, param: str, value: Any, what: str) -> Any:
     return value
 
 
-def check_device(fn: str, param: str, value: Any, allow_none: bool = True) -> Any:
+def check_device(fn: str, param: str, value: Any, allow_none: bool = True, holds_values: bool = False) -> Any:
+    """A ``torch.device`` or device string (or None when ``allow_none``). With ``holds_values`` (a place to copy
+    tensors to), also one this torch build and machine can allocate on, and not ``'meta'`` (which holds no
+    values): ``ValueError`` otherwise, e.g. ``'cuda'`` on a CPU-only build, decided by allocating an empty
+    tensor there as torch would."""
     if value is None and allow_none:
         return None
-    if isinstance(value, torch.device):
-        return value
     if isinstance(value, str):
         try:
             torch.device(value)
-            return value
         except (RuntimeError, ValueError):
             raise ValueError(f"{_where(fn)}{param}={value!r} is not a device; give e.g. 'cpu' or 'cuda:0'") from None
-    raise TypeError(f"{_where(fn)}{param} must be a torch.device, a device string such as 'cpu'"
-                    f"{' or None' if allow_none else ''}, got {describe(value)}")
+    elif not isinstance(value, torch.device):
+        raise TypeError(f"{_where(fn)}{param} must be a torch.device, a device string such as 'cpu'"
+                        f"{' or None' if allow_none else ''}, got {describe(value)}")
+    if holds_values:
+        allowed = "'cpu' or a device this machine has" + (" (or None: each tensor on its own device)"
+                                                          if allow_none else "")
+        if torch.device(value).type == "meta":
+            raise ValueError(f"{_where(fn)}{param}={str(value)!r} holds no values (a 'meta' tensor has a shape and "
+                             f"no data), so nothing could be compared; give {allowed}")
+        try:
+            torch.empty(0, device=value)
+        except Exception as e:  # noqa: BLE001 - torch says AssertionError or RuntimeError, by build and device
+            raise ValueError(f"{_where(fn)}{param}={str(value)!r} is not available on this machine (torch: "
+                             f"{type(e).__name__}: {e}); give {allowed}") from None
+    return value
+
+
+def check_materialized(fn: str, param: str, model: nn.Module) -> nn.Module:
+    """``model`` with no parameter or buffer on the ``'meta'`` device: such tensors have a shape and no values, so
+    there is nothing to copy, compare or run. Raises ``ValueError`` naming the first few."""
+    meta = [n for n, t in itertools.chain(model.named_parameters(remove_duplicate=False),
+                                          model.named_buffers(remove_duplicate=False))
+            if t is not None and t.device.type == "meta"]
+    if meta:
+        shown = ", ".join(map(repr, meta[:3])) + (f" and {len(meta) - 3} more" if len(meta) > 3 else "")
+        raise ValueError(f"{_where(fn)}{param} must hold its values, got a {type(model).__name__} with tensors on "
+                         f"the 'meta' device ({shown}), which have a shape and no data; materialise it first "
+                         "(model.to_empty(device='cpu') and load its weights)")
+    return model
 
 
 def has_tensor(value: Any, depth: int = 0) -> bool:

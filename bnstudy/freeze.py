@@ -24,7 +24,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 # The book's freeze modes live in bnstudy.study.modes, the norm-layer rules in bnstudy.norms (one import path per name).
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
-from .norms import (PRECISE_MARK, STANDARD_EVAL_FORWARDS, _hookless_copy, computes_standard_eval, eval_output_difference,
+from .norms import (PRECISE_MARK, STANDARD_EVAL_FORWARDS, _hookless_copy, compiled_original, computes_standard_eval,
+                    eval_output_difference,
                     registered_hooks,
                     has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
                     keeps_running_stats, statistics_source, updates_running_stats)
@@ -47,6 +48,13 @@ def _refuse_script_module(fn: str, param: str, module) -> None:
             f"{fn} on the Python model and script the result (FrozenBatchNorm scripts); to read a scripted "
             "model use bnstudy.lint_model, bnstudy.freeze.batch_stats_report or bnstudy.FreezeAudit, which work on it, "
             "and re-pin it with bnstudy.pin_eval/bnstudy.pin_norm_eval after scripting or loading")
+
+
+def _named(fn: str, e: ValueError) -> ValueError:
+    """A refusal from inside a conversion, its message starting with the public function ``fn`` the user called
+    (once: a message that already names it is kept)."""
+    msg = str(e)
+    return ValueError(msg if msg.startswith(f"{fn}: ") else f"{fn}: {msg}")
 
 
 class _PinnedTrain:
@@ -320,6 +328,15 @@ class FrozenBatchNorm(nn.Module):
         """
         check_module("FrozenBatchNorm.from_batchnorm", "bn", bn)
         check_str("FrozenBatchNorm.from_batchnorm", "name", name)
+        try:
+            return cls._build_from_batchnorm(bn, name)
+        except ValueError as e:
+            raise _named("FrozenBatchNorm.from_batchnorm", e) from None
+
+    @classmethod
+    def _build_from_batchnorm(cls, bn: nn.Module, name: str) -> "FrozenBatchNorm":
+        """:meth:`from_batchnorm` without the argument checks, its refusals naming no function (a conversion
+        names the one the user called)."""
         label = repr(name) if name else type(bn).__name__
         if not is_batch_norm(bn):
             hint = " (InstanceNorm is not converted: pin it with bnstudy.pin_norm_eval)" if isinstance(
@@ -360,6 +377,12 @@ class FrozenBatchNorm(nn.Module):
         ``source_class`` with a ``forward`` of its own, checked as
         :meth:`from_batchnorm` checks), before anything is changed.
         """
+        try:
+            return self._build_batchnorm()
+        except ValueError as e:
+            raise _named("FrozenBatchNorm.to_batchnorm", e) from None
+
+    def _build_batchnorm(self) -> _BatchNorm:
         try:
             bn = self.source_class(self.num_features, eps=self.eps, momentum=self.momentum, affine=self.affine)
         except (TypeError, ValueError) as e:
@@ -498,9 +521,16 @@ class _UnfrozenMixin:
         fn = f"{cls.__name__}.from_frozen"
         check_module(fn, "frozen", frozen)
         check_str(fn, "name", name)
+        try:
+            return cls._build_from_frozen(frozen, name)
+        except ValueError as e:
+            raise _named(fn, e) from None
+
+    @classmethod
+    def _build_from_frozen(cls, frozen: nn.Module, name: str) -> nn.Module:
         label = repr(name) if name else type(frozen).__name__
         if not is_frozen_batchnorm(frozen):
-            raise ValueError(f"{fn}: frozen={label} is a {type(frozen).__name__}, not a frozen BatchNorm (a class "
+            raise ValueError(f"frozen={label} is a {type(frozen).__name__}, not a frozen BatchNorm (a class "
                              "named FrozenBatchNorm* with running_mean/running_var buffers and an eps)")
         rm, rv = frozen.running_mean, frozen.running_var
         w, b = getattr(frozen, "weight", None), getattr(frozen, "bias", None)
@@ -531,9 +561,15 @@ class _UnfrozenMixin:
         :class:`FrozenBatchNorm` if that class cannot be built as ``frozen_class(num_features, eps=eps)``.
         Raises ``ValueError`` when the result would not compute this layer's eval output bit for bit."""
         try:
+            return self._build_frozen()
+        except ValueError as e:
+            raise _named(f"{type(self).__name__}.to_frozen", e) from None
+
+    def _build_frozen(self) -> nn.Module:
+        try:
             out = self.frozen_class(self.num_features, eps=self.eps)
         except (TypeError, ValueError):
-            return FrozenBatchNorm.from_batchnorm(self)
+            return FrozenBatchNorm._build_from_batchnorm(self, "")
         out = out.to(device=self.running_mean.device, dtype=self.running_mean.dtype)
         with torch.no_grad():
             for n in ("weight", "bias", "running_mean", "running_var"):
@@ -598,15 +634,15 @@ def _check_unfreezable(module: nn.Module, fn: str, prefix: str = "") -> None:
 
 def _to_frozen(m: nn.Module, name: str):
     if isinstance(m, _UnfrozenMixin) and m.frozen_class is not None:
-        return m.to_frozen()
-    return FrozenBatchNorm.from_batchnorm(m, name) if is_batch_norm(m) else None
+        return m._build_frozen()
+    return FrozenBatchNorm._build_from_batchnorm(m, name) if is_batch_norm(m) else None
 
 
 def _from_frozen(m: nn.Module, name: str):
     if isinstance(m, FrozenBatchNorm):
-        return m.to_batchnorm()
+        return m._build_batchnorm()
     if _foreign_frozen(m):
-        return _UNFROZEN[_FOREIGN_FROZEN.fullmatch(type(m).__name__).group(1)].from_frozen(m, name)
+        return _UNFROZEN[_FOREIGN_FROZEN.fullmatch(type(m).__name__).group(1)]._build_from_frozen(m, name)
     return None
 
 
@@ -616,7 +652,7 @@ def _named_convert(fn: str, module: nn.Module, make) -> nn.Module:
     try:
         return _convert(module, "", {}, make)
     except ValueError as e:
-        raise ValueError(f"{fn}: {e}") from None
+        raise _named(fn, e) from None
 
 
 def _convert(module: nn.Module, name: str, memo: dict, make) -> nn.Module:
@@ -769,6 +805,28 @@ def _resolve(model: nn.Module, names, whole_model, fn: str) -> list[str]:
     return module_names(fn, "names", model, names)
 
 
+def _through_compiled(model: nn.Module, names):
+    """``(model, names)`` seen through ``torch.compile``'s wrapper: the module it wraps (:func:`compiled_original`),
+    and ``names`` as that module's: a name of the wrapper (``"_orig_mod.backbone"``) loses its prefix, the wrapper
+    itself is the root. The uncompiled model's names (``"backbone"``) pass as they are. Anything else is left for
+    :func:`_resolve` to judge."""
+    inner = compiled_original(model)
+    if inner is model:
+        return model, names
+
+    def own(n):
+        if n is model or (isinstance(n, nn.Module) and compiled_original(n) is inner):
+            return ""
+        while isinstance(n, str) and (n == "_orig_mod" or n.startswith("_orig_mod.")):
+            n = n[len("_orig_mod."):]
+        return n
+    if isinstance(names, (str, nn.Module)):
+        return inner, own(names)
+    if isinstance(names, (list, tuple)):
+        return inner, [own(n) for n in names]
+    return inner, names
+
+
 def _check_not_shared_outside(model: nn.Module, names: list[str], fn: str, affected) -> None:
     """Raise ``ValueError`` when a layer that ``fn`` would replace or pin inside the named submodules is also
     reachable under a name outside them: replacing it at some of its names would split one layer into two."""
@@ -836,7 +894,13 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     before changing anything (flags, pins and layers are changed only once
     every replacement is built); ``TypeError`` for a missing ``names``,
     arguments of the wrong type, or a TorchScript model (freeze before scripting).
+
+    A ``torch.compile`` wrapper (``OptimizedModule``) is frozen through the module it wraps, the names being that
+    module's (``"backbone"``, those of the uncompiled model) or the wrapper's (``"_orig_mod.backbone"``); the
+    wrapper is returned, and :func:`unfreeze_modules` takes either the wrapper or the module with the same names.
     """
+    check_module("freeze_modules", "model", model)
+    wrapper, (model, names) = model, _through_compiled(model, names)
     names = _resolve(model, names, whole_model, "freeze_modules")
     if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
         raise ValueError(f"freeze_modules: the root is a {type(model).__name__}; name it from its parent "
@@ -854,7 +918,10 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     plans = {}
     for name in names:
         sub, plan = model.get_submodule(name), []
-        plans[name] = (sub, _plan(sub, name, memo, _to_frozen, plan), plan)
+        try:
+            plans[name] = (sub, _plan(sub, name, memo, _to_frozen, plan), plan)
+        except ValueError as e:  # a layer the conversion refuses: nothing was changed yet
+            raise _named("freeze_modules", e) from None
     state = model.__dict__.setdefault(_FREEZE_STATE, {})
     for name in names:
         sub, new, plan = plans[name]
@@ -869,7 +936,7 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
                     record["pinned"].append((n, m.training))
                     pin_eval(m)
         state[name] = record
-    return model
+    return wrapper
 
 
 def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = None, *,
@@ -891,8 +958,11 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
     unknown name, a frozen layer it cannot rebuild (see :func:`unfreeze_batchnorm`),
     or a frozen BatchNorm inside the named submodules that is also reachable
     outside them (naming both sides, as :func:`freeze_modules` does), before
-    changing anything; ``TypeError`` for a TorchScript model.
+    changing anything; ``TypeError`` for a TorchScript model. A ``torch.compile`` wrapper is unfrozen through the
+    module it wraps, with that module's names or the wrapper's, as in :func:`freeze_modules`; returns the wrapper.
     """
+    check_module("unfreeze_modules", "model", model)
+    wrapper, (model, names) = model, _through_compiled(model, names)
     names = _resolve(model, names, whole_model, "unfreeze_modules")
     if "" in names and is_frozen_batchnorm(model):
         raise ValueError(f"unfreeze_modules: the root is a {type(model).__name__}; name it from its parent")
@@ -904,7 +974,10 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
     plans = {}
     for name in names:  # built (and checked) before anything changes
         sub, plan = model.get_submodule(name), []
-        plans[name] = (sub, _plan(sub, name, memo, _from_frozen, plan), plan)
+        try:
+            plans[name] = (sub, _plan(sub, name, memo, _from_frozen, plan), plan)
+        except ValueError as e:
+            raise _named("unfreeze_modules", e) from None
     for name in names:
         old, sub, plan = plans[name]
         record = state.pop(name, None)
@@ -922,7 +995,7 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
         for n, flag in record["requires_grad"].items():
             if n in params:
                 params[n].requires_grad_(flag)
-    return model
+    return wrapper
 
 
 def eval_after_train(module: nn.Module) -> set[str]:
@@ -966,6 +1039,23 @@ def _call_train(module: nn.Module, mode: bool, fn: str) -> None:
         raise TypeError(f"{fn}: {type(module).__name__}.train() is not supported ({e}): a module made by "
                         "torch.export (ExportedProgram.module()) keeps the train/eval mode it was exported in and "
                         "holds no norm layer objects to read; lint and audit the model before exporting it") from None
+
+
+def _check_sync_convertible(module: nn.Module, process_group) -> None:
+    """:func:`convert_sync_batchnorm`'s refusals, before anything changes: every ``_BatchNorm`` (what torch converts)
+    with hooks, or with a ``forward`` of its own that the SyncBatchNorm would not compute."""
+    for n, m in module.named_modules():
+        if isinstance(m, _BatchNorm):
+            _refuse_hooks(m, repr(n) if n else type(m).__name__, "a SyncBatchNorm")
+        if isinstance(m, _BatchNorm) and not computes_standard_eval(m):
+            label = repr(n) if n else type(m).__name__
+            _check_fields(m, label, "convert to SyncBatchNorm")
+            try:
+                sync = nn.SyncBatchNorm.convert_sync_batchnorm(_hookless_copy(m), process_group)
+            except Exception as e:  # noqa: BLE001 - torch's conversion failed on a copy: say so, change nothing
+                raise ValueError(f"convert_sync_batchnorm: torch's conversion fails on {type(m).__name__} {label} "
+                                 f"({type(e).__name__}: {e}); nothing was changed") from e
+            _refuse_changed_output(m, sync, label, "a SyncBatchNorm")
 
 
 def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
@@ -1014,18 +1104,10 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):
         raise TypeError(f"convert_sync_batchnorm: process_group must be None (the default group) or a "
                         f"torch.distributed.ProcessGroup, got {describe(process_group)}")
-    for n, m in module.named_modules():  # what torch converts: every _BatchNorm; checked before anything changes
-        if isinstance(m, _BatchNorm):
-            _refuse_hooks(m, repr(n) if n else type(m).__name__, "a SyncBatchNorm")
-        if isinstance(m, _BatchNorm) and not computes_standard_eval(m):
-            label = repr(n) if n else type(m).__name__
-            _check_fields(m, label, "convert to SyncBatchNorm")
-            try:
-                sync = nn.SyncBatchNorm.convert_sync_batchnorm(_hookless_copy(m), process_group)
-            except Exception as e:  # noqa: BLE001 - torch's conversion failed on a copy: say so, change nothing
-                raise ValueError(f"convert_sync_batchnorm: torch's conversion fails on {type(m).__name__} {label} "
-                                 f"({type(e).__name__}: {e}); nothing was changed") from e
-            _refuse_changed_output(m, sync, label, "a SyncBatchNorm")
+    try:
+        _check_sync_convertible(module, process_group)
+    except ValueError as e:  # every refusal names this function
+        raise _named("convert_sync_batchnorm", e) from e.__cause__
     # every name, not named_modules()'s first one: torch splits a shared layer into one copy per parent
     pinned = {n for n, m in module.named_modules(remove_duplicate=False) if is_pinned(m)}
     stays = eval_after_train(module)

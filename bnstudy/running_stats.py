@@ -112,6 +112,16 @@ def _input_stream(batches, input_fn, num_iters, fn):
         yield x
 
 
+def _as_called(fn: str, inner: str, e: Exception) -> Exception:
+    """A refusal of ``inner`` (a public function that ``fn`` calls), re-worded as ``fn``'s: the same exception type,
+    ``"inner: "`` at the start of its message replaced by ``"fn: "``. Any other exception (raised by the model's own
+    forward) is returned as it is."""
+    msg = str(e)
+    if isinstance(e, (TypeError, ValueError)) and msg.startswith(f"{inner}: "):
+        return type(e)(f"{fn}: {msg[len(inner) + 2:]}")
+    return e
+
+
 def _run(model: nn.Module, item, forward: Callable | None):
     """One forward pass: ``forward(model, batch)`` when given, else ``model(input)``."""
     return model(item) if forward is None else forward(model, item)
@@ -408,8 +418,14 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
     chosen = _estimated_layers(model, modules, "precise_bn_statistics")
     _inputs(batches, input_fn, num_iters, "precise_bn_statistics", forward)  # argument errors name this function
     work = copy.deepcopy(model)
-    calls = update_bn_stats(work, batches, num_iters, input_fn, modules=[work.get_submodule(n) for n in chosen],
-                            forward=forward)
+    try:
+        calls = update_bn_stats(work, batches, num_iters, input_fn, modules=[work.get_submodule(n) for n in chosen],
+                                forward=forward)
+    except (TypeError, ValueError) as e:  # the refusals name the function the user called
+        renamed = _as_called("precise_bn_statistics", "update_bn_stats", e)
+        if renamed is e:
+            raise
+        raise renamed from e.__cause__
     mods = dict(work.named_modules())
     return {n: (mods[n].running_mean.clone(), mods[n].running_var.clone()) for n, c in calls.items() if c > 0}
 
@@ -583,14 +599,20 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
     check_module("statistics_mismatch", "model", model)
     _refuse_script_module("statistics_mismatch", "model", model)
     model = compiled_original(model)
-    _check_measure(measure)
+    _check_measure("statistics_mismatch", measure)
     check_bool("statistics_mismatch", "per_channel", per_channel)
-    return mismatch_from_statistics(model, bn_input_statistics(model, batches, network_mode, input_fn,
-                                                               forward=forward), measure, per_channel)
+    try:
+        statistics = bn_input_statistics(model, batches, network_mode, input_fn, forward=forward)
+    except (TypeError, ValueError) as e:  # the refusals name the function the user called
+        renamed = _as_called("statistics_mismatch", "bn_input_statistics", e)
+        if renamed is e:
+            raise
+        raise renamed from e.__cause__
+    return mismatch_from_statistics(model, statistics, measure, per_channel)
 
 
-def _check_measure(measure: str) -> None:
-    check_choice("", "measure", measure, MISMATCH_MEASURES)
+def _check_measure(fn: str, measure: str) -> None:
+    check_choice(fn, "measure", measure, MISMATCH_MEASURES)
 
 
 def mismatch_from_statistics(model: nn.Module, statistics: dict, measure: str = "kl", per_channel: bool = False) -> dict:
@@ -602,7 +624,7 @@ def mismatch_from_statistics(model: nn.Module, statistics: dict, measure: str = 
     name that is not a BN layer of ``model`` or a shape that does not match it.
     """
     check_module("mismatch_from_statistics", "model", model)
-    _check_measure(measure)
+    _check_measure("mismatch_from_statistics", measure)
     check_bool("mismatch_from_statistics", "per_channel", per_channel)
     if not isinstance(statistics, dict) or not all(
             isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(t, torch.Tensor) for t in v)
@@ -613,10 +635,12 @@ def mismatch_from_statistics(model: nn.Module, statistics: dict, measure: str = 
     out = {}
     for name, (mean_new, var_new) in statistics.items():
         if name not in layers or layers[name].running_mean is None:
-            raise ValueError(f"statistics names {name!r}, which is not a BN layer of model with running statistics")
+            raise ValueError(f"mismatch_from_statistics: statistics names {name!r}, which is not a BN layer of model "
+                             f"with running statistics; the model's are "
+                             f"{[n for n, m in layers.items() if m.running_mean is not None][:6]}")
         m = layers[name]
         if mean_new.shape != m.running_mean.shape or var_new.shape != m.running_var.shape:
-            raise ValueError(f"statistics for {name!r} have shape {tuple(mean_new.shape)}, "
+            raise ValueError(f"mismatch_from_statistics: statistics for {name!r} have shape {tuple(mean_new.shape)}, "
                              f"the layer has {tuple(m.running_mean.shape)} channels")
         mean_new, var_new = mean_new.double(), var_new.double()
         mean_s = m.running_mean.detach().double().to(mean_new.device)
@@ -831,7 +855,7 @@ def _replacement(bn: nn.Module, name: str, kind: str, num_groups: int | None) ->
                              "statistics, so replace_norm cannot check that it only normalises; a GroupNorm in its "
                              "place could drop what its forward does. Nothing was changed; replace it yourself")
         try:
-            FrozenBatchNorm.from_batchnorm(bn, name)
+            FrozenBatchNorm._build_from_batchnorm(bn, name)
         except ValueError as e:
             raise ValueError(f"replace_norm: {type(bn).__name__} {label} does more in its forward than normalise, "
                              f"and the GroupNorm put in its place would drop that ({e})") from None
@@ -910,12 +934,13 @@ def replace_norm(model: nn.Module, kind: str, num_groups: int | None = None) -> 
     uninitialised lazy layer, a degenerate group or a layer whose forward does more than
     normalise (naming the layer), in each case before any layer is replaced.
     """
-    from .freeze import _convert
+    from .freeze import _named_convert
     check_module("replace_norm", "model", model)
     _refuse_script_module("replace_norm", "model", model)
     check_choice("replace_norm", "kind", kind, REPLACE_KINDS)
     check_int("replace_norm", "num_groups", num_groups, allow_none=True)
     if num_groups is not None and kind == "layer":
         raise ValueError("replace_norm: num_groups is only for kind='group' (kind='layer' is one group)")
-    return _convert(model, "", {}, lambda m, name: _replacement(m, name, kind, num_groups)
-                    if isinstance(m, nn.modules.batchnorm._BatchNorm) else None)
+    # every refusal names replace_norm (a layer's hooks: "replace_norm: cannot turn ..."), before any layer is replaced
+    return _named_convert("replace_norm", model, lambda m, name: _replacement(m, name, kind, num_groups)
+                          if isinstance(m, nn.modules.batchnorm._BatchNorm) else None)

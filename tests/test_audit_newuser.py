@@ -249,3 +249,35 @@ def test_assert_frozen_names_the_root_and_agrees_in_number():
         a.assert_frozen("")
     with pytest.raises(AssertionError, match=r"^'0', '1' are not frozen"):
         a.assert_frozen(["0", "1"])
+
+
+@pytest.mark.parametrize("momentum,batch", [(None, 8), (None, 32), (0.1, 8), (0.1, 32)])
+def test_the_summary_counts_the_information_lints_it_lists_and_lists_every_lint_it_counts(momentum, batch):
+    """The summary counted warnings only ("lints: 1 (1 distinct)") while the audit held information lints too
+    (momentum_cumulative here); now its lints line counts both, and the listing below it holds exactly the groups
+    counted. A summary without information lints reads as before."""
+    import re
+
+    from bnstudy.audit import group_lints
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, momentum=momentum), nn.BatchNorm1d(4, momentum=momentum))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with FreezeAudit(model, probe=torch.randn(8, 4)) as audit:
+            model.train()(torch.randn(batch, 4))
+    text = audit.summary(details=True)
+    warn = [x for x in audit.lints if x.severity == "warning"]
+    info = [x for x in audit.lints if x.severity == "info"]
+    assert bool(info) == (momentum is None) and bool(warn) == (batch < 16)  # both kinds, either, or none
+    line = next(ln for ln in text.splitlines() if ln.startswith("  lints: "))
+    expected = f"  lints: {len(warn) or 'none'}" + (f" ({len(group_lints(warn))} distinct)" if warn else "")
+    if info:
+        expected += f"; information: {len(info)} ({len(group_lints(info))} distinct)"
+    assert line == expected
+    assert line in repr(audit).splitlines()  # the headline (repr, notebook) counts the same
+    listed = re.findall(r"^    \[(\w+)\] ", text, flags=re.M)
+    assert listed == [x.code for x, _ in group_lints(warn)] + [x.code for x, _ in group_lints(info)]
+    assert ("  information:" in text.splitlines()) == bool(info)
+    md = audit._repr_markdown_()
+    assert all(f"`{x.code}`" in md for x in audit.lints)

@@ -1,10 +1,12 @@
 """The `bnstudy` command: chapter names, parameter checks with clear errors, the rerun's page built as the book renders it."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -12,23 +14,86 @@ import pytest
 from bnstudy.study import book, cli, report
 
 
-def test_chapter_is_found_by_number_or_name_and_an_unknown_one_lists_the_choices():
+def usage_error(capsys, argv) -> str:
+    """Run ``bnstudy argv`` in process, which must be a usage error: exit status 2 (argparse's convention; its own
+    errors raise SystemExit(2), ours return 2) and one line on stderr, returned."""
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:  # argparse's own usage errors
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2, (rc, err)
+    return err.strip().splitlines()[-1]
+
+
+def test_chapter_is_found_by_number_or_name_and_an_unknown_one_lists_the_choices(capsys, tmp_path):
     assert cli.resolve_chapter("01").stem == "01_freeze_modes"
     assert cli.resolve_chapter("1") == cli.resolve_chapter("01-freeze-modes") == cli.resolve_chapter("freeze_modes")
-    with pytest.raises(SystemExit, match=r"unknown chapter '99'.*01 \(01_freeze_modes\)"):
+    with pytest.raises(cli.UsageError, match=r"unknown chapter '99'.*01 \(01_freeze_modes\)"):
         cli.resolve_chapter("99")
+    assert re.search(r"^bnstudy: unknown chapter '99'.*01 \(01_freeze_modes\)",
+                     usage_error(capsys, ["chapter", "99", "--out", str(tmp_path)]))
 
 
-def test_unknown_or_reserved_parameters_are_errors_naming_the_allowed_ones(tmp_path):
-    with pytest.raises(SystemExit, match=r"unknown parameter\(s\) \['sedes'\].*'seeds'"):
-        cli.main(["chapter", "01", "-p", "sedes", "20", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="set by --out"):
-        cli.main(["chapter", "01", "-p", "results_dir", "x", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="not valid YAML"):
-        cli.main(["chapter", "03", "-y", "brightness_levels: [0, 2", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit):  # argparse: invalid choice names quick and full
-        cli.main(["chapter", "01", "--profile", "huge", "--out", str(tmp_path)])
+def test_unknown_or_reserved_parameters_are_errors_naming_the_allowed_ones(tmp_path, capsys):
+    assert re.search(r"unknown parameter\(s\) \['sedes'\].*'seeds'",
+                     usage_error(capsys, ["chapter", "01", "-p", "sedes", "20", "--out", str(tmp_path)]))
+    assert "set by --out" in usage_error(capsys, ["chapter", "01", "-p", "results_dir", "x", "--out", str(tmp_path)])
+    assert "not valid YAML" in usage_error(capsys, ["chapter", "03", "-y", "brightness_levels: [0, 2", "--out",
+                                                    str(tmp_path)])
+    # argparse: invalid choice names quick and full
+    assert "'quick'" in usage_error(capsys, ["chapter", "01", "--profile", "huge", "--out", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_every_usage_error_exits_2_and_a_failed_run_exits_1(tmp_path, capsys, monkeypatch):
+    """argparse's convention, for every usage error of `bnstudy chapter` (some exited 1 through SystemExit(message):
+    an unknown chapter or parameter, a bad -f/-y, a reserved parameter, the profile as a parameter), and 1 only for
+    a run that failed."""
+    def no_kernel(*a, **k):
+        raise AssertionError("the kernel must not start for a usage error")
+    monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
+    out = str(tmp_path / "o")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    notmap = tmp_path / "list.yaml"
+    notmap.write_text("[1, 2]\n")
+    usage = [
+        ["chapter", "99", "--out", out],  # unknown chapter
+        ["chapter", "01", "-p", "seedz", "4", "--out", out],  # unknown parameter
+        ["chapter", "01", "-p", "results_dir", "x", "--out", out],  # set by --out
+        ["chapter", "01", "-p", "profile", "full", "--out", out],  # the profile has its option
+        ["chapter", "01", "-f", str(tmp_path / "nope.yaml"), "--out", out],  # unreadable file
+        ["chapter", "01", "-f", str(notmap), "--out", out],  # not a mapping
+        ["chapter", "01", "-y", "seeds: [0", "--out", out],  # bad YAML
+        ["chapter", "01", "-y", "[0, 1]", "--out", out],  # not name: value
+        ["chapter", "01", "-p", "momentum", "2", "--out", out],  # a value the chapter refuses
+        ["chapter", "01", "--out", str(afile)],  # --out is a file
+        ["chapter", "01", "--profile", "huge", "--out", out],  # argparse: invalid choice
+        ["chapter", "01"],  # argparse: --out missing
+        ["chapter", "01", "--out", out, "--bogus"],  # argparse: unknown option
+    ]
+    for argv in usage:
+        line = usage_error(capsys, argv)
+        assert line.startswith(("bnstudy: ", "bnstudy chapter: error: ")), (argv, line)
+    assert not (tmp_path / "o").exists()
+
+    def failing(*a, **k):
+        raise RuntimeError("a cell raised")
+    monkeypatch.setattr(cli.book, "execute_chapter", failing)
+    monkeypatch.setattr(cli, "run_estimate", lambda *a, **k: ("estimate", None))
+    assert cli.main(["chapter", "01", "--out", out, "--quiet"]) == 1
+    assert "failed: RuntimeError: a cell raised" in capsys.readouterr().err
+
+
+def test_the_command_exits_2_for_a_usage_error_as_a_process(tmp_path):
+    """Through ``python -m bnstudy.study.cli`` (the ``bnstudy`` script's code path): the status the shell sees."""
+    for argv, words in ((["chapter", "99", "--out", str(tmp_path)], "bnstudy: unknown chapter '99'"),
+                        (["chapter", "01", "--profile", "huge", "--out", str(tmp_path)], "invalid choice")):
+        repo = str(Path(cli.__file__).resolve().parents[2])
+        proc = subprocess.run([sys.executable, "-m", "bnstudy.study.cli", *argv], capture_output=True, text=True,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": repo}, timeout=300)
+        assert proc.returncode == 2 and words in proc.stderr, (proc.returncode, proc.stderr)
 
 
 def test_parameters_are_typed_as_papermill_types_them():
@@ -144,14 +209,12 @@ def test_a_signal_stops_the_kernel_and_its_workers_and_leaves_no_page(tmp_path, 
 
 def test_bad_parameters_file_or_out_file_is_a_one_line_error_naming_the_option(tmp_path, capsys):
     missing = tmp_path / "nope.yaml"
-    with pytest.raises(SystemExit, match=r"^bnstudy: -f .*nope\.yaml: cannot read the file") as e:
-        cli.main(["chapter", "01", "-f", str(missing), "--out", str(tmp_path / "o")])
-    assert "\n" not in str(e.value)
+    line = usage_error(capsys, ["chapter", "01", "-f", str(missing), "--out", str(tmp_path / "o")])
+    assert re.match(r"^bnstudy: -f .*nope\.yaml: cannot read the file", line)
     bad = tmp_path / "bad.yaml"
     bad.write_text("seeds: [0, 1\n")
-    with pytest.raises(SystemExit, match=r"^bnstudy: -f .*bad\.yaml: not valid YAML") as e:
-        cli.main(["chapter", "01", "-f", str(bad), "--out", str(tmp_path / "o")])
-    assert "\n" not in str(e.value)
+    line = usage_error(capsys, ["chapter", "01", "-f", str(bad), "--out", str(tmp_path / "o")])
+    assert re.match(r"^bnstudy: -f .*bad\.yaml: not valid YAML", line)
     afile = tmp_path / "afile"
     afile.write_text("")
     assert cli.main(["chapter", "01", "--out", str(afile)]) == 2
@@ -159,10 +222,8 @@ def test_bad_parameters_file_or_out_file_is_a_one_line_error_naming_the_option(t
     assert not (tmp_path / "o").exists()
 
 
-def test_unknown_parameter_list_leaves_out_profile_which_has_its_own_option(tmp_path):
-    with pytest.raises(SystemExit) as e:
-        cli.main(["chapter", "01", "-p", "seed", "2", "--out", str(tmp_path)])
-    allowed = str(e.value).split("allowed:")[1]
+def test_unknown_parameter_list_leaves_out_profile_which_has_its_own_option(tmp_path, capsys):
+    allowed = usage_error(capsys, ["chapter", "01", "-p", "seed", "2", "--out", str(tmp_path)]).split("allowed:")[1]
     assert "'profile'" not in allowed and "--profile" in allowed and "'seeds'" in allowed
 
 
@@ -184,9 +245,8 @@ def test_bad_yaml_cache_dir_file_and_missing_rows_fail_before_the_kernel_naming_
     def no_kernel(*a, **k):
         raise AssertionError("the kernel must not start for a bad value")
     monkeypatch.setattr(cli.book, "execute_chapter", no_kernel)
-    with pytest.raises(SystemExit, match=r"^bnstudy: -y 'seeds: \[0' is not valid YAML") as e:
-        cli.main(["chapter", "02", "-y", "seeds: [0", "--out", str(tmp_path / "o")])
-    assert "\n" not in str(e.value)
+    assert re.match(r"^bnstudy: -y 'seeds: \[0' is not valid YAML",
+                    usage_error(capsys, ["chapter", "02", "-y", "seeds: [0", "--out", str(tmp_path / "o")]))
     afile = tmp_path / "afile"
     afile.write_text("")
     assert cli.main(["chapter", "02", "--cache-dir", str(afile), "--out", str(tmp_path / "o")]) == 2
@@ -369,11 +429,11 @@ def test_a_relative_rows_path_reaches_the_notebook_as_the_file_the_check_found(t
 # --- issue 37: a misspelt parameter is refused, whichever way the chapter runs ----------------------------------
 
 
-def test_a_misspelt_parameter_is_refused_by_the_command_with_the_close_match_and_the_allowed_names(tmp_path):
-    with pytest.raises(SystemExit) as e:
-        cli.main(["chapter", "01", "-p", "seedz", "4", "--out", str(tmp_path / "o")])
-    assert "['seedz']" in str(e.value) and "did you mean 'seeds'?" in str(e.value)
-    assert "'tuning_seeds'" in str(e.value).split("allowed:")[1]
+def test_a_misspelt_parameter_is_refused_by_the_command_with_the_close_match_and_the_allowed_names(tmp_path,
+                                                                                                  capsys):
+    line = usage_error(capsys, ["chapter", "01", "-p", "seedz", "4", "--out", str(tmp_path / "o")])
+    assert "['seedz']" in line and "did you mean 'seeds'?" in line
+    assert "'tuning_seeds'" in line.split("allowed:")[1]
     assert not (tmp_path / "o").exists()
 
 

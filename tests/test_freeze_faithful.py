@@ -169,6 +169,8 @@ def test_every_conversion_keeps_the_eval_output_bit_for_bit_or_refuses_before_ch
         assert torch_converts and (differs or no_fields), f"refused a layer it could convert exactly: {e}"
         assert _unchanged(model, snap), "a refusal changed the model"
         assert type(layer).__name__ in str(e) and "Nothing was changed" in str(e)
+        called = "freeze_modules" if conversion.startswith("freeze_modules") else conversion
+        assert str(e).startswith(f"{called}: "), f"the refusal does not name {called}: {e}"
         return
     assert not (torch_converts and (differs or no_fields)), "converted a layer whose eval output the replacement loses"
     out.eval()
@@ -199,6 +201,7 @@ def test_replace_norm_refuses_exactly_the_layers_it_would_change_silently_or_deg
     except ValueError as e:
         assert differs or degenerate, f"refused a layer it could replace: {e}"
         assert _unchanged(model, snap)
+        assert str(e).startswith("replace_norm: "), f"the refusal does not name replace_norm: {e}"
         return
     assert not (differs or degenerate)
     gn = out[1]

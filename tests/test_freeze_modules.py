@@ -85,3 +85,40 @@ def test_frozen_bn_equals_bn_eval_with_its_eps_and_loads_a_batchnorm_state_dict(
     x = torch.randn(3, 5, 4, 4)
     assert torch.equal(frozen(x), bn.eval()(x))
     assert "5, eps=0.001" in repr(frozen)
+
+
+def test_a_compiled_model_is_frozen_by_the_names_of_the_uncompiled_model_or_of_the_wrapper():
+    """freeze_modules(torch.compile(model), names) took only the wrapper's names ('_orig_mod.layer1'); a user
+    passes the model's own. Both now name the same submodules, and the result is what freezing the uncompiled
+    model gives (wrapping is enough: the compiled model is not run)."""
+    reference = freeze_modules(_resnetish(), ["layer1", "layer2.0.bn1"])
+    for names in (["layer1", "layer2.0.bn1"], ["_orig_mod.layer1", "_orig_mod.layer2.0.bn1"],
+                  ["layer1", "_orig_mod.layer2.0.bn1"], "layer1"):
+        model = _resnetish()
+        compiled = torch.compile(model)
+        assert freeze_modules(compiled, names) is compiled
+        assert compiled._orig_mod is model
+        expected = reference if not isinstance(names, str) else freeze_modules(_resnetish(), "layer1")
+        assert [(n, type(m)) for n, m in model.named_modules()] == [(n, type(m)) for n, m in expected.named_modules()]
+        assert {n: p.requires_grad for n, p in model.named_parameters()} == {
+            n: p.requires_grad for n, p in expected.named_parameters()}
+        assert isinstance(model.layer1[0].bn1, FrozenBatchNorm)
+        # unfreeze through either the wrapper or the model, with either names
+        assert unfreeze_modules(compiled, names) is compiled
+        assert all(p.requires_grad for p in model.parameters())
+        assert not any(isinstance(m, FrozenBatchNorm) for m in model.modules())
+    # module objects, the wrapper itself as the root, and whole_model
+    model = _resnetish()
+    compiled = torch.compile(model)
+    freeze_modules(compiled, [model.layer3])
+    assert isinstance(model.layer3[0].bn1, FrozenBatchNorm) and model.fc.weight.requires_grad
+    unfreeze_modules(model, ["layer3"])  # the record is the model's: the uncompiled model undoes it too
+    assert not isinstance(model.layer3[0].bn1, FrozenBatchNorm)
+    freeze_modules(compiled, whole_model=True)
+    assert not any(p.requires_grad for p in model.parameters())
+    unfreeze_modules(compiled, [compiled])
+    assert all(p.requires_grad for p in model.parameters())
+    # an unknown name is refused naming the function and the model's own names
+    with pytest.raises(ValueError, match=r"^freeze_modules: names='layer9' is not a module of the model "
+                                         r"\(Module\); choose qualified names such as \['layer1'"):
+        freeze_modules(torch.compile(_resnetish()), ["layer9"])

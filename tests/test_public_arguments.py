@@ -301,6 +301,38 @@ def test_a_wrong_argument_raises_type_or_value_error_naming_it(case, param):
     assert not wrong, f"{case}: " + "\n".join(wrong)
 
 
+#: Cases whose refusals name something else than the case, with the reason.
+NAMED_AS = {
+    "FrozenBatchNorm.forward": "FrozenBatchNorm",  # the user calls the layer, frozen(x), not its forward
+    "resolve_forward": ("here", "resolve_forward"),  # its refusals name ``where`` (its caller), or its own ``where``
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_refusal_of_a_wrong_argument_starts_with_the_name_of_the_function_called(case):
+    """The convention of update_bn_stats and pin_eval, for every public callable and every argument: the message
+    starts with the function's name ("replace_norm: kind='x' is not allowed ..."), so a refusal raised from deep
+    inside (a helper, an inner public function) still names the call the user made."""
+    fn, kwargs, allowed = CASES[case]
+    names = NAMED_AS.get(case, case)
+    names = (names,) if isinstance(names, str) else names
+    wrong = []
+    for param in allowed:
+        for value in GARBAGE:
+            if allowed[param](value):
+                continue
+            kw = kwargs()
+            kw[param] = value
+            try:
+                fn(**kw)
+            except (TypeError, ValueError) as e:
+                if not any(re.match(rf"{re.escape(name)}[:( ]", str(e)) for name in names):
+                    wrong.append(f"{param}={value!r}: {type(e).__name__}: {e}")
+            except Exception:  # noqa: BLE001 - another kind is test_a_wrong_argument_...'s finding
+                pass
+    assert not wrong, f"{case}: refusals that do not start with {' or '.join(names)}:\n" + "\n".join(wrong)
+
+
 def _public_callables():
     names = set(bnstudy.__all__) | set(audit.__all__)
     for mod in (stats, freeze):

@@ -813,6 +813,25 @@ def test_family_config_rejects_bad_values_naming_the_parameter(override, match):
     assert run.make_config("quick", shift_families=(), family_strengths=()).family_units() == []
 
 
+def test_family_strengths_without_shift_families_are_refused_naming_both_and_the_defaults_stay_accepted():
+    """A non-default family_strengths with no shift family was silently ignored (no family runs at it); it is
+    refused naming both parameters. The profiles' own values with shift_families empty (the notebook's
+    shift_families=[] leaves family_strengths at the profile's), the class default and an empty list stay accepted,
+    and the config's units are those of the config without the families."""
+    with pytest.raises(ValueError, match=r"^family_strengths must be its default \[0\.25, 1\.0, 2\.0\] or empty "
+                                         r"when shift_families is empty .*, got \[0\.5, 1\.0\]"):
+        run.make_config("quick", shift_families=(), family_strengths=(0.5, 1.0))
+    with pytest.raises(ValueError, match=r"family_strengths must be its default \[0\.1, 0\.25, 0\.5, 1\.0, 2\.0\]"):
+        run.make_config("full", shift_families=(), family_strengths=(0.25, 1.0, 2.0, 3.0))
+    for profile in run.PROFILES:
+        for strengths in (None, ()):  # None: the profile's
+            cfg = run.make_config(profile, shift_families=(), family_strengths=strengths)
+            assert cfg.family_units() == [] and cfg.units() == run.make_config(profile).units()
+    assert run.Config(shift_families=()).family_units() == []  # the class default
+    assert run.Config(profile="full", **run.READ_DEFAULTS).family_units() == []  # rows from before the families
+    assert run.make_config("quick", shift_families=("blur",), family_strengths=(0.5, 1.0)).family_strengths == (0.5, 1.0)
+
+
 def _family_table(routed_loss_b1=0.0, routed_loss_bmax=0.0):
     """Two families of :func:`_table` (strengths 0.01 / 1 as the family grid, t = 0 dropped), the nearest_first
     routed head at the gentlest strength losing ``routed_loss_*`` (per batch) in the blur family."""

@@ -126,8 +126,13 @@ class _Display:
             lines += textwrap.wrap(f"  audit hook errors (the block ran on): {len(self.hook_errors)}, first: "
                                    f"{self.hook_errors[0]}", width=_WIDTH, subsequent_indent="    ")
         warn = [x for x in self.lints if x.severity == "warning"]
+        info = [x for x in self.lints if x.severity == "info"]
         groups = len({(x.code, x.message) for x in warn})
-        lines.append(f"  lints: {len(warn) or 'none'}" + (f" ({groups} distinct)" if warn else ""))
+        # the information lints are counted as the summary lists them (after the warnings); a summary without any
+        # reads as it always did (the book's release pins chapter 2's printed audits)
+        lines.append(f"  lints: {len(warn) or 'none'}" + (f" ({groups} distinct)" if warn else "")
+                     + (f"; information: {len(info)} ({len({(x.code, x.message) for x in info})} distinct)"
+                        if info else ""))
         return lines
 
     def _probe_words(self) -> str:
@@ -170,6 +175,10 @@ class _Display:
         lines = self._headline()
         warn = [x for x in self.lints if x.severity == "warning"]
         lines += format_lints(warn, width=_WIDTH, indent="    ")
+        info = [x for x in self.lints if x.severity == "info"]
+        if info:  # counted on the lints line of the headline
+            lines.append("  information:")
+            lines += format_lints(info, width=_WIDTH, indent="    ")
         shown = [r for r in self._modes_rows() if r.kind != "model"]
         if len(shown):
             groups: dict = {}
@@ -235,12 +244,14 @@ class _Display:
         head = self._headline()
         md = [f"**{head[0]}**", ""] + [f"- {h.strip()}" for h in head[1:]]
         warn = [x for x in self.lints if x.severity == "warning"]
-        if warn:
+        info = [x for x in self.lints if x.severity == "info"]
+        if warn or info:  # the warnings, then the information the headline counts
             md += ["", "| lint | layers | message |", "| --- | --- | --- |"]
             from .lints import group_lints
-            for lint, layers in group_lints(warn):
+            for lint, layers in group_lints(warn + info):
                 who = ", ".join(_label(n) for n in layers[:6]) + (f" (+{len(layers) - 6})" if len(layers) > 6 else "")
-                md.append(f"| `{lint.code}` | {who} | {lint.message.replace('|', '/')} |")
+                label = f"`{lint.code}`" + (" (info)" if lint.severity == "info" else "")
+                md.append(f"| {label} | {who} | {lint.message.replace('|', '/')} |")
         return "\n".join(md)
 
     def _repr_html_(self) -> str:

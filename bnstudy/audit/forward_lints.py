@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import warnings
 from typing import Any, Callable
 
@@ -26,6 +27,77 @@ def _required_positional(fn) -> int | None:
         return None
     return sum(1 for p in sig.parameters.values()
                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+
+
+def _required_keyword_only(fn) -> list[str]:
+    """The keyword-only parameters without a default of ``fn`` (of a module's ``forward``); [] when unreadable."""
+    target = fn.forward if isinstance(fn, nn.Module) else fn
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+
+
+def _callable_name(fn) -> str:
+    if isinstance(fn, nn.Module):
+        return f"{type(fn).__name__}.forward"
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def refuse_keyword_only(where: str, param: str, fn: Callable) -> None:
+    """Raise ``TypeError`` when ``fn`` (the model, a submodule or a callable the input runs through) has required
+    keyword-only parameters: an input is passed positionally (a tuple unpacked, a dict as one argument), so no
+    ``param`` can supply them. The message says how: a ``forward`` callable that supplies them."""
+    needed = _required_keyword_only(fn)
+    if needed:
+        example = ", ".join(f"{k}=..." for k in needed)
+        raise TypeError(f"{where}: {param} cannot be run through {_callable_name(fn)}, which requires the keyword-only "
+                        f"argument{'s' if len(needed) > 1 else ''} {', '.join(map(repr, needed))}: {param} must be "
+                        "positional input (a tensor; a tuple, unpacked into several arguments; a list or a dict, "
+                        f"passed as one argument). Pass forward=lambda x: model(x, {example}) so that {param} is x "
+                        "alone")
+
+
+def _input_words(x: Any, depth: int = 0) -> str:
+    """``"a float64 tensor of shape (8, 5) on cpu"``, or the same for each item of a tuple, list or dict."""
+    if isinstance(x, torch.Tensor):
+        return f"a {str(x.dtype).removeprefix('torch.')} tensor of shape {tuple(x.shape)} on {x.device}"
+    if depth < 2 and isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of [" + ", ".join(_input_words(v, depth + 1) for v in x) + "]"
+    if depth < 2 and isinstance(x, dict):
+        return "a dict of {" + ", ".join(f"{k!r}: {_input_words(v, depth + 1)}" for k, v in x.items()) + "}"
+    return f"a {type(x).__name__}"
+
+
+def _tensors(x: Any, depth: int = 0) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if depth < 4 and isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v, depth + 1)]
+    if depth < 4 and isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v, depth + 1)]
+    return []
+
+
+def run_input(where: str, param: str, fn: Callable, x: Any, model: nn.Module, mode: str = "eval") -> Any:
+    """``call_forward(fn, x)``; when torch (or the model) refuses ``x``, raise ``TypeError`` (a floating tensor of
+    ``x`` in another dtype than the model's parameters, or torch's error is about a dtype) or ``ValueError`` (its
+    shape, device or values) naming
+    ``where`` and ``param``, with what ``x`` was, what the model holds and what it raised (chained)."""
+    try:
+        return call_forward(fn, x)
+    except (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError) as e:
+        place = next(((t.device, t.dtype) for t in itertools.chain(model.parameters(), model.buffers())
+                      if t.is_floating_point() and not nn.parameter.is_lazy(t)), None)
+        floats = [t for t in _tensors(x) if t.is_floating_point()]
+        dtype = (place is not None and any(t.dtype != place[1] for t in floats)) or any(
+            w in str(e) for w in ("dtype", "scalar type"))
+        held = (f"its parameters are {str(place[1]).removeprefix('torch.')} on {place[0]}" if place is not None
+                else "it has no floating parameters")
+        raise (TypeError if dtype else ValueError)(
+            f"{where}: {param} must be an input {_callable_name(fn)} runs in {mode} mode ({held}), got "
+            f"{_input_words(x)}; it raised {type(e).__name__}: {e}") from e
 
 
 def resolve_forward(model: nn.Module, forward: Callable | nn.Module | None, where: str) -> Callable:
@@ -71,6 +143,9 @@ def lint_forward_modes(model: nn.Module, example: Any, forward: Callable | nn.Mo
     ``model`` ends as it started: every buffer is copied back, every train/eval
     flag restored, the global RNG forked; the passes run under
     ``torch.no_grad()``. Costs a copy of the buffers and two forward passes.
+    Raises ``TypeError`` naming ``example`` when the forward requires keyword-only arguments (pass a ``forward``
+    that supplies them) or when it refuses ``example`` in a dtype other than the model's, ``ValueError`` when it
+    refuses it otherwise (shape, device; torch's error chained), with ``model`` restored.
     """
     from .snapshot import output_signature
 
@@ -78,6 +153,7 @@ def lint_forward_modes(model: nn.Module, example: Any, forward: Callable | nn.Mo
     check_model_input("lint_forward_modes", "example", example)
     check_bool("lint_forward_modes", "warn", warn)
     call = resolve_forward(model, forward, "lint_forward_modes")
+    refuse_keyword_only("lint_forward_modes", "example", call)
     flags = [(m, m.training) for m in model.modules()]
     buffers = [(b, b.detach().clone()) for b in model.buffers() if b is not None and not nn.parameter.is_lazy(b)]
     sigs = {}
@@ -85,7 +161,8 @@ def lint_forward_modes(model: nn.Module, example: Any, forward: Callable | nn.Mo
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             for mode in (True, False):
                 model.train(mode)
-                sigs[mode] = output_signature(call_forward(call, example))
+                sigs[mode] = output_signature(run_input("lint_forward_modes", "example", call, example, model,
+                                                        "train" if mode else "eval"))
     finally:
         with torch.no_grad():
             for b, saved in buffers:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from .._checks import check_bool, check_device, check_model_input, check_module
+from .._checks import check_bool, check_device, check_materialized, check_model_input, check_module
 from ..freeze import eval_after_train, is_pinned, _refuse_fixed_mode
 from ..norms import compiled_original, has_running_stats, statistics_source
 from .boundaries import _Boundaries
@@ -27,7 +27,8 @@ from .lints import (MIN_BATCH, WARN_MAX_LAYERS, BNLintWarning, Lint, _at_reset_v
                     resolve_forward)
 from .live import _LiveHooks
 from .results import _Results
-from .snapshot import Snapshot, probe_outputs, snapshot
+from .forward_lints import refuse_keyword_only
+from .snapshot import Snapshot, _probe_outputs, snapshot
 
 # Names importable from this module before it was split by idea (issue 36) stay importable from here.
 from .boundaries import _is_compiled_wrapper  # noqa: E402,F401
@@ -167,10 +168,19 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
     ``snapshot_device``: where the snapshots live.
     Raises ``TypeError`` if ``model`` is not an ``nn.Module``, ``forward`` is
     not callable, ``probe`` is not a model input (a tensor, or a tuple, list or
-    dict of tensors) or ``warn`` not a bool, or when ``model.train()`` is not
+    dict of tensors) or ``warn`` not a bool, when ``model.train()`` is not
     supported (the module of a ``torch.export`` program, which keeps the mode it
-    was exported in: audit the model before exporting it); ``ValueError`` if
-    ``min_batch`` is not a positive integer or ``snapshot_device`` not a device.
+    was exported in: audit the model before exporting it), or when a ``probe``
+    is given and the forward it runs through requires keyword-only arguments
+    (a probe is positional: pass ``forward=lambda x: model(x, mask=...)``);
+    ``ValueError`` if ``min_batch`` is not a positive integer, ``snapshot_device``
+    not a device, a device this machine does not have (``'cuda'`` on a CPU-only
+    torch) or ``'meta'``, or when ``model`` has tensors on the ``'meta'`` device
+    (no values to snapshot). On entry, a probe the forward refuses raises
+    ``TypeError`` (floating tensors in another dtype than the model's) or
+    ``ValueError`` (a shape or device it cannot take), naming ``probe`` and
+    chaining torch's error, before any hook is registered; the model is left
+    as it was.
     """
 
     def __init__(self, model: nn.Module, probe: Any = None, forward: Callable | nn.Module | None = None, *,
@@ -180,10 +190,11 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
         check_model_input("FreezeAudit", "probe", probe, allow_none=True)
         _check_positive_int("min_batch", min_batch, "FreezeAudit")
         check_bool("FreezeAudit", "warn", warn)
-        check_device("FreezeAudit", "snapshot_device", snapshot_device)
+        check_device("FreezeAudit", "snapshot_device", snapshot_device, holds_values=True)
         #: The ``torch.compile`` wrapper given as ``model`` (None otherwise); ``model`` is what it wraps.
         self.wrapper = model if compiled_original(model) is not model else None
         model = compiled_original(model)
+        check_materialized("FreezeAudit", "model", model)
         try:
             _refuse_fixed_mode("FreezeAudit", model)
         except TypeError as e:  # a torch.export module: say whether it was exported in train mode
@@ -192,6 +203,8 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
             forward = compiled_original(forward)
         self.model, self.probe, self.forward = model, probe, forward
         self._call = resolve_forward(model, forward, "FreezeAudit")
+        if probe is not None:
+            refuse_keyword_only("FreezeAudit", "probe", self._call)
         self.min_batch, self.warn, self.snapshot_device = min_batch, warn, snapshot_device
         self.lints: list[Lint] = []
         self.before: Snapshot | None = None
@@ -238,10 +251,11 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
         if self.before is not None:  # a second block would mix its calls into the first block's records
             raise RuntimeError("FreezeAudit: this audit already watched one `with` block and its results describe "
                                "that block; create a new FreezeAudit(...) for each block")
-        self.before = snapshot(self.model, self.snapshot_device)
-        if self.probe is not None:
+        before = snapshot(self.model, self.snapshot_device)
+        if self.probe is not None:  # a probe the model refuses raises here, before any hook is registered
             self._place_at_entry = _place(self._probed())
-            self.outputs_before = probe_outputs(self.model, self.probe, self._call)
+            self.outputs_before = _probe_outputs(self.model, self.probe, self._call, "FreezeAudit")
+        self.before = before
         entry = [lint for lint in lint_model(self.model, min_batch=self.min_batch, warn=False)
                  if self._add_lint(lint)]
         _emit(entry, self.warn)  # grouped: one warning per finding, however many layers
@@ -361,7 +375,7 @@ class FreezeAudit(_LiveHooks, _WritesElsewhere, _Boundaries, _Results, _Display)
     def _rerun_probe(self) -> None:
         import warnings
         try:
-            self.outputs_after = probe_outputs(self.model, self._probe_now(), self._call)
+            self.outputs_after = _probe_outputs(self.model, self._probe_now(), self._call, "FreezeAudit")
         except Exception as e:  # the audit's own re-run must not lose the block's results
             self.outputs_after = None
             self.probe_note = ((self.probe_note + "; but ") if self.probe_note else "") + (

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import check_bool, check_int, check_module
+from .._checks import check_bool, check_int, check_materialized, check_module
 from ..freeze import batch_stats_rows, is_pinned, pin_dropped, _refuse_fixed_mode
 from ..norms import (compiled_original, has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base,
                      statistics_source)
@@ -79,7 +79,8 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
 
     Returns the lints (grouped display: :func:`format_lints`) and warns the
     ``warning`` ones. Raises ``ValueError`` naming ``batch_size`` or
-    ``min_batch`` when it is not a positive integer, and ``TypeError`` when
+    ``min_batch`` when it is not a positive integer or naming ``model`` when it has
+    tensors on the ``'meta'`` device (no values to lint), and ``TypeError`` when
     ``model`` is not an ``nn.Module`` or refuses ``train()`` (the module of a
     ``torch.export`` program: lint the model before exporting it).
     """
@@ -88,6 +89,7 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
     _check_positive_int("min_batch", min_batch, "lint_model")
     check_bool("lint_model", "warn", warn)
     model = compiled_original(model)
+    check_materialized("lint_model", "model", model)
     try:
         _refuse_fixed_mode("lint_model", model)
     except TypeError as e:  # a torch.export module: say whether it was exported in train mode

@@ -32,11 +32,16 @@ def batch_label_dependence(labels_per_batch: Sequence) -> dict[str, float]:
     dependence is undefined and reported as NaN. Raises ``ValueError`` for an
     empty input or a label below 0.
     """
-    check_iterable("batch_label_dependence", "labels_per_batch", labels_per_batch,
+    return _label_dependence("batch_label_dependence", labels_per_batch)
+
+
+def _label_dependence(fn: str, labels_per_batch: Sequence) -> dict[str, float]:
+    """:func:`batch_label_dependence`, its refusals naming ``fn`` (the function the user called)."""
+    check_iterable(fn, "labels_per_batch", labels_per_batch,
                    "one epoch's labels, one 1-D integer sequence per batch (a list of tensors or a 2-D tensor)"
                    ) if not isinstance(labels_per_batch, torch.Tensor) else None
     if hasattr(labels_per_batch, "ndim") and labels_per_batch.ndim != 2:
-        raise ValueError("labels_per_batch must hold one sequence of labels per batch (a list of 1-D label "
+        raise ValueError(f"{fn}: labels_per_batch must hold one sequence of labels per batch (a list of 1-D label "
                          "tensors, or a 2-D (batches, batch_size) tensor), got an array with shape "
                          f"{tuple(labels_per_batch.shape)}")
     ys = []
@@ -44,18 +49,20 @@ def batch_label_dependence(labels_per_batch: Sequence) -> dict[str, float]:
         try:
             t = torch.as_tensor(y)
         except (TypeError, ValueError, RuntimeError):
-            raise TypeError("labels_per_batch must hold one 1-D integer sequence of labels per batch, got an item "
-                            f"{describe(y)}") from None
+            raise TypeError(f"{fn}: labels_per_batch must hold one 1-D integer sequence of labels per batch, got an "
+                            f"item {describe(y)}") from None
         if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
-            raise ValueError("labels_per_batch must hold 1-D integer class labels per batch (not one-hot, not "
+            raise ValueError(f"{fn}: labels_per_batch must hold 1-D integer class labels per batch (not one-hot, not "
                              f"floats), got a batch of dtype {t.dtype} and shape {tuple(t.shape)}")
         ys.append(t.long())
     ys = [y for y in ys if y.numel()]
     if not ys:
-        raise ValueError("labels_per_batch must hold at least one non-empty batch of labels")
+        raise ValueError(f"{fn}: labels_per_batch must hold at least one non-empty batch of labels, got "
+                         f"{describe(labels_per_batch)} with none")
     all_y = torch.cat(ys)
     if int(all_y.min()) < 0:
-        raise ValueError("labels_per_batch must hold non-negative integer labels")
+        raise ValueError(f"{fn}: labels_per_batch must hold non-negative integer labels, got a label "
+                         f"{int(all_y.min())}")
     classes = torch.unique(all_y)
     n, b, k = all_y.numel(), len(ys), classes.numel()
     if b < 2 or k < 2 or n < 2:
@@ -77,7 +84,7 @@ def batch_label_dependence(labels_per_batch: Sequence) -> dict[str, float]:
 
 
 
-def _loader_labels(loader, label_fn: Callable | None) -> list:
+def _loader_labels(loader, label_fn: Callable | None, where: str = "lint_loader") -> list:
     def default(batch):
         if isinstance(batch, (tuple, list)) and len(batch) >= 2:
             return batch[1]
@@ -85,8 +92,9 @@ def _loader_labels(loader, label_fn: Callable | None) -> list:
             for k in ("label", "labels", "y", "target", "targets"):
                 if k in batch:
                     return batch[k]
-        raise TypeError("cannot find labels in a batch (need (x, y) pairs or a dict with 'label'/'labels'/'y'/"
-                        "'target'); pass label_fn=")
+        raise TypeError(f"{where}: label_fn is needed: cannot find labels in a batch of the DataLoader (need (x, y) "
+                        "pairs or a dict with 'label'/'labels'/'y'/'target'/'targets'), got a batch "
+                        f"{describe(batch)}; pass label_fn= (one batch -> its labels)")
     fn = label_fn or default
     return [torch.as_tensor(fn(b)).reshape(-1) for b in loader]
 
@@ -143,7 +151,8 @@ def lint_loader(dataset_len: Any, batch_size: int | None = None, drop_last: bool
         if scan_labels and labels_per_batch is None:
             labels_per_batch = _loader_labels(loader, label_fn)
     elif scan_labels:
-        raise ValueError("scan_labels=True needs a DataLoader as the first argument")
+        raise ValueError(f"{fn}: scan_labels=True needs a DataLoader as the first argument (dataset_len), got "
+                         f"{describe(dataset_len)}")
     if batch_size is None:
         given = ("a DataLoader without a batch_size (a batch_sampler of varying batches?)"
                  if isinstance(dataset_len, torch.utils.data.DataLoader) else f"dataset_len={dataset_len!r}")
@@ -165,7 +174,7 @@ def lint_loader(dataset_len: Any, batch_size: int | None = None, drop_last: bool
                                f"the last batch of every epoch has {rem} samples (< {min_batch}); consider "
                                "drop_last=True"))
     if labels_per_batch is not None:
-        dep = batch_label_dependence(labels_per_batch)
+        dep = _label_dependence(fn, labels_per_batch)
         if dep["dependence"] > max_dependence and dep["p_value"] < 1e-3:
             lints.append(_lint("label_sorted_batches", "loader",
                                f"batch composition depends on the label (dependence {dep['dependence']:.2f} on a 0 "

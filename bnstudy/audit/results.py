@@ -54,7 +54,8 @@ class _Results:
     # -- results --------------------------------------------------------------
     def _require_done(self) -> None:
         if self.after is None:
-            raise RuntimeError("the audit has no result yet: use it as `with FreezeAudit(model) as audit: ...`")
+            raise RuntimeError("FreezeAudit: the audit has no result yet: use it as "
+                               "`with FreezeAudit(model) as audit: ...`")
 
     def report(self) -> pd.DataFrame:
         """Every parameter and buffer with its largest absolute change (see :func:`diff`)."""

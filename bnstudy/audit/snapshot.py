@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .._checks import check_callable, check_device, check_model_input, check_module, describe
+from .._checks import check_callable, check_device, check_materialized, check_model_input, check_module, describe
 from .._checks import LazyPandas
 
 pd = LazyPandas()  # pandas is imported only when a table is asked for
@@ -65,10 +65,13 @@ def snapshot(model: nn.Module, device: str | torch.device | None = "cpu") -> Sna
     (see :class:`Snapshot`), so a query by any of its names sees it. Uninitialised lazy tensors and ``None`` buffers (e.g.
     BatchNorm with ``track_running_stats=False``) are skipped. Raises
     ``TypeError`` if ``model`` is not an ``nn.Module`` or ``device`` not a
-    device, ``ValueError`` for an unknown device string.
+    device, ``ValueError`` for an unknown device string, a device this machine
+    does not have (``'cuda'`` on a CPU-only torch) or ``'meta'``, and for a
+    model with tensors on the ``'meta'`` device (no values to copy).
     """
     check_module("snapshot", "model", model)
-    check_device("snapshot", "device", device)
+    check_device("snapshot", "device", device, holds_values=True)
+    check_materialized("snapshot", "model", model)
     tensors, kinds, owners, copies, names_of = {}, {}, {}, {}, {}
     for mod_name, m in model.named_modules(remove_duplicate=False):
         for kind, store in (("param", m._parameters), ("buffer", m._buffers)):
@@ -129,12 +132,13 @@ def nonfinite_words(t: torch.Tensor) -> str:
     return f"{nan + inf} of {t.numel()} values non-finite ({', '.join(parts) or 'none'})"
 
 
-def diff_rows(before: Snapshot, after: Snapshot) -> list[dict]:
+def diff_rows(before: Snapshot, after: Snapshot, where: str = "diff_rows") -> list[dict]:
     """:func:`diff`'s rows as plain dicts, one per tensor with the columns :func:`diff` documents (keys
-    :data:`_DIFF_COLUMNS`); no pandas needed. Raises ``TypeError`` if an argument is not a :class:`Snapshot`."""
+    :data:`_DIFF_COLUMNS`); no pandas needed. Raises ``TypeError`` if an argument is not a :class:`Snapshot`
+    (naming ``where``, the function the user called)."""
     for pname, s in (("before", before), ("after", after)):
         if not isinstance(s, Snapshot):
-            raise TypeError(f"{pname} must be a Snapshot (from bnstudy.audit.snapshot), got {type(s).__name__}")
+            raise TypeError(f"{where}: {pname} must be a Snapshot (from bnstudy.audit.snapshot), got {describe(s)}")
     rows = []
     names = list(before.tensors) + [n for n in after.tensors if n not in before.tensors]
     for n in names:
@@ -189,7 +193,7 @@ def diff(before: Snapshot, after: Snapshot) -> pd.DataFrame:
     the model's order. Raises ``TypeError`` if an argument is not a
     :class:`Snapshot`.
     """
-    return diff_frame(diff_rows(before, after))
+    return diff_frame(diff_rows(before, after, "diff"))
 
 
 # ---------------------------------------------------------------------------
@@ -256,16 +260,28 @@ def probe_outputs(model: nn.Module, probe: Any, forward: Callable | None = None)
     Paths: ``""`` for a tensor output, ``"['logits']"``, ``"[0]"``, ``".aux_logits"``
     for dicts, sequences and named tuples. Non-tensor leaves are ignored.
     Raises ``TypeError`` naming ``model``, ``probe`` (not a tensor, or a tuple,
-    list or dict of tensors) or ``forward`` (not callable).
+    list or dict of tensors) or ``forward`` (not callable); naming ``probe``, when
+    the forward requires keyword-only arguments a probe cannot supply, or refuses
+    the probe: ``TypeError`` for a floating dtype other than the model's,
+    ``ValueError`` otherwise (a shape or device it cannot take; torch's error
+    chained), with every flag restored.
     """
     check_module("probe_outputs", "model", model)
     check_model_input("probe_outputs", "probe", probe)
     check_callable("probe_outputs", "forward", forward, "a callable of the probe (a module or a function)")
+    return _probe_outputs(model, probe, forward, "probe_outputs")
+
+
+@torch.no_grad()
+def _probe_outputs(model: nn.Module, probe: Any, forward: Callable | None, where: str) -> dict[str, torch.Tensor]:
+    """:func:`probe_outputs` with its refusals naming ``where`` (the function the user called)."""
+    from .forward_lints import refuse_keyword_only, run_input
     fn = model if forward is None else forward
+    refuse_keyword_only(where, "probe", fn)
     saved = _set_all_eval(model)
     try:
         with torch.random.fork_rng(devices=[]):
-            out = fn(*probe) if isinstance(probe, tuple) else fn(probe)
+            out = run_input(where, "probe", fn, probe, model)
     finally:
         _restore(saved)
     return {k: v.detach().to("cpu", copy=True) for k, v in _flatten(out).items()}

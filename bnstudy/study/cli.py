@@ -17,6 +17,11 @@ process, so a bad value fails in seconds with the message the notebook would giv
 SIGTERM stops the kernel and its worker processes within seconds and leaves no executed notebook or page
 of the unfinished run (a rerun into the same ``--out`` first removes the previous run's page). Finished runs are cached (``--cache-dir``, default ``$BNSTUDY_CACHE_DIR``, else
 the checkout's ``.cache/bnstudy`` that ``make`` fills when it exists, else ``~/.cache/bnstudy``), so rerunning with more seeds computes only the new ones.
+
+Exit status, argparse's convention: 0 done; 2 a usage error (an unknown chapter or parameter, a value the
+chapter refuses, an unreadable ``-f`` file, bad YAML, an ``--out`` that is a file), one line on stderr before
+anything runs; 1 a run that failed (a cell raised, the page could not be built); 128 + the signal number when
+interrupted.
 """
 
 from __future__ import annotations
@@ -36,6 +41,13 @@ RESERVED = ("results_dir", "figures_dir")  # set from --out
 #: Notebook parameters that are not the experiment's config: the profile, where outputs go, how runs execute,
 #: and ``rows`` (an earlier run's results CSV to analyse again instead of running; bnstudy.study.report.load_rows).
 EXECUTION_PARAMETERS = ("profile", "results_dir", "figures_dir", "cache_dir", "n_jobs", "rows")
+#: Exit status of a usage error, as argparse's own (``parser.error``); a run that failed exits 1.
+USAGE = 2
+
+
+class UsageError(Exception):
+    """A usage error of the command line (its message one line, ``"bnstudy: ..."``): :func:`main` prints it to
+    stderr and returns :data:`USAGE`, as argparse does for its own errors."""
 
 #: The run cache `make` uses in this checkout (Makefile: BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy).
 REPO_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "bnstudy"
@@ -55,7 +67,7 @@ def resolve_chapter(name: str) -> Path:
         if key in (num, stem, stem[3:]) or (key.isdigit() and int(key) == int(num)):
             return path
     allowed = ", ".join(f"{n} ({p.stem})" for n, p in table.items())
-    raise SystemExit(f"bnstudy: unknown chapter {name!r}; choose one of: {allowed}")
+    raise UsageError(f"bnstudy: unknown chapter {name!r}; choose one of: {allowed}")
 
 
 def parse_value(text: str):
@@ -78,19 +90,19 @@ def collect_parameters(args, defaults: dict) -> dict:
         try:
             loaded = yaml.safe_load(Path(path).read_text()) or {}
         except OSError as e:
-            raise SystemExit(f"bnstudy: -f {path}: cannot read the file ({e.strerror or e})")
+            raise UsageError(f"bnstudy: -f {path}: cannot read the file ({e.strerror or e})")
         except yaml.YAMLError as e:
-            raise SystemExit(f"bnstudy: -f {path}: not valid YAML: {' '.join(str(e).split())}")
+            raise UsageError(f"bnstudy: -f {path}: not valid YAML: {' '.join(str(e).split())}")
         if not isinstance(loaded, dict):
-            raise SystemExit(f"bnstudy: -f {path}: expected a YAML mapping of parameter names to values")
+            raise UsageError(f"bnstudy: -f {path}: expected a YAML mapping of parameter names to values")
         params.update(loaded)
     for text in args.yaml or []:
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise SystemExit(f"bnstudy: -y {text!r} is not valid YAML: {' '.join(str(e).split())}")
+            raise UsageError(f"bnstudy: -y {text!r} is not valid YAML: {' '.join(str(e).split())}")
         if not isinstance(loaded, dict):
-            raise SystemExit(f"bnstudy: -y {text!r}: expected 'name: value', e.g. -y \"brightness_levels: [0, 2, 4]\"")
+            raise UsageError(f"bnstudy: -y {text!r}: expected 'name: value', e.g. -y \"brightness_levels: [0, 2, 4]\"")
         params.update(loaded)
     for name, value in args.param or []:
         params[name] = parse_value(value)
@@ -99,12 +111,12 @@ def collect_parameters(args, defaults: dict) -> dict:
                                    [k for k in defaults if k not in RESERVED and k != "profile"], "this chapter",
                                    " (the profile: --profile quick|full)")
     except ValueError as e:
-        raise SystemExit(f"bnstudy: {e}")
+        raise UsageError(f"bnstudy: {e}")
     reserved = sorted(set(params) & set(RESERVED))
     if reserved:
-        raise SystemExit(f"bnstudy: {reserved} are set by --out (DIR/results, DIR/figures); do not pass them")
+        raise UsageError(f"bnstudy: {reserved} are set by --out (DIR/results, DIR/figures); do not pass them")
     if "profile" in params:
-        raise SystemExit("bnstudy: give the profile as --profile quick|full, not as a parameter")
+        raise UsageError("bnstudy: give the profile as --profile quick|full, not as a parameter")
     return params
 
 
@@ -311,12 +323,12 @@ def cmd_chapter(args) -> int:
         config = check_parameters(nb_path, args.profile, {**defaults, **given}, params)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"bnstudy: {e}", file=sys.stderr)
-        return 2
+        return USAGE
     out = Path(args.out).resolve()
     if out.exists() and not out.is_dir():
         print(f"bnstudy: --out {args.out}: exists and is not a directory; give a directory (created if missing)",
               file=sys.stderr)
-        return 2
+        return USAGE
     params.update(results_dir=str(out / "results"), figures_dir=str(out / "figures"))
     if params.get("rows") is not None:  # checked from here; the kernel runs in chapters/, so it gets the full path
         params["rows"] = str(Path(params["rows"]).resolve())
@@ -344,9 +356,9 @@ def cmd_chapter(args) -> int:
         print(f"\nbnstudy: interrupted ({e or 'SIGINT'}); the kernel and its workers are stopped and no page was "
               f"written. Finished runs are cached: rerun the same command to resume.", file=sys.stderr, flush=True)
         return 128 + signum
-    except ValueError as e:
+    except ValueError as e:  # execute_chapter's refusal of a profile or parameter, before the kernel starts
         print(f"bnstudy: {e}", file=sys.stderr)
-        return 2
+        return USAGE
     except Exception as e:  # papermill names the failing cell
         print(f"bnstudy: {nb_path.name} failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -416,8 +428,12 @@ INTERRUPTED = (128 + 2, 128 + 15)
 
 def main(argv=None) -> int:
     """The ``bnstudy`` command (``argv``: its arguments; ``None``: ``sys.argv``, as the console script runs it)."""
-    args = build_parser().parse_args(argv)
-    rc = args.func(args)
+    args = build_parser().parse_args(argv)  # argparse's own usage errors: SystemExit(2)
+    try:
+        rc = args.func(args)
+    except UsageError as e:  # ours: the same status, the message on one line
+        print(e, file=sys.stderr)
+        return USAGE
     if argv is None and rc in INTERRUPTED:
         # The kernel and its workers are stopped and nothing partial is left. Exit now: the interpreter's own
         # finalization, with torch loaded, took about 10 s more on a loaded 2-core machine.

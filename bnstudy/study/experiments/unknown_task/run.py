@@ -238,6 +238,10 @@ class Config(ChapterConfig):
         Rule("family_strengths", "strictly increasing strengths > 0 (at least one when shift_families is set)",
              lambda c: list(c.family_strengths) == sorted(set(c.family_strengths))
              and all(t > 0 for t in c.family_strengths) and (len(c.family_strengths) > 0 or not c.shift_families)),
+        Rule("family_strengths", lambda c: f"its default {list(PROFILES[c.profile]['family_strengths'])} or empty when "
+             "shift_families is empty (no family runs at them: give shift_families too)", lambda c: bool(
+                 c.shift_families) or c.family_strengths in ((), PROFILES[c.profile]["family_strengths"],
+                                                             type(c).__dataclass_fields__["family_strengths"].default)),
     )
 
     def units(self, strengths: tuple | None = None) -> list[UnitConfig]:
