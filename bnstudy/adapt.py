@@ -39,7 +39,7 @@ from torch.nn.modules import module as glb
 
 from ._checks import check_module, describe, module_names
 from .freeze import _refuse_script_module
-from .norms import computes_standard_eval, has_running_stats, is_batch_norm, is_frozen_batchnorm
+from .norms import ADAPTED, computes_standard_eval, has_running_stats, is_batch_norm, is_frozen_batchnorm
 
 _FN = "adapt_bn_statistics"
 
@@ -123,7 +123,7 @@ def _layers(model: nn.Module, modules) -> dict[str, nn.Module]:
 
 
 #: The layers adapted by an open block, by ``id``: ``(weakref to the layer, its name, the block's record)``.
-_ACTIVE: dict[int, tuple] = {}
+_ACTIVE = ADAPTED
 _LOCK = threading.Lock()
 
 

@@ -24,7 +24,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 # The book's freeze modes live in bnstudy.study.modes, the norm-layer rules in bnstudy.norms (one import path per name).
 from ._checks import check_bool, check_int, check_module, check_number, check_str, describe, module_names
-from .norms import (PRECISE_MARK, STANDARD_EVAL_FORWARDS, _hookless_copy, compiled_original, computes_standard_eval,
+from .norms import (PRECISE_MARK, refuse_adapted, STANDARD_EVAL_FORWARDS, _hookless_copy, compiled_original, computes_standard_eval,
                     eval_output_difference,
                     registered_hooks,
                     has_running_stats, is_batch_norm, is_frozen_batchnorm, is_norm_base, is_script_module,
@@ -455,6 +455,7 @@ def freeze_batchnorm(module: nn.Module) -> nn.Module:
     ``nn.Module`` or is a TorchScript module (convert before scripting).
     """
     check_module("freeze_batchnorm", "module", module)
+    refuse_adapted("freeze_batchnorm", "module", module)
     _refuse_script_module("freeze_batchnorm", "module", module)
     return _named_convert("freeze_batchnorm", module, _to_frozen)
 
@@ -479,6 +480,7 @@ def unfreeze_batchnorm(module: nn.Module) -> nn.Module:
     is a TorchScript module.
     """
     check_module("unfreeze_batchnorm", "module", module)
+    refuse_adapted("unfreeze_batchnorm", "module", module)
     _refuse_script_module("unfreeze_batchnorm", "module", module)
     _check_unfreezable(module, "unfreeze_batchnorm")
     return _named_convert("unfreeze_batchnorm", module, _from_frozen)
@@ -900,6 +902,7 @@ def freeze_modules(model: nn.Module, names: str | nn.Module | list | None = None
     wrapper is returned, and :func:`unfreeze_modules` takes either the wrapper or the module with the same names.
     """
     check_module("freeze_modules", "model", model)
+    refuse_adapted("freeze_modules", "model", model)
     wrapper, (model, names) = model, _through_compiled(model, names)
     names = _resolve(model, names, whole_model, "freeze_modules")
     if "" in names and (is_batch_norm(model) or isinstance(model, nn.modules.batchnorm._NormBase)):
@@ -962,6 +965,7 @@ def unfreeze_modules(model: nn.Module, names: str | nn.Module | list | None = No
     module it wraps, with that module's names or the wrapper's, as in :func:`freeze_modules`; returns the wrapper.
     """
     check_module("unfreeze_modules", "model", model)
+    refuse_adapted("unfreeze_modules", "model", model)
     wrapper, (model, names) = model, _through_compiled(model, names)
     names = _resolve(model, names, whole_model, "unfreeze_modules")
     if "" in names and is_frozen_batchnorm(model):
@@ -1099,6 +1103,7 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     or ``process_group`` is not a ``ProcessGroup``.
     """
     check_module("convert_sync_batchnorm", "module", module)
+    refuse_adapted("convert_sync_batchnorm", "module", module)
     _refuse_script_module("convert_sync_batchnorm", "module", module)
     pg_type = getattr(torch.distributed, "ProcessGroup", None) if torch.distributed.is_available() else None
     if process_group is not None and (pg_type is None or not isinstance(process_group, pg_type)):

@@ -453,3 +453,30 @@ def _what(y) -> str:
     if isinstance(y, torch.Tensor):
         return f"a {str(y.dtype).removeprefix('torch.')} tensor of shape {tuple(y.shape)}"
     return f"a {type(y).__name__}"
+
+
+#: The layers an open :func:`bnstudy.adapt_bn_statistics` block adapts, by ``id``: ``(weakref to the layer, its name,
+#: the block's record)``. Kept here so that every conversion can refuse an adapted layer without importing the block.
+ADAPTED: dict = {}
+
+
+def adapted_layers(model: nn.Module) -> list[str]:
+    """Qualified names of ``model``'s layers adapted by an open :func:`bnstudy.adapt_bn_statistics` block."""
+    out = []
+    for n, m in model.named_modules():
+        entry = ADAPTED.get(id(m))
+        if entry is not None and entry[0]() is m:
+            out.append(n or "(model)")
+    return out
+
+
+def refuse_adapted(fn: str, param: str, model: nn.Module) -> None:
+    """Raise ``ValueError`` when ``model`` holds a layer that an open :func:`bnstudy.adapt_bn_statistics` block adapts:
+    inside the block its output is replaced, so a conversion's output check or an estimate would read the adapted
+    layer, not the model."""
+    names = adapted_layers(model)
+    if names:
+        raise ValueError(f"{fn}: {param} has BatchNorm layers inside an open bnstudy.adapt_bn_statistics block "
+                         f"({names[:4]}), whose outputs are replaced with test-time statistics there; nothing was "
+                         f"changed. Call {fn} after the block")
+

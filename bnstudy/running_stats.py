@@ -48,7 +48,7 @@ from torch import nn
 from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_module,
                       check_number, describe, module_names, user_stacklevel)
 from .freeze import _refuse_hooks, batchnorm_layers, is_pinned, _refuse_script_module, unpin
-from .norms import (compiled_original, computes_standard_eval, has_running_stats, is_batch_norm, keeps_running_stats,
+from .norms import (refuse_adapted, compiled_original, computes_standard_eval, has_running_stats, is_batch_norm, keeps_running_stats,
                     mark_precise_estimate)
 
 #: Dict keys :func:`batch_input` looks for, in order, when a batch is a dict.
@@ -298,6 +298,7 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
     names as in that module).
     """
     check_module("update_bn_stats", "model", model)
+    refuse_adapted("update_bn_stats", "model", model)
     _refuse_script_module("update_bn_stats", "model", model)
     model = compiled_original(model)
     bns = _estimated_layers(model, modules, "update_bn_stats")
@@ -413,6 +414,7 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
     ``forward`` as there.
     """
     check_module("precise_bn_statistics", "model", model)
+    refuse_adapted("precise_bn_statistics", "model", model)
     _refuse_script_module("precise_bn_statistics", "model", model)
     model = compiled_original(model)
     chosen = _estimated_layers(model, modules, "precise_bn_statistics")
@@ -936,6 +938,7 @@ def replace_norm(model: nn.Module, kind: str, num_groups: int | None = None) -> 
     """
     from .freeze import _named_convert
     check_module("replace_norm", "model", model)
+    refuse_adapted("replace_norm", "model", model)
     _refuse_script_module("replace_norm", "model", model)
     check_choice("replace_norm", "kind", kind, REPLACE_KINDS)
     check_int("replace_norm", "num_groups", num_groups, allow_none=True)

@@ -262,3 +262,18 @@ def test_wrong_inputs_get_torchs_own_eval_errors_whatever_the_prior():
                 bn(torch.randn(4, 1, 5, 5))
             with pytest.raises((RuntimeError, ValueError)):
                 bn(torch.randn(4, 3, 5))
+
+
+@pytest.mark.parametrize("call", [lambda m: bnstudy.freeze_batchnorm(m), lambda m: bnstudy.freeze_modules(m, ["1"]),
+                                  lambda m: bnstudy.replace_norm(m, "group", num_groups=1),
+                                  lambda m: bnstudy.update_bn_stats(m, [torch.randn(8, 4)]),
+                                  lambda m: bnstudy.precise_bn_statistics(m, [torch.randn(8, 4)])])
+def test_conversions_and_estimates_inside_the_block_are_refused_naming_it(call):
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    before = _state(model)
+    with adapt_bn_statistics(model):
+        with pytest.raises(ValueError, match=r"^\w+: (model|module) has BatchNorm layers inside an open "
+                                             r"bnstudy.adapt_bn_statistics block \(\['1'\]\)"):
+            call(model)
+    assert _same_state(before, _state(model)) and isinstance(model[1], nn.BatchNorm1d)
+    call(model)  # after the block it runs

@@ -636,7 +636,7 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     assert "**lower after stage 2**" not in flip["accuracy_takeaway"]
     assert "**train mode lower** for n" in flip["answer"] and "**train mode higher**" not in flip["answer"]
     assert "help the new task carried over on no network (n (**train mode lower**))." in flip["answer"]
-    assert "Over all 4 conditions the gain is not shown everywhere: on n pinning is better at 4 of 4" in flip["answer"]
+    assert "Over all 4 conditions the gain (on the seed's protocol) is not shown everywhere: on n pinning is better at 4 of 4" in flip["answer"]
     assert flip["what_to_do"].startswith("Task A was not shown to fall on any network here")
     assert "does not keep task A" not in flip["what_to_do"]
     assert "higher at 0, lower at 4 of 4 conditions" in flip["effects_takeaway"]
@@ -698,7 +698,7 @@ def test_the_lead_and_carried_sentence_follow_the_one_test_at_the_largest_mismat
     assert ("help the new task carried over on every network" in said) == (b == "higher")
     if b != "higher":
         assert f"help the new task carried over on no network (n (**{b}**))" in said
-    assert said.endswith("Over all 4 conditions the gain is not shown everywhere: on n pinning is better at 1 of 4 "
+    assert said.endswith("Over all 4 conditions the gain (on the seed's protocol) is not shown everywhere: on n pinning is better at 1 of 4 "
                          "conditions.")
 
 

@@ -45,6 +45,20 @@ def _callable_name(fn) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
+def output_signature(out: Any) -> str:
+    """The structure of a forward's return value without sizes: ``Tensor``, ``dict(logits, aux)``,
+    ``AuxOutputs(logits, aux_logits)``, ``tuple(Tensor, Tensor)``..."""
+    if isinstance(out, torch.Tensor):
+        return "Tensor"
+    if isinstance(out, dict):
+        return "dict(" + ", ".join(map(str, out)) + ")"
+    if isinstance(out, tuple) and hasattr(out, "_fields"):
+        return f"{type(out).__name__}(" + ", ".join(out._fields) + ")"
+    if isinstance(out, (tuple, list)):
+        return f"{type(out).__name__}(" + ", ".join(output_signature(v) for v in out) + ")"
+    return type(out).__name__
+
+
 def refuse_keyword_only(where: str, param: str, fn: Callable) -> None:
     """Raise ``TypeError`` when ``fn`` (the model, a submodule or a callable the input runs through) has required
     keyword-only parameters: an input is passed positionally (a tuple unpacked, a dict as one argument), so no
@@ -147,8 +161,6 @@ def lint_forward_modes(model: nn.Module, example: Any, forward: Callable | nn.Mo
     that supplies them) or when it refuses ``example`` in a dtype other than the model's, ``ValueError`` when it
     refuses it otherwise (shape, device; torch's error chained), with ``model`` restored.
     """
-    from .snapshot import output_signature
-
     check_module("lint_forward_modes", "model", model)
     check_model_input("lint_forward_modes", "example", example)
     check_bool("lint_forward_modes", "warn", warn)

@@ -18,6 +18,8 @@ from torch import nn
 from .._checks import check_callable, check_device, check_materialized, check_model_input, check_module, describe
 from .._checks import LazyPandas
 
+from .forward_lints import output_signature  # noqa: F401  (re-exported: bnstudy.audit.snapshot.output_signature)
+
 pd = LazyPandas()  # pandas is imported only when a table is asked for
 
 
@@ -220,20 +222,6 @@ def _flatten(out: Any, path: str = "") -> dict[str, torch.Tensor]:
             res.update(_flatten(v, f"{path}[{i}]"))
         return res
     return {}
-
-
-def output_signature(out: Any) -> str:
-    """The structure of a forward's return value without sizes: ``Tensor``, ``dict(logits, aux)``,
-    ``AuxOutputs(logits, aux_logits)``, ``tuple(Tensor, Tensor)``..."""
-    if isinstance(out, torch.Tensor):
-        return "Tensor"
-    if isinstance(out, dict):
-        return "dict(" + ", ".join(map(str, out)) + ")"
-    if isinstance(out, tuple) and hasattr(out, "_fields"):
-        return f"{type(out).__name__}(" + ", ".join(out._fields) + ")"
-    if isinstance(out, (tuple, list)):
-        return f"{type(out).__name__}(" + ", ".join(output_signature(v) for v in out) + ")"
-    return type(out).__name__
 
 
 def _set_all_eval(model: nn.Module) -> list[tuple[nn.Module, bool]]:

@@ -737,8 +737,8 @@ def carried_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
                 f"carried over on {join([_in_prose(n) for n in yes])} and not on {join(no)}" if yes else
                 f"carried over on no network ({join(no)})")
     b_not = [n for n in nets if n not in _everywhere(numbers, "f3_n_higher")]
-    counts = "" if not b_not else (f" Over all {number(numbers, 'n_conditions')} conditions the gain is not shown "
-                                   "everywhere: " + "; ".join(_b_phrase(numbers, n) for n in b_not) + ".")
+    counts = "" if not b_not else (f" Over all {number(numbers, 'n_conditions')} conditions the gain (on the seed's "
+                                   "protocol) is not shown everywhere: " + "; ".join(_b_phrase(numbers, n) for n in b_not) + ".")
     return (f"Where a corruption moves each network's statistics most (one test per finding and network, Bonferroni "
             f"over the {2 * len(nets)}; task B on the seed's protocol), chapter 1's finding that the one-line freeze costs the old task "
             f"{said('a')}; its finding that drifting statistics help the new task {said('b')}.{counts}")
@@ -781,7 +781,7 @@ def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
                 "Over every corruption and severity, "
                 f"chapter 3's statistics mismatch against the cost of train mode reads {by_net('c1')}. At the "
                 f"reference condition ({x('reference')}) task A is left at {left}, chance being {x('chance'):.2f}, and "
-                f"task B, `train_mode` minus the pinned backbone, reads {by_net('f3')}."),
+                f"task B, `train_mode` minus the pinned backbone (the seed's protocol), reads {by_net('f3')}."),
         what_to_do=(said["fell"] + "set `requires_grad_(False)` and pin the backbone in eval mode with "
                     f"`bnstudy.pin_eval(model.backbone)`, which {said['pin_keeps_a']}; wrap the first epoch in "
                     "`bnstudy.FreezeAudit` to see what moved."),
