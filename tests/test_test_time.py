@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -82,3 +83,72 @@ def test_one_unit_keeps_the_designs_identities():
     # the oracle routes every sample home; the router's accuracy is a fraction
     assert runs[runs.method == "routed"].routing_accuracy.between(0, 1).all()
     assert len(df[df.method == "mismatch"]) == len(R.DOMAINS)
+
+
+# --- the pre-registered claims (claims.py) on hand-made rows ---------------------------------------------------------
+
+from bnstudy.study.experiments.test_time import claims as C  # noqa: E402
+
+
+def _rows(seeds, prior_best=16.0, gain=0.2, noise=0.005):
+    """Rows shaped like run_unit's: one stream, family and strength; two test batches; every method. The prior's
+    accuracy peaks at ``prior_best``; every adapted method sits ``gain`` above the source."""
+    rng = np.random.default_rng(sum(seeds))
+    out = []
+    for seed in seeds:
+        base = 0.5 + 0.01 * rng.standard_normal()
+        for b in (1, 8):
+            def add(method, setting, acc):
+                out.append(dict(seed=seed, family="noise", strength=1.0, stream="single", domain="B", test_batch=b,
+                                method=method, setting=setting, accuracy=acc + noise * rng.standard_normal(),
+                                routing_accuracy=math.nan))
+            add("source", math.nan, base)
+            for n in (0.0, 4.0, 16.0, 64.0):
+                if not (n == 0 and b == 1):
+                    add("prior", n, base + gain - 0.02 * abs(np.log2(max(n, 1) / prior_best)))
+            add("dua", math.nan, base + gain / 2)
+            add("routed", math.nan, base + gain)
+            add("oracle", math.nan, base + gain)
+            if b > 1:
+                for lr in (1e-3, 1e-2, 1e-1):
+                    add("tent", lr, base + gain - (0.1 if lr != 1e-2 else 0))
+    return pd.DataFrame(out)
+
+
+def test_settings_are_chosen_on_the_tuning_seeds_and_edges_are_flagged():
+    tuning = _rows((100, 101, 102), prior_best=16.0)
+    picks = C.choices(tuning).set_index(["test_batch", "method"])
+    assert picks.loc[(8, "prior"), "setting"] == 16.0 and not picks.loc[(8, "prior"), "at_edge"]
+    assert picks.loc[(8, "tent"), "setting"] == 1e-2
+    edge = C.choices(_rows((100, 101), prior_best=64.0)).set_index(["test_batch", "method"])
+    assert edge.loc[(8, "prior"), "setting"] == 64.0 and edge.loc[(8, "prior"), "at_edge"]
+    # the reported seeds never inform a choice: a reported table that prefers another prior changes nothing
+    reported = _rows(tuple(range(10)), prior_best=4.0)
+    table = C.conditions(reported, tuning)
+    chosen = table[(table.condition == "prior_tuned") & (table.test_batch == 8)]
+    expected = reported[(reported.method == "prior") & (reported.setting == 16.0) & (reported.test_batch == 8)]
+    assert np.allclose(sorted(chosen.accuracy), sorted(expected.accuracy))
+
+
+def test_the_three_families_ask_every_cell_and_a_new_method_needs_no_code():
+    tuning, reported = _rows((100, 101, 102)), _rows(tuple(range(10)))
+    cl = C.claims(reported, tuning)
+    assert set(cl.family) == {"gain", "mix", "route"}
+    gain = cl[cl.family == "gain"].set_index("key")
+    assert "gain_test_batch_single_noise_t1_b1" not in gain.index  # not run at a batch of one
+    assert gain.loc["gain_routed_single_noise_t1_b8", "kind"] == "higher"
+    # routing against the best batch method is asked only on mixed and class-sorted streams: none here
+    assert (cl[cl.family == "route"].n == 0).all()
+    # the design gains a batch size: its cells are asked with no new code
+    more = pd.concat([reported, reported[reported.test_batch == 8].assign(test_batch=16)])
+    more_t = pd.concat([tuning, tuning[tuning.test_batch == 8].assign(test_batch=16)])
+    assert "mix_single_noise_t1_b16" in set(C.claims(more, more_t).key)
+
+
+def test_mix_stops_reads_the_smallest_batch_from_which_it_is_never_shown_higher():
+    rows = [dict(key=f"mix_single_noise_t1_b{b}", kind=k) for b, k in ((2, "higher"), (4, "higher"),
+                                                                      (8, "not decided"), (16, "lower"))]
+    t = pd.DataFrame(rows)
+    assert C.mix_stops(t, "single", "noise", 1.0, (1, 2, 4, 8, 16)) == 8
+    t.loc[3, "kind"] = "higher"
+    assert math.isnan(C.mix_stops(t, "single", "noise", 1.0, (1, 2, 4, 8, 16)))

@@ -46,8 +46,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .... import adapt_bn_statistics, update_bn_stats
-from ....running_stats import statistics_mismatch
+from ....adapt import adapt_bn_statistics
+from ....running_stats import statistics_mismatch, update_bn_stats
 from ...banks import StatisticBank
 from ...config import Execution, SourceConfig, _Frozen, check_seeds, from_profile
 from ...design import ChapterConfig, Rule
