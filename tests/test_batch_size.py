@@ -739,6 +739,15 @@ def test_flip_the_small_batch_verdicts_and_the_answer_follows():
     assert "nan" not in (a1 + a2).lower().split()
 
 
+def test_the_answer_leaves_the_untuned_train_eval_gap_to_the_body():
+    """Issue 35: the train-mode minus eval-mode gap is measured at the untuned linear-scaling rate: context for the
+    body (its own section), never in the answer box, whatever its verdict."""
+    for acc in (lambda st, b, t: 0.8, lambda st, b, t: 0.8 - (0.2 if st == "bn_train" and b == 2 else 0.0)):
+        a, _, _, claims = _answer_of(acc)
+        assert (claims["key"] == "gap_close_b2").any() and "train mode minus eval" not in a
+        assert "training loop reports" not in a
+
+
 def test_the_large_batch_sentence_names_a_collapse_only_where_a_break_is_found():
     def flat(st, b, t):
         return 0.8

@@ -208,6 +208,39 @@ def test_the_answer_says_when_it_depends_on_the_target():
     assert "on the close target" in w["short"] and "on the shifted target" in w["short"]
 
 
+def test_flip_an_edge_rate_keeps_its_result_out_of_the_headline_and_marks_it_in_the_full_answer():
+    """Issue 35: no headline number from a comparison whose chosen rate sits at an edge of its grid. Inside the
+    grid the steps budget's result is in ``answer`` (the answer box, the front page, the guide); with BatchNorm in
+    train mode's steps-budget rate at the top of its grid, ``answer`` says so and gives no number for that budget,
+    ``answer_full`` (the chapter's body) gives them, marked, and ``depends`` drops that budget's sentence."""
+    import re
+    rep = _reported({"bn_train": 0.80, "stats_frozen": 0.70})
+    chk = _check(rep)
+    inside = decision.words(decision.decision(rep, chk, 0.02))
+    assert "With a fixed number of optimizer steps: on the close target **BN in train mode**, 0." in inside["answer"]
+    assert inside["answer"] == inside["answer_full"] and "grid" not in inside["answer"]
+    assert inside["depends"] == inside["depends_full"] and "optimizer steps" in inside["depends"]
+    top = chk.arm.eq("bn_train") & chk.budget.eq("steps") & chk.lr_factor.eq(chk.lr_factor.max())
+    chk.loc[top, "score"] += 0.05  # the tuning seeds now prefer the largest factor tried: the grid's top
+    d = decision.decision(rep, chk, 0.02)
+    assert set(decision.edge_cells(d).budget) == {"steps"}
+    w = decision.words(d)
+    head, steps = w["answer"].split("With a fixed number of optimizer steps")
+    assert steps.startswith(", on the close and shifted targets a leading strategy's chosen rate sits at the top of its "
+                            "tuning grid, so the result may change with a wider grid")
+    assert not re.search(r"\d\.\d{3}", steps) and "**" not in steps  # no number, no verdict of that budget
+    assert head == inside["answer"].split("With a fixed number of optimizer steps")[0]  # the samples budget as before
+    full = w["answer_full"].split("With a fixed number of optimizer steps")[1]
+    assert "on the close target **BN in train mode**, 0." in full
+    assert full.count("with a leading strategy's chosen rate at the top of its grid (the result may change") == 2
+    assert "optimizer steps" not in w["depends"] and "optimizer steps" in w["depends_full"]
+    assert "may change with a wider grid" in w["depends_full"] and "the answer at the top of the page" in w["edges"]
+    bottom = _check(rep)
+    low = bottom.arm.eq("bn_train") & bottom.budget.eq("steps") & bottom.lr_factor.eq(bottom.lr_factor.min())
+    bottom.loc[low, "score"] += 0.05
+    assert "sits at the bottom of its tuning grid" in decision.words(decision.decision(rep, bottom, 0.02))["answer"]
+
+
 def test_decision_refuses_rows_without_its_reference():
     rep = _reported({"stats_frozen": 0.8, "adabn": 0.7})
     with pytest.raises(ValueError, match="bn_train"):

@@ -210,32 +210,82 @@ def _names(arms) -> str:
     return " or ".join(label(x) for x in arms)
 
 
+def _end(r) -> str:
+    """Which end of its grid a cell's chosen rate sits at: ``"top"``, ``"bottom"``, or ``""`` inside it."""
+    if not bool(r["at_edge"]):
+        return ""
+    return "top" if r["lr_factor"] >= r["grid_high"] else "bottom" if r["lr_factor"] <= r["grid_low"] else "end"
+
+
+def edge_ends(d: dict, budget: str, target: str, arms) -> set[str]:
+    """The grid ends (:func:`_end`) the chosen rates of ``arms`` sit at, at the smallest batch size of ``budget`` and
+    ``target``: empty where every one lies inside its grid (issue 35: a comparison with an edge rate is no headline)."""
+    cells = d["cells"].set_index(DECISION_CELL)
+    return {e for a in arms if (budget, d["small"], target, a) in cells.index
+            for e in [_end(cells.loc[(budget, d["small"], target, a)])] if e}
+
+
+def _at(ends: set) -> str:
+    """``"the top"`` / ``"the bottom"`` of a grid, ``"an end"`` where the ends differ."""
+    return f"the {next(iter(ends))}" if len(ends) == 1 and ends != {"end"} else "an end"
+
+
+def _compared(a: dict) -> list[str]:
+    """The arms a cell's answer compares: the best and the runner-up."""
+    return [a["best"], a["runner_up"]]
+
+
 def words(d: dict) -> dict[str, str]:
     """The one answer, in the sentences every page glues (Markdown): ``use`` (the strategy per target under the
-    samples budget, one line), ``answer`` (both budgets, both targets, with verdicts), ``short`` (a phrase for the
-    guide's table and chapter 2), ``code`` (what to run), ``edges`` (grid edges and what they mean) and
-    ``depends`` (one sentence on whether the answer depends on the target or the budget)."""
+    samples budget, one line), ``answer`` (both budgets, both targets, with verdicts: the headline the answer box,
+    the front page and the guide paste), ``answer_full`` (the same with every result, for the chapter's body),
+    ``short`` (a phrase for the guide's table and chapter 2), ``code`` (what to run), ``edges`` (grid edges and what
+    they mean), ``depends`` (one sentence on whether the answer depends on the target or the budget, the headline's)
+    and ``depends_full`` (the body's).
+
+    Issue 35: no headline number comes from a comparison whose rate sits at an edge of its tuning grid. Where the
+    best or the runner-up of a budget and target has its chosen rate at an edge (:func:`edge_ends`), ``answer``
+    states no result for it but that the rates sit at the grid's end and the result may change with a wider grid;
+    ``answer_full`` states it, marked; ``depends`` says nothing of a budget with any cell at an edge."""
     m, sb = d["margin"], d["small"]
     ans = d["answers"]
     targets = sorted({t for _, t in ans})
     out = {}
-    per_budget = []
+    per_budget, per_budget_full = [], []
     for bu in BUDGETS:
-        parts = []
+        parts, full, edged = [], [], []
         for t in targets:
             a = ans.get((bu, t))
             if a is None:
                 continue
             if a["near_chance"]:
-                parts.append(f"on the {t} target no strategy is shown above chance ({label(a['best'])} is highest, "
-                             f"{_iv(a)})")
+                text = (f"on the {t} target no strategy is shown above chance ({label(a['best'])} is highest, "
+                        f"{_iv(a)})")
             else:
-                parts.append(f"on the {t} target **{label(a['best'])}**, {_iv(a)}, "
-                             + _versus(a).format(margin=f"{m:.2f}"))
-        if parts:
-            budget = ("with a fixed number of samples" if bu == "samples" else "with a fixed number of optimizer steps")
+                text = f"on the {t} target **{label(a['best'])}**, {_iv(a)}, " + _versus(a).format(margin=f"{m:.2f}")
+            ends = edge_ends(d, bu, t, _compared(a))
+            if ends:
+                edged.append((t, ends))
+                full.append(f"{text}, with a leading strategy's chosen rate at {_at(ends)} of its grid (the result "
+                            "may change with a wider grid)")
+            else:
+                parts.append(text)
+                full.append(text)
+        budget = ("with a fixed number of samples" if bu == "samples" else "with a fixed number of optimizer steps")
+        if full:
+            per_budget_full.append(f"{budget.capitalize()}: " + "; ".join(full) + ".")
+        if edged:
+            ends = set().union(*(e for _, e in edged))
+            where = " and ".join(t for t, _ in edged) + (" targets" if len(edged) > 1 else " target")
+            edge = (f"on the {where} a leading strategy's chosen rate sits at {_at(ends)} of its tuning grid, so the "
+                    "result may change with a wider grid and is given in the chapter, not here")
+            per_budget.append(f"{budget.capitalize()}: " + "; ".join(parts) + f"; {edge}." if parts
+                              else f"{budget.capitalize()}, {edge}.")
+        elif parts:
             per_budget.append(f"{budget.capitalize()}: " + "; ".join(parts) + ".")
     out["answer"] = f"At batch size {sb}, each strategy at its own tuned learning rate. " + " ".join(per_budget)
+    out["answer_full"] = (f"At batch size {sb}, each strategy at its own tuned learning rate. "
+                          + " ".join(per_budget_full))
     live = {k: a for k, a in ans.items() if not a["near_chance"]}
     samples = {t: a for (bu, t), a in live.items() if bu == "samples"}
     common = sorted(set.intersection(*(set(leading(a)) for a in samples.values())), key=DECISION_ORDER.index) \
@@ -262,33 +312,46 @@ def words(d: dict) -> dict[str, str]:
         out["short"] = "no strategy shown above chance plus the near-chance margin"
         out["code"] = "no recommendation"
         out["rate"] = "none"
+    use_ends = set().union(set(), *(edge_ends(d, "samples", t, common) for t in samples)) if common else set()
     out["use"] = (f"On this chapter's three-block network and synthetic ten-class task, to fine-tune the whole network "
                   f"at batch size {sb} with a fixed number of labelled samples, use {out['short']}; its tuned rate here "
-                  f"was {out['rate']}.")
+                  f"was {out['rate']}" + (f" (at {_at(use_ends)} of its grid: the result may change with a wider grid)"
+                                          if use_ends else "") + ".")
     near_steps = [k for k, a in ans.items() if k[0] == "steps"]
     n_near = int(d["cells"].query("budget == 'steps' and batch_size == @sb").near_chance.sum())
     n_all = int((d["cells"].query("budget == 'steps' and batch_size == @sb")).shape[0])
+    steps_edge = bool(d["cells"].query("budget == 'steps' and batch_size == @sb").at_edge.any())
     if samples and common:
-        out["depends"] = ("The answer is the same on both targets with a fixed number of samples. With a fixed number "
-                          f"of optimizer steps a batch of {sb} sees few images: {n_near} of {n_all} strategy and "
-                          f"target cells there are near chance (not shown above chance plus {NEAR_CHANCE:.2f}), and "
-                          + ("the leaders are the same" if all(set(common) & set(leading(ans[k])) for k in near_steps
-                                                               if k in live) else "the leaders differ")
-                          + ".")
+        steps = (f"With a fixed number of optimizer steps a batch of {sb} sees few images: {n_near} of {n_all} strategy "
+                 f"and target cells there are near chance (not shown above chance plus {NEAR_CHANCE:.2f}), and "
+                 + ("the leaders are the same" if all(set(common) & set(leading(ans[k])) for k in near_steps
+                                                      if k in live) else "the leaders differ"))
+        same = "The answer is the same on both targets with a fixed number of samples."
+        out["depends_full"] = f"{same} {steps}" + (
+            " (some chosen rates there sit at an end of their grid: this may change with a wider grid)."
+            if steps_edge else ".")
+        out["depends"] = same if steps_edge else out["depends_full"]
     else:
-        by = [f"{_names(leading(a))} ({bu} budget, {t} target)" for (bu, t), a in sorted(live.items())]
-        out["depends"] = "The answer depends on the budget or the target: " + "; ".join(by) + "."
+        def by(edge_free: bool) -> list[str]:
+            return [f"{_names(leading(a))} ({bu} budget, {t} target" + (
+                f"; chosen rates at {_at(e)} of their grid" if (e := edge_ends(d, bu, t, _compared(a))) else "") + ")"
+                for (bu, t), a in sorted(live.items()) if not (edge_free and edge_ends(d, bu, t, _compared(a)))]
+        out["depends_full"] = "The answer depends on the budget or the target: " + "; ".join(by(False)) + "."
+        head = by(True)
+        out["depends"] = ("The answer depends on the budget or the target: " + "; ".join(head) + "."
+                          if head else "Every budget and target's leaders have a chosen rate at an end of their grid: see the chapter.")
     e = edge_cells(d)
     if len(e):
         items = "; ".join(f"{label(r.arm)}, {r.budget} budget, batch {r.batch_size}, {r.target_name} target "
                           f"(factor {r.lr_factor:g}, grid {r.grid_low:g} to {r.grid_high:g})" for r in e.itertuples())
         rec_edge = [r for r in e.itertuples() if r.batch_size == sb and (r.budget, r.target_name) in ans
-                    and r.arm in leading(ans[(r.budget, r.target_name)])]
+                    and r.arm in _compared(ans[(r.budget, r.target_name)])]
         out["edges"] = (f"{len(e)} chosen rates are still at an end of their grid after the extensions: {items}. "
                         "At such a cell the tuning curve was still rising at the edge, so a wider grid would be "
                         "expected to raise its accuracy" +
-                        (", including a leading strategy's own cell: the answer does not rest on the edge, since "
-                         "more tuning would be expected to raise the leader." if rec_edge else
+                        (", including a leading strategy's own cell: there a wider grid may also change which strategy "
+                         "leads, so the answer at the top of the page states no result for it (the full answer above "
+                         "marks it)." if rec_edge else
                          f"; none of them is a leading strategy's cell at batch size {sb}, so no recommendation rests "
                          "on an edge rate."))
     else:

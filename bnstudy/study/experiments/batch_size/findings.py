@@ -674,7 +674,8 @@ def answer(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> st
     """The answer box's outcome sentences (Markdown), true for any rows. With the batch-size-2 decision ``dec``
     (:func:`.decision.decision`): its answer, whether it depends on the budget or target, the breaks at tuned rates;
     without it, BatchNorm in train mode's breaks beyond the control and the small-batch comparison at the
-    linear-scaling rate. Then the train/eval gap and the samples precise BN needs."""
+    linear-scaling rate. Then the samples precise BN needs. The train/eval gap, measured at the untuned
+    linear-scaling rate, is context for the body, not the answer (issue 35)."""
     sb, ref = number(f, "smallest_batch"), number(f, "reference_batch")
     if dec is not None:
         w = decision.words(dec)
@@ -693,14 +694,6 @@ def answer(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> st
                 rec += (f"; at rates tuned on separate seeds, the per-sample norms against BatchNorm in train mode "
                         f"read **{tc}** and **{ts}**")
             out.append(rec + ".")
-    g = claims[claims["key"] == f"gap_close_b{sb}"]
-    if len(g):
-        e = float(g.iloc[0]["estimate"])
-        out.append(f"At the linear-scaling rate, BatchNorm in train mode's accuracy measured in train mode minus eval "
-                   f"mode at batch size {sb} is "
-                   f"{'n/a' if math.isnan(e) else format(e, '+.3f')} on the close target (**{g.iloc[0]['verdict']}**)"
-                   + (": the number a training loop reports is not the deployed model's."
-                      if g.iloc[0]["kind"] in ("higher", "lower") else "."))
     p32, p2 = _get(f, "precise_enough_b32"), _get(f, "precise_enough_b2")
     if p32 is not None and p2 is not None:
         out.append(f"Precise BN's re-estimate is within ±{number(f, 'equivalence_margin'):.2f} of the exact "
