@@ -620,7 +620,7 @@ def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, con
         mean_shift_by_layer=_series(buffers.groupby("layer")["mean_shift_sd"].mean()),
         log_var_by_layer=_series(buffers.groupby("layer")["log_var_ratio"].mean()), engine_check=float(check),
         contrast_log_var=float(math.log(contrast ** 2)) if contrast else math.nan,
-        m=Family(2 * buffers["layer"].nunique() + 2).m))
+        m=Family(2 * buffers["layer"].nunique() + 2).m, sd_criterion=MEAN_SHIFT_SD, var_criterion=VAR_FACTOR))
 
 
 # --- numerical noise: the same runs at another torch thread count (issue 10) ---------------------------------------
