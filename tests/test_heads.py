@@ -3,6 +3,7 @@ learning-rate rule, findings on hand-made tables with known answers, and the buf
 
 import io
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -1155,7 +1156,72 @@ def test_the_plain_lift_quotes_the_longer_budget_where_it_ran():
     I = findings.input_norm_findings(C, findings.steps_claims(short, long))  # noqa: E741
     # at the longer budget std_linear's pinned side equals linear's (same gap): no lift there
     assert [number(I, k) for k in ("pf_long_n_lift", "pf_long_n_lift_higher", "pf_long_n_sep")] == [1, 0, 1]
-    assert "; at the longer budget, in 0 of 1 (+0.000 to +0.000) and 0 of 1 (+0.000 to +0.000), but" in findings.lift_plain(I)
+    text = findings.lift_plain(I)
+    assert ("; at the longer budget, in 0 of 1 (+0.000 to +0.000) and 0 of 1 (+0.000 to +0.000), with its effect on "
+            "the gap not tested there.") in text
+
+
+def test_the_plain_lift_attaches_the_narrowed_gap_to_the_short_budget_and_says_the_longer_one_did_not_test_it():
+    """Issue 35 referee: the "narrowed the gap" count is family ``hc``, at the short budget only; the longer budget has
+    no head contrast, so the sentence names the short budget's steps beside that count and says the gap's change
+    between heads was not tested at the longer one."""
+    short, long = _budgets({("linear", "sgd"): 0.15, ("std_linear", "sgd"): 0.02, ("linear", "adam"): 0.15,
+                            ("std_linear", "adam"): 0.02},
+                           {("linear", "sgd"): 0.15, ("std_linear", "sgd"): 0.15})
+    C, F = _page(short)
+    S, SF = findings.steps_claims(short, long), findings.steps_findings(short, long)
+    I = findings.input_norm_findings(C, S)  # noqa: E741
+    text = findings.lift_plain(I, SF)
+    short_part, long_part = text.split("; at 3,200 steps, ")
+    assert "at chapter 1's shift and 800 steps" in short_part and "narrowed the gap between them in only" in short_part
+    assert "narrowed" not in long_part and long_part.endswith("with its effect on the gap not tested there.")
+    assert "hc" not in set(S["family"])  # no head contrast at the longer budget: nothing there to count
+    assert text in findings.plain(C, F, findings.long_findings(S, SF), SF, I)
+
+
+def _gaining(gains):
+    """A short and a longer budget over four cells where both modes' task B rises by ``gains[seed]`` in every cell."""
+    cells = {("linear", "sgd"): 0.1, ("std_linear", "sgd"): 0.1, ("linear", "adam"): 0.1, ("std_linear", "adam"): 0.1}
+    short, long = _budgets(cells, cells)
+    long = long.copy()
+    long["task_b"] = long["task_b"] + np.asarray(gains)[long["seed"].to_numpy()]
+    return short, long
+
+
+def test_each_modes_gain_from_the_longer_budget_is_counted_on_bonferroni_intervals_over_the_cells():
+    """Issue 35 referee: counts use the family (Bonferroni) intervals (the glossary's rule). A gain whose 95% interval
+    lies above zero but whose interval at 1 - 0.05/m does not is not counted; a clear gain is, in every cell."""
+    gains = np.array([0.01, 0.03, 0.02, 0.04, 0.00, 0.02])
+    assert inference.t_interval(gains).low > 0 > inference.t_interval(gains, 1 - 0.05 / 4).low
+    short, long = _gaining(gains)
+    S, SF = findings.steps_claims(short, long), findings.steps_findings(short, long)
+    assert number(SF, "n_cells") == 4 and number(SF, "gain_confidence") == pytest.approx(1 - 0.05 / 4)
+    iv = number(SF, "pinned_gain_linear_sgd")
+    assert (iv.low, iv.high) == pytest.approx(tuple(inference.t_interval(gains, 1 - 0.05 / 4))[1:3])
+    L = findings.long_findings(S, SF)
+    assert number(L, "n_pinned_gains") == number(L, "n_separate_gains") == 0  # 95% intervals would count 4 each
+    assert findings.gains_sentence(L, SF).startswith("Neither mode is shown to gain accuracy from 800 to 3,200 steps")
+    short, long = _gaining(gains + 0.1)
+    S, SF = findings.steps_claims(short, long), findings.steps_findings(short, long)
+    L = findings.long_findings(S, SF)
+    assert number(L, "n_pinned_gains") == number(L, "n_separate_gains") == 4
+    text = findings.long_sentence(L, SF, 0.02)
+    assert ("Both modes still gained accuracy from 800 to 3,200 steps (pinned in 4 of 4 cells, separate in 4, on "
+            "Bonferroni intervals over the cells)") in text
+    long.loc[long["mode"] == "separate_stats", "task_b"] -= gains[long.loc[long["mode"] == "separate_stats", "seed"]] + 0.1
+    S, SF = findings.steps_claims(short, long), findings.steps_findings(short, long)
+    assert findings.gains_sentence(findings.long_findings(S, SF), SF).startswith(
+        "Only the pinned mode still gained accuracy from 800 to 3,200 steps (4 of 4 cells, the separate in none")
+
+
+def test_table_4_6_and_its_methods_say_the_gains_are_bonferroni_intervals():
+    import json
+    nb = json.loads((Path(__file__).resolve().parent.parent / "chapters" / "04_heads.ipynb").read_text())
+    md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    caption = md[md.index(":name: tbl-ch04-long"):].split("```", 1)[0]
+    assert "mean [95% interval]" not in caption and "Bonferroni over the {glue:text}`ch04_steps_n_cells` cells" in caption
+    assert "{glue:text}`ch04_steps_gain_confidence:.4f`" in caption
+    assert "(95% t intervals) says whether the short budget" not in md
 
 
 def test_fig_4_2_with_every_head_keeps_level_names_that_do_not_overlap():

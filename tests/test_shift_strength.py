@@ -737,7 +737,8 @@ def test_answer_and_chosen_sentences_flip_when_the_data_do():
     # task A's difference is printed as train_mode - backbone_eval: negative on the data (-0.300), positive swapped
     assert "task A's accuracy by -0.300" in a and "task A's accuracy by +0.300" in g
     # the count sentence and the takeaway follow the counts
-    assert f"**train mode lower** at {nF['lower']}," in a and f"**train mode lower** at {nG['lower']}," in g
+    assert re.search(rf"\*\*train mode lower\*\* at {nF['lower']}\b", a)
+    assert re.search(rf"\*\*train mode lower\*\* at {nG['lower']}\b", g)
     assert _page(C, F)["takeaway_cost_benefit"] != _page(CG, G)["takeaway_cost_benefit"]
     assert _page(C, F)["takeaway_cost_benefit"].startswith("Task A's loss outweighs") == (nF["lower"] > nF["higher"])
     assert _page(CG, G)["takeaway_cost_benefit"].startswith("Task B's gain outweighs") == (nG["higher"] > nG["lower"])
@@ -765,11 +766,11 @@ def test_pays_sentence_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, 
 
 
 @pytest.mark.parametrize("higher, lower, starts", [
-    (0, 5, "**No.** At no shift tested was a net gain shown for drifting statistics (the new task's gain against "
-            "the old one's cost)"),
-    (0, 0, "**Not shown either way.**"),
-    (3, 0, "**Yes, at some shifts.**"),
-    (2, 4, "**It depends on the shift.**"),
+    (0, 5, "**No.** On the seed's protocol (one untuned head rate for both paths), at no shift tested was a net gain "
+            "shown for drifting statistics (the new task's gain against the old one's cost)"),
+    (0, 0, "**Not shown either way.** On the seed's protocol (one untuned head rate for both paths), "),
+    (3, 0, "**Yes, at some shifts.** On the seed's protocol (one untuned head rate for both paths), "),
+    (2, 4, "**It depends on the shift.** On the seed's protocol (one untuned head rate for both paths), "),
 ])
 def test_the_answers_plain_lead_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, higher, lower, starts):
     """Issue 37: the answer box opens with one plain sentence, a note per outcome of the raw view's counts."""

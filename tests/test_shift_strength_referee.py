@@ -5,6 +5,7 @@ Every rule on small hand-made tables, with the verdict flipping when the data do
 import copy
 import functools
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -293,3 +294,77 @@ def test_budget_dependent_levels_and_benefit_change_p_on_a_hand_made_table():
     assert (number(F, "budget_dependent_levels") == "none") == (number(F, "n_budget_dependent") == 0)
     bc = C[C["key"].str.match(r"budget_change_\d")]
     assert len(bc) == number(F, "budget_change_m") >= 1 and bc["p_adjusted"].to_numpy() == pytest.approx(holm(bc["p"]))
+
+
+# --- issue 35 referee: the seed's protocol labelled, chapter 1's controlled comparison named as chapter 1's, every
+# verdict kind counted ------------------------------------------------------------------------------------------------
+
+def _answer_box() -> str:
+    from test_shift_strength import _markdown_cells
+    first = _markdown_cells()[0]
+    return first[first.index("```{admonition} The answer"):].split("\n```\n", 1)[0]
+
+
+def test_every_lead_and_the_answers_counts_say_they_rest_on_the_seeds_protocol():
+    """The lead (first in the box, and the front page's line) and the answer's count and gentlest-shift verdicts rest
+    on one untuned head rate for both paths: each says so, and the box's label comes before the glued answer."""
+    leads = [n.text for n in findings.NOTES if n.key == "lead"]
+    assert len(leads) == 4
+    for text in leads:
+        assert "On the seed's protocol (one untuned head rate for both paths)" in text, text
+    C, F = shared_findings("ten")
+    assert "on the seed's protocol, the sum of the two differences reads" in findings.counts_sentence(C, F)
+    assert "lines, on the seed's protocol, the sum reads" in findings.answer(C, F)
+    box = _answer_box()
+    label = box.index("is measured on the seed's protocol")
+    assert box.index("{glue:md}`ch03_lead`") < label < box.index("{glue:md}`ch03_answer`")
+
+
+def test_chapter_1s_controlled_comparison_is_named_as_chapter_1s_with_adam_and_the_rest_as_an_expectation():
+    """Chapter 1's seed-protocol benefit (its own steps and seeds) is not this chapter's: the box names chapter 1's
+    step count and seeds beside this chapter's, quotes the controlled comparison with SGD and with Adam, and says
+    that a level not paying with tuned rates is an expectation, not a finding; the front page does the same."""
+    box = " ".join(_answer_box().split())
+    ch1 = "01-freeze-modes.ipynb::ch01_"
+    assert "ch01_say_controlled_vs_seed" not in box and "does not pay with it either" not in box
+    for key in ("opt_main_step", "opt_explore_main_n", "opt_explore_main_estimate", "opt_explore_at_main_sgd_estimate",
+                "opt_explore_at_main_sgd_verdict", "opt_explore_at_main_adam_estimate",
+                "opt_explore_at_main_adam_verdict"):
+        assert f"{ch1}{key}" in box, key
+    assert "{glue:text}`ch03_steps:,.0f` steps on {glue:text}`ch03_n_seeds:,.0f` seeds" in box
+    assert "was run only at chapter 1's shift" in box and "an expectation, not a finding" in box
+    index = (Path(__file__).resolve().parents[1] / "book" / "index.md").read_text()
+    item = index[index.index("[Chapter 3, shift strength]"):index.index("[Chapter 4, heads]")]
+    assert "ch01_say_controlled_vs_seed" not in item
+    assert f"{ch1}opt_explore_at_main_adam_estimate" in item and f"{ch1}opt_main_step" in item
+    assert "ch03_steps:,.0f` steps" in item
+
+
+@pytest.mark.parametrize("counts, want", [
+    (dict(higher=0, lower=13, equivalent=3, **{"not decided": 26}),
+     "**train mode higher** at 0, **train mode lower** at 13, **equivalent within \u00b10.02** at 3 and "
+     "**not decided** at 26"),
+    (dict(higher=2, lower=0, equivalent=0, **{"not decided": 0}), "**train mode higher** at 2 and **train mode lower** at 0"),
+    (dict(higher=0, lower=1, equivalent=0, **{"not decided": 2, "too few seeds": 1}),
+     "**train mode higher** at 0, **train mode lower** at 1, **not decided** at 2 and **too few seeds** at 1"),
+])
+def test_a_views_count_names_every_verdict_kind_that_occurs(monkeypatch, counts, want):
+    """The normalized view's count named lower, higher and not decided but not its equivalent levels (39 of 42): the
+    count names both directions and every other kind that occurs, so it adds up to the levels."""
+    full = {"too few seeds": 0, **counts}
+    full["m"] = sum(full.values())
+    C, F = shared_findings("ten")
+    monkeypatch.setattr(findings, "level_counts", lambda C, view="raw": full)
+    assert findings.level_counts_text(C, F, "normalized") == want
+
+
+def test_every_views_count_adds_up_to_its_levels_on_the_data():
+    import re
+    C, F = shared_findings("ten")
+    for view in findings.VIEWS:
+        text, n = findings.level_counts_text(C, F, view), findings.level_counts(C, view)
+        assert sum(int(x) for x in re.findall(r"\*\* at (\d+)", text)) == n["m"], (view, text)
+    page = findings.page_texts(C, F)
+    assert page["normalized_counts"] == findings.level_counts_text(C, F, "normalized")
+    from test_shift_strength import _markdown_cells
+    assert any("the normalized view reads\n{glue:md}`ch03_normalized_counts`" in md for md in _markdown_cells())

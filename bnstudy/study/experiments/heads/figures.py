@@ -217,7 +217,8 @@ def budget_gaps(C: pd.DataFrame, S: pd.DataFrame) -> pd.DataFrame:
 def long_display(C: pd.DataFrame, S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
     """The longer budget per (head, optimizer): the gap at each budget (``estimate [low, high] verdict``, each
     family's intervals), the change of the gap (family ``steps``) and each mode's gain from the longer budget
-    (long minus short task-B accuracy, 95% t over seeds)."""
+    (long minus short task-B accuracy over seeds, :func:`~.findings.steps_findings`' intervals: Bonferroni over the
+    cells, the intervals its counts use)."""
     from bnstudy.study.inference import number
     short = C[(C["family"] == "gap") & (C["shift"] == "ref")].set_index(["head", "optimizer"])
     n_short, n_long = number(SF, "steps_short"), number(SF, "steps_long")

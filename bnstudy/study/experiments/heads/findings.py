@@ -272,17 +272,21 @@ def _steps_pairs(short: pd.DataFrame, long: pd.DataFrame) -> tuple[list, dict]:
     return seeds, out
 
 
-def steps_findings(short: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
+def steps_findings(short: pd.DataFrame, long: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """The longer budget per (head, optimizer) ``<head>_<optimizer>`` from the sweep's rows (``short``) and
-    :func:`steps_check`'s (``long``) on its seeds, 95% t intervals: each mode's gain, long minus short
-    (``separate_gain`` / ``pinned_gain``: how far from converged the short budget is), and ``pinned_long`` /
+    :func:`steps_check`'s (``long``) on its seeds: each mode's gain, long minus short (``separate_gain`` /
+    ``pinned_gain``: how far from converged the short budget is), Student's t intervals over seeds at the family
+    (Bonferroni) confidence over the ``n_cells`` cells, ``gain_confidence`` ``= 1 - alpha / n_cells`` (the book's rule
+    for counts: a cell counts as gaining where this interval lies above zero), and ``pinned_long`` /
     ``separate_long`` (mean task-B accuracy at the longer budget)."""
     seeds, pairs = _steps_pairs(short, long)
     cell = lambda k: "_".join(k)  # noqa: E731
+    conf = Family(len(pairs), alpha).confidence
     return numbers_table(dict(
         steps_short=int(short["steps"].iloc[0]), steps_long=int(long["steps"].iloc[0]), n_seeds=len(seeds),
-        n_cells=len(pairs), **{k: {cell(c): t_interval(f(*v)) for c, v in pairs.items()} for k, f in (
-            ("separate_gain", lambda ps, ss, pl, sl: sl - ss), ("pinned_gain", lambda ps, ss, pl, sl: pl - ps))},
+        n_cells=len(pairs), gain_confidence=conf, **{k: {cell(c): t_interval(f(*v), conf) for c, v in pairs.items()}
+                                                     for k, f in (("separate_gain", lambda ps, ss, pl, sl: sl - ss),
+                                                                  ("pinned_gain", lambda ps, ss, pl, sl: pl - ps))},
         pinned_long={cell(c): float(v[2].mean()) for c, v in pairs.items()},
         separate_long={cell(c): float(v[3].mean()) for c, v in pairs.items()}))
 
@@ -309,8 +313,9 @@ def long_findings(S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
     :func:`steps_findings` ``SF``: the ``gap_long`` family's ``m`` / ``confidence`` and counts by printed verdict
     (``n_higher``, ``n_lower``, ``n_equivalent``, ``n_not_decided`` with ``higher_cells`` ...), the ``steps``
     family's (``n_narrower`` / ``n_wider``: the gap smaller / larger than at the short budget), ``n_pinned_gains`` /
-    ``n_separate_gains`` (cells whose 95% interval of long minus short accuracy lies above zero: not converged at
-    the short budget), the heads run and the best pinned cell at the longer budget."""
+    ``n_separate_gains`` (cells whose family interval of long minus short accuracy, :func:`steps_findings`' Bonferroni
+    over the cells, lies above zero: not converged at the short budget), the heads run and the best pinned cell at
+    the longer budget."""
     g, st = S[S["family"] == "gap_long"], S[S["family"] == "steps"]
     c, cs = count_verdicts(g), count_verdicts(st)
     cells = lambda t, kind: _cells([f"{h}/{o}" for h, o, k in zip(t["head"], t["optimizer"], t["count_kind"])  # noqa
@@ -626,9 +631,23 @@ def long_sentence(L: pd.DataFrame, SF: pd.DataFrame, margin: float) -> str:
             f"separate statistics score higher, {n('n_lower')} lower, {n('n_equivalent')} "
             f"{equivalent_text(margin)} and {n('n_not_decided')} not decided; against {s('steps_short'):,} steps the "
             f"gap is shown to narrow in {n('n_narrower')} of these cells, to widen in {n('n_wider')} and to change "
-            f"less than the margin in {n('n_steps_equivalent')}. Both modes still gained accuracy from "
-            f"{s('steps_short'):,} to {s('steps_long'):,} steps (pinned in {n('n_pinned_gains')} of {n('m')} cells, "
-            f"separate in {n('n_separate_gains')}), so neither budget is shown to be converged.")
+            f"less than the margin in {n('n_steps_equivalent')}. {gains_sentence(L, SF)}")
+
+
+def gains_sentence(L: pd.DataFrame, SF: pd.DataFrame) -> str:
+    """Whether each mode still gained accuracy from the short to the longer budget, counted on the family
+    (Bonferroni) intervals of :func:`steps_findings` (the book's rule for counts), chosen by the two counts."""
+    n, s = (lambda k: number(L, k)), (lambda k: number(SF, k))  # noqa: E731
+    p, q, m = n("n_pinned_gains"), n("n_separate_gains"), s("n_cells")
+    span, how = f"from {s('steps_short'):,} to {s('steps_long'):,} steps", "on Bonferroni intervals over the cells"
+    if p and q:
+        return (f"Both modes still gained accuracy {span} (pinned in {p} of {m} cells, separate in {q}, {how}), so "
+                f"neither budget is shown to be converged.")
+    if p or q:
+        (a, k), b = (("pinned", p), "separate") if p else (("separate", q), "pinned")
+        return (f"Only the {a} mode still gained accuracy {span} ({k} of {m} cells, the {b} in none, {how}), so "
+                f"neither budget is shown to be converged.")
+    return f"Neither mode is shown to gain accuracy {span} in any of the {m} cells ({how})."
 
 
 def long_plain(L: pd.DataFrame, SF: pd.DataFrame) -> str:
@@ -642,28 +661,35 @@ def long_plain(L: pd.DataFrame, SF: pd.DataFrame) -> str:
 PER_FEATURE_HEADS = ("std_linear", "bn_linear")
 
 
-def lift_plain(I: pd.DataFrame) -> str:
+def lift_plain(I: pd.DataFrame, SF: pd.DataFrame | None = None) -> str:  # noqa: E741
     """The plain lead's advice on the head's input, from :func:`input_norm_findings` ``I`` (the per-feature heads,
     :data:`PER_FEATURE_HEADS`, at chapter 1's shift): whether normalizing each feature before the linear head
     raised task B with the pinned backbone and with separate statistics, and whether it narrowed the gap between
-    them (family ``hc``). Plain words (the front page and the guide paste it); empty when those heads did not run."""
+    them (family ``hc``, the short budget only: the budget is named given :func:`steps_findings` ``SF``). At the
+    longer budget (family ``lift_long``) the lifts, and that the gap's change between heads was not tested there (no
+    head contrast at that budget). Plain words (the front page and the guide paste it); empty when those heads did
+    not run."""
     if "pf_m" not in set(I["key"]):
         return ""
     n = lambda k: number(I, k)  # noqa: E731
     m, k, k2, j = n("pf_m"), n("pf_n_lift_higher"), n("pf_n_sep_higher"), n("pf_n_smaller")
     what = "normalizing each feature before the new linear head (a fixed standardization, or a BatchNorm that keeps " \
            "updating on the new task)"
+    short = f" and {number(SF, 'steps_short'):,} steps" if SF is not None else ""
     if k == 0 and k2 == 0:
-        return f"On this synthetic task, {what} raised task-B accuracy in none of the {m} cells tried at chapter 1's shift."
+        return (f"On this synthetic task, {what} raised task-B accuracy in none of the {m} cells tried at chapter 1's "
+                f"shift{short}.")
     longer = ""
     if "pf_long_n_lift" in set(I["key"]):
-        longer = (f"; at the longer budget, in {n('pf_long_n_lift_higher')} of {n('pf_long_n_lift')} "
+        at = f"at {number(SF, 'steps_long'):,} steps" if SF is not None else "at the longer budget"
+        longer = (f"; {at}, in {n('pf_long_n_lift_higher')} of {n('pf_long_n_lift')} "
                   f"({_num(n('pf_long_lift_min'))} to {_num(n('pf_long_lift_max'))}) and {n('pf_long_n_sep_higher')} "
-                  f"of {n('pf_long_n_sep')} ({_num(n('pf_long_sep_min'))} to {_num(n('pf_long_sep_max'))})")
-    said = (f"at chapter 1's shift on this synthetic task it raised task-B accuracy in {k} of {m} cells with the "
-            f"pinned backbone ({_num(n('pf_lift_min'))} to {_num(n('pf_lift_max'))}) and in {k2} of {m} with "
-            f"separate statistics ({_num(n('pf_sep_min'))} to {_num(n('pf_sep_max'))}){longer}, but narrowed the "
-            f"gap between them in only {j} of {m}")
+                  f"of {n('pf_long_n_sep')} ({_num(n('pf_long_sep_min'))} to {_num(n('pf_long_sep_max'))}), with its "
+                  f"effect on the gap not tested there")
+    said = (f"at chapter 1's shift{short} on this synthetic task it raised task-B accuracy in {k} of {m} cells with "
+            f"the pinned backbone ({_num(n('pf_lift_min'))} to {_num(n('pf_lift_max'))}) and in {k2} of {m} with "
+            f"separate statistics ({_num(n('pf_sep_min'))} to {_num(n('pf_sep_max'))}), but narrowed the gap between "
+            f"them in only {j} of {m}{longer}")
     if k == k2 == m:
         return f"Whatever the statistics, consider {what}: {said}."
     return f"{what[0].upper() + what[1:]}: {said}."
@@ -677,7 +703,7 @@ def plain(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, SF: p
     if L is not None:
         at = f"At chapter 1's shift and {number(SF, 'steps_short'):,} steps"  # each plain note opens with AT_SHIFT
         lead = f"{lead.replace(AT_SHIFT, at, 1)} {long_plain(L, SF)}"
-    return f"{lead} {lift_plain(I)}".rstrip() if I is not None else lead
+    return f"{lead} {lift_plain(I, SF)}".rstrip() if I is not None else lead
 
 
 def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: pd.DataFrame | None = None,

@@ -1284,13 +1284,25 @@ def level_counts(C: pd.DataFrame, view: str = "raw") -> dict:
     return count_verdicts(view_claims(C, view))
 
 
-def counts_sentence(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
-    """The levels' count sentence (fixed wording, numbers and verdict words spliced in)."""
+def level_counts_text(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
+    """The per-level verdicts of ``view`` counted by the book's rule (:func:`level_counts`), every kind that occurs
+    named, so the counts add up to the levels: ``"**train mode higher** at 0, **train mode lower** at 13,
+    **equivalent within ±0.02** at 3 and **not decided** at 26"``. Both directions are always named (the chapter's
+    question is whether one is shown); equivalence, not decided and too few seeds where they occur."""
     n = level_counts(C, view)
-    return (f"Over the {n['m']} shifted levels of the {len(_lines_of(C))} lines, the sum of the two differences reads "
-            f"**{NET_WORDS['higher']}** at {n['higher']}, **{NET_WORDS['lower']}** at {n['lower']}, "
-            f"**equivalent within \u00b1{number(F, 'tie_margin'):g}** at {n['equivalent']} and **not decided** at "
-            f"{n['not decided']} (the printed verdicts counted, the [glossary](../book/glossary.html)'s rule).")
+    words = {"higher": f"**{NET_WORDS['higher']}**", "lower": f"**{NET_WORDS['lower']}**",
+             "equivalent": f"**equivalent within \u00b1{number(F, 'tie_margin'):g}**", "not decided": "**not decided**",
+             "too few seeds": "**too few seeds**"}
+    return join([f"{w} at {n[k]}" for k, w in words.items() if k in ("higher", "lower") or n[k]])
+
+
+def counts_sentence(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
+    """The levels' count sentence (fixed wording, numbers and verdict words spliced in), labelled as measured on the
+    seed's protocol (issue 35: one untuned head rate for both paths)."""
+    n = level_counts(C, view)
+    return (f"Over the {n['m']} shifted levels of the {len(_lines_of(C))} lines, on the seed's protocol, the sum of "
+            f"the two differences reads {level_counts_text(C, F, view)} (the printed verdicts counted, the "
+            f"[glossary](../book/glossary.html)'s rule).")
 
 
 def _lines_of(C: pd.DataFrame) -> list:
@@ -1306,24 +1318,27 @@ def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
     return level_counts(c, "raw")
 
 
+#: Where every lead (and so the front page's line) says which head recipe its verdict rests on (issue 35): the
+#: sweep's task-B benefit is measured only with the seed's one untuned head rate, never with each path's tuned rate.
+SEED_PROTOCOL = "On the seed's protocol (one untuned head rate for both paths), "
+
 #: The page's sentences that choose between fixed outcomes (:class:`bnstudy.study.words.Note`): ``lead`` (the answer's
 #: plain first sentence, issue 37), ``pays_sentence`` and ``takeaway_cost_benefit`` by the raw view's counts of printed
 #: verdicts; ``threshold_sentence`` by whether one value of the winning mismatch measure separates the shifts whose
 #: task-A loss stayed below ``min_effect`` (95%) from the others.
 NOTES = (
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
-         "**No.** At no shift tested was a net gain shown for drifting statistics (the new task's gain against the old "
-         "one's cost): "
-         "keep them pinned."),
+         "**No.** " + SEED_PROTOCOL + "at no shift tested was a net gain shown for drifting statistics (the new "
+         "task's gain against the old one's cost): keep them pinned."),
     Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
-         "**Not shown either way.** No shift tested showed drifting statistics paying or losing: keep them pinned "
-         "unless your shift is measured."),
+         "**Not shown either way.** " + SEED_PROTOCOL + "no shift tested showed drifting statistics paying or losing: "
+         "keep them pinned unless your shift is measured."),
     Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") == 0,
-         "**Yes, at some shifts.** Drifting statistics paid at some shifts and lost at none: measure your shift's "
-         "statistics mismatch first."),
+         "**Yes, at some shifts.** " + SEED_PROTOCOL + "drifting statistics paid at some shifts and lost at none: "
+         "measure your shift's statistics mismatch first."),
     Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") > 0,
-         "**It depends on the shift.** Drifting statistics paid at some shifts and lost at others: measure your "
-         "shift's statistics mismatch first."),
+         "**It depends on the shift.** " + SEED_PROTOCOL + "drifting statistics paid at some shifts and lost at "
+         "others: measure your shift's statistics mismatch first."),
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
          "No shift tested was shown to make drifting statistics pay, even counting both tasks' points as equal."),
     Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
@@ -1391,14 +1406,15 @@ def answer(C: pd.DataFrame, F: pd.DataFrame) -> str:
     shift, the count over levels, whether any level pays, the gentlest levels, the mismatch measure."""
     if _has(F, "at_t1_both_raw_cost"):
         a, b = task_a_difference(number(F, "at_t1_both_raw_cost")), number(F, "at_t1_both_raw_benefit")
-        s1 = (f"At chapter 1's shift (t = 1), on the seed's protocol (one untuned rate for both modes' heads), "
+        s1 = ("At chapter 1's shift (t = 1), on the seed's protocol, "
               f"drifting statistics change task A's accuracy by {_signed(a.mean)} "
               f"({_range(a)}) and task B's by {_signed(b.mean)} ({_range(b)}), `train_mode` minus the pinned "
               f"`backbone_eval`; their sum reads **{_verdict(C, 'at_t1_both_raw')}**.")
     else:
         s1 = "The sweep has no point at chapter 1's shift."
     weak = [f"**{_verdict(C, f'weakest_raw_{t}')}** ({t})" for t in SHIFT_TYPES]
-    s4 = "At the gentlest shift of the brightness, contrast and both lines the sum reads " + join(weak) + "."
+    s4 = ("At the gentlest shift of the brightness, contrast and both lines, on the seed's protocol, the sum reads "
+          + join(weak) + ".")
     return " ".join([s1, counts_sentence(C, F), notes(NOTES, C, F)["pays_sentence"], s4, mismatch_sentence(F)])
 
 
@@ -1425,6 +1441,7 @@ def page_texts(C: pd.DataFrame, F: pd.DataFrame) -> dict:
     said = notes(NOTES, C, F)
     return dict(answer=answer(C, F), lead=said["lead"], takeaway_cost_benefit=said["takeaway_cost_benefit"],
                 counts_sentence=counts_sentence(C, F), threshold_sentence=said["threshold_sentence"],
+                normalized_counts=level_counts_text(C, F, "normalized"),
                 sensitivity_sentence=sensitivity_sentence(F),
                 word_lower=f"**{NET_WORDS['lower']}**", word_higher=f"**{NET_WORDS['higher']}**",
                 word_not_decided="**not decided**", word_not_decided_plain="not decided",
