@@ -245,3 +245,15 @@ def test_decision_refuses_rows_without_its_reference():
     rep = _reported({"stats_frozen": 0.8, "adabn": 0.7})
     with pytest.raises(ValueError, match="bn_train"):
         decision.decision(rep, _check(rep), 0.02)
+
+
+def test_the_recommended_rate_is_the_named_strategys_own_on_every_target():
+    """Issue 35 (a referee's case): "BN in train mode, then precise BN" was recommended with BN in train mode's rate
+    on the shifted target (0.005 where the recommended arm's was 0.01). The kind: whatever the words name, each rate
+    printed is that strategy's own chosen rate, per target."""
+    rep = _reported({"bn_train": 0.80, decision.PRECISE_AFTER: 0.80})
+    shifted = rep.arm.eq(decision.PRECISE_AFTER) & rep.target_name.eq("shifted")
+    rep.loc[shifted, ["lr", "lr_factor"]] = [0.002, 2.0]
+    w = decision.words(decision.decision(rep, _check(rep), 0.02))
+    assert "then precise BN" in w["use"]
+    assert "0.002 on the shifted target" in w["use"] and "0.001 on the close target" in w["use"]

@@ -766,11 +766,11 @@ def test_pays_sentence_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, 
 
 
 @pytest.mark.parametrize("higher, lower, starts", [
-    (0, 5, "**No.** On the seed's protocol (one untuned head rate for both paths), at no shift tested was a net gain "
+    (0, 5, "**No.** On the seed's protocol (one head rate for both paths, not tuned per path), at no shift tested was a net gain "
             "shown for drifting statistics (the new task's gain against the old one's cost)"),
-    (0, 0, "**Not shown either way.** On the seed's protocol (one untuned head rate for both paths), "),
-    (3, 0, "**Yes, at some shifts.** On the seed's protocol (one untuned head rate for both paths), "),
-    (2, 4, "**It depends on the shift.** On the seed's protocol (one untuned head rate for both paths), "),
+    (0, 0, "**Not shown either way.** On the seed's protocol (one head rate for both paths, not tuned per path), "),
+    (3, 0, "**Yes, at some shifts.** On the seed's protocol (one head rate for both paths, not tuned per path), "),
+    (2, 4, "**It depends on the shift.** On the seed's protocol (one head rate for both paths, not tuned per path), "),
 ])
 def test_the_answers_plain_lead_is_chosen_by_the_counts_of_printed_verdicts(monkeypatch, higher, lower, starts):
     """Issue 37: the answer box opens with one plain sentence, a note per outcome of the raw view's counts."""

@@ -307,11 +307,11 @@ def _answer_box() -> str:
 
 def test_every_lead_and_the_answers_counts_say_they_rest_on_the_seeds_protocol():
     """The lead (first in the box, and the front page's line) and the answer's count and gentlest-shift verdicts rest
-    on one untuned head rate for both paths: each says so, and the box's label comes before the glued answer."""
+    on one head rate for both paths, not tuned per path: each says so, and the box's label comes before the glued answer."""
     leads = [n.text for n in findings.NOTES if n.key == "lead"]
     assert len(leads) == 4
     for text in leads:
-        assert "On the seed's protocol (one untuned head rate for both paths)" in text, text
+        assert "On the seed's protocol (one head rate for both paths, not tuned per path)" in text, text
     C, F = shared_findings("ten")
     assert "on the seed's protocol, the sum of the two differences reads" in findings.counts_sentence(C, F)
     assert "lines, on the seed's protocol, the sum reads" in findings.answer(C, F)

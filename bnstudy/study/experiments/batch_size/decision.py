@@ -299,10 +299,13 @@ def words(d: dict) -> dict[str, str]:
             out["short"] = f"{_names(common)}, at its own tuned learning rate" + (
                 " (the two are not told apart here)" if len(common) > 1 else "")
         out["code"] = "; or ".join(CODE.get(x, label(x)) for x in common)
+        # the rate of each strategy the words recommend (issue 35: the rate printed is the named strategy's own)
+        named = [PRECISE_AFTER] if set(common) == {"bn_train", PRECISE_AFTER} else common
         out["rate"] = " and ".join(
-            f"{cells.loc[('samples', sb, t, common[0]), 'lr']:.3g} on the {t} target "
-            f"({cells.loc[('samples', sb, t, common[0]), 'lr_factor']:g} times the linear-scaling rate)"
-            for t in sorted(samples))
+            (f"{label(x)}: " if len(named) > 1 else "")
+            + f"{cells.loc[('samples', sb, t, x), 'lr']:.3g} on the {t} target "
+            f"({cells.loc[('samples', sb, t, x), 'lr_factor']:g} times the linear-scaling rate)"
+            for x in named for t in sorted(samples))
     elif samples:
         out["short"] = "; ".join(f"{_names(leading(a))} on the {t} target" for t, a in sorted(samples.items())) \
             + ", each at its own tuned learning rate"

@@ -498,7 +498,7 @@ def explore_label(keys, main_step: int) -> str:
     steps = [int(m.group(1)) for k in keys if (m := re.search(r"explore_(?:sgd|adam)_(\d+)$", str(k)))]
     n_seed = sum(bool(re.search(r"(^|_)explore_main$", str(k))) for k in keys)
     n_at, n_other = sum(s == main_step for s in steps), sum(s != main_step for s in steps)
-    parts = ([f"{n_seed} on the seed's protocol, one untuned rate"] if n_seed else []) + (
+    parts = ([f"{n_seed} on the seed's protocol, one rate not tuned per path"] if n_seed else []) + (
         [f"{n_at} after {main_step:,} steps, each path at its own tuned rate"] if n_at else []) + (
         [f"{n_other} at rates chosen for {main_step:,} steps and used at other budgets"] if n_other else [])
     return "; ".join(parts)
@@ -963,7 +963,7 @@ def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.Dat
         ("running statistics moved (`train_mode`, raw units)", f"up to {a['buffer_units']:g} units",
          f"running_mean up to {raw_mean:.1f}, running_var up to {raw_var:.0f}",
          "reproduced (they move; sizes depend on the data's scale)" if raw_mean > 0 else "differs"),
-        ("task B, `train_mode` against the pinned modes (main run: the seed's protocol, one untuned rate)",
+        ("task B, `train_mode` against the pinned modes (main run: the seed's protocol, one rate not tuned per path)",
          f"{a['task_b_tm']:.2f} against {a['task_b_pinned_low']:.2f} to {a['task_b_pinned_high']:.2f}",
          f"{piv['train_mode'].mean():.3f} against "
          f"{f'{pinned.min():.3f} (both)' if pinned.min() == pinned.max() else f'{pinned.min():.3f} to {pinned.max():.3f}'}; "
@@ -1242,7 +1242,7 @@ def seed_protocol_clause(claims: pd.DataFrame) -> str:
     if not _has(claims, "opt_explore_main"):
         return ""
     text = claim_text(claim(claims, "opt_explore_main"), clip=(-1.0, 1.0))
-    return ("the seed's protocol (one untuned rate) gives "
+    return ("the seed's protocol (one rate, not tuned per path) gives "
             + text.replace(" (", f" ({level_text(claims, 'opt_explore_main')}: ", 1))
 
 

@@ -729,7 +729,8 @@ def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: p
     if linear:
         parts.append(f"For the seed's linear head, separate minus pinned statistics on task B reads {join(linear)}.")
     g = best_pinned_claim(C, F).iloc[0]
-    parts.append(f"The best pinned configuration, **{n('best_pinned_cell')}**, reaches {_num(n('best_pinned_acc'), '.3f')} "
+    at_short = f" at {number(SF, 'steps_short'):,} steps" if SF is not None else ""
+    parts.append(f"The best pinned configuration{at_short}, **{n('best_pinned_cell')}**, reaches {_num(n('best_pinned_acc'), '.3f')} "
                  f"against {_num(n('best_separate_acc'), '.3f')} for the best one with separate statistics "
                  f"(**{n('best_separate_cell')}**; separate minus pinned in the best pinned cell {_num(g['estimate'])}, "
                  f"{_span(g['low'], g['high'])}: {verdict_md(g)}).")

@@ -679,11 +679,11 @@ def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 #: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
-         "**Yes, at the strongest shift.** There, on each network, the old task falls and, with one untuned rate for "
-         "both heads (the seed's protocol), the new one gains, as in chapter 1: pin the backbone in eval mode."),
+         "**Yes, at the strongest shift.** There, on each network, the old task falls and, with one rate for both "
+         "heads, not tuned per path (the seed's protocol), the new one gains, as in chapter 1: pin the backbone in eval mode."),
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and not _b_helps_everywhere(c, f),
          "**Partly.** Where a corruption moves the statistics most, the old task falls on every network, but "
-         "drifting statistics do not help the new task on every network (one untuned rate for both heads, the seed's "
+         "drifting statistics do not help the new task on every network (one rate for both heads, not tuned per path, the seed's "
          "protocol): pin the backbone in eval mode."),
     Note("lead", lambda c, f: not _a_falls_everywhere(c, f),
          "**Not everywhere.** Even where a corruption moves the statistics most, the old task's fall is not shown "
@@ -709,7 +709,7 @@ def conditions_sentence(numbers: pd.DataFrame) -> str:
     b = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} and neither at "
               f"{x(f'f3_n_not_decided_{n}') + x(f'f3_n_equivalent_{n}')} for {_in_prose(n)}" for n in nets])
     return (f"task A after the one-line freeze (`train_mode`) is shown lower than before stage 2 at {a}, and shown "
-            f"below 1.5 times chance {chance}; on task B (the seed's protocol: one untuned head rate for both paths), `train_mode` minus the "
+            f"below 1.5 times chance {chance}; on task B (the seed's protocol: one head rate for both paths, not tuned per path), `train_mode` minus the "
             f"pinned backbone is shown {b}.")
 
 

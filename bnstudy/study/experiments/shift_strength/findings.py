@@ -1298,7 +1298,7 @@ def level_counts_text(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> st
 
 def counts_sentence(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
     """The levels' count sentence (fixed wording, numbers and verdict words spliced in), labelled as measured on the
-    seed's protocol (issue 35: one untuned head rate for both paths)."""
+    seed's protocol (issue 35: one head rate for both paths, not tuned per path)."""
     n = level_counts(C, view)
     return (f"Over the {n['m']} shifted levels of the {len(_lines_of(C))} lines, on the seed's protocol, the sum of "
             f"the two differences reads {level_counts_text(C, F, view)} (the printed verdicts counted, the "
@@ -1319,8 +1319,8 @@ def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
 
 
 #: Where every lead (and so the front page's line) says which head recipe its verdict rests on (issue 35): the
-#: sweep's task-B benefit is measured only with the seed's one untuned head rate, never with each path's tuned rate.
-SEED_PROTOCOL = "On the seed's protocol (one untuned head rate for both paths), "
+#: sweep's task-B benefit is measured only with the seed's one head rate, not tuned per path, never with each path's tuned rate.
+SEED_PROTOCOL = "On the seed's protocol (one head rate for both paths, not tuned per path), "
 
 #: The page's sentences that choose between fixed outcomes (:class:`bnstudy.study.words.Note`): ``lead`` (the answer's
 #: plain first sentence, issue 37), ``pays_sentence`` and ``takeaway_cost_benefit`` by the raw view's counts of printed
@@ -1406,9 +1406,11 @@ def answer(C: pd.DataFrame, F: pd.DataFrame) -> str:
     shift, the count over levels, whether any level pays, the gentlest levels, the mismatch measure."""
     if _has(F, "at_t1_both_raw_cost"):
         a, b = task_a_difference(number(F, "at_t1_both_raw_cost")), number(F, "at_t1_both_raw_benefit")
+        level = (f"Bonferroni intervals over the {number(F, 'm_tests'):.0f} levels, confidence "
+                 f"{Family(int(number(F, 'm_tests'))).confidence:.2%}" if _has(F, "m_tests") else "Bonferroni intervals")
         s1 = ("At chapter 1's shift (t = 1), on the seed's protocol, "
               f"drifting statistics change task A's accuracy by {_signed(a.mean)} "
-              f"({_range(a)}) and task B's by {_signed(b.mean)} ({_range(b)}), `train_mode` minus the pinned "
+              f"({_range(a)}) and task B's by {_signed(b.mean)} ({_range(b)}; {level}), `train_mode` minus the pinned "
               f"`backbone_eval`; their sum reads **{_verdict(C, 'at_t1_both_raw')}**.")
     else:
         s1 = "The sweep has no point at chapter 1's shift."
