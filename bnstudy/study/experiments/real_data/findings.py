@@ -679,7 +679,7 @@ def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 #: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
-         "**Yes, at the strongest shift.** There, on each network, the old task falls and, with one rate for both "
+         "**Yes, where a corruption moves the statistics most.** There, on each network, the old task falls and, with one rate for both "
          "heads, not tuned per path (the seed's protocol), the new one gains, as in chapter 1: pin the backbone in eval mode."),
     Note("lead", lambda c, f: _a_falls_everywhere(c, f) and not _b_helps_everywhere(c, f),
          "**Partly.** Where a corruption moves the statistics most, the old task falls on every network, but "
