@@ -90,7 +90,7 @@ def test_one_unit_keeps_the_designs_identities():
 from bnstudy.study.experiments.test_time import claims as C  # noqa: E402
 
 
-def _rows(seeds, prior_best=16.0, gain=0.2, noise=0.005):
+def _rows(seeds, prior_best=16.0, gain=0.2, noise=0.005, tent_best=1e-2):
     """Rows shaped like run_unit's: one stream, family and strength; two test batches; every method. The prior's
     accuracy peaks at ``prior_best``; every adapted method sits ``gain`` above the source."""
     rng = np.random.default_rng(sum(seeds))
@@ -111,7 +111,7 @@ def _rows(seeds, prior_best=16.0, gain=0.2, noise=0.005):
             add("oracle", math.nan, base + gain)
             if b > 1:
                 for lr in (1e-3, 1e-2, 1e-1):
-                    add("tent", lr, base + gain - (0.1 if lr != 1e-2 else 0))
+                    add("tent", lr, base + gain - (0.1 if lr != tent_best else 0))
     return pd.DataFrame(out)
 
 
@@ -120,8 +120,24 @@ def test_settings_are_chosen_on_the_tuning_seeds_and_edges_are_flagged():
     picks = C.choices(tuning).set_index(["test_batch", "method"])
     assert picks.loc[(8, "prior"), "setting"] == 16.0 and not picks.loc[(8, "prior"), "at_edge"]
     assert picks.loc[(8, "tent"), "setting"] == 1e-2
+    # grids are closed by their limits (prior N = inf: the source; N = 0 and TENT's rate 0: test-batch
+    # statistics): a choice at the largest N run is inside the grid; one at the smallest N > 0 is flagged only
+    # at a test batch of one, where N = 0 is not run
     edge = C.choices(_rows((100, 101), prior_best=64.0)).set_index(["test_batch", "method"])
-    assert edge.loc[(8, "prior"), "setting"] == 64.0 and edge.loc[(8, "prior"), "at_edge"]
+    assert edge.loc[(8, "prior"), "setting"] == 64.0 and not edge.loc[(8, "prior"), "at_edge"]
+    low = C.choices(_rows((100, 101), prior_best=1.0)).set_index(["test_batch", "method"])
+    assert low.loc[(1, "prior"), "setting"] == 4.0 and low.loc[(1, "prior"), "at_edge"]
+    assert low.loc[(8, "prior"), "setting"] == 0.0 and not low.loc[(8, "prior"), "at_edge"]
+    # no adaptation best: the prior chooses N = inf and its condition is the source's accuracy exactly
+    worse = _rows((100, 101, 102), gain=-0.2)
+    pick = C.choices(worse).set_index(["test_batch", "method"])
+    assert pick.loc[(8, "prior"), "setting"] == math.inf and not pick.loc[(8, "prior"), "at_edge"]
+    t = C.conditions(_rows((0, 1), gain=-0.2), worse).set_index(["seed", "test_batch", "condition"])["accuracy"]
+    assert t.loc[(0, 8, "prior_tuned")] == t.loc[(0, 8, "source")]
+    # TENT: its largest rate is an open end
+    best_lr = _rows((100, 101), tent_best=1e-1)
+    tent = C.choices(best_lr).set_index(["test_batch", "method"])
+    assert tent.loc[(8, "tent"), "setting"] == 1e-1 and tent.loc[(8, "tent"), "at_edge"]
     # the reported seeds never inform a choice: a reported table that prefers another prior changes nothing
     reported = _rows(tuple(range(10)), prior_best=4.0)
     table = C.conditions(reported, tuning)

@@ -2,10 +2,16 @@
 margin and the rule that picks each method's setting, run by :func:`bnstudy.study.inference.ask`.
 
 Settings chosen by trying are chosen on the tuning seeds only (:func:`conditions`): for each stream, family,
-strength and test batch, the prior ``N > 0`` and TENT's rate with the highest mean accuracy over the tuning seeds'
-domains; the reported seeds never inform a choice. Test-batch statistics are the prior ``N = 0``; DUA runs its
-published schedule; routing and the oracle have nothing to tune. A chosen value at an end of its grid is flagged
-(:func:`choices`), and the page says so where it states a verdict that rests on it.
+strength and test batch, the prior ``N`` and TENT's rate with the highest mean accuracy over the tuning seeds'
+domains; the reported seeds never inform a choice. Each grid is closed where its method has a limit that was run
+(the prior's ``N = 0`` and ``N = inf``, TENT's rate ``0``), so a choice there is a finding (the method reduces to
+another), not a truncated grid. Test-batch statistics are the prior ``N = 0``; DUA runs its published schedule;
+routing and the oracle have nothing to tune. A choice at an open end of its grid is flagged (:func:`choices`), and
+the page says so where it states a verdict that rests on it.
+
+The grids were widened once, after a first full run (stop 50, not reported) chose the prior's ``N = 1`` or
+``N = 256`` and TENT's ``1e-4`` or ``1e-1`` (ends of the first grids, ``N`` in 1-256 by factors of 4, rates
+1e-4-1e-1) in 56% of the tuned cells; the questions, margin and families did not change.
 
 Three families (Bonferroni within each, TOST at ±:data:`MARGIN`, the book's margin): ``gain`` (each method minus the
 source statistics), ``mix`` (the tuned prior minus test-batch statistics) and ``route`` (per-sample routing minus the
@@ -40,19 +46,31 @@ def _means(rows: pd.DataFrame) -> pd.DataFrame:
     return runs.groupby(keys, dropna=False, sort=True)["accuracy"].mean().reset_index()
 
 
+def _candidates(m: pd.DataFrame) -> pd.DataFrame:
+    """Per-seed means ``m`` (:func:`_means`) of the tuned methods with each one's closed ends added as settings:
+    the prior's ``N = inf`` is the source statistics exactly and its ``N = 0`` test-batch statistics (run at
+    batches of two or more); TENT's rate ``0`` is test-batch statistics exactly (no step changes a parameter)."""
+    src = m[m["method"] == "source"].assign(method="prior", setting=math.inf)
+    tb = m[(m["method"] == "prior") & (m["setting"] == 0)]
+    return pd.concat([m[m["method"].isin(["prior", "tent"])], src, tb.assign(method="tent")], ignore_index=True)
+
+
 def choices(tuning: pd.DataFrame) -> pd.DataFrame:
-    """Per cell and tuned method (``prior`` over ``N > 0``, ``tent``), the setting with the highest mean accuracy
-    over the tuning seeds (ties: the smaller setting), with ``at_edge`` (the chosen value is the grid's smallest or
-    largest). Columns: the cell, ``method``, ``setting``, ``accuracy`` (the tuning mean), ``at_edge``."""
-    m = _means(tuning)
-    m = m[((m["method"] == "prior") & (m["setting"] > 0)) | (m["method"] == "tent")]
+    """Per cell and tuned method, the setting with the highest mean accuracy over the tuning seeds (ties: the
+    smaller setting). ``prior`` chooses among its grid closed by its two limits (``N = 0``, test-batch statistics,
+    where run; ``N = inf``, the source statistics); ``tent`` among its rates closed below by ``0`` (test-batch
+    statistics). ``at_edge`` flags a choice at an open end, beyond which a wider grid could still do better: the
+    prior's smallest ``N > 0`` where ``N = 0`` is not run (a test batch of one), TENT's largest rate. Columns: the
+    cell, ``method``, ``setting``, ``accuracy`` (the tuning mean), ``at_edge``."""
+    m = _candidates(_means(tuning))
     mean = m.groupby([*CELL, "method", "setting"], sort=True)["accuracy"].mean().reset_index()
     out = []
     for key, g in mean.groupby([*CELL, "method"], sort=True):
         best = g.sort_values(["accuracy", "setting"], ascending=[False, True]).iloc[0]
         grid = sorted(g["setting"])
+        open_end = grid[-1] if key[-1] == "tent" else (grid[0] if grid[0] > 0 else None)
         out.append(dict(zip([*CELL, "method"], key), setting=best["setting"], accuracy=best["accuracy"],
-                        at_edge=bool(best["setting"] in (grid[0], grid[-1]) and len(grid) > 1)))
+                        at_edge=bool(best["setting"] == open_end and len(grid) > 1)))
     return pd.DataFrame(out)
 
 
@@ -60,9 +78,10 @@ def _named(m: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
     """Per-seed means ``m`` (:func:`_means`) as conditions of :data:`CONDITIONS` (tuned settings from ``picks``)."""
     parts = [m[m["method"].isin(["source", "dua", "routed", "oracle"])].assign(condition=m["method"]),
              m[(m["method"] == "prior") & (m["setting"] == 0)].assign(condition="test_batch")]
+    cand = _candidates(m)
     for method, name in (("prior", "prior_tuned"), ("tent", "tent_tuned")):
         chosen = picks[picks["method"] == method][[*CELL, "setting"]]
-        parts.append(m[m["method"] == method].merge(chosen, on=[*CELL, "setting"]).assign(condition=name))
+        parts.append(cand[cand["method"] == method].merge(chosen, on=[*CELL, "setting"]).assign(condition=name))
     return pd.concat(parts)[["seed", *CELL, "condition", "accuracy"]]
 
 

@@ -74,7 +74,7 @@ PROFILES = {
                   tent_lrs=(1e-3, 1e-2)),
     "full": dict(seeds=10, tuning_seeds=(100, 101, 102), families=FAMILIES, strengths=(0.25, 1.0),
                  test_batches=(1, 2, 4, 8, 16, 32, 64, 128), n_eval=512, bank_samples=1024,
-                 priors=(0.0, 1.0, 4.0, 16.0, 64.0, 256.0), tent_lrs=(1e-4, 1e-3, 1e-2, 1e-1)),
+                 priors=(0.0, 0.125, 1.0, 8.0, 64.0, 512.0), tent_lrs=(1e-3, 1e-2, 1e-1, 1.0)),
 }
 
 
