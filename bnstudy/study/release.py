@@ -69,12 +69,15 @@ class Chapter:
         return mod
 
     def findings(self):
-        """The chapter's findings module (``bnstudy.study.experiments.NAME.findings`` for a chapter folder, else the
-        single module): where its claims, ``DIRECTIONS`` and sentences live."""
+        """The chapter's findings module (``bnstudy.study.experiments.NAME.findings`` for a chapter folder, its
+        ``claims`` module for a lean one without findings, else the single module): where its claims,
+        ``DIRECTIONS`` and sentences live."""
         import importlib
+        import importlib.util
         mod = importlib.import_module(f"bnstudy.study.experiments.{self.module}")
-        if hasattr(mod, "__path__"):
-            return importlib.import_module(f"bnstudy.study.experiments.{self.module}.findings")
+        if hasattr(mod, "__path__"):  # a lean chapter folder (issue 33) says its questions in claims.py
+            name = "findings" if importlib.util.find_spec(f"{mod.__name__}.findings") else "claims"
+            return importlib.import_module(f"{mod.__name__}.{name}")
         return mod
 
     def siblings(self) -> tuple:
@@ -102,6 +105,7 @@ CHAPTERS = {c.number: c for c in (
     Chapter("05", "05_batch_size", "batch_size"),
     Chapter("06", "06_unknown_task", "unknown_task"),
     Chapter("07", "07_real_data", "real_data"),
+    Chapter("08", "08_test_time", "test_time"),
 )}
 
 

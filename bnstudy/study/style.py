@@ -36,6 +36,10 @@ STRATEGIES = {"bn_frozen": ORANGE, "stats_frozen": YELLOW, "adabn": BROWN, "bn_t
 #: Routers to per-task statistics and their baselines (chapter 6).
 ROUTERS = {"nearest_first": GREEN, "nearest_all": "#016b4f", "classifier": VERMILLION, "mixture": BROWN, "oracle": "#222222",
            "train_mode": MODES["train_mode"], "pinned": MODES["backbone_eval"]}
+#: Test-time methods (chapter 8): the source statistics as the pinned statistics elsewhere, test-batch statistics as
+#: train mode's batch statistics, per-sample routing and the oracle as chapter 6's router and oracle.
+TEST_TIME = {"source": MODES["backbone_eval"], "test_batch": MODES["train_mode"], "prior_tuned": SKY, "dua": PURPLE,
+             "tent_tuned": VERMILLION, "routed": GREEN, "oracle": "#222222"}
 #: Networks (chapter 7).
 NETWORKS = {"small_cnn": GREY, "resnet18": BLUE, "mobilenet_v3_small": VERMILLION}
 #: Heads (chapter 4).
@@ -50,12 +54,13 @@ REFERENCE = {"chance": "0.4", "zero": "black", "band": "0.9"}
 SHIFTS = {"none": "black", "brightness": BLUE, "contrast": ORANGE, "both": GREEN, "blur": PINK, "noise": BROWN,
           "inversion": PURPLE}
 #: Other names of the same kinds of shift (chapter 7's ``gaussian_noise``; chapter 3's same-class lines, told
-#: apart by marker, not colour): :func:`color` gives them their kind's colour.
-SHIFT_ALIASES = {"gaussian_noise": "noise", "same_both": "both", "same_noise": "noise"}
+#: apart by marker, not colour; chapter 8's ``affine``, brightness and contrast together): :func:`color` gives them
+#: their kind's colour.
+SHIFT_ALIASES = {"gaussian_noise": "noise", "same_both": "both", "same_noise": "noise", "affine": "both"}
 
 PALETTES = {"mode": MODES, "statistics": STATISTICS, "optimizer": OPTIMIZERS, "strategy": STRATEGIES,
             "router": ROUTERS, "network": NETWORKS, "head": HEADS, "effect": EFFECTS, "reference": REFERENCE,
-            "shift": SHIFTS}
+            "shift": SHIFTS, "test_time": TEST_TIME}
 
 
 def sequential(values) -> dict:

@@ -23,11 +23,13 @@ before adapting and the gain of test-batch statistics at the largest test batch 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
 
 from ...inference import Question, ask, rank_correlation
+from ...words import Note, counts_text, notes
 
 #: Equivalence margin (accuracy, fraction): the book's, two points, the smallest difference we would act on.
 MARGIN = 0.02
@@ -146,23 +148,301 @@ def _num(v) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)
 
 
+def mismatch_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (seed, family, strength, domain) of the ``single`` stream: chapter 3's ``mismatch`` of the source network
+    on the domain (before adapting) and the ``gain`` of test-batch statistics over the source statistics at the
+    largest test batch (accuracy, fraction)."""
+    single = rows[rows["stream"] == "single"]
+    on = ["seed", "family", "strength", "domain"]
+    mis = single[single["method"] == "mismatch"][[*on, "accuracy"]].rename(columns={"accuracy": "mismatch"})
+    at = single[single["test_batch"] == single["test_batch"].max()]
+    tb = at[(at["method"] == "prior") & (at["setting"] == 0)][[*on, "accuracy"]]
+    src = at[at["method"] == "source"][[*on, "accuracy"]]
+    g = tb.merge(src, on=on, suffixes=("_tb", "_src")).merge(mis, on=on)
+    g["gain"] = g["accuracy_tb"] - g["accuracy_src"]
+    return g[[*on, "mismatch", "gain"]]
+
+
 def mismatch_claim(rows: pd.DataFrame, confidence: float = 0.95) -> dict:
     """Does chapter 3's mismatch, measured before adapting, predict the gain of test-batch statistics? Spearman's
-    rho over (seed, family, strength, domain) of the source network's mismatch on the domain and test-batch
-    statistics minus source at the largest test batch on the ``single`` stream, with its interval
+    rho over :func:`mismatch_rows` (seed, family, strength, domain) of the mismatch and the gain, with its interval
     (:func:`bnstudy.study.inference.rank_correlation`) and the share of cells whose gain has the sign the mismatch
     predicts (positive where the mismatch is above its median). Returns ``{rho, low, high, p, n, sign_agreement}``."""
-    single = rows[rows["stream"] == "single"]
-    mis = single[single["method"] == "mismatch"][["seed", "family", "strength", "domain", "accuracy"]]
-    mis = mis.rename(columns={"accuracy": "mismatch"})
-    b = single["test_batch"].max()
-    at = single[single["test_batch"] == b]
-    tb = at[(at["method"] == "prior") & (at["setting"] == 0)][["seed", "family", "strength", "domain", "accuracy"]]
-    src = at[at["method"] == "source"][["seed", "family", "strength", "domain", "accuracy"]]
-    g = tb.merge(src, on=["seed", "family", "strength", "domain"], suffixes=("_tb", "_src")).merge(
-        mis, on=["seed", "family", "strength", "domain"])
-    g["gain"] = g["accuracy_tb"] - g["accuracy_src"]
+    g = mismatch_rows(rows)
     rho, iv, p = rank_correlation(g["mismatch"], g["gain"], confidence)
     predicted = np.where(g["mismatch"] > g["mismatch"].median(), 1, -1)
     agree = float(np.mean(np.sign(g["gain"]) == predicted)) if len(g) else math.nan
     return dict(rho=rho, low=iv.low, high=iv.high, p=p, n=len(g), sign_agreement=agree)
+
+
+# --- the page's tables and words -----------------------------------------------------------------------------------
+
+#: The direction words this chapter's verdicts use (the glossary's table lists them).
+DIRECTIONS = ("higher", "lower", "prior-weighted mix higher", "prior-weighted mix lower", "routing higher",
+              "routing lower")
+#: How the page names each condition.
+NAMES = dict(source="source statistics", test_batch="test-batch statistics", prior_tuned="prior-weighted mix",
+             dua="DUA", tent_tuned="TENT", routed="routing", oracle="oracle bank", best_batch="best batch method")
+STREAM_NAMES = dict(single="single-shift", mixed="mixed-domain", class_sorted="class-sorted")
+_KEY = re.compile(r"^(?P<family_q>gain|mix|route)_(?:(?P<condition>" + "|".join(CONDITIONS) + r")_)?"
+                  r"(?P<stream>single|mixed|class_sorted)_(?P<family>[a-z]+)_t(?P<strength>[0-9.]+)_b(?P<test_batch>\d+)$")
+
+
+def parsed(claims_table: pd.DataFrame) -> pd.DataFrame:
+    """The claims table with its cell as columns (``condition``, ``stream``, ``shift`` (the shift family; the claims
+    family stays ``family``), ``strength``, ``test_batch``) read back from each key (``mix``: condition
+    ``prior_tuned``; ``route``: ``routed``)."""
+    cells = claims_table["key"].str.extract(_KEY)
+    out = claims_table.copy()
+    out["condition"], out["stream"], out["shift"] = cells["condition"], cells["stream"], cells["family"]
+    out["condition"] = out["condition"].fillna(cells["family_q"].map({"mix": "prior_tuned", "route": "routed"}))
+    out["strength"] = cells["strength"].astype(float)
+    out["test_batch"] = cells["test_batch"].astype(int)
+    return out
+
+
+def stream_means(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Descriptive means (no verdict rests on them): per stream, condition and test batch, each seed's accuracy
+    averaged over the families and strengths run, then the mean over seeds with its Student's t interval.
+    Columns: ``stream``, ``condition``, ``test_batch``, ``mean``, ``ci_low``, ``ci_high``, ``n_seeds``."""
+    from ...inference import t_interval
+    per_seed = table.groupby(["stream", "condition", "test_batch", "seed"])["accuracy"].mean().reset_index()
+    rows = []
+    for (s, c, b), g in per_seed.groupby(["stream", "condition", "test_batch"]):
+        iv = t_interval(g["accuracy"].to_numpy(), confidence)
+        rows.append(dict(stream=s, condition=c, test_batch=int(b), mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
+                         n_seeds=iv.n))
+    return pd.DataFrame(rows)
+
+
+def verdict_counts(claims_table: pd.DataFrame, family: str, by=("condition", "stream")) -> pd.DataFrame:
+    """How many claims of ``family`` print each verdict kind, per ``by`` (the book's counts rule: each claim's
+    printed verdict). Columns: ``by``, ``higher``, ``equivalent``, ``not decided``, ``lower`` (and ``too few
+    seeds`` where any), ``cells``."""
+    p = parsed(claims_table[claims_table["family"] == family])
+    out = p.groupby(list(by))["kind"].value_counts().unstack(fill_value=0)
+    for k in ("higher", "equivalent", "not decided", "lower"):
+        if k not in out.columns:
+            out[k] = 0
+    out["cells"] = out.sum(axis=1)
+    return out.reset_index()
+
+
+def main_table(means: pd.DataFrame, claims_table: pd.DataFrame, batches) -> pd.DataFrame:
+    """The page's main table: per condition (rows) and stream x test batch (columns), the mean accuracy with its
+    95% interval over seeds (:func:`stream_means`) and, against the source statistics, how many of the cells
+    (families x strengths) show it higher / equivalent / not decided / lower (``gain`` family). ``—``: not run."""
+    p = parsed(claims_table[claims_table["family"] == "gain"])
+    cols = {}
+    for s in STREAMS_ORDER:
+        for b in batches:
+            col = {}
+            for c in ("source", *GAIN_CONDITIONS):
+                m = means[(means.stream == s) & (means.condition == c) & (means.test_batch == b)]
+                if not len(m) or m["mean"].isna().all():
+                    col[NAMES[c]] = "—"
+                    continue
+                r = m.iloc[0]
+                text = f"{r['mean']:.3f} ({r['ci_low']:.3f}–{r['ci_high']:.3f})"
+                k = p[(p.condition == c) & (p.stream == s) & (p.test_batch == b)]["kind"]
+                if c != "source" and len(k) and not k.eq("too few seeds").all():
+                    text += " " + "/".join(str(int(k.eq(v).sum())) for v in ("higher", "equivalent", "not decided",
+                                                                             "lower"))
+                col[NAMES[c]] = text
+            cols[(STREAM_NAMES[s], f"b = {b}")] = col
+    out = pd.DataFrame(cols)
+    out.columns = pd.MultiIndex.from_tuples(out.columns, names=["stream", "test batch"])
+    return out
+
+
+STREAMS_ORDER = ("single", "mixed", "class_sorted")
+GAIN_CONDITIONS = ("test_batch", "prior_tuned", "dua", "tent_tuned", "routed")
+
+
+def mix_table(claims_table: pd.DataFrame, batches) -> pd.DataFrame:
+    """Per stream, family and strength, the smallest test batch from which the tuned prior is no longer shown
+    higher than test-batch statistics (:func:`mix_stops`; ``never`` if it still is at the largest batch), and the
+    ``mix`` family's verdict counts over the batches. Columns: ``stream``, ``family``, ``strength``, ``stops``,
+    ``higher``, ``equivalent``, ``not decided``, ``lower``."""
+    p = parsed(claims_table[claims_table["family"] == "mix"])
+    rows = []
+    for (s, f, t), g in p.groupby(["stream", "shift", "strength"], sort=False):
+        stop = mix_stops(claims_table, s, f, t, batches)
+        rows.append(dict(stream=s, family=f, strength=t, stops="never" if stop != stop else f"{int(stop)}",
+                         **{k: int(g["kind"].eq(k).sum()) for k in ("higher", "equivalent", "not decided", "lower")}))
+    return pd.DataFrame(rows)
+
+
+def edge_counts(tuning: pd.DataFrame) -> dict:
+    """``{method}_at_edge``, ``{method}_cells``: how many tuned cells chose a value at an open end of the grid, and
+    the prior's ``{prior}_chose_source`` / ``_chose_test_batch`` and TENT's ``tent_chose_zero`` (the closed ends:
+    the method reduced to the source or test-batch statistics)."""
+    c = choices(tuning)
+    out = {}
+    for m in ("prior", "tent"):
+        g = c[c["method"] == m]
+        out[f"{m}_at_edge"], out[f"{m}_cells"] = int(g["at_edge"].sum()), len(g)
+    pr, te = c[c["method"] == "prior"], c[c["method"] == "tent"]
+    out.update(prior_chose_source=int(np.isinf(pr["setting"]).sum()), prior_chose_test_batch=int((pr["setting"] == 0).sum()),
+               tent_chose_zero=int((te["setting"] == 0).sum()))
+    return out
+
+
+KINDS = ("higher", "equivalent", "not decided", "lower")
+
+
+def shown_batches(batches) -> dict:
+    """The test batches the page names: ``bmin`` the smallest, ``bsmall`` the smallest above one, ``bmid`` 64 where
+    run (else the largest), ``bmax`` the largest."""
+    batches = sorted(int(b) for b in batches)
+    return dict(bmin=batches[0], bsmall=next((b for b in batches if b > 1), batches[-1]),
+                bmid=64 if 64 in batches else batches[-1], bmax=batches[-1])
+
+
+def page_numbers(rows: pd.DataFrame, tuning: pd.DataFrame, claims_table: pd.DataFrame, config) -> pd.DataFrame:
+    """The page's flat numbers table (:func:`bnstudy.study.inference.numbers_table`): descriptive means
+    ``acc_<stream>_<condition>_<bmin|bsmall|bmid|bmax>`` (intervals over seeds, at :func:`shown_batches`),
+    verdict counts ``<family>_<condition>_<stream>_<kind>`` and ``..._cells``, each family's size and confidence,
+    where the mix stops (``stops_<stream>_min`` / ``_max`` / ``_never``), the grids' choices
+    (:func:`edge_counts`), the mismatch question (``mm_*``), the units' recorded compute (``cost_worker_min``,
+    worker-minutes, reported and tuning seeds) and the design's settings (``cfg_*``)."""
+    from ...inference import Interval, numbers_table
+    table = conditions(rows, tuning)
+    means = stream_means(table)
+    batches = sorted(rows.loc[rows["method"] != "mismatch", "test_batch"].unique())
+    values = {}
+    for name, b in shown_batches(batches).items():
+        for r in means[means["test_batch"] == b].itertuples():
+            values[f"acc_{r.stream}_{r.condition}_{name}"] = Interval(r.mean, r.ci_low, r.ci_high, r.n_seeds)
+    p = parsed(claims_table)
+    for (fam, c, s), g in p.groupby(["family", "condition", "stream"]):
+        for k in KINDS:
+            values[f"{fam}_{c}_{s}_{k.replace(' ', '_')}"] = int(g["kind"].eq(k).sum())
+        values[f"{fam}_{c}_{s}_cells"] = len(g)
+        values[f"{fam}_{c}_{s}_est_min"], values[f"{fam}_{c}_{s}_est_max"] = g["estimate"].min(), g["estimate"].max()
+    for (c, s), g in p[(p["family"] == "gain") & (p["test_batch"] == batches[0])].groupby(["condition", "stream"]):
+        for k in KINDS:
+            values[f"b1_{c}_{s}_{k.replace(' ', '_')}"] = int(g["kind"].eq(k).sum())
+        values[f"b1_{c}_{s}_cells"] = len(g)
+    for fam, g in claims_table.groupby("family"):
+        values[f"n_{fam}"], values[f"conf_{fam}"] = len(g), float(g["confidence"].iloc[0]) * 100
+    for s in STREAMS_ORDER:
+        stops = [mix_stops(claims_table, s, f, t, batches) for f in config.families for t in config.strengths]
+        real = [x for x in stops if x == x]
+        values[f"stops_{s}_min"] = int(min(real)) if real else math.nan
+        values[f"stops_{s}_max"] = int(max(real)) if real else math.nan
+        values[f"stops_{s}_never"], values[f"stops_{s}_cells"] = len(stops) - len(real), len(stops)
+    values.update(edge_counts(tuning))
+    per_unit = pd.concat([rows, tuning]).drop_duplicates(["seed", "family", "strength"])["unit_wall_s"]
+    values["cost_worker_min"] = float(per_unit.sum()) / 60
+    values.update({f"mm_{k}": v for k, v in mismatch_claim(rows).items()})
+    values.update(n_seeds=len(config.seeds), cfg_n_seeds=len(config.seeds), cfg_n_tuning=len(config.tuning_seeds),
+                  cfg_tuning_first=min(config.tuning_seeds), cfg_tuning_last=max(config.tuning_seeds),
+                  **{f"cfg_{k}": v for k, v in shown_batches(batches).items()},
+                  cfg_n_eval=config.n_eval, cfg_bank_samples=config.bank_samples, cfg_margin=MARGIN,
+                  cfg_n_families=len(config.families), cfg_n_strengths=len(config.strengths),
+                  cfg_strength_low=min(config.strengths), cfg_strength_high=max(config.strengths),
+                  cfg_prior_grid=", ".join(f"{v:g}" for v in config.priors if v > 0),
+                  cfg_tent_grid=", ".join(f"{v:g}" for v in config.tent_lrs))
+    return numbers_table(values, lambda k: (0.0, 1.0) if k.startswith("acc_") else (-math.inf, math.inf))
+
+
+def _n(numbers: pd.DataFrame, key: str):
+    from ...inference import number
+    return number(numbers, key)
+
+
+def _share(numbers, fam, c, streams, kind) -> tuple[int, int]:
+    k = sum(_n(numbers, f"{fam}_{c}_{s}_{kind}") for s in streams)
+    return k, sum(_n(numbers, f"{fam}_{c}_{s}_cells") for s in streams)
+
+
+def _route(numbers, kind):
+    return _share(numbers, "route", "routed", ("mixed", "class_sorted"), kind)
+
+
+def _fill_route(_, n):
+    (h, cells), (lo, _), (eq, _) = _route(n, "higher"), _route(n, "lower"), _route(n, "equivalent")
+    return dict(h=h, cells=cells, lo=lo, eq=eq)
+
+
+def _collapse(_, n):
+    return dict(zip(("k", "cells"), _share(n, "gain", "test_batch", ("class_sorted",), "lower")),
+                tent=_share(n, "gain", "tent_tuned", ("class_sorted",), "lower")[0])
+
+
+def _anchor(n, fam, c, streams):
+    (h, cells), (lo, _) = _share(n, fam, c, streams, "higher"), _share(n, fam, c, streams, "lower")
+    return dict(h=h, lo=lo, cells=cells)
+
+
+def _same(fill, want: str):
+    """A rule: the direction ``want`` (``"h"``: higher, ``"lo"``: lower) is shown in at least half the cells
+    (the sentence always gives the opposite count too)."""
+    def rule(c, n):
+        d = fill(c, n)
+        return d["cells"] > 0 and 2 * d[want] >= d["cells"]
+    return rule
+
+
+_SCHNEIDER = lambda c, n: _anchor(n, "b1", "prior_tuned", ("single",))  # noqa: E731
+_DOBLER = lambda c, n: _anchor(n, "gain", "test_batch", ("mixed",))  # noqa: E731
+_NIU = lambda c, n: _anchor(n, "gain", "test_batch", ("class_sorted",))  # noqa: E731
+
+#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`), each with a flip test.
+NOTES = (
+    Note("anchor_schneider", _same(_SCHNEIDER, "h"),
+         "**Same direction.** At a test batch of one on single-shift streams, the prior-weighted mix was above the "
+         "source statistics in {h} of {cells} cells and below in {lo}.", _SCHNEIDER),
+    Note("anchor_schneider", lambda c, n: not _same(_SCHNEIDER, "h")(c, n),
+         "**Not shown in most cells.** At a test batch of one on single-shift streams, the prior-weighted "
+         "mix was above the source statistics in {h} of {cells} cells and below in {lo}.", _SCHNEIDER),
+    Note("anchor_dobler", lambda c, n: _DOBLER(c, n)["lo"] > 0,
+         "**In part.** On the mixed-domain stream, test-batch statistics fell below the source statistics in {lo} "
+         "of {cells} cells, and were above them in {h}.", _DOBLER),
+    Note("anchor_dobler", lambda c, n: _DOBLER(c, n)["lo"] == 0,
+         "**Not the same direction.** On the mixed-domain stream, test-batch statistics were below the source "
+         "statistics in none of {cells} cells, and above them in {h}.", _DOBLER),
+    Note("anchor_niu", _same(_NIU, "lo"),
+         "**Same direction.** On class-sorted streams, test-batch statistics fell below the source statistics in "
+         "{lo} of {cells} cells and were above them in {h}.", _NIU),
+    Note("anchor_niu", lambda c, n: not _same(_NIU, "lo")(c, n),
+         "**Not shown in most cells.** On class-sorted streams, test-batch statistics fell below the "
+         "source statistics in {lo} of {cells} cells and were above them in {h}.", _NIU),
+    Note("lead", lambda c, n: _route(n, "lower")[0] == 0 and 2 * _route(n, "higher")[0] >= _route(n, "higher")[1],
+         "**Route the sample when test batches mix domains or classes.** There, per-sample routing to statistic "
+         "banks beat the best batch method in {h} of {cells} cells and was below it in {lo}.", _fill_route),
+    Note("lead", lambda c, n: _route(n, "lower")[0] > 0,
+         "**Neither everywhere.** Where test batches mix domains or classes, per-sample routing beat the best batch "
+         "method in {h} of {cells} cells and was below it in {lo}.", _fill_route),
+    Note("lead", lambda c, n: _route(n, "lower")[0] == 0 and 2 * _route(n, "higher")[0] < _route(n, "higher")[1],
+         "**Not shown either way.** Where test batches mix domains or classes, per-sample routing beat the best "
+         "batch method in only {h} of {cells} cells and was below it in none.", _fill_route),
+    Note("collapse", lambda c, n: 2 * _collapse(c, n)["k"] >= _collapse(c, n)["cells"] > 0,
+         "On class-sorted streams, test-batch statistics fell below the source statistics in {k} of {cells} cells "
+         "(TENT: {tent}): do not adapt to batches drawn from few classes.", _collapse),
+    Note("collapse", lambda c, n: 2 * _collapse(c, n)["k"] < _collapse(c, n)["cells"] or not _collapse(c, n)["cells"],
+         "On class-sorted streams, test-batch statistics fell below the source statistics in {k} of {cells} "
+         "cells (TENT: {tent}).", _collapse),
+)
+
+
+def page_words(claims_table: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
+    """``{name: Markdown}``: the notes of :data:`NOTES` and, per stream and compared condition, its ``gain``
+    claims counted (``count_<condition>_<stream>``, :func:`bnstudy.study.words.counts_text`), the ``route`` and
+    ``mix`` families counted per stream (``count_route_<stream>``, ``count_mix_<stream>``)."""
+    out = notes(NOTES, claims_table, numbers)
+    for st in STREAMS_ORDER:
+        lo, hi = _n(numbers, f"stops_{st}_min"), _n(numbers, f"stops_{st}_max")
+        never, cells = _n(numbers, f"stops_{st}_never"), _n(numbers, f"stops_{st}_cells")
+        span = "" if lo != lo else (f"from a test batch of {lo:.0f}" if lo == hi else
+                                    f"from a test batch of {lo:.0f} to {hi:.0f}, depending on the family and strength")
+        out[f"stops_{st}"] = ("it stopped paying " + span + (f", and had not stopped at the largest batch in "
+                              f"{never} of {cells}" if never else "") if span else
+                              f"it had not stopped at the largest batch in any of the {cells}")
+    p = parsed(claims_table)
+    for (fam, c, s), g in p.groupby(["family", "condition", "stream"]):
+        name = dict(gain=f"count_{c}_{s}", mix=f"count_mix_{s}", route=f"count_route_{s}")[fam]
+        ref = dict(gain="the source statistics", mix="test-batch statistics", route="the best batch method")[fam]
+        out[name] = counts_text(g, "cells", NAMES[c], ref, MARGIN)
+    return out

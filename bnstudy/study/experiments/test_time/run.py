@@ -70,8 +70,8 @@ BANK_BATCH = 256
 
 PROFILES = {
     "quick": dict(seeds=2, tuning_seeds=(100,), families=("affine", "noise"), strengths=(1.0,),
-                  test_batches=(1, 8, 64), n_eval=256, bank_samples=256, priors=(0.0, 4.0, 16.0, 64.0),
-                  tent_lrs=(1e-3, 1e-2)),
+                  test_batches=(1, 8, 64), n_eval=128, bank_samples=256, priors=(0.0, 1.0, 16.0),
+                  tent_lrs=(1e-2,)),
     "full": dict(seeds=10, tuning_seeds=(100, 101, 102), families=FAMILIES, strengths=(0.25, 1.0),
                  test_batches=(1, 2, 4, 8, 16, 32, 64, 128), n_eval=512, bank_samples=1024,
                  priors=(0.0, 0.125, 1.0, 8.0, 64.0, 512.0), tent_lrs=(1e-3, 1e-2, 1e-1, 1.0)),
@@ -114,10 +114,10 @@ class Config(ChapterConfig):
     families: tuple = ("affine", "noise")
     strengths: tuple = (1.0,)
     test_batches: tuple = (1, 8, 64)
-    n_eval: int = 256
+    n_eval: int = 128
     bank_samples: int = 256
-    priors: tuple = (0.0, 4.0, 16.0, 64.0)
-    tent_lrs: tuple = (1e-3, 1e-2)
+    priors: tuple = (0.0, 1.0, 16.0)
+    tent_lrs: tuple = (1e-2,)
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds}
@@ -300,6 +300,12 @@ def _acc(pred: torch.Tensor, y: torch.Tensor) -> float:
 def _unit_group(units: list[UnitConfig], cache_root: str, version: str) -> list[dict]:
     return [run_unit(u, load_source(u.source, cache_root, version)) for u in units]
 
+
+#: The tables beside the main one (``08_test_time_<name>.csv``): the tuning seeds' rows, from which every setting is
+#: chosen (:func:`run_tables`).
+SIBLING_TABLES = ("tuning",)
+#: Parameters that only change the analysis of given rows (none: every parameter is the run's).
+ANALYSIS_PARAMETERS = ()
 
 #: The table's columns.
 COLUMNS = ("seed", "family", "strength", "stream", "domain", "test_batch", "method", "setting", "accuracy",
