@@ -253,3 +253,18 @@ def test_the_page_types_no_outcome_and_leads_with_its_answer():
     assert md.count("```{glue:figure} ch08_fig_") == md.count(":alt: ") == 3
     code = [c for c in cells if c["cell_type"] == "code"]
     assert all(len("".join(c["source"]).split("\n")) <= 25 for c in code)
+
+
+def test_the_advice_and_the_anchor_notes_flip_with_their_numbers():
+    from bnstudy.study.inference import with_numbers
+    C, cl, N = _page_tables()
+    at = lambda key, **kw: C.notes(C.NOTES, cl, with_numbers(N, kw))[key]  # noqa: E731
+    assert at("anchor_wang", tent_chose_zero=3, tent_cells=4).startswith("Here the tuning seeds chose TENT's rate 0")
+    assert at("anchor_wang", tent_chose_zero=1, tent_cells=4).startswith("Here the tuning seeds chose a rate above 0")
+    assert at("mismatch_says", mm_low=0.2, mm_high=0.5) == "The larger the mismatch before adapting, the more adapting gained."
+    assert at("mismatch_says", mm_low=-0.5, mm_high=-0.2).endswith("the less adapting gained.")
+    assert at("mismatch_says", mm_low=-0.1, mm_high=0.3) == "The mismatch before adapting was not shown to predict the gain."
+    route = {f"route_routed_{s}_{k}": 0 for s in ("mixed", "class_sorted") for k in ("higher", "lower")}
+    cells = {f"route_routed_{s}_cells": 4 for s in ("mixed", "class_sorted")}
+    assert at("what_to_do", **{**route, **cells, "route_routed_mixed_higher": 4}).startswith("If a deployment can")
+    assert at("what_to_do", **{**route, **cells, "route_routed_mixed_higher": 1}).startswith("Compare routing")

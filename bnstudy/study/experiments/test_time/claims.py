@@ -336,6 +336,10 @@ def page_numbers(rows: pd.DataFrame, tuning: pd.DataFrame, claims_table: pd.Data
     per_unit = pd.concat([rows, tuning]).drop_duplicates(["seed", "family", "strength"])["unit_wall_s"]
     values["cost_worker_min"] = float(per_unit.sum()) / 60
     values.update({f"mm_{k}": v for k, v in mismatch_claim(rows).items()})
+    mm = mismatch_rows(rows)
+    above = mm["mismatch"] > mm["mismatch"].median()
+    values.update(mm_gain_above=float(mm.loc[above, "gain"].mean()), mm_gain_below=float(mm.loc[~above, "gain"].mean()),
+                  mm_negative=int((mm["gain"] < 0).sum()))
     values.update(n_seeds=len(config.seeds), cfg_n_seeds=len(config.seeds), cfg_n_tuning=len(config.tuning_seeds),
                   cfg_tuning_first=min(config.tuning_seeds), cfg_tuning_last=max(config.tuning_seeds),
                   **{f"cfg_{k}": v for k, v in shown_batches(batches).items()},
@@ -389,8 +393,37 @@ _SCHNEIDER = lambda c, n: _anchor(n, "b1", "prior_tuned", ("single",))  # noqa: 
 _DOBLER = lambda c, n: _anchor(n, "gain", "test_batch", ("mixed",))  # noqa: E731
 _NIU = lambda c, n: _anchor(n, "gain", "test_batch", ("class_sorted",))  # noqa: E731
 
+_WANG = lambda c, n: dict(k=_n(n, "tent_chose_zero"), cells=_n(n, "tent_cells"))  # noqa: E731
+_ROUTE_WINS = lambda c, n: _route(n, "lower")[0] == 0 and 2 * _route(n, "higher")[0] >= _route(n, "higher")[1]  # noqa
+
+
+def _mm(_, n):
+    return dict(lo=_n(n, "mm_low"), hi=_n(n, "mm_high"))
+
+
 #: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`), each with a flip test.
 NOTES = (
+    Note("anchor_wang", lambda c, n: 2 * _WANG(c, n)["k"] >= _WANG(c, n)["cells"],
+         "Here the tuning seeds chose TENT's rate 0 (test-batch statistics alone) in {k} of {cells} cells: the "
+         "entropy step did not add on top in most cells (a count of choices on the tuning seeds, not a test).",
+         _WANG),
+    Note("anchor_wang", lambda c, n: 2 * _WANG(c, n)["k"] < _WANG(c, n)["cells"],
+         "Here the tuning seeds chose a rate above 0 in most cells (rate 0, test-batch statistics alone, in {k} of "
+         "{cells}): the entropy step added on top on the tuning seeds (a count of choices, not a test).", _WANG),
+    Note("what_to_do", _ROUTE_WINS,
+         "If a deployment can keep a few unlabelled images of each domain it expects, estimate a bank of statistics "
+         "per domain (precise BN on those images) and route each sample to the nearest bank: it needs no batch and "
+         "no assumption about what a batch holds. If it cannot, adapt with `bnstudy.adapt_bn_statistics` and a prior "
+         "tuned on batches drawn the way the deployment draws them."),
+    Note("what_to_do", lambda c, n: not _ROUTE_WINS(c, n),
+         "Compare routing and the batch methods on held-out batches drawn the way the deployment draws them: "
+         "neither won everywhere here."),
+    Note("mismatch_says", lambda c, n: _mm(c, n)["lo"] > 0,
+         "The larger the mismatch before adapting, the more adapting gained.", _mm),
+    Note("mismatch_says", lambda c, n: _mm(c, n)["hi"] < 0,
+         "The larger the mismatch before adapting, the less adapting gained.", _mm),
+    Note("mismatch_says", lambda c, n: _mm(c, n)["lo"] <= 0 <= _mm(c, n)["hi"] or _mm(c, n)["lo"] != _mm(c, n)["lo"],
+         "The mismatch before adapting was not shown to predict the gain.", _mm),
     Note("anchor_schneider", _same(_SCHNEIDER, "h"),
          "**Same direction.** At a test batch of one on single-shift streams, the prior-weighted mix was above the "
          "source statistics in {h} of {cells} cells and below in {lo}.", _SCHNEIDER),
