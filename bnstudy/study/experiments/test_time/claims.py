@@ -345,9 +345,7 @@ def page_numbers(rows: pd.DataFrame, tuning: pd.DataFrame, claims_table: pd.Data
                   **{f"cfg_{k}": v for k, v in shown_batches(batches).items()},
                   cfg_n_eval=config.n_eval, cfg_bank_samples=config.bank_samples, cfg_margin=MARGIN,
                   cfg_n_families=len(config.families), cfg_n_strengths=len(config.strengths),
-                  cfg_strength_low=min(config.strengths), cfg_strength_high=max(config.strengths),
-                  cfg_prior_grid=", ".join(f"{v:g}" for v in config.priors if v > 0),
-                  cfg_tent_grid=", ".join(f"{v:g}" for v in config.tent_lrs))
+                  cfg_strength_low=min(config.strengths), cfg_strength_high=max(config.strengths))
     return numbers_table(values, lambda k: (0.0, 1.0) if k.startswith("acc_") else (-math.inf, math.inf))
 
 
@@ -458,6 +456,14 @@ NOTES = (
          "On class-sorted streams, test-batch statistics fell below the source statistics in {k} of {cells} "
          "cells (TENT: {tent}).", _collapse),
 )
+
+
+def grid_words(config) -> dict[str, str]:
+    """The tuned settings' grids in words (plain text, glued as ``ch08_prior_grid`` / ``ch08_tent_grid``):
+    ``"0.125, 1, 8, 64 and 512"``."""
+    from ...words import join
+    return dict(prior_grid=join([f"{v:g}" for v in config.priors if v > 0]),
+                tent_grid=join([f"{v:g}" for v in config.tent_lrs]))
 
 
 def page_words(claims_table: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
