@@ -365,7 +365,7 @@ def _route(numbers, kind):
 
 def _fill_route(_, n):
     (h, cells), (lo, _), (eq, _) = _route(n, "higher"), _route(n, "lower"), _route(n, "equivalent")
-    return dict(h=h, cells=cells, lo=lo, eq=eq)
+    return dict(h=h, cells=cells, lo=lo if lo else "none", eq=eq)
 
 
 def _collapse(_, n):
