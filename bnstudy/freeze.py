@@ -704,7 +704,9 @@ def pin_norm_eval(module: nn.Module) -> list[str]:
 
     It pins the *mode* only: the affine ``weight``/``bias`` keep their
     ``requires_grad`` and stay trainable (turn them off with
-    ``requires_grad_(False)`` if they must not move).
+    ``requires_grad_(False)`` if they must not move). That is the fix for
+    fastai's and PyTorch Lightning's ``train_bn=True`` in a frozen backbone
+    when only the affine should train (lint ``train_bn_drift``).
 
     Porting from Keras: ``layer.trainable = False`` on a Keras BatchNormalization
     both stops its weights and puts it in inference mode. PyTorch splits the two:

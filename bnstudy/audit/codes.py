@@ -48,6 +48,12 @@ LINT_CODES = {
                                "part (its block, the model, or every layer registered before it frozen), will write "
                                "its running statistics after model.train(): a frozen backbone whose statistics "
                                "still move",
+    "train_bn_drift": "a BatchNorm whose affine parameters train (requires_grad=True) in an otherwise frozen part "
+                      "of the model (its block, the model, or every layer registered before it frozen, BatchNorm "
+                      "affine parameters left out) will normalise with batch statistics and write its "
+                      "running statistics after model.train(): the affine trains while the statistics drift with "
+                      "every batch (train_bn=True in fastai's freeze and PyTorch Lightning's BaseFinetuning.freeze); "
+                      "pin the statistics (pin_norm_eval) if only the affine should train, or freeze the affine too",
     "train_mode_under_no_grad": "a norm layer wrote its running statistics under torch.no_grad(): no gradient, but "
                                 "its statistics were overwritten (a teacher or validation pass left in train mode)",
     "single_value_per_channel": "a BatchNorm using batch statistics saw one value per channel: PyTorch raises "

@@ -1,6 +1,7 @@
 """One layer's findings, shared by :func:`~bnstudy.audit.lint_model` and the audit's live and exit lints: the
 state of its running statistics (reset values, non-finite, low precision, few updates since a reset), its
-momentum, a frozen part it sits in, and the batch it sees."""
+momentum, a frozen part it sits in (or a frozen block whose BatchNorm affine alone trains), and the batch it
+sees."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numbers
 import torch
 from torch import nn
 
-from ..norms import counts_batches, holds_precise_estimate, is_frozen_batchnorm, is_instance_norm
+from ..norms import counts_batches, holds_precise_estimate, is_batch_norm, is_frozen_batchnorm, is_instance_norm
 from .codes import MAX_INIT_WEIGHT, MAX_MOMENTUM, Lint, _label, _lint
 
 
@@ -152,6 +153,48 @@ def _frozen_context(modules: dict, name: str) -> str | None:
             shown = ", ".join(repr(_label(n)) for n, _ in before[-3:])
             return (f"every parameter registered before it in {_label(anc)!r} has requires_grad=False (the "
                     f"layers that feed it: ... {shown})")
+        return None
+    return None
+
+
+def _bn_affine_ids(module: nn.Module) -> set[int]:
+    """``id`` of every BatchNorm affine parameter inside ``module`` (itself included): the parameters registered by
+    a layer that follows torch's BatchNorm rule (:func:`bnstudy.norms.is_batch_norm`), the ones fastai's and
+    PyTorch Lightning's ``train_bn=True`` leave trainable in a frozen backbone."""
+    return {id(p) for m in module.modules() if is_batch_norm(m) for p in m.parameters(recurse=False)}
+
+
+def _frozen_block(modules: dict, name: str) -> tuple[str, bool] | None:
+    """For a BatchNorm layer whose affine trains (``train_bn_drift``): the frozen part of the model it sits in, or None.
+
+    The rule of :func:`_frozen_context` (the frozen part a layer without affine parameters sits in), with BatchNorm
+    affine parameters (:func:`_bn_affine_ids`) left out wherever parameters are counted, since ``train_bn=True``
+    leaves exactly those trainable. The layer's *block* is its nearest ancestor (walking up from its parent to the
+    model itself, included) that holds parameters other than BatchNorm affine ones; a parent holding nothing but norm
+    layers is passed over. ``(block name, True)`` (``""`` for the model) when every one of those parameters has
+    ``requires_grad=False``: a frozen backbone, or a frozen residual block of one. Otherwise ``(block name, False)``
+    when the modules registered before the layer inside the block hold such parameters and all of them are frozen
+    (the layers that feed it in a ``Sequential``: the stem BatchNorm of a torchvision ResNet whose ``fc`` trains, the
+    frozen first stages of a flat model). None when one of the parameters before it trains (plain fine-tuning), or
+    there are none. ``modules``: ``dict(model.named_modules())``."""
+    parts = name.split(".") if name else []
+    for depth in range(len(parts) - 1, -1, -1):
+        anc = ".".join(parts[:depth])
+        if anc not in modules:
+            continue
+        affine = _bn_affine_ids(modules[anc])
+        others = [p for p in modules[anc].parameters() if id(p) not in affine]
+        if not others:
+            continue
+        if not any(p.requires_grad for p in others):
+            return anc, True
+        layer, before = modules[name], []
+        for sub in modules[anc].modules():
+            if sub is layer:
+                break
+            before += [p for p in sub.parameters(recurse=False) if id(p) not in affine]
+        if before and not any(p.requires_grad for p in before):
+            return anc, False
         return None
     return None
 

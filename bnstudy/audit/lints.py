@@ -26,7 +26,7 @@ from ..norms import (compiled_original, has_running_stats, is_batch_norm, is_fro
 from .codes import (LINT_CODES, MAX_INIT_WEIGHT, MAX_MOMENTUM, MIN_BATCH, SEVERITIES, WARN_MAX_LAYERS, _INFO_CODES,
                     BNLintWarning, Lint, _check_lints, _check_positive_int, _emit, _label, _lint, format_lints,
                     group_lints, grouped_message, lints_frame)
-from .layer_lints import (_at_reset_values, _batch_lints, _finite_stats, _frozen_context, _low_precision,
+from .layer_lints import (_at_reset_values, _batch_lints, _finite_stats, _frozen_block, _frozen_context, _low_precision,
                           _low_precision_lint, _momentum_lints, _near_init_lint, _nonfinite_lint, _type_name,
                           exported_train_words)
 from .loader_lints import _loader_labels, batch_label_dependence, lint_loader
@@ -55,6 +55,14 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
     ancestor that has parameters, the model included, is frozen, or every
     parameter registered before it in that ancestor is: a non-affine BatchNorm
     in a frozen backbone, or after the frozen first stages of a flat model),
+    a BatchNorm whose affine parameters train (any of them ``requires_grad=True``)
+    in an otherwise frozen part of the model and whose statistics move after
+    ``model.train()`` (``train_bn_drift``: fastai's and PyTorch Lightning's
+    ``train_bn=True``; the frozen part is found as for a layer without affine
+    parameters, BatchNorm affine parameters left out: every parameter of the
+    nearest ancestor that holds other parameters, or every one registered
+    before the layer in it, frozen; a layer pinned in eval mode, the fix when
+    only the affine should train, is not linted),
     a layer in eval mode under a parent in train mode that nothing keeps in eval
     (``eval_undone_by_train``: the next ``model.train()`` undoes it; what is left
     of a pin that torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` dropped),
@@ -158,6 +166,23 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
                                + "overwrites running_mean/running_var on every forward pass: requires_grad has "
                                "nothing to act on in this layer (pin it: bnstudy.pin_eval or bnstudy.pin_norm_eval, "
                                "or convert it: bnstudy.freeze_batchnorm / bnstudy.freeze_modules)"))
+        elif (writes and is_batch_norm(m) and m.affine and any(p.requires_grad for p in own)
+              and _frozen_block(modules, name) is not None):
+            # The message names no block, so that the layers of a whole backbone group into one warning.
+            trained = [n for n, p in m.named_parameters(recurse=False) if p.requires_grad]
+            lints.append(_lint("train_bn_drift", name,
+                               f"{kind}'s {' and '.join(trained)} {'have' if len(trained) > 1 else 'has'} "
+                               "requires_grad=True in a frozen part of the model (every parameter other than "
+                               "BatchNorm affine ones has requires_grad=False in the nearest module around it that "
+                               "has any, or in the layers registered before it there), and after model.train() it "
+                               "normalises with batch statistics and overwrites running_mean/running_var on every "
+                               "forward pass: the affine trains on statistics that drift with every batch "
+                               "(train_bn=True, the default of fastai's freeze and of PyTorch Lightning's "
+                               "BaseFinetuning.freeze). If only the affine should train, pin the statistics: "
+                               "bnstudy.pin_norm_eval on the frozen part (eval mode that survives model.train(); the "
+                               "affine stays trainable); if nothing there should train, freeze the affine too: "
+                               "requires_grad_(False) and pin it (bnstudy.pin_eval), or convert it "
+                               "(bnstudy.freeze_batchnorm / bnstudy.freeze_modules)"))
         parent = modules.get(name.rpartition(".")[0]) if name else None
         if has_running_stats(m) and not m.training and writes and parent is not None and parent.training:
             lints.append(_lint("eval_undone_by_train", name,
