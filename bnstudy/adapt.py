@@ -15,8 +15,8 @@ statistics, plain eval mode. Nothing is stored: each batch is mixed with the sou
 use train mode with a momentum schedule, or :func:`bnstudy.update_bn_stats` for a pooled re-estimate).
 
 One difference from the reference code, on purpose: ``batch_var`` is the *biased* variance (divisor ``n x
-spatial``), the variance a BatchNorm layer normalises with in train mode, so that ``prior=0`` gives exactly the
-output of a train-mode forward without its side effect on the buffers. The reference code mixes the unbiased one
+spatial``), the variance a BatchNorm layer normalises with in train mode, so that ``prior=0`` gives, to rounding
+(the two compute it in different orders), the output of a train-mode forward without its side effect on the buffers. The reference code mixes the unbiased one
 (divisor ``n x spatial - 1``); the two differ by a factor ``M / (M - 1)`` with ``M`` values per channel (below
 1% once a layer sees 100 values per channel).
 """
@@ -144,7 +144,11 @@ def _check_call(handle: AdaptedStatistics, module: nn.Module, args) -> None:
                            "model.train(), or by a call such as update_bn_stats that runs layers in train mode); "
                            "train mode would rewrite its running statistics. Call model.eval() again, or leave the "
                            "block first")
-    x = args[0] if args else None
+    if not args:  # a global hook sees positional arguments only: bn(input=x) would go unadapted
+        raise TypeError(f"{_FN}: layer {name or '(model)'} was called with its input as a keyword argument, which "
+                        "the block cannot read (torch's global module hooks see positional arguments only); call "
+                        "it as layer(x)")
+    x = args[0]
     if isinstance(x, torch.Tensor) and x.dim() >= 2 and x.shape[0] == 1 and handle.prior == 0:
         raise ValueError(f"{_FN}: prior=0 normalises with the test batch's statistics alone, which a batch of one "
                          f"sample does not estimate (layer {name or '(model)'} got shape {tuple(x.shape)}); use a "

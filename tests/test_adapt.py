@@ -277,3 +277,17 @@ def test_conversions_and_estimates_inside_the_block_are_refused_naming_it(call):
             call(model)
     assert _same_state(before, _state(model)) and isinstance(model[1], nn.BatchNorm1d)
     call(model)  # after the block it runs
+
+
+def test_a_layer_called_with_its_input_as_a_keyword_is_refused_clearly_and_the_block_restores():
+    """A fresh user's fault: ``bn(input=x)`` inside the block raised IndexError; torch's global hooks see positional
+    arguments only, so the block refuses the call by name, and leaves the model as it was."""
+    import bnstudy
+    bn = torch.nn.BatchNorm1d(4).eval()
+    before = {k: v.clone() for k, v in bn.state_dict().items()}
+    with pytest.raises(TypeError, match="keyword argument"):
+        with bnstudy.adapt_bn_statistics(bn, prior=3):
+            bn(input=torch.randn(6, 4))
+    assert all(torch.equal(v, bn.state_dict()[k]) for k, v in before.items())
+    assert torch.equal(bn(torch.ones(2, 4)), torch.nn.functional.batch_norm(
+        torch.ones(2, 4), bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps))

@@ -330,3 +330,20 @@ def test_lint_fires_exactly_where_the_affine_trains_on_drifting_statistics(block
         part = _frozen_part(model, name)
         block_still = part is not None and not any(ids[id(p)] in moved for p in part)
         assert (name in expected) == (stats_drifted and affine_trained and block_still), name
+
+
+def test_momentum_zero_is_not_drift():
+    """A fresh user's fault: at momentum 0 train mode never moves the running statistics (one real step checks it),
+    so the layer is ``momentum_zero``'s, not ``train_bn_drift``'s."""
+    import torch
+    from torch import nn
+    import bnstudy
+    m = nn.Sequential(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4, momentum=0.0)), nn.Conv2d(4, 2, 1))
+    for q in m[0].modules():
+        for p in q.parameters(recurse=False):
+            p.requires_grad_(isinstance(q, nn.BatchNorm2d))
+    codes = {lint.code for lint in bnstudy.lint_model(m)}
+    assert "momentum_zero" in codes and "train_bn_drift" not in codes
+    before = m[0][1].running_mean.clone()
+    m.train()(torch.randn(3, 4, 5, 5)).sum().backward()
+    assert torch.equal(m[0][1].running_mean, before)

@@ -167,7 +167,9 @@ def lint_model(model: nn.Module, batch_size: int | None = None, min_batch: int =
                                "nothing to act on in this layer (pin it: bnstudy.pin_eval or bnstudy.pin_norm_eval, "
                                "or convert it: bnstudy.freeze_batchnorm / bnstudy.freeze_modules)"))
         elif (writes and is_batch_norm(m) and m.affine and any(p.requires_grad for p in own)
-              and _frozen_block(modules, name) is not None):
+              and m.momentum != 0 and _frozen_block(modules, name) is not None):
+            # momentum 0: train mode normalises with the batch but never moves the running statistics (momentum_zero
+            # says so); the affine then trains on batch statistics that eval mode will not use, not on drifting ones
             # The message names no block, so that the layers of a whole backbone group into one warning.
             trained = [n for n, p in m.named_parameters(recurse=False) if p.requires_grad]
             lints.append(_lint("train_bn_drift", name,
