@@ -202,21 +202,29 @@ def test_every_note_key_has_exactly_one_sentence_and_each_rule_flips():
     assert "do not adapt" not in gain(gain_test_batch_class_sorted_lower=1)["collapse"]
     assert gain(gain_test_batch_class_sorted_lower=2)["anchor_niu"].startswith("**Same direction.**")
     assert gain(gain_test_batch_class_sorted_lower=1)["anchor_niu"].startswith("**Not shown in most cells.**")
-    mixed = lambda k: C.notes(C.NOTES, cl, with_numbers(N, {"gain_test_batch_mixed_lower": k}))["anchor_dobler"]  # noqa
-    assert mixed(1).startswith("**In part.**") and mixed(0).startswith("**Not the same direction.**")
-    b1 = lambda k: C.notes(C.NOTES, cl, with_numbers(N, {"b1_prior_tuned_single_higher": k,  # noqa: E731
-                                                         "b1_prior_tuned_single_cells": 2}))["anchor_schneider"]
-    assert b1(1).startswith("**Same direction.**") and b1(0).startswith("**Not shown in most cells.**")
+    from bnstudy.study.inference import number
+    top = number(N, "cfg_bmax")
+    mixed = lambda k, b: C.notes(C.NOTES, cl, with_numbers(N, {"gain_test_batch_mixed_lower": k,  # noqa: E731
+                                                                "dobler_lower_bmax": b}))["anchor_dobler"]
+    assert mixed(1, 2).startswith("**Not the same direction at larger batches.**")
+    assert mixed(1, top).startswith("**In part.**") and mixed(0, 0).startswith("**Not the same direction.**")
+    b1 = lambda h, lo, pos: C.notes(C.NOTES, cl, with_numbers(N, {  # noqa: E731
+        "b1_prior_tuned_single_higher": h, "b1_prior_tuned_single_lower": lo, "b1_prior_tuned_single_cells": 2,
+        "schneider_positive": pos}))["anchor_schneider"]
+    assert b1(1, 0, 2).startswith("**Same direction.**")
+    assert b1(0, 0, 2).startswith("**Same direction in the estimates, shown in 0 of 2.**")
+    assert b1(0, 0, 1).startswith("**Not shown.**") and b1(0, 1, 2).startswith("**Not shown.**")
 
 
 def test_the_mix_stops_sentence_covers_every_outcome():
     from bnstudy.study.inference import with_numbers
     C, cl, N = _page_tables()
     say = lambda **kw: C.page_words(cl, with_numbers(N, kw))["stops_single"]  # noqa: E731
-    assert say(stops_single_min=8, stops_single_max=8, stops_single_never=0) == "it stopped paying from a test batch of 8"
+    assert say(stops_single_min=8, stops_single_max=8, stops_single_never=0).startswith(
+        "the mix was no longer shown above test-batch statistics from a test batch of 8 (at that batch")
     assert "of 8 to 32, depending" in say(stops_single_min=8, stops_single_max=32, stops_single_never=1)
     assert say(stops_single_min=math.nan, stops_single_max=math.nan, stops_single_never=1,
-               stops_single_cells=1) == "it had not stopped at the largest batch in any of the 1"
+               stops_single_cells=1) == "the mix was still shown above test-batch statistics at the largest batch in all 1"
 
 
 def test_per_sample_methods_are_the_same_on_every_stream_at_a_batch_of_one():
@@ -259,12 +267,14 @@ def test_the_advice_and_the_anchor_notes_flip_with_their_numbers():
     from bnstudy.study.inference import with_numbers
     C, cl, N = _page_tables()
     at = lambda key, **kw: C.notes(C.NOTES, cl, with_numbers(N, kw))[key]  # noqa: E731
-    assert at("anchor_wang", tent_chose_zero=3, tent_cells=4).startswith("Here the tuning seeds chose TENT's rate 0")
-    assert at("anchor_wang", tent_chose_zero=1, tent_cells=4).startswith("Here the tuning seeds chose a rate above 0")
-    assert at("mismatch_says", mm_low=0.2, mm_high=0.5) == "The larger the mismatch before adapting, the more adapting gained."
-    assert at("mismatch_says", mm_low=-0.5, mm_high=-0.2).endswith("the less adapting gained.")
-    assert at("mismatch_says", mm_low=-0.1, mm_high=0.3) == "The mismatch before adapting was not shown to predict the gain."
+    assert "added nothing beyond the book's margin" in at("anchor_wang", wang_diff_mean=0.001, wang_diff_max=0.01)
+    assert "added nothing" not in at("anchor_wang", wang_diff_mean=0.03, wang_diff_max=0.05)
+    say = lambda **kw: at("mismatch_says", **{"mm_cells_low": 0.5, "mm_cells_high": 0.9, "mm_sign_agreement": 0.6,  # noqa
+                                             "mm_base_rate": 0.8, **kw})
+    assert say().startswith("Measured before adapting, the mismatch did not tell whether adapting gains")
+    assert say(mm_sign_agreement=0.9).startswith("Measured before adapting, the mismatch told whether")
+    assert "was not shown to predict the gain" in say(mm_cells_low=-0.1)
     route = {f"route_routed_{s}_{k}": 0 for s in ("mixed", "class_sorted") for k in ("higher", "lower")}
     cells = {f"route_routed_{s}_cells": 4 for s in ("mixed", "class_sorted")}
-    assert at("what_to_do", **{**route, **cells, "route_routed_mixed_higher": 4}).startswith("If a deployment can")
+    assert at("what_to_do", **{**route, **cells, "route_routed_mixed_higher": 4}).startswith("If a deployment knows")
     assert at("what_to_do", **{**route, **cells, "route_routed_mixed_higher": 1}).startswith("Compare routing")
