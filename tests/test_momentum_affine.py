@@ -337,3 +337,107 @@ def test_every_question_is_answered_from_hand_made_rows():
     bad.loc[bad.condition == "affine_pinned", "max_buffer_change"] = 1e-7
     checks = C.claims(rows, bad, frankle).set_index("key")
     assert checks.loc["check_pinned_buffers_affine_pinned", "kind"] == "not exact"
+
+
+# --- the page (claims.page_numbers, NOTES, tables; the notebook) ------------------------------------------------------
+
+def _page_tables():
+    rows = _momentum_rows().assign(unit_wall_s=1.0, steps_per_epoch=lambda d: 512 // d.batch_size,
+                                   kornblith=lambda d: (10 * d.batch_size / 512).clip(upper=0.1))
+    train = _rate_rows(R.TRAIN_CONDITIONS).assign(unit_wall_s=1.0, trainable_share=0.05)
+    frankle = _rate_rows(R.FRANKLE_CONDITIONS, by_shift=False).assign(unit_wall_s=1.0)
+    cl = C.claims(rows, train, frankle)
+    cfg = R.make_config("quick", batch_sizes=(8, 64), budgets=(100, 400), train_size=512, precise_samples=128)
+    return rows, train, frankle, cl, C.page_numbers(rows, train, frankle, cl, cfg)
+
+
+def test_every_note_key_has_exactly_one_sentence_and_each_rule_flips():
+    from bnstudy.study.inference import with_numbers
+    rows, train, frankle, cl, N = _page_tables()
+    words = C.page_words(cl, N)
+    assert {"lead_momentum", "rule_holds", "cma_loaded", "frozen_stats", "lead_affine", "affine_retention",
+            "anchor_frankle", "anchor_wu"} <= set(words)
+    at = lambda key, **kw: C.notes(C.NOTES, cl, with_numbers(N, kw))[key]  # noqa: E731
+    zero = lambda p: {f"{p}_{k}": 0 for k in ("higher", "equivalent", "not_decided", "lower")}  # noqa: E731
+    pr = lambda **kw: at("lead_momentum", **{**zero("rule_precise"), "rule_precise_cells": 4, **kw})  # noqa: E731
+    assert pr(rule_precise_equivalent=4).startswith("**Re-estimate after training")
+    assert pr(rule_precise_equivalent=3, rule_precise_lower=1).startswith("**Not precise BN everywhere.**")
+    assert pr(rule_precise_equivalent=1, rule_precise_not_decided=3).startswith("**Not decided.**")
+    rules = {**zero("rule_kornblith"), **zero("rule_global_m"), **zero("rule_pytorch"),
+             **{f"rule_{r}_cells": 4 for r in ("kornblith", "global_m", "pytorch")}}
+    held = lambda **kw: at("rule_holds", **{**rules, **kw})  # noqa: E731
+    assert held(rule_kornblith_equivalent=4).startswith("A rule that needs no tuning held")
+    assert "Kornblith's rule was within" in held(rule_kornblith_equivalent=4)
+    assert held(rule_kornblith_equivalent=3, rule_kornblith_lower=1).startswith("No momentum rule")
+    cma = lambda lo: at("cma_loaded", mom_cma_loaded_lower=lo, mom_cma_loaded_cells=4)  # noqa: E731
+    assert "Reset `num_batches_tracked`" in cma(2) and "Reset" not in cma(1)
+    m0 = lambda lo: at("frozen_stats", mom_m0_lower=lo, mom_m0_cells=4)  # noqa: E731
+    assert "(momentum 0, Keras'" in m0(3) and "(momentum 0)" in m0(1)
+    aff = lambda **kw: at("lead_affine", **{**zero("bn_mode_affine"), "bn_mode_affine_cells": 6, **kw})  # noqa
+    assert aff(bn_mode_affine_lower=2).startswith("**Pin the statistics")
+    assert aff(bn_mode_affine_higher=2).startswith("**Train-mode statistics helped")
+    assert aff(bn_mode_affine_higher=1, bn_mode_affine_lower=1).startswith("**Whether to pin depends")
+    assert aff(bn_mode_affine_equivalent=6).startswith("**Pinned or train-mode statistics: no difference")
+    assert "in 2 of" in at("affine_retention", bn_mode_affine_retain_lower=2) and "in none of" in at(
+        "affine_retention", bn_mode_affine_retain_lower=0)
+    fr = lambda kind: at("anchor_frankle", frankle_bn_affine_vs_random_same_kind=kind)  # noqa: E731
+    assert fr("higher").startswith("**Same direction.**") and fr("lower").startswith("**Opposite direction.**")
+    assert fr("equivalent").startswith("**Not shown.**") and fr("not decided").endswith("not decided.")
+    big = "m1" if "err_m1_cells" in set(N.key) else "m0_3"
+    wu = lambda b, s: at("anchor_wu", **{f"err_{big}_higher": b, f"err_{big}_cells": 4,  # noqa: E731
+                                         "err_m0_001_higher": s, "err_m0_001_cells": 4})
+    assert wu(4, 2).startswith("**Same direction.**") and wu(1, 4).startswith("**In part.**")
+
+
+def test_the_page_tables_count_the_families_verdicts():
+    rows, train, frankle, cl, N = _page_tables()
+    main = C.momentum_main_table(rows, cl)
+    assert list(main.index) == ["m = 0", "m = 0.001", "m = 0.01", "m = 0.1", "m = 0.3", "cumulative average",
+                                "`momentum=None` on the loaded model", "Kornblith's rule", "precise BN after training"]
+    p = C.parsed(cl)
+    for t in (100, 400):
+        col = main[(f"{t} steps", "vs precise")]
+        g = p[(p.q == "mom") & (p.condition == "cma_loaded") & (p.budget == t)]
+        assert col["`momentum=None` on the loaded model"] == "/".join(str(int(g.kind.eq(k).sum())) for k in C.KINDS)
+        assert col["precise BN after training"] == "—"
+    rt = C.rules_table(cl, rows).set_index("rule")
+    assert sum(int(x) for x in rt.loc["Kornblith's rule", "all cells"].split("/")) == 4
+    tt = C.train_table(train, cl)
+    assert tt[("new classes", "vs full")]["full fine-tuning"] == "reference"
+    assert tt[("new classes", "vs full")]["head only, statistics pinned"] == "0/0/0/2"  # full is 0.1 above head
+    from bnstudy.study.inference import number
+    assert number(N, "train_head_new_lower") == 2 and number(N, "train_head_new_cells") == 2
+    assert number(N, "cfg_n_cells") == 4 and number(N, "exact_failed") == 0
+
+
+def test_an_m_of_one_closes_the_momentum_grid():
+    """m = 1 (the last batch alone) is the grid's closed end: a choice there is not flagged; a largest m below 1
+    is an open end."""
+    rows = _momentum_rows(best="m0.3")
+    assert C.momentum_choices(rows).at_edge.all()
+    top = rows[rows.condition == "m0.3"].assign(condition="m1", momentum=1.0,
+                                                accuracy=lambda d: d.accuracy + 0.05)
+    closed = pd.concat([rows, top], ignore_index=True)
+    picks = C.momentum_choices(closed)
+    assert (picks.condition == "m1").all() and not picks.at_edge.any() and not C.global_choice(closed)["at_edge"]
+
+
+def test_the_page_types_no_outcome_and_leads_with_its_answer():
+    import json
+    from pathlib import Path
+
+    from test_unknown_task import _markdown_prose, typed_outcomes
+
+    nb = Path(__file__).resolve().parent.parent / "chapters" / "09_momentum_affine.ipynb"
+    compound = [d for d in C.DIRECTIONS if " " in d]
+    assert typed_outcomes(_markdown_prose(nb), compound) == []
+    cells = json.loads(nb.read_text())["cells"]
+    first = "".join(cells[0]["source"]).split("\n")
+    assert first[0].startswith("# ") and first[2] == "```{admonition} The answer" and first[3] == ":class: answer"
+    box = "\n".join(first[:first.index("```", 4)])
+    assert "{glue:md}`ch09_lead_momentum`" in box and "{glue:md}`ch09_lead_affine`" in box
+    md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert md.count("```{glue:figure} ch09_fig_") == md.count(":alt: ") == 3
+    assert not [line for line in md.split("\n") if line.startswith(("+ ", "* "))]  # no accidental list items
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert all(len("".join(c["source"]).split("\n")) <= 25 for c in code)

@@ -106,6 +106,7 @@ CHAPTERS = {c.number: c for c in (
     Chapter("06", "06_unknown_task", "unknown_task"),
     Chapter("07", "07_real_data", "real_data"),
     Chapter("08", "08_test_time", "test_time"),
+    Chapter("09", "09_momentum_affine", "momentum_affine"),
 )}
 
 

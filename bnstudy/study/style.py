@@ -40,6 +40,12 @@ ROUTERS = {"nearest_first": GREEN, "nearest_all": "#016b4f", "classifier": VERMI
 #: train mode's batch statistics, per-sample routing and the oracle as chapter 6's router and oracle.
 TEST_TIME = {"source": MODES["backbone_eval"], "test_batch": MODES["train_mode"], "prior_tuned": SKY, "dua": PURPLE,
              "tent_tuned": VERMILLION, "routed": GREEN, "oracle": "#222222"}
+#: What is trained (chapter 9): pinned statistics in the pinned orange family, train mode in blues, the rest as
+#: chapter 5's strategies (full fine-tuning is chapter 5's bn_train).
+TRAINING = {"head": ORANGE, "head_train": SKY, "affine_pinned": BROWN, "affine_train": BLUE, "first_block": GREEN,
+            "full": "#222222"}
+#: Frankle et al.'s conditions (chapter 9, part 3).
+FRANKLE = {"bn_affine": BLUE, "random_same": GREY, "head": ORANGE, "all": "#222222"}
 #: Networks (chapter 7).
 NETWORKS = {"small_cnn": GREY, "resnet18": BLUE, "mobilenet_v3_small": VERMILLION}
 #: Heads (chapter 4).
@@ -60,7 +66,7 @@ SHIFT_ALIASES = {"gaussian_noise": "noise", "same_both": "both", "same_noise": "
 
 PALETTES = {"mode": MODES, "statistics": STATISTICS, "optimizer": OPTIMIZERS, "strategy": STRATEGIES,
             "router": ROUTERS, "network": NETWORKS, "head": HEADS, "effect": EFFECTS, "reference": REFERENCE,
-            "shift": SHIFTS, "test_time": TEST_TIME}
+            "shift": SHIFTS, "test_time": TEST_TIME, "training": TRAINING, "frankle": FRANKLE}
 
 
 def sequential(values) -> dict:

@@ -14,9 +14,13 @@ margin and the rules that pick each setting, run by :func:`bnstudy.study.inferen
 Ties go to the smaller value (``cma`` counts as larger than every ``m``). A run that diverged (accuracy NaN) counts
 as accuracy 0 in a choice, so a rate that diverges on a tuning seed is chosen only if nothing else trains. A choice
 at an open end of its grid is flagged (``at_edge``), and the page says so where a verdict rests on it: the momentum
-grid is closed below (``m = 0`` is the source statistics, nothing is slower) and open above (its largest ``m``; only
-the last batch's statistics lie beyond), ``cma`` is off the axis and never an edge; a rate grid is open at both ends
-(rate 0 trains nothing, and was not run).
+grid is closed below (``m = 0`` is the source statistics, nothing is slower) and, where it reaches ``m = 1`` (the
+last training batch's statistics alone), above; a largest ``m`` below 1 is an open end; ``cma`` is off the axis and
+never an edge; a rate grid is open at both ends (rate 0 trains nothing, and was not run).
+
+**The momentum grid was widened once** (before the reported run, as chapter 8's grids were): a first full run on the
+issue's grid (0 to 0.3) chose its largest momentum, 0.3, an open end, in 7 of the 12 cells of the tuning seeds; ``m
+= 1`` was added, closing the grid. Nothing else (questions, margin, families, rules) changed.
 
 **The margin.** :data:`MARGIN` = 0.02 (accuracy, a fraction): the book's margin, two points, the smallest difference
 in accuracy we would act on; every accuracy question is a TOST at ±0.02 beside its direction test. The statistics
@@ -50,11 +54,13 @@ profile, paired on the seed):
 
 from __future__ import annotations
 
+import math
 import re
 
 import pandas as pd
 
 from ...inference import Question, ask
+from .run import CLASSES
 
 #: Equivalence margin (accuracy, fraction): the book's, two points, the smallest difference we would act on.
 MARGIN = 0.02
@@ -89,6 +95,12 @@ def grid(rows: pd.DataFrame) -> list[str]:
     return list(ema["condition"]) + (["cma"] if (rows["condition"] == "cma").any() else [])
 
 
+def _open_end(g: list[str]) -> str | None:
+    """The grid's open upper end: its largest ``m`` if below 1 (``m = 1``, the last batch alone, closes it)."""
+    top = [c for c in g if c != "cma"][-1]
+    return None if float(top[1:]) >= 1 else top
+
+
 def _best(g: pd.DataFrame, order: list, column: str) -> pd.Series:
     """The row of ``g`` (one per candidate, ``accuracy`` a mean) with the highest accuracy, ties to the earliest in
     ``order`` (the values of ``column``)."""
@@ -99,12 +111,12 @@ def _best(g: pd.DataFrame, order: list, column: str) -> pd.Series:
 def momentum_choices(rows: pd.DataFrame) -> pd.DataFrame:
     """Per cell, the grid setting (:func:`grid`) with the highest mean task-B accuracy over the tuning seeds (a NaN
     accuracy counted as 0; ties to the smaller momentum). ``at_edge``: the choice is the largest ``m`` of the grid
-    (its open end). Columns: the cell, ``condition``, ``accuracy`` (the tuning mean), ``at_edge``."""
+    (an open end, :func:`_open_end`). Columns: the cell, ``condition``, ``accuracy`` (the tuning mean), ``at_edge``."""
     g = grid(rows)
     tune = _tune(rows)
     tune = tune[tune["condition"].isin(g)].assign(accuracy=lambda d: d["accuracy"].fillna(0.0))
     mean = tune.groupby([*CELL, "condition"], sort=True)["accuracy"].mean().reset_index()
-    open_end = [c for c in g if c != "cma"][-1]
+    open_end = _open_end(g)
     out = []
     for key, cell in mean.groupby(list(CELL), sort=True):
         best = _best(cell, g, "condition")
@@ -122,7 +134,7 @@ def global_choice(rows: pd.DataFrame) -> dict:
     mean = tune.groupby("condition")["accuracy"].mean().reset_index()
     best = _best(mean, g, "condition")
     return dict(condition=best["condition"], accuracy=float(best["accuracy"]),
-                at_edge=bool(best["condition"] == [c for c in g if c != "cma"][-1]))
+                at_edge=bool(best["condition"] == _open_end(g)))
 
 
 def momentum_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -173,7 +185,7 @@ def questions(grid_settings, extra=EXTRA_SETTINGS, rules=RULES) -> dict[str, tup
         "error": (Question("err_{condition}_" + cell, condition=settings, reference="precise", value="stats_error",
                            each=CELL),),
         "order": tuple(Question(f"order_{b}_vs_{a}_" + cell, condition=b, reference=a, value="stats_error",
-                                each=CELL, words=f"{b} error") for a, b in zip(ema, ema[1:])),
+                                each=CELL, words="larger momentum's error") for a, b in zip(ema, ema[1:])),
         "rule": (Question("rule_{condition}_" + cell, condition=tuple(rules), reference="best_m", each=CELL,
                           margin=MARGIN),),
         "train": (Question("train_{condition}_{classes}_{shift}", condition=TRAIN_COMPARED,
@@ -206,7 +218,7 @@ def questions(grid_settings, extra=EXTRA_SETTINGS, rules=RULES) -> dict[str, tup
 
 
 #: The design's questions (the full profile's grid: every ``m`` of :data:`.run.MOMENTA` and ``cma``).
-QUESTIONS = questions([f"m{m:g}" for m in (0.0, 0.001, 0.01, 0.03, 0.1, 0.3)] + ["cma"])
+QUESTIONS = questions([f"m{m:g}" for m in (0.0, 0.001, 0.01, 0.03, 0.1, 0.3, 1.0)] + ["cma"])
 
 
 def claims(momentum: pd.DataFrame, train: pd.DataFrame, frankle: pd.DataFrame) -> pd.DataFrame:
@@ -241,3 +253,469 @@ def verdict_counts(claims_table: pd.DataFrame) -> pd.DataFrame:
     out["claims"] = out.sum(axis=1)
     return out.reset_index()
 
+
+
+# --- the page: parsed keys, descriptive means, tables, the numbers table and the rule-triggered notes ----------------
+
+from ...words import Note, counts_text, join, notes  # noqa: E402
+
+#: The direction words this chapter's verdicts use (the glossary's table lists them).
+DIRECTIONS = ("higher", "lower", "larger momentum's error higher", "larger momentum's error lower", "train-mode statistics higher",
+              "train-mode statistics lower", "BatchNorm-only higher", "BatchNorm-only lower")
+#: How the page names each momentum setting, rule, training choice and part-3 condition.
+SETTING_NAMES = dict(cma="cumulative average", cma_loaded="`momentum=None` on the loaded model",
+                     kornblith="Kornblith's rule", precise="precise BN after training", pytorch="PyTorch's 0.1",
+                     best_m="the best momentum", global_m="one momentum for all cells", reference="reference")
+TRAIN_NAMES = dict(head="head only, statistics pinned", head_train="head only, train mode",
+                   affine_pinned="affine + head, statistics pinned", affine_train="affine + head, train mode",
+                   first_block="first block + head", full="full fine-tuning")
+FRANKLE_NAMES = dict(bn_affine="BatchNorm's gamma and beta", random_same="as many random weights",
+                     head="output layer only", all="every parameter")
+KINDS = ("higher", "equivalent", "not decided", "lower")
+_MOM_KEY = re.compile(r"^(?P<q>mom|err|rule)_(?P<condition>.+)_(?P<target>close|shifted)_b(?P<batch_size>\d+)"
+                      r"_t(?P<budget>\d+)$")
+_TRAIN_KEY = re.compile(r"^(?P<q>train|retain|bn_mode_affine_retain|bn_mode_affine|bn_mode_head)_"
+                        r"(?:(?P<condition>" + "|".join(TRAIN_COMPARED) + r")_)?(?P<classes>new|same)_(?P<shift>[a-z]+)$")
+
+
+def setting_label(c: str) -> str:
+    """A momentum setting's name on the page: ``m0.01`` -> ``m = 0.01``; the others from :data:`SETTING_NAMES`."""
+    return f"m = {c[1:]}" if _EMA.match(c) else SETTING_NAMES.get(c, c)
+
+
+def parsed(claims_table: pd.DataFrame) -> pd.DataFrame:
+    """The claims of parts 1 and 2 with their cell read back from each key: ``q`` (the question: ``mom``, ``err``,
+    ``rule``, ``train``, ``retain``, ``bn_mode_affine``, ``bn_mode_affine_retain``, ``bn_mode_head``),
+    ``condition`` and part 1's ``target``, ``batch_size``, ``budget`` or part 2's ``classes``, ``shift``. Other
+    claims (``order``, ``frankle``, ``checks``) are left out."""
+    m = claims_table["key"].str.extract(_MOM_KEY)
+    t = claims_table["key"].str.extract(_TRAIN_KEY)
+    out = claims_table.copy()
+    out["q"] = m["q"].fillna(t["q"])
+    out["condition"] = m["condition"].fillna(t["condition"])
+    for c in ("target", "classes", "shift"):
+        out[c] = (m if c == "target" else t)[c]
+    for c in ("batch_size", "budget"):
+        out[c] = pd.to_numeric(m[c])
+    return out[out["q"].notna()]
+
+
+def _kinds(g: pd.DataFrame) -> dict:
+    return {k: int(g["kind"].eq(k).sum()) for k in KINDS}
+
+
+def _short(counts: dict) -> str:
+    """``"0/3/1/0"``: higher / equivalent / not decided / lower."""
+    return "/".join(str(counts[k]) for k in KINDS)
+
+
+def seed_means(table: pd.DataFrame, by: list, values=("accuracy",), confidence: float = 0.95) -> pd.DataFrame:
+    """Descriptive means (no verdict rests on them): each seed's mean of ``values`` over the rows of one ``by``
+    group, then the mean over seeds with its Student's t interval. Columns: ``by``, then per value ``<value>``,
+    ``<value>_low``, ``<value>_high``, and ``n_seeds``."""
+    from ...inference import t_interval
+    per_seed = table.groupby([*by, "seed"])[list(values)].mean().reset_index()
+    rows = []
+    for key, g in per_seed.groupby(by, sort=False):
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for v in values:
+            iv = t_interval(g[v].dropna().to_numpy(), confidence)
+            row.update({v: iv.mean, f"{v}_low": iv.low, f"{v}_high": iv.high})
+        rows.append(dict(row, n_seeds=g["seed"].nunique()))
+    return pd.DataFrame(rows)
+
+
+def momentum_order(rows: pd.DataFrame) -> list[str]:
+    """The momentum settings in the page's order: the grid (:func:`grid`), ``cma_loaded``, ``kornblith``,
+    ``precise``."""
+    present = set(rows["condition"])
+    return grid(rows) + [c for c in ("cma_loaded", "kornblith", "precise") if c in present]
+
+
+def momentum_main_table(rows: pd.DataFrame, claims_table: pd.DataFrame) -> pd.DataFrame:
+    """Table 9.1: per momentum setting (rows) and step budget (columns): the statistics error and the task-B
+    accuracy, each seed's mean over the targets and batch sizes then the mean over seeds, and against precise BN
+    after training the ``momentum`` family's verdict counts over the targets x batch sizes (higher / equivalent /
+    not decided / lower)."""
+    rep = _report(rows)
+    means = seed_means(rep, ["condition", "budget"], ("accuracy", "stats_error"))
+    p = parsed(claims_table)
+    p = p[p["q"] == "mom"]
+    order = momentum_order(rows)
+    cols = {}
+    for t in sorted(rep["budget"].unique()):
+        err, acc, ver = {}, {}, {}
+        for c in order:
+            m = means[(means["condition"] == c) & (means["budget"] == t)].iloc[0]
+            err[setting_label(c)], acc[setting_label(c)] = f"{m['stats_error']:.3f}", f"{m['accuracy']:.3f}"
+            g = p[(p["condition"] == c) & (p["budget"] == t)]
+            ver[setting_label(c)] = _short(_kinds(g)) if len(g) else "—"
+        cols.update({(f"{t} steps", "error"): err, (f"{t} steps", "accuracy"): acc,
+                     (f"{t} steps", "vs precise"): ver})
+    out = pd.DataFrame(cols)
+    out.columns = pd.MultiIndex.from_tuples(out.columns, names=["budget", ""])
+    return out
+
+
+def rules_table(claims_table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """Table 9.2: per rule (rows), each rule minus the per-cell best momentum chosen on the tuning seeds
+    (``rule`` family): the verdict counts over every cell and per step budget, and the range of the estimates.
+    Also the per-cell choices behind ``best_m`` in the column ``best_m``."""
+    p = parsed(claims_table)
+    p = p[p["q"] == "rule"]
+    out = []
+    for r in [x for x in RULES if x in set(p["condition"])]:
+        g = p[p["condition"] == r]
+        row = {"rule": SETTING_NAMES[r], "all cells": _short(_kinds(g))}
+        for t in sorted(g["budget"].unique()):
+            row[f"{t:.0f} steps"] = _short(_kinds(g[g["budget"] == t]))
+        row["estimates"] = f"{g['estimate'].min():+.3f} to {g['estimate'].max():+.3f}"
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def choices_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The per-cell momentum chosen on the tuning seeds (``best_m``) beside the one with the smallest mean
+    statistics error on the reported seeds, and Kornblith's rule's momentum. Columns: the cell, ``best_m``,
+    ``smallest error``, ``Kornblith``."""
+    picks = momentum_choices(rows)
+    rep = _report(rows)
+    ema = rep[rep["condition"].isin([c for c in grid(rows) if c != "cma"])]
+    err = ema.groupby([*CELL, "condition"])["stats_error"].mean().reset_index()
+    low = err.loc[err.groupby(list(CELL))["stats_error"].idxmin()].set_index(list(CELL))["condition"]
+    k = rep.groupby(list(CELL))["kornblith"].first()
+    return pd.DataFrame([{"target": r.target, "batch": int(r.batch_size), "steps": int(r.budget),
+                          "best momentum (tuning seeds)": setting_label(r.condition),
+                          "smallest error": setting_label(low[(r.target, r.batch_size, r.budget)]),
+                          "Kornblith's m": f"{k[(r.target, r.batch_size, r.budget)]:.3g}"}
+                         for r in picks.itertuples()])
+
+
+def train_means(train: pd.DataFrame) -> pd.DataFrame:
+    """Part 2 at each condition's tuned rate (:func:`chosen_rows`): per task-B classes and condition, each seed's
+    mean over the shift families of task-B accuracy and task A's retention, then means over seeds with 95%
+    intervals (:func:`seed_means`), with the trainable share."""
+    ch = chosen_rows(train)
+    out = seed_means(ch, ["classes", "condition"], ("accuracy", "task_a", "trainable_share"))
+    return out
+
+
+def train_table(train: pd.DataFrame, claims_table: pd.DataFrame) -> pd.DataFrame:
+    """Table 9.3: per training choice (rows) and task-B classes (column groups): the trainable share of the
+    network's parameters, task-B accuracy and task A's retention (means over seeds of each seed's mean over the
+    shift families, at each condition's tuned rate) and, against full fine-tuning, the ``train`` and ``retain``
+    families' verdict counts over the shift families."""
+    means = train_means(train)
+    p = parsed(claims_table)
+    cols = {}
+    for k in [c for c in CLASSES if c in set(means["classes"])]:
+        share, acc, va, ret, vr = {}, {}, {}, {}, {}
+        for c in TRAIN_CONDITIONS_ORDER:
+            m = means[(means["classes"] == k) & (means["condition"] == c)]
+            if not len(m):
+                continue
+            m, name = m.iloc[0], TRAIN_NAMES[c]
+            share[name] = f"{100 * m['trainable_share']:.1f}%"
+            acc[name] = f"{m['accuracy']:.3f} ({m['accuracy_low']:.3f}–{m['accuracy_high']:.3f})"
+            ret[name] = f"{m['task_a']:.3f}"
+            for q, d in (("train", va), ("retain", vr)):
+                g = p[(p["q"] == q) & (p["condition"] == c) & (p["classes"] == k)]
+                d[name] = _short(_kinds(g)) if len(g) else "reference"
+        label = "new classes" if k == "new" else "same classes"
+        cols.update({(label, "trained"): share, (label, "task B"): acc, (label, "vs full"): va,
+                     (label, "task A kept"): ret, (label, "kept vs full"): vr})
+    out = pd.DataFrame(cols)
+    out.columns = pd.MultiIndex.from_tuples(out.columns, names=["task B", ""])
+    return out
+
+
+#: Part 2's conditions in the page's order.
+TRAIN_CONDITIONS_ORDER = ("head", "head_train", "affine_pinned", "affine_train", "first_block", "full")
+
+
+def frankle_means(frankle: pd.DataFrame) -> pd.DataFrame:
+    """Part 3 at each condition's tuned rate: accuracy (task A, from random initialisation) per condition, means
+    over seeds with 95% intervals, the trainable count and the chosen rate."""
+    ch = chosen_rows(frankle, ("condition",))
+    out = seed_means(ch, ["condition"], ("accuracy", "trainable"))
+    return out.merge(rate_choices(frankle, ("condition",))[["condition", "lr", "at_edge"]], on="condition")
+
+
+def _count(p, q, condition=None, **at) -> dict:
+    g = p[p["q"] == q]
+    if condition is not None:
+        g = g[g["condition"] == condition]
+    for k, v in at.items():
+        g = g[g[k] == v]
+    return dict(_kinds(g), cells=len(g), est_min=float(g["estimate"].min()) if len(g) else math.nan,
+                est_max=float(g["estimate"].max()) if len(g) else math.nan)
+
+
+def page_numbers(momentum: pd.DataFrame, train: pd.DataFrame, frankle: pd.DataFrame, claims_table: pd.DataFrame,
+                 config) -> pd.DataFrame:
+    """The page's flat numbers table (:func:`bnstudy.study.inference.numbers_table`): part 1's means per setting
+    and budget (``acc_<setting>_t<budget>``, ``err_...``, intervals over seeds, pooled over targets and batch
+    sizes), verdict counts per question, setting or rule (``<q>_<setting>_<kind>``, ``..._cells``,
+    ``..._est_min`` / ``_est_max``; per budget ``<q>_<setting>_t<budget>_<kind>``; part 2 per classes
+    ``<q>_<condition>_<classes>_<kind>``), part 2's and 3's means, the grids' choices (:func:`edge_counts`), the
+    units' recorded compute (``cost_worker_min``) and the design's settings (``cfg_*``)."""
+    from ...inference import Interval, numbers_table
+    values: dict = {}
+    rep = _report(momentum)
+    mm = seed_means(rep, ["condition", "budget"], ("accuracy", "stats_error", "task_a"))
+    for r in mm.itertuples():
+        slug = r.condition.replace(".", "_")
+        t = int(r.budget)
+        values[f"acc_{slug}_t{t}"] = Interval(r.accuracy, r.accuracy_low, r.accuracy_high, r.n_seeds)
+        values[f"err_{slug}_t{t}"] = Interval(r.stats_error, r.stats_error_low, r.stats_error_high, r.n_seeds)
+        values[f"keep_{slug}_t{t}"] = Interval(r.task_a, r.task_a_low, r.task_a_high, r.n_seeds)
+    p = parsed(claims_table)
+    budgets = sorted(rep["budget"].unique())
+    for q in ("mom", "err", "rule"):
+        for c in sorted(set(p.loc[p["q"] == q, "condition"])):
+            slug = c.replace(".", "_")
+            d = _count(p, q, c)
+            values.update({f"{q}_{slug}_{k.replace(' ', '_')}": v for k, v in d.items()})
+            for t in budgets:
+                d = _count(p, q, c, budget=t)
+                values.update({f"{q}_{slug}_t{int(t)}_{k.replace(' ', '_')}": v for k, v in d.items()
+                               if k in (*KINDS, "cells")})
+    for q in ("train", "retain"):
+        for c in TRAIN_COMPARED:
+            for k in CLASSES:
+                d = _count(p, q, c, classes=k)
+                values.update({f"{q}_{c}_{k}_{x.replace(' ', '_')}": v for x, v in d.items()})
+    for q in ("bn_mode_affine", "bn_mode_affine_retain", "bn_mode_head"):
+        d = _count(p, q)
+        values.update({f"{q}_{x.replace(' ', '_')}": v for x, v in d.items()})
+        for k in CLASSES:
+            d = _count(p, q, classes=k)
+            values.update({f"{q}_{k}_{x.replace(' ', '_')}": v for x, v in d.items()})
+    tm = train_means(train)
+    for r in tm.itertuples():
+        values[f"t_{r.classes}_{r.condition}"] = Interval(r.accuracy, r.accuracy_low, r.accuracy_high, r.n_seeds)
+        values[f"kept_{r.classes}_{r.condition}"] = Interval(r.task_a, r.task_a_low, r.task_a_high, r.n_seeds)
+        values[f"share_{r.classes}_{r.condition}"] = 100 * float(r.trainable_share)
+    fm = frankle_means(frankle)
+    for r in fm.itertuples():
+        values[f"fr_{r.condition}"] = Interval(r.accuracy, r.accuracy_low, r.accuracy_high, r.n_seeds)
+        values[f"fr_{r.condition}_trainable"] = int(round(r.trainable))
+        values[f"fr_{r.condition}_lr"] = float(r.lr)
+    fr = claims_table.set_index("key")
+    for key in ("frankle_bn_affine_vs_random_same", "frankle_bn_affine_vs_head"):
+        if key in fr.index:
+            values[f"{key}_kind"] = str(fr.loc[key, "kind"])
+    for fam, g in claims_table.groupby("family"):
+        values[f"n_{fam}"], values[f"conf_{fam}"] = len(g), float(g["confidence"].iloc[0]) * 100
+    values.update(edge_counts(momentum, train, frankle))
+    gm = global_choice(momentum)
+    values.update(global_m=setting_label(gm["condition"]),
+                  exact_checks=int((claims_table["family"] == "checks").sum()),
+                  exact_failed=int(((claims_table["family"] == "checks") & (claims_table["kind"] != "exact")).sum()))
+    picks = momentum_choices(momentum)
+    values["best_m_names"] = join(sorted({setting_label(c) for c in picks["condition"]},
+                                         key=lambda s: float(s[4:]) if s.startswith("m = ") else 9))
+    units = (momentum.drop_duplicates(["seed", "target", "batch_size"])["unit_wall_s"].sum()
+             + train.drop_duplicates(["seed", "classes", "shift"])["unit_wall_s"].sum()
+             + frankle.drop_duplicates(["seed"])["unit_wall_s"].sum())
+    values["cost_worker_min"] = float(units) / 60
+    k, s = rep.groupby("batch_size")["kornblith"].first(), rep.groupby("batch_size")["steps_per_epoch"].first()
+    for name, b in (("low", min(k.index)), ("high", max(k.index))):
+        values.update({f"kornblith_{name}": float(k[b]), f"steps_per_epoch_{name}": int(s[b])})
+    from .run import SOURCE_MOMENTUM
+    values.update(cfg_source_momentum=SOURCE_MOMENTUM, half_life_default=math.log(2) / -math.log(1 - SOURCE_MOMENTUM),
+                  half_life_tenth=math.log(2) / -math.log(1 - SOURCE_MOMENTUM / 10))
+    values.update(n_seeds=len(config.seeds), cfg_n_seeds=len(config.seeds), cfg_n_tuning=len(config.tuning_seeds),
+                  cfg_tuning_first=min(config.tuning_seeds), cfg_tuning_last=max(config.tuning_seeds),
+                  cfg_margin=MARGIN, cfg_train_size=config.train_size, cfg_n_eval=config.n_eval,
+                  cfg_budget_low=min(config.budgets), cfg_budget_high=max(config.budgets),
+                  cfg_batch_low=min(config.batch_sizes), cfg_batch_high=max(config.batch_sizes),
+                  cfg_base_lr=config.base_lr, cfg_lr_batch=config.lr_batch,
+                  cfg_reference_samples=config.reference_samples, cfg_precise_samples=config.precise_samples,
+                  cfg_train_steps=config.train_steps, cfg_train_batch=config.train_batch,
+                  cfg_frankle_steps=config.frankle_steps, cfg_strength=config.shift_strength,
+                  cfg_n_shifts=len(config.shifts), cfg_n_cells=len(picks))
+    acc_like = ("acc_", "keep_", "t_", "kept_", "fr_")
+    return numbers_table(values, lambda key: (0.0, 1.0) if key.startswith(acc_like) and not key.endswith(
+        ("_trainable", "_lr", "_kind")) else (0.0, math.inf) if key.startswith("err_") else (-math.inf, math.inf))
+
+
+def _n(numbers: pd.DataFrame, key: str):
+    from ...inference import number
+    return number(numbers, key)
+
+
+def _k(n, prefix: str) -> dict:
+    """``{higher, equivalent, not_decided, lower, cells}`` of a counted prefix (:func:`page_numbers`)."""
+    return {k: _n(n, f"{prefix}_{k}") for k in ("higher", "equivalent", "not_decided", "lower", "cells")}
+
+
+def _holds(d: dict) -> bool:
+    """A rule holds: equivalent to (or above) the per-cell best in every cell, below it in none."""
+    return d["cells"] > 0 and d["lower"] == 0 and d["equivalent"] + d["higher"] == d["cells"]
+
+
+def _precise(_, n):
+    return _k(n, "rule_precise")
+
+
+def _rules(_, n) -> list[str]:
+    return [r for r in ("kornblith", "global_m", "pytorch") if _holds(_k(n, f"rule_{r}"))]
+
+
+def _rule_fill(c, n):
+    held = _rules(c, n)
+    return dict(names=join([SETTING_NAMES[r] + (f" ({_n(n, 'global_m')})" if r == "global_m" else "")
+                            for r in held]) if held else "", cells=_n(n, "rule_precise_cells"))
+
+
+def _mode(q):
+    return lambda c, n: _k(n, q)
+
+
+def _frankle(_, n):
+    return dict(kind=_n(n, "frankle_bn_affine_vs_random_same_kind"), bn=_n(n, "fr_bn_affine").mean,
+                rnd=_n(n, "fr_random_same").mean, head=_n(n, "fr_head").mean, all=_n(n, "fr_all").mean,
+                k=_n(n, "fr_bn_affine_trainable"))
+
+
+def _wu(_, n):
+    """Wu & Johnson's two failure ends on the ``error`` family: the largest and the smallest non-zero momentum
+    against precise BN, counted over every cell."""
+    g = [c for c in ("m0_3", "m1") if f"err_{c}_higher" in set(n["key"])]
+    big = g[-1] if g else "m0_3"
+    return dict(big=_k(n, f"err_{big}"), small=_k(n, "err_m0_001"), big_name=setting_label(big.replace("_", ".")))
+
+
+def _wu_fill(c, n):
+    d = _wu(c, n)
+    return dict(bh=d["big"]["higher"], bc=d["big"]["cells"], sh=d["small"]["higher"], sc=d["small"]["cells"],
+                big=d["big_name"])
+
+
+def _aff(c, n):
+    d = _k(n, "bn_mode_affine")
+    return dict(d, nd=d["not_decided"], **{f"r_{k}": v for k, v in _k(n, "bn_mode_affine_retain").items()})
+
+
+#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`), each with a flip test.
+NOTES = (
+    Note("lead_momentum", lambda c, n: _precise(c, n)["lower"] == 0 and 2 * _precise(c, n)["equivalent"]
+         >= _precise(c, n)["cells"],
+         "**Re-estimate after training, and the momentum hardly matters.** Precise BN after training was within "
+         "±{m:g} of the best momentum (chosen per cell on the tuning seeds) in {equivalent} of {cells} cells and "
+         "below it in none.", lambda c, n: dict(_precise(c, n), m=MARGIN)),
+    Note("lead_momentum", lambda c, n: _precise(c, n)["lower"] > 0,
+         "**Not precise BN everywhere.** Precise BN after training fell below the best momentum (chosen per cell on "
+         "the tuning seeds) in {lower} of {cells} cells and was within ±{m:g} of it in {equivalent}.",
+         lambda c, n: dict(_precise(c, n), m=MARGIN)),
+    Note("lead_momentum", lambda c, n: _precise(c, n)["lower"] == 0 and 2 * _precise(c, n)["equivalent"]
+         < _precise(c, n)["cells"],
+         "**Not decided.** Precise BN after training was within ±{m:g} of the best momentum (chosen per cell on "
+         "the tuning seeds) in only {equivalent} of {cells} cells, below it in none.",
+         lambda c, n: dict(_precise(c, n), m=MARGIN)),
+    Note("rule_holds", lambda c, n: bool(_rules(c, n)),
+         "A rule that needs no tuning held in every cell: {names} was within the margin of the per-cell best in all "
+         "{cells} cells.", _rule_fill),
+    Note("rule_holds", lambda c, n: not _rules(c, n),
+         "No momentum rule (Kornblith's from the steps per epoch, PyTorch's 0.1, or the one momentum best over every "
+         "cell of the tuning seeds) was within the margin of the per-cell best in every one of the {cells} cells: "
+         "the data do not support a rule for the momentum from the steps and the batch size.", _rule_fill),
+    Note("cma_loaded", lambda c, n: 2 * _k(n, "mom_cma_loaded")["lower"] >= _k(n, "mom_cma_loaded")["cells"] > 0,
+         "`momentum=None` on a loaded model (PyTorch's cumulative average, its counter carried over from the "
+         "source's training) fell below precise BN in {lower} of {cells} cells: the source's batches keep most of "
+         "the weight. Reset `num_batches_tracked` to 0 before fine-tuning, or use precise BN.",
+         _mode("mom_cma_loaded")),
+    Note("cma_loaded", lambda c, n: not 2 * _k(n, "mom_cma_loaded")["lower"] >= _k(n, "mom_cma_loaded")["cells"] > 0,
+         "`momentum=None` on a loaded model (PyTorch's cumulative average, its counter carried over from the "
+         "source's training) fell below precise BN in {lower} of {cells} cells.", _mode("mom_cma_loaded")),
+    Note("frozen_stats", lambda c, n: 2 * _k(n, "mom_m0")["lower"] >= _k(n, "mom_m0")["cells"] > 0,
+         "Keeping the source statistics while the weights are fine-tuned (momentum 0, Keras' frozen "
+         "BatchNormalization in effect) fell below precise BN in {lower} of {cells} cells.", _mode("mom_m0")),
+    Note("frozen_stats", lambda c, n: not 2 * _k(n, "mom_m0")["lower"] >= _k(n, "mom_m0")["cells"] > 0,
+         "Keeping the source statistics while the weights are fine-tuned (momentum 0) fell below precise BN in "
+         "{lower} of {cells} cells.", _mode("mom_m0")),
+    Note("lead_affine", lambda c, n: _aff(c, n)["lower"] > 0 and _aff(c, n)["higher"] == 0,
+         "**Pin the statistics when only BatchNorm's affine parameters train.** With the affine parameters and the "
+         "head trained, train-mode statistics (what `train_bn=True` does inside a frozen backbone) were below "
+         "pinned statistics on task B in {lower} of {cells} cells and above them in none.", _aff),
+    Note("lead_affine", lambda c, n: _aff(c, n)["higher"] > 0 and _aff(c, n)["lower"] == 0,
+         "**Train-mode statistics helped the affine parameters.** With the affine parameters and the head trained, "
+         "train-mode statistics (what `train_bn=True` does) were above pinned statistics on task B in {higher} of "
+         "{cells} cells and below them in none.", _aff),
+    Note("lead_affine", lambda c, n: _aff(c, n)["higher"] > 0 and _aff(c, n)["lower"] > 0,
+         "**Whether to pin depends on the task.** With the affine parameters and the head trained, train-mode "
+         "statistics (what `train_bn=True` does) were above pinned statistics on task B in {higher} of {cells} "
+         "cells and below them in {lower}.", _aff),
+    Note("lead_affine", lambda c, n: _aff(c, n)["higher"] == 0 and _aff(c, n)["lower"] == 0,
+         "**Pinned or train-mode statistics: no difference shown.** With the affine parameters and the head "
+         "trained, train-mode statistics (what `train_bn=True` does) were equivalent to pinned statistics on task B "
+         "in {equivalent} of {cells} cells; {nd} are not decided.", _aff),
+    Note("affine_retention", lambda c, n: _aff(c, n)["r_lower"] > 0,
+         "On task A, which the frozen backbone is meant to keep, train mode was below pinned statistics in "
+         "{r_lower} of {r_cells} cells.", _aff),
+    Note("affine_retention", lambda c, n: _aff(c, n)["r_lower"] == 0,
+         "On task A, which the frozen backbone is meant to keep, train mode was below pinned statistics in none of "
+         "{r_cells} cells.", _aff),
+    Note("anchor_frankle", lambda c, n: _frankle(c, n)["kind"] == "higher",
+         "**Same direction.** From random initialisation, training only BatchNorm's gamma and beta (with the output "
+         "layer) reached {bn:.3f} on task A against {rnd:.3f} for as many randomly chosen weights ({k} parameters "
+         "each; the output layer alone {head:.3f}, every parameter {all:.3f}).", _frankle),
+    Note("anchor_frankle", lambda c, n: _frankle(c, n)["kind"] == "lower",
+         "**Opposite direction.** From random initialisation, training only BatchNorm's gamma and beta (with the "
+         "output layer) reached {bn:.3f} on task A against {rnd:.3f} for as many randomly chosen weights ({k} "
+         "parameters each; the output layer alone {head:.3f}, every parameter {all:.3f}).", _frankle),
+    Note("anchor_frankle", lambda c, n: _frankle(c, n)["kind"] not in ("higher", "lower"),
+         "**Not shown.** From random initialisation, training only BatchNorm's gamma and beta (with the output "
+         "layer) reached {bn:.3f} on task A against {rnd:.3f} for as many randomly chosen weights ({k} parameters "
+         "each; the output layer alone {head:.3f}, every parameter {all:.3f}): {kind}.", _frankle),
+    Note("anchor_wu", lambda c, n: 2 * _wu(c, n)["big"]["higher"] >= _wu(c, n)["big"]["cells"] > 0
+         and 2 * _wu(c, n)["small"]["higher"] >= _wu(c, n)["small"]["cells"],
+         "**Same direction.** The moving average's statistics were farther from the population's than precise BN's "
+         "at the largest momentum ({big}: {bh} of {bc} cells) and at the smallest non-zero one (m = 0.001: {sh} of "
+         "{sc}).", _wu_fill),
+    Note("anchor_wu", lambda c, n: not (2 * _wu(c, n)["big"]["higher"] >= _wu(c, n)["big"]["cells"] > 0
+                                        and 2 * _wu(c, n)["small"]["higher"] >= _wu(c, n)["small"]["cells"]),
+         "**In part.** The moving average's statistics were farther from the population's than precise BN's at the "
+         "largest momentum ({big}) in {bh} of {bc} cells and at the smallest non-zero one (m = 0.001) in {sh} of "
+         "{sc}.", _wu_fill),
+)
+
+
+def page_words(claims_table: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
+    """``{name: Markdown}``: the notes of :data:`NOTES`; each rule's ``rule`` claims counted (``count_rule_<rule>``,
+    :func:`bnstudy.study.words.counts_text`); each momentum setting's ``mom`` and ``err`` claims counted
+    (``count_mom_<setting>``, ``count_err_<setting>``); per task-B classes, each training choice's ``train`` and
+    ``retain`` claims (``count_train_<condition>_<classes>``, ``count_retain_...``) and the ``bn_mode`` family's
+    three questions (``count_bn_mode_affine_<classes>``, ...)."""
+    out = notes(NOTES, claims_table, numbers)
+    p = parsed(claims_table)
+    for (q, c), g in p[p["q"].isin(("mom", "err", "rule"))].groupby(["q", "condition"]):
+        ref = "the best momentum" if q == "rule" else "precise BN"
+        what = "cells" if q != "err" else "cells (statistics error)"
+        out[f"count_{q}_{c.replace('.', '_')}"] = counts_text(g, what, setting_label(c), ref,
+                                                               MARGIN if q != "err" else 0)
+    shown = [c for c in dict.fromkeys([*grid_of(p)[:1], "m0.1", *grid_of(p)[-1:], "cma"]) if c in set(p["condition"])]
+    out["mom_counts"] = "; ".join(
+        f"{'PyTorch' + chr(39) + 's default' if c == 'm0.1' else setting_label(c)}, "
+        + counts_text(p[(p["q"] == "mom") & (p["condition"] == c)], "cells", setting_label(c), "precise BN", MARGIN)
+        for c in shown) + "."
+    for (q, c, k), g in p[p["q"].isin(("train", "retain"))].groupby(["q", "condition", "classes"]):
+        out[f"count_{q}_{c}_{k}"] = counts_text(g, "shift families", TRAIN_NAMES[c], "full fine-tuning", MARGIN)
+    for (q, k), g in p[p["q"].str.startswith("bn_mode")].groupby(["q", "classes"]):
+        subj = "train mode"
+        out[f"count_{q}_{k}"] = counts_text(g, "shift families", subj, "pinned statistics", MARGIN)
+    return out
+
+
+def grid_of(p: pd.DataFrame) -> list[str]:
+    """The ``m<value>`` settings among the parsed claims (:func:`parsed`), by momentum."""
+    ema = {c for c in p["condition"].dropna() if _EMA.match(c)}
+    return sorted(ema, key=lambda c: float(c[1:]))
+
+
+def config_words(config) -> dict[str, str]:
+    """The design's lists in words (plain text, glued as ``ch09_<name>``): ``budgets`` (``"100, 400 and 1600"``),
+    ``batch_sizes``, ``momenta`` (the grid)."""
+    return dict(budgets=join([f"{b}" for b in config.budgets]), batch_sizes=join([f"{b}" for b in config.batch_sizes]),
+                momenta=join([f"{m:g}" for m in config.momenta]))
