@@ -65,7 +65,7 @@ def test_guide_cites_figures_and_tables_that_the_chapters_define():
     assert {"tbl-ch02-checklist", "fig-ch03-mismatch", "fig-ch06-routing", "tab-ch05-decision"} <= set(cited)
     assert set(cited) <= labels, sorted(set(cited) - labels)
     # every chapter backs at least one recommendation
-    assert {c[6:8] for c in cited} == {f"{i:02d}" for i in range(1, 9)}
+    assert {c[6:8] for c in cited} == {f"{i:02d}" for i in range(1, 10)}
 
 
 def test_inline_markdown_renders_verdict_words_and_refuses_other_markdown():

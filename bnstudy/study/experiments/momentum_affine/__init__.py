@@ -1,4 +1,4 @@
-"""Chapter 9 (in design, issue 39): how fast should BatchNorm's statistics follow when a network is fine-tuned
+"""Chapter 9 (issue 39): how fast should BatchNorm's statistics follow when a network is fine-tuned
 (momentum), and what should be trained (BatchNorm's affine parameters only?).
 
 Three parts, each paired within a seed:
@@ -18,6 +18,7 @@ Three parts, each paired within a seed:
    and ``beta`` (and the output layer) on task A, against the same number of randomly chosen convolution weights,
    against the output layer alone and against every parameter.
 
-:mod:`.run` (what is run) and :mod:`.claims` (the questions, fixed before any full-profile row was computed). The
-page and the figures follow in a later stop; the chapter is not yet in the book.
+:mod:`.run` (what is run), :mod:`.claims` (the questions, fixed before any full-profile row was computed, and the
+page's numbers, tables and rule-triggered sentences) and :mod:`.figures`; the page is
+``chapters/09_momentum_affine.ipynb``.
 """

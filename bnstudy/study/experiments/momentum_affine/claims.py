@@ -516,8 +516,8 @@ def page_numbers(momentum: pd.DataFrame, train: pd.DataFrame, frankle: pd.DataFr
     values["best_m_names"] = join(sorted({setting_label(c) for c in picks["condition"]},
                                          key=lambda s: float(s[4:]) if s.startswith("m = ") else 9))
     units = (momentum.drop_duplicates(["seed", "target", "batch_size"])["unit_wall_s"].sum()
-             + train.drop_duplicates(["seed", "classes", "shift"])["unit_wall_s"].sum()
-             + frankle.drop_duplicates(["seed"])["unit_wall_s"].sum())
+             + train.drop_duplicates(["seed", "classes", "shift", "unit_wall_s"])["unit_wall_s"].sum()
+             + frankle.drop_duplicates(["seed", "unit_wall_s"])["unit_wall_s"].sum())  # a cell's rate chunks: units
     values["cost_worker_min"] = float(units) / 60
     k, s = rep.groupby("batch_size")["kornblith"].first(), rep.groupby("batch_size")["steps_per_epoch"].first()
     for name, b in (("low", min(k.index)), ("high", max(k.index))):
@@ -716,6 +716,7 @@ def grid_of(p: pd.DataFrame) -> list[str]:
 
 def config_words(config) -> dict[str, str]:
     """The design's lists in words (plain text, glued as ``ch09_<name>``): ``budgets`` (``"100, 400 and 1600"``),
-    ``batch_sizes``, ``momenta`` (the grid)."""
+    ``batch_sizes``, ``momenta`` (the grid), ``train_grid`` and ``frankle_grid`` (the Adam rates of parts 2 and 3)."""
     return dict(budgets=join([f"{b}" for b in config.budgets]), batch_sizes=join([f"{b}" for b in config.batch_sizes]),
-                momenta=join([f"{m:g}" for m in config.momenta]))
+                momenta=join([f"{m:g}" for m in config.momenta]), train_grid=join([f"{r:g}" for r in config.train_lrs]),
+                frankle_grid=join([f"{r:g}" for r in config.frankle_lrs]))

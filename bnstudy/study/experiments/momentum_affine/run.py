@@ -68,7 +68,10 @@ head-only condition diverge from a rate of 0.03 on the pinned backbone's large s
 ``train_lrs``, in every condition (:data:`TRAIN_CONDITIONS`). The rate grid's range was set from a 200-step smoke
 on seed 0 (Adam at four rates a decade apart, 1e-4 to 0.1, four of the twelve cells: the best rate was 1e-3 or 1e-2
 in every condition and cell, 0.1 never, with ties down to 1e-4 in two), before any profile was run; the grid is
-half-decades around that range (``train_lrs``), its ends flagged where chosen:
+half-decades around that range (``train_lrs``), its ends flagged where chosen. A first full run on that grid
+(3e-4 to 3e-2) chose its largest rate in 16 of 36 tuning cells (:data:`FIRST_TRAIN_LRS`), and the full profile's
+grid was widened upward to 0.3 before the reported analysis (the added rates run in their own units on the same
+batches, :func:`_rate_chunks`):
 
 * ``head``: head B only; the backbone pinned in eval mode (:func:`bnstudy.pin_eval`; the source statistics);
 * ``head_train``: head B only, the backbone's BatchNorm in train mode (chapter 1's ``train_mode``: statistics drift
@@ -167,8 +170,8 @@ PROFILES = {
                  budgets=(100, 400, 1600), momenta=MOMENTA, base_lr=0.01, lr_batch=32, train_size=8192, n_eval=1000,
                  reference_samples=4096, precise_samples=2048, shifts=SHIFTS, train_classes=tuple(CLASSES),
                  shift_strength=1.0, train_steps=300,
-                 train_batch=64, train_lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2), frankle_steps=400,
-                 frankle_lrs=(0.001, 0.003, 0.01, 0.03, 0.1)),
+                 train_batch=64, train_lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1), frankle_steps=400,
+                 frankle_lrs=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3)),
 }
 #: The full profile's cost, estimated before it was run (issue 39's design stop). Measured under ``nice -n 19`` on
 #: this project's 2-core machine while another computation held both cores (load about 3.5-4; a backbone forward at
@@ -275,6 +278,21 @@ class FrankleUnit(_Frozen):
         return SourceConfig(seed=self.seed, n_classes=self.n_classes, noise=self.noise, momentum=SOURCE_MOMENTUM)
 
 
+#: The rate grids of the first full run. A first full run chose the largest rate of part 2's grid (3e-2) in 16 of
+#: 36 tuning cells and part 3's (0.1) for the output layer alone; the full profile's grids were widened upward by a
+#: half-decade step or two (:data:`PROFILES`). Rates of these first grids and the added ones run in separate units
+#: (:func:`_rate_chunks`; the same batches in the same order, so every rate stays paired), which keeps the first
+#: grid's runs cached when a grid grows.
+FIRST_TRAIN_LRS = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+FIRST_FRANKLE_LRS = (0.001, 0.003, 0.01, 0.03, 0.1)
+
+
+def _rate_chunks(lrs: tuple, first: tuple) -> list[tuple]:
+    """``lrs`` split into the rates of ``first`` and the others (each part only if not empty), both in order."""
+    a, b = tuple(r for r in lrs if r in first), tuple(r for r in lrs if r not in first)
+    return [c for c in (a, b) if c]
+
+
 def _increasing(v, low) -> bool:
     return bool(v) and list(v) == sorted(set(v)) and v[0] >= low
 
@@ -377,16 +395,19 @@ class Config(ChapterConfig):
                 for s in self.all_seeds for t in self.targets for b in self.batch_sizes]
 
     def train_units(self) -> list[TrainUnit]:
-        """One :class:`TrainUnit` per (seed, classes, shift family), reported seeds then tuning seeds."""
+        """One :class:`TrainUnit` per (seed, classes, shift family) and rate chunk (:func:`_rate_chunks`: the first
+        grid's rates, then the added ones), reported seeds then tuning seeds."""
         return [TrainUnit(seed=s, classes=k, shift=f, strength=self.shift_strength, steps=self.train_steps,
-                          batch_size=self.train_batch, lrs=self.train_lrs, train_size=self.train_size,
-                          n_eval=self.n_eval)
-                for s in self.all_seeds for k in self.train_classes for f in self.shifts]
+                          batch_size=self.train_batch, lrs=lrs, train_size=self.train_size, n_eval=self.n_eval)
+                for s in self.all_seeds for k in self.train_classes for f in self.shifts
+                for lrs in _rate_chunks(self.train_lrs, FIRST_TRAIN_LRS)]
 
     def frankle_units(self) -> list[FrankleUnit]:
-        """One :class:`FrankleUnit` per seed, reported seeds then tuning seeds."""
-        return [FrankleUnit(seed=s, steps=self.frankle_steps, batch_size=self.train_batch, lrs=self.frankle_lrs,
-                            n_eval=self.n_eval) for s in self.all_seeds]
+        """One :class:`FrankleUnit` per seed and rate chunk (:func:`_rate_chunks`), reported seeds then tuning
+        seeds."""
+        return [FrankleUnit(seed=s, steps=self.frankle_steps, batch_size=self.train_batch, lrs=lrs,
+                            n_eval=self.n_eval)
+                for s in self.all_seeds for lrs in _rate_chunks(self.frankle_lrs, FIRST_FRANKLE_LRS)]
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
