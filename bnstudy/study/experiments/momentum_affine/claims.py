@@ -463,12 +463,13 @@ def page_numbers(momentum: pd.DataFrame, train: pd.DataFrame, frankle: pd.DataFr
     values: dict = {}
     rep = _report(momentum)
     mm = seed_means(rep, ["condition", "budget"], ("accuracy", "stats_error", "task_a"))
+    top = int(mm["budget"].max())
     for r in mm.itertuples():
         slug = r.condition.replace(".", "_")
-        t = int(r.budget)
-        values[f"acc_{slug}_t{t}"] = Interval(r.accuracy, r.accuracy_low, r.accuracy_high, r.n_seeds)
-        values[f"err_{slug}_t{t}"] = Interval(r.stats_error, r.stats_error_low, r.stats_error_high, r.n_seeds)
-        values[f"keep_{slug}_t{t}"] = Interval(r.task_a, r.task_a_low, r.task_a_high, r.n_seeds)
+        for t in {f"t{int(r.budget)}", *(["tmax"] if int(r.budget) == top else [])}:  # tmax: the longest budget
+            values[f"acc_{slug}_{t}"] = Interval(r.accuracy, r.accuracy_low, r.accuracy_high, r.n_seeds)
+            values[f"err_{slug}_{t}"] = Interval(r.stats_error, r.stats_error_low, r.stats_error_high, r.n_seeds)
+            values[f"keep_{slug}_{t}"] = Interval(r.task_a, r.task_a_low, r.task_a_high, r.n_seeds)
     p = parsed(claims_table)
     budgets = sorted(rep["budget"].unique())
     for q in ("mom", "err", "rule"):
