@@ -273,3 +273,30 @@ def test_a_sidecar_records_the_resolved_parameters_and_no_machine_paths(tmp_path
         "results", "figures", "~/.cache/bnstudy", "x.csv")
     for machine in (str(tmp_path), str(report._REPO), os.path.expanduser("~") + "/"):
         assert machine not in text
+
+
+def test_a_chapter_added_after_the_last_verification_is_not_said_to_be_verified(tmp_path):
+    """A verification record that says how (exact / statistical / unchecked lists) names every chapter it checked: a
+    chapter released after it is 'not in this verification' on the run line and the card, never 'exactly' (the fault:
+    chapter 9's page said 'exactly: every column ==' before any unit of it was recomputed)."""
+    import json
+
+    from bnstudy.study import provenance
+    from bnstudy.study.report import release_of, release_text
+
+    v = dict(date="2026-12-04", git_commit="f" * 40, units_per_chapter=1, exact=["02"], statistical=["01"],
+             unchecked=[])
+    (tmp_path / "manifest.json").write_text(json.dumps(dict(
+        release=dict(version="2026.12.04", date="2026-12-04", verified=v),
+        tables={"09_x": dict(chapter="09"), "02_y": dict(chapter="02"), "01_z": dict(chapter="01")})))
+    for stem, words in (("09_x", "not in this verification"), ("02_y", "exactly"), ("01_z", "statistically")):
+        rel = release_of(tmp_path / f"{stem}.csv")
+        assert f"this chapter {words}" in release_text(rel)
+        card = provenance._verification(dict(release=rel, verified=rel["verified"], n_verified_chapters=None))
+        assert words in card
+    old = dict(v)
+    for k in ("exact", "statistical", "unchecked"):
+        old.pop(k)
+    (tmp_path / "manifest.json").write_text(json.dumps(dict(release=dict(version="1", verified=old),
+                                                            tables={"09_x": dict(chapter="09")})))
+    assert "this chapter exactly" in release_text(release_of(tmp_path / "09_x.csv"))  # a record before lists: exact

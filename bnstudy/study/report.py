@@ -326,9 +326,10 @@ def release_of(path) -> dict | None:
     v = rel.get("verified") or None
     chapter = ((manifest.get("tables") or {}).get(Path(path).stem) or {}).get("chapter")
     how = None
-    if v is not None and chapter is not None:
-        how = ("exact" if chapter in (v.get("exact") or ()) else "statistical" if chapter in (v.get("statistical") or ())
-               else "unchecked" if chapter in (v.get("unchecked") or ()) else None)
+    lists = [k for k in ("exact", "statistical", "unchecked") if k in (v or {})]
+    if v is not None and chapter is not None and lists:
+        # a record that says how names every chapter it verified: one in none of its lists was added later
+        how = next((k for k in lists if chapter in (v.get(k) or ())), "not verified")
     return dict(version=rel.get("version"), date=rel.get("date"),
                 verified=None if v is None else dict(date=v.get("date"), git_commit=str(v.get("git_commit"))[:12],
                                                      units_per_chapter=v.get("units_per_chapter"), how=how))
