@@ -360,22 +360,24 @@ def test_every_note_key_has_exactly_one_sentence_and_each_rule_flips():
     at = lambda key, **kw: C.notes(C.NOTES, cl, with_numbers(N, kw))[key]  # noqa: E731
     zero = lambda p: {f"{p}_{k}": 0 for k in ("higher", "equivalent", "not_decided", "lower")}  # noqa: E731
     pr = lambda **kw: at("lead_momentum", **{**zero("rule_precise"), "rule_precise_cells": 4, **kw})  # noqa: E731
-    assert pr(rule_precise_equivalent=4).startswith("**Re-estimate after training")
+    assert pr(rule_precise_equivalent=4).startswith("**Re-estimate the statistics after training")
     assert pr(rule_precise_equivalent=3, rule_precise_lower=1).startswith("**Not precise BN everywhere.**")
     assert pr(rule_precise_equivalent=1, rule_precise_not_decided=3).startswith("**Not decided.**")
     rules = {**zero("rule_kornblith"), **zero("rule_global_m"), **zero("rule_pytorch"),
              **{f"rule_{r}_cells": 4 for r in ("kornblith", "global_m", "pytorch")}}
     held = lambda **kw: at("rule_holds", **{**rules, **kw})  # noqa: E731
-    assert held(rule_kornblith_equivalent=4).startswith("A rule that needs no tuning held")
+    assert held(rule_kornblith_equivalent=4).startswith("A rule held in every cell")
     assert "Kornblith's rule was within" in held(rule_kornblith_equivalent=4)
     assert held(rule_kornblith_equivalent=3, rule_kornblith_lower=1).startswith("No momentum rule")
-    cma = lambda lo: at("cma_loaded", mom_cma_loaded_lower=lo, mom_cma_loaded_cells=4)  # noqa: E731
-    assert "Reset `num_batches_tracked`" in cma(2) and "Reset" not in cma(1)
+    cma = lambda lo, r: at("cma_loaded", mom_cma_loaded_lower=lo, mom_cma_loaded_cells=4,  # noqa: E731
+                           mom_cma_lower=r, mom_cma_cells=4)
+    assert "do not fine-tune with `momentum=None`" in cma(2, 2) and "With the counter reset" in cma(2, 1)
+    assert "; with the counter reset, in 3." in cma(1, 3)
     m0 = lambda lo: at("frozen_stats", mom_m0_lower=lo, mom_m0_cells=4)  # noqa: E731
-    assert "(momentum 0, Keras'" in m0(3) and "(momentum 0)" in m0(1)
+    assert "(momentum 0: the source statistics" in m0(3) and "(momentum 0) fell" in m0(1)
     aff = lambda **kw: at("lead_affine", **{**zero("bn_mode_affine"), "bn_mode_affine_cells": 6, **kw})  # noqa
     assert aff(bn_mode_affine_lower=2).startswith("**Pin the statistics")
-    assert aff(bn_mode_affine_higher=2).startswith("**Train-mode statistics helped")
+    assert aff(bn_mode_affine_higher=2).startswith("**Train-mode statistics were above pinned ones on the new task in 2 of 6")
     assert aff(bn_mode_affine_higher=1, bn_mode_affine_lower=1).startswith("**Whether to pin depends")
     assert aff(bn_mode_affine_equivalent=6).startswith("**Pinned or train-mode statistics: no difference")
     assert "in 2 of" in at("affine_retention", bn_mode_affine_retain_lower=2) and "in none of" in at(

@@ -13,6 +13,10 @@ from ...plots import fit_page, interval_frame
 from .claims import (FRANKLE_NAMES, MARGIN, TRAIN_CONDITIONS_ORDER, TRAIN_NAMES, chosen_rows, grid, setting_label)
 
 
+#: The shift families' names in the legends ("affine" would read as BatchNorm's affine parameters).
+SHIFT_LABELS = {"affine": "brightness/contrast shift", "noise": "noise shift", "blur": "blur shift"}
+
+
 def _legend(fig, ax, ncol=3, handles=None):
     h, lab = handles or ax.get_legend_handles_labels()
     fig.tight_layout()
@@ -35,11 +39,16 @@ def momentum_figure(rows: pd.DataFrame):
     for j, (target, b) in enumerate(cells):
         cell = rep[(rep["target"] == target) & (rep["batch_size"] == b)]
         wide = cell.pivot_table(index=["seed", "budget"], columns="condition", values="accuracy")
+        ema = [c for c in g if c != "cma"]  # the momenta, joined; the cumulative average apart, unjoined
         for t in budgets:
             c = cell[(cell["budget"] == t) & cell["condition"].isin(g)]
             fr = interval_frame(c, "condition", "stats_error").reindex(g)
-            axes[0, j].plot(range(len(g)), fr["mean"], marker="o", ms=3, color=colors[t], label=f"{t} steps")
-            axes[0, j].fill_between(range(len(g)), fr["lo"], fr["hi"], color=colors[t], alpha=0.2, lw=0)
+            k = len(ema)
+            axes[0, j].plot(range(k), fr["mean"][:k], marker="o", ms=3, color=colors[t], label=f"{t} steps")
+            axes[0, j].fill_between(range(k), fr["lo"][:k].clip(lower=fr["mean"][:k] / 10), fr["hi"][:k],
+                                    color=colors[t], alpha=0.2, lw=0)
+            if "cma" in g:
+                axes[0, j].plot([k], [fr["mean"]["cma"]], marker="D", ms=4, ls="none", color=colors[t])
             p = cell[(cell["budget"] == t) & (cell["condition"] == "precise")]["stats_error"].mean()
             axes[0, j].axhline(p, ls="--", lw=0.9, color=colors[t])
             w = wide.xs(t, level="budget")
@@ -56,6 +65,9 @@ def momentum_figure(rows: pd.DataFrame):
         axes[1, j].set_xticks(range(len(g)), [setting_label(c).replace("m = ", "").replace("cumulative average", "cma")
                                               for c in g], rotation=90)
         axes[1, j].set_xlabel("momentum")
+        if "cma" in g:
+            for ax in axes[:, j]:
+                ax.axvline(len(g) - 1.5, color=style.color("reference", "chance"), lw=0.6, ls=":")
     axes[0, 0].set_ylabel("statistics error\n(dashed: precise BN)")
     axes[1, 0].set_ylabel("accuracy minus\nprecise BN")
     axes[1, 0].set_ylim(max(axes[1, 0].get_ylim()[0], -1.0), min(axes[1, 0].get_ylim()[1], 1.0))
@@ -79,7 +91,8 @@ def train_figure(train: pd.DataFrame):
                 fr = interval_frame(c, "condition", v).reindex(conds)
                 xs = np.arange(len(conds)) + 0.15 * (s_i - (len(shifts) - 1) / 2)
                 ax.errorbar(xs, fr["mean"], yerr=[fr["mean"] - fr["lo"].clip(0, 1), fr["hi"].clip(0, 1) - fr["mean"]],
-                            fmt="o", ms=3.5, lw=0.8, capsize=1.5, color=style.color("shift", s), label=s)
+                            fmt="o", ms=3.5, lw=0.8, capsize=1.5, color=style.color("shift", s),
+                            label=SHIFT_LABELS.get(s, s))
             ax.set_ylim(0, 1.02)
             if i == 0:
                 ax.set_title(f"task B: {k} classes")
