@@ -32,8 +32,8 @@ noise-against-staleness trade-off Wu & Johnson 2021 describe and the setting Kor
 first ``t`` steps of a longer run are the run of ``t`` steps (same batches, same updates).
 
 Settings (``condition``; :func:`momentum_settings`): ``m<value>`` for each momentum of ``momenta`` (PyTorch's
-convention, the weight of the new batch; ``m0`` keeps the source statistics: Keras' frozen BatchNormalization in
-effect); ``cma``: PyTorch's ``momentum=None`` (cumulative moving average) with ``num_batches_tracked`` reset to 0 when
+convention, the weight of the new batch; ``m0`` keeps the source statistics while the network trains in train mode,
+not Keras' frozen BatchNormalization, which also trains with them); ``cma``: PyTorch's ``momentum=None`` (cumulative moving average) with ``num_batches_tracked`` reset to 0 when
 fine-tuning starts (every fine-tuning batch weighted equally; the source forgotten at step 1); ``cma_loaded``: the
 same with the counter loaded from the source checkpoint (what ``momentum=None`` on a loaded model does in PyTorch:
 the source counts as its 400 stage-1 batches, an effective momentum ``1 / (400 + t)``); ``kornblith``: ``min(10 /
