@@ -655,17 +655,17 @@ NOTES = (
          "cell of the tuning seeds) was within the margin of the per-cell best in every one of the {cells} cells: "
          "the data do not support a rule for the momentum from the steps and the batch size.", _rule_fill),
     Note("cma_loaded", lambda c, n: _half(n, "mom_cma_loaded") and _half(n, "mom_cma"),
-         "`momentum=None` on a loaded model (PyTorch's cumulative average, its counter carried over from the "
-         "source's training) fell below precise BN in {lower} of {cells} cells: the source's batches keep most of "
+         "A cumulative average (PyTorch's momentum None) on a loaded model, its counter carried over from the "
+         "source's training, fell below precise BN in {lower} of {cells} cells: the source's batches keep most of "
          "the weight. Resetting the counter did not rescue it (below precise BN in {cma_lower} of {cells}, every "
-         "batch of a run weighted equally however stale): do not fine-tune with `momentum=None`.", _cma),
+         "batch of a run weighted equally however stale): do not fine-tune with a cumulative average.", _cma),
     Note("cma_loaded", lambda c, n: _half(n, "mom_cma_loaded") and not _half(n, "mom_cma"),
-         "`momentum=None` on a loaded model (PyTorch's cumulative average, its counter carried over from the "
-         "source's training) fell below precise BN in {lower} of {cells} cells: the source's batches keep most of "
+         "A cumulative average (PyTorch's momentum None) on a loaded model, its counter carried over from the "
+         "source's training, fell below precise BN in {lower} of {cells} cells: the source's batches keep most of "
          "the weight. With the counter reset to 0 before fine-tuning it fell below precise BN in {cma_lower}.", _cma),
     Note("cma_loaded", lambda c, n: not _half(n, "mom_cma_loaded"),
-         "`momentum=None` on a loaded model (PyTorch's cumulative average, its counter carried over from the "
-         "source's training) fell below precise BN in {lower} of {cells} cells; with the counter reset, in "
+         "A cumulative average (PyTorch's momentum None) on a loaded model, its counter carried over from the "
+         "source's training, fell below precise BN in {lower} of {cells} cells; with the counter reset, in "
          "{cma_lower}.", _cma),
     Note("frozen_stats", lambda c, n: 2 * _k(n, "mom_m0")["lower"] >= _k(n, "mom_m0")["cells"] > 0,
          "Never updating the running statistics while the network trains in train mode (momentum 0: the source "
@@ -675,20 +675,21 @@ NOTES = (
          "precise BN in {lower} of {cells} cells.", _mode("mom_m0")),
     Note("lead_affine", lambda c, n: _aff(c, n)["lower"] > 0 and _aff(c, n)["higher"] == 0,
          "**Pin the statistics when only BatchNorm's affine parameters train.** With the affine parameters and the "
-         "head trained, train-mode statistics (what `train_bn=True` does inside a frozen backbone) were below "
+         "head trained, train-mode statistics (what fastai's and Lightning's train-BN freezing does) were below "
          "pinned statistics on task B in {lower} of {cells} cells and above them in none.", _aff),
     Note("lead_affine", lambda c, n: _aff(c, n)["higher"] > 0 and _aff(c, n)["lower"] == 0,
          "**Train-mode statistics were above pinned ones on the new task in {higher} of {cells} cells, by more than "
          "the book's margin in {big}.** With the affine parameters and the head trained, train-mode statistics (what "
-         "`train_bn=True` does) were below pinned statistics on task B in none (largest gain {gain:.3f}).", _aff),
+         "fastai's and Lightning's train-BN freezing does) were below pinned statistics on task B in none (largest "
+         "gain {gain:.3f}).", _aff),
     Note("lead_affine", lambda c, n: _aff(c, n)["higher"] > 0 and _aff(c, n)["lower"] > 0,
          "**Whether to pin depends on the task.** With the affine parameters and the head trained, train-mode "
-         "statistics (what `train_bn=True` does) were above pinned statistics on task B in {higher} of {cells} "
-         "cells and below them in {lower}.", _aff),
+         "statistics (what fastai's and Lightning's train-BN freezing does) were above pinned statistics on task B in "
+         "{higher} of {cells} cells and below them in {lower}.", _aff),
     Note("lead_affine", lambda c, n: _aff(c, n)["higher"] == 0 and _aff(c, n)["lower"] == 0,
          "**Pinned or train-mode statistics: no difference shown.** With the affine parameters and the head "
-         "trained, train-mode statistics (what `train_bn=True` does) were equivalent to pinned statistics on task B "
-         "in {equivalent} of {cells} cells; {nd} are not decided.", _aff),
+         "trained, train-mode statistics (what fastai's and Lightning's train-BN freezing does) were equivalent to "
+         "pinned statistics on task B in {equivalent} of {cells} cells; {nd} are not decided.", _aff),
     Note("affine_retention", lambda c, n: _aff(c, n)["r_lower"] > 0,
          "On task A, which the frozen backbone is meant to keep, train mode was below pinned statistics in "
          "{r_lower} of {r_cells} cells (by up to {r_loss:.3f}) and above them in {r_higher}.", _aff),
