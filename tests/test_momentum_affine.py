@@ -407,12 +407,12 @@ def test_the_page_tables_count_the_families_verdicts():
     rows, train, frankle, cl, N = _page_tables()
     main = C.momentum_main_table(rows, cl)
     assert list(main.index) == ["m = 0", "m = 0.001", "m = 0.01", "m = 0.1", "m = 0.3", "cumulative average",
-                                "`momentum=None` on the loaded model", "Kornblith's rule", "precise BN after training"]
+                                "momentum=None on the loaded model", "Kornblith's rule", "precise BN after training"]
     p = C.parsed(cl)
     for t in (100, 400):
         col = main[(f"{t} steps", "vs precise")]
         g = p[(p.q == "mom") & (p.condition == "cma_loaded") & (p.budget == t)]
-        assert col["`momentum=None` on the loaded model"] == "/".join(str(int(g.kind.eq(k).sum())) for k in C.KINDS)
+        assert col["momentum=None on the loaded model"] == "/".join(str(int(g.kind.eq(k).sum())) for k in C.KINDS)
         assert col["precise BN after training"] == "—"
     rt = C.rules_table(cl, rows).set_index("rule")
     assert sum(int(x) for x in rt.loc["Kornblith's rule", "all cells"].split("/")) == 4

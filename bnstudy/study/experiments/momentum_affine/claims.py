@@ -263,7 +263,7 @@ from ...words import Note, counts_text, join, notes  # noqa: E402
 DIRECTIONS = ("higher", "lower", "larger momentum's error higher", "larger momentum's error lower", "train-mode statistics higher",
               "train-mode statistics lower", "BatchNorm-only higher", "BatchNorm-only lower")
 #: How the page names each momentum setting, rule, training choice and part-3 condition.
-SETTING_NAMES = dict(cma="cumulative average", cma_loaded="`momentum=None` on the loaded model",
+SETTING_NAMES = dict(cma="cumulative average", cma_loaded="momentum=None on the loaded model",
                      kornblith="Kornblith's rule", precise="precise BN after training", pytorch="PyTorch's 0.1",
                      best_m="the best momentum", global_m="one momentum for all cells", reference="reference")
 TRAIN_NAMES = dict(head="head only, statistics pinned", head_train="head only, train mode",
