@@ -151,6 +151,15 @@ def _ci_text(mean, lo, hi, n, min_seeds=3, digits=3) -> str:
 
 
 
+def legend_below(fig: plt.Figure, ax, ncol: int = 3) -> plt.Figure:
+    """One legend for the whole figure, below its panels, from ``ax``'s labelled artists (``ncol`` columns), after
+    ``tight_layout``; then :func:`fit_page` at the book's column width and smallest font (:mod:`.style`)."""
+    h, lab = ax.get_legend_handles_labels()
+    fig.tight_layout()
+    fig.legend(h, lab, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, -0.01))
+    return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
+
+
 def fit_page(fig: plt.Figure, width: float = 6.6, min_size: float = 9.0) -> plt.Figure:
     """Shrink ``fig`` to at most ``width`` inches wide (aspect kept) and raise text below ``min_size`` pt.
 

@@ -9,19 +9,12 @@ import numpy as np
 import pandas as pd
 
 from ... import style
-from ...plots import fit_page, interval_frame
+from ...plots import interval_frame, legend_below
 from .claims import (FRANKLE_NAMES, MARGIN, TRAIN_CONDITIONS_ORDER, TRAIN_NAMES, chosen_rows, grid, setting_label)
 
 
 #: The shift families' names in the legends ("affine" would read as BatchNorm's affine parameters).
 SHIFT_LABELS = {"affine": "brightness/contrast shift", "noise": "noise shift", "blur": "blur shift"}
-
-
-def _legend(fig, ax, ncol=3, handles=None):
-    h, lab = handles or ax.get_legend_handles_labels()
-    fig.tight_layout()
-    fig.legend(h, lab, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, -0.01))
-    return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
 def momentum_figure(rows: pd.DataFrame):
@@ -71,7 +64,7 @@ def momentum_figure(rows: pd.DataFrame):
     axes[0, 0].set_ylabel("statistics error\n(dashed: precise BN)")
     axes[1, 0].set_ylabel("accuracy minus\nprecise BN")
     axes[1, 0].set_ylim(max(axes[1, 0].get_ylim()[0], -1.0), min(axes[1, 0].get_ylim()[1], 1.0))
-    return _legend(fig, axes[0, 0], ncol=len(budgets))
+    return legend_below(fig, axes[0, 0], ncol=len(budgets))
 
 
 def train_figure(train: pd.DataFrame):
@@ -100,7 +93,7 @@ def train_figure(train: pd.DataFrame):
                 ax.set_xticks(range(len(conds)), [TRAIN_NAMES[c] for c in conds], rotation=60, ha="right")
         axes[0, 0].set_ylabel("task-B accuracy")
         axes[1, 0].set_ylabel("task A kept\n(head A, eval mode)")
-    return _legend(fig, axes[0, 0], ncol=len(shifts))
+    return legend_below(fig, axes[0, 0], ncol=len(shifts))
 
 
 def frankle_figure(frankle: pd.DataFrame):
@@ -118,4 +111,4 @@ def frankle_figure(frankle: pd.DataFrame):
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("trainable parameters (log scale)")
     ax.set_ylabel("task-A accuracy\nfrom random init")
-    return _legend(fig, ax, ncol=2)
+    return legend_below(fig, ax, ncol=2)

@@ -11,18 +11,11 @@ import numpy as np
 import pandas as pd
 
 from ... import style
-from ...plots import fit_page, interval_frame
+from ...plots import interval_frame, legend_below
 from .claims import NAMES, STREAM_NAMES, STREAMS_ORDER, parsed
 
 METHODS_DRAWN = ("source", "test_batch", "prior_tuned", "dua", "tent_tuned", "routed")
 MARKERS = dict(zip(METHODS_DRAWN, ("s", "o", "^", "D", "v", "P")))
-
-
-def _legend(fig, ax, ncol=3):
-    h, lab = ax.get_legend_handles_labels()
-    fig.tight_layout()
-    fig.legend(h, lab, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, -0.01))
-    return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
 def accuracy_figure(table: pd.DataFrame, strength: float):
@@ -55,7 +48,7 @@ def accuracy_figure(table: pd.DataFrame, strength: float):
                 ax.set_ylabel(f"{f}\naccuracy")
             if i == len(fams) - 1:
                 ax.set_xlabel("test batch size")
-    return _legend(fig, axes[0, 0], ncol=4)
+    return legend_below(fig, axes[0, 0], ncol=4)
 
 
 def mix_figure(claims_table: pd.DataFrame):
@@ -83,7 +76,7 @@ def mix_figure(claims_table: pd.DataFrame):
         ax.set_title(STREAM_NAMES[s])
         ax.set_xlabel("test batch size")
     axes[0, 0].set_ylabel("mix minus test-batch\nstatistics (accuracy)")
-    return _legend(fig, axes[0, 0], ncol=3)
+    return legend_below(fig, axes[0, 0], ncol=3)
 
 
 def mismatch_figure(mm: pd.DataFrame):
@@ -97,4 +90,4 @@ def mismatch_figure(mm: pd.DataFrame):
     ax.set_xscale("log")
     ax.set_xlabel("mismatch before adapting (mean KL over layers)")
     ax.set_ylabel("test-batch statistics\nminus source (accuracy)")
-    return _legend(fig, ax, ncol=3)
+    return legend_below(fig, ax, ncol=3)
