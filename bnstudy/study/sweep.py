@@ -28,6 +28,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import re
+import socket
 import os
 import sys
 import tempfile
@@ -303,10 +305,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
     The bytes go to a temporary file in the same directory, are flushed and
     fsynced, then renamed over ``path`` (``os.replace`` is atomic on POSIX).
+    The temporary file is hidden and named ``.<name>.<host>-<pid>.<random>.tmp``:
+    it never matches a reader's ``*.json``. A writer killed between the two steps
+    (SIGKILL, a lost machine) leaves it behind; :func:`remove_orphan_temporaries`
+    deletes it once its writer is gone.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_writer_tag()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -318,6 +324,44 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _writer_tag() -> str:
+    """``<host>-<pid>`` of this process, with the host's dots and dashes removed so the tag parses back."""
+    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname()) or "host"
+    return f"{host}-{os.getpid()}"
+
+
+_TEMPORARY = re.compile(r"^\..+\.(?P<host>[A-Za-z0-9]+)-(?P<pid>\d+)\.[^.]+\.tmp$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+def remove_orphan_temporaries(directory) -> list[Path]:
+    """Delete the temporary files that writers killed mid-write left in ``directory``; return what was deleted.
+
+    A temporary file of :func:`atomic_write_bytes` is an orphan when it was written on this host and its writer's
+    process no longer exists. Files of live writers and files written on other hosts (a cache on a shared disk) are
+    left alone: their writers may still rename them. A missing ``directory`` deletes nothing.
+    """
+    directory, here, gone = Path(directory), re.sub(r"[^A-Za-z0-9]", "", socket.gethostname()) or "host", []
+    if not directory.is_dir():
+        return gone
+    for p in directory.glob(".*.tmp"):
+        m = _TEMPORARY.match(p.name)
+        if m and m["host"] == here and not _alive(int(m["pid"])):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                gone.append(p)
+    return gone
 
 
 def _umask() -> int:
@@ -495,6 +539,7 @@ def run_sweep(configs: list, run_group: Callable[..., list[dict]], *, namespace:
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     want = numerics.expected()
     cache = RunCache(root, namespace, version or namespace_version(run_group, configs), numerics.key(want))
+    remove_orphan_temporaries(cache.dir)  # what writers killed mid-write in an earlier sweep left behind
     known = os.environ.get(VERIFY_ENV)
     reused = {}  # config index -> the numeric environment its recorded row was computed under
     if known:  # verifying a release: the recorded rows of every unit not sampled count as cached
