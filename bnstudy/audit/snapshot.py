@@ -127,13 +127,6 @@ def _newly_nonfinite(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((fa & ~torch.isfinite(b)).any())
 
 
-def nonfinite_words(t: torch.Tensor) -> str:
-    """``"3 of 8 values NaN, 1 inf"``: the NaN and infinite values of a floating tensor, in words."""
-    nan, inf = int(t.isnan().sum()), int(t.isinf().sum())
-    parts = ([f"{nan} NaN"] if nan else []) + ([f"{inf} inf"] if inf else [])
-    return f"{nan + inf} of {t.numel()} values non-finite ({', '.join(parts) or 'none'})"
-
-
 def diff_rows(before: Snapshot, after: Snapshot, where: str = "diff_rows") -> list[dict]:
     """:func:`diff`'s rows as plain dicts, one per tensor with the columns :func:`diff` documents (keys
     :data:`_DIFF_COLUMNS`); no pandas needed. Raises ``TypeError`` if an argument is not a :class:`Snapshot`

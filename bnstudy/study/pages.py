@@ -190,19 +190,12 @@ def glue_chapter(prefix: str, claims: pd.DataFrame, numbers: pd.DataFrame, words
 
 
 def summary_items(prefix: str, summary: pd.DataFrame) -> list[tuple[str, float]]:
-    """The names and values :func:`glue_summary` glues (no gluing)."""
+    """``(name, value)`` of a long summary (``group, metric, mean, ci_low, ci_high``): ``<prefix>_<metric>_<group>_<stat>``."""
     group = [c for c in summary.columns if c not in ("metric", "mean", "ci_low", "ci_high", "n_seeds")]
     if len(group) != 1:
-        raise ValueError(f"glue_summary needs exactly one grouping column, got {group}")
+        raise ValueError(f"a summary needs exactly one grouping column, got {group}")
     return [(f"{prefix}_{r['metric']}_{_slug(r[group[0]])}_{stat}", float(r[stat]))
             for _, r in summary.iterrows() for stat in ("mean", "ci_low", "ci_high")]
-
-
-def glue_summary(prefix: str, summary: pd.DataFrame) -> None:
-    """Glue a long summary (``group, metric, mean, ci_low, ci_high``) as ``<prefix>_<metric>_<group>_<stat>``."""
-    from myst_nb import glue
-    for name, v in summary_items(prefix, summary):
-        glue(name, v, display=False)
 
 
 def _extra_text(name: str, value) -> str:

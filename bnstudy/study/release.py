@@ -164,11 +164,6 @@ def sha256_file(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def release_entry(release_dir=RELEASE_DIR) -> dict:
-    """The release's own record (version, date, commit, last verification), for a page's run line."""
-    return read_manifest(release_dir).get("release", {})
-
-
 # --- units -----------------------------------------------------------------------------------------------------------
 
 def units_path(chapter: Chapter, release_dir=RELEASE_DIR) -> Path:

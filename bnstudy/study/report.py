@@ -37,11 +37,6 @@ _RUN: dict = {}
 _SAVED: list[Path] = []
 
 
-def fmt_ci(mean: float, low: float, high: float, digits: int = 3) -> str:
-    """``"0.512 [0.498, 0.526]"``: a mean and its interval."""
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
 @lru_cache(maxsize=None)
 def git_commit(repo=None) -> str:
     """The code's git commit: a short hash, ``"+dirty"`` appended when tracked files of the code that computes rows

@@ -483,12 +483,6 @@ def sweep_counts() -> dict[str, tuple[int, int]]:
     return {k: (len(done), len(seen)) for k, (done, seen) in _COUNTS.items()}
 
 
-def sweep_keys() -> dict[str, set]:
-    """``{namespace: cache keys}`` of every unit given to :func:`run_sweep` in this process since the last
-    :func:`reset_sweep_counts` (what a verification samples from: the units a chapter's tables are made of)."""
-    return {k: set(seen) for k, (_, seen) in _COUNTS.items()}
-
-
 def reset_sweep_counts() -> None:
     """Start :func:`sweep_counts` afresh (a chapter calls it when its page starts executing)."""
     _COUNTS.clear()

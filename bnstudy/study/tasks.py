@@ -126,11 +126,6 @@ def eval_set(task: TemplateTask, n: int, seed: int, tag: str) -> tuple[torch.Ten
     return task.sample(y, g), y
 
 
-def pack_images(xs: list[torch.Tensor]) -> torch.Tensor:
-    """Concatenate ``R`` batches ``(B, C, H, W)`` into one packed batch ``(B, R*C, H, W)``."""
-    return torch.cat(xs, 1)
-
-
 # --- chapter 3 (issue 10): task B with task A's classes, and shifts a BatchNorm layer cannot undo -------------------
 
 #: Which templates task B uses: ``"new"`` its own (tag ``"B"``, today's tasks), ``"same"`` task A's (tag ``"A"``):

@@ -246,14 +246,6 @@ def edge_counts(momentum: pd.DataFrame, train: pd.DataFrame, frankle: pd.DataFra
                 frankle_at_edge=int(f["at_edge"].sum()), frankle_cells=len(f))
 
 
-def verdict_counts(claims_table: pd.DataFrame) -> pd.DataFrame:
-    """How many claims of each family print each verdict kind (the book's counts rule: each claim's printed
-    verdict). Columns: ``family`` and one per kind present, then ``claims``."""
-    out = claims_table.groupby("family")["kind"].value_counts().unstack(fill_value=0)
-    out["claims"] = out.sum(axis=1)
-    return out.reset_index()
-
-
 
 # --- the page: parsed keys, descriptive means, tables, the numbers table and the rule-triggered notes ----------------
 

@@ -239,20 +239,6 @@ CH3_KIND_MARKS = {**{k: ("o", style.color("shift", k), True) for k in ("brightne
                   "no shift": ("s", style.GREY, True), "no shift, same classes": ("s", style.GREY, False)}
 
 
-def _log_ticks(ax):
-    """Readable labels on a log x axis: 1-2-5 steps over up to 2.5 decades, 1-3 up to 4, else powers of ten;
-    plain numbers, rotated."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    lo, hi = ax.get_xlim()
-    decades = np.log10(hi / lo) if lo > 0 and hi > lo else 1.0
-    subs = (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0, 3.0) if decades <= 4 else (1.0,)
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=30))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    for t in ax.get_xticklabels():
-        t.set_rotation(35); t.set_ha("right")
-
-
 def _decade_ticks(ax):
     """Labels on a log x axis at powers of ten only, upright (at most a handful per panel, none overlapping)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter

@@ -215,19 +215,6 @@ def stream_means(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def verdict_counts(claims_table: pd.DataFrame, family: str, by=("condition", "stream")) -> pd.DataFrame:
-    """How many claims of ``family`` print each verdict kind, per ``by`` (the book's counts rule: each claim's
-    printed verdict). Columns: ``by``, ``higher``, ``equivalent``, ``not decided``, ``lower`` (and ``too few
-    seeds`` where any), ``cells``."""
-    p = parsed(claims_table[claims_table["family"] == family])
-    out = p.groupby(list(by))["kind"].value_counts().unstack(fill_value=0)
-    for k in ("higher", "equivalent", "not decided", "lower"):
-        if k not in out.columns:
-            out[k] = 0
-    out["cells"] = out.sum(axis=1)
-    return out.reset_index()
-
-
 def main_table(means: pd.DataFrame, claims_table: pd.DataFrame, batches) -> pd.DataFrame:
     """The page's main table: per condition (rows) and stream x test batch (columns), the mean accuracy with its
     95% interval over seeds (:func:`stream_means`) and, against the source statistics, how many of the cells
