@@ -67,7 +67,7 @@ PRECISE_BATCH_SIZES = (2, 32)
 #: a cold full chapter is about 40 wall-min: 40.3 worker-min main grid (batch 2: 40%), 11.7 learning-rate check (3.9
 #: per factor), at most 5.9 tuned-rate runs; 0.60 wall-min per worker-min. Quick: 18.7 CPU-min check, 15.0 main grid.
 PROFILES = {
-    "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=256, stage1_steps=200, noise_pool=2048,
+    "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=128, stage1_steps=200, noise_pool=2048,
                   precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
                   tune_seeds=2, tune_batch_sizes=(2, 32), lr_factors=(0.5, 1.0, 2.0),
                   budget_steps=16, decision_batch_sizes=(2, 32), grid_extensions=1),

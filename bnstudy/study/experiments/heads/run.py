@@ -63,7 +63,7 @@ LR_GRIDS = {"sgd": (0.005, 0.016, 0.05, 0.16), "sgd_plain": (0.05, 0.16, 0.5, 1.
 #: sgd_plain: one point each) and 4ea75c0 (pinned linear / sgd_plain at 0.005, the bottom: 0.0016 added).
 PROFILES = {
     "quick": dict(seeds=2, steps=150, heads=("linear", "mlp_bn", "std_linear"), tuning_seeds=(1000,),
-                  feature_seeds=2, steps_check=600, steps_check_seeds=2),
+                  feature_seeds=2, steps_check=300, steps_check_seeds=2),
     "full": dict(seeds=10, steps=800, heads=HEADS, tuning_seeds=(1000, 1001, 1002), feature_seeds=10,
                  lr_sgd=(0.0016, *LR_GRIDS["sgd"], 0.5), lr_sgd_plain=(0.0016, 0.005, 0.016, *LR_GRIDS["sgd_plain"]),
                  lr_adam=(0.0003, *LR_GRIDS["adam"], 0.1, 0.3), steps_check=3200, steps_check_seeds=10),
