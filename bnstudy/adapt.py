@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as glb
 
-from ._checks import check_module, describe, module_names
+from ._checks import check_materialized, check_module, describe, module_names
 from .freeze import _refuse_script_module
 from .norms import ADAPTED, computes_standard_eval, has_running_stats, is_batch_norm, is_frozen_batchnorm
 
@@ -223,6 +223,7 @@ def adapt_bn_statistics(model: nn.Module, prior: float = 16.0, *, modules=None) 
     et al. 2020 and Niu et al. 2023 find test-batch statistics fail at batch size 1).
     """
     check_module(_FN, "model", model)
+    check_materialized(_FN, "model", model)
     _refuse_script_module(_FN, "model", model)
     p = _check_prior(prior)
     _refuse_compiled(model)

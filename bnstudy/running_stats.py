@@ -45,8 +45,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_module,
-                      check_number, describe, module_names, user_stacklevel)
+from ._checks import (check_bool, check_callable, check_choice, check_int, check_iterable, check_materialized,
+                      check_module, check_number, describe, module_names, user_stacklevel)
 from .freeze import _refuse_hooks, batchnorm_layers, is_pinned, _refuse_script_module, unpin
 from .norms import (refuse_adapted, compiled_original, computes_standard_eval, has_running_stats, is_batch_norm, keeps_running_stats,
                     mark_precise_estimate)
@@ -284,7 +284,8 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
     Raises ``TypeError`` naming the argument of a wrong type (``model`` not an
     ``nn.Module``, ``batches`` not an iterable of batches, ``num_iters`` not an
     integer, ``input_fn`` not callable, ``modules`` not names or modules);
-    ``ValueError`` if ``model`` has no such layer (or ``modules`` hold none),
+    ``ValueError`` if ``model`` has no such layer (or ``modules`` hold none), holds tensors on the ``'meta'``
+    device (no values to run: materialise it first; every estimator here refuses it the same way),
     ``modules`` is empty or names an unknown module, ``batches`` is empty or too
     short, or ``num_iters < 1``, or when an estimate is not finite: a batch
     holding ``inf``/``NaN`` (an fp16 overflow upstream) or a variance that
@@ -298,6 +299,7 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
     names as in that module).
     """
     check_module("update_bn_stats", "model", model)
+    check_materialized("update_bn_stats", "model", model)
     refuse_adapted("update_bn_stats", "model", model)
     _refuse_script_module("update_bn_stats", "model", model)
     model = compiled_original(model)
@@ -414,6 +416,7 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
     ``forward`` as there.
     """
     check_module("precise_bn_statistics", "model", model)
+    check_materialized("precise_bn_statistics", "model", model)
     refuse_adapted("precise_bn_statistics", "model", model)
     _refuse_script_module("precise_bn_statistics", "model", model)
     model = compiled_original(model)
@@ -481,6 +484,7 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
     A ``torch.compile`` wrapper is measured through the module it wraps.
     """
     check_module("bn_input_statistics", "model", model)
+    check_materialized("bn_input_statistics", "model", model)
     _refuse_script_module("bn_input_statistics", "model", model)
     model = compiled_original(model)
     check_choice("bn_input_statistics", "network_mode", network_mode, MISMATCH_PASSES)
@@ -599,6 +603,7 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
     of the wrong type, or for a TorchScript model (as :func:`bn_input_statistics`).
     """
     check_module("statistics_mismatch", "model", model)
+    check_materialized("statistics_mismatch", "model", model)
     _refuse_script_module("statistics_mismatch", "model", model)
     model = compiled_original(model)
     _check_measure("statistics_mismatch", measure)
@@ -626,6 +631,7 @@ def mismatch_from_statistics(model: nn.Module, statistics: dict, measure: str = 
     name that is not a BN layer of ``model`` or a shape that does not match it.
     """
     check_module("mismatch_from_statistics", "model", model)
+    check_materialized("mismatch_from_statistics", "model", model)
     _check_measure("mismatch_from_statistics", measure)
     check_bool("mismatch_from_statistics", "per_channel", per_channel)
     if not isinstance(statistics, dict) or not all(
@@ -729,6 +735,7 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
     pd = require_pandas()
 
     check_module("compare_statistics", "model", model)
+    check_materialized("compare_statistics", "model", model)
     model = compiled_original(model)
     if isinstance(other, nn.Module):
         other = compiled_original(other)

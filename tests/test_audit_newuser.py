@@ -281,3 +281,17 @@ def test_the_summary_counts_the_information_lints_it_lists_and_lists_every_lint_
     assert ("  information:" in text.splitlines()) == bool(info)
     md = audit._repr_markdown_()
     assert all(f"`{x.code}`" in md for x in audit.lints)
+
+
+def test_results_read_inside_the_block_say_they_exist_after_it():
+    """New-user report (stop 53): ``audit.assert_frozen(...)`` inside the ``with`` block said "use it as `with
+    FreezeAudit(model) as audit`", which the user was doing. Every result method says when results exist."""
+    m = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).eval()
+    audit = FreezeAudit(m)
+    with pytest.raises(RuntimeError, match="use it as `with FreezeAudit"):
+        audit.report()
+    with FreezeAudit(m) as a:
+        for read in (a.report, a.summary, lambda: a.assert_frozen(m)):
+            with pytest.raises(RuntimeError, match="results exist once the `with` block has exited"):
+                read()
+    a.assert_frozen(m)  # after the block: the result

@@ -56,3 +56,12 @@ def test_values_come_back_in_the_defaults_type_and_describe_prints_them_resolved
                             "shuffle=True, kind=a, n_eval=4")
     assert check_like("x", [1, 2], (0.5,)) == (1.0, 2.0) and check_like("x", object, None) is object
 
+
+
+def test_a_refusal_shows_a_long_list_by_its_ends():
+    """New-user report (stop 53): ``seeds=1001`` refused with all 1,001 seeds in the message."""
+    from bnstudy.study.experiments.unknown_task import run as ch06
+    with pytest.raises(ValueError, match=r"got \[0, 1, 2, 3, 4, \.\.\., 999, 1000\] \(1001 values\)$"):
+        ch06.make_config("quick", seeds=1001)
+    with pytest.raises(ValueError, match=r"got \[0, 10\]$"):  # a short one whole
+        ch06.make_config("quick", seeds=(0, 10))

@@ -394,3 +394,6 @@ def test_torch_batchnorm_with_bias_false_is_refused_clearly_by_freeze_and_replac
         with pytest.raises(ValueError, match="bias=False"):
             convert(model)
         assert _unchanged(model, snap)
+    x = torch.randn(2, 3, 5, 5)
+    synced = fz.convert_sync_batchnorm(copy.deepcopy(model)).eval()  # the README: SyncBatchNorm keeps the layout
+    assert synced[1].bias is None and torch.equal(synced(x), model(x))

@@ -472,7 +472,10 @@ def test_separate_stats_and_pinned_identities_are_exact_checks():
     (dict(checkpoints=(400, 1600)), "checkpoints must be a list that includes steps=800 .*checkpoints: \\[400, 800\\].*got \\[400, 1600\\]"),
     (dict(checkpoints=(800,)), "checkpoints must have at least 2 element"),
     (dict(sgd_lrs=(0.1, -1)), "sgd_lrs\\[1\\] must be a finite number > 0.0"),
-    (dict(thread_seeds=5), "thread_seeds must be <= the number of seeds"),
+    (dict(thread_seeds=5), "thread_seeds must be from 2 .* to the number of seeds, got 5"),
+    (dict(thread_seeds=0), "thread_seeds must be from 2 .* got 0"),  # new-user report: refused only after training
+    (dict(thread_seeds=1), "thread_seeds must be from 2 .* got 1"),
+    (dict(head="mlp"), "head must be .linear. .*got mlp"),  # the head sweep raised after the main run had trained
 ])
 def test_sweep_parameters_are_checked(kw, match):
     with pytest.raises(ValueError, match=match):

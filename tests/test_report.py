@@ -300,3 +300,37 @@ def test_a_chapter_added_after_the_last_verification_is_not_said_to_be_verified(
     (tmp_path / "manifest.json").write_text(json.dumps(dict(release=dict(version="1", verified=old),
                                                             tables={"09_x": dict(chapter="09")})))
     assert "this chapter exactly" in release_text(release_of(tmp_path / "09_x.csv"))  # a record before lists: exact
+
+
+# --- new-user report (stop 53): the wrong file as rows, and an output folder that cannot be made ------------------
+
+def test_rows_naming_a_sidecar_a_sibling_or_another_chapters_table_are_refused_as_such():
+    """Each used to fail with a message about something else (a checksum, a doubled suffix, a parameter the run
+    "did not record"). The kind: any file of a results folder that is not this chapter's main table."""
+    from bnstudy.study.release import RELEASE_DIR
+    with pytest.raises(ValueError, match=r"01_freeze_modes.json is a sidecar .* 01_freeze_modes.csv"):
+        report.load_rows(RELEASE_DIR / "01_freeze_modes.json", {})
+    with pytest.raises(ValueError, match=r"01_freeze_modes_drift_targets.csv is the run's 'drift_targets' table.*"
+                                         r"give the main table, 01_freeze_modes.csv"):
+        report.rows_or_run(RELEASE_DIR / "01_freeze_modes_drift_targets.csv", None, {"modes": None},
+                           siblings=("drift", "drift_targets"))
+    with pytest.raises(ValueError, match=r"02_eval_traps.csv holds chapter 02_eval_traps's rows .* not this "
+                                         r"chapter's \(freeze_modes\)"):
+        report.load_rows(RELEASE_DIR / "02_eval_traps.csv", {"modes": None}, chapter="freeze_modes")
+    table, _ = report.load_rows(RELEASE_DIR / "02_eval_traps.csv", {}, chapter="eval_traps")  # its own: read
+    assert len(table)
+    from bnstudy.study.experiments.eval_traps import run as ch02
+    assert report.chapter_folder(ch02) == report.chapter_folder(ch02.make_config("quick")) == "eval_traps"
+    assert report.chapter_folder(report) is None
+
+
+def test_output_folders_are_made_and_checked_before_any_work(tmp_path):
+    from bnstudy.study.book import check_output_folders
+    (tmp_path / "a_file").write_text("x")
+    for name, value, why in [("results_dir", "/proc/nope", "No such file or directory"),
+                             ("figures_dir", str(tmp_path / "a_file"), "exists and is not a directory"),
+                             ("cache_dir", str(tmp_path / "a_file" / "sub"), "Not a directory")]:
+        with pytest.raises(ValueError, match=rf"^{name} '{value}': cannot be used as a folder \({why}\)"):
+            check_output_folders({name: value})
+    check_output_folders({"results_dir": str(tmp_path / "new" / "results"), "cache_dir": None})
+    assert (tmp_path / "new" / "results").is_dir() and not list((tmp_path / "new" / "results").iterdir())

@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+import bnstudy
+import bnstudy.running_stats
 from bnstudy.freeze import pin_eval
 from bnstudy.running_stats import precise_bn_statistics, update_bn_stats
 
@@ -172,3 +174,28 @@ def test_stats_near_init_is_silent_after_precise_bn_and_returns_after_a_reset():
     model(batches[1])
     bnstudy.pin_eval(model)
     assert "stats_near_init" in codes(model) and not hasattr(model[1], PRECISE_MARK)
+
+
+def _meta_model():
+    with torch.device("meta"):
+        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, b: bnstudy.update_bn_stats(m, b),
+    lambda m, b: bnstudy.precise_bn_statistics(m, b),
+    lambda m, b: bnstudy.running_stats.bn_input_statistics(m, b),
+    lambda m, b: bnstudy.statistics_mismatch(m, b),
+    lambda m, b: bnstudy.running_stats.mismatch_from_statistics(m, {}),
+    lambda m, b: bnstudy.compare_statistics(m, b),
+    lambda m, b: bnstudy.adapt_bn_statistics(m.eval()).__enter__(),
+], ids=["update_bn_stats", "precise_bn_statistics", "bn_input_statistics", "statistics_mismatch",
+        "mismatch_from_statistics", "compare_statistics", "adapt_bn_statistics"])
+def test_every_estimator_refuses_a_model_on_the_meta_device_before_running_it(call):
+    """New-user report (stop 53): a meta-device model reached torch (``Tensor.item() cannot be called on meta
+    tensors``) or was accepted (adapt_bn_statistics). The kind: every running-statistics call that reads a user
+    model's values; each refuses it as lint_model and FreezeAudit do, naming the parameter and the fix."""
+    m = _meta_model()
+    with pytest.raises(ValueError, match=r"model must hold its values.*'meta' device.*to_empty"):
+        call(m, [torch.randn(2, 3, 8, 8)])
+    assert m[1].running_mean.device.type == "meta"  # nothing was changed

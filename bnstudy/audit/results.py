@@ -54,8 +54,11 @@ class _Results:
     # -- results --------------------------------------------------------------
     def _require_done(self) -> None:
         if self.after is None:
+            if getattr(self, "before", None) is not None:  # entered, not exited: called inside the block
+                raise RuntimeError("FreezeAudit: the audit has no result yet: its results exist once the `with` "
+                                   "block has exited (the block is what is audited); call them after it")
             raise RuntimeError("FreezeAudit: the audit has no result yet: use it as "
-                               "`with FreezeAudit(model) as audit: ...`")
+                               "`with FreezeAudit(model) as audit: ...` and read the results after the block")
 
     def report(self) -> pd.DataFrame:
         """Every parameter and buffer with its largest absolute change (see :func:`diff`)."""

@@ -187,6 +187,7 @@ def check_injected_parameters(history=None, where: str = "this notebook") -> Non
         if shell is None:
             return
         history = list(shell.user_ns.get("In", []))
+        check_output_folders(shell.user_ns)
     cells = list(history)[:-1]  # the running cell is the last
     injected = [i for i, src in enumerate(cells) if src.lstrip().startswith(INJECTED_HEADER)]
     if not injected or injected[-1] == 0:
@@ -195,6 +196,32 @@ def check_injected_parameters(history=None, where: str = "this notebook") -> Non
     check_parameter_names(assigned_names(cells[i]), assigned_names(cells[i - 1]), where,
                           " (papermill injected them, but this notebook has no such parameters: its parameters "
                           "cell is the list; `bnstudy list` prints every chapter's)")
+
+
+#: A chapter's folder parameters: where it writes its tables, its figures and its run cache.
+OUTPUT_FOLDERS = ("results_dir", "figures_dir", "cache_dir")
+
+
+def check_output_folders(values: dict) -> None:
+    """Create each folder of :data:`OUTPUT_FOLDERS` given in ``values`` (a notebook's namespace or a chapter's
+    parameters; ``None`` is the default folder, made when first written) and check that a file can be written in
+    it, before any work starts: a folder that cannot be made used to fail as a bare ``FileNotFoundError`` after the
+    run or its analysis. Raises ``ValueError`` naming the parameter, the folder and the reason."""
+    for name in OUTPUT_FOLDERS:
+        value = values.get(name)
+        if value is None:
+            continue
+        folder = Path(value)
+        try:
+            if folder.exists() and not folder.is_dir():
+                raise NotADirectoryError(20, "exists and is not a directory")
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as e:
+            why = e.strerror or str(e)
+            raise ValueError(f"{name} {str(value)!r}: cannot be used as a folder ({why}); give a folder this "
+                             "process can write (created if missing)") from None
 
 
 PROGRESS_TAG = "(bnstudy progress)"

@@ -157,16 +157,18 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     if cache is not None and Path(cache).exists() and not Path(cache).is_dir():
         raise ValueError(f"cache_dir (--cache-dir) {cache}: exists and is not a directory; give a directory "
                          f"(created if missing)")
+    from .book import check_output_folders
+    check_output_folders({k: values.get(k) for k in ("cache_dir",)})  # --out's folders are the command's own
     if values.get("rows") is not None:  # the file, its sidecar and its checksum
-        from .report import config_parameters, load_rows, rows_or_run
+        from .report import chapter_folder, config_parameters, load_rows, rows_or_run
         if hasattr(module, "ANALYSIS_PARAMETERS"):  # the notebook's own check: parameters and sibling tables
             own = getattr(module, "sibling_parameters", None)  # siblings whose sidecars record their own config
             rows_or_run(values["rows"], None, *config_parameters(config, {**values, "profile": profile},
                                                                  module.ANALYSIS_PARAMETERS),
                         siblings=getattr(module, "SIBLING_TABLES", ()), sibling_parameters=own(config) if own else None,
-                        defaults=getattr(module, "READ_DEFAULTS", None))
+                        defaults=getattr(module, "READ_DEFAULTS", None), chapter=chapter_folder(module))
         else:
-            load_rows(values["rows"], {})
+            load_rows(values["rows"], {}, chapter=chapter_folder(module))
     return config
 
 

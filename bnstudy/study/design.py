@@ -116,4 +116,9 @@ def _fmt(v) -> str:
 
 
 def _shown(v):
-    return list(v) if isinstance(v, tuple) else v
+    """A rejected value as a refusal shows it: a tuple as a list, a long one (seeds 0..999) cut to its ends."""
+    if not isinstance(v, tuple):
+        return v
+    if len(v) <= 12:
+        return list(v)
+    return f"[{', '.join(map(repr, v[:5]))}, ..., {', '.join(map(repr, v[-2:]))}] ({len(v)} values)"

@@ -217,8 +217,8 @@ def save_table(df: pd.DataFrame, path) -> Path:
     return path
 
 
-def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: dict | None = None
-              ) -> tuple[pd.DataFrame, dict]:
+def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: dict | None = None,
+              chapter: str | None = None) -> tuple[pd.DataFrame, dict]:
     """The result rows of an earlier run of a chapter, to analyse again without recomputing them.
 
     A chapter's notebook can take its rows from a results CSV that an earlier execution saved (with
@@ -247,11 +247,18 @@ def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: di
     table was re-saved by a page that analysed an earlier run's rows), its ``git_commit``, ``written``
     and ``run_wall_s`` are used, so the provenance still names the run that computed the rows.
 
-    Raises ``FileNotFoundError`` if the CSV or its sidecar is missing; ``ValueError`` if the CSV's sha256
+    ``chapter``: the reading chapter's folder name (``freeze_modes``); a table whose sidecar records another chapter
+    (``02_eval_traps``) is refused before its parameters are compared.
+
+    Raises ``FileNotFoundError`` if the CSV or its sidecar is missing; ``ValueError`` if ``path`` is a sidecar
+    (``.json``) or another chapter's table, if the CSV's sha256
     differs from the one its sidecar recorded (the file was changed, or is not the complete table), or
     if a parameter is not recorded or differs from the record (the message names it and both values).
     """
     path = Path(path)
+    if path.suffix == ".json":
+        raise ValueError(f"rows: {path.name} is a sidecar (what produced a table); give the results table it "
+                         f"describes, {path.with_suffix('.csv').name}")
     if not path.is_file():
         raise FileNotFoundError(f"rows: no results table at {path} (give the CSV an earlier run saved, "
                                 f"or rows=None to run the experiment)")
@@ -266,6 +273,10 @@ def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: di
         raise ValueError(f"rows: {path} does not match its sidecar (sha256 {digest[:12]}... against "
                          f"{str(meta.get('sha256'))[:12]}...): the file was changed after the run or is incomplete")
     recorded = dict(meta.get("parameters") or {})
+    owner = recorded.get("chapter")
+    if chapter and isinstance(owner, str) and owner.split("_", 1)[-1] != chapter:
+        raise ValueError(f"rows: {path.name} holds chapter {owner}'s rows (its sidecar says so), not this "
+                         f"chapter's ({chapter}); give the results table this chapter's run saved")
     defaulted = {name: _jsonable(v) for name, v in (defaults or {}).items()
                  if name in parameters and name not in recorded}
     recorded.update(defaulted)
@@ -422,7 +433,8 @@ class Rows:
 
 
 def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, siblings=(),
-                sibling_parameters: dict | None = None, defaults: dict | None = None) -> Rows:
+                sibling_parameters: dict | None = None, defaults: dict | None = None,
+                chapter: str | None = None) -> Rows:
     """A chapter's rows: from ``run()`` (``rows is None``) or from an earlier run's saved tables (``rows``).
 
     ``rows``: ``None``, or the path of an earlier run's main results CSV (``results/NN_name.csv``).
@@ -434,7 +446,8 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
     and must come from the same git commit as the main table. ``sibling_parameters``: ``{suffix: (parameters,
     resolved)}`` for a sibling whose sidecar records its own configuration (a check the run derived from the
     chapter's config, on other seeds), checked against those instead. ``defaults``: the chapter's
-    ``READ_DEFAULTS`` (see :func:`load_rows`), applied to every table.
+    ``READ_DEFAULTS`` (see :func:`load_rows`), applied to every table. ``chapter``: the reading chapter's folder
+    name (:func:`load_rows`: another chapter's table is refused).
 
     Returns :class:`Rows`. Raises what :func:`load_rows` raises (a missing table or sidecar, a changed file, a
     parameter that differs, naming it), ``ValueError`` if a sibling comes from another commit than the main
@@ -449,7 +462,12 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
             raise ValueError(f"rows_or_run: run returned tables {sorted(tables)}, expected siblings {sorted(siblings)}")
         return Rows(table, dict(tables), None, wall, {})
     path = Path(rows)
-    table, prov = load_rows(path, parameters, resolved, defaults)
+    side = [s for s in siblings if path.stem.endswith(f"_{s}")]
+    if side:
+        main = path.with_name(f"{path.stem[:-len(side[0]) - 1]}{path.suffix}")
+        raise ValueError(f"rows: {path.name} is the run's {side[0]!r} table, saved beside its main table; give the "
+                         f"main table, {main.name} (its siblings are read from beside it)")
+    table, prov = load_rows(path, parameters, resolved, defaults, chapter)
     tables = {}
     for suffix in siblings:
         sib = path.with_name(f"{path.stem}_{suffix}{path.suffix}")
@@ -473,8 +491,17 @@ def chapter_rows(rows, run, config, given: dict, module):
     own = getattr(module, "sibling_parameters", None)
     r = rows_or_run(rows, run, *config_parameters(config, given, getattr(module, "ANALYSIS_PARAMETERS", ())),
                     siblings=getattr(module, "SIBLING_TABLES", ()), sibling_parameters=own(config) if own else None,
-                    defaults=getattr(module, "READ_DEFAULTS", None))
+                    defaults=getattr(module, "READ_DEFAULTS", None), chapter=chapter_folder(module))
     return r, (config.replace(**r.defaulted) if r.defaulted else config)
+
+
+def chapter_folder(obj) -> str | None:
+    """The chapter folder (``freeze_modes``) of a chapter's module or config (``bnstudy.study.experiments.<folder>``
+    or one of its modules), else ``None``."""
+    name = obj.__name__ if isinstance(obj, type(dataclasses)) else type(obj).__module__
+    parts = name.split(".")
+    i = parts.index("experiments") if "experiments" in parts else -1
+    return parts[i + 1] if 0 <= i < len(parts) - 1 else None
 
 
 def record_run_time(seconds: float) -> float:

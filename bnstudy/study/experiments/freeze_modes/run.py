@@ -132,7 +132,10 @@ class Config(ChapterConfig):
         Rule("seeds", "disjoint from tuning_seeds and confirm_seeds (a setting chosen on a seed would be judged on it)",
              lambda c: not ({*c.seeds} & {*c.tuning_seeds} or {*c.seeds} & {*c.confirm_seeds}
                             or {*c.tuning_seeds} & {*c.confirm_seeds})),
-        Rule("thread_seeds", "<= the number of seeds", lambda c: c.thread_seeds <= len(c.seeds)),
+        Rule("thread_seeds", "from 2 (the thread check's interval needs two seeds) to the number of seeds",
+             lambda c: 2 <= c.thread_seeds <= len(c.seeds)),
+        Rule("head", "'linear' (the head sweep, compared with the main run at steps, trains a linear head: two "
+             "feature paths cover the four modes only for it; chapter 4 compares heads)", lambda c: c.head == "linear"),
         Rule("ablation", "True or False", lambda c: isinstance(c.ablation, bool)),
         Rule("steps", f"at least the first recorded step where (1 - momentum)^t < {FLOOR_WEIGHT} (the drift analysis' "
              "noise floor; 100 at momentum 0.1)", lambda c: "train_mode" not in c.modes or floor_steps(c.momentum,
