@@ -124,6 +124,31 @@ def test_every_chapter_notebook_parameter_is_one_its_make_config_accepts(nb_path
     cli.check_parameters(nb_path, profile, book.notebook_parameters(nb_path), {})
 
 
+@pytest.mark.parametrize("nb_path", book.chapter_paths(), ids=lambda p: p.stem)
+def test_a_parameter_comment_that_lists_choices_lists_exactly_what_the_chapter_accepts(nb_path):
+    """New-user report (stop 53): chapter 1's ``head`` comment said ``linear | mlp | mlp_bn`` while eight heads were
+    accepted. For every string parameter whose comment lists choices (``a | b | c``, each choice its first word),
+    the set equals the one a bad value's refusal names (``choose one of [...]``), or a single choice the refusal
+    quotes."""
+    nb = nbformat.read(nb_path, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    module = cli.experiment_module(nb_path)
+    checked = 0
+    for line in cell.source.splitlines():
+        m = re.match(r'^(\w+) = "[^"]*"\s*#.*?([\w.]+(?: \([^)]*\))?(?: \| [\w.]+(?: \([^)]*\))?)+)', line)
+        if not m:
+            continue
+        listed = {part.split()[0] for part in m.group(2).split(" | ")}
+        with pytest.raises(ValueError) as e:
+            module.make_config("quick", **{m.group(1): "__not_a_choice__"})
+        allowed = re.search(r"one of \[([^\]]*)\]", str(e.value))
+        allowed = {a.strip(" '") for a in allowed.group(1).split(",")} if allowed else None
+        assert allowed == listed, (m.group(1), listed, str(e.value))
+        checked += 1
+    if nb_path.stem == "01_freeze_modes":
+        assert checked == 1  # optimizer (head is 'linear' only: its comment says so in words)
+
+
 def test_a_bad_parameter_fails_in_process_with_the_notebooks_message_and_runs_nothing(tmp_path, capsys,
                                                                                       monkeypatch):
     def no_kernel(*args, **kwargs):  # a bad value must fail before any kernel starts
