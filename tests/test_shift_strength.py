@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from bnstudy.study.config import Execution, RunConfig
-from bnstudy.study.experiments.shift_strength import findings, run
+from bnstudy.study.experiments.shift_strength import figures, findings, run
 from bnstudy.study.inference import _slug, is_verdict, number, with_numbers
 from bnstudy.study.modes import MODE_NAMES
 
@@ -895,3 +895,35 @@ def test_the_sensitivity_beside_the_answer_quotes_the_margin_counts_and_the_cros
     assert s.count("(the page's)") == 1
     flipped = with_numbers(F, {"threshold_lines_raw_thr0_005": "brightness"})
     assert "brightness at 0.005" in findings.sensitivity_sentence(flipped)
+
+
+# --- a maintainer adding a line (stop 53: a helper followed docs/chapter-code.md and added a gamma line) ------------
+
+def test_rows_from_before_a_line_was_designed_read_as_not_on_it():
+    """The release's rows have no ``on_<line>`` / ``s_<line>`` columns of a line added later: the page read them with
+    a KeyError. The kind: any line of LINES missing from older rows."""
+    eff = pd.DataFrame({"on_both": [True, False], "s_both": [1.0, float("nan")]})
+    assert findings._present_lines(eff) == ["both"]
+    for line in run.LINES:
+        s = findings.strength_of(eff, line)
+        assert len(s) == 2 and (line == "both" or s.isna().all())
+
+
+def test_every_line_has_its_words_colour_and_marks_and_the_run_line_names_it():
+    """A line forgotten in one of these used to fall back silently (a grey mark, the x label "strength", a run line
+    without it)."""
+    assert set(figures.LINE_XLABELS) == set(run.LINES)
+    assert set(run.LINES) <= set(figures.CH3_KIND_MARKS)
+    assert all(color != "0.5" for _, color, _ in figures.CH3_KIND_MARKS.values())
+    line = run.make_config("full").describe()
+    words = {"brightness": "brightness", "contrast": "contrast", "both": "both t", "blur": "blur",
+             "noise": "added noise", "same_both": "same classes: both t", "same_noise": "added noise"}
+    assert all(words.get(t, t) in line for t in run.LINES)
+
+
+def test_a_design_without_budget_check_or_grid_draws_a_figure_that_says_so():
+    import matplotlib.pyplot as plt
+    for fig in (figures.ch3_budget_points(pd.DataFrame(columns=["t"])),
+                figures.ch3_heatmaps(pd.DataFrame(columns=["brightness", "contrast", "metric"]))):
+        assert any(t.get_text().startswith("not run: ") for ax in fig.axes for t in ax.texts)
+        plt.close(fig)

@@ -206,8 +206,9 @@ def test_every_note_key_has_exactly_one_sentence_and_each_rule_flips():
     top = number(N, "cfg_bmax")
     mixed = lambda k, b: C.notes(C.NOTES, cl, with_numbers(N, {"gain_test_batch_mixed_lower": k,  # noqa: E731
                                                                 "dobler_lower_bmax": b}))["anchor_dobler"]
-    assert mixed(1, 2).startswith("**Not the same direction at larger batches.**")
-    assert mixed(1, top).startswith("**In part.**") and mixed(0, 0).startswith("**Not the same direction.**")
+    assert mixed(1, 2).startswith("**In part: below only at small test batches.**")
+    assert mixed(1, top).startswith("**In part: below up to the largest test batch.**")
+    assert mixed(0, 0).startswith("**Not the same direction.**")
     b1 = lambda h, lo, pos: C.notes(C.NOTES, cl, with_numbers(N, {  # noqa: E731
         "b1_prior_tuned_single_higher": h, "b1_prior_tuned_single_lower": lo, "b1_prior_tuned_single_cells": 2,
         "schneider_positive": pos}))["anchor_schneider"]
@@ -268,7 +269,19 @@ def test_the_advice_and_the_anchor_notes_flip_with_their_numbers():
     C, cl, N = _page_tables()
     at = lambda key, **kw: C.notes(C.NOTES, cl, with_numbers(N, kw))[key]  # noqa: E731
     assert "added nothing beyond the book's margin" in at("anchor_wang", wang_diff_mean=0.001, wang_diff_max=0.01)
+    assert at("anchor_wang", wang_diff_max=0.01).startswith("**Not the same direction.**")
     assert "added nothing" not in at("anchor_wang", wang_diff_mean=0.03, wang_diff_max=0.05)
+    # referee (stop 53): identities counted apart from findings; the route family's DUA-style references
+    assert at("identities", ident_mix=7, ident_mix_equivalent=7, ident_gain_prior=8).startswith(
+        "Identities, not findings: in 7 of the mix family's cells")
+    assert at("identities", ident_mix=0, ident_gain_prior=0).startswith("No tuned prior reduced")
+    assert "and 41 of routing's" in at("dua_ref", route_ref_dua=53, route_higher_ref_dua=41)
+    assert at("dua_ref", route_ref_dua=0).startswith("The DUA-style update was the best batch method in none")
+    lead = at("lead")  # the lead says what routing was given and counts the wins that need a mixed batch
+    assert "unlabelled images of each exact test domain" in lead and "at test batches of two or more" in lead
+    assert "by more than the book's margin" in lead and "pooled over the domains" in lead
+    for key in ("mismatch_says",):  # every answer says what was measured
+        assert "gain at the largest test batch on single-shift streams" in at(key)
     say = lambda **kw: at("mismatch_says", **{"mm_cells_low": 0.5, "mm_cells_high": 0.9, "mm_sign_agreement": 0.6,  # noqa
                                              "mm_base_rate": 0.8, **kw})
     assert say().startswith("Measured before adapting, the mismatch did not tell whether adapting gains")

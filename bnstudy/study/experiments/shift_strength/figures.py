@@ -14,7 +14,7 @@ import pandas as pd
 
 from ... import style
 from ...plots import MODE_ORDER, MODE_PALETTE, min_text_size
-from .run import REFERENCE_SHIFT
+from .run import LINES, REFERENCE_SHIFT
 
 #: Each line's axis label and where chapter 1's shift sits on it (figures).
 LINE_XLABELS = {"brightness": "brightness offset b (contrast 1)", "contrast": "contrast gain c (brightness 0)",
@@ -165,9 +165,21 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
     return fig
 
 
+def _not_run(what: str):
+    """A small figure that says ``what`` was not run (a design that leaves a part out, e.g. empty ``budget_steps``):
+    the page keeps its figure and caption instead of failing on an empty table."""
+    fig, ax = plt.subplots(figsize=(style.COLUMN_WIDTH_IN, 1.2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"not run: {what}", ha="center", va="center")
+    return fig
+
+
 def ch3_budget_points(bp):
     """Every budget point (``bp``: findings.budget_points), one column per ``t``: task-B accuracy of the drifting and
-    the pinned head (top) and the two differences and their sum (bottom) against stage-2 steps, series dodged."""
+    the pinned head (top) and the two differences and their sum (bottom) against stage-2 steps, series dodged. An
+    empty ``bp`` (no budget check in the design) gives a figure that says so."""
+    if not len(bp):
+        return _not_run("the budget check (budget_levels or budget_steps empty)")
     with plt.rc_context(CH3_FONT):
         ts = sorted(bp["t"].unique())
         fig, axes = plt.subplots(2, len(ts), figsize=(style.COLUMN_WIDTH_IN, 5.6), squeeze=False, sharex=True)
@@ -196,7 +208,10 @@ def ch3_budget_points(bp):
 
 def ch3_heatmaps(grid):
     """Task A's and task B's differences and their sum on the grid (``grid``: findings.grid_table), one panel each;
-    cells show the mean and the half-width of the 95% interval."""
+    cells show the mean and the half-width of the 95% interval. An empty ``grid`` (no grid in the design) gives a
+    figure that says so."""
+    if not len(grid):
+        return _not_run("the brightness x contrast grid (grid_brightness and grid_contrast empty)")
     with plt.rc_context(CH3_FONT):
         gb, gc = sorted(grid["brightness"].unique()), sorted(grid["contrast"].unique())
         wide = {m: _ch3_signed(grid[grid["metric"] == m], m).set_index(["brightness", "contrast"])
@@ -233,9 +248,10 @@ def ch3_heatmaps(grid):
 
 #: Fig. 6's marks per condition kind: the second family (task B with task A's classes) gets open markers and
 #: colours of its own, so each twin line is told apart from its twin (``noise`` / ``same_noise`` were two pinks).
-CH3_KIND_MARKS = {**{k: ("o", style.color("shift", k), True) for k in ("brightness", "contrast", "both", "blur", "noise")},
-                  "same_both": ("D", style.color("shift", "same_both"), False),
-                  "same_noise": ("D", style.color("shift", "same_noise"), False),
+#: Every line of :data:`LINES` gets its mark from its name (``same_*``: open diamonds), so a new line needs only its
+#: colour in ``style.SHIFTS`` (``style.color`` raises naming it until then).
+CH3_KIND_MARKS = {**{k: ("D", style.color("shift", k), False) if k.startswith("same_") else
+                     ("o", style.color("shift", k), True) for k in LINES},
                   "no shift": ("s", style.GREY, True), "no shift, same classes": ("s", style.GREY, False)}
 
 

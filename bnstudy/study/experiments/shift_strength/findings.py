@@ -72,6 +72,8 @@ def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFr
 def strength_of(effects: pd.DataFrame, line: str) -> pd.Series:
     """The strength of each row on ``line`` (any of :data:`LINES`; NaN off the line)."""
     check_choice("shift_type", line, LINES)
+    if f"s_{line}" not in effects:  # rows from before the line was designed: none on it
+        return pd.Series(np.nan, index=effects.index, dtype=float)
     return effects[f"s_{line}"].astype(float)
 
 
@@ -180,7 +182,7 @@ def _noshift(eff: pd.DataFrame) -> np.ndarray:
 
 
 def _present_lines(eff: pd.DataFrame) -> list:
-    return [t for t in LINES if eff[f"on_{t}"].astype(bool).any()]
+    return [t for t in LINES if f"on_{t}" in eff and eff[f"on_{t}"].astype(bool).any()]  # absent: older rows
 
 
 def _shifted_levels(eff: pd.DataFrame):

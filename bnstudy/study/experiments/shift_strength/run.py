@@ -259,10 +259,15 @@ class Config(ChapterConfig):
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
                 f"brightness {span(self.brightness_levels)}, contrast {span(self.contrast_levels)}, "
                 f"both t {span(self.both_levels)}, blur {span(self.blur_levels)}, added noise {span(self.noise_levels)}, "
-                f"same classes: both t {span(self.same_both_levels)}, added noise {span(self.same_noise_levels)}; "
+                f"same classes: both t {span(self.same_both_levels)}, added noise {span(self.same_noise_levels)}"
+                + "".join(f", {t} {span(getattr(self, f'{t}_levels'))}" for t in LINES if t not in _DESCRIBED) + "; "
                 f"grid {grid}, budget {budget}, noise={self.noise:g}, mismatch_batches={self.mismatch_batches}, "
                 f"n_boot={self.n_boot}, n_boot_select={self.n_boot_select}, min_effect={self.min_effect:g}, tie_margin={self.tie_margin:g}, "
                 f"head optimizer sgd lr {RunConfig.lr:g}")
+
+
+#: The lines :meth:`Config.describe` names in its own words; any other line of :data:`LINES` follows by its name.
+_DESCRIBED = ("brightness", "contrast", "both", "blur", "noise", "same_both", "same_noise")
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
