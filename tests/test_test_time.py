@@ -291,3 +291,15 @@ def test_the_advice_and_the_anchor_notes_flip_with_their_numbers():
     cells = {f"route_routed_{s}_cells": 4 for s in ("mixed", "class_sorted")}
     assert at("what_to_do", **{**route, **cells, "route_routed_mixed_higher": 4}).startswith("If a deployment knows")
     assert at("what_to_do", **{**route, **cells, "route_routed_mixed_higher": 1}).startswith("Compare routing")
+
+
+def test_the_main_table_marks_tent_where_it_equals_test_batch_statistics_to_the_digits_shown():
+    """Referee (stop 53): TENT's row repeated test-batch statistics' numbers unmarked. The mark says only what the
+    table shows (the tuned rate is positive in some such cells, with an effect below the digits shown)."""
+    C, cl, N = _page_tables()
+    means = pd.DataFrame([dict(stream="single", condition=c, test_batch=8, mean=0.9, ci_low=0.89, ci_high=0.91,
+                               n_seeds=10) for c in ("source", "test_batch", "tent_tuned")])
+    tab = C.main_table(means, cl.iloc[:0], [8])
+    assert tab.loc["TENT"].iloc[0] == "= test-batch statistics (to the digits shown)"
+    means.loc[means.condition == "tent_tuned", "mean"] = 0.95
+    assert C.main_table(means, cl.iloc[:0], [8]).loc["TENT"].iloc[0].startswith("0.950")

@@ -241,8 +241,8 @@ def main_table(means: pd.DataFrame, claims_table: pd.DataFrame, batches) -> pd.D
                     text += " " + "/".join(str(int(k.eq(v).sum())) for v in ("higher", "equivalent", "not decided",
                                                                              "lower"))
                 col[NAMES[c]] = text
-            if col[NAMES["tent_tuned"]] == col[NAMES["test_batch"]] != "—":  # rate 0 chosen in every cell
-                col[NAMES["tent_tuned"]] = "= test-batch statistics (rate 0 chosen in every cell)"
+            if col[NAMES["tent_tuned"]] == col[NAMES["test_batch"]] != "—":  # TENT's step changed nothing shown
+                col[NAMES["tent_tuned"]] = "= test-batch statistics (to the digits shown)"
             cols[(STREAM_NAMES[s], f"b = {b}")] = col
     out = pd.DataFrame(cols)
     out.columns = pd.MultiIndex.from_tuples(out.columns, names=["stream", "test batch"])
