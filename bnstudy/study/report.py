@@ -22,6 +22,7 @@ import platform
 import subprocess
 import textwrap
 import time
+import types
 from functools import lru_cache
 from pathlib import Path
 
@@ -498,7 +499,7 @@ def chapter_rows(rows, run, config, given: dict, module):
 def chapter_folder(obj) -> str | None:
     """The chapter folder (``freeze_modes``) of a chapter's module or config (``bnstudy.study.experiments.<folder>``
     or one of its modules), else ``None``."""
-    name = obj.__name__ if isinstance(obj, type(dataclasses)) else type(obj).__module__
+    name = obj.__name__ if isinstance(obj, types.ModuleType) else type(obj).__module__
     parts = name.split(".")
     i = parts.index("experiments") if "experiments" in parts else -1
     return parts[i + 1] if 0 <= i < len(parts) - 1 else None
