@@ -7,25 +7,87 @@ from dataclasses import dataclass
 import pytest
 
 from bnstudy.study.config import check_seeds
-from bnstudy.study.design import ChapterConfig, Rule, check_like
+from bnstudy.study.design import REQUIRED, ChapterConfig, Parameters, Rule, check_like
 
 
-@dataclass(frozen=True)
 class Toy(ChapterConfig):
     PROFILES = {"quick": {}, "full": {}}
     NORMALIZE = {"seeds": check_seeds}
     RULES = (Rule("steps", "an integer >= 1", lambda c: c.steps >= 1),
              Rule("n_eval", "a multiple of every batch", lambda c: all(c.n_eval % b == 0 for b in c.batches)))
+    PARAMETERS = dict(profile="quick", seeds=(0, 1), steps=10, lr=0.1, batches=(1, 4), levels=(), shuffle=True,
+                      kind="a", n_eval=4)
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1)
-    steps: int = 10
-    lr: float = 0.1
-    batches: tuple = (1, 4)
-    levels: tuple = ()
-    shuffle: bool = True
-    kind: str = "a"
-    n_eval: int = 4
+
+class Unit(Parameters):
+    PARAMETERS = dict(seed=REQUIRED, case=REQUIRED, lr=0.05, widths=(8, 16), p=None)
+
+    def __post_init__(self):
+        if self.case not in ("a", "b"):
+            raise ValueError(f"case={self.case!r} is not allowed; choose one of ['a', 'b']")
+
+
+@dataclass(frozen=True)
+class UnitAsDataclass:  # what Unit replaced: the same fields in the same order
+    seed: int
+    case: str
+    lr: float = 0.05
+    widths: tuple = (8, 16)
+    p: float | None = None
+
+
+def test_parameters_behave_as_the_frozen_dataclass_they_replace():
+    """Equality, hash, order, copies, pickling and the run cache's key are those of the dataclass with the same
+    fields (issue 33: the release's recorded units must still read back and key alike)."""
+    import copy
+    import pickle
+    from dataclasses import FrozenInstanceError, asdict
+
+    from bnstudy.study import sweep
+    u = Unit(seed=1, case="a", p=0.3)
+    d = UnitAsDataclass(seed=1, case="a", p=0.3)
+    assert u.asdict() == asdict(d) and list(u.asdict()) == list(asdict(d)) == list(Unit.parameter_names())
+    assert sweep.config_key(u, "ns", "v1") == sweep.config_key(d, "ns", "v1") == sweep.config_key(u.asdict(), "ns", "v1")
+    assert u == Unit(seed=1, case="a", p=0.3) != Unit(seed=2, case="a", p=0.3) and u != d
+    assert hash(u) == hash(Unit(seed=1, case="a", p=0.3)) and len({u, Unit(seed=1, case="a", p=0.3)}) == 1
+    assert pickle.loads(pickle.dumps(u)) == u and copy.deepcopy(u) == u and copy.copy(u) == u
+    assert repr(u) == "Unit(seed=1, case='a', lr=0.05, widths=(8, 16), p=0.3)"
+    assert u.replace(lr=0.1) == Unit(seed=1, case="a", lr=0.1, p=0.3) and u.lr == 0.05
+    with pytest.raises(FrozenInstanceError):
+        u.lr = 0.2
+    with pytest.raises(ValueError, match=r"unknown Unit parameters \['rate'\]; allowed: \['case', 'lr', 'p', 'seed', "
+                                         r"'widths'\]"):
+        Unit(seed=1, case="a", rate=0.1)
+    with pytest.raises(ValueError, match="unknown Unit parameters"):
+        u.replace(rate=0.1)
+    with pytest.raises(TypeError, match=r"missing required parameters \['case'\]"):
+        Unit(seed=1)
+    with pytest.raises(ValueError, match="case='c' is not allowed"):  # __post_init__ runs on every build
+        u.replace(case="c")
+
+
+def test_a_config_declaring_fields_is_refused():
+    """A ``@dataclass`` subclass would build its own __init__ and skip every check: refused where it is defined."""
+    with pytest.raises(TypeError, match=r"declares fields \['steps'\]; declare parameters as data in PARAMETERS"):
+        class Bad(ChapterConfig):
+            steps: int = 3
+
+
+def test_no_chapter_class_has_more_than_fifteen_fields():
+    """Issue 33's ceiling: chapter configs and units are parameters as data, not records."""
+    import ast
+    from pathlib import Path
+
+    import bnstudy.study.experiments as experiments
+    too_many = []
+    for path in sorted(Path(experiments.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                k = sum(isinstance(b, ast.AnnAssign) and not ast.unparse(b.annotation).startswith("ClassVar")
+                        for b in node.body)
+                if k > 15:
+                    too_many.append(f"{path.name}:{node.name} ({k})")
+    assert not too_many
 
 
 @pytest.mark.parametrize("override, message", [

@@ -317,7 +317,7 @@ def from_profile(cls, profiles: dict, profile: str = "quick", **overrides):
     Raises ``ValueError`` for an unknown profile or parameter, or any bad value.
     """
     check_choice("profile", profile, tuple(profiles))
-    names = {f.name for f in fields(cls)}
+    names = set(cls.PARAMETERS) if hasattr(cls, "PARAMETERS") else {f.name for f in fields(cls)}
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise ValueError(f"unknown {cls.__module__.removesuffix('.run').rsplit('.', 1)[-1]} parameters {unknown}; "

@@ -3,6 +3,7 @@ one-line domain rules per chapter, instead of a hand-written ``__post_init__`` p
 
 A chapter's ``Config`` subclasses :class:`ChapterConfig` and declares, as data:
 
+* ``PARAMETERS``: ``{parameter: default}`` in the order the run line prints them (:data:`REQUIRED`: no default);
 * ``PROFILES``: ``{profile: {parameter: value}}`` (the ``profile`` field must name one);
 * ``NORMALIZE``: ``{parameter: function(value) -> value}`` for the few parameters with their own spelling
   (``seeds``: an int ``n`` means seeds 0..n-1, :func:`bnstudy.study.config.check_seeds`);
@@ -22,7 +23,7 @@ import dataclasses
 import numbers
 from typing import Callable, ClassVar
 
-from .config import _Frozen, check_choice, check_float, check_int, check_sequence, seeds_label
+from .config import check_choice, check_float, check_int, check_sequence, seeds_label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +62,93 @@ def check_like(name: str, value, like):
     return value
 
 
-class ChapterConfig(_Frozen):
-    """Base of a chapter's frozen ``Config`` (a ``@dataclass(frozen=True)`` subclass): the generic check of every
-    field (:func:`check_like` against its default, or the class's ``NORMALIZE``), then its ``RULES`` in order."""
+class _Required:
+    def __repr__(self):
+        return "REQUIRED"
+
+
+#: A parameter's default in :attr:`Parameters.PARAMETERS` when it has none: the caller must give it.
+REQUIRED = _Required()
+
+
+class Parameters:
+    """A frozen set of named parameters declared as data, not as fields of a class: ``PARAMETERS`` maps each name
+    to its default (:data:`REQUIRED`: none), in order. Built from keyword arguments only; ``__post_init__`` checks
+    them (as a frozen dataclass's would). Equal, hashed, printed, pickled and turned into a run-cache key by the
+    ``{name: value}`` of :meth:`asdict`, in ``PARAMETERS`` order, exactly as the ``@dataclass(frozen=True)`` it
+    replaces (issue 33: a chapter's config and its units are tables of parameters, not records).
+
+    Raises ``ValueError`` naming the unknown parameters and the allowed ones, ``TypeError`` for a missing required
+    one, and :class:`dataclasses.FrozenInstanceError` on assignment."""
+
+    PARAMETERS: ClassVar[dict] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """Refuses fields declared as annotations (a ``@dataclass`` subclass would bypass every check)."""
+        super().__init_subclass__(**kwargs)
+        fields = [n for n, a in vars(cls).get("__annotations__", {}).items() if not str(a).startswith("ClassVar")]
+        if fields:
+            raise TypeError(f"{cls.__qualname__} declares fields {fields}; declare parameters as data in "
+                            f"PARAMETERS = dict(name=default, ...) (bnstudy.study.design.Parameters)")
+
+    def __init__(self, **values):
+        names = self.PARAMETERS
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ValueError(f"unknown {type(self).__name__} parameters {unknown}; allowed: {sorted(names)}")
+        missing = [n for n, d in names.items() if d is REQUIRED and n not in values]
+        if missing:
+            raise TypeError(f"{type(self).__name__}() missing required parameters {missing}")
+        for name, default in names.items():
+            object.__setattr__(self, name, values.get(name, default))
+        self.__post_init__()
+
+    def __post_init__(self):
+        pass
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _set(self, name, value):
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def parameter_names(cls) -> tuple[str, ...]:
+        """The parameters' names, in order."""
+        return tuple(cls.PARAMETERS)
+
+    def asdict(self) -> dict:
+        """``{name: value}`` in ``PARAMETERS`` order (tuples kept)."""
+        return {n: getattr(self, n) for n in self.PARAMETERS}
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied (checked again). Unknown names raise ``ValueError``."""
+        unknown = sorted(set(changes) - set(self.PARAMETERS))
+        if unknown:
+            raise ValueError(f"unknown {type(self).__name__} parameters {unknown}; allowed: {sorted(self.PARAMETERS)}")
+        return type(self)(**{**self.asdict(), **changes})
+
+    @classmethod
+    def create(cls, **kwargs):
+        """Build from keyword arguments; unknown names raise ``ValueError`` listing the allowed ones."""
+        return cls(**kwargs)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and self.asdict() == other.asdict()
+
+    def __hash__(self):
+        return hash((type(self).__qualname__, *self.asdict().values()))
+
+    def __repr__(self):
+        return f"{type(self).__qualname__}({', '.join(f'{k}={v!r}' for k, v in self.asdict().items())})"
+
+
+class ChapterConfig(Parameters):
+    """Base of a chapter's frozen ``Config``: its ``PARAMETERS``, the generic check of every one (:func:`check_like`
+    against its default, or the class's ``NORMALIZE``), then its ``RULES`` in order."""
 
     PROFILES: ClassVar[dict] = {}
     NORMALIZE: ClassVar[dict] = {}
@@ -73,18 +158,17 @@ class ChapterConfig(_Frozen):
     REPEATS_OK: ClassVar[tuple] = ()
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "profile":
+        for name, default in self.PARAMETERS.items():
+            value = getattr(self, name)
+            if name == "profile":
                 check_choice("profile", value, tuple(self.PROFILES))
-            elif f.name in self.NORMALIZE:
-                self._set(f.name, self.NORMALIZE[f.name](value))
+            elif name in self.NORMALIZE:
+                self._set(name, self.NORMALIZE[name](value))
             else:
-                default = None if f.default is dataclasses.MISSING else f.default
-                self._set(f.name, check_like(f.name, value, default))
-            value = getattr(self, f.name)
-            if isinstance(value, tuple) and f.name not in self.REPEATS_OK and len(set(value)) != len(value):
-                raise ValueError(f"{f.name} must not repeat a value, got {list(value)}")
+                self._set(name, check_like(name, value, None if default is REQUIRED else default))
+            value = getattr(self, name)
+            if isinstance(value, tuple) and name not in self.REPEATS_OK and len(set(value)) != len(value):
+                raise ValueError(f"{name} must not repeat a value, got {list(value)}")
         for rule in self.RULES:
             if not rule.holds(self):
                 what = rule.what(self) if callable(rule.what) else rule.what
@@ -95,15 +179,14 @@ class ChapterConfig(_Frozen):
         4], strengths=[0.0, 0.0025], steps=300, temperature=0.1, ...`` (floats ``:g``, lists as lists, an empty
         list left out)."""
         parts = []
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name == "seeds":
+        for name, v in self.asdict().items():
+            if name == "seeds":
                 parts.append(seeds_label(v))
             elif isinstance(v, tuple):
                 if v:
-                    parts.append(f"{f.name}={[_g(x) for x in v]}")
+                    parts.append(f"{name}={[_g(x) for x in v]}")
             else:
-                parts.append(f"{f.name}={_fmt(v)}")
+                parts.append(f"{name}={_fmt(v)}")
         return ", ".join(parts)
 
 

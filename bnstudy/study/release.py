@@ -429,7 +429,7 @@ def chapter_config(ch: Chapter, release_dir=RELEASE_DIR):
     meta = json.loads((Path(release_dir) / f"{ch.main}.json").read_text())
     rec = meta.get("parameters") or {}
     mod = ch.experiment()
-    fields = {f.name for f in dataclasses.fields(mod.Config)}
+    fields = set(mod.Config.PARAMETERS)
     given = {k: rec[k] for k in fields if k in rec and k != "profile"}
     return mod.make_config(rec.get("profile", "full"), **given), rec
 

@@ -102,11 +102,11 @@ def namespace_version(run_group: Callable, configs: list) -> str:
 
     def add_types(obj):
         t = type(obj)
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and t not in seen:
+        if _is_config(obj) and t not in seen:
             seen.add(t)
             roots.append(t)
-            for f in dataclasses.fields(obj):
-                add_types(getattr(obj, f.name))
+            for v in _fields_of(obj).values():
+                add_types(v)
         elif isinstance(obj, (list, tuple)):
             for v in obj:
                 add_types(v)
@@ -276,9 +276,22 @@ def _reachable_code(roots) -> list[str]:
     return parts
 
 
+def _is_config(obj) -> bool:
+    """A dataclass instance or a :class:`bnstudy.study.design.Parameters` (``PARAMETERS`` declared as data)."""
+    return not isinstance(obj, type) and (dataclasses.is_dataclass(obj) or isinstance(getattr(type(obj), "PARAMETERS",
+                                                                                                None), dict))
+
+
+def _fields_of(obj) -> dict:
+    """A config's ``{name: value}`` in field order (:func:`_is_config`)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return {n: getattr(obj, n) for n in type(obj).PARAMETERS}
+
+
 def _jsonable(obj):
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if _is_config(obj):
+        obj = _fields_of(obj)
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -131,7 +131,6 @@ def _increasing(v) -> bool:
     return bool(v) and list(v) == sorted(v) and v[0] >= 2
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 5's parameters (the notebook's parameters cell, one for one).
 
@@ -150,31 +149,13 @@ class Config(ChapterConfig):
     parameter for any bad value (:data:`RULES`), before any work starts.
     """
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1, 2)
-    strategies: tuple = STRATEGIES
-    targets: tuple = tuple(TARGETS)
-    batch_sizes: tuple = (2, 8, 32, 128)
-    samples: int = 1024
-    base_lr: float = 0.01
-    lr_batch: int = 32
-    stage1_steps: int = 400
-    adabn_samples: int = 2048
-    noise: float = 3.0
-    break_margin: float = 0.02
-    noise_batch_sizes: tuple = (2, 4, 8, 16, 32, 64, 128, 256)
-    noise_pool: int = 2048
-    precise_samples: tuple = (32, 128, 512, 2048)
-    precise_pool: int = 4096
-    equivalence_margin: float = 0.01
-    mismatch_batches: int = 8
-    adabn_batch_size: int = 256
-    tune_seeds: tuple = ()
-    lr_factors: tuple = (0.5, 1.0, 2.0)
-    tune_batch_sizes: tuple = (2, 32)
-    budget_steps: int = 16
-    decision_batch_sizes: tuple = (2, 32)
-    grid_extensions: int = 1
+    PARAMETERS = dict(profile="quick", seeds=(0, 1, 2), strategies=STRATEGIES, targets=tuple(TARGETS),
+                      batch_sizes=(2, 8, 32, 128), samples=1024, base_lr=0.01, lr_batch=32, stage1_steps=400,
+                      adabn_samples=2048, noise=3.0, break_margin=0.02,
+                      noise_batch_sizes=(2, 4, 8, 16, 32, 64, 128, 256), noise_pool=2048,
+                      precise_samples=(32, 128, 512, 2048), precise_pool=4096, equivalence_margin=0.01,
+                      mismatch_batches=8, adabn_batch_size=256, tune_seeds=(), lr_factors=(0.5, 1.0, 2.0),
+                      tune_batch_sizes=(2, 32), budget_steps=16, decision_batch_sizes=(2, 32), grid_extensions=1)
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds, "strategies": _choices("strategies", STRATEGIES),

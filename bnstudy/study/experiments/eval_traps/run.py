@@ -27,7 +27,6 @@ import contextlib
 import copy
 import re
 from collections import OrderedDict, namedtuple
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +37,9 @@ from torch import nn
 
 from .... import audit
 
-from ...config import Execution, SourceConfig, _Frozen, check_choice, check_float, check_int, check_seeds, \
+from ...config import Execution, SourceConfig, check_choice, check_float, check_int, check_seeds, \
     from_profile
-from ...design import ChapterConfig, Rule
+from ...design import REQUIRED, ChapterConfig, Parameters, Rule
 from ...engine import accuracy, ensure_sources, load_source, logits_of, make_optimizer, seeded, source_version, \
     train_step
 from ....freeze import pin_eval
@@ -89,7 +88,6 @@ _positive = lambda name: Rule(name, "one or more rates > 0", lambda c: bool(geta
 _at_least = lambda name, k: Rule(name, f"an integer >= {k}", lambda c: getattr(c, name) >= k)  # noqa: E731
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 2's parameters (the notebook's, plus those only a library user changes).
 
@@ -105,33 +103,14 @@ class Config(ChapterConfig):
     :func:`thread_check` reruns at the other thread count. Raises ``ValueError`` naming the parameter.
     """
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1, 2)
-    n_classes: int = 10
-    noise: float = 1.0
-    widths: tuple = (8, 16)
-    momentum: float = 0.1
-    stage1_steps: int = 200
-    stage1_batch_size: int = 32
-    n_eval: int = 512
-    brightness: float = 4.0
-    contrast: float = 5.0
-    steps: int = 60
-    batch_size: int = 32
-    epoch_steps: int = 10
-    lr: float = 0.05
-    teacher_batches: int = 3
-    t3_lrs: tuple = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
-    t3_steps: int = 600
-    t1_lrs: tuple = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
-    t5_train_batch_sizes: tuple = (2, 4, 8, 16, 32)
-    t5_train_steps: int = 100
-    sorted_fractions: tuple = (0.0, 0.25, 0.5, 0.75, 1.0)
-    batch_sizes: tuple = (1, 2, 4, 8, 16, 32, 64)
-    min_batch: int = audit.MIN_BATCH
-    t3_dropout_ps: tuple = (0.1, 0.3, 0.5)
-    t3_std_lrs: tuple = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
-    thread_seeds: int = 2
+    PARAMETERS = dict(profile="quick", seeds=(0, 1, 2), n_classes=10, noise=1.0, widths=(8, 16), momentum=0.1,
+                      stage1_steps=200, stage1_batch_size=32, n_eval=512, brightness=4.0, contrast=5.0, steps=60,
+                      batch_size=32, epoch_steps=10, lr=0.05, teacher_batches=3,
+                      t3_lrs=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05), t3_steps=600,
+                      t1_lrs=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5), t5_train_batch_sizes=(2, 4, 8, 16, 32),
+                      t5_train_steps=100, sorted_fractions=(0.0, 0.25, 0.5, 0.75, 1.0),
+                      batch_sizes=(1, 2, 4, 8, 16, 32, 64), min_batch=audit.MIN_BATCH, t3_dropout_ps=(0.1, 0.3, 0.5),
+                      t3_std_lrs=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2), thread_seeds=2)
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds}
@@ -162,7 +141,7 @@ class Config(ChapterConfig):
     def _fields(self, *drop) -> dict:
         """The :class:`TrapRun` fields this config sets (all but the run's own), less ``drop``."""
         own = ("seed", "trap", "case", "sorted_fraction", "device_batch_size") + drop
-        return {f.name: getattr(self, f.name) for f in fields(TrapRun) if f.name not in own}
+        return {f: getattr(self, f) for f in TrapRun.PARAMETERS if f not in own}
 
     def run_configs(self) -> list["TrapRun"]:
         """One :class:`TrapRun` per (seed, trap, case), seeds outermost, traps in :data:`TRAPS` order; of trap 3's
@@ -204,31 +183,14 @@ class Config(ChapterConfig):
         return [c for c in self.run_configs() if c.seed in seeds and (c.trap, c.case) in keep]
 
 
-@dataclass(frozen=True)
-class TrapRun(_Frozen):
+class TrapRun(Parameters):
     """One (seed, trap, case): the run cache's key and the first columns of its row (``sorted_fraction``: trap 4
     only, ``device_batch_size``: trap 5 only)."""
 
-    seed: int
-    trap: str
-    case: str
-    sorted_fraction: float | None = None
-    device_batch_size: int | None = None
-    n_classes: int = 10
-    noise: float = 1.0
-    widths: tuple = (8, 16)
-    momentum: float = 0.1
-    stage1_steps: int = 200
-    stage1_batch_size: int = 32
-    n_eval: int = 512
-    brightness: float = 4.0
-    contrast: float = 5.0
-    steps: int = 60
-    batch_size: int = 32
-    epoch_steps: int = 10
-    lr: float = 0.05
-    teacher_batches: int = 3
-    min_batch: int = audit.MIN_BATCH
+    PARAMETERS = dict(seed=REQUIRED, trap=REQUIRED, case=REQUIRED, sorted_fraction=None, device_batch_size=None,
+                      n_classes=10, noise=1.0, widths=(8, 16), momentum=0.1, stage1_steps=200, stage1_batch_size=32,
+                      n_eval=512, brightness=4.0, contrast=5.0, steps=60, batch_size=32, epoch_steps=10, lr=0.05,
+                      teacher_batches=3, min_batch=audit.MIN_BATCH)
 
     def __post_init__(self):
         check_choice("trap", self.trap, TRAPS)

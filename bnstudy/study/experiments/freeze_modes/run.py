@@ -85,7 +85,6 @@ def _checkpoints_fix(c) -> list:
     return below + [c.steps]
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 1's parameters (the notebook's parameters cell, one for one).
 
@@ -98,26 +97,10 @@ class Config(ChapterConfig):
     for any bad value (every run's values also by :class:`bnstudy.study.config.RunConfig`), before any work starts.
     """
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1, 2)
-    modes: tuple = MODE_NAMES
-    steps: int = 800
-    brightness: float = 4.0
-    contrast: float = 5.0
-    noise: float = 3.0
-    momentum: float = 0.1
-    head: str = "linear"
-    optimizer: str = "sgd"
-    lr: float = 0.05
-    tuning_seeds: tuple = (100, 101)
-    confirm_seeds: tuple = (200, 201)
-    checkpoints: tuple = (400, 800, 1600)
-    sgd_lrs: tuple = SGD_LRS
-    adam_lrs: tuple = ADAM_LRS
-    std_sgd_lrs: tuple = STD_SGD_LRS
-    std_adam_lrs: tuple = STD_ADAM_LRS
-    thread_seeds: int = 2
-    ablation: bool = False
+    PARAMETERS = dict(profile="quick", seeds=(0, 1, 2), modes=MODE_NAMES, steps=800, brightness=4.0, contrast=5.0,
+                      noise=3.0, momentum=0.1, head="linear", optimizer="sgd", lr=0.05, tuning_seeds=(100, 101),
+                      confirm_seeds=(200, 201), checkpoints=(400, 800, 1600), sgd_lrs=SGD_LRS, adam_lrs=ADAM_LRS,
+                      std_sgd_lrs=STD_SGD_LRS, std_adam_lrs=STD_ADAM_LRS, thread_seeds=2, ablation=False)
 
     PROFILES = PROFILES
     NORMALIZE = {

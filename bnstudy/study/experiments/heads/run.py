@@ -74,7 +74,6 @@ def _increasing(v: tuple) -> bool:
     return bool(v) and min(v) > 0 and list(v) == sorted(v)
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 4's parameters (the notebook's parameters cell, plus the run sizes the release records).
 
@@ -86,26 +85,12 @@ class Config(ChapterConfig):
     naming the parameter for any bad value, before any work starts.
     """
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1)
-    steps: int = 150
-    heads: tuple = PAGE_HEADS
-    tuning_seeds: tuple = (1000,)
-    feature_seeds: int = 2
-    optimizers: tuple = OPTIMIZERS
-    mid_strength: float = 0.25
-    lr_sgd: tuple = LR_GRIDS["sgd"]
-    lr_sgd_plain: tuple = LR_GRIDS["sgd_plain"]
-    lr_adam: tuple = LR_GRIDS["adam"]
-    margin: float = 0.02
-    steps_check: int = 3200
-    steps_check_seeds: int = 3
-    hidden: int = RunConfig.hidden
-    noise: float = RunConfig.noise
-    momentum: float = RunConfig.momentum
-    batch_size: int = RunConfig.batch_size
-    n_eval: int = RunConfig.n_eval
-    stage1_steps: int = RunConfig.stage1_steps
+    PARAMETERS = dict(profile="quick", seeds=(0, 1), steps=150, heads=PAGE_HEADS, tuning_seeds=(1000,),
+                      feature_seeds=2, optimizers=OPTIMIZERS, mid_strength=0.25, lr_sgd=LR_GRIDS["sgd"],
+                      lr_sgd_plain=LR_GRIDS["sgd_plain"], lr_adam=LR_GRIDS["adam"], margin=0.02, steps_check=3200,
+                      steps_check_seeds=3, hidden=RunConfig.hidden, noise=RunConfig.noise,
+                      momentum=RunConfig.momentum, batch_size=RunConfig.batch_size, n_eval=RunConfig.n_eval,
+                      stage1_steps=RunConfig.stage1_steps)
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds}

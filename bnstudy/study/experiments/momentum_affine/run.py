@@ -297,7 +297,6 @@ def _increasing(v, low) -> bool:
     return bool(v) and list(v) == sorted(set(v)) and v[0] >= low
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 9's parameters, checked by :class:`bnstudy.study.design.ChapterConfig` (``ValueError`` naming the
     parameter, before any work starts).
@@ -312,27 +311,11 @@ class Config(ChapterConfig):
     ``shifts`` (of :data:`SHIFTS`), ``train_classes`` (of :data:`CLASSES`), ``shift_strength``, ``train_steps``,
     ``train_batch`` (also part 3's batch), ``train_lrs`` (Adam's rates). Part 3: ``frankle_steps``, ``frankle_lrs``."""
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1)
-    tuning_seeds: tuple = (100,)
-    targets: tuple = ("close", "shifted")
-    batch_sizes: tuple = (8, 32)
-    budgets: tuple = (5, 10, 20)
-    momenta: tuple = MOMENTA
-    base_lr: float = 0.01
-    lr_batch: int = 32
-    train_size: int = 512
-    n_eval: int = 200
-    reference_samples: int = 256
-    precise_samples: int = 128
-    shifts: tuple = ("affine", "noise")
-    train_classes: tuple = ("new", "same")
-    shift_strength: float = 1.0
-    train_steps: int = 20
-    train_batch: int = 32
-    train_lrs: tuple = (1e-3, 1e-2)
-    frankle_steps: int = 30
-    frankle_lrs: tuple = (0.003, 0.03)
+    PARAMETERS = dict(profile="quick", seeds=(0, 1), tuning_seeds=(100,), targets=("close", "shifted"),
+                      batch_sizes=(8, 32), budgets=(5, 10, 20), momenta=MOMENTA, base_lr=0.01, lr_batch=32,
+                      train_size=512, n_eval=200, reference_samples=256, precise_samples=128,
+                      shifts=("affine", "noise"), train_classes=("new", "same"), shift_strength=1.0, train_steps=20,
+                      train_batch=32, train_lrs=(1e-3, 1e-2), frankle_steps=30, frankle_lrs=(0.003, 0.03))
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds}

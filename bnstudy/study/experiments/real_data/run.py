@@ -64,7 +64,6 @@ PROFILES = {
 }
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 7's parameters (the notebook's parameters cell, one for one).
 
@@ -77,21 +76,9 @@ class Config(ChapterConfig):
     ``07_real_data_own_momentum.csv``). Raises ``ValueError`` naming the parameter for any bad value.
     """
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1)
-    networks: tuple = NETWORKS
-    corruptions: tuple = ("inversion", "gaussian_noise")
-    severities: tuple = (5,)
-    reference: tuple = ("inversion", 5)
-    size: int = 16
-    stage1_steps: int = 60
-    stage1_lr: float = 1e-3
-    steps: int = 40
-    lr: float = 0.05
-    batch_size: int = 32
-    epoch_steps: int = 20
-    momentum: float = 0.1
-    own_momentum: bool = False
+    PARAMETERS = dict(profile="quick", seeds=(0, 1), networks=NETWORKS, corruptions=("inversion", "gaussian_noise"),
+                      severities=(5,), reference=("inversion", 5), size=16, stage1_steps=60, stage1_lr=1e-3, steps=40,
+                      lr=0.05, batch_size=32, epoch_steps=20, momentum=0.1, own_momentum=False)
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds,
@@ -141,7 +128,7 @@ class Config(ChapterConfig):
             if isinstance(v, tuple):
                 v = (" " if name == "reference" else ", ").join(map(str, v))
             return f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}"
-        return ", ".join(text(f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        return ", ".join(text(name, v) for name, v in self.asdict().items())
 
 
 @dataclass(frozen=True)

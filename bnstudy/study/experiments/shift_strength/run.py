@@ -24,7 +24,7 @@ import torch
 
 from ...config import Execution, RunConfig, SourceConfig, check_choice, check_float, check_int, check_seeds, \
     check_sequence, from_profile, seeds_label
-from ...design import ChapterConfig, Rule
+from ...design import REQUIRED, ChapterConfig, Rule
 from ...engine import ensure_sources, load_source, source_version, transfer_sweep
 from ...models import ConvBackbone
 from ...modes import MODE_NAMES
@@ -137,7 +137,6 @@ def _modes(name: str, value) -> tuple[str, ...]:
     return modes
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 3's parameters (the notebook's parameters cell, one for one, and a few run sizes).
 
@@ -151,34 +150,14 @@ class Config(ChapterConfig):
     parameter for any bad value, before any work starts.
     """
 
-    profile: str
-    seeds: tuple
-    steps: int
-    brightness_levels: tuple
-    contrast_levels: tuple
-    both_levels: tuple
-    grid_brightness: tuple
-    grid_contrast: tuple
-    budget_levels: tuple
-    budget_steps: tuple
-    blur_levels: tuple = ()
-    noise_levels: tuple = ()
-    same_both_levels: tuple = ()
-    same_noise_levels: tuple = ()
-    line_modes: tuple = MODE_NAMES
-    grid_modes: tuple = GRID_MODES
-    mismatch_batches: int = 8
-    n_boot: int = 2000
-    n_boot_select: int = 500
-    min_effect: float = 0.01
-    tie_margin: float = 0.02
-    noise: float = RunConfig.noise
-    momentum: float | None = RunConfig.momentum
-    widths: tuple = RunConfig.widths
-    batch_size: int = RunConfig.batch_size
-    stage1_steps: int = RunConfig.stage1_steps
-    stage1_batch_size: int = RunConfig.stage1_batch_size
-    n_eval: int = RunConfig.n_eval
+    PARAMETERS = dict(profile=REQUIRED, seeds=REQUIRED, steps=REQUIRED, brightness_levels=REQUIRED,
+                      contrast_levels=REQUIRED, both_levels=REQUIRED, grid_brightness=REQUIRED,
+                      grid_contrast=REQUIRED, budget_levels=REQUIRED, budget_steps=REQUIRED, blur_levels=(),
+                      noise_levels=(), same_both_levels=(), same_noise_levels=(), line_modes=MODE_NAMES,
+                      grid_modes=GRID_MODES, mismatch_batches=8, n_boot=2000, n_boot_select=500, min_effect=0.01,
+                      tie_margin=0.02, noise=RunConfig.noise, momentum=RunConfig.momentum, widths=RunConfig.widths,
+                      batch_size=RunConfig.batch_size, stage1_steps=RunConfig.stage1_steps,
+                      stage1_batch_size=RunConfig.stage1_batch_size, n_eval=RunConfig.n_eval)
 
     PROFILES = PROFILES
     REPEATS_OK = ("widths",)

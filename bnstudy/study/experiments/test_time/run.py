@@ -99,7 +99,6 @@ class UnitConfig(_Frozen):
         return SourceConfig(seed=self.seed, n_classes=self.n_classes, noise=self.noise, momentum=self.momentum)
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 8's parameters, checked by :class:`bnstudy.study.design.ChapterConfig` (``ValueError`` naming the
     parameter). ``seeds``: reported seeds (an int ``n``: 0..n-1); ``tuning_seeds``: seeds on which the analysis
@@ -108,16 +107,9 @@ class Config(ChapterConfig):
     ``bank_samples``: unlabelled images per domain bank, a multiple of 256; ``priors``: Schneider's ``N`` values
     (``0``: test-batch statistics); ``tent_lrs``: TENT's SGD rates."""
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1)
-    tuning_seeds: tuple = (100,)
-    families: tuple = ("affine", "noise")
-    strengths: tuple = (1.0,)
-    test_batches: tuple = (1, 8, 64)
-    n_eval: int = 128
-    bank_samples: int = 256
-    priors: tuple = (0.0, 1.0, 16.0)
-    tent_lrs: tuple = (1e-2,)
+    PARAMETERS = dict(profile="quick", seeds=(0, 1), tuning_seeds=(100,), families=("affine", "noise"),
+                      strengths=(1.0,), test_batches=(1, 8, 64), n_eval=128, bank_samples=256,
+                      priors=(0.0, 1.0, 16.0), tent_lrs=(1e-2,))
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds}

@@ -184,7 +184,6 @@ def unit_tasks(u: UnitConfig) -> list[TemplateTask]:
     return out
 
 
-@dataclass(frozen=True)
 class Config(ChapterConfig):
     """Chapter 6's parameters (the notebook's parameters cell), checked by :class:`bnstudy.study.design.ChapterConfig`
     (``ValueError`` naming the parameter). ``seeds``: an int ``n`` (seeds 0..n-1) or a list; ``n_tasks``: 2..4;
@@ -194,22 +193,10 @@ class Config(ChapterConfig):
     ``check_temperatures``: extra mixture temperatures at the smallest batch (conditions ``mixture_tau=<value>``,
     set by :func:`temperature_check_config`); ``noise``, ``momentum``: the tasks' pixel noise, BatchNorm momentum."""
 
-    profile: str = "quick"
-    seeds: tuple = (0, 1)
-    n_tasks: tuple = (2, 4)
-    strengths: tuple = (0.0, 0.005, 1.0)
-    inference_batches: tuple = (1, 2, 8, 32)
-    steps: int = 50
-    n_eval: int = 160
-    router_samples: int = 128
-    temperature: float = 0.1
-    noise: float = 3.0
-    momentum: float = 0.1
-    lr: float = 0.05
-    batch_size: int = 64
-    check_temperatures: tuple = ()
-    shift_families: tuple = ("mix",)
-    family_strengths: tuple = (0.25, 1.0, 2.0)
+    PARAMETERS = dict(profile="quick", seeds=(0, 1), n_tasks=(2, 4), strengths=(0.0, 0.005, 1.0),
+                      inference_batches=(1, 2, 8, 32), steps=50, n_eval=160, router_samples=128, temperature=0.1,
+                      noise=3.0, momentum=0.1, lr=0.05, batch_size=64, check_temperatures=(), shift_families=("mix",),
+                      family_strengths=(0.25, 1.0, 2.0))
 
     PROFILES = PROFILES
     NORMALIZE = {"seeds": check_seeds}
@@ -241,7 +228,7 @@ class Config(ChapterConfig):
         Rule("family_strengths", lambda c: f"its default {list(PROFILES[c.profile]['family_strengths'])} or empty when "
              "shift_families is empty (no family runs at them: give shift_families too)", lambda c: bool(
                  c.shift_families) or c.family_strengths in ((), PROFILES[c.profile]["family_strengths"],
-                                                             type(c).__dataclass_fields__["family_strengths"].default)),
+                                                             type(c).PARAMETERS["family_strengths"])),
     )
 
     def units(self, strengths: tuple | None = None) -> list[UnitConfig]:
