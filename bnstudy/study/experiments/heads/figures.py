@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ... import style
-from ...inference import Interval
+from ...inference import Interval, number
 from ...plots import MODE_ORDER, MODE_PALETTE, min_text_size
 from .findings import CLIPS
 
@@ -22,6 +22,15 @@ _CH4_WIDTH, _CH4_MIN_PT = style.COLUMN_WIDTH_IN - 0.3, style.MIN_FONT_PT  # a ma
 
 def _dodge(n: int, width: float = 0.6) -> np.ndarray:
     return (np.arange(n) - (n - 1) / 2) * (width / max(n, 1))
+
+
+def _legend_below(fig, handles, labels, bottom: float, ncol: int, layout: dict | None = None, **legend):
+    """Lays ``fig`` out above ``bottom`` (a fraction of its height), puts the legend under the panels and raises any
+    smaller text to the book's minimum (``min_text_size``); returns ``fig``."""
+    fig.tight_layout(rect=(0, bottom, 1, 1), **(layout or {}))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=_CH4_MIN_PT, frameon=False,
+               bbox_to_anchor=(0.5, 0.0), **legend)
+    return min_text_size(fig, _CH4_MIN_PT)
 
 
 #: Fig. 4.2's width (inches): narrow enough that its 9 pt text is still about 11 px tall on a phone, where the
@@ -65,11 +74,8 @@ def gap_figure(gaps: pd.DataFrame, shift_labels: dict, margin: float):
     pad = 0.06 * (hi - lo)
     axes[0][0].set_ylim(max(lo - pad, -1.02), min(hi + pad, 1.02))
     fig.supylabel("task-B accuracy difference\n(separate_stats - backbone_eval)", fontsize=_CH4_MIN_PT)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, legend_in / height, 1, 1), h_pad=0.6)
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=_CH4_MIN_PT, frameon=False,
-               bbox_to_anchor=(0.5, 0.0), handlelength=1.2, columnspacing=0.8)
-    return min_text_size(fig, _CH4_MIN_PT)
+    return _legend_below(fig, *axes[0][0].get_legend_handles_labels(), legend_in / height, 2, dict(h_pad=0.6),
+                         handlelength=1.2, columnspacing=0.8)
 
 
 def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "task_b",
@@ -99,10 +105,7 @@ def head_accuracy_figure(acc: pd.DataFrame, shift_labels: dict, metric: str = "t
             if j == 0:
                 ax.set_ylabel(f"task-B accuracy\n{shift_labels[s]}")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.45 / (2.3 * len(shifts) + 0.9), 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=_CH4_MIN_PT, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
-    return min_text_size(fig, _CH4_MIN_PT)
+    return _legend_below(fig, handles, labels, 0.45 / (2.3 * len(shifts) + 0.9), len(labels))
 
 
 #: Line and marker per mode, so that equal modes (``all_eval`` = ``backbone_eval`` without a BatchNorm head) stay
@@ -133,8 +136,7 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
                 ax.plot(c["lr"], c["val_accuracy"], label=label, **style)
                 lr = chosen.get((h, o, m), chosen.get((h, o)) if m == "mean" else None)
                 sel = c[c["lr"] == lr]
-                ax.plot(sel["lr"], sel["val_accuracy"], "o", ms=10, mfc="none",
-                        color=style["color"])
+                ax.plot(sel["lr"], sel["val_accuracy"], "o", ms=10, mfc="none", color=style["color"])
             ax.set_xscale("log")
             ax.minorticks_off()
             if i == 0:
@@ -147,10 +149,7 @@ def lr_search_figure(search: pd.DataFrame, chosen: dict, modes=("backbone_eval",
     for ax in axes.flat:
         for hd, lb in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lb, hd)
-    fig.tight_layout(rect=(0, 0.55 / (1.9 * len(heads) + 1.0), 1, 1))
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=2, fontsize=_CH4_MIN_PT,
-               frameon=False, bbox_to_anchor=(0.5, 0.0))
-    return min_text_size(fig, _CH4_MIN_PT)
+    return _legend_below(fig, handles.values(), handles.keys(), 0.55 / (1.9 * len(heads) + 1.0), 2)
 
 
 # --- display tables -----------------------------------------------------------------------------------------
@@ -219,7 +218,6 @@ def long_display(C: pd.DataFrame, S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataF
     family's intervals), the change of the gap (family ``steps``) and each mode's gain from the longer budget
     (long minus short task-B accuracy over seeds, :func:`~.findings.steps_findings`' intervals: Bonferroni over the
     cells, the intervals its counts use)."""
-    from bnstudy.study.inference import number
     short = C[(C["family"] == "gap") & (C["shift"] == "ref")].set_index(["head", "optimizer"])
     n_short, n_long = number(SF, "steps_short"), number(SF, "steps_long")
     rows = {}

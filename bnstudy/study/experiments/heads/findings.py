@@ -91,7 +91,8 @@ def _asked(tables: dict, group: str, margin: float | None, alpha: float = 0.05, 
     """One family's claims table: :data:`QUESTIONS` ``[group]`` asked of ``tables`` at ``margin`` (a tuple of
     conditions: those the rows have), directions in the family's :data:`WORDS`, a column per ``each`` level (and
     ``by`` for a tuple of conditions), rows in the order the cells occur in the tables, ``m`` and ``count_kind``
-    (the kind a count uses, :func:`bnstudy.study.inference.count_kinds`: the printed verdict's kind)."""
+    (the kind a count uses, :func:`bnstudy.study.inference.count_kinds`: the printed verdict's kind); the lift
+    families' ``statistics`` (``pinned`` / ``separate``)."""
     qs, about = [], {}
     for q in QUESTIONS[group]:
         t, several = tables[q.table], isinstance(q.condition, tuple)
@@ -110,6 +111,8 @@ def _asked(tables: dict, group: str, margin: float | None, alpha: float = 0.05, 
     out = pd.concat([out, pd.DataFrame([about[k] for k in out["key"]], index=out.index)], axis=1)
     out["m"] = max(len(out), 1)
     out["count_kind"] = count_kinds(out, alpha) if len(out) else pd.Series(dtype=str)
+    if group.startswith("lift"):
+        out["statistics"] = ["pinned" if "_pinned_" in k else "separate" for k in out["key"]]
     return out
 
 
@@ -134,16 +137,15 @@ def gap_rows(df: pd.DataFrame) -> pd.DataFrame:
 def gap_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
     """The gap claims, one family per shift, with ``sd`` (the per-seed gap's SD) and ``task_b_pinned`` /
     ``task_b_separate`` (the two modes' mean task-B accuracy)."""
-    parts = []
-    for shift, g in df.groupby("shift", sort=False):
-        t, extra = _asked(dict(main=g), "gap", margin, alpha), []
-        for h, o in zip(t["head"], t["optimizer"]):
-            d, c = gap_values(df, shift, h, o), g[(g["head"] == h) & (g["optimizer"] == o)]
-            extra.append(dict(sd=float(np.std(d, ddof=1)) if len(d) > 1 else math.nan,
-                              task_b_pinned=float(c[c["mode"] == REFERENCE_MODE]["task_b"].mean()),
-                              task_b_separate=float(c[c["mode"] == "separate_stats"]["task_b"].mean())))
-        parts.append(pd.concat([t, pd.DataFrame(extra, index=t.index)], axis=1))
-    return pd.concat(parts, ignore_index=True)
+    t = pd.concat([_asked(dict(main=g), "gap", margin, alpha) for _, g in df.groupby("shift", sort=False)],
+                  ignore_index=True)
+    cells = list(zip(t["shift"], t["head"], t["optimizer"]))
+    mean = lambda s, h, o, m: float(df[(df["shift"] == s) & (df["head"] == h) & (df["optimizer"] == o)  # noqa: E731
+                                       & (df["mode"] == m)]["task_b"].mean())
+    gaps = [gap_values(df, *c) for c in cells]
+    return t.assign(sd=[float(np.std(d, ddof=1)) if len(d) > 1 else math.nan for d in gaps],
+                    task_b_pinned=[mean(*c, REFERENCE_MODE) for c in cells],
+                    task_b_separate=[mean(*c, "separate_stats") for c in cells])
 
 
 def claims(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
@@ -165,9 +167,6 @@ def claims(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.Da
                   ignore_index=True)
     sep = lambda h, o: float(ref[(ref["head"] == h) & (ref["optimizer"] == o)  # noqa: E731
                                  & (ref["mode"] == "separate_stats")]["task_b"].mean())
-    lift = C["family"] == "lift"
-    if lift.any():
-        C.loc[lift, "statistics"] = ["pinned" if "_pinned_" in k else "separate" for k in C.loc[lift, "key"]]
     hc = C["family"] == "hc"
     if hc.any():
         C.loc[hc, "separate"] = [sep(h, o) for h, o in zip(C.loc[hc, "head"], C.loc[hc, "optimizer"])]
@@ -210,15 +209,16 @@ def _cells(names) -> str:
     return ", ".join(names) if names else "none"
 
 
+def _named(t: pd.DataFrame, kind: str) -> str:
+    """The ``head/optimizer`` cells of claims ``t`` whose printed verdict is of ``kind``, or ``none``."""
+    return _cells([f"{h}/{o}" for h, o, k in zip(t["head"], t["optimizer"], t["count_kind"]) if k == kind])
+
+
 def lr_edges(lrs: dict, grids: dict) -> list[tuple]:
     """The chosen rates at an end of their grid (``grids``: ``{optimizer: grid}``), in ``lrs``' order: ``[(key, lr,
     "top" | "bottom")]``; a rate at the top (bottom) might be beaten by a larger (smaller) one."""
-    out = []
-    for k, v in lrs.items():
-        g = grids.get(k[1])
-        if g is not None and len(g) >= 2 and v in (max(g), min(g)):
-            out.append((k, v, "top" if v == max(g) else "bottom"))
-    return out
+    return [(k, v, "top" if v == max(g) else "bottom") for k, v in lrs.items() for g in [grids.get(k[1])]
+            if g is not None and len(g) >= 2 and v in (max(g), min(g))]
 
 
 def _rates(lrs: dict, grids: dict) -> dict:
@@ -277,8 +277,8 @@ def steps_findings(short: pd.DataFrame, long: pd.DataFrame, alpha: float = 0.05)
     :func:`steps_check`'s (``long``) on its seeds: each mode's gain, long minus short (``separate_gain`` /
     ``pinned_gain``: how far from converged the short budget is), Student's t intervals over seeds at the family
     (Bonferroni) confidence over the ``n_cells`` cells, ``gain_confidence`` ``= 1 - alpha / n_cells`` (the book's rule
-    for counts: a cell counts as gaining where this interval lies above zero), and ``pinned_long`` /
-    ``separate_long`` (mean task-B accuracy at the longer budget)."""
+    for counts: a cell counts as gaining where this interval lies above zero), and ``pinned_long`` (mean pinned
+    task-B accuracy at the longer budget). Raises ``ValueError`` as :func:`_steps_pairs`."""
     seeds, pairs = _steps_pairs(short, long)
     cell = lambda k: "_".join(k)  # noqa: E731
     conf = Family(len(pairs), alpha).confidence
@@ -287,8 +287,7 @@ def steps_findings(short: pd.DataFrame, long: pd.DataFrame, alpha: float = 0.05)
         n_cells=len(pairs), gain_confidence=conf, **{k: {cell(c): t_interval(f(*v), conf) for c, v in pairs.items()}
                                                      for k, f in (("separate_gain", lambda ps, ss, pl, sl: sl - ss),
                                                                   ("pinned_gain", lambda ps, ss, pl, sl: pl - ps))},
-        pinned_long={cell(c): float(v[2].mean()) for c, v in pairs.items()},
-        separate_long={cell(c): float(v[3].mean()) for c, v in pairs.items()}))
+        pinned_long={cell(c): float(v[2].mean()) for c, v in pairs.items()}))
 
 
 def steps_claims(short: pd.DataFrame, long: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
@@ -303,38 +302,33 @@ def steps_claims(short: pd.DataFrame, long: pd.DataFrame, margin: float = 0.02, 
     norm = set(INPUT_NORM_HEADS) & set(at_ref["head"])
     whole = [o for o, g in at_ref.groupby("optimizer", sort=False) if {"linear", *norm} <= set(g["head"])]
     if norm and whole:  # the optimizers that ran the linear head and every input-normalizing head
-        lift = _asked(dict(long=at_ref[at_ref["optimizer"].isin(whole)]), "lift_long", margin, alpha)
-        parts.append(lift.assign(statistics=["pinned" if "_pinned_" in k else "separate" for k in lift["key"]]))
+        parts.append(_asked(dict(long=at_ref[at_ref["optimizer"].isin(whole)]), "lift_long", margin, alpha))
     return pd.concat(parts, ignore_index=True)
 
 
 def long_findings(S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
     """The longer budget's counts (glued as ``ch04_long_<key>``) from :func:`steps_claims` ``S`` and
     :func:`steps_findings` ``SF``: the ``gap_long`` family's ``m`` / ``confidence`` and counts by printed verdict
-    (``n_higher``, ``n_lower``, ``n_equivalent``, ``n_not_decided`` with ``higher_cells`` ...), the ``steps``
+    (``n_higher``, ``n_lower``, ``n_equivalent``, ``n_not_decided``, ``higher_cells``, ``lower_cells``), the ``steps``
     family's (``n_narrower`` / ``n_wider``: the gap smaller / larger than at the short budget), ``n_pinned_gains`` /
     ``n_separate_gains`` (cells whose family interval of long minus short accuracy, :func:`steps_findings`' Bonferroni
     over the cells, lies above zero: not converged at the short budget), the heads run and the best pinned cell at
     the longer budget."""
     g, st = S[S["family"] == "gap_long"], S[S["family"] == "steps"]
     c, cs = count_verdicts(g), count_verdicts(st)
-    cells = lambda t, kind: _cells([f"{h}/{o}" for h, o, k in zip(t["head"], t["optimizer"], t["count_kind"])  # noqa
-                                    if k == kind])
     gains = lambda name: sum(number(SF, k).low > 0 for k in SF["key"] if k.startswith(name + "_"))  # noqa: E731
     pinned = {f"{h}/{o}": float(number(SF, f"pinned_long_{h}_{o}")) for h, o in zip(g["head"], g["optimizer"])}
     best = max(pinned, key=pinned.get) if pinned else ""
-    heads = list(dict.fromkeys(g["head"]))
     return numbers_table(dict(
         m=int(len(g)), confidence=float(g["confidence"].iloc[0]) if len(g) else math.nan,
         n_higher=c["higher"], n_lower=c["lower"], n_equivalent=c["equivalent"],
-        n_not_decided=c["not decided"] + c["too few seeds"], higher_cells=cells(g, "higher"),
-        lower_cells=cells(g, "lower"), equivalent_cells=cells(g, "equivalent"),
-        steps_m=int(len(st)), steps_confidence=float(st["confidence"].iloc[0]) if len(st) else math.nan,
-        n_narrower=cs["lower"], n_wider=cs["higher"], n_steps_equivalent=cs["equivalent"], narrower_cells=cells(st, "lower"), wider_cells=cells(st, "higher"),
-        n_pinned_gains=int(gains("pinned_gain")), n_separate_gains=int(gains("separate_gain")),
-        n_heads=len(heads), heads=", ".join(f"`{h}`" for h in heads),
-        best_pinned_cell=best,
-        best_pinned_acc=float(pinned[best]) if best else math.nan))
+        n_not_decided=c["not decided"] + c["too few seeds"], higher_cells=_named(g, "higher"),
+        lower_cells=_named(g, "lower"), steps_m=int(len(st)),
+        steps_confidence=float(st["confidence"].iloc[0]) if len(st) else math.nan, n_narrower=cs["lower"],
+        n_wider=cs["higher"], n_steps_equivalent=cs["equivalent"], narrower_cells=_named(st, "lower"),
+        wider_cells=_named(st, "higher"), n_pinned_gains=int(gains("pinned_gain")),
+        n_separate_gains=int(gains("separate_gain")), heads=", ".join(f"`{h}`" for h in dict.fromkeys(g["head"])),
+        best_pinned_cell=best, best_pinned_acc=float(pinned[best]) if best else math.nan))
 
 
 def _range(t: pd.DataFrame, kind: str | None = None) -> tuple[int, float, float]:
@@ -345,7 +339,7 @@ def _range(t: pd.DataFrame, kind: str | None = None) -> tuple[int, float, float]
 
 def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.DataFrame:
     """The heads that normalize their own input (:data:`INPUT_NORM_HEADS`), glued as ``ch04_inorm_<key>``: ``m``
-    (their gap cells at chapter 1's shift and the short budget), ``heads``, and per head ``<name>_<head>``:
+    (their gap cells at chapter 1's shift and the short budget) and per head ``<name>_<head>``:
     ``n_cells``, the gap cells counted by printed verdict (``n_higher``, ``n_equivalent``, ``n_not_decided``),
     ``gap_min`` / ``gap_max`` (estimates) and ``gap_high`` (the largest interval end); family ``lift`` at chapter
     1's shift (this head's task B minus the linear head's, per seed) with the pinned backbone (``n_lift_higher``,
@@ -358,13 +352,12 @@ def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.Da
     g = C[(C["family"] == "gap") & (C["shift"] == "ref") & C["head"].isin(INPUT_NORM_HEADS)]
     heads = list(dict.fromkeys(g["head"]))
     lift = C[C["family"] == "lift"] if "statistics" in C else C.iloc[:0]
-    fam = lambda name, h: C[(C["family"] == name) & (C["head"] == h)] if "head" in C else C.iloc[:0]  # noqa: E731
     lift_at = lambda h, st, ref=True: lift[(lift["head"].isin(h)) & (lift["statistics"] == st)  # noqa: E731
                                            & ((lift["shift"] == "ref") == ref)]
-    out = dict(m=int(len(g)), heads=", ".join(f"`{h}`" for h in heads))
+    out = dict(m=int(len(g)))
     for h in heads:
         gh = g[g["head"] == h]
-        c, ch = count_verdicts(gh), count_verdicts(fam("hc", h))
+        c, ch = count_verdicts(gh), count_verdicts(C[(C["family"] == "hc") & (C["head"] == h)])
         n_l, lo_l, hi_l = _range(lift_at([h], "pinned"), "higher")
         n_s, lo_s, hi_s = _range(lift_at([h], "separate"), "higher")
         for k, v in dict(n_cells=len(gh), n_higher=c["higher"], n_equivalent=c["equivalent"],
@@ -375,28 +368,22 @@ def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.Da
             out.setdefault(k, {})[h] = v
     pf = [h for h in PER_FEATURE_HEADS if h in heads]
     if pf:
-        gp, hc = g[g["head"].isin(pf)], C[(C["family"] == "hc") & C["head"].isin(pf)]
-        out.update(pf_m=len(gp), pf_n_higher=int((gp["count_kind"] == "higher").sum()),
-                   pf_gap_min=float(gp["estimate"].min()), pf_gap_max=float(gp["estimate"].max()),
-                   pf_gap_high=float(gp["high"].max()), pf_n_smaller=int((hc["count_kind"] == "lower").sum()),
-                   pf_hc_m=len(hc))
+        shown = lambda t: _range(t, "higher")[0]  # noqa: E731
+        gp, other = g[g["head"].isin(pf)], lift_at(pf, "pinned", False)
+        hc = C[(C["family"] == "hc") & C["head"].isin(pf)]
+        out.update(pf_m=len(gp), pf_n_higher=shown(gp), pf_gap_min=float(gp["estimate"].min()),
+                   pf_gap_max=float(gp["estimate"].max()), pf_gap_high=float(gp["high"].max()),
+                   pf_n_smaller=int((hc["count_kind"] == "lower").sum()), pf_other_m=len(other),
+                   pf_other_higher=shown(other), pf_other_min=_range(other)[1], pf_other_max=_range(other)[2])
+        long = S is not None and (S["family"] == "lift_long").any()
         for name, st in (("lift", "pinned"), ("sep", "separate")):  # counts of those shown; the range of all
             t = lift_at(pf, st)
-            _, lo, hi = _range(t)
-            out.update({f"pf_n_{name}_higher": int((t["count_kind"] == "higher").sum()), f"pf_{name}_min": lo,
-                        f"pf_{name}_max": hi})
-        other = lift_at(pf, "pinned", ref=False)
-        n, lo, hi = _range(other)
-        out.update(pf_other_m=n, pf_other_higher=int((other["count_kind"] == "higher").sum()), pf_other_min=lo,
-                   pf_other_max=hi)
-        if S is not None and (S["family"] == "lift_long").any():
-            ll = S[(S["family"] == "lift_long") & S["head"].isin(pf)]
-            for name, st in (("lift", "pinned"), ("sep", "separate")):
-                t = ll[ll["statistics"] == st]
-                _, lo, hi = _range(t)
-                out.update({f"pf_long_n_{name}": len(t), f"pf_long_n_{name}_higher": int((t["count_kind"] == "higher")
-                                                                                         .sum()),
-                            f"pf_long_{name}_min": lo, f"pf_long_{name}_max": hi})
+            out.update({f"pf_n_{name}_higher": shown(t), f"pf_{name}_min": _range(t)[1],
+                        f"pf_{name}_max": _range(t)[2]})
+            if long:
+                t = S[(S["family"] == "lift_long") & S["head"].isin(pf) & (S["statistics"] == st)]
+                out.update({f"pf_long_n_{name}": len(t), f"pf_long_n_{name}_higher": shown(t),
+                            f"pf_long_{name}_min": _range(t)[1], f"pf_long_{name}_max": _range(t)[2]})
     return numbers_table(out)
 
 
@@ -436,10 +423,9 @@ def equivalence_max_sd(margin: float, n: int, family: Family = Family()) -> floa
 def _contrast(table: pd.DataFrame) -> dict:
     """A contrast family's ``m``, ``confidence``, counts ``n_larger`` / ``n_smaller`` and those cells."""
     c = count_verdicts(table)
-    names = lambda kind: _cells([f"{h}/{o}" for h, o, k in zip(table["head"], table["optimizer"],  # noqa: E731
-                                                               table["count_kind"]) if k == kind])
     return dict(m=int(len(table)), confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
-                n_larger=c["higher"], n_smaller=c["lower"], larger_cells=names("higher"), smaller_cells=names("lower"))
+                n_larger=c["higher"], n_smaller=c["lower"], larger_cells=_named(table, "higher"),
+                smaller_cells=_named(table, "lower"))
 
 
 def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = None, margin: float = 0.02,
@@ -457,8 +443,6 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
     by_shift = {s: count_verdicts(g) for s, g in gt.groupby("shift", sort=False)}
     count = lambda kind: {s: c[kind] for s, c in by_shift.items()}  # noqa: E731
     ref = gt[gt["shift"] == "ref"]
-    label = lambda kind: _cells([f"{h}/{o}" for h, o in ref.loc[ref["count_kind"] == kind, ["head", "optimizer"]]  # noqa
-                                 .itertuples(index=False)])
     fam = Family(int(ref["m"].iloc[0]), alpha)
     max_sd = equivalence_max_sd(margin, int(df["seed"].nunique()), fam)
     opts = list(dict.fromkeys(ref["optimizer"]))
@@ -471,10 +455,9 @@ def findings(df: pd.DataFrame, lrs: dict | None = None, grids: dict | None = Non
     se = math.sqrt(p_sep * (1 - p_sep) / n_eval) if n_eval else math.nan
     out = dict(
         n_seeds=int(df["seed"].nunique()), n_cells=fam.m, confidence=fam.confidence, margin=margin,
-        chance=1 / int(df["n_classes"].iloc[0]) if "n_classes" in df else 0.1,
         n_separate_higher=count("higher"), n_separate_lower=count("lower"), n_equivalent=count("equivalent"),
         n_not_decided=count("not decided"), n_too_few=count("too few seeds"),
-        separate_higher_ref=label("higher"), equivalent_ref=label("equivalent"), equiv_max_sd=max_sd,
+        separate_higher_ref=_named(ref, "higher"), equivalent_ref=_named(ref, "equivalent"), equiv_max_sd=max_sd,
         equiv_sd_median={s: float(g["sd"].median()) for s, g in gt.groupby("shift", sort=False)},
         n_equiv_feasible={s: int((g["sd"] < max_sd).sum()) for s, g in gt.groupby("shift", sort=False)},
         f3_heads_holding={o: int(((ref["optimizer"] == o) & (ref["count_kind"] == "higher")).sum()) for o in opts},
@@ -512,11 +495,6 @@ def vocabulary(margin: float) -> dict:
     equivalence verdict at ``margin``, ``not decided`` and ``too few seeds``."""
     return {**{k: w for d in WORDS.values() for k, w in d.items()}, "equivalent": equivalent_text(margin),
             "not_decided": NOT_DECIDED, "too_few": TOO_FEW}
-
-
-def grid_text(grid) -> str:
-    """A learning-rate grid for the page: ``0.005, 0.016, 0.05, 0.16``."""
-    return ", ".join(f"{v:g}" for v in grid)
 
 
 # --- the page's answer: sentences chosen by the claims and numbers --------------------------------------------------
@@ -650,13 +628,6 @@ def gains_sentence(L: pd.DataFrame, SF: pd.DataFrame) -> str:
     return f"Neither mode is shown to gain accuracy {span} in any of the {m} cells ({how})."
 
 
-def long_plain(L: pd.DataFrame, SF: pd.DataFrame) -> str:
-    """The plain lead's second sentence: the answer at the longer budget, in counts."""
-    n = lambda k: number(L, k)  # noqa: E731
-    return (f"At {number(SF, 'steps_long'):,} steps, rates tuned for that budget, they score higher in "
-            f"{n('n_higher')} of the {n('m')} cells run there and lower in {n('n_lower')}.")
-
-
 #: The heads that normalize each feature (the plain lead's advice for a pinned backbone rests on their ``lift``).
 PER_FEATURE_HEADS = ("std_linear", "bn_linear")
 
@@ -698,11 +669,14 @@ def lift_plain(I: pd.DataFrame, SF: pd.DataFrame | None = None) -> str:  # noqa:
 def plain(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, SF: pd.DataFrame | None = None,
           I: pd.DataFrame | None = None) -> str:  # noqa: E741
     """The plain lead (answer box and front page): :data:`PLAIN_NOTES` at the short budget, then, given the longer
-    budget's numbers, :func:`long_plain`, then given :func:`input_norm_findings` ``I``, :func:`lift_plain`."""
+    budget's numbers, its counts there (:func:`long_findings` ``L``), then given :func:`input_norm_findings` ``I``,
+    :func:`lift_plain`."""
     lead = notes(PLAIN_NOTES, C, F)["plain"]
     if L is not None:
         at = f"At chapter 1's shift and {number(SF, 'steps_short'):,} steps"  # each plain note opens with AT_SHIFT
-        lead = f"{lead.replace(AT_SHIFT, at, 1)} {long_plain(L, SF)}"
+        lead = (f"{lead.replace(AT_SHIFT, at, 1)} At {number(SF, 'steps_long'):,} steps, rates tuned for that "
+                f"budget, they score higher in {number(L, 'n_higher')} of the {number(L, 'm')} cells run there and "
+                f"lower in {number(L, 'n_lower')}.")
     return f"{lead} {lift_plain(I, SF)}".rstrip() if I is not None else lead
 
 
@@ -790,31 +764,23 @@ def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> pd.DataFrame:
         probe_cost=t_interval(s["probe_accuracy"] - p["probe_accuracy"])))
 
 
-def _curvature(f: pd.DataFrame) -> tuple[float, float]:
-    return number(f, "curvature_ratio"), number(f, "curvature_centered_ratio")
-
-
-def _nan(f: pd.DataFrame) -> bool:
-    return any(math.isnan(v) for v in _curvature(f))
-
-
-def _wider(f: pd.DataFrame) -> bool:
-    r, c = _curvature(f)
-    return c - 1 >= (r - 1) / 2
+def _curvature(f: pd.DataFrame) -> str:
+    """Where the curvature pinned statistics add comes from, by :func:`geometry_findings` ``f``: ``nan`` (a ratio
+    missing), ``none`` (ratio at most 1), ``wider`` (the centred ratio's excess at least half the uncentred one's) or
+    ``offset``."""
+    r, c = number(f, "curvature_ratio"), number(f, "curvature_centered_ratio")
+    if math.isnan(r) or math.isnan(c):
+        return "nan"
+    return "none" if r <= 1 else "wider" if c - 1 >= (r - 1) / 2 else "offset"
 
 
 #: The page's rule-triggered sentences, said with ``notes(NOTES, claims, geometry_findings(...))`` and glued as
 #: ``ch04_<key>``: ``geo_sentence_curvature``, whether the added curvature under pinned statistics survives
 #: centring (the covariance's ratio at least half the second moment's) or comes mostly from the common offset.
-NOTES = (
-    Note("geo_sentence_curvature", lambda c, f: _nan(f), "The centred ratio is not available."),
-    Note("geo_sentence_curvature", lambda c, f: not _nan(f) and _curvature(f)[0] <= 1,
-         "Pinned statistics add no curvature here."),
-    Note("geo_sentence_curvature", lambda c, f: not _nan(f) and _curvature(f)[0] > 1 and _wider(f),
-         "So most of the added curvature comes from the wider features, not from the common offset."),
-    Note("geo_sentence_curvature", lambda c, f: not _nan(f) and _curvature(f)[0] > 1 and not _wider(f),
-         "So most of the added curvature comes from the common offset, not from the wider features."),
-)
+NOTES = tuple(Note("geo_sentence_curvature", lambda c, f, case=case: _curvature(f) == case, text) for case, text in (
+    ("nan", "The centred ratio is not available."), ("none", "Pinned statistics add no curvature here."),
+    ("wider", "So most of the added curvature comes from the wider features, not from the common offset."),
+    ("offset", "So most of the added curvature comes from the common offset, not from the wider features.")))
 
 #: The geometry measures the link test relates to the gap, with the sign each explanation predicts: a larger
 #: curvature ratio (pinned / separate: the optimization story) and a larger probe cost (the information story)
@@ -874,13 +840,12 @@ def link_findings(table: pd.DataFrame, head: str = "linear") -> pd.DataFrame:
     pred = ((table["kind"] == "higher") & (table["predicted_sign"] > 0)) | \
         ((table["kind"] == "lower") & (table["predicted_sign"] < 0))
     tested, direction = table["kind"] != TOO_FEW, table["kind"].isin(["higher", "lower"])
-    sc = lambda s: table["scope"] == s  # noqa: E731
     return numbers_table(dict(
         head=head, m=int(table["m"].iloc[0]) if len(table) else 0,
         confidence=float(table["confidence"].iloc[0]) if len(table) else math.nan,
         n_predicted=int(pred.sum()), n_opposite=int((direction & ~pred).sum()), n_tests=int(tested.sum()),
-        n_predicted_ref=int((pred & sc("ref")).sum()), n_tests_ref=int((tested & sc("ref")).sum()),
-        n_predicted_all=int((pred & sc("all")).sum()), n_tests_all=int((tested & sc("all")).sum())))
+        **{f"n_{k}_{s}": int((v & (table["scope"] == s)).sum()) for s in ("ref", "all")
+           for k, v in (("predicted", pred), ("tests", tested))}))
 
 
 def link_texts(table: pd.DataFrame) -> dict:
