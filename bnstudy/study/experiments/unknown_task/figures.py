@@ -66,25 +66,34 @@ def _batch_lines(ax, table: pd.DataFrame, pos: dict, colors: dict, **levels) -> 
         ax.fill_between(x, f["lo"], f["hi"], color=colors[b], alpha=0.2, lw=0)
 
 
+def _routing_grid(table: pd.DataFrame, columns, size: tuple, panel, ylabel: str, ncol: int):
+    """Routing accuracy against strength, one line (band: 95% interval) per inference batch size; rows: number of
+    tasks, one column per entry of ``columns``; ``panel(ax, k, column, pos, colors)`` draws a panel's lines
+    (:func:`_batch_lines`), reference lines and title; ``size``: (inches per row, inches added)."""
+    ks, batches = sorted(table.n_tasks.unique()), sorted(table.inference_batch.unique())
+    colors, pos = style.sequential(batches), _positions(table.strength)
+    with plt.rc_context(style.rc()):
+        fig, axes = plt.subplots(len(ks), len(columns), figsize=(style.COLUMN_WIDTH_IN, size[0] * len(ks) + size[1]),
+                                 sharey=True, sharex=True, squeeze=False)
+        for r, k in enumerate(ks):
+            for ax, column in zip(axes[r], columns):
+                panel(ax, k, column, pos, colors)
+                _ticks(ax, pos)
+            axes[r][0].set_ylabel(ylabel)
+        for ax in axes[-1]:
+            ax.set_xlabel("strength t")
+        return _finish(fig, axes[0][0], ncol=ncol)
+
+
 def routing_figure(table: pd.DataFrame, routers=HARD_ROUTERS):
     """Routing accuracy against shift strength, one line (band: 95% interval) per inference batch size; rows:
     number of tasks, columns: routers (``table``: the routing table, :func:`.findings.seed_table`); chance (1/K)
     dotted. The mixture is left out by default: its heaviest bank is ``nearest_first``'s choice."""
-    ks, batches = sorted(table.n_tasks.unique()), sorted(table.inference_batch.unique())
-    colors, pos = style.sequential(batches), _positions(table.strength)
-    with plt.rc_context(style.rc()):
-        fig, axes = plt.subplots(len(ks), len(routers), figsize=(style.COLUMN_WIDTH_IN, 2.6 * len(ks) + 0.6),
-                                 sharey=True, sharex=True, squeeze=False)
-        for r, k in enumerate(ks):
-            for ax, name in zip(axes[r], routers):
-                _batch_lines(ax, table, pos, colors, n_tasks=k, condition=name)
-                ax.axhline(1 / k, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance (1/K)")
-                ax.set_title(f"{name}\n{k} tasks")
-                _ticks(ax, pos)
-            axes[r][0].set_ylabel("routing accuracy")
-        for ax in axes[-1]:
-            ax.set_xlabel("strength t")
-        return _finish(fig, axes[0][0], ncol=4)
+    def panel(ax, k, name, pos, colors):
+        _batch_lines(ax, table, pos, colors, n_tasks=k, condition=name)
+        ax.axhline(1 / k, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance (1/K)")
+        ax.set_title(f"{name}\n{k} tasks")
+    return _routing_grid(table, routers, (2.6, 0.6), panel, "routing accuracy", ncol=4)
 
 
 def empty_figure(text: str):
@@ -100,23 +109,13 @@ def family_routing_figure(routes: pd.DataFrame, router: str = "nearest_first"):
     """The shift families that are not brightness/contrast: ``router``'s routing accuracy against the family strength,
     one line (band: 95% interval) per inference batch size; columns: shift families, rows: number of tasks
     (``routes``: :func:`.findings.family_routes`); the :data:`~.run.ROUTE_OK` line dashed, chance (1/K) dotted."""
-    ks, batches = sorted(routes.n_tasks.unique()), sorted(routes.inference_batch.unique())
-    families = list(dict.fromkeys(routes.shift_family))
-    colors, pos = style.sequential(batches), _positions(routes.strength)
-    with plt.rc_context(style.rc()):
-        fig, axes = plt.subplots(len(ks), len(families), figsize=(style.COLUMN_WIDTH_IN, 2.4 * len(ks) + 0.8),
-                                 sharey=True, sharex=True, squeeze=False)
-        for r, k in enumerate(ks):
-            for ax, fam in zip(axes[r], families):
-                _batch_lines(ax, routes, pos, colors, n_tasks=k, condition=router, shift_family=fam)
-                ax.axhline(ROUTE_OK, color=style.REFERENCE["chance"], ls="--", lw=1, label=f"{ROUTE_OK:g} (works)")
-                ax.axhline(1 / k, color=style.GREY, ls=":", lw=1, label="chance (1/K)")
-                ax.set_title(f"{fam}, {k} tasks")
-                _ticks(ax, pos)
-            axes[r][0].set_ylabel(f"routing accuracy\n({router})")
-        for ax in axes[-1]:
-            ax.set_xlabel("strength t")
-        return _finish(fig, axes[0][0], ncol=3)
+    def panel(ax, k, fam, pos, colors):
+        _batch_lines(ax, routes, pos, colors, n_tasks=k, condition=router, shift_family=fam)
+        ax.axhline(ROUTE_OK, color=style.REFERENCE["chance"], ls="--", lw=1, label=f"{ROUTE_OK:g} (works)")
+        ax.axhline(1 / k, color=style.GREY, ls=":", lw=1, label="chance (1/K)")
+        ax.set_title(f"{fam}, {k} tasks")
+    return _routing_grid(routes, list(dict.fromkeys(routes.shift_family)), (2.4, 0.8), panel,
+                         f"routing accuracy\n({router})", ncol=3)
 
 
 def router_accuracy_figure(df: pd.DataFrame, inference_batch: int = 1):
@@ -155,7 +154,7 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
     sample, zoomed, the equivalence band ``±margin`` shaded. ``part="unknown"``: (a) ``nearest_first``'s routing
     accuracy at ``inference_batches`` (``routes``: :func:`.findings.seed_table`) with the :data:`~.run.ROUTE_OK`
     line; (b) ``nearest_first`` picking bank and head, minus the oracle, per inference batch (``routed``:
-    :func:`.findings.routed_head_table`). Raises ``ValueError`` for another ``part``."""
+    :func:`.findings.gap_table` of ``accuracy_routed_head``). Raises ``ValueError`` for another ``part``."""
     if part not in ("cost", "unknown"):
         raise ValueError(f"routing_cost_figure: part must be 'cost' or 'unknown', got {part!r}")
     ks, pos, b1 = sorted(gaps.n_tasks.unique()), _positions(gaps.strength), min(gaps.inference_batch)

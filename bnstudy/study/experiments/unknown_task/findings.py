@@ -91,16 +91,12 @@ def _gap_rows(m: pd.DataFrame, cond: str, value: str = "accuracy", **fixed) -> l
 def gap_table(df: pd.DataFrame, value: str = "accuracy", conditions=CONDITIONS) -> pd.DataFrame:
     """Per cell and condition: mean and 95% Student-t interval over seeds of ``value(condition) -
     accuracy(oracle)``; columns ``n_tasks, strength, inference_batch, condition, mean, ci_low, ci_high,
-    n_seeds`` (:data:`BATCH_FREE` at the smallest inference batch only)."""
+    n_seeds`` (:data:`BATCH_FREE` at the smallest inference batch only). With ``"accuracy_routed_head"`` of
+    :data:`.run.ROUTERS`, the fully task-unknown case: the router picks the bank *and* the head (a misrouted sample
+    is classified by another task's head)."""
     m = seed_means(df)
     return _batch_free_once(pd.DataFrame([r for c in conditions if c != "oracle"
                                           for r in _gap_rows(m, c, value, condition=c)]))
-
-
-def routed_head_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The fully task-unknown case, :func:`gap_table` of ``accuracy_routed_head`` for the routers: the router picks
-    the bank *and* the head (a misrouted sample is classified by another task's head)."""
-    return gap_table(df, "accuracy_routed_head", ROUTERS)
 
 
 def _temperature_means(df: pd.DataFrame, tau: float) -> pd.DataFrame:
@@ -130,15 +126,23 @@ def temperature_table(df: pd.DataFrame) -> pd.DataFrame:
 _STRONG_B1 = dict(strength="max", inference_batch="min")
 _GENTLE_B1 = dict(strength="min_positive", inference_batch="min")
 _VS_ORACLE = dict(reference="oracle", each=("n_tasks",), table="means", margin=TOST_MARGIN)
-_ROUTED = dict(value="accuracy_routed_head", reference_value="accuracy", words="routed head", **_VS_ORACLE)
+
+
+def _routed_head(stem: str, strength, common: dict) -> tuple:
+    """The fully task-unknown questions: ``accuracy_routed_head(nearest_first) - accuracy(oracle)`` (the router picks
+    the bank and the head) at ``strength`` (a level or ``"min_positive"``), one decision per sample (key
+    ``<stem>_b1_k<K>``) and with the largest batches (``<stem>_bmax_k<K>``); ``common``: the other fields."""
+    return tuple(Question(f"{stem}_{name}_k{{n_tasks}}", "nearest_first", at=dict(strength=strength, inference_batch=b),
+                          value="accuracy_routed_head", reference_value="accuracy", words="routed head", **common)
+                 for name, b in (("b1", "min"), ("bmax", "max")))
+
+
 QUESTIONS = (
     Question("train_vs_oracle_k{n_tasks}", "train_mode", at=_STRONG_B1, words="train mode", **_VS_ORACLE),
     Question("pinned_vs_oracle_k{n_tasks}", "pinned", at=_STRONG_B1, words="pinned", **_VS_ORACLE),
     Question("mixture_vs_oracle_k{n_tasks}", "mixture", at=_STRONG_B1, words="mixture", **_VS_ORACLE),
     Question("router_vs_oracle_k{n_tasks}", "nearest_first", at=_GENTLE_B1, words="router", **_VS_ORACLE),
-    Question("routed_gentle_b1_k{n_tasks}", "nearest_first", at=_GENTLE_B1, **_ROUTED),
-    Question("routed_gentle_bmax_k{n_tasks}", "nearest_first", at=dict(strength="min_positive",
-                                                                        inference_batch="max"), **_ROUTED),
+    *_routed_head("routed_gentle", "min_positive", _VS_ORACLE),
     Question("oracle_exact", value="oracle_logit_change", table="rows", exact=0.0),
     Question("train_is_last_bank", "train_mode", "oracle", at=dict(n_tasks=2, task=TASK_NAMES[1]), table="rows",
              pair=("seed", "strength", "inference_batch"), exact=0.0, optional=True),  # a design without 2 tasks
@@ -252,9 +256,9 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.Data
     """Chapter 6's numbers table (glued as ``ch06_<key>``; intervals cut to [0, 1] for :data:`ACCURACY_FIELDS`,
     else to [-1, 1]) from :func:`.run.run`'s rows (every condition, >= 2 seeds, >= 3 strengths); ``cells``:
     :func:`cell_tests` and ``table``: :func:`claims` of ``df`` if already computed. Raises ``ValueError`` if a
-    condition is missing. "zero",
-    "gentle", "strong": the smallest strength, the smallest above zero, the largest; ``b1`` / ``bmax``: the smallest
-    and largest inference batch; keys end in ``_k<n_tasks>[_<router or task>]``; intervals 95% Student-t over seeds.
+    condition is missing. "zero", "gentle", "strong": the smallest strength, the smallest above zero, the largest;
+    ``b1`` / ``bmax``: the smallest and largest inference batch; keys end in ``_k<n_tasks>[_<router or task>]``;
+    intervals 95% Student-t over seeds.
 
     * ``route_<strength>_<batch>``: routing accuracy; ``route_diff_gentle_b1``: a router's minus ``nearest_first``'s;
       ``nall_worst`` (at ``nall_worst_t``): the most negative such difference of ``nearest_all`` over strengths;
@@ -271,7 +275,8 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.Data
       oracle (b1) is shown lower (:func:`bnstudy.study.inference.decide` at the family's level); ``wrong_at_*``:
       that difference's family interval there; ``wrong_from_*_text``: both in words; ``wrong_below_routing``: the
       lowest family lower end of either difference below ``works_from_b1``; ``cost_after_routing``: whether no
-      cost is shown below ``works_from_b1`` (:func:`cost_before_routing` is empty); ``train_task_a``: task A's ``train_mode - oracle`` (strong, b1, 95%).
+      cost is shown below ``works_from_b1`` (:func:`cost_before_routing` is empty); ``train_task_a``: task A's
+      ``train_mode - oracle`` (strong, b1, 95%).
     * ``routed_zero_b1`` / ``_bmax``: ``accuracy_routed_head(nearest_first) - accuracy(oracle)`` at t = 0;
       ``routed_task_a_gentle_b1``, ``oracle_task_a``, ``oracle_new_tasks``: task A's routed-head and oracle
       accuracy and the new tasks' oracle accuracy (gentle, b1).
@@ -403,7 +408,8 @@ def _ks(f: pd.DataFrame) -> list[int]:
 
 
 def _per_k(f: pd.DataFrame, stem: str) -> dict:
-    return {f"k{k}": number(f, f"{stem}_k{k}") for k in _ks(f)}
+    """``{"k<K>": value}`` of the numbers ``<stem>_k<K>`` of ``f`` (the shape :func:`works_phrase` takes)."""
+    return {key[len(stem) + 1:]: number(f, key) for key in f["key"] if key.startswith(f"{stem}_k")}
 
 
 def _iv(iv: Interval, digits: int, flip: bool = False) -> tuple[str, str, str]:
@@ -510,23 +516,17 @@ def page_settings(config: Config, table: pd.DataFrame) -> dict:
     """The settings the page cites (glued as ``ch06_<name>``): ``tau_first``, ``temperature``, ``first_grid_text``
     (settings tried first), ``ch3_gentlest`` and ``ch3_margin`` (chapter 3's gentlest non-zero ``both`` level and
     equivalence margin, full profile), ``margin_text``, ``router_samples``, ``router_samples_bmax`` (the
-    classifier's points per bank at the largest batch), and of the claims ``table`` (:func:`claims`): ``claims_m``
-    (its comparisons, checks not counted) and ``claims_confidence`` (their intervals' confidence, percent)."""
+    classifier's points per bank at the largest batch), and of the claims ``table`` (:func:`claims`, its
+    :func:`page_family`): ``claims_m`` (its comparisons, checks not counted) and ``claims_confidence`` (their
+    intervals' confidence, percent). Raises ``ValueError`` if ``table`` has no comparison."""
     from ..shift_strength.run import PROFILES as CH3_PROFILES, make_config as ch3_config
-    ch3_margin = ch3_config("full").tie_margin
-    comp = table[table.kind.isin(["higher", "lower", "equivalent", "not decided", "too few seeds"])]
+    ch3_margin, fam = ch3_config("full").tie_margin, page_family(table)
     return dict(tau_first=TEMPERATURE_TRIED_FIRST, temperature=config.temperature,
                 first_grid_text=", ".join(fmt_level(t) for t in FIRST_STRENGTH_GRID),
                 ch3_gentlest=min(t for t in CH3_PROFILES["full"]["both_levels"] if t > 0), ch3_margin=ch3_margin,
                 margin_text=margin_phrase(TOST_MARGIN, ch3_margin), router_samples=config.router_samples,
                 router_samples_bmax=config.router_samples // max(config.inference_batches),
-                claims_m=int(len(comp)),
-                claims_confidence=100 * float(comp.confidence.iloc[0]) if len(comp) else float("nan"))
-
-
-def _pooled(f: pd.DataFrame) -> bool:
-    return all(number(f, f"route_gentle_bmax_k{k}_nearest_first").mean >
-               number(f, f"route_gentle_b1_k{k}_nearest_first").mean for k in _ks(f))
+                claims_m=fam.m, claims_confidence=100 * fam.confidence)
 
 
 def _early_fill(f: pd.DataFrame) -> dict:
@@ -568,7 +568,9 @@ NOTES = (
     Note("cost_vs_routing_text", lambda c, f: not number(f, "cost_after_routing"),
          "Not everywhere does the cost wait for routing: the cost of {early} is shown (at the page's family level) "
          "below the strength from which per-sample routing works.", lambda c, f: _early_fill(f)),
-    *_either("batch_effect_text", lambda c, f: _pooled(f),
+    *_either("batch_effect_text", lambda c, f: all(number(f, f"route_gentle_bmax_k{k}_nearest_first").mean
+                                                   > number(f, f"route_gentle_b1_k{k}_nearest_first").mean
+                                                   for k in _ks(f)),
              "pooling samples shrinks the noise in the estimated statistics, and here the larger batches route the "
              "gentlest shift more often on average with every task count",
              "pooling samples shrinks the noise in the estimated statistics, yet here the larger batches do not "
@@ -622,12 +624,9 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
         f"There, not every hard router routes every sample to its own bank (lowest seed's routing: {join(off)}), "
         "so not every router's accuracy equals the oracle's by construction.")
     cost = out["cost_vs_routing_text"]  # a note (NOTES); plain words: the guide pastes it across pages
-    counted = out["cell_counts_text"] = counts_text(cells, "router cells", "a router", "the oracle",
-                                                    n("tost_margin"), ALPHA)
     apart = out["cell_counts_apart_text"] = cells_apart_text(cells, n("tost_margin"))
-    head_loses = any(claim(table, f"routed_gentle_b1_k{k}").kind == "lower" for k in ks)
+    head_loses, bmax_loses = _head_loses(table, f, "b1"), _head_loses(table, f, "bmax")
     head_open = _head_open(table, f, "b1") or _head_open(table, f, "bmax")
-    bmax_loses = _head_loses(table, f, "bmax")
     out["unknown_head_text"] = f"at the gentlest shift (t = {gentle:g}) the routed head minus the oracle is " \
         f"{routed_b1} per sample" + (
             f", so there routing by statistics does not stand in for the task label, not even in batches of {bmax:.0f} "
@@ -667,7 +666,7 @@ def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dic
         "first-layer statistics (`bnstudy.study.routing.routed_forward(bank, x, bnstudy.study.routing.NearestStatistics(bank))`)"
         + (f"; where the shift is gentle, keep a task label: pooling inference batches of {bmax:.0f} cuts the loss of "
            "a router that also picks the head but does not remove it" + (f" ({join(why)})." if why else ".")
-           if _head_loses(table, f, "bmax") else
+           if bmax_loses else
            "; where the shift is gentle, pool inference batches or keep a task label (" + join(why) + ")." if why
            else "; whether a gentle shift needs a task label is not decided on this grid (some interval includes "
            "losses): keep one until it is." if head_open else "; on this grid that needs no task label."))
@@ -753,51 +752,37 @@ def mixture_advice(table: pd.DataFrame, tf: pd.DataFrame) -> str:
 # --- shift families that are not brightness/contrast (issue 35) ----------------------------------------------------
 
 #: The family questions (one family of its own, Bonferroni over its comparisons, margin :data:`TOST_MARGIN`), per
-#: shift family and task count, condition minus the oracle: the fully task-unknown cost (the router picks the bank
-#: and the head, ``nearest_first``) at the gentlest family strength, one decision per sample and per largest batch;
-#: the task's own head on the routed statistics there; and the cost of a wrong bank (shared drifting statistics,
-#: pinned statistics) at the strongest family strength.
+#: shift family and task count, condition minus the oracle: the fully task-unknown cost (:func:`_routed_head`) at the
+#: gentlest family strength; the task's own head on the routed statistics there; and the cost of a wrong bank (shared
+#: drifting statistics, pinned statistics) at the strongest family strength.
 _FAM = dict(reference="oracle", each=("shift_family", "n_tasks"), table="means", margin=TOST_MARGIN)
 FAMILY_QUESTIONS = (
-    Question("fam_{shift_family}_routed_b1_k{n_tasks}", "nearest_first", at=_GENTLE_B1, value="accuracy_routed_head",
-             reference_value="accuracy", words="routed head", **_FAM),
-    Question("fam_{shift_family}_routed_bmax_k{n_tasks}", "nearest_first",
-             at=dict(strength="min_positive", inference_batch="max"), value="accuracy_routed_head",
-             reference_value="accuracy", words="routed head", **_FAM),
+    *_routed_head("fam_{shift_family}_routed", "min_positive", _FAM),
     Question("fam_{shift_family}_router_k{n_tasks}", "nearest_first", at=_GENTLE_B1, words="router", **_FAM),
     Question("fam_{shift_family}_train_k{n_tasks}", "train_mode", at=_STRONG_B1, words="train mode", **_FAM),
     Question("fam_{shift_family}_pinned_k{n_tasks}", "pinned", at=_STRONG_B1, words="pinned", **_FAM),
 )
 
 
-def family_means(fdf: pd.DataFrame) -> pd.DataFrame:
-    """:func:`seed_means` per shift family (``fdf``: :func:`.run.run_families`' rows), with ``shift_family``."""
-    return pd.concat([seed_means(g.drop(columns="shift_family")).assign(shift_family=f)
+def _per_family(fdf: pd.DataFrame, table) -> pd.DataFrame:
+    """``table`` (a function of one family's rows) per shift family of ``fdf``, with ``shift_family``."""
+    return pd.concat([table(g.drop(columns="shift_family")).assign(shift_family=f)
                       for f, g in fdf.groupby("shift_family", sort=False)], ignore_index=True)
 
 
-def next_questions(level: float) -> tuple:
-    """The fully task-unknown questions of :data:`FAMILY_QUESTIONS` again at the family strength ``level`` (keys
-    ``fam_<family>_routed_next_<b1|bmax>_k<K>``): the second-gentlest level, the first at which the grid's blurs and
-    added noise are more than next to nothing (issue 35's referee: at the gentlest, 0.1, a blur of std 0.1 to 0.3 px
-    leaves the image as it was, so those claims measure the task-unknown cost without a shift). Added after that
-    review; disclosed on the page."""
-    return tuple(Question(f"fam_{{shift_family}}_routed_next_{name}_k{{n_tasks}}", "nearest_first",
-                          at=dict(strength=level, inference_batch=b), value="accuracy_routed_head",
-                          reference_value="accuracy", words="routed head", **_FAM)
-                 for name, b in (("b1", "min"), ("bmax", "max")))
-
-
 def family_claims(fdf: pd.DataFrame) -> pd.DataFrame:
-    """The claims table of :data:`FAMILY_QUESTIONS` and :func:`next_questions` at the second-gentlest strength (keys
-    ``fam_<family>_<question>_k<K>``; an empty claims table when ``fdf`` has no rows), one family. Raises
-    ``ValueError`` if a condition is missing."""
+    """The claims table of :data:`FAMILY_QUESTIONS` and, at the second-gentlest strength, the fully task-unknown
+    questions again (keys ``fam_<family>_routed_next_<b1|bmax>_k<K>``: the first level at which the grid's blurs and
+    added noise are more than next to nothing; issue 35's referee: at the gentlest, 0.1, a blur of std 0.1 to 0.3 px
+    leaves the image as it was; added after that review, disclosed on the page). Keys ``fam_<family>_<question>_k<K>``,
+    one family; an empty claims table when ``fdf`` has no rows. Raises ``ValueError`` if a condition is missing."""
     if not len(fdf):
         return pd.DataFrame(columns=["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence",
                                      "margin", "confidence", "kind", "verdict"])
     levels = sorted(fdf.strength.unique())
-    questions = FAMILY_QUESTIONS + (next_questions(float(levels[1])) if len(levels) > 1 else ())
-    return ask(dict(means=family_means(_conditions(fdf, "family_claims"))), questions, ALPHA)
+    questions = FAMILY_QUESTIONS + (_routed_head("fam_{shift_family}_routed_next", float(levels[1]), _FAM)
+                                    if len(levels) > 1 else ())
+    return ask(dict(means=_per_family(_conditions(fdf, "family_claims"), seed_means)), questions, ALPHA)
 
 
 def family_findings(fdf: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
@@ -805,56 +790,41 @@ def family_findings(fdf: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     ``fam_<f>_works_from_b1_k<K>`` / ``_bmax_``: the smallest family strength from which ``nearest_first``'s routing
     is shown above :data:`ROUTE_OK` there and at every stronger one (its interval at the families' claims level,
     ``table``: :func:`family_claims`; NaN: at none; :func:`_threshold`); ``fam_<f>_route_gentle_b1_k<K>`` /
-    ``_strong_b1_``: routing accuracy (95% over seeds); per family the router cells (:func:`cell_tests`, one
-    family per shift family): ``fam_<f>_n_cells``, ``_n_identical`` (equal to the oracle by construction) and the
-    counts of the others ``_n_equivalent_other``, ``_n_lower_other``, ``_n_higher_other``, ``_n_not_decided_other``;
-    ``fam_<f>_oracle_new_<gentle|strong>_k<K>``: the new tasks' accuracy under the oracle (95% over seeds; these
-    shifts are not undone by the task's own statistics); ``fam_<f>_worst_routed_k<K>`` (at ``_t_``): the most
-    negative mean routed-head cost per sample at the strengths where routing works (``works_from_b1`` and above;
-    95% t interval, not in the claims family; absent where routing never works); ``fam_bmax_home_from``: the
-    smallest family strength from which ``nearest_first`` with the largest batches sends every input home in every
-    seed and pair; ``fam_gentle`` / ``fam_next`` / ``fam_strong``: the family strengths; ``fam_gentle_blur_max`` /
-    ``fam_gentle_noise_max``: the largest blur std (px) and added-noise std at the gentlest; ``fam_m`` /
-    ``fam_confidence``: the claims family."""
+    ``_strong_b1_``: routing accuracy (95% over seeds); ``fam_<f>_oracle_new_<gentle|strong>_k<K>``: the new tasks'
+    accuracy under the oracle (95% over seeds; these shifts are not undone by the task's own statistics);
+    ``fam_<f>_worst_routed_k<K>`` (at ``_t_``): the most negative mean routed-head cost per sample at the strengths
+    where routing works (``works_from_b1`` and above; 95% t interval, not in the claims family; absent where routing
+    never works); ``fam_bmax_home_from``: the smallest family strength from which ``nearest_first`` with the largest
+    batches sends every input home in every seed and pair; ``fam_gentle`` / ``fam_next`` / ``fam_strong``: the
+    family strengths; ``fam_gentle_blur_max`` / ``fam_gentle_noise_max``: the largest blur std (px) and added-noise
+    std at the gentlest; ``fam_m`` / ``fam_confidence``: the claims family; ``fam_near_chance``:
+    :data:`NEAR_CHANCE`. Raises ``ValueError`` if a condition is missing or ``table`` has no comparison."""
     fam = page_family(table)
-    m = family_means(_conditions(fdf, "family_findings"))
+    m = _per_family(_conditions(fdf, "family_findings"), seed_means)
     strengths, batches = sorted(m.strength.unique()), sorted(m.inference_batch.unique())
-    families = list(dict.fromkeys(m.shift_family))
-    amounts = [FAMILY_SHIFTS[f][t] for f in families for t in TASK_NAMES[1:]]
+    amounts = [FAMILY_SHIFTS[f][t] for f in dict.fromkeys(m.shift_family) for t in TASK_NAMES[1:]]
     out = dict(fam_gentle=float(strengths[0]), fam_strong=float(strengths[-1]), fam_m=fam.m,
                fam_confidence=100 * fam.confidence,
                fam_next=float(strengths[1]) if len(strengths) > 1 else math.nan, fam_near_chance=NEAR_CHANCE,
                fam_gentle_blur_max=max(a[0] for a in amounts) * float(strengths[0]),
                fam_gentle_noise_max=max(a[1] for a in amounts) * float(strengths[0]))
     rows = fdf[fdf.inference_batch == batches[0]]
-    for f, g in m.groupby("shift_family", sort=False):
-        for k in sorted(g.n_tasks.unique()):
-            sel = g[(g.n_tasks == k) & (g.condition == "nearest_first")]
-            new = rows[(rows.shift_family == f) & (rows.n_tasks == k) & (rows.task != "A") & (rows.condition == "oracle")]
-            for t, name in ((strengths[0], "gentle"), (strengths[-1], "strong")):
-                out[f"fam_{f}_oracle_new_{name}_k{k}"] = t_interval(
-                    new[new.strength == t].groupby("seed").accuracy.mean())
-            for b, name in ((batches[0], "b1"), (batches[-1], "bmax")):
-                ivs = [t_interval(sel[(sel.strength == t) & (sel.inference_batch == b)].routing_accuracy,
-                                  fam.confidence) for t in strengths]
-                out[f"fam_{f}_works_from_{name}_k{k}"] = _threshold(strengths, [v.low > ROUTE_OK for v in ivs])
-            for t, name in ((strengths[0], "gentle"), (strengths[-1], "strong")):
-                out[f"fam_{f}_route_{name}_b1_k{k}"] = t_interval(
-                    sel[(sel.strength == t) & (sel.inference_batch == batches[0])].routing_accuracy)
-            works = out.get(f"fam_{f}_works_from_b1_k{k}", math.nan)
-            beyond = {t: t_interval(_diff(g[(g.n_tasks == k) & (g.strength == t) &
-                                            (g.inference_batch == batches[0])], "nearest_first", "oracle",
-                                          "accuracy_routed_head", "accuracy"))
-                      for t in strengths if not math.isnan(works) and t >= works}
-            if beyond:
-                tw = min(beyond, key=lambda t: beyond[t].mean)
-                out[f"fam_{f}_worst_routed_k{k}"] = beyond[tw]
-                out[f"fam_{f}_worst_routed_t_k{k}"] = float(tw)
-        cells = cell_tests(fdf[fdf.shift_family == f].drop(columns="shift_family"))
-        other = count_verdicts(cells[~cells.identical], ALPHA) if (~cells.identical).any() else {}
-        out.update({f"fam_{f}_n_cells": len(cells), f"fam_{f}_n_identical": int(cells.identical.sum()),
-                    **{f"fam_{f}_n_{w.replace(' ', '_')}_other": int(other.get(w, 0))
-                       for w in ("equivalent", "lower", "higher", "not decided")}})
+    for (f, k), g in m.groupby(["shift_family", "n_tasks"], sort=False):
+        sel, b1 = g[g.condition == "nearest_first"], g.inference_batch == batches[0]
+        new = rows[(rows.shift_family == f) & (rows.n_tasks == k) & (rows.task != "A") & (rows.condition == "oracle")]
+        for t, name in ((strengths[0], "gentle"), (strengths[-1], "strong")):
+            out[f"fam_{f}_oracle_new_{name}_k{k}"] = t_interval(new[new.strength == t].groupby("seed").accuracy.mean())
+            out[f"fam_{f}_route_{name}_b1_k{k}"] = t_interval(sel[(sel.strength == t) & b1].routing_accuracy)
+        for b, name in ((batches[0], "b1"), (batches[-1], "bmax")):
+            ivs = [t_interval(sel[(sel.strength == t) & (sel.inference_batch == b)].routing_accuracy, fam.confidence)
+                   for t in strengths]
+            out[f"fam_{f}_works_from_{name}_k{k}"] = _threshold(strengths, [v.low > ROUTE_OK for v in ivs])
+        beyond = {t: t_interval(_diff(g[(g.strength == t) & b1], "nearest_first", "oracle", "accuracy_routed_head",
+                                      "accuracy"))
+                  for t in strengths if t >= out[f"fam_{f}_works_from_b1_k{k}"]}  # NaN (never works): none
+        if beyond:
+            tw = min(beyond, key=lambda t: beyond[t].mean)
+            out[f"fam_{f}_worst_routed_k{k}"], out[f"fam_{f}_worst_routed_t_k{k}"] = beyond[tw], float(tw)
     home = m[(m.condition == "nearest_first") & (m.inference_batch == batches[-1])].groupby("strength").routing_accuracy
     out["fam_bmax_home_from"] = _threshold(strengths, [bool((home.get_group(t) == 1.0).all()) for t in strengths])
     return numbers_table(out, bounds=lambda key: (0.0, 1.0) if "_route_" in key or "_oracle_" in key else (-1.0, 1.0))
@@ -917,16 +887,15 @@ def family_table(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame) -> pd.
 
 def family_claim_text(c) -> str:
     """:func:`bnstudy.study.words.claim_text` of a family claim, except a difference that is zero in every seed (every
-    input routed to its own bank: equal to the oracle by construction, no finding; issue 35), said as such."""
-    if c.n > 0 and c.estimate == 0 and c.low == 0 and c.high == 0:
+    input routed to its own bank, :func:`_kind_or_home`: no finding), said as such."""
+    if _kind_or_home(c) == "home":
         return "0 in every seed (every input routed home: equal to the oracle by construction)"
     return claim_text(c, clip=(-1, 1))
 
 
 def family_routes(fdf: pd.DataFrame) -> pd.DataFrame:
     """:func:`seed_table` of the routing accuracy of the routers, per shift family (with ``shift_family``)."""
-    return pd.concat([seed_table(g.drop(columns="shift_family"), ["routing_accuracy"], ROUTERS).assign(shift_family=f)
-                      for f, g in fdf.groupby("shift_family", sort=False)], ignore_index=True)
+    return _per_family(fdf, lambda g: seed_table(g, ["routing_accuracy"], ROUTERS))
 
 
 #: How the page names each shift family in a list.
@@ -1007,8 +976,8 @@ def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None)
     out["fam_routing_text"] = (
         f"Where routing works, by the rule above at these claims' own family level ({number(f, 'fam_confidence'):.4g}% "
         f"intervals, Bonferroni over {number(f, 'fam_m'):.0f} comparisons) and on the levels tested: " + "; ".join(
-            f"**{fam}**: per sample {works_phrase(_fam_k(f, fam, 'b1'), gentle)}, with batches of {bmax} "
-            f"{works_phrase(_fam_k(f, fam, 'bmax'), gentle)}" for fam in families))
+            f"**{fam}**: per sample {works_phrase(_per_k(f, f'fam_{fam}_works_from_b1'), gentle)}, with batches of "
+            f"{bmax} {works_phrase(_per_k(f, f'fam_{fam}_works_from_bmax'), gentle)}" for fam in families))
     out["fam_wrong_text"] = "; ".join(f"**{fam}**, `train_mode` minus the oracle: {verdicts('train', fam)}; pinned "
                                       f"minus the oracle: {verdicts('pinned', fam)}" for fam in families)
     out["fam_cells_text"] = "; ".join(
@@ -1039,7 +1008,7 @@ def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None)
 
 def _kind_or_home(c) -> str:
     """A family claim's verdict kind, or ``"home"`` where the difference is zero in every seed (every input routed
-    home: equal to the oracle by construction, :func:`family_claim_text`)."""
+    home: equal to the oracle by construction; issue 35)."""
     return "home" if c.n > 0 and c.estimate == 0 and c.low == 0 and c.high == 0 else c.kind
 
 
@@ -1066,6 +1035,3 @@ def family_advice(b1: list, bmax: list) -> str:
                "these shifts need a task label is not decided on this grid."
     return "no loss is shown there, so routing by statistics serves these shifts too on this grid."
 
-
-def _fam_k(f: pd.DataFrame, fam: str, b: str) -> dict:
-    return {key.rsplit("_", 1)[1]: number(f, key) for key in f["key"] if key.startswith(f"fam_{fam}_works_from_{b}_k")}
