@@ -60,6 +60,15 @@ def _pivot(d: pd.DataFrame) -> pd.DataFrame:
     return d.pivot(index="seed", columns="arm", values="score")
 
 
+def _claims(name: str, items: dict, words: str, margin: float | None = None) -> pd.DataFrame:
+    """One family of claims (``name``): ``items`` ``{key: per-seed differences}`` decided with :data:`WORDS`
+    ``[words]`` (``"best"``'s for the ``decision_best_*`` keys), Bonferroni over the family at :data:`ALPHA`, TOST
+    within ``margin`` where given, Holm within the family."""
+    fam = Family(max(len(items), 1), ALPHA)
+    return claims_table([decide(v, k, margin=margin, family=fam, higher=w[0], lower=w[1]) for k, v in items.items()
+                         for w in [WORDS["best" if k.startswith("decision_best_") else words]]], family=name)
+
+
 def cell_table(dec: pd.DataFrame, check: pd.DataFrame, chance: float) -> pd.DataFrame:
     """One row per decision cell (:data:`.run.DECISION_CELL`): the chosen ``lr_factor`` and ``lr``, the grid tried
     (``grid_low``, ``grid_high``, ``n_factors``), ``at_edge``, the reported seeds' ``mean``, 95% ``ci_low`` /
@@ -85,7 +94,9 @@ def decision(dec: pd.DataFrame, check: pd.DataFrame, margin: float) -> dict:
 
     ``cells``: :func:`cell_table`. ``claims``: families ``decision`` (keys ``decision_<budget>_<target>_<arm>``,
     arm minus ``bn_train`` at the smallest batch size; ``decision_best_<budget>_<target>``, best minus runner-up)
-    and ``tuned_break`` (``tuned_break_<budget>_<target>_<arm>``, smallest minus largest batch size).
+    and ``tuned_break`` (``tuned_break_<budget>_<target>_<arm>``, smallest minus largest batch size); with
+    ``bn_train`` and :data:`CONTROL` both run, ``tuned_did`` (its change minus the control's) and ``precise_gain``
+    (precise BN after minus ``bn_train`` at the largest batch size).
     ``answers``: per (budget, target) the recommended arm (highest mean at the smallest batch size), the runner-up,
     their verdicts and whether the cell is near chance. ``breaks``: ``{(budget, target, arm): "breaks" | "no
     break"}`` by the upper end of the family interval against ``-margin``. Raises ``ValueError`` without
@@ -107,22 +118,20 @@ def decision(dec: pd.DataFrame, check: pd.DataFrame, margin: float) -> dict:
                 vs[f"decision_{bu}_{t}_{a}"] = piv[a] - piv["bn_train"]
         best_items[f"decision_best_{bu}_{t}"] = piv[order[0]] - piv[order[1]]
         answers[(bu, t)] = dict(best=order[0], runner_up=order[1])
-    fam = Family(max(len(vs) + len(best_items), 1), ALPHA)
-    c_vs = [decide(v, k, margin=margin, family=fam, higher=WORDS["decision"][0], lower=WORDS["decision"][1])
-            for k, v in vs.items()]
-    c_best = [decide(v, k, margin=margin, family=fam, higher=WORDS["best"][0], lower=WORDS["best"][1])
-              for k, v in best_items.items()]
-    drops = {}
-    if large != small:
-        for (bu, t), g in dec.groupby(["budget", "target_name"], sort=True):
-            s, lg = _pivot(g[g.batch_size == small]), _pivot(g[g.batch_size == large])
-            for a in s.columns.intersection(lg.columns):
-                drops[f"tuned_break_{bu}_{t}_{a}"] = (s[a] - lg[a]).dropna()
-    fam_b = Family(max(len(drops), 1), ALPHA)
-    c_drop = [decide(v, k, margin=margin, family=fam_b, higher=WORDS["tuned_break"][0],
-                     lower=WORDS["tuned_break"][1]) for k, v in drops.items()]
-    claims = pd.concat([claims_table(c_vs + c_best, family="decision"),
-                        claims_table(c_drop, family="tuned_break")], ignore_index=True)
+    drops, did, gain = {}, {}, {}
+    for (bu, t), g in (dec.groupby(["budget", "target_name"], sort=True) if large != small else ()):
+        s, lg = _pivot(g[g.batch_size == small]), _pivot(g[g.batch_size == large])
+        for a in s.columns.intersection(lg.columns):
+            drops[f"tuned_break_{bu}_{t}_{a}"] = (s[a] - lg[a]).dropna()
+        # the control (no batch statistics) against BN in train mode, and precise BN's gain at the large batch
+        if {"bn_train", CONTROL} <= set(dec.arm):
+            did[f"tuned_did_{bu}_{t}"] = ((s["bn_train"] - lg["bn_train"]) - (s[CONTROL] - lg[CONTROL])).dropna()
+            if PRECISE_AFTER in lg:
+                gain[f"precise_gain_{bu}_{t}"] = (lg[PRECISE_AFTER] - lg["bn_train"]).dropna()  # at ``large``
+    claims = pd.concat([_claims("decision", {**vs, **best_items}, "decision", margin),
+                        _claims("tuned_break", drops, "tuned_break", margin)]
+                       + ([_claims("tuned_did", did, "did")] if did else [])
+                       + ([_claims("precise_gain", gain, "gain", margin)] if gain else []), ignore_index=True)
     verdict = dict(zip(claims.key, claims.verdict))
     kind = dict(zip(claims.key, claims.kind))
     for (bu, t), a in answers.items():
@@ -134,30 +143,12 @@ def decision(dec: pd.DataFrame, check: pd.DataFrame, margin: float) -> dict:
                  vs_bn_train_kind="self" if a["best"] == "bn_train" else kind[f"decision_{bu}_{t}_{a['best']}"])
     near = cells.set_index(DECISION_CELL)["near_chance"]
     breaks = {}
-    for c in c_drop:
+    for c in claims[claims.family == "tuned_break"].itertuples():
         bu, t, a = c.key[len("tuned_break_"):].split("_", 2)
         if near.get((bu, large, t, a), False):
             breaks[(bu, t, a)] = "reference near chance"
         else:
             breaks[(bu, t, a)] = "breaks" if c.high < -margin else "no break" if c.low > -margin else NOT_DECIDED
-    # the control (no batch statistics) against BN in train mode, and precise BN's gain at the large batch
-    did, gain = {}, {}
-    if large != small and {"bn_train", CONTROL} <= set(dec.arm):
-        for (bu, t), g in dec.groupby(["budget", "target_name"], sort=True):
-            s_, lg = _pivot(g[g.batch_size == small]), _pivot(g[g.batch_size == large])
-            did[f"tuned_did_{bu}_{t}"] = ((s_["bn_train"] - lg["bn_train"]) - (s_[CONTROL] - lg[CONTROL])).dropna()
-            if PRECISE_AFTER in lg:
-                gain[f"precise_gain_{bu}_{t}"] = (lg[PRECISE_AFTER] - lg["bn_train"]).dropna()  # at ``large``
-    extra = []
-    if did:
-        fam_d = Family(len(did), ALPHA)
-        extra.append(claims_table([decide(v, k, family=fam_d, higher=WORDS["did"][0], lower=WORDS["did"][1])
-                                   for k, v in did.items()], family="tuned_did"))
-    if gain:
-        fam_g = Family(len(gain), ALPHA)
-        extra.append(claims_table([decide(v, k, margin=margin, family=fam_g, higher=WORDS["gain"][0],
-                                          lower=WORDS["gain"][1]) for k, v in gain.items()], family="precise_gain"))
-    claims = pd.concat([claims, *extra], ignore_index=True)
     return dict(cells=cells, claims=claims, answers=answers, breaks=breaks, small=small, large=large,
                 margin=float(margin))
 
@@ -181,14 +172,10 @@ def _iv(a: dict) -> str:
 def _versus(a: dict) -> str:
     """The recommended arm's standing, in words: against the runner-up and against BatchNorm in train mode."""
     runner = label(a["runner_up"])
-    if a["vs_runner_up_kind"] == "higher":
-        first = f"ahead of the runner-up ({runner})"
-    elif a["vs_runner_up_kind"] == "equivalent":
-        first = f"equivalent to the runner-up ({runner}) within ±{{margin}}"
-    elif a["vs_runner_up"] == TOO_FEW:
-        first = f"not compared with the runner-up ({runner}): too few seeds"
-    else:
-        first = f"not decided against the runner-up ({runner})"
+    first = {"higher": f"ahead of the runner-up ({runner})",
+             "equivalent": f"equivalent to the runner-up ({runner}) within ±{{margin}}"}.get(
+        a["vs_runner_up_kind"], f"not compared with the runner-up ({runner}): too few seeds"
+        if a["vs_runner_up"] == TOO_FEW else f"not decided against the runner-up ({runner})")
     if a["vs_bn_train_kind"] == "self" or a["runner_up"] == "bn_train":
         return first
     second = {"higher": "above BatchNorm in train mode", "lower": "below BatchNorm in train mode",
@@ -254,10 +241,7 @@ def words(d: dict) -> dict[str, str]:
     per_budget, per_budget_full = [], []
     for bu in BUDGETS:
         parts, full, edged = [], [], []
-        for t in targets:
-            a = ans.get((bu, t))
-            if a is None:
-                continue
+        for t, a in ((t, ans[(bu, t)]) for t in targets if (bu, t) in ans):
             if a["near_chance"]:
                 text = (f"on the {t} target no strategy is shown above chance ({label(a['best'])} is highest, "
                         f"{_iv(a)})")
@@ -320,15 +304,14 @@ def words(d: dict) -> dict[str, str]:
                   f"at batch size {sb} with a fixed number of labelled samples, use {out['short']}; its tuned rate here "
                   f"was {out['rate']}" + (f" (at {_at(use_ends)} of its grid: the result may change with a wider grid)"
                                           if use_ends else "") + ".")
-    near_steps = [k for k, a in ans.items() if k[0] == "steps"]
-    n_near = int(d["cells"].query("budget == 'steps' and batch_size == @sb").near_chance.sum())
-    n_all = int((d["cells"].query("budget == 'steps' and batch_size == @sb")).shape[0])
-    steps_edge = bool(d["cells"].query("budget == 'steps' and batch_size == @sb").at_edge.any())
+    steps_cells = d["cells"][(d["cells"].budget == "steps") & (d["cells"].batch_size == sb)]
+    steps_edge = bool(steps_cells.at_edge.any())
     if samples and common:
-        steps = (f"With a fixed number of optimizer steps a batch of {sb} sees few images: {n_near} of {n_all} strategy "
-                 f"and target cells there are near chance (not shown above chance plus {NEAR_CHANCE:.2f}), and "
-                 + ("the leaders are the same" if all(set(common) & set(leading(ans[k])) for k in near_steps
-                                                      if k in live) else "the leaders differ"))
+        steps = (f"With a fixed number of optimizer steps a batch of {sb} sees few images: "
+                 f"{int(steps_cells.near_chance.sum())} of {len(steps_cells)} strategy and target cells there are "
+                 f"near chance (not shown above chance plus {NEAR_CHANCE:.2f}), and "
+                 + ("the leaders are the same" if all(set(common) & set(leading(a)) for k, a in live.items()
+                                                      if k[0] == "steps") else "the leaders differ"))
         same = "The answer is the same on both targets with a fixed number of samples."
         out["depends_full"] = f"{same} {steps}" + (
             " (some chosen rates there sit at an end of their grid: this may change with a wider grid)."
@@ -363,28 +346,14 @@ def words(d: dict) -> dict[str, str]:
 
 
 def numbers(d: dict) -> dict:
-    """The decision's numbers for the chapter's numbers table (``decision_*`` keys): per budget and target the
-    recommended arm's label, mean, interval and factor; the number of cells, cells at an edge, breaks."""
-    out = {}
+    """The decision's numbers for the chapter's numbers table (``decision_*`` keys): the smallest and largest
+    decision batch sizes and, per budget and target, the source-task retention (fraction) of the strategies the
+    page compares at the smallest one (NaN where the rows lack ``task_a_after``)."""
     cells = d["cells"].set_index(DECISION_CELL)
-    for (bu, t), a in d["answers"].items():
-        k = f"{bu}_{t}"
-        out[f"decision_best_label_{k}"] = label(a["best"])
-        out[f"decision_best_mean_{k}"] = float(a["mean"])
-        out[f"decision_best_low_{k}"] = float(a["ci_low"])
-        out[f"decision_best_high_{k}"] = float(a["ci_high"])
-        out[f"decision_best_factor_{k}"] = float(cells.loc[(bu, d["small"], t, a["best"]), "lr_factor"])
-        out[f"decision_bn_train_mean_{k}"] = float(cells.loc[(bu, d["small"], t, "bn_train"), "mean"])
-    for (bu, t), a in d["answers"].items():
-        for arm in ("bn_train", PRECISE_AFTER, "stats_frozen", "adabn", "bn_frozen", CONTROL):
-            if (bu, d["small"], t, arm) in cells.index and "retention" in cells:
-                out[f"decision_retention_{bu}_{t}_{arm}"] = float(cells.loc[(bu, d["small"], t, arm), "retention"])
-    out["decision_n_cells"] = int(len(d["cells"]))
-    out["decision_n_edge"] = int(d["cells"].at_edge.sum())
-    out["decision_n_breaks"] = int(sum(v == "breaks" for v in d["breaks"].values()))
-    out["decision_n_break_pairs"] = int(len(d["breaks"]))
-    out["decision_small"], out["decision_large"] = int(d["small"]), int(d["large"])
-    return out
+    out = {f"decision_retention_{bu}_{t}_{arm}": float(cells.loc[(bu, d["small"], t, arm), "retention"])
+           for (bu, t) in d["answers"] for arm in ("bn_train", PRECISE_AFTER, "stats_frozen", "adabn", "bn_frozen",
+                                                   CONTROL) if (bu, d["small"], t, arm) in cells.index}
+    return dict(out, decision_small=int(d["small"]), decision_large=int(d["large"]))
 
 
 def display(d: dict) -> pd.DataFrame:

@@ -135,10 +135,8 @@ def break_differences(df: pd.DataFrame, target: str, strategy: str, reference: i
         raise ValueError(f"side must be 'below' or 'above', got {side!r}")
     d = df[df.target_name == target]
     piv = d[d.strategy == strategy].pivot(index="seed", columns="batch_size", values="target")
-    if control is not None and control != strategy:
+    if control is not None:  # the control against itself: zeros, never a break
         piv = (piv - d[d.strategy == control].pivot(index="seed", columns="batch_size", values="target")).dropna()
-    elif control is not None:
-        piv = piv * 0.0
     sizes = sorted(b for b in piv.columns if (b < reference if side == "below" else b > reference))
     return {m: piv[m] - piv[reference] for m in sizes}
 
@@ -197,10 +195,8 @@ def winners(df: pd.DataFrame, chance: float | None = None) -> tuple[pd.DataFrame
     claims = _family("winners", diffs, "winner")
     out = pd.DataFrame(recs)
     if len(out):
-        for col, src in (("diff_mean", "estimate"), ("diff_lo", "low"), ("diff_hi", "high"), ("verdict", "verdict"),
-                         ("p", "p"), ("p_adjusted", "p_adjusted")):
-            out[col] = claims[src].values
-        out["separated"] = claims["kind"].eq("higher").to_numpy()
+        out = out.assign(diff_mean=claims.estimate, diff_lo=claims.low, diff_hi=claims.high, verdict=claims.verdict,
+                         p=claims.p, p_adjusted=claims.p_adjusted, separated=claims.kind.eq("higher"))
     return out, claims
 
 
@@ -461,9 +457,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     tables.append(_asked("check", df, [CHECK_QUESTION], dict(strategy=tuple(sorted(strategies - {"bn_train"})))))
     tables += [_smallest_family(name, items, name, sb) for name, items in (("drop", drop), ("did", did)) if items]
     lr = lr_check(tune, reference, margin) if tune is not None and len(tune) else {}
-    if len(lr.get("claims", ())):
-        tables.append(lr["claims"])
-    lr.pop("claims", None)
+    if len(lr_claims := lr.pop("claims", ())):
+        tables.append(lr_claims)
     dec = decision.decision(decided[1], decided[0], margin) if decided is not None and len(decided[1]) else None
     rate = rate_comparison(df, tuned, tune) if dec is None and tuned is not None and len(tuned) and lr else {}
     if rate:
@@ -490,8 +485,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     pt = precise_table(diag)
     pp = pt[pt.kind == "precise"]
     gmax = int(pt.n_samples.max())
-    precise = {k: {} for k in ("enough", "claim", "mean_enough", "var_enough", "smallest_n", "acc_gap", "mean_err",
-                               "var_err")}
+    precise = {k: {} for k in ("enough", "claim", "mean_enough", "var_enough", "smallest_n", "mean_err", "var_err")}
     for m in sorted(pp.batch_size.unique()):
         d = pp[pp.batch_size == m]
         n0, n = int(d.n_samples.min()), samples_enough(pt, int(m), equivalence_margin)
@@ -502,8 +496,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         for nn_, tag in ((1024, "n1024"), (gmax, "nmax")):
             g = d[d.n_samples == nn_]
             if len(g):
-                for name, col in (("acc_gap", "acc_vs_exact"), ("mean_err", "mean_err"), ("var_err", "var_err")):
-                    precise[name][f"b{m}_{tag}"] = t_interval(g[col])
+                for col in ("mean_err", "var_err"):
+                    precise[col][f"b{m}_{tag}"] = t_interval(g[col])
     top = pp[pp.n_samples == gmax].groupby("batch_size")[["mean_err", "var_err"]].mean()
     ratio_of = lambda col: float(top.loc[2, col] / top.loc[32, col]) if {2, 32} <= set(top.index) else math.nan  # noqa
     rho_w = {}
@@ -576,13 +570,10 @@ def page_numbers(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.D
     worker-minutes, runs, steps budget and grid)."""
     extra = {}
     if decided is not None:
-        check, dec = decided
-        extra = dict(decision_cpu_min=float(pd.concat([check, dec]).drop_duplicates(
-            ["seed", "strategy", "batch_size", "samples", "lr", "target_name"]).wall_s.sum()) / 60,
-            decision_n_runs=int(len(dec.drop_duplicates(["seed", "strategy", "batch_size", "samples", "lr",
-                                                          "target_name"]))),
-            decision_n_check_runs=int(len(check.drop_duplicates(["seed", "strategy", "batch_size", "samples", "lr",
-                                                                  "target_name"]))),
+        one_run = ["seed", "strategy", "batch_size", "samples", "lr", "target_name"]
+        check, dec = (t.drop_duplicates(one_run) for t in decided)
+        extra = dict(decision_cpu_min=float(pd.concat([check, dec]).drop_duplicates(one_run).wall_s.sum()) / 60,
+            decision_n_runs=len(dec), decision_n_check_runs=len(check),
             budget_steps=config.budget_steps, grid_extensions=config.grid_extensions,
             steps_budget_samples_small=config.budget_steps * min(config.decision_batch_sizes),
             steps_budget_samples_large=config.budget_steps * max(config.decision_batch_sizes),
@@ -595,8 +586,7 @@ def page_numbers(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.D
         tuned_cpu_min=float(tuned.wall_s.sum()) / 60, n_tuned_runs=len(tuned), base_lr=config.base_lr,
         wide_margin=WIDE_MARGIN, n_pairs=int(runs.groupby(["target_name", "strategy"]).ngroups),
         precise_source_gap=number(f, "precise_source_acc") - number(f, "precise_exact_acc"),
-        tune_share=float(tune.wall_s.sum() / runs.wall_s.sum()), n_tune_seeds=len(config.tune_seeds),
-        n_lr_factors=len(config.lr_factors), lr_factor_low=min(config.lr_factors),
+        n_tune_seeds=len(config.tune_seeds), n_lr_factors=len(config.lr_factors), lr_factor_low=min(config.lr_factors),
         lr_factor_high=max(config.lr_factors), adabn_batch_size=config.adabn_batch_size,
         adabn_samples=config.adabn_samples, samples=config.samples, steps_smallest=config.samples // sb,
         steps_largest=config.samples // lb, lr_smallest=config.lr_for(sb), lr_largest=config.lr_for(lb),
