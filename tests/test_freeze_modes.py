@@ -48,7 +48,7 @@ def claim(claims, key):
 
 
 class Numbers:
-    """A numbers table read by attribute (``f.n_seeds``: :func:`bnstudy.study.inference.number`); ``f["gap_b_all_eval"]``
+    """A numbers table read by attribute (``f.n_seeds``: :func:`bnstudy.study.inference.number`); ``f["gap_b_backbone_eval"]``
     for any key, ``f.entries("task_a_change")`` for a per-seed series."""
 
     def __init__(self, table):
@@ -1143,10 +1143,10 @@ def test_glued_interval_ends_are_cut_to_what_the_quantity_allows():
     assert p["low"].tolist()[:3] == [-1.0, -2.0, -3.0] and p["high"].tolist()[:3] == [1.0, 1.5, 4.0]
     assert p[["low", "high"]].iloc[3].isna().all() and c["low"].tolist()[:3] == [-1.7, -2.5, -3.0]
     n = findings.findings(table())
-    wide = with_numbers(n, {"gap_b": {"all_eval": findings.Interval(0.5, -1.7, 2.5, 2)}})
+    wide = with_numbers(n, {"gap_b": {"backbone_eval": findings.Interval(0.5, -1.7, 2.5, 2)}})
     from bnstudy.study.pages import numbers_items
     got = dict(numbers_items("ch01", wide))
-    assert (got["ch01_gap_b_all_eval_ci_low"], got["ch01_gap_b_all_eval_ci_high"]) == (-1.0, 1.0)
+    assert (got["ch01_gap_b_backbone_eval_ci_low"], got["ch01_gap_b_backbone_eval_ci_high"]) == (-1.0, 1.0)
     big = with_numbers(n, {"max_old_logit_change": {"train_mode": findings.Interval(3.0, 2.0, 4.0, 3)}})
     assert dict(numbers_items("ch01", big))["ch01_max_old_logit_change_train_mode_ci_high"] == 4.0  # not an accuracy
 
@@ -1195,7 +1195,7 @@ def test_flip_the_lead_note():
     assert _notes()["lead"].startswith("**No.** With gradients off, BatchNorm's statistics still move")
     assert _notes(main=table(task_a_after_tm=(0.95, 0.96, 0.97)))["lead"].startswith("**Not entirely.**")
     c, n = _tables(bufs=buffers((0.2, 0.21, 0.19), (0.1, 0.11, 0.09)))
-    assert findings.lead(c, n).startswith("**In this run, yes.**")
+    assert findings.notes(findings.NOTES, c, n)["lead"].startswith("**In this run, yes.**")
 
 
 def test_the_task_b_sentence_leads_with_the_controlled_comparison_and_labels_the_seeds_protocol():

@@ -11,9 +11,11 @@ import matplotlib.ticker
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from ... import style
-from ...inference import Interval, number
+from ...inference import Interval, number, t_interval
 from ...plots import MODE_ORDER, MODE_PALETTE, _ci_text, _interval, interval_frame, min_text_size
 
 
@@ -22,7 +24,6 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
     """One panel per ``columns`` item (column -> title): each seed a dot per mode, mean and 95% interval beside
     (``interval(values) -> Interval``, default Student t); a bar cut by ``ylim`` ends in a triangle; ``chance``: a
     dotted line in every panel."""
-    from matplotlib.lines import Line2D
     interval = interval or _interval
     modes = [m for m in MODE_ORDER if m in set(df["mode"])]
     fig, axes = plt.subplots(1, len(columns), figsize=(3.3 * len(columns), 4.2), sharey=True, squeeze=False)
@@ -111,7 +112,6 @@ def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_st
     rax.set_ylabel("measured - $(1-m)^t$")
     rax.set_title("residual (95% bands)", fontsize=10)
     if compare is not None:
-        from matplotlib.lines import Line2D
         handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
         labels.append("residual on the 20-batch target (means)")
     fig.tight_layout(rect=(0, 0.11, 1, 1))
@@ -168,8 +168,6 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
     e.g. a Bonferroni interval) instead of the 95% one and prints its verdict and confidence above it, so the bar and
     the verdict the page states cannot disagree (issue 35). Raises ``ValueError`` for a claim whose estimate is not
     the column's mean over seeds (a claim of another quantity)."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
     opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
     # at most the column's width, so that 9 pt text stays 9 pt on the page (bnstudy.study.style)
     fig, ax = plt.subplots(figsize=(min(style.COLUMN_WIDTH_IN - 0.2, max(6.4, 1.35 * len(opts) + 1.4)), 4.2))
@@ -188,20 +186,18 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
                        edgecolors=OPTIMIZER_COLORS[o], alpha=0.85, zorder=3)
         v = gaps[gaps["optimizer"] == o]["gap"]
         c = (verdicts or {}).get(o)
-        if c is not None:  # the verdict's own interval, cut to [-1, 1]; its word and confidence above the column
-            if not np.isclose(float(c["estimate"]), float(v.mean()), atol=1e-9):
-                raise ValueError(f"optimizer_gap_figure: the claim for {o!r} has estimate {float(c['estimate']):.6g}, "
-                                 f"not the column's mean {float(v.mean()):.6g}")
-            iv = Interval(float(c["estimate"]), float(c["low"]), float(c["high"]), int(c["n"])).clipped(-1, 1)
+        if c is not None and not np.isclose(float(c["estimate"]), float(v.mean()), atol=1e-9):
+            raise ValueError(f"optimizer_gap_figure: the claim for {o!r} has estimate {float(c['estimate']):.6g}, "
+                             f"not the column's mean {float(v.mean()):.6g}")
+        if c is not None or len(v) >= min_seeds:  # the verdict's own interval, else the 95% one; cut to [-1, 1]
+            iv = (_interval(v) if c is None else
+                  Interval(float(c["estimate"]), float(c["low"]), float(c["high"]), int(c["n"]))).clipped(-1, 1)
             ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
                         color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
+        if c is not None:  # the verdict's word and confidence above the column
             ax.text(i, 0.98, f"{textwrap.fill(str(c['verdict']), 12)}\n({100 * float(c['confidence']):.3g}%)",
                     transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=style.MIN_FONT_PT)
-        elif len(v) >= min_seeds:  # a difference of accuracies: the drawn interval cut to [-1, 1]
-            iv = _interval(v).clipped(-1, 1)
-            ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
-                        color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
-        else:
+        elif len(v) < min_seeds:
             ax.errorbar([i + 0.2], [v.mean()], yerr=[[v.mean() - v.min()], [v.max() - v.mean()]], fmt="D",
                         color=style.GREY, ms=6, capsize=5, zorder=4)
     ax.set_xticks(range(len(opts)))
@@ -225,7 +221,6 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
 def budget_figure_ch01(chosen: pd.DataFrame):
     """Task-B test accuracy of the ``chosen`` heads (pooled seeds) against head-training steps, a panel per optimizer,
     a line per path (mean, 95% band), the reference per path as a horizontal line and band (pinned: dashed, hatched)."""
-    from ...inference import t_interval
     rep = chosen[chosen["role"].isin(["report", "confirm"])]
     opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
     fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.9), sharey=True, squeeze=False)
@@ -260,7 +255,6 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None):
     """What was tried: the tuning seeds' validation accuracy against learning rate, per optimizer and path (dots per
     seed, the means joined, the seeds' range as a band: a t interval from 2-3 seeds would be mostly its quantile);
     ``chosen``: ``{(optimizer, path): lr}``, ringed. Standardized heads, where present, get a second row."""
-    from matplotlib.lines import Line2D
     present = set(lrt["optimizer"])
     base = [o for o in ("sgd", "adam") if o in present or o + "-std" in present]
     rows = [[o if o in present else None for o in base]]

@@ -83,10 +83,6 @@ def _decided(family: str, comparisons) -> pd.DataFrame:
                         family=family)
 
 
-def _asked(family: str, tables: dict, questions) -> pd.DataFrame:
-    return ask(tables, questions, ALPHA, family=family)
-
-
 def family(claims: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows of one family of a claims table."""
     return claims[claims["family"] == name]
@@ -190,7 +186,7 @@ def claims(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([
         _decided("f2", [("task_a_chance", after - chance, CHANCE_WORDS, limit - chance),
                         ("task_a_change", change, A_WORDS, None)]),
-        _asked("checks", dict(rows=df.assign(task_a_kept=df["task_a_after"] - df["task_a_before"])), CHECKS),
+        ask(dict(rows=df.assign(task_a_kept=df["task_a_after"] - df["task_a_before"])), CHECKS, ALPHA, family="checks"),
     ], ignore_index=True)
 
 
@@ -199,14 +195,14 @@ def findings(df: pd.DataFrame) -> pd.DataFrame:
     the summary's as they are): ``<metric>_<mode>`` (mean and 95% interval, accuracies :func:`bounded_interval`);
     per seed ``task_a_after_tm_<seed>`` (``train_mode``) with its ``_median``, bounded interval ``_ci`` and
     ``_logit_centre``, and ``task_a_change_<seed>``; ``n_near_chance`` seeds at most ``chance_limit``;
-    ``task_a_above_chance_p`` (one-sided t test); ``gap_b_<pinned mode>`` (paired task B ``train_mode`` minus it) and
-    ``gap_b_confidence``, its intervals' level; ``f2_m``, finding 2's family size."""
+    ``task_a_above_chance_p`` (one-sided t test); ``gap_b_backbone_eval`` (paired task B ``train_mode`` minus it) and
+    ``gap_b_confidence``, its interval's level; ``f2_m``, finding 2's family size."""
     chance, limit, after, change = _main_parts(df)
     m = float(df["momentum"].iloc[0])
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
-    s = accuracy_summary(df)
-    summary = {c: {r.mode: Interval(r.mean, r.ci_low, r.ci_high, int(r.n_seeds)) for r in s[s.metric == c].itertuples()}
-               for c in METRICS}
+    summary = {c: {m: bounded_interval(g[c], n_eval) if c in ACCURACIES else t_interval(g[c])
+                   for m, g in df.groupby("mode", sort=False)} for c in METRICS}  # as accuracy_summary's
+    gap_b = t_interval(paired_differences(df, "task_b", "mode", "train_mode", "backbone_eval"))
     seed = lambda v: f"seed{v}"  # noqa: E731
     return numbers_table(dict(
         n_seeds=int(df["seed"].nunique()), chance=chance, chance_limit=limit, chance_margin=limit - chance,
@@ -215,8 +211,7 @@ def findings(df: pd.DataFrame) -> pd.DataFrame:
         task_a_after_tm_ci=bounded_interval(after, n_eval), task_a_change=_series(change.rename(seed)),
         n_near_chance=int((after <= limit).sum()), task_a_above_chance_p=one_sided_p(after, "greater", null=chance),
         task_a_after_tm_logit_centre=bounded_interval(after, n_eval, logit_centre=True).mean,
-        gap_b={p: t_interval(paired_differences(df, "task_b", "mode", "train_mode", p)) for p in PINNED},
-        gap_b_confidence=t_interval(paired_differences(df, "task_b", "mode", "train_mode", PINNED[0])).confidence,
+        gap_b={"backbone_eval": gap_b}, gap_b_confidence=gap_b.confidence,
     ), bounds=lambda key: UNBOUNDED if key in METRICS else (-1, 1))
 
 
@@ -257,14 +252,6 @@ def _tuning_rows(sweep: pd.DataFrame) -> pd.DataFrame:
     return sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["optimizer"] != "reference")]
 
 
-def primary_reference(sweep: pd.DataFrame) -> pd.DataFrame:
-    """``sweep`` with only the primary reference fit (``REF_VARIANTS[0]``) among the reference rows."""
-    l2, n = REF_VARIANTS[0]
-    ref = sweep["optimizer"] == "reference"
-    keep = ~ref | ((sweep["l2"] == l2) & (sweep["n_fit"] == n)) if "l2" in sweep.columns else ~ref | ref
-    return sweep[keep]
-
-
 def gap_table(chosen: pd.DataFrame, step: int) -> pd.DataFrame:
     """Tidy paired gaps ``seed, role, optimizer, gap`` (``batch_stats - pinned`` test accuracy) at ``step`` (the
     reference at its own single step)."""
@@ -289,9 +276,10 @@ def choose_lrs(sweep: pd.DataFrame, step: int) -> dict:
 
 
 def chosen_table(sweep: pd.DataFrame, lrs: dict) -> pd.DataFrame:
-    """Test-set rows of the chosen heads (and the primary reference), reported and confirmation seeds: ``seed, role,
-    path, optimizer, lr, step, accuracy``."""
-    t = primary_reference(sweep)
+    """Test-set rows of the chosen heads (and the primary reference fit, ``REF_VARIANTS[0]``; a table without the
+    ``l2`` column has only it), reported and confirmation seeds: ``seed, role, path, optimizer, lr, step, accuracy``."""
+    (l2, n), ref = REF_VARIANTS[0], sweep["optimizer"] == "reference"
+    t = sweep[~ref | ((sweep["l2"] == l2) & (sweep["n_fit"] == n))] if "l2" in sweep.columns else sweep
     t = t[(t["split"] == "test") & (t["role"] != "tune")]
     keep = t.apply(lambda r: r["optimizer"] == "reference" or lrs.get((r["optimizer"], r["path"])) == r["lr"], axis=1)
     return t[keep].drop(columns=[c for c in ("split", "l2", "n_fit") if c in t.columns]).reset_index(drop=True)
@@ -351,8 +339,12 @@ SENSITIVITY = Question("sens_{fit}", "batch_stats", "pinned", by="path", each=("
                        margin=PRIMARY_MARGIN, words=TRAIN)
 
 
-def _explore(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None):
-    """:func:`exploratory_tests`' table and its claims table (keys ``explore_<test>``)."""
+def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None,
+                      with_claims: bool = False):
+    """Every test of finding 3 but the primary one, one family (:data:`EXPLORE`): the main run (``main``), then per
+    optimizer (rate chosen at ``main_step``) and checkpoint the pooled seeds' gap. Columns ``test, optimizer, lr,
+    step, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (Bonferroni interval, t test, Holm, no margin).
+    ``with_claims``: ``(table, claims table)`` (keys ``explore_<test>``)."""
     lrs, t, opts = _chosen(sweep, main_step)
     rows = [] if main is None else [dict(key="explore_main", test="main", optimizer=str(main["optimizer"].iloc[0]),
                                          lr=float(main["lr"].iloc[0]),
@@ -361,24 +353,20 @@ def _explore(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = No
         lr = lrs[(o, "pinned")] if lrs[(o, "pinned")] == lrs[(o, "batch_stats")] else math.nan
         rows += [dict(key=f"explore_{o}_{int(s)}", test=f"{o}_{int(s)}", optimizer=o, lr=lr, step=int(s))
                  for s in sorted(t[t["optimizer"] == o]["step"].unique())]
-    claims = _asked("explore", dict(main=main, chosen=t[t["optimizer"].isin(opts)]),
-                    EXPLORE if main is not None else EXPLORE[1:])
-    return _with_claims(rows, claims, ["test", "optimizer", "lr", "step", *_SHOWN]), claims
-
-
-def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every test of finding 3 but the primary one, one family (:data:`EXPLORE`): the main run (``main``), then per
-    optimizer (rate chosen at ``main_step``) and checkpoint the pooled seeds' gap. Columns ``test, optimizer, lr,
-    step, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (Bonferroni interval, t test, Holm, no margin)."""
-    return _explore(sweep, main_step, main)[0]
+    claims = ask(dict(main=main, chosen=t[t["optimizer"].isin(opts)]), EXPLORE if main is not None else EXPLORE[1:],
+                 ALPHA, family="explore")
+    table = _with_claims(rows, claims, ["test", "optimizer", "lr", "step", *_SHOWN])
+    return (table, claims) if with_claims else table
 
 
 def _sens_key(l2: float, n_fit: int) -> str:
     return f"sens_l2_{l2:.0e}_n{int(n_fit)}".replace("-", "_")
 
 
-def _sensitivity(sweep: pd.DataFrame):
-    """:func:`reference_sensitivity`'s table and its claims table (keys ``sens_l2_<l2>_n<n_fit>``)."""
+def reference_sensitivity(sweep: pd.DataFrame, with_claims: bool = False):
+    """The reference gap for every ``(l2, n_fit)`` fit, pooled seeds, the fits one family (:data:`SENSITIVITY`):
+    ``key, l2, n_fit, n, acc_batch_stats, acc_pinned, mean, ci_low, ci_high, confidence, p, p_holm, verdict``.
+    ``with_claims``: ``(table, claims table)`` (keys ``sens_l2_<l2>_n<n_fit>``)."""
     t = sweep[(sweep["optimizer"] == "reference") & (sweep["split"] == "test") & sweep["role"].isin(POOLED)]
     t = t.assign(fit=[_sens_key(l2, n).removeprefix("sens_") for l2, n in zip(t["l2"], t["n_fit"])])
     rows = []
@@ -386,14 +374,9 @@ def _sensitivity(sweep: pd.DataFrame):
         piv = g.pivot(index="seed", columns="path", values="accuracy")
         rows.append(dict(key=_sens_key(l2, n), l2=float(l2), n_fit=int(n), acc_batch_stats=float(piv["batch_stats"].mean()),
                          acc_pinned=float(piv["pinned"].mean())))
-    claims = _asked("sens", dict(fits=t), [SENSITIVITY])
-    return _with_claims(rows, claims, ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", *_SHOWN[1:]]), claims
-
-
-def reference_sensitivity(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The reference gap for every ``(l2, n_fit)`` fit, pooled seeds, the fits one family (:data:`SENSITIVITY`):
-    ``key, l2, n_fit, n, acc_batch_stats, acc_pinned, mean, ci_low, ci_high, confidence, p, p_holm, verdict``."""
-    return _sensitivity(sweep)[0]
+    claims = ask(dict(fits=t), [SENSITIVITY], ALPHA, family="sens")
+    table = _with_claims(rows, claims, ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", *_SHOWN[1:]])
+    return (table, claims) if with_claims else table
 
 
 def _reference(sweep: pd.DataFrame, main_step: int):
@@ -429,7 +412,7 @@ def optimizer_claims(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | N
     ``ValueError`` if ``main_step`` is not one of >= 2 checkpoints or the sweep has no primary reference rows."""
     steps = _checkpoints(sweep, main_step)
     lrs, t, _, ref = _reference(sweep, main_step)
-    _, explore = _explore(sweep, main_step, main)
+    _, explore = exploratory_tests(sweep, main_step, main, with_claims=True)
     pooled = t[t["role"].isin(POOLED)]
     gains = []
     for o in [o for o in ("sgd", "adam") if (o, "pinned") in lrs]:
@@ -441,9 +424,10 @@ def optimizer_claims(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | N
         family="explore_at_main", key=lambda c: c["key"].str.replace(f"_{main_step}", "", regex=False).str.replace(
             "explore_", "explore_at_main_", regex=False))
     return pd.concat([
-        _asked("primary", dict(reference=ref), [PRIMARY]),
-        _asked("unseen", dict(unseen=ref[~ref["seed"].isin(list(seen_seeds))]), [UNSEEN]),
-        explore, _sensitivity(sweep)[1], _decided("gain", gains), at_main, _seed_minus_controlled(t, main, main_step)],
+        ask(dict(reference=ref), [PRIMARY], ALPHA, family="primary"),
+        ask(dict(unseen=ref[~ref["seed"].isin(list(seen_seeds))]), [UNSEEN], ALPHA, family="unseen"),
+        explore, reference_sensitivity(sweep, with_claims=True)[1], _decided("gain", gains), at_main,
+        _seed_minus_controlled(t, main, main_step)],
         ignore_index=True)
 
 
@@ -529,7 +513,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         for o in opts + ["reference"] for p in PATHS}
     choice = lr_choice_table(sweep)
     at_main = choice[choice["step"] == main_step].set_index(["optimizer", "path"])
-    sens = _sensitivity(sweep)[0]
+    sens = reference_sensitivity(sweep)
     primary, unseen = claim(claims, "primary"), claim(claims, "unseen")
     check = math.nan
     if main is not None:
@@ -558,9 +542,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         sens_n_agree=int((sens["verdict"] == primary.verdict).sum()),
         sens_dissent="; ".join(f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}"
                                for _, r in sens.iterrows() if r["verdict"] != primary.verdict) or "none",
-        sens_confidence=first(sens), primary_p_tost_text=p_text(primary.p_equivalence),
-        unseen_ci90=t_interval(u, 1 - 2 * ALPHA), seen_n=int(len(g) - len(u)),
-        unseen_p_tost_text=p_text(unseen.p_equivalence),
+        sens_confidence=first(sens), primary_p_tost_text=p_text(primary.p_equivalence), seen_n=int(len(g) - len(u)),
         unseen_text=_unseen_text(unseen, len(u), len(g), t_interval(u, 1 - 2 * ALPHA)),
         unseen_short=_unseen_short(unseen, len(u)), trained_n_higher=counts["higher"],
         trained_reading=_labelled(_count_reading(counts), explore_label(explore["key"], main_step)),
@@ -616,7 +598,7 @@ def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, con
     ls = t_interval(per_seed["log_var_ratio"])
     return numbers_table(dict(
         mean_shift=t_interval(per_seed["mean_shift_sd"]), mean_shift_min=float(per_seed["mean_shift_sd"].min()),
-        log_var=ls, log_var_min=float(per_seed["log_var_ratio"].min()), var_factor=float(math.exp(ls.mean)),
+        log_var=ls, var_factor=float(math.exp(ls.mean)),
         mean_shift_by_layer=_series(buffers.groupby("layer")["mean_shift_sd"].mean()),
         log_var_by_layer=_series(buffers.groupby("layer")["log_var_ratio"].mean()), engine_check=float(check),
         contrast_log_var=float(math.log(contrast ** 2)) if contrast else math.nan,
@@ -649,12 +631,10 @@ def thread_claims(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threa
     other thread count (family ``swapped_gap``): they differ when the thread count alone changes the verdict. Raises
     ``ValueError`` unless there are exactly two thread counts, one of them ``main_threads``."""
     _, _, _, gb, mg = _threads(tc, main, main_threads)
-    sw = mg.copy()
-    for s in gb.index:
-        if s in sw.index:
-            sw[s] = gb[s]
+    sw, common = mg.copy(), gb.index.intersection(mg.index)
+    sw.loc[common] = gb.loc[common]  # the checked seeds' gaps at the other thread count
     empty = pd.DataFrame(columns=["seed", "mode", "task_b"])
-    return pd.concat([_asked("main_gap", dict(main=empty if main is None else main), [MAIN_GAP]),
+    return pd.concat([ask(dict(main=empty if main is None else main), [MAIN_GAP], ALPHA, family="main_gap"),
                       _decided("swapped_gap", [("swapped_gap", sw, TRAIN_WORDS, None)])], ignore_index=True)
 
 
@@ -712,10 +692,7 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
     cells = [(layer, int(t), iv, (1 - momentum) ** t, (iv.high - iv.low) / 2)
              for (layer, t), g in pr.groupby(["layer", "step"]) for iv in [t_interval(g["weight"])]]
     inside = [c for c in cells if c[2].low <= c[3] <= c[2].high]
-    best = (0.0, "", 0)
-    for layer, t, iv, th, _ in cells:
-        if abs(iv.mean - th) > best[0]:
-            best = (abs(iv.mean - th), layer, t)
+    best = max([(0.0, "", 0)] + [(abs(iv.mean - th), layer, t) for layer, t, iv, th, _ in cells], key=lambda b: b[0])
     b12 = pd.Series({l: iv.mean for l, iv in bias.items()})
     exc12 = at12.groupby(level="layer")["engine"].mean() - (1 - momentum) ** 12
     return numbers_table(dict(
@@ -742,8 +719,11 @@ STD_AT = Question("std_{base}_{step}", "batch_stats", "pinned", by="path", each=
                   words=TRAIN)
 
 
-def _oracle(sweep: pd.DataFrame):
-    """:func:`oracle_gaps`' table and its claims table (keys ``oracle_<optimizer>_<step>``)."""
+def oracle_gaps(sweep: pd.DataFrame, with_claims: bool = False):
+    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds (a
+    robustness check, never a test: it favours each path), per optimizer and checkpoint, one family (:data:`ORACLE`):
+    ``key, optimizer, step, lr_batch_stats, lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict``.
+    ``with_claims``: ``(table, claims table)`` (keys ``oracle_<optimizer>_<step>``)."""
     t = sweep[(sweep["split"] == "test") & sweep["role"].isin(POOLED) & sweep["optimizer"].isin(["sgd", "adam"])]
     rows, chosen = [], []
     for (o, step), g in t.groupby(["optimizer", "step"]):
@@ -753,15 +733,10 @@ def _oracle(sweep: pd.DataFrame):
         chosen += [g[(g["path"] == p) & (g["lr"] == lr)] for p, lr in best.items()]
         rows.append(dict(key=f"oracle_{o}_{int(step)}", optimizer=o, step=int(step), lr_batch_stats=best["batch_stats"],
                          lr_pinned=best["pinned"]))
-    claims = _asked("oracle", dict(oracle=pd.concat(chosen)), [ORACLE]) if rows else claims_table([], family="oracle")
-    return _with_claims(rows, claims, ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", *_SHOWN]), claims
-
-
-def oracle_gaps(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds (a
-    robustness check, never a test: it favours each path), per optimizer and checkpoint, one family (:data:`ORACLE`):
-    ``key, optimizer, step, lr_batch_stats, lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict``."""
-    return _oracle(sweep)[0]
+    claims = (ask(dict(oracle=pd.concat(chosen)), [ORACLE], ALPHA, family="oracle") if rows
+              else claims_table([], family="oracle"))
+    table = _with_claims(rows, claims, ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", *_SHOWN])
+    return (table, claims) if with_claims else table
 
 
 def _opt_name(o: str) -> str:
@@ -833,24 +808,24 @@ def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
     heads ``std`` (:data:`STD`), ``reduction`` (``reduction_<optimizer>``: plain gap - standardized gap) and ``std_at``
     (:data:`STD_AT`). Raises ``ValueError`` if ``main_step`` is not one of >= 2 checkpoints."""
     steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
-    _, orc = _oracle(sweep)
+    _, orc = oracle_gaps(sweep, with_claims=True)
     at_main = {f"oracle_{o}_{main_step}": f"oracle_at_main_{o}" for o in ("sgd", "adam")}
     gap = lambda o, s: _path_gap(t, o, POOLED, s)  # noqa: E731
     std = t[t["optimizer"].isin([o + STD_SUFFIX for o in std_opts]) & t["role"].isin(POOLED)]
     std = std.assign(base=std["optimizer"].str.removesuffix(STD_SUFFIX))
     return pd.concat([
         _decided("narrow", [(f"narrow_{o}", gap(o, steps[-1]) - gap(o, steps[0]), GAP_WORDS, None) for o in opts]),
-        _asked("std", dict(std_main=std[std["step"] == main_step]), [STD]),
+        ask(dict(std_main=std[std["step"] == main_step]), [STD], ALPHA, family="std"),
         _decided("reduction", [(f"reduction_{o}", gap(o, main_step) - gap(o + STD_SUFFIX, main_step), STD_WORDS, None)
                                for o in std_opts]),
-        _asked("std_at", dict(std=std), [STD_AT]), orc,
+        ask(dict(std=std), [STD_AT], ALPHA, family="std_at"), orc,
         orc[orc["key"].isin(list(at_main))].assign(family="oracle_at_main", key=lambda c: c["key"].map(at_main))],
         ignore_index=True)
 
 
 def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """The numbers of :func:`tuning_claims`' analysis (``claims``: it, if already computed; intervals printed inside
-    [-1, 1]): the oracle rows' range and count (printed verdicts), the gap per checkpoint (``gap_at_``, first, last) and its
+    [-1, 1]): the oracle rows' range and count (printed verdicts), the gap at the first and last checkpoint and its
     narrowing, the standardized heads' rates, gaps, accuracies and gains (``std_...``), the reduction's share of the
     plain gap (``std_share[_low]_<optimizer>``) and the readings in words."""
     steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
@@ -872,13 +847,13 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | 
         main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]),
         oracle_min=float(orc["estimate"].min()), oracle_max=float(orc["estimate"].max()), oracle_n=len(orc),
         oracle_n_above=orc_above, oracle_confidence=float(orc["confidence"].iloc[0]) if len(orc) else math.nan,
-        oracle_reading=_oracle_reading(orc_above, len(orc)), gap_at=gap_at,
+        oracle_reading=_oracle_reading(orc_above, len(orc)),
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
-        n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0, n_opt=len(opts),
+        n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0,
         narrow_reading="; ".join(f"{_opt_name(r.key.removeprefix('narrow_'))}: {r.verdict}"
                                  for r in narrow.itertuples()) or "not run",
         narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
-        std_m=Family(max(len(std_opts), 1)).m, std_lr={k: lrs[(so, p)] for k, so, _, p in cells},
+        std_lr={k: lrs[(so, p)] for k, so, _, p in cells},
         std_reading=std_reading(plain, red, std_above, len(std_at)), std_gap_at=std_at,
         std_at_confidence=float(std_at_claims["confidence"].iloc[0]) if len(std_at_claims) else math.nan,
         std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
@@ -996,10 +971,10 @@ def controlled_article_row(main: pd.DataFrame, claims: pd.DataFrame) -> tuple:
     if not _has(claims, f"opt_explore_at_main_{o}"):
         return label, article, "not run", "not run"
     c = claim(claims, f"opt_explore_at_main_{o}")
-    shown = [f"{_opt_name(o)} {claim_text(c, clip=(-1.0, 1.0))}"]
     status = (("reproduced, smaller" if c.estimate < low else "reproduced") if c.verdict == TRAIN_HIGHER
               else f"differs: {c.verdict}")
-    return label, article, "; ".join(shown).replace("**", ""), f"{status} ({_opt_name(o)}, the seed's optimizer)"
+    return (label, article, f"{_opt_name(o)} {claim_text(c, clip=(-1.0, 1.0))}".replace("**", ""),
+            f"{status} ({_opt_name(o)}, the seed's optimizer)")
 
 
 def article_counts(table: pd.DataFrame) -> pd.DataFrame:
@@ -1064,7 +1039,7 @@ def _vs_seed(c) -> str:
     return {"higher": "smaller", "lower": "larger"}.get(_kind(c, "opt_seed_minus_controlled"), "covers")
 
 
-def _vs_fill(c) -> dict:
+def _vs_fill(c, n=None) -> dict:
     d = claim(c, "opt_seed_minus_controlled")
     return dict(sgd=claim(c, "opt_explore_at_main_sgd").estimate, main=claim(c, "opt_explore_main").estimate,
                 d=d.estimate, lo=d.low, hi=d.high, n=int(d.n), verdict=verdict_md(d))
@@ -1089,18 +1064,15 @@ NOTES = (
     Note("lead", lambda c, n: not _moved(c, n),
          "**In this run, yes.** The running statistics are not shown to move beyond the chapter's criteria; "
          "pinning the backbone in eval mode makes sure."),
-    Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "smaller",
-         "With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is smaller: "
-         "{sgd:+.3f} with SGD against the seed protocol's {main:+.3f}; on the same {n} seeds the seed protocol's "
-         "minus the controlled is {d:+.3f} ({lo:+.3f} to {hi:+.3f}; {verdict}).", lambda c, n: _vs_fill(c)),
-    Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "larger",
-         "With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is larger: "
-         "{sgd:+.3f} with SGD against the seed protocol's {main:+.3f}; on the same {n} seeds the seed protocol's "
-         "minus the controlled is {d:+.3f} ({lo:+.3f} to {hi:+.3f}; {verdict}).", lambda c, n: _vs_fill(c)),
+    *(Note("controlled_vs_seed", lambda c, n, w=w: _vs_seed(c) == w,
+           f"With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is {w}: "
+           "{sgd:+.3f} with SGD against the seed protocol's {main:+.3f}; on the same {n} seeds the seed protocol's "
+           "minus the controlled is {d:+.3f} ({lo:+.3f} to {hi:+.3f}; {verdict}).", _vs_fill)
+      for w in ("smaller", "larger")),
     Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "covers",
          "With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is "
          "{sgd:+.3f} with SGD against the seed protocol's {main:+.3f}, a difference not shown on the same {n} seeds "
-         "({d:+.3f}, {lo:+.3f} to {hi:+.3f}; {verdict}).", lambda c, n: _vs_fill(c)),
+         "({d:+.3f}, {lo:+.3f} to {hi:+.3f}; {verdict}).", _vs_fill),
     Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "absent",
          "The controlled comparison and the seed's protocol were not both run here."),
     Note("say_weights", _exact("c_weights_unchanged"),
@@ -1268,13 +1240,6 @@ def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
                      task_b_sentence(claims, numbers), notes(NOTES, claims, numbers)["separate"], SETTINGS_CAVEAT])
 
 
-def lead(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The answer's first sentence, in plain words a practitioner can act on (issue 37): the :data:`NOTES` of key
-    ``lead``, chosen by the buffers' criteria and task A's change (glued as ``ch01_lead``, first in the answer box
-    and on the front page)."""
-    return notes(NOTES, claims, numbers)["lead"]
-
-
 #: Said where the answer states its verdicts (issue 35): the main run's settings were chosen by trial.
 SETTINGS_CAVEAT = ("The main run's pixel noise, shift and head learning rate were set by trial until the seed article's "
                    "effects showed; the values tried were not recorded (the [glossary](../book/glossary.html) lists every "
@@ -1286,8 +1251,9 @@ def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
     ``logits`` (:data:`NOTES`), ``deeper`` (the deeper blocks' largest mean shift against block 1's), ``seeds`` (in
     how many seeds ``train_mode`` lost task A), ``trained``, ``reference``, ``budget`` (chosen heads still shown to gain
     between the last two checkpoints; ``budget_caption`` as a sentence), ``seeds_caption``, ``task_b`` and
-    ``controlled`` (:func:`controlled_sentence`), ``controlled_vs_seed`` (:data:`NOTES`: the controlled benefit
-    against the seed protocol's, for chapter 3's page) and ``threads`` (:func:`threads_verdict_clause`)."""
+    ``controlled`` (:func:`controlled_clause` and :func:`seed_protocol_clause` as one sentence, the front page's task-B
+    headline), ``controlled_vs_seed`` (:data:`NOTES`: the controlled benefit against the seed protocol's, for chapter
+    3's page) and ``threads`` (:func:`threads_verdict_clause`)."""
     said = notes(NOTES, claims, numbers)
     by = entries(numbers, "buf_mean_shift_by_layer", r"block_\d+")
     first, rest = (float(by.iloc[0]), by.iloc[1:]) if len(by) else (math.nan, by)
@@ -1296,6 +1262,7 @@ def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
     g = family(claims, "opt_gain")
     budget = (f"{int((g['kind'] == 'higher').sum())} of {len(g)} chosen heads are still shown to gain between the last "
               "two checkpoints" if len(g) else "no head was trained at two checkpoints")
+    text, seed = controlled_clause(claims, numbers), seed_protocol_clause(claims)
     return dict(
         weights=said["say_weights"],
         deeper=(f"The deeper blocks' largest mean shift is {float(rest.max()) / first:.0%} of block 1's."
@@ -1307,7 +1274,8 @@ def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
         seeds_caption=task_a_sentence(claims, numbers), logits=said["say_logits"],
         trained=trained_heads_clause(claims, numbers), reference=reference_clause(claims, numbers), budget=budget,
         budget_caption=budget[0].upper() + budget[1:] + ".", task_b=task_b_sentence(claims, numbers),
-        controlled=controlled_sentence(claims, numbers), controlled_vs_seed=said["controlled_vs_seed"],
+        controlled=text[0].upper() + text[1:] + (f"; {seed}" if seed else "") + ".",
+        controlled_vs_seed=said["controlled_vs_seed"],
         threads=threads_verdict_clause(claims))
 
 
@@ -1324,13 +1292,6 @@ def threads_verdict_clause(claims: pd.DataFrame) -> str:
     return f"its verdict from {verdict_md(main)} to {verdict_md(swapped)}: the thread count alone changed it"
 
 
-def controlled_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """:func:`controlled_clause` and :func:`seed_protocol_clause` as one sentence (glued as ``ch01_say_controlled``:
-    the front page's task-B headline, the controlled comparison first)."""
-    text, seed = controlled_clause(claims, numbers), seed_protocol_clause(claims)
-    return text[0].upper() + text[1:] + (f"; {seed}" if seed else "") + "."
-
-
 def drift_sentence(n_inside: int, n_intervals: int, n_expected_misses: float) -> str:
     """The drift figure's takeaway (:func:`drift_check`'s counts): how many per-block, per-step 95% intervals contain
     ``(1 - m)^t``, against the misses expected by chance."""
@@ -1341,11 +1302,6 @@ def drift_sentence(n_inside: int, n_intervals: int, n_expected_misses: float) ->
 
 
 # --- the reproduction's sizes against the seed article's: an ablation (issue 35) ----------------------------------
-
-def _ablation_cells(ab: pd.DataFrame):
-    """``[((noise, stage1_steps), rows)]`` of the ablation's rows (:func:`.run.ablation_configs`), in table order."""
-    return list(ab.groupby(["noise", "stage1_steps"], sort=True))
-
 
 def ablation_claims(ab: pd.DataFrame, book: tuple | None = None) -> pd.DataFrame:
     """Finding 2's "about chance" test (``task_a_chance`` of :func:`claims`: task A after ``train_mode`` minus
@@ -1358,7 +1314,7 @@ def ablation_claims(ab: pd.DataFrame, book: tuple | None = None) -> pd.DataFrame
         return claims_table([], family="ablation")
     chance = 1 / int(ab["n_classes"].iloc[0])
     comps = []
-    for (n, k), g in _ablation_cells(ab):
+    for (n, k), g in ab.groupby(["noise", "stage1_steps"], sort=True):
         if book is not None and (float(n), int(k)) == (float(book[0]), int(book[1])):
             continue
         tm, pin = (g[g["mode"] == m].set_index("seed") for m in ("train_mode", "backbone_eval"))
@@ -1385,7 +1341,7 @@ def ablation_table(ab: pd.DataFrame, claims_: pd.DataFrame, book: tuple | None =
     the main run's ``book_b_claim``)."""
     chance = 1 / int(ab["n_classes"].iloc[0])
     rows = []
-    for (n, k), g in _ablation_cells(ab):
+    for (n, k), g in ab.groupby(["noise", "stage1_steps"], sort=True):
         tm, pin = (g[g["mode"] == m].set_index("seed") for m in ("train_mode", "backbone_eval"))
         before, after = bounded_interval(tm["task_a_before"]), bounded_interval(tm["task_a_after"])
         c = _cell_claim(claims_, n, k, book, book_claim)
@@ -1411,7 +1367,7 @@ def ablation_sentence(ab: pd.DataFrame, claims_: pd.DataFrame, noise: float, boo
     if not len(ab):
         return "The ablation was not run here (its `ablation` parameter is off)."
     stats = {}
-    for (n, k), g in _ablation_cells(ab):
+    for (n, k), g in ab.groupby(["noise", "stage1_steps"], sort=True):
         tm = g[g["mode"] == "train_mode"]
         stats[(n, k)] = (float(tm["task_a_after"].mean()), float(tm["max_old_logit_change"].max()))
     low = min(stats, key=lambda c: stats[c][0])
