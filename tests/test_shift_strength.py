@@ -244,9 +244,9 @@ def test_findings_of_the_mismatch_measure():
 
 def test_figure_tables_are_tidy_and_hold_the_effects():
     df = _table(_cfg())
-    lt = findings.line_table(df)
-    assert set(lt.columns) == {"shift", "strength", "metric", "mean", "ci_low", "ci_high", "n_seeds"}
-    row = lt[(lt["shift"] == "both") & (lt["strength"] == 1.0) & (lt["metric"] == "net")]
+    lt = findings.level_table(df, n_boot=20)  # the per-level effects the figures draw, one row per level and view
+    assert set(lt.columns) == set(findings.LEVEL_COLUMNS)
+    row = lt[(lt["line"] == "both") & (lt["strength"] == 1.0) & (lt["metric"] == "net") & (lt["view"] == "raw")]
     assert row["mean"].item() == pytest.approx(-0.1)
     bt = findings.budget_table(df)
     assert set(bt["steps"]) == {100, 300} and set(bt["t"]) == {1.0}

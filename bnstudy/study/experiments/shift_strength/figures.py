@@ -91,27 +91,25 @@ def _ch3_legend(fig, axes, ncol=4, order=None):
     fig.tight_layout(rect=(0, 0.07, 1, 1))
 
 
-def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, view: str = "raw", points=None):
-    """Task A's and task B's differences per level (``levels``: findings.level_table) with their family intervals,
-    one panel per line, log strength axis, the two series dodged; ``crossings[line]``: a dashed line where finite;
-    ``reference[line]``: chapter 1's shift, dotted; ``points`` (findings.seed_points, raw view): each seed's value."""
+def ch3_level_effects(levels, xlabels: dict, reference: dict, points=None):
+    """Task A's and task B's differences per level in accuracy (``levels``: findings.level_table, its raw view)
+    with their family intervals, one panel per line, log strength axis, the two series dodged; ``reference[line]``:
+    chapter 1's shift, dotted; ``points`` (findings.seed_points): each seed's value. No crossover is drawn (the
+    page says why)."""
     with plt.rc_context(CH3_FONT):
-        lv = levels[levels["view"] == view]
+        lv = levels[levels["view"] == "raw"]
         lines = list(dict.fromkeys(lv["line"]))
         fig, axes = _ch3_grid(len(lines))
         for ax, t in zip(axes, lines):
             for name, f, mk in (("cost", 0.93, "v"), ("benefit", 1.07, "^")):
                 g = _ch3_signed(lv[(lv["line"] == t) & (lv["metric"] == name)].sort_values("strength"), name)
-                if points is not None and view == "raw":
+                if points is not None:
                     p = points[(points["line"] == t) & (points["metric"] == name)]
                     sign = -1 if name == "cost" else 1
                     ax.plot(p["strength"] * f, sign * p["value"], ".", ms=2.5, alpha=0.35, color=EFFECT_COLORS[name],
                             zorder=1, label=f"{' '.join(CH3_EFFECT_LABELS[name].split(' ')[:2])}, one seed")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
                             fmt=mk + "-", ms=5, lw=1, capsize=2, color=EFFECT_COLORS[name], label=CH3_EFFECT_LABELS[name])
-            cx = crossings.get(t, np.nan)
-            if np.isfinite(cx):
-                ax.axvline(cx, color="black", ls="--", lw=1, label="crossover of the mean curves")
             if t in reference and lv.loc[lv["line"] == t, "strength"].between(0, np.inf).any():
                 ax.axvline(reference[t], color="grey", ls=":", lw=1.2, label="chapter 1's shift")
             ax.axhline(0, color="black", lw=0.6)
@@ -119,7 +117,7 @@ def ch3_level_effects(levels, crossings: dict, xlabels: dict, reference: dict, v
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
             ax.set_xlabel(textwrap.fill(xlabels.get(t, "strength"), 26))
         for ax in axes[::3]:
-            ax.set_ylabel("difference in accuracy" if view == "raw" else "difference in share of room")
+            ax.set_ylabel("difference in accuracy")
         _ch3_legend(fig, axes, ncol=2)
     return fig
 
