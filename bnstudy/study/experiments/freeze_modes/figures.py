@@ -29,8 +29,13 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
     fig, axes = plt.subplots(1, len(columns), figsize=(3.3 * len(columns), 4.2), sharey=True, squeeze=False)
     clipped = False
     for ax, (col, title) in zip(axes[0], columns.items()):
-        sns.stripplot(data=df, x="mode", y=col, hue="mode", order=modes, palette=MODE_PALETTE, ax=ax,
-                      alpha=0.55, size=5, jitter=0.15, legend=False)
+        state = np.random.get_state()  # seaborn draws the jitter from numpy's global generator: seeded, so that
+        np.random.seed(0)  # the same rows draw the same figure (a cited figure must not change between builds)
+        try:
+            sns.stripplot(data=df, x="mode", y=col, hue="mode", order=modes, palette=MODE_PALETTE, ax=ax,
+                          alpha=0.55, size=5, jitter=0.15, legend=False)
+        finally:
+            np.random.set_state(state)
         ivs = [interval(df[df["mode"] == m][col]) for m in modes]
         x = np.arange(len(modes)) + 0.3
         mean, lo, hi = (np.array([getattr(iv, a) for iv in ivs]) for a in ("mean", "low", "high"))
