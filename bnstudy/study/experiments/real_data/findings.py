@@ -6,6 +6,7 @@ train mode loses), its ``benefit`` task B's."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -340,19 +341,15 @@ def cited(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None = 
     ``train_mode - backbone_eval`` at the reference (``f3_reference_<network>``). At the condition of largest
     mismatch the page cites :func:`carried_claims` instead (one verdict per claim: not also the condition
     family's)."""
-    conditions = condition_claims(df) if conditions is None else conditions
-    parts = []
-    for n in dict.fromkeys(df["network"]):
-        f3 = conditions[(conditions.network == n) & (conditions.question == "f3")]
-        parts.append(f3[(f3.corruption == reference[0]) & (f3.severity == reference[1])].assign(
-            key=f"f3_reference_{n}"))
-    return pd.concat(parts, ignore_index=True)[list(claims_table([]).columns)]
+    k = condition_claims(df) if conditions is None else conditions
+    f3 = k[(k.question == "f3") & (k.corruption == reference[0]) & (k.severity == reference[1])]
+    return f3.assign(key="f3_reference_" + f3["network"]).reset_index(drop=True)[list(claims_table([]).columns)]
 
 
 #: What a number's quantity allows (others are unbounded): accuracies, and ``f2_lowest_bound``, a bound on one; then
 #: differences of accuracies and rank correlations.
-_BOUNDS = {**dict.fromkeys(("task_a_source", "task_a_train_mode", "task_a_before", "task_b_clean_pinned",
-                            "task_b_clean_train", "f2_lowest_bound"), (0.0, 1.0)),
+_BOUNDS = {**dict.fromkeys(("task_a_source", "task_a_train_mode", "task_b_clean_pinned", "f2_lowest_bound"),
+                           (0.0, 1.0)),
            **dict.fromkeys(("task_b_ref_minus_clean_pinned", "cost_none", "rho_cost", "rho_cost_mean_kl"), (-1.0, 1.0))}
 
 
@@ -379,8 +376,9 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
         tm, none = r[r["mode"] == "train_mode"], d[d.corruption == "none"]
         pin_none = none[none["mode"] == "backbone_eval"].set_index("seed")["task_b"]
         pin_ref = r[r["mode"] == "backbone_eval"].set_index("seed")["task_b"]
-        by_q = {q: conds[(conds.network == n) & (conds.question == q)].reset_index(drop=True) for q in QUESTIONS}
-        kl_of = c[["corruption", "severity", "mismatch_kl"]]
+        kl_of = c[["corruption", "severity", "mismatch_kl"]]  # each question's claims with the condition's mismatch
+        by_q = {q: conds[(conds.network == n) & (conds.question == q)].merge(kl_of, on=["corruption", "severity"],
+                                                                              how="left") for q in QUESTIONS}
         f2, f3, f3_counts = by_q["f2"], by_q["f3"], count_verdicts(by_q["f3"], ALPHA)
         shown = f3[f3["kind"].isin(["higher", "lower"])]
         near = shown[np.minimum(shown["low"].abs(), shown["high"].abs()) < NEAR_ZERO]
@@ -399,15 +397,13 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
         top_sev = c[c.severity == c.severity.max()]
         inv = c[c.corruption == "inversion"].sort_values("severity")["mismatch_kl"]
         per_seed = d[d.corruption == "inversion"].groupby(["seed", "severity"])["mismatch_kl"].first().unstack()
-        loss = by_q[f"loss_{MIN_EFFECT:g}"].merge(kl_of, on=["corruption", "severity"])
+        loss = by_q[f"loss_{MIN_EFFECT:g}"]
         c2, safe, harm = _threshold(loss)
         lowest = (f"{condition_label(low['corruption'], low['severity'])} (median mismatch {low['mismatch_kl']:.3g}, "
                   f"task-A difference {low['cost']:.3f}, {low['cost_lo']:.3f} to {low['cost_hi']:.3f})")
         values = dict(
-            task_a_source=t_interval(d.groupby("seed")["source_task_a_accuracy"].first()),
-            task_a_train_mode=t_interval(tm["task_a_after"]), task_a_before=t_interval(tm["task_a_before"]),
-            task_b_clean_pinned=t_interval(pin_none),
-            task_b_clean_train=t_interval(none[none["mode"] == "train_mode"]["task_b"]),
+            task_a_source=t_interval(_source_a(d)),
+            task_a_train_mode=t_interval(tm["task_a_after"]), task_b_clean_pinned=t_interval(pin_none),
             task_b_ref_minus_clean_pinned=t_interval((pin_ref - pin_none.reindex(pin_ref.index)).dropna()),
             f2_n_below=below, f2_n_above=above, f2_n_neither=len(f2) - below - above,
             f2_n_mean_at_chance=int((f2["estimate"] <= 0).sum()),
@@ -429,10 +425,9 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
             n_safe=len(safe), n_harm=len(harm), n_neither=len(c) - len(safe) - len(harm),
             safe_max_kl=float(safe.max()) if len(safe) else math.nan,
             harm_min_kl=float(harm.min()) if len(harm) else math.nan,
-            c2_threshold_separates=c2, lowest_condition=lowest,
+            c2_threshold_separates=c2,
             c2_phrase=_c2_phrase(c2, safe, harm, loss, lowest, cost_none),
-            **{k: _threshold(by_q[f"loss_{m:g}"].merge(kl_of, on=["corruption", "severity"]))[0]
-               for k, m in zip(("c2_margin_002", "c2_margin_003"), MARGIN_SWEEP)})
+            **{k: _threshold(by_q[f"loss_{m:g}"])[0] for k, m in zip(("c2_margin_002", "c2_margin_003"), MARGIN_SWEEP)})
         for k, v in values.items():
             out[k][n] = v
     out["rho_p_text"] = dict(zip(rho_p, map(p_text, holm(list(rho_p.values())))))
@@ -490,20 +485,14 @@ def _inversion_sentence(out: dict, nets: tuple, n_seeds: int) -> str:
 def _example_pair(cond: pd.DataFrame) -> str:
     """Two conditions of different corruptions with about the same median mismatch (within 25%) and the largest
     difference in cost, over every network, in a sentence; "" when there is no such pair."""
-    best = None
-    for n, c in cond[cond.corruption != "none"].groupby("network", sort=False):
-        rows = list(c.itertuples())
-        for i, x in enumerate(rows):
-            for y in rows[i + 1:]:
-                if x.corruption == y.corruption or x.mismatch_kl <= 0 or y.mismatch_kl <= 0 or \
-                        max(x.mismatch_kl, y.mismatch_kl) / min(x.mismatch_kl, y.mismatch_kl) > 1.25:
-                    continue
-                lo, hi = (x, y) if abs(x.cost) < abs(y.cost) else (y, x)
-                if best is None or abs(hi.cost - lo.cost) > abs(best[2].cost - best[1].cost):
-                    best = (n, lo, hi)
-    if best is None:
+    pairs = [(n, *((x, y) if abs(x.cost) < abs(y.cost) else (y, x)))
+             for n, c in cond[cond.corruption != "none"].groupby("network", sort=False)
+             for x, y in itertools.combinations(c.itertuples(), 2)
+             if not (x.corruption == y.corruption or x.mismatch_kl <= 0 or y.mismatch_kl <= 0 or
+                     max(x.mismatch_kl, y.mismatch_kl) / min(x.mismatch_kl, y.mismatch_kl) > 1.25)]
+    if not pairs:
         return ""
-    n, lo, hi = best
+    n, lo, hi = max(pairs, key=lambda p: abs(p[2].cost - p[1].cost))  # the first of the largest
     return (f"on {_in_prose(n)}, {condition_label(lo.corruption, lo.severity)} moves the statistics about as "
             f"much as {condition_label(hi.corruption, hi.severity)} (median mismatch {lo.mismatch_kl:.2f} against "
             f"{hi.mismatch_kl:.2f}) but changes task A by {lo.cost:.3f} ({lo.cost_lo:.3f} to {lo.cost_hi:.3f}) "
@@ -513,7 +502,7 @@ def _example_pair(cond: pd.DataFrame) -> str:
 # --- the page: tables, glue, the answer box, takeaways --------------------------------------------------------------
 
 #: Numbers that are sentences or numbers as text: glued as plain Markdown (:func:`glued`), not bold.
-PLAIN_FIELDS = ("inversion_sentence", "example_pair", "c2_phrase", "lowest_condition", "rho_p_text", "f3_near_zero_text",
+PLAIN_FIELDS = ("inversion_sentence", "example_pair", "c2_phrase", "rho_p_text", "f3_near_zero_text",
                 "rho_within_text", "rho_across_text", "c2_threshold_separates", "c2_margin_002", "c2_margin_003",
                 "most_severe", "reference", "inversion_monotone")
 
@@ -641,36 +630,20 @@ def glued(claims: pd.DataFrame, numbers: pd.DataFrame) -> tuple[pd.DataFrame, pd
     return out, nums, dict(zip(numbers.loc[plain, "key"], numbers.loc[plain, "value"]))
 
 
-def _fell(c: pd.DataFrame, f: pd.DataFrame) -> list[str]:
-    """The networks whose task A is shown to fall at the reference (``drop_<network>`` lower)."""
-    return [n for n in networks_of(f) if claim(c, f"drop_{n}").kind == "lower"]
+#: Chapter 1's direction of each finding (:func:`carried_claims`): ``a``, task A lower after stage 2; ``b``, train mode
+#: higher on task B.
+CARRIED = dict(a="lower", b="higher")
 
 
-def _carried(c: pd.DataFrame, f: pd.DataFrame, finding: str) -> list[str]:
-    """The networks on which chapter 1's finding ``"a"`` (task A lower after stage 2) or ``"b"`` (train mode higher
-    on task B) carried over: its :func:`carried_claims` claim shows chapter 1's direction."""
-    want = "lower" if finding == "a" else "higher"
-    return [n for n in networks_of(f) if claim(c, f"carried_{finding}_{n}").kind == want]
+def _where(c: pd.DataFrame, f: pd.DataFrame, key: str, kind: str) -> list[str]:
+    """The networks (of the numbers table ``f``, in run order) whose claim ``<key>_<network>`` in ``c`` is of
+    ``kind``; raises ``KeyError`` for a network without that claim."""
+    return [n for n in networks_of(f) if claim(c, f"{key}_{n}").kind == kind]
 
 
-def _everywhere(f: pd.DataFrame, count: str) -> list[str]:
-    """The networks whose ``<count>_<network>`` (a count of printed verdicts over conditions) reaches every one of the
-    ``n_conditions`` conditions."""
-    return [n for n in networks_of(f) if number(f, f"{count}_{n}") == number(f, "n_conditions")]
-
-
-def _a_falls_everywhere(c: pd.DataFrame, f: pd.DataFrame) -> bool:
-    """Chapter 1's task-A finding carried over on every network (:func:`carried_claims`)."""
-    return len(_carried(c, f, "a")) == len(networks_of(f))
-
-
-def _b_helps_everywhere(c: pd.DataFrame, f: pd.DataFrame) -> bool:
-    """Chapter 1's task-B finding carried over on every network (:func:`carried_claims`)."""
-    return len(_carried(c, f, "b")) == len(networks_of(f))
-
-
-def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
-    return all(claim(c, f"pinned_keep_a_{n}").kind == "exact" for n in networks_of(f))
+def _everywhere(c: pd.DataFrame, f: pd.DataFrame, key: str, kind: str) -> bool:
+    """Whether :func:`_where` holds on every network."""
+    return _where(c, f, key, kind) == networks_of(f)
 
 
 #: The answer box's advice in parts (:class:`bnstudy.study.words.Note`, one of each key holds): ``lead``, the answer's
@@ -678,67 +651,48 @@ def _pin_exact(c: pd.DataFrame, f: pd.DataFrame) -> bool:
 #: :func:`carried_claims`, the one test behind both findings and the ``carried`` sentence); ``fell``, whether task A is shown to fall at the reference;
 #: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
-    Note("lead", lambda c, f: _a_falls_everywhere(c, f) and _b_helps_everywhere(c, f),
+    Note("lead", lambda c, f: _everywhere(c, f, "carried_a", "lower") and _everywhere(c, f, "carried_b", "higher"),
          "**Yes, where a corruption moves the statistics most.** There, on each network, the old task falls and, with one rate for both "
          "heads, not tuned per path (the seed's protocol), the new one gains, as in chapter 1: pin the backbone in eval mode."),
-    Note("lead", lambda c, f: _a_falls_everywhere(c, f) and not _b_helps_everywhere(c, f),
+    Note("lead", lambda c, f: _everywhere(c, f, "carried_a", "lower") and
+         not _everywhere(c, f, "carried_b", "higher"),
          "**Partly.** Where a corruption moves the statistics most, the old task falls on every network, but "
          "drifting statistics do not help the new task on every network (one rate for both heads, not tuned per path, the seed's "
          "protocol): pin the backbone in eval mode."),
-    Note("lead", lambda c, f: not _a_falls_everywhere(c, f),
+    Note("lead", lambda c, f: not _everywhere(c, f, "carried_a", "lower"),
          "**Not everywhere.** Even where a corruption moves the statistics most, the old task's fall is not shown "
          "on every network: pin the backbone in eval mode all the same."),
-    Note("fell", lambda c, f: bool(_fell(c, f)), "Turning off gradients does not keep task A on {networks}: ",
-         lambda c, f: dict(networks=join([_in_prose(n) for n in _fell(c, f)]))),
-    Note("fell", lambda c, f: not _fell(c, f), "Task A was not shown to fall on any network here, but the one-line "
+    Note("fell", lambda c, f: bool(_where(c, f, "drop", "lower")), "Turning off gradients does not keep task A on "
+         "{networks}: ", lambda c, f: dict(networks=join([_in_prose(n) for n in _where(c, f, "drop", "lower")]))),
+    Note("fell", lambda c, f: not _where(c, f, "drop", "lower"), "Task A was not shown to fall on any network here, but the one-line "
                                                "freeze still rewrites every BatchNorm layer's statistics: "),
-    Note("pin_keeps_a", _pin_exact, "keeps task A exactly on every network here (a check of the code)"),
-    Note("pin_keeps_a", lambda c, f: not _pin_exact(c, f),
+    Note("pin_keeps_a", lambda c, f: _everywhere(c, f, "pinned_keep_a", "exact"), "keeps task A exactly on every network here (a check of the code)"),
+    Note("pin_keeps_a", lambda c, f: not _everywhere(c, f, "pinned_keep_a", "exact"),
          "should keep task A exactly, yet in some run here it did not (the checks below)"),
 )
-
-
-def conditions_sentence(numbers: pd.DataFrame) -> str:
-    """Chapter 1's two findings counted over each network's conditions (printed verdicts, one verdict per claim):
-    task A shown lower after stage 2 than before, and below / above 1.5 times chance; task B ``train_mode -
-    backbone_eval`` shown higher, lower or neither. Fixed wording, counts spliced in."""
-    x, nets = (lambda key: number(numbers, key)), networks_of(numbers)  # noqa: E731
-    a = join([f"{x(f'f2_n_drop_{n}')} for {_in_prose(n)}" for n in nets])
-    chance = join([f"at {x(f'f2_n_below_{n}')} and above it at {x(f'f2_n_above_{n}')} for {_in_prose(n)}"
-                   for n in nets])
-    b = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} and neither at "
-              f"{x(f'f3_n_not_decided_{n}') + x(f'f3_n_equivalent_{n}')} for {_in_prose(n)}" for n in nets])
-    return (f"task A after the one-line freeze (`train_mode`) is shown lower than before stage 2 at {a}, and shown "
-            f"below 1.5 times chance {chance}; on task B (the seed's protocol: one head rate for both paths, not tuned per path), `train_mode` minus the "
-            f"pinned backbone is shown {b}.")
-
-
-def _b_phrase(numbers: pd.DataFrame, n: str) -> str:
-    x = lambda key: number(numbers, key)  # noqa: E731
-    h, lo, m = x(f"f3_n_higher_{n}"), x(f"f3_n_lower_{n}"), x("n_conditions")
-    if lo:
-        return f"on {_in_prose(n)} pinning is better at {lo} of {m} conditions"
-    if h:
-        return f"on {_in_prose(n)} drifting statistics help at {h} of {m} conditions only"
-    return f"on {_in_prose(n)} no difference is shown at any condition"
 
 
 def carried_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
     """Which of chapter 1's findings carried over, per network, by :func:`carried_claims` (``claims`` holds them;
     issue 35: one test for both findings, at each network's condition of largest mismatch, Bonferroni over the
     2 x networks), the networks where one did not named with their verdict; then, where the task-B gain is not shown
-    at every condition, what the counts over conditions show instead (:func:`_b_phrase`)."""
+    at every condition, what the counts over conditions show instead (pinning better, a gain at some conditions
+    only, or no difference shown)."""
     nets = networks_of(numbers)
 
     def said(finding: str) -> str:
-        yes = _carried(claims, numbers, finding)
+        yes = _where(claims, numbers, f"carried_{finding}", CARRIED[finding])
         no = [f"{_in_prose(n)} ({verdict_md(claim(claims, f'carried_{finding}_{n}'))})" for n in nets if n not in yes]
         return ("carried over on every network" if not no else
                 f"carried over on {join([_in_prose(n) for n in yes])} and not on {join(no)}" if yes else
                 f"carried over on no network ({join(no)})")
-    b_not = [n for n in nets if n not in _everywhere(numbers, "f3_n_higher")]
-    counts = "" if not b_not else (f" Over all {number(numbers, 'n_conditions')} conditions the gain (on the seed's "
-                                   "protocol) is not shown everywhere: " + "; ".join(_b_phrase(numbers, n) for n in b_not) + ".")
+    m = number(numbers, "n_conditions")
+    b_not = [(n, number(numbers, f"f3_n_higher_{n}"), number(numbers, f"f3_n_lower_{n}")) for n in nets]
+    b_not = [f"on {_in_prose(n)} " + (f"pinning is better at {lo} of {m} conditions" if lo else
+                                      f"drifting statistics help at {h} of {m} conditions only" if h else
+                                      "no difference is shown at any condition") for n, h, lo in b_not if h != m]
+    counts = "" if not b_not else (f" Over all {m} conditions the gain (on the seed's protocol) is not shown "
+                                   "everywhere: " + "; ".join(b_not) + ".")
     return (f"Where a corruption moves each network's statistics most (one test per finding and network, Bonferroni "
             f"over the {2 * len(nets)}; task B on the seed's protocol), chapter 1's finding that the one-line freeze costs the old task "
             f"{said('a')}; its finding that drifting statistics help the new task {said('b')}.{counts}")
@@ -774,10 +728,19 @@ def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
                  for n in nets])
     counts = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} of {x('n_conditions')} "
                    f"conditions for {_in_prose(n)}" for n in nets])
+    # chapter 1's two findings counted over each network's conditions (printed verdicts, one verdict per claim)
+    drop = join([f"{x(f'f2_n_drop_{n}')} for {_in_prose(n)}" for n in nets])
+    chance = join([f"at {x(f'f2_n_below_{n}')} and above it at {x(f'f2_n_above_{n}')} for {_in_prose(n)}"
+                   for n in nets])
+    gain = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} and neither at "
+                 f"{x(f'f3_n_not_decided_{n}') + x(f'f3_n_equivalent_{n}')} for {_in_prose(n)}" for n in nets])
     return dict(
         lead=said["lead"], carried=carried_sentence(claims, numbers), near_zero=near_zero_sentence(numbers),
         answer=(f"Over all {x('n_conditions')} conditions of each network (every corruption and severity, and none), "
-                f"{conditions_sentence(numbers)} {near_zero_sentence(numbers)} {carried_sentence(claims, numbers)} "
+                f"task A after the one-line freeze (`train_mode`) is shown lower than before stage 2 at {drop}, and "
+                f"shown below 1.5 times chance {chance}; on task B (the seed's protocol: one head rate for both paths, "
+                f"not tuned per path), `train_mode` minus the pinned backbone is shown {gain}. "
+                f"{near_zero_sentence(numbers)} {carried_sentence(claims, numbers)} "
                 "Over every corruption and severity, "
                 f"chapter 3's statistics mismatch against the cost of train mode reads {by_net('c1')}. At the "
                 f"reference condition ({x('reference')}) task A is left at {left}, chance being {x('chance'):.2f}, and "
@@ -793,11 +756,23 @@ def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
 
 # --- each network at its own momentum (issue 35) -------------------------------------------------------------------
 
+def _source_a(d: pd.DataFrame) -> pd.Series:
+    """Per seed: task A after stage 1 in eval mode (``source_task_a_accuracy``, one value per seed)."""
+    return d.groupby("seed")["source_task_a_accuracy"].first()
+
+
+def _f3_counts(d: pd.DataFrame) -> dict:
+    """The printed task-B verdicts of ``train_mode - backbone_eval`` over ``d``'s conditions, counted
+    (:func:`condition_claims`, :func:`bnstudy.study.inference.count_verdicts`: ``{kind: count, "m": rows}``)."""
+    f3 = condition_claims(d)
+    return count_verdicts(f3[f3["question"] == "f3"], ALPHA)
+
+
 def at_chance_after_stage1(d: pd.DataFrame) -> bool:
     """Whether a network's rows (one network) start stage 2 at chance: task A after stage 1, in eval mode, below
     :data:`CHANCE_LINE` in every seed (its running statistics left it predicting about one class). Nothing of
     chapter 1 can be tested on such rows."""
-    return bool((d.groupby("seed")["source_task_a_accuracy"].first() < CHANCE_LINE).all())
+    return bool((_source_a(d) < CHANCE_LINE).all())
 
 
 def own_momentum_claims(own: pd.DataFrame) -> pd.DataFrame:
@@ -811,6 +786,11 @@ def own_momentum_claims(own: pd.DataFrame) -> pd.DataFrame:
     return carried_claims(own[own.network.isin(testable)]).assign(key=lambda t: "own_" + t["key"])
 
 
+#: The own-momentum table's columns that test chapter 1's findings (all "not testable" where stage 2 starts at chance).
+_OWN_TESTS = ("largest mismatch at", "task A after - before there", "task B train mode - pinned there",
+              "task B over conditions (higher / lower / neither)")
+
+
 def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataFrame,
                        main_claims: pd.DataFrame) -> pd.DataFrame:
     """Per network of ``own`` and BatchNorm momentum (the main table's and the network's own): task A after stage 1
@@ -821,28 +801,20 @@ def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataF
     rows = []
     for n in dict.fromkeys(own["network"]):
         for d, c, prefix in ((df[df.network == n], main_claims, ""), (own[own.network == n], own_claims, "own_")):
-            src = t_interval(d.groupby("seed")["source_task_a_accuracy"].first())
+            src = t_interval(_source_a(d))
             first = {"network": network_label(n), "BatchNorm momentum": f"{d['momentum'].iloc[0]:g}",
                      "task A after stage 1 (eval mode)": f"{src.mean:.3f} ({max(src.low, 0):.3f} to "
                                                           f"{min(src.high, 1):.3f})"}
             if at_chance_after_stage1(d):
-                untestable = f"not testable: task A at chance after stage 1 in every seed (chance {CHANCE:g})"
-                rows.append({**first, **dict.fromkeys(("largest mismatch at", "task A after - before there",
-                                                       "task B train mode - pinned there",
-                                                       "task B over conditions (higher / lower / neither)"),
-                                                      untestable)})
+                rows.append({**first, **dict.fromkeys(_OWN_TESTS, f"not testable: task A at chance after stage 1 in "
+                                                                  f"every seed (chance {CHANCE:g})")})
                 continue
-            where = largest_mismatch(d)[n]
-            f3 = condition_claims(d)
-            counts = count_verdicts(f3[f3["question"] == "f3"], ALPHA)
-            rows.append({**first,
-                         "largest mismatch at": condition_label(*where),
-                         "task A after - before there": claim_text(claim(c, f"{prefix}carried_a_{n}"), clip=(-1, 1)),
-                         "task B train mode - pinned there": claim_text(claim(c, f"{prefix}carried_b_{n}"),
-                                                                        clip=(-1, 1)),
-                         "task B over conditions (higher / lower / neither)":
-                             f"{counts['higher']} / {counts['lower']} / "
-                             f"{counts['m'] - counts['higher'] - counts['lower']} of {counts['m']}"})
+            counts = _f3_counts(d)
+            cells = (condition_label(*largest_mismatch(d)[n]),
+                     *(claim_text(claim(c, f"{prefix}carried_{x}_{n}"), clip=(-1, 1)) for x in "ab"),
+                     f"{counts['higher']} / {counts['lower']} / {counts['m'] - counts['higher'] - counts['lower']} "
+                     f"of {counts['m']}")
+            rows.append({**first, **dict(zip(_OWN_TESTS, cells))})
     return pd.DataFrame(rows).set_index(["network", "BatchNorm momentum"]).map(
         lambda v: v.replace("**", ""))  # an HTML table: no Markdown
 
@@ -860,14 +832,11 @@ def own_momentum_sentence(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.Da
     out = []
     for n in dict.fromkeys(own["network"]):
         d = own[own.network == n]
-        m = f"{d['momentum'].iloc[0]:g}"
-        src = d.groupby("seed")["source_task_a_accuracy"].first()
         main = df[df.network == n] if df is not None else own.iloc[:0]
-        m0 = f"{main['momentum'].iloc[0]:g}" if len(main) else None
-        head = f"At {_in_prose(n)}'s own BatchNorm momentum ({m}), task A after stage 1 (eval mode) is {src.mean():.3f}"
-        if m0 is not None:
-            head += (f" against {main.groupby('seed')['source_task_a_accuracy'].first().mean():.3f} at momentum "
-                     f"{m0}")
+        m, m0 = f"{d['momentum'].iloc[0]:g}", f"{main['momentum'].iloc[0]:g}" if len(main) else None
+        head = (f"At {_in_prose(n)}'s own BatchNorm momentum ({m}), task A after stage 1 (eval mode) is "
+                f"{_source_a(d).mean():.3f}" + (f" against {_source_a(main).mean():.3f} at momentum {m0}"
+                                                if m0 else ""))
         if at_chance_after_stage1(d):
             text = f"{head} (chance {CHANCE:g})."
             if m0 is not None:
@@ -884,8 +853,7 @@ def own_momentum_sentence(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.Da
             out.append(text)
             continue
         a, b = claim(own_claims, f"own_carried_a_{n}"), claim(own_claims, f"own_carried_b_{n}")
-        f3 = condition_claims(d)
-        counts = count_verdicts(f3[f3["question"] == "f3"], ALPHA)
+        counts = _f3_counts(d)
         said = lambda c, want: "carried over" if c.kind == want else f"did not carry over ({verdict_md(c)})"  # noqa: E731
         out.append(
             f"{head}; where a corruption moves its statistics most ({condition_label(*largest_mismatch(d)[n])}), "
@@ -920,14 +888,14 @@ def own_momentum_short(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.DataF
     for n in dict.fromkeys(own["network"]):
         d, main = own[own.network == n], df[df.network == n]
         m, m0 = f"{d['momentum'].iloc[0]:g}", f"{main['momentum'].iloc[0]:g}" if len(main) else "the one used"
-        src = d.groupby("seed")["source_task_a_accuracy"].first().mean()
         if at_chance_after_stage1(d):
-            parts.append(f"rerun at its own momentum ({m}), {_in_prose(n)} stays at chance after stage 1 ({src:.3f}), "
-                         f"so chapter 1's findings were not tested there and the answer holds at momentum {m0}")
+            parts.append(f"rerun at its own momentum ({m}), {_in_prose(n)} stays at chance after stage 1 "
+                         f"({_source_a(d).mean():.3f}), so chapter 1's findings were not tested there and the answer "
+                         f"holds at momentum {m0}")
         else:
-            a, b = claim(own_claims, f"own_carried_a_{n}"), claim(own_claims, f"own_carried_b_{n}")
+            said = {x: "carried over" if claim(own_claims, f"own_carried_{x}_{n}").kind == want else "not carried over"
+                    for x, want in CARRIED.items()}
             parts.append(f"rerun at its own momentum ({m}), {_in_prose(n)} shows chapter 1's task-A finding "
-                         f"{'carried over' if a.kind == 'lower' else 'not carried over'} and its task-B finding "
-                         f"{'carried over' if b.kind == 'higher' else 'not carried over'}")
+                         f"{said['a']} and its task-B finding {said['b']}")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
