@@ -660,7 +660,8 @@ def test_each_note_flips_with_its_rule():
     said = lambda c=C, n=N: notes(findings.NOTES, c, n)  # noqa: E731
     base = said()
     assert set(base) == {"lead", "t3d_hypothesis_words", "t5t_threshold_word", "t6_seed", "t5_safe_p_text",
-                         "t5_safe_count_text", "t1_loss_note"} == {note.key for note in findings.NOTES}
+                         "t5_safe_count_text", "t1_loss_note", "t3_summary", "t3_fix_reading"} == \
+        {note.key for note in findings.NOTES}
     # the plain lead (the answer's first sentence, the front page's line): by whether BN ran in train mode in trap 1
     assert base["lead"].startswith("**Calling eval() on the backbone once does not keep it there.**")
     assert said(n=with_numbers(N, {"t1_bn_train": 0.0}))["lead"].startswith(
@@ -1021,6 +1022,8 @@ def test_flip_trap_3_is_framed_as_the_tuned_comparison_shows(kind, verdict, says
     C = C.copy()
     hit = C["key"] == "t3_tuned_whole_vs_fix"
     C.loc[hit, ["kind", "verdict"]] = [kind, verdict]
-    s, f = findings.trap3_sentence(C, N), findings.trap3_fix_reading(C, N)
+    from bnstudy.study.words import notes
+    said = notes(findings.NOTES, C, N)
+    s, f = said["t3_summary"], said["t3_fix_reading"]
     assert says in s and fix in f and f"**{verdict}**" in s and f"**{verdict}**" in f
     assert ("harmed" in s) == (kind == "higher")

@@ -29,7 +29,7 @@ def _bands(ax, table: pd.DataFrame, x: str, lines) -> None:
         ax.fill_between(c[x], c["lo"], c["hi"], color=color, alpha=0.2)
 
 
-def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, tolerance: float | None = None):
+def sorted_batches_figure(t4: pd.DataFrame, chance: float, tolerance: float):
     """Trap 4: task-A accuracy in eval and train mode on the same batches against the share of each batch from one
     class (top; circled: loaders the lint flagged in most seeds), and the paired differences train minus eval mode
     and held-out accuracy after the pass minus before (bottom; inset: the latter zoomed, band +-``tolerance``)."""
@@ -43,8 +43,7 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
     hit = flagged["mean"] > 0.5
     ax.scatter(tm["sorted_fraction"][hit], tm["mean"][hit], s=70, facecolors="none", edgecolors="k", zorder=5,
                label="loader flagged by the lint")
-    if chance is not None:
-        ax.axhline(chance, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance")
+    ax.axhline(chance, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance")
     ax.set_ylabel("accuracy on task A")
     ax.set_ylim(0, 1.02)
     top = ax.secondary_xaxis("top")
@@ -58,17 +57,17 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float | None = None, toleran
         ("train_minus_eval", "train mode - eval mode (same batches)", style.STATISTICS["batch"], "s"),
         ("after_minus_before", "held-out eval accuracy: after the pass - before", style.GREEN, "^")))
     dx.axhline(0, color=style.REFERENCE["chance"], lw=1)
-    if tolerance is not None:  # upper right, above the zero line, its ticks on the right (not beside dx's)
-        ins = dx.inset_axes([0.52, 0.66, 0.40, 0.22])
-        c = _curve(d, "sorted_fraction", "after_minus_before")
-        ins.axhspan(-tolerance, tolerance, color=style.REFERENCE["band"], zorder=0)
-        ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color=style.GREEN)
-        ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=style.GREEN, alpha=0.25)
-        ins.axhline(0, color="0.4", lw=0.8)
-        ins.set_ylim(-1.5 * tolerance, 1.5 * tolerance)
-        ins.set_title(f"after - before, zoomed (band \u00b1{tolerance:g})", fontsize=9, pad=3)
-        ins.set_xlim(dx.get_xlim())
-        ins.tick_params(labelsize=9, labelbottom=False, left=False, labelleft=False, right=True, labelright=True)
+    # the inset: upper right, above the zero line, its ticks on the right (not beside dx's)
+    ins = dx.inset_axes([0.52, 0.66, 0.40, 0.22])
+    c = _curve(d, "sorted_fraction", "after_minus_before")
+    ins.axhspan(-tolerance, tolerance, color=style.REFERENCE["band"], zorder=0)
+    ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color=style.GREEN)
+    ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=style.GREEN, alpha=0.25)
+    ins.axhline(0, color="0.4", lw=0.8)
+    ins.set_ylim(-1.5 * tolerance, 1.5 * tolerance)
+    ins.set_title(f"after - before, zoomed (band \u00b1{tolerance:g})", fontsize=9, pad=3)
+    ins.set_xlim(dx.get_xlim())
+    ins.tick_params(labelsize=9, labelbottom=False, left=False, labelleft=False, right=True, labelright=True)
     dx.set_ylabel("difference in accuracy\n(paired per seed)")
     dx.set_xlabel("share of each batch drawn from one class (0 = shuffled, 1 = class-sorted)")
     dx.set_ylim(min(dx.get_ylim()[0], -0.05), 0.75)
@@ -130,7 +129,7 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
     return min_text_size(fig)
 
 
-def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None = None):
+def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float):
     """Trap 5: train-mode minus eval-mode accuracy per per-device batch size (mean, 95% interval; shaded: where the
     lint fires below ``min_batch``; dashed: ``-tolerance``; top axis: values per channel of the last BatchNorm), and
     below the same zoomed on batches from 4 on."""
@@ -142,14 +141,13 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
     for a, zoom in ((ax, False), (zx, True)):
         a.axvspan(0.8, min_batch, color="0.9", zorder=0, label=f"lint fires (batch < {min_batch})")
         a.axhline(0, color="0.4", lw=1)
-        if tolerance is not None:
-            a.axhline(-tolerance, color="0.3", ls="--", lw=1, label=f"tolerance -{tolerance:g}")
+        a.axhline(-tolerance, color="0.3", ls="--", lw=1, label=f"tolerance -{tolerance:g}")
         a.errorbar(c["device_batch_size"], c["mean"], yerr=[c["mean"] - c["lo"], c["hi"] - c["mean"]], fmt="s-",
                    color=style.STATISTICS["batch"], ms=4, capsize=4, label="mean, 95% CI over seeds")
         a.set_ylabel("train mode -\neval mode" + (" (zoom)" if zoom else ""))
     zoomed = c[c["device_batch_size"] >= 4]
     hi = max(float(zoomed["hi"].max()) if len(zoomed) else 0.0, 0.0)
-    lo = min(float(zoomed["lo"].min()) if len(zoomed) else 0.0, -(tolerance or 0.0))
+    lo = min(float(zoomed["lo"].min()) if len(zoomed) else 0.0, -tolerance)
     zx.set_ylim(lo - 0.25 * (hi - lo + 1e-3), hi + 0.15 * (hi - lo + 1e-3))
     zx.set_xscale("log", base=2)
     zx.set_xticks(bs); zx.set_xticklabels([str(int(b)) for b in bs]); zx.set_xlim(0.8, max(bs) * 1.25)
@@ -165,14 +163,14 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float | None 
     return min_text_size(fig)
 
 
-def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_margin: float | None = None):
+def sorted_training_figure(t6: pd.DataFrame, chance: float, tie_margin: float):
     """Trap 6: the training meter and held-out accuracy (eval mode, and train mode on shuffled batches) of networks
     trained on shuffled or class-sorted batches (bars: means, 95% intervals clipped at 0, dots: seeds), and below
     the paired differences per seed, with the equivalence band +-``tie_margin`` on the class-sorted meter row."""
     qs = [("train_meter_accuracy", "training meter\n(train mode,\nits own batches)"),
           ("heldout_eval_accuracy", "held-out,\neval mode"),
           ("heldout_batch_stats_accuracy", "held-out,\ntrain mode\n(shuffled batches)")]
-    cases = [c for c in ("shuffled", "class_sorted") if c in set(t6["case"])]
+    cases = ("shuffled", "class_sorted")
     fig, (ax, px) = plt.subplots(2, 1, figsize=(6.6, 6.4), gridspec_kw={"height_ratios": [2.2, 1]})
     w = 0.38
     for j, case in enumerate(cases):
@@ -189,9 +187,8 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
                 ax.plot([x], [0.0], marker="v", color="black", ms=6, clip_on=False, zorder=6)
             ax.scatter(np.full(len(g), x) + 0.09, g[q], s=8, color="0.3", alpha=0.5, zorder=3)
     ax.set_xticks(range(len(qs))); ax.set_xticklabels([n for _, n in qs], fontsize=9)
-    if chance is not None:
-        ax.axhline(chance, color="0.4", ls=":", lw=1)
-        ax.text(-0.55, chance, "chance", color="0.4", ha="left", va="bottom", fontsize=9)
+    ax.axhline(chance, color="0.4", ls=":", lw=1)
+    ax.text(-0.55, chance, "chance", color="0.4", ha="left", va="bottom", fontsize=9)
     ax.set_xlim(-0.6, len(qs) - 0.4)
     ax.set_ylim(0, 1.3); ax.set_yticks(np.linspace(0, 1, 6)); ax.set_ylabel("accuracy on task A (fraction)")
     ax.legend(loc="upper center", ncol=1, fontsize=9)
@@ -199,11 +196,10 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
                                                                           "heldout_eval_accuracy")}
     diffs = [(f"meter - held-out, trained {case.replace('_', '-')}", piv["train_meter_accuracy"][case]
               - piv["heldout_eval_accuracy"][case]) for case in cases]
-    if len(cases) == 2:
-        diffs.append(("held-out: trained class-sorted - shuffled", piv["heldout_eval_accuracy"]["class_sorted"]
-                      - piv["heldout_eval_accuracy"]["shuffled"]))
+    diffs.append(("held-out: trained class-sorted - shuffled", piv["heldout_eval_accuracy"]["class_sorted"]
+                  - piv["heldout_eval_accuracy"]["shuffled"]))
     for i, (name, v) in enumerate(diffs):
-        if tie_margin is not None and name.endswith("class-sorted") and name.startswith("meter"):
+        if i == 1:  # the class-sorted meter row
             px.fill_betweenx([i - 0.3, i + 0.3], -tie_margin, tie_margin, color=style.REFERENCE["band"], lw=0, zorder=0,
                              label=f"equivalence margin \u00b1{tie_margin:g}")
         px.scatter(v, np.full(len(v), i) + 0.18, s=8, color="0.3", alpha=0.5, zorder=3)
@@ -212,14 +208,13 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
                     capsize=4, lw=1.6, zorder=4)
     px.axvline(0, color="0.4", lw=1)
     px.set_yticks([])
-    lo = min(min(float(v.min()) for _, v in diffs), -(tie_margin or 0), 0.0)
-    hi = max(max(float(v.max()) for _, v in diffs), tie_margin or 0, 0.0)
+    lo = min(min(float(v.min()) for _, v in diffs), -tie_margin, 0.0)
+    hi = max(max(float(v.max()) for _, v in diffs), tie_margin, 0.0)
     px.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
     for i, (name, _) in enumerate(diffs):  # each row's label above it, inside the panel
         px.text(lo - 0.03 * (hi - lo), i - 0.32, name, fontsize=9, va="bottom", ha="left")
     px.set_ylim(len(diffs) - 0.55, -0.95)
-    if tie_margin is not None:
-        px.legend(loc="upper right", fontsize=9)
+    px.legend(loc="upper right", fontsize=9)
     px.set_xlabel("paired difference per seed (accuracy): mean, 95% CI, dots = seeds")
     fig.tight_layout()
     return min_text_size(fig)
@@ -229,10 +224,6 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float | None = None, tie_ma
 
 def _ci_text(iv) -> str:  # mean [95% interval]
     return f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
-
-
-def _batches(N: pd.DataFrame, stem: str) -> list[int]:
-    return sorted(int(k[len(stem) + 2:]) for k in N["key"] if re.fullmatch(rf"{stem}_b\d+", k))
 
 
 def batch_training_table(N: pd.DataFrame) -> pd.DataFrame:
@@ -250,7 +241,8 @@ def batch_training_table(N: pd.DataFrame) -> pd.DataFrame:
              "pinned re-estimated minus source": _ci_text(n(f"t5t_change_pinned_reest_b{b}")),
              "last-epoch loss (batch stats / pinned)": f"{n(f't5t_loss_last_batch_stats_b{b}'):.2f} / "
                                                        f"{n(f't5t_loss_last_pinned_b{b}'):.2f}"}
-            for b in _batches(N, "t5t_bs_vs_pinned")]
+            for b in sorted(int(k[len("t5t_bs_vs_pinned_b"):]) for k in N["key"]
+                            if re.fullmatch(r"t5t_bs_vs_pinned_b\d+", k))]
     return pd.DataFrame(rows).set_index("training batch")
 
 

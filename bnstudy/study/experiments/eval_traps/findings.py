@@ -120,6 +120,40 @@ def _spread(name: str, s: pd.Series) -> dict:
     return {name: float(s.mean()), f"{name}_min": float(s.min()), f"{name}_max": float(s.max())}
 
 
+#: Plain numbers, means over seeds: ``{(trap, case): {key: quantity}}``.
+_MEANS = {
+    ("train_call", "eval_once"): dict(t1_task_a_before="task_a_before", t1_bn_train="bn_train_fraction",
+                                      t1_nbt="num_batches_tracked_change", t1_task_b_eval_once="task_b"),
+    ("train_call", "pinned"): dict(t1_task_b_pinned="task_b", t1_task_a_after_pinned="task_a_after",
+                                   t1_probe_pinned="max_probe_change"),
+    ("no_grad", "teacher_train"): dict(t2_nbt="num_batches_tracked_change", t2_task_a_before="task_a_before",
+                                       t2_acc_a_mates="accuracy_with_a_mates"),
+    ("no_grad", "teacher_eval"): dict(t2_logit_mates_eval="max_logit_change_by_mates",
+                                      t2_buffer_eval="max_buffer_change"),
+    ("whole_eval", "whole_model"): dict(t3_aux_loss_whole="aux_loss_fraction",
+                                        t3_dropout_whole="dropout_train_fraction",
+                                        t3_task_b_main_whole="task_b_main", t3_loss_last_whole="main_loss_last"),
+    ("whole_eval", "backbone_only"): dict(t3_aux_loss_fixed="aux_loss_fraction",
+                                          t3_aux_change_fixed="aux_max_param_change",
+                                          t3_dropout_fixed="dropout_train_fraction",
+                                          t3_loss_first_fixed="main_loss_first", t3_loss_last_fixed="main_loss_last"),
+    ("sorted_training", "shuffled"): dict(t6_meter_shuffled="train_meter_accuracy",
+                                          t6_eval_shuffled="heldout_eval_accuracy"),
+    ("sorted_training", "class_sorted"): dict(t6_meter_sorted="train_meter_accuracy"),
+}
+#: Means over seeds with the lowest and highest seed's value (``<key>_min``, ``<key>_max``), as :data:`_MEANS`.
+_SPREADS = {
+    ("train_call", "eval_once"): dict(t1_buffer="max_buffer_change", t1_probe="max_probe_change",
+                                      t1_task_a_after="task_a_after", t1_mean_shift="max_mean_shift_sd",
+                                      t1_log_var="max_abs_log_var_ratio"),
+    ("no_grad", "teacher_train"): dict(t2_task_a_after="task_a_after", t2_acc_b_mates="accuracy_with_b_mates",
+                                       t2_logit_mates="max_logit_change_by_mates", t2_mean_shift="max_mean_shift_sd",
+                                       t2_log_var="max_abs_log_var_ratio"),
+    ("whole_eval", "whole_model"): dict(t3_task_b_aux_whole="task_b_aux"),
+    ("sorted_training", "class_sorted"): dict(t6_eval_sorted="heldout_eval_accuracy"),
+}
+
+
 def _safe_from(batches: list, diff, family: Family) -> tuple[float, float]:
     """The smallest batch from which every larger one loses less than ``TOL_LOSS``, and its p: each batch's
     ``diff(b)`` (per seed, negative: a loss) one-sided against ``-TOL_LOSS`` (:func:`~bnstudy.study.inference.one_sided_p`),
@@ -163,8 +197,8 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     are ``decide`` calls, not :func:`~bnstudy.study.inference.ask` questions (its family is its questions alone), and most
     compare with a constant, two columns of one row, rates chosen on validation data or a difference of differences.
     The checks are :data:`CHECKS` and ``t5_lint_matches`` (the small-batch lint fires exactly below ``min_batch``).
-    Tuned rates: per setup the best mean *validation* accuracy (:func:`.run.chosen_rates`). Raises ``KeyError`` if a
-    case is missing.
+    Tuned rates: per setup the best mean *validation* accuracy (:func:`.run.chosen_rates`). Plain means over seeds:
+    :data:`_MEANS`, :data:`_SPREADS`. Raises ``KeyError`` if a case is missing.
     """
     first = df.iloc[0]
     v = lambda trap, case, q: _values(df, trap, case, q)  # noqa: E731
@@ -172,57 +206,28 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                source_acc=float(df.groupby("seed")["source_task_a_accuracy"].first().mean()),
                **{k: int(first[k]) for k in ("steps", "epoch_steps", "batch_size", "teacher_batches", "n_eval",
                                              "min_batch")})
+    for (trap, case), keys in _MEANS.items():
+        out.update({k: v(trap, case, q).mean() for k, q in keys.items()})
+    for (trap, case), keys in _SPREADS.items():
+        for k, q in keys.items():
+            out.update(_spread(k, v(trap, case, q)))
     chance, min_batch = out["chance"], out["min_batch"]
-    tests: list[tuple] = []  # (key, per-seed differences, margin): decided once m is known
     # trap 1: the drifting head (eval_once) and the pinned one, at the run line's rate
     tc = lambda case, q: v("train_call", case, q)  # noqa: E731
     price = tc("eval_once", "task_b") - tc("pinned", "task_b")
-    for name, q in (("buffer", "max_buffer_change"), ("probe", "max_probe_change"), ("task_a_before", "task_a_before"),
-                    ("task_a_after", "task_a_after"), ("mean_shift", "max_mean_shift_sd"),
-                    ("log_var", "max_abs_log_var_ratio")):
-        out.update(_spread(f"t1_{name}", tc("eval_once", q)))
     has_loss = "head_loss_first" in df and df["head_loss_first"].notna().any()  # older tables predate the column
-    out.update(t1_bn_train=tc("eval_once", "bn_train_fraction").mean(),
-               t1_nbt=tc("eval_once", "num_batches_tracked_change").mean(),
-               t1_param=tc("eval_once", "max_param_change").max(),
-               t1_task_b_eval_once=tc("eval_once", "task_b").mean(), t1_task_b_pinned=tc("pinned", "task_b").mean(),
-               t1_task_a_after_pinned=tc("pinned", "task_a_after").mean(),
-               t1_probe_pinned=tc("pinned", "max_probe_change").mean(),
-               t1_buffer_pinned=tc("pinned", "max_buffer_change").mean(),
+    out.update(t1_param=tc("eval_once", "max_param_change").max(),
                t1_lint_every_seed=bool((tc("eval_once", "frozen_bn_lint") == 1).all()),
                t1_price_b=ci(price), t1_price_b_pos_seeds=int((price > 0).sum()),
                t1_price_b_neg_seeds=int((price < 0).sum()),
                **{f"t1_loss_{w}_{case}": tc(case, f"head_loss_{w}").mean() if has_loss else float("nan")
                   for w in ("first", "last") for case in ("eval_once", "pinned")})
-    # trap 2: a teacher in train mode under no_grad
-    ng = lambda case, q: v("no_grad", case, q)  # noqa: E731
-    for name, q in (("buffer", "max_buffer_change"), ("task_a_after", "task_a_after"),
-                    ("acc_a_mates", "accuracy_with_a_mates"), ("acc_b_mates", "accuracy_with_b_mates"),
-                    ("logit_mates", "max_logit_change_by_mates"), ("mean_shift", "max_mean_shift_sd"),
-                    ("log_var", "max_abs_log_var_ratio")):
-        out.update(_spread(f"t2_{name}", ng("teacher_train", q)))
-    out.update(t2_nbt=ng("teacher_train", "num_batches_tracked_change").mean(),
-               t2_probe=ng("teacher_train", "max_probe_change").mean(),
-               t2_task_a_before=ng("teacher_train", "task_a_before").mean(),
-               t2_logit_mates_eval=ng("teacher_eval", "max_logit_change_by_mates").mean(),
-               t2_acc_mates_eval=ng("teacher_eval", "accuracy_with_b_mates").mean(),
-               t2_buffer_eval=ng("teacher_eval", "max_buffer_change").mean())
-    # trap 3 at the run line's rate
-    we = lambda case, q: v("whole_eval", case, q)  # noqa: E731
-    main = lambda case: we(case, "task_b_main")  # noqa: E731
+    # trap 3 at the run line's rate (tests: (key, per-seed differences, margin), decided once m is known)
+    main = lambda case: v("whole_eval", case, "task_b_main")  # noqa: E731
     line = CHANCE_FACTOR * chance
-    tests += [("t3_fix_chance", main("backbone_only") - line, None),
-              ("t3_whole_vs_fix", main("whole_model") - main("backbone_only"), None)]
-    out.update(**_spread("t3_task_b_aux_whole", we("whole_model", "task_b_aux")),
-               **_spread("t3_task_b_aux_fixed", we("backbone_only", "task_b_aux")),
-               t3_aux_loss_whole=we("whole_model", "aux_loss_fraction").mean(),
-               t3_dropout_whole=we("whole_model", "dropout_train_fraction").mean(),
-               t3_aux_loss_fixed=we("backbone_only", "aux_loss_fraction").mean(),
-               t3_aux_change_fixed=we("backbone_only", "aux_max_param_change").mean(),
-               t3_dropout_fixed=we("backbone_only", "dropout_train_fraction").mean(),
-               t3_task_b_main_whole=main("whole_model").mean(), t3_task_b_main_fixed=main("backbone_only").mean(),
-               t3_task_b_main_nodrop=main("backbone_only_dropout_off").mean(),
-               t3_dropout_effect=ci(main("backbone_only") - main("backbone_only_dropout_off")))
+    tests: list[tuple] = [("t3_fix_chance", main("backbone_only") - line, None),
+                          ("t3_whole_vs_fix", main("whole_model") - main("backbone_only"), None)]
+    out.update(t3_dropout_effect=ci(main("backbone_only") - main("backbone_only_dropout_off")))
     # trap 3's learning-rate sweep, each setup at its validation-chosen rate
     tu = df[df["trap"] == "whole_eval_tuned"]
     if tu.empty:
@@ -248,12 +253,9 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                t3_same_rate_high_lr=max(same), t3_same_rate_high=same[max(same)],
                t3_same_rate_min=min(x.mean for x in same.values()),
                t3_same_rate_max=max(x.mean for x in same.values()),
-               t3_loss_first_fixed=we("backbone_only", "main_loss_first").mean(),
-               t3_loss_last_fixed=we("backbone_only", "main_loss_last").mean(),
-               t3_loss_last_whole=we("whole_model", "main_loss_last").mean(),
                t3_lr_whole=lr_w, t3_lr_fixed=lr_f,
                t3_lr_interior=bool(all(grid[0] < x < grid[-1] for x in (lr_w, lr_f))),
-               t3_lr_runline=float(we("whole_model", "lr").iloc[0]), t3_n_lrs=len(grid), t3_lr_min=grid[0],
+               t3_lr_runline=float(v("whole_eval", "whole_model", "lr").iloc[0]), t3_n_lrs=len(grid), t3_lr_min=grid[0],
                t3_lr_max=grid[-1], t3_tuned_steps=int(tu["steps"].iloc[0]),
                **_spread("t3_tuned_main_whole", tw["task_b_main"]),
                **_spread("t3_tuned_main_fixed", tf["task_b_main"]),
@@ -265,12 +267,31 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                t3_aux_vs_fix_main=ci(ta["task_b_aux"] - tf["task_b_main"]),  # each at its own chosen rate
                t3_aux_vs_fix_main_same_rate=ci(tf["task_b_aux"] - tf["task_b_main"]),  # the fix's rate, one run
                t3_aux_weight=AUX_WEIGHT)
-    # trap 1 at tuned rates (its pinned partner: trap 3's whole-model sweep), trap 3's dropout mechanism
-    tuned1, price_tuned = _tuned_trap1_findings(df, tu, rates, tw)
+    # trap 1 at tuned rates: the drifting head (train_call_tuned) at its chosen rate minus the pinned one (trap 3's
+    # whole-model sweep at its own chosen rate, tw; claim t1_tuned_price); and at the drifting head's rate
+    dr = df[df["trap"] == "train_call_tuned"]
+    lr_d = rates["drifting"]
+    td = dr[dr["lr"] == lr_d].set_index("seed")
+    grid = sorted(float(x) for x in dr["lr"].unique())
+    price = (td["task_b_main"] - tw["task_b_main"]).dropna()
+    pw = at("whole_model", lr_d)["task_b_main"]  # the pinned sweep at the drifting head's rate, where it has it
+    same = ci((td["task_b_main"] - pw).dropna()) if len(pw) else Interval(*(float("nan"),) * 3, 0)
+    half = (td["task_b_main_half"] - tw["task_b_main_half"]).dropna()
+    out.update(t1_tuned_lr_drifting=lr_d, t1_tuned_lr_pinned=lr_w,
+               t1_tuned_lr_interior=bool(grid[0] < lr_d < grid[-1]), t1_tuned_n_lrs=len(grid),
+               t1_tuned_lr_min=grid[0], t1_tuned_lr_max=grid[-1],
+               **_spread("t1_tuned_b_drifting", td["task_b_main"]), **_spread("t1_tuned_b_pinned", tw["task_b_main"]),
+               t1_tuned_price_b_pos_seeds=int((price > 0).sum()), t1_tuned_price_b_neg_seeds=int((price < 0).sum()),
+               t1_tuned_price_b_same_rate=same, t1_tuned_gain_drifting=ci(td["task_b_main"] - td["task_b_main_half"]),
+               t1_tuned_loss_last_drifting=float(td["main_loss_last"].mean()),
+               t1_tuned_loss_last_pinned=float(tw["main_loss_last"].mean()),
+               t1_tuned_gain_pinned=ci(tw["task_b_main"] - tw["task_b_main_half"]),
+               t1_tuned_price_b_half=ci(half), t1_tuned_price_change=ci((price - half).dropna()))
+    # trap 3's dropout mechanism
     mech, growth_raw, std_vs_raw = _dropout_mechanism_findings(df, tu, rates)
-    out.update(**tuned1, **mech)
-    tests = [("t1_tuned_price", price_tuned, None)] + tests + [("t3d_growth_raw", growth_raw, None),
-                                                               ("t3d_std_vs_raw", std_vs_raw, None)]
+    out.update(mech)
+    tests = [("t1_tuned_price", price, None)] + tests + [("t3d_growth_raw", growth_raw, None),
+                                                        ("t3d_std_vs_raw", std_vs_raw, None)]
     # trap 4: train mode minus eval mode on the same batches; the held-out set after the pass minus before
     t4 = df[df["trap"] == "sorted_batches"]
     fr = sorted(t4["sorted_fraction"].unique())
@@ -297,23 +318,40 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                t4_train_vs_eval_shuffled=ci(t4d(fr[0])), t4_train_vs_eval_half=ci(t4d(fr[len(fr) // 2])),
                t4_train_vs_eval_sorted=ci(t4d(fr[-1])), t4_lint_max_dependence=LINT_MAX_DEPENDENCE,
                t4_tol_after=TOL_AFTER)
-    # trap 5's training arm: batch statistics minus pinned (the reference), per training batch
-    bt, below = _batch_training_findings(df, src)
-    out.update(bt)
-    tests += [(f"t5t_reest_b{b}", d, None) for b, d in below["reest"].items()]
+    # trap 5's training arm per training batch m: held-out eval-mode accuracy, batch statistics minus pinned (the
+    # reference; same batches, per seed) as trained (t5t_bs_vs_pinned; the pinned arm's statistics are task A's, stale
+    # for its new weights) and re-estimated with the weights fixed (t5t_reest_bs_vs_pinned: only what training did to
+    # the weights); t5t_change: the pinned arm as trained and each arm re-estimated, minus the source network (src)
+    bt = df[df["trap"] == "batch_training"]
+    if bt.empty:
+        raise KeyError("no rows of trap='batch_training' (trap 5's training arm)")
+    tbs = sorted(int(b) for b in bt["device_batch_size"].unique())
+    bq = lambda mode, b, col: v("batch_training", f"{mode}_b{b}", col)  # noqa: E731
+    ev, re_ = "heldout_eval_accuracy", "heldout_reestimated_accuracy"
+    diff = lambda b, col: bq("batch_stats", b, col) - bq("pinned", b, col)  # noqa: E731
+    below = [b for b in tbs if b < min_batch]
+    change = lambda mode, b, col: ci(bq(mode, b, col) - src.reindex(bq(mode, b, col).index))  # noqa: E731
+    steps = int(bt["steps"].iloc[0])
+    per = lambda fn: {f"{mode}_b{b}": fn(mode, b) for mode in BATCH_TRAINING_MODES for b in tbs}  # noqa: E731
+    out.update(t5t_steps=steps, t5t_largest=tbs[-1], t5t_smallest=tbs[0],
+               t5t_samples={f"b{b}": steps * b for b in tbs},
+               t5t_eval=per(lambda mode, b: float(bq(mode, b, ev).mean())),
+               t5t_reest=per(lambda mode, b: float(bq(mode, b, re_).mean())),
+               t5t_bs_vs_pinned={f"b{b}": ci(diff(b, ev)) for b in tbs},
+               t5t_reest_bs_vs_pinned={f"b{b}": ci(diff(b, re_)) for b in tbs},
+               t5t_change={**{f"pinned_b{b}": change("pinned", b, ev) for b in tbs},
+                           **{f"{mode}_reest_b{b}": change(mode, b, re_) for mode in BATCH_TRAINING_MODES
+                              for b in tbs}},
+               t5t_reest_gain={f"b{b}": ci(bq("batch_stats", b, re_) - bq("batch_stats", b, ev)) for b in tbs},
+               t5t_loss_last=per(lambda mode, b: float(bq(mode, b, "train_loss_last").mean())),
+               t5t_pinned_reest_below_n=sum(bool(change("pinned", b, re_).high < 0) for b in tbs))
+    tests += [(f"t5t_reest_b{b}", diff(b, re_), None) for b in below]
     # trap 6: trained on shuffled or class-sorted batches
     st = lambda case, q: v("sorted_training", case, q)  # noqa: E731
     tests.append(("t6_meter_gap", st("class_sorted", "train_meter_accuracy")
                   - st("class_sorted", "heldout_eval_accuracy"), TOL_TIE))
-    out.update(t6_meter_shuffled=st("shuffled", "train_meter_accuracy").mean(),
-               t6_meter_sorted=st("class_sorted", "train_meter_accuracy").mean(),
-               t6_eval_shuffled=st("shuffled", "heldout_eval_accuracy").mean(),
-               **_spread("t6_eval_sorted", st("class_sorted", "heldout_eval_accuracy")),
-               t6_batch_stats_sorted=st("class_sorted", "heldout_batch_stats_accuracy").mean(),
-               t6_gap_shuffled=ci(st("shuffled", "train_meter_accuracy") - st("shuffled", "heldout_eval_accuracy")),
-               t6_sorted_vs_shuffled=ci(st("class_sorted", "heldout_eval_accuracy")
-                                        - st("shuffled", "heldout_eval_accuracy")),
-               t6_tie_margin=TOL_TIE)
+    out.update(t6_sorted_vs_shuffled=ci(st("class_sorted", "heldout_eval_accuracy")
+                                        - st("shuffled", "heldout_eval_accuracy")), t6_tie_margin=TOL_TIE)
     # the family: every test above and the two safe-batch rules
     family = Family(m=len(tests) + len(RULES), alpha=ALPHA)
     words = lambda key: CLAIMS["t5t_reest" if key.startswith("t5t_reest_b") else key][1]  # noqa: E731
@@ -333,9 +371,9 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     has_counts = "min_values_per_channel" in t5 and not t5["min_values_per_channel"].isna().all()
     count = {b: (float(tb(b, "min_values_per_channel").iloc[0]) if has_counts else float("nan")) for b in bs}
     safe, safe_p = _safe_from(bs, t5d, family)
-    rsafe, rsafe_p = _safe_from(below["batches"], below["reest_all"], family)
+    rsafe, rsafe_p = _safe_from(tbs, lambda b: diff(b, re_), family)
     # the book's counts rule (the printed verdicts) over the training arm's rows of the family
-    reest_rows = claims[claims["key"].isin([f"t5t_reest_b{b}" for b in below["reest"]])]
+    reest_rows = claims[claims["key"].isin([f"t5t_reest_b{b}" for b in below])]
     verdict = claims.set_index("key")["verdict"]
     out.update(t5_train={f"b{b}": float(a) for b, a in train_acc.items()}, t5_smallest=bs[0],
                t5_eval=tb(bs[0], "module_eval_accuracy").mean(),
@@ -343,9 +381,10 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                t5_train_vs_eval={f"b{b}": ci(t5d(b)) for b in bs}, t5_count={f"b{b}": c for b, c in count.items()},
                t5_safe_batch=safe, t5_safe_p=safe_p, t5_safe_count=count[int(safe)] if safe == safe else float("nan"),
                t5_tol=TOL_LOSS, t5t_safe_batch=rsafe, t5t_safe_p=rsafe_p,
-               t5t_safe_batch_as_trained=_safe_from(below["batches"], below["as_trained_all"], family)[0],
-               t5t_n_below=len(below["reest"]), t5t_costs_n=count_verdicts(reest_rows, ALPHA)["lower"],
-               t5t_costs_n_as_trained=count_verdicts(_as_trained_claims(below["as_trained"]), ALPHA)["lower"],
+               t5t_safe_batch_as_trained=_safe_from(tbs, lambda b: diff(b, ev), family)[0],
+               t5t_n_below=len(below), t5t_costs_n=count_verdicts(reest_rows, ALPHA)["lower"],
+               t5t_costs_n_as_trained=count_verdicts(_as_trained_claims({b: diff(b, ev) for b in below}),
+                                                     ALPHA)["lower"],
                family_m=family.m, family_confidence=100 * family.confidence,
                t3d_hypothesis=bool(verdict.get("t3d_growth_raw") == "cost grows with the rate"
                                    and verdict.get("t3d_std_vs_raw") == "standardized costs less"),
@@ -362,31 +401,6 @@ def _as_trained_claims(as_trained: dict) -> pd.DataFrame:
     higher, lower = CLAIMS["t5t_reest"][1]
     return claims_table([decide(d, f"t5t_as_trained_b{b}", family=family, higher=higher, lower=lower)
                          for b, d in as_trained.items()])
-
-
-def _tuned_trap1_findings(df: pd.DataFrame, tu: pd.DataFrame, rates: dict, tw: pd.DataFrame
-                          ) -> tuple[dict, pd.Series]:
-    """Trap 1 at tuned rates: the drifting head (``train_call_tuned``) at its chosen rate against the pinned one
-    (trap 3's ``whole_model`` sweep at its own chosen rate, rows ``tw`` by seed). Returns the numbers and the
-    per-seed difference drifting minus pinned (the claim ``t1_tuned_price``)."""
-    dr = df[df["trap"] == "train_call_tuned"]
-    lr_d = rates["drifting"]
-    td = dr[dr["lr"] == lr_d].set_index("seed")
-    grid = sorted(float(x) for x in dr["lr"].unique())
-    price = (td["task_b_main"] - tw["task_b_main"]).dropna()  # drifting minus pinned
-    pw = tu[(tu["setup"] == "whole_model") & (tu["lr"] == lr_d)].set_index("seed")["task_b_main"]
-    same = ci((td["task_b_main"] - pw).dropna()) if len(pw) else Interval(*(float("nan"),) * 3, 0)
-    half = (td["task_b_main_half"] - tw["task_b_main_half"]).dropna()
-    return dict(t1_tuned_lr_drifting=lr_d, t1_tuned_lr_pinned=rates["whole_model"],
-                t1_tuned_lr_interior=bool(grid[0] < lr_d < grid[-1]), t1_tuned_n_lrs=len(grid),
-                t1_tuned_lr_min=grid[0], t1_tuned_lr_max=grid[-1],
-                **_spread("t1_tuned_b_drifting", td["task_b_main"]), **_spread("t1_tuned_b_pinned", tw["task_b_main"]),
-                t1_tuned_price_b_pos_seeds=int((price > 0).sum()), t1_tuned_price_b_neg_seeds=int((price < 0).sum()),
-                t1_tuned_price_b_same_rate=same, t1_tuned_gain_drifting=ci(td["task_b_main"] - td["task_b_main_half"]),
-                t1_tuned_loss_last_drifting=float(td["main_loss_last"].mean()),
-                t1_tuned_loss_last_pinned=float(tw["main_loss_last"].mean()),
-                t1_tuned_gain_pinned=ci(tw["task_b_main"] - tw["task_b_main_half"]),
-                t1_tuned_price_b_half=ci(half), t1_tuned_price_change=ci((price - half).dropna())), price
 
 
 def _pkey(p: float) -> str:
@@ -425,7 +439,6 @@ def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, rates: dict)
 
     ps = sorted({float(p) for p in dm.loc[dm["p"] > 0, "p"].unique()} | {P_DROP})
     effect = {(k, p): acc(k, p) - acc(k, 0) for k in FEATURE_KINDS for p in ps}
-    growth = {k: effect[(k, ps[-1])] - effect[(k, ps[0])] for k in FEATURE_KINDS}
     svr = {p: effect[("std", p)] - effect[("raw", p)] for p in ps}
     rel = {k: effect[(k, P_DROP)] / acc(k, 0) for k in FEATURE_KINDS}
     return dict(t3d_rel_effect={k: ci(x) for k, x in rel.items()}, t3d_rel_std_vs_raw=ci(rel["std"] - rel["raw"]),
@@ -433,41 +446,8 @@ def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, rates: dict)
                 t3d_std_n_lrs=len(grid), t3d_std_lr_interior=bool(grid[0] < lr_s < grid[-1]),
                 t3d_acc={f"{k}_{_pkey(p)}": float(acc(k, p).mean()) for k in FEATURE_KINDS for p in [0.0] + ps},
                 t3d_effect={f"{k}_{_pkey(p)}": ci(x) for (k, p), x in effect.items()},
-                t3d_std_vs_raw_at={_pkey(p): ci(x) for p, x in svr.items()},
-                t3d_growth_std=ci(growth["std"])), growth["raw"], svr[P_DROP]
-
-
-def _batch_training_findings(df: pd.DataFrame, src: pd.Series) -> tuple[dict, dict]:
-    """Trap 5's training arm per training batch m, held-out eval-mode accuracy, batch statistics minus pinned (same
-    batches, per seed): *as trained* (``t5t_bs_vs_pinned``; the pinned arm's statistics are task A's, stale for its
-    new weights) and *re-estimated* with the weights fixed (``t5t_reest_bs_vs_pinned``: only what training did to
-    the weights); ``t5t_change``: each arm minus the source network (``src``, by seed); ``t5t_samples``: samples
-    seen. Returns the numbers and ``{"batches", "reest" / "as_trained": {m: diff} below min_batch, "reest_all" /
-    "as_trained_all": m -> diff}``."""
-    bt = df[df["trap"] == "batch_training"]
-    if bt.empty:
-        raise KeyError("no rows of trap='batch_training' (trap 5's training arm)")
-    bs = sorted(int(b) for b in bt["device_batch_size"].unique())
-    q = lambda mode, b, col: _values(df, "batch_training", f"{mode}_b{b}", col)  # noqa: E731
-    ev, re_ = "heldout_eval_accuracy", "heldout_reestimated_accuracy"
-    diff = lambda b, col: q("batch_stats", b, col) - q("pinned", b, col)  # noqa: E731
-    below = [b for b in bs if b < int(df["min_batch"].iloc[0])]
-    change = lambda mode, b, col: ci(q(mode, b, col) - src.reindex(q(mode, b, col).index))  # noqa: E731
-    steps = int(bt["steps"].iloc[0])
-    per = lambda fn: {f"{mode}_b{b}": fn(mode, b) for mode in BATCH_TRAINING_MODES for b in bs}  # noqa: E731
-    nums = dict(t5t_steps=steps, t5t_largest=bs[-1], t5t_smallest=bs[0], t5t_samples={f"b{b}": steps * b for b in bs},
-                t5t_eval=per(lambda mode, b: float(q(mode, b, ev).mean())),
-                t5t_reest=per(lambda mode, b: float(q(mode, b, re_).mean())),
-                t5t_bs_vs_pinned={f"b{b}": ci(diff(b, ev)) for b in bs},
-                t5t_reest_bs_vs_pinned={f"b{b}": ci(diff(b, re_)) for b in bs},
-                t5t_change={**per(lambda mode, b: change(mode, b, ev)),
-                            **{f"{mode}_reest_b{b}": change(mode, b, re_) for mode in BATCH_TRAINING_MODES
-                               for b in bs}},
-                t5t_reest_gain={f"b{b}": ci(q("batch_stats", b, re_) - q("batch_stats", b, ev)) for b in bs},
-                t5t_loss_last=per(lambda mode, b: float(q(mode, b, "train_loss_last").mean())),
-                t5t_pinned_reest_below_n=sum(bool(change("pinned", b, re_).high < 0) for b in bs))
-    return nums, dict(batches=bs, reest={b: diff(b, re_) for b in below}, as_trained={b: diff(b, ev) for b in below},
-                      reest_all=lambda b: diff(b, re_), as_trained_all=lambda b: diff(b, ev))
+                t3d_std_vs_raw_at={_pkey(p): ci(x) for p, x in svr.items()}), \
+        effect[("raw", ps[-1])] - effect[("raw", ps[0])], svr[P_DROP]
 
 
 # --- the page's words, chosen by the findings ----------------------------------------------------------------------
@@ -486,9 +466,7 @@ _hyp = lambda grows, less: lambda C, N: ((_verdict(C, "t3d_growth_raw") == "cost
                                          and (_verdict(C, "t3d_std_vs_raw") == "standardized costs less") == less)
 _safe_t5t = lambda N: number(N, "t5t_safe_batch")  # noqa: E731
 _loss_keys = ("t1_loss_first_pinned", "t1_loss_last_pinned", "t1_loss_first_eval_once", "t1_loss_last_eval_once")
-_T3_WORDS = {"higher": "the whole-model run's main head scores higher than the fix's",
-             "lower": "the fix's main head scores higher than the whole-model run's",
-             "equivalent": "the two main heads are equivalent",
+_T3_WORDS = {"equivalent": "the two main heads are equivalent",
              "not decided": "these seeds do not tell the two main heads apart",
              "too few seeds": "there are too few seeds to compare the two main heads"}
 _T4_WORDS = {"lower": "Batches that follow the label cost train mode accuracy",
@@ -499,11 +477,30 @@ _T4_WORDS = {"lower": "Batches that follow the label cost train mode accuracy",
 _T6_WORDS = {"higher": "overstated", "lower": "understated", "equivalent": "matched",
              "not decided": "is not shown to differ from", "too few seeds": "cannot be compared with"}
 
+_T3 = "t3_tuned_whole_vs_fix"
+_t3_is = lambda *kinds: lambda C, N: _kind(C, _T3) in kinds  # noqa: E731
+
+
+def _t3_fill(C: pd.DataFrame, N: pd.DataFrame) -> dict:
+    """Trap 3's fields: ``said`` (what the whole model in eval mode switches off, with the shares of steps and calls),
+    ``ci`` (the tuned claim whole model minus the fix, :func:`_claim_ci`) and ``words`` (its verdict's words, or
+    ``""`` for a direction)."""
+    n = lambda k: number(N, k)  # noqa: E731
+    off = n("t3_aux_loss_whole") < n("t3_aux_loss_fixed") or n("t3_dropout_whole") < n("t3_dropout_fixed")
+    lead = ("Putting the whole model in eval mode instead switches off parts of the model being trained" if off else
+            "Putting the whole model in eval mode instead switched off nothing that is being trained here")
+    return dict(said=f"{lead}: the auxiliary loss entered {n('t3_aux_loss_whole'):.0%} of the steps and dropout "
+                     f"{n('t3_dropout_whole'):.0%} of its calls, against {n('t3_aux_loss_fixed'):.0%} and "
+                     f"{n('t3_dropout_fixed'):.0%} with only the backbone pinned",
+                ci=_claim_ci(C, _T3), words=_T3_WORDS.get(_kind(C, _T3), ""))
+
+
 #: The page's rule-triggered notes (exactly one of each key holds): trap 3's dropout hypothesis, which needs both
 #: directions shown ("cost grows with the rate", "standardized costs less"); where trap 5's training arm is safe
 #: against the ``small_batch`` lint's threshold; trap 6 against seed article 002's warning that the meter "can look
 #: healthy" under class-sorted batches; trap 5's safe batch's p and sample count; trap 1's head losses, or that the
-#: run's table predates them.
+#: run's table predates them; trap 3's summary and what its fix buys, by the verdict of the tuned comparison (whole
+#: model minus the fix).
 NOTES = (
     Note("t3d_hypothesis_words", _hyp(True, True),
          "The data are consistent with it: the cost grows with the dropout rate on raw features, and standardizing the "
@@ -542,6 +539,26 @@ NOTES = (
     Note("t1_loss_note", lambda C, N: not any(_isnan(number(N, k)) for k in _loss_keys),
          "pinned {first_pinned:.2f} and {last_pinned:.2f} nats; drifting {first_eval_once:.2f} and "
          "{last_eval_once:.2f}", fill=lambda C, N: {k[len("t1_loss_"):]: number(N, k) for k in _loss_keys}),
+    Note("t3_summary", _t3_is("higher"),
+         "{said}. On this network that helped the new task rather than harmed it: at learning rates tuned on "
+         "validation data the whole-model run's main head scores higher than the fix's (whole model minus the fix "
+         "{ci}); the trap is a silent change of what is trained, which the audit reports, not a loss of accuracy "
+         "here.", fill=_t3_fill),
+    Note("t3_summary", _t3_is("lower"),
+         "{said}, and that costs the new task: at learning rates tuned on validation data the fix's main head scores "
+         "higher than the whole-model run's (whole model minus the fix {ci}).", fill=_t3_fill),
+    Note("t3_summary", lambda C, N: not _t3_is("higher", "lower")(C, N),
+         "{said}; at learning rates tuned on validation data {words} (whole model minus the fix {ci}).",
+         fill=_t3_fill),
+    Note("t3_fix_reading", _t3_is("higher"),
+         "On this network the fix scores lower on task B than the whole model in eval mode (whole model minus the fix "
+         "{ci}): what it restores is the model as written, its auxiliary loss and its dropout, not accuracy. Use it "
+         "where those parts are meant to train, and measure the accuracy either way.", fill=_t3_fill),
+    Note("t3_fix_reading", _t3_is("lower"),
+         "On this network the fix also scores higher on task B (whole model minus the fix {ci}).", fill=_t3_fill),
+    Note("t3_fix_reading", lambda C, N: not _t3_is("higher", "lower")(C, N),
+         "Whether the fix scores higher on task B these seeds do not tell (whole model minus the fix {ci}); what it "
+         "restores is the model as written, its auxiliary loss and its dropout.", fill=_t3_fill),
 )
 
 
@@ -582,43 +599,6 @@ def trap2_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     return f"A teacher left in train mode under `torch.no_grad()` {did} and its task-A accuracy {moved}."
 
 
-def trap3_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    """Trap 3 as the data show it: what the whole model in eval mode switches off, then, by the verdict of the tuned
-    comparison (whole model minus the fix), whether that harmed or helped the new task's main head."""
-    n = lambda k: number(N, k)  # noqa: E731
-    off = n("t3_aux_loss_whole") < n("t3_aux_loss_fixed") or n("t3_dropout_whole") < n("t3_dropout_fixed")
-    lead = ("Putting the whole model in eval mode instead switches off parts of the model being trained" if off else
-            "Putting the whole model in eval mode instead switched off nothing that is being trained here")
-    kind, ci = _kind(C, "t3_tuned_whole_vs_fix"), _claim_ci(C, "t3_tuned_whole_vs_fix")
-    said = (f"{lead}: the auxiliary loss entered {n('t3_aux_loss_whole'):.0%} of the steps and dropout "
-            f"{n('t3_dropout_whole'):.0%} of its calls, against {n('t3_aux_loss_fixed'):.0%} and "
-            f"{n('t3_dropout_fixed'):.0%} with only the backbone pinned")
-    if kind == "higher":
-        return (f"{said}. On this network that helped the new task rather than harmed it: at learning rates tuned on "
-                f"validation data the whole-model run's main head scores higher than the fix's (whole model minus the "
-                f"fix {ci}); the trap is a silent change of what is trained, which the audit reports, not a loss of "
-                f"accuracy here.")
-    if kind == "lower":
-        return (f"{said}, and that costs the new task: at learning rates tuned on validation data the fix's main head "
-                f"scores higher than the whole-model run's (whole model minus the fix {ci}).")
-    return (f"{said}; at learning rates tuned on validation data {_T3_WORDS[kind]} (whole model minus the fix "
-            f"{ci}).")
-
-
-def trap3_fix_reading(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    """What the fix of trap 3 buys on this network, by the tuned comparison's verdict (glued as
-    ``ch02_t3_fix_reading``, after the page's fix)."""
-    kind, ci = _kind(C, "t3_tuned_whole_vs_fix"), _claim_ci(C, "t3_tuned_whole_vs_fix")
-    if kind == "higher":
-        return (f"On this network the fix scores lower on task B than the whole model in eval mode (whole model minus "
-                f"the fix {ci}): what it restores is the model as written, its auxiliary loss and its dropout, not "
-                f"accuracy. Use it where those parts are meant to train, and measure the accuracy either way.")
-    if kind == "lower":
-        return f"On this network the fix also scores higher on task B (whole model minus the fix {ci})."
-    return (f"Whether the fix scores higher on task B these seeds do not tell (whole model minus the fix {ci}); what "
-            f"it restores is the model as written, its auxiliary loss and its dropout.")
-
-
 def trap4_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     share = number(N, "t4_first_flagged")
     if _isnan(share):
@@ -645,9 +625,8 @@ def safe_batch_text(batch: float, tol: float) -> str:
 def small_batch_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
     n = lambda k: number(N, k)  # noqa: E731
     safe, min_batch, tol, smallest = n("t5t_safe_batch"), n("min_batch"), n("t5_tol"), n("t5_smallest")
-    where = ("" if _isnan(safe) else
-             f", {'below' if safe < min_batch else 'at' if safe == min_batch else 'above'}"
-             f" the `small_batch` lint's threshold of {min_batch}")
+    where = "" if _isnan(safe) else f", {notes(NOTES, C, N)['t5t_threshold_word']} the `small_batch` lint's " \
+        f"threshold of {min_batch}"
     return (f"With BatchNorm on batch statistics at inference the network {safe_batch_text(n('t5_safe_batch'), tol)}"
             f" (at batch {smallest} it scores {n(f't5_train_b{smallest}'):.3f} against "
             f"{n('t5_eval'):.3f} in eval mode), and trained further on batch statistics, then re-estimated, it "
@@ -662,15 +641,16 @@ def dropout_ps(N: pd.DataFrame) -> list[float]:
 def answer(C: pd.DataFrame, N: pd.DataFrame) -> str:
     """The answer box's outcome sentences, one paragraph: the plain lead (:data:`NOTES`' ``lead``), then traps 1 to 5
     (trap 6 is on the page)."""
-    return " ".join([notes(NOTES, C, N)["lead"]] + [fn(C, N) for fn in (trap1_sentence, trap2_sentence, trap3_sentence,
-                                                                        trap4_sentence, small_batch_sentence)])
+    said = notes(NOTES, C, N)
+    return " ".join([said["lead"], trap1_sentence(C, N), trap2_sentence(C, N), said["t3_summary"],
+                     trap4_sentence(C, N), small_batch_sentence(C, N)])
 
 
 def page_words(C: pd.DataFrame, N: pd.DataFrame) -> dict:
     """Every findings-chosen text of the page, ``{glue key suffix: Markdown}`` (glued as ``ch02_<key>``)."""
     tol = number(N, "t5_tol")
     return {"answer": answer(C, N), "t1_summary": trap1_sentence(C, N), "t2_summary": trap2_sentence(C, N),
-            "t3_summary": trap3_sentence(C, N), "t3_fix_reading": trap3_fix_reading(C, N), "sorted_summary": f"{trap4_sentence(C, N)} {trap6_sentence(C, N)}",
+            "sorted_summary": f"{trap4_sentence(C, N)} {trap6_sentence(C, N)}",
             "t5_summary": small_batch_sentence(C, N), "t5_safe_text": safe_batch_text(number(N, "t5_safe_batch"), tol),
             "t5t_safe_text": safe_batch_text(number(N, "t5t_safe_batch"), tol),
             "t3_tuned_whole_vs_fix_text": _claim_ci(C, "t3_tuned_whole_vs_fix"), "t4_summary": trap4_sentence(C, N),
