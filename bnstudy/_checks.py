@@ -162,11 +162,17 @@ def check_device(fn: str, param: str, value: Any, allow_none: bool = True, holds
 
 
 def check_materialized(fn: str, param: str, model: nn.Module) -> nn.Module:
-    """``model`` with no parameter or buffer on the ``'meta'`` device: such tensors have a shape and no values, so
-    there is nothing to copy, compare or run. Raises ``ValueError`` naming the first few."""
-    meta = [n for n, t in itertools.chain(model.named_parameters(remove_duplicate=False),
-                                          model.named_buffers(remove_duplicate=False))
-            if t is not None and t.device.type == "meta"]
+    """``model`` with no parameter or buffer on the ``'meta'`` device and none of a lazy module still uninitialised
+    (``nn.LazyBatchNorm2d`` before its first forward pass): such tensors have no values, so there is nothing to copy,
+    compare or run. Raises ``ValueError`` naming the first few."""
+    named = list(itertools.chain(model.named_parameters(remove_duplicate=False),
+                                 model.named_buffers(remove_duplicate=False)))
+    lazy = [n for n, t in named if t is not None and nn.parameter.is_lazy(t)]
+    if lazy:
+        shown = ", ".join(map(repr, lazy[:3])) + (f" and {len(lazy) - 3} more" if len(lazy) > 3 else "")
+        raise ValueError(f"{_where(fn)}{param} has lazy modules still uninitialised ({shown}); run one forward pass "
+                         "on a batch of the right shape first (it sets their shapes)")
+    meta = [n for n, t in named if t is not None and t.device.type == "meta"]
     if meta:
         shown = ", ".join(map(repr, meta[:3])) + (f" and {len(meta) - 3} more" if len(meta) > 3 else "")
         raise ValueError(f"{_where(fn)}{param} must hold its values, got a {type(model).__name__} with tensors on "

@@ -114,17 +114,33 @@ def _input_stream(batches, input_fn, num_iters, fn):
 
 def _as_called(fn: str, inner: str, e: Exception) -> Exception:
     """A refusal of ``inner`` (a public function that ``fn`` calls), re-worded as ``fn``'s: the same exception type,
-    ``"inner: "`` at the start of its message replaced by ``"fn: "``. Any other exception (raised by the model's own
-    forward) is returned as it is."""
+    ``"inner: "`` at the start of its message replaced by ``"fn: "`` (a failure of the model's forward, which
+    :func:`_run` words as ``inner``'s, too). Any other exception is returned as it is."""
     msg = str(e)
-    if isinstance(e, (TypeError, ValueError)) and msg.startswith(f"{inner}: "):
+    if isinstance(e, (TypeError, ValueError, RuntimeError)) and msg.startswith(f"{inner}: "):
         return type(e)(f"{fn}: {msg[len(inner) + 2:]}")
     return e
 
 
-def _run(model: nn.Module, item, forward: Callable | None):
-    """One forward pass: ``forward(model, batch)`` when given, else ``model(input)``."""
-    return model(item) if forward is None else forward(model, item)
+def _run(model: nn.Module, item, forward: Callable | None, fn: str = "", index: int = 0):
+    """One forward pass: ``forward(model, batch)`` when given, else ``model(input)``.
+
+    A ``TypeError`` or ``RuntimeError`` raised inside it (a forward that takes several inputs, a float batch for a
+    double model, a wrong shape) is raised again, of the same type, saying which function and batch it came from and
+    how the batch was read, chained to torch's own error. torch's refusal of one value per channel (a
+    ``ValueError``) is left as it is: the callers skip that batch."""
+    try:
+        return model(item) if forward is None else forward(model, item)
+    except (TypeError, RuntimeError) as e:
+        how = (f"forward(model, batch) on batch {index}" if forward is not None else
+               f"model(x) on batch {index}, x = {describe(item)} (read from the batch: a tensor, the first element of "
+               f"an (x, y) tuple or list, or a dict's {list(INPUT_KEYS)}; pass input_fn= for another input, or "
+               f"forward=lambda model, batch: ... for a model that takes several)")
+        try:
+            new = type(e)(f"{fn}: the model's forward failed at {how}: {e}")
+        except Exception:  # an exception type that cannot be rebuilt from a message: torch's own, unchanged
+            raise e from None
+        raise new from e
 
 
 def _rows(item) -> int | None:
@@ -334,7 +350,7 @@ def update_bn_stats(model: nn.Module, batches: Iterable, num_iters: int | None =
                 before = {n: (mo.count, mo.mean, mo.m2) for n, mo in moments.items()}
                 counted = {n: m.num_batches_tracked.clone() for n, m in bns.items()}
                 try:
-                    _run(model, x, forward)
+                    _run(model, x, forward, "update_bn_stats", n_batches - 1)
                 except ValueError as e:  # torch's train-mode BatchNorm refuses one value per channel
                     if _ONE_VALUE not in str(e):
                         raise
@@ -426,7 +442,7 @@ def precise_bn_statistics(model: nn.Module, batches: Iterable, num_iters: int | 
     try:
         calls = update_bn_stats(work, batches, num_iters, input_fn, modules=[work.get_submodule(n) for n in chosen],
                                 forward=forward)
-    except (TypeError, ValueError) as e:  # the refusals name the function the user called
+    except (TypeError, ValueError, RuntimeError) as e:  # the refusals name the function the user called
         renamed = _as_called("precise_bn_statistics", "update_bn_stats", e)
         if renamed is e:
             raise
@@ -512,7 +528,7 @@ def bn_input_statistics(model: nn.Module, batches: Iterable, network_mode: str =
             n_batches += 1
             before = {k: list(v) for k, v in sums.items()}
             try:
-                _run(work, x, forward)
+                _run(work, x, forward, "bn_input_statistics", n_batches - 1)
             except ValueError as e:  # network_mode="train": torch refuses one value per channel; forget the batch
                 if _ONE_VALUE not in str(e):
                     raise
@@ -610,7 +626,7 @@ def statistics_mismatch(model: nn.Module, batches: Iterable, measure: str = "kl"
     check_bool("statistics_mismatch", "per_channel", per_channel)
     try:
         statistics = bn_input_statistics(model, batches, network_mode, input_fn, forward=forward)
-    except (TypeError, ValueError) as e:  # the refusals name the function the user called
+    except (TypeError, ValueError, RuntimeError) as e:  # the refusals name the function the user called
         renamed = _as_called("statistics_mismatch", "bn_input_statistics", e)
         if renamed is e:
             raise
@@ -761,8 +777,9 @@ def compare_statistics(model: nn.Module, other: Any, tol: float = 0.1, num_iters
     else:
         try:
             est = precise_bn_statistics(model, other, num_iters, input_fn, forward=forward)
-        except (TypeError, ValueError) as e:  # say which argument the batches came from
-            raise type(e)(f"compare_statistics: other was read as data (batches): {e}") from e
+        except (TypeError, ValueError, RuntimeError) as e:  # say which argument the batches came from
+            msg = str(e).removeprefix("precise_bn_statistics: ")
+            raise type(e)(f"compare_statistics: other was read as data (batches): {msg}") from e
         ref = {n: (mean, var, None) for n, (mean, var) in est.items()}
     rows, nonfinite = [], {}
     for n, m in mine.items():

@@ -113,3 +113,28 @@ def test_the_reproduce_page_lists_every_chapters_sibling_tables():
     missing = [f"{ch.main}_{s}.csv" for ch in release.CHAPTERS.values() for s in ch.siblings()
                if f"_{s}.csv`" not in text]
     assert not missing, missing
+
+
+def test_a_chapter_without_a_recorded_run_time_is_said_to_have_none_not_0_s(tmp_path):
+    """New-user report (stop 54): `bnstudy chapter 05` said "862 runs and 0 s on 2 workers" because chapter 5's
+    manifest records `run_wall_s: null`. The kind: every estimate drawn from a missing record (the chapter's line,
+    a namespace's per-run cost, a phase line) says there is no recorded time instead of printing 0 s."""
+    import gzip
+    import json
+    units = [dict(namespace="ch98_toy", row=dict(seed=0)), dict(namespace="ch98_toy", row=dict(seed=1)),
+             dict(namespace="ch98_timed", row=dict(seed=0, wall_s=3.0))]
+    with gzip.open(tmp_path / "98_toy_units.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(u) for u in units) + "\n")
+    manifest = dict(chapters={"98": dict(notebook="98_toy", seeds=list(range(10)), workers=2, run_wall_s=None)},
+                    units={"98_toy": dict(file="98_toy_units.jsonl.gz", units=3)})
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    rec = estimate.release_costs("98_toy", str(tmp_path))
+    assert rec["wall_s"] is None and rec["per_unit_s"] == {"ch98_toy": None, "ch98_timed": 3.0}
+    line, runs = estimate.chapter_estimate("98_toy", "quick", 3, 2, release_dir=tmp_path)
+    assert runs == 1 and "no run time for this chapter, so no time is estimated" in line and " 0 s" not in line
+    estimate.namespace_cost.cache_clear()
+    assert estimate.namespace_cost("ch98_toy", str(tmp_path)) is None
+    assert estimate.namespace_cost("ch98_timed", str(tmp_path)) == 3.0
+    # the published release: chapter 5 recorded no run time
+    line5, _ = estimate.chapter_estimate("05_batch_size", "quick", 3, 2)
+    assert estimate.release_costs("05_batch_size")["wall_s"] is None and " 0 s" not in line5

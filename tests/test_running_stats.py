@@ -199,3 +199,59 @@ def test_every_estimator_refuses_a_model_on_the_meta_device_before_running_it(ca
     with pytest.raises(ValueError, match=r"model must hold its values.*'meta' device.*to_empty"):
         call(m, [torch.randn(2, 3, 8, 8)])
     assert m[1].running_mean.device.type == "meta"  # nothing was changed
+
+
+def _two_input_model():
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.bn = nn.Linear(3, 4), nn.BatchNorm1d(4)
+
+        def forward(self, ids, mask):
+            return self.bn(self.lin(ids * mask))
+    return Two()
+
+
+@pytest.mark.parametrize("fn", ["update_bn_stats", "precise_bn_statistics", "bn_input_statistics",
+                                "statistics_mismatch", "compare_statistics"])
+def test_a_forward_that_fails_says_which_function_and_batch_and_how_the_batch_was_read(fn):
+    """New-user report (stop 54): ``update_bn_stats`` on a model with ``forward(ids, mask)`` and batches
+    ``[(ids, mask)]`` raised torch's bare ``TypeError: forward() missing 1 required positional argument``, and a
+    double model on float batches a bare ``RuntimeError``. The kind: the model's own forward failing inside any
+    estimator. The error keeps its type and torch's words (chained), and adds the function, the batch, how the input
+    was read and the way out (``forward=``); the model's statistics and mode are left as they were."""
+    import bnstudy.running_stats as rs
+    run = getattr(rs, fn)
+    m = _two_input_model()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    batches = [(torch.randn(8, 3), torch.ones(8, 3))]
+    how = "other was read as data \\(batches\\): " if fn == "compare_statistics" else ""
+    with pytest.raises(TypeError, match=rf"^{fn}: {how}the model's forward failed at model\(x\) on batch 0, "
+                                        r"x = a tensor of shape \(8, 3\) .*forward=lambda model, batch"
+                                        r".*missing 1 required") as e:
+        run(m, batches)
+    assert isinstance(e.value.__cause__, TypeError) and m.training and m.bn.momentum == 0.1
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+    run(m, batches, forward=lambda model, b: model(*b))  # the way out the message names
+    double = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).double()
+    with pytest.raises(RuntimeError, match=rf"^{fn}: {how}the model's forward failed at model\(x\) on batch 0.*dtype"):
+        run(double, [torch.randn(8, 3)])
+
+
+@pytest.mark.parametrize("fn", ["update_bn_stats", "precise_bn_statistics", "bn_input_statistics",
+                                "statistics_mismatch", "mismatch_from_statistics", "compare_statistics",
+                                "adapt_bn_statistics"])
+def test_an_uninitialised_lazy_module_is_refused_before_anything_runs(fn):
+    """New-user report (stop 54): an uninitialised ``LazyBatchNorm2d`` gave torch's "Attempted to use an
+    uninitialized parameter" from ``update_bn_stats``. The kind: every estimator that checks its model is
+    materialised (meta tensors) now also refuses lazy tensors, naming them."""
+    import bnstudy
+    import bnstudy.running_stats as rs
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.LazyBatchNorm2d())
+    batches = [torch.randn(4, 3, 8, 8)]
+    args = {"mismatch_from_statistics": ({},), "compare_statistics": (batches,)}.get(fn, (batches,))
+    call = (lambda: bnstudy.adapt_bn_statistics(m).__enter__()) if fn == "adapt_bn_statistics" else \
+        (lambda: getattr(rs, fn)(m, *args))
+    with pytest.raises(ValueError, match=r"model has lazy modules still uninitialised \('1\.weight', '1\.bias', "
+                                         r"'1\.running_mean' and 1 more\); run one forward pass"):
+        call()

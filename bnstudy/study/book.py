@@ -532,7 +532,9 @@ def update_readme(html_dir, readme: Path = README, chapters="release") -> bool:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bnstudy.study.book", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", choices=PROFILES, default="quick", help="quick (minutes) or full (published book)")
+    ap.add_argument("--profile", choices=PROFILES, default="quick",
+                    help="quick (2-3 seeds, smaller sweeps: about 20 min of one core for the book) or full (published "
+                         "book)")
     ap.add_argument("--only", nargs="*", default=None, help="chapter file stems to run (default: all)")
     ap.add_argument("--output-dir", default=str(BOOK_DIR),
                     help="root of the outputs: DIR/chapters (executed notebooks), DIR/results, DIR/figures "

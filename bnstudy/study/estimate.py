@@ -46,7 +46,8 @@ def release_costs(stem: str, release_dir: str | None = None) -> dict | None:
     """The release's record of chapter ``stem`` (``"01_freeze_modes"``): ``{"units", "seeds", "wall_s",
     "workers", "profile", "per_unit_s": {namespace: CPU seconds per unit}, "units_of": {namespace: count}}``;
     ``None`` when the release lacks the chapter or its units file (a chapter not released yet). Seconds are wall
-    seconds of one worker process (a unit runs on one)."""
+    seconds of one worker process (a unit runs on one); ``wall_s`` is ``None`` where the manifest records no run
+    time, and a namespace's ``per_unit_s`` ``None`` where neither its rows nor the chapter's time give one."""
     folder = Path(release_dir) if release_dir else RELEASE_DIR
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
@@ -70,13 +71,15 @@ def release_costs(stem: str, release_dir: str | None = None) -> dict | None:
             else:
                 unrecorded[ns] = unrecorded.get(ns, 0) + 1
     workers = int(chapter.get("workers") or 1)
-    # a chapter computed with reuse_units ran only its new units; the reused ones cost their earlier run's time
-    wall = float(chapter.get("run_wall_s") or 0.0) + float(chapter.get("reused_run_wall_s") or 0.0)
+    # a chapter computed with reuse_units ran only its new units; the reused ones cost their earlier run's time;
+    # a chapter whose manifest records neither (run_wall_s null) has no recorded time: None, never 0 s
+    parts = [chapter.get(k) for k in ("run_wall_s", "reused_run_wall_s") if isinstance(chapter.get(k), (int, float))]
+    wall = float(sum(parts)) if parts else None
     per_unit = {ns: sum(v) / len(v) for ns, v in recorded.items()}
     n_left = sum(unrecorded.values())
-    left = max(0.0, wall * workers - sum(sum(v) for v in recorded.values()))
-    for ns in unrecorded:
-        per_unit.setdefault(ns, left / n_left if n_left else 0.0)
+    left = None if wall is None else wall * workers - sum(sum(v) for v in recorded.values())
+    for ns in unrecorded:  # what the recorded units leave of the chapter's time, shared; unknown if nothing is left
+        per_unit.setdefault(ns, left / n_left if left is not None and left > 0 and n_left else None)
     counts = {ns: len(v) for ns, v in recorded.items()}
     for ns, n in unrecorded.items():
         counts[ns] = counts.get(ns, 0) + n
@@ -97,6 +100,11 @@ def chapter_estimate(stem: str, profile: str, seeds: int, workers: int, release_
                 f"many runs it computes before it trains", None)
     scale = seeds / rec["seeds"]
     runs = max(1, round(rec["units"] * scale))
+    if rec["wall_s"] is None:
+        return (f"{stem} at the {profile} profile with {seeds} seed{'s' if seeds != 1 else ''}: about {runs:,} runs "
+                f"(the release's {rec['profile']} run: {rec['units']:,} runs at {rec['seeds']} seeds, scaled by "
+                f"seeds; the release recorded no run time for this chapter, so no time is estimated); runs already "
+                f"in the cache are not recomputed, and each phase says how many before it trains", runs)
     wall = rec["wall_s"] * scale * rec["workers"] / max(1, workers)
     basis = (f"the release's {rec['profile']} run: {rec['units']:,} runs at {rec['seeds']} seeds in "
              f"{duration(rec['wall_s'])} on {rec['workers']} worker{'s' if rec['workers'] != 1 else ''}, scaled by "
@@ -122,7 +130,8 @@ def namespace_cost(namespace: str, release_dir: str | None = None) -> float | No
     if namespace.startswith("ch") and namespace[2:4].isdigit():
         stems = [s for s in stems if s[:2] == namespace[2:4]]
     costs = [(rec["per_unit_s"][namespace], rec["units_of"][namespace]) for rec in
-             (release_costs(s, release_dir) for s in stems) if rec and namespace in rec["per_unit_s"]]
+             (release_costs(s, release_dir) for s in stems)
+             if rec and rec["per_unit_s"].get(namespace) is not None]
     n = sum(c for _, c in costs)
     return sum(s * c for s, c in costs) / n if n else None
 

@@ -344,8 +344,10 @@ def card_html(c: dict, root: str = "") -> str:
               f"this chapter from the release's rows, nothing trained, and writes this {what} again"
               if c["release"] else
               f"<code>python -m bnstudy.study.book --profile {e(str(c.get('profile') or 'quick'))} --only {e(nb)} "
-              f"--output-dir remake/</code> re-executes this chapter at the profile of its <em>Ran with</em> line, "
-              f"computing only runs not in the run cache")
+              f"--output-dir remake/</code> re-executes this chapter at the profile of its <em>Ran with</em> line "
+              f"with the notebook's default parameters, computing only runs not in the run cache (where the "
+              f"<em>Ran with</em> line shows other values, give them again: <code>bnstudy chapter {e(nb[:2])} -p "
+              f"NAME VALUE</code>)")
     if c["remake_s"] is not None:
         remake += f" ({_duration(c['remake_s'])} in this build)"
     one = c.get("remake_figure")

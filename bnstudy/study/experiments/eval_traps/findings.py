@@ -469,11 +469,14 @@ _loss_keys = ("t1_loss_first_pinned", "t1_loss_last_pinned", "t1_loss_first_eval
 _T3_WORDS = {"equivalent": "the two main heads are equivalent",
              "not decided": "these seeds do not tell the two main heads apart",
              "too few seeds": "there are too few seeds to compare the two main heads"}
-_T4_WORDS = {"lower": "Batches that follow the label cost train mode accuracy",
-             "higher": "Batches that follow the label raise train-mode accuracy here",
-             "equivalent": "Batches that follow the label leave train-mode accuracy within the margin",
-             "not decided": "Whether batches that follow the label cost train-mode accuracy is not shown here",
-             "too few seeds": "Whether batches that follow the label cost train-mode accuracy needs more seeds"}
+_T4_WORDS = {"lower": "Batches that follow the label cost train mode accuracy",  # the others scoped to the first
+             "higher": "At the first share the lint flags, batches that follow the label raise train-mode accuracy",
+             "equivalent": "At the first share the lint flags, batches that follow the label leave train-mode "
+                           "accuracy within the margin",
+             "not decided": "Whether batches that follow the label cost train-mode accuracy already at the first "
+                            "share the lint flags is not shown here",  # a new user read the old words as "no cost"
+             "too few seeds": "Whether batches that follow the label cost train-mode accuracy at the first share the "
+                              "lint flags needs more seeds"}
 _T6_WORDS = {"higher": "overstated", "lower": "understated", "equivalent": "matched",
              "not decided": "is not shown to differ from", "too few seeds": "cannot be compared with"}
 
