@@ -535,3 +535,23 @@ def test_a_rerun_page_is_the_published_rendering_with_its_run_line(quick_page, t
     for img in soup.find_all("img"):  # every figure is in the build, none inlined from elsewhere
         assert (page.parent / img["src"]).resolve().is_file(), img["src"]
     assert "book/_build/html/chapters/01-freeze-modes.html" in (out / "01-freeze-modes.html").read_text()
+
+
+@pytest.mark.parametrize("argv", [["-m", "bnstudy.study.cli", "list"],
+                                  ["-m", "bnstudy.study.cli", "chapter", "01", "--out", "OUT"],
+                                  ["-m", "bnstudy.study.cli", "figure", "--list"],
+                                  ["-m", "bnstudy.study.cli", "figure", "4.2"],
+                                  ["-m", "bnstudy.study.figure", "4.2"]])
+def test_a_command_run_from_an_installed_wheel_says_so_in_one_line_without_a_traceback(tmp_path, argv):
+    """The package without the checkout around it (what an unzipped wheel holds: no chapters/, book/, release/):
+    every command that needs the book's files exits 2 with one line naming the checkout (it printed a traceback)."""
+    import shutil
+    shutil.copytree(Path(cli.__file__).resolve().parents[1], tmp_path / "pkg" / "bnstudy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "pkg"))
+    r = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "no chapter notebooks" in r.stderr and "checkout of the repository" in r.stderr
+    assert not (tmp_path / "out").exists()

@@ -107,12 +107,19 @@ PROFILES = ("quick", "full")
 PARTIAL_DIR = ".partial"
 
 
+class NotACheckout(FileNotFoundError):
+    """The book's files (``chapters/``) are not where a checkout has them: the study code runs from an installed
+    wheel, which holds the practitioner's library only. The commands (``bnstudy``, ``python -m
+    bnstudy.study.figure``) print its message as one line and exit 2, without a traceback."""
+
+
 def chapter_paths(chapters_dir: Path = CHAPTERS_DIR) -> list[Path]:
-    """The chapter notebooks ``NN_*.ipynb`` in ``chapters_dir``, sorted by number. Raises ``FileNotFoundError``
-    when there are none (an installed wheel has no ``chapters/``: the book's chapters run from a checkout)."""
+    """The chapter notebooks ``NN_*.ipynb`` in ``chapters_dir``, sorted by number. Raises :class:`NotACheckout`
+    (a ``FileNotFoundError``) when there are none (an installed wheel has no ``chapters/``: the book's chapters run
+    from a checkout)."""
     found = sorted(p for p in Path(chapters_dir).glob("[0-9][0-9]_*.ipynb"))
     if not found:
-        raise FileNotFoundError(f"no chapter notebooks in {chapters_dir}: the book's chapters, figures and release run "
+        raise NotACheckout(f"no chapter notebooks in {chapters_dir}: the book's chapters, figures and release run "
                                 "from a checkout of the repository (git clone https://github.com/bnstudy/bnstudy), "
                                 "not from an installed wheel, which holds the practitioner's library only")
     return found

@@ -19,8 +19,8 @@ of the unfinished run (a rerun into the same ``--out`` first removes the previou
 the checkout's ``.cache/bnstudy`` that ``make`` fills when it exists, else ``~/.cache/bnstudy``), so rerunning with more seeds computes only the new ones.
 
 Exit status, argparse's convention: 0 done; 2 a usage error (an unknown chapter or parameter, a value the
-chapter refuses, an unreadable ``-f`` file, bad YAML, an ``--out`` that is a file), one line on stderr before
-anything runs; 1 a run that failed (a cell raised, the page could not be built); 128 + the signal number when
+chapter refuses, an unreadable ``-f`` file, bad YAML, an ``--out`` that is a file, a command run from an installed
+wheel, which has no chapters), one line on stderr before anything runs; 1 a run that failed (a cell raised, the page could not be built); 128 + the signal number when
 interrupted.
 """
 
@@ -435,6 +435,9 @@ def main(argv=None) -> int:
         rc = args.func(args)
     except UsageError as e:  # ours: the same status, the message on one line
         print(e, file=sys.stderr)
+        return USAGE
+    except book.NotACheckout as e:  # run from an installed wheel: say where the book runs from, no traceback
+        print(f"bnstudy: {e}", file=sys.stderr)
         return USAGE
     if argv is None and rc in INTERRUPTED:
         # The kernel and its workers are stopped and nothing partial is left. Exit now: the interpreter's own

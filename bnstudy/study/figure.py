@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .book import CHAPTERS_DIR, REPO, assigned_names, chapter_paths
+from .book import CHAPTERS_DIR, REPO, NotACheckout, assigned_names, chapter_paths
 
 __all__ = ["Figure", "figure_index", "find_figure", "figure_program", "remake", "main"]
 
@@ -446,6 +446,14 @@ def main(argv=None) -> int:
                     help="remake every figure, each by its own command, and record their times in TIMES_CSV "
                          f"(default {TIMES_FILE.relative_to(REPO)}, which the provenance cards read)")
     args = ap.parse_args(argv)
+    try:
+        return _main(ap, args)
+    except NotACheckout as e:  # run from an installed wheel: one line, no traceback
+        print(f"{ap.prog}: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.all is not None:
         if args.number:
             ap.error("--all remakes every figure: give no figure number with it")
