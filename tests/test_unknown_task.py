@@ -222,16 +222,14 @@ def test_checks_detect_a_broken_oracle_and_findings_missing_conditions():
     assert c.loc["train_is_last_bank", "verdict"] == "exact, checked =="
     with pytest.raises(ValueError, match="mixture"):
         findings.findings(df[df.condition != "mixture"])
-    # the notes on the code's identities flip with their checks (bnstudy.study.words.Note: one rule per outcome)
-    notes = lambda d: findings.notes(findings.NOTES, findings.claims(d), findings.findings(d))  # noqa: E731
-    assert notes(df)["oracle_exact_text"] == "yet in some run they differ, by up to 1e-07"
+    # the page cites the code's identities by their claims (verdict and largest difference): they flip with the checks
     off = _table()
     off.loc[(off.condition == "train_mode") & (off.task == "B") & (off.n_tasks == 2), "accuracy"] += 0.01
-    assert findings.claims(off).set_index("key").loc["train_is_last_bank", "verdict"] == "not exact"
-    assert notes(off)["train_is_last_bank_text"] == "in some seed or cell the two differ"
+    last = findings.claims(off).set_index("key").loc["train_is_last_bank"]
+    assert last.verdict == "not exact" and last.estimate == pytest.approx(0.01)
     four = _table()
     four.loc[four.n_tasks == 2, "n_tasks"] = 4
-    assert notes(four)["train_is_last_bank_text"] == "no run with two tasks to check it on"
+    assert findings.claims(four).set_index("key").loc["train_is_last_bank", "n"] == 0  # no run with two tasks
     with pytest.raises(ValueError, match="mixture"):
         findings.claims(df[df.condition != "mixture"])
 
@@ -242,12 +240,28 @@ def test_routing_above_chance_is_a_one_sided_test_at_the_bonferroni_level_over_t
     df.loc[zero, "routing_accuracy"] = 0.7 + 0.01 * df.loc[zero, "seed"]
     f = findings.findings(df)
     assert (number(f, "n_chance_cells"), number(f, "n_above_chance")) == (8, 8)
+    assert findings.page_words(f, findings.cell_tests(df), findings.claims(df))["zero_shift_text"] == (
+        "which lets every router do better than chance (1/K) at every inference batch size")
     # barely above chance in one cell (mean 0.51, SD 0.01, 3 seeds: one-sided p about 0.11): not shown there
     one = zero & (df.condition == "classifier") & (df.inference_batch == 32)
     df.loc[one, "routing_accuracy"] = 0.5 + 0.01 * df.loc[one, "seed"]
     g = findings.findings(df)
     assert number(g, "n_above_chance") == 7
     assert "7 of the 8 cells are shown above it" in findings.page_words(g, findings.cell_tests(df), findings.claims(df))["zero_shift_text"]
+
+
+def test_the_batch_effect_note_says_whether_larger_batches_route_the_gentlest_shift_more_often():
+    """The sentence after the gentlest shift's routing accuracies flips with them: larger batches routing more
+    often with every task count, or not (the mechanism, pooling shrinks noise, is said either way)."""
+    df = _table()
+    gentle = df.strength == df.strength[df.strength > 0].min()
+    for batch, acc in ((1, 0.6), (df.inference_batch.max(), 0.9)):
+        df.loc[gentle & (df.inference_batch == batch) & (df.condition == "nearest_first"), "routing_accuracy"] = acc
+    words = lambda d: findings.page_words(findings.findings(d), findings.cell_tests(d), findings.claims(d))  # noqa
+    assert words(df)["batch_effect_text"].endswith("and here the larger batches route the gentlest shift more "
+                                                   "often on average with every task count")
+    df.loc[gentle & (df.inference_batch == 1) & (df.condition == "nearest_first"), "routing_accuracy"] = 0.95
+    assert "yet here the larger batches do not route" in words(df)["batch_effect_text"]
 
 
 def test_tidy_tables_have_one_row_per_seed_and_cell():
@@ -327,8 +341,8 @@ def test_findings_check_every_hard_router_and_chance_at_zero():
     assert perfect.verdict == "not exact" and perfect.estimate == pytest.approx(0.1)
     assert number(g, "route_strong_min_classifier") == pytest.approx(0.9)
     assert "not every hard router" in findings.page_words(g, findings.cell_tests(df), c)["strong_routing_text"]
-    assert findings.mixture_advice(c, findings.temperature_findings(_temperature_table(), 0.1)).count(
-        "where not every hard router routes perfectly either.") == 1
+    from bnstudy.study.pages import claims_items
+    assert str(dict(claims_items("ch06", c))["ch06_perfect_at_strong_verdict"].data) == "**not exact**"
 
 
 def test_cell_tests_match_the_findings_counts():
@@ -349,7 +363,9 @@ def test_cell_tests_match_the_findings_counts():
     tight.loc[hit, "accuracy"] = 0.7 - 0.001 * tight.loc[hit, "seed"]
     tc = findings.cell_tests(tight)
     assert tc[tc.below].verdict.tolist() == ["mixture lower"] and number(findings.findings(tight, tc), "n_lower") == 1
-    assert findings.below_phrase(tc) == "find one cell below the oracle: `mixture` with two tasks at t = 1 (b = 1)"
+    below = tc[tc.below].iloc[0]
+    assert (below.condition, below.n_tasks, below.strength, below.inference_batch) == ("mixture", 2, 1.0, 1)
+    assert number(findings.findings(tight, tc), "n_higher") == 0
 
 
 def test_works_phrase_names_each_threshold_once():
@@ -358,62 +374,28 @@ def test_works_phrase_names_each_threshold_once():
                           "(t ≥ 0.01; the threshold may lie lower)")
     assert findings.works_phrase({"k2": 0.1, "k4": 0.1}, 0.01) == "from t = 0.1 on, for both task counts"
     assert findings.works_phrase({"k2": math.nan, "k4": math.nan}, 0.01) == "at no strength tested, for both task counts"
-    iv = {"k2": Interval(0.9071, 0.9002, 0.9138, 3), "k4": Interval(0.975, 0.971, 0.979, 3)}
-    text = findings.works_phrase({"k2": 0.01, "k4": 0.03}, 0.0025, iv)
-    assert text == ("from t = 0.01 on with two tasks (routing there 0.907, 95% interval 0.900 to 0.914) and "
-                    "from t = 0.03 on with four (0.975, 0.971 to 0.979)")
+    assert findings.works_phrase({"k2": 0.01, "k4": 0.03}, 0.0025) == (
+        "from t = 0.01 on with two tasks and from t = 0.03 on with four")
     assert findings.works_phrase({"k2": 0.0025, "k4": math.nan}, 0.0025) == (
         "at every non-zero strength tested (t ≥ 0.0025) with two tasks and at no strength tested with four")
 
 
-def _cells(bad_eq=(), bad_half=(), below=()):
-    """Hand-made cell_tests rows: one router pair, two task counts, strengths 0 / 0.1 / 1, batches 1 and 8."""
-    recs = []
-    for r in ("nearest_first", "mixture"):
-        for k in (2, 4):
-            for t in (0.0, 0.1, 1.0):
-                for b in (1, 8):
-                    c = (r, k, t, b)
-                    recs.append(dict(condition=r, n_tasks=k, strength=t, inference_batch=b,
-                                     equivalent=c not in bad_eq, equivalent_half=c not in bad_half and c not in bad_eq,
-                                     below=c in below, above=False, bound=0.001))
-    return pd.DataFrame(recs)
+def test_equivalence_counts_leave_out_the_cells_equal_by_construction():
+    """The page cites the counts of the cells not equal to the oracle by construction (issue 35: the referee's 275
+    of 288), at the margin and at half of it, and the cells below and above the oracle."""
+    df = _table()
+    cells = findings.cell_tests(df)
+    f, other = findings.findings(df, cells), cells[~cells.identical]
+    assert 0 < number(f, "n_cells_other") == len(other) < len(cells)
+    assert number(f, "n_equivalent_other") == int(other.equivalent.sum()) == len(other) - 1  # the mixture's cell
+    assert number(f, "n_equivalent_half_other") == int(other.equivalent_half.sum()) < number(f, "n_equivalent_half")
+    assert number(f, "half_margin") == run.TOST_MARGIN / 2
+    assert (number(f, "n_lower"), number(f, "n_higher")) == (int(cells.below.sum()), int(cells.above.sum())) == (0, 0)
 
 
-def test_equivalence_phrase_compresses_the_failing_cells():
-    top = [("mixture", 4, t, b) for t in (0.1, 1.0) for b in (1, 8)]
-    text = findings.equivalence_phrase(_cells(bad_eq=top[2:], bad_half=top), 0.02)
-    assert text == ("is shown in 22 of the 24 cells, all but `mixture` with four tasks at t = 1, at every inference "
-                    "batch size; within half that margin (±0.01) in 20, all but `mixture` with four tasks at "
-                    "t ≥ 0.1, at every inference batch size")
-    assert findings.equivalence_phrase(_cells(), 0.02) == "is shown in all 24 cells; within half that margin (±0.01) in all 24"
-    some = findings.equivalence_phrase(_cells(bad_eq=[("nearest_first", 2, 0.0, 1), ("mixture", 2, 0.0, 8)]), 0.02)
-    assert "`nearest_first` with two tasks at t = 0 (b = 1); `mixture` with two tasks at t = 0 (b = 8)" in some
-    # cells equal to the oracle by construction are no finding: the count is over the others (the referee's 275 of 288)
-    cells = _cells(bad_eq=top[2:], bad_half=top)
-    cells["identical"] = cells.condition.eq("nearest_first") & cells.strength.eq(1.0)  # 4 of the 24
-    apart = findings.equivalence_phrase(cells, 0.02)
-    assert apart.startswith("is shown in 18 of the 20 cells not equal to the oracle by construction, all but `mixture`")
-
-
-def test_below_phrase_counts_in_words():
-    assert findings.below_phrase(_cells()) == "find no cell below the oracle"
-    assert findings.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1)])) == (
-        "find one cell below the oracle: `nearest_first` with two tasks at t = 0 (b = 1)")
-    two = findings.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("mixture", 4, 1.0, 8)]))
-    assert two.startswith("find 2 cells below the oracle, 1 of them at t = 0: ")
-    assert findings.below_phrase(_cells(below=[("nearest_first", 2, 0.0, 1), ("nearest_first", 2, 0.0, 8)])) == (
-        "find 2 cells below the oracle, all at t = 0: `nearest_first` with two tasks at t = 0, at every inference "
-        "batch size")
-    up = _cells()
-    up.loc[(up.condition == "mixture") & (up.n_tasks == 4) & (up.strength == 1.0) & (up.inference_batch == 8), "above"] = True
-    assert findings.below_phrase(up) == ("find no cell below the oracle; one cell above it: `mixture` with four tasks at t = 1 "
-                                   "(b = 8)")
-
-
-def test_margin_phrase_glues_the_value_once():
-    assert findings.margin_phrase(0.02, 0.02) == "the equivalence margin, ±0.02, is chapter 3's"
-    assert findings.margin_phrase(0.02, 0.03) == "the equivalence margin is ±0.02 (chapter 3's is ±0.03)"
+def test_page_settings_give_both_margins():
+    s = findings.page_settings(run.make_config("quick"), findings.claims(_table()))
+    assert s["ch3_margin"] == 0.02 and "margin_text" not in s
 
 
 def test_table_routing_writes_three_decimals_everywhere():
@@ -436,15 +418,13 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     extra = [f"ch06_{k}" for k in [*findings.page_settings(run.make_config("quick"), c), *p]]
     assert len(set(extra)) == len(extra) and not set(extra) & (set(names) | set(claim_names))
     assert len(set(names) | set(claim_names)) == len(names) + len(claim_names)  # findings and claims never clash
-    assert p["oracle_exact_text"] == "the largest difference over all runs is zero"
-    assert p["train_is_last_bank_text"] == "the two are equal in every seed and cell"
+    assert c.set_index("key").loc[["oracle_exact", "train_is_last_bank"], "estimate"].eq(0).all()  # cited as is
     assert p["cost_vs_routing_text"].startswith("With two tasks, each wrong-bank cost")  # one task count here
+    assert p["known_head_text"].endswith("pick the bank wherever a wrong bank measurably costs on this grid")
     assert "every hard router (`nearest_first`, `nearest_all` and `classifier`)" in p["strong_routing_text"]
-    assert p["nall_worst_text"] == "and no less at any strength on average"  # nearest_all equals nearest_first here
+    assert number(f, "nall_worst_k2").mean == 0  # nearest_all equals nearest_first here: cited as the number
     assert p["zero_shift_text"] == ("which is not enough for every router to do better than chance (1/K) at every "
-                                    "inference batch size (0 of the 8 cells are shown above it; one-sided t tests "
-                                    "against 1/K at 0.05/m, Bonferroni over the 8 (router, task count, inference batch) cells): "
-                                    "`nearest_first` routes 0.500 (two tasks) per sample, and 0.500 with batches of 32")
+                                    "inference batch size (0 of the 8 cells are shown above it)")
     text = " ".join(p.values())
     for old in ("holds", "tie", "inconclusive", "unresolved", "undetermined", "not resolved", "not separated"):
         assert old not in text
@@ -456,7 +436,7 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     lose = (df2.condition == "nearest_all") & (df2.strength == 0.01) & (df2.inference_batch == 1)
     df2.loc[lose, "routing_accuracy"] = 0.5 - 0.01 * df2.loc[lose, "seed"]
     p2 = findings.page_words(findings.findings(df2), findings.cell_tests(df2), findings.claims(df2))
-    assert p2["oracle_exact_text"] == "yet in some run they differ, by up to 1e-07"
+    assert findings.claims(df2).set_index("key").loc["oracle_exact", "estimate"] == pytest.approx(1e-7)
     assert p2["cost_vs_routing_text"] == ("Not everywhere does the cost wait for routing: the cost of train mode with "
                                           "two tasks is shown (at the page's family level) below the strength from "
                                           "which per-sample routing works.")
@@ -464,37 +444,35 @@ def test_phrases_read_for_either_outcome_and_never_clash_with_findings_names():
     from bnstudy.study.sphinxext import inline_markdown
     for texts in (p, p2):  # the guide pastes it across pages, where only bold and italics render
         assert inline_markdown(texts["cost_vs_routing_text"]) is not None, texts["cost_vs_routing_text"]
-    assert p2["nall_worst_text"] == ("but not at every strength: it routes 0.110 below `nearest_first` at t = 0.01 "
-                                     "with two tasks (95% interval 0.085 to 0.135 below)")
-    # an interval reaching above zero: no negative magnitude, and "on average"
-    wide = with_numbers(findings.findings(df2), {"nall_worst": {"k2": Interval(-0.027, -0.344, 0.291, 2)}})
-    assert findings.page_words(wide, findings.cell_tests(df2), findings.claims(df2))["nall_worst_text"] == (
-        "but not at every strength: it routes 0.027 below `nearest_first` on average at t = 0.01 with two tasks "
-        "(95% interval from 0.291 above to 0.344 below)")
+    worst = number(findings.findings(df2), "nall_worst_k2")  # the page cites it with its interval and strength
+    assert (round(worst.mean, 3), round(worst.low, 3), round(worst.high, 3)) == (-0.110, -0.135, -0.085)
+    assert number(findings.findings(df2), "nall_worst_t_k2") == 0.01
 
 
-def test_mixture_advice_qualifies_by_the_held_out_temperatures():
+def test_mixture_notes_flip_with_the_mixture_verdict_and_the_held_out_temperatures():
     c = findings.claims(_table())
     tf = findings.temperature_findings(_temperature_table(), 0.1)
-    text = findings.mixture_advice(c, tf)
-    mix = c.set_index("key").loc["mixture_vs_oracle_k2"]
-    assert text.startswith("Prefer hard routing to the soft mixture at τ = 0.1: at the strongest shift with two "
-                           f"tasks the mixture differs from the oracle by -0.1100 ({mix.low:.4f} to {mix.high:.4f}; "
-                           "mixture lower), where hard routing matches the oracle by construction.")
-    assert text.endswith("The held-out temperature check found no temperature better than τ = 0.1.")
-    undecided = c.assign(kind=c.kind.where(c.key != "mixture_vs_oracle_k2", "not decided"),
-                         verdict=c.verdict.where(c.key != "mixture_vs_oracle_k2", "not decided"))
-    assert findings.mixture_advice(undecided, tf).startswith(
-        "The soft mixture at τ = 0.1 gains nothing over hard routing at the strongest shift with two tasks: it differs "
-        f"from the oracle by -0.1100 ({mix.low:.4f} to {mix.high:.4f}; not decided)")
+    says = lambda c, tf: findings.notes(findings.MIXTURE_NOTES, c, tf)  # noqa: E731
+    assert says(c, tf) == {"mixture_text": "Prefer hard routing to the soft mixture.",
+                           "temperature_text": "The held-out temperature check found no temperature better than "
+                                               "τ = 0.1."}
+    for kind, text in (("not decided", "The soft mixture gains nothing over hard routing."),
+                       ("equivalent", "The soft mixture gains nothing over hard routing."),
+                       ("higher", "The soft mixture beats the oracle here.")):
+        assert says(c.assign(kind=c.kind.where(c.key != "mixture_vs_oracle_k2", kind)), tf)["mixture_text"] == text
     t = _temperature_table()
     t.loc[t.condition == "mixture_tau=1", "accuracy"] = 0.8 + 0.002 * (t.seed - 1)  # tau = 1: no difference
     tf1 = findings.temperature_findings(t, 0.1)
     assert number(tf1, "best") == 1.0 and number(tf1, "best_no_direction")
-    assert findings.mixture_advice(c, tf1).endswith(
+    assert says(c, tf1)["temperature_text"] == (
         "At τ = 1, the least bad temperature in the held-out check, the mixture's worst difference from the oracle "
         "is 0.0000 (-0.0050 to 0.0050) and no strength checked shows a direction (one family of 2), so the advice "
         "is for τ = 0.1 only (the main sweep was not rerun at τ = 1).")
+    shown = tf1.copy()
+    shown.loc[shown.key == "best_no_direction", "value"] = False
+    assert says(c, shown)["temperature_text"] == (
+        "At τ = 1, the held-out check's least bad temperature, the mixture's worst difference from the oracle is "
+        "0.0000 (-0.0050 to 0.0050); the main sweep was not rerun at it.")
 
 
 def test_sidecar_parameters_and_worker_minutes(monkeypatch):
@@ -596,24 +574,23 @@ def test_notebook_with_rows_gives_the_page_its_own_run_gave(glued_payloads, quic
 # --- the answer box: chosen by the findings, and it flips with them (issue 25) -------------------------------------
 
 def _page_text(df):
-    """Every findings-chosen text of the page for the rows ``df``: the answer, the advice, the phrases and the
-    figure takeaways, as one dict."""
+    """Every findings-chosen text of the page for the rows ``df`` (:func:`findings.page_words`: the notes and
+    phrases; the answer box cites them and the claims), as one dict."""
     return findings.page_words(findings.findings(df), findings.cell_tests(df), findings.claims(df))
 
 
 def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     base = _page_text(_table())
     # the hand-made table: routing works from t = 1 per sample, a wrong bank costs only there, the routed head loses
-    assert "per-sample routing works from t = 1 on" in base["answer"]
-    assert "each wrong-bank cost is shown (at the page's family level) only at or above" in base["answer"]
-    assert "**routed head lower**" in base["answer"] and "**routed head lower**" in base["unknown_takeaway"]
-    assert "a router that also picks the head loses accuracy" in base["what_to_do"]
-    assert "does not stand in for the task label" in base["unknown_head_text"]
+    assert base["works_b1_short_text"].startswith("from t = 1 on")
+    assert "each wrong-bank cost is shown (at the page's family level) only at or above" in base["cost_vs_routing_text"]
+    assert base["unknown_head_text"].startswith("Where the shift is gentle and the router must also pick the head, "
+                                                "route pooled inference batches")
     # cells equal to the oracle by construction (every input routed to its own bank) said apart (issue 35)
-    assert ("11 of the 24 router cells send every input to its own bank in every seed and so equal the oracle by "
-            "construction (no finding); of the other cells, 12 of 13 are **equivalent within ±0.02** of the oracle "
-            "and 1 is **not decided**") in base["answer"]
-    assert base["answer"].startswith("When the task is unknown and the router also picks the head")  # headlined
+    assert base["cell_counts_apart_text"] == (
+        "11 of the 24 router cells send every input to its own bank in every seed and so equal the oracle by "
+        "construction (no finding); of the other cells, 12 of 13 are **equivalent within ±0.02** of the oracle "
+        "and 1 is **not decided**")
     assert base["lead"].startswith("**Yes, with batches.**")
     # flip 1: the routed head loses nothing, and train mode costs already where routing fails
     df = _table()
@@ -621,12 +598,10 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     hit = (df.condition == "train_mode") & (df.strength == 0.01) & (df.task == "A")
     df.loc[hit, "accuracy"] -= 0.1 + 0.01 * df.loc[hit, "seed"]
     flip = _page_text(df)
-    assert "**routed head lower**" not in flip["answer"] + flip["unknown_takeaway"] + flip["unknown_head_text"]
-    assert "no loss is shown there" in flip["unknown_head_text"]
-    assert "Not everywhere does the cost wait for routing" in flip["answer"]
-    assert "each wrong-bank cost is shown (at the page's family level) only" not in flip["answer"] + flip["cost_takeaway"]
-    assert "a wrong bank costs accuracy at shifts too gentle" in flip["what_to_do"]
-    assert "a router that also picks the head loses accuracy" not in flip["what_to_do"]
+    assert "**routed head lower**" not in " ".join(flip.values())
+    assert "no loss is shown on this grid" in flip["unknown_head_text"]
+    assert flip["cost_vs_routing_text"].startswith("Not everywhere does the cost wait for routing")
+    assert flip["known_head_text"].endswith("but not everywhere a wrong bank measurably costs on this grid")
     # flip 2: routing never works per sample; the mixture's shortfall is gone (every cell equivalent)
     df = _table()
     nf = df.condition == "nearest_first"
@@ -634,14 +609,13 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     df.loc[df.condition == "mixture", "accuracy"] = 0.8 + 0.001 * df.loc[df.condition == "mixture", "seed"]
     df["accuracy_routed_head"] = df["accuracy"]
     flip = _page_text(df)
-    assert "per-sample routing works at no strength tested" in flip["answer"]
-    assert "per-sample routing works from t = 1 on" not in flip["answer"] + flip["routing_takeaway"]
-    assert "of the other cells, 13 of 13 are **equivalent within ±0.02**" in flip["answer"]
-    assert "**not decided**" not in flip["answer"]
-    # and with neither a cost before routing nor a loss of the routed head, the advice needs no task label
+    assert flip["works_b1_short_text"].startswith("at no strength tested")
+    assert "of the other cells, 13 of 13 are **equivalent within ±0.02**" in flip["cell_counts_apart_text"]
+    assert "**not decided**" not in " ".join(flip.values())
+    # and with no loss of the routed head, the advice needs no task label
     df = _table()
     df["accuracy_routed_head"] = df["accuracy"]
-    assert _page_text(df)["what_to_do"].endswith("on this grid that needs no task label.")
+    assert _page_text(df)["unknown_head_text"].endswith("routing needs no task label there.")
     assert _page_text(df)["lead"].startswith("**Yes, on this grid.**")
 
 
@@ -736,7 +710,8 @@ def test_answer_box_is_the_first_thing_under_the_title_and_every_figure_has_alt_
     cells = json.loads(nb.read_text())["cells"]
     first = "".join(cells[0]["source"]).split("\n")
     assert first[0].startswith("# ") and first[2] == "```{admonition} The answer" and first[3] == ":class: answer"
-    assert "{glue:md}`ch06_answer`" in "".join(cells[0]["source"])
+    box = "".join(cells[0]["source"]).split("\n```\n")[0]  # the answer box: the lead, the claims and what to do
+    assert all(f"{{glue:md}}`ch06_{k}`" in box for k in ("lead", "routed_gentle_b1_k2_verdict", "unknown_head_text"))
     md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     assert md.count("```{glue:figure} ch06_fig_") == md.count(":alt: ") == 6
     assert not any("show-code" in c["metadata"].get("tags", []) for c in cells)
@@ -927,6 +902,10 @@ def test_the_lead_never_reads_not_decided_as_no_loss(kinds, lead):
     C = pd.DataFrame([dict(key=f"routed_gentle_{b}_k{k}", kind=kinds[b]) for b in ("b1", "bmax") for k in (2, 4)])
     F = pd.DataFrame(dict(key=["works_from_b1_k2", "works_from_b1_k4"], value=[0.1, 0.1]))
     assert notes(findings.LEAD, C, F)["lead"].startswith(lead)
+    # what to do flips with the same outcome: a task label kept wherever a loss is shown or left open
+    head = notes(findings.HEAD, C, F)["unknown_head_text"]
+    assert ("keep a task label" in head or "keep one until it is" in head) == (lead != "**Yes, on this grid.**") \
+        and ("not decided" in head) == (lead in ("**Not one image at a time.**", "**Not decided.**"))
 
 
 def test_an_empty_family_table_says_so_everywhere():

@@ -1,6 +1,9 @@
 """Chapter 6, what is claimed, from :func:`.run.run`'s rows: the claims table (:data:`QUESTIONS`, :func:`claims`),
 every router cell's verdict (:func:`cell_tests`), the numbers table (:func:`findings`), the tidy tables the page
-saves and draws, and the page's sentences, chosen by the data (:func:`page_words`, :data:`NOTES`).
+saves and draws, and the few words chosen by the data: rule-triggered notes (:data:`NOTES`, :data:`LEAD`,
+:data:`HEAD`, :data:`MIXTURE_NOTES`, each a predicate on the claims and numbers tables and a fixed sentence) and the
+phrases of :func:`page_words` and :func:`family_words`. Every other number the page cites is glued from the tables
+by derived keys (:func:`bnstudy.study.pages.glue_chapter`).
 
 Every interval, test and verdict comes from :mod:`bnstudy.study.inference`. Comparisons are paired per seed on the seed
 means (tasks averaged within a seed), always condition minus the oracle (the task's own bank); accuracies and
@@ -16,7 +19,7 @@ import pandas as pd
 
 from ...inference import Family, Interval, Question, _slug, ask, count_verdicts, decide, number, numbers_table, \
     one_sided_p, paired_differences, t_interval
-from ...words import Note, claim, claim_text, count_word, counts_text, fmt_level, join, notes, verdict_md
+from ...words import Note, claim, claim_text, count_word, counts_text, fmt_level, join, notes
 from .run import CONDITIONS, FAMILY_SHIFTS, FIRST_STRENGTH_GRID, HARD_ROUTERS, ROUTE_OK, ROUTERS, TASK_NAMES, \
     TEMPERATURE_TRIED_FIRST, TOST_MARGIN, Config
 
@@ -282,7 +285,8 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.Data
       accuracy and the new tasks' oracle accuracy (gentle, b1).
     * The router cells (:func:`cell_tests`, one family): ``n_cells``, ``cells_confidence`` (percent), the book's
       counts (:func:`bnstudy.study.inference.count_verdicts`) ``n_equivalent``, ``n_lower``, ``n_higher``,
-      ``n_not_decided``, and ``n_equivalent_half`` (printed verdicts at half the margin); ``n_identical`` (cells
+      ``n_not_decided``, and ``n_equivalent_half`` (printed verdicts at half the margin, ``half_margin``),
+      ``n_equivalent_half_other`` (the same over the cells not equal by construction); ``n_identical`` (cells
       equal to the oracle by construction, :func:`cell_tests`' ``identical``), ``n_cells_other`` and the counts of
       the other cells ``n_equivalent_other``, ``n_lower_other``, ``n_higher_other``, ``n_not_decided_other``
       (issue 35: a cell equal by construction is no finding); ``max_bound_hard``;
@@ -335,7 +339,7 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.Data
             put(f"wrong_from_{stem}", t0)
             put(f"wrong_at_{stem}", w)
             put(f"wrong_from_{stem}_text", "at no strength tested" if math.isnan(t0) else
-                f"from t = {fmt_level(t0)} on ({w.mean:.4f}, {_pct(fam.confidence)} interval {w.low:.4f} to "
+                f"from t = {fmt_level(t0)} on ({w.mean:.4f}, {100 * fam.confidence:.4g}% interval {w.low:.4f} to "
                 f"{w.high:.4f})")
             lows += [v.low for t, v in zip(strengths, ivs) if math.isnan(limit) or t < limit]
         put("wrong_below_routing", float(np.nanmin(lows)) if any(v == v for v in lows) else math.nan)
@@ -367,16 +371,12 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.Data
                n_equivalent_half=int(tests.equivalent_half.sum()), n_lower=counts["lower"], n_higher=counts["higher"],
                n_not_decided=counts["not decided"], n_identical=int(tests.identical.sum()),
                n_cells_other=int((~tests.identical).sum()), n_equivalent_other=other["equivalent"],
+               n_equivalent_half_other=int(tests[~tests.identical].equivalent_half.sum()), half_margin=TOST_MARGIN / 2,
                n_lower_other=other["lower"], n_higher_other=other["higher"], n_not_decided_other=other["not decided"],
                max_bound_hard=float(tests[tests.condition != "mixture"].bound.max()),
                worst_router=str(worst["condition"]), worst_strength=float(worst["strength"]),
                worst_batch=int(worst["inference_batch"]), worst_n_tasks=int(worst["n_tasks"]))
     return numbers_table(out, bounds=lambda key: (0.0, 1.0) if key in ACCURACY_FIELDS else (-1.0, 1.0))
-
-
-def _pct(confidence: float) -> str:
-    """A confidence as the page prints it: ``0.9958333`` -> "99.58%"."""
-    return f"{100 * confidence:.4g}%"
 
 
 def temperature_findings(df: pd.DataFrame, kept: float) -> pd.DataFrame:
@@ -400,7 +400,7 @@ def temperature_findings(df: pd.DataFrame, kept: float) -> pd.DataFrame:
         seed_first=int(seeds[0]), seed_last=int(seeds[-1]), n_seeds=len(seeds)), bounds=lambda key: (-1.0, 1.0))
 
 
-# --- words: the page's sentences, chosen by the data, so that they are true for any rows ---------------------------
+# --- words: the few sentences chosen by the data (every number the page cites is glued from the tables) -----------
 
 def _ks(f: pd.DataFrame) -> list[int]:
     """The task counts of the numbers table ``f``."""
@@ -412,119 +412,37 @@ def _per_k(f: pd.DataFrame, stem: str) -> dict:
     return {key[len(stem) + 1:]: number(f, key) for key in f["key"] if key.startswith(f"{stem}_k")}
 
 
-def _iv(iv: Interval, digits: int, flip: bool = False) -> tuple[str, str, str]:
-    """Mean, low, high formatted (``flip``: of the negated interval, for a magnitude "below")."""
-    m, lo, hi = (-iv.mean, -iv.high, -iv.low) if flip else (iv.mean, iv.low, iv.high)
-    return f"{m:.{digits}f}", f"{lo:.{digits}f}", f"{hi:.{digits}f}"
-
-
-def _tasks(i: int, k: int) -> str:
-    """"two tasks" for the first task count of a list, then "four"."""
-    return f"{count_word(k)} tasks" if i == 0 else count_word(k)
-
-
-def works_phrase(thresholds: dict, gentle: float, intervals: dict | None = None, confidence: float = 0.95) -> str:
+def works_phrase(thresholds: dict, gentle: float) -> str:
     """Where routing works, per task count (``thresholds``: ``{"k2": t, ...}``, NaN: at no strength tested; at or
-    below ``gentle``: at every non-zero strength tested, the threshold may lie lower), optionally citing the
-    routing interval at each threshold (``intervals``, same keys, at ``confidence``, printed as "99.58% interval").
-    One clause when every count shares the threshold and no interval is given."""
+    below ``gentle``: at every non-zero strength tested, the threshold may lie lower). One clause when every count
+    shares the threshold."""
     ks = sorted(int(key[1:]) for key in thresholds)
     ts = [thresholds[f"k{k}"] for k in ks]
     desc = lambda t: ("at no strength tested" if math.isnan(t) else "at every non-zero strength tested"  # noqa: E731
                       if t <= gentle else f"from t = {fmt_level(t)} on")
     floor = lambda t: not math.isnan(t) and t <= gentle  # noqa: E731
-    if intervals is None and all(a == ts[0] or math.isnan(a) and math.isnan(ts[0]) for a in ts):
+    if all(a == ts[0] or math.isnan(a) and math.isnan(ts[0]) for a in ts):
         who = f"with {count_word(ks[0])} tasks" if len(ks) == 1 else "for both task counts" if len(ks) == 2 else \
             "for every task count"
         return f"{desc(ts[0])}, {who}" + (f" (t ≥ {fmt_level(gentle)}; the threshold may lie lower)"
                                           if floor(ts[0]) else "")
-    parts = []
-    for i, (k, t) in enumerate(zip(ks, ts)):
-        text = desc(t) + (f" (t ≥ {fmt_level(gentle)})" if floor(t) else "") + f" with {_tasks(i, k)}"
-        if intervals is not None and not math.isnan(t):
-            m, lo, hi = _iv(intervals[f"k{k}"], 3)
-            text += f" (routing there {m}, {_pct(confidence)} interval {lo} to {hi})" if i == 0 else \
-                f" ({m}, {lo} to {hi})"
-        parts.append(text)
-    return join(parts)
-
-
-def _compact_cells(sub: pd.DataFrame, cells: pd.DataFrame) -> str:
-    """Some router cells (``sub``, rows of :func:`cell_tests` ``cells``) in few words: per router and task count,
-    the strengths ("t ≥ 0.25" when they are the top of the grid) and the batches ("at every inference batch size"
-    when all)."""
-    strengths, batches = sorted(cells.strength.unique()), sorted(int(b) for b in cells.inference_batch.unique())
-    groups = {}
-    for (r, k, t), g in sub.groupby(["condition", "n_tasks", "strength"]):
-        groups.setdefault((r, int(k), tuple(sorted(int(b) for b in g.inference_batch))), []).append(float(t))
-    parts = []
-    for (r, k, bs), ts in sorted(groups.items(), key=lambda g: (ROUTERS.index(g[0][0]), g[0][1], min(g[1]))):
-        where = f"t ≥ {fmt_level(ts[0])}" if len(ts) > 1 and ts == [t for t in strengths if t >= ts[0]] else \
-            "t = " + join([fmt_level(t) for t in ts])
-        batch = ", at every inference batch size" if list(bs) == batches and len(batches) > 1 else \
-            f" (b = {', '.join(str(b) for b in bs)})"
-        parts.append(f"`{r}` with {count_word(k)} tasks at {where}{batch}")
-    return "; ".join(parts)
-
-
-def equivalence_phrase(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
-    """How many router cells (:func:`cell_tests`) are shown equivalent to the oracle at ``margin`` and at half of
-    it, and which are not (cells equal to the oracle by construction, ``identical``, left out: they are no finding),
-    e.g. "is shown in 276 of the 288 cells, all but `mixture` with four tasks at t ≥ 0.25
-    at every inference batch size; within half that margin (±0.01) in 272, all but ..."."""
-    apart = "identical" in cells and bool(cells["identical"].any())
-    if apart:  # cells equal to the oracle by construction are no finding: counted apart (cells_apart_text)
-        cells = cells[~cells["identical"].astype(bool)]
-    n = len(cells)
-    kind = " cells not equal to the oracle by construction" if apart else " cells"
-
-    def clause(col, of):
-        ok = cells[col].astype(bool)
-        return (f"all {n}" + of if ok.all() else f"{int(ok.sum())}" + (f" of the {n}{kind}" if of else "")
-                + ", all but " + _compact_cells(cells[~ok], cells))
-
-    return f"is shown in {clause('equivalent', kind)}; within half that margin (±{margin / 2:g}) in " \
-           f"{clause('equivalent_half', '')}"
-
-
-def below_phrase(cells: pd.DataFrame, zero: float = 0.0) -> str:
-    """The router cells (:func:`cell_tests`) whose family interval shows a direction: "find one cell below the
-    oracle: `classifier` with two tasks at t = 0 (b = 1)", "find no cell below the oracle", with several how many
-    are at ``t = zero``; cells above the oracle after a semicolon."""
-    bad, up = cells[cells.below.astype(bool)], cells[cells.above.astype(bool)]
-    tail = "" if not len(up) else f"; {'one cell' if len(up) == 1 else f'{len(up)} cells'} above it: " + \
-        _compact_cells(up, cells)
-    if not len(bad):
-        return "find no cell below the oracle" + tail
-    text = _compact_cells(bad, cells)
-    if len(bad) == 1:
-        return f"find one cell below the oracle: {text}" + tail
-    n0 = int((bad.strength == zero).sum())
-    at_zero = f", all at t = {fmt_level(zero)}" if n0 == len(bad) else \
-        f", {n0} of them at t = {fmt_level(zero)}" if n0 else ""
-    return f"find {len(bad)} cells below the oracle{at_zero}: {text}" + tail
-
-
-def margin_phrase(margin: float, ch3_margin: float) -> str:
-    """"the equivalence margin, ±0.02, is chapter 3's" (or how the two differ)."""
-    if np.isclose(margin, ch3_margin):
-        return f"the equivalence margin, ±{margin:g}, is chapter 3's"
-    return f"the equivalence margin is ±{margin:g} (chapter 3's is ±{ch3_margin:g})"
+    return join([desc(t) + (f" (t ≥ {fmt_level(gentle)})" if floor(t) else "") + f" with {count_word(k)}"
+                 + (" tasks" if i == 0 else "") for i, (k, t) in enumerate(zip(ks, ts))])
 
 
 def page_settings(config: Config, table: pd.DataFrame) -> dict:
     """The settings the page cites (glued as ``ch06_<name>``): ``tau_first``, ``temperature``, ``first_grid_text``
     (settings tried first), ``ch3_gentlest`` and ``ch3_margin`` (chapter 3's gentlest non-zero ``both`` level and
-    equivalence margin, full profile), ``margin_text``, ``router_samples``, ``router_samples_bmax`` (the
-    classifier's points per bank at the largest batch), and of the claims ``table`` (:func:`claims`, its
-    :func:`page_family`): ``claims_m`` (its comparisons, checks not counted) and ``claims_confidence`` (their
-    intervals' confidence, percent). Raises ``ValueError`` if ``table`` has no comparison."""
+    equivalence margin, full profile), ``router_samples``, ``router_samples_bmax`` (the classifier's points per
+    bank at the largest batch), and of the claims ``table`` (:func:`claims`, its :func:`page_family`): ``claims_m``
+    (its comparisons, checks not counted) and ``claims_confidence`` (their intervals' confidence, percent). Raises
+    ``ValueError`` if ``table`` has no comparison."""
     from ..shift_strength.run import PROFILES as CH3_PROFILES, make_config as ch3_config
-    ch3_margin, fam = ch3_config("full").tie_margin, page_family(table)
+    fam = page_family(table)
     return dict(tau_first=TEMPERATURE_TRIED_FIRST, temperature=config.temperature,
                 first_grid_text=", ".join(fmt_level(t) for t in FIRST_STRENGTH_GRID),
-                ch3_gentlest=min(t for t in CH3_PROFILES["full"]["both_levels"] if t > 0), ch3_margin=ch3_margin,
-                margin_text=margin_phrase(TOST_MARGIN, ch3_margin), router_samples=config.router_samples,
+                ch3_gentlest=min(t for t in CH3_PROFILES["full"]["both_levels"] if t > 0),
+                ch3_margin=ch3_config("full").tie_margin, router_samples=config.router_samples,
                 router_samples_bmax=config.router_samples // max(config.inference_batches),
                 claims_m=fam.m, claims_confidence=100 * fam.confidence)
 
@@ -543,31 +461,46 @@ def _early_fill(f: pd.DataFrame) -> dict:
 
 def _either(key: str, holds, yes: str, no: str, fill=None) -> tuple[Note, Note]:
     """Two notes of ``key``: ``yes`` where ``holds(claims, numbers)``, else ``no`` (with ``fill``'s fields)."""
-    return Note(key, holds, yes), Note(key, lambda c, f: not holds(c, f), no, fill)
+    return Note(key, holds, yes, fill), Note(key, lambda c, f: not holds(c, f), no, fill)
 
 
-_exact = lambda key: (lambda c, f: claim(c, key).kind == "exact")  # noqa: E731
-#: The page's binary outcomes (:class:`bnstudy.study.words.Note`): exactly one note of each key holds.
+def _head_loses(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
+    """Whether the fully task-unknown claim (``routed_gentle_<b>_k<K>``) is shown lower for some task count."""
+    return any(claim(c, f"routed_gentle_{b}_k{k}").kind == "lower" for k in _ks(f))
+
+
+def _head_open(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
+    """Whether some task count's fully task-unknown claim (``routed_gentle_<b>_k<K>``) is left open: neither a
+    direction nor equivalence shown (:data:`OPEN_KINDS`), so "no loss shown" is not "no loss"."""
+    return any(claim(c, f"routed_gentle_{b}_k{k}").kind in OPEN_KINDS for k in _ks(f))
+
+
+#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`, glued as ``ch06_<key>``): exactly one note
+#: of each key holds. ``cost_vs_routing_text`` is plain words: the guide and the front page paste it across pages.
 NOTES = (
-    *_either("oracle_exact_text", _exact("oracle_exact"), "the largest difference over all runs is zero",
-             "yet in some run they differ, by up to {estimate:.3g}", lambda c, f: dict(claim(c, "oracle_exact"))),
-    Note("train_is_last_bank_text", _exact("train_is_last_bank"), "the two are equal in every seed and cell"),
-    Note("train_is_last_bank_text", lambda c, f: claim(c, "train_is_last_bank").kind != "exact"
-         and claim(c, "train_is_last_bank").n > 0, "in some seed or cell the two differ"),
-    Note("train_is_last_bank_text", lambda c, f: claim(c, "train_is_last_bank").n == 0,
-         "no run with two tasks to check it on"),
     *_either("known_head_text", lambda c, f: number(f, "cost_after_routing"),
              "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on "
              "this grid", "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not "
              "everywhere a wrong bank measurably costs on this grid"),
     # which comes first on the strength axis, both read off the page's family intervals (findings): a wrong bank's
-    # cost or per-sample routing; plain words, the guide and the front page paste it across pages
-    Note("cost_vs_routing_text", lambda c, f: number(f, "cost_after_routing"),
-         "{counts}, each wrong-bank cost is shown (at the page's family level) only at or above the strength from "
-         "which per-sample routing works.", lambda c, f: _early_fill(f)),
-    Note("cost_vs_routing_text", lambda c, f: not number(f, "cost_after_routing"),
-         "Not everywhere does the cost wait for routing: the cost of {early} is shown (at the page's family level) "
-         "below the strength from which per-sample routing works.", lambda c, f: _early_fill(f)),
+    # cost or per-sample routing
+    *_either("cost_vs_routing_text", lambda c, f: number(f, "cost_after_routing"),
+             "{counts}, each wrong-bank cost is shown (at the page's family level) only at or above the strength from "
+             "which per-sample routing works.", "Not everywhere does the cost wait for routing: the cost of {early} is "
+             "shown (at the page's family level) below the strength from which per-sample routing works.",
+             lambda c, f: _early_fill(f)),
+    *_either("zero_shift_text", lambda c, f: number(f, "n_above_chance") == number(f, "n_chance_cells"),
+             "which lets every router do better than chance (1/K) at every inference batch size",
+             "which is not enough for every router to do better than chance (1/K) at every inference batch size "
+             "({above} of the {cells} cells are shown above it)",
+             lambda c, f: dict(above=number(f, "n_above_chance"), cells=number(f, "n_chance_cells"))),
+    *_either("strong_routing_text", lambda c, f: claim(c, "perfect_at_strong").kind == "exact",
+             f"There, every hard router ({join([f'`{r}`' for r in HARD_ROUTERS])}) sends every sample to its own bank "
+             "at every inference batch size in every seed, so its accuracy equals the oracle's by construction: a "
+             "check, not a finding.", "There, not every hard router routes every sample to its own bank (lowest "
+             "seed's routing: {off}), so not every router's accuracy equals the oracle's by construction.",
+             lambda c, f: dict(off=", ".join(f"`{r}` ({number(f, f'route_strong_min_{r}'):.3f})" for r in HARD_ROUTERS
+                                             if number(f, f"route_strong_min_{r}") < 1.0))),
     *_either("batch_effect_text", lambda c, f: all(number(f, f"route_gentle_bmax_k{k}_nearest_first").mean
                                                    > number(f, f"route_gentle_b1_k{k}_nearest_first").mean
                                                    for k in _ks(f)),
@@ -577,100 +510,53 @@ NOTES = (
              "route the gentlest shift more often on average with every task count"),
 )
 
+#: The fully task-unknown outcomes (the router also picks the head, at the gentlest shift), in order: a loss shown
+#: per sample and with batches; per sample only, with batches shown not to lose; per sample only, batches left open;
+#: no loss shown per sample but a claim left open; no loss shown and none open. Each has the answer's plain first
+#: sentence (``lead``, issue 37) and what to do (``unknown_head_text``, the answer box and the practice section).
+_OUTCOMES = (
+    lambda c, f: _head_loses(c, f, "b1") and _head_loses(c, f, "bmax"),
+    lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and not _head_open(c, f, "bmax"),
+    lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and _head_open(c, f, "bmax"),
+    lambda c, f: not _head_loses(c, f, "b1") and _head_open(c, f, "b1"),
+    lambda c, f: not _head_loses(c, f, "b1") and not _head_open(c, f, "b1"),
+)
+LEAD = tuple(Note("lead", when, text) for when, text in zip(_OUTCOMES, (
+    "**Not without a cost.** Routing by statistics works at clear shifts, but with the task unknown and a gentle "
+    "shift it loses accuracy, in batches too at some task count tried: keep a task label.",
+    "**Yes, with batches.** Routing by statistics works at clear shifts, but one image at a time loses accuracy at "
+    "gentle shifts when the task is unknown: route batches.",
+    "**Not one image at a time.** Routing by statistics works at clear shifts, but one image at a time loses "
+    "accuracy at gentle shifts when the task is unknown, and whether batches avoid that is not decided on this "
+    "grid: keep a task label.",
+    "**Not decided.** Routing by statistics works at clear shifts, but whether it loses accuracy at a gentle shift "
+    "when the task is unknown is not decided on this grid (the intervals include losses): keep a task label until "
+    "it is.",
+    "**Yes, on this grid.** Routing by first-layer statistics shows no loss, even with the task unknown: keep one "
+    "set of statistics per task and route.")))
+HEAD = tuple(Note("unknown_head_text", when, text) for when, text in zip(_OUTCOMES, (
+    "Where the shift is gentle and the router must also pick the head, keep a task label: pooling inference "
+    "batches cuts the loss but does not remove it.",
+    "Where the shift is gentle and the router must also pick the head, route pooled inference batches rather than "
+    "single images, or keep a task label.",
+    "Where the shift is gentle and the router must also pick the head, single images lose, and whether pooled "
+    "batches avoid the loss is not decided on this grid: keep a task label there.",
+    "Whether a gentle shift needs a task label when the router must also pick the head is not decided on this grid "
+    "(some interval includes losses): keep one until it is.",
+    "Even where the router must also pick the head, no loss is shown on this grid: routing needs no task label "
+    "there.")))
+
 
 def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
-    """Every data-chosen sentence of the page (plain Markdown, glued as ``ch06_<name>``), from the numbers ``f``
-    (:func:`findings`), the router cells ``cells`` (:func:`cell_tests`) and the claims ``table``
-    (:func:`claims`): the answer box (``answer``, ``what_to_do``), the figures' takeaways (``*_takeaway``), the
-    :data:`NOTES` and the prose's phrases (``*_text``); no name clashes with a numbers or claims key."""
-    n = lambda key: number(f, key)  # noqa: E731
-    ks, gentle, bmax, nf = _ks(f), n("gentle"), n("bmax"), "nearest_first"
-    vs = lambda stem: join([f"{verdict_md(claim(table, f'{stem}_k{k}'))} with {count_word(k)} tasks"  # noqa: E731
-                            for k in ks])
-    routed = lambda b: [claim_text(claim(table, f"routed_gentle_{b}_k{k}"), clip=(-1, 1)) for k in ks]  # noqa: E731
-    routed_b1 = join([f"{t} with {count_word(k)} tasks" for k, t in zip(ks, routed("b1"))])
-    out = dict(works_b1_text=works_phrase(_per_k(f, "works_from_b1"), gentle, _per_k(f, "route_at_works_b1"),
-                                          n("threshold_confidence") / 100),
-               works_b1_short_text=works_phrase(_per_k(f, "works_from_b1"), gentle),
-               works_bmax_text=works_phrase(_per_k(f, "works_from_bmax"), gentle),
-               equivalence_text=equivalence_phrase(cells, n("tost_margin")), below_text=below_phrase(cells, n("zero")))
-    parts = []
-    for i, k in enumerate(k for k in ks if n(f"nall_worst_k{k}").mean < 0):
-        iv, t = n(f"nall_worst_k{k}"), fmt_level(n(f"nall_worst_t_k{k}"))
-        m, lo, hi = _iv(iv, 3, flip=True)
-        # magnitudes "below"; an interval reaching above zero is said as such (no "-0.2 below")
-        span, avg = (f"{lo} to {hi} below", "") if iv.high < 0 else (f"from {-float(lo):.3f} above to {hi} below",
-                                                                       " on average")
-        parts.append(f"{m} below `{nf}`{avg} at t = {t} with {count_word(k)} tasks (95% interval {span})" if i == 0
-                     else f"{m} below{avg} at t = {t} with {count_word(k)} ({span})")
-    out["nall_worst_text"] = "but not at every strength: it routes " + join(parts) if parts else \
-        "and no less at any strength on average"
-    zero_b1 = join([f"{n(f'route_zero_b1_k{k}_{nf}').mean:.3f} ({_tasks(i, k)})" for i, k in enumerate(ks)])
-    numbers = (f"`{nf}` routes {zero_b1} per sample, and "
-               f"{join([format(n(f'route_zero_bmax_k{k}_{nf}').mean, '.3f') for k in ks])} with batches of {bmax}")
-    tests = f"one-sided t tests against 1/K at 0.05/m, Bonferroni over the {n('n_chance_cells')} (router, task count, inference " \
-            "batch) cells"
-    out["zero_shift_text"] = (
-        f"which lets every router do better than chance (1/K) at every inference batch size ({tests}): {numbers}"
-        if n("n_above_chance") == n("n_chance_cells") else
-        "which is not enough for every router to do better than chance (1/K) at every inference batch size "
-        f"({n('n_above_chance')} of the {n('n_chance_cells')} cells are shown above it; {tests}): {numbers}")
-    out.update(notes(NOTES, table, f))
-    off = [f"`{r}` ({n(f'route_strong_min_{r}'):.3f})" for r in HARD_ROUTERS if n(f"route_strong_min_{r}") < 1.0]
-    out["strong_routing_text"] = (
-        f"There, every hard router ({join([f'`{r}`' for r in HARD_ROUTERS])}) sends every sample to its own bank at "
-        "every inference batch size in every seed, so its accuracy equals the oracle's by construction: a check, not "
-        "a finding." if claim(table, "perfect_at_strong").kind == "exact" else
-        f"There, not every hard router routes every sample to its own bank (lowest seed's routing: {join(off)}), "
-        "so not every router's accuracy equals the oracle's by construction.")
-    cost = out["cost_vs_routing_text"]  # a note (NOTES); plain words: the guide pastes it across pages
-    apart = out["cell_counts_apart_text"] = cells_apart_text(cells, n("tost_margin"))
-    head_loses, bmax_loses = _head_loses(table, f, "b1"), _head_loses(table, f, "bmax")
-    head_open = _head_open(table, f, "b1") or _head_open(table, f, "bmax")
-    out["unknown_head_text"] = f"at the gentlest shift (t = {gentle:g}) the routed head minus the oracle is " \
-        f"{routed_b1} per sample" + (
-            f", so there routing by statistics does not stand in for the task label, not even in batches of {bmax:.0f} "
-            f"(the loss shrinks to {join(routed('bmax'))} but is still shown): keep a task label."
-            if head_loses and bmax_loses else
-            ", so there routing by statistics does not stand in for the task label: pool inference batches, or keep "
-            "a task label." if head_loses else ": no loss is shown there, but some interval includes losses, so "
-            "whether routing stands in for the task label is not decided on this grid." if head_open else
-            ": no loss is shown there on this grid.")
-    works = f"{out['works_b1_short_text']}; with batches of {bmax} {out['works_bmax_text']}"
-    out.update(
-        routing_takeaway=f"Takeaway: per-sample routing works {works}.",
-        accuracy_takeaway="Takeaway: at the strongest shift, train mode and pinned statistics minus the oracle read "
-                          + join([f"{verdict_md(claim(table, f'train_vs_oracle_k{k}'))} and "
-                                  f"{verdict_md(claim(table, f'pinned_vs_oracle_k{k}'))} with {count_word(k)} tasks"
-                                  for k in ks]) + ".",
-        cost_takeaway=f"Takeaway: {cost} With the task's own head, {apart}.",
-        unknown_takeaway=f"Takeaway: with the head routed too, at the gentlest shift per sample the difference reads "
-                         f"{vs('routed_gentle_b1')}.")
-    strong = join([f"{n(f'route_strong_b1_k{k}_{nf}').mean:.3f} with {_tasks(i, k)}" for i, k in enumerate(ks)])
-    out["answer"] = " ".join((
-        f"When the task is unknown and the router also picks the head, accuracy minus the oracle's at the gentlest "
-        f"shift (t = {gentle:g}) is {routed_b1} per sample, and {join(routed('bmax'))} with batches of {bmax}.",
-        f"Routed to the bank nearest its own statistics at the first BatchNorm layer's input (`{nf}`), one image per "
-        f"decision, an input reaches the right bank {strong} at the strongest shift (t = {n('strong'):g}), and "
-        f"{join([format(n(f'route_gentle_b1_k{k}_{nf}').mean, '.3f') for k in ks])} at the gentlest.",
-        f"Taking “works” as routing shown above {n('route_ok'):g}, per-sample routing works "
-        f"{out['works_b1_short_text']}, and with batches of {bmax} {out['works_bmax_text']}.",
-        f"With the task's own head, {apart}.", cost))
-    out["lead"] = notes(LEAD, table, f)["lead"]
-    why = ([] if n("cost_after_routing") else ["a wrong bank costs accuracy at shifts too gentle for one image to "
-                                               "route"]) + \
-        (["a router that also picks the head loses accuracy at the gentlest shift"] if head_loses else [])
-    out["what_to_do"] = (
-        "Keep one set of BatchNorm statistics per task over the shared frozen weights "
-        "(`bnstudy.study.banks.StatisticBank(model.backbone, n_banks=2)` for two tasks) and send each input batch to the bank nearest its "
-        "first-layer statistics (`bnstudy.study.routing.routed_forward(bank, x, bnstudy.study.routing.NearestStatistics(bank))`)"
-        + (f"; where the shift is gentle, keep a task label: pooling inference batches of {bmax:.0f} cuts the loss of "
-           "a router that also picks the head but does not remove it" + (f" ({join(why)})." if why else ".")
-           if bmax_loses else
-           "; where the shift is gentle, pool inference batches or keep a task label (" + join(why) + ")." if why
-           else "; whether a gentle shift needs a task label is not decided on this grid (some interval includes "
-           "losses): keep one until it is." if head_open else "; on this grid that needs no task label."))
-    return out
+    """The page's data-chosen words (plain Markdown, glued as ``ch06_<name>``) from the numbers ``f``
+    (:func:`findings`), the router cells ``cells`` (:func:`cell_tests`) and the claims ``table`` (:func:`claims`):
+    where routing works (``works_b1_short_text``, ``works_bmax_text``), the cells' counts
+    (``cell_counts_apart_text``), and the notes :data:`NOTES`, :data:`LEAD` and :data:`HEAD`."""
+    gentle = number(f, "gentle")
+    return dict(works_b1_short_text=works_phrase(_per_k(f, "works_from_b1"), gentle),
+                works_bmax_text=works_phrase(_per_k(f, "works_from_bmax"), gentle),
+                cell_counts_apart_text=cells_apart_text(cells, number(f, "tost_margin")),
+                **notes(NOTES + LEAD + HEAD, table, f))
 
 
 def cells_apart_text(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
@@ -685,69 +571,43 @@ def cells_apart_text(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
         "; of the other cells, ", "; no other cell is left")
 
 
-def _head_loses(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
-    """Whether the fully task-unknown claim (``routed_gentle_<b>_k<K>``) is shown lower for some task count."""
-    return any(claim(c, f"routed_gentle_{b}_k{k}").kind == "lower" for k in _ks(f))
+def _mixture(c: pd.DataFrame) -> str:
+    """The soft mixture's claim at the largest task count (its kind, for :data:`MIXTURE_NOTES`)."""
+    return claim(c, max((key for key in c.key if key.startswith("mixture_vs_oracle_k")),
+                        key=lambda key: int(key.rsplit("_k", 1)[1]))).kind
 
 
-def _head_open(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
-    """Whether some task count's fully task-unknown claim (``routed_gentle_<b>_k<K>``) is left open: neither a
-    direction nor equivalence shown (:data:`OPEN_KINDS`), so "no loss shown" is not "no loss"."""
-    return any(claim(c, f"routed_gentle_{b}_k{k}").kind in OPEN_KINDS for k in _ks(f))
+def _worst_at_best(tf: pd.DataFrame) -> dict:
+    """The fields of the held-out temperature notes (``tf``: :func:`temperature_findings`): ``kept``, ``best``,
+    ``m`` (the cells checked at ``best``) and ``w``, the worst interval at ``best``."""
+    best = number(tf, "best")
+    return dict(kept=number(tf, "kept"), best=best, m=number(tf, "best_m"),
+                w=number(tf, f"worst_tau_{_slug(f'{best:g}')}"))
 
 
-#: The answer's plain first sentence (issue 37), chosen by the fully task-unknown claims (the router also picks the
-#: head, at the gentlest shift): a loss shown per sample and with batches; per sample only, with batches shown not to
-#: lose or left open; no loss shown per sample but a claim left open; no loss shown and none open.
-LEAD = (
-    Note("lead", lambda c, f: _head_loses(c, f, "b1") and _head_loses(c, f, "bmax"),
-         "**Not without a cost.** Routing by statistics works at clear shifts, but with the task unknown and a "
-         "gentle shift it loses accuracy, in batches too at some task count tried: keep a task label."),
-    Note("lead", lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and not _head_open(c, f, "bmax"),
-         "**Yes, with batches.** Routing by statistics works at clear shifts, but one image at a time loses "
-         "accuracy at gentle shifts when the task is unknown: route batches."),
-    Note("lead", lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and _head_open(c, f, "bmax"),
-         "**Not one image at a time.** Routing by statistics works at clear shifts, but one image at a time loses "
-         "accuracy at gentle shifts when the task is unknown, and whether batches avoid that is not decided on "
-         "this grid: keep a task label."),
-    Note("lead", lambda c, f: not _head_loses(c, f, "b1") and _head_open(c, f, "b1"),
-         "**Not decided.** Routing by statistics works at clear shifts, but whether it loses accuracy at a gentle "
-         "shift when the task is unknown is not decided on this grid (the intervals include losses): keep a task "
-         "label until it is."),
-    Note("lead", lambda c, f: not _head_loses(c, f, "b1") and not _head_open(c, f, "b1"),
-         "**Yes, on this grid.** Routing by first-layer statistics shows no loss, even with the task unknown: keep"
-         " one set of statistics per task and route."),
+#: The practice bullet on the soft mixture, on the claims table and the held-out temperature check's numbers
+#: (:func:`temperature_findings`): ``mixture_text`` by the mixture's verdict at the largest task count ("Prefer hard
+#: routing" only where it is shown lower); ``temperature_text`` by what the held-out check found.
+MIXTURE_NOTES = (
+    Note("mixture_text", lambda c, tf: _mixture(c) == "lower", "Prefer hard routing to the soft mixture."),
+    Note("mixture_text", lambda c, tf: _mixture(c) == "higher", "The soft mixture beats the oracle here."),
+    Note("mixture_text", lambda c, tf: _mixture(c) not in ("lower", "higher"),
+         "The soft mixture gains nothing over hard routing."),
+    Note("temperature_text", lambda c, tf: np.isclose(number(tf, "best"), number(tf, "kept")),
+         "The held-out temperature check found no temperature better than τ = {kept:g}.",
+         lambda c, tf: _worst_at_best(tf)),
+    Note("temperature_text", lambda c, tf: not np.isclose(number(tf, "best"), number(tf, "kept"))
+         and bool(number(tf, "best_no_direction")),
+         "At τ = {best:g}, the least bad temperature in the held-out check, the mixture's worst difference from the "
+         "oracle is {w.mean:.4f} ({w.low:.4f} to {w.high:.4f}) and no strength checked shows a direction (one "
+         "family of {m}), so the advice is for τ = {kept:g} only (the main sweep was not rerun at τ = {best:g}).",
+         lambda c, tf: _worst_at_best(tf)),
+    Note("temperature_text", lambda c, tf: not np.isclose(number(tf, "best"), number(tf, "kept"))
+         and not number(tf, "best_no_direction"),
+         "At τ = {best:g}, the held-out check's least bad temperature, the mixture's worst difference from the "
+         "oracle is {w.mean:.4f} ({w.low:.4f} to {w.high:.4f}); the main sweep was not rerun at it.",
+         lambda c, tf: _worst_at_best(tf)),
 )
-
-
-def mixture_advice(table: pd.DataFrame, tf: pd.DataFrame) -> str:
-    """The practice bullet on the soft mixture: its claim at the largest task count (``table``: :func:`claims`),
-    worded for its verdict ("Prefer hard routing ..." only where the mixture is shown lower), and what the held-out
-    check (``tf``: :func:`temperature_findings`) found at its least bad temperature."""
-    kept_t, best = number(tf, "kept"), number(tf, "best")
-    kept = f"τ = {kept_t:g}"
-    k = max(int(key.rsplit("_k", 1)[1]) for key in table.key if key.startswith("mixture_vs_oracle_k"))
-    c = claim(table, f"mixture_vs_oracle_k{k}")
-    m, lo, hi = _iv(Interval(c.estimate, c.low, c.high, int(c.n)).clipped(-1, 1), 4)  # printed ends, as glued
-    tasks = f"the strongest shift with {count_word(k)} tasks"
-    lead = {"lower": f"Prefer hard routing to the soft mixture at {kept}: at {tasks} the mixture differs from the "
-                     "oracle by",
-            "higher": f"The soft mixture at {kept} beats the oracle at {tasks}: it differs from it by"}.get(
-        c.kind, f"The soft mixture at {kept} gains nothing over hard routing at {tasks}: it differs from the oracle by")
-    text = f"{lead} {m} ({lo} to {hi}; {c.verdict}), " + (
-        "where hard routing matches the oracle by construction." if claim(table, "perfect_at_strong").kind == "exact"
-        else "where not every hard router routes perfectly either.")
-    if np.isclose(best, kept_t):
-        return text + f" The held-out temperature check found no temperature better than {kept}."
-    wm, wlo, whi = _iv(number(tf, f"worst_tau_{_slug(f'{best:g}')}"), 4)
-    if number(tf, "best_no_direction"):
-        return text + (f" At τ = {best:g}, the least bad temperature in the held-out check, the mixture's worst "
-                       f"difference from the oracle is {wm} ({wlo} to {whi}) and no strength checked shows a direction "
-                       f"(one family of {number(tf, 'best_m')}), so the advice is for {kept} only (the main sweep was "
-                       f"not rerun at τ = {best:g}).")
-    return text + (f" At τ = {best:g}, the held-out check's least bad temperature, the mixture's worst difference "
-                   f"from the oracle is {wm} ({wlo} to {whi}); the main sweep was not rerun at it.")
-
 
 # --- shift families that are not brightness/contrast (issue 35) ----------------------------------------------------
 
@@ -910,9 +770,10 @@ def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None)
     """The families' sentences (glued as ``ch06_<name>``): ``fam_intro_text`` (what was run, from
     :data:`.run.FAMILY_SHIFTS` and the strengths, and how little the gentlest level shifts), ``fam_oracle_text``
     (these shifts are detected, not undone: the oracle's own fall), ``fam_unknown_text`` (the fully task-unknown
-    cost, per family and task count, per sample and with the largest batches, at the gentlest and the next
-    strength, and the largest loss above the gentlest), ``fam_routing_text`` (where routing works, at the claims'
-    family level), ``fam_wrong_text`` (the wrong-bank costs' verdicts, floors marked), ``fam_cells_text`` (the
+    cost counted over the (family, task count) pairs, per sample and with the largest batches, at the gentlest and
+    the next strength, and the largest loss above the gentlest), ``fam_routing_text`` (where routing works, at the
+    claims' family level), ``fam_wrong_text`` (the wrong-bank costs counted, :func:`bnstudy.study.words.counts_text`,
+    floors named), ``fam_cells_text`` (the
     router cells with those equal to the oracle by construction apart, :func:`cells_apart_text`) and ``fam_answer``
     (one sentence for the answer box and the front page: counts of the printed verdicts at both strengths, and what
     to do by :func:`family_advice` on the next strength's). With no rows every one says so (:data:`NO_FAMILY`)."""
@@ -924,12 +785,6 @@ def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None)
     bmax, gentle, strong, nxt = (int(fdf.inference_batch.max()), number(f, "fam_gentle"), number(f, "fam_strong"),
                                  number(f, "fam_next"))
     ks = sorted(int(k) for k in fdf.n_tasks.unique())
-    per = lambda q, fam: join([f"{family_claim_text(claim(table, f'fam_{fam}_{q}_k{k}'))} with "  # noqa: E731
-                               f"{_tasks(i, k)}" for i, k in enumerate(ks)])
-    verdicts = lambda q, fam: join([f"{verdict_md(claim(table, f'fam_{fam}_{q}_k{k}'))} with "  # noqa: E731
-                                    f"{count_word(k)} tasks" + (" (new tasks near chance: a floor)"
-                                                                if q == "pinned" and _near_chance(f, fam, k) else "")
-                                    for k in ks])
     names = join([FAMILY_WORDS.get(fam, fam) for fam in families])
     n_fam = f"{count_word(len(families))} shift famil{'y' if len(families) == 1 else 'ies'}"
     has_next = not math.isnan(nxt)
@@ -962,42 +817,40 @@ def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None)
         return (f"{iv.mean:.3f} at t = {fmt_level(t)} with {count_word(k)} tasks (95% interval {iv.low:.3f} to "
                 f"{iv.high:.3f})")
     worst = "; ".join(f"**{fam}**: " + join([loss(fam, k) for k in ks]) for fam in families) if has_next else ""
+    n = len(families) * len(ks)
+    kinds = lambda q: [_kind_or_home(claim(table, f"fam_{fam}_{q}_k{k}")) for fam in families for k in ks]  # noqa: E731
+    pairs = f"{n} (family, task count) pair{'' if n == 1 else 's'}"
+    at = lambda q: (f"{_counted(kinds(f'routed_{q}b1'))} per sample and "  # noqa: E731
+                    f"{_counted(kinds(f'routed_{q}bmax'))} with batches of {bmax}")
     out["fam_unknown_text"] = (
         f"**The cost when the task is unknown** (`nearest_first` picks the bank and the head; the routed head minus "
-        f"the oracle) at t = {gentle:g}: " + "; ".join(
-            f"**{fam}**: {per('routed_b1', fam)} per sample, and {per('routed_bmax', fam)} with batches of {bmax}"
-            for fam in families) + "." + (
-            f" At t = {nxt:g}: " + "; ".join(
-                f"**{fam}**: {per('routed_next_b1', fam)} per sample, and {per('routed_next_bmax', fam)} with "
-                f"batches of {bmax}" for fam in families) + ". Where per-sample routing works it is still not free when "
-            "the router picks the head: the largest mean loss per sample at those strengths (not in the claims "
-            "family) is " + worst + "."
-            if has_next else ""))
+        f"the oracle), over the {pairs}: at t = {gentle:g} it is {at('')}" + (
+            f"; at t = {nxt:g}, {at('next_')}. Where per-sample routing works it is still not free when the router "
+            "picks the head: the largest mean loss per sample at those strengths (not in the claims family) is "
+            + worst + "." if has_next else "."))
     out["fam_routing_text"] = (
         f"Where routing works, by the rule above at these claims' own family level ({number(f, 'fam_confidence'):.4g}% "
         f"intervals, Bonferroni over {number(f, 'fam_m'):.0f} comparisons) and on the levels tested: " + "; ".join(
             f"**{fam}**: per sample {works_phrase(_per_k(f, f'fam_{fam}_works_from_b1'), gentle)}, with batches of "
             f"{bmax} {works_phrase(_per_k(f, f'fam_{fam}_works_from_bmax'), gentle)}" for fam in families))
-    out["fam_wrong_text"] = "; ".join(f"**{fam}**, `train_mode` minus the oracle: {verdicts('train', fam)}; pinned "
-                                      f"minus the oracle: {verdicts('pinned', fam)}" for fam in families)
+    floors = [f"{fam} with {count_word(k)} tasks" for fam in families for k in ks if _near_chance(f, fam, k)]
+    out["fam_wrong_text"] = counts_text(table[table.key.str.contains(r"_(?:train|pinned)_k")], "comparisons",
+                                        "a wrong bank", "the oracle", TOST_MARGIN, ALPHA) + (
+        f"; the new tasks' oracle accuracy is at or below {NEAR_CHANCE:g} for {join(floors)}, where pinned statistics "
+        "have nothing to cost (a floor, no test)" if floors else "")
     out["fam_cells_text"] = "; ".join(
         f"**{fam}**: " + cells_apart_text(cell_tests(fdf[fdf.shift_family == fam].drop(columns="shift_family")))
         for fam in families)
-    n = len(families) * len(ks)
-    kinds = lambda q: [_kind_or_home(claim(table, f"fam_{fam}_{q}_k{k}")) for fam in families for k in ks]  # noqa: E731
-    pairs = f"{n} (family, task count) pair{'' if n == 1 else 's'}"
     home = number(f, "fam_bmax_home_from")
     home_text = ("" if math.isnan(home) else f"; from t = {fmt_level(home)} on, batches of {bmax} send every input "
                  "to its own bank in every pair and seed")
     if has_next:
-        lead = (f"at t = {nxt:g}, the first real shift, the routed head is {_counted(kinds('routed_next_b1'))} per "
-                f"sample and {_counted(kinds('routed_next_bmax'))} with batches of {bmax}, of {pairs}: "
+        lead = (f"at t = {nxt:g}, the first real shift, the routed head is {at('next_')}, of {pairs}: "
                 + family_advice(kinds("routed_next_b1"), kinds("routed_next_bmax")).rstrip(".")
-                + f"{home_text}. At t = {gentle:g}, next to no shift, it is {_counted(kinds('routed_b1'))} per sample "
-                f"and {_counted(kinds('routed_bmax'))} with batches of {bmax}: the cost of an unknown task alone.")
+                + f"{home_text}. At t = {gentle:g}, next to no shift, it is {at('')}: the cost of an unknown task "
+                "alone.")
     else:
-        lead = (f"the routed head is {_counted(kinds('routed_b1'))} per sample and {_counted(kinds('routed_bmax'))} "
-                f"with batches of {bmax} at t = {gentle:g}, of {pairs}: "
+        lead = (f"the routed head is {at('')} at t = {gentle:g}, of {pairs}: "
                 + family_advice(kinds("routed_b1"), kinds("routed_bmax")))
     out["fam_answer"] = (
         f"Under {names} ({n_fam}, each new task shifted differently, t from {gentle:g} to {strong:g}; a three-block "
