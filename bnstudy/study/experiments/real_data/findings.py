@@ -1,8 +1,8 @@
 """Chapter 7, what is claimed from :mod:`.run`'s rows: the claims at the reference (:func:`claims`) and at every
-condition (:func:`condition_claims`, :func:`cited`), the numbers table (:func:`findings`), the answer box and the
-tidy tables the figures draw. A difference is *condition minus reference*, the freeze modes' reference being
-``backbone_eval``: the ``cost`` of drifting statistics is task A's ``train_mode - backbone_eval`` (negative when
-train mode loses), its ``benefit`` task B's."""
+condition (:func:`condition_claims`, :func:`cited`), the numbers table (:func:`findings`), the page's rule-triggered
+words (:data:`NOTES`, :func:`words`) and the tidy tables the figures draw. A difference is *condition minus
+reference*, the freeze modes' reference being ``backbone_eval``: the ``cost`` of drifting statistics is task A's
+``train_mode - backbone_eval`` (negative when train mode loses), its ``benefit`` task B's."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ...inference import (Family, Interval, Question, ask, at_resolution, claims
                           paired_differences, rank_correlation, t_interval)
 from ...modes import MODE_NAMES
 from ...report import p_text
-from ...words import Note, claim, claim_text, count_word, join, notes, verdict_md
+from ...words import Note, claim, claim_text, join, notes, verdict_md
 
 #: The level of every family (Bonferroni intervals at ALPHA / m; counts count the printed verdicts).
 ALPHA = 0.05
@@ -439,7 +439,7 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
         n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]),
         m_reference=len(REFERENCE_CLAIMS) * len(nets),
         f2_lowest_bound=float(conds[conds.question == "f2"]["low"].min()) + CHANCE_LINE,
-        inversion_sentence=_inversion_sentence(out, nets, n_seeds), example_pair=_example_pair(cond), **out),
+        example_pair=_example_pair(cond), **out),
         bounds=lambda key: _BOUNDS.get(key, (-math.inf, math.inf)))
 
 
@@ -468,20 +468,6 @@ def _c2_phrase(outcome: str, safe, harm, loss: pd.DataFrame, lowest: str, cost_n
     return "no condition was shown harmful"
 
 
-def _inversion_sentence(out: dict, nets: tuple, n_seeds: int) -> str:
-    run_nets = [n for n in nets if out["inversion_monotone"][n] != "not run"]
-    if not run_nets:
-        return "inversion was not run at two or more severities"
-    no = [n for n in run_nets if out["inversion_monotone"][n] == "no"]
-    head = ("the median mismatch of inversion does not rise monotonically with severity on any network"
-            if len(no) == len(run_nets) else
-            "the median mismatch of inversion rises monotonically with severity on every network" if not no else
-            f"the median mismatch of inversion does not rise monotonically with severity for "
-            f"{join([_in_prose(n) for n in no])}")
-    seeds = join([f"{out['inversion_nonmonotone_seeds'][n]} of {n_seeds} seeds for {_in_prose(n)}" for n in run_nets])
-    return f"{head}, and it fails to rise in {seeds}"
-
-
 def _example_pair(cond: pd.DataFrame) -> str:
     """Two conditions of different corruptions with about the same median mismatch (within 25%) and the largest
     difference in cost, over every network, in a sentence; "" when there is no such pair."""
@@ -499,10 +485,10 @@ def _example_pair(cond: pd.DataFrame) -> str:
             f"against {hi.cost:.3f} ({hi.cost_lo:.3f} to {hi.cost_hi:.3f})")
 
 
-# --- the page: tables, glue, the answer box, takeaways --------------------------------------------------------------
+# --- the page: tables, glue and its rule-triggered words ----------------------------------------------------
 
 #: Numbers that are sentences or numbers as text: glued as plain Markdown (:func:`glued`), not bold.
-PLAIN_FIELDS = ("inversion_sentence", "example_pair", "c2_phrase", "rho_p_text", "f3_near_zero_text",
+PLAIN_FIELDS = ("example_pair", "c2_phrase", "rho_p_text", "f3_near_zero_text",
                 "rho_within_text", "rho_across_text", "c2_threshold_separates", "c2_margin_002", "c2_margin_003",
                 "most_severe", "reference", "inversion_monotone")
 
@@ -646,112 +632,95 @@ def _everywhere(c: pd.DataFrame, f: pd.DataFrame, key: str, kind: str) -> bool:
     return _where(c, f, key, kind) == networks_of(f)
 
 
-#: The answer box's advice in parts (:class:`bnstudy.study.words.Note`, one of each key holds): ``lead``, the answer's
-#: plain first sentence (issue 37: whether chapter 1's task-A and task-B findings carried over on every network, by
-#: :func:`carried_claims`, the one test behind both findings and the ``carried`` sentence); ``fell``, whether task A is shown to fall at the reference;
-#: ``pin_keeps_a``, whether the check ``pinned_keep_a`` is exact on every network.
+def _carried_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
+    """The fields of the ``carried`` notes: ``m``, the size of :func:`carried_claims`' family, and ``a_not`` /
+    ``b_not``, the networks where chapter 1's task-A / task-B finding did not carry over, each with its verdict
+    (``""`` where it carried over on every network)."""
+    out = dict(m=2 * len(networks_of(f)))
+    for x, want in CARRIED.items():
+        no = [f"{_in_prose(n)} ({verdict_md(claim(c, f'carried_{x}_{n}'))})" for n in networks_of(f)
+              if claim(c, f"carried_{x}_{n}").kind != want]
+        out[f"{x}_not"] = join(no) if no else ""
+    return out
+
+
+def _gain_everywhere(f: pd.DataFrame) -> bool:
+    """Whether train mode is shown higher on task B at every condition of every network (``f3_n_higher``)."""
+    return all(number(f, f"f3_n_higher_{n}") == number(f, "n_conditions") for n in networks_of(f))
+
+
+def _near_zero(f: pd.DataFrame) -> list[str]:
+    """The networks with a task-B direction counted that rests on an interval end within :data:`NEAR_ZERO` of zero."""
+    return [n for n in networks_of(f) if number(f, f"f3_n_near_zero_{n}")]
+
+
+_AT_MOST = ("Where a corruption moves each network's statistics most (one test per finding and network, Bonferroni "
+            "over the {m}; task B on the seed's protocol), chapter 1's ")
+_A, _B = CARRIED.values()
+#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`, one of each key holds), glued as
+#: ``ch07_<key>`` (:func:`words`). ``lead``: the answer's plain first sentence (issue 37: whether chapter 1's task-A and
+#: task-B findings carried over on every network, by :func:`carried_claims`); ``carried``: the same test per finding,
+#: naming each network where one did not with its verdict; ``gain``: whether train mode is shown higher on task B at
+#: every condition (the counts, :func:`findings`); ``near_zero``: which of those counted directions rest on an interval
+#: end within :data:`NEAR_ZERO` of zero; ``fell``: whether task A is shown to fall at the reference; ``pin_keeps_a``:
+#: whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
-    Note("lead", lambda c, f: _everywhere(c, f, "carried_a", "lower") and _everywhere(c, f, "carried_b", "higher"),
-         "**Yes, where a corruption moves the statistics most.** There, on each network, the old task falls and, with one rate for both "
-         "heads, not tuned per path (the seed's protocol), the new one gains, as in chapter 1: pin the backbone in eval mode."),
-    Note("lead", lambda c, f: _everywhere(c, f, "carried_a", "lower") and
-         not _everywhere(c, f, "carried_b", "higher"),
+    Note("lead", lambda c, f: _everywhere(c, f, "carried_a", _A) and _everywhere(c, f, "carried_b", _B),
+         "**Yes, where a corruption moves the statistics most.** There, on each network, the old task falls and, with "
+         "one rate for both heads, not tuned per path (the seed's protocol), the new one gains, as in chapter 1: pin "
+         "the backbone in eval mode."),
+    Note("lead", lambda c, f: _everywhere(c, f, "carried_a", _A) and not _everywhere(c, f, "carried_b", _B),
          "**Partly.** Where a corruption moves the statistics most, the old task falls on every network, but "
-         "drifting statistics do not help the new task on every network (one rate for both heads, not tuned per path, the seed's "
-         "protocol): pin the backbone in eval mode."),
-    Note("lead", lambda c, f: not _everywhere(c, f, "carried_a", "lower"),
+         "drifting statistics do not help the new task on every network (one rate for both heads, not tuned per "
+         "path, the seed's protocol): pin the backbone in eval mode."),
+    Note("lead", lambda c, f: not _everywhere(c, f, "carried_a", _A),
          "**Not everywhere.** Even where a corruption moves the statistics most, the old task's fall is not shown "
          "on every network: pin the backbone in eval mode all the same."),
+    Note("carried", lambda c, f: _everywhere(c, f, "carried_a", _A) and _everywhere(c, f, "carried_b", _B),
+         _AT_MOST + "findings that the one-line freeze costs the old task and that drifting statistics help the new "
+         "task both carried over on every network.", _carried_fill),
+    Note("carried", lambda c, f: _everywhere(c, f, "carried_a", _A) and not _everywhere(c, f, "carried_b", _B),
+         _AT_MOST + "finding that the one-line freeze costs the old task carried over on every network; its finding "
+         "that drifting statistics help the new task did not carry over on {b_not}.", _carried_fill),
+    Note("carried", lambda c, f: not _everywhere(c, f, "carried_a", _A) and _everywhere(c, f, "carried_b", _B),
+         _AT_MOST + "finding that the one-line freeze costs the old task did not carry over on {a_not}; its finding "
+         "that drifting statistics help the new task carried over on every network.", _carried_fill),
+    Note("carried", lambda c, f: not _everywhere(c, f, "carried_a", _A) and not _everywhere(c, f, "carried_b", _B),
+         _AT_MOST + "finding that the one-line freeze costs the old task did not carry over on {a_not}, nor its "
+         "finding that drifting statistics help the new task on {b_not}.", _carried_fill),
+    Note("gain", lambda c, f: _gain_everywhere(f), "Over all {m} conditions of each network, the gain (on the seed's "
+         "protocol) is shown at every one.", lambda c, f: dict(m=number(f, "n_conditions"))),
+    Note("gain", lambda c, f: not _gain_everywhere(f),
+         "Over all {m} conditions of each network the gain (on the seed's protocol) is not shown everywhere: "
+         "drifting statistics are shown to help at {higher} and pinning to be better at {lower} of them.",
+         lambda c, f: dict(m=number(f, "n_conditions"), higher=join([
+             f"{number(f, f'f3_n_higher_{n}')} ({network_label(n)})" for n in networks_of(f)]),
+             lower=join([str(number(f, f"f3_n_lower_{n}")) for n in networks_of(f)]))),
+    Note("near_zero", lambda c, f: not _near_zero(f),
+         f"No task-B direction counted rests on an interval end within {NEAR_ZERO:g} of zero."),
+    Note("near_zero", lambda c, f: bool(_near_zero(f)),
+         f"Of the task-B directions counted, these rest on an interval end within {NEAR_ZERO:g} of zero, where about "
+         "three test images in one seed could flip the verdict: {which}.",
+         lambda c, f: dict(which=join([f"{_in_prose(n)}'s at {number(f, f'f3_near_zero_text_{n}')}"
+                                       for n in _near_zero(f)]))),
     Note("fell", lambda c, f: bool(_where(c, f, "drop", "lower")), "Turning off gradients does not keep task A on "
-         "{networks}: ", lambda c, f: dict(networks=join([_in_prose(n) for n in _where(c, f, "drop", "lower")]))),
-    Note("fell", lambda c, f: not _where(c, f, "drop", "lower"), "Task A was not shown to fall on any network here, but the one-line "
-                                               "freeze still rewrites every BatchNorm layer's statistics: "),
-    Note("pin_keeps_a", lambda c, f: _everywhere(c, f, "pinned_keep_a", "exact"), "keeps task A exactly on every network here (a check of the code)"),
+         "{networks}:", lambda c, f: dict(networks=join([_in_prose(n) for n in _where(c, f, "drop", "lower")]))),
+    Note("fell", lambda c, f: not _where(c, f, "drop", "lower"), "Task A was not shown to fall on any network here, "
+         "but the one-line freeze still rewrites every BatchNorm layer's statistics:"),
+    Note("pin_keeps_a", lambda c, f: _everywhere(c, f, "pinned_keep_a", "exact"),
+         "keeps task A exactly on every network here (a check of the code)"),
     Note("pin_keeps_a", lambda c, f: not _everywhere(c, f, "pinned_keep_a", "exact"),
          "should keep task A exactly, yet in some run here it did not (the checks below)"),
 )
 
 
-def carried_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """Which of chapter 1's findings carried over, per network, by :func:`carried_claims` (``claims`` holds them;
-    issue 35: one test for both findings, at each network's condition of largest mismatch, Bonferroni over the
-    2 x networks), the networks where one did not named with their verdict; then, where the task-B gain is not shown
-    at every condition, what the counts over conditions show instead (pinning better, a gain at some conditions
-    only, or no difference shown)."""
-    nets = networks_of(numbers)
-
-    def said(finding: str) -> str:
-        yes = _where(claims, numbers, f"carried_{finding}", CARRIED[finding])
-        no = [f"{_in_prose(n)} ({verdict_md(claim(claims, f'carried_{finding}_{n}'))})" for n in nets if n not in yes]
-        return ("carried over on every network" if not no else
-                f"carried over on {join([_in_prose(n) for n in yes])} and not on {join(no)}" if yes else
-                f"carried over on no network ({join(no)})")
-    m = number(numbers, "n_conditions")
-    b_not = [(n, number(numbers, f"f3_n_higher_{n}"), number(numbers, f"f3_n_lower_{n}")) for n in nets]
-    b_not = [f"on {_in_prose(n)} " + (f"pinning is better at {lo} of {m} conditions" if lo else
-                                      f"drifting statistics help at {h} of {m} conditions only" if h else
-                                      "no difference is shown at any condition") for n, h, lo in b_not if h != m]
-    counts = "" if not b_not else (f" Over all {m} conditions the gain (on the seed's protocol) is not shown "
-                                   "everywhere: " + "; ".join(b_not) + ".")
-    return (f"Where a corruption moves each network's statistics most (one test per finding and network, Bonferroni "
-            f"over the {2 * len(nets)}; task B on the seed's protocol), chapter 1's finding that the one-line freeze costs the old task "
-            f"{said('a')}; its finding that drifting statistics help the new task {said('b')}.{counts}")
-
-
-def near_zero_sentence(numbers: pd.DataFrame) -> str:
-    """Which task-B directions counted over conditions rest on a family interval end within :data:`NEAR_ZERO` of
-    zero (``f3_n_near_zero_<network>``, ``f3_near_zero_text_<network>`` of :func:`findings`), in one sentence:
-    such a count could change by one with about three test images in one seed."""
-    nets = [n for n in networks_of(numbers) if number(numbers, f"f3_n_near_zero_{n}")]
-    if not nets:
-        return f"No task-B direction counted rests on an interval end within {NEAR_ZERO:g} of zero."
-    k = sum(int(number(numbers, f"f3_n_near_zero_{n}")) for n in nets)
-    which = join([f"{_in_prose(n)}'s at {number(numbers, f'f3_near_zero_text_{n}')}" for n in nets])
-    return (f"{count_word(k).capitalize()} of these task-B directions rest{'s' if k == 1 else ''} "
-            f"on an interval end within {NEAR_ZERO:g} of zero (about three test images in one seed could flip "
-            f"{'it' if k == 1 else 'each'}): {which}.")
-
-
-def sentences(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
-    """The page's sentences that depend on the rows (``claims``: :func:`claims` with :func:`carried_claims`), each
-    glued as ``ch07_<name>`` and true for any rows: the answer
-    box's plain first sentence (``lead``, :data:`NOTES`), its outcome (``answer``: chapter 1's findings counted over
-    every condition, which carried over (:func:`carried_sentence`), chapter 3's mismatch, then the reference
-    condition's task A and task B; ``carried`` alone, for the front page) and advice
-    (``what_to_do``, worded by :data:`NOTES`), and each figure's takeaway (``<figure>_takeaway``)."""
-    x, nets = (lambda key: number(numbers, key)), networks_of(numbers)  # noqa: E731
+def words(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
+    """``{key: sentence}`` of :data:`NOTES` on ``claims`` (:func:`claims` with :func:`carried_claims`) and ``numbers``
+    (:func:`findings`), the ``gain`` note appended to ``carried`` (which the front page cites alone). Raises
+    ``ValueError`` as :func:`bnstudy.study.words.notes`."""
     said = notes(NOTES, claims, numbers)
-
-    def by_net(key: str) -> str:  # a reference claim's verdict per network
-        return join([f"{verdict_md(claim(claims, f'{key}_{n}'))} for {_in_prose(n)}" for n in nets])
-    left = join([f"{x(f'task_a_train_mode_{n}').mean:.3f} with {_in_prose(n)} (from {x(f'task_a_source_{n}').mean:.3f})"
-                 for n in nets])
-    counts = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} of {x('n_conditions')} "
-                   f"conditions for {_in_prose(n)}" for n in nets])
-    # chapter 1's two findings counted over each network's conditions (printed verdicts, one verdict per claim)
-    drop = join([f"{x(f'f2_n_drop_{n}')} for {_in_prose(n)}" for n in nets])
-    chance = join([f"at {x(f'f2_n_below_{n}')} and above it at {x(f'f2_n_above_{n}')} for {_in_prose(n)}"
-                   for n in nets])
-    gain = join([f"higher at {x(f'f3_n_higher_{n}')}, lower at {x(f'f3_n_lower_{n}')} and neither at "
-                 f"{x(f'f3_n_not_decided_{n}') + x(f'f3_n_equivalent_{n}')} for {_in_prose(n)}" for n in nets])
-    return dict(
-        lead=said["lead"], carried=carried_sentence(claims, numbers), near_zero=near_zero_sentence(numbers),
-        answer=(f"Over all {x('n_conditions')} conditions of each network (every corruption and severity, and none), "
-                f"task A after the one-line freeze (`train_mode`) is shown lower than before stage 2 at {drop}, and "
-                f"shown below 1.5 times chance {chance}; on task B (the seed's protocol: one head rate for both paths, "
-                f"not tuned per path), `train_mode` minus the pinned backbone is shown {gain}. "
-                f"{near_zero_sentence(numbers)} {carried_sentence(claims, numbers)} "
-                "Over every corruption and severity, "
-                f"chapter 3's statistics mismatch against the cost of train mode reads {by_net('c1')}. At the "
-                f"reference condition ({x('reference')}) task A is left at {left}, chance being {x('chance'):.2f}, and "
-                f"task B, `train_mode` minus the pinned backbone (the seed's protocol), reads {by_net('f3')}."),
-        what_to_do=(said["fell"] + "set `requires_grad_(False)` and pin the backbone in eval mode with "
-                    f"`bnstudy.pin_eval(model.backbone)`, which {said['pin_keeps_a']}; wrap the first epoch in "
-                    "`bnstudy.FreezeAudit` to see what moved."),
-        accuracy_takeaway=f"Takeaway: task A under `train_mode`, after minus before stage 2, reads {by_net('drop')}.",
-        effects_takeaway=f"Takeaway: on task B, train mode is shown {counts} (Bonferroni intervals over each network's conditions).",
-        mismatch_takeaway=f"Takeaway: the per-seed rank correlation of mismatch and cost reads {by_net('c1')}.",
-    )
+    said["carried"] += " " + said.pop("gain")
+    return said
 
 
 # --- each network at its own momentum (issue 35) -------------------------------------------------------------------
@@ -819,48 +788,70 @@ def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataF
         lambda v: v.replace("**", ""))  # an HTML table: no Markdown
 
 
-def own_momentum_sentence(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.DataFrame | None = None) -> str:
-    """Which of chapter 1's findings carried over on each network rerun at its own momentum (``own_claims``:
-    :func:`own_momentum_claims`, the same test as :func:`carried_sentence`), with the task-B counts over all
-    conditions; first, task A after stage 1 in eval mode at both momenta (``df``: the main table). Where the rerun
-    starts stage 2 at chance (:func:`at_chance_after_stage1`), that it does, why (the same weights: the running
-    statistics alone), that chapter 1's findings were not tested there and what a fair test would need. A fixed
-    sentence when no network was rerun."""
+def _own_numbers(d: pd.DataFrame, main: pd.DataFrame, own_claims: pd.DataFrame) -> pd.DataFrame:
+    """What :data:`OWN_NOTES` say of one network rerun at its own momentum (``d``; ``main``: its rows at the main
+    momentum; ``own_claims``: :func:`own_momentum_claims`), as a numbers table: ``key`` (the network), ``network`` (in
+    prose), ``momentum`` / ``main_momentum`` (as printed), task A after stage 1 in eval mode (``source`` /
+    ``main_source``, means over seeds), ``at_chance`` (:func:`at_chance_after_stage1`), ``chance``; at chance,
+    ``stage1_steps``; else its condition of largest mismatch (``largest``), the printed task-B verdicts over its
+    conditions counted (``f3_higher``, ``f3_lower``, ``f3_m``: :func:`_f3_counts`) and ``a`` / ``b``: whether chapter
+    1's task-A / task-B finding carried over, with the verdict where not. Raises ``IndexError`` if ``main`` is empty."""
+    n = d["network"].iloc[0]
+    out = dict(key=n, network=_in_prose(n), momentum=f"{d['momentum'].iloc[0]:g}",
+               main_momentum=f"{main['momentum'].iloc[0]:g}", source=float(_source_a(d).mean()),
+               main_source=float(_source_a(main).mean()), at_chance=at_chance_after_stage1(d), chance=CHANCE)
+    if out["at_chance"]:
+        out["stage1_steps"] = int(d["stage1_steps"].iloc[0])
+    else:
+        counts, said = _f3_counts(d), {x: claim(own_claims, f"own_carried_{x}_{n}") for x in CARRIED}
+        out.update(largest=condition_label(*largest_mismatch(d)[n]), f3_higher=counts["higher"],
+                   f3_lower=counts["lower"], f3_m=counts["m"],
+                   **{x: "carried over" if r.kind == CARRIED[x] else f"did not carry over ({verdict_md(r)})"
+                      for x, r in said.items()})
+    return numbers_table(out)
+
+
+_own_fill = lambda c, f: dict(zip(f["key"], f["value"]))  # noqa: E731
+_OWN_HEAD = ("At {network}'s own BatchNorm momentum ({momentum}), task A after stage 1 (eval mode) is {source:.3f} "
+             "against {main_source:.3f} at momentum {main_momentum}")
+_AT_CHANCE = lambda c, f: bool(number(f, "at_chance"))  # noqa: E731
+#: What the page says of each network rerun at its own momentum (:func:`own_momentum_words`; one note of each key
+#: holds): ``sentence``, the chapter's, and ``short``, the front page's. Where the rerun starts stage 2 at chance
+#: (:func:`at_chance_after_stage1`): that it does, why (the same weights: the running statistics alone), that chapter
+#: 1's findings were not tested there and what a fair test would need; else which of them carried over.
+OWN_NOTES = (
+    Note("sentence", _AT_CHANCE, _OWN_HEAD + " (chance {chance:g}). Its stage-1 weights are the same at both momenta "
+         "by construction (stage 1 runs in train mode, which does not read the running statistics; not checked bit "
+         "for bit), so after {stage1_steps} stage-1 steps its running statistics alone leave it predicting about one "
+         "class in eval mode in every seed. Chapter 1's findings were therefore not tested at that momentum: the "
+         "answer above holds for {network} at momentum {main_momentum}. A fair test there would need a stage 1 that "
+         "passes a line fixed in advance in eval mode, for instance with the running statistics re-estimated at the "
+         "final stage-1 weights (precise BN) before stage 2, which keeps the weights and the seed pairs, and a stage "
+         "2 long enough for the statistics to drift as far as at the other momentum; it was not run.", _own_fill),
+    Note("sentence", lambda c, f: not _AT_CHANCE(c, f), _OWN_HEAD + "; where a corruption moves its statistics most "
+         "({largest}), chapter 1's finding that the one-line freeze costs the old task {a} and its finding that "
+         "drifting statistics help the new task {b}; over all {f3_m} conditions drifting statistics are shown to help "
+         "at {f3_higher} and pinning to be better at {f3_lower}.", _own_fill),
+    Note("short", _AT_CHANCE, "Rerun at its own momentum ({momentum}), {network} stays at chance after stage 1 "
+         "({source:.3f}), so chapter 1's findings were not tested there and the answer holds at momentum "
+         "{main_momentum}.", _own_fill),
+    Note("short", lambda c, f: not _AT_CHANCE(c, f), "Rerun at its own momentum ({momentum}) and where a corruption "
+         "moves its statistics most, on {network} chapter 1's task-A finding {a} and its task-B finding {b}.",
+         _own_fill),
+)
+
+
+def own_momentum_words(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.DataFrame) -> dict[str, str]:
+    """``own_momentum_sentence`` (the chapter's) and ``own_momentum_short`` (the front page's): :data:`OWN_NOTES` on
+    each network rerun at its own momentum (``own``; ``own_claims``: :func:`own_momentum_claims`; ``df``: the main
+    table, which must hold each of those networks), joined; fixed sentences when no network was rerun."""
     if not len(own):
-        return ("No network was rerun at its own momentum here (every network's own momentum is the one used, or "
-                "`own_momentum` is off).")
-    out = []
-    for n in dict.fromkeys(own["network"]):
-        d = own[own.network == n]
-        main = df[df.network == n] if df is not None else own.iloc[:0]
-        m, m0 = f"{d['momentum'].iloc[0]:g}", f"{main['momentum'].iloc[0]:g}" if len(main) else None
-        head = (f"At {_in_prose(n)}'s own BatchNorm momentum ({m}), task A after stage 1 (eval mode) is "
-                f"{_source_a(d).mean():.3f}" + (f" against {_source_a(main).mean():.3f} at momentum {m0}"
-                                                if m0 else ""))
-        if at_chance_after_stage1(d):
-            text = f"{head} (chance {CHANCE:g})."
-            if m0 is not None:
-                text += (f" Its stage-1 weights are the same at both momenta by construction (stage 1 runs in train "
-                         f"mode, which does not read the running statistics; not checked bit for bit), so after "
-                         f"{int(d['stage1_steps'].iloc[0])} stage-1 steps its running statistics alone leave it "
-                         f"predicting about one class in eval mode in every seed.")
-            text += (" Chapter 1's findings were therefore not tested at that momentum"
-                     + (f": the answer above holds for {_in_prose(n)} at momentum {m0}." if m0 else ".")
-                     + " A fair test there would need a stage 1 that passes a line fixed in advance in eval mode, for "
-                     "instance with the running statistics re-estimated at the final stage-1 weights (precise BN) "
-                     "before stage 2, which keeps the weights and the seed pairs, and a stage 2 long enough for the "
-                     "statistics to drift as far as at the other momentum; it was not run.")
-            out.append(text)
-            continue
-        a, b = claim(own_claims, f"own_carried_a_{n}"), claim(own_claims, f"own_carried_b_{n}")
-        counts = _f3_counts(d)
-        said = lambda c, want: "carried over" if c.kind == want else f"did not carry over ({verdict_md(c)})"  # noqa: E731
-        out.append(
-            f"{head}; where a corruption moves its statistics most ({condition_label(*largest_mismatch(d)[n])}), "
-            f"chapter 1's finding that the one-line freeze costs the old task {said(a, 'lower')} and its finding that "
-            f"drifting statistics help the new task {said(b, 'higher')}; over all {counts['m']} conditions drifting "
-            f"statistics are shown to help at {counts['higher']} and pinning to be better at {counts['lower']}.")
-    return " ".join(out)
+        return dict(own_momentum_sentence="No network was rerun at its own momentum here (every network's own "
+                                          "momentum is the one used, or `own_momentum` is off).",
+                    own_momentum_short="No network was rerun at its own momentum.")
+    said = [notes(OWN_NOTES, own_claims, _own_numbers(own[own.network == n], df[df.network == n], own_claims))
+            for n in dict.fromkeys(own["network"])]
+    return {f"own_momentum_{k}": " ".join(s[k] for s in said) for k in ("sentence", "short")}
 
 
 #: The run settings the page prints (its ``ch07_cfg_<name>`` values).
@@ -876,26 +867,3 @@ def page_values(cfg) -> dict:
     return dict(chance_bound=CHANCE_LINE, margin_sweep_a=MARGIN_SWEEP[0], margin_sweep_b=MARGIN_SWEEP[1],
                 split=split_counts(cfg.size), tried=TRIED, audit=audit_counts(), tie_margin=TIE_MARGIN,
                 min_effect=MIN_EFFECT, near_zero_bound=NEAR_ZERO, cfg={k: getattr(cfg, k) for k in SHOWN_SETTINGS})
-
-
-def own_momentum_short(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.DataFrame) -> str:
-    """The front page's one sentence on the networks rerun at their own momentum (the chapter's is
-    :func:`own_momentum_sentence`): per network, at chance after stage 1 (so untested, the answer scoped to the main
-    momentum) or which of chapter 1's two findings carried over there (:func:`own_momentum_claims`)."""
-    if not len(own):
-        return "No network was rerun at its own momentum."
-    parts = []
-    for n in dict.fromkeys(own["network"]):
-        d, main = own[own.network == n], df[df.network == n]
-        m, m0 = f"{d['momentum'].iloc[0]:g}", f"{main['momentum'].iloc[0]:g}" if len(main) else "the one used"
-        if at_chance_after_stage1(d):
-            parts.append(f"rerun at its own momentum ({m}), {_in_prose(n)} stays at chance after stage 1 "
-                         f"({_source_a(d).mean():.3f}), so chapter 1's findings were not tested there and the answer "
-                         f"holds at momentum {m0}")
-        else:
-            said = {x: "carried over" if claim(own_claims, f"own_carried_{x}_{n}").kind == want else "not carried over"
-                    for x, want in CARRIED.items()}
-            parts.append(f"rerun at its own momentum ({m}), {_in_prose(n)} shows chapter 1's task-A finding "
-                         f"{said['a']} and its task-B finding {said['b']}")
-    text = "; ".join(parts)
-    return text[0].upper() + text[1:] + "."
