@@ -1,8 +1,8 @@
 """Chapter 1, what is claimed: per part of the page a claims table (``*_claims``; column ``family``) and a numbers
 table (``*_findings``, :func:`drift_check`, :func:`article_counts`) from :mod:`.run`'s tables; :func:`chapter` joins
-them, keys prefixed by part (``opt_primary``), for the sentences (:data:`NOTES`, :func:`answer`, :func:`readings`) and
-:func:`glue_page`. One sign everywhere, *condition minus reference* (the pinned ``backbone_eval``; on the head sweep's
-paths ``batch_stats - pinned``). Comparisons worded "train mode higher / lower" and the checks of the code are
+them, keys prefixed by part (``opt_primary``), for the page's notes (:data:`NOTES`) and :func:`glue_page`. One sign
+everywhere, *condition minus reference* (the pinned ``backbone_eval``; on the head sweep's paths ``batch_stats -
+pinned``). Comparisons worded "train mode higher / lower" and the checks of the code are
 questions (:func:`bnstudy.study.inference.ask`); those with their own direction words (:data:`DIRECTIONS`) go through
 :func:`_decided`."""
 
@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 from scipy import special as spx
 
-from ...report import p_text  # noqa: F401  (chapter 1's p-values print as the other pages' do)
-from ...inference import EXACT, Family, Interval, Question, _slug, ask, claims_table, count_verdicts, decide, number, \
+from ...report import p_text  # chapter 1's p-values print as the other pages' do
+from ...inference import EXACT, TOO_FEW, Family, Interval, Question, _slug, ask, claims_table, count_verdicts, decide, number, \
     numbers_table, one_sided_p, paired_differences, t_interval
 from ...config import check_float
 from ...modes import MODE_NAMES
-from ...words import Note, claim, claim_text, join, notes, verdict_md
+from ...words import Note, claim, claim_text, join, verdict_md
 from .run import DRIFT_TARGET_BATCHES, ENGINE_TARGET_BATCHES, FLOOR_WEIGHT, PATHS, PROFILES, REF_VARIANTS, \
     STD_SUFFIX, drift_table, floor_steps
 
@@ -194,7 +194,8 @@ def findings(df: pd.DataFrame) -> pd.DataFrame:
     """The main run's numbers table (all four modes needed, else ``ValueError``; intervals printed inside [-1, 1],
     the summary's as they are): ``<metric>_<mode>`` (mean and 95% interval, accuracies :func:`bounded_interval`);
     per seed ``task_a_after_tm_<seed>`` (``train_mode``) with its ``_median``, bounded interval ``_ci`` and
-    ``_logit_centre``, and ``task_a_change_<seed>``; ``n_near_chance`` seeds at most ``chance_limit``;
+    ``_logit_centre``, and ``task_a_change_<seed>`` (``n_task_a_lower``: the seeds where it is negative);
+    ``n_near_chance`` seeds at most ``chance_limit``;
     ``task_a_above_chance_p`` (one-sided t test); ``gap_b_backbone_eval`` (paired task B ``train_mode`` minus it) and
     ``gap_b_confidence``, its interval's level; ``f2_m``, finding 2's family size."""
     chance, limit, after, change = _main_parts(df)
@@ -209,6 +210,7 @@ def findings(df: pd.DataFrame) -> pd.DataFrame:
         f2_m=Family(2).m, momentum=m, steps_gone=steps_until(m), **summary,
         task_a_after_tm=_series(after.rename(seed)), task_a_after_tm_median=float(after.median()),
         task_a_after_tm_ci=bounded_interval(after, n_eval), task_a_change=_series(change.rename(seed)),
+        n_task_a_lower=int((change < 0).sum()),
         n_near_chance=int((after <= limit).sum()), task_a_above_chance_p=one_sided_p(after, "greater", null=chance),
         task_a_after_tm_logit_centre=bounded_interval(after, n_eval, logit_centre=True).mean,
         gap_b={"backbone_eval": gap_b}, gap_b_confidence=gap_b.confidence,
@@ -448,30 +450,15 @@ def _seed_minus_controlled(chosen: pd.DataFrame, main: pd.DataFrame | None, main
     return _decided("vs_seed", [("seed_minus_controlled", d, SEED_WORDS, None)])
 
 
-def _unseen_text(c, n_unseen: int, n_all: int, iv90: Interval) -> str:
-    """The reference test on the unseen seeds (claim ``c``, 90% interval ``iv90``), in one sentence."""
-    if c.verdict == "too few seeds":
-        return (f"This profile cannot show that part: {n_all - n_unseen} of its {n_all} seeds are ones the quick profile "
-                f"had shown, so the confirmatory part of the test needs the full profile.")
-    return (f"On the {n_unseen} seeds the quick profile did not have, the difference is {c.estimate:.3f} (95% interval "
-            f"{c.low:.3f} to {c.high:.3f}; 90% interval {iv90.low:.3f} to {iv90.high:.3f}; TOST p "
-            f"{p_text(c.p_equivalence)}), verdict: {c.verdict}; this is the confirmatory part of the test.")
-
-
-def _unseen_short(c, n_unseen: int) -> str:
-    if c.verdict == "too few seeds":
-        return "no confirmatory verdict in this profile (its seeds are all among those the design was fixed on)"
-    return f"{c.verdict} on the {n_unseen} seeds the quick profile had not shown when the test was designed"
-
-
-def _count_reading(counts: dict, subject: str = "train mode", mid: str = "", sep: str = ", lower in") -> str:
-    """Counts of :func:`bnstudy.study.inference.count_verdicts` (the printed verdicts) in words: ``"<subject> higher<mid> in k of n tests"``."""
+def _trained_reading(counts: dict, label: str) -> str:
+    """The exploratory tests' printed verdicts as counted (:func:`bnstudy.study.inference.count_verdicts`), in words
+    and labelled with what the tests are (:func:`explore_label`): ``"train mode higher in k of n tests, lower in j
+    (...)"``."""
     n, k, j = counts["m"], counts["higher"], counts["lower"]
-    if n and k == n:
-        return f"{subject} higher{mid} in all {n} tests"
-    if n and j == n:
-        return f"{subject} lower{mid} in all {n} tests"
-    return f"{subject} higher{mid} in {k} of {n} tests" + (f"{sep} {j}" if j else "")
+    said = (f"train mode higher in all {n} tests" if n and k == n else
+            f"train mode lower in all {n} tests" if n and j == n else
+            f"train mode higher in {k} of {n} tests" + (f", lower in {j}" if j else ""))
+    return f"{said} ({label})" if label else said
 
 
 def explore_label(keys, main_step: int) -> str:
@@ -488,16 +475,14 @@ def explore_label(keys, main_step: int) -> str:
     return "; ".join(parts)
 
 
-def _labelled(reading: str, label: str) -> str:
-    return f"{reading} ({label})" if label else reading
-
-
 def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None, main: pd.DataFrame | None = None,
                        seen_seeds=QUICK_SEEN_SEEDS, claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """Finding 3's numbers table (accuracies 0..1, intervals printed inside [-1, 1]; ``claims``: :func:`optimizer_claims`
     if already computed): the reference gap (``primary``, its 90% ``primary_ci90``, per seed set ``ref_sets_<set>``,
-    on the unseen seeds), the exploratory tests' counts (printed verdicts) and range, the chosen rates (``lr_``, ``lr_position_``,
-    ``lr_changes_``), accuracies (``acc_``), the sensitivity fits' agreement, ``trained_reading`` (the count, labelled by
+    on the unseen seeds with its 90% ``unseen_ci90``), the exploratory tests' counts (printed verdicts) and range, the
+    chosen rates (``lr_``, ``lr_position_``,
+    ``lr_changes_``), accuracies (``acc_``), the sensitivity fits' agreement, ``gain_n_higher`` of ``gain_n`` chosen
+    heads still shown to gain between the last two checkpoints, ``trained_reading`` (the count, labelled by
     :func:`explore_label`, also ``explore_label``), ``reference_converged`` (every gradient
     max-norm < 1e-5) and ``engine_check`` (largest |sweep - main run| task B at the main run's settings; NaN if absent)."""
     steps = _checkpoints(sweep, main_step)
@@ -514,7 +499,7 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     choice = lr_choice_table(sweep)
     at_main = choice[choice["step"] == main_step].set_index(["optimizer", "path"])
     sens = reference_sensitivity(sweep)
-    primary, unseen = claim(claims, "primary"), claim(claims, "unseen")
+    primary = claim(claims, "primary")
     check = math.nan
     if main is not None:
         o, lr = str(main["optimizer"].iloc[0]), float(main["lr"].iloc[0])
@@ -543,9 +528,9 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         sens_dissent="; ".join(f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}"
                                for _, r in sens.iterrows() if r["verdict"] != primary.verdict) or "none",
         sens_confidence=first(sens), primary_p_tost_text=p_text(primary.p_equivalence), seen_n=int(len(g) - len(u)),
-        unseen_text=_unseen_text(unseen, len(u), len(g), t_interval(u, 1 - 2 * ALPHA)),
-        unseen_short=_unseen_short(unseen, len(u)), trained_n_higher=counts["higher"],
-        trained_reading=_labelled(_count_reading(counts), explore_label(explore["key"], main_step)),
+        unseen_ci90=t_interval(u, 1 - 2 * ALPHA), trained_n_higher=counts["higher"],
+        gain_n=len(gain), gain_n_higher=count_verdicts(gain, ALPHA)["higher"] if len(gain) else 0,
+        trained_reading=_trained_reading(counts, explore_label(explore["key"], main_step)),
         explore_label=explore_label(explore["key"], main_step), trained_min=float(tuned.min()) if len(tuned) else math.nan,
         trained_max=float(tuned.max()) if len(tuned) else math.nan,
         reference_converged=bool(all(v < 1e-5 for v in ([] if reference_grads is None else list(reference_grads)))),
@@ -584,7 +569,8 @@ def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, con
     """How far ``train_mode``'s running statistics moved, a numbers table from :func:`buffer_table` (raises as
     :func:`_largest_per_seed`): per seed the largest ``mean_shift`` (task A's running SDs) and ``log_var``
     (``|log(var1 / var0)|``), per layer their means; ``engine_check`` (largest relative difference from the engine's
-    raw changes; NaN without ``main``); ``contrast_log_var`` = ``ln(contrast^2)`` (NaN without a contrast)."""
+    raw changes; NaN without ``main``); ``deeper_share``: the deeper blocks' largest mean shift over block 1's (per
+    layer means; NaN with one layer); ``contrast_log_var`` = ``ln(contrast^2)`` (NaN without a contrast)."""
     per_seed = _largest_per_seed(buffers, "buffer_findings")
     check = math.nan
     if main is not None:
@@ -596,10 +582,12 @@ def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, con
         if contrast is None and "contrast" in main.columns:
             contrast = float(main["contrast"].iloc[0])
     ls = t_interval(per_seed["log_var_ratio"])
+    by = buffers.groupby("layer")["mean_shift_sd"].mean()
     return numbers_table(dict(
         mean_shift=t_interval(per_seed["mean_shift_sd"]), mean_shift_min=float(per_seed["mean_shift_sd"].min()),
         log_var=ls, var_factor=float(math.exp(ls.mean)),
-        mean_shift_by_layer=_series(buffers.groupby("layer")["mean_shift_sd"].mean()),
+        mean_shift_by_layer=_series(by),
+        deeper_share=float(by.iloc[1:].max() / by.iloc[0]) if len(by) > 1 and by.iloc[0] > 0 else math.nan,
         log_var_by_layer=_series(buffers.groupby("layer")["log_var_ratio"].mean()), engine_check=float(check),
         contrast_log_var=float(math.log(contrast ** 2)) if contrast else math.nan,
         m=Family(2 * buffers["layer"].nunique() + 2).m, sd_criterion=MEAN_SHIFT_SD, var_criterion=VAR_FACTOR))
@@ -743,58 +731,6 @@ def _opt_name(o: str) -> str:
     return "SGD" if o == "sgd" else "Adam"
 
 
-def engine_check_text(diff: float, digits: int = 3) -> str:
-    """The head sweep's heads at the main run's settings against the main run's task-B accuracy (``diff``:
-    :func:`optimizer_findings`' ``engine_check``), in words."""
-    if math.isnan(diff):
-        return "were not compared with it"
-    return "reproduce it exactly" if diff == 0 else f"differ from it by at most {diff:.{digits}g}"
-
-
-def _oracle_reading(k: int, n: int) -> str:
-    """``k`` of ``n`` oracle rows with train mode higher, in words."""
-    if n and k == n:
-        return ("Even a learning rate tuned per path on the test data leaves the pinned path behind at every "
-                "checkpoint, so the trained heads' gap is not an artifact of the learning-rate choice")
-    if k == 0:
-        return ("With the learning rate tuned per path on the test data no difference is shown, so tuning could "
-                "account for the trained heads' gap")
-    return (f"With the learning rate tuned per path on the test data the pinned path stays behind in {k} of {n} "
-            f"optimizer-checkpoint pairs, so tuning explains at most a part of the trained heads' gap")
-
-
-def std_reading(plain: dict, reductions: pd.DataFrame, n_above: int, n_residual: int) -> str:
-    """The standardized heads' result in words, read from the reductions' verdicts (claims ``reduction_<optimizer>``
-    of plain minus standardized gap), not from an equivalence: "most of the gap" when every reduction is shown and
-    its mean is at least half the plain gap (``plain``: per optimizer an Interval), "part" when shown but smaller,
-    otherwise not shown to shrink; ``n_above`` of ``n_residual`` checkpoints where train mode stays higher."""
-    if reductions.empty:
-        return "not run"
-    opt = lambda k: k.removeprefix("reduction_")  # noqa: E731
-    missing = [opt(r.key) for r in reductions.itertuples() if r.verdict != STD_SMALLER]
-    shown = [r for r in reductions.itertuples() if r.verdict == STD_SMALLER]
-    if missing and shown:
-        sizes = " and ".join(f"{_opt_name(opt(r.key))} by {r.estimate:.3f} ({r.low:.3f} to {r.high:.3f}; on average "
-                             f"{r.estimate / plain[opt(r.key)].mean:.0%} of its plain gap)" if plain[opt(r.key)].mean
-                             else f"{_opt_name(opt(r.key))} by {r.estimate:.3f} ({r.low:.3f} to {r.high:.3f})"
-                             for r in shown)
-        return (f"standardizing the features is shown to shrink the gap for {sizes}, and not shown to shrink it for "
-                f"{' and '.join(map(_opt_name, missing))}: feature conditioning explains part of the gap for "
-                f"{' and '.join(_opt_name(opt(r.key)) for r in shown)} and is not shown to explain it for "
-                f"{' and '.join(map(_opt_name, missing))}")
-    if missing:
-        return (f"standardizing the features is not shown to shrink the gap for {' and '.join(map(_opt_name, missing))}: "
-                "feature conditioning is not shown to explain it")
-    rest = (f"a smaller gap remains, train mode higher at {n_above} of {n_residual} checkpoints" if n_above else
-            "what remains is not shown to differ from zero at any checkpoint")
-    if all(r.estimate >= 0.5 * plain[opt(r.key)].mean for r in reductions.itertuples()):
-        return ("standardizing the features removes most of the gap on average, but by the reductions' intervals "
-                f"possibly less; {rest}. Feature conditioning, which standardization improves more on the pinned "
-                "path, most likely explains most of the trained heads' gap, not all of it")
-    return (f"standardizing the features removes part of the gap; {rest}. Feature conditioning explains part of "
-            "the trained heads' gap")
-
-
 def _tuning(sweep: pd.DataFrame, main_step: int):
     steps = _checkpoints(sweep, main_step, ["sgd", "adam"])
     lrs, t, opts = _chosen(sweep, main_step)
@@ -827,7 +763,7 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | 
     """The numbers of :func:`tuning_claims`' analysis (``claims``: it, if already computed; intervals printed inside
     [-1, 1]): the oracle rows' range and count (printed verdicts), the gap at the first and last checkpoint and its
     narrowing, the standardized heads' rates, gaps, accuracies and gains (``std_...``), the reduction's share of the
-    plain gap (``std_share[_low]_<optimizer>``) and the readings in words."""
+    plain gap (``std_share[_low]_<optimizer>``); the readings in words are :data:`NOTES`."""
     steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
     claims = tuning_claims(sweep, main_step) if claims is None else claims
     orc, narrow = family(claims, "oracle"), family(claims, "narrow")
@@ -847,14 +783,11 @@ def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | 
         main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]),
         oracle_min=float(orc["estimate"].min()), oracle_max=float(orc["estimate"].max()), oracle_n=len(orc),
         oracle_n_above=orc_above, oracle_confidence=float(orc["confidence"].iloc[0]) if len(orc) else math.nan,
-        oracle_reading=_oracle_reading(orc_above, len(orc)),
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
         n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0,
-        narrow_reading="; ".join(f"{_opt_name(r.key.removeprefix('narrow_'))}: {r.verdict}"
-                                 for r in narrow.itertuples()) or "not run",
         narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
         std_lr={k: lrs[(so, p)] for k, so, _, p in cells},
-        std_reading=std_reading(plain, red, std_above, len(std_at)), std_gap_at=std_at,
+        std_gap_at=std_at,
         std_at_confidence=float(std_at_claims["confidence"].iloc[0]) if len(std_at_claims) else math.nan,
         std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
         std_gap_max=float(max((iv.mean for iv in std_at.values()), default=math.nan)),
@@ -986,20 +919,15 @@ def article_counts(table: pd.DataFrame) -> pd.DataFrame:
                               differs=int(st("differs").sum()), identity=int(st("identity").sum())))
 
 
-# --- the page's answer and the sentences its findings choose (issue 25: no typed outcome) ------------------------
-#
-# Every sentence that states an outcome is built from the chapter's two tables (:func:`chapter`), true for any data:
-# a rule-triggered note (:data:`NOTES`), numbers spliced into wording that holds whatever they are, or a sentence
-# assembled from the verdicts; the tests flip each headline verdict and each note.
-
-def _range(low: float, high: float, clip=(-1.0, 1.0), fmt: str = "+.3f") -> str:
-    """``"low to high"`` cut to ``clip`` (what the quantity allows), ``"no interval"`` without ends."""
-    iv = Interval(0.0, float(low), float(high), 2).clipped(*clip)
-    return "no interval" if math.isnan(iv.low) or math.isnan(iv.high) else f"{iv.low:{fmt}} to {iv.high:{fmt}}"
-
+# --- the page's words (issue 33): the Markdown cites the claims and numbers under their derived keys; what the
+# findings choose is a rule-triggered note (:data:`NOTES`, each key with a flip test) ------------------------------
 
 def _kind(claims: pd.DataFrame, key: str) -> str:
     return str(claim(claims, key).kind)
+
+
+def _has(claims: pd.DataFrame, key: str) -> bool:
+    return bool(len(claims)) and bool((claims["key"] == key).any())
 
 
 def _exact(*keys):
@@ -1029,31 +957,112 @@ def _a_fell(c, n) -> bool:
     return _kind(c, "task_a_change") == "lower"
 
 
-def _vs_seed(c) -> str:
-    """The controlled SGD benefit against the seed protocol's, by the paired difference on the same seeds (claim
-    ``opt_seed_minus_controlled``, seed's protocol minus controlled; its verdict by :func:`decide`): ``smaller``
-    (the controlled benefit) where it is shown above zero, ``larger`` where shown below, ``covers`` otherwise,
-    ``absent`` where it or ``opt_explore_at_main_sgd`` / ``opt_explore_main`` is missing."""
-    if not all(_has(c, k) for k in ("opt_explore_at_main_sgd", "opt_explore_main", "opt_seed_minus_controlled")):
-        return "absent"
-    return {"higher": "smaller", "lower": "larger"}.get(_kind(c, "opt_seed_minus_controlled"), "covers")
+#: The controlled comparison's optimizers (issue 35), in the order the page names them: finding 3's test per
+#: optimizer at the main run's budget, each path at the rate chosen for it on the tuning seeds (claims
+#: ``opt_explore_at_main_<optimizer>``); SGD with momentum is the seed article's optimizer.
+CONTROLLED = ("sgd", "adam")
 
 
-def _vs_fill(c, n=None) -> dict:
-    d = claim(c, "opt_seed_minus_controlled")
-    return dict(sgd=claim(c, "opt_explore_at_main_sgd").estimate, main=claim(c, "opt_explore_main").estimate,
-                d=d.estimate, lo=d.low, hi=d.high, n=int(d.n), verdict=verdict_md(d))
+def _controlled(c, n=None) -> bool:
+    return all(_has(c, f"opt_explore_at_main_{o}") for o in CONTROLLED)
 
 
-def _primary_is(*kinds):
-    return lambda c, n: _kind(c, "opt_primary") in kinds
+def _controlled_shown(c) -> bool:
+    """A controlled comparison (each path at its own tuned rate) shows a direction."""
+    return any(_kind(c, f"opt_explore_at_main_{o}") in ("higher", "lower") for o in CONTROLLED
+               if _has(c, f"opt_explore_at_main_{o}"))
 
 
-#: The page's rule-triggered sentences (exactly one of each key holds), read from the chapter's tables: ``lead`` (the
-#: answer's plain first sentence: whether the buffers moved and task A fell), ``say_weights`` (every weight unchanged,
-#: or not), ``controlled_vs_seed`` (the tuned SGD gap's interval against the seed protocol's estimate), ``say_logits``
-#: (the other modes' largest old-logit change), ``separate`` (``separate_stats``' two checks) and ``reference_reading``
-#: (the end of :func:`reference_clause`).
+def _primary_is(*kinds, shown=None):
+    """The reference test's verdict is of one of ``kinds`` (and, with ``shown``, a controlled comparison shows a
+    direction or not)."""
+    return lambda c, n: _kind(c, "opt_primary") in kinds and (shown is None or _controlled_shown(c) == shown)
+
+
+def _controlled_fill(c, n) -> dict:
+    """The controlled comparison's fields: per optimizer its claim in the book's shape (ends cut to [-1, 1]), the main
+    step, SGD's two rates and the exploratory family's level and size (its claims); ``main``: the seed's protocol,
+    where run."""
+    said = lambda k: claim_text(claim(c, k), clip=(-1.0, 1.0)) if _has(c, k) else ""  # noqa: E731
+    return dict(step=number(n, "opt_main_step"), conf=claim(c, "opt_explore_at_main_sgd").confidence,
+                m=len(family(c, "opt_explore")), lr_b=number(n, "opt_lr_sgd_batch_stats"),
+                lr_p=number(n, "opt_lr_sgd_pinned"), sgd=said("opt_explore_at_main_sgd"),
+                adam=said("opt_explore_at_main_adam"), main=said("opt_explore_main"))
+
+
+_CONTROLLED_TEXT = ("With each path at its own learning rate, tuned on separate seeds, a head after {step:,.0f} steps "
+                    "scores on task B, drifting minus pinned statistics ({conf:.1%} intervals, family of {m:.0f}), "
+                    "{sgd} with SGD (rates {lr_b:g} drifting, {lr_p:g} pinned) and {adam} with Adam")
+
+
+def _threads_run(c, n=None) -> bool:
+    return _has(c, "threads_main_gap") and _has(c, "threads_swapped_gap")
+
+
+def _threads_same(c, n=None) -> bool:
+    return claim(c, "threads_main_gap").verdict == claim(c, "threads_swapped_gap").verdict
+
+
+def _unseen_fill(c, n) -> dict:
+    u, ci90 = claim(c, "opt_unseen"), number(n, "opt_unseen_ci90")
+    return dict(n=u.n, estimate=u.estimate, low=u.low, high=u.high, lo90=ci90.low, hi90=ci90.high,
+                p=p_text(u.p_equivalence), verdict=u.verdict, seen=number(n, "opt_seen_n"),
+                all=claim(c, "opt_primary").n)
+
+
+def _oracle(c, n) -> tuple:
+    """The oracle rows where train mode is shown higher, and the oracle rows (:func:`tuning_findings`)."""
+    return int(number(n, "tune_oracle_n_above")), int(number(n, "tune_oracle_n"))
+
+
+def _std(c, n) -> tuple:
+    """The standardized heads' reductions (claims ``tune_reduction_<optimizer>``): those shown (plain gap minus
+    standardized gap above zero) and those not, by optimizer."""
+    red = family(c, "tune_reduction")
+    opt = lambda k: k.removeprefix("tune_reduction_")  # noqa: E731
+    return ([opt(k) for k, v in zip(red["key"], red["verdict"]) if v == STD_SMALLER],
+            [opt(k) for k, v in zip(red["key"], red["verdict"]) if v != STD_SMALLER])
+
+
+def _std_most(c, n) -> bool:
+    """Every reduction's mean is at least half its plain gap's."""
+    return all(r.estimate >= 0.5 * number(n, f"tune_std_plain_gap_{r.key.removeprefix('tune_reduction_')}").mean
+               for r in family(c, "tune_reduction").itertuples())
+
+
+def _std_fill(c, n) -> dict:
+    shown, missing = _std(c, n)
+    fill = dict(missing=join([_opt_name(o) for o in missing]) if missing else "",
+                above=number(n, "tune_std_n_above"), n=number(n, "tune_std_n"))
+    if shown and missing:  # the shown reduction's size (the two optimizers: one of each)
+        r, o = claim(c, f"tune_reduction_{shown[0]}"), shown[0]
+        fill.update(shown=_opt_name(o), est=r.estimate, lo=r.low, hi=r.high,
+                    share=r.estimate / (number(n, f"tune_std_plain_gap_{o}").mean or math.nan))
+    return fill
+
+
+def _std_when(shown: bool | None, missing: bool | None, most: bool | None = None, above: bool | None = None):
+    """A rule on the reductions: some shown / some not (``None``: either), every one at least half its plain gap,
+    train mode still shown higher at some checkpoint."""
+    def rule(c, n):
+        s, m = _std(c, n)
+        return (bool(s or m) and (shown is None or bool(s) == shown) and (missing is None or bool(m) == missing)
+                and (most is None or _std_most(c, n) == most)
+                and (above is None or (number(n, "tune_std_n_above") > 0) == above))
+    return rule
+
+
+_STD_REST = {True: "a smaller gap remains, train mode higher at {above:.0f} of {n:.0f} checkpoints",
+             False: "what remains is not shown to differ from zero at any checkpoint"}
+
+#: The page's rule-triggered sentences (exactly one of each key holds), read from the chapter's tables (:func:`chapter`)
+#: and glued as ``ch01_<key>``: ``lead`` (the answer's plain first sentence: whether the buffers moved and task A fell),
+#: ``say_weights`` (every weight unchanged, or not), ``say_logits`` (the other modes' largest old-logit change),
+#: ``separate`` (``separate_stats``' two checks), ``reference_reading`` (what the reference test's verdict means and,
+#: where the features are equivalent but a controlled comparison shows a difference, where that difference lies),
+#: ``say_controlled`` (the controlled comparison, the front page's task-B headline), ``say_threads`` (whether the
+#: thread count alone changes the main run's verdict), ``opt_unseen_text`` (the reference test on the unseen seeds),
+#: ``tune_oracle_reading`` (what the test-set-tuned rates say) and ``tune_std_reading`` (what standardizing explains).
 NOTES = (
     Note("lead", lambda c, n: _moved(c, n) and _a_fell(c, n),
          "**No.** With gradients off, BatchNorm's statistics still move and the old task falls: pin the "
@@ -1064,17 +1073,6 @@ NOTES = (
     Note("lead", lambda c, n: not _moved(c, n),
          "**In this run, yes.** The running statistics are not shown to move beyond the chapter's criteria; "
          "pinning the backbone in eval mode makes sure."),
-    *(Note("controlled_vs_seed", lambda c, n, w=w: _vs_seed(c) == w,
-           f"With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is {w}: "
-           "{sgd:+.3f} with SGD against the seed protocol's {main:+.3f}; on the same {n} seeds the seed protocol's "
-           "minus the controlled is {d:+.3f} ({lo:+.3f} to {hi:+.3f}; {verdict}).", _vs_fill)
-      for w in ("smaller", "larger")),
-    Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "covers",
-         "With each path at its own tuned rate (chapter 1's controlled comparison) the new task's benefit is "
-         "{sgd:+.3f} with SGD against the seed protocol's {main:+.3f}, a difference not shown on the same {n} seeds "
-         "({d:+.3f}, {lo:+.3f} to {hi:+.3f}; {verdict}).", _vs_fill),
-    Note("controlled_vs_seed", lambda c, n: _vs_seed(c) == "absent",
-         "The controlled comparison and the seed's protocol were not both run here."),
     Note("say_weights", _exact("c_weights_unchanged"),
          "No weight changed in any mode (**{c_weights_unchanged}**, a check of the code, below).",
          _verdicts("c_weights_unchanged")),
@@ -1095,210 +1093,64 @@ NOTES = (
          "`separate_stats` does not reproduce `train_mode` on task B (**{c_separate_matches_b}**) or does not keep task "
          "A's logits (**{c_separate_exact}**) in this run: a bug.",
          _verdicts("c_separate_matches_b", "c_separate_exact")),
-    Note("reference_reading", _primary_is("equivalent"),
+    Note("reference_reading", _primary_is("equivalent", shown=False),
          ", so the pinned features allow a converged linear classifier as much as the drifting ones do"),
+    Note("reference_reading", _primary_is("equivalent", shown=True),
+         ", so the pinned features allow a converged linear classifier as much as the drifting ones do; the "
+         "difference the trained heads show lies in how easily a head uses the features, not in what they allow"),
     Note("reference_reading", _primary_is("higher"),
          ", so the drifting features allow more even to a converged linear classifier"),
-    Note("reference_reading", _primary_is("lower"), ", so the pinned features allow more to a converged linear classifier"),
+    Note("reference_reading", _primary_is("lower"),
+         ", so the pinned features allow more to a converged linear classifier"),
     Note("reference_reading", _not(_primary_is("equivalent", "higher", "lower")),
          ", so what the two kinds of features allow is not decided with these seeds"),
+    Note("say_controlled", lambda c, n: _controlled(c) and _has(c, "opt_explore_main"),
+         _CONTROLLED_TEXT + "; the seed's protocol (one rate, not tuned per path; the same family) gives {main}.",
+         _controlled_fill),
+    Note("say_controlled", lambda c, n: _controlled(c) and not _has(c, "opt_explore_main"), _CONTROLLED_TEXT + ".",
+         _controlled_fill),
+    Note("say_controlled", _not(_controlled),
+         "The controlled comparison (each path at its own tuned rate) was not run."),
+    Note("say_threads", lambda c, n: _threads_run(c) and _threads_same(c),
+         "its verdict is **{threads_main_gap}** either way: the thread count alone did not change it",
+         _verdicts("threads_main_gap")),
+    Note("say_threads", lambda c, n: _threads_run(c) and not _threads_same(c),
+         "its verdict from **{threads_main_gap}** to **{threads_swapped_gap}**: the thread count alone changed it",
+         _verdicts("threads_main_gap", "threads_swapped_gap")),
+    Note("say_threads", _not(_threads_run), "no thread check was run"),
+    Note("opt_unseen_text", lambda c, n: claim(c, "opt_unseen").verdict == TOO_FEW,
+         "This profile cannot show that part: {seen:.0f} of its {all:.0f} seeds are ones the quick profile had shown, "
+         "so the confirmatory part of the test needs the full profile.", _unseen_fill),
+    Note("opt_unseen_text", lambda c, n: claim(c, "opt_unseen").verdict != TOO_FEW,
+         "On the {n:.0f} seeds the quick profile did not have, the difference is {estimate:.3f} (95% interval "
+         "{low:.3f} to {high:.3f}; 90% interval {lo90:.3f} to {hi90:.3f}; TOST p {p}), verdict: **{verdict}**; this is "
+         "the confirmatory part of the test.", _unseen_fill),
+    Note("tune_oracle_reading", lambda c, n: 0 < _oracle(c, n)[0] == _oracle(c, n)[1],
+         "Even a learning rate tuned per path on the test data leaves the pinned path behind at every checkpoint, so "
+         "the trained heads' gap is not an artifact of the learning-rate choice"),
+    Note("tune_oracle_reading", lambda c, n: _oracle(c, n)[0] == 0,
+         "With the learning rate tuned per path on the test data no difference is shown, so tuning could account for "
+         "the trained heads' gap"),
+    Note("tune_oracle_reading", lambda c, n: 0 < _oracle(c, n)[0] < _oracle(c, n)[1],
+         "With the learning rate tuned per path on the test data the pinned path stays behind in {k} of {n} "
+         "optimizer-checkpoint pairs, so tuning explains at most a part of the trained heads' gap",
+         lambda c, n: dict(zip("kn", _oracle(c, n)))),
+    Note("tune_std_reading", lambda c, n: not len(family(c, "tune_reduction")), "not run"),
+    Note("tune_std_reading", _std_when(shown=True, missing=True),
+         "standardizing the features is shown to shrink the gap for {shown} by {est:.3f} ({lo:.3f} to {hi:.3f}; on "
+         "average {share:.0%} of its plain gap), and not shown to shrink it for {missing}: feature conditioning "
+         "explains part of the gap for {shown} and is not shown to explain it for {missing}", _std_fill),
+    Note("tune_std_reading", _std_when(shown=False, missing=True),
+         "standardizing the features is not shown to shrink the gap for {missing}: feature conditioning is not shown "
+         "to explain it", _std_fill),
+    *(Note("tune_std_reading", _std_when(shown=True, missing=False, most=True, above=above),
+           "standardizing the features removes most of the gap on average, but by the reductions' intervals possibly "
+           f"less; {rest}. Feature conditioning, which standardization improves more on the pinned path, most likely "
+           "explains most of the trained heads' gap, not all of it", _std_fill) for above, rest in _STD_REST.items()),
+    *(Note("tune_std_reading", _std_when(shown=True, missing=False, most=False, above=above),
+           f"standardizing the features removes part of the gap; {rest}. Feature conditioning explains part of the "
+           "trained heads' gap", _std_fill) for above, rest in _STD_REST.items()),
 )
-
-
-def weights_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """What switching off the gradients froze and what not: the weights' check and finding 2's buffer criteria for
-    the most-moved layer, chosen by their verdicts."""
-    w = claim(claims, "c_weights_unchanged")
-    sh, va = claim(claims, "buf_shift_most"), claim(claims, "buf_var_most")
-    stats = (f"the most-moved running mean shifts by {number(numbers, 'buf_mean_shift').mean:.1f} of task A's standard "
-             f"deviations and the most-changed running variance by a factor of {number(numbers, 'buf_var_factor'):.1f} "
-             f"(means over seeds; against the criteria of {MEAN_SHIFT_SD:g} SD and a factor {VAR_FACTOR:g}: "
-             f"{verdict_md(sh)} and {verdict_md(va)})")
-    if w["kind"] != "exact":
-        return (f"Switching off the backbone's gradients did not keep every weight in this run (largest change "
-                f"{w['estimate']:.3g}, {verdict_md(w)}: a bug), and in `train_mode` {stats}.")
-    if "higher" in (sh["kind"], va["kind"]):
-        return (f"Switching off the backbone's gradients does not freeze its BatchNorm layers: no weight moves "
-                f"({verdict_md(w)}), yet in `train_mode` {stats}.")
-    return (f"Switching off the backbone's gradients keeps every weight ({verdict_md(w)}), and in `train_mode` "
-            f"the running statistics are not shown to move beyond the chapter's criteria: {stats}.")
-
-
-def task_a_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The old task: ``train_mode``'s change and its distance from chance, and whether the pinned modes and
-    ``separate_stats`` keep task A exactly, chosen by the claims."""
-    before = number(numbers, "task_a_before_train_mode").mean
-    after = number(numbers, "task_a_after_train_mode").mean
-    ch_, ac = claim(claims, "task_a_change"), claim(claims, "task_a_chance")
-    chance = number(numbers, "chance")
-    move = {"lower": "falls from", "higher": "rises from"}.get(ch_["kind"], "goes from")
-    about = f"{'about' if ac['kind'] == 'equivalent' else 'against'} chance ({chance:.2f}): {verdict_md(ac)}"
-    kept = [claim(claims, k) for k in ("c_pinned_keep_a", "c_separate_exact")]
-    both = all(k["kind"] == "exact" for k in kept)
-    keep = ("the pinned modes and `separate_stats` keep task A exactly" if both
-            else "the pinned modes and `separate_stats` do not keep task A exactly in this run (a bug)")
-    checks = f"both **{EXACT}**" if both else ", ".join(verdict_md(k) for k in kept)
-    return (f"In `train_mode` the old head's task-A accuracy {move} {before:.3f} to {after:.3f} (after minus before: "
-            f"{verdict_md(ch_)}; {about}), while {keep} ({checks}).")
-
-
-def trained_heads_clause(claims: pd.DataFrame, numbers: pd.DataFrame | None = None) -> str:
-    """The optimizer-trained heads' tests (family ``opt_explore``) as counted (printed verdicts), a clause labelled
-    with what the tests are (:func:`explore_label`, where ``numbers`` gives ``opt_main_step``): a body sentence,
-    never the answer's (issue 35: most of them are not at a rate tuned for their budget)."""
-    ex = family(claims, "opt_explore")
-    c = count_verdicts(ex, ALPHA)
-    label = "" if numbers is None else explore_label(ex["key"], int(number(numbers, "opt_main_step")))
-    if not (c["higher"] or c["lower"]):
-        return _labelled("no test of a new head trained by an optimizer shows a difference between drifting and "
-                         f"pinned statistics ({c['m']} tests)", label)
-    return _labelled(_count_reading(c, "a new head trained by an optimizer scores", " with drifting statistics than "
-                                    "with pinned ones", " and lower in"), label)
-
-
-def reference_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The reference test (a logistic regression fitted to convergence), its verdict and what it means."""
-    p = claim(claims, "opt_primary")
-    has_margin = bool((numbers["key"] == "opt_margin").any())
-    margin = (f" (its margin, ±{number(numbers, 'opt_margin'):.2f}, was fixed after a quick run's result had been seen)"
-              if has_margin and p["kind"] == "equivalent" else "")
-    return (f"a logistic regression fitted to convergence on the same features finds {p['estimate']:+.3f} "
-            f"({level_text(claims, 'opt_primary')} {_range(p['low'], p['high'])}): {verdict_md(p)}{margin}"
-            f"{notes(NOTES, claims, numbers)['reference_reading']}")
-
-
-#: The controlled comparison's optimizers (issue 35), in the order the page names them: finding 3's test per
-#: optimizer at the main run's budget, each path at the rate chosen for it on the tuning seeds (claims
-#: ``opt_explore_at_main_<optimizer>``); SGD with momentum is the seed article's optimizer.
-CONTROLLED = ("sgd", "adam")
-
-
-def _has(claims: pd.DataFrame, key: str) -> bool:
-    return bool(len(claims)) and bool((claims["key"] == key).any())
-
-
-def level_text(claims: pd.DataFrame, key: str) -> str:
-    """The level of a claim's printed interval, in words (issue 35: an interval says which it is): ``"99.4% interval,
-    family of 9"`` for a member of a Bonferroni family of ``m > 1`` comparisons at the chapter's :data:`ALPHA`
-    (confidence ``1 - ALPHA / m``), ``"95% interval"`` for a family of one."""
-    conf = float(claim(claims, key)["confidence"])
-    m = round(ALPHA / (1 - conf)) if conf < 1 else 1
-    pct = f"{100 * conf:.1f}".removesuffix(".0")
-    return f"{pct}% interval" + (f", family of {m}" if m > 1 else "")
-
-
-def controlled_clause(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The controlled comparison in one clause: per optimizer of :data:`CONTROLLED`, the task-B gap (drifting minus
-    pinned statistics) with each path at the learning rate chosen for it on separate tuning seeds, after the main
-    run's budget (``opt_main_step`` steps), estimate, printed (Bonferroni) interval and verdict. Raises ``KeyError``
-    if no optimizer of :data:`CONTROLLED` has its claim (the head sweep was not analysed)."""
-    parts = []
-    for o in CONTROLLED:
-        if not _has(claims, f"opt_explore_at_main_{o}"):
-            continue
-        lr = lambda p: number(numbers, f"opt_lr_{o}_{p}")  # noqa: E731
-        rates = f" (rates {lr('batch_stats'):g} drifting, {lr('pinned'):g} pinned)" if o == CONTROLLED[0] else ""
-        parts.append(f"{claim_text(claim(claims, f'opt_explore_at_main_{o}'), clip=(-1.0, 1.0))} with "
-                     f"{_opt_name(o)}{rates}")
-    if not parts:
-        raise KeyError(f"controlled_clause: no opt_explore_at_main_<optimizer> claim for {CONTROLLED}")
-    first = next(f"opt_explore_at_main_{o}" for o in CONTROLLED if _has(claims, f"opt_explore_at_main_{o}"))
-    return (f"with each path at its own learning rate, tuned on separate seeds, a head after "
-            f"{number(numbers, 'opt_main_step'):,.0f} steps scores, drifting minus pinned statistics "
-            f"({level_text(claims, first).replace('interval', 'intervals', 1)}), {join(parts)}")
-
-
-def seed_protocol_clause(claims: pd.DataFrame) -> str:
-    """The main run's task-B gap labelled as what it is (issue 35): the seed's protocol, both paths at one untuned
-    rate; ``""`` where the main run is not among the tests (claim ``opt_explore_main``)."""
-    if not _has(claims, "opt_explore_main"):
-        return ""
-    text = claim_text(claim(claims, "opt_explore_main"), clip=(-1.0, 1.0))
-    return ("the seed's protocol (one rate, not tuned per path) gives "
-            + text.replace(" (", f" ({level_text(claims, 'opt_explore_main')}: ", 1))
-
-
-def task_b_sentence(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """Task B, the controlled comparison first (:func:`controlled_clause`), then the seed's protocol
-    (:func:`seed_protocol_clause`) and the reference test, in one sentence; where a controlled comparison (each path
-    at its own tuned rate) shows a difference and the reference finds the features equivalent, that it lies in how
-    easily a head uses them. The count over every trained head's test is not in it (issue 35: most of those tests
-    use a rate not tuned for their budget; the page gives it, labelled, next to their table)."""
-    shown = any(_kind(claims, f"opt_explore_at_main_{o}") in ("higher", "lower")
-                for o in CONTROLLED if _has(claims, f"opt_explore_at_main_{o}"))
-    tail = ("; the difference lies in how easily a trained head uses the features, not in what they allow"
-            if shown and _kind(claims, "opt_primary") == "equivalent" else "")
-    seed = seed_protocol_clause(claims)
-    return (f"On task B, {controlled_clause(claims, numbers)}{'; ' + seed if seed else ''}; "
-            f"{reference_clause(claims, numbers)}{tail}.")
-
-
-def answer(claims: pd.DataFrame, numbers: pd.DataFrame) -> str:
-    """The answer box's outcome sentences (glued as ``ch01_answer``): what switching off the gradients freezes, what
-    happens to task A, what pinning does to task B, and what ``separate_stats`` gives."""
-    return " ".join([weights_sentence(claims, numbers), task_a_sentence(claims, numbers),
-                     task_b_sentence(claims, numbers), notes(NOTES, claims, numbers)["separate"], SETTINGS_CAVEAT])
-
-
-#: Said where the answer states its verdicts (issue 35): the main run's settings were chosen by trial.
-SETTINGS_CAVEAT = ("The main run's pixel noise, shift and head learning rate were set by trial until the seed article's "
-                   "effects showed; the values tried were not recorded (the [glossary](../book/glossary.html) lists every "
-                   "setting chosen after seeing data).")
-
-
-def readings(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict:
-    """The page's other findings-chosen sentences, ``{key: Markdown}`` (glued as ``ch01_say_<key>``): ``weights`` and
-    ``logits`` (:data:`NOTES`), ``deeper`` (the deeper blocks' largest mean shift against block 1's), ``seeds`` (in
-    how many seeds ``train_mode`` lost task A), ``trained``, ``reference``, ``budget`` (chosen heads still shown to gain
-    between the last two checkpoints; ``budget_caption`` as a sentence), ``seeds_caption``, ``task_b`` and
-    ``controlled`` (:func:`controlled_clause` and :func:`seed_protocol_clause` as one sentence, the front page's task-B
-    headline), ``controlled_vs_seed`` (:data:`NOTES`: the controlled benefit against the seed protocol's, for chapter
-    3's page) and ``threads`` (:func:`threads_verdict_clause`)."""
-    said = notes(NOTES, claims, numbers)
-    by = entries(numbers, "buf_mean_shift_by_layer", r"block_\d+")
-    first, rest = (float(by.iloc[0]), by.iloc[1:]) if len(by) else (math.nan, by)
-    lost = int((entries(numbers, "task_a_change") < 0).sum())
-    kept = all(_kind(claims, k) == "exact" for k in ("c_pinned_keep_a", "c_separate_exact"))
-    g = family(claims, "opt_gain")
-    budget = (f"{int((g['kind'] == 'higher').sum())} of {len(g)} chosen heads are still shown to gain between the last "
-              "two checkpoints" if len(g) else "no head was trained at two checkpoints")
-    text, seed = controlled_clause(claims, numbers), seed_protocol_clause(claims)
-    return dict(
-        weights=said["say_weights"],
-        deeper=(f"The deeper blocks' largest mean shift is {float(rest.max()) / first:.0%} of block 1's."
-                if len(rest) and first > 0 else ""),
-        seeds=(f"in the two pinned modes and in `separate_stats` task A is exactly where it started (**{EXACT}**), "
-               "while " if kept else
-               "in the pinned modes or `separate_stats` task A is not exactly where it started (a bug), and ")
-        + f"`train_mode` is lower after stage 2 than before in {lost} of {number(numbers, 'n_seeds')} seeds",
-        seeds_caption=task_a_sentence(claims, numbers), logits=said["say_logits"],
-        trained=trained_heads_clause(claims, numbers), reference=reference_clause(claims, numbers), budget=budget,
-        budget_caption=budget[0].upper() + budget[1:] + ".", task_b=task_b_sentence(claims, numbers),
-        controlled=text[0].upper() + text[1:] + (f"; {seed}" if seed else "") + ".",
-        controlled_vs_seed=said["controlled_vs_seed"],
-        threads=threads_verdict_clause(claims))
-
-
-def threads_verdict_clause(claims: pd.DataFrame) -> str:
-    """The numerical-noise check's verdicts in one clause (glued as ``ch01_say_threads``): the main run's gap
-    (``threads_main_gap``) against the same with the checked seeds' gaps at the other thread count
-    (``threads_swapped_gap``). "from X to Y" only where the two verdicts differ; where they are the same it says so
-    (never "from X to X"); ``""`` without the check."""
-    if not all(_has(claims, k) for k in ("threads_main_gap", "threads_swapped_gap")):
-        return ""
-    main, swapped = claim(claims, "threads_main_gap"), claim(claims, "threads_swapped_gap")
-    if main.verdict == swapped.verdict:
-        return f"its verdict is {verdict_md(main)} either way: the thread count alone did not change it"
-    return f"its verdict from {verdict_md(main)} to {verdict_md(swapped)}: the thread count alone changed it"
-
-
-def drift_sentence(n_inside: int, n_intervals: int, n_expected_misses: float) -> str:
-    """The drift figure's takeaway (:func:`drift_check`'s counts): how many per-block, per-step 95% intervals contain
-    ``(1 - m)^t``, against the misses expected by chance."""
-    if not n_intervals:
-        return "No recorded step was compared with the prediction."
-    return (f"{n_inside} of {n_intervals} per-block, per-step 95% intervals contain the prediction (about "
-            f"{n_expected_misses:.1f} misses expected by chance).")
 
 
 # --- the reproduction's sizes against the seed article's: an ablation (issue 35) ----------------------------------
