@@ -16,7 +16,7 @@ import pandas as pd
 
 from ...inference import Family, Interval, Question, ask, claims_table, count_verdicts, decide, exact_check, \
     intersection_union_p, number, numbers_table, one_sided_p, t_interval as ci
-from ...words import Note, claim, notes
+from ...words import Note, claim, claim_text, notes
 from .run import AUX_WEIGHT, BATCH_TRAINING_MODES, FEATURE_KINDS, P_DROP, REESTIMATE_BATCHES, STAGE1_LR, \
     THREAD_QUANTITIES, chosen_rates, parse_dropout_case
 
@@ -451,60 +451,67 @@ def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, rates: dict)
 
 
 # --- the page's words, chosen by the findings ----------------------------------------------------------------------
-# Every sentence of the page that states an outcome is chosen here from the claims table C and the numbers table N,
-# so that it stays true for any rows (issue 25): rule-triggered notes (NOTES) for those that only choose between
-# fixed outcomes, functions for those that quote several numbers.
+# Every sentence of the page that states an outcome is either Markdown citing glued numbers and claim columns, or a
+# rule-triggered note (NOTES) chosen here from the claims table C and the numbers table N, so that it stays true for
+# any rows (issue 25). A claim in words has one shape, :func:`bnstudy.study.words.claim_text` (glued per claim as
+# ``ch02_<key>_text`` by :func:`page_words`).
 
-#: What the page prints for a number that does not exist (a safe batch that no batch reached, a share never flagged).
-NA = "n/a"
 _isnan = lambda x: x is None or (isinstance(x, (float, np.floating)) and x != x)  # noqa: E731
 _kind = lambda C, key: str(claim(C, key)["kind"])  # noqa: E731
 _verdict = lambda C, key: str(claim(C, key)["verdict"])  # noqa: E731
+_ci = lambda C, key: claim_text(claim(C, key), clip=(-1.0, 1.0))  # noqa: E731
 _NO_GROWTH = "these data do not show that the dropout cost grows with the dropout rate on raw features"
 _NO_STD = "these data do not show that standardizing the features shrinks the dropout cost"
 _hyp = lambda grows, less: lambda C, N: ((_verdict(C, "t3d_growth_raw") == "cost grows with the rate") == grows  # noqa: E731
                                          and (_verdict(C, "t3d_std_vs_raw") == "standardized costs less") == less)
-_safe_t5t = lambda N: number(N, "t5t_safe_batch")  # noqa: E731
 _loss_keys = ("t1_loss_first_pinned", "t1_loss_last_pinned", "t1_loss_first_eval_once", "t1_loss_last_eval_once")
-_T3_WORDS = {"equivalent": "the two main heads are equivalent",
-             "not decided": "these seeds do not tell the two main heads apart",
-             "too few seeds": "there are too few seeds to compare the two main heads"}
-_T4_WORDS = {"lower": "Batches that follow the label cost train mode accuracy",  # the others scoped to the first
-             "higher": "At the first share the lint flags, batches that follow the label raise train-mode accuracy",
-             "equivalent": "At the first share the lint flags, batches that follow the label leave train-mode "
-                           "accuracy within the margin",
-             "not decided": "Whether batches that follow the label cost train-mode accuracy already at the first "
-                            "share the lint flags is not shown here",  # a new user read the old words as "no cost"
-             "too few seeds": "Whether batches that follow the label cost train-mode accuracy at the first share the "
-                              "lint flags needs more seeds"}
-_T6_WORDS = {"higher": "overstated", "lower": "understated", "equivalent": "matched",
-             "not decided": "is not shown to differ from", "too few seeds": "cannot be compared with"}
-
 _T3 = "t3_tuned_whole_vs_fix"
 _t3_is = lambda *kinds: lambda C, N: _kind(C, _T3) in kinds  # noqa: E731
+_t3_fill = lambda C, N: dict(ci=_ci(C, _T3))  # noqa: E731
+_t4_fill = lambda C, N: dict(share=number(N, "t4_first_flagged"), ci=_ci(C, "t4_first_flagged"))  # noqa: E731
+_t4_flagged = lambda C, N: not _isnan(number(N, "t4_first_flagged"))  # noqa: E731
+#: Trap 5's safe batch in words, where no batch is safe (the same for both arms) and where one is.
+_NONE_SAFE = "loses less than {tol:.2f} at no batch size tried (no batch from which every larger one does)"
+_SAFE = "loses less than {tol:.2f} from batch {batch:.0f} on"
+_safe_fill = lambda key, p: lambda C, N: dict(tol=number(N, "t5_tol"), batch=number(N, key),  # noqa: E731
+                                              p=number(N, p), min_batch=number(N, "min_batch"))
+_t5t = lambda C, N: number(N, "t5t_safe_batch")  # noqa: E731
 
-
-def _t3_fill(C: pd.DataFrame, N: pd.DataFrame) -> dict:
-    """Trap 3's fields: ``said`` (what the whole model in eval mode switches off, with the shares of steps and calls),
-    ``ci`` (the tuned claim whole model minus the fix, :func:`_claim_ci`) and ``words`` (its verdict's words, or
-    ``""`` for a direction)."""
-    n = lambda k: number(N, k)  # noqa: E731
-    off = n("t3_aux_loss_whole") < n("t3_aux_loss_fixed") or n("t3_dropout_whole") < n("t3_dropout_fixed")
-    lead = ("Putting the whole model in eval mode instead switches off parts of the model being trained" if off else
-            "Putting the whole model in eval mode instead switched off nothing that is being trained here")
-    return dict(said=f"{lead}: the auxiliary loss entered {n('t3_aux_loss_whole'):.0%} of the steps and dropout "
-                     f"{n('t3_dropout_whole'):.0%} of its calls, against {n('t3_aux_loss_fixed'):.0%} and "
-                     f"{n('t3_dropout_fixed'):.0%} with only the backbone pinned",
-                ci=_claim_ci(C, _T3), words=_T3_WORDS.get(_kind(C, _T3), ""))
-
-
-#: The page's rule-triggered notes (exactly one of each key holds): trap 3's dropout hypothesis, which needs both
-#: directions shown ("cost grows with the rate", "standardized costs less"); where trap 5's training arm is safe
-#: against the ``small_batch`` lint's threshold; trap 6 against seed article 002's warning that the meter "can look
-#: healthy" under class-sorted batches; trap 5's safe batch's p and sample count; trap 1's head losses, or that the
-#: run's table predates them; trap 3's summary and what its fix buys, by the verdict of the tuned comparison (whole
-#: model minus the fix).
+#: The page's rule-triggered notes (exactly one of each key holds): the plain lead, by whether trap 1's backbone ran
+#: in train mode; trap 3's summary and what its fix buys, by the verdict of the tuned comparison (whole model minus
+#: the fix); trap 3's dropout hypothesis, which needs both directions shown ("cost grows with the rate",
+#: "standardized costs less"); trap 4 at the first share the lint flags (a cost only where the claim shows one);
+#: trap 5's safe batch at inference (with its intersection-union p) and in training (against the ``small_batch``
+#: lint's threshold), and the values per channel at the safe batch; trap 6 against seed article 002's warning that
+#: the meter "can look healthy" under class-sorted batches; trap 1's head losses, or that the run's table predates them.
 NOTES = (
+    Note("lead", lambda C, N: number(N, "t1_bn_train") > 0,
+         "**Calling eval() on the backbone once does not keep it there.** The loop's next train() call undoes it: pin "
+         "the backbone in eval mode instead."),
+    Note("lead", lambda C, N: not number(N, "t1_bn_train") > 0,
+         "**Here eval() on the backbone survived the training loop.** Pin it in eval mode all the same, and audit the "
+         "first epoch."),
+    Note("t3_summary", _t3_is("higher"),
+         "On this network the whole model in eval mode helped the new task rather than harmed it. At learning rates "
+         "tuned on validation data the whole-model run's main head scores higher than the fix's: whole model minus "
+         "the fix is {ci}. The trap is a silent change of what is trained, which the audit reports, not a loss of "
+         "accuracy here.", fill=_t3_fill),
+    Note("t3_summary", _t3_is("lower"),
+         "On this network the whole model in eval mode costs the new task. At learning rates tuned on validation data "
+         "the fix's main head scores higher than the whole-model run's: whole model minus the fix is {ci}.",
+         fill=_t3_fill),
+    Note("t3_summary", lambda C, N: not _t3_is("higher", "lower")(C, N),
+         "At learning rates tuned on validation data these seeds do not tell the two main heads apart: whole model "
+         "minus the fix is {ci}.", fill=_t3_fill),
+    Note("t3_fix_reading", _t3_is("higher"),
+         "On this network the fix scores lower on task B than the whole model in eval mode: whole model minus the fix "
+         "is {ci}. What it restores is the model as written, its auxiliary loss and its dropout, not accuracy. Use it "
+         "where those parts are meant to train, and measure the accuracy either way.", fill=_t3_fill),
+    Note("t3_fix_reading", _t3_is("lower"),
+         "On this network the fix also scores higher on task B: whole model minus the fix is {ci}.", fill=_t3_fill),
+    Note("t3_fix_reading", lambda C, N: not _t3_is("higher", "lower")(C, N),
+         "Whether the fix scores higher on task B these seeds do not tell: whole model minus the fix is {ci}. What it "
+         "restores is the model as written, its auxiliary loss and its dropout.", fill=_t3_fill),
     Note("t3d_hypothesis_words", _hyp(True, True),
          "The data are consistent with it: the cost grows with the dropout rate on raw features, and standardizing the "
          "features shrinks it. They do not single it out: most accounts of dropout predict growth with the rate, and "
@@ -512,128 +519,41 @@ NOTES = (
     Note("t3d_hypothesis_words", _hyp(False, True), f"It is not shown as stated: {_NO_GROWTH}."),
     Note("t3d_hypothesis_words", _hyp(True, False), f"It is not shown as stated: {_NO_STD}."),
     Note("t3d_hypothesis_words", _hyp(False, False), f"It is not shown as stated: {_NO_GROWTH}; {_NO_STD}."),
-    Note("t5t_threshold_word", lambda C, N: _isnan(_safe_t5t(N)),
-         "nowhere in the grid tried: no batch is safe by this rule,"),
-    Note("t5t_threshold_word", lambda C, N: _safe_t5t(N) < number(N, "min_batch"), "below"),
-    Note("t5t_threshold_word", lambda C, N: _safe_t5t(N) == number(N, "min_batch"), "at"),
-    Note("t5t_threshold_word", lambda C, N: _safe_t5t(N) > number(N, "min_batch"), "above"),
+    Note("t4_summary", lambda C, N: not _t4_flagged(C, N),
+         "`lint_loader` flagged none of the label-sorted loaders tried."),
+    Note("t4_summary", lambda C, N: _t4_flagged(C, N) and _kind(C, "t4_first_flagged") == "lower",
+         "Batches that follow the label cost train-mode accuracy: where `lint_loader` first flags the loader (a "
+         "one-class share of {share:.2f}), train mode minus eval mode on the same batches is {ci}.", fill=_t4_fill),
+    Note("t4_summary", lambda C, N: _t4_flagged(C, N) and _kind(C, "t4_first_flagged") != "lower",
+         "Where `lint_loader` first flags the loader (a one-class share of {share:.2f}), train mode minus eval mode on "
+         "the same batches is {ci}.", fill=_t4_fill),
+    Note("t5_safe_text", lambda C, N: _isnan(number(N, "t5_safe_batch")), _NONE_SAFE,
+         fill=_safe_fill("t5_safe_batch", "t5_safe_p")),
+    Note("t5_safe_text", lambda C, N: not _isnan(number(N, "t5_safe_batch")), _SAFE + " (intersection-union p "
+         "{p:.1e})", fill=_safe_fill("t5_safe_batch", "t5_safe_p")),
+    Note("t5t_safe_text", lambda C, N: _isnan(_t5t(C, N)), _NONE_SAFE, fill=_safe_fill("t5t_safe_batch", "t5t_safe_p")),
+    *(Note("t5t_safe_text", rule, _SAFE + f", {where} the `small_batch` lint's threshold of {{min_batch:.0f}}",
+           fill=_safe_fill("t5t_safe_batch", "t5t_safe_p"))
+      for where, rule in (("below", lambda C, N: _t5t(C, N) < number(N, "min_batch")),
+                          ("at", lambda C, N: _t5t(C, N) == number(N, "min_batch")),
+                          ("above", lambda C, N: _t5t(C, N) > number(N, "min_batch")))),
+    Note("t5_safe_count_text", lambda C, N: _isnan(number(N, "t5_safe_count")), "n/a (no safe batch)"),
+    Note("t5_safe_count_text", lambda C, N: not _isnan(number(N, "t5_safe_count")),
+         "{count:.0f} at the safe batch ({batch:.0f})",
+         fill=lambda C, N: dict(count=number(N, "t5_safe_count"), batch=number(N, "t5_safe_batch"))),
     Note("t6_seed", lambda C, N: _kind(C, "t6_meter_gap") == "higher",
          "That is seed article 002's warning: under class-sorted batches the training meter looked better than "
          "held-out accuracy."),
     Note("t6_seed", lambda C, N: _kind(C, "t6_meter_gap") != "higher",
-         "Seed article 002 warns that the meter \"can look healthy\" under class-sorted batches; here the meter {word} "
-         "held-out accuracy, and both stood against the {shuffled:.3f} the meter read on shuffled batches.",
-         fill=lambda C, N: dict(word=_T6_WORDS[_kind(C, "t6_meter_gap")], shuffled=number(N, "t6_meter_shuffled"))),
-    Note("t5_safe_p_text", lambda C, N: _isnan(number(N, "t5_safe_p")), "n/a (no batch is safe by this rule)"),
-    Note("t5_safe_p_text", lambda C, N: not _isnan(number(N, "t5_safe_p")), "{p:.1e}",
-         fill=lambda C, N: dict(p=number(N, "t5_safe_p"))),
-    Note("t5_safe_count_text", lambda C, N: _isnan(number(N, "t5_safe_count")), NA),
-    Note("t5_safe_count_text", lambda C, N: not _isnan(number(N, "t5_safe_count")),
-         "{count:.0f} at the safe batch ({batch:.0f})",
-         fill=lambda C, N: dict(count=number(N, "t5_safe_count"), batch=number(N, "t5_safe_batch"))),
-    Note("lead", lambda C, N: number(N, "t1_bn_train") > 0,
-         "**Calling eval() on the backbone once does not keep it there.** The loop's next train() call undoes it: pin "
-         "the backbone in eval mode instead."),
-    Note("lead", lambda C, N: not number(N, "t1_bn_train") > 0,
-         "**Here eval() on the backbone survived the training loop.** Pin it in eval mode all the same, and audit the "
-         "first epoch."),
+         "Seed article 002 warns that the meter \"can look healthy\" under class-sorted batches; here the meter was "
+         "not shown to look better than held-out accuracy, and both stood against the {shuffled:.3f} the meter read "
+         "on shuffled batches.", fill=lambda C, N: dict(shuffled=number(N, "t6_meter_shuffled"))),
     Note("t1_loss_note", lambda C, N: any(_isnan(number(N, k)) for k in _loss_keys),
          "not recorded in the run behind this page (its table predates the column)"),
     Note("t1_loss_note", lambda C, N: not any(_isnan(number(N, k)) for k in _loss_keys),
          "pinned {first_pinned:.2f} and {last_pinned:.2f} nats; drifting {first_eval_once:.2f} and "
          "{last_eval_once:.2f}", fill=lambda C, N: {k[len("t1_loss_"):]: number(N, k) for k in _loss_keys}),
-    Note("t3_summary", _t3_is("higher"),
-         "{said}. On this network that helped the new task rather than harmed it: at learning rates tuned on "
-         "validation data the whole-model run's main head scores higher than the fix's (whole model minus the fix "
-         "{ci}); the trap is a silent change of what is trained, which the audit reports, not a loss of accuracy "
-         "here.", fill=_t3_fill),
-    Note("t3_summary", _t3_is("lower"),
-         "{said}, and that costs the new task: at learning rates tuned on validation data the fix's main head scores "
-         "higher than the whole-model run's (whole model minus the fix {ci}).", fill=_t3_fill),
-    Note("t3_summary", lambda C, N: not _t3_is("higher", "lower")(C, N),
-         "{said}; at learning rates tuned on validation data {words} (whole model minus the fix {ci}).",
-         fill=_t3_fill),
-    Note("t3_fix_reading", _t3_is("higher"),
-         "On this network the fix scores lower on task B than the whole model in eval mode (whole model minus the fix "
-         "{ci}): what it restores is the model as written, its auxiliary loss and its dropout, not accuracy. Use it "
-         "where those parts are meant to train, and measure the accuracy either way.", fill=_t3_fill),
-    Note("t3_fix_reading", _t3_is("lower"),
-         "On this network the fix also scores higher on task B (whole model minus the fix {ci}).", fill=_t3_fill),
-    Note("t3_fix_reading", lambda C, N: not _t3_is("higher", "lower")(C, N),
-         "Whether the fix scores higher on task B these seeds do not tell (whole model minus the fix {ci}); what it "
-         "restores is the model as written, its auxiliary loss and its dropout.", fill=_t3_fill),
 )
-
-
-def _change(before: float, after: float) -> str:
-    """How a quantity moved, in words that follow its sign: "fell from a to b", "rose from a to b", "stayed at a"."""
-    a, b = f"{before:.3f}", f"{after:.3f}"
-    return f"stayed at {a}" if a == b else f"{'fell' if after < before else 'rose'} from {a} to {b}"
-
-
-def _claim_ci(C: pd.DataFrame, key: str) -> str:
-    """A claim's estimate, family interval cut to [-1, 1] and bold verdict: ``"+0.123 (+0.010 to +0.236):
-    **drifting higher**"`` (signed, the verdict after a colon: not :func:`bnstudy.study.words.claim_text`'s shape)."""
-    r = claim(C, key)
-    iv = Interval(float(r["estimate"]), float(r["low"]), float(r["high"]), int(r["n"])).clipped(-1.0, 1.0)
-    if _isnan(iv.low):
-        return f"{iv.mean:+.3f}: **{r['verdict']}**"
-    return f"{iv.mean:+.3f} ({iv.low:+.3f} to {iv.high:+.3f}): **{r['verdict']}**"
-
-
-def trap1_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    n = lambda k: number(N, k)  # noqa: E731
-    weights = ("although no backbone weight moved" if n("t1_param") == 0 else
-               f"and the backbone's weights moved by up to {n('t1_param'):.3g}")
-    moved = _change(n("t1_task_a_before"), n("t1_task_a_after"))
-    if n("t1_bn_train") > 0:
-        return (f"`model.backbone.eval()` is undone by the training loop's next `model.train()`: the backbone's "
-                f"BatchNorm layers ran in train mode in {n('t1_bn_train'):.0%} of their calls and rewrote their "
-                f"running statistics, and task A {moved}, {weights}.")
-    return (f"Here `model.backbone.eval()` survived the training loop's `model.train()` (BatchNorm in train mode in "
-            f"none of its calls), and task A {moved}, {weights}.")
-
-
-def trap2_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    moved = _change(number(N, "t2_task_a_before"), number(N, "t2_task_a_after"))
-    nbt = number(N, "t2_nbt")
-    did = f"rewrote its running statistics in {nbt:.0f} batches," if nbt > 0 else \
-        "did not rewrite its running statistics here,"
-    return f"A teacher left in train mode under `torch.no_grad()` {did} and its task-A accuracy {moved}."
-
-
-def trap4_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    share = number(N, "t4_first_flagged")
-    if _isnan(share):
-        return "`lint_loader` flagged none of the label-sorted loaders tried."
-    return (f"{_T4_WORDS[_kind(C, 't4_first_flagged')]}: where `lint_loader` first flags the loader (a one-class share "
-            f"of {share:.2f}), train mode minus eval mode on the same batches is "
-            f"{_claim_ci(C, 't4_first_flagged')}.")
-
-
-def trap6_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    return (f"A network trained on class-sorted batches reached {number(N, 't6_eval_sorted'):.3f} on held-out data, "
-            f"against {number(N, 't6_eval_shuffled'):.3f} trained on shuffled ones, and its training meter "
-            f"{_T6_WORDS[_kind(C, 't6_meter_gap')]} that held-out accuracy (meter minus held-out "
-            f"{_claim_ci(C, 't6_meter_gap')}).")
-
-
-def safe_batch_text(batch: float, tol: float) -> str:
-    """ "loses less than 0.02 from batch 8 on", or that no batch in the grid does (a NaN safe batch)."""
-    if _isnan(batch):
-        return f"loses less than {tol:.2f} at no batch size tried (no batch from which every larger one does)"
-    return f"loses less than {tol:.2f} from batch {batch:.0f} on"
-
-
-def small_batch_sentence(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    n = lambda k: number(N, k)  # noqa: E731
-    safe, min_batch, tol, smallest = n("t5t_safe_batch"), n("min_batch"), n("t5_tol"), n("t5_smallest")
-    where = "" if _isnan(safe) else f", {notes(NOTES, C, N)['t5t_threshold_word']} the `small_batch` lint's " \
-        f"threshold of {min_batch}"
-    return (f"With BatchNorm on batch statistics at inference the network {safe_batch_text(n('t5_safe_batch'), tol)}"
-            f" (at batch {smallest} it scores {n(f't5_train_b{smallest}'):.3f} against "
-            f"{n('t5_eval'):.3f} in eval mode), and trained further on batch statistics, then re-estimated, it "
-            f"{safe_batch_text(safe, tol)}{where}.")
 
 
 def dropout_ps(N: pd.DataFrame) -> list[float]:
@@ -641,21 +561,10 @@ def dropout_ps(N: pd.DataFrame) -> list[float]:
     return sorted(int(k[len("t3d_acc_raw_p"):]) / 100 for k in N["key"] if k.startswith("t3d_acc_raw_p"))
 
 
-def answer(C: pd.DataFrame, N: pd.DataFrame) -> str:
-    """The answer box's outcome sentences, one paragraph: the plain lead (:data:`NOTES`' ``lead``), then traps 1 to 5
-    (trap 6 is on the page)."""
-    said = notes(NOTES, C, N)
-    return " ".join([said["lead"], trap1_sentence(C, N), trap2_sentence(C, N), said["t3_summary"],
-                     trap4_sentence(C, N), small_batch_sentence(C, N)])
-
-
 def page_words(C: pd.DataFrame, N: pd.DataFrame) -> dict:
-    """Every findings-chosen text of the page, ``{glue key suffix: Markdown}`` (glued as ``ch02_<key>``)."""
-    tol = number(N, "t5_tol")
-    return {"answer": answer(C, N), "t1_summary": trap1_sentence(C, N), "t2_summary": trap2_sentence(C, N),
-            "sorted_summary": f"{trap4_sentence(C, N)} {trap6_sentence(C, N)}",
-            "t5_summary": small_batch_sentence(C, N), "t5_safe_text": safe_batch_text(number(N, "t5_safe_batch"), tol),
-            "t5t_safe_text": safe_batch_text(number(N, "t5t_safe_batch"), tol),
-            "t3_tuned_whole_vs_fix_text": _claim_ci(C, "t3_tuned_whole_vs_fix"), "t4_summary": trap4_sentence(C, N),
-            "t6_summary": trap6_sentence(C, N), "t3d_ps": ", ".join(f"{p:g}" for p in dropout_ps(N)),
-            **notes(NOTES, C, N)}
+    """Every findings-chosen text of the page, ``{glue key suffix: Markdown}`` (glued as ``ch02_<key>``): the notes
+    of :data:`NOTES`, every claim in the book's one shape (``<key>_text``, :func:`bnstudy.study.words.claim_text`,
+    interval ends cut to [-1, 1]) and trap 3's dropout rates (``t3d_ps``, ``"0.1, 0.3, 0.5"``). Raises
+    ``ValueError`` if a key of :data:`NOTES` has no note, or more than one, that holds."""
+    return {**notes(NOTES, C, N), **{f"{k}_text": _ci(C, k) for k in C["key"]},
+            "t3d_ps": ", ".join(f"{p:g}" for p in dropout_ps(N))}
