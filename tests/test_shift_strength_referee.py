@@ -151,7 +151,9 @@ def test_budget_net_rows_and_their_verdicts():
     want = sum(g.sort_index()["kind"].iloc[0] != g.sort_index()["kind"].iloc[-1]
                for _, g in bn.groupby(level="t"))
     assert number(F, "budget_net_n_flips") == want == 1            # t = 0.25's benefit shrinks with steps in _effects
-    assert number(F, "budget_net_word") == "changes" and claim(C, "budget_net_1_s300")["verdict"] == "train mode lower"
+    summary = number(F, "budget_net_summary")
+    assert "t = 1: -" in summary and "; **train mode lower**)" in summary
+    assert claim(C, "budget_net_1_s300")["verdict"] == "train mode lower"
     assert number(F, "budget_t_min") == 0.25 and claim(C, "convergence_weakest_train_mode")["verdict"] == "not decided"
     # At t = 1 and 300 steps cost and benefit both vanish: the net there is exactly 0, equivalent.
     late = (df["steps"] == 300) & (df["both_strength"] == 1.0)
@@ -160,7 +162,7 @@ def test_budget_net_rows_and_their_verdicts():
     C2, F2 = analyse(df, n_boot=10, n_boot_select=10)
     assert number(F2, "budget_net_n_flips") == 2 and claim(C2, "budget_net_1_s300")["verdict"] == "equivalent within \u00b10.02"
     assert number(findings.findings(_table10(_cfg10(budget_levels=(1.0,), budget_steps=(200, 300)), seed_noise=0.001),
-                                    n_boot=10, n_boot_select=10), "budget_net_word") == "does not change"
+                                    n_boot=10, n_boot_select=10), "budget_net_n_flips") == 0
 
 
 def test_referee_findings_on_a_hand_made_table():
@@ -174,7 +176,8 @@ def test_referee_findings_on_a_hand_made_table():
     assert number(F, "cross_page_raw_both").endswith("of resamples cross")
     assert number(F, "t1_taska_train_seed_min") < number(F, "t1_taska_train_seed_max")
     assert number(F, "eval_se") == pytest.approx(math.sqrt(0.35 * 0.65 / number(F, "n_eval")))
-    assert number(F, "favour").startswith("no shift") == (number(F, "n_higher_raw") + number(F, "n_higher_vs_no_shift") == 0)
+    favour = findings.notes(findings.NOTES, C, F)["favour"]
+    assert favour.startswith("no shift") == (number(F, "n_higher_raw") + number(F, "n_higher_vs_no_shift") == 0)
     assert number(F, "winner") in number(F, "indistinct") and number(F, "n_indistinct") >= 1
     assert number(F, "winner_call").startswith("`statistics_mismatch(") and "network_mode=" in number(F, "winner_call")
 
@@ -312,12 +315,12 @@ def test_every_lead_and_the_answers_counts_say_they_rest_on_the_seeds_protocol()
     assert len(leads) == 4
     for text in leads:
         assert "On the seed's protocol (one head rate for both paths, not tuned per path)" in text, text
-    C, F = shared_findings("ten")
-    assert "on the seed's protocol, the sum of the two differences reads" in findings.counts_sentence(C, F)
-    assert "lines, on the seed's protocol, the sum reads" in findings.answer(C, F)
     box = _answer_box()
     label = box.index("is measured on the seed's protocol")
-    assert box.index("{glue:md}`ch03_lead`") < label < box.index("{glue:md}`ch03_answer`")
+    said = box.index("their sum reads")
+    assert box.index("{glue:md}`ch03_lead`") < label < box.index("At chapter 1's shift ($t = 1$), on the seed's")
+    assert said < box.index("On the seed's protocol, counting the sum") < box.index("{glue:md}`ch03_counts_sentence`")
+    assert box.index("{glue:md}`ch03_counts_sentence`") < box.index("At the gentlest shift of each line, on the seed's")
 
 
 def test_chapter_1s_controlled_comparison_is_named_as_chapter_1s_with_adam_and_the_rest_as_an_expectation():
@@ -342,29 +345,39 @@ def test_chapter_1s_controlled_comparison_is_named_as_chapter_1s_with_adam_and_t
 
 @pytest.mark.parametrize("counts, want", [
     (dict(higher=0, lower=13, equivalent=3, **{"not decided": 26}),
-     "**train mode higher** at 0, **train mode lower** at 13, **equivalent within \u00b10.02** at 3 and "
-     "**not decided** at 26"),
-    (dict(higher=2, lower=0, equivalent=0, **{"not decided": 0}), "**train mode higher** at 2 and **train mode lower** at 0"),
+     "3 of the {m} shifted levels are **equivalent within \u00b10.02** of zero, 13 show the sum below zero (a "
+     "direction shown) and 26 are **not decided**"),
+    (dict(higher=2, lower=0, equivalent=0, **{"not decided": 0}),
+     "2 of the {m} shifted levels show the sum above zero"),
     (dict(higher=0, lower=1, equivalent=0, **{"not decided": 2, "too few seeds": 1}),
-     "**train mode higher** at 0, **train mode lower** at 1, **not decided** at 2 and **too few seeds** at 1"),
+     "1 of the {m} shifted levels shows the sum below zero (a direction shown), 2 are **not decided** and 1 has "
+     "**too few seeds**"),
 ])
 def test_a_views_count_names_every_verdict_kind_that_occurs(monkeypatch, counts, want):
     """The normalized view's count named lower, higher and not decided but not its equivalent levels (39 of 42): the
-    count names both directions and every other kind that occurs, so it adds up to the levels."""
+    count names every kind that occurs, so it adds up to the levels."""
+    import bnstudy.study.words as words
     full = {"too few seeds": 0, **counts}
     full["m"] = sum(full.values())
     C, F = shared_findings("ten")
-    monkeypatch.setattr(findings, "level_counts", lambda C, view="raw": full)
-    assert findings.level_counts_text(C, F, "normalized") == want
+    monkeypatch.setattr(words, "count_verdicts", lambda claims, alpha=0.05: full)
+    m = len(findings.view_claims(C, "normalized"))
+    assert findings.page_texts(C, F)["normalized_counts"] == want.format(m=m)
 
 
 def test_every_views_count_adds_up_to_its_levels_on_the_data():
     import re
+    from bnstudy.study.inference import count_verdicts
     C, F = shared_findings("ten")
-    for view in findings.VIEWS:
-        text, n = findings.level_counts_text(C, F, view), findings.level_counts(C, view)
-        assert sum(int(x) for x in re.findall(r"\*\* at (\d+)", text)) == n["m"], (view, text)
+    from bnstudy.study.words import counts_text
     page = findings.page_texts(C, F)
-    assert page["normalized_counts"] == findings.level_counts_text(C, F, "normalized")
+    for view in findings.VIEWS:
+        vc = findings.view_claims(C, view)
+        text, n = counts_text(vc, "shifted levels", "the sum", "zero", number(F, "tie_margin")), count_verdicts(vc)
+        assert text == page.get({"raw": "counts_sentence", "normalized": "normalized_counts"}.get(view), text)
+        verb = r"(?:^|, | and )(\d+) (?:of the \d+ shifted levels )?(?:are|is|show|has|have)"
+        said = [int(x) for x in re.findall(verb, text)]
+        assert sum(said) == n["m"] and f"of the {n['m']} shifted levels" in text, (view, text)
     from test_shift_strength import _markdown_cells
-    assert any("the normalized view reads\n{glue:md}`ch03_normalized_counts`" in md for md in _markdown_cells())
+    assert any("counting the normalized view's sums by their printed verdicts,\n{glue:md}`ch03_normalized_counts`" in md
+               for md in _markdown_cells())

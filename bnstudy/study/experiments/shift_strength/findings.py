@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from ...inference import Claim, Family, Interval, Question, ask, bootstrap_distribution, bootstrap_interval, \
-    claims_table, count_verdicts, decide, holm, number, _slug, numbers_table, percentile_interval, rank_correlation, \
+    claims_table, count_verdicts, decide, holm, number, numbers_table, percentile_interval, rank_correlation, \
     t_interval, two_sided_p
-from ...words import Note, claim, join, notes
+from ...words import Note, claim, claim_text, counts_text, join, notes
 from ...config import check_choice
 from ...modes import MODE_NAMES
 from .run import CH1_STEPS, EXTRA_LINES, GRID_MODES, LINE_SPEC, LINES, PINNED_MODES, POINT_COLS, REFERENCE_SHIFT, \
@@ -902,7 +902,7 @@ def _mismatch_findings(df: pd.DataFrame, min_effect: float) -> dict:
                 rho_eval_train=rho(pc["mismatch_kl"], pc["mismatch_kl_train"]),
                 rho_cost_line_min=min(line_rho) if line_rho else math.nan,
                 noshift_kl=float(pc[pc.kind == "no shift"]["mismatch_kl"].mean()),
-                **_groups(safe, harm, "kl"), threshold_clean=_overlap(safe, harm))
+                **_groups(safe, harm, "kl"))
 
 
 def _groups(safe: pd.Series, harm: pd.Series, name: str) -> dict:
@@ -973,7 +973,6 @@ def _selection_findings(df: pd.DataFrame, n_boot: int, min_effect: float) -> dic
         rho[f"kl_cost_{t}"] = _boot_rho(eff[eff[f"on_{t}"].astype(bool)], keys, "mismatch_kl", "cost", n_boot)
     w = sel["winner"]
     per = sel["candidates"][w]["per_type"]
-    n_beaten = sum(r["beaten"] == "yes" for n, r in sel["candidates"].items() if n != w)
     col = cands[w]
     safe, harm = pc[pc["cost_hi"] < min_effect][col], pc[pc["cost_lo"] > min_effect][col]
     ns = pc[pc["kind"].astype(str).str.startswith("no shift")][col]
@@ -983,8 +982,7 @@ def _selection_findings(df: pd.DataFrame, n_boot: int, min_effect: float) -> dic
     groups = _groups(safe, harm, "w")
     return dict(indistinct=join(tied), n_indistinct=len(tied), beaten=join(beaten) if beaten else "none",
                 winner_call=f'`statistics_mismatch(backbone, batches, measure="{measure}", network_mode="{mode}")`',
-                rho=rho, selection=dict(sel["candidates"]), winner=w,
-                winner_clear="clearly" if n_beaten == len(cands) - 1 else "not clearly", n_beaten=n_beaten,
+                rho=rho, selection=dict(sel["candidates"]), winner=w, n_beaten=len(beaten),
                 n_candidates=len(cands), winner_worst_type=max(per, key=per.get), winner_worst_error=max(per.values()),
                 winner_best_type=min(per, key=per.get), winner_best_error=min(per.values()),
                 winner_noshift=float(ns.mean()) if len(ns) else math.nan,
@@ -1010,26 +1008,19 @@ def rate_findings(levels: pd.DataFrame) -> dict:
     """What the raw view's break-even rates (:func:`level_table`) support: ``rate_n`` levels with a rate,
     ``rate_n_point_only`` of them without an interval, ``rate_n_above_1`` above 1 (mean benefit above mean cost),
     ``rate_n_above_1_ci`` of those whose interval lies above 1 and ``rate_n_above_1_paid`` whose verdict is
-    ``"train mode higher"``; ``rate_above_1_levels`` (``"line strength: rate [low, high], verdict"``; ``"none"``) and
-    ``rate_above_1_reading``: whether they show drifting paying at a 1:1 exchange (only a resolved net does)."""
+    ``"train mode higher"`` (the note ``rate_above_1_reading`` of :data:`NOTES` reads them: only a resolved net shows
+    drifting paying at a 1:1 exchange); ``rate_above_1_levels`` (``"line strength: rate [low, high], verdict"``;
+    ``"none"``)."""
     r = levels[(levels["metric"] == "net") & (levels["view"] == "raw")]
     r = r[np.isfinite(r["breakeven_rate"].astype(float))]
     above = r[r["breakeven_rate"] > 1]
-    paid = int((above["kind"] == "higher").sum())
     items = [f"{x['line']} {x['strength']:g}: " + rate_reading(x["breakeven_rate"], x["breakeven_low"],
                                                                x["breakeven_high"], "").rstrip() + f", {x['verdict']}"
              for _, x in above.iterrows()]
-    if not len(above):
-        reading = "no break-even rate lies above 1"
-    elif paid == 0:
-        reading = ("at none of them does the net show a direction in favour of drifting statistics, so none shows "
-                   "that drifting pays even at a 1:1 exchange")
-    else:
-        reading = f"at {paid} of them the net shows a direction in favour of drifting statistics"
     return dict(rate_n=len(r), rate_n_point_only=int((~np.isfinite(r["breakeven_low"].astype(float))).sum()),
                 rate_n_above_1=len(above), rate_n_above_1_ci=int((above["breakeven_low"] > 1).sum()),
-                rate_n_above_1_paid=paid, rate_above_1_levels="; ".join(items) if items else "none",
-                rate_above_1_reading=reading)
+                rate_n_above_1_paid=int((above["kind"] == "higher").sum()),
+                rate_above_1_levels="; ".join(items) if items else "none")
 
 
 def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, alpha: float, margin: float,
@@ -1052,9 +1043,8 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
     if len(bn):
         b_t_min = float(bn["t"].min())
         bud = paired_effects(df[df["both_strength"].isin(bn["t"].unique())])
-        for t in _budget_changes(df, bn):
-            r = claim(claims, f"budget_change_{_strength_key(t)}")
-            ben_sum.append(f"t = {t:g}: {r.estimate:+.3f} [{r.low:+.3f}, {r.high:+.3f}], {r.verdict}")
+        ben_sum = [f"t = {t:g}: {claim_text(claim(claims, f'budget_change_{_strength_key(t)}'))}"
+                   for t in _budget_changes(df, bn)]
         room_steps = float(bud["steps"].max())
         g = bud[(bud["both_strength"] == b_t_min) & (bud["steps"] == bud["steps"].max())]
         room_long = float(g["task_b_train_mode"].mean()) - _chance(df)
@@ -1063,7 +1053,6 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
     n_neg, _ = _family_counts(g["net"] for _, g in shifted.groupby(["brightness", "contrast"]))
     eff = paired_effects(_affine(_main(df)))
     t1 = eff.loc[np.isclose(eff["both_strength"], 1.0), "task_a_after_train_mode"]
-    n_ben = sum(count_verdicts(view_claims(claims, view), alpha)["higher"] for view in ("raw", "vs no shift"))
     # Levels whose break-even rate lies between the sweep's exchange rate and the longest budget's: the sign of their
     # normalized mean net differs between the two rates (benefit / cost > rate <=> normalized net > 0).
     rate_long = room_long / room_a if room_a > 0 else math.nan
@@ -1075,20 +1064,15 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
     p_b = float(_main(df).loc[lambda d: d["mode"] == "train_mode", "task_b"].mean())
     ne = normalized_effects(paired_effects(_main(df)), _chance(df))
     b_n0 = ne[_noshift(ne) & (ne["task_b_classes"] == "new").to_numpy()]["benefit_n"]
-    flips, net_sum = 0, []
-    for t, g in bn.groupby("t"):
-        g = g.sort_values("steps")
-        flips += int(g["kind"].iloc[0] != g["kind"].iloc[-1])
-        r = g.iloc[-1]
-        net_sum.append(f"t = {t:g}: {r['mean']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}], {r['verdict']}")
+    flips = sum(int(g.sort_values("steps")["kind"].iloc[0] != g.sort_values("steps")["kind"].iloc[-1])
+                for _, g in bn.groupby("t"))
+    longest = [(t, f"budget_net_{_strength_key(t)}_s{int(g['steps'].max())}") for t, g in bn.groupby("t")]
+    net_sum = [f"t = {t:g}: {claim_text(claim(claims, key), 4)}" for t, key in longest]
     return dict(**rate_findings(lv), holm_extra_resolved=holm_extra_resolved(df, alpha),
                 budget_dependent_levels=join(dep) if dep else "none", n_budget_dependent=len(dep),
                 t1_taska_train_mean=float(t1.mean()) if len(t1) else math.nan,
                 n_eval=n_eval, eval_se=math.sqrt(p_b * (1 - p_b) / n_eval),
-                favour=("no shift in the sweep was shown to favour drifting statistics" if n_ben == 0 else
-                        f"drifting statistics were shown to pay at {n_ben} level-views"),
                 benefit_n_noshift=float(b_n0.mean()) if len(b_n0) else math.nan, budget_net_n_flips=flips,
-                budget_net_word="does not change" if flips == 0 else "changes",
                 budget_net_m=len(bn), budget_change_m=len(ben_sum),
                 budget_net_summary="; ".join(net_sum) if net_sum else "not measured",
                 budget_benefit_summary="; ".join(ben_sum) if ben_sum else "not measured",
@@ -1141,7 +1125,6 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     ns, at1 = eff[_noshift(eff)], eff[np.isclose(eff["both_strength"], 1.0)]
     for name, d in (("cost", cost), ("benefit", benefit)):
         d["noshift"], d["t1"] = t_interval(ns[name]), t_interval(at1[name])
-    crossing = [t for t in SHIFT_TYPES if not math.isnan(cross[t]["estimate"])]
     all_net = np.concatenate(nets)
 
     pb = main.pivot_table(index=["seed", "brightness", "contrast"], columns="mode", values="task_b")
@@ -1178,9 +1161,7 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
         min_effect=min_effect, n_boot=n_boot,
         max_pinned_diff=float((pinned["backbone_eval"] - pinned["all_eval"]).abs().max())
         if pinned.shape[1] == 2 and len(pinned) else math.nan,
-        cross=cross, curves_cross={t: "cross" if t in crossing else "do not cross" for t in SHIFT_TYPES},
-        crossing_lines=" and ".join(crossing) if crossing else "none", any_crossover=bool(crossing),
-        lines=lines, cost=cost, benefit=benefit, task_a=task_a,
+        cross=cross, lines=lines, cost=cost, benefit=benefit, task_a=task_a,
         net_best=float(all_net.max()), net_worst=float(all_net.min()),
         taskb_train_min=float(by_mode["train_mode"]["task_b"].min()),
         taskb_train_max=float(by_mode["train_mode"]["task_b"].max()),
@@ -1200,10 +1181,6 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     ), bounds=lambda key: (-1.0, 1.0) if key == "task_a" else (-math.inf, math.inf))
 
 
-def _has(F: pd.DataFrame, key: str) -> bool:
-    return bool((F["key"] == key).any())
-
-
 def crossover_long(F: pd.DataFrame) -> pd.DataFrame:
     """The crossover numbers as a tidy table: ``shift, estimate, ci_low, ci_high, p_cross, first_resolved,
     dominant, n_cost_wins, n_benefit_wins``."""
@@ -1212,200 +1189,105 @@ def crossover_long(F: pd.DataFrame) -> pd.DataFrame:
         n_cost_wins=number(F, f"lines_{t}_n_cost_wins"), n_benefit_wins=number(F, f"lines_{t}_n_benefit_wins"))
         for t in SHIFT_TYPES])
 
-
-# --- the page: its answer and the sentences the numbers and claims choose (issue 25) ---------------------------------
-# The page prints task A as condition minus reference (train_mode - backbone_eval): the rows and numbers keep ``cost =
-# pinned - train_mode``; the ``task_a_*`` numbers and the functions below negate it.
-
-def _verdict(C: pd.DataFrame, key: str) -> str:
-    """The printed verdict of claim ``key`` (``"not measured"`` if the sweep has no such claim)."""
-    c = C[C["key"] == key] if len(C) else C
-    return str(c["verdict"].iloc[0]) if len(c) else "not measured"
-
-
-def _signed(x: float, d: int = 3) -> str:
-    """``x`` with its sign, ``d`` decimals, no negative zero; ``"n/a"`` for NaN."""
-    if not np.isfinite(x):
-        return "n/a"
-    c = f"{x:+.{d}f}"
-    return c.replace("-", "+", 1) if float(c) == 0 else c
-
-
-def _range(iv: Interval, low: float = -1.0, high: float = 1.0, d: int = 3) -> str:
-    """``"-0.80 to -0.65"``: an interval's ends clipped to ``[low, high]`` (what the quantity allows)."""
-    c = iv.clipped(low, high)
-    if not (np.isfinite(c.low) and np.isfinite(c.high)):
-        return "no interval"
-    return f"{_signed(c.low, d)} to {_signed(c.high, d)}"
-
-
 def task_a_difference(cost: Interval) -> Interval:
     """Task A's ``train_mode - backbone_eval`` (the page's sign) from a cost interval: the same interval, negated."""
     return Interval(-cost.mean, -cost.high, -cost.low, cost.n, cost.confidence)
 
 
-def level_counts(C: pd.DataFrame, view: str = "raw") -> dict:
-    """The per-level verdicts of ``view`` counted by the book's rule (:func:`bnstudy.study.inference.count_verdicts`)."""
-    return count_verdicts(view_claims(C, view))
-
-
-def level_counts_text(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
-    """The per-level verdicts of ``view`` counted by the book's rule (:func:`level_counts`), every kind that occurs
-    named, so the counts add up to the levels: ``"**train mode higher** at 0, **train mode lower** at 13,
-    **equivalent within ±0.02** at 3 and **not decided** at 26"``. Both directions are always named (the chapter's
-    question is whether one is shown); equivalence, not decided and too few seeds where they occur."""
-    n = level_counts(C, view)
-    words = {"higher": f"**{NET_WORDS['higher']}**", "lower": f"**{NET_WORDS['lower']}**",
-             "equivalent": f"**equivalent within \u00b1{number(F, 'tie_margin'):g}**", "not decided": "**not decided**",
-             "too few seeds": "**too few seeds**"}
-    return join([f"{w} at {n[k]}" for k, w in words.items() if k in ("higher", "lower") or n[k]])
-
-
-def counts_sentence(C: pd.DataFrame, F: pd.DataFrame, view: str = "raw") -> str:
-    """The levels' count sentence (fixed wording, numbers and verdict words spliced in), labelled as measured on the
-    seed's protocol (issue 35: one head rate for both paths, not tuned per path)."""
-    n, keys = level_counts(C, view), view_claims(C, "raw")["key"].astype(str)
-    lines = sum(keys.str.startswith(f"raw_{t}_").any() for t in LINES)
-    return (f"Over the {n['m']} shifted levels of the {lines} lines, on the seed's protocol, the sum of "
-            f"the two differences reads {level_counts_text(C, F, view)} (the printed verdicts counted, the "
-            f"[glossary](../book/glossary.html)'s rule).")
-
-
-def _raw(c: pd.DataFrame, kind: str) -> int:
-    return level_counts(c, "raw")[kind]
-
-
-def _raw_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
-    return level_counts(c, "raw")
-
+# --- the page: the sentences the numbers choose (issue 33: bnstudy.study.words) --------------------------------------
+# The page prints task A as condition minus reference (train_mode - backbone_eval): the rows and numbers keep ``cost =
+# pinned - train_mode``; the ``task_a_*`` numbers negate it. Every other sentence is the notebook's Markdown, citing
+# the claims' and numbers' derived keys.
 
 #: Where every lead (and so the front page's line) says which head recipe its verdict rests on (issue 35): the
 #: sweep's task-B benefit is measured only with the seed's one head rate, not tuned per path, never with each path's tuned rate.
 SEED_PROTOCOL = "On the seed's protocol (one head rate for both paths, not tuned per path), "
 
-#: The page's sentences that choose between fixed outcomes (:class:`bnstudy.study.words.Note`): ``lead`` (the answer's
-#: plain first sentence, issue 37), ``pays_sentence`` and ``takeaway_cost_benefit`` by the raw view's counts of printed
-#: verdicts; ``threshold_sentence`` by whether one value of the winning mismatch measure separates the shifts whose
-#: task-A loss stayed below ``min_effect`` (95%) from the others.
-NOTES = (
-    Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
-         "**No.** " + SEED_PROTOCOL + "at no shift tested was a net gain shown for drifting statistics (the new "
-         "task's gain against the old one's cost): keep them pinned."),
-    Note("lead", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
-         "**Not shown either way.** " + SEED_PROTOCOL + "no shift tested showed drifting statistics paying or losing: "
-         "keep them pinned unless your shift is measured."),
-    Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") == 0,
-         "**Yes, at some shifts.** " + SEED_PROTOCOL + "drifting statistics paid at some shifts and lost at none: "
-         "measure your shift's statistics mismatch first."),
-    Note("lead", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") > 0,
-         "**It depends on the shift.** " + SEED_PROTOCOL + "drifting statistics paid at some shifts and lost at "
-         "others: measure your shift's statistics mismatch first."),
-    Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") > 0,
-         "No shift tested was shown to make drifting statistics pay, even counting both tasks' points as equal."),
-    Note("pays_sentence", lambda c, f: _raw(c, "higher") == 0 and _raw(c, "lower") == 0,
-         "No shift tested was shown to make drifting statistics pay or lose, counting both tasks' points as equal."),
-    Note("pays_sentence", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") == 0,
-         "Drifting statistics were shown to pay at {higher} of the {m} levels and to lose at none, counting both "
-         "tasks' points as equal.", _raw_fill),
-    Note("pays_sentence", lambda c, f: _raw(c, "higher") > 0 and _raw(c, "lower") > 0,
-         "Drifting statistics were shown to pay at {higher} levels and to lose at {lower}, counting both tasks' points "
-         "as equal: which one you get depends on the shift.", _raw_fill),
-    Note("takeaway_cost_benefit", lambda c, f: _raw(c, "lower") > _raw(c, "higher"),
-         "Task A's loss outweighs task B's gain at {lower} of the {m} levels and falls short of it at {higher}.",
-         _raw_fill),
-    Note("takeaway_cost_benefit", lambda c, f: _raw(c, "higher") > _raw(c, "lower"),
-         "Task B's gain outweighs task A's loss at {higher} of the {m} levels and falls short of it at {lower}.",
-         _raw_fill),
-    Note("takeaway_cost_benefit", lambda c, f: _raw(c, "higher") == _raw(c, "lower"),
-         "Task B's gain and task A's loss are shown apart at equally many levels ({lower} each, of {m}).", _raw_fill),
-    Note("threshold_sentence", lambda c, f: not _both_groups(f),
-         "The sweep has shifts on only one side of a task-A loss of {e:g}, so it cannot say whether one value of the "
-         "{winner} separates harmless shifts from harmful ones.", lambda c, f: _groups_fill(f)),
-    Note("threshold_sentence", lambda c, f: _both_groups(f) and number(f, "winner_threshold_clean") == "overlap",
-         "No value of it separates harmless shifts from harmful ones: shifts whose task-A loss stayed below {e:g} "
-         "with 95% confidence reached values up to {lo:.3g}, while shifts whose loss exceeded it started at {hi:.3g}.",
-         lambda c, f: _groups_fill(f)),
-    Note("threshold_sentence", lambda c, f: _both_groups(f) and number(f, "winner_threshold_clean") != "overlap",
-         "On these shifts a value of the {winner} between {lo:.3g} and {hi:.3g} separates those whose task-A loss "
-         "stayed below {e:g} with 95% confidence from those whose loss exceeded it; that this holds for other shifts "
-         "is not tested.", lambda c, f: _groups_fill(f)),
-)
+
+def _paid(f: pd.DataFrame) -> int:
+    """Levels whose sum of the two differences the raw view prints as ``train mode higher``."""
+    return number(f, "n_higher_raw")
+
+
+def _lost(f: pd.DataFrame) -> int:
+    """Levels whose sum of the two differences the raw view prints as ``train mode lower``."""
+    return number(f, "n_lower_raw")
 
 
 def _both_groups(f: pd.DataFrame) -> bool:
     return bool(np.isfinite(number(f, "winner_safe_max")) and np.isfinite(number(f, "winner_harm_min")))
 
 
-def _groups_fill(f: pd.DataFrame) -> dict:
+def _groups_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
     return dict(lo=number(f, "winner_safe_max"), hi=number(f, "winner_harm_min"), e=number(f, "min_effect"),
                 winner=number(f, "winner"))
 
 
-def mismatch_sentence(F: pd.DataFrame) -> str:
-    """What the KL mismatch measured before training says about task A's loss, chosen by its rank correlation's
-    bootstrap interval (clipped to [-1, 1])."""
-    rho, lo, hi = (number(F, f"rho_kl_{k}") if _has(F, f"rho_kl_{k}") else math.nan for k in ("rho", "lo", "hi"))
-    iv = Interval(rho, lo, hi, number(F, "n_seeds"))
-    text = (f"Spearman {rho:.2f}, {_range(iv, d=2)}" if np.isfinite(rho) else "no rank correlation")
-    if np.isfinite(lo) and lo > 0:
-        head = "A statistics mismatch measured before any training (KL) ranks the shifts by task A's loss"
-    elif np.isfinite(hi) and hi < 0:
-        head = "A statistics mismatch measured before any training (KL) ranks the shifts against task A's loss"
-    else:
-        head = "A statistics mismatch measured before any training (KL) was not shown to rank the shifts by task A's loss"
-    if number(F, "n_indistinct") > 1:
-        tail = (f"on predicting an unseen kind of shift's loss the lowest error belongs to the {number(F, 'winner')}, "
-                f"but the {number(F, 'indistinct')} are not distinguishable on this data")
-    else:
-        tail = (f"on predicting an unseen kind of shift's loss the {number(F, 'winner')} has the lowest error, "
-                f"distinguishably from every other measure compared")
-    return f"{head} ({text}); {tail}."
+def _rate(f: pd.DataFrame, kind: str) -> int:
+    """``rate_n_above_1`` (``kind = "above"``) or ``rate_n_above_1_paid`` (``"paid"``) of :func:`rate_findings`."""
+    return number(f, "rate_n_above_1" + ("_paid" if kind == "paid" else ""))
 
 
-def answer(C: pd.DataFrame, F: pd.DataFrame) -> str:
-    """The answer box's outcome sentences (Markdown, numbers ``F`` and verdicts ``C``; true for any data): chapter 1's
-    shift, the count over levels, whether any level pays, the gentlest levels, the mismatch measure."""
-    if _has(F, "at_t1_both_raw_cost"):
-        a, b = task_a_difference(number(F, "at_t1_both_raw_cost")), number(F, "at_t1_both_raw_benefit")
-        level = (f"Bonferroni intervals over the {number(F, 'm_tests'):.0f} levels, confidence "
-                 f"{Family(int(number(F, 'm_tests'))).confidence:.2%}")
-        s1 = ("At chapter 1's shift (t = 1), on the seed's protocol, "
-              f"drifting statistics change task A's accuracy by {_signed(a.mean)} "
-              f"({_range(a)}) and task B's by {_signed(b.mean)} ({_range(b)}; {level}), `train_mode` minus the pinned "
-              f"`backbone_eval`; their sum reads **{_verdict(C, 'at_t1_both_raw')}**.")
-    else:
-        s1 = "The sweep has no point at chapter 1's shift."
-    weak = [f"**{_verdict(C, f'weakest_raw_{t}')}** ({t})" for t in SHIFT_TYPES]
-    s4 = ("At the gentlest shift of the brightness, contrast and both lines, on the seed's protocol, the sum reads "
-          + join(weak) + ".")
-    return " ".join([s1, counts_sentence(C, F), notes(NOTES, C, F)["pays_sentence"], s4, mismatch_sentence(F)])
+_KL = "A statistics mismatch measured before any training (KL) "
 
-
-def sensitivity_sentence(F: pd.DataFrame) -> str:
-    """Beside the answer's verdicts (issue 35): how the per-level counts move over the equivalence margins of
-    :data:`MARGINS`, and which lines' mean curves cross at each tie threshold of :data:`TIE_THRESHOLDS`, the page's
-    (``min_effect``) marked; both were chosen by us, the threshold table after the answer was seen to flip."""
-    n = lambda key: number(F, key)  # noqa: E731
-    slug = lambda v: _slug(f"{v:g}")  # noqa: E731
-    lower = join([str(n(f"margin_counts_raw_m{slug(m)}_lower")) for m in MARGINS])
-    equiv = join([str(n(f"margin_counts_raw_m{slug(m)}_equivalent")) for m in MARGINS])
-    page = n("min_effect")
-    cross = join([f"{str(n(f'threshold_lines_raw_thr{slug(t)}')).replace('**', '')} at {t:g}"
-                  + (" (the page's)" if np.isclose(t, page) else "") for t in TIE_THRESHOLDS])
-    return (f"Sensitivity to the margins and thresholds we chose (the [glossary](../book/glossary.html) gives each and its "
-            f"reason): at equivalence margins of {join([f'{m:g}' for m in MARGINS])} the levels shown lower number "
-            f"{lower} and those equivalent {equiv}; the lines whose mean curves cross, in accuracy points, are "
-            f"{cross}, so where a line crosses depends on the tie threshold, which predates the table of thresholds "
-            f"but was kept after the answer was seen to flip between two of them.")
+#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`, glued as ``ch03_<key>``), each a rule on the
+#: numbers table: ``lead`` (the answer's plain first sentence, issue 37) by the raw view's counts of printed
+#: verdicts; ``favour`` by those counts in the raw and the above-no-shift views; ``threshold_sentence`` by whether
+#: one value of the winning mismatch measure separates the shifts whose task-A loss stayed below ``min_effect`` (95%)
+#: from the others; ``mismatch_rank`` by the KL's rank correlation's bootstrap interval; ``rate_above_1_reading`` by
+#: whether a break-even rate above 1 comes with a net shown in favour of drifting.
+NOTES = (
+    Note("lead", lambda c, f: not _paid(f) and _lost(f) > 0,
+         "**No.** " + SEED_PROTOCOL + "at no shift tested was a net gain shown for drifting statistics (the new "
+         "task's gain against the old one's cost): keep them pinned."),
+    Note("lead", lambda c, f: not _paid(f) and not _lost(f),
+         "**Not shown either way.** " + SEED_PROTOCOL + "no shift tested showed drifting statistics paying or losing: "
+         "keep them pinned unless your shift is measured."),
+    Note("lead", lambda c, f: _paid(f) > 0 and not _lost(f),
+         "**Yes, at some shifts.** " + SEED_PROTOCOL + "drifting statistics paid at some shifts and lost at none: "
+         "measure your shift's statistics mismatch first."),
+    Note("lead", lambda c, f: _paid(f) > 0 and _lost(f) > 0,
+         "**It depends on the shift.** " + SEED_PROTOCOL + "drifting statistics paid at some shifts and lost at "
+         "others: measure your shift's statistics mismatch first."),
+    Note("favour", lambda c, f: _paid(f) + number(f, "n_higher_vs_no_shift") == 0,
+         "no shift in the sweep was shown to favour drifting statistics"),
+    Note("favour", lambda c, f: _paid(f) + number(f, "n_higher_vs_no_shift") > 0,
+         "drifting statistics were shown to pay at {n} level-views",
+         lambda c, f: dict(n=_paid(f) + number(f, "n_higher_vs_no_shift"))),
+    Note("threshold_sentence", lambda c, f: not _both_groups(f),
+         "The sweep has shifts on only one side of a task-A loss of {e:g}, so it cannot say whether one value of the "
+         "{winner} separates harmless shifts from harmful ones.", _groups_fill),
+    Note("threshold_sentence", lambda c, f: _both_groups(f) and number(f, "winner_threshold_clean") == "overlap",
+         "No value of it separates harmless shifts from harmful ones: shifts whose task-A loss stayed below {e:g} "
+         "with 95% confidence reached values up to {lo:.3g}, while shifts whose loss exceeded it started at {hi:.3g}.",
+         _groups_fill),
+    Note("threshold_sentence", lambda c, f: _both_groups(f) and number(f, "winner_threshold_clean") != "overlap",
+         "On these shifts a value of the {winner} between {lo:.3g} and {hi:.3g} separates those whose task-A loss "
+         "stayed below {e:g} with 95% confidence from those whose loss exceeded it; that this holds for other shifts "
+         "is not tested.", _groups_fill),
+    Note("mismatch_rank", lambda c, f: number(f, "rho_kl_lo") > 0, _KL + "ranks the shifts by task A's loss"),
+    Note("mismatch_rank", lambda c, f: number(f, "rho_kl_hi") < 0, _KL + "ranks the shifts against task A's loss"),
+    Note("mismatch_rank", lambda c, f: not (number(f, "rho_kl_lo") > 0 or number(f, "rho_kl_hi") < 0),
+         _KL + "was not shown to rank the shifts by task A's loss"),
+    Note("rate_above_1_reading", lambda c, f: _rate(f, "above") == 0, "no break-even rate lies above 1"),
+    Note("rate_above_1_reading", lambda c, f: _rate(f, "above") > 0 and _rate(f, "paid") == 0,
+         "at none of them does the net show a direction in favour of drifting statistics, so none shows that "
+         "drifting pays even at a 1:1 exchange"),
+    Note("rate_above_1_reading", lambda c, f: _rate(f, "paid") > 0,
+         "at {n} of them the net shows a direction in favour of drifting statistics",
+         lambda c, f: dict(n=_rate(f, "paid"))),
+)
 
 
 def page_texts(C: pd.DataFrame, F: pd.DataFrame) -> dict:
-    """Every sentence and word the page's Markdown glues by name (``ch03_<name>``), chosen by ``C`` and ``F``."""
-    said = notes(NOTES, C, F)
-    return dict(answer=answer(C, F), lead=said["lead"], takeaway_cost_benefit=said["takeaway_cost_benefit"],
-                counts_sentence=counts_sentence(C, F), threshold_sentence=said["threshold_sentence"],
-                normalized_counts=level_counts_text(C, F, "normalized"),
-                sensitivity_sentence=sensitivity_sentence(F),
+    """Every sentence and word the page's Markdown glues by name (``ch03_<name>``): the :data:`NOTES` that hold on
+    ``F``, the raw and the normalized view's per-level verdicts counted (:func:`bnstudy.study.words.counts_text`:
+    ``counts_sentence``, ``normalized_counts``), the verdict words the prose names and the margins and tie thresholds
+    as lists. Raises ``ValueError`` if a note's rules do not pick exactly one sentence."""
+    def count(view):
+        return counts_text(view_claims(C, view), "shifted levels", "the sum", "zero", number(F, "tie_margin"))
+    return dict(notes(NOTES, C, F), counts_sentence=count("raw"), normalized_counts=count("normalized"),
                 word_lower=f"**{NET_WORDS['lower']}**", word_higher=f"**{NET_WORDS['higher']}**",
                 word_not_decided="**not decided**", word_not_decided_plain="not decided",
-                margins_text=join([f"{m:g}" for m in MARGINS]), thresholds_text=join([f"{t:g}" for t in TIE_THRESHOLDS]))
+                margins_text=join([f"{m:g}" for m in MARGINS]),
+                thresholds_text=join([f"{t:g}" for t in TIE_THRESHOLDS]))
