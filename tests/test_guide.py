@@ -364,7 +364,7 @@ def test_every_chapters_plain_lead_pastes_inline_on_the_front_page():
     from bnstudy.study.experiments.eval_traps import findings as f2
     from bnstudy.study.experiments.heads import findings as f4
     leads = [n.text for rules in (f1.NOTES, f2.NOTES, f3.NOTES, f6.LEAD, f7.NOTES) for n in rules if n.key == "lead"]
-    leads += [n.text.format(higher=10, lower=2, m=15) for n in f4.PLAIN_NOTES]
+    leads += [n.text.format(higher=10, lower=2, m=15, steps_steps_short=800) for n in f4.NOTES if n.key == "plain"]
     assert len(leads) == 3 + 2 + 4 + 5 + 3 + 5
     for text in leads:
         assert inline_markdown(text) is not None, text

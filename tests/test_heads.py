@@ -835,59 +835,86 @@ def _flip_findings(gap: float) -> tuple:
     return _page(_table({c: gap for c in FLIP_CELLS}), margin=0.02)
 
 
-def test_answer_states_the_counts_and_the_linear_heads_verdicts():
-    text = findings.answer(*_flip_findings(0.15))
-    probe = numbers_table(dict(probe_cost=inference.Interval(0.05, 0.03, 0.07, 10)))
-    assert findings.answer(*_flip_findings(0.15), probe) == text + " A least-squares probe solved in closed form, free " \
-        "of any optimizer, reads +0.050 (+0.030 to +0.070) on separate minus pinned features: pinning loses some " \
-        "linearly decodable information about task B; the trained linear head with SGD and momentum falls short by " \
-        "more than that, a shortfall of optimization (rate and step budget) rather than of the features."
-    assert text.startswith("**Give the new task its own statistics.** At chapter 1's shift they beat a pinned backbone "
-                           "with every head and optimizer tried. No head or optimizer tried makes up for pinned")
-    assert "6 head and optimizer cells split into 6 where separate statistics score higher" in text
-    assert text.count(f"**{W['gap_higher']}**") == 4  # the linear head, one per optimizer, and the best pinned cell
-    assert "**mlp_bn/" in text or "**linear/" in text  # the best pinned cell is named
-    assert "nan" not in text.lower().split()
+#: The two budgets' steps as the page's numbers (``steps_*`` of :func:`findings.page_numbers`), for notes that name them.
+STEPS = numbers_table(dict(steps_short=800, steps_long=3200))
 
 
-def _body(answer: str) -> str:
-    """The answer after its plain lead (``PLAIN_NOTES``: a bold sentence and one more)."""
-    return answer.split("** ", 1)[1].split(". ", 1)[1]
+#: The per-feature heads' lift at the longer budget (``pf_long_*`` of :func:`findings.input_norm_findings`), for a
+#: numbers table made without a longer budget: ``lift_plain`` quotes it.
+LONG_LIFT = numbers_table(dict(pf_long_n_lift=2, pf_long_n_lift_higher=2, pf_long_lift_min=0.1, pf_long_lift_max=0.1,
+                               pf_long_n_sep=2, pf_long_n_sep_higher=0, pf_long_sep_min=0.0, pf_long_sep_max=0.0))
+
+
+def _said(key: str, C: pd.DataFrame, F: pd.DataFrame, **parts) -> str:
+    """The note of ``findings.NOTES`` under ``key`` on claims ``C`` and the page's numbers (``F`` and ``parts``,
+    :func:`findings.page_numbers`; ``steps`` defaults to :data:`STEPS`, ``long`` to a longer budget with no cell)."""
+    N = findings.page_numbers(F, **{"steps": STEPS, "long": numbers_table(dict(n_higher=0, m=0)), **parts})
+    return notes([n for n in findings.NOTES if n.key == key], C, N)[key]
+
+
+def _md() -> str:
+    """The chapter notebook's Markdown."""
+    import json
+    nb = json.loads((Path(__file__).resolve().parent.parent / "chapters" / "04_heads.ipynb").read_text())
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
+def test_the_answer_box_says_the_counts_in_the_books_shape_and_the_probe_reading():
+    C, F = _flip_findings(0.15)
+    geo = numbers_table(dict(probe_cost=inference.Interval(0.05, 0.03, 0.07, 10)))
+    assert _said("plain", C, F) == ("**Give the new task its own statistics.** At chapter 1's shift and 800 steps they "
+                                    "beat a pinned backbone with every head and optimizer tried.")
+    assert _said("lead", C, F).startswith("No head or optimizer tried makes up for pinned")
+    assert findings.page_counts(C, C, 0.02)["gap_counts_ref"] == ("6 of the 6 head and optimizer cells show separate "
+                                                                  "statistics above the pinned backbone")
+    assert _said("probe", C, F, geo=geo) == ("A least-squares probe solved in closed form, free of any optimizer, reads "
+                                             "+0.050 (+0.030 to +0.070) on separate minus pinned features: pinning "
+                                             "loses some linearly decodable information about task B.")
+    assert _said("probe_tail", C, F, geo=geo) == ("The trained linear head with SGD and momentum falls short by more "
+                                                  "than that, a shortfall of optimization (rate and step budget) rather "
+                                                  "than of the features.")
+    # the box cites the linear head's verdicts and the best pinned cell's claim by their derived keys
+    box = _md().split(":::", 2)[1]
+    for key in ("gap_ref_linear_sgd_verdict", "gap_ref_linear_sgd_plain_verdict", "gap_ref_linear_adam_verdict",
+                "best_pinned_gap_verdict", "best_pinned_cell", "plain", "lead", "gap_counts_ref", "probe"):
+        assert f"`ch04_{key}`" in box, key
 
 
 def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
     """The flip test (issue 25): swap the two conditions' values in every cell, then remove the difference; the
-    answer, the advice and every findings-chosen sentence change with the verdicts and never keep the old
-    outcome."""
+    answer's notes, counts and advice change with the verdicts and never keep the old outcome."""
     cost, reversed_, none = (_flip_findings(g) for g in (0.15, -0.15, 0.0))
-    a_cost, a_rev, a_none = (findings.answer(*P) for P in (cost, reversed_, none))
-    assert W["gap_higher"] in a_cost and W["gap_higher"] not in a_rev and W["gap_higher"] not in a_none
-    assert W["gap_lower"] in a_rev and W["gap_lower"] not in a_cost
-    assert "equivalent within ±0.02" in a_none and "equivalent within ±0.02**" not in a_cost
+    counts = [findings.page_counts(C, C, 0.02)["gap_counts_ref"] for C, _ in (cost, reversed_, none)]
+    assert "above the pinned backbone" in counts[0] and "above" not in counts[1] and "above" not in counts[2]
+    assert "below the pinned backbone" in counts[1] and "below" not in counts[0]
+    assert "**equivalent within ±0.02**" in counts[2] and "equivalent" not in counts[0]
     lead = "No head or optimizer tried makes up for pinned statistics"
-    assert _body(a_cost).startswith(lead) and lead not in a_rev and lead not in a_none
-    assert _body(a_none).startswith("Every head and optimizer tried makes up for pinned statistics")
-    assert _body(a_rev).startswith("No head and optimizer cell shows a cost of pinned statistics")
-    assert a_cost.startswith("**Give the new task") and a_rev.startswith("**Pin the backbone.**")
-    assert a_none.startswith("**Either works on this evidence.**")
+    said = {k: [_said(k, *P) for P in (cost, reversed_, none)] for k in ("lead", "plain", "advice_separate")}
+    assert said["lead"][0].startswith(lead) and lead not in said["lead"][1] and lead not in said["lead"][2]
+    assert said["lead"][2].startswith("Every head and optimizer tried makes up for pinned statistics")
+    assert said["lead"][1].startswith("No head and optimizer cell shows a cost of pinned statistics")
+    assert said["plain"][0].startswith("**Give the new task") and said["plain"][1].startswith("**Pin the backbone.**")
+    assert said["plain"][2].startswith("**Either works on this evidence.**")
     # the advice: the separate-statistics call only where pinning is shown to cost
-    assert "shared_weight_copy" in findings.advice(*cost)
-    assert "Separate statistics scored higher in 6 of the 6 head and optimizer cells" in findings.advice(*cost)
-    for P in (reversed_, none):
-        assert "shared_weight_copy" not in findings.advice(*P) and "no cell shows a cost" in findings.advice(*P)
-    assert all("bnstudy.pin_eval(model.backbone)" in findings.advice(*P) for P in (cost, reversed_, none))
+    assert "shared_weight_copy" in said["advice_separate"][0]
+    assert "Separate statistics scored higher in 6 of the 6 head and optimizer cells" in said["advice_separate"][0]
+    for text in said["advice_separate"][1:]:
+        assert "shared_weight_copy" not in text and "no cell shows a cost" in text
+    assert "bnstudy.pin_eval(model.backbone)" in _md().split("**What to do.**", 1)[1].split(":::", 1)[0]
     # a mix: some cells cost, the others equivalent
     mixed = _page(_table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS}), margin=0.02)
-    assert _body(findings.answer(*mixed)).startswith("Some heads and optimizers make up for pinned statistics")
+    assert _said("lead", *mixed).startswith("Some heads and optimizers make up for pinned statistics")
     # a cost in some cells, the others not decided: none is shown to make up for it
     df = _table({c: (0.15 if c[1] == "linear" else 0.0) for c in FLIP_CELLS})
     m = (df["head"] == "mlp_bn") & df["mode"].isin(run.PINNED_MODES)
     df.loc[m, "task_b"] += np.where(df.loc[m, "seed"] % 2 == 0, 0.08, -0.08)  # wide: neither a cost nor a tie
-    undecided = findings.answer(*_page(df, margin=0.02))
-    assert _body(undecided).startswith("No head or optimizer tried is shown to make up") and "3 not decided" in undecided
+    C, F = _page(df, margin=0.02)
+    assert _said("lead", C, F).startswith("No head or optimizer tried is shown to make up")
+    assert "3 are **not decided**" in findings.page_counts(C, C, 0.02)["gap_counts_ref"]
 
 
-#: The gap family's verdict kinds at chapter 1's shift -> the answer's lead (findings.LEAD_NOTES), one case per note.
+#: The gap family's verdict kinds at chapter 1's shift -> the answer's lead (``lead`` of findings.NOTES), one case per
+#: note.
 LEADS = [(["higher"] * 3, "No head or optimizer tried makes up"),
          (["equivalent"] * 3, "Every head and optimizer tried makes up for pinned statistics at chapter 1's shift, "
                               "within ±0.02"),
@@ -907,7 +934,7 @@ def test_the_answers_lead_is_chosen_by_the_counts_alone(kinds, lead):
     """Each lead note holds for its own counts and no other does (notes() raises on none or two); flipping the
     counts flips the lead."""
     C = pd.DataFrame(dict(family="gap", shift="ref", kind=kinds, estimate=0.0, p_adjusted=1.0, margin=0.02))
-    said = notes(findings.LEAD_NOTES, C, pd.DataFrame())["lead"]
+    said = notes([n for n in findings.NOTES if n.key == "lead"], C, pd.DataFrame())["lead"]
     assert said.startswith(lead) and "nan" not in said
 
 
@@ -916,9 +943,10 @@ def test_probe_and_geometry_sentences_flip_with_their_numbers():
     lost, kept, gained = I(0.05, 0.03, 0.07, 10), I(0.01, -0.004, 0.027, 10), I(-0.05, -0.07, -0.03, 10)
 
     def probe(iv, linear_gap_low=0.0):
-        said = notes(findings.PROBE_NOTES, pd.DataFrame(dict(key=["gap_ref_linear_sgd"], low=[linear_gap_low])),
-                     numbers_table(dict(probe_cost=iv)))
-        return said["probe"] + said["probe_tail"]
+        said = notes([n for n in findings.NOTES if n.key in ("probe", "probe_tail")],
+                     pd.DataFrame(dict(key=["gap_ref_linear_sgd"], low=[linear_gap_low])),
+                     numbers_table(dict(geo_probe_cost=iv)))
+        return said["probe"] + " " + said["probe_tail"]
     assert "pinning loses some linearly decodable information" in probe(lost)
     assert "detects no linearly decodable information lost" in probe(kept) and "(-0.004 to +0.027)" in probe(kept)
     assert "pinned features are the more linearly decodable" in probe(gained)
@@ -926,13 +954,13 @@ def test_probe_and_geometry_sentences_flip_with_their_numbers():
         assert "loses some" not in s
     assert "shortfall of optimization" in probe(kept, linear_gap_low=0.1)
     assert "shortfall" not in probe(kept, linear_gap_low=0.01)  # the head's gap within the probe's
+    assert "not shown to fall short" in probe(kept, linear_gap_low=0.01)
     assert "without an interval" in probe(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
         probe(I(0.01, math.nan, math.nan, 1), linear_gap_low=0.1)
     # the curvature note (bnstudy.study.words.Note): each of its four sentences holds for its own numbers, alone
-    base = dict(scale_ratio=2.0, offset_sd=1.0, dead_fraction=0.0, affine_r2=0.9, mean_share_pinned=0.3,
-                mean_share_separate=0.2, probe_pinned=0.5, probe_separate=0.5, probe_cost=kept)
-    said = lambda ratio, centred: notes(findings.NOTES, pd.DataFrame(), numbers_table(dict(  # noqa: E731
-        curvature_ratio=ratio, curvature_centered_ratio=centred, **base)))["geo_sentence_curvature"]
+    said = lambda ratio, centred: notes(  # noqa: E731
+        [n for n in findings.NOTES if n.key == "geo_sentence_curvature"], pd.DataFrame(),
+        numbers_table(dict(geo_curvature_ratio=ratio, geo_curvature_centered_ratio=centred)))["geo_sentence_curvature"]
     wide, offset, flat, unknown = said(5.0, 4.0), said(5.0, 1.2), said(0.9, 0.9), said(5.0, math.nan)
     assert "from the wider features, not from the common offset" in wide
     assert "from the common offset, not from the wider features" in offset
@@ -1000,7 +1028,10 @@ def test_the_notebook_shows_no_code():
             assert "show-code" not in tags and ({"remove-cell", "remove-input"} & set(tags)), c["source"][:2]
     first = "".join(nb["cells"][0]["source"])
     assert first.startswith("# ") and "{admonition} The answer\n:class: answer" in first
-    assert "{glue:md}`ch04_answer`" in first and "{glue:md}`ch04_advice`" in first
+    box = first.split(":::", 2)[1]  # the answer box: its notes and counts, then what to do and its notes
+    assert box.index("{glue:md}`ch04_plain`") < box.index("{glue:md}`ch04_lead`") < box.index("**What to do.**")
+    assert box.index("**What to do.**") < box.index("{glue:md}`ch04_advice_lift`") < box.index(
+        "{glue:md}`ch04_advice_separate`")
 
 
 def test_the_chapter_is_data_no_records_and_printed_ends_are_cut_per_family():
@@ -1018,19 +1049,17 @@ def test_the_chapter_is_data_no_records_and_printed_ends_are_cut_per_family():
 
 
 def test_the_plain_lead_follows_the_counts_at_chapter_1s_shift():
-    """Issue 37's plain lead (``PLAIN_NOTES``, the answer's first sentence and the front page's): each outcome of the
+    """Issue 37's plain lead (``plain`` of ``NOTES``, the answer's first sentence and the front page's): each outcome of the
     gap family's printed verdicts at chapter 1's shift says its own sentence, exactly one holds, and it quotes the
     counts."""
-    from bnstudy.study.words import notes
-
     def claims(verdicts):
         return pd.DataFrame(dict(family="gap", shift="ref", key=[f"gap_ref_{i}" for i in range(len(verdicts))],
                                  kind=verdicts, verdict=verdicts, estimate=0.0, low=0.0, high=0.0))
 
-    said = lambda v: notes(findings.PLAIN_NOTES, claims(v), None)["plain"]  # noqa: E731
+    said = lambda v: _said("plain", claims(v), STEPS.iloc[:0])  # noqa: E731
     assert said(["higher"] * 3).startswith("**Give the new task its own statistics.**")
     assert said(["higher", "higher", "not decided"]) == ("**Prefer the new task's own statistics.** At chapter 1's "
-                                                         "shift they beat a pinned backbone with 2 of the 3 heads and "
+                                                         "shift and 800 steps they beat a pinned backbone with 2 of the 3 heads and "
                                                          "optimizers tried and lose with none.")
     assert said(["higher", "lower", "not decided"]).startswith("**It depends on the head.**")
     assert said(["higher", "lower", "not decided"]).endswith("with 1 of the 3 heads and optimizers tried and lose with 1.")
@@ -1082,22 +1111,27 @@ def test_the_longer_budget_is_counted_and_said_at_its_own_budget():
     assert number(L, "n_narrower") == 2 and number(L, "n_wider") == 0  # linear/sgd and linear/adam narrow
     assert number(L, "best_pinned_cell") == "linear/adam"  # pinned = separate + 0.10 there
     C, F = _page(short)
-    text = findings.plain(C, F, L, SF)
-    assert text.startswith("**Give the new task its own statistics.** At chapter 1's shift and 800 steps they beat")
-    assert ("At 3,200 steps, rates tuned for that budget, they score higher in 1 of the 3 cells run there and lower "
-            "in 1.") in text
-    assert "At 3,200 steps, each mode at its own rate tuned at that budget (6 seeds; heads `linear`, `std_linear`), the 3 head" in findings.long_sentence(
-        L, SF, 0.02)
+    assert _said("plain", C, F, steps=SF).startswith("**Give the new task its own statistics.** At chapter 1's shift "
+                                                     "and 800 steps they beat")
+    assert findings.page_counts(C, S, 0.02)["gap_counts_long"] == (
+        "1 of the 3 head and optimizer cells is **equivalent within ±0.02** of the pinned backbone, 1 shows separate "
+        "statistics below the pinned backbone (a direction shown) and 1 shows separate statistics above it")
+    assert findings.page_counts(C, S, 0.02)["steps_counts"] == (
+        "1 of the 3 gaps at the longer budget is **equivalent within ±0.02** of the short budget's and 2 show the gap "
+        "below the short budget's (a direction shown)")
     # the advice counts both budgets, and still advises separate statistics when only the longer budget shows a cost
-    assert "scored higher in 4 of the 4 head and optimizer cells (1 of 3 at the longer budget)" in findings.advice(C, F, L)
+    assert "scored higher in 4 of the 4 head and optimizer cells (1 of 3 at the longer budget)" in _said(
+        "advice_separate", C, F, long=L)
     flat, flat_long = _budgets({("linear", "sgd"): 0.0}, {("linear", "sgd"): 0.12})
     C0, F0 = _page(flat)
     L0 = findings.long_findings(findings.steps_claims(flat, flat_long), findings.steps_findings(flat, flat_long))
-    assert "shared_weight_copy" in findings.advice(C0, F0, L0) and "shared_weight_copy" not in findings.advice(C0, F0)
+    assert "shared_weight_copy" in _said("advice_separate", C0, F0, long=L0)
+    assert "shared_weight_copy" not in _said("advice_separate", C0, F0, long=L0.assign(
+        value=[0 if k == "n_higher" else v for k, v in zip(L0["key"], L0["value"])]))
 
 
 def test_every_plain_lead_opens_at_chapter_1s_shift_so_the_budget_can_be_named():
-    for note in findings.PLAIN_NOTES:
+    for note in [n for n in findings.NOTES if n.key == "plain"]:
         assert note.text.split("** ", 1)[1].startswith(findings.AT_SHIFT)
 
 
@@ -1108,12 +1142,13 @@ def test_input_normalizing_heads_are_counted_per_head_and_the_sentence_follows_t
     assert number(I, "m") == 2 and number(I, "n_higher_std_linear") == 1 and number(I, "n_equivalent_bn_linear") == 1
     assert number(I, "n_lift_higher_bn_linear") == 1 and number(I, "lift_max_bn_linear") == pytest.approx(0.15)
     assert number(I, "n_smaller_bn_linear") == 1 and number(I, "n_smaller_std_linear") == 1
-    text = findings.inorm_sentence(I, 0.02)
-    assert "with `std_linear` (a fixed standardization of the features)" in text and "`ln_linear`" not in text
-    assert "separate statistics still score higher in 1 of 1 (gaps +0.120 to +0.120" in text
-    assert "in 0 of 1 (gaps +0.000 to +0.000, interval ends up to +0.006; 1 equivalent within ±0.02)" in text
+    assert "n_cells_ln_linear" not in set(I["key"]) and number(I, "n_cells_std_linear") == 1
+    assert [number(I, f"{k}_std_linear") for k in ("n_higher", "n_cells")] == [1, 1]
+    assert number(I, "gap_min_std_linear") == number(I, "gap_max_std_linear") == pytest.approx(0.12, abs=5e-4)
+    assert number(I, "n_higher_bn_linear") == 0 and number(I, "gap_max_bn_linear") == pytest.approx(0.0, abs=5e-4)
+    assert number(I, "gap_high_bn_linear") == pytest.approx(0.006, abs=5e-4)
     C3, _ = _page(_table({("ref", "linear", "sgd"): 0.15}))
-    assert findings.inorm_sentence(findings.input_norm_findings(C3), 0.02) == ""
+    assert number(findings.input_norm_findings(C3), "m") == 0
 
 
 def test_the_lift_of_per_feature_heads_is_a_paired_family_for_both_statistics_and_the_plain_advice_follows_it():
@@ -1129,35 +1164,38 @@ def test_the_lift_of_per_feature_heads_is_a_paired_family_for_both_statistics_an
     assert set(lift["m"]) == {4} and list(lift["statistics"]) == ["pinned", "pinned", "separate", "separate"]
     I = findings.input_norm_findings(C)  # noqa: E741
     assert [number(I, k) for k in ("pf_m", "pf_n_lift_higher", "pf_n_sep_higher", "pf_n_smaller")] == [2, 2, 0, 2]
-    text = findings.lift_plain(I)
+    text = _said("lift_plain", C, F, inorm=pd.concat([I, LONG_LIFT]))
     assert text.startswith("Normalizing each feature before the new linear head") and "Whatever" not in text
     assert "raised task-B accuracy in 2 of 2 cells with the pinned backbone (+0.130 to +0.130) and in 0 of 2" in text
-    assert findings.lift_plain(I) in findings.plain(C, F, I=I)
+    assert _said("advice_lift", C, F, inorm=I) == ""  # not raised with both statistics: no advice on the input
     both = _table({("ref", "linear", "sgd"): 0.15, ("ref", "linear", "adam"): 0.15,
                    ("ref", "std_linear", "sgd"): 0.15, ("ref", "std_linear", "adam"): 0.15})
     both.loc[both["head"] == "std_linear", "task_b"] += 0.1  # both statistics 0.1 higher: the gap unchanged
     Cb, Fb = _page(both)
-    Ib = findings.input_norm_findings(Cb)
-    assert findings.lift_plain(Ib).startswith("Whatever the statistics, consider normalizing each feature")
-    assert "but narrowed the gap between them in only 0 of 2" in findings.lift_plain(Ib)
-    assert "Whatever the statistics, consider a normalization of each feature" in findings.advice(Cb, Fb, I=Ib)
-    assert findings.advice(Cb, Fb, I=Ib).startswith("Where only one set of statistics can be deployed")
-    assert "pin `model.backbone`, not the whole model" in findings.advice(Cb, Fb, I=Ib)
-    same, _ = _page(_table({**base, ("ref", "std_linear", "sgd"): 0.15, ("ref", "std_linear", "adam"): 0.15}))
-    assert "in none of the 2 cells tried" in findings.lift_plain(findings.input_norm_findings(same))
-    assert findings.lift_plain(findings.input_norm_findings(_page(_table(base))[0])) == ""  # no per-feature head
+    Ib = pd.concat([findings.input_norm_findings(Cb), LONG_LIFT])
+    assert _said("lift_plain", Cb, Fb, inorm=Ib).startswith("Whatever the statistics, consider normalizing each "
+                                                           "feature")
+    assert "but narrowed the gap between them in only 0 of 2" in _said("lift_plain", Cb, Fb, inorm=Ib)
+    advice = _said("advice_lift", Cb, Fb, inorm=Ib)
+    assert "Whatever the statistics, consider a normalization of each feature" in advice
+    assert "pin `model.backbone`, not the whole model" in advice
+    assert _md().split("**What to do.**", 1)[1].startswith(" Where only one set of statistics can be deployed")
+    same, Fs = _page(_table({**base, ("ref", "std_linear", "sgd"): 0.15, ("ref", "std_linear", "adam"): 0.15}))
+    assert "in none of the 2 cells tried" in _said("lift_plain", same, Fs, inorm=findings.input_norm_findings(same))
+    C0, F0 = _page(_table(base))
+    assert _said("lift_plain", C0, F0, inorm=findings.input_norm_findings(C0)) == ""  # no per-feature head
 
 
 def test_the_plain_lift_quotes_the_longer_budget_where_it_ran():
     short, long = _budgets({("linear", "sgd"): 0.15, ("std_linear", "sgd"): 0.02, ("linear", "adam"): 0.15,
                             ("std_linear", "adam"): 0.02},
                            {("linear", "sgd"): 0.15, ("std_linear", "sgd"): 0.15})
-    C, _ = _page(short)
+    C, F = _page(short)
     I = findings.input_norm_findings(C, findings.steps_claims(short, long))  # noqa: E741
     # at the longer budget std_linear's pinned side equals linear's (same gap): no lift there
     assert [number(I, k) for k in ("pf_long_n_lift", "pf_long_n_lift_higher", "pf_long_n_sep")] == [1, 0, 1]
-    text = findings.lift_plain(I)
-    assert ("; at the longer budget, in 0 of 1 (+0.000 to +0.000) and 0 of 1 (+0.000 to +0.000), with its effect on "
+    text = _said("lift_plain", C, F, inorm=I)
+    assert ("; at 3,200 steps, in 0 of 1 (+0.000 to +0.000) and 0 of 1 (+0.000 to +0.000), with its effect on "
             "the gap not tested there.") in text
 
 
@@ -1171,12 +1209,12 @@ def test_the_plain_lift_attaches_the_narrowed_gap_to_the_short_budget_and_says_t
     C, F = _page(short)
     S, SF = findings.steps_claims(short, long), findings.steps_findings(short, long)
     I = findings.input_norm_findings(C, S)  # noqa: E741
-    text = findings.lift_plain(I, SF)
+    text = _said("lift_plain", C, F, steps=SF, inorm=I)
     short_part, long_part = text.split("; at 3,200 steps, ")
     assert "at chapter 1's shift and 800 steps" in short_part and "narrowed the gap between them in only" in short_part
     assert "narrowed" not in long_part and long_part.endswith("with its effect on the gap not tested there.")
     assert "hc" not in set(S["family"])  # no head contrast at the longer budget: nothing there to count
-    assert text in findings.plain(C, F, findings.long_findings(S, SF), SF, I)
+    assert "narrowed" not in _said("plain", C, F, steps=SF)  # the plain lead and the lift are glued apart
 
 
 def _gaining(gains):
@@ -1200,17 +1238,17 @@ def test_each_modes_gain_from_the_longer_budget_is_counted_on_bonferroni_interva
     assert (iv.low, iv.high) == pytest.approx(tuple(inference.t_interval(gains, 1 - 0.05 / 4))[1:3])
     L = findings.long_findings(S, SF)
     assert number(L, "n_pinned_gains") == number(L, "n_separate_gains") == 0  # 95% intervals would count 4 each
-    assert findings.gains_sentence(L, SF).startswith("Neither mode is shown to gain accuracy from 800 to 3,200 steps")
+    assert _said("gains", S, SF, steps=SF, long=L).startswith("Neither mode is shown to gain accuracy from 800 to 3,200 steps")
     short, long = _gaining(gains + 0.1)
     S, SF = findings.steps_claims(short, long), findings.steps_findings(short, long)
     L = findings.long_findings(S, SF)
     assert number(L, "n_pinned_gains") == number(L, "n_separate_gains") == 4
-    text = findings.long_sentence(L, SF, 0.02)
+    text = _said("gains", S, SF, steps=SF, long=L)
     assert ("Both modes still gained accuracy from 800 to 3,200 steps (pinned in 4 of 4 cells, separate in 4, on "
             "Bonferroni intervals over the cells)") in text
     long.loc[long["mode"] == "separate_stats", "task_b"] -= gains[long.loc[long["mode"] == "separate_stats", "seed"]] + 0.1
     S, SF = findings.steps_claims(short, long), findings.steps_findings(short, long)
-    assert findings.gains_sentence(findings.long_findings(S, SF), SF).startswith(
+    assert _said("gains", S, SF, steps=SF, long=findings.long_findings(S, SF)).startswith(
         "Only the pinned mode still gained accuracy from 800 to 3,200 steps (4 of 4 cells, the separate in none")
 
 
@@ -1244,3 +1282,29 @@ def test_fig_4_2_with_every_head_keeps_level_names_that_do_not_overlap():
     boxes = [t.get_window_extent() for t in ticks]
     assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
     plt.close(fig)
+
+
+def test_the_gains_and_the_advice_on_statistics_flip_with_hand_made_numbers():
+    """Each note of ``gains`` and ``advice_separate`` (findings.NOTES) holds for its own hand-made numbers and gives
+    way to another when the numbers turn round."""
+    gains = lambda p, q: _said("gains", pd.DataFrame(), STEPS, steps=numbers_table(dict(  # noqa: E731
+        steps_short=800, steps_long=3200, n_cells=5)), long=numbers_table(dict(n_pinned_gains=p, n_separate_gains=q)))
+    assert gains(5, 4).startswith("Both modes still gained accuracy from 800 to 3,200 steps (pinned in 5 of 5 cells, "
+                                  "separate in 4")
+    assert gains(5, 0).startswith("Only the pinned mode still gained") and "(5 of 5 cells, the separate in none" in \
+        gains(5, 0)
+    assert gains(0, 3).startswith("Only the separate mode still gained") and "(3 of 5 cells, the pinned in none" in \
+        gains(0, 3)
+    assert gains(0, 0) == ("Neither mode is shown to gain accuracy from 800 to 3,200 steps in any of the 5 cells (on "
+                           "Bonferroni intervals over the cells).")
+    cost, none = _flip_findings(0.15), _flip_findings(0.0)
+    pf = lambda n_higher: numbers_table(dict(pf_m=6, pf_n_lift_higher=6, pf_n_sep_higher=6, pf_n_higher=n_higher,  # noqa
+                                             pf_gap_min=0.011, pf_gap_max=0.017, pf_gap_high=0.062))
+    left = _said("advice_separate", *cost, inorm=pf(0))
+    assert "the gap left is not decided (+0.011 to +0.017, interval ends up to +0.062)" in left
+    assert "shared_weight_copy" in left
+    shown = _said("advice_separate", *cost, inorm=pf(2))
+    assert "gap left" not in shown and "shared_weight_copy" in shown
+    assert "no cell shows a cost" in _said("advice_separate", *none, inorm=pf(0))
+    # a cost only at the longer budget still calls for separate statistics
+    assert "(3 of 6 at the longer budget)" in _said("advice_separate", *none, long=numbers_table(dict(n_higher=3, m=6)))

@@ -1,6 +1,7 @@
 """Chapter 4, what is claimed: the page's comparisons as data (:data:`QUESTIONS`, asked by
 :func:`bnstudy.study.inference.ask`), its numbers as flat numbers tables, the chapter's own estimators (the link test's rank
-correlations, the equivalence feasibility, the geometry's ratios) and the sentences the claims choose (:class:`Note`).
+correlations, the equivalence feasibility, the geometry's ratios), the counts in the book's one shape
+(:func:`page_counts`) and the sentences the claims choose (:data:`NOTES`).
 
 The *gap* of a (shift, head, optimizer) cell is ``task_b(separate_stats) - task_b(backbone_eval)`` per seed (positive
 when pinning costs the new task); the cells of one shift are one family (Bonferroni intervals, equivalence at
@@ -18,7 +19,7 @@ import pandas as pd
 from ...inference import MIN_BOOTSTRAP_UNITS, NOT_DECIDED, TOO_FEW, Family, Question, ask, bootstrap_interval, \
     claims_table, count_kinds, count_verdicts, decide_interval, equivalent_text, number, numbers_table, \
     paired_differences, rank_correlation, t_interval
-from ...words import Note, join, notes, verdict_md
+from ...words import Note, counts_text
 from .run import HEADS, INPUT_NORM_HEADS, OPTIMIZERS, REFERENCE_MODE, STEPS_CHECK_MODES, chosen_lrs, search_at, search_table
 
 #: The page's direction words per family (condition minus reference above / below zero), by the names the page
@@ -337,6 +338,10 @@ def _range(t: pd.DataFrame, kind: str | None = None) -> tuple[int, float, float]
     return (len(t), float(t["estimate"].min()), float(t["estimate"].max())) if len(t) else (0, math.nan, math.nan)
 
 
+#: The heads that normalize each feature (the plain lead's advice for a pinned backbone rests on their ``lift``).
+PER_FEATURE_HEADS = ("std_linear", "bn_linear")
+
+
 def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.DataFrame:
     """The heads that normalize their own input (:data:`INPUT_NORM_HEADS`), glued as ``ch04_inorm_<key>``: ``m``
     (their gap cells at chapter 1's shift and the short budget) and per head ``<name>_<head>``:
@@ -385,28 +390,6 @@ def input_norm_findings(C: pd.DataFrame, S: pd.DataFrame | None = None) -> pd.Da
                 out.update({f"pf_long_n_{name}": len(t), f"pf_long_n_{name}_higher": shown(t),
                             f"pf_long_{name}_min": _range(t)[1], f"pf_long_{name}_max": _range(t)[2]})
     return numbers_table(out)
-
-
-#: What each head that normalizes its input is, in the answer's words.
-INPUT_NORM_WORDS = {"std_linear": "a fixed standardization", "bn_linear": "a BatchNorm", "ln_linear": "a LayerNorm"}
-
-
-def inorm_sentence(I: pd.DataFrame, margin: float) -> str:  # noqa: E741
-    """The heads that normalize their own input, one clause per head, from :func:`input_norm_findings` (empty when
-    none ran); ``{steps}`` is left for the caller to fill."""
-    if not number(I, "m"):
-        return ""
-    heads = [h for h in INPUT_NORM_HEADS if f"n_cells_{h}" in set(I["key"])]
-    n = lambda k, h: number(I, f"{k}_{h}")  # noqa: E731
-    parts = [f"with `{h}` ({INPUT_NORM_WORDS[h]} of the features) task B scores higher than with the linear head "
-             f"in {n('n_lift_higher', h)} of {n('n_lift', h)} optimizer cells with the pinned backbone "
-             f"({_num(n('lift_min', h))} to {_num(n('lift_max', h))}) and in {n('n_sep_higher', h)} with separate "
-             f"statistics ({_num(n('sep_min', h))} to {_num(n('sep_max', h))}); separate statistics still score "
-             f"higher in {n('n_higher', h)} of {n('n_cells', h)} (gaps {_num(n('gap_min', h))} to "
-             f"{_num(n('gap_max', h))}, interval ends up to {_num(n('gap_high', h))}; {n('n_equivalent', h)} "
-             f"{equivalent_text(margin)}), and the gap is shown smaller than the linear head's in "
-             f"{n('n_smaller', h)} of {n('n_cells', h)}" for h in heads]
-    return "Heads that normalize their own input, at {steps} steps: " + "; ".join(parts) + "."
 
 
 def equivalence_max_sd(margin: float, n: int, family: Family = Family()) -> float:
@@ -497,19 +480,25 @@ def vocabulary(margin: float) -> dict:
             "not_decided": NOT_DECIDED, "too_few": TOO_FEW}
 
 
-# --- the page's answer: sentences chosen by the claims and numbers --------------------------------------------------
+# --- the page's words: the counts in the book's one shape and the notes the claims choose ---------------------------
 
-def _num(v: float, fmt: str = "+.3f") -> str:
-    """A number for the prose; ``n/a`` for NaN (a page never prints NaN)."""
-    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+def page_numbers(F: pd.DataFrame, **parts: pd.DataFrame) -> pd.DataFrame:
+    """The page's numbers in one table for the notes (:data:`NOTES`): ``F`` (:func:`findings`) with its keys as they
+    are and each of ``parts`` (``{prefix: numbers table}``, e.g. ``long=`` :func:`long_findings`) with its keys as
+    ``<prefix>_<key>``, the names the page glues them under (``ch04_<prefix>_<key>``)."""
+    return pd.concat([F] + [t.assign(key=f"{p}_" + t["key"]) for p, t in parts.items()], ignore_index=True)
 
 
-def _span(low: float, high: float, clip: tuple = (-1, 1)) -> str:
-    """``-0.004 to +0.027`` (ends cut to ``clip``), or ``no interval``."""
-    if math.isnan(low) or math.isnan(high):
-        return "no interval"
-    lo, hi = (min(max(v, clip[0]), clip[1]) for v in (low, high))
-    return f"{lo:+.3f} to {hi:+.3f}"
+def page_counts(C: pd.DataFrame, S: pd.DataFrame, margin: float) -> dict:
+    """The page's counts in the book's one shape (:func:`bnstudy.study.words.counts_text`), glued as ``ch04_<name>``:
+    the gap family at chapter 1's shift (``gap_counts_ref``, claims ``C``), at the longer budget (``gap_counts_long``)
+    and the gap's change between the budgets (``steps_counts``; both from :func:`steps_claims` ``S``)."""
+    sides = ("head and optimizer cells", "separate statistics", "the pinned backbone", margin)
+    gap = C[C["family"] == "gap"]
+    return dict(gap_counts_ref=counts_text(gap[gap["shift"] == "ref"], *sides),
+                gap_counts_long=counts_text(S[S["family"] == "gap_long"], *sides),
+                steps_counts=counts_text(S[S["family"] == "steps"], "gaps at the longer budget", "the gap",
+                                         "the short budget's", margin))
 
 
 def _ref_counts(C: pd.DataFrame) -> dict:
@@ -519,36 +508,133 @@ def _ref_counts(C: pd.DataFrame) -> dict:
 
 def _counted(rule):
     """A note's rule on :func:`_ref_counts`."""
-    return lambda C, G: rule(_ref_counts(C))
+    return lambda C, N: rule(_ref_counts(C))
 
 
-def _probe(G: pd.DataFrame):
-    return number(G, "probe_cost")
+def _v(N: pd.DataFrame) -> dict:
+    """The page's numbers ``N`` (:func:`page_numbers`) as ``{key: value}`` (an interval as an
+    :class:`~bnstudy.study.inference.Interval`)."""
+    return {k: number(N, k) for k in N.get("key", ())}
 
 
-def _probe_fill(C: pd.DataFrame, G: pd.DataFrame) -> dict:
-    return dict(mean=_num(_probe(G).mean), span=_span(_probe(G).low, _probe(G).high))
+def _fill(C: pd.DataFrame, N: pd.DataFrame) -> dict:
+    """The fields a note's sentence quotes: every number of ``N`` by its key (``{inorm_pf_m}``, an interval's
+    ``{geo_probe_cost.low:+.3f}``), the gap family's counts at chapter 1's shift (``{higher}``, ``{m}``, ...) and
+    its ``{margin}`` (where ``C`` has the gap family)."""
+    gap = C[C["family"] == "gap"] if "family" in C else C.iloc[:0]
+    return {**_v(N), **(_ref_counts(C) if len(gap) else {}),
+            "margin": float(gap["margin"].iloc[0]) if "margin" in gap and len(gap) else math.nan}
 
 
-def _shortfall(C: pd.DataFrame, G: pd.DataFrame) -> bool:
+def _curvature(N: pd.DataFrame) -> str:
+    """Where the curvature pinned statistics add comes from (:func:`geometry_findings`, as ``geo_*`` in ``N``):
+    ``nan`` (a ratio missing), ``none`` (ratio at most 1), ``wider`` (the centred ratio's excess at least half the
+    uncentred one's) or ``offset``."""
+    r, c = number(N, "geo_curvature_ratio"), number(N, "geo_curvature_centered_ratio")
+    if math.isnan(r) or math.isnan(c):
+        return "nan"
+    return "none" if r <= 1 else "wider" if c - 1 >= (r - 1) / 2 else "offset"
+
+
+def _probe(C: pd.DataFrame, N: pd.DataFrame) -> str:
+    """Where the closed-form probe's interval (separate minus pinned features) lies: ``none`` (no interval),
+    ``lost`` (above zero), ``gained`` (below) or ``zero`` (includes it)."""
+    p = number(N, "geo_probe_cost")
+    return "none" if math.isnan(p.low) or math.isnan(p.high) else "lost" if p.low > 0 else \
+        "gained" if p.high < 0 else "zero"
+
+
+def _shortfall(C: pd.DataFrame, N: pd.DataFrame) -> bool:
     """Whether the linear head's gap with SGD + momentum lies above the probe's whole interval."""
     t = C[C["key"] == "gap_ref_linear_sgd"]
-    return bool(len(t)) and float(t.iloc[0]["low"]) > _probe(G).high
+    return bool(len(t)) and float(t.iloc[0]["low"]) > number(N, "geo_probe_cost").high
+
+
+def _gains(N: pd.DataFrame) -> str:
+    """Which modes still gained from the short to the longer budget: ``both``, ``pinned``, ``separate`` or
+    ``neither``."""
+    p, q = (number(N, f"long_n_{m}_gains") > 0 for m in ("pinned", "separate"))
+    return "both" if p and q else "pinned" if p else "separate" if q else "neither"
+
+
+def _lift(N: pd.DataFrame) -> str:
+    """Whether normalizing each feature before the linear head raised task B over it (``inorm_pf_*`` of ``N``):
+    ``absent`` (no such head ran), ``all`` (in every cell with both statistics), ``none`` (in no cell) or ``some``."""
+    v = _v(N)
+    if "inorm_pf_m" not in v:
+        return "absent"
+    k, k2, m = v["inorm_pf_n_lift_higher"], v["inorm_pf_n_sep_higher"], v["inorm_pf_m"]
+    return "all" if k == k2 == m > 0 else "none" if k == k2 == 0 else "some"
+
+
+def _advice(C: pd.DataFrame, N: pd.DataFrame) -> str:
+    """What the advice on the statistics rests on: ``no cost`` (pinning shown to cost in no cell at chapter 1's
+    shift, at either budget), ``left undecided`` (a cost, and no per-feature head's gap shown) or ``cost``."""
+    v = _v(N)
+    if not (_ref_counts(C)["higher"] or v.get("long_n_higher", 0)):
+        return "no cost"
+    return "left undecided" if v.get("inorm_pf_n_higher", 1) == 0 else "cost"
+
+
+def _when(key: str, rule, cases: dict) -> tuple:
+    """One :class:`Note` per ``{case: text}`` of ``key``, said where ``rule(C, N) == case``, quoting :func:`_fill`."""
+    return tuple(Note(key, lambda C, N, case=case: rule(C, N) == case, text, _fill) for case, text in cases.items())
 
 
 _PIN = " for pinned statistics at chapter 1's shift"
 _COST = "No head and optimizer cell shows a cost of pinned statistics at chapter 1's shift"
-_PROBE = "A least-squares probe solved in closed form, free of any optimizer, reads {mean}"
-_NO_IV = lambda C, G: math.isnan(_probe(G).low) or math.isnan(_probe(G).high)  # noqa: E731
-#: The answer's sentences (:func:`answer`), chosen by the claims ``C`` (and, for ``probe`` and ``probe_tail``, the
-#: geometry's numbers ``G``, :func:`geometry_findings`): ``lead``, by the gap family's counts at chapter 1's shift;
-#: ``probe``, by where the closed-form probe's interval (separate minus pinned features) lies; ``probe_tail``,
-#: whether the trained linear head falls short by more than the features lose.
-LEAD_NOTES = (
+_PROBE = "A least-squares probe solved in closed form, free of any optimizer, reads {geo_probe_cost.mean:+.3f}"
+_SPAN = " ({geo_probe_cost.low:+.3f} to {geo_probe_cost.high:+.3f}) on separate minus pinned features"
+_HEADS = "with {higher} of the {m} heads and optimizers tried"
+#: How every plain lead (:data:`NOTES`, key ``plain``) opens, so that the budget is named after it.
+AT_SHIFT = "At chapter 1's shift"
+_AT = AT_SHIFT + " and {steps_steps_short:,} steps"
+_WHAT = "normalizing each feature before the new linear head (a fixed standardization, or a BatchNorm that keeps " \
+        "updating on the new task)"
+_RAISED = ": at chapter 1's shift and {steps_steps_short:,} steps on this synthetic task it raised task-B accuracy " \
+          "in {inorm_pf_n_lift_higher} of {inorm_pf_m} cells with the pinned backbone ({inorm_pf_lift_min:+.3f} to " \
+          "{inorm_pf_lift_max:+.3f}) and in {inorm_pf_n_sep_higher} of {inorm_pf_m} with separate statistics " \
+          "({inorm_pf_sep_min:+.3f} to {inorm_pf_sep_max:+.3f}), but narrowed the gap between them in only " \
+          "{inorm_pf_n_smaller} of {inorm_pf_m}; at {steps_steps_long:,} steps, in {inorm_pf_long_n_lift_higher} of " \
+          "{inorm_pf_long_n_lift} ({inorm_pf_long_lift_min:+.3f} to {inorm_pf_long_lift_max:+.3f}) and " \
+          "{inorm_pf_long_n_sep_higher} of {inorm_pf_long_n_sep} ({inorm_pf_long_sep_min:+.3f} to " \
+          "{inorm_pf_long_sep_max:+.3f}), with its effect on the gap not tested there."
+_GAINED = "still gained accuracy from {steps_steps_short:,} to {steps_steps_long:,} steps"
+_BONF = "on Bonferroni intervals over the cells"
+_SEPARATE = "Separate statistics scored higher in {higher} of the {m} head and optimizer cells ({long_n_higher} of " \
+            "{long_m} at the longer budget) and lower in {lower}."
+_OWN = " Where the new task must be as good as it can be, give it its own statistics (the `separate_stats` mode, " \
+       "built with `bnstudy.shared_weight_copy(model.backbone)`)."
+#: The page's rule-triggered sentences (:func:`bnstudy.study.words.notes` on the claims and :func:`page_numbers`),
+#: glued as ``ch04_<key>``, each key's rules covering every outcome once:
+#:
+#: * ``plain``: the plain lead of the answer box and the front page, by the gap family's counts at chapter 1's shift;
+#: * ``lead``: the answer's lead on the same counts;
+#: * ``probe`` / ``probe_tail``: where the closed-form probe's interval lies, and whether the trained linear head
+#:   falls short by more than the features lose;
+#: * ``geo_sentence_curvature``: whether the added curvature under pinned statistics survives centring;
+#: * ``gains``: whether each mode still gained from the short to the longer budget (Bonferroni over the cells);
+#: * ``lift_plain``: whether normalizing each feature before the linear head raised task B with both statistics;
+#: * ``advice_lift`` / ``advice_separate``: what to do about the head's input and about the statistics.
+NOTES = (
+    Note("plain", _counted(lambda c: c["higher"] == c["m"]),
+         "**Give the new task its own statistics.** " + _AT + " they beat a pinned backbone with every head and "
+         "optimizer tried.", _fill),
+    Note("plain", _counted(lambda c: 0 < c["higher"] < c["m"] and c["lower"] == 0),
+         "**Prefer the new task's own statistics.** " + _AT + " they beat a pinned backbone " + _HEADS +
+         " and lose with none.", _fill),
+    Note("plain", _counted(lambda c: c["higher"] > 0 and c["lower"] > 0),
+         "**It depends on the head.** " + _AT + " separate statistics beat a pinned backbone " + _HEADS +
+         " and lose with {lower}.", _fill),
+    Note("plain", _counted(lambda c: c["higher"] == 0 < c["lower"]),
+         "**Pin the backbone.** " + _AT + " separate statistics lose to a pinned backbone with {lower} of the "
+         "{m} heads and optimizers tried and win with none.", _fill),
+    Note("plain", _counted(lambda c: c["higher"] == c["lower"] == 0),
+         "**Either works on this evidence.** " + _AT + " no head and optimizer tried shows separate "
+         "statistics ahead of a pinned backbone or behind it.", _fill),
     Note("lead", _counted(lambda c: c["higher"] == c["m"]), "No head or optimizer tried makes up" + _PIN),
     Note("lead", _counted(lambda c: c["higher"] == 0 < c["equivalent"] == c["m"]),
-         "Every head and optimizer tried makes up" + _PIN + ", within ±{margin:g}",
-         fill=lambda C, G: dict(margin=float(C[C["family"] == "gap"]["margin"].iloc[0]))),
+         "Every head and optimizer tried makes up" + _PIN + ", within ±{margin:g}", _fill),
     Note("lead", _counted(lambda c: c["higher"] == c["lower"] == 0 and c["equivalent"] < c["m"]),
          _COST + ", and not every one is shown to be without one"),
     Note("lead", _counted(lambda c: c["higher"] == 0 < c["lower"]), _COST),
@@ -560,189 +646,48 @@ LEAD_NOTES = (
     Note("lead", _counted(lambda c: 0 < c["higher"] < c["m"] and (c["lower"] > 0
                                                                   or 0 < c["equivalent"] < c["m"] - c["higher"])),
          "Whether a head or optimizer makes up" + _PIN + " depends on the cell"),
+    *_when("probe", _probe, {
+        "none": _PROBE + " on separate minus pinned features, without an interval (too few seeds).",
+        "lost": _PROBE + _SPAN + ": pinning loses some linearly decodable information about task B.",
+        "gained": _PROBE + _SPAN + ": for this probe the pinned features are the more linearly decodable.",
+        "zero": _PROBE + _SPAN + ", an interval that includes zero: this probe detects no linearly decodable "
+                                 "information lost to pinning."}),
+    *_when("probe_tail", _shortfall, {
+        True: "The trained linear head with SGD and momentum falls short by more than that, a shortfall of "
+              "optimization (rate and step budget) rather than of the features.",
+        False: "The trained linear head with SGD and momentum is not shown to fall short by more than that."}),
+    *_when("geo_sentence_curvature", lambda C, N: _curvature(N), {
+        "nan": "The centred ratio is not available.", "none": "Pinned statistics add no curvature here.",
+        "wider": "So most of the added curvature comes from the wider features, not from the common offset.",
+        "offset": "So most of the added curvature comes from the common offset, not from the wider features."}),
+    *_when("gains", lambda C, N: _gains(N), {
+        "both": "Both modes " + _GAINED + " (pinned in {long_n_pinned_gains} of {steps_n_cells} cells, separate in "
+                "{long_n_separate_gains}, " + _BONF + "), so neither budget is shown to be converged.",
+        "pinned": "Only the pinned mode " + _GAINED + " ({long_n_pinned_gains} of {steps_n_cells} cells, the "
+                  "separate in none, " + _BONF + "), so neither budget is shown to be converged.",
+        "separate": "Only the separate mode " + _GAINED + " ({long_n_separate_gains} of {steps_n_cells} cells, the "
+                    "pinned in none, " + _BONF + "), so neither budget is shown to be converged.",
+        "neither": "Neither mode is shown to gain accuracy from {steps_steps_short:,} to {steps_steps_long:,} steps in "
+                   "any of the {steps_n_cells} cells (" + _BONF + ")."}),
+    *_when("lift_plain", lambda C, N: _lift(N), {
+        "absent": "", "all": "Whatever the statistics, consider " + _WHAT + _RAISED,
+        "none": "On this synthetic task, " + _WHAT + " raised task-B accuracy in none of the {inorm_pf_m} cells tried "
+                "at chapter 1's shift and {steps_steps_short:,} steps.",
+        "some": _WHAT[0].upper() + _WHAT[1:] + _RAISED}),
+    *_when("advice_lift", lambda C, N: _lift(N) == "all", {
+        True: "Whatever the statistics, consider a normalization of each feature in front of a linear head: "
+              "`std_linear` (a standardization fitted once on new-task features) or `bn_linear` (whose BatchNorm must "
+              "keep updating on the new task: pin `model.backbone`, not the whole model). Here it raised task B over "
+              "the plain linear head in all {inorm_pf_m} cells with the pinned backbone and with separate statistics "
+              "alike (family `lift`).", False: ""}),
+    *_when("advice_separate", _advice, {
+        "left undecided": _SEPARATE + " With the per-feature normalizing heads the gap left is not decided "
+                          "({inorm_pf_gap_min:+.3f} to {inorm_pf_gap_max:+.3f}, interval ends up to "
+                          "{inorm_pf_gap_high:+.3f}): these seeds can neither show it nor rule it out." + _OWN,
+        "cost": _SEPARATE + _OWN,
+        "no cost": "At this shift no cell shows a cost of pinning that another head or optimizer would have to make "
+                   "up."}),
 )
-#: The plain lead that opens the answer box and the front page's line (one sentence a practitioner acts on), by the
-#: same counts at chapter 1's shift as :data:`LEAD_NOTES`.
-_HEADS = "with {higher} of the {m} heads and optimizers tried"
-AT_SHIFT = "At chapter 1's shift"
-PLAIN_NOTES = (
-    Note("plain", _counted(lambda c: c["higher"] == c["m"]),
-         "**Give the new task its own statistics.** At chapter 1's shift they beat a pinned backbone with every head "
-         "and optimizer tried."),
-    Note("plain", _counted(lambda c: 0 < c["higher"] < c["m"] and c["lower"] == 0),
-         "**Prefer the new task's own statistics.** At chapter 1's shift they beat a pinned backbone " + _HEADS +
-         " and lose with none.", fill=lambda C, G: _ref_counts(C)),
-    Note("plain", _counted(lambda c: c["higher"] > 0 and c["lower"] > 0),
-         "**It depends on the head.** At chapter 1's shift separate statistics beat a pinned backbone " + _HEADS +
-         " and lose with {lower}.", fill=lambda C, G: _ref_counts(C)),
-    Note("plain", _counted(lambda c: c["higher"] == 0 < c["lower"]),
-         "**Pin the backbone.** At chapter 1's shift separate statistics lose to a pinned backbone with {lower} of the "
-         "{m} heads and optimizers tried and win with none.", fill=lambda C, G: _ref_counts(C)),
-    Note("plain", _counted(lambda c: c["higher"] == c["lower"] == 0),
-         "**Either works on this evidence.** At chapter 1's shift no head and optimizer tried shows separate "
-         "statistics ahead of a pinned backbone or behind it."),
-)
-PROBE_NOTES = (
-    Note("probe", _NO_IV, _PROBE + " on separate minus pinned features, without an interval (too few seeds)",
-         _probe_fill),
-    Note("probe", lambda C, G: not _NO_IV(C, G) and _probe(G).low > 0, _PROBE + " ({span}) on separate minus pinned "
-         "features: pinning loses some linearly decodable information about task B", _probe_fill),
-    Note("probe", lambda C, G: not _NO_IV(C, G) and _probe(G).high < 0, _PROBE + " ({span}) on separate minus pinned "
-         "features: for this probe the pinned features are the more linearly decodable", _probe_fill),
-    Note("probe", lambda C, G: not _NO_IV(C, G) and _probe(G).low <= 0 <= _probe(G).high, _PROBE + " ({span}) on "
-         "separate minus pinned features, an interval that includes zero: this probe detects no linearly decodable "
-         "information lost to pinning", _probe_fill),
-    Note("probe_tail", _shortfall, "; the trained linear head with SGD and momentum falls short by more than that, "
-         "a shortfall of optimization (rate and step budget) rather than of the features"),
-    Note("probe_tail", lambda C, G: not _shortfall(C, G), ""),
-)
-
-#: Labels of the optimizers in the page's sentences.
-OPTIMIZER_WORDS = {"sgd": "SGD with momentum", "sgd_plain": "plain SGD", "adam": "Adam"}
-
-
-def long_sentence(L: pd.DataFrame, SF: pd.DataFrame, margin: float) -> str:
-    """The longer budget in one sentence, from :func:`long_findings` ``L`` and :func:`steps_findings` ``SF``."""
-    n, s = (lambda k: number(L, k)), (lambda k: number(SF, k))  # noqa: E731
-    return (f"At {s('steps_long'):,} steps, each mode at its own rate tuned at that budget ({s('n_seeds')} seeds; "
-            f"heads {n('heads')}), the {n('m')} head and optimizer cells split into {n('n_higher')} where "
-            f"separate statistics score higher, {n('n_lower')} lower, {n('n_equivalent')} "
-            f"{equivalent_text(margin)} and {n('n_not_decided')} not decided; against {s('steps_short'):,} steps the "
-            f"gap is shown to narrow in {n('n_narrower')} of these cells, to widen in {n('n_wider')} and to change "
-            f"less than the margin in {n('n_steps_equivalent')}. {gains_sentence(L, SF)}")
-
-
-def gains_sentence(L: pd.DataFrame, SF: pd.DataFrame) -> str:
-    """Whether each mode still gained accuracy from the short to the longer budget, counted on the family
-    (Bonferroni) intervals of :func:`steps_findings` (the book's rule for counts), chosen by the two counts."""
-    n, s = (lambda k: number(L, k)), (lambda k: number(SF, k))  # noqa: E731
-    p, q, m = n("n_pinned_gains"), n("n_separate_gains"), s("n_cells")
-    span, how = f"from {s('steps_short'):,} to {s('steps_long'):,} steps", "on Bonferroni intervals over the cells"
-    if p and q:
-        return (f"Both modes still gained accuracy {span} (pinned in {p} of {m} cells, separate in {q}, {how}), so "
-                f"neither budget is shown to be converged.")
-    if p or q:
-        (a, k), b = (("pinned", p), "separate") if p else (("separate", q), "pinned")
-        return (f"Only the {a} mode still gained accuracy {span} ({k} of {m} cells, the {b} in none, {how}), so "
-                f"neither budget is shown to be converged.")
-    return f"Neither mode is shown to gain accuracy {span} in any of the {m} cells ({how})."
-
-
-#: The heads that normalize each feature (the plain lead's advice for a pinned backbone rests on their ``lift``).
-PER_FEATURE_HEADS = ("std_linear", "bn_linear")
-
-
-def lift_plain(I: pd.DataFrame, SF: pd.DataFrame | None = None) -> str:  # noqa: E741
-    """The plain lead's advice on the head's input, from :func:`input_norm_findings` ``I`` (the per-feature heads,
-    :data:`PER_FEATURE_HEADS`, at chapter 1's shift): whether normalizing each feature before the linear head
-    raised task B with the pinned backbone and with separate statistics, and whether it narrowed the gap between
-    them (family ``hc``, the short budget only: the budget is named given :func:`steps_findings` ``SF``). At the
-    longer budget (family ``lift_long``) the lifts, and that the gap's change between heads was not tested there (no
-    head contrast at that budget). Plain words (the front page and the guide paste it); empty when those heads did
-    not run."""
-    if "pf_m" not in set(I["key"]):
-        return ""
-    n = lambda k: number(I, k)  # noqa: E731
-    m, k, k2, j = n("pf_m"), n("pf_n_lift_higher"), n("pf_n_sep_higher"), n("pf_n_smaller")
-    what = "normalizing each feature before the new linear head (a fixed standardization, or a BatchNorm that keeps " \
-           "updating on the new task)"
-    short = f" and {number(SF, 'steps_short'):,} steps" if SF is not None else ""
-    if k == 0 and k2 == 0:
-        return (f"On this synthetic task, {what} raised task-B accuracy in none of the {m} cells tried at chapter 1's "
-                f"shift{short}.")
-    longer = ""
-    if "pf_long_n_lift" in set(I["key"]):
-        at = f"at {number(SF, 'steps_long'):,} steps" if SF is not None else "at the longer budget"
-        longer = (f"; {at}, in {n('pf_long_n_lift_higher')} of {n('pf_long_n_lift')} "
-                  f"({_num(n('pf_long_lift_min'))} to {_num(n('pf_long_lift_max'))}) and {n('pf_long_n_sep_higher')} "
-                  f"of {n('pf_long_n_sep')} ({_num(n('pf_long_sep_min'))} to {_num(n('pf_long_sep_max'))}), with its "
-                  f"effect on the gap not tested there")
-    said = (f"at chapter 1's shift{short} on this synthetic task it raised task-B accuracy in {k} of {m} cells with "
-            f"the pinned backbone ({_num(n('pf_lift_min'))} to {_num(n('pf_lift_max'))}) and in {k2} of {m} with "
-            f"separate statistics ({_num(n('pf_sep_min'))} to {_num(n('pf_sep_max'))}), but narrowed the gap between "
-            f"them in only {j} of {m}{longer}")
-    if k == k2 == m:
-        return f"Whatever the statistics, consider {what}: {said}."
-    return f"{what[0].upper() + what[1:]}: {said}."
-
-
-def plain(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, SF: pd.DataFrame | None = None,
-          I: pd.DataFrame | None = None) -> str:  # noqa: E741
-    """The plain lead (answer box and front page): :data:`PLAIN_NOTES` at the short budget, then, given the longer
-    budget's numbers, its counts there (:func:`long_findings` ``L``), then given :func:`input_norm_findings` ``I``,
-    :func:`lift_plain`."""
-    lead = notes(PLAIN_NOTES, C, F)["plain"]
-    if L is not None:
-        at = f"At chapter 1's shift and {number(SF, 'steps_short'):,} steps"  # each plain note opens with AT_SHIFT
-        lead = (f"{lead.replace(AT_SHIFT, at, 1)} At {number(SF, 'steps_long'):,} steps, rates tuned for that "
-                f"budget, they score higher in {number(L, 'n_higher')} of the {number(L, 'm')} cells run there and "
-                f"lower in {number(L, 'n_lower')}.")
-    return f"{lead} {lift_plain(I, SF)}".rstrip() if I is not None else lead
-
-
-def answer(C: pd.DataFrame, F: pd.DataFrame, G: pd.DataFrame | None = None, L: pd.DataFrame | None = None,
-           SF: pd.DataFrame | None = None, I: pd.DataFrame | None = None) -> str:  # noqa: E741
-    """The answer box (Markdown), true for any rows: the plain lead (:func:`plain`), the gap family's lead
-    (:data:`LEAD_NOTES`) and counts at chapter 1's shift, given the longer budget's numbers ``L`` / ``SF`` its
-    counts (:func:`long_sentence`), the linear head's verdicts (given ``I``, the plain lead says what normalizing the
-    head's input did; :func:`inorm_sentence` per head is the section's), the best pinned cell against the best separate one, and given the geometry's numbers
-    ``G``, the probe's reading (:data:`PROBE_NOTES`)."""
-    c, said = _ref_counts(C), notes(LEAD_NOTES, C, F)
-    n = lambda key: number(F, key)  # noqa: E731
-    steps = f"{number(SF, 'steps_short'):,}" if SF is not None else "the short budget's"
-    parts = [plain(C, F, L, SF, I),
-             f"{said['lead']}: with every freeze mode at its own tuned learning rate and a budget of {steps} steps, the "
-             f"{c['m']} head and optimizer cells split into {c['higher']} where separate statistics score higher on "
-             f"task B than the pinned backbone, {c['lower']} where they score lower, {c['equivalent']} "
-             f"{equivalent_text(n('margin'))} and {c['not decided'] + c['too few seeds']} not decided (the printed "
-             f"verdicts counted; the words are the [glossary](../book/glossary.html)'s)."]
-    if L is not None:
-        parts.append(long_sentence(L, SF, n("margin")))
-    linear = [f"{verdict_md(C[C['key'] == f'gap_ref_linear_{o}'].iloc[0])} with {OPTIMIZER_WORDS[o]}"
-              for o in OPTIMIZER_WORDS if (C["key"] == f"gap_ref_linear_{o}").any()]
-    if linear:
-        parts.append(f"For the seed's linear head, separate minus pinned statistics on task B reads {join(linear)}.")
-    g = best_pinned_claim(C, F).iloc[0]
-    at_short = f" at {number(SF, 'steps_short'):,} steps" if SF is not None else ""
-    parts.append(f"The best pinned configuration{at_short}, **{n('best_pinned_cell')}**, reaches {_num(n('best_pinned_acc'), '.3f')} "
-                 f"against {_num(n('best_separate_acc'), '.3f')} for the best one with separate statistics "
-                 f"(**{n('best_separate_cell')}**; separate minus pinned in the best pinned cell {_num(g['estimate'])}, "
-                 f"{_span(g['low'], g['high'])}: {verdict_md(g)}).")
-    if G is not None:
-        said = notes(PROBE_NOTES, C, G)
-        parts.append(said["probe"] + said["probe_tail"] + ".")
-    return " ".join(parts)
-
-
-def advice(C: pd.DataFrame, F: pd.DataFrame, L: pd.DataFrame | None = None, I: pd.DataFrame | None = None) -> str:  # noqa: E741
-    """The answer box's "what to do" (Markdown): pin and tune for the pinned features; given
-    :func:`input_norm_findings` ``I``, normalize each feature before the head where that raised task B for both
-    statistics (with the condition a BatchNorm there needs), and the gap it leaves; then, chosen by whether pinning
-    is shown to cost in any cell at chapter 1's shift at the short budget or, given :func:`long_findings` ``L``, at
-    the longer one, whether to give the new task its own statistics."""
-    c, lrs = _ref_counts(C), dict(zip(F["key"], F["value"]))
-    p, s = lrs.get("lrs_linear_sgd_backbone_eval"), lrs.get("lrs_linear_sgd_separate_stats")
-    rates = (f" (for the plain linear head with SGD and momentum, {p:g} pinned against {s:g} with separate statistics)"
-             if p is not None and s is not None else "")
-    out = (f"Where only one set of statistics can be deployed (the task unknown at inference), pin the backbone with "
-           f"`bnstudy.pin_eval(model.backbone)` and tune the new head's learning rate for the pinned features{rates}.")
-    pf = I is not None and "pf_m" in set(I["key"])
-    n = (lambda k: number(I, k)) if pf else None  # noqa: E731
-    if pf and n("pf_n_lift_higher") == n("pf_n_sep_higher") == n("pf_m"):
-        out += (f" Whatever the statistics, consider a normalization of each feature in front of a linear head: "
-                f"`std_linear` (a standardization fitted once on new-task features) or `bn_linear` (whose BatchNorm "
-                f"must keep updating on the new task: pin `model.backbone`, not the whole model). Here it raised task "
-                f"B over the plain linear head in all {n('pf_m')} cells with the pinned backbone and with separate "
-                f"statistics alike (family `lift`).")
-    long = (f" ({number(L, 'n_higher')} of {number(L, 'm')} at the longer budget)" if L is not None else "")
-    if c["higher"] or (L is not None and number(L, "n_higher")):
-        left = (f" With the per-feature normalizing heads the gap left is not decided ({_num(n('pf_gap_min'))} to "
-                f"{_num(n('pf_gap_max'))}, interval ends up to {_num(n('pf_gap_high'))}): these seeds can neither "
-                f"show it nor rule it out." if pf and n("pf_n_higher") == 0 else "")
-        return (out + f" Separate statistics scored higher in {c['higher']} of the {c['m']} head and optimizer cells"
-                f"{long} and lower in {c['lower']}.{left} Where the new task must be as good as it can be, give it its own "
-                f"statistics (the `separate_stats` mode, built with `bnstudy.shared_weight_copy(model.backbone)`).")
-    return out + " At this shift no cell shows a cost of pinning that another head or optimizer would have to make up."
 
 
 # --- the "why" section: the feature geometry and its link to the gap -----------------------------------------------
@@ -763,24 +708,6 @@ def geometry_findings(geom: pd.DataFrame, shift: str = "ref") -> pd.DataFrame:
         probe_pinned=float(p["probe_accuracy"].mean()), probe_separate=float(s["probe_accuracy"].mean()),
         probe_cost=t_interval(s["probe_accuracy"] - p["probe_accuracy"])))
 
-
-def _curvature(f: pd.DataFrame) -> str:
-    """Where the curvature pinned statistics add comes from, by :func:`geometry_findings` ``f``: ``nan`` (a ratio
-    missing), ``none`` (ratio at most 1), ``wider`` (the centred ratio's excess at least half the uncentred one's) or
-    ``offset``."""
-    r, c = number(f, "curvature_ratio"), number(f, "curvature_centered_ratio")
-    if math.isnan(r) or math.isnan(c):
-        return "nan"
-    return "none" if r <= 1 else "wider" if c - 1 >= (r - 1) / 2 else "offset"
-
-
-#: The page's rule-triggered sentences, said with ``notes(NOTES, claims, geometry_findings(...))`` and glued as
-#: ``ch04_<key>``: ``geo_sentence_curvature``, whether the added curvature under pinned statistics survives
-#: centring (the covariance's ratio at least half the second moment's) or comes mostly from the common offset.
-NOTES = tuple(Note("geo_sentence_curvature", lambda c, f, case=case: _curvature(f) == case, text) for case, text in (
-    ("nan", "The centred ratio is not available."), ("none", "Pinned statistics add no curvature here."),
-    ("wider", "So most of the added curvature comes from the wider features, not from the common offset."),
-    ("offset", "So most of the added curvature comes from the common offset, not from the wider features.")))
 
 #: The geometry measures the link test relates to the gap, with the sign each explanation predicts: a larger
 #: curvature ratio (pinned / separate: the optimization story) and a larger probe cost (the information story)
