@@ -346,8 +346,7 @@ def test_findings_end_to_end_on_a_hand_made_table():
     assert N(F, "noise_slope_mean_l0") == pytest.approx(-1.0) and N(F, "noise_slope_var_l0") == pytest.approx(-1.0)
     assert N(F, "retention_close_bn_train_b2").mean == pytest.approx(0.9)
     assert N(F, "precise_mean_err_ratio_b2_b32") == pytest.approx(1.0) and N(F, "precise_var_err_ratio_b2_b32") == pytest.approx(1.0)
-    assert set(findings.entries(F, "precise_var_err")) - {"ratio_b2_b32"} == {"b2_n1024", "b2_nmax", "b32_n1024",
-                                                                            "b32_nmax"}
+    assert set(findings.entries(F, "precise_var_err")) == {"ratio_b2_b32"}  # the page cites the ratio, not each N
     assert N(F, "precise_enough_b32") == "256" and N(F, "precise_claim_b32") == "fewer suffice"
     assert N(F, "precise_enough_b2") == "none tried"
     assert N(F, "precise_mean_enough_b32") == "256"  # 1/n < 0.01 from n = 256 on (the grid starts at 64)
@@ -461,18 +460,19 @@ def _tune(seeds=(1000, 1001)):
 
 
 def test_lr_check_picks_best_rates_and_reports_winner_changes():
-    out = findings.lr_check(_tune(), reference=32, margin=0.02)
-    assert out["best_factor"]["close_stats_frozen_b2"] == 2.0 and out["best_factor"]["close_bn_train_b2"] == 1.0
+    out = findings.lr_check(_tune(), reference=32)
+    best = run.best_rate_table(_tune()).drop_duplicates(findings.CELL).set_index(findings.CELL)["best_factor"]
+    assert best[("close", "stats_frozen", 2)] == 2.0 and best[("close", "bn_train", 2)] == 1.0
     assert out["n_cells"] == 12 and out["n_moved"] == 4
     assert out["gain_max"] == pytest.approx(0.1)
-    assert out["winner_base"]["close_b2"] == run.STRATEGY_LABELS["stats_frozen"] or \
-        out["winner_base"]["close_b2"] == run.STRATEGY_LABELS["group_pretrained"]
-    assert out["winner_best"]["close_b32"] == run.STRATEGY_LABELS["bn_train"] and out["winner_same"]["close_b32"]
+    assert out["winner_pair"]["close_b2"].startswith((run.STRATEGY_LABELS["stats_frozen"],
+                                                      run.STRATEGY_LABELS["group_pretrained"]))
     assert out["winner_pair"]["close_b32"] == f"unchanged ({run.STRATEGY_LABELS['bn_train']})"
     C = out["claims"].set_index("key")
     assert C.loc["lr_did_base_close", "estimate"] == pytest.approx(-0.3, abs=0.01)
     assert set(out["claims"].family) == {"lr_did"} and "did_base" not in out
-    assert out["break_base"]["close"] == "<= 2"
+    assert findings.break_word(findings.break_batch(_tune()[_tune().lr_factor == 1.0], "close", "bn_train", 32, 0.02,
+                                                    "group_pretrained")[0]) == "<= 2"
     best = run.best_rate_table(_tune())
     assert set(best[best.strategy == "stats_frozen"].lr_factor) == {2.0}
     tbl = figures.lr_display(_tune())
@@ -618,7 +618,7 @@ def test_chosen_factors_and_edge_flags():
     assert ch[("close", "bn_train")] == 4.0 and ch[("shifted", "group_pretrained")] == 2.0
     with pytest.raises(ValueError, match="batch_size=8 is not a batch size"):
         run.chosen_factors(tune, 8)
-    out = findings.lr_check(tune, reference=32, margin=0.02, control="group_pretrained")
+    out = findings.lr_check(tune, reference=32, control="group_pretrained")
     assert out["n_moved"] == 12 and out["n_edge"] == 4  # bn_train at x4 (the edge), 2 targets x 2 batch sizes
     assert out["n_diverged"] == 4 and out["n_runs"] == len(tune)
     tbl = figures.lr_display(tune)
@@ -707,45 +707,42 @@ def test_findings_per_source_accuracy_na_for_per_sample_and_restat_verdict():
     assert C.loc["restat_gain_close", "verdict"] == "re-estimated higher"
 
 
-# --- the page's answer, chosen by the findings (issue 25) --------------------------------------------------------------
+# --- the verdicts the page cites, chosen by the findings (issue 25) ---------------------------------------------------
 
 def _answer_of(acc_fn):
     df = _table(acc_fn, strategies=("stats_frozen", "bn_train", "adabn", "to_group", "group_pretrained"),
                 batch_sizes=(2, 8, 32, 128))
     df["diverged"] = False
     claims, F = findings.findings(df, _diag(), reference=32)
-    return findings.answer(claims, F), findings.page_words(claims, F)["advice"], F, claims
+    return F, claims
 
 
-def test_flip_the_small_batch_verdicts_and_the_answer_follows():
+def test_flip_the_small_batch_verdicts_and_the_page_follows():
     """The flip test (issue 25): a table where BatchNorm in train mode breaks at batch 2 and a per-sample norm wins
-    there, and the same with the two swapped (BatchNorm ahead, nothing breaking); the answer and the advice change
-    with the verdicts and never keep the old outcome."""
+    there, and the same with the two swapped (BatchNorm ahead, nothing breaking); the break tokens and the
+    small-batch verdicts the page cites change with the table and never keep the old outcome."""
     def ps_wins(st, b, t):
         return {"bn_train": 0.8 if b >= 8 else 0.5, "to_group": 0.75, "group_pretrained": 0.78}.get(st, 0.6)
 
     def bn_wins(st, b, t):
         return {"bn_train": 0.85, "to_group": 0.6, "group_pretrained": 0.62}.get(st, 0.8)
 
-    a1, adv1, F1, _ = _answer_of(ps_wins)
-    a2, adv2, F2, _ = _answer_of(bn_wins)
-    assert "BatchNorm in train mode breaks from batch size 2 down on the close target" in a1
-    assert "breaks from" not in a2 and "shows no break below batch size 32 on the close target" in a2
-    assert "reads **per-sample norm higher** on the close target" in a1 and "per-sample norm higher" not in a2
-    assert "reads **per-sample norm lower** on the close target" in a2 and "per-sample norm lower" not in a1
-    assert "pretrained with a per-sample norm" in adv1 and "per-sample norm" not in adv2.split(";")[0].split("keep")[0]
-    assert "keep BatchNorm" in adv2 and "keep BatchNorm" not in adv1
-    assert all("bnstudy.update_bn_stats(model, loader)" in a for a in (adv1, adv2))
-    assert "nan" not in (a1 + a2).lower().split()
+    (F1, c1), (F2, c2) = _answer_of(ps_wins), _answer_of(bn_wins)
+    assert N(F1, "breaks_stats_close_bn_train") == "<= 2" and N(F2, "breaks_stats_close_bn_train") == "never"
+    v1, v2 = (dict(zip(c.key, c.verdict)) for c in (c1, c2))
+    assert v1["recommend_close_b2"] == "per-sample norm higher" and v2["recommend_close_b2"] == "per-sample norm lower"
+    md = _page_markdown()
+    assert "{glue:md}`ch05_breaks_stats_close_bn_train`" in md and "{glue:md}`ch05_recommend_close_b2_verdict`" in md
 
 
 def test_the_answer_leaves_the_untuned_train_eval_gap_to_the_body():
     """Issue 35: the train-mode minus eval-mode gap is measured at the untuned linear-scaling rate: context for the
     body (its own section), never in the answer box, whatever its verdict."""
     for acc in (lambda st, b, t: 0.8, lambda st, b, t: 0.8 - (0.2 if st == "bn_train" and b == 2 else 0.0)):
-        a, _, _, claims = _answer_of(acc)
-        assert (claims["key"] == "gap_close_b2").any() and "train mode minus eval" not in a
-        assert "training loop reports" not in a
+        _, claims = _answer_of(acc)
+        assert (claims["key"] == "gap_close_b2").any()
+    box = _page_markdown().split(":::")[1]
+    assert "The answer" in box and "ch05_gap_" not in box and "train mode minus eval" not in box
 
 
 def test_the_large_batch_sentence_names_a_collapse_only_where_a_break_is_found():
@@ -755,36 +752,35 @@ def test_the_large_batch_sentence_names_a_collapse_only_where_a_break_is_found()
     def collapse(st, b, t):
         return 0.8 - (0.3 if b == 128 else 0.0)
 
-    _, _, F_flat, c_flat = _answer_of(flat)
-    _, _, F_col, c_col = _answer_of(collapse)
+    F_flat, c_flat = _answer_of(flat)
+    F_col, c_col = _answer_of(collapse)
     flat_text = notes(findings.NOTES, c_flat, F_flat)["large_batch"]
     assert N(F_flat, "n_break_above") == 0 and "no strategy and target pair is shown to break" in flat_text
     assert "lose accuracy" not in flat_text
     assert N(F_col, "n_break_above") > 0 and "lose accuracy" in notes(findings.NOTES, c_col, F_col)["large_batch"]
-    assert findings.page_words(c_col, F_col)["large_batch"] == notes(findings.NOTES, c_col, F_col)["large_batch"]
 
 
-def test_break_and_enough_phrases_read_every_token():
-    assert findings.break_phrase("<= 8", 32) == "breaks from batch size 8 down"
-    assert findings.break_phrase(">= 128", 32, "above") == "breaks from batch size 128 up"
-    assert findings.break_phrase("never", 32) == "shows no break below batch size 32"
-    assert findings.break_phrase("n/a", 32) == findings.break_phrase(None, 32) == "is not judged against the control"
-    assert findings.enough_phrase("none tried", 2) == "in batches of 2 at no number of samples tried"
-    assert "already the smallest tried" in findings.enough_phrase("<= 64", 32)
-    assert findings.enough_phrase("256", 32) == "in batches of 32 from N = 256 samples on"
+def _page_markdown() -> str:
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parent.parent / "chapters" / "05_batch_size.ipynb").read_text())
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
 
 
 def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
-    """Issue 25: the answer box first; "the large-batch collapse" only as the findings choose it
-    (the ``large_batch`` note), no hand-typed table numbers, no typed NaN, no code shown."""
+    """Issue 25: the answer box first (the decision's one answer, what to do, the re-estimate note); "the
+    large-batch collapse" only as the findings choose it (the ``large_batch`` note), no hand-typed table numbers,
+    no typed NaN, no code shown."""
     import json
     import re
     from pathlib import Path
     nb = json.loads((Path(__file__).resolve().parent.parent / "chapters" / "05_batch_size.ipynb").read_text())
     first = "".join(nb["cells"][0]["source"])
     assert first.startswith("# ") and "{admonition} The answer\n:class: answer" in first
-    assert "{glue:md}`ch05_answer`" in first and "{glue:md}`ch05_advice`" in first
-    md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    for key in ("decision_answer", "decision_use", "decision_code", "decision_depends", "restat_advice",
+                "precise_enough_b32", "precise_enough_b2"):
+        assert f"`ch05_{key}`" in first, key
+    md = _page_markdown()
     assert "large-batch collapse" not in md and "the collapse above" not in md
     assert not re.search(r"\((?:see )?(?:Table|Fig\.|Figure) \d+\)", md)
     assert not re.search(r"(?<![\w-])nan(?![\w-])", md, flags=re.I)
@@ -797,37 +793,11 @@ def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
 
 # --- the page's rule-triggered notes (bnstudy.study.words.Note): every note of findings.NOTES flips with its rule ----------
 
-def _note_tables(close="not decided", shifted="not decided", tuned=("not decided", "not decided"), ratio=2.5,
-                 n_above=0):
-    claims = pd.DataFrame(dict(key=["recommend_close_b2", "recommend_shifted_b2"], verdict=[close, shifted]))
+def _note_tables(ratio=2.5, n_above=0):
+    claims = pd.DataFrame(dict(key=["recommend_close_b2"], verdict=["not decided"]))
     f = inference.numbers_table(dict(smallest_batch=2, reference_batch=32, n_break_above=n_above,
-                                     precise_var_err_ratio_b2_b32=ratio, best_bn=dict(close_b2="AdaBN (label)"),
-                                     rate=dict(rec=dict(close_tuned_verdict=tuned[0], shifted_tuned_verdict=tuned[1]))))
+                                     precise_var_err_ratio_b2_b32=ratio))
     return claims, f
-
-
-@pytest.mark.parametrize("kw,lead", [
-    (dict(close="per-sample norm higher", shifted="per-sample norm higher"),
-     "To fine-tune a whole network at batch size 2, start from a network pretrained with a per-sample norm"),
-    (dict(close="per-sample norm lower", shifted="per-sample norm lower"),
-     "To fine-tune a whole network at batch size 2, keep BatchNorm with the strategy shown best here (AdaBN (label) on"),
-    (dict(tuned=("per-sample norm lower", "per-sample norm lower")),
-     "At batch size 2, at rates tuned on separate seeds, BatchNorm in train mode is ahead"),
-    (dict(tuned=("per-sample norm higher", "per-sample norm higher")),
-     "At batch size 2, at rates tuned on separate seeds, a per-sample norm from pretraining is ahead"),
-    (dict(close="per-sample norm higher", shifted="not decided", tuned=("per-sample norm higher", "not decided")),
-     "At batch size 2 this chapter does not decide between BatchNorm and a per-sample norm"),
-])
-def test_each_advice_note_holds_only_for_its_outcome(kw, lead):
-    claims, f = _note_tables(**kw)
-    n = notes(findings.NOTES, claims, f)
-    assert n["advice"].startswith(lead)
-    holding = [r for r in findings.NOTES if r.key == "advice" and r.when(claims, f)]  # the other four are false
-    assert len(holding) == 1 and holding[0].text.format(**holding[0].fill(claims, f)).startswith(lead)
-    # the linear-scaling verdicts take precedence: the tuned verdicts only speak where those do not agree
-    if "tuned" not in kw:
-        flipped = _note_tables(**kw, tuned=("per-sample norm lower", "per-sample norm lower"))
-        assert notes(findings.NOTES, *flipped)["advice"] == n["advice"]
 
 
 def test_restat_and_large_batch_notes_flip_with_their_numbers():

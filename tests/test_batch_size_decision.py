@@ -172,7 +172,7 @@ def test_equal_strategies_are_called_equivalent_within_the_margin_not_a_win():
     d = decision.decision(rep, _check(rep), 0.02)
     v = dict(zip(d["claims"].key, d["claims"].verdict))
     assert v["decision_samples_close_stats_frozen"] == "equivalent within ±0.02"
-    assert "equivalent to" in decision.words(d)["answer"]
+    assert "against the runner-up (BN in train mode): **equivalent within ±0.02**" in decision.words(d)["answer"]
 
 
 def test_near_chance_cells_recommend_nothing():
@@ -182,19 +182,29 @@ def test_near_chance_cells_recommend_nothing():
     assert w["short"].startswith("no strategy shown above chance") and "no strategy is shown above chance" in w["answer"]
 
 
+def _page_markdown() -> str:
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parent.parent / "chapters" / "05_batch_size.ipynb").read_text())
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
 def test_breaks_at_tuned_rates_use_one_rule_for_every_strategy():
     rep = _reported({"bn_train": 0.70, "stats_frozen": 0.80}, large_means={"bn_train": 0.80, "stats_frozen": 0.81})
     d = decision.decision(rep, _check(rep), 0.02)
     assert d["breaks"][("samples", "close", "bn_train")] == "breaks"  # 0.10 lower: beyond the 0.02 margin
     assert d["breaks"][("samples", "close", "stats_frozen")] == "no break"  # 0.01 lower: within it
-    s = findings.tuned_break_sentence(d)
+    n = decision.numbers(d)
     # per budget: of 4 pairs, 2 break (bn_train on both targets) and 2 show no break (stats_frozen, 0.01 lower: the
-    # whole interval above -0.02), the same with steps; the sentence says the budgets drive the pairs
-    assert s.count("of 4 strategy and target pairs 2 break") == 2
+    # whole interval above -0.02), the same with steps; the page (its Markdown) says the budgets drive the pairs
+    for bu in ("samples", "steps"):
+        assert (n[f"decision_n_pairs_{bu}"], n[f"decision_n_breaks_{bu}"]) == (4, 2)
+        assert n[f"decision_n_no_break_{bu}"] + n[f"decision_n_not_decided_{bu}"] == 2
+        assert n[f"decision_n_near_chance_{bu}"] == 0
     assert all(v == "breaks" for k, v in d["breaks"].items() if k[2] == "bn_train")
     assert {v for k, v in d["breaks"].items() if k[2] == "stats_frozen"} <= {"no break", "not decided"}
     assert "no break" in d["breaks"].values()
-    assert "describe the budgets, not batch statistics" in s
+    assert "describe the budgets, not batch statistics" in _page_markdown()
     assert d["breaks"][("steps", "shifted", "bn_train")] == "breaks"
 
 
@@ -239,6 +249,20 @@ def test_flip_an_edge_rate_keeps_its_result_out_of_the_headline_and_marks_it_in_
     low = bottom.arm.eq("bn_train") & bottom.budget.eq("steps") & bottom.lr_factor.eq(bottom.lr_factor.min())
     bottom.loc[low, "score"] += 0.05
     assert "sits at the bottom of its tuning grid" in decision.words(decision.decision(rep, bottom, 0.02))["answer"]
+
+
+def test_page_words_glue_the_decision_and_the_notes_and_refuse_no_decision():
+    """The page's sentences: every :func:`.decision.words` sentence as ``decision_<name>`` (the answer box cites
+    them) beside the rule-triggered notes; without the decision, the page has no answer and is refused."""
+    rep = _reported({"bn_train": 0.70, "stats_frozen": 0.80})
+    d = decision.decision(rep, _check(rep), 0.02)
+    f = findings.numbers_table(dict(reference_batch=32, n_break_above=0, precise_var_err_ratio_b2_b32=2.0))
+    w = findings.page_words(pd.DataFrame(dict(key=[], verdict=[])), f, d)
+    assert {f"decision_{k}": v for k, v in decision.words(d).items()}.items() <= w.items()
+    assert w["large_batch"].startswith("Above the reference batch size of 32, no strategy")
+    assert "2.0 times" in w["restat_advice"]
+    with pytest.raises(ValueError, match="decision"):
+        findings.page_words(pd.DataFrame(dict(key=[], verdict=[])), f, None)
 
 
 def test_decision_refuses_rows_without_its_reference():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...inference import NOT_DECIDED, TOO_FEW, Family, claims_table, decide, one_sided_p, t_interval
+from ...inference import NOT_DECIDED, Family, claims_table, decide, one_sided_p, t_interval
 from .run import BUDGETS, DECISION_CELL, PRECISE_AFTER, STRATEGY_LABELS, best_factors
 
 #: Direction words of the decision's claims (strategy minus BatchNorm in train mode; best minus runner-up; the
@@ -170,18 +170,12 @@ def _iv(a: dict) -> str:
 
 
 def _versus(a: dict) -> str:
-    """The recommended arm's standing, in words: against the runner-up and against BatchNorm in train mode."""
-    runner = label(a["runner_up"])
-    first = {"higher": f"ahead of the runner-up ({runner})",
-             "equivalent": f"equivalent to the runner-up ({runner}) within ±{{margin}}"}.get(
-        a["vs_runner_up_kind"], f"not compared with the runner-up ({runner}): too few seeds"
-        if a["vs_runner_up"] == TOO_FEW else f"not decided against the runner-up ({runner})")
+    """The recommended arm's verdicts, as the claims table prints them: against the runner-up and, where neither of
+    the two is BatchNorm in train mode, against it."""
+    out = f"against the runner-up ({label(a['runner_up'])}): **{a['vs_runner_up']}**"
     if a["vs_bn_train_kind"] == "self" or a["runner_up"] == "bn_train":
-        return first
-    second = {"higher": "above BatchNorm in train mode", "lower": "below BatchNorm in train mode",
-              "equivalent": "equivalent to BatchNorm in train mode within ±{margin}"}.get(
-        a["vs_bn_train_kind"], "not decided against BatchNorm in train mode")
-    return f"{first}, {second}"
+        return out
+    return f"{out}, against BN in train mode: **{a['vs_bn_train']}**"
 
 
 def leading(a: dict) -> list[str]:
@@ -234,7 +228,7 @@ def words(d: dict) -> dict[str, str]:
     best or the runner-up of a budget and target has its chosen rate at an edge (:func:`edge_ends`), ``answer``
     states no result for it but that the rates sit at the grid's end and the result may change with a wider grid;
     ``answer_full`` states it, marked; ``depends`` says nothing of a budget with any cell at an edge."""
-    m, sb = d["margin"], d["small"]
+    sb = d["small"]
     ans = d["answers"]
     targets = sorted({t for _, t in ans})
     out = {}
@@ -246,7 +240,7 @@ def words(d: dict) -> dict[str, str]:
                 text = (f"on the {t} target no strategy is shown above chance ({label(a['best'])} is highest, "
                         f"{_iv(a)})")
             else:
-                text = f"on the {t} target **{label(a['best'])}**, {_iv(a)}, " + _versus(a).format(margin=f"{m:.2f}")
+                text = f"on the {t} target **{label(a['best'])}**, {_iv(a)}, {_versus(a)}"
             ends = edge_ends(d, bu, t, _compared(a))
             if ends:
                 edged.append((t, ends))
@@ -345,14 +339,25 @@ def words(d: dict) -> dict[str, str]:
     return out
 
 
+#: The outcomes of a pair at tuned rates (:func:`decision`'s ``breaks``) and the slug :func:`numbers` counts them by.
+BREAK_OUTCOMES = {"breaks": "breaks", "no break": "no_break", NOT_DECIDED: "not_decided",
+                  "reference near chance": "near_chance"}
+
+
 def numbers(d: dict) -> dict:
     """The decision's numbers for the chapter's numbers table (``decision_*`` keys): the smallest and largest
-    decision batch sizes and, per budget and target, the source-task retention (fraction) of the strategies the
-    page compares at the smallest one (NaN where the rows lack ``task_a_after``)."""
+    decision batch sizes; per budget and target, the source-task retention (fraction) of the strategies the
+    page compares at the smallest one (NaN where the rows lack ``task_a_after``); per budget, the strategy and
+    target pairs at tuned rates (``decision_n_pairs_<budget>``) and how many have each outcome of
+    :data:`BREAK_OUTCOMES` (``decision_n_<outcome>_<budget>``)."""
     cells = d["cells"].set_index(DECISION_CELL)
     out = {f"decision_retention_{bu}_{t}_{arm}": float(cells.loc[(bu, d["small"], t, arm), "retention"])
            for (bu, t) in d["answers"] for arm in ("bn_train", PRECISE_AFTER, "stats_frozen", "adabn", "bn_frozen",
                                                    CONTROL) if (bu, d["small"], t, arm) in cells.index}
+    for bu in BUDGETS:
+        got = [v for k, v in d["breaks"].items() if k[0] == bu]
+        out[f"decision_n_pairs_{bu}"] = len(got)
+        out.update({f"decision_n_{slug}_{bu}": sum(v == w for v in got) for w, slug in BREAK_OUTCOMES.items()})
     return dict(out, decision_small=int(d["small"]), decision_large=int(d["large"]))
 
 

@@ -294,37 +294,30 @@ def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame) -
                 n_edge=sum(v == "at the edge of the grid" for v in edge.values()))
 
 
-def lr_check(tune: pd.DataFrame, reference: int, margin: float, control: str = CONTROL) -> dict:
-    """The learning-rate check's summary on the tuning seeds only: best factors and how many moved (to an edge of
-    the grid: a lower bound on the gain), the largest gain, the winners at the reported and the best rates, bn_train's
-    break against the control at both and ``claims``: its difference-in-differences at the smallest tuning batch size
-    (family ``lr_did``, keys ``lr_did_<base|best>_<target>``)."""
+def lr_check(tune: pd.DataFrame, reference: int, control: str = CONTROL) -> dict:
+    """The learning-rate check's summary on the tuning seeds only: how many cells' best factors moved (to an edge of
+    the grid: a lower bound on the gain), the largest gain and where, the winners at the reported and the best rates
+    (``winner_pair``, ``n_winner_changes``) and ``claims``: bn_train's difference-in-differences against ``control``
+    at the smallest tuning batch size, at both (family ``lr_did``, keys ``lr_did_<base|best>_<target>``)."""
     base, best = tune[tune.lr_factor == 1.0], best_rate_table(tune)
     means = tune.groupby(CELL + ["lr_factor"])["target"].mean()
     cells = best.drop_duplicates(CELL)
-    best_factor = {f"{r.target_name}_{r.strategy}_b{r.batch_size}": float(r.best_factor) for r in cells.itertuples()}
     gains = {(r.target_name, r.strategy, r.batch_size): float(means[(r.target_name, r.strategy, r.batch_size,
              r.best_factor)] - means[(r.target_name, r.strategy, r.batch_size, 1.0)]) for r in cells.itertuples()}
     grid = sorted(set(tune.lr_factor))
     gk = max(gains, key=gains.get)
-    out: dict = dict(best_factor=best_factor, winner_base={}, winner_best={}, winner_same={}, winner_pair={},
-                     break_base={}, break_best={}, n_cells=len(best_factor),
-                     n_moved=int(sum(v != 1.0 for v in best_factor.values())),
-                     n_edge=int(sum(_edge(v, grid) for v in best_factor.values())),
+    out: dict = dict(winner_pair={}, n_cells=len(cells), n_moved=int((cells.best_factor != 1.0).sum()),
+                     n_edge=int(sum(_edge(v, grid) for v in cells.best_factor)),
                      n_diverged=int(tune.diverged.sum()) if "diverged" in tune else 0, n_runs=len(tune),
                      gain_max=gains[gk], gain_where=f"{STRATEGY_LABELS[gk[1]]}, {gk[0]} target, batch {gk[2]}")
     for a, b in zip(winners(base)[0].itertuples(), winners(best)[0].itertuples()):
-        k, la, lb = f"{a.target_name}_b{a.batch_size}", STRATEGY_LABELS[a.winner], STRATEGY_LABELS[b.winner]
-        out["winner_base"][k], out["winner_best"][k], out["winner_same"][k] = la, lb, bool(a.winner == b.winner)
-        out["winner_pair"][k] = f"unchanged ({la})" if a.winner == b.winner else \
+        la, lb = STRATEGY_LABELS[a.winner], STRATEGY_LABELS[b.winner]
+        out["winner_pair"][f"{a.target_name}_b{a.batch_size}"] = f"unchanged ({la})" if a.winner == b.winner else \
             f"{la} at the reported rate, {lb} at the best rates tried"
-    out["n_winner_changes"] = int(sum(not v for v in out["winner_same"].values()))
-    did = {}
-    for t in sorted(tune.target_name.unique()):
-        for tag, d in (("base", base), ("best", best)):
-            if "bn_train" in set(d.strategy) and control in set(d.strategy):
-                out[f"break_{tag}"][t] = break_word(break_batch(d, t, "bn_train", reference, margin, control)[0])
-                did[f"lr_did_{tag}_{t}"] = break_differences(d, t, "bn_train", reference, control)
+    out["n_winner_changes"] = sum(not v.startswith("unchanged") for v in out["winner_pair"].values())
+    did = {f"lr_did_{tag}_{t}": break_differences(d, t, "bn_train", reference, control)
+           for t in sorted(tune.target_name.unique()) for tag, d in (("base", base), ("best", best))
+           if {"bn_train", control} <= set(d.strategy)}
     out["claims"] = _smallest_family("lr_did", did, "did", int(tune.batch_size.min()))
     return out
 
@@ -456,7 +449,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     tables.append(_family("noise", {"deepest_noisiest": _deepest_minus_others(nt)}, "noise"))
     tables.append(_asked("check", df, [CHECK_QUESTION], dict(strategy=tuple(sorted(strategies - {"bn_train"})))))
     tables += [_smallest_family(name, items, name, sb) for name, items in (("drop", drop), ("did", did)) if items]
-    lr = lr_check(tune, reference, margin) if tune is not None and len(tune) else {}
+    lr = lr_check(tune, reference) if tune is not None and len(tune) else {}
     if len(lr_claims := lr.pop("claims", ())):
         tables.append(lr_claims)
     dec = decision.decision(decided[1], decided[0], margin) if decided is not None and len(decided[1]) else None
@@ -485,7 +478,7 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     pt = precise_table(diag)
     pp = pt[pt.kind == "precise"]
     gmax = int(pt.n_samples.max())
-    precise = {k: {} for k in ("enough", "claim", "mean_enough", "var_enough", "smallest_n", "mean_err", "var_err")}
+    precise = {k: {} for k in ("enough", "claim", "mean_enough", "var_enough", "smallest_n")}
     for m in sorted(pp.batch_size.unique()):
         d = pp[pp.batch_size == m]
         n0, n = int(d.n_samples.min()), samples_enough(pt, int(m), equivalence_margin)
@@ -493,11 +486,6 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         precise["mean_enough"][f"b{m}"] = enough_word(stats_enough(pt, int(m), "mean_err"), n0)
         precise["var_enough"][f"b{m}"] = enough_word(stats_enough(pt, int(m), "var_err"), n0)
         precise["smallest_n"][f"b{m}"] = n0
-        for nn_, tag in ((1024, "n1024"), (gmax, "nmax")):
-            g = d[d.n_samples == nn_]
-            if len(g):
-                for col in ("mean_err", "var_err"):
-                    precise[col][f"b{m}_{tag}"] = t_interval(g[col])
     top = pp[pp.n_samples == gmax].groupby("batch_size")[["mean_err", "var_err"]].mean()
     ratio_of = lambda col: float(top.loc[2, col] / top.loc[32, col]) if {2, 32} <= set(top.index) else math.nan  # noqa
     rho_w = {}
@@ -593,147 +581,20 @@ def page_numbers(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.D
         stage1_steps=config.stage1_steps, near_chance_margin=NEAR_CHANCE, **extra))], ignore_index=True)
 
 
-# --- the page's sentences, chosen by the findings (issue 25) ----------------------------------------------------------
-
-def _get(f: pd.DataFrame, key: str, default=None):
-    """The entry ``key`` of the numbers table ``f``, ``default`` where there is none."""
-    return number(f, key) if (f["key"] == key).any() else default
-
+# --- the page's sentences: rule-triggered notes and the decision's one answer (issue 33) ----------------------------
 
 def entries(f: pd.DataFrame, stem: str) -> dict:
     """``{entry: value}`` of the rows ``<stem>_<entry>`` of the numbers table ``f`` (a flattened dict)."""
     return {k[len(stem) + 1:]: number(f, k) for k in f["key"] if k.startswith(f"{stem}_")}
 
 
-def _verdict_of(claims: pd.DataFrame, key: str) -> str | None:
-    t = claims[claims["key"] == key]
-    return str(t.iloc[0]["verdict"]) if len(t) else None
-
-
-def break_phrase(token: str | None, reference: int, side: str = "below") -> str:
-    """A :func:`break_word` token in words ("breaks from batch size 8 down", "shows no break below batch size 32";
-    ``"n/a"`` or missing: "is not judged against the control")."""
-    if token is None or token == "n/a":
-        return "is not judged against the control"
-    if token == "never":
-        return f"shows no break {side} batch size {reference}"
-    return f"breaks from batch size {token.split()[-1]} {'down' if token.startswith('<=') else 'up'}"
-
-
-def enough_phrase(token: str | None, batch: int) -> str:
-    """Where an :func:`enough_word` token says precise BN is enough, in words, for batches of ``batch``."""
-    if token is None:
-        return f"in batches of {batch} at an untested number of samples"
-    if token == "none tried":
-        return f"in batches of {batch} at no number of samples tried"
-    if token.startswith("<="):
-        return f"in batches of {batch} from N = {token.split()[-1]} samples on (already the smallest tried)"
-    return f"in batches of {batch} from N = {token} samples on"
-
-
-def tuned_break_sentence(d: dict) -> str:
-    """The pairs at tuned rates (:func:`.decision.decision`'s ``breaks``: batch size ``small`` against ``large``, each
-    strategy at its own tuned rate), one clause per budget with what else the budget changes between the two ends,
-    then BatchNorm in train mode against the per-sample control (``tuned_did``): what the pairs can say about batch
-    statistics."""
-    br, sb, lb = d["breaks"], d["small"], d["large"]
-    claims = d["claims"].set_index("key")
-    parts = []
-    for bu in sorted({k[0] for k in br}):
-        keys = sorted(k for k in br if k[0] == bu)
-        count = {w: sum(br[k] == w for k in keys) for w in ("breaks", "no break", NOT_DECIDED, "reference near chance")}
-        what = (f"a fixed number of samples (batch {lb} then takes few steps)" if bu == "samples" else
-                f"a fixed number of optimizer steps (batch {sb} then sees far fewer images)")
-        parts.append(f"with {what}, of {len(keys)} strategy and target pairs {count['breaks']} break, "
-                     f"{count['no break']} show no break, {count[NOT_DECIDED]} are not decided and "
-                     f"{count['reference near chance']} have a batch-{lb} reference near chance")
-    out = (f"Each strategy at its own tuned rate, batch size {sb} against {lb} (a break: the family interval below "
-           f"-{d['margin']:.2f}; no break: above it): " + "; ".join(parts) + ". Both ends of a pair differ in the "
-           "budget's other quantity, so these counts describe the budgets, not batch statistics.")
-    did = [k for k in claims.index if k.startswith("tuned_did_")]
-    if did:
-        out += (" Against GroupNorm from pretraining, which computes no batch statistics, BatchNorm in train mode's "
-                f"change from batch {lb} to {sb} reads " + "; ".join(
-                    f"{claims.loc[k, 'estimate']:+.3f} ({claims.loc[k, 'low']:+.3f} to {claims.loc[k, 'high']:+.3f}, "
-                    f"**{claims.loc[k, 'verdict']}**) with {'fixed samples' if k.split('_')[2] == 'samples' else 'fixed steps'} "
-                    f"on the {k.split('_')[3]} target" for k in did) + ".")
-    return out
-
-
-def answer(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> str:
-    """The answer box's outcome sentences (Markdown), true for any rows. With the batch-size-2 decision ``dec``
-    (:func:`.decision.decision`): its answer, whether it depends on the budget or target, the breaks at tuned rates;
-    without it, BatchNorm in train mode's breaks beyond the control and the small-batch comparison at the
-    linear-scaling rate. Then the samples precise BN needs. The train/eval gap, measured at the untuned
-    linear-scaling rate, is context for the body, not the answer (issue 35)."""
-    sb, ref = number(f, "smallest_batch"), number(f, "reference_batch")
-    if dec is not None:
-        w = decision.words(dec)
-        out = [w["answer"], w["depends"]]
-    else:
-        out = [f"Judged against GroupNorm from pretraining (which computes no batch statistics), BatchNorm in train "
-               f"mode {break_phrase(_get(f, 'breaks_stats_close_bn_train'), ref)} on the close target and "
-               f"{break_phrase(_get(f, 'breaks_stats_shifted_bn_train'), ref)} on the shifted one (a break: more "
-               f"than {number(f, 'margin'):.2f} below its own accuracy at batch size {ref}, with 95% confidence)."]
-        rc, rs = (_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted"))
-        if rc and rs:
-            rec = (f"At batch size {sb} and the linear-scaling rate, the best per-sample norm minus the best "
-                   f"BatchNorm strategy reads **{rc}** on the close target and **{rs}** on the shifted one")
-            tc, ts = (_get(f, f"rate_rec_{t}_tuned_verdict") for t in ("close", "shifted"))
-            if tc and ts:
-                rec += (f"; at rates tuned on separate seeds, the per-sample norms against BatchNorm in train mode "
-                        f"read **{tc}** and **{ts}**")
-            out.append(rec + ".")
-    p32, p2 = _get(f, "precise_enough_b32"), _get(f, "precise_enough_b2")
-    if p32 is not None and p2 is not None:
-        out.append(f"Precise BN's re-estimate is within ±{number(f, 'equivalence_margin'):.2f} of the exact "
-                   f"statistics' accuracy {enough_phrase(p32, 32)} and {enough_phrase(p2, 2)}.")
-    return " ".join(out)
-
-
-def small_batch_outcome(claims: pd.DataFrame, f: pd.DataFrame) -> tuple[str | None, str | None]:
-    """``(base, tuned)``: ``"higher"`` / ``"lower"`` where both targets' small-batch verdicts show the per-sample
-    norm higher / lower at the linear-scaling rate (``recommend_<target>_b<smallest>``), else ``None``; where they
-    do not, the same of the summary verdicts at tuned rates (:func:`rate_comparison`'s ``rec``)."""
-    def shown_on_both(verdicts):
-        return next((side for side, word in zip(("higher", "lower"), WORDS["ps"]) if all(x == word for x in verdicts)),
-                    None)
-    sb = number(f, "smallest_batch")
-    base = shown_on_both([_verdict_of(claims, f"recommend_{t}_b{sb}") for t in ("close", "shifted")])
-    return base, None if base else shown_on_both([_get(f, f"rate_rec_{t}_tuned_verdict") for t in ("close", "shifted")])
-
-
-def _outcome(case):
-    return lambda c, f: small_batch_outcome(c, f) == case  # noqa: E731
-
-
-_SB = lambda c, f: dict(sb=number(f, "smallest_batch"))  # noqa: E731
 _RATIO = lambda c, f: dict(ratio=float(number(f, "precise_var_err_ratio_b2_b32")))  # noqa: E731
 _LARGE = lambda c, f: dict(ref=number(f, "reference_batch"), n=number(f, "n_break_above"))  # noqa: E731
 
-#: The page's rule-triggered sentences (:func:`bnstudy.study.words.notes`): ``advice``, the answer box's first "what to do",
-#: chosen by the small-batch verdicts at the linear-scaling rate on both targets, else at tuned rates
-#: (:func:`small_batch_outcome`); ``restat_advice``, re-estimate in large batches where precise BN in batches of 2
-#: errs more than in batches of 32; ``large_batch``, a large-batch collapse only where a pair breaks above the reference.
+#: The page's rule-triggered sentences (:func:`bnstudy.study.words.notes`): ``restat_advice``, re-estimate in large
+#: batches where precise BN in batches of 2 errs more than in batches of 32; ``large_batch``, a large-batch collapse
+#: only where a pair breaks above the reference.
 NOTES = (
-    Note("advice", _outcome(("higher", None)),
-         "To fine-tune a whole network at batch size {sb}, start from a network pretrained with a per-sample norm "
-         "(GroupNorm here); swapping BatchNorm out afterwards (`bnstudy.replace_norm`) changes the network's function, "
-         "so it needs retraining.", _SB),
-    Note("advice", _outcome(("lower", None)),
-         "To fine-tune a whole network at batch size {sb}, keep BatchNorm with the strategy shown best here ({best_bn} "
-         "on the close target); a per-sample norm did not do better.",
-         lambda c, f: dict(**_SB(c, f), best_bn=_get(f, f"best_bn_close_b{_SB(c, f)['sb']}", "see the table"))),
-    Note("advice", _outcome((None, "lower")),
-         "At batch size {sb}, at rates tuned on separate seeds, BatchNorm in train mode is ahead of the per-sample "
-         "norms on both targets (at the linear-scaling rate the comparison is not decided on both): keep BatchNorm "
-         "and tune the learning rate for the small batch.", _SB),
-    Note("advice", _outcome((None, "higher")),
-         "At batch size {sb}, at rates tuned on separate seeds, a per-sample norm from pretraining is ahead of "
-         "BatchNorm in train mode on both targets: start from a network pretrained with one.", _SB),
-    Note("advice", _outcome((None, None)),
-         "At batch size {sb} this chapter does not decide between BatchNorm and a per-sample norm on both targets: "
-         "try both on your own task, each at its own tuned learning rate.", _SB),
     Note("restat_advice", lambda c, f: _RATIO(c, f)["ratio"] > 1,
          "Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, loader)` in large batches (a forward "
          "pass without gradients): in batches of 2 the variance's error is {ratio:.1f} times that in batches of 32.",
@@ -750,22 +611,15 @@ NOTES = (
 )
 
 
-def page_words(claims: pd.DataFrame, f: pd.DataFrame, dec: dict | None = None) -> dict[str, str]:
-    """The page's sentences (Markdown, glued as ``ch05_<name>``): ``answer`` (:func:`answer`), ``advice``,
-    ``large_batch`` and ``mismatch_rho_text_<target>`` (two decimals, ``"n/a"`` where too few seeds give none). With
-    the batch-size-2 decision ``dec``: ``advice`` is its one answer (:func:`.decision.words` ``use``, what to run,
-    whether it depends on the budget or target) and the re-estimate note, and every :func:`.decision.words` sentence
-    is also glued as ``decision_<name>`` (the one answer the guide, chapter 2 and the lint's explanation glue);
-    without it, ``advice`` is the :data:`NOTES` ``advice`` then ``restat_advice``."""
-    n = notes(NOTES, claims, f)
-    out = dict(answer=answer(claims, f, dec), large_batch=n["large_batch"])
-    if dec is not None:
-        w = decision.words(dec)
-        out["advice"] = f"{w['use']} In code: {w['code']}. {w['depends']} {n['restat_advice']}"
-        out.update({f"decision_{k}": v for k, v in w.items()})
-        out["decision_tuned_breaks"] = tuned_break_sentence(dec)
-    else:
-        out["advice"] = n["advice"] + " " + n["restat_advice"]
+def page_words(claims: pd.DataFrame, f: pd.DataFrame, dec: dict) -> dict[str, str]:
+    """The page's sentences (Markdown, glued as ``ch05_<name>``): the :data:`NOTES` (``restat_advice``,
+    ``large_batch``), every :func:`.decision.words` sentence of the batch-size-2 decision ``dec``
+    (:func:`.decision.decision`) as ``decision_<name>`` (the one answer the answer box, the guide, the front page and
+    chapter 2 glue) and ``mismatch_rho_text_<target>`` (two decimals, ``"n/a"`` where too few seeds give none).
+    Raises ``ValueError`` without ``dec`` (the page's answer is the decision's)."""
+    if dec is None:
+        raise ValueError("page_words needs the batch-size-2 decision (decision_batch_sizes empty, or rows without it)")
+    out = dict(notes(NOTES, claims, f), **{f"decision_{k}": v for k, v in decision.words(dec).items()})
     for t, rho in entries(f, "mismatch_rho_within").items():
         out[f"mismatch_rho_text_{t}"] = "n/a" if rho != rho else f"{rho:.2f}"
     return out
