@@ -793,15 +793,26 @@ def test_the_answers_plain_lead_is_chosen_by_the_counts_of_printed_verdicts(high
 def test_mismatch_rank_is_chosen_by_the_kl_rank_correlations_interval(lo, hi, ends):
     C, F = shared_findings("ten")
     F = with_numbers(F, {"rho_kl_lo": lo, "rho_kl_hi": hi})
-    assert said("mismatch_rank", C, F) == "A statistics mismatch measured before any training (KL) " + ends
+    assert said("mismatch_rank", C, F) == "A statistics mismatch measured before any training (KL, eval pass) " + ends
+
+
+def test_threshold_dependence_is_chosen_by_whether_the_crossing_lines_differ_between_tie_thresholds():
+    """Referee 03 (point 2): whether the crossing lines depend on the tie threshold is a note on the numbers table."""
+    C, F = shared_findings("ten")
+    keys = ["threshold_lines_raw_thr" + _slug(f"{t:g}") for t in findings.TIE_THRESHOLDS]
+    same = with_numbers(F, {k: "**none**" for k in keys})
+    differ = with_numbers(same, {keys[0]: "brightness and both"})
+    assert said("threshold_dependence", C, same) == \
+        "So which lines cross is the same at every tie threshold of the table"
+    assert said("threshold_dependence", C, differ) == "So which lines cross depends on the tie threshold"
 
 
 def test_the_cost_benefit_takeaway_cites_the_counts_of_printed_verdicts():
     """The figures' takeaway is one fixed sentence citing the raw view's counts (true for any outcome), in both
     captions that state it."""
-    takeaway = ("The sum is shown below zero (task A's loss outweighs task B's gain) at\n"
+    takeaway = ("By its corrected interval ({numref}`tbl-ch03-levels`), the sum in accuracy points lies below zero at\n"
                 "{glue:text}`ch03_n_lower_raw:,.0f` of the {glue:text}`ch03_m_tests:,.0f` levels and above zero at "
-                "{glue:text}`ch03_n_higher_raw:,.0f`.")
+                "{glue:text}`ch03_n_higher_raw:,.0f` of them.")
     assert sum(md.count(takeaway) for md in _markdown_cells()) == 2
 
 
@@ -887,8 +898,8 @@ def test_answer_box_comes_first_and_glues_the_answer():
     title, rest = first.split("\n", 1)
     assert title.startswith("# ") and rest.lstrip().startswith("```{admonition} The answer\n:class: answer")
     box = rest.split("\n```\n", 1)[0]
-    for key in ("lead", "at_t1_both_raw_verdict", "counts_sentence", "weakest_raw_brightness_verdict",
-                "weakest_raw_contrast_verdict", "weakest_raw_both_verdict", "mismatch_rank", "indistinct"):
+    for key in ("lead", "at_t1_both_raw_verdict", "counts_sentence", *(f"weakest_raw_{t}_verdict" for t in run.LINES),
+                "mismatch_rank", "indistinct"):
         assert f"{{glue:md}}`ch03_{key}`" in box, key
     assert "`bnstudy.pin_eval(" in box   # the box (longer now that it cites its numbers) says what to do
     nb = json.loads(NOTEBOOK.read_text())
@@ -912,6 +923,7 @@ def test_the_sensitivity_beside_the_answer_quotes_the_margin_counts_and_the_cros
         assert f"{{glue:md}}`ch03_{key}`" in box and number(F, key), key
     assert box.count("(the page's threshold)") == 1
     assert "{glue:md}`ch03_threshold_lines_raw_thr0_01` (the page's threshold)" in box
+    assert "{glue:md}`ch03_threshold_dependence`" in box    # referee 03: whether the crossings move is a note
     assert number(F, "min_effect") == 0.01
     assert _page(C, F)["thresholds_text"] == "0, 0.005, 0.01 and 0.02"
 

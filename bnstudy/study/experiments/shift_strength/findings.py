@@ -1228,14 +1228,20 @@ def _rate(f: pd.DataFrame, kind: str) -> int:
     return number(f, "rate_n_above_1" + ("_paid" if kind == "paid" else ""))
 
 
-_KL = "A statistics mismatch measured before any training (KL) "
+def _crossings_differ(c: pd.DataFrame, f: pd.DataFrame) -> bool:
+    """Whether the lines whose mean curves cross in accuracy points differ between the tie thresholds of the table."""
+    return len({number(f, "threshold_lines_raw_thr" + f"{t:g}".replace(".", "_")) for t in TIE_THRESHOLDS}) > 1
+
+
+_KL = "A statistics mismatch measured before any training (KL, eval pass) "
 
 #: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`, glued as ``ch03_<key>``), each a rule on the
 #: numbers table: ``lead`` (the answer's plain first sentence, issue 37) by the raw view's counts of printed
 #: verdicts; ``favour`` by those counts in the raw and the above-no-shift views; ``threshold_sentence`` by whether
 #: one value of the winning mismatch measure separates the shifts whose task-A loss stayed below ``min_effect`` (95%)
 #: from the others; ``mismatch_rank`` by the KL's rank correlation's bootstrap interval; ``rate_above_1_reading`` by
-#: whether a break-even rate above 1 comes with a net shown in favour of drifting.
+#: whether a break-even rate above 1 comes with a net shown in favour of drifting; ``threshold_dependence`` by
+#: whether the lines that cross in accuracy points differ between the tie thresholds.
 NOTES = (
     Note("lead", lambda c, f: not _paid(f) and _lost(f) > 0,
          "**No.** " + SEED_PROTOCOL + "at no shift tested was a net gain shown for drifting statistics (the new "
@@ -1276,6 +1282,9 @@ NOTES = (
     Note("rate_above_1_reading", lambda c, f: _rate(f, "paid") > 0,
          "at {n} of them the net shows a direction in favour of drifting statistics",
          lambda c, f: dict(n=_rate(f, "paid"))),
+    Note("threshold_dependence", _crossings_differ, "So which lines cross depends on the tie threshold"),
+    Note("threshold_dependence", lambda c, f: not _crossings_differ(c, f),
+         "So which lines cross is the same at every tie threshold of the table"),
 )
 
 
