@@ -871,13 +871,14 @@ def test_the_answer_box_says_the_counts_in_the_books_shape_and_the_probe_reading
                                              "+0.050 (+0.030 to +0.070) on separate minus pinned features: pinning "
                                              "loses some linearly decodable information about task B.")
     assert _said("probe_tail", C, F, geo=geo) == ("The trained linear head with SGD and momentum falls short by more "
-                                                  "than that, a shortfall of optimization (rate and step budget) rather "
-                                                  "than of the features.")
+                                                  "than the probe's upper end (+0.070), a shortfall of optimization "
+                                                  "(rate and step budget) rather than of the features.")
     # the box cites the linear head's verdicts and the best pinned cell's claim by their derived keys
     box = _md().split(":::", 2)[1]
     for key in ("gap_ref_linear_sgd_verdict", "gap_ref_linear_sgd_plain_verdict", "gap_ref_linear_adam_verdict",
                 "best_pinned_gap_verdict", "best_pinned_cell", "plain", "lead", "gap_counts_ref", "probe"):
         assert f"`ch04_{key}`" in box, key
+    assert "`ch04_lift_plain`" not in box  # the input advice is said once there, by advice_lift
 
 
 def test_flip_every_headline_verdict_and_the_answer_no_longer_asserts_it():
@@ -954,7 +955,7 @@ def test_probe_and_geometry_sentences_flip_with_their_numbers():
         assert "loses some" not in s
     assert "shortfall of optimization" in probe(kept, linear_gap_low=0.1)
     assert "shortfall" not in probe(kept, linear_gap_low=0.01)  # the head's gap within the probe's
-    assert "not shown to fall short" in probe(kept, linear_gap_low=0.01)
+    assert "not shown to fall short by more than the probe's upper end (+0.027)" in probe(kept, linear_gap_low=0.01)
     assert "without an interval" in probe(I(0.01, math.nan, math.nan, 1)) and "nan" not in \
         probe(I(0.01, math.nan, math.nan, 1), linear_gap_low=0.1)
     # the curvature note (bnstudy.study.words.Note): each of its four sentences holds for its own numbers, alone
@@ -1147,6 +1148,11 @@ def test_input_normalizing_heads_are_counted_per_head_and_the_sentence_follows_t
     assert number(I, "gap_min_std_linear") == number(I, "gap_max_std_linear") == pytest.approx(0.12, abs=5e-4)
     assert number(I, "n_higher_bn_linear") == 0 and number(I, "gap_max_bn_linear") == pytest.approx(0.0, abs=5e-4)
     assert number(I, "gap_high_bn_linear") == pytest.approx(0.006, abs=5e-4)
+    # their gaps counted in the book's one shape (the page cites it where it names their gap range)
+    assert findings.page_counts(C, C, 0.02)["inorm_pf_gap_counts"] == (
+        "1 of the 2 head and optimizer cells is **equivalent within ±0.02** of the pinned backbone and 1 shows separate "
+        "statistics above the pinned backbone")
+    assert "{glue:md}`ch04_inorm_pf_gap_counts` (estimates" in _md()
     C3, _ = _page(_table({("ref", "linear", "sgd"): 0.15}))
     assert number(findings.input_norm_findings(C3), "m") == 0
 
@@ -1175,7 +1181,7 @@ def test_the_lift_of_per_feature_heads_is_a_paired_family_for_both_statistics_an
     Ib = pd.concat([findings.input_norm_findings(Cb), LONG_LIFT])
     assert _said("lift_plain", Cb, Fb, inorm=Ib).startswith("Whatever the statistics, consider normalizing each "
                                                            "feature")
-    assert "but narrowed the gap between them in only 0 of 2" in _said("lift_plain", Cb, Fb, inorm=Ib)
+    assert "and narrowed the gap between them in 0 of 2" in _said("lift_plain", Cb, Fb, inorm=Ib)
     advice = _said("advice_lift", Cb, Fb, inorm=Ib)
     assert "Whatever the statistics, consider a normalization of each feature" in advice
     assert "pin `model.backbone`, not the whole model" in advice
@@ -1211,7 +1217,7 @@ def test_the_plain_lift_attaches_the_narrowed_gap_to_the_short_budget_and_says_t
     I = findings.input_norm_findings(C, S)  # noqa: E741
     text = _said("lift_plain", C, F, steps=SF, inorm=I)
     short_part, long_part = text.split("; at 3,200 steps, ")
-    assert "at chapter 1's shift and 800 steps" in short_part and "narrowed the gap between them in only" in short_part
+    assert "at chapter 1's shift and 800 steps" in short_part and "narrowed the gap between them in 2 of 2" in short_part
     assert "narrowed" not in long_part and long_part.endswith("with its effect on the gap not tested there.")
     assert "hc" not in set(S["family"])  # no head contrast at the longer budget: nothing there to count
     assert "narrowed" not in _said("plain", C, F, steps=SF)  # the plain lead and the lift are glued apart

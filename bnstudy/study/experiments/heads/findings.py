@@ -313,8 +313,8 @@ def long_findings(S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
     (``n_higher``, ``n_lower``, ``n_equivalent``, ``n_not_decided``, ``higher_cells``, ``lower_cells``), the ``steps``
     family's (``n_narrower`` / ``n_wider``: the gap smaller / larger than at the short budget), ``n_pinned_gains`` /
     ``n_separate_gains`` (cells whose family interval of long minus short accuracy, :func:`steps_findings`' Bonferroni
-    over the cells, lies above zero: not converged at the short budget), the heads run and the best pinned cell at
-    the longer budget."""
+    over the cells, lies above zero: not converged at the short budget) and the best pinned cell at the longer
+    budget."""
     g, st = S[S["family"] == "gap_long"], S[S["family"] == "steps"]
     c, cs = count_verdicts(g), count_verdicts(st)
     gains = lambda name: sum(number(SF, k).low > 0 for k in SF["key"] if k.startswith(name + "_"))  # noqa: E731
@@ -326,10 +326,9 @@ def long_findings(S: pd.DataFrame, SF: pd.DataFrame) -> pd.DataFrame:
         n_not_decided=c["not decided"] + c["too few seeds"], higher_cells=_named(g, "higher"),
         lower_cells=_named(g, "lower"), steps_m=int(len(st)),
         steps_confidence=float(st["confidence"].iloc[0]) if len(st) else math.nan, n_narrower=cs["lower"],
-        n_wider=cs["higher"], n_steps_equivalent=cs["equivalent"], narrower_cells=_named(st, "lower"),
-        wider_cells=_named(st, "higher"), n_pinned_gains=int(gains("pinned_gain")),
-        n_separate_gains=int(gains("separate_gain")), heads=", ".join(f"`{h}`" for h in dict.fromkeys(g["head"])),
-        best_pinned_cell=best, best_pinned_acc=float(pinned[best]) if best else math.nan))
+        n_wider=cs["higher"], narrower_cells=_named(st, "lower"), wider_cells=_named(st, "higher"),
+        n_pinned_gains=int(gains("pinned_gain")), n_separate_gains=int(gains("separate_gain")), best_pinned_cell=best,
+        best_pinned_acc=float(pinned[best]) if best else math.nan))
 
 
 def _range(t: pd.DataFrame, kind: str | None = None) -> tuple[int, float, float]:
@@ -491,11 +490,14 @@ def page_numbers(F: pd.DataFrame, **parts: pd.DataFrame) -> pd.DataFrame:
 
 def page_counts(C: pd.DataFrame, S: pd.DataFrame, margin: float) -> dict:
     """The page's counts in the book's one shape (:func:`bnstudy.study.words.counts_text`), glued as ``ch04_<name>``:
-    the gap family at chapter 1's shift (``gap_counts_ref``, claims ``C``), at the longer budget (``gap_counts_long``)
-    and the gap's change between the budgets (``steps_counts``; both from :func:`steps_claims` ``S``)."""
+    the gap family at chapter 1's shift (``gap_counts_ref``, claims ``C``; ``inorm_pf_gap_counts``: the cells of the
+    per-feature heads, :data:`PER_FEATURE_HEADS`), at the longer budget (``gap_counts_long``) and the gap's change
+    between the budgets (``steps_counts``; both from :func:`steps_claims` ``S``)."""
     sides = ("head and optimizer cells", "separate statistics", "the pinned backbone", margin)
     gap = C[C["family"] == "gap"]
-    return dict(gap_counts_ref=counts_text(gap[gap["shift"] == "ref"], *sides),
+    ref = gap[gap["shift"] == "ref"]
+    return dict(gap_counts_ref=counts_text(ref, *sides),
+                inorm_pf_gap_counts=counts_text(ref[ref["head"].isin(PER_FEATURE_HEADS)], *sides),
                 gap_counts_long=counts_text(S[S["family"] == "gap_long"], *sides),
                 steps_counts=counts_text(S[S["family"] == "steps"], "gaps at the longer budget", "the gap",
                                          "the short budget's", margin))
@@ -544,10 +546,11 @@ def _probe(C: pd.DataFrame, N: pd.DataFrame) -> str:
         "gained" if p.high < 0 else "zero"
 
 
-def _shortfall(C: pd.DataFrame, N: pd.DataFrame) -> bool:
-    """Whether the linear head's gap with SGD + momentum lies above the probe's whole interval."""
-    t = C[C["key"] == "gap_ref_linear_sgd"]
-    return bool(len(t)) and float(t.iloc[0]["low"]) > number(N, "geo_probe_cost").high
+def _shortfall(C: pd.DataFrame, N: pd.DataFrame) -> bool | str:
+    """Whether the linear head's gap with SGD + momentum lies above the probe's whole interval; ``none`` where the
+    probe has no interval (nothing to compare with)."""
+    t, high = C[C["key"] == "gap_ref_linear_sgd"], number(N, "geo_probe_cost").high
+    return "none" if math.isnan(high) else bool(len(t)) and float(t.iloc[0]["low"]) > high
 
 
 def _gains(N: pd.DataFrame) -> str:
@@ -594,7 +597,7 @@ _WHAT = "normalizing each feature before the new linear head (a fixed standardiz
 _RAISED = ": at chapter 1's shift and {steps_steps_short:,} steps on this synthetic task it raised task-B accuracy " \
           "in {inorm_pf_n_lift_higher} of {inorm_pf_m} cells with the pinned backbone ({inorm_pf_lift_min:+.3f} to " \
           "{inorm_pf_lift_max:+.3f}) and in {inorm_pf_n_sep_higher} of {inorm_pf_m} with separate statistics " \
-          "({inorm_pf_sep_min:+.3f} to {inorm_pf_sep_max:+.3f}), but narrowed the gap between them in only " \
+          "({inorm_pf_sep_min:+.3f} to {inorm_pf_sep_max:+.3f}), and narrowed the gap between them in " \
           "{inorm_pf_n_smaller} of {inorm_pf_m}; at {steps_steps_long:,} steps, in {inorm_pf_long_n_lift_higher} of " \
           "{inorm_pf_long_n_lift} ({inorm_pf_long_lift_min:+.3f} to {inorm_pf_long_lift_max:+.3f}) and " \
           "{inorm_pf_long_n_sep_higher} of {inorm_pf_long_n_sep} ({inorm_pf_long_sep_min:+.3f} to " \
@@ -653,9 +656,12 @@ NOTES = (
         "zero": _PROBE + _SPAN + ", an interval that includes zero: this probe detects no linearly decodable "
                                  "information lost to pinning."}),
     *_when("probe_tail", _shortfall, {
-        True: "The trained linear head with SGD and momentum falls short by more than that, a shortfall of "
-              "optimization (rate and step budget) rather than of the features.",
-        False: "The trained linear head with SGD and momentum is not shown to fall short by more than that."}),
+        "none": "",
+        True: "The trained linear head with SGD and momentum falls short by more than the probe's upper end "
+              "({geo_probe_cost.high:+.3f}), a shortfall of optimization (rate and step budget) rather than of the "
+              "features.",
+        False: "The trained linear head with SGD and momentum is not shown to fall short by more than the probe's "
+               "upper end ({geo_probe_cost.high:+.3f})."}),
     *_when("geo_sentence_curvature", lambda C, N: _curvature(N), {
         "nan": "The centred ratio is not available.", "none": "Pinned statistics add no curvature here.",
         "wider": "So most of the added curvature comes from the wider features, not from the common offset.",
