@@ -778,7 +778,7 @@ def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
     first = "".join(nb["cells"][0]["source"])
     assert first.startswith("# ") and "{admonition} The answer\n:class: answer" in first
     for key in ("decision_answer", "decision_use", "decision_code", "decision_depends", "restat_advice",
-                "precise_enough_b32", "precise_enough_b2"):
+                "precise_enough"):
         assert f"`ch05_{key}`" in first, key
     md = _page_markdown()
     assert "large-batch collapse" not in md and "the collapse above" not in md
@@ -796,7 +796,9 @@ def test_the_notebook_leads_with_the_answer_and_types_no_collapse_or_nan():
 def _note_tables(ratio=2.5, n_above=0):
     claims = pd.DataFrame(dict(key=["recommend_close_b2"], verdict=["not decided"]))
     f = inference.numbers_table(dict(smallest_batch=2, reference_batch=32, n_break_above=n_above,
-                                     precise_var_err_ratio_b2_b32=ratio))
+                                     precise_var_err_ratio_b2_b32=ratio, equivalence_margin=0.01,
+                                     stat_tolerance=0.01, precise_enough=dict(b2="16", b32="<= 32"),
+                                     precise_stats_enough=dict(b2="none tried", b32="512")))
     return claims, f
 
 
@@ -806,13 +808,27 @@ def test_restat_and_large_batch_notes_flip_with_their_numbers():
         notes(findings.NOTES, claims, f)["restat_advice"]
     for ratio in (1.0, 0.5, float("nan")):  # not larger in batches of 2 (or unknown): no comparison claimed
         text = notes(findings.NOTES, claims, inference.with_numbers(f, dict(precise_var_err_ratio_b2_b32=ratio)))
-        assert text["restat_advice"] == ("Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(model, "
-                                         "loader)` (a forward pass without gradients).")
+        assert text["restat_advice"] == ("Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(backbone, "
+                                         "target_loader)` (a forward pass without gradients).")
     assert notes(findings.NOTES, claims, f)["large_batch"] == (
         "Above the reference batch size of 32, no strategy and target pair is shown to break from any cause.")
     text = notes(findings.NOTES, claims, inference.with_numbers(f, dict(n_break_above=3)))["large_batch"]
     assert text.startswith("Above the reference batch size of 32, 3 strategy and target pairs are shown to break")
     assert "lose accuracy" in text
+
+
+def test_the_precise_enough_note_follows_both_criteria_and_flips_where_batches_of_2_never_get_there():
+    claims, f = _note_tables()
+    text = notes(findings.NOTES, claims, f)["precise_enough"]
+    assert text.startswith("Precise BN's re-estimate is within ±0.01 of the exact statistics' accuracy already at "
+                           "N = 32, the smallest N tried, in batches of 32 and from N = 16 on in batches of 2,")
+    assert "at its ceiling" in text and "<=" not in text and "**" not in text
+    assert "below 0.01 from N = 512 on in batches of 32 but at none of the N tried in batches of 2" in text
+    g = inference.with_numbers(f, {"precise_stats_enough_b2": "<= 4", "precise_enough_b32": "none tried"})
+    text = notes(findings.NOTES, claims, g)["precise_enough"]
+    assert "accuracy at none of the N tried in batches of 32" in text
+    assert text.endswith("from N = 512 on in batches of 32 and already at N = 4, the smallest N tried, in batches "
+                         "of 2.") and "none of the N tried in batches of 2" not in text
 
 
 def test_per_seed_means_drop_a_seed_with_a_missing_run_and_refuse_repeated_rows():

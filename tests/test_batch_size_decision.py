@@ -159,7 +159,8 @@ def test_a_strategy_clearly_above_train_mode_is_recommended_with_its_verdicts():
     assert a["best"] == "stats_frozen" and a["runner_up"] == "bn_train" and not a["near_chance"]
     w = decision.words(d)
     assert "BN stats frozen, affine trained" in w["use"] and "pin_norm_eval" in w["code"]
-    assert w["depends"].startswith("The answer is the same on both targets") and "the leaders are the same" in w["depends"]
+    assert w["depends"].startswith("The answer is the same on both targets")
+    assert "a strategy is shown above chance there, a fixed-samples leader is also among the leaders" in w["depends"]
     assert "BN stats frozen, affine trained" in w["use"] and "three-block network" in w["use"]  # scoped, with its rate
     assert "times the linear-scaling rate" in w["use"]
     # one Bonferroni family over every comparison of the decision
@@ -180,6 +181,9 @@ def test_near_chance_cells_recommend_nothing():
     d = decision.decision(rep, _check(rep), 0.02)
     w = decision.words(d)
     assert w["short"].startswith("no strategy shown above chance") and "no strategy is shown above chance" in w["answer"]
+    assert w["use"].endswith("no strategy is shown above chance plus the near-chance margin: nothing is recommended.")
+    assert w["depends"] == w["depends_full"] == ("No budget and target has a strategy shown above chance, so there "
+                                                 "is no answer to compare across them.")
 
 
 def _page_markdown() -> str:
@@ -256,11 +260,15 @@ def test_page_words_glue_the_decision_and_the_notes_and_refuse_no_decision():
     them) beside the rule-triggered notes; without the decision, the page has no answer and is refused."""
     rep = _reported({"bn_train": 0.70, "stats_frozen": 0.80})
     d = decision.decision(rep, _check(rep), 0.02)
-    f = findings.numbers_table(dict(reference_batch=32, n_break_above=0, precise_var_err_ratio_b2_b32=2.0))
+    f = findings.numbers_table(dict(reference_batch=32, n_break_above=0, precise_var_err_ratio_b2_b32=2.0,
+                                    equivalence_margin=0.01, stat_tolerance=0.01,
+                                    precise_enough=dict(b2="16", b32="<= 32"),
+                                    precise_stats_enough=dict(b2="none tried", b32="512")))
     w = findings.page_words(pd.DataFrame(dict(key=[], verdict=[])), f, d)
     assert {f"decision_{k}": v for k, v in decision.words(d).items()}.items() <= w.items()
     assert w["large_batch"].startswith("Above the reference batch size of 32, no strategy")
     assert "2.0 times" in w["restat_advice"]
+    assert "at none of the N tried in batches of 2" in w["precise_enough"]
     with pytest.raises(ValueError, match="decision"):
         findings.page_words(pd.DataFrame(dict(key=[], verdict=[])), f, None)
 

@@ -297,20 +297,29 @@ def words(d: dict) -> dict[str, str]:
     out["use"] = (f"On this chapter's three-block network and synthetic ten-class task, to fine-tune the whole network "
                   f"at batch size {sb} with a fixed number of labelled samples, use {out['short']}; its tuned rate here "
                   f"was {out['rate']}" + (f" (at {_at(use_ends)} of its grid: the result may change with a wider grid)"
-                                          if use_ends else "") + ".")
+                                          if use_ends else "") + ".") if samples else (
+        f"On this chapter's three-block network and synthetic ten-class task, at batch size {sb} with a fixed "
+        f"number of labelled samples no strategy is shown above chance plus the near-chance margin: nothing is "
+        f"recommended.")
     steps_cells = d["cells"][(d["cells"].budget == "steps") & (d["cells"].batch_size == sb)]
     steps_edge = bool(steps_cells.at_edge.any())
+    steps_live = [a for k, a in live.items() if k[0] == "steps"]
     if samples and common:
         steps = (f"With a fixed number of optimizer steps a batch of {sb} sees few images: "
                  f"{int(steps_cells.near_chance.sum())} of {len(steps_cells)} strategy and target cells there are "
                  f"near chance (not shown above chance plus {NEAR_CHANCE:.2f}), and "
-                 + ("the leaders are the same" if all(set(common) & set(leading(a)) for k, a in live.items()
-                                                      if k[0] == "steps") else "the leaders differ"))
+                 + ("no strategy is shown above chance there" if not steps_live
+                    else "where a strategy is shown above chance there, a fixed-samples leader is also among the "
+                    "leaders, not separated from the best" if all(set(common) & set(leading(a)) for a in steps_live)
+                    else "on some target there no fixed-samples leader is among the leaders"))
         same = "The answer is the same on both targets with a fixed number of samples."
         out["depends_full"] = f"{same} {steps}" + (
             " (some chosen rates there sit at an end of their grid: this may change with a wider grid)."
             if steps_edge else ".")
         out["depends"] = same if steps_edge else out["depends_full"]
+    elif not live:
+        out["depends_full"] = out["depends"] = ("No budget and target has a strategy shown above chance, so there "
+                                                "is no answer to compare across them.")
     else:
         def by(edge_free: bool) -> list[str]:
             return [f"{_names(leading(a))} ({bu} budget, {t} target" + (
