@@ -19,7 +19,7 @@ import pandas as pd
 
 from ...inference import Family, Interval, Question, _slug, ask, count_verdicts, decide, number, numbers_table, \
     one_sided_p, paired_differences, t_interval
-from ...words import Note, claim, claim_text, count_word, counts_text, fmt_level, join, notes
+from ...words import Note, claim, claim_text, count_word, counts_text, fmt_level, join, notes, verdict_md
 from .run import CONDITIONS, FAMILY_SHIFTS, FIRST_STRENGTH_GRID, HARD_ROUTERS, ROUTE_OK, ROUTERS, TASK_NAMES, \
     TEMPERATURE_TRIED_FIRST, TOST_MARGIN, Config
 
@@ -459,6 +459,18 @@ def _early_fill(f: pd.DataFrame) -> dict:
     return dict(counts=counts, early=early)
 
 
+def _works_at(f: pd.DataFrame) -> dict:
+    """The field ``at`` of the ``works_at_text`` note: ``route_at_works_b1`` (family interval) of each task count
+    whose per-sample routing works somewhere, e.g. "1.000, 99.58% interval 1.000 to 1.000, with two tasks and
+    0.975, interval 0.968 to 0.982, with four"; empty where none works."""
+    ks = [k for k in _ks(f) if not math.isnan(number(f, f"works_from_b1_k{k}"))]
+    conf = f"{number(f, 'threshold_confidence'):.4g}% "
+    ivs = [number(f, f"route_at_works_b1_k{k}") for k in ks]
+    return {} if not ks else dict(at=join([
+        f"{v.mean:.3f}, {conf if i == 0 else ''}interval {v.low:.3f} to {v.high:.3f}, with {count_word(k)}"
+        + (" tasks" if i == 0 else "") for i, (k, v) in enumerate(zip(ks, ivs))]))
+
+
 def _either(key: str, holds, yes: str, no: str, fill=None) -> tuple[Note, Note]:
     """Two notes of ``key``: ``yes`` where ``holds(claims, numbers)``, else ``no`` (with ``fill``'s fields)."""
     return Note(key, holds, yes, fill), Note(key, lambda c, f: not holds(c, f), no, fill)
@@ -489,6 +501,9 @@ NOTES = (
              "which per-sample routing works.", "Not everywhere does the cost wait for routing: the cost of {early} is "
              "shown (at the page's family level) below the strength from which per-sample routing works.",
              lambda c, f: _early_fill(f)),
+    # the routing at the per-sample threshold, only where some task count has one (else there is none to quote)
+    Note("works_at_text", lambda c, f: bool(_works_at(f)), "(routing there {at})", lambda c, f: _works_at(f)),
+    Note("works_at_text", lambda c, f: not _works_at(f), "(no strength tested passes that rule)"),
     *_either("zero_shift_text", lambda c, f: number(f, "n_above_chance") == number(f, "n_chance_cells"),
              "which lets every router do better than chance (1/K) at every inference batch size",
              "which is not enough for every router to do better than chance (1/K) at every inference batch size "
@@ -513,7 +528,8 @@ NOTES = (
 #: The fully task-unknown outcomes (the router also picks the head, at the gentlest shift), in order: a loss shown
 #: per sample and with batches; per sample only, with batches shown not to lose; per sample only, batches left open;
 #: no loss shown per sample but a claim left open; no loss shown and none open. Each has the answer's plain first
-#: sentence (``lead``, issue 37) and what to do (``unknown_head_text``, the answer box and the practice section).
+#: sentence (``lead``, issue 37) and what to do (``unknown_head_text``, the answer box and the practice section, each
+#: after a lead-in that names the case: the router must also pick the head).
 _OUTCOMES = (
     lambda c, f: _head_loses(c, f, "b1") and _head_loses(c, f, "bmax"),
     lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and not _head_open(c, f, "bmax"),
@@ -535,16 +551,13 @@ LEAD = tuple(Note("lead", when, text) for when, text in zip(_OUTCOMES, (
     "**Yes, on this grid.** Routing by first-layer statistics shows no loss, even with the task unknown: keep one "
     "set of statistics per task and route.")))
 HEAD = tuple(Note("unknown_head_text", when, text) for when, text in zip(_OUTCOMES, (
-    "Where the shift is gentle and the router must also pick the head, keep a task label: pooling inference "
-    "batches cuts the loss but does not remove it.",
-    "Where the shift is gentle and the router must also pick the head, route pooled inference batches rather than "
-    "single images, or keep a task label.",
-    "Where the shift is gentle and the router must also pick the head, single images lose, and whether pooled "
-    "batches avoid the loss is not decided on this grid: keep a task label there.",
-    "Whether a gentle shift needs a task label when the router must also pick the head is not decided on this grid "
-    "(some interval includes losses): keep one until it is.",
-    "Even where the router must also pick the head, no loss is shown on this grid: routing needs no task label "
-    "there.")))
+    "At gentle shifts, keep a task label: pooling inference batches cuts the loss but does not remove it.",
+    "At gentle shifts, route pooled inference batches rather than single images, or keep a task label.",
+    "At gentle shifts, single images lose, and whether pooled batches avoid the loss is not decided on this grid: "
+    "keep a task label there.",
+    "Whether a gentle shift needs a task label is not decided on this grid (some interval includes losses): keep "
+    "one until it is.",
+    "Even at gentle shifts no loss is shown on this grid: routing needs no task label there.")))
 
 
 def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
@@ -670,17 +683,18 @@ def family_findings(fdf: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
                fam_gentle_noise_max=max(a[1] for a in amounts) * float(strengths[0]))
     rows = fdf[fdf.inference_batch == batches[0]]
     for (f, k), g in m.groupby(["shift_family", "n_tasks"], sort=False):
-        sel, b1 = g[g.condition == "nearest_first"], g.inference_batch == batches[0]
+        sel = g[g.condition == "nearest_first"]
         new = rows[(rows.shift_family == f) & (rows.n_tasks == k) & (rows.task != "A") & (rows.condition == "oracle")]
         for t, name in ((strengths[0], "gentle"), (strengths[-1], "strong")):
             out[f"fam_{f}_oracle_new_{name}_k{k}"] = t_interval(new[new.strength == t].groupby("seed").accuracy.mean())
-            out[f"fam_{f}_route_{name}_b1_k{k}"] = t_interval(sel[(sel.strength == t) & b1].routing_accuracy)
+            out[f"fam_{f}_route_{name}_b1_k{k}"] = t_interval(
+                sel[(sel.strength == t) & (sel.inference_batch == batches[0])].routing_accuracy)
         for b, name in ((batches[0], "b1"), (batches[-1], "bmax")):
             ivs = [t_interval(sel[(sel.strength == t) & (sel.inference_batch == b)].routing_accuracy, fam.confidence)
                    for t in strengths]
             out[f"fam_{f}_works_from_{name}_k{k}"] = _threshold(strengths, [v.low > ROUTE_OK for v in ivs])
-        beyond = {t: t_interval(_diff(g[(g.strength == t) & b1], "nearest_first", "oracle", "accuracy_routed_head",
-                                      "accuracy"))
+        beyond = {t: t_interval(_diff(g[(g.strength == t) & (g.inference_batch == batches[0])], "nearest_first",
+                                      "oracle", "accuracy_routed_head", "accuracy"))
                   for t in strengths if t >= out[f"fam_{f}_works_from_b1_k{k}"]}  # NaN (never works): none
         if beyond:
             tw = min(beyond, key=lambda t: beyond[t].mean)
@@ -726,7 +740,7 @@ def family_table(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame) -> pd.
     for fam in dict.fromkeys(fdf.shift_family):
         for k in sorted(fdf[fdf.shift_family == fam].n_tasks.unique()):
             c = lambda q: family_claim_text(claim(table, f"fam_{fam}_{q}_k{k}"))  # noqa: E731
-            floor = " (new tasks near chance: a floor, no test)" if _near_chance(f, fam, k) else ""
+            floor = " (new tasks near chance: a floor, not a finding)" if _near_chance(f, fam, k) else ""
             row = {"family, tasks": f"{fam}, {k}",
                    f"routing t={gentle:g}": f"{number(f, f'fam_{fam}_route_gentle_b1_k{k}').mean:.3f}",
                    f"routing t={strong:g}": f"{number(f, f'fam_{fam}_route_strong_b1_k{k}').mean:.3f}",
@@ -749,7 +763,7 @@ def family_claim_text(c) -> str:
     """:func:`bnstudy.study.words.claim_text` of a family claim, except a difference that is zero in every seed (every
     input routed to its own bank, :func:`_kind_or_home`: no finding), said as such."""
     if _kind_or_home(c) == "home":
-        return "0 in every seed (every input routed home: equal to the oracle by construction)"
+        return f"0 in every seed (every input routed home; {verdict_md(c)})"
     return claim_text(c, clip=(-1, 1))
 
 
@@ -818,40 +832,47 @@ def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None)
                 f"{iv.high:.3f})")
     worst = "; ".join(f"**{fam}**: " + join([loss(fam, k) for k in ks]) for fam in families) if has_next else ""
     n = len(families) * len(ks)
-    kinds = lambda q: [_kind_or_home(claim(table, f"fam_{fam}_{q}_k{k}")) for fam in families for k in ks]  # noqa: E731
+    rows = lambda q: [claim(table, f"fam_{fam}_{q}_k{k}") for fam in families for k in ks]  # noqa: E731
+    kinds = lambda q: [c.kind for c in rows(q)]  # noqa: E731
     pairs = f"{n} (family, task count) pair{'' if n == 1 else 's'}"
-    at = lambda q: (f"{_counted(kinds(f'routed_{q}b1'))} per sample and "  # noqa: E731
-                    f"{_counted(kinds(f'routed_{q}bmax'))} with batches of {bmax}")
+
+    def at(q, who="it"):  # the routed-head verdicts counted, setting first
+        return (f"per sample {who} is {_counted(rows(f'routed_{q}b1'))}; with batches of {bmax} it is "
+                f"{_counted(rows(f'routed_{q}bmax'))}")
     out["fam_unknown_text"] = (
         f"**The cost when the task is unknown** (`nearest_first` picks the bank and the head; the routed head minus "
-        f"the oracle), over the {pairs}: at t = {gentle:g} it is {at('')}" + (
-            f"; at t = {nxt:g}, {at('next_')}. Where per-sample routing works it is still not free when the router "
-            "picks the head: the largest mean loss per sample at those strengths (not in the claims family) is "
-            + worst + "." if has_next else "."))
+        f"the oracle), over the {pairs}: at t = {gentle:g}, {at('')}" + (
+            f". At t = {nxt:g}, {at('next_')}. Where per-sample routing works it is still not free when the "
+            "router picks the head: the largest mean loss per sample at those strengths (not in the claims family) "
+            "is " + worst + "." if has_next else "."))
     out["fam_routing_text"] = (
         f"Where routing works, by the rule above at these claims' own family level ({number(f, 'fam_confidence'):.4g}% "
         f"intervals, Bonferroni over {number(f, 'fam_m'):.0f} comparisons) and on the levels tested: " + "; ".join(
             f"**{fam}**: per sample {works_phrase(_per_k(f, f'fam_{fam}_works_from_b1'), gentle)}, with batches of "
             f"{bmax} {works_phrase(_per_k(f, f'fam_{fam}_works_from_bmax'), gentle)}" for fam in families))
-    floors = [f"{fam} with {count_word(k)} tasks" for fam in families for k in ks if _near_chance(f, fam, k)]
-    out["fam_wrong_text"] = counts_text(table[table.key.str.contains(r"_(?:train|pinned)_k")], "comparisons",
-                                        "a wrong bank", "the oracle", TOST_MARGIN, ALPHA) + (
-        f"; the new tasks' oracle accuracy is at or below {NEAR_CHANCE:g} for {join(floors)}, where pinned statistics "
-        "have nothing to cost (a floor, no test)" if floors else "")
+    floors = {f"fam_{fam}_pinned_k{k}": f"{fam} with {count_word(k)} tasks" for fam in families for k in ks
+              if _near_chance(f, fam, k)}
+    wrong = table[table.key.str.contains(r"_(?:train|pinned)_k") & ~table.key.isin(list(floors))]
+    out["fam_wrong_text"] = counts_text(wrong, "comparisons", "a wrong bank", "the oracle", TOST_MARGIN, ALPHA) + (
+        "; not counted: pinned statistics minus the oracle for " + join([
+            f"{who} ({verdict_md(claim(table, key))})" for key, who in floors.items()]) +
+        f", where the new tasks' oracle accuracy is at or below {NEAR_CHANCE:g}, so that pinned statistics have "
+        "nothing to cost (a floor, not a finding)" if floors else "")
     out["fam_cells_text"] = "; ".join(
         f"**{fam}**: " + cells_apart_text(cell_tests(fdf[fdf.shift_family == fam].drop(columns="shift_family")))
         for fam in families)
     home = number(f, "fam_bmax_home_from")
     home_text = ("" if math.isnan(home) else f"; from t = {fmt_level(home)} on, batches of {bmax} send every input "
                  "to its own bank in every pair and seed")
+    cap, head = (lambda s: s[0].upper() + s[1:]), "the routed head minus the oracle"  # noqa: E731
     if has_next:
-        lead = (f"at t = {nxt:g}, the first real shift, the routed head is {at('next_')}, of {pairs}: "
-                + family_advice(kinds("routed_next_b1"), kinds("routed_next_bmax")).rstrip(".")
-                + f"{home_text}. At t = {gentle:g}, next to no shift, it is {at('')}: the cost of an unknown task "
-                "alone.")
+        lead = (f"at t = {nxt:g}, the first real shift, over {pairs}: {at('next_', head)}. "
+                + cap(family_advice(kinds("routed_next_b1"), kinds("routed_next_bmax"))).rstrip(".")
+                + f"{home_text}. At t = {gentle:g}, next to no shift, which measures the cost of an unknown task "
+                f"alone: {at('')}.")
     else:
-        lead = (f"the routed head is {at('')} at t = {gentle:g}, of {pairs}: "
-                + family_advice(kinds("routed_b1"), kinds("routed_bmax")))
+        lead = (f"at t = {gentle:g}, over {pairs}: {at('', head)}. "
+                + cap(family_advice(kinds("routed_b1"), kinds("routed_bmax"))))
     out["fam_answer"] = (
         f"Under {names} ({n_fam}, each new task shifted differently, t from {gentle:g} to {strong:g}; a three-block "
         f"CNN on the synthetic template tasks, whose new tasks score about a third right under their own bank), with "
@@ -865,11 +886,19 @@ def _kind_or_home(c) -> str:
     return "home" if c.n > 0 and c.estimate == 0 and c.low == 0 and c.high == 0 else c.kind
 
 
-def _counted(kinds: list) -> str:
-    """``["lower", "lower", "home"]`` -> "shown lower in 2 and equal to the oracle by construction in 1"."""
-    words = {"lower": "shown lower", "home": "equal to the oracle by construction", "not decided": "not decided",
-             "equivalent": "equivalent", "higher": "shown higher", "too few seeds": "with too few seeds"}
-    parts = [f"{words.get(k, k)} in {kinds.count(k)}" for k in words if kinds.count(k)]
+def _counted(rows: list) -> str:
+    """Family claims counted by printed verdict kind, e.g. "shown lower in 2 and equivalent within ±0.02 in 1 (0 in
+    every seed: every input routed home)": a claim equal to the oracle by construction (:func:`_kind_or_home`) keeps
+    its printed verdict, and is said to be such."""
+    kinds, home = [c.kind for c in rows], [c.kind for c in rows if _kind_or_home(c) == "home"]
+    words = {"lower": "shown lower", "equivalent": f"equivalent within ±{TOST_MARGIN:g}", "not decided": "not decided",
+             "higher": "shown higher", "too few seeds": "with too few seeds"}
+
+    def routed(k):
+        h = home.count(k)
+        return "" if not h else " (0 in every seed: every input routed home)" if h == kinds.count(k) else \
+            f" ({h} of them 0 in every seed: every input routed home)"
+    parts = [f"{words.get(k, k)} in {kinds.count(k)}{routed(k)}" for k in words if kinds.count(k)]
     return join(parts) if parts else "in none"
 
 
@@ -881,8 +910,9 @@ def family_advice(b1: list, bmax: list) -> str:
         return "where the shift is this gentle, keep a task label, since pooled batches lose there too."
     if "lower" in b1:
         return ("where the shift is this gentle, route batches rather than single images, or keep a task label."
-                if not any(k in OPEN_KINDS for k in bmax) else "where the shift is this gentle, single images lose, "
-                "and whether batches avoid the loss is not decided for every pair: keep a task label there.")
+                if not any(k in OPEN_KINDS for k in bmax) else "where the shift is this gentle, single images lose "
+                "in some pairs, and for some pairs whether batches avoid the loss is not decided: keep a task label "
+                "there.")
     if any(k in OPEN_KINDS for k in b1 + bmax):
         return "no loss is shown, but its absence is not shown either (some intervals include losses): whether " \
                "these shifts need a task label is not decided on this grid."

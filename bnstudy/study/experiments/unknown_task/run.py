@@ -481,13 +481,3 @@ def sidecar_parameters(config: Config) -> dict:
     import os
     return {**json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}"), **config.asdict()}
 
-
-def full_profile_estimate(df: pd.DataFrame, config: Config, workers: int = 2) -> float:
-    """Estimated wall time (seconds) of the full profile: the mean measured unit time per ``n_tasks`` of ``df``,
-    scaled by the larger of the ``steps`` and ``n_eval`` ratios (full over ``config``: an overestimate), times
-    the full profile's units, over ``workers``."""
-    full = make_config("full")
-    per_k = df.drop_duplicates(["seed", "n_tasks", "strength"]).groupby("n_tasks")["unit_wall_s"].mean()
-    scale = max(full.steps / config.steps, full.n_eval / config.n_eval)
-    n_units = len(full.seeds) * len(full.strengths)
-    return float(sum(per_k.get(k, per_k.mean()) * scale * n_units for k in full.n_tasks) / workers)
