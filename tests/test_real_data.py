@@ -392,6 +392,9 @@ def test_mismatch_summaries_are_medians_robust_to_one_extreme_seed():
     c1 = findings.claim_intervals(C, "c1")["n"]
     assert c1.n == 4 and c1.mean == pytest.approx(-0.85) and c1.high > -0.4
     assert _n(F, "inversion_monotone") == "not run" and _n(F, "inversion_nonmonotone_seeds") == 0
+    said = findings.words(pd.concat([C, findings.carried_claims(df)]), F)["inversion"]
+    assert said == ("Inversion was not run at two or more severities here, so whether its mismatch rises with "
+                    "severity was not measured.")
 
 
 def test_inversion_sentence_counts_the_seeds_that_break_monotony():
@@ -402,6 +405,12 @@ def test_inversion_sentence_counts_the_seeds_that_break_monotony():
     F = findings.findings(pd.concat([df, extra]), REF)
     assert _n(F, "inversion_monotone") == "no" and _n(F, "inversion_nonmonotone_seeds") == 3
     assert number(F, "n_seeds") == 4  # the page: "fails to rise in 3 ... of the 4 seeds"
+    # the inversion note flips from "not measured" (test above) to the measured sentence
+    full = pd.concat([df, extra])
+    said = findings.words(pd.concat([findings.claims(full, REF), findings.carried_claims(full)]), F)["inversion"]
+    assert said == ("Measured (the mismatch figure below), whether the median mismatch of inversion rises "
+                    "monotonically with severity is answered no for n; within single seeds it fails to rise in 3 (n) "
+                    "of the 4 seeds.")
 
 
 def _cond(rows):
@@ -479,7 +488,8 @@ def test_verdict_table_has_one_row_per_claim_and_network():
     assert list(g.columns) == ["kind", "claim", "n"] and len(g) == len(findings.CLAIMS)
     assert set(t["kind"]) == {"chapter 1 finding", "chapter 3 conclusion", "over conditions", "check"}
     cell = g.set_index("claim")["n"]
-    assert cell[findings.CLAIMS[2][2]].startswith("train mode higher (0.306 [")
+    f3 = cell[findings.CLAIMS[2][2]]
+    assert f3.startswith("0.306 (") and f3.endswith("; train mode higher)")
 
 
 def test_verdict_grid_uses_readable_network_names():
@@ -640,8 +650,8 @@ def test_answer_and_every_chosen_sentence_flip_with_each_headline_verdict():
     assert v["f3_n"] == "train mode lower"
     assert "nor its finding that drifting statistics help the new task on n (**train mode lower**)." in flip["carried"]
     assert flip["carried"].endswith("Over all 4 conditions of each network the gain (on the seed's protocol) is not "
-                                    "shown everywhere: drifting statistics are shown to help at 0 (n) and pinning to "
-                                    "be better at 4 of them.")
+                                    "shown everywhere: drifting statistics are shown to help at 0 (n), and pinning "
+                                    "to be better at 4 of them.")
     assert flip["fell"].startswith("Task A was not shown to fall on any network here")
     assert "does not keep task A" not in flip["fell"]
     assert (_n(F, "f3_n_higher"), _n(F, "f3_n_lower")) == (0, 4)
@@ -706,7 +716,7 @@ def test_the_lead_and_carried_sentence_follow_the_one_test_at_the_largest_mismat
         assert f"help the new task did not carry over on n (**{b}**)" in said or \
             f"help the new task on n (**{b}**)" in said
     assert said.endswith("Over all 4 conditions of each network the gain (on the seed's protocol) is not shown "
-                         "everywhere: drifting statistics are shown to help at 3 (n) and pinning to be better at 1 of "
+                         "everywhere: drifting statistics are shown to help at 3 (n), and pinning to be better at 1 of "
                          "them.")
 
 
@@ -724,9 +734,9 @@ def test_a_count_resting_on_a_bound_within_near_zero_of_zero_is_said():
         said = findings.words(pd.concat([findings.claims(df, REF), findings.carried_claims(df)]), F)["near_zero"]
         if expect:
             assert _n(F, "f3_near_zero_text") == "blur at severity 1 (bound +0.00002)"
-            assert said == ("Of the task-B directions counted, these rest on an interval end within 0.001 of zero, "
-                            "where about three test images in one seed could flip the verdict: n's at blur at "
-                            "severity 1 (bound +0.00002).")
+            assert said == ("Of the task-B directions counted, each listed here rests on an interval end within "
+                            "0.001 of zero, where about three test images in one seed could flip its verdict: n's at "
+                            "blur at severity 1 (bound +0.00002).")
         else:
             assert said == "No task-B direction counted rests on an interval end within 0.001 of zero."
 
@@ -742,7 +752,7 @@ def test_printed_ranges_are_cut_to_what_each_quantity_allows():
     assert cut.loc["f2_n", "low"] == pytest.approx(-0.3) and cut.loc["f2_n", "high"] == claims.set_index("key").loc["f2_n", "high"]
     assert claims.set_index("key").loc["c1_n", "low"] == -12.71  # the claims keep the raw ends
     grid = figures.verdict_grid(claims, F).set_index("claim")["n"]
-    assert "[-1.000, 1.000]" in grid[findings.CLAIMS[3][2]] and "[-0.300," in grid[findings.CLAIMS[0][2]]
+    assert "(-1.000 to 1.000; " in grid[findings.CLAIMS[3][2]] and "(-0.300 to " in grid[findings.CLAIMS[0][2]]
     h = with_numbers(F, {"f2_lowest_bound": -1.025, "task_a_train_mode": {"n": Interval(0.99, 0.95, 1.03, 4)}})
     _, nums, plain = findings.glued(C, h)
     g = dict(numbers_items("ch07", nums))

@@ -3,8 +3,6 @@ text of at least 9 pt, colours from :mod:`bnstudy.study.style`) and the verdict 
 
 from __future__ import annotations
 
-import math
-
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
@@ -13,6 +11,7 @@ import pandas as pd
 from ... import style
 from ...data import SEVERITY_LEVELS
 from ...plots import MODE_ORDER, fit_page
+from ...words import claim, claim_text
 from .findings import CLIP, CORRUPTION_LABELS, networks_of, network_label, verdict_table
 
 #: The page's order of networks (smallest first) and corruptions; others follow in the order of the rows.
@@ -155,17 +154,16 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
 
 def verdict_grid(claims: pd.DataFrame, numbers: pd.DataFrame) -> pd.DataFrame:
     """The page's verdict table (:func:`.findings.verdict_table`): one row per claim, one column per network
-    (readable names), each cell the verdict with its number and printed interval, or the counts."""
+    (readable names), each cell the claim in the book's one shape (:func:`bnstudy.study.words.claim_text`, its
+    interval cut to :data:`.findings.CLIP`), a check's verdict (with its largest difference where not exact), or
+    the counts."""
     def cell(r):
         if r["detail"]:
             return r["detail"]
         if r["kind"] == "check":
             return r["verdict"] if r["value"] == 0 else f"{r['verdict']} (largest |difference| {r['value']:.3g})"
-        if math.isnan(r["ci_low"]):
-            return f"{r['verdict']} ({r['value']:.3f})"
-        lo, hi = CLIP.get(r["key"], (-1.0, 1.0))
-        return (f"{r['verdict']} ({r['value']:.3f} [{min(max(r['ci_low'], lo), hi):.3f}, "
-                f"{min(max(r['ci_high'], lo), hi):.3f}])")
+        said = claim_text(claim(claims, f"{r['key']}_{r['network']}"), clip=CLIP.get(r["key"], (-1.0, 1.0)))
+        return said.replace("**", "")  # an HTML table: no Markdown
     t = verdict_table(claims, numbers)
     t["cell"] = t.apply(cell, axis=1)
     nets = networks_of(numbers)

@@ -654,6 +654,11 @@ def _near_zero(f: pd.DataFrame) -> list[str]:
     return [n for n in networks_of(f) if number(f, f"f3_n_near_zero_{n}")]
 
 
+def _inversion_not_run(f: pd.DataFrame) -> bool:
+    """Whether some network ran inversion at fewer than two severities (``inversion_monotone`` "not run")."""
+    return any(number(f, f"inversion_monotone_{n}") == "not run" for n in networks_of(f))
+
+
 _AT_MOST = ("Where a corruption moves each network's statistics most (one test per finding and network, Bonferroni "
             "over the {m}; task B on the seed's protocol), chapter 1's ")
 _A, _B = CARRIED.values()
@@ -662,8 +667,9 @@ _A, _B = CARRIED.values()
 #: task-B findings carried over on every network, by :func:`carried_claims`); ``carried``: the same test per finding,
 #: naming each network where one did not with its verdict; ``gain``: whether train mode is shown higher on task B at
 #: every condition (the counts, :func:`findings`); ``near_zero``: which of those counted directions rest on an interval
-#: end within :data:`NEAR_ZERO` of zero; ``fell``: whether task A is shown to fall at the reference; ``pin_keeps_a``:
-#: whether the check ``pinned_keep_a`` is exact on every network.
+#: end within :data:`NEAR_ZERO` of zero; ``inversion``: whether inversion's median mismatch rises with severity, per
+#: network, and in how many seeds it does not (or that it was not measured); ``fell``: whether task A is shown to fall
+#: at the reference; ``pin_keeps_a``: whether the check ``pinned_keep_a`` is exact on every network.
 NOTES = (
     Note("lead", lambda c, f: _everywhere(c, f, "carried_a", _A) and _everywhere(c, f, "carried_b", _B),
          "**Yes, where a corruption moves the statistics most.** There, on each network, the old task falls and, with "
@@ -692,17 +698,24 @@ NOTES = (
          "protocol) is shown at every one.", lambda c, f: dict(m=number(f, "n_conditions"))),
     Note("gain", lambda c, f: not _gain_everywhere(f),
          "Over all {m} conditions of each network the gain (on the seed's protocol) is not shown everywhere: "
-         "drifting statistics are shown to help at {higher} and pinning to be better at {lower} of them.",
+         "drifting statistics are shown to help at {higher}, and pinning to be better at {lower} of them.",
          lambda c, f: dict(m=number(f, "n_conditions"), higher=join([
              f"{number(f, f'f3_n_higher_{n}')} ({network_label(n)})" for n in networks_of(f)]),
              lower=join([str(number(f, f"f3_n_lower_{n}")) for n in networks_of(f)]))),
     Note("near_zero", lambda c, f: not _near_zero(f),
          f"No task-B direction counted rests on an interval end within {NEAR_ZERO:g} of zero."),
     Note("near_zero", lambda c, f: bool(_near_zero(f)),
-         f"Of the task-B directions counted, these rest on an interval end within {NEAR_ZERO:g} of zero, where about "
-         "three test images in one seed could flip the verdict: {which}.",
+         f"Of the task-B directions counted, each listed here rests on an interval end within {NEAR_ZERO:g} of zero, "
+         "where about three test images in one seed could flip its verdict: {which}.",
          lambda c, f: dict(which=join([f"{_in_prose(n)}'s at {number(f, f'f3_near_zero_text_{n}')}"
                                        for n in _near_zero(f)]))),
+    Note("inversion", lambda c, f: _inversion_not_run(f), "Inversion was not run at two or more severities here, so "
+         "whether its mismatch rises with severity was not measured."),
+    Note("inversion", lambda c, f: not _inversion_not_run(f), "Measured (the mismatch figure below), whether the "
+         "median mismatch of inversion rises monotonically with severity is answered {answers}; within single seeds "
+         "it fails to rise in {seeds} of the {n} seeds.", lambda c, f: dict(n=number(f, "n_seeds"), answers=join([
+             f"{number(f, f'inversion_monotone_{n}')} for {_in_prose(n)}" for n in networks_of(f)]), seeds=join([
+             f"{number(f, f'inversion_nonmonotone_seeds_{n}')} ({network_label(n)})" for n in networks_of(f)]))),
     Note("fell", lambda c, f: bool(_where(c, f, "drop", "lower")), "Turning off gradients does not keep task A on "
          "{networks}:", lambda c, f: dict(networks=join([_in_prose(n) for n in _where(c, f, "drop", "lower")]))),
     Note("fell", lambda c, f: not _where(c, f, "drop", "lower"), "Task A was not shown to fall on any network here, "
