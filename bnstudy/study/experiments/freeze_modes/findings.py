@@ -979,6 +979,17 @@ def _primary_is(*kinds, shown=None):
     return lambda c, n: _kind(c, "opt_primary") in kinds and (shown is None or _controlled_shown(c) == shown)
 
 
+def _reference_fill(c, n) -> dict:
+    """The reference test's margin and the optimizers whose controlled comparison shows a direction."""
+    shown = [_opt_name(o) for o in CONTROLLED
+             if _has(c, f"opt_explore_at_main_{o}") and _kind(c, f"opt_explore_at_main_{o}") in ("higher", "lower")]
+    return dict(margin=number(n, "opt_margin"), shown=join(shown) if shown else "")
+
+
+_EQUIVALENT_TEXT = (", so the pinned features allow a converged linear classifier within ±{margin:.2f} of what the "
+                    "drifting ones do")
+
+
 def _controlled_fill(c, n) -> dict:
     """The controlled comparison's fields: per optimizer its claim in the book's shape (ends cut to [-1, 1]), the main
     step, SGD's two rates and the exploratory family's level and size (its claims); ``main``: the seed's protocol,
@@ -1093,11 +1104,10 @@ NOTES = (
          "`separate_stats` does not reproduce `train_mode` on task B (**{c_separate_matches_b}**) or does not keep task "
          "A's logits (**{c_separate_exact}**) in this run: a bug.",
          _verdicts("c_separate_matches_b", "c_separate_exact")),
-    Note("reference_reading", _primary_is("equivalent", shown=False),
-         ", so the pinned features allow a converged linear classifier as much as the drifting ones do"),
+    Note("reference_reading", _primary_is("equivalent", shown=False), _EQUIVALENT_TEXT, _reference_fill),
     Note("reference_reading", _primary_is("equivalent", shown=True),
-         ", so the pinned features allow a converged linear classifier as much as the drifting ones do; the "
-         "difference the trained heads show lies in how easily a head uses the features, not in what they allow"),
+         _EQUIVALENT_TEXT + "; where a trained head shows a difference ({shown}), it lies in how easily a head uses "
+         "the features, not in what they allow", _reference_fill),
     Note("reference_reading", _primary_is("higher"),
          ", so the drifting features allow more even to a converged linear classifier"),
     Note("reference_reading", _primary_is("lower"),
