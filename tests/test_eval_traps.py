@@ -285,8 +285,9 @@ def test_findings_on_a_table_whose_answers_are_known():
     assert _n(f, "t5t_eval_batch_stats_b4") == pytest.approx(0.92) and _n(f, "t5t_eval_pinned_b4") == \
         pytest.approx(0.95)
     assert _n(f, "t5t_safe_batch") == 16.0 and _n(f, "t5t_n_below") == 1 and \
-        findings.page_words(*f)["t5t_safe_text"].endswith("from batch 16 on, at the `small_batch` lint's threshold "
-                                                          "of 16")
+        findings.page_words(*f)["t5t_safe_text"].endswith(f"from batch 16 on (intersection-union p "
+                                                          f"{_n(f, 't5t_safe_p'):.1e}), at the `small_batch` lint's "
+                                                          f"threshold of 16")
     # -0.03 at batch 4, spread 0.01 over 3 seeds: not decided at the family's level, so no cost counted
     assert _v(f, "t5t_reest_b4") == "not decided" and _n(f, "t5t_costs_n") == 0
     assert _n(f, "t5t_reest_gain_b4").mean == pytest.approx(0.01) and _n(f, "t5t_loss_last_pinned_b16") == \
@@ -340,11 +341,11 @@ def test_checklist_table_is_plain_text_with_one_row_per_trap():
     assert t.index.name == "trap" and t.index[0].startswith("1. model.train()")
     assert not t.reset_index().apply(lambda c: c.str.contains(r"\*\*|\{glue")).any().any()  # no Markdown or roles
     assert "per-seed largest 4.00 (range 3.00-5.00)" in t.iloc[1, 0]
-    assert "whole model minus fix +0.170 [" in t.iloc[2, 1] and "not decided" in t.iloc[2, 1]
+    assert "whole model minus fix 0.170 (" in t.iloc[2, 1] and "not decided)" in t.iloc[2, 1]
     assert "above 1.5 times chance" in t.iloc[2, 1]
-    assert t.iloc[5, 0].endswith("meter higher")
+    assert t.iloc[5, 0].endswith("; meter higher)")
     f = findings.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # one seed's held-out accuracy high: neither shown
-    assert figures.checklist_table(*f).iloc[5, 0].endswith("not decided")
+    assert figures.checklist_table(*f).iloc[5, 0].endswith("; not decided)")
 
 
 def test_batch_training_table_has_one_row_per_training_batch():
@@ -678,11 +679,12 @@ def test_each_note_flips_with_its_rule():
                                "the dropout rate on raw features; these data do not show that standardizing the "
                                "features shrinks the dropout cost.")
     # trap 5's training arm: its safe batch against the small_batch lint's threshold (16)
-    assert base["t5t_safe_text"] == "loses less than 0.02 from batch 16 on, at the `small_batch` lint's threshold of 16"
-    for batch, word in ((4.0, "from batch 4 on, below"), (16.0, "from batch 16 on, at"),
-                        (32.0, "from batch 32 on, above")):
+    p_t5t = f"(intersection-union p {number(N, 't5t_safe_p'):.1e})"
+    assert base["t5t_safe_text"] == f"loses less than 0.02 from batch 16 on {p_t5t}, at the `small_batch` lint's " \
+                                    f"threshold of 16"
+    for batch, word in ((4.0, "below"), (16.0, "at"), (32.0, "above")):
         assert said(n=with_numbers(N, {"t5t_safe_batch": batch}))["t5t_safe_text"] == \
-            f"loses less than 0.02 {word} the `small_batch` lint's threshold of 16"
+            f"loses less than 0.02 from batch {batch:.0f} on {p_t5t}, {word} the `small_batch` lint's threshold of 16"
     assert said(n=with_numbers(N, {"t5t_safe_batch": float("nan")}))["t5t_safe_text"] == \
         "loses less than 0.02 at no batch size tried (no batch from which every larger one does)"
     # trap 6 against seed article 002: the meter overstates, then understates
@@ -1038,7 +1040,7 @@ def test_the_typed_outcome_check_can_fail(tmp_path):
 @pytest.mark.parametrize("kind, verdict, says, fix", [
     ("higher", "whole model higher", "helped the new task rather than harmed it", "the fix scores lower on task B"),
     ("lower", "whole model lower", "the whole model in eval mode costs the new task",
-     "the fix also scores higher on task B"),
+     "the fix scores higher on task B than the whole model in eval mode"),
     ("not decided", "not decided", "these seeds do not tell the two main heads apart", "these seeds do not tell"),
 ])
 def test_flip_trap_3_is_framed_as_the_tuned_comparison_shows(kind, verdict, says, fix):

@@ -13,7 +13,7 @@ import pandas as pd
 from ... import style
 from ...inference import number
 from ...plots import _interval, _mean_ci_bar, interval_frame, min_text_size
-from ...words import claim
+from ...words import claim, claim_text
 from .findings import CLAIMS, RULES, _pkey, dropout_ps
 
 
@@ -278,11 +278,12 @@ def multiplicity_table(C: pd.DataFrame, N: pd.DataFrame) -> pd.DataFrame:
 
 
 def checklist_table(C: pd.DataFrame, N: pd.DataFrame) -> pd.DataFrame:
-    """The checklist, one row per trap: what the audit reported in this run, and the fix (referee ch2 item 6)."""
+    """The checklist, one row per trap: what the audit reported in this run, and the fix (referee ch2 item 6); a
+    claim in the page's shape (:func:`~bnstudy.study.words.claim_text`, plain text), a descriptive interval as
+    [a, b]."""
     n = lambda k: number(N, k)  # noqa: E731
     ci = lambda iv: f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
-    cl = lambda key: (lambda r: f"{r['estimate']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}], {r['verdict']}")(
-        claim(C, key))
+    cl = lambda key: claim_text(claim(C, key), clip=(-1.0, 1.0)).replace("**", "")  # noqa: E731
     smallest = n("t5t_smallest")
     small = f"t5t_reest_b{smallest}"
     t5t = (f"batch statistics minus pinned at batch {smallest}: {cl(small)}"

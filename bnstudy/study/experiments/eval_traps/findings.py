@@ -508,7 +508,8 @@ NOTES = (
          "is {ci}. What it restores is the model as written, its auxiliary loss and its dropout, not accuracy. Use it "
          "where those parts are meant to train, and measure the accuracy either way.", fill=_t3_fill),
     Note("t3_fix_reading", _t3_is("lower"),
-         "On this network the fix also scores higher on task B: whole model minus the fix is {ci}.", fill=_t3_fill),
+         "On this network the fix scores higher on task B than the whole model in eval mode: whole model minus the "
+         "fix is {ci}.", fill=_t3_fill),
     Note("t3_fix_reading", lambda C, N: not _t3_is("higher", "lower")(C, N),
          "Whether the fix scores higher on task B these seeds do not tell: whole model minus the fix is {ci}. What it "
          "restores is the model as written, its auxiliary loss and its dropout.", fill=_t3_fill),
@@ -532,8 +533,8 @@ NOTES = (
     Note("t5_safe_text", lambda C, N: not _isnan(number(N, "t5_safe_batch")), _SAFE + " (intersection-union p "
          "{p:.1e})", fill=_safe_fill("t5_safe_batch", "t5_safe_p")),
     Note("t5t_safe_text", lambda C, N: _isnan(_t5t(C, N)), _NONE_SAFE, fill=_safe_fill("t5t_safe_batch", "t5t_safe_p")),
-    *(Note("t5t_safe_text", rule, _SAFE + f", {where} the `small_batch` lint's threshold of {{min_batch:.0f}}",
-           fill=_safe_fill("t5t_safe_batch", "t5t_safe_p"))
+    *(Note("t5t_safe_text", rule, _SAFE + " (intersection-union p {p:.1e}), " + where + " the `small_batch` lint's "
+           "threshold of {min_batch:.0f}", fill=_safe_fill("t5t_safe_batch", "t5t_safe_p"))
       for where, rule in (("below", lambda C, N: _t5t(C, N) < number(N, "min_batch")),
                           ("at", lambda C, N: _t5t(C, N) == number(N, "min_batch")),
                           ("above", lambda C, N: _t5t(C, N) > number(N, "min_batch")))),
