@@ -821,7 +821,7 @@ def test_the_precise_enough_note_follows_both_criteria_and_flips_where_batches_o
     claims, f = _note_tables()
     text = notes(findings.NOTES, claims, f)["precise_enough"]
     assert text.startswith("Precise BN's re-estimate is within ±0.01 of the exact statistics' accuracy already at "
-                           "N = 32, the smallest N tried, in batches of 32 and from N = 16 on in batches of 2,")
+                           "N = 32, the smallest N tried, in batches of 32 and from N = 16 on in batches of 2 (a weak test")
     assert "at its ceiling" in text and "<=" not in text and "**" not in text
     assert "below 0.01 from N = 512 on in batches of 32 but at none of the N tried in batches of 2" in text
     g = inference.with_numbers(f, {"precise_stats_enough_b2": "<= 4", "precise_enough_b32": "none tried"})

@@ -116,10 +116,11 @@ def test_claim_text_has_one_shape_for_every_verdict_kind():
     lower = decide(np.array([-0.2, -0.21, -0.19, -0.2]), "x", lower="b lower")
     assert words.claim_text(lower).endswith("; **b lower**)") and words.claim_text(lower).startswith("-0.200 (")
     few = decide(np.array([0.1]), "x")
-    assert words.claim_text(few) == "0.100 (**too few seeds**)"
+    assert words.claim_text(few) == "+0.100 (**too few seeds**)"   # a difference: its sign shown
+    assert words.signed(-6.9e-18) == "0.000" and words.signed(0.0201) == "+0.020" and words.signed(-0.5, 1) == "-0.5"
     wide = claims_table([decide(np.array([0.5, 1.5, 0.9]), "x")]).iloc[0]
-    assert "to 1.000;" in words.claim_text(wide, clip=(-1, 1))   # the printed end cut to what the quantity allows
-    assert "to 2.217;" in words.claim_text(wide)                  # not cut unless asked (the quantity's own range)
+    assert "to +1.000;" in words.claim_text(wide, clip=(-1, 1))  # the printed end cut to what the quantity allows
+    assert "to +2.217;" in words.claim_text(wide)                 # not cut unless asked (the quantity's own range)
     with pytest.raises(ValueError, match="clip must be"):
         words.claim_text(wide, clip=(1, -1))
 

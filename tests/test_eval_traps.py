@@ -341,7 +341,7 @@ def test_checklist_table_is_plain_text_with_one_row_per_trap():
     assert t.index.name == "trap" and t.index[0].startswith("1. model.train()")
     assert not t.reset_index().apply(lambda c: c.str.contains(r"\*\*|\{glue")).any().any()  # no Markdown or roles
     assert "per-seed largest 4.00 (range 3.00-5.00)" in t.iloc[1, 0]
-    assert "whole model minus fix 0.170 (" in t.iloc[2, 1] and "not decided)" in t.iloc[2, 1]
+    assert "whole model minus fix +0.170 (" in t.iloc[2, 1] and "not decided)" in t.iloc[2, 1]
     assert "above 1.5 times chance" in t.iloc[2, 1]
     assert t.iloc[5, 0].endswith("; meter higher)")
     f = findings.findings(_table(sorted_eval=(0.2, 0.96, 0.25)))  # one seed's held-out accuracy high: neither shown

@@ -778,7 +778,7 @@ def test_the_seed_article_table_is_built_from_findings():
     controlled = "task B, each path at its own tuned rate (controlled)"
     assert st[controlled] == "reproduced, smaller (SGD, the seed's optimizer)"
     shown = art.set_index("claim").loc[controlled, "this chapter"]
-    assert shown.startswith("SGD 0.110 (") and "Adam" not in shown and "**" not in shown
+    assert shown.startswith("SGD +0.110 (") and "Adam" not in shown and "**" not in shown
     assert st["every weight unchanged (all modes)"] == "reproduced (check)"
     row = art.set_index("claim").loc["running statistics moved (train_mode, raw units)", "this chapter"]
     assert row == "running_mean up to 2.0, running_var up to 11"
@@ -1075,7 +1075,7 @@ def test_the_controlled_note_labels_each_interval_with_its_level():
     m = len(findings.family(c, "opt_explore"))
     text = notes(findings.NOTES, c, n)["say_controlled"]
     assert f"drifting minus pinned statistics ({100 * (1 - 0.05 / m):.1f}% intervals, family of {m})" in text
-    assert "the seed's protocol (one rate, not tuned per path; the same family) gives 0.110 (" in text
+    assert "the seed's protocol (one rate, not tuned per path; the same family) gives +0.110 (" in text
     assert number(findings.findings(table()), "gap_b_confidence") == pytest.approx(0.95)
 
 
@@ -1376,7 +1376,7 @@ def test_ablation_claims_table_and_sentence_on_hand_made_rows():
     t = findings.ablation_table(ab, C)
     assert t.loc[("1", "400"), "seeds ≤ 0.15"] == "4 of 4" and t.loc[("3", "400"), "seeds ≤ 0.15"] == "0 of 4"
     assert t.loc[("3", "1,600"), "old logits moved, median (largest)"] == "21.5 (23.0)"
-    assert t.loc[("1", "400"), "task B train mode - pinned"].startswith("0.115 (") and "train mode higher" in \
+    assert t.loc[("1", "400"), "task B train mode - pinned"].startswith("+0.115 (") and "train mode higher" in \
         t.loc[("1", "400"), "task B train mode - pinned"]
     text = findings.ablation_sentence(ab, C, 3.0)
     assert text.startswith("Task A in `train_mode` has its lowest mean (not tested against the other cells) with pixel "

@@ -489,7 +489,7 @@ def test_verdict_table_has_one_row_per_claim_and_network():
     assert set(t["kind"]) == {"chapter 1 finding", "chapter 3 conclusion", "over conditions", "check"}
     cell = g.set_index("claim")["n"]
     f3 = cell[findings.CLAIMS[2][2]]
-    assert f3.startswith("0.306 (") and f3.endswith("; train mode higher)")
+    assert f3.startswith("+0.306 (") and f3.endswith("; train mode higher)")
 
 
 def test_verdict_grid_uses_readable_network_names():
@@ -752,7 +752,7 @@ def test_printed_ranges_are_cut_to_what_each_quantity_allows():
     assert cut.loc["f2_n", "low"] == pytest.approx(-0.3) and cut.loc["f2_n", "high"] == claims.set_index("key").loc["f2_n", "high"]
     assert claims.set_index("key").loc["c1_n", "low"] == -12.71  # the claims keep the raw ends
     grid = figures.verdict_grid(claims, F).set_index("claim")["n"]
-    assert "(-1.000 to 1.000; " in grid[findings.CLAIMS[3][2]] and "(-0.300 to " in grid[findings.CLAIMS[0][2]]
+    assert "(-1.000 to +1.000; " in grid[findings.CLAIMS[3][2]] and "(-0.300 to " in grid[findings.CLAIMS[0][2]]
     h = with_numbers(F, {"f2_lowest_bound": -1.025, "task_a_train_mode": {"n": Interval(0.99, 0.95, 1.03, 4)}})
     _, nums, plain = findings.glued(C, h)
     g = dict(numbers_items("ch07", nums))

@@ -8,7 +8,7 @@
 * :class:`Note` and :func:`notes`: a chapter's rule-triggered sentences, each a predicate on the claims and
   numbers tables and a fixed sentence (the model: statsmodels' numbered notes under a summary), so a chapter
   needs no function per outcome.
-* :func:`count_word`, :func:`join`, :func:`fmt_level`: small shared formatting.
+* :func:`count_word`, :func:`join`, :func:`fmt_level`, :func:`signed`: small shared formatting.
 """
 
 from __future__ import annotations
@@ -46,9 +46,17 @@ def verdict_md(claim) -> str:
     return f"**{claim.verdict}**"
 
 
+def signed(x: float, digits: int = 3) -> str:
+    """A difference as the book prints it: its sign always shown (``+0.207``, ``-0.021``), and a value that rounds
+    to zero at ``digits`` as ``0.000`` (never ``-0.000``, which a float a hair below zero would print)."""
+    x = float(x)
+    return f"{0.0:.{digits}f}" if round(x, digits) == 0 else f"{x:+.{digits}f}"
+
+
 def claim_text(claim, digits: int = 3, clip: tuple | None = None) -> str:
     """A claims-table row in words, the same shape for every verdict kind: ``"-0.210 (-0.250 to -0.170; **routed
-    head lower**)"``; without interval ends (too few seeds, an exact check) ``"-0.210 (**too few seeds**)"``.
+    head lower**)"``; without interval ends (too few seeds, an exact check) ``"-0.210 (**too few seeds**)"``. A
+    claim is a difference (or a correlation): every number is printed with its sign (:func:`signed`).
     ``clip``: ``(low, high)``, what the quantity allows (``(-1, 1)`` for a difference of accuracies); the printed
     ends are cut to it (the estimate never is); ``None``: not cut."""
     iv = Interval(float(claim.estimate), float(claim.low), float(claim.high), int(claim.n))
@@ -57,8 +65,8 @@ def claim_text(claim, digits: int = 3, clip: tuple | None = None) -> str:
             raise ValueError(f"claim_text: clip must be (low, high) with low <= high, got {clip!r}")
         iv = iv.clipped(*clip)
     if math.isnan(iv.low):
-        return f"{iv.mean:.{digits}f} ({verdict_md(claim)})"
-    return f"{iv.mean:.{digits}f} ({iv.low:.{digits}f} to {iv.high:.{digits}f}; {verdict_md(claim)})"
+        return f"{signed(iv.mean, digits)} ({verdict_md(claim)})"
+    return f"{signed(iv.mean, digits)} ({signed(iv.low, digits)} to {signed(iv.high, digits)}; {verdict_md(claim)})"
 
 
 #: The phrase each counted kind takes in :func:`counts_text` (singular, plural); ``{margin}`` and ``{reference}``

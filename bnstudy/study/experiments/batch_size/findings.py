@@ -625,14 +625,14 @@ NOTES = (
          "the large batches of this protocol lose accuracy.", _LARGE),
     Note("precise_enough", lambda c, f: number(f, "precise_stats_enough_b2") != "none tried",
          "Precise BN's re-estimate is within ±{margin:.2f} of the exact statistics' accuracy {acc32} in batches of 32 "
-         "and {acc2} in batches of 2, a weak test on this task, where that accuracy is at its ceiling; by the "
+         "and {acc2} in batches of 2 (a weak test here: that accuracy is at its ceiling); by the "
          "stricter test, its mean and variance errors are below {tol:.2f} {stats32} in batches of 32 and {stats2} "
          "in batches of 2.", _ENOUGH),
     Note("precise_enough", lambda c, f: number(f, "precise_stats_enough_b2") == "none tried",
          "Precise BN's re-estimate is within ±{margin:.2f} of the exact statistics' accuracy {acc32} in batches of 32 "
-         "and {acc2} in batches of 2, a weak test on this task, where that accuracy is at its ceiling; by the "
+         "and {acc2} in batches of 2 (a weak test here: that accuracy is at its ceiling); by the "
          "stricter test, its mean and variance errors are below {tol:.2f} {stats32} in batches of 32 but at none "
-         "of the N tried in batches of 2, where averaging more batches did not bring both below it.", _ENOUGH),
+         "of the N tried in batches of 2.", _ENOUGH),
 )
 
 
