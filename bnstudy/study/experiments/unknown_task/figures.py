@@ -1,7 +1,5 @@
-"""Chapter 6, what is drawn: the routing, accuracy, routing-cost and temperature figures and the routing table,
-colours from :mod:`bnstudy.study.style` only. Means and 95% Student-t intervals over seeds, interval ends cut to what the
-quantity allows (an accuracy [0, 1], a difference [-1, 1]); every figure is drawn at the column width with text of
-at least 9 pt. The strength axis is categorical (levels, not to scale: they span zero to orders of magnitude)."""
+"""Chapter 6, what is drawn, in :mod:`bnstudy.study.style`'s colours at the column width: means and 95% t intervals
+over seeds, ends cut to the quantity's range; the strength axis is categorical (levels span orders of magnitude)."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ... import style
-from ...plots import fit_page, interval_frame
+from ...plots import fit_page, interval_frame, legend_below
 from .run import BASELINES, CONDITIONS, HARD_ROUTERS, ROUTE_OK, ROUTERS
 
 # distinct hues (tab10) and markers, so that no two series differ by shade alone
@@ -32,13 +30,13 @@ def _select(t: pd.DataFrame, **levels) -> pd.DataFrame:
 
 
 def _band(t: pd.DataFrame, value: str, **levels) -> pd.DataFrame:
-    """Mean and 95% interval of ``value`` per strength in the rows at ``levels`` (an accuracy: ends cut to [0, 1])."""
+    """Mean and 95% interval of the accuracy ``value`` per strength in the rows at ``levels``."""
     f = interval_frame(_select(t, **levels), "strength", value).reset_index()
     return f.assign(lo=f["lo"].clip(0, 1), hi=f["hi"].clip(0, 1))
 
 
 def _gap(t: pd.DataFrame, **levels) -> pd.DataFrame:
-    """The rows of a gap table (``mean, ci_low, ci_high``) at ``levels`` by strength, ends cut to [-1, 1]."""
+    """The rows of a gap table at ``levels`` by strength."""
     f = _select(t, **levels).sort_values("strength")
     return f.assign(lo=f["ci_low"].clip(-1, 1), hi=f["ci_high"].clip(-1, 1))
 
@@ -48,17 +46,8 @@ def _errorbar(ax, x, f, name, label=None, color=None, ls="-", capsize=2, ms=4):
                 capsize=capsize, color=color or PALETTE[name], label=label or name)
 
 
-def _finish(fig, axes_with_legend, ncol=3, bottom=-0.02):
-    """One legend under the figure."""
-    h, lab = axes_with_legend.get_legend_handles_labels()
-    fig.tight_layout()
-    fig.legend(h, lab, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, bottom))
-    return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
-
-
 def _batch_lines(ax, table: pd.DataFrame, pos: dict, colors: dict, **levels) -> None:
-    """One line (band: 95% interval) of routing accuracy against strength per inference batch size in ``colors``,
-    for the rows of ``table`` at ``levels``."""
+    """Routing accuracy against strength (band: 95% interval), one line per inference batch size in ``colors``."""
     for b in colors:
         f = _band(table, "routing_accuracy", inference_batch=b, **levels)
         x = f.strength.map(pos)
@@ -67,9 +56,8 @@ def _batch_lines(ax, table: pd.DataFrame, pos: dict, colors: dict, **levels) -> 
 
 
 def _routing_grid(table: pd.DataFrame, columns, size: tuple, panel, ylabel: str, ncol: int):
-    """Routing accuracy against strength, one line (band: 95% interval) per inference batch size; rows: number of
-    tasks, one column per entry of ``columns``; ``panel(ax, k, column, pos, colors)`` draws a panel's lines
-    (:func:`_batch_lines`), reference lines and title; ``size``: (inches per row, inches added)."""
+    """Rows: number of tasks, one column per entry of ``columns``; ``panel(ax, k, column, pos, colors)`` draws a
+    panel; ``size``: (inches per row, inches added)."""
     ks, batches = sorted(table.n_tasks.unique()), sorted(table.inference_batch.unique())
     colors, pos = style.sequential(batches), _positions(table.strength)
     with plt.rc_context(style.rc()):
@@ -82,22 +70,24 @@ def _routing_grid(table: pd.DataFrame, columns, size: tuple, panel, ylabel: str,
             axes[r][0].set_ylabel(ylabel)
         for ax in axes[-1]:
             ax.set_xlabel("strength t")
-        return _finish(fig, axes[0][0], ncol=ncol)
+        fig.tight_layout()
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=ncol, frameon=False,
+                   bbox_to_anchor=(0.5, -0.02))
+        return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
-def routing_figure(table: pd.DataFrame, routers=HARD_ROUTERS):
-    """Routing accuracy against shift strength, one line (band: 95% interval) per inference batch size; rows:
-    number of tasks, columns: routers (``table``: the routing table, :func:`.findings.seed_table`); chance (1/K)
-    dotted. The mixture is left out by default: its heaviest bank is ``nearest_first``'s choice."""
+def routing_figure(table: pd.DataFrame):
+    """Routing accuracy of the hard routers against shift strength (``table``: :func:`.findings.seed_table`), one
+    line per inference batch size; the mixture left out (its heaviest bank is ``nearest_first``'s choice)."""
     def panel(ax, k, name, pos, colors):
         _batch_lines(ax, table, pos, colors, n_tasks=k, condition=name)
         ax.axhline(1 / k, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance (1/K)")
         ax.set_title(f"{name}\n{k} tasks")
-    return _routing_grid(table, routers, (2.6, 0.6), panel, "routing accuracy", ncol=4)
+    return _routing_grid(table, HARD_ROUTERS, (2.6, 0.6), panel, "routing accuracy", ncol=4)
 
 
 def empty_figure(text: str):
-    """A small figure that only says ``text`` (a section whose rows were not run, so its figure reference resolves)."""
+    """A small figure that only says ``text`` (a section not run, so that its figure reference resolves)."""
     with plt.rc_context(style.rc()):
         fig, ax = plt.subplots(figsize=(style.COLUMN_WIDTH_IN, 1.2))
         ax.axis("off")
@@ -105,24 +95,21 @@ def empty_figure(text: str):
         return fig
 
 
-def family_routing_figure(routes: pd.DataFrame, router: str = "nearest_first"):
-    """The shift families that are not brightness/contrast: ``router``'s routing accuracy against the family strength,
-    one line (band: 95% interval) per inference batch size; columns: shift families, rows: number of tasks
-    (``routes``: :func:`.findings.family_routes`); the :data:`~.run.ROUTE_OK` line dashed, chance (1/K) dotted."""
+def family_routing_figure(routes: pd.DataFrame):
+    """``nearest_first``'s routing accuracy against the family strength per inference batch size, one column per
+    shift family (``routes``: :func:`.findings.family_routes`)."""
     def panel(ax, k, fam, pos, colors):
-        _batch_lines(ax, routes, pos, colors, n_tasks=k, condition=router, shift_family=fam)
+        _batch_lines(ax, routes, pos, colors, n_tasks=k, condition="nearest_first", shift_family=fam)
         ax.axhline(ROUTE_OK, color=style.REFERENCE["chance"], ls="--", lw=1, label=f"{ROUTE_OK:g} (works)")
         ax.axhline(1 / k, color=style.GREY, ls=":", lw=1, label="chance (1/K)")
         ax.set_title(f"{fam}, {k} tasks")
     return _routing_grid(routes, list(dict.fromkeys(routes.shift_family)), (2.4, 0.8), panel,
-                         f"routing accuracy\n({router})", ncol=3)
+                         "routing accuracy\n(nearest_first)", ncol=3)
 
 
 def router_accuracy_figure(df: pd.DataFrame, inference_batch: int = 1):
-    """Task accuracy per router and baseline against shift strength, one decision per ``inference_batch``
-    (``df``: :func:`.run.run`'s rows): columns task A and the new tasks' mean (averaged per seed first; the two
-    differ in level, so a mean over all tasks would show composition), rows: number of tasks; series offset
-    slightly."""
+    """Task accuracy per condition against shift strength at ``inference_batch`` (``df``: :func:`.run.run`'s rows);
+    columns: task A and the new tasks' mean (their levels differ: a mean over all tasks would show composition)."""
     d = df[(df.inference_batch == inference_batch) & df.condition.isin(CONDITIONS)]
     d = d.assign(group=np.where(d.task == "A", "task A", "new tasks (mean)"))
     per_seed = d.groupby(["seed", "n_tasks", "strength", "condition", "group"])["accuracy"].mean().reset_index()
@@ -143,18 +130,15 @@ def router_accuracy_figure(df: pd.DataFrame, inference_batch: int = 1):
             axes[r][0].set_ylabel("accuracy\n(task's own head)")
         for ax in axes[-1]:
             ax.set_xlabel("shift strength t (levels, not to scale)")
-        return _finish(fig, axes[0][0], ncol=4, bottom=-0.01)
+        return legend_below(fig, axes[0][0], ncol=4)
 
 
 def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.DataFrame, margin: float,
                         inference_batches=(1, 32), part: str = "cost"):
-    """Where routing fails and what that costs; columns: number of tasks; two figures of two rows (eight panels in
-    one would shrink the text below 9 pt). ``part="cost"``: (a) the cost of a wrong bank, ``train_mode`` and
-    ``pinned`` minus the oracle (``gaps``: :func:`.findings.gap_table`); (b) router minus oracle, one decision per
-    sample, zoomed, the equivalence band ``±margin`` shaded. ``part="unknown"``: (a) ``nearest_first``'s routing
-    accuracy at ``inference_batches`` (``routes``: :func:`.findings.seed_table`) with the :data:`~.run.ROUTE_OK`
-    line; (b) ``nearest_first`` picking bank and head, minus the oracle, per inference batch (``routed``:
-    :func:`.findings.gap_table` of ``accuracy_routed_head``). Raises ``ValueError`` for another ``part``."""
+    """Where routing fails and what that costs, one column per number of tasks. ``part="cost"``: (a) a wrong bank
+    minus the oracle (``gaps``: :func:`.findings.gap_table`), (b) router minus oracle per sample, zoomed, ``±margin``
+    shaded. ``part="unknown"``: (a) ``nearest_first``'s routing at ``inference_batches``, (b) its routed head minus the
+    oracle per inference batch (``routed``). Raises ``ValueError`` for another ``part``."""
     if part not in ("cost", "unknown"):
         raise ValueError(f"routing_cost_figure: part must be 'cost' or 'unknown', got {part!r}")
     ks, pos, b1 = sorted(gaps.n_tasks.unique()), _positions(gaps.strength), min(gaps.inference_batch)
@@ -205,8 +189,8 @@ def routing_cost_figure(routes: pd.DataFrame, gaps: pd.DataFrame, routed: pd.Dat
 
 
 def temperature_figure(table: pd.DataFrame, kept: float):
-    """The temperature check: mixture minus oracle against the temperature (log axis), one line per shift strength
-    (``table``: :func:`.findings.temperature_table`), the kept temperature dotted."""
+    """Mixture minus oracle against the temperature (``table``: :func:`.findings.temperature_table`), one line per
+    strength, the ``kept`` temperature dotted."""
     ks, strengths = sorted(table.n_tasks.unique()), sorted(table.strength.unique())
     colors = style.sequential(strengths)
     with plt.rc_context(style.rc()):
@@ -227,15 +211,10 @@ def temperature_figure(table: pd.DataFrame, kept: float):
         return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
-def table_routing(routes: pd.DataFrame, router: str = "nearest_first") -> pd.DataFrame:
-    """Table 1: ``router``'s routing accuracy (mean over seeds, three decimals) per number of tasks and inference
-    batch (rows) and strength (columns); ``routes``: :func:`.findings.seed_table`. Raises ``ValueError`` for a
-    router without rows."""
-    sel = routes[routes.condition == router]
-    if sel.empty:
-        raise ValueError(f"table_routing: no rows for router {router!r}; routers in the table: "
-                         f"{sorted(routes.condition.unique())}")
-    tab = sel.groupby(["n_tasks", "inference_batch", "strength"]).routing_accuracy.mean().unstack("strength")
+def table_routing(routes: pd.DataFrame) -> pd.DataFrame:
+    """``nearest_first``'s routing accuracy (mean over seeds, three decimals) per number of tasks and inference batch
+    (rows) and strength (columns); ``routes``: :func:`.findings.seed_table`."""
+    tab = routes[routes.condition == "nearest_first"].groupby(["n_tasks", "inference_batch", "strength"]).routing_accuracy.mean().unstack("strength")
     tab.columns = [f"t={t:g}" for t in tab.columns]
     tab.index = [f"{k} tasks, batch {b}" for k, b in tab.index]
     return tab.map(lambda v: f"{v:.3f}")

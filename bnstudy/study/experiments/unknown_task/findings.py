@@ -1,13 +1,9 @@
-"""Chapter 6, what is claimed, from :func:`.run.run`'s rows: the claims table (:data:`QUESTIONS`, :func:`claims`),
-every router cell's verdict (:func:`cell_tests`), the numbers table (:func:`findings`), the tidy tables the page
-saves and draws, and the few words chosen by the data: rule-triggered notes (:data:`NOTES`, :data:`LEAD`,
-:data:`HEAD`, :data:`MIXTURE_NOTES`, each a predicate on the claims and numbers tables and a fixed sentence) and the
-phrases of :func:`page_words` and :func:`family_words`. Every other number the page cites is glued from the tables
-by derived keys (:func:`bnstudy.study.pages.glue_chapter`).
+"""Chapter 6, what is claimed, from :func:`.run.run`'s rows: the claims tables (:func:`claims`, :func:`cell_tests`,
+:func:`family_claims`), the numbers tables (:func:`findings`, :func:`temperature_findings`, :func:`family_findings`),
+the tidy tables the page saves and draws, and the words the data choose (notes: a predicate and a fixed sentence).
 
-Every interval, test and verdict comes from :mod:`bnstudy.study.inference`. Comparisons are paired per seed on the seed
-means (tasks averaged within a seed), always condition minus the oracle (the task's own bank); accuracies and
-routing accuracies are fractions 0..1.
+Intervals, tests and verdicts come from :mod:`bnstudy.study.inference`. Comparisons are paired per seed on the seed
+means (tasks averaged within a seed), condition minus the oracle (the task's own bank); accuracies are fractions.
 """
 
 from __future__ import annotations
@@ -25,29 +21,31 @@ from .run import CONDITIONS, FAMILY_SHIFTS, FIRST_STRENGTH_GRID, HARD_ROUTERS, R
 
 KEYS = ["n_tasks", "strength", "inference_batch", "condition"]
 CELL = KEYS[:3]
-#: Baselines that make no routing decision, so do not depend on the inference batch: the tidy tables keep them
-#: at the smallest inference batch only.
+VALUES = ["routing_accuracy", "accuracy", "accuracy_routed_head"]
+CLAIM_COLUMNS = ["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence", "margin", "confidence",
+                 "kind", "verdict"]
+#: Baselines that make no routing decision: the tidy tables keep them at the smallest inference batch only.
 BATCH_FREE = ("train_mode", "pinned")
 #: The page's direction words (condition minus the oracle, :func:`bnstudy.study.inference.decide`).
 DIRECTIONS = tuple(f"{w} {d}" for w in ("router", "mixture", "train mode", "pinned", "routed head")
                    for d in ("lower", "higher"))
-#: Overall level of every family on the page.
-ALPHA = 0.05
+ALPHA = 0.05  # the overall level of every family on the page
 NO_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
+#: Verdict kinds that leave a comparison open (neither a direction nor equivalence shown).
+OPEN_KINDS = ("not decided", "too few seeds")
 
 
 # --- tidy tables ---------------------------------------------------------------------------------------------------
 
 def seed_means(df: pd.DataFrame) -> pd.DataFrame:
-    """Per seed and cell (:data:`KEYS`): routing accuracy, accuracy and routed-head accuracy averaged over the
-    tasks. A task's NaN makes its seed's mean NaN (the paired comparisons then leave that seed out). Raises
-    ``ValueError`` for a repeated (seed, cell, task) row: a mean would hide it."""
-    dup = df.duplicated(["seed"] + KEYS + ["task"])
+    """Per seed and cell (:data:`KEYS`): :data:`VALUES` averaged over the tasks (a task's NaN makes its seed's mean
+    NaN: the paired comparisons leave that seed out). Raises ``ValueError`` for a repeated (seed, cell, task) row."""
+    cols = ["seed"] + KEYS + ["task"]
+    dup = df.duplicated(cols)
     if dup.any():
         raise ValueError(f"seed_means: {int(dup.sum())} repeated (seed, {', '.join(KEYS)}, task) rows, e.g. "
-                         f"{df.loc[dup, ['seed'] + KEYS + ['task']].iloc[0].to_dict()}; give each run once")
-    return (df.groupby(["seed"] + KEYS, sort=False)[["routing_accuracy", "accuracy", "accuracy_routed_head"]]
-            .mean(skipna=False).reset_index())
+                         f"{df.loc[dup, cols].iloc[0].to_dict()}; give each run once")
+    return df.groupby(["seed"] + KEYS, sort=False)[VALUES].mean(skipna=False).reset_index()
 
 
 def _batch_free_once(t: pd.DataFrame) -> pd.DataFrame:
@@ -56,33 +54,27 @@ def _batch_free_once(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def seed_table(df: pd.DataFrame, values: list, conditions=CONDITIONS) -> pd.DataFrame:
-    """Tidy: ``seed, n_tasks, strength, inference_batch, condition`` and the task means ``values`` of
-    ``conditions`` (the routing table: ``["routing_accuracy"]`` of the routers; :data:`BATCH_FREE` at the smallest
-    inference batch only)."""
+    """Tidy: ``seed`` and :data:`KEYS` with the task means ``values`` of ``conditions``."""
     m = seed_means(df)
     return _batch_free_once(m[m.condition.isin(conditions)][["seed"] + KEYS + list(values)])
 
 
 def per_task_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per task and cell, means over seeds: ``n_tasks, strength, inference_batch, condition, task,
-    routing_accuracy, accuracy, accuracy_routed_head, n_seeds`` (:data:`BATCH_FREE` at the smallest batch only)."""
+    """Per task and cell: :data:`VALUES` averaged over seeds, and ``n_seeds``."""
     g = df.groupby(KEYS + ["task"], sort=True)
-    out = g[["routing_accuracy", "accuracy", "accuracy_routed_head"]].mean()
+    out = g[VALUES].mean()
     out["n_seeds"] = g["seed"].nunique()
     return _batch_free_once(out.reset_index())
 
 
 def _diff(sel: pd.DataFrame, cond: str, ref: str, value: str = "accuracy", ref_value: str | None = None):
-    """Per-seed ``value(cond) - ref_value(ref)`` (default ``ref_value``: ``value``) in the seed means ``sel``; a
-    seed missing either, or non-finite, is left out (:func:`bnstudy.study.inference.paired_differences`)."""
+    """Per-seed ``value(cond) - ref_value(ref)`` (default ``ref_value``: ``value``) in the seed means ``sel``."""
     x = sel[sel.condition.isin([cond, ref])]
     x = x.assign(_v=np.where(x.condition == cond, x[value], x[ref_value or value]))
     return paired_differences(x, "_v", "condition", cond, ref)
 
 
 def _gap_rows(m: pd.DataFrame, cond: str, value: str = "accuracy", **fixed) -> list[dict]:
-    """Per cell of the seed means ``m`` holding ``cond`` and the oracle: mean and 95% t interval of
-    ``value(cond) - accuracy(oracle)``."""
     recs = []
     for key, sel in m.groupby(CELL):
         if {cond, "oracle"} <= set(sel.condition):
@@ -92,11 +84,8 @@ def _gap_rows(m: pd.DataFrame, cond: str, value: str = "accuracy", **fixed) -> l
 
 
 def gap_table(df: pd.DataFrame, value: str = "accuracy", conditions=CONDITIONS) -> pd.DataFrame:
-    """Per cell and condition: mean and 95% Student-t interval over seeds of ``value(condition) -
-    accuracy(oracle)``; columns ``n_tasks, strength, inference_batch, condition, mean, ci_low, ci_high,
-    n_seeds`` (:data:`BATCH_FREE` at the smallest inference batch only). With ``"accuracy_routed_head"`` of
-    :data:`.run.ROUTERS`, the fully task-unknown case: the router picks the bank *and* the head (a misrouted sample
-    is classified by another task's head)."""
+    """Per cell and condition: ``value(condition) - accuracy(oracle)`` over seeds, ``mean, ci_low, ci_high,
+    n_seeds`` (95% t). With ``"accuracy_routed_head"`` the router picks the bank *and* the head."""
     m = seed_means(df)
     return _batch_free_once(pd.DataFrame([r for c in conditions if c != "oracle"
                                           for r in _gap_rows(m, c, value, condition=c)]))
@@ -110,9 +99,8 @@ def _temperature_means(df: pd.DataFrame, tau: float) -> pd.DataFrame:
 
 
 def temperature_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The temperature check's rows (``mixture`` and ``mixture_tau=...``): per ``n_tasks, strength,
-    temperature`` at the smallest inference batch, paired ``accuracy(mixture) - accuracy(oracle)``: ``mean,
-    ci_low, ci_high, n_seeds``. Raises ``ValueError`` without a temperature column."""
+    """The temperature check's rows as mixture minus oracle per ``n_tasks, strength, temperature`` (smallest batch):
+    ``mean, ci_low, ci_high, n_seeds``. Raises ``ValueError`` without a temperature column."""
     if "temperature" not in df or df["temperature"].isna().all():
         raise ValueError("temperature_table needs mixture rows with a temperature column (run with this version)")
     taus = sorted(df.loc[df.condition.str.startswith("mixture"), "temperature"].unique())
@@ -123,18 +111,15 @@ def temperature_table(df: pd.DataFrame) -> pd.DataFrame:
 # --- claims -----------------------------------------------------------------------------------------------------------
 
 #: The page's questions, one family at margin :data:`TOST_MARGIN`, one claim per task count, one decision per sample
-#: unless named; the fully task-unknown case is ``accuracy_routed_head(nearest_first) - accuracy(oracle)``. Then the
-#: code's identities (exact checks, not findings): task A's logits under the oracle are the source model's; with
-#: two tasks, task B under ``train_mode`` is its own bank; every hard router routes perfectly at the strongest shift.
+#: unless named; then the code's identities (exact checks, not findings).
 _STRONG_B1 = dict(strength="max", inference_batch="min")
 _GENTLE_B1 = dict(strength="min_positive", inference_batch="min")
 _VS_ORACLE = dict(reference="oracle", each=("n_tasks",), table="means", margin=TOST_MARGIN)
 
 
 def _routed_head(stem: str, strength, common: dict) -> tuple:
-    """The fully task-unknown questions: ``accuracy_routed_head(nearest_first) - accuracy(oracle)`` (the router picks
-    the bank and the head) at ``strength`` (a level or ``"min_positive"``), one decision per sample (key
-    ``<stem>_b1_k<K>``) and with the largest batches (``<stem>_bmax_k<K>``); ``common``: the other fields."""
+    """The fully task-unknown questions, ``accuracy_routed_head(nearest_first) - accuracy(oracle)`` at ``strength``,
+    per sample (``<stem>_b1_k<K>``) and with the largest batches (``<stem>_bmax_k<K>``)."""
     return tuple(Question(f"{stem}_{name}_k{{n_tasks}}", "nearest_first", at=dict(strength=strength, inference_batch=b),
                           value="accuracy_routed_head", reference_value="accuracy", words="routed head", **common)
                  for name, b in (("b1", "min"), ("bmax", "max")))
@@ -162,19 +147,15 @@ def _conditions(df: pd.DataFrame, who: str) -> pd.DataFrame:
 
 
 def claims(df: pd.DataFrame) -> pd.DataFrame:
-    """The page's comparisons and checks (:data:`QUESTIONS`), one claims table. Raises ``ValueError`` if a
-    condition is missing."""
+    """The claims table of :data:`QUESTIONS`. Raises ``ValueError`` if a condition is missing."""
     return ask(dict(means=seed_means(_conditions(df, "claims")), rows=df), QUESTIONS, ALPHA)
 
 
-def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
-    """Every router cell (router, task count, strength, inference batch) against the oracle, one family of all
-    the cells (:func:`bnstudy.study.inference.ask`: Bonferroni intervals, equivalence at ``ALPHA / m``, Holm's
-    ``p_adjusted``): a claims table with the cell in ``condition, n_tasks, strength, inference_batch``, the same
-    verdict at ``margin / 2`` (``p_equivalence_half, kind_half, verdict_half``), booleans ``equivalent``,
-    ``equivalent_half``, ``below``, ``above`` (a direction shown), ``identical`` (in every seed the router sent
-    every input to its own bank and the accuracy equals the oracle's exactly: the cell equals the oracle by
-    construction, not by a finding; issue 35) and ``bound``, the largest |end| of the family interval."""
+def cell_tests(df: pd.DataFrame) -> pd.DataFrame:
+    """Every router cell (router, task count, strength, inference batch) against the oracle, one family: a claims
+    table with the cell's columns, the verdict at half the margin (``*_half``), booleans ``equivalent``, ``below``,
+    ``above``, ``identical`` (every input of every seed routed home with the oracle's accuracy: equal by
+    construction, no finding; issue 35) and ``bound``, the largest |end| of the interval."""
     means = dict(means=seed_means(df))
 
     def asked(mg):
@@ -182,7 +163,7 @@ def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
                                     table="means", margin=mg, words=w)
                            for conds, w in ((HARD_ROUTERS, "router"), (("mixture",), "mixture"))], ALPHA)
 
-    out, half = asked(margin), asked(margin / 2)
+    out, half = asked(TOST_MARGIN), asked(TOST_MARGIN / 2)
     cell = out.key.str.split("|", expand=True)
     m = means["means"]
     oracle = m[m.condition == "oracle"].set_index(["seed"] + CELL)["accuracy"]
@@ -200,39 +181,34 @@ def cell_tests(df: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
     return out[["condition"] + CELL + [c for c in out.columns if c not in ["condition"] + CELL]]
 
 
-def worst_cell(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> pd.DataFrame:
-    """The router cell with the most negative estimate (``cells``: :func:`cell_tests`) as a one-row claims table,
-    key ``worst_cell`` (glued as ``ch06_worst_cell_<field>``). Raises ``ValueError`` without cells."""
+def worst_cell(cells: pd.DataFrame) -> pd.DataFrame:
+    """The router cell of :func:`cell_tests` with the most negative estimate, a one-row claims table (key
+    ``worst_cell``). Raises ``ValueError`` without cells."""
     if not len(cells):
         raise ValueError("worst_cell needs at least one router cell (cell_tests of a table with routers)")
-    w = cells.loc[[cells["estimate"].idxmin()]].assign(key="worst_cell", margin=float(margin))
-    return w[["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence", "margin", "confidence",
-              "kind", "verdict"]].reset_index(drop=True)
+    w = cells.loc[[cells["estimate"].idxmin()]].assign(key="worst_cell", margin=float(TOST_MARGIN))
+    return w[CLAIM_COLUMNS].reset_index(drop=True)
 
 
 # --- findings: the numbers table ------------------------------------------------------------------------------------
 
 def _threshold(levels: list[float], ok: list[bool]) -> float:
-    """Smallest level from which ``ok`` holds at every larger level (NaN: at none): testing from the largest level
-    down, the first level not shown stops it (a fixed sequence). :func:`findings` judges each ``ok`` on the page's
-    family interval (:func:`page_family`), the book's one rule, so the threshold and the interval printed at it
-    cannot disagree."""
+    """Smallest level from which ``ok`` holds at every larger level (NaN: at none): a fixed sequence, tested from
+    the largest level down."""
     good = [t for i, t in enumerate(levels) if all(ok[i:])]
     return min(good) if good else math.nan
 
 
-#: Numbers that are accuracies or routing accuracies (printed in [0, 1]); every other interval is a difference of
-#: accuracies (printed in [-1, 1]).
+#: Numbers that are accuracies (printed in [0, 1]); every other interval is a difference (printed in [-1, 1]).
 ACCURACY_FIELDS = ("route_zero_b1", "route_zero_bmax", "route_gentle_b1", "route_gentle_bmax", "route_strong_b1",
                    "route_gentle_b1_per_task", "route_at_works_b1", "routed_task_a_gentle_b1", "oracle_task_a",
                    "oracle_new_tasks")
 
 
 def page_family(table: pd.DataFrame) -> Family:
-    """The page's family (Bonferroni at :data:`ALPHA` over ``m`` comparisons): ``m`` = the comparisons of the
-    claims ``table`` (:func:`claims`; exact checks not counted), 12 on the release (6 questions, 2 task counts).
+    """The family (Bonferroni at :data:`ALPHA`) of the comparisons of a claims ``table`` (exact checks not counted).
     Raises ``ValueError`` if the table has no comparison."""
-    comp = table[table.kind.isin(["higher", "lower", "equivalent", "not decided", "too few seeds"])]
+    comp = table[table.kind.isin(["higher", "lower", "equivalent", *OPEN_KINDS])]
     if not len(comp):
         raise ValueError("page_family needs a claims table with at least one comparison (findings.claims)")
     return Family(m=int(len(comp)), alpha=ALPHA)
@@ -243,10 +219,8 @@ BASELINES = (("train_mode", "train"), ("pinned", "pinned"))
 
 
 def cost_before_routing(f: pd.DataFrame) -> list[tuple[str, int]]:
-    """The (baseline stem of :data:`BASELINES`, task count) pairs whose wrong-bank cost is shown at a strength
-    below the one from which per-sample routing works (numbers ``f`` with ``works_from_b1_k<K>`` and
-    ``wrong_from_<stem>_k<K>``; a cost shown anywhere counts where routing never works), in task-count order.
-    The one rule behind ``cost_after_routing`` and the page's ``cost_vs_routing_text`` note."""
+    """The (baseline stem, task count) pairs whose wrong-bank cost is shown below the strength from which
+    per-sample routing works (anywhere, where routing never works), in task-count order."""
     out = []
     for k in _ks(f):
         w = number(f, f"works_from_b1_k{k}")
@@ -255,47 +229,19 @@ def cost_before_routing(f: pd.DataFrame) -> list[tuple[str, int]]:
     return out
 
 
-def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Chapter 6's numbers table (glued as ``ch06_<key>``; intervals cut to [0, 1] for :data:`ACCURACY_FIELDS`,
-    else to [-1, 1]) from :func:`.run.run`'s rows (every condition, >= 2 seeds, >= 3 strengths); ``cells``:
-    :func:`cell_tests` and ``table``: :func:`claims` of ``df`` if already computed. Raises ``ValueError`` if a
-    condition is missing. "zero", "gentle", "strong": the smallest strength, the smallest above zero, the largest;
-    ``b1`` / ``bmax``: the smallest and largest inference batch; keys end in ``_k<n_tasks>[_<router or task>]``;
-    intervals 95% Student-t over seeds.
+def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Chapter 6's numbers table (glued as ``ch06_<key>``) from :func:`.run.run`'s rows (``cells``:
+    :func:`cell_tests` of ``df`` if already computed). Raises ``ValueError`` if a condition is missing.
 
-    * ``route_<strength>_<batch>``: routing accuracy; ``route_diff_gentle_b1``: a router's minus ``nearest_first``'s;
-      ``nall_worst`` (at ``nall_worst_t``): the most negative such difference of ``nearest_all`` over strengths;
-      ``route_gentle_b1_per_task``: ``nearest_first`` per task; ``route_strong_min``: the lowest seed's routing
-      of each hard router at the strong shift.
-    * Both thresholds are read off the page's family intervals (:func:`page_family`: ``threshold_m``
-      comparisons, ``threshold_confidence`` percent, two-sided; issue 35: one verdict per claim, Bonferroni within
-      the family), not off 95% intervals, which on the release put the cost of train mode with four tasks before
-      routing and the reverse at the family's level. ``works_from_b1`` / ``_bmax``: the smallest strength from
-      which ``nearest_first``'s routing is shown above :data:`ROUTE_OK` (the family interval's lower end above it)
-      there and at every stronger one (NaN: never; :func:`_threshold`); ``route_at_works_b1``: the family interval
-      there.
-    * ``wrong_from_train`` / ``_pinned``: likewise, the strength from which ``train_mode`` / ``pinned`` minus the
-      oracle (b1) is shown lower (:func:`bnstudy.study.inference.decide` at the family's level); ``wrong_at_*``:
-      that difference's family interval there; ``wrong_from_*_text``: both in words; ``wrong_below_routing``: the
-      lowest family lower end of either difference below ``works_from_b1``; ``cost_after_routing``: whether no
-      cost is shown below ``works_from_b1`` (:func:`cost_before_routing` is empty); ``train_task_a``: task A's
-      ``train_mode - oracle`` (strong, b1, 95%).
-    * ``routed_zero_b1`` / ``_bmax``: ``accuracy_routed_head(nearest_first) - accuracy(oracle)`` at t = 0;
-      ``routed_task_a_gentle_b1``, ``oracle_task_a``, ``oracle_new_tasks``: task A's routed-head and oracle
-      accuracy and the new tasks' oracle accuracy (gentle, b1).
-    * The router cells (:func:`cell_tests`, one family): ``n_cells``, ``cells_confidence`` (percent), the book's
-      counts (:func:`bnstudy.study.inference.count_verdicts`) ``n_equivalent``, ``n_lower``, ``n_higher``,
-      ``n_not_decided``, and ``n_equivalent_half`` (printed verdicts at half the margin, ``half_margin``),
-      ``n_equivalent_half_other`` (the same over the cells not equal by construction); ``n_identical`` (cells
-      equal to the oracle by construction, :func:`cell_tests`' ``identical``), ``n_cells_other`` and the counts of
-      the other cells ``n_equivalent_other``, ``n_lower_other``, ``n_higher_other``, ``n_not_decided_other``
-      (issue 35: a cell equal by construction is no finding); ``max_bound_hard``;
-      ``worst_*``: the cell of :func:`worst_cell`.
-    * ``n_chance_cells`` / ``n_above_chance``: the (router, task count, batch) cells at t = 0 and how many route
-      above chance 1/K (one-sided t tests at ALPHA / m, Bonferroni over the cells).
+    "zero", "gentle", "strong": the smallest strength, the smallest above zero, the largest; ``b1`` / ``bmax``: the
+    smallest and largest inference batch; intervals 95% t over seeds, except the thresholds, which are read off the
+    page's family intervals (:func:`page_family`; issue 35): ``works_from_*`` (``nearest_first`` shown above
+    :data:`ROUTE_OK`) and ``wrong_from_*`` (a wrong bank shown lower), by :func:`_threshold`. The router cells'
+    counts are those of the printed verdicts, also over the cells not equal by construction (``*_other``);
+    ``n_above_chance``: one-sided tests at ``ALPHA / m``, Bonferroni over the cells at t = 0.
     """
     df = _conditions(df, "findings")
-    fam = page_family(claims(df) if table is None else table)
+    fam = page_family(claims(df))
     m = seed_means(df)
     strengths, batches, ks = (sorted(m[c].unique()) for c in ("strength", "inference_batch", "n_tasks"))
     gentle = next((t for t in strengths if t > 0), strengths[0])
@@ -315,12 +261,10 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.Data
                                  for r in HARD_ROUTERS})
     for name, t, b in (("zero_b1", zero, b1), ("zero_bmax", zero, bmax), ("gentle_b1", gentle, b1),
                        ("gentle_bmax", gentle, bmax), ("strong_b1", strong, b1)):
-        out[f"route_{name}"] = {f"k{k}_{r}": iv("routing_accuracy", r, k, t, b) for k in ks for r in ROUTERS}
-    chance_p = [one_sided_p(at(k, zero, b, r).routing_accuracy, "greater", null=1 / k)
-                for k in ks for r in ROUTERS for b in batches]
-    # one-sided at the family's level ALPHA / m (Bonferroni, the book's one rule for verdicts and counts)
-    n_above = int((np.asarray(chance_p, float) < ALPHA / max(len(chance_p), 1)).sum())
-    out.update(n_chance_cells=len(chance_p), n_above_chance=n_above)
+        out[f"route_{name}"] = {f"k{k}_{nf}": iv("routing_accuracy", nf, k, t, b) for k in ks}
+    chance_p = np.asarray([one_sided_p(at(k, zero, b, r).routing_accuracy, "greater", null=1 / k)
+                           for k in ks for r in ROUTERS for b in batches], float)
+    out.update(n_chance_cells=len(chance_p), n_above_chance=int((chance_p < ALPHA / max(len(chance_p), 1)).sum()))
     per_k = {}  # stem -> {"k<n>": value}
     for k in ks:
         put = lambda stem, v, sub="": per_k.setdefault(stem, {}).__setitem__(f"k{k}{sub}", v)  # noqa: E731
@@ -362,17 +306,15 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.Data
         for name, b in (("zero_b1", b1), ("zero_bmax", bmax)):
             put(f"routed_{name}", iv("accuracy_routed_head", nf, k, zero, b, "oracle", "accuracy"))
     tests = cell_tests(df) if cells is None else cells
-    counts = count_verdicts(tests, ALPHA)
-    other = count_verdicts(tests[~tests.identical], ALPHA) if (~tests.identical).any() else \
-        dict.fromkeys(("equivalent", "lower", "higher", "not decided"), 0)
+    other, kinds = tests[~tests.identical], ("equivalent", "lower", "higher", "not decided")
+    for sub, t in (("", tests), ("_other", other)):
+        counts = count_verdicts(t, ALPHA) if len(t) else dict.fromkeys(kinds, 0)
+        out.update({f"n_{kind.replace(' ', '_')}{sub}": counts[kind] for kind in kinds},
+                   **{f"n_equivalent_half{sub}": int(t.equivalent_half.sum())})
     worst = tests.loc[tests["estimate"].idxmin()]
     out.update(per_k, cost_after_routing=not cost_before_routing(numbers_table(per_k)), n_cells=len(tests),
-               cells_confidence=100 * float(tests.confidence.iloc[0]), n_equivalent=counts["equivalent"],
-               n_equivalent_half=int(tests.equivalent_half.sum()), n_lower=counts["lower"], n_higher=counts["higher"],
-               n_not_decided=counts["not decided"], n_identical=int(tests.identical.sum()),
-               n_cells_other=int((~tests.identical).sum()), n_equivalent_other=other["equivalent"],
-               n_equivalent_half_other=int(tests[~tests.identical].equivalent_half.sum()), half_margin=TOST_MARGIN / 2,
-               n_lower_other=other["lower"], n_higher_other=other["higher"], n_not_decided_other=other["not decided"],
+               cells_confidence=100 * float(tests.confidence.iloc[0]), n_identical=int(tests.identical.sum()),
+               n_cells_other=len(other), half_margin=TOST_MARGIN / 2,
                max_bound_hard=float(tests[tests.condition != "mixture"].bound.max()),
                worst_router=str(worst["condition"]), worst_strength=float(worst["strength"]),
                worst_batch=int(worst["inference_batch"]), worst_n_tasks=int(worst["n_tasks"]))
@@ -380,12 +322,10 @@ def findings(df: pd.DataFrame, cells: pd.DataFrame | None = None, table: pd.Data
 
 
 def temperature_findings(df: pd.DataFrame, kept: float) -> pd.DataFrame:
-    """The temperature check's numbers table (glued as ``ch06t_<key>``) from its rows (:func:`.run.run` of
-    :func:`.run.temperature_check_config`, held-out seeds). ``worst``: per temperature (``tau_<value>``), the most
-    negative ``mixture - oracle`` over the cells checked (b1) with its 95% interval; ``kept``: the config's
-    temperature; ``best``: the temperature with the least negative worst mean; ``best_no_direction``: whether at
-    ``best`` no cell shows a direction (the cells one family of ``best_m``); ``seed_first`` / ``seed_last`` /
-    ``n_seeds``: the held-out seeds. Raises ``ValueError`` if ``kept`` is not among the temperatures."""
+    """The held-out temperature check's numbers table (glued as ``ch06t_<key>``): per temperature the most negative
+    mixture minus oracle over the cells (``worst_tau_<value>``, 95%); ``best``, the temperature with the least
+    negative worst mean, and whether no cell shows a direction there (``best_no_direction``, one family of
+    ``best_m``); the seeds. Raises ``ValueError`` if the config's temperature ``kept`` was not checked."""
     t = temperature_table(df)
     if not np.isclose(t.temperature, kept).any():
         raise ValueError(f"temperature_findings: kept temperature {kept:g} not in {sorted(t.temperature.unique())}")
@@ -403,19 +343,16 @@ def temperature_findings(df: pd.DataFrame, kept: float) -> pd.DataFrame:
 # --- words: the few sentences chosen by the data (every number the page cites is glued from the tables) -----------
 
 def _ks(f: pd.DataFrame) -> list[int]:
-    """The task counts of the numbers table ``f``."""
     return sorted(int(k.rsplit("_k", 1)[1]) for k in f["key"] if k.startswith("works_from_b1_k"))
 
 
 def _per_k(f: pd.DataFrame, stem: str) -> dict:
-    """``{"k<K>": value}`` of the numbers ``<stem>_k<K>`` of ``f`` (the shape :func:`works_phrase` takes)."""
     return {key[len(stem) + 1:]: number(f, key) for key in f["key"] if key.startswith(f"{stem}_k")}
 
 
 def works_phrase(thresholds: dict, gentle: float) -> str:
     """Where routing works, per task count (``thresholds``: ``{"k2": t, ...}``, NaN: at no strength tested; at or
-    below ``gentle``: at every non-zero strength tested, the threshold may lie lower). One clause when every count
-    shares the threshold."""
+    below ``gentle``: at every non-zero strength tested). One clause when every count shares the threshold."""
     ks = sorted(int(key[1:]) for key in thresholds)
     ts = [thresholds[f"k{k}"] for k in ks]
     desc = lambda t: ("at no strength tested" if math.isnan(t) else "at every non-zero strength tested"  # noqa: E731
@@ -431,12 +368,9 @@ def works_phrase(thresholds: dict, gentle: float) -> str:
 
 
 def page_settings(config: Config, table: pd.DataFrame) -> dict:
-    """The settings the page cites (glued as ``ch06_<name>``): ``tau_first``, ``temperature``, ``first_grid_text``
-    (settings tried first), ``ch3_gentlest`` and ``ch3_margin`` (chapter 3's gentlest non-zero ``both`` level and
-    equivalence margin, full profile), ``router_samples``, ``router_samples_bmax`` (the classifier's points per
-    bank at the largest batch), and of the claims ``table`` (:func:`claims`, its :func:`page_family`): ``claims_m``
-    (its comparisons, checks not counted) and ``claims_confidence`` (their intervals' confidence, percent). Raises
-    ``ValueError`` if ``table`` has no comparison."""
+    """The settings the page cites (glued as ``ch06_<name>``): those tried first, chapter 3's gentlest ``both``
+    level and margin (full profile), the router's samples, and the claims ``table``'s family (``claims_m``,
+    ``claims_confidence``)."""
     from ..shift_strength.run import PROFILES as CH3_PROFILES, make_config as ch3_config
     fam = page_family(table)
     return dict(tau_first=TEMPERATURE_TRIED_FIRST, temperature=config.temperature,
@@ -448,8 +382,6 @@ def page_settings(config: Config, table: pd.DataFrame) -> dict:
 
 
 def _early_fill(f: pd.DataFrame) -> dict:
-    """The fields of the ``cost_vs_routing_text`` notes: ``counts`` ("With both task counts") and ``early``
-    ("train mode with four tasks", from :func:`cost_before_routing`)."""
     ks, words = _ks(f), dict(train="train mode", pinned="pinned statistics")
     counts = f"With {count_word(ks[0])} tasks" if len(ks) == 1 else "With both task counts" if len(ks) == 2 else \
         "With every task count"
@@ -460,9 +392,7 @@ def _early_fill(f: pd.DataFrame) -> dict:
 
 
 def _works_at(f: pd.DataFrame) -> dict:
-    """The field ``at`` of the ``works_at_text`` note: ``route_at_works_b1`` (family interval) of each task count
-    whose per-sample routing works somewhere, e.g. "1.000, 99.58% interval 1.000 to 1.000, with two tasks and
-    0.975, interval 0.968 to 0.982, with four"; empty where none works."""
+    """``at``: the family interval where per-sample routing starts to work, per task count that has one."""
     ks = [k for k in _ks(f) if not math.isnan(number(f, f"works_from_b1_k{k}"))]
     conf = f"{number(f, 'threshold_confidence'):.4g}% "
     ivs = [number(f, f"route_at_works_b1_k{k}") for k in ks]
@@ -472,36 +402,27 @@ def _works_at(f: pd.DataFrame) -> dict:
 
 
 def _either(key: str, holds, yes: str, no: str, fill=None) -> tuple[Note, Note]:
-    """Two notes of ``key``: ``yes`` where ``holds(claims, numbers)``, else ``no`` (with ``fill``'s fields)."""
+    """Two notes of ``key``: ``yes`` where ``holds(claims, numbers)``, else ``no``."""
     return Note(key, holds, yes, fill), Note(key, lambda c, f: not holds(c, f), no, fill)
 
 
-def _head_loses(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
-    """Whether the fully task-unknown claim (``routed_gentle_<b>_k<K>``) is shown lower for some task count."""
-    return any(claim(c, f"routed_gentle_{b}_k{k}").kind == "lower" for k in _ks(f))
+def _head(c: pd.DataFrame, f: pd.DataFrame, b: str, kinds=("lower",)) -> bool:
+    """Whether some task count's fully task-unknown claim ``routed_gentle_<b>_k<K>`` is of one of ``kinds``."""
+    return any(claim(c, f"routed_gentle_{b}_k{k}").kind in kinds for k in _ks(f))
 
 
-def _head_open(c: pd.DataFrame, f: pd.DataFrame, b: str) -> bool:
-    """Whether some task count's fully task-unknown claim (``routed_gentle_<b>_k<K>``) is left open: neither a
-    direction nor equivalence shown (:data:`OPEN_KINDS`), so "no loss shown" is not "no loss"."""
-    return any(claim(c, f"routed_gentle_{b}_k{k}").kind in OPEN_KINDS for k in _ks(f))
-
-
-#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`, glued as ``ch06_<key>``): exactly one note
-#: of each key holds. ``cost_vs_routing_text`` is plain words: the guide and the front page paste it across pages.
+#: The page's rule-triggered sentences (glued as ``ch06_<key>``): exactly one note of each key holds.
+#: ``cost_vs_routing_text`` is plain words: the guide and the front page paste it across pages.
 NOTES = (
     *_either("known_head_text", lambda c, f: number(f, "cost_after_routing"),
              "the first BatchNorm layer's input statistics pick the bank wherever a wrong bank measurably costs on "
              "this grid", "the first BatchNorm layer's input statistics pick the bank at strong shifts, but not "
              "everywhere a wrong bank measurably costs on this grid"),
-    # which comes first on the strength axis, both read off the page's family intervals (findings): a wrong bank's
-    # cost or per-sample routing
     *_either("cost_vs_routing_text", lambda c, f: number(f, "cost_after_routing"),
              "{counts}, each wrong-bank cost is shown (at the page's family level) only at or above the strength from "
              "which per-sample routing works.", "Not everywhere does the cost wait for routing: the cost of {early} is "
              "shown (at the page's family level) below the strength from which per-sample routing works.",
              lambda c, f: _early_fill(f)),
-    # the routing at the per-sample threshold, only where some task count has one (else there is none to quote)
     Note("works_at_text", lambda c, f: bool(_works_at(f)), "(routing there {at})", lambda c, f: _works_at(f)),
     Note("works_at_text", lambda c, f: not _works_at(f), "(no strength tested passes that rule)"),
     *_either("zero_shift_text", lambda c, f: number(f, "n_above_chance") == number(f, "n_chance_cells"),
@@ -525,17 +446,15 @@ NOTES = (
              "route the gentlest shift more often on average with every task count"),
 )
 
-#: The fully task-unknown outcomes (the router also picks the head, at the gentlest shift), in order: a loss shown
-#: per sample and with batches; per sample only, with batches shown not to lose; per sample only, batches left open;
-#: no loss shown per sample but a claim left open; no loss shown and none open. Each has the answer's plain first
-#: sentence (``lead``, issue 37) and what to do (``unknown_head_text``, the answer box and the practice section, each
-#: after a lead-in that names the case: the router must also pick the head).
+#: The fully task-unknown outcomes at the gentlest shift, in order: a loss shown per sample and with batches; per
+#: sample only, batches shown not to lose; per sample only, batches left open; no loss shown per sample but a claim
+#: left open; none shown and none open. Each has the answer's first sentence (``lead``) and what to do.
 _OUTCOMES = (
-    lambda c, f: _head_loses(c, f, "b1") and _head_loses(c, f, "bmax"),
-    lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and not _head_open(c, f, "bmax"),
-    lambda c, f: _head_loses(c, f, "b1") and not _head_loses(c, f, "bmax") and _head_open(c, f, "bmax"),
-    lambda c, f: not _head_loses(c, f, "b1") and _head_open(c, f, "b1"),
-    lambda c, f: not _head_loses(c, f, "b1") and not _head_open(c, f, "b1"),
+    lambda c, f: _head(c, f, "b1") and _head(c, f, "bmax"),
+    lambda c, f: _head(c, f, "b1") and not _head(c, f, "bmax") and not _head(c, f, "bmax", OPEN_KINDS),
+    lambda c, f: _head(c, f, "b1") and not _head(c, f, "bmax") and _head(c, f, "bmax", OPEN_KINDS),
+    lambda c, f: not _head(c, f, "b1") and _head(c, f, "b1", OPEN_KINDS),
+    lambda c, f: not _head(c, f, "b1") and not _head(c, f, "b1", OPEN_KINDS),
 )
 LEAD = tuple(Note("lead", when, text) for when, text in zip(_OUTCOMES, (
     "**Not without a cost.** Routing by statistics works at clear shifts, but with the task unknown and a gentle "
@@ -561,46 +480,39 @@ HEAD = tuple(Note("unknown_head_text", when, text) for when, text in zip(_OUTCOM
 
 
 def page_words(f: pd.DataFrame, cells: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
-    """The page's data-chosen words (plain Markdown, glued as ``ch06_<name>``) from the numbers ``f``
-    (:func:`findings`), the router cells ``cells`` (:func:`cell_tests`) and the claims ``table`` (:func:`claims`):
-    where routing works (``works_b1_short_text``, ``works_bmax_text``), the cells' counts
-    (``cell_counts_apart_text``), and the notes :data:`NOTES`, :data:`LEAD` and :data:`HEAD`."""
+    """The page's data-chosen words (glued as ``ch06_<name>``) from :func:`findings`, :func:`cell_tests` and
+    :func:`claims`: where routing works, the cells' counts, and the notes :data:`NOTES`, :data:`LEAD`, :data:`HEAD`."""
     gentle = number(f, "gentle")
     return dict(works_b1_short_text=works_phrase(_per_k(f, "works_from_b1"), gentle),
                 works_bmax_text=works_phrase(_per_k(f, "works_from_bmax"), gentle),
-                cell_counts_apart_text=cells_apart_text(cells, number(f, "tost_margin")),
-                **notes(NOTES + LEAD + HEAD, table, f))
+                cell_counts_apart_text=cells_apart_text(cells), **notes(NOTES + LEAD + HEAD, table, f))
 
 
-def cells_apart_text(cells: pd.DataFrame, margin: float = TOST_MARGIN) -> str:
-    """The router cells with those equal to the oracle by construction (``cells.identical``: every input routed to
-    its own bank in every seed) said apart and not counted as findings (issue 35), then the book's counts
-    (:func:`bnstudy.study.words.counts_text`, printed verdicts) over the others."""
+def cells_apart_text(cells: pd.DataFrame) -> str:
+    """The router cells equal to the oracle by construction said apart (no finding; issue 35), then the book's
+    counts of the printed verdicts over the others."""
     same, other = int(cells.identical.sum()), cells[~cells.identical]
     head = (f"{same} of the {len(cells)} router cells send every input to its own bank in every seed and so equal "
             "the oracle by construction (no finding); of the other cells, ")
-    return head + counts_text(other, "others", "a router", "the oracle", margin, ALPHA).replace(
+    return head + counts_text(other, "others", "a router", "the oracle", TOST_MARGIN, ALPHA).replace(
         f" of the {len(other)} others", f" of {len(other)}", 1) if len(other) else head.replace(
         "; of the other cells, ", "; no other cell is left")
 
 
 def _mixture(c: pd.DataFrame) -> str:
-    """The soft mixture's claim at the largest task count (its kind, for :data:`MIXTURE_NOTES`)."""
+    """The kind of the soft mixture's claim at the largest task count."""
     return claim(c, max((key for key in c.key if key.startswith("mixture_vs_oracle_k")),
                         key=lambda key: int(key.rsplit("_k", 1)[1]))).kind
 
 
 def _worst_at_best(tf: pd.DataFrame) -> dict:
-    """The fields of the held-out temperature notes (``tf``: :func:`temperature_findings`): ``kept``, ``best``,
-    ``m`` (the cells checked at ``best``) and ``w``, the worst interval at ``best``."""
     best = number(tf, "best")
     return dict(kept=number(tf, "kept"), best=best, m=number(tf, "best_m"),
                 w=number(tf, f"worst_tau_{_slug(f'{best:g}')}"))
 
 
-#: The practice bullet on the soft mixture, on the claims table and the held-out temperature check's numbers
-#: (:func:`temperature_findings`): ``mixture_text`` by the mixture's verdict at the largest task count ("Prefer hard
-#: routing" only where it is shown lower); ``temperature_text`` by what the held-out check found.
+#: The practice bullet on the soft mixture: ``mixture_text`` by the mixture's verdict at the largest task count,
+#: ``temperature_text`` by what the held-out temperature check (:func:`temperature_findings`) found.
 MIXTURE_NOTES = (
     Note("mixture_text", lambda c, tf: _mixture(c) == "lower", "Prefer hard routing to the soft mixture."),
     Note("mixture_text", lambda c, tf: _mixture(c) == "higher", "The soft mixture beats the oracle here."),
@@ -624,10 +536,9 @@ MIXTURE_NOTES = (
 
 # --- shift families that are not brightness/contrast (issue 35) ----------------------------------------------------
 
-#: The family questions (one family of its own, Bonferroni over its comparisons, margin :data:`TOST_MARGIN`), per
-#: shift family and task count, condition minus the oracle: the fully task-unknown cost (:func:`_routed_head`) at the
-#: gentlest family strength; the task's own head on the routed statistics there; and the cost of a wrong bank (shared
-#: drifting statistics, pinned statistics) at the strongest family strength.
+#: The family questions (a family of their own), per shift family and task count, condition minus the oracle: the
+#: fully task-unknown cost and the task's own head on the routed statistics at the gentlest family strength, and the
+#: cost of a wrong bank (shared drifting or pinned statistics) at the strongest.
 _FAM = dict(reference="oracle", each=("shift_family", "n_tasks"), table="means", margin=TOST_MARGIN)
 FAMILY_QUESTIONS = (
     *_routed_head("fam_{shift_family}_routed", "min_positive", _FAM),
@@ -644,14 +555,12 @@ def _per_family(fdf: pd.DataFrame, table) -> pd.DataFrame:
 
 
 def family_claims(fdf: pd.DataFrame) -> pd.DataFrame:
-    """The claims table of :data:`FAMILY_QUESTIONS` and, at the second-gentlest strength, the fully task-unknown
-    questions again (keys ``fam_<family>_routed_next_<b1|bmax>_k<K>``: the first level at which the grid's blurs and
-    added noise are more than next to nothing; issue 35's referee: at the gentlest, 0.1, a blur of std 0.1 to 0.3 px
-    leaves the image as it was; added after that review, disclosed on the page). Keys ``fam_<family>_<question>_k<K>``,
-    one family; an empty claims table when ``fdf`` has no rows. Raises ``ValueError`` if a condition is missing."""
+    """The claims table of :data:`FAMILY_QUESTIONS` and, at the second-gentlest strength (the first at which the
+    blurs and added noise are more than next to nothing; added after issue 35's review), the fully task-unknown
+    questions again (``fam_<family>_routed_next_<b1|bmax>_k<K>``); empty without rows. Raises ``ValueError`` if a
+    condition is missing."""
     if not len(fdf):
-        return pd.DataFrame(columns=["key", "estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalence",
-                                     "margin", "confidence", "kind", "verdict"])
+        return pd.DataFrame(columns=CLAIM_COLUMNS)
     levels = sorted(fdf.strength.unique())
     questions = FAMILY_QUESTIONS + (_routed_head("fam_{shift_family}_routed_next", float(levels[1]), _FAM)
                                     if len(levels) > 1 else ())
@@ -660,18 +569,11 @@ def family_claims(fdf: pd.DataFrame) -> pd.DataFrame:
 
 def family_findings(fdf: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """The families' numbers table (glued as ``ch06_<key>``), per shift family ``<f>`` and task count ``K``:
-    ``fam_<f>_works_from_b1_k<K>`` / ``_bmax_``: the smallest family strength from which ``nearest_first``'s routing
-    is shown above :data:`ROUTE_OK` there and at every stronger one (its interval at the families' claims level,
-    ``table``: :func:`family_claims`; NaN: at none; :func:`_threshold`); ``fam_<f>_route_gentle_b1_k<K>`` /
-    ``_strong_b1_``: routing accuracy (95% over seeds); ``fam_<f>_oracle_new_<gentle|strong>_k<K>``: the new tasks'
-    accuracy under the oracle (95% over seeds; these shifts are not undone by the task's own statistics);
-    ``fam_<f>_worst_routed_k<K>`` (at ``_t_``): the most negative mean routed-head cost per sample at the strengths
-    where routing works (``works_from_b1`` and above; 95% t interval, not in the claims family; absent where routing
-    never works); ``fam_bmax_home_from``: the smallest family strength from which ``nearest_first`` with the largest
-    batches sends every input home in every seed and pair; ``fam_gentle`` / ``fam_next`` / ``fam_strong``: the
-    family strengths; ``fam_gentle_blur_max`` / ``fam_gentle_noise_max``: the largest blur std (px) and added-noise
-    std at the gentlest; ``fam_m`` / ``fam_confidence``: the claims family; ``fam_near_chance``:
-    :data:`NEAR_CHANCE`. Raises ``ValueError`` if a condition is missing or ``table`` has no comparison."""
+    ``fam_<f>_works_from_<b1|bmax>_k<K>`` (as in :func:`findings`, at the family claims' level, ``table``:
+    :func:`family_claims`), routing and the new tasks' oracle accuracy at the gentlest and strongest strength,
+    ``fam_<f>_worst_routed_k<K>`` (at ``_t_``): the most negative routed-head cost per sample where routing works
+    (95%, not in the claims family); ``fam_bmax_home_from``: from which strength the largest batches route every
+    input home. Raises ``ValueError`` if a condition is missing or ``table`` has no comparison."""
     fam = page_family(table)
     m = _per_family(_conditions(fdf, "family_findings"), seed_means)
     strengths, batches = sorted(m.strength.unique()), sorted(m.inference_batch.unique())
@@ -705,7 +607,7 @@ def family_findings(fdf: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
 
 
 def family_design_text(families) -> str:
-    """The shift families of ``families`` (names of :data:`.run.FAMILY_SHIFTS`) in words, from the table itself."""
+    """The shift families of ``families`` in words, from :data:`.run.FAMILY_SHIFTS`."""
     def amount(v, unit):
         return f"{v:g}t{unit}" if v != 1 else f"t{unit}"
 
@@ -727,12 +629,8 @@ def _near_chance(f: pd.DataFrame, fam: str, k: int) -> bool:
 
 
 def family_table(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame) -> pd.DataFrame:
-    """The families' display table: one row per (shift family, task count) with ``nearest_first``'s per-sample
-    routing at the gentlest and strongest family strength, where routing works (per sample, with the largest
-    batches), its own-head cost and the routed head minus the oracle at the gentlest and the next strength (per
-    sample, largest batches), the new tasks' oracle accuracy at the strongest and the wrong-bank costs there (marked
-    where that oracle is near chance, :data:`NEAR_CHANCE`) (``table``: :func:`family_claims`, ``f``:
-    :func:`family_findings`). Plain text (an HTML table shows no Markdown)."""
+    """The families' display table, one row per (shift family, task count), from :func:`family_claims` (``table``)
+    and :func:`family_findings` (``f``); plain text (an HTML table shows no Markdown)."""
     bmax = int(fdf.inference_batch.max())
     gentle, nxt, strong = number(f, "fam_gentle"), number(f, "fam_next"), number(f, "fam_strong")
     where = lambda t: "none" if math.isnan(t) else f"t ≥ {fmt_level(t)}"  # noqa: E731
@@ -760,37 +658,29 @@ def family_table(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame) -> pd.
 
 
 def family_claim_text(c) -> str:
-    """:func:`bnstudy.study.words.claim_text` of a family claim, except a difference that is zero in every seed (every
-    input routed to its own bank, :func:`_kind_or_home`: no finding), said as such."""
+    """:func:`bnstudy.study.words.claim_text` of a family claim, or, for a difference zero in every seed (every
+    input routed home: no finding), that."""
     if _kind_or_home(c) == "home":
         return f"0 in every seed (every input routed home; {verdict_md(c)})"
     return claim_text(c, clip=(-1, 1))
 
 
 def family_routes(fdf: pd.DataFrame) -> pd.DataFrame:
-    """:func:`seed_table` of the routing accuracy of the routers, per shift family (with ``shift_family``)."""
+    """:func:`seed_table` of the routers' routing accuracy, per shift family."""
     return _per_family(fdf, lambda g: seed_table(g, ["routing_accuracy"], ROUTERS))
 
 
 #: How the page names each shift family in a list.
 FAMILY_WORDS = {"blur": "blur", "noise": "added noise", "mix": "a mix of blur and added noise"}
-#: Verdict kinds that leave a comparison open (neither a direction nor equivalence shown).
-OPEN_KINDS = ("not decided", "too few seeds")
 #: The page's words for a family section with no rows (``shift_families`` empty).
 NO_FAMILY = "No shift family other than brightness/contrast was run here (shift_families is empty)."
 
 
 def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None) -> dict[str, str]:
-    """The families' sentences (glued as ``ch06_<name>``): ``fam_intro_text`` (what was run, from
-    :data:`.run.FAMILY_SHIFTS` and the strengths, and how little the gentlest level shifts), ``fam_oracle_text``
-    (these shifts are detected, not undone: the oracle's own fall), ``fam_unknown_text`` (the fully task-unknown
-    cost counted over the (family, task count) pairs, per sample and with the largest batches, at the gentlest and
-    the next strength, and the largest loss above the gentlest), ``fam_routing_text`` (where routing works, at the
-    claims' family level), ``fam_wrong_text`` (the wrong-bank costs counted, :func:`bnstudy.study.words.counts_text`,
-    floors named), ``fam_cells_text`` (the
-    router cells with those equal to the oracle by construction apart, :func:`cells_apart_text`) and ``fam_answer``
-    (one sentence for the answer box and the front page: counts of the printed verdicts at both strengths, and what
-    to do by :func:`family_advice` on the next strength's). With no rows every one says so (:data:`NO_FAMILY`)."""
+    """The families' sentences (glued as ``ch06_<name>``) from the rows, :func:`family_claims` (``table``) and
+    :func:`family_findings` (``f``): what was run, the oracle's own fall, the fully task-unknown cost, where routing
+    works, the wrong-bank costs (floors named), the router cells and the answer (``fam_answer``, with what to do by
+    :func:`family_advice`). With no rows each says so (:data:`NO_FAMILY`)."""
     families = list(dict.fromkeys(fdf.shift_family))
     keys = ("fam_intro_text", "fam_oracle_text", "fam_unknown_text", "fam_routing_text", "fam_wrong_text",
             "fam_cells_text", "fam_answer")
@@ -822,6 +712,7 @@ def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None)
         "noise change mostly each channel's variance, which the first BatchNorm layer's statistics see: these are "
         "shifts a BatchNorm layer cannot undo, not shifts its statistics cannot detect. A shift matched in variance "
         "(the mix's task B comes close where its routing dips) is the test left open.")
+
     def loss(fam, k):
         if f"fam_{fam}_worst_routed_k{k}" not in set(f["key"]):
             return f"none with {count_word(k)} tasks (routing never works there)"
@@ -881,15 +772,12 @@ def family_words(fdf: pd.DataFrame, table: pd.DataFrame, f: pd.DataFrame | None)
 
 
 def _kind_or_home(c) -> str:
-    """A family claim's verdict kind, or ``"home"`` where the difference is zero in every seed (every input routed
-    home: equal to the oracle by construction; issue 35)."""
+    """A family claim's verdict kind, or ``"home"`` where the difference is zero in every seed."""
     return "home" if c.n > 0 and c.estimate == 0 and c.low == 0 and c.high == 0 else c.kind
 
 
 def _counted(rows: list) -> str:
-    """Family claims counted by printed verdict kind, e.g. "shown lower in 2 and equivalent within ±0.02 in 1 (0 in
-    every seed: every input routed home)": a claim equal to the oracle by construction (:func:`_kind_or_home`) keeps
-    its printed verdict, and is said to be such."""
+    """Family claims counted by printed verdict kind, those zero in every seed said to be such."""
     kinds, home = [c.kind for c in rows], [c.kind for c in rows if _kind_or_home(c) == "home"]
     words = {"lower": "shown lower", "equivalent": f"equivalent within ±{TOST_MARGIN:g}", "not decided": "not decided",
              "higher": "shown higher", "too few seeds": "with too few seeds"}
@@ -903,9 +791,8 @@ def _counted(rows: list) -> str:
 
 
 def family_advice(b1: list, bmax: list) -> str:
-    """What to do under the other shift families, from the printed verdict kinds of the routed-head claims per
-    sample (``b1``) and with the largest batches (``bmax``): a loss shown with batches, per sample only (batches
-    decided or not), none shown but some comparison open (:data:`OPEN_KINDS`), or none shown and none open."""
+    """What to do under the other shift families, from the routed-head verdict kinds per sample (``b1``) and with
+    the largest batches (``bmax``); an open comparison (:data:`OPEN_KINDS`) is never read as no loss."""
     if "lower" in bmax:
         return "where the shift is this gentle, keep a task label, since pooled batches lose there too."
     if "lower" in b1:
@@ -917,4 +804,3 @@ def family_advice(b1: list, bmax: list) -> str:
         return "no loss is shown, but its absence is not shown either (some intervals include losses): whether " \
                "these shifts need a task label is not decided on this grid."
     return "no loss is shown there, so routing by statistics serves these shifts too on this grid."
-

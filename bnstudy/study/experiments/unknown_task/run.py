@@ -1,23 +1,18 @@
 """Chapter 6, what is trained: one frozen backbone with a :class:`~bnstudy.study.banks.StatisticBank` (bank 0: task A's
 BatchNorm statistics; bank ``j``: new task ``j``'s, accumulated in train mode while its head learns), and every
-evaluation input routed to a bank by the routers of :mod:`bnstudy.study.routing`, which see only the input.
+evaluation input routed to a bank by the routers of :mod:`bnstudy.study.routing`, which see only the input. Tasks
+(:func:`bnstudy.study.tasks.make_task`): task A plus ``n_tasks - 1`` tasks shifted by :func:`shift_of` or, in the
+shift families, :func:`corruption_of`.
 
-Tasks (:func:`bnstudy.study.tasks.make_task`, each with its own templates and head): task A (no shift) plus ``n_tasks -
-1`` shifted tasks; at shift strength ``t`` (:func:`shift_of`) ``B`` has brightness ``4t`` and contrast ``1 + 4t``
-(chapter 3's ``both`` line: ``t = 1`` is chapter 1's shift), ``C`` brightness ``-4t`` and contrast ``1 + 4t``,
-``D`` brightness 0 and contrast ``1 / (1 + 4t)``.
+Conditions per task, all from one trained backbone per seed (paired): the :data:`ROUTERS` at each inference batch
+size (one decision per ``b`` consecutive samples of one task); ``oracle`` (the task's own bank); ``train_mode`` (one
+set of statistics drifting through the new tasks in order); ``pinned`` (task A's statistics, heads trained on them).
+``accuracy`` uses the true task's head, ``accuracy_routed_head`` the routed one (the task fully unknown).
 
-``accuracy`` is the true task's head on the routed statistics (the application knows its question, not which
-statistics the input needs); ``accuracy_routed_head`` lets the router pick the head too (fully task-unknown).
-Conditions per task, all from one trained backbone per seed (paired): the routers ``nearest_first``,
-``nearest_all``, ``classifier``, ``mixture`` at each inference batch size (one decision per ``b`` consecutive
-samples of one task); ``oracle`` (the task's own bank); ``train_mode`` (one set of statistics that drifted through
-the new tasks in order); ``pinned`` (task A's statistics, heads trained on them).
-
-Identity used (a check, not a finding): a train-mode BatchNorm's output depends only on the batch, so the heads
-trained under ``train_mode`` are the banks' heads, and as bank ``j`` starts from bank ``j-1``'s final statistics,
-the shared drifting statistics after the last task *are* the last bank. One training pass per task therefore
-serves oracle, routers and ``train_mode``; ``pinned`` heads train in lockstep on the same batches.
+A train-mode BatchNorm's output depends only on the batch, and bank ``j`` starts from bank ``j-1``'s final
+statistics, so the heads trained under ``train_mode`` are the banks' heads and the drifting statistics after the last
+task *are* the last bank (a check, not a finding): one training pass per task serves oracle, routers and
+``train_mode``; ``pinned`` heads train in lockstep on the same batches.
 """
 
 from __future__ import annotations
@@ -42,16 +37,13 @@ from ...sweep import default_cache_dir, run_sweep
 from ...tasks import BatchStream, TemplateTask, eval_set, gaussian_blur, generator, make_task
 
 NAMESPACE = "ch06_unknown_task"
-#: Every parameter decides the units (the mixture runs at the temperature), so rows given to the page must come
-#: with every parameter as that run had it.
+#: Every parameter decides the units, so rows given to the page must come with every parameter as that run had it.
 ANALYSIS_PARAMETERS = ()
 #: The namespace of the shift families that are not brightness/contrast (:func:`run_families`).
 FAMILY_NAMESPACE = "ch06_shift_families"
-#: Parameters added after rows of the release were computed, with their value for those rows
-#: (docs/chapter-code.md): the shift families of issue 35 (rows computed before them ran none).
+#: Parameters added after rows of the release were computed, with their value for those rows (docs/chapter-code.md).
 READ_DEFAULTS: dict = {"shift_families": (), "family_strengths": ()}
-#: The tables saved beside ``06_unknown_task.csv`` that the page analyses (:func:`run_tables`): the temperature
-#: check's rows (its sidecar records its own configuration, :func:`sibling_parameters`) and the shift families'.
+#: The tables saved beside ``06_unknown_task.csv`` that the page analyses (:func:`run_tables`).
 SIBLING_TABLES = ("temperature", "families")
 TASK_NAMES = ("A", "B", "C", "D")
 ROUTERS = ("nearest_first", "nearest_all", "classifier", "mixture")
@@ -64,13 +56,9 @@ TOST_MARGIN = 0.02
 #: Routing accuracy that counts as "routing works" (shown above it by a one-sided t test).
 ROUTE_OK = 0.9
 
-#: Shift families that are not a brightness/contrast change (issue 35): each new task's images are corrupted
-#: after sampling, by a per-channel Gaussian blur (std in pixels; :func:`bnstudy.study.tasks.gaussian_blur`) and/or
-#: extra Gaussian pixel noise (std; the tasks' own pixel noise is 3), neither of which a per-channel affine map
-#: undoes. ``(blur, noise)`` per unit of strength ``t``, per task (task A is never shifted):
-#: ``blur``: the new tasks differ in how much they are blurred; ``noise``: in how much noise is added; ``mix``:
-#: in *which* corruption (B both, C blur only, D noise only), at one level. Chosen before any family was run, with
-#: chapter 3's blur (up to 3 px) and added-noise (up to 6) ranges as the guide; not tuned.
+#: Shift families no per-channel affine map undoes (issue 35): ``(blur std in px, extra pixel noise std)`` per unit
+#: of strength, per new task (the tasks' own pixel noise is 3). Fixed before any family was run, from chapter 3's
+#: blur (up to 3 px) and added-noise (up to 6) ranges; not tuned.
 FAMILY_SHIFTS = {
     "blur": {"B": (2.0, 0.0), "C": (1.0, 0.0), "D": (3.0, 0.0)},
     "noise": {"B": (0.0, 3.0), "C": (0.0, 1.5), "D": (0.0, 4.5)},
@@ -85,12 +73,10 @@ PROFILES = {
     "full": dict(seeds=10, strengths=(0.0, 0.0025, 0.005, 0.01, 0.03, 0.1, 0.25, 0.5, 1.0), steps=300, n_eval=960,
                  router_samples=1024, shift_families=SHIFT_FAMILIES, family_strengths=(0.1, 0.25, 0.5, 1.0, 2.0)),
 }
-#: Settings chosen by trying, disclosed on the page: the mixture temperature tried first (then 0.1 kept) and the
-#: first strength grid (it routed 100% everywhere, so the grid was moved to gentler shifts).
+#: Settings chosen by trying, disclosed on the page: the first temperature and strength grid.
 TEMPERATURE_TRIED_FIRST = 1.0
 FIRST_STRENGTH_GRID = (0.0625, 0.25, 1.0)
-#: The temperature check: seeds that are NOT reported, four tasks, one decision per sample, and the mixture at
-#: each of ``check_temperatures`` besides the config's own temperature.
+#: The temperature check: held-out seeds, four tasks, one decision per sample, the mixture at extra temperatures.
 TEMPERATURE_CHECK = {
     "quick": dict(seeds=(10, 11), n_tasks=(4,), strengths=(0.03, 0.1, 1.0), inference_batches=(1,),
                   check_temperatures=(0.03, 0.3, 1.0)),
@@ -185,13 +171,10 @@ def unit_tasks(u: UnitConfig) -> list[TemplateTask]:
 
 
 class Config(ChapterConfig):
-    """Chapter 6's parameters (the notebook's parameters cell), checked by :class:`bnstudy.study.design.ChapterConfig`
-    (``ValueError`` naming the parameter). ``seeds``: an int ``n`` (seeds 0..n-1) or a list; ``n_tasks``: 2..4;
-    ``strengths``: shift strengths (:func:`shift_of`); ``n_eval``: samples per task's evaluation set;
-    ``steps``, ``lr``, ``batch_size``: each new head's training (SGD, momentum 0.9); ``router_samples``: samples
-    per task (training distribution) the classifier router is fitted on; ``temperature``: the mixture's (nats);
-    ``check_temperatures``: extra mixture temperatures at the smallest batch (conditions ``mixture_tau=<value>``,
-    set by :func:`temperature_check_config`); ``noise``, ``momentum``: the tasks' pixel noise, BatchNorm momentum."""
+    """Chapter 6's parameters (the notebook's parameters cell; ``ValueError`` naming a bad one). ``steps``, ``lr``,
+    ``batch_size``: each new head's training (SGD, momentum 0.9); ``router_samples``: samples per task the classifier
+    router is fitted on; ``temperature``: the mixture's (nats); ``check_temperatures``: extra mixture temperatures at
+    the smallest batch (:func:`temperature_check_config`); ``noise``, ``momentum``: pixel noise, BatchNorm momentum."""
 
     PARAMETERS = dict(profile="quick", seeds=(0, 1), n_tasks=(2, 4), strengths=(0.0, 0.005, 1.0),
                       inference_batches=(1, 2, 8, 32), steps=50, n_eval=160, router_samples=128, temperature=0.1,
@@ -232,8 +215,7 @@ class Config(ChapterConfig):
     )
 
     def units(self, strengths: tuple | None = None) -> list[UnitConfig]:
-        """One :class:`UnitConfig` per (seed, n_tasks, strength), seeds outermost (``strengths``: default the
-        config's)."""
+        """One :class:`UnitConfig` per (seed, n_tasks, strength), seeds outermost."""
         return [UnitConfig(seed=s, n_tasks=k, strength=t, steps=self.steps, n_eval=self.n_eval,
                            router_samples=self.router_samples, inference_batches=self.inference_batches,
                            temperature=self.temperature, noise=self.noise, momentum=self.momentum, lr=self.lr,
@@ -252,8 +234,8 @@ def make_config(profile: str = "quick", **overrides) -> Config:
 
 
 def temperature_check_config(config: Config) -> Config:
-    """``config`` with :data:`TEMPERATURE_CHECK` of its profile (held-out seeds, four tasks, b = 1, extra
-    temperatures). Raises ``ValueError`` if a held-out seed is one of ``config.seeds``."""
+    """``config`` with :data:`TEMPERATURE_CHECK` of its profile. Raises ``ValueError`` if a held-out seed is
+    reported."""
     overlap = sorted(set(TEMPERATURE_CHECK[config.profile]["seeds"]) & set(config.seeds))
     if overlap:
         raise ValueError(f"the temperature check's seeds must not be reported seeds; {overlap} are in both")
@@ -416,25 +398,20 @@ def _sweep(units: list, namespace: str, desc: str, execution: Execution | None) 
 
 
 def run(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """Run chapter 6's sweep (resumable through the run cache): one row per (seed, n_tasks, strength, task,
-    condition, inference_batch) with ``brightness, contrast, routing_accuracy`` (fraction of the task's samples sent
-    to its own bank; NaN for ``train_mode`` and ``pinned``), ``accuracy``, ``accuracy_routed_head`` (fractions),
-    ``temperature`` (the mixture's), ``oracle_logit_change``, ``source_task_a_accuracy`` and ``unit_wall_s``
-    (seconds for the whole unit)."""
+    """Chapter 6's sweep (resumable): one row per (seed, n_tasks, strength, task, condition, inference_batch) with
+    the task's shift, :func:`run_unit`'s record and ``unit_wall_s`` (seconds for the whole unit)."""
     return _sweep(config.units(), NAMESPACE, "chapter 6 units", execution)
 
 
-#: The family table's columns (an empty table keeps them when ``shift_families`` is empty).
+#: The family table's columns (an empty table keeps them).
 FAMILY_COLUMNS = ("seed", "n_tasks", "shift_family", "strength", "blur", "extra_noise", "task", "condition",
                   "inference_batch", "routing_accuracy", "accuracy", "accuracy_routed_head", "temperature",
                   "oracle_logit_change", "source_task_a_accuracy", "unit_wall_s")
 
 
 def run_families(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """The shift families that are not brightness/contrast (:data:`FAMILY_SHIFTS`), at ``config.family_strengths``
-    for every family of ``config.shift_families``: :func:`run`'s rows with ``shift_family, blur, extra_noise`` (the
-    task's blur std in pixels and extra noise std) in place of ``brightness, contrast`` (columns
-    :data:`FAMILY_COLUMNS`; an empty table when no family is asked)."""
+    """:func:`run`'s rows for ``config.shift_families`` at ``config.family_strengths``, with ``shift_family, blur,
+    extra_noise`` in place of ``brightness, contrast`` (empty when no family is asked)."""
     units = config.family_units()
     if not units:
         return pd.DataFrame(columns=list(FAMILY_COLUMNS))
@@ -442,9 +419,8 @@ def run_families(config: Config, execution: Execution | None = None) -> pd.DataF
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """What the page analyses, as the tables it saves: ``(run(config), {"temperature":
-    run(temperature_check_config(config)), "families": run_families(config)})``. Raises ``TypeError`` for another
-    config."""
+    """What the page analyses: ``(run(config), {"temperature": ..., "families": ...})``. Raises ``TypeError`` for
+    another config."""
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs an unknown_task.Config (see make_config), got {type(config).__name__}")
     return run(config, execution), dict(temperature=run(temperature_check_config(config), execution),
@@ -452,8 +428,7 @@ def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.D
 
 
 def sibling_parameters(config: Config) -> dict:
-    """``{"temperature": (parameters, resolved)}``: the temperature table's sidecar records the check's own
-    configuration, every field resolved (:func:`bnstudy.study.report.rows_or_run`'s ``sibling_parameters``)."""
+    """``{"temperature": (parameters, resolved)}``: the temperature table's sidecar records the check's own config."""
     from ...report import config_parameters
     return {"temperature": config_parameters(temperature_check_config(config), {}, ANALYSIS_PARAMETERS)}
 
@@ -461,22 +436,19 @@ def sibling_parameters(config: Config) -> dict:
 # --- run costs and sidecars ---------------------------------------------------------------------------------------
 
 def run_workers(provenance: dict | None, execution: Execution) -> int:
-    """The worker processes of the run behind the page: the earlier run's record (``provenance``, when the page
-    analyses its rows), else ``execution``'s (``n_jobs``, or one per CPU core)."""
+    """The worker processes of the run behind the page: the earlier run's record, else ``execution``'s."""
     import os
     return int((provenance or {}).get("workers") or execution.n_jobs or os.cpu_count())
 
 
 def worker_minutes(*tables: pd.DataFrame) -> float:
-    """Worker-minutes to compute every unit of ``tables`` (:func:`run`'s or :func:`run_families`') from an empty
-    cache."""
+    """Worker-minutes to compute every unit of ``tables`` from an empty cache."""
     return float(sum(t.drop_duplicates([c for c in ("shift_family", "seed", "n_tasks", "strength") if c in t])
                      .unit_wall_s.sum() for t in tables)) / 60
 
 
 def sidecar_parameters(config: Config) -> dict:
-    """A run table's sidecar parameters: the book runner's ``$BNSTUDY_RUN_PARAMETERS`` (``seeds`` may be ``None``,
-    "the profile's") with every field of ``config`` as used."""
+    """A run table's sidecar parameters: ``$BNSTUDY_RUN_PARAMETERS`` with every field of ``config`` as used."""
     import json
     import os
     return {**json.loads(os.environ.get("BNSTUDY_RUN_PARAMETERS") or "{}"), **config.asdict()}
