@@ -204,7 +204,7 @@ def test_findings_on_a_table_whose_answers_are_known():
     assert (_n(f, "t2_logit_mates"), _n(f, "t2_logit_mates_min"), _n(f, "t2_logit_mates_max")) == \
         pytest.approx((4.0, 3.0, 5.0))
     assert _v(f, "t2_eval") == "exact, checked ==" and _n(f, "t2_acc_b_mates") == pytest.approx(0.3)
-    assert _v(f, "t3_aux_untouched") == "exact, checked ==" and _n(f, "t3_aux_change_fixed") == pytest.approx(0.3)
+    assert _v(f, "t3_aux_untouched") == "exact, checked =="
     assert (_n(f, "t4_train_shuffled"), _n(f, "t4_train_half"), _n(f, "t4_half"), _n(f, "t4_train_sorted")) == \
         pytest.approx((0.9, 0.7, 0.5, 0.3))
     assert _n(f, "t4_monotone") is True and _n(f, "t4_shuffled_clean") is True and \
@@ -216,10 +216,8 @@ def test_findings_on_a_table_whose_answers_are_known():
     assert [k for k in f[1]["key"] if k.startswith("t5_train_b")] == ["t5_train_b1", "t5_train_b4", "t5_train_b16",
                                                                       "t5_train_b32"]
     assert [_n(f, f"t5_train_b{b}") for b in (1, 4, 16, 32)] == pytest.approx([0.1, 0.6, 0.95, 0.95])
-    assert (_n(f, "t5_smallest"), _n(f, "t5_first_ok")) == (1, 16.0) and _n(f, "t5_eval") == pytest.approx(0.95)
+    assert _n(f, "t5_smallest") == 1 and _n(f, "t5_eval") == pytest.approx(0.95)
     assert _v(f, "t5_lint_matches") == "exact, checked =="
-    # trap 3 at the run line: dropout's effect, fix - fix with dropout off (negative: dropout costs)
-    assert _n(f, "t3_dropout_effect").mean == pytest.approx(-0.11) and _n(f, "t3_dropout_effect").high < 0
     assert _c(f, "t3_whole_vs_fix")["estimate"] == pytest.approx(0.0) and _v(f, "t3_whole_vs_fix") == "not decided"
     assert _v(f, "t3_nodrop_equals_whole") == "not exact" and _c(f, "t3_nodrop_equals_whole")["estimate"] == \
         pytest.approx(0.12)
@@ -275,7 +273,6 @@ def test_findings_on_a_table_whose_answers_are_known():
     c = _c(f, "t1_tuned_price")
     assert c["estimate"] == pytest.approx(0.10) and c["verdict"] == "drifting higher"
     assert (_n(f, "t1_tuned_price_b_pos_seeds"), _n(f, "t1_tuned_price_b_neg_seeds")) == (3, 0)
-    assert np.isnan(_n(f, "t1_tuned_price_b_same_rate").mean)  # the pinned sweep has no rate 0.02 in this table
     assert _n(f, "t1_tuned_gain_drifting").mean == pytest.approx(0.02)
     assert (_n(f, "t1_tuned_loss_last_drifting"), _n(f, "t1_tuned_loss_last_pinned")) == pytest.approx((2.0, 2.5))
     # trap 5's training arm: batch statistics - pinned
@@ -290,8 +287,7 @@ def test_findings_on_a_table_whose_answers_are_known():
                                                           f"threshold of 16")
     # -0.03 at batch 4, spread 0.01 over 3 seeds: not decided at the family's level, so no cost counted
     assert _v(f, "t5t_reest_b4") == "not decided" and _n(f, "t5t_costs_n") == 0
-    assert _n(f, "t5t_reest_gain_b4").mean == pytest.approx(0.01) and _n(f, "t5t_loss_last_pinned_b16") == \
-        pytest.approx(0.1)
+    assert _n(f, "t5t_loss_last_pinned_b16") == pytest.approx(0.1)
     assert _n(f, "t5t_change_pinned_b4").mean == pytest.approx(0.0)
 
 
@@ -360,9 +356,6 @@ def test_as_trained_count_is_the_counts_rule_over_its_own_family():
     # comparisons' own claims table, which leaves the chapter's family (and its intervals) as it was
     f = findings.findings(_table(bt_b4=(0.80, 0.81, 0.805), bt_pinned_b4=(0.90, 0.911, 0.905)))
     assert _n(f, "t5t_costs_n_as_trained") == 1 and _n(f, "family_m") == 13
-    t = findings._as_trained_claims({4: pd.Series([-0.1, -0.099, -0.1005])})
-    assert list(t["key"]) == ["t5t_as_trained_b4"] and t["verdict"].iloc[0] == "batch statistics lower"
-    assert findings._as_trained_claims({}).empty
 
 
 def test_batch_training_verdicts_use_the_re_estimated_comparison():
@@ -374,7 +367,7 @@ def test_batch_training_verdicts_use_the_re_estimated_comparison():
     c = _c(f, "t5t_reest_b4")  # -0.045, spread 0.001: batch statistics lower even at the family's level
     assert c["estimate"] == pytest.approx(-0.045) and c["verdict"] == "batch statistics lower"
     assert _n(f, "t5t_costs_n") == 1 and _n(f, "t5t_costs_n_as_trained") == 0
-    assert _n(f, "t5t_safe_batch") == 16.0 and _n(f, "t5t_safe_batch_as_trained") == 4.0
+    assert _n(f, "t5t_safe_batch") == 16.0
     assert _n(f, "t5t_change_pinned_reest_b4").mean == pytest.approx(0.95 - 0.95) and _n(f, "t5t_samples_b4") == 400
     assert _n(f, "t5t_reest_pinned_b4") == pytest.approx(0.95)
 
@@ -771,8 +764,8 @@ def _threads(main=(0.5, 0.6), other=(0.52, 0.57), quantities=("t1_eval_once", "t
 def test_thread_findings_on_a_hand_made_table():
     f = findings.thread_findings(_threads())
     n = lambda key: number(f, key)  # noqa: E731
-    assert (n("n_seeds"), n("threads_main"), n("threads_other"), n("n_runs"), n("n_differ")) == (2, 1, 2, 4, 4)
-    assert n("largest_t1_eval_once") == pytest.approx(0.03) and n("typical_t1_eval_once") == pytest.approx(0.025)
+    assert (n("n_seeds"), n("threads_other"), n("n_runs"), n("n_differ")) == (2, 2, 4, 4)
+    assert n("largest_t1_eval_once") == pytest.approx(0.03)
     assert (n("max_diff"), n("mean_diff")) == pytest.approx((0.03, 0.025))
     assert findings.thread_words(f) == {"max_quantity": findings.THREAD_WORDS["t1_eval_once"]}
     assert [k for k in f["key"] if k.startswith("paired_largest_")] == ["paired_largest_t1_price"]

@@ -1,6 +1,5 @@
 """Chapter 2, what is drawn: the figures, from :func:`.run.trap_table`'s tidy tables (means over seeds with 95%
-Student-t bands, :func:`bnstudy.study.plots.interval_frame`), and the display tables (plain text), from
-:func:`.findings.findings`' claims and numbers tables."""
+Student-t bands), and the display tables (plain text), from :func:`.findings.findings`' claims and numbers."""
 
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ def _curve(table: pd.DataFrame, x: str, value: str) -> pd.DataFrame:
 
 
 def _bands(ax, table: pd.DataFrame, x: str, lines) -> None:
-    """Per ``(value, label, color, marker)`` of ``lines``: its mean over seeds against ``x``, the 95% band shaded."""
     for q, label, color, marker in lines:
         c = _curve(table, x, q)
         ax.plot(c[x], c["mean"], marker=marker, ms=4, color=color, label=label)
@@ -30,9 +28,9 @@ def _bands(ax, table: pd.DataFrame, x: str, lines) -> None:
 
 
 def sorted_batches_figure(t4: pd.DataFrame, chance: float, tolerance: float):
-    """Trap 4: task-A accuracy in eval and train mode on the same batches against the share of each batch from one
-    class (top; circled: loaders the lint flagged in most seeds), and the paired differences train minus eval mode
-    and held-out accuracy after the pass minus before (bottom; inset: the latter zoomed, band +-``tolerance``)."""
+    """Trap 4: task-A accuracy in eval and train mode against the share of each batch from one class (circled:
+    flagged by the lint in most seeds), and below train minus eval mode and held-out accuracy after the pass minus
+    before (inset: the latter zoomed, band +-``tolerance``)."""
     fig, (ax, dx) = plt.subplots(2, 1, figsize=(6.6, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.25, 1]})
     _bands(ax, t4, "sorted_fraction", (
         ("module_eval_accuracy", "eval mode (running statistics)", style.STATISTICS["running"], "o"),
@@ -44,12 +42,9 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float, tolerance: float):
     ax.scatter(tm["sorted_fraction"][hit], tm["mean"][hit], s=70, facecolors="none", edgecolors="k", zorder=5,
                label="loader flagged by the lint")
     ax.axhline(chance, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance")
-    ax.set_ylabel("accuracy on task A")
-    ax.set_ylim(0, 1.02)
-    top = ax.secondary_xaxis("top")
-    top.set_xticks(dep["sorted_fraction"].tolist())
-    top.set_xticklabels([f"{v:.2f}".replace("-0.00", "0.00") for v in dep["mean"]])
-    top.set_xlabel("label dependence of the batches (audit)")
+    ax.set(ylabel="accuracy on task A", ylim=(0, 1.02))
+    ax.secondary_xaxis("top").set(xticks=dep["sorted_fraction"].tolist(), xlabel="label dependence of the batches "
+                                  "(audit)", xticklabels=[f"{v:.2f}".replace("-0.00", "0.00") for v in dep["mean"]])
     ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(0.0, 0.45))
     d = t4.assign(train_minus_eval=t4["module_train_accuracy"] - t4["module_eval_accuracy"],
                   after_minus_before=t4["module_eval_accuracy_after_pass"] - t4["source_task_a_accuracy"])
@@ -64,22 +59,20 @@ def sorted_batches_figure(t4: pd.DataFrame, chance: float, tolerance: float):
     ins.plot(c["sorted_fraction"], c["mean"], "^-", ms=3, color=style.GREEN)
     ins.fill_between(c["sorted_fraction"], c["lo"], c["hi"], color=style.GREEN, alpha=0.25)
     ins.axhline(0, color="0.4", lw=0.8)
-    ins.set_ylim(-1.5 * tolerance, 1.5 * tolerance)
+    ins.set(ylim=(-1.5 * tolerance, 1.5 * tolerance), xlim=dx.get_xlim())
     ins.set_title(f"after - before, zoomed (band \u00b1{tolerance:g})", fontsize=9, pad=3)
-    ins.set_xlim(dx.get_xlim())
     ins.tick_params(labelsize=9, labelbottom=False, left=False, labelleft=False, right=True, labelright=True)
-    dx.set_ylabel("difference in accuracy\n(paired per seed)")
-    dx.set_xlabel("share of each batch drawn from one class (0 = shuffled, 1 = class-sorted)")
+    dx.set(ylabel="difference in accuracy\n(paired per seed)",
+           xlabel="share of each batch drawn from one class (0 = shuffled, 1 = class-sorted)")
     dx.set_ylim(min(dx.get_ylim()[0], -0.05), 0.75)
     dx.legend(fontsize=9, loc="lower left")
     return min_text_size(fig)
 
 
 def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: float, chance_factor: float = 1.5):
-    """Trap 3: the main head's task-B accuracy, whole model pinned against the fix: (a) at the run line's rate
-    (``t3``), (b) at the rates ``chosen`` (setup -> rate) on validation data, per seed and mean with 95% interval,
-    ``chance`` and ``chance_factor`` x chance dashed; (c) validation accuracy against the rate (``tuned``), the
-    chosen rates starred, and the fix's auxiliary head when ``tuned`` has ``val_aux``."""
+    """Trap 3: the main head's task-B accuracy, whole model pinned against the fix, per seed and mean with 95%
+    interval: (a) at the run line's rate (``t3``), (b) at the rates ``chosen`` (setup -> rate) on validation data;
+    (c) validation accuracy against the rate (``tuned``), the chosen rates starred, and the fix's auxiliary head."""
     setups = ["whole_model", "backbone_only"]
     names = {"whole_model": "whole model\npinned", "backbone_only": "backbone pinned\n(the fix)"}
     colors = {"whole_model": style.MODES["all_eval"], "backbone_only": style.MODES["backbone_eval"]}
@@ -107,32 +100,28 @@ def dropout_figure(t3: pd.DataFrame, tuned: pd.DataFrame, chosen: dict, chance: 
     ax_a.set_ylabel("task-B test accuracy,\nmain head")
     plt.setp(ax_c.get_yticklabels(), visible=False)
     at = pd.concat([tuned[(tuned["setup"] == s) & (tuned["lr"] == chosen[s])] for s in setups])
+    steps = int(tuned["steps"].iloc[0])
     paired_panel(ax_c, at.pivot(index="seed", columns="setup", values="task_b_main")[setups],
-                 f"(b) chosen rates, {int(tuned['steps'].iloc[0]):,} steps")
+                 f"(b) chosen rates, {steps:,} steps")
     for s in setups:
         c = _curve(tuned[tuned["setup"] == s], "lr", "val_main")
         ax_b.plot(c["lr"], c["mean"], "-o", ms=4, color=colors[s], label=names[s].replace("\n", " "))
         ax_b.fill_between(c["lr"], c["lo"], c["hi"], color=colors[s], alpha=0.2)
         best = c[c["lr"] == chosen[s]]
         ax_b.plot(best["lr"], best["mean"], "*", ms=14, color=colors[s], mec="black", zorder=5)
-    if "val_aux" in tuned and tuned["val_aux"].notna().any():
-        c = _curve(tuned[tuned["setup"] == "backbone_only"], "lr", "val_aux")
-        ax_b.plot(c["lr"], c["mean"], "--^", ms=4, color=style.SKY, label="the fix's auxiliary head (no dropout)")
-        ax_b.fill_between(c["lr"], c["lo"], c["hi"], color=style.SKY, alpha=0.15)
+    c = _curve(tuned[tuned["setup"] == "backbone_only"], "lr", "val_aux")
+    ax_b.plot(c["lr"], c["mean"], "--^", ms=4, color=style.SKY, label="the fix's auxiliary head (no dropout)")
+    ax_b.fill_between(c["lr"], c["lo"], c["hi"], color=style.SKY, alpha=0.15)
     ax_b.axhline(chance, color="0.4", ls=":", lw=1, label="chance")
-    ax_b.set_xscale("log")
-    ax_b.set_ylim(0, 1)
-    ax_b.set_xlabel("learning rate (SGD, momentum 0.9); star: chosen")
-    ax_b.set_ylabel("task-B validation\naccuracy")
-    ax_b.set_title(f"(c) validation accuracy after {int(tuned['steps'].iloc[0]):,} steps")
+    ax_b.set(xscale="log", ylim=(0, 1), xlabel="learning rate (SGD, momentum 0.9); star: chosen",
+             ylabel="task-B validation\naccuracy", title=f"(c) validation accuracy after {steps:,} steps")
     ax_b.legend(fontsize=9, loc="upper left", ncol=2)
     return min_text_size(fig)
 
 
 def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float):
-    """Trap 5: train-mode minus eval-mode accuracy per per-device batch size (mean, 95% interval; shaded: where the
-    lint fires below ``min_batch``; dashed: ``-tolerance``; top axis: values per channel of the last BatchNorm), and
-    below the same zoomed on batches from 4 on."""
+    """Trap 5: train-mode minus eval-mode accuracy per per-device batch size (shaded: where the lint fires; dashed:
+    ``-tolerance``; top axis: values per channel of the last BatchNorm), and below the same zoomed from batch 4."""
     from matplotlib.ticker import NullLocator
     d = t5.assign(loss=t5["module_train_accuracy"] - t5["module_eval_accuracy"])
     c = _curve(d, "device_batch_size", "loss")
@@ -150,23 +139,22 @@ def batch_loss_figure(t5: pd.DataFrame, min_batch: int, tolerance: float):
     lo = min(float(zoomed["lo"].min()) if len(zoomed) else 0.0, -tolerance)
     zx.set_ylim(lo - 0.25 * (hi - lo + 1e-3), hi + 0.15 * (hi - lo + 1e-3))
     zx.set_xscale("log", base=2)
-    zx.set_xticks(bs); zx.set_xticklabels([str(int(b)) for b in bs]); zx.set_xlim(0.8, max(bs) * 1.25)
-    zx.xaxis.set_minor_locator(NullLocator())
-    zx.set_xlabel("per-device batch size m")
-    if "min_values_per_channel" in d:
-        cnt = d.groupby("device_batch_size")["min_values_per_channel"].first()
-        top = ax.secondary_xaxis("top")
-        top.set_xticks(bs); top.set_xticklabels([f"{int(cnt[b])}" for b in bs])
-        top.xaxis.set_minor_locator(NullLocator())
-        top.set_xlabel("values per channel, last BatchNorm (m x H x W; not tested as the count)")
+    zx.set(xticks=bs, xticklabels=[str(int(b)) for b in bs], xlim=(0.8, max(bs) * 1.25),
+           xlabel="per-device batch size m")
+    cnt = d.groupby("device_batch_size")["min_values_per_channel"].first()
+    top = ax.secondary_xaxis("top")
+    top.set(xticks=bs, xticklabels=[f"{int(cnt[b])}" for b in bs],
+            xlabel="values per channel, last BatchNorm (m x H x W; not tested as the count)")
+    for a in (zx, top):
+        a.xaxis.set_minor_locator(NullLocator())
     ax.legend(loc="lower right", fontsize=9)
     return min_text_size(fig)
 
 
 def sorted_training_figure(t6: pd.DataFrame, chance: float, tie_margin: float):
-    """Trap 6: the training meter and held-out accuracy (eval mode, and train mode on shuffled batches) of networks
-    trained on shuffled or class-sorted batches (bars: means, 95% intervals clipped at 0, dots: seeds), and below
-    the paired differences per seed, with the equivalence band +-``tie_margin`` on the class-sorted meter row."""
+    """Trap 6: the training meter and held-out accuracy (eval mode; train mode on shuffled batches) of networks
+    trained on shuffled or class-sorted batches, and below the paired differences per seed, with the equivalence
+    band +-``tie_margin`` on the class-sorted meter row."""
     qs = [("train_meter_accuracy", "training meter\n(train mode,\nits own batches)"),
           ("heldout_eval_accuracy", "held-out,\neval mode"),
           ("heldout_batch_stats_accuracy", "held-out,\ntrain mode\n(shuffled batches)")]
@@ -207,15 +195,14 @@ def sorted_training_figure(t6: pd.DataFrame, chance: float, tie_margin: float):
         px.errorbar([iv.mean], [i], xerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D", color="black", ms=5,
                     capsize=4, lw=1.6, zorder=4)
     px.axvline(0, color="0.4", lw=1)
-    px.set_yticks([])
     lo = min(min(float(v.min()) for _, v in diffs), -tie_margin, 0.0)
     hi = max(max(float(v.max()) for _, v in diffs), tie_margin, 0.0)
     px.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
     for i, (name, _) in enumerate(diffs):  # each row's label above it, inside the panel
         px.text(lo - 0.03 * (hi - lo), i - 0.32, name, fontsize=9, va="bottom", ha="left")
-    px.set_ylim(len(diffs) - 0.55, -0.95)
+    px.set(yticks=[], ylim=(len(diffs) - 0.55, -0.95),
+           xlabel="paired difference per seed (accuracy): mean, 95% CI, dots = seeds")
     px.legend(loc="upper right", fontsize=9)
-    px.set_xlabel("paired difference per seed (accuracy): mean, 95% CI, dots = seeds")
     fig.tight_layout()
     return min_text_size(fig)
 
@@ -230,17 +217,15 @@ def batch_training_table(N: pd.DataFrame) -> pd.DataFrame:
     """Trap 5's training arm, one row per training batch: samples seen, held-out accuracy of each mode as trained
     and re-estimated, batch statistics minus pinned both ways, each mode's change from the source, last-epoch loss."""
     n = lambda k: number(N, k)  # noqa: E731
+    two = lambda key, f=".3f": " / ".join(format(n(key.format(m)), f) for m in ("batch_stats", "pinned"))  # noqa: E731
     rows = [{"training batch": b, "samples seen": f"{n(f't5t_samples_b{b}'):d}",
-             "as trained (batch stats / pinned)": f"{n(f't5t_eval_batch_stats_b{b}'):.3f} / "
-                                                  f"{n(f't5t_eval_pinned_b{b}'):.3f}",
-             "re-estimated (batch stats / pinned)": f"{n(f't5t_reest_batch_stats_b{b}'):.3f} / "
-                                                    f"{n(f't5t_reest_pinned_b{b}'):.3f}",
+             "as trained (batch stats / pinned)": two(f"t5t_eval_{{}}_b{b}"),
+             "re-estimated (batch stats / pinned)": two(f"t5t_reest_{{}}_b{b}"),
              "batch stats minus pinned, as trained": _ci_text(n(f"t5t_bs_vs_pinned_b{b}")),
              "batch stats minus pinned, re-estimated": _ci_text(n(f"t5t_reest_bs_vs_pinned_b{b}")),
              "batch stats re-estimated minus source": _ci_text(n(f"t5t_change_batch_stats_reest_b{b}")),
              "pinned re-estimated minus source": _ci_text(n(f"t5t_change_pinned_reest_b{b}")),
-             "last-epoch loss (batch stats / pinned)": f"{n(f't5t_loss_last_batch_stats_b{b}'):.2f} / "
-                                                       f"{n(f't5t_loss_last_pinned_b{b}'):.2f}"}
+             "last-epoch loss (batch stats / pinned)": two(f"t5t_loss_last_{{}}_b{b}", ".2f")}
             for b in sorted(int(k[len("t5t_bs_vs_pinned_b"):]) for k in N["key"]
                             if re.fullmatch(r"t5t_bs_vs_pinned_b\d+", k))]
     return pd.DataFrame(rows).set_index("training batch")

@@ -1,6 +1,6 @@
-"""Chapter 2, what is claimed, from :mod:`.run`'s tables: :func:`findings` (the claims table, every verdict the page
-prints, and the numbers table its prose cites), :func:`thread_findings` (the thread check's numbers) and
-:func:`page_words` (the sentences chosen by the findings and the rule-triggered :data:`NOTES`).
+"""Chapter 2, what is claimed, from :mod:`.run`'s tables: :func:`findings` (the claims table and the numbers table
+the page cites), :func:`thread_findings` (the thread check's numbers) and :func:`page_words` (the sentences the
+findings choose: :data:`NOTES`).
 
 Every difference is *condition minus reference*, per seed (:data:`CLAIMS`). Accuracies are fractions 0..1; a plain
 number is a mean over seeds, ``<name>_min`` / ``<name>_max`` the lowest and highest seed's value; intervals are
@@ -14,17 +14,17 @@ import re
 import numpy as np
 import pandas as pd
 
-from ...inference import Family, Interval, Question, ask, claims_table, count_verdicts, decide, exact_check, \
+from ...inference import Family, Question, ask, claims_table, count_verdicts, decide, exact_check, \
     intersection_union_p, number, numbers_table, one_sided_p, t_interval as ci
 from ...words import Note, claim, claim_text, notes
 from .run import AUX_WEIGHT, BATCH_TRAINING_MODES, FEATURE_KINDS, P_DROP, REESTIMATE_BATCHES, STAGE1_LR, \
     THREAD_QUANTITIES, chosen_rates, parse_dropout_case
 
-#: Tolerances set by us, before the checks: trap 4's curve "within 0.01", "about chance" (1.5x chance), trap 4's
-#: "unchanged" (TOST against +-TOL_AFTER), trap 5's "loses less than TOL_LOSS" (one-sided t tests against
-#: -TOL_LOSS, intersection-union), trap 6's meter "agrees with held-out accuracy" (TOST against +-TOL_TIE).
-TOL_CURVE, CHANCE_FACTOR, TOL_AFTER, TOL_LOSS, TOL_TIE = 0.01, 1.5, 0.02, 0.02, 0.05
-#: The family-wise level of the chapter's claims and its two safe-batch rules (one :class:`~bnstudy.study.inference.Family`).
+#: Tolerances set by us, before the checks: "about chance" (1.5x chance), trap 4's "unchanged" (TOST against
+#: +-TOL_AFTER), trap 5's "loses less than TOL_LOSS" (one-sided t tests against -TOL_LOSS, intersection-union),
+#: trap 6's meter "agrees with held-out accuracy" (TOST against +-TOL_TIE).
+CHANCE_FACTOR, TOL_AFTER, TOL_LOSS, TOL_TIE = 1.5, 0.02, 0.02, 0.05
+#: The family-wise level of the chapter's claims and its two safe-batch rules (one family).
 ALPHA = 0.05
 #: ``lint_loader``'s default threshold on label dependence (with p < 1e-3); trap 4 quotes it.
 LINT_MAX_DEPENDENCE = 0.05
@@ -49,8 +49,7 @@ CLAIMS = {
                   ("batch statistics higher", "batch statistics lower")),
     "t6_meter_gap": ("trap 6, trained class-sorted: the meter minus held-out accuracy", ("meter higher", "meter lower")),
 }
-#: Every direction word the page may print (:func:`bnstudy.study.inference.is_verdict`; the book's glossary test reads it):
-#: the claims' own words, in order.
+#: Every direction word the page may print (the book's glossary test reads it), in order.
 DIRECTIONS: tuple[str, ...] = tuple(dict.fromkeys(w for _, words in CLAIMS.values() for w in words))
 #: The two safe-batch rules, members of the family beside the claims table.
 RULES = {"t5_safe_batch": "trap 5, inference: train mode loses less than the tolerance from the safe batch on",
@@ -71,11 +70,11 @@ THREAD_WORDS = {"t1_eval_once": "trap 1's drifting head at the run line's rate",
 
 def thread_findings(tc: pd.DataFrame, main_threads: int = 1) -> pd.DataFrame:
     """The thread check's numbers table (glued ``ch02_threads_<key>``) from :func:`.run.thread_check`'s table:
-    ``threads_main`` / ``threads_other``, ``n_seeds``, ``n_runs`` (seed, quantity) pairs and ``n_differ`` of them
-    changed; per quantity ``largest_<q>`` / ``typical_<q>`` (largest and mean |other - main| over seeds),
-    ``max_diff`` / ``mean_diff`` over every pair, and ``paired_largest_<d>``: the largest change of a paired
-    difference of :data:`THREAD_PAIRS` when both of its runs move to the other count. Raises ``ValueError`` unless
-    the table has exactly two thread counts, one of them ``main_threads``, and every (seed, quantity) at both."""
+    ``threads_other``, ``n_seeds``, ``n_runs`` (seed, quantity) pairs and ``n_differ`` of them changed,
+    ``largest_<q>`` (the largest |other - main| of quantity q over seeds), ``max_diff`` / ``mean_diff`` over every
+    pair, and ``paired_largest_<d>``: the largest change of a difference of :data:`THREAD_PAIRS` when both of its
+    runs move to the other count. Raises ``ValueError`` unless the table has exactly two thread counts, one of them
+    ``main_threads``, and every (seed, quantity) at both."""
     ths = sorted(int(t) for t in tc["threads"].unique())
     if len(ths) != 2 or main_threads not in ths:
         raise ValueError(f"thread_findings needs exactly two thread counts including main_threads={main_threads}, "
@@ -86,27 +85,22 @@ def thread_findings(tc: pd.DataFrame, main_threads: int = 1) -> pd.DataFrame:
     if not a.index.equals(b.index):
         raise ValueError("thread_findings needs every (seed, quantity) at both thread counts")
     d = (b - a).abs()
-    present = set(d.index.get_level_values("quantity"))
-    per = {q: d.xs(q, level="quantity") for q in [q for q in THREAD_QUANTITIES if q in present]
-           + sorted(present - set(THREAD_QUANTITIES))}
+    qs = [q for q in THREAD_QUANTITIES if q in set(d.index.get_level_values("quantity"))]
     pair = lambda x, m, s: x.xs(m, level="quantity") - x.xs(s, level="quantity")  # noqa: E731
-    return numbers_table(dict(n_seeds=int(a.index.get_level_values("seed").nunique()), threads_main=main_threads,
-                              threads_other=other, n_runs=int(len(d)), n_differ=int((d > 0).sum()),
-                              largest={q: float(v.max()) for q, v in per.items()},
-                              typical={q: float(v.mean()) for q, v in per.items()},
+    return numbers_table(dict(n_seeds=int(a.index.get_level_values("seed").nunique()), threads_other=other,
+                              n_runs=int(len(d)), n_differ=int((d > 0).sum()),
+                              largest={q: float(d.xs(q, level="quantity").max()) for q in qs},
                               max_diff=float(d.max()), mean_diff=float(d.mean()),
                               paired_largest={k: float((pair(b, m, s) - pair(a, m, s)).abs().max())
-                                              for k, (m, s) in THREAD_PAIRS.items() if m in per and s in per}))
+                                              for k, (m, s) in THREAD_PAIRS.items() if m in qs and s in qs}))
 
 
 def thread_words(t: pd.DataFrame) -> dict:
     """``{"max_quantity": words}``: the quantity of :func:`thread_findings` with the largest change, in
-    :data:`THREAD_WORDS` (the first on a tie, ``""`` for a quantity without words)."""
+    :data:`THREAD_WORDS` (the first on a tie)."""
     largest = {k[len("largest_"):]: float(v) for k, v in zip(t["key"], t["value"]) if k.startswith("largest_")}
-    return {"max_quantity": THREAD_WORDS.get(max(largest, key=largest.get), "")}
+    return {"max_quantity": THREAD_WORDS[max(largest, key=largest.get)]}
 
-
-# --- findings ---------------------------------------------------------------------------------------------------
 
 def _values(df: pd.DataFrame, trap: str, case: str, quantity: str) -> pd.Series:
     """One quantity per seed (indexed by seed); ``KeyError`` if the case or quantity is missing."""
@@ -134,7 +128,6 @@ _MEANS = {
                                         t3_dropout_whole="dropout_train_fraction",
                                         t3_task_b_main_whole="task_b_main", t3_loss_last_whole="main_loss_last"),
     ("whole_eval", "backbone_only"): dict(t3_aux_loss_fixed="aux_loss_fraction",
-                                          t3_aux_change_fixed="aux_max_param_change",
                                           t3_dropout_fixed="dropout_train_fraction",
                                           t3_loss_first_fixed="main_loss_first", t3_loss_last_fixed="main_loss_last"),
     ("sorted_training", "shuffled"): dict(t6_meter_shuffled="train_meter_accuracy",
@@ -156,9 +149,8 @@ _SPREADS = {
 
 def _safe_from(batches: list, diff, family: Family) -> tuple[float, float]:
     """The smallest batch from which every larger one loses less than ``TOL_LOSS``, and its p: each batch's
-    ``diff(b)`` (per seed, negative: a loss) one-sided against ``-TOL_LOSS`` (:func:`~bnstudy.study.inference.one_sided_p`),
-    "every batch from b on" by Berger's intersection-union test, shown below ``family.level``; ``(nan, nan)`` if no
-    batch is."""
+    ``diff(b)`` (per seed, negative: a loss) one-sided against ``-TOL_LOSS``, "every batch from b on" by Berger's
+    intersection-union test, shown below ``family.level``; ``(nan, nan)`` if no batch is."""
     p = {b: one_sided_p(diff(b), "greater", null=-TOL_LOSS) for b in batches}
     for i, b in enumerate(batches):
         p_iu = intersection_union_p([p[x] for x in batches[i:]])
@@ -168,10 +160,10 @@ def _safe_from(batches: list, diff, family: Family) -> tuple[float, float]:
 
 
 #: The identities of the code (exact checks, not findings), over every seed: with the pin every backbone buffer,
-#: weight and probe logit changes by 0 (``t1_pinned``); in eval mode logits are bit-identical whatever the batch
-#: mates and nothing moves (``t2_eval``); the auxiliary head is untouched with the whole model in eval mode; the fix
-#: with dropout off equals the whole-model run; every scored logit equals the head without its dropout layer.
-#: ``_MOVES``: the quantities the first two read from the rows melted long (``quantity``, ``value``).
+#: weight and probe logit changes by 0; in eval mode logits are bit-identical whatever the batch mates and nothing
+#: moves; the auxiliary head is untouched with the whole model in eval mode; the fix with dropout off equals the
+#: whole-model run; every scored logit equals the head without its dropout layer. The first two read ``_MOVES``
+#: from the rows melted long (``quantity``, ``value``).
 _MOVES = ("max_buffer_change", "num_batches_tracked_change", "max_param_change", "max_probe_change",
           "max_logit_change_by_mates")
 CHECKS = (
@@ -191,14 +183,12 @@ CHECKS = (
 def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(claims, numbers)`` from :func:`.run.run`'s table (every trap and case, at least two seeds).
 
-    The claims that are tests (:func:`~bnstudy.study.inference.decide`, words of :data:`CLAIMS`) and the two safe-batch
-    rules (:data:`RULES`) form one family (``m = len(tests) + 2``: Bonferroni intervals, equivalence of ``t4_after``
-    within ``TOL_AFTER`` and ``t6_meter_gap`` within ``TOL_TIE`` at ``ALPHA/m``, Holm's p over the table); so they
-    are ``decide`` calls, not :func:`~bnstudy.study.inference.ask` questions (its family is its questions alone), and most
-    compare with a constant, two columns of one row, rates chosen on validation data or a difference of differences.
-    The checks are :data:`CHECKS` and ``t5_lint_matches`` (the small-batch lint fires exactly below ``min_batch``).
-    Tuned rates: per setup the best mean *validation* accuracy (:func:`.run.chosen_rates`). Plain means over seeds:
-    :data:`_MEANS`, :data:`_SPREADS`. Raises ``KeyError`` if a case is missing.
+    The claims that are tests (:func:`~bnstudy.study.inference.decide`, words of :data:`CLAIMS`) and the two
+    safe-batch rules (:data:`RULES`) form one family (``m = len(tests) + 2``: Bonferroni intervals, equivalence of
+    ``t4_after`` within ``TOL_AFTER`` and ``t6_meter_gap`` within ``TOL_TIE`` at ``ALPHA/m``, Holm's p over the
+    table), so they are ``decide`` calls, not ``ask`` questions (whose family is its questions alone). The checks are
+    :data:`CHECKS` and ``t5_lint_matches`` (the small-batch lint fires exactly below ``min_batch``). Tuned rates:
+    :func:`.run.chosen_rates`. Raises ``KeyError`` if a case is missing.
     """
     first = df.iloc[0]
     v = lambda trap, case, q: _values(df, trap, case, q)  # noqa: E731
@@ -227,7 +217,6 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     line = CHANCE_FACTOR * chance
     tests: list[tuple] = [("t3_fix_chance", main("backbone_only") - line, None),
                           ("t3_whole_vs_fix", main("whole_model") - main("backbone_only"), None)]
-    out.update(t3_dropout_effect=ci(main("backbone_only") - main("backbone_only_dropout_off")))
     # trap 3's learning-rate sweep, each setup at its validation-chosen rate
     tu = df[df["trap"] == "whole_eval_tuned"]
     if tu.empty:
@@ -268,30 +257,56 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                t3_aux_vs_fix_main_same_rate=ci(tf["task_b_aux"] - tf["task_b_main"]),  # the fix's rate, one run
                t3_aux_weight=AUX_WEIGHT)
     # trap 1 at tuned rates: the drifting head (train_call_tuned) at its chosen rate minus the pinned one (trap 3's
-    # whole-model sweep at its own chosen rate, tw; claim t1_tuned_price); and at the drifting head's rate
+    # whole-model sweep at its own chosen rate, tw; claim t1_tuned_price)
     dr = df[df["trap"] == "train_call_tuned"]
     lr_d = rates["drifting"]
     td = dr[dr["lr"] == lr_d].set_index("seed")
     grid = sorted(float(x) for x in dr["lr"].unique())
     price = (td["task_b_main"] - tw["task_b_main"]).dropna()
-    pw = at("whole_model", lr_d)["task_b_main"]  # the pinned sweep at the drifting head's rate, where it has it
-    same = ci((td["task_b_main"] - pw).dropna()) if len(pw) else Interval(*(float("nan"),) * 3, 0)
     half = (td["task_b_main_half"] - tw["task_b_main_half"]).dropna()
     out.update(t1_tuned_lr_drifting=lr_d, t1_tuned_lr_pinned=lr_w,
                t1_tuned_lr_interior=bool(grid[0] < lr_d < grid[-1]), t1_tuned_n_lrs=len(grid),
                t1_tuned_lr_min=grid[0], t1_tuned_lr_max=grid[-1],
                **_spread("t1_tuned_b_drifting", td["task_b_main"]), **_spread("t1_tuned_b_pinned", tw["task_b_main"]),
                t1_tuned_price_b_pos_seeds=int((price > 0).sum()), t1_tuned_price_b_neg_seeds=int((price < 0).sum()),
-               t1_tuned_price_b_same_rate=same, t1_tuned_gain_drifting=ci(td["task_b_main"] - td["task_b_main_half"]),
+               t1_tuned_gain_drifting=ci(td["task_b_main"] - td["task_b_main_half"]),
                t1_tuned_loss_last_drifting=float(td["main_loss_last"].mean()),
                t1_tuned_loss_last_pinned=float(tw["main_loss_last"].mean()),
                t1_tuned_gain_pinned=ci(tw["task_b_main"] - tw["task_b_main_half"]),
                t1_tuned_price_b_half=ci(half), t1_tuned_price_change=ci((price - half).dropna()))
-    # trap 3's dropout mechanism
-    mech, growth_raw, std_vs_raw = _dropout_mechanism_findings(df, tu, rates)
-    out.update(mech)
-    tests = [("t1_tuned_price", price, None)] + tests + [("t3d_growth_raw", growth_raw, None),
-                                                        ("t3d_std_vs_raw", std_vs_raw, None)]
+    # trap 3's dropout mechanism, paired within seed: the fix's main head at dropout p minus with dropout off, per
+    # feature kind; raw features at the fix's tuned rate (its p = P_DROP run and, dropout off, the whole-model run
+    # from the sweep), standardized ones at the rate the standardized fix chose
+    dm = df[df["trap"] == "dropout_mechanism"]
+    if dm.empty:
+        raise KeyError("no rows of trap='dropout_mechanism' (trap 3's dropout mechanism)")
+    parsed = dm["case"].map(parse_dropout_case)
+    dm = dm.assign(kind=parsed.str[0], p=parsed.str[1])
+    std_grid = sorted(float(x) for x in dm[(dm["kind"] == "std") & (dm["p"] == P_DROP)]["lr"].unique())
+    lr_s = rates["std"]
+
+    def acc(kind, p):
+        if kind == "raw" and p in (P_DROP, 0):
+            rows = tu[(tu["setup"] == ("backbone_only" if p else "whole_model")) & (tu["lr"] == lr_f)]
+        else:
+            rows = dm[(dm["kind"] == kind) & (dm["p"] == p) & (dm["lr"] == (lr_f if kind == "raw" else lr_s))]
+        if rows.empty:
+            raise KeyError(f"no dropout_mechanism rows for kind={kind!r}, p={p:g}")
+        return rows.set_index("seed")["task_b_main"].astype(float)
+
+    ps = sorted({float(p) for p in dm.loc[dm["p"] > 0, "p"].unique()} | {P_DROP})
+    effect = {(k, p): acc(k, p) - acc(k, 0) for k in FEATURE_KINDS for p in ps}
+    svr = {p: effect[("std", p)] - effect[("raw", p)] for p in ps}
+    rel = {k: effect[(k, P_DROP)] / acc(k, 0) for k in FEATURE_KINDS}
+    out.update(t3d_rel_effect={k: ci(x) for k, x in rel.items()}, t3d_rel_std_vs_raw=ci(rel["std"] - rel["raw"]),
+               t3d_p_low=ps[0], t3d_p_high=ps[-1], t3d_p_page=P_DROP, t3d_lr_raw=lr_f, t3d_lr_std=lr_s,
+               t3d_std_n_lrs=len(std_grid), t3d_std_lr_interior=bool(std_grid[0] < lr_s < std_grid[-1]),
+               t3d_acc={f"{k}_{_pkey(p)}": float(acc(k, p).mean()) for k in FEATURE_KINDS for p in [0.0] + ps},
+               t3d_effect={f"{k}_{_pkey(p)}": ci(x) for (k, p), x in effect.items()},
+               t3d_std_vs_raw_at={_pkey(p): ci(x) for p, x in svr.items()})
+    tests = [("t1_tuned_price", price, None)] + tests + [
+        ("t3d_growth_raw", effect[("raw", ps[-1])] - effect[("raw", ps[0])], None),
+        ("t3d_std_vs_raw", svr[P_DROP], None)]
     # trap 4: train mode minus eval mode on the same batches; the held-out set after the pass minus before
     t4 = df[df["trap"] == "sorted_batches"]
     fr = sorted(t4["sorted_fraction"].unique())
@@ -319,9 +334,9 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                t4_train_vs_eval_sorted=ci(t4d(fr[-1])), t4_lint_max_dependence=LINT_MAX_DEPENDENCE,
                t4_tol_after=TOL_AFTER)
     # trap 5's training arm per training batch m: held-out eval-mode accuracy, batch statistics minus pinned (the
-    # reference; same batches, per seed) as trained (t5t_bs_vs_pinned; the pinned arm's statistics are task A's, stale
-    # for its new weights) and re-estimated with the weights fixed (t5t_reest_bs_vs_pinned: only what training did to
-    # the weights); t5t_change: the pinned arm as trained and each arm re-estimated, minus the source network (src)
+    # reference; same batches, per seed) as trained (the pinned arm's statistics are task A's, stale for its new
+    # weights) and re-estimated with the weights fixed (only what training did to the weights); t5t_change: the
+    # pinned arm as trained and each arm re-estimated, minus the source network (src)
     bt = df[df["trap"] == "batch_training"]
     if bt.empty:
         raise KeyError("no rows of trap='batch_training' (trap 5's training arm)")
@@ -342,7 +357,6 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                t5t_change={**{f"pinned_b{b}": change("pinned", b, ev) for b in tbs},
                            **{f"{mode}_reest_b{b}": change(mode, b, re_) for mode in BATCH_TRAINING_MODES
                               for b in tbs}},
-               t5t_reest_gain={f"b{b}": ci(bq("batch_stats", b, re_) - bq("batch_stats", b, ev)) for b in tbs},
                t5t_loss_last=per(lambda mode, b: float(bq(mode, b, "train_loss_last").mean())),
                t5t_pinned_reest_below_n=sum(bool(change("pinned", b, re_).high < 0) for b in tbs))
     tests += [(f"t5t_reest_b{b}", diff(b, re_), None) for b in below]
@@ -362,45 +376,30 @@ def findings(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     bs = sorted(int(b) for b in t5["device_batch_size"].unique())
     tb = lambda b, q: v("tiny_batch", f"batch_{b}", q)  # noqa: E731
     t5d = lambda b: tb(b, "module_train_accuracy") - tb(b, "module_eval_accuracy")  # noqa: E731
-    train_acc = {b: tb(b, "module_train_accuracy").mean() for b in bs}
-    ok = [b for b in bs if train_acc[b] >= tb(b, "module_eval_accuracy").mean() - TOL_CURVE]
     lint_off = pd.concat([tb(b, "small_batch_lint") - float(b < min_batch) for b in bs])
     long = df.melt(id_vars=["trap", "case", "seed"], value_vars=list(_MOVES), var_name="quantity")
     claims = pd.concat([claims_table(decided), ask(dict(main=df, long=long), CHECKS, ALPHA),
                         claims_table([exact_check(lint_off, 0.0, "t5_lint_matches")])], ignore_index=True)
-    has_counts = "min_values_per_channel" in t5 and not t5["min_values_per_channel"].isna().all()
-    count = {b: (float(tb(b, "min_values_per_channel").iloc[0]) if has_counts else float("nan")) for b in bs}
+    count = {b: float(tb(b, "min_values_per_channel").iloc[0]) for b in bs}
     safe, safe_p = _safe_from(bs, t5d, family)
     rsafe, rsafe_p = _safe_from(tbs, lambda b: diff(b, re_), family)
-    # the book's counts rule (the printed verdicts) over the training arm's rows of the family
+    # the book's counts rule (the printed verdicts) over the training arm's rows of the family; as trained, the same
+    # rule over those batches' comparisons as a family of their own (what pinning alone gives)
     reest_rows = claims[claims["key"].isin([f"t5t_reest_b{b}" for b in below])]
     verdict = claims.set_index("key")["verdict"]
-    out.update(t5_train={f"b{b}": float(a) for b, a in train_acc.items()}, t5_smallest=bs[0],
+    as_trained = Family(m=max(len(below), 1), alpha=ALPHA)
+    out.update(t5_train={f"b{b}": float(tb(b, "module_train_accuracy").mean()) for b in bs}, t5_smallest=bs[0],
                t5_eval=tb(bs[0], "module_eval_accuracy").mean(),
-               t5_first_ok=float(min(ok)) if ok else float("nan"),
                t5_train_vs_eval={f"b{b}": ci(t5d(b)) for b in bs}, t5_count={f"b{b}": c for b, c in count.items()},
                t5_safe_batch=safe, t5_safe_p=safe_p, t5_safe_count=count[int(safe)] if safe == safe else float("nan"),
                t5_tol=TOL_LOSS, t5t_safe_batch=rsafe, t5t_safe_p=rsafe_p,
-               t5t_safe_batch_as_trained=_safe_from(tbs, lambda b: diff(b, ev), family)[0],
                t5t_n_below=len(below), t5t_costs_n=count_verdicts(reest_rows, ALPHA)["lower"],
-               t5t_costs_n_as_trained=count_verdicts(_as_trained_claims({b: diff(b, ev) for b in below}),
-                                                     ALPHA)["lower"],
+               t5t_costs_n_as_trained=sum(decide(diff(b, ev), family=as_trained).kind == "lower" for b in below),
                family_m=family.m, family_confidence=100 * family.confidence,
                t3d_hypothesis=bool(verdict.get("t3d_growth_raw") == "cost grows with the rate"
                                    and verdict.get("t3d_std_vs_raw") == "standardized costs less"),
                stage1_lr=STAGE1_LR, t5t_reest_batches=REESTIMATE_BATCHES)
-    return claims, numbers_table({k: (float(x) if isinstance(x, (np.floating, np.integer)) else
-                                      bool(x) if isinstance(x, np.bool_) else x) for k, x in out.items()})
-
-
-def _as_trained_claims(as_trained: dict) -> pd.DataFrame:
-    """Trap 5's training arm *as trained* (batch statistics minus pinned, each with the running statistics it ended
-    with), one claim ``t5t_as_trained_b<m>`` per batch m below ``min_batch`` (``as_trained``: m -> per-seed
-    differences), in a family of their own (another question than the chapter's: what pinning alone gives)."""
-    family = Family(m=max(len(as_trained), 1), alpha=ALPHA)
-    higher, lower = CLAIMS["t5t_reest"][1]
-    return claims_table([decide(d, f"t5t_as_trained_b{b}", family=family, higher=higher, lower=lower)
-                         for b, d in as_trained.items()])
+    return claims, numbers_table(out)
 
 
 def _pkey(p: float) -> str:
@@ -408,53 +407,9 @@ def _pkey(p: float) -> str:
     return "off" if p == 0 else f"p{round(p * 100):02d}"
 
 
-def _dropout_mechanism_findings(df: pd.DataFrame, tu: pd.DataFrame, rates: dict) -> tuple[dict, pd.Series, pd.Series]:
-    """Trap 3's dropout mechanism, paired within seed: per feature kind and rate p the fix's test accuracy
-    (``t3d_acc_<kind>_<pkey>``) and dropout's effect, the fix at p minus with dropout off (``t3d_effect``, negative:
-    dropout costs). Raw features at the fix's tuned rate (``rates``: :func:`.run.chosen_rates`) (its p = :data:`P_DROP` run and its dropout-off
-    partner, the whole-model run, from ``tu``), standardized ones at the rate the standardized fix chose
-    (``t3d_lr_std``). ``t3d_std_vs_raw_at``: standardized minus raw effect per p; ``t3d_rel_*``: the effect at
-    :data:`P_DROP` as a share of the no-dropout accuracy (standardizing also raises that). Returns the numbers and
-    the two claims' per-seed differences: the raw effect at the highest p minus the lowest (``t3d_growth_raw``) and
-    standardized minus raw effect at :data:`P_DROP` (``t3d_std_vs_raw``). Raises ``KeyError`` when rows are
-    missing."""
-    dm = df[df["trap"] == "dropout_mechanism"]
-    if dm.empty:
-        raise KeyError("no rows of trap='dropout_mechanism' (trap 3's dropout mechanism)")
-    parsed = dm["case"].map(parse_dropout_case)
-    dm = dm.assign(kind=parsed.str[0], p=parsed.str[1])
-    grid = sorted(float(x) for x in dm[(dm["kind"] == "std") & (dm["p"] == P_DROP)]["lr"].unique())
-    lr_f, lr_s = rates["backbone_only"], rates["std"]
-
-    def acc(kind, p):
-        if kind == "raw" and p == P_DROP:
-            rows = tu[(tu["setup"] == "backbone_only") & (tu["lr"] == lr_f)]
-        elif kind == "raw" and p == 0:
-            rows = tu[(tu["setup"] == "whole_model") & (tu["lr"] == lr_f)]  # the fix with dropout off, exactly
-        else:
-            rows = dm[(dm["kind"] == kind) & (dm["p"] == p) & (dm["lr"] == (lr_f if kind == "raw" else lr_s))]
-        if rows.empty:
-            raise KeyError(f"no dropout_mechanism rows for kind={kind!r}, p={p:g}")
-        return rows.set_index("seed")["task_b_main"].astype(float)
-
-    ps = sorted({float(p) for p in dm.loc[dm["p"] > 0, "p"].unique()} | {P_DROP})
-    effect = {(k, p): acc(k, p) - acc(k, 0) for k in FEATURE_KINDS for p in ps}
-    svr = {p: effect[("std", p)] - effect[("raw", p)] for p in ps}
-    rel = {k: effect[(k, P_DROP)] / acc(k, 0) for k in FEATURE_KINDS}
-    return dict(t3d_rel_effect={k: ci(x) for k, x in rel.items()}, t3d_rel_std_vs_raw=ci(rel["std"] - rel["raw"]),
-                t3d_p_low=ps[0], t3d_p_high=ps[-1], t3d_p_page=P_DROP, t3d_lr_raw=lr_f, t3d_lr_std=lr_s,
-                t3d_std_n_lrs=len(grid), t3d_std_lr_interior=bool(grid[0] < lr_s < grid[-1]),
-                t3d_acc={f"{k}_{_pkey(p)}": float(acc(k, p).mean()) for k in FEATURE_KINDS for p in [0.0] + ps},
-                t3d_effect={f"{k}_{_pkey(p)}": ci(x) for (k, p), x in effect.items()},
-                t3d_std_vs_raw_at={_pkey(p): ci(x) for p, x in svr.items()}), \
-        effect[("raw", ps[-1])] - effect[("raw", ps[0])], svr[P_DROP]
-
-
 # --- the page's words, chosen by the findings ----------------------------------------------------------------------
-# Every sentence of the page that states an outcome is either Markdown citing glued numbers and claim columns, or a
-# rule-triggered note (NOTES) chosen here from the claims table C and the numbers table N, so that it stays true for
-# any rows (issue 25). A claim in words has one shape, :func:`bnstudy.study.words.claim_text` (glued per claim as
-# ``ch02_<key>_text`` by :func:`page_words`).
+# Every outcome sentence of the page is Markdown citing glued values, or a note (NOTES) chosen here from the claims
+# table C and the numbers table N, so that it stays true for any rows (issue 25).
 
 _isnan = lambda x: x is None or (isinstance(x, (float, np.floating)) and x != x)  # noqa: E731
 _kind = lambda C, key: str(claim(C, key)["kind"])  # noqa: E731
@@ -477,13 +432,7 @@ _safe_fill = lambda key, p: lambda C, N: dict(tol=number(N, "t5_tol"), batch=num
                                               p=number(N, p), min_batch=number(N, "min_batch"))
 _t5t = lambda C, N: number(N, "t5t_safe_batch")  # noqa: E731
 
-#: The page's rule-triggered notes (exactly one of each key holds): the plain lead, by whether trap 1's backbone ran
-#: in train mode; trap 3's summary and what its fix buys, by the verdict of the tuned comparison (whole model minus
-#: the fix); trap 3's dropout hypothesis, which needs both directions shown ("cost grows with the rate",
-#: "standardized costs less"); trap 4 at the first share the lint flags (a cost only where the claim shows one);
-#: trap 5's safe batch at inference (with its intersection-union p) and in training (against the ``small_batch``
-#: lint's threshold), and the values per channel at the safe batch; trap 6 against seed article 002's warning that
-#: the meter "can look healthy" under class-sorted batches; trap 1's head losses, or that the run's table predates them.
+#: The page's rule-triggered notes (:func:`bnstudy.study.words.notes`: exactly one note of each key holds).
 NOTES = (
     Note("lead", lambda C, N: number(N, "t1_bn_train") > 0,
          "**Calling eval() on the backbone once does not keep it there.** The loop's next train() call undoes it: pin "
@@ -563,9 +512,9 @@ def dropout_ps(N: pd.DataFrame) -> list[float]:
 
 
 def page_words(C: pd.DataFrame, N: pd.DataFrame) -> dict:
-    """Every findings-chosen text of the page, ``{glue key suffix: Markdown}`` (glued as ``ch02_<key>``): the notes
-    of :data:`NOTES`, every claim in the book's one shape (``<key>_text``, :func:`bnstudy.study.words.claim_text`,
-    interval ends cut to [-1, 1]) and trap 3's dropout rates (``t3d_ps``, ``"0.1, 0.3, 0.5"``). Raises
-    ``ValueError`` if a key of :data:`NOTES` has no note, or more than one, that holds."""
+    """Every findings-chosen text of the page, ``{key: Markdown}`` (glued as ``ch02_<key>``): the notes of
+    :data:`NOTES`, every claim in the book's one shape (``<key>_text``, interval ends cut to [-1, 1]) and trap 3's
+    dropout rates (``t3d_ps``, ``"0.1, 0.3, 0.5"``). Raises ``ValueError`` unless exactly one note of each key
+    holds."""
     return {**notes(NOTES, C, N), **{f"{k}_text": _ci(C, k) for k in C["key"]},
             "t3d_ps": ", ".join(f"{p:g}" for p in dropout_ps(N))}

@@ -2,23 +2,18 @@
 :class:`bnstudy.audit.FreezeAudit` (or checked by a :mod:`bnstudy.audit` lint) on a small conv network trained on
 task A (stage 1 of the engine, cached), then fixed. One run per (seed, trap, case) (:class:`TrapRun`):
 
-1. ``train_call``: ``model.train()`` every epoch undoes the backbone's ``eval()``; fixed by
-   :func:`bnstudy.freeze.pin_eval`. ``train_call_tuned``: its drifting head at each rate of ``t1_lrs``.
-2. ``no_grad``: a teacher left in train mode under ``torch.no_grad()`` still overwrites running statistics, and a
-   sample's output depends on its batch mates; fixed by ``eval()``.
-3. ``whole_eval``: the whole model in eval mode turns dropout off and changes what ``forward`` returns (auxiliary
-   logits only in train mode, as torchvision's Inception v3); fixed by pinning only the backbone
-   (``backbone_only_dropout_off``: the fix with the head's dropout off). ``whole_eval_tuned``: both setups'
-   main heads at every rate of ``t3_lrs`` (rates chosen on a task-B validation set, :func:`chosen_rates`);
-   ``dropout_mechanism``: the fix at other dropout rates, on raw or standardized features.
-4. ``sorted_batches``: batches whose composition follows the label (the share of each batch from one class).
-5. ``tiny_batch``: accuracy with BatchNorm in train mode against the per-device batch size;
-   ``batch_training``: training further at small batches, BatchNorm on batch statistics or pinned; the one-layer facts
-   (:func:`single_layer_cases`).
+1. ``train_call``: ``model.train()`` every epoch undoes the backbone's ``eval()``; fixed by ``pin_eval``
+   (``train_call_tuned``: the drifting head at each rate of ``t1_lrs``).
+2. ``no_grad``: a teacher in train mode under ``torch.no_grad()`` still overwrites its running statistics.
+3. ``whole_eval``: the whole model in eval mode turns dropout off and changes what ``forward`` returns; fixed by
+   pinning only the backbone (``whole_eval_tuned``: both at every rate of ``t3_lrs``; ``dropout_mechanism``: the
+   fix at other dropout rates, on raw or standardized features).
+4. ``sorted_batches``: batches whose composition follows the label.
+5. ``tiny_batch``: train-mode BatchNorm against the per-device batch size (``batch_training``: training further at
+   small batches, on batch statistics or pinned).
 6. ``sorted_training``: a network trained on class-sorted batches against one trained on shuffled batches.
 
-Here ``module_mode`` is a module's train/eval flag; "train mode" in prose means that flag, never chapter 1's freeze
-mode ``train_mode``.
+"Train mode" in prose means a module's train/eval flag (``module_mode``), never chapter 1's freeze mode.
 """
 
 from __future__ import annotations
@@ -49,8 +44,7 @@ from ...sweep import default_cache_dir, run_sweep
 from ...tasks import BatchStream, derive_seed, eval_set, generator, make_task
 
 NAMESPACE = "ch02_eval_traps"
-#: Parameters that only change the analysis: none, so a page given ``rows`` must be given every parameter as that
-#: run had it.
+#: Parameters that only change the analysis: none (a page given ``rows`` is given every parameter as that run had it).
 ANALYSIS_PARAMETERS = ()
 #: Parameters added after the release's rows were computed, with the value those rows had (docs/chapter-code.md).
 READ_DEFAULTS: dict = {}
@@ -59,17 +53,15 @@ SIBLING_TABLES = ("threads", "audits", "single_layer")
 #: The first seed's printed audits ``(trap, case, lint codes printed above the audit)``.
 PRINTED_AUDITS = (("train_call", "eval_once", ()), ("no_grad", "teacher_train", ()),
                   ("whole_eval", "whole_model", ("forward_changes_with_mode", "dropout_present")))
-#: quick: one thread-check seed and a three-rate grid for the standardized fix
 PROFILES = {"quick": dict(seeds=3, thread_seeds=1, t3_std_lrs=(0.01, 0.02, 0.05)),
             "full": dict(seeds=10, thread_seeds=2, t3_std_lrs=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2))}
 TRAPS = ("train_call", "no_grad", "whole_eval", "sorted_batches", "tiny_batch", "sorted_training",
          "whole_eval_tuned", "train_call_tuned", "batch_training", "dropout_mechanism")
-#: Trap 3's setups in the learning-rate sweep, and trap 1's drifting head at tuned rates (BatchNorm in train mode,
-#: the head's dropout pinned off; its pinned partner is trap 3's ``whole_model`` sweep).
+#: Trap 3's setups in the learning-rate sweep, and trap 1's drifting head at tuned rates.
 TUNED_SETUPS = ("whole_model", "backbone_only")
 DRIFT_SETUP = "drifting"
-#: Trap 5's training arm: BatchNorm on batch statistics or pinned in eval mode, on the same batches; then
-#: ``REESTIMATE_BATCHES`` batches re-estimate the statistics with the weights fixed (seed 002's remedy).
+#: Trap 5's training arm: BatchNorm on batch statistics or pinned, then statistics re-estimated on
+#: ``REESTIMATE_BATCHES`` batches with the weights fixed (seed 002's remedy).
 BATCH_TRAINING_MODES = ("batch_stats", "pinned")
 REESTIMATE_BATCHES = 16
 #: The fixed cases (traps 4 and 5 have one case per swept value).
@@ -79,7 +71,7 @@ CASES = {"train_call": ("eval_once", "pinned"), "no_grad": ("teacher_train", "te
 STAGE1_LR = 3e-3
 AUX_WEIGHT = 0.4  # the auxiliary head's loss weight (trap 3)
 P_DROP = 0.3  # the main head's dropout rate in trap 3's model (AuxHeadNet's default)
-#: Trap 3's dropout mechanism (referee ch2c N5): the fix's main head on ``raw`` or standardized (``std``) features.
+#: Trap 3's dropout mechanism: the fix's main head on ``raw`` or standardized (``std``) features.
 FEATURE_KINDS = ("raw", "std")
 CPU = torch.device("cpu")  # the traps' networks are tiny; the audits and probes live on the CPU
 
@@ -89,19 +81,14 @@ _at_least = lambda name, k: Rule(name, f"an integer >= {k}", lambda c: getattr(c
 
 
 class Config(ChapterConfig):
-    """Chapter 2's parameters (the notebook's, plus those only a library user changes).
-
-    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. Stage 1 (:func:`bnstudy.study.engine.train_source`): ``n_classes``,
-    ``noise``, ``widths``, ``momentum``, ``stage1_steps``, ``stage1_batch_size``, ``n_eval`` (held-out samples per
-    task, also the audit's probe). Task B's shift: ``brightness``, ``contrast``. Traps 1 and 3 train new heads for
-    ``steps`` steps of ``batch_size`` (SGD, ``lr``), calling ``model.train()`` every ``epoch_steps`` steps; trap 2
-    runs ``teacher_batches`` batches; the learning-rate sweeps train ``t3_steps`` steps at each rate of ``t3_lrs``
-    (trap 3), ``t1_lrs`` (trap 1) and ``t3_std_lrs`` (the standardized fix); ``t3_dropout_ps``: the fix's head
-    dropout rates (must include :data:`P_DROP`); trap 4 sweeps ``sorted_fractions`` (share of each batch from one
-    class), trap 5 ``batch_sizes`` at inference and ``t5_train_batch_sizes`` for ``t5_train_steps`` steps of
-    training; ``min_batch``: the ``small_batch`` lint's threshold; ``thread_seeds``: how many first seeds
-    :func:`thread_check` reruns at the other thread count. Raises ``ValueError`` naming the parameter.
-    """
+    """Chapter 2's parameters. ``seeds``: an int ``n`` (seeds 0..n-1) or a list; ``n_classes`` to
+    ``stage1_batch_size``: stage 1; ``n_eval``: held-out samples per task (also the audit's probe); ``brightness``,
+    ``contrast``: task B's shift. Traps 1 and 3 train heads for ``steps`` of ``batch_size`` at ``lr``, calling
+    ``model.train()`` every ``epoch_steps``; trap 2 runs ``teacher_batches``; the rate sweeps train ``t3_steps`` at
+    each rate of ``t3_lrs``, ``t1_lrs`` and ``t3_std_lrs``, the fix at dropout ``t3_dropout_ps`` (with
+    :data:`P_DROP`); traps 4 and 5 sweep ``sorted_fractions``, ``batch_sizes`` and ``t5_train_batch_sizes`` (for
+    ``t5_train_steps``); ``min_batch``: the ``small_batch`` lint's threshold; ``thread_seeds``: the first seeds
+    :func:`thread_check` reruns. Raises ``ValueError`` naming the parameter."""
 
     PARAMETERS = dict(profile="quick", seeds=(0, 1, 2), n_classes=10, noise=1.0, widths=(8, 16), momentum=0.1,
                       stage1_steps=200, stage1_batch_size=32, n_eval=512, brightness=4.0, contrast=5.0, steps=60,
@@ -139,13 +126,12 @@ class Config(ChapterConfig):
     )
 
     def _fields(self, *drop) -> dict:
-        """The :class:`TrapRun` fields this config sets (all but the run's own), less ``drop``."""
         own = ("seed", "trap", "case", "sorted_fraction", "device_batch_size") + drop
         return {f: getattr(self, f) for f in TrapRun.PARAMETERS if f not in own}
 
     def run_configs(self) -> list["TrapRun"]:
         """One :class:`TrapRun` per (seed, trap, case), seeds outermost, traps in :data:`TRAPS` order; of trap 3's
-        dropout mechanism only the standardized fix's rate sweep (the rest: :meth:`dropout_configs`)."""
+        dropout mechanism only the standardized fix's rate sweep."""
         shared, base = self._fields(), self._fields("lr", "steps")
         t3 = dict(steps=self.t3_steps, **base)
         cases = {
@@ -162,10 +148,9 @@ class Config(ChapterConfig):
         return [TrapRun(seed=s, trap=trap, **kw) for s in self.seeds for trap in TRAPS for kw in cases[trap]]
 
     def dropout_configs(self, lr_raw: float, lr_std: float) -> list["TrapRun"]:
-        """Trap 3's dropout mechanism at the rates chosen on validation (the second pass of :func:`run`): per seed
-        the raw fix (at ``lr_raw``) at every p of ``t3_dropout_ps`` but :data:`P_DROP` (that run is
-        ``whole_eval_tuned``'s, its dropout-off partner the whole-model run) and the standardized fix (at
-        ``lr_std``) at those p and with dropout off (p = 0)."""
+        """Trap 3's dropout mechanism at the rates chosen on validation: per seed the raw fix at ``lr_raw`` at every
+        p of ``t3_dropout_ps`` but :data:`P_DROP` (that run is ``whole_eval_tuned``'s) and the standardized fix at
+        ``lr_std`` at those p and with dropout off (p = 0)."""
         others = [p for p in self.t3_dropout_ps if p != P_DROP]
         return [TrapRun(seed=s, trap="dropout_mechanism", case=dropout_case(kind, p, lr), lr=lr, steps=self.t3_steps,
                         **self._fields("lr", "steps"))
@@ -173,8 +158,8 @@ class Config(ChapterConfig):
                 for p in ps]
 
     def thread_configs(self, rates: dict) -> list["TrapRun"]:
-        """The runs whose per-seed accuracies traps 1 and 3 cite, for the first ``thread_seeds`` seeds (``rates``:
-        :func:`chosen_rates`); the fix with dropout off repeats the whole-model run and is left out."""
+        """The runs whose accuracies traps 1 and 3 cite, for the first ``thread_seeds`` seeds (``rates``:
+        :func:`chosen_rates`)."""
         keep = {("train_call", "eval_once"), ("train_call", "pinned"), ("whole_eval", "whole_model"),
                 ("whole_eval", "backbone_only"), ("train_call_tuned", f"{DRIFT_SETUP}_lr{rates[DRIFT_SETUP]:g}"),
                 ("whole_eval_tuned", f"whole_model_lr{rates['whole_model']:g}"),
@@ -348,9 +333,8 @@ def _bn_state(model: nn.Module) -> dict:
 
 
 def _bn_drift(before: dict, model: nn.Module) -> dict:
-    """How far each BatchNorm's running statistics moved from ``before`` (:func:`_bn_state`), on readable scales
-    (referee item 8): ``max_mean_shift_sd``, the largest ``|mean_after - mean_before| / sqrt(var_before + eps)`` over
-    layers and channels, and ``max_abs_log_var_ratio``, the largest ``|ln(var_after / var_before)|``."""
+    """How far each BatchNorm's running statistics moved from ``before`` (:func:`_bn_state`): the largest
+    ``|mean_after - mean_before| / sqrt(var_before + eps)`` and the largest ``|ln(var_after / var_before)|``."""
     mods = dict(model.named_modules())
     shift, ratio = [], []
     for name, (mu0, var0) in before.items():
@@ -482,8 +466,7 @@ def _whole_eval(ctx: _Ctx, case: str):
 
 
 def _dropout_off_at_eval(model: AuxHeadNet, x: torch.Tensor) -> float:
-    """1.0 if the logits :func:`_eval_accuracy` scores equal, bit for bit, the head without its dropout layer (dropout
-    must be off when accuracy is measured, referee item 6)."""
+    """1.0 if the logits :func:`_eval_accuracy` scores equal, bit for bit, the head without its dropout layer."""
     with _all_eval(model), torch.no_grad():
         scored, plain = model(x), model.head[1](model.backbone(x))
     return float(torch.equal(scored, plain))
@@ -502,8 +485,7 @@ class _Standardize(nn.Module):
 
 def _dropout_mechanism(ctx: _Ctx, case: str):
     """Trap 3's fix at head dropout p (``case``: :func:`dropout_case`; p = 0: dropout pinned off), on raw features or
-    standardized per feature with the pinned backbone's mean and SD on task-B images drawn apart (chapter 1's
-    ``_feature_standardizer``), before both heads; otherwise :func:`_whole_eval_tuned` (whose quantities it records)."""
+    standardized per feature on task-B images drawn apart; otherwise :func:`_whole_eval_tuned`."""
     kind, p, _ = parse_dropout_case(case)
     return _whole_eval_tuned(ctx, "backbone_only", p_drop=p if p > 0 else P_DROP, dropout_off=p == 0,
                              standardize=kind == "std", extra=dict(kind=kind, p_drop=p))
@@ -511,12 +493,10 @@ def _dropout_mechanism(ctx: _Ctx, case: str):
 
 def _whole_eval_tuned(ctx: _Ctx, case: str, p_drop: float = P_DROP, dropout_off: bool = False,
                       standardize: bool = False, extra: dict | None = None):
-    """Trap 3's main head trained without the audit at the run's ``lr`` for ``steps`` steps (issue 10); same head
-    initialization, batches and dropout draws as :func:`_whole_eval`. ``case``: ``<setup>_lr<lr>``, ``setup`` in
-    :data:`TUNED_SETUPS` or :data:`DRIFT_SETUP` (trap 1 at tuned rates: only the head's dropout pinned, so the
-    backbone's statistics drift to task B). Records both heads' accuracy on task B's test set and on a validation
-    set drawn apart (the rate is chosen on it), the main head's at half the budget, and its mean training loss
-    (nats) over the first and the last epoch."""
+    """Trap 3's heads trained without the audit at the run's ``lr`` for ``steps`` steps; same head initialization,
+    batches and dropout draws as :func:`_whole_eval`. ``case``: ``<setup>_lr<lr>`` (``drifting``: only the head's
+    dropout pinned, the backbone's statistics drift to task B). Records both heads' accuracy on task B's test and
+    validation sets, the main head's at half the budget, and its training loss over the first and last epoch."""
     c, (xb, yb) = ctx.c, ctx.eval_b
     setup = case.rsplit("_lr", 1)[0]
     check_choice("setup", setup, TUNED_SETUPS + (DRIFT_SETUP,))
@@ -561,9 +541,8 @@ def _whole_eval_tuned(ctx: _Ctx, case: str, p_drop: float = P_DROP, dropout_off:
 
 
 def _sorted_batches(ctx: _Ctx, case: str):
-    """Trap 4: the trained model on batches where a share of each batch has one class: accuracy in eval mode, in
-    train mode (what a training loop's meter sees; running statistics updated), in eval mode on the held-out set
-    after that pass, the loader's label dependence and whether ``lint_loader`` flags it."""
+    """Trap 4: the trained model on batches where a share of each batch has one class: accuracy in eval and in train
+    mode, held-out eval accuracy after that pass, the label dependence and whether ``lint_loader`` flags it."""
     c, (xa, ya), p = ctx.c, ctx.eval_a, ctx.c.sorted_fraction
     g = generator(c.seed, "ch02", "sorted", p)
     labels = sorted_fraction_labels(max(c.n_eval // c.batch_size, 2), c.batch_size, c.n_classes, p, g)
@@ -605,9 +584,8 @@ def _tiny_batch(ctx: _Ctx, case: str):
 
 
 def _sorted_training(ctx: _Ctx, case: str):
-    """Trap 6: stage 1's recipe from scratch with :class:`bnstudy.study.tasks.BatchStream`'s sampler set to ``case``
-    (shuffled or class-sorted): the loop's accuracy meter over the last ``n_classes`` steps (before each update),
-    held-out accuracy in eval mode and in train mode on shuffled batches of ``stage1_batch_size``."""
+    """Trap 6: stage 1's recipe from scratch on ``case`` batches (shuffled or class-sorted): the loop's accuracy meter
+    over the last ``n_classes`` steps, held-out accuracy in eval mode and in train mode on shuffled batches."""
     c, (xa, ya) = ctx.c, ctx.eval_a
     model = ctx.seeded("sorted_training_init", lambda: Classifier(
         ConvBackbone(3, c.widths, "batch", c.momentum), make_head("linear", c.widths[-1], c.n_classes)))
@@ -634,11 +612,9 @@ def _sorted_training(ctx: _Ctx, case: str):
 
 
 def _batch_training(ctx: _Ctx, case: str):
-    """Trap 5's training arm (referee ch2 item 3): the source network trained further, every weight trainable, for
-    ``steps`` steps of ``device_batch_size`` with stage 1's optimizer, BatchNorm on batch statistics (``batch_stats``)
-    or pinned in eval mode (``pinned``), both on the same batches (``case``: ``<mode>_b<m>``). Records held-out
-    accuracy in eval mode, the same after re-estimating the running statistics with the weights fixed
-    (:data:`REESTIMATE_BATCHES` batches), and the mean training loss (nats) over the last ``epoch_steps`` steps."""
+    """Trap 5's training arm: the source network trained further (every weight, stage 1's optimizer) at
+    ``device_batch_size``, BatchNorm on batch statistics or pinned (``case``: ``<mode>_b<m>``). Records held-out
+    accuracy as trained and after re-estimating the statistics, and the training loss over the last epoch."""
     from ....running_stats import update_bn_stats
 
     c, (xa, ya), m = ctx.c, ctx.eval_a, ctx.c.device_batch_size
@@ -695,12 +671,11 @@ def _trap_group(configs: list[TrapRun], cache_root: str, version: str) -> list[d
 
 
 def _groups(configs: list[TrapRun]) -> list[list[int]]:
-    """One group per (seed, trap); trap 3's sweep, the longest, gets one group per run so workers share it."""
+    """One group per (seed, trap); the sweeps, the longest, one group per run so that workers share them."""
     groups: dict = {}
     for i, c in enumerate(configs):
-        key = (c.seed, c.trap, c.case) if c.trap in ("whole_eval_tuned", "train_call_tuned", "batch_training",
-                                                     "dropout_mechanism") \
-            else (c.seed, c.trap)
+        key = (c.seed, c.trap) + ((c.case,) if c.trap in ("whole_eval_tuned", "train_call_tuned", "batch_training",
+                                                          "dropout_mechanism") else ())
         groups.setdefault(key, []).append(i)
     return list(groups.values())
 
@@ -711,16 +686,10 @@ def _cache(execution: Execution | None):
 
 
 def run(config: Config, execution: Execution | None = None, version: str | None = None) -> pd.DataFrame:
-    """Chapter 2's results: one row per (seed, trap, case), in :meth:`Config.run_configs` order.
-
-    Columns: the :class:`TrapRun` fields (``sorted_fraction`` trap 4 only, ``device_batch_size``
-    trap 5 only), ``module_mode`` (trap 2's teacher: ``train`` / ``eval``), the source's
-    held-out accuracy, then each trap's quantities (NaN where a trap has no such quantity).
-    Accuracies are exact fractions 0..1; changes are absolute, in the tensor's units (logits
-    for probe outputs). Stage 1 and every case are cached (:mod:`bnstudy.study.sweep`). Two passes: every run of
-    :meth:`Config.run_configs`, then trap 3's dropout mechanism at the rates the first pass chose on validation data
-    (:func:`chosen_rates`, :meth:`Config.dropout_configs`), appended.
-    """
+    """Chapter 2's results: one row per (seed, trap, case), in :meth:`Config.run_configs` order, then trap 3's
+    dropout mechanism at the rates the first pass chose (:func:`chosen_rates`). Columns: the :class:`TrapRun`
+    fields, ``module_mode``, the source's held-out accuracy, then each trap's quantities (NaN where a trap has none):
+    accuracies as fractions 0..1, changes absolute in the tensor's units. Stage 1 and every case are cached."""
     if not isinstance(config, Config):
         raise TypeError(f"run needs an eval_traps.Config (see make_config), got {type(config).__name__}")
     ex, root = _cache(execution)
@@ -737,9 +706,8 @@ def run(config: Config, execution: Execution | None = None, version: str | None 
 
 
 def chosen_rates(df: pd.DataFrame) -> dict:
-    """The rates the findings report at, each with the main head's best mean validation accuracy over seeds (ties:
-    the smaller): ``whole_model`` / ``backbone_only``, ``drifting`` and ``std`` (the standardized fix at
-    :data:`P_DROP`; NaN without its rows). Raises ``KeyError`` when a sweep is missing."""
+    """The rates with the main head's best mean validation accuracy over seeds (ties: the smaller): ``whole_model``,
+    ``backbone_only``, ``drifting`` and ``std`` (NaN without its rows). Raises ``KeyError`` when a sweep is missing."""
     def best(rows, what):
         if rows.empty:
             raise KeyError(f"no rows of {what}")
@@ -757,10 +725,8 @@ def chosen_rates(df: pd.DataFrame) -> dict:
 
 
 def thread_check(config: Config, df: pd.DataFrame, execution: Execution | None = None) -> pd.DataFrame:
-    """The runs traps 1 and 3 cite (:meth:`Config.thread_configs`) again at the other torch thread count (1 or 2),
-    stage 1 included, in their own cache folder ``<cache>/threads<n>`` (a thread count is not part of a cache key),
-    beside ``df``'s (:func:`run`'s table): one row per (seed, quantity of :data:`THREAD_QUANTITIES`, threads), columns
-    ``seed, quantity, threads, accuracy``; empty when ``thread_seeds`` is 0."""
+    """The runs traps 1 and 3 cite (:meth:`Config.thread_configs`) again at the other torch thread count, in their
+    own cache folder ``<cache>/threads<n>``, beside ``df``'s: columns ``seed, quantity, threads, accuracy``."""
     ex, root = _cache(execution)
     cols = ["seed", "quantity", "threads", "accuracy"]
     if config.thread_seeds == 0:
@@ -785,8 +751,7 @@ def thread_check(config: Config, df: pd.DataFrame, execution: Execution | None =
     return pd.concat(frames, ignore_index=True)[cols]
 
 
-#: The accuracies the thread check compares: name -> (trap, which case, column). Tuned cases are the chosen rate's
-#: (the only ones :meth:`Config.thread_configs` reruns).
+#: The accuracies the thread check compares: name -> (trap, which case, column); tuned: the chosen rate's.
 THREAD_QUANTITIES = {
     "t1_eval_once": ("train_call", lambda cs: cs == "eval_once", "task_b"),
     "t1_pinned": ("train_call", lambda cs: cs == "pinned", "task_b"),
@@ -813,8 +778,8 @@ def first_seed_audit(config: Config, trap: str, case: str, execution: Execution 
 
 
 def audit_table(config: Config, execution: Execution | None = None, cases=PRINTED_AUDITS) -> pd.DataFrame:
-    """The printouts the page shows, one row per ``(trap, case, lint_codes)`` of ``cases``: columns ``seed, trap,
-    case, printout`` (the lints whose code is in ``lint_codes``, then the audit; :func:`first_seed_audit`)."""
+    """The printouts the page shows, one row (``seed, trap, case, printout``) per ``(trap, case, lint_codes)`` of
+    ``cases``: the lints whose code is in ``lint_codes``, then the audit (:func:`first_seed_audit`)."""
     from ...sweep import torch_threads
 
     def text(trap, case, codes):
@@ -839,8 +804,7 @@ def printout(table: pd.DataFrame, trap: str, case: str) -> str:
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """Everything the page analyses: ``(run(config), {name: table})`` for :data:`SIBLING_TABLES` (the thread check,
-    the audit printouts, the one-layer facts), so that a page given these tables trains nothing."""
+    """``(run(config), {name: table})`` for :data:`SIBLING_TABLES`: all a page needs, so that it trains nothing."""
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs an eval_traps.Config (see make_config), got {type(config).__name__}")
     df = run(config, execution)
@@ -849,8 +813,7 @@ def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.D
 
 
 def rows_table(df: pd.DataFrame) -> pd.DataFrame:
-    """:func:`run`'s table as it returns it, also read back from its CSV (where ``module_mode``'s empty text comes
-    back as NaN, and :func:`trap_table` would drop the column)."""
+    """:func:`run`'s table as it returns it, also read back from its CSV (where an empty ``module_mode`` is NaN)."""
     return df.assign(module_mode=df["module_mode"].fillna("")) if "module_mode" in df else df
 
 
@@ -867,13 +830,11 @@ SINGLE_LAYER_TEXTS = ("t5_error", "t5_lint1", "t5_loader")
 
 
 def single_layer_cases(seed: int = 0) -> dict:
-    """The one-layer facts traps 4 and 5 quote, on fresh layers seeded from ``seed`` (the same in every process):
-    ``t5_error``, PyTorch's error for a train-mode BatchNorm1d on a ``(1, C)`` batch; ``t5_lint1``, the audit's first
-    lint there (up to its explanation); ``t5_bn2d_mean``, the largest |per-channel mean| of a train-mode BatchNorm2d's
-    output on one image; ``t5_dev2``, the largest ||y| - 1| of a train-mode BatchNorm1d on two samples;
-    ``t5_loader``, the lint code for 17 samples at batch 16; ``t4_sorted_rm`` / ``t4_shuffled_rm`` /
-    ``t4_data_mean``, BatchNorm1d(1)'s running mean after one epoch at batch 10 over 10 classes x 100 values from
-    N(k, 0.5), class-sorted or shuffled, and the data mean."""
+    """The one-layer facts traps 4 and 5 quote, on fresh layers seeded from ``seed``: PyTorch's error for a
+    train-mode BatchNorm1d on a ``(1, C)`` batch and the audit's first lint there; the largest |per-channel mean| of a
+    train-mode BatchNorm2d's output on one image; the largest ||y| - 1| of a BatchNorm1d on two samples; the lint
+    code for 17 samples at batch 16; BatchNorm1d(1)'s running mean after one epoch at batch 10 over 10 classes x 100
+    values from N(k, 0.5), class-sorted or shuffled, and the data mean."""
     g = torch.Generator().manual_seed(derive_seed(seed, "ch02", "single"))
     # layers initialized from their own seeds, not torch's global generator (seeded differently in every process)
     bn1 = seeded((seed, "ch02", "single", "bn1"),
@@ -909,8 +870,8 @@ def single_layer_table(seed: int = 0) -> pd.DataFrame:
 
 
 def single_layer_from_table(table: pd.DataFrame) -> dict:
-    """:func:`single_layer_cases`' facts from :func:`single_layer_table`'s table, also read back from its CSV (an
-    empty text comes back as NaN). Raises ``ValueError`` unless the table has exactly one row."""
+    """:func:`single_layer_cases`' facts from :func:`single_layer_table`'s table, also as read back from its CSV.
+    Raises ``ValueError`` unless the table has exactly one row."""
     if len(table) != 1:
         raise ValueError(f"single_layer_from_table needs single_layer_table's one row, got {len(table)} rows")
     r = table.iloc[0].drop("seed")
