@@ -1,6 +1,2 @@
-"""Chapter 1: does a frozen backbone stay frozen? The four freeze modes, paired over seeds.
-
-The chapter in three parts: :mod:`.run` (what is trained: the main run, the head sweep, the thread check),
-:mod:`.findings` (what is claimed: claims tables, the records and sentences the page glues) and :mod:`.figures`
-(what is drawn). Import them as ``from bnstudy.study.experiments.freeze_modes import run, findings, figures``.
-"""
+"""Chapter 1: does a frozen backbone stay frozen? The four freeze modes, paired over seeds: :mod:`.run` (what is
+trained), :mod:`.findings` (what is claimed) and :mod:`.figures` (what is drawn)."""

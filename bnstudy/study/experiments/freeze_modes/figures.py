@@ -1,5 +1,5 @@
-"""Chapter 1, what is drawn: the page's figures and display tables; colours from :mod:`bnstudy.study.style` (the freeze
-modes' through :data:`bnstudy.study.plots.MODE_PALETTE`), shared helpers in :mod:`bnstudy.study.plots`."""
+"""Chapter 1, what is drawn: the page's figures and display tables; colours from :mod:`bnstudy.study.style`, shared
+helpers in :mod:`bnstudy.study.plots`."""
 
 from __future__ import annotations
 
@@ -21,9 +21,8 @@ from ...plots import MODE_ORDER, MODE_PALETTE, _ci_text, _interval, interval_fra
 
 def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, ylabel: str = "accuracy",
                 interval=None, ylim=None):
-    """One panel per ``columns`` item (column -> title): each seed a dot per mode, mean and 95% interval beside
-    (``interval(values) -> Interval``, default Student t); a bar cut by ``ylim`` ends in a triangle; ``chance``: a
-    dotted line in every panel."""
+    """A panel per ``columns`` item (column -> title): a dot per seed and mode, the mean and ``interval(values)``
+    (default Student t) beside; a bar cut by ``ylim`` ends in a triangle; ``chance``: a dotted line."""
     interval = interval or _interval
     modes = [m for m in MODE_ORDER if m in set(df["mode"])]
     fig, axes = plt.subplots(1, len(columns), figsize=(3.3 * len(columns), 4.2), sharey=True, squeeze=False)
@@ -42,10 +41,10 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
         if ylim is not None:
             ax.set_ylim(*ylim)
             for xi, l, h in zip(x, lo, hi):
-                if l < ylim[0]:
-                    ax.plot([xi], [ylim[0]], marker="v", color="black", ms=6, clip_on=False); clipped = True
-                if h > ylim[1]:
-                    ax.plot([xi], [ylim[1]], marker="^", color="black", ms=6, clip_on=False); clipped = True
+                for cut, y, marker in ((l < ylim[0], ylim[0], "v"), (h > ylim[1], ylim[1], "^")):
+                    if cut:
+                        ax.plot([xi], [y], marker=marker, color="black", ms=6, clip_on=False)
+                        clipped = True
             lo, hi = np.clip(lo, *ylim), np.clip(hi, *ylim)
         ax.errorbar(x, mean, yerr=[mean - lo, hi - mean], fmt="o", color="black", capsize=4, ms=5)
         if chance is not None:
@@ -63,79 +62,71 @@ def mode_strips(df: pd.DataFrame, columns: dict, chance: float | None = None, yl
     return fig
 
 
-def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, max_step: int = 100,
-                 compare: pd.DataFrame | None = None, residual_max_step: int | None = None):
-    """Weight left on task A's running_mean per layer (mean over seeds, 95% band) against ``(1-m)^t``: steps 0 to
-    ``max_step`` (the decay), then the remaining recorded steps with each layer's noise floor (``floor``) as a band;
-    below, measured minus ``(1-m)^t`` for steps 1 to ``residual_max_step`` (default ``max_step``), ``compare`` (the
-    same columns, e.g. on a less precise target) as dotted means."""
+def drift_figure(drift: pd.DataFrame, floor: pd.Series, momentum: float, gone_step: int, compare: pd.DataFrame,
+                 residual_max_step: int, max_step: int = 100):
+    """Weight left on task A's running_mean per layer (mean, 95% band) against ``(1-m)^t``: the decay up to
+    ``max_step``, then the later steps with each layer's noise ``floor``; below, the residual up to
+    ``residual_max_step``, ``compare`` (the engine's less precise target) as dotted means."""
     last = int(drift.step.max())
-    two = last > max_step
     fig = plt.figure(figsize=(6.6, 7.0))
-    gs = fig.add_gridspec(2, 2 if two else 1, width_ratios=[2, 1] if two else [1], height_ratios=[1.25, 1])
+    gs = fig.add_gridspec(2, 2, width_ratios=[2, 1], height_ratios=[1.25, 1])
     ax0 = fig.add_subplot(gs[0, 0])
-    axes = np.array([[ax0] + ([fig.add_subplot(gs[0, 1], sharey=ax0)] if two else [])])
+    axes = [ax0, fig.add_subplot(gs[0, 1], sharey=ax0)]
     rax = fig.add_subplot(gs[1, :])
     layers = sorted(drift["layer"].unique())
     colors = style.sequential(layers)  # blocks are ordered: the book's one sequential scale (bnstudy.study.style)
     markers = dict(zip(layers, "os^Dv"))
-    for k, ax in enumerate(axes[0]):
+    for k, ax in enumerate(axes):
         show = drift[drift.step <= max_step] if k == 0 else drift[drift.step >= max_step]
         for layer in layers:
             g = interval_frame(show[show.layer == layer], "step", "weight")
             ax.plot(g.index, g["mean"], marker=markers[layer], ls="-", color=colors[layer], ms=3, label=f"{layer} (measured)")
             ax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
-            if k == len(axes[0]) - 1:
+            if k == 1:
                 f = floor[layer]
                 ax.axhspan(-f, f, color=colors[layer], alpha=0.08, lw=0)
                 for y in (-f, f):
                     ax.axhline(y, color=colors[layer], lw=0.8, ls=(0, (4, 2)))
-        lo_t = 0 if k == 0 else max_step
-        t = np.linspace(lo_t, max_step if k == 0 else last, 400)
+        t = np.linspace(0, max_step, 400) if k == 0 else np.linspace(max_step, last, 400)
         ax.plot(t, (1 - momentum) ** t, "k--", lw=1.2, label=f"$(1-m)^t$, m = {momentum:g}")
         if k == 0:
             ax.axvline(gone_step, color="grey", ls=":", lw=1)
             ax.set_ylabel("weight left on task A's running_mean")
         ax.set_yscale("symlog", linthresh=1e-2, linscale=0.5); ax.set_ylim(-0.05, 1.5)
         ax.set_xlabel("stage-2 step t (train_mode)")
-    if two:
-        axes[0][1].set_title("noise floor (\u00b1 RMS)", fontsize=10)
-        axes[0][0].set_title("decay", fontsize=10)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    top = residual_max_step or max_step
+    axes[1].set_title("noise floor (\u00b1 RMS)", fontsize=10)
+    axes[0].set_title("decay", fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
     for layer in layers:
-        sub = drift[(drift.layer == layer) & (drift.step >= 1) & (drift.step <= top)]
+        sub = drift[(drift.layer == layer) & (drift.step >= 1) & (drift.step <= residual_max_step)]
         g = interval_frame(sub.assign(res=sub["weight"] - (1 - momentum) ** sub["step"]), "step", "res")
         rax.plot(g.index, g["mean"], marker=markers[layer], ls="-", color=colors[layer], ms=3)
         rax.fill_between(g.index, g["lo"], g["hi"], color=colors[layer], alpha=0.2)
-        if compare is not None:
-            c = compare[(compare.layer == layer) & (compare.step >= 1) & (compare.step <= top)]
-            c = c.assign(res=c["weight"] - (1 - momentum) ** c["step"]).groupby("step")["res"].mean()
-            rax.plot(c.index, c.values, ls=":", lw=1.4, color=colors[layer])
+        c = compare[(compare.layer == layer) & (compare.step >= 1) & (compare.step <= residual_max_step)]
+        c = c.assign(res=c["weight"] - (1 - momentum) ** c["step"]).groupby("step")["res"].mean()
+        rax.plot(c.index, c.values, ls=":", lw=1.4, color=colors[layer])
     rax.axhline(0, color="k", ls="--", lw=1.2)
     rax.set_xlabel("stage-2 step t (train_mode)")
     rax.set_ylabel("measured - $(1-m)^t$")
     rax.set_title("residual (95% bands)", fontsize=10)
-    if compare is not None:
-        handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
-        labels.append("residual on the 20-batch target (means)")
+    handles.append(Line2D([], [], ls=":", lw=1.4, color="0.3"))
+    labels.append("residual on the 20-batch target (means)")
     fig.tight_layout(rect=(0, 0.11, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=9)
     return fig
 
 
 def quantile_figure(lq: pd.DataFrame):
-    """Absolute old-logit change per quantile and mode (mean over seeds, 95% band cut at 0) on a symlog axis;
-    coinciding modes get nested markers, and the legend says which lie exactly at zero."""
+    """Absolute old-logit change per quantile and mode (mean, 95% band cut at 0); coinciding modes get nested
+    markers, and the legend says which lie exactly at zero."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     styles = [("o", 9, "none"), ("s", 6.5, "none"), ("^", 4.5, None), ("x", 5, None)]
     for i, mode in enumerate([m for m in MODE_ORDER if m in set(lq["mode"])]):
         sub = lq[lq["mode"] == mode]
         g = interval_frame(sub, "quantile", "change")
-        zero = bool((sub["change"] == 0).all())
         marker, ms, mfc = styles[i % len(styles)]
         ax.plot(g.index, g["mean"], marker=marker, ms=ms, mfc=mfc, ls="-", lw=1, color=MODE_PALETTE[mode],
-                label=f"{mode} (all exactly 0)" if zero else mode, zorder=3 + i)
+                label=f"{mode} (all exactly 0)" if (sub["change"] == 0).all() else mode, zorder=3 + i)
         ax.fill_between(g.index, g["lo"].clip(lower=0), g["hi"], color=MODE_PALETTE[mode], alpha=0.2)
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_ylim(bottom=-2e-4)
@@ -144,10 +135,9 @@ def quantile_figure(lq: pd.DataFrame):
     return fig
 
 
-def summary_table(summary: pd.DataFrame, by: str, labels: dict, order=None, digits: int = 3) -> pd.DataFrame:
-    """A long summary (``metric, mean, ci_low, ci_high``) as a display table: a row per ``by`` value, a column per
-    metric in ``labels`` (metric -> title), cells ``"mean [low, high]"``."""
-    cell = summary.assign(value=[f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+def summary_table(summary: pd.DataFrame, by: str, labels: dict, order=None) -> pd.DataFrame:
+    """A long summary as a display table: a row per ``by`` value, a column per ``labels`` metric (-> title)."""
+    cell = summary.assign(value=[f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
                                  for m, lo, hi in summary[["mean", "ci_low", "ci_high"]].values])
     table = cell.pivot(index=by, columns="metric", values="value")
     table = table.loc[order if order is not None else table.index, list(labels)]
@@ -163,16 +153,11 @@ PATH_STYLES = {"batch_stats": ("-", "o", "train_mode = separate_stats"),
                "pinned": ("--", "s", "backbone_eval = all_eval")}
 
 
-def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_seeds: int = 3,
-                         verdicts: dict | None = None):
-    """Paired task-B difference ``train_mode - backbone_eval`` per head optimizer and the reference, from ``gaps``
-    (``seed, role, optimizer, gap``): a dot per seed (confirmation seeds open), the pooled mean and 95% interval (with
-    fewer than ``min_seeds`` seeds the range); ``margin``: the reference test's band, in its column only.
-    ``verdicts``: ``{optimizer: claim}`` (claims-table rows with ``estimate, low, high, confidence, verdict``; the
-    page's, :func:`.findings.gap_figure_claims`): a column with one draws that claim's interval (its family's level,
-    e.g. a Bonferroni interval) instead of the 95% one and prints its verdict and confidence above it, so the bar and
-    the verdict the page states cannot disagree (issue 35). Raises ``ValueError`` for a claim whose estimate is not
-    the column's mean over seeds (a claim of another quantity)."""
+def optimizer_gap_figure(gaps: pd.DataFrame, verdicts: dict, margin: float | None = None):
+    """Paired task-B gap per head optimizer and the reference (:func:`.findings.gap_table`): a dot per seed, and the
+    interval and verdict of the column's claim in ``verdicts`` (:func:`.findings.gap_figure_claims`), so the bar and
+    the verdict the page states cannot disagree (issue 35); ``margin``: the reference test's band. Raises
+    ``ValueError`` for a claim whose estimate is not the column's mean."""
     opts = [o for o in ("sgd", "adam", "sgd-std", "adam-std", "reference") if o in set(gaps["optimizer"])]
     # at most the column's width, so that 9 pt text stays 9 pt on the page (bnstudy.study.style)
     fig, ax = plt.subplots(figsize=(min(style.COLUMN_WIDTH_IN - 0.2, max(6.4, 1.35 * len(opts) + 1.4)), 4.2))
@@ -183,39 +168,30 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
     for i, o in enumerate(opts):
         for j, (role, fill) in enumerate((("report", True), ("confirm", False))):
             g = gaps[(gaps["optimizer"] == o) & (gaps["role"] == role)]
-            if g.empty:
-                continue
-            x = i - 0.22 + j * 0.14
-            jit = np.linspace(-0.04, 0.04, len(g)) if len(g) > 1 else np.zeros(1)
-            ax.scatter(x + jit, g["gap"], s=24, facecolors=OPTIMIZER_COLORS[o] if fill else "none",
-                       edgecolors=OPTIMIZER_COLORS[o], alpha=0.85, zorder=3)
-        v = gaps[gaps["optimizer"] == o]["gap"]
-        c = (verdicts or {}).get(o)
-        if c is not None and not np.isclose(float(c["estimate"]), float(v.mean()), atol=1e-9):
+            if len(g):
+                jit = np.linspace(-0.04, 0.04, len(g)) if len(g) > 1 else np.zeros(1)
+                ax.scatter(i - 0.22 + j * 0.14 + jit, g["gap"], s=24,
+                           facecolors=OPTIMIZER_COLORS[o] if fill else "none", edgecolors=OPTIMIZER_COLORS[o],
+                           alpha=0.85, zorder=3)
+        mean, c = float(gaps[gaps["optimizer"] == o]["gap"].mean()), verdicts[o]
+        if not np.isclose(float(c["estimate"]), mean, atol=1e-9):
             raise ValueError(f"optimizer_gap_figure: the claim for {o!r} has estimate {float(c['estimate']):.6g}, "
-                             f"not the column's mean {float(v.mean()):.6g}")
-        if c is not None or len(v) >= min_seeds:  # the verdict's own interval, else the 95% one; cut to [-1, 1]
-            iv = (_interval(v) if c is None else
-                  Interval(float(c["estimate"]), float(c["low"]), float(c["high"]), int(c["n"]))).clipped(-1, 1)
-            ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
-                        color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
-        if c is not None:  # the verdict's word and confidence above the column
-            ax.text(i, 0.98, f"{textwrap.fill(str(c['verdict']), 12)}\n({100 * float(c['confidence']):.3g}%)",
-                    transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=style.MIN_FONT_PT)
-        elif len(v) < min_seeds:
-            ax.errorbar([i + 0.2], [v.mean()], yerr=[[v.mean() - v.min()], [v.max() - v.mean()]], fmt="D",
-                        color=style.GREY, ms=6, capsize=5, zorder=4)
+                             f"not the column's mean {mean:.6g}")
+        iv = Interval(float(c["estimate"]), float(c["low"]), float(c["high"]), int(c["n"])).clipped(-1, 1)
+        ax.errorbar([i + 0.2], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="D",
+                    color=style.REFERENCE["zero"], ms=6, capsize=5, lw=1.6, zorder=4)
+        ax.text(i, 0.98, f"{textwrap.fill(str(c['verdict']), 12)}\n({100 * float(c['confidence']):.3g}%)",
+                transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=style.MIN_FONT_PT)
     ax.set_xticks(range(len(opts)))
     ax.set_xticklabels([CH01_GAP_LABELS[o] for o in opts])
     ax.set_xlim(-0.6, len(opts) - 0.4)
-    if verdicts:  # room above the data for the verdicts' three lines
-        lo, hi = ax.get_ylim()
-        ax.set_ylim(lo, hi + 0.45 * (hi - lo))
+    lo, hi = ax.get_ylim()  # room above the data for the verdicts' three lines
+    ax.set_ylim(lo, hi + 0.45 * (hi - lo))
     ax.set_ylabel("difference in task-B accuracy\n(train_mode - backbone_eval)")
     handles = [Line2D([], [], marker="o", ls="", color=style.GREY, label="reported seed"),
                Line2D([], [], marker="o", ls="", mfc="none", color=style.GREY, label="confirmation seed"),
                Line2D([], [], marker="D", ls="-", color=style.REFERENCE["zero"],
-                      label="all seeds: mean, verdict's interval" if verdicts else "all seeds: mean, 95% CI")]
+                      label="all seeds: mean, verdict's interval")]
     if margin is not None:
         handles.append(Patch(color=style.REFERENCE["band"], label=f"reference test's margin \u00b1{margin:g}"))
     fig.tight_layout(rect=(0, 0.16, 1, 1))
@@ -224,13 +200,12 @@ def optimizer_gap_figure(gaps: pd.DataFrame, margin: float | None = None, min_se
 
 
 def budget_figure_ch01(chosen: pd.DataFrame):
-    """Task-B test accuracy of the ``chosen`` heads (pooled seeds) against head-training steps, a panel per optimizer,
-    a line per path (mean, 95% band), the reference per path as a horizontal line and band (pinned: dashed, hatched)."""
+    """Task-B accuracy of the ``chosen`` heads against head-training steps, a panel per optimizer, a line per path,
+    the reference per path as a horizontal line and band."""
     rep = chosen[chosen["role"].isin(["report", "confirm"])]
     opts = [o for o in ("sgd", "adam") if o in set(rep["optimizer"])]
     fig, axes = plt.subplots(1, len(opts), figsize=(3.4 * len(opts) + 0.4, 3.9), sharey=True, squeeze=False)
-    ref_style = {"batch_stats": dict(color=style.OPTIMIZERS["sgd"], hatch=None, alpha=0.22),
-                 "pinned": dict(color=style.GREY, hatch="////", alpha=0.25)}
+    ref_style = {"batch_stats": (style.OPTIMIZERS["sgd"], None, 0.22), "pinned": (style.GREY, "////", 0.25)}
     for ax, o in zip(axes[0], opts):
         for path, (ls, marker, label) in PATH_STYLES.items():
             g = interval_frame(rep[(rep["optimizer"] == o) & (rep["path"] == path)], "step", "accuracy")
@@ -238,11 +213,10 @@ def budget_figure_ch01(chosen: pd.DataFrame):
             ax.fill_between(g.index, g["lo"], g["hi"], color=OPTIMIZER_COLORS[o], alpha=0.18, lw=0)
             r = rep[(rep["optimizer"] == "reference") & (rep["path"] == path)]
             if len(r):
-                iv = t_interval(r["accuracy"])
-                st = ref_style[path]
-                ax.axhspan(iv.low, iv.high, facecolor=st["color"] if st["hatch"] is None else "none",
-                           edgecolor=st["color"], hatch=st["hatch"], alpha=st["alpha"], lw=0)
-                ax.axhline(iv.mean, color=st["color"], ls=ls, lw=1.2,
+                iv, (color, hatch, alpha) = t_interval(r["accuracy"]), ref_style[path]
+                ax.axhspan(iv.low, iv.high, facecolor=color if hatch is None else "none", edgecolor=color,
+                           hatch=hatch, alpha=alpha, lw=0)
+                ax.axhline(iv.mean, color=color, ls=ls, lw=1.2,
                            label=f"reference, {label.split(' =')[0]} (one fit at step {int(r['step'].iloc[0])})")
         ax.set_xscale("log", base=2)
         steps = sorted(rep["step"].unique())
@@ -257,15 +231,13 @@ def budget_figure_ch01(chosen: pd.DataFrame):
 
 
 def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None):
-    """What was tried: the tuning seeds' validation accuracy against learning rate, per optimizer and path (dots per
-    seed, the means joined, the seeds' range as a band: a t interval from 2-3 seeds would be mostly its quantile);
-    ``chosen``: ``{(optimizer, path): lr}``, ringed. Standardized heads, where present, get a second row."""
+    """The tuning seeds' validation accuracy against learning rate per optimizer and path (the seeds' range as a
+    band: a t interval of 2-3 seeds would be mostly its quantile); ``chosen`` rates ringed; standardized heads below."""
     present = set(lrt["optimizer"])
     base = [o for o in ("sgd", "adam") if o in present or o + "-std" in present]
     rows = [[o if o in present else None for o in base]]
     if any(o + "-std" in present for o in base):
         rows.append([o + "-std" if o + "-std" in present else None for o in base])
-    n = int(lrt["seed"].nunique())
     fig, axes = plt.subplots(len(rows), len(base), figsize=(3.4 * len(base) + 0.4, 3.0 * len(rows) + 0.7),
                              sharey=True, squeeze=False)
     for r, row in enumerate(rows):
@@ -298,8 +270,8 @@ def lr_figure(lrt: pd.DataFrame, chosen: dict | None = None):
     if chosen:
         handles.append(Line2D([], [], marker="o", ms=11, mfc="none", mec=style.REFERENCE["zero"], ls="", label="chosen"))
         labels.append("chosen")
-    band = f"range of {n} seeds"
-    handles.append(Line2D([], [], marker="o", ms=3, ls="", color=style.GREY)); labels.append(f"one tuning seed (band: {band})")
+    handles.append(Line2D([], [], marker="o", ms=3, ls="", color=style.GREY))
+    labels.append(f"one tuning seed (band: range of {int(lrt['seed'].nunique())} seeds)")
     fig.tight_layout(rect=(0, 0.7 / (3.0 * len(rows) + 0.7), 1, 1))   # the legend's 0.7 inch below the panels
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=9)
     return min_text_size(fig)
@@ -330,10 +302,8 @@ def ch01_exploratory_display(ex: pd.DataFrame) -> pd.DataFrame:
 
 
 def ch01_std_display(claims: pd.DataFrame, numbers: pd.DataFrame, reference: dict | None = None) -> pd.DataFrame:
-    """The heads on standardized features from the tuning part's claims and numbers tables: per optimizer the gap
-    ``train_mode`` minus pinned path with its family interval at every checkpoint, then at the main step each path's
-    mean test accuracy with the paired gain over the plain head; ``reference`` (``{path: accuracy}``): the converged
-    reference as a last row. Raises ``ValueError`` when the standardized heads were not run."""
+    """The standardized heads per optimizer: the gap at every checkpoint, then each path's accuracy and gain over the
+    plain head; ``reference`` (``{path: accuracy}``) as a last row. ``ValueError`` when they were not run."""
     gap_at = {k.removeprefix("std_gap_at_"): number(numbers, k) for k in numbers["key"] if k.startswith("std_gap_at_")}
     if not gap_at:
         raise ValueError("ch01_std_display needs standardized heads (the tuning numbers have no std_gap_at)")

@@ -1,10 +1,7 @@
-"""Chapter 1, what is claimed: per part of the page a claims table (``*_claims``; column ``family``) and a numbers
-table (``*_findings``, :func:`drift_check`, :func:`article_counts`) from :mod:`.run`'s tables; :func:`chapter` joins
-them, keys prefixed by part (``opt_primary``), for the page's notes (:data:`NOTES`) and :func:`glue_page`. One sign
-everywhere, *condition minus reference* (the pinned ``backbone_eval``; on the head sweep's paths ``batch_stats -
-pinned``). Comparisons worded "train mode higher / lower" and the checks of the code are
-questions (:func:`bnstudy.study.inference.ask`); those with their own direction words (:data:`DIRECTIONS`) go through
-:func:`_decided`."""
+"""Chapter 1, what is claimed: per part of the page a claims table (``*_claims``, column ``family``) and a numbers
+table (``*_findings``); :func:`chapter` joins them, keys prefixed by part (``opt_primary``), for the notes
+(:data:`NOTES`) and :func:`glue_page`. One sign everywhere, *condition minus reference*: ``train_mode -
+backbone_eval``, on the head sweep's paths ``batch_stats - pinned``."""
 
 from __future__ import annotations
 
@@ -16,36 +13,32 @@ import pandas as pd
 from scipy import special as spx
 
 from ...report import p_text  # chapter 1's p-values print as the other pages' do
-from ...inference import EXACT, TOO_FEW, Family, Interval, Question, _slug, ask, claims_table, count_verdicts, decide, number, \
-    numbers_table, one_sided_p, paired_differences, t_interval
+from ...inference import EXACT, TOO_FEW, Family, Interval, Question, _slug, ask, claims_table, count_verdicts, \
+    decide, number, numbers_table, one_sided_p, paired_differences, t_interval
 from ...config import check_float
 from ...modes import MODE_NAMES
 from ...words import Note, claim, claim_text, join, verdict_md
 from .run import DRIFT_TARGET_BATCHES, ENGINE_TARGET_BATCHES, FLOOR_WEIGHT, PATHS, PROFILES, REF_VARIANTS, \
-    STD_SUFFIX, drift_table, floor_steps
+    STD_SUFFIX, floor_steps
 
 #: The weight left on the old running statistics that counts as "gone" in the prose.
 GONE = 1e-3
 METRICS = ("task_a_before", "task_a_after", "task_b", "max_param_change", "max_buffer_change",
            "max_old_logit_change")
-ACCURACIES = ("task_a_before", "task_a_after", "task_b")
+ACCURACIES = METRICS[:3]
 #: Finding 2's "about chance": task A after ``train_mode`` within ``(CHANCE_FACTOR - 1) * chance`` of chance (an
 #: equivalence margin; the factor was set by trial while the project was built).
 CHANCE_FACTOR = 1.5
-#: Finding 3's primary test (fixed in revision, before the full profile ran): the reference's task-B gap
-#: ``batch_stats - pinned`` at ``Config.steps``, reported and confirmation seeds pooled, against +-PRIMARY_MARGIN.
+#: Finding 3's primary test (fixed in revision, before the full profile ran): the reference's gap at ``Config.steps``,
+#: reported and confirmation seeds pooled, against +-PRIMARY_MARGIN.
 PRIMARY_MARGIN = 0.03
 ALPHA = 0.05
 #: Finding 2's buffer criteria (fixed in revision): a running_mean moves by more than MEAN_SHIFT_SD of task A's
 #: running SDs, a running_var by more than a factor VAR_FACTOR either way.
-MEAN_SHIFT_SD = 1.0
-VAR_FACTOR = 2.0
-#: Seeds of the primary test the quick profile had shown before its design and margin were fixed; the others are
-#: the unseen, confirmatory part.
+MEAN_SHIFT_SD, VAR_FACTOR = 1.0, 2.0
+#: The primary test's seeds the quick profile had shown before its margin was fixed; the others are confirmatory.
 QUICK_SEEN_SEEDS = (*range(PROFILES["quick"]["seeds"]), *PROFILES["quick"]["confirm_seeds"])
-PINNED = ("backbone_eval", "all_eval")
-POOLED = ("report", "confirm")
-UNBOUNDED = (-math.inf, math.inf)
+PINNED, POOLED = ("backbone_eval", "all_eval"), ("report", "confirm")
 
 #: Direction words (higher, lower) per quantity: train_mode - backbone_eval; task A after train_mode - chance; task A
 #: after - before; accuracy at the last checkpoint - the one before; gap at the last checkpoint - at the first; plain
@@ -62,8 +55,7 @@ VAR_ABOVE, VAR_BELOW = VAR_WORDS = (f"above a factor {VAR_FACTOR:g}", f"below a 
 #: Every direction word this chapter's verdicts use (:func:`bnstudy.study.inference.is_verdict`'s ``directions``).
 DIRECTIONS: tuple[str, ...] = (*TRAIN_WORDS, *CHANCE_WORDS, *A_WORDS, *LAST_WORDS, *GAP_WORDS, *STD_WORDS,
                                *SHIFT_WORDS, *VAR_WORDS, *SEED_WORDS)
-#: ``ask``'s words for a gap ``batch_stats - pinned``: "train mode higher" / "train mode lower".
-TRAIN = "train mode"
+TRAIN = "train mode"  # ask's words for a gap batch_stats - pinned: "train mode higher" / "train mode lower"
 
 
 def steps_until(momentum: float, weight: float = GONE) -> int:
@@ -75,9 +67,8 @@ def steps_until(momentum: float, weight: float = GONE) -> int:
 
 
 def _decided(family: str, comparisons) -> pd.DataFrame:
-    """One family's claims table from ``[(key, per-seed values, (higher, lower) words, margin or None)]``: each
-    decided by :func:`bnstudy.study.inference.decide` at the family's level (``m`` = the comparisons given): the
-    comparisons with their own direction words, which :func:`bnstudy.study.inference.ask` cannot say."""
+    """A family's claims from ``[(key, per-seed values, (higher, lower) words, margin or None)]``: comparisons with
+    their own direction words, which :func:`bnstudy.study.inference.ask` cannot say."""
     fam = Family(max(len(comparisons), 1))
     return claims_table([decide(v, k, margin=m, family=fam, higher=w[0], lower=w[1]) for k, v, w, m in comparisons],
                         family=family)
@@ -89,49 +80,35 @@ def family(claims: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def _series(s: pd.Series) -> dict:
-    """A per-seed or per-layer series as numbers-table entries, with its ``min`` and ``max`` (as the page cites)."""
     out = dict(s.items())
     if len(s) and pd.api.types.is_numeric_dtype(s):
         out.update(min=float(s.min()), max=float(s.max()))
     return out
 
 
-def entries(numbers: pd.DataFrame, stem: str, names: str = r"seed\d+") -> pd.Series:
-    """The entries ``<stem>_<name>`` of a numbers table whose ``<name>`` matches ``names`` (per seed ``seed<n>``, per
-    layer ``block_<i>``), in the table's order, indexed by ``<name>``."""
-    hit = numbers[numbers["key"].str.fullmatch(rf"{re.escape(stem)}_{names}")]
-    return pd.Series(list(hit["value"]), index=[k[len(stem) + 1:] for k in hit["key"]], dtype=float)
-
-
 def _bands(name: str, ivs: dict) -> dict:
-    """``{key: Interval}`` as numbers-table series ``<name>``, ``<name>_low`` and ``<name>_high`` (each with min, max)."""
+    """``{key: Interval}`` as the series ``<name>``, ``<name>_low`` and ``<name>_high`` (each with min, max)."""
     return {f"{name}{a}": _series(pd.Series({k: getattr(iv, s) for k, iv in ivs.items()}, dtype=float))
             for a, s in (("", "mean"), ("_low", "low"), ("_high", "high"))}
-
-
-def _interval(r) -> Interval:
-    return Interval(float(r.estimate), float(r.low), float(r.high), int(r.n), float(r.confidence))
-
-
-def _with_claims(rows: list[dict], claims: pd.DataFrame, cols: list) -> pd.DataFrame:
-    """A display table: ``rows`` (dicts with a ``key``) with their claims' ``n, mean, ci_low, ci_high, confidence, p,
-    p_holm, verdict``, in the rows' order, columns ``cols``."""
-    c = claims.set_index("key").reindex([r["key"] for r in rows])
-    out = pd.DataFrame(rows)
-    for col, src in (("n", "n"), ("mean", "estimate"), ("ci_low", "low"), ("ci_high", "high"),
-                     ("confidence", "confidence"), ("p", "p"), ("p_holm", "p_adjusted"), ("verdict", "verdict")):
-        out[col] = c[src].to_numpy() if len(c) else []
-    return out.reindex(columns=cols)
 
 
 _SHOWN = ["n", "mean", "ci_low", "ci_high", "confidence", "p", "p_holm", "verdict"]
 
 
+def _with_claims(rows: list[dict], claims: pd.DataFrame, cols: list, with_claims: bool):
+    """A display table: ``rows`` (dicts with a ``key``) with their claims' :data:`_SHOWN` columns, columns ``cols``;
+    ``with_claims``: ``(table, claims)``."""
+    c = claims.set_index("key").reindex([r["key"] for r in rows])
+    out = pd.DataFrame(rows)
+    for col, src in zip(_SHOWN, ("n", "estimate", "low", "high", "confidence", "p", "p_adjusted", "verdict")):
+        out[col] = c[src].to_numpy() if len(c) else []
+    return (out.reindex(columns=cols), claims) if with_claims else out.reindex(columns=cols)
+
+
 def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95, logit_centre: bool = False) -> Interval:
-    """Mean of accuracies ``values`` (0..1) with a Student-t interval on the logit scale, so it stays inside (0, 1).
-    Values are clipped to ``[0.5 / n_eval, 1 - 0.5 / n_eval]`` first (``n_eval``: the evaluation set's size, default
-    1000). ``mean``: the plain mean, or with ``logit_centre`` the interval's centre, ``expit`` of the mean logit.
-    Raises ``ValueError`` for an empty input or values outside [0, 1]."""
+    """Mean of accuracies ``values`` with a Student-t interval on the logit scale (values clipped to ``0.5 / n_eval``
+    from 0 and 1, default ``n_eval`` 1000), so it stays inside (0, 1); with ``logit_centre`` the mean is ``expit`` of
+    the mean logit. Raises ``ValueError`` for an empty input or values outside [0, 1]."""
     v = np.asarray(values, dtype=float)
     if v.size == 0 or (v < 0).any() or (v > 1).any():
         raise ValueError(f"bounded_interval needs accuracies in [0, 1], got {v.tolist()}")
@@ -141,21 +118,24 @@ def bounded_interval(values, n_eval: int | None = None, confidence: float = 0.95
     return Interval(centre, float(spx.expit(iv.low)), float(spx.expit(iv.high)), int(v.size))
 
 
-def accuracy_summary(df: pd.DataFrame, by: str = "mode", columns=METRICS, logit_centre: bool = False) -> pd.DataFrame:
-    """Mean and 95% Student-t interval over seeds of ``columns`` per ``by``, a long table ``by, metric, mean, ci_low,
-    ci_high, n_seeds``; the accuracy columns by :func:`bounded_interval` (``logit_centre``: its own centre)."""
+def _mode_intervals(df: pd.DataFrame, logit_centre: bool = False) -> dict:
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
-    ivs = lambda g, c: (bounded_interval(g[c], n_eval, logit_centre=logit_centre) if c in ACCURACIES  # noqa: E731
-                        else t_interval(g[c]))
-    return pd.DataFrame([dict({by: k}, metric=c, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=t_interval(g[c]).n)
-                         for k, g in df.groupby(by, sort=False) for c in columns for iv in [ivs(g, c)]])
+    return {c: {m: bounded_interval(g[c], n_eval, logit_centre=logit_centre) if c in ACCURACIES else t_interval(g[c])
+                for m, g in df.groupby("mode", sort=False)} for c in METRICS}
+
+
+def accuracy_summary(df: pd.DataFrame, logit_centre: bool = False) -> pd.DataFrame:
+    """:data:`METRICS` per mode (:func:`_mode_intervals`) as a long table ``mode, metric, mean, ci_low, ci_high,
+    n_seeds``."""
+    return pd.DataFrame([dict(mode=m, metric=c, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n)
+                         for c, by in _mode_intervals(df, logit_centre).items() for m, iv in by.items()])
 
 
 # --- the main run: finding 2's claims, the checks of the code, the numbers ----------------------------------------
 
-#: The identities of the code (exact checks, stated as checks, not findings), on every seed of the main run: every
-#: weight unchanged, the pinned modes' task A after == before, ``separate_stats``' old logits unchanged and its task B
-#: == ``train_mode``'s, ``all_eval`` == ``backbone_eval`` on task B.
+#: The identities of the code (exact checks), on every seed of the main run: every weight unchanged, the pinned modes'
+#: task A after == before, ``separate_stats``' old logits unchanged and its task B == ``train_mode``'s, ``all_eval``
+#: == ``backbone_eval`` on task B.
 CHECKS = (
     Question("c_weights_unchanged", value="max_param_change", table="rows", exact=0.0),
     Question("c_pinned_keep_a", value="task_a_kept", at=dict(mode=PINNED), table="rows", exact=0.0),
@@ -168,7 +148,6 @@ CHECKS = (
 
 
 def _main_parts(df: pd.DataFrame):
-    """Chance, the chance limit, and per seed task A after ``train_mode`` and its change (after - before)."""
     missing = set(MODE_NAMES) - set(df["mode"])
     if missing:
         raise ValueError(f"findings needs all four modes; missing {sorted(missing)}")
@@ -179,9 +158,8 @@ def _main_parts(df: pd.DataFrame):
 
 
 def claims(df: pd.DataFrame) -> pd.DataFrame:
-    """The main run's claims table (all four modes needed, else ``ValueError``): finding 2, family ``f2``
-    (``task_a_chance``: task A after ``train_mode`` minus chance, "about chance" as equivalence within ``(CHANCE_FACTOR
-    - 1) * chance``; ``task_a_change``: after - before), then :data:`CHECKS` (family ``checks``)."""
+    """The main run's claims (all four modes needed, else ``ValueError``): family ``f2`` (``task_a_chance``, task A
+    after ``train_mode`` minus chance; ``task_a_change``, after - before), then :data:`CHECKS` (family ``checks``)."""
     chance, limit, after, change = _main_parts(df)
     return pd.concat([
         _decided("f2", [("task_a_chance", after - chance, CHANCE_WORDS, limit - chance),
@@ -191,30 +169,23 @@ def claims(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def findings(df: pd.DataFrame) -> pd.DataFrame:
-    """The main run's numbers table (all four modes needed, else ``ValueError``; intervals printed inside [-1, 1],
-    the summary's as they are): ``<metric>_<mode>`` (mean and 95% interval, accuracies :func:`bounded_interval`);
-    per seed ``task_a_after_tm_<seed>`` (``train_mode``) with its ``_median``, bounded interval ``_ci`` and
-    ``_logit_centre``, and ``task_a_change_<seed>`` (``n_task_a_lower``: the seeds where it is negative);
-    ``n_near_chance`` seeds at most ``chance_limit``;
-    ``task_a_above_chance_p`` (one-sided t test); ``gap_b_backbone_eval`` (paired task B ``train_mode`` minus it) and
-    ``gap_b_confidence``, its interval's level; ``f2_m``, finding 2's family size."""
+    """The main run's numbers (all four modes needed, else ``ValueError``): ``<metric>_<mode>``, task A after
+    ``train_mode`` per seed and its change, their summaries, and task B ``train_mode - backbone_eval`` (``gap_b``)."""
     chance, limit, after, change = _main_parts(df)
     m = float(df["momentum"].iloc[0])
     n_eval = int(df["n_eval"].iloc[0]) if "n_eval" in df.columns else None
-    summary = {c: {m: bounded_interval(g[c], n_eval) if c in ACCURACIES else t_interval(g[c])
-                   for m, g in df.groupby("mode", sort=False)} for c in METRICS}  # as accuracy_summary's
     gap_b = t_interval(paired_differences(df, "task_b", "mode", "train_mode", "backbone_eval"))
     seed = lambda v: f"seed{v}"  # noqa: E731
     return numbers_table(dict(
         n_seeds=int(df["seed"].nunique()), chance=chance, chance_limit=limit, chance_margin=limit - chance,
-        f2_m=Family(2).m, momentum=m, steps_gone=steps_until(m), **summary,
+        f2_m=Family(2).m, momentum=m, steps_gone=steps_until(m), **_mode_intervals(df),
         task_a_after_tm=_series(after.rename(seed)), task_a_after_tm_median=float(after.median()),
         task_a_after_tm_ci=bounded_interval(after, n_eval), task_a_change=_series(change.rename(seed)),
         n_task_a_lower=int((change < 0).sum()),
         n_near_chance=int((after <= limit).sum()), task_a_above_chance_p=one_sided_p(after, "greater", null=chance),
         task_a_after_tm_logit_centre=bounded_interval(after, n_eval, logit_centre=True).mean,
         gap_b={"backbone_eval": gap_b}, gap_b_confidence=gap_b.confidence,
-    ), bounds=lambda key: UNBOUNDED if key in METRICS else (-1, 1))
+    ), bounds=lambda key: (-math.inf, math.inf) if key in METRICS else (-1, 1))
 
 
 # --- the drift figure: the weight left on task A's running_mean against (1 - m)^t ----------------------------------
@@ -229,11 +200,8 @@ def noise_floor(drift: pd.DataFrame, momentum: float, steps: int) -> pd.Series:
 
 
 def drift_findings(drift: pd.DataFrame, momentum: float, steps: int) -> pd.DataFrame:
-    """The drift figure's numbers table from :func:`drift_table`'s output (raises as :func:`noise_floor`):
-    ``floor_<layer>`` at steps ``floor_first_step`` .. ``floor_last_step``; ``last_step``, the last recorded step whose
-    prediction is above every floor; ``weight_12[_low|_high]_<layer>`` / ``weight_last...``: mean over seeds and 95%
-    bounds at step 12 / ``last_step``; ``theory_12`` / ``theory_last``: ``(1 - m)^t``; ``excess_12_<layer>``: mean
-    weight minus ``(1 - m)^12`` (a statistical comparison: it depends on the estimated target mean)."""
+    """The drift figure's numbers (raises as :func:`noise_floor`): ``floor_<layer>``; ``last_step``, the last
+    recorded step whose prediction is above every floor; the weights at step 12 and there against ``(1 - m)^t``."""
     floor = noise_floor(drift, momentum, steps)
     fs = floor_steps(momentum, steps)
     last = max(s for s in sorted(drift.step.unique()) if (1 - momentum) ** s > floor.max())
@@ -250,13 +218,11 @@ def drift_findings(drift: pd.DataFrame, momentum: float, steps: int) -> pd.DataF
 # --- the head sweep's analysis: chosen learning rates, paired gaps, finding 3's tests (issue 10) -------------------
 
 def _tuning_rows(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The tuning seeds' validation rows of the trained heads (what the learning rates are chosen on)."""
     return sweep[(sweep["role"] == "tune") & (sweep["split"] == "validation") & (sweep["optimizer"] != "reference")]
 
 
 def gap_table(chosen: pd.DataFrame, step: int) -> pd.DataFrame:
-    """Tidy paired gaps ``seed, role, optimizer, gap`` (``batch_stats - pinned`` test accuracy) at ``step`` (the
-    reference at its own single step)."""
+    """Paired gaps ``seed, role, optimizer, gap`` (``batch_stats - pinned``) at ``step``, the reference at its own."""
     recs = []
     for (role, o), g in chosen.groupby(["role", "optimizer"]):
         st = step if o != "reference" else g["step"].min()
@@ -278,8 +244,7 @@ def choose_lrs(sweep: pd.DataFrame, step: int) -> dict:
 
 
 def chosen_table(sweep: pd.DataFrame, lrs: dict) -> pd.DataFrame:
-    """Test-set rows of the chosen heads (and the primary reference fit, ``REF_VARIANTS[0]``; a table without the
-    ``l2`` column has only it), reported and confirmation seeds: ``seed, role, path, optimizer, lr, step, accuracy``."""
+    """Test-set rows of the chosen heads and the primary reference fit, reported and confirmation seeds."""
     (l2, n), ref = REF_VARIANTS[0], sweep["optimizer"] == "reference"
     t = sweep[~ref | ((sweep["l2"] == l2) & (sweep["n_fit"] == n))] if "l2" in sweep.columns else sweep
     t = t[(t["split"] == "test") & (t["role"] != "tune")]
@@ -288,16 +253,14 @@ def chosen_table(sweep: pd.DataFrame, lrs: dict) -> pd.DataFrame:
 
 
 def lr_table(sweep: pd.DataFrame, step: int | None = None) -> pd.DataFrame:
-    """What was tried: validation accuracy per tuning seed, ``seed, path, optimizer, lr, step, accuracy`` (at
-    ``step``, or at every checkpoint when ``None``)."""
+    """What was tried: validation accuracy per tuning seed (at ``step``, or at every checkpoint)."""
     t = _tuning_rows(sweep)
     t = t if step is None else t[t["step"] == step]
     return t[["seed", "path", "optimizer", "lr", "step", "accuracy"]].reset_index(drop=True)
 
 
 def lr_choice_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The rate :func:`choose_lrs` picks at each checkpoint: ``optimizer, path, step, lr, position`` (``lowest`` /
-    ``highest`` of the grid, or ``interior``)."""
+    """The rate :func:`choose_lrs` picks at each checkpoint and its ``position`` in the grid."""
     t = _tuning_rows(sweep)
     grid = t.groupby("optimizer")["lr"].agg(["min", "max"])
     recs = [dict(optimizer=o, path=p, step=int(step), lr=lr, position="lowest" if lr == grid.loc[o, "min"] else
@@ -312,22 +275,19 @@ def _path_gap(t: pd.DataFrame, optimizer: str, roles, step: int) -> pd.Series:
     return piv["batch_stats"] - piv["pinned"]
 
 
-def _checkpoints(sweep: pd.DataFrame, main_step: int, optimizers=None) -> list:
+def _chosen(sweep: pd.DataFrame, main_step: int, optimizers=None):
+    """The checkpoints (``ValueError`` unless ``main_step`` is one of >= 2), the rates chosen at ``main_step``, the
+    chosen heads' table and the plain optimizers run on both paths."""
     rows = sweep[sweep["optimizer"].isin(optimizers)] if optimizers else sweep[sweep["optimizer"] != "reference"]
     steps = sorted(rows["step"].unique())
     if main_step not in steps or len(steps) < 2:
         raise ValueError(f"main_step must be among >= 2 checkpoints, got {main_step} in {steps}")
-    return steps
-
-
-def _chosen(sweep: pd.DataFrame, main_step: int):
-    """The rates chosen at ``main_step``, the chosen heads' table, and the plain optimizers run on both paths."""
     lrs = choose_lrs(sweep, main_step)
-    return lrs, chosen_table(sweep, lrs), [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
+    return steps, lrs, chosen_table(sweep, lrs), [o for o in ("sgd", "adam") if (o, "pinned") in lrs]
 
 
-#: Finding 3's exploratory tests, one family (:func:`exploratory_tests`): the main run's ``train_mode -
-#: backbone_eval`` (table ``main``, when given), then per optimizer and checkpoint the pooled seeds' gap.
+#: Finding 3's exploratory tests, one family: the main run's ``train_mode - backbone_eval`` (table ``main``, when
+#: given), then per optimizer and checkpoint the pooled seeds' gap.
 EXPLORE = (
     Question("explore_main", "train_mode", "backbone_eval", value="task_b", by="mode", table="main", words=TRAIN),
     Question("explore_{optimizer}_{step}", "batch_stats", "pinned", by="path", each=("optimizer", "step"),
@@ -343,11 +303,9 @@ SENSITIVITY = Question("sens_{fit}", "batch_stats", "pinned", by="path", each=("
 
 def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None,
                       with_claims: bool = False):
-    """Every test of finding 3 but the primary one, one family (:data:`EXPLORE`): the main run (``main``), then per
-    optimizer (rate chosen at ``main_step``) and checkpoint the pooled seeds' gap. Columns ``test, optimizer, lr,
-    step, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict`` (Bonferroni interval, t test, Holm, no margin).
-    ``with_claims``: ``(table, claims table)`` (keys ``explore_<test>``)."""
-    lrs, t, opts = _chosen(sweep, main_step)
+    """Finding 3's exploratory tests, one family (:data:`EXPLORE`; rates chosen at ``main_step``), as a table
+    (``with_claims``: ``(table, claims table)``)."""
+    _, lrs, t, opts = _chosen(sweep, main_step)
     rows = [] if main is None else [dict(key="explore_main", test="main", optimizer=str(main["optimizer"].iloc[0]),
                                          lr=float(main["lr"].iloc[0]),
                                          step=int(main["steps"].iloc[0]) if "steps" in main.columns else main_step)]
@@ -357,63 +315,50 @@ def exploratory_tests(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | 
                  for s in sorted(t[t["optimizer"] == o]["step"].unique())]
     claims = ask(dict(main=main, chosen=t[t["optimizer"].isin(opts)]), EXPLORE if main is not None else EXPLORE[1:],
                  ALPHA, family="explore")
-    table = _with_claims(rows, claims, ["test", "optimizer", "lr", "step", *_SHOWN])
-    return (table, claims) if with_claims else table
-
-
-def _sens_key(l2: float, n_fit: int) -> str:
-    return f"sens_l2_{l2:.0e}_n{int(n_fit)}".replace("-", "_")
+    return _with_claims(rows, claims, ["test", "optimizer", "lr", "step", *_SHOWN], with_claims)
 
 
 def reference_sensitivity(sweep: pd.DataFrame, with_claims: bool = False):
-    """The reference gap for every ``(l2, n_fit)`` fit, pooled seeds, the fits one family (:data:`SENSITIVITY`):
-    ``key, l2, n_fit, n, acc_batch_stats, acc_pinned, mean, ci_low, ci_high, confidence, p, p_holm, verdict``.
-    ``with_claims``: ``(table, claims table)`` (keys ``sens_l2_<l2>_n<n_fit>``)."""
+    """The reference gap for every ``(l2, n_fit)`` fit, one family (:data:`SENSITIVITY`), as a table
+    (``with_claims``: ``(table, claims table)``)."""
     t = sweep[(sweep["optimizer"] == "reference") & (sweep["split"] == "test") & sweep["role"].isin(POOLED)]
-    t = t.assign(fit=[_sens_key(l2, n).removeprefix("sens_") for l2, n in zip(t["l2"], t["n_fit"])])
+    t = t.assign(fit=[f"l2_{l2:.0e}_n{int(n)}".replace("-", "_") for l2, n in zip(t["l2"], t["n_fit"])])
     rows = []
-    for (l2, n), g in t.groupby(["l2", "n_fit"], sort=False):
+    for (l2, n, fit), g in t.groupby(["l2", "n_fit", "fit"], sort=False):
         piv = g.pivot(index="seed", columns="path", values="accuracy")
-        rows.append(dict(key=_sens_key(l2, n), l2=float(l2), n_fit=int(n), acc_batch_stats=float(piv["batch_stats"].mean()),
-                         acc_pinned=float(piv["pinned"].mean())))
+        rows.append(dict(key=f"sens_{fit}", l2=float(l2), n_fit=int(n),
+                         acc_batch_stats=float(piv["batch_stats"].mean()), acc_pinned=float(piv["pinned"].mean())))
     claims = ask(dict(fits=t), [SENSITIVITY], ALPHA, family="sens")
-    table = _with_claims(rows, claims, ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", *_SHOWN[1:]])
-    return (table, claims) if with_claims else table
+    return _with_claims(rows, claims, ["key", "l2", "n_fit", "n", "acc_batch_stats", "acc_pinned", *_SHOWN[1:]],
+                        with_claims)
 
 
 def _reference(sweep: pd.DataFrame, main_step: int):
-    """The chosen rates, the chosen heads' table, the primary reference's step and its pooled rows."""
-    lrs, t, _ = _chosen(sweep, main_step)
+    steps, lrs, t, _ = _chosen(sweep, main_step)
     ref = t[t["optimizer"] == "reference"]
     if ref.empty:
         raise ValueError("optimizer_findings needs the primary reference's rows (optimizer='reference')")
     ref_step = int(ref["step"].min())
-    return lrs, t, ref_step, ref[ref["role"].isin(POOLED) & (ref["step"] == ref_step)]
+    return steps, lrs, t, ref_step, ref[ref["role"].isin(POOLED) & (ref["step"] == ref_step)]
 
 
-#: Fig. 1.5's columns and the chapter claims (keys of the page's claims table, :func:`chapter`) whose verdicts the
-#: page states for them: the trained heads' exploratory tests at the main step, the standardized heads' tests, the
-#: reference test. The figure draws these claims' intervals (:func:`.figures.optimizer_gap_figure`).
+#: Fig. 1.5's columns and the claims (keys of the page's claims table) whose intervals and verdicts it draws.
 GAP_FIGURE_CLAIMS = {"sgd": "opt_explore_at_main_sgd", "adam": "opt_explore_at_main_adam", "sgd-std": "tune_std_sgd",
                      "adam-std": "tune_std_adam", "reference": "opt_primary"}
 
 
 def gap_figure_claims(claims: pd.DataFrame) -> dict:
-    """``{column: claim row}`` of :data:`GAP_FIGURE_CLAIMS` found in the page's ``claims`` (a column without its
-    claim is left out and drawn with its 95% interval)."""
+    """``{column: claim row}`` of :data:`GAP_FIGURE_CLAIMS` found in ``claims``."""
     keys = set(claims["key"])
     return {o: claims[claims["key"] == k].iloc[0] for o, k in GAP_FIGURE_CLAIMS.items() if k in keys}
 
 
 def optimizer_claims(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | None = None,
                      seen_seeds=QUICK_SEEN_SEEDS) -> pd.DataFrame:
-    """Finding 3's claims table, families: ``primary`` (:data:`PRIMARY`), ``unseen`` (the same on the seeds not in
-    ``seen_seeds``), ``explore`` (:func:`exploratory_tests`), ``sens`` (:func:`reference_sensitivity`), ``gain`` (per
-    ``gain_<optimizer>_<path>`` the paired gain from the second-to-last to the last checkpoint, pooled seeds) and
-    ``explore_at_main`` (``explore``'s rows at ``main_step`` as ``explore_at_main_<optimizer>``). Raises
+    """Finding 3's claims: families ``primary``, ``unseen`` (on the seeds not in ``seen_seeds``), ``explore``,
+    ``sens``, ``gain`` (from the second-to-last to the last checkpoint), ``explore_at_main`` and ``vs_seed``. Raises
     ``ValueError`` if ``main_step`` is not one of >= 2 checkpoints or the sweep has no primary reference rows."""
-    steps = _checkpoints(sweep, main_step)
-    lrs, t, _, ref = _reference(sweep, main_step)
+    steps, lrs, t, _, ref = _reference(sweep, main_step)
     _, explore = exploratory_tests(sweep, main_step, main, with_claims=True)
     pooled = t[t["role"].isin(POOLED)]
     gains = []
@@ -434,12 +379,8 @@ def optimizer_claims(sweep: pd.DataFrame, main_step: int, main: pd.DataFrame | N
 
 
 def _seed_minus_controlled(chosen: pd.DataFrame, main: pd.DataFrame | None, main_step: int) -> pd.DataFrame:
-    """Family ``vs_seed`` (one claim, ``seed_minus_controlled``): per seed that both ran, the main run's task-B gap
-    ``train_mode - backbone_eval`` (the seed's protocol: one rate for both heads) minus the controlled gap of the
-    same optimizer (``chosen``: :func:`chosen_table`, each path at its own tuned rate, ``batch_stats - pinned`` at
-    ``main_step``), accuracy differences; "larger on the seed's protocol" where its interval is above zero (issue 35:
-    the controlled benefit's "smaller" stated as a paired difference on the same seeds, not as an interval against
-    a point). Empty where there is no main run or no chosen head of its optimizer."""
+    """Family ``vs_seed`` (issue 35): the main run's gap (one rate) minus its optimizer's controlled gap at
+    ``main_step`` (each path at its own rate), paired on the seeds both ran; empty where either is missing."""
     o = None if main is None else str(main["optimizer"].iloc[0])
     ctl = chosen[(chosen["optimizer"] == o) & (chosen["step"] == main_step) & chosen["role"].isin(POOLED)]
     if main is None or ctl.empty:
@@ -450,22 +391,9 @@ def _seed_minus_controlled(chosen: pd.DataFrame, main: pd.DataFrame | None, main
     return _decided("vs_seed", [("seed_minus_controlled", d, SEED_WORDS, None)])
 
 
-def _trained_reading(counts: dict, label: str) -> str:
-    """The exploratory tests' printed verdicts as counted (:func:`bnstudy.study.inference.count_verdicts`), in words
-    and labelled with what the tests are (:func:`explore_label`): ``"train mode higher in k of n tests, lower in j
-    (...)"``."""
-    n, k, j = counts["m"], counts["higher"], counts["lower"]
-    said = (f"train mode higher in all {n} tests" if n and k == n else
-            f"train mode lower in all {n} tests" if n and j == n else
-            f"train mode higher in {k} of {n} tests" + (f", lower in {j}" if j else ""))
-    return f"{said} ({label})" if label else said
-
-
 def explore_label(keys, main_step: int) -> str:
-    """What the exploratory tests of finding 3 (keys ``[opt_]explore_main`` and ``[opt_]explore_<optimizer>_<step>``)
-    are, in words (issue 35: a count over them is never stated unlabelled): how many ran on the seed's protocol (one
-    untuned rate), how many after ``main_step`` steps with each path at its own rate tuned there, and how many at
-    other budgets with the rates chosen for ``main_step`` (not tuned for their budget). ``""`` without such keys."""
+    """What the exploratory tests of ``keys`` are, in words (issue 35: a count over them is never unlabelled): how
+    many on the seed's protocol, at ``main_step`` (rates tuned there) and at other budgets."""
     steps = [int(m.group(1)) for k in keys if (m := re.search(r"explore_(?:sgd|adam)_(\d+)$", str(k)))]
     n_seed = sum(bool(re.search(r"(^|_)explore_main$", str(k))) for k in keys)
     n_at, n_other = sum(s == main_step for s in steps), sum(s != main_step for s in steps)
@@ -477,17 +405,11 @@ def explore_label(keys, main_step: int) -> str:
 
 def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None, main: pd.DataFrame | None = None,
                        seen_seeds=QUICK_SEEN_SEEDS, claims: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Finding 3's numbers table (accuracies 0..1, intervals printed inside [-1, 1]; ``claims``: :func:`optimizer_claims`
-    if already computed): the reference gap (``primary``, its 90% ``primary_ci90``, per seed set ``ref_sets_<set>``,
-    on the unseen seeds with its 90% ``unseen_ci90``), the exploratory tests' counts (printed verdicts) and range, the
-    chosen rates (``lr_``, ``lr_position_``,
-    ``lr_changes_``), accuracies (``acc_``), the sensitivity fits' agreement, ``gain_n_higher`` of ``gain_n`` chosen
-    heads still shown to gain between the last two checkpoints, ``trained_reading`` (the count, labelled by
-    :func:`explore_label`, also ``explore_label``), ``reference_converged`` (every gradient
-    max-norm < 1e-5) and ``engine_check`` (largest |sweep - main run| task B at the main run's settings; NaN if absent)."""
-    steps = _checkpoints(sweep, main_step)
+    """Finding 3's numbers (``claims``: :func:`optimizer_claims`, if computed): the reference gap, the exploratory
+    tests' counts (printed verdicts), the chosen rates, accuracies, the sensitivity fits' agreement,
+    ``reference_converged`` and ``engine_check`` (largest |sweep - main run| on task B; NaN without ``main``)."""
     claims = optimizer_claims(sweep, main_step, main, seen_seeds) if claims is None else claims
-    lrs, t, ref_step, _ = _reference(sweep, main_step)
+    steps, lrs, t, ref_step, _ = _reference(sweep, main_step)
     g = _path_gap(t, "reference", POOLED, ref_step)
     refs = t[t["optimizer"] == "reference"]["role"]
     sets = {role: _path_gap(t, "reference", (role,), ref_step) for role in POOLED if (refs == role).any()}
@@ -511,6 +433,10 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
     u = g[~g.index.isin(list(seen_seeds))]
     explore, gain = family(claims, "explore"), family(claims, "gain")
     counts = count_verdicts(explore, ALPHA)  # the book's one counts rule: the printed verdicts
+    n, k, j = counts["m"], counts["higher"], counts["lower"]
+    said = (f"train mode higher in all {n} tests" if n and k == n else f"train mode lower in all {n} tests"
+            if n and j == n else f"train mode higher in {k} of {n} tests" + (f", lower in {j}" if j else ""))
+    label = explore_label(explore["key"], main_step)
     tuned = explore[explore["key"] != "explore_main"]["estimate"]
     first = lambda c: float(c["confidence"].iloc[0]) if len(c) else math.nan  # noqa: E731
     return numbers_table(dict(
@@ -522,16 +448,16 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
         lr_position={f"{o}_{p}": str(r["position"]) for (o, p), r in at_main.iterrows()},
         lr_changes={f"{o}_{p}": "yes" if c["lr"].nunique() > 1 else "no"
                     for (o, p), c in choice.groupby(["optimizer", "path"])},
-        acc=acc, gain_m=Family(max(len(gain), 1)).m, gain_confidence=Family(max(len(gain), 1)).confidence,
+        acc=acc, gain_confidence=Family(max(len(gain), 1)).confidence,
         sens_min=float(sens["mean"].min()), sens_max=float(sens["mean"].max()), sens_n=len(sens),
         sens_n_agree=int((sens["verdict"] == primary.verdict).sum()),
         sens_dissent="; ".join(f"L2 {r['l2']:.0e} with {int(r['n_fit']):,} samples: {r['verdict']}"
                                for _, r in sens.iterrows() if r["verdict"] != primary.verdict) or "none",
         sens_confidence=first(sens), primary_p_tost_text=p_text(primary.p_equivalence), seen_n=int(len(g) - len(u)),
-        unseen_ci90=t_interval(u, 1 - 2 * ALPHA), trained_n_higher=counts["higher"],
-        gain_n=len(gain), gain_n_higher=count_verdicts(gain, ALPHA)["higher"] if len(gain) else 0,
-        trained_reading=_trained_reading(counts, explore_label(explore["key"], main_step)),
-        explore_label=explore_label(explore["key"], main_step), trained_min=float(tuned.min()) if len(tuned) else math.nan,
+        unseen_ci90=t_interval(u, 1 - 2 * ALPHA), gain_n=len(gain),
+        gain_n_higher=count_verdicts(gain, ALPHA)["higher"] if len(gain) else 0,
+        trained_reading=f"{said} ({label})" if label else said, explore_label=label,
+        trained_min=float(tuned.min()) if len(tuned) else math.nan,
         trained_max=float(tuned.max()) if len(tuned) else math.nan,
         reference_converged=bool(all(v < 1e-5 for v in ([] if reference_grads is None else list(reference_grads)))),
         engine_check=float(check),
@@ -541,9 +467,8 @@ def optimizer_findings(sweep: pd.DataFrame, main_step: int, reference_grads=None
 # --- the running statistics' change on normalised scales (finding 2) -----------------------------------------------
 
 def _largest_per_seed(buffers: pd.DataFrame, who: str) -> pd.DataFrame:
-    """Per seed the largest ``mean_shift_sd`` and ``log_var_ratio`` over its rows (layers); a layer's NaN makes its
-    seed's largest NaN (the seed is left out, not judged on fewer layers). Raises ``ValueError`` for an empty table
-    or a repeated ``(seed, layer)`` row (the largest would hide it)."""
+    """Per seed the largest ``mean_shift_sd`` and ``log_var_ratio`` over layers (a layer's NaN leaves the seed out);
+    ``ValueError`` for an empty table or a repeated ``(seed, layer)`` row (the largest would hide it)."""
     if buffers.empty:
         raise ValueError("buffer_findings needs a non-empty buffer table (see buffer_table)")
     dup = buffers.duplicated(["seed", "layer"])
@@ -554,9 +479,8 @@ def _largest_per_seed(buffers: pd.DataFrame, who: str) -> pd.DataFrame:
 
 
 def buffer_claims(buffers: pd.DataFrame) -> pd.DataFrame:
-    """Finding 2's buffer criteria, one family ``criteria``: per layer ``shift_block_<i>`` (largest mean shift -
-    :data:`MEAN_SHIFT_SD`) and ``var_block_<i>`` (largest |log variance ratio| - ``log(VAR_FACTOR)``), and
-    ``shift_most`` / ``var_most`` on each seed's largest over layers. Raises as :func:`_largest_per_seed`."""
+    """Finding 2's buffer criteria, one family ``criteria``: ``shift_<layer>`` and ``var_<layer>`` per layer and
+    ``shift_most`` / ``var_most`` on each seed's largest. Raises as :func:`_largest_per_seed`."""
     per_seed = _largest_per_seed(buffers, "buffer_claims")
     parts = [(_slug(layer), _largest_per_seed(g, "buffer_claims")) for layer, g in buffers.groupby("layer")]
     return _decided("criteria", [c for key, p in parts + [("most", per_seed)] for c in (
@@ -566,11 +490,8 @@ def buffer_claims(buffers: pd.DataFrame) -> pd.DataFrame:
 
 def buffer_findings(buffers: pd.DataFrame, main: pd.DataFrame | None = None, contrast: float | None = None
                     ) -> pd.DataFrame:
-    """How far ``train_mode``'s running statistics moved, a numbers table from :func:`buffer_table` (raises as
-    :func:`_largest_per_seed`): per seed the largest ``mean_shift`` (task A's running SDs) and ``log_var``
-    (``|log(var1 / var0)|``), per layer their means; ``engine_check`` (largest relative difference from the engine's
-    raw changes; NaN without ``main``); ``deeper_share``: the deeper blocks' largest mean shift over block 1's (per
-    layer means; NaN with one layer); ``contrast_log_var`` = ``ln(contrast^2)`` (NaN without a contrast)."""
+    """How far ``train_mode``'s running statistics moved (raises as :func:`_largest_per_seed`), per seed and per
+    layer; ``engine_check``: the largest relative difference from the engine's raw changes (NaN without ``main``)."""
     per_seed = _largest_per_seed(buffers, "buffer_findings")
     check = math.nan
     if main is not None:
@@ -600,8 +521,6 @@ MAIN_GAP = Question("main_gap", "train_mode", "backbone_eval", value="task_b", b
 
 
 def _threads(tc: pd.DataFrame, main: pd.DataFrame | None, main_threads: int):
-    """The rows at the main run's and the other thread count (indexed by seed and mode), their gaps per seed, and the
-    main run's gap per seed (empty without ``main``)."""
     ths = sorted(tc["threads"].unique())
     if len(ths) != 2 or main_threads not in ths:
         raise ValueError(f"thread_findings needs exactly two thread counts including main_threads={main_threads}, "
@@ -615,9 +534,8 @@ def _threads(tc: pd.DataFrame, main: pd.DataFrame | None, main_threads: int):
 
 
 def thread_claims(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threads: int = 1) -> pd.DataFrame:
-    """The main run's gap (:data:`MAIN_GAP`, family ``main_gap``) and the same with the checked seeds' gaps from the
-    other thread count (family ``swapped_gap``): they differ when the thread count alone changes the verdict. Raises
-    ``ValueError`` unless there are exactly two thread counts, one of them ``main_threads``."""
+    """The main run's gap (family ``main_gap``) and the same with the checked seeds' gaps at the other thread count
+    (``swapped_gap``). Raises ``ValueError`` unless there are two thread counts, one of them ``main_threads``."""
     _, _, _, gb, mg = _threads(tc, main, main_threads)
     sw, common = mg.copy(), gb.index.intersection(mg.index)
     sw.loc[common] = gb.loc[common]  # the checked seeds' gaps at the other thread count
@@ -627,13 +545,8 @@ def thread_claims(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threa
 
 
 def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_threads: int = 1) -> pd.DataFrame:
-    """Run-to-run variation between two torch thread counts, a numbers table (raises as :func:`thread_claims`). Only
-    distinct runs count (``separate_stats`` repeats ``train_mode`` and ``all_eval`` ``backbone_eval`` on task B;
-    task A after stage 2 changes only in ``train_mode``): ``n_runs``, ``n_differ`` (task B differs), ``max_diff_b`` /
-    ``mean_diff_b`` / ``max_diff_a`` (|change|); ``gap_diff_<seed>``: the change of the gap ``train_mode -
-    backbone_eval`` (other - main threads), ``gap_diff_largest`` its largest size; ``gap_seed_sd``: the main run's SD
-    of that gap over all its seeds (NaN without it), ``diff_over_sd`` the ratio; ``main_gap_confidence``, the level of
-    :func:`thread_claims`' intervals (each a family of one)."""
+    """Run-to-run variation between two torch thread counts (raises as :func:`thread_claims`) over distinct runs
+    (``separate_stats`` repeats ``train_mode``, ``all_eval`` ``backbone_eval``), against the main run's gap SD."""
     a, b, ga, gb, mg = _threads(tc, main, main_threads)
     distinct = a.index.get_level_values("mode").isin(["train_mode", "backbone_eval"])
     d_b = (a["task_b"] - b["task_b"]).abs()[distinct]
@@ -643,22 +556,18 @@ def thread_findings(tc: pd.DataFrame, main: pd.DataFrame | None = None, main_thr
     return numbers_table(dict(
         n_seeds=int(len(ga)), n_runs=int(distinct.sum()), n_differ=int((d_b > 0).sum()), max_diff_b=float(d_b.max()),
         mean_diff_b=float(d_b.mean()), max_diff_a=float(d_a.max()),
-        gap_diff=_series((gb - ga).rename(lambda s: f"seed{s}")),
-        gap_diff_largest=dmax, gap_seed_sd=sd, main_gap_confidence=Family(1).confidence, diff_over_sd=dmax / sd if sd and not math.isnan(sd) else math.nan))
+        gap_diff=_series((gb - ga).rename(lambda s: f"seed{s}")), gap_diff_largest=dmax, gap_seed_sd=sd,
+        main_gap_confidence=Family(1).confidence, diff_over_sd=dmax / sd if sd and not math.isnan(sd) else math.nan))
 
 
 # --- the drift check against a precise target (referee item 3) ---------------------------------------------------
 
-def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.DataFrame | None = None,
-                n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES,
-                engine: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The drift check on task B's population mean from ``n_batches`` batches, a numbers table from
-    :func:`~.run.sweep_drift_table` (both targets, each (seed, layer, step, target) once, else ``ValueError``):
-    ``engine_reproduced`` (largest |replay - ``engine``|, :func:`drift_table` of the main run; NaN without),
-    ``bias_engine_12_<layer>`` (weight on the engine's target minus on the precise one at step 12, 95% bounds) and
-    ``remaining_bias`` (its largest times ``n_batches_engine / n_batches``); over (layer, recorded step) up to
-    ``last_step``: ``n_intervals``, ``n_inside`` (95% intervals containing ``(1 - m)^t``), ``misses``,
-    ``n_expected_misses``, ``residual_max`` (where), ``halfwidth_max``; ``engine_excess_12`` and ``bias_share_12``."""
+def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, engine: pd.DataFrame | None = None,
+                n_batches: int = DRIFT_TARGET_BATCHES, n_batches_engine: int = ENGINE_TARGET_BATCHES) -> pd.DataFrame:
+    """The drift check from :func:`~.run.sweep_drift_table` (targets ``engine`` and ``precise``, each row once, else
+    ``ValueError``): the replay against ``engine`` (the main run's :func:`~.run.drift_table`; NaN without), the
+    engine target's bias at step 12, and how many 95% intervals on the precise target hold ``(1 - m)^t`` up to
+    ``last_step``."""
     if not {"engine", "precise"} <= set(drift["target"]):
         raise ValueError(f"drift_check needs targets 'engine' and 'precise', got {sorted(set(drift['target']))}")
     dup = drift.duplicated(["seed", "layer", "step", "target"])
@@ -669,8 +578,6 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
     at12 = piv.xs(12, level="step")
     bias = {l: t_interval(g["engine"] - g["precise"]) for l, g in at12.groupby(level="layer")}
     rep = math.nan
-    if engine is None and main is not None and "drift_steps" in main.columns:
-        engine = drift_table(main)
     if engine is not None:
         eng = engine.set_index(["seed", "layer", "step"])["weight"]
         common = piv.index.intersection(eng.index)
@@ -697,8 +604,7 @@ def drift_check(drift: pd.DataFrame, momentum: float, last_step: int, main: pd.D
 # --- tuning, budget and feature scale: what explains the trained heads' gap (referee items 6 and 8) ----------------
 
 #: Each a family: the gap with each path's rate chosen on the pooled *test* sets (table ``oracle``, robustness only);
-#: the standardized heads' gap at the main step (table ``std_main``, margin :data:`PRIMARY_MARGIN`) and at every
-#: checkpoint (table ``std``).
+#: the standardized heads' gap at the main step (``std_main``, margin :data:`PRIMARY_MARGIN`) and at every checkpoint.
 ORACLE = Question("oracle_{optimizer}_{step}", "batch_stats", "pinned", by="path", each=("optimizer", "step"),
                   table="oracle", words=TRAIN)
 STD = Question("std_{base}", "batch_stats", "pinned", by="path", each=("base",), table="std_main",
@@ -708,10 +614,8 @@ STD_AT = Question("std_{base}_{step}", "batch_stats", "pinned", by="path", each=
 
 
 def oracle_gaps(sweep: pd.DataFrame, with_claims: bool = False):
-    """The gap with each path's learning rate chosen on the *test* sets of the reported and confirmation seeds (a
-    robustness check, never a test: it favours each path), per optimizer and checkpoint, one family (:data:`ORACLE`):
-    ``key, optimizer, step, lr_batch_stats, lr_pinned, n, mean, ci_low, ci_high, confidence, p, p_holm, verdict``.
-    ``with_claims``: ``(table, claims table)`` (keys ``oracle_<optimizer>_<step>``)."""
+    """The gap with each path's rate chosen on the pooled seeds' *test* sets (a robustness check that favours each
+    path), one family (:data:`ORACLE`), as a table (``with_claims``: ``(table, claims table)``)."""
     t = sweep[(sweep["split"] == "test") & sweep["role"].isin(POOLED) & sweep["optimizer"].isin(["sgd", "adam"])]
     rows, chosen = [], []
     for (o, step), g in t.groupby(["optimizer", "step"]):
@@ -723,27 +627,19 @@ def oracle_gaps(sweep: pd.DataFrame, with_claims: bool = False):
                          lr_pinned=best["pinned"]))
     claims = (ask(dict(oracle=pd.concat(chosen)), [ORACLE], ALPHA, family="oracle") if rows
               else claims_table([], family="oracle"))
-    table = _with_claims(rows, claims, ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", *_SHOWN])
-    return (table, claims) if with_claims else table
+    return _with_claims(rows, claims, ["key", "optimizer", "step", "lr_batch_stats", "lr_pinned", *_SHOWN], with_claims)
 
 
 def _opt_name(o: str) -> str:
     return "SGD" if o == "sgd" else "Adam"
 
 
-def _tuning(sweep: pd.DataFrame, main_step: int):
-    steps = _checkpoints(sweep, main_step, ["sgd", "adam"])
-    lrs, t, opts = _chosen(sweep, main_step)
-    return steps, lrs, t, opts, [o for o in opts if (o + STD_SUFFIX, "pinned") in lrs]
-
-
 def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
-    """What the trained heads' gap (pooled seeds, rates chosen on validation at ``main_step``) depends on, families:
-    ``oracle`` (:func:`oracle_gaps`) and ``oracle_at_main`` (its rows at ``main_step``, ``oracle_at_main_<optimizer>``);
-    ``narrow`` (``narrow_<optimizer>``: the gap's change from the first to the last checkpoint); for the standardized
-    heads ``std`` (:data:`STD`), ``reduction`` (``reduction_<optimizer>``: plain gap - standardized gap) and ``std_at``
-    (:data:`STD_AT`). Raises ``ValueError`` if ``main_step`` is not one of >= 2 checkpoints."""
-    steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
+    """What the trained heads' gap depends on, families ``narrow`` (first to last checkpoint), ``std``,
+    ``reduction`` (plain - standardized gap), ``std_at``, ``oracle`` and ``oracle_at_main``. Raises ``ValueError`` if
+    ``main_step`` is not one of >= 2 checkpoints."""
+    steps, lrs, t, opts = _chosen(sweep, main_step, ["sgd", "adam"])
+    std_opts = [o for o in opts if (o + STD_SUFFIX, "pinned") in lrs]
     _, orc = oracle_gaps(sweep, with_claims=True)
     at_main = {f"oracle_{o}_{main_step}": f"oracle_at_main_{o}" for o in ("sgd", "adam")}
     gap = lambda o, s: _path_gap(t, o, POOLED, s)  # noqa: E731
@@ -760,38 +656,34 @@ def tuning_claims(sweep: pd.DataFrame, main_step: int) -> pd.DataFrame:
 
 
 def tuning_findings(sweep: pd.DataFrame, main_step: int, claims: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The numbers of :func:`tuning_claims`' analysis (``claims``: it, if already computed; intervals printed inside
-    [-1, 1]): the oracle rows' range and count (printed verdicts), the gap at the first and last checkpoint and its
-    narrowing, the standardized heads' rates, gaps, accuracies and gains (``std_...``), the reduction's share of the
-    plain gap (``std_share[_low]_<optimizer>``); the readings in words are :data:`NOTES`."""
-    steps, lrs, t, opts, std_opts = _tuning(sweep, main_step)
+    """The numbers of :func:`tuning_claims`' analysis (``claims``: it, if computed): the oracle rows, the gap at the
+    first and last checkpoint, the standardized heads (``std_...``) and the reduction's share of the plain gap."""
+    steps, lrs, t, opts = _chosen(sweep, main_step, ["sgd", "adam"])
     claims = tuning_claims(sweep, main_step) if claims is None else claims
     orc, narrow = family(claims, "oracle"), family(claims, "narrow")
     red, std_at_claims = family(claims, "reduction"), family(claims, "std_at")
-    orc_above = count_verdicts(orc, ALPHA)["higher"]  # the book's one counts rule, on the claims table
     gap_at = {f"{o}_{s}": t_interval(_path_gap(t, o, POOLED, s)) for o in opts for s in steps}
     at = t[t["role"].isin(POOLED) & (t["step"] == main_step)]
     acc = lambda name, p: at[(at["optimizer"] == name) & (at["path"] == p)].set_index("seed")["accuracy"]  # noqa: E731
-    cells = [(f"{o}_{p}", o + STD_SUFFIX, o, p) for o in std_opts for p in PATHS]
-    std_at = {r.key.removeprefix("std_"): _interval(r) for r in std_at_claims.itertuples()}
-    std_above = count_verdicts(std_at_claims, ALPHA)["higher"] if len(std_at_claims) else 0
-    reduction = {r.key.removeprefix("reduction_"): _interval(r) for r in red.itertuples()}
+    cells = [(f"{o}_{p}", o + STD_SUFFIX, o, p) for o in opts if (o + STD_SUFFIX, "pinned") in lrs for p in PATHS]
+    iv = lambda r: Interval(float(r.estimate), float(r.low), float(r.high), int(r.n), float(r.confidence))  # noqa: E731
+    std_at = {r.key.removeprefix("std_"): iv(r) for r in std_at_claims.itertuples()}
+    reduction = {r.key.removeprefix("reduction_"): iv(r) for r in red.itertuples()}
     plain = {o: gap_at[f"{o}_{main_step}"] for o in reduction}
     share = lambda end: {o: getattr(reduction[o], end) / plain[o].mean if plain[o].mean else math.nan  # noqa: E731
                          for o in reduction}
+    first = lambda c: float(c["confidence"].iloc[0]) if len(c) else math.nan  # noqa: E731
     return numbers_table(dict(
         main_step=int(main_step), first_step=int(steps[0]), last_step=int(steps[-1]),
         oracle_min=float(orc["estimate"].min()), oracle_max=float(orc["estimate"].max()), oracle_n=len(orc),
-        oracle_n_above=orc_above, oracle_confidence=float(orc["confidence"].iloc[0]) if len(orc) else math.nan,
+        oracle_n_above=count_verdicts(orc, ALPHA)["higher"], oracle_confidence=first(orc),
         gap_first={o: gap_at[f"{o}_{steps[0]}"] for o in opts}, gap_last={o: gap_at[f"{o}_{steps[-1]}"] for o in opts},
-        n_narrows=count_verdicts(narrow, ALPHA)["lower"] if len(narrow) else 0,
         narrowing_p_holm_text={r.key.removeprefix("narrow_"): p_text(r.p_adjusted) for r in narrow.itertuples()},
-        std_lr={k: lrs[(so, p)] for k, so, _, p in cells},
-        std_gap_at=std_at,
-        std_at_confidence=float(std_at_claims["confidence"].iloc[0]) if len(std_at_claims) else math.nan,
+        std_gap_at=std_at, std_at_confidence=first(std_at_claims),
         std_gap_min=float(min((iv.mean for iv in std_at.values()), default=math.nan)),
         std_gap_max=float(max((iv.mean for iv in std_at.values()), default=math.nan)),
-        std_n_above=std_above, std_n=len(std_at), std_n_positive=sum(iv.mean > 0 for iv in std_at.values()),
+        std_n_above=count_verdicts(std_at_claims, ALPHA)["higher"] if len(std_at_claims) else 0, std_n=len(std_at),
+        std_n_positive=sum(iv.mean > 0 for iv in std_at.values()),
         std_acc={k: float(acc(so, p).mean()) for k, so, _, p in cells},
         std_gain={k: t_interval(acc(so, p) - acc(o, p)) for k, so, o, p in cells},
         std_share=share("mean"), std_share_low=share("low"), std_plain_gap=plain,
@@ -806,7 +698,7 @@ DIFFERENCE_OF_GAPS = ("tune_narrow", "tune_reduction")
 
 def chapter(parts: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``{part: (claims or None, numbers or None)}`` as one claims table and one numbers table, keys and families
-    prefixed ``<part>_`` (part ``""``: as they are): what the sentences read and :func:`glue_page` glues."""
+    prefixed ``<part>_`` (part ``""``: as they are)."""
     pre = lambda part: f"{part}_" if part else ""  # noqa: E731
     return (pd.concat([c.assign(key=pre(k) + c["key"], family=pre(k) + c["family"])
                        for k, (c, _) in parts.items() if c is not None and len(c)], ignore_index=True),
@@ -825,8 +717,7 @@ def _printed(claims: pd.DataFrame) -> pd.DataFrame:
 
 
 def glue_page(prefix: str, claims: pd.DataFrame, numbers: pd.DataFrame, words: dict) -> None:
-    """Glue the chapter's tables (:func:`chapter`, interval ends cut by :func:`_printed`) and ``words`` in one
-    :func:`bnstudy.study.pages.glue_chapter` call."""
+    """Glue the chapter's tables (interval ends cut by :func:`_printed`) and ``words`` in one call."""
     from ...pages import glue_chapter
     glue_chapter(prefix, _printed(claims), numbers, words=words)
 
@@ -840,13 +731,12 @@ ARTICLE = dict(task_a_after_tm=0.104, max_logit_change=39.0, buffer_units=4.0, t
 
 def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.DataFrame, numbers: pd.DataFrame
                        ) -> pd.DataFrame:
-    """The seed article's claims (:data:`ARTICLE`) beside this chapter's measurements, from the main run's table, the
-    buffer table and the chapter's tables (:func:`chapter`): ``claim, seed article, this chapter, status``; status
-    ``reproduced``, ``reproduced, smaller``, ``differs`` (with what differs) or ``identity of the code``."""
+    """The seed article's claims (:data:`ARTICLE`) beside this chapter's (:func:`chapter`'s tables): ``claim, seed
+    article, this chapter, status``."""
     a = ARTICLE
     piv = main.pivot(index="seed", columns="mode", values="task_b")
     logit = main[main["mode"] == "train_mode"]["max_old_logit_change"]
-    after = entries(numbers, "task_a_after_tm")
+    after = _main_parts(main)[2]
     raw_mean, raw_var = float(buffers["mean_abs"].max()), float(buffers["var_abs"].max())
     pinned = piv[["backbone_eval", "all_eval"]].mean()
     n = lambda key: number(numbers, key)  # noqa: E731
@@ -891,11 +781,8 @@ def seed_article_table(main: pd.DataFrame, buffers: pd.DataFrame, claims: pd.Dat
 
 
 def controlled_article_row(main: pd.DataFrame, claims: pd.DataFrame) -> tuple:
-    """Table 1.6's task-B row under the controlled comparison (issue 35): the seed article's difference (one rate)
-    beside the test of the main run's optimizer with each path at its own tuned rate (claim
-    ``opt_explore_at_main_<optimizer>``; the answer names the other optimizers of :data:`CONTROLLED`). Status
-    ``reproduced, smaller`` where that test shows train mode higher by less than the article's smallest difference,
-    ``reproduced`` where by as much or more, ``differs: <verdict>`` otherwise, ``not run`` without the head sweep."""
+    """Table 1.6's task-B row under the controlled comparison (issue 35): the article's difference (one rate) beside
+    the main run's optimizer with each path at its own tuned rate (``opt_explore_at_main_<optimizer>``)."""
     a = ARTICLE
     low, high = a["task_b_tm"] - a["task_b_pinned_high"], a["task_b_tm"] - a["task_b_pinned_low"]
     label = "task B, each path at its own tuned rate (controlled)"
@@ -911,16 +798,14 @@ def controlled_article_row(main: pd.DataFrame, claims: pd.DataFrame) -> tuple:
 
 
 def article_counts(table: pd.DataFrame) -> pd.DataFrame:
-    """How many rows of :func:`seed_article_table` have each status, a numbers table: ``n``, ``reproduced`` (not
-    "reproduced, smaller"), ``smaller``, ``differs`` and ``identity``."""
+    """How many rows of :func:`seed_article_table` have each status."""
     st = table["status"].str.startswith
     smaller = int(st("reproduced, smaller").sum())
     return numbers_table(dict(n=len(table), reproduced=int(st("reproduced").sum()) - smaller, smaller=smaller,
                               differs=int(st("differs").sum()), identity=int(st("identity").sum())))
 
 
-# --- the page's words (issue 33): the Markdown cites the claims and numbers under their derived keys; what the
-# findings choose is a rule-triggered note (:data:`NOTES`, each key with a flip test) ------------------------------
+# --- the page's words (issue 33): what the findings choose is a rule-triggered note (:data:`NOTES`) ----------------
 
 def _kind(claims: pd.DataFrame, key: str) -> str:
     return str(claim(claims, key).kind)
@@ -938,13 +823,13 @@ def _not(rule):
     return lambda c, n: not rule(c, n)
 
 
+def _verdicts(*keys):
+    return lambda c, n: {k: claim(c, k).verdict for k in keys}
+
+
 def _other_logits(c, n) -> float:
     """The other modes' largest old-logit change (means over seeds; 0 when every old-head logit is unchanged)."""
     return max(number(n, f"max_old_logit_change_{m}").mean for m in MODE_NAMES if m != "train_mode")
-
-
-def _verdicts(*keys):
-    return lambda c, n: {k: claim(c, k).verdict for k in keys}
 
 
 def _moved(c, n) -> bool:
@@ -952,14 +837,7 @@ def _moved(c, n) -> bool:
     return "higher" in (_kind(c, "buf_shift_most"), _kind(c, "buf_var_most"))
 
 
-def _a_fell(c, n) -> bool:
-    """Finding 2: task A after ``train_mode`` is shown lower than before stage 2."""
-    return _kind(c, "task_a_change") == "lower"
-
-
-#: The controlled comparison's optimizers (issue 35), in the order the page names them: finding 3's test per
-#: optimizer at the main run's budget, each path at the rate chosen for it on the tuning seeds (claims
-#: ``opt_explore_at_main_<optimizer>``); SGD with momentum is the seed article's optimizer.
+#: The controlled comparison's optimizers (issue 35), in the page's order (claims ``opt_explore_at_main_<o>``).
 CONTROLLED = ("sgd", "adam")
 
 
@@ -967,23 +845,19 @@ def _controlled(c, n=None) -> bool:
     return all(_has(c, f"opt_explore_at_main_{o}") for o in CONTROLLED)
 
 
-def _controlled_shown(c) -> bool:
-    """A controlled comparison (each path at its own tuned rate) shows a direction."""
-    return any(_kind(c, f"opt_explore_at_main_{o}") in ("higher", "lower") for o in CONTROLLED
-               if _has(c, f"opt_explore_at_main_{o}"))
+def _shown(c) -> list:
+    return [o for o in CONTROLLED
+            if _has(c, f"opt_explore_at_main_{o}") and _kind(c, f"opt_explore_at_main_{o}") in ("higher", "lower")]
 
 
 def _primary_is(*kinds, shown=None):
-    """The reference test's verdict is of one of ``kinds`` (and, with ``shown``, a controlled comparison shows a
-    direction or not)."""
-    return lambda c, n: _kind(c, "opt_primary") in kinds and (shown is None or _controlled_shown(c) == shown)
+    """The reference test's verdict is of one of ``kinds`` (with ``shown``: a controlled comparison shows a
+    direction, or not)."""
+    return lambda c, n: _kind(c, "opt_primary") in kinds and (shown is None or bool(_shown(c)) == shown)
 
 
 def _reference_fill(c, n) -> dict:
-    """The reference test's margin and the optimizers whose controlled comparison shows a direction."""
-    shown = [_opt_name(o) for o in CONTROLLED
-             if _has(c, f"opt_explore_at_main_{o}") and _kind(c, f"opt_explore_at_main_{o}") in ("higher", "lower")]
-    return dict(margin=number(n, "opt_margin"), shown=join(shown) if shown else "")
+    return dict(margin=number(n, "opt_margin"), shown=join([_opt_name(o) for o in _shown(c)]) if _shown(c) else "")
 
 
 _EQUIVALENT_TEXT = (", so the pinned features allow a converged linear classifier within ±{margin:.2f} of what the "
@@ -991,9 +865,6 @@ _EQUIVALENT_TEXT = (", so the pinned features allow a converged linear classifie
 
 
 def _controlled_fill(c, n) -> dict:
-    """The controlled comparison's fields: per optimizer its claim in the book's shape (ends cut to [-1, 1]), the main
-    step, SGD's two rates and the exploratory family's level and size (its claims); ``main``: the seed's protocol,
-    where run."""
     said = lambda k: claim_text(claim(c, k), clip=(-1.0, 1.0)) if _has(c, k) else ""  # noqa: E731
     return dict(step=number(n, "opt_main_step"), conf=claim(c, "opt_explore_at_main_sgd").confidence,
                 m=len(family(c, "opt_explore")), lr_b=number(n, "opt_lr_sgd_batch_stats"),
@@ -1006,12 +877,10 @@ _CONTROLLED_TEXT = ("With each path at its own learning rate, tuned on separate 
                     "{sgd} with SGD (rates {lr_b:g} drifting, {lr_p:g} pinned) and {adam} with Adam")
 
 
-def _threads_run(c, n=None) -> bool:
-    return _has(c, "threads_main_gap") and _has(c, "threads_swapped_gap")
-
-
-def _threads_same(c, n=None) -> bool:
-    return claim(c, "threads_main_gap").verdict == claim(c, "threads_swapped_gap").verdict
+def _threads_same(c, n=None) -> bool | None:
+    if _has(c, "threads_main_gap") and _has(c, "threads_swapped_gap"):
+        return claim(c, "threads_main_gap").verdict == claim(c, "threads_swapped_gap").verdict
+    return None
 
 
 def _unseen_fill(c, n) -> dict:
@@ -1022,23 +891,14 @@ def _unseen_fill(c, n) -> dict:
 
 
 def _oracle(c, n) -> tuple:
-    """The oracle rows where train mode is shown higher, and the oracle rows (:func:`tuning_findings`)."""
     return int(number(n, "tune_oracle_n_above")), int(number(n, "tune_oracle_n"))
 
 
 def _std(c, n) -> tuple:
-    """The standardized heads' reductions (claims ``tune_reduction_<optimizer>``): those shown (plain gap minus
-    standardized gap above zero) and those not, by optimizer."""
     red = family(c, "tune_reduction")
     opt = lambda k: k.removeprefix("tune_reduction_")  # noqa: E731
     return ([opt(k) for k, v in zip(red["key"], red["verdict"]) if v == STD_SMALLER],
             [opt(k) for k, v in zip(red["key"], red["verdict"]) if v != STD_SMALLER])
-
-
-def _std_most(c, n) -> bool:
-    """Every reduction's mean is at least half its plain gap's."""
-    return all(r.estimate >= 0.5 * number(n, f"tune_std_plain_gap_{r.key.removeprefix('tune_reduction_')}").mean
-               for r in family(c, "tune_reduction").itertuples())
 
 
 def _std_fill(c, n) -> dict:
@@ -1052,9 +912,14 @@ def _std_fill(c, n) -> dict:
     return fill
 
 
+def _std_most(c, n) -> bool:
+    return all(r.estimate >= 0.5 * number(n, f"tune_std_plain_gap_{r.key.removeprefix('tune_reduction_')}").mean
+               for r in family(c, "tune_reduction").itertuples())
+
+
 def _std_when(shown: bool | None, missing: bool | None, most: bool | None = None, above: bool | None = None):
-    """A rule on the reductions: some shown / some not (``None``: either), every one at least half its plain gap,
-    train mode still shown higher at some checkpoint."""
+    """A rule on the reductions (``None``: either): some shown, some not, every one at least half its plain gap
+    (``most``), train mode still shown higher at some checkpoint (``above``)."""
     def rule(c, n):
         s, m = _std(c, n)
         return (bool(s or m) and (shown is None or bool(s) == shown) and (missing is None or bool(m) == missing)
@@ -1067,18 +932,12 @@ _STD_REST = {True: "a smaller gap remains, train mode higher at {above:.0f} of {
              False: "what remains is not shown to differ from zero at any checkpoint"}
 
 #: The page's rule-triggered sentences (exactly one of each key holds), read from the chapter's tables (:func:`chapter`)
-#: and glued as ``ch01_<key>``: ``lead`` (the answer's plain first sentence: whether the buffers moved and task A fell),
-#: ``say_weights`` (every weight unchanged, or not), ``say_logits`` (the other modes' largest old-logit change),
-#: ``separate`` (``separate_stats``' two checks), ``reference_reading`` (what the reference test's verdict means and,
-#: where the features are equivalent but a controlled comparison shows a difference, where that difference lies),
-#: ``say_controlled`` (the controlled comparison, the front page's task-B headline), ``say_threads`` (whether the
-#: thread count alone changes the main run's verdict), ``opt_unseen_text`` (the reference test on the unseen seeds),
-#: ``tune_oracle_reading`` (what the test-set-tuned rates say) and ``tune_std_reading`` (what standardizing explains).
+#: and glued as ``ch01_<key>``.
 NOTES = (
-    Note("lead", lambda c, n: _moved(c, n) and _a_fell(c, n),
+    Note("lead", lambda c, n: _moved(c, n) and _kind(c, "task_a_change") == "lower",
          "**No.** With gradients off, BatchNorm's statistics still move and the old task falls: pin the "
          "backbone in eval mode."),
-    Note("lead", lambda c, n: _moved(c, n) and not _a_fell(c, n),
+    Note("lead", lambda c, n: _moved(c, n) and _kind(c, "task_a_change") != "lower",
          "**Not entirely.** With gradients off, BatchNorm's running statistics still move, though the old task is "
          "not shown to fall: pin the backbone in eval mode."),
     Note("lead", lambda c, n: not _moved(c, n),
@@ -1121,13 +980,13 @@ NOTES = (
          _controlled_fill),
     Note("say_controlled", _not(_controlled),
          "The controlled comparison (each path at its own tuned rate) was not run."),
-    Note("say_threads", lambda c, n: _threads_run(c) and _threads_same(c),
+    Note("say_threads", lambda c, n: _threads_same(c) is True,
          "its verdict is **{threads_main_gap}** either way: the thread count alone did not change it",
          _verdicts("threads_main_gap")),
-    Note("say_threads", lambda c, n: _threads_run(c) and not _threads_same(c),
+    Note("say_threads", lambda c, n: _threads_same(c) is False,
          "its verdict from **{threads_main_gap}** to **{threads_swapped_gap}**: the thread count alone changed it",
          _verdicts("threads_main_gap", "threads_swapped_gap")),
-    Note("say_threads", _not(_threads_run), "no thread check was run"),
+    Note("say_threads", lambda c, n: _threads_same(c) is None, "no thread check was run"),
     Note("opt_unseen_text", lambda c, n: claim(c, "opt_unseen").verdict == TOO_FEW,
          "This profile cannot show that part: {seen:.0f} of its {all:.0f} seeds are ones the quick profile had shown, "
          "so the confirmatory part of the test needs the full profile.", _unseen_fill),
@@ -1165,93 +1024,80 @@ NOTES = (
 
 # --- the reproduction's sizes against the seed article's: an ablation (issue 35) ----------------------------------
 
+def _cells(ab: pd.DataFrame):
+    for (n, k), g in ab.groupby(["noise", "stage1_steps"], sort=True):
+        yield (n, k), *(g[g["mode"] == m].set_index("seed") for m in ("train_mode", "backbone_eval"))
+
+
+def _is_book(cell, book) -> bool:
+    return book is not None and (float(cell[0]), int(cell[1])) == (float(book[0]), int(book[1]))
+
+
 def ablation_claims(ab: pd.DataFrame, book: tuple | None = None) -> pd.DataFrame:
-    """Finding 2's "about chance" test (``task_a_chance`` of :func:`claims`: task A after ``train_mode`` minus
-    chance, equivalence within ``(CHANCE_FACTOR - 1) * chance``) in every ablation cell but ``book`` (the main
-    run's ``(noise, stage1_steps)``, whose claims are the main run's: one verdict per claim), keys
-    ``abl_chance_n<noise>_s<stage-1 steps>``, and task B ``train_mode - backbone_eval`` per seed there
-    (``abl_taskb_...``; the seed's protocol, chapter 1's finding 3), one family (``ablation``) of them all. Empty
-    without rows."""
+    """One family (``ablation``) over every cell but ``book`` (the main run's, whose claims are its own):
+    ``abl_chance_n<noise>_s<steps>`` (as ``task_a_chance``) and ``abl_taskb_...`` (task B ``train_mode - pinned``)."""
     if not len(ab):
         return claims_table([], family="ablation")
     chance = 1 / int(ab["n_classes"].iloc[0])
     comps = []
-    for (n, k), g in ab.groupby(["noise", "stage1_steps"], sort=True):
-        if book is not None and (float(n), int(k)) == (float(book[0]), int(book[1])):
-            continue
-        tm, pin = (g[g["mode"] == m].set_index("seed") for m in ("train_mode", "backbone_eval"))
-        comps.append((f"abl_chance_n{n:g}_s{k}", tm["task_a_after"] - chance, CHANCE_WORDS,
-                      (CHANCE_FACTOR - 1) * chance))
-        comps.append((f"abl_taskb_n{n:g}_s{k}", (tm["task_b"] - pin["task_b"]).dropna(), TRAIN_WORDS, None))
+    for (n, k), tm, pin in _cells(ab):
+        if not _is_book((n, k), book):
+            comps.append((f"abl_chance_n{n:g}_s{k}", tm["task_a_after"] - chance, CHANCE_WORDS,
+                          (CHANCE_FACTOR - 1) * chance))
+            comps.append((f"abl_taskb_n{n:g}_s{k}", (tm["task_b"] - pin["task_b"]).dropna(), TRAIN_WORDS, None))
     return _decided("ablation", comps)
 
 
-def _cell_claim(claims_: pd.DataFrame, n: float, k: int, book: tuple | None, book_claim, what: str = "chance"):
-    """The ``what`` claim (``"chance"``: task A about chance; ``"taskb"``: task B train mode minus pinned) of cell
-    ``(n, k)``: the main run's (``book_claim``) at ``book``, else its own."""
-    if book is not None and (float(n), int(k)) == (float(book[0]), int(book[1])):
-        return book_claim
-    return claim(claims_, f"abl_{what}_n{n:g}_s{k}")
+def _cell_claim(claims_: pd.DataFrame, cell, book: tuple | None, book_claim, what: str = "chance"):
+    """Cell ``(noise, steps)``'s ``what`` claim (``chance`` or ``taskb``): the main run's ``book_claim`` at ``book``."""
+    return book_claim if _is_book(cell, book) else claim(claims_, f"abl_{what}_n{cell[0]:g}_s{cell[1]}")
 
 
 def ablation_table(ab: pd.DataFrame, claims_: pd.DataFrame, book: tuple | None = None,
                    book_claim=None, book_b_claim=None) -> pd.DataFrame:
-    """Per ablation cell (pixel noise, stage-1 steps): task A before stage 2 and after it in ``train_mode`` (means
-    and 95% bounded intervals over seeds), the seeds at or below ``CHANCE_FACTOR`` x chance, the "about chance"
-    verdict (``claims_``: :func:`ablation_claims`), the largest change of the old head's logits (median and largest
-    over seeds) and task B ``train_mode - backbone_eval`` (its claim: the family interval and verdict; at ``book``
-    the main run's ``book_b_claim``)."""
-    chance = 1 / int(ab["n_classes"].iloc[0])
+    """Per ablation cell task A, the old logits' change and task B with their claims (``claims_``:
+    :func:`ablation_claims`; at ``book`` the main run's ``book_claim`` and ``book_b_claim``)."""
+    limit = CHANCE_FACTOR * (1 / int(ab["n_classes"].iloc[0]))
     rows = []
-    for (n, k), g in ab.groupby(["noise", "stage1_steps"], sort=True):
-        tm, pin = (g[g["mode"] == m].set_index("seed") for m in ("train_mode", "backbone_eval"))
+    for (n, k), tm, _ in _cells(ab):
         before, after = bounded_interval(tm["task_a_before"]), bounded_interval(tm["task_a_after"])
-        c = _cell_claim(claims_, n, k, book, book_claim)
-        rows.append({"pixel noise": f"{n:g}", "stage-1 steps": f"{k:,}",
-                     "task A before": f"{before.mean:.3f}",
+        logit = tm["max_old_logit_change"]
+        rows.append({"pixel noise": f"{n:g}", "stage-1 steps": f"{k:,}", "task A before": f"{before.mean:.3f}",
                      "task A after, train mode": f"{after.mean:.3f} ({after.low:.3f} to {after.high:.3f})",
-                     f"seeds ≤ {CHANCE_FACTOR * chance:.2f}":
-                         f"{int((tm['task_a_after'] <= CHANCE_FACTOR * chance + 1e-12).sum())} of {len(tm)}",
-                     "about chance?": verdict_md(c),
-                     "old logits moved, median (largest)": f"{tm['max_old_logit_change'].median():.1f} "
-                                                          f"({tm['max_old_logit_change'].max():.1f})",
-                     "task B train mode - pinned": claim_text(_cell_claim(claims_, n, k, book, book_b_claim,
-                                                                          "taskb"), clip=(-1, 1))})
+                     f"seeds ≤ {limit:.2f}": f"{int((tm['task_a_after'] <= limit + 1e-12).sum())} of {len(tm)}",
+                     "about chance?": verdict_md(_cell_claim(claims_, (n, k), book, book_claim)),
+                     "old logits moved, median (largest)": f"{logit.median():.1f} ({logit.max():.1f})",
+                     "task B train mode - pinned": claim_text(_cell_claim(claims_, (n, k), book, book_b_claim, "taskb"),
+                                                              clip=(-1, 1))})
     return pd.DataFrame(rows).set_index(["pixel noise", "stage-1 steps"]).map(
         lambda v: v.replace("**", ""))  # an HTML table: no Markdown
 
 
 def ablation_sentence(ab: pd.DataFrame, claims_: pd.DataFrame, noise: float, book: tuple | None = None,
                       book_claim=None, book_b_claim=None) -> str:
-    """What the ablation says about the sizes (``noise``: the main run's pixel noise, the book's cell at 400 stage-1
-    steps), chosen by the data: the cell whose task A after ``train_mode`` is lowest, with its largest logit change,
-    against the book's cell and the seed article's (:data:`ARTICLE`), and which cells pass the "about chance" test."""
+    """What the ablation says about the sizes, against the book's cell (``noise``) and the seed article's."""
     if not len(ab):
         return "The ablation was not run here (its `ablation` parameter is off)."
-    stats = {}
-    for (n, k), g in ab.groupby(["noise", "stage1_steps"], sort=True):
-        tm = g[g["mode"] == "train_mode"]
-        stats[(n, k)] = (float(tm["task_a_after"].mean()), float(tm["max_old_logit_change"].max()))
+    stats = {c: (float(tm["task_a_after"].mean()), float(tm["max_old_logit_change"].max())) for c, tm, _ in _cells(ab)}
     low = min(stats, key=lambda c: stats[c][0])
     own = min(stats, key=lambda c: (abs(c[0] - noise), c[1]))  # the book's cell, as the prose names it
-    chance_cells = [c for c in stats if _cell_claim(claims_, c[0], c[1], book, book_claim).kind == "equivalent"]
+    chance_cells = [c for c in stats if _cell_claim(claims_, c, book, book_claim).kind == "equivalent"]
     cell = lambda c: f"pixel noise {c[0]:g} and {c[1]:,} stage-1 steps"  # noqa: E731
     said = (f"Task A in `train_mode` has its lowest mean (not tested against the other cells) with {cell(low)}: "
-            f"{stats[low][0]:.3f}, the old head's "
-            f"logits moving by up to {stats[low][1]:.1f}, against {stats[own][0]:.3f} and {stats[own][1]:.1f} with "
-            f"the book's {cell(own)} and {ARTICLE['task_a_after_tm']:.3f} and {ARTICLE['max_logit_change']:.0f} in "
-            f"the seed article. ")
+            f"{stats[low][0]:.3f}, the old head's logits moving by up to {stats[low][1]:.1f}, against "
+            f"{stats[own][0]:.3f} and {stats[own][1]:.1f} with the book's {cell(own)} and "
+            f"{ARTICLE['task_a_after_tm']:.3f} and {ARTICLE['max_logit_change']:.0f} in the seed article. ")
     largest = max(v[1] for v in stats.values())
     task_b = ""
     if book is None or book_b_claim is not None:
-        b = {c: _cell_claim(claims_, c[0], c[1], book, book_b_claim, "taskb") for c in stats}
+        b = {c: _cell_claim(claims_, c, book, book_b_claim, "taskb") for c in stats}
         up = [c for c in stats if b[c].kind == "higher"]
-        rest = sorted(set(stats) - set(up))
+        rest = [cell(c) + " (" + b[c].verdict + (", its estimate negative" if b[c].estimate < 0 and b[c].kind not in (
+            "lower", "higher") else "") + ")" for c in sorted(set(stats) - set(up))]
         task_b = (" Task B's gain from drifting statistics under the seed's protocol (train mode minus pinned) depends"
                   " on these settings too: " + (f"it is shown with {join([cell(c) for c in sorted(up)])}" if up else
                                                 "it is shown in no cell")
-                  + (f" and not with {join([cell(c) + ' (' + b[c].verdict + (', its estimate negative' if b[c].estimate < 0 and b[c].kind not in ('lower', 'higher') else '') + ')' for c in rest])}"
-                     if rest else "") + ".")
+                  + (f" and not with {join(rest)}" if rest else "") + ".")
     noises, lengths = sorted({c[0] for c in stats}), sorted({c[1] for c in stats})
     span = (f"pixel noise from {noises[0]:g} to {noises[-1]:g} and stage-1 training from {lengths[0]:,} to "
             f"{lengths[-1]:,} steps")

@@ -1,17 +1,11 @@
-"""Chapter 1, what is trained: the four freeze modes, paired over seeds, the head sweep and the thread check.
-
-Stage 1 trains backbone + head A on task A; stage 2 freezes the backbone in one of the four modes
-(:mod:`bnstudy.study.modes`), trains a new head on task B (shifted in brightness and contrast) and measures task A again on
-the same held-out set. Within a seed every mode starts from the same backbone, head-B initialisation and task-B batch
-stream. :func:`run_tables` runs everything the page analyses (the main run, the head sweep, the thread check) and
-returns the tables the page saves (:data:`SIBLING_TABLES`), so a page can analyse an earlier run's tables again.
-"""
+"""Chapter 1, what is trained: stage 2 freezes the backbone in one of the four modes (:mod:`bnstudy.study.modes`),
+trains a new head on task B and measures task A again, paired over seeds (same backbone, head-B initialisation and
+batch stream); then the head sweep and the thread check. :func:`run_tables` returns every table the page analyses."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +36,7 @@ ADAM_LRS = (0.001, 0.003, 0.01, 0.03, 0.1)
 STD_SUFFIX = "-std"
 STD_SGD_LRS = (0.005, 0.02, 0.05, 0.2)
 STD_ADAM_LRS = (0.003, 0.01, 0.03)
-#: quick: the pipeline in minutes (each path's best rate on the quick tuning seeds and a neighbour either side, two
-#: checkpoints); full: the complete grids and four checkpoints.
+#: quick: the pipeline in minutes (each path's best rate and a neighbour either side, two checkpoints); full: all.
 PROFILES = {"quick": dict(seeds=3, tuning_seeds=(100, 101), confirm_seeds=(200, 201), checkpoints=(400, 800),
                           sgd_lrs=(0.001, 0.005, 0.05, 0.2), adam_lrs=(0.003, 0.01, 0.03, 0.1),
                           std_sgd_lrs=(0.02, 0.05, 0.2), std_adam_lrs=(0.003, 0.01, 0.03), ablation=False),
@@ -52,20 +45,15 @@ PROFILES = {"quick": dict(seeds=3, tuning_seeds=(100, 101), confirm_seeds=(200, 
                          std_sgd_lrs=STD_SGD_LRS, std_adam_lrs=STD_ADAM_LRS, ablation=True)}
 #: The drift figure's noise floor is read at recorded steps where (1 - m)^t is below this.
 FLOOR_WEIGHT = 1e-4
-#: Analysis-only parameters: none, every field of :class:`Config` decides some run (``thread_seeds`` the thread
-#: check's). Parameters added after the release's rows were computed (docs/chapter-code.md): ``ablation`` (off
-#: for rows from before it).
+#: Analysis-only parameters: none. Added after the release's rows were computed (docs/chapter-code.md): ``ablation``.
 ANALYSIS_PARAMETERS = ()
 READ_DEFAULTS: dict = {"ablation": False}
 #: The tables :func:`run_tables` returns beside the main one (``01_freeze_modes_<suffix>.csv``), in this order.
 SIBLING_TABLES = ("drift", "logit_quantiles", "head_sweep", "reference_grads", "buffers", "drift_targets", "threads",
                   "ablation")
-#: Issue 35's ablation of the reproduction's sizes against the seed article's (task A in ``train_mode`` falls to
-#: 0.104 there, 0.246 here; the old logits move by up to 39 there, 12.5 here): the main run's ``train_mode`` and
-#: ``backbone_eval`` (its shift, head, optimizer and rate) at other pixel-noise levels of both tasks and another
-#: stage-1 length, all else equal, on the reported seeds. Noise 1 is the tasks' default
-#: (:func:`bnstudy.study.tasks.make_task`), 3 the book's; 400 stage-1 steps are the book's, 1,600 four times as
-#: many. The seed article gives neither value. Fixed before any of them was run.
+#: Issue 35's ablation of the reproduction's sizes against the seed article's: the main run's ``train_mode`` and
+#: ``backbone_eval`` at other pixel noise (1: the tasks' default, 3: the book's) and stage-1 length (400: the book's),
+#: all else equal, on the reported seeds. The seed article gives neither value; fixed before any was run.
 ABLATION = dict(noise=(1.0, 2.0, 3.0), stage1_steps=(400, 1600), modes=("train_mode", "backbone_eval"))
 
 
@@ -79,23 +67,15 @@ def _positive_floats(name):
 
 
 def _checkpoints_fix(c) -> list:
-    """The checkpoints a config without ``steps`` among them should pass: those below ``steps`` (else half of it), then
-    ``steps``."""
+    """The checkpoints to suggest: those below ``steps`` (else half of it), then ``steps``."""
     below = [x for x in c.checkpoints if x < c.steps] or ([c.steps // 2] if c.steps >= 2 else [])
     return below + [c.steps]
 
 
 class Config(ChapterConfig):
-    """Chapter 1's parameters (the notebook's parameters cell, one for one).
-
-    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. ``modes``: freeze modes to run. ``steps``: stage-2 steps.
-    ``brightness`` (template std units) and ``contrast`` (a gain): task B's shift. ``noise``: per-pixel noise std of
-    both tasks. ``momentum``: BatchNorm momentum in (0, 1] (the drift analysis needs a number). ``head``,
-    ``optimizer``, ``lr``: the new head and how it is trained. The head sweep: ``tuning_seeds`` (choose the learning
-    rates), ``confirm_seeds`` (in no choice), ``checkpoints`` (must include ``steps``) and the four learning-rate
-    grids; ``thread_seeds``: seeds rerun at another torch thread count. Raises ``ValueError`` naming the parameter
-    for any bad value (every run's values also by :class:`bnstudy.study.config.RunConfig`), before any work starts.
-    """
+    """Chapter 1's parameters (the notebook's parameters cell, one for one, documented there). Raises
+    ``ValueError`` naming the parameter for any bad value (every run's also by
+    :class:`bnstudy.study.config.RunConfig`), before any work starts."""
 
     PARAMETERS = dict(profile="quick", seeds=(0, 1, 2), modes=MODE_NAMES, steps=800, brightness=4.0, contrast=5.0,
                       noise=3.0, momentum=0.1, head="linear", optimizer="sgd", lr=0.05, tuning_seeds=(100, 101),
@@ -140,7 +120,7 @@ class Config(ChapterConfig):
                 for s in self.seeds for m in self.modes]
 
     def describe(self) -> str:
-        """The parameters for the page's run line (the head sweep's grids as ``a/b/c``)."""
+        """The page's run line (the grids as ``a/b/c``)."""
         g = lambda v: "/".join(f"{x:g}" for x in v)  # noqa: E731
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, "
                 f"brightness={self.brightness:g}, contrast={self.contrast:g}, noise={self.noise:g}, "
@@ -159,9 +139,8 @@ def make_config(profile: str = "quick", **overrides) -> Config:
 
 
 def ablation_configs(config: Config) -> list[RunConfig]:
-    """The ablation's runs (:data:`ABLATION`; none when ``config.ablation`` is off): per pixel noise, stage-1 length,
-    seed and mode, the main run's :class:`RunConfig` with that noise and stage-1 length (the book's own cell is the
-    main run's runs, read from the cache)."""
+    """The ablation's runs (:data:`ABLATION`; none when ``config.ablation`` is off): the main run's
+    :class:`RunConfig` at each noise and stage-1 length (the book's own cell is the main run's, from the cache)."""
     if not config.ablation:
         return []
     base = config.run_configs()[0].asdict()
@@ -204,12 +183,9 @@ def logit_quantile_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- the head's optimizer, swept (issue 10) ------------------------------------------------------------------------
-#
-# With a linear head the four modes feed the new head through two feature maps ("paths"): batch statistics while
-# training and drifted running statistics at evaluation (``train_mode``; ``separate_stats`` on a copy of the
-# buffers), and task A's running statistics throughout (``backbone_eval``; ``all_eval`` differs only in head
-# modules, which a linear head lacks). The sweep trains every (optimizer, lr) head on both paths in one pass per
-# seed, sharing each step's backbone forward; a test checks that a path's head equals the engine's with ``==``.
+# With a linear head the four modes feed the new head through two feature maps ("paths"): batch statistics in
+# training, drifted running statistics at evaluation (``train_mode``, ``separate_stats``), or task A's throughout
+# (``backbone_eval``, ``all_eval``). Every (optimizer, lr) head trains on both paths in one pass per seed.
 
 SWEEP_NAMESPACE = "ch01_head_sweep"
 #: path -> the freeze modes whose task-B head it computes (linear head).
@@ -219,14 +195,12 @@ VAL_TAG, FIT_TAG = "B-validation", "B-reference-fit"
 N_VAL, N_FIT = 1000, 4000
 #: L2 penalty of the reference logistic regression (on standardised features; mean cross-entropy + l2/2 |W|^2).
 REF_L2 = 1e-4
-#: The reference's fits (l2 penalty, fit-set size; a smaller set is the first ``n`` samples); the first is the
-#: primary test's.
+#: The reference's fits (l2 penalty, fit-set size: the first ``n`` samples); the first is the primary test's.
 REF_VARIANTS = ((REF_L2, N_FIT), (1e-2, N_FIT), (1e-6, N_FIT), (REF_L2, 1000), (1e-2, 1000), (1e-6, 1000))
 #: The drift check's target: precise BN over this many batches of the engine's population stream (the engine
 #: uses its first :data:`ENGINE_TARGET_BATCHES`).
 DRIFT_TARGET_BATCHES = 400
 ENGINE_TARGET_BATCHES = 20
-
 
 
 @dataclass(frozen=True)
@@ -316,13 +290,11 @@ def buffer_changes(backbone: torch.nn.Module, source_state: dict) -> dict:
 
 
 def head_curves(c: HeadSweepRun, source: dict, device=None) -> dict:
-    """One seed of the head sweep: every (path, optimizer, lr) head (the engine's head-B initialisation and task-B
-    batch stream), evaluated at every checkpoint. Returns ``records``: dicts ``path, optimizer, lr, step, split
-    (validation | test), accuracy, l2, n_fit`` (heads: ``l2 = n_fit = NaN``). The reference (``optimizer=
-    "reference"``, ``lr=0``): :func:`fit_logistic` per ``c.ref_variants`` on samples of their own tag, fitted on
-    eval-mode features at ``ref_step`` (drifted statistics on ``batch_stats``, task A's on ``pinned``). Also
-    ``reference_grad_<path>`` (the largest final gradient max-norm of its fits), :func:`buffer_changes` of the
-    ``batch_stats`` path at ``ref_step`` and, with ``c.drift_batches``, ``drift`` (:class:`_DriftRecorder`)."""
+    """One seed of the head sweep: every (path, optimizer, lr) head (the engine's head-B initialisation and batch
+    stream) at every checkpoint, as ``records`` (``path, optimizer, lr, step, split, accuracy, l2, n_fit``); the
+    reference (``optimizer="reference"``): :func:`fit_logistic` per ``c.ref_variants`` on eval-mode features at
+    ``ref_step``, with ``reference_grad_<path>``; :func:`buffer_changes` of ``batch_stats`` at ``ref_step``; with
+    ``c.drift_batches``, ``drift`` (:class:`_DriftRecorder`)."""
     rc = c.run_config()
     device = torch.device("cpu") if device is None else torch.device(device)
     task_b = make_task(rc.seed, "B", rc.n_classes, rc.noise, rc.brightness, rc.contrast)
@@ -397,14 +369,10 @@ def head_curves(c: HeadSweepRun, source: dict, device=None) -> dict:
     return dict(records=records, **extra)
 
 
-
 def _feature_standardizer(bb: torch.nn.Module, x: torch.Tensor, batch_size: int, device, fmt):
-    """``f -> (f - mean) / sd`` with the mean and SD of the features ``bb`` *trains* the head on, over ``x``.
-
-    ``bb`` in train mode (the ``batch_stats`` path): a deep copy is run on ``x`` in batches of ``batch_size``
-    (each normalized with its own statistics, as in training; ``bb``'s buffers are untouched); in eval mode
-    (pinned): the eval-mode features. Fixed before the head trains (an affine map a linear head can represent).
-    """
+    """``f -> (f - mean) / sd`` with the mean and SD of the features ``bb`` *trains* the head on, over ``x``: in
+    train mode a deep copy runs batches of ``batch_size`` (``bb``'s buffers untouched), in eval mode the eval-mode
+    features. Fixed before the head trains (an affine map a linear head can represent)."""
     import copy
     work = copy.deepcopy(bb)
     n = max(batch_size, len(x) // batch_size * batch_size) if work.training else len(x)
@@ -419,11 +387,10 @@ def _feature_standardizer(bb: torch.nn.Module, x: torch.Tensor, batch_size: int,
 
 
 class _DriftRecorder:
-    """The drift check on the ``batch_stats`` path: each BatchNorm layer's running_mean at step 0 and at
-    :data:`bnstudy.study.engine.DRIFT_STEPS` up to ``c.ref_step``, projected as the engine does, ``w_t = (m_t - mu) .
-    (m_0 - mu) / |m_0 - mu|^2``, on two targets ``mu``: precise BN over the engine's first
-    :data:`ENGINE_TARGET_BATCHES` population batches (reproducing its ``drift_weight_l<i>``) and over
-    ``c.drift_batches`` batches of the same stream."""
+    """The drift check on the ``batch_stats`` path: each layer's running_mean at the recorded steps up to
+    ``c.ref_step``, projected as the engine does, ``w_t = (m_t - mu) . (m_0 - mu) / |m_0 - mu|^2``, on two targets
+    ``mu``: precise BN over the engine's first :data:`ENGINE_TARGET_BATCHES` population batches and over
+    ``c.drift_batches``."""
 
     def __init__(self, bb, task_b, rc, c, device, fmt):
         from ....running_stats import precise_bn_statistics
@@ -465,10 +432,9 @@ SWEEP_COLUMNS = ["seed", "role", "path", "optimizer", "lr", "step", "split", "ac
 
 
 def run_head_sweep(config: Config, execution: Execution | None = None, version: str | None = None) -> pd.DataFrame:
-    """The head sweep (cached, resumable): a tidy table of :data:`SWEEP_COLUMNS` (see :func:`head_curves`), its
-    ``attrs``: ``reference_grads`` / ``reference_fits`` (each fit's final gradient max-norm, plain and with seed,
-    role and path), ``buffers`` (per seed :func:`buffer_changes`) and ``drift`` (the reported seeds' drift check).
-    Raises ``ValueError`` unless ``config.head == "linear"`` (two paths cover the four modes only for it)."""
+    """The head sweep (cached, resumable): a tidy table of :data:`SWEEP_COLUMNS`, its ``attrs``: ``reference_grads``
+    / ``reference_fits``, ``buffers`` and ``drift`` (:func:`head_curves`' extras). Raises ``ValueError`` unless
+    ``config.head == "linear"``."""
     if config.head != "linear":
         raise ValueError(f"the head sweep needs head='linear' (two feature paths cover the four modes only for a "
                          f"linear head), got head={config.head!r}")
@@ -494,9 +460,8 @@ def run_head_sweep(config: Config, execution: Execution | None = None, version: 
 
 
 def sweep_drift_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """Tidy drift check from :func:`run_head_sweep`'s ``attrs["drift"]``: ``seed, layer, step, target, weight``;
-    ``target``: ``engine`` (:data:`ENGINE_TARGET_BATCHES` batches, the engine's own) or ``precise``
-    (:data:`DRIFT_TARGET_BATCHES`)."""
+    """Tidy drift check from :func:`run_head_sweep`'s ``attrs``: ``seed, layer, step, target (engine | precise),
+    weight``."""
     recs = [dict(seed=d["seed"], layer=_block(i), step=int(t), target=target, weight=float(w))
             for d in sweep.attrs.get("drift", []) for k, ws in d.items() if k not in ("seed", "steps")
             for target, i in [k.rsplit("_l", 1)] for t, w in zip(d["steps"], ws)]
@@ -504,14 +469,12 @@ def sweep_drift_table(sweep: pd.DataFrame) -> pd.DataFrame:
 
 
 def reference_grad_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The reference fits' convergence, ``seed, role, path, grad_max_norm`` (per seed and path the largest final
-    gradient max-norm of its :data:`REF_VARIANTS` fits), from :func:`run_head_sweep`'s ``attrs``."""
+    """The reference fits' convergence per seed and path, ``seed, role, path, grad_max_norm``."""
     return pd.DataFrame(sweep.attrs.get("reference_fits", []), columns=["seed", "role", "path", "grad_max_norm"])
 
 
 def buffer_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The reported seeds' buffer changes after ``steps`` train-mode steps (:func:`buffer_changes`, from
-    :func:`run_head_sweep`'s ``attrs``): ``seed, layer, mean_shift_sd, log_var_ratio, mean_abs, var_abs``."""
+    """The reported seeds' :func:`buffer_changes`: ``seed, layer, mean_shift_sd, log_var_ratio, mean_abs, var_abs``."""
     names = dict(mean_shift_sd="mean_sd", log_var_ratio="log_var", mean_abs="mean_abs", var_abs="var_abs")
     recs = [dict(seed=b["seed"], layer=_block(i), **{k: b[f"buffer_{v}_l{i}"] for k, v in names.items()})
             for b in sweep.attrs.get("buffers", []) if b["role"] == "report"
@@ -520,9 +483,8 @@ def buffer_table(sweep: pd.DataFrame) -> pd.DataFrame:
 
 
 def thread_check(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """The first ``config.thread_seeds`` seeds run end to end (stage 1 included) at ``execution.threads`` and at the
-    other of 1/2 (in its own cache folder: ``threads`` is not part of a cache key): ``seed, mode, threads, task_b,
-    task_a_after``. Raises ``ValueError`` when ``thread_seeds < 2``."""
+    """The first ``config.thread_seeds`` seeds run end to end at ``execution.threads`` and at the other of 1/2 (its
+    own cache folder: threads are not in a cache key): ``seed, mode, threads, task_b, task_a_after``."""
     if config.thread_seeds < 2:
         raise ValueError(f"thread_check needs thread_seeds >= 2, got {config.thread_seeds}")
     ex = execution or Execution()
@@ -539,9 +501,7 @@ def thread_check(config: Config, execution: Execution | None = None) -> pd.DataF
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
     """Everything the page analyses, as the tables it saves: ``(results_table(main run), {name: table})`` for
-    :data:`SIBLING_TABLES` (the main run's list columns and the sweep's ``attrs`` as tidy tables; the saved
-    ``head_sweep`` keeps no ``attrs``; ``ablation``: :func:`ablation_configs`' rows, empty when it is off). Runs
-    :func:`run`, :func:`run_head_sweep`, :func:`thread_check` and the ablation (cached)."""
+    :data:`SIBLING_TABLES` (list columns and the sweep's ``attrs`` as tidy tables)."""
     if not isinstance(config, Config):
         raise TypeError(f"run_tables needs a freeze_modes.Config (see make_config), got {type(config).__name__}")
     df = run(config, execution)
