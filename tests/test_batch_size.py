@@ -626,49 +626,6 @@ def test_chosen_factors_and_edge_flags():
     assert tbl.loc[run.STRATEGY_LABELS["group_pretrained"], "close, batch 2"].startswith("x2:")
 
 
-def _reported(bn, gn, ln, seeds=range(8), b=2):
-    rows = []
-    rng = np.random.default_rng(1)
-    for s in seeds:
-        for t in ("close", "shifted"):
-            for st, a in (("bn_train", bn), ("group_pretrained", gn), ("layer_pretrained", ln)):
-                rows.append(dict(seed=s, target_name=t, batch_size=b, strategy=st, target=a + 0.003 * rng.standard_normal()))
-    return pd.DataFrame(rows)
-
-
-def test_rate_comparison_reports_both_rates_and_when_they_disagree():
-    tune = _tune5()
-    base = _reported(0.66, 0.72, 0.70)  # linear-scaling rate: the per-sample norms ahead
-    tuned = _reported(0.87, 0.82, 0.84)  # tuned rates: BN in train mode ahead
-    tuned["lr_factor"] = tuned.strategy.map({"bn_train": 4.0, "group_pretrained": 2.0, "layer_pretrained": 2.0})
-    out = findings.rate_comparison(base, tuned, tune)
-    C = out["claims"].set_index("key")
-    assert out["rec"]["close_base_verdict"] == "per-sample norm higher"
-    assert out["rec"]["close_tuned_verdict"] == "per-sample norm lower"
-    assert out["depends"]["close"] == "the verdict depends on the rate"
-    assert C.loc["rate_close_group_pretrained_base", "verdict"] == "per-sample norm higher"
-    assert C.loc["rate_close_group_pretrained_tuned", "verdict"] == "per-sample norm lower"
-    assert out["n_comparisons"] == 8 and C.loc["rate_close_group_pretrained_base", "estimate"] == pytest.approx(0.06, abs=0.01)
-    assert list(C.confidence) == [pytest.approx(1 - 0.05 / 8)] * 8  # one family of 8: Bonferroni intervals
-    assert out["factor"]["close_bn_train"] == 4.0 and out["edge"]["close_bn_train"] == "at the edge of the grid"
-    assert out["edge"]["close_group_pretrained"] == "inside the grid" and out["n_edge"] == 2
-    # the same answer at both rates, and a tie that Holm leaves unseparated
-    same = findings.rate_comparison(base, _reported(0.70, 0.76, 0.74).assign(lr_factor=tuned.lr_factor), tune)
-    assert same["depends"]["shifted"] == "the same verdict at both rates"
-    tie = findings.rate_comparison(base, _reported(0.80, 0.80, 0.80).assign(lr_factor=tuned.lr_factor), tune)
-    assert tie["rec"]["close_tuned_verdict"] == "not decided"
-    assert tie["claims"].set_index("key").loc["rate_close_group_pretrained_tuned", "verdict"] == "not decided"
-    # one contender lower, the other not decided: no recommendation either way
-    assert findings._summary_verdict(["per-sample norm lower", "not decided"]) == "not decided"
-    assert findings._summary_verdict(["too few seeds", "too few seeds"]) == "too few seeds"
-    # a tuned run at a rate the tuning seeds did not choose is refused
-    bad = tuned.assign(lr_factor=1.0)
-    with pytest.raises(ValueError, match="tuning seeds chose"):
-        findings.rate_comparison(base, bad, tune)
-    with pytest.raises(ValueError, match="needs bn_train"):
-        findings.rate_comparison(base, tuned[tuned.strategy == "bn_train"], tune)
-
-
 def test_tuned_configs_run_the_contenders_at_the_chosen_rates_on_reported_seeds():
     cfg = run.make_config("quick", tune_seeds=2)
     ch = {(t, s): 2.0 for t in run.TARGETS for s in run.CONTENDERS}

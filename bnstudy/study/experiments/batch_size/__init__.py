@@ -1,5 +1,2 @@
-"""Chapter 5: what do small batches do to BatchNorm, and which fine-tuning strategy survives them?
-
-The chapter in three parts: :mod:`.run` (what is trained: configs, profiles, :func:`.run.run`), :mod:`.findings`
-(what is claimed: claims tables, findings, sentences) and :mod:`.figures` (what is drawn).
-"""
+"""Chapter 5, small batches and BatchNorm: :mod:`.run` (what is trained), :mod:`.findings` and :mod:`.decision`
+(what is claimed) and :mod:`.figures` (what is drawn)."""

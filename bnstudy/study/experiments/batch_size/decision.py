@@ -1,18 +1,9 @@
 """Chapter 5's batch-size-2 decision (issue 34): which way of treating BatchNorm to fine-tune with at a batch of two,
 each strategy at its own tuned learning rate, under two budgets. One answer, glued by every page that gives advice
-about small batches (the guide's row and recipe, chapter 2's trap 5, the lint's threshold, chapter 5's "What to do").
-
-Input: :func:`.run.decision_tables`' two tables (``decision_check``: the rate tuning on the tuning seeds;
-``decision``: the reported seeds at each cell's chosen rate). Every difference is paired within seed.
-
-* **Against BatchNorm in train mode** (family ``decision``): at the smallest decision batch size, per budget and
-  target, every other strategy minus ``bn_train``, and the best strategy (highest mean) minus the runner-up;
-  Bonferroni over the whole family, TOST within ``margin`` (the chapter's ``break_margin``, 0.02: the accuracy
-  difference the chapter already calls a break, fixed before these runs).
-* **Breaks at tuned rates** (family ``tuned_break``): per budget, target and strategy, the smallest minus the
-  largest decision batch size, each at its own tuned rate; a break where the family interval's upper end is below
-  ``-margin`` (the main grid's break rule, one rule for every strategy).
-* **Grid edges**: a chosen rate still at an end of its grid after the extensions is named with its cell.
+about small batches. Input: :func:`.run.decision_tables`' ``(check, reported)``; every difference is paired within
+seed, every family Bonferroni at :data:`ALPHA`, TOST within ``margin`` (the chapter's ``break_margin``, fixed before
+these runs): arms minus ``bn_train`` and best minus runner-up at the smallest batch size (family ``decision``),
+smallest minus largest batch size at tuned rates (``tuned_break``), and grid edges named with their cells.
 """
 
 from __future__ import annotations
@@ -23,24 +14,23 @@ import pandas as pd
 from ...inference import NOT_DECIDED, Family, claims_table, decide, one_sided_p, t_interval
 from .run import BUDGETS, DECISION_CELL, PRECISE_AFTER, STRATEGY_LABELS, best_factors
 
-#: Direction words of the decision's claims (strategy minus BatchNorm in train mode; best minus runner-up; the
-#: smallest minus the largest batch size).
+#: Direction words of the decision's claims.
 WORDS = {"decision": ("above BN in train mode", "below BN in train mode"),
          "best": ("best above the runner-up", "best below the runner-up"),
          "tuned_break": ("higher at the smaller batch", "lower at the smaller batch"),
          "did": ("BN in train mode higher beyond the control", "BN in train mode lower beyond the control"),
          "gain": ("precise BN higher", "precise BN lower")}
-#: The control of the difference-in-differences at tuned rates: a per-sample norm, no batch statistics.
+#: The per-sample-norm control of the chapter's difference-in-differences (no batch statistics).
 CONTROL = "group_pretrained"
-#: The decision's overall level (Bonferroni over each family).
+#: The level of every family of claims and of the counts (Bonferroni: the printed verdicts).
 ALPHA = 0.05
-#: A cell whose mean is not shown above chance + this (one-sided t, Bonferroni over the cells) is "near chance":
-#: no strategy there is worth recommending (the chapter's :data:`.findings.NEAR_CHANCE`).
+#: A cell a one-sided t test (Bonferroni over the cells) does not place above chance + this is "near chance":
+#: rankings there are meaningless.
 NEAR_CHANCE = 0.06
-#: The order ties are named in: BatchNorm in train mode first, then the other arms as the chapter lists them.
+#: The order ties are named in.
 DECISION_ORDER = ("bn_train", PRECISE_AFTER, "stats_frozen", "adabn", "bn_frozen", "to_group", "to_layer",
                   "group_pretrained", "layer_pretrained")
-#: What the reader runs for each strategy (the guide's recipe column): code in this package or in torch.
+#: What the reader runs for each strategy (the guide's recipe column).
 CODE = {"bn_train": "`model.train()` (BatchNorm uses and updates batch statistics)",
         "stats_frozen": "`bnstudy.pin_norm_eval(backbone)` (statistics fixed, affine trained)",
         "adabn": "`bnstudy.update_bn_stats(backbone, target_loader)`, then `bnstudy.pin_norm_eval(backbone)`",
@@ -53,7 +43,7 @@ CODE = {"bn_train": "`model.train()` (BatchNorm uses and updates batch statistic
 
 
 def _pivot(d: pd.DataFrame) -> pd.DataFrame:
-    """Seeds x arms of ``score`` for one budget, batch size and target; a repeated (seed, arm) raises ``ValueError``."""
+    """Seeds x arms of ``score``; a repeated (seed, arm) raises ``ValueError``."""
     dup = d.duplicated(["seed", "arm"])
     if dup.any():
         raise ValueError(f"decision: repeated (seed, arm) rows, e.g. {d.loc[dup, ['seed', 'arm']].iloc[0].to_dict()}")
@@ -61,19 +51,17 @@ def _pivot(d: pd.DataFrame) -> pd.DataFrame:
 
 
 def _claims(name: str, items: dict, words: str, margin: float | None = None) -> pd.DataFrame:
-    """One family of claims (``name``): ``items`` ``{key: per-seed differences}`` decided with :data:`WORDS`
-    ``[words]`` (``"best"``'s for the ``decision_best_*`` keys), Bonferroni over the family at :data:`ALPHA`, TOST
-    within ``margin`` where given, Holm within the family."""
+    """One family ``name`` on ``{key: per-seed differences}``, worded by ``WORDS[words]`` (``"best"``'s for the
+    ``decision_best_*`` keys), TOST within ``margin`` where given."""
     fam = Family(max(len(items), 1), ALPHA)
     return claims_table([decide(v, k, margin=margin, family=fam, higher=w[0], lower=w[1]) for k, v in items.items()
                          for w in [WORDS["best" if k.startswith("decision_best_") else words]]], family=name)
 
 
 def cell_table(dec: pd.DataFrame, check: pd.DataFrame, chance: float) -> pd.DataFrame:
-    """One row per decision cell (:data:`.run.DECISION_CELL`): the chosen ``lr_factor`` and ``lr``, the grid tried
-    (``grid_low``, ``grid_high``, ``n_factors``), ``at_edge``, the reported seeds' ``mean``, 95% ``ci_low`` /
-    ``ci_high`` and ``n`` of ``score``, ``diverged_runs`` and ``near_chance`` (not shown above ``chance +``
-    :data:`NEAR_CHANCE`, one-sided, Bonferroni over the cells)."""
+    """One row per decision cell: the chosen ``lr_factor`` and ``lr``, the grid tried (``grid_low``, ``grid_high``,
+    ``n_factors``), ``at_edge``, the reported seeds' ``mean``, 95% ``ci_low`` / ``ci_high`` and ``n`` of ``score``,
+    ``retention``, ``diverged_runs`` and ``near_chance``."""
     best = best_factors(check).rename(columns={"score": "tuning_score"})
     n_factors = check.groupby(DECISION_CELL)["lr_factor"].nunique().rename("n_factors")
     recs = []
@@ -81,8 +69,7 @@ def cell_table(dec: pd.DataFrame, check: pd.DataFrame, chance: float) -> pd.Data
         iv = t_interval(g["score"])
         recs.append(dict(zip(DECISION_CELL, key), lr=float(g["lr"].iloc[0]),
                          retention=float(g["task_a_after"].mean()) if "task_a_after" in g else float("nan"),
-                         mean=iv.mean, ci_low=iv.low,
-                         ci_high=iv.high, n=iv.n, diverged_runs=int(g["diverged"].sum()),
+                         mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n=iv.n, diverged_runs=int(g["diverged"].sum()),
                          p_chance=one_sided_p(g["score"], "greater", null=chance + NEAR_CHANCE)))
     out = pd.DataFrame(recs).merge(best, on=DECISION_CELL, how="left").merge(n_factors.reset_index(), on=DECISION_CELL)
     out["near_chance"] = ~(np.minimum(1.0, out["p_chance"] * len(out)) < ALPHA)
@@ -92,30 +79,25 @@ def cell_table(dec: pd.DataFrame, check: pd.DataFrame, chance: float) -> pd.Data
 def decision(dec: pd.DataFrame, check: pd.DataFrame, margin: float) -> dict:
     """The decision: ``dict(cells, claims, answers, breaks, small, large, margin)``.
 
-    ``cells``: :func:`cell_table`. ``claims``: families ``decision`` (keys ``decision_<budget>_<target>_<arm>``,
-    arm minus ``bn_train`` at the smallest batch size; ``decision_best_<budget>_<target>``, best minus runner-up)
-    and ``tuned_break`` (``tuned_break_<budget>_<target>_<arm>``, smallest minus largest batch size); with
-    ``bn_train`` and :data:`CONTROL` both run, ``tuned_did`` (its change minus the control's) and ``precise_gain``
-    (precise BN after minus ``bn_train`` at the largest batch size).
-    ``answers``: per (budget, target) the recommended arm (highest mean at the smallest batch size), the runner-up,
-    their verdicts and whether the cell is near chance. ``breaks``: ``{(budget, target, arm): "breaks" | "no
-    break"}`` by the upper end of the family interval against ``-margin``. Raises ``ValueError`` without
-    ``bn_train`` among the arms or with an unknown budget."""
+    ``cells``: :func:`cell_table`. ``claims``: ``decision_<budget>_<target>_<arm>`` (arm minus ``bn_train`` at the
+    smallest batch size), ``decision_best_<budget>_<target>`` (best minus runner-up), ``tuned_break_<budget>_<target>
+    _<arm>`` (smallest minus largest batch size) and, with ``bn_train`` and :data:`CONTROL` run, ``tuned_did`` (its
+    change minus the control's) and ``precise_gain`` (precise BN after minus ``bn_train`` at the largest batch size).
+    ``answers``: per (budget, target) the best arm and the runner-up, their verdicts and whether the cell is near
+    chance. ``breaks``: ``{(budget, target, arm): outcome}`` (:data:`BREAK_OUTCOMES`). Raises ``ValueError``
+    without ``bn_train`` among the arms or with an unknown budget."""
     if "bn_train" not in set(dec.arm):
         raise ValueError("decision: the reported runs have no bn_train arm (the reference of every comparison)")
     unknown = set(dec.budget) - set(BUDGETS)
     if unknown:
         raise ValueError(f"decision: budget must be one of {list(BUDGETS)}, got {sorted(unknown)}")
-    chance = 1 / int(dec.n_classes.iloc[0])
-    cells = cell_table(dec, check, chance)
+    cells = cell_table(dec, check, 1 / int(dec.n_classes.iloc[0]))
     small, large = int(dec.batch_size.min()), int(dec.batch_size.max())
     vs, best_items, answers = {}, {}, {}
     for (bu, t), g in dec[dec.batch_size == small].groupby(["budget", "target_name"], sort=True):
         piv = _pivot(g)
         order = piv.mean().sort_values(ascending=False).index
-        for a in piv.columns:
-            if a != "bn_train":
-                vs[f"decision_{bu}_{t}_{a}"] = piv[a] - piv["bn_train"]
+        vs.update({f"decision_{bu}_{t}_{a}": piv[a] - piv["bn_train"] for a in piv.columns if a != "bn_train"})
         best_items[f"decision_best_{bu}_{t}"] = piv[order[0]] - piv[order[1]]
         answers[(bu, t)] = dict(best=order[0], runner_up=order[1])
     drops, did, gain = {}, {}, {}
@@ -123,39 +105,34 @@ def decision(dec: pd.DataFrame, check: pd.DataFrame, margin: float) -> dict:
         s, lg = _pivot(g[g.batch_size == small]), _pivot(g[g.batch_size == large])
         for a in s.columns.intersection(lg.columns):
             drops[f"tuned_break_{bu}_{t}_{a}"] = (s[a] - lg[a]).dropna()
-        # the control (no batch statistics) against BN in train mode, and precise BN's gain at the large batch
         if {"bn_train", CONTROL} <= set(dec.arm):
             did[f"tuned_did_{bu}_{t}"] = ((s["bn_train"] - lg["bn_train"]) - (s[CONTROL] - lg[CONTROL])).dropna()
             if PRECISE_AFTER in lg:
-                gain[f"precise_gain_{bu}_{t}"] = (lg[PRECISE_AFTER] - lg["bn_train"]).dropna()  # at ``large``
+                gain[f"precise_gain_{bu}_{t}"] = (lg[PRECISE_AFTER] - lg["bn_train"]).dropna()
     claims = pd.concat([_claims("decision", {**vs, **best_items}, "decision", margin),
                         _claims("tuned_break", drops, "tuned_break", margin)]
                        + ([_claims("tuned_did", did, "did")] if did else [])
                        + ([_claims("precise_gain", gain, "gain", margin)] if gain else []), ignore_index=True)
-    verdict = dict(zip(claims.key, claims.verdict))
-    kind = dict(zip(claims.key, claims.kind))
+    verdict, kind = dict(zip(claims.key, claims.verdict)), dict(zip(claims.key, claims.kind))
+    by_cell = cells.set_index(DECISION_CELL)
     for (bu, t), a in answers.items():
-        row = cells.set_index(DECISION_CELL).loc[(bu, small, t, a["best"])]
+        row, vs_bn = by_cell.loc[(bu, small, t, a["best"])], f"decision_{bu}_{t}_{a['best']}"
+        self_ = a["best"] == "bn_train"
         a.update(mean=row["mean"], ci_low=row["ci_low"], ci_high=row["ci_high"], near_chance=bool(row["near_chance"]),
                  vs_runner_up=verdict[f"decision_best_{bu}_{t}"], vs_runner_up_kind=kind[f"decision_best_{bu}_{t}"],
-                 vs_bn_train="is BN in train mode" if a["best"] == "bn_train"
-                 else verdict[f"decision_{bu}_{t}_{a['best']}"],
-                 vs_bn_train_kind="self" if a["best"] == "bn_train" else kind[f"decision_{bu}_{t}_{a['best']}"])
-    near = cells.set_index(DECISION_CELL)["near_chance"]
+                 vs_bn_train="is BN in train mode" if self_ else verdict[vs_bn],
+                 vs_bn_train_kind="self" if self_ else kind[vs_bn])
     breaks = {}
     for c in claims[claims.family == "tuned_break"].itertuples():
         bu, t, a = c.key[len("tuned_break_"):].split("_", 2)
-        if near.get((bu, large, t, a), False):
-            breaks[(bu, t, a)] = "reference near chance"
-        else:
-            breaks[(bu, t, a)] = "breaks" if c.high < -margin else "no break" if c.low > -margin else NOT_DECIDED
+        breaks[(bu, t, a)] = "reference near chance" if by_cell["near_chance"].get((bu, large, t, a), False) else \
+            "breaks" if c.high < -margin else "no break" if c.low > -margin else NOT_DECIDED
     return dict(cells=cells, claims=claims, answers=answers, breaks=breaks, small=small, large=large,
                 margin=float(margin))
 
 
 def edge_cells(d: dict) -> pd.DataFrame:
-    """The cells whose chosen rate is still at an end of its grid after the extensions (``DECISION_CELL``,
-    ``lr_factor``, ``grid_low``, ``grid_high``)."""
+    """The cells whose chosen rate is still at an end of its grid after the extensions."""
     c = d["cells"]
     return c[c.at_edge][DECISION_CELL + ["lr_factor", "grid_low", "grid_high"]].reset_index(drop=True)
 
@@ -165,22 +142,9 @@ def label(arm: str) -> str:
     return STRATEGY_LABELS.get(arm, arm)
 
 
-def _iv(a: dict) -> str:
-    return f"{a['mean']:.3f} (95% interval {a['ci_low']:.3f} to {a['ci_high']:.3f})"
-
-
-def _versus(a: dict) -> str:
-    """The recommended arm's verdicts, as the claims table prints them: against the runner-up and, where neither of
-    the two is BatchNorm in train mode, against it."""
-    out = f"against the runner-up ({label(a['runner_up'])}): **{a['vs_runner_up']}**"
-    if a["vs_bn_train_kind"] == "self" or a["runner_up"] == "bn_train":
-        return out
-    return f"{out}, against BN in train mode: **{a['vs_bn_train']}**"
-
-
 def leading(a: dict) -> list[str]:
     """The arms a cell's answer ``a`` cannot tell apart at its top: the best, and the runner-up unless the best is
-    shown above it (equivalent or not separated)."""
+    shown above it."""
     return [a["best"]] if a["vs_runner_up_kind"] == "higher" else [a["best"], a["runner_up"]]
 
 
@@ -191,19 +155,15 @@ def _names(arms) -> str:
     return " or ".join(label(x) for x in arms)
 
 
-def _end(r) -> str:
-    """Which end of its grid a cell's chosen rate sits at: ``"top"``, ``"bottom"``, or ``""`` inside it."""
-    if not bool(r["at_edge"]):
-        return ""
-    return "top" if r["lr_factor"] >= r["grid_high"] else "bottom" if r["lr_factor"] <= r["grid_low"] else "end"
-
-
 def edge_ends(d: dict, budget: str, target: str, arms) -> set[str]:
-    """The grid ends (:func:`_end`) the chosen rates of ``arms`` sit at, at the smallest batch size of ``budget`` and
-    ``target``: empty where every one lies inside its grid (issue 35: a comparison with an edge rate is no headline)."""
-    cells = d["cells"].set_index(DECISION_CELL)
-    return {e for a in arms if (budget, d["small"], target, a) in cells.index
-            for e in [_end(cells.loc[(budget, d["small"], target, a)])] if e}
+    """The grid ends (``"top"``, ``"bottom"``) the chosen rates of ``arms`` sit at, at the smallest batch size of
+    ``budget`` and ``target`` (issue 35: a comparison with an edge rate is no headline)."""
+    cells, out = d["cells"].set_index(DECISION_CELL), set()
+    for key in ((budget, d["small"], target, a) for a in arms):
+        if key in cells.index and bool((r := cells.loc[key])["at_edge"]):
+            out.add("top" if r["lr_factor"] >= r["grid_high"] else "bottom" if r["lr_factor"] <= r["grid_low"]
+                    else "end")
+    return out
 
 
 def _at(ends: set) -> str:
@@ -211,74 +171,62 @@ def _at(ends: set) -> str:
     return f"the {next(iter(ends))}" if len(ends) == 1 and ends != {"end"} else "an end"
 
 
-def _compared(a: dict) -> list[str]:
-    """The arms a cell's answer compares: the best and the runner-up."""
-    return [a["best"], a["runner_up"]]
-
-
 def words(d: dict) -> dict[str, str]:
-    """The one answer, in the sentences every page glues (Markdown): ``use`` (the strategy per target under the
-    samples budget, one line), ``answer`` (both budgets, both targets, with verdicts: the headline the answer box,
-    the front page and the guide paste), ``answer_full`` (the same with every result, for the chapter's body),
-    ``short`` (a phrase for the guide's table and chapter 2), ``code`` (what to run), ``edges`` (grid edges and what
-    they mean), ``depends`` (one sentence on whether the answer depends on the target or the budget, the headline's)
-    and ``depends_full`` (the body's).
+    """The one answer, in the sentences every page glues: ``use`` (the samples budget's strategy, one line),
+    ``answer`` (both budgets and targets with verdicts: the headline), ``answer_full`` (the same with every result,
+    for the body), ``short`` (a phrase for the guide's table and chapter 2), ``code``, ``rate``, ``edges`` and
+    ``depends`` / ``depends_full`` (whether the answer depends on the target or the budget).
 
-    Issue 35: no headline number comes from a comparison whose rate sits at an edge of its tuning grid. Where the
-    best or the runner-up of a budget and target has its chosen rate at an edge (:func:`edge_ends`), ``answer``
-    states no result for it but that the rates sit at the grid's end and the result may change with a wider grid;
+    Issue 35: where the best or the runner-up of a budget and target has its chosen rate at an edge of its grid
+    (:func:`edge_ends`), ``answer`` states no result for it but that it may change with a wider grid;
     ``answer_full`` states it, marked; ``depends`` says nothing of a budget with any cell at an edge."""
-    sb = d["small"]
-    ans = d["answers"]
-    targets = sorted({t for _, t in ans})
-    out = {}
-    per_budget, per_budget_full = [], []
+    sb, ans = d["small"], d["answers"]
+    out, per_budget, per_budget_full = {}, [], []
     for bu in BUDGETS:
         parts, full, edged = [], [], []
-        for t, a in ((t, ans[(bu, t)]) for t in targets if (bu, t) in ans):
+        for t, a in sorted((t, a) for (b, t), a in ans.items() if b == bu):
+            iv = f"{a['mean']:.3f} (95% interval {a['ci_low']:.3f} to {a['ci_high']:.3f})"
             if a["near_chance"]:
-                text = (f"on the {t} target no strategy is shown above chance ({label(a['best'])} is highest, "
-                        f"{_iv(a)})")
+                text = f"on the {t} target no strategy is shown above chance ({label(a['best'])} is highest, {iv})"
             else:
-                text = f"on the {t} target **{label(a['best'])}**, {_iv(a)}, {_versus(a)}"
-            ends = edge_ends(d, bu, t, _compared(a))
-            if ends:
+                text = (f"on the {t} target **{label(a['best'])}**, {iv}, against the runner-up "
+                        f"({label(a['runner_up'])}): **{a['vs_runner_up']}**")
+                if a["vs_bn_train_kind"] != "self" and a["runner_up"] != "bn_train":
+                    text += f", against BN in train mode: **{a['vs_bn_train']}**"
+            if ends := edge_ends(d, bu, t, [a["best"], a["runner_up"]]):
                 edged.append((t, ends))
                 full.append(f"{text}, with a leading strategy's chosen rate at {_at(ends)} of its grid (the result "
                             "may change with a wider grid)")
             else:
                 parts.append(text)
                 full.append(text)
-        budget = ("with a fixed number of samples" if bu == "samples" else "with a fixed number of optimizer steps")
+        budget = "With a fixed number of " + ("samples" if bu == "samples" else "optimizer steps")
         if full:
-            per_budget_full.append(f"{budget.capitalize()}: " + "; ".join(full) + ".")
+            per_budget_full.append(f"{budget}: " + "; ".join(full) + ".")
         if edged:
-            ends = set().union(*(e for _, e in edged))
             where = " and ".join(t for t, _ in edged) + (" targets" if len(edged) > 1 else " target")
-            edge = (f"on the {where} a leading strategy's chosen rate sits at {_at(ends)} of its tuning grid, so the "
-                    "result may change with a wider grid and is given in the chapter, not here")
-            per_budget.append(f"{budget.capitalize()}: " + "; ".join(parts) + f"; {edge}." if parts
-                              else f"{budget.capitalize()}, {edge}.")
+            edge = (f"on the {where} a leading strategy's chosen rate sits at {_at(set().union(*(e for _, e in edged)))}"
+                    " of its tuning grid, so the result may change with a wider grid and is given in the chapter, not "
+                    "here")
+            per_budget.append(f"{budget}: " + "; ".join(parts) + f"; {edge}." if parts else f"{budget}, {edge}.")
         elif parts:
-            per_budget.append(f"{budget.capitalize()}: " + "; ".join(parts) + ".")
-    out["answer"] = f"At batch size {sb}, each strategy at its own tuned learning rate. " + " ".join(per_budget)
-    out["answer_full"] = (f"At batch size {sb}, each strategy at its own tuned learning rate. "
-                          + " ".join(per_budget_full))
+            per_budget.append(f"{budget}: " + "; ".join(parts) + ".")
+    lead = f"At batch size {sb}, each strategy at its own tuned learning rate. "
+    out["answer"], out["answer_full"] = lead + " ".join(per_budget), lead + " ".join(per_budget_full)
     live = {k: a for k, a in ans.items() if not a["near_chance"]}
     samples = {t: a for (bu, t), a in live.items() if bu == "samples"}
     common = sorted(set.intersection(*(set(leading(a)) for a in samples.values())), key=DECISION_ORDER.index) \
         if samples else []
     cells = d["cells"].set_index(DECISION_CELL)
     if common:
-        if set(common) == {"bn_train", PRECISE_AFTER}:
-            out["short"] = ("BN in train mode at its own tuned learning rate, then precise BN (not shown to differ from "
-                            "train mode alone here)")
-        else:
-            out["short"] = f"{_names(common)}, at its own tuned learning rate" + (
+        train_precise = set(common) == {"bn_train", PRECISE_AFTER}
+        out["short"] = ("BN in train mode at its own tuned learning rate, then precise BN (not shown to differ from "
+                        "train mode alone here)") if train_precise else \
+            f"{_names(common)}, at its own tuned learning rate" + (
                 " (the two are not told apart here)" if len(common) > 1 else "")
         out["code"] = "; or ".join(CODE.get(x, label(x)) for x in common)
         # the rate of each strategy the words recommend (issue 35: the rate printed is the named strategy's own)
-        named = [PRECISE_AFTER] if set(common) == {"bn_train", PRECISE_AFTER} else common
+        named = [PRECISE_AFTER] if train_precise else common
         out["rate"] = " and ".join(
             (f"{label(x)}: " if len(named) > 1 else "")
             + f"{cells.loc[('samples', sb, t, x), 'lr']:.3g} on the {t} target "
@@ -290,17 +238,16 @@ def words(d: dict) -> dict[str, str]:
         out["code"] = "; ".join(f"{t} target: {CODE.get(a['best'], label(a['best']))}" for t, a in sorted(samples.items()))
         out["rate"] = "see the table"
     else:
-        out["short"] = "no strategy shown above chance plus the near-chance margin"
-        out["code"] = "no recommendation"
-        out["rate"] = "none"
+        out["short"], out["code"], out["rate"] = ("no strategy shown above chance plus the near-chance margin",
+                                                  "no recommendation", "none")
     use_ends = set().union(set(), *(edge_ends(d, "samples", t, common) for t in samples)) if common else set()
-    out["use"] = (f"On this chapter's three-block network and synthetic ten-class task, to fine-tune the whole network "
-                  f"at batch size {sb} with a fixed number of labelled samples, use {out['short']}; its tuned rate here "
-                  f"was {out['rate']}" + (f" (at {_at(use_ends)} of its grid: the result may change with a wider grid)"
-                                          if use_ends else "") + ".") if samples else (
-        f"On this chapter's three-block network and synthetic ten-class task, at batch size {sb} with a fixed "
-        f"number of labelled samples no strategy is shown above chance plus the near-chance margin: nothing is "
-        f"recommended.")
+    scope = "On this chapter's three-block network and synthetic ten-class task, "
+    out["use"] = (f"{scope}to fine-tune the whole network at batch size {sb} with a fixed number of labelled samples, "
+                  f"use {out['short']}; its tuned rate here was {out['rate']}"
+                  + (f" (at {_at(use_ends)} of its grid: the result may change with a wider grid)" if use_ends else "")
+                  + ".") if samples else (
+        f"{scope}at batch size {sb} with a fixed number of labelled samples no strategy is shown above chance plus "
+        f"the near-chance margin: nothing is recommended.")
     steps_cells = d["cells"][(d["cells"].budget == "steps") & (d["cells"].batch_size == sb)]
     steps_edge = bool(steps_cells.at_edge.any())
     steps_live = [a for k, a in live.items() if k[0] == "steps"]
@@ -323,18 +270,20 @@ def words(d: dict) -> dict[str, str]:
     else:
         def by(edge_free: bool) -> list[str]:
             return [f"{_names(leading(a))} ({bu} budget, {t} target" + (
-                f"; chosen rates at {_at(e)} of their grid" if (e := edge_ends(d, bu, t, _compared(a))) else "") + ")"
-                for (bu, t), a in sorted(live.items()) if not (edge_free and edge_ends(d, bu, t, _compared(a)))]
+                f"; chosen rates at {_at(e)} of their grid" if (e := edge_ends(d, bu, t, [a["best"], a["runner_up"]]))
+                else "") + ")" for (bu, t), a in sorted(live.items())
+                if not (edge_free and edge_ends(d, bu, t, [a["best"], a["runner_up"]]))]
         out["depends_full"] = "The answer depends on the budget or the target: " + "; ".join(by(False)) + "."
         head = by(True)
-        out["depends"] = ("The answer depends on the budget or the target: " + "; ".join(head) + "."
-                          if head else "Every budget and target's leaders have a chosen rate at an end of their grid: see the chapter.")
+        out["depends"] = ("The answer depends on the budget or the target: " + "; ".join(head) + "." if head else
+                          "Every budget and target's leaders have a chosen rate at an end of their grid: see the chapter.")
     e = edge_cells(d)
     if len(e):
         items = "; ".join(f"{label(r.arm)}, {r.budget} budget, batch {r.batch_size}, {r.target_name} target "
                           f"(factor {r.lr_factor:g}, grid {r.grid_low:g} to {r.grid_high:g})" for r in e.itertuples())
-        rec_edge = [r for r in e.itertuples() if r.batch_size == sb and (r.budget, r.target_name) in ans
-                    and r.arm in _compared(ans[(r.budget, r.target_name)])]
+        rec_edge = any(r.batch_size == sb and (r.budget, r.target_name) in ans
+                       and r.arm in (ans[(r.budget, r.target_name)]["best"], ans[(r.budget, r.target_name)]["runner_up"])
+                       for r in e.itertuples())
         out["edges"] = (f"{len(e)} chosen rates are still at an end of their grid after the extensions: {items}. "
                         "At such a cell the tuning curve was still rising at the edge, so a wider grid would be "
                         "expected to raise its accuracy" +
@@ -354,11 +303,9 @@ BREAK_OUTCOMES = {"breaks": "breaks", "no break": "no_break", NOT_DECIDED: "not_
 
 
 def numbers(d: dict) -> dict:
-    """The decision's numbers for the chapter's numbers table (``decision_*`` keys): the smallest and largest
-    decision batch sizes; per budget and target, the source-task retention (fraction) of the strategies the
-    page compares at the smallest one (NaN where the rows lack ``task_a_after``); per budget, the strategy and
-    target pairs at tuned rates (``decision_n_pairs_<budget>``) and how many have each outcome of
-    :data:`BREAK_OUTCOMES` (``decision_n_<outcome>_<budget>``)."""
+    """The decision's numbers (``decision_*`` keys): the smallest and largest decision batch sizes; per budget and
+    target the source-task retention of the strategies the page compares at the smallest one; per budget the pairs
+    at tuned rates (``decision_n_pairs_<budget>``) and how many have each outcome of :data:`BREAK_OUTCOMES`."""
     cells = d["cells"].set_index(DECISION_CELL)
     out = {f"decision_retention_{bu}_{t}_{arm}": float(cells.loc[(bu, d["small"], t, arm), "retention"])
            for (bu, t) in d["answers"] for arm in ("bn_train", PRECISE_AFTER, "stats_frozen", "adabn", "bn_frozen",
@@ -372,20 +319,19 @@ def numbers(d: dict) -> dict:
 
 def display(d: dict) -> pd.DataFrame:
     """The page's decision table: per budget and target at the smallest batch size, each strategy's tuned rate,
-    accuracy with its 95% interval and verdict against BatchNorm in train mode (the family's Bonferroni level)."""
+    accuracy with its 95% interval and difference and verdict against BatchNorm in train mode."""
     c = d["cells"]
-    c = c[c.batch_size == d["small"]]
-    verdict = dict(zip(d["claims"].key, d["claims"].verdict))
-    est, low, high = (dict(zip(d["claims"].key, d["claims"][c])) for c in ("estimate", "low", "high"))
+    claims = d["claims"].set_index("key")
     rows = []
-    for r in c.sort_values(["budget", "target_name", "mean"], ascending=[True, True, False]).itertuples():
+    for r in c[c.batch_size == d["small"]].sort_values(["budget", "target_name", "mean"],
+                                                        ascending=[True, True, False]).itertuples():
+        k = f"decision_{r.budget}_{r.target_name}_{r.arm}"
+        x = claims.loc[k] if k in claims.index else None
         rows.append({"budget": "fixed samples" if r.budget == "samples" else "fixed steps", "target": r.target_name,
                      "strategy": label(r.arm), "tuned rate": f"{r.lr:.3g}" + (" (edge)" if r.at_edge else ""),
                      "accuracy (95% interval)": f"{r.mean:.3f} ({r.ci_low:.3f} to {r.ci_high:.3f})"
                      + (" near chance" if r.near_chance else ""),
-                     "minus BN in train mode": "" if r.arm == "bn_train" else (
-                         lambda k: f"{est[k]:+.3f} ({low[k]:+.3f} to {high[k]:+.3f})" if k in est else "")(
-                         f"decision_{r.budget}_{r.target_name}_{r.arm}"),
-                     "vs BN in train mode": "reference" if r.arm == "bn_train"
-                     else verdict.get(f"decision_{r.budget}_{r.target_name}_{r.arm}", "")})
+                     "minus BN in train mode": "" if r.arm == "bn_train" or x is None else
+                     f"{x.estimate:+.3f} ({x.low:+.3f} to {x.high:+.3f})",
+                     "vs BN in train mode": "reference" if r.arm == "bn_train" else "" if x is None else x.verdict})
     return pd.DataFrame(rows)

@@ -13,13 +13,13 @@ import pandas as pd
 from ... import style
 from ...inference import Family, number, t_interval
 from ...plots import legibility, min_text_size
-from .findings import _edge, entries, winners
+from .findings import CELL, _edge, entries, winners
 from .run import BN_STRATEGIES, STRATEGIES, STRATEGY_LABELS, TARGETS, best_rate_table
 
 
 def _ch05_fit(fig: plt.Figure) -> plt.Figure:
-    """Text raised to :data:`bnstudy.study.style.MIN_FONT_PT` and the figure shrunk until its tight bounding box fits
-    :data:`bnstudy.study.style.COLUMN_WIDTH_IN` (so the browser does not shrink the text below it; :func:`legibility`)."""
+    """Text raised to ``style.MIN_FONT_PT`` and the figure shrunk until it fits ``style.COLUMN_WIDTH_IN`` (so the
+    browser does not shrink the text below it; :func:`legibility`)."""
     for _ in range(4):
         min_text_size(fig, style.MIN_FONT_PT)
         leg = legibility(fig)
@@ -56,8 +56,9 @@ def noise_figure(noise: pd.DataFrame):
     (mean and 95% interval over seeds) and the independent-values prediction (dashed)."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     colors = style.sequential(sorted(noise.layer.unique()))
-    for ax, (val, pred, title) in zip(axes, (("var_mean_rel", "pred_mean_rel", "variance of the batch mean / $\\sigma^2$"),
-                                           ("var_var_rel", "pred_var_rel", "variance of the batch variance / $\\sigma^4$"))):
+    for ax, (val, pred, title, dashed) in zip(axes, (
+            ("var_mean_rel", "pred_mean_rel", "variance of the batch mean / $\\sigma^2$", "1/(m H W)"),
+            ("var_var_rel", "pred_var_rel", "variance of the batch variance / $\\sigma^4$", "(kurtosis - 1)/(m H W)"))):
         for layer, g in noise.groupby("layer"):
             r = _ci_rows(g, "batch_size", val)
             ax.plot(r.batch_size, r["mean"], "o-", color=colors[layer], label=f"block {layer + 1} (H x W = {int(g.hw.iloc[0])})")
@@ -66,8 +67,7 @@ def noise_figure(noise: pd.DataFrame):
             ax.plot(p.index, p.values, "--", color=colors[layer])
         ax.set(yscale="log", xlabel="batch size m", ylabel=title)
         _log2_axis(ax, sorted(noise.batch_size.unique()))
-    axes[0].set_title("dashed: 1/(m H W)", fontsize=9)
-    axes[1].set_title("dashed: (kurtosis - 1)/(m H W)", fontsize=9)
+        ax.set_title(f"dashed: {dashed}", fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9, title="solid: measured",
                bbox_to_anchor=(0.5, -0.02))
@@ -77,18 +77,15 @@ def noise_figure(noise: pd.DataFrame):
 
 def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: dict, chance: float | None = None,
                              reference: int | None = None, groups: dict | None = None, flag=None):
-    """``value`` against batch size per strategy (mean, 95% interval over seeds), one column per target.
-
-    ``groups``: ``{row title: strategies}``, one row of panels per group; ``reference``: a dotted vertical line at
-    that batch size; ``flag``: cells ``target_name, strategy, batch_size`` (e.g. with diverged runs) drawn as
-    black crosses."""
+    """``value`` against batch size per strategy (mean, 95% interval over seeds), one column per target, one row
+    per ``groups`` entry ``{row title: strategies}``; ``reference``: a vertical line; ``flag``: cells (``CELL``
+    columns) drawn as black crosses."""
     targets = sorted(df.target_name.unique())
     strategies = [s for s in labels if s in set(df.strategy)]
     colors = style.palette("strategy", strategies)
     groups = groups or {"": strategies}
-    nrow = len(groups)
-    fig, axes = plt.subplots(nrow, len(targets), figsize=(5.2 * len(targets), 3.6 * nrow + 0.8), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(len(groups), len(targets), figsize=(5.2 * len(targets), 3.6 * len(groups) + 0.8),
+                             sharey=True, squeeze=False)
     flagged = set() if flag is None else {(r.target_name, r.strategy, r.batch_size) for r in flag.itertuples()}
     crosses = "cell with diverged runs"
     for row, (gname, members) in zip(axes, groups.items()):
@@ -115,7 +112,7 @@ def strategy_accuracy_figure(df: pd.DataFrame, value: str, ylabel: str, labels: 
         for h, n in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(n, h)
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=2, fontsize=9, bbox_to_anchor=(0.5, -0.01))
-    fig.tight_layout(rect=(0, 0.24 if nrow == 1 else 0.14, 1, 1))
+    fig.tight_layout(rect=(0, 0.24 if len(groups) == 1 else 0.14, 1, 1))
     return _ch05_fit(fig)
 
 
@@ -126,8 +123,7 @@ def tradeoff_figure(trade: pd.DataFrame, labels: dict):
     strategies = [s for s in labels if s in set(trade.strategy)]
     colors = style.palette("strategy", strategies)
     sizes = sorted(trade.batch_size.unique())
-    cell = trade.drop_duplicates(["target_name", "strategy", "batch_size"]).set_index(
-        ["target_name", "strategy", "batch_size"])
+    cell = trade.drop_duplicates(CELL).set_index(CELL)
     fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 6.0), sharey=True, squeeze=False)
     for ax, t in zip(axes[0], targets):
         for s in strategies:
@@ -151,10 +147,9 @@ def tradeoff_figure(trade: pd.DataFrame, labels: dict):
     return _ch05_fit(fig)
 
 
-def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None = None, tolerance: float | None = None):
-    """Precise BN against the number of samples, per batch size: statistic errors (mean, 95% interval over seeds;
-    ``tolerance`` dashed) and the accuracy difference to the exact statistics (mean, 90% interval: the TOST's;
-    ``+-margin`` dashed); Wu & Johnson's range shaded."""
+def precise_bn_figure(pt: pd.DataFrame, claim: tuple, margin: float, tolerance: float):
+    """Precise BN against the number of samples, per batch size: statistic errors (95% intervals; ``tolerance``
+    dashed) and the accuracy difference to the exact statistics (90% intervals, the TOST's; ``+-margin`` dashed)."""
     d = pt[pt.kind == "precise"]
     # two panels a row, the legend in the fourth cell (issue 35: three a row ran the labels into each other)
     fig, grid = plt.subplots(2, 2, figsize=(9, 7))
@@ -168,8 +163,7 @@ def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None =
             ax.plot(r.n_samples, r["mean"], "o-", color=colors[m], label=f"batch size {m}", alpha=0.85)
             ax.fill_between(r.n_samples, r.lo, r.hi, color=colors[m], alpha=0.2)
         ax.axvspan(*claim, color="grey", alpha=0.12)
-        for y in ((-margin, margin) if acc and margin is not None else
-                  (tolerance,) if not acc and tolerance is not None else ()):
+        for y in ((-margin, margin) if acc else (tolerance,)):
             ax.axhline(y, color="black", lw=0.8, ls="--")
         ax.set(xscale="log", xlabel="samples used by precise BN", ylabel=textwrap.fill(lab, 22))
         if acc:
@@ -183,8 +177,8 @@ def precise_bn_figure(pt: pd.DataFrame, claim=(1e3, 1e4), margin: float | None =
 
 
 def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
-    """Per seed and target: each strategy's target-accuracy difference to inherited frozen statistics against the
-    statistics mismatch before fine-tuning; means with 95% intervals per target as bars."""
+    """Per seed and target: each strategy's target accuracy minus stats-frozen's against the statistics mismatch
+    before fine-tuning; means with 95% intervals per target."""
     strategies = [s for s in labels if s in set(mt.strategy)]
     colors = style.palette("strategy", strategies)
     fig, ax = plt.subplots(figsize=(8, 4.6))
@@ -209,11 +203,10 @@ def mismatch_advantage_figure(mt: pd.DataFrame, labels: dict):
 
 def lr_display(tune: pd.DataFrame) -> pd.DataFrame:
     """The learning-rate check per strategy (rows) and target/batch size (columns): the best factor and its mean
-    target accuracy against the reported rate's (tuning seeds); ``*``: a factor at an end of the grid (the true best
-    may lie beyond)."""
-    means = tune.groupby(["target_name", "strategy", "batch_size", "lr_factor"])["target"].mean()
+    target accuracy against the reported rate's; ``*``: a factor at an end of the grid."""
+    means = tune.groupby(CELL + ["lr_factor"])["target"].mean()
     grid = sorted(set(tune.lr_factor))
-    best = best_rate_table(tune).drop_duplicates(["target_name", "strategy", "batch_size"])
+    best = best_rate_table(tune).drop_duplicates(CELL)
     out = pd.DataFrame({f"{t}, batch {b}": {
         STRATEGY_LABELS[r.strategy]: f"x{r.best_factor:g}{'*' if _edge(r.best_factor, grid) else ''}: "
                                      f"{means[(t, r.strategy, b, r.best_factor)]:.3f} (x1: {means[(t, r.strategy, b, 1.0)]:.3f})"
@@ -237,14 +230,13 @@ def winners_display(df: pd.DataFrame) -> pd.DataFrame:
 
 def breaks_display(f: pd.DataFrame, strategies) -> pd.DataFrame:
     """Break tokens per strategy and target (rows), below and above the reference, any cause and beyond the control
-    (columns), from the numbers table ``f`` (``"control"`` for the control itself); with
-    ``breaks_stats_above_restat_<target>``, a row for BN in train mode with re-estimated statistics."""
+    (columns), from the numbers table ``f``; a row for BN in train mode with re-estimated statistics where given."""
     breaks, stats, above, stats_above, restat = (entries(f, stem) for stem in (
         "breaks", "breaks_stats", "breaks_above", "breaks_stats_above", "breaks_stats_above_restat"))
     ref = number(f, "reference_batch")
     cols = [f"{side} {ref}: {cause}" for side in ("below", "above") for cause in ("any cause", "beyond the control")]
     rows = []
-    for t in (t for t in TARGETS if any(f"{t}_{s}" in breaks for s in STRATEGIES)):
+    for t in TARGETS:
         for s in (s for s in strategies if f"{t}_{s}" in breaks):
             k = f"{t}_{s}"
             rows.append(dict(target=t, strategy=STRATEGY_LABELS[s], **dict(zip(cols, (
@@ -255,17 +247,15 @@ def breaks_display(f: pd.DataFrame, strategies) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def decision_figure(cells: pd.DataFrame, small: int, chance: float, near_chance: float | None = None):
+def decision_figure(cells: pd.DataFrame, small: int, chance: float, near_chance: float):
     """The batch-size-2 decision: per budget (panels) and target (marker), each strategy's accuracy at batch size
-    ``small`` at its own tuned rate, mean and 95% interval over the reported seeds (:func:`.decision.cell_table`'s
-    rows), strategies sorted by their mean on the samples budget; chance dotted. A hollow marker: the chosen rate is
-    still at an end of its grid; dashed: ``chance + near_chance`` where given (the near-chance rule's line)."""
+    ``small`` at its own tuned rate (:func:`.decision.cell_table`'s rows); hollow: a rate at an end of its grid;
+    dotted: chance; dashed: ``chance + near_chance``."""
     c = cells[cells.batch_size == small]
     budgets = [b for b in ("samples", "steps") if b in set(c.budget)]
     order = (c[c.budget == budgets[0]].groupby("arm")["mean"].mean().sort_values().index.tolist())
     fig, axes = plt.subplots(1, len(budgets), figsize=(9, 0.42 * len(order) + 1.6), sharey=True, squeeze=False)
-    markers = {"close": "o", "shifted": "s"}
-    offset = {"close": -0.15, "shifted": 0.15}
+    markers, offset = {"close": "o", "shifted": "s"}, {"close": -0.15, "shifted": 0.15}
     for ax, bu in zip(axes[0], budgets):
         for t, g in c[c.budget == bu].groupby("target_name"):
             for r in g.itertuples():
@@ -276,10 +266,9 @@ def decision_figure(cells: pd.DataFrame, small: int, chance: float, near_chance:
                 ax.plot(r.mean, y, markers.get(t, "o"), color=col, markerfacecolor="white" if r.at_edge else col,
                         markersize=6, label=f"{t} target" if r.arm == order[-1] else None)
         ax.axvline(chance, color=style.GREY, linestyle=":", linewidth=1)
-        if near_chance is not None:
-            ax.axvline(chance + near_chance, color=style.GREY, linestyle="--", linewidth=0.8)
-        ax.set_title("fixed samples" if bu == "samples" else "fixed optimizer steps")
-        ax.set_xlabel(f"task-B accuracy at batch {small}")
+        ax.axvline(chance + near_chance, color=style.GREY, linestyle="--", linewidth=0.8)
+        ax.set(title="fixed samples" if bu == "samples" else "fixed optimizer steps",
+               xlabel=f"task-B accuracy at batch {small}")
         ax.grid(axis="x", alpha=0.3)
     axes[0][0].set_yticks(range(len(order)))
     axes[0][0].set_yticklabels([textwrap.fill(STRATEGY_LABELS.get(a, a), 24) for a in order])

@@ -1,37 +1,29 @@
-"""Chapter 5, what is claimed: the claims table (:mod:`bnstudy.study.inference`), the flat numbers table the page glues
-beside it (:func:`bnstudy.study.inference.numbers_table`), the tidy tables they come from and the sentences the data choose
-(:data:`NOTES`, :func:`page_words`). :func:`findings` takes :func:`.run.run`'s tables (or the saved ones:
-:func:`.run.diag_from_tables`). Every difference is condition minus reference, paired within seed.
+"""Chapter 5, what is claimed: the claims table, the numbers table glued beside it and the page's sentences
+(:data:`NOTES`, :func:`page_words`), from :func:`.run.run`'s tables or the saved ones (:func:`.run.diag_from_tables`).
+Every difference is condition minus reference, paired within seed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import pandas as pd
 
 from ...config import STRATEGY_NORM
-from ...inference import NOT_DECIDED, TOO_FEW, Family, Question, ask, claims_table, count_verdicts, decide, number, \
-    numbers_table, one_sided_p, rank_correlation, t_interval, tost_p
+from ...inference import Family, Question, ask, claims_table, count_verdicts, decide, number, numbers_table, \
+    one_sided_p, rank_correlation, t_interval, tost_p
 from ...words import Note, notes
 from . import decision
-from .run import BN_STRATEGIES, CONTENDERS, PER_SAMPLE_STRATEGIES, STRATEGY_LABELS, Config, best_rate_table, \
-    chosen_factors, noise_table, precise_table
+from .decision import ALPHA, CONTROL, NEAR_CHANCE
+from .run import BN_STRATEGIES, PER_SAMPLE_STRATEGIES, STRATEGY_LABELS, Config, best_rate_table, noise_table, \
+    precise_table
 
 #: Wu & Johnson (2021)'s range for the samples precise BN needs.
 CLAIM_RANGE = (1e3, 1e4)
-#: The per-sample-norm control of the difference-in-differences break criterion (no batch statistics).
-CONTROL = "group_pretrained"
 #: The sensitivity margin of the controlled break verdict below the reference (``breaks_stats_wide``).
 WIDE_MARGIN = 0.05
-#: Strategies without batch statistics: their break against the control is "n/a" (two per-sample norms).
-NO_BATCH_STATISTICS = PER_SAMPLE_STRATEGIES
-#: A cell whose accuracy a one-sided t test (Bonferroni over the cells) does not place above chance + this is "near
-#: chance": rankings there are meaningless (:func:`near_chance_cells`).
-NEAR_CHANCE = 0.06
-#: The page's direction words per family of claims (condition minus reference; see :func:`findings`).
+#: The page's direction words per family of claims (condition minus reference).
 WORDS = {"ps": ("per-sample norm higher", "per-sample norm lower"), "adabn": ("AdaBN higher", "AdaBN lower"),
          "winner": ("winner higher", "winner lower"),
          "gap": ("train-mode accuracy higher", "train-mode accuracy lower"),
@@ -42,35 +34,15 @@ WORDS = {"ps": ("per-sample norm higher", "per-sample norm lower"), "adabn": ("A
 #: Every direction word the page may print (:func:`bnstudy.study.inference.is_verdict`).
 DIRECTIONS: tuple[str, ...] = tuple(w for pair in WORDS.values() for w in pair) + tuple(
     w for pair in decision.WORDS.values() for w in pair)
-#: The overall level of every family of claims and of the counts (Bonferroni: the printed verdicts).
-ALPHA = 0.05
 #: Precise BN's statistics are "close enough" below this mean error (population SDs for the mean, absolute log
 #: ratio for the variance): 1% of the population scale.
 STAT_TOLERANCE = 0.01
 CELL = ["target_name", "strategy", "batch_size"]
 
-#: The comparisons that are questions as data (:func:`bnstudy.study.inference.ask`; :func:`_asked` adds the run's levels).
-#: The other families compare strategies the data choose, two columns, layers or batch sizes at a break's own level,
-#: which a :class:`~bnstudy.study.inference.Question` does not express.
-PS_CONTENDERS = tuple(s for s in CONTENDERS if s != "bn_train")
-ADABN_QUESTION = Question("adabn_vs_frozen_{target_name}_b{batch_size}", "adabn", "stats_frozen", value="target",
-                          by="strategy", each=("target_name", "batch_size"), words="AdaBN")
-RATE_QUESTIONS = tuple(Question(f"rate_{{target_name}}_{{condition}}_{tag}", PS_CONTENDERS, "bn_train", value="target",
-                                by="strategy", each=("target_name",), table=tag, words="per-sample norm")
-                       for tag in ("base", "tuned"))
-CHECK_QUESTION = Question("gap_zero_elsewhere", value="train_eval_gap", exact=0.0)
-
-
-def _asked(name: str, tables, questions, at: dict, fill: dict | None = None) -> pd.DataFrame:
-    """One family (``name``) from :func:`bnstudy.study.inference.ask`: the ``questions`` with the run's levels ``at``
-    added to their selections and the fields ``fill`` replaced."""
-    return ask(tables, [dataclasses.replace(q, at={**q.at, **at}, **(fill or {})) for q in questions], ALPHA,
-               family=name)
-
 
 def _family(name: str, items: dict, words: str, family=None) -> pd.DataFrame:
-    """One family of claims (``name``): ``items`` ``{key: per-seed differences}`` decided with :data:`WORDS`
-    ``[words]`` at ``family(key)`` (default: ``Family(len(items))``, Bonferroni), Holm within the family."""
+    """One family of claims (``name``) on ``{key: per-seed differences}``, worded by ``WORDS[words]``, each at
+    ``family(key)`` (default: Bonferroni over the items)."""
     higher, lower = WORDS[words]
     fam = Family(max(len(items), 1), ALPHA)
     return claims_table([decide(v, k, family=family(k) if family else fam, higher=higher, lower=lower)
@@ -88,30 +60,24 @@ def _from_on(ok: dict, order) -> int:
 # --- tidy tables ----------------------------------------------------------------------------------------------------
 
 def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per target, strategy and batch size (long, ``metric``): mean, 95% interval and SD over seeds of ``target``,
-    ``task_a_after`` and ``train_eval_gap``, with ``diverged_runs`` (a zero-width interval there is runs stuck at
-    chance, not certainty)."""
-    recs = []
-    for key, g in df.groupby(CELL, sort=True):
-        for m in ("target", "task_a_after", "train_eval_gap"):
-            iv = t_interval(g[m])
-            recs.append(dict(zip(CELL, key), metric=m, mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
-                             sd=float(np.std(g[m], ddof=1)) if len(g) > 1 else 0.0, n_seeds=iv.n))
-    out = pd.DataFrame(recs)
+    """Per cell and ``metric`` (``target``, ``task_a_after``, ``train_eval_gap``): mean, 95% interval and SD over
+    seeds, with ``diverged_runs`` (a zero-width interval there is runs stuck at chance, not certainty)."""
+    out = pd.DataFrame([dict(zip(CELL, key), metric=m, mean=iv.mean, ci_low=iv.low, ci_high=iv.high,
+                             sd=float(np.std(g[m], ddof=1)) if len(g) > 1 else 0.0, n_seeds=iv.n)
+                        for key, g in df.groupby(CELL, sort=True) for m in ("target", "task_a_after", "train_eval_gap")
+                        for iv in [t_interval(g[m])]])
     if "diverged" in df:
         out = out.merge(df.groupby(CELL)["diverged"].sum().astype(int).rename("diverged_runs").reset_index(), on=CELL)
     return out
 
 
 def tradeoff_table(df: pd.DataFrame, batch_sizes) -> pd.DataFrame:
-    """Per target, strategy and batch size in ``batch_sizes``: mean and interval of ``target`` and of
-    ``task_a_after`` (``target_mean, target_lo, target_hi, retention_mean, ...``)."""
-    recs = []
-    for (t, s, b), g in df[df.batch_size.isin(batch_sizes)].groupby(CELL):
-        a, r = t_interval(g["target"]), t_interval(g["task_a_after"])
-        recs.append(dict(target_name=t, strategy=s, batch_size=b, target_mean=a.mean, target_lo=a.low,
-                         target_hi=a.high, retention_mean=r.mean, retention_lo=r.low, retention_hi=r.high))
-    return pd.DataFrame(recs)
+    """Per cell at ``batch_sizes``: mean and 95% interval of ``target`` and ``task_a_after`` (``target_mean,
+    target_lo, target_hi, retention_mean, ...``)."""
+    return pd.DataFrame([dict(zip(CELL, key), **{f"{name}_{end}": getattr(t_interval(g[col]), attr)
+                                                 for name, col in (("target", "target"), ("retention", "task_a_after"))
+                                                 for end, attr in (("mean", "mean"), ("lo", "low"), ("hi", "high"))})
+                         for key, g in df[df.batch_size.isin(batch_sizes)].groupby(CELL)])
 
 
 def mismatch_table(df: pd.DataFrame, batch_size: int, baseline: str = "stats_frozen") -> pd.DataFrame:
@@ -128,9 +94,8 @@ def mismatch_table(df: pd.DataFrame, batch_size: int, baseline: str = "stats_fro
 
 def break_differences(df: pd.DataFrame, target: str, strategy: str, reference: int, control: str | None = None,
                       side: str = "below") -> dict:
-    """``{m: per-seed differences}`` for every batch size ``m`` on ``side`` of ``reference``: ``target(m) -
-    target(reference)`` of ``strategy`` (with ``control``: minus the control's, paired within seed). Raises
-    ``ValueError`` for a bad ``side``."""
+    """``{m: per-seed target(m) - target(reference)}`` of ``strategy`` for every batch size ``m`` on ``side`` of
+    ``reference`` (with ``control``: minus the control's). Raises ``ValueError`` for a bad ``side``."""
     if side not in ("below", "above"):
         raise ValueError(f"side must be 'below' or 'above', got {side!r}")
     d = df[df.target_name == target]
@@ -144,9 +109,9 @@ def break_differences(df: pd.DataFrame, target: str, strategy: str, reference: i
 def break_batch(df: pd.DataFrame, target: str, strategy: str, reference: int, margin: float,
                 control: str | None = None, side: str = "below") -> tuple[int, dict]:
     """The batch size nearest ``reference`` on ``side`` from which on ``strategy`` breaks on ``target`` (0: none),
-    and ``{m: Interval}`` of :func:`break_differences`. Breaks at ``m``: the upper end of the difference's family
-    interval (Bonferroni over the ``k`` batch sizes on that side, 95%) is below ``-margin``; a break further out
-    counts only if every batch size beyond it breaks too ("from m on"). NaN ends (one seed) never break."""
+    and ``{m: Interval}`` of :func:`break_differences`. Breaks at ``m``: the upper end of the 95% family interval
+    (Bonferroni over the batch sizes on that side) is below ``-margin``, and every batch size further out breaks
+    too. NaN ends (one seed) never break."""
     diffs = break_differences(df, target, strategy, reference, control, side)
     family = Family(max(len(diffs), 1), 1 - 0.95)
     ivs = {m: t_interval(diffs[m], family.confidence) for m in sorted(diffs)}
@@ -159,17 +124,16 @@ def break_word(m: int, side: str = "below") -> str:
 
 
 def _smallest_family(name: str, items: dict, words: str, smallest: int) -> pd.DataFrame:
-    """The claims on the ``smallest`` batch size's differences of ``items`` ``{key: break_differences}``, each at
-    its break verdict's level (:func:`break_batch`'s family)."""
+    """The claims on the ``smallest`` batch size's differences of ``{key: break_differences}``, each at its break
+    verdict's level."""
     return _family(name, {k: d[smallest] for k, d in items.items()}, words,
                    lambda k: Family(max(len(items[k]), 1), 1 - 0.95))
 
 
 def near_chance_cells(df: pd.DataFrame, chance: float) -> pd.DataFrame:
-    """The cells (``target_name, strategy, batch_size``, mean ``target``, ``p``, ``p_adjusted``) whose accuracy the
-    one-sided t test against ``chance +`` :data:`NEAR_CHANCE` does not place above it at the family's level
-    :data:`ALPHA` / m, Bonferroni over every cell (the book's one rule: a one-sided Bonferroni bound; ``p_adjusted``
-    is ``min(1, m p)``; a cell with one seed never is placed above)."""
+    """The cells (``CELL``, mean ``target``, ``p``, ``p_adjusted``) a one-sided t test against ``chance +``
+    :data:`NEAR_CHANCE` does not place above it at :data:`ALPHA`, Bonferroni over every cell (``p_adjusted =
+    min(1, m p)``; one seed is never placed above)."""
     groups = df.groupby(CELL, sort=True)["target"]
     m = groups.mean().reset_index()
     m["p"] = [one_sided_p(v, "greater", null=chance + NEAR_CHANCE) for _, v in groups]
@@ -179,10 +143,9 @@ def near_chance_cells(df: pd.DataFrame, chance: float) -> pd.DataFrame:
 
 def winners(df: pd.DataFrame, chance: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per target and batch size, the strategy with the highest mean target accuracy against the runner-up:
-    ``(table, claims)``. ``claims``: family ``"winners"``, keys ``winner_<target>_b<m>``. The table: ``winner``,
-    ``runner_up``, ``winner_mean``, the claim's ``diff_mean, diff_lo, diff_hi, verdict, p, p_adjusted``,
-    ``separated`` (the printed verdict is the winner higher: what the page counts), ``diverged_runs``
-    (in the two cells) and ``near_chance`` (the winner's cell is in :func:`near_chance_cells`; needs ``chance``)."""
+    ``(table, claims)`` (family ``winners``, keys ``winner_<target>_b<m>``). The table: ``winner``, ``runner_up``,
+    ``winner_mean``, the claim's ``diff_mean, diff_lo, diff_hi, verdict, p, p_adjusted``, ``separated`` (the
+    winner shown higher), ``diverged_runs`` (in the two cells) and ``near_chance`` (needs ``chance``)."""
     near = set() if chance is None else set(near_chance_cells(df, chance)[CELL].itertuples(index=False, name=None))
     recs, diffs = [], {}
     for (t, b), g in df.groupby(["target_name", "batch_size"]):
@@ -201,8 +164,8 @@ def winners(df: pd.DataFrame, chance: float | None = None) -> tuple[pd.DataFrame
 
 
 def bn_vs_per_sample(df: pd.DataFrame, target: str, batch_size: int) -> tuple[str, str, pd.Series]:
-    """``(best_bn, best_ps, differences)``: the best BN and the best per-sample-norm strategy by mean at one target
-    and batch size, and the per-seed ``best_ps - best_bn``. Raises ``ValueError`` without one of each."""
+    """``(best_bn, best_ps, per-seed best_ps - best_bn)``: the best BN and per-sample-norm strategies by mean at one
+    target and batch size. Raises ``ValueError`` without one of each."""
     piv = df[(df.target_name == target) & (df.batch_size == batch_size)].pivot(index="seed", columns="strategy",
                                                                                values="target")
     bn, ps = ([s for s in group if s in piv.columns] for group in (BN_STRATEGIES, PER_SAMPLE_STRATEGIES))
@@ -214,21 +177,19 @@ def bn_vs_per_sample(df: pd.DataFrame, target: str, batch_size: int) -> tuple[st
 
 def _enough(pt: pd.DataFrame, batch_size: int, p_of) -> int:
     """Smallest ``n_samples`` of precise BN in batches of ``batch_size`` from which on ``p_of(rows) <`` :data:`ALPHA`
-    at it and every larger count (an intersection of tests); 0 if none."""
+    at every larger count too (an intersection of tests); 0 if none."""
     d = pt[(pt.kind == "precise") & (pt.batch_size == batch_size)]
     ok = {int(n): bool(p_of(g) < ALPHA) for n, g in d.groupby("n_samples")}
     return _from_on(ok, sorted(ok))
 
 
 def samples_enough(pt: pd.DataFrame, batch_size: int, margin: float) -> int:
-    """:func:`_enough` by the TOST (:func:`bnstudy.study.inference.tost_p`) of the accuracy difference to the exact
-    statistics within ``+-margin``."""
+    """:func:`_enough` by the TOST of the accuracy difference to the exact statistics within ``+-margin``."""
     return _enough(pt, batch_size, lambda g: tost_p(g["acc_vs_exact"], margin))
 
 
 def stats_enough(pt: pd.DataFrame, batch_size: int, column: str, tolerance: float = STAT_TOLERANCE) -> int:
-    """:func:`_enough` by the one-sided t test that the ``column`` error (``mean_err``, ``var_err``) is below
-    ``tolerance``."""
+    """:func:`_enough` by the one-sided t test that the ``column`` error is below ``tolerance``."""
     return _enough(pt, batch_size, lambda g: one_sided_p(g[column], "less", null=tolerance))
 
 
@@ -239,8 +200,8 @@ def enough_word(n: int, smallest: int) -> str:
 
 
 def enough_phrase(token: str) -> str:
-    """An :func:`enough_word` token as the page's words after "is within ...": ``"from N = 512 on"``, ``"already at
-    N = 32, the smallest N tried,"`` (``"<= 32"``) or ``"at none of the N tried"`` (``"none tried"``)."""
+    """An :func:`enough_word` token as the words after "is within ...": ``"from N = 512 on"``, ``"already at N = 32,
+    the smallest N tried,"`` or ``"at none of the N tried"``."""
     if token == "none tried":
         return "at none of the N tried"
     return f"already at N = {token[3:]}, the smallest N tried," if token.startswith("<= ") else f"from N = {token} on"
@@ -261,52 +222,11 @@ def _edge(factor: float, grid) -> bool:
     return factor != 1.0 and factor in (min(grid), max(grid))
 
 
-def _summary_verdict(verdicts: list[str]) -> str:
-    """The recommendation from the per-sample contenders' verdicts against BN in train mode: "lower" if every one
-    is, "higher" if one is and none lower, "too few seeds" if every one is, else "not decided"."""
-    higher, lower = WORDS["ps"]
-    if verdicts and all(v == TOO_FEW for v in verdicts):
-        return TOO_FEW
-    if verdicts and all(v == lower for v in verdicts):
-        return lower
-    return higher if higher in verdicts and lower not in verdicts else NOT_DECIDED
-
-
-def rate_comparison(df: pd.DataFrame, tuned: pd.DataFrame, tune: pd.DataFrame) -> dict:
-    """The small-batch recommendation (B1, reported seeds): each per-sample contender minus BN in train mode at the
-    smallest batch size, at factor 1 (``df``) and at the factors the tuning seeds chose (``tuned``), one family
-    (``claims``, ``rate_<target>_<strategy>_<base|tuned>``); with ``factor`` / ``edge``, ``rec``
-    (:func:`_summary_verdict`), ``depends``, ``n_comparisons``, ``n_edge``. Raises ``ValueError`` if a tuned run's
-    factor is not the one the tuning seeds chose, or without bn_train or a per-sample contender."""
-    sb = int(df.batch_size.min())
-    chosen = chosen_factors(tune, sb)
-    for r in tuned.drop_duplicates(["target_name", "strategy"]).itertuples():
-        if chosen.get((r.target_name, r.strategy)) != float(r.lr_factor):
-            raise ValueError(f"tuned runs of {r.strategy} on {r.target_name} use factor {r.lr_factor}, but the "
-                             f"tuning seeds chose {chosen.get((r.target_name, r.strategy))}")
-    ps = [s for s in PS_CONTENDERS if s in set(tuned.strategy) and s in set(df.strategy)]
-    if "bn_train" not in set(tuned.strategy) or not ps:
-        raise ValueError("rate_comparison needs bn_train and a per-sample contender in both tables")
-    grid = sorted(set(tune.lr_factor))
-    targets = sorted(set(tuned.target_name))
-    factor = {f"{t}_{s}": chosen[(t, s)] for t in targets for s in ["bn_train"] + ps}
-    edge = {k: "at the edge of the grid" if _edge(f, grid) else "inside the grid" for k, f in factor.items()}
-    claims = _asked("rate", dict(base=df[df.batch_size == sb], tuned=tuned), RATE_QUESTIONS,
-                    dict(target_name=tuple(targets)), dict(condition=tuple(ps)))
-    word = dict(zip(claims.key, claims.verdict))
-    rec = {f"{t}_{tag}_verdict": _summary_verdict([word[f"rate_{t}_{s}_{tag}"] for s in ps])
-           for t in targets for tag in ("base", "tuned")}
-    depends = {t: "the same verdict at both rates" if rec[f"{t}_base_verdict"] == rec[f"{t}_tuned_verdict"]
-               else "the verdict depends on the rate" for t in targets}
-    return dict(factor=factor, edge=edge, rec=rec, depends=depends, claims=claims, n_comparisons=len(claims),
-                n_edge=sum(v == "at the edge of the grid" for v in edge.values()))
-
-
 def lr_check(tune: pd.DataFrame, reference: int, control: str = CONTROL) -> dict:
-    """The learning-rate check's summary on the tuning seeds only: how many cells' best factors moved (to an edge of
-    the grid: a lower bound on the gain), the largest gain and where, the winners at the reported and the best rates
-    (``winner_pair``, ``n_winner_changes``) and ``claims``: bn_train's difference-in-differences against ``control``
-    at the smallest tuning batch size, at both (family ``lr_did``, keys ``lr_did_<base|best>_<target>``)."""
+    """The learning-rate check on the tuning seeds: how many cells' best factors moved (``n_moved``; to an edge of
+    the grid, ``n_edge``: a lower bound on the gain), the largest gain and where, the winners at the reported and the
+    best rates (``winner_pair``, ``n_winner_changes``) and ``claims``: bn_train's difference-in-differences against
+    ``control`` at the smallest tuning batch size, at both (family ``lr_did``, keys ``lr_did_<base|best>_<target>``)."""
     base, best = tune[tune.lr_factor == 1.0], best_rate_table(tune)
     means = tune.groupby(CELL + ["lr_factor"])["target"].mean()
     cells = best.drop_duplicates(CELL)
@@ -331,8 +251,7 @@ def lr_check(tune: pd.DataFrame, reference: int, control: str = CONTROL) -> dict
 
 
 def diverged_where(df: pd.DataFrame) -> str:
-    """Where runs diverged (a non-finite loss): ``"<target> target, <strategy>, batch m: k of n runs"`` joined by
-    "; ", or ``"none"``."""
+    """Where runs diverged: ``"<target> target, <strategy>, batch m: k of n runs"`` joined by "; ", or ``"none"``."""
     if "diverged" not in df or not df.diverged.any():
         return "none"
     return "; ".join(f"{t} target, {STRATEGY_LABELS[s]}, batch {b}: {int(g.diverged.sum())} of {len(g)} runs"
@@ -341,23 +260,18 @@ def diverged_where(df: pd.DataFrame) -> str:
 
 def _cells_where(cells: pd.DataFrame, most: int = 8) -> str:
     """Near-chance cells, readable; more than ``most``: a count pointing to the figure instead of a list."""
-    if not len(cells):
-        return "none"
     if len(cells) > most:
         return f"{len(cells)} cells, too many to list; the accuracy figure shows them"
     return "; ".join(f"{r.target_name} target, {STRATEGY_LABELS[r.strategy]}, batch {r.batch_size} ({r.target:.3f})"
-                     for r in cells.itertuples())
+                     for r in cells.itertuples()) or "none"
 
 
 def _n_small_beats_large(df: pd.DataFrame, small: int, large: int) -> tuple[int, int]:
-    """``(k, m)``: of the ``m`` strategy/target pairs with both batch sizes, the ``k`` whose accuracy at ``small``
-    is shown above that at ``large`` (paired differences, their Bonferroni interval over the ``m`` pairs above zero:
-    :func:`bnstudy.study.inference.decide` at ``Family(m)``, counted by the book's one rule, ``count_verdicts``)."""
-    diffs = []
-    for _, g in df.groupby(["target_name", "strategy"]):
-        piv = g.pivot(index="seed", columns="batch_size", values="target")
-        if small in piv and large in piv and small != large:
-            diffs.append(piv[small] - piv[large])
+    """``(k, m)``: of the ``m`` strategy/target pairs with both batch sizes, the ``k`` whose paired accuracy at
+    ``small`` minus ``large`` is shown above zero (Bonferroni over the ``m``, counted as printed)."""
+    diffs = [piv[small] - piv[large] for _, g in df.groupby(["target_name", "strategy"])
+             for piv in [g.pivot(index="seed", columns="batch_size", values="target")]
+             if small in piv and large in piv and small != large]
     if not diffs:
         return 0, 0
     fam = Family(len(diffs), ALPHA)
@@ -365,8 +279,8 @@ def _n_small_beats_large(df: pd.DataFrame, small: int, large: int) -> tuple[int,
 
 
 def _seed_means(d: pd.DataFrame, column: str) -> pd.Series:
-    """Per seed the mean of ``column`` over its runs: a run's NaN makes its seed's mean NaN (the seed is dropped,
-    not averaged over fewer runs); a repeated (seed, target_name, strategy, batch_size) row raises ``ValueError``."""
+    """Per seed the mean of ``column`` over its runs; a run's NaN drops its seed (not averaged over fewer runs); a
+    repeated (seed, cell) row raises ``ValueError``."""
     keys = ["seed"] + CELL
     dup = d.duplicated(keys)
     if dup.any():
@@ -377,8 +291,7 @@ def _seed_means(d: pd.DataFrame, column: str) -> pd.Series:
 
 def _deepest_minus_others(nt: pd.DataFrame) -> pd.Series:
     """Per seed, at the smallest noise batch size: the deepest layer's ``sqrt(var_mean_rel)`` minus the largest
-    other layer's (empty with one layer). A layer's missing value makes the seed's NaN; a repeated (seed, layer)
-    row raises ``ValueError`` (``DataFrame.pivot``)."""
+    other layer's (empty with one layer; a missing layer makes the seed's NaN; a repeated row raises)."""
     n2 = nt[nt.batch_size == nt.batch_size.min()]
     piv = n2.assign(rel=np.sqrt(n2.var_mean_rel)).pivot(index="seed", columns="layer", values="rel")
     if piv.shape[1] < 2:
@@ -392,30 +305,24 @@ def _deepest_minus_others(nt: pd.DataFrame) -> pd.Series:
 def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float = 0.02,
              equivalence_margin: float = 0.01, tune: pd.DataFrame | None = None,
              tuned: pd.DataFrame | None = None, decided: tuple | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Chapter 5's claims table and numbers table: ``(claims, f)``.
+    """Chapter 5's ``(claims, numbers)``.
 
-    ``claims``, one family per table or paragraph (Bonferroni intervals, Holm within it): ``recommend`` (best
-    per-sample norm minus best BN strategy, :func:`bn_vs_per_sample`), ``adabn``, ``winners``, ``rate``, ``gap`` (BN
-    in train mode, train minus eval mode), ``restat`` (re-estimated minus fine-tuned statistics at the largest batch
-    size), ``noise`` (:func:`_deepest_minus_others`), ``check``, ``drop`` / ``did`` (smallest batch size minus the
-    reference, and minus the control's, at the break verdict's level) and ``lr_did``. ``f``: the numbers the prose
-    cites (accuracies are fractions; break tokens from :func:`break_batch`, ``"n/a"`` against the control for
-    :data:`NO_BATCH_STATISTICS`). ``decided``: :func:`.run.decision_tables`' ``(check, reported)``; where given
-    (and not empty), the batch-size-2 decision (:func:`.decision.decision`: families ``decision`` and
-    ``tuned_break``, numbers ``decision_*``) replaces the contenders-only ``rate`` family, which asks the same
-    question with fewer strategies on an unextended grid (one verdict per question). Raises ``ValueError`` if
-    ``reference`` is not a batch size of ``df``.
-    """
+    Claim families (Bonferroni intervals, Holm within each): ``winners``, ``recommend`` (best per-sample norm minus
+    best BN strategy), ``adabn``, ``gap`` (train minus eval mode), ``restat`` (re-estimated minus fine-tuned
+    statistics at the largest batch size), ``noise``, ``check``, ``drop`` / ``did`` (smallest batch size minus the
+    reference, and minus the control's, at the break verdict's level), ``lr_did`` and, with ``decided``
+    (:func:`.run.decision_tables`' ``(check, reported)``), :func:`.decision.decision`'s. Numbers: accuracies are
+    fractions; break tokens from :func:`break_batch` (``"n/a"`` against the control for a per-sample norm). Raises
+    ``ValueError`` if ``reference`` is not a batch size of ``df``."""
     if reference not in set(df.batch_size):
         raise ValueError(f"reference={reference} is not a batch size of the results {sorted(set(df.batch_size))}")
     sb, lb = int(df.batch_size.min()), int(df.batch_size.max())
     chance = 1 / int(df.n_classes.iloc[0])
-    strategies = set(df.strategy)
+    strategies, targets, cells = set(df.strategy), sorted(df.target_name.unique()), sorted({sb, reference})
     has_control = CONTROL in strategies
-    targets = sorted(df.target_name.unique())
-    cells = sorted({sb, reference})
-    def tok(t, s, ctl=None, side="below", mg=margin):  # the break token of one strategy on one target
-        return break_word(break_batch(df, t, s, reference, mg, ctl, side)[0], side)
+
+    def tok(t, s, ctl=None, side="below", mg=margin, d=df):  # the break token of one strategy on one target
+        return break_word(break_batch(d, t, s, reference, mg, ctl, side)[0], side)
 
     breaks, above, sbreaks, sabove, swide, did, drop = {}, {}, {}, {}, {}, {}, {}
     for t in targets:
@@ -424,25 +331,26 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
             breaks[k], above[k] = tok(t, s), tok(t, s, side="above")
             if sb in (d := break_differences(df, t, s, reference)):
                 drop[f"drop_{k}_b{sb}"] = d
-            if has_control and s != CONTROL and s in NO_BATCH_STATISTICS:
+            if has_control and s != CONTROL and s in PER_SAMPLE_STRATEGIES:
                 sbreaks[k] = sabove[k] = swide[k] = "n/a"
             elif has_control and s != CONTROL:
-                sbreaks[k], sabove[k], swide[k] = (tok(t, s, CONTROL), tok(t, s, CONTROL, "above"),
-                                                   tok(t, s, CONTROL, mg=WIDE_MARGIN))
+                sbreaks[k], sabove[k], swide[k] = tok(t, s, CONTROL), tok(t, s, CONTROL, "above"), tok(
+                    t, s, CONTROL, mg=WIDE_MARGIN)
                 if sb in (d := break_differences(df, t, s, reference, CONTROL)):
                     did[f"did_{k}_b{sb}"] = d
     above_restat = {}
     bn = df.strategy == "bn_train"
     if has_control and bn.any() and "target_restat" in df and df.loc[bn, "target_restat"].notna().all():
         dr = df.assign(target=df.target.where(~bn, df.target_restat))
-        above_restat = {t: break_word(break_batch(dr, t, "bn_train", reference, margin, CONTROL, "above")[0],
-                                      "above") for t in targets}
+        above_restat = {t: tok(t, "bn_train", CONTROL, "above", d=dr) for t in targets}
     # --- the claims
     w, wclaims = winners(df, chance)
     best = {(t, b): bn_vs_per_sample(df, t, b) for t in targets for b in cells}
     tables = [wclaims, _family("recommend", {f"recommend_{t}_b{b}": v[2] for (t, b), v in best.items()}, "ps")]
     if {"adabn", "stats_frozen"} <= strategies:
-        tables.append(_asked("adabn", df, [ADABN_QUESTION], dict(batch_size=tuple(cells))))
+        tables.append(ask(df, [Question("adabn_vs_frozen_{target_name}_b{batch_size}", "adabn", "stats_frozen",
+                                        value="target", by="strategy", each=("target_name", "batch_size"),
+                                        at=dict(batch_size=tuple(cells)), words="AdaBN")], ALPHA, family="adabn"))
     gap, restat = {}, {}
     for t in targets:
         g_t = df[(df.target_name == t) & bn].set_index("seed")
@@ -455,26 +363,24 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     tables += [_family(name, items, name) for name, items in (("gap", gap), ("restat", restat)) if items]
     nt = noise_table(diag)
     tables.append(_family("noise", {"deepest_noisiest": _deepest_minus_others(nt)}, "noise"))
-    tables.append(_asked("check", df, [CHECK_QUESTION], dict(strategy=tuple(sorted(strategies - {"bn_train"})))))
+    tables.append(ask(df, [Question("gap_zero_elsewhere", value="train_eval_gap", exact=0.0,
+                                    at=dict(strategy=tuple(sorted(strategies - {"bn_train"}))))], ALPHA, family="check"))
     tables += [_smallest_family(name, items, name, sb) for name, items in (("drop", drop), ("did", did)) if items]
     lr = lr_check(tune, reference) if tune is not None and len(tune) else {}
     if len(lr_claims := lr.pop("claims", ())):
         tables.append(lr_claims)
     dec = decision.decision(decided[1], decided[0], margin) if decided is not None and len(decided[1]) else None
-    rate = rate_comparison(df, tuned, tune) if dec is None and tuned is not None and len(tuned) and lr else {}
-    if rate:
-        tables.append(rate.pop("claims"))
     if dec is not None:
         tables.append(dec["claims"])
     claims = pd.concat(tables, ignore_index=True)
     # --- descriptive numbers
-    at = lambda b: df[df.batch_size == b]  # noqa: E731
     acc, retention = ({f"{t}_{s}_b{b}": t_interval(df[(df.target_name == t) & (df.strategy == s) &
                                                       (df.batch_size == b)][col])
                        for t in targets for s in df.strategy.unique() for b in sorted({sb, reference, lb})}
                       for col in ("target", "task_a_after"))
     spread, spread_top = ({f"{t}_{s}": float(np.std(g["target"], ddof=1))
-                           for (t, s), g in at(b).groupby(["target_name", "strategy"])} for b in (sb, lb))
+                           for (t, s), g in df[df.batch_size == b].groupby(["target_name", "strategy"])}
+                          for b in (sb, lb))
     n2, ntop = nt[nt.batch_size == nt.batch_size.min()], nt[nt.batch_size == nt.batch_size.max()]
     per_layer = lambda t, fn: {f"l{l}": float(fn(g)) for l, g in t.groupby("layer")}  # noqa: E731
     slopes = {}
@@ -488,25 +394,19 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     gmax = int(pt.n_samples.max())
     precise = {k: {} for k in ("enough", "claim", "mean_enough", "var_enough", "stats_enough", "smallest_n")}
     for m in sorted(pp.batch_size.unique()):
-        d = pp[pp.batch_size == m]
-        n0, n = int(d.n_samples.min()), samples_enough(pt, int(m), equivalence_margin)
-        precise["enough"][f"b{m}"], precise["claim"][f"b{m}"] = enough_word(n, n0), claim_word(n, gmax)
+        n0, n = int(pp[pp.batch_size == m].n_samples.min()), samples_enough(pt, int(m), equivalence_margin)
         nm, nv = stats_enough(pt, int(m), "mean_err"), stats_enough(pt, int(m), "var_err")
-        precise["mean_enough"][f"b{m}"], precise["var_enough"][f"b{m}"] = enough_word(nm, n0), enough_word(nv, n0)
-        precise["stats_enough"][f"b{m}"] = enough_word(max(nm, nv) if nm and nv else 0, n0)  # mean and variance
-        precise["smallest_n"][f"b{m}"] = n0
+        for k, v in dict(enough=enough_word(n, n0), claim=claim_word(n, gmax), mean_enough=enough_word(nm, n0),
+                         var_enough=enough_word(nv, n0), smallest_n=n0,
+                         stats_enough=enough_word(max(nm, nv) if nm and nv else 0, n0)).items():  # mean and variance
+            precise[k][f"b{m}"] = v
     top = pp[pp.n_samples == gmax].groupby("batch_size")[["mean_err", "var_err"]].mean()
     ratio_of = lambda col: float(top.loc[2, col] / top.loc[32, col]) if {2, 32} <= set(top.index) else math.nan  # noqa
-    rho_w = {}
-    if {"adabn", "stats_frozen"} <= strategies:
-        mt = mismatch_table(df, reference)
-        for t in targets:
-            a = mt[(mt.strategy == "adabn") & (mt.target_name == t)]
-            rho_w[t] = rank_correlation(a.mismatch_kl, a.advantage)[0]
-    src = {}
-    if "source_task_a_accuracy" in df:
-        src = {n: float(g.groupby("seed")["source_task_a_accuracy"].first().mean())
-               for n, g in df.groupby(df.strategy.map(STRATEGY_NORM), sort=True)}
+    mt = mismatch_table(df, reference) if {"adabn", "stats_frozen"} <= strategies else None
+    rho_w = {} if mt is None else {t: rank_correlation(a.mismatch_kl, a.advantage)[0] for t in targets
+                                   for a in [mt[(mt.strategy == "adabn") & (mt.target_name == t)]]}
+    src = {n: float(g.groupby("seed")["source_task_a_accuracy"].first().mean())
+           for n, g in df.groupby(df.strategy.map(STRATEGY_NORM), sort=True)} if "source_task_a_accuracy" in df else {}
     replaced = {s: t_interval(_seed_means(df[df.strategy == s], "task_a_before"))
                 for s in ("to_group", "to_layer") if "task_a_before" in df and s in strategies}
     near = near_chance_cells(df, chance)
@@ -516,9 +416,8 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
     return claims, numbers_table(dict(
         n_seeds=int(df.seed.nunique()), n_runs=len(df), chance=chance, smallest_batch=sb, largest_batch=lb,
         reference_batch=int(reference), margin=float(margin), equivalence_margin=float(equivalence_margin),
-        control=STRATEGY_LABELS.get(CONTROL, CONTROL), breaks=breaks, breaks_above=above, breaks_stats=sbreaks,
-        breaks_stats_above=sabove, breaks_stats_wide=swide, breaks_stats_above_restat=above_restat,
-        n_break_above=int(sum(v != "never" for v in above.values())),
+        breaks=breaks, breaks_above=above, breaks_stats=sbreaks, breaks_stats_above=sabove, breaks_stats_wide=swide,
+        breaks_stats_above_restat=above_restat, n_break_above=int(sum(v != "never" for v in above.values())),
         n_break_below=int(sum(v != "never" for v in breaks.values())),
         n_stats_break_below=int(sum(v not in ("never", "n/a") for v in sbreaks.values())),
         winner={f"{r.target_name}_b{r.batch_size}": STRATEGY_LABELS[r.winner] for r in w.itertuples()},
@@ -543,39 +442,32 @@ def findings(df: pd.DataFrame, diag: pd.DataFrame, reference: int, margin: float
         mismatch={t: t_interval(diag[f"mismatch_kl_{t}"]) for t in targets if f"mismatch_kl_{t}" in diag},
         mismatch_rho_within=rho_w, n_sizes=int(df.batch_size.nunique()),
         n_winner_same_targets=int(sum(len(set(g.winner)) == 1 for _, g in w.groupby("batch_size"))),
-        lr=lr, rate=rate, family_size=family_size, **(decision.numbers(dec) if dec is not None else {})))
+        lr=lr, family_size=family_size, **(decision.numbers(dec) if dec is not None else {})))
 
 
 def decided_tables(tables: dict) -> tuple | None:
-    """The decision's ``(check, reported)`` tables from a page's sibling tables (:data:`.run.SIBLING_TABLES`), or
-    ``None`` where the run had none (``decision_batch_sizes`` empty, or rows of a release before the decision)."""
+    """The decision's ``(check, reported)`` from a page's sibling tables (:data:`.run.SIBLING_TABLES`); ``None``
+    where the run had none."""
     dec = tables.get("decision")
     return None if dec is None or not len(dec) else (tables["decision_check"], dec)
 
 
-def decision_of(tables: dict, margin: float) -> dict | None:
-    """:func:`.decision.decision` of a page's sibling tables at ``margin`` (``None`` without decision runs)."""
-    d = decided_tables(tables)
-    return None if d is None else decision.decision(d[1], d[0], margin)
-
-
 def page_numbers(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.DataFrame,
                  tuned: pd.DataFrame | None = None, decided: tuple | None = None) -> pd.DataFrame:
-    """The page's whole numbers table: :func:`findings`' ``f`` and the settings and costs cited beside it
-    (worker-minutes of the runs' ``wall_s``, the check's sizes, AdaBN's settings, samples, steps and rates at the
-    smallest and largest batch size, precise BN's source-minus-exact accuracy; with ``decided``, the decision's
-    worker-minutes, runs, steps budget and grid)."""
+    """:func:`findings`' numbers ``f`` with the settings and costs the page cites beside them (worker-minutes of
+    the runs' ``wall_s``; with ``decided``, the decision's runs, costs, steps budget and grid)."""
     extra = {}
     if decided is not None:
         one_run = ["seed", "strategy", "batch_size", "samples", "lr", "target_name"]
         check, dec = (t.drop_duplicates(one_run) for t in decided)
+        small, large = min(config.decision_batch_sizes), max(config.decision_batch_sizes)
         extra = dict(decision_cpu_min=float(pd.concat([check, dec]).drop_duplicates(one_run).wall_s.sum()) / 60,
-            decision_n_runs=len(dec), decision_n_check_runs=len(check),
-            budget_steps=config.budget_steps, grid_extensions=config.grid_extensions,
-            steps_budget_samples_small=config.budget_steps * min(config.decision_batch_sizes),
-            steps_budget_samples_large=config.budget_steps * max(config.decision_batch_sizes),
-            samples_budget_steps_small=config.samples // min(config.decision_batch_sizes),
-            samples_budget_steps_large=config.samples // max(config.decision_batch_sizes))
+                     decision_n_runs=len(dec), decision_n_check_runs=len(check),
+                     budget_steps=config.budget_steps, grid_extensions=config.grid_extensions,
+                     steps_budget_samples_small=config.budget_steps * small,
+                     steps_budget_samples_large=config.budget_steps * large,
+                     samples_budget_steps_small=config.samples // small,
+                     samples_budget_steps_large=config.samples // large)
     tuned = tuned if tuned is not None and len(tuned) else pd.DataFrame({"wall_s": []})
     sb, lb = number(f, "smallest_batch"), number(f, "largest_batch")
     return pd.concat([f, numbers_table(dict(
@@ -590,57 +482,47 @@ def page_numbers(config: Config, f: pd.DataFrame, runs: pd.DataFrame, tune: pd.D
         stage1_steps=config.stage1_steps, near_chance_margin=NEAR_CHANCE, **extra))], ignore_index=True)
 
 
-# --- the page's sentences: rule-triggered notes and the decision's one answer (issue 33) ----------------------------
+# --- the page's sentences -------------------------------------------------------------------------------------------
 
 def entries(f: pd.DataFrame, stem: str) -> dict:
-    """``{entry: value}`` of the rows ``<stem>_<entry>`` of the numbers table ``f`` (a flattened dict)."""
+    """``{entry: value}`` of the rows ``<stem>_<entry>`` of the numbers table ``f``."""
     return {k[len(stem) + 1:]: number(f, k) for k in f["key"] if k.startswith(f"{stem}_")}
 
 
 _RATIO = lambda c, f: dict(ratio=float(number(f, "precise_var_err_ratio_b2_b32")))  # noqa: E731
 _LARGE = lambda c, f: dict(ref=number(f, "reference_batch"), n=number(f, "n_break_above"))  # noqa: E731
-_ENOUGH = lambda c, f: dict(margin=number(f, "equivalence_margin"), tol=number(f, "stat_tolerance"), **{  # noqa: E731
-    f"{name}{m}": enough_phrase(number(f, f"precise_{row}_b{m}")) for name, row in (("acc", "enough"),
-                                                                                    ("stats", "stats_enough"))
-    for m in (2, 32)})
+_ENOUGH = lambda c, f: dict(  # noqa: E731
+    margin=number(f, "equivalence_margin"), tol=number(f, "stat_tolerance"),
+    conj="but" if number(f, "precise_stats_enough_b2") == "none tried" else "and",
+    **{f"{name}{m}": enough_phrase(number(f, f"precise_{row}_b{m}"))
+       for name, row in (("acc", "enough"), ("stats", "stats_enough")) for m in (2, 32)})
+_RESTAT = "Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(backbone, target_loader)`"
 
-#: The page's rule-triggered sentences (:func:`bnstudy.study.words.notes`): ``restat_advice``, re-estimate in large
-#: batches where precise BN in batches of 2 errs more than in batches of 32; ``large_batch``, a large-batch collapse
-#: only where a pair breaks above the reference; ``precise_enough``, the samples precise BN needs by both criteria,
-#: with a warning where the statistics in batches of 2 are not close enough at any N tried.
+#: The page's rule-triggered sentences: ``restat_advice`` (in large batches where precise BN in batches of 2 errs
+#: more than in batches of 32), ``large_batch`` (a collapse only where a pair breaks above the reference) and
+#: ``precise_enough`` (the samples precise BN needs by both criteria).
 NOTES = (
     Note("restat_advice", lambda c, f: _RATIO(c, f)["ratio"] > 1,
-         "Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(backbone, target_loader)` in large batches "
-         "(a forward pass without gradients): in batches of 2 the variance's error is {ratio:.1f} times that in "
-         "batches of 32.",
-         _RATIO),
-    Note("restat_advice", lambda c, f: not _RATIO(c, f)["ratio"] > 1,
-         "Re-estimate BatchNorm statistics with `bnstudy.update_bn_stats(backbone, target_loader)` (a forward pass "
-         "without gradients)."),
+         _RESTAT + " in large batches (a forward pass without gradients): in batches of 2 the variance's error is "
+         "{ratio:.1f} times that in batches of 32.", _RATIO),
+    Note("restat_advice", lambda c, f: not _RATIO(c, f)["ratio"] > 1, _RESTAT + " (a forward pass without gradients)."),
     Note("large_batch", lambda c, f: number(f, "n_break_above") == 0,
          "Above the reference batch size of {ref}, no strategy and target pair is shown to break from any cause.",
          _LARGE),
     Note("large_batch", lambda c, f: number(f, "n_break_above") != 0,
          "Above the reference batch size of {ref}, {n} strategy and target pairs are shown to break from any cause: "
          "the large batches of this protocol lose accuracy.", _LARGE),
-    Note("precise_enough", lambda c, f: number(f, "precise_stats_enough_b2") != "none tried",
+    Note("precise_enough", lambda c, f: True,
          "Precise BN's re-estimate is within ±{margin:.2f} of the exact statistics' accuracy {acc32} in batches of 32 "
-         "and {acc2} in batches of 2 (a weak test here: that accuracy is at its ceiling); by the "
-         "stricter test, its mean and variance errors are below {tol:.2f} {stats32} in batches of 32 and {stats2} "
-         "in batches of 2.", _ENOUGH),
-    Note("precise_enough", lambda c, f: number(f, "precise_stats_enough_b2") == "none tried",
-         "Precise BN's re-estimate is within ±{margin:.2f} of the exact statistics' accuracy {acc32} in batches of 32 "
-         "and {acc2} in batches of 2 (a weak test here: that accuracy is at its ceiling); by the "
-         "stricter test, its mean and variance errors are below {tol:.2f} {stats32} in batches of 32 but at none "
-         "of the N tried in batches of 2.", _ENOUGH),
+         "and {acc2} in batches of 2 (a weak test here: that accuracy is at its ceiling); by the stricter test, its "
+         "mean and variance errors are below {tol:.2f} {stats32} in batches of 32 {conj} {stats2} in batches of 2.",
+         _ENOUGH),
 )
 
 
 def page_words(claims: pd.DataFrame, f: pd.DataFrame, dec: dict) -> dict[str, str]:
-    """The page's sentences (Markdown, glued as ``ch05_<name>``): the :data:`NOTES` (``restat_advice``,
-    ``large_batch``, ``precise_enough``), every :func:`.decision.words` sentence of the batch-size-2 decision ``dec``
-    (:func:`.decision.decision`) as ``decision_<name>`` (the one answer the answer box, the guide, the front page and
-    chapter 2 glue) and ``mismatch_rho_text_<target>`` (two decimals, ``"n/a"`` where too few seeds give none).
+    """The page's sentences (glued as ``ch05_<name>``): the :data:`NOTES`, :func:`.decision.words` of the decision
+    ``dec`` as ``decision_<name>`` and ``mismatch_rho_text_<target>`` (``"n/a"`` where too few seeds give none).
     Raises ``ValueError`` without ``dec`` (the page's answer is the decision's)."""
     if dec is None:
         raise ValueError("page_words needs the batch-size-2 decision (decision_batch_sizes empty, or rows without it)")

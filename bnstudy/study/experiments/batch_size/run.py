@@ -1,33 +1,14 @@
 """Chapter 5: what small batches do to BatchNorm, and which fine-tuning strategy survives them.
 
-Three measurements on the book's backbone (:class:`bnstudy.study.models.ConvBackbone`), paired within a seed:
-
-1. **Noise of batch statistics** (:func:`noise_records`): per BN layer of the trained source backbone, the spread
-   across batches of the per-channel batch mean and variance against batch size, beside the prediction for
-   ``m x H x W`` independent values: ``Var(mean) = sigma^2 / (m H W)``, ``Var(var) = (kurtosis - 1) sigma^4 / (m H W)``.
-2. **How much data precise BN needs** (:func:`precise_records`): the source network meets task A shifted as in
-   chapter 1; its statistics are re-estimated (:func:`bnstudy.update_bn_stats`, precise BN's pooled estimator)
-   from ``N`` unlabelled samples in batches of 2 and 32, against the exact population statistics.
-3. **Fine-tuning strategies** (:func:`bnstudy.study.engine.finetune`): backbone and a new head trained on task B, close
-   (no shift) or shifted as in chapter 1, at batch sizes 2..256, under :data:`bnstudy.study.config.FINETUNE_STRATEGIES`.
-
-The **samples seen are fixed** across batch sizes and the learning rate follows the linear scaling rule ``lr =
-base_lr * batch_size / lr_batch`` (Goyal et al., 2017), so every batch size sees the same images in the same order;
-the batch size still sets the steps and the rate (the referee's M1). Two devices separate batch *statistics* from
-the protocol: a per-sample-norm control (``group_pretrained``) against which a break is a difference-in-differences,
-and a learning-rate check (``lr_factors`` at ``tune_batch_sizes`` on separate tuning seeds); at the smallest batch
-size the :data:`CONTENDERS` also run on the reported seeds at the rates the tuning seeds chose.
-
-4. **The batch-size-2 decision** (issue 34, :func:`decision_tables`): every strategy of :data:`DECISION_STRATEGIES`
-   (the eight of :data:`STRATEGIES` and ``bn_train_precise``, Wu & Johnson's recipe: BatchNorm in train mode, then
-   precise BN re-estimated before evaluation; scored by ``target_restat`` of the ``bn_train`` runs) at its own
-   learning rate, tuned on the tuning seeds, at ``decision_batch_sizes`` (2 and 256), under two **budgets**
-   (:data:`BUDGETS`): the fixed number of ``samples`` of the main grid, and a fixed number of optimizer steps
-   (``budget_steps``; ``samples = budget_steps * batch_size``). The rate grid (``lr_factors``) is extended by a factor
-   of 2 past any edge the best rate sits at, up to ``grid_extensions`` times (:func:`best_factors`); the reported
-   seeds then run at each cell's chosen rate.
-
-``Config`` -> :func:`run` -> tables (:func:`run_tables`) -> claims (:mod:`.findings`) -> figures (:mod:`.figures`).
+Measurements on the book's backbone, paired within a seed: (1) the noise of batch statistics per BN layer against
+batch size, beside the prediction for ``m x H x W`` independent values (:func:`noise_records`); (2) how much data
+precise BN needs on chapter 1's shifted task A, in batches of 2 and 32 (:func:`precise_records`); (3) fine-tuning
+backbone and a new head on task B, close or shifted, at batch sizes 2..256 under every strategy of
+:data:`bnstudy.study.config.FINETUNE_STRATEGIES`, the samples seen fixed and the rate scaled linearly (``lr = base_lr
+* batch_size / lr_batch``; Goyal et al., 2017), with a per-sample-norm control, a learning-rate check on separate
+tuning seeds and the :data:`CONTENDERS` at their tuned rates; (4) the batch-size-2 decision (issue 34,
+:func:`decision_tables`): every arm of :data:`DECISION_STRATEGIES` at its own tuned rate under both :data:`BUDGETS`,
+the rate grid extended past an edge the best rate sits at (:func:`best_factors`).
 """
 
 from __future__ import annotations
@@ -63,9 +44,7 @@ STRATEGY_LABELS = {"bn_frozen": "BN frozen (stats + affine)", "stats_frozen": "B
 #: Batch sizes of the precise-BN data experiment (the issue's 2 and 32).
 PRECISE_BATCH_SIZES = (2, 32)
 
-#: The profiles' sizes (the only place they are set). Cost (issue 9, commit 4dda5e6, 1 torch thread, 2 loaded cores):
-#: a cold full chapter is about 40 wall-min: 40.3 worker-min main grid (batch 2: 40%), 11.7 learning-rate check (3.9
-#: per factor), at most 5.9 tuned-rate runs; 0.60 wall-min per worker-min. Quick: 18.7 CPU-min check, 15.0 main grid.
+#: The profiles' sizes (the only place they are set). A cold full chapter is about 40 wall-min (issue 9).
 PROFILES = {
     "quick": dict(seeds=3, batch_sizes=(2, 8, 32), samples=128, stage1_steps=200, noise_pool=2048,
                   precise_samples=(4, 8, 16, 32, 128, 512, 2048), precise_pool=4096,
@@ -80,16 +59,14 @@ PROFILES = {
 }
 #: Tuning seeds given as a count ``n`` are ``TUNE_SEED_BASE .. TUNE_SEED_BASE + n - 1``: never a reported seed.
 TUNE_SEED_BASE = 1000
-#: The contenders of the small-batch recommendation (B1): BN with batch statistics against the pretrained per-sample
-#: norms. At the smallest batch size each also runs on the reported seeds at the rate the tuning seeds chose for it.
+#: BN with batch statistics and the pretrained per-sample norms: at the smallest batch size each also runs on the
+#: reported seeds at the rate the tuning seeds chose for it (B1).
 CONTENDERS = ("bn_train", "group_pretrained", "layer_pretrained")
 
-#: The decision's two budgets (:func:`decision_tables`): ``samples``: every batch size sees ``Config.samples`` labelled
-#: samples (the main grid's protocol; steps shrink as batches grow); ``steps``: every batch size takes
+#: The decision's budgets: ``Config.samples`` labelled samples at every batch size (the main grid's protocol), or
 #: ``Config.budget_steps`` optimizer steps (samples grow with the batch).
 BUDGETS = ("samples", "steps")
-#: Wu & Johnson (2021)'s recipe as a strategy of the decision: the ``bn_train`` runs, scored after precise BN
-#: re-estimated their running statistics (``target_restat``).
+#: Wu & Johnson (2021)'s recipe as a decision arm: the ``bn_train`` runs scored after precise BN (``target_restat``).
 PRECISE_AFTER = "bn_train_precise"
 #: The decision's strategies (``arm``): every fine-tuning strategy and :data:`PRECISE_AFTER`.
 DECISION_STRATEGIES = STRATEGIES + (PRECISE_AFTER,)
@@ -99,18 +76,17 @@ STRATEGY_LABELS[PRECISE_AFTER] = "BN in train mode, then precise BN"
 ANALYSIS_PARAMETERS = ("break_margin", "equivalence_margin")
 #: Parameters added after the release's rows were computed, with the value they were computed with: none yet.
 READ_DEFAULTS: dict = {}
-#: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``; :func:`run_tables`).
+#: The tables a run saves beside ``05_batch_size.csv`` (``05_batch_size_<suffix>.csv``).
 SIBLING_TABLES = ("lr_check", "noise", "precise_bn", "tuned", "decision_check", "decision")
 
 
 def run_strategy(arm: str) -> str:
-    """The fine-tuning strategy whose runs score ``arm`` (:data:`DECISION_STRATEGIES`): ``bn_train`` for
-    :data:`PRECISE_AFTER`, else ``arm`` itself."""
+    """The fine-tuning strategy whose runs score decision arm ``arm``."""
     return "bn_train" if arm == PRECISE_AFTER else arm
 
 
 def score_column(arm: str) -> str:
-    """The accuracy column that scores ``arm``: ``target_restat`` for :data:`PRECISE_AFTER`, else ``target``."""
+    """The accuracy column that scores decision arm ``arm``."""
     return "target_restat" if arm == PRECISE_AFTER else "target"
 
 
@@ -132,22 +108,9 @@ def _increasing(v) -> bool:
 
 
 class Config(ChapterConfig):
-    """Chapter 5's parameters (the notebook's parameters cell, one for one).
-
-    ``seeds``: an int ``n`` or a list. ``batch_sizes``: fine-tuning batch sizes. ``samples``: labelled target
-    samples every run sees. ``base_lr``: SGD (momentum 0.9) rate at batch size ``lr_batch`` (also the break
-    criterion's reference), scaled linearly elsewhere. ``adabn_samples`` / ``adabn_batch_size``: AdaBN's unlabelled
-    samples and the batch size it re-estimates in. ``break_margin``: accuracy drop (fraction) that counts as
-    breaking. ``noise_batch_sizes`` / ``noise_pool``: the noise measurement's batch sizes and samples.
-    ``stage1_steps``: source training steps (Adam, batch 64). ``precise_samples`` / ``precise_pool``: sample counts
-    tried for precise BN and the reference sample for the exact statistics. ``equivalence_margin``: TOST margin
-    (accuracy) for "enough samples". ``mismatch_batches``: target batches of 64 for the statistics mismatch.
-    ``tune_seeds`` (an int ``n``: ``TUNE_SEED_BASE + 0..n-1``; 0: no check), ``lr_factors`` (multiples of the
-    linear-scaling rate) and ``tune_batch_sizes``: the learning-rate check. ``budget_steps``,
-    ``decision_batch_sizes`` and ``grid_extensions``: the batch-size-2 decision (:func:`decision_tables`; the
-    samples budget uses ``samples``). Raises ``ValueError`` naming the
-    parameter for any bad value (:data:`RULES`), before any work starts.
-    """
+    """Chapter 5's parameters (the notebook's parameters cell explains most). ``adabn_samples``: AdaBN's unlabelled
+    samples; ``noise_batch_sizes``: the noise measurement's; ``mismatch_batches``: target batches of 64 for the
+    statistics mismatch. Raises ``ValueError`` naming the parameter for any bad value (:data:`RULES`)."""
 
     PARAMETERS = dict(profile="quick", seeds=(0, 1, 2), strategies=STRATEGIES, targets=tuple(TARGETS),
                       batch_sizes=(2, 8, 32, 128), samples=1024, base_lr=0.01, lr_batch=32, stage1_steps=400,
@@ -227,15 +190,13 @@ class Config(ChapterConfig):
                 for s in self.seeds for t in self.targets for b in self.batch_sizes for st in self.strategies]
 
     def tune_configs(self) -> list[FinetuneConfig]:
-        """The learning-rate check: per tuning seed, target, tuning batch size, strategy and factor ``f``, a run at
-        ``f * lr_for(batch_size)``."""
+        """The learning-rate check: per tuning seed, target, tuning batch size, strategy and factor ``f``."""
         return [self._finetune_config(s, t, b, st, f) for s in self.tune_seeds for t in self.targets
                 for b in self.tune_batch_sizes for st in self.strategies for f in self.lr_factors]
 
     def tuned_configs(self, factors: dict) -> list[FinetuneConfig]:
-        """The tuned-rate runs (B1): per reported seed, target and contender (:data:`CONTENDERS` in
-        ``strategies``), a run at the smallest batch size at ``factors[(target, strategy)] * lr_for(batch)``
-        (:func:`chosen_factors`). Raises ``ValueError`` naming a missing ``(target, strategy)``."""
+        """Per reported seed, target and contender, a run at the smallest batch size at ``factors[(target,
+        strategy)]`` times its rate (:func:`chosen_factors`). Raises ``ValueError`` naming a missing one."""
         missing = [(t, st) for t in self.targets for st in CONTENDERS if st in self.strategies and (t, st) not in factors]
         if missing:
             raise ValueError(f"factors has no rate for target {missing[0][0]!r}, strategy {missing[0][1]!r}")
@@ -243,14 +204,12 @@ class Config(ChapterConfig):
                 for s in self.seeds for t in self.targets for st in CONTENDERS if st in self.strategies]
 
     def budget_samples(self, budget: str, batch_size: int) -> int:
-        """Labelled samples of a run under ``budget`` (:data:`BUDGETS`) at ``batch_size``; raises ``ValueError``
-        naming ``budget`` otherwise."""
+        """Labelled samples of a run under ``budget`` at ``batch_size``; ``ValueError`` for another budget."""
         check_choice("budget", budget, BUDGETS)
         return self.samples if budget == "samples" else self.budget_steps * batch_size
 
     def decision_cells(self) -> list[tuple]:
-        """The decision's cells ``(budget, batch_size, target, arm)``, arms of :data:`DECISION_STRATEGIES` whose run
-        strategy is in ``strategies``."""
+        """The decision's cells ``(budget, batch_size, target, arm)``, arms whose runs are in ``strategies``."""
         arms = [a for a in DECISION_STRATEGIES if run_strategy(a) in self.strategies]
         return [(bu, b, t, a) for bu in BUDGETS for b in self.decision_batch_sizes for t in self.targets for a in arms]
 
@@ -274,7 +233,7 @@ def make_config(profile: str = "quick", **overrides) -> Config:
 
 @dataclass(frozen=True)
 class DiagConfig(SourceConfig):
-    """The per-seed measurements that need no fine-tuning: noise, precise BN, mismatch (one cached row)."""
+    """The per-seed measurements without fine-tuning: noise, precise BN, mismatch (one cached row)."""
 
     noise_batch_sizes: tuple = (2, 4, 8, 16, 32, 64, 128, 256)
     noise_pool: int = 2048
@@ -481,15 +440,11 @@ def _finetune_group(configs: list[FinetuneConfig], cache_root: str, version: str
 
 
 def run(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, ...]:
-    """Run chapter 5: stage 1 for every source norm needed, the diagnostics per seed, the fine-tuning sweeps.
-
-    Returns ``(runs, diag, tune, tuned, decision_check, decision)``: one row per fine-tuning run (:func:`bnstudy.study.engine.finetune`'s columns,
-    ``target_name`` and the seed's ``mismatch_kl`` for it); one row per seed with the list-valued
-    ``noise_records`` / ``precise_records`` and ``mismatch_kl_<target>``; the learning-rate check's runs on the
-    tuning seeds and the tuned-rate runs on the reported seeds (:meth:`Config.tuned_configs`), both with
-    ``lr_factor`` and no ``mismatch_kl`` (each empty without tuning seeds or contenders); the decision's tuning
-    runs and its reported runs (:func:`decision_tables`; empty without ``decision_batch_sizes``).
-    """
+    """Run chapter 5: ``(runs, diag, tune, tuned, decision_check, decision)``: one row per fine-tuning run
+    (:func:`bnstudy.study.engine.finetune`'s columns, ``target_name``, the seed's ``mismatch_kl``); one row per seed
+    with the list-valued ``noise_records`` / ``precise_records`` and ``mismatch_kl_<target>``; the learning-rate
+    check's and the tuned-rate runs (with ``lr_factor``; empty without tuning seeds or contenders); the decision's
+    tuning and reported runs (:func:`decision_tables`; empty without ``decision_batch_sizes``)."""
     if not isinstance(config, Config):
         raise TypeError(f"run needs a batch_size.Config (see make_config), got {type(config).__name__}")
     ex = execution or Execution()
@@ -535,7 +490,7 @@ def results_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _records(diag: pd.DataFrame, column: str) -> pd.DataFrame:
-    """The list-valued ``column`` of ``diag`` as a tidy table, one row per record with its ``seed``."""
+    """The list-valued ``column`` of ``diag``, one row per record with its ``seed``."""
     return pd.DataFrame([dict(seed=r["seed"], **rec) for _, r in diag.iterrows() for rec in r[column]])
 
 
@@ -545,8 +500,7 @@ def noise_table(diag: pd.DataFrame) -> pd.DataFrame:
 
 
 def precise_table(diag: pd.DataFrame) -> pd.DataFrame:
-    """Tidy precise-BN table: ``seed``, :func:`precise_records`' columns and ``acc_vs_exact`` (minus the seed's
-    exact-statistics accuracy)."""
+    """Tidy precise-BN table, with ``acc_vs_exact`` (minus the seed's exact-statistics accuracy)."""
     t = _records(diag, "precise_records")
     t["acc_vs_exact"] = t["accuracy"] - t["seed"].map(t[t.kind == "exact"].set_index("seed")["accuracy"])
     return t
@@ -561,8 +515,7 @@ def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.D
 
 
 def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """:func:`run`'s ``diag`` rebuilt from the saved tables (``mismatch_kl_<target>`` from the ``runs``): its
-    :func:`noise_table` and :func:`precise_table` equal ``noise`` and ``precise``."""
+    """:func:`run`'s ``diag`` rebuilt from the saved tables (``mismatch_kl_<target>`` from the ``runs``)."""
     out = []
     for s in sorted(set(noise["seed"]) | set(precise["seed"])):
         row = dict(seed=s, noise_records=noise[noise.seed == s].drop(columns="seed").to_dict("records"),
@@ -574,8 +527,8 @@ def diag_from_tables(noise: pd.DataFrame, precise: pd.DataFrame, runs: pd.DataFr
 
 
 def best_rate_table(tune: pd.DataFrame) -> pd.DataFrame:
-    """The learning-rate check's rows at each (target, strategy, batch size)'s best ``lr_factor`` (highest mean
-    target accuracy over the tuning seeds; ties to the factor nearest 1), with ``best_factor``."""
+    """The learning-rate check's rows at each cell's best ``lr_factor`` (highest mean target accuracy over the
+    tuning seeds; ties to the factor nearest 1), with ``best_factor``."""
     cell = ["target_name", "strategy", "batch_size"]
     m = tune.groupby(cell + ["lr_factor"])["target"].mean().reset_index()
     m["dist"] = np.abs(np.log(m.lr_factor))
@@ -584,8 +537,8 @@ def best_rate_table(tune: pd.DataFrame) -> pd.DataFrame:
 
 
 def chosen_factors(tune: pd.DataFrame, batch_size: int) -> dict:
-    """``{(target, strategy): factor}``: the best ``lr_factor`` (:func:`best_rate_table`) at ``batch_size`` of each
-    of the :data:`CONTENDERS` in ``tune``. Raises ``ValueError`` if ``batch_size`` is not one of ``tune``'s."""
+    """``{(target, strategy): best lr_factor}`` at ``batch_size`` of the :data:`CONTENDERS` in ``tune``. Raises
+    ``ValueError`` if ``batch_size`` is not one of ``tune``'s."""
     if batch_size not in set(tune.batch_size):
         raise ValueError(f"batch_size={batch_size} is not a batch size of the learning-rate check "
                          f"{sorted(set(tune.batch_size))}")
@@ -600,11 +553,9 @@ DECISION_CELL = ["budget", "batch_size", "target_name", "arm"]
 
 
 def best_factors(check: pd.DataFrame) -> pd.DataFrame:
-    """Per decision cell (:data:`DECISION_CELL`) of the tuning runs ``check``: the ``lr_factor`` with the highest mean
-    ``score`` over the tuning seeds (ties: the factor nearest 1, then the smaller), with ``grid_low`` /
-    ``grid_high`` (the factors tried) and ``at_edge`` (the best is the smallest or the largest tried). A factor some
-    seed diverged at scores its seed's (chance-level) accuracy, so it is never picked over a working rate by luck.
-    Raises ``ValueError`` if ``check`` lacks a column of :data:`DECISION_CELL`."""
+    """Per decision cell of the tuning runs ``check``: the ``lr_factor`` with the highest mean ``score`` (ties: the
+    factor nearest 1, then the smaller), ``grid_low`` / ``grid_high`` (the factors tried) and ``at_edge``. A diverged
+    seed scores its chance-level accuracy. Raises ``ValueError`` naming a missing column."""
     missing = [c for c in DECISION_CELL + ["lr_factor", "score"] if c not in check]
     if missing:
         raise ValueError(f"best_factors: the tuning table has no column {missing[0]!r}")
@@ -619,8 +570,7 @@ def best_factors(check: pd.DataFrame) -> pd.DataFrame:
 
 
 def _decision_rows(rows: pd.DataFrame, cells: list, seeds_factors: list) -> pd.DataFrame:
-    """Rows of the decision runs ``rows`` (one per config of ``seeds_factors``, in order) with the cell's columns,
-    ``lr_factor`` and ``score`` (:func:`score_column` of the arm)."""
+    """The decision runs ``rows`` with their cells' columns, ``lr_factor`` and ``score``."""
     rows = rows.reset_index(drop=True).copy()
     rows["budget"] = [c[0] for c in cells]
     rows["arm"] = [c[3] for c in cells]
@@ -630,15 +580,11 @@ def _decision_rows(rows: pd.DataFrame, cells: list, seeds_factors: list) -> pd.D
 
 
 def decision_tables(config: Config, sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The batch-size-2 decision's runs: ``(check, reported)``.
-
-    ``check``: every decision cell (:meth:`Config.decision_cells`) on every tuning seed at every factor of
-    ``lr_factors``; then up to ``grid_extensions`` rounds that add ``factor / 2`` below (``* 2`` above) the grid of
-    every cell whose best factor (:func:`best_factors`) is its smallest (largest). ``reported``: every cell on the
-    reported seeds at its final best factor. Both have the runs' columns (:func:`bnstudy.study.engine.finetune`),
-    ``target_name`` and :data:`DECISION_CELL`, ``lr_factor`` and ``score``. ``sweep(configs, desc)`` runs configs
-    through the run cache (:func:`run`'s). Runs shared between cells (the ``bn_train`` runs score both ``bn_train``
-    and :data:`PRECISE_AFTER`) are computed once."""
+    """The batch-size-2 decision's runs ``(check, reported)``, with :data:`DECISION_CELL`, ``lr_factor`` and
+    ``score``. ``check``: every cell on every tuning seed at every factor; then up to ``grid_extensions`` rounds
+    that add ``factor / 2`` (``* 2``) to the grid of every cell whose best factor is its smallest (largest).
+    ``reported``: every cell on the reported seeds at its final best factor. ``sweep(configs, desc)``: :func:`run`'s
+    cached sweep; a run shared between cells (``bn_train`` and :data:`PRECISE_AFTER`) is computed once."""
     cells = config.decision_cells()
     grid = {c: list(config.lr_factors) for c in cells}
     # configs this run has already computed (the main grid, the learning-rate check, earlier rounds): swept apart
