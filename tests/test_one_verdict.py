@@ -113,8 +113,8 @@ def test_chapter_3_level_counts_are_the_printed_verdicts_of_each_view_and_line()
     raw = findings.view_claims(C, "raw")
     for line in findings.SHIFT_TYPES:
         of_line = raw[raw["key"].str.startswith(f"raw_{line}_")]
-        assert number(F, f"lines_{line}_n_cost_wins") == _shown(of_line, "lower"), line
-        assert number(F, f"lines_{line}_n_benefit_wins") == _shown(of_line, "higher"), line
+        assert number(F, f"counts_raw_{line}_lower") == _shown(of_line, "lower"), line
+        assert number(F, f"counts_raw_{line}_higher") == _shown(of_line, "higher"), line
 
 
 # --- chapter 4 ------------------------------------------------------------------------------------------------------

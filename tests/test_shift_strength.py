@@ -166,15 +166,13 @@ def shared_findings(name):
 
 def test_findings_find_the_known_crossover_and_name_the_lines():
     C, F = shared_findings("cfg")
-    assert number(F, "cross_both_estimate") == pytest.approx(0.6)
-    assert {t: not math.isnan(number(F, f"cross_{t}_estimate")) for t in run.SHIFT_TYPES} == \
-        {"brightness": False, "contrast": False, "both": True}                     # only the both line crosses
-    assert math.isnan(number(F, "cross_brightness_estimate")) and number(F, "cross_brightness_dominant") == "cost"
+    assert number(F, "cross_page_raw_both").startswith("0.6 [")
+    assert number(F, "threshold_lines_raw_thr0_01") == "both"                        # only the both line crosses
+    assert number(F, "cross_page_raw_brightness").startswith("none [")
     assert number(F, "cost_brightness_max").mean == pytest.approx(0.2) and number(F, "benefit_brightness_max").mean == pytest.approx(0.04)
     assert number(F, "cost_t1").mean == pytest.approx(0.3) and number(F, "benefit_t1").mean == pytest.approx(0.2)
     assert number(F, "cost_noshift").mean == 0 and number(F, "benefit_noshift").mean == 0
-    assert number(F, "lines_brightness_n_cost_wins") == 2 and number(F, "lines_both_n_benefit_wins") == 2
-    assert number(F, "net_best") == pytest.approx(0.05 - 0.01875) and number(F, "net_worst") == pytest.approx(-0.16)
+    assert number(F, "counts_raw_brightness_lower") == 2 and number(F, "counts_raw_both_higher") == 2
     assert number(F, "n_seeds") == 3 and number(F, "chance") == 0.1 and number(F, "ch1_steps") == 800
 
 
@@ -200,7 +198,7 @@ def test_findings_verdicts_flip_when_the_data_do():
     CG, G = analyse(df, n_boot=10, n_boot_select=10)
     assert claim(CG, "grid_compound")["verdict"] == "combined shift costs less"   # corner 0.1 below 0.2, every seed
     assert claim(CG, "sep_task_a")["verdict"] == "not exact" and number(G, "sep_vs_train_max_b_diff") == pytest.approx(0.05)
-    assert all(math.isnan(number(G, f"cross_{t}_estimate")) for t in run.SHIFT_TYPES)   # no line crosses
+    assert number(G, "threshold_lines_raw_thr0_01") == "none"   # no line crosses
 
 
 def test_budget_direction_grows_and_stays():
@@ -228,12 +226,13 @@ def test_every_verdict_of_the_findings_is_a_word_of_the_vocabulary():
 
 def test_findings_of_the_mismatch_measure():
     C, F = shared_findings("cfg")
-    assert number(F, "rho_eval_train") == pytest.approx(1.0)
+    assert number(F, "rho_kl_eval_train_rho") == pytest.approx(1.0)
     # three levels per affine line: fewer than 4 pairs, no rank correlation (inference.rank_correlation's rule)
-    assert math.isnan(number(F, "rho_cost_line_min"))
+    assert math.isnan(number(F, "rho_kl_cost_brightness_rho")) and math.isnan(number(F, "rho_kl_cost_contrast_rho"))
     four = _cfg(brightness_levels=(0.0, 1.0, 2.0, 3.0), contrast_levels=(1.0, 2.0, 3.0, 4.0))
     G = findings.findings(_table(four), n_boot=10, n_boot_select=10)
-    assert number(G, "rho_cost_line_min") == pytest.approx(1.0)   # cost rises with mismatch
+    assert number(G, "rho_kl_cost_brightness_rho") == pytest.approx(1.0)   # cost rises with mismatch
+    assert number(G, "rho_kl_cost_contrast_rho") == pytest.approx(1.0)
     assert number(F, "noshift_kl") == pytest.approx(0.01)
     # safe: cost < 0.01 with 95% confidence (only no shift); harmed: cost > 0.01 (every other shift)
     assert number(F, "safe_max_kl") == pytest.approx(0.01) and number(F, "harm_min_kl") > number(F, "safe_max_kl")
@@ -252,7 +251,7 @@ def test_figure_tables_are_tidy_and_hold_the_effects():
     assert len(gt) == 4 * 3
     st = findings.scatter_table(df)
     assert set(st["mode"]) == set(MODE_NAMES)
-    for t in (lt, bt, gt, st, findings.condition_table(df), findings.crossover_long(shared_findings("cfg")[1])):
+    for t in (lt, bt, gt, st, findings.condition_table(df)):
         assert not any(t[c].map(lambda v: isinstance(v, (list, tuple, dict))).any() for c in t.columns)
 
 
@@ -630,8 +629,8 @@ def test_selection_findings_name_the_winner_and_its_limits():
     df = _table10(_cfg10())
     df["mismatch_kl_train"] = 2 * df["mismatch_kl"]        # not constant, so no candidate ties every shift
     F = findings.findings(df, n_boot=10, n_boot_select=30)
-    assert number(F, "winner") in findings.CANDIDATES and number(F, "n_candidates") == 3      # _table10 has KL, mean shift, KL (train pass)
-    assert 0 <= number(F, "n_beaten") <= number(F, "n_candidates") - 1 == 2
+    assert number(F, "winner") in findings.CANDIDATES and number(F, "n_other_candidates") == 2  # _table10 has 3
+    assert 0 <= number(F, "n_beaten") <= number(F, "n_other_candidates") == 2
     stem = f"selection_{_slug(number(F, 'winner'))}_per_type_"
     sel = {k[len(stem):]: number(F, k) for k in F["key"] if k.startswith(stem)}
     assert number(F, "winner_worst_error") == max(sel.values())

@@ -91,7 +91,7 @@ def _ch3_legend(fig, axes, ncol=4, order=None):
     fig.tight_layout(rect=(0, 0.07, 1, 1))
 
 
-def ch3_level_effects(levels, xlabels: dict, reference: dict, points=None):
+def ch3_level_effects(levels, xlabels: dict, reference: dict, points):
     """Task A's and task B's differences per level in accuracy (``levels``: findings.level_table, its raw view)
     with their family intervals, one panel per line, log strength axis, the two series dodged; ``reference[line]``:
     chapter 1's shift, dotted; ``points`` (findings.seed_points): each seed's value. No crossover is drawn (the
@@ -103,11 +103,10 @@ def ch3_level_effects(levels, xlabels: dict, reference: dict, points=None):
         for ax, t in zip(axes, lines):
             for name, f, mk in (("cost", 0.93, "v"), ("benefit", 1.07, "^")):
                 g = _ch3_signed(lv[(lv["line"] == t) & (lv["metric"] == name)].sort_values("strength"), name)
-                if points is not None:
-                    p = points[(points["line"] == t) & (points["metric"] == name)]
-                    sign = -1 if name == "cost" else 1
-                    ax.plot(p["strength"] * f, sign * p["value"], ".", ms=2.5, alpha=0.35, color=EFFECT_COLORS[name],
-                            zorder=1, label=f"{' '.join(CH3_EFFECT_LABELS[name].split(' ')[:2])}, one seed")
+                p = points[(points["line"] == t) & (points["metric"] == name)]
+                ax.plot(p["strength"] * f, (-1 if name == "cost" else 1) * p["value"], ".", ms=2.5, alpha=0.35,
+                        color=EFFECT_COLORS[name], zorder=1,
+                        label=f"{' '.join(CH3_EFFECT_LABELS[name].split(' ')[:2])}, one seed")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
                             fmt=mk + "-", ms=5, lw=1, capsize=2, color=EFFECT_COLORS[name], label=CH3_EFFECT_LABELS[name])
             if t in reference and lv.loc[lv["line"] == t, "strength"].between(0, np.inf).any():
@@ -122,17 +121,17 @@ def ch3_level_effects(levels, xlabels: dict, reference: dict, points=None):
     return fig
 
 
-def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("raw", "vs no shift")):
-    """The net per level in the ``views`` of ``levels`` (findings.level_table) with family intervals and the band
-    ``±margin`` shaded, one panel per line, on a linear y axis shared by the panels (issue 35: a symmetric-log axis
-    made a loss of 0.7 look like one of 0.1). Filled markers: a direction shown; open diamonds: equivalent within the
-    margin; open circles: not decided."""
-    labels = {"raw": "benefit − cost", "vs no shift": "benefit above its no-shift value − cost",
-              "normalized": "share of room above chance"}
+def ch3_net_views(levels, margin: float, xlabels: dict):
+    """The net per level in the raw and the ``vs no shift`` view of ``levels`` (findings.level_table) with family
+    intervals and the band ``±margin`` shaded, one panel per line, on a linear y axis shared by the panels (issue 35:
+    a symmetric-log axis made a loss of 0.7 look like one of 0.1). Filled markers: a direction shown; open diamonds:
+    equivalent within the margin; open circles: not decided."""
+    labels = {"raw": "benefit − cost", "vs no shift": "benefit above its no-shift value − cost"}
+    views = list(labels)
     with plt.rc_context(CH3_FONT):
         lines = list(dict.fromkeys(levels["line"]))
         fig, axes = _ch3_grid(len(lines), height=2.9)
-        col = {"raw": style.color("effect", "net"), "vs no shift": style.PURPLE, "normalized": style.GREEN}
+        col = {"raw": style.color("effect", "net"), "vs no shift": style.PURPLE}
         drawn = levels[(levels["metric"] == "net") & levels["view"].isin(views)]
         drawn = _ch3_signed(drawn, "net") if len(drawn) else drawn
         ylim = (min(-0.1, float(drawn["ci_low"].min()) if len(drawn) else -0.1) - 0.05,
@@ -140,7 +139,7 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
         for ax, t in zip(axes, lines):
             ax.axhspan(-margin, margin, color="grey", alpha=0.25, lw=0, label=f"equivalence band ±{margin:g}")
             for k, view in enumerate(views):
-                f = 0.93 + 0.14 * k / max(len(views) - 1, 1)
+                f = 0.93 + 0.14 * k
                 g = levels[(levels["line"] == t) & (levels["metric"] == "net") & (levels["view"] == view)]
                 g = _ch3_signed(g.sort_values("strength"), "net")
                 ax.errorbar(g["strength"] * f, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]],
@@ -156,7 +155,7 @@ def ch3_net_views(levels, margin: float, xlabels: dict | None = None, views=("ra
             ax.yaxis.set_major_locator(plt.MultipleLocator(0.25))
             _ch3_log_levels(ax, levels.loc[levels["line"] == t, "strength"], ylim=ylim)
             ax.set_title(t.replace("_", " ") + (" (same classes)" if t.startswith("same") else ""))
-            ax.set_xlabel(textwrap.fill((xlabels or {}).get(t, "strength"), 26))
+            ax.set_xlabel(textwrap.fill(xlabels.get(t, "strength"), 26))
         for ax in axes[::3]:
             ax.set_ylabel("difference in accuracy")
         _ch3_legend(fig, axes, ncol=2)
@@ -253,14 +252,6 @@ CH3_KIND_MARKS = {**{k: ("D", style.color("shift", k), False) if k.startswith("s
                   "no shift": ("s", style.GREY, True), "no shift, same classes": ("s", style.GREY, False)}
 
 
-def _decade_ticks(ax):
-    """Labels on a log x axis at powers of ten only, upright (at most a handful per panel, none overlapping)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,), numticks=6))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
 def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str):
     """Task A's difference against each mismatch candidate (``conditions``: findings.condition_table, grid-only shifts
     left out), log measure axis; the second family in open markers. The last panel: each candidate's score minus the
@@ -286,7 +277,10 @@ def ch3_candidates(conditions, selection: dict, candidates: dict, winner: str):
                             capsize=1.5, color=color, mfc=color if filled else "white", mew=1.2, label=kind,
                             alpha=0.9)
             ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
-            _decade_ticks(ax)
+            # labels at powers of ten only, upright (at most a handful per panel, none overlapping)
+            ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0,), numticks=6))
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             ax.set_title(f"{n}: score {selection[n]['score']:.3f}")
             ax.set_xlabel(f"{n} (before stage 2)")
             ax.set_ylim(-1.0, 0.1)

@@ -1,15 +1,14 @@
 """Chapter 3, what is claimed: the cost and the benefit of drifting statistics against shift strength.
 
-Within a seed every mode and shift starts from the same backbone, head-B initialisation and task-B batches
-(:mod:`.run`), so effects are paired differences per seed (:func:`paired_effects`)::
+Within a seed every mode and shift starts from the same backbone, head-B initialisation and task-B batches, so the
+effects are paired differences per seed (:func:`paired_effects`), with ``pinned = "backbone_eval"``::
 
     cost    = task_a_after(pinned) - task_a_after(train_mode)
-    benefit = task_b(train_mode)   - task_b(pinned)
+    benefit = task_b(train_mode)   - task_b(pinned),    net = benefit - cost
 
-with ``pinned = "backbone_eval"``: ``net = benefit - cost`` is the sum over both tasks of ``accuracy(train_mode) -
-accuracy(backbone_eval)``, condition minus reference. Every interval, test and verdict comes from
-:mod:`bnstudy.study.inference`. The rows -> :func:`claims` (one claims table), :func:`findings` (one numbers table), the
-page's sentences (:func:`page_texts`, :data:`NOTES`) and the tidy tables the figures and display tables draw.
+Every interval, test and verdict comes from :mod:`bnstudy.study.inference`. The rows -> :func:`claims` (one claims
+table), :func:`findings` (one numbers table), the page's sentences (:func:`page_texts`, :data:`NOTES`) and the tidy
+tables the figures and display tables draw.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from ...inference import Claim, Family, Interval, Question, ask, bootstrap_distr
     t_interval, two_sided_p
 from ...words import Note, claim, claim_text, counts_text, join, notes
 from ...config import check_choice
-from ...modes import MODE_NAMES
 from .run import CH1_STEPS, EXTRA_LINES, GRID_MODES, LINE_SPEC, LINES, PINNED_MODES, POINT_COLS, REFERENCE_SHIFT, \
     SHIFT_TYPES
 
@@ -41,11 +39,10 @@ EFFECTS = ("cost", "benefit", "net")
 # --- analysis: paired effects, lines, crossover -------------------------------------------------------------------
 
 def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFrame:
-    """One row per point (:data:`PAIR_KEYS`) with a ``train_mode`` and a ``pinned`` run: ``cost =
-    task_a_after(pinned) - task_a_after(train_mode)``, ``benefit = task_b(train_mode) - task_b(pinned)``, ``net =
-    benefit - cost`` (accuracy fractions), the accuracies behind them and the ``train_mode`` row's columns that do
-    not depend on the mode (mismatch, line flags). Raises ``ValueError`` if ``pinned`` is not a pinned mode, no
-    pair exists, or a run is repeated."""
+    """One row per point (:data:`PAIR_KEYS`) with a ``train_mode`` and a ``pinned`` run: ``cost``, ``benefit``,
+    ``net`` (accuracy fractions), the accuracies behind them and the ``train_mode`` row's mode-free columns
+    (mismatch, line flags). Raises ``ValueError`` if ``pinned`` is not a pinned mode, no pair exists, or a run is
+    repeated."""
     check_choice("pinned", pinned, PINNED_MODES)
     keys = [k for k in PAIR_KEYS if k in df.columns]
     dup = df[df["mode"].isin(["train_mode", pinned])].duplicated([*keys, "mode"])
@@ -59,14 +56,10 @@ def paired_effects(df: pd.DataFrame, pinned: str = "backbone_eval") -> pd.DataFr
     tm, pn = tm.loc[both], pn.loc[both]
     shared = [c for c in tm.columns if c.startswith(("mismatch_", "on_", "s_")) or
               c in ("both_strength", "in_grid", "task_a_before", "part", "n_classes")]
-    out = tm[shared].copy()
-    out["task_a_after_train_mode"], out["task_a_after_pinned"] = tm["task_a_after"], pn["task_a_after"]
-    out["task_b_train_mode"], out["task_b_pinned"] = tm["task_b"], pn["task_b"]
-    out["cost"] = pn["task_a_after"] - tm["task_a_after"]
-    out["benefit"] = tm["task_b"] - pn["task_b"]
-    out["net"] = out["benefit"] - out["cost"]
-    out["pinned"] = pinned
-    return out.reset_index()
+    return tm[shared].assign(task_a_after_train_mode=tm["task_a_after"], task_a_after_pinned=pn["task_a_after"],
+                             task_b_train_mode=tm["task_b"], task_b_pinned=pn["task_b"],
+                             cost=pn["task_a_after"] - tm["task_a_after"], benefit=tm["task_b"] - pn["task_b"],
+                             net=lambda d: d["benefit"] - d["cost"], pinned=pinned).reset_index()
 
 
 def strength_of(effects: pd.DataFrame, line: str) -> pd.Series:
@@ -78,12 +71,9 @@ def strength_of(effects: pd.DataFrame, line: str) -> pd.Series:
 
 
 def line_matrix(effects: pd.DataFrame, shift_type: str, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(strengths (L,), seeds (S,), values (S, L))`` of ``column`` along a line, seeds as rows.
-
-    Raises ``ValueError`` if a seed lacks a level (the bootstrap needs complete, paired rows).
-    """
-    s = strength_of(effects, shift_type)
-    sub = effects.assign(strength=s).dropna(subset=["strength"])
+    """``(strengths (L,), seeds (S,), values (S, L))`` of ``column`` along a line. Raises ``ValueError`` if a seed
+    lacks a level (the bootstrap needs complete, paired rows)."""
+    sub = effects.assign(strength=strength_of(effects, shift_type)).dropna(subset=["strength"])
     wide = sub.pivot_table(index="seed", columns="strength", values=column, aggfunc="first")
     if wide.isna().any().any():
         raise ValueError(f"line {shift_type!r}: some seeds lack some levels of {column!r}")
@@ -93,31 +83,27 @@ def line_matrix(effects: pd.DataFrame, shift_type: str, column: str) -> tuple[np
 def first_crossing(strength, cost_mean, benefit_mean, min_effect: float = 0.01) -> float:
     """The weakest strength where the mean ``benefit - cost`` changes sign (linear interpolation between the two
     resolved levels that bracket it); NaN if it never does. Levels where both ``|cost|`` and ``|benefit|`` are below
-    ``min_effect`` (accuracy fraction), or both exactly 0, are ties and are skipped."""
+    ``min_effect``, or both exactly 0, are ties and are skipped."""
     x = np.asarray(strength, float)
     c, b = np.asarray(cost_mean, float), np.asarray(benefit_mean, float)
-    keep = ((np.abs(c) >= min_effect) | (np.abs(b) >= min_effect)) & ((c != 0) | (b != 0))  # exact zeros: a tie
+    keep = ((np.abs(c) >= min_effect) | (np.abs(b) >= min_effect)) & ((c != 0) | (b != 0))
     x, d = x[keep], (b - c)[keep]
     for i in range(len(d) - 1):
         if d[i] == 0:
             return float(x[i])
         if d[i] * d[i + 1] < 0:
             return float(x[i] + (x[i + 1] - x[i]) * d[i] / (d[i] - d[i + 1]))
-    if len(d) and d[-1] == 0:
-        return float(x[-1])
-    return math.nan
+    return float(x[-1]) if len(d) and d[-1] == 0 else math.nan
 
 
 def crossover(strength, cost, benefit, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95,
               min_effect: float = 0.01) -> dict:
     """The crossover of the cost and benefit curves (``strength (L,)`` increasing; ``cost``, ``benefit``: ``(S, L)``
-    per-seed paired effects): ``estimate`` (:func:`first_crossing` of the mean curves); resampling whole seeds
-    ``n_boot`` times (:func:`bnstudy.study.inference.bootstrap_distribution`, seed ``seed``), ``ci_low`` / ``ci_high``
-    (percentile interval among the resamples that cross: conditional on crossing), ``q_low`` / ``q_high`` (the
-    unconditional one, a resample that does not cross counted at ``+inf``) and ``p_cross`` (share that crosses);
-    ``dominant`` (the higher mean curve at the strongest level), ``first_resolved`` (the weakest strength where
-    either mean reaches ``min_effect``), ``n_boot``, ``min_effect``. Raises ``ValueError`` for mismatched shapes,
-    fewer than 2 seeds or levels, ``n_boot < 1``, ``confidence`` outside (0, 1) or a non-increasing strength."""
+    per-seed effects): ``estimate`` (:func:`first_crossing` of the mean curves); over ``n_boot`` resamples of whole
+    seeds, ``ci_low`` / ``ci_high`` (among the resamples that cross), ``q_low`` / ``q_high`` (a resample that does not
+    cross counts as ``+inf``) and ``p_cross``; ``dominant`` (the higher mean curve at the strongest level),
+    ``first_resolved`` (the weakest strength where either mean reaches ``min_effect``). Raises ``ValueError`` for
+    mismatched shapes, under 2 seeds or levels, ``n_boot < 1``, a bad ``confidence`` or a non-increasing strength."""
     x = np.asarray(strength, float)
     c, b = np.asarray(cost, float), np.asarray(benefit, float)
     if c.ndim != 2 or c.shape != b.shape or c.shape[1] != len(x):
@@ -143,12 +129,11 @@ def crossover(strength, cost, benefit, n_boot: int = 2000, seed: int = 0, confid
                 first_resolved=float(resolved[0]) if len(resolved) else math.nan, min_effect=min_effect)
 
 
-def mode_effects(df: pd.DataFrame, reference: str = "backbone_eval") -> pd.DataFrame:
-    """Per run with a ``reference`` run at its point: ``task_a_change = task_a_after - task_a_before`` and
-    ``task_b_gain`` (``task_b`` minus the reference's). Raises ``ValueError`` for an unknown ``reference`` mode."""
-    check_choice("reference", reference, MODE_NAMES)
+def mode_effects(df: pd.DataFrame) -> pd.DataFrame:
+    """Per run with a ``backbone_eval`` run at its point: ``task_a_change = task_a_after - task_a_before`` and
+    ``task_b_gain`` (``task_b`` minus the ``backbone_eval`` run's)."""
     keys = [k for k in PAIR_KEYS if k in df.columns]
-    ref = df[df["mode"] == reference].set_index(keys)["task_b"].rename("task_b_reference")
+    ref = df[df["mode"] == "backbone_eval"].set_index(keys)["task_b"].rename("task_b_reference")
     out = df.join(ref, on=keys, how="inner")
     out["task_a_change"] = out["task_a_after"] - out["task_a_before"]
     out["task_b_gain"] = out["task_b"] - out["task_b_reference"]
@@ -158,12 +143,9 @@ def mode_effects(df: pd.DataFrame, reference: str = "backbone_eval") -> pd.DataF
 # --- tidy tables behind the figures --------------------------------------------------------------------------------
 
 def _ci_long(df: pd.DataFrame, by: list, metrics) -> pd.DataFrame:
-    recs = []
-    for key, g in df.groupby(by, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        for m in metrics:
-            iv = t_interval(g[m])
-            recs.append(dict(zip(by, key), metric=m, mean=iv.mean, ci_low=iv.low, ci_high=iv.high, n_seeds=iv.n))
+    recs = [dict(zip(by, key if isinstance(key, tuple) else (key,)), metric=m, mean=iv.mean, ci_low=iv.low,
+                 ci_high=iv.high, n_seeds=iv.n)
+            for key, g in df.groupby(by, sort=True) for m in metrics for iv in [t_interval(g[m])]]
     return pd.DataFrame(recs, columns=[*by, "metric", "mean", "ci_low", "ci_high", "n_seeds"])
 
 
@@ -200,8 +182,8 @@ def _budget_levels(df: pd.DataFrame) -> list:
 
 
 def seed_points(df: pd.DataFrame) -> pd.DataFrame:
-    """Each seed's cost and benefit at every shifted level (the points behind :func:`level_table`'s raw means, Fig. 1's
-    strip), long: ``line, strength, seed, metric, value`` (accuracy fractions)."""
+    """Each seed's cost and benefit at every shifted level (Fig. 1's strip), long: ``line, strength, seed, metric,
+    value``."""
     parts = [g.assign(line=t, strength=x).melt(id_vars=["line", "strength", "seed"], value_vars=["cost", "benefit"],
                                                var_name="metric", value_name="value")
              for t, x, g in _shifted_levels(paired_effects(_main(df)))]
@@ -221,8 +203,7 @@ def budget_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def grid_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Cost, benefit and net on the brightness x contrast grid: ``brightness, contrast, metric, mean, ci_low,
-    ci_high, n_seeds``."""
+    """Cost, benefit and net on the brightness x contrast grid, long like :func:`budget_table`."""
     return _ci_long(_grid_effects(df), ["brightness", "contrast"], EFFECTS)
 
 
@@ -237,34 +218,27 @@ def condition_kind(effects: pd.DataFrame) -> np.ndarray:
 
 
 def condition_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per shift of the sweep: the :data:`POINT_COLS`, ``kind`` (:func:`condition_kind`), the ``on_<line>``
-    flags, and mean and 95% interval (``<col>``, ``<col>_lo``, ``<col>_hi``; Student's t over seeds) of every
-    mismatch candidate (:data:`CANDIDATES`), ``cost`` and ``benefit``."""
-    eff = paired_effects(_main(df))
-    eff = eff.assign(kind=condition_kind(eff))
+    """One row per shift: the :data:`POINT_COLS`, ``kind`` (:func:`condition_kind`), the ``on_<line>`` flags, and the
+    mean and 95% interval (``<col>``, ``<col>_lo``, ``<col>_hi``; Student's t over seeds) of every mismatch candidate,
+    ``cost`` and ``benefit``."""
+    eff = paired_effects(_main(df)).pipe(lambda e: e.assign(kind=condition_kind(e)))
     keys = [k for k in POINT_COLS if k in eff.columns]
     cols = [c for c in (*CANDIDATES.values(), "cost", "benefit") if c in eff.columns]
-    recs = []
-    for key, g in eff.groupby(keys, sort=True):
-        r = dict(zip(keys, key), kind=g["kind"].iloc[0],
-                 **{f"on_{t}": bool(g[f"on_{t}"].iloc[0]) for t in LINES if f"on_{t}" in g.columns})
-        for col in cols:
-            r[col], r[col + "_lo"], r[col + "_hi"] = t_interval(g[col])
-        recs.append(r)
-    return pd.DataFrame(recs)
+    return pd.DataFrame([dict(zip(keys, key), kind=g["kind"].iloc[0],
+                              **{f"on_{t}": bool(g[f"on_{t}"].iloc[0]) for t in LINES if f"on_{t}" in g.columns},
+                              **{col + e: v for col in cols for e, v in zip(("", "_lo", "_hi"), t_interval(g[col]))})
+                         for key, g in eff.groupby(keys, sort=True)])
 
 
 def scatter_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per mode and line shift: task-A change and task-B gain over ``backbone_eval``, long:
-    ``mode, brightness, contrast, metric, mean, ci_low, ci_high, n_seeds``."""
+    """Per mode and line shift: task-A change and task-B gain over ``backbone_eval``, long like :func:`grid_table`."""
     return _ci_long(mode_effects(_on_lines(df)), ["mode", "brightness", "contrast"], ("task_a_change", "task_b_gain"))
 
 
-# --- issue 10: per-level effects, multiplicity, equivalence, the normalized view -------------------------------------
+# --- per-level effects, multiplicity, equivalence, the normalized view (issue 10) ---------------------------------
 
-#: The page's direction words (:func:`bnstudy.study.inference.decide`), each the sign of *condition minus reference*: the
-#: net (``train_mode - backbone_eval`` over both tasks) and the no-shift benefit; a longer minus a shorter budget; the
-#: grid's corner cost minus a part's.
+#: The page's direction words (:func:`bnstudy.study.inference.decide`), each the sign of *condition minus reference*:
+#: the net and the no-shift benefit; a longer minus a shorter budget; the grid's corner cost minus a part's.
 NET_WORDS = dict(higher="train mode higher", lower="train mode lower")
 BUDGET_WORDS = dict(higher="longer budget higher", lower="longer budget lower")
 COMPOUND_WORDS = dict(higher="combined shift costs more", lower="combined shift costs less")
@@ -288,9 +262,9 @@ CANDIDATE_CALLS = {"KL": ("kl", "eval"), "mean shift": ("mean_shift", "eval"),
 
 
 def normalized_effects(eff: pd.DataFrame, chance: float) -> pd.DataFrame:
-    """``eff`` (:func:`paired_effects`) with, per seed, ``room_a = task_a_before - chance``, ``room_b`` (``train_mode``'s
-    task-B accuracy minus chance at the no-shift point of the seed and task-B family; NaN where a room is not
-    positive), ``cost_n = cost / room_a``, ``benefit_n = benefit / room_b``, ``net_n = benefit_n - cost_n``,
+    """``eff`` (:func:`paired_effects`) with, per seed, ``room_a = task_a_before - chance``, ``room_b``
+    (``train_mode``'s task-B accuracy minus chance at the no-shift point of the seed and task-B family; NaN where a
+    room is not positive), ``cost_n = cost / room_a``, ``benefit_n = benefit / room_b``, ``net_n``,
     ``benefit_noshift`` (the benefit at that no-shift point), ``benefit_0 = benefit - benefit_noshift`` and ``net_0 =
     benefit_0 - cost``. Raises ``ValueError`` if a family has no no-shift point."""
     out = eff.copy()
@@ -314,12 +288,15 @@ def _chance(df: pd.DataFrame) -> float:
     return 1 / int(df["n_classes"].iloc[0]) if "n_classes" in df.columns else 0.1
 
 
+def _normalized(df: pd.DataFrame) -> pd.DataFrame:
+    return normalized_effects(paired_effects(_main(df)), _chance(df))
+
+
 def breakeven_interval(cost, benefit, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95) -> tuple:
     """Uncorrected seed-bootstrap percentile interval ``(low, high)`` of the break-even rate ``mean(benefit) /
-    mean(cost)`` (:func:`bnstudy.study.inference.bootstrap_interval`, cost and benefit resampled together; a resample
-    with a mean cost <= 0 has an unbounded rate). ``(nan, nan)`` (a point estimate only) where there is no interval
-    (fewer than 2 seeds) or its upper end is unbounded. Raises ``ValueError`` for unequal lengths, ``n_boot < 1`` or
-    ``confidence`` outside (0, 1)."""
+    mean(cost)`` (cost and benefit resampled together; a resample with a mean cost <= 0 has an unbounded rate).
+    ``(nan, nan)`` where there is no interval (fewer than 2 seeds) or its upper end is unbounded. Raises
+    ``ValueError`` for unequal lengths, ``n_boot < 1`` or ``confidence`` outside (0, 1)."""
     c, b = np.asarray(cost, float), np.asarray(benefit, float)
     if c.shape != b.shape or c.ndim != 1:
         raise ValueError(f"cost and benefit must be 1-D of equal length, got {c.shape} and {b.shape}")
@@ -335,10 +312,9 @@ def breakeven_interval(cost, benefit, n_boot: int = 2000, seed: int = 0, confide
 
 
 def rate_reading(rate: float, low: float, high: float, kind: str) -> str:
-    """How :func:`verdict_table` prints a break-even rate: ``"n/a"`` (no rate), ``"<rate> [<low>, <high>]"``, or
-    ``"<rate> (point estimate only)"`` where :func:`breakeven_interval` gives none; a rate above 1 at a level
-    whose accuracy verdict's kind (``kind``, :data:`bnstudy.study.inference.VERDICT_KINDS`) shows no direction gets
-    ``", net: no direction shown"``, so that it does not read as drifting statistics paying at a 1:1 exchange."""
+    """A break-even rate as the per-level table prints it: ``"n/a"``, ``"<rate> [<low>, <high>]"`` or ``"<rate>
+    (point estimate only)"``; a rate above 1 whose accuracy verdict (``kind``) shows no direction gets ``", net: no
+    direction shown"``, so that it does not read as drifting statistics paying at a 1:1 exchange."""
     if not np.isfinite(rate):
         return "n/a"
     out = f"{rate:.2f} [{low:.2f}, {high:.2f}]" if np.isfinite(low) and np.isfinite(high) else \
@@ -347,14 +323,18 @@ def rate_reading(rate: float, low: float, high: float, kind: str) -> str:
                   else "")
 
 
+#: The columns of :func:`level_table`.
+LEVEL_COLUMNS = ["line", "family", "strength", "view", "metric", "mean", "ci_low", "ci_high", "n_seeds", "m_tests", "p",
+                 "tost_p", "kind", "verdict", "breakeven_rate", "breakeven_low", "breakeven_high"]
+
+
 def level_table(df: pd.DataFrame, alpha: float = 0.05, margin: float = 0.02, n_boot: int = 2000) -> pd.DataFrame:
-    """Per line and shifted level (:func:`_shifted_levels`) and view (:data:`VIEWS`), long (:data:`LEVEL_COLUMNS`):
-    mean cost, benefit and net with family intervals (a :class:`~bnstudy.study.inference.Family` of the ``m_tests``
-    levels: Bonferroni at ``1 - alpha/m``), the net's ``p``, TOST ``tost_p`` at ``margin`` and
-    :func:`~bnstudy.study.inference.decide`'s ``kind`` and ``verdict`` (:data:`NET_WORDS`); in the raw view where the
-    cost's family interval excludes 0, ``breakeven_rate`` (mean benefit over mean cost: how many task-B points one
-    task-A point must be worth for drifting not to pay) and its :func:`breakeven_interval` (``n_boot``, seed 0)."""
-    groups = list(_shifted_levels(normalized_effects(paired_effects(_main(df)), _chance(df))))
+    """Per line, shifted level and view (:data:`VIEWS`), long (:data:`LEVEL_COLUMNS`): mean cost, benefit and net with
+    family intervals (Bonferroni over the ``m_tests`` levels), the net's ``p``, TOST ``tost_p`` at ``margin`` and
+    :func:`~bnstudy.study.inference.decide`'s ``kind`` and ``verdict``; in the raw view where the cost's family
+    interval excludes 0, ``breakeven_rate`` (mean benefit over mean cost: how many task-B points one task-A point must
+    be worth for drifting not to pay) and its :func:`breakeven_interval` (``n_boot``, seed 0)."""
+    groups = list(_shifted_levels(_normalized(df)))
     fam = Family(max(len(groups), 1), alpha)
     recs = []
     for t, x, g in groups:
@@ -374,27 +354,23 @@ def level_table(df: pd.DataFrame, alpha: float = 0.05, margin: float = 0.02, n_b
     return pd.DataFrame(recs, columns=LEVEL_COLUMNS)
 
 
-#: The columns of :func:`level_table`.
-LEVEL_COLUMNS = ["line", "family", "strength", "view", "metric", "mean", "ci_low", "ci_high", "n_seeds", "m_tests", "p",
-                 "tost_p", "kind", "verdict", "breakeven_rate", "breakeven_low", "breakeven_high"]
-
-
 def _strength_key(x: float) -> str:
     """A strength as a glue-key part: ``1`` -> ``"1"``, ``0.0625`` -> ``"0_0625"``."""
     return f"{x:g}".replace(".", "_").replace("-", "m")
 
 
+def _vs(view: str) -> str:
+    return view.replace(" ", "_")
+
+
 def level_claims(levels: pd.DataFrame, margin: float) -> pd.DataFrame:
-    """The per-level verdicts of :func:`level_table` (its ``net`` rows), one claims table per view (one family each), concatenated; key ``<view>_<line>_<strength>`` (e.g. ``vs_no_shift_both_1``)."""
+    """The per-level verdicts of :func:`level_table` (its ``net`` rows), one family per view; key
+    ``<view>_<line>_<strength>`` (e.g. ``vs_no_shift_both_1``)."""
     net = levels[levels["metric"] == "net"]
     parts = [_table_claims(v.rename(columns={"m_tests": "m"}), [f"{_vs(view)}_{t}_{_strength_key(x)}"
                                                                 for t, x in zip(v["line"], v["strength"])], margin)
              for view in VIEWS for v in [net[net["view"] == view]] if len(v)]
     return pd.concat(parts, ignore_index=True) if parts else claims_table([])
-
-
-def _vs(view: str) -> str:
-    return view.replace(" ", "_")
 
 
 def view_claims(claims: pd.DataFrame, view: str) -> pd.DataFrame:
@@ -406,21 +382,17 @@ VIEW_LABELS = {"raw": "accuracy", "normalized": "share of room", "vs no shift": 
 
 
 def holm_extra_resolved(df: pd.DataFrame, alpha: float = 0.05) -> dict:
-    """Per view, how many levels Holm's step-down (:func:`bnstudy.study.inference.holm` of the net's two-sided p) resolves
-    that the page's Bonferroni family leaves without a direction (p >= ``alpha / m``): the sensitivity of that
-    choice."""
-    groups = [g for _, _, g in _shifted_levels(normalized_effects(paired_effects(_main(df)), _chance(df)))]
+    """Per view, how many levels Holm's step-down on the net's two-sided p resolves that the page's Bonferroni
+    family leaves without a direction (p >= ``alpha / m``): the sensitivity of that choice."""
+    groups = [g for _, _, g in _shifted_levels(_normalized(df))]
     m = max(len(groups), 1)
-    out = {}
-    for view, cols in VIEWS.items():
-        p = np.array([two_sided_p(g[cols[2]]) for g in groups], float)
-        out[_vs(view)] = int(np.sum((holm(p) < alpha) & ~(p < alpha / m)))
-    return out
+    ps = {_vs(view): np.array([two_sided_p(g[cols[2]]) for g in groups], float) for view, cols in VIEWS.items()}
+    return {v: int(np.sum((holm(p) < alpha) & ~(p < alpha / m))) for v, p in ps.items()}
 
 
 def verdict_table(levels: pd.DataFrame) -> pd.DataFrame:
     """The page's per-level table (display cells) from :func:`level_table`: per line and strength the net with its
-    family interval and the verdict in each view (:data:`VIEW_LABELS`) and the break-even rate (:func:`rate_reading`)."""
+    family interval and verdict in each view (:data:`VIEW_LABELS`) and the break-even rate (:func:`rate_reading`)."""
     net = levels[levels["metric"] == "net"]
     rows = []
     for (t, x), g in net.groupby(["line", "strength"], sort=False):
@@ -436,15 +408,9 @@ def verdict_table(levels: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["line", "strength"])
 
 
-#: How :func:`margin_display` heads each verdict kind's column (the margin varies by row).
-KIND_LABELS = {"lower": NET_WORDS["lower"], "higher": NET_WORDS["higher"], "equivalent": "equivalent within \u00b1margin",
-               "not decided": "not decided", "too few seeds": "too few seeds"}
-
-
 def margin_counts(df: pd.DataFrame, margins=MARGINS, alpha: float = 0.05) -> pd.DataFrame:
-    """Per view and equivalence margin, how many levels count as each kind of :data:`KINDS` (:func:`level_table` at
-    that margin, :func:`bnstudy.study.inference.count_verdicts`; only ``equivalent`` and ``not decided`` can move). Long:
-    ``view, margin, kind, n``. Raises ``ValueError`` for a margin that is not positive."""
+    """Per view and equivalence margin, how many levels count as each of :data:`KINDS` (:func:`level_table` at that
+    margin), long: ``view, margin, kind, n``. Raises ``ValueError`` for a margin that is not positive."""
     recs = []
     for mg in margins:
         if not mg > 0:
@@ -457,11 +423,11 @@ def margin_counts(df: pd.DataFrame, margins=MARGINS, alpha: float = 0.05) -> pd.
 
 
 def margin_display(mc: pd.DataFrame) -> pd.DataFrame:
-    """The page's margin table (display cells): rows view x margin, columns the verdicts (:data:`KIND_LABELS`),
-    cells counts of levels."""
+    """The page's margin table (display cells): rows view x margin, columns the verdicts, cells counts of levels."""
     out = mc.pivot_table(index=["view", "margin"], columns="kind", values="n", aggfunc="first", sort=False)
-    out = out[[k for k in KINDS if k in out.columns]]
-    return out.rename(columns=KIND_LABELS)
+    labels = {**NET_WORDS, "equivalent": "equivalent within \u00b1margin", "not decided": "not decided",
+              "too few seeds": "too few seeds"}
+    return out[[k for k in KINDS if k in out.columns]].rename(columns=labels)
 
 
 #: The columns of :func:`threshold_table` after ``line, view, threshold`` (:func:`crossover`'s entries).
@@ -471,7 +437,7 @@ CROSS_COLUMNS = ["estimate", "ci_low", "ci_high", "q_low", "q_high", "p_cross"]
 def threshold_table(df: pd.DataFrame, thresholds=TIE_THRESHOLDS, n_boot: int = 2000) -> pd.DataFrame:
     """How the crossover moves with the tie threshold: per line, view and threshold, :func:`crossover`'s
     :data:`CROSS_COLUMNS` (bootstrap seed 0). Long."""
-    eff = normalized_effects(paired_effects(_main(df)), _chance(df))
+    eff = _normalized(df)
     recs = []
     for t in _present_lines(eff):
         for view, (cc, bc, _n) in VIEWS.items():
@@ -488,10 +454,14 @@ def _loc(v: float) -> str:
     return "none" if not np.isfinite(v) else f"{v:.3g}"
 
 
+#: The cell :func:`threshold_display` prints at threshold 0 of the ``vs no shift`` view (an artefact of the view).
+ARTEFACT_CELL = "n/a (by construction)"
+
+
 def threshold_display(th: pd.DataFrame) -> pd.DataFrame:
     """The page's sensitivity table (display cells): rows line x view, columns the tie thresholds; a cell is the
-    crossover of the mean curves (``none``: they do not cross), its unconditional 95% bootstrap interval in brackets
-    and the share of resamples that cross."""
+    crossover of the mean curves (``none``: they do not cross), its unconditional 95% bootstrap interval and the
+    share of resamples that cross."""
     th = th.assign(cell=[f"{_loc(e)} [{_loc(lo)}, {_loc(hi)}] ({p:.0%})"
                          for e, lo, hi, p in zip(th["estimate"], th["q_low"], th["q_high"], th["p_cross"])])
     # In the "vs no shift" view the net at no shift is -cost(no shift) by construction, so at threshold 0 every line
@@ -502,11 +472,7 @@ def threshold_display(th: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-#: The cell :func:`threshold_display` prints at threshold 0 of the ``vs no shift`` view (an artefact of the view).
-ARTEFACT_CELL = "n/a (by construction)"
-
-
-# --- issue 10: which mismatch measure predicts the cost of a shift type it has not seen -------------------------
+# --- which mismatch measure predicts the cost of a shift type it has not seen (issue 10) ----------------------------
 
 def isotonic_predict(x_train, y_train, x_new) -> np.ndarray:
     """A non-decreasing least-squares step function of ``x_train`` fitted to ``y_train`` (pool adjacent violators,
@@ -522,8 +488,7 @@ def isotonic_predict(x_train, y_train, x_new) -> np.ndarray:
 
 def loo_errors(x, y, kinds, held_out_types, twins: dict | None = None) -> dict:
     """Leave one shift type out: per type of ``held_out_types``, the mean absolute error on its points of
-    :func:`isotonic_predict` fitted on the other kinds' points (one entry per condition), its ``twins`` (type ->
-    kinds, :data:`TWINS`) held out with it so its shifts are truly unseen."""
+    :func:`isotonic_predict` fitted on the other kinds' points, its ``twins`` (:data:`TWINS`) held out with it."""
     x, y, kinds = np.asarray(x, float), np.asarray(y, float), np.asarray(kinds)
     out = {}
     for t in held_out_types:
@@ -536,18 +501,13 @@ def loo_errors(x, y, kinds, held_out_types, twins: dict | None = None) -> dict:
 
 def mismatch_selection(df: pd.DataFrame, candidates: dict = CANDIDATES, n_boot: int = 1000, seed: int = 0,
                        confidence: float = 0.95, twins: dict | None = TWINS) -> dict:
-    """Mismatch candidates compared on predicting the cost of a held-out shift type.
-
-    A condition is a shift but the grid-only ones, valued by its seed means of cost and candidate; a candidate's
-    score is the mean over the lines (:func:`condition_kind`) of :func:`loo_errors` (accuracy; lower is better). The
-    winner has the lowest score on the data and is kept fixed in the bootstrap (``n_boot`` resamples of whole seeds,
-    seed ``seed``, percentile intervals of every score, every Spearman correlation of a candidate with the cost over
-    all shifts, and each candidate's score minus the winner's: ``beaten`` where that lies above 0; read the winner
-    with these, not alone). Returns ``candidates`` (name -> ``score, score_lo, score_hi, rho, rho_lo, rho_hi, diff,
-    diff_lo, diff_hi, beaten, per_type``), ``winner``, ``types``, ``n_conditions``, ``n_boot``. Raises
-    ``ValueError`` with fewer than 2 held-out types or 2 seeds."""
-    eff = paired_effects(_main(df))
-    eff = eff.assign(kind=condition_kind(eff))
+    """Mismatch candidates compared on predicting the cost of a held-out shift type: a candidate's score is the mean
+    over the lines of :func:`loo_errors` on the shifts' seed means (grid-only shifts left out; lower is better). The
+    winner (lowest score) is kept fixed over ``n_boot`` resamples of whole seeds, which give percentile intervals of
+    every score, rank correlation with the cost and score minus the winner's (``beaten`` where it lies above 0).
+    Returns ``candidates`` (name -> those entries and ``per_type``), ``winner``, ``types``, ``n_conditions``,
+    ``n_boot``. Raises ``ValueError`` with fewer than 2 held-out types or 2 seeds."""
+    eff = paired_effects(_main(df)).pipe(lambda e: e.assign(kind=condition_kind(e)))
     keys = [k for k in POINT_COLS if k in eff.columns]
     piv = {c: eff.pivot_table(index="seed", columns=keys, values=c, aggfunc="first")
            for c in (*candidates.values(), "cost")}
@@ -599,9 +559,8 @@ def selection_table(sel: dict) -> pd.DataFrame:
 
 def equal_measure_spread(conditions: pd.DataFrame, column: str) -> dict:
     """The largest gap in cost between two lines at one value of the mismatch ``column``: each line's cost read as a
-    function of the measure by linear interpolation (log scale) between its conditions (its no-shift point
-    included), over the range both lines cover. Returns ``value, line_low, cost_low, line_high, cost_high`` (NaN /
-    ``"none"`` if no two lines overlap)."""
+    function of the measure by linear interpolation (log scale) between its conditions, over the range both lines
+    cover. Returns ``value, line_low, cost_low, line_high, cost_high`` (NaN / ``"none"`` if no two lines overlap)."""
     best = dict(value=math.nan, line_low="none", cost_low=math.nan, line_high="none", cost_high=math.nan)
     curves = {}
     for t in LINES:
@@ -625,7 +584,7 @@ def equal_measure_spread(conditions: pd.DataFrame, column: str) -> dict:
     return best
 
 
-# --- issue 10: the training budget at every budget point -------------------------------------------------------------
+# --- the training budget at every budget point (issue 10) -----------------------------------------------------------
 
 def budget_points(df: pd.DataFrame) -> pd.DataFrame:
     """Every point of the budget check, long ``t, steps, mode, metric, mean, ci_low, ci_high, n_seeds``: per ``t``,
@@ -644,31 +603,29 @@ VERDICT_COLUMNS = ["mean", "ci_low", "ci_high", "n_seeds", "m", "p", "tost_p", "
 
 
 def _verdict_rows(rows: list, keys: list, alpha: float, margin: float | None, words: dict) -> pd.DataFrame:
-    """``rows`` of ``(*key values, per-seed differences)`` decided as one family (:func:`bnstudy.study.inference.decide`;
-    intervals at ``1 - alpha/m``), columns ``keys`` + :data:`VERDICT_COLUMNS`."""
+    """``rows`` of ``(*key values, per-seed differences)`` decided as one family, columns ``keys`` +
+    :data:`VERDICT_COLUMNS`."""
     fam = Family(max(len(rows), 1), alpha)
-    recs = []
-    for *key, d in rows:
-        c = decide(d, margin=margin, family=fam, **words)
-        recs.append([*key, c.estimate, c.low, c.high, c.n, fam.m, c.p, c.p_equivalence, c.kind, c.verdict])
+    recs = [[*key, c.estimate, c.low, c.high, c.n, fam.m, c.p, c.p_equivalence, c.kind, c.verdict]
+            for *key, d in rows for c in [decide(d, margin=margin, family=fam, **words)]]
     return pd.DataFrame(recs, columns=[*keys, *VERDICT_COLUMNS])
 
 
 def budget_net_table(df: pd.DataFrame, margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """The net (benefit - cost) at every budget point with its verdict: per ``t`` and ``steps``, the points one family,
-    TOST at ``margin``. Columns ``t, steps`` + :data:`VERDICT_COLUMNS`; empty without a budget check."""
+    """The net at every budget point (``t``, ``steps``) with its verdict, the points one family, TOST at ``margin``.
+    Columns ``t, steps`` + :data:`VERDICT_COLUMNS`; empty without a budget check."""
     levels = _budget_levels(df)
-    eff = paired_effects(df[df["both_strength"].isin(levels)]) if levels else None
-    rows = [(float(t), int(st), g["net"]) for (t, st), g in eff.groupby(["both_strength", "steps"], sort=True)] \
+    rows = [(float(t), int(st), g["net"]) for (t, st), g in
+            paired_effects(df[df["both_strength"].isin(levels)]).groupby(["both_strength", "steps"], sort=True)] \
         if levels else []
     return _verdict_rows(rows, ["t", "steps"], alpha, margin, NET_WORDS)
 
 
 def convergence_table(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """Has each head stopped improving? Per budget ``t`` and mode (:data:`GRID_MODES`), the paired change of task-B
-    accuracy from the second-longest to the longest budget, and of the benefit (``mode = "benefit"``), decided as one
-    family in :data:`BUDGET_WORDS` (``"longer budget higher"``: still improving). Columns ``t, mode, steps_from,
-    steps_to`` + :data:`VERDICT_COLUMNS` but ``tost_p``."""
+    accuracy from the second-longest to the longest budget, and of the benefit (``mode = "benefit"``), one family in
+    :data:`BUDGET_WORDS` (``"longer budget higher"``: still improving). Columns ``t, mode, steps_from, steps_to`` +
+    :data:`VERDICT_COLUMNS` but ``tost_p``."""
     rows = []
     for t in _budget_levels(df):
         sub = df[df["both_strength"] == t]
@@ -703,8 +660,7 @@ def _display(table: pd.DataFrame, index: dict, mean: str, d: int, middle: dict, 
 
 
 def budget_net_display(bn: pd.DataFrame) -> pd.DataFrame:
-    """The page's budget-net table (display cells) from :func:`budget_net_table`: rows ``t`` x ``stage-2 steps``;
-    mean, family interval, seeds, TOST p (``<0.0001`` below that) and verdict."""
+    """The page's budget-net table (display cells) from :func:`budget_net_table`: rows ``t`` x ``stage-2 steps``."""
     p_cell = lambda p: "n/a" if not np.isfinite(p) else ("<0.0001" if p < 1e-4 else f"{p:.4f}")  # noqa: E731
     return _display(bn, {"t": [f"{t:g}" for t in bn["t"]], "stage-2 steps": [f"{int(s):,}" for s in bn["steps"]]},
                     "net (mean)", 4,
@@ -713,8 +669,7 @@ def budget_net_display(bn: pd.DataFrame) -> pd.DataFrame:
 
 
 def convergence_display(cv: pd.DataFrame) -> pd.DataFrame:
-    """The page's convergence table (display cells) from :func:`convergence_table`: rows ``t`` x head; the budgets
-    compared, the change (mean, family interval) and the verdict."""
+    """The page's convergence table (display cells) from :func:`convergence_table`: rows ``t`` x head."""
     return _display(cv, {"t": [f"{t:g}" for t in cv["t"]], "head": list(cv["mode"])}, "change (mean)", 3,
                     {"budgets (steps)": [f"{int(a):,} to {int(b):,}" for a, b in zip(cv["steps_from"], cv["steps_to"])]},
                     {"verdict": list(cv["verdict"])})
@@ -722,22 +677,19 @@ def convergence_display(cv: pd.DataFrame) -> pd.DataFrame:
 
 def selection_display(selection: pd.DataFrame) -> pd.DataFrame:
     """The page's selection table from :func:`selection_table`: rows candidate (in :data:`CANDIDATES` order),
-    columns the held-out lines in their stored order and then ``score (mean)``, errors to 3 decimals."""
+    columns the held-out lines and then ``score (mean)``, errors to 3 decimals."""
     w = selection.pivot(index="candidate", columns="held_out", values="error")
     held = [h for h in dict.fromkeys(selection["held_out"]) if h != "mean"]
     order = [c for c in CANDIDATES if c in w.index] + [c for c in w.index if c not in CANDIDATES]
-    out = w.reindex(index=order, columns=held + (["mean"] if "mean" in w.columns else [])).round(3)
-    out = out.rename(columns={"mean": "score (mean)"})
-    out.index.name, out.columns.name = "candidate", "held-out line"
-    return out
+    return (w.reindex(index=order, columns=held + (["mean"] if "mean" in w.columns else [])).round(3)
+            .rename(columns={"mean": "score (mean)"}).rename_axis(index="candidate", columns="held-out line"))
 
 
-# --- the claims: every verdict the page prints, one claims table (bnstudy.study.inference) ---------------------------------
+# --- the claims: every verdict the page prints, one claims table (bnstudy.study.inference) --------------------------
 
-#: The page's comparisons that fit :func:`bnstudy.study.inference.ask`, asked as one family of their own (m = 1):
-#: ``noshift_benefit``, task B's accuracy under ``train_mode`` minus ``backbone_eval`` at the no-shift point of the
-#: original design (per seed; words :data:`NET_WORDS`); and the identity ``sep_task_a`` (a check, not a finding):
-#: on the lines, ``separate_stats`` changes task A by exactly 0 (``task_a_after - task_a_before == 0`` in every run).
+#: The page's comparisons that fit :func:`bnstudy.study.inference.ask`, one family (m = 1): ``noshift_benefit``, task
+#: B's accuracy under ``train_mode`` minus ``backbone_eval`` at the no-shift point of the original design; and the
+#: identity ``sep_task_a`` (a check, not a finding): on the lines, ``separate_stats`` changes task A by exactly 0.
 QUESTIONS = (
     Question("noshift_benefit", "train_mode", "backbone_eval", value="task_b", by="mode",
              at=dict(brightness=0.0, contrast=1.0), table="affine", words="train mode"),
@@ -751,98 +703,10 @@ def _on_lines(df: pd.DataFrame) -> pd.DataFrame:
     return main[main[["on_brightness", "on_contrast", "on_both"]].any(axis=1)]
 
 
-def _level_claims(lv: pd.DataFrame, margin: float) -> list[pd.DataFrame]:
-    """:func:`level_claims` and the same claims under fixed keys: ``weakest_<view>_<line>`` (each line's weakest
-    shifted level) and ``at_t1_<line>_<view>`` (chapter 1's shift, t = 1, on ``both`` and ``same_both``)."""
-    claims, net = level_claims(lv, margin), lv[lv["metric"] == "net"]
-    pairs = [(f"{_vs(v)}_{t}_{_strength_key(g['strength'].min())}", f"weakest_{_vs(v)}_{t}")
-             for v in VIEWS for t, g in net[net["view"] == v].groupby("line", sort=False)]
-    pairs += [(f"{_vs(v)}_{t}_{_strength_key(g['strength'].iloc[0])}", f"at_t1_{t}_{_vs(v)}")
-              for t in ("both", "same_both") for v in VIEWS
-              for g in [net[(net["line"] == t) & np.isclose(net["strength"], 1.0) & (net["view"] == v)]] if len(g)]
-    return [claims, *(_alias(claims, k, a) for k, a in pairs)]
-
-
-def _budget_changes(df: pd.DataFrame, bn: pd.DataFrame) -> dict:
-    """Per budget strength ``t`` with two budgets or more: the per-seed benefit at the longest minus the shortest
-    budget (``bn``: :func:`budget_net_table`)."""
-    changes = {}
-    if len(bn):
-        bud = paired_effects(df[df["both_strength"].isin(bn["t"].unique())])
-        for t, g in bud.groupby("both_strength"):
-            w = g.pivot(index="seed", columns="steps", values="benefit")
-            if w.shape[1] >= 2:
-                changes[float(t)] = w[w.columns.max()] - w[w.columns.min()]
-    return changes
-
-
-def _family_claims(df: pd.DataFrame, margin: float, alpha: float) -> list[pd.DataFrame]:
-    """The budget, grid and convergence claims, each list printed together one family: ``budget_net_<t>_s<steps>``
-    (:func:`budget_net_table`'s rows, so table and prose agree), ``budget_change_<t>`` (:func:`_budget_changes`;
-    alias ``budget_change_strongest``), ``grid_compound`` / ``grid_compound_max`` (the grid corner's cost minus the
-    brightness offset's alone / minus the larger part's, per seed) and ``convergence_<t>_<mode>``
-    (:func:`convergence_table`; alias ``convergence_weakest_<mode>``)."""
-    bn = budget_net_table(df, margin, alpha)
-    out = [_table_claims(bn, [f"budget_net_{_strength_key(t)}_s{int(st)}" for t, st in zip(bn["t"], bn["steps"])],
-                         margin)]
-    changes = _budget_changes(df, bn)
-    if len(bn):
-        fam = Family(max(len(changes), 1), alpha)
-        bc = claims_table(decide(d, f"budget_change_{_strength_key(t)}", family=fam, **BUDGET_WORDS)
-                          for t, d in changes.items())
-        out += [bc, _alias(bc, f"budget_change_{_strength_key(max(changes))}", "budget_change_strongest")
-                if changes else bc.iloc[:0]]
-    grid = _grid_effects(df)
-    if len(grid):
-        bmax, cmax = grid["brightness"].max(), grid["contrast"].max()
-        cw = grid.pivot_table(index="seed", columns=["brightness", "contrast"], values="cost", aggfunc="first")
-        if (bmax, cmax) in cw.columns and (bmax, 1.0) in cw.columns:
-            comp = [("grid_compound", cw[(bmax, cmax)] - cw[(bmax, 1.0)])]
-            if (0.0, cmax) in cw.columns:
-                comp.append(("grid_compound_max", cw[(bmax, cmax)] - np.maximum(cw[(bmax, 1.0)], cw[(0.0, cmax)])))
-            fam = Family(len(comp), alpha)
-            out.append(claims_table(decide(d, k, family=fam, **COMPOUND_WORDS) for k, d in comp))
-    cv = convergence_table(df)
-    keys = [f"convergence_{_strength_key(t)}_{m}" for t, m in zip(cv["t"], cv["mode"])]
-    conv = _table_claims(cv, keys)
-    return out + [conv, *(_alias(conv, k, f"convergence_weakest_{m}") for k, t, m in zip(keys, cv["t"], cv["mode"])
-                          if t == cv["t"].min())]
-
-
 def _grid_effects(df: pd.DataFrame) -> pd.DataFrame:
     """The paired effects at the grid's cells (the original design's main sweep)."""
     eff = paired_effects(_affine(_main(df)))
     return eff[eff["in_grid"].astype(bool)]
-
-
-def claims(df: pd.DataFrame, n_boot: int = 2000, tie_margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
-    """Every verdict chapter 3 prints, one claims table (glued as ``ch03_<key>_<column>``), each family with its own
-    Holm column: :data:`QUESTIONS` (:func:`bnstudy.study.inference.ask`); the per-level claims and their aliases
-    (:func:`_level_claims`; TOST at ``tie_margin``, ``n_boot`` for :func:`level_table`'s break-even bootstrap); the
-    budget, grid and convergence families (:func:`_family_claims`). Raises ``ValueError`` on a duplicate key."""
-    lines = _on_lines(df).assign(task_a_change=lambda d: d["task_a_after"] - d["task_a_before"])
-    keys = [k for k in PAIR_KEYS if k in lines.columns]
-    lines = lines[lines.set_index(keys).index.isin(lines[lines["mode"] == "backbone_eval"].set_index(keys).index)]
-    parts = [ask(dict(affine=_affine(_main(df)), lines=lines), QUESTIONS, alpha)]
-    parts += _level_claims(level_table(df, alpha, tie_margin, n_boot), tie_margin)
-    parts += _family_claims(df, tie_margin, alpha)
-    out = pd.concat([c for c in parts if len(c)], ignore_index=True)
-    if out["key"].duplicated().any():
-        raise ValueError(f"claims: duplicate keys {sorted(out.loc[out['key'].duplicated(), 'key'])}")
-    return out
-
-
-# --- the numbers: every descriptive number the prose cites, one flat table (bnstudy.study.inference.numbers_table) ---
-
-def _family_counts(samples, alpha: float = 0.05) -> tuple[int, int]:
-    """``(n_lower, n_higher)``: how many of ``samples`` (per-seed differences, one family of ``m = len(samples)``)
-    show a direction below or above zero by their Bonferroni family interval (:func:`bnstudy.study.inference.decide`
-    at ``Family(m, alpha)``), counted by :func:`bnstudy.study.inference.count_verdicts` (the book's one verdict per
-    claim)."""
-    samples = list(samples)
-    fam = Family(max(len(samples), 1), alpha)
-    c = count_verdicts(claims_table([decide(v, key=str(i), family=fam) for i, v in enumerate(samples)]))
-    return int(c["lower"]), int(c["higher"])
 
 
 def _table_claims(table: pd.DataFrame, keys, margin: float = math.nan) -> pd.DataFrame:
@@ -861,63 +725,127 @@ def _alias(claims: pd.DataFrame, key: str, alias: str) -> pd.DataFrame:
     return claims[claims["key"] == key].assign(key=alias)
 
 
-def _budget_findings(df: pd.DataFrame) -> tuple[dict, dict]:
-    """``(numbers, task_a)`` of the budget check at its largest strength ``budget_t``: its shortest and longest
-    stage-2 step counts ``budget_s_lo`` / ``budget_s_hi``, the benefit at each (``budget_benefit_lo`` / ``_hi``) and
-    task A's difference at each (``task_a``: ``budget_lo`` / ``budget_hi``, the page's sign), 95% intervals over
-    seeds; NaN steps and no intervals without a budget check."""
+def _budget_changes(df: pd.DataFrame, bn: pd.DataFrame) -> dict:
+    """Per budget strength ``t`` with two budgets or more (``bn``: :func:`budget_net_table`): the per-seed benefit at
+    the longest minus the shortest budget."""
+    changes = {}
+    if len(bn):
+        for t, g in paired_effects(df[df["both_strength"].isin(bn["t"].unique())]).groupby("both_strength"):
+            w = g.pivot(index="seed", columns="steps", values="benefit")
+            if w.shape[1] >= 2:
+                changes[float(t)] = w[w.columns.max()] - w[w.columns.min()]
+    return changes
+
+
+def claims(df: pd.DataFrame, n_boot: int = 2000, tie_margin: float = 0.02, alpha: float = 0.05) -> pd.DataFrame:
+    """Every verdict chapter 3 prints, one claims table (glued as ``ch03_<key>_<column>``), each family with its own
+    Holm column: :data:`QUESTIONS`; the per-level claims (:func:`level_claims`, TOST at ``tie_margin``) and their
+    aliases ``weakest_<view>_<line>`` and ``at_t1_<line>_<view>``; ``budget_net_<t>_s<steps>``
+    (:func:`budget_net_table`), ``budget_change_<t>`` (:func:`_budget_changes`; alias ``budget_change_strongest``),
+    ``grid_compound`` / ``grid_compound_max`` (the grid corner's cost minus the brightness offset's alone / minus the
+    larger part's, per seed) and ``convergence_<t>_<mode>`` (alias ``convergence_weakest_<mode>``). Raises
+    ``ValueError`` on a duplicate key."""
+    lines = _on_lines(df).assign(task_a_change=lambda d: d["task_a_after"] - d["task_a_before"])
+    keys = [k for k in PAIR_KEYS if k in lines.columns]
+    lines = lines[lines.set_index(keys).index.isin(lines[lines["mode"] == "backbone_eval"].set_index(keys).index)]
+    parts = [ask(dict(affine=_affine(_main(df)), lines=lines), QUESTIONS, alpha)]
+    lv = level_table(df, alpha, tie_margin, n_boot)
+    levels, net = level_claims(lv, tie_margin), lv[lv["metric"] == "net"]
+    pairs = [(f"{_vs(v)}_{t}_{_strength_key(g['strength'].min())}", f"weakest_{_vs(v)}_{t}")
+             for v in VIEWS for t, g in net[net["view"] == v].groupby("line", sort=False)]
+    pairs += [(f"{_vs(v)}_{t}_{_strength_key(g['strength'].iloc[0])}", f"at_t1_{t}_{_vs(v)}")
+              for t in ("both", "same_both") for v in VIEWS
+              for g in [net[(net["line"] == t) & np.isclose(net["strength"], 1.0) & (net["view"] == v)]] if len(g)]
+    parts += [levels, *(_alias(levels, k, a) for k, a in pairs)]
+    bn = budget_net_table(df, tie_margin, alpha)
+    parts.append(_table_claims(bn, [f"budget_net_{_strength_key(t)}_s{int(st)}" for t, st in zip(bn["t"], bn["steps"])],
+                               tie_margin))
+    changes = _budget_changes(df, bn)
+    if len(bn):
+        fam = Family(max(len(changes), 1), alpha)
+        bc = claims_table(decide(d, f"budget_change_{_strength_key(t)}", family=fam, **BUDGET_WORDS)
+                          for t, d in changes.items())
+        parts += [bc, _alias(bc, f"budget_change_{_strength_key(max(changes))}", "budget_change_strongest")
+                  if changes else bc.iloc[:0]]
+    grid = _grid_effects(df)
+    if len(grid):
+        bmax, cmax = grid["brightness"].max(), grid["contrast"].max()
+        cw = grid.pivot_table(index="seed", columns=["brightness", "contrast"], values="cost", aggfunc="first")
+        if (bmax, cmax) in cw.columns and (bmax, 1.0) in cw.columns:
+            comp = [("grid_compound", cw[(bmax, cmax)] - cw[(bmax, 1.0)])]
+            if (0.0, cmax) in cw.columns:
+                comp.append(("grid_compound_max", cw[(bmax, cmax)] - np.maximum(cw[(bmax, 1.0)], cw[(0.0, cmax)])))
+            fam = Family(len(comp), alpha)
+            parts.append(claims_table(decide(d, k, family=fam, **COMPOUND_WORDS) for k, d in comp))
+    cv = convergence_table(df)
+    keys = [f"convergence_{_strength_key(t)}_{m}" for t, m in zip(cv["t"], cv["mode"])]
+    conv = _table_claims(cv, keys)
+    parts += [conv, *(_alias(conv, k, f"convergence_weakest_{m}") for k, t, m in zip(keys, cv["t"], cv["mode"])
+                      if t == cv["t"].min())]
+    out = pd.concat([c for c in parts if len(c)], ignore_index=True)
+    if out["key"].duplicated().any():
+        raise ValueError(f"claims: duplicate keys {sorted(out.loc[out['key'].duplicated(), 'key'])}")
+    return out
+
+
+# --- the numbers: every descriptive number the prose cites, one flat table (bnstudy.study.inference.numbers_table) ---
+
+def _family_counts(samples, alpha: float = 0.05) -> tuple[int, int]:
+    """``(n_lower, n_higher)``: how many of ``samples`` (per-seed differences, one family of ``m = len(samples)``)
+    show a direction below or above zero by their Bonferroni family interval (the book's one verdict per claim)."""
+    samples = list(samples)
+    fam = Family(max(len(samples), 1), alpha)
+    c = count_verdicts(claims_table([decide(v, key=str(i), family=fam) for i, v in enumerate(samples)]))
+    return int(c["lower"]), int(c["higher"])
+
+
+def task_a_difference(cost: Interval) -> Interval:
+    """Task A's ``train_mode - backbone_eval`` (the page's sign) from a cost interval: the same interval, negated."""
+    return Interval(-cost.mean, -cost.high, -cost.low, cost.n, cost.confidence)
+
+
+def _budget_grid_findings(df: pd.DataFrame) -> tuple[dict, dict]:
+    """``(numbers, task_a)`` of the budget check at its largest strength ``budget_t`` (its shortest and longest
+    stage-2 step counts ``budget_s_lo`` / ``budget_s_hi``, the benefit and task A's difference at each) and of the
+    grid (its cells, largest net, corner ``(grid_bmax, grid_cmax)`` and the cost there and at its two parts)."""
+    out, task_a = dict(budget_t=math.nan, budget_s_lo=math.nan, budget_s_hi=math.nan), {}
     bt = budget_table(df)
-    if bt.empty:
-        return dict(budget_t=math.nan, budget_s_lo=math.nan, budget_s_hi=math.nan), {}
-    t, s_lo, s_hi = float(bt["t"].max()), int(bt["steps"].min()), int(bt["steps"].max())
-    B = bt.set_index(["t", "steps", "metric"])
-    iv = lambda m, n: Interval(*B.loc[(t, n, m), ["mean", "ci_low", "ci_high"]].astype(float),  # noqa: E731
-                               int(B.loc[(t, n, m), "n_seeds"]))
-    ends = (("lo", s_lo), ("hi", s_hi))
-    return (dict(budget_t=t, budget_s_lo=s_lo, budget_s_hi=s_hi, budget={f"benefit_{e}": iv("benefit", n)
-                                                                         for e, n in ends}),
-            {f"budget_{e}": task_a_difference(iv("cost", n)) for e, n in ends})
+    if not bt.empty:
+        t, ends = float(bt["t"].max()), {"lo": int(bt["steps"].min()), "hi": int(bt["steps"].max())}
+        B = bt.set_index(["t", "steps", "metric"])
+        iv = lambda m, n: Interval(*B.loc[(t, n, m), ["mean", "ci_low", "ci_high"]].astype(float),  # noqa: E731
+                                   int(B.loc[(t, n, m), "n_seeds"]))
+        out = dict(budget_t=t, budget_s_lo=ends["lo"], budget_s_hi=ends["hi"],
+                   budget={f"benefit_{e}": iv("benefit", n) for e, n in ends.items()})
+        task_a = {f"budget_{e}": task_a_difference(iv("cost", n)) for e, n in ends.items()}
+    grid = dict(n_cells=0, net_max=math.nan, bmax=math.nan, cmax=math.nan, cost_corner=math.nan,
+                cost_bonly=math.nan, cost_conly=math.nan)
+    if df["in_grid"].astype(bool).any():
+        gt = grid_table(df)
+        wide = {m: gt[gt["metric"] == m].set_index(["brightness", "contrast"])["mean"] for m in ("net", "cost")}
+        bmax, cmax = float(gt["brightness"].max()), float(gt["contrast"].max())
+        grid = dict(n_cells=len(wide["net"]), net_max=float(wide["net"].max()), bmax=bmax, cmax=cmax,
+                    cost_corner=float(wide["cost"].loc[(bmax, cmax)]),
+                    cost_bonly=float(wide["cost"].get((bmax, 1.0), math.nan)),
+                    cost_conly=float(wide["cost"].get((0.0, cmax), math.nan)))
+    task_a |= {f"grid_{k}": -grid[f"cost_{k}"] for k in ("corner", "bonly", "conly")}
+    return out | {f"grid_{k}": v for k, v in grid.items()}, task_a
 
 
-def _grid_findings(df: pd.DataFrame) -> dict:
-    if not df["in_grid"].astype(bool).any():
-        return dict(grid_n_cells=0, grid_net_max=math.nan, grid_bmax=math.nan, grid_cmax=math.nan,
-                    grid_cost_corner=math.nan, grid_cost_bonly=math.nan, grid_cost_conly=math.nan)
-    gt = grid_table(df)
-    wide = {m: gt[gt["metric"] == m].set_index(["brightness", "contrast"])["mean"] for m in ("net", "cost")}
-    bmax, cmax = float(gt["brightness"].max()), float(gt["contrast"].max())
-    return dict(grid_n_cells=len(wide["net"]), grid_net_max=float(wide["net"].max()), grid_bmax=bmax, grid_cmax=cmax,
-                grid_cost_corner=float(wide["cost"].loc[(bmax, cmax)]),
-                grid_cost_bonly=float(wide["cost"].get((bmax, 1.0), math.nan)),
-                grid_cost_conly=float(wide["cost"].get((0.0, cmax), math.nan)))
-
-
-def _mismatch_findings(df: pd.DataFrame, min_effect: float) -> dict:
-    pc = condition_table(df)
-    rho = lambda a, b: rank_correlation(a, b)[0]  # noqa: E731
-    safe = pc[pc["cost_hi"] < min_effect]["mismatch_kl"]
-    harm = pc[pc["cost_lo"] > min_effect]["mismatch_kl"]
-    line_rho = [rho(g["mismatch_kl"], g["cost"]) for t in SHIFT_TYPES for g in [pc[pc[f"on_{t}"]]] if len(g) >= 2]
-    return dict(n_conditions=len(pc), rho_cost=rho(pc["mismatch_kl"], pc["cost"]),
-                rho_eval_train=rho(pc["mismatch_kl"], pc["mismatch_kl_train"]),
-                rho_cost_line_min=min(line_rho) if line_rho else math.nan,
-                noshift_kl=float(pc[pc.kind == "no shift"]["mismatch_kl"].mean()),
-                **_groups(safe, harm, "kl"))
-
-
-def _groups(safe: pd.Series, harm: pd.Series, name: str) -> dict:
-    """The largest measure among the shifts whose cost stayed below ``min_effect`` (95%) and the smallest among those
-    whose cost exceeded it, as ``safe_max_<name>`` / ``harm_min_<name>`` (NaN where a group is empty)."""
+def _groups(pc: pd.DataFrame, col: str, min_effect: float, name: str) -> dict:
+    """The largest ``col`` among the shifts whose cost stayed below ``min_effect`` (95%) and the smallest among those
+    whose cost exceeded it (``safe_max_<name>`` / ``harm_min_<name>``, NaN where a group is empty), and whether the
+    two groups ``overlap``."""
+    safe, harm = pc[pc["cost_hi"] < min_effect][col], pc[pc["cost_lo"] > min_effect][col]
     return {f"safe_max_{name}": float(safe.max()) if len(safe) else math.nan,
-            f"harm_min_{name}": float(harm.min()) if len(harm) else math.nan}
-
-
-def _overlap(safe: pd.Series, harm: pd.Series) -> str:
-    return "overlap" if len(safe) and len(harm) and harm.min() < safe.max() else "do not overlap"
+            f"harm_min_{name}": float(harm.min()) if len(harm) else math.nan,
+            "overlap": "overlap" if len(safe) and len(harm) and harm.min() < safe.max() else "do not overlap"}
 
 
 def _level_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, alpha: float, margin: float,
-                    n_boot: int) -> dict:
+                    n_boot: int, min_effect: float) -> dict:
+    """The per-level numbers: verdicts counted, crossings, rooms above chance, the same-class family and the extra
+    lines' strongest levels, and the numbers the full-profile referee asked for (margins, budgets, break-even rates)."""
     n_kind = {k: {view: int(count_verdicts(view_claims(claims, view))[k]) for view in VIEWS} for k in KINDS}
     raw = lv[(lv["metric"] == "net") & (lv["view"] == "raw")]  # the raw view's levels counted per line
     rc = view_claims(claims, "raw")
@@ -931,101 +859,27 @@ def _level_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, al
     tl = {view: {f"thr{thr:g}": join(list(hit)) if len(hit) else "none" for thr in TIE_THRESHOLDS
                  for hit in [th.loc[(th["view"] == view) & (th["threshold"] == thr) & th["estimate"].notna(), "line"]]}
           for view in VIEWS}
-    eff = normalized_effects(paired_effects(_main(df)), _chance(df))
+    eff = _normalized(df)
     room_b = {f: float(g.groupby("seed")["room_b"].first().mean()) for f, g in eff.groupby(eff["task_b_classes"])}
     room_a = float(eff.groupby("seed")["room_a"].first().mean())
+    ends = lambda g: dict(cost=t_interval(g["cost"]), benefit=t_interval(g["benefit"]),  # noqa: E731
+                          taskb_train=float(g["task_b_train_mode"].mean()),
+                          taskb_pinned=float(g["task_b_pinned"].mean()))
     family, extra, present = {}, {}, _present_lines(eff)
     if "same_both" in present:
         st = strength_of(eff, "same_both")
         g1 = eff[np.isclose(st, 1.0)] if np.isclose(st, 1.0).any() else eff[st == st.max()]
-        family = dict(t=float(g1["s_same_both"].iloc[0]), **_ends(g1))
+        family = dict(t=float(g1["s_same_both"].iloc[0]), **ends(g1))
     for t in EXTRA_LINES:
         if t in present and t != "same_both":
             st = strength_of(eff, t)
-            extra[t] = dict(max_strength=float(st.max()), **_ends(eff[st == st.max()]))
-    return dict(alpha=alpha, tie_margin=margin, m_tests=int(lv["m_tests"].iloc[0]) if len(lv) else 0,
-                counts=dict(raw=counts), at_t1=dict(both_raw=at_t1) if at_t1 else {}, n_lower=n_kind["lower"],
-                n_higher=n_kind["higher"], n_equivalent=n_kind["equivalent"], n_not_decided=n_kind["not decided"],
-                n_too_few=n_kind["too few seeds"], threshold_lines=tl, room_a=room_a, room_b=room_b,
-                exchange_rate=room_b.get("new", math.nan) / room_a if room_a > 0 else math.nan,
-                family=family, extra=extra)
-
-
-def _ends(g: pd.DataFrame) -> dict:
-    """Cost and benefit intervals and the two task-B accuracies of one level's rows."""
-    return dict(cost=t_interval(g["cost"]), benefit=t_interval(g["benefit"]),
-                taskb_train=float(g["task_b_train_mode"].mean()), taskb_pinned=float(g["task_b_pinned"].mean()))
-
-
-def _selection_findings(df: pd.DataFrame, n_boot: int, min_effect: float) -> dict:
-    cands = {k: v for k, v in CANDIDATES.items() if v in df.columns}
-    sel = mismatch_selection(df, cands, n_boot=n_boot, seed=0)
-    pc = condition_table(df)
-    # Intervals on the other correlations the page cites (seeds resampled as in mismatch_selection).
-    rho = {name: dict(rho=r["rho"], lo=r["rho_lo"], hi=r["rho_hi"]) for name, r in sel["candidates"].items()}
-    eff = paired_effects(_main(df))
-    keys = [k for k in POINT_COLS if k in eff.columns]
-    for name, (a, b) in {"kl_benefit": ("mismatch_kl", "benefit"),
-                         "kl_eval_train": ("mismatch_kl", "mismatch_kl_train")}.items():
-        if a in eff.columns and b in eff.columns:
-            rho[name] = _boot_rho(eff, keys, a, b, n_boot)
-    for t in _present_lines(eff):
-        rho[f"kl_cost_{t}"] = _boot_rho(eff[eff[f"on_{t}"].astype(bool)], keys, "mismatch_kl", "cost", n_boot)
-    w = sel["winner"]
-    per = sel["candidates"][w]["per_type"]
-    col = cands[w]
-    safe, harm = pc[pc["cost_hi"] < min_effect][col], pc[pc["cost_lo"] > min_effect][col]
-    ns = pc[pc["kind"].astype(str).str.startswith("no shift")][col]
-    tied = [n for n, r in sel["candidates"].items() if n == w or r["beaten"] != "yes"]
-    beaten = [n for n in sel["candidates"] if n not in tied]
-    measure, mode = CANDIDATE_CALLS.get(w, ("kl", "eval"))
-    groups = _groups(safe, harm, "w")
-    return dict(indistinct=join(tied), n_indistinct=len(tied), beaten=join(beaten) if beaten else "none",
-                winner_call=f'`statistics_mismatch(backbone, batches, measure="{measure}", network_mode="{mode}")`',
-                rho=rho, selection=dict(sel["candidates"]), winner=w, n_beaten=len(beaten),
-                n_candidates=len(cands), winner_worst_type=max(per, key=per.get), winner_worst_error=max(per.values()),
-                winner_best_type=min(per, key=per.get), winner_best_error=min(per.values()),
-                winner_noshift=float(ns.mean()) if len(ns) else math.nan,
-                winner_safe_max=groups["safe_max_w"], winner_harm_min=groups["harm_min_w"],
-                winner_threshold_clean=_overlap(safe, harm),
-                kl_spread=equal_measure_spread(pc, "mismatch_kl"),
-                winner_spread=equal_measure_spread(pc, cands[sel["winner"]]))
-
-
-def _boot_rho(eff: pd.DataFrame, keys: list, a: str, b: str, n_boot: int, seed: int = 0) -> dict:
-    """Spearman correlation of the condition means of ``a`` and ``b`` with a seeded percentile bootstrap interval
-    over whole seeds (:func:`bnstudy.study.inference.bootstrap_interval`)."""
-    A = eff.pivot_table(index="seed", columns=keys, values=a, aggfunc="first").dropna()
-    B = eff.pivot_table(index="seed", columns=keys, values=b, aggfunc="first").reindex_like(A)
-    A, B = A.to_numpy(float), B.to_numpy(float)
-    iv = bootstrap_interval((np.arange(len(A), dtype=float),),
-                            lambda i: rank_correlation(A[i.astype(int)].mean(0), B[i.astype(int)].mean(0))[0],
-                            n_resamples=n_boot, seed=seed)
-    return dict(rho=iv.mean, lo=iv.low, hi=iv.high)
-
-
-def rate_findings(levels: pd.DataFrame) -> dict:
-    """What the raw view's break-even rates (:func:`level_table`) support: ``rate_n`` levels with a rate,
-    ``rate_n_point_only`` of them without an interval, ``rate_n_above_1`` above 1 (mean benefit above mean cost),
-    ``rate_n_above_1_ci`` of those whose interval lies above 1 and ``rate_n_above_1_paid`` whose verdict is
-    ``"train mode higher"`` (the note ``rate_above_1_reading`` of :data:`NOTES` reads them: only a resolved net shows
-    drifting paying at a 1:1 exchange); ``rate_above_1_levels`` (``"line strength: rate [low, high], verdict"``;
-    ``"none"``)."""
-    r = levels[(levels["metric"] == "net") & (levels["view"] == "raw")]
-    r = r[np.isfinite(r["breakeven_rate"].astype(float))]
-    above = r[r["breakeven_rate"] > 1]
-    items = [f"{x['line']} {x['strength']:g}: " + rate_reading(x["breakeven_rate"], x["breakeven_low"],
-                                                               x["breakeven_high"], "").rstrip() + f", {x['verdict']}"
-             for _, x in above.iterrows()]
-    return dict(rate_n=len(r), rate_n_point_only=int((~np.isfinite(r["breakeven_low"].astype(float))).sum()),
-                rate_n_above_1=len(above), rate_n_above_1_ci=int((above["breakeven_low"] > 1).sum()),
-                rate_n_above_1_paid=int((above["kind"] == "higher").sum()),
-                rate_above_1_levels="; ".join(items) if items else "none")
-
-
-def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, alpha: float, margin: float,
-                      n_boot: int, min_effect: float, room_a: float, rate: float = math.nan) -> dict:
-    """The numbers the full-profile referee asked for (see :func:`findings`)."""
+            extra[t] = dict(max_strength=float(st.max()), **ends(eff[st == st.max()]))
+    rate = room_b.get("new", math.nan) / room_a if room_a > 0 else math.nan  # the sweep's exchange rate
+    out = dict(alpha=alpha, tie_margin=margin, m_tests=int(lv["m_tests"].iloc[0]) if len(lv) else 0,
+               counts=dict(raw=counts), at_t1=dict(both_raw=at_t1) if at_t1 else {}, n_lower=n_kind["lower"],
+               n_higher=n_kind["higher"], n_equivalent=n_kind["equivalent"], n_not_decided=n_kind["not decided"],
+               n_too_few=n_kind["too few seeds"], threshold_lines=tl, room_a=room_a, room_b=room_b,
+               exchange_rate=rate, family=family, extra=extra)
     mc = margin_counts(df, MARGINS, alpha)
     margins = {view: {f"m{mg:g}": {k: int(n) for k, n in zip(g["kind"], g["n"])}
                       for mg, g in mc[mc["view"] == view].groupby("margin")} for view in VIEWS}
@@ -1034,7 +888,7 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
     # a direction shown whose TOST also puts it inside the margin: shown, and smaller than the margin
     n_within = {view: int((net["view"].eq(view) & net["kind"].isin(["lower", "higher"])
                            & (net["tost_p"] < level)).sum()) for view in VIEWS}
-    th = threshold_table(df, (min_effect,), n_boot)
+    th = threshold_table(df, (min_effect,), n_boot)  # at the page's tie threshold
     cross_page = {view: {r["line"]: f"{_loc(r['estimate'])} [{_loc(r['q_low'])}, {_loc(r['q_high'])}], "
                                     f"{r['p_cross']:.0%} of resamples cross"
                          for _, r in th[th["view"] == view].iterrows()} for view in VIEWS}
@@ -1051,8 +905,8 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
     grid = _grid_effects(df)
     shifted = grid[~_noshift(grid)]
     n_neg, _ = _family_counts(g["net"] for _, g in shifted.groupby(["brightness", "contrast"]))
-    eff = paired_effects(_affine(_main(df)))
-    t1 = eff.loc[np.isclose(eff["both_strength"], 1.0), "task_a_after_train_mode"]
+    aff = paired_effects(_affine(_main(df)))
+    t1 = aff.loc[np.isclose(aff["both_strength"], 1.0), "task_a_after_train_mode"]
     # Levels whose break-even rate lies between the sweep's exchange rate and the longest budget's: the sign of their
     # normalized mean net differs between the two rates (benefit / cost > rate <=> normalized net > 0).
     rate_long = room_long / room_a if room_a > 0 else math.nan
@@ -1062,47 +916,104 @@ def _referee_findings(df: pd.DataFrame, lv: pd.DataFrame, claims: pd.DataFrame, 
     dep = [f"{r['line']} {r['strength']:g} ({nv.get((r['line'], r['strength']), 'n/a')})" for _, r in be.iterrows()]
     n_eval = int(df["n_eval"].iloc[0])
     p_b = float(_main(df).loc[lambda d: d["mode"] == "train_mode", "task_b"].mean())
-    ne = normalized_effects(paired_effects(_main(df)), _chance(df))
-    b_n0 = ne[_noshift(ne) & (ne["task_b_classes"] == "new").to_numpy()]["benefit_n"]
+    b_n0 = eff[_noshift(eff) & (eff["task_b_classes"] == "new").to_numpy()]["benefit_n"]
     flips = sum(int(g.sort_values("steps")["kind"].iloc[0] != g.sort_values("steps")["kind"].iloc[-1])
                 for _, g in bn.groupby("t"))
     longest = [(t, f"budget_net_{_strength_key(t)}_s{int(g['steps'].max())}") for t, g in bn.groupby("t")]
     net_sum = [f"t = {t:g}: {claim_text(claim(claims, key), 4)}" for t, key in longest]
-    return dict(**rate_findings(lv), holm_extra_resolved=holm_extra_resolved(df, alpha),
-                budget_dependent_levels=join(dep) if dep else "none", n_budget_dependent=len(dep),
-                t1_taska_train_mean=float(t1.mean()) if len(t1) else math.nan,
-                n_eval=n_eval, eval_se=math.sqrt(p_b * (1 - p_b) / n_eval),
-                benefit_n_noshift=float(b_n0.mean()) if len(b_n0) else math.nan, budget_net_n_flips=flips,
-                budget_net_m=len(bn), budget_change_m=len(ben_sum),
-                budget_net_summary="; ".join(net_sum) if net_sum else "not measured",
-                budget_benefit_summary="; ".join(ben_sum) if ben_sum else "not measured",
-                margin_counts=margins, n_within_margin=n_within, cross_page=cross_page,
-                budget_t_min=b_t_min, room_b_long=room_long, room_b_long_t=b_t_min, room_b_long_steps=room_steps,
-                exchange_rate_long=rate_long, grid_n_shifted=int(shifted.groupby(["brightness", "contrast"]).ngroups),
-                grid_n_net_negative_shifted=n_neg,
-                t1_taska_train_seed_min=float(t1.min()) if len(t1) else math.nan,
-                t1_taska_train_seed_max=float(t1.max()) if len(t1) else math.nan)
+    return out | dict(**rate_findings(lv), holm_extra_resolved=holm_extra_resolved(df, alpha),
+                      budget_dependent_levels=join(dep) if dep else "none", n_budget_dependent=len(dep),
+                      t1_taska_train_mean=float(t1.mean()) if len(t1) else math.nan,
+                      n_eval=n_eval, eval_se=math.sqrt(p_b * (1 - p_b) / n_eval),
+                      benefit_n_noshift=float(b_n0.mean()) if len(b_n0) else math.nan, budget_net_n_flips=flips,
+                      budget_net_m=len(bn), budget_change_m=len(ben_sum),
+                      budget_net_summary="; ".join(net_sum) if net_sum else "not measured",
+                      budget_benefit_summary="; ".join(ben_sum) if ben_sum else "not measured",
+                      margin_counts=margins, n_within_margin=n_within, cross_page=cross_page,
+                      budget_t_min=b_t_min, room_b_long=room_long, room_b_long_t=b_t_min,
+                      room_b_long_steps=room_steps, exchange_rate_long=rate_long,
+                      grid_n_shifted=int(shifted.groupby(["brightness", "contrast"]).ngroups),
+                      grid_n_net_negative_shifted=n_neg,
+                      t1_taska_train_seed_min=float(t1.min()) if len(t1) else math.nan,
+                      t1_taska_train_seed_max=float(t1.max()) if len(t1) else math.nan)
+
+
+def _boot_rho(eff: pd.DataFrame, keys: list, a: str, b: str, n_boot: int, seed: int = 0) -> dict:
+    """Spearman correlation of the condition means of ``a`` and ``b`` with a seeded percentile bootstrap interval
+    over whole seeds."""
+    A = eff.pivot_table(index="seed", columns=keys, values=a, aggfunc="first").dropna()
+    B = eff.pivot_table(index="seed", columns=keys, values=b, aggfunc="first").reindex_like(A)
+    A, B = A.to_numpy(float), B.to_numpy(float)
+    iv = bootstrap_interval((np.arange(len(A), dtype=float),),
+                            lambda i: rank_correlation(A[i.astype(int)].mean(0), B[i.astype(int)].mean(0))[0],
+                            n_resamples=n_boot, seed=seed)
+    return dict(rho=iv.mean, lo=iv.low, hi=iv.high)
+
+
+def _mismatch_findings(df: pd.DataFrame, n_boot: int, min_effect: float) -> dict:
+    """The rank correlations, the ``safe`` / ``harm`` groups around ``min_effect`` and the candidates' selection
+    (:func:`mismatch_selection`, ``n_boot`` resamples)."""
+    pc = condition_table(df)
+    kl = _groups(pc, "mismatch_kl", min_effect, "kl")
+    cands = {k: v for k, v in CANDIDATES.items() if v in df.columns}
+    sel = mismatch_selection(df, cands, n_boot=n_boot, seed=0)
+    # Intervals on the other correlations the page cites (seeds resampled as in mismatch_selection).
+    rho = {name: dict(rho=r["rho"], lo=r["rho_lo"], hi=r["rho_hi"]) for name, r in sel["candidates"].items()}
+    eff = paired_effects(_main(df))
+    keys = [k for k in POINT_COLS if k in eff.columns]
+    for name, (a, b) in {"kl_benefit": ("mismatch_kl", "benefit"),
+                         "kl_eval_train": ("mismatch_kl", "mismatch_kl_train")}.items():
+        if a in eff.columns and b in eff.columns:
+            rho[name] = _boot_rho(eff, keys, a, b, n_boot)
+    for t in _present_lines(eff):
+        rho[f"kl_cost_{t}"] = _boot_rho(eff[eff[f"on_{t}"].astype(bool)], keys, "mismatch_kl", "cost", n_boot)
+    w = sel["winner"]
+    per = sel["candidates"][w]["per_type"]
+    ns = pc[pc["kind"].astype(str).str.startswith("no shift")][cands[w]]
+    tied = [n for n, r in sel["candidates"].items() if n == w or r["beaten"] != "yes"]
+    beaten = [n for n in sel["candidates"] if n not in tied]
+    measure, mode = CANDIDATE_CALLS.get(w, ("kl", "eval"))
+    groups = _groups(pc, cands[w], min_effect, "w")
+    return dict(n_conditions=len(pc), rho_cost=rank_correlation(pc["mismatch_kl"], pc["cost"])[0],
+                noshift_kl=float(pc[pc.kind == "no shift"]["mismatch_kl"].mean()),
+                safe_max_kl=kl["safe_max_kl"], harm_min_kl=kl["harm_min_kl"],
+                indistinct=join(tied), beaten=join(beaten) if beaten else "none",
+                winner_call=f'`statistics_mismatch(backbone, batches, measure="{measure}", network_mode="{mode}")`',
+                rho=rho, selection=dict(sel["candidates"]), winner=w, n_beaten=len(beaten),
+                winner_worst_type=max(per, key=per.get), winner_worst_error=max(per.values()),
+                winner_best_type=min(per, key=per.get), winner_best_error=min(per.values()),
+                winner_noshift=float(ns.mean()) if len(ns) else math.nan,
+                winner_safe_max=groups["safe_max_w"], winner_harm_min=groups["harm_min_w"],
+                winner_threshold_clean=groups["overlap"], kl_spread=equal_measure_spread(pc, "mismatch_kl"),
+                winner_spread=equal_measure_spread(pc, cands[w]),
+                n_other_candidates=len(cands) - 1)
+
+
+def rate_findings(levels: pd.DataFrame) -> dict:
+    """What the raw view's break-even rates (:func:`level_table`) support: ``rate_n`` levels with a rate,
+    ``rate_n_point_only`` of them without an interval, ``rate_n_above_1`` above 1, ``rate_n_above_1_ci`` of those
+    whose interval lies above 1 and ``rate_n_above_1_paid`` whose verdict is ``"train mode higher"`` (only a resolved
+    net shows drifting paying at a 1:1 exchange); ``rate_above_1_levels`` (``"line strength: rate [low, high],
+    verdict"``; ``"none"``)."""
+    r = levels[(levels["metric"] == "net") & (levels["view"] == "raw")]
+    r = r[np.isfinite(r["breakeven_rate"].astype(float))]
+    above = r[r["breakeven_rate"] > 1]
+    items = [f"{x['line']} {x['strength']:g}: " + rate_reading(x["breakeven_rate"], x["breakeven_low"],
+                                                               x["breakeven_high"], "").rstrip() + f", {x['verdict']}"
+             for _, x in above.iterrows()]
+    return dict(rate_n=len(r), rate_n_point_only=int((~np.isfinite(r["breakeven_low"].astype(float))).sum()),
+                rate_n_above_1=len(above), rate_n_above_1_ci=int((above["breakeven_low"] > 1).sum()),
+                rate_n_above_1_paid=int((above["kind"] == "higher").sum()),
+                rate_above_1_levels="; ".join(items) if items else "none")
 
 
 def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie_margin: float = 0.02,
              alpha: float = 0.05, n_boot_select: int = 500, claims_: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Chapter 3's numbers table (:func:`bnstudy.study.inference.numbers_table`; accuracies and effects as fractions; a dict
-    flattens to ``<key>_<entry>``; glued as ``ch03_<key>``) from :func:`run`'s rows (the three lines with 2 levels
-    and 2 seeds at least, and ``train_mode``, ``backbone_eval``, ``separate_stats`` on them); NaN where the sweep
-    lacks what a number needs. ``n_boot`` / ``min_effect``: the crossover's resamples (seed 0) and tie tolerance;
-    ``tie_margin`` / ``alpha``: the per-level verdicts' margin and level; ``n_boot_select``: :func:`mismatch_selection`'s
-    resamples; ``claims_``: :func:`claims` of ``df`` if already computed (the counts are read off it). Raises
-    ``ValueError`` if a line or one of those modes is missing.
-
-    Among the rows: ``cross_<line>_*`` (:func:`crossover`), ``lines_<line>_n_cost_wins`` / ``_n_benefit_wins``
-    (the raw view's printed verdicts of the net below / above 0, counted), ``counts_raw_<line>_*`` (every kind of
-    verdict of the line's levels, counted), ``cost_*`` / ``benefit_*`` (95% intervals at ``noshift``, ``t1`` and
-    each line's strongest level), ``task_a_*`` (task-A quantities as the page prints them, ``train_mode - backbone_eval``: the negated cost,
-    cut to [-1, 1]), ``budget_*`` (the budget check at its largest strength), ``grid_*``, the mismatch rows (rank
-    correlations, the ``safe`` / ``harm`` groups around ``min_effect``, the candidates' selection), ``n_<kind>_<view>``
-    (the book's counts of the per-level claims) and the referee's rows (:func:`_referee_findings`: margin counts,
-    crossings at the page's threshold, the longest budget's exchange rate, break-even rates, :func:`rate_findings`).
-    """
+    """Chapter 3's numbers table (:func:`bnstudy.study.inference.numbers_table`, glued as ``ch03_<key>``; accuracies
+    as fractions; NaN where the sweep lacks what a number needs) from :func:`run`'s rows (the three lines, with
+    ``train_mode``, ``backbone_eval`` and ``separate_stats`` on them: else ``ValueError``). ``task_a_*``: task A as the
+    page prints it, ``train_mode - backbone_eval`` (the negated cost, cut to [-1, 1]). ``claims_``: :func:`claims` of
+    ``df`` if already computed."""
     main = _affine(_main(df))
     for t in SHIFT_TYPES:
         if main[f"on_{t}"].sum() == 0:
@@ -1112,20 +1023,12 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
         raise ValueError(f"findings needs the modes {sorted(missing)} on the lines")
     C = claims(df, n_boot, tie_margin, alpha) if claims_ is None else claims_
     eff = paired_effects(main)
-    cross, lines, cost, benefit, nets = {}, {}, {}, {}, []
+    cost, benefit = {}, {}
     for t in SHIFT_TYPES:
-        x, _, c = line_matrix(eff, t, "cost")
-        _, _, b = line_matrix(eff, t, "benefit")
-        cross[t] = crossover(x, c, b, n_boot=n_boot, seed=0, min_effect=min_effect)
-        # a line's levels as the per-level table prints them (the raw view's family): one verdict per claim
-        raw = count_verdicts(view_claims(C, "raw").loc[lambda v: v["key"].str.startswith(f"raw_{t}_")])
-        lines[t] = dict(n_cost_wins=raw["lower"], n_benefit_wins=raw["higher"])
-        nets.append((b - c).mean(0))
-        cost[f"{t}_max"], benefit[f"{t}_max"] = t_interval(c[:, -1]), t_interval(b[:, -1])
+        cost[f"{t}_max"], benefit[f"{t}_max"] = (t_interval(line_matrix(eff, t, m)[2][:, -1]) for m in EFFECTS[:2])
     ns, at1 = eff[_noshift(eff)], eff[np.isclose(eff["both_strength"], 1.0)]
     for name, d in (("cost", cost), ("benefit", benefit)):
         d["noshift"], d["t1"] = t_interval(ns[name]), t_interval(at1[name])
-    all_net = np.concatenate(nets)
 
     pb = main.pivot_table(index=["seed", "brightness", "contrast"], columns="mode", values="task_b")
     pinned = pb[[m for m in PINNED_MODES if m in pb.columns]].dropna()
@@ -1142,10 +1045,8 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     scat_below, scat_above = _family_counts(scat)  # the scatter's points: one family
 
     lv = level_table(df, alpha, tie_margin, n_boot)
-    grid_f, level_f = _grid_findings(df), _level_findings(df, lv, C, alpha, tie_margin, n_boot)
-    ref_f = _referee_findings(df, lv, C, alpha, tie_margin, n_boot, min_effect, level_f["room_a"],
-                              level_f["exchange_rate"])
-    bud_f, task_a_budget = _budget_findings(df)
+    level_f = _level_findings(df, lv, C, alpha, tie_margin, n_boot, min_effect)
+    bud_f, task_a_bg = _budget_grid_findings(df)
     heads = convergence_table(df).query("mode in @GRID_MODES")
     task_a = {k: task_a_difference(v) for k, v in cost.items()}  # the page's sign: train_mode - backbone_eval
     if level_f["at_t1"]:
@@ -1153,65 +1054,39 @@ def findings(df: pd.DataFrame, n_boot: int = 2000, min_effect: float = 0.01, tie
     if level_f["family"]:
         task_a["family"] = task_a_difference(level_f["family"]["cost"])
     task_a |= {f"extra_{t}": task_a_difference(e["cost"]) for t, e in level_f["extra"].items()}
-    task_a |= task_a_budget
-    task_a |= {f"grid_{k}": -float(grid_f[f"grid_cost_{k}"]) for k in ("corner", "bonly", "conly")}
+    task_a |= task_a_bg
     return numbers_table(dict(
         n_seeds=int(df["seed"].nunique()), n_runs=len(df), steps=int(main["steps"].iloc[0]), ch1_steps=CH1_STEPS,
         chance=1 / int(df["n_classes"].iloc[0]), ref_brightness=REFERENCE_SHIFT[0], ref_contrast=REFERENCE_SHIFT[1],
         min_effect=min_effect, n_boot=n_boot,
         max_pinned_diff=float((pinned["backbone_eval"] - pinned["all_eval"]).abs().max())
         if pinned.shape[1] == 2 and len(pinned) else math.nan,
-        cross=cross, lines=lines, cost=cost, benefit=benefit, task_a=task_a,
-        net_best=float(all_net.max()), net_worst=float(all_net.min()),
+        cost=cost, benefit=benefit, task_a=task_a,
         taskb_train_min=float(by_mode["train_mode"]["task_b"].min()),
         taskb_train_max=float(by_mode["train_mode"]["task_b"].max()),
         taskb_pinned_noshift=float(noshift.loc["backbone_eval", "task_b"]) if "backbone_eval" in noshift.index else math.nan,
         taskb_pinned_min=float(by_mode["backbone_eval"]["task_b"].min()),
         taska_train_min=float(by_mode["train_mode"]["task_a_after"].min()),
         taska_before_mean=float(main["task_a_before"].mean()),
-        **bud_f, **grid_f, **ref_f,
+        **bud_f,
         scatter_n_points=len(scat), scatter_n_below=scat_below, scatter_n_above=scat_above,
         sep_vs_train_max_b_diff=float((sep["task_b"] - tmm.loc[sep.index, "task_b"]).abs().max()),
-        **_mismatch_findings(df, min_effect),
         worker_min=float(df["wall_s"].sum()) / 60 if "wall_s" in df.columns else math.nan,
-        **level_f, **_selection_findings(df, n_boot_select, min_effect),
+        **level_f, **_mismatch_findings(df, n_boot_select, min_effect),
         n_heads_improving=int((heads["kind"] == "higher").sum()), n_heads_checked=len(heads),
-        tie_margin_images=int(round(tie_margin * ref_f["n_eval"])),
-        n_other_candidates=len({k for k, v in CANDIDATES.items() if v in df.columns}) - 1,
+        tie_margin_images=int(round(tie_margin * level_f["n_eval"])),
     ), bounds=lambda key: (-1.0, 1.0) if key == "task_a" else (-math.inf, math.inf))
 
 
-def crossover_long(F: pd.DataFrame) -> pd.DataFrame:
-    """The crossover numbers as a tidy table: ``shift, estimate, ci_low, ci_high, p_cross, first_resolved,
-    dominant, n_cost_wins, n_benefit_wins``."""
-    return pd.DataFrame([dict(shift=t, **{k: number(F, f"cross_{t}_{k}") for k in (
-        "estimate", "ci_low", "ci_high", "p_cross", "first_resolved", "dominant")},
-        n_cost_wins=number(F, f"lines_{t}_n_cost_wins"), n_benefit_wins=number(F, f"lines_{t}_n_benefit_wins"))
-        for t in SHIFT_TYPES])
-
-def task_a_difference(cost: Interval) -> Interval:
-    """Task A's ``train_mode - backbone_eval`` (the page's sign) from a cost interval: the same interval, negated."""
-    return Interval(-cost.mean, -cost.high, -cost.low, cost.n, cost.confidence)
-
-
 # --- the page: the sentences the numbers choose (issue 33: bnstudy.study.words) --------------------------------------
-# The page prints task A as condition minus reference (train_mode - backbone_eval): the rows and numbers keep ``cost =
-# pinned - train_mode``; the ``task_a_*`` numbers negate it. Every other sentence is the notebook's Markdown, citing
-# the claims' and numbers' derived keys.
 
-#: Where every lead (and so the front page's line) says which head recipe its verdict rests on (issue 35): the
-#: sweep's task-B benefit is measured only with the seed's one head rate, not tuned per path, never with each path's tuned rate.
+#: Every lead says which head recipe its verdict rests on (issue 35).
 SEED_PROTOCOL = "On the seed's protocol (one head rate for both paths, not tuned per path), "
+_KL = "A statistics mismatch measured before any training (KL, eval pass) "
 
 
-def _paid(f: pd.DataFrame) -> int:
-    """Levels whose sum of the two differences the raw view prints as ``train mode higher``."""
-    return number(f, "n_higher_raw")
-
-
-def _lost(f: pd.DataFrame) -> int:
-    """Levels whose sum of the two differences the raw view prints as ``train mode lower``."""
-    return number(f, "n_lower_raw")
+# Levels whose net the raw view prints as ``train mode higher`` (paid) and ``train mode lower`` (lost).
+_paid, _lost = (lambda f: number(f, "n_higher_raw")), (lambda f: number(f, "n_lower_raw"))
 
 
 def _both_groups(f: pd.DataFrame) -> bool:
@@ -1223,25 +1098,13 @@ def _groups_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
                 winner=number(f, "winner"))
 
 
-def _rate(f: pd.DataFrame, kind: str) -> int:
-    """``rate_n_above_1`` (``kind = "above"``) or ``rate_n_above_1_paid`` (``"paid"``) of :func:`rate_findings`."""
-    return number(f, "rate_n_above_1" + ("_paid" if kind == "paid" else ""))
-
-
 def _crossings_differ(c: pd.DataFrame, f: pd.DataFrame) -> bool:
     """Whether the lines whose mean curves cross in accuracy points differ between the tie thresholds of the table."""
     return len({number(f, "threshold_lines_raw_thr" + f"{t:g}".replace(".", "_")) for t in TIE_THRESHOLDS}) > 1
 
 
-_KL = "A statistics mismatch measured before any training (KL, eval pass) "
-
 #: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`, glued as ``ch03_<key>``), each a rule on the
-#: numbers table: ``lead`` (the answer's plain first sentence, issue 37) by the raw view's counts of printed
-#: verdicts; ``favour`` by those counts in the raw and the above-no-shift views; ``threshold_sentence`` by whether
-#: one value of the winning mismatch measure separates the shifts whose task-A loss stayed below ``min_effect`` (95%)
-#: from the others; ``mismatch_rank`` by the KL's rank correlation's bootstrap interval; ``rate_above_1_reading`` by
-#: whether a break-even rate above 1 comes with a net shown in favour of drifting; ``threshold_dependence`` by
-#: whether the lines that cross in accuracy points differ between the tie thresholds.
+#: numbers table; ``lead`` is the answer's plain first sentence (issue 37), read off the raw view's printed verdicts.
 NOTES = (
     Note("lead", lambda c, f: not _paid(f) and _lost(f) > 0,
          "**No.** " + SEED_PROTOCOL + "at no shift tested was a net gain shown for drifting statistics (the new "
@@ -1275,13 +1138,13 @@ NOTES = (
     Note("mismatch_rank", lambda c, f: number(f, "rho_kl_hi") < 0, _KL + "ranks the shifts against task A's loss"),
     Note("mismatch_rank", lambda c, f: not (number(f, "rho_kl_lo") > 0 or number(f, "rho_kl_hi") < 0),
          _KL + "was not shown to rank the shifts by task A's loss"),
-    Note("rate_above_1_reading", lambda c, f: _rate(f, "above") == 0, "no break-even rate lies above 1"),
-    Note("rate_above_1_reading", lambda c, f: _rate(f, "above") > 0 and _rate(f, "paid") == 0,
+    Note("rate_above_1_reading", lambda c, f: number(f, "rate_n_above_1") == 0, "no break-even rate lies above 1"),
+    Note("rate_above_1_reading", lambda c, f: number(f, "rate_n_above_1") > 0 and number(f, "rate_n_above_1_paid") == 0,
          "at none of them does the net show a direction in favour of drifting statistics, so none shows that "
          "drifting pays even at a 1:1 exchange"),
-    Note("rate_above_1_reading", lambda c, f: _rate(f, "paid") > 0,
+    Note("rate_above_1_reading", lambda c, f: number(f, "rate_n_above_1_paid") > 0,
          "at {n} of them the net shows a direction in favour of drifting statistics",
-         lambda c, f: dict(n=_rate(f, "paid"))),
+         lambda c, f: dict(n=number(f, "rate_n_above_1_paid"))),
     Note("threshold_dependence", _crossings_differ, "So which lines cross depends on the tie threshold"),
     Note("threshold_dependence", lambda c, f: not _crossings_differ(c, f),
          "So which lines cross is the same at every tie threshold of the table"),
@@ -1290,9 +1153,8 @@ NOTES = (
 
 def page_texts(C: pd.DataFrame, F: pd.DataFrame) -> dict:
     """Every sentence and word the page's Markdown glues by name (``ch03_<name>``): the :data:`NOTES` that hold on
-    ``F``, the raw and the normalized view's per-level verdicts counted (:func:`bnstudy.study.words.counts_text`:
-    ``counts_sentence``, ``normalized_counts``), the verdict words the prose names and the margins and tie thresholds
-    as lists. Raises ``ValueError`` if a note's rules do not pick exactly one sentence."""
+    ``F``, the per-level verdicts counted, the verdict words the prose names and the margins and tie thresholds as
+    lists. Raises ``ValueError`` if a note's rules do not pick exactly one sentence."""
     def count(view):
         return counts_text(view_claims(C, view), "shifted levels", "the sum", "zero", number(F, "tie_margin"))
     return dict(notes(NOTES, C, F), counts_sentence=count("raw"), normalized_counts=count("normalized"),

@@ -1,15 +1,10 @@
-"""Chapter 3, what is trained: ``train_mode``'s cost on task A and benefit on task B as the shift between the tasks
-grows, along lines from no shift to beyond chapter 1's shift ``REFERENCE_SHIFT = (b0, c0)``:
-
-* ``brightness`` (offset ``b``, contrast 1), ``contrast`` (gain ``c``, brightness 0) and ``both`` (strength ``t``:
-  brightness ``t * b0``, contrast ``1 + t * (c0 - 1)``; ``t = 1`` is chapter 1's shift);
-* issue 10: ``blur`` and ``noise`` (corruptions no per-channel affine map undoes) and the second task family whose
-  task B has task A's classes (``same_both``, ``same_noise``; :func:`bnstudy.study.tasks.make_task_b`);
-
-plus a brightness x contrast grid and a training-budget check (``both``-line points rerun with longer stage 2).
-Each distinct ``(seed, mode, shift, steps)`` runs once (:func:`bnstudy.study.engine.transfer_sweep`) and carries the
-statistics mismatch between its source backbone's stored statistics and its task-B data, which needs no training.
-This module imports neither :mod:`.findings` nor :mod:`.figures` (docs/chapter-code.md).
+"""Chapter 3, what is trained: ``train_mode``'s cost on task A and benefit on task B along lines of growing shift
+from none to beyond chapter 1's ``REFERENCE_SHIFT = (b0, c0)``: ``brightness`` (offset ``b``), ``contrast`` (gain
+``c``), ``both`` (strength ``t``: brightness ``t * b0``, contrast ``1 + t * (c0 - 1)``), ``blur`` and ``noise``
+(issue 10: corruptions no per-channel affine map undoes) and the same-class family (``same_both``, ``same_noise``:
+:func:`bnstudy.study.tasks.make_task_b`); plus a brightness x contrast grid and a training-budget check. Each distinct
+``(seed, mode, shift, steps)`` runs once and carries the statistics mismatch between its source backbone's stored
+statistics and its task-B data. This module imports neither :mod:`.findings` nor :mod:`.figures`.
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ from ...tasks import BatchStream, generator, make_task_b
 NAMESPACE = "ch03_shift_strength"
 MISMATCH_NAMESPACE = "ch03_mismatch"
 SHIFT_TYPES = ("brightness", "contrast", "both")
-#: Every line (module docstring): ``blur`` is a Gaussian blur std in pixels, ``noise`` an extra pixel-noise std.
+#: ``blur``: a Gaussian blur std in pixels; ``noise``: an extra pixel-noise std.
 LINES = SHIFT_TYPES + ("blur", "noise", "same_both", "same_noise")
 #: ``line: (task_b_classes, kind)``; kind is ``brightness``/``contrast``/``both`` (affine) or a corruption.
 LINE_SPEC = {"brightness": ("new", "brightness"), "contrast": ("new", "contrast"), "both": ("new", "both"),
@@ -75,10 +70,8 @@ def _r(v: float) -> float:
 
 
 def shift_of(shift_type: str, strength: float) -> tuple[float, float]:
-    """``(brightness, contrast)`` of the point at ``strength`` on the line ``shift_type``.
-
-    Raises ``ValueError`` for an unknown shift type or a strength that gives a non-positive contrast.
-    """
+    """``(brightness, contrast)`` of the point at ``strength`` on the line ``shift_type``. Raises ``ValueError`` for
+    an unknown shift type or a strength that gives a non-positive contrast."""
     check_choice("shift_type", shift_type, SHIFT_TYPES)
     s = float(strength)
     if shift_type == "brightness":
@@ -109,7 +102,6 @@ def point_of(line: str, strength: float) -> tuple:
 
 
 def _key(row) -> tuple:
-    """A results row's (or dict's) shift as a :func:`point_of` tuple, floats rounded."""
     return (row["task_b_classes"], row["corruption"], _r(row["corruption_level"]), _r(row["brightness"]),
             _r(row["contrast"]))
 
@@ -138,16 +130,11 @@ def _modes(name: str, value) -> tuple[str, ...]:
 
 
 class Config(ChapterConfig):
-    """Chapter 3's parameters (the notebook's parameters cell, one for one, and a few run sizes).
-
-    Profile-sized (:data:`PROFILES`): ``seeds``, ``steps`` (stage-2 steps), the strengths of each line
-    ``<line>_levels`` (strictly increasing; empty skips the line; the issue-10 lines default empty), the heatmap
-    axes ``grid_brightness`` / ``grid_contrast`` (both empty: no grid), ``budget_levels`` (``both``-line strengths)
-    and ``budget_steps`` (the longer step counts; either empty: no budget check). ``line_modes`` / ``grid_modes``
-    must include :data:`GRID_MODES`; ``mismatch_batches``: task-B batches per mismatch measurement; ``n_boot``,
-    ``n_boot_select``, ``min_effect``, ``tie_margin``: the analysis' resamples, crossover tie tolerance and TOST
-    margin (accuracy fractions); the run sizes default to :class:`RunConfig`'s. Raises ``ValueError`` naming the
-    parameter for any bad value, before any work starts.
+    """Chapter 3's parameters (the notebook's parameters cell, one for one, and a few run sizes). ``<line>_levels``:
+    strictly increasing strengths, empty skips the line; ``grid_brightness`` / ``grid_contrast`` both empty: no grid;
+    ``budget_levels`` (``both``-line strengths) or ``budget_steps`` empty: no budget check; ``line_modes`` /
+    ``grid_modes`` must include :data:`GRID_MODES`; ``min_effect`` / ``tie_margin``: crossover tie tolerance and TOST
+    margin (accuracy fractions). Raises ``ValueError`` naming the parameter for any bad value, before any work starts.
     """
 
     PARAMETERS = dict(profile=REQUIRED, seeds=REQUIRED, steps=REQUIRED, brightness_levels=REQUIRED,
@@ -283,11 +270,8 @@ class MismatchConfig(SourceConfig):
 
 
 def mismatch_batches(cfg: MismatchConfig) -> list[torch.Tensor]:
-    """``cfg.mismatch_batches`` unlabelled task-B batches ``(batch_size, 3, 32, 32)`` of ``cfg``'s seed and shift.
-
-    Drawn from their own generator (``seed, "mismatch", "B"``), so the same images, shifted
-    differently, serve every shift level of a seed.
-    """
+    """``cfg.mismatch_batches`` unlabelled task-B batches ``(batch_size, 3, 32, 32)`` of ``cfg``'s seed and shift, from
+    their own generator (``seed, "mismatch", "B"``): the same images, shifted differently, serve every level."""
     task = make_task_b(cfg.seed, cfg.n_classes, cfg.noise, cfg.brightness, cfg.contrast, cfg.task_b_classes,
                        cfg.corruption, cfg.corruption_level)
     stream = BatchStream(task, cfg.batch_size, generator(cfg.seed, "mismatch", "B"))
@@ -305,13 +289,9 @@ def source_backbone(cfg: SourceConfig, cache_dir=None, version: str | None = Non
 
 
 def mismatch_row(backbone: torch.nn.Module, batches: list[torch.Tensor]) -> dict:
-    """The mismatch columns of one run: Gaussian KL (eval and train pass) and standardised mean shift.
-
-    ``mismatch_kl`` (the chapter's measure): mean over BN layers of the per-layer,
-    channel-averaged ``KL(new || stored)`` in the eval pass; ``mismatch_kl_l<i>``: per layer;
-    ``mismatch_mean_shift``: mean over layers of the standardised mean shift (eval pass);
-    ``mismatch_kl_train``: the KL in the train pass (against the statistics ``train_mode`` drifts to).
-    """
+    """The mismatch columns of one run: ``mismatch_kl`` (the mean over BN layers of the channel-averaged ``KL(new ||
+    stored)``, eval pass; ``mismatch_kl_l<i>`` per layer), the eval pass's mean shift, log variance ratio and
+    Wasserstein distance, and ``mismatch_kl_train`` (train pass: against the statistics ``train_mode`` drifts to)."""
     row = {}
     stats_eval = bn_input_statistics(backbone, batches, "eval")
     kl = mismatch_from_statistics(backbone, stats_eval, "kl")
