@@ -214,7 +214,6 @@ def test_findings_on_a_table_built_to_satisfy_every_claim():
     assert tuple(_n(F, k) for k in ("f3_n_higher", "f3_n_lower", "f3_n_not_decided")) == (4, 0, 0)
     # no corruption and blur 1 lose less than 0.01, blur 5 and inversion more: the mismatch separates them
     assert _n(F, "n_safe") == 2 and _n(F, "n_harm") == 2 and _n(F, "n_neither") == 0
-    assert _n(F, "safe_max_kl") == pytest.approx(0.1) and _n(F, "harm_min_kl") == pytest.approx(2.0)
     assert _n(F, "c2_threshold_separates") == "one value separates them"
     assert _n(F, "c2_phrase") == ("conditions shown to lose less than the margin reach a median mismatch of 0.1, those "
                                 "shown to lose more start at 2")
@@ -794,6 +793,8 @@ def test_a_seed_missing_a_condition_gets_no_rho_and_a_repeated_run_is_refused():
     nan = df.copy()
     nan.loc[(nan.seed == 2) & (nan.corruption == "blur") & (nan.severity == 1), "mismatch_kl"] = np.nan
     assert np.isnan(findings.per_seed_rho(nan).set_index("seed").loc[2, "rho"])
+    with pytest.raises(ValueError, match="more than one row"):  # a run given twice
+        findings.per_seed_rho(pd.concat([df, df[df["mode"] == "train_mode"].iloc[:1]]))
 
 
 # --- each network at its own momentum (issue 35) -------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Chapter 7, what is drawn from :mod:`.findings`' tables: the accuracy, effects and mismatch figures (column width,
-text of at least 9 pt, colours from :mod:`bnstudy.study.style`) and the verdict grid."""
+"""Chapter 7, what is drawn from :mod:`.findings`' tables: three figures (column width, colours from
+:mod:`bnstudy.study.style`) and the verdict grid."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ...plots import MODE_ORDER, fit_page
 from ...words import claim, claim_text
 from .findings import CLIP, CORRUPTION_LABELS, networks_of, network_label, verdict_table
 
-#: The page's order of networks (smallest first) and corruptions; others follow in the order of the rows.
+#: The page's order of networks and corruptions; others follow in the order of the rows.
 NETWORK_ORDER = ("small_cnn", "resnet18", "mobilenet_v3_small")
 CORRUPTION_ORDER = ("none", "brightness", "contrast", "gaussian_noise", "blur", "inversion")
 
@@ -25,13 +25,11 @@ def _ordered(col: pd.Series, order: tuple) -> list:
 
 
 def _yerr(h: pd.DataFrame, mean: str, low: str, high: str, lo: float, hi: float) -> list:
-    """Error bars of ``h[mean]`` to its interval ends cut to ``[lo, hi]``."""
     return [h[mean] - h[low].clip(lo, hi), h[high].clip(lo, hi) - h[mean]]
 
 
 def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
-    """Accuracy per freeze mode at the reference corruption, one panel per network (``acc``:
-    :func:`.findings.accuracy_table`): task A before and after stage 2, and task B, 95% bars cut to [0, 1]."""
+    """Accuracy per freeze mode at the reference, one panel per network (``acc``: :func:`.findings.accuracy_table`)."""
     nets = _ordered(acc["network"], NETWORK_ORDER)
     metrics = {"task_a_before": "task A before", "task_a_after": "task A after", "task_b": "task B"}
     colors = (style.GREY, style.VERMILLION, style.BLUE)
@@ -46,8 +44,7 @@ def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
                             "ci_high", 0, 1), fmt="o", ms=4, capsize=2, label=label, color=colors[k],
                             mfc="none" if metric == "task_a_before" else None, zorder=3 + k)
             ax.axhline(chance, color=style.REFERENCE["chance"], ls=":", lw=1, label="chance")
-            ax.set_xticks(range(len(modes)))
-            ax.set_xticklabels(modes, rotation=90)
+            ax.set_xticks(range(len(modes)), modes, rotation=90)
             ax.set_title(network_label(net)); ax.set_ylim(0, 1.02)
         axes[0][0].set_ylabel("held-out accuracy")
         handles, labels = axes[0][0].get_legend_handles_labels()
@@ -56,15 +53,13 @@ def ch07_accuracy_figure(acc: pd.DataFrame, chance: float):
         return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
-def _clip_ylim(ax) -> None:
-    """Accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot."""
+def _clip_ylim(ax) -> None:  # accuracy differences live in [-1, 1]; t intervals over few seeds can overshoot
     ax.set_ylim(max(-1.05, ax.get_ylim()[0]), min(1.05, ax.get_ylim()[1]))
 
 
 def ch07_effects_figure(eff: pd.DataFrame):
-    """Cost (task A) and benefit (task B) of drifting statistics, each ``train_mode - backbone_eval``, against
-    severity: rows are corruptions (severity 0, no corruption, in each), columns networks (``eff``:
-    :func:`.findings.effects_table`); bars are the network's condition-family intervals cut to [-1, 1]."""
+    """Task A and task B ``train_mode - backbone_eval`` against severity, one row per corruption (severity 0 in each),
+    one column per network (``eff``: :func:`.findings.effects_table`)."""
     nets = _ordered(eff["network"], NETWORK_ORDER)
     corrs = [c for c in _ordered(eff["corruption"], CORRUPTION_ORDER) if c != "none"]
     sevs = sorted(set(int(v) for v in eff["severity"]))
@@ -72,8 +67,7 @@ def ch07_effects_figure(eff: pd.DataFrame):
         fig, axes = plt.subplots(len(corrs), len(nets), figsize=(style.COLUMN_WIDTH_IN, 1.75 * len(corrs) + 1.0),
                                  sharex=True, sharey=True, squeeze=False)
         for i, corr in enumerate(corrs):
-            for j, net in enumerate(nets):
-                ax = axes[i][j]
+            for ax, net in zip(axes[i], nets):
                 g = eff[(eff["network"] == net) & eff["corruption"].isin(["none", corr])]
                 for name in ("cost", "benefit"):
                     h = g[g["effect"] == name].sort_values("severity")
@@ -81,17 +75,15 @@ def ch07_effects_figure(eff: pd.DataFrame):
                                 fmt="o-", ms=3, capsize=2, lw=1, color=style.EFFECTS[name],
                                 label=f"task {'A' if name == 'cost' else 'B'} difference")
                 ax.axhline(0, color=style.REFERENCE["zero"], lw=0.6)
-                if i == 0:
-                    ax.set_title(network_label(net))
-                if j == 0:
-                    label = CORRUPTION_LABELS.get(corr, corr)
-                    if corr == "inversion":  # its x axis is not monotone in pixel statistics: give the mix s
-                        mix = [f"{SEVERITY_LEVELS['inversion'][v - 1]:g}" for v in sevs if v > 0]
-                        label += "\n(s = " + ", ".join(mix) + ")"
-                    ax.set_ylabel(label)
-                if i == len(corrs) - 1:
-                    ax.set_xlabel("severity")
                 ax.set_xticks(sevs)
+            label = CORRUPTION_LABELS.get(corr, corr)
+            if corr == "inversion":  # its x axis is not monotone in pixel statistics: give the mix s
+                label += "\n(s = " + ", ".join(f"{SEVERITY_LEVELS['inversion'][v - 1]:g}" for v in sevs if v > 0) + ")"
+            axes[i][0].set_ylabel(label)
+        for ax, net in zip(axes[0], nets):
+            ax.set_title(network_label(net))
+        for ax in axes[-1]:
+            ax.set_xlabel("severity")
         _clip_ylim(axes[0][0])
         fig.supylabel("train_mode − backbone_eval (accuracy)")
         h, lab = axes[0][0].get_legend_handles_labels()
@@ -100,11 +92,9 @@ def ch07_effects_figure(eff: pd.DataFrame):
         return fit_page(fig, style.COLUMN_WIDTH_IN, style.MIN_FONT_PT)
 
 
-def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
-    """Cost of drifting statistics (mean, condition-family interval) against the median mismatch over seeds (its
-    quartiles as bars) measured before stage 2, one panel per network, one point per condition (``cond``:
-    :func:`.findings.condition_table`), each corruption's points joined in severity order from the uncorrupted
-    one; colour and marker by corruption. ``rho``: optional ``{network: Interval}`` (Spearman rho) for the titles."""
+def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict):
+    """The task-A difference against the median mismatch over seeds, one panel per network, one point per condition
+    (``cond``: :func:`.findings.condition_table`); ``rho``: ``{network: Interval}`` (Spearman rho) for the titles."""
     nets = _ordered(cond["network"], NETWORK_ORDER)
     corrs = _ordered(cond["corruption"], CORRUPTION_ORDER)
     colors = {c: style.color("shift", c) for c in corrs}  # the same colour per kind of shift as chapter 3's
@@ -131,11 +121,9 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
                             label=CORRUPTION_LABELS.get(corr, corr))
             ax.set_xscale("log"); ax.axhline(0, color="black", lw=0.6)
             ax.grid(False, axis="x")  # a vertical gridline next to the left spine read as a doubled axis line
-            title = network_label(net)
-            if rho is not None and net in rho:
-                r = rho[net].clipped(-1, 1)  # a t interval over few seeds can overshoot
-                title += f"\nper-seed Spearman ρ {r.mean:.2f} [{r.low:.2f}, {r.high:.2f}]"
-            ax.set_title(title, fontsize=10)
+            r = rho[net].clipped(-1, 1)  # a t interval over few seeds can overshoot
+            ax.set_title(f"{network_label(net)}\nper-seed Spearman ρ {r.mean:.2f} [{r.low:.2f}, {r.high:.2f}]",
+                         fontsize=10)
             # ticks at 1, 2 and 5 per decade, plain numbers, major and minor of one length (labels at one height)
             ax.xaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(2, 5)))
             ax.tick_params(axis="x", which="both", labelsize=style.MIN_FONT_PT, length=3.5, width=0.8)
@@ -153,10 +141,8 @@ def ch07_mismatch_figure(cond: pd.DataFrame, rho: dict | None = None):
 
 
 def verdict_grid(claims: pd.DataFrame, numbers: pd.DataFrame) -> pd.DataFrame:
-    """The page's verdict table (:func:`.findings.verdict_table`): one row per claim, one column per network
-    (readable names), each cell the claim in the book's one shape (:func:`bnstudy.study.words.claim_text`, its
-    interval cut to :data:`.findings.CLIP`), a check's verdict (with its largest difference where not exact), or
-    the counts."""
+    """The page's verdict table (:func:`.findings.verdict_table`), one column per network: each cell the claim in the
+    book's one shape (cut to :data:`.findings.CLIP`), a check's verdict or the counts."""
     def cell(r):
         if r["detail"]:
             return r["detail"]

@@ -1,8 +1,6 @@
-"""Chapter 7, what is claimed from :mod:`.run`'s rows: the claims at the reference (:func:`claims`) and at every
-condition (:func:`condition_claims`, :func:`cited`), the numbers table (:func:`findings`), the page's rule-triggered
-words (:data:`NOTES`, :func:`words`) and the tidy tables the figures draw. A difference is *condition minus
-reference*, the freeze modes' reference being ``backbone_eval``: the ``cost`` of drifting statistics is task A's
-``train_mode - backbone_eval`` (negative when train mode loses), its ``benefit`` task B's."""
+"""Chapter 7, what is claimed from :mod:`.run`'s rows. A difference is *condition minus reference* (the freeze modes'
+reference: ``backbone_eval``): the ``cost`` of drifting statistics is task A's ``train_mode - backbone_eval`` (negative
+when train mode loses), its ``benefit`` task B's."""
 
 from __future__ import annotations
 
@@ -14,35 +12,31 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...inference import (Family, Interval, Question, ask, at_resolution, claims_table, count_one_sided,
-                          count_verdicts, decide, exact_check, holm, number, numbers_table, one_sided_p,
-                          paired_differences, rank_correlation, t_interval)
+from ...inference import (Family, Interval, Question, ask, at_resolution, claims_table, count_verdicts, decide,
+                          exact_check, holm, number, numbers_table, one_sided_p, paired_differences, rank_correlation,
+                          t_interval)
 from ...modes import MODE_NAMES
 from ...report import p_text
 from ...words import Note, claim, claim_text, join, notes, verdict_md
 
 #: The level of every family (Bonferroni intervals at ALPHA / m; counts count the printed verdicts).
 ALPHA = 0.05
-#: Equivalence margin (accuracy) of task B's ``train_mode - backbone_eval`` (TOST at the family's level).
+#: Equivalence margin (accuracy) of task B's ``train_mode - backbone_eval``.
 TIE_MARGIN = 0.02
 #: A condition is "safe" where its loss of task A is shown smaller than this (chapter 3's ``min_effect``),
-#: "harmful" where shown larger; :data:`MARGIN_SWEEP`: the other margins the page reports the outcome at.
+#: "harmful" where shown larger; MARGIN_SWEEP: the other margins the page reports the outcome at.
 MIN_EFFECT = 0.01
 MARGIN_SWEEP = (0.02, 0.03)
-#: A count verdict "rests on a hair" where the end of its family interval nearest zero lies within this of zero
-#: (accuracy): a tenth of a percent, about three of the 300 task-B test images answered differently in one of the
-#: 10 seeds (each moves the mean over seeds by 1/3000), so the verdict could flip with that. Chosen after a referee
-#: named the small CNN's bound of +0.00002 (issue 35); a round number, not tuned to that bound (the glossary says so).
+#: A counted verdict "rests on a hair" where its interval end nearest zero lies within this of zero: about three of
+#: the 300 task-B test images in one of 10 seeds (issue 35; a round number, not tuned to the bound a referee named).
 NEAR_ZERO = 0.001
 #: Chance accuracy (five classes) and the "about chance" line, 1.5x chance.
 CHANCE = 1 / 5
 CHANCE_LINE = 1.5 * CHANCE
 
 NETWORK_LABELS = {"small_cnn": "small CNN", "resnet18": "ResNet-18", "mobilenet_v3_small": "MobileNetV3-small"}
-CORRUPTION_LABELS = {"none": "no corruption", "brightness": "brightness", "contrast": "contrast",
-                     "gaussian_noise": "Gaussian noise", "blur": "blur", "inversion": "inversion"}
-#: Torchvision models the page names (others as torchvision spells them).
-MODEL_LABELS = {"regnet_y_128gf": "RegNetY-128GF", "vit_h_14": "ViT-H/14"}
+CORRUPTION_LABELS = {"none": "no corruption", "gaussian_noise": "Gaussian noise"}  # the others as spelled
+MODEL_LABELS = {"regnet_y_128gf": "RegNetY-128GF", "vit_h_14": "ViT-H/14"}  # torchvision models the page names
 
 
 def network_label(name: str) -> str:
@@ -55,8 +49,8 @@ def _in_prose(name: str) -> str:
 
 def condition_label(corruption: str, severity: int) -> str:
     """``("gaussian_noise", 5)`` -> ``"Gaussian noise at severity 5"``; ``("none", 0)`` -> ``"no corruption"``."""
-    return "no corruption" if corruption == "none" else \
-        f"{CORRUPTION_LABELS.get(corruption, corruption)} at severity {int(severity)}"
+    label = CORRUPTION_LABELS.get(corruption, corruption)
+    return label if corruption == "none" else f"{label} at severity {int(severity)}"
 
 
 # --- tidy tables ----------------------------------------------------------------------------------------------------
@@ -65,8 +59,7 @@ _CELL = ["network", "corruption", "severity"]
 
 
 def _pair(df: pd.DataFrame, value: str, condition: str, reference: str) -> pd.DataFrame:
-    """Per cell and seed: ``value`` of mode ``condition`` minus mode ``reference`` as ``diff``
-    (:func:`bnstudy.study.inference.paired_differences`)."""
+    """Per cell and seed: ``value`` of mode ``condition`` minus mode ``reference`` as ``diff``."""
     parts = [paired_differences(g, value, "mode", condition, reference).rename("diff").reset_index()
              .assign(**dict(zip(_CELL, key)))
              for key, g in df.groupby(_CELL, sort=False) if {condition, reference} <= set(g["mode"])]
@@ -84,15 +77,13 @@ def effects(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _families(df: pd.DataFrame) -> dict:
-    """``{network: Family}``: a network's (corruption, severity) conditions are one family (the figures' intervals
-    and the counts over conditions)."""
+    """``{network: Family}``: a network's conditions are one family (the figures' intervals, the counts)."""
     return {n: Family(int(d[["corruption", "severity"]].drop_duplicates().shape[0]))
             for n, d in df.groupby("network", sort=False)}
 
 
 def _tidy(df: pd.DataFrame, by: list, metrics: tuple, column: str, confidence=lambda key: 0.95) -> pd.DataFrame:
-    """Tidy: ``*by, <column>, mean, ci_low, ci_high, n_seeds``, a t interval of each of ``metrics`` (named in
-    ``column``) per group of ``by``, at ``confidence(group key)``."""
+    """``*by, <column>, mean, ci_low, ci_high, n_seeds``: a t interval of each of ``metrics`` per group of ``by``."""
     recs = []
     for key, g in df.groupby(by, sort=False):
         for m in metrics:
@@ -102,17 +93,15 @@ def _tidy(df: pd.DataFrame, by: list, metrics: tuple, column: str, confidence=la
 
 
 def effects_table(df: pd.DataFrame) -> pd.DataFrame:
-    """:func:`_tidy` of the ``cost``, ``benefit`` and ``net`` effects per cell, at the network's condition family's
-    level (column ``confidence``)."""
+    """:func:`_tidy` of the cost, benefit and net per cell at the network's condition-family level (``confidence``)."""
     conf = {n: fam.confidence for n, fam in _families(df).items()}
     t = _tidy(effects(df), _CELL, ("cost", "benefit", "net"), "effect", lambda key: conf[key[0]])
     return t.assign(confidence=t["network"].map(conf))
 
 
 def condition_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per cell: the mismatch over seeds (``mismatch_kl``: the median, robust to the few seeds whose KL explodes;
-    its quartiles ``_q25`` / ``_q75`` and ``_mean``), the cost's mean and condition-family interval (``cost_lo``,
-    ``cost_hi``) and the mean ``benefit``."""
+    """Per cell: the median mismatch over seeds (robust to the few seeds whose KL explodes; ``_q25``, ``_q75``,
+    ``_mean``), the cost's mean and condition-family interval (``cost_lo``, ``cost_hi``) and the mean ``benefit``."""
     fams, recs = _families(df), []
     for key, g in effects(df).groupby(_CELL, sort=False):
         iv, kl = t_interval(g["cost"], fams[key[0]].confidence), g["mismatch_kl"]
@@ -124,32 +113,28 @@ def condition_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def per_seed_rho(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (network, seed): Spearman's rho over the conditions of that seed's mismatch and cost; NaN with fewer than
-    4 conditions, a constant column, or a seed lacking a condition of its network or a value there (never a rho over
-    fewer conditions than the other seeds'). Raises ``ValueError`` on a repeated (network, seed, condition)."""
-    e, cell = effects(df), ["corruption", "severity"]
-    dup = e.duplicated(["network", "seed", *cell])
-    if dup.any():
-        raise ValueError(f"per_seed_rho: {int(dup.sum())} repeated (network, seed, corruption, severity) rows; "
-                         f"give each run once")
-    n_cond = e.groupby("network", sort=False)[cell].apply(lambda g: len(g.drop_duplicates()))
+    """Per (network, seed): Spearman's rho of mismatch and cost over the seed's conditions; NaN with fewer than 4, a
+    constant column, or a condition or value missing (never a rho over fewer conditions than the other seeds')."""
+    e = effects(df)
+    n_cond = e.groupby("network", sort=False)[["corruption", "severity"]].apply(lambda g: len(g.drop_duplicates()))
     recs = [dict(network=net, seed=seed, rho=rank_correlation(g["mismatch_kl"], g["cost"])[0]
                  if g[["mismatch_kl", "cost"]].notna().all(axis=None) and len(g) == n_cond[net] else float("nan"))
             for (net, seed), g in e.groupby(["network", "seed"], sort=False)]
     return pd.DataFrame(recs, columns=["network", "seed", "rho"])
 
 
+def _at(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
+    return df[(df.corruption == reference[0]) & (df.severity == reference[1])]
+
+
 def accuracy_table(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
     """:func:`_tidy` of the accuracies per network and mode at the reference (95% intervals, not comparisons)."""
-    ref = df[(df.corruption == reference[0]) & (df.severity == reference[1])]
-    return _tidy(ref, ["network", "mode"], ("task_a_before", "task_a_after", "task_b"), "metric")
+    return _tidy(_at(df, reference), ["network", "mode"], ("task_a_before", "task_a_after", "task_b"), "metric")
 
 
 # --- claims ---------------------------------------------------------------------------------------------------------
 
-#: Direction words (higher, lower) of this page's verdicts, by question: task B ``train_mode - backbone_eval``; task A
-#: of ``train_mode`` minus 1.5x chance; its task A after minus before stage 2; the per-seed rank correlation of
-#: mismatch and cost (negative: a larger mismatch, a larger loss); the cost minus ``-margin``.
+#: Direction words (higher, lower) of each question's verdicts (:func:`_question_values`; ``c1``: :func:`per_seed_rho`).
 WORDS = {"f3": ("train mode higher", "train mode lower"), "f2": ("above 1.5x chance", "below 1.5x chance"),
          "drop": ("higher after stage 2", "lower after stage 2"),
          "c1": ("larger mismatch, smaller loss", "larger mismatch, larger loss"),
@@ -160,8 +145,8 @@ QUESTIONS = ("f2", "drop", "f3") + tuple(f"loss_{m:g}" for m in (MIN_EFFECT,) + 
 
 
 def _off_line(values, line: float) -> np.ndarray:
-    """``values - line`` at the accuracy resolution (:func:`bnstudy.study.inference.at_resolution`): 0.3 - 90/300 is 0,
-    not a float artefact that a zero-spread sample would call a direction."""
+    """``values - line`` at the accuracy resolution: 0.3 - 90/300 is 0, not a float artefact that a zero-spread
+    sample would call a direction."""
     return at_resolution(np.asarray(values, dtype=float) - line)
 
 
@@ -184,11 +169,8 @@ def _question_values(cell: pd.DataFrame, question: str) -> np.ndarray:
 
 
 def condition_claims(df: pd.DataFrame) -> pd.DataFrame:
-    """Every question of :data:`QUESTIONS` at every condition: one claims table per network and question (one family:
-    the network's conditions) with ``network, question, corruption, severity`` in front and ``p_less_adjusted`` /
-    ``p_greater_adjusted`` (one-sided t tests, Holm over the same conditions). ``f2``: task A of ``train_mode`` minus
-    1.5x chance; ``drop``: its task A after minus before; ``f3``: task B ``train_mode - backbone_eval``;
-    ``loss_<m>``: the cost minus ``-m``."""
+    """Every question of :data:`QUESTIONS` at every condition, one family per network and question, with its cell in
+    front and ``p_less_adjusted`` / ``p_greater_adjusted`` (one-sided t tests, Holm over the same conditions)."""
     fams, parts = _families(df), []
     for net, d in df.groupby("network", sort=False):
         cells = list(d.groupby(["corruption", "severity"], sort=False))
@@ -221,25 +203,20 @@ def condition_verdicts(df: pd.DataFrame, claims: pd.DataFrame | None = None) -> 
 
 def _threshold(c: pd.DataFrame) -> tuple[str, pd.Series, pd.Series]:
     """Chapter 3's threshold question on one network's ``loss_<m>`` claims with the conditions' ``mismatch_kl``:
-    (outcome, safe conditions' mismatch, harmful ones'). Safe: the loss of task A shown smaller than the margin,
-    harmful: shown larger, each by its printed verdict (the family interval above or below the margin's line: the
-    book's one verdict per claim, :func:`bnstudy.study.inference.count_one_sided`). A description of the counts."""
-    safe = c[c["kind"] == "higher"]["mismatch_kl"]
-    harm = c[c["kind"] == "lower"]["mismatch_kl"]
-    harmful = lambda rows: bool(len(rows)) and bool((rows["kind"] == "lower").all())  # noqa: E731
-    if not len(safe):
-        if harmful(c[c["corruption"] == "none"]):
-            return "no condition shown safe (a loss already without corruption)", safe, harm
-        if harmful(c.loc[[c["mismatch_kl"].idxmin()]]):
-            return "no condition shown safe (a loss already at the lowest mismatch)", safe, harm
-        return "no condition shown safe", safe, harm
-    if not len(harm):
+    (outcome, safe conditions' mismatch, harmful ones'), safe and harmful by the printed verdicts."""
+    safe, harm = c[c["kind"] == "higher"]["mismatch_kl"], c[c["kind"] == "lower"]["mismatch_kl"]
+    if len(safe) and len(harm):
+        return ("one value separates them" if safe.max() < harm.min() else "no single value separates them"), safe, harm
+    if len(safe):
         return "no condition shown harmful", safe, harm
-    return ("one value separates them" if safe.max() < harm.min() else "no single value separates them"), safe, harm
+    harmful = lambda rows: bool(len(rows)) and bool((rows["kind"] == "lower").all())  # noqa: E731
+    why = (" (a loss already without corruption)" if harmful(c[c["corruption"] == "none"]) else
+           " (a loss already at the lowest mismatch)" if harmful(c.loc[[c["mismatch_kl"].idxmin()]]) else "")
+    return "no condition shown safe" + why, safe, harm
 
 
-#: The verdict table's rows: (claim key, kind, claim as the chapter states it). "over conditions": counts of printed verdicts over
-#: a network's conditions; "check": an identity of the code, checked with ==.
+#: The verdict table's rows: (claim key, kind, claim as the chapter states it). "over conditions": counts of printed
+#: verdicts over a network's conditions; "check": an identity of the code, checked with ==.
 CLAIMS = (
     ("f2", "chapter 1 finding", "in train_mode task A falls to about chance: task A minus 1.5x chance"),
     ("drop", "chapter 1 finding", "in train_mode task A falls: task A after stage 2 minus before"),
@@ -258,8 +235,7 @@ CLAIMS = (
 )
 #: The comparisons at the reference: one family of the verdict table.
 REFERENCE_CLAIMS = ("f2", "drop", "f3", "c1")
-#: The checks one question each states (``== 0`` in every run of the network): every frozen weight unchanged, the
-#: pinned modes' task A after stage 2 minus before, ``separate_stats``' largest change of task A's logits.
+#: The checks one question each states (``== 0`` in every run of the network).
 CHECK_QUESTIONS = (
     Question("f1_{network}", value="max_param_change", each=("network",), exact=0.0),
     Question("pinned_keep_a_{network}", value="task_a_change", at=dict(mode=("backbone_eval", "all_eval")),
@@ -271,9 +247,7 @@ CHECK_QUESTIONS = (
 
 def _checked(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
     """The runs at ``reference``; raises ``ValueError`` without all four modes there or with fewer than 2 seeds."""
-    ref = df[(df.corruption == reference[0]) & (df.severity == reference[1])]
-    if ref.empty:
-        raise ValueError(f"findings: no runs at the reference condition {reference}")
+    ref = _at(df, reference)
     missing = set(MODE_NAMES) - set(ref["mode"])
     if missing:
         raise ValueError(f"findings needs all four modes at the reference condition; missing {sorted(missing)}")
@@ -283,11 +257,8 @@ def _checked(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
 
 
 def claims(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
-    """The verdict table's comparisons and checks (:data:`CLAIMS`), keys ``<claim>_<network>``. One family: every
-    network's :data:`REFERENCE_CLAIMS` (``f2``, ``drop``, ``f3`` as :func:`condition_claims` asks them, ``c1`` on
-    :func:`per_seed_rho`); then :data:`CHECK_QUESTIONS` and the two checks that pool two quantities, ``c3``
-    (``separate_stats``' task A change, its task B minus ``train_mode``'s) and ``all_eval`` (minus ``backbone_eval``
-    on tasks A and B). Raises ``ValueError`` as :func:`_checked`."""
+    """The verdict table's comparisons (one family: :data:`REFERENCE_CLAIMS` on every network) and checks, keys
+    ``<claim>_<network>`` (:data:`CLAIMS`). Raises ``ValueError`` as :func:`_checked`."""
     ref = _checked(df, reference)
     nets = tuple(dict.fromkeys(df["network"]))
     fam, seed_rho = Family(len(REFERENCE_CLAIMS) * len(nets)), per_seed_rho(df)
@@ -309,25 +280,17 @@ def claims(df: pd.DataFrame, reference: tuple) -> pd.DataFrame:
 
 
 def largest_mismatch(df: pd.DataFrame) -> dict:
-    """``{network: (corruption, severity)}``: each network's condition of largest median mismatch over seeds
-    (:func:`condition_table`), the one condition where chapter 3's data say the effects of drifting statistics are
-    largest."""
+    """``{network: (corruption, severity)}``: each network's condition of largest median mismatch over seeds."""
     cond = condition_table(df)
     return {n: (c.loc[c["mismatch_kl"].idxmax(), "corruption"], int(c.loc[c["mismatch_kl"].idxmax(), "severity"]))
             for n, c in cond.groupby("network", sort=False)}
 
 
 def carried_claims(df: pd.DataFrame) -> pd.DataFrame:
-    """Whether chapter 1's two findings carried over, one test per finding and network, at each network's
-    condition of largest mismatch (:func:`largest_mismatch`): ``carried_a_<network>``, task A of ``train_mode``
-    after stage 2 minus before (chapter 1: lower), and ``carried_b_<network>``, task B ``train_mode -
-    backbone_eval`` (chapter 1: higher; equivalence at :data:`TIE_MARGIN`). One family of the 2 x networks
-    comparisons (Bonferroni at :data:`ALPHA`), so a finding "carried over" on a network where its claim shows
-    chapter 1's direction (issue 35: a test that every one of 16 conditions must pass fails where chapter 3's own
-    data show the effect too small to see at the mildest levels). Raises ``ValueError`` without a network."""
+    """Whether chapter 1's two findings carried over, one family of a test per finding and network at the network's
+    condition of largest mismatch (issue 35): ``carried_a_<network>`` (``drop``) and ``carried_b_<network>``
+    (``f3``). Raises ``ValueError`` without a network (an empty family)."""
     where = largest_mismatch(df)
-    if not where:
-        raise ValueError("carried_claims needs rows of at least one network")
     fam, out = Family(2 * len(where)), []
     for n, (corr, sev) in where.items():
         cell = df[(df.network == n) & (df.corruption == corr) & (df.severity == sev)]
@@ -338,57 +301,46 @@ def carried_claims(df: pd.DataFrame) -> pd.DataFrame:
 
 def cited(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None = None) -> pd.DataFrame:
     """The rows of :func:`condition_claims` (``conditions``, if computed) the prose cites, as a claims table: task B
-    ``train_mode - backbone_eval`` at the reference (``f3_reference_<network>``). At the condition of largest
-    mismatch the page cites :func:`carried_claims` instead (one verdict per claim: not also the condition
-    family's)."""
+    ``train_mode - backbone_eval`` at the reference (``f3_reference_<network>``)."""
     k = condition_claims(df) if conditions is None else conditions
-    f3 = k[(k.question == "f3") & (k.corruption == reference[0]) & (k.severity == reference[1])]
+    f3 = _at(k[k.question == "f3"], reference)
     return f3.assign(key="f3_reference_" + f3["network"]).reset_index(drop=True)[list(claims_table([]).columns)]
 
 
-#: What a number's quantity allows (others are unbounded): accuracies, and ``f2_lowest_bound``, a bound on one; then
-#: differences of accuracies and rank correlations.
+#: What a number's quantity allows (others are unbounded): accuracies and a bound on one; differences of
+#: accuracies and rank correlations.
 _BOUNDS = {**dict.fromkeys(("task_a_source", "task_a_train_mode", "task_b_clean_pinned", "f2_lowest_bound"),
                            (0.0, 1.0)),
            **dict.fromkeys(("task_b_ref_minus_clean_pinned", "cost_none", "rho_cost", "rho_cost_mean_kl"), (-1.0, 1.0))}
 
 
-def _rho_text(v: float) -> str:
-    return "not computable (fewer than 4 points)" if math.isnan(v) else f"{v:.2f}"
-
-
 def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Chapter 7's numbers table (``conditions``: :func:`condition_claims` of ``df``, if computed); raises
-    ``ValueError`` as :func:`claims`. Per network (keys ``<number>_<network>``): accuracies (95% t intervals), the
-    counts over the ``n_conditions`` conditions (printed verdicts, :func:`bnstudy.study.inference.count_verdicts`),
-    ``f3_n_near_zero``: how many task-B directions counted rest on a family interval end within :data:`NEAR_ZERO`
-    of zero, named in ``f3_near_zero_text`` ("brightness at severity 1 (bound +0.00002)", "" if none); chapter 3's rank correlations
-    of the conditions' median (``rho_cost``; its p Holm over networks) and mean mismatch with their mean cost, the
-    inversion's monotony and :func:`_threshold`'s outcome at :data:`MIN_EFFECT` and :data:`MARGIN_SWEEP`."""
+    """Chapter 7's numbers table (``conditions``: :func:`condition_claims` of ``df``, if computed), per network
+    ``<number>_<network>``: accuracies, the counts of printed verdicts over conditions, those resting within
+    :data:`NEAR_ZERO` of zero, chapter 3's rank correlations (``rho_cost``: p Holm over networks), inversion's
+    monotony and :func:`_threshold`'s outcomes. Raises ``ValueError`` as :func:`claims`."""
     ref = _checked(df, reference)
     nets = tuple(dict.fromkeys(df["network"]))
     conds = condition_claims(df) if conditions is None else conditions
     cond = condition_table(df)
     out: dict = defaultdict(dict)  # out[<number>][<network>]
-    rho_p = {}
+    rho_p, rho_text = {}, lambda v: "not computable (fewer than 4 points)" if math.isnan(v) else f"{v:.2f}"
     for n in nets:
         r, d, c = ref[ref.network == n], df[df.network == n], cond[cond.network == n].reset_index(drop=True)
-        tm, none = r[r["mode"] == "train_mode"], d[d.corruption == "none"]
-        pin_none = none[none["mode"] == "backbone_eval"].set_index("seed")["task_b"]
+        pin_none = d[(d.corruption == "none") & (d["mode"] == "backbone_eval")].set_index("seed")["task_b"]
         pin_ref = r[r["mode"] == "backbone_eval"].set_index("seed")["task_b"]
-        kl_of = c[["corruption", "severity", "mismatch_kl"]]  # each question's claims with the condition's mismatch
-        by_q = {q: conds[(conds.network == n) & (conds.question == q)].merge(kl_of, on=["corruption", "severity"],
-                                                                              how="left") for q in QUESTIONS}
-        f2, f3, f3_counts = by_q["f2"], by_q["f3"], count_verdicts(by_q["f3"], ALPHA)
+        by_q = {q: conds[(conds.network == n) & (conds.question == q)].merge(
+            c[["corruption", "severity", "mismatch_kl"]], on=["corruption", "severity"], how="left") for q in QUESTIONS}
+        f2, f3, loss = by_q["f2"], by_q["f3"], by_q[f"loss_{MIN_EFFECT:g}"]
+        k2, k3 = count_verdicts(f2, ALPHA), count_verdicts(f3, ALPHA)
         shown = f3[f3["kind"].isin(["higher", "lower"])]
         near = shown[np.minimum(shown["low"].abs(), shown["high"].abs()) < NEAR_ZERO]
-        below, above = count_one_sided(f2, "less", ALPHA), count_one_sided(f2, "greater", ALPHA)
         top, low = c.loc[c["mismatch_kl"].idxmax()], c.loc[c["mismatch_kl"].idxmin()]
-        at_none = by_q[f"loss_{MIN_EFFECT:g}"].query("corruption == 'none'")
+        at_none = loss.query("corruption == 'none'")
         cost_none = (Interval(*(float(at_none[k].iloc[0]) - MIN_EFFECT for k in ("estimate", "low", "high")),
                               int(at_none["n"].iloc[0]), float(at_none["confidence"].iloc[0]))
                      if len(at_none) else Interval(math.nan, math.nan, math.nan, 0))
-        kl = d.groupby(["corruption", "severity", "seed"])["mismatch_kl"].first()
+        kl = d.groupby(["corruption", "severity", "seed"])["mismatch_kl"].first().groupby(level=[0, 1])
         rho, _, rho_p[n] = rank_correlation(c["mismatch_kl"], c["cost"])
         within = [rank_correlation(g["mismatch_kl"], g["cost"])[0]
                   for g in (pd.concat([c[c.corruption == "none"], c[c.corruption == k]])
@@ -397,43 +349,40 @@ def findings(df: pd.DataFrame, reference: tuple, conditions: pd.DataFrame | None
         top_sev = c[c.severity == c.severity.max()]
         inv = c[c.corruption == "inversion"].sort_values("severity")["mismatch_kl"]
         per_seed = d[d.corruption == "inversion"].groupby(["seed", "severity"])["mismatch_kl"].first().unstack()
-        loss = by_q[f"loss_{MIN_EFFECT:g}"]
         c2, safe, harm = _threshold(loss)
         lowest = (f"{condition_label(low['corruption'], low['severity'])} (median mismatch {low['mismatch_kl']:.3g}, "
                   f"task-A difference {low['cost']:.3f}, {low['cost_lo']:.3f} to {low['cost_hi']:.3f})")
         values = dict(
             task_a_source=t_interval(_source_a(d)),
-            task_a_train_mode=t_interval(tm["task_a_after"]), task_b_clean_pinned=t_interval(pin_none),
+            task_a_train_mode=t_interval(r[r["mode"] == "train_mode"]["task_a_after"]),
+            task_b_clean_pinned=t_interval(pin_none),
             task_b_ref_minus_clean_pinned=t_interval((pin_ref - pin_none.reindex(pin_ref.index)).dropna()),
-            f2_n_below=below, f2_n_above=above, f2_n_neither=len(f2) - below - above,
+            f2_n_below=k2["lower"], f2_n_above=k2["higher"], f2_n_neither=len(f2) - k2["lower"] - k2["higher"],
             f2_n_mean_at_chance=int((f2["estimate"] <= 0).sum()),
-            f2_n_drop=count_one_sided(by_q["drop"], "less", ALPHA),
-            f3_n_higher=f3_counts["higher"], f3_n_lower=f3_counts["lower"], f3_n_equivalent=f3_counts["equivalent"],
-            f3_n_not_decided=len(f3) - f3_counts["higher"] - f3_counts["lower"] - f3_counts["equivalent"],
+            f2_n_drop=count_verdicts(by_q["drop"], ALPHA)["lower"],
+            f3_n_higher=k3["higher"], f3_n_lower=k3["lower"], f3_n_equivalent=k3["equivalent"],
+            f3_n_not_decided=len(f3) - k3["higher"] - k3["lower"] - k3["equivalent"],
             f3_n_near_zero=len(near), f3_near_zero_text=join([
                 f"{condition_label(r.corruption, r.severity)} (bound {(r.low if r.kind == 'higher' else r.high):+.5f})"
                 for r in near.itertuples()]) if len(near) else "",
             most_severe=condition_label(top["corruption"], top["severity"]), cost_none=cost_none,
-            kl_max_over_median=float((kl.groupby(level=[0, 1]).max() / kl.groupby(level=[0, 1]).median()).max()),
+            kl_max_over_median=float((kl.max() / kl.median()).max()),
             rho_cost=rho, rho_cost_mean_kl=rank_correlation(c["mismatch_kl_mean"], c["cost"])[0],
-            rho_within_text=_rho_text(float(np.mean(within)) if within else math.nan),
-            rho_across_text=_rho_text(rank_correlation(top_sev["mismatch_kl"], top_sev["cost"])[0]),
+            rho_within_text=rho_text(float(np.mean(within)) if within else math.nan),
+            rho_across_text=rho_text(rank_correlation(top_sev["mismatch_kl"], top_sev["cost"])[0]),
             inversion_monotone=("not run" if len(inv) < 2 else
                                 "yes" if bool(np.all(np.diff(inv.to_numpy()) > 0)) else "no"),
             inversion_nonmonotone_seeds=(int((np.diff(per_seed.to_numpy(), axis=1) <= 0).any(axis=1).sum())
                                          if per_seed.shape[1] >= 2 else 0),
             n_safe=len(safe), n_harm=len(harm), n_neither=len(c) - len(safe) - len(harm),
-            safe_max_kl=float(safe.max()) if len(safe) else math.nan,
-            harm_min_kl=float(harm.min()) if len(harm) else math.nan,
-            c2_threshold_separates=c2,
-            c2_phrase=_c2_phrase(c2, safe, harm, loss, lowest, cost_none),
+            c2_threshold_separates=c2, c2_phrase=_c2_phrase(c2, safe, harm, loss, lowest, cost_none),
             **{k: _threshold(by_q[f"loss_{m:g}"])[0] for k, m in zip(("c2_margin_002", "c2_margin_003"), MARGIN_SWEEP)})
         for k, v in values.items():
             out[k][n] = v
     out["rho_p_text"] = dict(zip(rho_p, map(p_text, holm(list(rho_p.values())))))
-    n_seeds = int(df["seed"].nunique())
     return numbers_table(dict(
-        n_seeds=n_seeds, chance=CHANCE, networks=", ".join(nets), reference=condition_label(*reference),
+        n_seeds=int(df["seed"].nunique()), chance=CHANCE, networks=", ".join(nets),
+        reference=condition_label(*reference),
         corruptions=join([CORRUPTION_LABELS.get(k, k) for k in dict.fromkeys(df["corruption"]) if k != "none"] or
                          ["none"]),
         n_conditions=int(df[["corruption", "severity"]].drop_duplicates().shape[0]),
@@ -496,13 +445,11 @@ PLAIN_FIELDS = ("example_pair", "c2_phrase", "rho_p_text", "f3_near_zero_text",
 def claim_intervals(claims: pd.DataFrame, claim: str) -> dict:
     """``{network: Interval}`` of one claim of :data:`REFERENCE_CLAIMS` (``"c1"``: the mismatch figure's titles)."""
     rows = claims[claims["key"].str.startswith(claim + "_")]
-    return {k[len(claim) + 1:]: Interval(e, lo, hi, int(n), conf)
-            for k, e, lo, hi, n, conf in zip(rows["key"], rows["estimate"], rows["low"], rows["high"], rows["n"],
-                                             rows["confidence"])}
+    return {r.key[len(claim) + 1:]: Interval(r.estimate, r.low, r.high, int(r.n), r.confidence)
+            for r in rows.itertuples()}
 
 
-#: The verdict table's rows "over conditions": the counts and the threshold outcome, filled from one network's
-#: numbers (:func:`findings`).
+#: The verdict table's rows "over conditions", filled from one network's numbers (:func:`findings`).
 DETAILS = {
     "f2_conditions": "below 1.5x chance at {f2_n_below}, above at {f2_n_above}, neither at {f2_n_neither} of "
                      "{n_conditions}; lower after stage 2 at {f2_n_drop}",
@@ -518,17 +465,11 @@ def verdict_table(claims: pd.DataFrame, numbers: pd.DataFrame) -> pd.DataFrame:
     c, nets = claims.set_index("key"), networks_of(numbers)
     fill = {n: {k.removesuffix(f"_{n}"): v for k, v in zip(numbers["key"], numbers["value"]) if k.endswith(f"_{n}")}
             | dict(n_conditions=number(numbers, "n_conditions"), margin=TIE_MARGIN) for n in nets}
-    recs = []
-    for key, kind, stated in CLAIMS:
-        for n in nets:
-            rec = dict(kind=kind, claim=stated, network=n, verdict="", value=math.nan, ci_low=math.nan,
-                       ci_high=math.nan, detail=DETAILS[key].format(**fill[n]) if key in DETAILS else "", key=key)
-            if key not in DETAILS:
-                r = c.loc[f"{key}_{n}"]
-                rec.update(verdict=r["verdict"], value=r["estimate"])
-                if kind != "check":
-                    rec.update(ci_low=r["low"], ci_high=r["high"])
-            recs.append(rec)
+    recs, nan = [], math.nan
+    for (key, kind, stated), n in itertools.product(CLAIMS, nets):  # a check's interval ends are NaN
+        r = dict(verdict="", estimate=nan, low=nan, high=nan) if key in DETAILS else c.loc[f"{key}_{n}"]
+        recs.append(dict(kind=kind, claim=stated, network=n, verdict=r["verdict"], value=r["estimate"], ci_low=r["low"],
+                         ci_high=r["high"], detail=DETAILS[key].format(**fill[n]) if key in DETAILS else "", key=key))
     return pd.DataFrame(recs)
 
 
@@ -536,7 +477,7 @@ def origin_sentence(df: pd.DataFrame, profile: str, provenance: dict | None = No
                     run_wall_s: float | None = None) -> str:
     """Where the page's rows came from and what they cost (Markdown). ``provenance``:
     :func:`bnstudy.study.report.load_rows`' (rows analysed again), or ``None`` (rows computed by this page's run, which
-    took ``run_wall_s`` seconds, ``None`` if not timed). ``df``'s ``wall_s`` sum to the worker time."""
+    took ``run_wall_s`` seconds, ``None`` if not timed)."""
     units = f"the {len(df):,} runs' own times sum to {float(df['wall_s'].sum()) / 60:.0f} worker-minutes"
     if provenance is None:
         wall = ("was not timed" if run_wall_s is None else
@@ -568,8 +509,7 @@ def audit_counts(path=AUDIT_OUTCOMES) -> dict:
         raise ValueError(f"audit_counts: unknown outcomes {sorted(bad)} in {path}")
     k = kind.value_counts()
     out = dict(models=len(t), **{name: int(k.get(o, 0)) for name, o in _AUDIT_KINDS.items()})
-    out["run"] = out["caught"] + out["clean"] + out["failed"]
-    return out
+    return out | dict(run=out["caught"] + out["clean"] + out["failed"])
 
 
 def audit_not_run_sentence(path=AUDIT_OUTCOMES) -> str:
@@ -589,53 +529,43 @@ def severities_text(df: pd.DataFrame) -> str:
     return join(vals) if vals else "none"
 
 
-#: The printed range of each reference claim (by the key's first word; every other claim [-1, 1]): task A minus
-#: 1.5x chance lies in [-0.3, 0.7].
+#: The printed range of each reference claim (by the key's first word; every other claim [-1, 1]).
 CLIP = {"f2": (-CHANCE_LINE, 1 - CHANCE_LINE), "drop": (-1.0, 1.0), "f3": (-1.0, 1.0), "c1": (-1.0, 1.0)}
 
 
-def _cut(v, low: float, high: float):
-    return v if v != v else min(max(float(v), low), high)
-
-
 def glued(claims: pd.DataFrame, numbers: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """What :func:`bnstudy.study.pages.glue_chapter` glues: ``(claims, numbers, words)``: the claims with interval ends cut
-    to :data:`CLIP`; the numbers without the texts of :data:`PLAIN_FIELDS`, each plain number cut to what its
-    quantity allows (``glue_numbers`` cuts intervals); those texts as ``{key: text}``, glued plain. The tables
-    given keep their raw values."""
-    out = claims.copy()
+    """What :func:`bnstudy.study.pages.glue_chapter` glues, copies: ``(claims, numbers, words)``, the claims' interval
+    ends cut to :data:`CLIP`, each plain number cut to its quantity's bounds (``glue_numbers`` cuts intervals), and
+    the texts of :data:`PLAIN_FIELDS` as ``{key: text}`` (glued plain, not bold)."""
+    cut, out = lambda v, low, high: v if v != v else min(max(float(v), low), high), claims.copy()
     ranges = [CLIP.get(k.split("_")[0], (-1.0, 1.0)) for k in out["key"]]
     for col in ("low", "high"):
-        out[col] = [_cut(v, *r) for v, r in zip(out[col], ranges)]
+        out[col] = [cut(v, *r) for v, r in zip(out[col], ranges)]
     plain = numbers["key"].map(lambda key: any(key == f or key.startswith(f + "_") for f in PLAIN_FIELDS))
     nums = numbers[~plain].copy()
-    cut = nums["n"].isna() & nums["value"].map(lambda v: isinstance(v, float) and v == v) & \
-        np.isfinite(nums["lowest"].astype(float))
-    nums.loc[cut, "value"] = [_cut(*a) for a in zip(nums.loc[cut, "value"], nums.loc[cut, "lowest"],
-                                                    nums.loc[cut, "highest"])]
+    nums["value"] = [cut(v, lo, hi) if n != n and isinstance(v, float) else v
+                     for v, n, lo, hi in nums[["value", "n", "lowest", "highest"]].itertuples(index=False)]
     return out, nums, dict(zip(numbers.loc[plain, "key"], numbers.loc[plain, "value"]))
 
 
 #: Chapter 1's direction of each finding (:func:`carried_claims`): ``a``, task A lower after stage 2; ``b``, train mode
 #: higher on task B.
 CARRIED = dict(a="lower", b="higher")
+_A, _B = CARRIED.values()
 
 
 def _where(c: pd.DataFrame, f: pd.DataFrame, key: str, kind: str) -> list[str]:
-    """The networks (of the numbers table ``f``, in run order) whose claim ``<key>_<network>`` in ``c`` is of
-    ``kind``; raises ``KeyError`` for a network without that claim."""
+    """The networks (in run order) whose claim ``<key>_<network>`` in ``c`` is of ``kind``."""
     return [n for n in networks_of(f) if claim(c, f"{key}_{n}").kind == kind]
 
 
 def _everywhere(c: pd.DataFrame, f: pd.DataFrame, key: str, kind: str) -> bool:
-    """Whether :func:`_where` holds on every network."""
     return _where(c, f, key, kind) == networks_of(f)
 
 
 def _carried_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
-    """The fields of the ``carried`` notes: ``m``, the size of :func:`carried_claims`' family, and ``a_not`` /
-    ``b_not``, the networks where chapter 1's task-A / task-B finding did not carry over, each with its verdict
-    (``""`` where it carried over on every network)."""
+    """The ``carried`` notes' fields: ``m``, the size of :func:`carried_claims`' family, and ``a_not`` / ``b_not``,
+    the networks where chapter 1's task-A / task-B finding did not carry over, each with its verdict."""
     out = dict(m=2 * len(networks_of(f)))
     for x, want in CARRIED.items():
         no = [f"{_in_prose(n)} ({verdict_md(claim(c, f'carried_{x}_{n}'))})" for n in networks_of(f)
@@ -644,32 +574,18 @@ def _carried_fill(c: pd.DataFrame, f: pd.DataFrame) -> dict:
     return out
 
 
-def _gain_everywhere(f: pd.DataFrame) -> bool:
-    """Whether train mode is shown higher on task B at every condition of every network (``f3_n_higher``)."""
-    return all(number(f, f"f3_n_higher_{n}") == number(f, "n_conditions") for n in networks_of(f))
-
-
-def _near_zero(f: pd.DataFrame) -> list[str]:
-    """The networks with a task-B direction counted that rests on an interval end within :data:`NEAR_ZERO` of zero."""
-    return [n for n in networks_of(f) if number(f, f"f3_n_near_zero_{n}")]
-
-
-def _inversion_not_run(f: pd.DataFrame) -> bool:
-    """Whether some network ran inversion at fewer than two severities (``inversion_monotone`` "not run")."""
-    return any(number(f, f"inversion_monotone_{n}") == "not run" for n in networks_of(f))
-
-
+#: Whether train mode is shown higher on task B at every condition of every network.
+_gain_everywhere = lambda f: all(number(f, f"f3_n_higher_{n}") == number(f, "n_conditions")  # noqa: E731
+                                 for n in networks_of(f))
+#: The networks with a counted task-B direction resting on an interval end within NEAR_ZERO of zero.
+_near_zero = lambda f: [n for n in networks_of(f) if number(f, f"f3_n_near_zero_{n}")]  # noqa: E731
+#: Whether some network ran inversion at fewer than two severities.
+_inversion_not_run = lambda f: any(number(f, f"inversion_monotone_{n}") == "not run"  # noqa: E731
+                                   for n in networks_of(f))
 _AT_MOST = ("Where a corruption moves each network's statistics most (one test per finding and network, Bonferroni "
             "over the {m}; task B on the seed's protocol), chapter 1's ")
-_A, _B = CARRIED.values()
-#: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`, one of each key holds), glued as
-#: ``ch07_<key>`` (:func:`words`). ``lead``: the answer's plain first sentence (issue 37: whether chapter 1's task-A and
-#: task-B findings carried over on every network, by :func:`carried_claims`); ``carried``: the same test per finding,
-#: naming each network where one did not with its verdict; ``gain``: whether train mode is shown higher on task B at
-#: every condition (the counts, :func:`findings`); ``near_zero``: which of those counted directions rest on an interval
-#: end within :data:`NEAR_ZERO` of zero; ``inversion``: whether inversion's median mismatch rises with severity, per
-#: network, and in how many seeds it does not (or that it was not measured); ``fell``: whether task A is shown to fall
-#: at the reference; ``pin_keeps_a``: whether the check ``pinned_keep_a`` is exact on every network.
+#: The page's rule-triggered sentences, glued as ``ch07_<key>`` (:func:`words`); ``lead`` (the answer's plain first
+#: sentence, issue 37) and ``carried`` follow :func:`carried_claims` alone.
 NOTES = (
     Note("lead", lambda c, f: _everywhere(c, f, "carried_a", _A) and _everywhere(c, f, "carried_b", _B),
          "**Yes, where a corruption moves the statistics most.** There, on each network, the old task falls and, with "
@@ -729,8 +645,7 @@ NOTES = (
 
 def words(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
     """``{key: sentence}`` of :data:`NOTES` on ``claims`` (:func:`claims` with :func:`carried_claims`) and ``numbers``
-    (:func:`findings`), the ``gain`` note appended to ``carried`` (which the front page cites alone). Raises
-    ``ValueError`` as :func:`bnstudy.study.words.notes`."""
+    (:func:`findings`), the ``gain`` note appended to ``carried`` (which the front page cites alone)."""
     said = notes(NOTES, claims, numbers)
     said["carried"] += " " + said.pop("gain")
     return said
@@ -739,33 +654,38 @@ def words(claims: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
 # --- each network at its own momentum (issue 35) -------------------------------------------------------------------
 
 def _source_a(d: pd.DataFrame) -> pd.Series:
-    """Per seed: task A after stage 1 in eval mode (``source_task_a_accuracy``, one value per seed)."""
+    """Per seed: task A after stage 1 in eval mode."""
     return d.groupby("seed")["source_task_a_accuracy"].first()
 
 
-def _f3_counts(d: pd.DataFrame) -> dict:
-    """The printed task-B verdicts of ``train_mode - backbone_eval`` over ``d``'s conditions, counted
-    (:func:`condition_claims`, :func:`bnstudy.study.inference.count_verdicts`: ``{kind: count, "m": rows}``)."""
-    f3 = condition_claims(d)
-    return count_verdicts(f3[f3["question"] == "f3"], ALPHA)
-
-
 def at_chance_after_stage1(d: pd.DataFrame) -> bool:
-    """Whether a network's rows (one network) start stage 2 at chance: task A after stage 1, in eval mode, below
-    :data:`CHANCE_LINE` in every seed (its running statistics left it predicting about one class). Nothing of
-    chapter 1 can be tested on such rows."""
+    """Whether one network's rows start stage 2 at chance, task A after stage 1 (eval mode) below :data:`CHANCE_LINE`
+    in every seed: nothing of chapter 1 can be tested on them."""
     return bool((_source_a(d) < CHANCE_LINE).all())
 
 
 def own_momentum_claims(own: pd.DataFrame) -> pd.DataFrame:
-    """:func:`carried_claims` of the networks rerun at their own momentum (``own``: the ``own_momentum`` table of
-    :func:`.run.run_tables`) that do not start stage 2 at chance (:func:`at_chance_after_stage1`: no test there),
-    keys ``own_carried_<a|b>_<network>``: one family of its own (2 x those networks). An empty claims table when
-    none is left."""
+    """:func:`carried_claims` of the networks of ``own`` (:func:`.run.run_tables`) not at chance after stage 1, keys
+    ``own_carried_<a|b>_<network>`` (an empty claims table when none is left)."""
     testable = [n for n, d in own.groupby("network", sort=False) if not at_chance_after_stage1(d)] if len(own) else []
     if not testable:
         return claims_table([])
     return carried_claims(own[own.network.isin(testable)]).assign(key=lambda t: "own_" + t["key"])
+
+
+def _at_momentum(d: pd.DataFrame, c: pd.DataFrame, prefix: str) -> dict:
+    """What the page says of one network's rows ``d`` at one momentum, with its carried-over claims ``c`` (keys
+    ``<prefix>carried_<a|b>_<network>``): ``momentum`` (as printed), ``source`` (task A after stage 1, an interval),
+    ``at_chance`` and then ``stage1_steps``, or else its condition of largest mismatch (``largest``), its printed
+    task-B verdicts over conditions counted (``f3_higher``, ``f3_lower``, of ``f3_m``) and its claims (``said``)."""
+    n = d["network"].iloc[0]
+    out = dict(momentum=f"{d['momentum'].iloc[0]:g}", source=t_interval(_source_a(d)),
+               at_chance=at_chance_after_stage1(d))
+    if out["at_chance"]:
+        return out | dict(stage1_steps=int(d["stage1_steps"].iloc[0]))
+    k = count_verdicts(condition_claims(d).query("question == 'f3'"), ALPHA)
+    return out | dict(largest=condition_label(*largest_mismatch(d)[n]), f3_higher=k["higher"], f3_lower=k["lower"],
+                      f3_m=k["m"], said={x: claim(c, f"{prefix}carried_{x}_{n}") for x in CARRIED})
 
 
 #: The own-momentum table's columns that test chapter 1's findings (all "not testable" where stage 2 starts at chance).
@@ -775,63 +695,32 @@ _OWN_TESTS = ("largest mismatch at", "task A after - before there", "task B trai
 
 def own_momentum_table(df: pd.DataFrame, own: pd.DataFrame, own_claims: pd.DataFrame,
                        main_claims: pd.DataFrame) -> pd.DataFrame:
-    """Per network of ``own`` and BatchNorm momentum (the main table's and the network's own): task A after stage 1
-    in eval mode (mean and 95% interval over seeds: whether the running statistics caught up with the weights), the
-    condition of largest mismatch, chapter 1's two findings there (``main_claims``: :func:`carried_claims` of ``df``;
-    ``own_claims``: :func:`own_momentum_claims`) and, over all conditions, the printed task-B verdicts of
-    ``train_mode - backbone_eval`` counted (:func:`condition_claims`, one family per network and question)."""
+    """Per network of ``own`` at the main table's momentum and at its own: :func:`_at_momentum` as the page's table
+    (``main_claims``: :func:`carried_claims` of ``df``; ``own_claims``: :func:`own_momentum_claims`)."""
     rows = []
     for n in dict.fromkeys(own["network"]):
         for d, c, prefix in ((df[df.network == n], main_claims, ""), (own[own.network == n], own_claims, "own_")):
-            src = t_interval(_source_a(d))
-            first = {"network": network_label(n), "BatchNorm momentum": f"{d['momentum'].iloc[0]:g}",
-                     "task A after stage 1 (eval mode)": f"{src.mean:.3f} ({max(src.low, 0):.3f} to "
-                                                          f"{min(src.high, 1):.3f})"}
-            if at_chance_after_stage1(d):
-                rows.append({**first, **dict.fromkeys(_OWN_TESTS, f"not testable: task A at chance after stage 1 in "
-                                                                  f"every seed (chance {CHANCE:g})")})
-                continue
-            counts = _f3_counts(d)
-            cells = (condition_label(*largest_mismatch(d)[n]),
-                     *(claim_text(claim(c, f"{prefix}carried_{x}_{n}"), clip=(-1, 1)) for x in "ab"),
-                     f"{counts['higher']} / {counts['lower']} / {counts['m'] - counts['higher'] - counts['lower']} "
-                     f"of {counts['m']}")
-            rows.append({**first, **dict(zip(_OWN_TESTS, cells))})
+            f = _at_momentum(d, c, prefix)
+            src = f["source"]
+            cells = ([f"not testable: task A at chance after stage 1 in every seed (chance {CHANCE:g})"] * 4
+                     if f["at_chance"] else
+                     [f["largest"], *(claim_text(r, clip=(-1, 1)) for r in f["said"].values()),
+                      "{f3_higher} / {f3_lower} / {neither} of {f3_m}".format(
+                          neither=f["f3_m"] - f["f3_higher"] - f["f3_lower"], **f)])
+            rows.append({"network": network_label(n), "BatchNorm momentum": f["momentum"],
+                         "task A after stage 1 (eval mode)": f"{src.mean:.3f} ({max(src.low, 0):.3f} to "
+                                                              f"{min(src.high, 1):.3f})",
+                         **dict(zip(_OWN_TESTS, cells))})
     return pd.DataFrame(rows).set_index(["network", "BatchNorm momentum"]).map(
         lambda v: v.replace("**", ""))  # an HTML table: no Markdown
 
 
-def _own_numbers(d: pd.DataFrame, main: pd.DataFrame, own_claims: pd.DataFrame) -> pd.DataFrame:
-    """What :data:`OWN_NOTES` say of one network rerun at its own momentum (``d``; ``main``: its rows at the main
-    momentum; ``own_claims``: :func:`own_momentum_claims`), as a numbers table: ``key`` (the network), ``network`` (in
-    prose), ``momentum`` / ``main_momentum`` (as printed), task A after stage 1 in eval mode (``source`` /
-    ``main_source``, means over seeds), ``at_chance`` (:func:`at_chance_after_stage1`), ``chance``; at chance,
-    ``stage1_steps``; else its condition of largest mismatch (``largest``), the printed task-B verdicts over its
-    conditions counted (``f3_higher``, ``f3_lower``, ``f3_m``: :func:`_f3_counts`) and ``a`` / ``b``: whether chapter
-    1's task-A / task-B finding carried over, with the verdict where not. Raises ``IndexError`` if ``main`` is empty."""
-    n = d["network"].iloc[0]
-    out = dict(key=n, network=_in_prose(n), momentum=f"{d['momentum'].iloc[0]:g}",
-               main_momentum=f"{main['momentum'].iloc[0]:g}", source=float(_source_a(d).mean()),
-               main_source=float(_source_a(main).mean()), at_chance=at_chance_after_stage1(d), chance=CHANCE)
-    if out["at_chance"]:
-        out["stage1_steps"] = int(d["stage1_steps"].iloc[0])
-    else:
-        counts, said = _f3_counts(d), {x: claim(own_claims, f"own_carried_{x}_{n}") for x in CARRIED}
-        out.update(largest=condition_label(*largest_mismatch(d)[n]), f3_higher=counts["higher"],
-                   f3_lower=counts["lower"], f3_m=counts["m"],
-                   **{x: "carried over" if r.kind == CARRIED[x] else f"did not carry over ({verdict_md(r)})"
-                      for x, r in said.items()})
-    return numbers_table(out)
-
-
-_own_fill = lambda c, f: dict(zip(f["key"], f["value"]))  # noqa: E731
 _OWN_HEAD = ("At {network}'s own BatchNorm momentum ({momentum}), task A after stage 1 (eval mode) is {source:.3f} "
              "against {main_source:.3f} at momentum {main_momentum}")
-_AT_CHANCE = lambda c, f: bool(number(f, "at_chance"))  # noqa: E731
-#: What the page says of each network rerun at its own momentum (:func:`own_momentum_words`; one note of each key
-#: holds): ``sentence``, the chapter's, and ``short``, the front page's. Where the rerun starts stage 2 at chance
-#: (:func:`at_chance_after_stage1`): that it does, why (the same weights: the running statistics alone), that chapter
-#: 1's findings were not tested there and what a fair test would need; else which of them carried over.
+_AT_CHANCE = lambda c, f: f["at_chance"]  # noqa: E731
+_FILL = lambda c, f: f  # noqa: E731
+#: What the page says of each network rerun at its own momentum (:func:`own_momentum_words`): ``sentence``, the
+#: chapter's, and ``short``, the front page's.
 OWN_NOTES = (
     Note("sentence", _AT_CHANCE, _OWN_HEAD + " (chance {chance:g}). Its stage-1 weights are the same at both momenta "
          "by construction (stage 1 runs in train mode, which does not read the running statistics; not checked bit "
@@ -840,41 +729,45 @@ OWN_NOTES = (
          "answer above holds for {network} at momentum {main_momentum}. A fair test there would need a stage 1 that "
          "passes a line fixed in advance in eval mode, for instance with the running statistics re-estimated at the "
          "final stage-1 weights (precise BN) before stage 2, which keeps the weights and the seed pairs, and a stage "
-         "2 long enough for the statistics to drift as far as at the other momentum; it was not run.", _own_fill),
-    Note("sentence", lambda c, f: not _AT_CHANCE(c, f), _OWN_HEAD + "; where a corruption moves its statistics most "
+         "2 long enough for the statistics to drift as far as at the other momentum; it was not run.", _FILL),
+    Note("sentence", lambda c, f: not f["at_chance"], _OWN_HEAD + "; where a corruption moves its statistics most "
          "({largest}), chapter 1's finding that the one-line freeze costs the old task {a} and its finding that "
          "drifting statistics help the new task {b}; over all {f3_m} conditions drifting statistics are shown to help "
-         "at {f3_higher} and pinning to be better at {f3_lower}.", _own_fill),
+         "at {f3_higher} and pinning to be better at {f3_lower}.", _FILL),
     Note("short", _AT_CHANCE, "Rerun at its own momentum ({momentum}), {network} stays at chance after stage 1 "
          "({source:.3f}), so chapter 1's findings were not tested there and the answer holds at momentum "
-         "{main_momentum}.", _own_fill),
-    Note("short", lambda c, f: not _AT_CHANCE(c, f), "Rerun at its own momentum ({momentum}) and where a corruption "
-         "moves its statistics most, on {network} chapter 1's task-A finding {a} and its task-B finding {b}.",
-         _own_fill),
+         "{main_momentum}.", _FILL),
+    Note("short", lambda c, f: not f["at_chance"], "Rerun at its own momentum ({momentum}) and where a corruption "
+         "moves its statistics most, on {network} chapter 1's task-A finding {a} and its task-B finding {b}.", _FILL),
 )
 
 
 def own_momentum_words(own: pd.DataFrame, own_claims: pd.DataFrame, df: pd.DataFrame) -> dict[str, str]:
-    """``own_momentum_sentence`` (the chapter's) and ``own_momentum_short`` (the front page's): :data:`OWN_NOTES` on
-    each network rerun at its own momentum (``own``; ``own_claims``: :func:`own_momentum_claims`; ``df``: the main
-    table, which must hold each of those networks), joined; fixed sentences when no network was rerun."""
+    """``own_momentum_sentence`` and ``own_momentum_short``: :data:`OWN_NOTES` on each network of ``own`` (``df``: the
+    main table, which must hold it too), joined; fixed sentences when no network was rerun."""
     if not len(own):
         return dict(own_momentum_sentence="No network was rerun at its own momentum here (every network's own "
                                           "momentum is the one used, or `own_momentum` is off).",
                     own_momentum_short="No network was rerun at its own momentum.")
-    said = [notes(OWN_NOTES, own_claims, _own_numbers(own[own.network == n], df[df.network == n], own_claims))
-            for n in dict.fromkeys(own["network"])]
+    said = []
+    for n in dict.fromkeys(own["network"]):
+        d, main = own[own.network == n], df[df.network == n]
+        f = _at_momentum(d, own_claims, "own_")
+        said.append(notes(OWN_NOTES, own_claims, f | dict(
+            network=_in_prose(n), main_momentum=f"{main['momentum'].iloc[0]:g}", source=float(_source_a(d).mean()),
+            main_source=float(_source_a(main).mean()), chance=CHANCE,
+            **{x: "carried over" if r.kind == CARRIED[x] else f"did not carry over ({verdict_md(r)})"
+               for x, r in f.get("said", {}).items()})))
     return {f"own_momentum_{k}": " ".join(s[k] for s in said) for k in ("sentence", "short")}
 
 
 #: The run settings the page prints (its ``ch07_cfg_<name>`` values).
-SHOWN_SETTINGS = ("size", "stage1_steps", "stage1_lr", "steps", "lr", "batch_size", "epoch_steps", "momentum")
+SHOWN_SETTINGS = ("size", "steps", "lr", "batch_size", "epoch_steps", "momentum")
 
 
 def page_values(cfg) -> dict:
-    """The fixed values the page glues (``ch07_<name>``): the chance line, the margins and thresholds, the data
-    split at ``cfg.size``, the settings tried (:data:`.run.TRIED`), the torchvision audit's counts and the run
-    settings of :data:`SHOWN_SETTINGS`."""
+    """The fixed values the page glues (``ch07_<name>``): lines, margins, the data split, the settings tried
+    (:data:`.run.TRIED`), the torchvision audit's counts and the run settings of :data:`SHOWN_SETTINGS`."""
     from ...data import split_counts
     from .run import TRIED
     return dict(chance_bound=CHANCE_LINE, margin_sweep_a=MARGIN_SWEEP[0], margin_sweep_b=MARGIN_SWEEP[1],

@@ -1,12 +1,7 @@
-"""Chapter 7, what is trained: scikit-learn's 1,797 digit scans (:mod:`bnstudy.study.data`: 16x16, 3 channels; task A digits
-0-4, task B digits 5-9 under a corruption at severity 0..5) and the small CNN, ResNet-18 and MobileNetV3-small
-(:mod:`bnstudy.study.vision`, random initialization) as ``TransferModel(backbone, head_a, head_b)`` with linear heads.
-
-Per (network, seed), :func:`run_group`: stage 1 trains backbone + head A on task A (Adam); then at every condition
-the freeze modes (:mod:`bnstudy.study.modes`) each train a new head on corrupted task B (SGD) on the same batch indices
-(paired, across conditions too), and chapter 3's statistics mismatch of the stage-1 backbone against the
-condition's task-B images is recorded. ``all_eval`` runs only at the reference and without corruption (with a
-linear head it computes what ``backbone_eval`` does). ``Config`` -> :func:`run` -> one row per run.
+"""Chapter 7, what is trained: scikit-learn's digit scans (:mod:`bnstudy.study.data`; task A digits 0-4, task B digits
+5-9 under a corruption) on the small CNN, ResNet-18 and MobileNetV3-small (:mod:`bnstudy.study.vision`, random
+initialization) with linear heads. Per (network, seed), :func:`run_group`: stage 1 on task A, then at every condition
+the freeze modes in lockstep on the same task-B batches, and chapter 3's mismatch. ``Config`` -> :func:`run` -> rows.
 """
 
 from __future__ import annotations
@@ -33,28 +28,23 @@ from ....running_stats import statistics_mismatch
 from ...sweep import default_cache_dir, run_sweep
 
 NAMESPACE = "ch07_real_data"
-#: Parameters added after rows of the release were computed, with the value those rows had (docs/chapter-code.md):
-#: ``own_momentum`` (issue 35; rows computed before it ran no network at its own momentum).
+#: Parameters added after rows of the release were computed, with the value those rows had (issue 35).
 READ_DEFAULTS: dict = {"own_momentum": False}
-#: The table saved beside ``07_real_data.csv`` (:func:`run_tables`): the networks whose library builds their
-#: BatchNorm layers with another momentum than ``Config.momentum``, rerun at that momentum.
+#: The table saved beside ``07_real_data.csv`` (:func:`run_tables`).
 SIBLING_TABLES = ("own_momentum",)
-#: Each network's own BatchNorm momentum, as its library builds it (PyTorch's convention, the weight of the new
-#: batch): torchvision's ``mobilenet_v3_small`` passes ``momentum=0.01`` to its BatchNorm layers; ``resnet18`` keeps
-#: PyTorch's default 0.1, as does the book's small CNN.
+#: Each network's own BatchNorm momentum as its library builds it (PyTorch's convention: the new batch's weight).
 OWN_MOMENTUM = {"small_cnn": 0.1, "resnet18": 0.1, "mobilenet_v3_small": 0.01}
 #: Modes at every condition; all four run at the reference condition and without corruption.
 SWEEP_MODES = ("train_mode", "backbone_eval", "separate_stats")
 #: bnstudy.study.vision.NETWORKS, repeated so that importing this module needs no torchvision.
 NETWORKS = ("small_cnn", "resnet18", "mobilenet_v3_small")
 
-#: Settings tried before the committed ones, on this project's shared 2-core CPU (bnstudy.study.vision's docstring):
-#: seconds per train-mode forward pass / step of 32 images with a stride-1 against the committed stride-2 first
-#: convolution, torchvision MobileNetV3's own BatchNorm momentum (overridden by ``Config.momentum``), and the quick
-#: profile's stage-1 steps that left MobileNetV3-small at chance in eval mode (its running statistics had not
-#: caught up with its weights) against those that did not.
-TRIED = dict(batch_images=32, resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobilenet_stride1_s=0.94, mobilenet_stride2_s=0.41,
-             mobilenet_default_momentum=0.01, mobilenet_chance_stage1_steps=40, mobilenet_ok_stage1_steps=60)
+#: Settings tried before the committed ones, on the shared 2-core CPU: seconds per train-mode pass of 32 images with a
+#: stride-1 against a stride-2 first convolution, MobileNetV3's own momentum, and the quick profile's stage-1 steps
+#: that left MobileNetV3-small at chance in eval mode against those that did not.
+TRIED = dict(batch_images=32, resnet_stride1_s=0.71, resnet_stride2_s=0.12, mobilenet_stride1_s=0.94,
+             mobilenet_stride2_s=0.41, mobilenet_default_momentum=0.01, mobilenet_chance_stage1_steps=40,
+             mobilenet_ok_stage1_steps=60)
 #: quick: a pipeline check (66 runs, 18 min on the shared 2-core machine at load 20); full: 1,500 runs.
 PROFILES = {
     "quick": dict(seeds=2, networks=NETWORKS, corruptions=("inversion", "gaussian_noise"), severities=(5,),
@@ -65,16 +55,10 @@ PROFILES = {
 
 
 class Config(ChapterConfig):
-    """Chapter 7's parameters (the notebook's parameters cell, one for one).
-
-    ``seeds``: an int ``n`` (0..n-1) or a list. ``corruptions`` and ``severities`` (1..5, sorted): task B's shifts,
-    all combinations plus no corruption. ``reference``: the (corruption, severity) at which chapter 1's findings
-    are judged. ``size``: input pixels (square). ``stage1_steps``, ``stage1_lr``: Adam on task A; ``steps``,
-    ``lr``: SGD (momentum 0.9) on head B; ``batch_size``: both stages; ``epoch_steps``: ``model.train()`` every so
-    many steps; ``momentum``: every BatchNorm's; ``own_momentum``: also run every network whose own momentum
-    (:data:`OWN_MOMENTUM`) differs from ``momentum`` at its own (:func:`own_momentum_config`, the sibling table
-    ``07_real_data_own_momentum.csv``). Raises ``ValueError`` naming the parameter for any bad value.
-    """
+    """Chapter 7's parameters (the notebook's parameters cell): task B's shifts are every (corruption, severity) plus
+    none; ``reference``: where chapter 1's findings are judged; ``stage1_*``: Adam on task A; ``steps``, ``lr``: SGD
+    on head B; ``epoch_steps``: ``model.train()`` every so many steps; ``own_momentum``: also rerun every network at
+    its own momentum (:func:`own_momentum_config`). Raises ``ValueError`` naming the parameter for any bad value."""
 
     PARAMETERS = dict(profile="quick", seeds=(0, 1), networks=NETWORKS, corruptions=("inversion", "gaussian_noise"),
                       severities=(5,), reference=("inversion", 5), size=16, stage1_steps=60, stage1_lr=1e-3, steps=40,
@@ -95,14 +79,11 @@ class Config(ChapterConfig):
         Rule("reference", "a (corruption, severity) pair among the conditions", lambda c: isinstance(c.reference, tuple)
              and len(c.reference) == 2 and c.reference[0] in c.corruptions and c.reference[1] in c.severities),
         Rule("size", "an integer >= 8", lambda c: c.size >= 8),
-        Rule("stage1_steps", "an integer >= 1", lambda c: c.stage1_steps >= 1),
-        Rule("stage1_lr", "> 0", lambda c: c.stage1_lr > 0),
-        Rule("steps", "an integer >= 1", lambda c: c.steps >= 1),
-        Rule("lr", "> 0", lambda c: c.lr > 0),
+        *(Rule(n, "an integer >= 1", lambda c, n=n: getattr(c, n) >= 1)
+          for n in ("stage1_steps", "steps", "epoch_steps")),
+        *(Rule(n, "> 0", lambda c, n=n: getattr(c, n) > 0) for n in ("stage1_lr", "lr")),
         Rule("batch_size", "an integer >= 2", lambda c: c.batch_size >= 2),
-        Rule("epoch_steps", "an integer >= 1", lambda c: c.epoch_steps >= 1),
         Rule("momentum", "in (0, 1]", lambda c: 0 < c.momentum <= 1),
-        Rule("own_momentum", "True or False", lambda c: isinstance(c.own_momentum, bool)),
     )
 
     def conditions(self) -> list[tuple[str, int]]:
@@ -156,17 +137,13 @@ def make_config(profile: str = "quick", **overrides) -> Config:
 
 
 def own_momentum_networks(config: Config) -> dict:
-    """``{network: momentum}``: the networks of ``config`` whose own momentum (:data:`OWN_MOMENTUM`) is not
-    ``config.momentum`` (``{}`` when ``config.own_momentum`` is off)."""
-    if not config.own_momentum:
-        return {}
-    return {n: OWN_MOMENTUM[n] for n in config.networks if OWN_MOMENTUM[n] != config.momentum}
+    """``{network: momentum}`` of the networks whose own momentum is not ``config.momentum`` (``{}`` when off)."""
+    return {n: OWN_MOMENTUM[n] for n in config.networks if config.own_momentum and OWN_MOMENTUM[n] != config.momentum}
 
 
 def own_momentum_config(config: Config, network: str) -> Config:
-    """``config`` for one network of :func:`own_momentum_networks` at its own momentum (every other parameter,
-    seeds and conditions included, as ``config``: the rows pair with the main table's by seed and condition, and the
-    stage-1 weights are the same, since a train-mode pass does not read the running statistics)."""
+    """``config`` for one network at its own momentum, all else equal: its rows pair with the main table's (the
+    stage-1 weights are the same too, since a train-mode pass does not read the running statistics)."""
     return config.replace(networks=(network,), momentum=OWN_MOMENTUM[network], own_momentum=False)
 
 
@@ -315,9 +292,8 @@ def run_group(specs: list[RunSpec]) -> list[dict]:
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """What the page analyses, as the tables it saves: ``(run(config), {"own_momentum": ...})``, the second the rows
-    of every network of :func:`own_momentum_networks` at its own momentum (empty, with the main table's columns,
-    when there is none). Raises ``TypeError`` for another config."""
+    """``(run(config), {"own_momentum": rows})``: the second the networks of :func:`own_momentum_networks` at their own
+    momentum (empty, with the main table's columns, when there is none)."""
     main = run(config, execution)
     own = [run(own_momentum_config(config, n), execution) for n in own_momentum_networks(config)]
     return main, dict(own_momentum=pd.concat(own, ignore_index=True) if own else main.iloc[:0].copy())
