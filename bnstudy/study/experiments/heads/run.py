@@ -1,9 +1,5 @@
-"""Chapter 4, what is trained: the learning-rate search, the sweep at each mode's chosen rate, the step-count check,
-the feature geometry (why) and the buffer audit.
-
-``Config`` -> :func:`run_tables` (:func:`lr_search`, :func:`run`, :func:`steps_check`, :func:`feature_geometry`)
--> the tables the release saves (:data:`SIBLING_TABLES`).
-"""
+"""Chapter 4, what is trained: ``Config`` -> :func:`run_tables` (the learning-rate search, the sweep at each mode's
+chosen rate, the step-count check, the feature geometry) -> the tables the release saves; and the buffer audit."""
 
 from __future__ import annotations
 
@@ -36,8 +32,7 @@ READ_DEFAULTS: dict = {}
 SIBLING_TABLES = ("search_runs", "steps", "steps_search_runs", "features", "units")
 #: How the run went, not what it computed: a verification (rebuilt from cached units) skips them.
 RUN_STATE_COLUMNS = {"units": ("computed",)}
-#: Heads that normalize their own input (the backbone's 64 features) before one linear layer: a fixed
-#: standardization fitted on task B's features, a BatchNorm and a LayerNorm (:func:`bnstudy.study.models.make_head`).
+#: Heads that normalize the backbone's 64 features before one linear layer (:func:`bnstudy.study.models.make_head`).
 INPUT_NORM_HEADS = ("std_linear", "bn_linear", "ln_linear")
 HEADS = ("linear", "mlp", "mlp2", "mlp_bn", "mlp_ln", *INPUT_NORM_HEADS)
 OPTIMIZERS = ("sgd", "sgd_plain", "adam")
@@ -46,21 +41,14 @@ PINNED_MODES = ("backbone_eval", "all_eval")
 REFERENCE_SHIFT = (RunConfig.brightness, RunConfig.contrast)
 #: The reference of every freeze-mode comparison: a gap is ``task_b(separate_stats) - task_b(backbone_eval)``.
 REFERENCE_MODE = "backbone_eval"
-#: The heads every configuration includes: the seed's linear head (finding 3, the step check, the link test and
-#: the head contrasts' reference) and the head with its own BatchNorm (where backbone_eval and all_eval differ).
+#: The heads every configuration includes: the seed's linear head and the head with its own BatchNorm.
 PAGE_HEADS = ("linear", "mlp_bn")
-#: The longer budget (``steps_check`` steps): the linear head, the heads that normalize their input and the head
-#: with its own BatchNorm (those of them the config runs), every optimizer, the two modes of the gap, at chapter 1's
-#: shift, each (head, optimizer, mode) at its own rate tuned at that budget on the tuning seeds.
+#: The heads and modes of the longer budget (``steps_check`` steps, chapter 1's shift, rates tuned at that budget).
 LONG_HEADS, STEPS_CHECK_MODES = ("linear", *INPUT_NORM_HEADS, "mlp_bn"), ("backbone_eval", "separate_stats")
-#: Learning-rate grids, half a decade apart; SGD with momentum 0.9 steps about 10 times further than plain SGD
-#: at one rate, so plain SGD's grid is ten times higher.
+#: Learning-rate grids, half a decade apart (plain SGD steps about 10 times shorter than with momentum 0.9).
 LR_GRIDS = {"sgd": (0.005, 0.016, 0.05, 0.16), "sgd_plain": (0.05, 0.16, 0.5, 1.6),
             "adam": (0.001, 0.003, 0.01, 0.03)}
-#: quick: 3 heads, 2 seeds, 150 steps (600 for the longer budget), one tuning seed. full: every head, 10 seeds,
-#: chapter 1's 800 steps and 3,200 for the longer budget, three tuning seeds, and grids wider where an earlier full
-#: run chose a rate at an end: c40bf27 (separate statistics at the top for sgd and adam, pinned at the bottom for
-#: sgd_plain: one point each) and 4ea75c0 (pinned linear / sgd_plain at 0.005, the bottom: 0.0016 added).
+#: full: grids wider where an earlier full run chose a rate at an end (c40bf27, 4ea75c0).
 PROFILES = {
     "quick": dict(seeds=2, steps=150, heads=("linear", "mlp_bn", "std_linear"), tuning_seeds=(1000,),
                   feature_seeds=2, steps_check=300, steps_check_seeds=2),
@@ -75,15 +63,9 @@ def _increasing(v: tuple) -> bool:
 
 
 class Config(ChapterConfig):
-    """Chapter 4's parameters (the notebook's parameters cell, plus the run sizes the release records).
-
-    ``seeds``: an int ``n`` (seeds 0..n-1) or a list. ``heads`` / ``optimizers``: of :data:`HEADS` /
-    :data:`OPTIMIZERS`. ``mid_strength``: the middle shift, strength ``t`` on chapter 3's ``both`` line. ``tuning_seeds``:
-    the search's held-out seeds. ``lr_<optimizer>``: its grid. ``feature_seeds``: the first seeds measured by
-    :func:`feature_geometry`. ``margin``: the equivalence margin (accuracy). ``steps_check`` / ``steps_check_seeds``:
-    the step-count check's budget and seeds. The rest: run sizes (RunConfig's defaults). Raises ``ValueError``
-    naming the parameter for any bad value, before any work starts.
-    """
+    """Chapter 4's parameters (the notebook's parameters cell and the run sizes): ``mid_strength`` is the middle
+    shift's strength on chapter 3's ``both`` line, ``lr_<optimizer>`` a grid, ``feature_seeds`` the first seeds
+    :func:`feature_geometry` measures. Raises ``ValueError`` naming the parameter for any bad value."""
 
     PARAMETERS = dict(profile="quick", seeds=(0, 1), steps=150, heads=PAGE_HEADS, tuning_seeds=(1000,),
                       feature_seeds=2, optimizers=OPTIMIZERS, mid_strength=0.25, lr_sgd=LR_GRIDS["sgd"],
@@ -131,8 +113,7 @@ class Config(ChapterConfig):
         return getattr(self, f"lr_{optimizer}")
 
     def search_configs(self) -> list[RunConfig]:
-        """The search: tuning seeds x shifts x heads x optimizers x grid x modes, on the validation set (each shift
-        is searched on its own: a rate tuned on one shift's pinned features would be a mismatch on another's)."""
+        """The search: tuning seeds x shifts x heads x optimizers x grid x modes, on the validation set."""
         return [RunConfig(seed=s, head=h, optimizer=o, lr=lr, mode=m, brightness=b, contrast=c,
                           eval_split="validation", **self._base())
                 for s in self.tuning_seeds for (b, c) in self.shifts().values() for h in self.heads
@@ -143,8 +124,8 @@ class Config(ChapterConfig):
         return lrs if lrs and set(lrs) == names else {n: lrs for n in names}
 
     def run_configs(self, lrs: dict) -> list[RunConfig]:
-        """The sweep: seeds x shifts x heads x optimizers x modes. ``lrs``: :func:`chosen_lrs_by_shift`'s ``{shift:
-        {(head, opt, mode): lr}}``, or one ``{(head, opt, mode): lr}`` / ``{(head, opt): lr}`` for every shift."""
+        """The sweep: seeds x shifts x heads x optimizers x modes at ``lrs`` (:func:`chosen_lrs_by_shift`'s, or one
+        :func:`lr_of` mapping for every shift)."""
         per = self._per_shift(lrs)
         return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(per[n], h, o, m), mode=m, brightness=b,
                           contrast=c, **self._base())
@@ -152,13 +133,10 @@ class Config(ChapterConfig):
                 for o in self.optimizers for m in MODE_NAMES]
 
     def long_heads(self) -> tuple:
-        """The heads of the longer budget: :data:`LONG_HEADS` that the config runs, in its order."""
         return tuple(h for h in self.heads if h in LONG_HEADS)
 
     def steps_search_configs(self) -> list[RunConfig]:
-        """The longer budget's own search: tuning seeds x :meth:`long_heads` x optimizers x grid x the two modes of
-        the gap, at chapter 1's shift, ``steps_check`` steps, on the validation set (a rate tuned for 800 steps
-        need not suit 3,200)."""
+        """The longer budget's own search (a rate tuned for 800 steps need not suit 3,200), on the validation set."""
         b, c = REFERENCE_SHIFT
         return [RunConfig(seed=s, head=h, optimizer=o, lr=lr, mode=m, brightness=b, contrast=c,
                           eval_split="validation", **{**self._base(), "steps": self.steps_check})
@@ -166,9 +144,7 @@ class Config(ChapterConfig):
                 for lr in self.lr_grid(o) for m in STEPS_CHECK_MODES]
 
     def steps_check_configs(self, lrs: dict) -> list[RunConfig]:
-        """The longer budget: the first ``steps_check_seeds`` seeds at chapter 1's shift, :meth:`long_heads` x
-        optimizers x the two modes of the gap, each at ``lrs`` (:func:`chosen_lrs` of :func:`steps_search`: its own
-        rate at this budget; a ``{shift: ...}`` mapping is read at ``ref``), for ``steps_check`` steps."""
+        """The longer budget's runs on the first ``steps_check_seeds`` seeds, at ``lrs`` (read at ``ref``)."""
         b, c = REFERENCE_SHIFT
         ref = self._per_shift(lrs)["ref"]
         return [RunConfig(seed=s, head=h, optimizer=o, lr=lr_of(ref, h, o, m), mode=m, brightness=b, contrast=c,
@@ -177,7 +153,6 @@ class Config(ChapterConfig):
                 for m in STEPS_CHECK_MODES]
 
     def describe(self) -> str:
-        """The parameters for the page's run line."""
         b, c = self.shifts()["mid"]
         grids = "; ".join(f"{o} " + "/".join(f"{v:g}" for v in self.lr_grid(o)) for o in self.optimizers)
         return (f"profile={self.profile}, {seeds_label(self.seeds)}, steps={self.steps}, heads={'/'.join(self.heads)}, "
@@ -189,21 +164,18 @@ class Config(ChapterConfig):
 
 
 def make_config(profile: str = "quick", **overrides) -> Config:
-    """A :class:`Config` from :data:`PROFILES` with ``overrides`` (``None``: the profile's value)."""
     return from_profile(Config, PROFILES, profile, **overrides)
 
 
 # --- the learning-rate search, the sweep and the step-count check -----------------------------------------------
 
 def lr_search(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """The search's runs (cached), ``task_b`` on the task-B *validation* set, with ``shift``."""
     return annotate(transfer_sweep(config.search_configs(), SEARCH_NAMESPACE, execution,
                                    desc="stage 2 (learning-rate search)"), config)
 
 
 def search_table(search: pd.DataFrame) -> pd.DataFrame:
-    """``[shift,] head, optimizer, lr, mode, val_accuracy`` (mean over tuning seeds), plus ``mode="mean"``: the
-    mean over the four modes, the criterion of one compromise rate."""
+    """``[shift,] head, optimizer, lr, mode, val_accuracy`` (mean over tuning seeds), plus ``mode="mean"``."""
     by = (["shift"] if "shift" in search.columns else []) + ["head", "optimizer", "lr"]
     t = search.groupby(by + ["mode"], sort=False)["task_b"].mean().rename("val_accuracy").reset_index()
     crit = t.groupby(by, sort=False)["val_accuracy"].mean().reset_index().assign(mode="mean")
@@ -211,8 +183,7 @@ def search_table(search: pd.DataFrame) -> pd.DataFrame:
 
 
 def search_at(search: pd.DataFrame, shift: str | None) -> pd.DataFrame:
-    """The search's rows at ``shift``, without the column (``None``: the search must cover one shift). Raises
-    ``ValueError`` naming the shifts present otherwise."""
+    """The search's rows at ``shift`` (``None``: the only one), without the column; ``ValueError`` otherwise."""
     if "shift" not in search.columns:
         return search
     present = list(dict.fromkeys(search["shift"]))
@@ -227,7 +198,6 @@ def search_at(search: pd.DataFrame, shift: str | None) -> pd.DataFrame:
 
 
 def lr_of(lrs: dict, head: str, optimizer: str, mode: str) -> float:
-    """``lrs[(head, optimizer, mode)]``, else ``lrs[(head, optimizer)]``; ``KeyError`` naming the run."""
     for k in ((head, optimizer, mode), (head, optimizer)):
         if k in lrs:
             return float(lrs[k])
@@ -235,13 +205,9 @@ def lr_of(lrs: dict, head: str, optimizer: str, mode: str) -> float:
 
 
 def chosen_lrs(search: pd.DataFrame, rule: str = "per_mode", shift: str | None = None) -> dict:
-    """The rates chosen on the search (mean validation accuracy over the tuning seeds; ties: the smaller rate).
-
-    ``"per_mode"`` (the chapter's): ``{(head, optimizer, mode): lr}``, each mode at its own best rate (the pinned and
-    separate optima sit far apart). ``"mean"`` (the first full run's rule, a sensitivity view): ``{(head,
-    optimizer): lr}``, best on the mean over the four modes. ``shift``: as :func:`search_at`. Raises ``ValueError``
-    for another rule or a search not scored on the validation set.
-    """
+    """The rates chosen on the search (mean validation accuracy; ties: the smaller rate): ``"per_mode"``
+    ``{(head, optimizer, mode): lr}`` or ``"mean"`` ``{(head, optimizer): lr}`` (best on the mean over the modes).
+    Raises ``ValueError`` for another rule or a search not scored on the validation set."""
     check_choice("rule", rule, ("per_mode", "mean"))
     search = search_at(search, shift)
     if set(search.get("eval_split", pd.Series(["validation"]))) != {"validation"}:
@@ -254,58 +220,47 @@ def chosen_lrs(search: pd.DataFrame, rule: str = "per_mode", shift: str | None =
 
 
 def chosen_lrs_by_shift(search: pd.DataFrame, rule: str = "per_mode") -> dict:
-    """``{shift: chosen_lrs(search, rule, shift)}``. Raises ``ValueError`` if the search has no ``shift``."""
     if "shift" not in search.columns:
         raise ValueError("chosen_lrs_by_shift needs the search's shift column (lr_search adds it)")
     return {s: chosen_lrs(search, rule, s) for s in dict.fromkeys(search["shift"])}
 
 
-def run(config: Config, execution: Execution | None = None, lrs: dict | None = None) -> pd.DataFrame:
-    """The sweep (cached) at ``lrs`` (default: each mode's own rate at each shift, from :func:`lr_search`); one
-    row per (seed, shift, head, optimizer, mode): :func:`bnstudy.study.engine.transfer`'s columns and ``shift``."""
-    lrs = chosen_lrs_by_shift(lr_search(config, execution)) if lrs is None else lrs
+def run(config: Config, execution: Execution | None, lrs: dict) -> pd.DataFrame:
+    """The sweep (cached) at ``lrs`` (:func:`chosen_lrs_by_shift` of :func:`lr_search`), with ``shift``."""
     return annotate(transfer_sweep(config.run_configs(lrs), NAMESPACE, execution), config)
 
 
 def steps_search(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """The longer budget's search runs (cached; :meth:`Config.steps_search_configs`), as :func:`lr_search`'s."""
     return annotate(transfer_sweep(config.steps_search_configs(), STEPS_SEARCH_NAMESPACE, execution,
                                    desc="stage 2 (longer budget: learning-rate search)"), config)
 
 
-def steps_check(config: Config, execution: Execution | None = None, lrs: dict | None = None) -> pd.DataFrame:
-    """The longer budget's runs (cached; :meth:`Config.steps_check_configs`), rows as :func:`run`'s, each at its own
-    rate tuned at that budget (default: :func:`chosen_lrs` of :func:`steps_search`)."""
-    lrs = chosen_lrs(steps_search(config, execution), shift="ref") if lrs is None else lrs
+def steps_check(config: Config, execution: Execution | None, lrs: dict) -> pd.DataFrame:
     return annotate(transfer_sweep(config.steps_check_configs(lrs), STEPS_NAMESPACE, execution,
                                    desc="stage 2 (longer budget)"), config)
 
 
 def annotate(df: pd.DataFrame, config: Config) -> pd.DataFrame:
-    """``df`` with a ``shift`` column naming each row's shift (``none``, ``mid``, ``ref``)."""
     names = {v: k for k, v in config.shifts().items()}
     return df.assign(shift=[names[(float(b), float(c))] for b, c in zip(df["brightness"], df["contrast"])])
 
 
 def results_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The results without list-valued columns (drift traces and logit quantiles; chapter 1 draws them)."""
+    """The results without list-valued columns."""
     return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple))).any()]]
 
 
 def units_table(counts: dict) -> pd.DataFrame:
-    """``namespace, computed, total`` from :func:`bnstudy.study.sweep.sweep_counts`' ``{namespace: (computed, total)}``."""
     return pd.DataFrame([dict(namespace=k, computed=int(c), total=int(t)) for k, (c, t) in counts.items()],
                         columns=["namespace", "computed", "total"])
 
 
 def units_counts(table: pd.DataFrame) -> dict:
-    """:func:`units_table`'s inverse."""
     return {str(r.namespace): (int(r.computed), int(r.total)) for r in table.itertuples(index=False)}
 
 
 def run_tables(config: Config, execution: Execution | None = None) -> tuple[pd.DataFrame, dict]:
-    """Everything the page analyses, as the tables it saves: ``(runs, {"search_runs", "steps", "steps_search_runs",
-    "features", "units"})`` (:data:`SIBLING_TABLES`); ``units`` counts the cached units this call computed or read."""
+    """``(runs, {name: table})``: everything the page analyses, as the tables it saves (:data:`SIBLING_TABLES`)."""
     reset_sweep_counts()
     search = lr_search(config, execution)
     df = run(config, execution, chosen_lrs_by_shift(search))
@@ -408,15 +363,12 @@ def _feature_group(configs: list[FeatureConfig]) -> list[dict]:
     return out
 
 
-
 def feature_geometry(config: Config, execution: Execution | None = None) -> pd.DataFrame:
-    """What the backbone's 64 output features look like on task B under pinned and separate statistics (cached),
-    one row per (seed, shift, statistics) for the first ``feature_seeds`` seeds: medians over features of
-    ``scale_ratio`` (SD over the separate-statistics SD), ``offset_sd`` (|mean difference| in those SDs),
-    ``affine_r2`` (squared correlation with the same feature under separate statistics: 1 is a per-feature affine
-    change one linear layer undoes); ``dead_fraction``; ``curvature`` (largest eigenvalue of E[f f^T], which bounds
-    gradient descent's stable step on a linear head) and ``curvature_centered`` (of the covariance); ``mean_share``
-    (||E f||^2 / E||f||^2); ``probe_accuracy`` (a closed-form least-squares probe on z-scored features)."""
+    """The backbone's 64 features on task B under pinned and separate statistics (cached), a row per (seed, shift,
+    statistics): medians over features of ``scale_ratio`` and ``offset_sd`` (in separate-statistics SDs) and
+    ``affine_r2`` (1: a per-feature affine change one linear layer undoes); ``curvature`` (top eigenvalue of E[f
+    f^T], which bounds gradient descent's stable step on a linear head), ``curvature_centered`` (of the covariance),
+    ``mean_share`` (||E f||^2 / E||f||^2), ``dead_fraction`` and ``probe_accuracy`` (closed-form least squares)."""
     src = RunConfig(**config._base()).source
     cfgs = [FeatureConfig(**{**src.asdict(), "seed": s}, shifts=tuple(config.shifts().values()),
                           batch_size=config.batch_size) for s in config.seeds[:config.feature_seeds]]
@@ -433,10 +385,9 @@ PARTS = ("backbone", "backbone_b", "head_b")
 
 def audit_buffers(seed: int = 0, head: str = "mlp_bn", steps: int = 5, brightness: float = REFERENCE_SHIFT[0],
                   contrast: float = REFERENCE_SHIFT[1], stage1_steps: int = 50) -> tuple[pd.DataFrame, dict]:
-    """``steps`` stage-2 steps in each freeze mode inside a :class:`bnstudy.audit.FreezeAudit` (a short stage 1 of
-    ``stage1_steps``: the audit is about which buffers move, not accuracy): ``(table, {mode: audit})``, the table
-    ``mode, part, declared, moved, max_change`` per :data:`PARTS` (``declared``: in the mode's
-    ``buffers_may_change``; ``moved``: a running_mean/running_var there changed, by ``max_change`` at most)."""
+    """``steps`` stage-2 steps in each freeze mode inside a :class:`bnstudy.audit.FreezeAudit`: ``(table, {mode:
+    audit})``, the table ``mode, part, declared, moved, max_change`` per :data:`PARTS` (``declared``: in the mode's
+    ``buffers_may_change``; ``moved``: a running_mean/running_var there changed)."""
     from ....audit import FreezeAudit
     src_cfg = SourceConfig(seed=seed, stage1_steps=stage1_steps)
     source = train_source(src_cfg)
