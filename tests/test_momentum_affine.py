@@ -304,8 +304,8 @@ def test_settings_are_chosen_on_the_tuning_seeds_only_and_edges_are_flagged():
     nan = train.copy()
     nan.loc[(nan.role == "tune") & (nan.lr == 0.1), "accuracy"] = math.nan
     assert (C.rate_choices(nan).lr != 0.1).all()
-    counts = C.edge_counts(rows, train, _rate_rows(R.FRANKLE_CONDITIONS, by_shift=False))
-    assert counts["train_at_edge"] == 3 and counts["momentum_at_edge"] == 0 and counts["frankle_at_edge"] == 0
+    assert C.rate_choices(train).at_edge.sum() == 3
+    assert not C.rate_choices(_rate_rows(R.FRANKLE_CONDITIONS, by_shift=False), ("condition",)).at_edge.any()
 
 
 def test_every_question_is_answered_from_hand_made_rows():
@@ -419,9 +419,10 @@ def test_the_page_tables_count_the_families_verdicts():
     tt = C.train_table(train, cl)
     assert tt[("new classes", "vs full")]["full fine-tuning"] == "reference"
     assert tt[("new classes", "vs full")]["head only, statistics pinned"] == "0/0/0/2"  # full is 0.1 above head
+    head_new = p[(p.q == "train") & (p.condition == "head") & (p.classes == "new")]
+    assert len(head_new) == 2 and (head_new.kind == "lower").all()
     from bnstudy.study.inference import number
-    assert number(N, "train_head_new_lower") == 2 and number(N, "train_head_new_cells") == 2
-    assert number(N, "cfg_n_cells") == 4 and number(N, "exact_failed") == 0
+    assert number(N, "exact_failed") == 0 and number(N, "train_cells") == len(C.rate_choices(train))
 
 
 def test_an_m_of_one_closes_the_momentum_grid():

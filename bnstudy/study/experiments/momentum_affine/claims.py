@@ -1,83 +1,52 @@
 """Chapter 9, what is asked (issue 39), fixed before any full-profile row was computed: the questions as data, the
-margin and the rules that pick each setting, run by :func:`bnstudy.study.inference.ask`.
+margin and the rules that pick each setting, run by :func:`bnstudy.study.inference.ask`; then the page's numbers,
+tables and rule-triggered sentences.
 
-**Settings chosen by trying are chosen on the tuning seeds only** (rows with ``role == "tune"``; the reported seeds,
-``role == "report"``, never inform a choice):
+**Settings chosen by trying are chosen on the tuning seeds only** (``role == "tune"``; the reported seeds never
+inform a choice): per part-1 cell the momentum of the grid with the highest mean task-B accuracy (``best_m``,
+:func:`momentum_choices`) and the one setting best over every cell (``global_m``, :func:`global_choice`); per part-2
+cell and part-3 condition the rate (:func:`rate_choices`). Ties go to the smaller value (``cma`` counts as larger
+than every ``m``); a diverged run (NaN) counts as accuracy 0. A choice at an open end of its grid is flagged
+(``at_edge``): the momentum grid is closed below (``m = 0``) and, where it reaches ``m = 1``, above; a rate grid is
+open at both ends. The momentum grid was widened once (``m = 1`` added after a first full run chose 0.3, then its
+largest, in 7 of 12 tuning cells); nothing else changed.
 
-* part 1 (:func:`momentum_choices`): per cell (target, batch size, budget), the momentum of the grid (every ``m``
-  of ``momenta`` and ``cma``) with the highest mean task-B accuracy over the tuning seeds: ``best_m``; and
-  (:func:`global_choice`) the one grid setting with the highest mean over every cell: ``global_m``, a rule that
-  ignores steps and batch size, chosen the same way;
-* parts 2 and 3 (:func:`rate_choices`): per task-B classes, shift family and condition (part 3: per condition), the
-  learning rate of the grid with the highest mean accuracy (task B; part 3 task A) over the tuning seeds.
-
-Ties go to the smaller value (``cma`` counts as larger than every ``m``). A run that diverged (accuracy NaN) counts
-as accuracy 0 in a choice, so a rate that diverges on a tuning seed is chosen only if nothing else trains. A choice
-at an open end of its grid is flagged (``at_edge``), and the page says so where a verdict rests on it: the momentum
-grid is closed below (``m = 0`` is the source statistics, nothing is slower) and, where it reaches ``m = 1`` (the
-last training batch's statistics alone), above; a largest ``m`` below 1 is an open end; ``cma`` is off the axis and
-never an edge; a rate grid is open at both ends (rate 0 trains nothing, and was not run).
-
-**The momentum grid was widened once** (before the reported run, as chapter 8's grids were): a first full run on the
-issue's grid (0 to 0.3) chose its largest momentum, 0.3, an open end, in 7 of the 12 cells of the tuning seeds; ``m
-= 1`` was added, closing the grid. Nothing else (questions, margin, families, rules) changed.
-
-**The margin.** :data:`MARGIN` = 0.02 (accuracy, a fraction): the book's margin, two points, the smallest difference
-in accuracy we would act on; every accuracy question is a TOST at ±0.02 beside its direction test. The statistics
-error (:func:`.run.statistics_error`) has no agreed practical threshold, so its questions have no margin: a
-direction or "not decided".
-
-**The families** (Bonferroni within each, :func:`bnstudy.study.inference.ask`; at least 10 reported seeds in the full
-profile, paired on the seed):
-
-* ``momentum``: per cell, each momentum setting (the grid, ``cma_loaded``, ``kornblith``) minus ``precise`` (precise
-  BN after training), task-B accuracy, at ±:data:`MARGIN`;
-* ``error``: the same comparisons on ``stats_error``, no margin (is the moving average farther from the population
-  statistics than precise BN's re-estimate?);
-* ``order``: per cell, each momentum of the grid minus the next smaller one, on ``stats_error`` (where the error
-  stops falling and starts rising as ``m`` grows: the noise against staleness ordering of Wu & Johnson 2021);
-* ``rule``: per cell, each rule minus ``best_m`` (the per-cell best chosen on the tuning seeds), task-B accuracy at
-  ±:data:`MARGIN`: ``kornblith`` (Kornblith, Shlens & Le 2019), ``pytorch`` (PyTorch's 0.1), ``precise`` (Wu & Johnson
-  2021's recipe) and ``global_m`` (one momentum for every cell, chosen on the tuning seeds);
-* ``train``: per task-B classes (``new``, ``same``) and shift family, each condition minus ``full`` (full
-  fine-tuning), each at its own tuned rate, task-B accuracy at ±:data:`MARGIN`;
-* ``retain``: the same on task A's retention (head A on the fine-tuned backbone);
-* ``bn_mode``: the key contrast, per task-B classes and shift family: ``affine_train`` minus ``affine_pinned`` on
-  task-B accuracy and on retention, and ``head_train`` minus ``head`` (the two-by-two's other arm), at
-  ±:data:`MARGIN`;
-* ``frankle``: ``bn_affine`` minus ``random_same`` (Frankle, Schwab & Morcos 2021's comparison) and minus ``head``,
-  task-A accuracy from random initialisation, at ±:data:`MARGIN`;
-* ``checks``: identities of the code, exact (``==``), not findings: ``m0`` keeps the source statistics; the pinned
-  conditions (``head``, ``affine_pinned``) leave every buffer unchanged; no parameter outside a condition's trained
-  set changes; ``random_same`` trains exactly as many parameters as ``bn_affine``.
+**The families** (Bonferroni within each, paired on the seed; accuracy questions with a TOST at ±:data:`MARGIN`, the
+book's margin; the statistics error, with no agreed threshold, without one): ``momentum`` and ``error`` (each
+momentum setting minus precise BN, on task-B accuracy and on ``stats_error``), ``order`` (each momentum's error minus
+the next smaller one's), ``rule`` (each rule minus ``best_m``), ``train`` and ``retain`` (each part-2 condition minus
+full fine-tuning, on task B and task A), ``bn_mode`` (train-mode minus pinned statistics), ``frankle`` (BatchNorm's
+affine minus as many random weights, and minus the head alone) and ``checks`` (identities of the code, ``==``).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from functools import partial
 
 import pandas as pd
 
-from ...inference import Question, ask
-from .run import CLASSES
+from ...inference import Interval, Question, ask, numbers_table, t_interval
+from ...inference import number as _n
+from ...words import Note, counts_text, join, notes
+from .run import CLASSES, SOURCE_MOMENTUM, TRAIN_CONDITIONS
 
 #: Equivalence margin (accuracy, fraction): the book's, two points, the smallest difference we would act on.
 MARGIN = 0.02
-#: A cell of part 1.
+#: A cell of part 1 and of part 2.
 CELL = ("target", "batch_size", "budget")
-#: A cell of part 2.
 TRAIN_CELL = ("classes", "shift")
-#: The momentum settings compared with precise BN besides the grid: PyTorch's ``momentum=None`` on a loaded
-#: checkpoint, and Kornblith et al.'s rule.
+#: The momentum settings compared with precise BN besides the grid: ``momentum=None`` on a loaded checkpoint, and
+#: Kornblith et al.'s rule.
 EXTRA_SETTINGS = ("cma_loaded", "kornblith")
 #: The rules compared with the per-cell best momentum.
 RULES = ("kornblith", "pytorch", "precise", "global_m")
-#: Part 2's reference and the conditions compared with it.
-TRAIN_REFERENCE = "full"
-TRAIN_COMPARED = ("head", "head_train", "affine_pinned", "affine_train", "first_block")
+#: Part 2's conditions compared with full fine-tuning.
+TRAIN_COMPARED = TRAIN_CONDITIONS[:-1]
 #: Conditions whose statistics are pinned (their buffers must not change).
 PINNED = ("head", "affine_pinned")
+KINDS = ("higher", "equivalent", "not decided", "lower")
 _EMA = re.compile(r"^m[0-9.e+-]+$")
 
 
@@ -86,7 +55,7 @@ def _report(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _tune(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[rows["role"] == "tune"]
+    return rows[rows["role"] == "tune"].assign(accuracy=lambda d: d["accuracy"].fillna(0.0))
 
 
 def grid(rows: pd.DataFrame) -> list[str]:
@@ -95,28 +64,26 @@ def grid(rows: pd.DataFrame) -> list[str]:
     return list(ema["condition"]) + (["cma"] if (rows["condition"] == "cma").any() else [])
 
 
-def _open_end(g: list[str]) -> str | None:
-    """The grid's open upper end: its largest ``m`` if below 1 (``m = 1``, the last batch alone, closes it)."""
-    top = [c for c in g if c != "cma"][-1]
-    return None if float(top[1:]) >= 1 else top
-
-
 def _best(g: pd.DataFrame, order: list, column: str) -> pd.Series:
-    """The row of ``g`` (one per candidate, ``accuracy`` a mean) with the highest accuracy, ties to the earliest in
-    ``order`` (the values of ``column``)."""
+    """The row of ``g`` with the highest ``accuracy``, ties to the earliest of ``order`` (values of ``column``)."""
     rank = g[column].map({v: i for i, v in enumerate(order)})
     return g.assign(_rank=rank).sort_values(["accuracy", "_rank"], ascending=[False, True]).iloc[0]
 
 
-def momentum_choices(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per cell, the grid setting (:func:`grid`) with the highest mean task-B accuracy over the tuning seeds (a NaN
-    accuracy counted as 0; ties to the smaller momentum). ``at_edge``: the choice is the largest ``m`` of the grid
-    (an open end, :func:`_open_end`). Columns: the cell, ``condition``, ``accuracy`` (the tuning mean), ``at_edge``."""
+def _grid_means(rows: pd.DataFrame, by: list) -> tuple[list, str | None, pd.DataFrame]:
+    """The grid, its open upper end (its largest ``m`` if below 1) and the tuning seeds' mean accuracy per ``by``
+    and grid setting."""
     g = grid(rows)
+    top = [c for c in g if c != "cma"][-1]
     tune = _tune(rows)
-    tune = tune[tune["condition"].isin(g)].assign(accuracy=lambda d: d["accuracy"].fillna(0.0))
-    mean = tune.groupby([*CELL, "condition"], sort=True)["accuracy"].mean().reset_index()
-    open_end = _open_end(g)
+    mean = tune[tune["condition"].isin(g)].groupby([*by, "condition"], sort=True)["accuracy"].mean().reset_index()
+    return g, None if float(top[1:]) >= 1 else top, mean
+
+
+def momentum_choices(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, the grid setting with the highest mean task-B accuracy over the tuning seeds. Columns: the cell,
+    ``condition``, ``accuracy`` (the tuning mean), ``at_edge`` (the choice is the grid's open end)."""
+    g, open_end, mean = _grid_means(rows, list(CELL))
     out = []
     for key, cell in mean.groupby(list(CELL), sort=True):
         best = _best(cell, g, "condition")
@@ -126,21 +93,17 @@ def momentum_choices(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def global_choice(rows: pd.DataFrame) -> dict:
-    """The one grid setting with the highest mean task-B accuracy over every cell and tuning seed (NaN as 0, ties to
-    the smaller momentum): ``{"condition", "accuracy", "at_edge"}``."""
-    g = grid(rows)
-    tune = _tune(rows)
-    tune = tune[tune["condition"].isin(g)].assign(accuracy=lambda d: d["accuracy"].fillna(0.0))
-    mean = tune.groupby("condition")["accuracy"].mean().reset_index()
+    """The one grid setting with the highest mean task-B accuracy over every cell and tuning seed:
+    ``{"condition", "accuracy", "at_edge"}``."""
+    g, open_end, mean = _grid_means(rows, [])
     best = _best(mean, g, "condition")
     return dict(condition=best["condition"], accuracy=float(best["accuracy"]),
-                at_edge=bool(best["condition"] == _open_end(g)))
+                at_edge=bool(best["condition"] == open_end))
 
 
 def momentum_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """The reported seeds' part-1 rows as conditions: every recorded condition, plus ``pytorch`` (the ``m0.1`` rows,
-    where 0.1 is in the grid), ``best_m`` (each cell's :func:`momentum_choices` setting) and ``global_m``
-    (:func:`global_choice`). Columns: ``seed``, the cell, ``condition``, ``accuracy``, ``task_a``, ``stats_error``."""
+    """The reported seeds' part-1 rows as conditions: every recorded condition, plus ``pytorch`` (the ``m0.1``
+    rows), ``best_m`` (each cell's :func:`momentum_choices` setting) and ``global_m`` (:func:`global_choice`)."""
     cols = ["seed", *CELL, "condition", "accuracy", "task_a", "stats_error"]
     rep = _report(rows)[cols]
     picks = momentum_choices(rows)[[*CELL, "condition"]]
@@ -152,11 +115,9 @@ def momentum_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def rate_choices(rows: pd.DataFrame, by: tuple = (*TRAIN_CELL, "condition")) -> pd.DataFrame:
     """Per ``by`` (part 2: task-B classes, shift family and condition; part 3: ``("condition",)``), the rate with the
-    highest mean ``accuracy`` over the tuning seeds (NaN as 0; ties to the smaller rate). ``at_edge``: the smallest or
-    largest rate of the grid (both ends open), where the grid has more than one rate. Columns: ``by``, ``lr``,
-    ``accuracy``, ``at_edge``."""
-    tune = _tune(rows).assign(accuracy=lambda d: d["accuracy"].fillna(0.0))
-    mean = tune.groupby([*by, "lr"], sort=True)["accuracy"].mean().reset_index()
+    highest mean ``accuracy`` over the tuning seeds. Columns: ``by``, ``lr``, ``accuracy``, ``at_edge`` (the
+    smallest or largest rate of a grid of more than one)."""
+    mean = _tune(rows).groupby([*by, "lr"], sort=True)["accuracy"].mean().reset_index()
     out = []
     for key, g in mean.groupby(list(by), sort=True):
         rates = sorted(g["lr"])
@@ -167,10 +128,8 @@ def rate_choices(rows: pd.DataFrame, by: tuple = (*TRAIN_CELL, "condition")) -> 
 
 
 def chosen_rows(rows: pd.DataFrame, by: tuple = (*TRAIN_CELL, "condition")) -> pd.DataFrame:
-    """The reported seeds' rows of parts 2 or 3 at each ``by``'s rate chosen on the tuning seeds
-    (:func:`rate_choices`): one row per seed and ``by``."""
-    picks = rate_choices(rows, by)[[*by, "lr"]]
-    return _report(rows).merge(picks, on=[*by, "lr"])
+    """The reported seeds' rows of parts 2 or 3 at each ``by``'s rate chosen on the tuning seeds."""
+    return _report(rows).merge(rate_choices(rows, by)[[*by, "lr"]], on=[*by, "lr"])
 
 
 def questions(grid_settings, extra=EXTRA_SETTINGS, rules=RULES) -> dict[str, tuple]:
@@ -179,41 +138,33 @@ def questions(grid_settings, extra=EXTRA_SETTINGS, rules=RULES) -> dict[str, tup
     ema = [c for c in grid_settings if c != "cma"]
     settings = tuple(grid_settings) + tuple(extra)
     cell = "{target}_b{batch_size}_t{budget}"
+    acc = partial(Question, margin=MARGIN)  # accuracy: a TOST at the book's margin beside the direction test
+    train = partial(acc, each=TRAIN_CELL, table="train")
+    mode = partial(train, condition="affine_train", reference="affine_pinned", words="train-mode statistics")
+    check = partial(Question, exact=0.0)
     return {
-        "momentum": (Question("mom_{condition}_" + cell, condition=settings, reference="precise", each=CELL,
-                              margin=MARGIN),),
+        "momentum": (acc("mom_{condition}_" + cell, condition=settings, reference="precise", each=CELL),),
         "error": (Question("err_{condition}_" + cell, condition=settings, reference="precise", value="stats_error",
                            each=CELL),),
         "order": tuple(Question(f"order_{b}_vs_{a}_" + cell, condition=b, reference=a, value="stats_error",
                                 each=CELL, words="larger momentum's error") for a, b in zip(ema, ema[1:])),
-        "rule": (Question("rule_{condition}_" + cell, condition=tuple(rules), reference="best_m", each=CELL,
-                          margin=MARGIN),),
-        "train": (Question("train_{condition}_{classes}_{shift}", condition=TRAIN_COMPARED,
-                           reference=TRAIN_REFERENCE, each=TRAIN_CELL, table="train", margin=MARGIN),),
-        "retain": (Question("retain_{condition}_{classes}_{shift}", condition=TRAIN_COMPARED,
-                            reference=TRAIN_REFERENCE, value="task_a", each=TRAIN_CELL, table="train", margin=MARGIN),),
-        "bn_mode": (Question("bn_mode_affine_{classes}_{shift}", condition="affine_train",
-                             reference="affine_pinned", each=TRAIN_CELL, table="train", margin=MARGIN,
-                             words="train-mode statistics"),
-                    Question("bn_mode_affine_retain_{classes}_{shift}", condition="affine_train",
-                             reference="affine_pinned", value="task_a", each=TRAIN_CELL, table="train",
-                             margin=MARGIN, words="train-mode statistics"),
-                    Question("bn_mode_head_{classes}_{shift}", condition="head_train", reference="head",
-                             each=TRAIN_CELL, table="train", margin=MARGIN, words="train-mode statistics")),
-        "frankle": (Question("frankle_bn_affine_vs_random_same", condition="bn_affine", reference="random_same",
-                             table="frankle", margin=MARGIN, words="BatchNorm-only"),
-                    Question("frankle_bn_affine_vs_head", condition="bn_affine", reference="head", table="frankle",
-                             margin=MARGIN, words="BatchNorm-only")),
-        "checks": (Question("check_m0_keeps_source", value="change_from_source", at=dict(condition="m0"),
-                            table="momentum_rows", exact=0.0),
-                   Question("check_pinned_buffers_{condition}", value="max_buffer_change",
-                            at=dict(condition=PINNED), each=("condition",), table="train_rows", exact=0.0),
-                   Question("check_frozen_train_{condition}", value="max_frozen_change", each=("condition",),
-                            table="train_rows", exact=0.0),
-                   Question("check_frozen_frankle_{condition}", value="max_frozen_change", each=("condition",),
-                            table="frankle_rows", exact=0.0),
-                   Question("check_random_same_count", value="trainable", condition="random_same",
-                            reference="bn_affine", table="frankle", exact=0.0)),
+        "rule": (acc("rule_{condition}_" + cell, condition=tuple(rules), reference="best_m", each=CELL),),
+        "train": (train("train_{condition}_{classes}_{shift}", condition=TRAIN_COMPARED, reference="full"),),
+        "retain": (train("retain_{condition}_{classes}_{shift}", condition=TRAIN_COMPARED, reference="full",
+                         value="task_a"),),
+        "bn_mode": (mode("bn_mode_affine_{classes}_{shift}"),
+                    mode("bn_mode_affine_retain_{classes}_{shift}", value="task_a"),
+                    mode("bn_mode_head_{classes}_{shift}", condition="head_train", reference="head")),
+        "frankle": tuple(acc(f"frankle_bn_affine_vs_{r}", condition="bn_affine", reference=r, table="frankle",
+                             words="BatchNorm-only") for r in ("random_same", "head")),
+        "checks": (check("check_m0_keeps_source", value="change_from_source", at=dict(condition="m0"),
+                         table="momentum_rows"),
+                   check("check_pinned_buffers_{condition}", value="max_buffer_change", at=dict(condition=PINNED),
+                         each=("condition",), table="train_rows"),
+                   *(check(f"check_frozen_{t}_{{condition}}", value="max_frozen_change", each=("condition",),
+                           table=f"{t}_rows") for t in ("train", "frankle")),
+                   check("check_random_same_count", value="trainable", condition="random_same",
+                         reference="bn_affine", table="frankle")),
     }
 
 
@@ -234,26 +185,12 @@ def claims(momentum: pd.DataFrame, train: pd.DataFrame, frankle: pd.DataFrame) -
     return pd.concat([ask(tables, qs[f], family=f) for f in qs], ignore_index=True)
 
 
-def edge_counts(momentum: pd.DataFrame, train: pd.DataFrame, frankle: pd.DataFrame) -> dict:
-    """How many choices sit at an open end of their grid: ``momentum_at_edge`` / ``momentum_cells`` (per-cell
-    ``best_m``), ``global_at_edge`` (0 or 1), ``train_at_edge`` / ``train_cells``, ``frankle_at_edge`` /
-    ``frankle_cells``; and ``momentum_chose_source`` (cells whose best is ``m0``: a closed end, a finding)."""
-    m, t, f = momentum_choices(momentum), rate_choices(train), rate_choices(frankle, ("condition",))
-    return dict(momentum_at_edge=int(m["at_edge"].sum()), momentum_cells=len(m),
-                momentum_chose_source=int((m["condition"] == "m0").sum()),
-                global_at_edge=int(global_choice(momentum)["at_edge"]),
-                train_at_edge=int(t["at_edge"].sum()), train_cells=len(t),
-                frankle_at_edge=int(f["at_edge"].sum()), frankle_cells=len(f))
-
-
-
 # --- the page: parsed keys, descriptive means, tables, the numbers table and the rule-triggered notes ----------------
 
-from ...words import Note, counts_text, join, notes  # noqa: E402
-
 #: The direction words this chapter's verdicts use (the glossary's table lists them).
-DIRECTIONS = ("higher", "lower", "larger momentum's error higher", "larger momentum's error lower", "train-mode statistics higher",
-              "train-mode statistics lower", "BatchNorm-only higher", "BatchNorm-only lower")
+DIRECTIONS = ("higher", "lower", "larger momentum's error higher", "larger momentum's error lower",
+              "train-mode statistics higher", "train-mode statistics lower", "BatchNorm-only higher",
+              "BatchNorm-only lower")
 #: How the page names each momentum setting, rule, training choice and part-3 condition.
 SETTING_NAMES = dict(cma="cumulative average", cma_loaded="momentum=None on the loaded model",
                      kornblith="Kornblith's rule", precise="precise BN after training", pytorch="PyTorch's 0.1",
@@ -263,11 +200,11 @@ TRAIN_NAMES = dict(head="head only, statistics pinned", head_train="head only, t
                    first_block="first block + head", full="full fine-tuning")
 FRANKLE_NAMES = dict(bn_affine="BatchNorm's gamma and beta", random_same="as many random weights",
                      head="output layer only", all="every parameter")
-KINDS = ("higher", "equivalent", "not decided", "lower")
 _MOM_KEY = re.compile(r"^(?P<q>mom|err|rule)_(?P<condition>.+)_(?P<target>close|shifted)_b(?P<batch_size>\d+)"
                       r"_t(?P<budget>\d+)$")
 _TRAIN_KEY = re.compile(r"^(?P<q>train|retain|bn_mode_affine_retain|bn_mode_affine|bn_mode_head)_"
-                        r"(?:(?P<condition>" + "|".join(TRAIN_COMPARED) + r")_)?(?P<classes>new|same)_(?P<shift>[a-z]+)$")
+                        r"(?:(?P<condition>" + "|".join(TRAIN_COMPARED) + r")_)?(?P<classes>new|same)"
+                        r"_(?P<shift>[a-z]+)$")
 
 
 def setting_label(c: str) -> str:
@@ -292,87 +229,69 @@ def parsed(claims_table: pd.DataFrame) -> pd.DataFrame:
     return out[out["q"].notna()]
 
 
-def _kinds(g: pd.DataFrame) -> dict:
-    return {k: int(g["kind"].eq(k).sum()) for k in KINDS}
+def _short(g: pd.DataFrame, default: str = "") -> str:
+    """``"0/3/1/0"``: how many claims of ``g`` are higher / equivalent / not decided / lower (``default`` if none)."""
+    return "/".join(str(int(g["kind"].eq(k).sum())) for k in KINDS) if len(g) else default
 
 
-def _short(counts: dict) -> str:
-    """``"0/3/1/0"``: higher / equivalent / not decided / lower."""
-    return "/".join(str(counts[k]) for k in KINDS)
-
-
-def seed_means(table: pd.DataFrame, by: list, values=("accuracy",), confidence: float = 0.95) -> pd.DataFrame:
+def seed_means(table: pd.DataFrame, by: list, values=("accuracy",)) -> pd.DataFrame:
     """Descriptive means (no verdict rests on them): each seed's mean of ``values`` over the rows of one ``by``
     group, then the mean over seeds with its Student's t interval. Columns: ``by``, then per value ``<value>``,
     ``<value>_low``, ``<value>_high``, and ``n_seeds``."""
-    from ...inference import t_interval
     per_seed = table.groupby([*by, "seed"])[list(values)].mean().reset_index()
     rows = []
     for key, g in per_seed.groupby(by, sort=False):
         row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
         for v in values:
-            iv = t_interval(g[v].dropna().to_numpy(), confidence)
+            iv = t_interval(g[v].dropna().to_numpy())
             row.update({v: iv.mean, f"{v}_low": iv.low, f"{v}_high": iv.high})
         rows.append(dict(row, n_seeds=g["seed"].nunique()))
     return pd.DataFrame(rows)
 
 
-def momentum_order(rows: pd.DataFrame) -> list[str]:
-    """The momentum settings in the page's order: the grid (:func:`grid`), ``cma_loaded``, ``kornblith``,
-    ``precise``."""
-    present = set(rows["condition"])
-    return grid(rows) + [c for c in ("cma_loaded", "kornblith", "precise") if c in present]
+def _columns(cols: dict, names: list) -> pd.DataFrame:
+    out = pd.DataFrame(cols)
+    out.columns = pd.MultiIndex.from_tuples(out.columns, names=names)
+    return out
 
 
 def momentum_main_table(rows: pd.DataFrame, claims_table: pd.DataFrame) -> pd.DataFrame:
     """Table 9.1: per momentum setting (rows) and step budget (columns): the statistics error and the task-B
     accuracy, each seed's mean over the targets and batch sizes then the mean over seeds, and against precise BN
-    after training the ``momentum`` family's verdict counts over the targets x batch sizes (higher / equivalent /
-    not decided / lower)."""
+    after training the ``momentum`` family's verdict counts over the targets x batch sizes."""
     rep = _report(rows)
-    means = seed_means(rep, ["condition", "budget"], ("accuracy", "stats_error"))
+    means = seed_means(rep, ["condition", "budget"], ("accuracy", "stats_error")).set_index(["condition", "budget"])
     p = parsed(claims_table)
     p = p[p["q"] == "mom"]
-    order = momentum_order(rows)
+    order = grid(rows) + [c for c in ("cma_loaded", "kornblith", "precise") if c in set(rows["condition"])]
     cols = {}
     for t in sorted(rep["budget"].unique()):
-        err, acc, ver = {}, {}, {}
-        for c in order:
-            m = means[(means["condition"] == c) & (means["budget"] == t)].iloc[0]
-            err[setting_label(c)], acc[setting_label(c)] = f"{m['stats_error']:.3f}", f"{m['accuracy']:.3f}"
-            g = p[(p["condition"] == c) & (p["budget"] == t)]
-            ver[setting_label(c)] = _short(_kinds(g)) if len(g) else "—"
-        cols.update({(f"{t} steps", "error"): err, (f"{t} steps", "accuracy"): acc,
-                     (f"{t} steps", "vs precise"): ver})
-    out = pd.DataFrame(cols)
-    out.columns = pd.MultiIndex.from_tuples(out.columns, names=["budget", ""])
-    return out
+        for name, v in (("error", "stats_error"), ("accuracy", "accuracy")):
+            cols[(f"{t} steps", name)] = {setting_label(c): f"{means.loc[(c, t), v]:.3f}" for c in order}
+        cols[(f"{t} steps", "vs precise")] = {setting_label(c): _short(p[(p["condition"] == c) & (p["budget"] == t)],
+                                                                       "—") for c in order}
+    return _columns(cols, ["budget", ""])
 
 
 def rules_table(claims_table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
-    """Table 9.2: per rule (rows), each rule minus the per-cell best momentum chosen on the tuning seeds
-    (``rule`` family): the verdict counts over every cell and per step budget, and the range of the estimates; the
-    global momentum's row is left out where it is PyTorch's 0.1 (the same comparisons).
-    Also the per-cell choices behind ``best_m`` in the column ``best_m``."""
+    """Table 9.2: per rule (rows), each rule minus the per-cell best momentum (``rule`` family): the verdict counts
+    over every cell and per step budget, and the range of the estimates; the global momentum's row is left out
+    where it is PyTorch's 0.1 (the same comparisons)."""
     p = parsed(claims_table)
     p = p[p["q"] == "rule"]
+    same = global_choice(rows)["condition"] == "m0.1"
     out = []
-    same = global_choice(rows)["condition"] == "m0.1"  # the global momentum is PyTorch's: one row, not two
     for r in [x for x in RULES if x in set(p["condition"]) and not (same and x == "global_m")]:
         g = p[p["condition"] == r]
-        row = {"rule": SETTING_NAMES[r], "all cells": _short(_kinds(g))}
-        for t in sorted(g["budget"].unique()):
-            row[f"{t:.0f} steps"] = _short(_kinds(g[g["budget"] == t]))
-        row["estimates"] = f"{g['estimate'].min():+.3f} to {g['estimate'].max():+.3f}"
-        out.append(row)
+        out.append({"rule": SETTING_NAMES[r], "all cells": _short(g),
+                    **{f"{t:.0f} steps": _short(g[g["budget"] == t]) for t in sorted(g["budget"].unique())},
+                    "estimates": f"{g['estimate'].min():+.3f} to {g['estimate'].max():+.3f}"})
     return pd.DataFrame(out)
 
 
 def choices_table(rows: pd.DataFrame) -> pd.DataFrame:
     """The per-cell momentum chosen on the tuning seeds (``best_m``) beside the one with the smallest mean
-    statistics error on the reported seeds, and Kornblith's rule's momentum. Columns: the cell, ``best_m``,
-    ``smallest error``, ``Kornblith``."""
-    picks = momentum_choices(rows)
+    statistics error on the reported seeds, and Kornblith's rule's momentum."""
     rep = _report(rows)
     ema = rep[rep["condition"].isin([c for c in grid(rows) if c != "cma"])]
     err = ema.groupby([*CELL, "condition"])["stats_error"].mean().reset_index()
@@ -382,171 +301,95 @@ def choices_table(rows: pd.DataFrame) -> pd.DataFrame:
                           "best momentum (tuning seeds)": setting_label(r.condition),
                           "smallest error": setting_label(low[(r.target, r.batch_size, r.budget)]),
                           "Kornblith's m": f"{k[(r.target, r.batch_size, r.budget)]:.3g}"}
-                         for r in picks.itertuples()])
-
-
-def train_means(train: pd.DataFrame) -> pd.DataFrame:
-    """Part 2 at each condition's tuned rate (:func:`chosen_rows`): per task-B classes and condition, each seed's
-    mean over the shift families of task-B accuracy and task A's retention, then means over seeds with 95%
-    intervals (:func:`seed_means`), with the trainable share."""
-    ch = chosen_rows(train)
-    out = seed_means(ch, ["classes", "condition"], ("accuracy", "task_a", "trainable_share"))
-    return out
+                         for r in momentum_choices(rows).itertuples()])
 
 
 def train_table(train: pd.DataFrame, claims_table: pd.DataFrame) -> pd.DataFrame:
-    """Table 9.3: per training choice (rows) and task-B classes (column groups): the trainable share of the
-    network's parameters, task-B accuracy and task A's retention (means over seeds of each seed's mean over the
-    shift families, at each condition's tuned rate) and, against full fine-tuning, the ``train`` and ``retain``
-    families' verdict counts over the shift families."""
-    means = train_means(train)
+    """Table 9.3: per training choice (rows) and task-B classes (column groups): the trainable share, task-B
+    accuracy and task A's retention (means over seeds of each seed's mean over the shift families, at each
+    condition's tuned rate) and, against full fine-tuning, the ``train`` and ``retain`` verdict counts."""
+    means = seed_means(chosen_rows(train), ["classes", "condition"], ("accuracy", "task_a", "trainable_share"))
     p = parsed(claims_table)
     cols = {}
     for k in [c for c in CLASSES if c in set(means["classes"])]:
-        share, acc, va, ret, vr = {}, {}, {}, {}, {}
-        for c in TRAIN_CONDITIONS_ORDER:
-            m = means[(means["classes"] == k) & (means["condition"] == c)]
-            if not len(m):
-                continue
-            m, name = m.iloc[0], TRAIN_NAMES[c]
-            share[name] = f"{100 * m['trainable_share']:.1f}%"
-            acc[name] = f"{m['accuracy']:.3f} ({m['accuracy_low']:.3f}–{m['accuracy_high']:.3f})"
-            ret[name] = f"{m['task_a']:.3f}"
-            for q, d in (("train", va), ("retain", vr)):
-                g = p[(p["q"] == q) & (p["condition"] == c) & (p["classes"] == k)]
-                d[name] = _short(_kinds(g)) if len(g) else "reference"
         label = "new classes" if k == "new" else "same classes"
-        cols.update({(label, "trained"): share, (label, "task B"): acc, (label, "vs full"): va,
-                     (label, "task A kept"): ret, (label, "kept vs full"): vr})
-    out = pd.DataFrame(cols)
-    out.columns = pd.MultiIndex.from_tuples(out.columns, names=["task B", ""])
-    return out
+        m = means[means["classes"] == k].set_index("condition")
+        m = m.loc[[c for c in TRAIN_CONDITIONS if c in m.index]].rename(index=TRAIN_NAMES)
+        v = {q: {TRAIN_NAMES[c]: _short(p[(p["q"] == q) & (p["condition"] == c) & (p["classes"] == k)], "reference")
+                 for c in TRAIN_CONDITIONS if TRAIN_NAMES[c] in m.index} for q in ("train", "retain")}
+        cols.update({(label, "trained"): {n: f"{100 * r.trainable_share:.1f}%" for n, r in m.iterrows()},
+                     (label, "task B"): {n: f"{r.accuracy:.3f} ({r.accuracy_low:.3f}–{r.accuracy_high:.3f})"
+                                         for n, r in m.iterrows()},
+                     (label, "vs full"): v["train"],
+                     (label, "task A kept"): {n: f"{r.task_a:.3f}" for n, r in m.iterrows()},
+                     (label, "kept vs full"): v["retain"]})
+    return _columns(cols, ["task B", ""])
 
 
-#: Part 2's conditions in the page's order.
-TRAIN_CONDITIONS_ORDER = ("head", "head_train", "affine_pinned", "affine_train", "first_block", "full")
-
-
-def frankle_means(frankle: pd.DataFrame) -> pd.DataFrame:
-    """Part 3 at each condition's tuned rate: accuracy (task A, from random initialisation) per condition, means
-    over seeds with 95% intervals, the trainable count and the chosen rate."""
-    ch = chosen_rows(frankle, ("condition",))
-    out = seed_means(ch, ["condition"], ("accuracy", "trainable"))
-    return out.merge(rate_choices(frankle, ("condition",))[["condition", "lr", "at_edge"]], on="condition")
-
-
-def _count(p, q, condition=None, **at) -> dict:
-    g = p[p["q"] == q]
-    if condition is not None:
-        g = g[g["condition"] == condition]
-    for k, v in at.items():
-        g = g[g[k] == v]
-    return dict(_kinds(g), cells=len(g), est_min=float(g["estimate"].min()) if len(g) else math.nan,
-                est_max=float(g["estimate"].max()) if len(g) else math.nan)
+def _counts(g: pd.DataFrame) -> dict:
+    """Verdict counts of the claims ``g`` (``higher``, ``equivalent``, ``not_decided``, ``lower``), their number
+    ``cells`` and the range of their estimates (``est_min``, ``est_max``)."""
+    return dict({k.replace(" ", "_"): int(g["kind"].eq(k).sum()) for k in KINDS}, cells=len(g),
+                est_min=float(g["estimate"].min()), est_max=float(g["estimate"].max()))
 
 
 def page_numbers(momentum: pd.DataFrame, train: pd.DataFrame, frankle: pd.DataFrame, claims_table: pd.DataFrame,
                  config) -> pd.DataFrame:
-    """The page's flat numbers table (:func:`bnstudy.study.inference.numbers_table`): part 1's means per setting
-    and budget (``acc_<setting>_t<budget>``, ``err_...``, intervals over seeds, pooled over targets and batch
-    sizes), verdict counts per question, setting or rule (``<q>_<setting>_<kind>``, ``..._cells``,
-    ``..._est_min`` / ``_est_max``; per budget ``<q>_<setting>_t<budget>_<kind>``; part 2 per classes
-    ``<q>_<condition>_<classes>_<kind>``), part 2's and 3's means, the grids' choices (:func:`edge_counts`), the
-    units' recorded compute (``cost_worker_min``) and the design's settings (``cfg_*``)."""
-    from ...inference import Interval, numbers_table
-    values: dict = {}
-    rep = _report(momentum)
-    mm = seed_means(rep, ["condition", "budget"], ("accuracy", "stats_error", "task_a"))
-    top = int(mm["budget"].max())
-    for r in mm.itertuples():
-        slug = r.condition.replace(".", "_")
-        for t in {f"t{int(r.budget)}", *(["tmax"] if int(r.budget) == top else [])}:  # tmax: the longest budget
-            values[f"acc_{slug}_{t}"] = Interval(r.accuracy, r.accuracy_low, r.accuracy_high, r.n_seeds)
-            values[f"err_{slug}_{t}"] = Interval(r.stats_error, r.stats_error_low, r.stats_error_high, r.n_seeds)
-            values[f"keep_{slug}_{t}"] = Interval(r.task_a, r.task_a_low, r.task_a_high, r.n_seeds)
-    p = parsed(claims_table)
-    budgets = sorted(rep["budget"].unique())
-    for q in ("mom", "err", "rule"):
-        for c in sorted(set(p.loc[p["q"] == q, "condition"])):
-            slug = c.replace(".", "_")
-            d = _count(p, q, c)
-            values.update({f"{q}_{slug}_{k.replace(' ', '_')}": v for k, v in d.items()})
-            for t in budgets:
-                d = _count(p, q, c, budget=t)
-                values.update({f"{q}_{slug}_t{int(t)}_{k.replace(' ', '_')}": v for k, v in d.items()
-                               if k in (*KINDS, "cells")})
-    for q in ("train", "retain"):
-        for c in TRAIN_COMPARED:
-            for k in CLASSES:
-                d = _count(p, q, c, classes=k)
-                values.update({f"{q}_{c}_{k}_{x.replace(' ', '_')}": v for x, v in d.items()})
-    for q in ("bn_mode_affine", "bn_mode_affine_retain", "bn_mode_head"):
-        d = _count(p, q)
-        values.update({f"{q}_{x.replace(' ', '_')}": v for x, v in d.items()})
-        for k in CLASSES:
-            d = _count(p, q, classes=k)
-            values.update({f"{q}_{k}_{x.replace(' ', '_')}": v for x, v in d.items()})
-    g = p[(p["q"] == "bn_mode_affine") & (p["kind"] == "higher")]
-    values["bn_mode_affine_above_margin"] = int((g["estimate"] > MARGIN).sum())
-    mom = p[(p["q"] == "mom") & p["condition"].isin([c for c in grid(momentum) if c != "m0"] + ["cma_loaded"])]
-    values["mom_worst"] = float(mom["estimate"].min()) if len(mom) else math.nan
+    """The page's flat numbers table (:func:`bnstudy.study.inference.numbers_table`): the statistics error per
+    setting at the longest budget (``err_<setting>_tmax``), verdict counts per question and setting
+    (``<q>_<setting>_<kind>``, ``..._cells``, ``..._est_min`` / ``_est_max``), part 2's and 3's means, the grids'
+    choices, the units' recorded compute (``cost_worker_min``) and the design's settings (``cfg_*``)."""
+    rep, p = _report(momentum), parsed(claims_table)
+    values: dict = {f"err_{r.condition.replace('.', '_')}_tmax": Interval(r.stats_error, r.stats_error_low,
+                                                                          r.stats_error_high, r.n_seeds)
+                    for r in seed_means(rep[rep["budget"] == rep["budget"].max()], ["condition"],
+                                        ("stats_error",)).itertuples()}
+    for (q, c), g in p[p["q"].isin(("mom", "err", "rule"))].groupby(["q", "condition"]):
+        values.update({f"{q}_{c.replace('.', '_')}_{k}": v for k, v in _counts(g).items()})
+    for q, g in p[p["q"].str.startswith("bn_mode")].groupby("q"):
+        values.update({f"{q}_{k}": v for k, v in _counts(g).items()})
     if momentum["target"].nunique() == 2:
         w = rep.pivot_table(index=["seed", "batch_size", "budget", "condition"], columns="target", values="accuracy")
         values["target_diff"] = float((w.iloc[:, 0] - w.iloc[:, 1]).abs().mean())
-    picks = momentum_choices(momentum)
-    values["rule_pytorch_identical"] = int((picks["condition"] == "m0.1").sum())
-    tm = train_means(train)
-    for r in tm.itertuples():
+    for r in seed_means(chosen_rows(train), ["classes", "condition"], ("accuracy", "trainable_share")).itertuples():
         values[f"t_{r.classes}_{r.condition}"] = Interval(r.accuracy, r.accuracy_low, r.accuracy_high, r.n_seeds)
-        values[f"kept_{r.classes}_{r.condition}"] = Interval(r.task_a, r.task_a_low, r.task_a_high, r.n_seeds)
         values[f"share_{r.classes}_{r.condition}"] = 100 * float(r.trainable_share)
-    fm = frankle_means(frankle)
-    for r in fm.itertuples():
+    for r in seed_means(chosen_rows(frankle, ("condition",)), ["condition"], ("accuracy", "trainable")).itertuples():
         values[f"fr_{r.condition}"] = Interval(r.accuracy, r.accuracy_low, r.accuracy_high, r.n_seeds)
         values[f"fr_{r.condition}_trainable"] = int(round(r.trainable))
-        values[f"fr_{r.condition}_lr"] = float(r.lr)
-    fr = claims_table.set_index("key")
-    for key in ("frankle_bn_affine_vs_random_same", "frankle_bn_affine_vs_head"):
-        if key in fr.index:
-            values[f"{key}_kind"] = str(fr.loc[key, "kind"])
     for fam, g in claims_table.groupby("family"):
         values[f"n_{fam}"], values[f"conf_{fam}"] = len(g), float(g["confidence"].iloc[0]) * 100
-    values.update(edge_counts(momentum, train, frankle))
-    gm = global_choice(momentum)
-    values.update(global_m=setting_label(gm["condition"]),
-                  exact_checks=int((claims_table["family"] == "checks").sum()),
-                  exact_failed=int(((claims_table["family"] == "checks") & (claims_table["kind"] != "exact")).sum()))
-    picks = momentum_choices(momentum)
-    values["best_m_names"] = join(sorted({setting_label(c) for c in picks["condition"]},
-                                         key=lambda s: float(s[4:]) if s.startswith("m = ") else 9))
+    picks, checks = momentum_choices(momentum), claims_table[claims_table["family"] == "checks"]
+    mom = p[(p["q"] == "mom") & p["condition"].isin([c for c in grid(momentum) if c != "m0"] + ["cma_loaded"])]
+    above = p[(p["q"] == "bn_mode_affine") & (p["kind"] == "higher") & (p["estimate"] > MARGIN)]
+    tr, fr = rate_choices(train), rate_choices(frankle, ("condition",))
     units = (momentum.drop_duplicates(["seed", "target", "batch_size"])["unit_wall_s"].sum()
              + train.drop_duplicates(["seed", "classes", "shift", "unit_wall_s"])["unit_wall_s"].sum()
              + frankle.drop_duplicates(["seed", "unit_wall_s"])["unit_wall_s"].sum())  # a cell's rate chunks: units
-    values["cost_worker_min"] = float(units) / 60
     k, s = rep.groupby("batch_size")["kornblith"].first(), rep.groupby("batch_size")["steps_per_epoch"].first()
-    for name, b in (("low", min(k.index)), ("high", max(k.index))):
-        values.update({f"kornblith_{name}": float(k[b]), f"steps_per_epoch_{name}": int(s[b])})
-    from .run import SOURCE_MOMENTUM
-    values.update(cfg_source_momentum=SOURCE_MOMENTUM, half_life_default=math.log(2) / -math.log(1 - SOURCE_MOMENTUM),
-                  half_life_tenth=math.log(2) / -math.log(1 - SOURCE_MOMENTUM / 10))
-    values.update(n_seeds=len(config.seeds), cfg_n_seeds=len(config.seeds), cfg_n_tuning=len(config.tuning_seeds),
-                  cfg_tuning_first=min(config.tuning_seeds), cfg_tuning_last=max(config.tuning_seeds),
-                  cfg_margin=MARGIN, cfg_train_size=config.train_size, cfg_n_eval=config.n_eval,
-                  cfg_budget_low=min(config.budgets), cfg_budget_high=max(config.budgets),
-                  cfg_batch_low=min(config.batch_sizes), cfg_batch_high=max(config.batch_sizes),
-                  cfg_base_lr=config.base_lr, cfg_lr_batch=config.lr_batch,
-                  cfg_reference_samples=config.reference_samples, cfg_precise_samples=config.precise_samples,
-                  cfg_train_steps=config.train_steps, cfg_train_batch=config.train_batch,
-                  cfg_frankle_steps=config.frankle_steps, cfg_strength=config.shift_strength,
-                  cfg_n_shifts=len(config.shifts), cfg_n_cells=len(picks))
-    acc_like = ("acc_", "keep_", "t_", "kept_", "fr_")
-    return numbers_table(values, lambda key: (0.0, 1.0) if key.startswith(acc_like) and not key.endswith(
-        ("_trainable", "_lr", "_kind")) else (0.0, math.inf) if key.startswith("err_") else (-math.inf, math.inf))
-
-
-def _n(numbers: pd.DataFrame, key: str):
-    from ...inference import number
-    return number(numbers, key)
+    values.update(
+        mom_worst=float(mom["estimate"].min()), bn_mode_affine_above_margin=len(above),
+        rule_pytorch_identical=int((picks["condition"] == "m0.1").sum()),
+        frankle_bn_affine_vs_random_same_kind=str(claims_table.set_index("key").loc[
+            "frankle_bn_affine_vs_random_same", "kind"]),
+        train_at_edge=int(tr["at_edge"].sum()), train_cells=len(tr), frankle_at_edge=int(fr["at_edge"].sum()),
+        frankle_cells=len(fr), global_m=setting_label(global_choice(momentum)["condition"]),
+        exact_checks=len(checks), exact_failed=int((checks["kind"] != "exact").sum()),
+        best_m_names=join(sorted({setting_label(c) for c in picks["condition"]},
+                                 key=lambda s: float(s[4:]) if s.startswith("m = ") else 9)),
+        cost_worker_min=float(units) / 60, kornblith_low=float(k.iloc[0]), kornblith_high=float(k.iloc[-1]),
+        steps_per_epoch_low=int(s.iloc[0]), cfg_source_momentum=SOURCE_MOMENTUM,
+        half_life_default=math.log(2) / -math.log(1 - SOURCE_MOMENTUM),
+        half_life_tenth=math.log(2) / -math.log(1 - SOURCE_MOMENTUM / 10),
+        n_seeds=len(config.seeds), cfg_n_seeds=len(config.seeds), cfg_n_tuning=len(config.tuning_seeds),
+        cfg_tuning_first=min(config.tuning_seeds), cfg_tuning_last=max(config.tuning_seeds), cfg_margin=MARGIN,
+        cfg_train_size=config.train_size, cfg_budget_low=min(config.budgets), cfg_budget_high=max(config.budgets),
+        cfg_batch_low=min(config.batch_sizes), cfg_batch_high=max(config.batch_sizes), cfg_base_lr=config.base_lr,
+        cfg_lr_batch=config.lr_batch, cfg_reference_samples=config.reference_samples,
+        cfg_precise_samples=config.precise_samples, cfg_train_steps=config.train_steps,
+        cfg_train_batch=config.train_batch, cfg_frankle_steps=config.frankle_steps)
+    return numbers_table(values, lambda key: (0.0, 1.0) if key.startswith(("t_", "fr_")) else (0.0, math.inf)
+                         if key.startswith("err_") else (-math.inf, math.inf))
 
 
 def _k(n, prefix: str) -> dict:
@@ -569,8 +412,8 @@ def _cma(_, n):
     return dict(_k(n, "mom_cma_loaded"), cma_lower=_k(n, "mom_cma")["lower"])
 
 
-def _precise(_, n):
-    return _k(n, "rule_precise")
+def _PR(_, n):  # precise BN after training against the best momentum
+    return dict(_k(n, "rule_precise"), m=MARGIN)
 
 
 def _rules(_, n) -> list[str]:
@@ -588,8 +431,8 @@ def _rule_fill(c, n):
                 cells=_n(n, "rule_precise_cells"), worst=-_n(n, "mom_worst"))
 
 
-def _mode(q):
-    return lambda c, n: _k(n, q)
+def _M0(_, n):  # momentum 0 (the source statistics kept) against precise BN
+    return _k(n, "mom_m0")
 
 
 def _frankle(_, n):
@@ -600,17 +443,17 @@ def _frankle(_, n):
 
 
 def _wu(_, n):
-    """Wu & Johnson's two failure ends on the ``error`` family: the largest and the smallest non-zero momentum
-    against precise BN, counted over every cell."""
+    """Wu & Johnson's two failure ends on the ``error`` family: the largest (``bh`` of ``bc`` cells) and the
+    smallest non-zero momentum (``sh`` of ``sc``) farther from the population's statistics than precise BN."""
     g = [c for c in ("m0_3", "m1") if f"err_{c}_higher" in set(n["key"])]
-    big = g[-1] if g else "m0_3"
-    return dict(big=_k(n, f"err_{big}"), small=_k(n, "err_m0_001"), big_name=setting_label(big.replace("_", ".")))
+    big, small = _k(n, f"err_{g[-1] if g else 'm0_3'}"), _k(n, "err_m0_001")
+    return dict(bh=big["higher"], bc=big["cells"], sh=small["higher"], sc=small["cells"],
+                big=setting_label((g[-1] if g else "m0_3").replace("_", ".")))
 
 
-def _wu_fill(c, n):
+def _wu_same(c, n):
     d = _wu(c, n)
-    return dict(bh=d["big"]["higher"], bc=d["big"]["cells"], sh=d["small"]["higher"], sc=d["small"]["cells"],
-                big=d["big_name"])
+    return 2 * d["bh"] >= d["bc"] > 0 and 2 * d["sh"] >= d["sc"]
 
 
 def _aff(c, n):
@@ -621,23 +464,31 @@ def _aff(c, n):
                 **{f"r_{k}": v for k, v in _k(n, "bn_mode_affine_retain").items()})
 
 
+#: Phrases that several alternatives of one note share.
+_CMA = ("A cumulative average (PyTorch's momentum None) on a loaded model, its counter carried over from the source's "
+        "training, fell below precise BN in {lower} of {cells} cells")
+_KEEP = ": the source's batches keep most of the weight."
+_FROZEN = "Never updating the running statistics while the network trains in train mode (momentum 0"
+_TRAIN_BN = ("With the affine parameters and the head trained, train-mode statistics (what fastai's and Lightning's "
+             "train-BN freezing does) were ")
+_RETAIN = "On task A, which the frozen backbone is meant to keep, train mode was below pinned statistics in "
+_FRANKLE = ("From random initialisation, training only BatchNorm's gamma and beta (with the output layer) reached "
+            "{bn:.3f} on task A against {rnd:.3f} for as many randomly chosen weights (")
+_FRANKLE_K = "{k} parameters each; the output layer alone {head:.3f}, every parameter {all:.3f})"
+_WU = "The moving average's statistics were farther from the population's than precise BN's "
+
 #: The page's rule-triggered sentences (:class:`bnstudy.study.words.Note`), each with a flip test.
 NOTES = (
-    Note("lead_momentum", lambda c, n: _precise(c, n)["lower"] == 0 and 2 * _precise(c, n)["equivalent"]
-         >= _precise(c, n)["cells"],
+    Note("lead_momentum", lambda c, n: _PR(c, n)["lower"] == 0 and 2 * _PR(c, n)["equivalent"] >= _PR(c, n)["cells"],
          "**Re-estimate the statistics after training (precise BN).** Precise BN after training was within ±{m:g} "
          "of the best momentum (chosen per cell on the tuning seeds) in {equivalent} of {cells} cells and below it "
-         "in none, so it makes the momentum used during training irrelevant to the result.",
-         lambda c, n: dict(_precise(c, n), m=MARGIN)),
-    Note("lead_momentum", lambda c, n: _precise(c, n)["lower"] > 0,
+         "in none, so it makes the momentum used during training irrelevant to the result.", _PR),
+    Note("lead_momentum", lambda c, n: _PR(c, n)["lower"] > 0,
          "**Not precise BN everywhere.** Precise BN after training fell below the best momentum (chosen per cell on "
-         "the tuning seeds) in {lower} of {cells} cells and was within ±{m:g} of it in {equivalent}.",
-         lambda c, n: dict(_precise(c, n), m=MARGIN)),
-    Note("lead_momentum", lambda c, n: _precise(c, n)["lower"] == 0 and 2 * _precise(c, n)["equivalent"]
-         < _precise(c, n)["cells"],
+         "the tuning seeds) in {lower} of {cells} cells and was within ±{m:g} of it in {equivalent}.", _PR),
+    Note("lead_momentum", lambda c, n: _PR(c, n)["lower"] == 0 and 2 * _PR(c, n)["equivalent"] < _PR(c, n)["cells"],
          "**Not decided.** Precise BN after training was within ±{m:g} of the best momentum (chosen per cell on "
-         "the tuning seeds) in only {equivalent} of {cells} cells, below it in none.",
-         lambda c, n: dict(_precise(c, n), m=MARGIN)),
+         "the tuning seeds) in only {equivalent} of {cells} cells, below it in none.", _PR),
     Note("rule_holds", lambda c, n: bool(_rules(c, n)),
          "A rule held in every cell: {names} {verb} within the margin of the per-cell best in all {cells} "
          "cells. Without re-estimation the momentum does matter: other settings lost up to {worst:.2f} (below).",
@@ -647,87 +498,63 @@ NOTES = (
          "cell of the tuning seeds) was within the margin of the per-cell best in every one of the {cells} cells: "
          "the data do not support a rule for the momentum from the steps and the batch size.", _rule_fill),
     Note("cma_loaded", lambda c, n: _half(n, "mom_cma_loaded") and _half(n, "mom_cma"),
-         "A cumulative average (PyTorch's momentum None) on a loaded model, its counter carried over from the "
-         "source's training, fell below precise BN in {lower} of {cells} cells: the source's batches keep most of "
-         "the weight. Resetting the counter did not rescue it (below precise BN in {cma_lower} of {cells}, every "
+         _CMA + _KEEP + " Resetting the counter did not rescue it (below precise BN in {cma_lower} of {cells}, every "
          "batch of a run weighted equally however stale): do not fine-tune with a cumulative average.", _cma),
     Note("cma_loaded", lambda c, n: _half(n, "mom_cma_loaded") and not _half(n, "mom_cma"),
-         "A cumulative average (PyTorch's momentum None) on a loaded model, its counter carried over from the "
-         "source's training, fell below precise BN in {lower} of {cells} cells: the source's batches keep most of "
-         "the weight. With the counter reset to 0 before fine-tuning it fell below precise BN in {cma_lower}.", _cma),
+         _CMA + _KEEP + " With the counter reset to 0 before fine-tuning it fell below precise BN in {cma_lower}.",
+         _cma),
     Note("cma_loaded", lambda c, n: not _half(n, "mom_cma_loaded"),
-         "A cumulative average (PyTorch's momentum None) on a loaded model, its counter carried over from the "
-         "source's training, fell below precise BN in {lower} of {cells} cells; with the counter reset, in "
-         "{cma_lower}.", _cma),
+         _CMA + "; with the counter reset, in {cma_lower}.", _cma),
     Note("frozen_stats", lambda c, n: 2 * _k(n, "mom_m0")["lower"] >= _k(n, "mom_m0")["cells"] > 0,
-         "Never updating the running statistics while the network trains in train mode (momentum 0: the source "
-         "statistics at evaluation) fell below precise BN in {lower} of {cells} cells.", _mode("mom_m0")),
+         _FROZEN + ": the source statistics at evaluation) fell below precise BN in {lower} of {cells} cells.",
+         _M0),
     Note("frozen_stats", lambda c, n: not 2 * _k(n, "mom_m0")["lower"] >= _k(n, "mom_m0")["cells"] > 0,
-         "Never updating the running statistics while the network trains in train mode (momentum 0) fell below "
-         "precise BN in {lower} of {cells} cells.", _mode("mom_m0")),
+         _FROZEN + ") fell below precise BN in {lower} of {cells} cells.", _M0),
     Note("lead_affine", lambda c, n: _aff(c, n)["lower"] > 0 and _aff(c, n)["higher"] == 0,
-         "**Pin the statistics when only BatchNorm's affine parameters train.** With the affine parameters and the "
-         "head trained, train-mode statistics (what fastai's and Lightning's train-BN freezing does) were below "
-         "pinned statistics on task B in {lower} of {cells} cells and above them in none.", _aff),
+         "**Pin the statistics when only BatchNorm's affine parameters train.** " + _TRAIN_BN + "below pinned "
+         "statistics on task B in {lower} of {cells} cells and above them in none.", _aff),
     Note("lead_affine", lambda c, n: _aff(c, n)["higher"] > 0 and _aff(c, n)["lower"] == 0,
          "**Train-mode statistics were above pinned ones on the new task in {higher} of {cells} cells, by more than "
-         "the book's margin in {big}.** With the affine parameters and the head trained, train-mode statistics (what "
-         "fastai's and Lightning's train-BN freezing does) were below pinned statistics on task B in none (largest "
-         "gain {gain:.3f}).", _aff),
+         "the book's margin in {big}.** " + _TRAIN_BN + "below pinned statistics on task B in none (largest gain "
+         "{gain:.3f}).", _aff),
     Note("lead_affine", lambda c, n: _aff(c, n)["higher"] > 0 and _aff(c, n)["lower"] > 0,
-         "**Whether to pin depends on the task.** With the affine parameters and the head trained, train-mode "
-         "statistics (what fastai's and Lightning's train-BN freezing does) were above pinned statistics on task B in "
-         "{higher} of {cells} cells and below them in {lower}.", _aff),
+         "**Whether to pin depends on the task.** " + _TRAIN_BN + "above pinned statistics on task B in {higher} of "
+         "{cells} cells and below them in {lower}.", _aff),
     Note("lead_affine", lambda c, n: _aff(c, n)["higher"] == 0 and _aff(c, n)["lower"] == 0,
-         "**Pinned or train-mode statistics: no difference shown.** With the affine parameters and the head "
-         "trained, train-mode statistics (what fastai's and Lightning's train-BN freezing does) were equivalent to "
-         "pinned statistics on task B in {equivalent} of {cells} cells; {nd} are not decided.", _aff),
+         "**Pinned or train-mode statistics: no difference shown.** " + _TRAIN_BN + "equivalent to pinned "
+         "statistics on task B in {equivalent} of {cells} cells; {nd} are not decided.", _aff),
     Note("affine_retention", lambda c, n: _aff(c, n)["r_lower"] > 0,
-         "On task A, which the frozen backbone is meant to keep, train mode was below pinned statistics in "
-         "{r_lower} of {r_cells} cells (by up to {r_loss:.3f}) and above them in {r_higher}.", _aff),
+         _RETAIN + "{r_lower} of {r_cells} cells (by up to {r_loss:.3f}) and above them in {r_higher}.", _aff),
     Note("affine_retention", lambda c, n: _aff(c, n)["r_lower"] == 0,
-         "On task A, which the frozen backbone is meant to keep, train mode was below pinned statistics in none of "
-         "{r_cells} cells and above them in {r_higher}.", _aff),
+         _RETAIN + "none of {r_cells} cells and above them in {r_higher}.", _aff),
     Note("anchor_frankle", lambda c, n: _frankle(c, n)["kind"] == "higher",
-         "**Same direction.** From random initialisation, training only BatchNorm's gamma and beta (with the output "
-         "layer) reached {bn:.3f} on task A against {rnd:.3f} for as many randomly chosen weights ({own} each, plus "
-         "the output layer's {head_k}; the output layer alone {head:.3f}, every parameter {all:.3f}), after one "
-         "budget of {steps} steps: a gap far smaller than Frankle et al.'s, on a far smaller network.", _frankle),
+         "**Same direction.** " + _FRANKLE + "{own} each, plus the output layer's {head_k}; the output layer alone "
+         "{head:.3f}, every parameter {all:.3f}), after one budget of {steps} steps: a gap far smaller than Frankle "
+         "et al.'s, on a far smaller network.", _frankle),
     Note("anchor_frankle", lambda c, n: _frankle(c, n)["kind"] == "lower",
-         "**Opposite direction.** From random initialisation, training only BatchNorm's gamma and beta (with the "
-         "output layer) reached {bn:.3f} on task A against {rnd:.3f} for as many randomly chosen weights ({k} "
-         "parameters each; the output layer alone {head:.3f}, every parameter {all:.3f}).", _frankle),
+         "**Opposite direction.** " + _FRANKLE + _FRANKLE_K + ".", _frankle),
     Note("anchor_frankle", lambda c, n: _frankle(c, n)["kind"] not in ("higher", "lower"),
-         "**Not shown.** From random initialisation, training only BatchNorm's gamma and beta (with the output "
-         "layer) reached {bn:.3f} on task A against {rnd:.3f} for as many randomly chosen weights ({k} parameters "
-         "each; the output layer alone {head:.3f}, every parameter {all:.3f}): {kind}.", _frankle),
-    Note("anchor_wu", lambda c, n: 2 * _wu(c, n)["big"]["higher"] >= _wu(c, n)["big"]["cells"] > 0
-         and 2 * _wu(c, n)["small"]["higher"] >= _wu(c, n)["small"]["cells"],
-         "**Same direction.** The moving average's statistics were farther from the population's than precise BN's "
-         "at the largest momentum ({big}: {bh} of {bc} cells) and at the smallest non-zero one (m = 0.001: {sh} of "
-         "{sc}).", _wu_fill),
-    Note("anchor_wu", lambda c, n: not (2 * _wu(c, n)["big"]["higher"] >= _wu(c, n)["big"]["cells"] > 0
-                                        and 2 * _wu(c, n)["small"]["higher"] >= _wu(c, n)["small"]["cells"]),
-         "**In part.** The moving average's statistics were farther from the population's than precise BN's at the "
-         "largest momentum ({big}) in {bh} of {bc} cells and at the smallest non-zero one (m = 0.001) in {sh} of "
-         "{sc}.", _wu_fill),
+         "**Not shown.** " + _FRANKLE + _FRANKLE_K + ": {kind}.", _frankle),
+    Note("anchor_wu", _wu_same,
+         "**Same direction.** " + _WU + "at the largest momentum ({big}: {bh} of {bc} cells) and at the smallest "
+         "non-zero one (m = 0.001: {sh} of {sc}).", _wu),
+    Note("anchor_wu", lambda c, n: not _wu_same(c, n),
+         "**In part.** " + _WU + "at the largest momentum ({big}) in {bh} of {bc} cells and at the smallest non-zero "
+         "one (m = 0.001) in {sh} of {sc}.", _wu),
 )
 
 
 def page_words(claims_table: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, str]:
     """``{name: Markdown}``: the notes of :data:`NOTES`; each rule's ``rule`` claims counted (``count_rule_<rule>``,
-    :func:`bnstudy.study.words.counts_text`); each momentum setting's ``mom`` and ``err`` claims counted
-    (``count_mom_<setting>``, ``count_err_<setting>``); per task-B classes, each training choice's ``train`` and
-    ``retain`` claims (``count_train_<condition>_<classes>``, ``count_retain_...``) and the ``bn_mode`` family's
-    three questions (``count_bn_mode_affine_<classes>``, ...)."""
+    :func:`bnstudy.study.words.counts_text`); the momentum settings' counts against precise BN (``mom_counts``);
+    per task-B classes, each training choice's ``train`` and ``retain`` claims (``count_train_<condition>_<classes>``,
+    ``count_retain_...``) and the ``bn_mode`` family's three questions (``count_bn_mode_affine_<classes>``, ...)."""
     out = notes(NOTES, claims_table, numbers)
     p = parsed(claims_table)
-    for (q, c), g in p[p["q"].isin(("mom", "err", "rule"))].groupby(["q", "condition"]):
-        ref = "the best momentum" if q == "rule" else "precise BN"
-        what = "cells" if q != "err" else "cells (statistics error)"
-        out[f"count_{q}_{c.replace('.', '_')}"] = counts_text(g, what, setting_label(c), ref,
-                                                               MARGIN if q != "err" else 0)
-    shown = [c for c in dict.fromkeys([*grid_of(p)[:1], "m0.1", *grid_of(p)[-1:], "cma"]) if c in set(p["condition"])]
+    for c, g in p[p["q"] == "rule"].groupby("condition"):
+        out[f"count_rule_{c}"] = counts_text(g, "cells", setting_label(c), "the best momentum", MARGIN)
+    ema = sorted({c for c in p["condition"].dropna() if _EMA.match(c)}, key=lambda c: float(c[1:]))
+    shown = [c for c in dict.fromkeys([*ema[:1], "m0.1", *ema[-1:], "cma"]) if c in set(p["condition"])]
     out["mom_counts"] = "; ".join(
         f"{'PyTorch' + chr(39) + 's default' if c == 'm0.1' else setting_label(c)}, "
         + counts_text(p[(p["q"] == "mom") & (p["condition"] == c)], "cells", setting_label(c), "precise BN", MARGIN)
@@ -735,20 +562,13 @@ def page_words(claims_table: pd.DataFrame, numbers: pd.DataFrame) -> dict[str, s
     for (q, c, k), g in p[p["q"].isin(("train", "retain"))].groupby(["q", "condition", "classes"]):
         out[f"count_{q}_{c}_{k}"] = counts_text(g, "shift families", TRAIN_NAMES[c], "full fine-tuning", MARGIN)
     for (q, k), g in p[p["q"].str.startswith("bn_mode")].groupby(["q", "classes"]):
-        subj = "train mode"
-        out[f"count_{q}_{k}"] = counts_text(g, "shift families", subj, "pinned statistics", MARGIN)
+        out[f"count_{q}_{k}"] = counts_text(g, "shift families", "train mode", "pinned statistics", MARGIN)
     return out
-
-
-def grid_of(p: pd.DataFrame) -> list[str]:
-    """The ``m<value>`` settings among the parsed claims (:func:`parsed`), by momentum."""
-    ema = {c for c in p["condition"].dropna() if _EMA.match(c)}
-    return sorted(ema, key=lambda c: float(c[1:]))
 
 
 def config_words(config) -> dict[str, str]:
     """The design's lists in words (plain text, glued as ``ch09_<name>``): ``budgets`` (``"100, 400 and 1600"``),
-    ``batch_sizes``, ``momenta`` (the grid), ``train_grid`` and ``frankle_grid`` (the Adam rates of parts 2 and 3)."""
-    return dict(budgets=join([f"{b}" for b in config.budgets]), batch_sizes=join([f"{b}" for b in config.batch_sizes]),
-                momenta=join([f"{m:g}" for m in config.momenta]), train_grid=join([f"{r:g}" for r in config.train_lrs]),
+    ``momenta`` (the grid), ``train_grid`` and ``frankle_grid`` (the Adam rates of parts 2 and 3)."""
+    return dict(budgets=join([f"{b}" for b in config.budgets]), momenta=join([f"{m:g}" for m in config.momenta]),
+                train_grid=join([f"{r:g}" for r in config.train_lrs]),
                 frankle_grid=join([f"{r:g}" for r in config.frankle_lrs]))

@@ -10,7 +10,8 @@ import pandas as pd
 
 from ... import style
 from ...plots import interval_frame, legend_below
-from .claims import (FRANKLE_NAMES, MARGIN, TRAIN_CONDITIONS_ORDER, TRAIN_NAMES, chosen_rows, grid, setting_label)
+from .claims import FRANKLE_NAMES, MARGIN, TRAIN_NAMES, chosen_rows, grid, setting_label
+from .run import TRAIN_CONDITIONS
 
 
 #: The shift families' names in the legends ("affine" would read as BatchNorm's affine parameters).
@@ -28,7 +29,6 @@ def momentum_figure(rows: pd.DataFrame):
     budgets = sorted(rep["budget"].unique())
     colors = style.sequential(budgets)
     fig, axes = plt.subplots(2, len(cells), figsize=(7.3, 4.8), sharex=True, sharey="row", squeeze=False)
-    x = {c: i for i, c in enumerate(g)}
     for j, (target, b) in enumerate(cells):
         cell = rep[(rep["target"] == target) & (rep["batch_size"] == b)]
         wide = cell.pivot_table(index=["seed", "budget"], columns="condition", values="accuracy")
@@ -74,7 +74,7 @@ def train_figure(train: pd.DataFrame):
     ch = chosen_rows(train)
     classes = [k for k in ("new", "same") if k in set(ch["classes"])]
     shifts = list(dict.fromkeys(ch["shift"]))
-    conds = [c for c in TRAIN_CONDITIONS_ORDER if c in set(ch["condition"])]
+    conds = [c for c in TRAIN_CONDITIONS if c in set(ch["condition"])]
     fig, axes = plt.subplots(2, len(classes), figsize=(7.3, 5.2), sharex=True, sharey="row", squeeze=False)
     for j, k in enumerate(classes):
         for i, v in enumerate(("accuracy", "task_a")):

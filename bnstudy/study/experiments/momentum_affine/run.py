@@ -1,109 +1,40 @@
 """Chapter 9, what is run (issue 39): BatchNorm momentum during fine-tuning, what to train, and Frankle et al.'s
-BatchNorm-only training at digit scale. Three unit kinds, each cached in its own namespace; every unit is one seed's
-paired comparison (every condition sees the same images in the same order).
+BatchNorm-only training at digit scale. Three unit kinds, each cached in its own namespace; a unit is one seed's
+paired comparison (every condition sees the same images in the same order). Accuracies are fractions 0..1.
 
-Source: chapters 1, 6 and 8's stage 1 (:func:`bnstudy.study.engine.load_source`): a
-:class:`~bnstudy.study.models.ConvBackbone` (widths 16/32/64, BatchNorm momentum 0.1) and head A trained on task A,
-400 Adam steps. In part 1 task B has its own templates (new classes, a new linear head B drawn from ``(seed,
-"init", "head_b", "linear")``, chapter 5's); part 2 runs both new and the same classes. Task A's retention is head A on the fine-tuned backbone, eval mode, on task
-A's held-out set (the engine's ``eval_set(task_a, n_eval, seed, "A")``). Accuracies are fractions 0..1.
+Source: the book's stage 1 (:func:`bnstudy.study.engine.load_source`), a
+:class:`~bnstudy.study.models.ConvBackbone` (BatchNorm momentum 0.1) and head A trained on task A. Task A's
+retention is head A on the fine-tuned backbone, eval mode, on task A's held-out set.
 
-**Part 1, momentum** (:func:`run_momentum_unit`, one unit per seed, target and batch size). The whole network
-(backbone and head B) is fine-tuned on task B with SGD (momentum 0.9, no weight decay) at chapter 5's linear scaling
-rule ``lr = base_lr * batch_size / lr_batch``, BatchNorm in train mode, on a finite training set of ``train_size``
-task-B images drawn once (:func:`bnstudy.study.tasks.train_set`), sampled as a shuffling loader does
-(:class:`bnstudy.study.tasks.SetBatches`, a new permutation per epoch). An **epoch** is ``train_size / batch_size``
-steps (``s``, Kornblith's steps per epoch). Targets (:data:`TARGETS`): ``close``, task B under chapter 6's shift
-``B`` at strength 0.25 (brightness 1, contrast 2: chapter 8's gentle strength), and ``shifted``, chapter 1's shift
-(strength 1: brightness 4, contrast 5); both targets share the labels and noise draws (the same generator tags).
+**Part 1, momentum** (:func:`run_momentum_unit`; one unit per seed, target and batch size). The whole network
+(backbone and a new head B) is fine-tuned on task B (:data:`TARGETS`) with SGD at the linear scaling rule's rate,
+BatchNorm in train mode, on ``train_size`` images sampled as a shuffling loader does. A train-mode BatchNorm's output
+does not depend on its running statistics, so one training run serves every momentum: :class:`StatisticsTracker`
+keeps the statistics each setting would hold (``==`` a ``BatchNorm2d`` of that momentum), and the settings differ
+only in the statistics used at evaluation. A budget is a checkpoint of the longest run. Settings
+(:func:`momentum_settings`): ``m<value>`` per momentum (PyTorch's convention; ``m0`` keeps the source statistics),
+``cma`` (``momentum=None``, counter reset), ``cma_loaded`` (counter loaded from the source) and ``kornblith``
+(``min(10 / s, 0.1)``, ``s`` steps per epoch; Kornblith, Shlens & Le 2019); plus two re-estimates at each budget's
+weights (:func:`bnstudy.precise_bn_statistics`): ``precise`` on ``precise_samples`` training images (Wu & Johnson
+2021) and ``reference`` on ``reference_samples`` held-out images, against which :func:`statistics_error` is measured.
 
-*What is trained, and why the whole network.* A train-mode BatchNorm's output, and so every gradient and weight,
-does not depend on its running statistics, so one training run serves every momentum: the statistics each
-momentum would hold are tracked beside it (:class:`StatisticsTracker`, torch's own update,
-``torch.batch_norm_update_stats``, on each layer's input of every training step; equal, ``==``, to a
-``BatchNorm2d`` of that momentum, ``tests/test_momentum_affine.py``), and the settings differ only in the statistics
-used at evaluation: a paired design with no training noise between settings. The whole network is fine-tuned
-(rather than a head on a frozen backbone, chapter 1's ``train_mode`` path) because with frozen weights the
-statistics' target does not move: a cumulative average over the fine-tuning batches is then precise BN on those
-batches by construction, and the only trade-off left is the source's weight ``(1 - m)^t`` against the noise of a
-short average. With weights that move, the average is also stale (it mixes activations of earlier weights): the
-noise-against-staleness trade-off Wu & Johnson 2021 describe and the setting Kornblith et al.'s rule was used in
-(whole networks fine-tuned). A budget is a checkpoint of the longest run: with a constant rate and no schedule, the
-first ``t`` steps of a longer run are the run of ``t`` steps (same batches, same updates).
+**Part 2, what to train** (:func:`run_train_unit`; one unit per seed, task-B classes and shift family, per rate
+chunk). Task B under one shift family (:data:`SHIFTS`) with new classes or task A's (:data:`CLASSES`), trained with
+Adam at every rate of ``train_lrs`` in every condition (:data:`TRAIN_CONDITIONS`): ``head`` (backbone pinned),
+``head_train`` (head only, BatchNorm in train mode), ``affine_pinned`` (BatchNorm's affine + head, statistics
+pinned), ``affine_train`` (the same in train mode: fastai's and Lightning's ``train_bn=True``), ``first_block``
+(first block + head) and ``full``. Recorded: the trainable count and share, ``max_buffer_change`` (exactly 0 where
+the statistics are pinned) and ``max_frozen_change`` (exactly 0 everywhere).
 
-Settings (``condition``; :func:`momentum_settings`): ``m<value>`` for each momentum of ``momenta`` (PyTorch's
-convention, the weight of the new batch; ``m0`` keeps the source statistics while the network trains in train mode,
-not Keras' frozen BatchNormalization, which also trains with them); ``cma``: PyTorch's ``momentum=None`` (cumulative moving average) with ``num_batches_tracked`` reset to 0 when
-fine-tuning starts (every fine-tuning batch weighted equally; the source forgotten at step 1); ``cma_loaded``: the
-same with the counter loaded from the source checkpoint (what ``momentum=None`` on a loaded model does in PyTorch:
-the source counts as its 400 stage-1 batches, an effective momentum ``1 / (400 + t)``); ``kornblith``: ``min(10 /
-s, 0.1)`` (Kornblith, Shlens & Le 2019, reused by SimCLR, who give it in TensorFlow's convention as the decay
-``max(1 - 10 / s, 0.9)``). Two re-estimates at each budget's weights (:func:`bnstudy.precise_bn_statistics`, every value weighted
-equally, the estimated layers in train mode together): ``precise``, precise BN after training (Wu & Johnson 2021)
-on the first ``precise_samples`` training images in batches of the training batch size (what a practitioner has);
-``reference``, the same estimator on ``reference_samples`` held-out task-B images in batches of :data:`REF_BATCH`,
-the estimate every setting's error is measured against.
+**Part 3, Frankle, Schwab & Morcos 2021** (:func:`run_frankle_unit`; one unit per seed and rate chunk). From the
+seed's random initialisation, trained on task A with Adam, the output layer trained in every condition
+(:data:`FRANKLE_CONDITIONS`): ``bn_affine`` (every gamma and beta), ``random_same`` (two random convolution weights
+per output channel, :func:`random_masks`), ``head`` and ``all``.
 
-*Statistics error* (:func:`statistics_error`), against the reference ``(mu, sigma^2)`` at the same weights, per
-BatchNorm layer ``l`` of running mean ``r_l`` and variance ``v_l`` (vectors over channels, float64, Euclidean norms):
-``mean_error_l = |r_l - mu_l| / |sigma_l|`` (the mean's distance relative to the layer's spread: a relative L2
-distance whose scale is the population's standard deviation, since a population mean can be near zero) and
-``var_error_l = |v_l - sigma_l^2| / |sigma_l^2|``; ``mean_error`` and ``var_error`` are their means over the three
-layers and ``stats_error`` the mean of the two. Dimensionless; 0 for the reference itself.
-
-**Part 2, what to train** (:func:`run_train_unit`, one unit per seed, task-B classes and shift family). Task B under
-one shift family (:data:`SHIFTS`) at ``shift_strength`` (chapter 6's families: ``affine`` chapter 6's
-brightness/contrast task B, ``noise`` extra pixel noise, ``blur`` a Gaussian blur; strength 1 is chapter 1's shift
-for ``affine``), with the templates of ``classes`` (:data:`CLASSES`): ``new``, the book's task B (new classes, a
-new head B drawn as chapter 5's), or ``same``, task A's classes seen through the shift (a shifted domain; head B
-starts as a copy of head A, as anyone adapting the source network would start). Both, because they ask different
-things: with new classes a frozen backbone's task-A features are the bottleneck (chapter 1: 0.26-0.39 on task B with
-a head alone), so every condition mostly measures how much feature learning it allows; with the same classes the
-shift itself is what has to be undone, and a per-channel affine map after the first convolution can undo a
-brightness/contrast shift exactly and a blur or added noise not at all, which is what the question about BatchNorm's
-affine parameters turns on. Trained ``train_steps`` steps of ``train_batch`` images from a ``train_size`` set with
-Adam (``TRAIN_OPTIMIZER``: fastai's default optimizer, and one rate grid can serve parameter sets whose gradients
-differ in scale by orders of magnitude; SGD with momentum, tried first in a 150-step smoke on seed 0, made the
-head-only condition diverge from a rate of 0.03 on the pinned backbone's large shifted features) at each rate of
-``train_lrs``, in every condition (:data:`TRAIN_CONDITIONS`). The rate grid's range was set from a 200-step smoke
-on seed 0 (Adam at four rates a decade apart, 1e-4 to 0.1, four of the twelve cells: the best rate was 1e-3 or 1e-2
-in every condition and cell, 0.1 never, with ties down to 1e-4 in two), before any profile was run; the grid is
-half-decades around that range (``train_lrs``), its ends flagged where chosen. A first full run on that grid
-(3e-4 to 3e-2) chose its largest rate in 16 of 36 tuning cells (:data:`FIRST_TRAIN_LRS`), and the full profile's
-grid was widened upward to 0.3 before the reported analysis (the added rates run in their own units on the same
-batches, :func:`_rate_chunks`):
-
-* ``head``: head B only; the backbone pinned in eval mode (:func:`bnstudy.pin_eval`; the source statistics);
-* ``head_train``: head B only, the backbone's BatchNorm in train mode (chapter 1's ``train_mode``: statistics drift
-  at momentum 0.1): with ``affine_train`` and ``affine_pinned`` it completes a two-by-two (trained: head or affine
-  + head; statistics: pinned or train mode), so the key contrast can be split into its two causes;
-* ``affine_pinned``: every BatchNorm's ``weight`` and ``bias`` + head B, statistics pinned
-  (:func:`bnstudy.pin_norm_eval`);
-* ``affine_train``: the same parameters, BatchNorm in train mode (momentum 0.1): what fastai's ``freeze()`` with
-  ``train_bn=True`` and Lightning's ``BaseFinetuning.freeze(train_bn=True)`` do inside a frozen backbone;
-* ``first_block``: the first block (convolution and BatchNorm, train mode) + head B; the later blocks frozen and
-  pinned (an input-level shift is what the first layer can undo: Lee et al. 2023's surgical fine-tuning);
-* ``full``: every parameter, BatchNorm in train mode (chapter 5's ``bn_train``).
-
-Every rate runs on every seed; the analysis chooses each condition's rate on the tuning seeds (:mod:`.claims`).
-Recorded per run: the ``trainable`` parameter count, the network's ``parameters`` (backbone + head B; head A is never
-trained) and their ratio ``trainable_share``; ``max_buffer_change`` (largest absolute change of any running mean or
-variance: exactly 0 where the statistics are pinned) and ``max_frozen_change`` (of any parameter not trained: exactly
-0 everywhere).
-
-**Part 3, Frankle et al. 2021** (:func:`run_frankle_unit`, one unit per seed). From the source's random
-initialisation (the seed's stage-1 init: ``build_backbone``, head A's init; BatchNorm ``gamma = 1``, ``beta = 0``),
-trained on task A's stream for ``frankle_steps`` steps of ``train_batch`` with Adam (stage 1's optimizer) at each rate
-of ``frankle_lrs``, BatchNorm in train mode, the output layer trained in every condition as in Frankle et al.'s main
-experiments (:data:`FRANKLE_CONDITIONS`): ``bn_affine`` (every ``gamma`` and ``beta``), ``random_same`` (two randomly
-chosen weights per output channel of every convolution, drawn from ``(seed, "ch09_mask", layer)``: the same count per
-layer as BatchNorm's ``gamma`` and ``beta``, Frankle et al.'s "two random parameters per channel"; BatchNorm's affine
-kept at its init), ``head`` (the output layer alone, random features) and ``all`` (every parameter, an ordinary
-training). Scored by eval-mode accuracy on task A's held-out set.
-
-Smoke runs on seed 0 (part 1: 400 steps at batch 64 on the shifted target; part 3: 150 steps at two rates) checked
-the pipeline before any profile was run; nothing of parts 1 or 3 was changed after them. Cost: :data:`PROFILES`
-(quick) and :data:`FULL_ESTIMATE` (the full profile, estimated from timed units, not run).
+The rate grids of parts 2 and 3 were widened upward after a first full run (:data:`FIRST_TRAIN_LRS`); the added
+rates run in their own units on the same batches (:func:`_rate_chunks`). Smoke runs on seed 0 (part 1: 400 steps
+at batch 64 on the shifted target; part 3: 150 steps at two rates) checked the pipeline before any profile was run;
+nothing of parts 1 or 3 was changed after them.
 """
 
 from __future__ import annotations
@@ -136,11 +67,14 @@ FRANKLE_NAMESPACE = "ch09_frankle"
 TARGETS = {"close": shift_of("B", 0.25), "shifted": shift_of("B", 1.0)}
 #: The shift families of part 2 (chapter 6's and 8's): brightness/contrast, extra pixel noise, blur.
 SHIFTS = ("affine", "noise", "blur")
-#: Part 2's task-B classes: ``new``, task B's own templates (the book's task B: a new task, new classes); ``same``,
-#: task A's templates (the source's classes seen through the shift: a shifted domain, chapter 3's ``task_b_classes=
-#: "same"`` and chapter 8's setting). The value is the :func:`bnstudy.study.tasks.make_task` tag of the templates.
+#: Part 2's task-B classes -> the :func:`bnstudy.study.tasks.make_task` tag of their templates: ``new``, task B's own;
+#: ``same``, task A's (the source's classes seen through the shift).
 CLASSES = {"new": "B", "same": "A"}
-#: Part 2's optimizer (:func:`bnstudy.study.engine.make_optimizer`).
+#: Part 2's optimizer (:func:`bnstudy.study.engine.make_optimizer`): Adam, fastai's default, so that one rate grid
+#: serves parameter sets whose gradients differ in scale by orders of magnitude. SGD with momentum, tried first in a
+#: 150-step smoke on seed 0, made the head-only condition diverge from a rate of 0.03 on the pinned backbone's large
+#: shifted features. The grid's range was set from a 200-step smoke on seed 0 (Adam at 1e-4 to 0.1, a decade apart,
+#: four of the twelve cells: the best rate was 1e-3 or 1e-2 in every condition and cell), before any profile was run.
 TRAIN_OPTIMIZER = "adam"
 #: Part 2's conditions (the module docstring); ``full`` is the reference of the questions.
 TRAIN_CONDITIONS = ("head", "head_train", "affine_pinned", "affine_train", "first_block", "full")
@@ -156,10 +90,7 @@ SOURCE_MOMENTUM = 0.1
 #: (1 added after a first full run chose 0.3, then the largest, in 7 of 12 tuning cells; :mod:`.claims`).
 MOMENTA = (0.0, 0.001, 0.01, 0.03, 0.1, 0.3, 1.0)
 
-#: The profiles. ``quick``: the pipeline in about a minute on one core (2 reported seeds, one tuning seed, tiny
-#: budgets): one quick unit took 2.0 s (part 1, batch 32), 1.1 s (part 2) and 1.1 s (part 3), so its 12 + 12 + 3
-#: units about 40 s, plus stage 1 for any of its 3 seeds not in the cache. ``full``: 10 reported seeds, tuning seeds
-#: 100-102; estimated in :data:`FULL_ESTIMATE` (not run).
+#: ``quick``: the pipeline in about a minute on one core; ``full``: the page's.
 PROFILES = {
     "quick": dict(seeds=2, tuning_seeds=(100,), targets=("close", "shifted"), batch_sizes=(8, 32),
                   budgets=(5, 10, 20), momenta=MOMENTA, base_lr=0.01, lr_batch=32, train_size=512, n_eval=200,
@@ -173,20 +104,6 @@ PROFILES = {
                  train_batch=64, train_lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1), frankle_steps=400,
                  frankle_lrs=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3)),
 }
-#: The full profile's cost, estimated before it was run (issue 39's design stop). Measured under ``nice -n 19`` on
-#: this project's 2-core machine while another computation held both cores (load about 3.5-4; a backbone forward at
-#: batch 64 took 2.5 ms against the 0.89 ms measured idle in :mod:`bnstudy.study.engine`: about 2.8 times slower),
-#: 1 torch thread, from units at quick size and at full sizes with few steps, and the marginal cost of added steps: a
-#: part-1 training step with its nine tracked settings 3.6 ms at batch 8 and 15.4 ms at batch 64; a part-1 checkpoint
-#: at full sizes (11 conditions x 2 x 1,000 evaluation images, precise BN on 2,048 and the reference on 4,096
-#: images) about 2 s; a part-2 step of its 30 runs (6 conditions x 5 rates, batch 64, Adam) 150 ms, plus 2.7 s per
-#: unit; a part-3 step of its 20 runs 138 ms. Per full unit: part 1 11.7 s (batch 8) and 30.6 s (batch 64), 26 pairs
-#: of them (13 seeds x 2 targets): 18.3 worker-min; part 2 47.7 s x 78 units (13 seeds x 2 classes x 3 families):
-#: 62.0; part 3 56 s x 13: 12.1. Stage 1 is chapter 8's sources (the same seeds and settings), cached. Total 92
-#: worker-min on the loaded machine, 46 wall-min on 2 workers; idle about 33 worker-min, 17 wall-min: within the
-#: issue's 60 minutes either way.
-FULL_ESTIMATE = dict(worker_min_loaded=92.4, wall_min_loaded_2_workers=46.2, worker_min_idle=33.0,
-                     wall_min_idle_2_workers=16.5, units=dict(momentum=52, train=78, frankle=13))
 
 
 def kornblith_momentum(train_size: int, batch_size: int) -> float:
@@ -278,11 +195,8 @@ class FrankleUnit(_Frozen):
         return SourceConfig(seed=self.seed, n_classes=self.n_classes, noise=self.noise, momentum=SOURCE_MOMENTUM)
 
 
-#: The rate grids of the first full run. A first full run chose the largest rate of part 2's grid (3e-2) in 16 of
-#: 36 tuning cells and part 3's (0.1) for the output layer alone; the full profile's grids were widened upward by a
-#: half-decade step or two (:data:`PROFILES`). Rates of these first grids and the added ones run in separate units
-#: (:func:`_rate_chunks`; the same batches in the same order, so every rate stays paired), which keeps the first
-#: grid's runs cached when a grid grows.
+#: The rate grids of the first full run, which chose part 2's largest rate in 16 of 36 tuning cells: the full
+#: profile's grids were widened upward, the added rates run in their own units (:func:`_rate_chunks`).
 FIRST_TRAIN_LRS = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 FIRST_FRANKLE_LRS = (0.001, 0.003, 0.01, 0.03, 0.1)
 
@@ -299,17 +213,8 @@ def _increasing(v, low) -> bool:
 
 class Config(ChapterConfig):
     """Chapter 9's parameters, checked by :class:`bnstudy.study.design.ChapterConfig` (``ValueError`` naming the
-    parameter, before any work starts).
-
-    ``seeds``: reported seeds (an int ``n``: 0..n-1); ``tuning_seeds``: seeds on which the analysis chooses each
-    setting (a momentum per cell, a rate per condition), never reported. Part 1: ``targets`` (of :data:`TARGETS`),
-    ``batch_sizes`` (each dividing ``train_size``, so an epoch is whole), ``budgets`` (optimizer steps, increasing),
-    ``momenta`` (PyTorch's convention, in [0, 1], with 0), ``base_lr`` at ``lr_batch`` (the rate is ``base_lr *
-    batch_size / lr_batch``), ``train_size`` (task-B training images), ``n_eval`` (held-out images per task),
-    ``reference_samples`` (held-out task-B images of the reference estimate, a multiple of :data:`REF_BATCH`),
-    ``precise_samples`` (training images precise BN re-estimates on, a multiple of every batch size). Part 2:
-    ``shifts`` (of :data:`SHIFTS`), ``train_classes`` (of :data:`CLASSES`), ``shift_strength``, ``train_steps``,
-    ``train_batch`` (also part 3's batch), ``train_lrs`` (Adam's rates). Part 3: ``frankle_steps``, ``frankle_lrs``."""
+    parameter; :data:`RULES` says what each allows). ``tuning_seeds`` choose every setting and are never reported;
+    part 1's rate is ``base_lr * batch_size / lr_batch``; ``train_batch`` is also part 3's batch."""
 
     PARAMETERS = dict(profile="quick", seeds=(0, 1), tuning_seeds=(100,), targets=("close", "shifted"),
                       batch_sizes=(8, 32), budgets=(5, 10, 20), momenta=MOMENTA, base_lr=0.01, lr_batch=32,
@@ -454,9 +359,8 @@ def _acc(backbone, head, data) -> float:
 
 def statistics_error(stats: dict, reference: dict) -> tuple[float, float]:
     """``(mean_error, var_error)`` of running statistics ``stats`` against ``reference`` (both ``{layer: (mean (C,),
-    var (C,))}``, the same layers): per layer ``|r - mu| / |sigma|`` and ``|v - sigma^2| / |sigma^2|`` (Euclidean
-    norms over channels, float64), each averaged over the layers (the module docstring). Raises ``ValueError`` when
-    the layers differ."""
+    var (C,))}``): per layer ``|r - mu| / |sigma|`` and ``|v - sigma^2| / |sigma^2|`` (Euclidean norms over channels,
+    float64), each averaged over the layers; ``stats_error`` is their mean. ``ValueError`` when the layers differ."""
     if set(stats) != set(reference):
         raise ValueError(f"stats and reference must name the same layers, got {sorted(stats)} and {sorted(reference)}")
     em, ev = [], []
@@ -469,16 +373,11 @@ def statistics_error(stats: dict, reference: dict) -> tuple[float, float]:
 
 
 class StatisticsTracker:
-    """The running statistics every setting of ``settings`` (:func:`momentum_settings`) would hold, updated on the
-    train-mode forward passes of ``backbone``'s BatchNorm layers.
-
-    A forward pre-hook on each layer runs ``torch.batch_norm_update_stats`` (the update ``BatchNorm2d`` runs in train
-    mode: ``r <- (1 - f) r + f * batch mean``, the batch variance unbiased) once per setting on the layer's input,
-    with ``f`` the setting's momentum, or ``1 / n`` for a cumulative average (``n`` its counter, incremented first,
-    as ``BatchNorm2d`` does with ``momentum=None``). Each setting starts from the layer's statistics when the tracker
-    is built. Only while :attr:`active` is true (the training forwards); the layer's own buffers are untouched by the
-    tracker. :meth:`stats` returns ``{layer: (running_mean, running_var)}`` copies of one setting; :meth:`close`
-    removes the hooks."""
+    """The running statistics every setting of ``settings`` (:func:`momentum_settings`) would hold: while
+    :attr:`active`, a forward pre-hook on each BatchNorm layer runs ``torch.batch_norm_update_stats`` (``BatchNorm2d``'s
+    own train-mode update) once per setting at its momentum, or ``1 / n`` for a cumulative average (its counter ``n``
+    incremented first, as ``momentum=None`` does); the layers' buffers are untouched. :meth:`stats`: one setting's
+    ``{layer: (running_mean, running_var)}``."""
 
     def __init__(self, backbone: torch.nn.Module, settings: dict[str, tuple]):
         self.settings = dict(settings)
@@ -521,17 +420,10 @@ def _finite(*modules) -> bool:
 
 
 def run_momentum_unit(u: MomentumUnit, source: dict) -> dict:
-    """Part 1 for one seed, target and batch size (module docstring); ``{"records": [...], ...}``.
-
-    ``records``: one dict per (budget, condition) with ``budget`` (steps), ``condition`` (every setting of
-    :func:`momentum_settings`, ``precise`` and ``reference``), ``momentum`` (the setting's value; NaN for the
-    cumulative averages and the re-estimates), ``accuracy`` (task B, eval mode, with the condition's statistics),
-    ``task_a`` (head A on the same network), ``mean_error``, ``var_error``, ``stats_error``
-    (:func:`statistics_error` against ``reference``), ``change_from_source`` (largest absolute difference of the
-    condition's statistics from the source's: exactly 0 for ``m0``) and ``loss`` (mean training loss of the last
-    tenth of the steps up to the budget). Also ``lr``, ``steps_per_epoch``, ``kornblith`` (its momentum),
-    ``diverged`` (a non-finite loss), ``source_task_a_accuracy`` and ``wall_s``. A budget whose weights are not
-    finite gets NaN scores."""
+    """Part 1 for one seed, target and batch size: one record per (budget, condition) (every setting of
+    :func:`momentum_settings`, ``precise`` and ``reference``) with ``accuracy`` (task B), ``task_a``, the
+    :func:`statistics_error` parts, ``change_from_source`` (exactly 0 for ``m0``) and ``loss`` (last tenth of the
+    steps); NaN scores where the weights are not finite."""
     t0 = time.perf_counter()
     backbone, head_a = _source_parts(source, u.n_classes)
     head_b = _head_b(u.seed, backbone.out_features, u.n_classes)
@@ -693,11 +585,8 @@ def _step_all(runs: list[_Run], shared: dict, x, y) -> None:
 
 
 def run_train_unit(u: TrainUnit, source: dict) -> dict:
-    """Part 2 for one seed and shift family (module docstring): every condition of :data:`TRAIN_CONDITIONS` at every
-    rate of ``u.lrs`` on the same batches; ``{"records": [...], "source_task_a_accuracy": ..., "wall_s": ...}``, one
-    record per (condition, rate) with ``accuracy`` (task B), ``task_a`` (head A), ``trainable``, ``parameters``,
-    ``trainable_share``, ``max_buffer_change``, ``max_frozen_change``, ``final_loss`` (mean of the last tenth of the
-    steps) and ``diverged``."""
+    """Part 2 for one unit: every condition of :data:`TRAIN_CONDITIONS` at every rate of ``u.lrs`` on the same
+    batches, one record per (condition, rate) (:data:`TRAIN_COLUMNS`)."""
     t0 = time.perf_counter()
     backbone0, head_a = _source_parts(source, u.n_classes)
     source_stats = _stats(backbone0)
@@ -766,10 +655,8 @@ def configure_frankle(condition: str, backbone: torch.nn.Module, seed: int) -> d
 
 
 def run_frankle_unit(u: FrankleUnit) -> dict:
-    """Part 3 for one seed (module docstring): every condition of :data:`FRANKLE_CONDITIONS` at every rate of
-    ``u.lrs`` from the seed's initialisation, on the same task-A batches; ``{"records": [...], "wall_s": ...}``, one
-    record per (condition, rate) with ``accuracy`` (task A, eval mode), ``trainable``, ``parameters``,
-    ``trainable_share``, ``max_frozen_change``, ``final_loss`` and ``diverged``."""
+    """Part 3 for one unit: every condition of :data:`FRANKLE_CONDITIONS` at every rate of ``u.lrs`` from the seed's
+    initialisation on the same task-A batches, one record per (condition, rate) (:data:`FRANKLE_COLUMNS`)."""
     t0 = time.perf_counter()
     init = build_backbone(u.source)
     head0 = seeded((u.seed, "init", "head_a"), lambda: make_head("linear", init.out_features, u.n_classes))
@@ -813,7 +700,7 @@ def _frankle_group(units: list[FrankleUnit]) -> list[dict]:
 SIBLING_TABLES = ("train", "frankle")
 #: Parameters that only change the analysis of given rows (none: every parameter is the run's).
 ANALYSIS_PARAMETERS = ()
-#: Parameters added after rows of a release were computed (none: the chapter is not in a release).
+#: Parameters added after rows of a release were computed (none yet).
 READ_DEFAULTS: dict = {}
 
 #: The tables' columns.

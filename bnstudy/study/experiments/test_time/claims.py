@@ -1,23 +1,17 @@
 """Chapter 8, what is asked (issue 38), fixed before any full-profile row was computed: the questions as data, the
-margin and the rule that picks each method's setting, run by :func:`bnstudy.study.inference.ask`.
+margin and the rule that picks each method's setting, run by :func:`bnstudy.study.inference.ask`; then the page's
+numbers, tables and rule-triggered sentences.
 
-Settings chosen by trying are chosen on the tuning seeds only (:func:`conditions`): for each stream, family,
-strength and test batch, the prior ``N`` and TENT's rate with the highest mean accuracy over the tuning seeds'
-domains; the reported seeds never inform a choice. Each grid is closed where its method has a limit that was run
-(the prior's ``N = 0`` and ``N = inf``, TENT's rate ``0``), so a choice there is a finding (the method reduces to
-another), not a truncated grid. Test-batch statistics are the prior ``N = 0``; DUA runs its published schedule;
-routing and the oracle have nothing to tune. A choice at an open end of its grid is flagged (:func:`choices`), and
-the page says so where it states a verdict that rests on it.
-
-The grids were widened once, after a first full run (stop 50, not reported) chose the prior's ``N = 1`` or
-``N = 256`` and TENT's ``1e-4`` or ``1e-1`` (ends of the first grids, ``N`` in 1-256 by factors of 4, rates
-1e-4-1e-1) in 56% of the tuned cells; the questions, margin and families did not change.
+Settings chosen by trying are chosen on the tuning seeds only (:func:`choices`): per stream, family, strength and
+test batch, the prior ``N`` and TENT's rate with the highest mean accuracy there. Each grid is closed by its method's
+limits, which were run (the prior's ``N = 0`` and ``N = inf``, TENT's rate ``0``), so a choice there is a finding;
+a choice at an open end of its grid is flagged. The grids were widened once, after a first full run (not reported)
+chose an end of the first grids in 56% of the tuned cells; the questions, margin and families did not change.
 
 Three families (Bonferroni within each, TOST at ±:data:`MARGIN`, the book's margin): ``gain`` (each method minus the
 source statistics), ``mix`` (the tuned prior minus test-batch statistics) and ``route`` (per-sample routing minus the
-best batch method, chosen on the tuning seeds per cell, on the mixed and class-sorted streams). Plus the mismatch
-question: Spearman's rank correlation, over seeds, families, strengths and domains, of chapter 3's mismatch measured
-before adapting and the gain of test-batch statistics at the largest test batch (:func:`mismatch_claim`).
+best batch method, chosen on the tuning seeds per cell, on the mixed and class-sorted streams). The mismatch question
+(Spearman's rho of chapter 3's mismatch before adapting and the gain of test-batch statistics) is descriptive.
 """
 
 from __future__ import annotations
@@ -28,13 +22,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from ...inference import Question, ask, rank_correlation
-from ...words import Note, counts_text, notes
+from ...inference import Interval, Question, ask, numbers_table, rank_correlation, t_interval
+from ...inference import number as _n
+from ...words import Note, counts_text, join, notes
 
 #: Equivalence margin (accuracy, fraction): the book's, two points, the smallest difference we would act on.
 MARGIN = 0.02
-#: The conditions the analysis compares (one column ``condition``): the source statistics, test-batch statistics
-#: (prior 0), the prior and TENT at their tuned settings, DUA, per-sample routing and the oracle bank.
+#: The conditions the analysis compares (column ``condition``; the prior and TENT at their tuned settings).
 CONDITIONS = ("source", "test_batch", "prior_tuned", "dua", "tent_tuned", "routed", "oracle")
 #: The batch methods, among which the ``route`` family's reference is chosen per cell on the tuning seeds.
 BATCH_METHODS = ("test_batch", "prior_tuned", "dua", "tent_tuned")
@@ -59,11 +53,9 @@ def _candidates(m: pd.DataFrame) -> pd.DataFrame:
 
 def choices(tuning: pd.DataFrame) -> pd.DataFrame:
     """Per cell and tuned method, the setting with the highest mean accuracy over the tuning seeds (ties: the
-    smaller setting). ``prior`` chooses among its grid closed by its two limits (``N = 0``, test-batch statistics,
-    where run; ``N = inf``, the source statistics); ``tent`` among its rates closed below by ``0`` (test-batch
-    statistics). ``at_edge`` flags a choice at an open end, beyond which a wider grid could still do better: the
-    prior's smallest ``N > 0`` where ``N = 0`` is not run (a test batch of one), TENT's largest rate. Columns: the
-    cell, ``method``, ``setting``, ``accuracy`` (the tuning mean), ``at_edge``."""
+    smaller), among the grid closed by its limits (:func:`_candidates`). ``at_edge``: a choice at an open end (the
+    prior's smallest ``N > 0`` where ``N = 0`` is not run, TENT's largest rate). Columns: the cell, ``method``,
+    ``setting``, ``accuracy`` (the tuning mean), ``at_edge``."""
     m = _candidates(_means(tuning))
     mean = m.groupby([*CELL, "method", "setting"], sort=True)["accuracy"].mean().reset_index()
     out = []
@@ -93,7 +85,8 @@ def best_batch_methods(tuning: pd.DataFrame) -> pd.DataFrame:
     picks = choices(tuning)
     tune = _named(_means(tuning), picks)
     best = tune[tune["condition"].isin(BATCH_METHODS)].groupby([*CELL, "condition"])["accuracy"].mean().reset_index()
-    return best.sort_values("accuracy", ascending=False, kind="stable").drop_duplicates(list(CELL))[[*CELL, "condition"]]
+    best = best.sort_values("accuracy", ascending=False, kind="stable")
+    return best.drop_duplicates(list(CELL))[[*CELL, "condition"]]
 
 
 def conditions(rows: pd.DataFrame, tuning: pd.DataFrame) -> pd.DataFrame:
@@ -105,9 +98,7 @@ def conditions(rows: pd.DataFrame, tuning: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([out, chosen_best], ignore_index=True)
 
 
-#: The questions, one family each (:func:`claims`). ``gain``: every batch method and routing against the source
-#: statistics in every cell; ``mix``: the tuned prior against test-batch statistics (both need a batch of two or
-#: more); ``route``: per-sample routing against the best batch method where batches mix domains or classes.
+#: The questions, one family each (:func:`claims`; the module docstring).
 QUESTIONS = {
     "gain": (Question("gain_{condition}_{stream}_{family}_t{strength}_b{test_batch}",
                       condition=("test_batch", "prior_tuned", "dua", "tent_tuned", "routed"), reference="source",
@@ -138,12 +129,10 @@ def mix_stops(claims_table: pd.DataFrame, stream: str, family: str, strength: fl
     """The smallest test batch from which the tuned prior is no longer shown higher than test-batch statistics at
     that and every larger batch (``mix`` family), for one stream, family and strength; NaN when it is shown higher
     at the largest batch (it never stops), the smallest batch asked when it is never shown higher."""
-    bs = sorted(b for b in batches if b > 1)
-    higher = {b: claims_table.loc[claims_table["key"] == f"mix_{stream}_{family}_t{_num(strength)}_b{b}",
-                                  "kind"].eq("higher").any() for b in bs}
     stop = math.nan
-    for b in reversed(bs):
-        if higher[b]:
+    for b in sorted((b for b in batches if b > 1), reverse=True):
+        if claims_table.loc[claims_table["key"] == f"mix_{stream}_{family}_t{_num(strength)}_b{b}", "kind"].eq(
+                "higher").any():
             break
         stop = b
     return stop
@@ -168,29 +157,24 @@ def mismatch_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return g[[*on, "mismatch", "gain"]]
 
 
-def mismatch_claim(rows: pd.DataFrame, confidence: float = 0.95) -> dict:
-    """Does chapter 3's mismatch, measured before adapting, predict the gain of test-batch statistics? Spearman's
-    rho over :func:`mismatch_rows` (seed, family, strength, domain) of the mismatch and the gain, with its interval
-    (:func:`bnstudy.study.inference.rank_correlation`) and the share of cells whose gain has the sign the mismatch
-    predicts (positive where the mismatch is above its median). Returns ``{rho, low, high, p, n, sign_agreement}``."""
-    g = mismatch_rows(rows)
-    rho, iv, p = rank_correlation(g["mismatch"], g["gain"], confidence)
-    predicted = np.where(g["mismatch"] > g["mismatch"].median(), 1, -1)
-    agree = float(np.mean(np.sign(g["gain"]) == predicted)) if len(g) else math.nan
-    return dict(rho=rho, low=iv.low, high=iv.high, p=p, n=len(g), sign_agreement=agree)
-
-
 # --- the page's tables and words -----------------------------------------------------------------------------------
 
 #: The direction words this chapter's verdicts use (the glossary's table lists them).
 DIRECTIONS = ("higher", "lower", "prior-weighted mix higher", "prior-weighted mix lower", "routing higher",
               "routing lower")
-#: How the page names each condition.
+#: How the page names each condition and stream.
 NAMES = dict(source="source statistics", test_batch="test-batch statistics", prior_tuned="prior-weighted mix",
-             dua="DUA-style update", tent_tuned="TENT", routed="routing", oracle="oracle bank", best_batch="best batch method")
+             dua="DUA-style update", tent_tuned="TENT", routed="routing", oracle="oracle bank",
+             best_batch="best batch method")
 STREAM_NAMES = dict(single="single-shift", mixed="mixed-domain", class_sorted="class-sorted")
+STREAMS_ORDER = tuple(STREAM_NAMES)
+GAIN_CONDITIONS = ("test_batch", "prior_tuned", "dua", "tent_tuned", "routed")
+KINDS = ("higher", "equivalent", "not decided", "lower")
+#: Test images of a domain on which the mismatch is measured before adapting (:func:`.run.run_unit`'s first batch).
+MISMATCH_IMAGES = 256
 _KEY = re.compile(r"^(?P<family_q>gain|mix|route)_(?:(?P<condition>" + "|".join(CONDITIONS) + r")_)?"
-                  r"(?P<stream>single|mixed|class_sorted)_(?P<family>[a-z]+)_t(?P<strength>[0-9.]+)_b(?P<test_batch>\d+)$")
+                  r"(?P<stream>single|mixed|class_sorted)_(?P<family>[a-z]+)_t(?P<strength>[0-9.]+)"
+                  r"_b(?P<test_batch>\d+)$")
 
 
 def parsed(claims_table: pd.DataFrame) -> pd.DataFrame:
@@ -210,7 +194,6 @@ def stream_means(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Descriptive means (no verdict rests on them): per stream, condition and test batch, each seed's accuracy
     averaged over the families and strengths run, then the mean over seeds with its Student's t interval.
     Columns: ``stream``, ``condition``, ``test_batch``, ``mean``, ``ci_low``, ``ci_high``, ``n_seeds``."""
-    from ...inference import t_interval
     per_seed = table.groupby(["stream", "condition", "test_batch", "seed"])["accuracy"].mean().reset_index()
     rows = []
     for (s, c, b), g in per_seed.groupby(["stream", "condition", "test_batch"]):
@@ -220,27 +203,27 @@ def stream_means(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _kinds(g: pd.DataFrame) -> str:
+    """``"3/1/0/0"``: how many claims of ``g`` are higher / equivalent / not decided / lower."""
+    return "/".join(str(int(g["kind"].eq(k).sum())) for k in KINDS)
+
+
 def main_table(means: pd.DataFrame, claims_table: pd.DataFrame, batches) -> pd.DataFrame:
     """The page's main table: per condition (rows) and stream x test batch (columns), the mean accuracy with its
     95% interval over seeds (:func:`stream_means`) and, against the source statistics, how many of the cells
     (families x strengths) show it higher / equivalent / not decided / lower (``gain`` family). ``—``: not run."""
     p = parsed(claims_table[claims_table["family"] == "gain"])
+    m = means.set_index(["stream", "condition", "test_batch"])
     cols = {}
     for s in STREAMS_ORDER:
         for b in batches:
             col = {}
             for c in ("source", *GAIN_CONDITIONS):
-                m = means[(means.stream == s) & (means.condition == c) & (means.test_batch == b)]
-                if not len(m) or m["mean"].isna().all():
-                    col[NAMES[c]] = "—"
-                    continue
-                r = m.iloc[0]
-                text = f"{r['mean']:.3f} ({r['ci_low']:.3f}–{r['ci_high']:.3f})"
-                k = p[(p.condition == c) & (p.stream == s) & (p.test_batch == b)]["kind"]
-                if c != "source" and len(k) and not k.eq("too few seeds").all():
-                    text += " " + "/".join(str(int(k.eq(v).sum())) for v in ("higher", "equivalent", "not decided",
-                                                                             "lower"))
-                col[NAMES[c]] = text
+                r = m.loc[(s, c, b)] if (s, c, b) in m.index else None
+                k = p[(p.condition == c) & (p.stream == s) & (p.test_batch == b)]
+                col[NAMES[c]] = "—" if r is None or r["mean"] != r["mean"] else (
+                    f"{r['mean']:.3f} ({r['ci_low']:.3f}–{r['ci_high']:.3f})"
+                    + (" " + _kinds(k) if c != "source" and len(k) and not k["kind"].eq("too few seeds").all() else ""))
             if col[NAMES["tent_tuned"]] == col[NAMES["test_batch"]] != "—":  # TENT's step changed nothing shown
                 col[NAMES["tent_tuned"]] = "= test-batch statistics (to the digits shown)"
             cols[(STREAM_NAMES[s], f"b = {b}")] = col
@@ -249,42 +232,17 @@ def main_table(means: pd.DataFrame, claims_table: pd.DataFrame, batches) -> pd.D
     return out
 
 
-STREAMS_ORDER = ("single", "mixed", "class_sorted")
-GAIN_CONDITIONS = ("test_batch", "prior_tuned", "dua", "tent_tuned", "routed")
-
-
 def mix_table(claims_table: pd.DataFrame, batches) -> pd.DataFrame:
     """Per stream, family and strength, the smallest test batch from which the tuned prior is no longer shown
     higher than test-batch statistics (:func:`mix_stops`; ``never`` if it still is at the largest batch), and the
-    ``mix`` family's verdict counts over the batches. Columns: ``stream``, ``family``, ``strength``, ``stops``,
-    ``higher``, ``equivalent``, ``not decided``, ``lower``."""
+    ``mix`` family's verdict counts over the batches."""
     p = parsed(claims_table[claims_table["family"] == "mix"])
     rows = []
     for (s, f, t), g in p.groupby(["stream", "shift", "strength"], sort=False):
         stop = mix_stops(claims_table, s, f, t, batches)
         rows.append(dict(stream=s, family=f, strength=t, stops="never" if stop != stop else f"{int(stop)}",
-                         **{k: int(g["kind"].eq(k).sum()) for k in ("higher", "equivalent", "not decided", "lower")}))
+                         **{k: int(g["kind"].eq(k).sum()) for k in KINDS}))
     return pd.DataFrame(rows)
-
-
-def edge_counts(tuning: pd.DataFrame) -> dict:
-    """``{method}_at_edge``, ``{method}_cells``: how many tuned cells chose a value at an open end of the grid, and
-    the prior's ``{prior}_chose_source`` / ``_chose_test_batch`` and TENT's ``tent_chose_zero`` (the closed ends:
-    the method reduced to the source or test-batch statistics)."""
-    c = choices(tuning)
-    out = {}
-    for m in ("prior", "tent"):
-        g = c[c["method"] == m]
-        out[f"{m}_at_edge"], out[f"{m}_cells"] = int(g["at_edge"].sum()), len(g)
-    pr, te = c[c["method"] == "prior"], c[c["method"] == "tent"]
-    out.update(prior_chose_source=int(np.isinf(pr["setting"]).sum()), prior_chose_test_batch=int((pr["setting"] == 0).sum()),
-               tent_chose_zero=int((te["setting"] == 0).sum()))
-    return out
-
-
-KINDS = ("higher", "equivalent", "not decided", "lower")
-#: Test images of a domain on which the mismatch is measured before adapting (:func:`run.run_unit`'s first batch).
-MISMATCH_IMAGES = 256
 
 
 def shown_batches(batches) -> dict:
@@ -295,135 +253,123 @@ def shown_batches(batches) -> dict:
                 bmid=64 if 64 in batches else batches[-1], bmax=batches[-1])
 
 
+def _counts(g: pd.DataFrame) -> dict:
+    """Verdict counts of the claims ``g`` (``higher``, ``equivalent``, ``not_decided``, ``lower``) and ``cells``."""
+    return dict({k.replace(" ", "_"): int(g["kind"].eq(k).sum()) for k in KINDS}, cells=len(g))
+
+
 def page_numbers(rows: pd.DataFrame, tuning: pd.DataFrame, claims_table: pd.DataFrame, config) -> pd.DataFrame:
     """The page's flat numbers table (:func:`bnstudy.study.inference.numbers_table`): descriptive means
     ``acc_<stream>_<condition>_<bmin|bsmall|bmid|bmax>`` (intervals over seeds, at :func:`shown_batches`),
-    verdict counts ``<family>_<condition>_<stream>_<kind>`` and ``..._cells``, each family's size and confidence,
-    where the mix stops (``stops_<stream>_min`` / ``_max`` / ``_never``), the grids' choices
-    (:func:`edge_counts`), the mismatch question (``mm_*``), the units' recorded compute (``cost_worker_min``,
-    worker-minutes, reported and tuning seeds) and the design's settings (``cfg_*``)."""
-    from ...inference import Interval, numbers_table
+    verdict counts ``<family>_<condition>_<stream>_<kind>`` and ``..._cells`` (``b1_...`` at the smallest batch),
+    each family's size and confidence, where the mix stops (``stops_<stream>_*``), the grids' choices, the mismatch
+    question (``mm_*``), the numbers the notes quote, the units' recorded compute (``cost_worker_min``,
+    worker-minutes) and the design's settings (``cfg_*``)."""
     table = conditions(rows, tuning)
     means = stream_means(table)
     batches = sorted(rows.loc[rows["method"] != "mismatch", "test_batch"].unique())
-    values = {}
-    for name, b in shown_batches(batches).items():
-        for r in means[means["test_batch"] == b].itertuples():
-            values[f"acc_{r.stream}_{r.condition}_{name}"] = Interval(r.mean, r.ci_low, r.ci_high, r.n_seeds)
+    shown = shown_batches(batches)
+    values = {f"acc_{r.stream}_{r.condition}_{name}": Interval(r.mean, r.ci_low, r.ci_high, r.n_seeds)
+              for name, b in shown.items() for r in means[means["test_batch"] == b].itertuples()}
     p = parsed(claims_table)
     for (fam, c, s), g in p.groupby(["family", "condition", "stream"]):
-        for k in KINDS:
-            values[f"{fam}_{c}_{s}_{k.replace(' ', '_')}"] = int(g["kind"].eq(k).sum())
-        values[f"{fam}_{c}_{s}_cells"] = len(g)
+        values.update({f"{fam}_{c}_{s}_{k}": v for k, v in _counts(g).items()})
         values[f"{fam}_{c}_{s}_est_min"], values[f"{fam}_{c}_{s}_est_max"] = g["estimate"].min(), g["estimate"].max()
     for (c, s), g in p[(p["family"] == "gain") & (p["test_batch"] == batches[0])].groupby(["condition", "stream"]):
-        for k in KINDS:
-            values[f"b1_{c}_{s}_{k.replace(' ', '_')}"] = int(g["kind"].eq(k).sum())
-        values[f"b1_{c}_{s}_cells"] = len(g)
+        values.update({f"b1_{c}_{s}_{k}": v for k, v in _counts(g).items()})
     for fam, g in claims_table.groupby("family"):
         values[f"n_{fam}"], values[f"conf_{fam}"] = len(g), float(g["confidence"].iloc[0]) * 100
     for s in STREAMS_ORDER:
         stops = [mix_stops(claims_table, s, f, t, batches) for f in config.families for t in config.strengths]
-        real = [x for x in stops if x == x]
-        values[f"stops_{s}_min"] = int(min(real)) if real else math.nan
-        values[f"stops_{s}_max"] = int(max(real)) if real else math.nan
-        values[f"stops_{s}_never"], values[f"stops_{s}_cells"] = len(stops) - len(real), len(stops)
-    values.update(edge_counts(tuning))
+        real = [int(x) for x in stops if x == x]
+        values.update({f"stops_{s}_min": min(real) if real else math.nan, f"stops_{s}_max": max(real) if real
+                       else math.nan, f"stops_{s}_never": len(stops) - len(real), f"stops_{s}_cells": len(stops)})
+    pick = choices(tuning)
+    pr, te = pick[pick["method"] == "prior"], pick[pick["method"] == "tent"]
+    above_one = [b for b in batches if b > 1] or batches
+    values.update(prior_at_edge=int(pr["at_edge"].sum()), prior_cells=len(pr), tent_at_edge=int(te["at_edge"].sum()),
+                  tent_cells=len(te), prior_chose_source=int(np.isinf(pr["setting"]).sum()),
+                  prior_chose_test_batch=int((pr["setting"] == 0).sum()),
+                  tent_chose_zero=int((te["setting"] == 0).sum()),
+                  wang_zero_single=int((te.loc[te["stream"] == "single", "setting"] == 0).sum()),
+                  wang_cells_single=int((te["stream"] == "single").sum()),
+                  tent_steps_min=int(config.n_eval // above_one[-1]), tent_steps_max=int(config.n_eval // above_one[0]))
     per_unit = pd.concat([rows, tuning]).drop_duplicates(["seed", "family", "strength"])["unit_wall_s"]
     values["cost_worker_min"] = float(per_unit.sum()) / 60
-    values.update({f"mm_{k}": v for k, v in mismatch_claim(rows).items()})
-    mm = mismatch_rows(rows)
+    mm = mismatch_rows(rows)  # the mismatch question: Spearman's rho over cells and over their means
+    rho, iv, _ = rank_correlation(mm["mismatch"], mm["gain"])
     cellwise = mm.groupby(["family", "strength", "domain"])[["mismatch", "gain"]].mean()
     rho_c, iv_c, _ = rank_correlation(cellwise["mismatch"], cellwise["gain"])
-    values.update(mm_cells_rho=rho_c, mm_cells_low=iv_c.low, mm_cells_high=iv_c.high, mm_cells_n=len(cellwise),
-                  mm_base_rate=float((mm["gain"] > 0).mean()), cfg_mismatch_images=MISMATCH_IMAGES)
+    above, lost = mm["mismatch"] > mm["mismatch"].median(), mm["gain"] < 0
+    values.update(mm_rho=rho, mm_low=iv.low, mm_high=iv.high, mm_n=len(mm),
+                  mm_sign_agreement=float(np.mean(np.sign(mm["gain"]) == np.where(above, 1, -1))),
+                  mm_cells_rho=rho_c, mm_cells_low=iv_c.low, mm_cells_high=iv_c.high, mm_cells_n=len(cellwise),
+                  mm_base_rate=float((mm["gain"] > 0).mean()), cfg_mismatch_images=MISMATCH_IMAGES,
+                  mm_gain_above=float(mm.loc[above, "gain"].mean()), mm_gain_below=float(mm.loc[~above, "gain"].mean()),
+                  mm_negative=int(lost.sum()), mm_loss_max=float(-mm.loc[lost, "gain"].min()) if lost.any() else 0.0)
     one = table[table["stream"] == "single"].pivot_table(index=["seed", *CELL], columns="condition",
                                                         values="accuracy")
     if {"tent_tuned", "test_batch"} <= set(one.columns):
         d = (one["tent_tuned"] - one["test_batch"]).dropna().groupby(level=list(CELL)).mean()
         values.update(wang_diff_mean=float(d.mean()), wang_diff_max=float(d.abs().max()))
-    pick = choices(tuning)
-    tent_single = pick[(pick["method"] == "tent") & (pick["stream"] == "single")]
-    above_one = [b for b in batches if b > 1] or batches
-    values.update(wang_zero_single=int((tent_single["setting"] == 0).sum()), wang_cells_single=len(tent_single),
-                  tent_steps_min=int(config.n_eval // above_one[-1]), tent_steps_max=int(config.n_eval // above_one[0]))
-    g = p[(p["family"] == "gain") & (p["condition"] == "test_batch")]
+    gain, route = p[p["family"] == "gain"], p[(p["family"] == "route") & p["stream"].isin(["mixed", "class_sorted"])]
+    g = gain[gain["condition"] == "test_batch"]
     low_b = g[g["kind"] == "lower"].groupby("stream")["test_batch"].max()
-    values.update(dobler_lower_bmax=int(low_b.get("mixed", 0)), single_lower_bmax=int(low_b.get("single", 0)),
-                  single_lower=int(((g["stream"] == "single") & (g["kind"] == "lower")).sum()))
-    b1 = p[(p["family"] == "gain") & (p["condition"] == "prior_tuned") & (p["stream"] == "single")
-           & (p["test_batch"] == batches[0])]
-    values.update(schneider_positive=int((b1["estimate"] > 0).sum()))
-    route = p[(p["family"] == "route") & p["stream"].isin(["mixed", "class_sorted"])]
+    d64 = g[(g["stream"] == "mixed") & (g["test_batch"] == shown["bmid"])]
     multi = route[route["test_batch"] > batches[0]]  # a batch of one mixes nothing: its references are per-sample
     ref = route[["stream", "shift", "strength", "test_batch", "kind"]].rename(columns={"shift": "family"}).merge(
         best_batch_methods(tuning), on=list(CELL), how="left")
-    values.update(route_ref_dua=int(ref["condition"].eq("dua").sum()),
-                  route_higher_ref_dua=int((ref["condition"].eq("dua") & ref["kind"].eq("higher")).sum()))
-    values.update(route_multi_higher=int(multi["kind"].eq("higher").sum()), route_multi_cells=len(multi),
-                  route_big_higher=int((route["kind"].eq("higher") & (route["estimate"] > MARGIN)).sum()))
     # identities: every seed's difference exactly 0 (the tuned mix at N = 0 is test-batch statistics; at N = inf the
     # source statistics): counted apart from equivalence found in the data
     ident = (claims_table["estimate"] == 0) & (claims_table["low"] == 0) & (claims_table["high"] == 0)
     fam_of = claims_table["family"]
-    values.update(ident_mix=int((ident & (fam_of == "mix")).sum()),
-                  ident_mix_equivalent=int((ident & (fam_of == "mix") & (claims_table["verdict"].str.startswith(
-                      "equivalent"))).sum()),
-                  ident_gain_prior=int((ident & (fam_of == "gain") & p["condition"].eq("prior_tuned")).sum()))
-    g_mixed = p[(p["family"] == "gain") & (p["condition"] == "test_batch") & (p["stream"] == "mixed")]
-    d64 = g_mixed[g_mixed["test_batch"] == shown_batches(batches)["bmid"]]
-    values.update(dobler_bmid_higher=int(d64["kind"].eq("higher").sum()), dobler_bmid_cells=len(d64))
-    above = mm["mismatch"] > mm["mismatch"].median()
-    values.update(mm_gain_above=float(mm.loc[above, "gain"].mean()), mm_gain_below=float(mm.loc[~above, "gain"].mean()),
-                  mm_negative=int((mm["gain"] < 0).sum()),
-                  mm_loss_max=float(-mm.loc[mm["gain"] < 0, "gain"].min()) if (mm["gain"] < 0).any() else 0.0)
-    values.update(n_seeds=len(config.seeds), cfg_n_seeds=len(config.seeds), cfg_n_tuning=len(config.tuning_seeds),
+    values.update(dobler_lower_bmax=int(low_b.get("mixed", 0)), single_lower_bmax=int(low_b.get("single", 0)),
+                  single_lower=int(((g["stream"] == "single") & (g["kind"] == "lower")).sum()),
+                  dobler_bmid_higher=int(d64["kind"].eq("higher").sum()), dobler_bmid_cells=len(d64),
+                  schneider_positive=int((gain.loc[(gain["condition"] == "prior_tuned") & (gain["stream"] == "single")
+                                                   & (gain["test_batch"] == batches[0]), "estimate"] > 0).sum()),
+                  route_ref_dua=int(ref["condition"].eq("dua").sum()),
+                  route_higher_ref_dua=int((ref["condition"].eq("dua") & ref["kind"].eq("higher")).sum()),
+                  route_multi_higher=int(multi["kind"].eq("higher").sum()), route_multi_cells=len(multi),
+                  route_big_higher=int((route["kind"].eq("higher") & (route["estimate"] > MARGIN)).sum()),
+                  ident_mix=int((ident & (fam_of == "mix")).sum()),
+                  ident_mix_equivalent=int((ident & (fam_of == "mix") & claims_table["verdict"].str.startswith(
+                      "equivalent")).sum()),
+                  ident_gain_prior=int((ident & (fam_of == "gain") & p["condition"].eq("prior_tuned")).sum()),
+                  n_seeds=len(config.seeds), cfg_n_seeds=len(config.seeds), cfg_n_tuning=len(config.tuning_seeds),
                   cfg_tuning_first=min(config.tuning_seeds), cfg_tuning_last=max(config.tuning_seeds),
-                  **{f"cfg_{k}": v for k, v in shown_batches(batches).items()},
-                  cfg_n_eval=config.n_eval, cfg_bank_samples=config.bank_samples, cfg_margin=MARGIN,
-                  cfg_n_families=len(config.families), cfg_n_strengths=len(config.strengths),
-                  cfg_strength_low=min(config.strengths), cfg_strength_high=max(config.strengths))
+                  **{f"cfg_{k}": v for k, v in shown.items()}, cfg_n_eval=config.n_eval,
+                  cfg_bank_samples=config.bank_samples, cfg_margin=MARGIN, cfg_strength_low=min(config.strengths),
+                  cfg_strength_high=max(config.strengths))
     return numbers_table(values, lambda k: (0.0, 1.0) if k.startswith("acc_") else (-math.inf, math.inf))
 
 
-def _n(numbers: pd.DataFrame, key: str):
-    from ...inference import number
-    return number(numbers, key)
+def _anchor(n, fam, c, streams) -> dict:
+    """``h`` (shown higher), ``lo`` (lower), ``eq`` (equivalent) and ``cells`` of ``fam``'s claims on ``c``, summed
+    over ``streams``."""
+    total = lambda kind: sum(_n(n, f"{fam}_{c}_{s}_{kind}") for s in streams)  # noqa: E731
+    return dict(h=total("higher"), lo=total("lower"), eq=total("equivalent"), cells=total("cells"))
 
 
-def _share(numbers, fam, c, streams, kind) -> tuple[int, int]:
-    k = sum(_n(numbers, f"{fam}_{c}_{s}_{kind}") for s in streams)
-    return k, sum(_n(numbers, f"{fam}_{c}_{s}_cells") for s in streams)
-
-
-def _route(numbers, kind):
-    return _share(numbers, "route", "routed", ("mixed", "class_sorted"), kind)
+def _route(n) -> dict:
+    return _anchor(n, "route", "routed", ("mixed", "class_sorted"))
 
 
 def _fill_route(_, n):
-    (h, cells), (lo, _), (eq, _) = _route(n, "higher"), _route(n, "lower"), _route(n, "equivalent")
-    return dict(h=h, cells=cells, lo=lo if lo else "none", eq=eq, hm=_n(n, "route_multi_higher"),
-                cm=_n(n, "route_multi_cells"), big=_n(n, "route_big_higher"), bank=_n(n, "cfg_bank_samples"),
-                m=_n(n, "cfg_margin"))
+    d = _route(n)
+    return dict(d, lo=d["lo"] or "none", hm=_n(n, "route_multi_higher"), cm=_n(n, "route_multi_cells"),
+                big=_n(n, "route_big_higher"), bank=_n(n, "cfg_bank_samples"), m=_n(n, "cfg_margin"))
 
 
 def _collapse(_, n):
-    return dict(zip(("k", "cells"), _share(n, "gain", "test_batch", ("class_sorted",), "lower")),
-                tent=_share(n, "gain", "tent_tuned", ("class_sorted",), "lower")[0])
-
-
-def _anchor(n, fam, c, streams):
-    (h, cells), (lo, _) = _share(n, fam, c, streams, "higher"), _share(n, fam, c, streams, "lower")
-    return dict(h=h, lo=lo, cells=cells)
+    d = _anchor(n, "gain", "test_batch", ("class_sorted",))
+    return dict(k=d["lo"], cells=d["cells"], tent=_anchor(n, "gain", "tent_tuned", ("class_sorted",))["lo"])
 
 
 def _same(fill, want: str):
     """A rule: the direction ``want`` (``"h"``: higher, ``"lo"``: lower) is shown in at least half the cells
     (the sentence always gives the opposite count too)."""
-    def rule(c, n):
-        d = fill(c, n)
-        return d["cells"] > 0 and 2 * d[want] >= d["cells"]
-    return rule
+    return lambda c, n: fill(c, n)["cells"] > 0 and 2 * fill(c, n)[want] >= fill(c, n)["cells"]
 
 
 _SCHNEIDER = lambda c, n: dict(_anchor(n, "b1", "prior_tuned", ("single",)), pos=_n(n, "schneider_positive"))  # noqa
@@ -436,7 +382,7 @@ def _WANGD(_, n):
     return dict(mean=_n(n, "wang_diff_mean"), mx=_n(n, "wang_diff_max"), k=_n(n, "wang_zero_single"),
                 cells=_n(n, "wang_cells_single"), smin=_n(n, "tent_steps_min"), smax=_n(n, "tent_steps_max"),
                 img=_n(n, "cfg_n_eval"))
-_ROUTE_WINS = lambda c, n: _route(n, "lower")[0] == 0 and 2 * _route(n, "higher")[0] >= _route(n, "higher")[1]  # noqa
+_ROUTE_WINS = lambda c, n: _route(n)["lo"] == 0 and 2 * _route(n)["h"] >= _route(n)["cells"]  # noqa: E731
 
 
 def _mm(_, n):
@@ -448,10 +394,22 @@ def _mm(_, n):
 #: What the mismatch question measured, said with each of its answers.
 _MM_SCOPE = ("gain at the largest test batch on single-shift streams; mismatch on each domain's first {img:.0f} "
              "test images")
+_MM_RHO = "(Spearman {rho:.2f} on their means, 95% interval {lo:.2f} to {hi:.2f}; " + _MM_SCOPE + ")."
+#: Wang et al.'s comparison, said with both of its answers.
+_WANG = ("On single-shift streams, Wang et al.'s setting, tuned TENT minus test-batch statistics averaged {mean:+.4f} "
+         "over the cells (largest difference {mx:.4f}; the tuning seeds chose rate 0, test-batch statistics itself, "
+         "in {k} of {cells})")
+_TENT = ("TENT here takes one SGD step per test batch, {smin} to {smax} steps over a single-shift stream of {img:.0f} "
+         "images")
 
 
 #: Said with every answer of the lead: the baseline that was not run.
 _POOLED = " A bank pooled over the domains (the baseline for having those images) was not run."
+_BANKS = "(banks estimated on {bank:.0f} unlabelled images of each exact test domain) beat the best batch method in "
+_WINS = ("{h} of {cells} cells ({hm} of {cm} at test batches of two or more; {big} by more than the book's margin of "
+         "{m:g}) and was below it in ")
+_MIXED = "On the mixed-domain stream, test-batch statistics "
+_SORTED = "On class-sorted streams, test-batch statistics fell below the source statistics in "
 
 
 def _ident(_, n):
@@ -476,17 +434,9 @@ NOTES = (
     Note("dua_ref", lambda c, n: _dua(c, n)["d"] == 0,
          "The DUA-style update was the best batch method in none of the {cells} cells.", _dua),
     Note("anchor_wang", lambda c, n: _WANGD(c, n)["mx"] <= MARGIN,
-         "**Not the same direction.** On single-shift streams, Wang et al.'s setting, tuned TENT minus test-batch "
-         "statistics averaged {mean:+.4f} over the cells (largest difference {mx:.4f}; the tuning seeds chose rate "
-         "0, test-batch statistics itself, in {k} of {cells}): the entropy step added nothing beyond the book's "
-         "margin, where Wang et al. report it adding about two points. TENT here takes one SGD step per test batch, "
-         "{smin} to {smax} steps over a single-shift stream of {img:.0f} images, far fewer than on CIFAR-10-C.",
-         lambda c, n: _WANGD(c, n)),
-    Note("anchor_wang", lambda c, n: _WANGD(c, n)["mx"] > MARGIN,
-         "On single-shift streams, Wang et al.'s setting, tuned TENT minus test-batch statistics averaged "
-         "{mean:+.4f} over the cells (largest difference {mx:.4f}; the tuning seeds chose rate 0, test-batch "
-         "statistics itself, in {k} of {cells}); TENT here takes one SGD step per test batch, {smin} to {smax} "
-         "steps over a single-shift stream of {img:.0f} images.", lambda c, n: _WANGD(c, n)),
+         "**Not the same direction.** " + _WANG + ": the entropy step added nothing beyond the book's margin, where "
+         "Wang et al. report it adding about two points. " + _TENT + ", far fewer than on CIFAR-10-C.", _WANGD),
+    Note("anchor_wang", lambda c, n: _WANGD(c, n)["mx"] > MARGIN, _WANG + "; " + _TENT + ".", _WANGD),
     Note("what_to_do", _ROUTE_WINS,
          "If a deployment knows its domains ahead and can keep unlabelled images of each (here {bank:.0f} per "
          "domain, kept apart by domain), estimate a bank of statistics per domain (precise BN on those images) and "
@@ -499,18 +449,14 @@ NOTES = (
     Note("mismatch_says", lambda c, n: _mm(c, n)["lo"] > 0 and _mm(c, n)["sign"] <= _mm(c, n)["base"],
          "Measured before adapting, the mismatch did not tell whether adapting gains better than always predicting "
          "a gain ({sign:.0%} of cells right against {base:.0%}; {neg:.0f} cells lost, by at most {loss:.4f}); it "
-         "ranked how much adapting gained over the shift families, strengths and domains (Spearman "
-         "{rho:.2f} on their means, 95% interval {lo:.2f} to {hi:.2f}; " + _MM_SCOPE + ").",
-         lambda c, n: _mm(c, n)),
+         "ranked how much adapting gained over the shift families, strengths and domains " + _MM_RHO, _mm),
     Note("mismatch_says", lambda c, n: _mm(c, n)["lo"] > 0 and _mm(c, n)["sign"] > _mm(c, n)["base"],
          "Measured before adapting, the mismatch told whether adapting gains better than always predicting a gain "
          "({sign:.0%} of cells right against {base:.0%}), and ranked how much it gained over the shift families, "
-         "strengths and domains (Spearman {rho:.2f} on their means, 95% interval {lo:.2f} to {hi:.2f}; "
-         + _MM_SCOPE + ").", lambda c, n: _mm(c, n)),
+         "strengths and domains " + _MM_RHO, _mm),
     Note("mismatch_says", lambda c, n: not _mm(c, n)["lo"] > 0,
          "Measured before adapting, the mismatch was not shown to predict the gain (Spearman {rho:.2f} over the "
-         "shift families, strengths and domains' means, 95% interval {lo:.2f} to {hi:.2f}; " + _MM_SCOPE + ").",
-         lambda c, n: _mm(c, n)),
+         "shift families, strengths and domains' means, 95% interval {lo:.2f} to {hi:.2f}; " + _MM_SCOPE + ").", _mm),
     Note("anchor_schneider", _same(_SCHNEIDER, "h"),
          "**Same direction.** At a test batch of one on single-shift streams, the prior-weighted mix was above the "
          "source statistics in {h} of {cells} cells and below in {lo}.", _SCHNEIDER),
@@ -524,47 +470,35 @@ NOTES = (
          "**Not shown.** At a test batch of one on single-shift streams, the prior-weighted mix was above the "
          "source statistics in {h} of {cells} cells and below in {lo}.", _SCHNEIDER),
     Note("anchor_dobler", lambda c, n: _DOBLER(c, n)["lo"] > 0 and _DOBLER(c, n)["bmax"] < _DOBLER(c, n)["top"],
-         "**In part: below only at small test batches.** On the mixed-domain stream, test-batch statistics fell "
-         "below the source statistics in {lo} of {cells} cells, all at test batches of {bmax} or fewer, where single-shift streams also fell below them "
+         "**In part: below only at small test batches.** " + _MIXED + "fell below the source statistics in {lo} of "
+         "{cells} cells, all at test batches of {bmax} or fewer, where single-shift streams also fell below them "
          "({slo} cells, up to a batch of {sbmax}); they were above them in {h}, and at a test batch of {mid:.0f} in "
          "{hm} of {cm} (the others open or equivalent). The mixing here is milder than the benchmark's: three "
          "domains of one shift family at one strength.", _DOBLER),
     Note("anchor_dobler", lambda c, n: _DOBLER(c, n)["lo"] > 0 and _DOBLER(c, n)["bmax"] >= _DOBLER(c, n)["top"],
-         "**In part: below up to the largest test batch.** On the mixed-domain stream, test-batch statistics fell "
-         "below the source statistics in {lo} of {cells} cells, up to the largest test batch, and were above them in "
-         "{h}.", _DOBLER),
+         "**In part: below up to the largest test batch.** " + _MIXED + "fell below the source statistics in {lo} "
+         "of {cells} cells, up to the largest test batch, and were above them in {h}.", _DOBLER),
     Note("anchor_dobler", lambda c, n: _DOBLER(c, n)["lo"] == 0,
-         "**Not the same direction.** On the mixed-domain stream, test-batch statistics were below the source "
-         "statistics in none of {cells} cells, and above them in {h}.", _DOBLER),
+         "**Not the same direction.** " + _MIXED + "were below the source statistics in none of {cells} cells, and "
+         "above them in {h}.", _DOBLER),
     Note("anchor_niu", _same(_NIU, "lo"),
-         "**Same direction.** On class-sorted streams, test-batch statistics fell below the source statistics in "
-         "{lo} of {cells} cells and were above them in {h}.", _NIU),
+         "**Same direction.** " + _SORTED + "{lo} of {cells} cells and were above them in {h}.", _NIU),
     Note("anchor_niu", lambda c, n: not _same(_NIU, "lo")(c, n),
-         "**Not shown in most cells.** On class-sorted streams, test-batch statistics fell below the "
-         "source statistics in {lo} of {cells} cells and were above them in {h}.", _NIU),
-    Note("lead", lambda c, n: _route(n, "lower")[0] == 0 and 2 * _route(n, "higher")[0] >= _route(n, "higher")[1],
+         "**Not shown in most cells.** " + _SORTED + "{lo} of {cells} cells and were above them in {h}.", _NIU),
+    Note("lead", _ROUTE_WINS,
          "**Route the sample when test batches mix domains or classes, if unlabelled images of each test domain "
-         "can be kept.** There, per-sample routing to statistic banks (banks estimated on {bank:.0f} unlabelled images "
-         "of each exact test domain) beat the best batch method in {h} of {cells} cells ({hm} of {cm} at test batches "
-         "of two or more; {big} by more than the book's margin of {m:g}) and was below it in {lo}." + _POOLED,
+         "can be kept.** There, per-sample routing to statistic banks " + _BANKS + _WINS + "{lo}." + _POOLED,
          _fill_route),
-    Note("lead", lambda c, n: _route(n, "lower")[0] > 0,
-         "**Neither everywhere.** Where test batches mix domains or classes, per-sample routing (banks estimated on "
-         "{bank:.0f} unlabelled images of each exact test domain) beat the best batch method in {h} of {cells} cells "
-         "({hm} of {cm} at test batches of two or more; {big} by more than the book's margin of {m:g}) and was below "
-         "it in {lo}." + _POOLED, _fill_route),
-    Note("lead", lambda c, n: _route(n, "lower")[0] == 0 and 2 * _route(n, "higher")[0] < _route(n, "higher")[1],
-         "**Not shown either way.** Where test batches mix domains or classes, per-sample routing (banks estimated "
-         "on {bank:.0f} unlabelled images of each exact test domain) beat the best batch method in only {h} of "
-         "{cells} cells ({hm} of {cm} at test batches of two or more; {big} by more than the book's margin of {m:g}) "
-         "and was below it in none." + _POOLED, _fill_route),
+    Note("lead", lambda c, n: _route(n)["lo"] > 0, "**Neither everywhere.** Where test batches mix domains or "
+         "classes, per-sample routing " + _BANKS + _WINS + "{lo}." + _POOLED, _fill_route),
+    Note("lead", lambda c, n: _route(n)["lo"] == 0 and 2 * _route(n)["h"] < _route(n)["cells"],
+         "**Not shown either way.** Where test batches mix domains or classes, per-sample routing " + _BANKS
+         + "only " + _WINS + "none." + _POOLED, _fill_route),
     Note("collapse", lambda c, n: 2 * _collapse(c, n)["k"] >= _collapse(c, n)["cells"] > 0,
-         "On class-sorted streams, test-batch statistics fell below the source statistics in {k} of {cells} cells "
-         "(TENT, whose tuned rate there is mostly 0, that is test-batch statistics, in {tent}): do not adapt to "
-         "batches drawn from few classes.", _collapse),
+         _SORTED + "{k} of {cells} cells (TENT, whose tuned rate there is mostly 0, that is test-batch statistics, "
+         "in {tent}): do not adapt to batches drawn from few classes.", _collapse),
     Note("collapse", lambda c, n: 2 * _collapse(c, n)["k"] < _collapse(c, n)["cells"] or not _collapse(c, n)["cells"],
-         "On class-sorted streams, test-batch statistics fell below the source statistics in {k} of {cells} "
-         "cells.", _collapse),
+         _SORTED + "{k} of {cells} cells.", _collapse),
 )
 
 
@@ -587,7 +521,6 @@ def published_words() -> dict[str, str]:
 def grid_words(config) -> dict[str, str]:
     """The tuned settings' grids in words (plain text, glued as ``ch08_prior_grid`` / ``ch08_tent_grid``):
     ``"0.125, 1, 8, 64 and 512"``."""
-    from ...words import join
     return dict(prior_grid=join([f"{v:g}" for v in config.priors if v > 0]),
                 tent_grid=join([f"{v:g}" for v in config.tent_lrs]))
 

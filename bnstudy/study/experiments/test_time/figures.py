@@ -1,13 +1,10 @@
-"""Chapter 8, what is drawn: accuracy against the test batch size per stream and shift family, the prior-weighted
-mix against test-batch statistics, and the mismatch against the gain of test-batch statistics. Colours from
-:mod:`bnstudy.study.style` only; means and 95% Student-t intervals over seeds (an accuracy cut to [0, 1], a
-difference to [-1, 1]); the claims' family intervals are wider, and the text reads those. The test-batch axis is
-log2 (batch sizes 1 to 128)."""
+"""Chapter 8, what is drawn: accuracy against the test batch size (log2 axis) per stream and shift family, the
+prior-weighted mix against test-batch statistics, and the mismatch against the gain of test-batch statistics. Means
+and 95% Student-t intervals over seeds (an accuracy cut to [0, 1], a difference to [-1, 1])."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from ... import style

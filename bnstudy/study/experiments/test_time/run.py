@@ -1,37 +1,21 @@
 """Chapter 8, what is run (issue 38): a source network meets shifted test streams; each method predicts every test
 sample once, in stream order, a batch of ``test_batch`` samples at a time.
 
-Source: chapter 6's (and chapter 1's) stage 1, a :class:`~bnstudy.study.models.ConvBackbone` and head A trained on
-task A (:func:`bnstudy.study.engine.load_source`). Test data: task A's images (same templates, same labels, same
-head) under chapter 6's three shifted domains ``B``, ``C``, ``D`` of one shift family (:data:`FAMILIES`): the
-brightness/contrast shifts of :func:`..unknown_task.run.shift_of` (``affine``) or the blur and added-noise shifts of
-:func:`..unknown_task.run.corruption_of`, at strength ``t``.
+Source: the book's stage 1 (:func:`bnstudy.study.engine.load_source`), a backbone and head A trained on task A. Test
+data: task A's images under chapter 6's three shifted domains ``B``, ``C``, ``D`` of one shift family
+(:data:`FAMILIES`; :func:`domain_task`) at strength ``t``, in three streams (:data:`STREAMS`, :func:`streams`):
+``single`` (one domain, random order), ``mixed`` (the three domains interleaved: Döbler & Marsden's mixed-domain
+setting) and ``class_sorted`` (one domain sorted by label: Niu et al. 2023's class-correlated stream).
 
-Streams (:data:`STREAMS`): ``single`` (one domain, samples in random order), ``mixed`` (the three domains'
-samples interleaved at random, so each test batch holds several domains: Döbler & Marsden's mixed-domain setting)
-and ``class_sorted`` (one domain, samples sorted by label, so a test batch holds one or two classes: the
-class-correlated stream of Niu et al. 2023).
-
-Methods (:data:`METHODS`), all with head A and the source backbone's weights:
-
-* ``source``: the stored (source) statistics, plain eval mode;
-* ``prior``: :func:`bnstudy.adapt_bn_statistics` at prior ``N`` (``setting``; Schneider et al. 2020), ``N = 0``
-  being test-batch statistics alone (Nado et al. 2020), not run at a test batch of one (the call refuses it);
-* ``dua``: a running update of the stored statistics, one train-mode pass per test batch at a momentum that decays
-  from 0.1 by a factor 0.94 per batch to a floor of 0.005 (Mirza et al. 2022's schedule, without their
-  augmentations of each sample), then the prediction in eval mode;
-* ``tent``: test-batch statistics, the prediction, then one SGD step (momentum 0.9, rate ``setting``) on every
-  BatchNorm layer's affine parameters against the prediction entropy (Wang et al. 2021); not run at a test batch
-  of one;
-* ``routed``: per sample, the domain bank whose first-layer statistics are nearest
-  (:class:`~bnstudy.study.routing.NearestStatistics`, chapter 6's per-sample router) among source and the three
-  domain banks; each bank is a precise-BN estimate (:func:`bnstudy.update_bn_stats`) on ``bank_samples`` unlabelled
-  images of its domain, kept before the test;
-* ``oracle``: each sample's own domain bank.
-
-``source``, ``routed`` and ``oracle`` decide per sample, so the test batch does not change them; the stateful
-methods (``dua``, ``tent``) start afresh for each stream. One unit is one (seed, family, strength): every stream,
-test batch, method and setting, paired within the seed (the same test samples in the same order for every method).
+Methods (:data:`METHODS`), all with head A and the source weights: ``source`` (the stored statistics); ``prior``
+(:func:`bnstudy.adapt_bn_statistics` at prior ``N``, Schneider et al. 2020; ``N = 0`` is test-batch statistics, not
+run at a test batch of one); ``dua`` (one train-mode update of the stored statistics per test batch at Mirza et al.
+2022's decaying momentum, :data:`DUA_SCHEDULE`, then an eval-mode prediction); ``tent`` (test-batch statistics, the
+prediction, then one SGD step on every BatchNorm's affine parameters against the prediction entropy; Wang et al.
+2021); ``routed`` (chapter 6's per-sample router among the source statistics and a precise-BN bank per domain,
+estimated on ``bank_samples`` unlabelled images of it) and ``oracle`` (each sample's own domain bank). ``source``,
+``routed`` and ``oracle`` decide per sample; ``dua`` and ``tent`` start afresh for each stream. One unit is one
+(seed, family, strength), paired within the seed.
 """
 
 from __future__ import annotations
@@ -44,7 +28,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from ....adapt import adapt_bn_statistics
 from ....running_stats import statistics_mismatch, update_bn_stats
@@ -101,11 +84,8 @@ class UnitConfig(_Frozen):
 
 class Config(ChapterConfig):
     """Chapter 8's parameters, checked by :class:`bnstudy.study.design.ChapterConfig` (``ValueError`` naming the
-    parameter). ``seeds``: reported seeds (an int ``n``: 0..n-1); ``tuning_seeds``: seeds on which the analysis
-    chooses a prior and a TENT rate, never reported; ``families``: of :data:`FAMILIES`; ``strengths``: shift
-    strengths ``t > 0``; ``test_batches``: test batch sizes, each dividing ``n_eval`` (test samples per domain);
-    ``bank_samples``: unlabelled images per domain bank, a multiple of 256; ``priors``: Schneider's ``N`` values
-    (``0``: test-batch statistics); ``tent_lrs``: TENT's SGD rates."""
+    parameter; :data:`RULES` says what each allows). ``tuning_seeds`` choose the prior and TENT's rate and are never
+    reported."""
 
     PARAMETERS = dict(profile="quick", seeds=(0, 1), tuning_seeds=(100,), families=("affine", "noise"),
                       strengths=(1.0,), test_batches=(1, 8, 64), n_eval=128, bank_samples=256,
@@ -237,13 +217,9 @@ def _bank(u: UnitConfig, backbone) -> StatisticBank:
 
 
 def run_unit(u: UnitConfig, source: dict) -> dict:
-    """Every stream, test batch, method and setting of one unit; ``{"records": [...], "wall_s": ...}``.
-
-    ``records``: one dict per (stream, domain, test_batch, method, setting) with ``accuracy`` (head A, fraction
-    0..1) and ``routing_accuracy`` (``routed``: fraction of samples sent to their own domain's bank; else NaN);
-    plus one ``mismatch`` record per domain (``method="mismatch"``: chapter 3's measure, the mean over layers of
-    :func:`bnstudy.statistics_mismatch`'s KL, of the source network on the domain's test images, before any
-    adaptation)."""
+    """Every stream, test batch, method and setting of one unit: one record per (stream, domain, test_batch,
+    method, setting) with ``accuracy`` (head A) and ``routing_accuracy`` (``routed``: the share sent to their own
+    domain's bank), plus one ``mismatch`` record per domain (chapter 3's mean KL over layers before adapting)."""
     t0 = time.perf_counter()
     backbone = ConvBackbone(3, SourceConfig.widths, "batch", u.momentum)
     backbone.load_state_dict(source["backbone"])
