@@ -1,37 +1,15 @@
 """Execute the book's chapter notebooks with papermill.
 
-``python -m bnstudy.study.book --profile quick`` runs every chapter in
-``chapters/`` (``NN_name.ipynb``, in order) into ``chapters/NN-name.ipynb`` beside it
-(the book's page, and so its URL, ``chapters/NN-name.html``), its tables into
-``results/`` and its figures into ``figures/``; ``make book`` calls it
-before ``jupyter-book build .`` (the book's root is the repository's top level). ``--output-dir DIR`` moves all three under
-``DIR`` (``DIR/chapters``, ``DIR/results``, ``DIR/figures``). Each chapter runs with the working
-directory ``chapters/`` and kernel ``python3``; the executed copy is first
-written to a temporary file and renamed into place only if the whole notebook
-ran, so a failed or interrupted chapter never leaves a complete-looking
-notebook behind, and the command exits non-zero naming the chapter.
+``python -m bnstudy.study.book --profile quick`` (``make book``) runs every ``chapters/NN_name.ipynb`` into
+``chapters/NN-name.ipynb`` (the page), its tables into ``results/`` and figures into ``figures/`` (all under
+``--output-dir DIR`` if given). A notebook is renamed into place only if it ran to the end, so a failed or
+interrupted chapter never leaves a complete-looking page, and the command exits non-zero naming it.
 
-Stopping a run: papermill's kernel runs in a session of its own (jupyter_client
-starts it so), so a terminal's Ctrl-C reaches only this process, and a plain
-SIGTERM would leave the kernel's joblib/loky workers running as orphans. While a
-chapter executes, SIGINT and SIGTERM therefore stop the kernel and every process
-it started (:func:`stop_processes`), remove the partial notebook, and raise
-:class:`Interrupted` here. Runs that finished are in the run cache already; a
-rerun computes only the missing ones.
-
-Papermill tags the cell it injects ``injected-parameters``; we add
-``remove-cell`` to it so readers see the chapter's own short parameter summary
-instead of raw code. The chapter's full parameters (its defaults with the
-overrides applied) reach the kernel in ``$BNSTUDY_RUN_PARAMETERS`` (JSON), which
-:func:`bnstudy.study.report.save_table` writes into each table's JSON sidecar. With
-``log_output`` the cells' outputs stream to the terminal as they run, each sweep
-phase says there how many runs it computes and how many are cached before it trains,
-and one progress bar counts the run across its phases (``$BNSTUDY_PROGRESS``,
-:func:`bnstudy.study.sweep.run_sweep`); those lines are removed from the executed
-notebook afterwards.
-
-A chapter's first code cell calls :func:`check_injected_parameters`, so that a
-parameter papermill injects but the notebook lacks is refused (papermill only warns).
+The kernel runs in a session of its own, so Ctrl-C would reach only this process and leave its workers orphaned:
+while a chapter runs, SIGINT and SIGTERM stop the kernel and every process it started (:func:`stop_processes`) and
+raise :class:`Interrupted`; finished runs stay cached. The chapter's full parameters reach the kernel in
+``$BNSTUDY_RUN_PARAMETERS`` (JSON) for the tables' sidecars; papermill's injected cell is hidden (``remove-cell``)
+and progress lines are dropped from the page.
 """
 
 from __future__ import annotations
@@ -47,19 +25,33 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
 def _nbformat():
-    """nbformat, imported where a notebook is read or written: the ``bnstudy`` command's other parts (``--help``,
-    ``list``, ``figure``) run without the book's dependencies. Raises ``ImportError`` saying what to install."""
+    """nbformat (imported late: ``bnstudy --help``, ``list`` and ``figure`` run without the book's dependencies).
+    Raises ``ImportError`` saying what to install."""
     try:
         import nbformat
     except ImportError as e:
         raise ImportError("reading a chapter notebook needs nbformat, one of the book's dependencies: "
                           "pip install 'bnstudy[book]' (or run `make venv` in a checkout)") from e
     return nbformat
+
+
+@contextmanager
+def environ(**values):
+    """Set (a value) or unset (``None``) environment variables for the ``with`` block, then restore them."""
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        yield
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTERS_DIR = REPO / "chapters"
@@ -80,9 +72,8 @@ def toc_files(root: Path = BOOK_DIR) -> list[str]:
 
 
 def redirects(root: Path = BOOK_DIR) -> dict[str, str]:
-    """The old addresses the built book keeps (``_config.yml``'s ``sphinx: config: redirects``, written by
-    sphinx-reredirects): ``{old docname: new address relative to the old page}``, e.g. ``{"guide":
-    "book/guide.html"}``; the old page is ``<html root>/<old docname>.html``. ``{}`` when none are configured."""
+    """``_config.yml``'s redirects (sphinx-reredirects): ``{old docname: new address relative to the old page}``,
+    e.g. ``{"guide": "book/guide.html"}``; ``{}`` when none are configured."""
     import yaml
 
     config = yaml.safe_load((root / "_config.yml").read_text())
@@ -90,10 +81,9 @@ def redirects(root: Path = BOOK_DIR) -> dict[str, str]:
 
 
 def book_sources(root: Path = BOOK_DIR) -> list[Path]:
-    """The book's committed sources at its root: ``_config.yml``, ``_toc.yml``, every page file the table of
-    contents names that is not an executed chapter (``book/index.md``, ``book/guide.md``, ...),
-    ``references.bib``, ``_static/`` and ``_templates/`` (the redirect page's template). Copy each to the same path
-    relative to ``root``. Raises ``FileNotFoundError`` naming a page the table of contents lists but the root lacks."""
+    """The book's committed sources under ``root`` (config, table of contents, its pages other than the executed
+    chapters, ``references.bib``, ``_static/``, ``_templates/``). Raises ``FileNotFoundError`` naming a page the
+    table of contents lists but the root lacks."""
     out = [root / "_config.yml", root / "_toc.yml", root / "references.bib", root / "_static", root / "_templates"]
     for f in toc_files(root):
         if f.startswith("chapters/"):
@@ -103,20 +93,19 @@ def book_sources(root: Path = BOOK_DIR) -> list[Path]:
             raise FileNotFoundError(f"_toc.yml names {f!r}, but {root} has no {f}.md")
         out.append(hit[0])
     return out
+
+
 PROFILES = ("quick", "full")
 PARTIAL_DIR = ".partial"
 
 
 class NotACheckout(FileNotFoundError):
-    """The book's files (``chapters/``) are not where a checkout has them: the study code runs from an installed
-    wheel, which holds the practitioner's library only. The commands (``bnstudy``, ``python -m
-    bnstudy.study.figure``) print its message as one line and exit 2, without a traceback."""
+    """No ``chapters/``: the code runs from an installed wheel (the library only). The commands print its message
+    and exit 2."""
 
 
 def chapter_paths(chapters_dir: Path = CHAPTERS_DIR) -> list[Path]:
-    """The chapter notebooks ``NN_*.ipynb`` in ``chapters_dir``, sorted by number. Raises :class:`NotACheckout`
-    (a ``FileNotFoundError``) when there are none (an installed wheel has no ``chapters/``: the book's chapters run
-    from a checkout)."""
+    """The chapter notebooks ``NN_*.ipynb`` in ``chapters_dir``, sorted. Raises :class:`NotACheckout` when none."""
     found = sorted(p for p in Path(chapters_dir).glob("[0-9][0-9]_*.ipynb"))
     if not found:
         raise NotACheckout(f"no chapter notebooks in {chapters_dir}: the book's chapters, figures and release run "
@@ -144,10 +133,8 @@ def notebook_parameters(notebook) -> dict:
 
 
 def check_parameter_names(given, allowed, where: str = "this chapter", hint: str = "") -> None:
-    """Refuse parameter names that ``allowed`` lacks: ``ValueError("unknown parameter(s) ['seedz'] for <where>
-    (did you mean 'seeds'?); allowed: [...]<hint>")``, the closest allowed name per unknown one from
-    :func:`difflib.get_close_matches`. ``given``, ``allowed``: iterables of names. Returns ``None`` when every name
-    is allowed."""
+    """Raise ``ValueError("unknown parameter(s) ['seedz'] for <where> (did you mean 'seeds'?); allowed:
+    [...]<hint>")`` for names in ``given`` that ``allowed`` lacks."""
     import difflib
 
     allowed = sorted(set(allowed))
@@ -161,8 +148,8 @@ def check_parameter_names(given, allowed, where: str = "this chapter", hint: str
 
 
 def assigned_names(source: str) -> list[str]:
-    """The names a cell of Python source assigns at its top level (``seeds = None`` -> ``["seeds"]``), in order;
-    what papermill reads as a notebook's parameters. Raises ``SyntaxError`` for source that does not parse."""
+    """The names a cell's source assigns at top level, in order (``seeds = None`` -> ``["seeds"]``). Raises
+    ``SyntaxError`` for source that does not parse."""
     names = []
     for node in ast.parse(source).body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
@@ -176,15 +163,9 @@ INJECTED_HEADER = "# Parameters"
 
 
 def check_injected_parameters(history=None, where: str = "this notebook") -> None:
-    """Refuse a parameter that papermill injected but the notebook's ``parameters`` cell does not have
-    (``papermill -p seedz 4`` only warns "Passed unknown parameter" and runs the defaults).
-
-    Called by every chapter notebook's first code cell after the parameters. ``history``: the sources of the cells
-    executed so far, oldest first, the running cell last (default: IPython's ``In``; nothing is checked outside
-    IPython). The injected cell is the last one starting with :data:`INJECTED_HEADER`; the parameters cell is the
-    cell run just before it. Without an injected cell (the notebook run as it is) nothing is checked. Raises
-    ``ValueError`` from :func:`check_parameter_names`, naming the unknown names, the closest allowed ones and every
-    allowed name."""
+    """Refuse a parameter papermill injected but the ``parameters`` cell lacks (papermill only warns); called by
+    every chapter's first code cell. ``history``: the executed cells' sources, the running one last (default
+    IPython's ``In``). Raises ``ValueError`` from :func:`check_parameter_names`."""
     if history is None:
         try:
             from IPython import get_ipython
@@ -210,10 +191,8 @@ OUTPUT_FOLDERS = ("results_dir", "figures_dir", "cache_dir")
 
 
 def check_output_folders(values: dict) -> None:
-    """Create each folder of :data:`OUTPUT_FOLDERS` given in ``values`` (a notebook's namespace or a chapter's
-    parameters; ``None`` is the default folder, made when first written) and check that a file can be written in
-    it, before any work starts: a folder that cannot be made used to fail as a bare ``FileNotFoundError`` after the
-    run or its analysis. Raises ``ValueError`` naming the parameter, the folder and the reason."""
+    """Create each folder of :data:`OUTPUT_FOLDERS` given (not ``None``) in ``values`` and check it is writable
+    before any work starts. Raises ``ValueError`` naming the parameter, the folder and the reason."""
     for name in OUTPUT_FOLDERS:
         value = values.get(name)
         if value is None:
@@ -243,36 +222,25 @@ class Interrupted(KeyboardInterrupt):
 
 
 def stop_processes(procs, grace_s: float = 3.0) -> list[int]:
-    """Stop ``procs`` (``psutil.Process`` objects) and every process in their process groups: SIGTERM, then
-    SIGKILL for what is left after ``grace_s`` seconds. Returns the pids that had to be killed.
-
-    The process groups matter because the kernel's workers are in the kernel's group (its own session) and
-    are reparented away from this process once the kernel dies; resource trackers ignore SIGTERM and exit
-    by themselves when the kernel and workers are gone, which the grace period leaves time for.
-    """
+    """Stop ``procs`` (``psutil.Process``) and their process groups (the kernel's workers are in the kernel's):
+    SIGTERM, then SIGKILL after ``grace_s`` seconds. Returns the pids that had to be killed."""
     import psutil
 
     procs = [p for p in procs if p.is_running()]
     own = os.getpgid(0)
     groups = set()
     for p in procs:
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             groups.add(os.getpgid(p.pid))
-        except (ProcessLookupError, PermissionError):
-            pass
     groups.discard(own)  # never signal this process's own group (the terminal's Ctrl-C group)
 
     def send(sig):
         for g in groups:
-            try:
+            with suppress(ProcessLookupError, PermissionError):
                 os.killpg(g, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
         for p in procs:
-            try:
+            with suppress(psutil.NoSuchProcess):
                 p.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
 
     send(signal.SIGTERM)
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
@@ -284,12 +252,8 @@ def stop_processes(procs, grace_s: float = 3.0) -> list[int]:
 
 @contextmanager
 def stop_kernel_on_signal(grace_s: float = 3.0):
-    """While the block runs, SIGINT and SIGTERM stop every process started inside it (the kernel, its
-    workers and their children, found as this process's new descendants) and raise :class:`Interrupted`.
-
-    Installed only in the main thread (Python delivers signals there); elsewhere the block runs unchanged.
-    Another SIGINT or SIGTERM during the clean-up is ignored, so a second Ctrl-C cannot cut it short.
-    """
+    """While the block runs (main thread only), SIGINT and SIGTERM stop every process started inside it and raise
+    :class:`Interrupted`; a second signal during the clean-up is ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -316,11 +280,8 @@ def stop_kernel_on_signal(grace_s: float = 3.0):
 
 
 def hide_injected_parameters(path: Path) -> None:
-    """Add ``remove-cell`` to papermill's ``injected-parameters`` cell in ``path`` and drop progress-bar lines.
-
-    Progress lines are those ending in :data:`PROGRESS_TAG` (written by sweeps when ``$BNSTUDY_PROGRESS`` is
-    set); they belong on the terminal, not on the page.
-    """
+    """Add ``remove-cell`` to papermill's ``injected-parameters`` cell in ``path`` and drop the progress lines
+    (:data:`PROGRESS_TAG`), which belong on the terminal."""
     nb = _nbformat().read(path, as_version=4)
     for cell in nb.cells:
         tags = cell.get("metadata", {}).get("tags", [])
@@ -330,13 +291,12 @@ def hide_injected_parameters(path: Path) -> None:
             continue
         outputs = []
         for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream" and out.get("name") == "stderr" and not out["text"].strip():
-                continue  # what a closed progress bar leaves behind
-            if out.get("output_type") == "stream" and out.get("name") == "stderr" and PROGRESS_TAG in out["text"]:
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
                 kept = [ln for ln in re.split(r"[\r\n]", out["text"]) if ln.strip() and PROGRESS_TAG not in ln]
                 if not kept:
-                    continue
-                out["text"] = "\n".join(kept) + "\n"
+                    continue  # progress lines only, or what a closed progress bar leaves behind
+                if PROGRESS_TAG in out["text"]:
+                    out["text"] = "\n".join(kept) + "\n"
             outputs.append(out)
         cell["outputs"] = outputs
     _nbformat().write(nb, path)
@@ -350,10 +310,8 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
                     parameters: dict | None = None, cwd: Path | None = None, log_output: bool = False) -> Path:
     """Execute one chapter with papermill; returns the executed notebook's path, ``output_dir/NN-name.ipynb``.
 
-    ``parameters`` override the notebook's ``parameters`` cell (``profile`` is
-    always passed). ``log_output`` streams cell outputs and a sweep progress bar to
-    the terminal. Raises ``ValueError`` for an unknown profile or a parameter the
-    notebook does not have (naming the allowed ones), and papermill's
+    ``parameters`` override the notebook's (``profile`` always passed); ``log_output`` streams outputs and progress.
+    Raises ``ValueError`` for an unknown profile or parameter (naming the allowed ones), and papermill's
     ``PapermillExecutionError`` if a cell fails (the output is then not written).
     """
     import papermill as pm
@@ -377,12 +335,8 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
     env = {"BNSTUDY_RUN_PARAMETERS": json.dumps({"chapter": notebook.stem, **defaults, **params}, default=str)}
     if log_output:
         env["BNSTUDY_PROGRESS"] = "1"
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
-        with stop_kernel_on_signal():
-            # iopub_timeout: nbclient waits 4 s by default for a finished cell's last outputs and then fails
-            # the cell; on a loaded machine (a release computing beside the build) 4 s is not enough.
+        with environ(**env), stop_kernel_on_signal():
             pm.execute_notebook(str(notebook), tmp, parameters=params, kernel_name="python3",
                                 cwd=str(cwd or notebook.parent), progress_bar=log_output, log_output=log_output,
                                 iopub_timeout=IOPUB_TIMEOUT_S)
@@ -390,17 +344,10 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
         os.chmod(tmp, 0o644)
         os.replace(tmp, final)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         if os.path.exists(tmp):
             os.unlink(tmp)
-        try:
+        with suppress(OSError):
             work.rmdir()  # only if empty: another run may be writing there
-        except OSError:
-            pass
     return final
 
 
@@ -425,12 +372,9 @@ FINDINGS_END = "<!-- findings end -->"
 
 
 def glued_values(chapters_dir) -> dict[str, str]:
-    """Every value glued by the executed notebooks in ``chapters_dir`` (``NN-name.ipynb``, as ``make book`` leaves
-    them in ``chapters/``): ``{key: text}``, the payload the page renders (myst_nb stores it under
-    ``application/papermill.record/<mime>``): Markdown, else HTML (a table; pandas Styler's random ids and memory
-    addresses masked), else plain text (a figure's is its size). The identity check of a refactoring (issue 33):
-    the same release must glue the same values before and after (:func:`compare_glued`); only the run line's git
-    commit and the timing sentence's wall time may differ."""
+    """Every value glued by the executed notebooks (``NN-name.ipynb``) in ``chapters_dir``: ``{key: text}``, the
+    payload the page renders: Markdown, else HTML (Styler ids and memory addresses masked), else plain text. The
+    identity check of a refactoring (:func:`compare_glued`). Raises ``ValueError`` if ``chapters_dir`` is no folder."""
     folder = Path(chapters_dir)
     if not folder.is_dir():
         raise ValueError(f"glued_values: {folder} is not a folder of executed notebooks (NN-name.ipynb)")
@@ -464,13 +408,9 @@ def compare_glued(before: dict, after: dict, prefix: str = "") -> list[str]:
 
 
 def front_page_findings(html_dir, chapters=None) -> str:
-    """The built front page's "What the chapters find" list as Markdown, for the README.
-
-    ``html_dir``: a built book (``_build/html``). Every value in it is the glued one of that build;
-    links to pages become links to the chapter notebooks and pages in the repository, figure and table
-    numbers are kept as text. ``chapters``: the chapter numbers (``"01"``) whose bullets to keep (the data
-    release's, so that the README states only what the release shows); the others are named in one closing
-    line. ``None`` keeps every bullet. Raises ``FileNotFoundError`` without a built front page and
+    """The built front page's "What the chapters find" list as Markdown for the README, links pointing into the
+    repository. ``html_dir``: a built book; ``chapters``: the numbers (``"01"``) whose bullets to keep (``None``:
+    all), the others named in one closing line. Raises ``FileNotFoundError`` without a built front page and
     ``ValueError`` if the page has no such section."""
     from bs4 import BeautifulSoup
     from markdownify import markdownify
@@ -520,9 +460,8 @@ def released_chapters(release_dir=None) -> list[str]:
 
 
 def update_readme(html_dir, readme: Path = README, chapters="release") -> bool:
-    """Replace the README's findings block with :func:`front_page_findings` of ``html_dir`` (the bullets of the
-    released chapters, unless ``chapters`` says otherwise); True if it changed. Raises ``ValueError`` if the
-    README lacks the block's markers."""
+    """Replace the README's findings block with :func:`front_page_findings` (the released chapters' by default);
+    True if it changed. Raises ``ValueError`` if the README lacks the block's markers."""
     if chapters == "release":
         chapters = released_chapters()
     from .sweep import atomic_write_bytes

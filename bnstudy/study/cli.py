@@ -4,29 +4,25 @@
     bnstudy chapter 01 -p seeds 20 --out rerun/    # run chapter 1 with 20 seeds into rerun/
     bnstudy chapter 03 -y "brightness_levels: [0, 2, 4]" --profile quick --out rerun3/
 
-``bnstudy chapter`` executes the chapter notebook with papermill and writes every output under ``--out``:
-the executed notebook ``NN-name.ipynb``, its tables ``results/`` (CSV, each with a JSON sidecar of what it
-ran with), its figures ``figures/`` (PNG, SVG), and its page as the published book renders it: a one-chapter
-Jupyter Book built with the book's own settings in ``book/`` (the page ``book/_build/html/chapters/NN-name.html``,
-readable offline; ``NN-name.html`` beside the notebook opens it). Before any training it says how many runs it
-will compute, how many the cache holds, the expected time from the data release's recorded times, and where the
-cache is; cell outputs and one progress bar stream to the terminal while it runs.
+``bnstudy chapter`` executes the chapter notebook with papermill and writes every output under ``--out``: the
+executed notebook ``NN-name.ipynb``, its tables ``results/`` (CSV with JSON sidecars), its figures ``figures/``, and
+its page as the published book renders it (``book/_build/html/chapters/NN-name.html``, offline; ``NN-name.html``
+beside the notebook opens it). Before any training it says how many runs it will compute, the expected time and
+where the run cache is.
 
-Parameters are checked before the kernel starts: the chapter's ``make_config`` builds its config in this
-process, so a bad value fails in seconds with the message the notebook would give. Ctrl-C (SIGINT) or
-SIGTERM stops the kernel and its worker processes within seconds and leaves no executed notebook or page
-of the unfinished run (a rerun into the same ``--out`` first removes the previous run's page). Finished runs are cached (``--cache-dir``, default ``$BNSTUDY_CACHE_DIR``, else
-the checkout's ``.cache/bnstudy`` that ``make`` fills when it exists, else ``~/.cache/bnstudy``), so rerunning with more seeds computes only the new ones.
+Parameters are checked before the kernel starts, with the message the notebook would give. Ctrl-C or SIGTERM stops
+the kernel and its workers and leaves no page of the unfinished run. Finished runs are cached (``--cache-dir``, else
+``$BNSTUDY_CACHE_DIR``, else the checkout's ``.cache/bnstudy`` when it exists, else ``~/.cache/bnstudy``), so
+rerunning with more seeds computes only the new ones.
 
-Exit status, argparse's convention: 0 done; 2 a usage error (an unknown chapter or parameter, a value the
-chapter refuses, an unreadable ``-f`` file, bad YAML, an ``--out`` that is a file, a command run from an installed
-wheel, which has no chapters), one line on stderr before anything runs; 1 a run that failed (a cell raised, the page could not be built); 128 + the signal number when
-interrupted.
+Exit status: 0 done; 2 a usage error (one line on stderr before anything runs); 1 a run that failed; 128 + the
+signal number when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
@@ -46,8 +42,8 @@ USAGE = 2
 
 
 class UsageError(Exception):
-    """A usage error of the command line (its message one line, ``"bnstudy: ..."``): :func:`main` prints it to
-    stderr and returns :data:`USAGE`, as argparse does for its own errors."""
+    """A one-line usage error (``"bnstudy: ..."``): :func:`main` prints it and returns :data:`USAGE`."""
+
 
 #: The run cache `make` uses in this checkout (Makefile: BNSTUDY_CACHE_DIR ?= $(CURDIR)/.cache/bnstudy).
 REPO_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "bnstudy"
@@ -75,10 +71,8 @@ def parse_value(text: str):
     if text in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[text]
     for cast in (int, float):
-        try:
+        with contextlib.suppress(ValueError):
             return cast(text)
-        except ValueError:
-            pass
     return text
 
 
@@ -121,9 +115,8 @@ def collect_parameters(args, defaults: dict) -> dict:
 
 
 def experiment_module(nb_path: Path):
-    """The chapter's run module (what ``make_config`` builds), named by its notebook's
-    ``from bnstudy.study.experiments.NAME import run, ...`` (a chapter folder: ``bnstudy.study.experiments.NAME.run``) or
-    ``from bnstudy.study.experiments import NAME`` line (a single module); ``None`` for a notebook without either."""
+    """The chapter's run module (``...experiments.NAME.run`` or the single module ``...experiments.NAME``) its
+    notebook imports; ``None`` for a notebook that imports neither."""
     text = Path(nb_path).read_text()
     m = re.search(r"from bnstudy\.study\.experiments\.(\w+) import", text)
     if m:
@@ -133,15 +126,10 @@ def experiment_module(nb_path: Path):
 
 
 def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) -> None:
-    """Build the chapter's config here, as its notebook does first, so that a bad value fails before the
-    kernel starts (tens of seconds) with the same message: ``make_config(profile, **experiment parameters)``
-    and the execution settings (``cache_dir``, ``n_jobs``). Raises what they raise: ``ValueError`` naming
-    the parameter and what is allowed. Also checked here: ``cache_dir`` is not an existing file, and a ``rows``
-    table exists with its sidecar and checksum and, for a chapter with ``ANALYSIS_PARAMETERS``, as its notebook
-    checks it: every other parameter as the run recorded it, each ``SIBLING_TABLES`` table beside it from the
-    same commit, checked against the module's ``sibling_parameters(config)`` where it has its own configuration
-    (``FileNotFoundError`` / ``ValueError`` from :func:`bnstudy.study.report.rows_or_run`). Returns the config
-    (``None`` where the chapter's module cannot be imported here or has no ``make_config``)."""
+    """Build the chapter's config, execution settings and ``rows`` check here, as its notebook does first, so that a
+    bad value fails before the kernel starts with the same message. Returns the config (``None`` where the module
+    cannot be imported here or has no ``make_config``). Raises what they raise: ``ValueError`` naming the parameter
+    and what is allowed, ``FileNotFoundError`` for a missing ``rows`` table or sidecar."""
     from .config import Execution
 
     try:
@@ -160,22 +148,17 @@ def check_parameters(nb_path: Path, profile: str, defaults: dict, params: dict) 
     from .book import check_output_folders
     check_output_folders({k: values.get(k) for k in ("cache_dir",)})  # --out's folders are the command's own
     if values.get("rows") is not None:  # the file, its sidecar and its checksum
-        from .report import chapter_folder, config_parameters, load_rows, rows_or_run
+        from .report import chapter_folder, chapter_rows, load_rows
         if hasattr(module, "ANALYSIS_PARAMETERS"):  # the notebook's own check: parameters and sibling tables
-            own = getattr(module, "sibling_parameters", None)  # siblings whose sidecars record their own config
-            rows_or_run(values["rows"], None, *config_parameters(config, {**values, "profile": profile},
-                                                                 module.ANALYSIS_PARAMETERS),
-                        siblings=getattr(module, "SIBLING_TABLES", ()), sibling_parameters=own(config) if own else None,
-                        defaults=getattr(module, "READ_DEFAULTS", None), chapter=chapter_folder(module))
+            chapter_rows(values["rows"], None, config, {**values, "profile": profile}, module)
         else:
             load_rows(values["rows"], {}, chapter=chapter_folder(module))
     return config
 
 
 def cache_location(cache_dir=None) -> tuple[Path, str]:
-    """The run cache a rerun uses and where that choice comes from: ``--cache-dir`` (``cache_dir``), else
-    ``$BNSTUDY_CACHE_DIR``, else the checkout's ``.cache/bnstudy`` when it exists (``make`` fills it), else
-    ``~/.cache/bnstudy`` (:func:`bnstudy.study.sweep.default_cache_dir`). Returns ``(absolute path, why)``."""
+    """``(absolute path, why)`` of the run cache a rerun uses: ``cache_dir``, else ``$BNSTUDY_CACHE_DIR``, else the
+    checkout's ``.cache/bnstudy`` when it exists, else :func:`bnstudy.study.sweep.default_cache_dir`."""
     if cache_dir is not None:
         return Path(cache_dir).resolve(), "--cache-dir"
     if os.environ.get("BNSTUDY_CACHE_DIR"):
@@ -187,9 +170,8 @@ def cache_location(cache_dir=None) -> tuple[Path, str]:
 
 
 def run_estimate(nb_path: Path, profile: str, config, params: dict) -> tuple[str, int | None]:
-    """The line :func:`cmd_chapter` prints before the kernel starts (and the run count it expects, for the one
-    progress display): nothing to train when ``rows`` are given, else
-    :func:`bnstudy.study.estimate.chapter_estimate` for the config's seeds and the run's worker processes."""
+    """``(line, expected runs)`` printed before the kernel starts (:func:`bnstudy.study.estimate.chapter_estimate`;
+    nothing to train when ``rows`` are given)."""
     from .estimate import chapter_estimate
 
     if params.get("rows") is not None:
@@ -210,10 +192,8 @@ RERUN_PAGES = ("book/bibliography.md",)
 
 
 def book_config(number: str, root: Path = book.BOOK_DIR) -> dict:
-    """The book's ``_config.yml`` (``root``) for a one-chapter book of chapter ``number`` (``"04"``): the same
-    extensions, parse settings, bibliography and theme, a title naming the rerun, and figures and tables numbered
-    as the published chapter numbers them (``Fig. 4.1``, ``Table 4.1``) though the book has one chapter; without the
-    published book's redirects (``guide.html`` -> ``book/guide.html``), whose targets a one-chapter book lacks."""
+    """The book's ``_config.yml`` (``root``) for a one-chapter book of chapter ``number`` (``"04"``): a title naming
+    the rerun, figures and tables numbered as the published chapter's (``Fig. 4.1``), no redirects."""
     import yaml
 
     config = yaml.safe_load((root / "_config.yml").read_text())
@@ -230,9 +210,8 @@ _OTHER_PAGE_GLUE = re.compile(r"\{glue(?::\w+)?\}`(?:chapters/)?(\d\d)-[\w-]+\.i
 
 
 def mark_other_pages_values(nb, page: str) -> int:
-    """Replace, in the Markdown cells of notebook ``nb`` (nbformat), each value glued from another chapter's page
-    than ``page`` (``NN-name``) by *[chapter N]*, the page to read it on: the one-chapter book has no such page, and
-    the build would otherwise drop the value and leave a hole in the sentence. Returns how many it replaced."""
+    """Replace, in the Markdown cells of ``nb``, each value glued from a page other than ``page`` (``NN-name``) by
+    *[chapter N]* (the one-chapter book lacks that page). Returns how many it replaced."""
     count = 0
 
     def mark(m):
@@ -249,14 +228,9 @@ def mark_other_pages_values(nb, page: str) -> int:
 
 
 def build_page(executed: Path, out: Path, quiet: bool = True) -> Path:
-    """Build the rerun's page as the published book renders it: a one-chapter Jupyter Book in
-    ``out/`` :data:`BOOK_FOLDER` made of the executed chapter ``executed`` (``out/NN-name.ipynb``), its tables and
-    figures (``out/results``, ``out/figures``), the book's references page and the book's own ``_config.yml``
-    settings and extensions (:func:`book_config`): MyST admonitions, glued values, figures, citations and the
-    *Ran with* line, MathJax served from the build (offline). A value the page pastes from another chapter's page
-    reads *[chapter N]* (:func:`mark_other_pages_values`). Writes ``out/NN-name.html``, a page that opens the
-    built one (``out/book/_build/html/chapters/NN-name.html``), and returns it. The build log is
-    ``out/book/build.log``. Raises ``RuntimeError`` with the log's end if ``jupyter-book`` fails."""
+    """Build the rerun's page as a one-chapter Jupyter Book in ``out/book`` with the book's settings
+    (:func:`book_config`), and ``out/NN-name.html`` that opens it. Returns the built page's path. Raises
+    ``RuntimeError`` with the build log's end if ``jupyter-book`` fails."""
     import subprocess
 
     import yaml
@@ -300,8 +274,6 @@ def build_page(executed: Path, out: Path, quiet: bool = True) -> Path:
                     f'<body><a href="{rel}">{rel}</a></body></html>\n', encoding="utf-8")
     return html
 
-
-# --- the commands -----------------------------------------------------------------------------------------
 
 def cmd_list(args) -> int:
     for num, path in chapters().items():
@@ -348,11 +320,10 @@ def cmd_chapter(args) -> int:
     print(f"bnstudy: running {nb_path.name} (profile {args.profile}) into {out}\n"
           f"bnstudy: {estimate}\nbnstudy: run cache: {cache} ({why})", file=sys.stderr, flush=True)
     from .estimate import EXPECTED_RUNS_ENV
-    saved = os.environ.get(EXPECTED_RUNS_ENV)
-    os.environ[EXPECTED_RUNS_ENV] = str(expected or "")  # the kernel's one progress display shows the total
     t0 = time.perf_counter()
-    try:
-        executed = book.execute_chapter(nb_path, out, args.profile, parameters=params, log_output=not args.quiet)
+    try:  # the kernel's one progress display shows the expected total
+        with book.environ(**{EXPECTED_RUNS_ENV: str(expected or "")}):
+            executed = book.execute_chapter(nb_path, out, args.profile, parameters=params, log_output=not args.quiet)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", 2)
         print(f"\nbnstudy: interrupted ({e or 'SIGINT'}); the kernel and its workers are stopped and no page was "
@@ -364,11 +335,6 @@ def cmd_chapter(args) -> int:
     except Exception as e:  # papermill names the failing cell
         print(f"bnstudy: {nb_path.name} failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    finally:
-        if saved is None:
-            os.environ.pop(EXPECTED_RUNS_ENV, None)
-        else:
-            os.environ[EXPECTED_RUNS_ENV] = saved
     wall = time.perf_counter() - t0
     lines = [f"executed notebook: {executed}", f"tables:            {out / 'results'}",
              f"figures:           {out / 'figures'}"]

@@ -1,21 +1,9 @@
 """Typed, frozen run configurations, validated once where they are built; execution settings apart.
 
-Three kinds of settings, kept apart on purpose:
-
-* :class:`SourceConfig`: what stage 1 (training backbone + head A on task A) depends on.
-* :class:`RunConfig`: one transfer run (stage 1's settings plus stage 2's: freeze mode,
-  new head, its optimizer, task B's shift). Its fields are the columns every results row
-  carries and, with the namespace and the code version, the run cache's key.
-* :class:`Execution`: where and how runs execute (cache folder, workers, joblib backend,
-  progress bars). Never part of a result or of a cache key.
-
-Each chapter's experiment module (:mod:`bnstudy.study.experiments`) has its own frozen
-``Config`` built from a per-chapter profile table (``PROFILES``) with
-:func:`from_profile`, and turns it into a list of :class:`RunConfig`.
-
-Every check raises ``ValueError`` naming the parameter, what was given and what is
-allowed, in the same words wherever the parameter is set (library call, notebook
-parameter, papermill ``-p``).
+:class:`SourceConfig` is what stage 1 depends on; :class:`RunConfig` one transfer run (its fields are the columns
+of every results row and, with the namespace and code version, the run cache's key); :class:`Execution` where and
+how runs execute, never part of a result or cache key. Each chapter's ``Config`` is built from its ``PROFILES`` with
+:func:`from_profile`. Every check raises ``ValueError`` naming the parameter, what was given and what is allowed.
 """
 
 from __future__ import annotations
@@ -35,8 +23,6 @@ BACKENDS = ("loky", "threading", "sequential", "multiprocessing", "dask", "ray")
 #: drawn from its own generator tag for choosing settings (see :func:`bnstudy.study.engine.eval_tag`).
 EVAL_SPLITS = ("test", "validation")
 
-
-# --- checks shared by every config ---------------------------------------------------------------------------------
 
 def _papermill_hint(value) -> str:
     if isinstance(value, str) and value.strip()[:1] in "[{(":
@@ -124,17 +110,19 @@ def seeds_label(seeds) -> str:
     return f"{len(s)} seeds ({', '.join(map(str, s))})"
 
 
-# --- configs -------------------------------------------------------------------------------------------------------
-
 class _Frozen:
     """Shared behaviour of the frozen configs: ``replace``, ``asdict``, unknown-key errors."""
 
+    @classmethod
+    def _refuse_unknown(cls, given) -> None:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(given) - names)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} parameters {unknown}; allowed: {sorted(names)}")
+
     def replace(self, **changes):
         """A copy with ``changes`` applied (validated again). Unknown names raise ``ValueError``."""
-        names = {f.name for f in fields(self)}
-        unknown = sorted(set(changes) - names)
-        if unknown:
-            raise ValueError(f"unknown {type(self).__name__} parameters {unknown}; allowed: {sorted(names)}")
+        self._refuse_unknown(changes)
         return dataclasses.replace(self, **changes)
 
     def asdict(self) -> dict:
@@ -144,25 +132,25 @@ class _Frozen:
     @classmethod
     def create(cls, **kwargs):
         """Build from keyword arguments; unknown names raise ``ValueError`` listing the allowed ones."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - names)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} parameters {unknown}; allowed: {sorted(names)}")
+        cls._refuse_unknown(kwargs)
         return cls(**kwargs)
 
     def _set(self, name, value):
         object.__setattr__(self, name, value)
+
+    def _check(self, *checks) -> None:
+        """Each ``(name, check, *args)`` in order: the field set to ``check(name, value, *args)``."""
+        for name, check, *args in checks:
+            self._set(name, check(name, getattr(self, name), *args))
 
 
 @dataclass(frozen=True)
 class SourceConfig(_Frozen):
     """Stage 1: train a backbone and head A on task A (Adam, train mode throughout).
 
-    ``noise``: per-pixel Gaussian noise std (templates have std 1). ``widths``: the
-    backbone's block widths. ``norm``: the backbone's norm layer (``batch``, ``group``,
-    ``layer``, ``none``). ``momentum``: BatchNorm momentum in PyTorch's convention (the
-    weight of the new batch; ``None``: cumulative average). ``n_eval``: held-out samples
-    per task.
+    ``noise``: per-pixel Gaussian noise std (templates have std 1). ``widths``: the backbone's block widths.
+    ``norm``: its norm layer. ``momentum``: BatchNorm momentum in PyTorch's convention (``None``: cumulative
+    average). ``n_eval``: held-out samples per task.
     """
 
     seed: int = 0
@@ -175,25 +163,17 @@ class SourceConfig(_Frozen):
     stage1_lr: float = 3e-3
     stage1_batch_size: int = 64
     n_eval: int = 1000
-    #: issue 9: samples in each task's finite training set, drawn once per seed and task
-    #: (:func:`bnstudy.study.tasks.train_set`), batches then sampled from it as a shuffling DataLoader does;
-    #: ``None`` (default): an endless stream of fresh samples, as the book's chapters use. 6400 is one pass
-    #: in ``epoch_steps=100`` steps of ``batch_size=64``. Not the default yet: on chapters 1-3's quick
-    #: profile (3 seeds) every number stayed inside its interval but 8 of 31 verdicts flipped; switching
-    #: needs the 10-seed comparison (closing note of issue 9).
+    #: issue 9: samples in each task's finite training set (:func:`bnstudy.study.tasks.train_set`); ``None``
+    #: (default, as the chapters use): an endless stream. Not the default yet: on chapters 1-3's quick profile
+    #: 8 of 31 verdicts flipped; switching needs the 10-seed comparison (closing note of issue 9).
     train_size: int | None = None
 
     def __post_init__(self):
-        self._set("seed", check_int("seed", self.seed, 0))
-        self._set("n_classes", check_int("n_classes", self.n_classes, 2))
-        self._set("noise", check_float("noise", self.noise, 0.0))
-        self._set("widths", check_sequence("widths", self.widths, lambda n, v: check_int(n, v, 1), 1))
-        check_choice("norm", self.norm, NORM_KINDS)
-        self._set("momentum", check_float("momentum", self.momentum, 0.0, 1.0, allow_none=True))
-        self._set("stage1_steps", check_int("stage1_steps", self.stage1_steps, 1))
-        self._set("stage1_lr", check_float("stage1_lr", self.stage1_lr, 0.0, low_open=True))
-        self._set("stage1_batch_size", check_int("stage1_batch_size", self.stage1_batch_size, 1))
-        self._set("n_eval", check_int("n_eval", self.n_eval, 1))
+        self._check(("seed", check_int, 0), ("n_classes", check_int, 2), ("noise", check_float, 0.0),
+                    ("widths", check_sequence, lambda n, v: check_int(n, v, 1), 1), ("norm", check_choice, NORM_KINDS),
+                    ("momentum", check_float, 0.0, 1.0, False, True), ("stage1_steps", check_int, 1),
+                    ("stage1_lr", check_float, 0.0, None, True), ("stage1_batch_size", check_int, 1),
+                    ("n_eval", check_int, 1))
         if self.norm == "batch" and self.stage1_batch_size < 2:
             raise ValueError(f"stage1_batch_size must be >= 2 with a train-mode BatchNorm (a variance needs two "
                              f"values per channel), got {self.stage1_batch_size}")
@@ -209,16 +189,10 @@ SOURCE_FIELDS = tuple(f.name for f in fields(SourceConfig))
 class RunConfig(SourceConfig):
     """One transfer run: stage 1 (see :class:`SourceConfig`) and stage 2.
 
-    Stage 2 freezes the backbone in ``mode`` (:data:`bnstudy.study.modes.MODE_NAMES`), trains a
-    new ``head`` (``linear``, ``mlp`` with ``hidden`` units, ``mlp_bn``) on task B for
-    ``steps`` steps of ``batch_size`` with ``optimizer`` (``sgd``: SGD with momentum 0.9;
-    ``adam``) at learning rate ``lr``, calling ``model.train()`` every ``epoch_steps``
-    steps as ordinary loops do (``sgd_plain``: SGD without momentum; heads ``mlp2``, two hidden
-    layers of ``hidden`` units, and ``mlp_ln``, with its own LayerNorm: see
-    :func:`bnstudy.study.models.make_head`). ``eval_split``: ``test`` (the held-out set every chapter
-    reports) or ``validation`` (a separate task-B set, for choosing settings). Task B's inputs are ``contrast * x + brightness``
-    (``contrast`` > 0 a gain, ``brightness`` in template std units); ``sampler`` is
-    ``shuffled`` or ``class_sorted``.
+    Stage 2 freezes the backbone in ``mode`` (:data:`bnstudy.study.modes.MODE_NAMES`) and trains a new ``head``
+    (:func:`bnstudy.study.models.make_head`; ``hidden`` units) on task B, ``contrast * x + brightness``, for ``steps``
+    steps of ``batch_size`` with ``optimizer`` (``sgd``: momentum 0.9) at ``lr``, calling ``model.train()`` every
+    ``epoch_steps`` steps. ``eval_split``: ``test`` or ``validation`` (a separate task-B set for choosing settings).
     """
 
     mode: str = "train_mode"
@@ -233,8 +207,7 @@ class RunConfig(SourceConfig):
     sampler: str = "shuffled"
     epoch_steps: int = 100
     eval_split: str = "test"
-    # Chapter 3 (issue 10): task B's classes and an input corruption after the shift (bnstudy.study.tasks.make_task_b);
-    # the defaults are today's task B, so every existing run is unchanged.
+    # Chapter 3 (issue 10): task B's classes and a corruption after the shift; the defaults leave every run unchanged.
     task_b_classes: str = "new"
     corruption: str = "none"
     corruption_level: float = 0.0
@@ -242,18 +215,11 @@ class RunConfig(SourceConfig):
     def __post_init__(self):
         super().__post_init__()
         from .modes import MODE_NAMES, get_mode
-        check_choice("mode", self.mode, MODE_NAMES)
-        check_choice("head", self.head, HEAD_KINDS)
-        self._set("hidden", check_int("hidden", self.hidden, 1))
-        self._set("steps", check_int("steps", self.steps, 1))
-        self._set("batch_size", check_int("batch_size", self.batch_size, 1))
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
-        self._set("brightness", check_float("brightness", self.brightness))
-        self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
-        check_choice("sampler", self.sampler, SAMPLERS)
-        self._set("epoch_steps", check_int("epoch_steps", self.epoch_steps, 1))
-        check_choice("eval_split", self.eval_split, EVAL_SPLITS)
+        self._check(("mode", check_choice, MODE_NAMES), ("head", check_choice, HEAD_KINDS), ("hidden", check_int, 1),
+                    ("steps", check_int, 1), ("batch_size", check_int, 1), ("optimizer", check_choice, OPTIMIZERS),
+                    ("lr", check_float, 0.0, None, True), ("brightness", check_float),
+                    ("contrast", check_float, 0.0, None, True), ("sampler", check_choice, SAMPLERS),
+                    ("epoch_steps", check_int, 1), ("eval_split", check_choice, EVAL_SPLITS))
         if self.train_size is not None and self.sampler == "shuffled" and self.batch_size > self.train_size:
             raise ValueError(f"batch_size must be <= train_size ({self.train_size}) with the shuffled sampler, "
                              f"got {self.batch_size}")
@@ -262,33 +228,22 @@ class RunConfig(SourceConfig):
             raise ValueError(f"batch_size must be >= 2 when mode={self.mode!r} leaves a BatchNorm in train mode, "
                              f"got {self.batch_size}")
         from .tasks import CORRUPTIONS, TASK_B_CLASSES
-        check_choice("task_b_classes", self.task_b_classes, TASK_B_CLASSES)
-        check_choice("corruption", self.corruption, CORRUPTIONS)
-        self._set("corruption_level", check_float("corruption_level", self.corruption_level, 0.0))
+        self._check(("task_b_classes", check_choice, TASK_B_CLASSES), ("corruption", check_choice, CORRUPTIONS),
+                    ("corruption_level", check_float, 0.0))
 
     @property
     def source(self) -> SourceConfig:
         """The stage-1 part of this run."""
         return SourceConfig(**{k: getattr(self, k) for k in SOURCE_FIELDS})
 
-    @property
-    def stream_key(self) -> tuple:
-        """Runs with equal keys draw the same task-B data (they differ only in mode): ``(seed, brightness, contrast)``."""
-        return (self.seed, self.brightness, self.contrast)
-
-
-RUN_FIELDS = tuple(f.name for f in fields(RunConfig))
-
 
 @dataclass(frozen=True)
 class Execution(_Frozen):
     """How runs execute; never part of a result or a cache key.
 
-    ``cache_dir``: the run cache (``None``: ``$BNSTUDY_CACHE_DIR``, else
-    ``~/.cache/bnstudy``). ``n_jobs``: worker processes (``None``: one per CPU core, 1 on
-    CUDA). ``backend``: joblib backend (``loky`` local processes; ``dask`` or ``ray`` for
-    a cluster, see the README). ``progress``: tqdm bars. ``threads``: torch threads per
-    run (fixed so that a run's numbers do not depend on where it ran).
+    ``cache_dir``: the run cache (``None``: ``$BNSTUDY_CACHE_DIR``, else ``~/.cache/bnstudy``). ``n_jobs``: worker
+    processes (``None``: one per CPU core, 1 on CUDA). ``backend``: joblib backend. ``progress``: tqdm bars.
+    ``threads``: torch threads per run (fixed so that a run's numbers do not depend on where it ran).
     """
 
     cache_dir: str | None = None
@@ -309,13 +264,8 @@ class Execution(_Frozen):
 
 
 def from_profile(cls, profiles: dict, profile: str = "quick", **overrides):
-    """``cls`` built from ``profiles[profile]`` with ``overrides``.
-
-    An override of ``None`` for a parameter the profile table sets means "the profile's value"
-    (a notebook's ``seeds = None``); for any other parameter ``None`` is passed on and validated.
-
-    Raises ``ValueError`` for an unknown profile or parameter, or any bad value.
-    """
+    """``cls`` built from ``profiles[profile]`` with ``overrides`` (``None`` for a parameter the profile sets: the
+    profile's value). Raises ``ValueError`` for an unknown profile or parameter, or any bad value."""
     check_choice("profile", profile, tuple(profiles))
     names = set(cls.PARAMETERS) if hasattr(cls, "PARAMETERS") else {f.name for f in fields(cls)}
     unknown = sorted(set(overrides) - names)
@@ -331,7 +281,6 @@ __all__ = ["SourceConfig", "RunConfig", "Execution", "from_profile", "check_seed
            "NORM_KINDS", "HEAD_KINDS", "OPTIMIZERS", "SAMPLERS", "PROFILE_NAMES", "EVAL_SPLITS"]
 
 
-
 # --- chapter 5 (issue 13): whole-backbone fine-tuning runs ----------------------------------------------------------
 
 #: Fine-tuning strategies of :func:`bnstudy.study.engine.finetune` (chapter 5). The first four need a BatchNorm
@@ -345,19 +294,14 @@ STRATEGY_NORM = {"bn_frozen": "batch", "stats_frozen": "batch", "adabn": "batch"
 
 @dataclass(frozen=True)
 class FinetuneConfig(SourceConfig):
-    """One whole-backbone fine-tuning run (chapter 5): stage 1 (:class:`SourceConfig`), then the backbone
-    and a new linear head trained together on task B.
+    """One whole-backbone fine-tuning run (chapter 5): stage 1, then the backbone and a new linear head trained
+    together on task B after ``strategy`` (:data:`FINETUNE_STRATEGIES`) acts on the norm layers.
 
-    ``strategy`` (:data:`FINETUNE_STRATEGIES`) says what happens to the norm layers first. Task B's inputs
-    are ``contrast * x + brightness``. Training: ``samples // batch_size`` steps of ``batch_size`` labelled
-    task-B samples (``samples`` must be a multiple of ``batch_size``, so every batch size sees the same
-    number of samples), ``optimizer`` at learning rate ``lr`` for every parameter that requires a gradient,
-    ``model.train()`` every ``epoch_steps`` steps. ``adabn_samples``: unlabelled task-B samples, in batches
-    of ``adabn_batch_size`` (at most ``adabn_samples``; a forward pass without gradients, the same for every
-    fine-tuning batch size), for the AdaBN re-estimate (strategy ``adabn``) and for the check that re-estimates
-    ``bn_train``'s running statistics after fine-tuning. Raises ``ValueError`` naming the
-    parameter for a bad value, a strategy whose source norm differs from ``norm``
-    (:data:`STRATEGY_NORM`), or a batch size below 2 where a BatchNorm uses batch statistics.
+    ``samples // batch_size`` steps (``samples`` a multiple of ``batch_size``, so every batch size sees as many
+    samples) with ``optimizer`` at ``lr``. ``adabn_samples`` unlabelled samples in batches of ``adabn_batch_size``
+    re-estimate the statistics (``adabn``, and the check after ``bn_train``). Raises ``ValueError`` naming the
+    parameter for a bad value, a strategy whose source norm differs from ``norm`` (:data:`STRATEGY_NORM`), or a
+    batch size below 2 where a BatchNorm uses batch statistics.
     """
 
     strategy: str = "stats_frozen"
@@ -373,18 +317,13 @@ class FinetuneConfig(SourceConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check_choice("strategy", self.strategy, FINETUNE_STRATEGIES)
-        self._set("batch_size", check_int("batch_size", self.batch_size, 1))
-        self._set("samples", check_int("samples", self.samples, 1))
+        self._check(("strategy", check_choice, FINETUNE_STRATEGIES), ("batch_size", check_int, 1),
+                    ("samples", check_int, 1))
         if self.samples % self.batch_size:
             raise ValueError(f"samples must be a multiple of batch_size={self.batch_size}, got {self.samples}")
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        self._set("lr", check_float("lr", self.lr, 0.0, low_open=True))
-        self._set("brightness", check_float("brightness", self.brightness))
-        self._set("contrast", check_float("contrast", self.contrast, 0.0, low_open=True))
-        self._set("adabn_samples", check_int("adabn_samples", self.adabn_samples, 1))
-        self._set("adabn_batch_size", check_int("adabn_batch_size", self.adabn_batch_size, 2))
-        self._set("epoch_steps", check_int("epoch_steps", self.epoch_steps, 1))
+        self._check(("optimizer", check_choice, OPTIMIZERS), ("lr", check_float, 0.0, None, True),
+                    ("brightness", check_float), ("contrast", check_float, 0.0, None, True),
+                    ("adabn_samples", check_int, 1), ("adabn_batch_size", check_int, 2), ("epoch_steps", check_int, 1))
         if self.norm != STRATEGY_NORM[self.strategy]:
             raise ValueError(f"strategy={self.strategy!r} needs a source with norm={STRATEGY_NORM[self.strategy]!r}, "
                              f"got norm={self.norm!r}")

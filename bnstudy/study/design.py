@@ -1,20 +1,10 @@
 """One generic check of a chapter's parameters (issue 33): each value against the type of its default, plus a few
 one-line domain rules per chapter, instead of a hand-written ``__post_init__`` per chapter.
 
-A chapter's ``Config`` subclasses :class:`ChapterConfig` and declares, as data:
-
-* ``PARAMETERS``: ``{parameter: default}`` in the order the run line prints them (:data:`REQUIRED`: no default);
-* ``PROFILES``: ``{profile: {parameter: value}}`` (the ``profile`` field must name one);
-* ``NORMALIZE``: ``{parameter: function(value) -> value}`` for the few parameters with their own spelling
-  (``seeds``: an int ``n`` means seeds 0..n-1, :func:`bnstudy.study.config.check_seeds`);
-* ``RULES``: :class:`Rule` s, each a parameter, what it must be, and a predicate on the whole config.
-
-Every other field is checked against its default's type (:func:`check_like`): an ``int`` field takes an
-integer, a ``float`` field a finite number, a ``str`` field a string, a ``bool`` field ``True``/``False``, a
-``tuple`` field a list of values each checked against the default's first element (a number where the default is
-empty), none repeated (unless named in ``REPEATS_OK``). The error names the parameter, what it must be and what was given, in the words
-:mod:`bnstudy.study.config` uses everywhere. :meth:`ChapterConfig.describe` prints the resolved parameters for the run
-line.
+A chapter's ``Config`` subclasses :class:`ChapterConfig` and declares, as data, ``PARAMETERS`` (``{parameter:
+default}`` in run-line order, :data:`REQUIRED`: no default), ``PROFILES``, ``NORMALIZE`` (``{parameter: function}``
+for a parameter with its own spelling, such as ``seeds``) and ``RULES`` (:class:`Rule`). Every other parameter is
+checked against its default's type (:func:`check_like`), a list's values unrepeated unless in ``REPEATS_OK``.
 """
 
 from __future__ import annotations
@@ -29,8 +19,7 @@ from .config import check_choice, check_float, check_int, check_sequence, seeds_
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """A one-line domain rule: ``holds(config)`` must be true, else ``ValueError("<name> must be <what>, got
-    <value>")`` (``value``: the config's ``name`` field). ``what`` is a string, or a function of the config that
-    returns one, for a message that names the fix for this config (chapter 1: the checkpoints to pass)."""
+    <value>")``; ``what`` is a string or a function of the config returning one."""
 
     name: str
     what: str | Callable[[object], str]
@@ -38,10 +27,8 @@ class Rule:
 
 
 def check_like(name: str, value, like):
-    """``value`` checked against the type of ``like`` (a parameter's default or profile value) and returned in
-    that type (an integer-valued float for an ``int``, a list as a tuple). ``like is None``: anything.
-
-    Raises ``ValueError`` naming ``name``, what it must be and what was given."""
+    """``value`` checked against the type of ``like`` and returned in that type (a list as a tuple; ``like is None``:
+    anything). Raises ``ValueError`` naming ``name``, what it must be and what was given."""
     if like is None:
         return value
     if isinstance(like, bool):
@@ -72,14 +59,10 @@ REQUIRED = _Required()
 
 
 class Parameters:
-    """A frozen set of named parameters declared as data, not as fields of a class: ``PARAMETERS`` maps each name
-    to its default (:data:`REQUIRED`: none), in order. Built from keyword arguments only; ``__post_init__`` checks
-    them (as a frozen dataclass's would). Equal, hashed, printed, pickled and turned into a run-cache key by the
-    ``{name: value}`` of :meth:`asdict`, in ``PARAMETERS`` order, exactly as the ``@dataclass(frozen=True)`` it
-    replaces (issue 33: a chapter's config and its units are tables of parameters, not records).
-
-    Raises ``ValueError`` naming the unknown parameters and the allowed ones, ``TypeError`` for a missing required
-    one, and :class:`dataclasses.FrozenInstanceError` on assignment."""
+    """A frozen set of parameters declared as data: ``PARAMETERS`` maps each name to its default, in order. Built
+    from keyword arguments, checked by ``__post_init__``; equal, hashed and printed by :meth:`asdict`, as the frozen
+    dataclass it replaces. Raises ``ValueError`` naming unknown parameters and the allowed ones, ``TypeError`` for a
+    missing required one, :class:`dataclasses.FrozenInstanceError` on assignment."""
 
     PARAMETERS: ClassVar[dict] = {}
 
@@ -93,9 +76,7 @@ class Parameters:
 
     def __init__(self, **values):
         names = self.PARAMETERS
-        unknown = sorted(set(values) - set(names))
-        if unknown:
-            raise ValueError(f"unknown {type(self).__name__} parameters {unknown}; allowed: {sorted(names)}")
+        self._refuse_unknown(values)
         missing = [n for n, d in names.items() if d is REQUIRED and n not in values]
         if missing:
             raise TypeError(f"{type(self).__name__}() missing required parameters {missing}")
@@ -115,6 +96,11 @@ class Parameters:
     def _set(self, name, value):
         object.__setattr__(self, name, value)
 
+    def _refuse_unknown(self, given) -> None:
+        unknown = sorted(set(given) - set(self.PARAMETERS))
+        if unknown:
+            raise ValueError(f"unknown {type(self).__name__} parameters {unknown}; allowed: {sorted(self.PARAMETERS)}")
+
     @classmethod
     def parameter_names(cls) -> tuple[str, ...]:
         """The parameters' names, in order."""
@@ -126,9 +112,7 @@ class Parameters:
 
     def replace(self, **changes):
         """A copy with ``changes`` applied (checked again). Unknown names raise ``ValueError``."""
-        unknown = sorted(set(changes) - set(self.PARAMETERS))
-        if unknown:
-            raise ValueError(f"unknown {type(self).__name__} parameters {unknown}; allowed: {sorted(self.PARAMETERS)}")
+        self._refuse_unknown(changes)
         return type(self)(**{**self.asdict(), **changes})
 
     @classmethod
@@ -153,8 +137,7 @@ class ChapterConfig(Parameters):
     PROFILES: ClassVar[dict] = {}
     NORMALIZE: ClassVar[dict] = {}
     RULES: ClassVar[tuple] = ()
-    #: List parameters that may repeat a value (by default none may: a repeated level would run the same cells
-    #: twice and give the analysis duplicate rows).
+    #: List parameters that may repeat a value (by default none may: the same cells would run twice).
     REPEATS_OK: ClassVar[tuple] = ()
 
     def __post_init__(self):
@@ -175,27 +158,18 @@ class ChapterConfig(Parameters):
                 raise ValueError(f"{rule.name} must be {what}, got {_shown(getattr(self, rule.name))}")
 
     def describe(self) -> str:
-        """The resolved parameters for the run line, in field order: ``profile=full, 10 seeds (0-9), n_tasks=[2,
-        4], strengths=[0.0, 0.0025], steps=300, temperature=0.1, ...`` (floats ``:g``, lists as lists, an empty
-        list left out)."""
+        """The resolved parameters for the run line: ``profile=full, 10 seeds (0-9), n_tasks=[2, 4], steps=300, ...``
+        (floats ``:g``, an empty list left out)."""
         parts = []
         for name, v in self.asdict().items():
             if name == "seeds":
                 parts.append(seeds_label(v))
             elif isinstance(v, tuple):
                 if v:
-                    parts.append(f"{name}={[_g(x) for x in v]}")
+                    parts.append(f"{name}={[float(f'{x:g}') if isinstance(x, float) else x for x in v]}")
             else:
-                parts.append(f"{name}={_fmt(v)}")
+                parts.append(f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}")
         return ", ".join(parts)
-
-
-def _g(x):
-    return float(f"{x:g}") if isinstance(x, float) else x
-
-
-def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _shown(v):

@@ -1,23 +1,11 @@
 """Remake one figure of the book from the data release's rows, without executing its chapter (issue 37).
 
-``python -m bnstudy.study.figure 4.2 --out remake/`` (or ``bnstudy figure 4.2 --out remake/``) writes
-``remake/figures/04-gap.png`` (and ``.svg``, and the sidecar ``04-gap.json`` naming the CSV it was drawn from) and
-``remake/results/``, the tables the figure's code saved on the way (the CSV it was drawn from among them), in
-seconds: nothing is trained and no notebook is executed.
-
-How, without a second copy of the notebook's code: the figure's number (``4.2``, the page's ``Fig. 4.2``) names a
-``{glue:figure}`` labelled ``fig-ch04-gap`` in ``chapters/04_heads.ipynb``, drawn as ``figures/04-gap.png`` by the
-code cell that passes ``"04-gap"`` to :func:`bnstudy.study.plots.save_figure`. :func:`figure_program` takes that
-cell up to the statement that saves the figure and, from the cells before it, only the statements it needs: a
-backward slice over the top-level statements (a statement is kept when it assigns or mutates a name a kept
-statement reads). So the figure is drawn by the chapter's own figure function with the very arguments the notebook
-gives it, and the chapter's analysis runs only as far as the figure needs (the claims table for Fig. 4.2; nothing
-of the other figures, tables or glued numbers). The parameters are the notebook's ``parameters`` cell with the
-release's rows and profile, as ``python -m bnstudy.study.book --release`` passes them; ``glue`` calls are no-ops.
-
-The figure's number follows the page: the chapter's figures labelled ``fig-chNN-...`` in the order its Markdown
-cells give them (Sphinx numbers them the same way). :func:`figure_index` lists them; an unknown number is refused
-with that list.
+``python -m bnstudy.study.figure 4.2 --out remake/`` writes ``remake/figures/04-gap.png`` (``.svg``, the sidecar
+``.json``) and the tables saved on the way into ``remake/results/``, in seconds. The number (the page's
+``Fig. 4.2``, the chapter's figures labelled ``fig-chNN-...`` in page order) names a ``{glue:figure}``; the code is
+the notebook's own: :func:`figure_program` takes the cell that saves the figure and, from the cells before it, a
+backward slice of the statements it needs, run with the notebook's parameters and the release's rows (``glue``
+calls are no-ops).
 """
 
 from __future__ import annotations
@@ -33,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .book import CHAPTERS_DIR, REPO, NotACheckout, assigned_names, chapter_paths
+from .book import CHAPTERS_DIR, REPO, NotACheckout, assigned_names, chapter_paths, environ
 
 __all__ = ["Figure", "figure_index", "find_figure", "figure_program", "remake", "main"]
 
@@ -73,8 +61,7 @@ def _source(cell: dict) -> str:
 
 
 def figure_index(chapters_dir=CHAPTERS_DIR) -> dict[str, Figure]:
-    """Every chapter's numbered figures, ``{"4.2": Figure(...)}``, in page order: the ``{glue:figure}`` directives
-    with a ``:name: fig-chNN-...`` in each notebook's Markdown cells, numbered ``<chapter>.<k>`` from 1."""
+    """Every chapter's numbered figures in page order, ``{"4.2": Figure(...)}``."""
     paths = chapter_paths(Path(chapters_dir))
     return dict(_index(tuple((p, p.stat().st_mtime) for p in paths)))
 
@@ -102,11 +89,8 @@ _SAVED = re.compile(r"\{results_dir\}/([\w.-]+\.csv)")
 
 
 def table_data(label: str, chapters_dir=CHAPTERS_DIR) -> str | None:
-    """The CSV a chapter's glued table labelled ``label`` (``tbl-ch04-gap``) is drawn from, for its provenance card:
-    the last table saved (``save_table(gaps, f"{results_dir}/04_heads_gap.csv")``) before the statement that
-    glues the table, of a variable that statement reads (``glue("ch04_gap_table", figures.gap_display(gaps, ...))``):
-    ``"04_heads_gap.csv"``. ``None`` when the table is made from no saved table (a numbers table, the claims) or
-    the label is no chapter's glued table."""
+    """The CSV (``"04_heads_gap.csv"``) a glued table labelled ``label`` (``tbl-ch04-gap``) is drawn from: the last
+    one saved, before the glue, of a variable the glue reads. ``None`` when there is none or no such table."""
     m = re.match(r"^(?:tbl|tab)-ch(\d+)-", label)
     if m is None:
         return None
@@ -133,7 +117,7 @@ def table_data(label: str, chapters_dir=CHAPTERS_DIR) -> str | None:
             continue
         for node in tree.body:
             for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
-                fname = getattr(call.func, "attr", None) or getattr(call.func, "id", None)
+                fname = _fname(call)
                 if fname == "save_table" and len(call.args) >= 2 and isinstance(call.args[0], ast.Name):
                     csv = _SAVED.search(ast.get_source_segment(_source(cell), call.args[1]) or "")
                     if csv:
@@ -151,11 +135,9 @@ def find_figure(number: str, chapters_dir=CHAPTERS_DIR) -> Figure:
     Raises ``ValueError`` naming every known number with its label when there is no such figure."""
     index = figure_index(chapters_dir)
     key = re.sub(r"^(fig\.|fig(?=\s)|figure(?=\s))\s*", "", str(number).strip(), flags=re.I)
-    by_label = {f.label: f for f in index.values()}
-    if key in index:
-        return index[key]
-    if key in by_label:
-        return by_label[key]
+    found = index.get(key) or {f.label: f for f in index.values()}.get(key)
+    if found:
+        return found
     known = ", ".join(f"{n} ({f.label})" for n, f in index.items())
     raise ValueError(f"figure: no figure {number!r} in the book; known figures: {known}")
 
@@ -182,12 +164,14 @@ def _target_names(t, strong: set, weak: set) -> None:
             weak.add(b)
 
 
+def _fname(call: ast.Call) -> str | None:
+    """``save_table`` for ``save_table(...)`` and ``report.save_table(...)``."""
+    return getattr(call.func, "attr", None) or getattr(call.func, "id", None)
+
+
 def _called(node) -> str | None:
-    """``save_table`` for ``save_table(...)`` and ``report.save_table(...)``; the called name or attribute."""
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-        f = node.value.func
-        return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-    return None
+    """The function a bare call statement ``node`` calls, else ``None``."""
+    return _fname(node.value) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) else None
 
 
 @dataclass
@@ -230,16 +214,14 @@ def _analyse(node: ast.stmt, source: str, modules: set) -> _Stmt:
     walrus = {n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr)}
     (weak if isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.If, ast.While, ast.Try)) else strong).update(walrus)
     reads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} | weak
-    saves = any(isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None))
-                in SAVE_CALLS for n in ast.walk(node))
+    saves = _calls(node, SAVE_CALLS)
     own = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     return _Stmt(node, source, strong, weak, reads, saves, own)
 
 
 def figure_program(fig: Figure) -> tuple[str, str]:
-    """The Python that remakes ``fig``: ``(parameters, program)``. ``parameters`` is the notebook's ``parameters``
-    cell; ``program`` the figure's cell up to the statement that saves it (``"04-gap"`` in its source), preceded by
-    the statements of the earlier code cells it needs (see the module's docstring), in notebook order. Raises
+    """``(parameters, program)`` that remake ``fig``: the notebook's ``parameters`` cell, and the figure's cell up to
+    the statement that saves it preceded by the earlier statements it needs, in notebook order. Raises
     ``ValueError`` if no code cell saves the figure or the notebook has no ``parameters`` cell."""
     cells = [c for c in _cells(fig.notebook) if c["cell_type"] == "code"]
     params = [c for c in cells if "parameters" in (c.get("metadata", {}).get("tags") or [])]
@@ -297,15 +279,14 @@ def figure_program(fig: Figure) -> tuple[str, str]:
 def _names_data(node: ast.stmt, name: str) -> bool:
     """Whether the ``save_figure(fig, name, figures_dir, data)`` call in ``node`` passes its ``data``."""
     for n in ast.walk(node):
-        if isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == "save_figure":
+        if isinstance(n, ast.Call) and _fname(n) == "save_figure":
             return len(n.args) >= 4 or any(k.arg == "data" for k in n.keywords)
     return True  # a loop or helper that saves it: not ours to second-guess
 
 
 def _calls(node: ast.stmt, names) -> bool:
     """Whether ``node`` calls a function or method named in ``names`` anywhere inside it."""
-    return any(isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) in names
-               for n in ast.walk(node))
+    return any(isinstance(n, ast.Call) and _fname(n) in names for n in ast.walk(node))
 
 
 def _no_glue(key=None, value=None, *args, **kwargs):
@@ -313,11 +294,10 @@ def _no_glue(key=None, value=None, *args, **kwargs):
 
 
 def remake(number: str, out, release=None, chapters_dir=CHAPTERS_DIR, quiet: bool = True) -> dict:
-    """Remake figure ``number`` (``"4.2"``) from the data release in ``release`` (default the repository's
-    ``release/``) into ``out``: ``out/figures/NN-name.png``, ``.svg`` and ``.json`` and the tables saved on the way
-    in ``out/results/``. Returns ``{"figure", "label", "png", "data", "seconds"}`` (``data``: the CSV the figure was
-    drawn from, in ``out/results/``, or ``None``). Raises ``ValueError`` for an unknown number (listing the known
-    ones) or a chapter the release lacks, and whatever the figure's code raises."""
+    """Remake figure ``number`` (``"4.2"``) from the data release in ``release`` (default ``release/``) into
+    ``out/figures/`` and ``out/results/``. Returns ``{"figure", "label", "png", "data", "seconds"}`` (``data``: the
+    CSV the figure was drawn from, or ``None``). Raises ``ValueError`` for an unknown number (listing the known ones)
+    or a chapter the release lacks, and whatever the figure's code raises."""
     import contextlib
     import io
 
@@ -336,10 +316,8 @@ def remake(number: str, out, release=None, chapters_dir=CHAPTERS_DIR, quiet: boo
         raise ValueError(f"figure: chapter {stem} is not in the data release in {rdir} (released: "
                          f"{sorted(chapters)}); remake it with `python -m bnstudy.study.book --only {stem}`")
     out = Path(out).resolve()
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    (out / "results").mkdir(parents=True, exist_ok=True)
-    import os
-
+    for sub in ("figures", "results"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
     import matplotlib.pyplot as plt
 
     from . import report
@@ -353,12 +331,11 @@ def remake(number: str, out, release=None, chapters_dir=CHAPTERS_DIR, quiet: boo
     # the tables' sidecars record what `python -m bnstudy.study.book` records (its $BNSTUDY_RUN_PARAMETERS); the
     # process's own state (the run line's record, the last table, rcParams) is put back afterwards
     run_parameters = {"chapter": stem, **{k: ns[k] for k in assigned_names(params_src)}}
-    state = (os.environ.get("BNSTUDY_RUN_PARAMETERS"), dict(report._RUN), list(report._SAVED), report.last_table)
-    os.environ["BNSTUDY_RUN_PARAMETERS"] = json.dumps(run_parameters, default=str)
+    state = (dict(report._RUN), list(report._SAVED), report.last_table)
     code = ast.parse(program)
-    sink = io.StringIO()
     try:
-        with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext(), matplotlib.rc_context():
+        with (environ(BNSTUDY_RUN_PARAMETERS=json.dumps(run_parameters, default=str)), matplotlib.rc_context(),
+              contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
             for node in code.body:  # one statement at a time, so the glue names are stubbed as soon as imported
                 exec(compile(ast.Module([node], []), f"{fig.notebook.name}:{fig.label}", "exec"), ns)
                 for g in GLUE_NAMES:
@@ -366,14 +343,10 @@ def remake(number: str, out, release=None, chapters_dir=CHAPTERS_DIR, quiet: boo
                         ns[g] = _no_glue
             plt.close("all")
     finally:
-        if state[0] is None:
-            os.environ.pop("BNSTUDY_RUN_PARAMETERS", None)
-        else:
-            os.environ["BNSTUDY_RUN_PARAMETERS"] = state[0]
         report._RUN.clear()
-        report._RUN.update(state[1])
-        report._SAVED[:] = state[2]
-        report.last_table = state[3]
+        report._RUN.update(state[0])
+        report._SAVED[:] = state[1]
+        report.last_table = state[2]
     seconds = time.perf_counter() - t0
     meta = json.loads((out / "figures" / f"{fig.name}.json").read_text())
     data = out / "results" / meta["data"] if meta.get("data") else None
@@ -392,10 +365,9 @@ TIMES_COLUMNS = ("figure", "label", "seconds", "cpus", "measured", "git_commit")
 
 
 def record_times(out, path=TIMES_FILE, release=None) -> Path:
-    """Remake every figure, each by its own command in a fresh process (:func:`command`: the interpreter's start
-    and the imports count, as they do for a reader), and write ``path``: one row per figure, columns
-    :data:`TIMES_COLUMNS` (``seconds``: wall time; ``cpus``: ``os.cpu_count()``; ``measured``: UTC date).
-    Raises ``RuntimeError`` naming a figure whose command failed, with its error output."""
+    """Remake every figure, each by its own command in a fresh process (start and imports count, as for a reader),
+    and write ``path``, one row per figure (:data:`TIMES_COLUMNS`; ``seconds``: wall time). Raises ``RuntimeError``
+    naming a figure whose command failed, with its error output."""
     import datetime
     import os
     import subprocess
@@ -446,25 +418,20 @@ def main(argv=None) -> int:
                     help="remake every figure, each by its own command, and record their times in TIMES_CSV "
                          f"(default {TIMES_FILE.relative_to(REPO)}, which the provenance cards read)")
     args = ap.parse_args(argv)
+    if args.all is not None and args.number:
+        ap.error("--all remakes every figure: give no figure number with it")
     try:
-        return _main(ap, args)
+        if args.all is not None:
+            print(f"recorded in {record_times(args.out, args.all, args.release)}")
+            return 0
+        if args.list or not args.number:
+            for f in figure_index().values():
+                print(f"{f.number:>5}  {f.label:<32} figures/{f.name}.png")
+            return 0 if args.list else 2
+        r = remake(args.number, args.out, args.release, quiet=not args.verbose)
     except NotACheckout as e:  # run from an installed wheel: one line, no traceback
         print(f"{ap.prog}: {e}", file=sys.stderr)
         return 2
-
-
-def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.all is not None:
-        if args.number:
-            ap.error("--all remakes every figure: give no figure number with it")
-        print(f"recorded in {record_times(args.out, args.all, args.release)}")
-        return 0
-    if args.list or not args.number:
-        for f in figure_index().values():
-            print(f"{f.number:>5}  {f.label:<32} figures/{f.name}.png")
-        return 0 if args.list else 2
-    try:
-        r = remake(args.number, args.out, args.release, quiet=not args.verbose)
     except ValueError as e:
         print(str(e), file=sys.stderr)
         return 2

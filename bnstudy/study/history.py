@@ -1,21 +1,10 @@
 """The data release's history (issue 37): each release keeps its claims table, and a book page lists, release to
 release, which claims and verdicts changed and why.
 
-* **The claims table of a release** (``release/claims/<version>.csv``, one row per claim of every chapter: columns
-  :data:`COLUMNS`) is what the release's pages print: every claim a chapter glues through
-  :func:`bnstudy.study.pages.glue_chapter` / :func:`~bnstudy.study.pages.glue_claims` (the rows of the engine's
-  :func:`bnstudy.study.inference.claims_table`, interval ends as printed), read back from the executed notebooks by
-  :func:`claims_of_chapters`. Beside it, ``<version>.json`` records why the release differs from the one before:
-  the chapters' code fingerprints, git commits, seeds and computation times (from ``manifest.json``) and the
-  release's last verification.
-* **Written** by :func:`record`, which ``python -m bnstudy.study.release compute`` calls for each chapter it
-  recomputes (the claims of the chapters it did not recompute are carried over from the previous entry) and
-  ``verify --record`` calls to note the verification; ``python -m bnstudy.study.history record
-  --chapters-dir DIR`` records the claims of a release book's executed chapters (nothing is recomputed: the release's
-  rows, tables and manifest are unchanged).
-* **The page** ``book/history.md`` is made by :func:`page` (``python -m bnstudy.study.history page``; ``make history``;
-  ``compute`` and ``verify --record`` rewrite it for the repository's release); ``tests/test_history.py`` requires
-  the committed page to equal it.
+A release's claims table (``release/claims/<version>.csv``, columns :data:`COLUMNS`) holds every claim its pages
+print, read back from the executed notebooks (:func:`claims_of_chapters`); ``<version>.json`` beside it records the
+chapters' code fingerprints, commits, seeds and times, and the last verification. :func:`record` writes them (the
+release's ``compute`` and ``verify --record`` call it); :func:`page` makes ``book/history.md`` (``make history``).
 """
 
 from __future__ import annotations
@@ -90,11 +79,10 @@ def entries(release_dir=RELEASE_DIR) -> list[tuple[dict, pd.DataFrame]]:
 
 
 def record(release_dir=RELEASE_DIR, chapters_dir=None, chapters=None) -> Path:
-    """Write the current release's entry: ``claims/<version>.json`` (from ``manifest.json``) and, given
-    ``chapters_dir`` (executed chapters), ``claims/<version>.csv`` with the claims of ``chapters`` (chapter numbers
-    such as ``["04"]``; default: every chapter in the folder) replacing those chapters' rows of the latest earlier
-    entry. Without ``chapters_dir`` only the JSON is rewritten (a verification). Returns the CSV's path. Raises
-    ``ValueError`` if the manifest has no release version, or if no claims table exists for it yet and none is given."""
+    """Write the current release's entry: ``claims/<version>.json`` and, given executed ``chapters_dir``,
+    ``claims/<version>.csv`` with the claims of ``chapters`` (``["04"]``; default all) replacing theirs in the latest
+    earlier entry. Returns the CSV's path. Raises ``ValueError`` if the manifest has no release version, or if no
+    claims table exists for it yet and ``chapters_dir`` is not given."""
     from .sweep import atomic_write_bytes
 
     release_dir = Path(release_dir)
@@ -165,13 +153,6 @@ def _seeds(seeds) -> str:
     return f"{s[0]}-{s[-1]}" if s == list(range(s[0], s[-1] + 1)) and len(s) > 2 else ", ".join(map(str, s))
 
 
-def _verified(v: dict | None) -> str:
-    """The release's verification in the run line's words (:func:`bnstudy.study.report.verified_text`)."""
-    from .report import verified_text
-
-    return verified_text(v)
-
-
 def _how(v: dict | None, chapter: str) -> str | None:
     if not v:
         return None
@@ -182,9 +163,8 @@ def _how(v: dict | None, chapter: str) -> str | None:
 
 
 def _chapters_table(meta: dict) -> str:
-    """Per chapter: when and by which git commit its rows were computed (the release was computed chapter by
-    chapter), its seeds, and how the last verification found it, in the run line's words
-    (:func:`bnstudy.study.report.verification_words`)."""
+    """Per chapter: when and by which git commit its rows were computed, its seeds, and how the last verification
+    found it."""
     from .report import verification_words
 
     v = meta.get("verified")
@@ -221,9 +201,10 @@ the chapters recomputed and why (the code fingerprint and seeds before and after
 
 
 def page(release_dir=RELEASE_DIR) -> str:
-    """The Markdown of ``book/history.md``: per release, newest first, its date, code and verification, what changed
-    since the previous entry (chapters recomputed and why; claims whose verdict changed) and, for the first entry,
-    its claims summary (claims and verdicts per chapter). Raises ``ValueError`` if no release is recorded."""
+    """The Markdown of ``book/history.md``: per release, newest first, its code and verification and what changed
+    since the previous entry (the first: its claims summary). Raises ``ValueError`` if no release is recorded."""
+    from .report import verified_text
+
     hist = entries(release_dir)
     if not hist:
         raise ValueError(f"history: no recorded release in {Path(release_dir) / CLAIMS_DIR}")
@@ -232,7 +213,7 @@ def page(release_dir=RELEASE_DIR) -> str:
         meta, claims = hist[i]
         parts.append(f"\n## Release {meta['version']}\n\n")
         parts.append(f"Computed chapter by chapter, each by the git commit in the table below (the chapter's "
-                     f"*Ran with* line names the same one); {_verified(meta.get('verified'))}. "
+                     f"*Ran with* line names the same one); {verified_text(meta.get('verified'))}. "
                      f"{len(claims)} claims in {claims['chapter'].nunique()} chapters.\n\n"
                      + _chapters_table(meta) + "\n\n")
         if i == 0:

@@ -1,10 +1,7 @@
 """Checks of a built book page (HTML), the conventions of ``docs/pages.md`` (issue 25): the answer box comes
-first, methods are folded, the visible text is short, and no code, warning, path, NaN or broken reference
-reaches a reader.
+first, the visible text is short, and no code, warning, path, NaN or broken reference reaches a reader.
 
-``python -m bnstudy.study.pagecheck _build/html/chapters/04-heads.html`` prints a page's visible words and its
-problems (``_build/html/book/*.html _build/html/chapters/*.html``: every page; the ``*.html`` at the top are the
-redirects from the old addresses); ``tests/test_pages_clean.py`` runs the same checks on every page of the built book.
+``python -m bnstudy.study.pagecheck _build/html/chapters/04-heads.html`` prints a page's visible words and problems.
 """
 
 from __future__ import annotations
@@ -39,8 +36,8 @@ def _article(soup):
 
 
 def visible_words(page) -> int:
-    """Words a reader sees without opening anything: the article's text outside folded admonitions
-    (``.dropdown``), hidden toggles, code cells and their outputs (tables), and math. ``page``: an HTML path."""
+    """Words a reader sees without opening anything on the HTML ``page``: no folded admonitions, toggles, code
+    cells, outputs, tables or math."""
     art = _article(_soup(page))
     for sel in (".dropdown", ".toggle", "details", "div.cell", "div.cell_output", "pre", ".math", "table",
                 "mjx-container", "span.math", "div.math"):
@@ -69,13 +66,9 @@ def figure_alts(page) -> list[tuple[str, str]]:
 
 
 def card_problems(page) -> list[str]:
-    """What is wrong with the provenance cards (:mod:`bnstudy.study.provenance`) of the built page ``page`` (an HTML
-    path): a figure or table (a ``<figure>`` of the article, or a ``<table>`` of the prose, whose card follows it)
-    without a card (``details.bn-provenance``), a card
-    without a rows link, a rows link (``a.bn-rows``) or checksum (``code.bn-sha256``, whose ``data-file`` names the
-    file) whose file does not exist in the built book, a checksum that is not the file's sha256, or a rows link
-    without its checksum. Links resolve relative to ``page``, as a browser reading the built folder offline would.
-    Empty if every card is sound."""
+    """What is wrong with the provenance cards of the built HTML ``page``: a figure or prose table without a card,
+    a card without a rows link, a rows link or checksum whose file is not in the built book (resolved relative to
+    ``page``), a checksum that is not the file's sha256, a rows link without its checksum. Empty if all are sound."""
     from urllib.parse import unquote
 
     from .provenance import CARD_CLASS, sha256_of
@@ -118,10 +111,9 @@ def card_problems(page) -> list[str]:
 
 
 def page_problems(page, chapter: bool = True) -> list[str]:
-    """What a reader should not see on ``page``: code cells shown (an input area), a warning, a path, NaN, a
-    hand-typed reference, Markdown asterisks in a table cell, an unresolved cross-reference, a figure whose alt text is empty or a file name; for
-    a chapter (``chapter=True``) also an answer box that is not the first section, and every problem of its
-    provenance cards (:func:`card_problems`). Empty if clean."""
+    """What a reader should not see on ``page``: code cells, a warning, a path, NaN, a hand-typed reference, Markdown
+    in a table cell, an unresolved reference, a link to a source file, a figure without descriptive alt text; for a
+    ``chapter`` also an answer box that is not first, and :func:`card_problems`. Empty if clean."""
     soup = _soup(page)
     art = _article(soup)
     out = []
@@ -149,9 +141,9 @@ def page_problems(page, chapter: bool = True) -> list[str]:
     for src, alt in figure_alts(page):
         if not alt.strip() or re.search(r"\.(png|svg|jpg)$|/|_build|figures", alt.strip()):
             out.append(f"a figure without descriptive alt text: {src} (alt {alt!r})")
-    if chapter and not answer_first(page):
-        out.append("the answer box (admonition class 'answer') is not the first thing under the title")
     if chapter:
+        if not answer_first(page):
+            out.append("the answer box (admonition class 'answer') is not the first thing under the title")
         out += card_problems(page)
     return out
 

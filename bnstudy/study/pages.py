@@ -1,20 +1,9 @@
-"""Glue a chapter's findings into its page: every field of a findings dataclass, by a fixed naming rule.
+"""Glue a chapter's findings into its page, by a fixed naming rule (:func:`glue_items`).
 
-:func:`glue_findings` walks a findings object (see each experiment module's ``findings``)
-and glues every value under ``<prefix>_<field>`` so that prose can cite it:
-
-* numbers: ``{glue:text}`ch01_chance:.2f```;
-* verdict words and other short text (at most :data:`BOLD_MAX_WORDS` words): ``{glue:md}`ch01_f2_chance```
-  (rendered bold); longer text (a sentence, a list of levels) is glued plain, so that no page sets a whole
-  sentence in bold;
-* booleans: ``yes`` / ``no`` (as text, for ``{glue:md}``);
-* intervals (:class:`bnstudy.study.inference.Interval`): ``<key>_mean``, ``<key>_ci_low``, ``<key>_ci_high``;
-* dicts and :class:`pandas.Series`: one key per entry, ``<key>_<entry>`` (entry names slugged),
-  plus ``<key>_min`` / ``<key>_max`` for numeric series;
-* a long summary table with columns ``metric, mean, ci_low, ci_high`` and one grouping column:
-  ``<prefix>_<metric>_<group>_<stat>``.
-
-Nothing here decides anything: the values come from the tested findings functions.
+Numbers are glued as plain Python numbers for ``{glue:text}`key:.3f```; short text (at most :data:`BOLD_MAX_WORDS`
+words) as bold Markdown for ``{glue:md}``, longer text plain; booleans as ``yes`` / ``no``; an interval as
+``<key>_mean``, ``_ci_low``, ``_ci_high``; a dict or Series one key per entry (``<key>_<entry>``, plus ``_min`` /
+``_max`` of a numeric Series). Nothing here decides anything: the values come from the tested findings functions.
 """
 
 from __future__ import annotations
@@ -34,10 +23,8 @@ BOLD_MAX_WORDS = 6
 
 
 def glue_items(key: str, value) -> list[tuple[str, object]]:
-    """The ``(name, value)`` pairs :func:`glue_value` glues for ``value`` under ``key`` (no gluing).
-
-    Raises ``TypeError`` for a value of a kind this module has no rule for.
-    """
+    """The ``(name, value)`` pairs :func:`glue_value` glues for ``value`` under ``key`` (no gluing). Raises
+    ``TypeError`` for a value of a kind this module has no rule for."""
     from IPython.display import Markdown
     if isinstance(value, Interval):
         return [(f"{key}_{stat}", float(v)) for stat, v in (("mean", value.mean), ("ci_low", value.low),
@@ -66,13 +53,10 @@ def glue_value(key: str, value) -> None:
 
 
 def glue_findings(prefix: str, findings, plain=()) -> None:
-    """Glue every field of the dataclass ``findings`` as ``<prefix>_<field>`` (see the module docstring).
+    """Glue every field of the dataclass ``findings`` as ``<prefix>_<field>``; ``plain``: fields glued plain, not bold.
 
-    ``plain``: names of fields whose strings are sentences, glued as plain Markdown instead of bold.
-
-    Raises ``TypeError`` if ``findings`` is not a dataclass, and ``ValueError`` naming the clashing names
-    and fields if two fields would glue the same name (for example a Series ``x``, whose ``x_max`` is
-    glued by rule, beside a field ``x_max``): the page would silently cite whichever was glued last.
+    Raises ``TypeError`` if ``findings`` is not a dataclass, and ``ValueError`` naming the names and fields if two
+    fields would glue the same name (a Series ``x``'s ``x_max`` beside a field ``x_max``).
     """
     if not dataclasses.is_dataclass(findings):
         raise TypeError(f"glue_findings needs a findings dataclass, got {type(findings).__name__}")
@@ -100,11 +84,9 @@ CLAIM_FIELDS = ("estimate", "low", "high", "n", "p", "p_adjusted", "p_equivalenc
 
 
 def claims_items(prefix: str, claims: pd.DataFrame, clip: tuple | None = None) -> list[tuple[str, object]]:
-    """The names and values :func:`glue_claims` glues (no gluing): per claim ``<prefix>_<key>_<field>`` for
-    :data:`CLAIM_FIELDS`; the verdict as bold Markdown. ``clip``: ``(low, high)`` the quantity allows (e.g.
-    ``(-1, 1)`` for a difference of accuracies), applied to the printed interval ends.
-
-    Raises ``ValueError`` if ``claims`` lacks a claims table's columns."""
+    """The names and values :func:`glue_claims` glues: per claim ``<prefix>_<key>_<field>`` for :data:`CLAIM_FIELDS`,
+    the verdict bold; interval ends cut to ``clip`` (``(low, high)``). Raises ``ValueError`` if ``claims`` is not a
+    claims table or ``clip`` is not ``(low, high)`` with low <= high."""
     from IPython.display import Markdown
 
     if clip is not None and not (len(clip) == 2 and clip[0] <= clip[1]):
@@ -128,22 +110,16 @@ def claims_items(prefix: str, claims: pd.DataFrame, clip: tuple | None = None) -
 
 
 def glue_claims(prefix: str, claims: pd.DataFrame, clip: tuple | None = None) -> None:
-    """Glue a claims table (:func:`bnstudy.study.inference.claims_table`) by key: ``{glue:md}`<prefix>_<key>_verdict```
-    and ``{glue:text}`<prefix>_<key>_estimate:.3f``` (also ``_low``, ``_high``, ``_n``, ``_p``, ``_p_adjusted``,
-    ``_p_equivalence``)."""
+    """Glue a claims table by key (:func:`claims_items`)."""
     from myst_nb import glue
     for name, v in claims_items(prefix, claims, clip):
         glue(name, v, display=False)
 
 
 def numbers_items(prefix: str, numbers: pd.DataFrame) -> list[tuple[str, object]]:
-    """The names and values :func:`glue_numbers` glues (no gluing): per row of a numbers table
-    (:func:`bnstudy.study.inference.numbers_table`) an interval as ``<prefix>_<key>_mean``, ``_ci_low``, ``_ci_high``
-    (ends cut to the row's ``lowest`` / ``highest``), any other value as ``<prefix>_<key>`` by
-    :func:`glue_items`' rules (a short text bold, a bool ``yes`` / ``no``).
-
-    Raises ``ValueError`` naming the rows if two rows would glue one name (an interval ``x`` beside a value
-    ``x_mean``): the page would cite whichever came last."""
+    """The names and values :func:`glue_numbers` glues: per row of a numbers table an interval (ends cut to the row's
+    ``lowest`` / ``highest``) or a value, under ``<prefix>_<key>`` by :func:`glue_items`' rules. Raises
+    ``ValueError`` if it is no numbers table, or naming the rows if two would glue one name."""
     from .inference import NUMBER_COLUMNS
     if not isinstance(numbers, pd.DataFrame) or set(NUMBER_COLUMNS) - set(numbers.columns):
         raise ValueError(f"glue_numbers needs a numbers table (bnstudy.study.inference.numbers_table, columns "
@@ -166,8 +142,7 @@ def numbers_items(prefix: str, numbers: pd.DataFrame) -> list[tuple[str, object]
 
 
 def glue_numbers(prefix: str, numbers: pd.DataFrame) -> None:
-    """Glue a numbers table by derived keys (:func:`numbers_items`): the page cites
-    ``{glue:text}`<prefix>_<key>_mean:.3f``` for an interval and ``{glue:text}`<prefix>_<key>``` for a value."""
+    """Glue a numbers table by derived keys (:func:`numbers_items`)."""
     from myst_nb import glue
     for name, v in numbers_items(prefix, numbers):
         glue(name, v, display=False)
@@ -175,9 +150,8 @@ def glue_numbers(prefix: str, numbers: pd.DataFrame) -> None:
 
 def glue_chapter(prefix: str, claims: pd.DataFrame, numbers: pd.DataFrame, words: dict | None = None,
                  clip: tuple | None = None) -> None:
-    """A chapter's whole contract with its page in one call: its claims table (:func:`glue_claims`, interval ends
-    cut to ``clip``), its numbers table (:func:`glue_numbers`) and its sentences ``words`` (``{name: Markdown
-    text}``, glued as ``<prefix>_<name>``). Raises ``ValueError`` if two of them would glue one name."""
+    """Glue a chapter's claims (:func:`claims_items`), numbers (:func:`numbers_items`) and sentences ``words``
+    (``{name: Markdown}`` as ``<prefix>_<name>``). Raises ``ValueError`` if two of them would glue one name."""
     from IPython.display import Markdown
     from myst_nb import glue
     items = claims_items(prefix, claims, clip) + numbers_items(prefix, numbers) + \
@@ -199,8 +173,7 @@ def summary_items(prefix: str, summary: pd.DataFrame) -> list[tuple[str, float]]
 
 
 def _extra_text(name: str, value) -> str:
-    """One ``extra`` entry of the run line: ``rows_from`` (:func:`bnstudy.study.report.rows_origin`) as words, not
-    as a raw dict with a float wall time; anything else as ``, name=value``."""
+    """One ``extra`` entry of the run line: ``rows_from`` in words; anything else as ``, name=value``."""
     if name == "rows_from" and isinstance(value, dict):
         when = str(value.get("written") or "an unrecorded time").replace("T", " ").replace("+00:00", " UTC")
         w = value.get("workers")
@@ -213,10 +186,8 @@ def _extra_text(name: str, value) -> str:
 
 
 def run_line(config, execution=None, width: int = 78, extra: dict | None = None) -> str:
-    """The page's "Ran with" line for a chapter ``config`` (its ``describe()``), then the git commit,
-    device, torch and the threads each run used (``execution.threads``, default 1); wrapped to ``width``.
-    Also records the config's fields for the JSON sidecars of the chapter's tables. ``extra``: more
-    ``{name: value}`` for the line and the sidecars (e.g. ``rows_from``: where analysed rows came from)."""
+    """The page's "Ran with" line for a chapter ``config`` (:func:`bnstudy.study.report.describe_run` of its
+    ``describe()``), wrapped to ``width``; records the config's fields and ``extra`` for the tables' sidecars."""
     import torch
 
     from .config import Execution
@@ -250,11 +221,8 @@ def glue_md(key: str, text: str) -> str:
 
 
 def glue_table(key: str, table: pd.DataFrame) -> pd.DataFrame:
-    """Glue a DataFrame for a ``{glue:figure}`` that the book renders and numbers as a *table*.
-
-    Any ``{glue:figure}`` whose content is not an image is numbered in the table series (Table 1.1) by
-    ``bnstudy.study.sphinxext``; name it ``tbl-chNN-...`` so the label says so. Cells are never cut ("...").
-    """
+    """Glue a DataFrame for a ``{glue:figure}`` the book numbers as a *table* (label it ``tbl-chNN-...``); cells are
+    never cut. Returns ``table``."""
     from myst_nb import glue
     with pd.option_context("display.max_colwidth", None):
         glue(key, table, display=False)
@@ -272,7 +240,6 @@ def glue_p_texts(prefix: str, p_values: dict) -> None:
 
 
 def glue_values(prefix: str, values: dict) -> None:
-    """Glue each ``{name: value}`` of ``values`` as ``<prefix>_<name>`` by the rules of :func:`glue_value` (a
-    page's settings and constants that its prose cites, in one call)."""
+    """Glue each ``{name: value}`` of ``values`` as ``<prefix>_<name>`` by :func:`glue_value`."""
     for name, v in values.items():
         glue_value(f"{prefix}_{name}", v)

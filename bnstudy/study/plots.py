@@ -1,11 +1,4 @@
-"""One figure style for the book, and stable figure files.
-
-``save_figure(fig, "01-accuracy", figures_dir)`` writes ``01-accuracy.png`` (300 dpi)
-and ``01-accuracy.svg`` atomically, so a reader can cite and link a file whose
-name does not change between builds, and ``01-accuracy.json``, which names the
-tidy CSV the figure was drawn from. The book (``bnstudy.study.sphinxext``) links all of
-them under the figure labelled ``fig-ch01-accuracy``.
-"""
+"""One figure style for the book, and stable figure files (:func:`save_figure`) the book links under each figure."""
 
 from __future__ import annotations
 
@@ -25,6 +18,7 @@ from .inference import Interval, t_interval
 from .modes import MODE_NAMES
 from .sweep import atomic_write_bytes
 
+
 def _interval(values, confidence: float = 0.95) -> Interval:
     """A figure's bar: :func:`bnstudy.study.inference.t_interval` of ``values`` (NaN dropped); one value is drawn as a
     point without a bar."""
@@ -40,8 +34,7 @@ MODE_PALETTE = style.palette("mode", MODE_ORDER)  # one colour per freeze mode i
 
 def set_style() -> None:
     """The book's matplotlib/seaborn style (white grid, readable sizes, SVG text kept as text)."""
-    # Text at least 10 pt in a figure drawn at its own size; the book shows figures at up to page
-    # width (about 9 in), so a 9 in figure keeps 10 pt text and narrower ones are scaled up, never down.
+    # 10 pt text: the book shows figures at up to their own width, never scaled up
     sns.set_theme(context="notebook", style="whitegrid", font_scale=0.95)
     matplotlib.rcParams.update({"figure.dpi": 100, "savefig.bbox": "tight", "svg.fonttype": "none",
                                 "axes.titlesize": "medium", "font.size": 10, "legend.fontsize": 10,
@@ -52,18 +45,12 @@ PNG_DPI = 300
 
 
 def save_figure(fig: plt.Figure, name: str, figures_dir, data=None, where: dict | None = None) -> list[Path]:
-    """Write ``fig`` as ``<figures_dir>/<name>.png`` (300 dpi) and ``.svg``; returns both paths.
+    """Write ``fig`` atomically as ``<figures_dir>/<name>.png`` (300 dpi) and ``.svg``; returns both paths.
 
-    Also writes ``<name>.json`` naming the files and ``data``, the tidy CSV the figure was drawn from
-    (default: the table that :func:`bnstudy.study.report.save_table` wrote last in this process; pass the
-    path when the figure comes from another one, or a list of paths when it draws from several: the first is
-    ``data``, the others ``data_more``, each with its run-parameter sidecar). Raises ``ValueError`` if ``name`` has
-    a suffix or a path separator (names are stable ids), or for an empty list of paths.
-
-    ``where``: ``{column: [values]}`` of the chapter's per-seed rows that the figure shows, for its provenance card
-    (:mod:`bnstudy.study.provenance`), where ``data`` does not say it by itself (a claims table names no freeze
-    mode); the card adds the filter it derives from ``data``'s own columns. Raises ``ValueError`` unless it maps
-    column names to non-empty lists.
+    Also writes ``<name>.json`` naming ``data``, the CSV(s) the figure was drawn from (default: the table
+    :func:`bnstudy.study.report.save_table` wrote last), ``where`` (``{column: [values]}`` of the per-seed rows it
+    shows, for its provenance card) and :func:`legibility`. Raises ``ValueError`` if ``name`` has a suffix or a path
+    separator, for an empty list of ``data``, or unless ``where`` maps column names to non-empty lists.
     """
     from . import report
 
@@ -99,15 +86,9 @@ def save_figure(fig: plt.Figure, name: str, figures_dir, data=None, where: dict 
 
 
 def legibility(fig: plt.Figure) -> dict:
-    """How large ``fig``'s smallest text is on the page: ``width_in`` (the drawn width, tight bounding box, in
-    inches), ``min_font_pt`` (the smallest visible, non-empty text, in points as drawn) and ``page_font_pt``,
-    that size once the browser shrinks the figure to the text column
-    (:data:`bnstudy.study.style.COLUMN_WIDTH_IN`; a narrower figure is not enlarged), and ``phone_font_px``, the
-    smallest text's height in CSS px when a phone shows the figure :data:`bnstudy.study.style.PHONE_WIDTH_PX` wide
-    (a point is 1/72 in, drawn at 100 px per inch on the page). ``tests/test_pages_clean.py``
-    requires ``page_font_pt >= bnstudy.study.style.MIN_FONT_PT`` for every figure of the book."""
-    from . import style
-
+    """How large ``fig``'s smallest text is on the page: ``width_in`` (drawn width, inches), ``min_font_pt`` (as
+    drawn), ``page_font_pt`` (once shrunk to :data:`bnstudy.study.style.COLUMN_WIDTH_IN`, never enlarged) and
+    ``phone_font_px`` (CSS px at :data:`bnstudy.study.style.PHONE_WIDTH_PX`, 100 px per inch)."""
     fig.canvas.draw()
     sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
              if t.get_visible() and t.get_text().strip() and t.figure is not None]
@@ -123,11 +104,6 @@ def interval_frame(df: pd.DataFrame, by, value: str) -> pd.DataFrame:
     """Mean and 95% interval of ``value`` per group ``by``: columns ``mean, lo, hi``, indexed by ``by``."""
     return df.groupby(by)[value].apply(lambda v: pd.Series(tuple(_interval(v)), index=["mean", "lo", "hi"])).unstack()
 
-
-
-
-# --- chapters 1 and 2, issue 10: the head's optimizer swept, training budget, trap 3's dropout, trap 5's loss,
-# --- training on class-sorted batches; and a floor on text size -------------------------------------------------
 
 def min_text_size(fig: plt.Figure, size: float = 9.0) -> plt.Figure:
     """Raise every text of ``fig`` (labels, ticks, legends, annotations) below ``size`` points to ``size``."""
@@ -149,8 +125,6 @@ def _ci_text(mean, lo, hi, n, min_seeds=3, digits=3) -> str:
     return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-
-
 def legend_below(fig: plt.Figure, ax, ncol: int = 3) -> plt.Figure:
     """One legend for the whole figure, below its panels, from ``ax``'s labelled artists (``ncol`` columns), after
     ``tight_layout``; then :func:`fit_page` at the book's column width and smallest font (:mod:`.style`)."""
@@ -161,11 +135,8 @@ def legend_below(fig: plt.Figure, ax, ncol: int = 3) -> plt.Figure:
 
 
 def fit_page(fig: plt.Figure, width: float = 6.6, min_size: float = 9.0) -> plt.Figure:
-    """Shrink ``fig`` to at most ``width`` inches wide (aspect kept) and raise text below ``min_size`` pt.
-
-    A figure wider than the page is scaled down by the browser, and its text with it; at most the
-    page's width (about 6.6 in at 100 dpi in the book's theme), text set at 9 pt stays 9 pt.
-    """
+    """Shrink ``fig`` to at most ``width`` inches wide (aspect kept; the browser would shrink its text with it) and
+    raise text below ``min_size`` pt."""
     w, h = fig.get_size_inches()
     if w > width:
         fig.set_size_inches(width, h * width / w)

@@ -1,36 +1,13 @@
 """The provenance card under every figure and table of a chapter page (issue 37).
 
-A reader of a figure should find, without leaving the page, the rows behind it, a checksum that proves the file is
-the one the figure was drawn from, whether those rows were re-verified by recomputation, and what remaking the
-figure or its rows costs. :func:`card` gathers that from files the build already has, and :func:`card_html` writes
-it as a folded ``<details class="bn-provenance">`` block; ``bnstudy.study.sphinxext`` puts one under every labelled
-figure (``fig-chNN-...``) and table (``tbl-chNN-...``), and :func:`bnstudy.study.pagecheck.card_problems` checks
-every card of a built page (a missing card, a link that does not resolve, a sha256 that does not match).
-
-What the card reads (nothing here is typed by hand):
-
-* the figure's sidecar ``figures/NN-name.json`` (:func:`bnstudy.study.plots.save_figure`): the CSV the figure was
-  drawn from (``data``);
-* the chapter's **per-seed tables** in ``results/`` (a CSV ``NN_*.csv`` with a ``seed`` column, one row per run
-  and seed, and its JSON sidecar), copied verbatim into the built book's ``results/`` by the Sphinx extension; in a
-  book built from the data release only the release's tables count, which are byte-identical to
-  ``release/NN_*.csv`` (same sha256 as the manifest);
-* the filter: the figure's data and its per-seed table share grouping columns (``head``, ``optimizer``,
-  ``batch_size``...); a shared column whose values in the figure's data are a strict subset of the rows' values
-  selects the rows (``head in {linear, mlp}``). A glued table's data is the table its notebook saved last, before
-  gluing it, of a variable the glue call reads (:func:`bnstudy.study.figure.table_data`: ``04_heads_gap.csv`` for
-  ``glue("ch04_gap_table", figures.gap_display(gaps, ...))``), filtered the same way, with the ``where`` of a
-  figure drawn from the same CSV; a table made from no saved table (a numbers table) lists the chapter's per-seed
-  tables, unfiltered;
-* the release (``rows_from.release`` in the per-seed table's sidecar, written by :func:`bnstudy.study.report.load_rows`
-  from ``release/manifest.json``) and its last verification (``release.verified`` of the manifest, which
-  ``make verify-release RECORD=1`` writes): date, units recomputed per chapter, and the result for this chapter;
-* the cost: the command that regenerates the figure alone from the release (:mod:`bnstudy.study.figure`, nothing
-  trained, no notebook executed; the time measured by ``python -m bnstudy.study.figure --all``, in
-  ``bnstudy/study/figure_times.csv``), the command that re-executes its chapter (the time measured in
-  ``results/chapter_times.csv`` of this build) and the command that recomputes its rows, with
-  the recorded CPU time: the sum of the filtered rows' ``wall_s`` (each run used one thread) and the chapter's whole
-  recorded compute, the sum of every unit's recorded ``*wall_s`` in ``release/units/NN_name.jsonl.gz``.
+A reader finds, without leaving the page, the rows behind a figure, a checksum proving the file is the one it was
+drawn from, whether those rows were re-verified by recomputation, and what remaking the figure or its rows costs.
+:func:`card` gathers that from files the build already has (nothing typed by hand): the figure's sidecar (the CSV it
+was drawn from), the chapter's per-seed tables in ``results/`` (filtered to the part the figure shows,
+:func:`row_filter`), the release record and its last verification, and the recorded times (the per-figure remake,
+the chapter's execution, the units' summed ``wall_s``). :func:`card_html` writes it as a folded ``<details>`` block;
+:mod:`bnstudy.study.sphinxext` puts one under every labelled figure and table, and
+:func:`bnstudy.study.pagecheck.card_problems` checks them.
 """
 
 from __future__ import annotations
@@ -96,10 +73,9 @@ def _levels(s: pd.Series) -> set[str]:
 
 
 def row_filter(data: pd.DataFrame, rows: pd.DataFrame) -> dict[str, list[str]]:
-    """The filter that selects ``rows``' part shown by ``data``: ``{column: sorted values}`` for each column the two
-    share whose values in ``data`` (as text) are a non-empty strict subset of its values in ``rows``, and which is a
-    design column of ``rows``: at most :data:`MAX_LEVELS` values, the same set of them for every seed (a measured
-    accuracy differs from seed to seed; a swept setting does not). Empty when ``data`` shows every row."""
+    """The filter that selects the part of ``rows`` that ``data`` shows: ``{column: sorted values}`` for each shared
+    design column (at most :data:`MAX_LEVELS` values, the same set under every seed) whose values in ``data`` are a
+    non-empty strict subset of those in ``rows``. Empty when ``data`` shows every row."""
     out = {}
     for c in data.columns:
         if c == "seed" or c not in rows.columns:
@@ -141,8 +117,7 @@ def filter_text(where: dict) -> str:
 
 
 def _best_table(data: pd.DataFrame, tables: list[Path]) -> Path:
-    """The per-seed table with most columns whose values in ``data`` it all holds (``data``'s learning rates are
-    the search's, not the chosen ones), then most shared columns (ties: the chapter's main table, listed first)."""
+    """The per-seed table holding all of ``data``'s values in most columns, then sharing most columns, then first."""
     def score(p):
         t = _read(p)
         shared = [c for c in data.columns if c in t.columns and c != "seed"]
@@ -152,8 +127,7 @@ def _best_table(data: pd.DataFrame, tables: list[Path]) -> Path:
 
 @functools.lru_cache(maxsize=32)
 def _units_cpu_s(units_file: str, mtime: float) -> tuple[float, int]:
-    """The sum of every recorded ``*wall_s`` of a release's units file (seconds, one thread per unit), and the
-    number of units."""
+    """``(summed *wall_s of a release's units file in seconds, number of units)``."""
     total, n = 0.0, 0
     with gzip.open(units_file, "rt") as f:
         for line in f:
@@ -174,27 +148,24 @@ def _chapter_seconds(results_dir: Path, notebook: str) -> float | None:
 
 
 def _notebook_of(chapter: str, results_dir: Path, manifest: dict) -> str | None:
-    for c, rec in (manifest.get("chapters") or {}).items():
-        if c == chapter:
-            return rec.get("notebook")
+    if chapter in (manifest.get("chapters") or {}):
+        return manifest["chapters"][chapter].get("notebook")
     names = sorted((p.stem for p in results_dir.glob(f"{chapter}_*.csv")), key=len)
     return names[0] if names else None
 
 
 def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "results",
          release_dir: str = "release") -> dict | None:
-    """The provenance of the figure or table labelled ``label`` (``fig-chNN-name`` / ``tbl-chNN-name``; chapter 5
-    spells its tables ``tab-chNN-name``) in a book
-    whose root is ``srcdir``; ``None`` if the label is not a chapter's figure or table, or the chapter has no
-    per-seed table in ``results_dir`` (nothing to point to).
+    """The provenance of the figure or table labelled ``label`` (``fig-chNN-name``, ``tbl-``/``tab-chNN-name``) in the
+    book rooted at ``srcdir``; ``None`` if the label is no chapter's figure or table, or the chapter has no per-seed
+    table in ``results_dir``.
 
-    Returns a dict: ``label``, ``chapter`` (``"04"``), ``notebook`` (``"04_heads"``), ``rows`` (a list, one per linked
-    per-seed table, of ``file`` (name under ``results/``), ``sha256``, ``n_rows``, ``where`` (the filter),
-    ``n_selected``, ``cpu_s`` (the selected rows' summed ``wall_s``, ``None`` without that column)), ``data`` (the
-    figure's own CSV, or ``None``), ``release`` (the rows' release record or ``None``), ``manifest_sha256`` (per
-    linked file, the release manifest's sha256 of that table, or ``None``), ``chapter_cpu_s`` / ``chapter_units``
-    (from the release's units file, or ``None``), ``run_wall_s`` / ``workers`` (the chapter's recorded run),
-    ``remake_s`` (this build's time to execute the chapter), ``profile`` (the rows' profile, from the sidecar).
+    Returns a dict: ``label``, ``kind``, ``chapter`` (``"04"``), ``notebook``, ``rows`` (per linked per-seed table:
+    ``file``, ``sha256``, ``n_rows``, ``where``, ``n_selected``, ``cpu_s``, ``manifest_sha256``), ``data`` (the
+    figure's own CSV or ``None``), ``remake_figure``, ``release``, ``verified``, ``n_verified_chapters``,
+    ``chapter_cpu_s`` / ``chapter_units`` (from the release's units file), ``run_wall_s``, ``workers``, ``profile``
+    and ``remake_s`` (this build's time to execute the chapter). Raises ``ValueError`` if a figure filters on a
+    column its rows lack.
     """
     m = re.match(r"^(fig|tbl|tab)-ch(\d+)-(.+)$", label)
     if m is None:
@@ -278,9 +249,8 @@ def card(label: str, srcdir, figures_dir: str = "figures", results_dir: str = "r
 
 
 def _remake_figure(label: str) -> dict | None:
-    """The per-figure remake of ``label`` (:mod:`bnstudy.study.figure`): ``number``, ``command`` and, when
-    :data:`bnstudy.study.figure.TIMES_FILE` records it, ``seconds``, ``cpus``, ``measured``; ``None`` for a label no
-    chapter notebook numbers."""
+    """``number``, ``command``, ``seconds``, ``cpus``, ``measured`` of the per-figure remake of ``label``; ``None`` for
+    a label no chapter notebook numbers."""
     from . import figure
 
     numbers = {f.label: n for n, f in figure.figure_index().items()}
@@ -301,8 +271,7 @@ def _duration(s: float) -> str:
 
 
 def _verification(c: dict) -> str:
-    """The card's release line, in the words of the run line and the history page
-    (:func:`bnstudy.study.report.verified_text`, :func:`~bnstudy.study.report.verification_words`)."""
+    """The card's release line, in the words of the run line and the history page."""
     from .report import verification_words, verified_text
 
     rel, v = c["release"], c["verified"]
@@ -320,9 +289,8 @@ def _verification(c: dict) -> str:
 
 
 def card_html(c: dict, root: str = "") -> str:
-    """The folded HTML of card ``c`` (:func:`card`); links are relative to the page, ``root`` is the path from the
-    page to the book's root (``"../"`` for a chapter page). Each rows link is an ``<a class="bn-rows">`` and its
-    checksum a ``<code class="bn-sha256" data-file="...">`` naming the same href, which the page check resolves."""
+    """The folded HTML of card ``c`` (:func:`card`); ``root``: the path from the page to the book's root (``"../"``).
+    Each rows link (``a.bn-rows``) has a checksum ``code.bn-sha256`` whose ``data-file`` the page check resolves."""
     e = html.escape
     what = "figure" if c["kind"] == "fig" else "table"
     items = []

@@ -1,37 +1,20 @@
 """The data release: every chapter's full-profile tables, the units they were made of, and a proof by recomputation.
 
-The published book is built from ``release/`` (nothing trained); the release is recomputed only on purpose
-(``make release``) and proven by recomputing a seeded sample of its units (``make verify-release``).
-
-Layout of ``release/``:
-
-* ``NN_name.csv`` and ``NN_name_<suffix>.csv``: a chapter's main table and the sibling tables its page
-  analyses, each with the JSON sidecar the chapter's run wrote (:func:`bnstudy.study.report.write_sidecar`), so
-  ``rows=release/NN_name.csv`` rebuilds the page (:func:`bnstudy.study.report.rows_or_run`).
-* ``units/NN_name.jsonl.gz``: every cached unit (one run of :func:`bnstudy.study.sweep.run_sweep`: its namespace,
-  config and row) that the chapter's run read, as recorded while it ran (:data:`bnstudy.study.sweep.UNITS_LOG_ENV`).
-  Stage-1 weights are not shipped: a unit that needs them trains them again.
-* ``manifest.json``: per table its sha256, rows, chapter, profile, seeds, the run's wall time and workers; per
-  chapter the git commit and code fingerprint it was computed at, torch, Python, threads per run, device and
-  CPU; for the release its version and date, and the last verification.
-
-Verification (:func:`verify`): for each chapter, a run cache is filled from the recorded units except a seeded
-random sample of them, and the chapter's tables are computed again from it. The sampled units are recomputed
-from scratch (their stage-1 backbones too, since no weights ship), and every other unit is read from the
-recorded rows, so this checks two things with ``==`` on every column (wall times aside): that the current code
-computes the sampled units' rows exactly, and that the release's tables are what the current code makes of its
-units. A sampled unit runs without its lockstep group mates; a run's row never depends on them
-(:mod:`bnstudy.study.sweep`), and a difference would show here.
+``release/`` holds each chapter's tables with their sidecars (``rows=release/NN_name.csv`` rebuilds a page), the
+cached units its run read (``units/NN_name.jsonl.gz``; no stage-1 weights ship) and ``manifest.json`` (per table,
+chapter and release: hashes, seeds, commit, environment, the last verification). It is recomputed only on purpose
+(``make release``) and proven by recomputing a seeded sample of its units from scratch, every other unit read from
+the record, with ``==`` on every column but wall times (``make verify-release``, :func:`verify`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import gzip
 import hashlib
 import json
-import os
 import platform
 import random
 import shutil
@@ -41,8 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from .book import environ as _environ
 from .manifest import MANIFEST, RELEASE_DIR, REPO, read_manifest, write_manifest  # noqa: F401 (release's API)
-#: The release's version: the date of its newest chapter computation (``YYYY.MM.DD``), set by :func:`compute`.
+
 WALL_COLUMNS_SUFFIX = "wall_s"
 
 
@@ -60,8 +44,7 @@ class Chapter:
         return self.notebook
 
     def experiment(self):
-        """The chapter's run module: ``bnstudy.study.experiments.NAME.run`` for a chapter folder (what is trained),
-        else the chapter's single module ``bnstudy.study.experiments.NAME``."""
+        """``bnstudy.study.experiments.NAME.run`` for a chapter folder, else the single module ``...NAME``."""
         import importlib
         mod = importlib.import_module(f"bnstudy.study.experiments.{self.module}")
         if hasattr(mod, "__path__"):  # a chapter folder: run / findings / figures
@@ -69,13 +52,12 @@ class Chapter:
         return mod
 
     def findings(self):
-        """The chapter's findings module (``bnstudy.study.experiments.NAME.findings`` for a chapter folder, its
-        ``claims`` module for a lean one without findings, else the single module): where its claims,
-        ``DIRECTIONS`` and sentences live."""
+        """Where the chapter's claims live: ``NAME.findings`` of a chapter folder (``NAME.claims`` without one), else
+        the single module."""
         import importlib
         import importlib.util
         mod = importlib.import_module(f"bnstudy.study.experiments.{self.module}")
-        if hasattr(mod, "__path__"):  # a lean chapter folder (issue 33) says its questions in claims.py
+        if hasattr(mod, "__path__"):
             name = "findings" if importlib.util.find_spec(f"{mod.__name__}.findings") else "claims"
             return importlib.import_module(f"{mod.__name__}.{name}")
         return mod
@@ -97,23 +79,14 @@ class Chapter:
         return {self.main: mod.run(config, execution)}
 
 
-CHAPTERS = {c.number: c for c in (
-    Chapter("01", "01_freeze_modes", "freeze_modes"),
-    Chapter("02", "02_eval_traps", "eval_traps"),
-    Chapter("03", "03_shift_strength", "shift_strength"),
-    Chapter("04", "04_heads", "heads"),
-    Chapter("05", "05_batch_size", "batch_size"),
-    Chapter("06", "06_unknown_task", "unknown_task"),
-    Chapter("07", "07_real_data", "real_data"),
-    Chapter("08", "08_test_time", "test_time"),
-    Chapter("09", "09_momentum_affine", "momentum_affine"),
-)}
+CHAPTERS = {c.number: c for c in (Chapter(nb[:2], nb, nb[3:]) for nb in (
+    "01_freeze_modes", "02_eval_traps", "03_shift_strength", "04_heads", "05_batch_size", "06_unknown_task",
+    "07_real_data", "08_test_time", "09_momentum_affine"))}
 
 
 def parse_chapters(spec) -> list[Chapter]:
-    """``"03,04"``, ``["03", "4"]`` or ``None``/``""``/``"all"`` (every chapter) as :class:`Chapter` objects.
-
-    Raises ``ValueError`` naming the parameter and the allowed values for an unknown chapter."""
+    """``"03,04"``, ``["03", "4"]`` or ``None``/``""``/``"all"`` as :class:`Chapter` objects. Raises ``ValueError``
+    naming the parameter and the allowed values for an unknown chapter."""
     if spec is None or spec == "" or spec == "all":
         return list(CHAPTERS.values())
     items = spec.replace(" ", ",").split(",") if isinstance(spec, str) else list(spec)
@@ -128,16 +101,12 @@ def parse_chapters(spec) -> list[Chapter]:
     return out
 
 
-# --- machine and code records ----------------------------------------------------------------------------------------
-
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``), else :func:`platform.processor`, else ``"unknown"``."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or "unknown"
 
 
@@ -164,8 +133,6 @@ def sha256_file(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-# --- units -----------------------------------------------------------------------------------------------------------
-
 def units_path(chapter: Chapter, release_dir=RELEASE_DIR) -> Path:
     return Path(release_dir) / "units" / f"{chapter.main}.jsonl.gz"
 
@@ -182,30 +149,17 @@ def read_units(path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-# --- compute ---------------------------------------------------------------------------------------------------------
-
 def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_dirty: bool = False,
             work_dir=None, profile: str = "full", log=print, parameters: dict | None = None,
             reuse_units: bool = False) -> dict:
-    """Recompute ``chapters`` (see :func:`parse_chapters`) at ``profile`` (the release's is ``full``; ``quick``
-    makes a small release for tests) and write them into ``release_dir``. ``parameters``: notebook parameters
-    passed to every chapter on top of the profile's (e.g. ``{"networks": ["small_cnn"]}`` for a smaller test
-    release); the release's recorded parameters name them.
+    """Recompute ``chapters`` (:func:`parse_chapters`) at ``profile`` (``quick``: a small release for tests) into
+    ``release_dir``; ``parameters``: notebook parameters on top of the profile's. Returns the manifest.
 
-    Each chapter's notebook is executed with papermill (:func:`bnstudy.study.book.execute_chapter`, profile
-    ``full``, the notebook's defaults) with its tables, figures and page going to a work folder and every unit
-    its sweeps return recorded; only when the whole notebook ran are its tables and units copied into
-    ``release_dir`` and the manifest rewritten, so an interrupted chapter leaves the release as it was (its
-    finished runs stay in the run cache, and a rerun resumes). Finished chapters are kept when a later one fails.
-
-    ``reuse_units=True`` (a new axis, issue 33): every unit the release already records for the chapter counts as
-    computed, matched by namespace and config (as :func:`verify` takes the units it does not sample), so only the
-    units the design added are run. Use it only when the code that computes the recorded units is unchanged since
-    they were computed; :func:`verify` then recomputes a seeded sample of them, old and new, and requires ``==``.
-    The manifest's chapter entry records ``reused_units``.
-
-    Raises ``RuntimeError`` if the code that computes rows has uncommitted changes (a release must name the commit
-    that computed it; ``allow_dirty=True`` for tests), or what the chapter's execution raised.
+    Each notebook runs in a work folder with its units recorded; only a notebook that ran to the end has its tables
+    and units copied and the manifest rewritten, so an interrupted chapter leaves the release as it was.
+    ``reuse_units=True``: the units the release already records count as computed (only when their code is
+    unchanged; :func:`verify` then checks a sample of old and new). Raises ``RuntimeError`` if the code that computes
+    rows has uncommitted changes (``allow_dirty=True`` for tests), or what the chapter's execution raised.
     """
     from . import book, numerics
     from .report import sidecar_path
@@ -231,20 +185,9 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
         t0 = time.perf_counter()
         recorded = units_path(ch, release_dir)
         reused = read_units(recorded) if reuse_units and recorded.exists() else []
-        env = {UNITS_LOG_ENV: str(log_path), **({VERIFY_ENV: str(recorded)} if reused else {})}
-        old = {k: os.environ.get(k) for k in (UNITS_LOG_ENV, VERIFY_ENV)}
-        os.environ.update(env)
-        if not reused:
-            os.environ.pop(VERIFY_ENV, None)
-        try:
+        with _environ(**{UNITS_LOG_ENV: str(log_path), VERIFY_ENV: str(recorded) if reused else None}):
             book.execute_chapter(REPO / "chapters" / f"{ch.notebook}.ipynb", work / "chapters", profile,
                                  parameters=params, log_output=True)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         wall = time.perf_counter() - t0
         units = read_log(log_path)
         if reused:
@@ -257,7 +200,7 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
         missing = [s for s in stems if not (work / "results" / f"{s}.csv").exists()]
         if missing:
             raise RuntimeError(f"release: chapter {ch.number}'s page saved no {missing} (expected {stems})")
-        # Copy tables (sidecar last, so a table without its sidecar is never taken as complete), then units.
+        # tables (sidecar last, so a table without its sidecar is never taken as complete), then units
         for old_stem in [k for k, v in manifest["tables"].items() if v.get("chapter") == ch.number]:
             manifest["tables"].pop(old_stem)
         for s in stems:
@@ -300,21 +243,16 @@ def compute(chapters, release_dir=RELEASE_DIR, n_jobs: int | None = None, allow_
         if release_dir.resolve() == RELEASE_DIR.resolve():
             history.PAGE.write_text(history.page(release_dir))
         shutil.rmtree(work, ignore_errors=True)
-        try:
+        with contextlib.suppress(OSError):
             work.parent.rmdir()
-        except OSError:
-            pass
         log(f"[bnstudy.study.release] chapter {ch.number}: {len(stems)} tables, {len(units):,} units, {wall / 60:.1f} min")
     return manifest
 
 
 def _chapter_numerics(units: list[dict], allow_other: bool = False) -> dict:
-    """The numeric environment a chapter's units were computed under (:func:`bnstudy.study.numerics.record` of this
-    process, which set the pin its kernels and workers inherit), with ``key``; raises ``RuntimeError`` if a unit
-    records another environment (a run cache filled under other kernels: rows of two environments never mix in
-    one release table), unless ``allow_other`` (units reused from the release's record, ``compute(reuse_units=
-    True)``): then ``mixed`` counts the units per environment (``"unrecorded"``: computed before environments were
-    recorded), and :func:`verify_chapter` checks the chapter statistically on every machine."""
+    """This process's numeric environment (:func:`bnstudy.study.numerics.record`, with ``key``), which the chapter's
+    units were computed under. Raises ``RuntimeError`` if a unit records another (two environments never mix in one
+    table), unless ``allow_other`` (reused units): then ``mixed`` counts the units per environment."""
     from . import numerics
     rec = numerics.record()
     rec["key"] = numerics.key(rec)
@@ -330,10 +268,8 @@ def _chapter_numerics(units: list[dict], allow_other: bool = False) -> dict:
 
 def sync_citation(manifest: dict, path=REPO / "CITATION.cff", zenodo=REPO / ".zenodo.json",
                   cite_page=REPO / "book" / "cite.md") -> None:
-    """Set the release's version and date where the book is cited: ``version`` and ``date-released`` in
-    ``CITATION.cff``, ``version`` and ``publication_date`` in ``.zenodo.json`` and the BibTeX on ``book/cite.md``
-    (the release is what is cited). A file that does not exist is skipped."""
-    import json
+    """Set the release's version and date in ``CITATION.cff``, ``.zenodo.json`` and the BibTeX on ``book/cite.md``
+    (a missing ``.zenodo.json`` or ``cite.md`` is skipped)."""
     import re
 
     from .sweep import atomic_write_bytes
@@ -354,8 +290,6 @@ def sync_citation(manifest: dict, path=REPO / "CITATION.cff", zenodo=REPO / ".ze
         atomic_write_bytes(Path(cite_page), text.encode())
 
 
-# --- verify ----------------------------------------------------------------------------------------------------------
-
 def _is_wall(name: str) -> bool:
     return str(name).endswith(WALL_COLUMNS_SUFFIX)
 
@@ -372,6 +306,13 @@ def run_state_columns(ch: Chapter, stem: str) -> tuple:
 def sample_units(candidates: list[int], n: int, seed: int) -> list[int]:
     """``n`` of ``candidates`` (unit indices) drawn at random with ``seed``, sorted."""
     return sorted(random.Random(seed).sample(sorted(candidates), min(n, len(candidates))))
+
+
+def _size(a, b) -> str:
+    try:
+        return f" (|difference| {abs(float(a) - float(b)):.3g})"
+    except (TypeError, ValueError):
+        return ""
 
 
 def compare_tables(name: str, release, recomputed, limit: int = 20, skip: tuple = ()) -> list[str]:
@@ -398,12 +339,8 @@ def compare_tables(name: str, release, recomputed, limit: int = 20, skip: tuple 
         a, b = release[c], recomputed[c]
         same = (a == b) | (a.isna() & b.isna())
         for r in same.index[~same.to_numpy()]:
-            try:
-                size = f" (|difference| {abs(float(a[r]) - float(b[r])):.3g})"
-            except (TypeError, ValueError):
-                size = ""
             va, vb = (v.item() if hasattr(v, "item") else v for v in (a[r], b[r]))
-            out.append(f"{name} row {r}, column {c}: release {va!r}, recomputed {vb!r}{size}")
+            out.append(f"{name} row {r}, column {c}: release {va!r}, recomputed {vb!r}{_size(a[r], b[r])}")
             if len(out) >= limit:
                 return out + [f"{name}: more differences not listed"]
     return out
@@ -416,11 +353,7 @@ def compare_rows(name: str, release: dict, recomputed: dict) -> list[str]:
             continue
         a, b = release.get(k, "<missing>"), recomputed.get(k, "<missing>")
         if a != b and not (isinstance(a, float) and isinstance(b, float) and a != a and b != b):
-            try:
-                size = f" (|difference| {abs(float(a) - float(b)):.3g})"
-            except (TypeError, ValueError):
-                size = ""
-            out.append(f"{name}, field {k}: release {a!r}, recomputed {b!r}{size}")
+            out.append(f"{name}, field {k}: release {a!r}, recomputed {b!r}{_size(a, b)}")
     return out
 
 
@@ -506,22 +439,14 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
                    log=print) -> dict:
     """Recompute ``n`` sampled units of ``ch`` from an empty cache and the chapter's tables from the rest.
 
-    Two passes over a temporary run cache filled from the release's units: first with every unit (nothing
-    trains): the tables the code makes of the release's units must be the release's tables (``==``: analysis only,
-    whatever the kernels), and the units the tables are made of (stage-2 and other non-source units) are the
-    sample's candidates; then without ``n`` of them, drawn with ``seed`` (plus the chapter number): they are
-    computed again from scratch, stage 1 included, each without its lockstep group mates.
-
-    How the recomputed units are judged depends on the numeric environment (:mod:`bnstudy.study.numerics`): where this
-    machine's (:func:`bnstudy.study.numerics.record`) has the chapter's recorded identity, every field and every table
-    must be ``==`` (``mode="exact"``); where it cannot (other kernels, vendor, versions, device, or a chapter
-    computed before environments were recorded), the differing parts are named (``environment``) and each unit is
-    checked against its condition's seed-to-seed spread in the release (:func:`seed_spread_check`,
-    ``mode="statistical"``).
+    Pass 1 fills a run cache with every recorded unit: the tables made of them must be the release's. Pass 2 leaves
+    out ``n`` of the tables' non-source units (drawn with ``seed`` plus the chapter number), computed again from
+    scratch. Under the chapter's recorded numeric environment every field and table must be ``==``
+    (``mode="exact"``); under another (named in ``environment``) each unit is checked against its condition's seed
+    spread (:func:`seed_spread_check`, ``mode="statistical"``).
 
     Returns ``dict(chapter, mode, environment, sampled, units, tables, retrained, differences, statistical,
-    wall_s)``; ``differences`` lists every cell, field, table or unit that fails its check, naming the chapter,
-    table, row and column and the size of the difference; ``statistical`` one line per unit checked so."""
+    unjudged, checked, wall_s)``; ``differences`` names the chapter, table, row, column and size of every failure."""
     import pandas as pd
 
     from . import numerics
@@ -552,19 +477,8 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
         return out
 
     def tables_with(known: Path, log_path: Path | None = None):
-        env = {VERIFY_ENV: str(known), **({UNITS_LOG_ENV: str(log_path)} if log_path else {})}
-        old = {k: os.environ.get(k) for k in (VERIFY_ENV, UNITS_LOG_ENV)}
-        os.environ.update(env)
-        if not log_path:
-            os.environ.pop(UNITS_LOG_ENV, None)
-        try:
+        with _environ(**{VERIFY_ENV: str(known), UNITS_LOG_ENV: str(log_path) if log_path else None}):
             return ch.tables(cfg, ex)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
     statistical: list[str] = []
     unjudged: list[str] = []
@@ -578,10 +492,7 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
         # numeric environment a table cell that the page's own process computes (chapter 2's audits) is not ==
         # either, and cannot be told from a code change: it is listed, not failed (``unjudged``).
         first = compare(tables_with(units_path(ch, release_dir), tmp / "requested.jsonl"), "from the release's units")
-        if mode == "exact":
-            diffs += first
-        else:
-            unjudged += first
+        (diffs if mode == "exact" else unjudged).extend(first)
         requested = {(u["namespace"], _canonical(u["config"]), unit_threads(u))
                      for u in read_log(tmp / "requested.jsonl")} if (tmp / "requested.jsonl").exists() else set()
         canon = [(u["namespace"], _canonical(u["config"]), unit_threads(u)) for u in units]
@@ -592,11 +503,12 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
         picked = sample_units(candidates, n, seed + int(ch.number))
         # pass 2: an empty cache, the sampled units left out of the known rows: they are computed again
         known = tmp / "known.jsonl"
-        skip = set(picked)
-        known.write_text("".join(json.dumps(u) + "\n" for i, u in enumerate(units) if i not in skip))
+        known.write_text("".join(json.dumps(u) + "\n" for i, u in enumerate(units) if i not in picked))
         ex = Execution(cache_dir=str(tmp / "cache2"), n_jobs=n_jobs, threads=threads, progress=True)
         tables = tables_with(known)
-        index = {ns: _cache_index(tmp / "cache2" / ns) for ns in {units[i]["namespace"] for i in picked}}
+        index = {ns: {_canonical(d["config"]): d["row"] for d in (json.loads(p.read_text())
+                                                                  for p in (tmp / "cache2" / ns).glob("*.json"))}
+                 for ns in {units[i]["namespace"] for i in picked}}
         peers_of: dict = {}
         for i, u in enumerate(units):
             peers_of.setdefault((u["namespace"], unit_threads(u), condition_of(u["config"])), []).append(u["row"])
@@ -655,25 +567,10 @@ def verify_chapter(ch: Chapter, n: int, seed: int = 0, release_dir=RELEASE_DIR, 
                 unjudged=unjudged, checked=checked, wall_s=round(wall, 1))
 
 
-def _cache_index(folder: Path) -> dict:
-    """``{canonical config: row}`` of a run cache's namespace folder, whatever the code version of its keys."""
-    from .sweep import _canonical
-    out = {}
-    for p in folder.glob("*.json"):
-        doc = json.loads(p.read_text())
-        out[_canonical(doc["config"])] = doc["row"]
-    return out
-
-
 def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_jobs: int | None = None,
            record: bool = False, log=print) -> int:
-    """Verify every released chapter in ``chapters`` (:func:`verify_chapter`) and say what was proven.
-
-    Per chapter: ``exact`` (this machine's numeric environment is the one the chapter was computed under, so every
-    sampled unit and table must be ``==``) or ``statistical`` (the environment differs, in the parts named, so each
-    sampled unit is checked against its condition's seed-to-seed spread in the release). A difference of the
-    machine alone is never reported as a failure; a unit that is not ``==`` under the same environment, or not a
-    plausible seed under another, is.
+    """Verify every released chapter in ``chapters`` (:func:`verify_chapter`, exact or statistical) and log what was
+    proven; a difference of the machine alone is never a failure.
 
     Returns the exit status: 0 (every chapter exact or statistically consistent), 1 (a difference, listed), 2
     (nothing to verify). ``record``: on success write the verification (date, commit, per chapter exact or
@@ -722,16 +619,12 @@ def verify(chapters=None, n: int = 5, seed: int = 0, release_dir=RELEASE_DIR, n_
         log(f"[bnstudy.study.release] FAILED: {len(bad)} of {len(results)} chapters differ from the release "
             f"({', '.join(r['chapter'] + ' ' + r['mode'] for r in bad)})")
         return 1
-    parts = []
-    if exact:
-        parts.append(f"chapters {', '.join(exact)} exactly (every sampled unit and every table == the release, "
-                     "wall times aside)")
-    if stat:
-        parts.append(f"chapters {', '.join(stat)} statistically consistent (numeric environment differs; every "
-                     "checkable sampled unit within its seeds' spread)")
-    if unchecked:
-        parts.append(f"chapters {', '.join(unchecked)} could not be checked statistically (numeric environment "
-                     f"differs, and no sampled unit's condition has {STAT_MIN_SEEDS} seeds)")
+    parts = [f"chapters {', '.join(chs)} {what}" for chs, what in (
+        (exact, "exactly (every sampled unit and every table == the release, wall times aside)"),
+        (stat, "statistically consistent (numeric environment differs; every checkable sampled unit within its "
+               "seeds' spread)"),
+        (unchecked, "could not be checked statistically (numeric environment differs, and no sampled unit's "
+                    f"condition has {STAT_MIN_SEEDS} seeds)")) if chs]
     log(f"[bnstudy.study.release] verified: {units} sampled units in {len(results)} chapters recomputed; "
         + "; ".join(parts) + f"; {sum(r['wall_s'] for r in results):.0f} s")
     if record:

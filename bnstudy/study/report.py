@@ -1,14 +1,7 @@
-"""Helpers the chapters use to put measured numbers into prose and tables, and to record provenance.
+"""Provenance of a chapter's tables: what it ran with, the tables' JSON sidecars, and reading an earlier run's rows.
 
-Values are glued as plain Python numbers (a NumPy scalar's text form,
-``np.float64(0.5)``, would break ``{glue:text}`key:.3f```), and sentences whose
-wording depends on the data are glued as Markdown for ``{glue:md}``.
-
-Provenance: :func:`run_line` prints what a chapter ran with (profile, seeds,
-parameters, the git commit of the code, device, torch and its thread count), and
-:func:`save_table` writes, next to every CSV, a JSON sidecar with the same facts
-plus the chapter's full parameters (from ``$BNSTUDY_RUN_PARAMETERS``, set by the
-book runner and the ``bnstudy`` command, else from the last :func:`run_line`).
+:func:`run_line` prints what a chapter ran with; :func:`save_table` writes, next to every CSV, a JSON sidecar with the
+same facts plus the chapter's full parameters (``$BNSTUDY_RUN_PARAMETERS``, else the last :func:`run_line`).
 """
 
 from __future__ import annotations
@@ -40,13 +33,9 @@ _SAVED: list[Path] = []
 
 @lru_cache(maxsize=None)
 def git_commit(repo=None) -> str:
-    """The code's git commit: a short hash, ``"+dirty"`` appended when tracked files of the code that computes rows
-    or pages (``bnstudy/``, ``chapters/``, ``pyproject.toml``: what :func:`bnstudy.study.release.git_state` checks) have
-    uncommitted changes. Files a run itself rewrites (``release/`` while ``make release`` computes several
-    chapters, ``CITATION.cff``) do not make it dirty: they are outputs, not the code.
-
-    ``"unknown"`` outside a git checkout (an installed package) or without ``git``.
-    """
+    """The code's short git commit, ``"+dirty"`` appended when tracked files under ``bnstudy/``, ``chapters/`` or
+    ``pyproject.toml`` have uncommitted changes (outputs such as ``release/`` do not count); ``"unknown"`` outside a
+    git checkout or without ``git``."""
     repo = str(repo or _REPO)
     try:
         head = subprocess.run(["git", "-C", repo, "rev-parse", "--short=10", "HEAD"], capture_output=True,
@@ -60,33 +49,25 @@ def git_commit(repo=None) -> str:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
-def package_version() -> str:
-    """The installed ``bnstudy`` version."""
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("bnstudy")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def environment() -> dict:
-    """Where the code ran: package version, git commit, device, torch and its thread count, Python, and the numeric
-    environment's id (:func:`bnstudy.study.numerics.key`: pinned or native kernels, capability, CPU vendor, versions)."""
+    """Where the code ran: package version, git commit, numeric environment (:func:`bnstudy.study.numerics.key`),
+    device, torch and its thread count, Python."""
+    from importlib.metadata import PackageNotFoundError, version
+
     from . import numerics
+    try:
+        bnstudy = version("bnstudy")
+    except PackageNotFoundError:
+        bnstudy = "unknown"
     cuda = torch.cuda.is_available()
-    return dict(bnstudy=package_version(), git_commit=git_commit(), numerics=numerics.key(),
+    return dict(bnstudy=bnstudy, git_commit=git_commit(), numerics=numerics.key(),
                 device=f"cuda ({torch.cuda.get_device_name(0)})" if cuda else "cpu",
                 torch=torch.__version__, torch_threads=torch.get_num_threads(),
                 python=platform.python_version())
 
 
 def run_line(profile: str, n_seeds: int, width: int = 78, **params) -> str:
-    """A short, human-readable record of what a chapter ran with, wrapped to ``width`` characters.
-
-    Names the profile, seeds, the chapter's parameters, the git commit of the code (``+dirty`` with
-    uncommitted changes), the device, and torch with its thread count. Wrapped so that the whole line is
-    visible on a page without scrolling. Also remembered for the tables' JSON sidecars.
-    """
+    """What a chapter ran with (profile, seeds, ``params``, then :func:`describe_run`), wrapped to ``width``."""
     extra = ", ".join(f"{k}={v}" for k, v in params.items())
     return describe_run(f"profile={profile}, {n_seeds} seeds, {extra}",
                         dict(profile=profile, n_seeds=int(n_seeds), **params), width)
@@ -95,8 +76,8 @@ def run_line(profile: str, n_seeds: int, width: int = 78, **params) -> str:
 def describe_run(description: str, parameters: dict, width: int = 78, run_threads: int | None = None) -> str:
     """``"Ran with <description>; bnstudy ... at git commit ...; device ..., torch ..."``, wrapped to ``width``.
 
-    ``parameters`` are remembered for the JSON sidecars of the tables this process saves (those saved
-    earlier are rewritten). ``run_threads``: torch threads each run used, if fixed by the sweep.
+    ``parameters`` go into the sidecars of the tables this process saves (earlier ones are rewritten).
+    ``run_threads``: torch threads each run used, if fixed by the sweep.
     """
     env = environment()
     threads = (f"{run_threads} thread{'s' if run_threads != 1 else ''} per run" if run_threads
@@ -109,10 +90,15 @@ def describe_run(description: str, parameters: dict, width: int = 78, run_thread
     _RUN.update(parameters)
     if run_threads:  # the sidecar's environment.torch_threads is this (notebook) process's, not the runs'
         _RUN["torch_threads_per_run"] = run_threads
-    for p in _SAVED:  # tables saved before this call get the run's parameters too
+    _rewrite_sidecars()
+    return textwrap.fill(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def _rewrite_sidecars() -> None:
+    """Tables saved earlier in this process get the run's parameters too."""
+    for p in _SAVED:
         if p.exists():
             write_sidecar(p)
-    return textwrap.fill(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def _jsonable(v):
@@ -126,9 +112,8 @@ def _jsonable(v):
 
 
 def portable_path(value: str, root) -> str:
-    """An absolute path as a sidecar records it, free of the machine that wrote it: relative to the repository
-    (``release/04_heads.csv``), else to the book's ``root`` (``results``), else to the home folder
-    (``~/.cache/bnstudy``), else its name alone. Anything else (a relative path, a word) comes back unchanged."""
+    """An absolute path relative to the repository, else to the book's ``root``, else ``~/``, else its name alone;
+    anything else (a relative path, a word) unchanged."""
     if not isinstance(value, str) or not os.path.isabs(value):
         return value
     p = Path(value).resolve()
@@ -156,21 +141,16 @@ def sidecar_path(csv_path) -> Path:
 
 
 def _read_table(path, data: bytes) -> pd.DataFrame:
-    """A saved CSV (``data``: its bytes) as a table; a table saved with no columns (``to_csv`` writes an
-    empty line) comes back empty instead of raising ``pandas.errors.EmptyDataError``."""
+    """The CSV at ``path`` (``data``: its bytes); empty for a table saved with no columns."""
     return pd.read_csv(path) if data.strip() else pd.DataFrame()
 
 
 def write_sidecar(csv_path, parameters: dict | None = None, seeds=None) -> Path:
-    """Write the JSON sidecar of ``csv_path``: what the table is and what it ran with.
+    """Write the JSON sidecar of ``csv_path``; returns its path.
 
-    Keys: ``table`` (file name), ``rows``, ``columns``, ``sha256`` of the CSV, ``seeds`` (from the
-    table's ``seed`` column unless given), ``parameters`` (``parameters``, else ``$BNSTUDY_RUN_PARAMETERS``
-    merged with the last :func:`run_line`, whose resolved values replace the notebook's ``None``: the seeds, steps
-    and grids the rows were computed with, not "the profile's"), ``environment`` (:func:`environment`) and
-    ``written`` (UTC time). Paths in ``parameters`` are recorded by :func:`portable_paths`: relative to the
-    repository or the book's root (``rows: release/04_heads.csv``, ``results_dir: results``), never the writing
-    machine's ``/tmp`` or home folder.
+    Keys: ``table``, ``rows``, ``columns``, ``sha256``, ``seeds`` (the ``seed`` column unless given),
+    ``parameters`` (else ``$BNSTUDY_RUN_PARAMETERS``, its ``None`` values resolved from the last :func:`run_line`;
+    paths made :func:`portable_paths`), ``environment`` (:func:`environment`) and ``written`` (UTC).
     """
     csv_path = Path(csv_path)
     data = csv_path.read_bytes()
@@ -197,12 +177,9 @@ last_table: Path | None = None
 
 
 def save_table(df: pd.DataFrame, path) -> Path:
-    """Write the tidy table ``df`` as CSV atomically (a complete file or none), and its sidecar.
+    """Write the tidy table ``df`` as CSV atomically, and its sidecar (:func:`write_sidecar`); returns ``path``.
 
-    Raises ``ValueError`` naming the columns if any holds lists, tuples or dicts: a CSV cannot
-    hold them faithfully, so turn them into a long table first instead of losing them. The sidecar
-    ``NN_name.json`` (see :func:`write_sidecar`) records the run's parameters, seeds, package
-    version and git commit.
+    Raises ``ValueError`` naming the columns that hold lists, tuples or dicts (a CSV cannot hold them faithfully).
     """
     global last_table
     nested = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()]
@@ -220,41 +197,21 @@ def save_table(df: pd.DataFrame, path) -> Path:
 
 def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: dict | None = None,
               chapter: str | None = None) -> tuple[pd.DataFrame, dict]:
-    """The result rows of an earlier run of a chapter, to analyse again without recomputing them.
+    """The rows an earlier run of a chapter saved (:func:`save_table`), to analyse again without recomputing them.
 
-    A chapter's notebook can take its rows from a results CSV that an earlier execution saved (with
-    :func:`save_table`) instead of running the experiment: a referee's or reader's change to the analysis
-    then costs seconds, not the run. The rows are the earlier run's, so the page must say where they came
-    from: the returned provenance names the run's git commit, when its table was written and, when the
-    run recorded it, its wall time.
+    ``path``: the run's main results CSV, its sidecar beside it. ``parameters``: the row-deciding values, each of
+    which must equal the sidecar's record, or its ``resolved`` value (``None`` replaced by the profile's).
+    ``defaults``: the chapter's ``READ_DEFAULTS``, the value rows computed before a parameter existed were computed
+    with (a missing column of that name is filled with it; a ``None`` parameter takes it, :attr:`Rows.defaulted`).
+    ``chapter``: the reading chapter's folder; another chapter's table is refused.
 
-    ``path``: the run's main results CSV (for example ``results/07_real_data.csv``); its JSON sidecar
-    (:func:`write_sidecar`) must sit beside it. ``parameters``: the values that decide the rows (a
-    chapter's experiment parameters, such as ``profile`` and ``seeds``; not output folders or ``n_jobs``).
-    Each must equal the sidecar's record of the run. ``resolved``: the same parameters as the chapter's
-    config resolved them (``None`` replaced by the profile's value); a record that equals the resolved
-    value also matches (a run made without the ``bnstudy`` command records resolved values). ``defaults``: for
-    parameters a chapter's design added after some rows were computed (its ``READ_DEFAULTS``), the value those
-    older rows were computed with; a parameter the sidecar does not record is read as that value (and a
-    missing column of the same name is filled with it), so a new axis never breaks a page built from an older
-    release: the new cells alone need computing, and only when asked for. Such a parameter left at ``None`` (the
-    profile's value) takes the rows' value; the page reads it back from :attr:`Rows.defaulted` (its config
-    rebuilt with ``config.replace(**R.defaulted)``), and a value given explicitly must equal it.
+    Returns ``(rows, provenance)``: the table as saved, and ``dict(path, sha256, git_commit, written, run_wall_s,
+    seeds, workers, defaulted)`` (plus ``release``, :func:`release_of`), naming the run that computed the rows even
+    for a table re-saved from earlier rows (``rows_from``).
 
-    Returns ``(rows, provenance)``: the table exactly as saved (``pandas.read_csv``; floats round-trip
-    exactly; a table saved with no columns comes back empty), and ``dict(path, sha256, git_commit, written, run_wall_s, seeds,
-    workers, defaulted)`` (``run_wall_s`` / ``workers``, the worker processes the run line recorded, are ``None`` when the
-    run did not record them; ``defaulted``: ``{name: value}`` of the parameters read from ``defaults``). When the sidecar's parameters carry ``rows_from`` (the
-    table was re-saved by a page that analysed an earlier run's rows), its ``git_commit``, ``written``
-    and ``run_wall_s`` are used, so the provenance still names the run that computed the rows.
-
-    ``chapter``: the reading chapter's folder name (``freeze_modes``); a table whose sidecar records another chapter
-    (``02_eval_traps``) is refused before its parameters are compared.
-
-    Raises ``FileNotFoundError`` if the CSV or its sidecar is missing; ``ValueError`` if ``path`` is a sidecar
-    (``.json``) or another chapter's table, if the CSV's sha256
-    differs from the one its sidecar recorded (the file was changed, or is not the complete table), or
-    if a parameter is not recorded or differs from the record (the message names it and both values).
+    Raises ``FileNotFoundError`` if the CSV or its sidecar is missing; ``ValueError`` if ``path`` is a sidecar or
+    another chapter's table, if the CSV's sha256 differs from its sidecar's, or if a parameter is not recorded or
+    differs from the record (naming it and both values).
     """
     path = Path(path)
     if path.suffix == ".json":
@@ -288,14 +245,14 @@ def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: di
                              f"added after the rows were computed needs its value in the chapter's READ_DEFAULTS)")
         if name in defaulted and value is None:
             continue  # left to the profile: the rows' value is the page's (Rows.defaulted says which)
-        if name in defaulted and _jsonable(value) != recorded[name] and not (
-                resolved and name in resolved and _jsonable(resolved[name]) == recorded[name]):
+        differs = _jsonable(value) != recorded[name] and not (resolved and name in resolved
+                                                             and _jsonable(resolved[name]) == recorded[name])
+        if name in defaulted and differs:
             raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here, but the rows behind {path} "
                              f"predate it and were computed as {name}={recorded[name]!r} (its READ_DEFAULTS value); "
                              f"compute the new cells (rows=None, or recompute the release: cached cells stay warm) "
                              f"or give {name}={recorded[name]!r}")
-        if _jsonable(value) != recorded[name] and not (resolved and name in resolved
-                                                       and _jsonable(resolved[name]) == recorded[name]):
+        if differs:
             if recorded[name] is None:  # the run took its profile's value; it recorded None, not the value
                 raise ValueError(f"rows: parameter {name!r} is {_jsonable(value)!r} here but was None (the profile's "
                                  f"value) in the run behind {path}; run the experiment (rows=None) or leave {name} "
@@ -323,8 +280,8 @@ def load_rows(path, parameters: dict, resolved: dict | None = None, defaults: di
 
 
 def release_of(path) -> dict | None:
-    """For a table inside a data release (a ``manifest.json`` beside it, :mod:`bnstudy.study.release`): the release's
-    ``version``, ``date`` and last ``verified`` record (``None`` if never verified); else ``None``."""
+    """For a table in a data release (``manifest.json`` beside it): its ``version``, ``date`` and last ``verified``
+    record (``None`` if never verified); else ``None``."""
     m = Path(path).parent / "manifest.json"
     if not m.is_file():
         return None
@@ -342,10 +299,7 @@ def release_of(path) -> dict | None:
                                                      units_per_chapter=v.get("units_per_chapter"), how=how))
 
 
-#: How one chapter of the data release was verified, in the words every place that says it uses: the pages' *Ran
-#: with* line (:func:`release_text`), the provenance cards (:mod:`bnstudy.study.provenance`) and the release history
-#: (:mod:`bnstudy.study.history`). The release was computed chapter by chapter; a chapter computed under the pinned
-#: numerics (:mod:`bnstudy.study.numerics`) recomputes ``==``, one computed before the pin only statistically.
+#: How one chapter of the data release was verified, in the words the pages, provenance cards and history use.
 VERIFICATION_WORDS = {
     "exact": "exactly: every column == (computed and recomputed under the pinned numerics)",
     "statistical": "statistically: not == (computed under other numeric kernels), every recomputed unit within its "
@@ -371,9 +325,8 @@ def verified_text(verified: dict | None) -> str:
 
 
 def release_text(release: dict | None) -> str:
-    """``"data release 2026.12.03 (last verified 2026-12-03 at git commit 610372f574f6: 5 units per chapter
-    recomputed from an empty cache; this chapter statistically: not == ...)"`` (:func:`verified_text`,
-    :func:`verification_words`), or ``""`` for rows that are not a release's."""
+    """``"data release 2026.12.03 (<verified_text>; this chapter <verification_words>)"``, or ``""`` for rows that
+    are not a release's."""
     if not release:
         return ""
     v = release.get("verified")
@@ -383,9 +336,8 @@ def release_text(release: dict | None) -> str:
 
 
 def rows_origin(provenance: dict) -> dict:
-    """The record of analysed rows' origin for the run line and the sidecars (``rows_from``), from
-    :func:`load_rows`' provenance: ``git_commit, written, sha256`` (first 12 hex digits), ``run_wall_s`` and
-    ``workers``."""
+    """The ``rows_from`` record of :func:`load_rows`' provenance: ``git_commit, written, sha256`` (12 hex digits),
+    ``run_wall_s``, ``workers`` (and ``release``)."""
     out = dict(git_commit=provenance.get("git_commit"), written=provenance.get("written"),
                sha256=str(provenance.get("sha256"))[:12], run_wall_s=provenance.get("run_wall_s"),
                workers=provenance.get("workers"))
@@ -395,25 +347,17 @@ def rows_origin(provenance: dict) -> dict:
 
 
 def config_parameters(config, given: dict, analysis=()) -> tuple[dict, dict]:
-    """The row-deciding parameters of a chapter ``config`` for :func:`load_rows`: ``(parameters, resolved)``.
-
-    Every field of ``config.asdict()`` except those in ``analysis`` (the chapter's ``ANALYSIS_PARAMETERS``,
-    which only change the analysis); ``parameters`` takes each value as the notebook was given it (``given``,
-    e.g. its ``globals()``; ``None`` stands for the profile's value) where it has one, ``resolved`` as the
-    config resolved it."""
+    """``(parameters, resolved)`` for :func:`load_rows`: every field of ``config`` not in ``analysis``, as the notebook
+    gave it (``given``, its ``globals()``) and as the config resolved it."""
     resolved = {k: v for k, v in config.asdict().items() if k not in set(analysis)}
     return {k: given.get(k, v) for k, v in resolved.items()}, resolved
 
 
 @dataclasses.dataclass(frozen=True)
 class Rows:
-    """The rows a chapter page analyses, and where they came from (:func:`rows_or_run`).
-
-    ``table``: the main results table; ``tables``: its sibling tables by suffix (``{"lr_check": ...}``);
-    ``provenance``: :func:`load_rows`' for the main table, or ``None`` when this execution ran the experiment;
-    ``run_wall_s``: the experiment's wall time in seconds (this execution's run, else the earlier run's record;
-    ``None`` when not recorded); ``extra``: ``{"rows_from": ...}`` for :func:`bnstudy.study.pages.run_line` when the
-    rows are an earlier run's (so re-saved tables still name that run), else ``{}``."""
+    """The rows a chapter page analyses (:func:`rows_or_run`): the main ``table``, sibling ``tables`` by suffix,
+    ``provenance`` (:func:`load_rows`'; ``None`` when this execution ran the experiment), ``run_wall_s`` (seconds;
+    ``None`` if not recorded), ``extra`` (``{"rows_from": ...}`` for earlier rows, else ``{}``)."""
 
     table: pd.DataFrame
     tables: dict
@@ -423,8 +367,7 @@ class Rows:
 
     @property
     def defaulted(self) -> dict:
-        """``{parameter: value}`` read from the chapter's ``READ_DEFAULTS`` because the rows predate the parameter
-        (:func:`load_rows`); ``{}`` for rows this execution computed or that record every parameter."""
+        """``{parameter: value}`` read from ``READ_DEFAULTS`` because the rows predate the parameter; else ``{}``."""
         return dict((self.provenance or {}).get("defaulted") or {})
 
     def timing(self, wall_s: float, what: str = "the sweep") -> str:
@@ -436,23 +379,13 @@ class Rows:
 def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, siblings=(),
                 sibling_parameters: dict | None = None, defaults: dict | None = None,
                 chapter: str | None = None) -> Rows:
-    """A chapter's rows: from ``run()`` (``rows is None``) or from an earlier run's saved tables (``rows``).
+    """A chapter's rows: from ``run()`` when ``rows is None`` (its wall time recorded), else from the earlier run's
+    main results CSV ``rows`` and its ``siblings`` (``NN_name_<suffix>.csv``), each checked by :func:`load_rows`
+    against ``parameters`` / ``resolved`` (a sibling's own in ``sibling_parameters``, ``{suffix: (parameters,
+    resolved)}``), ``defaults`` and ``chapter``. ``run`` returns the main table, or ``(table, {suffix: table})``.
 
-    ``rows``: ``None``, or the path of an earlier run's main results CSV (``results/NN_name.csv``).
-    ``run``: called with no arguments when ``rows is None``; returns the main table, or ``(table, {suffix:
-    table})`` with one entry per name in ``siblings``. Its wall time is recorded (:func:`record_run_time`).
-    ``parameters`` / ``resolved``: the row-deciding parameters, checked against each table's sidecar
-    (:func:`load_rows`; :func:`config_parameters` makes both from a config). ``siblings``: suffixes of tables
-    the same run saved beside the main one (``NN_name_<suffix>.csv``); each is loaded and checked the same way
-    and must come from the same git commit as the main table. ``sibling_parameters``: ``{suffix: (parameters,
-    resolved)}`` for a sibling whose sidecar records its own configuration (a check the run derived from the
-    chapter's config, on other seeds), checked against those instead. ``defaults``: the chapter's
-    ``READ_DEFAULTS`` (see :func:`load_rows`), applied to every table. ``chapter``: the reading chapter's folder
-    name (:func:`load_rows`: another chapter's table is refused).
-
-    Returns :class:`Rows`. Raises what :func:`load_rows` raises (a missing table or sidecar, a changed file, a
-    parameter that differs, naming it), ``ValueError`` if a sibling comes from another commit than the main
-    table, or if ``run`` does not return the tables ``siblings`` names.
+    Returns :class:`Rows`. Raises what :func:`load_rows` raises, and ``ValueError`` if a sibling comes from another
+    commit than the main table or ``run`` does not return the tables ``siblings`` names.
     """
     if rows is None:
         t0 = time.perf_counter()
@@ -485,10 +418,9 @@ def rows_or_run(rows, run, parameters: dict, resolved: dict | None = None, sibli
 
 
 def chapter_rows(rows, run, config, given: dict, module):
-    """The one chapter-run preamble: :func:`rows_or_run` with the chapter module's ``ANALYSIS_PARAMETERS``,
-    ``SIBLING_TABLES``, ``sibling_parameters(config)`` and ``READ_DEFAULTS`` (each optional), and ``config`` with
-    the values older rows were read with (:attr:`Rows.defaulted`). ``given``: the notebook's ``globals()``.
-    Returns ``(Rows, config)``; raises what :func:`rows_or_run` raises."""
+    """:func:`rows_or_run` with the chapter ``module``'s optional ``ANALYSIS_PARAMETERS``, ``SIBLING_TABLES``,
+    ``sibling_parameters(config)`` and ``READ_DEFAULTS``. Returns ``(Rows, config)``, the config with
+    :attr:`Rows.defaulted` applied; raises what :func:`rows_or_run` raises."""
     own = getattr(module, "sibling_parameters", None)
     r = rows_or_run(rows, run, *config_parameters(config, given, getattr(module, "ANALYSIS_PARAMETERS", ())),
                     siblings=getattr(module, "SIBLING_TABLES", ()), sibling_parameters=own(config) if own else None,
@@ -497,8 +429,7 @@ def chapter_rows(rows, run, config, given: dict, module):
 
 
 def chapter_folder(obj) -> str | None:
-    """The chapter folder (``freeze_modes``) of a chapter's module or config (``bnstudy.study.experiments.<folder>``
-    or one of its modules), else ``None``."""
+    """The chapter folder (``freeze_modes``) of a chapter's module or config, else ``None``."""
     name = obj.__name__ if isinstance(obj, types.ModuleType) else type(obj).__module__
     parts = name.split(".")
     i = parts.index("experiments") if "experiments" in parts else -1
@@ -506,24 +437,19 @@ def chapter_folder(obj) -> str | None:
 
 
 def record_run_time(seconds: float) -> float:
-    """Remember the experiment's wall time (seconds) for the sidecars of the tables this process saves
-    (``parameters.run_wall_s``), so that :func:`load_rows` can report it later. Returns ``seconds``."""
+    """Record the experiment's wall time (seconds) in this process's sidecars (``parameters.run_wall_s``).
+    Returns ``seconds``."""
     seconds = float(seconds)
     _RUN["run_wall_s"] = seconds
-    for p in _SAVED:
-        if p.exists():
-            write_sidecar(p)
+    _rewrite_sidecars()
     return seconds
 
 
 def timing_sentence(wall_s: float, run_s: float | None, rows_from: dict | None = None, n_rows: int | None = None,
                     what: str = "the sweep") -> str:
-    """The page's sentence on what this execution cost (Markdown).
-
-    ``wall_s``: this execution's wall time in seconds; ``run_s``: the experiment's (``what``) share of it, or,
-    when the rows came from an earlier run (``rows_from``: :func:`load_rows`'s provenance), that run's
-    recorded wall time (``None``: not recorded). ``n_rows``: the number of rows analysed.
-    """
+    """The page's sentence (Markdown) on what this execution cost: ``wall_s`` seconds, ``run_s`` of them in ``what``,
+    or, for rows from an earlier run (``rows_from``: :func:`load_rows`' provenance), that run's wall time (``None``:
+    not recorded) and the ``n_rows`` analysed."""
     if rows_from is None:
         return (f"This execution took {wall_s / 60:.1f} minutes of wall time, {run_s / 60:.1f} of them in {what} "
                 f"(finished runs are read from the cache, not recomputed).")
@@ -552,8 +478,7 @@ def profile_note(profile: str, n_seeds: int) -> str:
 
 
 def p_text(p) -> str:
-    """A p-value as a page prints it: ``"< 0.001"`` below 0.001, else ``"= 0.xxx"``; ``"not computed"`` for
-    ``None`` or NaN (a ``.3f`` format would print a p of 0.0004 as ``0.000``)."""
+    """``"< 0.001"`` below 0.001, else ``"= 0.xxx"``; ``"not computed"`` for ``None`` or NaN."""
     import math
     if p is None or math.isnan(float(p)):
         return "not computed"

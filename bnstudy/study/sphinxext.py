@@ -1,27 +1,12 @@
 """The book's Sphinx extension (``extra_extensions: [bnstudy.study.sphinxext]`` in ``book/_config.yml``).
 
-It does these things the stock Jupyter Book build does not:
-
-* **Math offline.** MathJax is served from the build itself (``_static/mathjax/``), copied from the
-  ``sphinx-mathjax-offline`` package (MathJax 3), instead of loaded from a CDN.
-* **Tables numbered as tables.** A ``{glue:figure}`` whose glued output is not an image (a DataFrame)
-  becomes a :class:`table_figure`: numbered in the table series ("Table 1.1"), caption on top.
-* **Downloads under every figure.** A figure labelled ``fig-chNN-name`` gets links to ``figures/NN-name.png``
-  (300 dpi) and ``.svg``, and to the tidy CSV it was drawn from and that CSV's JSON sidecar (both named by
-  ``figures/NN-name.json``, written by :func:`bnstudy.study.plots.save_figure`). A labelled figure with no file
-  is a build warning (an error in the strict build).
-* **A provenance card under every figure and table** of a chapter (label ``fig-chNN-...`` / ``tbl-chNN-...``):
-  a folded block naming the per-seed rows behind it, their sha256, the release's last verification and the
-  commands (and recorded costs) that remake the figure and recompute its rows (:mod:`bnstudy.study.provenance`).
-* **Verdict words from other pages.** ``{glue:md}`../chapters/NN-name.ipynb::key``` pastes a Markdown value
-  (a verdict word such as **holds**) glued in another notebook; myst-nb pastes only plain text, HTML and
-  images across pages (the decision guide cites every chapter's verdicts this way).
-* **No negative zero in pasted numbers.** A ``{glue:text}`` value that its format spec rounds to zero prints
-  without a sign ("-0.000" from ``-1e-07:.3f`` reads "0.000"); the glued value itself is not touched.
-* **A clean console.** Repeated ``<script>`` entries (sphinx-thebe declares a constant twice) are dropped.
-* **The files behind the links.** After the build, ``figures/`` and ``results/`` (next to ``_config.yml``)
-  are copied to ``_build/html/figures/`` and ``_build/html/results/``, so the links resolve and the file
-  names are the stable ones the chapters write.
+What the stock Jupyter Book build does not do: MathJax served from the build (``sphinx-mathjax-offline``), not a
+CDN; a ``{glue:figure}`` whose output is not an image numbered as a table (:class:`table_figure`, caption on top);
+download links (PNG, SVG, the CSV it was drawn from and its sidecar) under every figure labelled ``fig-chNN-name``,
+a missing file a build warning; a provenance card (:mod:`bnstudy.study.provenance`) under every chapter figure and
+table; ``{glue:md}`../chapters/NN-name.ipynb::key``` pasting a Markdown value glued in another notebook; no minus
+on a pasted ``{glue:text}`` value that rounds to zero; no repeated ``<script>`` entries; and ``figures/`` and
+``results/`` copied into ``_build/html/`` so the links resolve.
 """
 
 from __future__ import annotations
@@ -73,12 +58,18 @@ def _link(text: str, uri: str) -> nodes.reference:
     return nodes.reference("", text, refuri=uri, classes=["bn-download"])
 
 
-class BookFigures(Transform):
-    """Glued tables to :class:`table_figure`; download links under labelled figures.
+def _legend(fig: nodes.figure) -> nodes.legend:
+    """The figure's legend, added if it has none."""
+    legend = next((c for c in fig.children if isinstance(c, nodes.legend)), None)
+    if legend is None:
+        legend = nodes.legend()
+        fig += legend
+    return legend
 
-    Runs after the ``{glue:figure}`` directives have been parsed and before Sphinx numbers figures and
-    tables (``AutoNumbering``, priority 210).
-    """
+
+class BookFigures(Transform):
+    """Glued tables to :class:`table_figure`; download links and provenance cards under labelled figures.
+    Runs before Sphinx numbers figures and tables (``AutoNumbering``, priority 210)."""
 
     default_priority = 205
 
@@ -114,9 +105,7 @@ class BookFigures(Transform):
 
     @staticmethod
     def _add_downloads(fig: nodes.figure, env) -> None:
-        label = next((i for i in fig["ids"] if FIGURE_LABEL.match(i)), None)
-        if label is None:
-            label = next((n for n in fig["names"] if FIGURE_LABEL.match(n)), None)
+        label = next((i for i in list(fig["ids"]) + list(fig["names"]) if FIGURE_LABEL.match(i)), None)
         if label is None:
             return
         number, name = FIGURE_LABEL.match(label).groups()
@@ -145,11 +134,7 @@ class BookFigures(Transform):
             if i:
                 para += nodes.Text(" · ")
             para += ref
-        legend = next((c for c in fig.children if isinstance(c, nodes.legend)), None)
-        if legend is None:
-            legend = nodes.legend()
-            fig += legend
-        legend += para
+        _legend(fig).append(para)
 
 
 _CARD_LABEL = re.compile(r"^(fig|tbl|tab)-ch\d+-.+$")
@@ -162,9 +147,8 @@ def _ancestors(node: nodes.Node):
 
 
 def _add_card(fig: nodes.Element, env, label: str | None = None) -> None:
-    """Append the provenance card (:func:`bnstudy.study.provenance.card_html`) to a chapter's labelled figure or
-    table (or, given ``label``, put it after a table of the chapter's prose); a labelled one whose chapter has no
-    per-seed rows in the results folder, or whose figure filters on a column its rows lack, is a build warning."""
+    """Append the provenance card to a chapter's labelled figure or table (given ``label``: after a prose table); no
+    per-seed rows, or a filter on a column the rows lack, is a build warning."""
     from . import provenance
 
     label = label or next((i for i in list(fig["ids"]) + list(fig["names"]) if _CARD_LABEL.match(i)), None)
@@ -183,14 +167,7 @@ def _add_card(fig: nodes.Element, env, label: str | None = None) -> None:
     if isinstance(fig, nodes.table):
         fig.parent.insert(fig.parent.index(fig) + 1, nodes.raw("", html, format="html"))
         return
-    if isinstance(fig, table_figure):
-        fig += nodes.raw("", html, format="html")
-        return
-    legend = next((ch for ch in fig.children if isinstance(ch, nodes.legend)), None)
-    if legend is None:
-        legend = nodes.legend()
-        fig += legend
-    legend += nodes.raw("", html, format="html")
+    (fig if isinstance(fig, table_figure) else _legend(fig)).append(nodes.raw("", html, format="html"))
 
 
 # --- Markdown glued in another notebook: {glue:md}`path::key` ------------------------------------------------
@@ -266,18 +243,15 @@ _NEGATIVE_ZERO = re.compile(r"-(0+(?:\.0*)?(?:[eE][+-]?\d+)?%?)")
 
 
 def unsigned_zero(text: str) -> str:
-    """``text`` without the minus of a negative zero that formatting left: ``"-0.000"`` -> ``"0.000"``,
-    ``"-0.0%"`` -> ``"0.0%"``, ``"-0e+00"`` -> ``"0e+00"``; any other text (``"-0.001"``, ``"-1"``) unchanged.
-    A value shown as zero has no sign; the sign of a tiny value is below the printed precision."""
+    """``text`` without the minus of a formatted negative zero (``"-0.000"``, ``"-0.0%"``, ``"-0e+00"``); any other
+    text (``"-0.001"``) unchanged."""
     m = _NEGATIVE_ZERO.fullmatch(text)
     return m.group(1) if m else text
 
 
 def unsign_pasted_zeros(document: nodes.Node) -> int:
-    """Drop the minus of every negative zero that myst-nb's ``{glue:text}`` pasted into ``document`` (its
-    ``inline`` nodes of class ``pasted-text``, on the page and across pages); returns how many it changed. Display
-    only: the glued value stays what the notebook glued (the format spec is applied at build time, so a value such
-    as ``-1e-07`` formats as "-0.000" under ``:.3f``)."""
+    """Drop the minus of every negative zero ``{glue:text}`` pasted into ``document`` (``inline.pasted-text``);
+    returns how many it changed. Display only: the glued value is untouched."""
     changed = 0
     for node in list(document.findall(nodes.inline)):
         if "pasted-text" not in node.get("classes", ()) or len(node.children) != 1 \
@@ -298,14 +272,6 @@ class UnsignedZeroPastes(SphinxPostTransform):
 
     def run(self, **kwargs) -> None:
         unsign_pasted_zeros(self.document)
-
-
-def _visit_table_figure(self, node):
-    self.visit_figure(node)
-
-
-def _depart_table_figure(self, node):
-    self.depart_figure(node)
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -340,10 +306,8 @@ def _copy_outputs(app, exc) -> None:
 def setup(app):
     app.add_config_value("bnstudy_figures_dir", "figures", "env")
     app.add_config_value("bnstudy_results_dir", "results", "env")
-    app.add_enumerable_node(table_figure, "table", None,
-                            html=(_visit_table_figure, _depart_table_figure),
-                            latex=(_visit_table_figure, _depart_table_figure),
-                            text=(_visit_table_figure, _depart_table_figure))
+    as_figure = (lambda self, node: self.visit_figure(node), lambda self, node: self.depart_figure(node))
+    app.add_enumerable_node(table_figure, "table", None, html=as_figure, latex=as_figure, text=as_figure)
     app.add_transform(BookFigures)
     app.add_role_to_domain("glue", "md", _paste_markdown_role, override=True)
     app.add_post_transform(CrossPageMarkdownGlue)

@@ -1,12 +1,9 @@
 """One palette per concept, shared by every figure of the book (issue 24): a freeze mode, an optimizer, a
 fine-tuning strategy, a router, a network or a head has the same colour in every chapter.
 
-Colours come from seaborn's colour-blind-safe ``colorblind`` palette (Okabe-Ito-like); the vermillion entry is
-kept away from orange within one concept. Figures take colours only from here: :func:`color` raises for a name
-that has none, so a new condition cannot silently get matplotlib's default cycle.
-
-Sizes: figures are drawn at the book's text-column width (:data:`COLUMN_WIDTH_IN`) with fonts of at least
-:data:`MIN_FONT_PT` points, so that text stays legible on the page without zooming.
+Colours come from seaborn's ``colorblind`` palette; :func:`color` raises for a name that has none, so a new
+condition cannot silently get matplotlib's default cycle. Figures are drawn at :data:`COLUMN_WIDTH_IN` with fonts
+of at least :data:`MIN_FONT_PT` points.
 """
 
 from __future__ import annotations
@@ -15,8 +12,7 @@ from __future__ import annotations
 COLUMN_WIDTH_IN = 7.3
 #: The smallest font a figure may use, in points at column width.
 MIN_FONT_PT = 9
-#: A phone's figure width in CSS px (a 390 px screen less the page's margins), and the smallest text height in px
-#: a figure meant to be read there keeps (:func:`bnstudy.study.plots.legibility`'s ``phone_font_px``).
+#: A phone's figure width in CSS px, and the smallest text height in px a figure read there keeps.
 PHONE_WIDTH_PX, PHONE_MIN_FONT_PX = 360, 9.0
 
 _CB = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9"]
@@ -36,12 +32,10 @@ STRATEGIES = {"bn_frozen": ORANGE, "stats_frozen": YELLOW, "adabn": BROWN, "bn_t
 #: Routers to per-task statistics and their baselines (chapter 6).
 ROUTERS = {"nearest_first": GREEN, "nearest_all": "#016b4f", "classifier": VERMILLION, "mixture": BROWN, "oracle": "#222222",
            "train_mode": MODES["train_mode"], "pinned": MODES["backbone_eval"]}
-#: Test-time methods (chapter 8): the source statistics as the pinned statistics elsewhere, test-batch statistics as
-#: train mode's batch statistics, per-sample routing and the oracle as chapter 6's router and oracle.
+#: Test-time methods (chapter 8), coloured as the freeze modes and chapter 6's routers they correspond to.
 TEST_TIME = {"source": MODES["backbone_eval"], "test_batch": MODES["train_mode"], "prior_tuned": SKY, "dua": PURPLE,
              "tent_tuned": VERMILLION, "routed": GREEN, "oracle": "#222222"}
-#: What is trained (chapter 9): pinned statistics in the pinned orange family, train mode in blues, the rest as
-#: chapter 5's strategies (full fine-tuning is chapter 5's bn_train).
+#: What is trained (chapter 9): pinned statistics in oranges, train mode in blues.
 TRAINING = {"head": ORANGE, "head_train": SKY, "affine_pinned": BROWN, "affine_train": BLUE, "first_block": GREEN,
             "full": "#222222"}
 #: Frankle et al.'s conditions (chapter 9, part 3).
@@ -59,9 +53,7 @@ REFERENCE = {"chance": "0.4", "zero": "black", "band": "0.9"}
 #: Kinds of input shift (chapter 3's lines, chapter 7's corruptions): one colour per kind in both chapters.
 SHIFTS = {"none": "black", "brightness": BLUE, "contrast": ORANGE, "both": GREEN, "blur": PINK, "noise": BROWN,
           "inversion": PURPLE}
-#: Other names of the same kinds of shift (chapter 7's ``gaussian_noise``; chapter 3's same-class lines, told
-#: apart by marker, not colour; chapter 8's ``affine``, brightness and contrast together): :func:`color` gives them
-#: their kind's colour.
+#: Other names of the same kinds of shift (chapters 3, 7, 8): :func:`color` gives them their kind's colour.
 SHIFT_ALIASES = {"gaussian_noise": "noise", "same_both": "both", "same_noise": "noise", "affine": "both"}
 
 PALETTES = {"mode": MODES, "statistics": STATISTICS, "optimizer": OPTIMIZERS, "strategy": STRATEGIES,
@@ -79,10 +71,8 @@ def sequential(values) -> dict:
 
 
 def color(concept: str, name: str) -> str:
-    """The colour of ``name`` (e.g. ``"train_mode"``) within ``concept`` (``"mode"``, ``"optimizer"``, ...).
-
-    Raises ``KeyError`` naming the concept's names when ``name`` has no colour, and the concepts when
-    ``concept`` is unknown."""
+    """The colour of ``name`` (``"train_mode"``) within ``concept`` (``"mode"``). Raises ``KeyError`` naming the
+    concept's names when ``name`` has no colour, and the concepts when ``concept`` is unknown."""
     if concept not in PALETTES:
         raise KeyError(f"style.color: unknown concept {concept!r}; concepts: {sorted(PALETTES)}")
     pal = PALETTES[concept]
@@ -106,7 +96,6 @@ def rc() -> dict:
 
 
 # chapter 3
-#: train_mode's path along each of chapter 3's affine lines (its retention figure, drawn beside the freeze modes'
-#: points): named colours that no freeze mode uses, so that a path is not read as a mode.
+#: train_mode's path along each of chapter 3's affine lines: colours no freeze mode uses.
 SHIFT_PATHS = {"brightness": SKY, "contrast": BROWN, "both": PINK}
 PALETTES["shift_path"] = SHIFT_PATHS

@@ -1,14 +1,8 @@
 """How the book says a claim in words, from one place: a verdict reads the same on every page.
 
-* :func:`claim_text`: a claims-table row as ``-0.210 (-0.250 to -0.170; **routed head lower**)``, one shape for
-  every verdict kind (a direction shown, equivalent within ±m, not decided, too few seeds: estimate, printed
-  interval, verdict; an exact check: its largest deviation and the verdict).
-* :func:`counts_text`: how many of a family's claims print each verdict (the book's counts rule,
-  :func:`bnstudy.study.inference.count_verdicts`), only the kinds that occur named.
-* :class:`Note` and :func:`notes`: a chapter's rule-triggered sentences, each a predicate on the claims and
-  numbers tables and a fixed sentence (the model: statsmodels' numbered notes under a summary), so a chapter
-  needs no function per outcome.
-* :func:`count_word`, :func:`join`, :func:`fmt_level`, :func:`signed`: small shared formatting.
+:func:`claim_text` says one claim, :func:`counts_text` counts a family's verdicts, and :class:`Note` /
+:func:`notes` are a chapter's rule-triggered sentences (a predicate on the claims and numbers tables and a fixed
+sentence), so a chapter needs no function per outcome.
 """
 
 from __future__ import annotations
@@ -54,11 +48,9 @@ def signed(x: float, digits: int = 3) -> str:
 
 
 def claim_text(claim, digits: int = 3, clip: tuple | None = None) -> str:
-    """A claims-table row in words, the same shape for every verdict kind: ``"-0.210 (-0.250 to -0.170; **routed
-    head lower**)"``; without interval ends (too few seeds, an exact check) ``"-0.210 (**too few seeds**)"``. A
-    claim is a difference (or a correlation): every number is printed with its sign (:func:`signed`).
-    ``clip``: ``(low, high)``, what the quantity allows (``(-1, 1)`` for a difference of accuracies); the printed
-    ends are cut to it (the estimate never is); ``None``: not cut."""
+    """A claims-table row in words: ``"-0.210 (-0.250 to -0.170; **routed head lower**)"``, or without interval
+    ends ``"-0.210 (**too few seeds**)"``; every number signed (:func:`signed`). ``clip``: ``(low, high)`` the
+    printed ends are cut to. Raises ``ValueError`` unless ``clip`` is ``None`` or ``(low, high)`` with low <= high."""
     iv = Interval(float(claim.estimate), float(claim.low), float(claim.high), int(claim.n))
     if clip is not None:
         if not (len(clip) == 2 and clip[0] <= clip[1]):
@@ -86,12 +78,9 @@ COUNT_PHRASES = {
 
 def counts_text(claims: pd.DataFrame, noun: str, subject: str, reference: str, margin: float,
                 alpha: float = 0.05) -> str:
-    """A family's claims counted by the book's rule (:func:`bnstudy.study.inference.count_verdicts`: each claim's
-    printed verdict, one verdict per claim), only the kinds that occur named, in the
-    book's fixed order (equivalent, lower, higher, not decided, too few seeds): e.g. ``"275 of the 288
-    router cells are **equivalent within ±0.02** of the oracle and 13 are **not decided**"``. ``noun``: what a
-    claim is (``"router cells"``); ``subject`` / ``reference``: the two sides (``"a router"``, ``"the oracle"``).
-    """
+    """A family's claims counted by :func:`bnstudy.study.inference.count_verdicts`, the kinds that occur in
+    :data:`COUNT_PHRASES` order: ``"275 of the 288 router cells are **equivalent within ±0.02** of the oracle and 13
+    are **not decided**"`` (``noun``: ``"router cells"``; ``subject`` / ``reference``: the two sides)."""
     counts = count_verdicts(claims, alpha) if len(claims) else {}
     # "above it" only where the reference was named just before (after a "below the oracle" count)
     fill = dict(margin=margin, reference=reference, subject=subject,
@@ -107,9 +96,8 @@ def counts_text(claims: pd.DataFrame, noun: str, subject: str, reference: str, m
 
 @dataclasses.dataclass(frozen=True)
 class Note:
-    """A rule-triggered sentence: ``text`` is said where ``when(claims, numbers)`` is true. ``key``: the name the
-    page glues it under (notes of one key are alternatives: exactly one of them must hold). ``fill``: for a
-    sentence that quotes a number, ``fill(claims, numbers)`` gives the ``str.format`` fields of ``text``."""
+    """A rule-triggered sentence: ``text`` is said under ``key`` where ``when(claims, numbers)`` is true (exactly one
+    note of a key must hold); ``fill(claims, numbers)`` gives ``text``'s ``str.format`` fields."""
 
     key: str
     when: Callable[[pd.DataFrame, pd.DataFrame], bool]
