@@ -337,6 +337,8 @@ def execute_chapter(notebook: Path, output_dir: Path = EXECUTED_DIR, profile: st
         env["BNSTUDY_PROGRESS"] = "1"
     try:
         with environ(**env), stop_kernel_on_signal():
+            # iopub_timeout: nbclient waits 4 s by default for a finished cell's last outputs and then fails
+            # the cell; on a loaded machine (a release computing beside the build) 4 s is not enough.
             pm.execute_notebook(str(notebook), tmp, parameters=params, kernel_name="python3",
                                 cwd=str(cwd or notebook.parent), progress_bar=log_output, log_output=log_output,
                                 iopub_timeout=IOPUB_TIMEOUT_S)
