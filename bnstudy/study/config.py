@@ -9,6 +9,7 @@ how runs execute, never part of a result or cache key. Each chapter's ``Config``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field, fields
@@ -110,6 +111,12 @@ def seeds_label(seeds) -> str:
     return f"{len(s)} seeds ({', '.join(map(str, s))})"
 
 
+#: The two float checks the configs repeat: a number > 0, and BatchNorm momentum (in [0, 1], or None: a cumulative
+#: average).
+_positive = functools.partial(check_float, low=0.0, low_open=True)
+_momentum = functools.partial(check_float, low=0.0, high=1.0, allow_none=True)
+
+
 class _Frozen:
     """Shared behaviour of the frozen configs: ``replace``, ``asdict``, unknown-key errors."""
 
@@ -171,8 +178,8 @@ class SourceConfig(_Frozen):
     def __post_init__(self):
         self._check(("seed", check_int, 0), ("n_classes", check_int, 2), ("noise", check_float, 0.0),
                     ("widths", check_sequence, lambda n, v: check_int(n, v, 1), 1), ("norm", check_choice, NORM_KINDS),
-                    ("momentum", check_float, 0.0, 1.0, False, True), ("stage1_steps", check_int, 1),
-                    ("stage1_lr", check_float, 0.0, None, True), ("stage1_batch_size", check_int, 1),
+                    ("momentum", _momentum), ("stage1_steps", check_int, 1),
+                    ("stage1_lr", _positive), ("stage1_batch_size", check_int, 1),
                     ("n_eval", check_int, 1))
         if self.norm == "batch" and self.stage1_batch_size < 2:
             raise ValueError(f"stage1_batch_size must be >= 2 with a train-mode BatchNorm (a variance needs two "
@@ -217,8 +224,8 @@ class RunConfig(SourceConfig):
         from .modes import MODE_NAMES, get_mode
         self._check(("mode", check_choice, MODE_NAMES), ("head", check_choice, HEAD_KINDS), ("hidden", check_int, 1),
                     ("steps", check_int, 1), ("batch_size", check_int, 1), ("optimizer", check_choice, OPTIMIZERS),
-                    ("lr", check_float, 0.0, None, True), ("brightness", check_float),
-                    ("contrast", check_float, 0.0, None, True), ("sampler", check_choice, SAMPLERS),
+                    ("lr", _positive), ("brightness", check_float),
+                    ("contrast", _positive), ("sampler", check_choice, SAMPLERS),
                     ("epoch_steps", check_int, 1), ("eval_split", check_choice, EVAL_SPLITS))
         if self.train_size is not None and self.sampler == "shuffled" and self.batch_size > self.train_size:
             raise ValueError(f"batch_size must be <= train_size ({self.train_size}) with the shuffled sampler, "
@@ -321,8 +328,8 @@ class FinetuneConfig(SourceConfig):
                     ("samples", check_int, 1))
         if self.samples % self.batch_size:
             raise ValueError(f"samples must be a multiple of batch_size={self.batch_size}, got {self.samples}")
-        self._check(("optimizer", check_choice, OPTIMIZERS), ("lr", check_float, 0.0, None, True),
-                    ("brightness", check_float), ("contrast", check_float, 0.0, None, True),
+        self._check(("optimizer", check_choice, OPTIMIZERS), ("lr", _positive),
+                    ("brightness", check_float), ("contrast", _positive),
                     ("adabn_samples", check_int, 1), ("adabn_batch_size", check_int, 2), ("epoch_steps", check_int, 1))
         if self.norm != STRATEGY_NORM[self.strategy]:
             raise ValueError(f"strategy={self.strategy!r} needs a source with norm={STRATEGY_NORM[self.strategy]!r}, "
