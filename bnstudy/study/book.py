@@ -43,14 +43,19 @@ def _nbformat():
 @contextmanager
 def environ(**values):
     """Set (a value) or unset (``None``) environment variables for the ``with`` block, then restore them."""
+    def put(items):
+        for k, v in items:
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
     old = {k: os.environ.get(k) for k in values}
     try:
-        for k, v in values.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        put(values.items())
         yield
     finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        put(old.items())
 
 
 REPO = Path(__file__).resolve().parents[2]
